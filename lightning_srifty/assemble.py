@@ -1,0 +1,161 @@
+"""Build the profile from what every rank measured (framework-free; runs on rank 0)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_srifty.comm import CommSeries
+from lightning_srifty.recorder import StepSeries
+from predictor.profile import PHASES, SCHEMA, Profile, profile_from_dict
+from predictor.stats import summarize
+
+
+@dataclass
+class RankPayload:
+    """What one rank sends to rank 0 at the end of the window (pickled by all_gather_object)."""
+
+    rank: int
+    series: StepSeries | None = None
+    comm: CommSeries | None = None
+    device_name: str | None = None
+    hostname: str | None = None
+    peak_memory: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _phase_stats(series: StepSeries) -> dict[str, Any] | None:
+    if not series.phase_steps:
+        return None
+    return {p: summarize(series.phases[p]) for p in PHASES}
+
+
+def _median_samples(series: StepSeries) -> int | None:
+    known = [s for s in series.samples if s]
+    return int(statistics.median(known)) if known else None
+
+
+def assemble_profile(
+    *,
+    ranks: list[RankPayload],
+    model: dict[str, Any],
+    hardware: dict[str, Any],
+    batch_source: str,
+    accumulate_grad_batches: int,
+    window: dict[str, Any],
+    software: dict[str, Any] | None,
+    notes: list[str],
+    max_series: int,
+    comm_reason: str | None,
+    backend: str | None,
+    created_at: str,
+) -> Profile:
+    """The srifty.profile/v1 document. Raises ProfileError when rank 0 measured nothing usable."""
+    from predictor.exceptions import ProfileError
+
+    notes = list(notes)
+    for payload in ranks:
+        if payload.error:
+            notes.append(f"rank {payload.rank} could not report its measurements: {payload.error}")
+    good = [p for p in ranks if p.series is not None and p.series.step_s]
+    lead = next((p for p in good if p.rank == ranks[0].rank), None)
+    if lead is None:
+        raise ProfileError("No step was measured on rank 0, so there is nothing to write.")
+    series = lead.series
+    assert series is not None
+    per_device = _median_samples(series)
+    if per_device is None:
+        raise ProfileError(
+            "The batch size could not be found in the batches (no tensor with a leading dimension). "
+            "Pass SriftyCallback(batch_size_fn=lambda batch: ...) returning samples per batch."
+        )
+    rank_samples = [(_median_samples(p.series) or per_device) for p in good if p.series is not None]
+    global_batch = sum(rank_samples) if len(good) == len(ranks) else per_device * len(ranks)
+
+    step = summarize(series.step_s)
+    phases = _phase_stats(series)
+    timing: dict[str, Any] = {
+        "step_time_s": step,
+        "samples_per_s": summarize([global_batch / s for s in series.step_s if s > 0]),
+        "series_s": series.step_s[:max_series],
+        "series_truncated": len(series.step_s) > max_series,
+        "window": {**window, "steps": len(series.step_s), "excluded_steps": series.excluded or None},
+    }
+    if phases is not None:
+        timing["phases_s"] = phases
+        total = sum(statistics.fmean(series.phases[p]) for p in PHASES)
+        timing["phase_share"] = {p: statistics.fmean(series.phases[p]) / total for p in PHASES} if total > 0 else None
+
+    data: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created_at": created_at,
+        "model": model,
+        "batch": {
+            "per_device": per_device,
+            "global_batch": global_batch,
+            "accumulate_grad_batches": accumulate_grad_batches,
+            "source": batch_source,
+        },
+        "hardware": hardware,
+        "timing": timing,
+        "memory": lead.peak_memory or None,
+        "communication": _communication(lead.comm, len(ranks), step, comm_reason, backend),
+        "software": software,
+    }
+    if len(ranks) > 1:
+        data["ranks"] = [_rank_entry(p) for p in good]
+    if notes:
+        data["notes"] = notes
+    return profile_from_dict(_drop_none(data))
+
+
+def _communication(
+    comm: CommSeries | None, world: int, step: Any, reason: str | None, backend: str | None
+) -> dict[str, Any]:
+    if comm is None or not comm.busy_s:
+        return {"world_size": world, "reason": reason or "no all-reduce was recorded"}
+    busy, exposed = summarize(comm.busy_s), summarize(comm.exposed_s)
+    total_busy = sum(comm.busy_s)
+    return {
+        "backend": backend,
+        "world_size": world,
+        "buckets": len(comm.buckets),
+        "bytes_per_step": comm.bytes_per_step,
+        "allreduce_s": busy,
+        "exposed_s": exposed,
+        "overlap_fraction": min(1.0, max(0.0, 1 - sum(comm.exposed_s) / total_busy)) if total_busy > 0 else None,
+        "share_of_step": exposed.p50 / step.p50 if step.p50 > 0 else None,
+        "bucket_detail": [
+            {"index": i, "bytes": nbytes, "allreduce_s": summarize(times)}
+            for i, (nbytes, times) in comm.buckets.items()
+        ],
+    }
+
+
+def _rank_entry(payload: RankPayload) -> dict[str, Any]:
+    series = payload.series
+    assert series is not None
+    mem = payload.peak_memory
+    return {
+        "rank": payload.rank,
+        "step_time_s": summarize(series.step_s),
+        "phases_s": _phase_stats(series),
+        "exposed_comm_s": summarize(payload.comm.exposed_s) if payload.comm and payload.comm.exposed_s else None,
+        "samples_per_step": _median_samples(series),
+        "device_name": payload.device_name,
+        "hostname": payload.hostname,
+        "peak_memory_bytes": mem.get("peak_allocated_bytes", mem.get("peak_rss_bytes")),
+    }
+
+
+def _drop_none(value: Any) -> Any:
+    """Plain JSON-ready data: Stats objects dumped, None values dropped."""
+    from predictor._schema import to_dict
+
+    value = to_dict(value)
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value

@@ -1,0 +1,412 @@
+"""SriftyCallback: profile a window of the real training run and write ``srifty.profile/v1``.
+
+The callback only maps Lightning hooks onto a :class:`~lightning_srifty.recorder.StepRecorder` (and the
+``srifty_ddp`` all-reduce timer); after the window it detaches: every hook returns at its first line. Nothing
+it does may stop training: failures are logged with the fix and training goes on.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from lightning_srifty import hardware as hw
+from lightning_srifty.assemble import RankPayload, assemble_profile
+from lightning_srifty.clock import clock_for
+from lightning_srifty.flops import StepFlopCounter
+from lightning_srifty.imds import MetadataLookup
+from lightning_srifty.model_info import (
+    batch_size,
+    gradient_bytes,
+    normalize_precision,
+    optimizer_names,
+    optimizer_state_bytes,
+    parameter_counts,
+)
+from lightning_srifty.recorder import StepRecorder
+from lightning_srifty.strategy import SriftyDDPStrategy
+from predictor._io import check_writable
+from predictor._validation import check_int
+from predictor.exceptions import ConfigError
+from predictor.profile import Profile
+
+log = logging.getLogger("lightning_srifty")
+
+_WAITING, _PROFILING, _DONE = "waiting", "profiling", "done"
+
+
+class SriftyCallback(Callback):
+    """Profile training steps ``[warmup_steps, warmup_steps + profile_steps)`` of ``trainer.fit``.
+
+    Args:
+        warmup_steps: batches to let run before measuring (allocator, autotuning, DDP bucket rebuild). >= 1;
+            FLOPs are counted on the last warm-up batch.
+        profile_steps: batches to measure. If the run is shorter, what ran is profiled and the profile says so.
+        output: where rank 0 writes the profile JSON (atomically); ``None`` keeps it in memory only
+            (``callback.profile``).
+        stop_after_profile: ask the Trainer to stop once the window is measured.
+        batch_size_fn: ``batch -> samples`` when the batch size cannot be read off the batch's first tensor.
+        count_flops: count FLOPs per sample with torch's flop counter on one warm-up batch.
+        model_name: name recorded in the profile (default: the LightningModule's class name).
+        reprofile: profile again after a resume even though the checkpoint says the run was profiled.
+        verbose: print the summary table on rank 0.
+        max_series: at most this many raw per-step times are kept in the profile.
+    """
+
+    def __init__(
+        self,
+        warmup_steps: int = 20,
+        profile_steps: int = 200,
+        output: str | os.PathLike[str] | None = "srifty/profile.json",
+        stop_after_profile: bool = False,
+        *,
+        batch_size_fn: Callable[[Any], int] | None = None,
+        count_flops: bool = True,
+        model_name: str | None = None,
+        reprofile: bool = False,
+        verbose: bool = True,
+        max_series: int = 1000,
+    ) -> None:
+        owner = "SriftyCallback()"
+        self.warmup_steps = check_int(
+            owner,
+            "warmup_steps",
+            warmup_steps,
+            minimum=1,
+            fix="The first batch carries one-off costs and is never profiled.",
+        )
+        self.profile_steps = check_int(owner, "profile_steps", profile_steps, minimum=1)
+        self.max_series = check_int(owner, "max_series", max_series, minimum=0)
+        if output is not None and not isinstance(output, (str, os.PathLike)):
+            raise ConfigError(
+                f"The 'output' parameter of {owner} must be a path or None. Got {output!r}.",
+                parameter="output",
+                value=output,
+            )
+        if batch_size_fn is not None and not callable(batch_size_fn):
+            raise ConfigError(
+                f"The 'batch_size_fn' parameter of {owner} must be callable (batch -> int). Got {batch_size_fn!r}.",
+                parameter="batch_size_fn",
+                value=batch_size_fn,
+            )
+        self.output = Path(output) if output is not None else None
+        self.stop_after_profile = bool(stop_after_profile)
+        self.batch_size_fn = batch_size_fn
+        self.count_flops = bool(count_flops)
+        self.model_name = model_name
+        self.reprofile = bool(reprofile)
+        self.verbose = bool(verbose)
+        self.profiled = False
+        self.profile: Profile | None = None
+        self._phase = _DONE
+        self._recorder: StepRecorder | None = None
+
+    # ----------------------------------------------------------------- state (survives restarts)
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(output=str(self.output))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"profiled": self.profiled, "output": str(self.output) if self.output else None}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.profiled = bool(state_dict.get("profiled", False))
+
+    # ----------------------------------------------------------------- set-up
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._phase = _DONE
+        if self.profiled and not self.reprofile:
+            self._info(
+                trainer,
+                "SriftyCallback: this run was already profiled (state restored from the checkpoint); "
+                "pass reprofile=True to profile it again.",
+            )
+            return
+        try:
+            self._setup(trainer)
+        except Exception as exc:
+            log.error(
+                "SriftyCallback could not start profiling (%s: %s); training continues without it.",
+                type(exc).__name__,
+                exc,
+            )
+
+    def _setup(self, trainer: pl.Trainer) -> None:
+        self._device = trainer.strategy.root_device
+        self._recorder = StepRecorder(clock_for(self._device))
+        self._timer = trainer.strategy.allreduce_timer if isinstance(trainer.strategy, SriftyDDPStrategy) else None
+        self._flops = StepFlopCounter() if self.count_flops else None
+        self._seen = 0
+        self._first_step: int | None = None
+        self._notes: list[str] = []
+        self._batch_source = "batch_size_fn" if self.batch_size_fn else "detected"
+        self._output_ok = True
+        if self.output is not None and trainer.is_global_zero:
+            try:
+                check_writable(self.output)
+            except OSError as exc:
+                self._output_ok = False
+                log.error(
+                    "SriftyCallback cannot write the profile to %s (%s). Training continues and the profile "
+                    "is kept in memory (callback.profile); pass output= a writable path to get the file.",
+                    self.output,
+                    exc.strerror or exc,
+                )
+        self._imds = MetadataLookup()
+        self._phase = _WAITING
+
+    # ----------------------------------------------------------------- per-step hooks
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self._phase is _DONE:
+            return
+        n = self._seen
+        if n == self.warmup_steps:
+            self._start_window()
+        if n > 0:  # step 0 only anchors the recorder at its end
+            if self._timer is not None:
+                self._timer.step = n
+            self._recorder.begin(n, self._samples(batch))
+        if self._flops is not None and n == self.warmup_steps - 1:
+            self._recorder.interrupt("flop_counter")
+            self._flops.start_forward()
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        if self._phase is _DONE:
+            return
+        if self._flops is not None and self._flops.active:
+            self._flops.start_backward()
+        self._recorder.before_backward()
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._phase is _DONE:
+            return
+        self._recorder.after_backward()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self._phase is _DONE:
+            return
+        if self._flops is not None and self._flops.active:
+            self._flops.finish()
+        self._recorder.end()
+        self._seen += 1
+        if self._phase is _PROFILING and self._recorder.steps >= self.profile_steps:
+            self._finish(trainer, pl_module, truncated=False)
+
+    # ----------------------------------------------------------------- non-training work inside the window
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._phase is not _DONE:
+            self._recorder.interrupt("validation")
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if self._phase is not _DONE:
+            self._recorder.interrupt("checkpoint")
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._phase is not _DONE:
+            self._recorder.interrupt("epoch_boundary")
+
+    # ----------------------------------------------------------------- end of the window / of the run
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._phase is _DONE:
+            return
+        if self._recorder.steps == 0:
+            self._phase = _DONE
+            ran = self._seen
+            self._error(
+                trainer,
+                f"SriftyCallback: no profile written: {ran} training step(s) ran and at least 2 are "
+                "needed (the first only anchors the timing). Train longer, e.g. max_steps >= "
+                f"{self.warmup_steps + self.profile_steps}.",
+            )
+            return
+        if self._phase is _WAITING:
+            self._notes.append(
+                f"The run ended during warm-up ({self._seen} steps, warmup_steps={self.warmup_steps}): steps "
+                f"1-{self._seen - 1} were profiled instead; expect start-up noise in these figures."
+            )
+        self._finish(trainer, pl_module, truncated=True)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if self._phase is not _DONE:
+            self._phase = _DONE
+            if self._flops is not None:
+                self._flops.abort("training raised an exception")
+            if self._timer is not None:
+                self._timer.stop()
+
+    def _start_window(self) -> None:
+        self._phase = _PROFILING
+        self._first_step = self._seen
+        self._recorder.reset()
+        hw.reset_peak_memory(self._device)
+        if self._timer is not None:
+            self._timer.start(self._recorder.clock)
+
+    def _samples(self, batch: Any) -> int | None:
+        if self.batch_size_fn is not None:
+            try:
+                return int(self.batch_size_fn(batch))
+            except Exception as exc:
+                self._notes.append(f"batch_size_fn raised {type(exc).__name__}: {exc}")
+                return None
+        return batch_size(batch)
+
+    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, truncated: bool) -> None:
+        self._phase = _DONE
+        self.profiled = True
+        if self._timer is not None:
+            self._timer.stop()
+        payload = self._local_payload(trainer)
+        payloads = _gather(payload, trainer)
+        if trainer.is_global_zero:
+            try:
+                self._write(trainer, pl_module, payloads, truncated)
+            except Exception as exc:
+                log.error("SriftyCallback could not build the profile: %s", exc)
+        if self._timer is not None:
+            self._timer.reset()
+        if self.stop_after_profile:
+            trainer.should_stop = True
+
+    def _local_payload(self, trainer: pl.Trainer) -> RankPayload:
+        rank = trainer.global_rank
+        try:
+            series = self._recorder.resolve()
+            comm = self._timer.resolve(series.indices) if self._timer is not None else None
+            name = hw.device_info(self._device).get("device_name")
+            return RankPayload(
+                rank=rank,
+                series=series,
+                comm=comm,
+                device_name=name,
+                hostname=socket.gethostname(),
+                peak_memory=hw.peak_memory(self._device),
+            )
+        except Exception as exc:
+            return RankPayload(rank=rank, error=f"{type(exc).__name__}: {exc}")
+
+    def _write(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, payloads: list[RankPayload], truncated: bool
+    ) -> None:
+        notes = list(self._notes)
+        lead = payloads[0].series
+        first = self._first_step if self._first_step is not None else (lead.indices[0] if lead and lead.indices else 1)
+        if truncated and self._first_step is not None:
+            measured = len(lead.step_s) if lead else 0
+            notes.append(
+                f"The run ended inside the profile window: {self._recorder.steps} of {self.profile_steps} "
+                f"requested steps ran ({measured} kept)."
+            )
+        device = hw.device_info(self._device)
+        notes.extend(device.pop("notes"))
+        meta = self._imds.result(wait=0.0)
+        hardware = {
+            **device,
+            "devices": trainer.num_devices,
+            "nodes": trainer.num_nodes,
+            "world_size": trainer.world_size,
+            "cpu_count": hw.cpu_count(),
+            "cpu_model": hw.cpu_model(),
+            "instance_type": meta.instance_type if meta else None,
+            "availability_zone": meta.availability_zone if meta else None,
+            "lifecycle": meta.lifecycle if meta else None,
+        }
+        samples = next((s for s in (lead.samples if lead else []) if s), None)
+        self.profile = assemble_profile(
+            ranks=payloads,
+            model=self._model_info(trainer, pl_module, samples, notes),
+            hardware=hardware,
+            batch_source=self._batch_source,
+            accumulate_grad_batches=trainer.accumulate_grad_batches,
+            window={
+                "first_step": first,
+                "requested_steps": self.profile_steps,
+                "truncated": truncated,
+                "clock": self._recorder.clock.name,
+            },
+            software=hw.software_versions(),
+            notes=notes,
+            max_series=self.max_series,
+            comm_reason=self._comm_reason(trainer),
+            backend=self._timer.backend if self._timer is not None else None,
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        )
+        written = None
+        if self.output is not None and self._output_ok:
+            try:
+                written = self.profile.save(self.output)
+            except OSError as exc:
+                log.error(
+                    "SriftyCallback could not write the profile to %s (%s); it is kept in callback.profile.",
+                    self.output,
+                    exc.strerror or exc,
+                )
+        if self.verbose:
+            from lightning_srifty.report import print_profile
+
+            print_profile(self.profile, written)
+
+    def _model_info(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, samples: int | None, notes: list[str]
+    ) -> dict[str, Any]:
+        total, trainable = parameter_counts(pl_module)
+        grads = gradient_bytes(pl_module)
+        precision = normalize_precision(trainer.precision)
+        if precision is None:
+            notes.append(f"precision {trainer.precision!r} is not a known Lightning setting; recorded as 32-true")
+        flops = self._flops.per_sample(samples) if self._flops is not None else {"reason": "count_flops=False"}
+        return {
+            "name": self.model_name or type(pl_module).__name__,
+            "parameters": total,
+            "trainable_parameters": trainable,
+            "precision": precision or "32-true",
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "gradient_bytes": sum(grads.values()),
+            "gradient_bytes_by_dtype": grads,
+            "optimizer": optimizer_names(trainer.optimizers),
+            "optimizer_state_bytes": optimizer_state_bytes(trainer.optimizers),
+            "flops": flops,
+        }
+
+    def _comm_reason(self, trainer: pl.Trainer) -> str | None:
+        if trainer.world_size == 1:
+            return "a single process: no gradient all-reduce"
+        if self._timer is None:
+            return "all-reduce is timed only with strategy='srifty_ddp'"
+        return None
+
+    # ----------------------------------------------------------------- messages
+    @staticmethod
+    def _info(trainer: pl.Trainer, message: str) -> None:
+        if trainer.is_global_zero:
+            log.info(message)
+
+    @staticmethod
+    def _error(trainer: pl.Trainer, message: str) -> None:
+        if trainer.is_global_zero:
+            log.error(message)
+
+
+def _gather(payload: RankPayload, trainer: pl.Trainer) -> list[RankPayload]:
+    """Every rank's payload on every rank (rank order), or just this one outside a process group."""
+    dist = torch.distributed
+    if trainer.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+        return [payload]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, payload)
+    return sorted(gathered, key=lambda p: p.rank)

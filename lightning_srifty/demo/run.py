@@ -1,0 +1,76 @@
+"""``srifty demo``: train a demo model with SriftyCallback and print the profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as pl
+
+from lightning_srifty.callback import SriftyCallback
+from lightning_srifty.demo.data import DigitsDataModule, TokensDataModule
+from lightning_srifty.demo.models import DigitsCNN, TinyLM
+
+MODELS = ("cnn", "lm")
+
+
+@dataclass
+class DemoConfig:
+    model: str = "cnn"
+    max_steps: int | None = None
+    warmup_steps: int = 20
+    profile_steps: int = 200
+    devices: int = 1
+    num_nodes: int = 1
+    accelerator: str = "auto"
+    strategy: str = "auto"
+    precision: str = "32-true"
+    batch_size: int | None = None
+    num_workers: int = 0
+    output: str | None = "srifty/profile.json"
+    seed: int = 0
+    progress: bool = True
+    val_check_interval: int | None = None
+    size: str = "small"
+
+
+def build(config: DemoConfig) -> tuple[pl.LightningModule, pl.LightningDataModule]:
+    """The model and data of a demo configuration."""
+    if config.model == "cnn":
+        width = {"small": 32, "medium": 64, "large": 128}[config.size]
+        return DigitsCNN(width=width), DigitsDataModule(
+            batch_size=config.batch_size or 64, num_workers=config.num_workers, seed=config.seed
+        )
+    d_model, n_layers = {"small": (128, 2), "medium": (256, 4), "large": (384, 6)}[config.size]
+    return (
+        TinyLM(d_model=d_model, n_layers=n_layers),
+        TokensDataModule(batch_size=config.batch_size or 32, num_workers=config.num_workers, seed=config.seed),
+    )
+
+
+def run_demo(config: DemoConfig, extra_callbacks: list[Any] | None = None) -> SriftyCallback:
+    """Train the demo model with SriftyCallback; return the callback (its ``profile`` holds the result)."""
+    pl.seed_everything(config.seed, workers=True, verbose=False)
+    model, data = build(config)
+    callback = SriftyCallback(
+        warmup_steps=config.warmup_steps, profile_steps=config.profile_steps, output=config.output
+    )
+    max_steps = config.max_steps or config.warmup_steps + config.profile_steps + 50
+    trainer = pl.Trainer(
+        max_steps=max_steps,
+        accelerator=config.accelerator,
+        devices=config.devices,
+        num_nodes=config.num_nodes,
+        strategy=config.strategy,
+        precision=config.precision,
+        callbacks=[callback, *(extra_callbacks or [])],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=config.progress,
+        enable_model_summary=False,
+        val_check_interval=config.val_check_interval,
+        check_val_every_n_epoch=None if config.val_check_interval else 1,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(model, datamodule=data)
+    return callback

@@ -1,0 +1,165 @@
+"""The readable summary of a profile (rich tables); torch-free, used by the callback and ``srifty profile show``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+
+from predictor.profile import PHASES, Profile, Stats
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.0f} µs"
+
+
+def fmt_count(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f}"
+
+
+def _stats_line(stats: Stats | None) -> str:
+    if stats is None:
+        return "-"
+    parts = [f"p50 {fmt_s(stats.p50)}"]
+    if stats.p90 is not None:
+        parts.append(f"p90 {fmt_s(stats.p90)}")
+    if stats.p99 is not None:
+        parts.append(f"p99 {fmt_s(stats.p99)}")
+    if stats.cv is not None:
+        parts.append(f"CV {stats.cv * 100:.1f}%")
+    return " · ".join(parts)
+
+
+def profile_tables(profile: Profile, path: Path | None = None) -> Group:
+    """The summary as rich renderables."""
+    hw, timing, model, batch = profile.hardware, profile.timing, profile.model, profile.batch
+    if hw.gpu or hw.accelerator != "cpu":
+        where = hw.gpu or hw.device_name or hw.accelerator or "unknown device"
+    else:
+        where = f"cpu ({hw.cpu_model})" if hw.cpu_model else "cpu"
+    world = hw.world_size or hw.devices * hw.nodes
+    main = Table(show_header=False, box=None, pad_edge=False)
+    main.add_column(style="bold cyan", no_wrap=True)
+    main.add_column()
+    window = timing.window
+    if window is not None:
+        excluded = ", ".join(f"{n} {why}" for why, n in (window.excluded_steps or {}).items())
+        last = window.first_step + window.steps - 1 + sum((window.excluded_steps or {}).values())
+        span = f"steps {window.first_step}-{last}"
+        main.add_row(
+            "Window",
+            f"{span}: {window.steps} kept"
+            + (f" ({excluded} excluded)" if excluded else "")
+            + (" [yellow](truncated)[/]" if window.truncated else "")
+            + f", clock {window.clock}",
+        )
+    main.add_row("Step time", _stats_line(timing.step_time_s))
+    if timing.samples_per_s is not None:
+        main.add_row("Throughput", f"{timing.samples_per_s.p50:,.1f} samples/s (all ranks, median)")
+    main.add_row(
+        "Batch", f"{batch.per_device}/device · {batch.global_batch or batch.per_device} global · {world} rank(s)"
+    )
+    if timing.phase_share and timing.phases_s:
+        main.add_row(
+            "Phases",
+            " · ".join(f"{p} {timing.phase_share[p] * 100:.1f}% ({fmt_s(timing.phases_s[p].p50)})" for p in PHASES),
+        )
+    main.add_row(
+        "Model",
+        f"{model.name or '-'}: {fmt_count(model.parameters)} parameters, {model.precision}"
+        + (f", matmul {model.float32_matmul_precision}" if model.float32_matmul_precision else ""),
+    )
+    main.add_row(
+        "Gradients",
+        f"{fmt_bytes(model.gradient_bytes)} · optimizer state "
+        f"{fmt_bytes(model.optimizer_state_bytes)} ({model.optimizer or '-'})",
+    )
+    flops = model.flops
+    if flops is not None and flops.per_sample is not None:
+        main.add_row(
+            "FLOPs/sample",
+            f"{fmt_count(flops.per_sample)}FLOP (forward {fmt_count(flops.forward_per_sample)}"
+            f", backward {fmt_count(flops.backward_per_sample)})",
+        )
+    elif flops is not None:
+        main.add_row("FLOPs/sample", f"[yellow]not measured[/]: {flops.reason}")
+    mem = profile.memory
+    if mem is not None:
+        parts = []
+        if mem.peak_allocated_bytes is not None:
+            parts.append(
+                f"GPU allocated {fmt_bytes(mem.peak_allocated_bytes)}, reserved {fmt_bytes(mem.peak_reserved_bytes)}"
+            )
+        if mem.peak_rss_bytes is not None:
+            parts.append(f"host RSS {fmt_bytes(mem.peak_rss_bytes)}")
+        main.add_row("Peak memory", " · ".join(parts))
+    comm = profile.communication
+    if comm is not None:
+        if comm.allreduce_s is not None and comm.exposed_s is not None:
+            main.add_row(
+                "All-reduce",
+                f"{fmt_bytes(comm.bytes_per_step)}/step in {comm.buckets} bucket(s) over "
+                f"{comm.backend or '?'}: busy {fmt_s(comm.allreduce_s.p50)}, exposed "
+                f"{fmt_s(comm.exposed_s.p50)} ({(comm.share_of_step or 0) * 100:.1f}% of the "
+                f"step), {(comm.overlap_fraction or 0) * 100:.0f}% overlapped with backward",
+            )
+        else:
+            main.add_row("All-reduce", f"not measured: {comm.reason}")
+    place = [hw.accelerator or "-"]
+    if hw.device_name and hw.device_name != hw.cpu_model:
+        place.append(hw.device_name)
+    if hw.instance_type:
+        place.append(f"{hw.instance_type} ({hw.lifecycle or 'EC2'}, {hw.availability_zone or '?'})")
+    place.append(f"{hw.cpu_count or '?'} CPUs" + (f" ({hw.cpu_model})" if hw.cpu_model else ""))
+    main.add_row("Hardware", " · ".join(place))
+    parts: list = [main]
+    if profile.ranks:
+        ranks = Table(title="Per rank", title_justify="left")
+        for col in ("rank", "device", "step p50", "forward p50", "backward p50", "exposed comm p50", "samples"):
+            ranks.add_column(col, justify="right" if col != "device" else "left")
+        for r in profile.ranks:
+            phases = r.phases_s or {}
+            ranks.add_row(
+                str(r.rank),
+                r.device_name or "-",
+                fmt_s(r.step_time_s.p50),
+                fmt_s(phases["forward"].p50) if "forward" in phases else "-",
+                fmt_s(phases["backward"].p50) if "backward" in phases else "-",
+                fmt_s(r.exposed_comm_s.p50) if r.exposed_comm_s else "-",
+                str(r.samples_per_step or "-"),
+            )
+        parts.append(ranks)
+    for note in profile.notes or ():
+        parts.append(f"[yellow]note:[/] {note}")
+    if path is not None:
+        parts.append(f"profile written to [bold]{path}[/]")
+    title = f"Srifty profile: {model.name or 'model'} on {where}"
+    return Group(Panel(Group(*parts), title=title, title_align="left"))
+
+
+def print_profile(profile: Profile, path: Path | None = None, console: Console | None = None) -> None:
+    """Print the summary to the terminal."""
+    (console or Console()).print(profile_tables(profile, path))

@@ -1,0 +1,58 @@
+"""``srifty_ddp``: Lightning's DDP plus a communication hook that times every gradient all-reduce.
+
+    Trainer(strategy="srifty_ddp", devices=8, callbacks=[SriftyCallback()])
+
+Lightning registers ``ddp_comm_hook`` on CUDA only; this strategy registers its timing hook on every device
+(gloo on CPU too), wrapping the user's ``ddp_comm_hook`` / ``ddp_comm_wrapper`` when given, so gradients are
+unchanged. SriftyCallback reads the timings into the profile's ``communication`` section.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel
+
+from lightning_srifty.comm import AllReduceTimer
+
+
+class SriftyDDPStrategy(DDPStrategy):
+    """DDP whose gradient all-reduces are timed per bucket (bytes, seconds, overlap with backward).
+
+    Takes every argument of :class:`lightning.pytorch.strategies.DDPStrategy`.
+    """
+
+    strategy_name = "srifty_ddp"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.allreduce_timer = AllReduceTimer()
+
+    def _register_ddp_hooks(self) -> None:
+        # Replaces DDPStrategy's (which skips non-CUDA devices): one hook, ours, wrapping the real reduction.
+        assert isinstance(self.model, DistributedDataParallel)
+        inner_hook = self._ddp_comm_hook or default_hooks.allreduce_hook
+        if self._ddp_comm_wrapper is not None:
+            inner_hook = self._ddp_comm_wrapper(inner_hook)
+        state, hook = self.allreduce_timer.wrap(inner_hook, self._ddp_comm_state)
+        self.model.register_comm_hook(state=state, hook=hook)
+        if torch.distributed.is_initialized():
+            self.allreduce_timer.backend = str(torch.distributed.get_backend())
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        for name, start_method in (("srifty_ddp", "popen"), ("srifty_ddp_spawn", "spawn")):
+            if name in strategy_registry:
+                continue
+            strategy_registry.register(
+                name,
+                cls,
+                description=f"DDP timing every all-reduce (lightning-srifty), start_method {start_method!r}",
+                start_method=start_method,
+            )
+
+
+SriftyDDPStrategy.register_strategies(StrategyRegistry)

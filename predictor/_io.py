@@ -1,0 +1,48 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder, fsync'd, then renamed.
+
+    Creates missing parent folders. Raises OSError (the caller decides how loud to be) when the folder
+    cannot be created or written.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
+    """Serialise ``data`` as indented JSON and write it atomically."""
+    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise OSError if a file could not be created at ``path`` (creating the folder if needed)."""
+    target = Path(path)
+    if target.is_dir():
+        raise IsADirectoryError(f"{target} is a directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)
+    os.close(fd)
+    os.unlink(tmp)

@@ -1,0 +1,254 @@
+"""Frozen dataclasses as versioned JSON documents: validation with field paths, dumping, JSON Schema.
+
+A document class is a frozen dataclass whose fields use plain types (``int``, ``float``, ``str``, ``bool``),
+``X | None``, ``list[X]``, ``dict[str, X]``, ``Literal[...]`` and nested document classes. Field metadata may
+carry ``doc`` (a one-line description), ``min`` / ``exclusive_min`` / ``max`` (numeric bounds). From that one
+declaration come the loader (:func:`from_dict`, errors naming the dotted field path, the value and the fix),
+the dumper (:func:`to_dict`) and the published JSON Schema (:func:`json_schema`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union
+
+from predictor._validation import suggest
+from predictor.exceptions import ProfileSchemaError
+
+T = TypeVar("T")
+
+
+def doc_field(
+    doc: str, *, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING, **bounds: float
+) -> Any:
+    """A dataclass field with a description and optional numeric bounds (``min``, ``exclusive_min``, ``max``)."""
+    metadata = {"doc": doc, **bounds}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp) if a is not type(None))
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return f"an object of {_describe(typing.get_args(tp)[1])}"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if dataclasses.is_dataclass(tp):
+        return "an object"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def _error(path: str, expected: str, value: Any, fix: str = "") -> ProfileSchemaError:
+    shown = "missing" if value is dataclasses.MISSING else f"got {value!r}"
+    message = f"{path}: expected {expected}, {shown}."
+    if fix:
+        message += f" {fix}"
+    return ProfileSchemaError(message, field=path, value=None if value is dataclasses.MISSING else value)
+
+
+def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any]) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        if len(args) == 1:
+            return _convert(args[0], value, path, meta)
+        for arg in args:
+            try:
+                return _convert(arg, value, path, meta)
+            except ProfileSchemaError:
+                continue
+        raise _error(path, _describe(tp), value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise _error(path, _describe(tp), value)
+        (item,) = typing.get_args(tp)
+        return tuple(_convert(item, v, f"{path}[{i}]", {}) for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _error(path, _describe(tp), value)
+        item = typing.get_args(tp)[1]
+        return {str(k): _convert(item, v, f"{path}.{k}", meta) for k, v in value.items()}
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            close = suggest(str(value), [str(c) for c in choices], n=1) if isinstance(value, str) else []
+            raise _error(path, _describe(tp), value, f"Did you mean {close[0]!r}?" if close else "")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, path)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise _error(path, "true or false", value)
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _error(path, "an integer", value)
+        _check_bounds(value, path, meta)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _error(path, "a finite number", value)
+        _check_bounds(value, path, meta)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise _error(path, "a string", value)
+        return value
+    if tp is Any:
+        return value
+    raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in a document class, not in the input
+
+
+def _check_bounds(value: float, path: str, meta: typing.Mapping[str, Any]) -> None:
+    if "min" in meta and value < meta["min"]:
+        raise _error(path, f"a number >= {meta['min']}", value)
+    if "exclusive_min" in meta and value <= meta["exclusive_min"]:
+        raise _error(path, f"a number > {meta['exclusive_min']}", value)
+    if "max" in meta and value > meta["max"]:
+        raise _error(path, f"a number <= {meta['max']}", value)
+
+
+def from_dict(cls: type[T], data: Any, path: str = "") -> T:
+    """Build document class ``cls`` from parsed JSON, or raise ProfileSchemaError naming the field."""
+    where = path or cls.__name__
+    if not isinstance(data, dict):
+        raise _error(where, "an object", data)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = unknown[0]
+        close = suggest(str(key), list(fields), n=1)
+        fix = f"Did you mean {close[0]!r}?" if close else "Known fields: " + ", ".join(sorted(fields)) + "."
+        raise ProfileSchemaError(
+            f"{_join(path, str(key))}: unknown field. {fix}", field=_join(path, str(key)), value=data[key]
+        )
+    hints = _hints(cls)
+    kwargs = {}
+    for name, f in fields.items():
+        sub = _join(path, name)
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise _error(sub, _describe(hints[name]), dataclasses.MISSING, f"({f.metadata.get('doc', 'required')})")
+            continue
+        kwargs[name] = _convert(hints[name], data[name], sub, f.metadata)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:  # __post_init__ cross-field checks
+        if isinstance(exc, ProfileSchemaError):
+            raise
+        raise ProfileSchemaError(f"{where}: {exc}", field=where) from exc
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def to_dict(obj: Any) -> Any:
+    """Dump a document to JSON-ready data; ``None`` fields are left out."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if value is None:
+                continue
+            out[f.name] = to_dict(value)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def json_schema(cls: type, *, schema_id: str | None = None, title: str | None = None) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of document class ``cls``."""
+    root = _object_schema(cls)
+    head = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+    if schema_id:
+        head["$id"] = schema_id
+    if title:
+        head["title"] = title
+    return {**head, **root}
+
+
+def _object_schema(cls: type) -> dict[str, Any]:
+    hints = _hints(cls)
+    props: dict[str, Any] = {}
+    required = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        prop = _type_schema(hints[f.name])
+        if "doc" in f.metadata:
+            prop["description"] = f.metadata["doc"]
+        for key, schema_key in (("min", "minimum"), ("exclusive_min", "exclusiveMinimum"), ("max", "maximum")):
+            if key in f.metadata:
+                prop[schema_key] = f.metadata[key]
+        props[f.name] = prop
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.append(f.name)
+    schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if cls.__doc__:
+        schema["description"] = cls.__doc__.strip().splitlines()[0]
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def _type_schema(tp: Any) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        options = [_type_schema(a) for a in args] + [{"type": "null"}]
+        return {"anyOf": options}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(typing.get_args(tp)[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _type_schema(typing.get_args(tp)[1])}
+    if origin is Literal:
+        return {"enum": list(typing.get_args(tp))}
+    if dataclasses.is_dataclass(tp):
+        return _object_schema(tp)
+    mapping = {int: "integer", float: "number", str: "string", bool: "boolean"}
+    if tp in mapping:
+        return {"type": mapping[tp]}
+    return {}
+
+
+def iter_field_paths(cls: type, prefix: str = "") -> typing.Iterator[str]:
+    """Every dotted field path of a document class (for documentation checks)."""
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        path = _join(prefix, f.name)
+        yield path
+        inner = _unwrap(hints[f.name])
+        if dataclasses.is_dataclass(inner):
+            yield from iter_field_paths(inner, path)
+
+
+def _unwrap(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _unwrap(args[0]) if len(args) == 1 else tp
+    if origin is list:
+        return _unwrap(typing.get_args(tp)[0])
+    if origin is dict:
+        return _unwrap(typing.get_args(tp)[1])
+    return tp

@@ -1,0 +1,65 @@
+"""Parameter checks with one message shape everywhere.
+
+"The 'profile_steps' parameter of SriftyCallback() must be an int >= 1. Got 0."
+"""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+from collections.abc import Iterable
+
+from predictor.exceptions import ConfigError
+
+
+def _fail(owner: str, name: str, expected: str, value: object, fix: str = "") -> ConfigError:
+    message = f"The {name!r} parameter of {owner} must be {expected}. Got {value!r}."
+    if fix:
+        message += f" {fix}"
+    return ConfigError(message, parameter=name, value=value)
+
+
+def check_int(owner: str, name: str, value: object, *, minimum: int | None = None, fix: str = "") -> int:
+    """Return ``value`` if it is an int (not a bool) >= ``minimum``; raise ConfigError otherwise."""
+    expected = "an int" + (f" >= {minimum}" if minimum is not None else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _fail(owner, name, expected, value, fix)
+    if minimum is not None and value < minimum:
+        raise _fail(owner, name, expected, value, fix)
+    return int(value)
+
+
+def check_number(
+    owner: str, name: str, value: object, *, minimum: float | None = None, exclusive: bool = False
+) -> float:
+    """Return ``value`` as float if it is a real number above (or at) ``minimum``."""
+    bound = ""
+    if minimum is not None:
+        bound = f" {'>' if exclusive else '>='} {minimum}"
+    expected = "a number" + bound
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _fail(owner, name, expected, value)
+    if minimum is not None and (value <= minimum if exclusive else value < minimum):
+        raise _fail(owner, name, expected, value)
+    return float(value)
+
+
+def check_choice(owner: str, name: str, value: object, choices: Iterable[str]) -> str:
+    """Return ``value`` if it is one of ``choices``; the error lists them and suggests the closest."""
+    options = list(choices)
+    if value in options:
+        return str(value)
+    fix = ""
+    if isinstance(value, str):
+        close = difflib.get_close_matches(value, options, n=1)
+        if close:
+            fix = f"Did you mean {close[0]!r}?"
+    raise _fail(owner, name, "one of {" + ", ".join(repr(c) for c in options) + "}", value, fix)
+
+
+def suggest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
+    """Close matches of ``name`` among ``known``, case-insensitively, best first."""
+    known = list(known)
+    lowered = {k.lower(): k for k in known}
+    hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.5)
+    return [lowered[h] for h in hits]

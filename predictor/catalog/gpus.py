@@ -1,0 +1,110 @@
+"""GPU specifications and canonical GPU keys, torch-free.
+
+``canonical_gpu("NVIDIA A100-SXM4-40GB") == "A100-SXM-40GB"``: the names torch reports are mapped to the keys
+of the bundled table (``predictor/data/gpus.csv``, built by ``scripts/build_data.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from predictor._validation import suggest
+from predictor.exceptions import UnknownNameError
+
+_VENDOR_WORDS = re.compile(r"\b(NVIDIA|TESLA|GEFORCE|QUADRO)\b")
+
+
+@dataclass(frozen=True)
+class GPU:
+    """Specs of one GPU model (dense peaks, per GPU)."""
+
+    key: str
+    arch: str
+    memory_gb: float
+    memory_bw_gbps: float | None
+    fp32_tflops: float | None
+    tf32_tflops: float | None
+    fp16_tflops: float | None
+    bf16_tflops: float | None
+    nvlink_gbps: float | None
+    pcie: str
+    aliases: tuple[str, ...]
+    source: str
+
+
+def _num(text: str) -> float | None:
+    return float(text) if text else None
+
+
+def normalize(name: str) -> str:
+    """Upper-case, vendor words dropped, separators unified: 'Tesla V100-SXM2-16GB' -> 'V100-SXM2-16GB'."""
+    text = _VENDOR_WORDS.sub(" ", name.upper())
+    text = re.sub(r"[\s_]+", "-", text.strip())
+    text = text.replace("SXM4", "SXM").replace("SXM5", "SXM")
+    return re.sub(r"-+", "-", text).strip("-")
+
+
+@functools.cache
+def gpu_table() -> dict[str, GPU]:
+    """All bundled GPUs by canonical key (loaded once)."""
+    table: dict[str, GPU] = {}
+    with resources.files("predictor.data").joinpath("gpus.csv").open(encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            table[row["key"]] = GPU(
+                key=row["key"],
+                arch=row["arch"],
+                memory_gb=float(row["memory_gb"]),
+                memory_bw_gbps=_num(row["memory_bw_gbps"]),
+                fp32_tflops=_num(row["fp32_tflops"]),
+                tf32_tflops=_num(row["tf32_tflops"]),
+                fp16_tflops=_num(row["fp16_tflops"]),
+                bf16_tflops=_num(row["bf16_tflops"]),
+                nvlink_gbps=_num(row["nvlink_gbps"]),
+                pcie=row["pcie"],
+                aliases=tuple(a for a in row["aliases"].split(";") if a),
+                source=row["source"],
+            )
+    return table
+
+
+@functools.cache
+def _alias_index() -> dict[str, str]:
+    index: dict[str, str] = {}
+    for key, gpu in gpu_table().items():
+        for name in (key, gpu.key, *gpu.aliases):
+            index[normalize(name)] = key
+    return index
+
+
+def canonical_gpu(name: str, memory_gb: float | None = None) -> str:
+    """Canonical key of a GPU name as torch, nvidia-smi or a person writes it.
+
+    Args:
+        name: e.g. ``"NVIDIA A100-SXM4-40GB"``, ``"Tesla V100-SXM2-16GB"``, ``"a10g"``.
+        memory_gb: the device's memory, used to tell apart boards sold in several sizes ("V100-SXM2").
+
+    Raises:
+        UnknownNameError: no GPU matches; the error suggests close keys.
+    """
+    norm = normalize(name)
+    index = _alias_index()
+    if norm in index:
+        return index[norm]
+    # a family name without the memory size: pick the size closest to the device's memory
+    family = sorted({key for alias, key in index.items() if alias.startswith(norm + "-")})
+    if len(family) == 1:
+        return family[0]
+    if family and memory_gb is not None:
+        return min(family, key=lambda k: abs(gpu_table()[k].memory_gb - memory_gb))
+    known = list(gpu_table())
+    suggestions = family or suggest(norm, known) or suggest(name, known)
+    raise UnknownNameError("GPU", name, suggestions, hint="Known GPUs: " + ", ".join(known) + ".")
+
+
+def get_gpu(name: str) -> GPU:
+    """Specs of a GPU by key or by any name :func:`canonical_gpu` understands."""
+    return gpu_table()[canonical_gpu(name)]

@@ -1,0 +1,1 @@
+"""Bundled package data (built by scripts/build_data.py; provenance in PROVENANCE.md)."""

@@ -1,0 +1,100 @@
+"""Every error lightning-srifty raises on purpose, in one hierarchy.
+
+    SriftyError
+    ├── ConfigError (also ValueError)      a parameter or option has a bad value
+    ├── ProfileError                       a profile cannot be produced or read
+    │   └── ProfileSchemaError (also ValueError)   a profile field is missing or malformed
+    ├── CatalogError
+    │   └── UnknownNameError (also KeyError)       an unknown GPU / instance type, with suggestions
+    ├── PredictionError
+    ├── NoFeasibleConfigError
+    ├── ProvisionError
+    └── MigrationError
+
+Every exception carries structured fields so that callers (the CLI, the HTTP service) can render them
+without parsing the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class SriftyError(Exception):
+    """Base class of every error raised on purpose by lightning-srifty."""
+
+
+class ConfigError(SriftyError, ValueError):
+    """A parameter or option has a value that cannot work.
+
+    Attributes:
+        parameter: the parameter's name.
+        value: the value that was given.
+    """
+
+    def __init__(self, message: str, *, parameter: str | None = None, value: object = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+        self.value = value
+
+
+class ProfileError(SriftyError):
+    """A profile cannot be produced or read."""
+
+
+class ProfileSchemaError(ProfileError, ValueError):
+    """A profile (or another versioned document) does not match its schema.
+
+    Attributes:
+        field: dotted path of the offending field, e.g. ``timing.step_time_s.p50``.
+        value: the offending value (``None`` when the field is missing).
+    """
+
+    def __init__(self, message: str, *, field: str, value: object = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+class CatalogError(SriftyError):
+    """The instance / GPU catalog cannot answer."""
+
+
+class UnknownNameError(CatalogError, KeyError):
+    """An instance type, GPU or region name that the catalog does not know.
+
+    Attributes:
+        kind: what was looked up ("GPU", "instance type", ...).
+        name: the name given.
+        suggestions: close known names, best first.
+    """
+
+    def __init__(self, kind: str, name: str, suggestions: Sequence[str] = (), hint: str = "") -> None:
+        self.kind = kind
+        self.name = name
+        self.suggestions = list(suggestions)
+        message = f"Unknown {kind} {name!r}."
+        if self.suggestions:
+            message += " Did you mean " + " or ".join(repr(s) for s in self.suggestions) + "?"
+        if hint:
+            message += " " + hint
+        super().__init__(message)
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
+
+
+class PredictionError(SriftyError):
+    """A prediction cannot be made from the given profile and fleet."""
+
+
+class NoFeasibleConfigError(SriftyError):
+    """No fleet satisfies the constraints."""
+
+
+class ProvisionError(SriftyError):
+    """Provisioning infrastructure (Terraform) failed."""
+
+
+class MigrationError(SriftyError):
+    """Moving a training job between fleets failed."""

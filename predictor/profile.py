@@ -1,0 +1,283 @@
+"""The profile of a training run (``srifty.profile/v1``): what SriftyCallback measures and the predictor reads.
+
+Only ``schema``, ``model.parameters``, ``batch.per_device`` and ``timing.step_time_s.p50`` are required, so a
+profile can be written by hand for hardware one does not have. Field reference: ``docs/profile-schema.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from predictor._io import atomic_write_json
+from predictor._schema import doc_field, from_dict, json_schema, to_dict
+from predictor.exceptions import ProfileError, ProfileSchemaError
+
+SCHEMA = "srifty.profile/v1"
+SCHEMA_FAMILY = "srifty.profile/"
+PHASES = ("data", "forward", "backward", "optimizer")
+
+Precision = Literal[
+    "64-true",
+    "32-true",
+    "16-true",
+    "bf16-true",
+    "16-mixed",
+    "bf16-mixed",
+    "transformer-engine",
+    "transformer-engine-float16",
+]
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary statistics of a measured series (seconds, or per-second rates)."""
+
+    p50: float = doc_field("median", min=0)
+    mean: float | None = doc_field("arithmetic mean", default=None, min=0)
+    p90: float | None = doc_field("90th percentile", default=None, min=0)
+    p99: float | None = doc_field("99th percentile", default=None, min=0)
+    min: float | None = doc_field("smallest value", default=None, min=0)
+    max: float | None = doc_field("largest value", default=None, min=0)
+    std: float | None = doc_field("standard deviation", default=None, min=0)
+    cv: float | None = doc_field("coefficient of variation: std / mean (run-to-run variability)", default=None, min=0)
+    count: int | None = doc_field("number of values summarised", default=None, min=0)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which steps were profiled."""
+
+    first_step: int = doc_field("index of the first profiled training batch (0-based)", min=0)
+    steps: int = doc_field("number of steps kept in the statistics", min=0)
+    requested_steps: int = doc_field("profile_steps asked for", min=1)
+    truncated: bool = doc_field("true when the run ended before the requested window was complete", default=False)
+    excluded_steps: dict[str, int] | None = doc_field(
+        "steps left out of the statistics by reason (validation, checkpoint, epoch_boundary)", default=None
+    )
+    clock: Literal["perf_counter", "cuda_event"] | None = doc_field(
+        "how time was measured: host perf_counter, or CUDA events on the device timeline", default=None
+    )
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Step time and its breakdown."""
+
+    step_time_s: Stats = doc_field("time per training step (batch), data wait included")
+    samples_per_s: Stats | None = doc_field("global training throughput (all ranks), samples per second", default=None)
+    phases_s: dict[str, Stats] | None = doc_field(
+        "per-phase time: data (loader wait), forward (training_step), backward, optimizer", default=None
+    )
+    phase_share: dict[str, float] | None = doc_field("each phase's share of the median step", default=None)
+    series_s: list[float] | None = doc_field("raw per-step times of rank 0 (bounded length)", default=None)
+    series_truncated: bool | None = doc_field("true when series_s holds only the first part", default=None)
+    window: Window | None = doc_field("which steps were profiled", default=None)
+
+
+@dataclass(frozen=True)
+class Flops:
+    """Floating-point operations of one training step, per sample."""
+
+    per_sample: float | None = doc_field("forward + backward FLOPs per sample", default=None, min=0)
+    forward_per_sample: float | None = doc_field("forward FLOPs per sample", default=None, min=0)
+    backward_per_sample: float | None = doc_field("backward FLOPs per sample", default=None, min=0)
+    method: str | None = doc_field("how they were counted (e.g. torch.utils.flop_counter)", default=None)
+    reason: str | None = doc_field("why they are missing, when they are", default=None)
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model and its training state sizes."""
+
+    parameters: int = doc_field("number of parameters", min=1)
+    name: str | None = doc_field("a name for the model (class name by default)", default=None)
+    trainable_parameters: int | None = doc_field("parameters with requires_grad", default=None, min=0)
+    precision: Precision = doc_field("Lightning precision setting", default="32-true")
+    float32_matmul_precision: Literal["highest", "high", "medium"] | None = doc_field(
+        "torch.get_float32_matmul_precision() (high/medium allow TF32 on Ampere and newer)", default=None
+    )
+    gradient_bytes: int | None = doc_field("bytes of gradients per replica (what DDP all-reduces)", default=None, min=0)
+    gradient_bytes_by_dtype: dict[str, int] | None = doc_field("gradient bytes split by dtype", default=None)
+    optimizer: str | None = doc_field("optimizer class name", default=None)
+    optimizer_state_bytes: int | None = doc_field("bytes of optimizer state per replica", default=None, min=0)
+    flops: Flops | None = doc_field("FLOPs per sample", default=None)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Samples per step."""
+
+    per_device: int = doc_field("samples per step on one device (rank 0; median over the window)", min=1)
+    global_batch: int | None = doc_field("samples per step over all ranks", default=None, min=1)
+    accumulate_grad_batches: int | None = doc_field("batches per optimizer step", default=None, min=1)
+    source: Literal["detected", "batch_size_fn", "manual"] | None = doc_field(
+        "how the batch size was found", default=None
+    )
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Where the profile was measured."""
+
+    gpu: str | None = doc_field("canonical GPU key (e.g. A100-SXM-40GB); null on CPU", default=None)
+    accelerator: Literal["cpu", "cuda", "mps", "other"] | None = doc_field("accelerator kind", default=None)
+    device_name: str | None = doc_field("device name as torch reports it", default=None)
+    devices: int = doc_field("devices per node", default=1, min=1)
+    nodes: int = doc_field("number of nodes", default=1, min=1)
+    world_size: int | None = doc_field("number of ranks", default=None, min=1)
+    gpu_memory_gb: float | None = doc_field("memory of one GPU, GiB", default=None, min=0)
+    cpu_count: int | None = doc_field("CPUs usable by the process", default=None, min=1)
+    cpu_model: str | None = doc_field("CPU model name", default=None)
+    instance_type: str | None = doc_field("EC2 instance type, when run on EC2", default=None)
+    availability_zone: str | None = doc_field("EC2 availability zone, when run on EC2", default=None)
+    lifecycle: str | None = doc_field("EC2 instance life cycle (spot or on-demand), when run on EC2", default=None)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Peak memory during the profile window."""
+
+    peak_allocated_bytes: int | None = doc_field("CUDA: torch.cuda.max_memory_allocated", default=None, min=0)
+    peak_reserved_bytes: int | None = doc_field("CUDA: torch.cuda.max_memory_reserved", default=None, min=0)
+    peak_rss_bytes: int | None = doc_field("host: peak resident set size of the process", default=None, min=0)
+
+
+@dataclass(frozen=True)
+class BucketTiming:
+    """One DDP gradient bucket's all-reduce."""
+
+    index: int = doc_field("bucket index as DDP numbers it", min=0)
+    bytes: int = doc_field("bucket size in bytes", min=0)
+    allreduce_s: Stats = doc_field("time from the bucket being ready to its all-reduce completing")
+
+
+@dataclass(frozen=True)
+class Communication:
+    """Data-parallel gradient all-reduce, measured by the srifty_ddp communication hook."""
+
+    backend: str | None = doc_field("process-group backend (nccl, gloo)", default=None)
+    world_size: int | None = doc_field("ranks taking part", default=None, min=1)
+    buckets: int | None = doc_field("gradient buckets per step", default=None, min=0)
+    bytes_per_step: int | None = doc_field("bytes all-reduced per step per rank", default=None, min=0)
+    allreduce_s: Stats | None = doc_field("per step: time the all-reduces kept the network busy", default=None)
+    exposed_s: Stats | None = doc_field("per step: communication not hidden behind backward", default=None)
+    overlap_fraction: float | None = doc_field(
+        "share of all-reduce time hidden behind backward", default=None, min=0, max=1
+    )
+    share_of_step: float | None = doc_field("median exposed communication / median step time", default=None, min=0)
+    bucket_detail: list[BucketTiming] | None = doc_field("per-bucket sizes and times", default=None)
+    reason: str | None = doc_field("why communication was not measured, when it was not", default=None)
+
+
+@dataclass(frozen=True)
+class RankTiming:
+    """What one rank measured (stragglers and heterogeneous ranks show here)."""
+
+    rank: int = doc_field("global rank", min=0)
+    step_time_s: Stats = doc_field("this rank's step time")
+    phases_s: dict[str, Stats] | None = doc_field("this rank's phase times", default=None)
+    exposed_comm_s: Stats | None = doc_field("this rank's exposed all-reduce time per step", default=None)
+    samples_per_step: int | None = doc_field("this rank's batch size", default=None, min=0)
+    device_name: str | None = doc_field("this rank's device", default=None)
+    hostname: str | None = doc_field("this rank's host", default=None)
+    peak_memory_bytes: int | None = doc_field(
+        "this rank's peak memory (CUDA allocated or host RSS)", default=None, min=0
+    )
+
+
+@dataclass(frozen=True)
+class Software:
+    """Versions of what ran."""
+
+    python: str | None = doc_field("Python version", default=None)
+    torch: str | None = doc_field("torch version", default=None)
+    lightning: str | None = doc_field("lightning version", default=None)
+    cuda: str | None = doc_field("CUDA version torch was built with", default=None)
+    lightning_srifty: str | None = doc_field("lightning-srifty version", default=None)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A profile of a real training run (srifty.profile/v1)."""
+
+    schema: Literal["srifty.profile/v1"] = doc_field("document type and version")
+    model: Model = doc_field("the model")
+    batch: Batch = doc_field("samples per step")
+    hardware: Hardware = doc_field("where it ran")
+    timing: Timing = doc_field("step times")
+    memory: Memory | None = doc_field("peak memory", default=None)
+    communication: Communication | None = doc_field("gradient all-reduce timings", default=None)
+    ranks: list[RankTiming] | None = doc_field("per-rank measurements", default=None)
+    software: Software | None = doc_field("versions", default=None)
+    created_at: str | None = doc_field("UTC time the profile was written (ISO 8601)", default=None)
+    notes: list[str] | None = doc_field("warnings and remarks from the profiler", default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (fields left unmeasured are omitted)."""
+        return to_dict(self)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the profile as JSON, atomically."""
+        return atomic_write_json(path, self.to_dict())
+
+
+def profile_from_dict(data: Any) -> Profile:
+    """Validate parsed JSON as a profile; ProfileSchemaError names the field, the value and the fix."""
+    if not isinstance(data, dict):
+        raise ProfileSchemaError(f"profile: expected a JSON object, got {type(data).__name__}.", field="profile")
+    version = data.get("schema")
+    if version is None:
+        raise ProfileSchemaError(
+            f'schema: missing. Add "schema": "{SCHEMA}" at the top of the profile.', field="schema"
+        )
+    if version != SCHEMA:
+        if isinstance(version, str) and version.startswith(SCHEMA_FAMILY):
+            raise ProfileSchemaError(
+                f"schema: this lightning-srifty reads {SCHEMA!r}, the profile is {version!r}. "
+                "Upgrade lightning-srifty (newer profile) or re-profile the run (older profile).",
+                field="schema",
+                value=version,
+            )
+        raise ProfileSchemaError(
+            f"schema: expected {SCHEMA!r}, got {version!r}: this is not a srifty profile.",
+            field="schema",
+            value=version,
+        )
+    return from_dict(Profile, data)
+
+
+def load_profile(source: str | os.PathLike[str] | dict[str, Any]) -> Profile:
+    """Load a profile from a path or from already-parsed data.
+
+    Raises:
+        ProfileError: the file is missing or is not JSON.
+        ProfileSchemaError: a field is missing or malformed (its dotted path is in ``.field``).
+    """
+    if isinstance(source, dict):
+        return profile_from_dict(source)
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(
+            f"Profile file {str(path)!r} does not exist. Produce one with SriftyCallback() "
+            "or write one by hand (docs/profile-schema.md)."
+        ) from None
+    except OSError as exc:
+        raise ProfileError(f"Cannot read profile {str(path)!r}: {exc.strerror}.") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(
+            f"Profile {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+        ) from None
+    return profile_from_dict(data)
+
+
+def profile_json_schema() -> dict[str, Any]:
+    """The published JSON Schema of srifty.profile/v1 (predictor/schemas/profile.v1.schema.json)."""
+    return json_schema(Profile, schema_id="https://lightning-srifty.dev/schemas/profile.v1.schema.json", title=SCHEMA)
