@@ -109,11 +109,15 @@ class SriftyCallback(Callback):
         self.profile: Profile | None = None
         self._phase = _DONE
         self._recorder: StepRecorder | None = None
+        self._state_key: str | None = None
 
     # ----------------------------------------------------------------- state (survives restarts)
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(output=str(self.output))
+        # Lightning reads this on every hook call (profiler label): build it once
+        if self._state_key is None:
+            self._state_key = self._generate_state_key(output=str(self.output))
+        return self._state_key
 
     def state_dict(self) -> dict[str, Any]:
         return {"profiled": self.profiled, "output": str(self.output) if self.output else None}
@@ -314,7 +318,7 @@ class SriftyCallback(Callback):
             )
         device = hw.device_info(self._device)
         notes.extend(device.pop("notes"))
-        meta = self._imds.result(wait=0.0)
+        meta = self._imds.result(wait=0.5)  # off EC2 the lookup is already over; on EC2 IMDS answers in ms
         hardware = {
             **device,
             "devices": trainer.num_devices,

@@ -63,9 +63,13 @@ def _cmd_profile_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from predictor.profile import profile_json_schema
+    from predictor._schema import markdown_reference
+    from predictor.profile import Profile, Stats, profile_json_schema
 
-    print(json.dumps(profile_json_schema(), indent=2))
+    if args.format == "markdown":
+        print(markdown_reference(Profile, shared=(Stats,)), end="")
+    else:
+        print(json.dumps(profile_json_schema(), indent=2))
     return 0
 
 
@@ -115,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print a JSON Schema")
     schema.add_argument("document", choices=["profile"])
+    schema.add_argument(
+        "--format",
+        choices=["json", "markdown"],
+        default="json",
+        help="json: the JSON Schema; markdown: the field reference table",
+    )
     schema.set_defaults(func=_cmd_schema)
     return parser
 

@@ -231,15 +231,60 @@ def _type_schema(tp: Any) -> dict[str, Any]:
     return {}
 
 
-def iter_field_paths(cls: type, prefix: str = "") -> typing.Iterator[str]:
-    """Every dotted field path of a document class (for documentation checks)."""
+def markdown_reference(cls: type, shared: tuple[type, ...] = ()) -> str:
+    """Markdown tables of every field: dotted path, type, required or default, description.
+
+    Document classes in ``shared`` (used in many places, like ``Stats``) get one table of their own.
+    """
+    out = [_table(cls, shared)]
+    for sub in shared:
+        out.append(f"\n#### `{sub.__name__}`\n\n{(sub.__doc__ or '').strip()}\n\n" + _table(sub, shared))
+    return "".join(out)
+
+
+def _table(cls: type, shared: tuple[type, ...]) -> str:
+    lines = ["| field | type | required | description |", "|---|---|---|---|"]
+    for path, f, tp in _walk(cls, "", shared):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = (
+            "yes" if required else ("no" if f.default in (None, dataclasses.MISSING) else f"default `{f.default}`")
+        )
+        bounds = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in f.metadata.items() if k != "doc")
+        desc = f.metadata.get("doc", "") + (f" ({bounds})" if bounds else "")
+        inner = _unwrap(tp)
+        kind = _describe(tp)
+        if inner in shared:
+            kind = kind.replace("an object", f"`{inner.__name__}`")
+        lines.append(f"| `{path}` | {kind} | {default} | {desc} |")
+    return "\n".join(lines) + "\n"
+
+
+def _walk(cls: type, prefix: str, shared: tuple[type, ...] = ()) -> typing.Iterator[tuple[str, dataclasses.Field, Any]]:
     hints = _hints(cls)
     for f in dataclasses.fields(cls):
         path = _join(prefix, f.name)
-        yield path
+        yield path, f, hints[f.name]
         inner = _unwrap(hints[f.name])
-        if dataclasses.is_dataclass(inner):
-            yield from iter_field_paths(inner, path)
+        if dataclasses.is_dataclass(inner) and inner not in shared:
+            yield from _walk(inner, path + _container_suffix(hints[f.name]), shared)
+
+
+def iter_field_paths(cls: type, shared: tuple[type, ...] = ()) -> typing.Iterator[str]:
+    """Every dotted field path of a document class (for documentation checks)."""
+    for path, _, _ in _walk(cls, "", shared):
+        yield path
+    for sub in shared:
+        for path, _, _ in _walk(sub, "", shared):
+            yield path
+
+
+def _container_suffix(tp: Any) -> str:
+    """'[]' for a list, '.<key>' for a dict (after Optional is unwrapped), '' otherwise."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _container_suffix(args[0]) if len(args) == 1 else ""
+    return {list: "[]", dict: ".<key>"}.get(origin, "")
 
 
 def _unwrap(tp: Any) -> Any:

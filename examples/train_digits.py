@@ -1,0 +1,31 @@
+"""Profile a CNN on scikit-learn's digits with SriftyCallback: what adding it to your own Trainer looks like.
+
+    python examples/train_digits.py                      # 1 process (GPU if there is one)
+    python examples/train_digits.py --devices 2          # 2 DDP processes with all-reduce timing (srifty_ddp)
+"""
+
+import argparse
+
+import lightning.pytorch as pl
+
+from lightning_srifty import SriftyCallback
+from lightning_srifty.demo.data import DigitsDataModule
+from lightning_srifty.demo.models import DigitsCNN
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--accelerator", default="auto")
+    args = parser.parse_args()
+
+    pl.seed_everything(0)
+    trainer = pl.Trainer(
+        max_steps=300,
+        accelerator=args.accelerator,
+        devices=args.devices,
+        strategy="srifty_ddp" if args.devices > 1 else "auto",
+        callbacks=[SriftyCallback(warmup_steps=20, profile_steps=200, output="srifty/digits-profile.json")],
+        logger=False,
+        enable_checkpointing=False,
+    )
+    trainer.fit(DigitsCNN(), datamodule=DigitsDataModule(batch_size=64))

@@ -1,0 +1,32 @@
+"""Test configuration: no test reaches a real cloud endpoint; environment changes are undone."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+@pytest.fixture(autouse=True)
+def _offline_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials and no instance-metadata lookups unless a test points them at its own server."""
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.delenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    """Environment for child Python processes: the repo importable, metadata lookups off."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    env.pop("AWS_EC2_METADATA_SERVICE_ENDPOINT", None)
+    return env

@@ -1,0 +1,64 @@
+"""Gradients through the srifty timing hook equal plain DDP's, on 2 real gloo processes.
+
+python tests/scripts/ddp_grad_check.py   (prints 'max_abs_diff=<x> buckets=<n> records=<m>')
+"""
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from lightning_srifty.comm import AllReduceTimer
+
+
+def grads(rank: int, timed: bool) -> tuple[list[torch.Tensor], AllReduceTimer | None]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 8))
+    ddp = DDP(model, bucket_cap_mb=0.1)
+    timer = None
+    if timed:
+        timer = AllReduceTimer()
+        state, hook = timer.wrap(default_hooks.allreduce_hook, None)
+        ddp.register_comm_hook(state, hook)
+        timer.start(timer.clock)
+    g = torch.Generator().manual_seed(100 + rank)  # each rank its own data
+    for step in range(3):
+        if timer is not None:
+            timer.step = step
+        ddp.zero_grad()
+        x = torch.randn(64, 32, generator=g)
+        ddp(x).pow(2).mean().backward()
+    return [p.grad.clone() for p in ddp.parameters()], timer
+
+
+def worker(rank: int, port: str, result_file: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    plain, _ = grads(rank, timed=False)
+    timed, timer = grads(rank, timed=True)
+    diff = max((a - b).abs().max().item() for a, b in zip(plain, timed))
+    series = timer.resolve([0, 1, 2])
+    if rank == 0:
+        Path(result_file).write_text(
+            f"max_abs_diff={diff} buckets={len(series.buckets)} steps={len(series.busy_s)} "
+            f"bytes={series.bytes_per_step}\n"
+        )
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    out = sys.argv[1]
+    mp.spawn(worker, args=(port, out), nprocs=2, join=True)
+    print(Path(out).read_text().strip())

@@ -1,0 +1,224 @@
+"""SriftyCallback on real (small, CPU) Lightning runs."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import lightning.pytorch as pl
+import pytest
+from helpers import DictDataset, DictModel, TinyModel, loader, trainer
+from imds_server import FakeIMDS
+from torch.utils.data import DataLoader
+
+from lightning_srifty import SriftyCallback
+from lightning_srifty.model_info import parameter_counts
+from predictor.exceptions import ConfigError
+from predictor.profile import PHASES, load_profile
+
+
+def fit(
+    callback: SriftyCallback, max_steps: int, model: pl.LightningModule | None = None, val=None, **kwargs
+) -> pl.Trainer:
+    t = trainer([callback], max_steps=max_steps, **kwargs)
+    t.fit(model or TinyModel(), train_dataloaders=loader(), val_dataloaders=val)
+    return t
+
+
+def test_profile_of_a_real_run(tmp_path) -> None:
+    out = tmp_path / "profile.json"
+    model = TinyModel()
+    cb = SriftyCallback(warmup_steps=5, profile_steps=30, output=out, verbose=False)
+    fit(cb, max_steps=45, model=model)
+    profile = load_profile(out)
+    assert profile == cb.profile
+    window = profile.timing.window
+    assert (window.first_step, window.steps, window.requested_steps, window.truncated) == (5, 30, 30, False)
+    assert window.clock == "perf_counter"
+    assert profile.timing.step_time_s.count == 30
+    assert len(profile.timing.series_s) == 30
+    # phases add up to the step, step by step, so their means add up to the mean step
+    phase_mean = sum(profile.timing.phases_s[p].mean for p in PHASES)
+    assert phase_mean == pytest.approx(profile.timing.step_time_s.mean, rel=1e-9)
+    assert sum(profile.timing.phase_share.values()) == pytest.approx(1.0)
+    assert profile.batch.per_device == 8 and profile.batch.global_batch == 8
+    assert profile.timing.samples_per_s.p50 > 0
+    assert profile.model.parameters == parameter_counts(model)[0] == 16 * 32 + 32 + 32 + 1
+    assert profile.model.gradient_bytes == profile.model.parameters * 4
+    assert profile.model.optimizer == "SGD"
+    assert profile.model.optimizer_state_bytes == profile.model.parameters * 4  # one momentum buffer
+    # Linear(16->32) and Linear(32->1): 2*(16*32 + 32*1) FLOPs forward per sample; backward twice that but the
+    # first layer's input gradient is not needed
+    assert profile.model.flops.forward_per_sample == pytest.approx(2 * (16 * 32 + 32))
+    assert profile.model.flops.backward_per_sample == pytest.approx(2 * (16 * 32) + 4 * 32)
+    assert profile.hardware.accelerator == "cpu" and profile.hardware.world_size == 1
+    assert profile.hardware.gpu is None and profile.hardware.instance_type is None
+    assert profile.memory.peak_rss_bytes > 10 * 2**20
+    assert "single process" in profile.communication.reason
+    assert profile.software.torch and profile.software.lightning
+    assert not profile.notes
+
+
+def test_it_detaches_after_the_window(tmp_path) -> None:
+    cb = SriftyCallback(warmup_steps=2, profile_steps=10, output=tmp_path / "p.json", verbose=False)
+    fit(cb, max_steps=40)
+    assert cb._recorder.steps == 10, "no step may be recorded after the window"
+    assert cb.profiled
+
+
+def test_stop_after_profile(tmp_path) -> None:
+    cb = SriftyCallback(
+        warmup_steps=3, profile_steps=7, output=tmp_path / "p.json", stop_after_profile=True, verbose=False
+    )
+    t = fit(cb, max_steps=1000)
+    assert t.global_step == 10
+    assert load_profile(tmp_path / "p.json").timing.window.steps == 7
+
+
+def test_window_longer_than_the_run_profiles_what_ran(tmp_path) -> None:
+    cb = SriftyCallback(warmup_steps=4, profile_steps=200, output=tmp_path / "p.json", verbose=False)
+    fit(cb, max_steps=30)
+    profile = load_profile(tmp_path / "p.json")
+    assert profile.timing.window.truncated
+    assert profile.timing.window.steps == 26
+    assert any("26 of 200 requested steps ran" in n for n in profile.notes)
+
+
+def test_run_ending_during_warmup_profiles_the_warmup(tmp_path) -> None:
+    cb = SriftyCallback(warmup_steps=20, profile_steps=50, output=tmp_path / "p.json", verbose=False)
+    fit(cb, max_steps=8)
+    profile = load_profile(tmp_path / "p.json")
+    assert profile.timing.window.truncated
+    assert profile.timing.window.steps == 7  # steps 1..7: step 0 only anchors the timing
+    assert any("ended during warm-up" in n for n in profile.notes)
+
+
+def test_too_short_a_run_writes_nothing_and_says_why(tmp_path, caplog) -> None:
+    cb = SriftyCallback(warmup_steps=5, profile_steps=10, output=tmp_path / "p.json", verbose=False)
+    with caplog.at_level(logging.ERROR, logger="lightning_srifty"):
+        fit(cb, max_steps=1)
+    assert not (tmp_path / "p.json").exists()
+    assert cb.profile is None
+    assert "no profile written: 1 training step(s) ran" in caplog.text
+
+
+def test_unwritable_output_never_stops_training(tmp_path, caplog) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=blocker / "p.json", verbose=False)
+    with caplog.at_level(logging.ERROR, logger="lightning_srifty"):
+        t = fit(cb, max_steps=12)
+    assert t.global_step == 12
+    assert "cannot write the profile" in caplog.text and "output=" in caplog.text
+    assert cb.profile is not None and cb.profile.timing.window.steps == 5
+
+
+def test_validation_inside_the_window_is_excluded(tmp_path) -> None:
+    cb = SriftyCallback(warmup_steps=2, profile_steps=20, output=tmp_path / "p.json", verbose=False)
+    fit(cb, max_steps=30, limit_val_batches=2, val_check_interval=5, check_val_every_n_epoch=None, val=loader(32))
+    window = load_profile(tmp_path / "p.json").timing.window
+    assert window.excluded_steps["validation"] == 4  # validation after steps 5, 10, 15, 20 (window: steps 2-21)
+    assert window.steps == 16
+
+
+def test_batch_size_fn_for_batches_without_a_leading_tensor(tmp_path) -> None:
+    data = DataLoader(
+        DictDataset(),
+        batch_size=4,
+        collate_fn=lambda items: {
+            "meta": [i["meta"] for i in items],
+            "x": __import__("torch").stack([i["x"] for i in items]),
+            "y": __import__("torch").stack([i["y"] for i in items]),
+        },
+    )
+    cb = SriftyCallback(
+        warmup_steps=2,
+        profile_steps=5,
+        output=tmp_path / "p.json",
+        verbose=False,
+        batch_size_fn=lambda b: len(b["meta"]),
+    )
+    t = trainer([cb], max_steps=10)
+    t.fit(DictModel(), train_dataloaders=data)
+    profile = load_profile(tmp_path / "p.json")
+    assert profile.batch.per_device == 4 and profile.batch.source == "batch_size_fn"
+
+
+def test_resumed_run_does_not_profile_again(tmp_path) -> None:
+    ckpt_dir = tmp_path / "ckpt"
+    first = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+    t = trainer(
+        [first, pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, save_last=True)], max_steps=10, enable_checkpointing=True
+    )
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert first.profiled
+    (tmp_path / "p.json").unlink()
+
+    again = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+    t2 = trainer([again], max_steps=20)
+    t2.fit(TinyModel(), train_dataloaders=loader(), ckpt_path=ckpt_dir / "last.ckpt")
+    assert again.profiled and again.profile is None
+    assert not (tmp_path / "p.json").exists()
+
+    forced = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, reprofile=True)
+    t3 = trainer([forced], max_steps=20)
+    t3.fit(TinyModel(), train_dataloaders=loader(), ckpt_path=ckpt_dir / "last.ckpt")
+    assert load_profile(tmp_path / "p.json").timing.window.steps == 5
+
+
+def test_instance_metadata_from_imdsv2(tmp_path, monkeypatch) -> None:
+    meta = {
+        "meta-data/instance-type": "g5.xlarge",
+        "meta-data/placement/availability-zone": "us-east-1b",
+        "meta-data/instance-life-cycle": "spot",
+    }
+    with FakeIMDS(meta) as imds:
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "false")
+        monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint)
+        cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+        fit(cb, max_steps=10)
+    hw = load_profile(tmp_path / "p.json").hardware
+    assert (hw.instance_type, hw.availability_zone, hw.lifecycle) == ("g5.xlarge", "us-east-1b", "spot")
+    assert ("PUT", "/latest/api/token") in imds.requests
+
+
+def test_summary_is_printed(tmp_path, capsys) -> None:
+    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json")
+    fit(cb, max_steps=8)
+    out = capsys.readouterr().out
+    for words in (
+        "Srifty profile: TinyModel",
+        "Step time",
+        "Throughput",
+        "Phases",
+        "FLOPs/sample",
+        "Peak memory",
+        "profile written to",
+    ):
+        assert words in out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"warmup_steps": 0}, "The 'warmup_steps' parameter of SriftyCallback() must be an int >= 1. Got 0."),
+        ({"profile_steps": -5}, "The 'profile_steps' parameter of SriftyCallback() must be an int >= 1. Got -5."),
+        ({"profile_steps": "200"}, "must be an int >= 1. Got '200'."),
+        ({"profile_steps": True}, "must be an int >= 1. Got True."),
+        ({"output": 42}, "The 'output' parameter of SriftyCallback() must be a path or None. Got 42."),
+        ({"batch_size_fn": 3}, "must be callable"),
+    ],
+)
+def test_bad_parameters_are_refused_clearly(kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        SriftyCallback(**kwargs)
+    assert message in str(info.value)
+    assert info.value.parameter == next(iter(kwargs))
+
+
+def test_profile_file_is_plain_json(tmp_path) -> None:
+    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+    fit(cb, max_steps=8)
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["schema"] == "srifty.profile/v1"
+    assert "null" not in (tmp_path / "p.json").read_text()

@@ -1,0 +1,117 @@
+"""The srifty command line: torch-free start, profile show, schema, and the demo (the main job)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+from test_profile_schema import MINIMAL
+
+from lightning_srifty.cli import main
+from predictor.profile import load_profile
+
+
+def test_cli_and_predictor_start_without_torch(subprocess_env) -> None:
+    code = (
+        "import sys, lightning_srifty, lightning_srifty.cli as cli, lightning_srifty.report, predictor.profile, "
+        "predictor.catalog, predictor.stats; cli.build_parser(); "
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_profile_show_prints_the_summary(tmp_path, capsys) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(MINIMAL))
+    assert main(["profile", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "resnet50" in out and "V100-SXM2-16GB" in out and "310.00 ms" in out
+
+
+def test_profile_show_json_is_the_validated_profile(tmp_path, capsys) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(MINIMAL))
+    assert main(["profile", "show", str(path), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == MINIMAL
+
+
+def test_bad_profile_exits_2_naming_the_field(tmp_path, capsys) -> None:
+    bad = copy.deepcopy(MINIMAL)
+    bad["batch"]["per_device"] = -3
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(bad))
+    assert main(["profile", "show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("srifty: error: batch.per_device: expected a number >= 1, got -3.")
+
+
+def test_schema_command_prints_the_json_schema(capsys) -> None:
+    assert main(["schema", "profile"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["title"] == "srifty.profile/v1" and "timing" in schema["required"]
+
+
+def test_demo_trains_profiles_and_writes(tmp_path, capsys) -> None:
+    out = tmp_path / "demo.json"
+    code = main(
+        [
+            "demo",
+            "--max-steps",
+            "40",
+            "--warmup-steps",
+            "3",
+            "--profile-steps",
+            "25",
+            "--output",
+            str(out),
+            "--no-progress",
+            "--accelerator",
+            "cpu",
+        ]
+    )
+    assert code == 0
+    profile = load_profile(out)
+    assert profile.model.name == "DigitsCNN" and profile.batch.per_device == 64
+    assert profile.timing.window.first_step == 3
+    assert profile.model.flops.per_sample > 1e6
+    assert "Srifty profile: DigitsCNN" in capsys.readouterr().out
+
+
+def test_demo_language_model(tmp_path) -> None:
+    out = tmp_path / "lm.json"
+    assert (
+        main(
+            [
+                "demo",
+                "--model",
+                "lm",
+                "--max-steps",
+                "12",
+                "--warmup-steps",
+                "2",
+                "--profile-steps",
+                "8",
+                "--output",
+                str(out),
+                "--no-progress",
+                "--accelerator",
+                "cpu",
+            ]
+        )
+        == 0
+    )
+    profile = load_profile(out)
+    assert profile.model.name == "TinyLM" and profile.batch.per_device == 32
+    assert profile.model.flops.forward_per_sample > 0
+
+
+def test_bad_cli_numbers_are_refused(capsys) -> None:
+    try:
+        main(["demo", "--profile-steps", "0"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    assert "expected a number >= 1, got 0" in capsys.readouterr().err

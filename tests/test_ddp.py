@@ -1,0 +1,59 @@
+"""Real multi-process DDP on CPU (gloo): the srifty_ddp strategy and its all-reduce timings."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from predictor.profile import load_profile
+
+pytestmark = pytest.mark.ddp
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, subprocess_env) -> None:
+    out = tmp_path / "profile.json"
+    sleep_s = 0.03
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "ddp_profile.py"), str(out), str(sleep_s)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=subprocess_env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    profile = load_profile(out)
+    assert profile.hardware.world_size == 2 and profile.batch.global_batch == 32
+    comm = profile.communication
+    assert comm.backend == "gloo" and comm.world_size == 2
+    assert comm.bytes_per_step == profile.model.gradient_bytes, "every gradient byte is all-reduced once per step"
+    assert comm.buckets == len(comm.bucket_detail) >= 2
+    assert sum(b.bytes for b in comm.bucket_detail) == comm.bytes_per_step
+    assert comm.allreduce_s.p50 > 0 and comm.exposed_s.p50 >= 0
+    assert 0 <= comm.overlap_fraction <= 1
+    ranks = {r.rank: r for r in profile.ranks}
+    assert set(ranks) == {0, 1}
+    assert all(r.step_time_s.count == profile.timing.window.steps for r in ranks.values())
+    # the straggler is visible: rank 1 computes longer, rank 0 waits for it inside the all-reduce
+    assert ranks[1].phases_s["forward"].p50 - ranks[0].phases_s["forward"].p50 > 0.8 * sleep_s
+    assert ranks[0].exposed_comm_s.p50 - ranks[1].exposed_comm_s.p50 > 0.5 * sleep_s
+    assert profile.timing.step_time_s.p50 > sleep_s
+
+
+def test_timing_hook_leaves_gradients_unchanged(tmp_path, subprocess_env) -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "ddp_grad_check.py"), str(tmp_path / "r.txt")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=subprocess_env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    fields = dict(kv.split("=") for kv in result.stdout.split())
+    assert float(fields["max_abs_diff"]) == 0.0
+    assert int(fields["buckets"]) >= 2 and int(fields["steps"]) == 3
+    assert int(fields["bytes"]) == 4 * (32 * 4096 + 4096 + 4096 * 8 + 8)

@@ -1,0 +1,63 @@
+"""Canonical GPU keys from the names torch reports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from predictor.catalog import canonical_gpu, get_gpu, gpu_table
+from predictor.exceptions import UnknownNameError
+
+
+@pytest.mark.parametrize(
+    ("reported", "memory", "key"),
+    [
+        ("NVIDIA A100-SXM4-40GB", 39.4, "A100-SXM-40GB"),
+        ("NVIDIA A100-SXM4-80GB", 79.2, "A100-SXM-80GB"),
+        ("NVIDIA A100 80GB PCIe", 79.2, "A100-PCIe-80GB"),
+        ("Tesla V100-SXM2-16GB", 15.8, "V100-SXM2-16GB"),
+        ("Tesla V100-SXM2-32GB", 31.7, "V100-SXM2-32GB"),
+        ("Tesla T4", 14.6, "T4"),
+        ("NVIDIA A10G", 22.3, "A10G"),
+        ("NVIDIA H100 80GB HBM3", 79.1, "H100-SXM"),
+        ("NVIDIA L40S", 44.4, "L40S"),
+        ("NVIDIA GeForce RTX 4090", 23.6, "RTX-4090"),
+        ("a10g", None, "A10G"),
+        ("V100-SXM2", 31.7, "V100-SXM2-32GB"),  # family name: memory decides the size
+        ("V100-SXM2", 15.8, "V100-SXM2-16GB"),
+    ],
+)
+def test_torch_names_map_to_canonical_keys(reported: str, memory: float | None, key: str) -> None:
+    assert canonical_gpu(reported, memory) == key
+
+
+def test_unknown_gpu_suggests_close_names() -> None:
+    with pytest.raises(UnknownNameError) as info:
+        canonical_gpu("A100-SXM-48GB")
+    assert info.value.kind == "GPU"
+    assert "A100-SXM-40GB" in info.value.suggestions
+    assert "Did you mean" in str(info.value)
+    with pytest.raises(UnknownNameError, match=r"Unknown GPU 'V100-SXM2'.*V100-SXM2-16GB"):
+        canonical_gpu("V100-SXM2")  # ambiguous without the memory size
+
+
+def test_specs_are_parsed_numbers() -> None:
+    a100 = get_gpu("NVIDIA A100-SXM4-40GB")
+    assert (a100.memory_gb, a100.memory_bw_gbps, a100.bf16_tflops, a100.nvlink_gbps) == (40, 1555, 312, 600)
+    assert get_gpu("V100-SXM2-32GB").memory_gb == 32
+    assert get_gpu("V100-SXM2-32GB").nvlink_gbps == 300
+    assert len(gpu_table()) >= 25
+    assert all(g.source for g in gpu_table().values()), "every row keeps its citation"
+
+
+def test_bundled_gpu_table_matches_the_shared_data() -> None:
+    shared = ROOT.parent / "shared" / "data" / "gpu_specs.csv"
+    if not shared.exists():
+        pytest.skip(f"shared reference data not found at {shared}")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_data.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
