@@ -79,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="srifty", description="Profile Lightning training and pick cloud GPUs.")
     parser.add_argument("--version", action="version", version=f"lightning-srifty {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--catalog-extra", action="append", metavar="YAML",
+                        help="user-defined GPUs and instance types merged over the catalog (repeatable; also "
+                             "$SRIFTY_CATALOG_EXTRA)")
+    common.add_argument("--catalog", metavar="DIR", help="use this catalog copy instead of the newest one")
 
     demo = sub.add_parser(
         "demo",
@@ -126,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="json: the JSON Schema; markdown: the field reference table",
     )
     schema.set_defaults(func=_cmd_schema)
+    from lightning_srifty import cli_catalog
+
+    cli_catalog.add_parser(sub, common)
     return parser
 
 

@@ -48,63 +48,78 @@ def normalize(name: str) -> str:
     return re.sub(r"-+", "-", text).strip("-")
 
 
+class GpuTable:
+    """A set of GPUs with name resolution (canonical keys, torch names, family names plus memory)."""
+
+    def __init__(self, gpus: dict[str, GPU]) -> None:
+        self.gpus = dict(gpus)
+        self._index: dict[str, str] = {}
+        for key, gpu in self.gpus.items():
+            for name in (key, *gpu.aliases):
+                self._index[normalize(name)] = key
+
+    def merged(self, extra: list[GPU]) -> GpuTable:
+        """A new table with ``extra`` GPUs added (a GPU of the same key replaces the bundled one)."""
+        return GpuTable({**self.gpus, **{g.key: g for g in extra}})
+
+    def canonical(self, name: str, memory_gb: float | None = None) -> str:
+        """Canonical key of a GPU name as torch, nvidia-smi or a person writes it.
+
+        Args:
+            name: e.g. ``"NVIDIA A100-SXM4-40GB"``, ``"Tesla V100-SXM2-16GB"``, ``"a10g"``.
+            memory_gb: the device's memory, used to tell apart boards sold in several sizes ("V100-SXM2").
+
+        Raises:
+            UnknownNameError: no GPU matches; the error suggests close keys.
+        """
+        norm = normalize(name)
+        if norm in self._index:
+            return self._index[norm]
+        # a family name without the memory size: pick the size closest to the device's memory
+        family = sorted({key for alias, key in self._index.items() if alias.startswith(norm + "-")})
+        if len(family) == 1:
+            return family[0]
+        if family and memory_gb is not None:
+            return min(family, key=lambda k: abs(self.gpus[k].memory_gb - memory_gb))
+        known = list(self.gpus)
+        suggestions = family or suggest(norm, known) or suggest(name, known)
+        raise UnknownNameError("GPU", name, suggestions,
+                               hint="Known GPUs: " + ", ".join(known) + ". Add a new one with --catalog-extra.")
+
+    def get(self, name: str) -> GPU:
+        """Specs of a GPU by key or by any name :meth:`canonical` understands."""
+        return self.gpus[self.canonical(name)]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.gpus
+
+
 @functools.cache
-def gpu_table() -> dict[str, GPU]:
-    """All bundled GPUs by canonical key (loaded once)."""
+def bundled_gpus() -> GpuTable:
+    """The bundled GPU table (loaded once)."""
     table: dict[str, GPU] = {}
     with resources.files("predictor.data").joinpath("gpus.csv").open(encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             table[row["key"]] = GPU(
-                key=row["key"],
-                arch=row["arch"],
-                memory_gb=float(row["memory_gb"]),
-                memory_bw_gbps=_num(row["memory_bw_gbps"]),
-                fp32_tflops=_num(row["fp32_tflops"]),
-                tf32_tflops=_num(row["tf32_tflops"]),
-                fp16_tflops=_num(row["fp16_tflops"]),
-                bf16_tflops=_num(row["bf16_tflops"]),
-                nvlink_gbps=_num(row["nvlink_gbps"]),
-                pcie=row["pcie"],
-                aliases=tuple(a for a in row["aliases"].split(";") if a),
-                source=row["source"],
+                key=row["key"], arch=row["arch"], memory_gb=float(row["memory_gb"]),
+                memory_bw_gbps=_num(row["memory_bw_gbps"]), fp32_tflops=_num(row["fp32_tflops"]),
+                tf32_tflops=_num(row["tf32_tflops"]), fp16_tflops=_num(row["fp16_tflops"]),
+                bf16_tflops=_num(row["bf16_tflops"]), nvlink_gbps=_num(row["nvlink_gbps"]), pcie=row["pcie"],
+                aliases=tuple(a for a in row["aliases"].split(";") if a), source=row["source"],
             )
-    return table
+    return GpuTable(table)
 
 
-@functools.cache
-def _alias_index() -> dict[str, str]:
-    index: dict[str, str] = {}
-    for key, gpu in gpu_table().items():
-        for name in (key, gpu.key, *gpu.aliases):
-            index[normalize(name)] = key
-    return index
+def gpu_table() -> dict[str, GPU]:
+    """All bundled GPUs by canonical key."""
+    return bundled_gpus().gpus
 
 
 def canonical_gpu(name: str, memory_gb: float | None = None) -> str:
-    """Canonical key of a GPU name as torch, nvidia-smi or a person writes it.
-
-    Args:
-        name: e.g. ``"NVIDIA A100-SXM4-40GB"``, ``"Tesla V100-SXM2-16GB"``, ``"a10g"``.
-        memory_gb: the device's memory, used to tell apart boards sold in several sizes ("V100-SXM2").
-
-    Raises:
-        UnknownNameError: no GPU matches; the error suggests close keys.
-    """
-    norm = normalize(name)
-    index = _alias_index()
-    if norm in index:
-        return index[norm]
-    # a family name without the memory size: pick the size closest to the device's memory
-    family = sorted({key for alias, key in index.items() if alias.startswith(norm + "-")})
-    if len(family) == 1:
-        return family[0]
-    if family and memory_gb is not None:
-        return min(family, key=lambda k: abs(gpu_table()[k].memory_gb - memory_gb))
-    known = list(gpu_table())
-    suggestions = family or suggest(norm, known) or suggest(name, known)
-    raise UnknownNameError("GPU", name, suggestions, hint="Known GPUs: " + ", ".join(known) + ".")
+    """Canonical key of a GPU name in the bundled table (see :meth:`GpuTable.canonical`)."""
+    return bundled_gpus().canonical(name, memory_gb)
 
 
 def get_gpu(name: str) -> GPU:
-    """Specs of a GPU by key or by any name :func:`canonical_gpu` understands."""
-    return gpu_table()[canonical_gpu(name)]
+    """Specs of a bundled GPU by key or by any name :func:`canonical_gpu` understands."""
+    return bundled_gpus().get(name)

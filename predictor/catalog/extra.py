@@ -1,0 +1,148 @@
+"""User-defined GPUs and instance types from YAML, merged over the bundled catalog.
+
+    gpus:
+      - name: B200-SXM
+        memory_gb: 180
+        memory_bw_gbps: 8000
+        fp32_tflops: 80
+        bf16_tflops: 2250
+    instance_types:
+      - name: dgx-a100-40g
+        gpu: A100-SXM-40GB
+        gpus: 8
+        vcpus: 256
+        memory_gib: 1024
+        network_gbps: 1600
+        efa: true
+        gpu_interconnect: nvswitch
+        price_usd_hr: 30.0
+
+Every error names the file, the entry and the field.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from predictor._validation import suggest
+from predictor.catalog.gpus import GPU
+from predictor.catalog.instances import INTERCONNECTS, InstanceType, Price
+from predictor.exceptions import CatalogError
+
+GPU_FIELDS = {"name": str, "memory_gb": float, "memory_bw_gbps": float, "fp32_tflops": float, "tf32_tflops": float,
+              "fp16_tflops": float, "bf16_tflops": float, "nvlink_gbps": float, "arch": str, "aliases": list}
+GPU_REQUIRED = ("name", "memory_gb")
+INSTANCE_FIELDS = {"name": str, "gpu": str, "gpus": int, "vcpus": int, "memory_gib": float, "network_gbps": float,
+                   "efa": bool, "gpu_interconnect": str, "price_usd_hr": float, "spot_price_usd_hr": float,
+                   "interruption_rate_per_hr": float, "region": str, "local_nvme_gb": float, "arch": str,
+                   "gpu_memory_gib": float, "family": str}
+INSTANCE_REQUIRED = ("name", "gpu", "gpus", "vcpus", "memory_gib", "network_gbps")
+
+
+@dataclass(frozen=True)
+class Extra:
+    """What one YAML file adds."""
+
+    path: str
+    gpus: tuple[GPU, ...]
+    instances: tuple[dict[str, Any], ...]  # validated fields; resolved into InstanceType by the catalog
+
+
+def _err(path: str, where: str, message: str) -> CatalogError:
+    return CatalogError(f"{path}: {where}: {message}")
+
+
+def _check(path: str, where: str, entry: Any, fields: dict[str, type], required: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise _err(path, where, f"expected a mapping of fields, got {entry!r}")
+    for key in entry:
+        if key not in fields:
+            close = suggest(str(key), list(fields), n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else "Known fields: " + ", ".join(fields) + "."
+            raise _err(path, f"{where}.{key}", f"unknown field. {hint}")
+    for key in required:
+        if entry.get(key) in (None, ""):
+            raise _err(path, f"{where}.{key}", "missing (required)")
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        kind = fields[key]
+        ok = (isinstance(value, bool) if kind is bool else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
+              isinstance(value, int) and not isinstance(value, bool) if kind is int else isinstance(value, kind))
+        if not ok:
+            names = {float: "a number", int: "a whole number", bool: "true or false", str: "a string",
+                     list: "a list"}
+            raise _err(path, f"{where}.{key}", f"expected {names[kind]}, got {value!r}")
+        if kind in (float, int) and value < 0:
+            raise _err(path, f"{where}.{key}", f"must not be negative, got {value!r}")
+        out[key] = float(value) if kind is float else value
+    for key in ("gpus", "vcpus"):
+        if key in out and out[key] < 1:
+            raise _err(path, f"{where}.{key}", f"must be at least 1, got {out[key]!r}")
+    return out
+
+
+def load_extra(path: str | os.PathLike[str]) -> Extra:
+    """Parse and validate one YAML file of user-defined GPUs and instance types."""
+    import yaml
+
+    name = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CatalogError(f"{name}: catalog extra file not found") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise CatalogError(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise CatalogError(f"{name}: expected a mapping with 'gpus' and/or 'instance_types', got {type(data).__name__}")
+    unknown = [k for k in data if k not in ("gpus", "instance_types")]
+    if unknown:
+        close = suggest(str(unknown[0]), ["gpus", "instance_types"], n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise CatalogError(f"{name}: unknown section {unknown[0]!r}.{hint}")
+    gpus = []
+    for i, entry in enumerate(data.get("gpus") or []):
+        f = _check(name, f"gpus[{i}]", entry, GPU_FIELDS, GPU_REQUIRED)
+        gpus.append(GPU(key=f["name"], arch=f.get("arch", "user-defined"), memory_gb=f["memory_gb"],
+                        memory_bw_gbps=f.get("memory_bw_gbps"), fp32_tflops=f.get("fp32_tflops"),
+                        tf32_tflops=f.get("tf32_tflops"), fp16_tflops=f.get("fp16_tflops"),
+                        bf16_tflops=f.get("bf16_tflops"), nvlink_gbps=f.get("nvlink_gbps"), pcie="",
+                        aliases=tuple(str(a) for a in f.get("aliases", [])), source=f"user: {name}"))
+    instances = []
+    for i, entry in enumerate(data.get("instance_types") or []):
+        f = _check(name, f"instance_types[{i}] ({entry.get('name', '?') if isinstance(entry, dict) else '?'})",
+                   entry, INSTANCE_FIELDS, INSTANCE_REQUIRED)
+        if "gpu_interconnect" in f and f["gpu_interconnect"] not in INTERCONNECTS:
+            close = suggest(f["gpu_interconnect"], list(INTERCONNECTS), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise _err(name, f"instance_types[{i}].gpu_interconnect",
+                       f"must be one of {', '.join(INTERCONNECTS)}, got {f['gpu_interconnect']!r}.{hint}")
+        instances.append({**f, "_where": f"instance_types[{i}]"})
+    return Extra(path=name, gpus=tuple(gpus), instances=tuple(instances))
+
+
+def build_instance(fields: dict[str, Any], gpu: GPU, path: str) -> InstanceType:
+    """An InstanceType from validated YAML fields whose GPU has been resolved."""
+    region = fields.get("region", "user")
+    prices = []
+    if "price_usd_hr" in fields:
+        prices.append(Price(region=region, market="on-demand", usd_hr=fields["price_usd_hr"], source=f"user: {path}"))
+    if "spot_price_usd_hr" in fields:
+        prices.append(Price(region=region, market="spot", usd_hr=fields["spot_price_usd_hr"], source=f"user: {path}"))
+    gpus = fields["gpus"]
+    return InstanceType(
+        name=fields["name"], family=fields.get("family", fields["name"].split(".")[0]), accelerator=gpu.key,
+        accelerator_kind="cuda", gpu=gpu.key, gpus=gpus, gpu_memory_gib=fields.get("gpu_memory_gib", gpu.memory_gb),
+        vcpus=fields["vcpus"], memory_gib=fields["memory_gib"], network_gbps=fields["network_gbps"],
+        efa=fields.get("efa", False),
+        gpu_interconnect=fields.get("gpu_interconnect", "single" if gpus == 1 else "pcie"),
+        local_nvme_gb=fields.get("local_nvme_gb", 0.0), arch=fields.get("arch", "x86_64"),
+        interruption_rate_per_hr=fields.get("interruption_rate_per_hr"), prices=tuple(prices), origin=f"user: {path}",
+    )

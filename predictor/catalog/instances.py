@@ -1,0 +1,146 @@
+"""Instance types and their prices: typed records over fixed-column data (bundled CSV or a refreshed copy)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any, Literal
+
+Market = Literal["on-demand", "spot"]
+KINDS = ("cuda", "neuron", "gaudi", "amd", "other")
+INTERCONNECTS = ("single", "pcie", "nvlink", "nvswitch", "neuronlink", "other")
+
+# Spot Advisor "frequency of interruption" buckets: share of instances interrupted over the last month.
+# The midpoint (and 30% for ">20%") is turned into a constant hourly rate: -ln(1 - p) / 730 h.
+BUCKET_MONTHLY = {"<5%": 0.025, "5-10%": 0.075, "10-15%": 0.125, "15-20%": 0.175, ">20%": 0.30}
+HOURS_PER_MONTH = 730.0
+
+
+@dataclass(frozen=True)
+class Price:
+    """One observed or estimated price."""
+
+    region: str
+    market: Market
+    usd_hr: float
+    availability_zone: str | None = None
+    estimated: bool = False
+    as_of: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """An instance type and what decides training speed and cost on it."""
+
+    name: str
+    family: str
+    accelerator: str
+    accelerator_kind: str
+    gpu: str | None
+    gpus: int
+    gpu_memory_gib: float
+    vcpus: int
+    memory_gib: float
+    network_gbps: float | None
+    network_up_to: bool = False
+    efa: bool = False
+    gpu_interconnect: str = "pcie"
+    local_nvme_gb: float = 0.0
+    arch: str = "x86_64"
+    spot_interruption_bucket: str | None = None
+    interruption_rate_per_hr: float | None = None
+    prices: tuple[Price, ...] = field(default=(), repr=False)
+    origin: str = "bundled"
+
+    @property
+    def cuda(self) -> bool:
+        """True for NVIDIA GPU types that a CUDA PyTorch job can use."""
+        return self.accelerator_kind == "cuda"
+
+    @property
+    def regions(self) -> list[str]:
+        return sorted({p.region for p in self.prices})
+
+    def price(self, region: str | None = None, market: Market = "on-demand") -> Price | None:
+        """The price in ``region`` (any region if None): on-demand, or the cheapest measured spot zone (an
+        advisor-based estimate only when no zone was measured)."""
+        found = [p for p in self.prices if p.market == market and (region is None or p.region == region)]
+        if not found:
+            return None
+        measured = [p for p in found if not p.estimated]
+        return min(measured or found, key=lambda p: p.usd_hr)
+
+    def price_usd_hr(self, region: str | None = None, market: Market = "on-demand") -> float | None:
+        p = self.price(region, market)
+        return p.usd_hr if p else None
+
+
+def interruption_rate(bucket: str | None) -> float | None:
+    """Hourly interruption rate from a Spot Advisor bucket ('10-15%' -> about 0.00018 per hour)."""
+    if not bucket or bucket not in BUCKET_MONTHLY:
+        return None
+    return -math.log(1 - BUCKET_MONTHLY[bucket]) / HOURS_PER_MONTH
+
+
+def _float(text: str) -> float | None:
+    return float(text) if text not in ("", None) else None
+
+
+def _bool(text: str) -> bool:
+    return str(text).strip().lower() == "true"
+
+
+def read_prices(rows: Iterable[dict[str, str]]) -> dict[str, list[Price]]:
+    out: dict[str, list[Price]] = {}
+    for row in rows:
+        out.setdefault(row["instance_type"], []).append(Price(
+            region=row["region"], market=row["market"], usd_hr=float(row["usd_hr"]),  # type: ignore[arg-type]
+            availability_zone=row["availability_zone"] or None, estimated=_bool(row["estimated"]),
+            as_of=row["as_of"], source=row["source"]))
+    return out
+
+
+def read_instances(rows: Iterable[dict[str, str]], prices: dict[str, list[Price]],
+                   origin: str = "bundled") -> dict[str, InstanceType]:
+    out: dict[str, InstanceType] = {}
+    for row in rows:
+        bucket = row.get("spot_interruption_bucket") or None
+        out[row["instance_type"]] = InstanceType(
+            name=row["instance_type"], family=row["family"], accelerator=row["accelerator"],
+            accelerator_kind=row["accelerator_kind"], gpu=row["gpu"] or None, gpus=int(row["gpus"]),
+            gpu_memory_gib=float(row["gpu_memory_gib"]), vcpus=int(row["vcpus"]), memory_gib=float(row["memory_gib"]),
+            network_gbps=_float(row["network_gbps"]), network_up_to=_bool(row["network_up_to"]),
+            efa=_bool(row["efa"]), gpu_interconnect=row["gpu_interconnect"],
+            local_nvme_gb=_float(row["local_nvme_gb"]) or 0.0, arch=row["arch"], spot_interruption_bucket=bucket,
+            interruption_rate_per_hr=interruption_rate(bucket),
+            prices=tuple(prices.get(row["instance_type"], ())), origin=origin,
+        )
+    return out
+
+
+def bundled_rows(name: str) -> list[dict[str, str]]:
+    with resources.files("predictor.data").joinpath(name).open(encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def with_prices(instance: InstanceType, prices: Iterable[Price]) -> InstanceType:
+    return replace(instance, prices=tuple(prices))
+
+
+def instance_to_dict(it: InstanceType, region: str | None = None) -> dict[str, Any]:
+    """Stable JSON form used by ``srifty catalog show --format json`` (documented in docs/catalog.md)."""
+    od, spot = it.price(region, "on-demand"), it.price(region, "spot")
+    return {
+        "instance_type": it.name, "family": it.family, "accelerator_kind": it.accelerator_kind, "gpu": it.gpu,
+        "gpus": it.gpus, "gpu_memory_gib": it.gpu_memory_gib, "vcpus": it.vcpus, "memory_gib": it.memory_gib,
+        "network_gbps": it.network_gbps, "network_up_to": it.network_up_to, "efa": it.efa,
+        "gpu_interconnect": it.gpu_interconnect, "local_nvme_gb": it.local_nvme_gb, "arch": it.arch,
+        "ondemand_usd_hr": od.usd_hr if od else None, "ondemand_as_of": od.as_of if od else None,
+        "spot_usd_hr": spot.usd_hr if spot else None, "spot_estimated": spot.estimated if spot else None,
+        "spot_as_of": spot.as_of if spot else None, "spot_interruption_bucket": it.spot_interruption_bucket,
+        "interruption_rate_per_hr": it.interruption_rate_per_hr, "origin": it.origin,
+    }

@@ -1,0 +1,314 @@
+"""Refresh the catalog from the real AWS APIs (boto3) into a dated copy in the user cache.
+
+Specs: ``ec2.describe_instance_types`` (paginated; types with GpuInfo, NeuronInfo or InferenceAcceleratorInfo).
+Where offered: ``ec2.describe_instance_type_offerings`` (per region). Spot: ``ec2.describe_spot_price_history``
+(latest per zone, Linux/UNIX). On-demand: ``pricing.get_products`` (endpoint region us-east-1; Linux, shared
+tenancy, no pre-installed software, capacity status Used). Interruption buckets have no API: they are carried over
+from the previous copy (Spot Advisor data). Endpoints follow boto3's standard settings (``AWS_ENDPOINT_URL``,
+``AWS_ENDPOINT_URL_EC2``...); retries use botocore's standard mode.
+
+A refresh that cannot read instance types anywhere writes nothing and keeps the previous copy; one that loses
+only some prices writes the copy with the previous prices for those (each price keeps its own date) and lists
+what failed.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from predictor.catalog.catalog import CATALOG_SCHEMA, Catalog, catalog_root
+from predictor.catalog.instances import InstanceType, Price
+from predictor.exceptions import CatalogError, UnknownNameError
+
+INSTANCE_COLUMNS = [
+    "instance_type", "family", "accelerator", "accelerator_kind", "gpu", "gpus", "gpu_memory_gib", "vcpus",
+    "memory_gib", "network_gbps", "network_up_to", "network_cards", "efa", "efa_max_interfaces", "gpu_interconnect",
+    "gpu_interconnect_detail", "local_nvme_gb", "arch", "placement_strategies", "usage_classes",
+    "spot_interruption_bucket", "spot_savings_pct", "spot_advisor_as_of", "specs_source",
+]
+PRICE_COLUMNS = ["instance_type", "region", "market", "availability_zone", "usd_hr", "estimated", "as_of", "source"]
+PRICING_REGION = "us-east-1"
+ClientFactory = Callable[[str, str], Any]
+
+
+@dataclass
+class RefreshResult:
+    """What a refresh did."""
+
+    path: Path | None
+    regions: list[str]
+    instance_types: int = 0
+    prices: int = 0
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def default_client_factory(session: Any = None) -> ClientFactory:
+    """boto3 clients with standard retries; endpoints from the usual AWS_ENDPOINT_URL* settings."""
+    import boto3
+    from botocore.config import Config
+
+    session = session or boto3.session.Session()
+    config = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+
+    def make(service: str, region: str) -> Any:
+        return session.client(service, region_name=region, config=config)
+
+    return make
+
+
+def has_credentials(session: Any = None) -> bool:
+    import boto3
+
+    return (session or boto3.session.Session()).get_credentials() is not None
+
+
+def region_location(region: str) -> str:
+    """The Pricing API's location name of a region ('us-east-1' -> 'US East (N. Virginia)')."""
+    from botocore.loaders import Loader
+
+    for partition in Loader().load_data("endpoints")["partitions"]:
+        if region in partition.get("regions", {}):
+            return partition["regions"][region]["description"]
+    raise CatalogError(f"Unknown AWS region {region!r}: no Pricing API location for it.")
+
+
+def _network_gbps(info: dict[str, Any]) -> tuple[float | None, bool]:
+    cards = info.get("NetworkCards") or []
+    perf = info.get("NetworkPerformance", "")
+    up_to = perf.lower().startswith("up to")
+    match = re.search(r"(?:(\d+)x\s*)?(\d+(?:\.\d+)?)\s*Gigabit", perf)
+    if match:
+        return float(match.group(2)) * (int(match.group(1)) if match.group(1) else 1), up_to
+    peak = sum(c.get("PeakBandwidthInGbps") or 0 for c in cards)
+    return (peak or None), up_to
+
+
+def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict[str, Any] | None:
+    name = item["InstanceType"]
+    old: InstanceType | None = previous.get(name) if name in previous else None
+    gpu_info, neuron = item.get("GpuInfo"), item.get("NeuronInfo")
+    if gpu_info and gpu_info.get("Gpus"):
+        g = gpu_info["Gpus"][0]
+        maker = g.get("Manufacturer", "")
+        accelerator = f"{maker} {g.get('Name', '')}".strip()
+        count = sum(x.get("Count", 0) for x in gpu_info["Gpus"])
+        memory = g.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024
+        kind = "cuda" if maker == "NVIDIA" else ("amd" if maker == "AMD" else "gaudi" if "Habana" in maker else "other")
+    elif neuron and neuron.get("NeuronDevices"):
+        d = neuron["NeuronDevices"][0]
+        accelerator, kind = f"AWS {d.get('Name', 'Neuron')}", "neuron"
+        count = sum(x.get("Count", 0) for x in neuron["NeuronDevices"])
+        memory = d.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024
+    else:
+        return None
+    gpu = ""
+    if kind == "cuda":
+        if old is not None and old.gpu:
+            gpu = old.gpu
+        else:
+            try:
+                gpu = previous.gpus.canonical(g.get("Name", ""), memory)
+            except UnknownNameError:
+                gpu = g.get("Name", "")
+                notes.append(f"{name}: GPU {accelerator!r} ({memory:.0f} GiB) is not in the GPU table; add its specs "
+                             "with --catalog-extra to predict on it")
+    net = item.get("NetworkInfo", {})
+    gbps, up_to = _network_gbps(net)
+    interconnect = old.gpu_interconnect if old is not None else ("single" if count == 1 else "pcie")
+    if old is None and count > 1:
+        notes.append(f"{name}: GPU interconnect is in no AWS API; assumed 'pcie' (set it with --catalog-extra)")
+    return {
+        "instance_type": name, "family": name.split(".")[0], "accelerator": accelerator, "accelerator_kind": kind,
+        "gpu": gpu, "gpus": count, "gpu_memory_gib": round(memory, 2), "vcpus": item["VCpuInfo"]["DefaultVCpus"],
+        "memory_gib": item["MemoryInfo"]["SizeInMiB"] / 1024, "network_gbps": "" if gbps is None else gbps,
+        "network_up_to": str(up_to).lower(), "network_cards": len(net.get("NetworkCards") or []) or 1,
+        "efa": str(bool(net.get("EfaSupported"))).lower(),
+        "efa_max_interfaces": (net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0),
+        "gpu_interconnect": interconnect, "gpu_interconnect_detail": "carried over" if old else "assumed",
+        "local_nvme_gb": (item.get("InstanceStorageInfo") or {}).get("TotalSizeInGB", 0),
+        "arch": ",".join(item.get("ProcessorInfo", {}).get("SupportedArchitectures", [])),
+        "placement_strategies": ",".join((item.get("PlacementGroupInfo") or {}).get("SupportedStrategies", [])),
+        "usage_classes": ",".join(item.get("SupportedUsageClasses", [])),
+        "spot_interruption_bucket": (old.spot_interruption_bucket or "") if old else "",
+        "spot_savings_pct": "", "spot_advisor_as_of": "", "specs_source": "ec2.describe_instance_types",
+    }
+
+
+def _paginate(client: Any, op: str, key: str, **kwargs: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for page in client.get_paginator(op).paginate(**kwargs):
+        out.extend(page.get(key, []))
+    return out
+
+
+def fetch_ondemand(pricing: Any, instance_type: str, region: str) -> float | None:
+    """On-demand Linux price per hour of one type in one region (None when AWS lists none)."""
+    filters = [{"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in (
+        ("instanceType", instance_type), ("location", region_location(region)), ("operatingSystem", "Linux"),
+        ("tenancy", "Shared"), ("preInstalledSw", "NA"), ("capacitystatus", "Used"))]
+    prices = []
+    for page in pricing.get_paginator("get_products").paginate(ServiceCode="AmazonEC2", Filters=filters):
+        for raw in page.get("PriceList", []):
+            product = json.loads(raw) if isinstance(raw, str) else raw
+            for term in product.get("terms", {}).get("OnDemand", {}).values():
+                for dim in term.get("priceDimensions", {}).values():
+                    usd = float(dim.get("pricePerUnit", {}).get("USD", "0"))
+                    if usd > 0:
+                        prices.append(usd)
+    return min(prices) if prices else None
+
+
+def refresh_catalog(regions: Sequence[str], *, client_factory: ClientFactory | None = None,
+                    previous: Catalog | None = None, progress: Callable[[str, int, int], None] | None = None,
+                    now: dt.datetime | None = None, root: Path | None = None) -> RefreshResult:
+    """Query AWS and write a new catalog copy; see the module docstring for the failure policy.
+
+    Raises:
+        CatalogError: instance types could not be read in any region (nothing written).
+    """
+    make = client_factory or default_client_factory()
+    previous = previous or Catalog.load()
+    now = now or dt.datetime.now(dt.timezone.utc)
+    stamp, today = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y-%m-%d")
+    result = RefreshResult(path=None, regions=list(regions))
+    report = progress or (lambda _msg, _i, _n: None)
+    specs: dict[str, dict[str, Any]] = {}
+    offered: dict[str, set[str]] = {}
+    prices: list[dict[str, Any]] = []
+    steps = len(regions) * 3 + 1
+    step = 0
+    for region in regions:
+        ec2 = make("ec2", region)
+        step += 1
+        report(f"{region}: instance types", step, steps)
+        try:
+            for item in _paginate(ec2, "describe_instance_types", "InstanceTypes"):
+                row = _spec_row(item, previous, result.notes)
+                if row is not None:
+                    specs[row["instance_type"]] = row
+        except Exception as exc:  # noqa: BLE001 - every AWS failure is reported, none aborts the others
+            result.failures.append(f"{region}: describe_instance_types: {_why(exc)}")
+            continue
+        step += 1
+        report(f"{region}: offerings", step, steps)
+        try:
+            offers = _paginate(ec2, "describe_instance_type_offerings", "InstanceTypeOfferings", LocationType="region",
+                               Filters=[{"Name": "location", "Values": [region]}])
+            offered[region] = {o["InstanceType"] for o in offers} & set(specs)
+        except Exception as exc:  # noqa: BLE001
+            result.failures.append(f"{region}: describe_instance_type_offerings: {_why(exc)}")
+            offered[region] = set(specs)
+        step += 1
+        report(f"{region}: spot prices", step, steps)
+        try:
+            prices += _spot_prices(ec2, sorted(offered[region]), region, now)
+        except Exception as exc:  # noqa: BLE001
+            result.failures.append(f"{region}: describe_spot_price_history: {_why(exc)}")
+    if not specs:
+        raise CatalogError("Catalog refresh failed, nothing was written and the previous catalog "
+                           f"({previous.info.source}, {previous.info.snapshot}) stays in use: "
+                           + "; ".join(result.failures))
+    step += 1
+    report("on-demand prices (pricing.get_products)", step, steps)
+    pricing = make("pricing", PRICING_REGION)
+    pricing_failed = False
+    for region in regions:
+        for name in sorted(offered.get(region, ())):
+            if pricing_failed:
+                break
+            try:
+                usd = fetch_ondemand(pricing, name, region)
+            except Exception as exc:  # noqa: BLE001
+                result.failures.append(f"pricing.get_products ({region}): {_why(exc)}")
+                pricing_failed = True  # one failure usually means all will: stop hammering
+                break
+            if usd is not None:
+                prices.append({"instance_type": name, "region": region, "market": "on-demand",
+                               "availability_zone": "", "usd_hr": usd, "estimated": "false", "as_of": today,
+                               "source": "pricing.get_products"})
+    prices += _carried_prices(prices, specs, offered, previous, result)
+    result.path = _write_copy(root or catalog_root(), stamp, specs, prices, regions, result, now)
+    result.instance_types, result.prices = len(specs), len(prices)
+    return result
+
+
+def _spot_prices(ec2: Any, types: list[str], region: str, now: dt.datetime) -> list[dict[str, Any]]:
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for chunk in (types[i:i + 50] for i in range(0, len(types), 50)):
+        for item in _paginate(ec2, "describe_spot_price_history", "SpotPriceHistory", InstanceTypes=chunk,
+                              ProductDescriptions=["Linux/UNIX"], StartTime=now):
+            key = (item["InstanceType"], item["AvailabilityZone"])
+            if key not in latest or item["Timestamp"] > latest[key]["Timestamp"]:
+                latest[key] = item
+    return [{"instance_type": t, "region": region, "market": "spot", "availability_zone": az,
+             "usd_hr": float(item["SpotPrice"]), "estimated": "false",
+             "as_of": item["Timestamp"].strftime("%Y-%m-%d"), "source": "ec2.describe_spot_price_history"}
+            for (t, az), item in sorted(latest.items())]
+
+
+def _carried_prices(fresh: list[dict[str, Any]], specs: dict[str, Any], offered: dict[str, set[str]],
+                    previous: Catalog, result: RefreshResult) -> list[dict[str, Any]]:
+    """Previous prices for (type, region, market) the refresh did not get, each keeping its date and source."""
+    have = {(p["instance_type"], p["region"], p["market"]) for p in fresh}
+    carried = []
+    for name in specs:
+        if name not in previous:
+            continue
+        for price in previous.get(name).prices:
+            if price.region in offered and (name, price.region, price.market) not in have:
+                carried.append(_price_row(name, price))
+    if carried:
+        result.notes.append(f"{len(carried)} prices were not refreshed and are carried over from "
+                            f"{previous.info.source} with their own dates")
+    return carried
+
+
+def _price_row(name: str, p: Price) -> dict[str, Any]:
+    return {"instance_type": name, "region": p.region, "market": p.market, "availability_zone": p.availability_zone
+            or "", "usd_hr": p.usd_hr, "estimated": str(p.estimated).lower(), "as_of": p.as_of, "source": p.source}
+
+
+def _write_copy(root: Path, stamp: str, specs: dict[str, Any], prices: list[dict[str, Any]], regions: Sequence[str],
+                result: RefreshResult, now: dt.datetime) -> Path:
+    """Write the copy into a temporary folder, then rename it into place (readers never see half a copy)."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{stamp}.", dir=root))
+    try:
+        for name, columns, rows in (("instances.csv", INSTANCE_COLUMNS, sorted(specs.values(),
+                                                                               key=lambda r: r["instance_type"])),
+                                    ("prices.csv", PRICE_COLUMNS, prices)):
+            buf = io.StringIO()
+            writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+            (tmp / name).write_text(buf.getvalue(), encoding="utf-8")
+        meta = {"schema": CATALOG_SCHEMA, "created_at": now.isoformat(timespec="seconds"), "regions": list(regions),
+                "instance_types": len(specs), "prices": len(prices), "failures": result.failures,
+                "notes": result.notes}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        target = root / stamp
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+        return target
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _why(exc: Exception) -> str:
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(exc, "response") else None
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{code}: {text}" if code else f"{type(exc).__name__}: {text}"
