@@ -1,7 +1,7 @@
 """Profile a CNN on scikit-learn's digits with SriftyCallback: what adding it to your own Trainer looks like.
 
-    python examples/train_digits.py                      # 1 process (GPU if there is one)
-    python examples/train_digits.py --devices 2          # 2 DDP processes with all-reduce timing (srifty_ddp)
+python examples/train_digits.py                      # 1 process (GPU if there is one)
+python examples/train_digits.py --devices 2          # 2 DDP processes with all-reduce timing (srifty_ddp)
 """
 
 import argparse

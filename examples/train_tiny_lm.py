@@ -1,6 +1,6 @@
 """Profile a small causal transformer LM on synthetic Markov-chain tokens (no download) with SriftyCallback.
 
-    python examples/train_tiny_lm.py [--precision bf16-mixed] [--accelerator cuda]
+python examples/train_tiny_lm.py [--precision bf16-mixed] [--accelerator cuda]
 """
 
 import argparse

@@ -137,7 +137,7 @@ class SriftyCallback(Callback):
             return
         try:
             self._setup(trainer)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the profiler must never stop training
             log.error(
                 "SriftyCallback could not start profiling (%s: %s); training continues without it.",
                 type(exc).__name__,
@@ -265,7 +265,7 @@ class SriftyCallback(Callback):
         if self.batch_size_fn is not None:
             try:
                 return int(self.batch_size_fn(batch))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a bad batch_size_fn must not stop training
                 self._notes.append(f"batch_size_fn raised {type(exc).__name__}: {exc}")
                 return None
         return batch_size(batch)
@@ -280,7 +280,7 @@ class SriftyCallback(Callback):
         if trainer.is_global_zero:
             try:
                 self._write(trainer, pl_module, payloads, truncated)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - never crash training because of the profiler
                 log.error("SriftyCallback could not build the profile: %s", exc)
         if self._timer is not None:
             self._timer.reset()
@@ -301,7 +301,7 @@ class SriftyCallback(Callback):
                 hostname=socket.gethostname(),
                 peak_memory=hw.peak_memory(self._device),
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported to rank 0 instead of raising
             return RankPayload(rank=rank, error=f"{type(exc).__name__}: {exc}")
 
     def _write(

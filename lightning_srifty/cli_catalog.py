@@ -14,7 +14,8 @@ LISTING_SCHEMA = "srifty.catalog-listing/v1"
 
 
 def load_catalog(args: argparse.Namespace) -> Catalog:
-    return Catalog.load(getattr(args, "catalog", None), extra=getattr(args, "catalog_extra", None) or ())
+    extra = [*(getattr(args, "global_catalog_extra", None) or ()), *(getattr(args, "catalog_extra", None) or ())]
+    return Catalog.load(getattr(args, "catalog", None), extra=extra)
 
 
 def _console() -> Any:
@@ -34,46 +35,88 @@ def cmd_show(args: argparse.Namespace) -> int:
     from predictor.catalog.instances import instance_to_dict
 
     catalog = load_catalog(args)
-    items = catalog.filter(gpu=args.gpu, region=args.region, cuda_only=not args.all, max_price=args.max_price,
-                           min_gpu_memory_gib=args.min_gpu_memory)
+    items = catalog.filter(
+        gpu=args.gpu,
+        region=args.region,
+        cuda_only=not args.all,
+        max_price=args.max_price,
+        min_gpu_memory_gib=args.min_gpu_memory,
+    )
     if args.format == "json":
-        doc = {"schema": LISTING_SCHEMA, "source": catalog.info.source, "snapshot": catalog.info.snapshot,
-               "extras": list(catalog.info.extras), "region": args.region,
-               "instance_types": [instance_to_dict(it, args.region) for it in items]}
+        doc = {
+            "schema": LISTING_SCHEMA,
+            "source": catalog.info.source,
+            "snapshot": catalog.info.snapshot,
+            "extras": list(catalog.info.extras),
+            "region": args.region,
+            "instance_types": [instance_to_dict(it, args.region) for it in items],
+        }
         print(json.dumps(doc, indent=2))
         return 0
     from rich.table import Table
 
-    table = Table(title=f"EC2 accelerator instance types in {args.region or 'any region'} "
-                        f"(catalog: {catalog.info.source}, snapshot {catalog.info.snapshot})",
-                  caption="spot: cheapest zone; ~ marks an estimate from Spot Advisor savings. "
-                          "Interruption: Spot Advisor frequency bucket (share of instances interrupted per month).")
-    for col, justify in (("instance type", "left"), ("GPU", "left"), ("GPUs", "right"), ("GPU GiB", "right"),
-                         ("vCPUs", "right"), ("network Gbps", "right"), ("EFA", "center"), ("interconnect", "left"),
-                         ("on-demand $/h", "right"), ("spot $/h", "right"), ("interruption", "center")):
+    table = Table(
+        title=f"EC2 accelerator instance types in {args.region or 'any region'} "
+        f"(catalog: {catalog.info.source}, snapshot {catalog.info.snapshot})",
+        caption="spot: cheapest zone; ~ marks an estimate from Spot Advisor savings. "
+        "Interruption: Spot Advisor frequency bucket (share of instances interrupted per month).",
+    )
+    for col, justify in (
+        ("instance type", "left"),
+        ("GPU", "left"),
+        ("GPUs", "right"),
+        ("GPU GiB", "right"),
+        ("vCPUs", "right"),
+        ("network Gbps", "right"),
+        ("EFA", "center"),
+        ("interconnect", "left"),
+        ("on-demand $/h", "right"),
+        ("spot $/h", "right"),
+        ("interruption", "center"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for it in items:
         spot = it.price(args.region, "spot")
         net = "-" if it.network_gbps is None else f"{'≤' if it.network_up_to else ''}{it.network_gbps:g}"
-        table.add_row(it.name, it.gpu or it.accelerator, str(it.gpus), f"{it.gpu_memory_gib:g}", str(it.vcpus), net,
-                      "yes" if it.efa else "", it.gpu_interconnect,
-                      _money(it.price_usd_hr(args.region, "on-demand")),
-                      _money(spot.usd_hr if spot else None, bool(spot and spot.estimated)),
-                      it.spot_interruption_bucket or "-")
+        table.add_row(
+            it.name,
+            it.gpu or it.accelerator,
+            str(it.gpus),
+            f"{it.gpu_memory_gib:g}",
+            str(it.vcpus),
+            net,
+            "yes" if it.efa else "",
+            it.gpu_interconnect,
+            _money(it.price_usd_hr(args.region, "on-demand")),
+            _money(spot.usd_hr if spot else None, bool(spot and spot.estimated)),
+            it.spot_interruption_bucket or "-",
+        )
     console = _console()
     console.print(table)
-    console.print(f"{len(items)} of {len(catalog)} instance types" + ("" if args.all else " (CUDA only; --all for "
-                                                                        "Neuron, Gaudi and AMD types)"))
+    console.print(
+        f"{len(items)} of {len(catalog)} instance types"
+        + ("" if args.all else " (CUDA only; --all for Neuron, Gaudi and AMD types)")
+    )
     return 0
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
     catalog = load_catalog(args)
     rows: list[dict[str, Any]] = [
-        {"key": g.key, "arch": g.arch, "memory_gb": g.memory_gb, "memory_bw_gbps": g.memory_bw_gbps,
-         "fp32_tflops": g.fp32_tflops, "tf32_tflops": g.tf32_tflops, "fp16_tflops": g.fp16_tflops,
-         "bf16_tflops": g.bf16_tflops, "nvlink_gbps": g.nvlink_gbps, "aliases": list(g.aliases)}
-        for g in catalog.gpus.gpus.values()]
+        {
+            "key": g.key,
+            "arch": g.arch,
+            "memory_gb": g.memory_gb,
+            "memory_bw_gbps": g.memory_bw_gbps,
+            "fp32_tflops": g.fp32_tflops,
+            "tf32_tflops": g.tf32_tflops,
+            "fp16_tflops": g.fp16_tflops,
+            "bf16_tflops": g.bf16_tflops,
+            "nvlink_gbps": g.nvlink_gbps,
+            "aliases": list(g.aliases),
+        }
+        for g in catalog.gpus.gpus.values()
+    ]
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
@@ -83,8 +126,22 @@ def cmd_gpus(args: argparse.Namespace) -> int:
     for col in ("key", "arch", "memory GB", "bandwidth GB/s", "FP32", "TF32", "FP16", "BF16", "NVLink GB/s"):
         table.add_column(col, justify="left" if col in ("key", "arch") else "right")
     for r in rows:
-        table.add_row(r["key"], r["arch"], *("-" if r[k] is None else f"{r[k]:g}" for k in (
-            "memory_gb", "memory_bw_gbps", "fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops", "nvlink_gbps")))
+        table.add_row(
+            r["key"],
+            r["arch"],
+            *(
+                "-" if r[k] is None else f"{r[k]:g}"
+                for k in (
+                    "memory_gb",
+                    "memory_bw_gbps",
+                    "fp32_tflops",
+                    "tf32_tflops",
+                    "fp16_tflops",
+                    "bf16_tflops",
+                    "nvlink_gbps",
+                )
+            ),
+        )
     _console().print(table)
     return 0
 
@@ -95,9 +152,12 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     regions = [r.strip() for r in args.regions.split(",") if r.strip()]
     current = Catalog.load(use_env=False)
     if not has_credentials():
-        print(f"srifty: no AWS credentials found, so the catalog was not refreshed; the {current.info.source} "
-              f"catalog (snapshot {current.info.snapshot}) stays in use. Configure credentials (aws configure, "
-              "AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to refresh.", file=sys.stderr)
+        print(
+            f"srifty: no AWS credentials found, so the catalog was not refreshed; the {current.info.source} "
+            f"catalog (snapshot {current.info.snapshot}) stays in use. Configure credentials (aws configure, "
+            "AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to refresh.",
+            file=sys.stderr,
+        )
         return 1
     from rich.progress import Progress
 
@@ -112,8 +172,10 @@ def cmd_refresh(args: argparse.Namespace) -> int:
         except CatalogError as exc:
             print(f"srifty: error: {exc}", file=sys.stderr)
             return 2
-    print(f"wrote {result.path}: {result.instance_types} accelerator instance types, {result.prices} prices "
-          f"({', '.join(regions)})")
+    print(
+        f"wrote {result.path}: {result.instance_types} accelerator instance types, {result.prices} prices "
+        f"({', '.join(regions)})"
+    )
     for note in result.notes:
         print(f"note: {note}")
     for failure in result.failures:

@@ -54,7 +54,7 @@ class StepFlopCounter:
 
             mode = FlopCounterMode(display=False)
             mode.__enter__()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - FLOPs are optional: record why
             self.abort(f"torch's FlopCounterMode failed: {type(exc).__name__}: {exc}")
             return
         self._mode, self._phase = mode, phase
@@ -64,7 +64,7 @@ class StepFlopCounter:
         try:
             mode.__exit__(None, None, None)
             return int(mode.get_total_flops())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - FLOPs are optional: record why
             self.reason = f"torch's FlopCounterMode failed: {type(exc).__name__}: {exc}"
             return None
 

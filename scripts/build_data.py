@@ -60,23 +60,58 @@ GPU_KEYS: dict[str, list[tuple[str, float | None, list[str]]]] = {
 
 # accelerator as the instance table names it -> canonical GPU key (by GPU memory where one name has two sizes)
 INSTANCE_GPU = {
-    ("NVIDIA Tesla K80", None): "K80", ("NVIDIA Tesla M60", None): "M60", ("NVIDIA T4", None): "T4",
-    ("NVIDIA T4g", None): "T4", ("NVIDIA A10G", None): "A10G", ("NVIDIA L4", None): "L4",
-    ("NVIDIA L40S", None): "L40S", ("NVIDIA Tesla V100", 16.0): "V100-SXM2-16GB",
-    ("NVIDIA V100", 32.0): "V100-SXM2-32GB", ("NVIDIA A100", 40.0): "A100-SXM-40GB",
-    ("NVIDIA A100", 80.0): "A100-SXM-80GB", ("NVIDIA H100", 80.0): "H100-SXM", ("NVIDIA H200", 141.0): "H200-SXM",
+    ("NVIDIA Tesla K80", None): "K80",
+    ("NVIDIA Tesla M60", None): "M60",
+    ("NVIDIA T4", None): "T4",
+    ("NVIDIA T4g", None): "T4",
+    ("NVIDIA A10G", None): "A10G",
+    ("NVIDIA L4", None): "L4",
+    ("NVIDIA L40S", None): "L40S",
+    ("NVIDIA Tesla V100", 16.0): "V100-SXM2-16GB",
+    ("NVIDIA V100", 32.0): "V100-SXM2-32GB",
+    ("NVIDIA A100", 40.0): "A100-SXM-40GB",
+    ("NVIDIA A100", 80.0): "A100-SXM-80GB",
+    ("NVIDIA H100", 80.0): "H100-SXM",
+    ("NVIDIA H200", 141.0): "H200-SXM",
     # no published specs in gpu_specs.csv: the key is known, the specs come from --catalog-extra
-    ("NVIDIA B200", None): "B200-SXM", ("NVIDIA B300", None): "B300-SXM",
+    ("NVIDIA B200", None): "B200-SXM",
+    ("NVIDIA B300", None): "B300-SXM",
 }
 KIND = {"GPU": "cuda", "NON-GPU (AWS Neuron": "neuron", "GPU (AMD": "amd", "NON-GPU (Habana": "gaudi"}
-INTERCONNECT = {"single-GPU": "single", "single-device": "single", "PCIe": "pcie", "NVLink": "nvlink",
-                "NVSwitch": "nvswitch", "NeuronLink": "neuronlink"}
+INTERCONNECT = {
+    "single-GPU": "single",
+    "single-device": "single",
+    "PCIe": "pcie",
+    "NVLink": "nvlink",
+    "NVSwitch": "nvswitch",
+    "NeuronLink": "neuronlink",
+}
 
 INSTANCE_COLUMNS = [
-    "instance_type", "family", "accelerator", "accelerator_kind", "gpu", "gpus", "gpu_memory_gib", "vcpus",
-    "memory_gib", "network_gbps", "network_up_to", "network_cards", "efa", "efa_max_interfaces", "gpu_interconnect",
-    "gpu_interconnect_detail", "local_nvme_gb", "arch", "placement_strategies", "usage_classes",
-    "spot_interruption_bucket", "spot_savings_pct", "spot_advisor_as_of", "specs_source",
+    "instance_type",
+    "family",
+    "accelerator",
+    "accelerator_kind",
+    "gpu",
+    "gpus",
+    "gpu_memory_gib",
+    "vcpus",
+    "memory_gib",
+    "network_gbps",
+    "network_up_to",
+    "network_cards",
+    "efa",
+    "efa_max_interfaces",
+    "gpu_interconnect",
+    "gpu_interconnect_detail",
+    "local_nvme_gb",
+    "arch",
+    "placement_strategies",
+    "usage_classes",
+    "spot_interruption_bucket",
+    "spot_savings_pct",
+    "spot_advisor_as_of",
+    "specs_source",
 ]
 PRICE_COLUMNS = ["instance_type", "region", "market", "availability_zone", "usd_hr", "estimated", "as_of", "source"]
 
@@ -162,43 +197,92 @@ def build_instances(shared: Path) -> tuple[str, str]:
     for row in sorted(rows, key=lambda r: r["instance_type"]):
         kind = _prefix_lookup(KIND, row["accelerator_kind"], "accelerator kind")
         memory = float(row["accelerator_memory_gib"])
-        specs.writerow({
-            "instance_type": row["instance_type"], "family": row["family"], "accelerator": row["accelerator"],
-            "accelerator_kind": kind, "gpu": instance_gpu(row["accelerator"], memory) if kind == "cuda" else "",
-            "gpus": row["accelerator_count"], "gpu_memory_gib": row["accelerator_memory_gib"], "vcpus": row["vcpus"],
-            "memory_gib": row["memory_gib"], "network_gbps": row["network_gbps"],
-            "network_up_to": row["network_up_to"].lower(), "network_cards": row["network_cards"],
-            "efa": row["efa"].lower(), "efa_max_interfaces": row["efa_max_interfaces"] or "0",
-            "gpu_interconnect": next((v for k, v in INTERCONNECT.items() if row["gpu_interconnect"].startswith(k)),
-                                     "other"),
-            "gpu_interconnect_detail": row["gpu_interconnect"], "local_nvme_gb": row["local_nvme_gb"] or "0",
-            "arch": row["arch"], "placement_strategies": row["placement_strategies"],
-            "usage_classes": row["usage_classes"], "spot_interruption_bucket": row["spot_interruption_bucket"],
-            "spot_savings_pct": row["spot_advisor_savings_pct_us_east_1"],
-            "spot_advisor_as_of": _date_in(row["spot_advisor_snapshot"], ""), "specs_source": row["source_specs"],
-        })
+        specs.writerow(
+            {
+                "instance_type": row["instance_type"],
+                "family": row["family"],
+                "accelerator": row["accelerator"],
+                "accelerator_kind": kind,
+                "gpu": instance_gpu(row["accelerator"], memory) if kind == "cuda" else "",
+                "gpus": row["accelerator_count"],
+                "gpu_memory_gib": row["accelerator_memory_gib"],
+                "vcpus": row["vcpus"],
+                "memory_gib": row["memory_gib"],
+                "network_gbps": row["network_gbps"],
+                "network_up_to": row["network_up_to"].lower(),
+                "network_cards": row["network_cards"],
+                "efa": row["efa"].lower(),
+                "efa_max_interfaces": row["efa_max_interfaces"] or "0",
+                "gpu_interconnect": next(
+                    (v for k, v in INTERCONNECT.items() if row["gpu_interconnect"].startswith(k)), "other"
+                ),
+                "gpu_interconnect_detail": row["gpu_interconnect"],
+                "local_nvme_gb": row["local_nvme_gb"] or "0",
+                "arch": row["arch"],
+                "placement_strategies": row["placement_strategies"],
+                "usage_classes": row["usage_classes"],
+                "spot_interruption_bucket": row["spot_interruption_bucket"],
+                "spot_savings_pct": row["spot_advisor_savings_pct_us_east_1"],
+                "spot_advisor_as_of": _date_in(row["spot_advisor_snapshot"], ""),
+                "specs_source": row["source_specs"],
+            }
+        )
         it = row["instance_type"]
 
-        def price(region: str, market: str, zone: str, value: str, as_of: str, source: str,
-                  estimated: bool = False, it: str = it) -> None:
+        def price(
+            region: str,
+            market: str,
+            zone: str,
+            value: str,
+            as_of: str,
+            source: str,
+            estimated: bool = False,
+            it: str = it,
+        ) -> None:
             if value and value != "NA":
-                prices.writerow({"instance_type": it, "region": region, "market": market, "availability_zone": zone,
-                                 "usd_hr": value, "estimated": str(estimated).lower(), "as_of": as_of,
-                                 "source": source})
+                prices.writerow(
+                    {
+                        "instance_type": it,
+                        "region": region,
+                        "market": market,
+                        "availability_zone": zone,
+                        "usd_hr": value,
+                        "estimated": str(estimated).lower(),
+                        "as_of": as_of,
+                        "source": source,
+                    }
+                )
 
-        price("us-east-1", "on-demand", "", row["ondemand_usd_hr_us_east_1"],
-              _date_in(row["ondemand_us_east_1_source"], ""), row["ondemand_us_east_1_source"])
-        price("us-west-2", "on-demand", "", row["ondemand_usd_hr_us_west_2"], "2026-06",
-              row["ondemand_us_west_2_source"] + " (mid 2026)")
+        price(
+            "us-east-1",
+            "on-demand",
+            "",
+            row["ondemand_usd_hr_us_east_1"],
+            _date_in(row["ondemand_us_east_1_source"], ""),
+            row["ondemand_us_east_1_source"],
+        )
+        price(
+            "us-west-2",
+            "on-demand",
+            "",
+            row["ondemand_usd_hr_us_west_2"],
+            "2026-06",
+            row["ondemand_us_west_2_source"] + " (mid 2026)",
+        )
         for item in filter(None, row["spot_us_east_1_az_prices"].split(";")):
             zone, value = item.split("=")
             price("us-east-1", "spot", zone, value, "2026-06", row["spot_snapshot"])
-        price("us-west-2", "spot", "", row["spot_us_west_2_min"], "2026-06",
-              row["spot_snapshot"] + " (lowest zone)")
+        price("us-west-2", "spot", "", row["spot_us_west_2_min"], "2026-06", row["spot_snapshot"] + " (lowest zone)")
         if not row["spot_us_east_1_az_prices"]:
-            price("us-east-1", "spot", "", row["spot_est_usd_hr_us_east_1_from_advisor"],
-                  _date_in(row["spot_advisor_snapshot"], ""),
-                  "on-demand x (1 - Spot Advisor savings): " + row["spot_advisor_snapshot"], estimated=True)
+            price(
+                "us-east-1",
+                "spot",
+                "",
+                row["spot_est_usd_hr_us_east_1_from_advisor"],
+                _date_in(row["spot_advisor_snapshot"], ""),
+                "on-demand x (1 - Spot Advisor savings): " + row["spot_advisor_snapshot"],
+                estimated=True,
+            )
     return spec_out.getvalue(), price_out.getvalue()
 
 
@@ -218,8 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     data = ROOT / "predictor" / "data"
     instances, prices = build_instances(args.shared)
-    outputs = {data / "gpus.csv": build_gpus(args.shared), data / "instances.csv": instances,
-               data / "prices.csv": prices}
+    outputs = {
+        data / "gpus.csv": build_gpus(args.shared),
+        data / "instances.csv": instances,
+        data / "prices.csv": prices,
+    }
     stale = [p for p, text in outputs.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
     if args.check:
         for path in stale:

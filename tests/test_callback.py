@@ -7,10 +7,10 @@ import logging
 
 import lightning.pytorch as pl
 import pytest
-from helpers import DictDataset, DictModel, TinyModel, loader, trainer
-from imds_server import FakeIMDS
 from torch.utils.data import DataLoader
 
+from helpers import DictDataset, DictModel, TinyModel, loader, trainer
+from imds_server import FakeIMDS
 from lightning_srifty import SriftyCallback
 from lightning_srifty.model_info import parameter_counts
 from predictor.exceptions import ConfigError

@@ -32,7 +32,6 @@ def test_cuda_event_clock_orders_marks() -> None:
 @cuda
 def test_callback_on_cuda(tmp_path) -> None:
     from helpers import TinyModel, loader, trainer
-
     from lightning_srifty import SriftyCallback
 
     cb = SriftyCallback(warmup_steps=3, profile_steps=20, output=tmp_path / "p.json", verbose=False)
@@ -48,15 +47,18 @@ def test_callback_on_cuda(tmp_path) -> None:
 @two_gpus
 def test_nccl_srifty_ddp(tmp_path, subprocess_env) -> None:
     out = tmp_path / "p.json"
-    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); import lightning.pytorch as pl; "
-            "from helpers import TinyModel, loader; from lightning_srifty import SriftyCallback; "
-            f"pl.Trainer(accelerator='cuda', devices=2, strategy='srifty_ddp', max_steps=30, logger=False, "
-            f"enable_checkpointing=False, callbacks=[SriftyCallback(warmup_steps=5, profile_steps=20, "
-            f"output={str(out)!r}, verbose=False)]).fit(TinyModel(hidden=20000), train_dataloaders=loader(4096, 16))")
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); import lightning.pytorch as pl; "
+        "from helpers import TinyModel, loader; from lightning_srifty import SriftyCallback; "
+        f"pl.Trainer(accelerator='cuda', devices=2, strategy='srifty_ddp', max_steps=30, logger=False, "
+        f"enable_checkpointing=False, callbacks=[SriftyCallback(warmup_steps=5, profile_steps=20, "
+        f"output={str(out)!r}, verbose=False)]).fit(TinyModel(hidden=20000), train_dataloaders=loader(4096, 16))"
+    )
     script = tmp_path / "run.py"
     script.write_text(code)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                            env=subprocess_env)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=subprocess_env
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     comm = load_profile(out).communication
     assert comm.backend == "nccl" and comm.allreduce_s.p50 > 0

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from predictor.profile import load_profile
 
 pytestmark = pytest.mark.ddp

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from predictor.catalog import canonical_gpu, get_gpu, gpu_table
 from predictor.exceptions import UnknownNameError
 

@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
 import lightning_srifty
+from conftest import ROOT
 
 
 def test_public_surface_is_small_and_resolves() -> None:

@@ -7,8 +7,8 @@ import json
 import re
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from predictor._schema import iter_field_paths, markdown_reference
 from predictor.exceptions import ProfileError, ProfileSchemaError
 from predictor.profile import SCHEMA, Profile, Stats, load_profile, profile_json_schema

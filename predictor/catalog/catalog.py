@@ -71,9 +71,14 @@ class Catalog:
 
     # ---------------------------------------------------------------- construction
     @classmethod
-    def load(cls, path: str | os.PathLike[str] | None = None, *,
-             extra: Sequence[str | os.PathLike[str]] = (), use_refreshed: bool = True,
-             use_env: bool = True) -> Catalog:
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        extra: Sequence[str | os.PathLike[str]] = (),
+        use_refreshed: bool = True,
+        use_env: bool = True,
+    ) -> Catalog:
         """The catalog from ``path`` (a catalog folder), else the newest refreshed copy, else the bundled snapshot,
         with user-defined GPUs and types from ``extra`` YAML files and ``$SRIFTY_CATALOG_EXTRA`` merged over it.
 
@@ -102,8 +107,10 @@ class Catalog:
             try:
                 gpu = gpus.get(fields["gpu"])
             except UnknownNameError as exc:
-                raise CatalogError(f"{extra.path}: {fields['_where']}.gpu: {exc} Define it under 'gpus:' in the "
-                                   "same file if it is new.") from None
+                raise CatalogError(
+                    f"{extra.path}: {fields['_where']}.gpu: {exc} Define it under 'gpus:' in the "
+                    "same file if it is new."
+                ) from None
             instances[fields["name"]] = build_instance(fields, gpu, extra.path)
         info = CatalogInfo(self.info.source, self.info.snapshot, (*self.info.extras, extra.path), self.info.notes)
         return Catalog(instances, gpus, info)
@@ -130,16 +137,29 @@ class Catalog:
             lowered = {n.lower(): n for n in self._instances}
             if name.lower() in lowered:
                 return self._instances[lowered[name.lower()]]
-            raise UnknownNameError("instance type", name, suggest(name, self._instances),
-                                   hint="Add your own with --catalog-extra (docs/catalog.md).") from None
+            raise UnknownNameError(
+                "instance type",
+                name,
+                suggest(name, self._instances),
+                hint="Add your own with --catalog-extra (docs/catalog.md).",
+            ) from None
 
     def gpu(self, name: str) -> GPU:
         """GPU specs by canonical key or any name torch reports."""
         return self.gpus.get(name)
 
-    def filter(self, *, gpu: str | None = None, min_gpu_memory_gib: float | None = None, region: str | None = None,
-               cuda_only: bool = True, max_price: float | None = None, market: Market = "on-demand",
-               min_gpus: int | None = None, family: str | None = None) -> list[InstanceType]:
+    def filter(
+        self,
+        *,
+        gpu: str | None = None,
+        min_gpu_memory_gib: float | None = None,
+        region: str | None = None,
+        cuda_only: bool = True,
+        max_price: float | None = None,
+        market: Market = "on-demand",
+        min_gpus: int | None = None,
+        family: str | None = None,
+    ) -> list[InstanceType]:
         """Instance types matching every given condition, cheapest first (unpriced last).
 
         ``gpu`` matches a canonical key exactly or a key prefix ("A100" matches both A100 sizes); ``region`` keeps
@@ -167,14 +187,17 @@ class Catalog:
                 if price is None or price > max_price:
                     continue
             out.append(it)
-        return sorted(out, key=lambda it: (it.price_usd_hr(region, market) is None,
-                                           it.price_usd_hr(region, market) or 0.0, it.name))
+        return sorted(
+            out,
+            key=lambda it: (it.price_usd_hr(region, market) is None, it.price_usd_hr(region, market) or 0.0, it.name),
+        )
 
     def _gpu_keys(self, gpu: str) -> set[str]:
         upper = gpu.upper()
         prefixed = {k for k in self.gpus.gpus if k.upper() == upper or k.upper().startswith(upper + "-")}
-        prefixed |= {it.gpu for it in self if it.gpu and (it.gpu.upper() == upper
-                                                          or it.gpu.upper().startswith(upper + "-"))}
+        prefixed |= {
+            it.gpu for it in self if it.gpu and (it.gpu.upper() == upper or it.gpu.upper().startswith(upper + "-"))
+        }
         if prefixed:
             return prefixed
         return {self.gpus.canonical(gpu)}  # raises UnknownNameError with suggestions
@@ -190,10 +213,15 @@ def _read_copy(folder: Path) -> tuple[dict[str, InstanceType], CatalogInfo]:
     except FileNotFoundError as exc:
         raise CatalogError(f"{folder} is not a catalog copy: {Path(exc.filename).name} is missing.") from None
     except (ValueError, KeyError) as exc:
-        raise CatalogError(f"{folder} holds an unreadable catalog copy ({type(exc).__name__}: {exc}); delete it or "
-                           "run `srifty catalog refresh` again.") from None
+        raise CatalogError(
+            f"{folder} holds an unreadable catalog copy ({type(exc).__name__}: {exc}); delete it or "
+            "run `srifty catalog refresh` again."
+        ) from None
     if meta.get("schema") != CATALOG_SCHEMA:
-        raise CatalogError(f"{folder}/meta.json: this lightning-srifty reads {CATALOG_SCHEMA!r}, the copy is "
-                           f"{meta.get('schema')!r}. Run `srifty catalog refresh` again.")
-    return instances, CatalogInfo(source=str(folder), snapshot=str(meta.get("created_at", "?"))[:10],
-                                  notes=tuple(meta.get("notes", ())))
+        raise CatalogError(
+            f"{folder}/meta.json: this lightning-srifty reads {CATALOG_SCHEMA!r}, the copy is "
+            f"{meta.get('schema')!r}. Run `srifty catalog refresh` again."
+        )
+    return instances, CatalogInfo(
+        source=str(folder), snapshot=str(meta.get("created_at", "?"))[:10], notes=tuple(meta.get("notes", ()))
+    )

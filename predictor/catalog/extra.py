@@ -32,13 +32,37 @@ from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import INTERCONNECTS, InstanceType, Price
 from predictor.exceptions import CatalogError
 
-GPU_FIELDS = {"name": str, "memory_gb": float, "memory_bw_gbps": float, "fp32_tflops": float, "tf32_tflops": float,
-              "fp16_tflops": float, "bf16_tflops": float, "nvlink_gbps": float, "arch": str, "aliases": list}
+GPU_FIELDS = {
+    "name": str,
+    "memory_gb": float,
+    "memory_bw_gbps": float,
+    "fp32_tflops": float,
+    "tf32_tflops": float,
+    "fp16_tflops": float,
+    "bf16_tflops": float,
+    "nvlink_gbps": float,
+    "arch": str,
+    "aliases": list,
+}
 GPU_REQUIRED = ("name", "memory_gb")
-INSTANCE_FIELDS = {"name": str, "gpu": str, "gpus": int, "vcpus": int, "memory_gib": float, "network_gbps": float,
-                   "efa": bool, "gpu_interconnect": str, "price_usd_hr": float, "spot_price_usd_hr": float,
-                   "interruption_rate_per_hr": float, "region": str, "local_nvme_gb": float, "arch": str,
-                   "gpu_memory_gib": float, "family": str}
+INSTANCE_FIELDS = {
+    "name": str,
+    "gpu": str,
+    "gpus": int,
+    "vcpus": int,
+    "memory_gib": float,
+    "network_gbps": float,
+    "efa": bool,
+    "gpu_interconnect": str,
+    "price_usd_hr": float,
+    "spot_price_usd_hr": float,
+    "interruption_rate_per_hr": float,
+    "region": str,
+    "local_nvme_gb": float,
+    "arch": str,
+    "gpu_memory_gib": float,
+    "family": str,
+}
 INSTANCE_REQUIRED = ("name", "gpu", "gpus", "vcpus", "memory_gib", "network_gbps")
 
 
@@ -69,12 +93,17 @@ def _check(path: str, where: str, entry: Any, fields: dict[str, type], required:
     out: dict[str, Any] = {}
     for key, value in entry.items():
         kind = fields[key]
-        ok = (isinstance(value, bool) if kind is bool else
-              isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
-              isinstance(value, int) and not isinstance(value, bool) if kind is int else isinstance(value, kind))
+        ok = (
+            isinstance(value, bool)
+            if kind is bool
+            else isinstance(value, (int, float)) and not isinstance(value, bool)
+            if kind is float
+            else isinstance(value, int) and not isinstance(value, bool)
+            if kind is int
+            else isinstance(value, kind)
+        )
         if not ok:
-            names = {float: "a number", int: "a whole number", bool: "true or false", str: "a string",
-                     list: "a list"}
+            names = {float: "a number", int: "a whole number", bool: "true or false", str: "a string", list: "a list"}
             raise _err(path, f"{where}.{key}", f"expected {names[kind]}, got {value!r}")
         if kind in (float, int) and value < 0:
             raise _err(path, f"{where}.{key}", f"must not be negative, got {value!r}")
@@ -110,20 +139,39 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
     gpus = []
     for i, entry in enumerate(data.get("gpus") or []):
         f = _check(name, f"gpus[{i}]", entry, GPU_FIELDS, GPU_REQUIRED)
-        gpus.append(GPU(key=f["name"], arch=f.get("arch", "user-defined"), memory_gb=f["memory_gb"],
-                        memory_bw_gbps=f.get("memory_bw_gbps"), fp32_tflops=f.get("fp32_tflops"),
-                        tf32_tflops=f.get("tf32_tflops"), fp16_tflops=f.get("fp16_tflops"),
-                        bf16_tflops=f.get("bf16_tflops"), nvlink_gbps=f.get("nvlink_gbps"), pcie="",
-                        aliases=tuple(str(a) for a in f.get("aliases", [])), source=f"user: {name}"))
+        gpus.append(
+            GPU(
+                key=f["name"],
+                arch=f.get("arch", "user-defined"),
+                memory_gb=f["memory_gb"],
+                memory_bw_gbps=f.get("memory_bw_gbps"),
+                fp32_tflops=f.get("fp32_tflops"),
+                tf32_tflops=f.get("tf32_tflops"),
+                fp16_tflops=f.get("fp16_tflops"),
+                bf16_tflops=f.get("bf16_tflops"),
+                nvlink_gbps=f.get("nvlink_gbps"),
+                pcie="",
+                aliases=tuple(str(a) for a in f.get("aliases", [])),
+                source=f"user: {name}",
+            )
+        )
     instances = []
     for i, entry in enumerate(data.get("instance_types") or []):
-        f = _check(name, f"instance_types[{i}] ({entry.get('name', '?') if isinstance(entry, dict) else '?'})",
-                   entry, INSTANCE_FIELDS, INSTANCE_REQUIRED)
+        f = _check(
+            name,
+            f"instance_types[{i}] ({entry.get('name', '?') if isinstance(entry, dict) else '?'})",
+            entry,
+            INSTANCE_FIELDS,
+            INSTANCE_REQUIRED,
+        )
         if "gpu_interconnect" in f and f["gpu_interconnect"] not in INTERCONNECTS:
             close = suggest(f["gpu_interconnect"], list(INTERCONNECTS), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise _err(name, f"instance_types[{i}].gpu_interconnect",
-                       f"must be one of {', '.join(INTERCONNECTS)}, got {f['gpu_interconnect']!r}.{hint}")
+            raise _err(
+                name,
+                f"instance_types[{i}].gpu_interconnect",
+                f"must be one of {', '.join(INTERCONNECTS)}, got {f['gpu_interconnect']!r}.{hint}",
+            )
         instances.append({**f, "_where": f"instance_types[{i}]"})
     return Extra(path=name, gpus=tuple(gpus), instances=tuple(instances))
 
@@ -138,11 +186,21 @@ def build_instance(fields: dict[str, Any], gpu: GPU, path: str) -> InstanceType:
         prices.append(Price(region=region, market="spot", usd_hr=fields["spot_price_usd_hr"], source=f"user: {path}"))
     gpus = fields["gpus"]
     return InstanceType(
-        name=fields["name"], family=fields.get("family", fields["name"].split(".")[0]), accelerator=gpu.key,
-        accelerator_kind="cuda", gpu=gpu.key, gpus=gpus, gpu_memory_gib=fields.get("gpu_memory_gib", gpu.memory_gb),
-        vcpus=fields["vcpus"], memory_gib=fields["memory_gib"], network_gbps=fields["network_gbps"],
+        name=fields["name"],
+        family=fields.get("family", fields["name"].split(".")[0]),
+        accelerator=gpu.key,
+        accelerator_kind="cuda",
+        gpu=gpu.key,
+        gpus=gpus,
+        gpu_memory_gib=fields.get("gpu_memory_gib", gpu.memory_gb),
+        vcpus=fields["vcpus"],
+        memory_gib=fields["memory_gib"],
+        network_gbps=fields["network_gbps"],
         efa=fields.get("efa", False),
         gpu_interconnect=fields.get("gpu_interconnect", "single" if gpus == 1 else "pcie"),
-        local_nvme_gb=fields.get("local_nvme_gb", 0.0), arch=fields.get("arch", "x86_64"),
-        interruption_rate_per_hr=fields.get("interruption_rate_per_hr"), prices=tuple(prices), origin=f"user: {path}",
+        local_nvme_gb=fields.get("local_nvme_gb", 0.0),
+        arch=fields.get("arch", "x86_64"),
+        interruption_rate_per_hr=fields.get("interruption_rate_per_hr"),
+        prices=tuple(prices),
+        origin=f"user: {path}",
     )

@@ -83,8 +83,9 @@ class GpuTable:
             return min(family, key=lambda k: abs(self.gpus[k].memory_gb - memory_gb))
         known = list(self.gpus)
         suggestions = family or suggest(norm, known) or suggest(name, known)
-        raise UnknownNameError("GPU", name, suggestions,
-                               hint="Known GPUs: " + ", ".join(known) + ". Add a new one with --catalog-extra.")
+        raise UnknownNameError(
+            "GPU", name, suggestions, hint="Known GPUs: " + ", ".join(known) + ". Add a new one with --catalog-extra."
+        )
 
     def get(self, name: str) -> GPU:
         """Specs of a GPU by key or by any name :meth:`canonical` understands."""
@@ -101,11 +102,18 @@ def bundled_gpus() -> GpuTable:
     with resources.files("predictor.data").joinpath("gpus.csv").open(encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             table[row["key"]] = GPU(
-                key=row["key"], arch=row["arch"], memory_gb=float(row["memory_gb"]),
-                memory_bw_gbps=_num(row["memory_bw_gbps"]), fp32_tflops=_num(row["fp32_tflops"]),
-                tf32_tflops=_num(row["tf32_tflops"]), fp16_tflops=_num(row["fp16_tflops"]),
-                bf16_tflops=_num(row["bf16_tflops"]), nvlink_gbps=_num(row["nvlink_gbps"]), pcie=row["pcie"],
-                aliases=tuple(a for a in row["aliases"].split(";") if a), source=row["source"],
+                key=row["key"],
+                arch=row["arch"],
+                memory_gb=float(row["memory_gb"]),
+                memory_bw_gbps=_num(row["memory_bw_gbps"]),
+                fp32_tflops=_num(row["fp32_tflops"]),
+                tf32_tflops=_num(row["tf32_tflops"]),
+                fp16_tflops=_num(row["fp16_tflops"]),
+                bf16_tflops=_num(row["bf16_tflops"]),
+                nvlink_gbps=_num(row["nvlink_gbps"]),
+                pcie=row["pcie"],
+                aliases=tuple(a for a in row["aliases"].split(";") if a),
+                source=row["source"],
             )
     return GpuTable(table)
 

@@ -97,27 +97,46 @@ def _bool(text: str) -> bool:
 def read_prices(rows: Iterable[dict[str, str]]) -> dict[str, list[Price]]:
     out: dict[str, list[Price]] = {}
     for row in rows:
-        out.setdefault(row["instance_type"], []).append(Price(
-            region=row["region"], market=row["market"], usd_hr=float(row["usd_hr"]),  # type: ignore[arg-type]
-            availability_zone=row["availability_zone"] or None, estimated=_bool(row["estimated"]),
-            as_of=row["as_of"], source=row["source"]))
+        out.setdefault(row["instance_type"], []).append(
+            Price(
+                region=row["region"],
+                market=row["market"],
+                usd_hr=float(row["usd_hr"]),  # type: ignore[arg-type]
+                availability_zone=row["availability_zone"] or None,
+                estimated=_bool(row["estimated"]),
+                as_of=row["as_of"],
+                source=row["source"],
+            )
+        )
     return out
 
 
-def read_instances(rows: Iterable[dict[str, str]], prices: dict[str, list[Price]],
-                   origin: str = "bundled") -> dict[str, InstanceType]:
+def read_instances(
+    rows: Iterable[dict[str, str]], prices: dict[str, list[Price]], origin: str = "bundled"
+) -> dict[str, InstanceType]:
     out: dict[str, InstanceType] = {}
     for row in rows:
         bucket = row.get("spot_interruption_bucket") or None
         out[row["instance_type"]] = InstanceType(
-            name=row["instance_type"], family=row["family"], accelerator=row["accelerator"],
-            accelerator_kind=row["accelerator_kind"], gpu=row["gpu"] or None, gpus=int(row["gpus"]),
-            gpu_memory_gib=float(row["gpu_memory_gib"]), vcpus=int(row["vcpus"]), memory_gib=float(row["memory_gib"]),
-            network_gbps=_float(row["network_gbps"]), network_up_to=_bool(row["network_up_to"]),
-            efa=_bool(row["efa"]), gpu_interconnect=row["gpu_interconnect"],
-            local_nvme_gb=_float(row["local_nvme_gb"]) or 0.0, arch=row["arch"], spot_interruption_bucket=bucket,
+            name=row["instance_type"],
+            family=row["family"],
+            accelerator=row["accelerator"],
+            accelerator_kind=row["accelerator_kind"],
+            gpu=row["gpu"] or None,
+            gpus=int(row["gpus"]),
+            gpu_memory_gib=float(row["gpu_memory_gib"]),
+            vcpus=int(row["vcpus"]),
+            memory_gib=float(row["memory_gib"]),
+            network_gbps=_float(row["network_gbps"]),
+            network_up_to=_bool(row["network_up_to"]),
+            efa=_bool(row["efa"]),
+            gpu_interconnect=row["gpu_interconnect"],
+            local_nvme_gb=_float(row["local_nvme_gb"]) or 0.0,
+            arch=row["arch"],
+            spot_interruption_bucket=bucket,
             interruption_rate_per_hr=interruption_rate(bucket),
-            prices=tuple(prices.get(row["instance_type"], ())), origin=origin,
+            prices=tuple(prices.get(row["instance_type"], ())),
+            origin=origin,
         )
     return out
 
@@ -135,12 +154,26 @@ def instance_to_dict(it: InstanceType, region: str | None = None) -> dict[str, A
     """Stable JSON form used by ``srifty catalog show --format json`` (documented in docs/catalog.md)."""
     od, spot = it.price(region, "on-demand"), it.price(region, "spot")
     return {
-        "instance_type": it.name, "family": it.family, "accelerator_kind": it.accelerator_kind, "gpu": it.gpu,
-        "gpus": it.gpus, "gpu_memory_gib": it.gpu_memory_gib, "vcpus": it.vcpus, "memory_gib": it.memory_gib,
-        "network_gbps": it.network_gbps, "network_up_to": it.network_up_to, "efa": it.efa,
-        "gpu_interconnect": it.gpu_interconnect, "local_nvme_gb": it.local_nvme_gb, "arch": it.arch,
-        "ondemand_usd_hr": od.usd_hr if od else None, "ondemand_as_of": od.as_of if od else None,
-        "spot_usd_hr": spot.usd_hr if spot else None, "spot_estimated": spot.estimated if spot else None,
-        "spot_as_of": spot.as_of if spot else None, "spot_interruption_bucket": it.spot_interruption_bucket,
-        "interruption_rate_per_hr": it.interruption_rate_per_hr, "origin": it.origin,
+        "instance_type": it.name,
+        "family": it.family,
+        "accelerator_kind": it.accelerator_kind,
+        "gpu": it.gpu,
+        "gpus": it.gpus,
+        "gpu_memory_gib": it.gpu_memory_gib,
+        "vcpus": it.vcpus,
+        "memory_gib": it.memory_gib,
+        "network_gbps": it.network_gbps,
+        "network_up_to": it.network_up_to,
+        "efa": it.efa,
+        "gpu_interconnect": it.gpu_interconnect,
+        "local_nvme_gb": it.local_nvme_gb,
+        "arch": it.arch,
+        "ondemand_usd_hr": od.usd_hr if od else None,
+        "ondemand_as_of": od.as_of if od else None,
+        "spot_usd_hr": spot.usd_hr if spot else None,
+        "spot_estimated": spot.estimated if spot else None,
+        "spot_as_of": spot.as_of if spot else None,
+        "spot_interruption_bucket": it.spot_interruption_bucket,
+        "interruption_rate_per_hr": it.interruption_rate_per_hr,
+        "origin": it.origin,
     }

@@ -32,10 +32,30 @@ from predictor.catalog.instances import InstanceType, Price
 from predictor.exceptions import CatalogError, UnknownNameError
 
 INSTANCE_COLUMNS = [
-    "instance_type", "family", "accelerator", "accelerator_kind", "gpu", "gpus", "gpu_memory_gib", "vcpus",
-    "memory_gib", "network_gbps", "network_up_to", "network_cards", "efa", "efa_max_interfaces", "gpu_interconnect",
-    "gpu_interconnect_detail", "local_nvme_gb", "arch", "placement_strategies", "usage_classes",
-    "spot_interruption_bucket", "spot_savings_pct", "spot_advisor_as_of", "specs_source",
+    "instance_type",
+    "family",
+    "accelerator",
+    "accelerator_kind",
+    "gpu",
+    "gpus",
+    "gpu_memory_gib",
+    "vcpus",
+    "memory_gib",
+    "network_gbps",
+    "network_up_to",
+    "network_cards",
+    "efa",
+    "efa_max_interfaces",
+    "gpu_interconnect",
+    "gpu_interconnect_detail",
+    "local_nvme_gb",
+    "arch",
+    "placement_strategies",
+    "usage_classes",
+    "spot_interruption_bucket",
+    "spot_savings_pct",
+    "spot_advisor_as_of",
+    "specs_source",
 ]
 PRICE_COLUMNS = ["instance_type", "region", "market", "availability_zone", "usd_hr", "estimated", "as_of", "source"]
 PRICING_REGION = "us-east-1"
@@ -54,13 +74,13 @@ class RefreshResult:
     notes: list[str] = field(default_factory=list)
 
 
-def default_client_factory(session: Any = None) -> ClientFactory:
-    """boto3 clients with standard retries; endpoints from the usual AWS_ENDPOINT_URL* settings."""
+def default_client_factory(session: Any = None, max_attempts: int = 5) -> ClientFactory:
+    """boto3 clients with botocore's standard retry mode; endpoints from the usual AWS_ENDPOINT_URL* settings."""
     import boto3
     from botocore.config import Config
 
     session = session or boto3.session.Session()
-    config = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+    config = Config(retries={"mode": "standard", "max_attempts": max_attempts}, connect_timeout=5, read_timeout=30)
 
     def make(service: str, region: str) -> Any:
         return session.client(service, region_name=region, config=config)
@@ -122,27 +142,40 @@ def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict
                 gpu = previous.gpus.canonical(g.get("Name", ""), memory)
             except UnknownNameError:
                 gpu = g.get("Name", "")
-                notes.append(f"{name}: GPU {accelerator!r} ({memory:.0f} GiB) is not in the GPU table; add its specs "
-                             "with --catalog-extra to predict on it")
+                notes.append(
+                    f"{name}: GPU {accelerator!r} ({memory:.0f} GiB) is not in the GPU table; add its specs "
+                    "with --catalog-extra to predict on it"
+                )
     net = item.get("NetworkInfo", {})
     gbps, up_to = _network_gbps(net)
     interconnect = old.gpu_interconnect if old is not None else ("single" if count == 1 else "pcie")
     if old is None and count > 1:
         notes.append(f"{name}: GPU interconnect is in no AWS API; assumed 'pcie' (set it with --catalog-extra)")
     return {
-        "instance_type": name, "family": name.split(".")[0], "accelerator": accelerator, "accelerator_kind": kind,
-        "gpu": gpu, "gpus": count, "gpu_memory_gib": round(memory, 2), "vcpus": item["VCpuInfo"]["DefaultVCpus"],
-        "memory_gib": item["MemoryInfo"]["SizeInMiB"] / 1024, "network_gbps": "" if gbps is None else gbps,
-        "network_up_to": str(up_to).lower(), "network_cards": len(net.get("NetworkCards") or []) or 1,
+        "instance_type": name,
+        "family": name.split(".")[0],
+        "accelerator": accelerator,
+        "accelerator_kind": kind,
+        "gpu": gpu,
+        "gpus": count,
+        "gpu_memory_gib": round(memory, 2),
+        "vcpus": item["VCpuInfo"]["DefaultVCpus"],
+        "memory_gib": item["MemoryInfo"]["SizeInMiB"] / 1024,
+        "network_gbps": "" if gbps is None else gbps,
+        "network_up_to": str(up_to).lower(),
+        "network_cards": len(net.get("NetworkCards") or []) or 1,
         "efa": str(bool(net.get("EfaSupported"))).lower(),
         "efa_max_interfaces": (net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0),
-        "gpu_interconnect": interconnect, "gpu_interconnect_detail": "carried over" if old else "assumed",
+        "gpu_interconnect": interconnect,
+        "gpu_interconnect_detail": "carried over" if old else "assumed",
         "local_nvme_gb": (item.get("InstanceStorageInfo") or {}).get("TotalSizeInGB", 0),
         "arch": ",".join(item.get("ProcessorInfo", {}).get("SupportedArchitectures", [])),
         "placement_strategies": ",".join((item.get("PlacementGroupInfo") or {}).get("SupportedStrategies", [])),
         "usage_classes": ",".join(item.get("SupportedUsageClasses", [])),
         "spot_interruption_bucket": (old.spot_interruption_bucket or "") if old else "",
-        "spot_savings_pct": "", "spot_advisor_as_of": "", "specs_source": "ec2.describe_instance_types",
+        "spot_savings_pct": "",
+        "spot_advisor_as_of": "",
+        "specs_source": "ec2.describe_instance_types",
     }
 
 
@@ -155,9 +188,17 @@ def _paginate(client: Any, op: str, key: str, **kwargs: Any) -> list[dict[str, A
 
 def fetch_ondemand(pricing: Any, instance_type: str, region: str) -> float | None:
     """On-demand Linux price per hour of one type in one region (None when AWS lists none)."""
-    filters = [{"Type": "TERM_MATCH", "Field": f, "Value": v} for f, v in (
-        ("instanceType", instance_type), ("location", region_location(region)), ("operatingSystem", "Linux"),
-        ("tenancy", "Shared"), ("preInstalledSw", "NA"), ("capacitystatus", "Used"))]
+    filters = [
+        {"Type": "TERM_MATCH", "Field": f, "Value": v}
+        for f, v in (
+            ("instanceType", instance_type),
+            ("location", region_location(region)),
+            ("operatingSystem", "Linux"),
+            ("tenancy", "Shared"),
+            ("preInstalledSw", "NA"),
+            ("capacitystatus", "Used"),
+        )
+    ]
     prices = []
     for page in pricing.get_paginator("get_products").paginate(ServiceCode="AmazonEC2", Filters=filters):
         for raw in page.get("PriceList", []):
@@ -170,9 +211,15 @@ def fetch_ondemand(pricing: Any, instance_type: str, region: str) -> float | Non
     return min(prices) if prices else None
 
 
-def refresh_catalog(regions: Sequence[str], *, client_factory: ClientFactory | None = None,
-                    previous: Catalog | None = None, progress: Callable[[str, int, int], None] | None = None,
-                    now: dt.datetime | None = None, root: Path | None = None) -> RefreshResult:
+def refresh_catalog(
+    regions: Sequence[str],
+    *,
+    client_factory: ClientFactory | None = None,
+    previous: Catalog | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    now: dt.datetime | None = None,
+    root: Path | None = None,
+) -> RefreshResult:
     """Query AWS and write a new catalog copy; see the module docstring for the failure policy.
 
     Raises:
@@ -204,8 +251,13 @@ def refresh_catalog(regions: Sequence[str], *, client_factory: ClientFactory | N
         step += 1
         report(f"{region}: offerings", step, steps)
         try:
-            offers = _paginate(ec2, "describe_instance_type_offerings", "InstanceTypeOfferings", LocationType="region",
-                               Filters=[{"Name": "location", "Values": [region]}])
+            offers = _paginate(
+                ec2,
+                "describe_instance_type_offerings",
+                "InstanceTypeOfferings",
+                LocationType="region",
+                Filters=[{"Name": "location", "Values": [region]}],
+            )
             offered[region] = {o["InstanceType"] for o in offers} & set(specs)
         except Exception as exc:  # noqa: BLE001
             result.failures.append(f"{region}: describe_instance_type_offerings: {_why(exc)}")
@@ -217,9 +269,10 @@ def refresh_catalog(regions: Sequence[str], *, client_factory: ClientFactory | N
         except Exception as exc:  # noqa: BLE001
             result.failures.append(f"{region}: describe_spot_price_history: {_why(exc)}")
     if not specs:
-        raise CatalogError("Catalog refresh failed, nothing was written and the previous catalog "
-                           f"({previous.info.source}, {previous.info.snapshot}) stays in use: "
-                           + "; ".join(result.failures))
+        raise CatalogError(
+            "Catalog refresh failed, nothing was written and the previous catalog "
+            f"({previous.info.source}, {previous.info.snapshot}) stays in use: " + "; ".join(result.failures)
+        )
     step += 1
     report("on-demand prices (pricing.get_products)", step, steps)
     pricing = make("pricing", PRICING_REGION)
@@ -235,9 +288,23 @@ def refresh_catalog(regions: Sequence[str], *, client_factory: ClientFactory | N
                 pricing_failed = True  # one failure usually means all will: stop hammering
                 break
             if usd is not None:
-                prices.append({"instance_type": name, "region": region, "market": "on-demand",
-                               "availability_zone": "", "usd_hr": usd, "estimated": "false", "as_of": today,
-                               "source": "pricing.get_products"})
+                prices.append(
+                    {
+                        "instance_type": name,
+                        "region": region,
+                        "market": "on-demand",
+                        "availability_zone": "",
+                        "usd_hr": usd,
+                        "estimated": "false",
+                        "as_of": today,
+                        "source": "pricing.get_products",
+                    }
+                )
+    available = set().union(*offered.values()) if offered else set()
+    dropped = len(specs) - len(available & set(specs))
+    specs = {name: row for name, row in specs.items() if name in available}
+    if dropped:
+        result.notes.append(f"{dropped} accelerator types are not offered in {', '.join(regions)} and were left out")
     prices += _carried_prices(prices, specs, offered, previous, result)
     result.path = _write_copy(root or catalog_root(), stamp, specs, prices, regions, result, now)
     result.instance_types, result.prices = len(specs), len(prices)
@@ -246,20 +313,40 @@ def refresh_catalog(regions: Sequence[str], *, client_factory: ClientFactory | N
 
 def _spot_prices(ec2: Any, types: list[str], region: str, now: dt.datetime) -> list[dict[str, Any]]:
     latest: dict[tuple[str, str], dict[str, Any]] = {}
-    for chunk in (types[i:i + 50] for i in range(0, len(types), 50)):
-        for item in _paginate(ec2, "describe_spot_price_history", "SpotPriceHistory", InstanceTypes=chunk,
-                              ProductDescriptions=["Linux/UNIX"], StartTime=now):
+    for chunk in (types[i : i + 50] for i in range(0, len(types), 50)):
+        for item in _paginate(
+            ec2,
+            "describe_spot_price_history",
+            "SpotPriceHistory",
+            InstanceTypes=chunk,
+            ProductDescriptions=["Linux/UNIX"],
+            StartTime=now,
+        ):
             key = (item["InstanceType"], item["AvailabilityZone"])
             if key not in latest or item["Timestamp"] > latest[key]["Timestamp"]:
                 latest[key] = item
-    return [{"instance_type": t, "region": region, "market": "spot", "availability_zone": az,
-             "usd_hr": float(item["SpotPrice"]), "estimated": "false",
-             "as_of": item["Timestamp"].strftime("%Y-%m-%d"), "source": "ec2.describe_spot_price_history"}
-            for (t, az), item in sorted(latest.items())]
+    return [
+        {
+            "instance_type": t,
+            "region": region,
+            "market": "spot",
+            "availability_zone": az,
+            "usd_hr": float(item["SpotPrice"]),
+            "estimated": "false",
+            "as_of": item["Timestamp"].strftime("%Y-%m-%d"),
+            "source": "ec2.describe_spot_price_history",
+        }
+        for (t, az), item in sorted(latest.items())
+    ]
 
 
-def _carried_prices(fresh: list[dict[str, Any]], specs: dict[str, Any], offered: dict[str, set[str]],
-                    previous: Catalog, result: RefreshResult) -> list[dict[str, Any]]:
+def _carried_prices(
+    fresh: list[dict[str, Any]],
+    specs: dict[str, Any],
+    offered: dict[str, set[str]],
+    previous: Catalog,
+    result: RefreshResult,
+) -> list[dict[str, Any]]:
     """Previous prices for (type, region, market) the refresh did not get, each keeping its date and source."""
     have = {(p["instance_type"], p["region"], p["market"]) for p in fresh}
     carried = []
@@ -270,33 +357,57 @@ def _carried_prices(fresh: list[dict[str, Any]], specs: dict[str, Any], offered:
             if price.region in offered and (name, price.region, price.market) not in have:
                 carried.append(_price_row(name, price))
     if carried:
-        result.notes.append(f"{len(carried)} prices were not refreshed and are carried over from "
-                            f"{previous.info.source} with their own dates")
+        result.notes.append(
+            f"{len(carried)} prices were not refreshed and are carried over from "
+            f"{previous.info.source} with their own dates"
+        )
     return carried
 
 
 def _price_row(name: str, p: Price) -> dict[str, Any]:
-    return {"instance_type": name, "region": p.region, "market": p.market, "availability_zone": p.availability_zone
-            or "", "usd_hr": p.usd_hr, "estimated": str(p.estimated).lower(), "as_of": p.as_of, "source": p.source}
+    return {
+        "instance_type": name,
+        "region": p.region,
+        "market": p.market,
+        "availability_zone": p.availability_zone or "",
+        "usd_hr": p.usd_hr,
+        "estimated": str(p.estimated).lower(),
+        "as_of": p.as_of,
+        "source": p.source,
+    }
 
 
-def _write_copy(root: Path, stamp: str, specs: dict[str, Any], prices: list[dict[str, Any]], regions: Sequence[str],
-                result: RefreshResult, now: dt.datetime) -> Path:
+def _write_copy(
+    root: Path,
+    stamp: str,
+    specs: dict[str, Any],
+    prices: list[dict[str, Any]],
+    regions: Sequence[str],
+    result: RefreshResult,
+    now: dt.datetime,
+) -> Path:
     """Write the copy into a temporary folder, then rename it into place (readers never see half a copy)."""
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{stamp}.", dir=root))
     try:
-        for name, columns, rows in (("instances.csv", INSTANCE_COLUMNS, sorted(specs.values(),
-                                                                               key=lambda r: r["instance_type"])),
-                                    ("prices.csv", PRICE_COLUMNS, prices)):
+        for name, columns, rows in (
+            ("instances.csv", INSTANCE_COLUMNS, sorted(specs.values(), key=lambda r: r["instance_type"])),
+            ("prices.csv", PRICE_COLUMNS, prices),
+        ):
             buf = io.StringIO()
             writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
             writer.writeheader()
             writer.writerows(rows)
             (tmp / name).write_text(buf.getvalue(), encoding="utf-8")
-        meta = {"schema": CATALOG_SCHEMA, "created_at": now.isoformat(timespec="seconds"), "regions": list(regions),
-                "instance_types": len(specs), "prices": len(prices), "failures": result.failures,
-                "notes": result.notes}
+        meta = {
+            "schema": CATALOG_SCHEMA,
+            "created_at": now.isoformat(timespec="seconds"),
+            "regions": list(regions),
+            "instance_types": len(specs),
+            "prices": len(prices),
+            "failures": result.failures,
+            "notes": result.notes,
+        }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         target = root / stamp
         if target.exists():

@@ -9,8 +9,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import lightning.pytorch as pl
-from helpers import TinyModel, loader
 
+from helpers import TinyModel, loader
 from lightning_srifty import SriftyCallback, SriftyDDPStrategy
 
 if __name__ == "__main__":
