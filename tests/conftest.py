@@ -13,8 +13,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture(autouse=True)
-def _offline_aws(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fake credentials and no instance-metadata lookups unless a test points them at its own server."""
+def _offline_aws(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Fake credentials, no instance-metadata lookups unless a test points them at its own server, and a private
+    catalog cache (a user's refreshed copies never leak into a test)."""
+    monkeypatch.setenv("SRIFTY_CACHE_DIR", str(tmp_path_factory.mktemp("srifty-cache")))
+    monkeypatch.delenv("SRIFTY_CATALOG_EXTRA", raising=False)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.delenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")

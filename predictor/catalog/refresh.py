@@ -1,6 +1,6 @@
 """Refresh the catalog from the real AWS APIs (boto3) into a dated copy in the user cache.
 
-Specs: ``ec2.describe_instance_types`` (paginated; types with GpuInfo, NeuronInfo or InferenceAcceleratorInfo).
+Specs: ``ec2.describe_instance_types`` (paginated; types with GpuInfo or NeuronInfo).
 Where offered: ``ec2.describe_instance_type_offerings`` (per region). Spot: ``ec2.describe_spot_price_history``
 (latest per zone, Linux/UNIX). On-demand: ``pricing.get_products`` (endpoint region us-east-1; Linux, shared
 tenancy, no pre-installed software, capacity status Used). Interruption buckets have no API: they are carried over
