@@ -43,11 +43,15 @@ def main() -> None:
     py = sys.executable
     rows = [
         ("python -c pass (interpreter floor)", cold([py, "-c", "pass"], args.runs)),
-        ("import predictor.catalog + Catalog.load()", cold(
-            [py, "-c", "from predictor.catalog import Catalog; Catalog.load(use_refreshed=False)"], args.runs)),
+        (
+            "import predictor.catalog + Catalog.load()",
+            cold([py, "-c", "from predictor.catalog import Catalog; Catalog.load(use_refreshed=False)"], args.runs),
+        ),
         ("srifty --help", cold([py, "-m", "lightning_srifty.cli", "--help"], args.runs)),
-        ("srifty catalog show --format json", cold(
-            [py, "-m", "lightning_srifty.cli", "catalog", "show", "--format", "json"], args.runs)),
+        (
+            "srifty catalog show --format json",
+            cold([py, "-m", "lightning_srifty.cli", "catalog", "show", "--format", "json"], args.runs),
+        ),
         ("import lightning (for comparison)", cold([py, "-c", "import lightning"], max(3, args.runs // 2))),
     ]
     from predictor.catalog import Catalog
@@ -56,8 +60,10 @@ def main() -> None:
     rows_warm = [
         ("Catalog.load() (bundled, warm)", warm(lambda: Catalog.load(use_refreshed=False), 50)),
         ("catalog.get('p4d.24xlarge')", warm(lambda: cat.get("p4d.24xlarge"), 2000)),
-        ("catalog.filter(region='us-east-1', max_price=30)", warm(lambda: cat.filter(region="us-east-1",
-                                                                                  max_price=30), 200)),
+        (
+            "catalog.filter(region='us-east-1', max_price=30)",
+            warm(lambda: cat.filter(region="us-east-1", max_price=30), 200),
+        ),
     ]
     print("| what | median |")
     print("|---|---|")

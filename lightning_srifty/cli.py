@@ -78,8 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="srifty", description="Profile Lightning training and pick cloud GPUs.")
     parser.add_argument("--version", action="version", version=f"lightning-srifty {__version__}")
-    parser.add_argument("--catalog-extra", action="append", metavar="YAML", dest="global_catalog_extra",
-                        help="user-defined GPUs and instance types merged over the catalog (repeatable)")
+    parser.add_argument(
+        "--catalog-extra",
+        action="append",
+        metavar="YAML",
+        dest="global_catalog_extra",
+        help="user-defined GPUs and instance types merged over the catalog (repeatable)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(

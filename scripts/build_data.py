@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from predictor._io import atomic_write_text  # noqa: E402
+from predictor.catalog.instances import INSTANCE_COLUMNS, PRICE_COLUMNS  # noqa: E402
 
 # shared row name -> list of (key, memory_gb override or None, aliases as torch.cuda.get_device_name reports)
 GPU_KEYS: dict[str, list[tuple[str, float | None, list[str]]]] = {
@@ -86,34 +87,6 @@ INTERCONNECT = {
     "NVSwitch": "nvswitch",
     "NeuronLink": "neuronlink",
 }
-
-INSTANCE_COLUMNS = [
-    "instance_type",
-    "family",
-    "accelerator",
-    "accelerator_kind",
-    "gpu",
-    "gpus",
-    "gpu_memory_gib",
-    "vcpus",
-    "memory_gib",
-    "network_gbps",
-    "network_up_to",
-    "network_cards",
-    "efa",
-    "efa_max_interfaces",
-    "gpu_interconnect",
-    "gpu_interconnect_detail",
-    "local_nvme_gb",
-    "arch",
-    "placement_strategies",
-    "usage_classes",
-    "spot_interruption_bucket",
-    "spot_savings_pct",
-    "spot_advisor_as_of",
-    "specs_source",
-]
-PRICE_COLUMNS = ["instance_type", "region", "market", "availability_zone", "usd_hr", "estimated", "as_of", "source"]
 
 GPU_COLUMNS = [
     "key",

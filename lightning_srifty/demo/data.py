@@ -8,7 +8,29 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 
-class DigitsDataModule(pl.LightningDataModule):
+class _LoadersMixin:
+    """Shuffled training batches (last partial one dropped) and ordered validation batches."""
+
+    train: TensorDataset
+    val: TensorDataset
+    batch_size: int
+    num_workers: int
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(
+            self.train,
+            batch_size=self.batch_size,
+            shuffle=True,
+            num_workers=self.num_workers,
+            drop_last=True,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val, batch_size=self.batch_size, num_workers=self.num_workers)
+
+
+class DigitsDataModule(_LoadersMixin, pl.LightningDataModule):
     """The 1,797 8x8 handwritten digits bundled with scikit-learn, as 1x8x8 float images in [0, 1]."""
 
     def __init__(self, batch_size: int = 64, num_workers: int = 0, val_fraction: float = 0.15, seed: int = 0) -> None:
@@ -26,19 +48,6 @@ class DigitsDataModule(pl.LightningDataModule):
         self.val = TensorDataset(x[order[:n_val]], y[order[:n_val]])
         self.train = TensorDataset(x[order[n_val:]], y[order[n_val:]])
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(
-            self.train,
-            batch_size=self.batch_size,
-            shuffle=True,
-            num_workers=self.num_workers,
-            drop_last=True,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val, batch_size=self.batch_size, num_workers=self.num_workers)
-
 
 def markov_tokens(n_sequences: int, seq_len: int, vocab: int, branching: int = 4, seed: int = 0) -> torch.Tensor:
     """Sequences from a fixed random Markov chain in which each token has ``branching`` likely successors.
@@ -55,7 +64,7 @@ def markov_tokens(n_sequences: int, seq_len: int, vocab: int, branching: int = 4
     return torch.from_numpy(out)
 
 
-class TokensDataModule(pl.LightningDataModule):
+class TokensDataModule(_LoadersMixin, pl.LightningDataModule):
     """Synthetic next-token-prediction data: (input, target) pairs shifted by one token."""
 
     def __init__(
@@ -76,16 +85,3 @@ class TokensDataModule(pl.LightningDataModule):
         n_val = self.n_sequences // 10
         self.val = TensorDataset(tokens[:n_val, :-1], tokens[:n_val, 1:])
         self.train = TensorDataset(tokens[n_val:, :-1], tokens[n_val:, 1:])
-
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(
-            self.train,
-            batch_size=self.batch_size,
-            shuffle=True,
-            num_workers=self.num_workers,
-            drop_last=True,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val, batch_size=self.batch_size, num_workers=self.num_workers)

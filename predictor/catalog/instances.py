@@ -10,6 +10,35 @@ from importlib import resources
 from typing import Any, Literal
 
 Market = Literal["on-demand", "spot"]
+
+# The fixed columns of a catalog copy (bundled predictor/data or a refreshed copy in the cache).
+INSTANCE_COLUMNS = [
+    "instance_type",
+    "family",
+    "accelerator",
+    "accelerator_kind",
+    "gpu",
+    "gpus",
+    "gpu_memory_gib",
+    "vcpus",
+    "memory_gib",
+    "network_gbps",
+    "network_up_to",
+    "network_cards",
+    "efa",
+    "efa_max_interfaces",
+    "gpu_interconnect",
+    "gpu_interconnect_detail",
+    "local_nvme_gb",
+    "arch",
+    "placement_strategies",
+    "usage_classes",
+    "spot_interruption_bucket",
+    "spot_savings_pct",
+    "spot_advisor_as_of",
+    "specs_source",
+]
+PRICE_COLUMNS = ["instance_type", "region", "market", "availability_zone", "usd_hr", "estimated", "as_of", "source"]
 KINDS = ("cuda", "neuron", "gaudi", "amd", "other")
 INTERCONNECTS = ("single", "pcie", "nvlink", "nvswitch", "neuronlink", "other")
 

@@ -28,36 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from predictor.catalog.catalog import CATALOG_SCHEMA, Catalog, catalog_root
-from predictor.catalog.instances import InstanceType, Price
+from predictor.catalog.instances import INSTANCE_COLUMNS, PRICE_COLUMNS, InstanceType, Price
 from predictor.exceptions import CatalogError, UnknownNameError
 
-INSTANCE_COLUMNS = [
-    "instance_type",
-    "family",
-    "accelerator",
-    "accelerator_kind",
-    "gpu",
-    "gpus",
-    "gpu_memory_gib",
-    "vcpus",
-    "memory_gib",
-    "network_gbps",
-    "network_up_to",
-    "network_cards",
-    "efa",
-    "efa_max_interfaces",
-    "gpu_interconnect",
-    "gpu_interconnect_detail",
-    "local_nvme_gb",
-    "arch",
-    "placement_strategies",
-    "usage_classes",
-    "spot_interruption_bucket",
-    "spot_savings_pct",
-    "spot_advisor_as_of",
-    "specs_source",
-]
-PRICE_COLUMNS = ["instance_type", "region", "market", "availability_zone", "usd_hr", "estimated", "as_of", "source"]
 PRICING_REGION = "us-east-1"
 ClientFactory = Callable[[str, str], Any]
 
