@@ -1,0 +1,79 @@
+"""``srifty predict --profile P.json --fleet "p4d.24xlarge:2"``: torch-free."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from lightning_srifty.cli_catalog import _console, load_catalog
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from predictor.predict import predict
+    from predictor.profile import load_profile
+
+    profile = load_profile(args.profile)
+    catalog = load_catalog(args)
+    result = predict(profile, args.fleet, catalog=catalog, scaling=args.scaling)
+    if args.format == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    from rich.table import Table
+
+    lo, hi = result.interval["iteration_time_s"]
+    tlo, thi = result.interval["throughput_samples_s"]
+    table = Table(
+        title=f"Prediction for {result.fleet} ({profile.model.name or 'model'}, {result.scaling} scaling)",
+        show_header=False,
+        title_justify="left",
+    )
+    table.add_column(style="bold cyan")
+    table.add_column()
+    b = result.breakdown
+    rows: list[tuple[str, Any]] = [
+        ("Iteration time", f"{result.iteration_time_s * 1e3:.1f} ms (80% interval {lo * 1e3:.1f}-{hi * 1e3:.1f} ms)"),
+        (
+            "Throughput",
+            f"{result.throughput_samples_s:,.0f} samples/s ({tlo:,.0f}-{thi:,.0f}); global batch "
+            f"{result.global_batch:g}",
+        ),
+        (
+            "Breakdown",
+            f"compute {b['compute_s'] * 1e3:.1f} ms · input {b['input_s'] * 1e3:.1f} ms · all-reduce "
+            f"{b['allreduce_s'] * 1e3:.1f} ms of which exposed {b['exposed_comm_s'] * 1e3:.1f} ms "
+            f"({result.allreduce_limiting})",
+        ),
+        ("Bottleneck", result.bottleneck),
+        (
+            "Memory",
+            ("fits" if result.fits_memory else "[red]does not fit[/]")
+            + ": "
+            + ", ".join(
+                f"{g.instance_type} {g.memory_gib:.1f} GiB/GPU ({g.memory_margin:+.0%} margin)" for g in result.groups
+            ),
+        ),
+        ("Batch", result.batch_split),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    for note in result.assumptions:
+        table.add_row("assumes", note)
+    for note in result.extrapolation:
+        table.add_row("[yellow]extrapolates[/]", note)
+    _console().print(table)
+    return 0
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("predict", parents=[common], help="predict iteration time, throughput and memory of a fleet")
+    p.add_argument("--profile", required=True, help="srifty.profile/v1 JSON")
+    p.add_argument("--fleet", required=True, help='instance_type:count[,instance_type:count], e.g. "p4d.24xlarge:2"')
+    p.add_argument(
+        "--scaling",
+        choices=["weak", "strong"],
+        default="weak",
+        help="weak: keep the profiled per-GPU batch; strong: keep the profiled global batch",
+    )
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=cmd_predict)

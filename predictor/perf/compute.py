@@ -1,0 +1,60 @@
+"""Compute time of one step on another GPU: a compute-bound part scaled by peak FLOPS and a memory-bound part
+scaled by memory bandwidth (not the peak-FLOPS ratio alone, which overestimates tensor-core speedups up to 3.4x
+on the shared measurements; the bandwidth ratio stays within +-25%).
+
+The compute-bound share comes from the profile's achieved FLOP rate when FLOPs were counted (utilisation of the
+source GPU's peak), else a neutral 0.5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from predictor.catalog.gpus import GPU
+
+UTILISATION_FOR_COMPUTE_BOUND = 0.5  # a step reaching half the peak is taken as fully compute-bound
+DEFAULT_COMPUTE_SHARE = 0.5
+
+
+def peak_tflops(gpu: GPU, precision: str, matmul_precision: str | None = None) -> float | None:
+    """Dense peak for the precision the step runs in (TF32 for fp32 when torch allows it)."""
+    if precision.startswith("bf16"):
+        return gpu.bf16_tflops or gpu.fp16_tflops or gpu.fp32_tflops
+    if precision.startswith("16") or precision.startswith("transformer-engine"):
+        return gpu.fp16_tflops or gpu.fp32_tflops
+    if matmul_precision in ("high", "medium") and gpu.tf32_tflops:
+        return gpu.tf32_tflops
+    return gpu.fp32_tflops
+
+
+@dataclass(frozen=True)
+class ComputeScale:
+    ratio: float  # target time / source time
+    compute_share: float
+    flops_ratio: float | None
+    bandwidth_ratio: float | None
+    basis: str
+
+
+def compute_ratio(
+    src: GPU, dst: GPU, precision: str, matmul_precision: str | None = None, achieved_tflops: float | None = None
+) -> ComputeScale:
+    """How much longer (>1) or shorter (<1) the same step's compute takes on ``dst`` than on ``src``."""
+    if src.key == dst.key:
+        return ComputeScale(1.0, 1.0, 1.0, 1.0, "same GPU")
+    p_src, p_dst = peak_tflops(src, precision, matmul_precision), peak_tflops(dst, precision, matmul_precision)
+    flops = p_src / p_dst if p_src and p_dst else None
+    bw = src.memory_bw_gbps / dst.memory_bw_gbps if src.memory_bw_gbps and dst.memory_bw_gbps else None
+    if achieved_tflops is not None and p_src:
+        share = min(1.0, max(0.0, achieved_tflops / p_src / UTILISATION_FOR_COMPUTE_BOUND))
+        basis = f"compute-bound share {share:.2f} from the profile's achieved {achieved_tflops:.1f} TFLOP/s"
+    else:
+        share = DEFAULT_COMPUTE_SHARE
+        basis = "compute-bound share 0.5 (no FLOPs in the profile)"
+    if flops is None and bw is None:
+        raise ValueError(f"no comparable specs for {src.key} and {dst.key}")
+    if flops is None:
+        return ComputeScale(bw, 0.0, None, bw, basis + "; peak FLOPS unknown: bandwidth ratio only")
+    if bw is None:
+        return ComputeScale(flops, 1.0, flops, None, basis + "; bandwidth unknown: FLOPS ratio only")
+    return ComputeScale(share * flops + (1 - share) * bw, share, flops, bw, basis)

@@ -1,0 +1,116 @@
+"""Data-parallel gradient all-reduce time on a fleet: ring inside a node, hierarchical across nodes.
+
+One node of g GPUs (ring): ``2 (g-1)/g * S / B_intra + 2 (g-1) * a_intra``.
+N nodes (hierarchical, as NCCL does with one ring per GPU rail): reduce-scatter inside each node, an all-reduce of
+every shard across nodes through the node's network, all-gather inside the node:
+``2 (g-1)/g * S / B_intra + 2 (N-1)/N * S / B_net + 2 (N-1) * a_inter``, with the slowest node's link limiting the ring.
+
+Bandwidths are effective bus bandwidths in GB/s. The constants are first-order figures (see ``LINK``); a profile
+that carries measured all-reduce timings replaces them for its own link kind (:func:`calibrate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from predictor.catalog.gpus import GpuTable
+from predictor.catalog.instances import InstanceType
+
+# effective all-reduce bus bandwidth (GB/s) and per-hop latency (s) by link kind
+PCIE_BUS_GBPS = 10.0  # GPU-to-GPU through the PCIe host bridge (no NVLink)
+NVLINK_EFFICIENCY = 0.7  # share of the per-GPU NVLink figure (bidirectional datasheet value / 2) NCCL reaches
+LATENCY_INTRA_S = 10e-6
+LATENCY_EFA_S = 15e-6
+LATENCY_TCP_S = 60e-6
+NET_EFFICIENCY_EFA = 0.85
+NET_EFFICIENCY_TCP = 0.7  # NCCL/gloo over TCP sockets
+UP_TO_SUSTAINED = 0.4  # "up to N Gigabit" networks sustain a fraction of the burst rate
+
+
+@dataclass(frozen=True)
+class Link:
+    """An effective bandwidth and per-hop latency."""
+
+    gbps: float  # GB/s
+    latency_s: float
+    kind: str
+
+
+def intra_node_link(instance: InstanceType, gpus: GpuTable) -> Link | None:
+    """The GPU-to-GPU link inside one instance (None for single-GPU types)."""
+    if instance.gpus <= 1:
+        return None
+    if instance.gpu_interconnect in ("nvlink", "nvswitch"):
+        gpu = gpus.gpus.get(instance.gpu or "")
+        nvlink = gpu.nvlink_gbps if gpu and gpu.nvlink_gbps else 300.0
+        return Link(nvlink / 2 * NVLINK_EFFICIENCY, LATENCY_INTRA_S, instance.gpu_interconnect)
+    return Link(PCIE_BUS_GBPS, LATENCY_INTRA_S, "pcie")
+
+
+def inter_node_link(instance: InstanceType) -> Link:
+    """The instance's network as seen by an all-reduce between nodes."""
+    gbps = (instance.network_gbps or 10.0) / 8.0
+    if instance.network_up_to:
+        gbps *= UP_TO_SUSTAINED
+    if instance.efa:
+        return Link(gbps * NET_EFFICIENCY_EFA, LATENCY_EFA_S, "efa")
+    return Link(gbps * NET_EFFICIENCY_TCP, LATENCY_TCP_S, "tcp")
+
+
+@dataclass(frozen=True)
+class AllReduceEstimate:
+    seconds: float
+    intra_s: float
+    inter_s: float
+    limiting: str  # which link limits: "none", "intra-node <kind>", "network <kind>"
+
+
+def allreduce_time(
+    nbytes: float, groups: list[tuple[InstanceType, int]], gpus: GpuTable, net_override: Link | None = None
+) -> AllReduceEstimate:
+    """All-reduce time of ``nbytes`` per rank over ``groups`` of (instance type, count)."""
+    ranks = sum(it.gpus * n for it, n in groups)
+    nodes = sum(n for _, n in groups)
+    if ranks <= 1 or nbytes <= 0:
+        return AllReduceEstimate(0.0, 0.0, 0.0, "none")
+    gb = nbytes / 1e9
+    intra_s, intra_kind = 0.0, ""
+    for it, _ in groups:
+        link = intra_node_link(it, gpus)
+        if link is None:
+            continue
+        g = it.gpus
+        t = 2 * (g - 1) / g * gb / link.gbps + 2 * (g - 1) * link.latency_s
+        if t > intra_s:
+            intra_s, intra_kind = t, link.kind
+    inter_s, inter_kind = 0.0, ""
+    if nodes > 1:
+        links = [net_override or inter_node_link(it) for it, _ in groups]
+        slow = min(links, key=lambda link: link.gbps)
+        inter_s = 2 * (nodes - 1) / nodes * gb / slow.gbps + 2 * (nodes - 1) * max(x.latency_s for x in links)
+        inter_kind = slow.kind
+    limiting = f"network {inter_kind}" if inter_s >= intra_s else f"intra-node {intra_kind}"
+    return AllReduceEstimate(intra_s + inter_s, intra_s, inter_s, limiting)
+
+
+def calibrate(bucket_bytes: list[int], bucket_seconds: list[float], world: int) -> Link | None:
+    """Effective bandwidth and latency of the profiled link, fitted from measured bucket all-reduces.
+
+    Each bucket of S bytes took ``t = 2 (n-1)/n * S / B + a``; a least-squares line through (volume, t) gives B and a.
+    With one bucket size only, the latency is taken as 0 and B = volume / t.
+    """
+    if world < 2 or not bucket_bytes:
+        return None
+    factor = 2 * (world - 1) / world
+    xs = [factor * b / 1e9 for b in bucket_bytes]
+    ys = list(bucket_seconds)
+    if len(set(xs)) >= 2:
+        n = len(xs)
+        mx, my = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        intercept = my - slope * mx
+        if slope > 0:
+            return Link(1 / slope, max(0.0, intercept) / max(1, 2 * (world - 1)), "measured")
+    total_x, total_y = sum(xs), sum(ys)
+    return Link(total_x / total_y, 0.0, "measured") if total_y > 0 else None

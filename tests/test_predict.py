@@ -1,0 +1,171 @@
+"""predict(): fleets, scaling, communication, memory, bad input; and `srifty predict`."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from conftest import ROOT
+from lightning_srifty.cli import main
+from predictor.catalog import Catalog
+from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
+from predictor.fleet import parse_fleet
+from predictor.perf.network import allreduce_time, calibrate
+from predictor.predict import predict
+from predictor.profile import load_profile
+from test_profile_schema import MINIMAL
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return Catalog.load(use_refreshed=False, use_env=False)
+
+
+@pytest.fixture
+def minimal():
+    return load_profile(copy.deepcopy(MINIMAL))
+
+
+def test_fleet_strings(catalog) -> None:
+    fleet = parse_fleet("p3.8xlarge:2, g5.12xlarge", catalog)
+    assert [(g.instance.name, g.count) for g in fleet.groups] == [("p3.8xlarge", 2), ("g5.12xlarge", 1)]
+    assert fleet.gpus == 12 and fleet.nodes == 3 and fleet.heterogeneous and str(fleet) == "p3.8xlarge:2,g5.12xlarge:1"
+    with pytest.raises(ConfigError, match=r"count of 'p3.8xlarge' .* must be a whole number >= 1. Got 0"):
+        parse_fleet("p3.8xlarge:0", catalog)
+    with pytest.raises(ConfigError, match=r"Cannot read fleet group 'p3.8xlarge:two'"):
+        parse_fleet("p3.8xlarge:two", catalog)
+    with pytest.raises(ConfigError, match="appears twice"):
+        parse_fleet("g5.xlarge:1,g5.xlarge:2", catalog)
+    with pytest.raises(ConfigError, match="empty"):
+        parse_fleet(" ", catalog)
+    with pytest.raises(UnknownNameError, match=r"Did you mean 'p4d.24xlarge'"):
+        parse_fleet("p4d.24xlarg:1", catalog)
+
+
+def test_same_gpu_single_device_reproduces_the_profile(minimal, catalog) -> None:
+    r = predict(minimal, "p3.2xlarge:1", catalog=catalog)  # one V100-SXM2-16GB, as profiled
+    assert r.iteration_time_s == pytest.approx(0.31)
+    assert r.throughput_samples_s == pytest.approx(256 / 0.31)
+    lo, hi = r.interval["iteration_time_s"]
+    assert lo < 0.31 < hi
+    assert r.breakdown["allreduce_s"] == 0 and r.bottleneck == "compute" and r.fits_memory
+
+
+def test_more_gpus_add_communication_and_slow_networks_hurt(minimal, catalog) -> None:
+    one_node = predict(minimal, "p3.16xlarge:1", catalog=catalog)
+    four_nodes = predict(minimal, "p3.16xlarge:4", catalog=catalog)
+    assert one_node.global_batch == 8 * 256 and four_nodes.global_batch == 32 * 256
+    assert 0.31 < one_node.iteration_time_s < four_nodes.iteration_time_s
+    assert four_nodes.breakdown["allreduce_s"] > one_node.breakdown["allreduce_s"] > 0
+    assert four_nodes.allreduce_limiting == "network tcp"
+    slow = predict(minimal, "g5.xlarge:8", catalog=catalog)  # "up to 10 Gigabit" between 8 single-GPU nodes
+    assert slow.bottleneck == "network"
+
+
+def test_faster_gpu_is_faster_but_less_than_the_flops_ratio(minimal, catalog) -> None:
+    a100 = predict(minimal, "p4d.24xlarge:1", catalog=catalog)
+    v100 = predict(minimal, "p3.16xlarge:1", catalog=catalog)
+    speedup = v100.breakdown["compute_s"] / a100.breakdown["compute_s"]
+    flops_ratio = 312 / 125  # FP16 tensor peaks A100 / V100
+    assert 1.3 < speedup < flops_ratio
+    assert any("V100-SXM2-16GB -> A100-SXM-40GB" in a for a in a100.assumptions)
+
+
+def test_heterogeneous_split_is_speed_proportional(minimal, catalog) -> None:
+    r = predict(minimal, "p3.8xlarge:2,g5.12xlarge:1", catalog=catalog)
+    v100, a10g = r.groups
+    assert v100.per_device_batch * 8 + a10g.per_device_batch * 4 == pytest.approx(r.global_batch)
+    assert v100.compute_s == pytest.approx(a10g.compute_s)  # equal time per step: no straggler
+    assert "in proportion to predicted speed" in r.batch_split
+
+
+def test_strong_scaling_keeps_the_global_batch(minimal, catalog) -> None:
+    r = predict(minimal, "p3.16xlarge:1", catalog=catalog, scaling="strong")
+    assert r.global_batch == 256 and r.groups[0].per_device_batch == 32
+    with pytest.raises(PredictionError, match="'scaling' parameter of predict\\(\\) must be one of"):
+        predict(minimal, "p3.16xlarge:1", catalog=catalog, scaling="medium")
+
+
+def test_memory_fit_flags_a_model_too_big_for_the_gpu(catalog) -> None:
+    big = copy.deepcopy(MINIMAL)
+    big["model"] = {"name": "7b", "parameters": 7_000_000_000, "precision": "bf16-mixed"}
+    r = predict(load_profile(big), "g4dn.xlarge:1", catalog=catalog)  # a 16 GB T4
+    assert not r.fits_memory and r.groups[0].memory_margin < 0
+    assert predict(load_profile(big), "p5.48xlarge:1", catalog=catalog).fits_memory is False  # 7B + Adam > 80 GB
+
+
+def test_measured_activation_memory_scales_with_batch(catalog) -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["memory"] = {"peak_allocated_bytes": 12 * 2**30}
+    weak = predict(load_profile(data), "p3.2xlarge:1", catalog=catalog)
+    strong = predict(load_profile(data), "p3.16xlarge:1", catalog=catalog, scaling="strong")  # 32 per GPU
+    assert strong.groups[0].memory_gib < weak.groups[0].memory_gib
+
+
+def test_bad_inputs(minimal, catalog) -> None:
+    with pytest.raises(PredictionError, match="not a CUDA GPU"):
+        predict(minimal, "trn1.32xlarge:1", catalog=catalog)
+    with pytest.raises(PredictionError, match=r"B200-SXM.* no specs .*--catalog-extra"):
+        predict(minimal, "p6-b200.48xlarge:1", catalog=catalog)
+    cpu = copy.deepcopy(MINIMAL)
+    cpu["hardware"] = {"devices": 1}
+    with pytest.raises(PredictionError, match="without a GPU and has no FLOPs"):
+        predict(load_profile(cpu), "p3.2xlarge:1", catalog=catalog)
+    unknown = copy.deepcopy(MINIMAL)
+    unknown["hardware"]["gpu"] = "X9000"
+    with pytest.raises(PredictionError, match="no specs in the catalog"):
+        predict(load_profile(unknown), "p3.2xlarge:1", catalog=catalog)
+
+
+def test_cpu_profile_with_flops_predicts_as_an_extrapolation(catalog) -> None:
+    cpu = copy.deepcopy(MINIMAL)
+    cpu["hardware"] = {"devices": 1, "cpu_count": 2}
+    cpu["model"]["flops"] = {"per_sample": 12.3e9}
+    r = predict(load_profile(cpu), "p4d.24xlarge:1", catalog=catalog)
+    assert r.breakdown["compute_s"] == pytest.approx(256 * 12.3e9 / (312e12 * 0.35))
+    assert r.extrapolation and "FLOPs alone" in r.extrapolation[0]
+
+
+def test_user_defined_types_predict(minimal) -> None:
+    cat = Catalog.load(extra=[ROOT / "tests" / "data" / "extra_example.yaml"], use_refreshed=False)
+    two = predict(minimal, "dgx-a100-40g:2", catalog=cat)
+    one = predict(minimal, "dgx-a100-40g:1", catalog=cat)
+    assert two.breakdown["allreduce_s"] > one.breakdown["allreduce_s"] > 0
+    assert one.allreduce_limiting == "intra-node nvswitch"
+    assert two.groups[0].gpu == "A100-SXM-40GB" and two.global_batch == 16 * 256
+
+
+def test_ring_allreduce_formula_and_calibration(catalog) -> None:
+    g5 = catalog.get("g5.xlarge")  # 1 GPU, "up to 10 Gigabit", no EFA
+    est = allreduce_time(1e9, [(g5, 2)], catalog.gpus)
+    bus = 10 / 8 * 0.4 * 0.7  # GB/s: burst rate x sustained share x TCP efficiency
+    assert est.seconds == pytest.approx(2 * 1 / 2 * 1 / bus + 2 * 60e-6)
+    link = calibrate([1_000_000, 4_000_000], [0.0011, 0.0041], world=2)
+    assert link.gbps == pytest.approx(1.0) and link.latency_s == pytest.approx(0.0001 / 2)
+
+
+def test_predict_cli(tmp_path, capsys) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(MINIMAL))
+    assert main(["predict", "--profile", str(path), "--fleet", "p4d.24xlarge:2", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for key in ("iteration_time_s", "throughput_samples_s", "bottleneck", "fits_memory"):
+        assert key in doc
+    lo, hi = doc["interval"]["iteration_time_s"]
+    assert lo < doc["iteration_time_s"] < hi
+    assert main(["predict", "--profile", str(path), "--fleet", "p4d.24xlarge:2"]) == 0
+    assert "Iteration time" in capsys.readouterr().out
+    assert main(["predict", "--profile", str(path), "--fleet", "p4d.24xlarge:0"]) == 2
+    assert "must be a whole number >= 1" in capsys.readouterr().err
+
+
+def test_every_cuda_type_with_specs_predicts(minimal, catalog) -> None:
+    done = 0
+    for it in catalog.filter():
+        if it.gpu in catalog.gpus:
+            r = predict(minimal, f"{it.name}:2", catalog=catalog)
+            assert r.iteration_time_s > 0 and r.throughput_samples_s > 0
+            done += 1
+    assert done >= 55
