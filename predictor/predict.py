@@ -17,13 +17,17 @@ from predictor.catalog.gpus import GPU
 from predictor.exceptions import PredictionError, UnknownNameError
 from predictor.fleet import Fleet, parse_fleet
 from predictor.perf.compute import compute_ratio, peak_tflops
+from predictor.perf.correction import features, load_correction
 from predictor.perf.memory import estimate_memory
 from predictor.perf.network import allreduce_time, calibrate
 from predictor.profile import Profile
 
 Scaling = Literal["weak", "strong"]
 Z80 = 1.2816  # p10/p90 of a normal
-MODEL_ERROR = {"same": 0.05, "cross": 0.15, "from_cpu": 0.5}  # relative sd of the model, by kind of prediction
+# relative sd of the model by kind of prediction. "scaling" is the log-residual sd of the 182 same-GPU scaling cases
+# of `srifty eval` (BENCHMARKS.md); "cross" is replaced by the learned correction's residual sd; "same" (one GPU, as
+# profiled) and "from_cpu" are judgement, not measured.
+MODEL_ERROR = {"same": 0.05, "scaling": 0.12, "cross": 0.25, "from_cpu": 0.5}
 CPU_TO_GPU_UTILISATION = 0.35  # assumed share of the GPU's peak a step reaches when only FLOPs are known
 DDP_BUCKET_BYTES = 25 * 2**20
 
@@ -141,10 +145,12 @@ def predict(
                 "--catalog-extra (docs/catalog.md)."
             ) from None
         ps, share = _scaled_per_sample(
-            per_sample_src, src, dst, precision, profile, flops, achieved, assumptions, kinds
+            per_sample_src, src, dst, precision, profile, flops, achieved, assumptions, kinds, extrapolation
         )
         per_sample.append(ps)
         shares.append(share)
+    if fleet.gpus > 1:
+        kinds.add("scaling")
     split, global_batch, split_note = _split(fleet, per_sample, b_src, src_world, profile, scaling)
     assumptions.append(split_note)
 
@@ -177,7 +183,7 @@ def predict(
     throughput = global_batch / step
 
     cv = profile.timing.step_time_s.cv or 0.0
-    model_err = max(MODEL_ERROR[k] for k in kinds) if kinds else MODEL_ERROR["same"]
+    model_err = max(_model_error(k) for k in kinds) if kinds else MODEL_ERROR["same"]
     if ar.seconds > 0:
         model_err = math.hypot(model_err, 0.1 * exposed / step)
     sd = math.hypot(cv, model_err)
@@ -223,6 +229,7 @@ def _scaled_per_sample(
     achieved: float | None,
     assumptions: list[str],
     kinds: set[str],
+    extrapolation: list[str],
 ) -> tuple[float, float | None]:
     """Seconds per sample on ``dst`` and the compute-bound share used (None when unknown)."""
     matmul = profile.model.float32_matmul_precision
@@ -243,10 +250,35 @@ def _scaled_per_sample(
         scale = compute_ratio(src, dst, precision, matmul, achieved)
     except ValueError as exc:
         raise PredictionError(f"{exc}: add the GPUs' specs with --catalog-extra.") from None
-    kinds.add("same" if scale.basis == "same GPU" else "cross")
-    if scale.basis != "same GPU":
-        assumptions.append(f"{src.key} -> {dst.key}: time x{scale.ratio:.2f} ({scale.basis})")
-    return per_sample_src * scale.ratio, (scale.compute_share if achieved is not None else None)
+    if scale.basis == "same GPU":
+        kinds.add("same")
+        return per_sample_src, (scale.compute_share if achieved is not None else None)
+    kinds.add("cross")
+    ratio = scale.ratio
+    correction = load_correction()
+    if not correction.covers(src.key, dst.key):
+        unseen = [k for k in (src.key, dst.key) if not correction.covers(k)]
+        note = f"no learned correction: {', '.join(unseen)} not in its training data"
+        extrapolation.append(f"{', '.join(unseen)} never measured in the validation data: analytic scaling only")
+    else:
+        try:
+            factor = math.exp(correction.predict_one(features(src, dst, precision, matmul, 1.0)))
+            ratio *= factor
+            note = f"learned correction x{factor:.2f}"
+        except ValueError:
+            note = "no learned correction (a spec is missing)"
+    assumptions.append(f"{src.key} -> {dst.key}: time x{ratio:.2f} ({scale.basis}; {note})")
+    return per_sample_src * ratio, (scale.compute_share if achieved is not None else None)
+
+
+def _model_error(kind: str) -> float:
+    """Relative sd of the model for a kind of prediction; cross-GPU from the learned correction's residuals."""
+    if kind == "cross":
+        try:
+            return load_correction().residual_sd_
+        except (OSError, ValueError):
+            return MODEL_ERROR["cross"]
+    return MODEL_ERROR[kind]
 
 
 def _split(

@@ -1,0 +1,103 @@
+"""Validation on the published measurements, and the learned cross-GPU correction's artefact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT
+from lightning_srifty.cli import main
+from predictor.catalog.gpus import bundled_gpus
+from predictor.evaluation import build_cases, cross_validate, load_points, summarize_cases
+from predictor.perf import correction as corr
+
+DATA = ROOT / "predictor" / "data" / "measurements.csv"
+
+
+def test_bundled_measurements_match_the_shared_copy() -> None:
+    shared = ROOT.parent / "shared" / "data" / "measurements.csv"
+    if not shared.exists():
+        pytest.skip(f"shared reference data not found at {shared}")
+    assert DATA.read_bytes() == shared.read_bytes()
+
+
+def test_points_merge_repeats_and_measure_their_spread() -> None:
+    points = load_points(DATA)
+    h100 = [
+        p
+        for p in points
+        if p.source == "lambdal"
+        and p.model == "ResNet-50"
+        and p.gpu == "H100-SXM"
+        and p.precision == "16-mixed"
+        and p.gpus == 1
+    ]
+    assert len(h100) == 1 and h100[0].repeats > 10 and 0 < h100[0].cv < 0.1
+    assert not any(p.gpu in ("RTX6000Ada", "QuadroRTX8000") for p in points)  # no specs for those
+
+
+def test_cases_and_leave_one_out_folds() -> None:
+    gpus = bundled_gpus()
+    cases = build_cases(load_points(DATA, gpus), gpus)
+    scaling = [c for c in cases if c.kind == "scaling"]
+    assert len(scaling) >= 150 and all(c.dst.gpus > 1 and c.src.gpus == 1 for c in scaling)
+    assert all(c.dst.throughput <= 1.25 * c.dst.gpus * c.src.throughput for c in scaling)
+    logo = cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)
+    assert len(logo) == len([c for c in cases if c.kind == "cross"])
+    summary = summarize_cases(logo)
+    assert 0 < summary["mape"] < 1 and 0 <= summary["coverage_80"] <= 1
+
+
+def test_held_out_gpu_never_trains_its_fold(monkeypatch) -> None:
+    gpus = bundled_gpus()
+    cases = build_cases(load_points(DATA, gpus), gpus)
+    X, _, kept = corr.training_set(cases, gpus)
+    rows_of = {tuple(x): c for x, c in zip(X, kept)}  # same features -> same GPU pair
+    trained_on = []
+    real_fit = corr.CrossGpuCorrection.fit
+
+    def spy(self, X, y):
+        trained_on.append({g for x in X for g in (rows_of[tuple(x)].src.gpu, rows_of[tuple(x)].dst.gpu)})
+        return real_fit(self, X, y)
+
+    monkeypatch.setattr(corr.CrossGpuCorrection, "fit", spy)
+    predicted = cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)
+    pairs = sorted({frozenset((c.src.gpu, c.dst.gpu)) for c in kept}, key=sorted)
+    assert len(trained_on) == len(pairs)  # one fit per GPU pair ...
+    for pair, gpus_seen in zip(pairs, trained_on):
+        assert not pair & gpus_seen  # ... that saw neither GPU of the pair
+    assert len(predicted) == len(kept)
+
+
+def test_correction_artefact_is_current_and_retrained_when_stale(monkeypatch) -> None:
+    artefact = json.loads((ROOT / "predictor" / "data" / "correction.json").read_text())
+    _, fresh = corr.train()
+    assert artefact == fresh, "retrain: python scripts/train_correction.py"
+    corr.load_correction.cache_clear()
+    monkeypatch.setattr(corr, "sklearn_version", lambda: "0.0-other")
+    calls = []
+    real_train = corr.train
+    monkeypatch.setattr(corr, "train", lambda *a: calls.append(1) or real_train(*a))
+    model = corr.load_correction()
+    assert calls == [1] and model.coef_ == pytest.approx(artefact["coef"])
+    corr.load_correction.cache_clear()
+
+
+def test_unfitted_correction_says_what_to_call() -> None:
+    with pytest.raises(corr.NotFittedError, match=r"call fit\(X, y\) first"):
+        corr.CrossGpuCorrection().predict_one([0.0] * len(corr.FEATURES))
+
+
+def test_eval_command_prints_and_plots(tmp_path, capsys) -> None:
+    png = tmp_path / "fig.png"
+    assert main(["eval", "--data", str(DATA), "--format", "json", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    rows = json.loads(out[: out.rindex("}") + 1])
+    assert set(rows) == {
+        "same-GPU scaling (analytic all-reduce model)",
+        "cross-GPU, analytic compute/bandwidth split only",
+        "cross-GPU + learned correction, leave-one-model-out",
+        "cross-GPU + learned correction, leave-one-GPU-out",
+    }
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
