@@ -45,8 +45,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         size=args.size,
     )
-    callback = run_demo(config)
-    return 0 if callback.profile is not None else 1
+    callback, trainer = run_demo(config)
+    # only rank 0 builds the profile; a rank 0 without one failed (the reason was logged)
+    return 1 if trainer.is_global_zero and callback.profile is None else 0
 
 
 def _cmd_profile_show(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from predictor.fleet import Fleet, parse_fleet
 from predictor.perf.compute import compute_ratio, peak_tflops
 from predictor.perf.correction import features, load_correction
 from predictor.perf.memory import estimate_memory
-from predictor.perf.network import allreduce_time, calibrate
+from predictor.perf.network import allreduce_time, calibrate, ddp_bucket_sizes, exposed_time
 from predictor.profile import Profile
 
 Scaling = Literal["weak", "strong"]
@@ -29,7 +29,6 @@ Z80 = 1.2816  # p10/p90 of a normal
 # profiled) and "from_cpu" are judgement, not measured.
 MODEL_ERROR = {"same": 0.05, "scaling": 0.12, "cross": 0.25, "from_cpu": 0.5}
 CPU_TO_GPU_UTILISATION = 0.35  # assumed share of the GPU's peak a step reaches when only FLOPs are known
-DDP_BUCKET_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True)
@@ -173,12 +172,13 @@ def predict(
     ar = _allreduce(profile, fleet, catalog, assumptions)
     slowest = max(groups, key=lambda g: g.compute_s + g.input_s)
     bwd_time = min(g.compute_s for g in groups) * bwd_share
-    n_buckets = (
-        profile.communication.buckets
-        if profile.communication and profile.communication.buckets
-        else max(1, math.ceil((_grad_bytes(profile)) / DDP_BUCKET_BYTES))
+    comm = profile.communication
+    sizes = (
+        [float(b.bytes) for b in sorted(comm.bucket_detail, key=lambda b: b.index)]
+        if comm is not None and comm.bucket_detail
+        else ddp_bucket_sizes(_grad_bytes(profile))
     )
-    exposed = 0.0 if ar.seconds == 0 else max(ar.seconds / n_buckets, ar.seconds - bwd_time)
+    exposed = exposed_time(ar.seconds, bwd_time, sizes)
     step = slowest.compute_s + slowest.input_s + exposed
     throughput = global_batch / step
 

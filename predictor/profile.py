@@ -163,7 +163,9 @@ class Communication:
     world_size: int | None = doc_field("ranks taking part", default=None, min=1)
     buckets: int | None = doc_field("gradient buckets per step", default=None, min=0)
     bytes_per_step: int | None = doc_field("bytes all-reduced per step per rank", default=None, min=0)
-    allreduce_s: Stats | None = doc_field("per step: time the all-reduces kept the network busy", default=None)
+    allreduce_s: Stats | None = doc_field(
+        "per step: union of the intervals from each bucket being ready on rank 0 to its reduction completing",
+        default=None)
     exposed_s: Stats | None = doc_field("per step: communication not hidden behind backward", default=None)
     overlap_fraction: float | None = doc_field(
         "share of all-reduce time hidden behind backward", default=None, min=0, max=1

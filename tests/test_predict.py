@@ -60,8 +60,10 @@ def test_more_gpus_add_communication_and_slow_networks_hurt(minimal, catalog) ->
     assert 0.31 < one_node.iteration_time_s < four_nodes.iteration_time_s
     assert four_nodes.breakdown["allreduce_s"] > one_node.breakdown["allreduce_s"] > 0
     assert four_nodes.allreduce_limiting == "network tcp"
-    slow = predict(minimal, "g5.xlarge:8", catalog=catalog)  # "up to 10 Gigabit" between 8 single-GPU nodes
-    assert slow.bottleneck == "network"
+    big = copy.deepcopy(MINIMAL)
+    big["model"]["parameters"] = 1_300_000_000  # 5.2 GB of gradients per step
+    slow = predict(load_profile(big), "g5.xlarge:8", catalog=catalog)  # "up to 10 Gigabit", 8 single-GPU nodes
+    assert slow.bottleneck == "network" and slow.allreduce_limiting == "network tcp"
 
 
 def test_faster_gpu_is_faster_but_less_than_the_flops_ratio(minimal, catalog) -> None:
@@ -140,7 +142,7 @@ def test_user_defined_types_predict(minimal) -> None:
 def test_ring_allreduce_formula_and_calibration(catalog) -> None:
     g5 = catalog.get("g5.xlarge")  # 1 GPU, "up to 10 Gigabit", no EFA
     est = allreduce_time(1e9, [(g5, 2)], catalog.gpus)
-    bus = 10 / 8 * 0.4 * 0.7  # GB/s: burst rate x sustained share x TCP efficiency
+    bus = 10 / 8 * 0.4 * 0.95  # GB/s: burst rate x sustained share x TCP efficiency
     assert est.seconds == pytest.approx(2 * 1 / 2 * 1 / bus + 2 * 60e-6)
     link = calibrate([1_000_000, 4_000_000], [0.0011, 0.0041], world=2)
     assert link.gbps == pytest.approx(1.0) and link.latency_s == pytest.approx(0.0001 / 2)
@@ -169,3 +171,18 @@ def test_every_cuda_type_with_specs_predicts(minimal, catalog) -> None:
             assert r.iteration_time_s > 0 and r.throughput_samples_s > 0
             done += 1
     assert done >= 55
+
+
+def test_ddp_buckets_and_overlap_simulation() -> None:
+    from predictor.perf.network import ddp_bucket_sizes, exposed_time
+
+    mib = 1024 * 1024
+    assert ddp_bucket_sizes(0.5 * mib) == [0.5 * mib]
+    assert ddp_bucket_sizes(60 * mib) == [mib, 25 * mib, 25 * mib, 9 * mib]
+    # one bucket: ready when backward ends, nothing hides
+    assert exposed_time(0.1, 0.5, [10.0]) == pytest.approx(0.1)
+    # two equal buckets: the first (ready half-way) hides behind backward, the second does not
+    assert exposed_time(0.2, 1.0, [5.0, 5.0]) == pytest.approx(0.1)
+    # communication longer than backward: the queue spills over
+    assert exposed_time(2.0, 1.0, [5.0, 5.0]) == pytest.approx(1.5)
+    assert exposed_time(0.0, 1.0, [5.0]) == 0.0

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 
 from lightning_srifty.callback import SriftyCallback
 from lightning_srifty.demo.data import DigitsDataModule, TokensDataModule
@@ -48,8 +49,8 @@ def build(config: DemoConfig) -> tuple[pl.LightningModule, pl.LightningDataModul
     )
 
 
-def run_demo(config: DemoConfig, extra_callbacks: list[Any] | None = None) -> SriftyCallback:
-    """Train the demo model with SriftyCallback; return the callback (its ``profile`` holds the result)."""
+def run_demo(config: DemoConfig, extra_callbacks: list[Any] | None = None) -> tuple[SriftyCallback, pl.Trainer]:
+    """Train the demo model with SriftyCallback; the callback's ``profile`` holds the result (on rank 0)."""
     pl.seed_everything(config.seed, workers=True, verbose=False)
     model, data = build(config)
     callback = SriftyCallback(
@@ -73,4 +74,6 @@ def run_demo(config: DemoConfig, extra_callbacks: list[Any] | None = None) -> Sr
         num_sanity_val_steps=0,
     )
     trainer.fit(model, datamodule=data)
-    return callback
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()  # let gloo's threads stop before the interpreter exits
+    return callback, trainer

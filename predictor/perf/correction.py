@@ -82,7 +82,18 @@ class CrossGpuCorrection:
         return sum(c * v for c, v in zip(self.coef_, x))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"alpha": self.alpha, "coef": self.coef_, "residual_sd": self.residual_sd_, "n_samples": self.n_samples_}
+        return {
+            "alpha": self.alpha,
+            "coef": self.coef_,
+            "residual_sd": self.residual_sd_,
+            "n_samples": self.n_samples_,
+            "gpus": sorted(getattr(self, "gpus_", [])),
+        }
+
+    def covers(self, *gpu_keys: str) -> bool:
+        """True when every GPU was in the training data (leave-one-GPU-out validation shows the correction does
+        not transfer to unseen GPUs, so it is applied only to seen ones)."""
+        return all(k in getattr(self, "gpus_", ()) for k in gpu_keys)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CrossGpuCorrection:
@@ -131,8 +142,9 @@ def train(path: Path | None = None) -> tuple[CrossGpuCorrection, dict[str, Any]]
 
     path = path or data_path()
     gpus = bundled_gpus()
-    X, y, _ = training_set(build_cases(load_points(path, gpus), gpus), gpus)
+    X, y, kept = training_set(build_cases(load_points(path, gpus), gpus), gpus)
     model = CrossGpuCorrection().fit(X, y)
+    model.gpus_ = sorted({g for c in kept for g in (c.src.gpu, c.dst.gpu)})
     artefact = {
         "schema": SCHEMA,
         "features": list(FEATURES),

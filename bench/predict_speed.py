@@ -1,0 +1,68 @@
+"""Speed of the performance model: loading it, and predicting one fleet (issue #4 targets: < 1 s, < 1 ms).
+
+python bench/predict_speed.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PROFILE = {
+    "schema": "srifty.profile/v1",
+    "model": {"name": "resnet50", "parameters": 25557032, "precision": "16-mixed"},
+    "batch": {"per_device": 256},
+    "hardware": {"gpu": "V100-SXM2-16GB"},
+    "timing": {"step_time_s": {"p50": 0.31}},
+}
+
+
+def main() -> None:
+    code = (
+        "import time; t = time.perf_counter(); from predictor.predict import predict; "
+        "from predictor.perf.correction import load_correction; from predictor.catalog import Catalog; "
+        "load_correction(); Catalog.load(use_refreshed=False); print(time.perf_counter() - t)"
+    )
+    loads = sorted(
+        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout)
+        for _ in range(5)
+    )
+    from predictor.catalog import Catalog
+    from predictor.fleet import parse_fleet
+    from predictor.predict import predict
+    from predictor.profile import load_profile
+
+    catalog = Catalog.load(use_refreshed=False)
+    profile = load_profile(PROFILE)
+    rows = []
+    for fleet_text in ("p3.2xlarge:1", "p4d.24xlarge:2", "p3.8xlarge:2,g5.12xlarge:1"):
+        fleet = parse_fleet(fleet_text, catalog)
+        predict(profile, fleet, catalog=catalog)
+        times = []
+        for _ in range(2000):
+            t = time.perf_counter()
+            predict(profile, fleet, catalog=catalog)
+            times.append(time.perf_counter() - t)
+        rows.append((fleet_text, statistics.median(times)))
+    every = [it for it in catalog.filter() if it.gpu in catalog.gpus]
+    t = time.perf_counter()
+    for it in every:
+        for n in (1, 2, 4, 8):
+            predict(profile, parse_fleet([(it.name, n)], catalog), catalog=catalog)
+    sweep = time.perf_counter() - t
+    print("| what | median |")
+    print("|---|---|")
+    print(f"| import + load the model (correction artefact) and the catalog, cold process | {loads[2] * 1e3:.0f} ms |")
+    for fleet_text, t_one in rows:
+        print(f"| predict one fleet `{fleet_text}` | {t_one * 1e6:.0f} µs |")
+    print(f"| {len(every) * 4} fleets (every CUDA type with specs x 1/2/4/8), one by one | {sweep * 1e3:.0f} ms |")
+
+
+if __name__ == "__main__":
+    main()
