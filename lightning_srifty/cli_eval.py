@@ -13,9 +13,15 @@ from lightning_srifty.cli_catalog import _console
 def run_eval(data: str) -> dict[str, Any]:
     """Every validation figure: analytic same-GPU scaling; cross-GPU analytic, and corrected under LOMO and LOGO."""
     from predictor.catalog.gpus import bundled_gpus
-    from predictor.evaluation import _interconnect, build_cases, case_catalog, cross_validate, load_points, profile_for
+    from predictor.evaluation import (
+        build_cases,
+        case_catalog,
+        cross_validate,
+        load_points,
+        predict_scaling_case,
+        scaling_leave_one_model_out,
+    )
     from predictor.evaluation import summarize_cases as summary
-    from predictor.predict import predict
 
     gpus = bundled_gpus()
     cases = build_cases(load_points(data, gpus), gpus)
@@ -23,26 +29,16 @@ def run_eval(data: str) -> dict[str, Any]:
     for case in cases:
         if case.kind == "cross":
             _analytic_cross(case, gpus)
-            continue
-        p = case.dst
-        result = predict(
-            profile_for(case), f"bench-{p.gpu}-x{p.gpus}-{_interconnect(p.interconnect)}:1", catalog=catalog
-        )
-        # back to the published unit (batch items -> tokens, audio samples...)
-        unit = (
-            (p.throughput / p.items_per_s)
-            if p.items_per_s
-            else (case.src.throughput / (case.src.items_per_s or case.src.throughput))
-        )
-        lo, hi = result.interval["throughput_samples_s"]
-        case.predicted, case.lo, case.hi = result.throughput_samples_s * unit, lo * unit, hi * unit
-    scaling = [c for c in cases if c.kind == "scaling"]
+    scaling_cases = [c for c in cases if c.kind == "scaling"]
+    scaling = [predict_scaling_case(c, catalog) for c in scaling_cases]
+    scaling_lomo = scaling_leave_one_model_out(scaling_cases, catalog)
     cross_analytic = [c for c in cases if c.kind == "cross"]
     lomo = cross_validate(cases, lambda c: [c.model], gpus)
     logo = cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)
     return {
         "rows": {
-            "same-GPU scaling (analytic all-reduce model)": summary(scaling),
+            "same-GPU scaling, default link constants": summary(scaling),
+            "same-GPU scaling, intra-node constants fitted leave-one-model-out": summary(scaling_lomo),
             "cross-GPU, analytic compute/bandwidth split only": summary(cross_analytic),
             "cross-GPU + learned correction, leave-one-model-out": summary(lomo),
             "cross-GPU + learned correction, leave-one-GPU-out": summary(logo),

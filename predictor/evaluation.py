@@ -327,3 +327,56 @@ def cross_validate(
                 Case("cross", c.model, c.src, c.dst, pred, pred * math.exp(-1.2816 * sd), pred * math.exp(1.2816 * sd))
             )
     return out
+
+
+def _fleet_name(p: Point) -> str:
+    return f"bench-{p.gpu}-x{p.gpus}-{_interconnect(p.interconnect)}:1"
+
+
+def predict_scaling_case(case: Case, catalog: Catalog, network: object | None = None) -> Case:
+    """Predict a same-GPU scaling case (in the published unit); returns a new Case."""
+    from predictor.perf.network import DEFAULT_NETWORK
+    from predictor.predict import predict
+
+    p = case.dst
+    result = predict(profile_for(case), _fleet_name(p), catalog=catalog, network=network or DEFAULT_NETWORK)
+    unit = p.throughput / p.items_per_s if p.items_per_s else 1.0  # batch items -> the published unit
+    lo, hi = result.interval["throughput_samples_s"]
+    return Case(case.kind, case.model, case.src, p, result.throughput_samples_s * unit, lo * unit, hi * unit)
+
+
+NVLINK_GRID = tuple(round(0.02 * 1.15**i, 4) for i in range(30))  # 0.02 .. 1.1 of the NVLink figure
+PCIE_GRID = tuple(round(0.5 * 1.15**i, 3) for i in range(30))  # 0.5 .. 29 GB/s
+
+
+def fit_network(cases: list[Case], catalog: Catalog) -> object:
+    """The NetworkModel whose intra-node constants (NVLink efficiency; PCIe bus bandwidth) minimise the mean absolute
+    log error of these scaling cases, each fitted on the cases of its own interconnect."""
+    from dataclasses import replace
+
+    from predictor.perf.network import DEFAULT_NETWORK
+
+    def loss(subset: list[Case], net: object) -> float:
+        return statistics.fmean(
+            abs(math.log(predict_scaling_case(c, catalog, net).predicted / c.dst.throughput)) for c in subset
+        )
+
+    nv = [c for c in cases if _interconnect(c.dst.interconnect) in ("nvlink", "nvswitch")]
+    pcie = [c for c in cases if _interconnect(c.dst.interconnect) == "pcie"]
+    net = DEFAULT_NETWORK
+    if nv:
+        net = replace(
+            net, nvlink_efficiency=min(NVLINK_GRID, key=lambda e: loss(nv, replace(net, nvlink_efficiency=e)))
+        )
+    if pcie:
+        net = replace(net, pcie_bus_gbps=min(PCIE_GRID, key=lambda b: loss(pcie, replace(net, pcie_bus_gbps=b))))
+    return net
+
+
+def scaling_leave_one_model_out(cases: list[Case], catalog: Catalog) -> list[Case]:
+    """Each model's scaling cases predicted with intra-node constants fitted on the other models only."""
+    out: list[Case] = []
+    for model in sorted({c.model for c in cases}):
+        net = fit_network([c for c in cases if c.model != model], catalog)
+        out += [predict_scaling_case(c, catalog, net) for c in cases if c.model == model]
+    return out

@@ -19,7 +19,14 @@ from predictor.fleet import Fleet, parse_fleet
 from predictor.perf.compute import compute_ratio, peak_tflops
 from predictor.perf.correction import features, load_correction
 from predictor.perf.memory import estimate_memory
-from predictor.perf.network import allreduce_time, calibrate, ddp_bucket_sizes, exposed_time
+from predictor.perf.network import (
+    DEFAULT_NETWORK,
+    NetworkModel,
+    allreduce_time,
+    calibrate,
+    ddp_bucket_sizes,
+    exposed_time,
+)
 from predictor.profile import Profile
 
 Scaling = Literal["weak", "strong"]
@@ -100,9 +107,14 @@ def _source_times(profile: Profile) -> tuple[float, float, float, float]:
 
 
 def predict(
-    profile: Profile, fleet: Fleet | str, *, catalog: Catalog | None = None, scaling: Scaling = "weak"
+    profile: Profile,
+    fleet: Fleet | str,
+    *,
+    catalog: Catalog | None = None,
+    scaling: Scaling = "weak",
+    network: NetworkModel = DEFAULT_NETWORK,
 ) -> Prediction:
-    """Predict one fleet from a profile.
+    """Predict one fleet from a profile (``network``: the link constants, see :class:`NetworkModel`).
 
     Raises:
         PredictionError: the profile cannot be scaled to this fleet (e.g. CPU profile without FLOPs).
@@ -169,7 +181,7 @@ def predict(
         assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
     assumptions.append("memory: " + estimate_memory(profile, b_src, 80).basis)
 
-    ar = _allreduce(profile, fleet, catalog, assumptions)
+    ar = _allreduce(profile, fleet, catalog, assumptions, network)
     slowest = max(groups, key=lambda g: g.compute_s + g.input_s)
     bwd_time = min(g.compute_s for g in groups) * bwd_share
     comm = profile.communication
@@ -302,7 +314,7 @@ def _grad_bytes(profile: Profile) -> float:
     )
 
 
-def _allreduce(profile: Profile, fleet: Fleet, catalog: Catalog, assumptions: list[str]) -> Any:
+def _allreduce(profile: Profile, fleet: Fleet, catalog: Catalog, assumptions: list[str], network: NetworkModel) -> Any:
     comm = profile.communication
     override = None
     same_link = (
@@ -320,7 +332,7 @@ def _allreduce(profile: Profile, fleet: Fleet, catalog: Catalog, assumptions: li
                 f"{override.gbps:.2f} GB/s effective"
             )
     groups: list[tuple[Any, int]] = [(g.instance, g.count) for g in fleet.groups]
-    return allreduce_time(_grad_bytes(profile), groups, catalog.gpus, override)
+    return allreduce_time(_grad_bytes(profile), groups, catalog.gpus, override, network)
 
 
 def _bottleneck(

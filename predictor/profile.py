@@ -165,7 +165,8 @@ class Communication:
     bytes_per_step: int | None = doc_field("bytes all-reduced per step per rank", default=None, min=0)
     allreduce_s: Stats | None = doc_field(
         "per step: union of the intervals from each bucket being ready on rank 0 to its reduction completing",
-        default=None)
+        default=None,
+    )
     exposed_s: Stats | None = doc_field("per step: communication not hidden behind backward", default=None)
     overlap_fraction: float | None = doc_field(
         "share of all-reduce time hidden behind backward", default=None, min=0, max=1

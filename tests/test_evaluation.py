@@ -95,9 +95,11 @@ def test_eval_command_prints_and_plots(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     rows = json.loads(out[: out.rindex("}") + 1])
     assert set(rows) == {
-        "same-GPU scaling (analytic all-reduce model)",
+        "same-GPU scaling, default link constants",
+        "same-GPU scaling, intra-node constants fitted leave-one-model-out",
         "cross-GPU, analytic compute/bandwidth split only",
         "cross-GPU + learned correction, leave-one-model-out",
         "cross-GPU + learned correction, leave-one-GPU-out",
     }
+    assert all(r["cases"] > 100 for r in rows.values())
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -5,7 +5,7 @@ N nodes (hierarchical, as NCCL does with one ring per GPU rail): reduce-scatter 
 every shard across nodes through the node's network, all-gather inside the node:
 ``2 (g-1)/g * S / B_intra + 2 (N-1)/N * S / B_net + 2 (N-1) * a_inter``, with the slowest node's link limiting the ring.
 
-Bandwidths are effective bus bandwidths in GB/s. The constants are first-order figures (see ``LINK``); a profile
+Bandwidths are effective bus bandwidths in GB/s. The constants live in :class:`NetworkModel`; a profile
 that carries measured all-reduce timings replaces them for its own link kind (:func:`calibrate`).
 """
 
@@ -16,17 +16,25 @@ from dataclasses import dataclass
 from predictor.catalog.gpus import GpuTable
 from predictor.catalog.instances import InstanceType
 
-# effective all-reduce bus bandwidth (GB/s) and per-hop latency (s) by link kind
-PCIE_BUS_GBPS = 10.0  # GPU-to-GPU through the PCIe host bridge (no NVLink)
-NVLINK_EFFICIENCY = 0.7  # share of the per-GPU NVLink figure (bidirectional datasheet value / 2) NCCL reaches
-LATENCY_INTRA_S = 10e-6
-LATENCY_EFA_S = 15e-6
-LATENCY_TCP_S = 60e-6
-NET_EFFICIENCY_EFA = 0.85
-# gloo's all-reduce over a tc-shaped veth link reaches 0.955 of the configured rate (bench/netns_validation.py,
-# BENCHMARKS.md); real ENA networks add per-flow limits and cross traffic that this lab does not have
-NET_EFFICIENCY_TCP = 0.95
-UP_TO_SUSTAINED = 0.4  # "up to N Gigabit" networks sustain a fraction of the burst rate
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """The link constants of the all-reduce model (bus bandwidths in GB/s, latencies in s); pluggable so that
+    calibration and tests can vary them without touching module state."""
+
+    pcie_bus_gbps: float = 10.0  # GPU-to-GPU through the PCIe host bridge (no NVLink)
+    nvlink_efficiency: float = 0.7  # share of the per-GPU NVLink figure (bidirectional datasheet / 2) NCCL reaches
+    latency_intra_s: float = 10e-6
+    latency_efa_s: float = 15e-6
+    latency_tcp_s: float = 60e-6
+    efa_efficiency: float = 0.85
+    # gloo's all-reduce over a tc-shaped veth link reaches 0.955 of the configured rate (bench/netns_validation.py,
+    # BENCHMARKS.md); real ENA networks add per-flow limits and cross traffic that this lab does not have
+    tcp_efficiency: float = 0.95
+    up_to_sustained: float = 0.4  # "up to N Gigabit" networks sustain a fraction of the burst rate
+
+
+DEFAULT_NETWORK = NetworkModel()
 
 
 @dataclass(frozen=True)
@@ -38,25 +46,25 @@ class Link:
     kind: str
 
 
-def intra_node_link(instance: InstanceType, gpus: GpuTable) -> Link | None:
+def intra_node_link(instance: InstanceType, gpus: GpuTable, net: NetworkModel = DEFAULT_NETWORK) -> Link | None:
     """The GPU-to-GPU link inside one instance (None for single-GPU types)."""
     if instance.gpus <= 1:
         return None
     if instance.gpu_interconnect in ("nvlink", "nvswitch"):
         gpu = gpus.gpus.get(instance.gpu or "")
         nvlink = gpu.nvlink_gbps if gpu and gpu.nvlink_gbps else 300.0
-        return Link(nvlink / 2 * NVLINK_EFFICIENCY, LATENCY_INTRA_S, instance.gpu_interconnect)
-    return Link(PCIE_BUS_GBPS, LATENCY_INTRA_S, "pcie")
+        return Link(nvlink / 2 * net.nvlink_efficiency, net.latency_intra_s, instance.gpu_interconnect)
+    return Link(net.pcie_bus_gbps, net.latency_intra_s, "pcie")
 
 
-def inter_node_link(instance: InstanceType) -> Link:
+def inter_node_link(instance: InstanceType, net: NetworkModel = DEFAULT_NETWORK) -> Link:
     """The instance's network as seen by an all-reduce between nodes."""
     gbps = (instance.network_gbps or 10.0) / 8.0
     if instance.network_up_to:
-        gbps *= UP_TO_SUSTAINED
+        gbps *= net.up_to_sustained
     if instance.efa:
-        return Link(gbps * NET_EFFICIENCY_EFA, LATENCY_EFA_S, "efa")
-    return Link(gbps * NET_EFFICIENCY_TCP, LATENCY_TCP_S, "tcp")
+        return Link(gbps * net.efa_efficiency, net.latency_efa_s, "efa")
+    return Link(gbps * net.tcp_efficiency, net.latency_tcp_s, "tcp")
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,11 @@ class AllReduceEstimate:
 
 
 def allreduce_time(
-    nbytes: float, groups: list[tuple[InstanceType, int]], gpus: GpuTable, net_override: Link | None = None
+    nbytes: float,
+    groups: list[tuple[InstanceType, int]],
+    gpus: GpuTable,
+    net_override: Link | None = None,
+    net: NetworkModel = DEFAULT_NETWORK,
 ) -> AllReduceEstimate:
     """All-reduce time of ``nbytes`` per rank over ``groups`` of (instance type, count)."""
     ranks = sum(it.gpus * n for it, n in groups)
@@ -78,7 +90,7 @@ def allreduce_time(
     gb = nbytes / 1e9
     intra_s, intra_kind = 0.0, ""
     for it, _ in groups:
-        link = intra_node_link(it, gpus)
+        link = intra_node_link(it, gpus, net)
         if link is None:
             continue
         g = it.gpus
@@ -87,7 +99,7 @@ def allreduce_time(
             intra_s, intra_kind = t, link.kind
     inter_s, inter_kind = 0.0, ""
     if nodes > 1:
-        links = [net_override or inter_node_link(it) for it, _ in groups]
+        links = [net_override or inter_node_link(it, net) for it, _ in groups]
         slow = min(links, key=lambda link: link.gbps)
         inter_s = 2 * (nodes - 1) / nodes * gb / slow.gbps + 2 * (nodes - 1) * max(x.latency_s for x in links)
         inter_kind = slow.kind
