@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from predictor.catalog.catalog import Catalog
+from predictor.catalog.gpus import SPEC_FIELDS
 from predictor.exceptions import CatalogError
 
 LISTING_SCHEMA = "srifty.catalog-listing/v1"
@@ -103,18 +104,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_gpus(args: argparse.Namespace) -> int:
     catalog = load_catalog(args)
     rows: list[dict[str, Any]] = [
-        {
-            "key": g.key,
-            "arch": g.arch,
-            "memory_gb": g.memory_gb,
-            "memory_bw_gbps": g.memory_bw_gbps,
-            "fp32_tflops": g.fp32_tflops,
-            "tf32_tflops": g.tf32_tflops,
-            "fp16_tflops": g.fp16_tflops,
-            "bf16_tflops": g.bf16_tflops,
-            "nvlink_gbps": g.nvlink_gbps,
-            "aliases": list(g.aliases),
-        }
+        {"key": g.key, "arch": g.arch, **{k: getattr(g, k) for k in SPEC_FIELDS}, "aliases": list(g.aliases)}
         for g in catalog.gpus.gpus.values()
     ]
     if args.format == "json":
@@ -129,18 +119,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         table.add_row(
             r["key"],
             r["arch"],
-            *(
-                "-" if r[k] is None else f"{r[k]:g}"
-                for k in (
-                    "memory_gb",
-                    "memory_bw_gbps",
-                    "fp32_tflops",
-                    "tf32_tflops",
-                    "fp16_tflops",
-                    "bf16_tflops",
-                    "nvlink_gbps",
-                )
-            ),
+            *("-" if r[k] is None else f"{r[k]:g}" for k in SPEC_FIELDS),
         )
     _console().print(table)
     return 0

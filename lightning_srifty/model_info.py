@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
+import typing
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
+from predictor.profile import Precision
+
 _LEGACY_PRECISION = {"32": "32-true", "64": "64-true", "16": "16-mixed", "bf16": "bf16-mixed"}
-_KNOWN_PRECISION = {
-    "64-true",
-    "32-true",
-    "16-true",
-    "bf16-true",
-    "16-mixed",
-    "bf16-mixed",
-    "transformer-engine",
-    "transformer-engine-float16",
-}
+_KNOWN_PRECISION = set(typing.get_args(Precision))
 
 
 def normalize_precision(value: Any) -> str | None:

@@ -18,6 +18,10 @@ from predictor.exceptions import UnknownNameError
 _VENDOR_WORDS = re.compile(r"\b(NVIDIA|TESLA|GEFORCE|QUADRO)\b")
 
 
+# the numeric spec columns of a GPU, in table order
+SPEC_FIELDS = ("memory_gb", "memory_bw_gbps", "fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops", "nvlink_gbps")
+
+
 @dataclass(frozen=True)
 class GPU:
     """Specs of one GPU model (dense peaks, per GPU)."""
