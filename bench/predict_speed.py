@@ -62,6 +62,24 @@ def main() -> None:
     for fleet_text, t_one in rows:
         print(f"| predict one fleet `{fleet_text}` | {t_one * 1e6:.0f} µs |")
     print(f"| {len(every) * 4} fleets (every CUDA type with specs x 1/2/4/8), one by one | {sweep * 1e3:.0f} ms |")
+    import numpy as np
+
+    from predictor.predict_many import predict_many
+
+    rng = np.random.default_rng(0)
+    names = [it.name for it in every]
+    for size in (10_000, 1_000_000):
+        types = [names[i] for i in rng.integers(0, len(names), size)]
+        counts = rng.integers(1, 65, size)
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            predict_many(profile, types, counts, catalog=catalog)
+            times.append(time.perf_counter() - t)
+        print(
+            f"| predict_many: {size:,} homogeneous fleets (random type x 1-64) | {statistics.median(times) * 1e3:.0f}"
+            f" ms ({statistics.median(times) / size * 1e9:.0f} ns per fleet) |"
+        )
 
 
 if __name__ == "__main__":

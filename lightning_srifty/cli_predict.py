@@ -57,6 +57,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     ]
     for name, value in rows:
         table.add_row(name, value)
+    for g in result.groups:
+        if not g.fits_memory:
+            table.add_row(
+                "[red]won't fit[/]",
+                f"{g.instance_type}: about {g.memory_gib:.1f} GiB per GPU is needed. Use "
+                "a GPU with more memory, a smaller per-GPU batch (--scaling strong over more GPUs), or "
+                "shard the model and optimizer state (FSDP / DeepSpeed).",
+            )
     for note in result.assumptions:
         table.add_row("assumes", note)
     for note in result.extrapolation:

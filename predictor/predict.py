@@ -184,13 +184,7 @@ def predict(
     ar = _allreduce(profile, fleet, catalog, assumptions, network)
     slowest = max(groups, key=lambda g: g.compute_s + g.input_s)
     bwd_time = min(g.compute_s for g in groups) * bwd_share
-    comm = profile.communication
-    sizes = (
-        [float(b.bytes) for b in sorted(comm.bucket_detail, key=lambda b: b.index)]
-        if comm is not None and comm.bucket_detail
-        else ddp_bucket_sizes(_grad_bytes(profile))
-    )
-    exposed = exposed_time(ar.seconds, bwd_time, sizes)
+    exposed = exposed_time(ar.seconds, bwd_time, _bucket_sizes(profile))
     step = slowest.compute_s + slowest.input_s + exposed
     throughput = global_batch / step
 
@@ -314,23 +308,38 @@ def _grad_bytes(profile: Profile) -> float:
     )
 
 
-def _allreduce(profile: Profile, fleet: Fleet, catalog: Catalog, assumptions: list[str], network: NetworkModel) -> Any:
+def _link_override(profile: Profile, instance_names: set[str], assumptions: list[str]) -> Any:
+    """The inter-node link measured by the profile, when it was measured across nodes of this very type."""
     comm = profile.communication
-    override = None
     same_link = (
         profile.hardware.nodes > 1
         and profile.hardware.instance_type is not None
-        and all(g.instance.name == profile.hardware.instance_type for g in fleet.groups)
+        and instance_names == {profile.hardware.instance_type}
     )
-    if same_link and comm is not None and comm.bucket_detail and (comm.world_size or 1) > 1 and fleet.nodes > 1:
-        override = calibrate(
-            [b.bytes for b in comm.bucket_detail], [b.allreduce_s.p50 for b in comm.bucket_detail], comm.world_size or 2
+    if not (same_link and comm is not None and comm.bucket_detail and (comm.world_size or 1) > 1):
+        return None
+    override = calibrate(
+        [b.bytes for b in comm.bucket_detail], [b.allreduce_s.p50 for b in comm.bucket_detail], comm.world_size or 2
+    )
+    if override is not None:
+        assumptions.append(
+            f"inter-node all-reduce calibrated from the profile's measured buckets on "
+            f"{profile.hardware.instance_type}: {override.gbps:.2f} GB/s effective"
         )
-        if override is not None:
-            assumptions.append(
-                f"inter-node all-reduce calibrated from the profile's measured buckets: "
-                f"{override.gbps:.2f} GB/s effective"
-            )
+    return override
+
+
+def _bucket_sizes(profile: Profile) -> list[float]:
+    comm = profile.communication
+    if comm is not None and comm.bucket_detail:
+        return [float(b.bytes) for b in sorted(comm.bucket_detail, key=lambda b: b.index)]
+    return ddp_bucket_sizes(_grad_bytes(profile))
+
+
+def _allreduce(profile: Profile, fleet: Fleet, catalog: Catalog, assumptions: list[str], network: NetworkModel) -> Any:
+    override = (
+        _link_override(profile, {g.instance.name for g in fleet.groups}, assumptions) if fleet.nodes > 1 else None
+    )
     groups: list[tuple[Any, int]] = [(g.instance, g.count) for g in fleet.groups]
     return allreduce_time(_grad_bytes(profile), groups, catalog.gpus, override, network)
 

@@ -159,6 +159,10 @@ def test_predict_cli(tmp_path, capsys) -> None:
     assert lo < doc["iteration_time_s"] < hi
     assert main(["predict", "--profile", str(path), "--fleet", "p4d.24xlarge:2"]) == 0
     assert "Iteration time" in capsys.readouterr().out
+    big = dict(MINIMAL, model={"name": "7b", "parameters": 7_000_000_000, "precision": "bf16-mixed"})
+    path.write_text(json.dumps(big))
+    assert main(["predict", "--profile", str(path), "--fleet", "g4dn.xlarge:1"]) == 0
+    assert "a GPU with more memory" in capsys.readouterr().out
     assert main(["predict", "--profile", str(path), "--fleet", "p4d.24xlarge:0"]) == 2
     assert "must be a whole number >= 1" in capsys.readouterr().err
 

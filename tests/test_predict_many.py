@@ -1,0 +1,65 @@
+"""predict_many() is predict() vectorised: same numbers for every type and count."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from predictor.catalog import Catalog
+from predictor.exceptions import ConfigError, PredictionError
+from predictor.predict import predict
+from predictor.predict_many import predict_many
+from predictor.profile import load_profile
+from test_profile_schema import MINIMAL
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return Catalog.load(use_refreshed=False, use_env=False)
+
+
+def rich_profile():
+    data = copy.deepcopy(MINIMAL)
+    data["timing"] = {
+        "step_time_s": {"p50": 0.31, "cv": 0.04},
+        "phases_s": {
+            "data": {"p50": 0.01},
+            "forward": {"p50": 0.1},
+            "backward": {"p50": 0.18},
+            "optimizer": {"p50": 0.02},
+        },
+    }
+    data["hardware"]["cpu_count"] = 8
+    data["memory"] = {"peak_allocated_bytes": 9 * 2**30}
+    return load_profile(data)
+
+
+@pytest.mark.parametrize("scaling", ["weak", "strong"])
+@pytest.mark.parametrize("make", [lambda: load_profile(copy.deepcopy(MINIMAL)), rich_profile])
+def test_same_numbers_as_predict(catalog, scaling, make) -> None:
+    profile = make()
+    types = [it.name for it in catalog.filter() if it.gpu in catalog.gpus]
+    names = [t for t in types for _ in (1, 2, 3, 8)]
+    counts = [c for _ in types for c in (1, 2, 3, 8)]
+    many = predict_many(profile, names, counts, catalog=catalog, scaling=scaling)
+    for i, (name, count) in enumerate(zip(names, counts)):
+        one = predict(profile, f"{name}:{count}", catalog=catalog, scaling=scaling)
+        assert many.iteration_time_s[i] == pytest.approx(one.iteration_time_s, rel=1e-9), (name, count)
+        assert many.throughput_samples_s[i] == pytest.approx(one.throughput_samples_s, rel=1e-9)
+        lo, hi = one.interval["iteration_time_s"]
+        assert (many.iteration_time_lo_s[i], many.iteration_time_hi_s[i]) == (pytest.approx(lo), pytest.approx(hi))
+        assert many.exposed_comm_s[i] == pytest.approx(one.breakdown["exposed_comm_s"], rel=1e-9, abs=1e-15)
+        assert bool(many.fits_memory[i]) == one.fits_memory
+        assert many.global_batch[i] == pytest.approx(one.global_batch)
+
+
+def test_bad_input(catalog) -> None:
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    with pytest.raises(ConfigError, match="one count per instance type"):
+        predict_many(profile, ["p3.2xlarge"], [1, 2], catalog=catalog)
+    with pytest.raises(ConfigError, match=r">= 1\. Got 0"):
+        predict_many(profile, ["p3.2xlarge"], np.array([0]), catalog=catalog)
+    with pytest.raises(PredictionError, match="not a CUDA GPU"):
+        predict_many(profile, ["trn1.32xlarge"], [1], catalog=catalog)
