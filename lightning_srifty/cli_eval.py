@@ -14,6 +14,7 @@ def run_eval(data: str) -> dict[str, Any]:
     """Every validation figure: analytic same-GPU scaling; cross-GPU analytic, and corrected under LOMO and LOGO."""
     from predictor.catalog.gpus import bundled_gpus
     from predictor.evaluation import (
+        FLOPS_PER_ITEM,
         build_cases,
         case_catalog,
         cross_validate,
@@ -26,13 +27,12 @@ def run_eval(data: str) -> dict[str, Any]:
     gpus = bundled_gpus()
     cases = build_cases(load_points(data, gpus), gpus)
     catalog = case_catalog(cases)
-    for case in cases:
-        if case.kind == "cross":
-            _analytic_cross(case, gpus)
+    cross = [c for c in cases if c.kind == "cross"]
+    cross_analytic = [_analytic_cross(c, gpus) for c in cross]
+    flops_cases = [_analytic_cross(c, gpus, with_flops=True) for c in cross if c.model in FLOPS_PER_ITEM]
     scaling_cases = [c for c in cases if c.kind == "scaling"]
     scaling = [predict_scaling_case(c, catalog) for c in scaling_cases]
     scaling_lomo = scaling_leave_one_model_out(scaling_cases, catalog)
-    cross_analytic = [c for c in cases if c.kind == "cross"]
     lomo = cross_validate(cases, lambda c: [c.model], gpus)
     logo = cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)
     return {
@@ -40,6 +40,7 @@ def run_eval(data: str) -> dict[str, Any]:
             "same-GPU scaling, default link constants": summary(scaling),
             "same-GPU scaling, intra-node constants fitted leave-one-model-out": summary(scaling_lomo),
             "cross-GPU, analytic compute/bandwidth split only": summary(cross_analytic),
+            "cross-GPU, split from FLOPs per sample (ResNet-50, BERT-base, BERT-large)": summary(flops_cases),
             "cross-GPU + learned correction, leave-one-model-out": summary(lomo),
             "cross-GPU + learned correction, leave-one-GPU-out": summary(logo),
         },
@@ -47,18 +48,22 @@ def run_eval(data: str) -> dict[str, Any]:
     }
 
 
-def _analytic_cross(case: Any, gpus: Any) -> None:
-    """The analytic compute/bandwidth split alone (no learned correction, which predict() would apply)."""
+def _analytic_cross(case: Any, gpus: Any, with_flops: bool = False) -> Any:
+    """The analytic compute/bandwidth split alone (no learned correction, which predict() would apply); with
+    ``with_flops`` the compute-bound share comes from the model's FLOPs, as from a profile that counted them."""
     import math
+    from dataclasses import replace
 
+    from predictor.evaluation import FLOPS_PER_ITEM
     from predictor.perf.compute import compute_ratio
     from predictor.predict import MODEL_ERROR, Z80
 
     src, dst = gpus.gpus[case.src.gpu], gpus.gpus[case.dst.gpu]
     matmul = "high" if case.src.precision == "32-true" else None
-    pred = case.src.throughput / compute_ratio(src, dst, case.src.precision, matmul, None).ratio
-    sd = math.hypot(MODEL_ERROR["cross"], case.src.cv)
-    case.predicted, case.lo, case.hi = pred, pred * math.exp(-Z80 * sd), pred * math.exp(Z80 * sd)
+    achieved = FLOPS_PER_ITEM[case.model] * case.src.throughput / 1e12 if with_flops else None
+    pred = case.src.throughput / compute_ratio(src, dst, case.src.precision, matmul, achieved).ratio
+    sd = math.hypot(MODEL_ERROR["cross-flops" if with_flops else "cross"], case.src.cv)
+    return replace(case, predicted=pred, lo=pred * math.exp(-Z80 * sd), hi=pred * math.exp(Z80 * sd))
 
 
 def plot(result: dict[str, Any], path: Path) -> Path:

@@ -57,6 +57,14 @@ ITEMS_PER_UNIT = {
     "iterations/s": 1.0,
     "audio samples/s": 1 / 16000,
 }
+# training FLOPs per item (3 x forward, forward = 2 x multiply-adds) where they are well known: ResNet-50 at 224 px
+# (4.1 GMAC, He et al. 2016); BERT at sequence length 384 (2 x parameters x tokens + attention 4 x layers x s^2 x d,
+# Devlin et al. 2019 / Kaplan et al. 2020's accounting). Used to give cross-GPU cases what a profile would carry.
+FLOPS_PER_ITEM = {
+    "ResNet-50": 3 * 8.2e9,
+    "BERT-base finetune-SQuAD": 3 * (2 * 110e6 * 384 + 4 * 12 * 384**2 * 768),
+    "BERT-large finetune-SQuAD": 3 * (2 * 340e6 * 384 + 4 * 24 * 384**2 * 1024),
+}
 SUPERLINEAR_LIMIT = 1.25  # a k-GPU figure above 1.25 k x the 1-GPU figure is inconsistent data, not scaling
 PARAMETERS = {
     "ResNet-50": 25.6e6,

@@ -33,9 +33,10 @@ Scaling = Literal["weak", "strong"]
 Z80 = 1.2816  # p10/p90 of a normal
 # relative sd of the model by kind of prediction. "scaling": the log-residual sd of the 182 same-GPU scaling cases of
 # `srifty eval`; "cross": the analytic split's log-residual sd over the 980 cross-GPU cases (used for GPUs the learned
-# correction never saw; with the correction, its own residual sd replaces it). Both are measured in-sample
+# correction never saw; with the correction, its own residual sd replaces it); "cross-flops": the same for the split
+# computed from the profile's FLOPs (the 272 cases of the models with known FLOPs). All measured in-sample
 # (BENCHMARKS.md). "same" (one GPU, as profiled) and "from_cpu" are judgement, not measured.
-MODEL_ERROR = {"same": 0.05, "scaling": 0.12, "cross": 0.32, "from_cpu": 0.5}
+MODEL_ERROR = {"same": 0.05, "scaling": 0.12, "cross": 0.32, "cross-flops": 0.15, "from_cpu": 0.5}
 CPU_TO_GPU_UTILISATION = 0.35  # assumed share of the GPU's peak a step reaches when only FLOPs are known
 
 
@@ -262,7 +263,10 @@ def _scaled_per_sample(
         return per_sample_src, (scale.compute_share if achieved is not None else None)
     ratio = scale.ratio
     correction = load_correction()
-    if not correction.covers(src.key, dst.key):
+    if achieved is not None:  # FLOPs give the split directly; the correction was learned for the neutral split
+        kinds.add("cross-flops")
+        note = "split from the profile's FLOPs, no learned correction"
+    elif not correction.covers(src.key, dst.key):
         unseen = [k for k in (src.key, dst.key) if not correction.covers(k)]
         note = f"no learned correction: {', '.join(unseen)} not in its training data"
         kinds.add("cross")

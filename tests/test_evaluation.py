@@ -98,6 +98,7 @@ def test_eval_command_prints_and_plots(tmp_path, capsys) -> None:
         "same-GPU scaling, default link constants",
         "same-GPU scaling, intra-node constants fitted leave-one-model-out",
         "cross-GPU, analytic compute/bandwidth split only",
+        "cross-GPU, split from FLOPs per sample (ResNet-50, BERT-base, BERT-large)",
         "cross-GPU + learned correction, leave-one-model-out",
         "cross-GPU + learned correction, leave-one-GPU-out",
     }

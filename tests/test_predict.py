@@ -190,3 +190,13 @@ def test_ddp_buckets_and_overlap_simulation() -> None:
     # communication longer than backward: the queue spills over
     assert exposed_time(2.0, 1.0, [5.0, 5.0]) == pytest.approx(1.5)
     assert exposed_time(0.0, 1.0, [5.0]) == 0.0
+
+
+def test_flops_in_the_profile_set_the_compute_bound_share(catalog) -> None:
+    data = copy.deepcopy(MINIMAL)  # ResNet-50-like: 24.6 GFLOPs per image for training
+    data["model"]["flops"] = {"per_sample": 24.6e9}
+    r = predict(load_profile(data), "p4d.24xlarge:1", catalog=catalog)
+    share = 24.6e9 * 256 / 0.31 / 125e12  # achieved / V100 FP16 peak
+    ratio = share * 125 / 312 + (1 - share) * 900 / 1555  # peak ratio and bandwidth ratio, V100 -> A100
+    assert r.breakdown["compute_s"] == pytest.approx(0.31 * ratio)
+    assert any("split from the profile's FLOPs" in a for a in r.assumptions)

@@ -2,8 +2,9 @@
 scaled by memory bandwidth (not the peak-FLOPS ratio alone, which overestimates tensor-core speedups up to 3.4x
 on the shared measurements; the bandwidth ratio stays within +-25%).
 
-The compute-bound share comes from the profile's achieved FLOP rate when FLOPs were counted (utilisation of the
-source GPU's peak), else a neutral 0.5.
+Roofline decomposition: of a step that takes t on the source GPU, F / P (its FLOPs at the source's peak) is the
+compute-bound time and scales with peak FLOPS; the rest scales with memory bandwidth. So the compute-bound share is
+the achieved fraction of peak, F / (P t), when the profile counted FLOPs, else a neutral 0.5.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 
 from predictor.catalog.gpus import GPU
 
-UTILISATION_FOR_COMPUTE_BOUND = 0.5  # a step reaching half the peak is taken as fully compute-bound
 DEFAULT_COMPUTE_SHARE = 0.5
 
 
@@ -46,7 +46,7 @@ def compute_ratio(
     flops = p_src / p_dst if p_src and p_dst else None
     bw = src.memory_bw_gbps / dst.memory_bw_gbps if src.memory_bw_gbps and dst.memory_bw_gbps else None
     if achieved_tflops is not None and p_src:
-        share = min(1.0, max(0.0, achieved_tflops / p_src / UTILISATION_FOR_COMPUTE_BOUND))
+        share = min(1.0, max(0.0, achieved_tflops / p_src))
         basis = f"compute-bound share {share:.2f} from the profile's achieved {achieved_tflops:.1f} TFLOP/s"
     else:
         share = DEFAULT_COMPUTE_SHARE
