@@ -38,5 +38,6 @@ def test_ddp_over_a_shaped_link_matches_the_prediction(tmp_path) -> None:
     assert comm.allreduce_s.p50 > 0.5 * wire_s and comm.buckets == 2  # DDP's 1 MiB first bucket + the rest
     predicted, _, _, _ = predicted_step(one, rate, tmp_path)
     true = measured.timing.step_time_s.p50
-    # the sweep (bench/netns_validation.py) measured 8.5% for this case; 20% leaves room for a noisy machine
-    assert abs(predicted - true) / true < 0.2, f"predicted {predicted:.4f} s, measured {true:.4f} s"
+    # two sweeps (bench/netns_validation.py) measured 8.5% and 16.1% for this case; a broken link or overlap model is
+    # off by 2x or more
+    assert abs(predicted - true) / true < 0.25, f"predicted {predicted:.4f} s, measured {true:.4f} s"
