@@ -1,0 +1,115 @@
+"""``srifty recommend --profile P.json --steps 100000 [--deadline 12h] [--budget 500]``: torch-free."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from typing import Any
+
+from lightning_srifty.cli_catalog import _console, load_catalog
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def hours(text: str) -> float:
+    """'12h', '90m', '2d', '3600s' or a number of hours."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration like 12h, 90m or 2d, got {text!r}")
+    return float(match.group(1)) * {"": 1, "h": 1, "m": 1 / 60, "s": 1 / 3600, "d": 24}[match.group(2)]
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from predictor.profile import load_profile
+    from predictor.rank import Constraints, rank
+
+    profile = load_profile(args.profile)
+    constraints = Constraints(
+        steps=args.steps,
+        samples=args.samples,
+        deadline_h=args.deadline,
+        budget_usd=args.budget,
+        objective=args.objective,
+        regions=tuple(r.strip() for r in args.regions.split(",") if r.strip()),
+        market=args.market,
+        max_instances=args.max_instances,
+        max_hourly_usd=args.max_hourly,
+        allow=tuple(args.allow or ()),
+        deny=tuple(args.deny or ()),
+        min_memory_headroom=args.min_headroom,
+        top=args.top,
+    )
+    plan = rank(profile, constraints, catalog=load_catalog(args))
+    if args.out:
+        print(f"plan written to {plan.save(args.out)}")
+    if args.format == "json":
+        print(json.dumps(plan.to_dict(), indent=2))
+        return 0
+    from rich.table import Table
+
+    table = Table(
+        title=f"Fleets for {profile.model.name or 'the model'}: {plan.constraints.work_samples:,.0f} samples, "
+        f"objective {plan.constraints.objective} (catalog {plan.catalog_snapshot})",
+        caption=plan.why,
+    )
+    for col in (
+        "#",
+        "fleet",
+        "GPUs",
+        "market",
+        "region",
+        "$/h",
+        "time",
+        "cost",
+        "cost 80% interval",
+        "spot risk",
+        "GiB/GPU",
+        "Pareto",
+    ):
+        table.add_column(col, justify="left" if col in ("fleet", "market", "region", "spot risk") else "right")
+    for i, e in enumerate(plan.entries):
+        style = "bold green" if i == plan.chosen else None
+        lo, hi = e.cost_interval_usd
+        table.add_row(
+            str(e.rank),
+            e.fleet,
+            str(e.gpus),
+            e.market,
+            e.region,
+            f"{e.usd_per_hour:,.2f}",
+            f"{e.time_h:,.2f} h",
+            f"${e.cost_usd:,.2f}",
+            f"${lo:,.2f}-{hi:,.2f}",
+            f"{e.risk} ({e.expected_interruptions:.2f})",
+            f"{e.memory_gib:.1f}",
+            "*" if e.pareto else "",
+            style=style,
+        )
+    console = _console()
+    console.print(table)
+    excluded = ", ".join(f"{n} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
+    console.print(f"{plan.considered:,} candidate fleets considered" + (f"; excluded: {excluded}" if excluded else ""))
+    return 0
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("recommend", parents=[common], help="rank fleets under deadline and budget (work in progress)")
+    p.add_argument("--profile", required=True, help="srifty.profile/v1 JSON")
+    work = p.add_mutually_exclusive_group(required=True)
+    work.add_argument("--steps", type=int, help="training steps of the profiled global batch")
+    work.add_argument("--samples", type=float, help="training samples")
+    p.add_argument("--deadline", type=hours, help="e.g. 12h, 90m, 2d")
+    p.add_argument("--budget", type=float, help="US dollars")
+    p.add_argument("--objective", choices=["cost", "time", "cost_per_sample"], default="cost")
+    p.add_argument("--market", choices=["on-demand", "spot", "any"], default="any")
+    p.add_argument("--regions", default="us-east-1", help="comma-separated")
+    p.add_argument("--max-instances", type=int, default=16)
+    p.add_argument("--max-hourly", type=float, help="US dollars per hour for the whole fleet")
+    p.add_argument("--allow", action="append", help="instance type or family (repeatable)")
+    p.add_argument("--deny", action="append", help="instance type or family (repeatable)")
+    p.add_argument("--min-headroom", type=float, default=0.0, help="GPU memory to keep free, as a share (0.1 = 10%%)")
+    p.add_argument("--top", type=int, default=10)
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
+    p.set_defaults(func=cmd_recommend)

@@ -1,0 +1,105 @@
+"""The plan (``srifty.plan/v1``): ranked fleets for a profile under constraints, the choice and why.
+
+It crosses a boundary (written by ``srifty recommend`` or the callback, read by ``srifty terraform`` and the
+migration), so it is a versioned document like the profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from predictor._io import atomic_write_json
+from predictor._schema import doc_field, from_dict, to_dict
+from predictor.exceptions import ProfileError, ProfileSchemaError
+
+PLAN_SCHEMA = "srifty.plan/v1"
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """One ranked fleet."""
+
+    rank: int = doc_field("1 = best by the objective", min=1)
+    fleet: str = doc_field("instance_type:count")
+    instance_type: str = doc_field("EC2 (or user-defined) instance type")
+    count: int = doc_field("instances", min=1)
+    gpus: int = doc_field("GPUs in all", min=1)
+    gpu: str = doc_field("canonical GPU key")
+    region: str = doc_field("region of the price")
+    market: Literal["on-demand", "spot"] = doc_field("capacity market")
+    usd_per_hour: float = doc_field("price of the whole fleet per hour", min=0)
+    iteration_time_s: float = doc_field("predicted step time", min=0)
+    iteration_time_interval_s: list[float] = doc_field("80% interval of the step time [p10, p90]")
+    throughput_samples_s: float = doc_field("predicted samples per second", min=0)
+    time_h: float = doc_field("expected wall time for the work, spot interruptions and checkpoints included", min=0)
+    cost_usd: float = doc_field("expected cost for the work", min=0)
+    cost_interval_usd: list[float] = doc_field("80% interval of the cost from the step-time interval")
+    expected_interruptions: float = doc_field("expected spot interruptions over the run (0 on-demand)", min=0)
+    risk: Literal["none", "low", "medium", "high"] = doc_field("spot risk label")
+    memory_gib: float = doc_field("predicted memory per GPU", min=0)
+    pareto: bool = doc_field("on the time-cost Pareto front")
+    checkpoint_interval_s: float | None = doc_field("Young-Daly checkpoint interval (spot only)", default=None, min=0)
+
+
+@dataclass(frozen=True)
+class PlanConstraints:
+    """The constraints the plan was made under."""
+
+    work_samples: float = doc_field("samples to train", exclusive_min=0)
+    objective: Literal["cost", "time", "cost_per_sample"] = doc_field("what is minimised")
+    market: Literal["on-demand", "spot", "any"] = doc_field("capacity markets considered")
+    regions: list[str] = doc_field("regions considered")
+    max_instances: int = doc_field("largest fleet considered", min=1)
+    deadline_h: float | None = doc_field("wall-time limit", default=None, exclusive_min=0)
+    budget_usd: float | None = doc_field("cost limit", default=None, exclusive_min=0)
+    max_hourly_usd: float | None = doc_field("limit on the fleet's price per hour", default=None, exclusive_min=0)
+    min_memory_headroom: float = doc_field("GPU memory to keep free, as a share", default=0.0, min=0, max=1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Ranked fleets (srifty.plan/v1)."""
+
+    schema: Literal["srifty.plan/v1"] = doc_field("document type and version")
+    constraints: PlanConstraints = doc_field("what was asked")
+    entries: list[PlanEntry] = doc_field("the best fleets, ranked by the objective")
+    pareto: list[PlanEntry] = doc_field("the time-cost Pareto front, fastest first")
+    chosen: int = doc_field("index in entries of the recommendation", min=0)
+    why: str = doc_field("the reason in words: objective and binding constraint")
+    considered: int = doc_field("candidate fleets evaluated", min=0)
+    excluded: dict[str, int] = doc_field("candidates left out, by reason")
+    catalog_source: str = doc_field("catalog copy used")
+    catalog_snapshot: str = doc_field("date of the catalog data")
+    model: str | None = doc_field("model name from the profile", default=None)
+    profile_gpu: str | None = doc_field("GPU the profile was measured on", default=None)
+    created_at: str | None = doc_field("UTC time the plan was made", default=None)
+    notes: list[str] | None = doc_field("assumptions and warnings", default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        return atomic_write_json(path, self.to_dict())
+
+
+def load_plan(source: str | os.PathLike[str] | dict[str, Any]) -> Plan:
+    """A plan from a path or parsed data; errors name the field."""
+    if isinstance(source, dict):
+        data = source
+    else:
+        try:
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ProfileError(f"Plan file {str(source)!r} does not exist: make one with `srifty recommend`.") from None
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"Plan {str(source)!r} is not valid JSON: {exc.msg} at line {exc.lineno}.") from None
+    if not isinstance(data, dict) or data.get("schema") != PLAN_SCHEMA:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ProfileSchemaError(
+            f"schema: this lightning-srifty reads {PLAN_SCHEMA!r}, got {got!r}.", field="schema", value=got
+        )
+    return from_dict(Plan, data)

@@ -1,0 +1,53 @@
+"""What spot interruptions cost a data-parallel run, in expectation (numpy, vectorised over candidates).
+
+A fleet of n instances, each interrupted at rate r per hour, is interrupted at rate n r (any loss stops synchronous
+DDP). With a checkpoint every tau seconds costing C seconds, Young-Daly's interval tau = sqrt(2 C M) (M = mean time
+between interruptions) minimises the expected overhead; each interruption costs re-provisioning + restart +
+checkpoint load + the work lost since the last checkpoint (tau / 2 on average).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+REPROVISION_S = 300.0  # new spot capacity found and booted
+RESTART_S = 120.0  # processes started, rendezvous, data loaders warm
+DEFAULT_CHECKPOINT_S = 30.0  # checkpoint save (and load) time when the profile has not measured it
+
+
+@dataclass(frozen=True)
+class SpotCost:
+    """Arrays aligned with the candidates."""
+
+    expected_interruptions: np.ndarray
+    checkpoint_interval_s: np.ndarray
+    overhead_s: np.ndarray  # checkpoint writes + interruptions, in expectation
+    expected_time_s: np.ndarray
+
+
+def spot_cost(
+    work_s: np.ndarray, instances: np.ndarray, rate_per_hr: np.ndarray, checkpoint_s: float = DEFAULT_CHECKPOINT_S
+) -> SpotCost:
+    """Expected interruptions and total time of ``work_s`` seconds of training on spot capacity.
+
+    ``rate_per_hr`` is each instance's interruption rate (0 for on-demand).
+    """
+    fleet_rate = np.asarray(instances, dtype=float) * np.asarray(rate_per_hr, dtype=float) / 3600.0  # per second
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mtbi = np.where(fleet_rate > 0, 1.0 / fleet_rate, np.inf)
+        tau = np.where(np.isfinite(mtbi), np.sqrt(2.0 * checkpoint_s * mtbi), np.inf)
+        # checkpoints slow the run by C / tau; each interruption costs fixed time + half an interval of lost work
+        checkpoint_time = np.where(np.isfinite(tau), work_s * checkpoint_s / tau, 0.0)
+        per_interruption = REPROVISION_S + RESTART_S + checkpoint_s + np.where(np.isfinite(tau), tau / 2.0, 0.0)
+    running = work_s + checkpoint_time
+    interruptions = fleet_rate * running
+    overhead = checkpoint_time + interruptions * per_interruption
+    return SpotCost(interruptions, tau, overhead, work_s + overhead)
+
+
+def risk_label(expected_interruptions: np.ndarray) -> np.ndarray:
+    """'none' (on-demand), 'low' (< 0.5 expected), 'medium' (< 2), 'high'."""
+    e = np.asarray(expected_interruptions, dtype=float)
+    return np.where(e == 0, "none", np.where(e < 0.5, "low", np.where(e < 2, "medium", "high")))
