@@ -43,6 +43,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     plan = rank(profile, constraints, catalog=load_catalog(args))
     if args.out:
         print(f"plan written to {plan.save(args.out)}")
+    if args.report:
+        from predictor.report import write_report
+
+        page, png = write_report(plan, args.report)
+        print(f"report written to {page} (plot: {png})")
     if args.format == "json":
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
@@ -112,4 +117,5 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=10)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
+    p.add_argument("--report", help="write a self-contained HTML report here (and the plot as PNG beside it)")
     p.set_defaults(func=cmd_recommend)

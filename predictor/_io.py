@@ -9,6 +9,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+_UMASK = os.umask(0)  # read once at import (setting it back at once); calling os.umask later would race threads
+os.umask(_UMASK)
+
+
+def _final_mode(target: Path) -> int:
+    """Keep an existing file's mode; new files get the usual 0o666 less the umask (mkstemp would make them 0600)."""
+    try:
+        return target.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return 0o666 & ~_UMASK
+
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder, fsync'd, then renamed.
@@ -24,6 +35,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _final_mode(target))
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

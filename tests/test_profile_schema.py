@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 
 import pytest
@@ -39,6 +40,9 @@ def test_round_trip_through_a_file(tmp_path) -> None:
     assert json.loads(path.read_text()) == MINIMAL
     assert load_profile(path) == profile
     assert not list(path.parent.glob(".*tmp")), "temporary files must not be left behind"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0600
 
 
 @pytest.mark.parametrize(

@@ -102,7 +102,28 @@ def test_plan_round_trips_and_recommend_cli(tmp_path, capsys) -> None:
     path = tmp_path / "p.json"
     path.write_text(json.dumps(MINIMAL))
     out = tmp_path / "plan.json"
-    assert main(["recommend", "--profile", str(path), "--steps", "100000", "--deadline", "2h", "--out", str(out)]) == 0
+    report = tmp_path / "report.html"
+    assert (
+        main(
+            [
+                "recommend",
+                "--profile",
+                str(path),
+                "--steps",
+                "100000",
+                "--deadline",
+                "2h",
+                "--out",
+                str(out),
+                "--report",
+                str(report),
+            ]
+        )
+        == 0
+    )
+    page = report.read_text()
+    assert page.startswith("<!doctype html>") and "data:image/png;base64," in page and "class=chosen" in page
+    assert report.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr().out
     assert "Fleets for resnet50" in printed and "candidate fleets considered" in printed
     plan = load_plan(out)
