@@ -92,7 +92,9 @@ def one_run(
     callbacks: list[Callback] = [clock]
     hooks = floor = None
     if with_srifty:
-        cb = SriftyCallback(warmup_steps=warmup, profile_steps=profile, output=out_dir / "p.json", verbose=False)
+        cb = SriftyCallback(
+            warmup_steps=warmup, profile_steps=profile, output=out_dir / "p.json", verbose=False, recommend=False
+        )
         hooks = HookTimer(cb, clock)
         noop = Noop()
         floor = HookTimer(noop, clock)

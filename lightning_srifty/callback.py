@@ -35,8 +35,8 @@ from lightning_srifty.model_info import (
 from lightning_srifty.recorder import StepRecorder
 from lightning_srifty.strategy import SriftyDDPStrategy
 from predictor._io import check_writable
-from predictor._validation import check_int
-from predictor.exceptions import ConfigError
+from predictor._validation import check_choice, check_int, check_number
+from predictor.exceptions import ConfigError, SriftyError
 from predictor.profile import Profile
 
 log = logging.getLogger("lightning_srifty")
@@ -60,6 +60,12 @@ class SriftyCallback(Callback):
         reprofile: profile again after a resume even though the checkpoint says the run was profiled.
         verbose: print the summary table on rank 0.
         max_series: at most this many raw per-step times are kept in the profile.
+        recommend: after profiling, rank EC2 fleets for the whole run (in-process, torch-free predictor), print the
+            table and write ``plan.json`` (and ``report.html`` when ``report``) beside the profile. A failure of the
+            predictor is logged, never raised.
+        total_steps: optimizer steps of the whole run (default: the Trainer's max_steps, or max_epochs x batches).
+        deadline_h, budget_usd, objective, market, regions, max_instances: the ranking's constraints
+            (see ``srifty recommend``).
     """
 
     def __init__(
@@ -75,6 +81,15 @@ class SriftyCallback(Callback):
         reprofile: bool = False,
         verbose: bool = True,
         max_series: int = 1000,
+        recommend: bool = True,
+        total_steps: int | None = None,
+        deadline_h: float | None = None,
+        budget_usd: float | None = None,
+        objective: str = "cost",
+        market: str = "any",
+        regions: tuple[str, ...] = ("us-east-1",),
+        max_instances: int = 16,
+        report: bool = True,
     ) -> None:
         owner = "SriftyCallback()"
         self.warmup_steps = check_int(
@@ -98,6 +113,18 @@ class SriftyCallback(Callback):
                 parameter="batch_size_fn",
                 value=batch_size_fn,
             )
+        if total_steps is not None:
+            check_int(owner, "total_steps", total_steps, minimum=1)
+        for name, value in (("deadline_h", deadline_h), ("budget_usd", budget_usd)):
+            if value is not None:
+                check_number(owner, name, value, minimum=0, exclusive=True)
+        check_choice(owner, "objective", objective, ("cost", "time", "cost_per_sample"))
+        check_choice(owner, "market", market, ("on-demand", "spot", "any"))
+        check_int(owner, "max_instances", max_instances, minimum=1)
+        self.recommend, self.report = bool(recommend), bool(report)
+        self.total_steps, self.deadline_h, self.budget_usd = total_steps, deadline_h, budget_usd
+        self.objective, self.market, self.regions, self.max_instances = objective, market, tuple(regions), max_instances
+        self.plan: Any = None
         self.output = Path(output) if output is not None else None
         self.stop_after_profile = bool(stop_after_profile)
         self.batch_size_fn = batch_size_fn
@@ -364,6 +391,53 @@ class SriftyCallback(Callback):
             from lightning_srifty.report import print_profile
 
             print_profile(self.profile, written)
+        if self.recommend:
+            self._recommend(trainer)
+
+    def _recommend(self, trainer: pl.Trainer) -> None:
+        """Rank fleets for the whole run; never raises."""
+        try:
+            steps = self.total_steps or _planned_steps(trainer)
+            if not steps:
+                log.info(
+                    "SriftyCallback: the run's length is unknown (no max_steps or max_epochs): pass "
+                    "total_steps= to get a recommendation."
+                )
+                return
+            from predictor.rank import Constraints, rank
+
+            batch = self.profile.batch
+            samples = steps * (batch.accumulate_grad_batches or 1) * (batch.global_batch or batch.per_device)
+            self.plan = rank(
+                self.profile,
+                Constraints(
+                    samples=float(samples),
+                    deadline_h=self.deadline_h,
+                    budget_usd=self.budget_usd,
+                    objective=self.objective,
+                    market=self.market,
+                    regions=self.regions,  # type: ignore[arg-type]
+                    max_instances=self.max_instances,
+                ),
+            )
+            if self.output is not None and self._output_ok:
+                self.plan.save(self.output.with_name("plan.json"))
+                if self.report:
+                    from predictor.report import write_report
+
+                    write_report(self.plan, self.output.with_name("report.html"))
+            if self.verbose:
+                from rich.console import Console
+
+                from lightning_srifty.report import plan_table
+
+                Console().print(plan_table(self.plan))
+        except SriftyError as exc:
+            log.warning("SriftyCallback: no fleet recommendation: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - the predictor must never stop training
+            log.error(
+                "SriftyCallback: the fleet recommendation failed (%s: %s); training continues.", type(exc).__name__, exc
+            )
 
     def _model_info(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, samples: int | None, notes: list[str]
@@ -404,6 +478,16 @@ class SriftyCallback(Callback):
     def _error(trainer: pl.Trainer, message: str) -> None:
         if trainer.is_global_zero:
             log.error(message)
+
+
+def _planned_steps(trainer: pl.Trainer) -> int | None:
+    """Optimizer steps the Trainer will run: max_steps, else max_epochs x batches per epoch / accumulation."""
+    if trainer.max_steps and trainer.max_steps > 0:
+        return int(trainer.max_steps)
+    batches = trainer.num_training_batches
+    if trainer.max_epochs and trainer.max_epochs > 0 and batches and batches != float("inf"):
+        return int(trainer.max_epochs * batches // max(1, trainer.accumulate_grad_batches))
+    return None
 
 
 def _gather(payload: RankPayload, trainer: pl.Trainer) -> list[RankPayload]:

@@ -51,50 +51,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
-    from rich.table import Table
+    from lightning_srifty.report import plan_table
 
-    table = Table(
-        title=f"Fleets for {profile.model.name or 'the model'}: {plan.constraints.work_samples:,.0f} samples, "
-        f"objective {plan.constraints.objective} (catalog {plan.catalog_snapshot})",
-        caption=plan.why,
-    )
-    for col in (
-        "#",
-        "fleet",
-        "GPUs",
-        "market",
-        "region",
-        "$/h",
-        "time",
-        "cost",
-        "cost 80% interval",
-        "spot risk",
-        "GiB/GPU",
-        "Pareto",
-    ):
-        table.add_column(col, justify="left" if col in ("fleet", "market", "region", "spot risk") else "right")
-    for i, e in enumerate(plan.entries):
-        style = "bold green" if i == plan.chosen else None
-        lo, hi = e.cost_interval_usd
-        table.add_row(
-            str(e.rank),
-            e.fleet,
-            str(e.gpus),
-            e.market,
-            e.region,
-            f"{e.usd_per_hour:,.2f}",
-            f"{e.time_h:,.2f} h",
-            f"${e.cost_usd:,.2f}",
-            f"${lo:,.2f}-{hi:,.2f}",
-            f"{e.risk} ({e.expected_interruptions:.2f})",
-            f"{e.memory_gib:.1f}",
-            "*" if e.pareto else "",
-            style=style,
-        )
-    console = _console()
-    console.print(table)
-    excluded = ", ".join(f"{n} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
-    console.print(f"{plan.considered:,} candidate fleets considered" + (f"; excluded: {excluded}" if excluded else ""))
+    _console().print(plan_table(plan, profile.model.name))
     return 0
 
 

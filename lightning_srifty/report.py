@@ -8,6 +8,7 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 
+from predictor.plan import Plan
 from predictor.profile import PHASES, Profile, Stats
 
 
@@ -163,3 +164,48 @@ def profile_tables(profile: Profile, path: Path | None = None) -> Group:
 def print_profile(profile: Profile, path: Path | None = None, console: Console | None = None) -> None:
     """Print the summary to the terminal."""
     (console or Console()).print(profile_tables(profile, path))
+
+
+def plan_table(plan: Plan, model: str | None = None) -> Group:
+    """The ranked fleets as a rich table, the chosen one highlighted, with what was left out."""
+    title = (
+        f"Fleets for {model or plan.model or 'the model'}: {plan.constraints.work_samples:,.0f} samples, "
+        f"objective {plan.constraints.objective} (catalog {plan.catalog_snapshot})"
+    )
+    table = Table(title=title, caption=plan.why)
+    for col in (
+        "#",
+        "fleet",
+        "GPUs",
+        "market",
+        "region",
+        "$/h",
+        "time",
+        "cost",
+        "cost 80% interval",
+        "spot risk",
+        "GiB/GPU",
+        "Pareto",
+    ):
+        table.add_column(col, justify="left" if col in ("fleet", "market", "region", "spot risk") else "right")
+    for i, e in enumerate(plan.entries):
+        lo, hi = e.cost_interval_usd
+        table.add_row(
+            str(e.rank),
+            e.fleet,
+            str(e.gpus),
+            e.market,
+            e.region,
+            f"{e.usd_per_hour:,.2f}",
+            f"{e.time_h:,.2f} h",
+            f"${e.cost_usd:,.2f}",
+            f"${lo:,.2f}-{hi:,.2f}",
+            f"{e.risk} ({e.expected_interruptions:.2f})",
+            f"{e.memory_gib:.1f}",
+            "*" if e.pareto else "",
+            style="bold green" if i == plan.chosen else None,
+        )
+    excluded = ", ".join(f"{n} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
+    return Group(
+        table, f"{plan.considered:,} candidate fleets considered" + (f"; excluded: {excluded}" if excluded else "")
+    )

@@ -14,6 +14,7 @@ from imds_server import FakeIMDS
 from lightning_srifty import SriftyCallback
 from lightning_srifty.model_info import parameter_counts
 from predictor.exceptions import ConfigError
+from predictor.plan import load_plan
 from predictor.profile import PHASES, load_profile
 
 
@@ -28,7 +29,7 @@ def fit(
 def test_profile_of_a_real_run(tmp_path) -> None:
     out = tmp_path / "profile.json"
     model = TinyModel()
-    cb = SriftyCallback(warmup_steps=5, profile_steps=30, output=out, verbose=False)
+    cb = SriftyCallback(recommend=False, warmup_steps=5, profile_steps=30, output=out, verbose=False)
     fit(cb, max_steps=45, model=model)
     profile = load_profile(out)
     assert profile == cb.profile
@@ -60,7 +61,7 @@ def test_profile_of_a_real_run(tmp_path) -> None:
 
 
 def test_it_detaches_after_the_window(tmp_path) -> None:
-    cb = SriftyCallback(warmup_steps=2, profile_steps=10, output=tmp_path / "p.json", verbose=False)
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=10, output=tmp_path / "p.json", verbose=False)
     fit(cb, max_steps=40)
     assert cb._recorder.steps == 10, "no step may be recorded after the window"
     assert cb.profiled
@@ -76,7 +77,7 @@ def test_stop_after_profile(tmp_path) -> None:
 
 
 def test_window_longer_than_the_run_profiles_what_ran(tmp_path) -> None:
-    cb = SriftyCallback(warmup_steps=4, profile_steps=200, output=tmp_path / "p.json", verbose=False)
+    cb = SriftyCallback(recommend=False, warmup_steps=4, profile_steps=200, output=tmp_path / "p.json", verbose=False)
     fit(cb, max_steps=30)
     profile = load_profile(tmp_path / "p.json")
     assert profile.timing.window.truncated
@@ -85,7 +86,7 @@ def test_window_longer_than_the_run_profiles_what_ran(tmp_path) -> None:
 
 
 def test_run_ending_during_warmup_profiles_the_warmup(tmp_path) -> None:
-    cb = SriftyCallback(warmup_steps=20, profile_steps=50, output=tmp_path / "p.json", verbose=False)
+    cb = SriftyCallback(recommend=False, warmup_steps=20, profile_steps=50, output=tmp_path / "p.json", verbose=False)
     fit(cb, max_steps=8)
     profile = load_profile(tmp_path / "p.json")
     assert profile.timing.window.truncated
@@ -94,7 +95,7 @@ def test_run_ending_during_warmup_profiles_the_warmup(tmp_path) -> None:
 
 
 def test_too_short_a_run_writes_nothing_and_says_why(tmp_path, caplog) -> None:
-    cb = SriftyCallback(warmup_steps=5, profile_steps=10, output=tmp_path / "p.json", verbose=False)
+    cb = SriftyCallback(recommend=False, warmup_steps=5, profile_steps=10, output=tmp_path / "p.json", verbose=False)
     with caplog.at_level(logging.ERROR, logger="lightning_srifty"):
         fit(cb, max_steps=1)
     assert not (tmp_path / "p.json").exists()
@@ -105,7 +106,7 @@ def test_too_short_a_run_writes_nothing_and_says_why(tmp_path, caplog) -> None:
 def test_unwritable_output_never_stops_training(tmp_path, caplog) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=blocker / "p.json", verbose=False)
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=blocker / "p.json", verbose=False)
     with caplog.at_level(logging.ERROR, logger="lightning_srifty"):
         t = fit(cb, max_steps=12)
     assert t.global_step == 12
@@ -114,7 +115,7 @@ def test_unwritable_output_never_stops_training(tmp_path, caplog) -> None:
 
 
 def test_validation_inside_the_window_is_excluded(tmp_path) -> None:
-    cb = SriftyCallback(warmup_steps=2, profile_steps=20, output=tmp_path / "p.json", verbose=False)
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=20, output=tmp_path / "p.json", verbose=False)
     fit(cb, max_steps=30, limit_val_batches=2, val_check_interval=5, check_val_every_n_epoch=None, val=loader(32))
     window = load_profile(tmp_path / "p.json").timing.window
     assert window.excluded_steps["validation"] == 4  # validation after steps 5, 10, 15, 20 (window: steps 2-21)
@@ -146,7 +147,7 @@ def test_batch_size_fn_for_batches_without_a_leading_tensor(tmp_path) -> None:
 
 def test_resumed_run_does_not_profile_again(tmp_path) -> None:
     ckpt_dir = tmp_path / "ckpt"
-    first = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+    first = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
     t = trainer(
         [first, pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, save_last=True)], max_steps=10, enable_checkpointing=True
     )
@@ -154,13 +155,15 @@ def test_resumed_run_does_not_profile_again(tmp_path) -> None:
     assert first.profiled
     (tmp_path / "p.json").unlink()
 
-    again = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+    again = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
     t2 = trainer([again], max_steps=20)
     t2.fit(TinyModel(), train_dataloaders=loader(), ckpt_path=ckpt_dir / "last.ckpt")
     assert again.profiled and again.profile is None
     assert not (tmp_path / "p.json").exists()
 
-    forced = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, reprofile=True)
+    forced = SriftyCallback(
+        recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, reprofile=True
+    )
     t3 = trainer([forced], max_steps=20)
     t3.fit(TinyModel(), train_dataloaders=loader(), ckpt_path=ckpt_dir / "last.ckpt")
     assert load_profile(tmp_path / "p.json").timing.window.steps == 5
@@ -175,7 +178,7 @@ def test_instance_metadata_from_imdsv2(tmp_path, monkeypatch) -> None:
     with FakeIMDS(meta) as imds:
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "false")
         monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint)
-        cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+        cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
         fit(cb, max_steps=10)
     hw = load_profile(tmp_path / "p.json").hardware
     assert (hw.instance_type, hw.availability_zone, hw.lifecycle) == ("g5.xlarge", "us-east-1b", "spot")
@@ -183,7 +186,7 @@ def test_instance_metadata_from_imdsv2(tmp_path, monkeypatch) -> None:
 
 
 def test_summary_is_printed(tmp_path, capsys) -> None:
-    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json")
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "p.json")
     fit(cb, max_steps=8)
     out = capsys.readouterr().out
     for words in (
@@ -207,6 +210,8 @@ def test_summary_is_printed(tmp_path, capsys) -> None:
         ({"profile_steps": True}, "must be an int >= 1. Got True."),
         ({"output": 42}, "The 'output' parameter of SriftyCallback() must be a path or None. Got 42."),
         ({"batch_size_fn": 3}, "must be callable"),
+        ({"objective": "cheap"}, "The 'objective' parameter of SriftyCallback() must be one of"),
+        ({"deadline_h": -1}, "The 'deadline_h' parameter of SriftyCallback() must be a number > 0"),
     ],
 )
 def test_bad_parameters_are_refused_clearly(kwargs: dict, message: str) -> None:
@@ -217,8 +222,27 @@ def test_bad_parameters_are_refused_clearly(kwargs: dict, message: str) -> None:
 
 
 def test_profile_file_is_plain_json(tmp_path) -> None:
-    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
     fit(cb, max_steps=8)
     data = json.loads((tmp_path / "p.json").read_text())
     assert data["schema"] == "srifty.profile/v1"
     assert "null" not in (tmp_path / "p.json").read_text()
+
+
+def test_recommendation_after_profiling(tmp_path, capsys) -> None:
+    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", deadline_h=48)
+    fit(cb, max_steps=10)
+    plan = load_plan(tmp_path / "plan.json")
+    assert plan == cb.plan and plan.constraints.deadline_h == 48
+    assert plan.constraints.work_samples == 10 * 8  # max_steps x the profiled global batch
+    assert (tmp_path / "report.html").exists() and (tmp_path / "report.png").exists()
+    assert "Fleets for TinyModel" in capsys.readouterr().out
+
+
+def test_recommendation_failure_never_stops_training(tmp_path, caplog) -> None:
+    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", count_flops=False, verbose=False)
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        t = fit(cb, max_steps=10)
+    assert t.global_step == 10 and cb.profile is not None and cb.plan is None
+    assert "no fleet recommendation" in caplog.text and "no FLOPs per sample" in caplog.text
+    assert not (tmp_path / "plan.json").exists()

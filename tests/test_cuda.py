@@ -34,7 +34,7 @@ def test_callback_on_cuda(tmp_path) -> None:
     from helpers import TinyModel, loader, trainer
     from lightning_srifty import SriftyCallback
 
-    cb = SriftyCallback(warmup_steps=3, profile_steps=20, output=tmp_path / "p.json", verbose=False)
+    cb = SriftyCallback(recommend=False, warmup_steps=3, profile_steps=20, output=tmp_path / "p.json", verbose=False)
     t = trainer([cb], max_steps=30, accelerator="cuda")
     t.fit(TinyModel(), train_dataloaders=loader())
     profile = load_profile(tmp_path / "p.json")
@@ -51,7 +51,7 @@ def test_nccl_srifty_ddp(tmp_path, subprocess_env) -> None:
         f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); import lightning.pytorch as pl; "
         "from helpers import TinyModel, loader; from lightning_srifty import SriftyCallback; "
         f"pl.Trainer(accelerator='cuda', devices=2, strategy='srifty_ddp', max_steps=30, logger=False, "
-        f"enable_checkpointing=False, callbacks=[SriftyCallback(warmup_steps=5, profile_steps=20, "
+        f"enable_checkpointing=False, callbacks=[SriftyCallback(recommend=False, warmup_steps=5, profile_steps=20, "
         f"output={str(out)!r}, verbose=False)]).fit(TinyModel(hidden=20000), train_dataloaders=loader(4096, 16))"
     )
     script = tmp_path / "run.py"

@@ -24,7 +24,7 @@ if __name__ == "__main__":
         devices=2,
         strategy=SriftyDDPStrategy(bucket_cap_mb=0.1),
         max_steps=30,
-        callbacks=[SriftyCallback(warmup_steps=5, profile_steps=20, output=out, verbose=False)],
+        callbacks=[SriftyCallback(recommend=False, warmup_steps=5, profile_steps=20, output=out, verbose=False)],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
