@@ -427,11 +427,9 @@ class SriftyCallback(Callback):
 
                     write_report(self.plan, self.output.with_name("report.html"))
             if self.verbose:
-                from rich.console import Console
+                from lightning_srifty.report import console, plan_table
 
-                from lightning_srifty.report import plan_table
-
-                Console().print(plan_table(self.plan))
+                console().print(plan_table(self.plan))
         except SriftyError as exc:
             log.warning("SriftyCallback: no fleet recommendation: %s", exc)
         except Exception as exc:  # noqa: BLE001 - the predictor must never stop training

@@ -44,6 +44,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=not args.no_progress,
         size=args.size,
+        total_steps=args.total_steps,
     )
     callback, trainer = run_demo(config)
     # only rank 0 builds the profile; a rank 0 without one failed (the reason was logged)
@@ -124,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output", default="srifty/profile.json", help="profile path ('-' to keep it in memory)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    demo.add_argument(
+        "--total-steps",
+        type=_positive_int,
+        default=100_000,
+        help="steps of the full run the fleet recommendation is made for (default 100000)",
+    )
     demo.set_defaults(func=_cmd_demo)
 
     profile = sub.add_parser("profile", help="work with profile files")

@@ -20,10 +20,9 @@ def load_catalog(args: argparse.Namespace) -> Catalog:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from lightning_srifty.report import console
 
-    console = Console()
-    return console if console.is_terminal else Console(width=170)  # piped: do not squeeze the table to 80 columns
+    return console()
 
 
 def _money(value: float | None, estimated: bool = False) -> str:

@@ -32,6 +32,24 @@ def fmt_s(seconds: float | None) -> str:
     return f"{seconds * 1e6:.0f} µs"
 
 
+def fmt_hours(hours: float) -> str:
+    if hours >= 1:
+        return f"{hours:,.2f} h"
+    if hours * 60 >= 1:
+        return f"{hours * 60:.1f} min"
+    return f"{hours * 3600:.0f} s"
+
+
+def fmt_usd(usd: float) -> str:
+    return f"${usd:,.2f}" if usd >= 10 else f"${usd:.3g}"
+
+
+def console() -> Console:
+    """A console that does not squeeze tables to 80 columns when the output is not a terminal."""
+    c = Console()
+    return c if c.is_terminal else Console(width=170)
+
+
 def fmt_count(n: float | None) -> str:
     if n is None:
         return "-"
@@ -197,9 +215,9 @@ def plan_table(plan: Plan, model: str | None = None) -> Group:
             e.market,
             e.region,
             f"{e.usd_per_hour:,.2f}",
-            f"{e.time_h:,.2f} h",
-            f"${e.cost_usd:,.2f}",
-            f"${lo:,.2f}-{hi:,.2f}",
+            fmt_hours(e.time_h),
+            fmt_usd(e.cost_usd),
+            f"{fmt_usd(lo)}-{fmt_usd(hi)}",
             f"{e.risk} ({e.expected_interruptions:.2f})",
             f"{e.memory_gib:.1f}",
             "*" if e.pareto else "",

@@ -38,6 +38,9 @@ Z80 = 1.2816  # p10/p90 of a normal
 # (BENCHMARKS.md). "same" (one GPU, as profiled) and "from_cpu" are judgement, not measured.
 MODEL_ERROR = {"same": 0.05, "scaling": 0.12, "cross": 0.32, "cross-flops": 0.15, "from_cpu": 0.5}
 CPU_TO_GPU_UTILISATION = 0.35  # assumed share of the GPU's peak a step reaches when only FLOPs are known
+# eager PyTorch + Lightning spend a few ms per step on the host (kernel launches, hooks, optimizer loop) whatever the
+# GPU: the FLOPs-only path (CPU profile) cannot predict less than this per step (judgement, not measured here)
+MIN_GPU_STEP_S = 0.003
 
 
 @dataclass(frozen=True)
@@ -252,8 +255,12 @@ def _scaled_per_sample(
         if not peak:
             raise PredictionError(f"{dst.key} has no peak FLOPS for {precision}: add them with --catalog-extra.")
         kinds.add("from_cpu")
-        assumptions.append(f"GPU compute from FLOPs at {CPU_TO_GPU_UTILISATION:.0%} of peak (profile measured on CPU)")
-        return flops / (peak * 1e12 * CPU_TO_GPU_UTILISATION), 1.0
+        assumptions.append(
+            f"GPU compute from FLOPs at {CPU_TO_GPU_UTILISATION:.0%} of peak, at least "
+            f"{MIN_GPU_STEP_S * 1e3:.0f} ms per step (profile measured on CPU)"
+        )
+        per_sample = flops / (peak * 1e12 * CPU_TO_GPU_UTILISATION)
+        return max(per_sample, MIN_GPU_STEP_S / profile.batch.per_device), 1.0
     try:
         scale = compute_ratio(src, dst, precision, matmul, achieved)
     except ValueError as exc:

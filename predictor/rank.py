@@ -229,7 +229,7 @@ def _why(
         "time": "the shortest expected time",
         "cost_per_sample": "the lowest cost per sample",
     }[constraints.objective]
-    text = f"{best.fleet} ({best.market}, {best.region}) has {goal}: {best.time_h:.1f} h, ${best.cost_usd:,.0f}"
+    text = f"{best.fleet} ({best.market}, {best.region}) has {goal}: {best.time_h:.3g} h, ${best.cost_usd:,.3g}"
     unconstrained = float(np.min(np.where(fits, key, np.inf)))
     chosen_key = best.time_h if constraints.objective == "time" else best.cost_usd
     if chosen_key > unconstrained * 1.0001:

@@ -33,6 +33,7 @@ class DemoConfig:
     progress: bool = True
     val_check_interval: int | None = None
     size: str = "small"
+    total_steps: int | None = 100_000  # the run the recommendation is made for (the demo itself is only a profile)
 
 
 def build(config: DemoConfig) -> tuple[pl.LightningModule, pl.LightningDataModule]:
@@ -54,7 +55,10 @@ def run_demo(config: DemoConfig, extra_callbacks: list[Any] | None = None) -> tu
     pl.seed_everything(config.seed, workers=True, verbose=False)
     model, data = build(config)
     callback = SriftyCallback(
-        warmup_steps=config.warmup_steps, profile_steps=config.profile_steps, output=config.output
+        warmup_steps=config.warmup_steps,
+        profile_steps=config.profile_steps,
+        output=config.output,
+        total_steps=config.total_steps,
     )
     max_steps = config.max_steps or config.warmup_steps + config.profile_steps + 50
     trainer = pl.Trainer(
