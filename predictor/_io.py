@@ -58,3 +58,22 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)
     os.close(fd)
     os.unlink(tmp)
+
+
+def read_json_document(source: str | os.PathLike[str], what: str, missing_hint: str) -> Any:
+    """Parsed JSON of a document file; ProfileError naming the file and what is wrong (missing, not JSON)."""
+    from predictor.exceptions import ProfileError
+
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(f"{what} file {str(path)!r} does not exist. {missing_hint}") from None
+    except OSError as exc:
+        raise ProfileError(f"Cannot read {what.lower()} {str(path)!r}: {exc.strerror}.") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(
+            f"{what} {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+        ) from None

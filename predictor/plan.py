@@ -6,15 +6,14 @@ migration), so it is a versioned document like the profile.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from predictor._io import atomic_write_json
+from predictor._io import atomic_write_json, read_json_document
 from predictor._schema import doc_field, from_dict, to_dict
-from predictor.exceptions import ProfileError, ProfileSchemaError
+from predictor.exceptions import ProfileSchemaError
 
 PLAN_SCHEMA = "srifty.plan/v1"
 
@@ -88,15 +87,11 @@ class Plan:
 
 def load_plan(source: str | os.PathLike[str] | dict[str, Any]) -> Plan:
     """A plan from a path or parsed data; errors name the field."""
-    if isinstance(source, dict):
-        data = source
-    else:
-        try:
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ProfileError(f"Plan file {str(source)!r} does not exist: make one with `srifty recommend`.") from None
-        except json.JSONDecodeError as exc:
-            raise ProfileError(f"Plan {str(source)!r} is not valid JSON: {exc.msg} at line {exc.lineno}.") from None
+    data = (
+        source
+        if isinstance(source, dict)
+        else read_json_document(source, "Plan", "Make one with `srifty recommend --out plan.json`.")
+    )
     if not isinstance(data, dict) or data.get("schema") != PLAN_SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ProfileSchemaError(

@@ -6,15 +6,14 @@ profile can be written by hand for hardware one does not have. Field reference: 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from predictor._io import atomic_write_json
+from predictor._io import atomic_write_json, read_json_document
 from predictor._schema import doc_field, from_dict, json_schema, to_dict
-from predictor.exceptions import ProfileError, ProfileSchemaError
+from predictor.exceptions import ProfileSchemaError
 
 SCHEMA = "srifty.profile/v1"
 SCHEMA_FAMILY = "srifty.profile/"
@@ -262,22 +261,9 @@ def load_profile(source: str | os.PathLike[str] | dict[str, Any]) -> Profile:
     """
     if isinstance(source, dict):
         return profile_from_dict(source)
-    path = Path(source)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(
-            f"Profile file {str(path)!r} does not exist. Produce one with SriftyCallback() "
-            "or write one by hand (docs/profile-schema.md)."
-        ) from None
-    except OSError as exc:
-        raise ProfileError(f"Cannot read profile {str(path)!r}: {exc.strerror}.") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(
-            f"Profile {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
-        ) from None
+    data = read_json_document(
+        source, "Profile", "Produce one with SriftyCallback() or write one by hand (docs/profile-schema.md)."
+    )
     return profile_from_dict(data)
 
 
