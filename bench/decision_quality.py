@@ -58,8 +58,10 @@ def main() -> None:
         if set(tput) != set(CANDIDATES) or model not in PARAMETERS:
             continue
         # the rule of `srifty eval`: a server above 1.25x linear of its own 1-GPU figure is inconsistent data (NCF)
-        if any(tput[it] > SUPERLINEAR_LIMIT * n * single.get((model, precision, gpu), float("inf"))
-               for it, (gpu, n) in CANDIDATES.items()):
+        if any(
+            tput[it] > SUPERLINEAR_LIMIT * n * single.get((model, precision, gpu), float("inf"))
+            for it, (gpu, n) in CANDIDATES.items()
+        ):
             print(f"{model} {precision}: left out (multi-GPU figures above {SUPERLINEAR_LIMIT}x linear)")
             continue
         src = next(

@@ -184,7 +184,7 @@ def predict(
         )
     if not profile.hardware.cpu_count:
         assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
-    assumptions.append("memory: " + estimate_memory(profile, b_src, 80).basis)
+    assumptions.append("memory: " + mem.basis)  # the same basis for every group
 
     ar = _allreduce(profile, fleet, catalog, assumptions, network)
     slowest = max(groups, key=lambda g: g.compute_s + g.input_s)

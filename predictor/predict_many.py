@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import InstanceType
 from predictor.exceptions import PredictionError, UnknownNameError
 from predictor.perf.memory import CUDA_CONTEXT_BYTES, estimate_memory
-from predictor.perf.network import DEFAULT_NETWORK, NetworkModel, inter_node_link, intra_node_link
+from predictor.perf.network import DEFAULT_NETWORK, NetworkModel, allreduce_time, inter_node_link
 from predictor.predict import (
     MODEL_ERROR,
     Z80,
@@ -65,7 +66,28 @@ class _TypeBasis:
     gpu_memory_gib: float
 
 
-def _type_basis(profile: Profile, it: InstanceType, catalog: Catalog, network: NetworkModel) -> _TypeBasis:
+@dataclass(frozen=True)
+class _Source:
+    """What the profile says, computed once for all types."""
+
+    gpu: Any
+    per_sample_s: float
+    data_s: float
+    flops: float | None
+    achieved_tflops: float | None
+
+    @classmethod
+    def of(cls, profile: Profile, catalog: Catalog) -> _Source:
+        b_src = profile.batch.per_device
+        compute_src, data_src, _, _ = _source_times(profile)
+        flops = profile.model.flops.per_sample if profile.model.flops and profile.model.flops.per_sample else None
+        achieved = flops * b_src / compute_src / 1e12 if flops else None
+        return cls(_source_gpu(profile, catalog), compute_src / b_src, data_src, flops, achieved)
+
+
+def _type_basis(
+    profile: Profile, src: _Source, it: InstanceType, catalog: Catalog, network: NetworkModel
+) -> _TypeBasis:
     if not it.cuda:
         raise PredictionError(f"{it.name} has {it.accelerator} ({it.accelerator_kind}), not a CUDA GPU.")
     try:
@@ -74,28 +96,18 @@ def _type_basis(profile: Profile, it: InstanceType, catalog: Catalog, network: N
         raise PredictionError(
             f"{it.name}'s GPU {it.gpu!r} has no specs in the catalog. Add them with --catalog-extra (docs/catalog.md)."
         ) from None
-    src = _source_gpu(profile, catalog)
-    b_src = profile.batch.per_device
-    compute_src, data_src, _, _ = _source_times(profile)
-    flops = profile.model.flops.per_sample if profile.model.flops and profile.model.flops.per_sample else None
-    achieved = flops * b_src / compute_src / 1e12 if flops else None
     kinds: set[str] = set()
     per_sample, _ = _scaled_per_sample(
-        compute_src / b_src, src, dst, profile.model.precision, profile, flops, achieved, [], kinds, []
+        src.per_sample_s, src.gpu, dst, profile.model.precision, profile, src.flops, src.achieved_tflops, [], kinds, []
     )
     cpus_src = (profile.hardware.cpu_count or 0) / max(1, profile.hardware.devices)
     cpu_ratio = cpus_src / (it.vcpus / it.gpus) if cpus_src else 1.0
-    gb = _grad_bytes(profile) / 1e9
-    intra = intra_node_link(it, catalog.gpus, network)
-    intra_s = (
-        0.0
-        if intra is None or gb <= 0
-        else (2 * (it.gpus - 1) / it.gpus * gb / intra.gbps + 2 * (it.gpus - 1) * intra.latency_s)
-    )
+    # one instance: the intra-node ring alone (the inter-node part depends on the count and is vectorised below)
+    intra_s = allreduce_time(_grad_bytes(profile), [(it, 1)], catalog.gpus, net=network).seconds
     link = _link_override(profile, {it.name}, []) or inter_node_link(it, network)
     return _TypeBasis(
         per_sample,
-        data_src / b_src * cpu_ratio,
+        src.data_s / profile.batch.per_device * cpu_ratio,
         intra_s,
         link.gbps,
         link.latency_s,
@@ -133,7 +145,8 @@ def predict_many(
     if len(n) and n.min() < 1:
         raise ConfigError(f"Every count must be >= 1. Got {int(n.min())}.", parameter="counts", value=int(n.min()))
     names = sorted(set(instance_types))
-    bases = {name: _type_basis(profile, catalog.get(name), catalog, network) for name in names}
+    src = _Source.of(profile, catalog)
+    bases = {name: _type_basis(profile, src, catalog.get(name), catalog, network) for name in names}
     position = {name: i for i, name in enumerate(names)}
     idx = np.fromiter((position[t] for t in instance_types), dtype=int, count=len(n))
 
