@@ -33,3 +33,10 @@ def subprocess_env() -> dict[str, str]:
     env["AWS_EC2_METADATA_DISABLED"] = "true"
     env.pop("AWS_EC2_METADATA_SERVICE_ENDPOINT", None)
     return env
+
+
+@pytest.fixture(scope="session")
+def catalog():
+    from predictor.catalog import Catalog
+
+    return Catalog.load(use_refreshed=False, use_env=False)

@@ -18,11 +18,6 @@ from predictor.profile import load_profile
 from test_profile_schema import MINIMAL
 
 
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return Catalog.load(use_refreshed=False, use_env=False)
-
-
 @pytest.fixture
 def minimal():
     return load_profile(copy.deepcopy(MINIMAL))

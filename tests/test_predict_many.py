@@ -7,17 +7,11 @@ import copy
 import numpy as np
 import pytest
 
-from predictor.catalog import Catalog
 from predictor.exceptions import ConfigError, PredictionError
 from predictor.predict import predict
 from predictor.predict_many import predict_many
 from predictor.profile import load_profile
 from test_profile_schema import MINIMAL
-
-
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return Catalog.load(use_refreshed=False, use_env=False)
 
 
 def rich_profile():

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from lightning_srifty.cli import main
-from predictor.catalog import Catalog
 from predictor.exceptions import ConfigError, NoFeasibleConfigError
 from predictor.plan import load_plan
 from predictor.predict import predict
@@ -19,11 +18,6 @@ from predictor.profile import load_profile
 from predictor.rank import Constraints, rank
 from predictor.spot import REPROVISION_S, RESTART_S, spot_cost
 from test_profile_schema import MINIMAL
-
-
-@pytest.fixture(scope="module")
-def catalog() -> Catalog:
-    return Catalog.load(use_refreshed=False, use_env=False)
 
 
 @pytest.fixture
