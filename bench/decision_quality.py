@@ -109,7 +109,7 @@ def main() -> None:
                     ),
                     catalog=catalog,
                 )
-                chosen = plan.entries[0].instance_type
+                chosen = plan.entries[0].groups[0].instance_type
             except NoFeasibleConfigError:
                 chosen = None  # predicted: no fleet meets the deadline
             row = {

@@ -22,18 +22,25 @@ def hours(text: str) -> float:
 
 def cmd_recommend(args: argparse.Namespace) -> int:
     from predictor.profile import load_profile
-    from predictor.rank import Constraints, rank
+    from predictor.rank import Constraints, parse_market, rank
 
     profile = load_profile(args.profile)
+    market, share = parse_market(args.market)
     constraints = Constraints(
         steps=args.steps,
         samples=args.samples,
+        epochs=args.epochs,
+        steps_per_epoch=args.steps_per_epoch,
         deadline_h=args.deadline,
         budget_usd=args.budget,
         objective=args.objective,
         regions=tuple(r.strip() for r in args.regions.split(",") if r.strip()),
-        market=args.market,
+        market=market,  # type: ignore[arg-type]
+        spot_share=share if share is not None else args.spot_share,
+        on_demand_base=args.on_demand_base,
         max_instances=args.max_instances,
+        max_types=args.max_types,
+        current_fleet=args.current,
         max_hourly_usd=args.max_hourly,
         allow=tuple(args.allow or ()),
         deny=tuple(args.deny or ()),
@@ -58,15 +65,25 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("recommend", parents=[common], help="rank fleets under deadline and budget (work in progress)")
+    p = sub.add_parser("recommend", parents=[common], help="rank fleets under deadline and budget")
     p.add_argument("--profile", required=True, help="srifty.profile/v1 JSON")
     work = p.add_mutually_exclusive_group(required=True)
     work.add_argument("--steps", type=int, help="training steps of the profiled global batch")
     work.add_argument("--samples", type=float, help="training samples")
+    work.add_argument("--epochs", type=float, help="epochs (with --steps-per-epoch)")
+    p.add_argument("--steps-per-epoch", type=int, help="optimizer steps in one epoch")
     p.add_argument("--deadline", type=hours, help="e.g. 12h, 90m, 2d")
     p.add_argument("--budget", type=float, help="US dollars")
     p.add_argument("--objective", choices=["cost", "time", "cost_per_sample"], default="cost")
-    p.add_argument("--market", choices=["on-demand", "spot", "any"], default="any")
+    p.add_argument(
+        "--market",
+        default="any",
+        help="on-demand, spot, mixed, any (all three), or spot:SHARE (mixed with that spot share, e.g. spot:0.75)",
+    )
+    p.add_argument("--spot-share", type=float, default=0.5, help="mixed market: share on spot above the base")
+    p.add_argument("--on-demand-base", type=int, default=1, help="mixed market: on-demand instances first")
+    p.add_argument("--max-types", type=int, default=1, help="instance types per fleet: 2 or 3 allows mixes")
+    p.add_argument("--current", help="the fleet you run on now (instance_type:count), for savings")
     p.add_argument("--regions", default="us-east-1", help="comma-separated")
     p.add_argument("--max-instances", type=int, default=16)
     p.add_argument("--max-hourly", type=float, help="US dollars per hour for the whole fleet")

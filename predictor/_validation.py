@@ -19,27 +19,41 @@ def _fail(owner: str, name: str, expected: str, value: object, fix: str = "") ->
     return ConfigError(message, parameter=name, value=value)
 
 
-def check_int(owner: str, name: str, value: object, *, minimum: int | None = None, fix: str = "") -> int:
-    """Return ``value`` if it is an int (not a bool) >= ``minimum``; raise ConfigError otherwise."""
+def check_int(
+    owner: str, name: str, value: object, *, minimum: int | None = None, maximum: int | None = None, fix: str = ""
+) -> int:
+    """Return ``value`` if it is an int (not a bool) in [``minimum``, ``maximum``]; raise ConfigError otherwise."""
     expected = "an int" + (f" >= {minimum}" if minimum is not None else "")
+    if maximum is not None:
+        expected += (" and" if minimum is not None else "") + f" <= {maximum}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _fail(owner, name, expected, value, fix)
-    if minimum is not None and value < minimum:
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise _fail(owner, name, expected, value, fix)
     return int(value)
 
 
 def check_number(
-    owner: str, name: str, value: object, *, minimum: float | None = None, exclusive: bool = False
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    minimum: float | None = None,
+    exclusive: bool = False,
+    maximum: float | None = None,
 ) -> float:
-    """Return ``value`` as float if it is a real number above (or at) ``minimum``."""
+    """Return ``value`` as float if it is a finite real number above (or at) ``minimum`` and at most ``maximum``."""
     bound = ""
     if minimum is not None:
         bound = f" {'>' if exclusive else '>='} {minimum}"
+    if maximum is not None:
+        bound += (" and" if bound else "") + f" <= {maximum}"
     expected = "a number" + bound
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value or abs(value) == float("inf"):
         raise _fail(owner, name, expected, value)
     if minimum is not None and (value <= minimum if exclusive else value < minimum):
+        raise _fail(owner, name, expected, value)
+    if maximum is not None and value > maximum:
         raise _fail(owner, name, expected, value)
     return float(value)
 

@@ -19,17 +19,34 @@ PLAN_SCHEMA = "srifty.plan/v1"
 
 
 @dataclass(frozen=True)
+class PlanGroup:
+    """Instances of one type in a ranked fleet."""
+
+    instance_type: str = doc_field("EC2 (or user-defined) instance type")
+    count: int = doc_field("instances of this type", min=1)
+    gpus_per_instance: int = doc_field("GPUs per instance (ranks per node)", min=1)
+    gpu: str = doc_field("canonical GPU key")
+    on_demand: int = doc_field("instances of this type bought on demand", min=0)
+    spot: int = doc_field("instances of this type bought on spot", min=0)
+    usd_per_hour: float = doc_field("price of this group per hour", min=0)
+    per_device_batch: float = doc_field("samples per GPU per step (the speed-proportional split in mixes)", min=0)
+    throughput_samples_s: float = doc_field(
+        "samples per second this group contributes (its weighted capacity in an Auto Scaling group)", min=0
+    )
+
+
+@dataclass(frozen=True)
 class PlanEntry:
     """One ranked fleet."""
 
     rank: int = doc_field("1 = best by the objective", min=1)
-    fleet: str = doc_field("instance_type:count")
-    instance_type: str = doc_field("EC2 (or user-defined) instance type")
-    count: int = doc_field("instances", min=1)
+    fleet: str = doc_field("instance_type:count[,instance_type:count]")
+    groups: list[PlanGroup] = doc_field("the instance types of the fleet, in the order of the fleet string")
     gpus: int = doc_field("GPUs in all", min=1)
-    gpu: str = doc_field("canonical GPU key")
+    nodes: int = doc_field("instances in all", min=1)
     region: str = doc_field("region of the price")
-    market: Literal["on-demand", "spot"] = doc_field("capacity market")
+    market: Literal["on-demand", "spot", "mixed"] = doc_field("capacity market; mixed: on-demand base + spot")
+    spot_share: float = doc_field("share of the instances on spot", min=0, max=1)
     usd_per_hour: float = doc_field("price of the whole fleet per hour", min=0)
     iteration_time_s: float = doc_field("predicted step time", min=0)
     iteration_time_interval_s: list[float] = doc_field("80% interval of the step time [p10, p90]")
@@ -39,9 +56,32 @@ class PlanEntry:
     cost_interval_usd: list[float] = doc_field("80% interval of the cost from the step-time interval")
     expected_interruptions: float = doc_field("expected spot interruptions over the run (0 on-demand)", min=0)
     risk: Literal["none", "low", "medium", "high"] = doc_field("spot risk label")
-    memory_gib: float = doc_field("predicted memory per GPU", min=0)
+    performance_risk: Literal["low", "medium", "high"] = doc_field(
+        "how uncertain the prediction is: low (80% interval within about +-13%), medium (+-32%), high"
+    )
+    migration_effort: Literal["none", "low", "medium", "high"] = doc_field(
+        "none: the current fleet; low: same GPU, one node; medium: another GPU or several nodes; high: mixed GPUs"
+    )
+    memory_gib: float = doc_field("predicted memory per GPU (the fullest group)", min=0)
     pareto: bool = doc_field("on the time-cost Pareto front")
     checkpoint_interval_s: float | None = doc_field("Young-Daly checkpoint interval (spot only)", default=None, min=0)
+    savings_vs_current: float | None = doc_field(
+        "cost saved vs the current fleet for the same work, as a share (negative: dearer); null when unknown",
+        default=None,
+    )
+
+    @property
+    def heterogeneous(self) -> bool:
+        return len({g.gpu for g in self.groups}) > 1
+
+
+@dataclass(frozen=True)
+class PlanCalibration:
+    """A measured correction applied to the predictions of one GPU (the observations feedback loop)."""
+
+    gpu: str = doc_field("canonical GPU key")
+    factor: float = doc_field("measured / predicted throughput applied to this GPU's compute", exclusive_min=0)
+    observations: int = doc_field("observed runs of this model behind the factor", min=1)
 
 
 @dataclass(frozen=True)
@@ -50,9 +90,13 @@ class PlanConstraints:
 
     work_samples: float = doc_field("samples to train", exclusive_min=0)
     objective: Literal["cost", "time", "cost_per_sample"] = doc_field("what is minimised")
-    market: Literal["on-demand", "spot", "any"] = doc_field("capacity markets considered")
+    market: Literal["on-demand", "spot", "any", "mixed"] = doc_field("capacity markets considered")
     regions: list[str] = doc_field("regions considered")
     max_instances: int = doc_field("largest fleet considered", min=1)
+    max_types: int = doc_field("instance types per fleet considered (1: homogeneous only)", default=1, min=1, max=3)
+    spot_share: float | None = doc_field("share of spot instances in mixed-market fleets", default=None, min=0, max=1)
+    on_demand_base: int | None = doc_field("on-demand instances before the spot share applies", default=None, min=0)
+    current_fleet: str | None = doc_field("the fleet savings and migration effort are measured against", default=None)
     deadline_h: float | None = doc_field("wall-time limit", default=None, exclusive_min=0)
     budget_usd: float | None = doc_field("cost limit", default=None, exclusive_min=0)
     max_hourly_usd: float | None = doc_field("limit on the fleet's price per hour", default=None, exclusive_min=0)
@@ -73,6 +117,12 @@ class Plan:
     excluded: dict[str, int] = doc_field("candidates left out, by reason")
     catalog_source: str = doc_field("catalog copy used")
     catalog_snapshot: str = doc_field("date of the catalog data")
+    excluded_types: dict[str, int] | None = doc_field(
+        "instance types left out before candidates were formed, by reason", default=None
+    )
+    calibration: list[PlanCalibration] | None = doc_field(
+        "measured corrections from observed runs of this model (srifty serve's feedback loop)", default=None
+    )
     model: str | None = doc_field("model name from the profile", default=None)
     profile_gpu: str | None = doc_field("GPU the profile was measured on", default=None)
     created_at: str | None = doc_field("UTC time the plan was made", default=None)

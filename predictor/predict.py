@@ -9,6 +9,7 @@ step-time CV with the model's own error (``MODEL_ERROR``, provisional until the 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -113,13 +114,15 @@ def _source_times(profile: Profile) -> tuple[float, float, float, float]:
 
 def predict(
     profile: Profile,
-    fleet: Fleet | str,
+    fleet: Fleet | str | Iterable[tuple[str, int]],
     *,
     catalog: Catalog | None = None,
     scaling: Scaling = "weak",
     network: NetworkModel = DEFAULT_NETWORK,
+    calibration: Mapping[str, float] | None = None,
 ) -> Prediction:
-    """Predict one fleet from a profile (``network``: the link constants, see :class:`NetworkModel`).
+    """Predict one fleet from a profile (``network``: the link constants, see :class:`NetworkModel`;
+    ``calibration``: measured/predicted throughput factors by GPU key, from observations of this model).
 
     Raises:
         PredictionError: the profile cannot be scaled to this fleet (e.g. CPU profile without FLOPs).
@@ -130,7 +133,7 @@ def predict(
             f"The 'scaling' parameter of predict() must be one of {{'weak', 'strong'}}. Got {scaling!r}."
         )
     catalog = catalog or Catalog.load()
-    if isinstance(fleet, str):
+    if not isinstance(fleet, Fleet):
         fleet = parse_fleet(fleet, catalog)
     assumptions: list[str] = []
     extrapolation: list[str] = []
@@ -163,6 +166,10 @@ def predict(
         ps, share = _scaled_per_sample(
             per_sample_src, src, dst, precision, profile, flops, achieved, assumptions, kinds, extrapolation
         )
+        factor = (calibration or {}).get(dst.key)
+        if factor:
+            ps /= factor
+            assumptions.append(f"{dst.key}: calibrated x{factor:.2f} from observed runs of this model")
         per_sample.append(ps)
         shares.append(share)
     if fleet.gpus > 1:

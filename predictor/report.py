@@ -22,7 +22,7 @@ def pareto_png(plan: Plan) -> bytes:
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
     shown = {e.fleet + e.market + e.region: e for e in (*plan.entries, *plan.pareto)}.values()
-    for market, color in (("on-demand", "tab:blue"), ("spot", "tab:orange")):
+    for market, color in (("on-demand", "tab:blue"), ("spot", "tab:orange"), ("mixed", "tab:purple")):
         pts = [e for e in shown if e.market == market]
         if not pts:
             continue
@@ -66,6 +66,10 @@ def pareto_png(plan: Plan) -> bytes:
     return buf.getvalue()
 
 
+def _pct(share: float | None) -> str:
+    return "" if share is None else f"{share:+.0%}"
+
+
 def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     """Write ``path`` (HTML, self-contained) and the PNG of the plot beside it; both atomically."""
     target = Path(path)
@@ -80,7 +84,9 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
         f"<tr{' class=chosen' if i == plan.chosen else ''}><td>{e.rank}</td><td>{esc(e.fleet)}</td><td>{e.gpus}</td>"
         f"<td>{esc(e.market)}</td><td>{esc(e.region)}</td><td>{e.usd_per_hour:,.2f}</td><td>{e.time_h:,.2f}</td>"
         f"<td>{e.cost_usd:,.2f}</td><td>{e.cost_interval_usd[0]:,.2f}-{e.cost_interval_usd[1]:,.2f}</td>"
-        f"<td>{esc(e.risk)} ({e.expected_interruptions:.2f})</td><td>{'yes' if e.pareto else ''}</td></tr>"
+        f"<td>{esc(e.risk)} ({e.expected_interruptions:.2f})</td><td>{esc(e.performance_risk)}</td>"
+        f"<td>{esc(e.migration_effort)}</td><td>{_pct(e.savings_vs_current)}</td>"
+        f"<td>{'yes' if e.pareto else ''}</td></tr>"
         for i, e in enumerate(plan.entries)
     )
     excluded = "".join(f"<li>{n:,} {esc(why)}</li>" for why, n in plan.excluded.items())
@@ -91,7 +97,10 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
         for x in (
             f"{c.work_samples:,.0f} samples",
             f"objective {c.objective}",
-            f"market {c.market}",
+            f"market {c.market}"
+            + (f" ({c.spot_share:.0%} spot above {c.on_demand_base} on-demand)" if c.spot_share is not None else ""),
+            f"up to {c.max_types} types per fleet" if c.max_types > 1 else "",
+            f"current fleet {c.current_fleet}" if c.current_fleet else "",
             f"regions {', '.join(c.regions)}",
             f"up to {c.max_instances} instances",
             f"deadline {c.deadline_h:g} h" if c.deadline_h else "",
@@ -111,7 +120,8 @@ td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:right}}td:nth-child(2
 <img alt="time vs cost" src="data:image/png;base64,{base64.b64encode(png).decode()}">
 <h2>Ranked fleets</h2>
 <table><tr><th>#</th><th>fleet</th><th>GPUs</th><th>market</th><th>region</th><th>$/h</th><th>time (h)</th>
-<th>cost ($)</th><th>cost 80% interval</th><th>spot risk (expected interruptions)</th><th>Pareto</th></tr>
+<th>cost ($)</th><th>cost 80% interval</th><th>spot risk (expected interruptions)</th><th>performance risk</th>
+<th>migration effort</th><th>savings vs current</th><th>Pareto</th></tr>
 {rows}</table>
 <h2>Left out</h2><ul>{excluded}</ul>
 <h2>Assumptions</h2><ul>{notes}</ul>

@@ -9,7 +9,7 @@ import pytest
 
 from predictor.exceptions import ConfigError, PredictionError
 from predictor.predict import predict
-from predictor.predict_many import predict_many
+from predictor.predict_many import predict_many, predict_mixes
 from predictor.profile import load_profile
 from test_profile_schema import MINIMAL
 
@@ -57,3 +57,47 @@ def test_bad_input(catalog) -> None:
         predict_many(profile, ["p3.2xlarge"], np.array([0]), catalog=catalog)
     with pytest.raises(PredictionError, match="not a CUDA GPU"):
         predict_many(profile, ["trn1.32xlarge"], [1], catalog=catalog)
+
+
+@pytest.mark.parametrize("scaling", ["weak", "strong"])
+def test_mixes_same_numbers_as_predict(catalog, scaling) -> None:
+    """Mixed fleets of 2 and 3 types (different GPUs, same GPU on different types, the profiled type with another)."""
+    profile = rich_profile()
+    fleets = [
+        [("p3.8xlarge", 2), ("g5.12xlarge", 1)],
+        [("p3.2xlarge", 1), ("p3.8xlarge", 1)],  # same GPU, different types: an equal split
+        [("p3.2xlarge", 3), ("g5.xlarge", 2), ("p4d.24xlarge", 1)],
+        [("g4dn.xlarge", 4), ("g6.xlarge", 1)],
+        [("p5.48xlarge", 2), ("g5.48xlarge", 1)],
+    ]
+    names = sorted({t for fleet in fleets for t, _ in fleet})
+    k = max(len(f) for f in fleets)
+    tidx = np.zeros((len(fleets), k), dtype=int)
+    counts = np.zeros((len(fleets), k), dtype=int)
+    for i, fleet in enumerate(fleets):
+        for j, (t, c) in enumerate(fleet):
+            tidx[i, j], counts[i, j] = names.index(t), c
+    many = predict_mixes(profile, names, tidx, counts, catalog=catalog, scaling=scaling)
+    for i, fleet in enumerate(fleets):
+        one = predict(profile, fleet, catalog=catalog, scaling=scaling)
+        assert many.iteration_time_s[i] == pytest.approx(one.iteration_time_s, rel=1e-9), fleet
+        assert many.throughput_samples_s[i] == pytest.approx(one.throughput_samples_s, rel=1e-9)
+        lo, hi = one.interval["iteration_time_s"]
+        assert (many.iteration_time_lo_s[i], many.iteration_time_hi_s[i]) == (pytest.approx(lo), pytest.approx(hi))
+        assert many.allreduce_s[i] == pytest.approx(one.breakdown["allreduce_s"], rel=1e-9)
+        assert bool(many.fits_memory[i]) == one.fits_memory
+        for j, group in enumerate(one.groups):
+            assert many.per_device_batch[i, j] == pytest.approx(group.per_device_batch, rel=1e-9)
+        # the groups' throughput adds up to the fleet's
+        assert many.group_throughput()[i].sum() == pytest.approx(many.throughput_samples_s[i], rel=1e-9)
+
+
+def test_calibration_scales_compute_of_that_gpu_only(catalog) -> None:
+    profile = rich_profile()
+    base = predict_many(profile, ["g5.xlarge", "p3.2xlarge"], [1, 1], catalog=catalog)
+    tuned = predict_many(profile, ["g5.xlarge", "p3.2xlarge"], [1, 1], catalog=catalog, calibration={"A10G": 0.8})
+    assert tuned.compute_s[0] == pytest.approx(base.compute_s[0] / 0.8)
+    assert tuned.compute_s[1] == pytest.approx(base.compute_s[1])
+    one = predict(profile, "g5.xlarge:1", catalog=catalog, calibration={"A10G": 0.8})
+    assert one.iteration_time_s == pytest.approx(tuned.iteration_time_s[0])
+    assert any("calibrated x0.80" in a for a in one.assumptions)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from lightning_srifty.cli import main
-from predictor.exceptions import ConfigError, NoFeasibleConfigError
+from predictor.exceptions import ConfigError, NoFeasibleConfigError, UnknownNameError
 from predictor.plan import load_plan
 from predictor.predict import predict
 from predictor.profile import load_profile
-from predictor.rank import Constraints, rank
+from predictor.rank import Calibration, Constraints, parse_market, rank
 from predictor.spot import REPROVISION_S, RESTART_S, spot_cost
 from test_profile_schema import MINIMAL
 
@@ -34,9 +34,12 @@ def test_ranked_by_cost_with_times_and_costs_that_add_up(profile, catalog) -> No
     samples = 100_000 * 256
     assert best.time_h == pytest.approx(samples / one.throughput_samples_s / 3600)
     assert best.cost_usd == pytest.approx(best.time_h * best.usd_per_hour)
-    assert best.usd_per_hour == pytest.approx(catalog.get(best.instance_type).price_usd_hr("us-east-1") * best.count)
+    (group,) = best.groups
+    assert best.usd_per_hour == pytest.approx(catalog.get(group.instance_type).price_usd_hr("us-east-1") * group.count)
+    assert group.on_demand == group.count and group.spot == 0 and best.spot_share == 0
     assert best.risk == "none" and best.expected_interruptions == 0
-    assert plan.considered > 500 and plan.excluded["GPU without specs (B200-SXM)"] == 16
+    assert best.migration_effort in ("low", "medium") and best.savings_vs_current is None  # MINIMAL: no instance type
+    assert plan.considered > 500 and plan.excluded_types["GPU without specs (B200-SXM)"] == 1
 
 
 def test_deadline_binds_and_is_explained(profile, catalog) -> None:
@@ -84,9 +87,9 @@ def test_spot_economics_follow_young_daly() -> None:
 
 def test_allow_deny_and_bad_constraints(profile, catalog) -> None:
     plan = rank(profile, Constraints(steps=1000, allow=("g5",), deny=("g5.48xlarge",)), catalog=catalog)
-    assert {e.instance_type.split(".")[0] for e in plan.entries} == {"g5"}
-    assert all(e.instance_type != "g5.48xlarge" for e in plan.entries)
-    with pytest.raises(ConfigError, match="exactly one of 'steps' or 'samples'"):
+    assert {g.instance_type.split(".")[0] for e in plan.entries for g in e.groups} == {"g5"}
+    assert all(g.instance_type != "g5.48xlarge" for e in plan.entries for g in e.groups)
+    with pytest.raises(ConfigError, match="exactly one of 'steps', 'samples' or 'epochs'"):
         rank(profile, Constraints(), catalog=catalog)
     with pytest.raises(ConfigError, match="Did you mean 'cost'"):
         rank(profile, Constraints(steps=10, objective="cots"), catalog=catalog)
@@ -125,3 +128,104 @@ def test_plan_round_trips_and_recommend_cli(tmp_path, capsys) -> None:
     assert load_plan(plan.to_dict()) == plan
     assert main(["recommend", "--profile", str(path), "--steps", "100000000", "--deadline", "1m", "--budget", "1"]) == 2
     assert "No fleet meets the constraints" in capsys.readouterr().err
+
+
+def test_epochs_are_steps_times_steps_per_epoch(profile, catalog) -> None:
+    by_steps = rank(profile, Constraints(steps=30_000, market="on-demand"), catalog=catalog)
+    by_epochs = rank(profile, Constraints(epochs=3, steps_per_epoch=10_000, market="on-demand"), catalog=catalog)
+    assert by_epochs.constraints.work_samples == by_steps.constraints.work_samples == 30_000 * 256
+    assert by_epochs.entries[0].cost_usd == pytest.approx(by_steps.entries[0].cost_usd)
+    with pytest.raises(ConfigError, match="'epochs' needs 'steps_per_epoch'"):
+        rank(profile, Constraints(epochs=3), catalog=catalog)
+
+
+def test_mixed_market_buys_the_on_demand_base_and_prices_only_spot_risk(profile, catalog) -> None:
+    plan = rank(
+        profile,
+        Constraints(steps=100_000, market="mixed", spot_share=0.75, on_demand_base=1, allow=("p3.8xlarge",)),
+        catalog=catalog,
+    )
+    it = catalog.get("p3.8xlarge")
+    od, sp = it.price_usd_hr("us-east-1"), it.price_usd_hr("us-east-1", "spot")
+    for e in plan.entries:
+        (g,) = e.groups
+        assert e.market == "mixed" and g.on_demand + g.spot == g.count
+        assert g.on_demand == min(g.count, 1 + math.ceil((g.count - 1) * 0.25)) and 0 < g.spot < g.count
+        assert e.usd_per_hour == pytest.approx(g.on_demand * od + g.spot * sp)
+        # only the spot instances are interrupted
+        work_s = 100_000 * 256 / e.throughput_samples_s
+        expected = spot_cost(np.array([work_s]), np.array([g.spot]), np.array([it.interruption_rate_per_hr]))
+        assert e.expected_interruptions == pytest.approx(expected.expected_interruptions[0])
+    # 1 and 2 instances: the base + 25% of the rest rounds up to every instance, the same as all on-demand
+    assert plan.excluded["mixed market same as all on-demand or all spot (fleet too small)"] == 2
+    both = rank(profile, Constraints(steps=10, market="any", allow=("p3.8xlarge",)), catalog=catalog)
+    assert both.considered == 16 * 3 - 2  # on-demand, spot and mixed (not for 1 or 2 instances at 50% spot)
+
+
+def test_heterogeneous_mixes_are_ranked_with_speed_proportional_groups(profile, catalog) -> None:
+    c = Constraints(
+        steps=2_000_000, objective="time", market="on-demand", max_types=2, max_instances=3, allow=("p3", "g5"), top=50
+    )
+    plan = rank(profile, c, catalog=catalog)
+    homogeneous = rank(profile, Constraints(**{**c.__dict__, "max_types": 1}), catalog=catalog)
+    assert plan.considered > homogeneous.considered
+    mixes = [e for e in plan.entries if len(e.groups) == 2]
+    assert mixes, "no mix among the 50 fastest"
+    for e in mixes[:5]:
+        one = predict(profile, [(g.instance_type, g.count) for g in e.groups], catalog=catalog)
+        assert e.throughput_samples_s == pytest.approx(one.throughput_samples_s, rel=1e-9)
+        assert sum(g.throughput_samples_s for g in e.groups) == pytest.approx(e.throughput_samples_s)
+        assert [g.per_device_batch for g in e.groups] == pytest.approx([g.per_device_batch for g in one.groups])
+        assert e.nodes <= 3 and e.migration_effort == ("high" if e.heterogeneous else e.migration_effort)
+    # mixes fill the Pareto front between homogeneous fleets: the front can only get better
+    assert len(plan.pareto) >= 1 and plan.entries[0].time_h <= homogeneous.entries[0].time_h + 1e-12
+
+
+def test_three_type_mixes_use_the_most_cost_efficient_types(profile, catalog) -> None:
+    plan = rank(profile, Constraints(steps=100_000, max_types=3, max_instances=4, market="spot"), catalog=catalog)
+    assert any("3-type mixes formed from the 12 most cost-efficient types" in n for n in plan.notes)
+    assert plan.constraints.max_types == 3
+
+
+def test_savings_and_migration_effort_against_the_current_fleet(profile, catalog) -> None:
+    c = Constraints(steps=100_000, market="on-demand", current_fleet="p3.2xlarge:1", top=200, max_instances=2)
+    plan = rank(profile, c, catalog=catalog)
+    same = next(e for e in plan.entries if e.fleet == "p3.2xlarge:1")
+    assert same.migration_effort == "none" and same.savings_vs_current == pytest.approx(0, abs=1e-9)
+    assert plan.constraints.current_fleet == "p3.2xlarge:1"
+    best = plan.entries[0]
+    assert best.savings_vs_current == pytest.approx(1 - best.cost_usd / same.cost_usd)
+    assert {e.migration_effort for e in plan.entries} <= {"none", "low", "medium"}
+    with pytest.raises(UnknownNameError, match="Did you mean"):
+        rank(profile, Constraints(steps=10, current_fleet="p3.2xlargee:1"), catalog=catalog)
+
+
+def test_calibration_from_observations_moves_that_gpu_and_is_reported(profile, catalog) -> None:
+    c = Constraints(steps=100_000, market="on-demand", allow=("g5.xlarge",), max_instances=1)
+    base = rank(profile, c, catalog=catalog)
+    slow = rank(profile, c, catalog=catalog, calibration=Calibration({"A10G": 0.5}, {"A10G": 3}))
+    assert slow.entries[0].throughput_samples_s < base.entries[0].throughput_samples_s
+    assert slow.calibration[0].gpu == "A10G" and slow.calibration[0].observations == 3
+    assert any("A10G x0.50 (3 runs)" in n for n in slow.notes)
+
+
+def test_parse_market() -> None:
+    assert parse_market("spot:0.75") == ("mixed", 0.75)
+    assert parse_market("any") == ("any", None)
+    with pytest.raises(ConfigError, match=r"spot:0\.75"):
+        parse_market("spot:lots")
+    with pytest.raises(ConfigError, match="Did you mean 'spot'"):
+        parse_market("spto")
+
+
+def test_pareto_with_anchors_equals_the_exact_front() -> None:
+    from predictor.rank import _exact_front, _pareto
+
+    rng = np.random.default_rng(7)
+    time_h = rng.lognormal(0, 1, 200_000)
+    cost = 1000 / time_h * rng.lognormal(0, 0.3, len(time_h))  # faster is dearer, with spread
+    time_h[:100] = time_h[100:200]  # equal times
+    idx = np.arange(len(time_h))
+    front = _pareto(idx, time_h, cost)
+    assert front.tolist() == _exact_front(idx, time_h, cost).tolist()
+    assert 5 < len(front) < 1000
