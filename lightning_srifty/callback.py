@@ -64,8 +64,11 @@ class SriftyCallback(Callback):
             table and write ``plan.json`` (and ``report.html`` when ``report``) beside the profile. A failure of the
             predictor is logged, never raised.
         total_steps: optimizer steps of the whole run (default: the Trainer's max_steps, or max_epochs x batches).
-        deadline_h, budget_usd, objective, market, regions, max_instances: the ranking's constraints
-            (see ``srifty recommend``).
+        deadline_h, budget_usd, objective, market, regions, max_instances, max_types: the ranking's constraints
+            (see ``srifty recommend``; ``market`` also takes ``"spot:0.75"``, a mixed market with that spot share).
+        predictor_url: rank through a ``srifty serve`` service at this URL instead of in-process (its observations
+            calibrate the ranking); on EC2 the run also posts its measured throughput there as an observation of
+            the fleet it runs on (``post_observation``).
     """
 
     def __init__(
@@ -89,7 +92,10 @@ class SriftyCallback(Callback):
         market: str = "any",
         regions: tuple[str, ...] = ("us-east-1",),
         max_instances: int = 16,
+        max_types: int = 1,
         report: bool = True,
+        predictor_url: str | None = None,
+        post_observation: bool = True,
     ) -> None:
         owner = "SriftyCallback()"
         self.warmup_steps = check_int(
@@ -119,8 +125,19 @@ class SriftyCallback(Callback):
             if value is not None:
                 check_number(owner, name, value, minimum=0, exclusive=True)
         check_choice(owner, "objective", objective, ("cost", "time", "cost_per_sample"))
-        check_choice(owner, "market", market, ("on-demand", "spot", "any"))
+        from predictor.rank import parse_market
+
+        parse_market(market)
         check_int(owner, "max_instances", max_instances, minimum=1)
+        check_int(owner, "max_types", max_types, minimum=1, maximum=3)
+        if predictor_url is not None and not str(predictor_url).startswith(("http://", "https://")):
+            raise ConfigError(
+                f"The 'predictor_url' parameter of {owner} must be an http(s) URL such as http://127.0.0.1:8000 "
+                f"(where `srifty serve` listens). Got {predictor_url!r}.",
+                parameter="predictor_url",
+                value=predictor_url,
+            )
+        self.predictor_url, self.post_observation, self.max_types = predictor_url, bool(post_observation), max_types
         self.recommend, self.report = bool(recommend), bool(report)
         self.total_steps, self.deadline_h, self.budget_usd = total_steps, deadline_h, budget_usd
         self.objective, self.market, self.regions, self.max_instances = objective, market, tuple(regions), max_instances
@@ -404,22 +421,31 @@ class SriftyCallback(Callback):
                     "total_steps= to get a recommendation."
                 )
                 return
-            from predictor.rank import Constraints, rank
+            from predictor.rank import Constraints, parse_market, rank
 
             batch = self.profile.batch
             samples = steps * (batch.accumulate_grad_batches or 1) * (batch.global_batch or batch.per_device)
-            self.plan = rank(
-                self.profile,
-                Constraints(
-                    samples=float(samples),
-                    deadline_h=self.deadline_h,
-                    budget_usd=self.budget_usd,
-                    objective=self.objective,
-                    market=self.market,
-                    regions=self.regions,  # type: ignore[arg-type]
-                    max_instances=self.max_instances,
-                ),
-            )
+            market, share = parse_market(self.market)
+            asked: dict[str, Any] = {
+                "samples": float(samples),
+                "deadline_h": self.deadline_h,
+                "budget_usd": self.budget_usd,
+                "objective": self.objective,
+                "market": market,
+                "regions": list(self.regions),
+                "max_instances": self.max_instances,
+                "max_types": self.max_types,
+            }
+            if share is not None:
+                asked["spot_share"] = share
+            if self.predictor_url:
+                from predictor.client import ServiceClient
+
+                client = ServiceClient(self.predictor_url)
+                self._observe(client)
+                self.plan = client.rank(self.profile, asked)
+            else:
+                self.plan = rank(self.profile, Constraints(**{**asked, "regions": tuple(self.regions)}))
             if self.output is not None and self._output_ok:
                 self.plan.save(self.output.with_name("plan.json"))
                 if self.report:
@@ -436,6 +462,29 @@ class SriftyCallback(Callback):
             log.error(
                 "SriftyCallback: the fleet recommendation failed (%s: %s); training continues.", type(exc).__name__, exc
             )
+
+    def _observe(self, client: Any) -> None:
+        """On EC2, tell the service what this fleet measured (the feedback loop); never raises."""
+        hw = self.profile.hardware
+        if not (self.post_observation and hw.instance_type):
+            return
+        try:
+            timing = self.profile.timing
+            batch = self.profile.batch
+            step = timing.step_time_s.p50
+            measured = timing.samples_per_s.p50 if timing.samples_per_s else None
+            throughput = measured or (batch.global_batch or batch.per_device * (hw.world_size or 1)) / step
+            fleet = f"{hw.instance_type}:{max(1, hw.nodes)}"
+            answer = client.observe(
+                self.profile,
+                fleet,
+                throughput,
+                iteration_time_s=step,
+                source=f"SriftyCallback {self.profile.model.name}",
+            )
+            log.info("SriftyCallback: observation of %s posted (%s samples/s): %s", fleet, f"{throughput:.1f}", answer)
+        except SriftyError as exc:
+            log.warning("SriftyCallback: the observation was not posted: %s", exc)
 
     def _model_info(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, samples: int | None, notes: list[str]

@@ -8,6 +8,7 @@
     │   └── UnknownNameError (also KeyError)       an unknown GPU / instance type, with suggestions
     ├── PredictionError
     ├── NoFeasibleConfigError
+    ├── ServiceError                       the predictor service could not be reached or refused a request
     ├── ProvisionError
     └── MigrationError
 
@@ -90,6 +91,18 @@ class PredictionError(SriftyError):
 
 class NoFeasibleConfigError(SriftyError):
     """No fleet satisfies the constraints."""
+
+
+class ServiceError(SriftyError):
+    """The predictor service (``srifty serve``) could not be reached or refused a request.
+
+    Attributes:
+        status: the HTTP status (None when no answer came back).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ProvisionError(SriftyError):

@@ -99,6 +99,11 @@ def _source_times(profile: Profile) -> tuple[float, float, float, float]:
     """(compute s, input s, backward share of compute, exposed comm s) of one profiled step."""
     t = profile.timing
     step = t.step_time_s.p50
+    if not step > 0:
+        raise PredictionError(
+            f"The profile's timing.step_time_s.p50 is {step!r}: no step was timed, so there is nothing to scale. "
+            "Profile more steps (SriftyCallback(profile_steps=...)) or give the measured step time."
+        )
     exposed = 0.0
     comm = profile.communication
     if comm is not None and comm.exposed_s is not None:

@@ -33,6 +33,7 @@ from predictor.spot import DEFAULT_CHECKPOINT_S, risk_label, spot_cost
 
 Objective = Literal["cost", "time", "cost_per_sample"]
 MARKETS = ("on-demand", "spot", "any", "mixed")
+MAX_CANDIDATES = 5_000_000  # ~2 s and ~2 GB of arrays; above it the request is almost surely a mistake
 MIX3_TYPES = 12  # 3-type mixes are formed from this many most cost-efficient types (C(12,3) x counts)
 # performance risk from the prediction's relative sd: the 80% interval is within exp(+-1.28 sd)
 PERFORMANCE_RISK_SD = (0.10, 0.25)
@@ -286,6 +287,18 @@ def rank(
     names = [it.name for it in types]
     factors = dict(calibration.factors) if calibration else None
     efficient = _efficient_types(profile, names, types, catalog, factors, constraints.regions[0])
+    shapes = sum(
+        math.comb(len(types) if k <= 2 else len(efficient), k) * math.comb(constraints.max_instances, k)
+        for k in range(1, min(constraints.max_types, len(types)) + 1)
+    )
+    if shapes * len(markets) * len(constraints.regions) > MAX_CANDIDATES:
+        raise ConfigError(
+            f"{shapes * len(markets) * len(constraints.regions):,} candidate fleets is over the limit of "
+            f"{MAX_CANDIDATES:,}: lower max_instances ({constraints.max_instances}) or max_types "
+            f"({constraints.max_types}), or narrow the types with allow.",
+            parameter="max_instances",
+            value=constraints.max_instances,
+        )
     tidx, cnt = _shapes(len(types), constraints, efficient)
     many = predict_mixes(profile, names, tidx, cnt, catalog=catalog, calibration=factors)
     cand = _price_candidates(many, types, constraints, markets, excluded)

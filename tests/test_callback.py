@@ -212,6 +212,8 @@ def test_summary_is_printed(tmp_path, capsys) -> None:
         ({"batch_size_fn": 3}, "must be callable"),
         ({"objective": "cheap"}, "The 'objective' parameter of SriftyCallback() must be one of"),
         ({"deadline_h": -1}, "The 'deadline_h' parameter of SriftyCallback() must be a number > 0"),
+        ({"market": "spto"}, "Did you mean 'spot'"),
+        ({"predictor_url": "localhost:8000"}, "must be an http(s) URL"),
     ],
 )
 def test_bad_parameters_are_refused_clearly(kwargs: dict, message: str) -> None:
@@ -246,3 +248,41 @@ def test_recommendation_failure_never_stops_training(tmp_path, caplog) -> None:
     assert t.global_step == 10 and cb.profile is not None and cb.plan is None
     assert "no fleet recommendation" in caplog.text and "no FLOPs per sample" in caplog.text
     assert not (tmp_path / "plan.json").exists()
+
+
+def test_recommendation_through_the_service_posts_an_observation(tmp_path, monkeypatch, catalog) -> None:
+    """On 'EC2' (a local IMDS says g5.xlarge), with predictor_url: the plan comes from `srifty serve` and the run's
+    measured throughput lands in the service's observations as g5.xlarge:1."""
+    from predictor.observations import ObservationStore
+    from predictor.service import background_server, create_app
+
+    store = ObservationStore(tmp_path / "obs.sqlite")
+    meta = {"meta-data/instance-type": "g5.xlarge", "meta-data/placement/availability-zone": "us-east-1b"}
+    with FakeIMDS(meta) as imds, background_server(create_app(catalog=catalog, observations=store)) as url:
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "false")
+        monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint)
+        cb = SriftyCallback(
+            warmup_steps=2,
+            profile_steps=5,
+            output=tmp_path / "p.json",
+            verbose=False,
+            predictor_url=url,
+            market="spot:0.5",
+        )
+        fit(cb, max_steps=10)
+    plan = load_plan(tmp_path / "plan.json")
+    assert plan == cb.plan and plan.constraints.market == "mixed" and plan.constraints.spot_share == 0.5
+    (obs,) = store.list()
+    profile = load_profile(tmp_path / "p.json")
+    assert obs.fleet == "g5.xlarge:1" and obs.model == "TinyModel"
+    assert obs.throughput_samples_s == pytest.approx(profile.timing.samples_per_s.p50)
+
+
+def test_unreachable_service_never_stops_training(tmp_path, caplog) -> None:
+    cb = SriftyCallback(
+        warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, predictor_url="http://127.0.0.1:9"
+    )
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        t = fit(cb, max_steps=10)
+    assert t.global_step == 10 and cb.plan is None
+    assert "Cannot reach the predictor at http://127.0.0.1:9" in caplog.text

@@ -229,3 +229,8 @@ def test_pareto_with_anchors_equals_the_exact_front() -> None:
     front = _pareto(idx, time_h, cost)
     assert front.tolist() == _exact_front(idx, time_h, cost).tolist()
     assert 5 < len(front) < 1000
+
+
+def test_too_many_candidates_is_refused_before_any_work(profile, catalog) -> None:
+    with pytest.raises(ConfigError, match=r"over the limit of 5,000,000: lower max_instances \(200\)"):
+        rank(profile, Constraints(steps=10, max_types=2, max_instances=200), catalog=catalog)

@@ -1,0 +1,156 @@
+"""Observed throughput of real runs, stored in SQLite, and the calibration they give the next prediction.
+
+A run profiled on its real fleet (the callback on the chosen fleet, or any run a user reports) posts what it measured:
+the model, the fleet, samples per second. The next ranking of a similar profile (same model name, parameter count,
+precision and per-GPU batch) predicts every observed fleet from *its own* profile, and the geometric mean of
+measured/predicted per GPU type becomes a factor on that GPU's compute (:class:`predictor.rank.Calibration`). Only
+single-GPU-type fleets calibrate (a mix cannot say which GPU was off). This closes the loop between the
+recommendation and what the fleet then did.
+
+Stored in one SQLite file (default ``$SRIFTY_OBSERVATIONS``, else ``~/.cache/srifty/observations.sqlite``); every write
+is one transaction, so a crash leaves either the whole observation or none.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from predictor._validation import check_number
+from predictor.catalog.catalog import Catalog
+from predictor.exceptions import ConfigError, SriftyError
+from predictor.fleet import parse_fleet
+from predictor.profile import Profile
+from predictor.rank import Calibration
+
+FACTOR_LIMITS = (0.2, 5.0)  # an observation further off than 5x is a mistake (wrong fleet, wrong unit), not a signal
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS observations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    model_key TEXT NOT NULL,
+    model TEXT NOT NULL,
+    fleet TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    throughput_samples_s REAL NOT NULL,
+    iteration_time_s REAL,
+    source TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS observations_model ON observations (model_key);
+"""
+
+
+def default_path() -> Path:
+    env = os.environ.get("SRIFTY_OBSERVATIONS")
+    if env:
+        return Path(env)
+    base = os.environ.get("SRIFTY_CACHE_DIR") or os.path.join(Path.home(), ".cache", "srifty")
+    return Path(base) / "observations.sqlite"
+
+
+def model_key(profile: Profile) -> str:
+    """What makes two profiles 'the same model' for calibration."""
+    m = profile.model
+    return f"{m.name}|{m.parameters}|{m.precision}|{profile.batch.per_device:g}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    id: int
+    model_key: str
+    model: str
+    fleet: str
+    gpu: str  # comma-separated GPU keys of the fleet (one for a homogeneous fleet)
+    throughput_samples_s: float
+    iteration_time_s: float | None
+    source: str
+    created_at: str
+
+
+class ObservationStore:
+    """Observations in one SQLite file (created on first use)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=10)
+        try:
+            with db:  # one transaction: committed on success, rolled back on error
+                yield db
+        finally:
+            db.close()
+
+    def add(
+        self,
+        profile: Profile,
+        fleet: str,
+        throughput_samples_s: float,
+        *,
+        iteration_time_s: float | None = None,
+        source: str = "",
+        catalog: Catalog | None = None,
+    ) -> Observation:
+        """Record a measurement; the fleet must parse against the catalog (unknown types get "did you mean")."""
+        check_number("observation", "throughput_samples_s", throughput_samples_s, minimum=0, exclusive=True)
+        if iteration_time_s is not None:
+            check_number("observation", "iteration_time_s", iteration_time_s, minimum=0, exclusive=True)
+        if len(source) > 200:
+            raise ConfigError("The observation's 'source' is limited to 200 characters.", parameter="source")
+        if not profile.model.name:
+            raise ConfigError(
+                "The profile has no model.name: observations are matched to later profiles by the model's name. "
+                "Name it (SriftyCallback(model_name=...)).",
+                parameter="profile.model.name",
+            )
+        parsed = parse_fleet(fleet, catalog or Catalog.load())
+        gpu = ",".join(sorted({g.instance.gpu or g.instance.name for g in parsed.groups}))
+        created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        row = (model_key(profile), profile.model.name, str(parsed), gpu, float(throughput_samples_s))
+        with self._connect() as db:
+            cur = db.execute(
+                "INSERT INTO observations (model_key, model, fleet, gpu, throughput_samples_s, iteration_time_s, "
+                "source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (*row, iteration_time_s, source, created),
+            )
+            new_id = int(cur.lastrowid or 0)
+        return Observation(new_id, *row, iteration_time_s, source, created)
+
+    def list(self, key: str | None = None, limit: int = 1000) -> list[Observation]:
+        query = "SELECT * FROM observations" + (" WHERE model_key = ?" if key else "") + " ORDER BY id DESC LIMIT ?"
+        with self._connect() as db:
+            rows = db.execute(query, (key, limit) if key else (limit,)).fetchall()
+        return [Observation(*row) for row in rows]
+
+    def calibration(self, profile: Profile, catalog: Catalog | None = None) -> Calibration | None:
+        """Factors by GPU from the observations of this model (None when there are none usable)."""
+        from predictor.predict import predict
+
+        catalog = catalog or Catalog.load()
+        logs: dict[str, list[float]] = {}
+        for obs in self.list(model_key(profile)):
+            if "," in obs.gpu:
+                continue  # a mix: cannot tell which GPU was off
+            try:
+                predicted = predict(profile, obs.fleet, catalog=catalog).throughput_samples_s
+            except SriftyError:
+                continue  # the fleet is no longer in this catalog, or this profile cannot predict it
+            ratio = obs.throughput_samples_s / predicted
+            if FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:
+                logs.setdefault(obs.gpu, []).append(math.log(ratio))
+        if not logs:
+            return None
+        return Calibration(
+            {gpu: math.exp(sum(v) / len(v)) for gpu, v in logs.items()}, {gpu: len(v) for gpu, v in logs.items()}
+        )

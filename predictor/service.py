@@ -1,0 +1,332 @@
+"""The predictor as an HTTP service (FastAPI): ``srifty serve``.
+
+    GET  /healthz            liveness, version and catalog snapshot
+    GET  /v1/catalog         instance types with prices (filters: region, gpu, cuda_only)
+    POST /v1/predict         one fleet from a profile
+    POST /v1/rank            a plan (srifty.plan/v1) from a profile and constraints, calibrated by observations
+    POST /v1/observations    a measured throughput of a fleet (the feedback loop); GET lists them
+
+Bad input is a 422 whose ``detail`` names the field (``loc``), says what is wrong and how to fix it; an
+infeasible ranking is a 422 of type ``infeasible``; a body over the size limit is a 413. Torch-free, like the
+rest of ``predictor``; FastAPI is imported only here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Body, FastAPI, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from predictor.catalog.catalog import Catalog
+from predictor.catalog.instances import instance_to_dict
+from predictor.exceptions import (
+    ConfigError,
+    NoFeasibleConfigError,
+    PredictionError,
+    ProfileSchemaError,
+    SriftyError,
+    UnknownNameError,
+)
+from predictor.observations import ObservationStore, model_key
+from predictor.predict import predict
+from predictor.profile import Profile, load_profile
+from predictor.rank import Constraints, rank
+
+MAX_BODY_BYTES = 1 << 20  # a profile with full series is ~100 KB; 1 MiB leaves room and bounds the work
+API_VERSION = "v1"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("lightning-srifty")
+    except metadata.PackageNotFoundError:  # running from a source tree that was not installed
+        return "0+unknown"
+
+
+def _profile_schema() -> dict[str, Any]:
+    text = resources.files("predictor").joinpath("schemas/profile.v1.schema.json").read_text()
+    schema = json.loads(text)
+    schema.pop("$schema", None)
+    schema.pop("$id", None)
+    return schema
+
+
+_PROFILE_FIELD = Field(
+    description="A srifty.profile/v1 document (what SriftyCallback writes); see docs/profile-schema.md",
+    json_schema_extra=_profile_schema(),
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PredictRequest(_Strict):
+    profile: dict[str, Any] = _PROFILE_FIELD
+    fleet: str = Field(
+        min_length=1, max_length=500, description="instance_type:count[,instance_type:count]", examples=["p3.8xlarge:2"]
+    )
+    scaling: Literal["weak", "strong"] = "weak"
+    use_observations: bool = Field(True, description="calibrate with observed runs of this model")
+
+
+class RankConstraints(_Strict):
+    """The constraints of :class:`predictor.rank.Constraints`; give exactly one of steps, samples or epochs."""
+
+    steps: int | None = Field(None, ge=1, le=10**12)
+    samples: float | None = Field(None, gt=0, le=1e15)
+    epochs: float | None = Field(None, gt=0, le=1e6)
+    steps_per_epoch: int | None = Field(None, ge=1, le=10**12)
+    deadline_h: float | None = Field(None, gt=0, le=1e6)
+    budget_usd: float | None = Field(None, gt=0, le=1e12)
+    objective: Literal["cost", "time", "cost_per_sample"] = "cost"
+    regions: list[str] = Field(default_factory=lambda: ["us-east-1"], min_length=1, max_length=8)
+    market: Literal["on-demand", "spot", "any", "mixed"] = "any"
+    spot_share: float = Field(0.5, ge=0, le=1)
+    on_demand_base: int = Field(1, ge=0, le=1000)
+    max_instances: int = Field(16, ge=1, le=64)
+    max_types: int = Field(1, ge=1, le=2, description="2 allows two-type mixes (3 is for the library and CLI)")
+    max_hourly_usd: float | None = Field(None, gt=0)
+    allow: list[str] = Field(default_factory=list, max_length=100)
+    deny: list[str] = Field(default_factory=list, max_length=100)
+    min_memory_headroom: float = Field(0.0, ge=0, le=0.9)
+    current_fleet: str | None = Field(None, max_length=500)
+    top: int = Field(10, ge=1, le=200)
+
+
+class RankRequest(_Strict):
+    profile: dict[str, Any] = _PROFILE_FIELD
+    constraints: RankConstraints
+    use_observations: bool = Field(True, description="calibrate with observed runs of this model")
+
+
+class ObservationRequest(_Strict):
+    profile: dict[str, Any] = _PROFILE_FIELD
+    fleet: str = Field(min_length=1, max_length=500, examples=["g5.12xlarge:2"])
+    throughput_samples_s: float = Field(gt=0, le=1e12, description="measured samples per second on the fleet")
+    iteration_time_s: float | None = Field(None, gt=0, le=1e6)
+    source: str = Field("", max_length=200, description="who measured it, e.g. 'SriftyCallback run-42'")
+
+
+_ERRORS = {
+    400: {"description": "the body cannot be read as JSON"},
+    413: {"description": "request body over the size limit"},
+    422: {"description": "bad input (detail names the field) or no feasible fleet (type 'infeasible')"},
+}
+
+
+class _BodyLimit:
+    """ASGI middleware: 413 for a body over ``limit`` bytes, by Content-Length or as it streams."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await _too_large(self.limit)(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await _too_large(self.limit)(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse(
+        {"detail": [{"loc": ["body"], "msg": f"request body over {limit} bytes", "type": "too_large"}]},
+        status_code=413,
+    )
+
+
+def _error(loc: list[Any], message: str, kind: str, status: int = 422, **extra: Any) -> JSONResponse:
+    return JSONResponse({"detail": [{"loc": loc, "msg": message, "type": kind, **extra}]}, status_code=status)
+
+
+def _profile(data: dict[str, Any]) -> Profile:
+    try:
+        return load_profile(data)
+    except ProfileSchemaError as exc:
+        raise _BadField(["body", "profile", *exc.field.split(".")], str(exc)) from None
+
+
+class _BadField(Exception):
+    def __init__(self, loc: list[Any], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def create_app(
+    *,
+    catalog: Catalog | None = None,
+    observations: ObservationStore | str | Path | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> FastAPI:
+    """The service. ``observations``: a store or a SQLite path (default: ``predictor.observations.default_path()``)."""
+    catalog = catalog or Catalog.load()
+    store = observations if isinstance(observations, ObservationStore) else ObservationStore(observations)
+    version = _version()
+    app = FastAPI(
+        title="lightning-srifty predictor",
+        version=version,
+        description="Predict and rank EC2 GPU fleets for a profiled PyTorch Lightning run.",
+    )
+    app.state.catalog, app.state.observations = catalog, store
+
+    @app.exception_handler(_BadField)
+    async def bad_field(_: Request, exc: _BadField) -> JSONResponse:
+        return _error(exc.loc, str(exc), "value_error")
+
+    @app.exception_handler(NoFeasibleConfigError)
+    async def infeasible(_: Request, exc: NoFeasibleConfigError) -> JSONResponse:
+        return _error(["body", "constraints"], str(exc), "infeasible")
+
+    @app.exception_handler(ConfigError)
+    async def config_error(_: Request, exc: ConfigError) -> JSONResponse:
+        return _error(["body", exc.parameter or "body"], str(exc), "value_error")
+
+    @app.exception_handler(UnknownNameError)
+    async def unknown(_: Request, exc: UnknownNameError) -> JSONResponse:
+        return _error(["body"], str(exc), "unknown_name", name=exc.name, suggestions=exc.suggestions)
+
+    @app.exception_handler(PredictionError)
+    async def cannot_predict(_: Request, exc: PredictionError) -> JSONResponse:
+        return _error(["body", "profile"], str(exc), "cannot_predict")
+
+    @app.exception_handler(SriftyError)
+    async def other(_: Request, exc: SriftyError) -> JSONResponse:
+        return _error(["body"], str(exc), type(exc).__name__)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
+        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "version": version,
+            "api": API_VERSION,
+            "catalog_snapshot": catalog.info.snapshot,
+            "catalog_source": catalog.info.source,
+        }
+
+    @app.get("/v1/catalog", responses=_ERRORS)
+    def get_catalog(
+        region: Annotated[str | None, Query(max_length=32)] = None,
+        gpu: Annotated[str | None, Query(max_length=64)] = None,
+        cuda_only: bool = True,
+    ) -> dict[str, Any]:
+        types = catalog.filter(region=region, gpu=gpu, cuda_only=cuda_only)
+        return {
+            "source": catalog.info.source,
+            "snapshot": catalog.info.snapshot,
+            "instance_types": [instance_to_dict(it, region) for it in types],
+        }
+
+    @app.post("/v1/predict", responses=_ERRORS)
+    def post_predict(request: Annotated[PredictRequest, Body()]) -> dict[str, Any]:
+        profile = _profile(request.profile)
+        calibration = store.calibration(profile, catalog) if request.use_observations else None
+        prediction = predict(
+            profile,
+            request.fleet,
+            catalog=catalog,
+            scaling=request.scaling,
+            calibration=calibration.factors if calibration else None,
+        )
+        return prediction.to_dict()
+
+    @app.post("/v1/rank", responses=_ERRORS)
+    def post_rank(request: Annotated[RankRequest, Body()]) -> dict[str, Any]:
+        profile = _profile(request.profile)
+        c = request.constraints.model_dump()
+        constraints = Constraints(
+            **{**c, "regions": tuple(c["regions"]), "allow": tuple(c["allow"]), "deny": tuple(c["deny"])}
+        )
+        calibration = store.calibration(profile, catalog) if request.use_observations else None
+        return rank(profile, constraints, catalog=catalog, calibration=calibration).to_dict()
+
+    @app.post("/v1/observations", status_code=201, responses=_ERRORS)
+    def post_observation(request: Annotated[ObservationRequest, Body()]) -> dict[str, Any]:
+        profile = _profile(request.profile)
+        obs = store.add(
+            profile,
+            request.fleet,
+            request.throughput_samples_s,
+            iteration_time_s=request.iteration_time_s,
+            source=request.source,
+            catalog=catalog,
+        )
+        calibration = store.calibration(profile, catalog)
+        return {
+            "id": obs.id,
+            "model_key": obs.model_key,
+            "fleet": obs.fleet,
+            "gpu": obs.gpu,
+            "calibration": dict(calibration.factors) if calibration else {},
+        }
+
+    @app.get("/v1/observations", responses=_ERRORS)
+    def get_observations(
+        model_key_: Annotated[str | None, Query(alias="model_key", max_length=300)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        return {"observations": [o.__dict__ for o in store.list(model_key_, limit)]}
+
+    app.add_middleware(_BodyLimit, limit=max_body_bytes)
+    return app
+
+
+@contextlib.contextmanager
+def background_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a thread (port 0: a free one); yields the base URL; stops on exit."""
+    import threading
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, name="srifty-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the service did not start on {host}:{port}")
+        time.sleep(0.01)
+    bound = server.servers[0].sockets[0].getsockname()
+    try:
+        yield f"http://{host}:{bound[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+__all__ = ["MAX_BODY_BYTES", "background_server", "create_app", "model_key"]

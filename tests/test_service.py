@@ -1,0 +1,148 @@
+"""srifty serve: the HTTP API (in-process and over a real socket), its errors, and the observations feedback loop."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sqlite3
+import urllib.request
+
+import pytest
+from fastapi.testclient import TestClient
+
+from predictor.observations import ObservationStore, model_key
+from predictor.plan import load_plan
+from predictor.predict import predict
+from predictor.profile import load_profile
+from predictor.service import background_server, create_app
+from test_profile_schema import MINIMAL
+
+
+@pytest.fixture
+def client(tmp_path, catalog):
+    app = create_app(catalog=catalog, observations=tmp_path / "obs.sqlite", max_body_bytes=200_000)
+    with TestClient(app) as c:
+        yield c
+
+
+def test_health_catalog_and_openapi(client, catalog) -> None:
+    health = client.get("/healthz").json()
+    assert health["status"] == "ok" and health["catalog_snapshot"] == catalog.info.snapshot
+    body = client.get("/v1/catalog", params={"gpu": "A100", "region": "us-east-1"}).json()
+    names = {t["instance_type"] for t in body["instance_types"]}
+    assert "p4d.24xlarge" in names and all(t["gpu"].startswith("A100") for t in body["instance_types"])
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/predict", "/v1/rank", "/v1/catalog", "/v1/observations", "/healthz"} <= set(spec["paths"])
+    # the profile in the request bodies is documented by the published JSON Schema
+    assert "srifty.profile/v1" in json.dumps(spec["components"]["schemas"]["PredictRequest"])
+
+
+def test_predict_and_rank_answer_what_the_library_answers(client, catalog) -> None:
+    r = client.post("/v1/predict", json={"profile": MINIMAL, "fleet": "p3.8xlarge:2"})
+    assert r.status_code == 200, r.text
+    one = predict(load_profile(copy.deepcopy(MINIMAL)), "p3.8xlarge:2", catalog=catalog)
+    assert r.json()["iteration_time_s"] == pytest.approx(one.iteration_time_s)
+    assert r.json()["interval"]["iteration_time_s"] == pytest.approx(list(one.interval["iteration_time_s"]))
+    r = client.post(
+        "/v1/rank", json={"profile": MINIMAL, "constraints": {"steps": 100_000, "deadline_h": 12, "max_types": 2}}
+    )
+    assert r.status_code == 200, r.text
+    plan = load_plan(r.json())
+    assert plan.constraints.max_types == 2 and plan.entries[0].time_h <= 12
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "loc", "text"),
+    [
+        (
+            "/v1/predict",
+            {"profile": {**MINIMAL, "batch": {"per_device": 0}}, "fleet": "p3.2xlarge"},
+            "per_device",
+            ">= 1",
+        ),
+        ("/v1/predict", {"profile": MINIMAL, "fleet": "p3.2xlarg:1"}, None, "Did you mean 'p3.2xlarge'"),
+        ("/v1/predict", {"profile": MINIMAL, "fleet": "p3.2xlarge:0"}, "fleet", "whole number >= 1"),
+        ("/v1/predict", {"profile": MINIMAL}, "fleet", "Field required"),
+        ("/v1/rank", {"profile": MINIMAL, "constraints": {}}, "steps", "exactly one of"),
+        ("/v1/rank", {"profile": MINIMAL, "constraints": {"steps": 10, "objective": "cots"}}, "objective", "cost"),
+        (
+            "/v1/rank",
+            {"profile": MINIMAL, "constraints": {"steps": 10**9, "deadline_h": 0.001}},
+            "constraints",
+            "binds",
+        ),
+        (
+            "/v1/observations",
+            {"profile": MINIMAL, "fleet": "g5.xlarge:1", "throughput_samples_s": -1},
+            "throughput_samples_s",
+            "greater than 0",
+        ),
+    ],
+)
+def test_bad_input_is_a_422_naming_the_field(client, path, body, loc, text) -> None:
+    r = client.post(path, json=body)
+    assert r.status_code == 422, r.text
+    (detail,) = r.json()["detail"][:1]
+    assert text in detail["msg"]
+    if loc:
+        assert loc in [str(x) for x in detail["loc"]]
+
+
+def test_oversized_and_malformed_bodies(client) -> None:
+    big = {"profile": {**MINIMAL, "notes": ["x" * 1000] * 300}, "fleet": "p3.2xlarge"}
+    r = client.post("/v1/predict", json=big)
+    assert r.status_code == 413 and "over 200000 bytes" in r.json()["detail"][0]["msg"]
+    r = client.post("/v1/predict", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+
+
+def test_observations_calibrate_the_next_rank(client, tmp_path, catalog) -> None:
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    predicted = predict(profile, "g5.xlarge:1", catalog=catalog).throughput_samples_s
+    body = {"profile": MINIMAL, "constraints": {"steps": 100_000, "allow": ["g5.xlarge"], "max_instances": 1}}
+    before = load_plan(client.post("/v1/rank", json=body).json())
+    assert before.calibration is None
+    for measured in (0.5 * predicted, 0.72 * predicted):  # the A10G ran slower than predicted, twice
+        r = client.post(
+            "/v1/observations",
+            json={"profile": MINIMAL, "fleet": "g5.xlarge:1", "throughput_samples_s": measured, "source": "test"},
+        )
+        assert r.status_code == 201, r.text
+    assert r.json()["calibration"]["A10G"] == pytest.approx((0.5 * 0.72) ** 0.5)
+    after = load_plan(client.post("/v1/rank", json=body).json())
+    assert after.calibration[0].gpu == "A10G" and after.calibration[0].observations == 2
+    assert after.entries[0].throughput_samples_s == pytest.approx(
+        before.entries[0].throughput_samples_s * (0.5 * 0.72) ** 0.5, rel=0.02
+    )
+    listed = client.get("/v1/observations", params={"model_key": model_key(profile)}).json()["observations"]
+    assert [o["throughput_samples_s"] for o in listed] == pytest.approx([0.72 * predicted, 0.5 * predicted])
+    # a different model is not calibrated by these
+    other = {**copy.deepcopy(MINIMAL), "model": {**MINIMAL["model"], "name": "vit"}}
+    assert load_plan(client.post("/v1/rank", json={**body, "profile": other}).json()).calibration is None
+    # the store is plain SQLite
+    rows = sqlite3.connect(tmp_path / "obs.sqlite").execute("SELECT fleet, gpu FROM observations").fetchall()
+    assert rows == [("g5.xlarge:1", "A10G")] * 2
+
+
+def test_store_ignores_mixes_and_absurd_ratios(tmp_path, catalog) -> None:
+    store = ObservationStore(tmp_path / "o.sqlite")
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    store.add(profile, "g5.xlarge:1,p3.2xlarge:1", 100.0, catalog=catalog)  # a mix: which GPU was off?
+    store.add(profile, "g5.xlarge:1", 1e9, catalog=catalog)  # 1e9 samples/s: a unit mistake
+    assert store.calibration(profile, catalog) is None
+    with pytest.raises(Exception, match="Did you mean"):
+        store.add(profile, "g5.xlargee:1", 10.0, catalog=catalog)
+
+
+def test_real_socket_on_localhost(tmp_path, catalog) -> None:
+    app = create_app(catalog=catalog, observations=tmp_path / "obs.sqlite")
+    with background_server(app) as url:
+        assert url.startswith("http://127.0.0.1:")
+        request = urllib.request.Request(
+            url + "/v1/rank",
+            data=json.dumps({"profile": MINIMAL, "constraints": {"steps": 1000}}).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+            assert json.load(response)["schema"] == "srifty.plan/v1"

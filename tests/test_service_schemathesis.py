@@ -1,0 +1,38 @@
+"""Property-based tests of the HTTP API against its own OpenAPI document (schemathesis): no input, however odd,
+gets a 5xx, and every status code and content type is one the document declares."""
+
+from __future__ import annotations
+
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis")
+from hypothesis import HealthCheck, settings  # noqa: E402
+from schemathesis.checks import (  # noqa: E402
+    content_type_conformance,
+    not_a_server_error,
+    status_code_conformance,
+)
+
+from predictor.catalog import Catalog  # noqa: E402
+from predictor.service import create_app  # noqa: E402
+
+_APP = None
+
+
+def _app():
+    global _APP
+    if _APP is None:
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="srifty-schemathesis-")
+        _APP = create_app(catalog=Catalog.load(use_refreshed=False, use_env=False), observations=f"{folder}/o.sqlite")
+    return _APP
+
+
+schema = schemathesis.openapi.from_asgi("/openapi.json", _app())
+
+
+@schema.parametrize()
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+def test_api_conforms_and_never_fails(case) -> None:
+    case.call_and_validate(checks=[not_a_server_error, status_code_conformance, content_type_conformance])
