@@ -66,9 +66,15 @@ def _cmd_profile_show(args: argparse.Namespace) -> int:
 
 def _cmd_schema(args: argparse.Namespace) -> int:
     from predictor._schema import markdown_reference
+    from predictor.plan import Plan, plan_json_schema
     from predictor.profile import Profile, Stats, profile_json_schema
 
-    if args.format == "markdown":
+    if args.document == "plan":
+        if args.format == "markdown":
+            print(markdown_reference(Plan), end="")
+        else:
+            print(json.dumps(plan_json_schema(), indent=2))
+    elif args.format == "markdown":
         print(markdown_reference(Profile, shared=(Stats,)), end="")
     else:
         print(json.dumps(profile_json_schema(), indent=2))
@@ -141,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=_cmd_profile_show)
 
     schema = sub.add_parser("schema", help="print a JSON Schema")
-    schema.add_argument("document", choices=["profile"])
+    schema.add_argument("document", choices=["profile", "plan"])
     schema.add_argument(
         "--format",
         choices=["json", "markdown"],

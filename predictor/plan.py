@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from predictor._io import atomic_write_json, read_json_document
-from predictor._schema import doc_field, from_dict, to_dict
+from predictor._schema import doc_field, from_dict, json_schema, to_dict
 from predictor.exceptions import ProfileSchemaError
 
 PLAN_SCHEMA = "srifty.plan/v1"
@@ -148,3 +148,8 @@ def load_plan(source: str | os.PathLike[str] | dict[str, Any]) -> Plan:
             f"schema: this lightning-srifty reads {PLAN_SCHEMA!r}, got {got!r}.", field="schema", value=got
         )
     return from_dict(Plan, data)
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """The published JSON Schema of srifty.plan/v1 (predictor/schemas/plan.v1.schema.json)."""
+    return json_schema(Plan, schema_id="https://lightning-srifty.dev/schemas/plan.v1.schema.json", title=PLAN_SCHEMA)

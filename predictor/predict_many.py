@@ -143,6 +143,21 @@ def _type_basis(
     )
 
 
+@functools.lru_cache(maxsize=32)
+def _bases(
+    profile: Profile,
+    names: tuple[str, ...],
+    catalog: Catalog,
+    network: NetworkModel,
+    calibration: tuple[tuple[str, float], ...],
+) -> list[_TypeBasis]:
+    """The per-type quantities, cached: a service ranks the same profile against the same catalog again and again
+    (profiles and the network model are frozen, hence hashable; a catalog by identity)."""
+    src = _Source.of(profile, catalog)
+    factors = dict(calibration)
+    return [_type_basis(profile, src, catalog.get(name), catalog, network, factors) for name in names]
+
+
 def predict_many(
     profile: Profile,
     instance_types: Sequence[str],
@@ -216,8 +231,11 @@ def predict_mixes(
         )
     if cnt.size and (cnt.min() < 0 or (row_sum(cnt) < 1).any()):
         raise ConfigError("Every fleet needs at least one instance.", parameter="counts", value=float(cnt.min()))
-    src = _Source.of(profile, catalog)
-    bases = [_type_basis(profile, src, catalog.get(name), catalog, network, calibration) for name in names]
+    key = (profile, tuple(names), catalog, network, tuple(sorted((calibration or {}).items())))
+    try:
+        bases = _bases(*key)
+    except TypeError:  # a profile with mappings inside (phases, dtypes) is not hashable: no cache
+        bases = _bases.__wrapped__(*key)
     single = row_sum(cnt > 0) == 1  # one group: the profile's measured link may apply
 
     def col(attr: str) -> np.ndarray:

@@ -286,7 +286,11 @@ def rank(
     types.sort(key=lambda it: (it.price_usd_hr(region0) or it.price_usd_hr(region0, "spot") or math.inf, it.name))
     names = [it.name for it in types]
     factors = dict(calibration.factors) if calibration else None
-    efficient = _efficient_types(profile, names, types, catalog, factors, constraints.regions[0])
+    efficient = (
+        _efficient_types(profile, names, types, catalog, factors, constraints.regions[0])
+        if constraints.max_types >= 3
+        else []
+    )
     shapes = sum(
         math.comb(len(types) if k <= 2 else len(efficient), k) * math.comb(constraints.max_instances, k)
         for k in range(1, min(constraints.max_types, len(types)) + 1)

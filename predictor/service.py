@@ -253,7 +253,7 @@ def create_app(
         }
 
     @app.post("/v1/predict", responses=_ERRORS)
-    def post_predict(request: Annotated[PredictRequest, Body()]) -> dict[str, Any]:
+    def post_predict(request: Annotated[PredictRequest, Body()]) -> JSONResponse:
         profile = _profile(request.profile)
         calibration = store.calibration(profile, catalog) if request.use_observations else None
         prediction = predict(
@@ -263,17 +263,18 @@ def create_app(
             scaling=request.scaling,
             calibration=calibration.factors if calibration else None,
         )
-        return prediction.to_dict()
+        return JSONResponse(prediction.to_dict())
 
     @app.post("/v1/rank", responses=_ERRORS)
-    def post_rank(request: Annotated[RankRequest, Body()]) -> dict[str, Any]:
+    def post_rank(request: Annotated[RankRequest, Body()]) -> JSONResponse:
         profile = _profile(request.profile)
         c = request.constraints.model_dump()
         constraints = Constraints(
             **{**c, "regions": tuple(c["regions"]), "allow": tuple(c["allow"]), "deny": tuple(c["deny"])}
         )
         calibration = store.calibration(profile, catalog) if request.use_observations else None
-        return rank(profile, constraints, catalog=catalog, calibration=calibration).to_dict()
+        # a JSONResponse skips FastAPI's jsonable_encoder (3.7 ms for a plan; the dict is plain JSON already)
+        return JSONResponse(rank(profile, constraints, catalog=catalog, calibration=calibration).to_dict())
 
     @app.post("/v1/observations", status_code=201, responses=_ERRORS)
     def post_observation(request: Annotated[ObservationRequest, Body()]) -> dict[str, Any]:

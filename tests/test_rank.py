@@ -234,3 +234,18 @@ def test_pareto_with_anchors_equals_the_exact_front() -> None:
 def test_too_many_candidates_is_refused_before_any_work(profile, catalog) -> None:
     with pytest.raises(ConfigError, match=r"over the limit of 5,000,000: lower max_instances \(200\)"):
         rank(profile, Constraints(steps=10, max_types=2, max_instances=200), catalog=catalog)
+
+
+def test_plan_json_schema_and_reference_are_current(profile, catalog) -> None:
+    from pathlib import Path
+
+    from predictor._schema import markdown_reference
+    from predictor.plan import Plan, plan_json_schema
+
+    root = Path(__file__).resolve().parents[1]
+    published = json.loads((root / "predictor" / "schemas" / "plan.v1.schema.json").read_text())
+    assert published == plan_json_schema(), "regenerate with: srifty schema plan > predictor/schemas/plan.v1..."
+    assert markdown_reference(Plan) in (root / "docs" / "plan-schema.md").read_text(), "regenerate the reference"
+    jsonschema = pytest.importorskip("jsonschema")
+    plan = rank(profile, Constraints(steps=1000, max_types=2, max_instances=4), catalog=catalog)
+    jsonschema.validate(json.loads(json.dumps(plan.to_dict())), published)
