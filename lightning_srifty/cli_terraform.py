@@ -1,0 +1,85 @@
+"""``srifty terraform`` (write a root module from a plan), ``srifty apply`` and ``srifty destroy``: torch-free."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def cmd_terraform(args: argparse.Namespace) -> int:
+    from lightning_srifty.cli_catalog import load_catalog
+    from lightning_srifty.provision.generate import Options, generate
+    from predictor.plan import load_plan
+
+    plan = load_plan(args.plan)
+    options = Options(
+        name=args.name,
+        region=args.region,
+        ssh_cidr=tuple(args.ssh_cidr or ()),
+        train_command=args.train_command,
+        setup_command=args.setup_command,
+        resume_from=args.resume_from,
+        mode=args.mode,
+        ami=args.ami,
+        key_name=args.key_name,
+        vpc_id=args.vpc_id,
+        subnet_ids=tuple(s for s in (args.subnet_ids or "").split(",") if s),
+        bucket=args.bucket,
+        root_volume_gb=args.root_volume_gb,
+        aws_endpoint=args.aws_endpoint,
+    )
+    result = generate(plan, args.out, choice=args.choice, options=options, catalog=load_catalog(args))
+    entry = plan.entries[args.choice]
+    state = "written" if result.changed else "unchanged (already current)"
+    print(f"Root module for {entry.fleet} ({entry.market}, {result.values['region']}) {state} in {result.out}:")
+    print(f"  {len(result.files)} files; values in {result.out / 'srifty.auto.tfvars.json'}")
+    print(f"Review it, then: srifty apply --dir {result.out}  (or terraform -chdir={result.out} init/plan/apply)")
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from lightning_srifty.provision.runner import apply
+
+    outputs = apply(args.dir, yes=args.yes)
+    print(json.dumps(outputs, indent=2, default=str))
+    return 0
+
+
+def cmd_destroy(args: argparse.Namespace) -> int:
+    from lightning_srifty.provision.runner import destroy
+
+    destroy(args.dir, yes=args.yes)
+    print("destroyed")
+    return 0
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("terraform", parents=[common], help="write a Terraform root module for a plan's fleet")
+    p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON (srifty recommend --out)")
+    p.add_argument("--choice", type=int, default=0, help="index of the ranked fleet (0: the recommendation)")
+    p.add_argument("--out", required=True, help="folder to write (new, empty, or written by srifty before)")
+    p.add_argument("--name", help="run name (3-40 of a-z, 0-9, -); default from the model and the plan")
+    p.add_argument("--region", help="default: the plan's region for this fleet")
+    p.add_argument("--ssh-cidr", action="append", help="CIDR allowed to SSH (repeatable); default: no SSH port")
+    p.add_argument("--train-command", default="python train.py", help="what torchrun starts on every node")
+    p.add_argument("--setup-command", default="", help="installs the training environment at boot")
+    p.add_argument("--resume-from", help="checkpoint URI the training command resumes from")
+    p.add_argument("--mode", choices=["asg", "fleet"], default="asg", help="Auto Scaling group or EC2 Fleet")
+    p.add_argument("--ami", help="AMI id (default: the Deep Learning AMI from its public SSM parameter)")
+    p.add_argument("--key-name", help="EC2 key pair for SSH")
+    p.add_argument("--vpc-id", help="an existing VPC (with --subnet-ids); default: a minimal VPC is created")
+    p.add_argument("--subnet-ids", help="comma-separated subnets of --vpc-id")
+    p.add_argument("--bucket", help="an existing checkpoint bucket; default: one is created")
+    p.add_argument("--root-volume-gb", type=int, default=200)
+    p.add_argument("--aws-endpoint", help="a local AWS-compatible endpoint (offline tests)")
+    p.set_defaults(func=cmd_terraform)
+
+    for name, func, text in (
+        ("apply", cmd_apply, "terraform init/plan/apply a root module written by srifty terraform"),
+        ("destroy", cmd_destroy, "terraform destroy a root module written by srifty terraform"),
+    ):
+        q = sub.add_parser(name, help=text)
+        q.add_argument("--dir", required=True, help="the folder srifty terraform wrote")
+        q.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        q.set_defaults(func=func)

@@ -1,0 +1,181 @@
+"""``srifty apply`` / ``srifty destroy``: terraform init, plan, a summary, a confirmation, apply (python-terraform).
+
+Progress streams to the terminal (terraform's own output); the plan summary counts the resources to add, change and
+destroy by type before anything is changed. Missing pieces (the terraform binary, AWS credentials, the folder) are
+clear errors, not tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightning_srifty.provision.generate import MARKER, TFVARS
+from predictor.exceptions import ProvisionError
+
+PLAN_FILE = "srifty.tfplan"
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    add: int
+    change: int
+    destroy: int
+    by_type: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        out = [f"Terraform will add {self.add}, change {self.change} and destroy {self.destroy} resources:"]
+        for rtype, actions in sorted(self.by_type.items()):
+            out.append(f"  {rtype}: " + ", ".join(f"{n} to {a}" for a, n in sorted(actions.items())))
+        return out
+
+
+def _terraform(folder: Path) -> Any:
+    binary = shutil.which("terraform")
+    if binary is None:
+        raise ProvisionError(
+            "The terraform binary is not on PATH. Install Terraform >= 1.5 "
+            "(https://developer.hashicorp.com/terraform/install) and try again."
+        )
+    from python_terraform import Terraform
+
+    return Terraform(working_dir=str(folder), terraform_bin_path=binary)
+
+
+def _check_folder(folder: Path) -> dict[str, Any]:
+    if not (folder / TFVARS).is_file() or not (folder / MARKER).is_file():
+        raise ProvisionError(
+            f"{folder} is not a root module written by `srifty terraform` (no {TFVARS}). Write one with "
+            "`srifty terraform --plan plan.json --out DIR`."
+        )
+    return json.loads((folder / TFVARS).read_text())
+
+
+def _check_credentials(values: dict[str, Any]) -> None:
+    if values.get("aws_endpoint"):
+        return  # a local endpoint (moto) takes any credentials
+    import boto3
+
+    if boto3.Session().get_credentials() is None:
+        raise ProvisionError(
+            "No AWS credentials found. Set AWS_PROFILE (after `aws sso login` or `aws configure`), or "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and try again."
+        )
+
+
+def _run(tf: Any, *args: str, stream: bool = True, **options: Any) -> tuple[int, str, str]:
+    from python_terraform import IsFlagged
+
+    opts = {k: (IsFlagged if v is True else v) for k, v in options.items()}
+    if stream:
+        code, out, err = tf.cmd(*args, capture_output=False, no_color=IsFlagged, **opts)
+        return code, out or "", err or ""
+    return tf.cmd(*args, no_color=IsFlagged, **opts)
+
+
+def summarize(plan_json: dict[str, Any]) -> PlanSummary:
+    by_type: dict[str, Counter[str]] = {}
+    totals: Counter[str] = Counter()
+    for change in plan_json.get("resource_changes", []):
+        actions = change.get("change", {}).get("actions", [])
+        if actions in (["no-op"], ["read"]):
+            continue
+        kind = "replace" if set(actions) == {"create", "delete"} else actions[0]
+        by_type.setdefault(change["type"], Counter())[kind] += 1
+        if kind == "replace":
+            totals["create"] += 1
+            totals["delete"] += 1
+        else:
+            totals[kind] += 1
+    return PlanSummary(totals["create"], totals["update"], totals["delete"], by_type)
+
+
+def _confirm(question: str, yes: bool, ask: Callable[[str], str] | None) -> None:
+    if yes:
+        return
+    if ask is None:
+        if not sys.stdin.isatty():
+            raise ProvisionError("Not confirmed: there is no terminal to ask on. Review the plan above and pass --yes.")
+        ask = input
+    if ask(question + " Type 'yes' to go on: ").strip().lower() != "yes":
+        raise ProvisionError("Cancelled: nothing was changed.")
+
+
+def apply(
+    folder: str | os.PathLike[str],
+    *,
+    yes: bool = False,
+    ask: Callable[[str], str] | None = None,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """init, plan, show the summary, confirm, apply; returns the root module's outputs."""
+    root = Path(folder)
+    values = _check_folder(root)
+    tf = _terraform(root)
+    _check_credentials(values)
+    echo(f"terraform init in {root}")
+    code, _, err = _run(tf, "init", input=False, stream=False)
+    if code != 0:
+        raise ProvisionError(f"terraform init failed in {root}:\n{err.strip()}")
+    echo("terraform plan")
+    code, _, err = _run(tf, "plan", input=False, out=PLAN_FILE, detailed_exitcode=True, stream=False)
+    if code not in (0, 2):
+        raise ProvisionError(f"terraform plan failed in {root}:\n{err.strip()}")
+    code, out, err = _run(tf, "show", PLAN_FILE, json=True, stream=False)
+    if code != 0:
+        raise ProvisionError(f"terraform show failed in {root}:\n{err.strip()}")
+    summary = summarize(json.loads(out))
+    for line in summary.lines():
+        echo(line)
+    predicted = values.get("predicted") or {}
+    if predicted:
+        echo(
+            f"Predicted: {predicted['throughput_samples_s']:,.1f} samples/s at ${predicted['usd_per_hour']:,.2f}/h; "
+            f"{predicted['time_h']:,.2f} h and ${predicted['cost_usd']:,.2f} for the planned work."
+        )
+    if summary.add + summary.change + summary.destroy == 0:
+        echo("Nothing to change.")
+    else:
+        _confirm("Apply this plan?", yes, ask)
+        code, _, err = _run(tf, "apply", PLAN_FILE, input=False, stream=True)
+        if code != 0:
+            raise ProvisionError(f"terraform apply failed in {root} (see the output above). {err.strip()}")
+    (root / PLAN_FILE).unlink(missing_ok=True)
+    return outputs(root)
+
+
+def outputs(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    tf = _terraform(Path(folder))
+    code, out, err = _run(tf, "output", json=True, stream=False)
+    if code != 0:
+        raise ProvisionError(f"terraform output failed in {folder}:\n{err.strip()}")
+    return {k: v.get("value") for k, v in json.loads(out or "{}").items()}
+
+
+def destroy(
+    folder: str | os.PathLike[str],
+    *,
+    yes: bool = False,
+    ask: Callable[[str], str] | None = None,
+    echo: Callable[[str], None] = print,
+) -> None:
+    """Destroy everything the root module created, after a confirmation."""
+    root = Path(folder)
+    values = _check_folder(root)
+    tf = _terraform(root)
+    _check_credentials(values)
+    code, _, err = _run(tf, "init", input=False, stream=False)
+    if code != 0:
+        raise ProvisionError(f"terraform init failed in {root}:\n{err.strip()}")
+    echo(f"Destroying fleet {values.get('name')} ({root}).")
+    _confirm(f"Destroy every resource of {values.get('name')}?", yes, ask)
+    code, _, err = _run(tf, "destroy", input=False, auto_approve=True, stream=True)
+    if code != 0:
+        raise ProvisionError(f"terraform destroy failed in {root} (see the output above). {err.strip()}")

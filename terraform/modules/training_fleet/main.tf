@@ -1,0 +1,491 @@
+data "aws_caller_identity" "current" {}
+data "aws_partition" "current" {}
+
+data "aws_ssm_parameter" "ami" {
+  count = var.ami.id == null ? 1 : 0
+  name  = var.ami.ssm_parameter
+}
+
+locals {
+  fleet_tags = merge(var.tags, { "srifty:fleet" = var.name })
+  ami_id     = var.ami.id != null ? var.ami.id : data.aws_ssm_parameter.ami[0].insecure_value
+  vpc_id     = var.network.create_vpc ? aws_vpc.this[0].id : var.network.vpc_id
+  subnet_ids = var.network.create_vpc ? [aws_subnet.this[0].id] : var.network.subnet_ids
+  bucket     = var.checkpoints.create_bucket ? aws_s3_bucket.checkpoints[0].bucket : var.checkpoints.bucket
+  bucket_arn = "arn:${data.aws_partition.current.partition}:s3:::${local.bucket}"
+  # launch-template priority: the order of var.groups (srifty terraform lists the cheapest on-demand type first)
+  groups         = { for i, g in var.groups : g.instance_type => merge(g, { priority = i }) }
+  nodes          = sum([for g in var.groups : g.on_demand + g.spot])
+  capacity_units = sum([for g in var.groups : (g.on_demand + g.spot) * g.weighted_capacity])
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Network: an optional minimal VPC, and the fleet's security group
+# ---------------------------------------------------------------------------------------------------------------------
+
+resource "aws_vpc" "this" {
+  count                = var.network.create_vpc ? 1 : 0
+  cidr_block           = var.network.vpc_cidr
+  enable_dns_support   = true
+  enable_dns_hostnames = true
+  tags                 = merge(local.fleet_tags, { Name = "${var.name}-vpc" })
+  # checkov:skip=CKV2_AWS_11:A short-lived training VPC; pass network.vpc_id of a long-lived VPC with flow logs for audited runs.
+}
+
+resource "aws_default_security_group" "this" {
+  count  = var.network.create_vpc ? 1 : 0
+  vpc_id = aws_vpc.this[0].id
+  tags   = merge(local.fleet_tags, { Name = "${var.name}-default-deny" })
+}
+
+resource "aws_internet_gateway" "this" {
+  count  = var.network.create_vpc ? 1 : 0
+  vpc_id = aws_vpc.this[0].id
+  tags   = merge(local.fleet_tags, { Name = "${var.name}-igw" })
+}
+
+resource "aws_subnet" "this" {
+  count             = var.network.create_vpc ? 1 : 0
+  vpc_id            = aws_vpc.this[0].id
+  cidr_block        = cidrsubnet(var.network.vpc_cidr, 4, 0)
+  availability_zone = var.network.availability_zone
+  # checkov:skip=CKV_AWS_130:Instances need egress (packages, S3) and a minimal VPC has no NAT gateway; inbound traffic is still limited to fleet members and ssh_cidr_blocks by the security group.
+  map_public_ip_on_launch = true
+  tags                    = merge(local.fleet_tags, { Name = "${var.name}-subnet" })
+}
+
+resource "aws_route_table" "this" {
+  count  = var.network.create_vpc ? 1 : 0
+  vpc_id = aws_vpc.this[0].id
+
+  route {
+    cidr_block = "0.0.0.0/0"
+    gateway_id = aws_internet_gateway.this[0].id
+  }
+
+  tags = merge(local.fleet_tags, { Name = "${var.name}-public" })
+}
+
+resource "aws_route_table_association" "this" {
+  count          = var.network.create_vpc ? 1 : 0
+  subnet_id      = aws_subnet.this[0].id
+  route_table_id = aws_route_table.this[0].id
+}
+
+resource "aws_security_group" "fleet" {
+  name_prefix = "${var.name}-fleet-"
+  description = "Training fleet ${var.name}: all traffic between members (NCCL, gloo, torchrun rendezvous), SSH only from the given CIDR blocks"
+  vpc_id      = local.vpc_id
+  tags        = merge(local.fleet_tags, { Name = "${var.name}-fleet" })
+
+  ingress {
+    description = "Every protocol and port between fleet members (NCCL, EFA, gloo, c10d rendezvous)"
+    from_port   = 0
+    to_port     = 0
+    protocol    = "-1"
+    self        = true
+  }
+
+  dynamic "ingress" {
+    for_each = length(var.ssh_cidr_blocks) > 0 ? [1] : []
+    content {
+      description = "SSH from the operators' networks"
+      from_port   = 22
+      to_port     = 22
+      protocol    = "tcp"
+      cidr_blocks = var.ssh_cidr_blocks
+    }
+  }
+
+  egress {
+    description = "Every protocol and port to fleet members (EFA requires an all-traffic self egress rule)"
+    from_port   = 0
+    to_port     = 0
+    protocol    = "-1"
+    self        = true
+  }
+
+  egress {
+    # checkov:skip=CKV_AWS_382:Training nodes download packages and datasets and write checkpoints to S3 over HTTPS; restrict with a VPC endpoint policy or proxy where required.
+    description = "HTTPS to package indexes, S3 and the AWS APIs"
+    from_port   = 443
+    to_port     = 443
+    protocol    = "tcp"
+    cidr_blocks = ["0.0.0.0/0"]
+  }
+
+  egress {
+    description = "HTTP for OS package mirrors"
+    from_port   = 80
+    to_port     = 80
+    protocol    = "tcp"
+    cidr_blocks = ["0.0.0.0/0"]
+  }
+
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+resource "aws_placement_group" "this" {
+  count    = var.capacity.placement_group ? 1 : 0
+  name     = "${var.name}-cluster"
+  strategy = "cluster"
+  tags     = local.fleet_tags
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Checkpoints: an encrypted, versioned, private bucket (or an existing one)
+# ---------------------------------------------------------------------------------------------------------------------
+
+resource "aws_s3_bucket" "checkpoints" {
+  count         = var.checkpoints.create_bucket ? 1 : 0
+  bucket        = coalesce(var.checkpoints.bucket, "${var.name}-checkpoints-${data.aws_caller_identity.current.account_id}")
+  force_destroy = var.checkpoints.force_destroy
+  tags          = local.fleet_tags
+  # checkov:skip=CKV_AWS_18:Access logs need a second, long-lived log bucket; the checkpoint bucket is reached only by the fleet's role.
+  # checkov:skip=CKV_AWS_144:Checkpoints are reproducible training state, not data of record; cross-region replication doubles their cost.
+  # checkov:skip=CKV2_AWS_62:No consumer of bucket events; the orchestrator polls the checkpoint prefix.
+}
+
+resource "aws_s3_bucket_versioning" "checkpoints" {
+  count  = var.checkpoints.create_bucket ? 1 : 0
+  bucket = aws_s3_bucket.checkpoints[0].id
+
+  versioning_configuration {
+    status = "Enabled"
+  }
+}
+
+resource "aws_s3_bucket_server_side_encryption_configuration" "checkpoints" {
+  count  = var.checkpoints.create_bucket ? 1 : 0
+  bucket = aws_s3_bucket.checkpoints[0].id
+
+  rule {
+    apply_server_side_encryption_by_default {
+      sse_algorithm     = "aws:kms"
+      kms_master_key_id = var.checkpoints.kms_key_arn
+    }
+    bucket_key_enabled = true
+  }
+}
+
+resource "aws_s3_bucket_public_access_block" "checkpoints" {
+  count                   = var.checkpoints.create_bucket ? 1 : 0
+  bucket                  = aws_s3_bucket.checkpoints[0].id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+
+resource "aws_s3_bucket_ownership_controls" "checkpoints" {
+  count  = var.checkpoints.create_bucket ? 1 : 0
+  bucket = aws_s3_bucket.checkpoints[0].id
+
+  rule {
+    object_ownership = "BucketOwnerEnforced"
+  }
+}
+
+resource "aws_s3_bucket_lifecycle_configuration" "checkpoints" {
+  count  = var.checkpoints.create_bucket ? 1 : 0
+  bucket = aws_s3_bucket.checkpoints[0].id
+
+  rule {
+    id     = "old-checkpoint-versions"
+    status = "Enabled"
+
+    filter {
+      prefix = var.checkpoints.prefix
+    }
+
+    noncurrent_version_expiration {
+      noncurrent_days = var.checkpoints.noncurrent_days
+    }
+
+    abort_incomplete_multipart_upload {
+      days_after_initiation = 2
+    }
+  }
+
+  depends_on = [aws_s3_bucket_versioning.checkpoints]
+}
+
+data "aws_iam_policy_document" "tls_only" {
+  count = var.checkpoints.create_bucket ? 1 : 0
+
+  statement {
+    sid       = "DenyInsecureTransport"
+    effect    = "Deny"
+    actions   = ["s3:*"]
+    resources = [local.bucket_arn, "${local.bucket_arn}/*"]
+
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_s3_bucket_policy" "checkpoints" {
+  count      = var.checkpoints.create_bucket ? 1 : 0
+  bucket     = aws_s3_bucket.checkpoints[0].id
+  policy     = data.aws_iam_policy_document.tls_only[0].json
+  depends_on = [aws_s3_bucket_public_access_block.checkpoints]
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Identity: the instances may read and write the checkpoint prefix and find their peers, nothing else
+# ---------------------------------------------------------------------------------------------------------------------
+
+data "aws_iam_policy_document" "assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "instance" {
+  name_prefix        = "${substr(var.name, 0, 30)}-node-"
+  assume_role_policy = data.aws_iam_policy_document.assume.json
+  tags               = local.fleet_tags
+}
+
+data "aws_iam_policy_document" "instance" {
+  statement {
+    sid       = "ListCheckpointPrefix"
+    actions   = ["s3:ListBucket"]
+    resources = [local.bucket_arn]
+
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = [var.checkpoints.prefix, "${var.checkpoints.prefix}*"]
+    }
+  }
+
+  statement {
+    sid       = "ReadWriteCheckpoints"
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+    resources = ["${local.bucket_arn}/${var.checkpoints.prefix}*"]
+  }
+
+  statement {
+    sid       = "FindFleetPeers"
+    actions   = ["ec2:DescribeInstances"]
+    resources = ["*"] # DescribeInstances supports no resource-level permissions
+  }
+
+  dynamic "statement" {
+    for_each = var.checkpoints.kms_key_arn != null ? [1] : []
+    content {
+      sid       = "CheckpointKey"
+      actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+      resources = [var.checkpoints.kms_key_arn]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "instance" {
+  name_prefix = "checkpoints-"
+  role        = aws_iam_role.instance.id
+  policy      = data.aws_iam_policy_document.instance.json
+}
+
+resource "aws_iam_role_policy_attachment" "ssm" {
+  count      = var.enable_ssm ? 1 : 0
+  role       = aws_iam_role.instance.name
+  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+}
+
+resource "aws_iam_role_policy_attachment" "cloudwatch" {
+  count      = var.enable_cloudwatch ? 1 : 0
+  role       = aws_iam_role.instance.name
+  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/CloudWatchAgentServerPolicy"
+}
+
+resource "aws_iam_instance_profile" "instance" {
+  name_prefix = "${substr(var.name, 0, 30)}-node-"
+  role        = aws_iam_role.instance.name
+  tags        = local.fleet_tags
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Capacity: one launch template per instance type, bought by an Auto Scaling group or EC2 Fleets
+# ---------------------------------------------------------------------------------------------------------------------
+
+resource "aws_launch_template" "group" {
+  for_each = local.groups
+
+  name_prefix            = "${var.name}-${replace(each.key, ".", "-")}-"
+  description            = "${var.name}: ${each.key}, ${each.value.gpus_per_instance} GPU(s) per node"
+  image_id               = local.ami_id
+  instance_type          = each.key
+  key_name               = var.key_name
+  update_default_version = true
+  ebs_optimized          = true
+
+  iam_instance_profile {
+    arn = aws_iam_instance_profile.instance.arn
+  }
+
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = var.metadata_hop_limit
+    instance_metadata_tags      = "enabled"
+  }
+
+  monitoring {
+    enabled = true
+  }
+
+  block_device_mappings {
+    device_name = "/dev/sda1"
+
+    ebs {
+      volume_size           = var.root_volume_gb
+      volume_type           = "gp3"
+      encrypted             = true
+      kms_key_id            = var.checkpoints.kms_key_arn
+      delete_on_termination = true
+    }
+  }
+
+  network_interfaces {
+    device_index                = 0
+    security_groups             = [aws_security_group.fleet.id]
+    delete_on_termination       = true
+    interface_type              = each.value.efa ? "efa" : null
+    associate_public_ip_address = var.network.create_vpc ? true : null
+  }
+
+  tag_specifications {
+    resource_type = "instance"
+    tags          = merge(local.fleet_tags, { Name = "${var.name}-${each.key}", "srifty:group" = each.key })
+  }
+
+  tag_specifications {
+    resource_type = "volume"
+    tags          = merge(local.fleet_tags, { "srifty:group" = each.key })
+  }
+
+  user_data = base64encode(templatefile("${path.module}/templates/user_data.sh.tftpl", {
+    name           = var.name
+    setup_command  = var.train.setup_command
+    command        = var.train.command
+    nnodes         = var.train.nnodes
+    nproc_per_node = each.value.gpus_per_instance
+    rdzv_port      = var.train.rdzv_port
+    checkpoint_uri = "s3://${local.bucket}/${var.checkpoints.prefix}"
+    resume_from    = var.train.resume_from == null ? "" : var.train.resume_from
+  }))
+
+  tags = local.fleet_tags
+}
+
+resource "aws_autoscaling_group" "fleet" {
+  count = var.capacity.mode == "asg" ? 1 : 0
+
+  name_prefix               = "${var.name}-"
+  vpc_zone_identifier       = local.subnet_ids
+  desired_capacity          = local.capacity_units
+  min_size                  = local.capacity_units
+  max_size                  = local.capacity_units
+  desired_capacity_type     = "units"
+  capacity_rebalance        = var.capacity.capacity_rebalance
+  placement_group           = var.capacity.placement_group ? aws_placement_group.this[0].id : null
+  wait_for_capacity_timeout = "0"
+
+  mixed_instances_policy {
+    instances_distribution {
+      on_demand_allocation_strategy            = "prioritized"
+      on_demand_base_capacity                  = var.capacity.on_demand_base_capacity
+      on_demand_percentage_above_base_capacity = var.capacity.on_demand_percentage_above_base
+      spot_allocation_strategy                 = var.capacity.spot_allocation_strategy
+    }
+
+    launch_template {
+      launch_template_specification {
+        launch_template_id = aws_launch_template.group[var.groups[0].instance_type].id
+        version            = "$Latest"
+      }
+
+      dynamic "override" {
+        for_each = var.groups
+        content {
+          instance_type     = override.value.instance_type
+          weighted_capacity = tostring(override.value.weighted_capacity)
+
+          launch_template_specification {
+            launch_template_id = aws_launch_template.group[override.value.instance_type].id
+            version            = "$Latest"
+          }
+        }
+      }
+    }
+  }
+
+  dynamic "tag" {
+    for_each = local.fleet_tags
+    content {
+      key                 = tag.key
+      value               = tag.value
+      propagate_at_launch = true
+    }
+  }
+}
+
+resource "aws_ec2_fleet" "group" {
+  for_each = var.capacity.mode == "fleet" ? local.groups : {}
+
+  type                = "instant"
+  terminate_instances = true
+
+  launch_template_config {
+    launch_template_specification {
+      launch_template_id = aws_launch_template.group[each.key].id
+      version            = aws_launch_template.group[each.key].latest_version
+    }
+
+    override {
+      instance_type = each.key
+      subnet_id     = local.subnet_ids[0]
+    }
+  }
+
+  target_capacity_specification {
+    default_target_capacity_type = each.value.spot > 0 ? "spot" : "on-demand"
+    total_target_capacity        = each.value.on_demand + each.value.spot
+    on_demand_target_capacity    = each.value.on_demand
+    spot_target_capacity         = each.value.spot
+  }
+
+  spot_options {
+    allocation_strategy = replace(var.capacity.spot_allocation_strategy, "-prioritized", "")
+  }
+
+  on_demand_options {
+    allocation_strategy = "lowestPrice"
+  }
+
+  tags = local.fleet_tags
+}
+
+data "aws_instances" "fleet" {
+  instance_tags = { "srifty:fleet" = var.name }
+
+  instance_state_names = ["pending", "running"]
+  depends_on           = [aws_autoscaling_group.fleet, aws_ec2_fleet.group]
+}

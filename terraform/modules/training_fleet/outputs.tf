@@ -1,0 +1,64 @@
+output "instance_ids" {
+  description = "Ids of the fleet's instances (pending or running) once apply has returned."
+  value       = data.aws_instances.fleet.ids
+}
+
+output "private_ips" {
+  description = "Private IPv4 addresses of the fleet's instances."
+  value       = data.aws_instances.fleet.private_ips
+}
+
+output "rendezvous_endpoint" {
+  description = "The torchrun c10d endpoint the nodes agree on: the lowest private IP (plain sort order) and the rendezvous port; null until an instance has an address."
+  value       = length(data.aws_instances.fleet.private_ips) > 0 ? "${sort(data.aws_instances.fleet.private_ips)[0]}:${var.train.rdzv_port}" : null
+}
+
+output "launch_template_ids" {
+  description = "Launch template id per instance type."
+  value       = { for k, lt in aws_launch_template.group : k => lt.id }
+}
+
+output "autoscaling_group_name" {
+  description = "The Auto Scaling group (capacity.mode = asg), else null."
+  value       = var.capacity.mode == "asg" ? aws_autoscaling_group.fleet[0].name : null
+}
+
+output "ec2_fleet_ids" {
+  description = "The EC2 Fleets per instance type (capacity.mode = fleet), else empty."
+  value       = { for k, f in aws_ec2_fleet.group : k => f.id }
+}
+
+output "security_group_id" {
+  description = "The fleet's security group."
+  value       = aws_security_group.fleet.id
+}
+
+output "instance_role_arn" {
+  description = "The IAM role the instances run as."
+  value       = aws_iam_role.instance.arn
+}
+
+output "checkpoint_bucket" {
+  description = "The checkpoint bucket."
+  value       = local.bucket
+}
+
+output "checkpoint_uri" {
+  description = "Where the training command writes checkpoints (also SRIFTY_CHECKPOINT_URI on every node)."
+  value       = "s3://${local.bucket}/${var.checkpoints.prefix}"
+}
+
+output "capacity_units" {
+  description = "The fleet's capacity in weighted units (the sum of instances x weighted_capacity); one unit is predicted.samples_per_capacity_unit samples per second."
+  value       = local.capacity_units
+}
+
+output "nodes" {
+  description = "Instances in the fleet."
+  value       = local.nodes
+}
+
+output "predicted" {
+  description = "What the plan predicted for this fleet: samples per second, price per hour, hours and cost for the work."
+  value       = var.predicted
+}

@@ -1,0 +1,213 @@
+variable "name" {
+  description = "Name of the training run; prefixes every resource and tags every instance (srifty:fleet = name)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$", var.name))
+    error_message = "The name must be 3 to 40 characters of lower-case letters, digits and hyphens, starting and ending with a letter or digit, because it becomes part of an S3 bucket name."
+  }
+}
+
+variable "network" {
+  description = "Where the fleet runs: an existing VPC and subnets, or (create_vpc = true) a minimal VPC with one public subnet in availability_zone."
+  type = object({
+    create_vpc        = optional(bool, false)
+    vpc_id            = optional(string)
+    subnet_ids        = optional(list(string), [])
+    vpc_cidr          = optional(string, "10.42.0.0/16")
+    availability_zone = optional(string)
+  })
+  default = { create_vpc = true }
+
+  validation {
+    condition     = var.network.create_vpc || (var.network.vpc_id != null && length(var.network.subnet_ids) > 0)
+    error_message = "Give network.vpc_id and at least one network.subnet_ids entry, or set network.create_vpc = true to create a minimal VPC."
+  }
+
+  validation {
+    condition     = can(cidrhost(var.network.vpc_cidr, 0))
+    error_message = "The network.vpc_cidr must be an IPv4 CIDR block such as 10.42.0.0/16."
+  }
+}
+
+variable "ssh_cidr_blocks" {
+  description = "CIDR blocks allowed to reach the instances on port 22. Empty (the default) opens no SSH port at all; use SSM Session Manager instead."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.ssh_cidr_blocks : can(cidrhost(c, 0)) && c != "0.0.0.0/0"])
+    error_message = "Every ssh_cidr_blocks entry must be a CIDR block narrower than 0.0.0.0/0, such as 203.0.113.7/32 for one office address."
+  }
+}
+
+variable "key_name" {
+  description = "EC2 key pair for SSH, or null for none."
+  type        = string
+  default     = null
+}
+
+variable "groups" {
+  description = "The instance types of the fleet, from the plan: how many of each are bought on demand and on spot, GPUs per instance (processes per node), the capacity units one instance counts for (its predicted throughput), and whether to attach EFA."
+  type = list(object({
+    instance_type     = string
+    on_demand         = number
+    spot              = number
+    gpus_per_instance = number
+    weighted_capacity = number
+    efa               = optional(bool, false)
+  }))
+
+  validation {
+    condition     = length(var.groups) >= 1 && length(var.groups) <= 20
+    error_message = "Give between 1 and 20 instance type groups."
+  }
+
+  validation {
+    condition     = alltrue([for g in var.groups : g.on_demand >= 0 && g.spot >= 0 && g.on_demand + g.spot >= 1 && floor(g.on_demand) == g.on_demand && floor(g.spot) == g.spot])
+    error_message = "Every group needs whole, non-negative on_demand and spot counts adding up to at least one instance."
+  }
+
+  validation {
+    condition     = alltrue([for g in var.groups : g.weighted_capacity >= 1 && g.weighted_capacity <= 999 && floor(g.weighted_capacity) == g.weighted_capacity])
+    error_message = "Every group's weighted_capacity must be a whole number from 1 to 999 (an Auto Scaling group limit); srifty terraform scales the predicted throughput into that range."
+  }
+
+  validation {
+    condition     = length(distinct([for g in var.groups : g.instance_type])) == length(var.groups)
+    error_message = "Each instance type may appear in only one group: merge the counts of repeated types."
+  }
+}
+
+variable "capacity" {
+  description = "How the fleet is bought. mode asg: an Auto Scaling group with a mixed instances policy whose capacity is counted in throughput units; mode fleet: a one-shot EC2 Fleet of type instant with exact counts per type. The on-demand base and percentage apply to asg mode."
+  type = object({
+    mode                            = optional(string, "asg")
+    spot_allocation_strategy        = optional(string, "price-capacity-optimized")
+    on_demand_base_capacity         = optional(number, 0)
+    on_demand_percentage_above_base = optional(number, 0)
+    capacity_rebalance              = optional(bool, true)
+    placement_group                 = optional(bool, false)
+  })
+  default = {}
+
+  validation {
+    condition     = contains(["asg", "fleet"], var.capacity.mode)
+    error_message = "The capacity.mode must be \"asg\" (Auto Scaling group, mixed instances policy) or \"fleet\" (EC2 Fleet of type instant)."
+  }
+
+  validation {
+    condition     = contains(["price-capacity-optimized", "capacity-optimized", "lowest-price", "capacity-optimized-prioritized"], var.capacity.spot_allocation_strategy)
+    error_message = "The capacity.spot_allocation_strategy must be price-capacity-optimized (recommended), capacity-optimized, capacity-optimized-prioritized or lowest-price."
+  }
+
+  validation {
+    condition     = var.capacity.on_demand_percentage_above_base >= 0 && var.capacity.on_demand_percentage_above_base <= 100 && var.capacity.on_demand_base_capacity >= 0
+    error_message = "The capacity.on_demand_percentage_above_base must be between 0 and 100, and capacity.on_demand_base_capacity at least 0."
+  }
+}
+
+variable "ami" {
+  description = "The machine image: an AMI id, or (id = null) the public SSM parameter of the AWS Deep Learning AMI to resolve at plan time."
+  type = object({
+    id            = optional(string)
+    ssm_parameter = optional(string, "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")
+  })
+  default = {}
+}
+
+variable "root_volume_gb" {
+  description = "Size of each instance's encrypted gp3 root volume, in GiB (the Deep Learning AMI needs at least 75)."
+  type        = number
+  default     = 200
+
+  validation {
+    condition     = var.root_volume_gb >= 30 && var.root_volume_gb <= 16384
+    error_message = "The root_volume_gb must be between 30 and 16384 GiB."
+  }
+}
+
+variable "metadata_hop_limit" {
+  description = "IMDSv2 response hop limit: 1 for processes on the instance, 2 when training runs in a container."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.metadata_hop_limit >= 1 && var.metadata_hop_limit <= 64
+    error_message = "The metadata_hop_limit must be between 1 and 64."
+  }
+}
+
+variable "checkpoints" {
+  description = "Where checkpoints live: a new bucket (create_bucket = true, named <name>-checkpoints-<account id> unless bucket is given) or an existing bucket; the instances may only touch keys under prefix."
+  type = object({
+    create_bucket   = optional(bool, true)
+    bucket          = optional(string)
+    prefix          = optional(string, "checkpoints/")
+    force_destroy   = optional(bool, false)
+    kms_key_arn     = optional(string)
+    noncurrent_days = optional(number, 30)
+  })
+  default = {}
+
+  validation {
+    condition     = var.checkpoints.create_bucket || var.checkpoints.bucket != null
+    error_message = "Give checkpoints.bucket (an existing bucket) or set checkpoints.create_bucket = true."
+  }
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9!_.*'()/-]*/$", var.checkpoints.prefix)) && !startswith(var.checkpoints.prefix, "/")
+    error_message = "The checkpoints.prefix must end with a slash and not start with one, such as checkpoints/run-1/."
+  }
+}
+
+variable "enable_ssm" {
+  description = "Attach AmazonSSMManagedInstanceCore so that instances can be reached through SSM Session Manager (no SSH port needed)."
+  type        = bool
+  default     = true
+}
+
+variable "enable_cloudwatch" {
+  description = "Attach CloudWatchAgentServerPolicy so that the CloudWatch agent can ship logs and GPU metrics."
+  type        = bool
+  default     = false
+}
+
+variable "train" {
+  description = "What every instance runs at boot: setup_command installs the environment; command is the training command torchrun starts (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count."
+  type = object({
+    setup_command = optional(string, "")
+    command       = string
+    nnodes        = number
+    rdzv_port     = optional(number, 29400)
+    resume_from   = optional(string)
+  })
+
+  validation {
+    condition     = length(trimspace(var.train.command)) > 0
+    error_message = "The train.command must not be empty: it is what torchrun starts on every node, such as python train.py."
+  }
+
+  validation {
+    condition     = var.train.nnodes >= 1 && var.train.rdzv_port >= 1024 && var.train.rdzv_port <= 65535
+    error_message = "The train.nnodes must be at least 1 and train.rdzv_port between 1024 and 65535."
+  }
+}
+
+variable "predicted" {
+  description = "What the plan predicted for this fleet, passed through to the outputs so that a reviewer sees what is being paid for."
+  type = object({
+    throughput_samples_s      = number
+    usd_per_hour              = number
+    time_h                    = number
+    cost_usd                  = number
+    samples_per_capacity_unit = number
+  })
+  default = null
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,44 @@
+provider "aws" {
+  region = var.region
+
+  # a local AWS-compatible endpoint (tests, moto's server): no real credentials or account behind it
+  skip_credentials_validation = var.aws_endpoint != null
+  skip_requesting_account_id  = var.aws_endpoint != null
+  skip_metadata_api_check     = var.aws_endpoint != null
+  s3_use_path_style           = var.aws_endpoint != null
+
+  dynamic "endpoints" {
+    for_each = var.aws_endpoint == null ? [] : [var.aws_endpoint]
+    content {
+      autoscaling = endpoints.value
+      ec2         = endpoints.value
+      iam         = endpoints.value
+      s3          = endpoints.value
+      ssm         = endpoints.value
+      sts         = endpoints.value
+    }
+  }
+
+  default_tags {
+    tags = var.tags
+  }
+}
+
+module "fleet" {
+  source = "./modules/training_fleet"
+
+  name              = var.name
+  network           = var.network
+  ssh_cidr_blocks   = var.ssh_cidr_blocks
+  key_name          = var.key_name
+  groups            = var.groups
+  capacity          = var.capacity
+  ami               = var.ami
+  root_volume_gb    = var.root_volume_gb
+  checkpoints       = var.checkpoints
+  enable_ssm        = var.enable_ssm
+  enable_cloudwatch = var.enable_cloudwatch
+  train             = var.train
+  predicted         = var.predicted
+  tags              = var.tags
+}

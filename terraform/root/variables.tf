@@ -1,0 +1,93 @@
+# The module validates every value; see modules/training_fleet/README.md for the fields of each object.
+
+variable "region" {
+  description = "AWS region of the fleet (the plan's region)."
+  type        = string
+}
+
+variable "aws_endpoint" {
+  description = "A local AWS-compatible endpoint such as http://127.0.0.1:5000 for offline tests; null for AWS."
+  type        = string
+  default     = null
+}
+
+variable "name" {
+  description = "Name of the training run."
+  type        = string
+}
+
+variable "network" {
+  description = "Existing VPC and subnets, or create_vpc = true."
+  type        = any
+  default     = { create_vpc = true }
+}
+
+variable "ssh_cidr_blocks" {
+  description = "CIDR blocks allowed to SSH; empty opens no SSH port."
+  type        = list(string)
+  default     = []
+}
+
+variable "key_name" {
+  description = "EC2 key pair, or null."
+  type        = string
+  default     = null
+}
+
+variable "groups" {
+  description = "The fleet's instance types with on-demand and spot counts, GPUs per instance and weighted capacity."
+  type        = any
+}
+
+variable "capacity" {
+  description = "How the fleet is bought (asg or fleet mode, spot allocation, on-demand base)."
+  type        = any
+  default     = {}
+}
+
+variable "ami" {
+  description = "AMI id, or the SSM parameter of the Deep Learning AMI."
+  type        = any
+  default     = {}
+}
+
+variable "root_volume_gb" {
+  description = "Root volume size in GiB."
+  type        = number
+  default     = 200
+}
+
+variable "checkpoints" {
+  description = "The checkpoint bucket and prefix."
+  type        = any
+  default     = {}
+}
+
+variable "enable_ssm" {
+  description = "Allow SSM Session Manager."
+  type        = bool
+  default     = true
+}
+
+variable "enable_cloudwatch" {
+  description = "Allow the CloudWatch agent."
+  type        = bool
+  default     = false
+}
+
+variable "train" {
+  description = "Setup command, training command, node count, rendezvous port, checkpoint to resume from."
+  type        = any
+}
+
+variable "predicted" {
+  description = "The plan's prediction for this fleet."
+  type        = any
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags on every resource."
+  type        = map(string)
+  default     = {}
+}
