@@ -128,9 +128,9 @@ variable "root_volume_gb" {
 }
 
 variable "metadata_hop_limit" {
-  description = "IMDSv2 response hop limit: 1 for processes on the instance, 2 when training runs in a container."
+  description = "IMDSv2 response hop limit: 1 (the default) for training processes on the instance; 2 when training runs in a container that must reach the instance metadata."
   type        = number
-  default     = 2
+  default     = 1
 
   validation {
     condition     = var.metadata_hop_limit >= 1 && var.metadata_hop_limit <= 64
