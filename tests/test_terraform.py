@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import boto3
@@ -189,33 +187,6 @@ def test_fmt_and_validate_module_and_generated_root(tf_env, tmp_path, catalog) -
     (root / TFVARS).write_text(json.dumps(bad))
     result = _tf(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
     assert result.returncode != 0 and "narrower than 0.0.0.0/0" in result.stderr.replace("\n", " ")
-
-
-@pytest.fixture
-def moto_endpoint(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("moto's server did not start")
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(tf_env, moto_endpoint, tmp_path, catalog) -> None:

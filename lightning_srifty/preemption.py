@@ -1,0 +1,193 @@
+"""Checkpoint and leave on a spot interruption notice or SIGTERM, and find a sound checkpoint to resume from.
+
+``SpotPreemption(dirpath)`` is a Lightning callback: a :class:`~lightning_srifty.spot_watcher.SpotWatcher` per node
+(each node sees only its own notice) and a SIGTERM handler set a flag; at the next step boundary the ranks agree
+(any rank's flag stops all of them, one boolean all-reduce per step), every rank takes part in
+``trainer.save_checkpoint`` to a temporary name, rank 0 renames it into place once complete (so no half-written
+checkpoint is ever picked up), and the process exits with :data:`PREEMPTED_EXIT_CODE` (75, ``EX_TEMPFAIL``), which
+``srifty launch`` reads as "preempted: resume elsewhere". (Lightning alone would exit 0 after SIGTERM.)
+
+:func:`find_checkpoint` picks the newest checkpoint that loads, warning about (and skipping) a corrupted or
+truncated newer one. Paths are local or any fsspec URL (``s3://bucket/prefix`` with s3fs).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import threading
+import time
+from pathlib import PurePosixPath
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.callbacks import Callback
+
+from lightning_srifty.spot_watcher import Notice, SpotWatcher
+
+log = logging.getLogger("lightning_srifty")
+
+PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): the job should be run again, elsewhere
+_STEP = re.compile(r"step=(\d+)")
+
+
+class SpotPreemption(Callback):
+    """Checkpoint at the next step on a spot notice (or SIGTERM), then exit with code 75.
+
+    Args:
+        dirpath: where checkpoints go: a local folder or an fsspec URL such as ``s3://bucket/run-1/``.
+        endpoint: the instance metadata endpoint (default: the standard settings; off EC2 nothing is polled).
+        interval_s: how often the metadata service is polled.
+        on_rebalance: ``"checkpoint"`` also checkpoints (and keeps training) on a rebalance recommendation;
+            ``"ignore"`` only logs it.
+        handle_sigterm: treat SIGTERM as a notice (the spot two-minute warning reaches containers this way).
+        exit_process: raise ``SystemExit(75)`` after the checkpoint (False: stop the Trainer and return normally,
+            with ``callback.preempted`` set).
+    """
+
+    def __init__(
+        self,
+        dirpath: str = "srifty/checkpoints",
+        *,
+        endpoint: str | None = None,
+        interval_s: float = 5.0,
+        on_rebalance: str = "checkpoint",
+        handle_sigterm: bool = True,
+        exit_process: bool = True,
+    ) -> None:
+        if on_rebalance not in ("checkpoint", "ignore"):
+            from predictor.exceptions import ConfigError
+
+            raise ConfigError(
+                "The 'on_rebalance' parameter of SpotPreemption() must be 'checkpoint' or 'ignore'. "
+                f"Got {on_rebalance!r}.",
+                parameter="on_rebalance",
+                value=on_rebalance,
+            )
+        self.dirpath = str(dirpath).rstrip("/")
+        self.endpoint, self.interval_s = endpoint, interval_s
+        self.on_rebalance, self.handle_sigterm, self.exit_process = on_rebalance, handle_sigterm, exit_process
+        self._stop = threading.Event()
+        self._rebalance = threading.Event()
+        self._why: str | None = None
+        self._notice_at: float | None = None
+        self._watcher: SpotWatcher | None = None
+        self._previous_sigterm: Any = None
+        self.preempted = False
+        self.checkpoints: list[str] = []
+        self.timings: dict[str, float] = {}
+
+    # --- signals -----------------------------------------------------------------------------------------------------
+
+    def _notice(self, notice: Notice) -> None:
+        self._notice_at = self._notice_at or notice.seen_monotonic
+        self._why = notice.describe()
+        if notice.kind == "interruption":
+            self._stop.set()
+        elif self.on_rebalance == "checkpoint":
+            self._rebalance.set()
+
+    def _sigterm(self, signum: int, frame: Any) -> None:
+        self._notice_at = self._notice_at or time.monotonic()
+        self._why = "SIGTERM"
+        self._stop.set()
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._watcher = SpotWatcher(self._notice, endpoint=self.endpoint, interval_s=self.interval_s)
+        self._watcher.start()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.handle_sigterm and threading.current_thread() is threading.main_thread():
+            # replaces the handler Lightning registered just before (it would raise SIGTERMException and exit 0)
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._sigterm)
+
+    def _restore(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._restore()
+
+    # --- the step boundary -------------------------------------------------------------------------------------------
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
+        rebalance = not stop and trainer.strategy.reduce_boolean_decision(self._rebalance.is_set(), all=False)
+        if not (stop or rebalance):
+            return
+        self._rebalance.clear()
+        start = time.monotonic()
+        path = self.save(trainer, reason="preempt" if stop else "rebalance")
+        durable = time.monotonic()
+        self.timings = {
+            "save_s": durable - start,
+            "notice_to_durable_s": durable - (self._notice_at or start),
+        }
+        log.warning(
+            "SriftyCallback: %s: checkpoint %s durable %.2f s after the notice (save %.2f s)",
+            self._why or "a peer's notice",
+            path,
+            self.timings["notice_to_durable_s"],
+            self.timings["save_s"],
+        )
+        if not stop:
+            return
+        self.preempted = True
+        self._restore()
+        if self.exit_process:
+            raise SystemExit(PREEMPTED_EXIT_CODE)
+        trainer.should_stop = True
+
+    def save(self, trainer: pl.Trainer, reason: str = "manual") -> str:
+        """Save on every rank to a temporary name; rank 0 renames it into place when complete."""
+        final = f"{self.dirpath}/{reason}-step={trainer.global_step}.ckpt"
+        partial = final + ".partial"
+        trainer.save_checkpoint(partial)
+        trainer.strategy.barrier("srifty-preempt-save")
+        if trainer.is_global_zero:
+            fs = get_filesystem(final)
+            fs.mv(partial, final)
+        trainer.strategy.barrier("srifty-preempt-renamed")
+        self.checkpoints.append(final)
+        return final
+
+
+def find_checkpoint(dirpath: str) -> str | None:
+    """The newest checkpoint in ``dirpath`` (by step in the name, then modification time) that loads; a newer one
+    that does not (truncated, corrupted) is skipped with a warning. None when there is none."""
+    import torch
+
+    fs = get_filesystem(dirpath)
+    if not fs.exists(dirpath):
+        return None
+    entries = [e for e in fs.ls(dirpath, detail=True) if str(e["name"]).endswith(".ckpt")]
+
+    def key(entry: dict[str, Any]) -> tuple[int, float]:
+        match = _STEP.search(PurePosixPath(str(entry["name"])).name)
+        mtime = entry.get("mtime") or entry.get("LastModified") or 0
+        return (
+            int(match.group(1)) if match else -1,
+            mtime.timestamp() if hasattr(mtime, "timestamp") else float(mtime),
+        )
+
+    protocol = dirpath.split("://", 1)[0] + "://" if "://" in dirpath else ""
+    for entry in sorted(entries, key=key, reverse=True):
+        name = str(entry["name"])
+        path = name if "://" in name or not protocol else protocol + name
+        try:
+            with fs.open(path, "rb") as f:
+                state = torch.load(f, map_location="cpu", weights_only=False)
+            if not isinstance(state, dict) or "state_dict" not in state or "global_step" not in state:
+                raise ValueError("not a Lightning checkpoint (no state_dict / global_step)")
+            return path
+        except Exception as exc:  # noqa: BLE001 - any failure to load means: not this one
+            log.warning("SriftyCallback: skipping checkpoint %s, it does not load (%s); trying an older one", path, exc)
+    return None

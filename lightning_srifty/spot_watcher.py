@@ -1,0 +1,122 @@
+"""A background thread that watches the instance metadata service for spot interruption notices and rebalance
+recommendations (IMDSv2 tokens, refreshed on 401), and never blocks training.
+
+``spot/instance-action`` answers 404 until AWS decides to reclaim the instance, then
+``{"action": "terminate" | "stop" | "hibernate", "time": "..."}`` about two minutes ahead;
+``events/recommendations/rebalance`` answers ``{"noticeTime": "..."}`` when the capacity is at elevated risk.
+Off EC2 (no endpoint, see :func:`lightning_srifty.imds.metadata_endpoint`) it does not start; an endpoint that stops
+answering is retried quietly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lightning_srifty.imds import _Client, metadata_endpoint
+
+log = logging.getLogger("lightning_srifty")
+
+
+@dataclass(frozen=True)
+class Notice:
+    kind: str  # "interruption" or "rebalance"
+    action: str | None  # terminate / stop / hibernate (interruption), None (rebalance)
+    time: str | None  # when AWS acts (interruption) or noticed (rebalance), as AWS gives it
+    seen_monotonic: float
+
+    def describe(self) -> str:
+        if self.kind == "interruption":
+            return f"spot interruption notice: {self.action} at {self.time}"
+        return f"rebalance recommendation (noticed {self.time})"
+
+
+class SpotWatcher:
+    """Poll every ``interval_s``; call ``on_notice(Notice)`` once per kind. ``endpoint`` None: the standard
+    settings decide (``AWS_EC2_METADATA_SERVICE_ENDPOINT``, ``AWS_EC2_METADATA_DISABLED``, the DMI vendor)."""
+
+    def __init__(
+        self,
+        on_notice: Callable[[Notice], None],
+        *,
+        endpoint: str | None = None,
+        interval_s: float = 5.0,
+        timeout_s: float = 1.0,
+        watch_rebalance: bool = True,
+    ) -> None:
+        self.on_notice = on_notice
+        self.endpoint = endpoint.rstrip("/") if endpoint else metadata_endpoint()
+        self.interval_s, self.timeout_s = interval_s, timeout_s
+        self.watch_rebalance = watch_rebalance
+        self.notices: list[Notice] = []
+        self.polls = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> bool:
+        """Start polling; False (and nothing started) when there is no metadata endpoint to ask."""
+        if self.endpoint is None:
+            return False
+        self._thread = threading.Thread(target=self._run, name="srifty-spot-watcher", daemon=True)
+        self._thread.start()
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s * 3 + 1)
+
+    def _run(self) -> None:
+        assert self.endpoint is not None
+        client = _Client(self.endpoint, self.timeout_s)
+        seen: set[str] = set()
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self._poll(client, seen)
+                failures = 0
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401:  # the token expired or the service restarted: get a new one
+                    client._token = None
+                failures += 1
+            except (OSError, ValueError) as exc:
+                failures += 1
+                if failures == 3:
+                    log.info("SriftyCallback: the instance metadata service does not answer (%s); still trying", exc)
+            self.polls += 1
+            self._stop.wait(self.interval_s if failures < 3 else min(60.0, self.interval_s * failures))
+
+    def _poll(self, client: _Client, seen: set[str]) -> None:
+        paths = ["meta-data/spot/instance-action"]
+        if self.watch_rebalance:
+            paths.append("meta-data/events/recommendations/rebalance")
+        for path in paths:
+            kind = "interruption" if "instance-action" in path else "rebalance"
+            if kind in seen:
+                continue
+            body = client.get(path)
+            if body is None:
+                continue
+            data = json.loads(body)
+            notice = Notice(
+                kind,
+                data.get("action") if kind == "interruption" else None,
+                data.get("time") if kind == "interruption" else data.get("noticeTime"),
+                time.monotonic(),
+            )
+            seen.add(kind)
+            self.notices.append(notice)
+            log.warning("SriftyCallback: %s", notice.describe())
+            try:
+                self.on_notice(notice)
+            except Exception:
+                log.exception("SriftyCallback: the spot notice handler failed")

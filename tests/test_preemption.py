@@ -1,0 +1,146 @@
+"""Spot notices and SIGTERM: the watcher against a local IMDSv2 server, a real Lightning run that checkpoints at the
+next step and exits 75, resume from that checkpoint to the exact step, and a corrupted newest checkpoint skipped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from helpers import TinyModel, loader, trainer
+from imds_server import FakeIMDS
+from lightning_srifty.preemption import PREEMPTED_EXIT_CODE, SpotPreemption, find_checkpoint
+from lightning_srifty.spot_watcher import SpotWatcher
+
+ACTION = "meta-data/spot/instance-action"
+REBALANCE = "meta-data/events/recommendations/rebalance"
+
+
+def wait_for(condition, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_watcher_sees_the_notice_and_the_rebalance_once(monkeypatch) -> None:
+    seen = []
+    with FakeIMDS({}) as imds:
+        watcher = SpotWatcher(seen.append, endpoint=imds.endpoint, interval_s=0.02)
+        assert watcher.start()
+        assert wait_for(lambda: watcher.polls >= 3)
+        assert not seen  # 404 until AWS decides
+        imds.metadata[REBALANCE] = json.dumps({"noticeTime": "2026-11-22T14:00:00Z"})
+        imds.metadata[ACTION] = json.dumps({"action": "terminate", "time": "2026-11-22T14:02:00Z"})
+        assert wait_for(lambda: len(seen) == 2)
+        time.sleep(0.1)
+        watcher.stop()
+    assert {n.kind for n in seen} == {"interruption", "rebalance"} and len(seen) == 2
+    notice = next(n for n in seen if n.kind == "interruption")
+    assert notice.action == "terminate" and "terminate at 2026-11-22T14:02:00Z" in notice.describe()
+    assert ("PUT", "/latest/api/token") in imds.requests  # IMDSv2
+
+
+def test_watcher_does_not_start_off_ec2(monkeypatch) -> None:
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert SpotWatcher(lambda n: None).start() is False
+
+
+class _NoticeAt(pl.Callback):
+    """Sets the spot notice on the local IMDS at a given step; slows steps so that the watcher polls in between."""
+
+    def __init__(self, imds: FakeIMDS, step: int) -> None:
+        self.imds, self.step = imds, step
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        time.sleep(0.03)
+        if trainer.global_step == self.step:
+            self.imds.metadata[ACTION] = json.dumps({"action": "terminate", "time": "soon"})
+
+
+def test_notice_checkpoints_at_the_next_step_exits_75_and_resume_is_exact(tmp_path) -> None:
+    ckpts = str(tmp_path / "ckpt")
+    with FakeIMDS({}) as imds:
+        handler = SpotPreemption(ckpts, endpoint=imds.endpoint, interval_s=0.01)
+        t = trainer([_NoticeAt(imds, 5), handler], max_steps=40)
+        with pytest.raises(SystemExit) as info:
+            t.fit(TinyModel(), train_dataloaders=loader())
+    assert info.value.code == PREEMPTED_EXIT_CODE and handler.preempted
+    (path,) = handler.checkpoints
+    stopped_at = t.global_step
+    assert 5 < stopped_at < 40, stopped_at  # within a few steps of the notice, well before the end
+    assert path.endswith(f"preempt-step={stopped_at}.ckpt") and not os.path.exists(path + ".partial")
+    assert handler.timings["notice_to_durable_s"] < 5
+    assert signal.getsignal(signal.SIGTERM) is not handler._sigterm  # restored
+    assert find_checkpoint(ckpts) == path
+    # resume on a fresh Trainer: it continues from the saved step to the exact end
+    model = TinyModel()
+    t2 = trainer([], max_steps=40)
+    t2.fit(model, train_dataloaders=loader(), ckpt_path=find_checkpoint(ckpts))
+    assert t2.global_step == 40
+
+
+def test_sigterm_is_a_notice_too(tmp_path) -> None:
+    class Term(pl.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:
+            if trainer.global_step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    handler = SpotPreemption(str(tmp_path), endpoint=None, exit_process=False)
+    t = trainer([Term(), handler], max_steps=30)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert handler.preempted and t.global_step == 3  # checkpointed at the step the signal arrived in, then stopped
+    assert find_checkpoint(str(tmp_path)).endswith("preempt-step=3.ckpt")
+
+
+def test_a_truncated_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplog) -> None:
+    handler = SpotPreemption(str(tmp_path), exit_process=False)
+    t = trainer([], max_steps=4)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    older = handler.save(t, reason="periodic")
+    newer = str(tmp_path / "periodic-step=9.ckpt")
+    with open(older, "rb") as f:
+        data = f.read()
+    with open(newer, "wb") as f:
+        f.write(data[: len(data) // 2])  # a crash mid-write of a plain (non-atomic) save
+    with caplog.at_level("WARNING", logger="lightning_srifty"):
+        assert find_checkpoint(str(tmp_path)) == older
+    assert "skipping checkpoint" in caplog.text and "step=9" in caplog.text
+    assert torch.load(older, weights_only=False)["global_step"] == 4
+    assert find_checkpoint(str(tmp_path / "missing")) is None
+
+
+def test_checkpoints_on_s3_through_moto(tmp_path, moto_endpoint, monkeypatch) -> None:
+    """s3:// checkpoints (fsspec + s3fs) against moto's S3 API on 127.0.0.1: saved whole, found, resumed from."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
+    url = "s3://ckpts/run-1"
+
+    class Term(pl.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:
+            if trainer.global_step == 6:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    handler = SpotPreemption(url, exit_process=False)
+    t = trainer([Term(), handler], max_steps=20)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert handler.preempted and handler.checkpoints == [f"{url}/preempt-step=6.ckpt"]
+    keys = [
+        o["Key"] for o in boto3.client("s3", endpoint_url=moto_endpoint).list_objects_v2(Bucket="ckpts")["Contents"]
+    ]
+    assert keys == ["run-1/preempt-step=6.ckpt"]  # the .partial was renamed, nothing half-written is left
+    found = find_checkpoint(url)
+    assert found == f"{url}/preempt-step=6.ckpt"
+    t2 = trainer([], max_steps=20)
+    t2.fit(TinyModel(), train_dataloaders=loader(), ckpt_path=found)
+    assert t2.global_step == 20
