@@ -17,19 +17,23 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_srifty.comm import AllReduceTimer
+from lightning_srifty.hetero import check_batch_sizes, rank_weights, weighted_hook
 
 
 class SriftyDDPStrategy(DDPStrategy):
     """DDP whose gradient all-reduces are timed per bucket (bytes, seconds, overlap with backward).
 
-    Takes every argument of :class:`lightning.pytorch.strategies.DDPStrategy`.
+    Takes every argument of :class:`lightning.pytorch.strategies.DDPStrategy`, and ``batch_sizes``: one per global
+    rank when ranks take unequal batches (a heterogeneous fleet's speed-proportional split); each rank's gradient is
+    then weighted so that the all-reduced gradient is the global-batch mean (:mod:`lightning_srifty.hetero`).
     """
 
     strategy_name = "srifty_ddp"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, batch_sizes: list[int] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.allreduce_timer = AllReduceTimer()
+        self.batch_sizes = list(batch_sizes) if batch_sizes is not None else None
 
     def _register_ddp_hooks(self) -> None:
         # Replaces DDPStrategy's (which skips non-CUDA devices): one hook, ours, wrapping the real reduction.
@@ -37,6 +41,9 @@ class SriftyDDPStrategy(DDPStrategy):
         inner_hook = self._ddp_comm_hook or default_hooks.allreduce_hook
         if self._ddp_comm_wrapper is not None:
             inner_hook = self._ddp_comm_wrapper(inner_hook)
+        if self.batch_sizes is not None:
+            sizes = check_batch_sizes(self.batch_sizes, self.world_size)
+            inner_hook = weighted_hook(rank_weights(sizes)[self.global_rank], inner_hook)
         state, hook = self.allreduce_timer.wrap(inner_hook, self._ddp_comm_state)
         self.model.register_comm_hook(state=state, hook=hook)
         if torch.distributed.is_initialized():

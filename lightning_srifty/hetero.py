@@ -1,0 +1,163 @@
+"""Unequal per-rank batches (heterogeneous fleets) with an exact global-batch gradient, and a batch sampler that
+resumes exactly on another world size.
+
+DDP averages the ranks' gradients: with per-rank batches b_r (the plan's speed-proportional split) the average of
+local means is not the global-batch mean. :func:`weighted_hook` scales rank r's gradient bucket by
+``b_r * W / sum(b)`` before the all-reduce, so that the mean of the scaled buckets is ``sum_r b_r g_r / sum(b)``,
+the gradient of the mean loss over the whole global batch.
+
+:class:`GlobalBatchSampler` cuts every global batch (a seeded permutation per epoch, the same on every rank) into
+the ranks' shares; its position is the number of samples consumed in the epoch, so a run checkpointed on one world
+size resumes on another (same global batch, new split) without skipping or repeating a sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch.utils.data import Sampler
+
+from predictor.exceptions import ConfigError
+
+
+def rank_weights(batch_sizes: Sequence[int]) -> list[float]:
+    total = float(sum(batch_sizes))
+    return [b * len(batch_sizes) / total for b in batch_sizes]
+
+
+def weighted_hook(weight: float, inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """A DDP communication hook scaling this rank's bucket by ``weight`` before ``inner`` reduces it."""
+
+    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP accepts only unannotated or exact annotations
+        if weight != 1.0:
+            bucket.buffer().mul_(weight)
+        return inner(state, bucket)
+
+    return hook
+
+
+def check_batch_sizes(batch_sizes: Sequence[int], world_size: int) -> list[int]:
+    sizes = list(batch_sizes)
+    if len(sizes) != world_size or any(not isinstance(b, int) or b < 1 for b in sizes):
+        raise ConfigError(
+            f"batch_sizes must give one whole number >= 1 per rank ({world_size} ranks). Got {sizes!r}. "
+            "Take them from the plan's per-GPU batch split (srifty recommend --max-types 2).",
+            parameter="batch_sizes",
+            value=sizes,
+        )
+    return sizes
+
+
+class GlobalBatchSampler(Sampler[list[int]]):
+    """Per-step index lists for one rank: global batch ``sum(batch_sizes)``, this rank's share ``batch_sizes[rank]``.
+
+    Incomplete global batches at the end of an epoch are dropped (every step has the full global batch).
+    ``state_dict()`` / ``load_state_dict()`` carry (epoch, samples consumed in it); the state is the same on every
+    rank and independent of the split, which is what makes a resume on another world size exact.
+    """
+
+    def __init__(
+        self, dataset_len: int, batch_sizes: Sequence[int], rank: int = 0, *, shuffle: bool = True, seed: int = 0
+    ) -> None:
+        if not 0 <= rank < len(batch_sizes):
+            raise ConfigError(f"rank {rank} has no batch size in {list(batch_sizes)!r}.", parameter="rank", value=rank)
+        self.dataset_len, self.batch_sizes, self.rank = dataset_len, list(batch_sizes), rank
+        self.shuffle, self.seed = shuffle, seed
+        self.global_batch = sum(self.batch_sizes)
+        self.offset = sum(self.batch_sizes[:rank])
+        self.epoch = 0
+        self.consumed = 0  # samples of the current epoch already handed out (all ranks together)
+
+    def _order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.dataset_len))
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.dataset_len, generator=g).tolist()
+
+    def __len__(self) -> int:
+        return self.dataset_len // self.global_batch  # a whole epoch (a resumed one yields only what is left)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self.consumed + self.global_batch > self.dataset_len:  # the last epoch was used up: the next one
+            self.epoch, self.consumed = self.epoch + 1, 0
+        order = self._order()
+        while self.consumed + self.global_batch <= self.dataset_len:
+            start = self.consumed + self.offset
+            batch = order[start : start + self.batch_sizes[self.rank]]
+            self.consumed += self.global_batch
+            yield batch
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.consumed = epoch, 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "consumed": self.consumed, "global_batch": self.global_batch, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state.get("global_batch", self.global_batch) != self.global_batch:
+            raise ConfigError(
+                f"The checkpoint was trained with a global batch of {state['global_batch']}, this run has "
+                f"{self.global_batch}: keep the global batch (change the per-rank split or gradient accumulation) "
+                "to resume exactly.",
+                parameter="batch_sizes",
+                value=self.batch_sizes,
+            )
+        self.epoch, self.consumed, self.seed = int(state["epoch"]), int(state["consumed"]), int(state["seed"])
+
+
+class ExactResume(Callback):
+    """Keeps a :class:`GlobalBatchSampler`'s position in the checkpoint.
+
+    It counts the global batches trained in the epoch (at batch start, so a checkpoint taken at that batch's end
+    includes it), stores (epoch, samples consumed, seed) in the checkpoint, and hands that position to the sampler of
+    the resumed run, whatever its world size and split. Pass ``use_distributed_sampler=False`` to the Trainer.
+    """
+
+    def __init__(self) -> None:
+        self.epoch, self.consumed, self.global_batch, self.seed = 0, 0, 0, 0
+        self._restored: dict[str, int] | None = None
+
+    @property
+    def state_key(self) -> str:
+        return "ExactResume"
+
+    @staticmethod
+    def _sampler(trainer: pl.Trainer) -> GlobalBatchSampler:
+        sampler = getattr(trainer.train_dataloader, "batch_sampler", None)
+        if not isinstance(sampler, GlobalBatchSampler):
+            raise ConfigError(
+                "ExactResume needs the training DataLoader built with batch_sampler=GlobalBatchSampler(...) and "
+                "Trainer(use_distributed_sampler=False).",
+                parameter="batch_sampler",
+                value=type(sampler).__name__,
+            )
+        return sampler
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        sampler = self._sampler(trainer)
+        self.global_batch, self.seed = sampler.global_batch, sampler.seed
+        if self._restored is not None:
+            sampler.load_state_dict(self._restored)
+            self.epoch, self.consumed = self._restored["epoch"], self._restored["consumed"]
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        resumed = self._restored is not None and trainer.current_epoch == self._restored["epoch"]
+        self._restored = None
+        if not resumed:  # a resumed epoch continues where it stopped
+            self.epoch, self.consumed = trainer.current_epoch, 0
+            # Lightning sets the epoch of a batch sampler's inner sampler only: follow its epoch here
+            self._sampler(trainer).set_epoch(trainer.current_epoch)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.consumed += self.global_batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "consumed": self.consumed, "global_batch": self.global_batch, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._restored = dict(state)

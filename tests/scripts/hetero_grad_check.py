@@ -1,0 +1,57 @@
+"""Unequal per-rank batches through the weighted hook give the global-batch gradient, on 2 real gloo processes.
+
+python tests/scripts/hetero_grad_check.py RESULT   (writes 'max_abs_diff=<x> max_abs_grad=<y>')
+"""
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from lightning_srifty.hetero import rank_weights, weighted_hook
+
+SIZES = [24, 8]  # a fast GPU's share and a slow one's
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 256), torch.nn.Tanh(), torch.nn.Linear(256, 3)).double()
+
+
+def data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    return torch.randn(sum(SIZES), 16, generator=g).double(), torch.randn(sum(SIZES), 3, generator=g).double()
+
+
+def worker(rank: int, port: str, result: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    ddp = DDP(model(), bucket_cap_mb=0.01)
+    ddp.register_comm_hook(None, weighted_hook(rank_weights(SIZES)[rank], default_hooks.allreduce_hook))
+    x, y = data()
+    lo = sum(SIZES[:rank])
+    torch.nn.functional.mse_loss(ddp(x[lo : lo + SIZES[rank]]), y[lo : lo + SIZES[rank]]).backward()
+    if rank == 0:
+        full = model()
+        torch.nn.functional.mse_loss(full(x), y).backward()
+        diff = max((a.grad - b.grad).abs().max().item() for a, b in zip(ddp.parameters(), full.parameters()))
+        scale = max(b.grad.abs().max().item() for b in full.parameters())
+        Path(result).write_text(f"max_abs_diff={diff} max_abs_grad={scale}\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    mp.spawn(worker, args=(port, sys.argv[1]), nprocs=2)
+    print(Path(sys.argv[1]).read_text().strip())

@@ -1,0 +1,122 @@
+"""One leg of a migrated run: train a small regression with GlobalBatchSampler + ExactResume + SpotPreemption.
+
+python tests/scripts/migrate_run.py OUT --batch-sizes 8 --max-steps 30 [--sigterm-at K] [--resume]
+
+Every rank appends the sample ids of each step to OUT/seen-rank<r>.txt ("epoch step id id ..."); rank 0 appends the
+parameters after each step to OUT/params.txt. Checkpoints go to OUT/ckpt.
+"""
+
+import time
+
+START = time.monotonic()  # before the imports: the resume time includes importing torch and lightning
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import lightning.pytorch as pl  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+from lightning_srifty.hetero import ExactResume, GlobalBatchSampler  # noqa: E402
+from lightning_srifty.preemption import SpotPreemption, find_checkpoint  # noqa: E402
+from lightning_srifty.strategy import SriftyDDPStrategy  # noqa: E402
+
+N = 96
+
+
+class Indexed(Dataset):
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(N, 4, generator=g)
+        self.y = self.x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]) + 0.1 * torch.randn(N, 1, generator=g)
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int):
+        return i, self.x[i], self.y[i]
+
+
+class Model(pl.LightningModule):
+    def __init__(self, out: Path) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.net = nn.Linear(4, 1)
+        self.out = out
+
+    def training_step(self, batch, batch_idx):
+        ids, x, y = batch
+        if self.global_rank == 0 and not (self.out / "first-step.json").exists():
+            (self.out / "first-step.json").write_text(json.dumps({"s_from_start": time.monotonic() - START}))
+        with open(self.out / f"seen-rank{self.global_rank}.txt", "a") as f:
+            f.write(f"{self.current_epoch} {self.global_step} " + " ".join(str(int(i)) for i in ids) + "\n")
+        return nn.functional.mse_loss(self.net(x), y)
+
+    def on_train_batch_end(self, *args) -> None:
+        if self.global_rank == 0:
+            flat = torch.cat([p.detach().flatten() for p in self.parameters()])
+            with open(self.out / "params.txt", "a") as f:
+                f.write(f"{self.global_step} " + " ".join(f"{v:.9g}" for v in flat.tolist()) + "\n")
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+
+
+class SigtermAt(pl.Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--batch-sizes", default="8")
+    p.add_argument("--max-steps", type=int, default=30)
+    p.add_argument("--sigterm-at", type=int)
+    p.add_argument("--resume", action="store_true")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    sampler = GlobalBatchSampler(N, sizes, rank, shuffle=True, seed=7)
+    loader = DataLoader(Indexed(), batch_sampler=sampler)
+    preemption = SpotPreemption(str(out / "ckpt"), exit_process=False)
+    callbacks = [ExactResume(), preemption]
+    if args.sigterm_at is not None:
+        callbacks.append(SigtermAt(args.sigterm_at))
+    strategy = SriftyDDPStrategy(batch_sizes=sizes, process_group_backend="gloo") if len(sizes) > 1 else "auto"
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=len(sizes),
+        strategy=strategy,
+        max_steps=args.max_steps,
+        use_distributed_sampler=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
+    ckpt = find_checkpoint(str(out / "ckpt")) if args.resume else None
+    (out / "first-step.json").unlink(missing_ok=True)
+    trainer.fit(Model(out), train_dataloaders=loader, ckpt_path=ckpt)
+    if preemption.preempted and trainer.is_global_zero:
+        (out / "preempted.json").write_text(json.dumps({"step": trainer.global_step, **preemption.timings}))
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
