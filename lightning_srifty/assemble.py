@@ -50,6 +50,7 @@ def assemble_profile(
     comm_reason: str | None,
     backend: str | None,
     created_at: str,
+    checkpoint: dict[str, Any] | None = None,
 ) -> Profile:
     """The srifty.profile/v1 document. Raises ProfileError when rank 0 measured nothing usable."""
     from predictor.exceptions import ProfileError
@@ -102,6 +103,7 @@ def assemble_profile(
         "memory": lead.peak_memory or None,
         "communication": _communication(lead.comm, len(ranks), step, comm_reason, backend),
         "software": software,
+        "checkpoint": checkpoint,
     }
     if len(ranks) > 1:
         data["ranks"] = [_rank_entry(p) for p in good]

@@ -11,6 +11,7 @@ import datetime as _dt
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,8 @@ class SriftyCallback(Callback):
         predictor_url: rank through a ``srifty serve`` service at this URL instead of in-process (its observations
             calibrate the ranking); on EC2 the run also posts its measured throughput there as an observation of
             the fleet it runs on (``post_observation``).
+        measure_checkpoint: at the end of the window, save one full checkpoint to a temporary local folder and read
+            it back, to record what a checkpoint costs (the ranker's checkpoint interval and restart cost use it).
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class SriftyCallback(Callback):
         report: bool = True,
         predictor_url: str | None = None,
         post_observation: bool = True,
+        measure_checkpoint: bool = True,
     ) -> None:
         owner = "SriftyCallback()"
         self.warmup_steps = check_int(
@@ -138,6 +142,7 @@ class SriftyCallback(Callback):
                 value=predictor_url,
             )
         self.predictor_url, self.post_observation, self.max_types = predictor_url, bool(post_observation), max_types
+        self.measure_checkpoint = bool(measure_checkpoint)
         self.recommend, self.report = bool(recommend), bool(report)
         self.total_steps, self.deadline_h, self.budget_usd = total_steps, deadline_h, budget_usd
         self.objective, self.market, self.regions, self.max_instances = objective, market, tuple(regions), max_instances
@@ -321,9 +326,10 @@ class SriftyCallback(Callback):
             self._timer.stop()
         payload = self._local_payload(trainer)
         payloads = _gather(payload, trainer)
+        checkpoint = self._measure_checkpoint(trainer) if self.measure_checkpoint else None
         if trainer.is_global_zero:
             try:
-                self._write(trainer, pl_module, payloads, truncated)
+                self._write(trainer, pl_module, payloads, truncated, checkpoint)
             except Exception as exc:  # noqa: BLE001 - never crash training because of the profiler
                 log.error("SriftyCallback could not build the profile: %s", exc)
         if self._timer is not None:
@@ -348,8 +354,43 @@ class SriftyCallback(Callback):
         except Exception as exc:  # noqa: BLE001 - reported to rank 0 instead of raising
             return RankPayload(rank=rank, error=f"{type(exc).__name__}: {exc}")
 
+    def _measure_checkpoint(self, trainer: pl.Trainer) -> dict[str, Any] | None:
+        """Save one full checkpoint to local disk (every rank takes part) and read it back on rank 0; never raises."""
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="srifty-ckpt-") if trainer.is_global_zero else ""
+        try:
+            folder = trainer.strategy.broadcast(folder)
+            path = os.path.join(folder, "measure.ckpt")
+            start = time.perf_counter()
+            trainer.save_checkpoint(path)
+            trainer.strategy.barrier("srifty-measure-checkpoint")
+            save_s = time.perf_counter() - start
+            if not trainer.is_global_zero:
+                return None
+            start = time.perf_counter()
+            torch.load(path, map_location="cpu", weights_only=False)
+            return {
+                "save_s": save_s,
+                "load_s": time.perf_counter() - start,
+                "bytes": os.path.getsize(path),
+                "where": "local disk",
+            }
+        except Exception as exc:  # noqa: BLE001 - a measurement, never a reason to stop training
+            self._notes.append(f"checkpoint cost not measured: {type(exc).__name__}: {exc}")
+            return None
+        finally:
+            if trainer.is_global_zero and folder:
+                shutil.rmtree(folder, ignore_errors=True)
+
     def _write(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, payloads: list[RankPayload], truncated: bool
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        payloads: list[RankPayload],
+        truncated: bool,
+        checkpoint: dict[str, Any] | None = None,
     ) -> None:
         notes = list(self._notes)
         lead = payloads[0].series
@@ -376,6 +417,7 @@ class SriftyCallback(Callback):
         }
         samples = next((s for s in (lead.samples if lead else []) if s), None)
         self.profile = assemble_profile(
+            checkpoint=checkpoint,
             ranks=payloads,
             model=self._model_info(trainer, pl_module, samples, notes),
             hardware=hardware,

@@ -45,6 +45,8 @@ class SpotPreemption(Callback):
         handle_sigterm: treat SIGTERM as a notice (the spot two-minute warning reaches containers this way).
         exit_process: raise ``SystemExit(75)`` after the checkpoint (False: stop the Trainer and return normally,
             with ``callback.preempted`` set).
+        every_s: also checkpoint every this many seconds (the plan's Young-Daly interval: :meth:`from_plan`),
+            keeping the newest ``keep`` periodic checkpoints.
     """
 
     def __init__(
@@ -56,6 +58,8 @@ class SpotPreemption(Callback):
         on_rebalance: str = "checkpoint",
         handle_sigterm: bool = True,
         exit_process: bool = True,
+        every_s: float | None = None,
+        keep: int = 2,
     ) -> None:
         if on_rebalance not in ("checkpoint", "ignore"):
             from predictor.exceptions import ConfigError
@@ -69,6 +73,8 @@ class SpotPreemption(Callback):
         self.dirpath = str(dirpath).rstrip("/")
         self.endpoint, self.interval_s = endpoint, interval_s
         self.on_rebalance, self.handle_sigterm, self.exit_process = on_rebalance, handle_sigterm, exit_process
+        self.every_s, self.keep = every_s, max(1, keep)
+        self._last_save = time.monotonic()
         self._stop = threading.Event()
         self._rebalance = threading.Event()
         self._why: str | None = None
@@ -119,9 +125,14 @@ class SpotPreemption(Callback):
     # --- the step boundary -------------------------------------------------------------------------------------------
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        due = self.every_s is not None and time.monotonic() - self._last_save >= self.every_s
         stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
-        rebalance = not stop and trainer.strategy.reduce_boolean_decision(self._rebalance.is_set(), all=False)
+        rebalance = not stop and trainer.strategy.reduce_boolean_decision(self._rebalance.is_set() or due, all=False)
         if not (stop or rebalance):
+            return
+        if not self._rebalance.is_set() and not stop:  # a periodic checkpoint, not a notice
+            self.save(trainer, reason="periodic")
+            self._prune(trainer)
             return
         self._rebalance.clear()
         start = time.monotonic()
@@ -146,6 +157,25 @@ class SpotPreemption(Callback):
             raise SystemExit(PREEMPTED_EXIT_CODE)
         trainer.should_stop = True
 
+    @classmethod
+    def from_plan(
+        cls, plan: Any, choice: int = 0, dirpath: str = "srifty/checkpoints", **kwargs: Any
+    ) -> SpotPreemption:
+        """Checkpoint at the interval the plan recommends for its chosen fleet (spot fleets only)."""
+        from predictor.plan import load_plan
+
+        plan = plan if hasattr(plan, "entries") else load_plan(plan)
+        entry = plan.entries[choice]
+        return cls(dirpath, every_s=entry.checkpoint_interval_s, **kwargs)
+
+    def _prune(self, trainer: pl.Trainer) -> None:
+        periodic = [p for p in self.checkpoints if "/periodic-step=" in p]
+        if trainer.is_global_zero and len(periodic) > self.keep:
+            fs = get_filesystem(self.dirpath)
+            for old in periodic[: -self.keep]:
+                fs.rm(old)
+                self.checkpoints.remove(old)
+
     def save(self, trainer: pl.Trainer, reason: str = "manual") -> str:
         """Save on every rank to a temporary name; rank 0 renames it into place when complete."""
         final = f"{self.dirpath}/{reason}-step={trainer.global_step}.ckpt"
@@ -157,6 +187,7 @@ class SpotPreemption(Callback):
             fs.mv(partial, final)
         trainer.strategy.barrier("srifty-preempt-renamed")
         self.checkpoints.append(final)
+        self._last_save = time.monotonic()
         return final
 
 

@@ -146,6 +146,19 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class CheckpointTiming:
+    """What one checkpoint of this run costs, measured once at the end of the profile window (a full
+    ``trainer.save_checkpoint`` to local disk, read back with ``torch.load``)."""
+
+    save_s: float = doc_field("seconds to save a full Lightning checkpoint (all ranks taking part)", min=0)
+    load_s: float | None = doc_field("seconds to read it back on rank 0", default=None, min=0)
+    bytes: int | None = doc_field("size of the checkpoint file", default=None, min=0)
+    where: str | None = doc_field(
+        "what was measured: local disk (remote stores such as S3 add their transfer)", default=None
+    )
+
+
+@dataclass(frozen=True)
 class BucketTiming:
     """One DDP gradient bucket's all-reduce."""
 
@@ -213,6 +226,7 @@ class Profile:
     timing: Timing = doc_field("step times")
     memory: Memory | None = doc_field("peak memory", default=None)
     communication: Communication | None = doc_field("gradient all-reduce timings", default=None)
+    checkpoint: CheckpointTiming | None = doc_field("checkpoint save and load time", default=None)
     ranks: list[RankTiming] | None = doc_field("per-rank measurements", default=None)
     software: Software | None = doc_field("versions", default=None)
     created_at: str | None = doc_field("UTC time the profile was written (ISO 8601)", default=None)

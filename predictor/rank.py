@@ -249,11 +249,23 @@ def rank(
     constraints: Constraints,
     *,
     catalog: Catalog | None = None,
-    checkpoint_s: float = DEFAULT_CHECKPOINT_S,
+    checkpoint_s: float | None = None,
     calibration: Calibration | None = None,
 ) -> Plan:
-    """Rank fleets; raise NoFeasibleConfigError (with the binding constraint and hints) when none is feasible."""
+    """Rank fleets; raise NoFeasibleConfigError (with the binding constraint and hints) when none is feasible.
+
+    ``checkpoint_s``: what one checkpoint costs (save, and load after an interruption); default: the profile's
+    measured cost (``profile.checkpoint``), else :data:`predictor.spot.DEFAULT_CHECKPOINT_S`.
+    """
     constraints.validate()
+    measured = profile.checkpoint
+    checkpoint_note = "assumed"
+    if checkpoint_s is None:
+        if measured is not None:
+            checkpoint_s = max(measured.save_s, measured.load_s or 0.0)
+            checkpoint_note = f"measured by the profile ({measured.where or 'local'}; remote storage adds its transfer)"
+        else:
+            checkpoint_s = DEFAULT_CHECKPOINT_S
     catalog = catalog or Catalog.load()
     global_batch = profile.batch.global_batch or profile.batch.per_device * (profile.hardware.world_size or 1)
     samples = constraints.work_samples(global_batch)
@@ -401,8 +413,8 @@ def rank(
     entries = [entry(i, r + 1) for r, i in enumerate(order)]
     pareto = [entry(int(i), int((keyed < keyed[i]).sum()) + 1) for i in pareto_idx]
     notes = [
-        f"work: {samples:,.0f} samples; spot overhead assumes a {checkpoint_s:.0f} s checkpoint and Spot Advisor "
-        "interruption rates; any lost instance stops a synchronous DDP step until it is replaced"
+        f"work: {samples:,.0f} samples; spot overhead with a {checkpoint_s:.3g} s checkpoint ({checkpoint_note}) "
+        "and Spot Advisor interruption rates; any lost instance stops a synchronous DDP step until it is replaced"
     ]
     if constraints.max_types >= 3 and len(types) > MIX3_TYPES:
         notes.append(

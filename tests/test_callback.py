@@ -286,3 +286,23 @@ def test_unreachable_service_never_stops_training(tmp_path, caplog) -> None:
         t = fit(cb, max_steps=10)
     assert t.global_step == 10 and cb.plan is None
     assert "Cannot reach the predictor at http://127.0.0.1:9" in caplog.text
+
+
+def test_checkpoint_cost_is_measured_and_used_by_the_ranking(tmp_path) -> None:
+    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, total_steps=1000)
+    fit(cb, max_steps=10)
+    ckpt = load_profile(tmp_path / "p.json").checkpoint
+    assert ckpt is not None and ckpt.save_s > 0 and ckpt.load_s > 0 and ckpt.where == "local disk"
+    assert ckpt.bytes > sum(p.numel() * 4 for p in TinyModel().parameters())  # weights + optimizer state + more
+    assert not list(tmp_path.glob("*.ckpt"))  # measured in a temporary folder, removed
+    assert any("checkpoint (measured by the profile" in n for n in cb.plan.notes)
+    off = SriftyCallback(
+        warmup_steps=2,
+        profile_steps=5,
+        output=tmp_path / "q.json",
+        verbose=False,
+        recommend=False,
+        measure_checkpoint=False,
+    )
+    fit(off, max_steps=10)
+    assert load_profile(tmp_path / "q.json").checkpoint is None

@@ -144,3 +144,29 @@ def test_checkpoints_on_s3_through_moto(tmp_path, moto_endpoint, monkeypatch) ->
     t2 = trainer([], max_steps=20)
     t2.fit(TinyModel(), train_dataloaders=loader(), ckpt_path=found)
     assert t2.global_step == 20
+
+
+def test_periodic_checkpoints_at_the_plans_interval_keep_the_newest(tmp_path, catalog) -> None:
+    import copy
+
+    from predictor.profile import load_profile
+    from predictor.rank import Constraints, rank
+    from test_profile_schema import MINIMAL
+
+    plan = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=100_000, market="spot"), catalog=catalog)
+    from_plan = SpotPreemption.from_plan(plan, 0, str(tmp_path))
+    assert from_plan.every_s == plan.entries[0].checkpoint_interval_s > 0
+
+    class Slow(pl.Callback):
+        def on_train_batch_end(self, *args) -> None:
+            time.sleep(0.02)
+
+    handler = SpotPreemption(str(tmp_path), every_s=0.05, keep=2, exit_process=False)
+    t = trainer([Slow(), handler], max_steps=20)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    files = sorted(p.name for p in tmp_path.glob("*.ckpt"))
+    assert len(files) == 2 and all(f.startswith("periodic-step=") for f in files)
+    assert find_checkpoint(str(tmp_path)) == max(
+        (str(p) for p in tmp_path.glob("*.ckpt")), key=lambda p: int(p.split("=")[1].split(".")[0])
+    )
+    assert not handler.preempted
