@@ -5,6 +5,7 @@ OMP_NUM_THREADS=1 python bench/rank_speed.py   (the script pins numpy's threads 
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -22,13 +23,7 @@ from predictor.catalog import Catalog  # noqa: E402
 from predictor.profile import load_profile  # noqa: E402
 from predictor.rank import Constraints, rank  # noqa: E402
 
-PROFILE = {
-    "schema": "srifty.profile/v1",
-    "model": {"name": "resnet50", "parameters": 25557032, "precision": "16-mixed"},
-    "batch": {"per_device": 256},
-    "hardware": {"gpu": "V100-SXM2-16GB"},
-    "timing": {"step_time_s": {"p50": 0.31}},
-}
+PROFILE = json.loads((ROOT / "examples" / "profiles" / "resnet50-v100.json").read_text())  # hand-written
 
 CASES = [
     ("homogeneous, 1-16 instances, us-east-1, on-demand/spot/mixed", Constraints(steps=100_000)),

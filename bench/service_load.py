@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import socket
 import statistics
@@ -24,13 +25,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILE = {
-    "schema": "srifty.profile/v1",
-    "model": {"name": "resnet50", "parameters": 25557032, "precision": "16-mixed"},
-    "batch": {"per_device": 256},
-    "hardware": {"gpu": "V100-SXM2-16GB"},
-    "timing": {"step_time_s": {"p50": 0.31, "cv": 0.03}},
-}
+PROFILE = json.loads((ROOT / "examples" / "profiles" / "resnet50-v100.json").read_text())  # hand-written
 TYPICAL_RANK = {"profile": PROFILE, "constraints": {"steps": 100_000, "deadline_h": 12}}
 REQUESTS = {
     "/v1/rank": TYPICAL_RANK,

@@ -21,13 +21,7 @@ from predictor.plan import load_plan  # noqa: E402
 from predictor.profile import load_profile  # noqa: E402
 from predictor.rank import Constraints, rank  # noqa: E402
 
-PROFILE = {
-    "schema": "srifty.profile/v1",
-    "model": {"name": "resnet50", "parameters": 25557032, "precision": "16-mixed"},
-    "batch": {"per_device": 256},
-    "hardware": {"gpu": "V100-SXM2-16GB", "devices": 1, "nodes": 1},
-    "timing": {"step_time_s": {"p50": 0.31}},
-}
+PROFILE = json.loads((ROOT / "examples" / "profiles" / "resnet50-v100.json").read_text())  # hand-written
 
 # name -> (constraints, how to pick the entry, options)
 EXAMPLES = {
