@@ -55,6 +55,11 @@ class PlanEntry:
     cost_usd: float = doc_field("expected cost for the work", min=0)
     cost_interval_usd: list[float] = doc_field("80% interval of the cost from the step-time interval")
     expected_interruptions: float = doc_field("expected spot interruptions over the run (0 on-demand)", min=0)
+    interruption_overhead_s: float = doc_field(
+        "expected time one interruption costs: re-provisioning, restart, checkpoint load and the work lost since the "
+        "last checkpoint (0 on-demand)",
+        min=0,
+    )
     risk: Literal["none", "low", "medium", "high"] = doc_field("spot risk label")
     performance_risk: Literal["low", "medium", "high"] = doc_field(
         "how uncertain the prediction is: low (80% interval within about +-13%), medium (+-32%), high"

@@ -401,6 +401,7 @@ def rank(
             cost_usd=float(cost[i]),
             cost_interval_usd=(float(cost[i] * scale_lo[i]), float(cost[i] * scale_hi[i])),
             expected_interruptions=float(spot.expected_interruptions[i]),
+            interruption_overhead_s=float(spot.per_interruption_s[i]),
             risk=str(risk_label(spot.expected_interruptions[i : i + 1])[0]),
             performance_risk=_performance_risk(float(many.model_sd[sh])),
             migration_effort=_migration_effort(groups, profile, current),

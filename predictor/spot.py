@@ -25,6 +25,7 @@ class SpotCost:
     checkpoint_interval_s: np.ndarray
     overhead_s: np.ndarray  # checkpoint writes + interruptions, in expectation
     expected_time_s: np.ndarray
+    per_interruption_s: np.ndarray  # re-provision + restart + checkpoint load + half an interval of lost work
 
 
 def spot_cost(
@@ -44,7 +45,7 @@ def spot_cost(
     running = work_s + checkpoint_time
     interruptions = fleet_rate * running
     overhead = checkpoint_time + interruptions * per_interruption
-    return SpotCost(interruptions, tau, overhead, work_s + overhead)
+    return SpotCost(interruptions, tau, overhead, work_s + overhead, np.where(fleet_rate > 0, per_interruption, 0.0))
 
 
 def risk_label(expected_interruptions: np.ndarray) -> np.ndarray:

@@ -249,3 +249,11 @@ def test_plan_json_schema_and_reference_are_current(profile, catalog) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     plan = rank(profile, Constraints(steps=1000, max_types=2, max_instances=4), catalog=catalog)
     jsonschema.validate(json.loads(json.dumps(plan.to_dict())), published)
+
+
+def test_spot_entries_carry_the_cost_of_one_interruption(profile, catalog) -> None:
+    plan = rank(profile, Constraints(steps=1_000_000, market="spot", allow=("p3.2xlarge",)), catalog=catalog)
+    e = plan.entries[0]
+    assert e.interruption_overhead_s == pytest.approx(REPROVISION_S + RESTART_S + 30 + e.checkpoint_interval_s / 2)
+    on_demand = rank(profile, Constraints(steps=10, market="on-demand"), catalog=catalog).entries[0]
+    assert on_demand.interruption_overhead_s == 0 and on_demand.checkpoint_interval_s is None
