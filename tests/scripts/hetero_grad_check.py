@@ -3,7 +3,6 @@
 python tests/scripts/hetero_grad_check.py RESULT   (writes 'max_abs_diff=<x> max_abs_grad=<y>')
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -30,9 +29,9 @@ def data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(sum(SIZES), 16, generator=g).double(), torch.randn(sum(SIZES), 3, generator=g).double()
 
 
-def worker(rank: int, port: str, result: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def worker(rank: int, store: str, result: str) -> None:
+    # a file rendezvous: no free-port race with whatever else runs on the machine
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     ddp = DDP(model(), bucket_cap_mb=0.01)
     ddp.register_comm_hook(None, weighted_hook(rank_weights(SIZES)[rank], default_hooks.allreduce_hook))
     x, y = data()
@@ -48,10 +47,6 @@ def worker(rank: int, port: str, result: str) -> None:
 
 
 if __name__ == "__main__":
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    mp.spawn(worker, args=(port, sys.argv[1]), nprocs=2)
+    store = f"{sys.argv[1]}.store"
+    mp.spawn(worker, args=(store, sys.argv[1]), nprocs=2)
     print(Path(sys.argv[1]).read_text().strip())
