@@ -155,13 +155,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="json: the JSON Schema; markdown: the field reference table",
     )
     schema.set_defaults(func=_cmd_schema)
-    from lightning_srifty import cli_catalog, cli_eval, cli_predict, cli_recommend, cli_serve, cli_terraform
+    from lightning_srifty import (
+        cli_catalog,
+        cli_eval,
+        cli_launch,
+        cli_predict,
+        cli_recommend,
+        cli_serve,
+        cli_terraform,
+    )
 
     cli_catalog.add_parser(sub, common)
     cli_predict.add_parser(sub, common)
     cli_recommend.add_parser(sub, common)
     cli_serve.add_parser(sub, common)
     cli_terraform.add_parser(sub, common)
+    cli_launch.add_parser(sub)
     cli_eval.add_parser(sub)
     return parser
 

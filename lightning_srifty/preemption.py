@@ -13,7 +13,9 @@ truncated newer one. Paths are local or any fsspec URL (``s3://bucket/prefix`` w
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 import signal
 import threading
@@ -30,6 +32,7 @@ from lightning_srifty.spot_watcher import Notice, SpotWatcher
 log = logging.getLogger("lightning_srifty")
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): the job should be run again, elsewhere
+PREEMPTED_MARKER = "PREEMPTED.json"  # written beside the checkpoints by rank 0 when it leaves on a notice
 _STEP = re.compile(r"step=(\d+)")
 
 
@@ -39,7 +42,7 @@ class SpotPreemption(Callback):
     Args:
         dirpath: where checkpoints go: a local folder or an fsspec URL such as ``s3://bucket/run-1/``.
         endpoint: the instance metadata endpoint (default: the standard settings; off EC2 nothing is polled).
-        interval_s: how often the metadata service is polled.
+        interval_s: how often the metadata service is polled (default ``$SRIFTY_SPOT_POLL_S`` or 5 s).
         on_rebalance: ``"checkpoint"`` also checkpoints (and keeps training) on a rebalance recommendation;
             ``"ignore"`` only logs it.
         handle_sigterm: treat SIGTERM as a notice (the spot two-minute warning reaches containers this way).
@@ -54,7 +57,7 @@ class SpotPreemption(Callback):
         dirpath: str = "srifty/checkpoints",
         *,
         endpoint: str | None = None,
-        interval_s: float = 5.0,
+        interval_s: float | None = None,
         on_rebalance: str = "checkpoint",
         handle_sigterm: bool = True,
         exit_process: bool = True,
@@ -71,7 +74,8 @@ class SpotPreemption(Callback):
                 value=on_rebalance,
             )
         self.dirpath = str(dirpath).rstrip("/")
-        self.endpoint, self.interval_s = endpoint, interval_s
+        self.endpoint = endpoint
+        self.interval_s = interval_s if interval_s is not None else float(os.environ.get("SRIFTY_SPOT_POLL_S", "5"))
         self.on_rebalance, self.handle_sigterm, self.exit_process = on_rebalance, handle_sigterm, exit_process
         self.every_s, self.keep = every_s, max(1, keep)
         self._last_save = time.monotonic()
@@ -152,6 +156,10 @@ class SpotPreemption(Callback):
         if not stop:
             return
         self.preempted = True
+        if trainer.is_global_zero:  # what `srifty launch` reads (torchrun does not pass a worker's exit status on)
+            marker = {"step": trainer.global_step, "checkpoint": path, "why": self._why, **self.timings}
+            with get_filesystem(self.dirpath).open(f"{self.dirpath}/{PREEMPTED_MARKER}", "w") as f:
+                json.dump(marker, f)
         self._restore()
         if self.exit_process:
             raise SystemExit(PREEMPTED_EXIT_CODE)

@@ -62,8 +62,9 @@ def test_unequal_batches_give_the_global_batch_gradient(tmp_path, subprocess_env
 
 
 def _leg(out: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    steps = [] if "--max-steps" in args else ["--max-steps", "30"]
     run = subprocess.run(
-        [sys.executable, str(SCRIPTS / "migrate_run.py"), str(out), "--max-steps", "30", *args],
+        [sys.executable, str(SCRIPTS / "migrate_run.py"), str(out), *steps, *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -106,4 +107,38 @@ def test_preempted_on_one_process_finished_on_two_with_unequal_batches(tmp_path,
     assert (tmp_path / "run" / "seen-rank1.txt").read_text().count("\n") == 19  # steps 12..30 on the second rank
     p_ref, p_run = _params(tmp_path / "ref"), _params(tmp_path / "run")
     assert sorted(p_run) == list(range(1, 31))
+    assert max(abs(a - b) for s in p_ref for a, b in zip(p_ref[s], p_run[s])) < 1e-5
+
+
+@pytest.mark.ddp
+def test_srifty_launch_moves_a_spot_run_from_one_to_two_processes(tmp_path, subprocess_env, catalog) -> None:
+    """srifty launch on a plan's spot fleet (1 GPU) -> a simulated spot notice from a local metadata service ->
+    checkpoint -> relaunch on the plan's next fleet (2 GPUs, the same global batch split 4 + 4) -> finish at step 60:
+    the same samples at every step as an uninterrupted run, no step lost or repeated, the migration logged."""
+    import copy
+
+    from predictor.profile import load_profile
+    from predictor.rank import Constraints, rank
+    from test_profile_schema import MINIMAL
+
+    profile = load_profile({**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}})
+    c = Constraints(steps=1000, market="spot", allow=("g4dn.xlarge",), max_instances=2)
+    plan = rank(profile, c, catalog=catalog)
+    assert [e.fleet for e in plan.entries] == ["g4dn.xlarge:1", "g4dn.xlarge:2"]
+    plan.save(tmp_path / "plan.json")
+    script = [str(SCRIPTS / "migrate_run.py"), str(tmp_path / "run"), "--max-steps", "60"]
+    _leg(tmp_path / "ref", subprocess_env, "--batch-sizes", "8", "--max-steps", "60")
+    env = {**subprocess_env, "SRIFTY_SPOT_POLL_S": "0.05"}
+    cmd = [sys.executable, "-m", "lightning_srifty.cli", "launch", "--plan", str(tmp_path / "plan.json")]
+    cmd += ["--workdir", str(tmp_path / "w"), "--simulate-notice-after", "10", "--", *script, "--from-env"]
+    launched = subprocess.run([*cmd, "--step-sleep", "0.2"], env=env, capture_output=True, text=True, timeout=600)
+    assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-3000:]
+    assert "g4dn.xlarge:2 (spot) as 2 local process(es), batches [4, 4]" in launched.stdout
+    (move,) = [json.loads(line) for line in (tmp_path / "w" / "migrations.jsonl").read_text().splitlines()]
+    assert (move["from_fleet"], move["to_fleet"]) == ("g4dn.xlarge:1", "g4dn.xlarge:2")
+    assert "spot interruption notice" in move["why"] and 0 <= move["step"] < 60
+    ref, run = _seen(tmp_path / "ref"), _seen(tmp_path / "run")
+    assert sorted(run) == sorted(ref) and len(ref) == 60
+    assert all(sorted(run[k]) == sorted(ref[k]) for k in ref)
+    p_ref, p_run = _params(tmp_path / "ref"), _params(tmp_path / "run")
     assert max(abs(a - b) for s in p_ref for a, b in zip(p_ref[s], p_run[s])) < 1e-5

@@ -78,6 +78,14 @@ class SigtermAt(pl.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class Sleep(pl.Callback):
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_end(self, *args) -> None:
+        time.sleep(self.seconds)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -85,17 +93,24 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=30)
     p.add_argument("--sigterm-at", type=int)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--from-env", action="store_true", help="batch sizes, checkpoints and resume from srifty launch")
+    p.add_argument("--step-sleep", type=float, default=0.0)
     args = p.parse_args()
     out = Path(args.out)
+    if args.from_env:
+        args.batch_sizes = os.environ["SRIFTY_BATCH_SIZES"]
     out.mkdir(parents=True, exist_ok=True)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     sampler = GlobalBatchSampler(N, sizes, rank, shuffle=True, seed=7)
     loader = DataLoader(Indexed(), batch_sampler=sampler)
-    preemption = SpotPreemption(str(out / "ckpt"), exit_process=False)
+    ckpt_dir = os.environ["SRIFTY_CHECKPOINT_DIR"] if args.from_env else str(out / "ckpt")
+    preemption = SpotPreemption(ckpt_dir, exit_process=False)
     callbacks = [ExactResume(), preemption]
     if args.sigterm_at is not None:
         callbacks.append(SigtermAt(args.sigterm_at))
+    if args.step_sleep:
+        callbacks.append(Sleep(args.step_sleep))
     strategy = SriftyDDPStrategy(batch_sizes=sizes, process_group_backend="gloo") if len(sizes) > 1 else "auto"
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -110,6 +125,8 @@ def main() -> None:
         callbacks=callbacks,
     )
     ckpt = find_checkpoint(str(out / "ckpt")) if args.resume else None
+    if args.from_env:
+        ckpt = os.environ.get("SRIFTY_RESUME") or None
     (out / "first-step.json").unlink(missing_ok=True)
     trainer.fit(Model(out), train_dataloaders=loader, ckpt_path=ckpt)
     if preemption.preempted and trainer.is_global_zero:
