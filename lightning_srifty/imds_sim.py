@@ -11,9 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class LocalIMDS:
-    def __init__(self, instance_type: str = "local", lifecycle: str = "spot") -> None:
+    """``metadata`` maps paths under ``/latest/`` (e.g. ``meta-data/instance-type``) to bodies; every request is
+    recorded in ``requests`` as (method, path)."""
+
+    def __init__(self, metadata: dict[str, str] | None = None) -> None:
         self.token = secrets.token_hex(16)
-        self.metadata = {"meta-data/instance-type": instance_type, "meta-data/instance-life-cycle": lifecycle}
+        self.metadata = dict(metadata if metadata is not None else {"meta-data/instance-life-cycle": "spot"})
+        self.requests: list[tuple[str, str]] = []
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -21,10 +25,12 @@ class LocalIMDS:
                 pass
 
             def do_PUT(self) -> None:
+                owner.requests.append(("PUT", self.path))
                 ok = self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
                 self._reply(200 if ok else 400, owner.token if ok else "bad token request")
 
             def do_GET(self) -> None:
+                owner.requests.append(("GET", self.path))
                 if self.headers.get("X-aws-ec2-metadata-token") != owner.token:
                     self._reply(401, "missing or wrong token")
                     return

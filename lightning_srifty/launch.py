@@ -117,7 +117,9 @@ def launch(
         if simulate_notice_after is not None and not migrations:
             from lightning_srifty.imds_sim import LocalIMDS
 
-            imds = LocalIMDS(entry.groups[0].instance_type).__enter__()
+            imds = LocalIMDS(
+                {"meta-data/instance-type": entry.groups[0].instance_type, "meta-data/instance-life-cycle": "spot"}
+            ).__enter__()
             env.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, AWS_EC2_METADATA_DISABLED="false")
             threading.Timer(simulate_notice_after, imds.notify).start()
         if migrations:
