@@ -158,8 +158,10 @@ class SpotPreemption(Callback):
         self.preempted = True
         if trainer.is_global_zero:  # what `srifty launch` reads (torchrun does not pass a worker's exit status on)
             marker = {"step": trainer.global_step, "checkpoint": path, "why": self._why, **self.timings}
-            with get_filesystem(self.dirpath).open(f"{self.dirpath}/{PREEMPTED_MARKER}", "w") as f:
+            fs, final = get_filesystem(self.dirpath), f"{self.dirpath}/{PREEMPTED_MARKER}"
+            with fs.open(final + ".partial", "w") as f:  # renamed into place: a reader never sees half of it
                 json.dump(marker, f)
+            fs.mv(final + ".partial", final)
         self._restore()
         if self.exit_process:
             raise SystemExit(PREEMPTED_EXIT_CODE)

@@ -138,7 +138,12 @@ def test_checkpoints_on_s3_through_moto(tmp_path, moto_endpoint, monkeypatch) ->
     keys = [
         o["Key"] for o in boto3.client("s3", endpoint_url=moto_endpoint).list_objects_v2(Bucket="ckpts")["Contents"]
     ]
-    assert keys == ["run-1/preempt-step=6.ckpt"]  # the .partial was renamed, nothing half-written is left
+    # the .partials were renamed, nothing half-written is left; the marker tells `srifty launch` why the job left
+    assert keys == ["run-1/PREEMPTED.json", "run-1/preempt-step=6.ckpt"]
+    marker = json.loads(
+        boto3.client("s3", endpoint_url=moto_endpoint).get_object(Bucket="ckpts", Key=keys[0])["Body"].read()
+    )
+    assert marker["step"] == 6 and marker["checkpoint"] == f"{url}/preempt-step=6.ckpt" and marker["why"] == "SIGTERM"
     found = find_checkpoint(url)
     assert found == f"{url}/preempt-step=6.ckpt"
     t2 = trainer([], max_steps=20)

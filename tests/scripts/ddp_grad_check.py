@@ -3,12 +3,12 @@
 python tests/scripts/ddp_grad_check.py   (prints 'max_abs_diff=<x> buckets=<n> records=<m>')
 """
 
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import rendezvous
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -38,9 +38,8 @@ def grads(rank: int, timed: bool) -> tuple[list[torch.Tensor], AllReduceTimer | 
     return [p.grad.clone() for p in ddp.parameters()], timer
 
 
-def worker(rank: int, port: str, result_file: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def worker(rank: int, port: int, result_file: str) -> None:
+    rendezvous.join(rank, port, world_size=2)
     plain, _ = grads(rank, timed=False)
     timed, timer = grads(rank, timed=True)
     diff = max((a - b).abs().max().item() for a, b in zip(plain, timed))
@@ -54,11 +53,7 @@ def worker(rank: int, port: str, result_file: str) -> None:
 
 
 if __name__ == "__main__":
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    store = rendezvous.master_store()
     out = sys.argv[1]
-    mp.spawn(worker, args=(port, out), nprocs=2, join=True)
+    mp.spawn(worker, args=(store.port, out), nprocs=2, join=True)
     print(Path(out).read_text().strip())

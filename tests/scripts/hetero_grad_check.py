@@ -8,6 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import rendezvous
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -29,9 +30,8 @@ def data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(sum(SIZES), 16, generator=g).double(), torch.randn(sum(SIZES), 3, generator=g).double()
 
 
-def worker(rank: int, store: str, result: str) -> None:
-    # a file rendezvous: no free-port race with whatever else runs on the machine
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+def worker(rank: int, port: int, result: str) -> None:
+    rendezvous.join(rank, port, world_size=2)
     ddp = DDP(model(), bucket_cap_mb=0.01)
     ddp.register_comm_hook(None, weighted_hook(rank_weights(SIZES)[rank], default_hooks.allreduce_hook))
     x, y = data()
@@ -47,6 +47,6 @@ def worker(rank: int, store: str, result: str) -> None:
 
 
 if __name__ == "__main__":
-    store = f"{sys.argv[1]}.store"
-    mp.spawn(worker, args=(store, sys.argv[1]), nprocs=2)
+    store = rendezvous.master_store()
+    mp.spawn(worker, args=(store.port, sys.argv[1]), nprocs=2)
     print(Path(sys.argv[1]).read_text().strip())
