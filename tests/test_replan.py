@@ -1,0 +1,87 @@
+"""Re-planning a running job: drift (a measurement off the prediction) and price (a refreshed catalog) triggers."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+
+import pytest
+
+from predictor.catalog.catalog import Catalog
+from predictor.catalog.instances import with_prices
+from predictor.exceptions import ConfigError
+from predictor.profile import load_profile
+from predictor.rank import Constraints, rank
+from predictor.replan import decide_move, drift
+from test_profile_schema import MINIMAL
+
+
+@pytest.fixture(scope="module")
+def setting(catalog):
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    plan = rank(profile, Constraints(steps=200_000, market="on-demand", max_instances=4), catalog=catalog)
+    return profile, plan
+
+
+def test_a_run_on_prediction_stays(setting, catalog) -> None:
+    profile, plan = setting
+    entry = plan.entries[0]
+    half = plan.constraints.work_samples / 2
+    measured = entry.throughput_samples_s
+    d = decide_move(profile, plan, 0, half, why="drift", measured_throughput=measured, catalog=catalog)
+    assert not d.move and d.target is None and "still the best" in d.reason
+    assert d.stay == pytest.approx(entry.cost_usd / 2, rel=1e-9)  # half the work at the predicted speed
+    json.dumps(d.to_dict())  # what the job writes into its move request
+
+
+def test_a_much_slower_gpu_than_predicted_moves_to_another_gpu(setting, catalog) -> None:
+    profile, plan = setting
+    entry = plan.entries[0]
+    half = plan.constraints.work_samples / 2
+    slow = 0.25 * entry.throughput_samples_s
+    assert drift(slow, entry.throughput_samples_s) == pytest.approx(-0.75)
+    d = decide_move(profile, plan, 0, half, why="drift", measured_throughput=slow, catalog=catalog)
+    assert d.move and d.why == "drift" and d.reason.startswith("move: ")
+    assert d.target is not None and d.target.groups[0].gpu != entry.groups[0].gpu
+    assert d.stay == pytest.approx(entry.cost_usd / 2 * 4, rel=1e-9)  # 4x the time at the same price
+    assert d.go == pytest.approx(d.target.cost_usd + d.migration_cost_usd) and d.migration_cost_usd > 0
+    assert d.savings == pytest.approx(1 - d.go / d.stay) and d.savings > 0.15
+    # the re-ranking is for the remaining work, measured against the current fleet, with the measurement applied
+    assert d.plan.constraints.work_samples == half and d.plan.constraints.current_fleet == entry.fleet
+    assert d.plan.calibration[0].gpu == entry.groups[0].gpu and d.plan.calibration[0].factor == pytest.approx(0.25)
+    # the same numbers under a threshold higher than the saving: stay, and say why
+    strict = decide_move(
+        profile, plan, 0, half, why="drift", measured_throughput=slow, catalog=catalog, threshold=d.savings + 0.01
+    )
+    assert not strict.move and "under the" in strict.reason and strict.target == d.target
+
+
+def test_a_price_rise_of_the_current_type_moves_to_a_cheaper_fleet(setting, catalog) -> None:
+    profile, plan = setting
+    entry = plan.entries[0]
+    itype = entry.groups[0].instance_type
+    old = catalog.get(itype)
+    dearer = [replace(p, usd_hr=p.usd_hr * 5) for p in old.prices]
+    instances = {it.name: (with_prices(it, dearer) if it.name == itype else it) for it in catalog}
+    refreshed = Catalog(instances, catalog.gpus, catalog.info)
+    # staying costs 5x what the plan said; the re-ranking sees the new prices too and prefers another fleet
+    d = decide_move(profile, plan, 0, plan.constraints.work_samples * 0.9, why="price", catalog=refreshed)
+    assert d.stay == pytest.approx(entry.cost_usd * 0.9 * 5, rel=1e-6)
+    assert d.move and d.why == "price" and d.target is not None and d.target.fleet != entry.fleet
+    assert all(g.instance_type != itype for g in d.target.groups)
+    unchanged = decide_move(profile, plan, 0, plan.constraints.work_samples * 0.9, why="price", catalog=catalog)
+    assert not unchanged.move
+
+
+def test_no_move_once_the_deadline_is_spent_and_bad_input_is_named(setting, catalog) -> None:
+    profile, plan = setting
+    timed = replace(plan, constraints=replace(plan.constraints, deadline_h=1.0))
+    d = decide_move(profile, timed, 0, 100.0, why="drift", measured_throughput=1.0, catalog=catalog, elapsed_h=2.0)
+    assert not d.move and "used up" in d.reason
+    with pytest.raises(ConfigError, match="current one must be an index"):
+        decide_move(profile, plan, len(plan.entries), 100.0, why="drift", catalog=catalog)
+    with pytest.raises(ConfigError, match="measured_throughput must be > 0"):
+        decide_move(profile, plan, 0, 100.0, why="drift", measured_throughput=0.0, catalog=catalog)
+    with pytest.raises(ConfigError, match="remaining_samples"):
+        decide_move(profile, plan, 0, 0.0, why="drift", catalog=catalog)
