@@ -13,7 +13,6 @@ truncated newer one. Paths are local or any fsspec URL (``s3://bucket/prefix`` w
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -27,12 +26,13 @@ import lightning.pytorch as pl
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import Callback
 
+from lightning_srifty import markers
 from lightning_srifty.spot_watcher import Notice, SpotWatcher
 
 log = logging.getLogger("lightning_srifty")
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): the job should be run again, elsewhere
-PREEMPTED_MARKER = "PREEMPTED.json"  # written beside the checkpoints by rank 0 when it leaves on a notice
+PREEMPTED_MARKER = markers.PREEMPTED  # written beside the checkpoints by rank 0 when it leaves on a notice
 _STEP = re.compile(r"step=(\d+)")
 
 
@@ -88,6 +88,7 @@ class SpotPreemption(Callback):
         self.preempted = False
         self.checkpoints: list[str] = []
         self.timings: dict[str, float] = {}
+        self._leave_details: dict[str, Any] = {}
 
     # --- signals -----------------------------------------------------------------------------------------------------
 
@@ -98,6 +99,13 @@ class SpotPreemption(Callback):
             self._stop.set()
         elif self.on_rebalance == "checkpoint":
             self._rebalance.set()
+
+    def request_leave(self, why: str, **details: Any) -> None:
+        """Checkpoint at the next step boundary and leave, as on a notice (a granted voluntary move). Any rank may
+        call it; ``details`` go into the PREEMPTED.json marker."""
+        self._notice_at = self._notice_at or time.monotonic()
+        self._why, self._leave_details = why, details
+        self._stop.set()
 
     def _sigterm(self, signum: int, frame: Any) -> None:
         self._notice_at = self._notice_at or time.monotonic()
@@ -122,6 +130,8 @@ class SpotPreemption(Callback):
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._restore()
+        if trainer.is_global_zero and not self.preempted:  # what a launcher that cannot see the process waits for
+            markers.write(self.dirpath, markers.FINISHED, {"step": trainer.global_step})
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._restore()
@@ -158,10 +168,7 @@ class SpotPreemption(Callback):
         self.preempted = True
         if trainer.is_global_zero:  # what `srifty launch` reads (torchrun does not pass a worker's exit status on)
             marker = {"step": trainer.global_step, "checkpoint": path, "why": self._why, **self.timings}
-            fs, final = get_filesystem(self.dirpath), f"{self.dirpath}/{PREEMPTED_MARKER}"
-            with fs.open(final + ".partial", "w") as f:  # renamed into place: a reader never sees half of it
-                json.dump(marker, f)
-            fs.mv(final + ".partial", final)
+            markers.write(self.dirpath, PREEMPTED_MARKER, {**marker, **self._leave_details})
         self._restore()
         if self.exit_process:
             raise SystemExit(PREEMPTED_EXIT_CODE)

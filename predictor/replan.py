@@ -118,12 +118,14 @@ def decide_move(
     threshold: float = 0.15,
     elapsed_h: float = 0.0,
     spent_usd: float = 0.0,
+    known: dict[str, float] | None = None,
 ) -> MoveDecision:
     """Compare staying on ``plan.entries[current]`` with moving to the best fleet for the remaining work.
 
     ``measured_throughput`` (samples/s on the current fleet) calibrates the re-ranking: the factor measured/predicted
     applies to the current fleet's GPU (homogeneous fleets; a mix cannot tell which GPU was off), exactly as an
-    observation posted to ``srifty serve`` would.
+    observation posted to ``srifty serve`` would. ``known``: factors by GPU measured earlier (on the fleets the job
+    ran on before), applied too, so that a job does not move back to a GPU it already found slow.
     """
     if not 0 <= current < len(plan.entries):
         raise ConfigError(
@@ -166,10 +168,14 @@ def decide_move(
     if constraints is None:
         return decision(False, "the deadline or the budget is already used up: moving cannot help")
     constraints = replace(constraints, current_fleet=entry.fleet)
-    calibration = None
+    factors = dict(known or {})
     gpus = {g.gpu for g in entry.groups}
     if measured_throughput is not None and len(gpus) == 1:
-        calibration = Calibration({gpus.pop(): measured_throughput / entry.throughput_samples_s}, {})
+        gpu = gpus.pop()
+        # the entry's prediction may carry the plan's own factor for this GPU: the new one replaces it
+        applied = {c.gpu: c.factor for c in plan.calibration or ()}.get(gpu, 1.0)
+        factors[gpu] = applied * measured_throughput / entry.throughput_samples_s
+    calibration = Calibration(factors, {}) if factors else None
     try:
         replanned = rank(profile, constraints, catalog=catalog, calibration=calibration)
     except NoFeasibleConfigError as exc:

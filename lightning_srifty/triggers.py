@@ -1,0 +1,293 @@
+"""Voluntary moves decided inside the training job: drift from the prediction, and cheaper prices.
+
+``MigrationTriggers()`` sits beside :class:`~lightning_srifty.preemption.SpotPreemption` (which does the checkpoint
+and the leaving). After ``first_check_steps`` steps, then every ``check_every_s`` seconds, rank 0 measures the
+throughput of the current fleet (the median step time of the steps since the last check, so a checkpoint or a
+validation pause does not count) and, in a background thread so that training never waits:
+
+- *drift*: when the measurement is more than ``drift_threshold`` off the plan's prediction for this fleet, the
+  measurement calibrates a re-ranking of the remaining work (``predictor.replan``); with ``predictor_url`` it is also
+  posted to ``srifty serve`` as an observation;
+- *price*: when the catalog (``Catalog.load()``: the newest ``srifty catalog refresh`` copy) is not the one the plan was
+  made from, the remaining work is re-ranked at today's prices.
+
+When moving saves more than ``savings_threshold`` after the cost of the move, rank 0 writes ``MOVE_REQUEST.json``
+(why, the reason in words, the re-ranked plan) beside the checkpoints and goes on training. ``srifty launch`` brings
+the new fleet up and answers with ``LEAVE.json``; the next step boundary then checkpoints and leaves, as on a spot
+notice. Nobody answering (no launcher) costs nothing: the run just goes on. One request per run; factors measured on
+earlier fleets are kept in ``calibration.json`` so that a job does not move back to a GPU it found slow.
+
+Settings from ``srifty launch`` (environment): ``SRIFTY_PLAN`` (the plan), ``SRIFTY_CHOICE`` (the fleet of it this
+run is on), ``SRIFTY_CHECKPOINT_DIR``, ``SRIFTY_BATCH_SIZES`` (the global batch), ``SRIFTY_CHECK_EVERY_S``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+
+from lightning_srifty import markers
+
+log = logging.getLogger("lightning_srifty")
+
+CALIBRATION = "calibration.json"
+
+
+class MigrationTriggers(Callback):
+    """Advise a move to another fleet when the run is off its prediction or prices changed (see the module doc).
+
+    Args:
+        plan: the plan the run was launched from (a ``Plan`` or a path; default ``$SRIFTY_PLAN``).
+        current: the index in ``plan.entries`` of the fleet this run is on (default ``$SRIFTY_CHOICE``, else the
+            plan's recommendation).
+        dirpath: where the markers go, beside the checkpoints (default ``$SRIFTY_CHECKPOINT_DIR``, else the
+            SpotPreemption callback's folder).
+        profile: the run's profile (default: the SriftyCallback's of this Trainer, else the copy a previous leg
+            kept beside the checkpoints).
+        global_batch: samples per optimizer step (default: the sum of ``$SRIFTY_BATCH_SIZES``, else the profile's).
+        drift_threshold: relative deviation of the measured throughput that triggers a re-ranking (0.2 = 20 %).
+        savings_threshold: share of the remaining cost (time, with the time objective) a move must save.
+        check_every_s: seconds between checks (default ``$SRIFTY_CHECK_EVERY_S``, else 600).
+        first_check_steps: steps measured before the first check.
+        catalog_loader: returns today's catalog (default ``Catalog.load``).
+        predictor_url: a ``srifty serve`` service to post drift observations to.
+    """
+
+    def __init__(
+        self,
+        plan: Any = None,
+        current: int | None = None,
+        dirpath: str | None = None,
+        *,
+        profile: Any = None,
+        global_batch: int | None = None,
+        drift_threshold: float = 0.2,
+        savings_threshold: float = 0.15,
+        check_every_s: float | None = None,
+        first_check_steps: int = 30,
+        catalog_loader: Callable[[], Any] | None = None,
+        predictor_url: str | None = None,
+    ) -> None:
+        from predictor.exceptions import ConfigError
+        from predictor.plan import load_plan
+
+        plan = plan if plan is not None else os.environ.get("SRIFTY_PLAN")
+        if plan is None:
+            raise ConfigError(
+                "MigrationTriggers needs the plan the run was launched from: pass plan= (a Plan or a plan.json path) "
+                "or run under `srifty launch`, which sets SRIFTY_PLAN.",
+                parameter="plan",
+                value=None,
+            )
+        self.plan = plan if hasattr(plan, "entries") else load_plan(plan)
+        env_choice = os.environ.get("SRIFTY_CHOICE")
+        self.current = current if current is not None else int(env_choice) if env_choice else self.plan.chosen
+        if not 0 <= self.current < len(self.plan.entries):
+            raise ConfigError(
+                f"current={self.current} is not a fleet of the plan (it has {len(self.plan.entries)}).",
+                parameter="current",
+                value=self.current,
+            )
+        for name, value in (("drift_threshold", drift_threshold), ("savings_threshold", savings_threshold)):
+            if not 0 < value < 10:
+                raise ConfigError(
+                    f"MigrationTriggers' {name} is a share such as 0.2. Got {value!r}.", parameter=name, value=value
+                )
+        self.dirpath = dirpath or os.environ.get("SRIFTY_CHECKPOINT_DIR")
+        self.profile = profile
+        sizes = os.environ.get("SRIFTY_BATCH_SIZES")
+        self.global_batch = global_batch or (sum(int(b) for b in sizes.split(",")) if sizes else None)
+        self.drift_threshold, self.savings_threshold = drift_threshold, savings_threshold
+        self.check_every_s = (
+            check_every_s if check_every_s is not None else float(os.environ.get("SRIFTY_CHECK_EVERY_S", "600"))
+        )
+        self.first_check_steps = max(3, first_check_steps)
+        self.catalog_loader = catalog_loader
+        self.predictor_url = predictor_url
+        self.poll_s = float(os.environ.get("SRIFTY_SPOT_POLL_S", "5"))
+        self.decisions: list[Any] = []  # every MoveDecision taken, newest last
+        self.requested: dict[str, Any] | None = None
+        self._durations: list[float] = []
+        self._last_end: float | None = None
+        self._last_check: float | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._preemption: Any = None
+        self._started = time.monotonic()
+
+    # --- Lightning hooks ---------------------------------------------------------------------------------------------
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from lightning_srifty.preemption import SpotPreemption
+
+        found = [cb for cb in trainer.callbacks if isinstance(cb, SpotPreemption)]  # type: ignore[attr-defined]
+        if not found:
+            from predictor.exceptions import ConfigError
+
+            raise ConfigError(
+                "MigrationTriggers leaves through SpotPreemption: add SpotPreemption(dirpath) to the Trainer's "
+                "callbacks too.",
+                parameter="callbacks",
+                value=None,
+            )
+        self._preemption = found[0]
+        self.dirpath = self.dirpath or self._preemption.dirpath
+        self._started = time.monotonic()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        now = time.monotonic()
+        if self._last_end is not None:
+            self._durations.append(now - self._last_end)
+        self._last_end = now
+        if not trainer.is_global_zero or self.requested is not None or self._busy():
+            return
+        due = self._last_check is None or now - self._last_check >= self.check_every_s
+        if len(self._durations) < self.first_check_steps or not due:
+            return
+        step_s = statistics.median(self._durations)
+        self._durations.clear()
+        self._last_check = now
+        remaining = _remaining_steps(trainer)
+        if remaining is None or remaining <= 0:
+            return
+        args_ = (trainer, step_s, remaining)
+        self._thread = threading.Thread(target=self._check_safely, args=args_, name="srifty-triggers", daemon=True)
+        self._thread.start()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._last_end = None  # a validation pause is not a training step
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stop.set()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._stop.set()
+
+    def _busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for a check in progress (tests, and a clean exit)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # --- the check (rank 0, background thread) -----------------------------------------------------------------------
+
+    def _check_safely(self, trainer: pl.Trainer, step_s: float, remaining_steps: int) -> None:
+        try:
+            self._check(trainer, step_s, remaining_steps)
+        except Exception as exc:  # noqa: BLE001 - a failed check must never stop training
+            log.warning("MigrationTriggers: the check failed and is skipped: %s", exc)
+
+    def _check(self, trainer: pl.Trainer, step_s: float, remaining_steps: int) -> None:
+        from predictor.catalog import Catalog
+        from predictor.replan import decide_move, drift
+
+        profile = self._profile(trainer)
+        if profile is None:
+            log.info("MigrationTriggers: no profile yet (SriftyCallback still profiling): the check waits")
+            self._last_check = None
+            return
+        global_batch = self.global_batch or profile.batch.global_batch or profile.batch.per_device
+        measured = global_batch / step_s
+        entry = self.plan.entries[self.current]
+        off = drift(measured, entry.throughput_samples_s)
+        catalog = self.catalog_loader() if self.catalog_loader else Catalog.load()
+        refreshed = (catalog.info.source, catalog.info.snapshot) != (self.plan.catalog_source, self.plan.catalog_snapshot)
+        known = markers.read(self.dirpath, CALIBRATION) or {}
+        if abs(off) > self.drift_threshold:
+            why = "drift"
+            self._post_observation(profile, entry.fleet, measured, step_s)
+        elif refreshed:
+            why = "price"
+        else:
+            log.info(
+                "MigrationTriggers: %s at %.1f samples/s, %+.0f%% of the prediction; prices unchanged: no re-plan",
+                entry.fleet,
+                measured,
+                100 * off,
+            )
+            return
+        decision = decide_move(
+            profile,
+            self.plan,
+            self.current,
+            remaining_steps * global_batch,
+            why=why,
+            measured_throughput=measured,
+            catalog=catalog,
+            threshold=self.savings_threshold,
+            elapsed_h=(time.monotonic() - self._started) / 3600,
+            known=known,
+        )
+        self.decisions.append(decision)
+        if decision.plan is not None and decision.plan.calibration:
+            factors = {c.gpu: c.factor for c in decision.plan.calibration}
+            markers.write(self.dirpath, CALIBRATION, {**known, **factors})
+        log.warning("MigrationTriggers (%s, %+.0f%% of the prediction): %s", why, 100 * off, decision.reason)
+        if not decision.move or decision.plan is None or decision.target is None:
+            return
+        self.requested = {
+            "why": why,
+            "reason": decision.reason,
+            "from_fleet": entry.fleet,
+            "to_fleet": decision.target.fleet,
+            "step": trainer.global_step,
+            "measured_throughput_samples_s": measured,
+            "predicted_throughput_samples_s": entry.throughput_samples_s,
+            "savings": decision.savings,
+            "migration_cost_usd": decision.migration_cost_usd,
+            "plan": decision.plan.to_dict(),
+        }
+        markers.write(self.dirpath, markers.MOVE_REQUEST, self.requested)
+        while not self._stop.wait(self.poll_s):  # the launcher answers once the new fleet is up
+            if markers.exists(self.dirpath, markers.LEAVE):
+                self._preemption.request_leave(
+                    f"{why}: {decision.reason}", move=True, to_fleet=decision.target.fleet, trigger=why
+                )
+                return
+
+    def _profile(self, trainer: pl.Trainer) -> Any:
+        from predictor.profile import load_profile
+
+        if self.profile is not None:
+            return self.profile if hasattr(self.profile, "batch") else load_profile(self.profile)
+        from lightning_srifty.callback import SriftyCallback
+
+        for cb in trainer.callbacks:  # type: ignore[attr-defined]
+            if isinstance(cb, SriftyCallback) and cb.profile is not None:
+                self.profile = cb.profile
+                if not markers.exists(self.dirpath, markers.PROFILE):  # for the next fleet's run
+                    markers.write(self.dirpath, markers.PROFILE, self.profile.to_dict())
+                return self.profile
+        kept = markers.read(self.dirpath, markers.PROFILE)
+        if kept is not None:
+            self.profile = load_profile(kept)
+        return self.profile
+
+    def _post_observation(self, profile: Any, fleet: str, throughput: float, step_s: float) -> None:
+        if not self.predictor_url:
+            return
+        try:
+            from predictor.client import ServiceClient
+
+            ServiceClient(self.predictor_url).observe(
+                profile, fleet, throughput, iteration_time_s=step_s, source="srifty MigrationTriggers"
+            )
+        except Exception as exc:  # noqa: BLE001 - the service being away must not matter to training
+            log.warning("MigrationTriggers: the observation was not posted: %s", exc)
+
+
+def _remaining_steps(trainer: pl.Trainer) -> int | None:
+    from lightning_srifty.callback import _planned_steps
+
+    planned = _planned_steps(trainer)
+    return None if planned is None else planned - trainer.global_step
