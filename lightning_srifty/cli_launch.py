@@ -1,8 +1,10 @@
-"""``srifty launch --plan plan.json [--choice N] -- train.py [args]``: run on the plan's fleet, migrate on notices."""
+"""``srifty launch --plan plan.json [--choice N] -- train.py [args]``: run on the plan's fleet, keep it running
+through migrations (spot notices; drift and price moves the job asks for)."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
 
@@ -12,7 +14,33 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from predictor.plan import load_plan
 
     script = [a for a in args.command if a != "--"]
-    if not script:
+    provisioner = None
+    if args.provisioner == "terraform":
+        from lightning_srifty.provision.generate import Options
+        from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+
+        if not args.checkpoint_uri:
+            raise ConfigError(
+                "--provisioner terraform needs --checkpoint-uri s3://bucket/prefix (an existing bucket shared by "
+                "every fleet of the run).",
+                parameter="checkpoint_uri",
+            )
+        command = shlex.join(script) if script else None
+        if not command:
+            raise ConfigError(
+                "Give the training command after --, e.g. srifty launch --plan plan.json -- train.py --epochs 3.",
+                parameter="command",
+            )
+        options = Options(
+            region=args.region,
+            train_command=command,
+            setup_command=args.setup_command,
+            mode=args.mode,
+            ami=args.ami,
+            aws_endpoint=args.aws_endpoint,
+        )
+        provisioner = TerraformProvisioner(args.workdir, args.checkpoint_uri, options)
+    elif not script:
         raise ConfigError(
             "Give the training script after --, e.g. srifty launch --plan plan.json -- train.py --epochs 3.",
             parameter="command",
@@ -22,25 +50,34 @@ def cmd_launch(args: argparse.Namespace) -> int:
         script,
         choice=args.choice,
         workdir=args.workdir,
+        provisioner=provisioner,
         max_migrations=args.max_migrations,
         simulate_notice_after=args.simulate_notice_after,
         max_local_processes=args.max_local_processes,
+        name=args.name,
     )
     print(f"{len(migrations)} migration(s); log: {args.workdir}/migrations.jsonl")
     return 0
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "launch", help="run a training script on the plan's fleet (local provisioner), migrate on notices"
-    )
+    p = sub.add_parser("launch", help="run a training script on the plan's fleet and migrate it when it pays")
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON")
     p.add_argument("--choice", type=int, default=0, help="the ranked fleet to start on")
-    p.add_argument("--workdir", default="srifty/launch", help="checkpoints and the migration log go here")
+    p.add_argument("--workdir", default="srifty/launch", help="the migration log (and local checkpoints) go here")
+    p.add_argument("--provisioner", choices=("local", "terraform"), default="local")
+    p.add_argument("--name", default="srifty", help="fleet names are <name>-1, <name>-2, ... (terraform resources)")
     p.add_argument("--max-migrations", type=int, default=3)
     p.add_argument("--max-local-processes", type=int, default=8)
     p.add_argument(
-        "--simulate-notice-after", type=float, metavar="S", help="serve a local metadata service; spot notice after S s"
+        "--simulate-notice-after", type=float, metavar="S", help="local: a metadata service, spot notice after S s"
     )
+    tf = p.add_argument_group("terraform provisioner")
+    tf.add_argument("--checkpoint-uri", help="s3://bucket/prefix shared by every fleet (an existing bucket)")
+    tf.add_argument("--region", help="default: the plan's region")
+    tf.add_argument("--ami", help="AMI id (default: the Deep Learning AMI from SSM)")
+    tf.add_argument("--setup-command", default="", help="what every instance runs before training")
+    tf.add_argument("--mode", choices=("asg", "fleet"), default="asg")
+    tf.add_argument("--aws-endpoint", help="an AWS API endpoint such as moto's (testing)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- script.py [args]: what torchrun starts per GPU")
     p.set_defaults(func=cmd_launch)

@@ -1,22 +1,28 @@
 """``srifty launch --plan plan.json [--choice N] -- train.py [args]``: run the training job on the plan's fleet and
-keep it running through spot interruptions, moving to the next fleet of the plan each time.
+keep it running through migrations, through a provisioner (``local``: processes on this machine; ``terraform``: the
+generated Terraform of the plan, see :mod:`lightning_srifty.provision`).
 
-Provisioner ``local`` (this machine): a fleet of N instances x G GPUs becomes N x G processes under
-``torch.distributed.run --standalone``. The global batch of the first fleet is kept on every later fleet (the
-optimisation stays the same); only its split over the ranks follows the new fleet's speed-proportional shares. The
-job gets its setting in the environment:
+The job gets its settings in the environment, and talks back through small JSON markers beside the checkpoints
+(:mod:`lightning_srifty.markers`), the one place reachable from both sides whatever the provisioner:
 
-    SRIFTY_BATCH_SIZES      per-rank batch sizes (the plan's speed-proportional split, same global batch)
-    SRIFTY_CHECKPOINT_DIR   where SpotPreemption checkpoints
+    SRIFTY_BATCH_SIZES      per-rank batch sizes (the plan's speed-proportional split, the first fleet's global batch)
+    SRIFTY_CHECKPOINT_DIR   where SpotPreemption checkpoints and the markers go
     SRIFTY_RESUME           the checkpoint to resume from ("" on the first start)
     SRIFTY_FLEET            the fleet, e.g. "g4dn.xlarge:2"
+    SRIFTY_PLAN, SRIFTY_CHOICE  the plan this fleet comes from and its index (for MigrationTriggers)
 
-A run that leaves on a notice writes ``PREEMPTED.json`` beside its checkpoints (torchrun does not pass a worker's
-exit status on); the launcher then records the migration in ``migrations.jsonl`` (why, from, to, step, seconds
-lost) and restarts from the newest sound checkpoint on the next fleet. ``--simulate-notice-after S`` serves a local
-metadata service to the job and posts a spot notice after S seconds (the first fleet only).
+Two kinds of move:
 
-Not built yet: the ``terraform`` provisioner and the drift / price triggers (issue #7).
+- *involuntary* (a spot notice or SIGTERM): the job checkpoints and leaves (``PREEMPTED.json``); the launcher brings
+  the next fleet of the current plan up, starts the job there from the checkpoint, and releases the old fleet;
+- *voluntary* (:class:`~lightning_srifty.triggers.MigrationTriggers`: drift from the prediction, cheaper prices): the
+  job asks (``MOVE_REQUEST.json`` with a re-ranked plan) and keeps training; the launcher brings the new fleet up
+  first, then answers ``LEAVE.json``; the job checkpoints and leaves; the new fleet starts from that checkpoint; the
+  old fleet is released last. The training stops only for a save, a restart and a load.
+
+The global batch of the first fleet is kept on every later fleet (the optimisation stays the same); only its split
+over the ranks follows the new fleet's speed-proportional shares. Every move is appended to ``migrations.jsonl``
+(when, why, from, to, step, seconds lost).
 """
 
 from __future__ import annotations
@@ -24,16 +30,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_srifty import markers
+from lightning_srifty.provision.base import Fleet, Provisioner
 from predictor.exceptions import MigrationError
-from predictor.plan import Plan, PlanEntry
+from predictor.plan import Plan, PlanEntry, load_plan
 
 
 def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[int]:
@@ -57,103 +62,169 @@ def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[
 class Migration:
     when: str
     why: str
+    trigger: str  # spot (a notice or SIGTERM), drift, price
+    voluntary: bool
     from_fleet: str
     to_fleet: str
     step: int | None
     notice_to_durable_s: float | None  # from the job's SpotPreemption
-    downtime_s: float  # from the preempted run's exit to the next fleet's start (provisioning; ~0 locally)
+    downtime_s: float  # from the checkpoint being durable (the job leaving) to the job started on the new fleet
+    provisioned_while_training_s: float  # voluntary moves: bringing the new fleet up, while the old one trained
+
+
+def _env(plan_uri: str, fleet: Fleet, sizes: list[int], checkpoint_dir: str, resume: str) -> dict[str, str]:
+    return {
+        "SRIFTY_BATCH_SIZES": ",".join(map(str, sizes)),
+        "SRIFTY_CHECKPOINT_DIR": checkpoint_dir,
+        "SRIFTY_RESUME": resume,
+        "SRIFTY_FLEET": fleet.entry.fleet,
+        "SRIFTY_PLAN": plan_uri,
+        "SRIFTY_CHOICE": str(fleet.index),
+    }
 
 
 def launch(
     plan: Plan,
-    script: list[str],
+    script: list[str] | None = None,
     *,
     choice: int = 0,
     workdir: str | os.PathLike[str] = "srifty/launch",
+    provisioner: Provisioner | None = None,
+    checkpoint_dir: str | None = None,
     max_migrations: int = 3,
     simulate_notice_after: float | None = None,
     max_local_processes: int = 8,
+    poll_s: float = 0.5,
+    name: str = "srifty",
     echo: Any = print,
 ) -> list[Migration]:
-    """Run ``script`` (a Python file and its arguments) on plan.entries[choice], then the next fleets as needed."""
-    from lightning_srifty.preemption import PREEMPTED_MARKER, find_checkpoint
+    """Run the job on ``plan.entries[choice]`` and keep it running through migrations (see the module doc).
 
+    ``provisioner`` defaults to the local one running ``script``; ``checkpoint_dir`` to ``<workdir>/checkpoints``
+    (the terraform provisioner's S3 prefix for that one).
+    """
+    if provisioner is None:
+        from lightning_srifty.provision.local import LocalProvisioner
+
+        if not script:
+            raise MigrationError("The local provisioner needs the training script to run.")
+        provisioner = LocalProvisioner(
+            script, max_processes=max_local_processes, simulate_notice_after=simulate_notice_after, echo=echo
+        )
     root = Path(workdir)
-    ckpt_dir = root / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
+    ckpt = checkpoint_dir or getattr(provisioner, "checkpoint_uri", None) or str((root / "checkpoints").resolve())
+    markers.clear(ckpt, markers.PREEMPTED, markers.FINISHED, markers.MOVE_REQUEST, markers.LEAVE)
     log_path = root / "migrations.jsonl"
     migrations: list[Migration] = []
-    current = choice
-    resume = ""
-    global_batch: int | None = None
-    left_at: float | None = None
-    while True:
-        if left_at is not None:
-            migrations[-1].downtime_s = time.monotonic() - left_at
-        if current >= len(plan.entries):
-            raise MigrationError(
-                f"No fleet left in the plan after {len(migrations)} migration(s): re-plan with srifty recommend."
-            )
-        entry = plan.entries[current]
-        # the run keeps its global batch across fleets (same optimisation); only the per-rank split changes
-        sizes = rank_batch_sizes(entry, global_batch)
-        global_batch = sum(sizes)
-        if len(sizes) > max_local_processes:
-            raise MigrationError(
-                f"{entry.fleet} has {len(sizes)} GPUs: the local provisioner runs one process per GPU and is limited "
-                f"to {max_local_processes} (--max-local-processes)."
-            )
-        env = {
-            **os.environ,
-            "SRIFTY_BATCH_SIZES": ",".join(map(str, sizes)),
-            "SRIFTY_CHECKPOINT_DIR": str(ckpt_dir),
-            "SRIFTY_RESUME": resume,
-            "SRIFTY_FLEET": entry.fleet,
-        }
-        (ckpt_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(sizes)}"]
-        echo(f"srifty launch: {entry.fleet} ({entry.market}) as {len(sizes)} local process(es), batches {sizes}")
-        imds = None
-        if simulate_notice_after is not None and not migrations:
-            from lightning_srifty.imds_sim import LocalIMDS
+    plans = 0
 
-            imds = LocalIMDS(
-                {"meta-data/instance-type": entry.groups[0].instance_type, "meta-data/instance-life-cycle": "spot"}
-            ).__enter__()
-            env.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, AWS_EC2_METADATA_DISABLED="false")
-            threading.Timer(simulate_notice_after, imds.notify).start()
-        if migrations:
-            with log_path.open("a") as f:
-                f.write(json.dumps(migrations[-1].__dict__) + "\n")
-        try:
-            code = subprocess.run([*command, *script], env=env, check=False).returncode
-        finally:
-            if imds is not None:
-                imds.__exit__(None, None, None)
-        marker = ckpt_dir / PREEMPTED_MARKER
-        if marker.exists():
-            info = json.loads(marker.read_text())
-            if len(migrations) >= max_migrations:
-                raise MigrationError(
-                    f"Preempted again after {max_migrations} migrations: giving up (--max-migrations)."
+    def keep_plan(p: Plan) -> str:  # where the job reads the plan its fleet comes from
+        nonlocal plans
+        plans += 1
+        return markers.write(ckpt, f"plans/plan-{plans}.json", p.to_dict())
+
+    def record(move: Migration) -> None:
+        migrations.append(move)
+        with log_path.open("a") as f:
+            f.write(json.dumps(move.__dict__) + "\n")
+        echo(
+            f"srifty launch: {move.trigger} at step {move.step}: {move.from_fleet} -> {move.to_fleet} "
+            f"({move.downtime_s:.1f} s without training)"
+        )
+
+    plan_uri = keep_plan(plan)
+    sizes = rank_batch_sizes(plan.entries[choice])
+    global_batch = sum(sizes)
+    fleet = provisioner.up(plan, choice, f"{name}-1")
+    up = [fleet]
+    try:
+        provisioner.start(fleet, _env(plan_uri, fleet, sizes, ckpt, ""))
+        pending: tuple[Fleet, str, dict[str, Any], float] | None = None  # a voluntary move's new fleet, up
+        while True:
+            time.sleep(poll_s)
+            code = provisioner.poll(fleet)
+            finished = markers.read(ckpt, markers.FINISHED)
+            left = markers.read(ckpt, markers.PREEMPTED)
+            request = None if (pending or finished or left) else markers.read(ckpt, markers.MOVE_REQUEST)
+            if request is not None:
+                markers.clear(ckpt, markers.MOVE_REQUEST)
+                if len(migrations) >= max_migrations:
+                    echo(f"srifty launch: move to {request.get('to_fleet')} declined: --max-migrations reached")
+                else:
+                    new_plan = load_plan(request["plan"])
+                    echo(f"srifty launch: move requested ({request['why']}): {request.get('reason', '')}")
+                    t0 = time.monotonic()
+                    new = provisioner.up(new_plan, new_plan.chosen, f"{name}-{len(up) + 1}")
+                    up.append(new)
+                    pending = (new, keep_plan(new_plan), request, time.monotonic() - t0)
+                    markers.write(ckpt, markers.LEAVE, {"to_fleet": new.entry.fleet})
+                continue
+            if finished is not None or (code == 0 and left is None):
+                _wait_exit(provisioner, fleet)
+                echo(f"srifty launch: finished on {fleet.entry.fleet} after {len(migrations)} migration(s)")
+                return migrations
+            if left is None:
+                if code is not None:
+                    raise MigrationError(
+                        f"The job failed on {fleet.entry.fleet} with exit status {code} (not a preemption)."
+                    )
+                continue
+            # the job left: a spot notice, SIGTERM, or the voluntary move granted above
+            _wait_exit(provisioner, fleet)
+            gone = time.monotonic()
+            markers.clear(ckpt, markers.PREEMPTED, markers.LEAVE)
+            resume = left.get("checkpoint") or ""
+            if pending is not None and left.get("move"):
+                new, new_uri, request, up_s = pending
+                pending, trigger, voluntary = None, request["why"], True
+            else:
+                if len(migrations) >= max_migrations:
+                    raise MigrationError(f"Preempted again after {max_migrations} migrations: giving up.")
+                nxt = fleet.index + 1
+                if nxt >= len(fleet.plan.entries):
+                    raise MigrationError(
+                        f"No fleet left in the plan after {len(migrations)} migration(s): re-plan with "
+                        "srifty recommend."
+                    )
+                if pending is not None:  # a notice came before the granted move: that fleet is up, use it
+                    new, new_uri, _, _ = pending
+                    pending = None
+                else:
+                    new = provisioner.up(fleet.plan, nxt, f"{name}-{len(up) + 1}")
+                    up.append(new)
+                    new_uri = plan_uri
+                trigger, voluntary, up_s = "spot", False, 0.0
+            sizes = rank_batch_sizes(new.entry, global_batch)
+            provisioner.start(new, _env(new_uri, new, sizes, ckpt, resume))
+            record(
+                Migration(
+                    dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    str(left.get("why") or trigger),
+                    trigger,
+                    voluntary,
+                    fleet.entry.fleet,
+                    new.entry.fleet,
+                    left.get("step"),
+                    left.get("notice_to_durable_s"),
+                    time.monotonic() - gone,
+                    up_s,
                 )
-            resume = find_checkpoint(str(ckpt_dir)) or ""
-            nxt = plan.entries[current + 1].fleet if current + 1 < len(plan.entries) else "(none)"
-            move = Migration(
-                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                str(info.get("why") or "spot notice"),
-                entry.fleet,
-                nxt,
-                info.get("step"),
-                info.get("notice_to_durable_s"),
-                0.0,
             )
-            migrations.append(move)
-            left_at = time.monotonic()
-            echo(f"srifty launch: preempted at step {move.step} ({move.why}): {move.from_fleet} -> {move.to_fleet}")
-            current += 1
-            continue
-        if code != 0:
-            raise MigrationError(f"The job failed on {entry.fleet} with exit status {code} (not a preemption).")
-        echo(f"srifty launch: finished on {entry.fleet} after {len(migrations)} migration(s)")
-        return migrations
+            provisioner.down(fleet)  # the old fleet goes last: the new one has its job
+            up.remove(fleet)
+            fleet, plan_uri = new, new_uri
+    finally:
+        for remaining in up:
+            try:
+                provisioner.stop(remaining)
+                provisioner.down(remaining)
+            except Exception as exc:  # noqa: BLE001 - report every fleet left behind, keep the first error
+                echo(f"srifty launch: releasing {remaining.entry.fleet} ({remaining.name}) failed: {exc}")
+
+
+def _wait_exit(provisioner: Provisioner, fleet: Fleet, timeout: float = 120.0) -> None:
+    """Local processes: wait for them to exit (the marker comes just before) so the next fleet has the machine."""
+    wait = getattr(provisioner, "wait", None)
+    if wait is not None and wait(fleet, timeout) is None:
+        provisioner.stop(fleet)

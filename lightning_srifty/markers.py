@@ -41,7 +41,7 @@ def path(dirpath: str, name: str) -> str:
 def write(dirpath: str, name: str, data: dict[str, Any]) -> str:
     """Write ``data`` as ``dirpath/name`` atomically (temporary name, then a rename)."""
     fs, final = _fs(dirpath), path(dirpath, name)
-    fs.makedirs(str(dirpath).rstrip("/"), exist_ok=True)
+    fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(final + ".partial", "w") as f:
         json.dump(data, f, indent=1, default=str)
     fs.mv(final + ".partial", final)

@@ -23,6 +23,7 @@ run is on), ``SRIFTY_CHECKPOINT_DIR``, ``SRIFTY_BATCH_SIZES`` (the global batch)
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import statistics
@@ -59,6 +60,8 @@ class MigrationTriggers(Callback):
         first_check_steps: steps measured before the first check.
         catalog_loader: returns today's catalog (default ``Catalog.load``).
         predictor_url: a ``srifty serve`` service to post drift observations to.
+        work_from: what the remaining work is counted from: ``"trainer"`` (its max_steps or epochs, the default) or
+            ``"plan"`` (the work the plan was made for, when the Trainer runs only a part of it).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class MigrationTriggers(Callback):
         first_check_steps: int = 30,
         catalog_loader: Callable[[], Any] | None = None,
         predictor_url: str | None = None,
+        work_from: str = "trainer",
     ) -> None:
         from predictor.exceptions import ConfigError
         from predictor.plan import load_plan
@@ -87,6 +91,12 @@ class MigrationTriggers(Callback):
                 parameter="plan",
                 value=None,
             )
+        if isinstance(plan, str) and "://" in plan:  # the launcher keeps plans beside the checkpoints (s3://...)
+            from fsspec.core import url_to_fs
+
+            fs, where = url_to_fs(plan)
+            with fs.open(where, "r") as f:
+                plan = json.load(f)
         self.plan = plan if hasattr(plan, "entries") else load_plan(plan)
         env_choice = os.environ.get("SRIFTY_CHOICE")
         self.current = current if current is not None else int(env_choice) if env_choice else self.plan.chosen
@@ -101,6 +111,13 @@ class MigrationTriggers(Callback):
                 raise ConfigError(
                     f"MigrationTriggers' {name} is a share such as 0.2. Got {value!r}.", parameter=name, value=value
                 )
+        if work_from not in ("trainer", "plan"):
+            raise ConfigError(
+                f"MigrationTriggers' work_from must be 'trainer' or 'plan'. Got {work_from!r}.",
+                parameter="work_from",
+                value=work_from,
+            )
+        self.work_from = work_from
         self.dirpath = dirpath or os.environ.get("SRIFTY_CHECKPOINT_DIR")
         self.profile = profile
         sizes = os.environ.get("SRIFTY_BATCH_SIZES")
@@ -155,8 +172,8 @@ class MigrationTriggers(Callback):
         step_s = statistics.median(self._durations)
         self._durations.clear()
         self._last_check = now
-        remaining = _remaining_steps(trainer)
-        if remaining is None or remaining <= 0:
+        remaining = None if self.work_from == "plan" else _remaining_steps(trainer)
+        if remaining is not None and remaining <= 0:
             return
         args_ = (trainer, step_s, remaining)
         self._thread = threading.Thread(target=self._check_safely, args=args_, name="srifty-triggers", daemon=True)
@@ -181,13 +198,13 @@ class MigrationTriggers(Callback):
 
     # --- the check (rank 0, background thread) -----------------------------------------------------------------------
 
-    def _check_safely(self, trainer: pl.Trainer, step_s: float, remaining_steps: int) -> None:
+    def _check_safely(self, trainer: pl.Trainer, step_s: float, remaining_steps: int | None) -> None:
         try:
             self._check(trainer, step_s, remaining_steps)
         except Exception as exc:  # noqa: BLE001 - a failed check must never stop training
             log.warning("MigrationTriggers: the check failed and is skipped: %s", exc)
 
-    def _check(self, trainer: pl.Trainer, step_s: float, remaining_steps: int) -> None:
+    def _check(self, trainer: pl.Trainer, step_s: float, remaining_steps: int | None) -> None:
         from predictor.catalog import Catalog
         from predictor.replan import decide_move, drift
 
@@ -201,7 +218,8 @@ class MigrationTriggers(Callback):
         entry = self.plan.entries[self.current]
         off = drift(measured, entry.throughput_samples_s)
         catalog = self.catalog_loader() if self.catalog_loader else Catalog.load()
-        refreshed = (catalog.info.source, catalog.info.snapshot) != (self.plan.catalog_source, self.plan.catalog_snapshot)
+        made_from = (self.plan.catalog_source, self.plan.catalog_snapshot)
+        refreshed = (catalog.info.source, catalog.info.snapshot) != made_from
         known = markers.read(self.dirpath, CALIBRATION) or {}
         if abs(off) > self.drift_threshold:
             why = "drift"
@@ -216,11 +234,17 @@ class MigrationTriggers(Callback):
                 100 * off,
             )
             return
+        if remaining_steps is not None:
+            remaining = remaining_steps * global_batch
+        else:
+            remaining = self.plan.constraints.work_samples - trainer.global_step * global_batch
+        if remaining <= 0:
+            return
         decision = decide_move(
             profile,
             self.plan,
             self.current,
-            remaining_steps * global_batch,
+            remaining,
             why=why,
             measured_throughput=measured,
             catalog=catalog,
@@ -259,7 +283,9 @@ class MigrationTriggers(Callback):
         from predictor.profile import load_profile
 
         if self.profile is not None:
-            return self.profile if hasattr(self.profile, "batch") else load_profile(self.profile)
+            if not hasattr(self.profile, "batch"):
+                self.profile = load_profile(self.profile)
+            return self.profile
         from lightning_srifty.callback import SriftyCallback
 
         for cb in trainer.callbacks:  # type: ignore[attr-defined]

@@ -62,6 +62,8 @@ class Options:
     bucket: str | None = None
     root_volume_gb: int = 200
     aws_endpoint: str | None = None
+    checkpoint_prefix: str | None = None  # default checkpoints/<name>/; srifty launch shares one across fleets
+    handover: bool = False  # instances wait for HANDOVER-<name>.json (srifty launch)
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$")
@@ -138,7 +140,14 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
         if options.vpc_id
         else {"create_vpc": True}
     )
-    checkpoints: dict[str, Any] = {"prefix": f"checkpoints/{name}/"}
+    prefix = options.checkpoint_prefix or f"checkpoints/{name}/"
+    if not re.match(r"^[A-Za-z0-9!_.*'()/-]*/$", prefix) or prefix.startswith("/"):
+        raise ConfigError(
+            f"The checkpoint prefix {prefix!r} must end with a slash and not start with one, e.g. runs/resnet-1/.",
+            parameter="checkpoint_prefix",
+            value=prefix,
+        )
+    checkpoints: dict[str, Any] = {"prefix": prefix}
     if options.bucket:
         checkpoints.update(create_bucket=False, bucket=options.bucket)
     train: dict[str, Any] = {
@@ -148,6 +157,8 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
     }
     if options.resume_from:
         train["resume_from"] = options.resume_from
+    if options.handover:
+        train["handover"] = True
     values: dict[str, Any] = {
         "region": options.region or entry.region,
         "name": name,

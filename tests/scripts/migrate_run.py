@@ -95,6 +95,8 @@ def main() -> None:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--from-env", action="store_true", help="batch sizes, checkpoints and resume from srifty launch")
     p.add_argument("--step-sleep", type=float, default=0.0)
+    p.add_argument("--triggers-profile", help="add MigrationTriggers with this profile (under srifty launch)")
+    p.add_argument("--triggers-after", type=int, default=10, help="steps measured before the first check")
     args = p.parse_args()
     out = Path(args.out)
     if args.from_env:
@@ -111,6 +113,17 @@ def main() -> None:
         callbacks.append(SigtermAt(args.sigterm_at))
     if args.step_sleep:
         callbacks.append(Sleep(args.step_sleep))
+    if args.triggers_profile:
+        from lightning_srifty.triggers import MigrationTriggers
+
+        callbacks.append(
+            MigrationTriggers(
+                profile=args.triggers_profile,
+                first_check_steps=args.triggers_after,
+                check_every_s=3600,
+                work_from="plan",  # these 40 steps stand for the start of the plan's long run
+            )
+        )
     strategy = SriftyDDPStrategy(batch_sizes=sizes, process_group_backend="gloo") if len(sizes) > 1 else "auto"
     trainer = pl.Trainer(
         accelerator="cpu",

@@ -398,6 +398,7 @@ resource "aws_launch_template" "group" {
     rdzv_port      = var.train.rdzv_port
     checkpoint_uri = "s3://${local.bucket}/${var.checkpoints.prefix}"
     resume_from    = var.train.resume_from == null ? "" : var.train.resume_from
+    handover       = var.train.handover
   }))
 
   tags = local.fleet_tags

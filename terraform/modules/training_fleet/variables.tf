@@ -174,13 +174,14 @@ variable "enable_cloudwatch" {
 }
 
 variable "train" {
-  description = "What every instance runs at boot: setup_command installs the environment; command is the training command torchrun starts (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count."
+  description = "What every instance runs at boot: setup_command installs the environment; command is the training command torchrun starts (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count; handover = true (srifty launch) makes every instance wait for HANDOVER-<name>.json under the checkpoint prefix and take the job's settings (checkpoint to resume from, per-rank batch sizes) from it."
   type = object({
     setup_command = optional(string, "")
     command       = string
     nnodes        = number
     rdzv_port     = optional(number, 29400)
     resume_from   = optional(string)
+    handover      = optional(bool, false)
   })
 
   validation {

@@ -1,0 +1,44 @@
+"""What ``srifty launch`` needs from a provisioner: capacity up, the job started on it, the job's state, capacity
+down. Two implementations: :class:`~lightning_srifty.provision.local.LocalProvisioner` (processes on this machine)
+and :class:`~lightning_srifty.provision.terraform_fleet.TerraformProvisioner` (the generated Terraform of a plan)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from predictor.plan import Plan, PlanEntry
+
+
+@dataclass
+class Fleet:
+    """One fleet of one plan, as brought up by a provisioner."""
+
+    plan: Plan
+    index: int  # in plan.entries
+    name: str  # unique within a launch (resource names, the handover object)
+    data: dict[str, Any] = field(default_factory=dict)  # the provisioner's own (processes, folders, outputs)
+
+    @property
+    def entry(self) -> PlanEntry:
+        return self.plan.entries[self.index]
+
+
+class Provisioner(Protocol):
+    kind: str
+
+    def up(self, plan: Plan, index: int, name: str) -> Fleet:
+        """Bring the capacity of ``plan.entries[index]`` up (nothing runs on it yet)."""
+
+    def start(self, fleet: Fleet, env: dict[str, str]) -> None:
+        """Start the job on the fleet with these SRIFTY_* settings."""
+
+    def poll(self, fleet: Fleet) -> int | None:
+        """The job's exit status once it is known to have ended; None while running or when it cannot be seen
+        (remote fleets: the markers beside the checkpoints tell)."""
+
+    def stop(self, fleet: Fleet) -> None:
+        """Stop the job if it still runs (a failure elsewhere)."""
+
+    def down(self, fleet: Fleet) -> None:
+        """Release the capacity."""

@@ -1,0 +1,94 @@
+"""The ``local`` provisioner: a fleet of N instances x G GPUs becomes N x G processes on this machine under
+``torch.distributed.run --standalone`` (for trying ``srifty launch`` out and for the tests; no capacity to bring up).
+
+``simulate_notice_after``: the first fleet gets a local instance metadata service and a spot interruption notice
+after that many seconds (what :class:`~lightning_srifty.preemption.SpotPreemption` reacts to on EC2)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from lightning_srifty.provision.base import Fleet
+from predictor.exceptions import MigrationError
+from predictor.plan import Plan
+
+
+class LocalProvisioner:
+    kind = "local"
+
+    def __init__(
+        self,
+        script: list[str],
+        *,
+        max_processes: int = 8,
+        simulate_notice_after: float | None = None,
+        echo: Any = print,
+    ) -> None:
+        self.script, self.max_processes, self.echo = list(script), max_processes, echo
+        self.simulate_notice_after = simulate_notice_after
+        self._started = 0
+
+    def up(self, plan: Plan, index: int, name: str) -> Fleet:
+        entry = plan.entries[index]
+        ranks = sum(g.count * g.gpus_per_instance for g in entry.groups)
+        if ranks > self.max_processes:
+            raise MigrationError(
+                f"{entry.fleet} has {ranks} GPUs: the local provisioner runs one process per GPU and is limited to "
+                f"{self.max_processes} (--max-local-processes)."
+            )
+        return Fleet(plan, index, name, {"ranks": ranks})
+
+    def start(self, fleet: Fleet, env: dict[str, str]) -> None:
+        full = {**os.environ, **env}
+        imds = None
+        if self.simulate_notice_after is not None and self._started == 0:
+            from lightning_srifty.imds_sim import LocalIMDS
+
+            group = fleet.entry.groups[0]
+            imds = LocalIMDS(
+                {"meta-data/instance-type": group.instance_type, "meta-data/instance-life-cycle": "spot"}
+            ).__enter__()
+            full.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, AWS_EC2_METADATA_DISABLED="false")
+            threading.Timer(self.simulate_notice_after, imds.notify).start()
+        self._started += 1
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        command += [f"--nproc_per_node={fleet.data['ranks']}", *self.script]
+        self.echo(
+            f"srifty launch: {fleet.entry.fleet} ({fleet.entry.market}) as {fleet.data['ranks']} local process(es), "
+            f"batches [{env['SRIFTY_BATCH_SIZES'].replace(',', ', ')}]"
+        )
+        fleet.data.update(process=subprocess.Popen(command, env=full), imds=imds)
+
+    def poll(self, fleet: Fleet) -> int | None:
+        process = fleet.data.get("process")
+        code = process.poll() if process is not None else None
+        if code is not None and fleet.data.get("imds") is not None:
+            fleet.data.pop("imds").__exit__(None, None, None)
+        return code
+
+    def wait(self, fleet: Fleet, timeout: float) -> int | None:
+        process = fleet.data.get("process")
+        if process is None:
+            return None
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return self.poll(fleet)
+
+    def stop(self, fleet: Fleet) -> None:
+        process = fleet.data.get("process")
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.poll(fleet)
+
+    def down(self, fleet: Fleet) -> None:
+        self.stop(fleet)

@@ -1,0 +1,84 @@
+"""The ``terraform`` provisioner: each fleet of ``srifty launch`` is a root module written by ``srifty terraform``
+(the reviewed ``training_fleet`` module) in ``<workdir>/fleets/<name>``, applied and destroyed with python-terraform.
+
+All fleets of one launch share the checkpoint bucket and prefix (an existing bucket: destroying a fleet must not take
+the checkpoints with it). Every instance boots, installs the environment and waits for ``HANDOVER-<name>.json``
+under the prefix (``train.handover``): the launcher writes it once the previous fleet has left, with the checkpoint to
+resume from and the per-rank batch sizes. So a new fleet can be brought up while the old one still trains
+(voluntary moves), and the old one is destroyed only after the new one has its handover.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from lightning_srifty import markers
+from lightning_srifty.provision.base import Fleet
+from lightning_srifty.provision.generate import Options, generate
+from lightning_srifty.provision.runner import apply, destroy
+from predictor.exceptions import ConfigError
+from predictor.plan import Plan
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` -> (bucket, ``some/prefix/``)."""
+    if not uri.startswith("s3://") or len(uri) <= 5:
+        raise ConfigError(
+            f"The terraform provisioner keeps checkpoints in S3: give --checkpoint-uri s3://bucket/prefix (an existing "
+            f"bucket). Got {uri!r}.",
+            parameter="checkpoint_uri",
+            value=uri,
+        )
+    bucket, _, prefix = uri[5:].partition("/")
+    prefix = prefix.strip("/")
+    return bucket, (prefix + "/") if prefix else ""
+
+
+class TerraformProvisioner:
+    kind = "terraform"
+
+    def __init__(
+        self,
+        workdir: str | Path,
+        checkpoint_uri: str,
+        options: Options | None = None,
+        *,
+        catalog: Any = None,
+        echo: Any = print,
+    ) -> None:
+        bucket, prefix = split_s3(checkpoint_uri)
+        if not prefix:
+            raise ConfigError(
+                f"Give the checkpoints a prefix inside the bucket, e.g. s3://{bucket}/runs/resnet-1 (the instances may "
+                "only touch keys under it).",
+                parameter="checkpoint_uri",
+                value=checkpoint_uri,
+            )
+        self.root = Path(workdir) / "fleets"
+        self.checkpoint_uri = f"s3://{bucket}/{prefix}".rstrip("/")
+        self.options = dataclasses.replace(options or Options(), bucket=bucket, checkpoint_prefix=prefix, handover=True)
+        self.catalog, self.echo = catalog, echo
+
+    def up(self, plan: Plan, index: int, name: str) -> Fleet:
+        folder = self.root / name
+        opts = dataclasses.replace(self.options, name=name)
+        generate(plan, folder, choice=index, options=opts, catalog=self.catalog)
+        self.echo(f"srifty launch: terraform apply of {plan.entries[index].fleet} ({name}) in {folder}")
+        outputs = apply(folder, yes=True, echo=self.echo)
+        return Fleet(plan, index, name, {"folder": folder, "outputs": outputs})
+
+    def start(self, fleet: Fleet, env: dict[str, str]) -> None:
+        written = markers.write(self.checkpoint_uri, markers.handover(fleet.name), {"fleet": fleet.name, "env": env})
+        self.echo(f"srifty launch: {fleet.entry.fleet} ({fleet.name}) handed over: {written}")
+
+    def poll(self, fleet: Fleet) -> int | None:
+        return None  # the job runs on the instances: the markers beside the checkpoints tell
+
+    def stop(self, fleet: Fleet) -> None:
+        pass  # destroying the fleet stops it
+
+    def down(self, fleet: Fleet) -> None:
+        self.echo(f"srifty launch: terraform destroy of {fleet.entry.fleet} ({fleet.name})")
+        destroy(fleet.data["folder"], yes=True, echo=self.echo)
