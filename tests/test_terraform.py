@@ -289,3 +289,109 @@ def test_module_readme_documents_every_input_and_output() -> None:
     for kind, file in (("variable", "variables.tf"), ("output", "outputs.tf")):
         names = re.findall(rf'^{kind} "([a-z_0-9]+)"', (module / file).read_text(), re.M)
         assert names and all(f"| `{n}` |" in readme for n in names), [n for n in names if f"| `{n}` |" not in readme]
+
+
+def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
+    tf_env, moto_endpoint, tmp_path, catalog, monkeypatch
+) -> None:
+    """srifty launch's terraform provisioner against moto: fleet 1 applied and handed over; a drift move request
+    (what MigrationTriggers writes); fleet 2 applied while fleet 1 still stands, then LEAVE; the job's checkpoint;
+    fleet 2 handed over with it; fleet 1 destroyed; FINISHED; fleet 2 destroyed. This test plays the training job
+    (moto's instances run nothing): it reads and writes the markers in moto's S3, as the job would."""
+    import base64
+    import threading
+    import time
+
+    from test_migration import _plan
+
+    from lightning_srifty import markers
+    from lightning_srifty.launch import launch
+    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)  # s3fs (the markers) talks to moto too
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="runs")
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
+    asg = boto3.client("autoscaling", endpoint_url=moto_endpoint, region_name="us-east-1")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    plan = _plan(catalog, tmp_path)
+    uri = "s3://runs/job-1"
+    options = Options(region="us-east-1", ami=ami, aws_endpoint=moto_endpoint, train_command="train.py --epochs 3")
+    lines: list[str] = []
+    provisioner = TerraformProvisioner(tmp_path / "w", uri, options, catalog=catalog, echo=lines.append)
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            result["migrations"] = launch(plan, provisioner=provisioner, workdir=tmp_path / "w", poll_s=0.2, name="mig")
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            result["error"] = exc
+
+    def wait_for(what, timeout: float = 240.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if "error" in result:
+                raise AssertionError(f"launch failed: {result['error']}\n" + "\n".join(lines[-30:]))
+            value = what()
+            if value:
+                return value
+            time.sleep(0.2)
+        raise AssertionError("timed out\n" + "\n".join(lines[-30:]))
+
+    def groups(name: str) -> list[dict]:
+        return asg.describe_auto_scaling_groups(Filters=[{"Name": "tag:srifty:fleet", "Values": [name]}])[
+            "AutoScalingGroups"
+        ]
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    first = wait_for(lambda: markers.read(uri, markers.handover("mig-1")))
+    assert first["env"]["SRIFTY_RESUME"] == "" and first["env"]["SRIFTY_BATCH_SIZES"] == "8"
+    assert first["env"]["SRIFTY_CHECKPOINT_DIR"] == uri and first["env"]["SRIFTY_FLEET"] == plan.entries[0].fleet
+    assert len(groups("mig-1")) == 1
+    # the job asks to move to another fleet (a re-ranked plan) and keeps training
+    moved = rank_other(plan, catalog)
+    request = {"why": "drift", "reason": "test", "to_fleet": moved.entries[0].fleet, "plan": moved.to_dict()}
+    markers.write(uri, markers.MOVE_REQUEST, request)
+    wait_for(lambda: markers.exists(uri, markers.LEAVE))
+    assert len(groups("mig-1")) == 1 and len(groups("mig-2")) == 1  # the new fleet is up, the old one still stands
+    (group,) = groups("mig-2")
+    template = group["MixedInstancesPolicy"]["LaunchTemplate"]["LaunchTemplateSpecification"]["LaunchTemplateId"]
+    data = ec2.describe_launch_template_versions(LaunchTemplateId=template)["LaunchTemplateVersions"][0]
+    user_data = base64.b64decode(data["LaunchTemplateData"]["UserData"]).decode()
+    assert "job-1/HANDOVER-mig-2.json" in user_data and "torchrun" in user_data
+    # the job checkpoints and leaves
+    s3.put_object(Bucket="runs", Key="job-1/move-step=120.ckpt", Body=b"weights")
+    left = {"step": 120, "checkpoint": f"{uri}/move-step=120.ckpt", "why": "drift: test", "move": True}
+    markers.write(uri, markers.PREEMPTED, left)
+    second = wait_for(lambda: markers.read(uri, markers.handover("mig-2")))
+    assert second["env"]["SRIFTY_RESUME"] == f"{uri}/move-step=120.ckpt"
+    assert second["env"]["SRIFTY_FLEET"] == moved.entries[0].fleet and second["env"]["SRIFTY_PLAN"].startswith(uri)
+    wait_for(lambda: not groups("mig-1"))  # the old fleet goes once the new one has its job
+    markers.write(uri, markers.FINISHED, {"step": 400})
+    thread.join(300)
+    assert "error" not in result, result.get("error")
+    (move,) = result["migrations"]
+    assert (move.trigger, move.voluntary, move.step) == ("drift", True, 120)
+    assert (move.from_fleet, move.to_fleet) == (plan.entries[0].fleet, moved.entries[0].fleet)
+    assert not groups("mig-2")
+    assert [line for line in lines if line.startswith("srifty launch: terraform")] == [
+        f"srifty launch: terraform apply of {plan.entries[0].fleet} (mig-1) in {tmp_path / 'w' / 'fleets' / 'mig-1'}",
+        f"srifty launch: terraform apply of {moved.entries[0].fleet} (mig-2) in {tmp_path / 'w' / 'fleets' / 'mig-2'}",
+        f"srifty launch: terraform destroy of {plan.entries[0].fleet} (mig-1)",
+        f"srifty launch: terraform destroy of {moved.entries[0].fleet} (mig-2)",
+    ]
+    assert s3.head_object(Bucket="runs", Key="job-1/move-step=120.ckpt")  # the checkpoints outlive every fleet
+
+
+def rank_other(plan, catalog):
+    """A plan for another fleet than the first's (what a drift re-ranking would produce)."""
+    from predictor.profile import load_profile
+    from predictor.rank import Constraints, rank
+    from test_profile_schema import MINIMAL
+
+    other = "g5.xlarge" if plan.entries[0].groups[0].instance_type != "g5.xlarge" else "g4dn.xlarge"
+    profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})
+    return rank(
+        profile, Constraints(steps=50_000, market="on-demand", allow=(other,), max_instances=1), catalog=catalog
+    )
