@@ -68,8 +68,9 @@ class Migration:
     to_fleet: str
     step: int | None
     notice_to_durable_s: float | None  # from the job's SpotPreemption
-    downtime_s: float  # from the checkpoint being durable (the job leaving) to the job started on the new fleet
+    downtime_s: float  # from the old job's exit to the job started on the new fleet (provisioning, spot moves)
     provisioned_while_training_s: float  # voluntary moves: bringing the new fleet up, while the old one trained
+    durable_unix: float | None = None  # when the checkpoint was durable (the job's clock)
 
 
 def _env(plan_uri: str, fleet: Fleet, sizes: list[int], checkpoint_dir: str, resume: str) -> dict[str, str]:
@@ -209,6 +210,7 @@ def launch(
                     left.get("notice_to_durable_s"),
                     time.monotonic() - gone,
                     up_s,
+                    left.get("durable_unix"),
                 )
             )
             provisioner.down(fleet)  # the old fleet goes last: the new one has its job

@@ -167,7 +167,8 @@ class SpotPreemption(Callback):
             return
         self.preempted = True
         if trainer.is_global_zero:  # what `srifty launch` reads (torchrun does not pass a worker's exit status on)
-            marker = {"step": trainer.global_step, "checkpoint": path, "why": self._why, **self.timings}
+            marker = {"step": trainer.global_step, "checkpoint": path, "why": self._why, "durable_unix": time.time()}
+            marker.update(self.timings)
             markers.write(self.dirpath, PREEMPTED_MARKER, {**marker, **self._leave_details})
         self._restore()
         if self.exit_process:

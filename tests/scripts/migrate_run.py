@@ -54,7 +54,9 @@ class Model(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         ids, x, y = batch
         if self.global_rank == 0 and not (self.out / "first-step.json").exists():
-            (self.out / "first-step.json").write_text(json.dumps({"s_from_start": time.monotonic() - START}))
+            (self.out / "first-step.json").write_text(
+                json.dumps({"s_from_start": time.monotonic() - START, "unix": time.time()})
+            )
         with open(self.out / f"seen-rank{self.global_rank}.txt", "a") as f:
             f.write(f"{self.current_epoch} {self.global_step} " + " ".join(str(int(i)) for i in ids) + "\n")
         return nn.functional.mse_loss(self.net(x), y)
