@@ -102,6 +102,8 @@ class PlanConstraints:
     spot_share: float | None = doc_field("share of spot instances in mixed-market fleets", default=None, min=0, max=1)
     on_demand_base: int | None = doc_field("on-demand instances before the spot share applies", default=None, min=0)
     current_fleet: str | None = doc_field("the fleet savings and migration effort are measured against", default=None)
+    allow: list[str] | None = doc_field("instance types or families considered (none: all)", default=None)
+    deny: list[str] | None = doc_field("instance types or families left out", default=None)
     deadline_h: float | None = doc_field("wall-time limit", default=None, exclusive_min=0)
     budget_usd: float | None = doc_field("cost limit", default=None, exclusive_min=0)
     max_hourly_usd: float | None = doc_field("limit on the fleet's price per hour", default=None, exclusive_min=0)

@@ -441,6 +441,8 @@ def rank(
             spot_share=constraints.spot_share if "mixed" in markets else None,
             on_demand_base=constraints.on_demand_base if "mixed" in markets else None,
             current_fleet=current[0] if current else None,
+            allow=tuple(constraints.allow) or None,
+            deny=tuple(constraints.deny) or None,
             deadline_h=constraints.deadline_h,
             budget_usd=constraints.budget_usd,
             max_hourly_usd=constraints.max_hourly_usd,

@@ -80,6 +80,8 @@ def remaining_constraints(plan: Plan, remaining_samples: float, *, elapsed_h: fl
         max_types=c.max_types,
         max_hourly_usd=c.max_hourly_usd,
         min_memory_headroom=c.min_memory_headroom,
+        allow=tuple(c.allow or ()),
+        deny=tuple(c.deny or ()),
         top=5,
     )
 

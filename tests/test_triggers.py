@@ -1,0 +1,107 @@
+"""MigrationTriggers inside a real (1-process) Lightning run: the price trigger asks to move when the catalog is
+refreshed with dearer prices, nothing happens while prices and speed are as planned, and bad setups are named."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import replace
+
+import lightning.pytorch as pl
+import pytest
+
+from helpers import TinyModel, loader, trainer
+from lightning_srifty import markers
+from lightning_srifty.preemption import SpotPreemption
+from lightning_srifty.triggers import MigrationTriggers
+from predictor.catalog.catalog import Catalog, CatalogInfo
+from predictor.catalog.instances import with_prices
+from predictor.exceptions import ConfigError
+from predictor.profile import load_profile
+from predictor.rank import Constraints, rank
+from test_profile_schema import MINIMAL
+
+
+class Slow(pl.Callback):
+    def on_train_batch_end(self, *args) -> None:
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def setting(catalog):
+    # a 10 ms step (~350 samples/s of batch 8 on the plan's T4): about what these CPU steps (20 ms sleep) measure
+    timing = {"step_time_s": {"p50": 0.01}}
+    profile = load_profile({**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}, "timing": timing})
+    c = Constraints(steps=100_000, market="on-demand", allow=("g4dn.xlarge", "g5.xlarge"), max_instances=2)
+    return profile, rank(profile, c, catalog=catalog)
+
+
+def _refreshed(catalog: Catalog, itype: str, factor: float) -> Catalog:
+    instances = {
+        it.name: with_prices(it, [replace(p, usd_hr=p.usd_hr * factor) for p in it.prices]) if it.name == itype else it
+        for it in catalog
+    }
+    return Catalog(instances, catalog.gpus, CatalogInfo("refreshed copy (test)", "2026-11-22"))
+
+
+def _run(tmp_path, setting, catalog_loader) -> tuple[MigrationTriggers, SpotPreemption, pl.Trainer]:
+    profile, plan = setting
+    preemption = SpotPreemption(str(tmp_path), exit_process=False, handle_sigterm=False)
+    triggers = MigrationTriggers(
+        plan,
+        0,
+        str(tmp_path),
+        profile=profile,
+        first_check_steps=5,
+        check_every_s=3600,
+        drift_threshold=9.99,  # CPU steps are far off any GPU prediction: only prices decide here
+        catalog_loader=catalog_loader,
+        work_from="plan",
+    )
+    t = trainer([Slow(), preemption, triggers], max_steps=30)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    triggers.wait(30)
+    return triggers, preemption, t
+
+
+def test_dearer_prices_ask_to_move_and_training_goes_on_until_the_launcher_answers(tmp_path, setting, catalog) -> None:
+    plan = setting[1]
+    current = plan.entries[0]
+    dearer = _refreshed(catalog, current.groups[0].instance_type, 5.0)
+    assert current.groups[0].instance_type == "g4dn.xlarge"
+    triggers, preemption, t = _run(tmp_path, setting, lambda: dearer)
+    request = markers.read(str(tmp_path), markers.MOVE_REQUEST)
+    assert request is not None and request["why"] == "price" and request["from_fleet"] == current.fleet
+    assert current.groups[0].instance_type not in request["to_fleet"] and request["savings"] > 0.15
+    assert request["plan"]["catalog_source"] == "refreshed copy (test)"  # re-ranked at today's prices
+    (decision,) = triggers.decisions
+    assert decision.move and decision.target.fleet == request["to_fleet"]
+    # nobody answered LEAVE: the run went on to its end and says so
+    assert t.global_step == 30 and not preemption.preempted
+    assert markers.read(str(tmp_path), markers.FINISHED) == {"step": 30}
+    assert json.loads((tmp_path / "calibration.json").read_text())  # the measurement is kept for later fleets
+
+
+def test_unchanged_prices_and_speed_within_the_threshold_do_nothing(tmp_path, setting, catalog) -> None:
+    plan = setting[1]
+    info = CatalogInfo(plan.catalog_source, plan.catalog_snapshot)
+    same = Catalog({it.name: it for it in catalog}, catalog.gpus, info)
+    triggers, _, t = _run(tmp_path, setting, lambda: same)
+    assert triggers.decisions == [] and triggers.requested is None
+    assert markers.read(str(tmp_path), markers.MOVE_REQUEST) is None and t.global_step == 30
+
+
+def test_setup_errors_name_the_fix(tmp_path, setting, monkeypatch) -> None:
+    profile, plan = setting
+    monkeypatch.delenv("SRIFTY_PLAN", raising=False)
+    with pytest.raises(ConfigError, match="SRIFTY_PLAN"):
+        MigrationTriggers()
+    with pytest.raises(ConfigError, match="current=7 is not a fleet of the plan"):
+        MigrationTriggers(plan, 7)
+    with pytest.raises(ConfigError, match="work_from must be"):
+        MigrationTriggers(plan, 0, work_from="epochs")
+    with pytest.raises(ConfigError, match="add SpotPreemption"):
+        trainer([MigrationTriggers(plan, 0, str(tmp_path), profile=profile)], max_steps=2).fit(
+            TinyModel(), train_dataloaders=loader()
+        )
