@@ -3,7 +3,6 @@
 python tests/scripts/ddp_grad_check.py   (prints 'max_abs_diff=<x> buckets=<n> records=<m>')
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -11,7 +10,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import rendezvous
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -39,15 +37,6 @@ def grads(rank: int, timed: bool) -> tuple[list[torch.Tensor], AllReduceTimer | 
     return [p.grad.clone() for p in ddp.parameters()], timer
 
 
-def _leave() -> None:
-    """Exit without tearing DDP down: with a Python comm hook, torch's gloo process group can deadlock in its
-    destructor (the main thread holds the GIL joining the gloo run-loop thread, which waits for the GIL to free the
-    hook's future callback; seen in CI, torch 2.13). The result is written; nothing else needs cleaning up."""
-    dist.barrier()
-    sys.stdout.flush()
-    os._exit(0)
-
-
 def worker(rank: int, port: int, result_file: str) -> None:
     rendezvous.join(rank, port, world_size=2)
     plain, _ = grads(rank, timed=False)
@@ -59,7 +48,7 @@ def worker(rank: int, port: int, result_file: str) -> None:
             f"max_abs_diff={diff} buckets={len(series.buckets)} steps={len(series.busy_s)} "
             f"bytes={series.bytes_per_step}\n"
         )
-    _leave()
+    rendezvous.leave()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 python tests/scripts/hetero_grad_check.py RESULT   (writes 'max_abs_diff=<x> max_abs_grad=<y>')
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -11,7 +10,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import rendezvous
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -31,15 +29,6 @@ def data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(sum(SIZES), 16, generator=g).double(), torch.randn(sum(SIZES), 3, generator=g).double()
 
 
-def _leave() -> None:
-    """Exit without tearing DDP down: with a Python comm hook, torch's gloo process group can deadlock in its
-    destructor (the main thread holds the GIL joining the gloo run-loop thread, which waits for the GIL to free the
-    hook's future callback; seen in CI, torch 2.13). The result is written; nothing else needs cleaning up."""
-    dist.barrier()
-    sys.stdout.flush()
-    os._exit(0)
-
-
 def worker(rank: int, port: int, result: str) -> None:
     rendezvous.join(rank, port, world_size=2)
     ddp = DDP(model(), bucket_cap_mb=0.01)
@@ -53,7 +42,7 @@ def worker(rank: int, port: int, result: str) -> None:
         diff = max((a.grad - b.grad).abs().max().item() for a, b in zip(ddp.parameters(), full.parameters()))
         scale = max(b.grad.abs().max().item() for b in full.parameters())
         Path(result).write_text(f"max_abs_diff={diff} max_abs_grad={scale}\n")
-    _leave()
+    rendezvous.leave()
 
 
 if __name__ == "__main__":
