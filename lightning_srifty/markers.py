@@ -15,6 +15,7 @@ place, so a reader never sees half of one.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 MOVE_REQUEST = "MOVE_REQUEST.json"
@@ -31,7 +32,13 @@ def handover(fleet_name: str) -> str:
 def _fs(dirpath: str) -> Any:
     from fsspec.core import url_to_fs
 
-    return url_to_fs(dirpath)[0]
+    options: dict[str, Any] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if str(dirpath).startswith(("s3://", "s3a://")) and endpoint:
+        # explicit, so that fsspec's cache of filesystems (keyed by these options) never hands out one made for
+        # another endpoint
+        options["endpoint_url"] = endpoint
+    return url_to_fs(dirpath, **options)[0]
 
 
 def path(dirpath: str, name: str) -> str:

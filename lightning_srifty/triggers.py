@@ -23,7 +23,6 @@ run is on), ``SRIFTY_CHECKPOINT_DIR``, ``SRIFTY_BATCH_SIZES`` (the global batch)
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import statistics
@@ -92,11 +91,8 @@ class MigrationTriggers(Callback):
                 value=None,
             )
         if isinstance(plan, str) and "://" in plan:  # the launcher keeps plans beside the checkpoints (s3://...)
-            from fsspec.core import url_to_fs
-
-            fs, where = url_to_fs(plan)
-            with fs.open(where, "r") as f:
-                plan = json.load(f)
+            folder, _, name = plan.rpartition("/")
+            plan = markers.read(folder, name) or plan
         self.plan = plan if hasattr(plan, "entries") else load_plan(plan)
         env_choice = os.environ.get("SRIFTY_CHOICE")
         self.current = current if current is not None else int(env_choice) if env_choice else self.plan.chosen
