@@ -92,7 +92,14 @@ class MigrationTriggers(Callback):
             )
         if isinstance(plan, str) and "://" in plan:  # the launcher keeps plans beside the checkpoints (s3://...)
             folder, _, name = plan.rpartition("/")
-            plan = markers.read(folder, name) or plan
+            found = markers.read(folder, name)
+            if found is None:
+                raise ConfigError(
+                    f"The plan {plan} does not exist (SRIFTY_PLAN is set by srifty launch; check the URI).",
+                    parameter="plan",
+                    value=plan,
+                )
+            plan = found
         self.plan = plan if hasattr(plan, "entries") else load_plan(plan)
         env_choice = os.environ.get("SRIFTY_CHOICE")
         self.current = current if current is not None else int(env_choice) if env_choice else self.plan.chosen
