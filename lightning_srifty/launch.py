@@ -115,7 +115,7 @@ def launch(
     root = Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
     ckpt = checkpoint_dir or getattr(provisioner, "checkpoint_uri", None) or str((root / "checkpoints").resolve())
-    markers.clear(ckpt, markers.PREEMPTED, markers.FINISHED, markers.MOVE_REQUEST, markers.LEAVE)
+    markers.clear(ckpt, markers.PREEMPTED, markers.FINISHED, markers.FAILED, markers.MOVE_REQUEST, markers.LEAVE)
     log_path = root / "migrations.jsonl"
     migrations: list[Migration] = []
     plans = 0
@@ -147,6 +147,11 @@ def launch(
             code = provisioner.poll(fleet)
             finished = markers.read(ckpt, markers.FINISHED)
             left = markers.read(ckpt, markers.PREEMPTED)
+            failed = markers.read(ckpt, markers.FAILED)
+            if failed is not None:
+                raise MigrationError(
+                    f"The job failed on {fleet.entry.fleet} at step {failed.get('step')}: {failed.get('error')}"
+                )
             request = None if (pending or finished or left) else markers.read(ckpt, markers.MOVE_REQUEST)
             if request is not None:
                 markers.clear(ckpt, markers.MOVE_REQUEST)

@@ -8,6 +8,7 @@ place, so a reader never sees half of one.
     LEAVE.json         launcher -> job  the new fleet is up: checkpoint at the next step and leave
     PREEMPTED.json     job -> launcher  the job left (spot notice, SIGTERM, a granted move): step, checkpoint, why
     FINISHED.json      job -> launcher  training ended normally: the last step
+    FAILED.json        job -> launcher  training raised: the step and the error (the launcher stops, releases fleets)
     HANDOVER-<fleet>.json  launcher -> new fleet  the checkpoint to resume from (a fleet that boots before the old
                        one has left waits for it)
 """
@@ -22,6 +23,7 @@ MOVE_REQUEST = "MOVE_REQUEST.json"
 LEAVE = "LEAVE.json"
 PREEMPTED = "PREEMPTED.json"
 FINISHED = "FINISHED.json"
+FAILED = "FAILED.json"
 PROFILE = "profile.json"  # the job's profile, kept for the triggers of later legs (a resumed run does not re-profile)
 
 

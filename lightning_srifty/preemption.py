@@ -135,6 +135,12 @@ class SpotPreemption(Callback):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._restore()
+        if trainer.is_global_zero and not self.preempted:  # a launcher watching a remote fleet must not wait forever
+            try:
+                error = f"{type(exception).__name__}: {exception}"[:2000]
+                markers.write(self.dirpath, markers.FAILED, {"step": trainer.global_step, "error": error})
+            except Exception as exc:  # noqa: BLE001 - the original exception is what matters
+                log.warning("SpotPreemption: could not write %s: %s", markers.FAILED, exc)
 
     # --- the step boundary -------------------------------------------------------------------------------------------
 

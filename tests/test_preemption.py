@@ -175,3 +175,19 @@ def test_periodic_checkpoints_at_the_plans_interval_keep_the_newest(tmp_path, ca
         (str(p) for p in tmp_path.glob("*.ckpt")), key=lambda p: int(p.split("=")[1].split(".")[0])
     )
     assert not handler.preempted
+
+
+def test_a_run_that_raises_leaves_a_failed_marker_for_the_launcher(tmp_path) -> None:
+    from lightning_srifty import markers
+
+    class Boom(pl.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:
+            if trainer.global_step == 3:
+                raise RuntimeError("the loss is NaN")
+
+    with pytest.raises(RuntimeError, match="NaN"):
+        trainer([Boom(), SpotPreemption(str(tmp_path), exit_process=False)], max_steps=10).fit(
+            TinyModel(), train_dataloaders=loader()
+        )
+    assert markers.read(str(tmp_path), markers.FAILED) == {"step": 3, "error": "RuntimeError: the loss is NaN"}
+    assert markers.read(str(tmp_path), markers.FINISHED) is None
