@@ -149,3 +149,22 @@ def plan_profile():
     from test_profile_schema import MINIMAL
 
     return load_profile({**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}})
+
+
+def test_the_terraform_provisioner_needs_an_s3_prefix_and_says_so(plan, tmp_path, capsys) -> None:
+    from lightning_srifty.cli import main
+    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+    from predictor.exceptions import ConfigError
+
+    plan.save(tmp_path / "plan.json")
+    base = ["launch", "--plan", str(tmp_path / "plan.json"), "--provisioner", "terraform"]
+    assert main([*base, "--", "train.py"]) == 2
+    assert "needs --checkpoint-uri s3://bucket/prefix" in capsys.readouterr().err
+    assert main([*base, "--checkpoint-uri", "/local/dir", "--", "train.py"]) == 2
+    assert "keeps checkpoints in S3" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="a prefix inside the bucket"):
+        TerraformProvisioner(tmp_path, "s3://bucket")
+    provisioner = TerraformProvisioner(tmp_path, "s3://bucket/runs/a/")
+    assert provisioner.checkpoint_uri == "s3://bucket/runs/a"
+    assert (provisioner.options.bucket, provisioner.options.checkpoint_prefix) == ("bucket", "runs/a/")
+    assert provisioner.options.handover
