@@ -73,7 +73,9 @@ class Migration:
     durable_unix: float | None = None  # when the checkpoint was durable (the job's clock)
 
 
-def _env(plan_uri: str, fleet: Fleet, sizes: list[int], checkpoint_dir: str, resume: str) -> dict[str, str]:
+def _env(
+    plan_uri: str, fleet: Fleet, sizes: list[int], checkpoint_dir: str, resume: str, started: float
+) -> dict[str, str]:
     return {
         "SRIFTY_BATCH_SIZES": ",".join(map(str, sizes)),
         "SRIFTY_CHECKPOINT_DIR": checkpoint_dir,
@@ -81,6 +83,8 @@ def _env(plan_uri: str, fleet: Fleet, sizes: list[int], checkpoint_dir: str, res
         "SRIFTY_FLEET": fleet.entry.fleet,
         "SRIFTY_PLAN": plan_uri,
         "SRIFTY_CHOICE": str(fleet.index),
+        # when the run began working to this plan (its deadline counts from then; a re-ranked plan's from the move)
+        "SRIFTY_PLAN_STARTED_UNIX": f"{started:.3f}",
     }
 
 
@@ -118,12 +122,12 @@ def launch(
     markers.clear(ckpt, markers.PREEMPTED, markers.FINISHED, markers.FAILED, markers.MOVE_REQUEST, markers.LEAVE)
     log_path = root / "migrations.jsonl"
     migrations: list[Migration] = []
-    plans = 0
+    plan_started: dict[str, float] = {}
 
     def keep_plan(p: Plan) -> str:  # where the job reads the plan its fleet comes from
-        nonlocal plans
-        plans += 1
-        return markers.write(ckpt, f"plans/plan-{plans}.json", p.to_dict())
+        uri = markers.write(ckpt, f"plans/plan-{len(plan_started) + 1}.json", p.to_dict())
+        plan_started[uri] = time.time()
+        return uri
 
     def record(move: Migration) -> None:
         migrations.append(move)
@@ -140,7 +144,7 @@ def launch(
     fleet = provisioner.up(plan, choice, f"{name}-1")
     up = [fleet]
     try:
-        provisioner.start(fleet, _env(plan_uri, fleet, sizes, ckpt, ""))
+        provisioner.start(fleet, _env(plan_uri, fleet, sizes, ckpt, "", plan_started[plan_uri]))
         pending: tuple[Fleet, str, dict[str, Any], float] | None = None  # a voluntary move's new fleet, up
         while True:
             time.sleep(poll_s)
@@ -202,7 +206,7 @@ def launch(
                     new_uri = plan_uri
                 trigger, voluntary, up_s = "spot", False, 0.0
             sizes = rank_batch_sizes(new.entry, global_batch)
-            provisioner.start(new, _env(new_uri, new, sizes, ckpt, resume))
+            provisioner.start(new, _env(new_uri, new, sizes, ckpt, resume, plan_started[new_uri]))
             record(
                 Migration(
                     dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

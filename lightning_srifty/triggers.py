@@ -252,7 +252,7 @@ class MigrationTriggers(Callback):
             measured_throughput=measured,
             catalog=catalog,
             threshold=self.savings_threshold,
-            elapsed_h=(time.monotonic() - self._started) / 3600,
+            elapsed_h=self._elapsed_h(),
             known=known,
         )
         self.decisions.append(decision)
@@ -281,6 +281,14 @@ class MigrationTriggers(Callback):
                     f"{why}: {decision.reason}", move=True, to_fleet=decision.target.fleet, trigger=why
                 )
                 return
+
+    def _elapsed_h(self) -> float:
+        """Time spent on the plan's work: since the launcher began this plan (``$SRIFTY_PLAN_STARTED_UNIX``; it
+        carries over spot moves, which keep the plan), else since this run's training started."""
+        started = os.environ.get("SRIFTY_PLAN_STARTED_UNIX")
+        if started:
+            return max(0.0, time.time() - float(started)) / 3600
+        return (time.monotonic() - self._started) / 3600
 
     def _profile(self, trainer: pl.Trainer) -> Any:
         from predictor.profile import load_profile

@@ -92,6 +92,8 @@ def test_a_spot_notice_moves_to_the_next_fleet_of_the_plan(plan, tmp_path) -> No
                          ("stop", "f-2"), ("down", "f-2")]  # fmt: skip
     assert rec.envs["f-2"]["SRIFTY_RESUME"] == "c7" and rec.envs["f-2"]["SRIFTY_CHOICE"] == "1"
     assert sum(map(int, rec.envs["f-2"]["SRIFTY_BATCH_SIZES"].split(","))) == 8  # the global batch is kept
+    # a spot move keeps the plan, and the deadline keeps counting from when the run began on it
+    assert rec.envs["f-2"]["SRIFTY_PLAN_STARTED_UNIX"] == rec.envs["f-1"]["SRIFTY_PLAN_STARTED_UNIX"]
 
 
 def test_a_voluntary_move_has_the_new_fleet_up_before_the_job_is_told_to_leave(plan, tmp_path, catalog) -> None:
@@ -116,6 +118,8 @@ def test_a_voluntary_move_has_the_new_fleet_up_before_the_job_is_told_to_leave(p
     assert (move.trigger, move.voluntary, move.to_fleet) == ("price", True, other.entries[0].fleet)
     assert rec.calls[:5] == [("up", "f-1"), ("start", "f-1"), ("up", "f-2"), ("start", "f-2"), ("down", "f-1")]
     assert rec.envs["f-2"]["SRIFTY_PLAN"].endswith("plans/plan-2.json") and rec.envs["f-2"]["SRIFTY_RESUME"] == "c11"
+    # the re-ranked plan's deadline is what was left at the move: it counts from then
+    assert float(rec.envs["f-2"]["SRIFTY_PLAN_STARTED_UNIX"]) > float(rec.envs["f-1"]["SRIFTY_PLAN_STARTED_UNIX"])
 
 
 def test_a_failed_job_stops_the_launch_and_releases_every_fleet(plan, tmp_path) -> None:
