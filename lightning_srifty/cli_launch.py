@@ -14,6 +14,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from predictor.plan import load_plan
 
     script = [a for a in args.command if a != "--"]
+    if not script:
+        raise ConfigError(
+            "Give the training script after --, e.g. srifty launch --plan plan.json -- train.py --epochs 3.",
+            parameter="command",
+        )
     provisioner = None
     if args.provisioner == "terraform":
         from lightning_srifty.provision.generate import Options
@@ -25,26 +30,15 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 "every fleet of the run).",
                 parameter="checkpoint_uri",
             )
-        command = shlex.join(script) if script else None
-        if not command:
-            raise ConfigError(
-                "Give the training command after --, e.g. srifty launch --plan plan.json -- train.py --epochs 3.",
-                parameter="command",
-            )
         options = Options(
             region=args.region,
-            train_command=command,
+            train_command=shlex.join(script),
             setup_command=args.setup_command,
             mode=args.mode,
             ami=args.ami,
             aws_endpoint=args.aws_endpoint,
         )
         provisioner = TerraformProvisioner(args.workdir, args.checkpoint_uri, options)
-    elif not script:
-        raise ConfigError(
-            "Give the training script after --, e.g. srifty launch --plan plan.json -- train.py --epochs 3.",
-            parameter="command",
-        )
     migrations = launch(
         load_plan(args.plan),
         script,

@@ -28,6 +28,7 @@ over the ranks follows the new fleet's speed-proportional shares. Every move is 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import os
 import time
@@ -141,7 +142,8 @@ def launch(
     plan_uri = keep_plan(plan)
     sizes = rank_batch_sizes(plan.entries[choice])
     global_batch = sum(sizes)
-    fleet = provisioner.up(plan, choice, f"{name}-1")
+    numbers = itertools.count(1)  # fleet names stay unique for the whole launch (resources, handover objects)
+    fleet = provisioner.up(plan, choice, f"{name}-{next(numbers)}")
     up = [fleet]
     try:
         provisioner.start(fleet, _env(plan_uri, fleet, sizes, ckpt, "", plan_started[plan_uri]))
@@ -149,14 +151,17 @@ def launch(
         while True:
             time.sleep(poll_s)
             code = provisioner.poll(fleet)
-            finished = markers.read(ckpt, markers.FINISHED)
-            left = markers.read(ckpt, markers.PREEMPTED)
-            failed = markers.read(ckpt, markers.FAILED)
+            there = markers.present(ckpt)  # one listing per poll; only what is there is read
+
+            def read(marker: str, there: set[str] = there) -> dict[str, Any] | None:
+                return markers.read(ckpt, marker) if marker in there else None
+
+            finished, left, failed = read(markers.FINISHED), read(markers.PREEMPTED), read(markers.FAILED)
             if failed is not None:
                 raise MigrationError(
                     f"The job failed on {fleet.entry.fleet} at step {failed.get('step')}: {failed.get('error')}"
                 )
-            request = None if (pending or finished or left) else markers.read(ckpt, markers.MOVE_REQUEST)
+            request = None if (pending or finished or left) else read(markers.MOVE_REQUEST)
             if request is not None:
                 markers.clear(ckpt, markers.MOVE_REQUEST)
                 if len(migrations) >= max_migrations:
@@ -165,7 +170,7 @@ def launch(
                     new_plan = load_plan(request["plan"])
                     echo(f"srifty launch: move requested ({request['why']}): {request.get('reason', '')}")
                     t0 = time.monotonic()
-                    new = provisioner.up(new_plan, new_plan.chosen, f"{name}-{len(up) + 1}")
+                    new = provisioner.up(new_plan, new_plan.chosen, f"{name}-{next(numbers)}")
                     up.append(new)
                     pending = (new, keep_plan(new_plan), request, time.monotonic() - t0)
                     markers.write(ckpt, markers.LEAVE, {"to_fleet": new.entry.fleet})
@@ -201,7 +206,7 @@ def launch(
                     new, new_uri, _, _ = pending
                     pending = None
                 else:
-                    new = provisioner.up(fleet.plan, nxt, f"{name}-{len(up) + 1}")
+                    new = provisioner.up(fleet.plan, nxt, f"{name}-{next(numbers)}")
                     up.append(new)
                     new_uri = plan_uri
                 trigger, voluntary, up_s = "spot", False, 0.0

@@ -24,6 +24,7 @@ LEAVE = "LEAVE.json"
 PREEMPTED = "PREEMPTED.json"
 FINISHED = "FINISHED.json"
 FAILED = "FAILED.json"
+CALIBRATION = "calibration.json"  # measured/predicted factors by GPU from the fleets the job ran on (for the triggers)
 PROFILE = "profile.json"  # the job's profile, kept for the triggers of later legs (a resumed run does not re-profile)
 
 
@@ -64,6 +65,16 @@ def read(dirpath: str, name: str) -> dict[str, Any] | None:
             return json.load(f)
     except FileNotFoundError:
         return None
+
+
+def present(dirpath: str) -> set[str]:
+    """The names in ``dirpath`` now (one listing; what a poll reads before opening only what is there)."""
+    fs = _fs(dirpath)
+    fs.invalidate_cache()
+    try:
+        return {str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(str(dirpath).rstrip("/"), detail=False)}
+    except FileNotFoundError:
+        return set()
 
 
 def exists(dirpath: str, name: str) -> bool:

@@ -38,8 +38,6 @@ from lightning_srifty import markers
 
 log = logging.getLogger("lightning_srifty")
 
-CALIBRATION = "calibration.json"
-
 
 class MigrationTriggers(Callback):
     """Advise a move to another fleet when the run is off its prediction or prices changed (see the module doc).
@@ -223,7 +221,7 @@ class MigrationTriggers(Callback):
         catalog = self.catalog_loader() if self.catalog_loader else Catalog.load()
         made_from = (self.plan.catalog_source, self.plan.catalog_snapshot)
         refreshed = (catalog.info.source, catalog.info.snapshot) != made_from
-        known = markers.read(self.dirpath, CALIBRATION) or {}
+        known = markers.read(self.dirpath, markers.CALIBRATION) or {}
         if abs(off) > self.drift_threshold:
             why = "drift"
             self._post_observation(profile, entry.fleet, measured, step_s)
@@ -258,7 +256,7 @@ class MigrationTriggers(Callback):
         self.decisions.append(decision)
         if decision.plan is not None and decision.plan.calibration:
             factors = {c.gpu: c.factor for c in decision.plan.calibration}
-            markers.write(self.dirpath, CALIBRATION, {**known, **factors})
+            markers.write(self.dirpath, markers.CALIBRATION, {**known, **factors})
         log.warning("MigrationTriggers (%s, %+.0f%% of the prediction): %s", why, 100 * off, decision.reason)
         if not decision.move or decision.plan is None or decision.target is None:
             return

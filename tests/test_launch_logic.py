@@ -172,3 +172,16 @@ def test_the_terraform_provisioner_needs_an_s3_prefix_and_says_so(plan, tmp_path
     assert provisioner.checkpoint_uri == "s3://bucket/runs/a"
     assert (provisioner.options.bucket, provisioner.options.checkpoint_prefix) == ("bucket", "runs/a/")
     assert provisioner.options.handover
+
+
+def test_fleet_names_stay_unique_across_several_moves(plan, tmp_path) -> None:
+    def job(ckpt, rec) -> None:
+        for n in (1, 2):
+            _until(lambda n=n: ("start", f"f-{n}") in rec.calls)
+            markers.write(ckpt, markers.PREEMPTED, {"step": n, "checkpoint": f"c{n}", "why": "notice"})
+        _until(lambda: ("start", "f-3") in rec.calls)
+        markers.write(ckpt, markers.FINISHED, {"step": 20})
+
+    rec, result = _run(plan, tmp_path, job)
+    assert len(result["moves"]) == 2
+    assert [name for call, name in rec.calls if call == "up"] == ["f-1", "f-2", "f-3"]
