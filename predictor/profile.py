@@ -204,6 +204,48 @@ class RankTiming:
     )
 
 
+OpPhase = Literal["forward", "backward", "optimizer"]
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One ATen operator signature of a training step: the same operator on the same input shapes and dtypes in the
+    same phase, with how often it ran in the step. Per-call figures; the step's total is ``count`` times them."""
+
+    op: str = doc_field("ATen operator overload as torch names it (e.g. aten.mm.default, aten.convolution.default)")
+    phase: OpPhase = doc_field("forward (training_step), backward, or optimizer (optimizer.step and zero_grad)")
+    count: int = doc_field("calls of this signature in one step", min=1)
+    shapes: list[list[int]] = doc_field("shapes of the tensor inputs, in argument order (lists flattened)")
+    dtypes: list[str] = doc_field("dtypes of the tensor inputs, in the same order (e.g. float32, bfloat16)")
+    flops: float = doc_field("FLOPs of one call from torch's flop-counter registry (0 when it has no formula)", min=0)
+    bytes_read: float = doc_field("bytes of the tensor inputs of one call", min=0)
+    bytes_written: float = doc_field("bytes of the tensor outputs of one call", min=0)
+    out_shapes: list[list[int]] | None = doc_field("shapes of the tensor outputs", default=None)
+    out_dtype: str | None = doc_field("dtype of the first tensor output", default=None)
+    params: dict[str, list[int]] | None = doc_field(
+        "non-tensor arguments that shape the kernel (convolution stride, padding, dilation, groups, transposed)",
+        default=None,
+    )
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """The ATen operators of one full training step (forward, backward, optimizer), aggregated by signature."""
+
+    device: Literal["cpu", "cuda", "meta", "fake"] = doc_field(
+        "where the step was captured (the table does not depend on it)"
+    )
+    samples: int = doc_field("samples in the captured step (the per-device batch it was captured at)", min=1)
+    ops: list[OpRecord] = doc_field("the operators, aggregated by (op, phase, shapes, dtypes, params)")
+    method: str | None = doc_field("how it was captured (e.g. TorchDispatchMode on one warm-up step)", default=None)
+    precision: str | None = doc_field("Lightning precision the step ran in (autocast applied when mixed)", default=None)
+    total_flops: float | None = doc_field("FLOPs of the whole step (sum of count x flops)", default=None, min=0)
+    skipped: dict[str, int] | None = doc_field(
+        "calls left out because they launch no kernel (views, aliases, metadata), by operator", default=None
+    )
+    notes: list[str] | None = doc_field("what the capture could not see, when anything", default=None)
+
+
 @dataclass(frozen=True)
 class Software:
     """Versions of what ran."""
@@ -228,6 +270,7 @@ class Profile:
     communication: Communication | None = doc_field("gradient all-reduce timings", default=None)
     checkpoint: CheckpointTiming | None = doc_field("checkpoint save and load time", default=None)
     ranks: list[RankTiming] | None = doc_field("per-rank measurements", default=None)
+    ops: OpTable | None = doc_field("the ATen operators of one training step (performance model v2)", default=None)
     software: Software | None = doc_field("versions", default=None)
     created_at: str | None = doc_field("UTC time the profile was written (ISO 8601)", default=None)
     notes: list[str] | None = doc_field("warnings and remarks from the profiler", default=None)
