@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,59 +12,10 @@ from lightning_srifty.cli_catalog import _console
 
 
 def run_eval(data: str) -> dict[str, Any]:
-    """Every validation figure: analytic same-GPU scaling; cross-GPU analytic, and corrected under LOMO and LOGO."""
-    from predictor.catalog.gpus import bundled_gpus
-    from predictor.evaluation import (
-        FLOPS_PER_ITEM,
-        build_cases,
-        case_catalog,
-        cross_validate,
-        load_points,
-        predict_scaling_case,
-        scaling_leave_one_model_out,
-    )
-    from predictor.evaluation import summarize_cases as summary
+    """Every held-out validation figure (:func:`predictor.evaluation.validate`)."""
+    from predictor.evaluation import validate
 
-    gpus = bundled_gpus()
-    cases = build_cases(load_points(data, gpus), gpus)
-    catalog = case_catalog(cases)
-    cross = [c for c in cases if c.kind == "cross"]
-    cross_analytic = [_analytic_cross(c, gpus) for c in cross]
-    flops_cases = [_analytic_cross(c, gpus, with_flops=True) for c in cross if c.model in FLOPS_PER_ITEM]
-    scaling_cases = [c for c in cases if c.kind == "scaling"]
-    scaling = [predict_scaling_case(c, catalog) for c in scaling_cases]
-    scaling_lomo = scaling_leave_one_model_out(scaling_cases, catalog)
-    lomo = cross_validate(cases, lambda c: [c.model], gpus)
-    logo = cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)
-    return {
-        "rows": {
-            "same-GPU scaling, default link constants": summary(scaling),
-            "same-GPU scaling, intra-node constants fitted leave-one-model-out": summary(scaling_lomo),
-            "cross-GPU, analytic compute/bandwidth split only": summary(cross_analytic),
-            "cross-GPU, split from FLOPs per sample (ResNet-50, BERT-base, BERT-large)": summary(flops_cases),
-            "cross-GPU + learned correction, leave-one-model-out": summary(lomo),
-            "cross-GPU + learned correction, leave-one-GPU-out": summary(logo),
-        },
-        "cases": {"scaling": scaling, "lomo": lomo, "logo": logo},
-    }
-
-
-def _analytic_cross(case: Any, gpus: Any, with_flops: bool = False) -> Any:
-    """The analytic compute/bandwidth split alone (no learned correction, which predict() would apply); with
-    ``with_flops`` the compute-bound share comes from the model's FLOPs, as from a profile that counted them."""
-    import math
-    from dataclasses import replace
-
-    from predictor.evaluation import FLOPS_PER_ITEM
-    from predictor.perf.compute import compute_ratio
-    from predictor.predict import MODEL_ERROR, Z80
-
-    src, dst = gpus.gpus[case.src.gpu], gpus.gpus[case.dst.gpu]
-    matmul = "high" if case.src.precision == "32-true" else None
-    achieved = FLOPS_PER_ITEM[case.model] * case.src.throughput / 1e12 if with_flops else None
-    pred = case.src.throughput / compute_ratio(src, dst, case.src.precision, matmul, achieved).ratio
-    sd = math.hypot(MODEL_ERROR["cross-flops" if with_flops else "cross"], case.src.cv)
-    return replace(case, predicted=pred, lo=pred * math.exp(-Z80 * sd), hi=pred * math.exp(Z80 * sd))
+    return validate(data, progress=lambda what: print(f"... {what}", file=sys.stderr))
 
 
 def plot(result: dict[str, Any], path: Path) -> Path:
@@ -74,7 +26,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 5))
     panels = (
-        ("same-GPU scaling (1 GPU -> 2/4/8)", result["cases"]["scaling"], "scaling"),
+        ("same-GPU scaling (1 GPU -> 2/4/8), leave-one-model-out", result["cases"]["scaling"], "scaling"),
         ("cross-GPU, leave-one-GPU-out", result["cases"]["logo"], "logo"),
     )
     for ax, (title, cases, _) in zip(axes, panels):

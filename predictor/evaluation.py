@@ -17,6 +17,7 @@ model or GPU.
 from __future__ import annotations
 
 import csv
+import hashlib
 import math
 import statistics
 from collections import defaultdict
@@ -243,6 +244,16 @@ def case_catalog(cases: Iterable[Case]) -> Catalog:
     return Catalog(instances, bundled_gpus(), CatalogInfo("evaluation", "-"))
 
 
+def _profile_cached(case: Case) -> object:
+    key = (case.model, case.src, case.dst.batch)
+    if key not in _PROFILES:
+        _PROFILES[key] = profile_for(case)
+    return _PROFILES[key]
+
+
+_PROFILES: dict[tuple, object] = {}
+
+
 def profile_for(case: Case) -> object:
     """The profile the case starts from: the source point, at the target's per-GPU batch (in batch items; for
     cross-GPU cases of other units the step time is nominal, which a ratio does not see)."""
@@ -312,10 +323,11 @@ def cross_validate(
     predicts it is trained only on cases sharing none of them (for a GPU pair: neither GPU was seen in training).
     """
     from predictor.perf.compute import compute_ratio
-    from predictor.perf.correction import CrossGpuCorrection, training_set
+    from predictor.perf.correction import CrossGpuCorrection
+    from predictor.perf.uncertainty import interval_scalar, model_error
 
     gpus = gpus or bundled_gpus()
-    X, y, kept = training_set(cases, gpus)
+    X, y, kept = correction_training_set(cases, gpus)
     keys = sorted({frozenset(fold_of(c)) for c in kept}, key=sorted)
     out: list[Case] = []
     for key in keys:
@@ -330,10 +342,8 @@ def cross_validate(
             matmul = "high" if c.src.precision == "32-true" else None
             log_ratio = math.log(compute_ratio(src, dst, c.src.precision, matmul, None).ratio) + model.predict_one(X[i])
             pred = c.src.throughput / math.exp(log_ratio)
-            sd = math.hypot(model.residual_sd_, max(c.src.cv, cv_floor))
-            out.append(
-                Case("cross", c.model, c.src, c.dst, pred, pred * math.exp(-1.2816 * sd), pred * math.exp(1.2816 * sd))
-            )
+            sd = math.hypot(model_error("cross-corrected"), max(c.src.cv, cv_floor))
+            out.append(Case("cross", c.model, c.src, c.dst, pred, *interval_scalar(pred, sd)))
     return out
 
 
@@ -341,50 +351,176 @@ def _fleet_name(p: Point) -> str:
     return f"bench-{p.gpu}-x{p.gpus}-{_interconnect(p.interconnect)}:1"
 
 
-def predict_scaling_case(case: Case, catalog: Catalog, network: object | None = None) -> Case:
+def predict_scaling_case(
+    case: Case, catalog: Catalog, network: object | None = None, dp_model: object | None = None
+) -> Case:
     """Predict a same-GPU scaling case (in the published unit); returns a new Case."""
     from predictor.perf.network import DEFAULT_NETWORK
     from predictor.predict import predict
 
     p = case.dst
-    result = predict(profile_for(case), _fleet_name(p), catalog=catalog, network=network or DEFAULT_NETWORK)
+    result = predict(
+        _profile_cached(case), _fleet_name(p), catalog=catalog, network=network or DEFAULT_NETWORK, dp_model=dp_model
+    )
     unit = p.throughput / p.items_per_s if p.items_per_s else 1.0  # batch items -> the published unit
     lo, hi = result.interval["throughput_samples_s"]
     return Case(case.kind, case.model, case.src, p, result.throughput_samples_s * unit, lo * unit, hi * unit)
 
 
-NVLINK_GRID = tuple(round(0.02 * 1.15**i, 4) for i in range(30))  # 0.02 .. 1.1 of the NVLink figure
-PCIE_GRID = tuple(round(0.5 * 1.15**i, 3) for i in range(30))  # 0.5 .. 29 GB/s
+# the data-parallel loss constants searched by fit_dp_model (coordinate descent over these grids)
+DP_GRIDS = {
+    "sigma": (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.13),
+    "kappa": (0.0, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5),
+    "copies": (0.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0),
+}
 
 
-def fit_network(cases: list[Case], catalog: Catalog) -> object:
-    """The NetworkModel whose intra-node constants (NVLink efficiency; PCIe bus bandwidth) minimise the mean absolute
-    log error of these scaling cases, each fitted on the cases of its own interconnect."""
+def fit_dp_model(cases: list[Case], catalog: Catalog, rounds: int = 2) -> object:
+    """The :class:`~predictor.perf.scaling.ScalingModel` whose constants minimise the mean absolute log error of
+    these same-GPU scaling cases (coordinate descent over ``DP_GRIDS``)."""
     from dataclasses import replace
 
-    from predictor.perf.network import DEFAULT_NETWORK
+    from predictor.perf.scaling import ScalingModel
 
-    def loss(subset: list[Case], net: object) -> float:
+    def loss(model: object) -> float:
         return statistics.fmean(
-            abs(math.log(predict_scaling_case(c, catalog, net).predicted / c.dst.throughput)) for c in subset
+            abs(math.log(predict_scaling_case(c, catalog, dp_model=model).predicted / c.dst.throughput)) for c in cases
         )
 
-    nv = [c for c in cases if _interconnect(c.dst.interconnect) in ("nvlink", "nvswitch")]
-    pcie = [c for c in cases if _interconnect(c.dst.interconnect) == "pcie"]
-    net = DEFAULT_NETWORK
-    if nv:
-        net = replace(
-            net, nvlink_efficiency=min(NVLINK_GRID, key=lambda e: loss(nv, replace(net, nvlink_efficiency=e)))
-        )
-    if pcie:
-        net = replace(net, pcie_bus_gbps=min(PCIE_GRID, key=lambda b: loss(pcie, replace(net, pcie_bus_gbps=b))))
-    return net
+    model = ScalingModel()
+    for _ in range(rounds):
+        for name, grid in DP_GRIDS.items():
+            model = min((replace(model, **{name: v}) for v in grid), key=loss)
+    return model
 
 
 def scaling_leave_one_model_out(cases: list[Case], catalog: Catalog) -> list[Case]:
-    """Each model's scaling cases predicted with intra-node constants fitted on the other models only."""
+    """Each model's scaling cases predicted with data-parallel constants fitted on the other models only."""
     out: list[Case] = []
     for model in sorted({c.model for c in cases}):
-        net = fit_network([c for c in cases if c.model != model], catalog)
-        out += [predict_scaling_case(c, catalog, net) for c in cases if c.model == model]
+        dp = fit_dp_model([c for c in cases if c.model != model], catalog)
+        out += [predict_scaling_case(c, catalog, dp_model=dp) for c in cases if c.model == model]
     return out
+
+
+def analytic_cross(case: Case, gpus: GpuTable, with_flops: bool = False) -> Case:
+    """A cross-GPU case by the analytic compute/bandwidth split alone (no learned correction); with ``with_flops``
+    the compute-bound share comes from the model's FLOPs, as from a profile that counted them."""
+    from predictor.perf.compute import compute_ratio
+    from predictor.perf.uncertainty import interval_scalar, model_error
+
+    src, dst = gpus.gpus[case.src.gpu], gpus.gpus[case.dst.gpu]
+    matmul = "high" if case.src.precision == "32-true" else None
+    achieved = FLOPS_PER_ITEM[case.model] * case.src.throughput / 1e12 if with_flops else None
+    pred = case.src.throughput / compute_ratio(src, dst, case.src.precision, matmul, achieved).ratio
+    sd = math.hypot(model_error("cross-flops" if with_flops else "cross"), case.src.cv)
+    return Case("cross", case.model, case.src, case.dst, pred, *interval_scalar(pred, sd))
+
+
+def log_residuals(cases: Iterable[Case]) -> list[float]:
+    """log(predicted / measured) of predicted cases."""
+    return [math.log(c.predicted / c.dst.throughput) for c in cases]
+
+
+def calibrated_sd(residuals: list[float], coverage: float = 0.8) -> float:
+    """The relative sd whose central interval (+-1.2816 sd) holds ``coverage`` of these held-out log residuals."""
+    from predictor.perf.uncertainty import Z80
+
+    if not residuals:
+        return float("nan")
+    ordered = sorted(abs(r) for r in residuals)
+    return ordered[min(len(ordered) - 1, math.ceil(coverage * len(ordered)) - 1)] / Z80
+
+
+def validate(data: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, object]:
+    """Every held-out validation of the model on the published measurements: rows of figures, and the cases.
+
+    Same-GPU scaling: the data-parallel loss constants fitted leave-one-model-out, next to no losses at all (the
+    perfect-overlap model). Cross-GPU: the analytic split, the split from FLOPs, and the learned correction
+    leave-one-model-out and leave-one-GPU-out.
+    """
+    from predictor.perf.scaling import ScalingModel
+
+    say = progress or (lambda _: None)
+    gpus = bundled_gpus()
+    cases = build_cases(load_points(data, gpus), gpus)
+    catalog = case_catalog(cases)
+    cross = [c for c in cases if c.kind == "cross"]
+    scaling_cases = [c for c in cases if c.kind == "scaling"]
+    say("same-GPU scaling without data-parallel losses")
+    perfect = [predict_scaling_case(c, catalog, dp_model=ScalingModel(0.0, 0.0, 0.0)) for c in scaling_cases]
+    say("same-GPU scaling, data-parallel losses fitted leave-one-model-out")
+    scaling_lomo = scaling_leave_one_model_out(scaling_cases, catalog)
+    say("cross-GPU")
+    cross_analytic = [analytic_cross(c, gpus) for c in cross]
+    flops_cases = [analytic_cross(c, gpus, with_flops=True) for c in cross if c.model in FLOPS_PER_ITEM]
+    lomo = cross_validate(cases, lambda c: [c.model], gpus)
+    logo = cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)
+    return {
+        "rows": {
+            "same-GPU scaling, no data-parallel losses (perfect overlap)": summarize_cases(perfect),
+            "same-GPU scaling, data-parallel losses fitted leave-one-model-out": summarize_cases(scaling_lomo),
+            "cross-GPU, analytic compute/bandwidth split only": summarize_cases(cross_analytic),
+            "cross-GPU, split from FLOPs per sample (ResNet-50, BERT-base, BERT-large)": summarize_cases(flops_cases),
+            "cross-GPU + learned correction, leave-one-model-out": summarize_cases(lomo),
+            "cross-GPU + learned correction, leave-one-GPU-out": summarize_cases(logo),
+        },
+        "cases": {
+            "scaling": scaling_lomo,
+            "scaling-perfect": perfect,
+            "cross": cross_analytic,
+            "cross-flops": flops_cases,
+            "lomo": lomo,
+            "logo": logo,
+        },
+    }
+
+
+def correction_training_set(cases: list[Case], gpus: GpuTable) -> tuple[list[list[float]], list[float], list[Case]]:
+    """(X, y, kept cases) from cross-GPU evaluation cases."""
+    from predictor.perf.correction import analytic_log_ratio, features
+
+    X, y, kept = [], [], []
+    for c in cases:
+        if c.kind != "cross":
+            continue
+        src, dst = gpus.gpus[c.src.gpu], gpus.gpus[c.dst.gpu]
+        matmul = "high" if c.src.precision == "32-true" else None
+        try:
+            x = features(src, dst, c.src.precision, matmul, c.dst.batch / c.src.batch)
+        except ValueError:
+            continue
+        X.append(x)
+        y.append(math.log(c.src.throughput / c.dst.throughput) - analytic_log_ratio(src, dst, c.src.precision, matmul))
+        kept.append(c)
+    return X, y, kept
+
+
+def data_path() -> Path:
+    """The bundled measurements (predictor/data/measurements.csv)."""
+    from importlib import resources
+
+    return Path(str(resources.files("predictor.data").joinpath("measurements.csv")))
+
+
+def data_sha256() -> str:
+    return hashlib.sha256(data_path().read_bytes()).hexdigest()
+
+
+def train_correction(path: Path | None = None) -> tuple[object, dict[str, object]]:
+    """Train on every cross-GPU case of the bundled measurements; returns the model and the artefact."""
+    from predictor.perf.correction import FEATURES, SCHEMA, CrossGpuCorrection, sklearn_version
+
+    path = path or data_path()
+    gpus = bundled_gpus()
+    X, y, kept = correction_training_set(build_cases(load_points(path, gpus), gpus), gpus)
+    model = CrossGpuCorrection().fit(X, y)
+    model.gpus_ = sorted({g for c in kept for g in (c.src.gpu, c.dst.gpu)})
+    artefact = {
+        "schema": SCHEMA,
+        "features": list(FEATURES),
+        "sklearn_version": sklearn_version(),
+        "data_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+        **model.to_dict(),
+    }
+    return model, artefact

@@ -1,11 +1,12 @@
-"""``predict_many(profile, types, counts)`` and ``predict_mixes(profile, names, type_index, counts)``: the same model as
-:func:`predictor.predict.predict`, vectorised over many fleets for the ranker: homogeneous ones (``count`` instances
-of one type) and mixes of up to K types.
+"""The fleet model, vectorised: ``predict_mixes(profile, names, type_index, counts)`` predicts any number of fleets of
+up to K groups at once; ``predict_many(profile, types, counts)`` is its homogeneous case, and
+:func:`predictor.predict.predict` is a one-row view of it with the words that explain the numbers. There is no
+other copy of the model.
 
-Everything that depends only on the instance type (compute per sample, input pipeline, memory under weak scaling,
-intra-node all-reduce, the model error) is computed once per type through the scalar path's own helpers; what
-depends on the count (inter-node all-reduce, overlap, intervals, batch under strong scaling) is numpy over all
-candidates. ``tests/test_predict_many.py`` checks it equals ``predict()`` for every type and count, and for mixes.
+Everything that depends only on the instance type (compute per sample, input pipeline, intra-node all-reduce, the
+model error) is computed once per type (:mod:`predictor.perf.basis`, operator sums included); what depends on the
+fleet (batch split, inter-node all-reduce, overlap, data-parallel losses, memory, intervals) is numpy over all
+candidates.
 """
 
 from __future__ import annotations
@@ -13,28 +14,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 import numpy as np
 
 from predictor.catalog.catalog import Catalog
-from predictor.catalog.instances import InstanceType
-from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
+from predictor.exceptions import ConfigError, PredictionError
+from predictor.perf.basis import Source, TypeBasis, bucket_sizes, grad_bytes, type_basis
 from predictor.perf.memory import CUDA_CONTEXT_BYTES, estimate_memory
-from predictor.perf.network import DEFAULT_NETWORK, NetworkModel, allreduce_time, inter_node_link
-from predictor.predict import (
-    MODEL_ERROR,
-    Z80,
-    Scaling,
-    _bucket_sizes,
-    _grad_bytes,
-    _link_override,
-    _model_error,
-    _scaled_per_sample,
-    _source_gpu,
-    _source_times,
-)
+from predictor.perf.network import DEFAULT_NETWORK, NetworkModel
+from predictor.perf.scaling import ScalingModel, measured_sigma, scaling_model
+from predictor.perf.uncertainty import combined_sd, interval, model_error
 from predictor.profile import Profile
+
+Scaling = Literal["weak", "strong"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +47,7 @@ class ManyPredictions:
     input_s: np.ndarray
     allreduce_s: np.ndarray
     exposed_comm_s: np.ndarray
+    dp_loss_s: np.ndarray  # stragglers and communication contention (predictor.perf.scaling)
     global_batch: np.ndarray
     fits_memory: np.ndarray
     memory_gib: np.ndarray  # the largest need of any group, per GPU
@@ -61,86 +55,11 @@ class ManyPredictions:
     model_sd: np.ndarray  # relative sd of the prediction (profile CV and model error)
 
     group_gpus: np.ndarray  # (N, K) GPUs per group
+    slowest_group: np.ndarray  # (N,) the group whose compute + input sets the step
 
     def group_throughput(self) -> np.ndarray:
         """(N, K) samples/s each group contributes (what an Auto Scaling group's weighted capacity counts)."""
         return self.per_device_batch * self.group_gpus / self.iteration_time_s[:, None]
-
-
-@dataclass(frozen=True)
-class _TypeBasis:
-    per_sample_s: float
-    input_per_sample_s: float
-    intra_coef_s: float  # intra-node all-reduce time (0 for single-GPU types)
-    inter_gbps: float  # the profile's measured link when it was measured on this type, else the catalog's
-    inter_latency_s: float
-    plain_inter_gbps: float  # the catalog's link (mixed fleets never use a measurement of one type)
-    plain_inter_latency_s: float
-    model_error: float  # largest error of the kinds this type's prediction involves (before "scaling")
-    gpus: int
-    gpu_memory_gib: float
-
-
-@dataclass(frozen=True)
-class _Source:
-    """What the profile says, computed once for all types."""
-
-    gpu: Any
-    per_sample_s: float
-    data_s: float
-    flops: float | None
-    achieved_tflops: float | None
-
-    @classmethod
-    def of(cls, profile: Profile, catalog: Catalog) -> _Source:
-        b_src = profile.batch.per_device
-        compute_src, data_src, _, _ = _source_times(profile)
-        flops = profile.model.flops.per_sample if profile.model.flops and profile.model.flops.per_sample else None
-        achieved = flops * b_src / compute_src / 1e12 if flops else None
-        return cls(_source_gpu(profile, catalog), compute_src / b_src, data_src, flops, achieved)
-
-
-def _type_basis(
-    profile: Profile,
-    src: _Source,
-    it: InstanceType,
-    catalog: Catalog,
-    network: NetworkModel,
-    calibration: Mapping[str, float] | None = None,
-) -> _TypeBasis:
-    if not it.cuda:
-        raise PredictionError(f"{it.name} has {it.accelerator} ({it.accelerator_kind}), not a CUDA GPU.")
-    try:
-        dst = catalog.gpu(it.gpu or "")
-    except UnknownNameError:
-        raise PredictionError(
-            f"{it.name}'s GPU {it.gpu!r} has no specs in the catalog. Add them with --catalog-extra (docs/catalog.md)."
-        ) from None
-    kinds: set[str] = set()
-    per_sample, _ = _scaled_per_sample(
-        src.per_sample_s, src.gpu, dst, profile.model.precision, profile, src.flops, src.achieved_tflops, [], kinds, []
-    )
-    factor = (calibration or {}).get(dst.key)
-    if factor:
-        per_sample /= factor
-    cpus_src = (profile.hardware.cpu_count or 0) / max(1, profile.hardware.devices)
-    cpu_ratio = cpus_src / (it.vcpus / it.gpus) if cpus_src else 1.0
-    # one instance: the intra-node ring alone (the inter-node part depends on the count and is vectorised below)
-    intra_s = allreduce_time(_grad_bytes(profile), [(it, 1)], catalog.gpus, net=network).seconds
-    plain = inter_node_link(it, network)
-    link = _link_override(profile, {it.name}, []) or plain
-    return _TypeBasis(
-        per_sample,
-        src.data_s / profile.batch.per_device * cpu_ratio,
-        intra_s,
-        link.gbps,
-        link.latency_s,
-        plain.gbps,
-        plain.latency_s,
-        max((_model_error(k) for k in kinds), default=MODEL_ERROR["same"]),
-        it.gpus,
-        it.gpu_memory_gib,
-    )
 
 
 @functools.lru_cache(maxsize=32)
@@ -150,12 +69,28 @@ def _bases(
     catalog: Catalog,
     network: NetworkModel,
     calibration: tuple[tuple[str, float], ...],
-) -> list[_TypeBasis]:
+) -> tuple[Source, list[TypeBasis]]:
     """The per-type quantities, cached: a service ranks the same profile against the same catalog again and again
     (profiles and the network model are frozen, hence hashable; a catalog by identity)."""
-    src = _Source.of(profile, catalog)
+    src = Source.of(profile, catalog)
     factors = dict(calibration)
-    return [_type_basis(profile, src, catalog.get(name), catalog, network, factors) for name in names]
+    return src, [type_basis(profile, src, catalog.get(name), catalog, network, factors) for name in names]
+
+
+def bases(
+    profile: Profile,
+    names: Sequence[str],
+    catalog: Catalog,
+    network: NetworkModel = DEFAULT_NETWORK,
+    calibration: Mapping[str, float] | None = None,
+    dp_model: ScalingModel | None = None,
+) -> tuple[Source, list[TypeBasis]]:
+    """The source step and the per-type quantities of ``names`` (cached when the profile is hashable)."""
+    key = (profile, tuple(names), catalog, network, tuple(sorted((calibration or {}).items())))
+    try:
+        return _bases(*key)
+    except TypeError:  # a profile with mappings inside (phases, dtypes) is not hashable: no cache
+        return _bases.__wrapped__(*key)
 
 
 def predict_many(
@@ -167,6 +102,7 @@ def predict_many(
     scaling: Scaling = "weak",
     network: NetworkModel = DEFAULT_NETWORK,
     calibration: Mapping[str, float] | None = None,
+    dp_model: ScalingModel | None = None,
 ) -> ManyPredictions:
     """Predict ``counts[i]`` instances of ``instance_types[i]`` for every i (homogeneous fleets).
 
@@ -195,6 +131,7 @@ def predict_many(
         scaling=scaling,
         network=network,
         calibration=calibration,
+        dp_model=dp_model,
     )
 
 
@@ -208,11 +145,13 @@ def predict_mixes(
     scaling: Scaling = "weak",
     network: NetworkModel = DEFAULT_NETWORK,
     calibration: Mapping[str, float] | None = None,
+    dp_model: ScalingModel | None = None,
 ) -> ManyPredictions:
     """Predict fleets of up to K groups: candidate i is ``counts[i, k]`` x ``names[type_index[i, k]]`` (count 0 =
     no group). The same model as :func:`predict` for mixed fleets: the per-GPU batch split in proportion to
     predicted speed, the step waits for the slowest group, the all-reduce runs at the slowest link.
 
+    ``dp_model``: the data-parallel loss constants (default: the fitted ones, :mod:`predictor.perf.scaling`).
     ``calibration`` maps a GPU key to a measured/predicted throughput factor (from observations of this model).
     """
     if scaling not in ("weak", "strong"):
@@ -231,83 +170,103 @@ def predict_mixes(
         )
     if cnt.size and (cnt.min() < 0 or (row_sum(cnt) < 1).any()):
         raise ConfigError("Every fleet needs at least one instance.", parameter="counts", value=float(cnt.min()))
-    key = (profile, tuple(names), catalog, network, tuple(sorted((calibration or {}).items())))
-    try:
-        bases = _bases(*key)
-    except TypeError:  # a profile with mappings inside (phases, dtypes) is not hashable: no cache
-        bases = _bases.__wrapped__(*key)
-    single = row_sum(cnt > 0) == 1  # one group: the profile's measured link may apply
+    src, type_bases = bases(profile, names, catalog, network, calibration)
+    return combine(profile, src, type_bases, tidx, cnt, scaling, dp_model)
+
+
+def combine(
+    profile: Profile,
+    src: Source,
+    type_bases: list[TypeBasis],
+    tidx: np.ndarray,
+    cnt: np.ndarray,
+    scaling: Scaling,
+    dp_model: ScalingModel | None = None,
+) -> ManyPredictions:
+    """The fleet model over every candidate: per-type quantities gathered by ``tidx``, combined with numpy."""
 
     def col(attr: str) -> np.ndarray:
-        return np.array([getattr(b, attr) for b in bases], dtype=float)[tidx]
+        return np.array([getattr(b, attr) for b in type_bases], dtype=float)[tidx]
+
+    def link_col(attr: str, plain: bool) -> np.ndarray:
+        return np.array([getattr(b.plain_inter if plain else b.inter, attr) for b in type_bases], dtype=float)[tidx]
 
     present = cnt > 0
+    single = present.sum(axis=1) == 1  # one group: the profile's measured link may apply
     gpus = col("gpus") * cnt
     ranks = row_sum(gpus)
     nodes = row_sum(cnt)
-    b_src = profile.batch.per_device
-    src_world = profile.hardware.world_size or profile.hardware.devices * profile.hardware.nodes
+    b_src = src.per_device_batch
     global_batch = (
         ranks * b_src
         if scaling == "weak"
-        else np.full_like(ranks, float(profile.batch.global_batch or b_src * src_world))
+        else np.full_like(ranks, float(profile.batch.global_batch or b_src * src.world))
     )
     per_sample = col("per_sample_s")
     speed = 1.0 / per_sample
-    b = global_batch[:, None] * speed / row_sum(speed * gpus)[:, None]
+    b = global_batch[:, None] * speed / row_sum(np.where(present, speed * gpus, 0.0))[:, None]
     b = np.where(present, b, 0.0)
     compute_g = per_sample * b
     input_g = col("input_per_sample_s") * b
     total_g = np.where(present, compute_g + input_g, -np.inf)
     compute, input_s, worst = compute_g[:, 0].copy(), input_g[:, 0].copy(), total_g[:, 0].copy()
+    slowest = np.zeros(len(cnt), dtype=int)
     for k in range(1, total_g.shape[1]):  # the slowest group's compute and input (the first of equals)
         slower = total_g[:, k] > worst
         compute[slower], input_s[slower], worst[slower] = compute_g[slower, k], input_g[slower, k], total_g[slower, k]
-    gb = _grad_bytes(profile) / 1e9
-    inter_gbps = np.where(single[:, None], col("inter_gbps"), col("plain_inter_gbps"))
-    inter_lat = np.where(single[:, None], col("inter_latency_s"), col("plain_inter_latency_s"))
+        slowest[slower] = k
+    gb = grad_bytes(profile) / 1e9
+    inter_gbps = np.where(single[:, None], link_col("gbps", False), link_col("gbps", True))
+    inter_lat = np.where(single[:, None], link_col("latency_s", False), link_col("latency_s", True))
     slow_gbps = row_min(np.where(present, inter_gbps, np.inf))
     max_lat = row_max(np.where(present, inter_lat, 0.0))
-    inter = np.where(nodes > 1, 2 * (nodes - 1) / nodes * gb / slow_gbps + 2 * (nodes - 1) * max_lat, 0.0)
-    intra = row_max(np.where(present, col("intra_coef_s"), 0.0))
+    safe_nodes = np.maximum(nodes, 1)
+    inter = np.where(nodes > 1, 2 * (nodes - 1) / safe_nodes * gb / slow_gbps + 2 * (nodes - 1) * max_lat, 0.0)
+    intra = row_max(np.where(present, col("intra_s"), 0.0))
     allreduce = np.where(ranks > 1, intra + inter, 0.0)
-    _, _, bwd_share, _ = _source_times(profile)
     fastest_compute = row_min(np.where(present, compute_g, np.inf))
-    exposed = _exposed_many(allreduce, fastest_compute * bwd_share, _bucket_sizes(profile))
-    step = compute + input_s + exposed
+    exposed = _exposed_many(allreduce, fastest_compute * src.backward_share, bucket_sizes(profile))
+    hidden = np.maximum(0.0, allreduce - exposed)
+    dp = dp_model or scaling_model()
+    grad_pass = row_max(np.where(present, col("grad_pass_s"), 0.0))
+    dp_loss = dp.loss(compute, ranks, hidden, grad_pass, source_ranks=src.world, sigma=measured_sigma(profile))
+    step = compute + input_s + exposed + dp_loss
     model_err = row_max(np.where(present, col("model_error"), 0.0))
-    model_err = np.where(ranks > 1, np.maximum(model_err, MODEL_ERROR["scaling"]), model_err)
+    model_err = np.where(ranks > 1, np.maximum(model_err, model_error("scaling")), model_err)
     model_err = np.where(allreduce > 0, np.hypot(model_err, 0.1 * exposed / step), model_err)
-    sd = np.hypot(profile.timing.step_time_s.cv or 0.0, model_err)
+    sd = combined_sd(profile.timing.step_time_s.cv or 0.0, model_err)
+    lo, hi = interval(step, sd)
     # memory is linear in the per-GPU batch: static + activations per sample x batch + CUDA context
-    per_type = [estimate_memory(profile, 1.0, basis.gpu_memory_gib) for basis in bases]
+    per_type = [estimate_memory(profile, 1.0, basis.gpu_memory_gib) for basis in type_bases]
     static = np.array([m.static_bytes for m in per_type])[tidx]
     act_per_sample = np.array([m.activation_bytes or 0.0 for m in per_type])[tidx]
     usable = np.array([m.capacity_bytes for m in per_type])[tidx]
-    capacity = np.array([basis.gpu_memory_gib * 2**30 for basis in bases])[tidx]
+    capacity = np.array([basis.gpu_memory_gib * 2**30 for basis in type_bases])[tidx]
     need = static + act_per_sample * b + CUDA_CONTEXT_BYTES
     fits = row_all(~present | (need <= usable))
     memory = row_max(np.where(present, need, 0.0)) / 2**30
     share = row_max(np.where(present, need / capacity, 0.0))
     return ManyPredictions(
-        names=tuple(names),
+        names=tuple(b.name for b in type_bases),
         type_index=tidx,
         counts=cnt.astype(int),
         per_device_batch=b,
         iteration_time_s=step,
         throughput_samples_s=global_batch / step,
-        iteration_time_lo_s=step * np.exp(-Z80 * sd),
-        iteration_time_hi_s=step * np.exp(Z80 * sd),
+        iteration_time_lo_s=lo,
+        iteration_time_hi_s=hi,
         compute_s=compute,
         input_s=input_s,
         allreduce_s=allreduce,
         exposed_comm_s=exposed,
+        dp_loss_s=dp_loss,
         global_batch=global_batch,
         fits_memory=fits,
         memory_gib=memory,
         memory_share=share,
         model_sd=sd,
         group_gpus=gpus,
+        slowest_group=slowest,
     )
 
 

@@ -108,7 +108,7 @@ def test_bad_inputs(minimal, catalog) -> None:
         predict(minimal, "p6-b200.48xlarge:1", catalog=catalog)
     cpu = copy.deepcopy(MINIMAL)
     cpu["hardware"] = {"devices": 1}
-    with pytest.raises(PredictionError, match="without a GPU and has no FLOPs"):
+    with pytest.raises(PredictionError, match="without a GPU and has neither an operator table nor FLOPs"):
         predict(load_profile(cpu), "p3.2xlarge:1", catalog=catalog)
     unknown = copy.deepcopy(MINIMAL)
     unknown["hardware"]["gpu"] = "X9000"

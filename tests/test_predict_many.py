@@ -101,3 +101,39 @@ def test_calibration_scales_compute_of_that_gpu_only(catalog) -> None:
     one = predict(profile, "g5.xlarge:1", catalog=catalog, calibration={"A10G": 0.8})
     assert one.iteration_time_s == pytest.approx(tuned.iteration_time_s[0])
     assert any("calibrated x0.80" in a for a in one.assumptions)
+
+
+def test_a_mix_never_uses_the_link_measured_on_one_type(catalog) -> None:
+    """Regression: the group count was a numpy OR (``row_sum(cnt > 0) == 1``), so every mix counted as one group and
+    a mix containing the profiled type used the inter-node link measured on that type alone."""
+    from predictor.perf.network import inter_node_link
+
+    data = copy.deepcopy(MINIMAL)
+    data["hardware"] = {"gpu": "V100-SXM2-16GB", "devices": 8, "nodes": 2, "instance_type": "p3.16xlarge"}
+    data["communication"] = {
+        "world_size": 16,
+        "bucket_detail": [
+            {"index": i, "bytes": size, "allreduce_s": {"p50": t}}
+            for i, (size, t) in enumerate([(2**20, 0.004), (25 * 2**20, 0.09), (25 * 2**20, 0.091)])
+        ],
+    }
+    profile = load_profile(data)
+    mix = predict(profile, "p3.16xlarge:2,g5.48xlarge:1", catalog=catalog)
+    plain = min(
+        inter_node_link(catalog.get(name)).gbps for name in ("p3.16xlarge", "g5.48xlarge")
+    )  # the catalog's links
+    gb = profile.model.parameters * 4 / 1e9
+    intra = max(
+        predict(profile, f"{name}:1", catalog=catalog).breakdown["allreduce_s"]
+        for name in ("p3.16xlarge", "g5.48xlarge")
+    )
+    expected_inter = 2 * 2 / 3 * gb / plain
+    assert mix.breakdown["allreduce_s"] == pytest.approx(intra + expected_inter, rel=0.02)
+    assert not any("calibrated from the profile's measured buckets" in a for a in mix.assumptions)
+    same = predict(profile, "p3.16xlarge:3", catalog=catalog)
+    assert any("calibrated from the profile's measured buckets" in a for a in same.assumptions)
+    many = predict_mixes(
+        profile, ["g5.48xlarge", "p3.16xlarge"], np.array([[1, 0], [1, 0]]), np.array([[2, 1], [3, 0]]), catalog=catalog
+    )
+    assert many.allreduce_s[0] == pytest.approx(mix.breakdown["allreduce_s"], rel=1e-12)
+    assert many.allreduce_s[1] == pytest.approx(same.breakdown["allreduce_s"], rel=1e-12)

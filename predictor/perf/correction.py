@@ -6,18 +6,17 @@ from the training data: log ratios of the precision's peak FLOPS, of memory band
 the batch, and the peak and bandwidth ratios again for mixed precision. Ridge regression without intercept (the same
 GPU at the same batch needs no correction).
 
-The artefact ``predictor/data/correction.json`` records the training data's sha256 and the scikit-learn version;
-:func:`load_correction` retrains (in well under a second) rather than trusting an artefact that does not match.
+The artefact ``predictor/data/correction.json`` (written by ``scripts/fit_model.py``, training in
+:func:`predictor.evaluation.train_correction`) records the training data's sha256 and the scikit-learn version; its
+coefficients are plain numbers, so :func:`load_correction` reads them under any library version and never trains.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from predictor.catalog.gpus import GPU
@@ -109,52 +108,6 @@ def analytic_log_ratio(src: GPU, dst: GPU, precision: str, matmul: str | None) -
     return math.log(compute_ratio(src, dst, precision, matmul, None).ratio)
 
 
-def training_set(cases: list[Any], gpus: Any) -> tuple[list[list[float]], list[float], list[Any]]:
-    """(X, y, kept cases) from cross-GPU evaluation cases."""
-    X, y, kept = [], [], []
-    for c in cases:
-        if c.kind != "cross":
-            continue
-        src, dst = gpus.gpus[c.src.gpu], gpus.gpus[c.dst.gpu]
-        matmul = "high" if c.src.precision == "32-true" else None
-        try:
-            x = features(src, dst, c.src.precision, matmul, c.dst.batch / c.src.batch)
-        except ValueError:
-            continue
-        X.append(x)
-        y.append(math.log(c.src.throughput / c.dst.throughput) - analytic_log_ratio(src, dst, c.src.precision, matmul))
-        kept.append(c)
-    return X, y, kept
-
-
-def data_path() -> Path:
-    return Path(str(resources.files("predictor.data").joinpath("measurements.csv")))
-
-
-def data_sha256() -> str:
-    return hashlib.sha256(data_path().read_bytes()).hexdigest()
-
-
-def train(path: Path | None = None) -> tuple[CrossGpuCorrection, dict[str, Any]]:
-    """Train on every cross-GPU case of the bundled measurements; returns the model and the artefact."""
-    from predictor.catalog.gpus import bundled_gpus
-    from predictor.evaluation import build_cases, load_points
-
-    path = path or data_path()
-    gpus = bundled_gpus()
-    X, y, kept = training_set(build_cases(load_points(path, gpus), gpus), gpus)
-    model = CrossGpuCorrection().fit(X, y)
-    model.gpus_ = sorted({g for c in kept for g in (c.src.gpu, c.dst.gpu)})
-    artefact = {
-        "schema": SCHEMA,
-        "features": list(FEATURES),
-        "sklearn_version": sklearn_version(),
-        "data_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
-        **model.to_dict(),
-    }
-    return model, artefact
-
-
 def sklearn_version() -> str:
     from importlib.metadata import version  # no need to import scikit-learn itself to read its version
 
@@ -163,16 +116,17 @@ def sklearn_version() -> str:
 
 @functools.cache
 def load_correction() -> CrossGpuCorrection:
-    """The bundled correction, retrained when its data hash or scikit-learn version does not match."""
+    """The bundled correction as fitted (plain coefficients, read by any library version; never trained on load).
+
+    A missing or foreign artefact gives a correction that covers no GPU, so the analytic split is used alone;
+    ``python scripts/fit_model.py`` rebuilds it.
+    """
     try:
         artefact = json.loads(resources.files("predictor.data").joinpath("correction.json").read_text("utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, json.JSONDecodeError):
         artefact = {}
-    if (
-        artefact.get("schema") == SCHEMA
-        and artefact.get("sklearn_version") == sklearn_version()
-        and artefact.get("data_sha256") == data_sha256()
-        and artefact.get("features") == list(FEATURES)
-    ):
+    if artefact.get("schema") == SCHEMA and artefact.get("features") == list(FEATURES):
         return CrossGpuCorrection.from_dict(artefact)
-    return train()[0]
+    empty = CrossGpuCorrection()
+    empty.coef_, empty.residual_sd_, empty.n_samples_, empty.gpus_ = [0.0] * len(FEATURES), 0.0, 0, []
+    return empty

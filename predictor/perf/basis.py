@@ -1,0 +1,293 @@
+"""What one instance type does with a profile, computed once per type (never per fleet).
+
+The fleet model (:mod:`predictor.predict_many`) combines these per-type quantities over any number of fleets:
+compute seconds per sample on the type's GPU, input-pipeline seconds per sample, the intra-node all-reduce time, the
+inter-node link, the kind of prediction (for its error) and the words that explain how each number was reached.
+
+Compute on another GPU comes, in order of preference, from:
+1. the profile's operator table (``ops``) and the per-operator latency model: the ratio target / profiled GPU,
+   operator by operator, applied to the measured time (systematic errors cancel); from a CPU or meta profile,
+   absolutely (:mod:`predictor.perf.ops`);
+2. the step-level roofline split (:mod:`predictor.perf.compute`), with the learned cross-GPU correction for GPUs
+   in its training data;
+3. for a CPU profile without an operator table, FLOPs at an assumed share of peak (an extrapolation, said so).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from predictor.catalog.catalog import Catalog
+from predictor.catalog.gpus import GPU
+from predictor.catalog.instances import InstanceType
+from predictor.exceptions import PredictionError, UnknownNameError
+from predictor.perf.compute import compute_ratio, peak_tflops
+from predictor.perf.correction import features, load_correction
+from predictor.perf.network import (
+    Link,
+    NetworkModel,
+    allreduce_time,
+    calibrate,
+    ddp_bucket_sizes,
+    inter_node_link,
+    intra_node_link,
+)
+from predictor.perf.uncertainty import model_error
+from predictor.profile import Profile
+
+CPU_TO_GPU_UTILISATION = 0.35  # assumed share of the GPU's peak a step reaches when only FLOPs are known
+# eager PyTorch + Lightning spend a few ms per step on the host (kernel launches, hooks, optimizer loop) whatever the
+# GPU: the FLOPs-only path (CPU profile) cannot predict less than this per step (judgement, not measured here)
+MIN_GPU_STEP_S = 0.003
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the profile measured, computed once for every type."""
+
+    gpu: GPU | None
+    per_device_batch: int
+    world: int
+    compute_s: float  # one step's compute (step - input wait - exposed communication)
+    data_s: float
+    backward_share: float  # of compute
+    flops: float | None  # per sample
+    achieved_tflops: float | None
+    measured: bool  # False for a capture-only profile (no step was timed)
+
+    @classmethod
+    def of(cls, profile: Profile, catalog: Catalog) -> Source:
+        gpu = _source_gpu(profile, catalog)
+        b = profile.batch.per_device
+        compute, data, bwd_share, _ = source_times(profile)
+        flops = profile.model.flops.per_sample if profile.model.flops and profile.model.flops.per_sample else None
+        achieved = flops * b / compute / 1e12 if flops and compute > 0 else None
+        world = profile.hardware.world_size or profile.hardware.devices * profile.hardware.nodes
+        return cls(gpu, b, world, compute, data, bwd_share, flops, achieved, compute > 0)
+
+
+@dataclass(frozen=True)
+class TypeBasis:
+    """Per-type quantities of the fleet model."""
+
+    name: str
+    gpu: str
+    per_sample_s: float
+    input_per_sample_s: float
+    intra_s: float  # intra-node all-reduce of one instance (0 for single-GPU types)
+    intra_kind: str  # the intra-node link ("" for single-GPU types)
+    grad_pass_s: float  # one pass over the gradients in GPU memory (bytes / bandwidth): DDP's bucket copies cost this
+    inter: Link  # the profile's measured link when it was measured on this very type, else the catalog's
+    plain_inter: Link  # the catalog's link (mixed fleets never use a measurement of one type)
+    kind: str  # the kind of prediction (its model error)
+    model_error: float
+    gpus: int
+    gpu_memory_gib: float
+    compute_share: float | None  # compute-bound share of the step, when known (for the bottleneck in words)
+    notes: tuple[str, ...]
+    link_note: str  # how the measured inter-node link is used (fleets of this one type only); "" when it is not
+    extrapolation: tuple[str, ...]
+
+
+def _source_gpu(profile: Profile, catalog: Catalog) -> GPU | None:
+    key = profile.hardware.gpu
+    if key is None:
+        return None
+    try:
+        return catalog.gpu(key)
+    except UnknownNameError as exc:
+        raise PredictionError(
+            f"The profile's GPU {key!r} has no specs in the catalog: {exc} Add the GPU's specs with --catalog-extra."
+        ) from None
+
+
+def source_times(profile: Profile) -> tuple[float, float, float, float]:
+    """(compute s, input s, backward share of compute, exposed comm s) of one profiled step.
+
+    A capture-only profile (``ops`` present, no step timed) gives (0, 0, 2/3, 0): its time comes from the operator
+    table alone.
+    """
+    t = profile.timing
+    step = t.step_time_s.p50
+    if not step > 0:
+        if profile.ops is not None:
+            return 0.0, 0.0, _ops_backward_share(profile), 0.0
+        raise PredictionError(
+            f"The profile's timing.step_time_s.p50 is {step!r}: no step was timed, so there is nothing to scale. "
+            "Profile more steps (SriftyCallback(profile_steps=...)), give the measured step time, or capture the "
+            "operator table (srifty capture) so the time can be predicted from it."
+        )
+    exposed = 0.0
+    comm = profile.communication
+    if comm is not None and comm.exposed_s is not None:
+        exposed = comm.exposed_s.p50
+    data, bwd_share = 0.0, 2 / 3
+    if t.phases_s and all(p in t.phases_s for p in ("data", "forward", "backward", "optimizer")):
+        data = t.phases_s["data"].p50
+        fwd, bwd, opt = (t.phases_s[p].p50 for p in ("forward", "backward", "optimizer"))
+        bwd_share = max(0.0, bwd - exposed) / max(1e-12, fwd + max(0.0, bwd - exposed) + opt)
+    compute = max(step - data - exposed, step * 0.05)
+    return compute, data, bwd_share, exposed
+
+
+def _ops_backward_share(profile: Profile) -> float:
+    ops = profile.ops.ops if profile.ops is not None else ()
+    total = sum(o.count * o.flops for o in ops)
+    backward = sum(o.count * o.flops for o in ops if o.phase == "backward")
+    return backward / total if total > 0 else 2 / 3
+
+
+def grad_bytes(profile: Profile) -> float:
+    return float(
+        profile.model.gradient_bytes if profile.model.gradient_bytes is not None else profile.model.parameters * 4
+    )
+
+
+def bucket_sizes(profile: Profile) -> list[float]:
+    comm = profile.communication
+    if comm is not None and comm.bucket_detail:
+        return [float(b.bytes) for b in sorted(comm.bucket_detail, key=lambda b: b.index)]
+    return ddp_bucket_sizes(grad_bytes(profile))
+
+
+def measured_link(profile: Profile, instance_type: str) -> Link | None:
+    """The inter-node link measured by the profile, when it was measured across nodes of this very type."""
+    comm = profile.communication
+    if not (
+        profile.hardware.nodes > 1
+        and profile.hardware.instance_type == instance_type
+        and comm is not None
+        and comm.bucket_detail
+        and (comm.world_size or 1) > 1
+    ):
+        return None
+    return calibrate(
+        [b.bytes for b in comm.bucket_detail], [b.allreduce_s.p50 for b in comm.bucket_detail], comm.world_size or 2
+    )
+
+
+def target_gpu(it: InstanceType, catalog: Catalog) -> GPU:
+    if not it.cuda:
+        raise PredictionError(
+            f"{it.name} has {it.accelerator} ({it.accelerator_kind}), not a CUDA GPU: a CUDA PyTorch job cannot run "
+            "on it."
+        )
+    try:
+        return catalog.gpu(it.gpu or "")
+    except UnknownNameError:
+        raise PredictionError(
+            f"{it.name}'s GPU {it.gpu!r} has no specs in the catalog. Add them with --catalog-extra (docs/catalog.md)."
+        ) from None
+
+
+def type_basis(
+    profile: Profile,
+    src: Source,
+    it: InstanceType,
+    catalog: Catalog,
+    network: NetworkModel,
+    calibration: Mapping[str, float] | None = None,
+) -> TypeBasis:
+    """Everything about ``it`` that does not depend on the fleet it is part of."""
+    dst = target_gpu(it, catalog)
+    notes: list[str] = []
+    extrapolation: list[str] = []
+    per_sample, share, kind = _per_sample(profile, src, dst, notes, extrapolation)
+    factor = (calibration or {}).get(dst.key)
+    if factor:
+        per_sample /= factor
+        notes.append(f"{dst.key}: calibrated x{factor:.2f} from observed runs of this model")
+    cpus_src = (profile.hardware.cpu_count or 0) / max(1, profile.hardware.devices)
+    cpu_ratio = cpus_src / (it.vcpus / it.gpus) if cpus_src else 1.0
+    intra = allreduce_time(grad_bytes(profile), [(it, 1)], catalog.gpus, net=network).seconds
+    link = intra_node_link(it, catalog.gpus, network)
+    plain = inter_node_link(it, network)
+    measured = measured_link(profile, it.name)
+    link_note = (
+        f"inter-node all-reduce calibrated from the profile's measured buckets on {it.name}: "
+        f"{measured.gbps:.2f} GB/s effective"
+        if measured is not None
+        else ""
+    )
+    return TypeBasis(
+        name=it.name,
+        gpu=dst.key,
+        per_sample_s=per_sample,
+        input_per_sample_s=src.data_s / src.per_device_batch * cpu_ratio,
+        intra_s=intra,
+        intra_kind=link.kind if link is not None else "",
+        grad_pass_s=grad_bytes(profile) / (dst.memory_bw_gbps * 1e9) if dst.memory_bw_gbps else 0.0,
+        inter=measured or plain,
+        plain_inter=plain,
+        kind=kind,
+        model_error=model_error(kind),
+        gpus=it.gpus,
+        gpu_memory_gib=it.gpu_memory_gib,
+        compute_share=share,
+        notes=tuple(notes),
+        link_note=link_note,
+        extrapolation=tuple(extrapolation),
+    )
+
+
+def _per_sample(
+    profile: Profile, src: Source, dst: GPU, notes: list[str], extrapolation: list[str]
+) -> tuple[float, float | None, str]:
+    """(compute seconds per sample on ``dst``, compute-bound share when known, kind of prediction)."""
+    from predictor.perf.ops import ops_compute  # the operator path
+
+    per_sample_src = src.compute_s / src.per_device_batch
+    if profile.ops is not None:
+        result = ops_compute(profile, src, dst, notes, extrapolation)
+        if result is not None:
+            return result
+    if not src.measured:
+        raise PredictionError(
+            "The profile has no timed step and its operator table could not be used (see above): nothing to "
+            "predict from. Profile a real run with SriftyCallback()."
+        )
+    precision = profile.model.precision
+    matmul = profile.model.float32_matmul_precision
+    if src.gpu is None:
+        if src.flops is None:
+            raise PredictionError(
+                "The profile was measured without a GPU and has neither an operator table nor FLOPs per sample, so "
+                "its time cannot be scaled to a GPU. Profile on a GPU, or keep SriftyCallback(capture_ops=True, "
+                "count_flops=True) so the profile records them."
+            )
+        peak = peak_tflops(dst, precision, matmul)
+        if not peak:
+            raise PredictionError(f"{dst.key} has no peak FLOPS for {precision}: add them with --catalog-extra.")
+        notes.append(
+            f"GPU compute from FLOPs at {CPU_TO_GPU_UTILISATION:.0%} of peak, at least "
+            f"{MIN_GPU_STEP_S * 1e3:.0f} ms per step (profile measured on CPU)"
+        )
+        extrapolation.append("profiled on CPU: GPU compute time estimated from FLOPs alone")
+        per_sample = src.flops / (peak * 1e12 * CPU_TO_GPU_UTILISATION)
+        return max(per_sample, MIN_GPU_STEP_S / src.per_device_batch), 1.0, "from_cpu"
+    try:
+        scale = compute_ratio(src.gpu, dst, precision, matmul, src.achieved_tflops)
+    except ValueError as exc:
+        raise PredictionError(f"{exc}: add the GPUs' specs with --catalog-extra.") from None
+    share = scale.compute_share if src.achieved_tflops is not None else None
+    if scale.basis == "same GPU":
+        return per_sample_src, share, "same"
+    ratio = scale.ratio
+    correction = load_correction()
+    if src.achieved_tflops is not None:  # FLOPs give the split directly; the correction was learned for the neutral
+        kind, note = "cross-flops", "split from the profile's FLOPs, no learned correction"
+    elif not correction.covers(src.gpu.key, dst.key):
+        unseen = [k for k in (src.gpu.key, dst.key) if not correction.covers(k)]
+        kind, note = "cross", f"no learned correction: {', '.join(unseen)} not in its training data"
+        extrapolation.append(f"{', '.join(unseen)} never measured in the validation data: analytic scaling only")
+    else:
+        try:
+            factor = math.exp(correction.predict_one(features(src.gpu, dst, precision, matmul, 1.0)))
+            ratio *= factor
+            kind, note = "cross-corrected", f"learned correction x{factor:.2f}"
+        except ValueError:
+            kind, note = "cross", "no learned correction (a spec is missing)"
+    notes.append(f"{src.gpu.key} -> {dst.key}: time x{ratio:.2f} ({scale.basis}; {note})")
+    return per_sample_src * ratio, share, kind

@@ -1,0 +1,112 @@
+"""Fit the performance model's constants on the bundled measurements and write its artefacts.
+
+    python scripts/fit_model.py [--check]
+
+Writes ``predictor/data/correction.json`` (the cross-GPU correction, Ridge) and ``predictor/data/model_v2.json``:
+the data-parallel loss constants fitted on every same-GPU scaling case, and the error of each kind of prediction
+from held-out residuals only (scaling: leave-one-model-out; cross-GPU with the correction: leave-one-GPU-out; the
+analytic paths fit nothing). Deterministic (grids and Ridge, no randomness); both record the data's sha256 and the
+library versions. ``--check`` exits 1 when the committed artefacts differ from a fresh fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from predictor._io import atomic_write_text  # noqa: E402
+from predictor.catalog.gpus import bundled_gpus  # noqa: E402
+from predictor.evaluation import (  # noqa: E402
+    FLOPS_PER_ITEM,
+    analytic_cross,
+    build_cases,
+    calibrated_sd,
+    case_catalog,
+    cross_validate,
+    data_path,
+    fit_dp_model,
+    load_points,
+    log_residuals,
+    scaling_leave_one_model_out,
+    train_correction,
+)
+from predictor.perf.artefact import SCHEMA  # noqa: E402
+from predictor.perf.correction import sklearn_version  # noqa: E402
+
+
+def fit(say=print) -> tuple[dict, dict]:
+    """(correction artefact, model artefact)."""
+    path = data_path()
+    _, correction = train_correction(path)
+    gpus = bundled_gpus()
+    cases = build_cases(load_points(path, gpus), gpus)
+    catalog = case_catalog(cases)
+    scaling_cases = [c for c in cases if c.kind == "scaling"]
+    cross = [c for c in cases if c.kind == "cross"]
+    t = time.perf_counter()
+    dp = fit_dp_model(scaling_cases, catalog)
+    say(f"data-parallel constants {dp} ({time.perf_counter() - t:.1f} s)")
+    held_out = {
+        "scaling": log_residuals(scaling_leave_one_model_out(scaling_cases, catalog)),
+        "cross": log_residuals(analytic_cross(c, gpus) for c in cross),
+        "cross-flops": log_residuals(analytic_cross(c, gpus, True) for c in cross if c.model in FLOPS_PER_ITEM),
+        "cross-corrected": log_residuals(cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)),
+    }
+    errors = {kind: round(calibrated_sd(r), 6) for kind, r in held_out.items()}
+    say(f"held-out errors (relative sd for an 80% interval): {errors}")
+    model = {
+        "schema": SCHEMA,
+        "data_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "fitted_with": {"python": platform.python_version(), "scikit-learn": sklearn_version()},
+        "scaling": {"sigma": dp.sigma, "kappa": dp.kappa, "copies": dp.copies, "cases": len(scaling_cases)},
+        "errors": errors,
+        "errors_from": {
+            "scaling": "leave-one-model-out residuals of the same-GPU scaling cases",
+            "cross": "residuals of the analytic split (nothing fitted)",
+            "cross-flops": "residuals of the split from FLOPs (nothing fitted)",
+            "cross-corrected": "leave-one-GPU-out residuals of the learned correction",
+        },
+        "cases": {kind: len(r) for kind, r in held_out.items()},
+        "median_abs_log_residual": {
+            kind: round(sorted(abs(x) for x in r)[len(r) // 2], 6) for kind, r in held_out.items() if r
+        },
+    }
+    assert all(math.isfinite(v) for v in errors.values())
+    return correction, model
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the artefacts differ from a fresh fit")
+    args = parser.parse_args()
+    correction, model = fit()
+    targets = {
+        ROOT / "predictor" / "data" / "correction.json": correction,
+        ROOT / "predictor" / "data" / "model_v2.json": model,
+    }
+    if args.check:
+        stale = [p for p, data in targets.items() if not p.exists() or json.loads(p.read_text()) != _normal(data)]
+        for p in stale:
+            print(f"{p} is out of date: run python scripts/fit_model.py")
+        return 1 if stale else 0
+    for p, data in targets.items():
+        atomic_write_text(p, json.dumps(data, indent=2) + "\n")
+        print(f"wrote {p}")
+    return 0
+
+
+def _normal(data: dict) -> dict:
+    return json.loads(json.dumps(data))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
