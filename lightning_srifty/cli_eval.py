@@ -60,7 +60,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from rich.table import Table
 
         table = Table(title=f"Performance model validation on {args.data}")
-        for col in ("cases", "MAPE", "median APE", "p90 APE", "80% interval coverage"):
+        for col in ("cases", "MAPE", "median APE", "p90 APE", "80% coverage", "held-out width"):
             table.add_column(col, justify="right")
         table.add_column("what", justify="left")
         for name, r in rows.items():
@@ -70,6 +70,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 f"{r.get('median_ape', 0):.1%}",
                 f"{r.get('p90_ape', 0):.1%}",
                 f"{r.get('coverage_80', 0):.0%}",
+                f"{r['coverage_80_nested']:.0%}" if "coverage_80_nested" in r else "-",
                 name,
             )
         _console().print(table)

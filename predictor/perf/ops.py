@@ -1,10 +1,471 @@
-"""Step time from the profile's operator table and the per-operator latency model (filled in below)."""
+"""Step time from the profile's operator table: every ATen operator classified, predicted by the per-operator latency
+model (:mod:`predictor.perf.kernels`) on a GPU, and summed.
+
+Classes and the dimensions taken from the recorded shapes:
+
+- ``gemm``: mm, addmm, bmm, baddbmm (``b, m, n, k``); attention kernels as their two batched matmuls plus a softmax,
+  scaled by the recorded FLOPs for their backward;
+- ``conv``: convolution and its backward (``b, cin, cout, kh, kw, h, w, stride, padding, groups``; the backward as
+  the forward scaled by the recorded FLOPs);
+- ``norm``, ``softmax``: rows x columns over the last dimension(s);
+- ``reduction``: sums, means, norms, losses;
+- ``elementwise``: pointwise maths and activations (and their backward);
+- ``memory``: copies, casts, fills, concatenation, embedding gathers and scatters, the optimizer's foreach kernels,
+  and every operator the table cannot classify (bandwidth-bound; counted in the note, never dropped).
+
+Composition: on the profiled GPU, the measured compute is scaled by the ratio of the operator sums (target /
+profiled), so a systematic error of the latency model cancels; from a CPU or meta profile the sum is absolute, and
+the host's launch rate bounds it from below (eager PyTorch cannot launch faster than ``HOST_S_PER_KERNEL`` per
+kernel).
+"""
 
 from __future__ import annotations
 
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 
-def ops_compute(profile: Any, src: Any, dst: Any, notes: list[str], extrapolation: list[str]) -> None:
-    """Not wired yet: the step-level path is used."""
+from predictor.catalog.gpus import GPU
+from predictor.exceptions import PredictionError
+from predictor.profile import OpRecord, Profile
+
+# eager PyTorch dispatches a kernel every few microseconds at best from Python (dispatcher + launch); a step of many
+# small kernels is bound by the host (judgement from published eager-mode overhead figures, not measured here)
+HOST_S_PER_KERNEL = 6e-6
+HALF = {"float16", "bfloat16", "half"}
+DTYPE_BYTES = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "half": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
+
+_GEMM = {"mm", "addmm", "bmm", "baddbmm", "_addmm_activation"}
+_ATTENTION_PREFIX = ("_scaled_dot_product", "_flash_attention", "_efficient_attention")
+_CONV = {"convolution", "_convolution", "cudnn_convolution", "convolution_overrideable", "mkldnn_convolution"}
+_CONV_BACKWARD = {"convolution_backward", "convolution_backward_overrideable", "cudnn_convolution_backward"}
+_NORM = {
+    "native_layer_norm",
+    "native_layer_norm_backward",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training",
+    "native_batch_norm_backward",
+    "cudnn_batch_norm",
+    "cudnn_batch_norm_backward",
+    "native_group_norm",
+    "native_group_norm_backward",
+    "_fused_rms_norm",
+    "_fused_rms_norm_backward",
+}
+_SOFTMAX = {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data"}
+_REDUCTION = {
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "var",
+    "std",
+    "var_mean",
+    "std_mean",
+    "norm",
+    "linalg_vector_norm",
+    "prod",
+    "all",
+    "any",
+    "nll_loss_forward",
+    "nll_loss_backward",
+    "nll_loss2d_forward",
+    "nll_loss2d_backward",
+    "mse_loss",
+    "mse_loss_backward",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "cumsum",
+    "topk",
+    "sort",
+}
+_MEMORY = {
+    "copy",
+    "copy_",
+    "_to_copy",
+    "clone",
+    "contiguous",
+    "cat",
+    "stack",
+    "fill",
+    "fill_",
+    "zero",
+    "zero_",
+    "zeros",
+    "zeros_like",
+    "ones",
+    "ones_like",
+    "full",
+    "full_like",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_zeros",
+    "new_empty",
+    "new_empty_strided",
+    "embedding",
+    "embedding_dense_backward",
+    "index_select",
+    "index",
+    "index_put",
+    "index_put_",
+    "_index_put_impl_",
+    "index_add",
+    "gather",
+    "scatter",
+    "scatter_add",
+    "constant_pad_nd",
+    "max_pool2d_with_indices",
+    "max_pool2d_with_indices_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+    "_adaptive_avg_pool2d",
+    "_adaptive_avg_pool2d_backward",
+    "masked_scatter",
+    "slice_backward",
+    "select_backward",
+    "repeat",
+    "roll",
+    "flip",
+    "tril",
+    "triu",
+    "arange",
+    "randperm",
+}
+_ELEMENTWISE_WORDS = (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "relu",
+    "gelu",
+    "silu",
+    "tanh",
+    "sigmoid",
+    "threshold",
+    "pow",
+    "sqrt",
+    "rsqrt",
+    "exp",
+    "log",
+    "neg",
+    "abs",
+    "where",
+    "masked_fill",
+    "clamp",
+    "dropout",
+    "bernoulli",
+    "lerp",
+    "addcmul",
+    "addcdiv",
+    "maximum",
+    "minimum",
+    "sign",
+    "erf",
+    "hardtanh",
+    "leaky_relu",
+    "elu",
+    "softplus",
+    "mish",
+    "reciprocal",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "logical",
+    "bitwise",
+    "sin",
+    "cos",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "rand",
+    "uniform",
+    "normal",
+    "isnan",
+    "isinf",
+    "nan_to_num",
+    "_fused_adam",
+    "_fused_adamw",
+    "_fused_sgd",
+)
+
+
+def base_name(op: str) -> str:
+    """``aten.addmm.default`` -> ``addmm``; ``aten.add_.Tensor`` -> ``add_``."""
+    parts = op.split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] in ("aten", "prims") else parts[0]
+
+
+@dataclass(frozen=True)
+class Classified:
+    """One record as the latency model sees it: a class, its dimensions, and how much its latency is scaled."""
+
+    cls: str
+    dims: dict[str, float]
+    scale: float  # calls x (recorded FLOPs / FLOPs of the class's forward shape, for backward kernels)
+    half: bool  # fp16/bf16 inputs (tensor cores for gemm/conv)
+    element_bytes: float
+    op: str
+    extra: tuple[Classified, ...] = ()  # attention: its softmax
+
+
+def _numel(shape: Sequence[int]) -> float:
+    return float(math.prod(shape)) if shape else 1.0
+
+
+def _dtype_bytes(dtype: str | None) -> float:
+    return float(DTYPE_BYTES.get((dtype or "float32").replace("torch.", ""), 4))
+
+
+def classify(rec: OpRecord) -> Classified:
+    """The class and dimensions of one record (``memory`` for anything unrecognised, by its bytes)."""
+    name = base_name(rec.op).rstrip("_") if not base_name(rec.op).startswith("_") else base_name(rec.op)
+    shapes = [list(s) for s in rec.shapes]
+    dtype = (rec.dtypes[0] if rec.dtypes else rec.out_dtype or "float32").replace("torch.", "")
+    half = dtype in HALF
+    eb = _dtype_bytes(dtype)
+    total_bytes = rec.bytes_read + rec.bytes_written
+    out_numel = _numel(rec.out_shapes[0]) if rec.out_shapes else (_numel(shapes[0]) if shapes else 0.0)
+    try:
+        if name in _GEMM:
+            return _gemm(name, shapes, rec, half, eb)
+        if name.startswith(_ATTENTION_PREFIX):
+            return _attention(shapes, rec, half, eb)
+        if name in _CONV or name in _CONV_BACKWARD:
+            return _conv(name in _CONV_BACKWARD, shapes, rec, half, eb)
+    except (IndexError, ValueError, ZeroDivisionError):
+        pass  # a shape this classifier does not understand: bandwidth-bound below, with the others it cannot read
+    if name in _NORM or base_name(rec.op) in _NORM:
+        cols = _numel(shapes[1]) if len(shapes) > 1 and len(shapes[1]) >= 1 and "batch" not in name else 0.0
+        if "batch" in name and shapes:  # per channel over N x H x W
+            rows, cols = float(shapes[0][1]) if len(shapes[0]) > 1 else 1.0, 0.0
+            cols = _numel(shapes[0]) / max(rows, 1.0)
+        else:
+            n = _numel(shapes[0]) if shapes else 0.0
+            cols = cols or (shapes[0][-1] if shapes and shapes[0] else 1.0)
+            rows = n / max(cols, 1.0)
+        return Classified("norm", {"rows": rows, "cols": cols, "bytes": total_bytes}, rec.count, half, eb, rec.op)
+    if name in _SOFTMAX or base_name(rec.op) in _SOFTMAX:
+        cols = float(shapes[0][-1]) if shapes and shapes[0] else 1.0
+        rows = (_numel(shapes[0]) if shapes else 0.0) / max(cols, 1.0)
+        return Classified("softmax", {"rows": rows, "cols": cols, "bytes": total_bytes}, rec.count, half, eb, rec.op)
+    plain = base_name(rec.op).strip("_")
+    if plain in _REDUCTION or plain.rstrip("_") in _REDUCTION:
+        n = _numel(shapes[0]) if shapes else 0.0
+        return Classified("reduction", {"n": n, "bytes": total_bytes}, rec.count, half, eb, rec.op)
+    if plain.startswith("foreach") or plain in _MEMORY or plain.rstrip("_") in _MEMORY:
+        return Classified("memory", {"bytes": total_bytes}, rec.count, half, eb, rec.op)
+    if any(word in plain for word in _ELEMENTWISE_WORDS):
+        return Classified(
+            "elementwise",
+            {"n": out_numel, "bytes": total_bytes, "flops": float(rec.flops)},
+            rec.count,
+            half,
+            eb,
+            rec.op,
+        )
+    return Classified("memory", {"bytes": total_bytes}, rec.count, half, eb, rec.op + "?")
+
+
+def _gemm(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
+    mats = [s for s in shapes if len(s) >= 2]
+    if name in ("mm",):
+        (m, k), (_, n) = mats[0][-2:], mats[1][-2:]
+        b = 1
+    elif name in ("addmm", "_addmm_activation"):
+        (m, k), (_, n) = mats[-2][-2:], mats[-1][-2:]
+        b = 1
+    else:  # bmm, baddbmm: [b, m, k] @ [b, k, n]
+        a, w = mats[-2], mats[-1]
+        b, m, k, n = a[0], a[1], a[2], w[2]
+    return Classified("gemm", {"b": b, "m": m, "n": n, "k": k}, rec.count, half, eb, rec.op)
+
+
+def _attention(shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
+    """Fused attention as q @ k^T and p @ v (plus a softmax), scaled by the recorded FLOPs (the backward's)."""
+    q, k = shapes[0], shapes[1]
+    batch = _numel(q[:-2])
+    s_q, d, s_k = q[-2], q[-1], k[-2]
+    forward_flops = 2 * 2 * batch * s_q * s_k * d
+    scale = rec.count * (rec.flops / forward_flops if rec.flops > 0 else 1.0)
+    soft = Classified(
+        "softmax",
+        {"rows": batch * s_q, "cols": s_k, "bytes": 2 * batch * s_q * s_k * eb},
+        scale,
+        half,
+        eb,
+        rec.op,
+    )
+    return Classified("gemm", {"b": batch, "m": s_q, "n": s_k, "k": d}, 2 * scale, half, eb, rec.op, (soft,))
+
+
+def _conv(backward: bool, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
+    params = rec.params or {}
+    if backward:  # grad_output, input, weight
+        x, w = shapes[1], shapes[2]
+    else:
+        x, w = shapes[0], shapes[1]
+    if len(x) != 4 or len(w) != 4:
+        raise ValueError("not a 2-D convolution")
+    n, cin, h, wd = x
+    cout, _, kh, kw = w
+    stride = (params.get("stride") or [1])[0]
+    padding = (params.get("padding") or [0])[0]
+    groups = (params.get("groups") or [1])[0]
+    dims = {
+        "b": n,
+        "cin": cin,
+        "cout": cout,
+        "kh": kh,
+        "kw": kw,
+        "h": h,
+        "w": wd,
+        "stride": stride,
+        "padding": padding,
+        "groups": groups,
+    }
+    scale = float(rec.count)
+    if backward:
+        oh = (h + 2 * padding - kh) // stride + 1
+        ow = (wd + 2 * padding - kw) // stride + 1
+        forward_flops = 2 * n * cout * oh * ow * (cin // max(1, groups)) * kh * kw
+        scale *= rec.flops / forward_flops if rec.flops > 0 and forward_flops > 0 else 2.0
+    return Classified("conv", dims, scale, half, eb, rec.op)
+
+
+@dataclass(frozen=True)
+class OpsTime:
+    """The operator table's time on one GPU."""
+
+    seconds: float  # one step, GPU side
+    by_class: dict[str, float]
+    kernels: int  # kernel launches per step
+    unclassified: dict[str, int]  # operator -> calls predicted as bandwidth-bound because not understood
+
+
+def classify_table(ops: Sequence[OpRecord]) -> list[Classified]:
+    out = []
+    for rec in ops:
+        c = classify(rec)
+        out.append(c)
+        out.extend(c.extra)
+    return out
+
+
+def ops_time(classified: Sequence[Classified], gpu: GPU, precision: str, matmul: str | None) -> OpsTime:
+    """The sum over the classified table on ``gpu`` (vectorised per class)."""
+    from predictor.perf.compute import peak_tflops
+    from predictor.perf.kernels import load_kernel_model
+
+    model = load_kernel_model()
+    groups: dict[tuple[str, bool], list[Classified]] = defaultdict(list)
+    for c in classified:
+        groups[(c.cls, c.half)].append(c)
+    by_class: Counter[str] = Counter()
+    for (cls, half), items in groups.items():
+        dims = {key: np.array([c.dims[key] for c in items], dtype=float) for key in items[0].dims}
+        peak = None
+        if cls in ("gemm", "conv"):
+            peak = _tensor_peak(gpu, half, precision, matmul)
+        eb = float(np.median([c.element_bytes for c in items]))
+        lat = model.latency(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
+        scale = np.array([c.scale for c in items])
+        by_class[cls] += float(np.sum(lat * scale))
+    kernels = int(sum(c.scale for c in classified if not c.extra))
+    unclassified = Counter()
+    for c in classified:
+        if c.op.endswith("?"):
+            unclassified[c.op[:-1]] += int(c.scale)
+    _ = peak_tflops  # imported for _tensor_peak's sibling path; keeps the import lazy
+    return OpsTime(sum(by_class.values()), dict(by_class), kernels, dict(unclassified))
+
+
+def _tensor_peak(gpu: GPU, half: bool, precision: str, matmul: str | None) -> float | None:
+    """The peak a GEMM/convolution runs at: tensor cores for fp16/bf16 inputs, TF32 when allowed, else FP32 (None:
+    the kernel model's own FP32 figure)."""
+    if half:
+        bf16 = precision.startswith("bf16")
+        peak = (gpu.bf16_tflops if bf16 else gpu.fp16_tflops) or gpu.fp16_tflops
+        return peak * tensor_core_efficiency("half") if peak else None
+    if matmul in ("high", "medium") and gpu.tf32_tflops:
+        return gpu.tf32_tflops * tensor_core_efficiency("tf32")
     return None
+
+
+def tensor_core_efficiency(kind: str) -> float:
+    """Share of the tensor-core datasheet peak that the FP32-trained utilisation model should assume (fitted on
+    end-to-end measurements by scripts/fit_model.py when present; 1.0 otherwise)."""
+    from predictor.perf.artefact import model_artefact
+
+    return float(model_artefact().get("tensor_core", {}).get(kind, 1.0))
+
+
+def ops_compute(
+    profile: Profile, src: Any, dst: GPU, notes: list[str], extrapolation: list[str]
+) -> tuple[float, float | None, str] | None:
+    """(compute seconds per sample on ``dst``, compute-bound share, kind) from the operator table, or None when the
+    table cannot be used (then the step-level path decides; the reason is in ``notes``)."""
+    table = profile.ops
+    if table is None or not table.ops:
+        return None
+    try:
+        classified = classify_table(table.ops)
+        precision, matmul = profile.model.precision, profile.model.float32_matmul_precision
+        target = ops_time(classified, dst, precision, matmul)
+    except PredictionError as exc:
+        notes.append(f"operator table not used on {dst.key}: {exc}")
+        return None
+    except ImportError:
+        return None
+    if target.unclassified:
+        calls = sum(target.unclassified.values())
+        names = ", ".join(sorted(target.unclassified)[:5])
+        notes.append(f"{calls} calls of operators the model does not classify ({names}): predicted bandwidth-bound")
+    share = target.by_class.get("gemm", 0.0) + target.by_class.get("conv", 0.0)
+    share /= max(target.seconds, 1e-12)
+    if src.measured and src.gpu is not None:
+        source = ops_time(classified, src.gpu, precision, matmul)
+        if source.seconds <= 0:
+            return None
+        ratio = target.seconds / source.seconds
+        notes.append(
+            f"{src.gpu.key} -> {dst.key}: time x{ratio:.2f} from the operator table ({len(table.ops)} operators, "
+            f"ratio of predicted operator sums applied to the measured step)"
+        )
+        per_sample = src.compute_s / src.per_device_batch * ratio
+        return per_sample, share, ("same" if src.gpu.key == dst.key else "cross-ops")
+    host = target.kernels * HOST_S_PER_KERNEL
+    step = max(target.seconds, host)
+    where = "on the meta device" if table.device in ("meta", "fake") or not src.measured else "on CPU"
+    notes.append(
+        f"{dst.key}: {step * 1e3:.3g} ms per step predicted absolutely from the operator table captured {where} "
+        f"({target.kernels} kernels; {'host launch-bound' if host > target.seconds else 'GPU-bound'})"
+    )
+    extrapolation.append(f"no GPU step was measured: {dst.key}'s time is the operator model's alone")
+    return step / table.samples, share, "ops-absolute"
