@@ -1,0 +1,151 @@
+"""The operator table in the predictor: ATen classification, and composition into a step time on a GPU."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from predictor.perf.ops import classify, classify_table
+from predictor.predict import predict
+from predictor.profile import OpRecord, load_profile
+from test_profile_schema import MINIMAL
+
+
+def rec(op: str, shapes, *, phase="forward", count=1, flops=0.0, dtype="float32", out=None, params=None) -> OpRecord:
+    nbytes = sum(float(np.prod(s)) * 4 for s in shapes)
+    return OpRecord(
+        op=op,
+        phase=phase,
+        count=count,
+        shapes=tuple(tuple(s) for s in shapes),
+        dtypes=tuple(dtype for _ in shapes),
+        flops=flops,
+        bytes_read=nbytes,
+        bytes_written=float(np.prod(out or shapes[0])) * 4,
+        out_shapes=(tuple(out),) if out else None,
+        params=params,
+    )
+
+
+def test_gemms_give_batch_m_n_k() -> None:
+    assert classify(rec("aten.mm.default", [[64, 128], [128, 32]])).dims == {"b": 1, "m": 64, "n": 32, "k": 128}
+    c = classify(rec("aten.addmm.default", [[32], [64, 128], [128, 32]], count=3))
+    assert (c.cls, c.dims, c.scale) == ("gemm", {"b": 1, "m": 64, "n": 32, "k": 128}, 3)
+    assert classify(rec("aten.bmm.default", [[8, 16, 4], [8, 4, 16]])).dims == {"b": 8, "m": 16, "n": 16, "k": 4}
+    assert classify(rec("aten.mm.default", [[64, 128], [128, 32]], dtype="bfloat16")).half
+
+
+def test_convolution_backward_is_the_forward_scaled_by_its_flops() -> None:
+    params = {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": [1], "transposed": [0]}
+    fwd = classify(rec("aten.convolution.default", [[8, 16, 32, 32], [32, 16, 3, 3]], params=params))
+    assert fwd.cls == "conv" and fwd.dims["cin"] == 16 and fwd.dims["cout"] == 32 and fwd.scale == 1
+    flops = 2 * 8 * 32 * 32 * 32 * 16 * 9
+    bwd = classify(
+        rec(
+            "aten.convolution_backward.default",
+            [[8, 32, 32, 32], [8, 16, 32, 32], [32, 16, 3, 3]],
+            phase="backward",
+            flops=2 * flops,
+            params=params,
+        )
+    )
+    assert bwd.cls == "conv" and bwd.dims == fwd.dims and bwd.scale == pytest.approx(2.0)
+
+
+def test_attention_is_two_batched_matmuls_and_a_softmax() -> None:
+    q = [2, 12, 384, 64]
+    flops = 2 * 2 * 24 * 384 * 384 * 64
+    table = classify_table([rec("aten._scaled_dot_product_flash_attention_for_cpu.default", [q, q, q], flops=flops)])
+    assert [c.cls for c in table] == ["gemm", "softmax"]
+    assert table[0].dims == {"b": 24, "m": 384, "n": 384, "k": 64} and table[0].scale == pytest.approx(2.0)
+    assert table[1].dims["rows"] == 24 * 384 and table[1].dims["cols"] == 384
+
+
+def test_norms_softmax_reductions_elementwise_and_memory() -> None:
+    ln = classify(rec("aten.native_layer_norm.default", [[4, 128, 768], [768], [768]]))
+    assert ln.cls == "norm" and ln.dims["cols"] == 768 and ln.dims["rows"] == 4 * 128
+    bn = classify(rec("aten._native_batch_norm_legit_functional.default", [[8, 64, 56, 56], [64], [64]]))
+    assert bn.cls == "norm" and bn.dims["rows"] == 64 and bn.dims["cols"] == 8 * 56 * 56
+    assert classify(rec("aten._softmax.default", [[4, 12, 128, 128]])).dims["cols"] == 128
+    assert classify(rec("aten.sum.dim_IntList", [[4, 1000]])).cls == "reduction"
+    assert classify(rec("aten.gelu.default", [[4, 3072]])).cls == "elementwise"
+    assert classify(rec("aten.threshold_backward.default", [[4, 3072], [4, 3072]])).cls == "elementwise"
+    assert classify(rec("aten._foreach_mul_.Scalar", [[10], [20]], phase="optimizer")).cls == "memory"
+    assert classify(rec("aten.embedding.default", [[30522, 768], [4, 128]])).cls == "memory"
+    odd = classify(rec("aten.some_new_kernel.default", [[4, 4]]))
+    assert odd.cls == "memory" and odd.op.endswith("?")  # bandwidth-bound, and reported
+
+
+class _Roofline:
+    """A stand-in latency model with a known answer: FLOPs at the peak given, else bytes at the GPU's bandwidth."""
+
+    def latency(self, cls, dims, gpu, *, peak_tflops=None, element_bytes=4.0):
+        if cls == "gemm":
+            return 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / ((peak_tflops or gpu.fp32_tflops) * 1e12)
+        return np.asarray(dims["bytes"], dtype=float) / (gpu.memory_bw_gbps * 1e9) + 5e-6
+
+
+@pytest.fixture
+def roofline(monkeypatch):
+    fake = types.ModuleType("predictor.perf.kernels")
+    fake.load_kernel_model = lambda: _Roofline()
+    monkeypatch.setitem(sys.modules, "predictor.perf.kernels", fake)
+
+
+def _profile_with_ops(gpu: str | None, step: float) -> object:
+    data = copy.deepcopy(MINIMAL)
+    data["hardware"] = {"gpu": gpu, "devices": 1} if gpu else {"devices": 1, "accelerator": "cpu"}
+    data["timing"] = {"step_time_s": {"p50": step}}
+    data["batch"] = {"per_device": 32}
+    mm = {"op": "aten.mm.default", "phase": "forward", "count": 10, "shapes": [[4096, 4096], [4096, 4096]]}
+    add = {"op": "aten.add.Tensor", "phase": "forward", "count": 20, "shapes": [[4096, 4096], [4096, 4096]]}
+    ops = []
+    for o in (mm, add):
+        n = 4096 * 4096 * 4
+        ops.append(
+            {**o, "dtypes": ["float32", "float32"], "flops": 2 * 4096**3 if "mm" in o["op"] else 0.0}
+            | {"bytes_read": 2 * n, "bytes_written": n}
+        )
+    data["ops"] = {"device": "meta", "samples": 32, "ops": ops}
+    return load_profile(data)
+
+
+def test_profiled_gpu_step_is_scaled_by_the_ratio_of_operator_sums(roofline, catalog) -> None:
+    profile = _profile_with_ops("V100-SXM2-16GB", 0.5)
+    v100, a100 = catalog.gpu("V100-SXM2-16GB"), catalog.gpu("A100-SXM-40GB")
+    n = 4096 * 4096 * 4
+
+    def ops_sum(gpu):
+        return 10 * 2 * 4096**3 / (gpu.fp32_tflops * 1e12) + 20 * (3 * n / (gpu.memory_bw_gbps * 1e9) + 5e-6)
+
+    same = predict(profile, "p3.2xlarge:1", catalog=catalog)
+    assert same.iteration_time_s == pytest.approx(0.5)
+    other = predict(profile, "p4d.24xlarge:1", catalog=catalog)
+    expected = 0.5 * ops_sum(a100) / ops_sum(v100)
+    assert other.breakdown["compute_s"] == pytest.approx(expected, rel=1e-9)
+    assert any("from the operator table" in a for a in other.assumptions)
+
+
+def test_meta_profile_is_predicted_absolutely_and_says_so(roofline, catalog) -> None:
+    data = _profile_with_ops(None, 0.0)
+    profile = load_profile({**data.to_dict(), "timing": {"step_time_s": {"p50": 0.0}}})
+    a10g = catalog.gpu("A10G")
+    n = 4096 * 4096 * 4
+    gpu_s = 10 * 2 * 4096**3 / (a10g.fp32_tflops * 1e12) + 20 * (3 * n / (a10g.memory_bw_gbps * 1e9) + 5e-6)
+    result = predict(profile, "g5.xlarge:1", catalog=catalog)
+    assert result.breakdown["compute_s"] == pytest.approx(gpu_s, rel=1e-9)
+    assert any("predicted absolutely from the operator table" in a for a in result.assumptions)
+    assert any("operator model's alone" in e for e in result.extrapolation)
+
+
+def test_a_timeless_profile_without_ops_is_a_clear_error(catalog) -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["timing"] = {"step_time_s": {"p50": 0.0}}
+    from predictor.exceptions import PredictionError
+
+    with pytest.raises(PredictionError, match=r"no step was timed.*srifty capture"):
+        predict(load_profile(data), "g5.xlarge:1", catalog=catalog)
