@@ -403,7 +403,8 @@ def ops_time(classified: Sequence[Classified], gpu: GPU, precision: str, matmul:
         dims = {key: np.array([c.dims[key] for c in items], dtype=float) for key in items[0].dims}
         peak = None
         if cls in ("gemm", "conv"):
-            peak = _tensor_peak(gpu, half, precision, matmul)
+            # cuDNN convolutions use TF32 by default (torch.backends.cudnn.allow_tf32); matmuls only when allowed
+            peak = _tensor_peak(gpu, half, precision, "high" if cls == "conv" else matmul)
         eb = float(np.median([c.element_bytes for c in items]))
         lat = model.latency(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
         scale = np.array([c.scale for c in items])
