@@ -1,0 +1,209 @@
+"""End-to-end validation of the operator path on published measurements, with operator tables captured on the meta
+device from the real architectures (transformers configurations: no weights, no downloads).
+
+    python bench/ops_validation.py [--data ../shared/data/kernels]
+
+Models with a published architecture and a per-sample unit in the Lambda figures: ResNet-50 (224 px, SGD), BERT-base
+and BERT-large SQuAD fine-tuning (384 tokens, AdamW), FP32 and AMP, one GPU. For every pair of measured GPUs:
+- **ratio** (a profile measured on the source GPU, with its operator table): the measured time x the ratio of the
+  operator sums, target / source;
+- **absolute** (a capture-only profile, no GPU at all): the operator sum on the target.
+Leave-one-GPU-out: the kernel model that predicts a case is trained without every NeuSight GPU of the same chip as
+either GPU of the case (GA100, GV100, GH100). The tensor-core efficiency (AMP, TF32 convolutions) is fitted
+leave-one-model-out: on the other models' cases only. Writes bench/results/ops_validation.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from predictor.evaluation import Point, load_points  # noqa: E402
+
+MODELS = ("ResNet-50", "BERT-base finetune-SQuAD", "BERT-large finetune-SQuAD")
+# measurement GPU key -> the chip's NeuSight kernel devices (excluded from the kernel model that predicts it)
+CHIP = {
+    "H100-SXM": ("NVIDIA H100 80GB HBM3",),
+    "H100-PCIe": ("NVIDIA H100 80GB HBM3",),
+    "A100-SXM-80GB": ("NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB"),
+    "A100-PCIe-80GB": ("NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB"),
+    "A100-PCIe-40GB": ("NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB"),
+    "V100-SXM2-16GB": ("Tesla V100-PCIE-32GB",),
+    "A10": (),
+}
+TABLES = ROOT / "bench" / "results" / "tables"
+
+
+def build(model: str):
+    import torch
+    from transformers import BertConfig, BertForQuestionAnswering, ResNetConfig, ResNetForImageClassification
+
+    if model == "ResNet-50":
+        net = ResNetForImageClassification(ResNetConfig(num_labels=1000))
+        return (
+            net,
+            lambda b: {
+                "pixel_values": torch.randn(b, 3, 224, 224),
+                "labels": torch.randint(0, 1000, (b,)),
+            },
+            functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9),
+        )
+    large = "large" in model
+    config = BertConfig(
+        hidden_size=1024 if large else 768,
+        num_hidden_layers=24 if large else 12,
+        num_attention_heads=16 if large else 12,
+        intermediate_size=4096 if large else 3072,
+    )
+    net = BertForQuestionAnswering(config)
+    return (
+        net,
+        lambda b: {
+            "input_ids": torch.randint(0, 30522, (b, 384)),
+            "attention_mask": torch.ones(b, 384, dtype=torch.long),
+            "start_positions": torch.randint(0, 384, (b,)),
+            "end_positions": torch.randint(0, 384, (b,)),
+        },
+        functools.partial(torch.optim.AdamW, lr=3e-5),
+    )
+
+
+def table_for(model: str, precision: str, batch: int) -> dict:
+    """The operator table of one step (cached in bench/results/tables)."""
+    path = TABLES / f"{model.split()[0]}-{precision}-{batch}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    from lightning_srifty import capture_ops
+    from predictor._schema import to_dict
+
+    t = time.perf_counter()
+    net, make_batch, optimizer = build(model)
+    table = capture_ops(net, make_batch(batch), precision=precision, device="meta", optimizer=optimizer)
+    data = to_dict(table)
+    TABLES.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    print(f"  captured {model} {precision} b={batch}: {len(data['ops'])} records, {time.perf_counter() - t:.1f} s",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return data
+
+
+@functools.cache
+def kernel_model(excluded: tuple[str, ...], folder: str):
+    import train_kernel_model as tk
+
+    t = time.perf_counter()
+    model, _ = tk.train(Path(folder), set(excluded))
+    print(f"  kernel model without {excluded or 'nothing'}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    return model
+
+
+def points() -> list[Point]:
+    out = []
+    for p in load_points(ROOT / "predictor" / "data" / "measurements.csv"):
+        if p.source == "lambdal" and p.model in MODELS and p.gpus == 1 and p.gpu in CHIP:
+            out.append(p)
+    return out
+
+
+def profile(model: str, p: Point, table: dict, timed: bool, gpu: str | None):
+    from predictor.profile import profile_from_dict
+
+    return profile_from_dict(
+        {
+            "schema": "srifty.profile/v1",
+            "model": {"name": model, "parameters": 25_000_000, "precision": p.precision},
+            "batch": {"per_device": table["samples"]},
+            "hardware": {"gpu": gpu, "devices": 1, "accelerator": "cuda" if gpu else "meta"},
+            "timing": {"step_time_s": {"p50": (table["samples"] / p.throughput) if timed else 0.0, "cv": p.cv}},
+            "ops": table,
+        }
+    )
+
+
+def predict_case(src: Point | None, dst: Point, table: dict, efficiency: dict, folder: str) -> float:
+    """Predicted throughput of ``dst`` (ratio from ``src``, or absolute when ``src`` is None)."""
+    from predictor.evaluation import case_catalog
+    from predictor.perf import kernels, ops
+    from predictor.predict import predict
+
+    excluded = tuple(sorted(set(CHIP[dst.gpu]) | (set(CHIP[src.gpu]) if src else set())))
+    kernels.load_kernel_model = lambda: kernel_model(excluded, folder)  # the held-out kernel model
+    ops.tensor_core_efficiency = lambda kind: efficiency[kind]
+    from predictor.evaluation import Case
+
+    catalog = case_catalog([Case("cross", dst.model, dst, dst)])
+    prof = profile(dst.model, src or dst, table, src is not None, src.gpu if src else None)
+    r = predict(prof, f"bench-{dst.gpu}-x1-pcie:1", catalog=catalog)
+    return r.throughput_samples_s
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "kernels"))
+    args = parser.parse_args()
+    pts = points()
+    tables = {(p.model, p.precision, p.batch): table_for(p.model, p.precision, p.batch) for p in pts}
+    by_key: dict[tuple, list[Point]] = defaultdict(list)
+    for p in pts:
+        by_key[(p.model, p.precision)].append(p)
+    grid = (0.3, 0.4, 0.5, 0.6, 0.7, 0.85, 1.0)
+
+    def cases_of(models, kind):
+        out = []
+        for (model, _precision), group in by_key.items():
+            if model not in models:
+                continue
+            for dst in group:
+                srcs = [s for s in group if s.gpu != dst.gpu] if kind == "ratio" else [None]
+                out += [(s, dst) for s in srcs]
+        return out
+
+    def errors(cases, efficiency):
+        return [
+            math.log(predict_case(s, d, tables[(d.model, d.precision, d.batch)], efficiency, args.data) / d.throughput)
+            for s, d in cases
+        ]
+
+    result: dict[str, dict] = {}
+    for kind in ("ratio", "absolute"):
+        rows = []
+        for held in MODELS:
+            train = cases_of([m for m in MODELS if m != held], kind)
+            eff = {"half": 1.0, "tf32": 1.0}
+            for name in ("half", "tf32"):
+                eff[name] = min(
+                    grid, key=lambda v, n=name: statistics.fmean(abs(e) for e in errors(train, {**eff, n: v}))
+                )
+            test = cases_of([held], kind)
+            for (s, d), e in zip(test, errors(test, eff)):
+                rows.append({"model": held, "src": s.gpu if s else None, "dst": d.gpu, "precision": d.precision,
+                             "ape": abs(math.exp(e) - 1), "log_residual": e, "efficiency": eff})  # fmt: skip
+            print(f"{kind} {held}: efficiency {eff}", file=sys.stderr, flush=True)
+        apes = [r["ape"] for r in rows]
+        result[kind] = {"cases": len(rows), "mape": statistics.fmean(apes), "median_ape": statistics.median(apes),
+                        "rows": rows}  # fmt: skip
+        per_model = defaultdict(list)
+        for r in rows:
+            per_model[(r["model"], r["precision"])].append(r["ape"])
+        print(f"\n{kind}: {len(rows)} cases, MAPE {result[kind]['mape']:.1%}")
+        for key, v in sorted(per_model.items()):
+            print(f"  {key[0]} {key[1]}: {statistics.fmean(v):.1%} over {len(v)}")
+    out = ROOT / "bench" / "results" / "ops_validation.json"
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
