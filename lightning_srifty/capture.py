@@ -263,18 +263,22 @@ def _step_context(device: str) -> Iterator[Callable[[torch.Tensor], torch.Tensor
 
 
 def _copy_module(module: torch.nn.Module, convert: Callable[[Any], Any], dtype: torch.dtype | None) -> torch.nn.Module:
-    """A copy whose parameters and buffers are ``convert``-ed (the originals are neither copied nor changed)."""
+    """A copy whose parameters and buffers are ``convert``-ed, floating ones cast to ``dtype`` as Lightning's
+    ``*-true`` precision does (the originals are neither copied nor changed)."""
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        out = convert(t)
+        return out.to(dtype) if dtype is not None and out.is_floating_point() and out.dtype != dtype else out
+
     memo: dict[int, Any] = {}
     for name in ("_trainer", "_fabric"):
         if getattr(module, name, None) is not None:
             memo[id(getattr(module, name))] = None
     for p in module.parameters():
-        memo[id(p)] = torch.nn.Parameter(convert(p), requires_grad=p.requires_grad)
+        memo[id(p)] = torch.nn.Parameter(move(p), requires_grad=p.requires_grad)
     for b in module.buffers():
-        memo[id(b)] = convert(b)
+        memo[id(b)] = move(b)
     work = copy.deepcopy(module, memo)
-    if dtype is not None and dtype is not torch.float32:
-        work = work.to(dtype)
     work.train()
     return work
 
@@ -392,7 +396,7 @@ def _run_phase(what: str, fn: Callable[[], Any]) -> Any:
         return fn()
     except (ConfigError, ProfileError):
         raise
-    except Exception as exc:  # noqa: BLE001 - re-worded with the fix
+    except Exception as exc:
         text = f"{type(exc).__name__}: {exc}".split("\n", 1)[0][:400]
         hint = ""
         if "trainer" in text.lower():

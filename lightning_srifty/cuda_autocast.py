@@ -22,29 +22,138 @@ from typing import Any
 import torch
 
 LOWER_PRECISION = frozenset(
-    "_convolution _convolution.deprecated conv1d conv2d conv3d conv_tbc conv_transpose1d conv_transpose2d.input "
-    "conv_transpose3d.input convolution prelu addmm addmv addr matmul einsum mm mv linalg_vecdot linear addbmm "
-    "baddbmm bmm chain_matmul linalg_multi_dot _thnn_fused_lstm_cell _thnn_fused_gru_cell lstm_cell gru_cell "
-    "rnn_tanh_cell rnn_relu_cell _scaled_dot_product_flash_attention scaled_dot_product_attention "
-    "cudnn_convolution cudnn_convolution_transpose".split()
+    [
+        "_convolution",
+        "_convolution.deprecated",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_tbc",
+        "conv_transpose1d",
+        "conv_transpose2d.input",
+        "conv_transpose3d.input",
+        "convolution",
+        "prelu",
+        "addmm",
+        "addmv",
+        "addr",
+        "matmul",
+        "einsum",
+        "mm",
+        "mv",
+        "linalg_vecdot",
+        "linear",
+        "addbmm",
+        "baddbmm",
+        "bmm",
+        "chain_matmul",
+        "linalg_multi_dot",
+        "_thnn_fused_lstm_cell",
+        "_thnn_fused_gru_cell",
+        "lstm_cell",
+        "gru_cell",
+        "rnn_tanh_cell",
+        "rnn_relu_cell",
+        "_scaled_dot_product_flash_attention",
+        "scaled_dot_product_attention",
+        "cudnn_convolution",
+        "cudnn_convolution_transpose",
+    ]
 )
 FLOAT32 = frozenset(
-    "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan pow.Tensor_Scalar "
-    "pow.Tensor_Tensor pow.Scalar softplus layer_norm native_layer_norm group_norm frobenius_norm.dim nuclear_norm "
-    "nuclear_norm.dim cosine_similarity poisson_nll_loss cosine_embedding_loss nll_loss nll_loss2d "
-    "hinge_embedding_loss kl_div l1_loss smooth_l1_loss huber_loss mse_loss margin_ranking_loss "
-    "multilabel_margin_loss soft_margin_loss triplet_margin_loss multi_margin_loss binary_cross_entropy_with_logits "
-    "dist pdist cdist renorm logsumexp upsample_nearest1d _upsample_nearest_exact1d upsample_nearest2d "
-    "_upsample_nearest_exact2d upsample_nearest3d _upsample_nearest_exact3d upsample_linear1d upsample_bilinear2d "
-    "_upsample_bilinear2d_aa upsample_trilinear3d upsample_bicubic2d _upsample_bicubic2d_aa norm.Scalar "
-    "norm.ScalarOpt_dim rms_norm".split()
+    [
+        "acos",
+        "asin",
+        "cosh",
+        "erfinv",
+        "exp",
+        "expm1",
+        "log",
+        "log10",
+        "log2",
+        "log1p",
+        "reciprocal",
+        "rsqrt",
+        "sinh",
+        "tan",
+        "pow.Tensor_Scalar",
+        "pow.Tensor_Tensor",
+        "pow.Scalar",
+        "softplus",
+        "layer_norm",
+        "native_layer_norm",
+        "group_norm",
+        "frobenius_norm.dim",
+        "nuclear_norm",
+        "nuclear_norm.dim",
+        "cosine_similarity",
+        "poisson_nll_loss",
+        "cosine_embedding_loss",
+        "nll_loss",
+        "nll_loss2d",
+        "hinge_embedding_loss",
+        "kl_div",
+        "l1_loss",
+        "smooth_l1_loss",
+        "huber_loss",
+        "mse_loss",
+        "margin_ranking_loss",
+        "multilabel_margin_loss",
+        "soft_margin_loss",
+        "triplet_margin_loss",
+        "multi_margin_loss",
+        "binary_cross_entropy_with_logits",
+        "dist",
+        "pdist",
+        "cdist",
+        "renorm",
+        "logsumexp",
+        "upsample_nearest1d",
+        "_upsample_nearest_exact1d",
+        "upsample_nearest2d",
+        "_upsample_nearest_exact2d",
+        "upsample_nearest3d",
+        "_upsample_nearest_exact3d",
+        "upsample_linear1d",
+        "upsample_bilinear2d",
+        "_upsample_bilinear2d_aa",
+        "upsample_trilinear3d",
+        "upsample_bicubic2d",
+        "_upsample_bicubic2d_aa",
+        "norm.Scalar",
+        "norm.ScalarOpt_dim",
+        "rms_norm",
+    ]
 )
 FLOAT32_VIA_DTYPE = frozenset(
-    "prod prod.dim_int softmax.int log_softmax.int cumprod cumsum linalg_vector_norm linalg_matrix_norm "
-    "linalg_matrix_norm.str_ord sum sum.dim_IntList".split()
+    [
+        "prod",
+        "prod.dim_int",
+        "softmax.int",
+        "log_softmax.int",
+        "cumprod",
+        "cumsum",
+        "linalg_vector_norm",
+        "linalg_matrix_norm",
+        "linalg_matrix_norm.str_ord",
+        "sum",
+        "sum.dim_IntList",
+    ]
 )
 PROMOTE = frozenset(
-    "addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler index_put tensordot scatter_add".split()
+    [
+        "addcdiv",
+        "addcmul",
+        "atan2",
+        "bilinear",
+        "cross",
+        "dot",
+        "vdot",
+        "grid_sampler",
+        "index_put",
+        "tensordot",
+        "scatter_add",
+    ]
 )
 BANNED = frozenset({"binary_cross_entropy"})
 
@@ -150,7 +259,7 @@ def cuda_autocast_policy() -> Iterator[None]:
     Process-wide for its duration (it re-registers dispatcher kernels); the previous kernels come back on exit.
     """
     casts = _Casts()
-    lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - temporary kernels, removed on exit
+    lib = torch.library.Library("aten", "IMPL")
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"(?s).*Overriding a previously registered kernel")
