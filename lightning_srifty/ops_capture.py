@@ -14,6 +14,7 @@ and counted in ``skipped``; nothing is dropped silently.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
 from typing import Any
@@ -273,3 +274,128 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
     return value
+
+
+class StepOpCapture:
+    """Records the operator table of one real training step, phase by phase; never raises.
+
+    The caller maps its hooks onto :meth:`start_forward`, :meth:`start_backward`, :meth:`start_optimizer` and
+    :meth:`finish`. It also gives the step's FLOPs (the interface of :class:`lightning_srifty.flops.StepFlopCounter`),
+    from the same flop formulas. On a CPU step it makes the step look like the CUDA one the table is for: CUDA's
+    autocast policy under mixed precision, and ``foreach=True`` for optimizers that leave it unset (both for this one
+    step, restored at its end).
+    """
+
+    method = "TorchDispatchMode on one warm-up training step"
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.notes: list[str] = []
+        self.flops: dict[str, float] = {}
+        self._recorder: OpRecorder | None = None
+        self._records: OpRecorder | None = None
+        self._policy: Any = None
+        self._foreach: list[dict[str, Any]] = []
+
+    @property
+    def active(self) -> bool:
+        return self._recorder is not None
+
+    def start_forward(self, *, emulate_cuda_autocast: bool = False, optimizers: Any = ()) -> None:
+        try:
+            if emulate_cuda_autocast:
+                from lightning_srifty.cuda_autocast import cuda_autocast_policy
+
+                self._policy = cuda_autocast_policy()
+                self._policy.__enter__()
+                self.notes.append("mixed precision on CPU: CUDA's autocast policy emulated for the captured step")
+            for opt in optimizers:
+                inner = getattr(opt, "optimizer", opt)
+                if "foreach" in getattr(inner, "defaults", {}):
+                    for group in inner.param_groups:
+                        if group.get("foreach") is None and not group.get("fused"):
+                            group["foreach"] = True
+                            self._foreach.append(group)
+            if self._foreach:
+                self.notes.append("optimizer foreach=True for the captured step (torch's default on CUDA)")
+            self._recorder = OpRecorder(phase="forward")
+            self._recorder.__enter__()
+        except Exception as exc:  # noqa: BLE001 - the capture is optional: record why
+            self.abort(f"the operator capture could not start: {type(exc).__name__}: {exc}")
+
+    def start_backward(self) -> None:
+        self._leave_policy()
+        if self._recorder is not None:
+            self._recorder.phase = "backward"
+
+    def start_optimizer(self) -> None:
+        """Gradient clipping, ``optimizer.step`` and ``zero_grad`` (Lightning zeroes before the backward)."""
+        self._leave_policy()
+        if self._recorder is not None:
+            self._recorder.phase = "optimizer"
+
+    def finish(self) -> None:
+        self._leave_policy()
+        recorder, self._recorder = self._recorder, None
+        self._restore_foreach()
+        if recorder is None:
+            return
+        try:
+            recorder.__exit__(None, None, None)
+        except Exception as exc:  # noqa: BLE001 - the capture is optional: record why
+            self.reason = f"the operator capture failed: {type(exc).__name__}: {exc}"
+            return
+        self._records = recorder
+        self.flops = recorder.phase_flops()
+        if "backward" not in self.flops:
+            self.reason = "no backward ran inside the captured step (manual optimization?)"
+
+    def abort(self, reason: str) -> None:
+        self._leave_policy()
+        self._restore_foreach()
+        if self._recorder is not None:
+            with contextlib.suppress(Exception):  # already failing: the reason below is what matters
+                self._recorder.__exit__(None, None, None)
+        self._recorder = self._records = None
+        self.reason = reason
+
+    def table(self, *, samples: int | None, device: str, precision: str | None) -> OpTable | None:
+        """The profile's ``ops`` (None when the step was not captured; ``reason`` says why)."""
+        if self._records is None or not samples:
+            return None
+        return self._records.table(
+            device=device, samples=samples, method=self.method, precision=precision, notes=self.notes
+        )
+
+    def per_sample(self, samples: int | None) -> dict[str, Any]:
+        """The profile's ``model.flops`` section (as :meth:`StepFlopCounter.per_sample`)."""
+        if self._records is None:
+            return {"reason": self.reason or "the operator capture did not run"}
+        if not samples:
+            return {"reason": "the batch size is unknown, so FLOPs cannot be given per sample"}
+        forward = self.flops.get("forward", 0.0)
+        if not forward:
+            return {"reason": "the flop counter found no matmul/convolution in the step"}
+        out: dict[str, Any] = {
+            "forward_per_sample": forward / samples,
+            "method": f"torch.utils.flop_counter formulas, {self.method}",
+        }
+        if "backward" in self.flops:
+            out["backward_per_sample"] = self.flops["backward"] / samples
+            out["per_sample"] = (forward + self.flops["backward"]) / samples
+        else:
+            out["reason"] = self.reason
+        return out
+
+    def _leave_policy(self) -> None:
+        policy, self._policy = self._policy, None
+        if policy is not None:
+            try:
+                policy.__exit__(None, None, None)
+            except Exception as exc:  # noqa: BLE001 - record, never raise
+                self.notes.append(f"restoring the autocast policy failed: {type(exc).__name__}: {exc}")
+
+    def _restore_foreach(self) -> None:
+        for group in self._foreach:
+            group["foreach"] = None
+        self._foreach = []
