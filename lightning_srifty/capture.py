@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,7 +178,8 @@ def capture_step(
         if _force_foreach(opt):
             notes.append("optimizer foreach=True (torch's default for CUDA parameters; CPU would loop per tensor)")
         recorder = OpRecorder(phase="forward")
-        with recorder:
+        with recorder, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*self\.log\(\).*")  # no Trainer in a capture: log is a no-op
             with _precision_context(precision, device, notes):
                 loss = _run_phase("forward (training_step)", lambda: _loss(work, batch, lightning))
             recorder.phase = "backward"

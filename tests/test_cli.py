@@ -79,7 +79,11 @@ def test_demo_trains_profiles_and_writes(tmp_path, capsys) -> None:
     assert profile.model.name == "DigitsCNN" and profile.batch.per_device == 64
     assert profile.timing.window.first_step == 3
     assert profile.model.flops.per_sample > 1e6
-    assert "Srifty profile: DigitsCNN" in capsys.readouterr().out
+    assert profile.ops is not None and profile.ops.samples == 64
+    assert any(o.op == "aten.convolution.default" and o.params for o in profile.ops.ops)
+    assert profile.ops.total_flops == profile.model.flops.per_sample * 64
+    printed = capsys.readouterr().out
+    assert "Srifty profile: DigitsCNN" in printed and "ATen signatures" in printed
 
 
 def test_demo_language_model(tmp_path) -> None:
@@ -108,6 +112,7 @@ def test_demo_language_model(tmp_path) -> None:
     profile = load_profile(out)
     assert profile.model.name == "TinyLM" and profile.batch.per_device == 32
     assert profile.model.flops.forward_per_sample > 0
+    assert {o.phase for o in profile.ops.ops} == {"forward", "backward", "optimizer"}
 
 
 def test_bad_cli_numbers_are_refused(capsys) -> None:
