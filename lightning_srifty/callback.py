@@ -245,7 +245,9 @@ class SriftyCallback(Callback):
             if self._ops is not None:
                 on_cpu = self._device.type != "cuda"
                 mixed = str(trainer.precision).endswith("-mixed") or str(trainer.precision) in ("16", "bf16")
-                self._ops.start_forward(emulate_cuda_autocast=on_cpu and mixed, optimizers=trainer.optimizers)
+                self._ops.start_forward(
+                    emulate_cuda_autocast=on_cpu and mixed, optimizers=trainer.optimizers, first_step=n == 0
+                )
             else:
                 self._flops.start_forward()
 

@@ -71,6 +71,9 @@ OVERWRITE_ONLY = frozenset(
 )
 # Metadata queries, not operators of the step (``prim.device`` reaches dispatch only for fake tensors): passed
 # through without being recorded or counted, so CPU and meta captures agree.
+# Not compute kernels of the step: collectives (communication is measured and modelled apart) and profiler markers.
+# Skipped and counted.
+SKIPPED_NAMESPACES = frozenset({"c10d", "_c10d_functional", "profiler"})
 _METADATA = (
     torch.ops.aten.size,
     torch.ops.aten.stride,
@@ -83,8 +86,9 @@ _METADATA = (
 def launches_no_kernel(func: Any) -> bool:
     """True for operators that only make views/aliases or allocate: every output aliases an input without writing
     it (the schema's alias annotation, e.g. ``Tensor(a)``), the operator is tagged ``inplace_view``, or it is one of
-    :data:`NO_KERNEL`. (Calls that return no tensor and write none, e.g. ``prim.device``, are skipped too.)"""
-    if torch.Tag.inplace_view in func.tags or _packet(func) in NO_KERNEL:
+    :data:`NO_KERNEL`. Collectives and profiler markers (:data:`SKIPPED_NAMESPACES`) and calls that return no tensor
+    and write none (``item()``) are skipped too."""
+    if torch.Tag.inplace_view in func.tags or _packet(func) in NO_KERNEL or func.namespace in SKIPPED_NAMESPACES:
         return True
     returns = func._schema.returns
     return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
@@ -301,7 +305,11 @@ class StepOpCapture:
     def active(self) -> bool:
         return self._recorder is not None
 
-    def start_forward(self, *, emulate_cuda_autocast: bool = False, optimizers: Any = ()) -> None:
+    def start_forward(
+        self, *, emulate_cuda_autocast: bool = False, optimizers: Any = (), first_step: bool = False
+    ) -> None:
+        if first_step:
+            self.notes.append("captured on the first step: includes one-off work such as creating optimizer state")
         try:
             if emulate_cuda_autocast:
                 from lightning_srifty.cuda_autocast import cuda_autocast_policy
