@@ -16,12 +16,13 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["SriftyCallback", "SriftyDDPStrategy", "SriftyError", "__version__", "load_profile"]
+__all__ = ["SriftyCallback", "SriftyDDPStrategy", "SriftyError", "__version__", "capture_ops", "load_profile"]
 
 _LAZY = {
     "SriftyCallback": "lightning_srifty.callback",
     "SriftyDDPStrategy": "lightning_srifty.strategy",
     "SriftyError": "predictor.exceptions",
+    "capture_ops": "lightning_srifty.capture",
     "load_profile": "predictor.profile",
 }
 

@@ -23,6 +23,7 @@ class RankPayload:
     hostname: str | None = None
     peak_memory: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    ops: Any = None  # rank 0's OpTable (the profile's ``ops``); None on the other ranks
 
 
 def _phase_stats(series: StepSeries) -> dict[str, Any] | None:
@@ -104,6 +105,7 @@ def assemble_profile(
         "communication": _communication(lead.comm, len(ranks), step, comm_reason, backend),
         "software": software,
         "checkpoint": checkpoint,
+        "ops": lead.ops,
     }
     if len(ranks) > 1:
         data["ranks"] = [_rank_entry(p) for p in good]

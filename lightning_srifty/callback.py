@@ -33,6 +33,7 @@ from lightning_srifty.model_info import (
     optimizer_state_bytes,
     parameter_counts,
 )
+from lightning_srifty.ops_capture import StepOpCapture
 from lightning_srifty.recorder import StepRecorder
 from lightning_srifty.strategy import SriftyDDPStrategy
 from predictor._io import check_writable
@@ -56,7 +57,12 @@ class SriftyCallback(Callback):
             (``callback.profile``).
         stop_after_profile: ask the Trainer to stop once the window is measured.
         batch_size_fn: ``batch -> samples`` when the batch size cannot be read off the batch's first tensor.
-        count_flops: count FLOPs per sample with torch's flop counter on one warm-up batch.
+        count_flops: report FLOPs per sample (``model.flops``), counted on the last warm-up batch: by the operator
+            capture when ``capture_ops``, else by torch's ``FlopCounterMode``.
+        capture_ops: record the ATen operator table of the last warm-up batch (the profile's ``ops``, which the
+            predictor's per-operator model reads); one dispatch mode gives the FLOPs too (FlopCounterMode's formulas).
+            On CPU the captured step runs CUDA's autocast policy under mixed precision and foreach optimizers, so
+            the table is the CUDA step's. A failure is noted in the profile; training goes on.
         model_name: name recorded in the profile (default: the LightningModule's class name).
         reprofile: profile again after a resume even though the checkpoint says the run was profiled.
         verbose: print the summary table on rank 0.
@@ -83,6 +89,7 @@ class SriftyCallback(Callback):
         *,
         batch_size_fn: Callable[[Any], int] | None = None,
         count_flops: bool = True,
+        capture_ops: bool = True,
         model_name: str | None = None,
         reprofile: bool = False,
         verbose: bool = True,
@@ -151,6 +158,7 @@ class SriftyCallback(Callback):
         self.stop_after_profile = bool(stop_after_profile)
         self.batch_size_fn = batch_size_fn
         self.count_flops = bool(count_flops)
+        self.capture_ops = bool(capture_ops)
         self.model_name = model_name
         self.reprofile = bool(reprofile)
         self.verbose = bool(verbose)
@@ -197,7 +205,9 @@ class SriftyCallback(Callback):
         self._device = trainer.strategy.root_device
         self._recorder = StepRecorder(clock_for(self._device))
         self._timer = trainer.strategy.allreduce_timer if isinstance(trainer.strategy, SriftyDDPStrategy) else None
-        self._flops = StepFlopCounter() if self.count_flops else None
+        # one mode for both when the table is captured (same flop formulas); the plain flop counter otherwise
+        self._ops = StepOpCapture() if self.capture_ops else None
+        self._flops = self._ops if self._ops is not None else StepFlopCounter() if self.count_flops else None
         self._seen = 0
         self._first_step: int | None = None
         self._notes: list[str] = []
@@ -232,7 +242,18 @@ class SriftyCallback(Callback):
             self._recorder.begin(n, self._samples(batch))
         if self._flops is not None and n == self.warmup_steps - 1:
             self._recorder.interrupt("flop_counter")
-            self._flops.start_forward()
+            if self._ops is not None:
+                on_cpu = self._device.type != "cuda"
+                mixed = str(trainer.precision).endswith("-mixed") or str(trainer.precision) in ("16", "bf16")
+                self._ops.start_forward(
+                    emulate_cuda_autocast=on_cpu and mixed, optimizers=trainer.optimizers, first_step=n == 0
+                )
+            else:
+                self._flops.start_forward()
+
+    def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        if self._phase is not _DONE and self._ops is not None and self._ops.active:
+            self._ops.start_optimizer()
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         if self._phase is _DONE:
@@ -244,6 +265,8 @@ class SriftyCallback(Callback):
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._phase is _DONE:
             return
+        if self._ops is not None and self._ops.active:
+            self._ops.start_optimizer()
         self._recorder.after_backward()
 
     def on_train_batch_end(
@@ -345,6 +368,7 @@ class SriftyCallback(Callback):
             name = hw.device_info(self._device).get("device_name")
             return RankPayload(
                 rank=rank,
+                ops=self._op_table(trainer, series),
                 series=series,
                 comm=comm,
                 device_name=name,
@@ -353,6 +377,21 @@ class SriftyCallback(Callback):
             )
         except Exception as exc:  # noqa: BLE001 - reported to rank 0 instead of raising
             return RankPayload(rank=rank, error=f"{type(exc).__name__}: {exc}")
+
+    def _op_table(self, trainer: pl.Trainer, series: Any) -> Any:
+        """This rank's operator table (only rank 0's is sent), with the reason in the notes when there is none."""
+        if self._ops is None or not trainer.is_global_zero:
+            return None
+        samples = next((s for s in series.samples if s), None)
+        device = self._device.type if self._device.type in ("cpu", "cuda") else None
+        table = self._ops.table(
+            samples=samples, device=device or "cpu", precision=normalize_precision(trainer.precision)
+        )
+        if table is None or device is None:
+            why = self._ops.reason or ("the batch size is unknown" if not samples else f"device {self._device.type}")
+            self._notes.append(f"no operator table: {why}")
+            return None
+        return table
 
     def _measure_checkpoint(self, trainer: pl.Trainer) -> dict[str, Any] | None:
         """Save one full checkpoint to local disk (every rank takes part) and read it back on rank 0; never raises."""
@@ -536,7 +575,8 @@ class SriftyCallback(Callback):
         precision = normalize_precision(trainer.precision)
         if precision is None:
             notes.append(f"precision {trainer.precision!r} is not a known Lightning setting; recorded as 32-true")
-        flops = self._flops.per_sample(samples) if self._flops is not None else {"reason": "count_flops=False"}
+        counted = self.count_flops and self._flops is not None
+        flops = self._flops.per_sample(samples) if counted else {"reason": "count_flops=False"}
         return {
             "name": self.model_name or type(pl_module).__name__,
             "parameters": total,

@@ -1,6 +1,7 @@
 """The ``srifty`` command line. Importing it loads neither torch nor lightning: each command imports what it uses.
 
 srifty demo [--model cnn|lm] ...         train a demo model with SriftyCallback, print and write the profile
+srifty capture pkg.mod:Model --batch ... a profile from the operator table of one step, without a GPU
 srifty profile show PROFILE.json         validate a profile and print its summary (or --format json)
 srifty schema profile                    print the JSON Schema of srifty.profile/v1
 """
@@ -156,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema.set_defaults(func=_cmd_schema)
     from lightning_srifty import (
+        cli_capture,
         cli_catalog,
         cli_eval,
         cli_launch,
@@ -172,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_terraform.add_parser(sub, common)
     cli_launch.add_parser(sub)
     cli_eval.add_parser(sub)
+    cli_capture.add_parser(sub)
     return parser
 
 

@@ -125,6 +125,13 @@ def profile_tables(profile: Profile, path: Path | None = None) -> Group:
         )
     elif flops is not None:
         main.add_row("FLOPs/sample", f"[yellow]not measured[/]: {flops.reason}")
+    if profile.ops is not None:
+        ops = profile.ops
+        main.add_row(
+            "Operators",
+            f"{len(ops.ops)} ATen signatures, {sum(o.count for o in ops.ops)} calls per step "
+            f"({sum((ops.skipped or {}).values())} views skipped), captured on {ops.device}",
+        )
     mem = profile.memory
     if mem is not None:
         parts = []

@@ -123,7 +123,10 @@ class Hardware:
     """Where the profile was measured."""
 
     gpu: str | None = doc_field("canonical GPU key (e.g. A100-SXM-40GB); null on CPU", default=None)
-    accelerator: Literal["cpu", "cuda", "mps", "other"] | None = doc_field("accelerator kind", default=None)
+    accelerator: Literal["cpu", "cuda", "mps", "meta", "other"] | None = doc_field(
+        "accelerator kind; meta: a capture-only profile (srifty capture: operator table and sizes, no measured time)",
+        default=None,
+    )
     device_name: str | None = doc_field("device name as torch reports it", default=None)
     devices: int = doc_field("devices per node", default=1, min=1)
     nodes: int = doc_field("number of nodes", default=1, min=1)

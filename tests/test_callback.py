@@ -306,3 +306,48 @@ def test_checkpoint_cost_is_measured_and_used_by_the_ranking(tmp_path) -> None:
     )
     fit(off, max_steps=10)
     assert load_profile(tmp_path / "q.json").checkpoint is None
+
+
+def test_the_profile_carries_the_operator_table_of_a_warm_up_step(tmp_path) -> None:
+    cb = SriftyCallback(recommend=False, warmup_steps=3, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+    fit(cb, max_steps=10)
+    profile = load_profile(tmp_path / "p.json")
+    ops = profile.ops
+    assert ops is not None and ops.device == "cpu" and ops.samples == 8 and ops.precision == "32-true"
+    phases = {(o.phase, o.op) for o in ops.ops}
+    assert {("forward", "aten.addmm.default"), ("backward", "aten.mm.default")} <= phases
+    assert ("optimizer", "aten._foreach_add_.List") in phases, "SGD momentum, foreach as on CUDA"
+    # one mode gives the FLOPs too: the same figures the flop counter gives (see test_profile_of_a_real_run)
+    assert profile.model.flops.forward_per_sample == pytest.approx(2 * (16 * 32 + 32))
+    assert ops.total_flops == pytest.approx(profile.model.flops.per_sample * 8)
+    assert profile.timing.window.steps == 5, "the captured step is a warm-up step, outside the window"
+
+
+def test_mixed_precision_on_cpu_captures_cuda_autocast(tmp_path) -> None:
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=3, output=None, verbose=False)
+    fit(cb, max_steps=6, precision="bf16-mixed")
+    ops = cb.profile.ops
+    addmm = [o for o in ops.ops if o.op == "aten.addmm.default"]
+    assert addmm and all(o.out_dtype == "bfloat16" for o in addmm)
+    assert list(next(o for o in ops.ops if o.op == "aten.mse_loss.default").dtypes) == ["float32", "float32"]
+    assert ops.precision == "bf16-mixed"
+
+
+def test_a_failing_capture_is_noted_and_training_goes_on(tmp_path, monkeypatch) -> None:
+    from lightning_srifty import ops_capture
+
+    def broken(self, phase="forward"):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ops_capture.OpRecorder, "__init__", broken)
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=4, output=None, verbose=False)
+    t = fit(cb, max_steps=8)
+    assert t.global_step == 8 and cb.profile.ops is None
+    assert any("no operator table" in n and "boom" in n for n in cb.profile.notes)
+    assert "boom" in cb.profile.model.flops.reason
+
+
+def test_capture_ops_false_keeps_the_flop_counter(tmp_path) -> None:
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=3, output=None, verbose=False, capture_ops=False)
+    fit(cb, max_steps=6)
+    assert cb.profile.ops is None and "FlopCounterMode" in cb.profile.model.flops.method

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from lightning_srifty.cli import main
 from predictor.profile import load_profile
 from test_profile_schema import MINIMAL
@@ -77,7 +79,11 @@ def test_demo_trains_profiles_and_writes(tmp_path, capsys) -> None:
     assert profile.model.name == "DigitsCNN" and profile.batch.per_device == 64
     assert profile.timing.window.first_step == 3
     assert profile.model.flops.per_sample > 1e6
-    assert "Srifty profile: DigitsCNN" in capsys.readouterr().out
+    assert profile.ops is not None and profile.ops.samples == 64
+    assert any(o.op == "aten.convolution.default" and o.params for o in profile.ops.ops)
+    assert profile.ops.total_flops == profile.model.flops.per_sample * 64
+    printed = capsys.readouterr().out
+    assert "Srifty profile: DigitsCNN" in printed and "ATen signatures" in printed
 
 
 def test_demo_language_model(tmp_path) -> None:
@@ -106,6 +112,7 @@ def test_demo_language_model(tmp_path) -> None:
     profile = load_profile(out)
     assert profile.model.name == "TinyLM" and profile.batch.per_device == 32
     assert profile.model.flops.forward_per_sample > 0
+    assert {o.phase for o in profile.ops.ops} == {"forward", "backward", "optimizer"}
 
 
 def test_bad_cli_numbers_are_refused(capsys) -> None:
@@ -114,3 +121,47 @@ def test_bad_cli_numbers_are_refused(capsys) -> None:
     except SystemExit as exc:
         assert exc.code == 2
     assert "expected a number >= 1, got 0" in capsys.readouterr().err
+
+
+def test_capture_writes_a_profile_with_the_operator_table(tmp_path, capsys) -> None:
+    out = tmp_path / "p.json"
+    argv = ["capture", "capture_models:TinyLM", "--init-args", '{"dim": 16}', "--batch", "capture_models:make_batch"]
+    assert main([*argv, "--batch-size", "4", "--precision", "bf16-mixed", "--out", str(out)]) == 0
+    assert "operator records" in capsys.readouterr().err
+    profile = load_profile(out)
+    assert profile.hardware.accelerator == "meta" and profile.hardware.gpu is None
+    assert profile.timing.step_time_s.p50 == 0 and any("not measured" in n for n in profile.notes)
+    assert profile.batch.per_device == 4 and profile.model.name == "TinyLM" and profile.model.precision == "bf16-mixed"
+    assert (
+        profile.model.optimizer == "AdamW" and profile.model.optimizer_state_bytes >= 2 * 4 * profile.model.parameters
+    )
+    ops = profile.ops
+    assert ops.device == "meta" and ops.samples == 4 and ops.precision == "bf16-mixed"
+    assert {o.phase for o in ops.ops} == {"forward", "backward", "optimizer"}
+    assert any(o.op == "aten.addmm.default" and o.out_dtype == "bfloat16" for o in ops.ops)
+    assert profile.model.flops.per_sample * 4 == ops.total_flops
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["nowhere.pkg:Model"], "module 'nowhere.pkg' cannot be imported"),
+        (["capture_models:TinyLN"], "Did you mean 'TinyLM'"),
+        (["capture_models"], "expected an import path"),
+        (["capture_models:NotAModule"], "not a LightningModule class"),
+        (["capture_models:TinyLM", "--init-args", "[1]"], "expected a JSON object"),
+        (["capture_models:TinyLM", "--init-args", '{"depth": 2}'], "could not be built"),
+        (["capture_models:TinyLM", "--batch", "capture_models:broken_batch"], "no data here"),
+        (["capture_models:TinyLM", "--batch", "capture_models:empty_batch"], "zero-size shape [4, 0]"),
+        (["capture_models:TinyLM", "--batch", "capture_models:complex_batch"], "dtype torch.complex64"),
+        (["capture_models:TinyLM", "--batch", "capture_models:huge_batch"], "TiB"),
+    ],
+)
+def test_capture_bad_input_exits_2_naming_it(args, expected, tmp_path, capsys) -> None:
+    argv = ["capture", *args, "--batch-size", "4", "--out", str(tmp_path / "p.json")]
+    if "--batch" not in args:
+        argv += ["--batch", "capture_models:make_batch"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("srifty: error: ") and expected in err and "Traceback" not in err
+    assert not (tmp_path / "p.json").exists()

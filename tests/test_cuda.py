@@ -62,3 +62,32 @@ def test_nccl_srifty_ddp(tmp_path, subprocess_env) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     comm = load_profile(out).communication
     assert comm.backend == "nccl" and comm.allreduce_s.p50 > 0
+
+
+@cuda
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed"])
+def test_operator_table_on_cuda_equals_the_meta_capture(precision) -> None:
+    """The meta capture (CUDA autocast policy emulated, foreach forced) gives what CUDA runs, for a model free of the
+    documented device-dependent choices (batch norm's cuDNN kernel, fused attention, fused dropout)."""
+    import functools
+
+    from torch import nn
+
+    from lightning_srifty import capture_ops
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.norm = nn.LayerNorm(8 * 8 * 8)
+            self.fc = nn.Linear(8 * 8 * 8, 10)
+
+        def forward(self, x, y):
+            h = self.norm(torch.relu(self.conv(x)).flatten(1))
+            return nn.functional.cross_entropy(self.fc(h), y)
+
+    batch = {"x": torch.randn(4, 3, 8, 8), "y": torch.randint(0, 10, (4,))}
+    adam = functools.partial(torch.optim.Adam, lr=1e-3)
+    on_gpu = capture_ops(Net(), batch, device="cuda", optimizer=adam, precision=precision)
+    on_meta = capture_ops(Net(), batch, device="meta", optimizer=adam, precision=precision)
+    assert on_gpu.ops == on_meta.ops

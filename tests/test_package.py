@@ -15,7 +15,7 @@ from conftest import ROOT
 
 def test_public_surface_is_small_and_resolves() -> None:
     assert sorted(lightning_srifty.__all__) == sorted(
-        ["SriftyCallback", "SriftyDDPStrategy", "SriftyError", "__version__", "load_profile"]
+        ["SriftyCallback", "SriftyDDPStrategy", "SriftyError", "__version__", "capture_ops", "load_profile"]
     )
     for name in lightning_srifty.__all__:
         assert getattr(lightning_srifty, name) is not None

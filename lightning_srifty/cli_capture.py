@@ -1,0 +1,234 @@
+"""``srifty capture pkg.mod:Model --batch pkg.mod:make_batch --batch-size 8``: a profile without a GPU.
+
+The LightningModule is built on the meta device (no memory), ``make_batch(batch_size)`` is called under the meta
+device too, and one training step is captured with fake tensors (:func:`lightning_srifty.capture.capture_step`). The
+profile has the operator table, the model's sizes and FLOPs, ``hardware.accelerator = "meta"`` and
+``timing.step_time_s.p50 = 0``: the time is not measured, the predictor predicts it from the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import difflib
+import importlib
+import json
+import sys
+from typing import Any
+
+from predictor.exceptions import ConfigError
+
+PRECISIONS = ("32-true", "64-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
+TIME_NOTE = (
+    "timing.step_time_s is not measured (0): this profile was captured on the meta device by srifty capture; "
+    "the predictor predicts the step time from the operator table (ops)."
+)
+_MAX_BYTES = 2**40  # a batch tensor above 1 TiB is a typo in a shape, not a batch
+
+
+def resolve(path: str, flag: str) -> Any:
+    """``pkg.module:attr`` -> the object; ConfigError naming the flag, the value and the fix."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(
+            f"{flag} {path!r}: expected an import path 'package.module:Name' (a colon between the module and the "
+            "attribute).",
+            parameter=flag,
+            value=path,
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{flag} {path!r}: module {module_name!r} cannot be imported ({exc}). Check the spelling, and that its "
+            "folder is on PYTHONPATH (run from the project root or pip install -e it).",
+            parameter=flag,
+            value=path,
+        ) from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=3)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise ConfigError(
+                f"{flag} {path!r}: {module_name} has no attribute {part!r}.{hint}", parameter=flag, value=path
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def _init_args(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"--init-args {text!r}: not JSON ({exc.msg} at character {exc.pos}). Give a JSON object, e.g. "
+            "--init-args '{\"hidden\": 1024}'.",
+            parameter="--init-args",
+            value=text,
+        ) from None
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"--init-args {text!r}: expected a JSON object of keyword arguments, got {type(value).__name__}.",
+            parameter="--init-args",
+            value=text,
+        )
+    return value
+
+
+def _check_batch(batch: Any, path: str) -> None:
+    import torch
+    from torch.utils._pytree import keystr, tree_flatten_with_path
+
+    known = {
+        torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.uint8,
+        torch.int8, torch.int16, torch.int32, torch.int64,
+    }  # fmt: skip
+    leaves, _ = tree_flatten_with_path(batch)
+    tensors = [(keystr(k) or "batch", v) for k, v in leaves if isinstance(v, torch.Tensor)]
+    if not tensors:
+        raise ConfigError(
+            f"--batch {path!r} returned {type(batch).__name__} with no tensor: return the batch as the DataLoader "
+            "yields it (tensors, or tuples/dicts of tensors).",
+            parameter="--batch",
+            value=path,
+        )
+    for where, t in tensors:
+        shape = list(t.shape)
+        if t.dtype not in known:
+            raise ConfigError(
+                f"--batch {path!r}: tensor {where} has dtype {t.dtype}, which a training batch does not use here. "
+                "Use a float (float32, bfloat16...), integer or bool tensor.",
+                parameter="--batch",
+                value=path,
+            )
+        if t.numel() == 0:
+            raise ConfigError(
+                f"--batch {path!r}: tensor {where} has the zero-size shape {shape}. Every dimension of an example "
+                "batch must be >= 1 (check --batch-size and the sizes make_batch uses).",
+                parameter="--batch",
+                value=path,
+            )
+        if t.numel() * t.element_size() > _MAX_BYTES:
+            raise ConfigError(
+                f"--batch {path!r}: tensor {where} of shape {shape} would take "
+                f"{t.numel() * t.element_size() / 2**40:.1f} TiB, more than any GPU holds: a shape is wrong.",
+                parameter="--batch",
+                value=path,
+            )
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    import torch
+
+    cls = resolve(args.model, "MODEL")
+    from lightning.pytorch import LightningModule
+
+    if not (isinstance(cls, type) and issubclass(cls, LightningModule)):
+        raise ConfigError(
+            f"MODEL {args.model!r} is {cls!r}, not a LightningModule class. Name the class (not an instance); for a "
+            "plain nn.Module call lightning_srifty.capture_ops(module, batch, optimizer=...) from Python.",
+            parameter="MODEL",
+            value=args.model,
+        )
+    make_batch = resolve(args.batch, "--batch")
+    if not callable(make_batch):
+        raise ConfigError(
+            f"--batch {args.batch!r} is {type(make_batch).__name__}, not a callable batch_size -> batch.",
+            parameter="--batch",
+            value=args.batch,
+        )
+    init_args = _init_args(args.init_args)
+    try:
+        with torch.device("meta"):
+            module = cls(**init_args)
+    except Exception as exc:  # noqa: BLE001 - re-worded with the fix
+        raise ConfigError(
+            f"MODEL {args.model!r} could not be built on the meta device with --init-args {init_args}: "
+            f"{type(exc).__name__}: {exc}. Check the arguments; code in __init__ that reads tensor values (or loads "
+            "weights) cannot run without memory.",
+            parameter="--init-args",
+            value=args.init_args,
+        ) from None
+    try:
+        with torch.device("meta"):
+            batch = make_batch(args.batch_size)
+    except Exception as exc:  # noqa: BLE001 - re-worded with the fix
+        raise ConfigError(
+            f"--batch {args.batch!r} failed when called with batch_size={args.batch_size}: {type(exc).__name__}: "
+            f"{exc}. It must take the batch size and build tensors with torch (it runs under torch.device('meta'), "
+            "so no data is loaded).",
+            parameter="--batch",
+            value=args.batch,
+        ) from None
+    _check_batch(batch, args.batch)
+
+    from lightning_srifty.capture import capture_step
+    from lightning_srifty.hardware import software_versions
+
+    capture = capture_step(module, batch, precision=args.precision, device="meta", batch_size=args.batch_size)
+    model = capture.model_section()
+    model["name"] = args.name or cls.__name__
+    data = {
+        "schema": "srifty.profile/v1",
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": model,
+        "batch": {"per_device": args.batch_size, "global_batch": args.batch_size, "source": "manual"},
+        "hardware": {"accelerator": "meta", "devices": 1, "nodes": 1, "world_size": 1},
+        "timing": {"step_time_s": {"p50": 0.0}},
+        "ops": capture.table,
+        "software": software_versions(),
+        "notes": [TIME_NOTE],
+    }
+    from predictor._schema import to_dict
+    from predictor.profile import profile_from_dict
+
+    profile = profile_from_dict(_drop_none(to_dict(data)))
+    if args.out == "-":
+        print(json.dumps(profile.to_dict(), indent=2))
+        return 0
+    written = profile.save(args.out)
+    table = capture.table
+    print(
+        f"{model['name']}: {len(table.ops)} operator records ({sum(o.count for o in table.ops)} calls, "
+        f"{sum((table.skipped or {}).values())} views skipped), {model['parameters']:,} parameters, "
+        f"{(table.total_flops or 0) / 1e12:.3f} TFLOP per step, captured in {capture.seconds:.1f} s -> {written}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "capture",
+        help="write a profile from a LightningModule's operator table, without a GPU",
+        description="Build MODEL on the meta device, capture one training step (forward, backward, optimizer) as "
+        "its ATen operator table and write a srifty.profile/v1 profile whose step time the predictor predicts.",
+    )
+    p.add_argument("model", metavar="MODEL", help="the LightningModule class, as package.module:ClassName")
+    p.add_argument("--init-args", default=None, metavar="JSON", help="keyword arguments of MODEL, e.g. '{\"n\": 2}'")
+    p.add_argument(
+        "--batch",
+        required=True,
+        metavar="CALLABLE",
+        help="package.module:make_batch, called as make_batch(batch_size) under torch.device('meta'); returns one "
+        "batch as the DataLoader yields it",
+    )
+    from lightning_srifty.cli import _positive_int
+
+    p.add_argument("--batch-size", type=_positive_int, required=True, help="samples per step on one device")
+    p.add_argument("--precision", choices=PRECISIONS, default="32-true", help="Lightning precision of the run")
+    p.add_argument("--name", default=None, help="model name in the profile (default: the class name)")
+    p.add_argument("--out", default="srifty/profile.json", help="profile path ('-' prints the JSON)")
+    p.set_defaults(func=cmd_capture)
