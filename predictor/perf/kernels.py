@@ -3,7 +3,7 @@
 For an operator of class ``cls`` on a GPU, the roofline bound is ``max(FLOPs / peak, bytes / bandwidth)``. What real
 kernels reach of it depends on things that transfer across GPUs when expressed per SM: how many waves of thread
 blocks the work makes on the GPU's SMs and how full the last wave is (tile quantisation), how long the reduction
-dimension is, whether the working set fits the L2, how far the arithmetic intensity is from the GPU's ridge point,
+dimension is, the compute and memory times at the roofline (their ratio is the distance from the GPU's ridge point),
 and the fixed cost of launching a kernel. A small neural network per class (NeuSight's idea: predict utilisation,
 not latency) maps those GPU-normalised features to ``log(latency / roofline bound)``; it was trained on NeuSight's
 published FP32 kernel measurements (``scripts/train_kernel_model.py``; ``../shared/data/kernels``) and is evaluated
@@ -113,19 +113,7 @@ def features(
         tiles = b * np.ceil(m / TILE) * np.ceil(n / TILE)
         waves = tiles / spec.sms
         fill = tiles / (np.ceil(np.maximum(waves, 1e-9)) * spec.sms)
-        x = np.stack(
-            [
-                _log(t_c),
-                _log(t_m),
-                _log(t_c / np.maximum(t_m, 1e-30)),
-                _log(waves),
-                fill,
-                _log(k),
-                _log(np.minimum(m, n)),
-                _log(moved / l2),
-            ],
-            axis=1,
-        )
+        x = np.stack([_log(t_c), _log(t_m), _log(waves), fill, _log(k)], axis=1)
         return x, np.maximum(t_c, t_m)
     if cls in ("norm", "softmax"):
         rows, cols, moved = d["rows"], d["cols"], d["bytes"]
@@ -178,7 +166,7 @@ class _Net:
 class KernelModel:
     """The per-class utilisation networks. Estimator contract: ``fit`` returns self, learned attributes end in ``_``."""
 
-    def __init__(self, *, hidden: tuple[int, ...] = (48, 48), alpha: float = 1e-3, max_rows: int = 40000) -> None:
+    def __init__(self, *, hidden: tuple[int, ...] = (16,), alpha: float = 1e-3, max_rows: int = 40000) -> None:
         self.hidden = hidden
         self.alpha = alpha
         self.max_rows = max_rows
@@ -230,7 +218,7 @@ class KernelModel:
         x, bound = features(cls if cls in TRAINED else "elementwise", dims, spec, peak_tflops, element_bytes)
         if len(bound) == 0:
             return bound
-        return bound * np.exp(self.nets_[net_cls](x))
+        return bound * np.exp(np.maximum(self.nets_[net_cls](x), 0.0))  # never faster than the roofline
 
     def to_dict(self) -> dict[str, Any]:
         return {
