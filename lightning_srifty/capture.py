@@ -321,7 +321,11 @@ def _first_optimizer(config: Any) -> Any:
         return config.get("optimizer")
     if isinstance(config, (list, tuple)) and config:
         head = config[0]
-        opts = head if isinstance(head, (list, tuple)) else [c for c in config if isinstance(c, torch.optim.Optimizer)]
+        opts = (
+            head
+            if isinstance(head, (list, tuple))
+            else [c for c in config if isinstance(c, (torch.optim.Optimizer, Mapping))]
+        )
         if len(opts) != 1:
             raise ConfigError(
                 f"configure_optimizers() returned {len(opts)} optimizers; {_OWNER} captures automatic optimization "
