@@ -391,7 +391,6 @@ def classify_table(ops: Sequence[OpRecord]) -> list[Classified]:
 
 def ops_time(classified: Sequence[Classified], gpu: GPU, precision: str, matmul: str | None) -> OpsTime:
     """The sum over the classified table on ``gpu`` (vectorised per class)."""
-    from predictor.perf.compute import peak_tflops
     from predictor.perf.kernels import load_kernel_model
 
     model = load_kernel_model()
@@ -414,7 +413,6 @@ def ops_time(classified: Sequence[Classified], gpu: GPU, precision: str, matmul:
     for c in classified:
         if c.op.endswith("?"):
             unclassified[c.op[:-1]] += int(c.scale)
-    _ = peak_tflops  # imported for _tensor_peak's sibling path; keeps the import lazy
     return OpsTime(sum(by_class.values()), dict(by_class), kernels, dict(unclassified))
 
 
