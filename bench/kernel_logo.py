@@ -1,0 +1,118 @@
+"""Leave-one-GPU-out evaluation of the per-operator kernel latency model (issue #11).
+
+    python bench/kernel_logo.py [--data ../shared/data/kernels] [--gpus H100-SXM,L4,A100-PCIe-80GB] [--figure]
+
+For each GPU of NeuSight's data: train the model without it (scripts/train_kernel_model.py), predict every measured
+kernel of that GPU, and report the mean absolute percentage error per operator class, next to a plain roofline
+baseline ``max(FLOPs / peak, bytes / bandwidth)`` from the same datasheet numbers. Prints a table, writes
+``bench/results/kernel_logo.json`` (git-ignored) and, with ``--figure``, ``bench/results/kernel_logo.png``
+(predicted vs measured on the held-out test GPUs H100, L4 and A100-80GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from predictor._io import atomic_write_json  # noqa: E402
+from predictor.perf.kernels import DIMS, TRAINED_CLASSES, features  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("train_kernel_model", ROOT / "scripts" / "train_kernel_model.py")
+tk = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tk)
+
+ALL_GPUS = ("P4", "P100-PCIe-16GB", "T4", "V100-PCIe-32GB", "A100-PCIe-40GB", "H100-SXM", "L4", "A100-PCIe-80GB")
+TEST_GPUS = ("H100-SXM", "L4", "A100-PCIe-80GB")  # NeuSight's unseen GPUs
+
+
+def mape(pred: np.ndarray, true: np.ndarray) -> float:
+    """Mean absolute percentage error, in percent."""
+    return float(np.mean(np.abs(pred - true) / true) * 100)
+
+
+def roofline(cls: str, rows: dict[str, np.ndarray], gpu) -> np.ndarray:
+    """The plain roofline bound, max(FLOPs / peak, bytes / bandwidth), seconds (floor 0 so nothing is learned)."""
+    _, t_roof, _ = features(cls, rows, gpu, floor=1e-5)
+    return t_roof
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "kernels")
+    parser.add_argument("--gpus", default=",".join(ALL_GPUS), help="GPUs to hold out, comma-separated")
+    parser.add_argument("--max-iter", type=int, default=200)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kernel_logo.json")
+    parser.add_argument("--figure", action="store_true", help="also write a PNG of predicted vs measured")
+    args = parser.parse_args(argv)
+    kernels = tk.read_kernels(args.data)
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    scatter: dict[str, list[tuple[str, np.ndarray, np.ndarray]]] = {}
+    for key in args.gpus.split(","):
+        start = time.perf_counter()
+        samples = tk.training_samples(kernels, {key})
+        model = tk.KernelModel(max_iter=args.max_iter).fit(samples)
+        gpu = tk.gpu_of(key)
+        results[key] = {}
+        for cls in TRAINED_CLASSES:
+            rows = tk.select(kernels[cls], kernels[cls]["gpu"] == key)
+            if not len(rows["latency_s"]):
+                continue
+            dims = {d: rows[d] for d in DIMS[cls]}
+            pred = model.latency(cls, dims, gpu)
+            true = rows["latency_s"]
+            base = roofline(cls, dims, gpu)
+            results[key][cls] = {
+                "n": len(true),
+                "model_mape": round(mape(pred, true), 2),
+                "roofline_mape": round(mape(base, true), 2),
+            }
+            scatter.setdefault(key, []).append((cls, true, pred))
+        took = time.perf_counter() - start
+        line = "  ".join(f"{c} {v['model_mape']:.1f}% (roof {v['roofline_mape']:.0f}%)" for c, v in results[key].items())
+        mean = np.mean([v["model_mape"] for v in results[key].values()])
+        print(f"{key:16s} mean {mean:5.1f}%  {line}  [{took:.0f} s]", flush=True)
+    classes = [c for c in TRAINED_CLASSES if any(c in r for r in results.values())]
+    print("\nMAPE % (model / roofline), GPU held out of training")
+    print("| GPU | " + " | ".join(classes) + " | mean over classes |")
+    print("|---" * (len(classes) + 2) + "|")
+    for key, res in results.items():
+        cells = [f"{res[c]['model_mape']:.1f} / {res[c]['roofline_mape']:.0f}" if c in res else "-" for c in classes]
+        mean_m = np.mean([v["model_mape"] for v in res.values()])
+        mean_r = np.mean([v["roofline_mape"] for v in res.values()])
+        print(f"| {key} | " + " | ".join(cells) + f" | {mean_m:.1f} / {mean_r:.0f} |")
+    atomic_write_json(args.out, {"max_iter": args.max_iter, "results": results})
+    print(f"wrote {args.out}")
+    if args.figure:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        shown = [k for k in TEST_GPUS if k in scatter]
+        fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4.6), squeeze=False)
+        for ax, key in zip(axes[0], shown, strict=True):
+            for cls, true, pred in scatter[key]:
+                ax.loglog(true * 1e3, pred * 1e3, ".", ms=2, alpha=0.4, label=cls)
+            lo, hi = ax.get_xlim()
+            ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+            ax.set(title=f"{key} (held out)", xlabel="measured ms", ylabel="predicted ms")
+            ax.legend(markerscale=6, fontsize=8)
+        fig.tight_layout()
+        png = args.out.with_suffix(".png")
+        fig.savefig(png, dpi=110)
+        print(f"wrote {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
