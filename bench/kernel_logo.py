@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 import time
 from pathlib import Path
@@ -50,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "kernels")
     parser.add_argument("--gpus", default=",".join(ALL_GPUS), help="GPUs to hold out, comma-separated")
-    parser.add_argument("--max-iter", type=int, default=200)
+    parser.add_argument("--max-iter", type=int, default=60)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kernel_logo.json")
     parser.add_argument("--figure", action="store_true", help="also write a PNG of predicted vs measured")
     args = parser.parse_args(argv)
@@ -75,10 +74,14 @@ def main(argv: list[str] | None = None) -> int:
                 "n": len(true),
                 "model_mape": round(mape(pred, true), 2),
                 "roofline_mape": round(mape(base, true), 2),
+                "median_pred_over_true": round(float(np.median(pred / true)), 3),
             }
             scatter.setdefault(key, []).append((cls, true, pred))
         took = time.perf_counter() - start
-        line = "  ".join(f"{c} {v['model_mape']:.1f}% (roof {v['roofline_mape']:.0f}%)" for c, v in results[key].items())
+        line = "  ".join(
+            f"{c} {v['model_mape']:.1f}% x{v['median_pred_over_true']:.2f} (roof {v['roofline_mape']:.0f}%)"
+            for c, v in results[key].items()
+        )
         mean = np.mean([v["model_mape"] for v in results[key].values()])
         print(f"{key:16s} mean {mean:5.1f}%  {line}  [{took:.0f} s]", flush=True)
     classes = [c for c in TRAINED_CLASSES if any(c in r for r in results.values())]

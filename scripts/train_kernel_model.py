@@ -60,7 +60,7 @@ P4 = GPU(
     l2_mb=2,
     compute_capability="6.1",
 )
-ROWS_PER_GPU = {"gemm": 7000, "conv": 5000, "elementwise": 6000, "norm": 6000, "softmax": 6000}
+ROWS_PER_GPU = {"gemm": 5000, "conv": 4000, "elementwise": 3000, "norm": 3000, "softmax": 3000}
 BINARY = {"add", "div", "mul", "pow"}  # tensor-tensor: two inputs read, one output written
 
 
@@ -168,7 +168,7 @@ def training_samples(
     return samples
 
 
-def train(data: Path, exclude: set[str], max_iter: int = 200, seed: int = 0) -> KernelModel:
+def train(data: Path, exclude: set[str], max_iter: int = 60, seed: int = 0) -> KernelModel:
     """A KernelModel fitted on every GPU of ``data`` except ``exclude`` (catalog keys)."""
     import sklearn
 
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--exclude-gpu", action="append", default=[], metavar="NAME", help="leave a GPU out (repeatable)"
     )
-    parser.add_argument("--max-iter", type=int, default=200, help="training epochs per class (default 200)")
+    parser.add_argument("--max-iter", type=int, default=60, help="training epochs per class (default 60)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     exclude = {P4.key if name.upper() in ("P4", "TESLA P4") else get_gpu(name).key for name in args.exclude_gpu}

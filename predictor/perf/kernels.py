@@ -11,8 +11,9 @@ memory bandwidth, L2 size; see ``predictor/data/gpu_arch.csv``):
   ``tiles / (waves x SMs)``, the quantised compute time relative to the roofline, arithmetic intensity relative to
   the GPU's ridge point (``t_compute / t_memory``), the working set relative to L2, and the operator's shape.
 
-A small multilayer perceptron per class (trained by ``scripts/train_kernel_model.py`` on measured FP32 latencies,
-NeuSight ASPLOS'25 data, evaluated here in numpy) maps the features to ``log(latency / (t_roof + f))``, so
+A small ensemble of multilayer perceptrons per class (3 seeds, outputs averaged; trained by
+``scripts/train_kernel_model.py`` on measured FP32 latencies, NeuSight ASPLOS'25 data, evaluated here in numpy)
+maps the features to ``log(latency / (t_roof + f))``, so
 
     latency = (t_roof + f) x exp(mlp(features))
 
@@ -240,14 +241,16 @@ class KernelModel:
     Args:
         hidden: hidden layer widths of each class's network.
         max_iter: training epochs (Adam) per class.
-        seed: random seed of the networks' initialisation and shuffling.
+        seed: random seed of the first network's initialisation and shuffling (member i uses seed + i).
+        members: networks per class, their outputs averaged (seed variance on unseen GPUs is large).
     """
 
-    hidden: tuple[int, ...] = (64, 64)
-    max_iter: int = 200
+    hidden: tuple[int, ...] = (32, 32)
+    max_iter: int = 60
     seed: int = 0
+    members: int = 3
     floors_: dict[str, float] = field(default_factory=dict)
-    nets_: dict[str, MLP] = field(default_factory=dict)
+    nets_: dict[str, list[MLP]] = field(default_factory=dict)
     meta_: dict[str, Any] = field(default_factory=dict)
 
     def fit(
@@ -276,22 +279,27 @@ class KernelModel:
                 ys.append(np.log(lat) - np.log(t_roof + floor))
             x, y = np.concatenate(xs), np.concatenate(ys)
             mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
-            reg = MLPRegressor(
-                hidden_layer_sizes=self.hidden,
-                activation="relu",
-                alpha=1e-4,
-                learning_rate_init=1e-3,
-                batch_size=256,
-                max_iter=self.max_iter,
-                early_stopping=False,
-                n_iter_no_change=20,
-                tol=1e-6,
-                random_state=self.seed,
-                shuffle=True,
-            )
-            reg.fit((x - mean) / scale, y)
+            nets = []
+            for member in range(self.members):
+                reg = MLPRegressor(
+                    hidden_layer_sizes=self.hidden,
+                    activation="relu",
+                    alpha=1e-4,
+                    learning_rate_init=1e-3,
+                    batch_size=512,
+                    max_iter=self.max_iter,
+                    early_stopping=False,
+                    n_iter_no_change=20,
+                    tol=1e-6,
+                    random_state=self.seed + member,
+                    shuffle=True,
+                )
+                reg.fit((x - mean) / scale, y)
+                nets.append(
+                    MLP(mean, scale, [np.asarray(w) for w in reg.coefs_], list(map(np.asarray, reg.intercepts_)))
+                )
             self.floors_[cls] = floor
-            self.nets_[cls] = MLP(mean, scale, [np.asarray(w) for w in reg.coefs_], [np.asarray(b) for b in reg.intercepts_])
+            self.nets_[cls] = nets
         self.meta_ = dict(meta)
         return self
 
@@ -311,7 +319,10 @@ class KernelModel:
             dims: numpy arrays (or scalars) of equal length, the keys of :data:`DIMS` for the class.
             gpu: the GPU; needs ``sms``, ``l2_mb``, ``memory_bw_gbps`` and ``fp32_tflops`` (or ``peak_tflops``).
             peak_tflops: overrides the FP32 peak for gemm/conv (tensor-core precisions).
-            element_bytes: input element size (4 fp32, 2 fp16/bf16).
+            element_bytes: input element size (4 fp32, 2 fp16/bf16). For gemm/conv, ``peak_tflops`` and
+                ``element_bytes`` change the roofline only; the utilisation multiplier is the FP32 kernel's (the
+                training data is FP32), so tensor-core efficiency belongs in the ``peak_tflops`` the caller passes.
+                Other classes take bytes directly (``memory`` uses ``element_bytes`` to count elements).
 
         Returns:
             float64 array of seconds; an empty operator (size 0) takes the launch floor.
@@ -341,10 +352,12 @@ class KernelModel:
         if net_cls not in self.nets_:
             raise PredictionError(f"the kernel model has no network for {net_cls!r}: retrain it")
         floor = self.floors_[net_cls]
-        x, t_roof, size = features(
-            net_cls, arrays, gpu, floor, peak_tflops=peak_tflops, element_bytes=element_bytes
-        )
-        mult = np.exp(np.clip(self.nets_[net_cls](x), *np.log(MULTIPLIER_RANGE)))
+        x, t_roof, size = features(net_cls, arrays, gpu, floor, peak_tflops=peak_tflops, element_bytes=element_bytes)
+        if net_cls in ("gemm", "conv") and (peak_tflops is not None or element_bytes != 4.0):
+            # the networks learned FP32 kernels: utilisation from the FP32 features, the roofline from the real ones
+            x, _, _ = features(net_cls, arrays, gpu, floor)
+        log_mult = np.mean([net(x) for net in self.nets_[net_cls]], axis=0)
+        mult = np.exp(np.clip(log_mult, *np.log(MULTIPLIER_RANGE)))
         out = (t_roof + floor) * mult
         return np.where(size > 0, out, floor).reshape(shape)
 
@@ -357,7 +370,7 @@ class KernelModel:
             "hidden": list(self.hidden),
             "floors_s": dict(self.floors_),
             "meta": self.meta_,
-            "nets": {cls: net.to_json() for cls, net in self.nets_.items()},
+            "nets": {cls: [net.to_json() for net in nets] for cls, nets in self.nets_.items()},
         }
 
     @classmethod
@@ -368,9 +381,9 @@ class KernelModel:
                 f"kernel model format {data.get('format')!r} is not {FORMAT!r}: retrain it with "
                 "python scripts/train_kernel_model.py"
             )
-        model = cls(hidden=tuple(data["hidden"]))
+        model = cls(hidden=tuple(data["hidden"]), members=len(next(iter(data["nets"].values()), [])))
         model.floors_ = {k: float(v) for k, v in data["floors_s"].items()}
-        model.nets_ = {k: MLP.from_json(v) for k, v in data["nets"].items()}
+        model.nets_ = {k: [MLP.from_json(net) for net in v] for k, v in data["nets"].items()}
         model.meta_ = dict(data["meta"])
         return model
 
