@@ -1,17 +1,18 @@
-"""Leave-one-GPU-out validation of the per-operator latency model on NeuSight's kernel measurements.
+"""Leave-one-GPU-out evaluation of the per-operator kernel latency model (issue #11).
 
-    python bench/kernel_logo.py [--data ../shared/data/kernels] [--max-rows 40000]
+    python bench/kernel_logo.py [--data ../shared/data/kernels] [--gpus H100-SXM,L4,A100-PCIe-80GB] [--figure]
 
-For each of the 8 GPUs: train without it (scripts/train_kernel_model.py's training), predict every kernel measured on
-it; MAPE per operator class and GPU, next to a plain roofline (max(FLOPs / peak, bytes / bandwidth)). Prints a
-Markdown table, writes bench/results/kernel_logo.json and a predicted-vs-measured figure of the three GPUs the
-NeuSight authors held out (H100, L4, A100-80GB).
+For each GPU of NeuSight's data: train the model without it (scripts/train_kernel_model.py), predict every measured
+kernel of that GPU, and report the mean absolute percentage error per operator class, next to a plain roofline
+baseline ``max(FLOPs / peak, bytes / bandwidth)`` from the same datasheet numbers. Prints a table, writes
+``bench/results/kernel_logo.json`` (git-ignored) and, with ``--figure``, ``bench/results/kernel_logo.png``
+(predicted vs measured on the held-out test GPUs H100, L4 and A100-80GB).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -20,84 +21,100 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import train_kernel_model as tk  # noqa: E402
+from predictor._io import atomic_write_json  # noqa: E402
+from predictor.perf.kernels import DIMS, TRAINED_CLASSES, features  # noqa: E402
 
-from predictor.perf.kernels import features, mape  # noqa: E402
+_spec = importlib.util.spec_from_file_location("train_kernel_model", ROOT / "scripts" / "train_kernel_model.py")
+tk = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tk)
 
-HELD_OUT = ("NVIDIA H100 80GB HBM3", "NVIDIA L4", "NVIDIA A100 80GB PCIe")
+ALL_GPUS = ("P4", "P100-PCIe-16GB", "T4", "V100-PCIe-32GB", "A100-PCIe-40GB", "H100-SXM", "L4", "A100-PCIe-80GB")
+TEST_GPUS = ("H100-SXM", "L4", "A100-PCIe-80GB")  # NeuSight's unseen GPUs
 
 
-def main() -> int:
+def mape(pred: np.ndarray, true: np.ndarray) -> float:
+    """Mean absolute percentage error, in percent."""
+    return float(np.mean(np.abs(pred - true) / true) * 100)
+
+
+def roofline(cls: str, rows: dict[str, np.ndarray], gpu) -> np.ndarray:
+    """The plain roofline bound, max(FLOPs / peak, bytes / bandwidth), seconds (floor 0 so nothing is learned)."""
+    _, t_roof, _ = features(cls, rows, gpu, floor=1e-5)
+    return t_roof
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "kernels"))
-    parser.add_argument("--max-rows", type=int, default=40000)
-    args = parser.parse_args()
-    folder = Path(args.data)
-    specs = tk.load_specs(folder)
-    data = tk.load_data(folder)
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "kernels")
+    parser.add_argument("--gpus", default=",".join(ALL_GPUS), help="GPUs to hold out, comma-separated")
+    parser.add_argument("--max-iter", type=int, default=60)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kernel_logo.json")
+    parser.add_argument("--figure", action="store_true", help="also write a PNG of predicted vs measured")
+    args = parser.parse_args(argv)
+    kernels = tk.read_kernels(args.data)
     results: dict[str, dict[str, dict[str, float]]] = {}
-    points: dict[str, list[tuple[float, float, str]]] = {}
-    measured = {r[0] for rows in data.values() for r in rows}
-    for gpu in [g for g in specs if g in measured]:
-        t = time.perf_counter()
-        model, _ = tk.train(folder, {gpu}, args.max_rows)
-        results[gpu] = {}
-        for cls, rows in data.items():
-            mine = [r for r in rows if r[0] == gpu]
-            if not mine:
+    scatter: dict[str, list[tuple[str, np.ndarray, np.ndarray]]] = {}
+    for key in args.gpus.split(","):
+        start = time.perf_counter()
+        samples = tk.training_samples(kernels, {key})
+        model = tk.KernelModel(max_iter=args.max_iter).fit(samples)
+        gpu = tk.gpu_of(key)
+        results[key] = {}
+        for cls in TRAINED_CLASSES:
+            rows = tk.select(kernels[cls], kernels[cls]["gpu"] == key)
+            if not len(rows["latency_s"]):
                 continue
-            dims, gspecs, lat = tk.arrays(mine, specs)
-            pred = model.latency(cls, dims, gspecs[0])
-            _, bound = features(cls, dims, gspecs[0], None, 4.0)
-            results[gpu][cls] = {"rows": len(mine), "mape": mape(pred, lat), "roofline_mape": mape(bound, lat)}
-            if gpu in HELD_OUT:
-                pick = np.random.default_rng(0).permutation(len(lat))[:400]
-                points.setdefault(gpu, []).extend((float(lat[i]), float(pred[i]), cls) for i in pick)
-        print(f"{gpu}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
-    classes = list(tk.FILES.values())
-    classes = list(dict.fromkeys(classes))
-    print("| GPU held out | " + " | ".join(classes) + " | mean over classes | roofline mean |")
-    print("|---" * (len(classes) + 3) + "|")
-    for gpu, by in results.items():
-        cells = [f"{by[c]['mape']:.1%} ({by[c]['roofline_mape']:.0%})" if c in by else "-" for c in classes]
-        mean = np.mean([v["mape"] for v in by.values()])
-        roof = np.mean([v["roofline_mape"] for v in by.values()])
-        results[gpu]["_mean"] = {"mape": float(mean), "roofline_mape": float(roof)}
-        print(f"| {gpu} | " + " | ".join(cells) + f" | **{mean:.1%}** | {roof:.0%} |")
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "kernel_logo.json").write_text(json.dumps(results, indent=2))
-    _plot(points, out / "kernel_logo.png")
-    print(f"\nwrote {out / 'kernel_logo.json'} and kernel_logo.png")
+            dims = {d: rows[d] for d in DIMS[cls]}
+            pred = model.latency(cls, dims, gpu)
+            true = rows["latency_s"]
+            base = roofline(cls, dims, gpu)
+            results[key][cls] = {
+                "n": len(true),
+                "model_mape": round(mape(pred, true), 2),
+                "roofline_mape": round(mape(base, true), 2),
+                "median_pred_over_true": round(float(np.median(pred / true)), 3),
+            }
+            scatter.setdefault(key, []).append((cls, true, pred))
+        took = time.perf_counter() - start
+        line = "  ".join(
+            f"{c} {v['model_mape']:.1f}% x{v['median_pred_over_true']:.2f} (roof {v['roofline_mape']:.0f}%)"
+            for c, v in results[key].items()
+        )
+        mean = np.mean([v["model_mape"] for v in results[key].values()])
+        print(f"{key:16s} mean {mean:5.1f}%  {line}  [{took:.0f} s]", flush=True)
+    classes = [c for c in TRAINED_CLASSES if any(c in r for r in results.values())]
+    print("\nMAPE % (model / roofline), GPU held out of training")
+    print("| GPU | " + " | ".join(classes) + " | mean over classes |")
+    print("|---" * (len(classes) + 2) + "|")
+    for key, res in results.items():
+        cells = [f"{res[c]['model_mape']:.1f} / {res[c]['roofline_mape']:.0f}" if c in res else "-" for c in classes]
+        mean_m = np.mean([v["model_mape"] for v in res.values()])
+        mean_r = np.mean([v["roofline_mape"] for v in res.values()])
+        print(f"| {key} | " + " | ".join(cells) + f" | {mean_m:.1f} / {mean_r:.0f} |")
+    atomic_write_json(args.out, {"max_iter": args.max_iter, "results": results})
+    print(f"wrote {args.out}")
+    if args.figure:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        shown = [k for k in TEST_GPUS if k in scatter]
+        fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 4.6), squeeze=False)
+        for ax, key in zip(axes[0], shown, strict=True):
+            for cls, true, pred in scatter[key]:
+                ax.loglog(true * 1e3, pred * 1e3, ".", ms=2, alpha=0.4, label=cls)
+            lo, hi = ax.get_xlim()
+            ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+            ax.set(title=f"{key} (held out)", xlabel="measured ms", ylabel="predicted ms")
+            ax.legend(markerscale=6, fontsize=8)
+        fig.tight_layout()
+        png = args.out.with_suffix(".png")
+        fig.savefig(png, dpi=110)
+        print(f"wrote {png}")
     return 0
-
-
-def _plot(points: dict[str, list[tuple[float, float, str]]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(points), figsize=(5 * len(points), 4.6), squeeze=False)
-    for ax, (gpu, pts) in zip(axes[0], points.items()):
-        for cls in dict.fromkeys(p[2] for p in pts):
-            xs = [p[0] * 1e3 for p in pts if p[2] == cls]
-            ys = [p[1] * 1e3 for p in pts if p[2] == cls]
-            ax.scatter(xs, ys, s=5, alpha=0.5, label=cls)
-        lo = min(min(p[0], p[1]) for p in pts) * 1e3
-        hi = max(max(p[0], p[1]) for p in pts) * 1e3
-        ax.plot([lo, hi], [lo, hi], color="black", lw=1)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("measured ms")
-        ax.set_ylabel("predicted ms (GPU never seen in training)")
-        ax.set_title(gpu)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
-"""Train the per-operator latency model on NeuSight's kernel measurements and write predictor/data/kernel_model.json.
+"""Train the per-operator GPU latency model (predictor/perf/kernels.py) from NeuSight's measured kernels.
 
-    python scripts/train_kernel_model.py [--data ../shared/data/kernels] [--out PATH] [--exclude-gpu NAME ...]
+    python scripts/train_kernel_model.py                       # all 8 GPUs -> predictor/data/kernel_model.json
+    python scripts/train_kernel_model.py --exclude-gpu L4 --out /tmp/no-l4.json
 
-Deterministic (fixed seeds); the artefact records the data's sha256, the GPUs it was trained on and the library
-versions. ``--exclude-gpu`` leaves GPUs out (leave-one-GPU-out validation: ``bench/kernel_logo.py``).
+Reads ``--data`` (default ``../shared/data/kernels`` from the repository root; see its README.md): linear/bmm ->
+gemm, conv, elementwise, ln -> norm, softmax. Deterministic: fixed seeds for the per-GPU subsample and the networks.
+Writes the artefact atomically, with the data's sha256, the training GPUs and the numpy / scikit-learn versions.
+Needs scikit-learn (training only; the package evaluates the artefact with numpy).
 """
 
 from __future__ import annotations
@@ -11,11 +14,8 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
-import json
-import platform
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -23,107 +23,196 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor._io import atomic_write_text  # noqa: E402
-from predictor.perf.kernels import SCHEMA, GpuSpec, KernelModel, spec_from_neusight  # noqa: E402
+from predictor._io import atomic_write_json  # noqa: E402
+from predictor.catalog.gpus import GPU, get_gpu  # noqa: E402
+from predictor.perf.kernels import TRAINED_CLASSES, KernelModel  # noqa: E402
 
-FILES = {"linear": "gemm", "bmm": "gemm", "conv": "conv", "elementwise": "elementwise", "ln": "norm",
-         "softmax": "softmax"}  # fmt: skip
-BINARY = {"add", "div", "mul", "pow"}  # tensor-tensor: two inputs read, one written; the rest one read, one written
-VERSION = 1
+SCRIPT_VERSION = "1"
+FILES = ("linear", "bmm", "conv", "elementwise", "ln", "softmax")
+# NeuSight device name -> catalog key; P4 is not in the catalog (see P4 below)
+DEVICES = {
+    "Tesla P4": "P4",
+    "Tesla P100-PCIE-16GB": "P100-PCIe-16GB",
+    "Tesla T4": "T4",
+    "Tesla V100-PCIE-32GB": "V100-PCIe-32GB",
+    "NVIDIA A100-PCIE-40GB": "A100-PCIe-40GB",
+    "NVIDIA A100 80GB PCIe": "A100-PCIe-80GB",
+    "NVIDIA H100 80GB HBM3": "H100-SXM",
+    "NVIDIA L4": "L4",
+}
+# Tesla P4 datasheet (NVIDIA, 2016): 2560 CUDA cores = 40 SMs (GP104), boost 1063 MHz, 5.5 TFLOPS FP32, 192 GB/s,
+# 8 GB GDDR5; GP104 L2 2 MB (GeForce GTX 1080 whitepaper); compute capability 6.1
+P4 = GPU(
+    key="P4",
+    arch="Pascal",
+    memory_gb=8,
+    memory_bw_gbps=192,
+    fp32_tflops=5.5,
+    tf32_tflops=None,
+    fp16_tflops=None,
+    bf16_tflops=None,
+    nvlink_gbps=None,
+    pcie="PCIe Gen3",
+    aliases=("Tesla P4",),
+    source="NVIDIA Tesla P4 datasheet; GP104 L2 from the GTX 1080 whitepaper",
+    sms=40,
+    clock_mhz=1063,
+    l2_mb=2,
+    compute_capability="6.1",
+)
+ROWS_PER_GPU = {"gemm": 5000, "conv": 4000, "elementwise": 3000, "norm": 3000, "softmax": 3000}
+BINARY = {"add", "div", "mul", "pow"}  # tensor-tensor: two inputs read, one output written
 
 
-def load_specs(folder: Path) -> dict[str, GpuSpec]:
-    specs = {}
-    with open(folder / "devices.csv", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            if row["SingleFLOPs"] and row["Device"] not in specs and row["Device"].startswith(("NVIDIA", "Tesla")):
-                specs[row["Device"]] = spec_from_neusight(row)
-    return specs
+def gpu_of(key: str) -> GPU:
+    """The catalog GPU of a training key (P4 from its datasheet)."""
+    return P4 if key == "P4" else get_gpu(key)
 
 
-def load_data(folder: Path) -> dict[str, list[tuple[str, dict[str, float], float]]]:
-    """class -> [(device, dims, latency seconds)]."""
-    out: dict[str, list[tuple[str, dict[str, float], float]]] = defaultdict(list)
-    for name, cls in FILES.items():
-        with open(folder / f"{name}.csv", encoding="utf-8") as handle:
-            for r in csv.DictReader(handle):
-                lat = float(r["latency_ms"]) / 1e3
-                if cls == "gemm":
-                    dims = {k: float(r[k]) for k in ("b", "m", "n", "k")}
-                elif cls == "conv":
-                    ks, size = float(r["kernel_size"]), float(r["input_size"])
-                    dims = {
-                        "b": float(r["b"]),
-                        "cin": float(r["input_channel"]),
-                        "cout": float(r["output_channel"]),
-                        "kh": ks,
-                        "kw": ks,
-                        "h": size,
-                        "w": size,
-                        "stride": float(r["stride"]),
-                        "padding": float(r["padding"]),
-                        "groups": 1.0,
-                    }
-                else:
-                    n = float(r["b"]) * float(r["h"])
-                    tensors = 3 if r["op"] in BINARY else 2
-                    dims = {"n": n, "bytes": 4 * n * tensors, "flops": 0.0}
-                    if cls != "elementwise":
-                        dims = {"rows": float(r["b"]), "cols": float(r["h"]), "bytes": 4 * n * 2}
-                out[cls].append((r["device"], dims, lat))
+def _read(path: Path) -> dict[str, np.ndarray]:
+    with path.open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    out: dict[str, np.ndarray] = {}
+    for col in rows[0]:
+        values = [r[col] for r in rows]
+        try:
+            out[col] = np.array(values, dtype=float)
+        except ValueError:
+            out[col] = np.array(values)
     return out
 
 
-def arrays(rows: list[tuple[str, dict[str, float], float]], specs: dict[str, GpuSpec]):
-    keys = rows[0][1].keys()
-    dims = {k: np.array([r[1][k] for r in rows]) for k in keys}
-    return dims, [specs[r[0]] for r in rows], np.array([r[2] for r in rows])
-
-
-def data_sha256(folder: Path) -> str:
+def data_sha256(data: Path) -> str:
+    """sha256 over the kernel CSV files (name and bytes, in a fixed order)."""
     digest = hashlib.sha256()
-    for name in [*sorted(FILES), "devices"]:
-        digest.update((folder / f"{name}.csv").read_bytes())
+    for name in (*FILES, "devices"):
+        digest.update(name.encode())
+        digest.update((data / f"{name}.csv").read_bytes())
     return digest.hexdigest()
 
 
-def train(folder: Path, exclude: set[str] = frozenset(), max_rows: int = 40000) -> tuple[KernelModel, dict]:
-    specs = load_specs(folder)
-    data = load_data(folder)
-    fit_data = {}
-    gpus = set()
-    for cls, rows in data.items():
-        kept = [r for r in rows if r[0] not in exclude and r[0] in specs]
-        gpus |= {r[0] for r in kept}
-        fit_data[cls] = arrays(kept, specs)
-    model = KernelModel(max_rows=max_rows).fit(fit_data)
+def read_kernels(data: Path) -> dict[str, dict[str, np.ndarray]]:
+    """Per class: ``gpu`` (catalog key), ``op``, ``latency_s`` and the class's dimensions (kernels.DIMS)."""
+    if not (data / "bmm.csv").exists():
+        raise SystemExit(f"{data} has no bmm.csv: pass --data with the NeuSight kernel folder (../shared/data/kernels)")
+    raw = {name: _read(data / f"{name}.csv") for name in FILES}
+    out: dict[str, dict[str, np.ndarray]] = {}
+
+    def common(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        unknown = sorted(set(d["device"]) - set(DEVICES))
+        if unknown:
+            raise SystemExit(f"unknown devices {unknown}: add them to DEVICES in {Path(__file__).name}")
+        return {"gpu": np.array([DEVICES[x] for x in d["device"]]), "op": d["op"], "latency_s": d["latency_ms"] * 1e-3}
+
+    lin, bmm = raw["linear"], raw["bmm"]
+    out["gemm"] = {
+        key: np.concatenate([a, b])
+        for key, a, b in [
+            *[(k, common(lin)[k], common(bmm)[k]) for k in ("gpu", "op", "latency_s")],
+            ("b", np.ones_like(lin["b"]), bmm["b"]),
+            ("m", lin["b"] * lin["m"], bmm["m"]),  # linear: x[B,M,K] @ W[K,N] is one [B*M,K] @ [K,N]
+            ("n", lin["n"], bmm["n"]),
+            ("k", lin["k"], bmm["k"]),
+        ]
+    }
+    c = raw["conv"]
+    out["conv"] = {
+        **common(c),
+        "b": c["b"],
+        "cin": c["input_channel"],
+        "cout": c["output_channel"],
+        "kh": c["kernel_size"],
+        "kw": c["kernel_size"],
+        "h": c["input_size"],
+        "w": c["input_size"],
+        "stride": c["stride"],
+        "padding": c["padding"],
+        "groups": np.ones_like(c["b"]),
+    }
+    e = raw["elementwise"]
+    n = e["b"] * e["h"]
+    out["elementwise"] = {
+        **common(e),
+        "n": n,
+        "bytes": 4.0 * n * np.where(np.isin(e["op"], list(BINARY)), 3, 2),
+        "flops": n,  # one operation per element; every measured op is bandwidth-bound, so the count hardly matters
+    }
+    ln, sm = raw["ln"], raw["softmax"]
+    out["norm"] = {**common(ln), "rows": ln["b"], "cols": ln["h"], "bytes": 4.0 * (2 * ln["b"] * ln["h"] + 2 * ln["h"])}
+    out["softmax"] = {**common(sm), "rows": sm["b"], "cols": sm["h"], "bytes": 4.0 * 2 * sm["b"] * sm["h"]}
+    return out
+
+
+def select(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of ``mask``."""
+    return {key: value[mask] for key, value in cols.items()}
+
+
+def training_samples(
+    kernels: dict[str, dict[str, np.ndarray]], exclude: set[str], seed: int = 0
+) -> dict[str, list[tuple[dict[str, np.ndarray], GPU, np.ndarray]]]:
+    """Per class, one (dims, GPU, seconds) group per training GPU, subsampled to ROWS_PER_GPU with a fixed seed."""
+    rng = np.random.default_rng(seed)
+    samples: dict[str, list[tuple[dict[str, np.ndarray], GPU, np.ndarray]]] = {}
+    for cls in TRAINED_CLASSES:
+        cols = kernels[cls]
+        groups = []
+        for key in sorted(set(cols["gpu"]) - exclude):
+            idx = np.flatnonzero(cols["gpu"] == key)
+            if len(idx) > ROWS_PER_GPU[cls]:
+                idx = np.sort(rng.choice(idx, ROWS_PER_GPU[cls], replace=False))
+            rows = select(cols, idx)
+            groups.append((rows, gpu_of(key), rows["latency_s"]))
+        if groups:
+            samples[cls] = groups
+    return samples
+
+
+def train(data: Path, exclude: set[str], max_iter: int = 60, seed: int = 0) -> KernelModel:
+    """A KernelModel fitted on every GPU of ``data`` except ``exclude`` (catalog keys)."""
     import sklearn
 
-    artefact = {
-        "schema": SCHEMA,
-        "script_version": VERSION,
-        "data_sha256": data_sha256(folder),
-        "trained_on": sorted(gpus),
-        "fitted_with": {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "scikit-learn": sklearn.__version__,
-        },
-        **model.to_dict(),
+    kernels = read_kernels(data)
+    known = set(DEVICES.values())
+    if exclude - known:
+        raise SystemExit(f"--exclude-gpu {sorted(exclude - known)}: not a GPU of the data; known: {sorted(known)}")
+    samples = training_samples(kernels, exclude, seed)
+    gpus = sorted({gpu.key for groups in samples.values() for _, gpu, _ in groups})
+    meta = {
+        "data": "NeuSight (ASPLOS'25) measured FP32 kernel latencies, sitar-lab/NeuSight @ 6945927 (MIT)",
+        "data_sha256": data_sha256(data),
+        "training_gpus": gpus,
+        "excluded_gpus": sorted(exclude),
+        "rows_per_gpu": ROWS_PER_GPU,
+        "numpy": np.__version__,
+        "scikit_learn": sklearn.__version__,
+        "script": f"scripts/train_kernel_model.py v{SCRIPT_VERSION}",
+        "seed": seed,
     }
-    return model, artefact
+    return KernelModel(max_iter=max_iter, seed=seed).fit(samples, **meta)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "kernels"))
-    parser.add_argument("--out", default=str(ROOT / "predictor" / "data" / "kernel_model.json"))
-    parser.add_argument("--exclude-gpu", action="append", default=[], help="a device name as in devices.csv")
-    args = parser.parse_args()
-    t = time.perf_counter()
-    _, artefact = train(Path(args.data), set(args.exclude_gpu))
-    atomic_write_text(args.out, json.dumps(artefact) + "\n")
-    print(f"wrote {args.out} ({time.perf_counter() - t:.0f} s, trained on {', '.join(artefact['trained_on'])})")
+    parser.add_argument(
+        "--data", type=Path, default=ROOT.parent / "shared" / "data" / "kernels", help="NeuSight kernel folder"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "predictor" / "data" / "kernel_model.json", help="artefact to write"
+    )
+    parser.add_argument(
+        "--exclude-gpu", action="append", default=[], metavar="NAME", help="leave a GPU out (repeatable)"
+    )
+    parser.add_argument("--max-iter", type=int, default=60, help="training epochs per class (default 60)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    exclude = {P4.key if name.upper() in ("P4", "TESLA P4") else get_gpu(name).key for name in args.exclude_gpu}
+    start = time.perf_counter()
+    model = train(args.data, exclude, args.max_iter, args.seed)
+    model.meta_["train_seconds"] = round(time.perf_counter() - start, 1)
+    atomic_write_json(args.out, model.to_json())
+    print(f"wrote {args.out} ({model.meta_['train_seconds']} s; GPUs {', '.join(model.meta_['training_gpus'])})")
     return 0
 
 

@@ -98,6 +98,18 @@ def test_the_documented_yaml_adds_gpus_and_types(bundled: Catalog) -> None:
     assert "dgx-a100-40g" in [it.name for it in cat.filter(gpu="A100", region="us-east-1")]
 
 
+def test_extra_gpu_architecture_facts(tmp_path) -> None:
+    path = tmp_path / "arch.yaml"
+    path.write_text(
+        "gpus:\n  - name: X1\n    memory_gb: 4\n    sms: 10\n    clock_mhz: 1500\n    l2_mb: 8\n"
+        "    compute_capability: 9.0\n  - name: X2\n    memory_gb: 4\n"
+    )
+    cat = Catalog.load(extra=[path], use_refreshed=False)
+    x1, x2 = cat.gpu("X1"), cat.gpu("X2")
+    assert (x1.sms, x1.clock_mhz, x1.l2_mb, x1.compute_capability) == (10, 1500.0, 8.0, "9.0")
+    assert (x2.sms, x2.clock_mhz, x2.l2_mb, x2.compute_capability) == (None, None, None, None)
+
+
 def test_extra_from_the_environment(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("SRIFTY_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("SRIFTY_CATALOG_EXTRA", str(EXAMPLE))
@@ -132,6 +144,11 @@ def test_extra_from_the_environment(monkeypatch, tmp_path) -> None:
             r"Did you mean 'nvswitch'",
         ),
         ("gpus:\n  - name: X1\n    memory_gb: -4\n", r"gpus\[0\]\.memory_gb: must not be negative"),
+        ("gpus:\n  - name: X1\n    memory_gb: 4\n    sms: 13.5\n", r"gpus\[0\]\.sms: expected a whole number"),
+        (
+            "gpus:\n  - name: X1\n    memory_gb: 4\n    compute_capability: sm90\n",
+            r"gpus\[0\]\.compute_capability: expected MAJOR\.MINOR",
+        ),
         ("gpus:\n  - name: X1\n   memory_gb: 4\n", r"not valid YAML at line 3"),
         ("instance_type:\n  - name: x\n", r"unknown section 'instance_type'\. Did you mean 'instance_types'"),
         ("- 1\n- 2\n", r"expected a mapping"),

@@ -61,3 +61,23 @@ def test_bundled_gpu_table_matches_the_shared_data() -> None:
         [sys.executable, str(ROOT / "scripts" / "build_data.py"), "--check"], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
+
+
+# FP32 lanes per SM by compute capability (NVIDIA CUDA C Programming Guide, "Arithmetic Instructions" table)
+FP32_PER_SM = {"3.7": 192, "5.2": 128, "6.0": 64, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128, "9.0": 128}
+
+
+def test_every_bundled_gpu_has_architecture_facts() -> None:
+    for gpu in gpu_table().values():
+        assert gpu.sms and gpu.clock_mhz and gpu.l2_mb and gpu.compute_capability, gpu.key
+    a100, l4 = get_gpu("A100-PCIe-80GB"), get_gpu("L4")
+    assert (a100.sms, a100.clock_mhz, a100.l2_mb, a100.compute_capability) == (108, 1410, 40, "8.0")
+    assert (l4.sms, l4.l2_mb, l4.compute_capability) == (58, 48, "8.9")  # datasheet: 7424 cores / 128 (NeuSight: 60)
+
+
+@pytest.mark.parametrize("key", sorted(set(gpu_table()) - {"A10G"}))
+def test_architecture_facts_reproduce_the_fp32_peak(key: str) -> None:
+    """SMs x FP32 lanes x 2 x boost clock is the datasheet FP32 peak (A10G: the catalog carries A10 figures)."""
+    gpu = get_gpu(key)
+    peak = gpu.sms * FP32_PER_SM[gpu.compute_capability] * 2 * gpu.clock_mhz / 1e6
+    assert peak == pytest.approx(gpu.fp32_tflops, rel=0.015)

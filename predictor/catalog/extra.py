@@ -6,6 +6,10 @@
         memory_bw_gbps: 8000
         fp32_tflops: 80
         bf16_tflops: 2250
+        sms: 148                 # optional architecture facts (the kernel model needs sms, clock_mhz, l2_mb)
+        clock_mhz: 1965
+        l2_mb: 126
+        compute_capability: "10.0"
     instance_types:
       - name: dgx-a100-40g
         gpu: A100-SXM-40GB
@@ -23,6 +27,7 @@ Every error names the file, the entry and the field.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,10 @@ GPU_FIELDS = {
     "nvlink_gbps": float,
     "arch": str,
     "aliases": list,
+    "sms": int,
+    "clock_mhz": float,
+    "l2_mb": float,
+    "compute_capability": str,
 }
 GPU_REQUIRED = ("name", "memory_gb")
 INSTANCE_FIELDS = {
@@ -114,6 +123,17 @@ def _check(path: str, where: str, entry: Any, fields: dict[str, type], required:
     return out
 
 
+def _capability(path: str, i: int, value: Any) -> str | None:
+    """A CUDA compute capability as text, ``8.0`` or ``"8.0"`` -> ``"8.0"`` (YAML reads an unquoted 8.0 as a number)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = f"{float(value):.1f}"
+    if not isinstance(value, str) or not re.fullmatch(r"\d+\.\d+", value.strip()):
+        raise _err(path, f"gpus[{i}].compute_capability", f'expected MAJOR.MINOR such as "8.0", got {value!r}')
+    return value.strip()
+
+
 def load_extra(path: str | os.PathLike[str]) -> Extra:
     """Parse and validate one YAML file of user-defined GPUs and instance types."""
     import yaml
@@ -138,6 +158,10 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
         raise CatalogError(f"{name}: unknown section {unknown[0]!r}.{hint}")
     gpus = []
     for i, entry in enumerate(data.get("gpus") or []):
+        if isinstance(entry, dict):
+            entry = {**entry, "compute_capability": _capability(name, i, entry.get("compute_capability"))}
+            if entry["compute_capability"] is None:
+                del entry["compute_capability"]
         f = _check(name, f"gpus[{i}]", entry, GPU_FIELDS, GPU_REQUIRED)
         gpus.append(
             GPU(
@@ -153,6 +177,10 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
                 pcie="",
                 aliases=tuple(str(a) for a in f.get("aliases", [])),
                 source=f"user: {name}",
+                sms=f.get("sms"),
+                clock_mhz=f.get("clock_mhz"),
+                l2_mb=f.get("l2_mb"),
+                compute_capability=f.get("compute_capability"),
             )
         )
     instances = []

@@ -1,7 +1,8 @@
 """GPU specifications and canonical GPU keys, torch-free.
 
 ``canonical_gpu("NVIDIA A100-SXM4-40GB") == "A100-SXM-40GB"``: the names torch reports are mapped to the keys
-of the bundled table (``predictor/data/gpus.csv``, built by ``scripts/build_data.py``).
+of the bundled table (``predictor/data/gpus.csv``, built by ``scripts/build_data.py``). Architecture facts (SM
+count, boost clock, L2 size, compute capability) come from the hand-sourced ``predictor/data/gpu_arch.csv``.
 """
 
 from __future__ import annotations
@@ -20,11 +21,18 @@ _VENDOR_WORDS = re.compile(r"\b(NVIDIA|TESLA|GEFORCE|QUADRO)\b")
 
 # the numeric spec columns of a GPU, in table order
 SPEC_FIELDS = ("memory_gb", "memory_bw_gbps", "fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops", "nvlink_gbps")
+# the architecture facts of a GPU (predictor/data/gpu_arch.csv), optional for user-defined GPUs
+ARCH_FIELDS = ("sms", "clock_mhz", "l2_mb", "compute_capability")
 
 
 @dataclass(frozen=True)
 class GPU:
-    """Specs of one GPU model (dense peaks, per GPU)."""
+    """Specs of one GPU model (dense peaks, per GPU).
+
+    The architecture facts ``sms`` (streaming multiprocessors), ``clock_mhz`` (boost clock), ``l2_mb`` (L2 cache)
+    and ``compute_capability`` (CUDA, e.g. ``"8.0"``) are optional: ``None`` where unknown (a user-defined GPU that
+    does not give them). The per-operator kernel model needs the first three.
+    """
 
     key: str
     arch: str
@@ -38,6 +46,10 @@ class GPU:
     pcie: str
     aliases: tuple[str, ...]
     source: str
+    sms: int | None = None
+    clock_mhz: float | None = None
+    l2_mb: float | None = None
+    compute_capability: str | None = None
 
 
 def _num(text: str) -> float | None:
@@ -99,12 +111,19 @@ class GpuTable:
         return key in self.gpus
 
 
+def _arch_facts() -> dict[str, dict[str, str]]:
+    with resources.files("predictor.data").joinpath("gpu_arch.csv").open(encoding="utf-8") as handle:
+        return {row["key"]: row for row in csv.DictReader(handle)}
+
+
 @functools.cache
 def bundled_gpus() -> GpuTable:
-    """The bundled GPU table (loaded once)."""
+    """The bundled GPU table (loaded once), with the architecture facts of ``gpu_arch.csv`` merged in."""
+    arch = _arch_facts()
     table: dict[str, GPU] = {}
     with resources.files("predictor.data").joinpath("gpus.csv").open(encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
+            facts = arch.get(row["key"], {})
             table[row["key"]] = GPU(
                 key=row["key"],
                 arch=row["arch"],
@@ -118,6 +137,10 @@ def bundled_gpus() -> GpuTable:
                 pcie=row["pcie"],
                 aliases=tuple(a for a in row["aliases"].split(";") if a),
                 source=row["source"],
+                sms=int(facts["sms"]) if facts.get("sms") else None,
+                clock_mhz=_num(facts.get("clock_mhz", "")),
+                l2_mb=_num(facts.get("l2_mb", "")),
+                compute_capability=facts.get("compute_capability") or None,
             )
     return GpuTable(table)
 

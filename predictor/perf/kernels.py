@@ -1,32 +1,38 @@
-"""Per-operator GPU latency from a spec sheet: a wave-quantised roofline with a learned utilisation.
+"""Per-operator GPU latency model: a wave-quantised roofline times a learned utilisation, plus a launch floor.
 
-For an operator of class ``cls`` on a GPU, the roofline bound is ``max(FLOPs / peak, bytes / bandwidth)``. What real
-kernels reach of it depends on things that transfer across GPUs when expressed per SM: how many waves of thread
-blocks the work makes on the GPU's SMs and how full the last wave is (tile quantisation), how long the reduction
-dimension is, the compute and memory times at the roofline (their ratio is the distance from the GPU's ridge point),
-and the fixed cost of launching a kernel. A small neural network per class (NeuSight's idea: predict utilisation,
-not latency) maps those GPU-normalised features to ``log(latency / roofline bound)``; it was trained on NeuSight's
-published FP32 kernel measurements (``scripts/train_kernel_model.py``; ``../shared/data/kernels``) and is evaluated
-here with numpy from plain weights (``predictor/data/kernel_model.json``), never trained on load.
+For one call of an operator on a GPU the model computes, from the GPU's datasheet facts only (SM count, FP32 peak,
+memory bandwidth, L2 size; see ``predictor/data/gpu_arch.csv``):
 
-Classes and dims (numpy arrays): ``gemm`` (``b, m, n, k``), ``conv`` (``b, cin, cout, kh, kw, h, w, stride,
-padding, groups``; an implicit GEMM of M = b x output pixels, N = cout, K = cin / groups x kh x kw), ``elementwise``
-(``n, bytes, flops``), ``norm`` and ``softmax`` (``rows, cols, bytes``), ``reduction`` (``n, bytes``) and ``memory``
-(``bytes``). The last two have no measurements of their own: they use the elementwise network on their bytes (a
-bandwidth-bound pass with its launch floor), which is what a reduction or a copy is to the memory system.
+- the roofline bound ``t_roof = max(FLOPs / peak, bytes / bandwidth)``;
+- the launch floor ``f`` of the operator class (the latency of the smallest kernels measured on the training GPUs:
+  a kernel launch plus PyTorch's dispatch, about 25-50 us);
+- GPU-independent features of how well the work maps onto this GPU (NeuSight-style): per-SM work, output tiles of
+  64x64 and 128x128 per SM, waves ``ceil(tiles / SMs)`` and the tile-quantisation efficiency
+  ``tiles / (waves x SMs)``, the quantised compute time relative to the roofline, arithmetic intensity relative to
+  the GPU's ridge point (``t_compute / t_memory``), the working set relative to L2, and the operator's shape.
 
-Tensor cores: the training data are FP32; ``peak_tflops`` replaces the FP32 peak for GEMMs and convolutions that run
-on tensor cores (TF32, FP16, BF16), and the utilisation learned at FP32 is applied to that peak.
+A small ensemble of multilayer perceptrons per class (3 seeds, outputs averaged; trained by
+``scripts/train_kernel_model.py`` on measured FP32 latencies, NeuSight ASPLOS'25 data, evaluated here in numpy)
+maps the features to ``log(latency / (t_roof + f))``, so
+
+    latency = (t_roof + f) x exp(mlp(features))
+
+The multiplier is the inverse of the achieved utilisation of the roofline (plus floor); it is bounded to
+``[1/4, 64]`` so a GPU far outside the training range cannot produce absurd numbers. Classes without measurements
+(``reduction``, ``memory``) reuse the ``elementwise`` network, which learned how streaming kernels use bandwidth: a
+reduction of ``n`` inputs is an elementwise kernel over ``n`` elements moving ``bytes``; a copy / cast / fill /
+gather moves ``bytes`` (``n = bytes / (2 x element_bytes)``, no arithmetic). Their floor is the elementwise floor.
+
+Loading never trains: the coefficients are in ``predictor/data/kernel_model.json`` (plain numbers, no pickle), which
+also records the training data's sha256, the training GPUs and the library versions used to fit it.
 """
 
 from __future__ import annotations
 
-import csv
 import functools
 import json
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -36,101 +42,162 @@ from predictor.catalog.gpus import GPU
 from predictor.exceptions import PredictionError
 
 CLASSES = ("gemm", "conv", "elementwise", "norm", "softmax", "reduction", "memory")
-TRAINED = ("gemm", "conv", "elementwise", "norm", "softmax")
-SCHEMA = "srifty.kernels/v1"
-TILE = 128  # output tile edge of the SIMT GEMM kernels cuBLAS picks for large FP32 problems
-THREADS_PER_SM = 2048
+# the classes with their own network; the others borrow one (see the module docstring)
+TRAINED_CLASSES = ("gemm", "conv", "elementwise", "norm", "softmax")
+BORROWED = {"reduction": "elementwise", "memory": "elementwise"}
+DIMS = {
+    "gemm": ("b", "m", "n", "k"),
+    "conv": ("b", "cin", "cout", "kh", "kw", "h", "w", "stride", "padding", "groups"),
+    "elementwise": ("n", "bytes", "flops"),
+    "norm": ("rows", "cols", "bytes"),
+    "softmax": ("rows", "cols", "bytes"),
+    "reduction": ("n", "bytes"),
+    "memory": ("bytes",),
+}
+FORMAT = "srifty.kernel-model/v1"
+MULTIPLIER_RANGE = (0.25, 64.0)  # bounds of exp(mlp): utilisation of the roofline between 1/64 and 4 (L2 reuse)
+_TINY = 1e-12
 
 
-@dataclass(frozen=True)
-class GpuSpec:
-    """What the latency model reads of a GPU."""
-
-    name: str
-    sms: float
-    clock_mhz: float
-    l2_mb: float
-    bandwidth_gbps: float
-    fp32_tflops: float
-
-
-@functools.cache
-def _arch_table() -> dict[str, dict[str, float]]:
-    text = resources.files("predictor.data").joinpath("gpu_arch.csv").read_text("utf-8")
-    rows = csv.DictReader(text.splitlines())
-    return {
-        r["key"]: {k: float(r[k]) for k in ("sms", "clock_mhz", "l2_mb", "compute_capability") if r[k]} for r in rows
-    }
-
-
-def gpu_spec(gpu: GPU) -> GpuSpec:
-    """The spec of a catalog GPU; a missing figure names the GPU, the field and the fix."""
-    arch = dict(_arch_table().get(gpu.key, {}))
-    for name in ("sms", "clock_mhz", "l2_mb"):
-        value = getattr(gpu, name, None)
-        if value:
-            arch[name] = float(value)
-    needed = {
-        "sms": arch.get("sms"),
-        "clock_mhz": arch.get("clock_mhz"),
-        "l2_mb": arch.get("l2_mb"),
+def _gpu_facts(gpu: GPU, cls: str, peak_tflops: float | None) -> tuple[float, float, float, float]:
+    """(SMs, peak FLOP/s, bandwidth B/s, L2 bytes) of ``gpu``; PredictionError naming a missing field and the fix."""
+    needs = {
+        "sms": gpu.sms,
+        "l2_mb": gpu.l2_mb,
         "memory_bw_gbps": gpu.memory_bw_gbps,
-        "fp32_tflops": gpu.fp32_tflops,
+        "fp32_tflops": peak_tflops if peak_tflops is not None else gpu.fp32_tflops,
     }
-    missing = [k for k, v in needed.items() if not v]
-    if missing:
-        raise PredictionError(
-            f"GPU {gpu.key!r} has no {', '.join(missing)}: the per-operator latency model needs them. Add them to "
-            "its entry with --catalog-extra (docs/catalog.md)."
-        )
-    return GpuSpec(gpu.key, arch["sms"], arch["clock_mhz"], arch["l2_mb"], gpu.memory_bw_gbps, gpu.fp32_tflops)
+    for name, value in needs.items():
+        if value is None or not value > 0:
+            raise PredictionError(
+                f"GPU {gpu.key!r} has no {name} (needed by the {cls!r} kernel latency model): add `{name}` to its "
+                "entry with --catalog-extra (docs/catalog.md)"
+            )
+    return float(gpu.sms), needs["fp32_tflops"] * 1e12, needs["memory_bw_gbps"] * 1e9, needs["l2_mb"] * 2**20
 
 
 def _log(x: np.ndarray) -> np.ndarray:
-    return np.log(np.maximum(x, 1e-30))
+    return np.log2(np.maximum(x, _TINY))
+
+
+def _tiles(b: np.ndarray, m: np.ndarray, n: np.ndarray, tile: int, sms: float) -> tuple[np.ndarray, ...]:
+    tiles = b * np.ceil(m / tile) * np.ceil(n / tile)
+    waves = np.maximum(np.ceil(tiles / sms), 1.0)
+    return tiles, waves, tiles / (waves * sms)
+
+
+def _gemm_features(
+    b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, facts: tuple[float, ...], floor: float, eb: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    sms, peak, bw, l2 = facts
+    flops = 2.0 * b * m * n * k
+    nbytes = eb * b * (m * k + k * n + m * n)
+    t_c, t_m = flops / peak, nbytes / bw
+    t_roof = np.maximum(t_c, t_m)
+    cols = []
+    for tile in (64, 128):
+        tiles, waves, eff = _tiles(b, m, n, tile, sms)
+        t_q = waves * 2.0 * tile * tile * k / (peak / sms)  # full tiles, wave by wave, at the per-SM peak
+        cols += [_log(tiles / sms), _log(waves), eff, _log(t_q) - _log(t_roof)]
+    cols += [
+        _log(t_c) - _log(t_m),  # arithmetic intensity relative to the ridge point
+        _log(t_roof / floor),
+        _log(flops / sms),
+        _log(nbytes / l2),
+        _log(m),
+        _log(n),
+        _log(k),
+        _log(b),
+    ]
+    return np.stack(cols, axis=1), t_roof, flops
+
+
+def _stream_features(
+    n: np.ndarray, nbytes: np.ndarray, flops: np.ndarray, facts: tuple[float, ...], floor: float
+) -> tuple[np.ndarray, np.ndarray]:
+    sms, peak, bw, l2 = facts
+    t_roof = np.maximum(nbytes / bw, flops / peak)
+    blocks = np.ceil(n / 1024.0)  # ~1024 elements per thread block (4 per thread, 256 threads)
+    waves = np.maximum(np.ceil(blocks / (sms * 4)), 1.0)  # ~4 resident blocks per SM
+    cols = [
+        _log(t_roof / floor),
+        _log(nbytes / sms),
+        _log(nbytes / l2),
+        _log(nbytes / np.maximum(n, 1.0)),
+        _log(waves),
+        blocks / (waves * sms * 4),
+    ]
+    return np.stack(cols, axis=1), t_roof
+
+
+def _row_features(
+    rows: np.ndarray, cols_: np.ndarray, nbytes: np.ndarray, facts: tuple[float, ...], floor: float
+) -> tuple[np.ndarray, np.ndarray]:
+    sms, _, bw, l2 = facts
+    t_roof = nbytes / bw
+    waves = np.maximum(np.ceil(rows / (sms * 8)), 1.0)  # one row per warp, ~8 rows per SM at a time
+    cols = [
+        _log(t_roof / floor),
+        _log(nbytes / sms),
+        _log(nbytes / l2),
+        _log(rows / sms),
+        _log(cols_),
+        _log(nbytes / np.maximum(rows * cols_, 1.0)),
+        _log(waves),
+        rows / (waves * sms * 8),
+    ]
+    return np.stack(cols, axis=1), t_roof
 
 
 def features(
-    cls: str, dims: Mapping[str, np.ndarray], spec: GpuSpec, peak_tflops: float | None, element_bytes: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """(features, roofline bound in seconds) of operators of one class on one GPU."""
-    d = {k: np.asarray(v, dtype=float) for k, v in dims.items()}
-    peak = (peak_tflops or spec.fp32_tflops) * 1e12
-    bw = spec.bandwidth_gbps * 1e9
-    l2 = spec.l2_mb * 2**20
-    if cls in ("gemm", "conv"):
-        if cls == "gemm":
-            b, m, n, k = d["b"], d["m"], d["n"], d["k"]
-            moved = element_bytes * b * (m * k + k * n + m * n)
-        else:
-            stride, pad, groups = np.maximum(d["stride"], 1), d["padding"], np.maximum(d["groups"], 1)
-            oh = np.maximum(np.floor((d["h"] + 2 * pad - d["kh"]) / stride) + 1, 1)
-            ow = np.maximum(np.floor((d["w"] + 2 * pad - d["kw"]) / stride) + 1, 1)
-            b, m, n, k = np.ones_like(oh), d["b"] * oh * ow, d["cout"], d["cin"] / groups * d["kh"] * d["kw"]
-            moved = element_bytes * (d["b"] * d["cin"] * d["h"] * d["w"] + d["cout"] * k + m * n)
-        flops = 2 * b * m * n * k
-        t_c, t_m = flops / peak, moved / bw
-        tiles = b * np.ceil(m / TILE) * np.ceil(n / TILE)
-        waves = tiles / spec.sms
-        fill = tiles / (np.ceil(np.maximum(waves, 1e-9)) * spec.sms)
-        x = np.stack([_log(t_c), _log(t_m), _log(waves), fill, _log(k)], axis=1)
-        return x, np.maximum(t_c, t_m)
-    if cls in ("norm", "softmax"):
-        rows, cols, moved = d["rows"], d["cols"], d["bytes"]
-        t_m = moved / bw
-        x = np.stack([_log(t_m), _log(rows / spec.sms), _log(cols), _log(moved / l2)], axis=1)
-        return x, t_m
-    # elementwise, and the bandwidth-bound classes that use its network
-    moved = d["bytes"]
-    n = d["n"] if "n" in d else moved / (2 * element_bytes)
-    t_m = moved / bw
-    x = np.stack([_log(t_m), _log(n / (spec.sms * THREADS_PER_SM)), _log(moved / l2)], axis=1)
-    return x, t_m
+    cls: str,
+    dims: Mapping[str, np.ndarray],
+    gpu: GPU,
+    floor: float,
+    *,
+    peak_tflops: float | None = None,
+    element_bytes: float = 4.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Model inputs of ``cls`` calls on ``gpu``: (features [N, F], roofline seconds [N], size [N], 0 = empty).
+
+    ``cls`` is a class with its own network (``TRAINED_CLASSES``); used by :class:`KernelModel` and the training
+    script alike, so what is trained is what is evaluated.
+    """
+    d = {key: np.asarray(dims[key], dtype=float) for key in DIMS[cls]}
+    peak = peak_tflops if cls in ("gemm", "conv") else None
+    facts = _gpu_facts(gpu, cls, peak)
+    if cls == "gemm":
+        x, t_roof, size = _gemm_features(d["b"], d["m"], d["n"], d["k"], facts, floor, element_bytes)
+    elif cls == "conv":
+        ho = np.floor((d["h"] + 2 * d["padding"] - d["kh"]) / d["stride"]) + 1
+        wo = np.floor((d["w"] + 2 * d["padding"] - d["kw"]) / d["stride"]) + 1
+        g = np.maximum(d["groups"], 1.0)
+        m = d["b"] * np.maximum(ho, 0.0) * np.maximum(wo, 0.0)
+        x, t_roof, size = _gemm_features(
+            g, m, d["cout"] / g, d["cin"] / g * d["kh"] * d["kw"], facts, floor, element_bytes
+        )
+        # the input image is read once (not once per kernel position); implicit GEMM's bytes overcount it
+        extra = [_log(d["kh"] * d["kw"]), _log(d["stride"]), _log(d["h"] * d["w"])]
+        x = np.concatenate([x, np.stack(extra, axis=1)], axis=1)
+    elif cls == "elementwise":
+        x, t_roof = _stream_features(d["n"], d["bytes"], d["flops"], facts, floor)
+        size = d["n"] * d["bytes"]
+    else:  # norm, softmax
+        x, t_roof = _row_features(d["rows"], d["cols"], d["bytes"], facts, floor)
+        size = d["rows"] * d["cols"] * d["bytes"]
+    return x, t_roof, size
 
 
 @dataclass
-class _Net:
-    """A small MLP (ReLU hidden layers, linear output) on standardised features."""
+class MLP:
+    """A small ReLU network evaluated in numpy: standardised inputs, hidden layers, a linear output.
+
+    Attributes:
+        mean: per-feature mean subtracted from the inputs.
+        scale: per-feature scale the inputs are divided by.
+        weights: one [in, out] matrix per layer.
+        biases: one [out] vector per layer.
+    """
 
     mean: np.ndarray
     scale: np.ndarray
@@ -138,14 +205,16 @@ class _Net:
     biases: list[np.ndarray]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        """The network's output for rows of features ``x`` ([N, F] -> [N])."""
         h = (x - self.mean) / self.scale
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = h @ w + b
             if i < len(self.weights) - 1:
                 h = np.maximum(h, 0.0)
         return h[:, 0]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
+        """Plain lists of numbers (float64 repr, so a round trip is exact)."""
         return {
             "mean": self.mean.tolist(),
             "scale": self.scale.tolist(),
@@ -154,131 +223,173 @@ class _Net:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> _Net:
+    def from_json(cls, data: Mapping[str, Any]) -> MLP:
+        """Inverse of :meth:`to_json`."""
         return cls(
-            np.asarray(data["mean"]),
-            np.asarray(data["scale"]),
-            [np.asarray(w) for w in data["weights"]],
-            [np.asarray(b) for b in data["biases"]],
+            mean=np.asarray(data["mean"], dtype=float),
+            scale=np.asarray(data["scale"], dtype=float),
+            weights=[np.asarray(w, dtype=float) for w in data["weights"]],
+            biases=[np.asarray(b, dtype=float) for b in data["biases"]],
         )
 
 
+@dataclass
 class KernelModel:
-    """The per-class utilisation networks. Estimator contract: ``fit`` returns self, learned attributes end in ``_``."""
+    """Per-operator latency model (scikit-learn estimator contract: ``fit`` returns self, learned attributes end
+    in ``_``).
 
-    def __init__(self, *, hidden: tuple[int, ...] = (16,), alpha: float = 1e-3, max_rows: int = 40000) -> None:
-        self.hidden = hidden
-        self.alpha = alpha
-        self.max_rows = max_rows
+    Args:
+        hidden: hidden layer widths of each class's network.
+        max_iter: training epochs (Adam) per class.
+        seed: random seed of the first network's initialisation and shuffling (member i uses seed + i).
+        members: networks per class, their outputs averaged (seed variance on unseen GPUs is large).
+    """
 
-    def fit(self, data: Mapping[str, tuple[Mapping[str, np.ndarray], list[GpuSpec], np.ndarray]], seed: int = 0):
-        """``data[cls] = (dims, spec per row, latency seconds)``: one network per trained class."""
+    hidden: tuple[int, ...] = (32, 32)
+    max_iter: int = 60
+    seed: int = 0
+    members: int = 3
+    floors_: dict[str, float] = field(default_factory=dict)
+    nets_: dict[str, list[MLP]] = field(default_factory=dict)
+    meta_: dict[str, Any] = field(default_factory=dict)
+
+    def fit(
+        self, samples: Mapping[str, list[tuple[Mapping[str, np.ndarray], GPU, np.ndarray]]], **meta: Any
+    ) -> KernelModel:
+        """Fit one network per class to measured latencies (needs scikit-learn; only training imports it).
+
+        Args:
+            samples: per trained class, a list of (dims, GPU, measured seconds) groups, one group per GPU.
+            **meta: recorded in the artefact (data sha256, GPUs, script version...).
+
+        Returns:
+            self.
+        """
         from sklearn.neural_network import MLPRegressor
 
-        self.nets_: dict[str, _Net] = {}
-        self.rows_: dict[str, int] = {}
-        for cls, (dims, specs, latency) in data.items():
-            x, bound = _features_rows(cls, dims, specs)
-            y = np.log(latency) - np.log(bound)
-            rng = np.random.default_rng(seed)
-            take = rng.permutation(len(y))[: self.max_rows]
-            mean, scale = x[take].mean(axis=0), x[take].std(axis=0) + 1e-9
-            mlp = MLPRegressor(
-                hidden_layer_sizes=self.hidden,
-                alpha=self.alpha,
-                max_iter=300,
-                early_stopping=True,
-                random_state=seed,
-                learning_rate_init=3e-3,
-            ).fit((x[take] - mean) / scale, y[take])
-            self.nets_[cls] = _Net(mean, scale, list(mlp.coefs_), list(mlp.intercepts_))
-            self.rows_[cls] = len(take)
+        for cls, groups in samples.items():
+            if cls not in TRAINED_CLASSES:
+                raise PredictionError(f"cannot train class {cls!r}: trained classes are {', '.join(TRAINED_CLASSES)}")
+            # floor: median over GPUs of each GPU's 1st-percentile latency of the class
+            floor = float(np.median([np.percentile(lat, 1) for _, _, lat in groups]))
+            xs, ys = [], []
+            for dims, gpu, lat in groups:
+                x, t_roof, _ = features(cls, dims, gpu, floor)
+                xs.append(x)
+                ys.append(np.log(lat) - np.log(t_roof + floor))
+            x, y = np.concatenate(xs), np.concatenate(ys)
+            mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
+            nets = []
+            for member in range(self.members):
+                reg = MLPRegressor(
+                    hidden_layer_sizes=self.hidden,
+                    activation="relu",
+                    alpha=1e-4,
+                    learning_rate_init=1e-3,
+                    batch_size=512,
+                    max_iter=self.max_iter,
+                    early_stopping=False,
+                    n_iter_no_change=20,
+                    tol=1e-6,
+                    random_state=self.seed + member,
+                    shuffle=True,
+                )
+                reg.fit((x - mean) / scale, y)
+                nets.append(
+                    MLP(mean, scale, [np.asarray(w) for w in reg.coefs_], list(map(np.asarray, reg.intercepts_)))
+                )
+            self.floors_[cls] = floor
+            self.nets_[cls] = nets
+        self.meta_ = dict(meta)
         return self
 
     def latency(
         self,
         cls: str,
         dims: Mapping[str, np.ndarray],
-        gpu: GPU | GpuSpec,
+        gpu: GPU,
         *,
         peak_tflops: float | None = None,
         element_bytes: float = 4.0,
     ) -> np.ndarray:
-        """Seconds per call of each operator described by ``dims`` on ``gpu``."""
-        if not hasattr(self, "nets_"):
-            from predictor.perf.correction import NotFittedError
+        """Predicted seconds per call of ``cls`` operators with dimensions ``dims`` on ``gpu``.
 
-            raise NotFittedError("This KernelModel is not fitted yet: call fit(data) or load_kernel_model() first.")
+        Args:
+            cls: one of :data:`CLASSES`.
+            dims: numpy arrays (or scalars) of equal length, the keys of :data:`DIMS` for the class.
+            gpu: the GPU; needs ``sms``, ``l2_mb``, ``memory_bw_gbps`` and ``fp32_tflops`` (or ``peak_tflops``).
+            peak_tflops: overrides the FP32 peak for gemm/conv (tensor-core precisions).
+            element_bytes: input element size (4 fp32, 2 fp16/bf16). For gemm/conv, ``peak_tflops`` and
+                ``element_bytes`` change the roofline only; the utilisation multiplier is the FP32 kernel's (the
+                training data is FP32), so tensor-core efficiency belongs in the ``peak_tflops`` the caller passes.
+                Other classes take bytes directly (``memory`` uses ``element_bytes`` to count elements).
+
+        Returns:
+            float64 array of seconds; an empty operator (size 0) takes the launch floor.
+
+        Raises:
+            PredictionError: unknown class, missing or negative dimension, or a GPU without a needed spec.
+        """
         if cls not in CLASSES:
-            raise PredictionError(f"The 'cls' parameter of latency() must be one of {set(CLASSES)}. Got {cls!r}.")
-        spec = gpu if isinstance(gpu, GpuSpec) else gpu_spec(gpu)
-        net_cls = cls if cls in self.nets_ else "elementwise"
-        if cls not in TRAINED:  # a bandwidth-bound pass over its bytes, as an elementwise kernel sees it
-            dims = {"bytes": np.asarray(dims["bytes"], dtype=float)}
-        x, bound = features(cls if cls in TRAINED else "elementwise", dims, spec, peak_tflops, element_bytes)
-        if len(bound) == 0:
-            return bound
-        return bound * np.exp(np.maximum(self.nets_[net_cls](x), 0.0))  # never faster than the roofline
+            raise PredictionError(f"unknown operator class {cls!r}: valid classes are {', '.join(CLASSES)}")
+        missing = [key for key in DIMS[cls] if key not in dims]
+        if missing:
+            raise PredictionError(
+                f"{cls!r} latency needs dimensions {', '.join(DIMS[cls])}; missing {', '.join(missing)}"
+            )
+        arrays = {key: np.atleast_1d(np.asarray(dims[key], dtype=float)) for key in DIMS[cls]}
+        shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+        arrays = {key: np.broadcast_to(a, shape).ravel() for key, a in arrays.items()}
+        for key, a in arrays.items():
+            if not np.all(np.isfinite(a)) or np.any(a < 0):
+                raise PredictionError(f"{cls!r} dimension {key!r} must be finite and >= 0, got {a[~(a >= 0)][:3]}")
+        net_cls = BORROWED.get(cls, cls)
+        if cls == "reduction":
+            arrays = {"n": arrays["n"], "bytes": arrays["bytes"], "flops": arrays["n"]}
+        elif cls == "memory":
+            n = arrays["bytes"] / (2.0 * element_bytes)
+            arrays = {"n": n, "bytes": arrays["bytes"], "flops": np.zeros_like(n)}
+        if net_cls not in self.nets_:
+            raise PredictionError(f"the kernel model has no network for {net_cls!r}: retrain it")
+        floor = self.floors_[net_cls]
+        x, t_roof, size = features(net_cls, arrays, gpu, floor, peak_tflops=peak_tflops, element_bytes=element_bytes)
+        if net_cls in ("gemm", "conv") and (peak_tflops is not None or element_bytes != 4.0):
+            # the networks learned FP32 kernels: utilisation from the FP32 features, the roofline from the real ones
+            x, _, _ = features(net_cls, arrays, gpu, floor)
+        log_mult = np.mean([net(x) for net in self.nets_[net_cls]], axis=0)
+        mult = np.exp(np.clip(log_mult, *np.log(MULTIPLIER_RANGE)))
+        out = (t_roof + floor) * mult
+        return np.where(size > 0, out, floor).reshape(shape)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
+        """The artefact: format, floors, networks and the training record."""
         return {
+            "format": FORMAT,
+            "classes": list(CLASSES),
+            "borrowed": dict(BORROWED),
             "hidden": list(self.hidden),
-            "alpha": self.alpha,
-            "rows": self.rows_,
-            "nets": {c: n.to_dict() for c, n in self.nets_.items()},
+            "floors_s": dict(self.floors_),
+            "meta": self.meta_,
+            "nets": {cls: [net.to_json() for net in nets] for cls, nets in self.nets_.items()},
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> KernelModel:
-        obj = cls(hidden=tuple(data["hidden"]), alpha=data["alpha"])
-        obj.nets_ = {c: _Net.from_dict(n) for c, n in data["nets"].items()}
-        obj.rows_ = dict(data.get("rows", {}))
-        return obj
-
-
-def _features_rows(cls: str, dims: Mapping[str, np.ndarray], specs: list[GpuSpec]) -> tuple[np.ndarray, np.ndarray]:
-    """Features of rows that may come from different GPUs (grouped by GPU)."""
-    names = np.array([s.name for s in specs])
-    xs, bounds = np.zeros((len(specs), 0)), np.zeros(len(specs))
-    for name in dict.fromkeys(names):
-        sel = names == name
-        spec = specs[int(np.argmax(sel))]
-        x, bound = features(cls, {k: np.asarray(v)[sel] for k, v in dims.items()}, spec, None, 4.0)
-        if xs.shape[1] == 0:
-            xs = np.zeros((len(specs), x.shape[1]))
-        xs[sel], bounds[sel] = x, bound
-    return xs, bounds
+    def from_json(cls, data: Mapping[str, Any]) -> KernelModel:
+        """A fitted model from :meth:`to_json`'s output; PredictionError if the format is not this one."""
+        if data.get("format") != FORMAT:
+            raise PredictionError(
+                f"kernel model format {data.get('format')!r} is not {FORMAT!r}: retrain it with "
+                "python scripts/train_kernel_model.py"
+            )
+        model = cls(hidden=tuple(data["hidden"]), members=len(next(iter(data["nets"].values()), [])))
+        model.floors_ = {k: float(v) for k, v in data["floors_s"].items()}
+        model.nets_ = {k: [MLP.from_json(net) for net in v] for k, v in data["nets"].items()}
+        model.meta_ = dict(data["meta"])
+        return model
 
 
 @functools.cache
 def load_kernel_model() -> KernelModel:
-    """The bundled model (``predictor/data/kernel_model.json``), as trained."""
-    try:
-        data = json.loads(resources.files("predictor.data").joinpath("kernel_model.json").read_text("utf-8"))
-    except FileNotFoundError:
-        raise PredictionError(
-            "The kernel latency model is missing (predictor/data/kernel_model.json): reinstall lightning-srifty or "
-            "run python scripts/train_kernel_model.py."
-        ) from None
-    if data.get("schema") != SCHEMA:
-        raise PredictionError(
-            f"predictor/data/kernel_model.json is {data.get('schema')!r}, this version reads {SCHEMA!r}: run "
-            "python scripts/train_kernel_model.py."
-        )
-    return KernelModel.from_dict(data)
-
-
-def spec_from_neusight(row: Mapping[str, str]) -> GpuSpec:
-    """A GpuSpec from a row of NeuSight's devices.csv (training data)."""
-    return GpuSpec(
-        row["Device"],
-        float(row["Num_Sm"]),
-        float(row["Freq"]),
-        float(row["L2Cache"]),
-        float(row["Mem_Bw"]),
-        float(row["SingleFLOPs"]) / 1e3,
-    )
-
-
-def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
-    return float(np.mean(np.abs(predicted - measured) / measured)) if len(measured) else math.nan
+    """The bundled kernel model (``predictor/data/kernel_model.json``), loaded once; never trains."""
+    text = resources.files("predictor.data").joinpath("kernel_model.json").read_text(encoding="utf-8")
+    return KernelModel.from_json(json.loads(text))
