@@ -149,3 +149,11 @@ def test_a_timeless_profile_without_ops_is_a_clear_error(catalog) -> None:
 
     with pytest.raises(PredictionError, match=r"no step was timed.*srifty capture"):
         predict(load_profile(data), "g5.xlarge:1", catalog=catalog)
+
+
+def test_layer_norm_backward_normalises_over_the_weight_not_the_whole_input() -> None:
+    x, stats, w = [4, 128, 768], [4, 128, 1], [768]
+    bwd = classify(rec("aten.native_layer_norm_backward.default", [x, x, stats, stats, w, w], phase="backward"))
+    fwd = classify(rec("aten.native_layer_norm.default", [x, w, w]))
+    assert bwd.cls == fwd.cls == "norm"
+    assert (bwd.dims["rows"], bwd.dims["cols"]) == (fwd.dims["rows"], fwd.dims["cols"]) == (4 * 128, 768)

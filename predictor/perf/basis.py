@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.gpus import GPU
@@ -56,6 +57,7 @@ class Source:
     flops: float | None  # per sample
     achieved_tflops: float | None
     measured: bool  # False for a capture-only profile (no step was timed)
+    ops: Any = None  # the operator table classified and summed on the profiled GPU (predictor.perf.ops.prepare)
 
     @classmethod
     def of(cls, profile: Profile, catalog: Catalog) -> Source:
@@ -65,7 +67,9 @@ class Source:
         flops = profile.model.flops.per_sample if profile.model.flops and profile.model.flops.per_sample else None
         achieved = flops * b / compute / 1e12 if flops and compute > 0 else None
         world = profile.hardware.world_size or profile.hardware.devices * profile.hardware.nodes
-        return cls(gpu, b, world, compute, data, bwd_share, flops, achieved, compute > 0)
+        from predictor.perf.ops import prepare
+
+        return cls(gpu, b, world, compute, data, bwd_share, flops, achieved, compute > 0, prepare(profile, gpu))
 
 
 @dataclass(frozen=True)

@@ -256,7 +256,9 @@ def _dtype_bytes(dtype: str | None) -> float:
 
 def classify(rec: OpRecord) -> Classified:
     """The class and dimensions of one record (``memory`` for anything unrecognised, by its bytes)."""
-    name = base_name(rec.op).rstrip("_") if not base_name(rec.op).startswith("_") else base_name(rec.op)
+    name = base_name(rec.op)
+    if not name.startswith("_"):
+        name = name.rstrip("_")  # in-place variants classify as their out-of-place operator
     shapes = [list(s) for s in rec.shapes]
     dtype = (rec.dtypes[0] if rec.dtypes else rec.out_dtype or "float32").replace("torch.", "")
     half = dtype in HALF
@@ -272,17 +274,17 @@ def classify(rec: OpRecord) -> Classified:
             return _conv(name in _CONV_BACKWARD, shapes, rec, half, eb)
     except (IndexError, ValueError, ZeroDivisionError):
         pass  # a shape this classifier does not understand: bandwidth-bound below, with the others it cannot read
-    if name in _NORM or base_name(rec.op) in _NORM:
-        cols = _numel(shapes[1]) if len(shapes) > 1 and len(shapes[1]) >= 1 and "batch" not in name else 0.0
-        if "batch" in name and shapes:  # per channel over N x H x W
-            rows, cols = float(shapes[0][1]) if len(shapes[0]) > 1 else 1.0, 0.0
-            cols = _numel(shapes[0]) / max(rows, 1.0)
-        else:
-            n = _numel(shapes[0]) if shapes else 0.0
-            cols = cols or (shapes[0][-1] if shapes and shapes[0] else 1.0)
-            rows = n / max(cols, 1.0)
+    if name in _NORM:
+        x = shapes[0] if shapes else []
+        if "batch" in name:  # per channel, over N x H x W
+            rows = float(x[1]) if len(x) > 1 else 1.0
+            cols = _numel(x) / max(rows, 1.0)
+        else:  # over the normalised trailing size: the weight's (the 1-D tensor), else the last dimension
+            weights = [s for s in shapes[1:] if len(s) == 1]
+            cols = float(weights[-1][0]) if weights else float(x[-1] if x else 1)
+            rows = _numel(x) / max(cols, 1.0)
         return Classified("norm", {"rows": rows, "cols": cols, "bytes": total_bytes}, rec.count, half, eb, rec.op)
-    if name in _SOFTMAX or base_name(rec.op) in _SOFTMAX:
+    if name in _SOFTMAX:
         cols = float(shapes[0][-1]) if shapes and shapes[0] else 1.0
         rows = (_numel(shapes[0]) if shapes else 0.0) / max(cols, 1.0)
         return Classified("softmax", {"rows": rows, "cols": cols, "bytes": total_bytes}, rec.count, half, eb, rec.op)
@@ -436,22 +438,43 @@ def tensor_core_efficiency(kind: str) -> float:
     return float(model_artefact().get("tensor_core", {}).get(kind, 1.0))
 
 
-def ops_compute(
-    profile: Profile, src: Any, dst: GPU, notes: list[str], extrapolation: list[str]
-) -> tuple[float, float | None, str] | None:
-    """(compute seconds per sample on ``dst``, compute-bound share, kind) from the operator table, or None when the
-    table cannot be used (then the step-level path decides; the reason is in ``notes``)."""
+@dataclass(frozen=True)
+class PreparedTable:
+    """What the operator table gives once per profile: its classification and its sum on the profiled GPU."""
+
+    classified: tuple[Classified, ...]
+    source: OpsTime | None  # None without a profiled GPU, or when its sum cannot be predicted
+    source_error: str | None
+
+
+def prepare(profile: Profile, src_gpu: GPU | None) -> PreparedTable | None:
+    """Classify the profile's operator table and sum it on the profiled GPU (None without a table)."""
     table = profile.ops
     if table is None or not table.ops:
         return None
+    classified = tuple(classify_table(table.ops))
+    if src_gpu is None:
+        return PreparedTable(classified, None, None)
     try:
-        classified = classify_table(table.ops)
-        precision, matmul = profile.model.precision, profile.model.float32_matmul_precision
-        target = ops_time(classified, dst, precision, matmul)
+        source = ops_time(classified, src_gpu, profile.model.precision, profile.model.float32_matmul_precision)
+    except PredictionError as exc:
+        return PreparedTable(classified, None, str(exc))
+    return PreparedTable(classified, source, None)
+
+
+def ops_compute(
+    profile: Profile, src: Any, dst: GPU, notes: list[str], extrapolation: list[str]
+) -> tuple[float, float | None, str] | None:
+    """(compute seconds per sample on ``dst``, compute-bound share, kind) from the operator table (prepared once in
+    ``src.ops``), or None when it cannot be used (then the step-level path decides; the reason is in ``notes``)."""
+    table, prepared = profile.ops, src.ops
+    if table is None or prepared is None:
+        return None
+    precision, matmul = profile.model.precision, profile.model.float32_matmul_precision
+    try:
+        target = ops_time(prepared.classified, dst, precision, matmul)
     except PredictionError as exc:
         notes.append(f"operator table not used on {dst.key}: {exc}")
-        return None
-    except ImportError:
         return None
     if target.unclassified:
         calls = sum(target.unclassified.values())
@@ -460,8 +483,9 @@ def ops_compute(
     share = target.by_class.get("gemm", 0.0) + target.by_class.get("conv", 0.0)
     share /= max(target.seconds, 1e-12)
     if src.measured and src.gpu is not None:
-        source = ops_time(classified, src.gpu, precision, matmul)
-        if source.seconds <= 0:
+        source = prepared.source
+        if source is None or source.seconds <= 0:
+            notes.append(f"operator table not used: {prepared.source_error or 'no operator time on ' + src.gpu.key}")
             return None
         ratio = target.seconds / source.seconds
         notes.append(
