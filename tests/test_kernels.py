@@ -142,3 +142,20 @@ def test_dims_table_covers_every_class() -> None:
     assert set(DIMS) == set(CLASSES)
     with pytest.raises(PredictionError, match="format"):
         KernelModel.from_json({"format": "something/v0"})
+
+
+def test_shapes_far_outside_the_training_data_stay_near_their_roofline() -> None:
+    # a log-softmax backward over a 128k vocabulary (8192 tokens, fp32): 60x wider rows than any measured softmax;
+    # the network sees its nearest measured kernels, the roofline carries the size (it came out at 64x before)
+    rows, cols = 8192.0, 128256.0
+    nbytes = 3 * rows * cols * 4
+    roofline = nbytes / (A100.memory_bw_gbps * 1e9)
+    t = float(load_kernel_model().latency("softmax", {"rows": rows, "cols": cols, "bytes": nbytes}, A100)[0])
+    assert roofline < t < 3 * roofline
+
+
+def test_networks_record_and_clip_to_their_training_range() -> None:
+    net = load_kernel_model().nets_["softmax"][0]
+    assert net.lo is not None and net.hi is not None and np.all(net.lo <= net.hi)
+    far = net.hi + 50.0
+    assert net(far[None, :])[0] == pytest.approx(net(net.hi[None, :])[0])

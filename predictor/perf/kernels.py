@@ -203,9 +203,19 @@ class MLP:
     scale: np.ndarray
     weights: list[np.ndarray]
     biases: list[np.ndarray]
+    lo: np.ndarray | None = None
+    hi: np.ndarray | None = None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """The network's output for rows of features ``x`` ([N, F] -> [N])."""
+        """The network's output for rows of features ``x`` ([N, F] -> [N]).
+
+        Features outside the range seen in training are clipped to it: a ReLU network extrapolates linearly and
+        without bound (a 128k-column softmax, 60x wider than any measured, came out at 64x its roofline), so outside
+        its data the network answers with the utilisation of the nearest measured kernels, and the roofline, which
+        is computed from the real sizes, carries the scale.
+        """
+        if self.lo is not None and self.hi is not None:
+            x = np.clip(x, self.lo, self.hi)
         h = (x - self.mean) / self.scale
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = h @ w + b
@@ -215,12 +225,15 @@ class MLP:
 
     def to_json(self) -> dict[str, Any]:
         """Plain lists of numbers (float64 repr, so a round trip is exact)."""
-        return {
+        out = {
             "mean": self.mean.tolist(),
             "scale": self.scale.tolist(),
             "weights": [w.tolist() for w in self.weights],
             "biases": [b.tolist() for b in self.biases],
         }
+        if self.lo is not None and self.hi is not None:
+            out |= {"lo": self.lo.tolist(), "hi": self.hi.tolist()}
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MLP:
@@ -230,6 +243,8 @@ class MLP:
             scale=np.asarray(data["scale"], dtype=float),
             weights=[np.asarray(w, dtype=float) for w in data["weights"]],
             biases=[np.asarray(b, dtype=float) for b in data["biases"]],
+            lo=np.asarray(data["lo"], dtype=float) if "lo" in data else None,
+            hi=np.asarray(data["hi"], dtype=float) if "hi" in data else None,
         )
 
 
@@ -296,7 +311,14 @@ class KernelModel:
                 )
                 reg.fit((x - mean) / scale, y)
                 nets.append(
-                    MLP(mean, scale, [np.asarray(w) for w in reg.coefs_], list(map(np.asarray, reg.intercepts_)))
+                    MLP(
+                        mean,
+                        scale,
+                        [np.asarray(w) for w in reg.coefs_],
+                        list(map(np.asarray, reg.intercepts_)),
+                        x.min(axis=0),
+                        x.max(axis=0),
+                    )
                 )
             self.floors_[cls] = floor
             self.nets_[cls] = nets

@@ -288,7 +288,10 @@ def classify(rec: OpRecord) -> Classified:
         cols = float(shapes[0][-1]) if shapes and shapes[0] else 1.0
         rows = (_numel(shapes[0]) if shapes else 0.0) / max(cols, 1.0)
         return Classified("softmax", {"rows": rows, "cols": cols, "bytes": total_bytes}, rec.count, half, eb, rec.op)
-    plain = base_name(rec.op).strip("_")
+    raw = base_name(rec.op)
+    plain = raw.strip("_")
+    if raw in _MEMORY:  # _to_copy (casts), before the underscore is stripped
+        return Classified("memory", {"bytes": total_bytes}, rec.count, half, eb, rec.op)
     if plain in _REDUCTION or plain.rstrip("_") in _REDUCTION:
         n = _numel(shapes[0]) if shapes else 0.0
         return Classified("reduction", {"n": n, "bytes": total_bytes}, rec.count, half, eb, rec.op)
@@ -321,15 +324,23 @@ def _gemm(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: flo
 
 
 def _attention(shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
-    """Fused attention as q @ k^T and p @ v (plus a softmax), scaled by the recorded FLOPs (the backward's)."""
+    """Fused attention as q @ k^T and p @ v plus its softmax, scaled by the recorded FLOPs (the backward's).
+
+    The fused kernels (flash, memory-efficient, cuDNN) never write the s_q x s_k scores to memory: the softmax is
+    arithmetic on chip (max, subtract, exp, sum: ~4 operations per score) over the kernel's real traffic (q, k, v,
+    the output and, backward, their gradients), so it is a streaming kernel over the scores, not a softmax over a
+    materialised matrix (which would read and write 2 x s_q x s_k elements per head).
+    """
     q, k = shapes[0], shapes[1]
     batch = _numel(q[:-2])
     s_q, d, s_k = q[-2], q[-1], k[-2]
     forward_flops = 2 * 2 * batch * s_q * s_k * d
-    scale = rec.count * (rec.flops / forward_flops if rec.flops > 0 else 1.0)
+    ratio = rec.flops / forward_flops if rec.flops > 0 else 1.0
+    scale = rec.count * ratio
+    scores = batch * s_q * s_k
     soft = Classified(
-        "softmax",
-        {"rows": batch * s_q, "cols": s_k, "bytes": 2 * batch * s_q * s_k * eb},
+        "elementwise",
+        {"n": scores, "bytes": (rec.bytes_read + rec.bytes_written) / max(ratio, 1.0), "flops": 4.0 * scores},
         scale,
         half,
         eb,
