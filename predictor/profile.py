@@ -6,6 +6,8 @@ profile can be written by hand for hardware one does not have. Field reference: 
 
 from __future__ import annotations
 
+import math
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +210,7 @@ class RankTiming:
 
 
 OpPhase = Literal["forward", "backward", "optimizer"]
+MAX_TENSOR_ELEMENTS = 2**48  # 256 T elements: beyond the memory of any fleet of GPUs; a larger shape is a typo
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,20 @@ class OpRecord:
         "non-tensor arguments that shape the kernel (convolution stride, padding, dilation, groups, transposed)",
         default=None,
     )
+
+    def __post_init__(self) -> None:
+        for name in ("shapes", "out_shapes"):
+            for i, shape in enumerate(getattr(self, name) or []):
+                if any(d < 0 for d in shape):
+                    raise ValueError(
+                        f"{self.op}: {name}[{i}] = {shape} has a negative dimension; sizes are counts of elements "
+                        "(>= 0): re-capture the table or correct the shape"
+                    )
+                if math.prod(shape) > MAX_TENSOR_ELEMENTS:
+                    raise ValueError(
+                        f"{self.op}: {name}[{i}] = {shape} has {math.prod(shape):.3g} elements, more than any GPU "
+                        f"holds ({MAX_TENSOR_ELEMENTS:.0e}): a shape overflowed or was mistyped; correct it"
+                    )
 
 
 @dataclass(frozen=True)

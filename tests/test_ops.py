@@ -166,3 +166,32 @@ def test_layer_norm_backward_normalises_over_the_weight_not_the_whole_input() ->
     fwd = classify(rec("aten.native_layer_norm.default", [x, w, w]))
     assert bwd.cls == fwd.cls == "norm"
     assert (bwd.dims["rows"], bwd.dims["cols"]) == (fwd.dims["rows"], fwd.dims["cols"]) == (4 * 128, 768)
+
+
+def test_bad_shapes_are_refused_naming_the_record_and_unknown_dtypes_are_noted() -> None:
+    from predictor.exceptions import ProfileSchemaError
+    from predictor.profile import profile_from_dict
+
+    def profile_with(**change) -> dict:
+        op = {"op": "aten.mm.default", "phase": "forward", "count": 1, "shapes": [[64, 128], [128, 32]],
+              "dtypes": ["float32", "float32"], "flops": 2 * 64 * 128 * 32, "bytes_read": 4 * (64 * 128 + 128 * 32),
+              "bytes_written": 4 * 64 * 32} | change  # fmt: skip
+        return {
+            "schema": "srifty.profile/v1",
+            "model": {"name": "m", "parameters": 4096, "precision": "32-true"},
+            "batch": {"per_device": 64},
+            "hardware": {"gpu": None, "devices": 1, "accelerator": "meta"},
+            "timing": {"step_time_s": {"p50": 0.0}},
+            "ops": {"device": "meta", "samples": 64, "ops": [op]},
+        }
+
+    with pytest.raises(ProfileSchemaError, match=r"ops\.ops\[0\].*negative dimension"):
+        profile_from_dict(profile_with(shapes=[[-64, 128], [128, 32]]))
+    with pytest.raises(ProfileSchemaError, match=r"ops\.ops\[0\].*overflowed"):
+        profile_from_dict(profile_with(shapes=[[10**12, 10**12], [128, 32]]))
+    from predictor.predict import predict
+
+    r = predict(profile_from_dict(profile_with(dtypes=["float8_e4m3fn"] * 2)), "p4d.24xlarge:1")
+    assert any("float8_e4m3fn" in n and "4 bytes" in n for n in r.assumptions)
+    empty = predict(profile_from_dict(profile_with(shapes=[[0, 128], [128, 32]])), "p4d.24xlarge:1")
+    assert empty.iteration_time_s > 0  # a zero-size operator costs its launch floor

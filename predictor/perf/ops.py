@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -244,6 +244,7 @@ class Classified:
     element_bytes: float
     op: str
     extra: tuple[Classified, ...] = ()  # attention: its softmax
+    dtype: str | None = None  # the first input's dtype as recorded (None: not recorded)
 
 
 def _numel(shape: Sequence[int]) -> float:
@@ -391,14 +392,15 @@ class OpsTime:
     by_class: dict[str, float]
     kernels: int  # kernel launches per step
     unclassified: dict[str, int]  # operator -> calls predicted as bandwidth-bound because not understood
+    unknown_dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> calls sized at 4 bytes per element
 
 
 def classify_table(ops: Sequence[OpRecord]) -> list[Classified]:
     out = []
     for rec in ops:
         c = classify(rec)
-        out.append(c)
-        out.extend(c.extra)
+        dtype = (rec.dtypes[0] if rec.dtypes else rec.out_dtype or "float32").replace("torch.", "")
+        out += [replace(x, dtype=dtype) for x in (c, *c.extra)]
     return out
 
 
@@ -426,7 +428,16 @@ def ops_time(classified: Sequence[Classified], gpu: GPU, precision: str, matmul:
     for c in classified:
         if c.op.endswith("?"):
             unclassified[c.op[:-1]] += int(c.scale)
-    return OpsTime(sum(by_class.values()), dict(by_class), kernels, dict(unclassified))
+    return OpsTime(sum(by_class.values()), dict(by_class), kernels, dict(unclassified), unknown_dtypes(classified))
+
+
+def unknown_dtypes(classified: Sequence[Classified]) -> dict[str, int]:
+    """dtype -> calls whose element size the model does not know (4 bytes assumed)."""
+    out: Counter[str] = Counter()
+    for c in classified:
+        if c.dtype is not None and c.dtype not in DTYPE_BYTES:
+            out[c.dtype] += int(c.scale)
+    return dict(out)
 
 
 def _tensor_peak(gpu: GPU, half: bool, precision: str, matmul: str | None) -> float | None:
@@ -491,6 +502,9 @@ def ops_compute(
         calls = sum(target.unclassified.values())
         names = ", ".join(sorted(target.unclassified)[:5])
         notes.append(f"{calls} calls of operators the model does not classify ({names}): predicted bandwidth-bound")
+    if target.unknown_dtypes:
+        kinds = ", ".join(f"{d} ({n} calls)" for d, n in sorted(target.unknown_dtypes.items()))
+        notes.append(f"operator table: dtypes of unknown element size {kinds}: sized at 4 bytes per element")
     share = target.by_class.get("gemm", 0.0) + target.by_class.get("conv", 0.0)
     share /= max(target.seconds, 1e-12)
     if src.measured and src.gpu is not None:
