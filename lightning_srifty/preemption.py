@@ -13,6 +13,7 @@ truncated newer one. Paths are local or any fsspec URL (``s3://bucket/prefix`` w
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -198,16 +199,20 @@ class SpotPreemption(Callback):
             fs = get_filesystem(self.dirpath)
             for old in periodic[: -self.keep]:
                 fs.rm(old)
+                if fs.exists(old + DIGEST_SUFFIX):
+                    fs.rm(old + DIGEST_SUFFIX)
                 self.checkpoints.remove(old)
 
     def save(self, trainer: pl.Trainer, reason: str = "manual") -> str:
-        """Save on every rank to a temporary name; rank 0 renames it into place when complete."""
+        """Save on every rank to a temporary name; rank 0 records its sha256 and renames it into place when complete
+        (the digest is written before the rename, so a published checkpoint always has it)."""
         final = f"{self.dirpath}/{reason}-step={trainer.global_step}.ckpt"
         partial = final + ".partial"
         trainer.save_checkpoint(partial)
         trainer.strategy.barrier("srifty-preempt-save")
         if trainer.is_global_zero:
             fs = get_filesystem(final)
+            write_digest(fs, final, sha256_of(fs, partial))
             fs.mv(partial, final)
         trainer.strategy.barrier("srifty-preempt-renamed")
         self.checkpoints.append(final)
@@ -215,9 +220,55 @@ class SpotPreemption(Callback):
         return final
 
 
+DIGEST_SUFFIX = ".sha256"  # beside every checkpoint SpotPreemption publishes, in sha256sum's format
+
+
+def sha256_of(fs: Any, path: str, chunk: int = 8 << 20) -> str:
+    """Hex sha256 of a file, streamed (constant memory)."""
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_digest(fs: Any, checkpoint: str, hexdigest: str) -> None:
+    """Write ``<checkpoint>.sha256`` atomically (temporary name, then rename)."""
+    target = checkpoint + DIGEST_SUFFIX
+    with fs.open(target + ".partial", "w") as f:
+        f.write(f"{hexdigest}  {PurePosixPath(checkpoint).name}\n")
+    fs.mv(target + ".partial", target)
+
+
+def read_digest(fs: Any, checkpoint: str) -> str | None:
+    """The recorded sha256 of ``checkpoint``, or None when none was recorded."""
+    target = checkpoint + DIGEST_SUFFIX
+    if not fs.exists(target):
+        return None
+    with fs.open(target, "r") as f:
+        return f.read().split()[0].strip().lower()
+
+
+def unsafe_globals(fs: Any, path: str) -> list[str]:
+    """Objects the checkpoint's pickle would construct that torch's weights-only loader does not allow (read from
+    the pickle's opcodes; nothing is executed). A Lightning checkpoint of tensors, numbers, strings and containers
+    has none; ``os.system`` or any class a checkpoint smuggles in is named here."""
+    from torch.serialization import get_unsafe_globals_in_checkpoint
+
+    with fs.open(path, "rb") as f:
+        return list(get_unsafe_globals_in_checkpoint(f))
+
+
 def find_checkpoint(dirpath: str) -> str | None:
-    """The newest checkpoint in ``dirpath`` (by step in the name, then modification time) that loads; a newer one
-    that does not (truncated, corrupted) is skipped with a warning. None when there is none."""
+    """The newest sound checkpoint in ``dirpath`` (by step in the name, then modification time), or None.
+
+    Sound means: its recorded sha256 (written by :class:`SpotPreemption` before it publishes a checkpoint) matches
+    the file; its pickle constructs nothing outside torch's weights-only allowlist (a checkpoint is data, never
+    code: one that would call ``os.system`` is refused, not run); and, when no digest was recorded (a checkpoint
+    written by something else), it loads with ``torch.load(weights_only=True)``. A newer checkpoint that fails is
+    skipped with a warning naming why, and the previous one is tried. Resume with
+    ``trainer.fit(..., ckpt_path=path, weights_only=True)`` so the load itself is weights-only too.
+    """
     import torch
 
     fs = get_filesystem(dirpath)
@@ -238,11 +289,21 @@ def find_checkpoint(dirpath: str) -> str | None:
         name = str(entry["name"])
         path = name if "://" in name or not protocol else protocol + name
         try:
-            with fs.open(path, "rb") as f:
-                state = torch.load(f, map_location="cpu", weights_only=False)
-            if not isinstance(state, dict) or "state_dict" not in state or "global_step" not in state:
-                raise ValueError("not a Lightning checkpoint (no state_dict / global_step)")
+            recorded = read_digest(fs, path)
+            if recorded is not None and sha256_of(fs, path) != recorded:
+                raise ValueError(f"its sha256 differs from the one recorded when it was saved ({path}{DIGEST_SUFFIX})")
+            unsafe = unsafe_globals(fs, path)
+            if unsafe:
+                raise ValueError(
+                    f"its pickle would construct {', '.join(unsafe[:5])}, which a weights-only load refuses (a "
+                    "checkpoint must be data, not code); if you wrote it and trust it, pass it explicitly"
+                )
+            if recorded is None:  # not one of ours: make sure it loads at all
+                with fs.open(path, "rb") as f:
+                    state = torch.load(f, map_location="cpu", weights_only=True)
+                if not isinstance(state, dict) or "state_dict" not in state or "global_step" not in state:
+                    raise ValueError("not a Lightning checkpoint (no state_dict / global_step)")
             return path
-        except Exception as exc:  # noqa: BLE001 - any failure to load means: not this one
-            log.warning("SriftyCallback: skipping checkpoint %s, it does not load (%s); trying an older one", path, exc)
+        except Exception as exc:  # noqa: BLE001 - any failure means: not this one
+            log.warning("SriftyCallback: skipping checkpoint %s: %s; trying an older one", path, exc)
     return None

@@ -315,6 +315,23 @@ def test_checkpoint_cost_is_measured_and_used_by_the_ranking(tmp_path) -> None:
     assert load_profile(tmp_path / "q.json").checkpoint is None
 
 
+def test_the_checkpoint_measurement_never_fills_the_disk_or_the_host_memory(tmp_path, monkeypatch) -> None:
+    from lightning_srifty import callback as callback_module
+    from lightning_srifty.callback import checkpoint_budget
+
+    gib = 2**30
+    assert checkpoint_budget(84 * gib, 1000 * gib, 16 * gib)["load"] is False  # 7B + Adam on a 16 GiB host
+    assert "TMPDIR" in checkpoint_budget(84 * gib, 100 * gib, 512 * gib)["skip"]
+    assert checkpoint_budget(1 * gib, 100 * gib, None) == {"skip": None, "load": True}
+    # a real run on a host said to have 1 KiB available: the save is measured, the read-back is skipped and said
+    monkeypatch.setattr(callback_module, "available_memory_bytes", lambda: 1024)
+    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, recommend=False)
+    fit(cb, max_steps=10)
+    profile = load_profile(tmp_path / "p.json")
+    assert profile.checkpoint.save_s > 0 and profile.checkpoint.load_s is None
+    assert any("read-back not measured" in n for n in profile.notes)
+
+
 def test_the_profile_carries_the_operator_table_of_a_warm_up_step(tmp_path) -> None:
     cb = SriftyCallback(recommend=False, warmup_steps=3, profile_steps=5, output=tmp_path / "p.json", verbose=False)
     fit(cb, max_steps=10)

@@ -83,7 +83,7 @@ def test_notice_checkpoints_at_the_next_step_exits_75_and_resume_is_exact(tmp_pa
     # resume on a fresh Trainer: it continues from the saved step to the exact end
     model = TinyModel()
     t2 = trainer([], max_steps=40)
-    t2.fit(model, train_dataloaders=loader(), ckpt_path=find_checkpoint(ckpts))
+    t2.fit(model, train_dataloaders=loader(), ckpt_path=find_checkpoint(ckpts), weights_only=True)
     assert t2.global_step == 40
 
 
@@ -113,8 +113,52 @@ def test_a_truncated_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplo
     with caplog.at_level("WARNING", logger="lightning_srifty"):
         assert find_checkpoint(str(tmp_path)) == older
     assert "skipping checkpoint" in caplog.text and "step=9" in caplog.text
-    assert torch.load(older, weights_only=False)["global_step"] == 4
+    assert torch.load(older, weights_only=True)["global_step"] == 4
     assert find_checkpoint(str(tmp_path / "missing")) is None
+
+
+class _Payload:
+    """Pickles as a call of os.system: what a planted checkpoint would run on load."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_and_nothing_runs(tmp_path, caplog) -> None:
+    handler = SpotPreemption(str(tmp_path), exit_process=False)
+    t = trainer([], max_steps=4)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    older = handler.save(t, reason="periodic")
+    assert os.path.exists(older + ".sha256")
+    marker = tmp_path / "pwned"
+    planted = torch.load(older, weights_only=True) | {"global_step": 99, "evil": _Payload(str(marker))}
+    torch.save(planted, str(tmp_path / "periodic-step=99.ckpt"))  # no digest: not one of ours
+    with caplog.at_level("WARNING", logger="lightning_srifty"):
+        assert find_checkpoint(str(tmp_path)) == older
+    assert not marker.exists(), "the planted checkpoint's code ran"
+    assert "posix.system" in caplog.text or "os.system" in caplog.text
+
+
+def test_a_checkpoint_that_differs_from_its_recorded_digest_is_skipped(tmp_path, caplog) -> None:
+    handler = SpotPreemption(str(tmp_path), exit_process=False)
+    t = trainer([], max_steps=4)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    older = handler.save(t, reason="periodic")
+    newer = older.replace("step=4", "step=8")
+    with open(older, "rb") as f:
+        data = bytearray(f.read())
+    data[len(data) // 3] ^= 0xFF  # one flipped byte: still a loadable zip more often than not
+    with open(newer, "wb") as f:
+        f.write(data)
+    with open(older + ".sha256") as f:
+        with open(newer + ".sha256", "w") as g:
+            g.write(f.read())
+    with caplog.at_level("WARNING", logger="lightning_srifty"):
+        assert find_checkpoint(str(tmp_path)) == older
+    assert "sha256 differs" in caplog.text
 
 
 def test_checkpoints_on_s3_through_moto(tmp_path, moto_endpoint, monkeypatch) -> None:
@@ -139,7 +183,7 @@ def test_checkpoints_on_s3_through_moto(tmp_path, moto_endpoint, monkeypatch) ->
         o["Key"] for o in boto3.client("s3", endpoint_url=moto_endpoint).list_objects_v2(Bucket="ckpts")["Contents"]
     ]
     # the .partials were renamed, nothing half-written is left; the marker tells `srifty launch` why the job left
-    assert keys == ["run-1/PREEMPTED.json", "run-1/preempt-step=6.ckpt"]
+    assert keys == ["run-1/PREEMPTED.json", "run-1/preempt-step=6.ckpt", "run-1/preempt-step=6.ckpt.sha256"]
     marker = json.loads(
         boto3.client("s3", endpoint_url=moto_endpoint).get_object(Bucket="ckpts", Key=keys[0])["Body"].read()
     )
@@ -147,7 +191,7 @@ def test_checkpoints_on_s3_through_moto(tmp_path, moto_endpoint, monkeypatch) ->
     found = find_checkpoint(url)
     assert found == f"{url}/preempt-step=6.ckpt"
     t2 = trainer([], max_steps=20)
-    t2.fit(TinyModel(), train_dataloaders=loader(), ckpt_path=found)
+    t2.fit(TinyModel(), train_dataloaders=loader(), ckpt_path=found, weights_only=True)
     assert t2.global_step == 20
 
 

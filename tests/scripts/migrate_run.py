@@ -143,7 +143,7 @@ def main() -> None:
     if args.from_env:
         ckpt = os.environ.get("SRIFTY_RESUME") or None
     (out / "first-step.json").unlink(missing_ok=True)
-    trainer.fit(Model(out), train_dataloaders=loader, ckpt_path=ckpt)
+    trainer.fit(Model(out), train_dataloaders=loader, ckpt_path=ckpt, weights_only=True)
     if preemption.preempted and trainer.is_global_zero:
         (out / "preempted.json").write_text(json.dumps({"step": trainer.global_step, **preemption.timings}))
     if torch.distributed.is_available() and torch.distributed.is_initialized():
