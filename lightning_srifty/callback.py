@@ -642,7 +642,9 @@ def _gather(payload: RankPayload, trainer: pl.Trainer) -> list[RankPayload]:
 def state_bytes(trainer: pl.Trainer) -> int:
     """Bytes of the tensors a full checkpoint holds: the module's state dict and the optimizers' state."""
 
-    total = sum(t.numel() * t.element_size() for t in trainer.lightning_module.state_dict().values() if torch.is_tensor(t))
+    total = sum(
+        t.numel() * t.element_size() for t in trainer.lightning_module.state_dict().values() if torch.is_tensor(t)
+    )
     for optimizer in trainer.optimizers:
         for state in optimizer.state.values():
             total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v))

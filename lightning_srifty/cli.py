@@ -187,6 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SriftyError as exc:
         print(f"srifty: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file the user named cannot be read or written: say which and why, no traceback
+        where = f"{exc.filename}: " if exc.filename and str(exc.filename) not in str(exc.strerror) else ""
+        print(f"srifty: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

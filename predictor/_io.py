@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     cannot be created or written.
     """
     target = Path(path)
+    refuse_non_regular(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -49,11 +52,36 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def refuse_non_regular(target: Path) -> None:
+    """Raise OSError when ``target`` exists and is not a regular file: the rename of an atomic write would replace
+    a device (``/dev/full``, ``/dev/null``), a FIFO, a socket, a folder or a symbolic link (and not what it points
+    to) with the output."""
+    try:
+        mode = target.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = (
+        "a folder" if stat.S_ISDIR(mode)
+        else "a symbolic link" if stat.S_ISLNK(mode)
+        else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a FIFO" if stat.S_ISFIFO(mode)
+        else "a socket" if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )  # fmt: skip
+    error = IsADirectoryError if stat.S_ISDIR(mode) else OSError
+    raise error(
+        errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
+        f"{target} is {kind}, not a regular file: refusing to replace it; give the path of a file to write",
+    )
+
+
 def check_writable(path: str | os.PathLike[str]) -> None:
-    """Raise OSError if a file could not be created at ``path`` (creating the folder if needed)."""
+    """Raise OSError if a file could not be created at ``path`` (creating the folder if needed), or if something
+    other than a regular file is there."""
     target = Path(path)
-    if target.is_dir():
-        raise IsADirectoryError(f"{target} is a directory")
+    refuse_non_regular(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)
     os.close(fd)

@@ -7,7 +7,6 @@ profile can be written by hand for hardware one does not have. Field reference: 
 from __future__ import annotations
 
 import math
-
 import os
 from dataclasses import dataclass
 from pathlib import Path

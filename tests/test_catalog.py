@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -223,3 +224,55 @@ def test_catalog_gpus_lists_specs(capsys) -> None:
     rows = {r["key"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["H100-SXM"]["bf16_tflops"] == 989.5 and "NVIDIA H100 80GB HBM3" in rows["H100-SXM"]["aliases"]
     assert rows["B200-SXM"]["memory_gb"] == 180  # user-defined
+
+
+def test_catalog_yaml_refuses_aliases_non_finite_numbers_folders_and_non_utf8(tmp_path) -> None:
+    from predictor.catalog.extra import load_extra
+
+    laughs = tmp_path / "laughs.yaml"
+    rows = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    rows += [f"{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]" for p, c in zip("abcdefgh", "bcdefghi")]
+    laughs.write_text("\n".join(rows) + "\n")
+    with pytest.raises(CatalogError, match=r"laughs\.yaml: not valid YAML at line 2.*aliases \(\*name\) are not"):
+        load_extra(laughs)
+    nan = tmp_path / "nan.yaml"
+    nan.write_text("gpus:\n  - name: X1\n    memory_gb: 16\n    memory_bw_gbps: .nan\n    fp32_tflops: 10\n")
+    with pytest.raises(CatalogError, match=r"gpus\[0\]\.memory_bw_gbps is NaN or infinite"):
+        load_extra(nan)
+    with pytest.raises(CatalogError, match="is a folder"):
+        load_extra(tmp_path)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("gpus:\n  - name: Caf\xe9\n".encode("latin-1"))
+    with pytest.raises(CatalogError, match="not UTF-8"):
+        load_extra(latin)
+
+
+def test_outputs_never_replace_what_is_not_a_regular_file(tmp_path) -> None:
+    import os
+
+    from predictor._io import atomic_write_text, refuse_non_regular
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    link = tmp_path / "plan.json"
+    link.symlink_to(victim)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target in (link, fifo, tmp_path):
+        with pytest.raises(OSError, match="not a regular file: refusing to replace it"):
+            atomic_write_text(target, "{}")
+    assert victim.read_text() == "keep" and link.is_symlink() and fifo.is_fifo()
+    with pytest.raises(OSError, match="is a device"):
+        refuse_non_regular(Path("/dev/null"))  # only looked at: never written, even if this regresses
+    atomic_write_text(tmp_path / "new.json", "{}")  # a regular path still works
+
+
+def test_the_cli_says_why_it_cannot_write_an_output_without_a_traceback(tmp_path, capsys) -> None:
+    import os
+
+    fifo = tmp_path / "plan.json"
+    os.mkfifo(fifo)
+    profile = str(ROOT / "examples" / "profiles" / "resnet50-v100.json")
+    assert main(["recommend", "--profile", profile, "--steps", "1000", "--out", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert "is a FIFO, not a regular file" in err and "Traceback" not in err and fifo.is_fifo()

@@ -153,9 +153,8 @@ def test_a_checkpoint_that_differs_from_its_recorded_digest_is_skipped(tmp_path,
     data[len(data) // 3] ^= 0xFF  # one flipped byte: still a loadable zip more often than not
     with open(newer, "wb") as f:
         f.write(data)
-    with open(older + ".sha256") as f:
-        with open(newer + ".sha256", "w") as g:
-            g.write(f.read())
+    with open(older + ".sha256") as f, open(newer + ".sha256", "w") as g:
+        g.write(f.read())
     with caplog.at_level("WARNING", logger="lightning_srifty"):
         assert find_checkpoint(str(tmp_path)) == older
     assert "sha256 differs" in caplog.text

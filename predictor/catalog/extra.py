@@ -26,6 +26,7 @@ Every error names the file, the entry and the field.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -134,19 +135,66 @@ def _capability(path: str, i: int, value: Any) -> str | None:
     return value.strip()
 
 
+MAX_EXTRA_BYTES = 1 << 20  # a catalog of hand-written GPUs and instance types is a few KB
+
+
+def _safe_yaml(text: str) -> Any:
+    """``yaml.safe_load`` without aliases: ``*name`` references can expand a few hundred bytes into gigabytes
+    (nested aliases, the "billion laughs"), and a catalog has no use for them."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(
+                    None, None, "aliases (*name) are not allowed in a catalog file: write the values out",
+                    event.start_mark,
+                )  # fmt: skip
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=NoAliases)
+
+
+def _non_finite(data: Any, where: str = "") -> str | None:
+    """The path of the first NaN or infinite number in parsed YAML, None when there is none."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return where or "(top level)"
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        found = _non_finite(value, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
+        if found:
+            return found
+    return None
+
+
 def load_extra(path: str | os.PathLike[str]) -> Extra:
     """Parse and validate one YAML file of user-defined GPUs and instance types."""
     import yaml
 
     name = str(path)
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        if Path(path).is_dir():
+            raise CatalogError(f"{name}: is a folder; give the YAML file of GPUs and instance types inside it")
+        raw = Path(path).read_bytes()
+        if len(raw) > MAX_EXTRA_BYTES:
+            raise CatalogError(f"{name}: {len(raw):,} bytes; a catalog extra file is at most {MAX_EXTRA_BYTES:,}")
+        data = _safe_yaml(raw.decode("utf-8"))
     except FileNotFoundError:
         raise CatalogError(f"{name}: catalog extra file not found") from None
+    except UnicodeDecodeError as exc:
+        raise CatalogError(f"{name}: not UTF-8 text (byte {exc.start}); save the YAML as UTF-8") from None
+    except OSError as exc:
+        raise CatalogError(f"{name}: cannot read it: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise CatalogError(f"{name}: nested too deeply to be a catalog file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise CatalogError(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    bad = _non_finite(data)
+    if bad:
+        raise CatalogError(f"{name}: {bad} is NaN or infinite (.nan/.inf); give a finite number")
     if data is None:
         data = {}
     if not isinstance(data, dict):
