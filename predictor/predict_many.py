@@ -22,7 +22,7 @@ from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError, PredictionError
 from predictor.perf.basis import Source, TypeBasis, bucket_sizes, grad_bytes, type_basis
 from predictor.perf.memory import CUDA_CONTEXT_BYTES, estimate_memory
-from predictor.perf.network import DEFAULT_NETWORK, NetworkModel
+from predictor.perf.network import DEFAULT_NETWORK, NetworkModel, exposed_many
 from predictor.perf.scaling import ScalingModel, measured_sigma, scaling_model
 from predictor.perf.uncertainty import combined_sd, interval, model_error
 from predictor.profile import Profile
@@ -288,14 +288,4 @@ def row_all(a: np.ndarray) -> np.ndarray:
     return functools.reduce(np.logical_and, (a[:, k] for k in range(a.shape[1])))
 
 
-def _exposed_many(allreduce: np.ndarray, backward: np.ndarray, sizes: list[float]) -> np.ndarray:
-    """:func:`predictor.perf.network.exposed_time` over arrays of candidates."""
-    total = sum(sizes)
-    if total <= 0:
-        return np.zeros_like(allreduce)
-    free = np.zeros_like(allreduce)
-    done = 0.0
-    for size in sizes:
-        done += size
-        free = np.maximum(backward * done / total, free) + allreduce * size / total
-    return np.where(allreduce > 0, np.maximum(0.0, free - backward), 0.0)
+_exposed_many = exposed_many  # one formula: predictor.perf.network

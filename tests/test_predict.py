@@ -187,6 +187,45 @@ def test_ddp_buckets_and_overlap_simulation() -> None:
     assert exposed_time(0.0, 1.0, [5.0]) == 0.0
 
 
+def test_the_closed_form_overlap_equals_the_bucket_by_bucket_queue_and_costs_per_run() -> None:
+    import numpy as np
+
+    from predictor.perf.network import ddp_buckets, exposed_many
+
+    def queue(a: float, b: float, sizes: list[float]) -> float:  # the simulation it replaces, bucket by bucket
+        total, free, done = sum(sizes), 0.0, 0.0
+        for size in sizes:
+            done += size
+            free = max(b * done / total, free) + a * size / total
+        return max(0.0, free - b)
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        runs = [(float(rng.uniform(0.1, 30)), int(rng.integers(1, 6))) for _ in range(int(rng.integers(1, 5)))]
+        sizes = [s for s, n in runs for _ in range(n)]
+        a, b = rng.uniform(0, 2, 4), rng.uniform(0.01, 2, 4)
+        got = exposed_many(a, b, runs)
+        assert got == pytest.approx([queue(x, y, sizes) for x, y in zip(a, b, strict=True)], abs=1e-12)
+    # 10^15 parameters of gradients: three runs, not 150 million buckets
+    assert len(ddp_buckets(4e15)) == 3 and sum(s * n for s, n in ddp_buckets(4e15)) == pytest.approx(4e15)
+
+
+def test_a_parameter_count_beyond_any_model_is_refused_naming_the_field() -> None:
+    from predictor.exceptions import ProfileSchemaError
+    from predictor.profile import profile_from_dict
+
+    with pytest.raises(ProfileSchemaError, match=r"model\.parameters"):
+        profile_from_dict(
+            {
+                "schema": "srifty.profile/v1",
+                "model": {"name": "m", "parameters": 10**15, "precision": "32-true"},
+                "batch": {"per_device": 8},
+                "hardware": {"gpu": "V100-SXM2-16GB", "devices": 1},
+                "timing": {"step_time_s": {"p50": 0.1}},
+            }
+        )
+
+
 def test_flops_in_the_profile_set_the_compute_bound_share(catalog) -> None:
     data = copy.deepcopy(MINIMAL)  # ResNet-50-like: 24.6 GFLOPs per image for training
     data["model"]["flops"] = {"per_sample": 24.6e9}

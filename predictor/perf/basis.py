@@ -27,11 +27,12 @@ from predictor.exceptions import PredictionError, UnknownNameError
 from predictor.perf.compute import compute_ratio, peak_tflops
 from predictor.perf.correction import features, load_correction
 from predictor.perf.network import (
+    Buckets,
     Link,
     NetworkModel,
     allreduce_time,
     calibrate,
-    ddp_bucket_sizes,
+    ddp_buckets,
     inter_node_link,
     intra_node_link,
 )
@@ -149,11 +150,12 @@ def grad_bytes(profile: Profile) -> float:
     )
 
 
-def bucket_sizes(profile: Profile) -> list[float]:
+def bucket_sizes(profile: Profile) -> Buckets:
+    """The gradient buckets in the order they become ready: measured when the profile has them, else DDP's."""
     comm = profile.communication
     if comm is not None and comm.bucket_detail:
-        return [float(b.bytes) for b in sorted(comm.bucket_detail, key=lambda b: b.index)]
-    return ddp_bucket_sizes(grad_bytes(profile))
+        return [(float(b.bytes), 1) for b in sorted(comm.bucket_detail, key=lambda b: b.index)]
+    return ddp_buckets(grad_bytes(profile))
 
 
 def measured_link(profile: Profile, instance_type: str) -> Link | None:

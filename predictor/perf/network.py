@@ -11,7 +11,10 @@ that carries measured all-reduce timings replaces them for its own link kind (:f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from predictor.catalog.gpus import GpuTable
 from predictor.catalog.instances import InstanceType
@@ -134,30 +137,53 @@ DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25)
 
 
-def ddp_bucket_sizes(
-    total_bytes: float, first: float = DDP_FIRST_BUCKET_BYTES, cap: float = DDP_BUCKET_BYTES
-) -> list[float]:
-    """Bucket sizes in the order their gradients become ready (DDP caps the first bucket at 1 MiB)."""
-    sizes, left = [], float(total_bytes)
-    if left <= 0:
+Buckets = list[tuple[float, int]]  # runs of equal buckets in the order they become ready: (bytes each, how many)
+
+
+def ddp_buckets(total_bytes: float, first: float = DDP_FIRST_BUCKET_BYTES, cap: float = DDP_BUCKET_BYTES) -> Buckets:
+    """DDP's buckets as runs (the first capped at 1 MiB, then 25 MiB ones, then the rest): a closed form, so a
+    parameter count of 10^15 costs what 10^6 does (a list of one entry per bucket took 60 s and 1.3 GB)."""
+    total = float(total_bytes)
+    if not total > 0:
         return []
-    sizes.append(min(first, left))
-    left -= sizes[0]
-    while left > 0:
-        sizes.append(min(cap, left))
-        left -= sizes[-1]
-    return sizes
+    head = min(first, total)
+    left = total - head
+    full = math.floor(left / cap)
+    tail = left - full * cap
+    runs = [(head, 1)] + ([(float(cap), int(full))] if full else []) + ([(tail, 1)] if tail > 0 else [])
+    return runs
+
+
+def ddp_bucket_sizes(total_bytes: float) -> list[float]:
+    """Every bucket's size (small totals; tests and reports): :func:`ddp_buckets` expanded."""
+    return [size for size, n in ddp_buckets(total_bytes) for _ in range(n)]
+
+
+def exposed_many(allreduce: np.ndarray, backward: np.ndarray, buckets: Buckets) -> np.ndarray:
+    """Communication left after backward ends, for arrays of candidates.
+
+    Buckets become ready as backward progresses (in proportion to their bytes) and are reduced one after another,
+    each taking its share of the all-reduce time ``A``. The last reduction ends at
+    ``max over buckets i of (ready_i + the reductions of i and every later bucket)`` =
+    ``max_i (B c_i / T + A (T - c_i + s_i) / T)`` (``c_i`` bytes ready up to and including bucket i, ``s_i`` its size,
+    ``T`` the total, ``B`` backward). The term is linear in ``c_i`` for a fixed size, so within a run of equal
+    buckets only its first and last can be the maximum: the cost is per run, not per bucket.
+    """
+    total = sum(size * n for size, n in buckets)
+    if total <= 0:
+        return np.zeros_like(allreduce)
+    sizes, ends = [], []
+    done = 0.0
+    for size, n in buckets:
+        sizes += [size, size]
+        ends += [done + size, done + size * n]  # c_i at the run's first and last bucket
+        done += size * n
+    s_i, c_i = np.asarray(sizes)[:, None], np.asarray(ends)[:, None]
+    free = np.max(backward[None, :] * c_i / total + allreduce[None, :] * (total - c_i + s_i) / total, axis=0)
+    return np.where(allreduce > 0, np.maximum(0.0, free - backward), 0.0)
 
 
 def exposed_time(allreduce_s: float, backward_s: float, sizes: list[float]) -> float:
-    """Communication left after backward ends: buckets become ready as backward progresses (in proportion to
-    their bytes) and are reduced one after another, each taking its share of the all-reduce time."""
-    total = sum(sizes)
-    if allreduce_s <= 0 or total <= 0:
-        return 0.0
-    free = done_bytes = 0.0
-    for size in sizes:
-        done_bytes += size
-        ready = backward_s * done_bytes / total
-        free = max(ready, free) + allreduce_s * size / total
-    return max(0.0, free - backward_s)
+    """:func:`exposed_many` for one candidate and a list of bucket sizes."""
+    runs = [(float(size), 1) for size in sizes]
+    return float(exposed_many(np.array([float(allreduce_s)]), np.array([float(backward_s)]), runs)[0])
