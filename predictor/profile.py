@@ -93,7 +93,9 @@ class Flops:
 class Model:
     """The model and its training state sizes."""
 
-    parameters: int = doc_field("number of parameters (at most 10^13: beyond any model that is trained)", min=1, max=10**13)
+    parameters: int = doc_field(
+        "number of parameters (at most 10^13: beyond any model that is trained)", min=1, max=10**13
+    )
     name: str | None = doc_field("a name for the model (class name by default)", default=None)
     trainable_parameters: int | None = doc_field("parameters with requires_grad", default=None, min=0)
     precision: Precision = doc_field("Lightning precision setting", default="32-true")
