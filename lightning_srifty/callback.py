@@ -592,7 +592,7 @@ class SriftyCallback(Callback):
             "parameters": total,
             "trainable_parameters": trainable,
             "precision": precision or "32-true",
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "float32_matmul_precision": matmul_precision(),
             "gradient_bytes": sum(grads.values()),
             "gradient_bytes_by_dtype": grads,
             "optimizer": optimizer_names(trainer.optimizers),
@@ -687,3 +687,13 @@ def checkpoint_budget(need: int, disk_free: int, memory_free: int | None) -> dic
             f"{memory_free / gib:.1f} GiB of available host memory (the save was measured)",
         }
     return {"skip": None, "load": True}
+
+
+def matmul_precision() -> str:
+    """What fp32 matmuls run at: ``torch.get_float32_matmul_precision()``, except that TF32 enabled another way
+    (``torch.backends.cuda.matmul.allow_tf32``, or ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` as NVIDIA's NGC containers
+    set it, which the precision getter does not show) counts as ``"high"``."""
+    precision = torch.get_float32_matmul_precision()
+    if precision == "highest" and torch.backends.cuda.matmul.allow_tf32:
+        return "high"
+    return precision

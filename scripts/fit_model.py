@@ -81,6 +81,11 @@ def fit(say=print) -> tuple[dict, dict]:
         },
     }
     assert all(math.isfinite(v) for v in errors.values())
+    # the tensor-core efficiencies need operator tables captured with torch + transformers: fitted and written by
+    # `python bench/ops_validation.py --write-artefact`, kept here as they are
+    current = ROOT / "predictor" / "data" / "model_v2.json"
+    if current.exists() and "tensor_core" in (kept := json.loads(current.read_text())):
+        model["tensor_core"] = kept["tensor_core"]
     return correction, model
 
 

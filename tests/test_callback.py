@@ -375,3 +375,19 @@ def test_capture_ops_false_keeps_the_flop_counter(tmp_path) -> None:
     cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=3, output=None, verbose=False, capture_ops=False)
     fit(cb, max_steps=6)
     assert cb.profile.ops is None and "FlopCounterMode" in cb.profile.model.flops.method
+
+
+def test_tf32_enabled_through_allow_tf32_is_recorded_as_high() -> None:
+    import torch
+
+    from lightning_srifty.callback import matmul_precision
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert matmul_precision() == "highest"
+        torch.backends.cuda.matmul.allow_tf32 = True  # NGC containers do this through TORCH_ALLOW_TF32_CUBLAS_OVERRIDE
+        assert matmul_precision() == "high"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+        torch.set_float32_matmul_precision("highest")
