@@ -450,6 +450,7 @@ class SriftyCallback(Callback):
             "world_size": trainer.world_size,
             "cpu_count": hw.cpu_count(),
             "cpu_model": hw.cpu_model(),
+            "cpu_arch": hw.cpu_arch(),
             "instance_type": meta.instance_type if meta else None,
             "availability_zone": meta.availability_zone if meta else None,
             "lifecycle": meta.lifecycle if meta else None,
