@@ -103,6 +103,26 @@ class PlanEntry:
     def heterogeneous(self) -> bool:
         return len({g.gpu for g in self.groups}) > 1
 
+    @property
+    def accumulate_grad_batches(self) -> int:
+        """Micro-steps per optimizer step (1 in plans that do not say)."""
+        return int(self.groups[0].accumulate_grad_batches or 1) if self.groups else 1
+
+    def rank_batches(self) -> list[int] | None:
+        """Every GPU's micro-batch in rank order (group order), or None in plans made before they were recorded."""
+        if any(g.micro_batches is None for g in self.groups):
+            return None
+        return [b for g in self.groups for b in g.micro_batches or ()]
+
+    def batch_per_gpu(self) -> str:
+        """Each group's per-GPU micro-batch, times the accumulation when there is one: "32", "16x4", "6/5"."""
+        parts = []
+        for g in self.groups:
+            sizes = sorted(set(g.micro_batches or ()), reverse=True)
+            micro = "/".join(map(str, sizes)) if sizes else f"{g.per_device_batch:g}"
+            parts.append(micro + (f"x{g.accumulate_grad_batches}" if (g.accumulate_grad_batches or 1) > 1 else ""))
+        return ", ".join(parts)
+
 
 @dataclass(frozen=True)
 class PlanCalibration:
