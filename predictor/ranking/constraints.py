@@ -197,6 +197,16 @@ class Constraints:
         steps = self.steps if self.steps is not None else (self.epochs or 0) * (self.steps_per_epoch or 0)
         return Work.of_steps(steps, gb, accumulation)
 
+    def to_request(self) -> dict[str, Any]:
+        """JSON-ready values of the set fields (what ``POST /v1/rank`` takes as ``constraints``)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = value.value if isinstance(value, enum.Enum) else list(value) if isinstance(value, tuple) else value
+        return out
+
     def limits(self) -> Mapping[str, float]:
         """The limits that are set: ``max_hourly_usd``, ``deadline_h``, ``budget_usd``."""
         named = {"max_hourly_usd": self.max_hourly_usd, "deadline_h": self.deadline_h, "budget_usd": self.budget_usd}
