@@ -558,6 +558,8 @@ class SriftyCallback(Callback):
             batch = self.profile.batch
             step = timing.step_time_s.p50
             measured = timing.samples_per_s.p50 if timing.samples_per_s else None
+            from predictor.work import global_batch
+
             # step_time_s is per batch: a batch is global_batch / accumulation samples over the ranks
             throughput = measured or global_batch(self.profile) / (batch.accumulate_grad_batches or 1) / step
             fleet = f"{hw.instance_type}:{max(1, hw.nodes)}"

@@ -85,7 +85,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="on-demand, spot, mixed, any (all three; the default), or spot:SHARE (mixed with that spot share, "
         "e.g. spot:0.75)",
     )
-    p.add_argument("--spot-share", type=float, help=f"mixed market: share on spot above the base ({DEFAULTS['spot_share']})")
+    p.add_argument(
+        "--spot-share", type=float, help=f"mixed market: share on spot above the base ({DEFAULTS['spot_share']})"
+    )
     p.add_argument("--on-demand-base", type=int, help="mixed market: on-demand instances first (default 1)")
     p.add_argument("--max-types", type=int, help="instance types per fleet: 2 or 3 allows mixes (default 1)")
     p.add_argument("--current", help="the fleet you run on now (instance_type:count), for savings")

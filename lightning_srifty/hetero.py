@@ -77,8 +77,10 @@ class GlobalBatchSampler(Sampler[list[int]]):
             raise ConfigError(f"rank {rank} has no batch size in {list(batch_sizes)!r}.", parameter="rank", value=rank)
         self.dataset_len, self.batch_sizes, self.rank = dataset_len, list(batch_sizes), rank
         self.shuffle, self.seed = shuffle, seed
-        if isinstance(accumulate_grad_batches, bool) or not isinstance(accumulate_grad_batches, int) or (
-            accumulate_grad_batches < 1
+        if (
+            isinstance(accumulate_grad_batches, bool)
+            or not isinstance(accumulate_grad_batches, int)
+            or (accumulate_grad_batches < 1)
         ):
             raise ConfigError(
                 f"The 'accumulate_grad_batches' parameter of GlobalBatchSampler() must be an int >= 1. Got "

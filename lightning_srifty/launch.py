@@ -6,7 +6,8 @@ The job gets its settings in the environment, and talks back through small JSON 
 (:mod:`lightning_srifty.markers`), the one place reachable from both sides whatever the provisioner:
 
     SRIFTY_BATCH_SIZES      per-rank batch sizes per micro-step, exactly the plan's (its speed-proportional split)
-    SRIFTY_ACCUMULATE_GRAD_BATCHES  micro-steps per optimizer step, exactly the plan's (Trainer(accumulate_grad_batches=))
+    SRIFTY_ACCUMULATE_GRAD_BATCHES  micro-steps per optimizer step, exactly the plan's
+                            (for Trainer(accumulate_grad_batches=...))
     SRIFTY_CHECKPOINT_DIR   where SpotPreemption checkpoints and the markers go
     SRIFTY_RESUME           the checkpoint to resume from ("" on the first start)
     SRIFTY_FLEET            the fleet, e.g. "g4dn.xlarge:2"
@@ -24,8 +25,8 @@ Two kinds of move:
 The global batch of the first fleet (samples per optimizer step: the per-rank batches summed, times the accumulation)
 is kept on every later fleet (the optimisation stays the same): a plan made with strong scaling gives every fleet
 that global batch, and its per-rank batches and accumulation are used as they are; an older or weak-scaling plan's
-fleet gets the first fleet's global batch split in proportion to its per-GPU shares. Every move is appended to ``migrations.jsonl``
-(when, why, from, to, step, seconds lost).
+fleet gets the first fleet's global batch split in proportion to its per-GPU shares. Every move is appended to
+``migrations.jsonl`` (when, why, from, to, step, seconds lost).
 """
 
 from __future__ import annotations

@@ -253,4 +253,3 @@ def plan_table(plan: Plan, model: str | None = None) -> Group:
     if types:
         lines.append(f"instance types left out: {types}")
     return Group(table, *lines)
-

@@ -18,7 +18,8 @@ notice. Nobody answering (no launcher) costs nothing: the run just goes on. One 
 earlier fleets are kept in ``calibration.json`` so that a job does not move back to a GPU it found slow.
 
 Settings from ``srifty launch`` (environment): ``SRIFTY_PLAN`` (the plan), ``SRIFTY_CHOICE`` (the fleet of it this
-run is on), ``SRIFTY_CHECKPOINT_DIR``, ``SRIFTY_BATCH_SIZES`` and ``SRIFTY_ACCUMULATE_GRAD_BATCHES`` (the global batch), ``SRIFTY_CHECK_EVERY_S``.
+run is on), ``SRIFTY_CHECKPOINT_DIR``, ``SRIFTY_BATCH_SIZES`` and ``SRIFTY_ACCUMULATE_GRAD_BATCHES`` (the global batch),
+``SRIFTY_CHECK_EVERY_S``.
 """
 
 from __future__ import annotations
@@ -226,7 +227,8 @@ class MigrationTriggers(Callback):
             self._last_check = None
             return
         # one vocabulary (predictor.work): the durations are of batches, the remaining work of optimizer steps
-        from predictor.work import Work, global_batch as profile_global_batch
+        from predictor.work import Work
+        from predictor.work import global_batch as profile_global_batch
 
         gb = int(self.global_batch or profile_global_batch(profile))
         accumulation = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))

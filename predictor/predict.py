@@ -20,10 +20,10 @@ from predictor.catalog.catalog import Catalog
 from predictor.exceptions import PredictionError
 from predictor.fleet import Fleet, parse_fleet
 from predictor.perf.basis import TypeBasis
+from predictor.perf.batch import rank_batches
 from predictor.perf.memory import estimate_memory
 from predictor.perf.network import DEFAULT_NETWORK, NetworkModel
 from predictor.perf.scaling import ScalingModel
-from predictor.perf.batch import rank_batches
 from predictor.predict_many import SCALINGS, Scaling, bases, combine
 from predictor.profile import Profile
 from predictor.work import global_batch as global_batch_of

@@ -18,8 +18,8 @@ from typing import Literal
 
 import numpy as np
 
-from predictor.catalog.catalog import Catalog
 from predictor._validation import check_choice
+from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError
 from predictor.perf.basis import Source, TypeBasis, bucket_sizes, grad_bytes, type_basis
 from predictor.perf.batch import divisors, split_micro
@@ -237,7 +237,12 @@ def combine(
                 break
             r_lo, r_plus, _, r_micro, r_need, r_fits = split(np.full(len(rows), float(total // a)), rows)
             take = rows[r_fits]
-            lo[take], plus[take], micro[take], need[take] = r_lo[r_fits], r_plus[r_fits], r_micro[r_fits], r_need[r_fits]
+            lo[take], plus[take], micro[take], need[take] = (
+                r_lo[r_fits],
+                r_plus[r_fits],
+                r_micro[r_fits],
+                r_need[r_fits],
+            )
             accumulation[take], fits[take] = a, True
     fits &= ok
     b = np.where(present, (lo + plus / np.where(present, gpus, 1.0)) * accumulation[:, None], 0.0)

@@ -91,7 +91,8 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     )
     excluded = "".join(f"<li>{n:,} {esc(why)}</li>" for why, n in plan.excluded.items())
     excluded += "".join(
-        f"<li>{n:,} instance type{'s' if n > 1 else ''}: {esc(why)}</li>" for why, n in (plan.excluded_types or {}).items()
+        f"<li>{n:,} instance type{'s' if n > 1 else ''}: {esc(why)}</li>"
+        for why, n in (plan.excluded_types or {}).items()
     )
     notes = "".join(f"<li>{esc(n)}</li>" for n in plan.notes or ())
     c = plan.constraints

@@ -100,7 +100,9 @@ class RankConstraints(_Strict):
     spot_share: float = Field(_D["spot_share"], ge=0, le=1)
     on_demand_base: int = Field(_D["on_demand_base"], ge=0, le=1000)
     max_instances: int = Field(_D["max_instances"], ge=1, le=64)
-    max_types: int = Field(_D["max_types"], ge=1, le=2, description="2 allows two-type mixes (3 is for the library and CLI)")
+    max_types: int = Field(
+        _D["max_types"], ge=1, le=2, description="2 allows two-type mixes (3 is for the library and CLI)"
+    )
     max_hourly_usd: float | None = Field(None, gt=0)
     allow: list[str] = Field(default_factory=list, max_length=100)
     deny: list[str] = Field(default_factory=list, max_length=100)

@@ -97,5 +97,5 @@ def entry(
         memory_gib=float(many.memory_gib[sh]),
         pareto=pareto,
         checkpoint_interval_s=float(tau) if np.isfinite(tau) else None,
-        global_batch=int(round(float(many.global_batch[sh]))),
+        global_batch=round(float(many.global_batch[sh])),
     )

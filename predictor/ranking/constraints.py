@@ -204,7 +204,9 @@ class Constraints:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            out[f.name] = value.value if isinstance(value, enum.Enum) else list(value) if isinstance(value, tuple) else value
+            out[f.name] = (
+                value.value if isinstance(value, enum.Enum) else list(value) if isinstance(value, tuple) else value
+            )
         return out
 
     def limits(self) -> Mapping[str, float]:

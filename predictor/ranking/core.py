@@ -77,7 +77,9 @@ def rank(
     names = [it.name for it in types]
     factors = dict(calibration.factors) if calibration else None
     efficient = (
-        cands.efficient_types(profile, names, types, catalog, factors, constraints) if constraints.max_types >= 3 else []
+        cands.efficient_types(profile, names, types, catalog, factors, constraints)
+        if constraints.max_types >= 3
+        else []
     )
     total = cands.shape_count(len(types), len(efficient), constraints) * len(markets) * len(constraints.regions)
     if total > cands.MAX_CANDIDATES:
@@ -106,9 +108,7 @@ def rank(
     values = {"time_h": time_h, "cost_usd": cost, "usd_per_hour": usd_hr}
 
     splittable = many.splittable[s]
-    cands.count(
-        excluded, f"more GPUs than the {work.global_batch} samples of the global batch", ~splittable
-    )
+    cands.count(excluded, f"more GPUs than the {work.global_batch} samples of the global batch", ~splittable)
     fits = many.fits_memory[s] & (many.memory_share[s] <= 1 - constraints.min_memory_headroom)
     cands.count(
         excluded,
@@ -157,8 +157,10 @@ def rank(
         model=profile.model.name,
         profile_gpu=profile.hardware.gpu,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        notes=tuple(_notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
-                    + ([current_note] if current_note else [])),
+        notes=tuple(
+            _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
+            + ([current_note] if current_note else [])
+        ),
     )
 
 

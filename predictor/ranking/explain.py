@@ -101,7 +101,9 @@ def infeasible(
         pool = within(constraints, ok, values, leave_out=name)
         scope = " within the other limits" if pool.any() and len(constraints.limits()) > 1 else ""
         best[measure] = float(np.min(values[measure][pool if pool.any() else ok]))
-        parts.append(f"{name}={constraints.limits()[name]:g} binds: {what[measure]}{scope} is {fmt(measure, best[measure])}")
+        parts.append(
+            f"{name}={constraints.limits()[name]:g} binds: {what[measure]}{scope} is {fmt(measure, best[measure])}"
+        )
     if not alone and len(names) > 1:
         parts.append("relaxing one of them alone leaves no fleet either")
     hints = tuple(HINTS[n] for n in names)
