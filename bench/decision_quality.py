@@ -106,6 +106,8 @@ def main() -> None:
                         market="on-demand",
                         max_instances=1,
                         allow=tuple(CANDIDATES),
+                        # the published server figures keep the per-GPU batch: rank the same training they measured
+                        scaling="weak",
                     ),
                     catalog=catalog,
                 )

@@ -103,6 +103,8 @@ class SriftyCallback(Callback):
         regions: tuple[str, ...] = ("us-east-1",),
         max_instances: int = 16,
         max_types: int = 1,
+        scaling: str = "strong",
+        allow_arm64: bool = False,
         report: bool = True,
         predictor_url: str | None = None,
         post_observation: bool = True,
@@ -141,6 +143,8 @@ class SriftyCallback(Callback):
         parse_market(market)
         check_int(owner, "max_instances", max_instances, minimum=1)
         check_int(owner, "max_types", max_types, minimum=1, maximum=3)
+        self.scaling = check_choice(owner, "scaling", scaling, ("strong", "weak"))
+        self.allow_arm64 = bool(allow_arm64)
         if predictor_url is not None and not str(predictor_url).startswith(("http://", "https://")):
             raise ConfigError(
                 f"The 'predictor_url' parameter of {owner} must be an http(s) URL such as http://127.0.0.1:8000 "
@@ -460,6 +464,7 @@ class SriftyCallback(Callback):
             "world_size": trainer.world_size,
             "cpu_count": hw.cpu_count(),
             "cpu_model": hw.cpu_model(),
+            "cpu_arch": hw.cpu_arch(),
             "instance_type": meta.instance_type if meta else None,
             "availability_zone": meta.availability_zone if meta else None,
             "lifecycle": meta.lifecycle if meta else None,
@@ -512,31 +517,30 @@ class SriftyCallback(Callback):
                     "total_steps= to get a recommendation."
                 )
                 return
-            from predictor.rank import Constraints, parse_market, rank
+            from predictor.rank import Constraints, rank
 
-            batch = self.profile.batch
-            samples = steps * (batch.accumulate_grad_batches or 1) * (batch.global_batch or batch.per_device)
-            market, share = parse_market(self.market)
-            asked: dict[str, Any] = {
-                "samples": float(samples),
-                "deadline_h": self.deadline_h,
-                "budget_usd": self.budget_usd,
-                "objective": self.objective,
-                "market": market,
-                "regions": list(self.regions),
-                "max_instances": self.max_instances,
-                "max_types": self.max_types,
-            }
-            if share is not None:
-                asked["spot_share"] = share
+            # steps are optimizer steps here as everywhere: the work is steps x the profiled global batch
+            # (accumulation included, predictor.work.global_batch)
+            constraints = Constraints.build(
+                steps=int(steps),
+                deadline_h=self.deadline_h,
+                budget_usd=self.budget_usd,
+                objective=self.objective,
+                market=self.market,
+                regions=tuple(self.regions),
+                max_instances=self.max_instances,
+                max_types=self.max_types,
+                scaling=self.scaling,
+                allow_arm64=self.allow_arm64,
+            )
             if self.predictor_url:
                 from predictor.client import ServiceClient
 
                 client = ServiceClient(self.predictor_url)
                 self._observe(client)
-                self.plan = client.rank(self.profile, asked)
+                self.plan = client.rank(self.profile, constraints)
             else:
-                self.plan = rank(self.profile, Constraints(**{**asked, "regions": tuple(self.regions)}))
+                self.plan = rank(self.profile, constraints)
             if self.output is not None and self._output_ok:
                 self.plan.save(self.output.with_name("plan.json"))
                 if self.report:
@@ -564,7 +568,10 @@ class SriftyCallback(Callback):
             batch = self.profile.batch
             step = timing.step_time_s.p50
             measured = timing.samples_per_s.p50 if timing.samples_per_s else None
-            throughput = measured or (batch.global_batch or batch.per_device * (hw.world_size or 1)) / step
+            from predictor.work import global_batch
+
+            # step_time_s is per batch: a batch is global_batch / accumulation samples over the ranks
+            throughput = measured or global_batch(self.profile) / (batch.accumulate_grad_batches or 1) / step
             fleet = f"{hw.instance_type}:{max(1, hw.nodes)}"
             answer = client.observe(
                 self.profile,

@@ -62,7 +62,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             table.add_row(
                 "[red]won't fit[/]",
                 f"{g.instance_type}: about {g.memory_gib:.1f} GiB per GPU is needed. Use "
-                "a GPU with more memory, a smaller per-GPU batch (--scaling strong over more GPUs), or "
+                "a GPU with more memory, more GPUs (a smaller share of the global batch each), or "
                 "shard the model and optimizer state (FSDP / DeepSpeed).",
             )
     for note in result.assumptions:
@@ -79,9 +79,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--fleet", required=True, help='instance_type:count[,instance_type:count], e.g. "p4d.24xlarge:2"')
     p.add_argument(
         "--scaling",
-        choices=["weak", "strong"],
-        default="weak",
-        help="weak: keep the profiled per-GPU batch; strong: keep the profiled global batch",
+        choices=["strong", "weak"],
+        default="strong",
+        help="strong (the default): keep the profiled global batch (the same training), with gradient accumulation "
+        "where a GPU cannot hold its share; weak: keep the profiled per-GPU batch (the global batch grows)",
     )
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_predict)

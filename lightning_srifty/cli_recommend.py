@@ -8,6 +8,10 @@ import re
 from typing import Any
 
 from lightning_srifty.cli_catalog import _console, load_catalog
+from predictor.predict_many import SCALINGS
+from predictor.ranking.constraints import OBJECTIVES, constraint_defaults
+
+DEFAULTS = constraint_defaults()
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
@@ -22,11 +26,10 @@ def hours(text: str) -> float:
 
 def cmd_recommend(args: argparse.Namespace) -> int:
     from predictor.profile import load_profile
-    from predictor.rank import Constraints, parse_market, rank
+    from predictor.rank import Constraints, rank
 
     profile = load_profile(args.profile)
-    market, share = parse_market(args.market)
-    constraints = Constraints(
+    constraints = Constraints.build(
         steps=args.steps,
         samples=args.samples,
         epochs=args.epochs,
@@ -34,18 +37,20 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         deadline_h=args.deadline,
         budget_usd=args.budget,
         objective=args.objective,
-        regions=tuple(r.strip() for r in args.regions.split(",") if r.strip()),
-        market=market,  # type: ignore[arg-type]
-        spot_share=share if share is not None else args.spot_share,
+        regions=args.regions,
+        market=args.market,
+        spot_share=args.spot_share,
         on_demand_base=args.on_demand_base,
         max_instances=args.max_instances,
         max_types=args.max_types,
         current_fleet=args.current,
         max_hourly_usd=args.max_hourly,
-        allow=tuple(args.allow or ()),
-        deny=tuple(args.deny or ()),
+        allow=args.allow,
+        deny=args.deny,
         min_memory_headroom=args.min_headroom,
         top=args.top,
+        scaling=args.scaling,
+        allow_arm64=args.allow_arm64 or None,
     )
     plan = rank(profile, constraints, catalog=load_catalog(args))
     if args.out:
@@ -68,29 +73,42 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("recommend", parents=[common], help="rank fleets under deadline and budget")
     p.add_argument("--profile", required=True, help="srifty.profile/v1 JSON")
     work = p.add_mutually_exclusive_group(required=True)
-    work.add_argument("--steps", type=int, help="training steps of the profiled global batch")
+    work.add_argument("--steps", type=int, help="optimizer steps of the profiled global batch (Lightning's max_steps)")
     work.add_argument("--samples", type=float, help="training samples")
     work.add_argument("--epochs", type=float, help="epochs (with --steps-per-epoch)")
     p.add_argument("--steps-per-epoch", type=int, help="optimizer steps in one epoch")
     p.add_argument("--deadline", type=hours, help="e.g. 12h, 90m, 2d")
     p.add_argument("--budget", type=float, help="US dollars")
-    p.add_argument("--objective", choices=["cost", "time", "cost_per_sample"], default="cost")
+    p.add_argument("--objective", choices=OBJECTIVES, help=f"what to minimise (default {DEFAULTS['objective']})")
     p.add_argument(
         "--market",
-        default="any",
-        help="on-demand, spot, mixed, any (all three), or spot:SHARE (mixed with that spot share, e.g. spot:0.75)",
+        help="on-demand, spot, mixed, any (all three; the default), or spot:SHARE (mixed with that spot share, "
+        "e.g. spot:0.75)",
     )
-    p.add_argument("--spot-share", type=float, default=0.5, help="mixed market: share on spot above the base")
-    p.add_argument("--on-demand-base", type=int, default=1, help="mixed market: on-demand instances first")
-    p.add_argument("--max-types", type=int, default=1, help="instance types per fleet: 2 or 3 allows mixes")
+    p.add_argument(
+        "--spot-share", type=float, help=f"mixed market: share on spot above the base ({DEFAULTS['spot_share']})"
+    )
+    p.add_argument("--on-demand-base", type=int, help="mixed market: on-demand instances first (default 1)")
+    p.add_argument("--max-types", type=int, help="instance types per fleet: 2 or 3 allows mixes (default 1)")
     p.add_argument("--current", help="the fleet you run on now (instance_type:count), for savings")
-    p.add_argument("--regions", default="us-east-1", help="comma-separated")
-    p.add_argument("--max-instances", type=int, default=16)
+    p.add_argument("--regions", help="comma-separated (default us-east-1)")
+    p.add_argument("--max-instances", type=int, help=f"default {DEFAULTS['max_instances']}")
     p.add_argument("--max-hourly", type=float, help="US dollars per hour for the whole fleet")
     p.add_argument("--allow", action="append", help="instance type or family (repeatable)")
     p.add_argument("--deny", action="append", help="instance type or family (repeatable)")
-    p.add_argument("--min-headroom", type=float, default=0.0, help="GPU memory to keep free, as a share (0.1 = 10%%)")
-    p.add_argument("--top", type=int, default=10)
+    p.add_argument("--min-headroom", type=float, help="GPU memory to keep free, as a share (0.1 = 10%%)")
+    p.add_argument("--top", type=int, help=f"fleets listed (default {DEFAULTS['top']})")
+    p.add_argument(
+        "--scaling",
+        choices=SCALINGS,
+        help="strong (the default): every fleet trains the profiled global batch, with gradient accumulation where "
+        "needed; weak: keep the per-GPU batch, so the global batch (and the training) changes with the fleet",
+    )
+    p.add_argument(
+        "--allow-arm64",
+        action="store_true",
+        help="rank arm64 (Graviton, e.g. g5g) types too: the training image must be built for arm64",
+    )
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
     p.add_argument("--report", help="write a self-contained HTML report here (and the plot as PNG beside it)")

@@ -32,6 +32,11 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def cpu_arch() -> str | None:
+    """The CPU architecture as the OS names it (x86_64, aarch64, arm64)."""
+    return platform.machine() or None
+
+
 def device_info(device: torch.device) -> dict[str, Any]:
     """Accelerator kind, device name, canonical GPU key (None if unknown, with a note) and GPU memory."""
     info: dict[str, Any] = {"accelerator": device.type if device.type in ("cpu", "cuda", "mps") else "other"}

@@ -53,21 +53,44 @@ def check_batch_sizes(batch_sizes: Sequence[int], world_size: int) -> list[int]:
 
 
 class GlobalBatchSampler(Sampler[list[int]]):
-    """Per-step index lists for one rank: global batch ``sum(batch_sizes)``, this rank's share ``batch_sizes[rank]``.
+    """Per-batch index lists for one rank: ``sum(batch_sizes)`` samples per batch over the ranks, this rank's share
+    ``batch_sizes[rank]``; ``accumulate_grad_batches`` batches make an optimizer step, so the global batch is
+    ``sum(batch_sizes) x accumulate_grad_batches`` (pass the Trainer the same accumulation; ``srifty launch`` sets
+    both from the plan: ``$SRIFTY_BATCH_SIZES`` and ``$SRIFTY_ACCUMULATE_GRAD_BATCHES``).
 
-    Incomplete global batches at the end of an epoch are dropped (every step has the full global batch).
+    Incomplete global batches at the end of an epoch are dropped (every optimizer step has the full global batch).
     ``state_dict()`` / ``load_state_dict()`` carry (epoch, samples consumed in it); the state is the same on every
     rank and independent of the split, which is what makes a resume on another world size exact.
     """
 
     def __init__(
-        self, dataset_len: int, batch_sizes: Sequence[int], rank: int = 0, *, shuffle: bool = True, seed: int = 0
+        self,
+        dataset_len: int,
+        batch_sizes: Sequence[int],
+        rank: int = 0,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        accumulate_grad_batches: int = 1,
     ) -> None:
         if not 0 <= rank < len(batch_sizes):
             raise ConfigError(f"rank {rank} has no batch size in {list(batch_sizes)!r}.", parameter="rank", value=rank)
         self.dataset_len, self.batch_sizes, self.rank = dataset_len, list(batch_sizes), rank
         self.shuffle, self.seed = shuffle, seed
-        self.global_batch = sum(self.batch_sizes)
+        if (
+            isinstance(accumulate_grad_batches, bool)
+            or not isinstance(accumulate_grad_batches, int)
+            or (accumulate_grad_batches < 1)
+        ):
+            raise ConfigError(
+                f"The 'accumulate_grad_batches' parameter of GlobalBatchSampler() must be an int >= 1. Got "
+                f"{accumulate_grad_batches!r}.",
+                parameter="accumulate_grad_batches",
+                value=accumulate_grad_batches,
+            )
+        self.batch_samples = sum(self.batch_sizes)  # one batch (micro-step) over every rank
+        self.global_batch = self.batch_samples * accumulate_grad_batches  # one optimizer step
+        self.usable = dataset_len // self.global_batch * self.global_batch  # whole optimizer steps per epoch
         self.offset = sum(self.batch_sizes[:rank])
         self.epoch = 0
         self.consumed = 0  # samples of the current epoch already handed out (all ranks together)
@@ -79,16 +102,16 @@ class GlobalBatchSampler(Sampler[list[int]]):
         return torch.randperm(self.dataset_len, generator=g).tolist()
 
     def __len__(self) -> int:
-        return self.dataset_len // self.global_batch  # a whole epoch (a resumed one yields only what is left)
+        return self.usable // self.batch_samples  # a whole epoch (a resumed one yields only what is left)
 
     def __iter__(self) -> Iterator[list[int]]:
-        if self.consumed + self.global_batch > self.dataset_len:  # the last epoch was used up: the next one
+        if self.consumed + self.batch_samples > self.usable:  # the last epoch was used up: the next one
             self.epoch, self.consumed = self.epoch + 1, 0
         order = self._order()
-        while self.consumed + self.global_batch <= self.dataset_len:
+        while self.consumed + self.batch_samples <= self.usable:
             start = self.consumed + self.offset
             batch = order[start : start + self.batch_sizes[self.rank]]
-            self.consumed += self.global_batch
+            self.consumed += self.batch_samples
             yield batch
 
     def set_epoch(self, epoch: int) -> None:
@@ -120,6 +143,7 @@ class ExactResume(Callback):
 
     def __init__(self) -> None:
         self.epoch, self.consumed, self.global_batch, self.seed = 0, 0, 0, 0
+        self.batch_samples = 0
         self._restored: dict[str, int] | None = None
 
     @property
@@ -140,7 +164,7 @@ class ExactResume(Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         sampler = self._sampler(trainer)
-        self.global_batch, self.seed = sampler.global_batch, sampler.seed
+        self.global_batch, self.batch_samples, self.seed = sampler.global_batch, sampler.batch_samples, sampler.seed
         if self._restored is not None:
             sampler.load_state_dict(self._restored)
             self.epoch, self.consumed = self._restored["epoch"], self._restored["consumed"]
@@ -154,7 +178,7 @@ class ExactResume(Callback):
             self._sampler(trainer).set_epoch(trainer.current_epoch)
 
     def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
-        self.consumed += self.global_batch
+        self.consumed += self.batch_samples
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "consumed": self.consumed, "global_batch": self.global_batch, "seed": self.seed}

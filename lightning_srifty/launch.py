@@ -5,7 +5,9 @@ generated Terraform of the plan, see :mod:`lightning_srifty.provision`).
 The job gets its settings in the environment, and talks back through small JSON markers beside the checkpoints
 (:mod:`lightning_srifty.markers`), the one place reachable from both sides whatever the provisioner:
 
-    SRIFTY_BATCH_SIZES      per-rank batch sizes (the plan's speed-proportional split, the first fleet's global batch)
+    SRIFTY_BATCH_SIZES      per-rank batch sizes per micro-step, exactly the plan's (its speed-proportional split)
+    SRIFTY_ACCUMULATE_GRAD_BATCHES  micro-steps per optimizer step, exactly the plan's
+                            (for Trainer(accumulate_grad_batches=...))
     SRIFTY_CHECKPOINT_DIR   where SpotPreemption checkpoints and the markers go
     SRIFTY_RESUME           the checkpoint to resume from ("" on the first start)
     SRIFTY_FLEET            the fleet, e.g. "g4dn.xlarge:2"
@@ -20,9 +22,11 @@ Two kinds of move:
   first, then answers ``LEAVE.json``; the job checkpoints and leaves; the new fleet starts from that checkpoint; the
   old fleet is released last. The training stops only for a save, a restart and a load.
 
-The global batch of the first fleet is kept on every later fleet (the optimisation stays the same); only its split
-over the ranks follows the new fleet's speed-proportional shares. Every move is appended to ``migrations.jsonl``
-(when, why, from, to, step, seconds lost).
+The global batch of the first fleet (samples per optimizer step: the per-rank batches summed, times the accumulation)
+is kept on every later fleet (the optimisation stays the same): a plan made with strong scaling gives every fleet
+that global batch, and its per-rank batches and accumulation are used as they are; an older or weak-scaling plan's
+fleet gets the first fleet's global batch split in proportion to its per-GPU shares. Every move is appended to
+``migrations.jsonl`` (when, why, from, to, step, seconds lost).
 """
 
 from __future__ import annotations
@@ -43,20 +47,44 @@ from predictor.plan import Plan, PlanEntry, load_plan
 
 
 def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[int]:
-    """Whole per-rank batches in group order, in proportion to the plan's per-GPU split, adding up to
-    ``global_batch`` (default: the plan's own global batch); largest remainders get the leftover samples."""
+    """Whole per-rank batches per micro-step in group order, in proportion to the plan's per-GPU split, adding up to
+    ``global_batch`` samples per micro-step (default: the plan's own); largest remainders get the leftover
+    samples."""
     shares = [g.per_device_batch for g in entry.groups for _ in range(g.count * g.gpus_per_instance)]
-    total = global_batch if global_batch is not None else round(sum(shares))
+    a = entry.accumulate_grad_batches
+    total = global_batch if global_batch is not None else round(sum(shares) / a)
     if total < len(shares):
         raise MigrationError(
-            f"A global batch of {total} cannot be split over the {len(shares)} GPUs of {entry.fleet}: every rank "
-            "needs at least one sample."
+            f"A batch of {total} samples per micro-step cannot be split over the {len(shares)} GPUs of "
+            f"{entry.fleet}: every rank needs at least one sample."
         )
     scaled = [s * total / sum(shares) for s in shares]
     sizes = [max(1, int(s)) for s in scaled]
     for i in sorted(range(len(scaled)), key=lambda i: scaled[i] - int(scaled[i]), reverse=True)[: total - sum(sizes)]:
         sizes[i] += 1
     return sizes
+
+
+def fleet_batches(entry: PlanEntry, global_batch: int | None = None) -> tuple[list[int], int]:
+    """(per-rank batches per micro-step, accumulate_grad_batches) for ``entry``: exactly the plan's when it records
+    them and they make ``global_batch`` samples per optimizer step (default: whatever they make); else the plan's
+    per-GPU shares scaled to ``global_batch`` with the plan's accumulation.
+
+    Raises:
+        MigrationError: ``global_batch`` cannot be split into the entry's accumulation and GPUs.
+    """
+    a = entry.accumulate_grad_batches
+    exact = entry.rank_batches()
+    if exact is not None and (global_batch is None or sum(exact) * a == global_batch):
+        return exact, a
+    if global_batch is None:
+        return rank_batch_sizes(entry), a
+    if global_batch % a:
+        raise MigrationError(
+            f"The global batch of {global_batch} samples per optimizer step does not split into the "
+            f"{a} micro-steps of {entry.fleet}: re-plan with srifty recommend (strong scaling keeps it)."
+        )
+    return rank_batch_sizes(entry, global_batch // a), a
 
 
 @dataclass
@@ -75,10 +103,12 @@ class Migration:
 
 
 def _env(
-    plan_uri: str, fleet: Fleet, sizes: list[int], checkpoint_dir: str, resume: str, started: float
+    plan_uri: str, fleet: Fleet, batches: tuple[list[int], int], checkpoint_dir: str, resume: str, started: float
 ) -> dict[str, str]:
+    sizes, accumulation = batches
     return {
         "SRIFTY_BATCH_SIZES": ",".join(map(str, sizes)),
+        "SRIFTY_ACCUMULATE_GRAD_BATCHES": str(accumulation),
         "SRIFTY_CHECKPOINT_DIR": checkpoint_dir,
         "SRIFTY_RESUME": resume,
         "SRIFTY_FLEET": fleet.entry.fleet,
@@ -140,13 +170,13 @@ def launch(
         )
 
     plan_uri = keep_plan(plan)
-    sizes = rank_batch_sizes(plan.entries[choice])
-    global_batch = sum(sizes)
+    batches = fleet_batches(plan.entries[choice])
+    global_batch = sum(batches[0]) * batches[1]  # samples per optimizer step, kept on every later fleet
     numbers = itertools.count(1)  # fleet names stay unique for the whole launch (resources, handover objects)
     fleet = provisioner.up(plan, choice, f"{name}-{next(numbers)}")
     up = [fleet]
     try:
-        provisioner.start(fleet, _env(plan_uri, fleet, sizes, ckpt, "", plan_started[plan_uri]))
+        provisioner.start(fleet, _env(plan_uri, fleet, batches, ckpt, "", plan_started[plan_uri]))
         pending: tuple[Fleet, str, dict[str, Any], float] | None = None  # a voluntary move's new fleet, up
         while True:
             time.sleep(poll_s)
@@ -210,8 +240,8 @@ def launch(
                     up.append(new)
                     new_uri = plan_uri
                 trigger, voluntary, up_s = "spot", False, 0.0
-            sizes = rank_batch_sizes(new.entry, global_batch)
-            provisioner.start(new, _env(new_uri, new, sizes, ckpt, resume, plan_started[new_uri]))
+            batches = fleet_batches(new.entry, global_batch)
+            provisioner.start(new, _env(new_uri, new, batches, ckpt, resume, plan_started[new_uri]))
             record(
                 Migration(
                     dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -213,6 +213,7 @@ def plan_table(plan: Plan, model: str | None = None) -> Group:
         "effort",
         "savings",
         "GiB/GPU",
+        "batch/GPU",
         "Pareto",
     ):
         table.add_column(col, justify="left" if col in ("fleet", "market", "region", "spot risk") else "right")
@@ -233,10 +234,22 @@ def plan_table(plan: Plan, model: str | None = None) -> Group:
             e.migration_effort,
             "" if e.savings_vs_current is None else f"{e.savings_vs_current:+.0%}",
             f"{e.memory_gib:.1f}",
+            e.batch_per_gpu(),
             "*" if e.pareto else "",
             style="bold green" if i == plan.chosen else None,
         )
     excluded = ", ".join(f"{n} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
-    return Group(
-        table, f"{plan.considered:,} candidate fleets considered" + (f"; excluded: {excluded}" if excluded else "")
+    types = ", ".join(f"{n} {why}" for why, n in sorted((plan.excluded_types or {}).items(), key=lambda kv: -kv[1]))
+    c = plan.constraints
+    scaling = (
+        f"strong scaling: every fleet trains the global batch of {c.global_batch}"
+        if c.scaling == "strong"
+        else "weak scaling: the per-GPU batch is kept, the global batch grows with the fleet"
     )
+    lines = [
+        scaling,
+        f"{plan.considered:,} candidate fleets considered" + (f"; excluded: {excluded}" if excluded else ""),
+    ]
+    if types:
+        lines.append(f"instance types left out: {types}")
+    return Group(table, *lines)

@@ -18,7 +18,8 @@ notice. Nobody answering (no launcher) costs nothing: the run just goes on. One 
 earlier fleets are kept in ``calibration.json`` so that a job does not move back to a GPU it found slow.
 
 Settings from ``srifty launch`` (environment): ``SRIFTY_PLAN`` (the plan), ``SRIFTY_CHOICE`` (the fleet of it this
-run is on), ``SRIFTY_CHECKPOINT_DIR``, ``SRIFTY_BATCH_SIZES`` (the global batch), ``SRIFTY_CHECK_EVERY_S``.
+run is on), ``SRIFTY_CHECKPOINT_DIR``, ``SRIFTY_BATCH_SIZES`` and ``SRIFTY_ACCUMULATE_GRAD_BATCHES`` (the global batch),
+``SRIFTY_CHECK_EVERY_S``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ class MigrationTriggers(Callback):
             SpotPreemption callback's folder).
         profile: the run's profile (default: the SriftyCallback's of this Trainer, else the copy a previous leg
             kept beside the checkpoints).
-        global_batch: samples per optimizer step (default: the sum of ``$SRIFTY_BATCH_SIZES``, else the profile's).
+        global_batch: samples per optimizer step over every rank, accumulation included (default: the sum of
+            ``$SRIFTY_BATCH_SIZES`` x ``$SRIFTY_ACCUMULATE_GRAD_BATCHES``, else the plan entry's, else the profile's:
+            :func:`predictor.work.global_batch`).
         drift_threshold: relative deviation of the measured throughput that triggers a re-ranking (0.2 = 20 %).
         savings_threshold: share of the remaining cost (time, with the time objective) a move must save.
         check_every_s: seconds between checks (default ``$SRIFTY_CHECK_EVERY_S``, else 600).
@@ -122,7 +125,16 @@ class MigrationTriggers(Callback):
         self.dirpath = dirpath or os.environ.get("SRIFTY_CHECKPOINT_DIR")
         self.profile = profile
         sizes = os.environ.get("SRIFTY_BATCH_SIZES")
-        self.global_batch = global_batch or (sum(int(b) for b in sizes.split(",")) if sizes else None)
+        accumulation = int(os.environ.get("SRIFTY_ACCUMULATE_GRAD_BATCHES") or 1)
+        entry = self.plan.entries[self.current]
+        planned = entry.rank_batches()
+        self.global_batch = global_batch or (
+            sum(int(b) for b in sizes.split(",")) * accumulation
+            if sizes
+            else sum(planned) * entry.accumulate_grad_batches
+            if planned
+            else None
+        )
         self.drift_threshold, self.savings_threshold = drift_threshold, savings_threshold
         self.check_every_s = (
             check_every_s if check_every_s is not None else float(os.environ.get("SRIFTY_CHECK_EVERY_S", "600"))
@@ -214,8 +226,13 @@ class MigrationTriggers(Callback):
             log.info("MigrationTriggers: no profile yet (SriftyCallback still profiling): the check waits")
             self._last_check = None
             return
-        global_batch = self.global_batch or profile.batch.global_batch or profile.batch.per_device
-        measured = global_batch / step_s
+        # one vocabulary (predictor.work): the durations are of batches, the remaining work of optimizer steps
+        from predictor.work import Work
+        from predictor.work import global_batch as profile_global_batch
+
+        gb = int(self.global_batch or profile_global_batch(profile))
+        accumulation = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+        measured = gb / accumulation / step_s
         entry = self.plan.entries[self.current]
         off = drift(measured, entry.throughput_samples_s)
         catalog = self.catalog_loader() if self.catalog_loader else Catalog.load()
@@ -236,9 +253,9 @@ class MigrationTriggers(Callback):
             )
             return
         if remaining_steps is not None:
-            remaining = remaining_steps * global_batch
+            remaining = Work.of_steps(remaining_steps, gb, accumulation).samples
         else:
-            remaining = self.plan.constraints.work_samples - trainer.global_step * global_batch
+            remaining = self.plan.constraints.work_samples - trainer.global_step * gb
         if remaining <= 0:
             return
         decision = decide_move(

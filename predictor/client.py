@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from predictor.exceptions import ServiceError
 from predictor.plan import Plan, load_plan
 from predictor.profile import Profile
+
+if TYPE_CHECKING:
+    from predictor.ranking.constraints import Constraints
 
 
 class ServiceClient:
@@ -43,10 +46,11 @@ class ServiceClient:
                 f"Cannot reach the predictor at {self.url} ({reason}). Is `srifty serve` running there?"
             ) from None
 
-    def rank(self, profile: Profile, constraints: dict[str, Any]) -> Plan:
-        return load_plan(self._post("/v1/rank", {"profile": profile.to_dict(), "constraints": constraints}))
+    def rank(self, profile: Profile, constraints: Constraints | dict[str, Any]) -> Plan:
+        asked = constraints if isinstance(constraints, dict) else constraints.to_request()
+        return load_plan(self._post("/v1/rank", {"profile": profile.to_dict(), "constraints": asked}))
 
-    def predict(self, profile: Profile, fleet: str, scaling: str = "weak") -> dict[str, Any]:
+    def predict(self, profile: Profile, fleet: str, scaling: str = "strong") -> dict[str, Any]:
         return self._post("/v1/predict", {"profile": profile.to_dict(), "fleet": fleet, "scaling": scaling})
 
     def observe(

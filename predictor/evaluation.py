@@ -359,8 +359,14 @@ def predict_scaling_case(
     from predictor.predict import predict
 
     p = case.dst
+    # the published scaling figures keep the per-GPU batch: predict the training they measured (weak scaling)
     result = predict(
-        _profile_cached(case), _fleet_name(p), catalog=catalog, network=network or DEFAULT_NETWORK, dp_model=dp_model
+        _profile_cached(case),
+        _fleet_name(p),
+        catalog=catalog,
+        scaling="weak",
+        network=network or DEFAULT_NETWORK,
+        dp_model=dp_model,
     )
     unit = p.throughput / p.items_per_s if p.items_per_s else 1.0  # batch items -> the published unit
     lo, hi = result.interval["throughput_samples_s"]

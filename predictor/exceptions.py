@@ -18,7 +18,7 @@ without parsing the message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 class SriftyError(Exception):
@@ -90,7 +90,33 @@ class PredictionError(SriftyError):
 
 
 class NoFeasibleConfigError(SriftyError):
-    """No fleet satisfies the constraints."""
+    """No fleet satisfies the constraints.
+
+    Attributes:
+        binding: the parameters of ``rank()`` that bind, e.g. ``("deadline_h",)``; a constraint binds when relaxing
+            it alone would leave a fleet (all of them when none does alone). Feasibility rather than a limit binds
+            as ``"memory"`` (no fleet holds the model), ``"instance_types"`` (none left after allow/deny, prices
+            and the hardware checks) or ``"market"`` (no price in the markets and regions asked).
+        best: the best values achievable without the binding constraints: ``time_h`` (the fastest fleet),
+            ``cost_usd`` (the cheapest), ``usd_per_hour`` (the lowest price per hour), where known.
+        excluded: candidates (or instance types) left out, by reason.
+        hints: what to relax, in the parameters' names.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        binding: Sequence[str] = (),
+        best: Mapping[str, float] | None = None,
+        excluded: Mapping[str, int] | None = None,
+        hints: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.binding = tuple(binding)
+        self.best = dict(best or {})
+        self.excluded = dict(excluded or {})
+        self.hints = tuple(hints)
 
 
 class ServiceError(SriftyError):

@@ -29,9 +29,24 @@ class PlanGroup:
     on_demand: int = doc_field("instances of this type bought on demand", min=0)
     spot: int = doc_field("instances of this type bought on spot", min=0)
     usd_per_hour: float = doc_field("price of this group per hour", min=0)
-    per_device_batch: float = doc_field("samples per GPU per step (the speed-proportional split in mixes)", min=0)
+    per_device_batch: float = doc_field(
+        "samples per GPU per optimizer step, the group's mean (micro-batch x accumulation; the speed-proportional "
+        "split in mixes)",
+        min=0,
+    )
     throughput_samples_s: float = doc_field(
         "samples per second this group contributes (its weighted capacity in an Auto Scaling group)", min=0
+    )
+    micro_batches: list[int] | None = doc_field(
+        "the batch each of the group's GPUs takes per micro-step, in rank order (they differ by one sample at "
+        "most); with the other groups' they add up to global_batch / accumulate_grad_batches. Absent in plans made "
+        "before it was recorded",
+        default=None,
+    )
+    accumulate_grad_batches: int | None = doc_field(
+        "micro-steps per optimizer step (Lightning's accumulate_grad_batches; the same in every group); absent: 1",
+        default=None,
+        min=1,
     )
 
 
@@ -48,7 +63,9 @@ class PlanEntry:
     market: Literal["on-demand", "spot", "mixed"] = doc_field("capacity market; mixed: on-demand base + spot")
     spot_share: float = doc_field("share of the instances on spot", min=0, max=1)
     usd_per_hour: float = doc_field("price of the whole fleet per hour", min=0)
-    iteration_time_s: float = doc_field("predicted step time", min=0)
+    iteration_time_s: float = doc_field(
+        "predicted time of one optimizer step (its micro-steps and one all-reduce)", min=0
+    )
     iteration_time_interval_s: list[float] = doc_field("80% interval of the step time [p10, p90]")
     throughput_samples_s: float = doc_field("predicted samples per second", min=0)
     time_h: float = doc_field("expected wall time for the work, spot interruptions and checkpoints included", min=0)
@@ -71,13 +88,40 @@ class PlanEntry:
     pareto: bool = doc_field("on the time-cost Pareto front")
     checkpoint_interval_s: float | None = doc_field("Young-Daly checkpoint interval (spot only)", default=None, min=0)
     savings_vs_current: float | None = doc_field(
-        "cost saved vs the current fleet for the same work, as a share (negative: dearer); null when unknown",
+        "cost saved vs the current fleet for the same work, as a share (negative: dearer); null when unknown or "
+        "when the current fleet cannot train the model",
         default=None,
+    )
+    global_batch: int | None = doc_field(
+        "samples per optimizer step over every GPU, accumulation included (the constraints' global_batch under "
+        "strong scaling)",
+        default=None,
+        min=1,
     )
 
     @property
     def heterogeneous(self) -> bool:
         return len({g.gpu for g in self.groups}) > 1
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        """Micro-steps per optimizer step (1 in plans that do not say)."""
+        return int(self.groups[0].accumulate_grad_batches or 1) if self.groups else 1
+
+    def rank_batches(self) -> list[int] | None:
+        """Every GPU's micro-batch in rank order (group order), or None in plans made before they were recorded."""
+        if any(g.micro_batches is None for g in self.groups):
+            return None
+        return [b for g in self.groups for b in g.micro_batches or ()]
+
+    def batch_per_gpu(self) -> str:
+        """Each group's per-GPU micro-batch, times the accumulation when there is one: "32", "16x4", "6/5"."""
+        parts = []
+        for g in self.groups:
+            sizes = sorted(set(g.micro_batches or ()), reverse=True)
+            micro = "/".join(map(str, sizes)) if sizes else f"{g.per_device_batch:g}"
+            parts.append(micro + (f"x{g.accumulate_grad_batches}" if (g.accumulate_grad_batches or 1) > 1 else ""))
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -108,6 +152,16 @@ class PlanConstraints:
     budget_usd: float | None = doc_field("cost limit", default=None, exclusive_min=0)
     max_hourly_usd: float | None = doc_field("limit on the fleet's price per hour", default=None, exclusive_min=0)
     min_memory_headroom: float = doc_field("GPU memory to keep free, as a share", default=0.0, min=0, max=1)
+    scaling: Literal["strong", "weak"] | None = doc_field(
+        "strong: every fleet trains the profiled global batch (the same training); weak: every GPU keeps the "
+        "profiled per-GPU batch, so the global batch grows with the fleet. Absent in plans made before it was "
+        "recorded (those kept the per-GPU batch)",
+        default=None,
+    )
+    global_batch: int | None = doc_field(
+        "strong scaling: the samples per optimizer step every fleet trains", default=None, min=1
+    )
+    allow_arm64: bool | None = doc_field("arm64 (Graviton) instance types were allowed", default=None)
 
 
 @dataclass(frozen=True)

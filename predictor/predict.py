@@ -15,15 +15,18 @@ from typing import Any
 
 import numpy as np
 
+from predictor._validation import check_choice
 from predictor.catalog.catalog import Catalog
 from predictor.exceptions import PredictionError
 from predictor.fleet import Fleet, parse_fleet
 from predictor.perf.basis import TypeBasis
+from predictor.perf.batch import rank_batches
 from predictor.perf.memory import estimate_memory
 from predictor.perf.network import DEFAULT_NETWORK, NetworkModel
 from predictor.perf.scaling import ScalingModel
-from predictor.predict_many import Scaling, bases, combine
+from predictor.predict_many import SCALINGS, Scaling, bases, combine
 from predictor.profile import Profile
+from predictor.work import global_batch as global_batch_of
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,10 @@ class GroupPrediction:
     instance_type: str
     count: int
     gpu: str | None
-    per_device_batch: float
+    per_device_batch: float  # samples per GPU per optimizer step (the group's mean)
+    micro_batch: int  # the largest batch a GPU of the group takes per micro-step
+    accumulate_grad_batches: int
+    rank_batches: tuple[int, ...]  # each GPU's micro-batch (they differ by one sample at most)
     compute_s: float
     input_s: float
     memory_gib: float
@@ -51,7 +57,8 @@ class Prediction:
     bottleneck: str
     fits_memory: bool
     groups: tuple[GroupPrediction, ...]
-    global_batch: float
+    global_batch: float  # samples per optimizer step
+    accumulate_grad_batches: int
     scaling: str
     batch_split: str
     allreduce_limiting: str
@@ -70,7 +77,7 @@ def predict(
     fleet: Fleet | str | Iterable[tuple[str, int]],
     *,
     catalog: Catalog | None = None,
-    scaling: Scaling = "weak",
+    scaling: Scaling = "strong",
     network: NetworkModel = DEFAULT_NETWORK,
     calibration: Mapping[str, float] | None = None,
     dp_model: ScalingModel | None = None,
@@ -83,10 +90,7 @@ def predict(
         PredictionError: the profile cannot be scaled to this fleet (e.g. CPU profile without FLOPs).
         UnknownNameError, ConfigError: a bad fleet.
     """
-    if scaling not in ("weak", "strong"):
-        raise PredictionError(
-            f"The 'scaling' parameter of predict() must be one of {{'weak', 'strong'}}. Got {scaling!r}."
-        )
+    check_choice("predict()", "scaling", scaling, SCALINGS)
     catalog = catalog or Catalog.load()
     if not isinstance(fleet, Fleet):
         fleet = parse_fleet(fleet, catalog)
@@ -96,19 +100,29 @@ def predict(
     src, type_bases = bases(profile, names, catalog, network, calibration)
     many = combine(profile, src, type_bases, tidx, cnt, scaling, dp_model)
     row_bases = [type_bases[i] for i in tidx[0]]
+    accumulation = int(many.accumulation[0])
+    if not many.splittable[0]:
+        raise PredictionError(
+            f"{fleet} has {fleet.gpus} GPUs, more than the {global_batch_of(profile)} samples of the profiled global "
+            "batch: every GPU needs at least one sample. Use fewer GPUs, or scaling='weak' to grow the global batch "
+            "(a different training)."
+        )
 
     groups = []
     for k, (group, basis) in enumerate(zip(fleet.groups, row_bases)):
-        b = float(many.per_device_batch[0, k])
-        mem = estimate_memory(profile, b, basis.gpu_memory_gib)
+        micro = int(many.micro_batch[0, k])
+        mem = estimate_memory(profile, micro, basis.gpu_memory_gib)
         groups.append(
             GroupPrediction(
                 group.instance.name,
                 group.count,
                 group.instance.gpu,
-                b,
-                basis.per_sample_s * b,
-                basis.input_per_sample_s * b,
+                float(many.per_device_batch[0, k]),
+                micro,
+                accumulation,
+                tuple(rank_batches(many.micro_low[0, k], many.micro_plus[0, k], int(many.group_gpus[0, k]))),
+                basis.per_sample_s * micro * accumulation,
+                basis.input_per_sample_s * micro * accumulation,
                 mem.bytes_per_gpu / 2**30,
                 mem.fits,
                 mem.margin,
@@ -116,7 +130,7 @@ def predict(
         )
     step = float(many.iteration_time_s[0])
     global_batch = float(many.global_batch[0])
-    split_note = _split_note(fleet, groups, scaling)
+    split_note = _split_note(fleet, groups, scaling, global_batch)
     assumptions = [split_note]
     for basis in row_bases:
         assumptions += basis.notes
@@ -158,6 +172,7 @@ def predict(
         fits_memory=bool(many.fits_memory[0]),
         groups=tuple(groups),
         global_batch=global_batch,
+        accumulate_grad_batches=accumulation,
         scaling=scaling,
         batch_split=split_note,
         allreduce_limiting=limiting,
@@ -166,11 +181,21 @@ def predict(
     )
 
 
-def _split_note(fleet: Fleet, groups: list[GroupPrediction], scaling: str) -> str:
+def _split_note(fleet: Fleet, groups: list[GroupPrediction], scaling: str, global_batch: float) -> str:
+    what = "the profiled global batch" if scaling == "strong" else "the profiled per-GPU batch"
+    head = f"{scaling} scaling ({what}): global batch {global_batch:g}"
+
+    def one(g: GroupPrediction) -> str:
+        sizes = sorted(set(g.rank_batches), reverse=True)
+        micro = "/".join(map(str, sizes))
+        if g.accumulate_grad_batches > 1:
+            return f"{micro} x {g.accumulate_grad_batches} accumulated = {g.per_device_batch:g} samples per GPU"
+        return f"{micro} samples per GPU"
+
     if not fleet.heterogeneous:
-        return f"{scaling} scaling: {groups[0].per_device_batch:g} samples per GPU"
-    text = ", ".join(f"{g.instance_type} {g.per_device_batch:.1f}" for g in groups)
-    return f"{scaling} scaling, per-GPU batch split in proportion to predicted speed: {text}"
+        return f"{head}, {one(groups[0])}"
+    text = ", ".join(f"{g.instance_type} {one(g)}" for g in groups)
+    return f"{head}, split in proportion to predicted speed: {text}"
 
 
 def _limiting(fleet: Fleet, row_bases: list[TypeBasis], allreduce: float) -> str:

@@ -18,16 +18,23 @@ from typing import Literal
 
 import numpy as np
 
+from predictor._validation import check_choice
 from predictor.catalog.catalog import Catalog
-from predictor.exceptions import ConfigError, PredictionError
+from predictor.exceptions import ConfigError
 from predictor.perf.basis import Source, TypeBasis, bucket_sizes, grad_bytes, type_basis
+from predictor.perf.batch import divisors, split_micro
 from predictor.perf.memory import CUDA_CONTEXT_BYTES, estimate_memory
 from predictor.perf.network import DEFAULT_NETWORK, NetworkModel, exposed_many
 from predictor.perf.scaling import ScalingModel, measured_sigma, scaling_model
 from predictor.perf.uncertainty import combined_sd, interval, model_error
 from predictor.profile import Profile
+from predictor.work import global_batch as global_batch_of
 
-Scaling = Literal["weak", "strong"]
+Scaling = Literal["strong", "weak"]
+"""strong (the default): keep the profiled global batch (samples per optimizer step), split over the fleet's GPUs,
+with gradient accumulation where a GPU cannot hold its share; weak: keep the profiled per-GPU batch, so the global
+batch grows with the fleet (a different training: an explicit choice)."""
+SCALINGS = ("strong", "weak")
 
 
 @dataclass(frozen=True)
@@ -38,8 +45,8 @@ class ManyPredictions:
     names: tuple[str, ...]
     type_index: np.ndarray  # (N, K)
     counts: np.ndarray  # (N, K)
-    per_device_batch: np.ndarray  # (N, K): the speed-proportional split of mixed fleets
-    iteration_time_s: np.ndarray
+    per_device_batch: np.ndarray  # (N, K) samples per GPU per optimizer step (group mean; speed-proportional in mixes)
+    iteration_time_s: np.ndarray  # one optimizer step (accumulation's micro-steps and one all-reduce)
     throughput_samples_s: np.ndarray
     iteration_time_lo_s: np.ndarray
     iteration_time_hi_s: np.ndarray
@@ -48,7 +55,7 @@ class ManyPredictions:
     allreduce_s: np.ndarray
     exposed_comm_s: np.ndarray
     dp_loss_s: np.ndarray  # stragglers and communication contention (predictor.perf.scaling)
-    global_batch: np.ndarray
+    global_batch: np.ndarray  # samples per optimizer step
     fits_memory: np.ndarray
     memory_gib: np.ndarray  # the largest need of any group, per GPU
     memory_share: np.ndarray  # the largest need / GPU memory of any group (for headroom constraints)
@@ -56,6 +63,11 @@ class ManyPredictions:
 
     group_gpus: np.ndarray  # (N, K) GPUs per group
     slowest_group: np.ndarray  # (N,) the group whose compute + input sets the step
+    accumulation: np.ndarray  # (N,) micro-steps per optimizer step (accumulate_grad_batches)
+    micro_batch: np.ndarray  # (N, K) the largest micro-batch of a GPU of the group
+    micro_low: np.ndarray  # (N, K) the group's GPUs take micro_low samples per micro-step ...
+    micro_plus: np.ndarray  # (N, K) ... or one more for micro_plus of them (see predictor.perf.batch)
+    splittable: np.ndarray  # (N,) False: more GPUs than samples in the global batch (the fleet cannot train it)
 
     def group_throughput(self) -> np.ndarray:
         """(N, K) samples/s each group contributes (what an Auto Scaling group's weighted capacity counts)."""
@@ -99,7 +111,7 @@ def predict_many(
     counts: Sequence[int] | np.ndarray,
     *,
     catalog: Catalog | None = None,
-    scaling: Scaling = "weak",
+    scaling: Scaling = "strong",
     network: NetworkModel = DEFAULT_NETWORK,
     calibration: Mapping[str, float] | None = None,
     dp_model: ScalingModel | None = None,
@@ -142,22 +154,23 @@ def predict_mixes(
     counts: np.ndarray,
     *,
     catalog: Catalog | None = None,
-    scaling: Scaling = "weak",
+    scaling: Scaling = "strong",
     network: NetworkModel = DEFAULT_NETWORK,
     calibration: Mapping[str, float] | None = None,
     dp_model: ScalingModel | None = None,
 ) -> ManyPredictions:
     """Predict fleets of up to K groups: candidate i is ``counts[i, k]`` x ``names[type_index[i, k]]`` (count 0 =
-    no group). The same model as :func:`predict` for mixed fleets: the per-GPU batch split in proportion to
-    predicted speed, the step waits for the slowest group, the all-reduce runs at the slowest link.
+    no group). The same model as :func:`predict` for mixed fleets: the per-GPU batch split in whole samples in
+    proportion to predicted speed (:mod:`predictor.perf.batch`), the step waits for the slowest group, the all-reduce
+    runs at the slowest link, once per optimizer step.
+
+    ``scaling`` (:data:`Scaling`): "strong" keeps the profiled global batch, with gradient accumulation where a GPU
+    cannot hold its share; "weak" keeps the profiled per-GPU batch.
 
     ``dp_model``: the data-parallel loss constants (default: the fitted ones, :mod:`predictor.perf.scaling`).
     ``calibration`` maps a GPU key to a measured/predicted throughput factor (from observations of this model).
     """
-    if scaling not in ("weak", "strong"):
-        raise PredictionError(
-            f"The 'scaling' parameter of predict_many() must be one of {{'weak', 'strong'}}. Got {scaling!r}."
-        )
+    check_choice("predict_mixes()", "scaling", scaling, SCALINGS)
     catalog = catalog or Catalog.load()
     tidx = np.asarray(type_index, dtype=int)
     cnt = np.asarray(counts, dtype=float)
@@ -196,18 +209,46 @@ def combine(
     gpus = col("gpus") * cnt
     ranks = row_sum(gpus)
     nodes = row_sum(cnt)
-    b_src = src.per_device_batch
-    global_batch = (
-        ranks * b_src
-        if scaling == "weak"
-        else np.full_like(ranks, float(profile.batch.global_batch or b_src * src.world))
-    )
     per_sample = col("per_sample_s")
     speed = 1.0 / per_sample
-    b = global_batch[:, None] * speed / row_sum(np.where(present, speed * gpus, 0.0))[:, None]
-    b = np.where(present, b, 0.0)
-    compute_g = per_sample * b
-    input_g = col("input_per_sample_s") * b
+    # memory is linear in the per-GPU micro-batch: static + activations per sample x micro-batch + CUDA context
+    per_type = [estimate_memory(profile, 1.0, basis.gpu_memory_gib) for basis in type_bases]
+    static = np.array([m.static_bytes for m in per_type])[tidx]
+    act_per_sample = np.array([m.activation_bytes or 0.0 for m in per_type])[tidx]
+    usable = np.array([m.capacity_bytes for m in per_type])[tidx]
+    capacity = np.array([basis.gpu_memory_gib * 2**30 for basis in type_bases])[tidx]
+
+    def split(micro_global: np.ndarray, rows: np.ndarray | slice = slice(None)):
+        lo, plus, ok = split_micro(micro_global, speed[rows], gpus[rows], present[rows])
+        micro = lo + (plus > 0)
+        need = static[rows] + act_per_sample[rows] * micro + CUDA_CONTEXT_BYTES
+        return lo, plus, ok, micro, need, row_all(~present[rows] | (need <= usable[rows]))
+
+    if scaling == "weak":  # the profiled micro-batch on every GPU, the profiled accumulation
+        accumulation = np.full(len(cnt), float(profile.batch.accumulate_grad_batches or 1))
+        lo, plus, ok, micro, need, fits = split(ranks * src.per_device_batch)
+    else:  # the profiled global batch; the least accumulation whose micro-batches fit (a divisor: whole micro-steps)
+        total = global_batch_of(profile)
+        accumulation = np.ones(len(cnt))
+        lo, plus, ok, micro, need, fits = split(np.full(len(cnt), float(total)))
+        for a in divisors(total)[1:]:
+            rows = np.flatnonzero(ok & ~fits & (total // a >= ranks))
+            if not len(rows):
+                break
+            r_lo, r_plus, _, r_micro, r_need, r_fits = split(np.full(len(rows), float(total // a)), rows)
+            take = rows[r_fits]
+            lo[take], plus[take], micro[take], need[take] = (
+                r_lo[r_fits],
+                r_plus[r_fits],
+                r_micro[r_fits],
+                r_need[r_fits],
+            )
+            accumulation[take], fits[take] = a, True
+    fits &= ok
+    b = np.where(present, (lo + plus / np.where(present, gpus, 1.0)) * accumulation[:, None], 0.0)
+    global_batch = row_sum(b * gpus)
+    compute_g = per_sample * micro * accumulation[:, None]
+    input_g = col("input_per_sample_s") * micro * accumulation[:, None]
     total_g = np.where(present, compute_g + input_g, -np.inf)
     compute, input_s, worst = compute_g[:, 0].copy(), input_g[:, 0].copy(), total_g[:, 0].copy()
     slowest = np.zeros(len(cnt), dtype=int)
@@ -224,26 +265,22 @@ def combine(
     inter = np.where(nodes > 1, 2 * (nodes - 1) / safe_nodes * gb / slow_gbps + 2 * (nodes - 1) * max_lat, 0.0)
     intra = row_max(np.where(present, col("intra_s"), 0.0))
     allreduce = np.where(ranks > 1, intra + inter, 0.0)
-    fastest_compute = row_min(np.where(present, compute_g, np.inf))
-    exposed = _exposed_many(allreduce, fastest_compute * src.backward_share, bucket_sizes(profile))
+    # DDP all-reduces once per optimizer step, behind the backward of its last micro-step
+    fastest_micro = row_min(np.where(present, per_sample * micro, np.inf))
+    exposed = _exposed_many(allreduce, fastest_micro * src.backward_share, bucket_sizes(profile))
     hidden = np.maximum(0.0, allreduce - exposed)
     dp = dp_model or scaling_model()
     grad_pass = row_max(np.where(present, col("grad_pass_s"), 0.0))
-    dp_loss = dp.loss(compute, ranks, hidden, grad_pass, source_ranks=src.world, sigma=measured_sigma(profile))
+    # stragglers: the jitter of a micro-steps adds up like independent noise (relative sd / sqrt(a))
+    dp_loss = dp.loss(
+        compute / np.sqrt(accumulation), ranks, hidden, grad_pass, source_ranks=src.world, sigma=measured_sigma(profile)
+    )
     step = compute + input_s + exposed + dp_loss
     model_err = row_max(np.where(present, col("model_error"), 0.0))
     model_err = np.where(ranks > 1, np.maximum(model_err, model_error("scaling")), model_err)
     model_err = np.where(allreduce > 0, np.hypot(model_err, 0.1 * exposed / step), model_err)
     sd = combined_sd(profile.timing.step_time_s.cv or 0.0, model_err)
-    lo, hi = interval(step, sd)
-    # memory is linear in the per-GPU batch: static + activations per sample x batch + CUDA context
-    per_type = [estimate_memory(profile, 1.0, basis.gpu_memory_gib) for basis in type_bases]
-    static = np.array([m.static_bytes for m in per_type])[tidx]
-    act_per_sample = np.array([m.activation_bytes or 0.0 for m in per_type])[tidx]
-    usable = np.array([m.capacity_bytes for m in per_type])[tidx]
-    capacity = np.array([basis.gpu_memory_gib * 2**30 for basis in type_bases])[tidx]
-    need = static + act_per_sample * b + CUDA_CONTEXT_BYTES
-    fits = row_all(~present | (need <= usable))
+    step_lo, step_hi = interval(step, sd)
     memory = row_max(np.where(present, need, 0.0)) / 2**30
     share = row_max(np.where(present, need / capacity, 0.0))
     return ManyPredictions(
@@ -253,8 +290,8 @@ def combine(
         per_device_batch=b,
         iteration_time_s=step,
         throughput_samples_s=global_batch / step,
-        iteration_time_lo_s=lo,
-        iteration_time_hi_s=hi,
+        iteration_time_lo_s=step_lo,
+        iteration_time_hi_s=step_hi,
         compute_s=compute,
         input_s=input_s,
         allreduce_s=allreduce,
@@ -267,6 +304,11 @@ def combine(
         model_sd=sd,
         group_gpus=gpus,
         slowest_group=slowest,
+        accumulation=accumulation.astype(int),
+        micro_batch=micro.astype(int),
+        micro_low=lo.astype(int),
+        micro_plus=plus.astype(int),
+        splittable=ok,
     )
 
 

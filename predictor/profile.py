@@ -97,7 +97,11 @@ class Model:
         "number of parameters (at most 10^13: beyond any model that is trained)", min=1, max=10**13
     )
     name: str | None = doc_field("a name for the model (class name by default)", default=None)
-    trainable_parameters: int | None = doc_field("parameters with requires_grad", default=None, min=0)
+    trainable_parameters: int | None = doc_field(
+        "parameters with requires_grad (frozen ones, e.g. a LoRA base model, have no gradients or optimizer state)",
+        default=None,
+        min=0,
+    )
     precision: Precision = doc_field("Lightning precision setting", default="32-true")
     float32_matmul_precision: Literal["highest", "high", "medium"] | None = doc_field(
         "torch.get_float32_matmul_precision() (high/medium allow TF32 on Ampere and newer)", default=None
@@ -113,8 +117,10 @@ class Model:
 class Batch:
     """Samples per step."""
 
-    per_device: int = doc_field("samples per step on one device (rank 0; median over the window)", min=1)
-    global_batch: int | None = doc_field("samples per step over all ranks", default=None, min=1)
+    per_device: int = doc_field("samples per batch on one device (rank 0; median over the window)", min=1)
+    global_batch: int | None = doc_field(
+        "samples per batch over all ranks (an optimizer step is accumulate_grad_batches of them)", default=None, min=1
+    )
     accumulate_grad_batches: int | None = doc_field("batches per optimizer step", default=None, min=1)
     source: Literal["detected", "batch_size_fn", "manual"] | None = doc_field(
         "how the batch size was found", default=None
@@ -137,6 +143,11 @@ class Hardware:
     gpu_memory_gb: float | None = doc_field("memory of one GPU, GiB", default=None, min=0)
     cpu_count: int | None = doc_field("CPUs usable by the process", default=None, min=1)
     cpu_model: str | None = doc_field("CPU model name", default=None)
+    cpu_arch: str | None = doc_field(
+        "CPU architecture as the OS names it (platform.machine(): x86_64, aarch64, arm64); arm64 profiles allow "
+        "arm64 (Graviton) instance types in rankings",
+        default=None,
+    )
     instance_type: str | None = doc_field("EC2 instance type, when run on EC2", default=None)
     availability_zone: str | None = doc_field("EC2 availability zone, when run on EC2", default=None)
     lifecycle: str | None = doc_field("EC2 instance life cycle (spot or on-demand), when run on EC2", default=None)

@@ -67,22 +67,8 @@ def remaining_constraints(plan: Plan, remaining_samples: float, *, elapsed_h: fl
     budget = None if c.budget_usd is None else c.budget_usd - spent_usd
     if (deadline is not None and deadline <= 0) or (budget is not None and budget <= 0):
         return None
-    return Constraints(
-        samples=remaining_samples,
-        deadline_h=deadline,
-        budget_usd=budget,
-        objective=c.objective,
-        regions=tuple(c.regions),
-        market=c.market,
-        spot_share=c.spot_share if c.spot_share is not None else 0.5,
-        on_demand_base=c.on_demand_base if c.on_demand_base is not None else 1,
-        max_instances=c.max_instances,
-        max_types=c.max_types,
-        max_hourly_usd=c.max_hourly_usd,
-        min_memory_headroom=c.min_memory_headroom,
-        allow=tuple(c.allow or ()),
-        deny=tuple(c.deny or ()),
-        top=5,
+    return Constraints.from_plan(
+        c, samples=remaining_samples, deadline_h=deadline, budget_usd=budget, current_fleet=None, top=5
     )
 
 

@@ -85,17 +85,24 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
         f"<td>{esc(e.market)}</td><td>{esc(e.region)}</td><td>{e.usd_per_hour:,.2f}</td><td>{e.time_h:,.2f}</td>"
         f"<td>{e.cost_usd:,.2f}</td><td>{e.cost_interval_usd[0]:,.2f}-{e.cost_interval_usd[1]:,.2f}</td>"
         f"<td>{esc(e.risk)} ({e.expected_interruptions:.2f})</td><td>{esc(e.performance_risk)}</td>"
-        f"<td>{esc(e.migration_effort)}</td><td>{_pct(e.savings_vs_current)}</td>"
+        f"<td>{esc(e.migration_effort)}</td><td>{_pct(e.savings_vs_current)}</td><td>{esc(e.batch_per_gpu())}</td>"
         f"<td>{'yes' if e.pareto else ''}</td></tr>"
         for i, e in enumerate(plan.entries)
     )
     excluded = "".join(f"<li>{n:,} {esc(why)}</li>" for why, n in plan.excluded.items())
+    excluded += "".join(
+        f"<li>{n:,} instance type{'s' if n > 1 else ''}: {esc(why)}</li>"
+        for why, n in (plan.excluded_types or {}).items()
+    )
     notes = "".join(f"<li>{esc(n)}</li>" for n in plan.notes or ())
     c = plan.constraints
     asked = ", ".join(
         x
         for x in (
             f"{c.work_samples:,.0f} samples",
+            f"strong scaling (global batch {c.global_batch} on every fleet)"
+            if c.scaling == "strong"
+            else "weak scaling (per-GPU batch kept; the global batch grows with the fleet)",
             f"objective {c.objective}",
             f"market {c.market}"
             + (f" ({c.spot_share:.0%} spot above {c.on_demand_base} on-demand)" if c.spot_share is not None else ""),
@@ -121,7 +128,7 @@ td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:right}}td:nth-child(2
 <h2>Ranked fleets</h2>
 <table><tr><th>#</th><th>fleet</th><th>GPUs</th><th>market</th><th>region</th><th>$/h</th><th>time (h)</th>
 <th>cost ($)</th><th>cost 80% interval</th><th>spot risk (expected interruptions)</th><th>performance risk</th>
-<th>migration effort</th><th>savings vs current</th><th>Pareto</th></tr>
+<th>migration effort</th><th>savings vs current</th><th>batch per GPU (x accumulation)</th><th>Pareto</th></tr>
 {rows}</table>
 <h2>Left out</h2><ul>{excluded}</ul>
 <h2>Assumptions</h2><ul>{notes}</ul>

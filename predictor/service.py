@@ -41,6 +41,7 @@ from predictor.observations import ObservationStore, model_key
 from predictor.predict import predict
 from predictor.profile import Profile, load_profile
 from predictor.rank import Constraints, rank
+from predictor.ranking.constraints import constraint_defaults
 
 MAX_BODY_BYTES = 1 << 20  # a profile with full series is ~100 KB; 1 MiB leaves room and bounds the work
 API_VERSION = "v1"
@@ -67,6 +68,9 @@ _PROFILE_FIELD = Field(
 )
 
 
+_D = constraint_defaults()  # one place for the defaults: predictor.ranking.constraints.Constraints
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -76,32 +80,39 @@ class PredictRequest(_Strict):
     fleet: str = Field(
         min_length=1, max_length=500, description="instance_type:count[,instance_type:count]", examples=["p3.8xlarge:2"]
     )
-    scaling: Literal["weak", "strong"] = "weak"
+    scaling: Literal["strong", "weak"] = _D["scaling"]
     use_observations: bool = Field(True, description="calibrate with observed runs of this model")
 
 
 class RankConstraints(_Strict):
-    """The constraints of :class:`predictor.rank.Constraints`; give exactly one of steps, samples or epochs."""
+    """The constraints of :class:`predictor.rank.Constraints`; give exactly one of steps (optimizer steps of the
+    profiled global batch), samples or epochs."""
 
-    steps: int | None = Field(None, ge=1, le=10**12)
+    steps: int | None = Field(None, ge=1, le=10**12, description="optimizer steps of the profiled global batch")
     samples: float | None = Field(None, gt=0, le=1e15)
     epochs: float | None = Field(None, gt=0, le=1e6)
-    steps_per_epoch: int | None = Field(None, ge=1, le=10**12)
+    steps_per_epoch: int | None = Field(None, ge=1, le=10**12, description="optimizer steps in one epoch")
     deadline_h: float | None = Field(None, gt=0, le=1e6)
     budget_usd: float | None = Field(None, gt=0, le=1e12)
-    objective: Literal["cost", "time", "cost_per_sample"] = "cost"
-    regions: list[str] = Field(default_factory=lambda: ["us-east-1"], min_length=1, max_length=8)
-    market: Literal["on-demand", "spot", "any", "mixed"] = "any"
-    spot_share: float = Field(0.5, ge=0, le=1)
-    on_demand_base: int = Field(1, ge=0, le=1000)
-    max_instances: int = Field(16, ge=1, le=64)
-    max_types: int = Field(1, ge=1, le=2, description="2 allows two-type mixes (3 is for the library and CLI)")
+    objective: Literal["cost", "time", "cost_per_sample"] = _D["objective"]
+    regions: list[str] = Field(default_factory=lambda: list(_D["regions"]), min_length=1, max_length=8)
+    market: Literal["on-demand", "spot", "any", "mixed"] = _D["market"]
+    spot_share: float = Field(_D["spot_share"], ge=0, le=1)
+    on_demand_base: int = Field(_D["on_demand_base"], ge=0, le=1000)
+    max_instances: int = Field(_D["max_instances"], ge=1, le=64)
+    max_types: int = Field(
+        _D["max_types"], ge=1, le=2, description="2 allows two-type mixes (3 is for the library and CLI)"
+    )
     max_hourly_usd: float | None = Field(None, gt=0)
     allow: list[str] = Field(default_factory=list, max_length=100)
     deny: list[str] = Field(default_factory=list, max_length=100)
-    min_memory_headroom: float = Field(0.0, ge=0, le=0.9)
+    min_memory_headroom: float = Field(_D["min_memory_headroom"], ge=0, le=0.9)
     current_fleet: str | None = Field(None, max_length=500)
-    top: int = Field(10, ge=1, le=200)
+    top: int = Field(_D["top"], ge=1, le=200)
+    scaling: Literal["strong", "weak"] = Field(
+        _D["scaling"], description="strong: the profiled global batch on every fleet; weak: the per-GPU batch kept"
+    )
+    allow_arm64: bool = Field(_D["allow_arm64"], description="rank arm64 (Graviton) instance types too")
 
 
 class RankRequest(_Strict):
@@ -206,7 +217,15 @@ def create_app(
 
     @app.exception_handler(NoFeasibleConfigError)
     async def infeasible(_: Request, exc: NoFeasibleConfigError) -> JSONResponse:
-        return _error(["body", "constraints"], str(exc), "infeasible")
+        return _error(
+            ["body", "constraints"],
+            str(exc),
+            "infeasible",
+            binding=list(exc.binding),
+            best=exc.best,
+            excluded=exc.excluded,
+            hints=list(exc.hints),
+        )
 
     @app.exception_handler(ConfigError)
     async def config_error(_: Request, exc: ConfigError) -> JSONResponse:
@@ -268,10 +287,7 @@ def create_app(
     @app.post("/v1/rank", responses=_ERRORS)
     def post_rank(request: Annotated[RankRequest, Body()]) -> JSONResponse:
         profile = _profile(request.profile)
-        c = request.constraints.model_dump()
-        constraints = Constraints(
-            **{**c, "regions": tuple(c["regions"]), "allow": tuple(c["allow"]), "deny": tuple(c["deny"])}
-        )
+        constraints = Constraints.build(**request.constraints.model_dump())
         calibration = store.calibration(profile, catalog) if request.use_observations else None
         # a JSONResponse skips FastAPI's jsonable_encoder (3.7 ms for a plan; the dict is plain JSON already)
         return JSONResponse(rank(profile, constraints, catalog=catalog, calibration=calibration).to_dict())

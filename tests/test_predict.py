@@ -49,8 +49,8 @@ def test_same_gpu_single_device_reproduces_the_profile(minimal, catalog) -> None
 
 
 def test_more_gpus_add_communication_and_slow_networks_hurt(minimal, catalog) -> None:
-    one_node = predict(minimal, "p3.16xlarge:1", catalog=catalog)
-    four_nodes = predict(minimal, "p3.16xlarge:4", catalog=catalog)
+    one_node = predict(minimal, "p3.16xlarge:1", catalog=catalog, scaling="weak")
+    four_nodes = predict(minimal, "p3.16xlarge:4", catalog=catalog, scaling="weak")
     assert one_node.global_batch == 8 * 256 and four_nodes.global_batch == 32 * 256
     assert 0.31 < one_node.iteration_time_s < four_nodes.iteration_time_s
     assert four_nodes.breakdown["allreduce_s"] > one_node.breakdown["allreduce_s"] > 0
@@ -71,17 +71,22 @@ def test_faster_gpu_is_faster_but_less_than_the_flops_ratio(minimal, catalog) ->
 
 
 def test_heterogeneous_split_is_speed_proportional(minimal, catalog) -> None:
-    r = predict(minimal, "p3.8xlarge:2,g5.12xlarge:1", catalog=catalog)
+    r = predict(minimal, "p3.8xlarge:2,g5.12xlarge:1", catalog=catalog, scaling="weak")
     v100, a10g = r.groups
-    assert v100.per_device_batch * 8 + a10g.per_device_batch * 4 == pytest.approx(r.global_batch)
-    assert v100.compute_s == pytest.approx(a10g.compute_s)  # equal time per step: no straggler
+    assert v100.per_device_batch * 8 + a10g.per_device_batch * 4 == r.global_batch == 12 * 256
+    # whole samples per GPU, adding up exactly; equal time per step up to one sample: no straggler
+    assert sum(v100.rank_batches) + sum(a10g.rank_batches) == r.global_batch
+    assert v100.compute_s == pytest.approx(a10g.compute_s, rel=2 / min(v100.rank_batches + a10g.rank_batches))
+    strong = predict(minimal, "p3.8xlarge:2,g5.12xlarge:1", catalog=catalog)
+    assert strong.global_batch == sum(strong.groups[0].rank_batches + strong.groups[1].rank_batches) == 256
     assert "in proportion to predicted speed" in r.batch_split
 
 
 def test_strong_scaling_keeps_the_global_batch(minimal, catalog) -> None:
-    r = predict(minimal, "p3.16xlarge:1", catalog=catalog, scaling="strong")
-    assert r.global_batch == 256 and r.groups[0].per_device_batch == 32
-    with pytest.raises(PredictionError, match="'scaling' parameter of predict\\(\\) must be one of"):
+    r = predict(minimal, "p3.16xlarge:1", catalog=catalog)  # strong by default
+    assert r.scaling == "strong" and r.global_batch == 256 and r.groups[0].per_device_batch == 32
+    assert r.accumulate_grad_batches == 1 and "global batch 256" in r.batch_split
+    with pytest.raises(ConfigError, match="'scaling' parameter of predict\\(\\) must be one of"):
         predict(minimal, "p3.16xlarge:1", catalog=catalog, scaling="medium")
 
 
@@ -96,8 +101,8 @@ def test_memory_fit_flags_a_model_too_big_for_the_gpu(catalog) -> None:
 def test_measured_activation_memory_scales_with_batch(catalog) -> None:
     data = copy.deepcopy(MINIMAL)
     data["memory"] = {"peak_allocated_bytes": 12 * 2**30}
-    weak = predict(load_profile(data), "p3.2xlarge:1", catalog=catalog)
-    strong = predict(load_profile(data), "p3.16xlarge:1", catalog=catalog, scaling="strong")  # 32 per GPU
+    weak = predict(load_profile(data), "p3.16xlarge:1", catalog=catalog, scaling="weak")  # 256 per GPU
+    strong = predict(load_profile(data), "p3.16xlarge:1", catalog=catalog)  # 32 per GPU
     assert strong.groups[0].memory_gib < weak.groups[0].memory_gib
 
 
@@ -120,15 +125,15 @@ def test_cpu_profile_with_flops_predicts_as_an_extrapolation(catalog) -> None:
     cpu = copy.deepcopy(MINIMAL)
     cpu["hardware"] = {"devices": 1, "cpu_count": 2}
     cpu["model"]["flops"] = {"per_sample": 12.3e9}
-    r = predict(load_profile(cpu), "p4d.24xlarge:1", catalog=catalog)
+    r = predict(load_profile(cpu), "p4d.24xlarge:1", catalog=catalog, scaling="weak")
     assert r.breakdown["compute_s"] == pytest.approx(256 * 12.3e9 / (312e12 * 0.35))
     assert r.extrapolation and "FLOPs alone" in r.extrapolation[0]
 
 
 def test_user_defined_types_predict(minimal) -> None:
     cat = Catalog.load(extra=[ROOT / "tests" / "data" / "extra_example.yaml"], use_refreshed=False)
-    two = predict(minimal, "dgx-a100-40g:2", catalog=cat)
-    one = predict(minimal, "dgx-a100-40g:1", catalog=cat)
+    two = predict(minimal, "dgx-a100-40g:2", catalog=cat, scaling="weak")
+    one = predict(minimal, "dgx-a100-40g:1", catalog=cat, scaling="weak")
     assert two.breakdown["allreduce_s"] > one.breakdown["allreduce_s"] > 0
     assert one.allreduce_limiting == "intra-node nvswitch"
     assert two.groups[0].gpu == "A100-SXM-40GB" and two.global_batch == 16 * 256
@@ -229,7 +234,7 @@ def test_a_parameter_count_beyond_any_model_is_refused_naming_the_field() -> Non
 def test_flops_in_the_profile_set_the_compute_bound_share(catalog) -> None:
     data = copy.deepcopy(MINIMAL)  # ResNet-50-like: 24.6 GFLOPs per image for training
     data["model"]["flops"] = {"per_sample": 24.6e9}
-    r = predict(load_profile(data), "p4d.24xlarge:1", catalog=catalog)
+    r = predict(load_profile(data), "p4d.24xlarge:1", catalog=catalog, scaling="weak")
     share = 24.6e9 * 256 / 0.31 / 125e12  # achieved / V100 FP16 peak
     ratio = share * 125 / 312 + (1 - share) * 900 / 1555  # peak ratio and bandwidth ratio, V100 -> A100
     assert r.breakdown["compute_s"] == pytest.approx(0.31 * ratio)

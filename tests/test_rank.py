@@ -48,7 +48,8 @@ def test_deadline_binds_and_is_explained(profile, catalog) -> None:
     plan = rank(profile, Constraints(steps=1_000_000, market="on-demand", deadline_h=deadline), catalog=catalog)
     assert all(e.time_h <= deadline for e in plan.entries)
     assert plan.entries[0].cost_usd >= free.entries[0].cost_usd
-    assert "deadline binds" in plan.why and plan.excluded["over the deadline"] > 0
+    assert f"deadline_h={deadline:g} binds" in plan.why and plan.excluded["over deadline_h"] > 0
+    assert "budget_usd" not in plan.why  # no budget was set: it cannot be the one that binds
     fastest = rank(profile, Constraints(steps=1_000_000, objective="time", market="on-demand"), catalog=catalog)
     assert [e.time_h for e in fastest.entries] == sorted(e.time_h for e in fastest.entries)
 
@@ -64,11 +65,15 @@ def test_infeasible_names_the_binding_constraint_and_the_best_achievable(profile
     with pytest.raises(NoFeasibleConfigError) as info:
         rank(profile, Constraints(steps=10_000_000, deadline_h=0.01, budget_usd=1), catalog=catalog)
     text = str(info.value)
-    assert "deadline of 0.01 h binds" in text and "budget of $1 binds" in text and "Hints" in text
+    assert "deadline_h=0.01 binds" in text and "budget_usd=1 binds" in text and "Hints" in text
+    assert info.value.binding == ("deadline_h", "budget_usd") and "alone leaves no fleet" in text
+    assert info.value.best["time_h"] > 0.01 and info.value.best["cost_usd"] > 1
+    assert "--" not in text  # the library speaks of parameters, not CLI flags
     big = copy.deepcopy(MINIMAL)
     big["model"]["parameters"] = 200_000_000_000
-    with pytest.raises(NoFeasibleConfigError, match="No fleet fits the model in GPU memory"):
+    with pytest.raises(NoFeasibleConfigError, match="No fleet holds the model in GPU memory") as info:
         rank(load_profile(big), Constraints(steps=10), catalog=catalog)
+    assert info.value.binding == ("memory",)
 
 
 def test_spot_economics_follow_young_daly() -> None:
@@ -89,7 +94,7 @@ def test_allow_deny_and_bad_constraints(profile, catalog) -> None:
     plan = rank(profile, Constraints(steps=1000, allow=("g5",), deny=("g5.48xlarge",)), catalog=catalog)
     assert {g.instance_type.split(".")[0] for e in plan.entries for g in e.groups} == {"g5"}
     assert all(g.instance_type != "g5.48xlarge" for e in plan.entries for g in e.groups)
-    with pytest.raises(ConfigError, match="exactly one of 'steps', 'samples' or 'epochs'"):
+    with pytest.raises(ConfigError, match="exactly one of 'steps' \\(optimizer steps\\), 'samples' or 'epochs'"):
         rank(profile, Constraints(), catalog=catalog)
     with pytest.raises(ConfigError, match="Did you mean 'cost'"):
         rank(profile, Constraints(steps=10, objective="cots"), catalog=catalog)
@@ -219,15 +224,15 @@ def test_parse_market() -> None:
 
 
 def test_pareto_with_anchors_equals_the_exact_front() -> None:
-    from predictor.rank import _exact_front, _pareto
+    from predictor.ranking.pareto import exact_front, pareto
 
     rng = np.random.default_rng(7)
     time_h = rng.lognormal(0, 1, 200_000)
     cost = 1000 / time_h * rng.lognormal(0, 0.3, len(time_h))  # faster is dearer, with spread
     time_h[:100] = time_h[100:200]  # equal times
     idx = np.arange(len(time_h))
-    front = _pareto(idx, time_h, cost)
-    assert front.tolist() == _exact_front(idx, time_h, cost).tolist()
+    front = pareto(idx, time_h, cost)
+    assert front.tolist() == exact_front(idx, time_h, cost).tolist()
     assert 5 < len(front) < 1000
 
 

@@ -105,3 +105,26 @@ def test_setup_errors_name_the_fix(tmp_path, setting, monkeypatch) -> None:
         trainer([MigrationTriggers(plan, 0, str(tmp_path), profile=profile)], max_steps=2).fit(
             TinyModel(), train_dataloaders=loader()
         )
+
+
+def test_remaining_work_counts_optimizer_steps_of_the_global_batch_with_accumulation(tmp_path, catalog) -> None:
+    # 8 per batch, 4 batches per optimizer step: the global batch is 32 samples, and 100 steps left are 3,200 samples
+    data = {**copy.deepcopy(MINIMAL), "batch": {"per_device": 8, "accumulate_grad_batches": 4}}
+    profile = load_profile({**data, "timing": {"step_time_s": {"p50": 0.01}}})
+    c = Constraints(steps=100_000, market="on-demand", allow=("g4dn.xlarge", "g5.xlarge"), max_instances=2)
+    plan = rank(profile, c, catalog=catalog)
+    assert plan.entries[0].global_batch == 32
+    dearer = _refreshed(catalog, plan.entries[0].groups[0].instance_type, 5.0)
+    triggers = MigrationTriggers(
+        plan, 0, str(tmp_path), profile=profile, drift_threshold=9.99, catalog_loader=lambda: dearer, work_from="plan"
+    )
+
+    class Trainer:  # what _check reads of a Trainer that accumulates 4 batches per optimizer step
+        global_step, accumulate_grad_batches, callbacks = 10, 4, []
+
+    triggers.poll_s = 0.01
+    triggers._stop.set()  # do not wait for the launcher's answer
+    triggers._check(Trainer(), 0.01, 100)
+    (decision,) = triggers.decisions
+    assert decision.remaining_samples == 100 * 32
+    assert decision.measured_throughput_samples_s == pytest.approx(8 / 0.01)  # one batch of 8 per measured step

@@ -145,9 +145,10 @@ def _ops_backward_share(profile: Profile) -> float:
 
 
 def grad_bytes(profile: Profile) -> float:
-    return float(
-        profile.model.gradient_bytes if profile.model.gradient_bytes is not None else profile.model.parameters * 4
-    )
+    """Bytes DDP all-reduces per step: the measured gradient bytes, else 4 per trainable parameter."""
+    m = profile.model
+    trainable = m.parameters if m.trainable_parameters is None else min(m.trainable_parameters, m.parameters)
+    return float(m.gradient_bytes if m.gradient_bytes is not None else trainable * 4)
 
 
 def bucket_sizes(profile: Profile) -> Buckets:

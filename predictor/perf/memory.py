@@ -33,18 +33,27 @@ class MemoryEstimate:
 
 
 def estimate_memory(profile: Profile, per_device_batch: float, gpu_memory_gib: float) -> MemoryEstimate:
+    """Memory of one GPU at ``per_device_batch`` samples per micro-step.
+
+    Only trainable parameters have gradients and optimizer state: with ``model.trainable_parameters`` recorded (a
+    LoRA run trains 40M of 7B), frozen weights count once. Measured gradient and optimizer-state bytes win over the
+    estimates from the parameter counts.
+    """
     model = profile.model
-    weights = model.parameters * BYTES_PER_PARAM.get(model.precision, 4)
-    grads = model.gradient_bytes if model.gradient_bytes is not None else weights
-    optimizer = (
-        model.optimizer_state_bytes
-        if model.optimizer_state_bytes
-        else (model.trainable_parameters or model.parameters) * ADAM_STATE_BYTES_PER_PARAM
-    )
+    per_param = BYTES_PER_PARAM.get(model.precision, 4)
+    counted = model.trainable_parameters
+    trainable = model.parameters if counted is None else min(counted, model.parameters)
+    weights = model.parameters * per_param
+    grads = model.gradient_bytes if model.gradient_bytes is not None else trainable * per_param
+    optimizer = model.optimizer_state_bytes if model.optimizer_state_bytes else trainable * ADAM_STATE_BYTES_PER_PARAM
     static = weights + grads + optimizer
     mem = profile.memory
     activations: float | None = None
-    basis = "weights + gradients + optimizer state"
+    basis = "weights + gradients + optimizer state" + (
+        f" (gradients and optimizer state of the {trainable:,} trainable parameters only)"
+        if trainable < model.parameters
+        else ""
+    )
     if mem is not None and mem.peak_allocated_bytes:
         measured = max(0.0, mem.peak_allocated_bytes - static)
         activations = measured * per_device_batch / profile.batch.per_device

@@ -101,12 +101,14 @@ def main() -> None:
     p.add_argument("--triggers-after", type=int, default=10, help="steps measured before the first check")
     args = p.parse_args()
     out = Path(args.out)
+    accumulation = 1
     if args.from_env:
         args.batch_sizes = os.environ["SRIFTY_BATCH_SIZES"]
+        accumulation = int(os.environ.get("SRIFTY_ACCUMULATE_GRAD_BATCHES", "1"))
     out.mkdir(parents=True, exist_ok=True)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     rank = int(os.environ.get("LOCAL_RANK", "0"))
-    sampler = GlobalBatchSampler(N, sizes, rank, shuffle=True, seed=7)
+    sampler = GlobalBatchSampler(N, sizes, rank, shuffle=True, seed=7, accumulate_grad_batches=accumulation)
     loader = DataLoader(Indexed(), batch_sampler=sampler)
     ckpt_dir = os.environ["SRIFTY_CHECKPOINT_DIR"] if args.from_env else str(out / "ckpt")
     preemption = SpotPreemption(ckpt_dir, exit_process=False)
@@ -132,6 +134,7 @@ def main() -> None:
         devices=len(sizes),
         strategy=strategy,
         max_steps=args.max_steps,
+        accumulate_grad_batches=accumulation,
         use_distributed_sampler=False,
         logger=False,
         enable_checkpointing=False,

@@ -1,0 +1,101 @@
+"""Plan building: one ranked candidate as a :class:`PlanEntry` (groups with their whole per-GPU batches and
+accumulation), and the plan's notes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor.catalog.instances import InstanceType
+from predictor.perf.batch import rank_batches
+from predictor.plan import PlanEntry, PlanGroup
+from predictor.predict_many import ManyPredictions
+from predictor.profile import Profile
+from predictor.ranking.candidates import MARKET_NAMES, Candidates
+from predictor.ranking.explain import migration_effort, performance_risk
+from predictor.spot import SpotCost, risk_label
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The arrays over candidates an entry is read from."""
+
+    many: ManyPredictions
+    cand: Candidates
+    spot: SpotCost
+    time_h: np.ndarray
+    cost: np.ndarray
+    usd_hr: np.ndarray
+    regions: tuple[str, ...]
+
+
+def entry(
+    scored: Scored,
+    i: int,
+    rank_no: int,
+    types: list[InstanceType],
+    profile: Profile,
+    current: tuple[str, str, float] | None,
+    pareto: bool,
+) -> PlanEntry:
+    many, cand, spot = scored.many, scored.cand, scored.spot
+    sh = int(cand.shape[i])
+    accumulation = int(many.accumulation[sh])
+    groups = []
+    for k in range(many.counts.shape[1]):
+        c = int(many.counts[sh, k])
+        if c == 0:
+            continue
+        it = types[int(many.type_index[sh, k])]
+        groups.append(
+            PlanGroup(
+                instance_type=it.name,
+                count=c,
+                gpus_per_instance=it.gpus,
+                gpu=it.gpu or "",
+                on_demand=int(cand.on_demand[i, k]),
+                spot=int(cand.spot[i, k]),
+                usd_per_hour=float(cand.group_usd[i, k]),
+                per_device_batch=float(many.per_device_batch[sh, k]),
+                throughput_samples_s=float(
+                    many.per_device_batch[sh, k] * many.group_gpus[sh, k] / many.iteration_time_s[sh]
+                ),
+                micro_batches=tuple(
+                    rank_batches(many.micro_low[sh, k], many.micro_plus[sh, k], int(many.group_gpus[sh, k]))
+                ),
+                accumulate_grad_batches=accumulation,
+            )
+        )
+    nodes = sum(g.count for g in groups)
+    step = float(many.iteration_time_s[sh])
+    lo, hi = float(many.iteration_time_lo_s[sh]) / step, float(many.iteration_time_hi_s[sh]) / step
+    cost = float(scored.cost[i])
+    tau = spot.checkpoint_interval_s[i]
+    return PlanEntry(
+        rank=rank_no,
+        fleet=",".join(f"{g.instance_type}:{g.count}" for g in groups),
+        groups=tuple(groups),
+        gpus=sum(g.count * g.gpus_per_instance for g in groups),
+        nodes=nodes,
+        region=scored.regions[int(cand.region[i])],
+        market=str(MARKET_NAMES[cand.market[i]]),
+        spot_share=sum(g.spot for g in groups) / nodes,
+        usd_per_hour=float(scored.usd_hr[i]),
+        iteration_time_s=step,
+        iteration_time_interval_s=(step * lo, step * hi),
+        throughput_samples_s=float(many.throughput_samples_s[sh]),
+        time_h=float(scored.time_h[i]),
+        cost_usd=cost,
+        cost_interval_usd=(cost * lo, cost * hi),
+        expected_interruptions=float(spot.expected_interruptions[i]),
+        interruption_overhead_s=float(spot.per_interruption_s[i]),
+        risk=str(risk_label(spot.expected_interruptions[i : i + 1])[0]),
+        performance_risk=performance_risk(float(many.model_sd[sh])),
+        migration_effort=migration_effort(groups, profile, current),
+        savings_vs_current=(1 - cost / current[2]) if current and current[2] > 0 else None,
+        memory_gib=float(many.memory_gib[sh]),
+        pareto=pareto,
+        checkpoint_interval_s=float(tau) if np.isfinite(tau) else None,
+        global_batch=round(float(many.global_batch[sh])),
+    )

@@ -1,0 +1,268 @@
+"""What a ranking is asked: :class:`Constraints`, built and defaulted here for the CLI, the callback, the service,
+the plan and the re-plan (:meth:`Constraints.build`, :meth:`Constraints.from_plan`), with the objective and the
+market as enums and the work as a :class:`predictor.work.Work`."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from predictor._validation import check_choice, check_int, check_number
+from predictor.exceptions import ConfigError
+from predictor.plan import PlanConstraints
+from predictor.predict_many import SCALINGS, Scaling
+from predictor.profile import Profile
+from predictor.work import Work, global_batch
+
+
+class Objective(str, enum.Enum):
+    """What is minimised."""
+
+    COST = "cost"
+    TIME = "time"
+    COST_PER_SAMPLE = "cost_per_sample"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Market(str, enum.Enum):
+    """Capacity markets considered: one, or ``any`` (on-demand, spot and mixed each)."""
+
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+    MIXED = "mixed"  # an on-demand base plus a spot share
+    ANY = "any"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def markets(self) -> tuple[str, ...]:
+        """The markets candidates are priced in."""
+        return ("on-demand", "spot", "mixed") if self is Market.ANY else (self.value,)
+
+
+OBJECTIVES = tuple(o.value for o in Objective)
+MARKETS = tuple(m.value for m in Market)
+OWNER = "rank()"
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What the user wants.
+
+    The work is one of ``steps`` (optimizer steps of the profiled global batch, as Lightning's ``max_steps``
+    counts them), ``samples``, or ``epochs`` x ``steps_per_epoch`` (optimizer steps in one epoch).
+    ``scaling``: "strong" (the default) trains every fleet with the profiled global batch; "weak" keeps the
+    profiled per-GPU batch, so the global batch (and the training) changes with the fleet.
+    ``allow_arm64``: rank arm64 (Graviton) instance types too, for a training image built for arm64 (a profile
+    measured on arm64 allows them without it).
+    """
+
+    steps: int | None = None
+    samples: float | None = None
+    epochs: float | None = None
+    steps_per_epoch: int | None = None
+    deadline_h: float | None = None
+    budget_usd: float | None = None
+    objective: Objective = Objective.COST
+    regions: tuple[str, ...] = ("us-east-1",)
+    market: Market = Market.ANY
+    spot_share: float = 0.5  # mixed market: share of instances above the base bought on spot
+    on_demand_base: int = 1  # mixed market: on-demand instances before the share applies
+    max_instances: int = 16
+    max_types: int = 1  # instance types per fleet: 1 = homogeneous only, 2 or 3 = mixes allowed
+    max_hourly_usd: float | None = None
+    allow: tuple[str, ...] = field(default=())  # instance types or families; empty = all
+    deny: tuple[str, ...] = field(default=())
+    min_memory_headroom: float = 0.0
+    current_fleet: str | None = None  # what savings and migration effort are measured against
+    top: int = 10
+    scaling: Scaling = "strong"
+    allow_arm64: bool = False
+
+    def __post_init__(self) -> None:  # accept the enums' values (JSON, argparse) as well as the enums
+        for name, kind in (("objective", Objective), ("market", Market)):
+            value = getattr(self, name)
+            if not isinstance(value, kind) and value in [k.value for k in kind]:
+                object.__setattr__(self, name, kind(value))
+        for name in ("regions", "allow", "deny"):
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                object.__setattr__(self, name, tuple(value))
+            elif isinstance(value, str):
+                object.__setattr__(self, name, tuple(v.strip() for v in value.split(",") if v.strip()))
+
+    @classmethod
+    def build(cls, **given: Any) -> Constraints:
+        """Constraints from keyword values where ``None`` means the default; ``market`` may be ``"spot:0.7"``
+        (mixed with that spot share). The one place the CLI, the callback and the service build them."""
+        values = {k: v for k, v in given.items() if v is not None}
+        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ConfigError(
+                f"rank() has no constraint {unknown[0]!r}; the constraints are "
+                + ", ".join(f.name for f in dataclasses.fields(cls))
+                + ".",
+                parameter=unknown[0],
+                value=values[unknown[0]],
+            )
+        if isinstance(values.get("market"), str):
+            market, share = parse_market(values["market"])
+            values["market"] = market
+            if share is not None:
+                values["spot_share"] = share
+        return cls(**values)
+
+    @classmethod
+    def from_plan(cls, plan: PlanConstraints, **changes: Any) -> Constraints:
+        """The constraints a plan was made under (for a re-plan), with ``changes`` (e.g. the remaining work)."""
+        values = {
+            "samples": plan.work_samples,
+            "deadline_h": plan.deadline_h,
+            "budget_usd": plan.budget_usd,
+            "objective": plan.objective,
+            "regions": tuple(plan.regions),
+            "market": plan.market,
+            "spot_share": plan.spot_share,
+            "on_demand_base": plan.on_demand_base,
+            "max_instances": plan.max_instances,
+            "max_types": plan.max_types,
+            "max_hourly_usd": plan.max_hourly_usd,
+            "min_memory_headroom": plan.min_memory_headroom,
+            "allow": tuple(plan.allow or ()),
+            "deny": tuple(plan.deny or ()),
+            "current_fleet": plan.current_fleet,
+            # a plan that does not say was made when every ranking kept the per-GPU batch
+            "scaling": plan.scaling or "weak",
+            "allow_arm64": plan.allow_arm64,
+        }
+        return cls.build(**{**values, **changes})
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the parameter, the value and the fix."""
+        given = [name for name in ("steps", "samples", "epochs") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ConfigError(
+                "Give the work as exactly one of 'steps' (optimizer steps), 'samples' or 'epochs' (with "
+                f"'steps_per_epoch'), e.g. steps=100000. Got {', '.join(given) or 'none'}.",
+                parameter="steps",
+                value=self.steps,
+            )
+        if self.steps is not None:
+            check_int(OWNER, "steps", self.steps, minimum=1)
+        if self.samples is not None:
+            check_number(OWNER, "samples", self.samples, minimum=0, exclusive=True)
+        if self.epochs is not None:
+            check_number(OWNER, "epochs", self.epochs, minimum=0, exclusive=True)
+            if self.steps_per_epoch is None:
+                raise ConfigError(
+                    "'epochs' needs 'steps_per_epoch' (the optimizer steps in one epoch), e.g. epochs=3, "
+                    "steps_per_epoch=5000.",
+                    parameter="steps_per_epoch",
+                    value=None,
+                )
+            check_int(OWNER, "steps_per_epoch", self.steps_per_epoch, minimum=1)
+        for name in ("deadline_h", "budget_usd", "max_hourly_usd"):
+            if getattr(self, name) is not None:
+                check_number(OWNER, name, getattr(self, name), minimum=0, exclusive=True)
+        check_choice(OWNER, "objective", self.objective, OBJECTIVES)
+        check_choice(OWNER, "market", self.market, MARKETS)
+        check_choice(OWNER, "scaling", self.scaling, SCALINGS)
+        check_number(OWNER, "spot_share", self.spot_share, minimum=0, maximum=1)
+        check_int(OWNER, "on_demand_base", self.on_demand_base, minimum=0)
+        check_int(OWNER, "max_instances", self.max_instances, minimum=1)
+        check_int(OWNER, "max_types", self.max_types, minimum=1, maximum=3)
+        check_int(OWNER, "top", self.top, minimum=1)
+        check_number(OWNER, "min_memory_headroom", self.min_memory_headroom, minimum=0, maximum=0.9)
+        if not isinstance(self.allow_arm64, bool):
+            raise ConfigError(
+                f"The 'allow_arm64' parameter of rank() must be True or False. Got {self.allow_arm64!r}.",
+                parameter="allow_arm64",
+                value=self.allow_arm64,
+            )
+        if not self.regions:
+            raise ConfigError("Give at least one region, e.g. regions=('us-east-1',).", parameter="regions", value=())
+
+    def work(self, profile: Profile) -> Work:
+        """The work in samples, optimizer steps and batches, in the profiled global batch
+        (:func:`predictor.work.global_batch`)."""
+        accumulation = int(profile.batch.accumulate_grad_batches or 1)
+        gb = global_batch(profile)
+        if self.samples is not None:
+            return Work(float(self.samples), gb, accumulation)
+        steps = self.steps if self.steps is not None else (self.epochs or 0) * (self.steps_per_epoch or 0)
+        return Work.of_steps(steps, gb, accumulation)
+
+    def to_request(self) -> dict[str, Any]:
+        """JSON-ready values of the set fields (what ``POST /v1/rank`` takes as ``constraints``)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = (
+                value.value if isinstance(value, enum.Enum) else list(value) if isinstance(value, tuple) else value
+            )
+        return out
+
+    def limits(self) -> Mapping[str, float]:
+        """The limits that are set: ``max_hourly_usd``, ``deadline_h``, ``budget_usd``."""
+        named = {"max_hourly_usd": self.max_hourly_usd, "deadline_h": self.deadline_h, "budget_usd": self.budget_usd}
+        return {k: float(v) for k, v in named.items() if v is not None}
+
+    def to_plan(self, work: Work, current_fleet: str | None) -> PlanConstraints:
+        """What the plan records of these constraints."""
+        mixed = "mixed" in Market(self.market).markets()
+        return PlanConstraints(
+            work_samples=work.samples,
+            objective=Objective(self.objective).value,
+            market=Market(self.market).value,
+            regions=tuple(self.regions),
+            max_instances=self.max_instances,
+            max_types=self.max_types,
+            spot_share=self.spot_share if mixed else None,
+            on_demand_base=self.on_demand_base if mixed else None,
+            current_fleet=current_fleet,
+            allow=tuple(self.allow) or None,
+            deny=tuple(self.deny) or None,
+            deadline_h=self.deadline_h,
+            budget_usd=self.budget_usd,
+            max_hourly_usd=self.max_hourly_usd,
+            min_memory_headroom=self.min_memory_headroom,
+            scaling=self.scaling,
+            global_batch=work.global_batch if self.scaling == "strong" else None,
+            allow_arm64=self.allow_arm64 or None,
+        )
+
+
+def parse_market(text: str) -> tuple[str, float | None]:
+    """``on-demand``, ``spot``, ``any``, ``mixed`` or ``spot:0.7`` (mixed with that spot share)."""
+    value = str(text).strip().lower()
+    if value.startswith("spot:"):
+        try:
+            share = float(value.split(":", 1)[1])
+        except ValueError:
+            share = -1.0
+        if not 0 <= share <= 1:
+            raise ConfigError(
+                f"Cannot read the spot share in market {text!r}: write e.g. 'spot:0.75' (75% of the instances above "
+                "the on-demand base on spot).",
+                parameter="market",
+                value=text,
+            )
+        return "mixed", share
+    check_choice(OWNER, "market", value, MARKETS)
+    return value, None
+
+
+def constraint_defaults() -> dict[str, Any]:
+    """Every constraint's default (the service's request model and the CLI take theirs from here)."""
+    out = {}
+    for f in dataclasses.fields(Constraints):
+        value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        out[f.name] = value.value if isinstance(value, enum.Enum) else value
+    return out

@@ -1,0 +1,246 @@
+"""``rank(profile, constraints)``: every feasible candidate fleet predicted, priced with spot risk, filtered and
+ranked (see :mod:`predictor.ranking`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor.catalog.catalog import Catalog
+from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
+from predictor.fleet import parse_fleet
+from predictor.plan import PLAN_SCHEMA, Plan, PlanCalibration
+from predictor.predict_many import predict_mixes, row_sum
+from predictor.profile import Profile
+from predictor.ranking import candidates as cands
+from predictor.ranking.build import Scored, entry
+from predictor.ranking.constraints import Constraints, Market, Objective
+from predictor.ranking.explain import infeasible, why
+from predictor.ranking.feasible import exclusion
+from predictor.ranking.pareto import pareto
+from predictor.spot import DEFAULT_CHECKPOINT_S, spot_cost
+from predictor.work import Work
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured/predicted throughput factors by GPU key for one model (from observed runs)."""
+
+    factors: Mapping[str, float]
+    observations: Mapping[str, int]
+
+    def entries(self) -> list[PlanCalibration]:
+        return [PlanCalibration(gpu, float(f), int(self.observations.get(gpu, 1))) for gpu, f in self.factors.items()]
+
+
+def rank(
+    profile: Profile,
+    constraints: Constraints,
+    *,
+    catalog: Catalog | None = None,
+    checkpoint_s: float | None = None,
+    calibration: Calibration | None = None,
+) -> Plan:
+    """Rank fleets; raise NoFeasibleConfigError (with the binding constraint and hints) when none is feasible.
+
+    ``checkpoint_s``: what one checkpoint costs (save, and load after an interruption); default: the profile's
+    measured cost (``profile.checkpoint``), else :data:`predictor.spot.DEFAULT_CHECKPOINT_S`.
+    """
+    constraints.validate()
+    checkpoint_note = "assumed"
+    if checkpoint_s is None:
+        measured = profile.checkpoint
+        if measured is not None:
+            checkpoint_s = max(measured.save_s, measured.load_s or 0.0)
+            checkpoint_note = f"measured by the profile ({measured.where or 'local'}; remote storage adds its transfer)"
+        else:
+            checkpoint_s = DEFAULT_CHECKPOINT_S
+    catalog = catalog or Catalog.load()
+    work = constraints.work(profile)
+    markets = Market(constraints.market).markets()
+    excluded: dict[str, int] = {}
+    excluded_types: dict[str, int] = {}
+    types = cands.instance_types(profile, constraints, catalog, excluded_types)
+    if not types:
+        raise NoFeasibleConfigError(
+            "No instance type is left to rank: "
+            + (", ".join(f"{n} {why}" for why, n in excluded_types.items()) or "the catalog has no CUDA types")
+            + ". Check allow/deny, regions (prices are bundled for us-east-1 and a few more) and allow_arm64.",
+            binding=("instance_types",),
+            excluded=excluded_types,
+            hints=("allow", "deny", "regions", "allow_arm64"),
+        )
+    names = [it.name for it in types]
+    factors = dict(calibration.factors) if calibration else None
+    efficient = (
+        cands.efficient_types(profile, names, types, catalog, factors, constraints)
+        if constraints.max_types >= 3
+        else []
+    )
+    total = cands.shape_count(len(types), len(efficient), constraints) * len(markets) * len(constraints.regions)
+    if total > cands.MAX_CANDIDATES:
+        raise ConfigError(
+            f"{total:,} candidate fleets is over the limit of {cands.MAX_CANDIDATES:,}: lower max_instances "
+            f"({constraints.max_instances}) or max_types ({constraints.max_types}), or narrow the types with allow.",
+            parameter="max_instances",
+            value=constraints.max_instances,
+        )
+    tidx, cnt = cands.shapes(len(types), constraints, efficient)
+    many = predict_mixes(profile, names, tidx, cnt, catalog=catalog, calibration=factors, scaling=constraints.scaling)
+    cand = cands.price(many, types, constraints, markets, excluded)
+    if not len(cand.shape):
+        raise NoFeasibleConfigError(
+            f"No fleet has a {constraints.market} price in {', '.join(constraints.regions)}. "
+            "Try regions=('us-east-1',) or market='any'.",
+            binding=("market",),
+            excluded=excluded,
+            hints=("regions", "market"),
+        )
+    s = cand.shape
+    spot = spot_cost(work.samples / many.throughput_samples_s[s], np.ones(len(s)), cand.rate_per_hr, checkpoint_s)
+    time_h = spot.expected_time_s / 3600
+    usd_hr = row_sum(cand.group_usd)
+    cost = usd_hr * time_h
+    values = {"time_h": time_h, "cost_usd": cost, "usd_per_hour": usd_hr}
+
+    splittable = many.splittable[s]
+    cands.count(excluded, f"more GPUs than the {work.global_batch} samples of the global batch", ~splittable)
+    fits = many.fits_memory[s] & (many.memory_share[s] <= 1 - constraints.min_memory_headroom)
+    cands.count(
+        excluded,
+        "does not fit in GPU memory (with the headroom asked"
+        + (", even with gradient accumulation)" if constraints.scaling == "strong" else ")"),
+        splittable & ~fits,
+    )
+    ok = splittable & fits
+    keep = ok.copy()
+    for name, limit in constraints.limits().items():
+        measure = {"max_hourly_usd": usd_hr, "deadline_h": time_h, "budget_usd": cost}[name]
+        over = keep & (measure > limit)
+        cands.count(excluded, f"over {name}", over)
+        keep &= ~over
+    if not keep.any():
+        raise infeasible(constraints, ok, values, excluded)
+
+    key = time_h if constraints.objective == Objective.TIME else cost
+    keyed = np.where(keep, key, np.inf)
+    top = min(constraints.top, int(keep.sum()))
+    head = np.argpartition(keyed, top - 1)[:top] if top < len(keyed) else np.arange(len(keyed))
+    order = [int(i) for i in head[np.lexsort((time_h[head], keyed[head]))]][:top]
+    pareto_idx = pareto(np.flatnonzero(keep), time_h, cost)
+    pareto_set = {int(i) for i in pareto_idx}
+    current, current_note = _current(profile, constraints, catalog, work, factors)
+    scored = Scored(many, cand, spot, time_h, cost, usd_hr, tuple(constraints.regions))
+
+    def one(i: int, rank_no: int):
+        return entry(scored, i, rank_no, types, profile, current, i in pareto_set)
+
+    entries = [one(i, r + 1) for r, i in enumerate(order)]
+    front = [one(int(i), int((keyed < keyed[i]).sum()) + 1) for i in pareto_idx]
+    return Plan(
+        schema=PLAN_SCHEMA,
+        constraints=constraints.to_plan(work, current[0] if current else None),
+        entries=tuple(entries),
+        pareto=tuple(front),
+        chosen=0,
+        why=why(constraints, entries[0], ok, values, key),
+        considered=len(s),
+        excluded=excluded,
+        excluded_types=excluded_types or None,
+        calibration=tuple(calibration.entries()) if calibration and calibration.factors else None,
+        catalog_source=catalog.info.source,
+        catalog_snapshot=catalog.info.snapshot,
+        model=profile.model.name,
+        profile_gpu=profile.hardware.gpu,
+        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        notes=tuple(
+            _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
+            + ([current_note] if current_note else [])
+        ),
+    )
+
+
+def _notes(
+    constraints: Constraints,
+    work: Work,
+    checkpoint_s: float,
+    checkpoint_note: str,
+    names: list[str],
+    efficient: list[int],
+    calibration: Calibration | None,
+    current: tuple[str, str, float] | None,
+) -> list[str]:
+    if constraints.scaling == "strong":
+        scaling = (
+            f"strong scaling: every fleet trains the profiled global batch of {work.global_batch} samples per "
+            "optimizer step (the same training), split over its GPUs, with gradient accumulation where a GPU cannot "
+            "hold its share"
+        )
+    else:
+        scaling = (
+            "weak scaling (asked): every GPU keeps the profiled per-GPU batch, so the global batch grows with the "
+            "fleet and the training changes (learning rate, convergence)"
+        )
+    notes = [
+        scaling,
+        f"work: {work.samples:,.0f} samples ({work.optimizer_steps:,.0f} optimizer steps of the profiled global batch "
+        f"of {work.global_batch}); spot overhead with a {checkpoint_s:.3g} s checkpoint ({checkpoint_note}) and Spot "
+        "Advisor interruption rates; any lost instance stops a synchronous DDP step until it is replaced",
+    ]
+    if constraints.max_types >= 3 and len(names) > cands.MIX3_TYPES:
+        notes.append(
+            f"3-type mixes formed from the {cands.MIX3_TYPES} most cost-efficient types only: "
+            + ", ".join(names[j] for j in efficient)
+        )
+    if calibration and calibration.factors:
+        notes.append(
+            "calibrated from observed runs of this model: "
+            + ", ".join(
+                f"{g} x{f:.2f} ({calibration.observations.get(g, 1)} runs)" for g, f in calibration.factors.items()
+            )
+        )
+    if current:
+        notes.append(f"savings and migration effort against {current[0]} ({current[2]:,.2f} USD for the work)")
+    return notes
+
+
+def _current(
+    profile: Profile, constraints: Constraints, catalog: Catalog, work: Work, factors: dict[str, float] | None
+) -> tuple[tuple[str, str, float] | None, str | None]:
+    """((fleet, GPU, on-demand cost of the work) of the current hardware when known, priced and able to train the
+    model; else None), and a note when it is known but cannot be compared."""
+    text = constraints.current_fleet
+    if text is None and profile.hardware.instance_type:
+        text = f"{profile.hardware.instance_type}:{max(1, profile.hardware.nodes)}"
+    if text is None:
+        return None, None
+    try:
+        fleet = parse_fleet(text, catalog)
+    except SriftyError:
+        if constraints.current_fleet is not None:
+            raise
+        return None, None  # the profiled instance is not in the catalog: no comparison
+    from predictor.predict import predict
+
+    reason = None
+    for g in fleet.groups:
+        gpu = catalog.gpu(g.instance.gpu) if g.instance.gpu in catalog.gpus else None
+        reason = reason or exclusion(g.instance, gpu, profile, allow_arm64=True)
+    try:
+        pred = predict(profile, fleet, catalog=catalog, calibration=factors, scaling=constraints.scaling)
+        if not pred.fits_memory:
+            reason = reason or "it cannot hold the model in GPU memory"
+    except PredictionError as exc:
+        reason = reason or str(exc)
+        pred = None
+    if reason or pred is None:
+        return None, f"no savings computed: the current fleet {fleet} cannot train this model ({reason})"
+    usd = sum((g.instance.price_usd_hr(constraints.regions[0]) or math.nan) * g.count for g in fleet.groups)
+    if not math.isfinite(usd):
+        return None, None
+    gpu = ",".join(sorted({g.instance.gpu or "" for g in fleet.groups}))
+    return (str(fleet), gpu, usd * work.samples / pred.throughput_samples_s / 3600), None

@@ -1,0 +1,133 @@
+"""The ranking in words: which constraint binds (measured, not guessed), why the first fleet is first, why none is
+feasible (a structured :class:`NoFeasibleConfigError`), and the risk and effort labels of an entry."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from predictor.exceptions import NoFeasibleConfigError
+from predictor.plan import PlanEntry, PlanGroup
+from predictor.profile import Profile
+from predictor.ranking.constraints import Constraints, Objective
+
+# performance risk from the prediction's relative sd: the 80% interval is within exp(+-1.28 sd)
+PERFORMANCE_RISK_SD = (0.10, 0.25)
+GOALS = {
+    Objective.COST: "the lowest expected cost",
+    Objective.TIME: "the shortest expected time",
+    Objective.COST_PER_SAMPLE: "the lowest cost per sample",
+}
+# what each limit bounds: (the value it is compared with, how a value reads)
+LIMIT_OF = {"max_hourly_usd": "usd_per_hour", "deadline_h": "time_h", "budget_usd": "cost_usd"}
+HINTS = {
+    "deadline_h": "raise deadline_h, or allow more instances (max_instances) and mixes of types (max_types=2)",
+    "budget_usd": "raise budget_usd, or allow spot capacity (market='any')",
+    "max_hourly_usd": "raise max_hourly_usd, or allow spot capacity (market='any')",
+}
+
+
+def fmt(name: str, value: float) -> str:
+    """A value the way its parameter reads: hours, dollars, dollars per hour."""
+    if name in ("time_h", "deadline_h"):
+        return f"{value:,.3g} h"
+    if name in ("usd_per_hour", "max_hourly_usd"):
+        return f"${value:,.2f}/h"
+    return f"${value:,.2f}"
+
+
+def within(
+    constraints: Constraints, ok: np.ndarray, values: Mapping[str, np.ndarray], *, leave_out: str | None = None
+) -> np.ndarray:
+    """Candidates that are ``ok`` and meet every set limit except ``leave_out``."""
+    keep = ok.copy()
+    for name, limit in constraints.limits().items():
+        if name != leave_out:
+            keep &= values[LIMIT_OF[name]] <= limit
+    return keep
+
+
+def binding(
+    constraints: Constraints, ok: np.ndarray, values: Mapping[str, np.ndarray], key: np.ndarray, than: float
+) -> dict[str, float]:
+    """The set limits whose relaxation alone reaches a key below ``than``, with the best key it reaches."""
+    out = {}
+    for name in constraints.limits():
+        best = float(np.min(np.where(within(constraints, ok, values, leave_out=name), key, np.inf)))
+        if best < than * (1 - 1e-4):
+            out[name] = best
+    return out
+
+
+def why(
+    constraints: Constraints,
+    best: PlanEntry,
+    ok: np.ndarray,
+    values: Mapping[str, np.ndarray],
+    key: np.ndarray,
+) -> str:
+    """The first fleet in words: what it minimises, and which limits (if any) keep a better one out."""
+    objective = Objective(constraints.objective)
+    text = f"{best.fleet} ({best.market}, {best.region}) has {GOALS[objective]}: {best.time_h:.3g} h, "
+    text += f"${best.cost_usd:,.3g}"
+    chosen = best.time_h if objective is Objective.TIME else best.cost_usd
+    unit = "time_h" if objective is Objective.TIME else "cost_usd"
+    for name, reach in binding(constraints, ok, values, key, chosen).items():
+        limit = constraints.limits()[name]
+        text += f"; {name}={limit:g} binds (without it the best would reach {fmt(unit, reach)})"
+    return text
+
+
+def infeasible(
+    constraints: Constraints, ok: np.ndarray, values: Mapping[str, np.ndarray], excluded: Mapping[str, int]
+) -> NoFeasibleConfigError:
+    """Why no fleet is left: the binding limits and the best values within the others."""
+    if not ok.any():
+        return NoFeasibleConfigError(
+            "No fleet holds the model in GPU memory (with the headroom asked"
+            + (", even with gradient accumulation" if constraints.scaling == "strong" else "")
+            + "). Use GPUs with more memory, a smaller batch, or shard the model (FSDP / DeepSpeed).",
+            binding=("memory",),
+            excluded=excluded,
+            hints=("larger GPUs", "a smaller batch", "FSDP / DeepSpeed"),
+        )
+    alone = binding(constraints, ok, values, np.zeros(len(ok)), np.inf)
+    names = list(alone) or list(constraints.limits())
+    what = {"time_h": "the fastest fleet", "cost_usd": "the cheapest fleet", "usd_per_hour": "the lowest price"}
+    best, parts = {}, []
+    for name in names:
+        measure = LIMIT_OF[name]
+        pool = within(constraints, ok, values, leave_out=name)
+        scope = " within the other limits" if pool.any() and len(constraints.limits()) > 1 else ""
+        best[measure] = float(np.min(values[measure][pool if pool.any() else ok]))
+        parts.append(
+            f"{name}={constraints.limits()[name]:g} binds: {what[measure]}{scope} is {fmt(measure, best[measure])}"
+        )
+    if not alone and len(names) > 1:
+        parts.append("relaxing one of them alone leaves no fleet either")
+    hints = tuple(HINTS[n] for n in names)
+    return NoFeasibleConfigError(
+        "No fleet meets the constraints: " + "; ".join(parts) + ". Hints: " + "; ".join(hints) + ".",
+        binding=names,
+        best=best,
+        excluded=excluded,
+        hints=hints,
+    )
+
+
+def performance_risk(sd: float) -> str:
+    low, medium = PERFORMANCE_RISK_SD
+    return "low" if sd <= low else "medium" if sd <= medium else "high"
+
+
+def migration_effort(groups: list[PlanGroup], profile: Profile, current: tuple[str, str, float] | None) -> str:
+    gpus = {g.gpu for g in groups}
+    if len(gpus) > 1:
+        return "high"
+    fleet = ",".join(f"{g.instance_type}:{g.count}" for g in groups)
+    if current and fleet == current[0]:
+        return "none"
+    same_gpu = gpus == {current[1]} if current else gpus == {profile.hardware.gpu}
+    single_node = sum(g.count for g in groups) == 1
+    return "low" if same_gpu and single_node else "medium"

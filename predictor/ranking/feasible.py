@@ -1,0 +1,83 @@
+"""Can this instance type run the profiled training at all? CPU architecture, the GPU's support in the profiled torch
+build, and the profiled precision on the GPU. Each "no" is a reason, counted in the plan's ``excluded_types``.
+
+The rules (docs/catalog.md, "Which instance types are ranked"):
+
+- CPU architecture: arm64 (Graviton, e.g. g5g) needs an arm64 build of the training image and its wheels; it is
+  ranked only with ``allow_arm64=True`` or when the profile itself was measured on arm64/aarch64.
+- GPU support in torch: no torch CUDA build has kernels for compute capability below 3.7. From torch 2.0 the
+  official CUDA wheels are built for ``TORCH_CUDA_ARCH_LIST="5.0;6.0;7.0;7.5;8.0;8.6"`` (+9.0, and 3.7 only in
+  the CUDA 11.8 variant, which is not the default wheel) -- pytorch/builder ``manywheel/build_cuda.sh``. So a
+  profile made with torch >= 2 excludes compute capability < 5.0 (the K80 of p2); an unknown torch version keeps
+  only the 3.7 rule. (Newer default wheels built with CUDA 12.8+ drop more old architectures; that is not
+  modelled.)
+- Precision: bf16 (``bf16-mixed``, ``bf16-true``) needs compute capability >= 8.0 (Ampere), and transformer-engine
+  FP8 needs >= 8.9 (Ada, Hopper): excluded below. fp16 (``16-mixed``, ``16-true``) runs on every supported GPU; below
+  7.0 (no tensor cores, e.g. P100, M60) it is slower, which the compute model already prices from the GPU's fp16
+  peak, so it is not excluded.
+
+A GPU whose compute capability is unknown (a user-defined GPU without it) is not excluded.
+"""
+
+from __future__ import annotations
+
+from predictor.catalog.gpus import GPU
+from predictor.catalog.instances import InstanceType
+from predictor.profile import Profile
+
+MIN_CC_ANY_TORCH = (3, 7)
+MIN_CC_TORCH2 = (5, 0)
+MIN_CC_PRECISION = {
+    "bf16-mixed": ((8, 0), "bf16"),
+    "bf16-true": ((8, 0), "bf16"),
+    "transformer-engine": ((8, 9), "FP8 for transformer-engine"),
+    "transformer-engine-float16": ((8, 9), "FP8 for transformer-engine"),
+}
+ARM = ("arm64", "aarch64")
+
+ARM64 = "arm64 CPU (Graviton; rank it with allow_arm64=True and an arm64 training image)"
+NO_TORCH = "GPU without any torch build (compute capability < 3.7)"
+OLD_FOR_TORCH2 = "GPU older than torch 2.x CUDA wheels support (compute capability < 5.0)"
+
+
+def capability(gpu: GPU | None) -> tuple[int, int] | None:
+    """(major, minor) of the GPU's compute capability, None where unknown."""
+    text = gpu.compute_capability if gpu is not None else None
+    if not text:
+        return None
+    major, _, minor = str(text).partition(".")
+    try:
+        return int(major), int(minor or 0)
+    except ValueError:
+        return None
+
+
+def torch_major(profile: Profile) -> int | None:
+    """The major version of the torch the profile was made with ("2.4.1+cu121" -> 2), None where unknown."""
+    version = profile.software.torch if profile.software else None
+    try:
+        return int(str(version).split(".", 1)[0]) if version else None
+    except ValueError:
+        return None
+
+
+def profile_on_arm(profile: Profile) -> bool:
+    return (profile.hardware.cpu_arch or "").lower() in ARM
+
+
+def exclusion(it: InstanceType, gpu: GPU | None, profile: Profile, *, allow_arm64: bool) -> str | None:
+    """Why ``it`` cannot run the profiled training (a reason to count), or None when it can."""
+    if it.arch.lower() in ARM and not (allow_arm64 or profile_on_arm(profile)):
+        return ARM64
+    cc = capability(gpu)
+    if cc is None:
+        return None
+    if cc < MIN_CC_ANY_TORCH:
+        return NO_TORCH
+    major = torch_major(profile)
+    if major is not None and major >= 2 and cc < MIN_CC_TORCH2:
+        return OLD_FOR_TORCH2
+    need = MIN_CC_PRECISION.get(profile.model.precision)
+    if need is not None and cc < need[0]:
+        return f"no {need[1]} on the GPU (compute capability < {need[0][0]}.{need[0][1]})"
+    return None
