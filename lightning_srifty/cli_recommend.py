@@ -51,6 +51,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         top=args.top,
         scaling=args.scaling,
         allow_arm64=args.allow_arm64 or None,
+        startup_s=args.startup_s,
+        dataset_gb=args.dataset_gb,
     )
     plan = rank(profile, constraints, catalog=load_catalog(args))
     if args.out:
@@ -109,6 +111,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="rank arm64 (Graviton, e.g. g5g) types too: the training image must be built for arm64",
     )
+    p.add_argument(
+        "--startup-s",
+        type=float,
+        help="a new fleet's whole start-up in seconds (default: per instance type, measured by srifty launch where "
+        "it has launched the type; provisioning, boot, setup and warm-up otherwise)",
+    )
+    p.add_argument("--dataset-gb", type=float, help="data staged onto every new instance before training (GB)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
     p.add_argument("--report", help="write a self-contained HTML report here (and the plot as PNG beside it)")

@@ -68,8 +68,10 @@ class PlanEntry:
     )
     iteration_time_interval_s: list[float] = doc_field("80% interval of the step time [p10, p90]")
     throughput_samples_s: float = doc_field("predicted samples per second", min=0)
-    time_h: float = doc_field("expected wall time for the work, spot interruptions and checkpoints included", min=0)
-    cost_usd: float = doc_field("expected cost for the work", min=0)
+    time_h: float = doc_field(
+        "expected wall time for the work: start-up, spot interruptions and checkpoints included", min=0
+    )
+    cost_usd: float = doc_field("expected cost for the work: per-second billing, 60 s minimum per instance", min=0)
     cost_interval_usd: list[float] = doc_field("80% interval of the cost from the step-time interval")
     expected_interruptions: float = doc_field("expected spot interruptions over the run (0 on-demand)", min=0)
     interruption_overhead_s: float = doc_field(
@@ -97,6 +99,12 @@ class PlanEntry:
         "strong scaling)",
         default=None,
         min=1,
+    )
+    startup_s: float | None = doc_field(
+        "start-up before the first step (provisioning, boot, setup, data staging, warm-up), included in time_h and "
+        "cost_usd; 0 for the fleet already running",
+        default=None,
+        min=0,
     )
 
     @property
@@ -162,6 +170,10 @@ class PlanConstraints:
         "strong scaling: the samples per optimizer step every fleet trains", default=None, min=1
     )
     allow_arm64: bool | None = doc_field("arm64 (Graviton) instance types were allowed", default=None)
+    startup_s: float | None = doc_field(
+        "a new fleet's start-up as given (null: per instance type, predictor/startup.py)", default=None, min=0
+    )
+    dataset_gb: float | None = doc_field("data staged onto every new instance before training", default=None, min=0)
 
 
 @dataclass(frozen=True)

@@ -29,19 +29,30 @@ class SpotCost:
 
 
 def spot_cost(
-    work_s: np.ndarray, instances: np.ndarray, rate_per_hr: np.ndarray, checkpoint_s: float = DEFAULT_CHECKPOINT_S
+    work_s: np.ndarray,
+    instances: np.ndarray,
+    rate_per_hr: np.ndarray,
+    checkpoint_s: float = DEFAULT_CHECKPOINT_S,
+    restart_s: np.ndarray | float = REPROVISION_S + RESTART_S,
 ) -> SpotCost:
     """Expected interruptions and total time of ``work_s`` seconds of training on spot capacity.
 
-    ``rate_per_hr`` is each instance's interruption rate (0 for on-demand).
+    ``rate_per_hr`` is each instance's interruption rate (0 for on-demand); ``restart_s`` what bringing the fleet
+    back costs after an interruption (its start-up: :mod:`predictor.startup`). The Young-Daly interval is capped by
+    the run: a run shorter than the interval takes no periodic checkpoint and loses, on average, half of itself.
     """
+    work_s = np.asarray(work_s, dtype=float)
     fleet_rate = np.asarray(instances, dtype=float) * np.asarray(rate_per_hr, dtype=float) / 3600.0  # per second
     with np.errstate(divide="ignore", invalid="ignore"):
         mtbi = np.where(fleet_rate > 0, 1.0 / fleet_rate, np.inf)
         tau = np.where(np.isfinite(mtbi), np.sqrt(2.0 * checkpoint_s * mtbi), np.inf)
-        # checkpoints slow the run by C / tau; each interruption costs fixed time + half an interval of lost work
-        checkpoint_time = np.where(np.isfinite(tau), work_s * checkpoint_s / tau, 0.0)
-        per_interruption = REPROVISION_S + RESTART_S + checkpoint_s + np.where(np.isfinite(tau), tau / 2.0, 0.0)
+        periodic = np.isfinite(tau) & (tau < work_s)
+        tau = np.where(periodic, tau, np.inf)
+        # checkpoints slow the run by C / tau; each interruption costs the restart + a checkpoint load + the work
+        # lost since the last checkpoint (half an interval, or half the run when it takes none)
+        checkpoint_time = np.where(periodic, work_s * checkpoint_s / tau, 0.0)
+        lost = np.where(periodic, tau, work_s) / 2.0
+        per_interruption = restart_s + checkpoint_s + lost
     running = work_s + checkpoint_time
     interruptions = fleet_rate * running
     overhead = checkpoint_time + interruptions * per_interruption

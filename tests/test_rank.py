@@ -32,7 +32,9 @@ def test_ranked_by_cost_with_times_and_costs_that_add_up(profile, catalog) -> No
     best = plan.entries[0]
     one = predict(profile, best.fleet, catalog=catalog)
     samples = 100_000 * 256
-    assert best.time_h == pytest.approx(samples / one.throughput_samples_s / 3600)
+    # a new fleet: its start-up (provisioning, boot, setup, warm-up) comes first, and is billed
+    assert best.startup_s == pytest.approx(180 + 120 + 60)
+    assert best.time_h == pytest.approx((samples / one.throughput_samples_s + best.startup_s) / 3600)
     assert best.cost_usd == pytest.approx(best.time_h * best.usd_per_hour)
     (group,) = best.groups
     assert best.usd_per_hour == pytest.approx(catalog.get(group.instance_type).price_usd_hr("us-east-1") * group.count)
@@ -88,6 +90,12 @@ def test_spot_economics_follow_young_daly() -> None:
     assert cost.expected_time_s[0] == pytest.approx(running + running / mtbi * per)
     on_demand = spot_cost(np.array([36_000.0]), np.array([4]), np.array([0.0]))
     assert on_demand.expected_time_s[0] == 36_000 and on_demand.expected_interruptions[0] == 0
+    # a 6-minute job: the interval (over an hour here) is capped by the run, no periodic checkpoint is taken, and
+    # an interruption loses half the run on average, not half an hour-long interval
+    short = spot_cost(np.array([360.0]), np.array([4]), np.array([rate]), checkpoint_s=60, restart_s=360.0)
+    assert not np.isfinite(short.checkpoint_interval_s[0])
+    assert short.per_interruption_s[0] == pytest.approx(360 + 60 + 180)
+    assert short.expected_time_s[0] - 360 < 5  # seconds of expected overhead, not hours
 
 
 def test_allow_deny_and_bad_constraints(profile, catalog) -> None:
@@ -159,7 +167,9 @@ def test_mixed_market_buys_the_on_demand_base_and_prices_only_spot_risk(profile,
         assert e.usd_per_hour == pytest.approx(g.on_demand * od + g.spot * sp)
         # only the spot instances are interrupted
         work_s = 100_000 * 256 / e.throughput_samples_s
-        expected = spot_cost(np.array([work_s]), np.array([g.spot]), np.array([it.interruption_rate_per_hr]))
+        expected = spot_cost(
+            np.array([work_s]), np.array([g.spot]), np.array([it.interruption_rate_per_hr]), restart_s=e.startup_s
+        )
         assert e.expected_interruptions == pytest.approx(expected.expected_interruptions[0])
     # 1 and 2 instances: the base + 25% of the rest rounds up to every instance, the same as all on-demand
     assert plan.excluded["mixed market same as all on-demand or all spot (fleet too small)"] == 2
@@ -259,6 +269,41 @@ def test_plan_json_schema_and_reference_are_current(profile, catalog) -> None:
 def test_spot_entries_carry_the_cost_of_one_interruption(profile, catalog) -> None:
     plan = rank(profile, Constraints(steps=1_000_000, market="spot", allow=("p3.2xlarge",)), catalog=catalog)
     e = plan.entries[0]
-    assert e.interruption_overhead_s == pytest.approx(REPROVISION_S + RESTART_S + 30 + e.checkpoint_interval_s / 2)
+    # an interruption costs the fleet's start-up again, a checkpoint load and half an interval of lost work
+    assert e.interruption_overhead_s == pytest.approx(e.startup_s + 30 + e.checkpoint_interval_s / 2)
     on_demand = rank(profile, Constraints(steps=10, market="on-demand"), catalog=catalog).entries[0]
     assert on_demand.interruption_overhead_s == 0 and on_demand.checkpoint_interval_s is None
+
+
+def test_startup_billing_minimum_and_measured_provisioning(profile, catalog, monkeypatch) -> None:
+    from predictor import startup
+
+    # a job of seconds: the 60 s billing minimum per instance, with the start-up given as 0
+    tiny = rank(profile, Constraints(steps=1, market="on-demand", startup_s=0), catalog=catalog).entries[0]
+    assert tiny.startup_s == 0 and tiny.cost_usd == pytest.approx(tiny.usd_per_hour * 60 / 3600)
+    # p4d-class types start slower than g5 (more cards, scarcer capacity): defaults, then what launch measured
+    p4d, g5 = catalog.get("p4d.24xlarge"), catalog.get("g5.xlarge")
+    assert startup.type_startup(p4d, known={}).total_s > startup.type_startup(g5, known={}).total_s
+    staged = startup.type_startup(g5, dataset_gb=100, known={})
+    assert staged.data_s == pytest.approx(100 * 8 / min(g5.network_gbps, startup.S3_GBPS_PER_INSTANCE))
+    startup.record(["g5.xlarge"], 30.0)
+    startup.record(["g5.xlarge"], 50.0)
+    assert startup.measured() == {"g5.xlarge": 40.0}
+    plan = rank(profile, Constraints(steps=1000, market="on-demand", allow=("g5.xlarge",)), catalog=catalog)
+    assert plan.entries[0].startup_s == pytest.approx(40 + startup.BOOT_S + startup.SETUP_S + startup.WARMUP_S)
+    assert any("provisioning measured by srifty launch for g5.xlarge" in n for n in plan.notes)
+
+
+def test_a_short_job_is_told_to_keep_the_fleet_it_has(catalog) -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["hardware"]["instance_type"] = "p3.2xlarge"
+    data["hardware"]["gpu"] = "V100-SXM2-16GB"
+    profile = load_profile(data)
+    short = rank(profile, Constraints(steps=200, market="on-demand"), catalog=catalog)
+    keep = [n for n in short.notes if n.startswith("keep the fleet you have: p3.2xlarge:1")]
+    assert keep, short.notes
+    # the running fleet itself is a candidate with nothing to start
+    running = rank(profile, Constraints(steps=200, market="on-demand", allow=("p3.2xlarge",)), catalog=catalog)
+    assert [e.startup_s for e in running.entries if e.fleet == "p3.2xlarge:1"] == [0.0]
+    long = rank(profile, Constraints(steps=2_000_000, market="on-demand"), catalog=catalog)
+    assert not any(n.startswith("keep the fleet you have") for n in long.notes)

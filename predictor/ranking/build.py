@@ -28,6 +28,7 @@ class Scored:
     cost: np.ndarray
     usd_hr: np.ndarray
     regions: tuple[str, ...]
+    startup_s: np.ndarray  # per candidate: the new fleet's start-up (in time_h and cost)
 
 
 def entry(
@@ -98,4 +99,5 @@ def entry(
         pareto=pareto,
         checkpoint_interval_s=float(tau) if np.isfinite(tau) else None,
         global_batch=round(float(many.global_batch[sh])),
+        startup_s=float(scored.startup_s[i]),
     )

@@ -83,6 +83,8 @@ class Constraints:
     top: int = 10
     scaling: Scaling = "strong"
     allow_arm64: bool = False
+    startup_s: float | None = None  # a new fleet's start-up, whole (None: predictor.startup's per-type figures)
+    dataset_gb: float = 0.0  # data staged onto every new instance before training
 
     def __post_init__(self) -> None:  # accept the enums' values (JSON, argparse) as well as the enums
         for name, kind in (("objective", Objective), ("market", Market)):
@@ -139,6 +141,8 @@ class Constraints:
             # a plan that does not say was made when every ranking kept the per-GPU batch
             "scaling": plan.scaling or "weak",
             "allow_arm64": plan.allow_arm64,
+            "startup_s": plan.startup_s,
+            "dataset_gb": plan.dataset_gb,
         }
         return cls.build(**{**values, **changes})
 
@@ -178,6 +182,9 @@ class Constraints:
         check_int(OWNER, "max_types", self.max_types, minimum=1, maximum=3)
         check_int(OWNER, "top", self.top, minimum=1)
         check_number(OWNER, "min_memory_headroom", self.min_memory_headroom, minimum=0, maximum=0.9)
+        if self.startup_s is not None:
+            check_number(OWNER, "startup_s", self.startup_s, minimum=0, maximum=7 * 86400)
+        check_number(OWNER, "dataset_gb", self.dataset_gb, minimum=0, maximum=1e6)
         if not isinstance(self.allow_arm64, bool):
             raise ConfigError(
                 f"The 'allow_arm64' parameter of rank() must be True or False. Got {self.allow_arm64!r}.",
@@ -236,6 +243,8 @@ class Constraints:
             scaling=self.scaling,
             global_batch=work.global_batch if self.scaling == "strong" else None,
             allow_arm64=self.allow_arm64 or None,
+            startup_s=self.startup_s,
+            dataset_gb=self.dataset_gb or None,
         )
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
 from predictor.fleet import parse_fleet
-from predictor.plan import PLAN_SCHEMA, Plan, PlanCalibration
+from predictor.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry
 from predictor.predict_many import predict_mixes, row_sum
 from predictor.profile import Profile
 from predictor.ranking import candidates as cands
@@ -23,6 +23,16 @@ from predictor.ranking.explain import infeasible, why
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
 from predictor.spot import DEFAULT_CHECKPOINT_S, spot_cost
+from predictor.startup import (
+    BILLING_MINIMUM_S,
+    BOOT_S,
+    PROVISION_S,
+    SETUP_S,
+    WARMUP_S,
+    billed_hours,
+    fleet_startup_s,
+    measured,
+)
 from predictor.work import Work
 
 
@@ -101,10 +111,21 @@ def rank(
             hints=("regions", "market"),
         )
     s = cand.shape
-    spot = spot_cost(work.samples / many.throughput_samples_s[s], np.ones(len(s)), cand.rate_per_hr, checkpoint_s)
-    time_h = spot.expected_time_s / 3600
+    startup_by_shape = (
+        np.full(len(many.counts), float(constraints.startup_s))
+        if constraints.startup_s is not None
+        else fleet_startup_s(types, many.type_index, many.counts, constraints.dataset_gb)
+    )
+    current, current_note = _current(profile, constraints, catalog, work, factors)
+    if current is not None:  # the fleet already running starts nothing
+        startup_by_shape = np.where(_is_fleet(current[0], names, many), 0.0, startup_by_shape)
+    startup = startup_by_shape[s]
+    run_s = work.samples / many.throughput_samples_s[s]
+    spot = spot_cost(run_s, np.ones(len(s)), cand.rate_per_hr, checkpoint_s, restart_s=startup)
+    wall_s = startup + spot.expected_time_s
+    time_h = wall_s / 3600
     usd_hr = row_sum(cand.group_usd)
-    cost = usd_hr * time_h
+    cost = usd_hr * billed_hours(wall_s)
     values = {"time_h": time_h, "cost_usd": cost, "usd_per_hour": usd_hr}
 
     splittable = many.splittable[s]
@@ -133,8 +154,7 @@ def rank(
     order = [int(i) for i in head[np.lexsort((time_h[head], keyed[head]))]][:top]
     pareto_idx = pareto(np.flatnonzero(keep), time_h, cost)
     pareto_set = {int(i) for i in pareto_idx}
-    current, current_note = _current(profile, constraints, catalog, work, factors)
-    scored = Scored(many, cand, spot, time_h, cost, usd_hr, tuple(constraints.regions))
+    scored = Scored(many, cand, spot, time_h, cost, usd_hr, tuple(constraints.regions), startup)
 
     def one(i: int, rank_no: int):
         return entry(scored, i, rank_no, types, profile, current, i in pareto_set)
@@ -160,6 +180,7 @@ def rank(
         notes=tuple(
             _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
             + ([current_note] if current_note else [])
+            + _startup_notes(constraints, types, entries[0], current)
         ),
     )
 
@@ -208,9 +229,57 @@ def _notes(
     return notes
 
 
+def _is_fleet(fleet: str, names: list[str], many) -> np.ndarray:
+    """Which candidate shapes are exactly ``fleet`` (``type:count[,type:count]``)."""
+    want = np.zeros(len(names) + 1, dtype=int)
+    for part in fleet.split(","):
+        name, _, n = part.partition(":")
+        if name not in names:
+            return np.zeros(len(many.counts), dtype=bool)
+        want[names.index(name)] = int(n or 1)
+    counts, tidx = many.counts, many.type_index
+    same = np.all((counts == 0) | (want[tidx] == counts), axis=1)
+    return same & (counts.sum(axis=1) == want.sum())
+
+
+def _startup_notes(
+    constraints: Constraints, types: list, best: PlanEntry, current: tuple[str, str, float, float] | None
+) -> list[str]:
+    """What start-up and billing assume, and "keep the fleet you have" when it finishes sooner and for less."""
+    if constraints.startup_s is not None:
+        how = f"{constraints.startup_s:.0f} s as given"
+    else:
+        known = measured()
+        used = {it.name for it in types} & set(known)
+        how = (
+            f"{PROVISION_S['default']:.0f} s provisioning ({PROVISION_S['large']:.0f} s for p4d/p5-class), "
+            f"{BOOT_S:.0f} s boot, {SETUP_S:.0f} s setup, {WARMUP_S:.0f} s warm-up"
+            + (f", data staging of {constraints.dataset_gb:g} GB" if constraints.dataset_gb else "")
+            + (f"; provisioning measured by srifty launch for {', '.join(sorted(used))}" if used else "")
+        )
+    notes = [
+        f"every new fleet's time and cost include its start-up ({how}; override with startup_s) and EC2's per-second "
+        f"billing with a {BILLING_MINIMUM_S:.0f} s minimum per instance"
+    ]
+    if current is not None:
+        fleet, _, cost, hours = current
+        if best.fleet == fleet:
+            notes.append(
+                f"keep the fleet you have: {fleet} is the best fleet for this work (it starts nothing; every new "
+                "fleet pays its start-up first)"
+            )
+        elif hours <= best.time_h and cost <= best.cost_usd:
+            notes.append(
+                f"keep the fleet you have: {fleet} finishes the work in {hours * 60:.3g} min for {cost:,.4g} USD, "
+                f"sooner and cheaper than the best new fleet ({best.fleet}: {best.time_h * 60:.3g} min with "
+                f"{best.startup_s / 60:.3g} min of start-up, {best.cost_usd:,.4g} USD)"
+            )
+    return notes
+
+
 def _current(
     profile: Profile, constraints: Constraints, catalog: Catalog, work: Work, factors: dict[str, float] | None
-) -> tuple[tuple[str, str, float] | None, str | None]:
+) -> tuple[tuple[str, str, float, float] | None, str | None]:
     """((fleet, GPU, on-demand cost of the work) of the current hardware when known, priced and able to train the
     model; else None), and a note when it is known but cannot be compared."""
     text = constraints.current_fleet
@@ -243,4 +312,5 @@ def _current(
     if not math.isfinite(usd):
         return None, None
     gpu = ",".join(sorted({g.instance.gpu or "" for g in fleet.groups}))
-    return (str(fleet), gpu, usd * work.samples / pred.throughput_samples_s / 3600), None
+    hours = work.samples / pred.throughput_samples_s / 3600  # already running: no start-up
+    return (str(fleet), gpu, usd * float(billed_hours(np.array(hours * 3600))), hours), None
