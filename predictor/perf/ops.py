@@ -404,7 +404,9 @@ def classify_table(ops: Sequence[OpRecord]) -> list[Classified]:
     return out
 
 
-def ops_time(classified: Sequence[Classified], gpu: GPU, precision: str, matmul: str | None) -> OpsTime:
+def ops_time(
+    classified: Sequence[Classified], gpu: GPU, precision: str, matmul: str | None, path: str = "ratio"
+) -> OpsTime:
     """The sum over the classified table on ``gpu`` (vectorised per class)."""
     from predictor.perf.kernels import load_kernel_model
 
@@ -418,7 +420,7 @@ def ops_time(classified: Sequence[Classified], gpu: GPU, precision: str, matmul:
         peak = None
         if cls in ("gemm", "conv"):
             # cuDNN convolutions use TF32 by default (torch.backends.cudnn.allow_tf32); matmuls only when allowed
-            peak = _tensor_peak(gpu, half, precision, "high" if cls == "conv" else matmul)
+            peak = _tensor_peak(gpu, half, precision, "high" if cls == "conv" else matmul, path)
         eb = float(np.median([c.element_bytes for c in items]))
         lat = model.latency(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
         scale = np.array([c.scale for c in items])
@@ -440,24 +442,26 @@ def unknown_dtypes(classified: Sequence[Classified]) -> dict[str, int]:
     return dict(out)
 
 
-def _tensor_peak(gpu: GPU, half: bool, precision: str, matmul: str | None) -> float | None:
+def _tensor_peak(gpu: GPU, half: bool, precision: str, matmul: str | None, path: str = "ratio") -> float | None:
     """The peak a GEMM/convolution runs at: tensor cores for fp16/bf16 inputs, TF32 when allowed, else FP32 (None:
     the kernel model's own FP32 figure)."""
     if half:
         bf16 = precision.startswith("bf16")
         peak = (gpu.bf16_tflops if bf16 else gpu.fp16_tflops) or gpu.fp16_tflops
-        return peak * tensor_core_efficiency("half") if peak else None
+        return peak * tensor_core_efficiency("half", path) if peak else None
     if matmul in ("high", "medium") and gpu.tf32_tflops:
-        return gpu.tf32_tflops * tensor_core_efficiency("tf32")
+        return gpu.tf32_tflops * tensor_core_efficiency("tf32", path)
     return None
 
 
-def tensor_core_efficiency(kind: str) -> float:
-    """Share of the tensor-core datasheet peak that the FP32-trained utilisation model should assume (fitted on
-    end-to-end measurements by scripts/fit_model.py when present; 1.0 otherwise)."""
+def tensor_core_efficiency(kind: str, path: str = "ratio") -> float:
+    """Share of the tensor-core datasheet peak (``kind``: "half" or "tf32") that the FP32-trained utilisation model
+    should assume on the ``path`` ("ratio": a measured GPU's time re-timed; "absolute": from a CPU or meta capture).
+    Fitted per path on end-to-end measurements by ``bench/ops_validation.py --write-artefact``; 1.0 without."""
     from predictor.perf.artefact import model_artefact
 
-    return float(model_artefact().get("tensor_core", {}).get(kind, 1.0))
+    fitted = model_artefact().get("tensor_core", {}).get(path, {})
+    return float(fitted.get(kind, 1.0)) if isinstance(fitted, dict) else 1.0
 
 
 @dataclass(frozen=True)
@@ -494,7 +498,8 @@ def ops_compute(
         return None
     precision, matmul = profile.model.precision, profile.model.float32_matmul_precision
     try:
-        target = ops_time(prepared.classified, dst, precision, matmul)
+        path = "ratio" if src.measured and src.gpu is not None else "absolute"
+        target = ops_time(prepared.classified, dst, precision, matmul, path)
     except PredictionError as exc:
         notes.append(f"operator table not used on {dst.key}: {exc}")
         return None
