@@ -134,6 +134,10 @@ def one_run(
         out["hook_us_window"] = per_step_us(warmup, warmup + profile)
         out["hook_us_after"] = per_step_us(warmup + profile + 1, len(steps))
         out["floor_us"] = statistics.median(floor.per_step.get(i, 0.0) for i in range(warmup, len(steps))) * 1e6
+        # the operator capture runs in the last warm-up step (outside the window): its step against the warm-up's
+        warm = [steps[i] for i in range(max(1, warmup - 10), warmup - 1)]
+        out["capture_step_ms"] = steps[warmup - 1] * 1e3
+        out["capture_step_ratio"] = steps[warmup - 1] / statistics.median(warm)
     return out
 
 
@@ -203,6 +207,8 @@ def main() -> None:
         "hook_after_total": med("on_hook_after_total"),
         "hook_us_window": med("on_hook_us_window"),
         "hook_us_after": med("on_hook_us_after"),
+        "capture_step_ms": med("on_capture_step_ms"),
+        "capture_step_ratio": med("on_capture_step_ratio"),
         "rows": rows,
     }
     (args.out / f"profile_overhead_{args.model}_{args.size}.json").write_text(json.dumps(summary, indent=2))
@@ -217,6 +223,10 @@ def main() -> None:
         f"{summary['hook_us_window']:.1f} us ({summary['hook_window_median'] * 100:.3f}%; with the one-off "
         f"write {summary['hook_window_total'] * 100:.3f}%) | {summary['hook_us_after']:.2f} us "
         f"({summary['hook_after_median'] * 100:.4f}%) |"
+    )
+    print(
+        f"operator capture (last warm-up step, outside the window): {summary['capture_step_ms']:.1f} ms, "
+        f"{summary['capture_step_ratio']:.2f}x a warm-up step (medians over rounds)"
     )
 
 
