@@ -52,7 +52,7 @@ def main() -> None:
     for _ in range(30):
         fresh = load_profile(table_profile)
         t = time.perf_counter()
-        predict(fresh, parse_fleet("p4d.24xlarge:1", catalog), catalog=catalog)
+        predict(fresh, parse_fleet("p5.4xlarge:1", catalog), catalog=catalog)
         table_times.append(time.perf_counter() - t)
     every = [it for it in catalog.filter() if it.gpu in catalog.gpus]
     t = time.perf_counter()
@@ -65,7 +65,7 @@ def main() -> None:
     print(f"| import + load the model (correction artefact) and the catalog, cold process | {loads[2] * 1e3:.0f} ms |")
     for fleet_text, t_one in rows:
         print(f"| predict one fleet `{fleet_text}` | {t_one * 1e6:.0f} µs |")
-    print(f"| predict one fleet `p4d.24xlarge:1` from the operator table of a 1.2B transformer, fresh profile | "
+    print(f"| predict one fleet `p5.4xlarge:1` from the operator table of a 1.2B transformer, fresh profile | "
           f"{statistics.median(table_times) * 1e3:.1f} ms |")  # fmt: skip
     print(f"| {len(every) * 4} fleets (every CUDA type with specs x 1/2/4/8), one by one | {sweep * 1e3:.0f} ms |")
     import numpy as np
