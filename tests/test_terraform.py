@@ -14,6 +14,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from conftest import tf_run as _tf
 from lightning_srifty.cli import main
 from lightning_srifty.provision.generate import MARKER, TFVARS, Options, copy_module, generate, tfvars, weights
 from lightning_srifty.provision.runner import apply, destroy, summarize
@@ -134,39 +135,6 @@ def test_runner_errors_are_clear(tmp_path, monkeypatch, catalog) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 # The real terraform CLI, offline
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-def _mirror() -> Path | None:
-    env = os.environ.get("SRIFTY_TF_PLUGIN_MIRROR")
-    candidates = [Path(env)] if env else [Path("/opt/tf-plugins"), Path("/tf-plugins"), Path("/usr/share/tf-plugins")]
-    return next((p for p in candidates if (p / "registry.terraform.io" / "hashicorp" / "aws").is_dir()), None)
-
-
-@pytest.fixture
-def tf_env(tmp_path, monkeypatch) -> dict[str, str]:
-    if shutil.which("terraform") is None:
-        pytest.skip("the terraform CLI is not on PATH")
-    mirror = _mirror()
-    if mirror is None:
-        pytest.skip(
-            "no filesystem mirror of the AWS provider (set SRIFTY_TF_PLUGIN_MIRROR); terraform cannot init offline"
-        )
-    config = tmp_path / "terraformrc"
-    config.write_text(
-        "provider_installation {\n"
-        f'  filesystem_mirror {{\n    path = "{mirror}"\n    include = ["registry.terraform.io/hashicorp/aws"]\n  }}\n'
-        '  direct {\n    exclude = ["registry.terraform.io/hashicorp/aws"]\n  }\n}\n'
-    )
-    env = {"TF_CLI_CONFIG_FILE": str(config), "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    return {**os.environ, **env}
-
-
-def _tf(env: dict[str, str], folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["terraform", f"-chdir={folder}", *args], env=env, capture_output=True, text=True, timeout=300
-    )
 
 
 def test_fmt_and_validate_module_and_generated_root(tf_env, tmp_path, catalog) -> None:
