@@ -161,7 +161,9 @@ def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(tf_env, moto_
     plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
     ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    opts = Options(**{**options.__dict__, "aws_endpoint": moto_endpoint, "ami": ami, "name": "e2e-mixed"})
+    opts = Options(
+        **{**options.__dict__, "aws_endpoint": moto_endpoint, "ami": ami, "name": "e2e-mixed", "setup_command": "true"}
+    )
     infra = generate(plan, tmp_path / "infra", choice=choice, options=opts, catalog=catalog).out
     values = json.loads((infra / TFVARS).read_text())
     lines: list[str] = []
@@ -284,7 +286,13 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     plan = _plan(catalog, tmp_path)
     uri = "s3://runs/job-1"
-    options = Options(region="us-east-1", ami=ami, aws_endpoint=moto_endpoint, train_command="train.py --epochs 3")
+    options = Options(
+        region="us-east-1",
+        ami=ami,
+        aws_endpoint=moto_endpoint,
+        train_command="train.py --epochs 3",
+        setup_command="true",
+    )
     lines: list[str] = []
     provisioner = TerraformProvisioner(tmp_path / "w", uri, options, catalog=catalog, echo=lines.append)
     result: dict[str, object] = {}

@@ -124,7 +124,7 @@ def test_multi_node_fleets_get_every_efa_interface_the_predictor_assumes(catalog
 def test_the_planned_launch_template_has_one_efa_interface_per_card(tf_env, moto_endpoint, tmp_path, catalog) -> None:
     """terraform plan (real CLI, moto's endpoints for the data sources): 4 x p4d.24xlarge get 4 EFA interfaces
     each, on network cards 0-3 (device index 0, then 1), behind a NAT gateway (EC2 gives no public IP to an instance
-    with several interfaces); a mixed g5g + g5 fleet gets the arm64 image for g5g and the x86_64 one for g5."""
+    with several interfaces)."""
     images = dlami_parameters(moto_endpoint)
     plan = load_plan(ROOT / "terraform" / "examples" / "multi-node-spot" / "plan.json")
     options = Options(name="p4d-efa", aws_endpoint=moto_endpoint)
@@ -141,15 +141,6 @@ def test_the_planned_launch_template_has_one_efa_interface_per_card(tf_env, moto
     assert all(n["associate_public_ip_address"] is None for n in nics)
     assert lt["image_id"] == images["x86_64"]
     assert {"aws_nat_gateway", "aws_subnet"} <= set(planned_types(tf_env, infra))
-
-    mixed, i = fleet_plan(catalog, ("g5g.xlarge", "g5.xlarge"), "g5g.xlarge:1,g5.xlarge:1")
-    options = Options(name="mixed-arch", aws_endpoint=moto_endpoint)
-    infra = use_test_parameters(generate(mixed, tmp_path / "mixed", choice=i, options=options, catalog=catalog).out)
-    templates = planned(tf_env, infra, "aws_launch_template")
-    assert {lt["instance_type"]: lt["image_id"] for lt in templates.values()} == {
-        "g5g.xlarge": images["arm64"],
-        "g5.xlarge": images["x86_64"],
-    }
 
 
 def planned(env: dict[str, str], folder: Path, rtype: str) -> dict[str, dict]:
@@ -233,69 +224,73 @@ def run_user_data(
     return run, record
 
 
-@pytest.mark.parametrize(
-    ("fleet", "arch"), [("g5g.xlarge:2", "arm64"), ("g5.xlarge:2", "x86_64")], ids=["arm64", "x86_64"]
-)
-def test_apply_and_boot_a_fleet_against_moto(tf_env, moto_endpoint, tmp_path, catalog, fleet, arch) -> None:
-    """validate, apply (moto), the launch template's image is the Deep Learning AMI of the type's architecture; the
-    user_data of that template, run with bash, sets up, finds the 2 fleet members in moto's EC2 and starts torchrun
-    with the example script, which trains (examples/train_digits.py, 300 CPU steps) and writes its profile."""
+def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+    """validate and apply (moto) of g5g.xlarge (Graviton, arm64) + g5.xlarge (x86_64): each launch template has the
+    Deep Learning AMI of its type's architecture; the arm64 template's user_data, run with bash, sets up, finds the
+    2 fleet members in moto's EC2 and starts torchrun with the example script, which trains
+    (examples/train_digits.py, 5 CPU steps)."""
     images = dlami_parameters(moto_endpoint)
-    itype = fleet.split(":")[0]
-    plan, i = fleet_plan(catalog, (itype,), fleet)
+    plan, i = fleet_plan(catalog, ("g5g.xlarge", "g5.xlarge"), "g5g.xlarge:1,g5.xlarge:1")
     node = tmp_path / "node"
     node.mkdir()
     shutil.copy(ROOT / "examples" / "train_digits.py", node / "train_digits.py")
     options = Options(
-        name=f"boot-{arch.replace('_', '-')}",
+        name="boot-mixed-arch",
         aws_endpoint=moto_endpoint,
-        train_command="python -u train_digits.py --accelerator cpu",
+        train_command="python -u train_digits.py --accelerator cpu --max-steps 5",
         setup_command=f"cd {node} && echo setup ran > setup.txt",  # the same shell: the cd holds for torchrun
+        mode="fleet",  # exact counts (asg mode counts throughput units, which moto launches one instance each)
     )
-    generated = generate(plan, tmp_path / "infra", choice=i, options=options, catalog=catalog)
-    assert generated.values["capacity"]["placement_group"]  # 2 nodes of one type: a cluster placement group
-    infra = use_test_parameters(generated.out, placement_group=False)
-    assert json.loads((infra / TFVARS).read_text())["train"]["argv"] == ["train_digits.py", "--accelerator", "cpu"]
+    infra = use_test_parameters(generate(plan, tmp_path / "infra", choice=i, options=options, catalog=catalog).out)
+    assert json.loads((infra / TFVARS).read_text())["train"]["argv"] == [
+        "train_digits.py",
+        "--accelerator",
+        "cpu",
+        "--max-steps",
+        "5",
+    ]
     assert tf_run(tf_env, infra, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
     valid = tf_run(tf_env, infra, "validate", "-no-color")
     assert valid.returncode == 0, valid.stdout + valid.stderr
+    started = time.perf_counter()
     out = apply(infra, yes=True, echo=lambda line: None)["fleet"]
+    print(f"apply: {time.perf_counter() - started:.1f} s")
     try:
         ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
-        (lt_id,) = out["launch_template_ids"].values()
-        data = ec2.describe_launch_template_versions(LaunchTemplateId=lt_id)["LaunchTemplateVersions"][0][
-            "LaunchTemplateData"
-        ]
-        assert data["ImageId"] == images[arch]
-        (image,) = ec2.describe_images(ImageIds=[data["ImageId"]])["Images"]
-        (spec,) = ec2.describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
-        assert image["Architecture"] == arch and arch in spec["ProcessorInfo"]["SupportedArchitectures"]
-        # the fleet's members, launched from the template as the Auto Scaling group would
-        ec2.run_instances(LaunchTemplate={"LaunchTemplateId": lt_id}, MinCount=2, MaxCount=2)
-        user_data = base64.b64decode(data["UserData"]).decode()
+        data = {
+            itype: ec2.describe_launch_template_versions(LaunchTemplateId=lt)["LaunchTemplateVersions"][0][
+                "LaunchTemplateData"
+            ]
+            for itype, lt in out["launch_template_ids"].items()
+        }
+        for itype, arch in (("g5g.xlarge", "arm64"), ("g5.xlarge", "x86_64")):
+            assert data[itype]["ImageId"] == images[arch]
+            (image,) = ec2.describe_images(ImageIds=[data[itype]["ImageId"]])["Images"]
+            (spec,) = ec2.describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
+            assert image["Architecture"] == arch and spec["ProcessorInfo"]["SupportedArchitectures"] == [arch]
+        # the fleet's members, launched from the templates as EC2 would
+        for lt in out["launch_template_ids"].values():
+            ec2.run_instances(LaunchTemplate={"LaunchTemplateId": lt}, MinCount=1, MaxCount=1)
+        user_data = base64.b64decode(data["g5g.xlarge"]["UserData"]).decode()
         started = time.perf_counter()
         with FakeIMDS({"meta-data/placement/region": "us-east-1"}) as imds:
             run, record = run_user_data(user_data, moto_endpoint, tmp_path, imds)
         log = (tmp_path / "user-data.log").read_text() if (tmp_path / "user-data.log").exists() else ""
         assert run.returncode == 0, log[-3000:] + run.stderr[-3000:]
-        print(f"user_data harness ({arch}): {time.perf_counter() - started:.1f} s")
+        print(f"user_data harness: {time.perf_counter() - started:.1f} s")
         assert (node / "setup.txt").read_text() == "setup ran\n"
         assert ("PUT", "/latest/api/token") in imds.requests
         argv = record["argv"]
         assert argv[:2] == ["--nnodes=2", "--nproc_per_node=1"]
-        assert argv[-3:] == ["train_digits.py", "--accelerator", "cpu"]
+        assert argv[-5:] == ["train_digits.py", "--accelerator", "cpu", "--max-steps", "5"]
+        assert record["cwd"] == str(node)
         endpoint = next(a for a in argv if a.startswith("--rdzv_endpoint="))
-        ips = sorted(
-            i["PrivateIpAddress"]
-            for r in ec2.describe_instances(Filters=[{"Name": "tag:srifty:fleet", "Values": [options.name]}])[
-                "Reservations"
-            ]
-            for i in r["Instances"]
-        )
-        assert endpoint == f"--rdzv_endpoint={ips[0]}:29400"  # the lowest private IP of the fleet
+        members = ec2.describe_instances(Filters=[{"Name": "tag:srifty:fleet", "Values": [options.name]}])
+        ips = sorted(i["PrivateIpAddress"] for r in members["Reservations"] for i in r["Instances"])
+        assert len(ips) >= 2 and endpoint == f"--rdzv_endpoint={ips[0]}:29400"  # the fleet's lowest private IP
         assert record["env"]["SRIFTY_CHECKPOINT_URI"] == out["checkpoint_uri"]
         assert record["env"]["PYTHONUNBUFFERED"] == "1"
-        assert json.loads((node / "srifty" / "digits-profile.json").read_text())["schema"].startswith("srifty.profile")
+        assert "`Trainer.fit` stopped: `max_steps=5` reached" in log  # the example trained under torchrun
     finally:
         destroy(infra, yes=True, echo=lambda line: None)
 
