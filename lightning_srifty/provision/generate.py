@@ -37,14 +37,19 @@ CLUSTER_FAMILIES = re.compile(r"^(p3|p3dn|p4d|p4de|p5|p5e|p5en|p6|g4dn|g5|g6|g6e
 
 
 def terraform_root() -> Path:
-    """The ``terraform/`` folder of this checkout (module and root files)."""
-    root = Path(__file__).resolve().parents[2] / "terraform"
-    if not (root / "modules" / "training_fleet" / "main.tf").is_file():
-        raise ProvisionError(
-            f"The Terraform module is not at {root}/modules/training_fleet: `srifty terraform` needs the "
-            "lightning-srifty source tree (install it with `pip install -e .` from a checkout)."
-        )
-    return root
+    """The reviewed Terraform (``root/`` and ``modules/training_fleet``): the copy an installed wheel carries
+    (``lightning_srifty/provision/_terraform``, written by setup.py at build time), else the checkout's
+    ``terraform/`` (source tree, editable install)."""
+    here = Path(__file__).resolve()
+    candidates = (here.parent / "_terraform", here.parents[2] / "terraform")
+    for root in candidates:
+        if (root / "modules" / "training_fleet" / "main.tf").is_file() and (root / "root" / "main.tf").is_file():
+            return root
+    raise ProvisionError(
+        f"The Terraform module is in neither {candidates[0]} (an installed package) nor {candidates[1]} (a "
+        "checkout): this installation is incomplete. Reinstall lightning-srifty (pip install --force-reinstall "
+        "lightning-srifty) or install it from a checkout (pip install -e .)."
+    )
 
 
 @dataclass(frozen=True)
