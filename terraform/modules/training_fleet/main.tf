@@ -59,7 +59,7 @@ resource "aws_subnet" "this" {
   vpc_id            = aws_vpc.this[0].id
   cidr_block        = cidrsubnet(var.network.vpc_cidr, 4, 0)
   availability_zone = var.network.availability_zone
-  # checkov:skip=CKV_AWS_130:Instances need egress (packages, S3) and a minimal VPC has no NAT gateway; inbound traffic is still limited to fleet members and ssh_cidr_blocks by the security group.
+  # checkov:skip=CKV_AWS_130:Instances with one network interface need egress (packages, S3) and the minimal VPC gives them no NAT gateway (fleets with several EFA interfaces per instance run in its private subnet behind one); inbound traffic is still limited to fleet members and ssh_cidr_blocks by the security group.
   map_public_ip_on_launch = true
   tags                    = merge(local.fleet_tags, { Name = "${var.name}-subnet" })
 }
