@@ -2,6 +2,7 @@
 
 python examples/train_digits.py                      # 1 process (GPU if there is one)
 python examples/train_digits.py --devices 2          # 2 DDP processes with all-reduce timing (srifty_ddp)
+torchrun --nproc_per_node 2 examples/train_digits.py  # the same under torchrun (what srifty terraform's fleets run)
 """
 
 import argparse
@@ -16,11 +17,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--accelerator", default="auto")
+    parser.add_argument("--max-steps", type=int, default=300, help="the profile needs 220 (20 warm-up + 200)")
     args = parser.parse_args()
 
     pl.seed_everything(0)
     trainer = pl.Trainer(
-        max_steps=300,
+        max_steps=args.max_steps,
         accelerator=args.accelerator,
         devices=args.devices,
         strategy="srifty_ddp" if args.devices > 1 else "auto",

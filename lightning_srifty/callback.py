@@ -158,6 +158,7 @@ class SriftyCallback(Callback):
         self.total_steps, self.deadline_h, self.budget_usd = total_steps, deadline_h, budget_usd
         self.objective, self.market, self.regions, self.max_instances = objective, market, tuple(regions), max_instances
         self.plan: Any = None
+        self.written: dict[str, Path] = {}  # what rank 0 wrote: "profile", "plan", "report" -> path
         self.output = Path(output) if output is not None else None
         self.stop_after_profile = bool(stop_after_profile)
         self.batch_size_fn = batch_size_fn
@@ -493,7 +494,7 @@ class SriftyCallback(Callback):
         written = None
         if self.output is not None and self._output_ok:
             try:
-                written = self.profile.save(self.output)
+                written = self.written["profile"] = self.profile.save(self.output)
             except OSError as exc:
                 log.error(
                     "SriftyCallback could not write the profile to %s (%s); it is kept in callback.profile.",
@@ -542,11 +543,11 @@ class SriftyCallback(Callback):
             else:
                 self.plan = rank(self.profile, constraints)
             if self.output is not None and self._output_ok:
-                self.plan.save(self.output.with_name("plan.json"))
+                self.written["plan"] = self.plan.save(self.output.with_name("plan.json"))
                 if self.report:
                     from predictor.report import write_report
 
-                    write_report(self.plan, self.output.with_name("report.html"))
+                    self.written["report"] = write_report(self.plan, self.output.with_name("report.html"))[0]
             if self.verbose:
                 from lightning_srifty.report import console, plan_table
 

@@ -11,11 +11,12 @@ from typing import Any
 from lightning_srifty.cli_catalog import _console
 
 
-def run_eval(data: str) -> dict[str, Any]:
-    """Every held-out validation figure (:func:`predictor.evaluation.validate`)."""
-    from predictor.evaluation import validate
+def run_eval(data: str | None = None) -> dict[str, Any]:
+    """Every held-out validation figure (:func:`predictor.evaluation.validate`) on ``data``, by default the
+    measurements bundled with the package (wherever it is installed, whatever the working directory)."""
+    from predictor.evaluation import data_path, validate
 
-    return validate(data, progress=lambda what: print(f"... {what}", file=sys.stderr))
+    return validate(data or data_path(), progress=lambda what: print(f"... {what}", file=sys.stderr))
 
 
 def plot(result: dict[str, Any], path: Path) -> Path:
@@ -59,7 +60,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         from rich.table import Table
 
-        table = Table(title=f"Performance model validation on {args.data}")
+        table = Table(title=f"Performance model validation on {args.data or 'the bundled measurements'}")
         for col in ("cases", "MAPE", "median APE", "p90 APE", "80% coverage", "held-out width"):
             table.add_column(col, justify="right")
         table.add_column("what", justify="left")
@@ -81,7 +82,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("eval", help="validate the performance model on published measurements")
-    p.add_argument("--data", required=True, help="measurements CSV (e.g. predictor/data/measurements.csv)")
+    p.add_argument("--data", help="measurements CSV (default: the copy bundled with the package)")
     p.add_argument("--plot", help="write a predicted-vs-measured PNG here")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_eval)

@@ -67,7 +67,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         return 0
     from lightning_srifty.report import plan_table
 
-    _console().print(plan_table(plan, profile.model.name))
+    _console().print(plan_table(plan, profile.model.name, wide=args.wide))
     return 0
 
 
@@ -119,6 +119,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--dataset-gb", type=float, help="data staged onto every new instance before training (GB)")
     p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--wide", action="store_true", help="every column (GPUs, region, cost interval, effort, memory)")
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
     p.add_argument("--report", help="write a self-contained HTML report here (and the plot as PNG beside it)")
     p.set_defaults(func=cmd_recommend)

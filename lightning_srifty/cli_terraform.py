@@ -62,8 +62,18 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="run name (3-40 of a-z, 0-9, -); default from the model and the plan")
     p.add_argument("--region", help="default: the plan's region for this fleet")
     p.add_argument("--ssh-cidr", action="append", help="CIDR allowed to SSH (repeatable); default: no SSH port")
-    p.add_argument("--train-command", default="python train.py", help="what torchrun starts on every node")
-    p.add_argument("--setup-command", default="", help="installs the training environment at boot")
+    p.add_argument(
+        "--train-command",
+        default="train.py",
+        help="what torchrun starts on every node: a script and its arguments ('python train.py ...' and "
+        "'python -m pkg ...' are accepted too)",
+    )
+    p.add_argument(
+        "--setup-command",
+        default="",
+        help="shell command that prepares the node at boot, in the shell that then starts torchrun (cd into your code "
+        "here); required with --ami",
+    )
     p.add_argument("--resume-from", help="checkpoint URI the training command resumes from")
     p.add_argument("--mode", choices=["asg", "fleet"], default="asg", help="Auto Scaling group or EC2 Fleet")
     p.add_argument("--ami", help="AMI id (default: the Deep Learning AMI from its public SSM parameter)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -191,53 +192,87 @@ def print_profile(profile: Profile, path: Path | None = None, console: Console |
     (console or Console()).print(profile_tables(profile, path))
 
 
-def plan_table(plan: Plan, model: str | None = None) -> Group:
-    """The ranked fleets as a rich table, the chosen one highlighted, with what was left out."""
+# every column of the ranked-fleet table; the default keeps those that fit a 100-column terminal
+PLAN_COLUMNS = (
+    "#",
+    "fleet",
+    "GPUs",
+    "market",
+    "region",
+    "$/h",
+    "time",
+    "cost",
+    "cost 80% interval",
+    "spot risk",
+    "perf. risk",
+    "effort",
+    "savings",
+    "GiB/GPU",
+    "batch/GPU",
+    "Pareto",
+)
+_LEFT = ("fleet", "market", "region", "spot risk", "perf. risk", "effort")
+_SHORT = {"spot risk": "spot", "perf. risk": "perf."}  # narrow headers of the default table (the legend says)
+
+
+def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Group:
+    """The ranked fleets as a rich table, the chosen one highlighted, with what was left out.
+
+    By default the columns that decide (fleet, market, $/h, time, cost, risks; region and savings only when they
+    differ or were asked for; ``*`` after the rank marks the Pareto front) so that it fits 100 columns; ``wide``
+    shows every column.
+    """
     title = (
         f"Fleets for {model or plan.model or 'the model'}: {plan.constraints.work_samples:,.0f} samples, "
         f"objective {plan.constraints.objective} (catalog {plan.catalog_snapshot})"
     )
-    table = Table(title=title, caption=plan.why)
-    for col in (
-        "#",
-        "fleet",
-        "GPUs",
-        "market",
-        "region",
-        "$/h",
-        "time",
-        "cost",
-        "cost 80% interval",
-        "spot risk",
-        "perf. risk",
-        "effort",
-        "savings",
-        "GiB/GPU",
-        "batch/GPU",
-        "Pareto",
-    ):
-        table.add_column(col, justify="left" if col in ("fleet", "market", "region", "spot risk") else "right")
+    if wide:
+        columns = list(PLAN_COLUMNS)
+    else:
+        columns = ["#", "fleet", "market", "$/h", "time", "cost", "batch/GPU", "spot risk", "perf. risk"]
+        if len({e.region for e in plan.entries}) > 1:
+            columns.insert(3, "region")
+        if any(e.savings_vs_current is not None for e in plan.entries):
+            columns.append("savings")
+    table = Table(
+        title=title,
+        caption=plan.why,
+        box=None if not wide else box.HEAVY_HEAD,
+        header_style="bold",
+        pad_edge=wide,
+    )
+    # only the fleet column wraps, between its types (the longest type:count is its minimum width)
+    longest = max((len(g) for e in plan.entries for g in e.fleet.split(",")), default=5)
+    for col in columns:
+        table.add_column(
+            _SHORT.get(col, col) if not wide else col,
+            justify="left" if col in _LEFT else "right",
+            no_wrap=col != "fleet",
+            min_width=longest if col == "fleet" else None,
+        )
     for i, e in enumerate(plan.entries):
         lo, hi = e.cost_interval_usd
-        table.add_row(
-            str(e.rank),
-            e.fleet,
-            str(e.gpus),
-            e.market if e.market != "mixed" else f"mixed ({e.spot_share:.0%} spot)",
-            e.region,
-            f"{e.usd_per_hour:,.2f}",
-            fmt_hours(e.time_h),
-            fmt_usd(e.cost_usd),
-            f"{fmt_usd(lo)}-{fmt_usd(hi)}",
-            f"{e.risk} ({e.expected_interruptions:.2f})",
-            e.performance_risk,
-            e.migration_effort,
-            "" if e.savings_vs_current is None else f"{e.savings_vs_current:+.0%}",
-            f"{e.memory_gib:.1f}",
-            e.batch_per_gpu(),
-            "*" if e.pareto else "",
-            style="bold green" if i == plan.chosen else None,
-        )
+        market = e.market if e.market != "mixed" else f"mixed ({e.spot_share:.0%} spot)"
+        cells = {
+            "#": str(e.rank) if wide else f"{e.rank}{'*' if e.pareto else ' '}",
+            # a space after each comma lets a fleet of several types wrap between types, never inside one
+            "fleet": e.fleet if wide else e.fleet.replace(",", ", "),
+            "GPUs": str(e.gpus),
+            "market": market if wide else market.replace(" spot)", ")"),
+            "region": e.region,
+            "$/h": f"{e.usd_per_hour:,.2f}" if e.usd_per_hour >= 0.1 else f"{e.usd_per_hour:.2g}",
+            "time": fmt_hours(e.time_h),
+            "cost": fmt_usd(e.cost_usd),
+            "cost 80% interval": f"{fmt_usd(lo)}-{fmt_usd(hi)}",
+            "spot risk": f"{e.risk} ({e.expected_interruptions:.2f})" if wide else e.risk,
+            "perf. risk": e.performance_risk,
+            "effort": e.migration_effort,
+            "savings": "" if e.savings_vs_current is None else f"{e.savings_vs_current:+.0%}",
+            "GiB/GPU": f"{e.memory_gib:.1f}",
+            "batch/GPU": e.batch_per_gpu(),
+            "Pareto": "*" if e.pareto else "",
+        }
+        table.add_row(*(cells[c] for c in columns), style="bold green" if i == plan.chosen else None)
     excluded = ", ".join(f"{n} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
     types = ", ".join(f"{n} {why}" for why, n in sorted((plan.excluded_types or {}).items(), key=lambda kv: -kv[1]))
     c = plan.constraints
@@ -246,10 +281,14 @@ def plan_table(plan: Plan, model: str | None = None) -> Group:
         if c.scaling == "strong"
         else "weak scaling: the per-GPU batch is kept, the global batch grows with the fleet"
     )
-    lines = [
-        scaling,
-        f"{plan.considered:,} candidate fleets considered" + (f"; excluded: {excluded}" if excluded else ""),
-    ]
+    footer = (
+        scaling + f"\n{plan.considered:,} candidate fleets considered" + (f"; excluded: {excluded}" if excluded else "")
+    )
     if types:
-        lines.append(f"instance types left out: {types}")
-    return Group(table, *lines)
+        footer += f"\ninstance types left out: {types}"
+    if not wide:
+        footer += (
+            "\n* on the Pareto front (time vs cost); spot: interruption risk; perf.: prediction risk; "
+            "--wide for every column (GPUs, region, cost interval, effort, memory)"
+        )
+    return Group(table, footer)

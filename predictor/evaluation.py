@@ -28,6 +28,7 @@ from pathlib import Path
 from predictor.catalog.catalog import Catalog, CatalogInfo
 from predictor.catalog.gpus import GpuTable, bundled_gpus
 from predictor.catalog.instances import InstanceType
+from predictor.exceptions import ConfigError
 from predictor.profile import profile_from_dict
 
 # measurement GPU names -> canonical keys (RTX6000Ada and QuadroRTX8000 have no specs: their rows are skipped)
@@ -104,12 +105,41 @@ class Point:
         return self.throughput * factor if factor is not None else None
 
 
+MEASUREMENT_COLUMNS = (
+    "source_repo",
+    "model",
+    "precision",
+    "gpu",
+    "gpus_per_node",
+    "nodes",
+    "per_gpu_batch",
+    "throughput",
+    "throughput_unit",
+)
+
+
 def load_points(path: str | Path, gpus: GpuTable | None = None) -> list[Point]:
     """Measurements merged into points; rows of unknown GPUs or non-all-reduce sources are dropped."""
     gpus = gpus or bundled_gpus()
     groups: dict[tuple, list[dict[str, str]]] = defaultdict(list)
+    if not Path(path).is_file():
+        raise ConfigError(
+            f"The measurements file {str(path)!r} does not exist or is not a file: give the path of a measurements "
+            "CSV, or leave data out for the copy bundled with the package.",
+            parameter="data",
+            value=str(path),
+        )
     with open(path, encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
+        reader = csv.DictReader(handle)
+        missing = [c for c in MEASUREMENT_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(
+                f"The measurements file {str(path)!r} is not a measurements CSV: it has no {', '.join(missing)} "
+                "column(s). Give a file with the columns of predictor/data/measurements.csv, or leave data out.",
+                parameter="data",
+                value=str(path),
+            )
+        for row in reader:
             source = row["source_repo"].split("/")[0]
             if source not in ("lambdal", "stanford-futuredata") or row["gpu"] not in GPU_NAMES:
                 continue

@@ -66,6 +66,15 @@ def pareto_png(plan: Plan) -> bytes:
     return buf.getvalue()
 
 
+def num(x: float) -> str:
+    """A figure with 4 significant digits (thousands separated, no exponent): 0.0042, 14.17, 1,234, 123,457."""
+    if x == 0:
+        return "0"
+    if abs(x) >= 10_000:
+        return f"{x:,.0f}"
+    return f"{x:,.4g}"
+
+
 def _pct(share: float | None) -> str:
     return "" if share is None else f"{share:+.0%}"
 
@@ -82,8 +91,8 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     esc = html.escape
     rows = "\n".join(
         f"<tr{' class=chosen' if i == plan.chosen else ''}><td>{e.rank}</td><td>{esc(e.fleet)}</td><td>{e.gpus}</td>"
-        f"<td>{esc(e.market)}</td><td>{esc(e.region)}</td><td>{e.usd_per_hour:,.2f}</td><td>{e.time_h:,.2f}</td>"
-        f"<td>{e.cost_usd:,.2f}</td><td>{e.cost_interval_usd[0]:,.2f}-{e.cost_interval_usd[1]:,.2f}</td>"
+        f"<td>{esc(e.market)}</td><td>{esc(e.region)}</td><td>{num(e.usd_per_hour)}</td><td>{num(e.time_h)}</td>"
+        f"<td>{num(e.cost_usd)}</td><td>{num(e.cost_interval_usd[0])}-{num(e.cost_interval_usd[1])}</td>"
         f"<td>{esc(e.risk)} ({e.expected_interruptions:.2f})</td><td>{esc(e.performance_risk)}</td>"
         f"<td>{esc(e.migration_effort)}</td><td>{_pct(e.savings_vs_current)}</td><td>{esc(e.batch_per_gpu())}</td>"
         f"<td>{'yes' if e.pareto else ''}</td></tr>"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -71,3 +72,41 @@ def moto_endpoint():
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The real terraform CLI, offline (the AWS provider from a filesystem mirror)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _mirror() -> Path | None:
+    env = os.environ.get("SRIFTY_TF_PLUGIN_MIRROR")
+    candidates = [Path(env)] if env else [Path("/opt/tf-plugins"), Path("/tf-plugins"), Path("/usr/share/tf-plugins")]
+    return next((p for p in candidates if (p / "registry.terraform.io" / "hashicorp" / "aws").is_dir()), None)
+
+
+@pytest.fixture
+def tf_env(tmp_path, monkeypatch) -> dict[str, str]:
+    if shutil.which("terraform") is None:
+        pytest.skip("the terraform CLI is not on PATH")
+    mirror = _mirror()
+    if mirror is None:
+        pytest.skip(
+            "no filesystem mirror of the AWS provider (set SRIFTY_TF_PLUGIN_MIRROR); terraform cannot init offline"
+        )
+    config = tmp_path / "terraformrc"
+    config.write_text(
+        "provider_installation {\n"
+        f'  filesystem_mirror {{\n    path = "{mirror}"\n    include = ["registry.terraform.io/hashicorp/aws"]\n  }}\n'
+        '  direct {\n    exclude = ["registry.terraform.io/hashicorp/aws"]\n  }\n}\n'
+    )
+    env = {"TF_CLI_CONFIG_FILE": str(config), "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return {**os.environ, **env}
+
+
+def tf_run(env: dict[str, str], folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["terraform", f"-chdir={folder}", *args], env=env, capture_output=True, text=True, timeout=300
+    )

@@ -196,6 +196,8 @@ def test_catalog_show_json_is_stable(monkeypatch, tmp_path, capsys) -> None:
         "network_gbps",
         "network_up_to",
         "efa",
+        "network_cards",  # added in issue #12 (new keys may be added within the schema)
+        "efa_interfaces",
         "gpu_interconnect",
         "local_nvme_gb",
         "arch",

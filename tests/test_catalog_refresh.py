@@ -128,6 +128,11 @@ def test_refresh_against_moto_matches_what_the_server_returned(aws, tmp_path) ->
             gpu["MemoryInfo"]["SizeInMiB"] / 1024, abs=0.01
         )
         assert it.efa == item["NetworkInfo"].get("EfaSupported", False)
+        # what srifty terraform attaches (one EFA interface per card) comes from the refreshed copy too
+        assert it.network_cards == item["NetworkInfo"]["MaximumNetworkCards"]
+        assert it.efa_interfaces == item["NetworkInfo"].get("EfaInfo", {}).get("MaximumEfaInterfaces", 0)
+    assert (cat.get("p4d.24xlarge").network_cards, cat.get("p4d.24xlarge").efa_interfaces) == (4, 4)
+    assert cat.get("g5g.xlarge").arch == "arm64" and cat.get("g5.xlarge").arch == "x86_64"  # one value, not a list
     p4d = cat.get("p4d.24xlarge")
     assert p4d.network_gbps == 400 and p4d.gpu == "A100-SXM-40GB" and p4d.gpu_interconnect == "nvswitch"
     assert p4d.price_usd_hr("us-east-1") == pytest.approx(1 + names.index("p4d.24xlarge") / 10, abs=1e-4)

@@ -84,6 +84,10 @@ def test_demo_trains_profiles_and_writes(tmp_path, capsys) -> None:
     assert profile.ops.total_flops == profile.model.flops.per_sample * 64
     printed = capsys.readouterr().out
     assert "Srifty profile: DigitsCNN" in printed and "ATen signatures" in printed
+    # where everything went, and that GPU figures from a CPU profile are extrapolated
+    assert f"plan written to {tmp_path / 'plan.json'}" in printed and (tmp_path / "plan.json").is_file()
+    assert f"report written to {tmp_path / 'report.html'} (open it in a browser)" in printed
+    assert "note: this profile ran on the CPU: every GPU figure above" in printed.replace("\n", " ")
 
 
 def test_demo_language_model(tmp_path) -> None:

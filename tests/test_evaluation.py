@@ -120,9 +120,11 @@ def test_unfitted_correction_says_what_to_call() -> None:
         corr.CrossGpuCorrection().predict_one([0.0] * len(corr.FEATURES))
 
 
-def test_eval_command_prints_and_plots(tmp_path, capsys) -> None:
+def test_eval_command_prints_and_plots(tmp_path, capsys, monkeypatch) -> None:
+    """The README command, run outside the repository: the bundled measurements are the default data."""
+    monkeypatch.chdir(tmp_path)
     png = tmp_path / "fig.png"
-    assert main(["eval", "--data", str(DATA), "--format", "json", "--plot", str(png)]) == 0
+    assert main(["eval", "--format", "json", "--plot", "fig.png"]) == 0
     out = capsys.readouterr().out
     rows = json.loads(out[: out.rindex("}") + 1])
     assert set(rows) == {
@@ -135,3 +137,20 @@ def test_eval_command_prints_and_plots(tmp_path, capsys) -> None:
     }
     assert all(r["cases"] > 100 for r in rows.values())
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("missing.csv", None, "does not exist or is not a file"),
+        ("other.csv", "a,b\n1,2\n", "is not a measurements CSV: it has no source_repo"),
+    ],
+)
+def test_eval_with_a_bad_data_path_says_so_without_a_traceback(tmp_path, capsys, name, content, message) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    assert main(["eval", "--data", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(path) in err and "Traceback" not in err
+    assert "leave data out" in err

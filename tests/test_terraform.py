@@ -14,6 +14,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from conftest import tf_run as _tf
 from lightning_srifty.cli import main
 from lightning_srifty.provision.generate import MARKER, TFVARS, Options, copy_module, generate, tfvars, weights
 from lightning_srifty.provision.runner import apply, destroy, summarize
@@ -136,39 +137,6 @@ def test_runner_errors_are_clear(tmp_path, monkeypatch, catalog) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _mirror() -> Path | None:
-    env = os.environ.get("SRIFTY_TF_PLUGIN_MIRROR")
-    candidates = [Path(env)] if env else [Path("/opt/tf-plugins"), Path("/tf-plugins"), Path("/usr/share/tf-plugins")]
-    return next((p for p in candidates if (p / "registry.terraform.io" / "hashicorp" / "aws").is_dir()), None)
-
-
-@pytest.fixture
-def tf_env(tmp_path, monkeypatch) -> dict[str, str]:
-    if shutil.which("terraform") is None:
-        pytest.skip("the terraform CLI is not on PATH")
-    mirror = _mirror()
-    if mirror is None:
-        pytest.skip(
-            "no filesystem mirror of the AWS provider (set SRIFTY_TF_PLUGIN_MIRROR); terraform cannot init offline"
-        )
-    config = tmp_path / "terraformrc"
-    config.write_text(
-        "provider_installation {\n"
-        f'  filesystem_mirror {{\n    path = "{mirror}"\n    include = ["registry.terraform.io/hashicorp/aws"]\n  }}\n'
-        '  direct {\n    exclude = ["registry.terraform.io/hashicorp/aws"]\n  }\n}\n'
-    )
-    env = {"TF_CLI_CONFIG_FILE": str(config), "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    return {**os.environ, **env}
-
-
-def _tf(env: dict[str, str], folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["terraform", f"-chdir={folder}", *args], env=env, capture_output=True, text=True, timeout=300
-    )
-
-
 def test_fmt_and_validate_module_and_generated_root(tf_env, tmp_path, catalog) -> None:
     fmt = _tf(tf_env, ROOT / "terraform", "fmt", "-check", "-recursive", "-diff")
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
@@ -193,7 +161,9 @@ def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(tf_env, moto_
     plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
     ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    opts = Options(**{**options.__dict__, "aws_endpoint": moto_endpoint, "ami": ami, "name": "e2e-mixed"})
+    opts = Options(
+        **{**options.__dict__, "aws_endpoint": moto_endpoint, "ami": ami, "name": "e2e-mixed", "setup_command": "true"}
+    )
     infra = generate(plan, tmp_path / "infra", choice=choice, options=opts, catalog=catalog).out
     values = json.loads((infra / TFVARS).read_text())
     lines: list[str] = []
@@ -316,7 +286,13 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     plan = _plan(catalog, tmp_path)
     uri = "s3://runs/job-1"
-    options = Options(region="us-east-1", ami=ami, aws_endpoint=moto_endpoint, train_command="train.py --epochs 3")
+    options = Options(
+        region="us-east-1",
+        ami=ami,
+        aws_endpoint=moto_endpoint,
+        train_command="train.py --epochs 3",
+        setup_command="true",
+    )
     lines: list[str] = []
     provisioner = TerraformProvisioner(tmp_path / "w", uri, options, catalog=catalog, echo=lines.append)
     result: dict[str, object] = {}

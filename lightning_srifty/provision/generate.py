@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_srifty.provision.command import train_argv
 from predictor._io import atomic_write_text
 from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError, ProvisionError
@@ -36,14 +37,19 @@ CLUSTER_FAMILIES = re.compile(r"^(p3|p3dn|p4d|p4de|p5|p5e|p5en|p6|g4dn|g5|g6|g6e
 
 
 def terraform_root() -> Path:
-    """The ``terraform/`` folder of this checkout (module and root files)."""
-    root = Path(__file__).resolve().parents[2] / "terraform"
-    if not (root / "modules" / "training_fleet" / "main.tf").is_file():
-        raise ProvisionError(
-            f"The Terraform module is not at {root}/modules/training_fleet: `srifty terraform` needs the "
-            "lightning-srifty source tree (install it with `pip install -e .` from a checkout)."
-        )
-    return root
+    """The reviewed Terraform (``root/`` and ``modules/training_fleet``): the copy an installed wheel carries
+    (``lightning_srifty/provision/_terraform``, written by setup.py at build time), else the checkout's
+    ``terraform/`` (source tree, editable install)."""
+    here = Path(__file__).resolve()
+    candidates = (here.parent / "_terraform", here.parents[2] / "terraform")
+    for root in candidates:
+        if (root / "modules" / "training_fleet" / "main.tf").is_file() and (root / "root" / "main.tf").is_file():
+            return root
+    raise ProvisionError(
+        f"The Terraform module is in neither {candidates[0]} (an installed package) nor {candidates[1]} (a "
+        "checkout): this installation is incomplete. Reinstall lightning-srifty (pip install --force-reinstall "
+        "lightning-srifty) or install it from a checkout (pip install -e .)."
+    )
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ class Options:
     name: str | None = None
     region: str | None = None
     ssh_cidr: tuple[str, ...] = ()
-    train_command: str = "python train.py"
+    train_command: str = "train.py"  # what torchrun starts; "python train.py" and "python -m pkg" are accepted
     setup_command: str = ""
     resume_from: str | None = None
     mode: str = "asg"
@@ -116,11 +122,22 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
             parameter="vpc_id",
             value=options.vpc_id,
         )
+    argv = train_argv(options.train_command)
+    if options.ami and not options.setup_command.strip():
+        raise ConfigError(
+            f"--ami {options.ami} is a custom image: srifty cannot know that it has PyTorch and torchrun (the default "
+            "Deep Learning AMI with PyTorch does). Give --setup-command to install them, e.g. --setup-command "
+            "'pip install torch lightning', or --setup-command true if the image has them.",
+            parameter="setup_command",
+            value=options.setup_command,
+        )
     catalog = catalog or Catalog.load()
     w, unit = weights(entry)
     groups = []
+    multi_node = entry.nodes > 1
     for g, weight in zip(entry.groups, w):
         it = catalog.get(g.instance_type) if g.instance_type in catalog else None
+        efa = bool(it and it.efa and multi_node)
         groups.append(
             {
                 "instance_type": g.instance_type,
@@ -128,8 +145,19 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
                 "spot": g.spot,
                 "gpus_per_instance": g.gpus_per_instance,
                 "weighted_capacity": weight,
-                "efa": bool(it and it.efa and entry.nodes > 1),
+                "arch": it.arch if it else "x86_64",
+                "efa": efa,
+                # one EFA interface per network card: the bandwidth the predictor's inter-node link assumes
+                "network_interfaces": it.network_interfaces(multi_node) if it else 1,
             }
+        )
+    arches = sorted({g["arch"] for g in groups})
+    if options.ami and len(arches) > 1:
+        raise ConfigError(
+            f"--ami {options.ami} is one image, but fleet {entry.fleet} mixes {' and '.join(arches)} instance types: "
+            "leave --ami out (each architecture gets its Deep Learning AMI) or choose a fleet of one architecture.",
+            parameter="ami",
+            value=options.ami,
         )
     on_demand_units = sum(g["on_demand"] * g["weighted_capacity"] for g in groups)
     placement = (
@@ -151,7 +179,7 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
     if options.bucket:
         checkpoints.update(create_bucket=False, bucket=options.bucket)
     train: dict[str, Any] = {
-        "command": options.train_command,
+        "argv": argv,
         "setup_command": options.setup_command,
         "nnodes": entry.nodes,
     }

@@ -35,7 +35,7 @@ from typing import Any
 
 from predictor._validation import suggest
 from predictor.catalog.gpus import GPU
-from predictor.catalog.instances import INTERCONNECTS, InstanceType, Price
+from predictor.catalog.instances import ARCHES, INTERCONNECTS, InstanceType, Price, normal_arch
 from predictor.exceptions import CatalogError
 
 GPU_FIELDS = {
@@ -63,6 +63,8 @@ INSTANCE_FIELDS = {
     "memory_gib": float,
     "network_gbps": float,
     "efa": bool,
+    "network_cards": int,
+    "efa_interfaces": int,
     "gpu_interconnect": str,
     "price_usd_hr": float,
     "spot_price_usd_hr": float,
@@ -248,6 +250,12 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
                 f"instance_types[{i}].gpu_interconnect",
                 f"must be one of {', '.join(INTERCONNECTS)}, got {f['gpu_interconnect']!r}.{hint}",
             )
+        if "arch" in f and normal_arch(f["arch"]) not in ARCHES:
+            raise _err(
+                name,
+                f"instance_types[{i}].arch",
+                f"must be one of {', '.join(ARCHES)} (it picks the machine image), got {f['arch']!r}.",
+            )
         instances.append({**f, "_where": f"instance_types[{i}]"})
     return Extra(path=name, gpus=tuple(gpus), instances=tuple(instances))
 
@@ -273,9 +281,11 @@ def build_instance(fields: dict[str, Any], gpu: GPU, path: str) -> InstanceType:
         memory_gib=fields["memory_gib"],
         network_gbps=fields["network_gbps"],
         efa=fields.get("efa", False),
+        network_cards=fields.get("network_cards", 1),
+        efa_interfaces=fields.get("efa_interfaces", 1 if fields.get("efa", False) else 0),
         gpu_interconnect=fields.get("gpu_interconnect", "single" if gpus == 1 else "pcie"),
         local_nvme_gb=fields.get("local_nvme_gb", 0.0),
-        arch=fields.get("arch", "x86_64"),
+        arch=normal_arch(fields.get("arch", "x86_64")),
         interruption_rate_per_hr=fields.get("interruption_rate_per_hr"),
         prices=tuple(prices),
         origin=f"user: {path}",

@@ -77,6 +77,8 @@ class InstanceType:
     network_gbps: float | None
     network_up_to: bool = False
     efa: bool = False
+    network_cards: int = 1  # NetworkInfo.MaximumNetworkCards
+    efa_interfaces: int = 0  # EfaInfo.MaximumEfaInterfaces: at most one EFA interface per network card
     gpu_interconnect: str = "pcie"
     local_nvme_gb: float = 0.0
     arch: str = "x86_64"
@@ -93,6 +95,29 @@ class InstanceType:
     @property
     def regions(self) -> list[str]:
         return sorted({p.region for p in self.prices})
+
+    @property
+    def network_card_gbps(self) -> float | None:
+        """Gigabits per second of one network card: the instance's bandwidth shared by the cards that carry it (the
+        EFA-capable ones on EFA types: p4d.24xlarge 400 / 4 = 100, p5.48xlarge 3200 / 32 = 100, p5en.48xlarge
+        3200 / 16 = 200)."""
+        if self.network_gbps is None:
+            return None
+        cards = self.efa_interfaces if self.efa and self.efa_interfaces > 0 else self.network_cards
+        return self.network_gbps / max(1, cards)
+
+    def network_interfaces(self, multi_node: bool) -> int:
+        """Network interfaces a srifty fleet attaches to each instance, one per network card: every EFA interface
+        the type supports when the fleet spans nodes and the type has EFA, else one (ENA on card 0). The Terraform
+        module attaches this many and the predictor's inter-node link is this many cards wide."""
+        return max(1, self.efa_interfaces) if self.efa and multi_node else 1
+
+    def provisioned_network_gbps(self, multi_node: bool = True) -> float | None:
+        """Gigabits per second the attached interfaces give: cards x per-card rate, at most the instance's."""
+        card = self.network_card_gbps
+        if card is None or self.network_gbps is None:
+            return None
+        return min(self.network_gbps, card * self.network_interfaces(multi_node))
 
     def price(self, region: str | None = None, market: Market = "on-demand") -> Price | None:
         """The price in ``region`` (any region if None): on-demand, or the cheapest measured spot zone (an
@@ -113,6 +138,20 @@ def interruption_rate(bucket: str | None) -> float | None:
     if not bucket or bucket not in BUCKET_MONTHLY:
         return None
     return -math.log(1 - BUCKET_MONTHLY[bucket]) / HOURS_PER_MONTH
+
+
+ARCHES = ("x86_64", "arm64")
+
+
+def normal_arch(text: str | None) -> str:
+    """One architecture of ``ARCHES`` from a catalog cell or DescribeInstanceTypes' SupportedArchitectures joined
+    with commas ('i386,x86_64' -> 'x86_64', 'arm64' -> 'arm64'); empty means x86_64."""
+    parts = [p.strip() for p in (text or "").split(",") if p.strip()]
+    if not parts or "x86_64" in parts:
+        return "x86_64"
+    if "arm64" in parts:
+        return "arm64"
+    return parts[0]
 
 
 def _float(text: str) -> float | None:
@@ -159,9 +198,11 @@ def read_instances(
             network_gbps=_float(row["network_gbps"]),
             network_up_to=_bool(row["network_up_to"]),
             efa=_bool(row["efa"]),
+            network_cards=int(row.get("network_cards") or 1),
+            efa_interfaces=int(row.get("efa_max_interfaces") or 0),
             gpu_interconnect=row["gpu_interconnect"],
             local_nvme_gb=_float(row["local_nvme_gb"]) or 0.0,
-            arch=row["arch"],
+            arch=normal_arch(row["arch"]),
             spot_interruption_bucket=bucket,
             interruption_rate_per_hr=interruption_rate(bucket),
             prices=tuple(prices.get(row["instance_type"], ())),
@@ -194,6 +235,8 @@ def instance_to_dict(it: InstanceType, region: str | None = None) -> dict[str, A
         "network_gbps": it.network_gbps,
         "network_up_to": it.network_up_to,
         "efa": it.efa,
+        "network_cards": it.network_cards,
+        "efa_interfaces": it.efa_interfaces,
         "gpu_interconnect": it.gpu_interconnect,
         "local_nvme_gb": it.local_nvme_gb,
         "arch": it.arch,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.catalog.catalog import CATALOG_SCHEMA, Catalog, catalog_root
-from predictor.catalog.instances import INSTANCE_COLUMNS, PRICE_COLUMNS, InstanceType, Price
+from predictor.catalog.instances import INSTANCE_COLUMNS, PRICE_COLUMNS, InstanceType, Price, normal_arch
 from predictor.exceptions import CatalogError, UnknownNameError
 
 PRICING_REGION = "us-east-1"
@@ -136,13 +136,14 @@ def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict
         "memory_gib": item["MemoryInfo"]["SizeInMiB"] / 1024,
         "network_gbps": "" if gbps is None else gbps,
         "network_up_to": str(up_to).lower(),
-        "network_cards": len(net.get("NetworkCards") or []) or 1,
+        # one EFA interface per network card at most: the fleet attaches efa_max_interfaces of them (docs/catalog.md)
+        "network_cards": net.get("MaximumNetworkCards") or len(net.get("NetworkCards") or []) or 1,
         "efa": str(bool(net.get("EfaSupported"))).lower(),
         "efa_max_interfaces": (net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0),
         "gpu_interconnect": interconnect,
         "gpu_interconnect_detail": "carried over" if old else "assumed",
         "local_nvme_gb": (item.get("InstanceStorageInfo") or {}).get("TotalSizeInGB", 0),
-        "arch": ",".join(item.get("ProcessorInfo", {}).get("SupportedArchitectures", [])),
+        "arch": normal_arch(",".join(item.get("ProcessorInfo", {}).get("SupportedArchitectures", []))),
         "placement_strategies": ",".join((item.get("PlacementGroupInfo") or {}).get("SupportedStrategies", [])),
         "usage_classes": ",".join(item.get("SupportedUsageClasses", [])),
         "spot_interruption_bucket": (old.spot_interruption_bucket or "") if old else "",

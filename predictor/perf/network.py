@@ -61,8 +61,10 @@ def intra_node_link(instance: InstanceType, gpus: GpuTable, net: NetworkModel = 
 
 
 def inter_node_link(instance: InstanceType, net: NetworkModel = DEFAULT_NETWORK) -> Link:
-    """The instance's network as seen by an all-reduce between nodes."""
-    gbps = (instance.network_gbps or 10.0) / 8.0
+    """The instance's network as seen by an all-reduce between nodes: the interfaces a multi-node srifty fleet
+    attaches (:meth:`InstanceType.network_interfaces`, what the Terraform module creates) times the per-card rate,
+    not the instance's headline figure."""
+    gbps = (instance.provisioned_network_gbps(multi_node=True) or 10.0) / 8.0
     if instance.network_up_to:
         gbps *= net.up_to_sustained
     if instance.efa:

@@ -1,16 +1,26 @@
 data "aws_caller_identity" "current" {}
 data "aws_partition" "current" {}
 
+# The image follows each type's architecture (an x86_64 image does not launch on Graviton g5g, nor an arm64 one on
+# g5): one public SSM parameter of the AWS Deep Learning AMI per architecture the fleet uses, "Finding the ID of a
+# DLAMI", https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html
+# (/aws/service/deeplearning/ami/<x86_64|arm64>/<ami type>/latest/ami-id).
 data "aws_ssm_parameter" "ami" {
-  count = var.ami.id == null ? 1 : 0
-  name  = var.ami.ssm_parameter
+  for_each = var.ami.id == null ? toset([for g in var.groups : g.arch]) : toset([])
+  name     = var.ami.ssm_parameters[each.key]
 }
 
 locals {
   fleet_tags = merge(var.tags, { "srifty:fleet" = var.name })
-  ami_id     = var.ami.id != null ? var.ami.id : data.aws_ssm_parameter.ami[0].insecure_value
+  ami_ids    = { for arch, p in data.aws_ssm_parameter.ami : arch => p.insecure_value }
   vpc_id     = var.network.create_vpc ? aws_vpc.this[0].id : var.network.vpc_id
-  subnet_ids = var.network.create_vpc ? [aws_subnet.this[0].id] : var.network.subnet_ids
+  # EC2 gives no public IP to an instance with several network interfaces (one EFA interface per card): in the
+  # minimal VPC such a fleet runs in a private subnet behind a NAT gateway
+  multi_nic  = anytrue([for g in var.groups : g.efa && g.network_interfaces > 1])
+  private    = var.network.create_vpc && local.multi_nic
+  subnet_ids = var.network.create_vpc ? [local.private ? aws_subnet.private[0].id : aws_subnet.this[0].id] : var.network.subnet_ids
+  # the training command as shell words: every argument single-quoted (a quote inside becomes '\'')
+  train_argv = join(" ", [for a in var.train.argv : "'${replace(a, "'", "'\\''")}'"])
   bucket     = var.checkpoints.create_bucket ? aws_s3_bucket.checkpoints[0].bucket : var.checkpoints.bucket
   bucket_arn = "arn:${data.aws_partition.current.partition}:s3:::${local.bucket}"
   # launch-template priority: the order of var.groups (srifty terraform lists the cheapest on-demand type first)
@@ -49,7 +59,7 @@ resource "aws_subnet" "this" {
   vpc_id            = aws_vpc.this[0].id
   cidr_block        = cidrsubnet(var.network.vpc_cidr, 4, 0)
   availability_zone = var.network.availability_zone
-  # checkov:skip=CKV_AWS_130:Instances need egress (packages, S3) and a minimal VPC has no NAT gateway; inbound traffic is still limited to fleet members and ssh_cidr_blocks by the security group.
+  # checkov:skip=CKV_AWS_130:Instances with one network interface need egress (packages, S3) and the minimal VPC gives them no NAT gateway (fleets with several EFA interfaces per instance run in its private subnet behind one); inbound traffic is still limited to fleet members and ssh_cidr_blocks by the security group.
   map_public_ip_on_launch = true
   tags                    = merge(local.fleet_tags, { Name = "${var.name}-subnet" })
 }
@@ -70,6 +80,46 @@ resource "aws_route_table_association" "this" {
   count          = var.network.create_vpc ? 1 : 0
   subnet_id      = aws_subnet.this[0].id
   route_table_id = aws_route_table.this[0].id
+}
+
+resource "aws_eip" "nat" {
+  count  = local.private ? 1 : 0
+  domain = "vpc"
+  tags   = merge(local.fleet_tags, { Name = "${var.name}-nat" })
+}
+
+resource "aws_nat_gateway" "this" {
+  count         = local.private ? 1 : 0
+  allocation_id = aws_eip.nat[0].id
+  subnet_id     = aws_subnet.this[0].id
+  tags          = merge(local.fleet_tags, { Name = "${var.name}-nat" })
+  depends_on    = [aws_internet_gateway.this]
+}
+
+resource "aws_subnet" "private" {
+  count             = local.private ? 1 : 0
+  vpc_id            = aws_vpc.this[0].id
+  cidr_block        = cidrsubnet(var.network.vpc_cidr, 4, 1)
+  availability_zone = coalesce(var.network.availability_zone, aws_subnet.this[0].availability_zone)
+  tags              = merge(local.fleet_tags, { Name = "${var.name}-private" })
+}
+
+resource "aws_route_table" "private" {
+  count  = local.private ? 1 : 0
+  vpc_id = aws_vpc.this[0].id
+
+  route {
+    cidr_block     = "0.0.0.0/0"
+    nat_gateway_id = aws_nat_gateway.this[0].id
+  }
+
+  tags = merge(local.fleet_tags, { Name = "${var.name}-private" })
+}
+
+resource "aws_route_table_association" "private" {
+  count          = local.private ? 1 : 0
+  subnet_id      = aws_subnet.private[0].id
+  route_table_id = aws_route_table.private[0].id
 }
 
 resource "aws_security_group" "fleet" {
@@ -334,11 +384,11 @@ resource "aws_iam_instance_profile" "instance" {
 
 resource "aws_launch_template" "group" {
   for_each = local.groups
-  # checkov:skip=CKV_AWS_88:Only with network.create_vpc (a minimal VPC without NAT gateway) do instances get a public IP, for egress; inbound stays limited to the fleet and ssh_cidr_blocks. Pass private subnets with a NAT to avoid it.
+  # checkov:skip=CKV_AWS_88:Only with network.create_vpc and one interface per instance (a minimal VPC without NAT gateway) do instances get a public IP, for egress; inbound stays limited to the fleet and ssh_cidr_blocks. Pass private subnets with a NAT to avoid it.
 
   name_prefix            = "${var.name}-${replace(each.key, ".", "-")}-"
   description            = "${var.name}: ${each.key}, ${each.value.gpus_per_instance} GPU(s) per node"
-  image_id               = local.ami_id
+  image_id               = var.ami.id != null ? var.ami.id : local.ami_ids[each.value.arch]
   instance_type          = each.key
   key_name               = var.key_name
   update_default_version = true
@@ -371,12 +421,19 @@ resource "aws_launch_template" "group" {
     }
   }
 
-  network_interfaces {
-    device_index                = 0
-    security_groups             = [aws_security_group.fleet.id]
-    delete_on_termination       = true
-    interface_type              = each.value.efa ? "efa" : null
-    associate_public_ip_address = var.network.create_vpc ? true : null
+  # one interface per network card: with efa, every EFA interface the type supports (p4d.24xlarge 4, p5.48xlarge 32),
+  # which is the bandwidth the predictor assumed; "Maximize network bandwidth on accelerated instance types",
+  # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html
+  dynamic "network_interfaces" {
+    for_each = range(each.value.efa ? each.value.network_interfaces : 1)
+    content {
+      network_card_index          = network_interfaces.value
+      device_index                = network_interfaces.value == 0 ? 0 : 1
+      security_groups             = [aws_security_group.fleet.id]
+      delete_on_termination       = true
+      interface_type              = each.value.efa ? "efa" : null
+      associate_public_ip_address = var.network.create_vpc && !local.private ? true : null
+    }
   }
 
   tag_specifications {
@@ -392,16 +449,23 @@ resource "aws_launch_template" "group" {
   user_data = base64encode(templatefile("${path.module}/templates/user_data.sh.tftpl", {
     name           = var.name
     setup_command  = var.train.setup_command
-    command        = var.train.command
+    argv           = local.train_argv
     nnodes         = var.train.nnodes
     nproc_per_node = each.value.gpus_per_instance
     rdzv_port      = var.train.rdzv_port
     checkpoint_uri = "s3://${local.bucket}/${var.checkpoints.prefix}"
-    resume_from    = var.train.resume_from == null ? "" : var.train.resume_from
+    resume_from    = var.train.resume_from == null ? "" : "'${replace(var.train.resume_from, "'", "'\\''")}'"
     handover       = var.train.handover
   }))
 
   tags = local.fleet_tags
+
+  lifecycle {
+    precondition {
+      condition     = var.ami.id == null || length(distinct([for g in var.groups : g.arch])) == 1
+      error_message = "The ami.id is one image for every group, but the groups mix x86_64 and arm64 types: leave ami.id null (the Deep Learning AMI of each architecture) or keep the fleet to one architecture."
+    }
+  }
 }
 
 resource "aws_autoscaling_group" "fleet" {

@@ -48,14 +48,16 @@ variable "key_name" {
 }
 
 variable "groups" {
-  description = "The instance types of the fleet, from the plan: how many of each are bought on demand and on spot, GPUs per instance (processes per node), the capacity units one instance counts for (its predicted throughput), and whether to attach EFA."
+  description = "The instance types of the fleet, from the plan: how many of each are bought on demand and on spot, GPUs per instance (processes per node), the capacity units one instance counts for (its predicted throughput), the CPU architecture (x86_64 or arm64, which picks the image), whether to attach EFA and on how many network cards (one EFA interface per card: 4 on p4d.24xlarge, 32 on p5.48xlarge)."
   type = list(object({
-    instance_type     = string
-    on_demand         = number
-    spot              = number
-    gpus_per_instance = number
-    weighted_capacity = number
-    efa               = optional(bool, false)
+    instance_type      = string
+    on_demand          = number
+    spot               = number
+    gpus_per_instance  = number
+    weighted_capacity  = number
+    arch               = optional(string, "x86_64")
+    efa                = optional(bool, false)
+    network_interfaces = optional(number, 1)
   }))
 
   validation {
@@ -71,6 +73,16 @@ variable "groups" {
   validation {
     condition     = alltrue([for g in var.groups : g.weighted_capacity >= 1 && g.weighted_capacity <= 999 && floor(g.weighted_capacity) == g.weighted_capacity])
     error_message = "Every group's weighted_capacity must be a whole number from 1 to 999 (an Auto Scaling group limit); srifty terraform scales the predicted throughput into that range."
+  }
+
+  validation {
+    condition     = alltrue([for g in var.groups : contains(["x86_64", "arm64"], g.arch)])
+    error_message = "Every group's arch must be x86_64 or arm64 (Graviton types such as g5g.xlarge are arm64); it picks the machine image."
+  }
+
+  validation {
+    condition     = alltrue([for g in var.groups : g.network_interfaces >= 1 && g.network_interfaces <= 32 && floor(g.network_interfaces) == g.network_interfaces && (g.efa || g.network_interfaces == 1)])
+    error_message = "Every group's network_interfaces must be a whole number from 1 to 32, and 1 unless efa is true (one EFA interface per network card, up to the type's EfaInfo.MaximumEfaInterfaces)."
   }
 
   validation {
@@ -108,12 +120,20 @@ variable "capacity" {
 }
 
 variable "ami" {
-  description = "The machine image: an AMI id, or (id = null) the public SSM parameter of the AWS Deep Learning AMI to resolve at plan time."
+  description = "The machine image: an AMI id for every group (all of one architecture; its image must bring PyTorch or train.setup_command must install it), or (id = null) per architecture the public SSM parameter of the AWS Deep Learning AMI with PyTorch to resolve at plan time (https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html)."
   type = object({
-    id            = optional(string)
-    ssm_parameter = optional(string, "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")
+    id = optional(string)
+    ssm_parameters = optional(map(string), {
+      x86_64 = "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id"
+      arm64  = "/aws/service/deeplearning/ami/arm64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id"
+    })
   })
   default = {}
+
+  validation {
+    condition     = alltrue([for a in ["x86_64", "arm64"] : contains(keys(var.ami.ssm_parameters), a)])
+    error_message = "The ami.ssm_parameters map must name an SSM parameter for both x86_64 and arm64."
+  }
 }
 
 variable "root_volume_gb" {
@@ -174,10 +194,10 @@ variable "enable_cloudwatch" {
 }
 
 variable "train" {
-  description = "What every instance runs at boot: setup_command installs the environment; command is the training command torchrun starts (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count; handover = true (srifty launch) makes every instance wait for HANDOVER-<name>.json under the checkpoint prefix and take the job's settings (checkpoint to resume from, per-rank batch sizes) from it."
+  description = "What every instance runs at boot: setup_command (a shell command) installs the environment; argv is what torchrun starts, the script and its arguments (or \"-m\", a module and its arguments), each word quoted for the shell by the module (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count; handover = true (srifty launch) makes every instance wait for HANDOVER-<name>.json under the checkpoint prefix and take the job's settings (checkpoint to resume from, per-rank batch sizes) from it."
   type = object({
     setup_command = optional(string, "")
-    command       = string
+    argv          = list(string)
     nnodes        = number
     rdzv_port     = optional(number, 29400)
     resume_from   = optional(string)
@@ -185,8 +205,8 @@ variable "train" {
   })
 
   validation {
-    condition     = length(trimspace(var.train.command)) > 0
-    error_message = "The train.command must not be empty: it is what torchrun starts on every node, such as python train.py."
+    condition     = length(var.train.argv) > 0 && !can(regex("^(.*/)?(python[0-9.]*|torchrun)$", var.train.argv[0]))
+    error_message = "The train.argv must be the script torchrun starts and its arguments, such as [\"train.py\", \"--epochs\", \"90\"] or [\"-m\", \"pkg.train\"], not empty and not starting with python or torchrun (the module runs torchrun, which runs Python)."
   }
 
   validation {

@@ -1,0 +1,87 @@
+"""Readable output of a plan: the `srifty recommend` table fits a 100-column terminal (every column with --wide),
+and the HTML report shows small figures with significant digits instead of 0.00."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from rich.console import Console
+
+from lightning_srifty.cli import main
+from lightning_srifty.report import PLAN_COLUMNS, plan_table
+from predictor.profile import load_profile
+from predictor.rank import Constraints, rank
+from predictor.report import num, write_report
+from test_profile_schema import MINIMAL
+
+
+@pytest.fixture(scope="module")
+def busy_plan(catalog):
+    """Two regions, mixes of three types, a current fleet: every optional column of the default table."""
+    profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})
+    constraints = Constraints(
+        steps=1_000_000,
+        objective="time",
+        max_types=3,
+        max_instances=8,
+        current_fleet="p3.2xlarge:1",
+        regions=("us-east-1", "us-west-2"),
+    )
+    return rank(profile, constraints, catalog=catalog)
+
+
+def render(renderable, width: int) -> list[str]:
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115 - closed with console
+    console.print(renderable)
+    return console.export_text().splitlines()
+
+
+def test_the_default_table_fits_100_columns_without_breaking_a_value(busy_plan) -> None:
+    lines = render(plan_table(busy_plan), 100)
+    assert max(len(line) for line in lines) <= 100
+    text = "\n".join(lines)
+    for e in busy_plan.entries:
+        for group in e.fleet.split(","):  # a mix may wrap between its types, never inside one
+            assert re.search(rf"(?<![\w.:-]){re.escape(group)}(?![\w.:])", text), group
+        assert f"${e.cost_usd:,.2f}" in text or f"${e.cost_usd:.3g}" in text
+    header = next(line for line in lines if " fleet " in line)
+    assert "region" in header and "savings" in header and "GPUs" not in header and "effort" not in header
+    assert not any(line.rstrip().endswith(("48xlar", "48xlarg")) for line in lines)
+    assert "--wide" in text
+
+
+def test_a_single_region_plan_needs_no_wrapping_at_100_columns(catalog) -> None:
+    profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})
+    plan = rank(profile, Constraints(steps=1_000_000, max_types=2, max_instances=8), catalog=catalog)
+    table_lines = [line for line in render(plan_table(plan), 1000) if "$" in line or " fleet " in line]
+    assert max(len(line.rstrip()) for line in table_lines) <= 100
+
+
+def test_wide_shows_every_column(busy_plan) -> None:
+    header = next(line for line in render(plan_table(busy_plan, wide=True), 400) if " fleet " in line)
+    assert all(col in header for col in PLAN_COLUMNS)
+
+
+def test_recommend_takes_wide(tmp_path, capsys) -> None:
+    import json
+
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps({**MINIMAL, "batch": {"per_device": 8}}))
+    assert main(["recommend", "--profile", str(profile), "--steps", "1000", "--wide"]) == 0
+    assert "cost 80% interval" in capsys.readouterr().out
+    assert main(["recommend", "--profile", str(profile), "--steps", "1000"]) == 0
+    assert "cost 80% interval" not in capsys.readouterr().out
+
+
+def test_the_report_shows_small_figures_with_significant_digits(busy_plan, tmp_path) -> None:
+    assert [num(x) for x in (0.0042, 14.1749, 1234.5, 123456.7)] == ["0.0042", "14.17", "1,234", "123,457"]
+    tiny = dataclasses.replace(
+        busy_plan.entries[0], usd_per_hour=0.0042, time_h=0.0125, cost_usd=0.0000525, cost_interval_usd=(4e-5, 7e-5)
+    )
+    plan = dataclasses.replace(busy_plan, entries=[tiny, *busy_plan.entries[1:]])
+    page, _ = write_report(plan, tmp_path / "report.html")
+    row = next(line for line in page.read_text().splitlines() if "class=chosen" in line)
+    assert "<td>0.0042</td><td>0.0125</td><td>5.25e-05</td>" in row or "<td>0.0042</td><td>0.0125</td>" in row
+    assert "<td>0.00</td>" not in row

@@ -1,0 +1,330 @@
+"""Terraform that boots and runs the job: the image follows each type's architecture (the Deep Learning AMI's public
+SSM parameters, put into moto), one EFA interface per network card on multi-node fleets (what the predictor
+assumes), and the generated user_data EXECUTED with bash on this machine (instance metadata from the local IMDS
+server, EC2 and S3 from moto's server) until torchrun starts the example training script."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+
+from conftest import tf_run
+from imds_server import FakeIMDS
+from lightning_srifty.provision.generate import TFVARS, Options, generate, tfvars
+from lightning_srifty.provision.runner import apply, destroy
+from predictor.exceptions import ConfigError
+from predictor.perf.network import DEFAULT_NETWORK, inter_node_link
+from predictor.plan import Plan, load_plan
+from predictor.profile import load_profile
+from predictor.rank import Constraints, rank
+from test_profile_schema import MINIMAL
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = {
+    "x86_64": "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
+    "arm64": "/aws/service/deeplearning/ami/arm64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
+}
+TEST_PREFIX = "/srifty-test"
+
+
+def fleet_plan(catalog, allow: tuple[str, ...], fleet: str) -> tuple[Plan, int]:
+    """A ranked plan over ``allow`` and the index of ``fleet`` in it."""
+    profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})
+    constraints = Constraints(
+        steps=10_000_000, objective="time", market="on-demand", allow=allow, max_instances=2, max_types=2, top=30
+    )
+    plan = rank(profile, constraints, catalog=catalog)
+    return plan, [e.fleet for e in plan.entries].index(fleet)
+
+
+def dlami_parameters(endpoint: str) -> dict[str, str]:
+    """The Deep Learning AMI's SSM parameters, in moto: an x86_64 and an arm64 image of moto's catalog. moto refuses
+    to write names under /aws/ (reserved for AWS), so they live under /srifty-test/aws/... and
+    :func:`use_test_parameters` points a generated root at them."""
+    ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name="us-east-1")
+    ssm = boto3.client("ssm", endpoint_url=endpoint, region_name="us-east-1")
+    images = {}
+    for arch, name in PARAMS.items():
+        image = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": [arch]}])
+        images[arch] = image["Images"][0]["ImageId"]
+        ssm.put_parameter(Name=TEST_PREFIX + name, Value=images[arch], Type="String", Overwrite=True)
+    return images
+
+
+def use_test_parameters(folder: Path, placement_group: bool | None = None) -> Path:
+    """Point a generated root's ami.ssm_parameters at the copies of :func:`dlami_parameters` (and, for an apply,
+    drop the cluster placement group: moto's server never reports one available, so terraform waits for it
+    until it gives up)."""
+    values = json.loads((folder / TFVARS).read_text())
+    assert values["ami"] == {}, values["ami"]
+    values["ami"] = {"ssm_parameters": {arch: TEST_PREFIX + name for arch, name in PARAMS.items()}}
+    if placement_group is not None:
+        values["capacity"]["placement_group"] = placement_group
+    (folder / TFVARS).write_text(json.dumps(values, indent=2, sort_keys=True))
+    return folder
+
+
+def test_the_module_defaults_to_the_pytorch_dlami_of_each_architecture() -> None:
+    variables = (ROOT / "terraform" / "modules" / "training_fleet" / "variables.tf").read_text()
+    for arch, name in PARAMS.items():
+        assert f'{arch:<6} = "{name}"' in variables
+
+
+def test_each_group_carries_its_architecture_and_one_ami_serves_one_architecture(catalog) -> None:
+    plan, i = fleet_plan(catalog, ("g5g.xlarge", "g5.xlarge"), "g5g.xlarge:1,g5.xlarge:1")
+    values = tfvars(plan, i, Options(name="mixed-arch"), catalog)
+    assert {g["instance_type"]: g["arch"] for g in values["groups"]} == {"g5g.xlarge": "arm64", "g5.xlarge": "x86_64"}
+    assert values["ami"] == {}  # one Deep Learning AMI per architecture, resolved by the module
+    with pytest.raises(ConfigError, match="mixes arm64 and x86_64") as info:
+        tfvars(plan, i, Options(name="mixed-arch", ami="ami-123", setup_command="true"), catalog)
+    assert info.value.parameter == "ami"
+
+
+def test_a_custom_image_needs_a_setup_command(catalog) -> None:
+    plan = load_plan(ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json")
+    with pytest.raises(ConfigError, match=r"custom image.*--setup-command") as info:
+        tfvars(plan, 0, Options(name="custom-ami", ami="ami-0123456789abcdef0"), catalog)
+    assert (info.value.parameter, info.value.value) == ("setup_command", "")
+    assert tfvars(plan, 0, Options(name="custom-ami", ami="ami-0123", setup_command="true"), catalog)["ami"] == {
+        "id": "ami-0123"
+    }
+
+
+@pytest.mark.parametrize(
+    ("itype", "cards", "card_gbit"),
+    [("p4d.24xlarge", 4, 100), ("p5.48xlarge", 32, 100), ("p5en.48xlarge", 16, 200), ("g5.48xlarge", 1, 100)],
+)
+def test_multi_node_fleets_get_every_efa_interface_the_predictor_assumes(catalog, itype, cards, card_gbit) -> None:
+    """The predicted inter-node bandwidth is cards x per-card rate, and the generated values attach that many EFA
+    interfaces (one per network card); a single-node fleet attaches one."""
+    it = catalog.get(itype)
+    link = inter_node_link(it)
+    assert link.kind == "efa"
+    assert link.gbps == pytest.approx(cards * card_gbit / 8 * DEFAULT_NETWORK.efa_efficiency)
+    plan = load_plan(ROOT / "terraform" / "examples" / "multi-node-spot" / "plan.json")  # p4d.24xlarge:4
+    entry = plan.entries[0]
+    groups = [dataclasses.replace(entry.groups[0], instance_type=itype)]
+    plan = dataclasses.replace(plan, entries=[dataclasses.replace(entry, groups=groups)])
+    (values,) = tfvars(plan, 0, Options(name="efa-fleet"), catalog)["groups"]
+    assert (values["efa"], values["network_interfaces"]) == (True, cards)
+    assert it.network_interfaces(multi_node=False) == 1
+
+
+def test_the_planned_launch_template_has_one_efa_interface_per_card(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+    """terraform plan (real CLI, moto's endpoints for the data sources): 4 x p4d.24xlarge get 4 EFA interfaces
+    each, on network cards 0-3 (device index 0, then 1), behind a NAT gateway (EC2 gives no public IP to an instance
+    with several interfaces)."""
+    images = dlami_parameters(moto_endpoint)
+    plan = load_plan(ROOT / "terraform" / "examples" / "multi-node-spot" / "plan.json")
+    options = Options(name="p4d-efa", aws_endpoint=moto_endpoint)
+    infra = use_test_parameters(generate(plan, tmp_path / "p4d", options=options, catalog=catalog).out)
+    templates = planned(tf_env, infra, "aws_launch_template")
+    (lt,) = templates.values()
+    nics = sorted(lt["network_interfaces"], key=lambda n: n["network_card_index"])
+    assert [(n["network_card_index"], n["device_index"], n["interface_type"]) for n in nics] == [
+        (0, 0, "efa"),
+        (1, 1, "efa"),
+        (2, 1, "efa"),
+        (3, 1, "efa"),
+    ]
+    assert all(n["associate_public_ip_address"] is None for n in nics)
+    assert lt["image_id"] == images["x86_64"]
+    assert {"aws_nat_gateway", "aws_subnet"} <= set(planned_types(tf_env, infra))
+
+
+def planned(env: dict[str, str], folder: Path, rtype: str) -> dict[str, dict]:
+    """The planned values of every ``rtype`` resource (terraform init, plan -out, show -json)."""
+    show = _plan_json(env, folder)
+    return {
+        r["address"]: r["values"]
+        for m in [
+            show["planned_values"]["root_module"],
+            *show["planned_values"]["root_module"].get("child_modules", []),
+        ]
+        for r in m.get("resources", [])
+        if r["type"] == rtype
+    }
+
+
+def planned_types(env: dict[str, str], folder: Path) -> list[str]:
+    return [r["type"] for r in _plan_json(env, folder)["resource_changes"]]
+
+
+def _plan_json(env: dict[str, str], folder: Path) -> dict:
+    cached = folder / ".plan.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    init = tf_run(env, folder, "init", "-backend=false", "-input=false", "-no-color")
+    assert init.returncode == 0, init.stderr
+    result = tf_run(env, folder, "plan", "-input=false", "-no-color", "-out=tfplan")
+    assert result.returncode == 0, result.stdout + result.stderr
+    show = tf_run(env, folder, "show", "-json", "tfplan")
+    assert show.returncode == 0, show.stderr
+    cached.write_text(show.stdout)
+    return json.loads(show.stdout)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Apply against moto, then run the user_data the instances would run
+# ---------------------------------------------------------------------------------------------------------------------
+
+FAKE_TORCHRUN = """#!{python}
+# torchrun as the harness sees it: records its argv, then starts the real torch.distributed.run on this machine
+# (standalone rendezvous, one process: the fleet's c10d endpoint is a moto address that nothing listens on)
+import json, os, sys
+env = {{k: v for k, v in os.environ.items() if k.startswith(("SRIFTY_", "PYTHON"))}}
+with open(os.environ["SRIFTY_HARNESS_RECORD"], "w") as f:
+    json.dump({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": env}}, f)
+if os.environ.get("SRIFTY_HARNESS_RECORD_ONLY"):
+    sys.exit(0)
+args = [a for a in sys.argv[1:] if not a.startswith(("--nnodes", "--nproc_per_node", "--rdzv_"))]
+launcher = ["-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=1"]
+os.execv(sys.executable, [sys.executable, *launcher, *args])
+"""
+
+
+def run_user_data(
+    user_data: str, moto: str, work: Path, imds: FakeIMDS, **extra_env: str
+) -> tuple[subprocess.CompletedProcess, dict]:
+    """Execute ``user_data`` with bash as cloud-init would (cwd /), with a fake torchrun first on PATH."""
+    if shutil.which("aws") is None or shutil.which("curl") is None:
+        pytest.skip("the harness needs the aws CLI and curl on PATH")
+    bin_dir = work / "bin"
+    bin_dir.mkdir(parents=True)
+    torchrun = bin_dir / "torchrun"
+    torchrun.write_text(FAKE_TORCHRUN.format(python=sys.executable))
+    torchrun.chmod(torchrun.stat().st_mode | stat.S_IEXEC)
+    script = work / "user_data.sh"
+    script.write_text(user_data)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.endpoint,
+        "AWS_ENDPOINT_URL": moto,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "SRIFTY_USER_DATA_LOG": str(work / "user-data.log"),
+        "SRIFTY_HARNESS_RECORD": str(work / "torchrun.json"),
+        **extra_env,
+    }
+    run = subprocess.run(["bash", str(script)], cwd="/", env=env, capture_output=True, text=True, timeout=240)
+    record = json.loads((work / "torchrun.json").read_text()) if (work / "torchrun.json").exists() else {}
+    return run, record
+
+
+def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+    """validate and apply (moto) of g5g.xlarge (Graviton, arm64) + g5.xlarge (x86_64): each launch template has the
+    Deep Learning AMI of its type's architecture; the arm64 template's user_data, run with bash, sets up, finds the
+    2 fleet members in moto's EC2 and starts torchrun with the example script, which trains
+    (examples/train_digits.py, 5 CPU steps)."""
+    images = dlami_parameters(moto_endpoint)
+    plan, i = fleet_plan(catalog, ("g5g.xlarge", "g5.xlarge"), "g5g.xlarge:1,g5.xlarge:1")
+    node = tmp_path / "node"
+    node.mkdir()
+    shutil.copy(ROOT / "examples" / "train_digits.py", node / "train_digits.py")
+    options = Options(
+        name="boot-mixed-arch",
+        aws_endpoint=moto_endpoint,
+        train_command="python -u train_digits.py --accelerator cpu --max-steps 5",
+        setup_command=f"cd {node} && echo setup ran > setup.txt",  # the same shell: the cd holds for torchrun
+        mode="fleet",  # exact counts (asg mode counts throughput units, which moto launches one instance each)
+    )
+    infra = use_test_parameters(generate(plan, tmp_path / "infra", choice=i, options=options, catalog=catalog).out)
+    assert json.loads((infra / TFVARS).read_text())["train"]["argv"] == [
+        "train_digits.py",
+        "--accelerator",
+        "cpu",
+        "--max-steps",
+        "5",
+    ]
+    assert tf_run(tf_env, infra, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    valid = tf_run(tf_env, infra, "validate", "-no-color")
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+    started = time.perf_counter()
+    out = apply(infra, yes=True, echo=lambda line: None)["fleet"]
+    print(f"apply: {time.perf_counter() - started:.1f} s")
+    try:
+        ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
+        data = {
+            itype: ec2.describe_launch_template_versions(LaunchTemplateId=lt)["LaunchTemplateVersions"][0][
+                "LaunchTemplateData"
+            ]
+            for itype, lt in out["launch_template_ids"].items()
+        }
+        for itype, arch in (("g5g.xlarge", "arm64"), ("g5.xlarge", "x86_64")):
+            assert data[itype]["ImageId"] == images[arch]
+            (image,) = ec2.describe_images(ImageIds=[data[itype]["ImageId"]])["Images"]
+            (spec,) = ec2.describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
+            assert image["Architecture"] == arch and spec["ProcessorInfo"]["SupportedArchitectures"] == [arch]
+        # the fleet's members, launched from the templates as EC2 would
+        for lt in out["launch_template_ids"].values():
+            ec2.run_instances(LaunchTemplate={"LaunchTemplateId": lt}, MinCount=1, MaxCount=1)
+        user_data = base64.b64decode(data["g5g.xlarge"]["UserData"]).decode()
+        started = time.perf_counter()
+        with FakeIMDS({"meta-data/placement/region": "us-east-1"}) as imds:
+            run, record = run_user_data(user_data, moto_endpoint, tmp_path, imds)
+        log = (tmp_path / "user-data.log").read_text() if (tmp_path / "user-data.log").exists() else ""
+        assert run.returncode == 0, log[-3000:] + run.stderr[-3000:]
+        print(f"user_data harness: {time.perf_counter() - started:.1f} s")
+        assert (node / "setup.txt").read_text() == "setup ran\n"
+        assert ("PUT", "/latest/api/token") in imds.requests
+        argv = record["argv"]
+        assert argv[:2] == ["--nnodes=2", "--nproc_per_node=1"]
+        assert argv[-5:] == ["train_digits.py", "--accelerator", "cpu", "--max-steps", "5"]
+        assert record["cwd"] == str(node)
+        endpoint = next(a for a in argv if a.startswith("--rdzv_endpoint="))
+        members = ec2.describe_instances(Filters=[{"Name": "tag:srifty:fleet", "Values": [options.name]}])
+        ips = sorted(i["PrivateIpAddress"] for r in members["Reservations"] for i in r["Instances"])
+        assert len(ips) >= 2 and endpoint == f"--rdzv_endpoint={ips[0]}:29400"  # the fleet's lowest private IP
+        assert record["env"]["SRIFTY_CHECKPOINT_URI"] == out["checkpoint_uri"]
+        assert record["env"]["PYTHONUNBUFFERED"] == "1"
+        assert "`Trainer.fit` stopped: `max_steps=5` reached" in log  # the example trained under torchrun
+    finally:
+        destroy(infra, yes=True, echo=lambda line: None)
+
+
+def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+    """A command whose arguments hold spaces, quotes, $ and ; reaches the script word for word; -m goes to
+    torchrun's own -m; the checkpoint to resume from is one word too."""
+    dlami_parameters(moto_endpoint)
+    plan = load_plan(ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json")
+    (tmp_path / "node").mkdir()
+    command = """python3 -m json.tool --indent 2 "it's a $HOME; rm -rf x" """
+    options = Options(
+        name="quoting", aws_endpoint=moto_endpoint, train_command=command, resume_from="s3://b/ck pt's/$x"
+    )
+    infra = use_test_parameters(generate(plan, tmp_path / "infra", options=options, catalog=catalog).out)
+    (lt,) = planned(tf_env, infra, "aws_launch_template").values()
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
+    ec2.run_instances(
+        ImageId=lt["image_id"],
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "srifty:fleet", "Value": "quoting"}]}],
+    )
+    with FakeIMDS({"meta-data/placement/region": "us-east-1"}) as imds:
+        run, record = run_user_data(
+            base64.b64decode(lt["user_data"]).decode(), moto_endpoint, tmp_path, imds, SRIFTY_HARNESS_RECORD_ONLY="1"
+        )
+    assert record, run.stderr[-2000:]
+    assert record["argv"][-7:] == [
+        "-m",
+        "json.tool",
+        "--indent",
+        "2",
+        "it's a $HOME; rm -rf x",
+        "--resume-from",
+        "s3://b/ck pt's/$x",
+    ]
