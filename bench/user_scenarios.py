@@ -139,7 +139,10 @@ def main() -> int:
                 "violations": bad,
             }
         )
-    print("| scenario | recommendation | global batch (per GPU x accumulation) | start-up | time | cost | fleets checked | violations |")
+    print(
+        "| scenario | recommendation | global batch (per GPU x accumulation) | start-up | time | cost | fleets checked "
+        "| violations |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["pick"] is None:
