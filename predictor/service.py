@@ -113,6 +113,10 @@ class RankConstraints(_Strict):
         _D["scaling"], description="strong: the profiled global batch on every fleet; weak: the per-GPU batch kept"
     )
     allow_arm64: bool = Field(_D["allow_arm64"], description="rank arm64 (Graviton) instance types too")
+    startup_s: float | None = Field(
+        None, ge=0, le=7 * 86400, description="a new fleet's whole start-up (default: per instance type)"
+    )
+    dataset_gb: float = Field(0.0, ge=0, le=1e6, description="data staged onto every new instance before training")
 
 
 class RankRequest(_Strict):
