@@ -201,9 +201,12 @@ def test_periodic_checkpoints_at_the_plans_interval_keep_the_newest(tmp_path, ca
     from predictor.rank import Constraints, rank
     from test_profile_schema import MINIMAL
 
-    plan = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=100_000, market="spot"), catalog=catalog)
+    plan = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=5_000_000, market="spot"), catalog=catalog)
     from_plan = SpotPreemption.from_plan(plan, 0, str(tmp_path))
     assert from_plan.every_s == plan.entries[0].checkpoint_interval_s > 0
+    # a run shorter than the Young-Daly interval takes no periodic checkpoint
+    short = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=1_000, market="spot"), catalog=catalog)
+    assert short.entries[0].checkpoint_interval_s is None and SpotPreemption.from_plan(short).every_s is None
 
     class Slow(pl.Callback):
         def on_train_batch_end(self, *args) -> None:
