@@ -42,7 +42,14 @@ def fleet_plan(catalog, allow: tuple[str, ...], fleet: str) -> tuple[Plan, int]:
     """A ranked plan over ``allow`` and the index of ``fleet`` in it."""
     profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})
     constraints = Constraints(
-        steps=10_000_000, objective="time", market="on-demand", allow=allow, max_instances=2, max_types=2, top=30
+        steps=10_000_000,
+        objective="time",
+        market="on-demand",
+        allow=allow,
+        max_instances=2,
+        max_types=2,
+        top=30,
+        allow_arm64=True,
     )
     plan = rank(profile, constraints, catalog=catalog)
     return plan, [e.fleet for e in plan.entries].index(fleet)
