@@ -17,7 +17,6 @@ from predictor.profile import load_profile
 from predictor.service import ServiceSettings, background_server, create_app
 from test_profile_schema import MINIMAL
 
-
 TOKEN = "test-token-4b9f"
 
 
