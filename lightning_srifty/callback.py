@@ -76,6 +76,8 @@ class SriftyCallback(Callback):
         predictor_url: rank through a ``srifty serve`` service at this URL instead of in-process (its observations
             calibrate the ranking); on EC2 the run also posts its measured throughput there as an observation of
             the fleet it runs on (``post_observation``).
+        predictor_token: the service's bearer token, which posting observations needs (default:
+            ``$SRIFTY_SERVICE_TOKEN``); kept out of the callback's state and repr.
         measure_checkpoint: at the end of the window, save one full checkpoint to a temporary local folder and read
             it back, to record what a checkpoint costs (the ranker's checkpoint interval and restart cost use it).
     """
@@ -108,6 +110,7 @@ class SriftyCallback(Callback):
         report: bool = True,
         predictor_url: str | None = None,
         post_observation: bool = True,
+        predictor_token: str | None = None,
         measure_checkpoint: bool = True,
     ) -> None:
         owner = "SriftyCallback()"
@@ -153,6 +156,7 @@ class SriftyCallback(Callback):
                 value=predictor_url,
             )
         self.predictor_url, self.post_observation, self.max_types = predictor_url, bool(post_observation), max_types
+        self._predictor_token = predictor_token
         self.measure_checkpoint = bool(measure_checkpoint)
         self.recommend, self.report = bool(recommend), bool(report)
         self.total_steps, self.deadline_h, self.budget_usd = total_steps, deadline_h, budget_usd
@@ -537,7 +541,7 @@ class SriftyCallback(Callback):
             if self.predictor_url:
                 from predictor.client import ServiceClient
 
-                client = ServiceClient(self.predictor_url)
+                client = ServiceClient(self.predictor_url, token=self._predictor_token)
                 self._observe(client)
                 self.plan = client.rank(self.profile, constraints)
             else:

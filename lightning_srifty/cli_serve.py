@@ -3,22 +3,86 @@
 from __future__ import annotations
 
 import argparse
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 from lightning_srifty.cli_catalog import load_catalog
+
+TOKEN_ENV = "SRIFTY_SERVICE_TOKEN"
+
+
+def read_token(path: str | None) -> tuple[str | None, str]:
+    """The write token from ``--token-file`` (first) or $SRIFTY_SERVICE_TOKEN, and where it came from."""
+    from predictor.exceptions import ConfigError
+
+    if path is not None:
+        file = Path(path).expanduser()
+        try:
+            token = file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"The 'token_file' parameter of srifty serve must name a readable UTF-8 file holding the token. "
+                f"Got {path!r} ({exc}).",
+                parameter="token_file",
+                value=path,
+            ) from None
+        if not token:
+            raise ConfigError(
+                f"The 'token_file' parameter of srifty serve names an empty file ({path!r}). Write a random token "
+                "into it, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))' > FILE`.",
+                parameter="token_file",
+                value=path,
+            )
+        mode = file.stat().st_mode
+        where = f"--token-file {path}"
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            where += f" (readable by others: chmod 600 {path})"
+        return token, where
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    return (token, f"${TOKEN_ENV}") if token else (None, "")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from predictor.service import create_app
+    from predictor.service import ServiceSettings, create_app
 
+    token, source = read_token(args.token_file)
+    settings = ServiceSettings(
+        max_body_bytes=args.max_body,
+        max_concurrent=args.max_concurrent,
+        max_queued=args.max_queued,
+        request_timeout_s=args.request_timeout_s,
+        token=token,
+        allow_unauthenticated_writes=args.allow_unauthenticated_writes,
+        host=args.host,
+        allowed_hosts=tuple(args.allowed_host),
+    )
+    if token is not None:
+        writes = f"writes (POST /v1/observations) need 'Authorization: Bearer <token>' (token from {source})"
+    elif settings.allow_unauthenticated_writes:
+        writes = (
+            "writes (POST /v1/observations) are open to anyone who reaches the port (--allow-unauthenticated-writes)"
+        )
+    else:
+        writes = (
+            "writes (POST /v1/observations) are refused: no token is configured; give --token-file PATH or "
+            f"${TOKEN_ENV}, or --allow-unauthenticated-writes on a machine you trust"
+        )
+    print(f"srifty serve: {writes}.")
+    print(
+        "srifty serve: reads (/v1/predict, /v1/rank, /v1/catalog, GET /v1/observations) need no token; Host names "
+        f"answered: {', '.join(sorted(settings.host_names()))}; at most {settings.max_concurrent} rankings/"
+        f"predictions at once, {settings.max_queued} waiting, {settings.request_timeout_s:g} s each."
+    )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(
-            f"srifty serve: listening on {args.host}: the service has no authentication; put it behind a proxy "
-            "that has, or keep it on localhost."
+            f"srifty serve: listening on {args.host}: anyone who reaches the port can read; the token travels in "
+            "clear over http, so put the service behind a TLS proxy (or keep it on localhost)."
         )
-    app = create_app(catalog=load_catalog(args), observations=args.observations, max_body_bytes=args.max_body)
+    app = create_app(catalog=load_catalog(args), observations=args.observations, settings=settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
     return 0
 
@@ -33,6 +97,36 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="SQLite file of observed runs (default: $SRIFTY_OBSERVATIONS or ~/.cache/srifty/observations.sqlite)",
     )
     p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="request size limit (413 above)")
+    p.add_argument(
+        "--max-concurrent", type=int, default=2, metavar="N", help="rankings/predictions computed at once (default 2)"
+    )
+    p.add_argument(
+        "--max-queued", type=int, default=16, metavar="N", help="requests waiting for them; one more is a 429 (16)"
+    )
+    p.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="a ranking/prediction not answered by then is a 503 (default 60; the started work still finishes)",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"file holding the bearer token that writes (POST /v1/observations) need (default: ${TOKEN_ENV})",
+    )
+    p.add_argument(
+        "--allow-unauthenticated-writes",
+        action="store_true",
+        help="with no token, accept observations from anyone who reaches the port (refused otherwise)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to answer besides the bound address, 127.0.0.1, localhost and ::1 (repeatable)",
+    )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     p.set_defaults(func=cmd_serve)

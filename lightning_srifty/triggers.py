@@ -60,6 +60,7 @@ class MigrationTriggers(Callback):
         first_check_steps: steps measured before the first check.
         catalog_loader: returns today's catalog (default ``Catalog.load``).
         predictor_url: a ``srifty serve`` service to post drift observations to.
+        predictor_token: the service's bearer token for those posts (default: ``$SRIFTY_SERVICE_TOKEN``).
         work_from: what the remaining work is counted from: ``"trainer"`` (its max_steps or epochs, the default) or
             ``"plan"`` (the work the plan was made for, when the Trainer runs only a part of it).
     """
@@ -79,6 +80,7 @@ class MigrationTriggers(Callback):
         catalog_loader: Callable[[], Any] | None = None,
         predictor_url: str | None = None,
         work_from: str = "trainer",
+        predictor_token: str | None = None,
     ) -> None:
         from predictor.exceptions import ConfigError
         from predictor.plan import load_plan
@@ -141,7 +143,7 @@ class MigrationTriggers(Callback):
         )
         self.first_check_steps = max(3, first_check_steps)
         self.catalog_loader = catalog_loader
-        self.predictor_url = predictor_url
+        self.predictor_url, self._predictor_token = predictor_url, predictor_token
         self.poll_s = float(os.environ.get("SRIFTY_SPOT_POLL_S", "5"))
         self.decisions: list[Any] = []  # every MoveDecision taken, newest last
         self.requested: dict[str, Any] | None = None
@@ -331,7 +333,7 @@ class MigrationTriggers(Callback):
         try:
             from predictor.client import ServiceClient
 
-            ServiceClient(self.predictor_url).observe(
+            ServiceClient(self.predictor_url, token=self._predictor_token).observe(
                 profile, fleet, throughput, iteration_time_s=step_s, source="srifty MigrationTriggers"
             )
         except Exception as exc:  # noqa: BLE001 - the service being away must not matter to training

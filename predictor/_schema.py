@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union
@@ -20,6 +21,7 @@ from predictor._validation import suggest
 from predictor.exceptions import ProfileSchemaError
 
 T = TypeVar("T")
+MAX_INT = 2**63  # integers at or beyond are refused (int64, what JSON tools share)
 
 
 def doc_field(
@@ -52,8 +54,14 @@ def _describe(tp: Any) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a 400-digit number is named, not echoed)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} characters)"
+
+
 def _error(path: str, expected: str, value: Any, fix: str = "") -> ProfileSchemaError:
-    shown = "missing" if value is dataclasses.MISSING else f"got {value!r}"
+    shown = "missing" if value is dataclasses.MISSING else f"got {_shown(value)}"
     message = f"{path}: expected {expected}, {shown}."
     if fix:
         message += f" {fix}"
@@ -83,7 +91,7 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any]) -> 
         if not isinstance(value, dict):
             raise _error(path, _describe(tp), value)
         item = typing.get_args(tp)[1]
-        return {str(k): _convert(item, v, f"{path}.{k}", meta) for k, v in value.items()}
+        return {_text(str(k), f"{path}.{k}"): _convert(item, v, f"{path}.{k}", meta) for k, v in value.items()}
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
@@ -100,19 +108,34 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any]) -> 
         if isinstance(value, bool) or not isinstance(value, int):
             raise _error(path, "an integer", value)
         _check_bounds(value, path, meta)
+        if abs(value) >= MAX_INT:  # every count becomes a float somewhere downstream
+            raise _error(path, "an integer below 2^63", value)
         return value
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > sys.float_info.max:
+            raise _error(path, "a finite number", value)
+        if not math.isfinite(value):
             raise _error(path, "a finite number", value)
         _check_bounds(value, path, meta)
         return float(value)
     if tp is str:
         if not isinstance(value, str):
             raise _error(path, "a string", value)
-        return value
+        return _text(value, path)
     if tp is Any:
         return value
     raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in a document class, not in the input
+
+
+def _text(value: str, path: str) -> str:
+    """``value`` if it is valid Unicode: a lone UTF-16 surrogate (JSON "\\ud800") cannot be stored or echoed."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _error(
+            path, "UTF-8 text", value, f"It holds a lone surrogate ({value[exc.start]!r} at position {exc.start})."
+        ) from None
+    return value
 
 
 def _check_bounds(value: float, path: str, meta: typing.Mapping[str, Any]) -> None:

@@ -124,11 +124,13 @@ class ServiceError(SriftyError):
 
     Attributes:
         status: the HTTP status (None when no answer came back).
+        retry_after_s: for a 429 (too many requests at once) or a 503 (timed out), the service's Retry-After.
     """
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
 class ProvisionError(SriftyError):

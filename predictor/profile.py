@@ -18,6 +18,7 @@ from predictor.exceptions import ProfileSchemaError
 
 SCHEMA = "srifty.profile/v1"
 SCHEMA_FAMILY = "srifty.profile/"
+MAX_SAMPLES_PER_STEP = 2**30  # samples per optimizer step (one device, all ranks, with accumulation): bounds the work
 PHASES = ("data", "forward", "backward", "optimizer")
 
 Precision = Literal[
@@ -43,7 +44,12 @@ class Stats:
     min: float | None = doc_field("smallest value", default=None, min=0)
     max: float | None = doc_field("largest value", default=None, min=0)
     std: float | None = doc_field("standard deviation", default=None, min=0)
-    cv: float | None = doc_field("coefficient of variation: std / mean (run-to-run variability)", default=None, min=0)
+    cv: float | None = doc_field(
+        "coefficient of variation: std / mean (run-to-run variability; n values >= 0 cannot exceed sqrt(n - 1))",
+        default=None,
+        min=0,
+        max=100,
+    )
     count: int | None = doc_field("number of values summarised", default=None, min=0)
 
 
@@ -117,11 +123,18 @@ class Model:
 class Batch:
     """Samples per step."""
 
-    per_device: int = doc_field("samples per batch on one device (rank 0; median over the window)", min=1)
-    global_batch: int | None = doc_field(
-        "samples per batch over all ranks (an optimizer step is accumulate_grad_batches of them)", default=None, min=1
+    per_device: int = doc_field(
+        "samples per batch on one device (rank 0; median over the window)", min=1, max=MAX_SAMPLES_PER_STEP
     )
-    accumulate_grad_batches: int | None = doc_field("batches per optimizer step", default=None, min=1)
+    global_batch: int | None = doc_field(
+        "samples per batch over all ranks (an optimizer step is accumulate_grad_batches of them)",
+        default=None,
+        min=1,
+        max=MAX_SAMPLES_PER_STEP,
+    )
+    accumulate_grad_batches: int | None = doc_field(
+        "batches per optimizer step", default=None, min=1, max=MAX_SAMPLES_PER_STEP
+    )
     source: Literal["detected", "batch_size_fn", "manual"] | None = doc_field(
         "how the batch size was found", default=None
     )
@@ -306,6 +319,25 @@ class Profile:
     software: Software | None = doc_field("versions", default=None)
     created_at: str | None = doc_field("UTC time the profile was written (ISO 8601)", default=None)
     notes: list[str] | None = doc_field("warnings and remarks from the profiler", default=None)
+
+    def __post_init__(self) -> None:
+        b, hw = self.batch, self.hardware
+        ranks = hw.world_size or hw.devices * hw.nodes
+        per_batch = b.global_batch or b.per_device * ranks
+        samples = per_batch * (b.accumulate_grad_batches or 1)
+        if samples > MAX_SAMPLES_PER_STEP:  # the predictor splits this number into its divisors: bound the work
+            what = (
+                f"global_batch {b.global_batch}"
+                if b.global_batch
+                else f"per_device {b.per_device} x {ranks} ranks (hardware.world_size, else devices x nodes)"
+            )
+            raise ProfileSchemaError(
+                f"batch: {what} x accumulate_grad_batches {b.accumulate_grad_batches or 1} = {samples:.3g} samples "
+                f"per optimizer step, more than {MAX_SAMPLES_PER_STEP:,} (2^30): a batch size or rank count was "
+                "mistyped; correct it.",
+                field="batch",
+                value=samples,
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (fields left unmeasured are omitted)."""

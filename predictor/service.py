@@ -7,8 +7,10 @@
     POST /v1/observations    a measured throughput of a fleet (the feedback loop); GET lists them
 
 Bad input is a 422 whose ``detail`` names the field (``loc``), says what is wrong and how to fix it; an
-infeasible ranking is a 422 of type ``infeasible``; a body over the size limit is a 413. Torch-free, like the
-rest of ``predictor``; FastAPI is imported only here.
+infeasible ranking is a 422 of type ``infeasible``; a body over the size limit is a 413. Rankings and predictions
+are bounded (``predictor.service_guard``): 429 when too many are asked at once, 503 past the request timeout; writes
+need the bearer token (401/403); a foreign ``Host`` header is a 400. Torch-free, like the rest of ``predictor``;
+FastAPI is imported only here and in ``service_guard``.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Body, FastAPI, Query, Request
+from fastapi import Body, FastAPI, Query, Request, Security
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import instance_to_dict
@@ -42,8 +46,15 @@ from predictor.predict import predict
 from predictor.profile import Profile, load_profile
 from predictor.rank import Constraints, rank
 from predictor.ranking.constraints import constraint_defaults
+from predictor.service_guard import (
+    MAX_BODY_BYTES,
+    Guard,
+    HeavyWork,
+    SafeJSONResponse,
+    ServiceSettings,
+    error_response,
+)
 
-MAX_BODY_BYTES = 1 << 20  # a profile with full series is ~100 KB; 1 MiB leaves room and bounds the work
 API_VERSION = "v1"
 
 
@@ -71,13 +82,28 @@ _PROFILE_FIELD = Field(
 _D = constraint_defaults()  # one place for the defaults: predictor.ranking.constraints.Constraints
 
 
+def _utf8(value: str) -> str:
+    """Text that can be stored and echoed: a lone UTF-16 surrogate (JSON "\\ud800") cannot be encoded."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"text with a lone surrogate ({value[exc.start]!r} at position {exc.start}) is not valid Unicode; "
+            "send UTF-8 text (a surrogate must be half of a \\ud83d\\ude00-style pair)"
+        ) from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PredictRequest(_Strict):
     profile: dict[str, Any] = _PROFILE_FIELD
-    fleet: str = Field(
+    fleet: Text = Field(
         min_length=1, max_length=500, description="instance_type:count[,instance_type:count]", examples=["p3.8xlarge:2"]
     )
     scaling: Literal["strong", "weak"] = _D["scaling"]
@@ -95,7 +121,7 @@ class RankConstraints(_Strict):
     deadline_h: float | None = Field(None, gt=0, le=1e6)
     budget_usd: float | None = Field(None, gt=0, le=1e12)
     objective: Literal["cost", "time", "cost_per_sample"] = _D["objective"]
-    regions: list[str] = Field(default_factory=lambda: list(_D["regions"]), min_length=1, max_length=8)
+    regions: list[Text] = Field(default_factory=lambda: list(_D["regions"]), min_length=1, max_length=8)
     market: Literal["on-demand", "spot", "any", "mixed"] = _D["market"]
     spot_share: float = Field(_D["spot_share"], ge=0, le=1)
     on_demand_base: int = Field(_D["on_demand_base"], ge=0, le=1000)
@@ -104,10 +130,10 @@ class RankConstraints(_Strict):
         _D["max_types"], ge=1, le=2, description="2 allows two-type mixes (3 is for the library and CLI)"
     )
     max_hourly_usd: float | None = Field(None, gt=0)
-    allow: list[str] = Field(default_factory=list, max_length=100)
-    deny: list[str] = Field(default_factory=list, max_length=100)
+    allow: list[Text] = Field(default_factory=list, max_length=100)
+    deny: list[Text] = Field(default_factory=list, max_length=100)
     min_memory_headroom: float = Field(_D["min_memory_headroom"], ge=0, le=0.9)
-    current_fleet: str | None = Field(None, max_length=500)
+    current_fleet: Text | None = Field(None, max_length=500)
     top: int = Field(_D["top"], ge=1, le=200)
     scaling: Literal["strong", "weak"] = Field(
         _D["scaling"], description="strong: the profiled global batch on every fleet; weak: the per-GPU batch kept"
@@ -127,62 +153,64 @@ class RankRequest(_Strict):
 
 class ObservationRequest(_Strict):
     profile: dict[str, Any] = _PROFILE_FIELD
-    fleet: str = Field(min_length=1, max_length=500, examples=["g5.12xlarge:2"])
+    fleet: Text = Field(min_length=1, max_length=500, examples=["g5.12xlarge:2"])
     throughput_samples_s: float = Field(gt=0, le=1e12, description="measured samples per second on the fleet")
     iteration_time_s: float | None = Field(None, gt=0, le=1e6)
-    source: str = Field("", max_length=200, description="who measured it, e.g. 'SriftyCallback run-42'")
+    source: Text = Field("", max_length=200, description="who measured it, e.g. 'SriftyCallback run-42'")
 
 
 _ERRORS = {
-    400: {"description": "the body cannot be read as JSON"},
+    400: {"description": "a Host header this service does not answer to (DNS rebinding)"},
     413: {"description": "request body over the size limit"},
     422: {"description": "bad input (detail names the field) or no feasible fleet (type 'infeasible')"},
 }
+_HEAVY = {
+    **_ERRORS,
+    429: {"description": "too many rankings/predictions at once (Retry-After says when to retry)"},
+    503: {"description": "not answered within the request timeout (Retry-After says when to retry)"},
+}
+_WRITE = {
+    **_ERRORS,
+    401: {"description": "no or a wrong bearer token"},
+    403: {"description": "writes are disabled (the service has no token)"},
+}
+_BEARER = HTTPBearer(auto_error=False, description="the token given to `srifty serve --token-file`")
 
 
-class _BodyLimit:
-    """ASGI middleware: 413 for a body over ``limit`` bytes, by Content-Length or as it streams."""
+class _JSONRequest(Request):
+    """A request whose JSON body is parsed with every failure a JSON error (so a 422 naming the body): too deeply
+    nested (Python's parser stops near 1,000 levels), not UTF-8, an integer over 4,300 digits."""
 
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            await _too_large(self.limit)(scope, receive, send)
-            return
-        seen = 0
-
-        async def limited() -> dict[str, Any]:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await _too_large(self.limit)(scope, receive, send)
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                self._json = json.loads(body)
+            except json.JSONDecodeError:
+                raise
+            except RecursionError:
+                raise json.JSONDecodeError(
+                    "nested too deeply to parse (a srifty request is a few levels deep)", "", 0
+                ) from None
+            except UnicodeDecodeError as exc:
+                raise json.JSONDecodeError("not UTF-8 text", "", exc.start) from None
+            except ValueError as exc:  # e.g. an integer literal over sys.get_int_max_str_digits()
+                raise json.JSONDecodeError(str(exc), "", 0) from None
+        return self._json
 
 
-class _TooLarge(Exception):
-    pass
+class _Route(APIRoute):
+    def get_route_handler(self) -> Any:
+        handler = super().get_route_handler()
 
+        async def parse_safely(request: Request) -> Any:
+            return await handler(_JSONRequest(request.scope, request.receive))
 
-def _too_large(limit: int) -> JSONResponse:
-    return JSONResponse(
-        {"detail": [{"loc": ["body"], "msg": f"request body over {limit} bytes", "type": "too_large"}]},
-        status_code=413,
-    )
+        return parse_safely
 
 
 def _error(loc: list[Any], message: str, kind: str, status: int = 422, **extra: Any) -> JSONResponse:
-    return JSONResponse({"detail": [{"loc": loc, "msg": message, "type": kind, **extra}]}, status_code=status)
+    return error_response(loc, message, kind, status, **extra)
 
 
 def _profile(data: dict[str, Any]) -> Profile:
@@ -202,18 +230,29 @@ def create_app(
     *,
     catalog: Catalog | None = None,
     observations: ObservationStore | str | Path | None = None,
-    max_body_bytes: int = MAX_BODY_BYTES,
+    settings: ServiceSettings | None = None,
 ) -> FastAPI:
-    """The service. ``observations``: a store or a SQLite path (default: ``predictor.observations.default_path()``)."""
+    """The service.
+
+    Args:
+        catalog: instance types and prices (default: ``Catalog.load()``).
+        observations: a store or a SQLite path (default: ``predictor.observations.default_path()``).
+        settings: limits, the write token and the allowed ``Host`` names (default: ``ServiceSettings()``: no token,
+            so writes are refused).
+    """
+    settings = settings or ServiceSettings()
     catalog = catalog or Catalog.load()
     store = observations if isinstance(observations, ObservationStore) else ObservationStore(observations)
+    heavy = HeavyWork(settings)
     version = _version()
+
     app = FastAPI(
         title="lightning-srifty predictor",
         version=version,
         description="Predict and rank EC2 GPU fleets for a profiled PyTorch Lightning run.",
     )
-    app.state.catalog, app.state.observations = catalog, store
+    app.router.route_class = _Route
+    app.state.catalog, app.state.observations, app.state.settings, app.state.heavy = catalog, store, settings, heavy
 
     @app.exception_handler(_BadField)
     async def bad_field(_: Request, exc: _BadField) -> JSONResponse:
@@ -249,8 +288,13 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
-        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+        errors = []
+        for e in exc.errors():
+            error = {k: v for k, v in e.items() if k in ("loc", "msg", "type")}
+            if e.get("type") == "json_invalid" and e.get("ctx", {}).get("error"):
+                error["msg"] = f"the body is not valid JSON: {e['ctx']['error']}"
+            errors.append(error)
+        return SafeJSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -275,28 +319,36 @@ def create_app(
             "instance_types": [instance_to_dict(it, region) for it in types],
         }
 
-    @app.post("/v1/predict", responses=_ERRORS)
-    def post_predict(request: Annotated[PredictRequest, Body()]) -> JSONResponse:
-        profile = _profile(request.profile)
-        calibration = store.calibration(profile, catalog) if request.use_observations else None
-        prediction = predict(
-            profile,
-            request.fleet,
-            catalog=catalog,
-            scaling=request.scaling,
-            calibration=calibration.factors if calibration else None,
-        )
-        return JSONResponse(prediction.to_dict())
+    @app.post("/v1/predict", responses=_HEAVY)
+    async def post_predict(request: Annotated[PredictRequest, Body()]) -> JSONResponse:
+        def work() -> JSONResponse:  # in a HeavyWork thread: the event loop stays free
+            profile = _profile(request.profile)
+            calibration = store.calibration(profile, catalog) if request.use_observations else None
+            prediction = predict(
+                profile,
+                request.fleet,
+                catalog=catalog,
+                scaling=request.scaling,
+                calibration=calibration.factors if calibration else None,
+            )
+            return SafeJSONResponse(prediction.to_dict())
 
-    @app.post("/v1/rank", responses=_ERRORS)
-    def post_rank(request: Annotated[RankRequest, Body()]) -> JSONResponse:
-        profile = _profile(request.profile)
-        constraints = Constraints.build(**request.constraints.model_dump())
-        calibration = store.calibration(profile, catalog) if request.use_observations else None
-        # a JSONResponse skips FastAPI's jsonable_encoder (3.7 ms for a plan; the dict is plain JSON already)
-        return JSONResponse(rank(profile, constraints, catalog=catalog, calibration=calibration).to_dict())
+        return await heavy.run("prediction", work)
 
-    @app.post("/v1/observations", status_code=201, responses=_ERRORS)
+    @app.post("/v1/rank", responses=_HEAVY)
+    async def post_rank(request: Annotated[RankRequest, Body()]) -> JSONResponse:
+        def work() -> JSONResponse:
+            profile = _profile(request.profile)
+            constraints = Constraints.build(**request.constraints.model_dump())
+            calibration = store.calibration(profile, catalog) if request.use_observations else None
+            # a JSONResponse skips FastAPI's jsonable_encoder (3.7 ms for a plan; the dict is plain JSON already)
+            return SafeJSONResponse(rank(profile, constraints, catalog=catalog, calibration=calibration).to_dict())
+
+        return await heavy.run("ranking", work)
+
+    @app.post(
+        "/v1/observations", status_code=201, responses=_WRITE, dependencies=[Security(_BEARER)]
+    )  # the token is checked by Guard before the body is read; the dependency documents it in the OpenAPI
     def post_observation(request: Annotated[ObservationRequest, Body()]) -> dict[str, Any]:
         profile = _profile(request.profile)
         obs = store.add(
@@ -323,7 +375,7 @@ def create_app(
     ) -> dict[str, Any]:
         return {"observations": [o.__dict__ for o in store.list(model_key_, limit)]}
 
-    app.add_middleware(_BodyLimit, limit=max_body_bytes)
+    app.add_middleware(Guard, settings=settings)
     return app
 
 
@@ -350,4 +402,4 @@ def background_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> I
         thread.join(timeout=10)
 
 
-__all__ = ["MAX_BODY_BYTES", "background_server", "create_app", "model_key"]
+__all__ = ["MAX_BODY_BYTES", "ServiceSettings", "background_server", "create_app", "model_key"]

@@ -261,11 +261,12 @@ def test_recommendation_through_the_service_posts_an_observation(tmp_path, monke
     """On 'EC2' (a local IMDS says g5.xlarge), with predictor_url: the plan comes from `srifty serve` and the run's
     measured throughput lands in the service's observations as g5.xlarge:1."""
     from predictor.observations import ObservationStore
-    from predictor.service import background_server, create_app
+    from predictor.service import ServiceSettings, background_server, create_app
 
     store = ObservationStore(tmp_path / "obs.sqlite")
     meta = {"meta-data/instance-type": "g5.xlarge", "meta-data/placement/availability-zone": "us-east-1b"}
-    with FakeIMDS(meta) as imds, background_server(create_app(catalog=catalog, observations=store)) as url:
+    app = create_app(catalog=catalog, observations=store, settings=ServiceSettings(token="cb-token"))
+    with FakeIMDS(meta) as imds, background_server(app) as url:
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "false")
         monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint)
         cb = SriftyCallback(
@@ -274,6 +275,7 @@ def test_recommendation_through_the_service_posts_an_observation(tmp_path, monke
             output=tmp_path / "p.json",
             verbose=False,
             predictor_url=url,
+            predictor_token="cb-token",  # writes need the service's token
             market="spot:0.5",
         )
         fit(cb, max_steps=10)

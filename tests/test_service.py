@@ -14,14 +14,17 @@ from predictor.observations import ObservationStore, model_key
 from predictor.plan import load_plan
 from predictor.predict import predict
 from predictor.profile import load_profile
-from predictor.service import background_server, create_app
+from predictor.service import ServiceSettings, background_server, create_app
 from test_profile_schema import MINIMAL
+
+TOKEN = "test-token-4b9f"
 
 
 @pytest.fixture
 def client(tmp_path, catalog):
-    app = create_app(catalog=catalog, observations=tmp_path / "obs.sqlite", max_body_bytes=200_000)
-    with TestClient(app) as c:
+    settings = ServiceSettings(max_body_bytes=200_000, token=TOKEN, allowed_hosts=("testserver",))
+    app = create_app(catalog=catalog, observations=tmp_path / "obs.sqlite", settings=settings)
+    with TestClient(app, headers={"authorization": f"Bearer {TOKEN}"}) as c:
         yield c
 
 

@@ -14,9 +14,10 @@ from schemathesis.checks import (  # noqa: E402
 )
 
 from predictor.catalog import Catalog  # noqa: E402
-from predictor.service import create_app  # noqa: E402
+from predictor.service import ServiceSettings, create_app  # noqa: E402
 
 _APP = None
+_TOKEN = "schemathesis-token"
 
 
 def _app():
@@ -25,7 +26,11 @@ def _app():
         import tempfile
 
         folder = tempfile.mkdtemp(prefix="srifty-schemathesis-")
-        _APP = create_app(catalog=Catalog.load(use_refreshed=False, use_env=False), observations=f"{folder}/o.sqlite")
+        _APP = create_app(
+            catalog=Catalog.load(use_refreshed=False, use_env=False),
+            observations=f"{folder}/o.sqlite",
+            settings=ServiceSettings(token=_TOKEN, allowed_hosts=("testserver",)),
+        )
     return _APP
 
 
@@ -35,4 +40,8 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", _app())
 @schema.parametrize()
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_conforms_and_never_fails(case) -> None:
-    case.call_and_validate(checks=[not_a_server_error, status_code_conformance, content_type_conformance])
+    # with the token, so that writes are explored past the 401
+    case.call_and_validate(
+        headers={"Authorization": f"Bearer {_TOKEN}"},
+        checks=[not_a_server_error, status_code_conformance, content_type_conformance],
+    )

@@ -51,7 +51,7 @@ def expected_max_normal(n: np.ndarray | float) -> np.ndarray:
     big = arr > _TABLE
     if np.any(big):
         ln = np.log(arr[big])
-        out = out.copy()
+        out = np.array(out, dtype=float)  # a copy, and a 0-d array for a scalar n (a numpy scalar cannot be assigned)
         out[big] = np.sqrt(2 * ln) - (np.log(ln) + math.log(4 * math.pi)) / (2 * np.sqrt(2 * ln))
     return out
 

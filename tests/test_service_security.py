@@ -1,0 +1,318 @@
+"""srifty serve's promises (issue #14, docs/security.md): bounded work per request (429/503 with Retry-After),
+authenticated writes, the Host check against DNS rebinding, and no 500 for hostile input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from predictor.client import ServiceClient
+from predictor.exceptions import ServiceError
+from predictor.observations import ObservationStore
+from predictor.profile import load_profile
+from predictor.service import ServiceSettings, background_server, create_app
+from test_profile_schema import MINIMAL
+
+TOKEN = "s3cret-token"
+
+
+def _app(tmp_path, catalog, **settings):
+    settings.setdefault("allowed_hosts", ("testserver",))
+    return create_app(catalog=catalog, observations=tmp_path / "obs.sqlite", settings=ServiceSettings(**settings))
+
+
+def _observation(name: str = "resnet50") -> dict:
+    profile = {**copy.deepcopy(MINIMAL), "model": {**MINIMAL["model"], "name": name}}
+    return {"profile": profile, "fleet": "g5.xlarge:1", "throughput_samples_s": 500.0, "source": "test"}
+
+
+def _raw(client: TestClient, path: str, text: str | bytes, **headers: str):
+    return client.post(path, content=text, headers={"content-type": "application/json", **headers})
+
+
+# ------------------------------------------------------------------ authenticated writes
+
+
+def test_writes_need_the_token_and_reads_do_not(tmp_path, catalog) -> None:
+    with TestClient(_app(tmp_path, catalog, token=TOKEN)) as c:
+        r = c.post("/v1/observations", json=_observation())
+        assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+        assert r.json()["detail"][0]["loc"] == ["header", "authorization"] and "no Authorization" in r.text
+        for wrong in ("Bearer s3cret-tokeN", "Bearer ", "Basic s3cret-token", "s3cret-token", "Bearer s3cret-token2"):
+            r = c.post("/v1/observations", json=_observation(), headers={"authorization": wrong})
+            assert r.status_code == 401, wrong
+        assert c.get("/v1/observations").json()["observations"] == []  # nothing was written
+        r = c.post("/v1/observations", json=_observation(), headers={"authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 201, r.text
+        assert len(c.get("/v1/observations").json()["observations"]) == 1  # reads stay open
+        assert c.post("/v1/predict", json={"profile": MINIMAL, "fleet": "p3.2xlarge"}).status_code == 200
+
+
+def test_without_a_token_writes_are_refused_unless_explicitly_opened(tmp_path, catalog) -> None:
+    with TestClient(_app(tmp_path, catalog)) as c:
+        r = c.post("/v1/observations", json=_observation(), headers={"authorization": "Bearer anything"})
+        assert r.status_code == 403 and "--token-file" in r.json()["detail"][0]["msg"]
+    with TestClient(_app(tmp_path, catalog, allow_unauthenticated_writes=True)) as c:
+        assert c.post("/v1/observations", json=_observation()).status_code == 201
+
+
+def test_the_write_token_is_checked_before_the_body_is_read(tmp_path, catalog) -> None:
+    """An unauthenticated write gets 401 whatever its body: nothing of it is parsed or validated."""
+    with TestClient(_app(tmp_path, catalog, token=TOKEN)) as c:
+        assert _raw(c, "/v1/observations", b"{not json").status_code == 401
+
+
+def test_the_comparison_is_constant_time(monkeypatch, tmp_path, catalog) -> None:
+    import hmac
+
+    seen = []
+    real = hmac.compare_digest
+    monkeypatch.setattr(hmac, "compare_digest", lambda a, b: seen.append((a, b)) or real(a, b))
+    with TestClient(_app(tmp_path, catalog, token=TOKEN)) as c:
+        c.post("/v1/observations", json=_observation(), headers={"authorization": "Bearer guess"})
+    assert seen == [(b"guess", TOKEN.encode())]
+
+
+def test_the_client_sends_the_token_from_its_argument_or_the_environment(tmp_path, catalog, monkeypatch) -> None:
+    store = ObservationStore(tmp_path / "o.sqlite")
+    app = create_app(catalog=catalog, observations=store, settings=ServiceSettings(token=TOKEN))
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    monkeypatch.delenv("SRIFTY_SERVICE_TOKEN", raising=False)
+    with background_server(app) as url:
+        with pytest.raises(ServiceError, match=r"answered 401.*no token was sent") as info:
+            ServiceClient(url).observe(profile, "g5.xlarge:1", 100.0, iteration_time_s=None, source="t")
+        assert info.value.status == 401
+        ServiceClient(url, token=TOKEN).observe(profile, "g5.xlarge:1", 100.0, iteration_time_s=None, source="arg")
+        monkeypatch.setenv("SRIFTY_SERVICE_TOKEN", TOKEN)
+        ServiceClient(url).observe(profile, "g5.xlarge:1", 100.0, iteration_time_s=None, source="env")
+        assert TOKEN not in repr(ServiceClient(url))
+    assert sorted(o.source for o in store.list()) == ["arg", "env"]
+
+
+def test_migration_triggers_post_observations_with_the_token(tmp_path, catalog) -> None:
+    from lightning_srifty.triggers import MigrationTriggers
+    from predictor.rank import Constraints, rank
+
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    plan = rank(profile, Constraints(steps=1000, allow=("g5.xlarge",), max_instances=1), catalog=catalog)
+    store = ObservationStore(tmp_path / "o.sqlite")
+    app = create_app(catalog=catalog, observations=store, settings=ServiceSettings(token=TOKEN))
+    with background_server(app) as url:
+        triggers = MigrationTriggers(plan, 0, str(tmp_path), profile=profile, predictor_url=url, predictor_token=TOKEN)
+        triggers._post_observation(profile, "g5.xlarge:1", 123.0, 0.5)
+    assert [(o.fleet, o.throughput_samples_s) for o in store.list()] == [("g5.xlarge:1", 123.0)]
+
+
+# ------------------------------------------------------------------ Host check (DNS rebinding)
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("127.0.0.1:8000", 200),
+        ("localhost", 200),
+        ("[::1]:8000", 200),
+        ("LOCALHOST:80", 200),
+        ("srifty.internal:8000", 200),  # --allowed-host
+        ("attacker.example:8000", 400),
+        ("127.0.0.1.attacker.example", 400),
+        ("localhost.attacker.example:8000", 400),
+        ("", 400),
+    ],
+)
+def test_host_headers_other_than_the_served_names_are_refused(tmp_path, catalog, host, status) -> None:
+    app = _app(tmp_path, catalog, allowed_hosts=("srifty.internal",))
+    with TestClient(app) as c:
+        r = c.get("/healthz", headers={"host": host})
+    assert r.status_code == status, r.text
+    if status == 400:
+        (detail,) = r.json()["detail"]
+        assert detail["loc"] == ["header", "host"] and "--allowed-host" in detail["msg"]
+
+
+# ------------------------------------------------------------------ no 500 for hostile input
+
+
+def _deep(levels: int) -> bytes:
+    return b'{"profile": {"notes": ' + b"[" * levels + b"]" * levels + b'}, "fleet": "p3.2xlarge"}'
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "text", "field"),
+    [
+        ("lone surrogate in model.name", "/v1/predict", "surrogate-name", "name"),
+        ("lone surrogate in fleet", "/v1/predict", "surrogate-fleet", "fleet"),
+        ("lone surrogate in source", "/v1/observations", "surrogate-source", "source"),
+        ("cv = 1e300", "/v1/predict", "cv", "cv"),
+        ("400-digit parameter count", "/v1/predict", "params-400", "parameters"),
+        ("10^15 parameters", "/v1/predict", "params-1e15", "parameters"),
+        ("2^63 samples per device", "/v1/rank", "per-device", "per_device"),
+        ("per_device x ranks over 2^30", "/v1/predict", "world", "batch"),
+        ("NaN literal", "/v1/observations", "nan", "throughput_samples_s"),
+        ("Infinity literal", "/v1/predict", "inf", "p50"),
+        ("100,000 levels of nesting", "/v1/predict", "deep", "body"),
+        ("a 5,000-digit integer literal", "/v1/predict", "digits", "body"),
+        ("not UTF-8", "/v1/predict", "latin1", "body"),
+    ],
+)
+def test_hostile_input_is_a_4xx_naming_the_field(tmp_path, catalog, name, path, text, field) -> None:
+    obs = _observation()
+    fleet_body = {"profile": copy.deepcopy(MINIMAL), "fleet": "p3.2xlarge:1"}
+    bodies: dict[str, str | bytes] = {
+        "surrogate-name": json.dumps({**fleet_body, "profile": _observation("X")["profile"]}).replace(
+            '"X"', '"\\ud800"'
+        ),
+        "surrogate-fleet": json.dumps({**fleet_body, "fleet": "X"}).replace('"X"', '"\\udfff"'),
+        "surrogate-source": json.dumps({**obs, "source": "X"}).replace('"X"', '"a\\ud800b"'),
+        "cv": json.dumps({**fleet_body, "profile": {**MINIMAL, "timing": {"step_time_s": {"p50": 0.31, "cv": 1e300}}}}),
+        "params-400": json.dumps(
+            {**fleet_body, "profile": {**MINIMAL, "model": {**MINIMAL["model"], "parameters": 10**400 - 1}}}
+        ),
+        "params-1e15": json.dumps(
+            {**fleet_body, "profile": {**MINIMAL, "model": {**MINIMAL["model"], "parameters": 10**15}}}
+        ),
+        "per-device": json.dumps(
+            {"profile": {**MINIMAL, "batch": {"per_device": 2**63}}, "constraints": {"steps": 1000}}
+        ),
+        "world": json.dumps(
+            {
+                **fleet_body,
+                "profile": {**MINIMAL, "batch": {"per_device": 2048}, "hardware": {"gpu": "A100", "world_size": 2**20}},
+            }
+        ),
+        "nan": json.dumps({**obs, "throughput_samples_s": float("nan")}),
+        "inf": json.dumps(fleet_body).replace("0.31", "Infinity"),
+        "deep": _deep(100_000),
+        "digits": json.dumps(fleet_body).replace("25557032", "9" * 5000),
+        "latin1": json.dumps({**fleet_body, "fleet": "p3.2xlarge\xe9"}).encode("latin-1"),
+    }
+    with TestClient(_app(tmp_path, catalog, allow_unauthenticated_writes=True)) as c:
+        r = _raw(c, path, bodies[text])
+    assert 400 <= r.status_code < 500, (name, r.status_code, r.text[:300])
+    detail = r.json()["detail"][0]
+    assert field in [str(x) for x in detail["loc"]], (name, detail)
+    assert "Traceback" not in r.text and len(r.text) < 5000
+
+
+def test_a_profile_measured_on_over_4096_ranks_is_predicted(tmp_path, catalog) -> None:
+    """E[max of n normals] took the asymptotic branch for a scalar n > 4096 and failed (a 500)."""
+    profile = {**MINIMAL, "hardware": {**MINIMAL["hardware"], "world_size": 8192}}
+    with TestClient(_app(tmp_path, catalog)) as c:
+        r = c.post("/v1/predict", json={"profile": profile, "fleet": "p4d.24xlarge:2"})
+    assert r.status_code == 200, r.text
+
+
+def test_a_model_just_under_the_parameter_limit_is_predicted(tmp_path, catalog) -> None:
+    profile = {**MINIMAL, "model": {**MINIMAL["model"], "parameters": 10**13 - 1}}
+    with TestClient(_app(tmp_path, catalog)) as c:
+        r = c.post("/v1/predict", json={"profile": profile, "fleet": "p4d.24xlarge:32"})
+    assert r.status_code == 200, r.text
+    assert r.json()["fits_memory"] is False
+
+
+# ------------------------------------------------------------------ bounded heavy work
+
+
+class _Gate:
+    """Holds every ranking inside rank() until released (a scripted slow ranking)."""
+
+    def __init__(self, monkeypatch) -> None:
+        import predictor.service as service
+
+        self.entered, self.release = threading.Semaphore(0), threading.Event()
+        real = service.rank
+
+        def slow_rank(*args, **kwargs):
+            self.entered.release()
+            self.release.wait(30)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(service, "rank", slow_rank)
+
+
+def _rank_body() -> dict:
+    return {"profile": MINIMAL, "constraints": {"steps": 1000, "allow": ["g5.xlarge"], "max_instances": 1}}
+
+
+def test_too_many_heavy_requests_at_once_get_429_with_retry_after(tmp_path, catalog, monkeypatch) -> None:
+    gate = _Gate(monkeypatch)
+    app = _app(tmp_path, catalog, max_concurrent=2, max_queued=1)
+    answers: list[int] = []
+    with TestClient(app) as c:
+        threads = [threading.Thread(target=lambda: answers.append(c.post("/v1/rank", json=_rank_body()).status_code))]
+        threads += [threading.Thread(target=lambda: answers.append(c.post("/v1/rank", json=_rank_body()).status_code))]
+        for t in threads:
+            t.start()
+        assert gate.entered.acquire(timeout=20) and gate.entered.acquire(timeout=20)  # two are computing
+        assert app.state.heavy.running() == 2
+        waiting = threading.Thread(
+            target=lambda: answers.append(
+                c.post("/v1/predict", json={"profile": MINIMAL, "fleet": "g5.xlarge"}).status_code
+            )
+        )
+        waiting.start()  # the third waits in the queue (max_queued=1)
+        deadline = time.monotonic() + 20
+        while not app.state.heavy._slots._waiters and time.monotonic() < deadline:
+            time.sleep(0.01)
+        r = c.post("/v1/rank", json=_rank_body())  # the fourth finds the queue full
+        assert r.status_code == 429 and r.headers["retry-after"] == "2"
+        assert "--max-concurrent" in r.json()["detail"][0]["msg"]
+        gate.release.set()
+        for t in (*threads, waiting):
+            t.join(30)
+    assert sorted(answers) == [200, 200, 200]  # the waiting one got its turn
+    assert app.state.heavy.running() == 0
+
+
+def test_a_request_past_the_timeout_gets_503_and_its_slot_is_freed_when_the_work_ends(
+    tmp_path, catalog, monkeypatch
+) -> None:
+    gate = _Gate(monkeypatch)
+    app = _app(tmp_path, catalog, max_concurrent=1, request_timeout_s=0.3)
+    with TestClient(app) as c:
+        r = c.post("/v1/rank", json=_rank_body())
+        assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
+        assert r.json()["detail"][0]["type"] == "timeout" and "--request-timeout-s" in r.text
+        assert app.state.heavy.running() == 1  # the abandoned ranking still holds its slot: memory stays bounded
+        r = c.post("/v1/predict", json={"profile": MINIMAL, "fleet": "g5.xlarge"})  # waits for it, times out
+        assert r.status_code == 503 and "waiting for a free slot" in r.text
+        gate.release.set()
+        deadline = time.monotonic() + 20
+        while app.state.heavy.running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert app.state.heavy.running() == 0
+        assert c.post("/v1/predict", json={"profile": MINIMAL, "fleet": "g5.xlarge"}).status_code == 200
+
+
+def test_the_client_retries_after_a_429(tmp_path, catalog, monkeypatch) -> None:
+    calls = []
+
+    def answer(self, path, body):
+        calls.append(path)
+        if len(calls) == 1:
+            raise ServiceError("busy", status=429, retry_after_s=0.01)
+        return {"ok": True}
+
+    monkeypatch.setattr(ServiceClient, "_post_once", answer)
+    client = ServiceClient("http://127.0.0.1:1")
+    assert client.predict(load_profile(copy.deepcopy(MINIMAL)), "g5.xlarge") == {"ok": True}
+    assert calls == ["/v1/predict", "/v1/predict"]
+    calls.clear()
+    with pytest.raises(ServiceError, match="busy"):  # a write is never sent twice
+        client.observe(load_profile(copy.deepcopy(MINIMAL)), "g5.xlarge:1", 1.0, iteration_time_s=None, source="")
+    assert calls == ["/v1/observations"]
+
+
+def test_settings_name_the_bad_parameter() -> None:
+    from predictor.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="'max_concurrent' parameter of ServiceSettings"):
+        ServiceSettings(max_concurrent=0)
+    with pytest.raises(ConfigError, match=r"'token'.*non-empty"):
+        ServiceSettings(token="  ")
+    assert "tok" not in repr(ServiceSettings(token="tok-123"))
