@@ -101,7 +101,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--max-concurrent", type=int, default=2, metavar="N", help="rankings/predictions computed at once (default 2)"
     )
     p.add_argument(
-        "--max-queued", type=int, default=16, metavar="N", help="requests waiting for them; one more is a 429 (16)"
+        "--max-queued", type=int, default=64, metavar="N", help="requests waiting for them; one more is a 429 (64)"
     )
     p.add_argument(
         "--request-timeout-s",

@@ -53,7 +53,7 @@ class ServiceSettings:
 
     max_body_bytes: int = MAX_BODY_BYTES
     max_concurrent: int = 2
-    max_queued: int = 16
+    max_queued: int = 64
     request_timeout_s: float = 60.0
     token: str | None = field(default=None, repr=False)
     allow_unauthenticated_writes: bool = False
