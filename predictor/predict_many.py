@@ -267,7 +267,7 @@ def combine(
     allreduce = np.where(ranks > 1, intra + inter, 0.0)
     # DDP all-reduces once per optimizer step, behind the backward of its last micro-step
     fastest_micro = row_min(np.where(present, per_sample * micro, np.inf))
-    exposed = _exposed_many(allreduce, fastest_micro * src.backward_share, bucket_sizes(profile))
+    exposed = exposed_many(allreduce, fastest_micro * src.backward_share, bucket_sizes(profile))
     hidden = np.maximum(0.0, allreduce - exposed)
     dp = dp_model or scaling_model()
     grad_pass = row_max(np.where(present, col("grad_pass_s"), 0.0))
@@ -328,6 +328,3 @@ def row_max(a: np.ndarray) -> np.ndarray:
 
 def row_all(a: np.ndarray) -> np.ndarray:
     return functools.reduce(np.logical_and, (a[:, k] for k in range(a.shape[1])))
-
-
-_exposed_many = exposed_many  # one formula: predictor.perf.network

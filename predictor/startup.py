@@ -124,10 +124,15 @@ def type_startup(it: InstanceType, dataset_gb: float = 0.0, known: dict[str, flo
 
 
 def fleet_startup_s(
-    types: list[InstanceType], type_index: np.ndarray, counts: np.ndarray, dataset_gb: float = 0.0
+    types: list[InstanceType],
+    type_index: np.ndarray,
+    counts: np.ndarray,
+    dataset_gb: float = 0.0,
+    known: dict[str, float] | None = None,
 ) -> np.ndarray:
-    """Start-up seconds of every candidate fleet (rows of ``type_index`` / ``counts``): its slowest group's."""
-    known = measured()
+    """Start-up seconds of every candidate fleet (rows of ``type_index`` / ``counts``): its slowest group's
+    (``known``: measured provisioning by type, read from the store when not given)."""
+    known = measured() if known is None else known
     per_type = np.array([type_startup(it, dataset_gb, known).total_s for it in types])
     return np.max(np.where(counts > 0, per_type[type_index], 0.0), axis=1)
 

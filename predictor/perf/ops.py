@@ -255,13 +255,18 @@ def _dtype_bytes(dtype: str | None) -> float:
     return float(DTYPE_BYTES.get((dtype or "float32").replace("torch.", ""), 4))
 
 
+def record_dtype(rec: OpRecord) -> str:
+    """The dtype a record is sized by: its first input's, else its output's (float32 when neither is recorded)."""
+    return (rec.dtypes[0] if rec.dtypes else rec.out_dtype or "float32").replace("torch.", "")
+
+
 def classify(rec: OpRecord) -> Classified:
     """The class and dimensions of one record (``memory`` for anything unrecognised, by its bytes)."""
     name = base_name(rec.op)
     if not name.startswith("_"):
         name = name.rstrip("_")  # in-place variants classify as their out-of-place operator
     shapes = [list(s) for s in rec.shapes]
-    dtype = (rec.dtypes[0] if rec.dtypes else rec.out_dtype or "float32").replace("torch.", "")
+    dtype = record_dtype(rec)
     half = dtype in HALF
     eb = _dtype_bytes(dtype)
     total_bytes = rec.bytes_read + rec.bytes_written
@@ -399,8 +404,7 @@ def classify_table(ops: Sequence[OpRecord]) -> list[Classified]:
     out = []
     for rec in ops:
         c = classify(rec)
-        dtype = (rec.dtypes[0] if rec.dtypes else rec.out_dtype or "float32").replace("torch.", "")
-        out += [replace(x, dtype=dtype) for x in (c, *c.extra)]
+        out += [replace(x, dtype=record_dtype(rec)) for x in (c, *c.extra)]
     return out
 
 

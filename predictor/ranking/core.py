@@ -31,7 +31,9 @@ from predictor.startup import (
     WARMUP_S,
     billed_hours,
     fleet_startup_s,
-    measured,
+)
+from predictor.startup import (
+    measured as measured_startup,
 )
 from predictor.work import Work
 
@@ -111,10 +113,11 @@ def rank(
             hints=("regions", "market"),
         )
     s = cand.shape
+    known_startup = measured_startup()  # read once: the start-up figures and the plan's note
     startup_by_shape = (
         np.full(len(many.counts), float(constraints.startup_s))
         if constraints.startup_s is not None
-        else fleet_startup_s(types, many.type_index, many.counts, constraints.dataset_gb)
+        else fleet_startup_s(types, many.type_index, many.counts, constraints.dataset_gb, known_startup)
     )
     current, current_note = _current(profile, constraints, catalog, work, factors)
     if current is not None:  # the fleet already running starts nothing
@@ -180,7 +183,7 @@ def rank(
         notes=tuple(
             _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
             + ([current_note] if current_note else [])
-            + _startup_notes(constraints, types, entries[0], current)
+            + _startup_notes(constraints, types, entries[0], current, known_startup)
         ),
     )
 
@@ -243,13 +246,16 @@ def _is_fleet(fleet: str, names: list[str], many) -> np.ndarray:
 
 
 def _startup_notes(
-    constraints: Constraints, types: list, best: PlanEntry, current: tuple[str, str, float, float] | None
+    constraints: Constraints,
+    types: list,
+    best: PlanEntry,
+    current: tuple[str, str, float, float] | None,
+    known: dict[str, float],
 ) -> list[str]:
     """What start-up and billing assume, and "keep the fleet you have" when it finishes sooner and for less."""
     if constraints.startup_s is not None:
         how = f"{constraints.startup_s:.0f} s as given"
     else:
-        known = measured()
         used = {it.name for it in types} & set(known)
         how = (
             f"{PROVISION_S['default']:.0f} s provisioning ({PROVISION_S['large']:.0f} s for p4d/p5-class), "
