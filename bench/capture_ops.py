@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from lightning_srifty.capture import capture_step  # noqa: E402
+from lightning_srifty.profiling.capture import capture_step  # noqa: E402
 
 
 def resnet50(n: int = 32):
@@ -97,7 +97,7 @@ def bench_callback(rounds: int = 4) -> dict:
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import Callback
 
-    from lightning_srifty.callback import SriftyCallback
+    from lightning_srifty.profiling.callback import SriftyCallback
     from lightning_srifty.demo.run import DemoConfig, build
 
     class Clock(Callback):

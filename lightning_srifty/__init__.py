@@ -3,6 +3,11 @@
     from lightning_srifty import SriftyCallback
     trainer = Trainer(callbacks=[SriftyCallback()], strategy="srifty_ddp")
 
+Where things live (docs/architecture.md draws it): ``profiling/`` the callback and what it measures, ``ddp/`` the
+``srifty_ddp`` strategy, ``migrate/`` what moves a running job (spot notices, triggers, checkpoints), ``protocol``
+what the job and the launcher exchange, ``provision/`` the torch-free launcher and Terraform, ``cli/`` the ``srifty``
+commands, ``console`` the tables they print. The torch-free predictor is the ``predictor`` package.
+
 Attributes load lazily so that the torch-free parts (``srifty recommend``, the service) start fast; importing
 ``SriftyCallback`` or ``SriftyDDPStrategy`` (or this package after ``lightning``) registers the ``"srifty_ddp"``
 strategy with Lightning.
@@ -14,17 +19,28 @@ import importlib
 import sys
 from typing import Any
 
-__version__ = "0.1.0"
+from lightning_srifty import _compat
 
-__all__ = ["SriftyCallback", "SriftyDDPStrategy", "SriftyError", "__version__", "capture_ops", "load_profile"]
+__version__ = "0.2.0"
 
+# what the README and docs/ teach users to import from here (tests/test_package.py checks each one resolves)
 _LAZY = {
-    "SriftyCallback": "lightning_srifty.callback",
-    "SriftyDDPStrategy": "lightning_srifty.strategy",
-    "SriftyError": "predictor.exceptions",
-    "capture_ops": "lightning_srifty.capture",
+    "SriftyCallback": "lightning_srifty.profiling.callback",
+    "SriftyDDPStrategy": "lightning_srifty.ddp.strategy",
+    "SpotPreemption": "lightning_srifty.migrate.preemption",
+    "MigrationTriggers": "lightning_srifty.migrate.triggers",
+    "find_checkpoint": "lightning_srifty.migrate.preemption",
+    "GlobalBatchSampler": "lightning_srifty.ddp.hetero",
+    "capture_ops": "lightning_srifty.profiling.capture",
+    "Constraints": "predictor.ranking.constraints",
+    "ServiceClient": "predictor.client",
     "load_profile": "predictor.profile",
+    "load_plan": "predictor.plan",
+    "SriftyError": "predictor.exceptions",
 }
+__all__ = sorted([*_LAZY, "__version__"])
+
+_compat.install()
 
 
 def __getattr__(name: str) -> Any:
@@ -40,4 +56,4 @@ def __dir__() -> list[str]:
 
 
 if "lightning.pytorch" in sys.modules:  # lightning is loaded anyway: make strategy="srifty_ddp" work right away
-    importlib.import_module("lightning_srifty.strategy")
+    importlib.import_module("lightning_srifty.ddp.strategy")

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from helpers import DictDataset, DictModel, TinyModel, loader, trainer
 from imds_server import FakeIMDS
 from lightning_srifty import SriftyCallback
-from lightning_srifty.model_info import parameter_counts
+from lightning_srifty.profiling.model_info import parameter_counts
 from predictor.exceptions import ConfigError
 from predictor.plan import load_plan
 from predictor.profile import PHASES, load_profile
@@ -318,8 +318,8 @@ def test_checkpoint_cost_is_measured_and_used_by_the_ranking(tmp_path) -> None:
 
 
 def test_the_checkpoint_measurement_never_fills_the_disk_or_the_host_memory(tmp_path, monkeypatch) -> None:
-    from lightning_srifty import callback as callback_module
-    from lightning_srifty.callback import checkpoint_budget
+    from lightning_srifty.profiling import callback as callback_module
+    from lightning_srifty.profiling.callback import checkpoint_budget
 
     gib = 2**30
     assert checkpoint_budget(84 * gib, 1000 * gib, 16 * gib)["load"] is False  # 7B + Adam on a 16 GiB host
@@ -360,7 +360,7 @@ def test_mixed_precision_on_cpu_captures_cuda_autocast(tmp_path) -> None:
 
 
 def test_a_failing_capture_is_noted_and_training_goes_on(tmp_path, monkeypatch) -> None:
-    from lightning_srifty import ops_capture
+    from lightning_srifty.profiling import ops_capture
 
     def broken(self, phase="forward"):
         raise RuntimeError("boom")
@@ -382,7 +382,7 @@ def test_capture_ops_false_keeps_the_flop_counter(tmp_path) -> None:
 def test_tf32_enabled_through_allow_tf32_is_recorded_as_high() -> None:
     import torch
 
-    from lightning_srifty.callback import matmul_precision
+    from lightning_srifty.profiling.callback import matmul_precision
 
     before = torch.backends.cuda.matmul.allow_tf32
     try:

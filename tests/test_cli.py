@@ -16,7 +16,7 @@ from test_profile_schema import MINIMAL
 
 def test_cli_and_predictor_start_without_torch(subprocess_env) -> None:
     code = (
-        "import sys, lightning_srifty, lightning_srifty.cli as cli, lightning_srifty.report, predictor.profile, "
+        "import sys, lightning_srifty, lightning_srifty.cli as cli, lightning_srifty.console, predictor.profile, "
         "predictor.catalog, predictor.stats; cli.build_parser(); "
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_srifty.hetero import GlobalBatchSampler, rank_weights
+from lightning_srifty.ddp.hetero import GlobalBatchSampler, rank_weights
 from predictor.exceptions import ConfigError
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

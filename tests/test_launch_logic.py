@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lightning_srifty import markers
-from lightning_srifty.launch import launch
-from lightning_srifty.provision.base import Fleet
+from lightning_srifty import protocol as markers
+from lightning_srifty.provision.launch import launch
+from lightning_srifty.provision.base import LaunchedFleet
 from predictor.exceptions import MigrationError
 from predictor.rank import Constraints, rank
 
@@ -24,9 +24,9 @@ class Recorder:
         self.calls: list[tuple[str, str]] = []
         self.envs: dict[str, dict[str, str]] = {}
 
-    def up(self, plan, index, name) -> Fleet:
+    def up(self, plan, index, name) -> LaunchedFleet:
         self.calls.append(("up", name))
-        return Fleet(plan, index, name)
+        return LaunchedFleet(plan, index, name)
 
     def start(self, fleet, env) -> None:
         self.calls.append(("start", fleet.name))

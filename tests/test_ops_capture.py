@@ -10,9 +10,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers import TinyModel
-from lightning_srifty.capture import capture_ops, capture_step
-from lightning_srifty.cuda_autocast import _registered, policy_names
-from lightning_srifty.ops_capture import OpRecorder
+from lightning_srifty.profiling.capture import capture_ops, capture_step
+from lightning_srifty.profiling.cuda_autocast import _registered, policy_names
+from lightning_srifty.profiling.ops_capture import OpRecorder
 from predictor.exceptions import ConfigError, ProfileError
 
 ADAM = functools.partial(torch.optim.Adam, lr=1e-3)

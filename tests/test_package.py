@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 import shutil
 import subprocess
 import sys
@@ -10,17 +12,120 @@ import sys
 import pytest
 
 import lightning_srifty
+from lightning_srifty._compat import MOVED
 from conftest import ROOT
 
 
 def test_public_surface_is_small_and_resolves() -> None:
     assert sorted(lightning_srifty.__all__) == sorted(
-        ["SriftyCallback", "SriftyDDPStrategy", "SriftyError", "__version__", "capture_ops", "load_profile"]
+        [
+            "Constraints",
+            "GlobalBatchSampler",
+            "MigrationTriggers",
+            "ServiceClient",
+            "SpotPreemption",
+            "SriftyCallback",
+            "SriftyDDPStrategy",
+            "SriftyError",
+            "__version__",
+            "capture_ops",
+            "find_checkpoint",
+            "load_plan",
+            "load_profile",
+        ]
     )
     for name in lightning_srifty.__all__:
         assert getattr(lightning_srifty, name) is not None
     with pytest.raises(AttributeError):
         lightning_srifty.NotAThing  # noqa: B018
+
+
+def _taught_imports() -> set[tuple[str, str]]:
+    """(module, name) of every ``from lightning_srifty... import name`` in the README, docs/ and examples/."""
+    found = set()
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").glob("*.py")]:
+        for module, names in re.findall(r"from (lightning_srifty[\w.]*) import ([\w, ]+)", path.read_text()):
+            found |= {(module, n.strip()) for n in names.split(",") if n.strip()}
+    return found
+
+
+def test_what_the_docs_teach_imports_from_the_top_or_a_current_module() -> None:
+    taught = _taught_imports()
+    assert ("lightning_srifty", "SriftyCallback") in taught
+    for module, name in sorted(taught):
+        if module == "lightning_srifty":
+            assert name in lightning_srifty.__all__, f"docs teach 'from lightning_srifty import {name}'"
+        else:
+            assert module.split(".")[1] not in MOVED, f"docs teach the deprecated path {module}"
+            assert hasattr(importlib.import_module(module), name), (module, name)
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_old_import_paths_still_work_with_a_deprecation_warning(old: str) -> None:
+    code = (
+        "import warnings, importlib, sys\n"
+        "warnings.simplefilter('always')\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        f"    old = importlib.import_module('lightning_srifty.{old}')\n"
+        f"new = importlib.import_module('lightning_srifty.{MOVED[old]}')\n"
+        "assert old is new, (old, new)\n"
+        f"assert new.__spec__.name == 'lightning_srifty.{MOVED[old]}', new.__spec__.name\n"
+        "assert any(issubclass(w.category, DeprecationWarning) and 'moved to' in str(w.message) for w in caught)\n"
+    )
+    if not MOVED[old].startswith(("profiling", "ddp", "migrate.preemption", "migrate.triggers")):
+        code += "assert 'torch' not in sys.modules, 'a torch-free module pulled torch in'\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+# what each sub-package may import at module level (their docstrings say the same)
+NEVER = {
+    "provision": (
+        "torch",
+        "lightning",
+        "lightning_srifty.profiling",
+        "lightning_srifty.ddp",
+        "lightning_srifty.migrate",
+    ),
+    "cli": ("torch", "lightning", "lightning_srifty.profiling", "lightning_srifty.ddp", "lightning_srifty.migrate"),
+    "ddp": (  # the profile's one clock is shared: profiling.clock is allowed
+        "lightning_srifty.profiling.callback",
+        "lightning_srifty.profiling.recorder",
+        "lightning_srifty.profiling.capture",
+        "lightning_srifty.migrate",
+        "lightning_srifty.provision",
+        "lightning_srifty.cli",
+    ),
+    "migrate": ("lightning_srifty.provision", "lightning_srifty.cli"),
+    "profiling": ("lightning_srifty.provision", "lightning_srifty.cli"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(NEVER))
+def test_each_sub_package_imports_only_what_its_docstring_allows(package: str) -> None:
+    folder = ROOT / "lightning_srifty" / package
+    assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), (
+        f"{package}/__init__.py: say what lives here"
+    )
+    offenders = []
+    for path in folder.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:  # module level only: a command imports what it runs inside its function
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            offenders += [
+                f"{path.name}: {n}" for n in names if any(n == b or n.startswith(b + ".") for b in NEVER[package])
+            ]
+    assert not offenders
+
+
+def test_no_import_cycles_and_the_house_figures_run() -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "house.py")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "import cycles (module level): 0" in result.stdout
 
 
 def test_version_matches_pyproject() -> None:

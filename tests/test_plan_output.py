@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from lightning_srifty.cli import main
-from lightning_srifty.report import PLAN_COLUMNS, plan_table
+from lightning_srifty.console import PLAN_COLUMNS, plan_table
 from predictor.profile import load_profile
 from predictor.rank import Constraints, rank
 from predictor.report import num, write_report

@@ -14,8 +14,8 @@ import torch
 
 from helpers import TinyModel, loader, trainer
 from imds_server import FakeIMDS
-from lightning_srifty.preemption import PREEMPTED_EXIT_CODE, SpotPreemption, find_checkpoint
-from lightning_srifty.spot_watcher import SpotWatcher
+from lightning_srifty.migrate.preemption import PREEMPTED_EXIT_CODE, SpotPreemption, find_checkpoint
+from lightning_srifty.migrate.spot_watcher import SpotWatcher
 
 ACTION = "meta-data/spot/instance-action"
 REBALANCE = "meta-data/events/recommendations/rebalance"
@@ -224,7 +224,7 @@ def test_periodic_checkpoints_at_the_plans_interval_keep_the_newest(tmp_path, ca
 
 
 def test_a_run_that_raises_leaves_a_failed_marker_for_the_launcher(tmp_path) -> None:
-    from lightning_srifty import markers
+    from lightning_srifty import protocol as markers
 
     class Boom(pl.Callback):
         def on_train_batch_end(self, trainer, *args) -> None:

@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from lightning_srifty.launch import fleet_batches
+from lightning_srifty.provision.launch import fleet_batches
 from predictor.exceptions import NoFeasibleConfigError
 from predictor.predict import predict
 from predictor.profile import load_profile

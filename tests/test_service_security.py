@@ -95,7 +95,7 @@ def test_the_client_sends_the_token_from_its_argument_or_the_environment(tmp_pat
 
 
 def test_migration_triggers_post_observations_with_the_token(tmp_path, catalog) -> None:
-    from lightning_srifty.triggers import MigrationTriggers
+    from lightning_srifty.migrate.triggers import MigrationTriggers
     from predictor.rank import Constraints, rank
 
     profile = load_profile(copy.deepcopy(MINIMAL))

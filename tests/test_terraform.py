@@ -274,8 +274,8 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
 
     from test_migration import _plan
 
-    from lightning_srifty import markers
-    from lightning_srifty.launch import launch
+    from lightning_srifty import protocol as markers
+    from lightning_srifty.provision.launch import launch
     from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)  # s3fs (the markers) talks to moto too

@@ -12,9 +12,9 @@ import lightning.pytorch as pl
 import pytest
 
 from helpers import TinyModel, loader, trainer
-from lightning_srifty import markers
-from lightning_srifty.preemption import SpotPreemption
-from lightning_srifty.triggers import MigrationTriggers
+from lightning_srifty import protocol as markers
+from lightning_srifty.migrate.preemption import SpotPreemption
+from lightning_srifty.migrate.triggers import MigrationTriggers
 from predictor.catalog.catalog import Catalog, CatalogInfo
 from predictor.catalog.instances import with_prices
 from predictor.exceptions import ConfigError

@@ -8,9 +8,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from lightning_srifty.callback import SriftyCallback
 from lightning_srifty.demo.data import DigitsDataModule, TokensDataModule
 from lightning_srifty.demo.models import DigitsCNN, TinyLM
+from lightning_srifty.profiling.callback import SriftyCallback
 
 MODELS = ("cnn", "lm")
 

@@ -1,2 +1,4 @@
-"""Provisioning the planned fleet with Terraform (torch-free): :mod:`.generate` writes a root module from a plan,
-:mod:`.runner` runs terraform through python-terraform."""
+"""Outside the training job, torch-free: the launcher (``srifty launch``), the fleets it runs on (local processes or
+Terraform), the generated root module and python-terraform runner, the training command, the Terraform files
+shipped as package data. May import ``protocol``, ``console`` and ``predictor``; never torch, lightning,
+``profiling``, ``ddp`` or ``migrate``."""

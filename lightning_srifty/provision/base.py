@@ -11,7 +11,7 @@ from predictor.plan import Plan, PlanEntry
 
 
 @dataclass
-class Fleet:
+class LaunchedFleet:
     """One fleet of one plan, as brought up by a provisioner."""
 
     plan: Plan
@@ -27,18 +27,18 @@ class Fleet:
 class Provisioner(Protocol):
     kind: str
 
-    def up(self, plan: Plan, index: int, name: str) -> Fleet:
+    def up(self, plan: Plan, index: int, name: str) -> LaunchedFleet:
         """Bring the capacity of ``plan.entries[index]`` up (nothing runs on it yet)."""
 
-    def start(self, fleet: Fleet, env: dict[str, str]) -> None:
+    def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
         """Start the job on the fleet with these SRIFTY_* settings."""
 
-    def poll(self, fleet: Fleet) -> int | None:
+    def poll(self, fleet: LaunchedFleet) -> int | None:
         """The job's exit status once it is known to have ended; None while running or when it cannot be seen
         (remote fleets: the markers beside the checkpoints tell)."""
 
-    def stop(self, fleet: Fleet) -> None:
+    def stop(self, fleet: LaunchedFleet) -> None:
         """Stop the job if it still runs (a failure elsewhere)."""
 
-    def down(self, fleet: Fleet) -> None:
+    def down(self, fleet: LaunchedFleet) -> None:
         """Release the capacity."""

@@ -2,7 +2,7 @@
 ``torch.distributed.run --standalone`` (for trying ``srifty launch`` out and for the tests; no capacity to bring up).
 
 ``simulate_notice_after``: the first fleet gets a local instance metadata service and a spot interruption notice
-after that many seconds (what :class:`~lightning_srifty.preemption.SpotPreemption` reacts to on EC2)."""
+after that many seconds (what :class:`~lightning_srifty.migrate.preemption.SpotPreemption` reacts to on EC2)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Any
 
-from lightning_srifty.provision.base import Fleet
+from lightning_srifty.provision.base import LaunchedFleet
 from predictor.exceptions import MigrationError
 from predictor.plan import Plan
 
@@ -32,7 +32,7 @@ class LocalProvisioner:
         self.simulate_notice_after = simulate_notice_after
         self._started = 0
 
-    def up(self, plan: Plan, index: int, name: str) -> Fleet:
+    def up(self, plan: Plan, index: int, name: str) -> LaunchedFleet:
         entry = plan.entries[index]
         ranks = sum(g.count * g.gpus_per_instance for g in entry.groups)
         if ranks > self.max_processes:
@@ -40,13 +40,13 @@ class LocalProvisioner:
                 f"{entry.fleet} has {ranks} GPUs: the local provisioner runs one process per GPU and is limited to "
                 f"{self.max_processes} (--max-local-processes)."
             )
-        return Fleet(plan, index, name, {"ranks": ranks})
+        return LaunchedFleet(plan, index, name, {"ranks": ranks})
 
-    def start(self, fleet: Fleet, env: dict[str, str]) -> None:
+    def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
         full = {**os.environ, **env}
         imds = None
         if self.simulate_notice_after is not None and self._started == 0:
-            from lightning_srifty.imds_sim import LocalIMDS
+            from lightning_srifty.provision.imds_sim import LocalIMDS
 
             group = fleet.entry.groups[0]
             imds = LocalIMDS(
@@ -63,14 +63,14 @@ class LocalProvisioner:
         )
         fleet.data.update(process=subprocess.Popen(command, env=full), imds=imds)
 
-    def poll(self, fleet: Fleet) -> int | None:
+    def poll(self, fleet: LaunchedFleet) -> int | None:
         process = fleet.data.get("process")
         code = process.poll() if process is not None else None
         if code is not None and fleet.data.get("imds") is not None:
             fleet.data.pop("imds").__exit__(None, None, None)
         return code
 
-    def wait(self, fleet: Fleet, timeout: float) -> int | None:
+    def wait(self, fleet: LaunchedFleet, timeout: float) -> int | None:
         process = fleet.data.get("process")
         if process is None:
             return None
@@ -80,7 +80,7 @@ class LocalProvisioner:
             return None
         return self.poll(fleet)
 
-    def stop(self, fleet: Fleet) -> None:
+    def stop(self, fleet: LaunchedFleet) -> None:
         process = fleet.data.get("process")
         if process is not None and process.poll() is None:
             process.terminate()
@@ -90,5 +90,5 @@ class LocalProvisioner:
                 process.kill()
         self.poll(fleet)
 
-    def down(self, fleet: Fleet) -> None:
+    def down(self, fleet: LaunchedFleet) -> None:
         self.stop(fleet)

@@ -14,8 +14,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty import markers
-from lightning_srifty.provision.base import Fleet
+from lightning_srifty import protocol as markers
+from lightning_srifty.provision.base import LaunchedFleet
 from lightning_srifty.provision.generate import Options, generate
 from lightning_srifty.provision.runner import apply, destroy
 from predictor.exceptions import ConfigError
@@ -61,24 +61,24 @@ class TerraformProvisioner:
         self.options = dataclasses.replace(options or Options(), bucket=bucket, checkpoint_prefix=prefix, handover=True)
         self.catalog, self.echo = catalog, echo
 
-    def up(self, plan: Plan, index: int, name: str) -> Fleet:
+    def up(self, plan: Plan, index: int, name: str) -> LaunchedFleet:
         folder = self.root / name
         opts = dataclasses.replace(self.options, name=name)
         generate(plan, folder, choice=index, options=opts, catalog=self.catalog)
         self.echo(f"srifty launch: terraform apply of {plan.entries[index].fleet} ({name}) in {folder}")
         outputs = apply(folder, yes=True, echo=self.echo)
-        return Fleet(plan, index, name, {"folder": folder, "outputs": outputs})
+        return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
 
-    def start(self, fleet: Fleet, env: dict[str, str]) -> None:
+    def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
         written = markers.write(self.checkpoint_uri, markers.handover(fleet.name), {"fleet": fleet.name, "env": env})
         self.echo(f"srifty launch: {fleet.entry.fleet} ({fleet.name}) handed over: {written}")
 
-    def poll(self, fleet: Fleet) -> int | None:
+    def poll(self, fleet: LaunchedFleet) -> int | None:
         return None  # the job runs on the instances: the markers beside the checkpoints tell
 
-    def stop(self, fleet: Fleet) -> None:
+    def stop(self, fleet: LaunchedFleet) -> None:
         pass  # destroying the fleet stops it
 
-    def down(self, fleet: Fleet) -> None:
+    def down(self, fleet: LaunchedFleet) -> None:
         self.echo(f"srifty launch: terraform destroy of {fleet.entry.fleet} ({fleet.name})")
         destroy(fleet.data["folder"], yes=True, echo=self.echo)

@@ -24,9 +24,9 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
-from lightning_srifty.hetero import ExactResume, GlobalBatchSampler  # noqa: E402
-from lightning_srifty.preemption import SpotPreemption, find_checkpoint  # noqa: E402
-from lightning_srifty.strategy import SriftyDDPStrategy  # noqa: E402
+from lightning_srifty.ddp.hetero import ExactResume, GlobalBatchSampler  # noqa: E402
+from lightning_srifty.migrate.preemption import SpotPreemption, find_checkpoint  # noqa: E402
+from lightning_srifty.ddp.strategy import SriftyDDPStrategy  # noqa: E402
 
 N = 96
 
@@ -118,7 +118,7 @@ def main() -> None:
     if args.step_sleep:
         callbacks.append(Sleep(args.step_sleep))
     if args.triggers_profile:
-        from lightning_srifty.triggers import MigrationTriggers
+        from lightning_srifty.migrate.triggers import MigrationTriggers
 
         callbacks.append(
             MigrationTriggers(

@@ -1,6 +1,6 @@
 """SriftyCallback: profile a window of the real training run and write ``srifty.profile/v1``.
 
-The callback only maps Lightning hooks onto a :class:`~lightning_srifty.recorder.StepRecorder` (and the
+The callback only maps Lightning hooks onto a :class:`~lightning_srifty.profiling.recorder.StepRecorder` (and the
 ``srifty_ddp`` all-reduce timer); after the window it detaches: every hook returns at its first line. Nothing
 it does may stop training: failures are logged with the fix and training goes on.
 """
@@ -20,12 +20,13 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lightning_srifty import hardware as hw
-from lightning_srifty.assemble import RankPayload, assemble_profile
-from lightning_srifty.clock import clock_for
-from lightning_srifty.flops import StepFlopCounter
-from lightning_srifty.imds import MetadataLookup
-from lightning_srifty.model_info import (
+from lightning_srifty.ddp.strategy import SriftyDDPStrategy
+from lightning_srifty.migrate.imds import MetadataLookup
+from lightning_srifty.profiling import hardware as hw
+from lightning_srifty.profiling.assemble import RankPayload, assemble_profile
+from lightning_srifty.profiling.clock import clock_for
+from lightning_srifty.profiling.flops import StepFlopCounter
+from lightning_srifty.profiling.model_info import (
     batch_size,
     gradient_bytes,
     normalize_precision,
@@ -33,9 +34,8 @@ from lightning_srifty.model_info import (
     optimizer_state_bytes,
     parameter_counts,
 )
-from lightning_srifty.ops_capture import StepOpCapture
-from lightning_srifty.recorder import StepRecorder
-from lightning_srifty.strategy import SriftyDDPStrategy
+from lightning_srifty.profiling.ops_capture import StepOpCapture
+from lightning_srifty.profiling.recorder import StepRecorder
 from predictor._io import check_writable
 from predictor._validation import check_choice, check_int, check_number
 from predictor.exceptions import ConfigError, SriftyError
@@ -506,7 +506,7 @@ class SriftyCallback(Callback):
                     exc.strerror or exc,
                 )
         if self.verbose:
-            from lightning_srifty.report import print_profile
+            from lightning_srifty.console import print_profile
 
             print_profile(self.profile, written)
         if self.recommend:
@@ -515,7 +515,7 @@ class SriftyCallback(Callback):
     def _recommend(self, trainer: pl.Trainer) -> None:
         """Rank fleets for the whole run; never raises."""
         try:
-            steps = self.total_steps or _planned_steps(trainer)
+            steps = self.total_steps or planned_steps(trainer)
             if not steps:
                 log.info(
                     "SriftyCallback: the run's length is unknown (no max_steps or max_epochs): pass "
@@ -553,7 +553,7 @@ class SriftyCallback(Callback):
 
                     self.written["report"] = write_report(self.plan, self.output.with_name("report.html"))[0]
             if self.verbose:
-                from lightning_srifty.report import console, plan_table
+                from lightning_srifty.console import console, plan_table
 
                 console().print(plan_table(self.plan))
         except SriftyError as exc:
@@ -631,7 +631,7 @@ class SriftyCallback(Callback):
             log.error(message)
 
 
-def _planned_steps(trainer: pl.Trainer) -> int | None:
+def planned_steps(trainer: pl.Trainer) -> int | None:
     """Optimizer steps the Trainer will run: max_steps, else max_epochs x batches per epoch / accumulation."""
     if trainer.max_steps and trainer.max_steps > 0:
         return int(trainer.max_steps)

@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from typing import Any
 
-from lightning_srifty.cli_catalog import _console, load_catalog
+from lightning_srifty.cli._common import console, hours, load_catalog
 from predictor.predict_many import SCALINGS
 from predictor.ranking.constraints import OBJECTIVES, constraint_defaults
 
 DEFAULTS = constraint_defaults()
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-
-
-def hours(text: str) -> float:
-    """'12h', '90m', '2d', '3600s' or a number of hours."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive duration like 12h, 90m or 2d, got {text!r}")
-    return float(match.group(1)) * {"": 1, "h": 1, "m": 1 / 60, "s": 1 / 3600, "d": 24}[match.group(2)]
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
@@ -65,9 +54,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
-    from lightning_srifty.report import plan_table
+    from lightning_srifty.console import plan_table
 
-    _console().print(plan_table(plan, profile.model.name, wide=args.wide))
+    console().print(plan_table(plan, profile.model.name, wide=args.wide))
     return 0
 
 

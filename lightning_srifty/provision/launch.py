@@ -3,7 +3,7 @@ keep it running through migrations, through a provisioner (``local``: processes 
 generated Terraform of the plan, see :mod:`lightning_srifty.provision`).
 
 The job gets its settings in the environment, and talks back through small JSON markers beside the checkpoints
-(:mod:`lightning_srifty.markers`), the one place reachable from both sides whatever the provisioner:
+(:mod:`lightning_srifty.protocol`), the one place reachable from both sides whatever the provisioner:
 
     SRIFTY_BATCH_SIZES      per-rank batch sizes per micro-step, exactly the plan's (its speed-proportional split)
     SRIFTY_ACCUMULATE_GRAD_BATCHES  micro-steps per optimizer step, exactly the plan's
@@ -17,7 +17,7 @@ Two kinds of move:
 
 - *involuntary* (a spot notice or SIGTERM): the job checkpoints and leaves (``PREEMPTED.json``); the launcher brings
   the next fleet of the current plan up, starts the job there from the checkpoint, and releases the old fleet;
-- *voluntary* (:class:`~lightning_srifty.triggers.MigrationTriggers`: drift from the prediction, cheaper prices): the
+- *voluntary* (:class:`~lightning_srifty.migrate.MigrationTriggers`: drift from the prediction, cheaper prices): the
   job asks (``MOVE_REQUEST.json`` with a re-ranked plan) and keeps training; the launcher brings the new fleet up
   first, then answers ``LEAVE.json``; the job checkpoints and leaves; the new fleet starts from that checkpoint; the
   old fleet is released last. The training stops only for a save, a restart and a load.
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty import markers
-from lightning_srifty.provision.base import Fleet, Provisioner
+from lightning_srifty import protocol as markers
+from lightning_srifty.provision.base import LaunchedFleet, Provisioner
 from predictor.exceptions import MigrationError
 from predictor.plan import Plan, PlanEntry, load_plan
 
@@ -102,7 +102,7 @@ class Migration:
     durable_unix: float | None = None  # when the checkpoint was durable (the job's clock)
 
 
-def _timed_up(provisioner: Any, plan: Any, choice: int, name: str) -> Fleet:
+def _timed_up(provisioner: Any, plan: Any, choice: int, name: str) -> LaunchedFleet:
     """``provisioner.up``; a cloud provisioner's time to bring the fleet up is recorded for the ranking's start-up
     figures (``predictor.startup``: the median per instance type replaces the default)."""
     t0 = time.monotonic()
@@ -115,7 +115,7 @@ def _timed_up(provisioner: Any, plan: Any, choice: int, name: str) -> Fleet:
 
 
 def _env(
-    plan_uri: str, fleet: Fleet, batches: tuple[list[int], int], checkpoint_dir: str, resume: str, started: float
+    plan_uri: str, fleet: LaunchedFleet, batches: tuple[list[int], int], checkpoint_dir: str, resume: str, started: float
 ) -> dict[str, str]:
     sizes, accumulation = batches
     return {
@@ -189,7 +189,7 @@ def launch(
     up = [fleet]
     try:
         provisioner.start(fleet, _env(plan_uri, fleet, batches, ckpt, "", plan_started[plan_uri]))
-        pending: tuple[Fleet, str, dict[str, Any], float] | None = None  # a voluntary move's new fleet, up
+        pending: tuple[LaunchedFleet, str, dict[str, Any], float] | None = None  # a voluntary move's new fleet, up
         while True:
             time.sleep(poll_s)
             code = provisioner.poll(fleet)
@@ -281,7 +281,7 @@ def launch(
                 echo(f"srifty launch: releasing {remaining.entry.fleet} ({remaining.name}) failed: {exc}")
 
 
-def _wait_exit(provisioner: Provisioner, fleet: Fleet, timeout: float = 120.0) -> None:
+def _wait_exit(provisioner: Provisioner, fleet: LaunchedFleet, timeout: float = 120.0) -> None:
     """Local processes: wait for them to exit (the marker comes just before) so the next fleet has the machine."""
     wait = getattr(provisioner, "wait", None)
     if wait is not None and wait(fleet, timeout) is None:

@@ -8,7 +8,7 @@ non-tensor arguments that shape the kernel. Calls are aggregated by signature, s
 gives a few hundred records. Operators that launch no kernel (views, aliases, ``detach``, allocation) are left out
 and counted in ``skipped``; nothing is dropped silently.
 
-:func:`lightning_srifty.capture.capture_ops` runs one whole step of a model under it without a GPU;
+:func:`lightning_srifty.profiling.capture.capture_ops` runs one whole step of a model under it without a GPU;
 ``SriftyCallback`` records one real warm-up step with it.
 """
 
@@ -284,7 +284,7 @@ class StepOpCapture:
     """Records the operator table of one real training step, phase by phase; never raises.
 
     The caller maps its hooks onto :meth:`start_forward`, :meth:`start_backward`, :meth:`start_optimizer` and
-    :meth:`finish`. It also gives the step's FLOPs (the interface of :class:`lightning_srifty.flops.StepFlopCounter`),
+    :meth:`finish`. It also gives the step's FLOPs (the interface of :class:`.flops.StepFlopCounter`),
     from the same flop formulas. On a CPU step it makes the step look like the CUDA one the table is for: CUDA's
     autocast policy under mixed precision, and ``foreach=True`` for optimizers that leave it unset (both for this one
     step, restored at its end).
@@ -312,7 +312,7 @@ class StepOpCapture:
             self.notes.append("captured on the first step: includes one-off work such as creating optimizer state")
         try:
             if emulate_cuda_autocast:
-                from lightning_srifty.cuda_autocast import cuda_autocast_policy
+                from lightning_srifty.profiling.cuda_autocast import cuda_autocast_policy
 
                 self._policy = cuda_autocast_policy()
                 self._policy.__enter__()

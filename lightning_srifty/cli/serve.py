@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty.cli_catalog import load_catalog
+from lightning_srifty.cli._common import load_catalog
 
 TOKEN_ENV = "SRIFTY_SERVICE_TOKEN"
 

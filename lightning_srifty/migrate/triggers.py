@@ -1,6 +1,6 @@
 """Voluntary moves decided inside the training job: drift from the prediction, and cheaper prices.
 
-``MigrationTriggers()`` sits beside :class:`~lightning_srifty.preemption.SpotPreemption` (which does the checkpoint
+``MigrationTriggers()`` sits beside :class:`~.preemption.SpotPreemption` (which does the checkpoint
 and the leaving). After ``first_check_steps`` steps, then every ``check_every_s`` seconds, rank 0 measures the
 throughput of the current fleet (the median step time of the steps since the last check, so a checkpoint or a
 validation pause does not count) and, in a background thread so that training never waits:
@@ -35,7 +35,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-from lightning_srifty import markers
+from lightning_srifty import protocol as markers
 
 log = logging.getLogger("lightning_srifty")
 
@@ -158,7 +158,7 @@ class MigrationTriggers(Callback):
     # --- Lightning hooks ---------------------------------------------------------------------------------------------
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        from lightning_srifty.preemption import SpotPreemption
+        from lightning_srifty.migrate.preemption import SpotPreemption
 
         found = [cb for cb in trainer.callbacks if isinstance(cb, SpotPreemption)]  # type: ignore[attr-defined]
         if not found:
@@ -314,7 +314,7 @@ class MigrationTriggers(Callback):
             if not hasattr(self.profile, "batch"):
                 self.profile = load_profile(self.profile)
             return self.profile
-        from lightning_srifty.callback import SriftyCallback
+        from lightning_srifty.profiling.callback import SriftyCallback
 
         for cb in trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(cb, SriftyCallback) and cb.profile is not None:
@@ -341,7 +341,7 @@ class MigrationTriggers(Callback):
 
 
 def _remaining_steps(trainer: pl.Trainer) -> int | None:
-    from lightning_srifty.callback import _planned_steps
+    from lightning_srifty.profiling.callback import planned_steps
 
-    planned = _planned_steps(trainer)
+    planned = planned_steps(trainer)
     return None if planned is None else planned - trainer.global_step

@@ -4,7 +4,7 @@ recommendations (IMDSv2 tokens, refreshed on 401), and never blocks training.
 ``spot/instance-action`` answers 404 until AWS decides to reclaim the instance, then
 ``{"action": "terminate" | "stop" | "hibernate", "time": "..."}`` about two minutes ahead;
 ``events/recommendations/rebalance`` answers ``{"noticeTime": "..."}`` when the capacity is at elevated risk.
-Off EC2 (no endpoint, see :func:`lightning_srifty.imds.metadata_endpoint`) it does not start; an endpoint that stops
+Off EC2 (no endpoint, see :func:`.imds.metadata_endpoint`) it does not start; an endpoint that stops
 answering is retried quietly.
 """
 
@@ -18,7 +18,7 @@ import urllib.error
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lightning_srifty.imds import _Client, metadata_endpoint
+from lightning_srifty.migrate.imds import _Client, metadata_endpoint
 
 log = logging.getLogger("lightning_srifty")
 

@@ -1,6 +1,6 @@
 """Checkpoint and leave on a spot interruption notice or SIGTERM, and find a sound checkpoint to resume from.
 
-``SpotPreemption(dirpath)`` is a Lightning callback: a :class:`~lightning_srifty.spot_watcher.SpotWatcher` per node
+``SpotPreemption(dirpath)`` is a Lightning callback: a :class:`~.spot_watcher.SpotWatcher` per node
 (each node sees only its own notice) and a SIGTERM handler set a flag; at the next step boundary the ranks agree
 (any rank's flag stops all of them, one boolean all-reduce per step), every rank takes part in
 ``trainer.save_checkpoint`` to a temporary name, rank 0 renames it into place once complete (so no half-written
@@ -27,8 +27,8 @@ import lightning.pytorch as pl
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import Callback
 
-from lightning_srifty import markers
-from lightning_srifty.spot_watcher import Notice, SpotWatcher
+from lightning_srifty import protocol as markers
+from lightning_srifty.migrate.spot_watcher import Notice, SpotWatcher
 
 log = logging.getLogger("lightning_srifty")
 

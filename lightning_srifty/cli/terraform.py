@@ -8,7 +8,7 @@ from typing import Any
 
 
 def cmd_terraform(args: argparse.Namespace) -> int:
-    from lightning_srifty.cli_catalog import load_catalog
+    from lightning_srifty.cli._common import load_catalog
     from lightning_srifty.provision.generate import Options, generate
     from predictor.plan import load_plan
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from lightning_srifty.cli_catalog import _console, load_catalog
+from lightning_srifty.cli._common import console, load_catalog
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -69,7 +69,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         table.add_row("assumes", note)
     for note in result.extrapolation:
         table.add_row("[yellow]extrapolates[/]", note)
-    _console().print(table)
+    console().print(table)
     return 0
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from lightning_srifty.launch import launch
+    from lightning_srifty.provision.launch import launch
     from predictor.exceptions import ConfigError
     from predictor.plan import load_plan
 
@@ -54,7 +54,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("launch", help="run a training script on the plan's fleet and migrate it when it pays")
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON")
     p.add_argument("--choice", type=int, default=0, help="the ranked fleet to start on")

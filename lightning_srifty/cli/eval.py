@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty.cli_catalog import _console
+from lightning_srifty.cli._common import console
 
 
 def run_eval(data: str | None = None) -> dict[str, Any]:
@@ -74,13 +74,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 f"{r['coverage_80_nested']:.0%}" if "coverage_80_nested" in r else "-",
                 name,
             )
-        _console().print(table)
+        console().print(table)
     if args.plot:
         print(f"figure: {plot(result, Path(args.plot))}")
     return 0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("eval", help="validate the performance model on published measurements")
     p.add_argument("--data", help="measurements CSV (default: the copy bundled with the package)")
     p.add_argument("--plot", help="write a predicted-vs-measured PNG here")

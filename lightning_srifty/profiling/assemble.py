@@ -6,8 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_srifty.comm import CommSeries
-from lightning_srifty.recorder import StepSeries
+from lightning_srifty.ddp.comm import CommSeries
+from lightning_srifty.profiling.recorder import StepSeries
 from predictor.profile import PHASES, SCHEMA, Profile, profile_from_dict
 from predictor.stats import summarize
 

@@ -16,8 +16,8 @@ from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_srifty.comm import AllReduceTimer
-from lightning_srifty.hetero import check_batch_sizes, rank_weights, weighted_hook
+from lightning_srifty.ddp.comm import AllReduceTimer
+from lightning_srifty.ddp.hetero import check_batch_sizes, rank_weights, weighted_hook
 
 
 class SriftyDDPStrategy(DDPStrategy):
@@ -25,7 +25,7 @@ class SriftyDDPStrategy(DDPStrategy):
 
     Takes every argument of :class:`lightning.pytorch.strategies.DDPStrategy`, and ``batch_sizes``: one per global
     rank when ranks take unequal batches (a heterogeneous fleet's speed-proportional split); each rank's gradient is
-    then weighted so that the all-reduced gradient is the global-batch mean (:mod:`lightning_srifty.hetero`).
+    then weighted so that the all-reduced gradient is the global-batch mean (:mod:`lightning_srifty.ddp.hetero`).
     """
 
     strategy_name = "srifty_ddp"

@@ -7,22 +7,12 @@ import json
 import sys
 from typing import Any
 
+from lightning_srifty.cli._common import console, load_catalog
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.gpus import SPEC_FIELDS
 from predictor.exceptions import CatalogError
 
 LISTING_SCHEMA = "srifty.catalog-listing/v1"
-
-
-def load_catalog(args: argparse.Namespace) -> Catalog:
-    extra = [*(getattr(args, "global_catalog_extra", None) or ()), *(getattr(args, "catalog_extra", None) or ())]
-    return Catalog.load(getattr(args, "catalog", None), extra=extra)
-
-
-def _console() -> Any:
-    from lightning_srifty.report import console
-
-    return console()
 
 
 def _money(value: float | None, estimated: bool = False) -> str:
@@ -91,9 +81,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             _money(spot.usd_hr if spot else None, bool(spot and spot.estimated)),
             it.spot_interruption_bucket or "-",
         )
-    console = _console()
-    console.print(table)
-    console.print(
+    out = console()
+    out.print(table)
+    out.print(
         f"{len(items)} of {len(catalog)} instance types"
         + ("" if args.all else " (CUDA only; --all for Neuron, Gaudi and AMD types)")
     )
@@ -120,7 +110,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
             r["arch"],
             *("-" if r[k] is None else f"{r[k]:g}" for k in SPEC_FIELDS),
         )
-    _console().print(table)
+    console().print(table)
     return 0
 
 

@@ -1,7 +1,7 @@
 """``srifty capture pkg.mod:Model --batch pkg.mod:make_batch --batch-size 8``: a profile without a GPU.
 
 The LightningModule is built on the meta device (no memory), ``make_batch(batch_size)`` is called under the meta
-device too, and one training step is captured with fake tensors (:func:`lightning_srifty.capture.capture_step`). The
+device too, and one training step is captured with fake tensors (:func:`~lightning_srifty.profiling.capture_step`). The
 profile has the operator table, the model's sizes and FLOPs, ``hardware.accelerator = "meta"`` and
 ``timing.step_time_s.p50 = 0``: the time is not measured, the predictor predicts it from the table.
 """
@@ -16,6 +16,7 @@ import json
 import sys
 from typing import Any
 
+from lightning_srifty.cli._common import positive_int
 from predictor.exceptions import ConfigError
 
 PRECISIONS = ("32-true", "64-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
@@ -166,8 +167,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
         ) from None
     _check_batch(batch, args.batch)
 
-    from lightning_srifty.capture import capture_step
-    from lightning_srifty.hardware import software_versions
+    from lightning_srifty.profiling.capture import capture_step
+    from lightning_srifty.profiling.hardware import software_versions
 
     capture = capture_step(module, batch, precision=args.precision, device="meta", batch_size=args.batch_size)
     model = capture.model_section()
@@ -209,7 +210,7 @@ def _drop_none(value: Any) -> Any:
     return value
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "capture",
         help="write a profile from a LightningModule's operator table, without a GPU",
@@ -225,9 +226,7 @@ def add_parser(sub: Any) -> None:
         help="package.module:make_batch, called as make_batch(batch_size) under torch.device('meta'); returns one "
         "batch as the DataLoader yields it",
     )
-    from lightning_srifty.cli import _positive_int
-
-    p.add_argument("--batch-size", type=_positive_int, required=True, help="samples per step on one device")
+    p.add_argument("--batch-size", type=positive_int, required=True, help="samples per step on one device")
     p.add_argument("--precision", choices=PRECISIONS, default="32-true", help="Lightning precision of the run")
     p.add_argument("--name", default=None, help="model name in the profile (default: the class name)")
     p.add_argument("--out", default="srifty/profile.json", help="profile path ('-' prints the JSON)")

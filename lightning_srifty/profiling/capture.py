@@ -6,7 +6,7 @@ is a fake tensor (``FakeTensorMode``: shapes, dtypes and strides, no storage, no
 is captured in seconds on a laptop; ``device="cpu"`` runs the same step for real and gives the same table.
 
 Precision follows Lightning's plugins: ``*-true`` casts the module and the floating-point batch; ``*-mixed`` runs
-``training_step`` under autocast with CUDA's policy (see :mod:`lightning_srifty.cuda_autocast`), so the table has the
+``training_step`` under autocast with CUDA's policy (see :mod:`.cuda_autocast`), so the table has the
 half/bfloat16 GEMMs and float32 reductions CUDA AMP runs. Optimizers whose ``foreach`` is left unset get
 ``foreach=True``, the multi-tensor path torch picks for CUDA parameters.
 """
@@ -23,17 +23,17 @@ from typing import Any
 
 import torch
 
-from lightning_srifty.model_info import (
+from lightning_srifty.profiling.model_info import (
     batch_size as detect_batch_size,
 )
-from lightning_srifty.model_info import (
+from lightning_srifty.profiling.model_info import (
     gradient_bytes,
     normalize_precision,
     optimizer_names,
     optimizer_state_bytes,
     parameter_counts,
 )
-from lightning_srifty.ops_capture import OpRecorder
+from lightning_srifty.profiling.ops_capture import OpRecorder
 from predictor.exceptions import ConfigError, ProfileError
 from predictor.profile import OpTable
 
@@ -357,9 +357,11 @@ def _precision_context(precision: str, device: str, notes: list[str]) -> Iterato
             with torch.autocast("cuda", dtype=dtype):
                 yield
             return
-        from lightning_srifty.cuda_autocast import cuda_autocast_policy
+        from lightning_srifty.profiling.cuda_autocast import cuda_autocast_policy
 
-        notes.append(f"autocast {dtype} with CUDA's policy, emulated on CPU autocast (lightning_srifty.cuda_autocast)")
+        notes.append(
+            f"autocast {dtype} with CUDA's policy, emulated on CPU autocast (lightning_srifty.profiling.cuda_autocast)"
+        )
         with cuda_autocast_policy(), torch.autocast("cpu", dtype=dtype):
             yield
         return

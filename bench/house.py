@@ -1,0 +1,154 @@
+"""The shape of the code base: modules per package, the longest files, and import cycles between modules.
+
+    python bench/house.py [--json out.json]
+
+Imports are read from the source (``ast``), whether at module level or inside functions; a cycle is a strongly
+connected set of two or more modules of this project that import each other, directly or through others, at
+module level (function-level imports are lazy by design and are listed separately).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("lightning_srifty", "predictor")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> tuple[set[str], set[str]]:
+    """(module-level imports, function-level imports) of ``name`` that are modules of this project."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top, lazy = set(), set()
+
+    def resolve(node: ast.AST) -> list[str]:
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                pkg = pkg[: len(pkg) - node.level + 1]
+                base = ".".join(pkg + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        out = []
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.append(t)
+        return out
+
+    def visit(node: ast.AST, depth: int) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                (top if depth == 0 else lazy).update(resolve(child))
+            inner = depth + isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            visit(child, inner)
+
+    visit(tree, 0)
+    return top, lazy - top
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of two or more modules."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    sys.setrecursionlimit(10000)
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            strong(v)
+    return out
+
+
+def package_of(name: str, found: dict[str, Path]) -> str:
+    path = found[name]
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the figures here too")
+    args = parser.parse_args()
+    found = modules()
+    known = set(found)
+    graph, lazy_graph = {}, {}
+    for name, path in found.items():
+        graph[name], lazy_graph[name] = imports(name, path, known)
+    # a package's __init__ importing its own submodules is not a cycle between peers
+    graph = {n: {t for t in ts if not t.startswith(n + ".")} for n, ts in graph.items()}
+    per_package: dict[str, int] = defaultdict(int)
+    for name in found:
+        if found[name].name != "__init__.py":
+            per_package[package_of(name, found)] += 1
+    lines = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in found.items()}
+    longest = sorted(lines.items(), key=lambda kv: -kv[1])[:5]
+    module_cycles = cycles(graph)
+    lazy_pairs = sorted(
+        f"{a} -> {b}" for a, ts in lazy_graph.items() for b in ts if a in graph.get(b, set()) or a in lazy_graph[b]
+    )
+    result = {
+        "modules_per_package": dict(sorted(per_package.items())),
+        "longest_files": [{"module": n, "lines": k} for n, k in longest],
+        "import_cycles": module_cycles,
+        "mutual_lazy_imports": lazy_pairs,
+    }
+    print("modules per package:")
+    for package, count in result["modules_per_package"].items():
+        print(f"  {package:40s} {count:3d}")
+    print("longest files:")
+    for row in result["longest_files"]:
+        print(f"  {row['module']:40s} {row['lines']:5d} lines")
+    print(f"import cycles (module level): {len(module_cycles)}")
+    for c in module_cycles:
+        print("  " + " <-> ".join(c))
+    print(f"modules importing each other (one side inside a function): {len(lazy_pairs)}")
+    for p in lazy_pairs:
+        print("  " + p)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 1 if module_cycles else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
