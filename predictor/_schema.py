@@ -5,6 +5,11 @@ A document class is a frozen dataclass whose fields use plain types (``int``, ``
 carry ``doc`` (a one-line description), ``min`` / ``exclusive_min`` / ``max`` (numeric bounds). From that one
 declaration come the loader (:func:`from_dict`, errors naming the dotted field path, the value and the fix),
 the dumper (:func:`to_dict`) and the published JSON Schema (:func:`json_schema`).
+
+Forward compatibility: within one major version (``srifty.plan/v1``, ``srifty.profile/v1``) fields are only ever
+added, so a reader accepts fields it does not know and warns once per document (:class:`NewerDocumentWarning`,
+naming them). An unknown field that is a near miss of a known field the document leaves out is a typo, not a newer
+field, and is refused with "Did you mean".
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ import math
 import sys
 import types
 import typing
+import warnings
 from typing import Any, Literal, TypeVar, Union
 
 from predictor._validation import suggest
-from predictor.exceptions import ProfileSchemaError
+from predictor.exceptions import NewerDocumentWarning, ProfileSchemaError
 
 T = TypeVar("T")
 MAX_INT = 2**63  # integers at or beyond are refused (int64, what JSON tools share)
@@ -68,30 +74,36 @@ def _error(path: str, expected: str, value: Any, fix: str = "") -> ProfileSchema
     return ProfileSchemaError(message, field=path, value=None if value is dataclasses.MISSING else value)
 
 
-def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any]) -> Any:
+def _convert(
+    tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], ignored: list[str] | None = None
+) -> Any:
+    ignored = [] if ignored is None else ignored
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
         if len(args) == 1:
-            return _convert(args[0], value, path, meta)
+            return _convert(args[0], value, path, meta, ignored)
         for arg in args:
+            attempt: list[str] = []
             try:
-                return _convert(arg, value, path, meta)
+                converted = _convert(arg, value, path, meta, attempt)
             except ProfileSchemaError:
                 continue
+            ignored.extend(attempt)
+            return converted
         raise _error(path, _describe(tp), value)
     if origin is list:
         if not isinstance(value, list):
             raise _error(path, _describe(tp), value)
         (item,) = typing.get_args(tp)
-        return tuple(_convert(item, v, f"{path}[{i}]", {}) for i, v in enumerate(value))
+        return tuple(_convert(item, v, f"{path}[{i}]", {}, ignored) for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
             raise _error(path, _describe(tp), value)
         item = typing.get_args(tp)[1]
-        return {_text(str(k), f"{path}.{k}"): _convert(item, v, f"{path}.{k}", meta) for k, v in value.items()}
+        return {_text(str(k), f"{path}.{k}"): _convert(item, v, f"{path}.{k}", meta, ignored) for k, v in value.items()}
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
@@ -99,7 +111,7 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any]) -> 
             raise _error(path, _describe(tp), value, f"Did you mean {close[0]!r}?" if close else "")
         return value
     if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, path)
+        return from_dict(tp, value, path, ignored)
     if tp is bool:
         if not isinstance(value, bool):
             raise _error(path, "true or false", value)
@@ -147,20 +159,26 @@ def _check_bounds(value: float, path: str, meta: typing.Mapping[str, Any]) -> No
         raise _error(path, f"a number <= {meta['max']}", value)
 
 
-def from_dict(cls: type[T], data: Any, path: str = "") -> T:
-    """Build document class ``cls`` from parsed JSON, or raise ProfileSchemaError naming the field."""
+def from_dict(cls: type[T], data: Any, path: str = "", ignored: list[str] | None = None) -> T:
+    """Build document class ``cls`` from parsed JSON, or raise ProfileSchemaError naming the field.
+
+    Fields this release does not know are ignored with one :class:`NewerDocumentWarning` for the whole document
+    (``ignored`` collects them through the nesting; the outermost call warns)."""
+    outermost = ignored is None
+    ignored = [] if ignored is None else ignored
     where = path or cls.__name__
     if not isinstance(data, dict):
         raise _error(where, "an object", data)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = [k for k in data if k not in fields]
-    if unknown:
-        key = unknown[0]
-        close = suggest(str(key), list(fields), n=1)
-        fix = f"Did you mean {close[0]!r}?" if close else "Known fields: " + ", ".join(sorted(fields)) + "."
-        raise ProfileSchemaError(
-            f"{_join(path, str(key))}: unknown field. {fix}", field=_join(path, str(key)), value=data[key]
-        )
+    for key in (k for k in data if k not in fields):
+        close = _typo_of(str(key), fields, data)
+        if close:
+            raise ProfileSchemaError(
+                f"{_join(path, str(key))}: unknown field. Did you mean {close[0]!r}?",
+                field=_join(path, str(key)),
+                value=data[key],
+            )
+        ignored.append(_join(path, str(key)))
     hints = _hints(cls)
     kwargs = {}
     for name, f in fields.items():
@@ -169,13 +187,31 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise _error(sub, _describe(hints[name]), dataclasses.MISSING, f"({f.metadata.get('doc', 'required')})")
             continue
-        kwargs[name] = _convert(hints[name], data[name], sub, f.metadata)
+        kwargs[name] = _convert(hints[name], data[name], sub, f.metadata, ignored)
     try:
-        return cls(**kwargs)
+        built = cls(**kwargs)
     except ValueError as exc:  # __post_init__ cross-field checks
         if isinstance(exc, ProfileSchemaError):
             raise
         raise ProfileSchemaError(f"{where}: {exc}", field=where) from exc
+    if outermost and ignored:
+        shown = ", ".join(ignored[:8]) + (f" and {len(ignored) - 8} more" if len(ignored) > 8 else "")
+        warnings.warn(
+            NewerDocumentWarning(
+                f"{where}: {len(ignored)} field(s) this lightning-srifty does not know were ignored ({shown}): the "
+                "document was written by a newer release of the same major version; upgrade to use them.",
+                fields=ignored,
+            ),
+            stacklevel=3,
+        )
+    return built
+
+
+def _typo_of(key: str, fields: typing.Iterable[str], data: dict[str, Any]) -> list[str]:
+    """The known field ``key`` is a typo of: a near miss of one the document leaves out, or a very near miss of any
+    (a newer release never adds a name one letter away from an existing one)."""
+    absent = [name for name in fields if name not in data]
+    return suggest(key, absent, n=1, cutoff=0.75) or suggest(key, fields, n=1, cutoff=0.85)
 
 
 def _join(path: str, name: str) -> str:

@@ -71,9 +71,9 @@ def check_choice(owner: str, name: str, value: object, choices: Iterable[str]) -
     raise _fail(owner, name, "one of {" + ", ".join(repr(c) for c in options) + "}", value, fix)
 
 
-def suggest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
+def suggest(name: str, known: Iterable[str], n: int = 3, cutoff: float = 0.5) -> list[str]:
     """Close matches of ``name`` among ``known``, case-insensitively, best first."""
     known = list(known)
     lowered = {k.lower(): k for k in known}
-    hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.5)
+    hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=cutoff)
     return [lowered[h] for h in hits]

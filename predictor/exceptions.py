@@ -12,6 +12,9 @@
     ├── ProvisionError
     └── MigrationError
 
+    SriftyWarning (a UserWarning)
+    └── NewerDocumentWarning              a document has fields this release does not know (written by a newer one)
+
 Every exception carries structured fields so that callers (the CLI, the HTTP service) can render them
 without parsing the message.
 """
@@ -139,3 +142,19 @@ class ProvisionError(SriftyError):
 
 class MigrationError(SriftyError):
     """Moving a training job between fleets failed."""
+
+
+class SriftyWarning(UserWarning):
+    """Base class of the warnings lightning-srifty issues."""
+
+
+class NewerDocumentWarning(SriftyWarning):
+    """A profile or plan of this major version has fields this release does not know: they were ignored.
+
+    Attributes:
+        fields: the dotted paths of the ignored fields.
+    """
+
+    def __init__(self, message: str, *, fields: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.fields = list(fields)

@@ -6,6 +6,7 @@ migration), so it is a versioned document like the profile.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,12 +201,25 @@ class Plan:
     profile_gpu: str | None = doc_field("GPU the profile was measured on", default=None)
     created_at: str | None = doc_field("UTC time the plan was made", default=None)
     notes: list[str] | None = doc_field("assumptions and warnings", default=None)
+    written_by: str | None = doc_field(
+        "the release that wrote the file, e.g. 'lightning-srifty 0.2.0' (set on saving)", default=None
+    )
 
     def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
+        data = to_dict(self)
+        data["written_by"] = writer()
+        return data
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         return atomic_write_json(path, self.to_dict())
+
+
+def writer() -> str:
+    """This release, as documents record who wrote them."""
+    try:
+        return f"lightning-srifty {importlib.metadata.version('lightning-srifty')}"
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "lightning-srifty (source tree)"
 
 
 def load_plan(source: str | os.PathLike[str] | dict[str, Any]) -> Plan:
@@ -217,8 +231,15 @@ def load_plan(source: str | os.PathLike[str] | dict[str, Any]) -> Plan:
     )
     if not isinstance(data, dict) or data.get("schema") != PLAN_SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        newer = isinstance(got, str) and got.startswith("srifty.plan/")
+        fix = (
+            " A plan of another major version: use the lightning-srifty release that wrote it "
+            f"({data.get('written_by') or 'see its written_by'}), or make the plan again with this one."
+            if newer
+            else " Make one with `srifty recommend --out plan.json`."
+        )
         raise ProfileSchemaError(
-            f"schema: this lightning-srifty reads {PLAN_SCHEMA!r}, got {got!r}.", field="schema", value=got
+            f"schema: this lightning-srifty reads {PLAN_SCHEMA!r}, got {got!r}.{fix}", field="schema", value=got
         )
     return from_dict(Plan, data)
 

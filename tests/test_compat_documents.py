@@ -1,0 +1,74 @@
+"""Plans and profiles across releases: an older plan loads, a newer one's extra fields are ignored with a warning."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import pytest
+
+from conftest import ROOT
+from predictor.exceptions import NewerDocumentWarning, ProfileSchemaError
+from predictor.plan import load_plan
+from predictor.profile import load_profile
+
+PREVIOUS_PLAN = ROOT / "tests" / "data" / "plan-0.1.0.json"  # written by lightning-srifty 0.1.0 (srifty recommend)
+
+
+def test_a_plan_written_by_the_previous_release_loads_without_a_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan = load_plan(PREVIOUS_PLAN)
+    assert plan.schema == "srifty.plan/v1" and plan.written_by is None  # 0.1.0 did not record itself
+    chosen = plan.entries[plan.chosen]
+    assert chosen.fleet == "g5.xlarge:1" and chosen.groups[0].count == 1
+    # saving it again records this release, and the result still loads
+    again = load_plan(plan.to_dict())
+    assert again.written_by and again.written_by.startswith("lightning-srifty")
+    assert again.entries == plan.entries
+
+
+def test_fields_of_a_newer_minor_release_are_ignored_with_one_warning_naming_them() -> None:
+    data = json.loads(PREVIOUS_PLAN.read_text())
+    data["carbon"] = {"kg_co2": 12.5}
+    data["entries"][0]["groups"][0]["placement_group"] = "cluster"
+    with pytest.warns(NewerDocumentWarning) as caught:
+        plan = load_plan(data)
+    assert len(caught) == 1
+    assert caught[0].message.fields == ["carbon", "entries[0].groups[0].placement_group"]
+    assert "carbon" in str(caught[0].message) and "newer release" in str(caught[0].message)
+    assert plan.entries[0].groups[0].count == 1
+
+
+def test_a_typo_of_a_field_left_out_is_still_refused() -> None:
+    data = json.loads(PREVIOUS_PLAN.read_text())
+    data["modle"] = data.pop("model")  # 'model' is absent and 'modle' is a near miss of it
+    with pytest.raises(ProfileSchemaError, match="modle: unknown field. Did you mean 'model'"):
+        load_plan(data)
+    data = json.loads(PREVIOUS_PLAN.read_text())
+    data["entries"][0]["fleets"] = "x"  # one letter from 'fleet', which is there: still a typo
+    with pytest.raises(ProfileSchemaError, match=r"entries\[0\]\.fleets: unknown field. Did you mean 'fleet'"):
+        load_plan(data)
+
+
+def test_a_plan_of_another_major_version_is_refused_naming_the_writer() -> None:
+    data = json.loads(PREVIOUS_PLAN.read_text())
+    data["schema"], data["written_by"] = "srifty.plan/v2", "lightning-srifty 1.0.0"
+    with pytest.raises(
+        ProfileSchemaError, match=r"reads 'srifty.plan/v1', got 'srifty.plan/v2'.*lightning-srifty 1.0.0"
+    ):
+        load_plan(data)
+
+
+def test_a_profile_with_newer_fields_loads_and_the_service_schema_still_refuses_garbage() -> None:
+    base = json.loads((ROOT / "examples" / "profiles" / "resnet50-v100.json").read_text())
+    newer = copy.deepcopy(base)
+    newer["timing"]["energy_j"] = {"p50": 3.1}
+    with pytest.warns(NewerDocumentWarning, match=r"timing\.energy_j"):
+        profile = load_profile(newer)
+    assert profile.timing.step_time_s.p50 == load_profile(base).timing.step_time_s.p50
+    bad = copy.deepcopy(base)
+    bad["timing"]["step_time_s"] = "fast"
+    with pytest.raises(ProfileSchemaError, match=r"timing\.step_time_s"):
+        load_profile(bad)
