@@ -74,9 +74,7 @@ def _error(path: str, expected: str, value: Any, fix: str = "") -> ProfileSchema
     return ProfileSchemaError(message, field=path, value=None if value is dataclasses.MISSING else value)
 
 
-def _convert(
-    tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], ignored: list[str] | None = None
-) -> Any:
+def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], ignored: list[str] | None = None) -> Any:
     ignored = [] if ignored is None else ignored
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):

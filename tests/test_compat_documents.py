@@ -44,7 +44,7 @@ def test_fields_of_a_newer_minor_release_are_ignored_with_one_warning_naming_the
 def test_a_typo_of_a_field_left_out_is_still_refused() -> None:
     data = json.loads(PREVIOUS_PLAN.read_text())
     data["modle"] = data.pop("model")  # 'model' is absent and 'modle' is a near miss of it
-    with pytest.raises(ProfileSchemaError, match="modle: unknown field. Did you mean 'model'"):
+    with pytest.raises(ProfileSchemaError, match=r"modle: unknown field\. Did you mean 'model'"):
         load_plan(data)
     data = json.loads(PREVIOUS_PLAN.read_text())
     data["entries"][0]["fleets"] = "x"  # one letter from 'fleet', which is there: still a typo

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lightning_srifty import protocol as markers
-from lightning_srifty.provision.launch import launch
 from lightning_srifty.provision.base import LaunchedFleet
+from lightning_srifty.provision.launch import launch
 from predictor.exceptions import MigrationError
 from predictor.rank import Constraints, rank
 
