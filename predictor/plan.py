@@ -202,13 +202,11 @@ class Plan:
     created_at: str | None = doc_field("UTC time the plan was made", default=None)
     notes: list[str] | None = doc_field("assumptions and warnings", default=None)
     written_by: str | None = doc_field(
-        "the release that wrote the file, e.g. 'lightning-srifty 0.2.0' (set on saving)", default=None
+        "the release that made the plan, e.g. 'lightning-srifty 0.2.0'", default=None
     )
 
     def to_dict(self) -> dict[str, Any]:
-        data = to_dict(self)
-        data["written_by"] = writer()
-        return data
+        return to_dict(self)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         return atomic_write_json(path, self.to_dict())

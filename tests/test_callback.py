@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from helpers import DictDataset, DictModel, TinyModel, loader, trainer
 from imds_server import FakeIMDS
-from lightning_srifty import SriftyCallback
+from lightning_srifty import Constraints, ServiceClient, SriftyCallback
 from lightning_srifty.profiling.model_info import parameter_counts
 from predictor.exceptions import ConfigError
 from predictor.plan import load_plan
@@ -210,10 +210,9 @@ def test_summary_is_printed(tmp_path, capsys) -> None:
         ({"profile_steps": True}, "must be an int >= 1. Got True."),
         ({"output": 42}, "The 'output' parameter of SriftyCallback() must be a path or None. Got 42."),
         ({"batch_size_fn": 3}, "must be callable"),
-        ({"objective": "cheap"}, "The 'objective' parameter of SriftyCallback() must be one of"),
-        ({"deadline_h": -1}, "The 'deadline_h' parameter of SriftyCallback() must be a number > 0"),
-        ({"market": "spto"}, "Did you mean 'spot'"),
-        ({"predictor_url": "localhost:8000"}, "must be an http(s) URL"),
+        ({"constraints": "cheap"}, "The 'constraints' parameter of SriftyCallback() must be a"),
+        ({"service": "localhost:8000"}, "The 'service' parameter of SriftyCallback() must be an http(s) URL"),
+        ({"budget": 500}, "SriftyCallback() has no parameter 'budget'. Did you mean 'budget_usd'?"),
     ],
 )
 def test_bad_parameters_are_refused_clearly(kwargs: dict, message: str) -> None:
@@ -221,6 +220,31 @@ def test_bad_parameters_are_refused_clearly(kwargs: dict, message: str) -> None:
         SriftyCallback(**kwargs)
     assert message in str(info.value)
     assert info.value.parameter == next(iter(kwargs))
+
+
+@pytest.mark.parametrize(
+    ("constraints", "parameter", "message"),
+    [
+        (Constraints(objective="cost", deadline_h=-1), "deadline_h", "must be a number > 0"),
+        ({"market": "spto"}, "market", "Did you mean 'spot'"),
+        ({"objectiv": "time"}, None, "objectiv"),
+    ],
+)
+def test_bad_constraints_fail_at_construction_not_after_the_window(constraints, parameter, message) -> None:
+    with pytest.raises(ConfigError) as info:
+        SriftyCallback(constraints=constraints)
+    assert message in str(info.value)
+    if parameter:
+        assert info.value.parameter == parameter
+
+
+def test_the_0_1_recommendation_arguments_still_work_with_a_deprecation_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="constraints=Constraints"):
+        cb = SriftyCallback(total_steps=1000, deadline_h=12, market="spot", predictor_url="http://127.0.0.1:9")
+    assert cb.constraints == Constraints(steps=1000, deadline_h=12, market="spot")
+    assert cb.service.url == "http://127.0.0.1:9"
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match="must be an http"):
+        SriftyCallback(predictor_url="localhost:8000")
 
 
 def test_profile_file_is_plain_json(tmp_path) -> None:
@@ -232,7 +256,7 @@ def test_profile_file_is_plain_json(tmp_path) -> None:
 
 
 def test_recommendation_after_profiling(tmp_path, capsys) -> None:
-    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", deadline_h=48)
+    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", constraints={"deadline_h": 48})
     fit(cb, max_steps=10)
     plan = load_plan(tmp_path / "plan.json")
     assert plan == cb.plan and plan.constraints.deadline_h == 48
@@ -258,7 +282,7 @@ def test_recommendation_failure_never_stops_training(tmp_path, caplog) -> None:
 
 
 def test_recommendation_through_the_service_posts_an_observation(tmp_path, monkeypatch, catalog) -> None:
-    """On 'EC2' (a local IMDS says g5.xlarge), with predictor_url: the plan comes from `srifty serve` and the run's
+    """On 'EC2' (a local IMDS says g5.xlarge), with a service: the plan comes from `srifty serve` and the run's
     measured throughput lands in the service's observations as g5.xlarge:1."""
     from predictor.observations import ObservationStore
     from predictor.service import ServiceSettings, background_server, create_app
@@ -274,9 +298,8 @@ def test_recommendation_through_the_service_posts_an_observation(tmp_path, monke
             profile_steps=5,
             output=tmp_path / "p.json",
             verbose=False,
-            predictor_url=url,
-            predictor_token="cb-token",  # writes need the service's token
-            market="spot:0.5",
+            service=ServiceClient(url, token="cb-token"),  # writes need the service's token
+            constraints=Constraints(market="spot:0.5"),
         )
         fit(cb, max_steps=10)
     plan = load_plan(tmp_path / "plan.json")
@@ -289,7 +312,7 @@ def test_recommendation_through_the_service_posts_an_observation(tmp_path, monke
 
 def test_unreachable_service_never_stops_training(tmp_path, caplog) -> None:
     cb = SriftyCallback(
-        warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, predictor_url="http://127.0.0.1:9"
+        warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, service="http://127.0.0.1:9"
     )
     with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
         t = fit(cb, max_steps=10)
@@ -298,7 +321,9 @@ def test_unreachable_service_never_stops_training(tmp_path, caplog) -> None:
 
 
 def test_checkpoint_cost_is_measured_and_used_by_the_ranking(tmp_path) -> None:
-    cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, total_steps=1000)
+    cb = SriftyCallback(
+        warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, constraints={"steps": 1000}
+    )
     fit(cb, max_steps=10)
     ckpt = load_profile(tmp_path / "p.json").checkpoint
     assert ckpt is not None and ckpt.save_s > 0 and ckpt.load_s > 0 and ckpt.where == "local disk"
@@ -318,15 +343,15 @@ def test_checkpoint_cost_is_measured_and_used_by_the_ranking(tmp_path) -> None:
 
 
 def test_the_checkpoint_measurement_never_fills_the_disk_or_the_host_memory(tmp_path, monkeypatch) -> None:
-    from lightning_srifty.profiling import callback as callback_module
-    from lightning_srifty.profiling.callback import checkpoint_budget
+    from lightning_srifty.profiling import checkpoint_cost
+    from lightning_srifty.profiling.checkpoint_cost import checkpoint_budget
 
     gib = 2**30
     assert checkpoint_budget(84 * gib, 1000 * gib, 16 * gib)["load"] is False  # 7B + Adam on a 16 GiB host
     assert "TMPDIR" in checkpoint_budget(84 * gib, 100 * gib, 512 * gib)["skip"]
     assert checkpoint_budget(1 * gib, 100 * gib, None) == {"skip": None, "load": True}
     # a real run on a host said to have 1 KiB available: the save is measured, the read-back is skipped and said
-    monkeypatch.setattr(callback_module, "available_memory_bytes", lambda: 1024)
+    monkeypatch.setattr(checkpoint_cost, "available_memory_bytes", lambda: 1024)
     cb = SriftyCallback(warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, recommend=False)
     fit(cb, max_steps=10)
     profile = load_profile(tmp_path / "p.json")

@@ -23,10 +23,7 @@ def test_a_plan_written_by_the_previous_release_loads_without_a_warning() -> Non
     assert plan.schema == "srifty.plan/v1" and plan.written_by is None  # 0.1.0 did not record itself
     chosen = plan.entries[plan.chosen]
     assert chosen.fleet == "g5.xlarge:1" and chosen.groups[0].count == 1
-    # saving it again records this release, and the result still loads
-    again = load_plan(plan.to_dict())
-    assert again.written_by and again.written_by.startswith("lightning-srifty")
-    assert again.entries == plan.entries
+    assert load_plan(plan.to_dict()) == plan  # and it round-trips unchanged
 
 
 def test_fields_of_a_newer_minor_release_are_ignored_with_one_warning_naming_them() -> None:
@@ -50,6 +47,15 @@ def test_a_typo_of_a_field_left_out_is_still_refused() -> None:
     data["entries"][0]["fleets"] = "x"  # one letter from 'fleet', which is there: still a typo
     with pytest.raises(ProfileSchemaError, match=r"entries\[0\]\.fleets: unknown field. Did you mean 'fleet'"):
         load_plan(data)
+
+
+def test_a_new_plan_records_the_release_that_made_it() -> None:
+    from predictor.rank import Constraints, rank
+
+    profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
+    plan = rank(profile, Constraints(steps=100, allow=("g5.xlarge",)))
+    assert plan.written_by and plan.written_by.startswith("lightning-srifty ")
+    assert load_plan(plan.to_dict()).written_by == plan.written_by
 
 
 def test_a_plan_of_another_major_version_is_refused_naming_the_writer() -> None:

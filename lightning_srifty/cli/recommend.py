@@ -15,7 +15,8 @@ DEFAULTS = constraint_defaults()
 
 def cmd_recommend(args: argparse.Namespace) -> int:
     from predictor.profile import load_profile
-    from predictor.rank import Constraints, rank
+    from predictor.rank import Constraints
+    from predictor.recommend import recommend
 
     profile = load_profile(args.profile)
     constraints = Constraints.build(
@@ -43,14 +44,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         startup_s=args.startup_s,
         dataset_gb=args.dataset_gb,
     )
-    plan = rank(profile, constraints, catalog=load_catalog(args))
-    if args.out:
-        print(f"plan written to {plan.save(args.out)}")
-    if args.report:
-        from predictor.report import write_report
-
-        page, png = write_report(plan, args.report)
-        print(f"report written to {page} (plot: {png})")
+    result = recommend(
+        profile, constraints, catalog=load_catalog(args), plan_path=args.out or None, report_path=args.report or None
+    )
+    plan = result.plan
+    if "plan" in result.written:
+        print(f"plan written to {result.written['plan']}")
+    if "report" in result.written:
+        print(f"report written to {result.written['report']} (plot: {result.written['plot']})")
     if args.format == "json":
         print(json.dumps(plan.to_dict(), indent=2))
         return 0

@@ -11,6 +11,7 @@ import torch
 from lightning_srifty.demo.data import DigitsDataModule, TokensDataModule
 from lightning_srifty.demo.models import DigitsCNN, TinyLM
 from lightning_srifty.profiling.callback import SriftyCallback
+from predictor.rank import Constraints
 
 MODELS = ("cnn", "lm")
 
@@ -58,7 +59,7 @@ def run_demo(config: DemoConfig, extra_callbacks: list[Any] | None = None) -> tu
         warmup_steps=config.warmup_steps,
         profile_steps=config.profile_steps,
         output=config.output,
-        total_steps=config.total_steps,
+        constraints=Constraints(steps=config.total_steps) if config.total_steps else None,
     )
     max_steps = config.max_steps or config.warmup_steps + config.profile_steps + 50
     trainer = pl.Trainer(

@@ -341,7 +341,7 @@ class MigrationTriggers(Callback):
 
 
 def _remaining_steps(trainer: pl.Trainer) -> int | None:
-    from lightning_srifty.profiling.callback import planned_steps
+    from lightning_srifty.profiling.recommendation import planned_steps
 
     planned = planned_steps(trainer)
     return None if planned is None else planned - trainer.global_step

@@ -11,10 +11,9 @@ import datetime as _dt
 import logging
 import os
 import socket
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
@@ -24,6 +23,7 @@ from lightning_srifty.ddp.strategy import SriftyDDPStrategy
 from lightning_srifty.migrate.imds import MetadataLookup
 from lightning_srifty.profiling import hardware as hw
 from lightning_srifty.profiling.assemble import RankPayload, assemble_profile
+from lightning_srifty.profiling.checkpoint_cost import measure_checkpoint
 from lightning_srifty.profiling.clock import clock_for
 from lightning_srifty.profiling.flops import StepFlopCounter
 from lightning_srifty.profiling.model_info import (
@@ -35,11 +35,21 @@ from lightning_srifty.profiling.model_info import (
     parameter_counts,
 )
 from lightning_srifty.profiling.ops_capture import StepOpCapture
+from lightning_srifty.profiling.recommendation import (
+    check_constraints,
+    fold_deprecated,
+    post_observation,
+    with_work,
+)
 from lightning_srifty.profiling.recorder import StepRecorder
 from predictor._io import check_writable
-from predictor._validation import check_choice, check_int, check_number
+from predictor._validation import check_int
 from predictor.exceptions import ConfigError, SriftyError
 from predictor.profile import Profile
+from predictor.ranking.constraints import Constraints
+
+if TYPE_CHECKING:
+    from predictor.client import ServiceClient
 
 log = logging.getLogger("lightning_srifty")
 
@@ -67,19 +77,25 @@ class SriftyCallback(Callback):
         reprofile: profile again after a resume even though the checkpoint says the run was profiled.
         verbose: print the summary table on rank 0.
         max_series: at most this many raw per-step times are kept in the profile.
-        recommend: after profiling, rank EC2 fleets for the whole run (in-process, torch-free predictor), print the
-            table and write ``plan.json`` (and ``report.html`` when ``report``) beside the profile. A failure of the
-            predictor is logged, never raised.
-        total_steps: optimizer steps of the whole run (default: the Trainer's max_steps, or max_epochs x batches).
-        deadline_h, budget_usd, objective, market, regions, max_instances, max_types: the ranking's constraints
-            (see ``srifty recommend``; ``market`` also takes ``"spot:0.75"``, a mixed market with that spot share).
-        predictor_url: rank through a ``srifty serve`` service at this URL instead of in-process (its observations
-            calibrate the ranking); on EC2 the run also posts its measured throughput there as an observation of
-            the fleet it runs on (``post_observation``).
-        predictor_token: the service's bearer token, which posting observations needs (default:
-            ``$SRIFTY_SERVICE_TOKEN``); kept out of the callback's state and repr.
         measure_checkpoint: at the end of the window, save one full checkpoint to a temporary local folder and read
-            it back, to record what a checkpoint costs (the ranker's checkpoint interval and restart cost use it).
+            it back, to record what a checkpoint costs (the ranker's checkpoint interval and restart cost use it);
+            estimated first from the state's size, and only what fits half the free disk and memory is measured.
+        recommend: after profiling, rank EC2 fleets for the whole run with :func:`predictor.recommend.recommend`
+            (what ``srifty recommend`` runs), print the table and write ``plan.json`` (and ``report.html`` when
+            ``report``) beside the profile. A failure of the predictor is logged, never raised.
+        constraints: what the ranking is asked, a :class:`predictor.rank.Constraints` (or a dict of its fields):
+            ``Constraints(deadline_h=12, budget_usd=500, market="spot:0.75")``. Checked here, so a typo fails before
+            training starts. Without a work (``steps``, ``samples`` or ``epochs``) the run's own length is used: the
+            Trainer's ``max_steps``, or ``max_epochs`` x batches per epoch / accumulation (optimizer steps).
+        report: write the HTML report (and its plot) beside the plan.
+        service: rank through a ``srifty serve`` service instead of in-process (its observations calibrate the
+            ranking): a :class:`predictor.client.ServiceClient` (``ServiceClient(url, token=...)``) or its URL. On
+            EC2 the run also posts its measured throughput there as an observation of the fleet it runs on (posting
+            needs the service's token: ``token=`` or ``$SRIFTY_SERVICE_TOKEN``).
+
+    The 0.1 arguments ``total_steps``, ``deadline_h``, ``budget_usd``, ``objective``, ``market``, ``regions``,
+    ``max_instances``, ``max_types``, ``scaling``, ``allow_arm64``, ``predictor_url``, ``predictor_token`` and
+    ``post_observation`` still work with a DeprecationWarning; they go in 0.3.
     """
 
     def __init__(
@@ -96,22 +112,12 @@ class SriftyCallback(Callback):
         reprofile: bool = False,
         verbose: bool = True,
         max_series: int = 1000,
-        recommend: bool = True,
-        total_steps: int | None = None,
-        deadline_h: float | None = None,
-        budget_usd: float | None = None,
-        objective: str = "cost",
-        market: str = "any",
-        regions: tuple[str, ...] = ("us-east-1",),
-        max_instances: int = 16,
-        max_types: int = 1,
-        scaling: str = "strong",
-        allow_arm64: bool = False,
-        report: bool = True,
-        predictor_url: str | None = None,
-        post_observation: bool = True,
-        predictor_token: str | None = None,
         measure_checkpoint: bool = True,
+        recommend: bool = True,
+        constraints: Constraints | Mapping[str, Any] | None = None,
+        report: bool = True,
+        service: ServiceClient | str | None = None,
+        **deprecated: Any,
     ) -> None:
         owner = "SriftyCallback()"
         self.warmup_steps = check_int(
@@ -135,32 +141,22 @@ class SriftyCallback(Callback):
                 parameter="batch_size_fn",
                 value=batch_size_fn,
             )
-        if total_steps is not None:
-            check_int(owner, "total_steps", total_steps, minimum=1)
-        for name, value in (("deadline_h", deadline_h), ("budget_usd", budget_usd)):
-            if value is not None:
-                check_number(owner, name, value, minimum=0, exclusive=True)
-        check_choice(owner, "objective", objective, ("cost", "time", "cost_per_sample"))
-        from predictor.rank import parse_market
-
-        parse_market(market)
-        check_int(owner, "max_instances", max_instances, minimum=1)
-        check_int(owner, "max_types", max_types, minimum=1, maximum=3)
-        self.scaling = check_choice(owner, "scaling", scaling, ("strong", "weak"))
-        self.allow_arm64 = bool(allow_arm64)
-        if predictor_url is not None and not str(predictor_url).startswith(("http://", "https://")):
-            raise ConfigError(
-                f"The 'predictor_url' parameter of {owner} must be an http(s) URL such as http://127.0.0.1:8000 "
-                f"(where `srifty serve` listens). Got {predictor_url!r}.",
-                parameter="predictor_url",
-                value=predictor_url,
-            )
-        self.predictor_url, self.post_observation, self.max_types = predictor_url, bool(post_observation), max_types
-        self._predictor_token = predictor_token
         self.measure_checkpoint = bool(measure_checkpoint)
         self.recommend, self.report = bool(recommend), bool(report)
-        self.total_steps, self.deadline_h, self.budget_usd = total_steps, deadline_h, budget_usd
-        self.objective, self.market, self.regions, self.max_instances = objective, market, tuple(regions), max_instances
+        constraints, service, self._post_observation = fold_deprecated(owner, deprecated, constraints, service)
+        self.constraints = check_constraints(owner, constraints)
+        if isinstance(service, str):
+            if not service.startswith(("http://", "https://")):
+                raise ConfigError(
+                    f"The 'service' parameter of {owner} must be an http(s) URL such as http://127.0.0.1:8000 "
+                    f"(where `srifty serve` listens) or a predictor.client.ServiceClient. Got {service!r}.",
+                    parameter="service",
+                    value=service,
+                )
+            from predictor.client import ServiceClient
+
+            service = ServiceClient(service)
+        self.service = service
         self.plan: Any = None
         self.written: dict[str, Path] = {}  # what rank 0 wrote: "profile", "plan", "report" -> path
         self.output = Path(output) if output is not None else None
@@ -358,7 +354,7 @@ class SriftyCallback(Callback):
             self._timer.stop()
         payload = self._local_payload(trainer)
         payloads = _gather(payload, trainer)
-        checkpoint = self._measure_checkpoint(trainer) if self.measure_checkpoint else None
+        checkpoint = measure_checkpoint(trainer, self._notes) if self.measure_checkpoint else None
         if trainer.is_global_zero:
             try:
                 self._write(trainer, pl_module, payloads, truncated, checkpoint)
@@ -401,46 +397,6 @@ class SriftyCallback(Callback):
             self._notes.append(f"no operator table: {why}")
             return None
         return table
-
-    def _measure_checkpoint(self, trainer: pl.Trainer) -> dict[str, Any] | None:
-        """Save one full checkpoint to local disk (every rank takes part) and read it back on rank 0; never raises."""
-        import shutil
-        import tempfile
-
-        # what the checkpoint will hold, before writing a byte of it: a 7B model with Adam is ~84 GB, which must
-        # neither fill the disk nor be read back into a host of 16 GiB (an OOM kill nobody can catch)
-        need = state_bytes(trainer)
-        disk_free = shutil.disk_usage(tempfile.gettempdir()).free
-        plan = trainer.strategy.broadcast(
-            checkpoint_budget(need, disk_free, available_memory_bytes()) if trainer.is_global_zero else None
-        )
-        if plan["skip"]:
-            self._notes.append(plan["skip"])
-            return None
-        folder = tempfile.mkdtemp(prefix="srifty-ckpt-") if trainer.is_global_zero else ""
-        try:
-            folder = trainer.strategy.broadcast(folder)
-            path = os.path.join(folder, "measure.ckpt")
-            start = time.perf_counter()
-            trainer.save_checkpoint(path)
-            trainer.strategy.barrier("srifty-measure-checkpoint")
-            save_s = time.perf_counter() - start
-            if not trainer.is_global_zero:
-                return None
-            load_s = None
-            if plan["load"]:
-                start = time.perf_counter()
-                torch.load(path, map_location="cpu", weights_only=True)
-                load_s = time.perf_counter() - start
-            else:
-                self._notes.append(plan["why_no_load"])
-            return {"save_s": save_s, "load_s": load_s, "bytes": os.path.getsize(path), "where": "local disk"}
-        except Exception as exc:  # noqa: BLE001 - a measurement, never a reason to stop training
-            self._notes.append(f"checkpoint cost not measured: {type(exc).__name__}: {exc}")
-            return None
-        finally:
-            if trainer.is_global_zero and folder:
-                shutil.rmtree(folder, ignore_errors=True)
 
     def _write(
         self,
@@ -513,45 +469,30 @@ class SriftyCallback(Callback):
             self._recommend(trainer)
 
     def _recommend(self, trainer: pl.Trainer) -> None:
-        """Rank fleets for the whole run; never raises."""
+        """Rank fleets for the whole run with :func:`predictor.recommend.recommend` (what ``srifty recommend``
+        runs); never raises."""
         try:
-            steps = self.total_steps or planned_steps(trainer)
-            if not steps:
+            constraints = with_work(self.constraints, trainer)
+            if constraints is None:
                 log.info(
                     "SriftyCallback: the run's length is unknown (no max_steps or max_epochs): pass "
-                    "total_steps= to get a recommendation."
+                    "constraints=Constraints(steps=...) to get a recommendation."
                 )
                 return
-            from predictor.rank import Constraints, rank
+            from predictor.recommend import recommend
 
-            # steps are optimizer steps here as everywhere: the work is steps x the profiled global batch
-            # (accumulation included, predictor.work.global_batch)
-            constraints = Constraints.build(
-                steps=int(steps),
-                deadline_h=self.deadline_h,
-                budget_usd=self.budget_usd,
-                objective=self.objective,
-                market=self.market,
-                regions=tuple(self.regions),
-                max_instances=self.max_instances,
-                max_types=self.max_types,
-                scaling=self.scaling,
-                allow_arm64=self.allow_arm64,
+            if self.service is not None and self._post_observation:
+                post_observation(self.service, self.profile)
+            beside = self.output is not None and self._output_ok
+            result = recommend(
+                self.profile,
+                constraints,
+                service=self.service,
+                plan_path=self.output.with_name("plan.json") if beside else None,
+                report_path=self.output.with_name("report.html") if beside and self.report else None,
             )
-            if self.predictor_url:
-                from predictor.client import ServiceClient
-
-                client = ServiceClient(self.predictor_url, token=self._predictor_token)
-                self._observe(client)
-                self.plan = client.rank(self.profile, constraints)
-            else:
-                self.plan = rank(self.profile, constraints)
-            if self.output is not None and self._output_ok:
-                self.written["plan"] = self.plan.save(self.output.with_name("plan.json"))
-                if self.report:
-                    from predictor.report import write_report
-
-                    self.written["report"] = write_report(self.plan, self.output.with_name("report.html"))[0]
+            self.plan = result.plan
+            self.written.update({k: v for k, v in result.written.items() if k != "plot"})
             if self.verbose:
                 from lightning_srifty.console import console, plan_table
 
@@ -562,32 +503,6 @@ class SriftyCallback(Callback):
             log.error(
                 "SriftyCallback: the fleet recommendation failed (%s: %s); training continues.", type(exc).__name__, exc
             )
-
-    def _observe(self, client: Any) -> None:
-        """On EC2, tell the service what this fleet measured (the feedback loop); never raises."""
-        hw = self.profile.hardware
-        if not (self.post_observation and hw.instance_type):
-            return
-        try:
-            timing = self.profile.timing
-            batch = self.profile.batch
-            step = timing.step_time_s.p50
-            measured = timing.samples_per_s.p50 if timing.samples_per_s else None
-            from predictor.work import global_batch
-
-            # step_time_s is per batch: a batch is global_batch / accumulation samples over the ranks
-            throughput = measured or global_batch(self.profile) / (batch.accumulate_grad_batches or 1) / step
-            fleet = f"{hw.instance_type}:{max(1, hw.nodes)}"
-            answer = client.observe(
-                self.profile,
-                fleet,
-                throughput,
-                iteration_time_s=step,
-                source=f"SriftyCallback {self.profile.model.name}",
-            )
-            log.info("SriftyCallback: observation of %s posted (%s samples/s): %s", fleet, f"{throughput:.1f}", answer)
-        except SriftyError as exc:
-            log.warning("SriftyCallback: the observation was not posted: %s", exc)
 
     def _model_info(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, samples: int | None, notes: list[str]
@@ -631,16 +546,6 @@ class SriftyCallback(Callback):
             log.error(message)
 
 
-def planned_steps(trainer: pl.Trainer) -> int | None:
-    """Optimizer steps the Trainer will run: max_steps, else max_epochs x batches per epoch / accumulation."""
-    if trainer.max_steps and trainer.max_steps > 0:
-        return int(trainer.max_steps)
-    batches = trainer.num_training_batches
-    if trainer.max_epochs and trainer.max_epochs > 0 and batches and batches != float("inf"):
-        return int(trainer.max_epochs * batches // max(1, trainer.accumulate_grad_batches))
-    return None
-
-
 def _gather(payload: RankPayload, trainer: pl.Trainer) -> list[RankPayload]:
     """Every rank's payload on every rank (rank order), or just this one outside a process group."""
     dist = torch.distributed
@@ -649,56 +554,6 @@ def _gather(payload: RankPayload, trainer: pl.Trainer) -> list[RankPayload]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, payload)
     return sorted(gathered, key=lambda p: p.rank)
-
-
-def state_bytes(trainer: pl.Trainer) -> int:
-    """Bytes of the tensors a full checkpoint holds: the module's state dict and the optimizers' state."""
-
-    total = sum(
-        t.numel() * t.element_size() for t in trainer.lightning_module.state_dict().values() if torch.is_tensor(t)
-    )
-    for optimizer in trainer.optimizers:
-        for state in optimizer.state.values():
-            total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v))
-    return int(total)
-
-
-def available_memory_bytes() -> int | None:
-    """The host's available memory (Linux MemAvailable), None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-CHECKPOINT_SHARE = 0.5  # the measurement may use at most half of the free disk, and read back into half the memory
-
-
-def checkpoint_budget(need: int, disk_free: int, memory_free: int | None) -> dict[str, Any]:
-    """Whether the checkpoint measurement may save (``skip`` is the reason when not) and read back (``load``)."""
-    gib = 2**30
-    if need > CHECKPOINT_SHARE * disk_free:
-        return {
-            "skip": f"checkpoint cost not measured: the state is ~{need / gib:.1f} GiB and the temporary folder has "
-            f"{disk_free / gib:.1f} GiB free (the measurement uses at most half); set TMPDIR to a larger disk or "
-            "SriftyCallback(measure_checkpoint=False)",
-            "load": False,
-        }
-    if memory_free is not None and need > CHECKPOINT_SHARE * memory_free:
-        return {
-            "skip": None,
-            "load": False,
-            "why_no_load": f"checkpoint read-back not measured: ~{need / gib:.1f} GiB would not fit half of the "
-            f"{memory_free / gib:.1f} GiB of available host memory (the save was measured)",
-        }
-    return {"skip": None, "load": True}
 
 
 def matmul_precision() -> str:

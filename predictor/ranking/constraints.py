@@ -87,6 +87,10 @@ class Constraints:
     dataset_gb: float = 0.0  # data staged onto every new instance before training
 
     def __post_init__(self) -> None:  # accept the enums' values (JSON, argparse) as well as the enums
+        if isinstance(self.market, str) and str(self.market).strip().lower().startswith("spot:"):
+            market, share = parse_market(self.market)  # "spot:0.75": mixed, with that spot share
+            object.__setattr__(self, "market", market)
+            object.__setattr__(self, "spot_share", share)
         for name, kind in (("objective", Objective), ("market", Market)):
             value = getattr(self, name)
             if not isinstance(value, kind) and value in [k.value for k in kind]:

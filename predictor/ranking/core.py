@@ -13,7 +13,7 @@ import numpy as np
 from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
 from predictor.fleet import parse_fleet
-from predictor.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry
+from predictor.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry, writer
 from predictor.predict_many import predict_mixes, row_sum
 from predictor.profile import Profile
 from predictor.ranking import candidates as cands
@@ -180,6 +180,7 @@ def rank(
         model=profile.model.name,
         profile_gpu=profile.hardware.gpu,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        written_by=writer(),
         notes=tuple(
             _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
             + ([current_note] if current_note else [])

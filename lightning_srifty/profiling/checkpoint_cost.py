@@ -1,0 +1,102 @@
+"""What one checkpoint costs, measured inside the profile window without endangering the run: the state's size is
+estimated first, and only what fits half the free disk (the save) and half the available host memory (the read-back)
+is measured; what was skipped is said in the profile's notes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+CHECKPOINT_SHARE = 0.5  # the measurement may use at most half of the free disk, and read back into half the memory
+
+
+def measure_checkpoint(trainer: pl.Trainer, notes: list[str]) -> dict[str, Any] | None:
+    """Save one full checkpoint to local disk (every rank takes part) and read it back on rank 0, as far as the
+    host allows; what was skipped goes in ``notes``. Never raises."""
+    # what the checkpoint will hold, before writing a byte of it: a 7B model with Adam is ~84 GB, which must
+    # neither fill the disk nor be read back into a host of 16 GiB (an OOM kill nobody can catch)
+    need = state_bytes(trainer)
+    disk_free = shutil.disk_usage(tempfile.gettempdir()).free
+    plan = trainer.strategy.broadcast(
+        checkpoint_budget(need, disk_free, available_memory_bytes()) if trainer.is_global_zero else None
+    )
+    if plan["skip"]:
+        notes.append(plan["skip"])
+        return None
+    folder = tempfile.mkdtemp(prefix="srifty-ckpt-") if trainer.is_global_zero else ""
+    try:
+        folder = trainer.strategy.broadcast(folder)
+        path = os.path.join(folder, "measure.ckpt")
+        start = time.perf_counter()
+        trainer.save_checkpoint(path)
+        trainer.strategy.barrier("srifty-measure-checkpoint")
+        save_s = time.perf_counter() - start
+        if not trainer.is_global_zero:
+            return None
+        load_s = None
+        if plan["load"]:
+            start = time.perf_counter()
+            torch.load(path, map_location="cpu", weights_only=True)
+            load_s = time.perf_counter() - start
+        else:
+            notes.append(plan["why_no_load"])
+        return {"save_s": save_s, "load_s": load_s, "bytes": os.path.getsize(path), "where": "local disk"}
+    except Exception as exc:  # noqa: BLE001 - a measurement, never a reason to stop training
+        notes.append(f"checkpoint cost not measured: {type(exc).__name__}: {exc}")
+        return None
+    finally:
+        if trainer.is_global_zero and folder:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def state_bytes(trainer: pl.Trainer) -> int:
+    """Bytes of the tensors a full checkpoint holds: the module's state dict and the optimizers' state."""
+
+    total = sum(
+        t.numel() * t.element_size() for t in trainer.lightning_module.state_dict().values() if torch.is_tensor(t)
+    )
+    for optimizer in trainer.optimizers:
+        for state in optimizer.state.values():
+            total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v))
+    return int(total)
+
+
+def available_memory_bytes() -> int | None:
+    """The host's available memory (Linux MemAvailable), None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def checkpoint_budget(need: int, disk_free: int, memory_free: int | None) -> dict[str, Any]:
+    """Whether the checkpoint measurement may save (``skip`` is the reason when not) and read back (``load``)."""
+    gib = 2**30
+    if need > CHECKPOINT_SHARE * disk_free:
+        return {
+            "skip": f"checkpoint cost not measured: the state is ~{need / gib:.1f} GiB and the temporary folder has "
+            f"{disk_free / gib:.1f} GiB free (the measurement uses at most half); set TMPDIR to a larger disk or "
+            "SriftyCallback(measure_checkpoint=False)",
+            "load": False,
+        }
+    if memory_free is not None and need > CHECKPOINT_SHARE * memory_free:
+        return {
+            "skip": None,
+            "load": False,
+            "why_no_load": f"checkpoint read-back not measured: ~{need / gib:.1f} GiB would not fit half of the "
+            f"{memory_free / gib:.1f} GiB of available host memory (the save was measured)",
+        }
+    return {"skip": None, "load": True}

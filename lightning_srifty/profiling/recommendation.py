@@ -1,0 +1,156 @@
+"""After the window, the callback's recommendation: its constraints (checked at construction, the work defaulting to
+the run's own length), the 0.1 arguments folded into them, and the observation a run on EC2 posts to the service.
+The ranking itself is :func:`predictor.recommend.recommend`, the function ``srifty recommend`` runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+
+from predictor.exceptions import ConfigError, SriftyError
+from predictor.profile import Profile
+from predictor.ranking.constraints import Constraints
+
+log = logging.getLogger("lightning_srifty")
+
+# SriftyCallback's own parameters (for "did you mean"), and the 0.1 recommendation arguments -> Constraints fields
+_PARAMETERS = (
+    "warmup_steps", "profile_steps", "output", "stop_after_profile", "batch_size_fn", "count_flops", "capture_ops",
+    "model_name", "reprofile", "verbose", "max_series", "measure_checkpoint", "recommend", "constraints", "report",
+    "service",
+)  # fmt: skip
+_DEPRECATED = {
+    "total_steps": "steps",
+    "deadline_h": "deadline_h",
+    "budget_usd": "budget_usd",
+    "objective": "objective",
+    "market": "market",
+    "regions": "regions",
+    "max_instances": "max_instances",
+    "max_types": "max_types",
+    "scaling": "scaling",
+    "allow_arm64": "allow_arm64",
+    "predictor_url": None,
+    "predictor_token": None,
+    "post_observation": None,
+}
+
+
+def check_constraints(owner: str, given: Constraints | Mapping[str, Any] | None) -> Constraints:
+    """The ranking's constraints, checked now (a typo fails at construction, not after the profile window); the work
+    may be left out: it is then the Trainer's max_steps (or max_epochs x batches)."""
+    if given is None:
+        return Constraints()
+    if isinstance(given, Mapping):
+        given = Constraints.build(**dict(given))
+    elif not isinstance(given, Constraints):
+        raise ConfigError(
+            f"The 'constraints' parameter of {owner} must be a predictor.rank.Constraints (or a dict of its fields, "
+            f"e.g. {{'deadline_h': 12, 'budget_usd': 500}}). Got {given!r}.",
+            parameter="constraints",
+            value=given,
+        )
+    (given if has_work(given) else dataclasses.replace(given, steps=1)).validate()
+    return given
+
+
+def has_work(constraints: Constraints) -> bool:
+    return any(getattr(constraints, name) is not None for name in ("steps", "samples", "epochs"))
+
+
+def planned_steps(trainer: pl.Trainer) -> int | None:
+    """Optimizer steps the Trainer will run: max_steps, else max_epochs x batches per epoch / accumulation."""
+    if trainer.max_steps and trainer.max_steps > 0:
+        return int(trainer.max_steps)
+    batches = trainer.num_training_batches
+    if trainer.max_epochs and trainer.max_epochs > 0 and batches and batches != float("inf"):
+        return int(trainer.max_epochs * batches // max(1, trainer.accumulate_grad_batches))
+    return None
+
+
+def with_work(constraints: Constraints, trainer: pl.Trainer) -> Constraints | None:
+    """``constraints`` with the run's own length as the work when they give none; None when that is unknown."""
+    if has_work(constraints):
+        return constraints
+    steps = planned_steps(trainer)
+    # optimizer steps, as everywhere: the work is steps x the profiled global batch (accumulation included)
+    return dataclasses.replace(constraints, steps=int(steps)) if steps else None
+
+
+def fold_deprecated(owner: str, given: dict[str, Any], constraints: Any, service: Any) -> tuple[Any, Any, bool]:
+    """The recommendation's arguments of 0.1 (``total_steps=``, ``deadline_h=``, ..., ``predictor_url=``), folded
+    into ``constraints`` and ``service`` (and whether to post observations) with a DeprecationWarning; anything else
+    is an unknown parameter."""
+    if not given:
+        return constraints, service, True
+    unknown = sorted(set(given) - set(_DEPRECATED))
+    if unknown:
+        from predictor._validation import suggest
+
+        close = suggest(unknown[0], [*_PARAMETERS, *_DEPRECATED], n=1)
+        raise ConfigError(
+            f"{owner} has no parameter {unknown[0]!r}."
+            + (f" Did you mean {close[0]!r}?" if close else "")
+            + " The ranking's settings go in constraints=Constraints(...).",
+            parameter=unknown[0],
+            value=given[unknown[0]],
+        )
+    warnings.warn(
+        f"{owner}: {', '.join(sorted(given))} are deprecated (removed in 0.3): pass "
+        "constraints=Constraints(steps=..., deadline_h=..., ...) and service=ServiceClient(url, token=...)",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    if "predictor_url" in given or "predictor_token" in given:
+        url = given.pop("predictor_url", None)
+        token = given.pop("predictor_token", None)
+        if url is not None and service is None:
+            if not str(url).startswith(("http://", "https://")):
+                raise ConfigError(
+                    f"The 'predictor_url' parameter of {owner} must be an http(s) URL such as "
+                    f"http://127.0.0.1:8000 (where `srifty serve` listens). Got {url!r}.",
+                    parameter="predictor_url",
+                    value=url,
+                )
+            from predictor.client import ServiceClient
+
+            service = ServiceClient(url, token=token)
+    post = bool(given.pop("post_observation", True))
+    fields = {_DEPRECATED[k]: v for k, v in given.items() if v is not None}
+    if fields and isinstance(constraints, Constraints):
+        constraints = dataclasses.replace(constraints, **fields)
+    elif fields:
+        constraints = {**(constraints or {}), **fields}
+    return constraints, service, post
+
+
+def post_observation(client: Any, profile: Profile) -> None:
+    """On EC2, tell the service what this fleet measured (the feedback loop); never raises."""
+    hw = profile.hardware
+    if not hw.instance_type:
+        return
+    try:
+        timing = profile.timing
+        batch = profile.batch
+        step = timing.step_time_s.p50
+        measured = timing.samples_per_s.p50 if timing.samples_per_s else None
+        from predictor.work import global_batch
+
+        # step_time_s is per batch: a batch is global_batch / accumulation samples over the ranks
+        throughput = measured or global_batch(profile) / (batch.accumulate_grad_batches or 1) / step
+        fleet = f"{hw.instance_type}:{max(1, hw.nodes)}"
+        answer = client.observe(
+            profile,
+            fleet,
+            throughput,
+            iteration_time_s=step,
+            source=f"SriftyCallback {profile.model.name}",
+        )
+        log.info("SriftyCallback: observation of %s posted (%s samples/s): %s", fleet, f"{throughput:.1f}", answer)
+    except SriftyError as exc:
+        log.warning("SriftyCallback: the observation was not posted: %s", exc)

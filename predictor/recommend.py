@@ -1,0 +1,47 @@
+"""One recommendation: rank a profile's fleets under constraints, in-process or through ``srifty serve``, and write
+the plan and its HTML report. ``srifty recommend`` and ``SriftyCallback`` both call :func:`recommend`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from predictor.plan import Plan
+from predictor.profile import Profile
+from predictor.ranking import Constraints, rank
+
+if TYPE_CHECKING:
+    from predictor.catalog import Catalog
+    from predictor.client import ServiceClient
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The plan, and where it was written: ``written["plan"]``, ``["report"]`` and ``["plot"]`` when asked."""
+
+    plan: Plan
+    written: dict[str, Path] = field(default_factory=dict)
+
+
+def recommend(
+    profile: Profile,
+    constraints: Constraints,
+    *,
+    catalog: Catalog | None = None,
+    service: ServiceClient | None = None,
+    plan_path: str | os.PathLike[str] | None = None,
+    report_path: str | os.PathLike[str] | None = None,
+) -> Recommendation:
+    """Rank fleets for ``profile`` under ``constraints`` (through ``service`` when given: its observations calibrate
+    the ranking), then write the plan (atomically) and the report where asked."""
+    plan = service.rank(profile, constraints) if service is not None else rank(profile, constraints, catalog=catalog)
+    written: dict[str, Any] = {}
+    if plan_path is not None:
+        written["plan"] = plan.save(plan_path)
+    if report_path is not None:
+        from predictor.report import write_report
+
+        written["report"], written["plot"] = write_report(plan, report_path)
+    return Recommendation(plan, written)
