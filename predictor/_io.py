@@ -24,18 +24,22 @@ def _final_mode(target: Path) -> int:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, fsync'd, then renamed.
+    """Write ``text`` (UTF-8) to ``path`` atomically: see :func:`atomic_write_bytes`."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
-    Creates missing parent folders. Raises OSError (the caller decides how loud to be) when the folder
-    cannot be created or written.
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder, fsync'd, then renamed.
+
+    Creates missing parent folders. Raises OSError naming ``path`` (the caller decides how loud to be) when the
+    folder cannot be created or written.
     """
     target = Path(path)
     refuse_non_regular(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _temporary(target, ".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, _final_mode(target))
@@ -45,6 +49,24 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
             os.unlink(tmp)
         raise
     return target
+
+
+def _temporary(target: Path, suffix: str) -> tuple[int, str]:
+    """A temporary file beside ``target`` (its folder created if missing); an OSError names ``target``, not the
+    temporary name, and says what to do."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
+
+
+def _cannot_write(target: Path, exc: OSError) -> OSError:
+    return type(exc)(
+        exc.errno,
+        f"cannot write {target}: {exc.strerror or exc} (in {target.parent}); give a path in a folder you can write",
+        str(target),
+    )
 
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
@@ -60,6 +82,8 @@ def refuse_non_regular(target: Path) -> None:
         mode = target.lstat().st_mode
     except FileNotFoundError:
         return
+    except OSError as exc:  # e.g. a parent that is a file (ENOTDIR)
+        raise _cannot_write(target, exc) from None
     if stat.S_ISREG(mode):
         return
     kind = (
@@ -82,8 +106,7 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     other than a regular file is there."""
     target = Path(path)
     refuse_non_regular(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)
+    fd, tmp = _temporary(target, ".probe")
     os.close(fd)
     os.unlink(tmp)
 
@@ -99,9 +122,55 @@ def read_json_document(source: str | os.PathLike[str], what: str, missing_hint: 
         raise ProfileError(f"{what} file {str(path)!r} does not exist. {missing_hint}") from None
     except OSError as exc:
         raise ProfileError(f"Cannot read {what.lower()} {str(path)!r}: {exc.strerror}.") from exc
+    except UnicodeDecodeError as exc:
+        raise ProfileError(
+            f"{what} {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 JSON."
+        ) from None
+    return parse_json(text, f"{what} {str(path)!r}")
+
+
+MAX_DEPTH = 16  # srifty documents nest about 6 levels
+
+
+def parse_json(text: str | bytes, what: str) -> Any:
+    """``json.loads`` with errors a person can act on: ProfileError naming ``what``, the line and column; a document
+    nested deeper than the parser recurses is refused, saying how deep."""
+    from predictor.exceptions import ProfileError
+
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        raise ProfileError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from None
+    except RecursionError:
         raise ProfileError(
-            f"{what} {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+            f"{what} nests objects or lists {nesting_depth(text):,} deep; srifty documents nest fewer than "
+            f"{MAX_DEPTH} levels: this is not a profile or a plan."
         ) from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{what} is not UTF-8 text: {exc.reason} at byte {exc.start}.") from None
+    except ValueError as exc:  # e.g. an integer literal over sys.get_int_max_str_digits()
+        raise ProfileError(f"{what} cannot be read as JSON: {exc}.") from None
+
+
+def nesting_depth(text: str | bytes) -> int:
+    """The deepest nesting of ``[`` and ``{`` in JSON text (brackets inside strings are skipped), in one pass."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest

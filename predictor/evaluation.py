@@ -354,7 +354,7 @@ def cross_validate(
     """
     from predictor.perf.compute import compute_ratio
     from predictor.perf.correction import CrossGpuCorrection
-    from predictor.perf.uncertainty import interval_scalar, model_error
+    from predictor.perf.uncertainty import interval, model_error
 
     gpus = gpus or bundled_gpus()
     X, y, kept = correction_training_set(cases, gpus)
@@ -373,7 +373,7 @@ def cross_validate(
             log_ratio = math.log(compute_ratio(src, dst, c.src.precision, matmul, None).ratio) + model.predict_one(X[i])
             pred = c.src.throughput / math.exp(log_ratio)
             sd = math.hypot(model_error("cross-corrected"), max(c.src.cv, cv_floor))
-            out.append(Case("cross", c.model, c.src, c.dst, pred, *interval_scalar(pred, sd)))
+            out.append(Case("cross", c.model, c.src, c.dst, pred, *interval(pred, sd)))
     return out
 
 
@@ -443,14 +443,14 @@ def analytic_cross(case: Case, gpus: GpuTable, with_flops: bool = False) -> Case
     """A cross-GPU case by the analytic compute/bandwidth split alone (no learned correction); with ``with_flops``
     the compute-bound share comes from the model's FLOPs, as from a profile that counted them."""
     from predictor.perf.compute import compute_ratio
-    from predictor.perf.uncertainty import interval_scalar, model_error
+    from predictor.perf.uncertainty import interval, model_error
 
     src, dst = gpus.gpus[case.src.gpu], gpus.gpus[case.dst.gpu]
     matmul = "high" if case.src.precision == "32-true" else None
     achieved = FLOPS_PER_ITEM[case.model] * case.src.throughput / 1e12 if with_flops else None
     pred = case.src.throughput / compute_ratio(src, dst, case.src.precision, matmul, achieved).ratio
     sd = math.hypot(model_error("cross-flops" if with_flops else "cross"), case.src.cv)
-    return Case("cross", case.model, case.src, case.dst, pred, *interval_scalar(pred, sd))
+    return Case("cross", case.model, case.src, case.dst, pred, *interval(pred, sd))
 
 
 def log_residuals(cases: Iterable[Case]) -> list[float]:

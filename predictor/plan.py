@@ -201,9 +201,7 @@ class Plan:
     profile_gpu: str | None = doc_field("GPU the profile was measured on", default=None)
     created_at: str | None = doc_field("UTC time the plan was made", default=None)
     notes: list[str] | None = doc_field("assumptions and warnings", default=None)
-    written_by: str | None = doc_field(
-        "the release that made the plan, e.g. 'lightning-srifty 0.2.0'", default=None
-    )
+    written_by: str | None = doc_field("the release that made the plan, e.g. 'lightning-srifty 0.2.0'", default=None)
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

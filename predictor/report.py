@@ -9,7 +9,7 @@ import io
 import os
 from pathlib import Path
 
-from predictor._io import atomic_write_text
+from predictor._io import atomic_write_bytes, atomic_write_text
 from predictor.plan import Plan
 
 
@@ -84,10 +84,7 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     target = Path(path)
     png = pareto_png(plan)
     png_path = target.with_suffix(".png")
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = png_path.with_name(f".{png_path.name}.tmp")
-    tmp.write_bytes(png)  # plain open(): the usual umask mode
-    os.replace(tmp, png_path)
+    atomic_write_bytes(png_path, png)
     esc = html.escape
     rows = "\n".join(
         f"<tr{' class=chosen' if i == plan.chosen else ''}><td>{e.rank}</td><td>{esc(e.fleet)}</td><td>{e.gpus}</td>"

@@ -206,6 +206,12 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
         close = suggest(str(unknown[0]), ["gpus", "instance_types"], n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise CatalogError(f"{name}: unknown section {unknown[0]!r}.{hint}")
+    for section in ("gpus", "instance_types"):
+        if data.get(section) is not None and not isinstance(data[section], list):
+            raise CatalogError(
+                f"{name}: {section}: expected a list of entries (each line starting with '- '), got "
+                f"{type(data[section]).__name__} {data[section]!r}; see docs/catalog.md"
+            )
     gpus = []
     for i, entry in enumerate(data.get("gpus") or []):
         if isinstance(entry, dict):

@@ -9,8 +9,6 @@ the 80% interval is ``t x exp(+-1.2816 sd)``.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from predictor.perf.artefact import model_artefact
@@ -43,10 +41,14 @@ def combined_sd(cv: float | np.ndarray, model_sd: float | np.ndarray) -> float |
     return np.hypot(cv, model_sd)
 
 
+MAX_SD = 3.0  # a relative sd beyond this (a factor of ~47 either way) says nothing more: the interval stops widening
+
+
 def interval(value: float | np.ndarray, sd: float | np.ndarray) -> tuple:
-    """The 80% interval of a positive quantity with relative sd ``sd`` (log-normal)."""
-    return value * np.exp(-Z80 * sd), value * np.exp(Z80 * sd)
-
-
-def interval_scalar(value: float, sd: float) -> tuple[float, float]:
-    return value * math.exp(-Z80 * sd), value * math.exp(Z80 * sd)
+    """The 80% interval of a positive quantity with relative sd ``sd`` (log-normal); scalars in, floats out. An sd
+    past ``MAX_SD`` (a profile whose spread is absurd) is capped, so the bounds stay finite."""
+    factor = np.exp(Z80 * np.minimum(np.nan_to_num(sd, nan=MAX_SD), MAX_SD))
+    low, high = value / factor, value * factor
+    if np.ndim(low) == 0:
+        return float(low), float(high)
+    return low, high
