@@ -92,3 +92,17 @@ def test_an_unwritable_output_names_the_path_not_the_temporary_file(tmp_path, ca
     line = _run(capsys, ["recommend", "--profile", str(PROFILE), "--steps", "10", flag, str(target)])
     assert f"cannot write {blocker}/" in line and ".tmp" not in line and "folder you can write" in line
     assert blocker.read_text() == "not a folder"  # nothing half-written
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--deny", "p4d.24xlarg"], "'deny' constraint names 'p4d.24xlarg'"),
+        (["--allow", "g5.xlarg"], "Did you mean 'g5.xlarge'"),
+        (["--regions", "us-east1"], "did you mean 'us-east-1'"),
+        (["--regions", "eu-west-3"], "no prices in region 'eu-west-3'. Regions with prices: us-east-1"),
+    ],
+)
+def test_a_typo_in_allow_deny_or_regions_is_named_not_silently_ignored(capsys, flags, expected) -> None:
+    line = _run(capsys, ["recommend", "--profile", str(PROFILE), "--steps", "10", *flags])
+    assert expected in line

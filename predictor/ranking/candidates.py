@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictor._validation import suggest
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import InstanceType
+from predictor.exceptions import ConfigError
 from predictor.predict_many import ManyPredictions, predict_many, row_all, row_sum
 from predictor.profile import Profile
 from predictor.ranking.constraints import Constraints
@@ -26,6 +28,36 @@ def count(excluded: dict[str, int], reason: str, mask: np.ndarray | int) -> None
     n = int(mask.sum()) if isinstance(mask, np.ndarray) else int(mask)
     if n:
         excluded[reason] = excluded.get(reason, 0) + n
+
+
+def check_names(constraints: Constraints, catalog: Catalog) -> None:
+    """Every ``allow``/``deny`` entry names an instance type or family of the catalog and every region has prices
+    there: a typo (``--deny p4d.24xlarg``) is an error with "did you mean", never a filter that does nothing."""
+    types = list(catalog)
+    known = {it.name for it in types} | {it.family for it in types}
+    for name in ("allow", "deny"):
+        for value in getattr(constraints, name):
+            if value not in known:
+                close = suggest(value, known, n=3)
+                raise ConfigError(
+                    f"The '{name}' constraint names {value!r}, which is neither an instance type nor a family of the "
+                    f"catalog ({catalog.info.source}, {catalog.info.snapshot})."
+                    + (f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else "")
+                    + " Add your own types with --catalog-extra.",
+                    parameter=name,
+                    value=value,
+                )
+    regions = sorted({r for it in types for r in it.regions})
+    for region in constraints.regions:
+        if region not in regions:
+            close = suggest(region, regions, n=2, cutoff=0.85)
+            raise ConfigError(
+                f"The catalog has no prices in region {region!r}"
+                + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ".")
+                + f" Regions with prices: {', '.join(regions)} (`srifty catalog refresh` adds more).",
+                parameter="regions",
+                value=region,
+            )
 
 
 def _allowed(it: InstanceType, constraints: Constraints) -> bool:

@@ -72,6 +72,7 @@ def rank(
         else:
             checkpoint_s = DEFAULT_CHECKPOINT_S
     catalog = catalog or Catalog.load()
+    cands.check_names(constraints, catalog)
     work = constraints.work(profile)
     markets = Market(constraints.market).markets()
     excluded: dict[str, int] = {}
