@@ -1,35 +1,357 @@
-"""The small JSON objects a training job and ``srifty launch`` exchange beside the checkpoints (torch-free).
+"""The job <-> launcher protocol of ``srifty launch``, in one place (torch-free): typed records and the environment.
 
-They live in the checkpoint folder, local or ``s3://`` (any fsspec URL), because that is the one place both the job on
-the fleet and the launcher can reach whatever the provisioner. Each is written to a temporary name and renamed into
-place, so a reader never sees half of one.
+**Records** are small JSON objects in the checkpoint folder, local or ``s3://`` (any fsspec URL), because that is the
+one place both the job on the fleet and the launcher can reach whatever the provisioner. Each is written to a
+temporary name and renamed into place (a reader never sees half of one), carries ``"protocol": "srifty.launch/1"``
+and the ``launch_id`` of the ``srifty launch`` it belongs to, and is read and written only through
+:func:`write_record` / :func:`read_record`:
 
-    MOVE_REQUEST.json  job -> launcher  a trigger (drift, price) advises a move: why, the reason, the re-ranked plan
-    LEAVE.json         launcher -> job  the new fleet is up: checkpoint at the next step and leave
-    PREEMPTED.json     job -> launcher  the job left (spot notice, SIGTERM, a granted move): step, checkpoint, why
-    FINISHED.json      job -> launcher  training ended normally: the last step
-    FAILED.json        job -> launcher  training raised: the step and the error (the launcher stops, releases fleets)
-    HANDOVER-<fleet>.json  launcher -> new fleet  the checkpoint to resume from (a fleet that boots before the old
-                       one has left waits for it)
+    file                   record       from -> to        what
+    MOVE_REQUEST.json      MoveRequest  job -> launcher   a trigger (drift, price) advises a move: why, reason, plan
+    LEAVE.json             Leave        launcher -> job   the new fleet is up: checkpoint at the next step and leave
+    PREEMPTED.json         Preempted    job -> launcher   the job left (spot notice, SIGTERM, granted move, lost
+                                                          heartbeat, life cap): step, checkpoint, why, timings
+    STARTED.json           Started      job -> launcher   a leg took its first step (the end of a move's downtime)
+    FINISHED.json          Finished     job -> launcher   training ended normally: the last step
+    FAILED.json            Failed       job -> launcher   training raised: the step and the error
+    HANDOVER-<fleet>.json  Handover     launcher -> fleet a remote fleet's ``LaunchEnv`` (``env``), once the previous
+                                                          fleet has left (a fleet that boots earlier waits for it)
+    HEARTBEAT.json         Heartbeat    launcher -> job,  the launcher is alive (see below)
+                                        instances
+
+``HEARTBEAT.json`` (also read by the instances' watchdog in ``terraform/modules/training_fleet``) has exactly the
+fields ``{"protocol", "launch_id", "written_unix", "max_age_s", "max_life_until_unix"}``: the launcher rewrites it
+every ``--heartbeat-s`` seconds; a heartbeat older than ``max_age_s`` (``written_unix`` + ``max_age_s`` < now) means
+the launcher is gone: the job checkpoints and leaves (exit 75), the instances shut down. ``max_life_until_unix`` is
+the hard cap on the current fleet's life (unix seconds; null: none): past it the job checkpoints and leaves too.
+
+Versions: a record of another major version (``srifty.launch/2``, or one without a ``protocol`` field, written by
+lightning-srifty 0.1) is refused with a :class:`~predictor.exceptions.MigrationError` naming both versions; unknown
+fields of the same major version are ignored with a warning. A record of another launch (``launch_id``) is ignored
+with a warning: markers left in the folder by an earlier launch are never taken for this one's.
+
+**The environment** the launcher gives the job is :class:`LaunchEnv`, the only place its ``SRIFTY_*`` variables are
+named: the launcher writes ``LaunchEnv(...).to_env()``, the job reads ``LaunchEnv.from_env()``.
+
+The low-level :func:`write` / :func:`read` keep the data files beside the records (plans, ``calibration.json``,
+``profile.json``), which carry their own schemas.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from typing import Any
+import secrets
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from predictor.exceptions import ConfigError, MigrationError
+
+PROTOCOL = "srifty.launch/1"
+PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): the job left to be resumed elsewhere; not a failure
+_FIX = "use the same lightning-srifty on the launcher and in the training image"
 
 MOVE_REQUEST = "MOVE_REQUEST.json"
 LEAVE = "LEAVE.json"
 PREEMPTED = "PREEMPTED.json"
+STARTED = "STARTED.json"
 FINISHED = "FINISHED.json"
 FAILED = "FAILED.json"
+HEARTBEAT = "HEARTBEAT.json"
 CALIBRATION = "calibration.json"  # measured/predicted factors by GPU from the fleets the job ran on (for the triggers)
 PROFILE = "profile.json"  # the job's profile, kept for the triggers of later legs (a resumed run does not re-profile)
 
 
 def handover(fleet_name: str) -> str:
     return f"HANDOVER-{fleet_name}.json"
+
+
+def new_launch_id() -> str:
+    """A launch id: UTC time and 6 random hex digits (``20261123T093702-3fa9c1``), unique per ``srifty launch``."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def major(protocol: str | None) -> int | None:
+    """1 for ``srifty.launch/1`` or ``srifty.launch/1.3``; None when it is not a ``srifty.launch`` version."""
+    name, _, version = str(protocol or "").partition("/")
+    try:
+        return int(version.split(".")[0]) if name == "srifty.launch" else None
+    except ValueError:
+        return None
+
+
+def check_protocol(theirs: str | None, where: str) -> None:
+    """Refuse another major version of the protocol, naming both and the fix."""
+    if major(theirs) != major(PROTOCOL):
+        shown = repr(theirs) if theirs else "no protocol field (lightning-srifty 0.1)"
+        raise MigrationError(f"{where} speaks protocol {shown}; this lightning-srifty speaks {PROTOCOL!r}: {_FIX}.")
+
+
+# --- the records ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """Base of every record: the launch it belongs to (``""`` for a job run without ``srifty launch``)."""
+
+    FILE: ClassVar[str] = ""
+    launch_id: str = ""
+
+    @property
+    def file(self) -> str:
+        return self.FILE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"protocol": PROTOCOL, **dataclasses.asdict(self)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoveRequest(Record):
+    FILE: ClassVar[str] = MOVE_REQUEST
+    why: str = ""  # drift, price
+    reason: str = ""
+    from_fleet: str = ""
+    to_fleet: str = ""
+    step: int | None = None
+    plan: dict[str, Any] = field(default_factory=dict)  # the re-ranked plan (srifty.plan/v1)
+    measured_throughput_samples_s: float | None = None
+    predicted_throughput_samples_s: float | None = None
+    savings: float | None = None
+    migration_cost_usd: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Leave(Record):
+    FILE: ClassVar[str] = LEAVE
+    to_fleet: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preempted(Record):
+    FILE: ClassVar[str] = PREEMPTED
+    step: int | None = None
+    checkpoint: str = ""
+    why: str = ""  # in words, e.g. "spot interruption notice: terminate at 14:02:00 UTC (in 118 s)"
+    trigger: str = "spot"  # spot, sigterm, heartbeat, max-life, drift, price
+    move: bool = False  # a voluntary move the launcher granted (LEAVE)
+    to_fleet: str | None = None
+    last_step_unix: float | None = None  # the end of the last step trained before the checkpoint
+    durable_unix: float | None = None  # when the checkpoint was complete
+    save_s: float | None = None
+    notice_to_durable_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Started(Record):
+    FILE: ClassVar[str] = STARTED
+    fleet: str = ""
+    step: int | None = None  # the global step after the leg's first step
+    first_step_unix: float | None = None
+    resumed_from: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finished(Record):
+    FILE: ClassVar[str] = FINISHED
+    step: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failed(Record):
+    FILE: ClassVar[str] = FAILED
+    step: int | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Handover(Record):
+    fleet: str = ""  # the fleet's name (``<name>-<n>``), which names the file
+    env: dict[str, str] = field(default_factory=dict)  # LaunchEnv.to_env(): the one way the settings travel
+
+    @property
+    def file(self) -> str:
+        return handover(self.fleet)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Heartbeat(Record):
+    FILE: ClassVar[str] = HEARTBEAT
+    written_unix: float = 0.0
+    max_age_s: float = 600.0
+    max_life_until_unix: float | None = None
+
+    def age_s(self, now: float | None = None) -> float:
+        return (time.time() if now is None else now) - self.written_unix
+
+    def stale(self, now: float | None = None) -> bool:
+        return self.age_s(now) > self.max_age_s
+
+
+RECORDS: tuple[type[Record], ...] = (MoveRequest, Leave, Preempted, Started, Finished, Failed, Handover, Heartbeat)
+R = TypeVar("R", bound=Record)
+
+
+def parse(cls: type[R], data: Mapping[str, Any], where: str, launch_id: str | None = None) -> R | None:
+    """The record in ``data`` (read from ``where``); None, with a warning, when it belongs to another launch.
+
+    Raises:
+        MigrationError: it was written with another major version of the protocol.
+    """
+    if not isinstance(data, Mapping):
+        raise MigrationError(f"{where} is not a {cls.__name__} record (a JSON object): got {type(data).__name__}.")
+    check_protocol(data.get("protocol"), where)
+    known = {f.name for f in dataclasses.fields(cls)}
+    extra = sorted(set(data) - known - {"protocol"})
+    if extra:
+        warnings.warn(
+            f"{where} ({data.get('protocol')}) has fields this lightning-srifty does not know: {', '.join(extra)}; "
+            f"ignored (a newer minor version of {PROTOCOL}?)",
+            stacklevel=3,
+        )
+    theirs = str(data.get("launch_id") or "")
+    if launch_id and theirs != launch_id:
+        warnings.warn(
+            f"{where} belongs to launch {theirs or '(none)'}, not to this one ({launch_id}): ignored (left over from "
+            "an earlier srifty launch in the same checkpoint folder?)",
+            stacklevel=3,
+        )
+        return None
+    return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def write_record(dirpath: str, record: Record) -> str:
+    """Write ``record`` atomically under its file name in ``dirpath``; returns where."""
+    return write(dirpath, record.file, record.to_dict())
+
+
+def read_record(dirpath: str, cls: type[R], launch_id: str | None = None, *, name: str | None = None) -> R | None:
+    """The ``cls`` record in ``dirpath`` (``name``: the file, for :class:`Handover`), or None when there is none or it
+    belongs to another launch than ``launch_id`` (None: any launch)."""
+    name = name or cls.FILE
+    data = read(dirpath, name)
+    return None if data is None else parse(cls, data, path(dirpath, name), launch_id)
+
+
+def clear_records(dirpath: str, *classes: type[Record]) -> None:
+    clear(dirpath, *(c.FILE for c in classes))
+
+
+# --- the environment --------------------------------------------------------------------------------------------------
+
+# field -> variable: the only place the SRIFTY_* settings the launcher passes to the job are named
+VARIABLES: dict[str, str] = {
+    "protocol": "SRIFTY_PROTOCOL",
+    "launch_id": "SRIFTY_LAUNCH_ID",
+    "checkpoint_uri": "SRIFTY_CHECKPOINT_URI",
+    "resume": "SRIFTY_RESUME",
+    "fleet": "SRIFTY_FLEET",
+    "plan": "SRIFTY_PLAN",
+    "choice": "SRIFTY_CHOICE",
+    "batch_sizes": "SRIFTY_BATCH_SIZES",
+    "accumulate_grad_batches": "SRIFTY_ACCUMULATE_GRAD_BATCHES",
+    "plan_started_unix": "SRIFTY_PLAN_STARTED_UNIX",
+    "heartbeat_max_age_s": "SRIFTY_HEARTBEAT_MAX_AGE_S",
+    "max_life_until_unix": "SRIFTY_MAX_LIFE_UNTIL_UNIX",
+}
+DEPRECATED: dict[str, str] = {"SRIFTY_CHECKPOINT_DIR": "SRIFTY_CHECKPOINT_URI"}  # old name -> new (read until 0.3)
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    """What ``srifty launch`` tells the job (see :data:`VARIABLES` for the variable of each field).
+
+    Attributes:
+        launch_id: the launch; the job's records carry it.
+        checkpoint_uri: where checkpoints and the records go (a folder or an fsspec URL such as ``s3://b/run``).
+        resume: the checkpoint to resume from (``""`` on the first start): the one way it is passed.
+        fleet: the fleet, e.g. ``"g4dn.xlarge:2"``.
+        plan: where the plan this fleet comes from is kept; choice: its index in the plan's entries.
+        batch_sizes: per-rank batches per micro-step; accumulate_grad_batches: micro-steps per optimizer step.
+        plan_started_unix: when the run began working to this plan (its deadline counts from then).
+        heartbeat_max_age_s: the job leaves when ``HEARTBEAT.json`` is older than this (None: no heartbeat).
+        max_life_until_unix: the job leaves at this time, the fleet's life cap (None: no cap).
+    """
+
+    launch_id: str
+    checkpoint_uri: str
+    resume: str = ""
+    fleet: str = ""
+    plan: str = ""
+    choice: int | None = None
+    batch_sizes: tuple[int, ...] = ()
+    accumulate_grad_batches: int = 1
+    plan_started_unix: float | None = None
+    heartbeat_max_age_s: float | None = None
+    max_life_until_unix: float | None = None
+    protocol: str = PROTOCOL
+
+    def to_env(self) -> dict[str, str]:
+        """The variables, as strings (None and empty values are left out; ``resume`` is always there)."""
+        out: dict[str, str] = {}
+        for name, variable in VARIABLES.items():
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                value = ",".join(map(str, value))
+            elif isinstance(value, float):
+                value = f"{value:.3f}"
+            if value is not None and (value != "" or name == "resume"):
+                out[variable] = str(value)
+        return out
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
+        """The settings in ``environ`` (default ``os.environ``); None when the job does not run under
+        ``srifty launch`` (no checkpoint location set).
+
+        Raises:
+            MigrationError: the launcher speaks another major version of the protocol.
+            ConfigError: a variable has a value that cannot be read (named, with the value).
+        """
+        env = dict(os.environ if environ is None else environ)
+        for old, new in DEPRECATED.items():
+            if old in env and new not in env:
+                warnings.warn(
+                    f"${old} is deprecated: srifty launch sets ${new} (the old name is read until 0.3)",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                env[new] = env[old]
+        if not env.get(VARIABLES["checkpoint_uri"]):
+            return None
+        protocol = env.get(VARIABLES["protocol"])
+        if protocol is not None:
+            check_protocol(protocol, f"The launcher (${VARIABLES['protocol']})")
+        values: dict[str, Any] = {}
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        for name, variable in VARIABLES.items():
+            raw = env.get(variable)
+            if raw is None or (raw == "" and name != "resume"):
+                continue
+            try:
+                if name == "batch_sizes":
+                    values[name] = tuple(int(b) for b in raw.split(","))
+                elif "int" in str(types[name]):
+                    values[name] = int(raw)
+                elif "float" in str(types[name]):
+                    values[name] = float(raw)
+                else:
+                    values[name] = raw
+            except ValueError:
+                raise ConfigError(
+                    f"${variable} must be {'comma-separated whole numbers' if name == 'batch_sizes' else types[name]}"
+                    f" (srifty launch sets it). Got {raw!r}: unset it or run the job under srifty launch.",
+                    parameter=variable,
+                    value=raw,
+                ) from None
+        values.setdefault("launch_id", "")
+        return cls(**values)
+
+
+# --- files ------------------------------------------------------------------------------------------------------------
 
 
 def _fs(dirpath: str) -> Any:
@@ -52,13 +374,14 @@ def write(dirpath: str, name: str, data: dict[str, Any]) -> str:
     """Write ``data`` as ``dirpath/name`` atomically (temporary name, then a rename)."""
     fs, final = _fs(dirpath), path(dirpath, name)
     fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(final + ".partial", "w") as f:
+    partial = f"{final}.{os.getpid()}.{secrets.token_hex(3)}.partial"  # two writers never share a temporary name
+    with fs.open(partial, "w") as f:
         json.dump(data, f, indent=1, default=str)
-    fs.mv(final + ".partial", final)
+    fs.mv(partial, final)
     return final
 
 
-def read(dirpath: str, name: str) -> dict[str, Any] | None:
+def read(dirpath: str, name: str) -> Any:
     fs, where = _fs(dirpath), path(dirpath, name)
     try:
         with fs.open(where, "r") as f:

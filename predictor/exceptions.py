@@ -12,6 +12,8 @@
     ├── ProvisionError
     └── MigrationError
 
+    LaunchInterrupted (a BaseException, like KeyboardInterrupt)   srifty launch got SIGINT/SIGTERM/SIGHUP
+
     SriftyWarning (a UserWarning)
     └── NewerDocumentWarning              a document has fields this release does not know (written by a newer one)
 
@@ -143,6 +145,25 @@ class ProvisionError(SriftyError):
 class MigrationError(SriftyError):
     """Moving a training job between fleets failed."""
 
+
+class LaunchInterrupted(BaseException):
+    """``srifty launch`` was stopped by SIGINT, SIGTERM or SIGHUP. Not a SriftyError: like KeyboardInterrupt it passes
+    every ``except Exception``, so that the launcher releases every fleet it brought up before it ends.
+
+    Attributes:
+        signum: the signal's number; signal_name: its name (``SIGTERM``).
+        exit_code: 128 + signum (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), what the shell expects.
+        released: the names of the fleets released on the way out.
+    """
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        self.signal_name = signal.Signals(signum).name
+        self.exit_code = 128 + signum
+        self.released: list[str] = []
+        super().__init__(f"srifty launch stopped by {self.signal_name}")
 
 class SriftyWarning(UserWarning):
     """Base class of the warnings lightning-srifty issues."""

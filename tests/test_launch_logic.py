@@ -4,6 +4,9 @@ job by writing its markers, as a job on a remote fleet would."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -11,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from lightning_srifty import protocol as markers
+from lightning_srifty.protocol import Failed, Finished, Heartbeat, Leave, MoveRequest, Preempted, Started, write_record
 from lightning_srifty.provision.base import LaunchedFleet
 from lightning_srifty.provision.launch import launch
-from predictor.exceptions import MigrationError
+from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError
 from predictor.rank import Constraints, rank
+
+LID = "L1"  # the launch id of every launch here: the test plays the job, which writes its records with it
 
 
 class Recorder:
@@ -51,8 +57,9 @@ def plan(catalog, tmp_path_factory):
 
 def _run(plan, tmp_path: Path, job, **kwargs):
     recorder = Recorder()
-    result: dict = {}
+    result: dict = {"echo": []}
     ckpt = str(tmp_path / "ckpt")
+    kwargs = {"launch_id": LID, "echo": result["echo"].append, **kwargs}
 
     def go() -> None:
         try:
@@ -80,9 +87,9 @@ def _until(predicate, timeout: float = 10.0) -> None:
 def test_a_spot_notice_moves_to_the_next_fleet_of_the_plan(plan, tmp_path) -> None:
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
-        markers.write(ckpt, markers.PREEMPTED, {"step": 7, "checkpoint": "c7", "why": "spot interruption notice"})
+        write_record(ckpt, Preempted(launch_id=LID, step=7, checkpoint="c7", why="spot interruption notice"))
         _until(lambda: ("start", "f-2") in rec.calls)
-        markers.write(ckpt, markers.FINISHED, {"step": 20})
+        write_record(ckpt, Finished(launch_id=LID, step=20))
 
     rec, result = _run(plan, tmp_path, job)
     (move,) = result["moves"]
@@ -105,13 +112,16 @@ def test_a_voluntary_move_has_the_new_fleet_up_before_the_job_is_told_to_leave(p
 
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
-        request = {"why": "price", "reason": "cheaper", "to_fleet": other.entries[0].fleet, "plan": other.to_dict()}
-        markers.write(ckpt, markers.MOVE_REQUEST, request)
+        request = MoveRequest(
+            launch_id=LID, why="price", reason="cheaper", to_fleet=other.entries[0].fleet, plan=other.to_dict()
+        )
+        write_record(ckpt, request)
         _until(lambda: markers.exists(ckpt, markers.LEAVE))
+        assert markers.read_record(ckpt, Leave, LID).to_fleet == other.entries[0].fleet
         assert rec.calls[-1] == ("up", "f-2")  # up, and nothing released or started yet
-        markers.write(ckpt, markers.PREEMPTED, {"step": 11, "checkpoint": "c11", "why": "price", "move": True})
+        write_record(ckpt, Preempted(launch_id=LID, step=11, checkpoint="c11", why="price", move=True))
         _until(lambda: ("start", "f-2") in rec.calls)
-        markers.write(ckpt, markers.FINISHED, {"step": 20})
+        write_record(ckpt, Finished(launch_id=LID, step=20))
 
     rec, result = _run(plan, tmp_path, job)
     (move,) = result["moves"]
@@ -125,7 +135,7 @@ def test_a_voluntary_move_has_the_new_fleet_up_before_the_job_is_told_to_leave(p
 def test_a_failed_job_stops_the_launch_and_releases_every_fleet(plan, tmp_path) -> None:
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
-        markers.write(ckpt, markers.FAILED, {"step": 3, "error": "RuntimeError: CUDA out of memory"})
+        write_record(ckpt, Failed(launch_id=LID, step=3, error="RuntimeError: CUDA out of memory"))
 
     rec, result = _run(plan, tmp_path, job)
     assert isinstance(result["error"], MigrationError) and "step 3: RuntimeError: CUDA out of memory" in str(
@@ -137,9 +147,9 @@ def test_a_failed_job_stops_the_launch_and_releases_every_fleet(plan, tmp_path) 
 def test_a_request_beyond_max_migrations_is_declined_and_the_job_trains_on(plan, tmp_path, catalog) -> None:
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
-        markers.write(ckpt, markers.MOVE_REQUEST, {"why": "drift", "to_fleet": "x", "plan": plan.to_dict()})
+        write_record(ckpt, MoveRequest(launch_id=LID, why="drift", to_fleet="x", plan=plan.to_dict()))
         _until(lambda: not markers.exists(ckpt, markers.MOVE_REQUEST))
-        markers.write(ckpt, markers.FINISHED, {"step": 20})
+        write_record(ckpt, Finished(launch_id=LID, step=20))
 
     rec, result = _run(plan, tmp_path, job, max_migrations=0)
     assert result["moves"] == [] and ("up", "f-2") not in rec.calls
@@ -178,10 +188,152 @@ def test_fleet_names_stay_unique_across_several_moves(plan, tmp_path) -> None:
     def job(ckpt, rec) -> None:
         for n in (1, 2):
             _until(lambda n=n: ("start", f"f-{n}") in rec.calls)
-            markers.write(ckpt, markers.PREEMPTED, {"step": n, "checkpoint": f"c{n}", "why": "notice"})
+            write_record(ckpt, Preempted(launch_id=LID, step=n, checkpoint=f"c{n}", why="notice"))
         _until(lambda: ("start", "f-3") in rec.calls)
-        markers.write(ckpt, markers.FINISHED, {"step": 20})
+        write_record(ckpt, Finished(launch_id=LID, step=20))
 
     rec, result = _run(plan, tmp_path, job)
     assert len(result["moves"]) == 2
     assert [name for call, name in rec.calls if call == "up"] == ["f-1", "f-2", "f-3"]
+
+
+def test_a_move_is_reported_when_the_new_leg_steps_with_the_downtime_measured_between_the_legs(plan, tmp_path) -> None:
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        left = Preempted(
+            launch_id=LID, step=120, checkpoint="c120", why="spot interruption notice", save_s=3.21,
+            last_step_unix=1000.0, durable_unix=1003.3,
+        )  # fmt: skip
+        write_record(ckpt, left)
+        _until(lambda: ("start", "f-2") in rec.calls)
+        # an earlier leg's or launch's STARTED must not end this move's downtime
+        with pytest.warns(UserWarning, match="belongs to launch OLD"):
+            write_record(ckpt, Started(launch_id="OLD", resumed_from="c120", first_step_unix=1001.0))
+            time.sleep(0.2)
+        write_record(ckpt, Started(launch_id=LID, fleet="x", step=121, first_step_unix=1006.4, resumed_from="c120"))
+        _until(lambda: (tmp_path / "migrations.jsonl").exists())
+        write_record(ckpt, Finished(launch_id=LID, step=200))
+
+    _, result = _run(plan, tmp_path, job)
+    (move,) = result["moves"]
+    assert move.downtime_s == pytest.approx(6.4) and move.checkpoint_s == 3.21 and move.up_s is not None
+    (line,) = [e for e in result["echo"] if "moved from" in e]
+    assert line.startswith(
+        f"srifty launch: moved from {plan.entries[0].fleet} to {plan.entries[1].fleet} after a spot notice at step "
+        "120: checkpoint 3.2 s, new fleet up "
+    )
+    assert line.endswith(", downtime 6.4 s")
+    logged = json.loads((tmp_path / "migrations.jsonl").read_text())
+    assert logged["downtime_s"] == pytest.approx(6.4) and logged["first_step_unix"] == 1006.4
+
+
+def test_records_of_another_launch_are_ignored_and_an_earlier_launchs_handovers_are_cleared(plan, tmp_path) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    write_record(ckpt, markers.Handover(launch_id="OLD", fleet="f-1", env={"SRIFTY_RESUME": "old.ckpt"}))
+    write_record(ckpt, Heartbeat(launch_id="OLD", written_unix=time.time() - 3600, max_age_s=600))  # long dead
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        assert not markers.exists(ckpt, markers.handover("f-1"))  # never boot a fleet from another launch's
+        write_record(ckpt, Finished(launch_id="OLD", step=99))  # e.g. an old job still ending
+        time.sleep(0.3)
+        assert ("down", "f-1") not in rec.calls  # not taken for this launch's end
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    with pytest.warns(UserWarning, match="FINISHED.json belongs to launch OLD, not to this one \\(L1\\)"):
+        rec, result = _run(plan, tmp_path, job)
+    assert result["moves"] == [] and rec.calls[-1] == ("down", "f-1")
+
+
+def test_a_live_launch_in_the_same_folder_is_refused_with_the_fix(plan, tmp_path) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    write_record(ckpt, Heartbeat(launch_id="OTHER", written_unix=time.time(), max_age_s=600))
+    with pytest.raises(MigrationError, match=r"Another srifty launch \(OTHER\) is live in .*another checkpoint folder"):
+        launch(plan, provisioner=Recorder(), workdir=tmp_path, checkpoint_dir=ckpt, launch_id=LID)
+
+
+def test_the_heartbeat_is_refreshed_with_the_fleets_life_cap_and_removed_at_the_end(plan, tmp_path) -> None:
+    beats: list[Heartbeat] = []
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        for _ in range(2):
+            first = markers.read_record(ckpt, Heartbeat, LID)
+            _until(lambda first=first: markers.read_record(ckpt, Heartbeat, LID).written_unix > first.written_unix)
+            beats.append(markers.read_record(ckpt, Heartbeat, LID))
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    t0 = time.time()
+    rec, result = _run(plan, tmp_path, job, heartbeat_s=0.1, heartbeat_max_age_s=0.5)
+    assert "moves" in result, result
+    assert beats[1].written_unix > beats[0].written_unix and beats[0].max_age_s == 0.5
+    predicted = plan.entries[0].time_h * 1.5 + 1.0  # hours: the default cap
+    assert beats[0].max_life_until_unix == pytest.approx(t0 + predicted * 3600, abs=5)
+    env = rec.envs["f-1"]
+    assert float(env["SRIFTY_MAX_LIFE_UNTIL_UNIX"]) == pytest.approx(beats[0].max_life_until_unix, abs=0.01)
+    assert env["SRIFTY_HEARTBEAT_MAX_AGE_S"] == "0.500" and env["SRIFTY_LAUNCH_ID"] == LID
+    assert not markers.exists(str(tmp_path / "ckpt"), markers.HEARTBEAT)  # this launch is over
+
+
+def test_max_life_h_overrides_the_cap_and_a_job_that_left_on_it_ends_the_launch_clearly(plan, tmp_path) -> None:
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        write_record(
+            ckpt, Preempted(launch_id=LID, step=5, checkpoint="c5", why="the fleet's life cap", trigger="max-life")
+        )
+
+    t0 = time.time()
+    rec, result = _run(plan, tmp_path, job, max_life_h=0.5)
+    assert float(rec.envs["f-1"]["SRIFTY_MAX_LIFE_UNTIL_UNIX"]) == pytest.approx(t0 + 1800, abs=5)
+    assert isinstance(result["error"], MigrationError) and "its checkpoint is c5" in str(result["error"])
+    assert "raise --max-life-h" in str(result["error"]) and ("up", "f-2") not in rec.calls
+    assert rec.calls[-1] == ("down", "f-1")
+
+
+def test_heartbeat_settings_that_cannot_work_are_refused(plan, tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"--heartbeat-max-age \(1 s\) must be at least twice --heartbeat-s"):
+        launch(plan, provisioner=Recorder(), workdir=tmp_path, heartbeat_s=1, heartbeat_max_age_s=1)
+    with pytest.raises(ConfigError, match="--max-life-h must be > 0"):
+        launch(plan, provisioner=Recorder(), workdir=tmp_path, max_life_h=0)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_releases_every_fleet_brought_up_and_ends_with_its_exit_code(plan, tmp_path, signum) -> None:
+    """launch() in the main thread (signal handlers live there); the job asks to move, so two fleets are up when
+    the signal comes."""
+    rec = Recorder()
+    ckpt = str(tmp_path / "ckpt")
+    other = plan.to_dict()
+
+    def job() -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        write_record(ckpt, MoveRequest(launch_id=LID, why="drift", to_fleet="x", plan={**other, "chosen": 1}))
+        _until(lambda: markers.exists(ckpt, markers.LEAVE))
+        os.kill(os.getpid(), signum)
+
+    previous = signal.getsignal(signum)
+    threading.Thread(target=job, daemon=True).start()
+    with pytest.raises(LaunchInterrupted) as caught:
+        launch(plan, provisioner=rec, workdir=tmp_path, checkpoint_dir=ckpt, poll_s=0.02, name="f", launch_id=LID,
+               echo=lambda *a: None)  # fmt: skip
+    assert caught.value.exit_code == 128 + signum and caught.value.released == ["f-1", "f-2"]
+    assert {("down", "f-1"), ("down", "f-2")} <= set(rec.calls)
+    assert signal.getsignal(signum) is previous  # the handlers are put back
+
+
+def test_the_torchrun_wrapper_says_a_planned_leave_in_one_line_and_keeps_real_failures(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    outputs = {}
+    for code in (75, 3):
+        script = tmp_path / f"exit{code}.py"
+        script.write_text(f"import sys\nsys.exit({code})\n")
+        cmd = [sys.executable, "-m", "lightning_srifty.migrate.torchrun", "--standalone", "--nproc_per_node=1"]
+        outputs[code] = subprocess.run([*cmd, str(script)], capture_output=True, text=True, timeout=180)
+    leave = outputs[75]
+    assert leave.returncode == 75, leave.stderr
+    assert "Traceback" not in leave.stderr and "FAILED" not in leave.stderr and "exitcode" not in leave.stderr
+    assert "a planned preemption, not a failure" in leave.stderr
+    failed = outputs[3]
+    assert failed.returncode == 1 and "exit3.py FAILED" in failed.stderr and "exitcode  : 3" in failed.stderr

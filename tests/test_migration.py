@@ -64,3 +64,112 @@ def test_a_drifting_run_asks_to_move_and_finishes_exactly_on_the_new_fleet(tmp_p
     assert all(sorted(run[k]) == sorted(ref[k]) for k in ref)
     p_ref, p_run = _params(tmp_path / "ref"), _params(tmp_path / "run")
     assert max(abs(a - b) for s in p_ref for a, b in zip(p_ref[s], p_run[s])) < 1e-5
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (from /proc), whatever session it started."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+def _start_launch(tmp_path, subprocess_env, catalog, *extra: str):
+    import subprocess
+    import time
+
+    plan = _plan(catalog, tmp_path)
+    plan.save(tmp_path / "plan.json")
+    script = [str(SCRIPTS / "migrate_run.py"), str(tmp_path / "run"), "--max-steps", "100000", "--from-env"]
+    cmd = [sys.executable, "-m", "lightning_srifty.cli", "launch", "--plan", str(tmp_path / "plan.json")]
+    cmd += ["--workdir", str(tmp_path / "w"), *extra, "--", *script, "--step-sleep", "0.1"]
+    env = {**subprocess_env, "SRIFTY_SPOT_POLL_S": "0.1"}
+    with open(tmp_path / "stdout.txt", "w") as out, open(tmp_path / "stderr.txt", "w") as err:  # the child keeps them
+        launcher = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True, start_new_session=True)
+    end = time.monotonic() + 240
+    while not (tmp_path / "run" / "params.txt").exists():  # the job trains
+        assert launcher.poll() is None and time.monotonic() < end, (tmp_path / "stderr.txt").read_text()[-3000:]
+        time.sleep(0.2)
+    job = _descendants(launcher.pid)
+    assert job, "the job's processes"
+    return launcher, job
+
+
+def _wait_gone(pids: set[int], timeout: float) -> float:
+    import time
+
+    t0 = time.monotonic()
+    while _alive(pids) and time.monotonic() - t0 < timeout:
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+@pytest.mark.ddp
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the job's processes")
+def test_a_launcher_killed_outright_leaves_nothing_running_and_a_checkpoint(tmp_path, subprocess_env, catalog) -> None:
+    """kill -9 of `srifty launch` (no handler runs): the job sees the heartbeat age past its max age, checkpoints
+    and leaves; every job process is gone within max age + a check + the save."""
+    import os
+    import signal
+
+    from lightning_srifty.protocol import Preempted, read_record
+
+    launcher, job = _start_launch(tmp_path, subprocess_env, catalog, "--heartbeat-s", "0.5", "--heartbeat-max-age", "3")
+    try:
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(10)
+        took = _wait_gone(job, 60)
+        assert not _alive(job), f"still running {took:.1f} s after the launcher was killed"
+        assert took < 3 + 15, took  # max age, one check, the save and the exit
+        left = read_record(str(tmp_path / "w" / "checkpoints"), Preempted)
+        assert left is not None and left.trigger == "heartbeat", (tmp_path / "stderr.txt").read_text()[-3000:]
+        assert Path(left.checkpoint).exists() and "launcher heartbeat lost" in left.why
+        print(f"kill -9 of the launcher -> job processes gone in {took:.1f} s (max age 3 s)")
+    finally:
+        for pid in _alive(job):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.ddp
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the job's processes")
+@pytest.mark.parametrize("signum", [2, 15])
+def test_sigint_or_sigterm_to_the_launcher_releases_the_fleet_in_one_line(
+    tmp_path, subprocess_env, catalog, signum
+) -> None:
+    import os
+    import signal
+
+    launcher, job = _start_launch(tmp_path, subprocess_env, catalog)
+    try:
+        os.kill(launcher.pid, signum)
+        assert launcher.wait(120) == 128 + signum
+        assert not _alive(job)  # the local fleet released: its processes stopped (after their checkpoint)
+        stderr = (tmp_path / "stderr.txt").read_text()
+        assert "Traceback" not in stderr, stderr[-3000:]
+        name = signal.Signals(signum).name
+        assert f"srifty launch: stopped by {name}; released 1 fleet(s) (srifty-1)" in stderr
+        assert list((tmp_path / "w" / "checkpoints").glob("preempt-step=*.ckpt"))  # SIGTERM made the job save
+    finally:
+        for pid in _alive(job):
+            os.kill(pid, signal.SIGKILL)

@@ -44,7 +44,7 @@ def test_watcher_sees_the_notice_and_the_rebalance_once(monkeypatch) -> None:
         watcher.stop()
     assert {n.kind for n in seen} == {"interruption", "rebalance"} and len(seen) == 2
     notice = next(n for n in seen if n.kind == "interruption")
-    assert notice.action == "terminate" and "terminate at 2026-11-22T14:02:00Z" in notice.describe()
+    assert notice.action == "terminate" and "terminate at 2026-11-22 14:02:00 UTC" in notice.describe()
     assert ("PUT", "/latest/api/token") in imds.requests  # IMDSv2
 
 
@@ -235,5 +235,73 @@ def test_a_run_that_raises_leaves_a_failed_marker_for_the_launcher(tmp_path) -> 
         trainer([Boom(), SpotPreemption(str(tmp_path), exit_process=False)], max_steps=10).fit(
             TinyModel(), train_dataloaders=loader()
         )
-    assert markers.read(str(tmp_path), markers.FAILED) == {"step": 3, "error": "RuntimeError: the loss is NaN"}
+    failed = markers.read_record(str(tmp_path), markers.Failed)
+    assert (failed.step, failed.error, failed.launch_id) == (3, "RuntimeError: the loss is NaN", "")
     assert markers.read(str(tmp_path), markers.FINISHED) is None
+
+
+class _Slow(pl.Callback):
+    def on_train_batch_end(self, *args) -> None:
+        time.sleep(0.05)
+
+
+def _under_launch(monkeypatch, tmp_path, **fields) -> None:
+    from lightning_srifty.protocol import LaunchEnv
+
+    for name in list(os.environ):
+        if name.startswith("SRIFTY_"):
+            monkeypatch.delenv(name)
+    env = LaunchEnv(launch_id="L1", checkpoint_uri=str(tmp_path), fleet="g4dn.xlarge:1", **fields)
+    for name, value in env.to_env().items():
+        monkeypatch.setenv(name, value)
+
+
+def test_a_lost_launcher_heartbeat_is_a_notice_checkpoint_and_leave(tmp_path, monkeypatch) -> None:
+    from lightning_srifty.protocol import Heartbeat, Preempted, Started, read_record, write_record
+
+    _under_launch(monkeypatch, tmp_path, heartbeat_max_age_s=0.5, resume="")
+    write_record(str(tmp_path), Heartbeat(launch_id="L1", written_unix=time.time(), max_age_s=0.5))  # then silence
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False, interval_s=0.05)
+    assert cb.dirpath == str(tmp_path)  # the launcher's checkpoint folder by default
+    t = trainer([_Slow(), cb], max_steps=400)
+    t0 = time.monotonic()
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert cb.preempted and t.global_step < 400 and time.monotonic() - t0 < 10
+    left = read_record(str(tmp_path), Preempted, "L1")
+    assert left.trigger == "heartbeat" and left.why.startswith("launcher heartbeat lost: HEARTBEAT.json last written")
+    assert left.checkpoint.endswith(f"preempt-step={left.step}.ckpt") and os.path.exists(left.checkpoint)
+    assert left.last_step_unix <= left.durable_unix and left.save_s is not None
+    started = read_record(str(tmp_path), Started, "L1")
+    assert (started.step, started.fleet, started.resumed_from) == (1, "g4dn.xlarge:1", "")
+
+
+def test_a_fresh_heartbeat_keeps_the_job_training(tmp_path, monkeypatch) -> None:
+    import threading
+
+    from lightning_srifty.protocol import Heartbeat, write_record
+
+    _under_launch(monkeypatch, tmp_path, heartbeat_max_age_s=0.5)
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(0.1):
+            write_record(str(tmp_path), Heartbeat(launch_id="L1", written_unix=time.time(), max_age_s=0.5))
+
+    beat_thread = threading.Thread(target=beat, daemon=True)
+    beat_thread.start()
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False, interval_s=0.05)
+    try:
+        trainer([_Slow(), cb], max_steps=30).fit(TinyModel(), train_dataloaders=loader())  # 1.5 s > 3 max ages
+    finally:
+        done.set()
+    assert not cb.preempted
+
+
+def test_the_fleets_life_cap_is_a_notice_too(tmp_path, monkeypatch) -> None:
+    from lightning_srifty.protocol import Preempted, read_record
+
+    _under_launch(monkeypatch, tmp_path, max_life_until_unix=time.time() + 0.5)
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False, interval_s=0.05)
+    trainer([_Slow(), cb], max_steps=400).fit(TinyModel(), train_dataloaders=loader())
+    left = read_record(str(tmp_path), Preempted, "L1")
+    assert cb.preempted and left.trigger == "max-life" and "life cap was reached" in left.why

@@ -299,7 +299,9 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
 
     def run() -> None:
         try:
-            result["migrations"] = launch(plan, provisioner=provisioner, workdir=tmp_path / "w", poll_s=0.2, name="mig")
+            result["migrations"] = launch(
+                plan, provisioner=provisioner, workdir=tmp_path / "w", poll_s=0.2, name="mig", launch_id="T1"
+            )
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             result["error"] = exc
 
@@ -323,12 +325,15 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     thread.start()
     first = wait_for(lambda: markers.read(uri, markers.handover("mig-1")))
     assert first["env"]["SRIFTY_RESUME"] == "" and first["env"]["SRIFTY_BATCH_SIZES"] == "8"
-    assert first["env"]["SRIFTY_CHECKPOINT_DIR"] == uri and first["env"]["SRIFTY_FLEET"] == plan.entries[0].fleet
+    assert first["env"]["SRIFTY_CHECKPOINT_URI"] == uri and first["env"]["SRIFTY_FLEET"] == plan.entries[0].fleet
+    assert first["protocol"] == markers.PROTOCOL and first["launch_id"] == first["env"]["SRIFTY_LAUNCH_ID"] == "T1"
     assert len(groups("mig-1")) == 1
     # the job asks to move to another fleet (a re-ranked plan) and keeps training
     moved = rank_other(plan, catalog)
-    request = {"why": "drift", "reason": "test", "to_fleet": moved.entries[0].fleet, "plan": moved.to_dict()}
-    markers.write(uri, markers.MOVE_REQUEST, request)
+    request = markers.MoveRequest(
+        launch_id="T1", why="drift", reason="test", to_fleet=moved.entries[0].fleet, plan=moved.to_dict()
+    )
+    markers.write_record(uri, request)
     wait_for(lambda: markers.exists(uri, markers.LEAVE))
     assert len(groups("mig-1")) == 1 and len(groups("mig-2")) == 1  # the new fleet is up, the old one still stands
     (group,) = groups("mig-2")
@@ -338,13 +343,15 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     assert "job-1/HANDOVER-mig-2.json" in user_data and "torchrun" in user_data
     # the job checkpoints and leaves
     s3.put_object(Bucket="runs", Key="job-1/move-step=120.ckpt", Body=b"weights")
-    left = {"step": 120, "checkpoint": f"{uri}/move-step=120.ckpt", "why": "drift: test", "move": True}
-    markers.write(uri, markers.PREEMPTED, left)
+    left = markers.Preempted(
+        launch_id="T1", step=120, checkpoint=f"{uri}/move-step=120.ckpt", why="drift: test", move=True
+    )
+    markers.write_record(uri, left)
     second = wait_for(lambda: markers.read(uri, markers.handover("mig-2")))
     assert second["env"]["SRIFTY_RESUME"] == f"{uri}/move-step=120.ckpt"
     assert second["env"]["SRIFTY_FLEET"] == moved.entries[0].fleet and second["env"]["SRIFTY_PLAN"].startswith(uri)
     wait_for(lambda: not groups("mig-1"))  # the old fleet goes once the new one has its job
-    markers.write(uri, markers.FINISHED, {"step": 400})
+    markers.write_record(uri, markers.Finished(launch_id="T1", step=400))
     thread.join(300)
     assert "error" not in result, result.get("error")
     (move,) = result["migrations"]

@@ -71,15 +71,15 @@ def test_dearer_prices_ask_to_move_and_training_goes_on_until_the_launcher_answe
     dearer = _refreshed(catalog, current.groups[0].instance_type, 5.0)
     assert current.groups[0].instance_type == "g4dn.xlarge"
     triggers, preemption, t = _run(tmp_path, setting, lambda: dearer)
-    request = markers.read(str(tmp_path), markers.MOVE_REQUEST)
-    assert request is not None and request["why"] == "price" and request["from_fleet"] == current.fleet
-    assert current.groups[0].instance_type not in request["to_fleet"] and request["savings"] > 0.15
-    assert request["plan"]["catalog_source"] == "refreshed copy (test)"  # re-ranked at today's prices
+    request = markers.read_record(str(tmp_path), markers.MoveRequest)
+    assert request is not None and request.why == "price" and request.from_fleet == current.fleet
+    assert current.groups[0].instance_type not in request.to_fleet and request.savings > 0.15
+    assert request.plan["catalog_source"] == "refreshed copy (test)"  # re-ranked at today's prices
     (decision,) = triggers.decisions
-    assert decision.move and decision.target.fleet == request["to_fleet"]
+    assert decision.move and decision.target.fleet == request.to_fleet
     # nobody answered LEAVE: the run went on to its end and says so
     assert t.global_step == 30 and not preemption.preempted
-    assert markers.read(str(tmp_path), markers.FINISHED) == {"step": 30}
+    assert markers.read_record(str(tmp_path), markers.Finished) == markers.Finished(step=30)
     assert json.loads((tmp_path / "calibration.json").read_text())  # the measurement is kept for later fleets
 
 
@@ -128,3 +128,15 @@ def test_remaining_work_counts_optimizer_steps_of_the_global_batch_with_accumula
     (decision,) = triggers.decisions
     assert decision.remaining_samples == 100 * 32
     assert decision.measured_throughput_samples_s == pytest.approx(8 / 0.01)  # one batch of 8 per measured step
+
+
+def test_a_leave_left_by_an_earlier_launch_is_not_taken_for_this_ones(tmp_path, setting, catalog, monkeypatch) -> None:
+    from lightning_srifty.protocol import LaunchEnv, Leave, write_record
+
+    for name, value in LaunchEnv(launch_id="L2", checkpoint_uri=str(tmp_path)).to_env().items():
+        monkeypatch.setenv(name, value)
+    write_record(str(tmp_path), Leave(launch_id="L1", to_fleet="g5.xlarge:1"))  # an earlier launch's answer
+    dearer = _refreshed(catalog, setting[1].entries[0].groups[0].instance_type, 5.0)
+    triggers, preemption, t = _run(tmp_path, setting, lambda: dearer)
+    assert triggers.requested is not None and triggers.requested.launch_id == "L2"
+    assert not preemption.preempted and t.global_step == 30  # nobody of this launch answered: it trained on

@@ -1,16 +1,20 @@
 """``srifty launch --plan plan.json [--choice N] -- train.py [args]``: run on the plan's fleet, keep it running
-through migrations (spot notices; drift and price moves the job asks for)."""
+through migrations (spot notices; drift and price moves the job asks for).
+
+SIGINT, SIGTERM and SIGHUP release every fleet the launch brought up, print one line and exit 128 + the signal's
+number (130, 143, 129), without a traceback."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from typing import Any
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from lightning_srifty.provision.launch import launch
-    from predictor.exceptions import ConfigError
+    from predictor.exceptions import ConfigError, LaunchInterrupted
     from predictor.plan import load_plan
 
     script = [a for a in args.command if a != "--"]
@@ -39,17 +43,29 @@ def cmd_launch(args: argparse.Namespace) -> int:
             aws_endpoint=args.aws_endpoint,
         )
         provisioner = TerraformProvisioner(args.workdir, args.checkpoint_uri, options)
-    migrations = launch(
-        load_plan(args.plan),
-        script,
-        choice=args.choice,
-        workdir=args.workdir,
-        provisioner=provisioner,
-        max_migrations=args.max_migrations,
-        simulate_notice_after=args.simulate_notice_after,
-        max_local_processes=args.max_local_processes,
-        name=args.name,
-    )
+    try:
+        migrations = launch(
+            load_plan(args.plan),
+            script,
+            choice=args.choice,
+            workdir=args.workdir,
+            provisioner=provisioner,
+            max_migrations=args.max_migrations,
+            simulate_notice_after=args.simulate_notice_after,
+            max_local_processes=args.max_local_processes,
+            name=args.name,
+            heartbeat_s=args.heartbeat_s,
+            heartbeat_max_age_s=args.heartbeat_max_age,
+            max_life_h=args.max_life_h,
+        )
+    except LaunchInterrupted as exc:
+        released = ", ".join(exc.released) or "none"
+        print(
+            f"srifty launch: stopped by {exc.signal_name}; released {len(exc.released)} fleet(s) ({released}); "
+            f"log: {args.workdir}/migrations.jsonl",
+            file=sys.stderr,
+        )
+        return exc.exit_code
     print(f"{len(migrations)} migration(s); log: {args.workdir}/migrations.jsonl")
     return 0
 
@@ -62,7 +78,29 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--provisioner", choices=("local", "terraform"), default="local")
     p.add_argument("--name", default="srifty", help="fleet names are <name>-1, <name>-2, ... (terraform resources)")
     p.add_argument("--max-migrations", type=int, default=3)
-    p.add_argument("--max-local-processes", type=int, default=8)
+    p.add_argument("--max-local-processes", type=int, default=8, help="local: at most this many processes")
+    p.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="rewrite HEARTBEAT.json beside the checkpoints every S seconds (default 30)",
+    )
+    p.add_argument(
+        "--heartbeat-max-age",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="a job (and the instances) whose heartbeat is older than S seconds checkpoints and leaves: a launcher "
+        "killed outright leaves nothing running for long (default 600)",
+    )
+    p.add_argument(
+        "--max-life-h",
+        type=float,
+        metavar="H",
+        help="hard cap on each fleet's life: the job checkpoints and leaves after H hours (default: the plan's "
+        "predicted time x 1.5 + 1 h)",
+    )
     p.add_argument(
         "--simulate-notice-after", type=float, metavar="S", help="local: a metadata service, spot notice after S s"
     )

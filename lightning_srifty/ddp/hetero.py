@@ -56,7 +56,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
     """Per-batch index lists for one rank: ``sum(batch_sizes)`` samples per batch over the ranks, this rank's share
     ``batch_sizes[rank]``; ``accumulate_grad_batches`` batches make an optimizer step, so the global batch is
     ``sum(batch_sizes) x accumulate_grad_batches`` (pass the Trainer the same accumulation; ``srifty launch`` sets
-    both from the plan: ``$SRIFTY_BATCH_SIZES`` and ``$SRIFTY_ACCUMULATE_GRAD_BATCHES``).
+    both from the plan: ``LaunchEnv.from_env().batch_sizes`` and ``.accumulate_grad_batches``).
 
     Incomplete global batches at the end of an epoch are dropped (every optimizer step has the full global batch).
     ``state_dict()`` / ``load_state_dict()`` carry (epoch, samples consumed in it); the state is the same on every

@@ -7,6 +7,11 @@
 checkpoint is ever picked up), and the process exits with :data:`PREEMPTED_EXIT_CODE` (75, ``EX_TEMPFAIL``), which
 ``srifty launch`` reads as "preempted: resume elsewhere". (Lightning alone would exit 0 after SIGTERM.)
 
+Under ``srifty launch`` (a :class:`~lightning_srifty.protocol.LaunchEnv` in the environment) rank 0 also watches the
+launcher: a ``HEARTBEAT.json`` older than its ``max_age_s`` ("launcher heartbeat lost") and the fleet's life cap
+(``max_life_until_unix``) are notices too: checkpoint and leave with exit 75. It writes ``STARTED.json`` at the
+first step (the end of a move's downtime) and ``PREEMPTED.json`` / ``FINISHED.json`` / ``FAILED.json`` as it ends.
+
 :func:`find_checkpoint` picks the newest checkpoint that loads, warning about (and skipping) a corrupted or
 truncated newer one. Paths are local or any fsspec URL (``s3://bucket/prefix`` with s3fs).
 """
@@ -27,13 +32,14 @@ import lightning.pytorch as pl
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import Callback
 
-from lightning_srifty import protocol as markers
+from lightning_srifty import protocol
 from lightning_srifty.migrate.spot_watcher import Notice, SpotWatcher
+from lightning_srifty.protocol import Failed, Finished, Heartbeat, LaunchEnv, Preempted, Started
 
 log = logging.getLogger("lightning_srifty")
 
-PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): the job should be run again, elsewhere
-PREEMPTED_MARKER = markers.PREEMPTED  # written beside the checkpoints by rank 0 when it leaves on a notice
+PREEMPTED_EXIT_CODE = protocol.PREEMPTED_EXIT_CODE  # 75, EX_TEMPFAIL (sysexits.h): run again, elsewhere
+PREEMPTED_MARKER = protocol.PREEMPTED  # written beside the checkpoints by rank 0 when it leaves on a notice
 _STEP = re.compile(r"step=(\d+)")
 
 
@@ -41,7 +47,8 @@ class SpotPreemption(Callback):
     """Checkpoint at the next step on a spot notice (or SIGTERM), then exit with code 75.
 
     Args:
-        dirpath: where checkpoints go: a local folder or an fsspec URL such as ``s3://bucket/run-1/``.
+        dirpath: where checkpoints go: a local folder or an fsspec URL such as ``s3://bucket/run-1/`` (default: the
+            launcher's ``LaunchEnv.checkpoint_uri``, else ``srifty/checkpoints``).
         endpoint: the instance metadata endpoint (default: the standard settings; off EC2 nothing is polled).
         interval_s: how often the metadata service is polled (default ``$SRIFTY_SPOT_POLL_S`` or 5 s).
         on_rebalance: ``"checkpoint"`` also checkpoints (and keeps training) on a rebalance recommendation;
@@ -55,7 +62,7 @@ class SpotPreemption(Callback):
 
     def __init__(
         self,
-        dirpath: str = "srifty/checkpoints",
+        dirpath: str | None = None,
         *,
         endpoint: str | None = None,
         interval_s: float | None = None,
@@ -74,6 +81,9 @@ class SpotPreemption(Callback):
                 parameter="on_rebalance",
                 value=on_rebalance,
             )
+        self.launch = LaunchEnv.from_env()  # None outside srifty launch; refuses another protocol version
+        if dirpath is None:
+            dirpath = self.launch.checkpoint_uri if self.launch is not None else "srifty/checkpoints"
         self.dirpath = str(dirpath).rstrip("/")
         self.endpoint = endpoint
         self.interval_s = interval_s if interval_s is not None else float(os.environ.get("SRIFTY_SPOT_POLL_S", "5"))
@@ -83,6 +93,10 @@ class SpotPreemption(Callback):
         self._stop = threading.Event()
         self._rebalance = threading.Event()
         self._why: str | None = None
+        self._trigger = "spot"
+        self._started_written = False
+        self._watch: threading.Thread | None = None
+        self._watch_stop = threading.Event()
         self._notice_at: float | None = None
         self._watcher: SpotWatcher | None = None
         self._previous_sigterm: Any = None
@@ -97,25 +111,73 @@ class SpotPreemption(Callback):
         self._notice_at = self._notice_at or notice.seen_monotonic
         self._why = notice.describe()
         if notice.kind == "interruption":
+            self._trigger = "spot"
             self._stop.set()
         elif self.on_rebalance == "checkpoint":
             self._rebalance.set()
 
-    def request_leave(self, why: str, **details: Any) -> None:
-        """Checkpoint at the next step boundary and leave, as on a notice (a granted voluntary move). Any rank may
-        call it; ``details`` go into the PREEMPTED.json marker."""
+    def request_leave(
+        self, why: str, *, trigger: str = "leave", move: bool = False, to_fleet: str | None = None
+    ) -> None:
+        """Checkpoint at the next step boundary and leave, as on a notice (a granted voluntary move: ``move=True``).
+        Any rank may call it; ``trigger``, ``move`` and ``to_fleet`` go into the PREEMPTED.json record."""
         self._notice_at = self._notice_at or time.monotonic()
-        self._why, self._leave_details = why, details
+        self._why, self._trigger = why, trigger
+        self._leave_details = {"move": move, "to_fleet": to_fleet}
         self._stop.set()
 
     def _sigterm(self, signum: int, frame: Any) -> None:
         self._notice_at = self._notice_at or time.monotonic()
-        self._why = "SIGTERM"
+        self._why, self._trigger = "SIGTERM", "sigterm"
         self._stop.set()
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._watcher = SpotWatcher(self._notice, endpoint=self.endpoint, interval_s=self.interval_s)
         self._watcher.start()
+        launch = self.launch
+        if launch is not None and (launch.max_life_until_unix is not None or launch.heartbeat_max_age_s):
+            heartbeat = bool(launch.heartbeat_max_age_s) and trainer.is_global_zero  # rank 0 reads; the step agrees
+            self._watch_stop.clear()
+            self._watch = threading.Thread(
+                target=self._watch_launcher, args=(launch, heartbeat), name="srifty-launcher-watch", daemon=True
+            )
+            self._watch.start()
+
+    def _watch_launcher(self, launch: LaunchEnv, heartbeat: bool) -> None:
+        """Leave when the launcher's heartbeat is older than its max age, or at the fleet's life cap."""
+        max_age = float(launch.heartbeat_max_age_s or 0)
+        period = max(0.05, min(self.interval_s, max_age / 4 if max_age else 30.0, 30.0))
+        last_seen = time.time()  # the job's start counts as a sighting: a launcher gone before it is noticed too
+        warned = False
+        while not self._watch_stop.wait(period):
+            now = time.time()
+            if launch.max_life_until_unix is not None and now >= launch.max_life_until_unix:
+                cap = time.strftime("%H:%M:%S UTC", time.gmtime(launch.max_life_until_unix))
+                self._leave_on_own("max-life", f"the fleet's life cap was reached ({cap}; srifty launch --max-life-h)")
+                return
+            if not heartbeat:
+                continue
+            try:
+                beat = protocol.read_record(self.dirpath, Heartbeat, launch.launch_id or None)
+            except Exception as exc:  # noqa: BLE001 - unreadable counts as unseen; only its age decides
+                if not warned:
+                    log.warning("SpotPreemption: the launcher's heartbeat could not be read: %s", exc)
+                warned, beat = True, None
+            if beat is not None:
+                last_seen, max_age = max(last_seen, beat.written_unix), beat.max_age_s
+            if now - last_seen > max_age:
+                self._leave_on_own(
+                    "heartbeat",
+                    f"launcher heartbeat lost: {protocol.HEARTBEAT} last written {now - last_seen:.1f} s ago "
+                    f"(max age {max_age:g} s)",
+                )
+                return
+
+    def _leave_on_own(self, trigger: str, why: str) -> None:
+        log.warning("SpotPreemption: %s: checkpoint and leave", why)
+        self._notice_at = self._notice_at or time.monotonic()
+        self._why, self._trigger = why, trigger
+        self._stop.set()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.handle_sigterm and threading.current_thread() is threading.main_thread():
@@ -123,6 +185,7 @@ class SpotPreemption(Callback):
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._sigterm)
 
     def _restore(self) -> None:
+        self._watch_stop.set()
         if self._watcher is not None:
             self._watcher.stop()
         if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
@@ -132,20 +195,39 @@ class SpotPreemption(Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._restore()
         if trainer.is_global_zero and not self.preempted:  # what a launcher that cannot see the process waits for
-            markers.write(self.dirpath, markers.FINISHED, {"step": trainer.global_step})
+            protocol.write_record(self.dirpath, Finished(launch_id=self._launch_id, step=trainer.global_step))
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._restore()
         if trainer.is_global_zero and not self.preempted:  # a launcher watching a remote fleet must not wait forever
             try:
                 error = f"{type(exception).__name__}: {exception}"[:2000]
-                markers.write(self.dirpath, markers.FAILED, {"step": trainer.global_step, "error": error})
+                record = Failed(launch_id=self._launch_id, step=trainer.global_step, error=error)
+                protocol.write_record(self.dirpath, record)
             except Exception as exc:  # noqa: BLE001 - the original exception is what matters
-                log.warning("SpotPreemption: could not write %s: %s", markers.FAILED, exc)
+                log.warning("SpotPreemption: could not write %s: %s", protocol.FAILED, exc)
+
+    @property
+    def _launch_id(self) -> str:
+        return self.launch.launch_id if self.launch is not None else ""
 
     # --- the step boundary -------------------------------------------------------------------------------------------
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        step_end = time.time()
+        if not self._started_written and self.launch is not None and trainer.is_global_zero:
+            self._started_written = True  # the end of a move's downtime, for the launcher's report
+            try:
+                started = Started(
+                    launch_id=self.launch.launch_id,
+                    fleet=self.launch.fleet,
+                    step=trainer.global_step,
+                    first_step_unix=step_end,
+                    resumed_from=self.launch.resume,
+                )
+                protocol.write_record(self.dirpath, started)
+            except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop training
+                log.warning("SpotPreemption: could not write %s: %s", protocol.STARTED, exc)
         due = self.every_s is not None and time.monotonic() - self._last_save >= self.every_s
         stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
         rebalance = not stop and trainer.strategy.reduce_boolean_decision(self._rebalance.is_set() or due, all=False)
@@ -174,18 +256,26 @@ class SpotPreemption(Callback):
             return
         self.preempted = True
         if trainer.is_global_zero:  # what `srifty launch` reads (torchrun does not pass a worker's exit status on)
-            marker = {"step": trainer.global_step, "checkpoint": path, "why": self._why, "durable_unix": time.time()}
-            marker.update(self.timings)
-            markers.write(self.dirpath, PREEMPTED_MARKER, {**marker, **self._leave_details})
+            record = Preempted(
+                launch_id=self._launch_id,
+                step=trainer.global_step,
+                checkpoint=path,
+                why=self._why or "a peer's notice",
+                trigger=self._trigger,
+                last_step_unix=step_end,
+                durable_unix=time.time(),
+                save_s=self.timings["save_s"],
+                notice_to_durable_s=self.timings["notice_to_durable_s"],
+                **self._leave_details,
+            )
+            protocol.write_record(self.dirpath, record)
         self._restore()
         if self.exit_process:
             raise SystemExit(PREEMPTED_EXIT_CODE)
         trainer.should_stop = True
 
     @classmethod
-    def from_plan(
-        cls, plan: Any, choice: int = 0, dirpath: str = "srifty/checkpoints", **kwargs: Any
-    ) -> SpotPreemption:
+    def from_plan(cls, plan: Any, choice: int = 0, dirpath: str | None = None, **kwargs: Any) -> SpotPreemption:
         """Checkpoint at the interval the plan recommends for its chosen fleet (spot fleets only)."""
         from predictor.plan import load_plan
 

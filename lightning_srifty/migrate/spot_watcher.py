@@ -30,10 +30,29 @@ class Notice:
     time: str | None  # when AWS acts (interruption) or noticed (rebalance), as AWS gives it
     seen_monotonic: float
 
-    def describe(self) -> str:
+    def describe(self, now: float | None = None) -> str:
+        """``spot interruption notice: terminate at 14:02:00 UTC (in 118 s)``; a missing or unreadable time is said
+        so, never printed as an empty ``at``."""
         if self.kind == "interruption":
-            return f"spot interruption notice: {self.action} at {self.time}"
-        return f"rebalance recommendation (noticed {self.time})"
+            return f"spot interruption notice: {self.action or 'terminate'} {_when(self.time, now)}"
+        return f"rebalance recommendation (noticed {_when(self.time, now).removeprefix('at ')})"
+
+
+def _when(stamp: str | None, now: float | None = None) -> str:
+    """``at 14:02:00 UTC (in 118 s)`` for AWS's ``2026-11-22T14:02:00Z``; ``(no time given)`` without one."""
+    import datetime as dt
+
+    if not stamp or not str(stamp).strip():
+        return "(no time given)"
+    try:
+        at = dt.datetime.fromisoformat(str(stamp).strip().replace("Z", "+00:00"))
+    except ValueError:
+        return f"(time given as {stamp!r})"
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=dt.timezone.utc)
+    left = at.timestamp() - (time.time() if now is None else now)
+    relative = f"in {left:.0f} s" if left >= 0 else f"{-left:.0f} s ago"
+    return f"at {at.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC ({relative})"
 
 
 class SpotWatcher:

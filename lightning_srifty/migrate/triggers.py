@@ -17,9 +17,9 @@ the new fleet up and answers with ``LEAVE.json``; the next step boundary then ch
 notice. Nobody answering (no launcher) costs nothing: the run just goes on. One request per run; factors measured on
 earlier fleets are kept in ``calibration.json`` so that a job does not move back to a GPU it found slow.
 
-Settings from ``srifty launch`` (environment): ``SRIFTY_PLAN`` (the plan), ``SRIFTY_CHOICE`` (the fleet of it this
-run is on), ``SRIFTY_CHECKPOINT_DIR``, ``SRIFTY_BATCH_SIZES`` and ``SRIFTY_ACCUMULATE_GRAD_BATCHES`` (the global batch),
-``SRIFTY_CHECK_EVERY_S``.
+Settings from ``srifty launch``: its :class:`~lightning_srifty.protocol.LaunchEnv` (the plan, the fleet of it this
+run is on, the checkpoint folder, the per-rank batches and accumulation that make the global batch, when the plan
+began); ``$SRIFTY_CHECK_EVERY_S``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from lightning_srifty import protocol as markers
+from lightning_srifty.protocol import LaunchEnv, Leave, MoveRequest
 
 log = logging.getLogger("lightning_srifty")
 
@@ -44,16 +45,16 @@ class MigrationTriggers(Callback):
     """Advise a move to another fleet when the run is off its prediction or prices changed (see the module doc).
 
     Args:
-        plan: the plan the run was launched from (a ``Plan`` or a path; default ``$SRIFTY_PLAN``).
-        current: the index in ``plan.entries`` of the fleet this run is on (default ``$SRIFTY_CHOICE``, else the
+        plan: the plan the run was launched from (a ``Plan`` or a path; default the launcher's ``LaunchEnv.plan``).
+        current: the index in ``plan.entries`` of the fleet this run is on (default ``LaunchEnv.choice``, else the
             plan's recommendation).
-        dirpath: where the markers go, beside the checkpoints (default ``$SRIFTY_CHECKPOINT_DIR``, else the
+        dirpath: where the markers go, beside the checkpoints (default ``LaunchEnv.checkpoint_uri``, else the
             SpotPreemption callback's folder).
         profile: the run's profile (default: the SriftyCallback's of this Trainer, else the copy a previous leg
             kept beside the checkpoints).
         global_batch: samples per optimizer step over every rank, accumulation included (default: the sum of
-            ``$SRIFTY_BATCH_SIZES`` x ``$SRIFTY_ACCUMULATE_GRAD_BATCHES``, else the plan entry's, else the profile's:
-            :func:`predictor.work.global_batch`).
+            ``LaunchEnv.batch_sizes`` x ``LaunchEnv.accumulate_grad_batches``, else the plan entry's, else the
+            profile's: :func:`predictor.work.global_batch`).
         drift_threshold: relative deviation of the measured throughput that triggers a re-ranking (0.2 = 20 %).
         savings_threshold: share of the remaining cost (time, with the time objective) a move must save.
         check_every_s: seconds between checks (default ``$SRIFTY_CHECK_EVERY_S``, else 600).
@@ -85,11 +86,12 @@ class MigrationTriggers(Callback):
         from predictor.exceptions import ConfigError
         from predictor.plan import load_plan
 
-        plan = plan if plan is not None else os.environ.get("SRIFTY_PLAN")
+        self.launch = launch = LaunchEnv.from_env()
+        plan = plan if plan is not None else (launch.plan or None) if launch is not None else None
         if plan is None:
             raise ConfigError(
                 "MigrationTriggers needs the plan the run was launched from: pass plan= (a Plan or a plan.json path) "
-                "or run under `srifty launch`, which sets SRIFTY_PLAN.",
+                f"or run under `srifty launch`, which sets ${markers.VARIABLES['plan']}.",
                 parameter="plan",
                 value=None,
             )
@@ -98,14 +100,15 @@ class MigrationTriggers(Callback):
             found = markers.read(folder, name)
             if found is None:
                 raise ConfigError(
-                    f"The plan {plan} does not exist (SRIFTY_PLAN is set by srifty launch; check the URI).",
+                    f"The plan {plan} does not exist (${markers.VARIABLES['plan']} is set by srifty launch; check the "
+                    "URI).",
                     parameter="plan",
                     value=plan,
                 )
             plan = found
         self.plan = plan if hasattr(plan, "entries") else load_plan(plan)
-        env_choice = os.environ.get("SRIFTY_CHOICE")
-        self.current = current if current is not None else int(env_choice) if env_choice else self.plan.chosen
+        env_choice = launch.choice if launch is not None else None
+        self.current = current if current is not None else env_choice if env_choice is not None else self.plan.chosen
         if not 0 <= self.current < len(self.plan.entries):
             raise ConfigError(
                 f"current={self.current} is not a fleet of the plan (it has {len(self.plan.entries)}).",
@@ -124,18 +127,14 @@ class MigrationTriggers(Callback):
                 value=work_from,
             )
         self.work_from = work_from
-        self.dirpath = dirpath or os.environ.get("SRIFTY_CHECKPOINT_DIR")
+        self.dirpath = dirpath or (launch.checkpoint_uri if launch is not None else None)
         self.profile = profile
-        sizes = os.environ.get("SRIFTY_BATCH_SIZES")
-        accumulation = int(os.environ.get("SRIFTY_ACCUMULATE_GRAD_BATCHES") or 1)
+        sizes = launch.batch_sizes if launch is not None else ()
+        accumulation = launch.accumulate_grad_batches if launch is not None else 1
         entry = self.plan.entries[self.current]
         planned = entry.rank_batches()
         self.global_batch = global_batch or (
-            sum(int(b) for b in sizes.split(",")) * accumulation
-            if sizes
-            else sum(planned) * entry.accumulate_grad_batches
-            if planned
-            else None
+            sum(sizes) * accumulation if sizes else sum(planned) * entry.accumulate_grad_batches if planned else None
         )
         self.drift_threshold, self.savings_threshold = drift_threshold, savings_threshold
         self.check_every_s = (
@@ -146,7 +145,7 @@ class MigrationTriggers(Callback):
         self.predictor_url, self._predictor_token = predictor_url, predictor_token
         self.poll_s = float(os.environ.get("SRIFTY_SPOT_POLL_S", "5"))
         self.decisions: list[Any] = []  # every MoveDecision taken, newest last
-        self.requested: dict[str, Any] | None = None
+        self.requested: MoveRequest | None = None
         self._durations: list[float] = []
         self._last_end: float | None = None
         self._last_check: float | None = None
@@ -279,32 +278,34 @@ class MigrationTriggers(Callback):
         log.warning("MigrationTriggers (%s, %+.0f%% of the prediction): %s", why, 100 * off, decision.reason)
         if not decision.move or decision.plan is None or decision.target is None:
             return
-        self.requested = {
-            "why": why,
-            "reason": decision.reason,
-            "from_fleet": entry.fleet,
-            "to_fleet": decision.target.fleet,
-            "step": trainer.global_step,
-            "measured_throughput_samples_s": measured,
-            "predicted_throughput_samples_s": entry.throughput_samples_s,
-            "savings": decision.savings,
-            "migration_cost_usd": decision.migration_cost_usd,
-            "plan": decision.plan.to_dict(),
-        }
-        markers.write(self.dirpath, markers.MOVE_REQUEST, self.requested)
+        launch_id = self.launch.launch_id if self.launch is not None else ""
+        self.requested = MoveRequest(
+            launch_id=launch_id,
+            why=why,
+            reason=decision.reason,
+            from_fleet=entry.fleet,
+            to_fleet=decision.target.fleet,
+            step=trainer.global_step,
+            measured_throughput_samples_s=measured,
+            predicted_throughput_samples_s=entry.throughput_samples_s,
+            savings=decision.savings,
+            migration_cost_usd=decision.migration_cost_usd,
+            plan=decision.plan.to_dict(),
+        )
+        markers.write_record(self.dirpath, self.requested)
         while not self._stop.wait(self.poll_s):  # the launcher answers once the new fleet is up
-            if markers.exists(self.dirpath, markers.LEAVE):
+            if markers.read_record(self.dirpath, Leave, launch_id or None) is not None:  # not an earlier launch's
                 self._preemption.request_leave(
                     f"{why}: {decision.reason}", move=True, to_fleet=decision.target.fleet, trigger=why
                 )
                 return
 
     def _elapsed_h(self) -> float:
-        """Time spent on the plan's work: since the launcher began this plan (``$SRIFTY_PLAN_STARTED_UNIX``; it
+        """Time spent on the plan's work: since the launcher began this plan (``LaunchEnv.plan_started_unix``; it
         carries over spot moves, which keep the plan), else since this run's training started."""
-        started = os.environ.get("SRIFTY_PLAN_STARTED_UNIX")
+        started = self.launch.plan_started_unix if self.launch is not None else None
         if started:
-            return max(0.0, time.time() - float(started)) / 3600
+            return max(0.0, time.time() - started) / 3600
         return (time.monotonic() - self._started) / 3600
 
     def _profile(self, trainer: pl.Trainer) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -48,7 +49,10 @@ class LocalIMDS:
         self.endpoint = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="srifty-local-imds", daemon=True)
 
-    def notify(self, action: str = "terminate", when: str = "in 2 minutes") -> None:
+    def notify(self, action: str = "terminate", when: str | None = None) -> None:
+        """Post a spot notice as AWS does: the action and an ISO 8601 UTC time (default: two minutes from now)."""
+        if when is None:
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
         self.metadata["meta-data/spot/instance-action"] = json.dumps({"action": action, "time": when})
 
     def __enter__(self) -> LocalIMDS:

@@ -2,16 +2,10 @@
 keep it running through migrations, through a provisioner (``local``: processes on this machine; ``terraform``: the
 generated Terraform of the plan, see :mod:`lightning_srifty.provision`).
 
-The job gets its settings in the environment, and talks back through small JSON markers beside the checkpoints
-(:mod:`lightning_srifty.protocol`), the one place reachable from both sides whatever the provisioner:
-
-    SRIFTY_BATCH_SIZES      per-rank batch sizes per micro-step, exactly the plan's (its speed-proportional split)
-    SRIFTY_ACCUMULATE_GRAD_BATCHES  micro-steps per optimizer step, exactly the plan's
-                            (for Trainer(accumulate_grad_batches=...))
-    SRIFTY_CHECKPOINT_DIR   where SpotPreemption checkpoints and the markers go
-    SRIFTY_RESUME           the checkpoint to resume from ("" on the first start)
-    SRIFTY_FLEET            the fleet, e.g. "g4dn.xlarge:2"
-    SRIFTY_PLAN, SRIFTY_CHOICE  the plan this fleet comes from and its index (for MigrationTriggers)
+The job gets its settings as a :class:`~lightning_srifty.protocol.LaunchEnv` (``SRIFTY_*`` variables) and talks back
+through typed records beside the checkpoints (:mod:`lightning_srifty.protocol`, which lists both), the one place
+reachable from both sides whatever the provisioner. Every record carries this launch's id: records an earlier launch
+left in the folder are ignored.
 
 Two kinds of move:
 
@@ -22,27 +16,35 @@ Two kinds of move:
   first, then answers ``LEAVE.json``; the job checkpoints and leaves; the new fleet starts from that checkpoint; the
   old fleet is released last. The training stops only for a save, a restart and a load.
 
-The global batch of the first fleet (samples per optimizer step: the per-rank batches summed, times the accumulation)
-is kept on every later fleet (the optimisation stays the same): a plan made with strong scaling gives every fleet
-that global batch, and its per-rank batches and accumulation are used as they are; an older or weak-scaling plan's
-fleet gets the first fleet's global batch split in proportion to its per-GPU shares. Every move is appended to
-``migrations.jsonl`` (when, why, from, to, step, seconds lost).
+Each move is reported in words once the new leg took its first step (``STARTED.json``), with measured times: the
+checkpoint, bringing the new fleet up, and the downtime from the old leg's last step to the new leg's first. The
+global batch of the first fleet (samples per optimizer step) is kept on every later fleet. Every move is appended to
+``migrations.jsonl``.
+
+Reliability: the launcher rewrites ``HEARTBEAT.json`` every ``heartbeat_s``; a job (and the instances) whose heartbeat
+is older than ``heartbeat_max_age_s`` checkpoints and leaves, so a launcher killed outright leaves nothing running
+for long. Each fleet has a life cap (the plan's predicted time x 1.5 + 1 h, or ``max_life_h``). SIGINT, SIGTERM and
+SIGHUP release every fleet brought up and end with :class:`~predictor.exceptions.LaunchInterrupted`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 import json
 import os
+import signal
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty import protocol as markers
+from lightning_srifty import protocol
+from lightning_srifty.protocol import Failed, Finished, Heartbeat, LaunchEnv, Leave, MoveRequest, Preempted, Started
 from lightning_srifty.provision.base import LaunchedFleet, Provisioner
-from predictor.exceptions import MigrationError
+from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError
 from predictor.plan import Plan, PlanEntry, load_plan
 
 
@@ -87,53 +89,146 @@ def fleet_batches(entry: PlanEntry, global_batch: int | None = None) -> tuple[li
     return rank_batch_sizes(entry, global_batch // a), a
 
 
+TRIGGER_WORDS = {
+    "spot": "a spot notice",
+    "sigterm": "SIGTERM",
+    "drift": "a drift from the prediction",
+    "price": "a price change",
+}
+
+
 @dataclass
 class Migration:
     when: str
-    why: str
-    trigger: str  # spot (a notice or SIGTERM), drift, price
+    why: str  # in words, from the job
+    trigger: str  # spot (a notice), sigterm, drift, price
     voluntary: bool
     from_fleet: str
     to_fleet: str
     step: int | None
     notice_to_durable_s: float | None  # from the job's SpotPreemption
-    downtime_s: float  # from the old job's exit to the job started on the new fleet (provisioning, spot moves)
+    downtime_s: float | None  # measured: the old leg's last step to the new leg's first (None: no first step seen)
     provisioned_while_training_s: float  # voluntary moves: bringing the new fleet up, while the old one trained
     durable_unix: float | None = None  # when the checkpoint was durable (the job's clock)
+    checkpoint_s: float | None = None  # the save, from the job
+    up_s: float | None = None  # bringing the new fleet up (spot moves: while nothing trains)
+    restart_s: float | None = None  # the launcher's part: the old job gone -> the new one started
+    last_step_unix: float | None = None
+    first_step_unix: float | None = None
+
+    def describe(self) -> str:
+        """``moved from g5.xlarge:1 to g5.2xlarge:1 after a spot notice at step 120: checkpoint 3.2 s, new fleet up
+        1.1 s, downtime 6.4 s``."""
+
+        def s(value: float | None) -> str:
+            return "not measured" if value is None else f"{value:.1f} s"
+
+        up = s(self.up_s) + (" (while training)" if self.voluntary and self.up_s is not None else "")
+        down = s(self.downtime_s) if self.downtime_s is not None else "not measured (the new leg took no step)"
+        return (
+            f"moved from {self.from_fleet} to {self.to_fleet} after {TRIGGER_WORDS.get(self.trigger, self.trigger)} "
+            f"at step {self.step}: checkpoint {s(self.checkpoint_s)}, new fleet up {up}, downtime {down}"
+        )
 
 
-def _timed_up(provisioner: Any, plan: Any, choice: int, name: str) -> LaunchedFleet:
-    """``provisioner.up``; a cloud provisioner's time to bring the fleet up is recorded for the ranking's start-up
-    figures (``predictor.startup``: the median per instance type replaces the default)."""
+def _timed_up(provisioner: Any, plan: Any, choice: int, name: str) -> tuple[LaunchedFleet, float]:
+    """``provisioner.up`` and the seconds it took; a cloud provisioner's time to bring the fleet up is recorded for
+    the ranking's start-up figures (``predictor.startup``: the median per instance type replaces the default)."""
     t0 = time.monotonic()
     fleet = provisioner.up(plan, choice, name)
+    took = time.monotonic() - t0
     if provisioner.kind != "local":  # local processes say nothing about EC2
         from predictor import startup
 
-        startup.record([g.instance_type for g in plan.entries[choice].groups], time.monotonic() - t0)
-    return fleet
+        startup.record([g.instance_type for g in plan.entries[choice].groups], took)
+    return fleet, took
 
 
-def _env(
-    plan_uri: str,
-    fleet: LaunchedFleet,
-    batches: tuple[list[int], int],
-    checkpoint_dir: str,
-    resume: str,
-    started: float,
-) -> dict[str, str]:
-    sizes, accumulation = batches
-    return {
-        "SRIFTY_BATCH_SIZES": ",".join(map(str, sizes)),
-        "SRIFTY_ACCUMULATE_GRAD_BATCHES": str(accumulation),
-        "SRIFTY_CHECKPOINT_DIR": checkpoint_dir,
-        "SRIFTY_RESUME": resume,
-        "SRIFTY_FLEET": fleet.entry.fleet,
-        "SRIFTY_PLAN": plan_uri,
-        "SRIFTY_CHOICE": str(fleet.index),
-        # when the run began working to this plan (its deadline counts from then; a re-ranked plan's from the move)
-        "SRIFTY_PLAN_STARTED_UNIX": f"{started:.3f}",
-    }
+class _Signals:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`LaunchInterrupted` once (main thread only); a second signal while the
+    fleets are being released is answered with a line, not a second interruption."""
+
+    SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+    def __init__(self, echo: Any) -> None:
+        self.echo, self.fired, self.previous = echo, None, {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.fired is not None:
+            self.echo(f"srifty launch: {signal.Signals(signum).name}: still releasing the fleets, please wait")
+            return
+        self.fired = signum
+        raise LaunchInterrupted(signum)
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+class _HeartbeatWriter:
+    """Rewrites ``HEARTBEAT.json`` every ``every_s`` in a thread (a terraform apply of minutes must not stop it)."""
+
+    def __init__(self, ckpt: str, launch_id: str, every_s: float, max_age_s: float, echo: Any) -> None:
+        self.ckpt, self.launch_id, self.every_s, self.max_age_s, self.echo = ckpt, launch_id, every_s, max_age_s, echo
+        self.max_life_until_unix: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="srifty-heartbeat", daemon=True)
+        self._failing = False
+
+    def beat(self) -> None:
+        record = Heartbeat(
+            launch_id=self.launch_id,
+            written_unix=time.time(),
+            max_age_s=self.max_age_s,
+            max_life_until_unix=self.max_life_until_unix,
+        )
+        try:
+            protocol.write_record(self.ckpt, record)
+            self._failing = False
+        except Exception as exc:  # noqa: BLE001 - keep trying: the jobs leave only when it stays away max_age_s
+            if not self._failing:
+                self.echo(f"srifty launch: the heartbeat could not be written ({exc}); retrying every {self.every_s} s")
+            self._failing = True
+
+    def start(self) -> None:
+        self.beat()  # there before any job starts
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.beat()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self.every_s + 5)
+        with contextlib.suppress(Exception):
+            protocol.clear_records(self.ckpt, Heartbeat)  # this launch is over: nobody should wait for it
+
+
+def _refuse_a_live_launch(ckpt: str, launch_id: str) -> None:
+    """Two launches in one checkpoint folder would take each other's checkpoints: refuse while another one's
+    heartbeat is fresh."""
+    other = protocol.read_record(ckpt, Heartbeat)
+    if other is not None and other.launch_id != launch_id and not other.stale():
+        until = dt.datetime.fromtimestamp(other.written_unix + other.max_age_s, dt.timezone.utc)
+        raise MigrationError(
+            f"Another srifty launch ({other.launch_id}) is live in {ckpt}: its heartbeat was written "
+            f"{other.age_s():.0f} s ago. Give this run another checkpoint folder, or stop that launch; if it was "
+            f"killed, its jobs leave by {until:%H:%M:%S} UTC and then delete {protocol.path(ckpt, protocol.HEARTBEAT)}."
+        )
+
+
+def life_until(entry: PlanEntry, max_life_h: float | None, now: float | None = None) -> float:
+    """The hard cap on a fleet's life (unix seconds): ``max_life_h`` from now, else the plan's predicted time for the
+    fleet x 1.5 + 1 h."""
+    hours = max_life_h if max_life_h is not None else entry.time_h * 1.5 + 1.0
+    return (time.time() if now is None else now) + hours * 3600
 
 
 def launch(
@@ -150,12 +245,35 @@ def launch(
     poll_s: float = 0.5,
     name: str = "srifty",
     echo: Any = print,
+    heartbeat_s: float = 30.0,
+    heartbeat_max_age_s: float = 600.0,
+    max_life_h: float | None = None,
+    launch_id: str | None = None,
 ) -> list[Migration]:
     """Run the job on ``plan.entries[choice]`` and keep it running through migrations (see the module doc).
 
     ``provisioner`` defaults to the local one running ``script``; ``checkpoint_dir`` to ``<workdir>/checkpoints``
     (the terraform provisioner's S3 prefix for that one).
+
+    Raises:
+        ConfigError: a heartbeat setting or the life cap cannot work.
+        MigrationError: the job failed, left for good, or no fleet is left.
+        LaunchInterrupted: SIGINT, SIGTERM or SIGHUP (from the main thread); every fleet was released.
     """
+    for option, value in (("heartbeat_s", heartbeat_s), ("heartbeat_max_age_s", heartbeat_max_age_s)):
+        if not value > 0:
+            raise ConfigError(f"The {option!r} parameter of launch() must be > 0. Got {value!r}.", parameter=option)
+    if heartbeat_max_age_s < 2 * heartbeat_s:
+        raise ConfigError(
+            f"--heartbeat-max-age ({heartbeat_max_age_s} s) must be at least twice --heartbeat-s ({heartbeat_s} s): "
+            "otherwise one late write makes the jobs leave. Raise --heartbeat-max-age or lower --heartbeat-s.",
+            parameter="heartbeat_max_age_s",
+            value=heartbeat_max_age_s,
+        )
+    if max_life_h is not None and not max_life_h > 0:
+        raise ConfigError(
+            f"--max-life-h must be > 0 hours. Got {max_life_h!r}.", parameter="max_life_h", value=max_life_h
+        )
     if provisioner is None:
         from lightning_srifty.provision.local import LocalProvisioner
 
@@ -164,66 +282,135 @@ def launch(
         provisioner = LocalProvisioner(
             script, max_processes=max_local_processes, simulate_notice_after=simulate_notice_after, echo=echo
         )
+    launch_id = launch_id or protocol.new_launch_id()
     root = Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
     ckpt = checkpoint_dir or getattr(provisioner, "checkpoint_uri", None) or str((root / "checkpoints").resolve())
-    markers.clear(ckpt, markers.PREEMPTED, markers.FINISHED, markers.FAILED, markers.MOVE_REQUEST, markers.LEAVE)
+    _refuse_a_live_launch(ckpt, launch_id)
+    old = [n for n in protocol.present(ckpt) if n.startswith("HANDOVER-")]  # an earlier launch's: never boot from it
+    protocol.clear(ckpt, *old)
+    protocol.clear_records(ckpt, Preempted, Finished, Failed, MoveRequest, Leave, Started)
+    echo(f"srifty launch: launch {launch_id}, checkpoints and records in {ckpt}")
+    heartbeat = _HeartbeatWriter(ckpt, launch_id, heartbeat_s, heartbeat_max_age_s, echo)
+    with _Signals(echo):
+        heartbeat.start()
+        up: list[LaunchedFleet] = []
+        try:
+            return _run(plan, choice, provisioner, ckpt, root, launch_id, heartbeat, up, max_migrations, poll_s,
+                        name, echo, max_life_h)  # fmt: skip
+        except LaunchInterrupted as exc:
+            exc.released = [f.name for f in up]
+            raise
+        finally:
+            for remaining in up:
+                try:
+                    provisioner.stop(remaining)
+                    provisioner.down(remaining)
+                except Exception as exc:  # noqa: BLE001 - report every fleet left behind, keep the first error
+                    echo(f"srifty launch: releasing {remaining.entry.fleet} ({remaining.name}) failed: {exc}")
+            heartbeat.stop()
+
+
+def _run(
+    plan: Plan,
+    choice: int,
+    provisioner: Provisioner,
+    ckpt: str,
+    root: Path,
+    launch_id: str,
+    heartbeat: _HeartbeatWriter,
+    up: list[LaunchedFleet],
+    max_migrations: int,
+    poll_s: float,
+    name: str,
+    echo: Any,
+    max_life_h: float | None,
+) -> list[Migration]:
     log_path = root / "migrations.jsonl"
     migrations: list[Migration] = []
     plan_started: dict[str, float] = {}
+    awaiting: list[tuple[Migration, str]] = []  # moves whose new leg has not taken its first step yet
 
     def keep_plan(p: Plan) -> str:  # where the job reads the plan its fleet comes from
-        uri = markers.write(ckpt, f"plans/plan-{len(plan_started) + 1}.json", p.to_dict())
+        uri = protocol.write(ckpt, f"plans/plan-{len(plan_started) + 1}.json", p.to_dict())
         plan_started[uri] = time.time()
         return uri
 
-    def record(move: Migration) -> None:
-        migrations.append(move)
+    def report(move: Migration) -> None:
         with log_path.open("a") as f:
-            f.write(json.dumps(move.__dict__) + "\n")
-        echo(
-            f"srifty launch: {move.trigger} at step {move.step}: {move.from_fleet} -> {move.to_fleet} "
-            f"({move.downtime_s:.1f} s without training)"
+            f.write(json.dumps(asdict(move)) + "\n")
+        echo(f"srifty launch: {move.describe()}")
+
+    def flush() -> None:  # the run ends before a new leg's first step: report what was measured
+        while awaiting:
+            report(awaiting.pop(0)[0])
+
+    def start(fleet: LaunchedFleet, plan_uri: str, resume: str) -> None:
+        until = life_until(fleet.entry, max_life_h)
+        heartbeat.max_life_until_unix = until
+        sizes, accumulation = fleet_batches(fleet.entry, global_batch)
+        env = LaunchEnv(
+            launch_id=launch_id,
+            checkpoint_uri=ckpt,
+            resume=resume,
+            fleet=fleet.entry.fleet,
+            plan=plan_uri,
+            choice=fleet.index,
+            batch_sizes=tuple(sizes),
+            accumulate_grad_batches=accumulation,
+            # when the run began working to this plan (its deadline counts from then; a re-ranked plan's from the move)
+            plan_started_unix=plan_started[plan_uri],
+            heartbeat_max_age_s=heartbeat.max_age_s,
+            max_life_until_unix=until,
         )
+        heartbeat.beat()  # the new cap, now
+        provisioner.start(fleet, env.to_env())
 
     plan_uri = keep_plan(plan)
     batches = fleet_batches(plan.entries[choice])
     global_batch = sum(batches[0]) * batches[1]  # samples per optimizer step, kept on every later fleet
     numbers = itertools.count(1)  # fleet names stay unique for the whole launch (resources, handover objects)
-    fleet = _timed_up(provisioner, plan, choice, f"{name}-{next(numbers)}")
-    up = [fleet]
+    fleet, _ = _timed_up(provisioner, plan, choice, f"{name}-{next(numbers)}")
+    up.append(fleet)
     try:
-        provisioner.start(fleet, _env(plan_uri, fleet, batches, ckpt, "", plan_started[plan_uri]))
-        pending: tuple[LaunchedFleet, str, dict[str, Any], float] | None = None  # a voluntary move's new fleet, up
+        start(fleet, plan_uri, "")
+        pending: tuple[LaunchedFleet, str, MoveRequest, float] | None = None  # a voluntary move's new fleet, up
         while True:
             time.sleep(poll_s)
             code = provisioner.poll(fleet)
-            there = markers.present(ckpt)  # one listing per poll; only what is there is read
+            there = protocol.present(ckpt)  # one listing per poll; only what is there is read
 
-            def read(marker: str, there: set[str] = there) -> dict[str, Any] | None:
-                return markers.read(ckpt, marker) if marker in there else None
+            def read(cls: Any, there: set[str] = there) -> Any:
+                return protocol.read_record(ckpt, cls, launch_id) if cls.FILE in there else None
 
-            finished, left, failed = read(markers.FINISHED), read(markers.PREEMPTED), read(markers.FAILED)
+            started = read(Started) if awaiting else None
+            if started is not None:
+                for i, (move, resume) in enumerate(awaiting):
+                    if started.resumed_from == resume and started.first_step_unix is not None:
+                        move.first_step_unix = started.first_step_unix
+                        if move.last_step_unix is not None:
+                            move.downtime_s = max(0.0, started.first_step_unix - move.last_step_unix)
+                        report(awaiting.pop(i)[0])
+                        break
+            finished, left, failed = read(Finished), read(Preempted), read(Failed)
             if failed is not None:
-                raise MigrationError(
-                    f"The job failed on {fleet.entry.fleet} at step {failed.get('step')}: {failed.get('error')}"
-                )
-            request = None if (pending or finished or left) else read(markers.MOVE_REQUEST)
+                raise MigrationError(f"The job failed on {fleet.entry.fleet} at step {failed.step}: {failed.error}")
+            request = None if (pending or finished or left) else read(MoveRequest)
             if request is not None:
-                markers.clear(ckpt, markers.MOVE_REQUEST)
+                protocol.clear_records(ckpt, MoveRequest)
                 if len(migrations) >= max_migrations:
-                    echo(f"srifty launch: move to {request.get('to_fleet')} declined: --max-migrations reached")
+                    echo(f"srifty launch: move to {request.to_fleet} declined: --max-migrations reached")
                 else:
-                    new_plan = load_plan(request["plan"])
-                    echo(f"srifty launch: move requested ({request['why']}): {request.get('reason', '')}")
-                    t0 = time.monotonic()
-                    new = _timed_up(provisioner, new_plan, new_plan.chosen, f"{name}-{next(numbers)}")
+                    new_plan = load_plan(request.plan)
+                    echo(f"srifty launch: move requested ({request.why}): {request.reason}")
+                    new, up_s = _timed_up(provisioner, new_plan, new_plan.chosen, f"{name}-{next(numbers)}")
                     up.append(new)
-                    pending = (new, keep_plan(new_plan), request, time.monotonic() - t0)
-                    markers.write(ckpt, markers.LEAVE, {"to_fleet": new.entry.fleet})
+                    pending = (new, keep_plan(new_plan), request, up_s)
+                    protocol.write_record(ckpt, Leave(launch_id=launch_id, to_fleet=new.entry.fleet))
                 continue
             if finished is not None or (code == 0 and left is None):
                 _wait_exit(provisioner, fleet)
+                flush()
                 echo(f"srifty launch: finished on {fleet.entry.fleet} after {len(migrations)} migration(s)")
                 return migrations
             if left is None:
@@ -232,14 +419,25 @@ def launch(
                         f"The job failed on {fleet.entry.fleet} with exit status {code} (not a preemption)."
                     )
                 continue
-            # the job left: a spot notice, SIGTERM, or the voluntary move granted above
+            # the job left: a spot notice, SIGTERM, the voluntary move granted above, or on its own
             _wait_exit(provisioner, fleet)
             gone = time.monotonic()
-            markers.clear(ckpt, markers.PREEMPTED, markers.LEAVE)
-            resume = left.get("checkpoint") or ""
-            if pending is not None and left.get("move"):
+            protocol.clear_records(ckpt, Preempted, Leave)
+            if left.trigger in ("heartbeat", "max-life"):
+                fix = (
+                    "raise --max-life-h (the cap counts from each fleet's start)"
+                    if left.trigger == "max-life"
+                    else "the launcher's heartbeat did not reach it: check that the checkpoint folder is reachable "
+                    "and that --heartbeat-max-age is well above --heartbeat-s"
+                )
+                raise MigrationError(
+                    f"The job on {fleet.entry.fleet} left at step {left.step}: {left.why}; its checkpoint is "
+                    f"{left.checkpoint or '(none)'}: {fix}."
+                )
+            resume = left.checkpoint or ""
+            if pending is not None and left.move:
                 new, new_uri, request, up_s = pending
-                pending, trigger, voluntary = None, request["why"], True
+                pending, trigger, voluntary, while_training = None, request.why, True, up_s
             else:
                 if len(migrations) >= max_migrations:
                     raise MigrationError(f"Preempted again after {max_migrations} migrations: giving up.")
@@ -250,40 +448,39 @@ def launch(
                         "srifty recommend."
                     )
                 if pending is not None:  # a notice came before the granted move: that fleet is up, use it
-                    new, new_uri, _, _ = pending
+                    new, new_uri, _, up_s = pending
                     pending = None
                 else:
-                    new = _timed_up(provisioner, fleet.plan, nxt, f"{name}-{next(numbers)}")
+                    new, up_s = _timed_up(provisioner, fleet.plan, nxt, f"{name}-{next(numbers)}")
                     up.append(new)
                     new_uri = plan_uri
-                trigger, voluntary, up_s = "spot", False, 0.0
-            batches = fleet_batches(new.entry, global_batch)
-            provisioner.start(new, _env(new_uri, new, batches, ckpt, resume, plan_started[new_uri]))
-            record(
-                Migration(
-                    dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                    str(left.get("why") or trigger),
-                    trigger,
-                    voluntary,
-                    fleet.entry.fleet,
-                    new.entry.fleet,
-                    left.get("step"),
-                    left.get("notice_to_durable_s"),
-                    time.monotonic() - gone,
-                    up_s,
-                    left.get("durable_unix"),
-                )
+                trigger = left.trigger if left.trigger in ("spot", "sigterm") else "spot"
+                voluntary, while_training = False, 0.0
+            start(new, new_uri, resume)
+            move = Migration(
+                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                str(left.why or trigger),
+                trigger,
+                voluntary,
+                fleet.entry.fleet,
+                new.entry.fleet,
+                left.step,
+                left.notice_to_durable_s,
+                None,
+                while_training,
+                left.durable_unix,
+                checkpoint_s=left.save_s,
+                up_s=up_s,
+                restart_s=time.monotonic() - gone,
+                last_step_unix=left.last_step_unix or left.durable_unix,
             )
+            migrations.append(move)
+            awaiting.append((move, resume))
             provisioner.down(fleet)  # the old fleet goes last: the new one has its job
             up.remove(fleet)
             fleet, plan_uri = new, new_uri
     finally:
-        for remaining in up:
-            try:
-                provisioner.stop(remaining)
-                provisioner.down(remaining)
-            except Exception as exc:  # noqa: BLE001 - report every fleet left behind, keep the first error
-                echo(f"srifty launch: releasing {remaining.entry.fleet} ({remaining.name}) failed: {exc}")
+        flush()
 
 
 def _wait_exit(provisioner: Provisioner, fleet: LaunchedFleet, timeout: float = 120.0) -> None:

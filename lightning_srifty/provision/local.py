@@ -2,7 +2,12 @@
 ``torch.distributed.run --standalone`` (for trying ``srifty launch`` out and for the tests; no capacity to bring up).
 
 ``simulate_notice_after``: the first fleet gets a local instance metadata service and a spot interruption notice
-after that many seconds (what :class:`~lightning_srifty.migrate.preemption.SpotPreemption` reacts to on EC2)."""
+after that many seconds (what :class:`~lightning_srifty.migrate.preemption.SpotPreemption` reacts to on EC2).
+
+torchrun runs as ``python -m lightning_srifty.migrate.torchrun`` (torchrun itself, with the same arguments), which
+reports a planned leave (every worker exited 75) in one line instead of torchrun's ``FAILED`` report and traceback,
+and in a session of its own: a Ctrl-C in the terminal reaches the launcher only, which then stops the job in order
+(SIGTERM: the job checkpoints and leaves) and releases the fleet."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import sys
 import threading
 from typing import Any
 
+from lightning_srifty.protocol import VARIABLES
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.exceptions import MigrationError
 from predictor.plan import Plan
@@ -55,13 +61,13 @@ class LocalProvisioner:
             full.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, AWS_EC2_METADATA_DISABLED="false")
             threading.Timer(self.simulate_notice_after, imds.notify).start()
         self._started += 1
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        command = [sys.executable, "-m", "lightning_srifty.migrate.torchrun", "--standalone"]
         command += [f"--nproc_per_node={fleet.data['ranks']}", *self.script]
         self.echo(
             f"srifty launch: {fleet.entry.fleet} ({fleet.entry.market}) as {fleet.data['ranks']} local process(es), "
-            f"batches [{env['SRIFTY_BATCH_SIZES'].replace(',', ', ')}]"
+            f"batches [{env[VARIABLES['batch_sizes']].replace(',', ', ')}]"
         )
-        fleet.data.update(process=subprocess.Popen(command, env=full), imds=imds)
+        fleet.data.update(process=subprocess.Popen(command, env=full, start_new_session=True), imds=imds)
 
     def poll(self, fleet: LaunchedFleet) -> int | None:
         process = fleet.data.get("process")

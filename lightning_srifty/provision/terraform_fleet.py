@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty import protocol as markers
+from lightning_srifty import protocol
 from lightning_srifty.provision.base import LaunchedFleet
 from lightning_srifty.provision.generate import Options, generate
 from lightning_srifty.provision.runner import apply, destroy
@@ -66,11 +66,22 @@ class TerraformProvisioner:
         opts = dataclasses.replace(self.options, name=name)
         generate(plan, folder, choice=index, options=opts, catalog=self.catalog)
         self.echo(f"srifty launch: terraform apply of {plan.entries[index].fleet} ({name}) in {folder}")
-        outputs = apply(folder, yes=True, echo=self.echo)
+        try:
+            outputs = apply(folder, yes=True, echo=self.echo)
+        except BaseException:  # a failed or interrupted apply may have created some of it: leave nothing behind
+            self.echo(f"srifty launch: terraform destroy of the partly applied {name}")
+            try:
+                destroy(folder, yes=True, echo=self.echo)
+            except Exception as exc:  # noqa: BLE001 - the apply's error is the one to raise
+                self.echo(f"srifty launch: destroying {name} failed ({exc}): run terraform destroy in {folder}")
+            raise
         return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
 
     def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
-        written = markers.write(self.checkpoint_uri, markers.handover(fleet.name), {"fleet": fleet.name, "env": env})
+        launch_id = env.get(protocol.VARIABLES["launch_id"], "")
+        written = protocol.write_record(
+            self.checkpoint_uri, protocol.Handover(launch_id=launch_id, fleet=fleet.name, env=env)
+        )
         self.echo(f"srifty launch: {fleet.entry.fleet} ({fleet.name}) handed over: {written}")
 
     def poll(self, fleet: LaunchedFleet) -> int | None:

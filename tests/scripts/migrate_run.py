@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from lightning_srifty.ddp.hetero import ExactResume, GlobalBatchSampler  # noqa: E402
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy  # noqa: E402
 from lightning_srifty.migrate.preemption import SpotPreemption, find_checkpoint  # noqa: E402
+from lightning_srifty.protocol import LaunchEnv  # noqa: E402
 
 N = 96
 
@@ -102,15 +103,16 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out)
     accumulation = 1
-    if args.from_env:
-        args.batch_sizes = os.environ["SRIFTY_BATCH_SIZES"]
-        accumulation = int(os.environ.get("SRIFTY_ACCUMULATE_GRAD_BATCHES", "1"))
+    launch = LaunchEnv.from_env() if args.from_env else None
+    if launch is not None:
+        args.batch_sizes = ",".join(map(str, launch.batch_sizes))
+        accumulation = launch.accumulate_grad_batches
     out.mkdir(parents=True, exist_ok=True)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     sampler = GlobalBatchSampler(N, sizes, rank, shuffle=True, seed=7, accumulate_grad_batches=accumulation)
     loader = DataLoader(Indexed(), batch_sampler=sampler)
-    ckpt_dir = os.environ["SRIFTY_CHECKPOINT_DIR"] if args.from_env else str(out / "ckpt")
+    ckpt_dir = launch.checkpoint_uri if launch is not None else str(out / "ckpt")
     preemption = SpotPreemption(ckpt_dir, exit_process=False)
     callbacks = [ExactResume(), preemption]
     if args.sigterm_at is not None:
@@ -143,8 +145,8 @@ def main() -> None:
         callbacks=callbacks,
     )
     ckpt = find_checkpoint(str(out / "ckpt")) if args.resume else None
-    if args.from_env:
-        ckpt = os.environ.get("SRIFTY_RESUME") or None
+    if launch is not None:
+        ckpt = launch.resume or None
     (out / "first-step.json").unlink(missing_ok=True)
     trainer.fit(Model(out), train_dataloaders=loader, ckpt_path=ckpt, weights_only=True)
     if preemption.preempted and trainer.is_global_zero:

@@ -1,0 +1,165 @@
+"""The job <-> launcher protocol (torch-free): versioned records, launch ids, LaunchEnv as the one home of the
+SRIFTY_* settings, and the words the launcher uses for a move and a spot notice."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+from lightning_srifty import protocol
+from lightning_srifty.protocol import (
+    PROTOCOL,
+    Handover,
+    Heartbeat,
+    LaunchEnv,
+    MoveRequest,
+    Preempted,
+    read_record,
+    write_record,
+)
+from predictor.exceptions import ConfigError, MigrationError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_record_is_written_with_the_protocol_and_its_launch_and_reads_back(tmp_path) -> None:
+    for cls in protocol.RECORDS:
+        record = cls(launch_id="L1", **({"fleet": "srifty-2"} if cls is Handover else {}))
+        where = write_record(str(tmp_path), record)
+        data = json.loads(Path(where).read_text())
+        assert data["protocol"] == PROTOCOL == "srifty.launch/1" and data["launch_id"] == "L1"
+        assert read_record(str(tmp_path), cls, "L1", name=record.file) == record
+    assert (tmp_path / "HANDOVER-srifty-2.json").exists() and not list(tmp_path.glob("*.partial"))
+    request = MoveRequest(launch_id="L1", why="price", step=7, plan={"schema": "srifty.plan/v1"})
+    write_record(str(tmp_path), request)
+    assert read_record(str(tmp_path), MoveRequest).plan == {"schema": "srifty.plan/v1"}
+
+
+def test_the_heartbeat_has_exactly_the_fields_the_instances_watchdog_reads(tmp_path) -> None:
+    write_record(str(tmp_path), Heartbeat(launch_id="L1", written_unix=100.0, max_age_s=60, max_life_until_unix=None))
+    data = json.loads((tmp_path / "HEARTBEAT.json").read_text())
+    assert set(data) == {"protocol", "launch_id", "written_unix", "max_age_s", "max_life_until_unix"}
+    beat = read_record(str(tmp_path), Heartbeat)
+    assert not beat.stale(now=160.0) and beat.stale(now=160.5)
+    doc = protocol.__doc__
+    assert '{"protocol", "launch_id", "written_unix", "max_age_s", "max_life_until_unix"}' in doc
+
+
+@pytest.mark.parametrize(
+    ("written", "named"),
+    [("srifty.launch/2", "'srifty.launch/2'"), (None, "no protocol field (lightning-srifty 0.1)"), ("x/1", "'x/1'")],
+)
+def test_a_record_of_another_major_version_is_refused_naming_both_and_the_fix(tmp_path, written, named) -> None:
+    data = {"launch_id": "L1", "step": 3, **({"protocol": written} if written else {})}
+    (tmp_path / "PREEMPTED.json").write_text(json.dumps(data))
+    with pytest.raises(MigrationError) as caught:
+        read_record(str(tmp_path), Preempted, "L1")
+    message = str(caught.value)
+    assert named in message and "'srifty.launch/1'" in message
+    assert "use the same lightning-srifty on the launcher and in the training image" in message
+
+
+def test_unknown_fields_of_the_same_major_version_are_accepted_with_a_warning(tmp_path) -> None:
+    data = {"protocol": "srifty.launch/1.4", "launch_id": "L1", "step": 9, "checkpoint": "c9", "gpu_temp_c": 71}
+    (tmp_path / "PREEMPTED.json").write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match="gpu_temp_c"):
+        record = read_record(str(tmp_path), Preempted, "L1")
+    assert (record.step, record.checkpoint) == (9, "c9")
+
+
+def test_a_record_of_another_launch_is_ignored_with_a_warning(tmp_path) -> None:
+    write_record(str(tmp_path), Handover(launch_id="OLD", fleet="srifty-1", env={"SRIFTY_RESUME": "old.ckpt"}))
+    with pytest.warns(UserWarning, match="belongs to launch OLD, not to this one \\(NEW\\)"):
+        assert read_record(str(tmp_path), Handover, "NEW", name=protocol.handover("srifty-1")) is None
+    assert read_record(str(tmp_path), Handover, "OLD", name=protocol.handover("srifty-1")).env["SRIFTY_RESUME"]
+
+
+def test_launch_env_round_trips_through_the_environment() -> None:
+    env = LaunchEnv(
+        launch_id="L1",
+        checkpoint_uri="s3://b/run",
+        resume="s3://b/run/preempt-step=7.ckpt",
+        fleet="g4dn.xlarge:2",
+        plan="s3://b/run/plans/plan-1.json",
+        choice=1,
+        batch_sizes=(5, 3),
+        accumulate_grad_batches=2,
+        plan_started_unix=1700000000.25,
+        heartbeat_max_age_s=600.0,
+        max_life_until_unix=1700007200.5,
+    )
+    variables = env.to_env()
+    assert variables["SRIFTY_CHECKPOINT_URI"] == "s3://b/run" and variables["SRIFTY_BATCH_SIZES"] == "5,3"
+    assert variables["SRIFTY_PROTOCOL"] == PROTOCOL and set(variables) <= set(protocol.VARIABLES.values())
+    assert LaunchEnv.from_env(variables) == env
+    first = LaunchEnv(launch_id="L1", checkpoint_uri="/c").to_env()
+    assert first["SRIFTY_RESUME"] == "" and LaunchEnv.from_env(first).resume == ""  # the first start says so
+    assert LaunchEnv.from_env({"PATH": "/bin"}) is None  # not under srifty launch
+
+
+def test_the_old_checkpoint_variable_is_read_for_one_release_with_a_deprecation_warning() -> None:
+    with pytest.warns(DeprecationWarning, match=r"\$SRIFTY_CHECKPOINT_DIR is deprecated.*SRIFTY_CHECKPOINT_URI"):
+        env = LaunchEnv.from_env({"SRIFTY_CHECKPOINT_DIR": "/ck", "SRIFTY_RESUME": "/ck/a.ckpt"})
+    assert (env.checkpoint_uri, env.resume, env.launch_id) == ("/ck", "/ck/a.ckpt", "")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new name alone: no warning
+        assert LaunchEnv.from_env({"SRIFTY_CHECKPOINT_URI": "/ck"}).checkpoint_uri == "/ck"
+
+
+def test_a_launcher_of_another_major_version_and_bad_values_are_refused_clearly() -> None:
+    with pytest.raises(MigrationError, match=r"'srifty\.launch/2'.*'srifty\.launch/1'.*same lightning-srifty"):
+        LaunchEnv.from_env({"SRIFTY_CHECKPOINT_URI": "/c", "SRIFTY_PROTOCOL": "srifty.launch/2"})
+    with pytest.raises(ConfigError, match=r"\$SRIFTY_CHOICE must be .*int.*Got 'two'") as caught:
+        LaunchEnv.from_env({"SRIFTY_CHECKPOINT_URI": "/c", "SRIFTY_CHOICE": "two"})
+    assert (caught.value.parameter, caught.value.value) == ("SRIFTY_CHOICE", "two")
+    with pytest.raises(ConfigError, match="comma-separated whole numbers"):
+        LaunchEnv.from_env({"SRIFTY_CHECKPOINT_URI": "/c", "SRIFTY_BATCH_SIZES": "4;4"})
+
+
+def test_only_the_protocol_module_names_the_launchers_variables() -> None:
+    names = set(protocol.VARIABLES.values()) | set(protocol.DEPRECATED)
+    offenders = []
+    for path in (ROOT / "lightning_srifty").rglob("*.py"):
+        if path.name == "protocol.py":
+            continue
+        offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if re.search(rf"\b{n}\b", path.read_text())]
+    assert not offenders
+
+
+def test_the_terraform_module_exports_the_same_checkpoint_variable() -> None:
+    template = (ROOT / "terraform/modules/training_fleet/templates/user_data.sh.tftpl").read_text()
+    exported = set(re.findall(r"export (SRIFTY_\w+)=", template))
+    assert exported == {protocol.VARIABLES["checkpoint_uri"]}
+    assert '["env"]' in template  # the handover's LaunchEnv is exported as it is
+
+
+def test_a_move_is_reported_in_words_with_its_measured_times() -> None:
+    from lightning_srifty.provision.launch import Migration
+
+    move = Migration(
+        "2026-11-23T09:00:00+00:00", "spot interruption notice", "spot", False, "g5.xlarge:1", "g5.2xlarge:1", 120,
+        2.9, 6.44, 0.0, checkpoint_s=3.21, up_s=1.08,
+    )  # fmt: skip
+    assert move.describe() == (
+        "moved from g5.xlarge:1 to g5.2xlarge:1 after a spot notice at step 120: checkpoint 3.2 s, new fleet up "
+        "1.1 s, downtime 6.4 s"
+    )
+    move.downtime_s, move.voluntary, move.trigger = None, True, "drift"
+    assert "after a drift from the prediction" in move.describe() and "(while training)" in move.describe()
+    assert "downtime not measured (the new leg took no step)" in move.describe()
+
+
+def test_a_spot_notice_is_described_with_its_time_or_says_there_was_none() -> None:
+    import calendar
+
+    from lightning_srifty.migrate.spot_watcher import Notice
+
+    now = calendar.timegm((2026, 11, 22, 14, 0, 2, 0, 0, 0))
+    notice = Notice("interruption", "terminate", "2026-11-22T14:02:00Z", 0.0)
+    assert notice.describe(now) == "spot interruption notice: terminate at 2026-11-22 14:02:00 UTC (in 118 s)"
+    assert Notice("interruption", "stop", "", 0.0).describe() == "spot interruption notice: stop (no time given)"
+    assert "(time given as 'in 2 minutes')" in Notice("interruption", "terminate", "in 2 minutes", 0.0).describe()
