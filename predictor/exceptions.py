@@ -165,6 +165,7 @@ class LaunchInterrupted(BaseException):
         self.released: list[str] = []
         super().__init__(f"srifty launch stopped by {self.signal_name}")
 
+
 class SriftyWarning(UserWarning):
     """Base class of the warnings lightning-srifty issues."""
 
