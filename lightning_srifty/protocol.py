@@ -143,6 +143,9 @@ class Preempted(Record):
     durable_unix: float | None = None  # when the checkpoint was complete
     save_s: float | None = None
     notice_to_durable_s: float | None = None
+    # "durable" (in the checkpoint folder), or "local <host>:<path>" when the remote store did not take the save
+    # before the deadline (the launcher then resumes from the newest durable checkpoint)
+    stored: str = "durable"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -201,6 +201,12 @@ class Plan:
     profile_gpu: str | None = doc_field("GPU the profile was measured on", default=None)
     created_at: str | None = doc_field("UTC time the plan was made", default=None)
     notes: list[str] | None = doc_field("assumptions and warnings", default=None)
+    checkpoint_s: float | None = doc_field(
+        "what one checkpoint save costs, in seconds: measured by the profile, else assumed (srifty launch sizes "
+        "torchrun's shutdown grace from it)",
+        default=None,
+        min=0,
+    )
     written_by: str | None = doc_field("the release that made the plan, e.g. 'lightning-srifty 0.2.0'", default=None)
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ checkpoint load + the work lost since the last checkpoint (tau / 2 on average).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,18 @@ class SpotCost:
     overhead_s: np.ndarray  # checkpoint writes + interruptions, in expectation
     expected_time_s: np.ndarray
     per_interruption_s: np.ndarray  # re-provision + restart + checkpoint load + half an interval of lost work
+
+
+SHUTDOWN_GRACE_S = (60, 900)  # torchrun's wait for workers to leave, bounds (its own default is 30 s)
+
+
+def shutdown_grace_s(checkpoint_s: float | None) -> int:
+    """How long torchrun lets workers finish after SIGTERM before SIGKILL: twice the checkpoint save plus 30 s (the
+    save of a leaving job must never be cut), within :data:`SHUTDOWN_GRACE_S`. 30 s, torchrun's default, killed a
+    worker in a 40 s save."""
+    save = DEFAULT_CHECKPOINT_S if checkpoint_s is None else float(checkpoint_s)
+    low, high = SHUTDOWN_GRACE_S
+    return int(min(high, max(low, math.ceil(2 * save + 30))))
 
 
 def spot_cost(

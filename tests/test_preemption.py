@@ -305,3 +305,77 @@ def test_the_fleets_life_cap_is_a_notice_too(tmp_path, monkeypatch) -> None:
     trainer([_Slow(), cb], max_steps=400).fit(TinyModel(), train_dataloaders=loader())
     left = read_record(str(tmp_path), Preempted, "L1")
     assert cb.preempted and left.trigger == "max-life" and "life cap was reached" in left.why
+
+
+def _stuck_store(release, hang_records: bool = False):
+    """An fsspec store that takes small writes but never finishes an upload (an S3 outage in the middle of a save);
+    with ``hang_records`` it takes no write at all."""
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class Stuck(MemoryFileSystem):
+        protocol = "stuckmem"
+        root_marker = "/"
+        store: dict = {}  # noqa: RUF012 - fsspec's own class-level store
+        pseudo_dirs = [""]  # noqa: RUF012
+
+        def put_file(self, *args, **kwargs):
+            release.wait(60)
+            raise OSError("the store never answered")
+
+        def _open(self, path, mode="rb", **kwargs):
+            if "w" in mode and (hang_records or ".ckpt" in path):  # checkpoint bytes never go through
+                release.wait(60)
+                raise OSError("the store never answered")
+            return super()._open(path, mode, **kwargs)
+
+    fsspec.register_implementation("stuckmem", Stuck, clobber=True)
+    Stuck.store.clear()
+    return Stuck
+
+
+@pytest.mark.parametrize("hang_records", [False, True])
+def test_a_store_outage_during_the_leaving_save_keeps_the_notice_deadline(tmp_path, hang_records) -> None:
+    """#14 item 5: the save is local first and the upload gets what is left of the deadline; past it the checkpoint
+    stays on local disk, the record says so (or is written locally when the store takes nothing), and the job leaves
+    in time instead of blocking for minutes."""
+    import threading
+
+    from lightning_srifty.protocol import Preempted, read_record
+
+    release = threading.Event()
+    _stuck_store(release, hang_records)
+
+    class Term(pl.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:
+            if trainer.global_step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    local = tmp_path / "local"
+    handler = SpotPreemption(
+        "stuckmem://run/ckpt", endpoint=None, exit_process=False, leave_deadline_s=2.0, local_fallback=str(local)
+    )
+    t = trainer([Term(), handler], max_steps=30)
+    t0 = time.monotonic()
+    try:
+        t.fit(TinyModel(), train_dataloaders=loader())
+        took = time.monotonic() - t0
+    finally:
+        release.set()
+    assert handler.preempted and t.global_step == 3
+    assert took < 12, took  # the deadline (2 s) twice over and the run's own time, never the store's minutes
+    (path,) = handler.checkpoints
+    assert path == str(local / "preempt-step=3.ckpt") and os.path.exists(path)
+    assert handler.stored.startswith("local ") and handler.stored.endswith(path)
+    assert find_checkpoint(str(local)) == path  # complete, with its digest
+    where = str(local) if hang_records else "stuckmem://run/ckpt"
+    record = read_record(where, Preempted, "")
+    assert record.stored == handler.stored and record.checkpoint == path
+
+
+def test_torchruns_grace_follows_the_measured_save() -> None:
+    from predictor.spot import shutdown_grace_s
+
+    assert shutdown_grace_s(40.0) == 110  # torchrun's 30 s default killed a worker in a 40 s save
+    assert shutdown_grace_s(None) == 90  # the assumed 30 s save
+    assert shutdown_grace_s(0.1) == 60 and shutdown_grace_s(3600) == 900

@@ -18,13 +18,17 @@ truncated newer one. Paths are local or any fsspec URL (``s3://bucket/prefix`` w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import re
 import signal
+import socket
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -58,6 +62,11 @@ class SpotPreemption(Callback):
             with ``callback.preempted`` set).
         every_s: also checkpoint every this many seconds (the plan's Young-Daly interval: :meth:`from_plan`),
             keeping the newest ``keep`` periodic checkpoints.
+        leave_deadline_s: a leaving checkpoint must be durable this many seconds after the notice (AWS acts 120 s
+            after it): with a remote ``dirpath`` it is saved to local disk first and uploaded within what is left; if
+            the store does not take it in time (an outage), it stays on local disk at ``local_fallback``, the
+            ``PREEMPTED.json`` record says so (``stored``), and it is written locally if the store refuses it too.
+        local_fallback: the local folder for that (default: ``$TMPDIR/srifty-checkpoints``).
     """
 
     def __init__(
@@ -71,6 +80,8 @@ class SpotPreemption(Callback):
         exit_process: bool = True,
         every_s: float | None = None,
         keep: int = 2,
+        leave_deadline_s: float = 100.0,
+        local_fallback: str | None = None,
     ) -> None:
         if on_rebalance not in ("checkpoint", "ignore"):
             from predictor.exceptions import ConfigError
@@ -89,6 +100,11 @@ class SpotPreemption(Callback):
         self.interval_s = interval_s if interval_s is not None else float(os.environ.get("SRIFTY_SPOT_POLL_S", "5"))
         self.on_rebalance, self.handle_sigterm, self.exit_process = on_rebalance, handle_sigterm, exit_process
         self.every_s, self.keep = every_s, max(1, keep)
+        # a leaving save must be durable within leave_deadline_s of the notice (AWS gives 120 s): a remote store
+        # that does not take it by then is given up on, and the checkpoint stays on local disk (said in the record)
+        self.leave_deadline_s = float(leave_deadline_s)
+        self.local_fallback = local_fallback or os.path.join(tempfile.gettempdir(), "srifty-checkpoints")
+        self.stored = "durable"
         self._last_save = time.monotonic()
         self._stop = threading.Event()
         self._rebalance = threading.Event()
@@ -239,7 +255,8 @@ class SpotPreemption(Callback):
             return
         self._rebalance.clear()
         start = time.monotonic()
-        path = self.save(trainer, reason="preempt" if stop else "rebalance")
+        remaining = self.leave_deadline_s - (start - (self._notice_at or start))
+        path = self.save(trainer, reason="preempt" if stop else "rebalance", deadline_s=max(5.0, remaining))
         durable = time.monotonic()
         self.timings = {
             "save_s": durable - start,
@@ -266,9 +283,10 @@ class SpotPreemption(Callback):
                 durable_unix=time.time(),
                 save_s=self.timings["save_s"],
                 notice_to_durable_s=self.timings["notice_to_durable_s"],
+                stored=self.stored,
                 **self._leave_details,
             )
-            protocol.write_record(self.dirpath, record)
+            self._write_status(record, deadline_s=max(5.0, self.leave_deadline_s - (time.monotonic() - start)))
         self._restore()
         if self.exit_process:
             raise SystemExit(PREEMPTED_EXIT_CODE)
@@ -293,21 +311,102 @@ class SpotPreemption(Callback):
                     fs.rm(old + DIGEST_SUFFIX)
                 self.checkpoints.remove(old)
 
-    def save(self, trainer: pl.Trainer, reason: str = "manual") -> str:
+    def save(self, trainer: pl.Trainer, reason: str = "manual", deadline_s: float | None = None) -> str:
         """Save on every rank to a temporary name; rank 0 records its sha256 and renames it into place when complete
-        (the digest is written before the rename, so a published checkpoint always has it)."""
+        (the digest is written before the rename, so a published checkpoint always has it).
+
+        With ``deadline_s`` and a remote folder (``s3://``...), the checkpoint is saved to local disk first and
+        uploaded within the deadline; if the store does not take it in time (an outage), it stays on local disk,
+        the returned path is the local one and ``self.stored`` says so."""
         final = f"{self.dirpath}/{reason}-step={trainer.global_step}.ckpt"
-        partial = final + ".partial"
-        trainer.save_checkpoint(partial)
-        trainer.strategy.barrier("srifty-preempt-save")
-        if trainer.is_global_zero:
-            fs = get_filesystem(final)
-            write_digest(fs, final, sha256_of(fs, partial))
-            fs.mv(partial, final)
-        trainer.strategy.barrier("srifty-preempt-renamed")
+        self.stored = "durable"
+        if deadline_s is None or "://" not in self.dirpath or self.dirpath.startswith("file://"):
+            partial = final + ".partial"
+            trainer.save_checkpoint(partial)
+            trainer.strategy.barrier("srifty-preempt-save")
+            if trainer.is_global_zero:
+                fs = get_filesystem(final)
+                write_digest(fs, final, sha256_of(fs, partial))
+                fs.mv(partial, final)
+            trainer.strategy.barrier("srifty-preempt-renamed")
+        else:
+            final = self._save_with_deadline(trainer, final, deadline_s)
         self.checkpoints.append(final)
         self._last_save = time.monotonic()
         return final
+
+    def _save_with_deadline(self, trainer: pl.Trainer, final: str, deadline_s: float) -> str:
+        started = time.monotonic()
+        local = os.path.join(self.local_fallback, final.rsplit("/", 1)[-1])
+        os.makedirs(self.local_fallback, exist_ok=True)
+        trainer.save_checkpoint(local + ".partial")
+        trainer.strategy.barrier("srifty-preempt-save")
+        where = final
+        if trainer.is_global_zero:
+            local_fs = get_filesystem(local)
+            digest = sha256_of(local_fs, local + ".partial")
+            write_digest(local_fs, local, digest)
+            os.replace(local + ".partial", local)
+
+            def upload() -> None:
+                fs = get_filesystem(final)
+                fs.put_file(local, final + ".partial")
+                write_digest(fs, final, digest)
+                fs.mv(final + ".partial", final)
+
+            error = _within(deadline_s - (time.monotonic() - started), upload)
+            if error is None:
+                with contextlib.suppress(OSError):
+                    os.remove(local)
+                    os.remove(local + DIGEST_SUFFIX)
+            else:
+                where = local
+                self.stored = f"local {socket.gethostname()}:{local}"
+                log.error(
+                    "SpotPreemption: the checkpoint did not reach %s within %.0f s (%s); it is kept on this machine's "
+                    "disk at %s, and the next fleet resumes from the newest checkpoint that did.",
+                    final,
+                    deadline_s,
+                    error,
+                    local,
+                )
+        where = trainer.strategy.broadcast(where)
+        self.stored = trainer.strategy.broadcast(self.stored)
+        return where
+
+    def _write_status(self, record: Any, deadline_s: float) -> None:
+        """The status record, in the checkpoint folder within the deadline; else on local disk, and said loudly."""
+        error = _within(deadline_s, lambda: protocol.write_record(self.dirpath, record))
+        if error is None:
+            return
+        local = protocol.write_record(self.local_fallback, record)
+        log.error(
+            "SpotPreemption: %s could not be written to %s within %.0f s (%s); written to %s instead.",
+            type(record).__name__,
+            self.dirpath,
+            deadline_s,
+            error,
+            local,
+        )
+
+
+def _within(seconds: float, work: Callable[[], None]) -> str | None:
+    """Run ``work`` in a daemon thread for at most ``seconds``: None when it finished, else what went wrong (its
+    error, or the time running out: the thread is left behind, the process is about to leave anyway)."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="srifty-deadline", daemon=True)
+    thread.start()
+    thread.join(max(0.0, seconds))
+    if thread.is_alive():
+        return f"no answer within {seconds:.0f} s"
+    return f"{type(failure[0]).__name__}: {failure[0]}" if failure else None
 
 
 DIGEST_SUFFIX = ".sha256"  # beside every checkpoint SpotPreemption publishes, in sha256sum's format

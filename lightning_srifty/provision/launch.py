@@ -435,6 +435,12 @@ def _run(
                     f"{left.checkpoint or '(none)'}: {fix}."
                 )
             resume = left.checkpoint or ""
+            if left.stored != "durable":  # the store did not take the last save in time: the newest one it has
+                echo(
+                    f"srifty launch: the last checkpoint did not reach {ckpt} before the deadline; it is on the old "
+                    f"fleet's disk ({left.stored.removeprefix('local ')}); resuming from the newest checkpoint there"
+                )
+                resume = ""
             if pending is not None and left.move:
                 new, new_uri, request, up_s = pending
                 pending, trigger, voluntary, while_training = None, request.why, True, up_s

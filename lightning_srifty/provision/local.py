@@ -21,6 +21,7 @@ from lightning_srifty.protocol import VARIABLES
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.exceptions import MigrationError
 from predictor.plan import Plan
+from predictor.spot import shutdown_grace_s
 
 
 class LocalProvisioner:
@@ -61,7 +62,14 @@ class LocalProvisioner:
             full.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, AWS_EC2_METADATA_DISABLED="false")
             threading.Timer(self.simulate_notice_after, imds.notify).start()
         self._started += 1
-        command = [sys.executable, "-m", "lightning_srifty.migrate.torchrun", "--standalone"]
+        grace = shutdown_grace_s(fleet.plan.checkpoint_s)  # a leaving job's save is never cut by torchrun's SIGKILL
+        command = [
+            sys.executable,
+            "-m",
+            "lightning_srifty.migrate.torchrun",
+            "--standalone",
+            f"--shutdown_timeout={grace}",
+        ]
         command += [f"--nproc_per_node={fleet.data['ranks']}", *self.script]
         self.echo(
             f"srifty launch: {fleet.entry.fleet} ({fleet.entry.market}) as {fleet.data['ranks']} local process(es), "

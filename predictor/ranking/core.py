@@ -182,6 +182,7 @@ def rank(
         profile_gpu=profile.hardware.gpu,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         written_by=writer(),
+        checkpoint_s=float(checkpoint_s),
         notes=tuple(
             _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
             + ([current_note] if current_note else [])
