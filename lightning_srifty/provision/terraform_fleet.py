@@ -16,6 +16,7 @@ from typing import Any
 
 from lightning_srifty import protocol as markers
 from lightning_srifty.provision.base import LaunchedFleet
+from lightning_srifty.provision.command import check_env_names
 from lightning_srifty.provision.generate import Options, generate
 from lightning_srifty.provision.runner import apply, destroy
 from predictor.exceptions import ConfigError
@@ -70,6 +71,7 @@ class TerraformProvisioner:
         return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
 
     def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
+        check_env_names(env, "the handover's env")  # exported on every instance (which checks again)
         written = markers.write(self.checkpoint_uri, markers.handover(fleet.name), {"fleet": fleet.name, "env": env})
         self.echo(f"srifty launch: {fleet.entry.fleet} ({fleet.name}) handed over: {written}")
 

@@ -39,7 +39,10 @@ job_gone() {
   [ -e "$STATE/user_data.exited" ] && return 0
   local pid
   pid=$(job_pid) || return 1
-  [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null
+  [ -n "$pid" ] || return 1
+  ! kill -0 "$pid" 2>/dev/null && return 0
+  # a job that has exited but not been reaped yet (a zombie) has exited too
+  [ "$(sed -e 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" = Z ]
 }
 
 # prints "written_unix max_age_s max_life_until_unix" of the heartbeat record, or fails
