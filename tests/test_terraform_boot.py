@@ -23,6 +23,7 @@ import pytest
 from conftest import tf_run
 from imds_server import FakeIMDS
 from lightning_srifty.provision.generate import TFVARS, Options, generate, tfvars
+from lightning_srifty.provision.money import group_usd_per_hour
 from lightning_srifty.provision.runner import apply, destroy
 from predictor.exceptions import ConfigError
 from predictor.perf.network import DEFAULT_NETWORK, inter_node_link
@@ -122,8 +123,14 @@ def test_multi_node_fleets_get_every_efa_interface_the_predictor_assumes(catalog
     assert link.gbps == pytest.approx(cards * card_gbit / 8 * DEFAULT_NETWORK.efa_efficiency)
     plan = load_plan(ROOT / "terraform" / "examples" / "multi-node-spot" / "plan.json")  # p4d.24xlarge:4
     entry = plan.entries[0]
-    groups = [dataclasses.replace(entry.groups[0], instance_type=itype)]
-    plan = dataclasses.replace(plan, entries=[dataclasses.replace(entry, groups=groups)])
+    # the same fleet of another type, priced from the catalog (srifty terraform refuses figures that are not)
+    g = entry.groups[0]
+    usd = group_usd_per_hour(catalog, itype, entry.region, g.on_demand, g.spot)
+    groups = [dataclasses.replace(g, instance_type=itype, gpus_per_instance=it.gpus, usd_per_hour=usd)]
+    entry = dataclasses.replace(
+        entry, groups=groups, fleet=f"{itype}:{g.count}", gpus=g.count * it.gpus, usd_per_hour=usd
+    )
+    plan = dataclasses.replace(plan, entries=[entry])
     (values,) = tfvars(plan, 0, Options(name="efa-fleet"), catalog)["groups"]
     assert (values["efa"], values["network_interfaces"]) == (True, cards)
     assert it.network_interfaces(multi_node=False) == 1
