@@ -183,6 +183,7 @@ def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(tf_env, moto_
         assert data["InstanceType"] == itype and data["MetadataOptions"]["HttpTokens"] == "required"
         assert data["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
         assert data["NetworkInterfaces"][0]["InterfaceType"] == "efa"  # g5/g6.48xlarge support EFA
+        assert data["InstanceInitiatedShutdownBehavior"] == "terminate"  # the watchdog's shutdown terminates
     (asg,) = client["autoscaling"].describe_auto_scaling_groups(
         AutoScalingGroupNames=[fleet["autoscaling_group_name"]]
     )["AutoScalingGroups"]
@@ -340,7 +341,11 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     template = group["MixedInstancesPolicy"]["LaunchTemplate"]["LaunchTemplateSpecification"]["LaunchTemplateId"]
     data = ec2.describe_launch_template_versions(LaunchTemplateId=template)["LaunchTemplateVersions"][0]
     user_data = base64.b64decode(data["LaunchTemplateData"]["UserData"]).decode()
-    assert "job-1/HANDOVER-mig-2.json" in user_data and "torchrun" in user_data
+    # the checkpoint URI reaches the shell base64-encoded in single quotes; the watchdog reads the heartbeat beside it
+    assert "HANDOVER-mig-2.json" in user_data and "torchrun" in user_data
+    assert f"CHECKPOINT_URI=$(b64 '{base64.b64encode(b's3://runs/job-1/').decode()}')" in user_data
+    assert 'SRIFTY_WD_HEARTBEAT_URI="$CHECKPOINT_URI""HEARTBEAT.json"' in user_data
+    assert data["LaunchTemplateData"]["InstanceInitiatedShutdownBehavior"] == "terminate"
     # the job checkpoints and leaves
     s3.put_object(Bucket="runs", Key="job-1/move-step=120.ckpt", Body=b"weights")
     left = markers.Preempted(

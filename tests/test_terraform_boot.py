@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import math
 import os
 import shutil
 import stat
@@ -22,6 +23,7 @@ import pytest
 from conftest import tf_run
 from imds_server import FakeIMDS
 from lightning_srifty.provision.generate import TFVARS, Options, generate, tfvars
+from lightning_srifty.provision.money import group_usd_per_hour
 from lightning_srifty.provision.runner import apply, destroy
 from predictor.exceptions import ConfigError
 from predictor.perf.network import DEFAULT_NETWORK, inter_node_link
@@ -121,8 +123,14 @@ def test_multi_node_fleets_get_every_efa_interface_the_predictor_assumes(catalog
     assert link.gbps == pytest.approx(cards * card_gbit / 8 * DEFAULT_NETWORK.efa_efficiency)
     plan = load_plan(ROOT / "terraform" / "examples" / "multi-node-spot" / "plan.json")  # p4d.24xlarge:4
     entry = plan.entries[0]
-    groups = [dataclasses.replace(entry.groups[0], instance_type=itype)]
-    plan = dataclasses.replace(plan, entries=[dataclasses.replace(entry, groups=groups)])
+    # the same fleet of another type, priced from the catalog (srifty terraform refuses figures that are not)
+    g = entry.groups[0]
+    usd = group_usd_per_hour(catalog, itype, entry.region, g.on_demand, g.spot)
+    groups = [dataclasses.replace(g, instance_type=itype, gpus_per_instance=it.gpus, usd_per_hour=usd)]
+    entry = dataclasses.replace(
+        entry, groups=groups, fleet=f"{itype}:{g.count}", gpus=g.count * it.gpus, usd_per_hour=usd
+    )
+    plan = dataclasses.replace(plan, entries=[entry])
     (values,) = tfvars(plan, 0, Options(name="efa-fleet"), catalog)["groups"]
     assert (values["efa"], values["network_interfaces"]) == (True, cards)
     assert it.network_interfaces(multi_node=False) == 1
@@ -212,6 +220,10 @@ def run_user_data(
     torchrun = bin_dir / "torchrun"
     torchrun.write_text(FAKE_TORCHRUN.format(python=sys.executable))
     torchrun.chmod(torchrun.stat().st_mode | stat.S_IEXEC)
+    # never the machine's own shutdown: the life cap and the watchdog call this one
+    shutdown = bin_dir / "shutdown"
+    shutdown.write_text(f'#!/bin/bash\necho "$*" >>{work / "shutdown.log"}\n')
+    shutdown.chmod(shutdown.stat().st_mode | stat.S_IEXEC)
     script = work / "user_data.sh"
     script.write_text(user_data)
     env = {
@@ -224,11 +236,22 @@ def run_user_data(
         "AWS_SECRET_ACCESS_KEY": "testing",
         "SRIFTY_USER_DATA_LOG": str(work / "user-data.log"),
         "SRIFTY_HARNESS_RECORD": str(work / "torchrun.json"),
+        "SRIFTY_STATE_DIR": str(work / "state"),
+        "SRIFTY_WATCHDOG_LOG": str(work / "watchdog.log"),
+        "SRIFTY_WATCHDOG_INTERVAL_S": "1",
         **extra_env,
     }
     run = subprocess.run(["bash", str(script)], cwd="/", env=env, capture_output=True, text=True, timeout=240)
     record = json.loads((work / "torchrun.json").read_text()) if (work / "torchrun.json").exists() else {}
+    # the watchdog (in the background) sees the job gone within a second or two and calls the fake shutdown
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and "-h now" not in _read(work / "shutdown.log"):
+        time.sleep(0.2)
     return run, record
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endpoint, tmp_path, catalog) -> None:
@@ -298,6 +321,11 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
         assert record["env"]["SRIFTY_CHECKPOINT_URI"] == out["checkpoint_uri"]
         assert record["env"]["PYTHONUNBUFFERED"] == "1"
         assert "`Trainer.fit` stopped: `max_steps=5` reached" in log  # the example trained under torchrun
+        # the life cap was scheduled at boot, and the watchdog stopped the instance once the job had exited
+        shutdowns = (tmp_path / "shutdown.log").read_text().splitlines()
+        max_life_min = math.ceil(json.loads((infra / TFVARS).read_text())["max_life_h"] * 60)
+        assert shutdowns[0].startswith(f"-h +{max_life_min} ") and shutdowns[-1] == "-h now", shutdowns
+        assert "the training job has exited" in (tmp_path / "watchdog.log").read_text()
     finally:
         destroy(infra, yes=True, echo=lambda line: None)
 

@@ -28,6 +28,9 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         bucket=args.bucket,
         root_volume_gb=args.root_volume_gb,
         aws_endpoint=args.aws_endpoint,
+        max_life_h=args.max_life_h,
+        max_instances=args.max_instances,
+        max_hourly_usd=args.max_hourly,
     )
     result = generate(plan, args.out, choice=args.choice, options=options, catalog=load_catalog(args))
     entry = plan.entries[args.choice]
@@ -39,9 +42,10 @@ def cmd_terraform(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    from lightning_srifty.cli._common import load_catalog
     from lightning_srifty.provision.runner import apply
 
-    outputs = apply(args.dir, yes=args.yes)
+    outputs = apply(args.dir, yes=args.yes, catalog=load_catalog(args))
     print(json.dumps(outputs, indent=2, default=str))
     return 0
 
@@ -83,13 +87,27 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket", help="an existing checkpoint bucket; default: one is created")
     p.add_argument("--root-volume-gb", type=int, default=200)
     p.add_argument("--aws-endpoint", help="a local AWS-compatible endpoint (offline tests)")
+    p.add_argument(
+        "--max-life-h",
+        type=float,
+        help="every instance terminates itself after this many hours (default: predicted hours x 1.5 + 1)",
+    )
+    p.add_argument(
+        "--max-instances", type=int, help="refuse a fleet of more instances (default: the plan's max_instances)"
+    )
+    p.add_argument(
+        "--max-hourly",
+        type=float,
+        metavar="USD",
+        help="refuse a fleet that costs more per hour at catalog prices (default: the plan's max_hourly_usd, if any)",
+    )
     p.set_defaults(func=cmd_terraform)
 
     for name, func, text in (
         ("apply", cmd_apply, "terraform init/plan/apply a root module written by srifty terraform"),
         ("destroy", cmd_destroy, "terraform destroy a root module written by srifty terraform"),
     ):
-        q = sub.add_parser(name, help=text)
+        q = sub.add_parser(name, parents=[common] if func is cmd_apply else [], help=text)
         q.add_argument("--dir", required=True, help="the folder srifty terraform wrote")
         q.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         q.set_defaults(func=func)

@@ -64,3 +64,76 @@ def train_argv(command: str) -> list[str]:
     if rest[0].startswith("-"):
         raise _refuse(command, f"passes the Python option {rest[0]!r}, which torchrun cannot pass on.")
     return rest
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Values that reach the instances' shell and IAM policy: checked here, and again by the module's validation blocks
+# ---------------------------------------------------------------------------------------------------------------------
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+_PREFIX = re.compile(r"^([A-Za-z0-9_-][A-Za-z0-9._-]*/)+$")
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+def check_bucket(name: str, parameter: str = "bucket") -> str:
+    """``name`` when it follows S3's bucket naming rules
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html).
+
+    Raises:
+        ConfigError: naming the rule broken, the value and the fix.
+    """
+    why = None
+    if not isinstance(name, str) or not _BUCKET.match(name):
+        why = "must be 3 to 63 lower-case letters, digits, dots and hyphens, starting and ending with a letter or digit"
+    elif ".." in name:
+        why = "must not have two adjacent dots"
+    elif re.match(r"^\d+\.\d+\.\d+\.\d+$", name):
+        why = "must not look like an IP address"
+    elif name.startswith(_BUCKET_PREFIXES):
+        why = "must not start with " + ", ".join(_BUCKET_PREFIXES)
+    elif name.endswith(_BUCKET_SUFFIXES):
+        why = "must not end with " + ", ".join(_BUCKET_SUFFIXES)
+    if why:
+        raise ConfigError(
+            f"The {parameter} {name!r} is not a valid S3 bucket name: it {why} (S3's bucket naming rules). "
+            "Give the name of an existing bucket, e.g. my-team-checkpoints.",
+            parameter=parameter,
+            value=name,
+        )
+    return name
+
+
+def check_prefix(prefix: str, parameter: str = "checkpoint_prefix") -> str:
+    """``prefix`` when it is folders of ``[A-Za-z0-9._-]`` each ending with ``/`` (none starting with a dot), at most
+    512 characters: it reaches the instances' shell and their IAM policy, where ``*`` would be a wildcard.
+
+    Raises:
+        ConfigError: naming the value and the fix.
+    """
+    if not isinstance(prefix, str) or len(prefix) > 512 or not _PREFIX.match(prefix):
+        raise ConfigError(
+            f"The {parameter} {prefix!r} must be folders of letters, digits, '.', '_' and '-' (not starting with '.'), "
+            "each ending with a slash, at most 512 characters, e.g. runs/resnet-1/.",
+            parameter=parameter,
+            value=prefix,
+        )
+    return prefix
+
+
+def check_env_names(env: dict[str, object], parameter: str = "env") -> dict[str, object]:
+    """``env`` when every name is a shell variable name ``[A-Z_][A-Z0-9_]*`` (it is exported on the instances).
+
+    Raises:
+        ConfigError: naming the first bad name.
+    """
+    for key in env:
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise ConfigError(
+                f"The environment variable name {key!r} in {parameter} is not [A-Z_][A-Z0-9_]*: only such names are "
+                "exported on the instances. Rename it, e.g. SRIFTY_MY_SETTING.",
+                parameter=parameter,
+                value=key,
+            )
+    return env

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -23,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty.provision.command import train_argv
+from lightning_srifty.provision.command import check_bucket, check_prefix, train_argv
+from lightning_srifty.provision.money import check_entry, check_limits, group_usd_per_hour
 from predictor._io import atomic_write_text
 from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError, ProvisionError
@@ -31,6 +33,7 @@ from predictor.plan import Plan, PlanEntry
 
 MARKER = ".srifty.json"
 TFVARS = "srifty.auto.tfvars.json"
+MAX_LIFE_H = 720.0  # the module's upper bound for max_life_h (30 days)
 MAX_WEIGHT = 999  # an Auto Scaling group's largest weighted_capacity
 # families whose instances support cluster placement groups (current-generation GPU types all do)
 CLUSTER_FAMILIES = re.compile(r"^(p3|p3dn|p4d|p4de|p5|p5e|p5en|p6|g4dn|g5|g6|g6e|gr6|g4ad|g5g|trn1|trn2|inf2|dl1)\.")
@@ -69,7 +72,10 @@ class Options:
     root_volume_gb: int = 200
     aws_endpoint: str | None = None
     checkpoint_prefix: str | None = None  # default checkpoints/<name>/; srifty launch shares one across fleets
-    handover: bool = False  # instances wait for HANDOVER-<name>.json (srifty launch)
+    handover: bool = False  # instances wait for HANDOVER-<name>.json (srifty launch); the watchdog reads HEARTBEAT.json
+    max_life_h: float | None = None  # every instance's life cap; default: predicted hours x 1.5 + 1
+    max_instances: int | None = None  # guard; default: the plan's constraints.max_instances
+    max_hourly_usd: float | None = None  # guard; default: the plan's constraints.max_hourly_usd (None: no limit)
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$")
@@ -79,6 +85,12 @@ def default_name(plan: Plan, choice: int) -> str:
     base = re.sub(r"[^a-z0-9-]+", "-", (plan.model or "run").lower()).strip("-")[:24] or "run"
     digest = hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True).encode()).hexdigest()[:6]
     return f"srifty-{base}-{choice}-{digest}"
+
+
+def default_max_life_h(entry: PlanEntry) -> float:
+    """The life cap for a fleet: the predicted hours x 1.5 + 1, rounded up to a minute, within the module's 0.25-720."""
+    hours = entry.time_h * 1.5 + 1 if math.isfinite(entry.time_h) else MAX_LIFE_H
+    return min(MAX_LIFE_H, max(0.25, math.ceil(hours * 60) / 60))
 
 
 def weights(entry: PlanEntry) -> tuple[list[int], float]:
@@ -132,6 +144,31 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
             value=options.setup_command,
         )
     catalog = catalog or Catalog.load()
+    check_entry(plan, choice, catalog)  # the plan's counts, markets and $/h are the catalog's, or it is refused
+    region = options.region or entry.region
+    usd_per_hour = sum(
+        group_usd_per_hour(catalog, g.instance_type, region, g.on_demand, g.spot, f"--region {region}")
+        for g in entry.groups
+    )
+    max_instances = options.max_instances if options.max_instances is not None else plan.constraints.max_instances
+    max_hourly = options.max_hourly_usd if options.max_hourly_usd is not None else plan.constraints.max_hourly_usd
+    for field, value, low in (("max_instances", max_instances, 1), ("max_hourly_usd", max_hourly, 0)):
+        if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value <= low - 1):
+            raise ConfigError(
+                f"--{field.replace('_usd', '').replace('_', '-')} must be a positive number. Got {value!r}.",
+                parameter=field,
+                value=value,
+            )
+    if max_instances is not None and int(max_instances) != max_instances:
+        raise ConfigError(f"--max-instances must be whole. Got {max_instances!r}.", "max_instances", max_instances)
+    check_limits(entry.nodes, usd_per_hour, max_instances, max_hourly)
+    max_life_h = options.max_life_h if options.max_life_h is not None else default_max_life_h(entry)
+    if not isinstance(max_life_h, (int, float)) or not 0.25 <= max_life_h <= MAX_LIFE_H:
+        raise ConfigError(
+            f"--max-life-h must be between 0.25 and {MAX_LIFE_H:g} hours. Got {max_life_h!r}.",
+            parameter="max_life_h",
+            value=max_life_h,
+        )
     w, unit = weights(entry)
     groups = []
     multi_node = entry.nodes > 1
@@ -168,16 +205,10 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
         if options.vpc_id
         else {"create_vpc": True}
     )
-    prefix = options.checkpoint_prefix or f"checkpoints/{name}/"
-    if not re.match(r"^[A-Za-z0-9!_.*'()/-]*/$", prefix) or prefix.startswith("/"):
-        raise ConfigError(
-            f"The checkpoint prefix {prefix!r} must end with a slash and not start with one, e.g. runs/resnet-1/.",
-            parameter="checkpoint_prefix",
-            value=prefix,
-        )
+    prefix = check_prefix(options.checkpoint_prefix or f"checkpoints/{name}/")
     checkpoints: dict[str, Any] = {"prefix": prefix}
     if options.bucket:
-        checkpoints.update(create_bucket=False, bucket=options.bucket)
+        checkpoints.update(create_bucket=False, bucket=check_bucket(options.bucket))
     train: dict[str, Any] = {
         "argv": argv,
         "setup_command": options.setup_command,
@@ -188,7 +219,7 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
     if options.handover:
         train["handover"] = True
     values: dict[str, Any] = {
-        "region": options.region or entry.region,
+        "region": region,
         "name": name,
         "network": network,
         "ssh_cidr_blocks": list(options.ssh_cidr),
@@ -204,9 +235,12 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
         "root_volume_gb": options.root_volume_gb,
         "checkpoints": checkpoints,
         "train": train,
+        "max_life_h": max_life_h,
+        "watchdog": {"heartbeat": options.handover},
+        "limits": {"max_instances": max_instances, "max_hourly_usd": max_hourly},
         "predicted": {
             "throughput_samples_s": round(entry.throughput_samples_s, 6),
-            "usd_per_hour": round(entry.usd_per_hour, 6),
+            "usd_per_hour": round(usd_per_hour, 6),  # the catalog's, in the region bought
             "time_h": round(entry.time_h, 6),
             "cost_usd": round(entry.cost_usd, 6),
             "samples_per_capacity_unit": round(unit, 6),

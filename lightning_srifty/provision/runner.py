@@ -2,7 +2,12 @@
 
 Progress streams to the terminal (terraform's own output); the plan summary counts the resources to add, change and
 destroy by type before anything is changed. Missing pieces (the terraform binary, AWS credentials, the folder) are
-clear errors, not tracebacks.
+clear errors, not tracebacks. The written values are checked against the catalog first (counts, $/h, the guards in
+``limits``: :mod:`lightning_srifty.provision.money`).
+
+An apply that fails part-way, or is interrupted (Ctrl-C), leaves nothing billing: when the state was empty before (a
+new fleet), everything it created is destroyed at once; when it held a fleet already, nothing is destroyed (that fleet
+may be training) and the error says how to (``srifty destroy --dir``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty.provision.generate import MARKER, TFVARS
+from lightning_srifty.provision.money import check_values
 from predictor.exceptions import ProvisionError
 
 PLAN_FILE = "srifty.tfplan"
@@ -114,10 +120,23 @@ def apply(
     yes: bool = False,
     ask: Callable[[str], str] | None = None,
     echo: Callable[[str], None] = print,
+    catalog: Any = None,
 ) -> dict[str, Any]:
-    """init, plan, show the summary, confirm, apply; returns the root module's outputs."""
+    """check the values against the catalog, init, plan, show the summary, confirm, apply; returns the root module's
+    outputs.
+
+    Raises:
+        ConfigError: the values disagree with the catalog or break a guard (nothing is run).
+        ProvisionError: a terraform step failed; after a failed or interrupted apply of a new fleet, what it created
+            has been destroyed (the message says whether that worked).
+    """
     root = Path(folder)
     values = _check_folder(root)
+    if catalog is None:
+        from predictor.catalog.catalog import Catalog
+
+        catalog = Catalog.load()
+    check_values(values, catalog)
     tf = _terraform(root)
     _check_credentials(values)
     echo(f"terraform init in {root}")
@@ -144,11 +163,46 @@ def apply(
         echo("Nothing to change.")
     else:
         _confirm("Apply this plan?", yes, ask)
-        code, _, err = _run(tf, "apply", PLAN_FILE, input=False, stream=True)
+        fresh = not _state_resources(tf)
+        try:
+            code, _, err = _run(tf, "apply", PLAN_FILE, input=False, stream=True)
+        except KeyboardInterrupt:
+            echo("Interrupted during terraform apply: " + _clean_up(tf, root, values, fresh, echo))
+            raise
         if code != 0:
-            raise ProvisionError(f"terraform apply failed in {root} (see the output above). {err.strip()}")
+            left = _clean_up(tf, root, values, fresh, echo)
+            raise ProvisionError(f"terraform apply failed in {root} (see the output above); {left}\n{err.strip()}")
     (root / PLAN_FILE).unlink(missing_ok=True)
     return outputs(root)
+
+
+def _state_resources(tf: Any) -> list[str]:
+    """The resources terraform's state holds now (empty before a new fleet's first apply)."""
+    code, out, _ = _run(tf, "state", "list", stream=False)
+    return [line for line in (out or "").splitlines() if line.strip()] if code == 0 else []
+
+
+def _clean_up(tf: Any, root: Path, values: dict[str, Any], fresh: bool, echo: Callable[[str], None]) -> str:
+    """After a failed or interrupted apply: destroy what it created when the fleet is new (``fresh``: the state was
+    empty before); returns a sentence saying what is left."""
+    left = _state_resources(tf)
+    if not left:
+        return "nothing was created."
+    if not fresh:
+        return (
+            f"the folder held fleet {values.get('name')} before this apply, so nothing was destroyed ({len(left)} "
+            f"resources in the state, which may be billing): fix the cause and apply again, or run `srifty destroy "
+            f"--dir {root}`."
+        )
+    echo(f"Destroying the {len(left)} resources the apply created, so that nothing is left billing.")
+    code, _, err = _run(tf, "destroy", input=False, auto_approve=True, lock_timeout="300s", stream=True)
+    remaining = _state_resources(tf)
+    if code != 0 or remaining:
+        return (
+            f"destroying what it created failed too ({len(remaining)} resources still in the state, which may be "
+            f"billing): run `srifty destroy --dir {root}` until it succeeds. {err.strip()}"
+        )
+    return "everything it had created was destroyed; nothing is left billing."
 
 
 def outputs(folder: str | os.PathLike[str]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from lightning_srifty import protocol
 from lightning_srifty.provision.base import LaunchedFleet
+from lightning_srifty.provision.command import check_env_names
 from lightning_srifty.provision.generate import Options, generate
 from lightning_srifty.provision.runner import apply, destroy
 from predictor.exceptions import ConfigError
@@ -78,6 +79,7 @@ class TerraformProvisioner:
         return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
 
     def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
+        check_env_names(env, "the handover's env")  # exported on every instance (which checks again)
         launch_id = env.get(protocol.VARIABLES["launch_id"], "")
         written = protocol.write_record(
             self.checkpoint_uri, protocol.Handover(launch_id=launch_id, fleet=fleet.name, env=env)

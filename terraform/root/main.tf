@@ -39,6 +39,9 @@ module "fleet" {
   enable_ssm        = var.enable_ssm
   enable_cloudwatch = var.enable_cloudwatch
   train             = var.train
+  max_life_h        = var.max_life_h
+  watchdog          = var.watchdog
+  limits            = var.limits
   predicted         = var.predicted
   tags              = var.tags
 }

@@ -80,6 +80,24 @@ variable "train" {
   type        = any
 }
 
+variable "max_life_h" {
+  description = "Hard cap on every instance's life, in hours from boot."
+  type        = number
+  default     = 72
+}
+
+variable "watchdog" {
+  description = "The instance-side watchdog: heartbeat, interval_s, grace_s, max_age_s."
+  type        = any
+  default     = {}
+}
+
+variable "limits" {
+  description = "Money guards: max_instances, max_hourly_usd."
+  type        = any
+  default     = { max_instances = 16 }
+}
+
 variable "predicted" {
   description = "The plan's prediction for this fleet."
   type        = any

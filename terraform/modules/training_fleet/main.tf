@@ -345,6 +345,32 @@ data "aws_iam_policy_document" "instance" {
   }
 
   dynamic "statement" {
+    for_each = var.capacity.mode == "asg" ? [1] : []
+    content {
+      sid       = "FindOwnAutoScalingGroup"
+      actions   = ["autoscaling:DescribeAutoScalingInstances"]
+      resources = ["*"] # Describe* actions support no resource-level permissions
+    }
+  }
+
+  # the watchdog takes its instance out of the fleet's Auto Scaling group (min 0, detach with the desired capacity
+  # decremented) so that the group does not replace an instance that stopped itself; only groups of this fleet
+  dynamic "statement" {
+    for_each = var.capacity.mode == "asg" ? [1] : []
+    content {
+      sid       = "LeaveOwnAutoScalingGroup"
+      actions   = ["autoscaling:UpdateAutoScalingGroup", "autoscaling:DetachInstances"]
+      resources = ["arn:${data.aws_partition.current.partition}:autoscaling:*:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.name}-*"]
+
+      condition {
+        test     = "StringEquals"
+        variable = "autoscaling:ResourceTag/srifty:fleet"
+        values   = [var.name]
+      }
+    }
+  }
+
+  dynamic "statement" {
     for_each = var.checkpoints.kms_key_arn != null ? [1] : []
     content {
       sid       = "CheckpointKey"
@@ -446,16 +472,30 @@ resource "aws_launch_template" "group" {
     tags          = merge(local.fleet_tags, { "srifty:group" = each.key })
   }
 
+  # the instance terminates when it shuts itself down (the watchdog, the life cap): nothing is left stopped and billing
+  # for its volumes, and an Auto Scaling group sees it gone
+  instance_initiated_shutdown_behavior = "terminate"
+
+  # values reach the shell base64-encoded in single quotes (checkpoint URI, the watchdog script), single-quoted
+  # word by word (argv, resume_from), or validated to a safe alphabet (name, numbers)
   user_data = base64encode(templatefile("${path.module}/templates/user_data.sh.tftpl", {
-    name           = var.name
-    setup_command  = var.train.setup_command
-    argv           = local.train_argv
-    nnodes         = var.train.nnodes
-    nproc_per_node = each.value.gpus_per_instance
-    rdzv_port      = var.train.rdzv_port
-    checkpoint_uri = "s3://${local.bucket}/${var.checkpoints.prefix}"
-    resume_from    = var.train.resume_from == null ? "" : "'${replace(var.train.resume_from, "'", "'\\''")}'"
-    handover       = var.train.handover
+    name                = var.name
+    setup_command       = var.train.setup_command
+    argv                = local.train_argv
+    nnodes              = var.train.nnodes
+    nproc_per_node      = each.value.gpus_per_instance
+    rdzv_port           = var.train.rdzv_port
+    checkpoint_uri_b64  = base64encode("s3://${local.bucket}/${var.checkpoints.prefix}")
+    resume_from         = var.train.resume_from == null ? "" : "'${replace(var.train.resume_from, "'", "'\\''")}'"
+    handover            = var.train.handover
+    max_life_s          = ceil(var.max_life_h * 3600)
+    max_life_min        = ceil(var.max_life_h * 60)
+    heartbeat           = var.watchdog.heartbeat
+    watchdog_b64        = filebase64("${path.module}/templates/watchdog.sh")
+    watchdog_interval_s = var.watchdog.interval_s
+    watchdog_grace_s    = var.watchdog.grace_s
+    watchdog_max_age_s  = var.watchdog.max_age_s
+    watchdog_asg        = var.capacity.mode == "asg" ? 1 : 0
   }))
 
   tags = local.fleet_tags
@@ -464,6 +504,16 @@ resource "aws_launch_template" "group" {
     precondition {
       condition     = var.ami.id == null || length(distinct([for g in var.groups : g.arch])) == 1
       error_message = "The ami.id is one image for every group, but the groups mix x86_64 and arm64 types: leave ami.id null (the Deep Learning AMI of each architecture) or keep the fleet to one architecture."
+    }
+
+    precondition {
+      condition     = local.nodes <= var.limits.max_instances
+      error_message = "The groups add up to ${local.nodes} instances, more than limits.max_instances (${var.limits.max_instances}): lower the counts or raise the limit (srifty terraform --max-instances)."
+    }
+
+    precondition {
+      condition     = var.limits.max_hourly_usd == null || var.predicted == null ? true : var.predicted.usd_per_hour <= var.limits.max_hourly_usd
+      error_message = "The fleet costs more per hour (predicted.usd_per_hour) than limits.max_hourly_usd: choose a cheaper fleet or raise the limit (srifty terraform --max-hourly)."
     }
   }
 }

@@ -176,8 +176,20 @@ variable "checkpoints" {
   }
 
   validation {
-    condition     = can(regex("^[A-Za-z0-9!_.*'()/-]*/$", var.checkpoints.prefix)) && !startswith(var.checkpoints.prefix, "/")
-    error_message = "The checkpoints.prefix must end with a slash and not start with one, such as checkpoints/run-1/."
+    condition     = length(var.checkpoints.prefix) <= 512 && can(regex("^([A-Za-z0-9_-][A-Za-z0-9._-]*/)+$", var.checkpoints.prefix))
+    error_message = "The checkpoints.prefix must be folders of letters, digits, '.', '_' and '-' (not starting with '.'), each ending with a slash, at most 512 characters, such as checkpoints/run-1/: it reaches the instances' shell and their IAM policy (where * would be a wildcard)."
+  }
+
+  validation {
+    # S3's bucket naming rules, https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html
+    condition = var.checkpoints.bucket == null ? true : (
+      can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.checkpoints.bucket))
+      && !strcontains(var.checkpoints.bucket, "..")
+      && !can(regex("^[0-9]+[.][0-9]+[.][0-9]+[.][0-9]+$", var.checkpoints.bucket))
+      && !anytrue([for p in ["xn--", "sthree-", "amzn-s3-demo-"] : startswith(var.checkpoints.bucket, p)])
+      && !anytrue([for x in ["-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"] : endswith(var.checkpoints.bucket, x)])
+    )
+    error_message = "The checkpoints.bucket must be a valid S3 bucket name: 3 to 63 lower-case letters, digits, dots and hyphens, starting and ending with a letter or digit, no two adjacent dots, not an IP address, not starting with xn--, sthree- or amzn-s3-demo-, not ending with -s3alias, --ol-s3, .mrap, --x-s3 or --table-s3."
   }
 }
 
@@ -212,6 +224,47 @@ variable "train" {
   validation {
     condition     = var.train.nnodes >= 1 && var.train.rdzv_port >= 1024 && var.train.rdzv_port <= 65535
     error_message = "The train.nnodes must be at least 1 and train.rdzv_port between 1024 and 65535."
+  }
+}
+
+variable "max_life_h" {
+  description = "Hard cap on every instance's life, in hours from its boot: user_data schedules `shutdown -h` (the instance terminates) at boot, whatever else fails, and the watchdog stops the job grace_s before. srifty terraform sets the plan's predicted hours x 1.5 + 1."
+  type        = number
+  default     = 72
+
+  validation {
+    condition     = var.max_life_h >= 0.25 && var.max_life_h <= 720
+    error_message = "The max_life_h must be between 0.25 and 720 hours (30 days); a longer run should checkpoint and be launched again."
+  }
+}
+
+variable "watchdog" {
+  description = "The instance-side watchdog (templates/watchdog.sh): every interval_s seconds it stops the job (SIGTERM, grace_s seconds to checkpoint) and terminates the instance when the job has exited or the life cap has passed; with heartbeat = true (srifty launch) also when the launcher's HEARTBEAT.json under the checkpoint prefix is older than its max_age_s, past its max_life_until_unix, or unreadable for max_age_s seconds."
+  type = object({
+    heartbeat  = optional(bool, false)
+    interval_s = optional(number, 60)
+    grace_s    = optional(number, 120)
+    max_age_s  = optional(number, 300)
+  })
+  default = {}
+
+  validation {
+    condition     = alltrue([for v in [var.watchdog.interval_s, var.watchdog.grace_s, var.watchdog.max_age_s] : floor(v) == v]) && var.watchdog.interval_s >= 5 && var.watchdog.interval_s <= 600 && var.watchdog.grace_s >= 0 && var.watchdog.grace_s <= 3600 && var.watchdog.max_age_s >= 60 && var.watchdog.max_age_s <= 86400
+    error_message = "The watchdog needs whole seconds: interval_s from 5 to 600, grace_s from 0 to 3600, max_age_s from 60 to 86400."
+  }
+}
+
+variable "limits" {
+  description = "Money guards checked at plan time: the fleet may have at most max_instances instances, and cost at most max_hourly_usd per hour (predicted.usd_per_hour; null: no limit). srifty terraform fills them from the plan's constraints or --max-instances / --max-hourly."
+  type = object({
+    max_instances  = number
+    max_hourly_usd = optional(number)
+  })
+  default = { max_instances = 16 }
+
+  validation {
+    condition     = var.limits.max_instances >= 1 && floor(var.limits.max_instances) == var.limits.max_instances && (var.limits.max_hourly_usd == null ? true : var.limits.max_hourly_usd > 0)
+    error_message = "The limits.max_instances must be a whole number of at least 1, and limits.max_hourly_usd positive (or null for no hourly limit)."
   }
 }
 

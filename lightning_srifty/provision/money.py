@@ -1,0 +1,178 @@
+"""Money checks before anything is bought: a plan's counts, markets and $/h are recomputed from the catalog, never
+trusted, and the fleet must fit the guards (``max_instances``, ``max_hourly_usd``).
+
+``srifty terraform`` (:func:`check_entry`, then :func:`check_limits`) refuses a plan entry whose figures disagree with
+the catalog (a stale plan, or an edited one: 1 x p5.48xlarge at "$0.50/h"); ``srifty apply`` and the launcher's
+terraform provisioner check the written values again (:func:`check_values`), since the folder can be edited between
+the two. Every refusal names the field, the plan's value and the catalog's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from predictor.catalog.catalog import Catalog
+from predictor.exceptions import ConfigError
+from predictor.plan import Plan, PlanEntry
+
+REL_TOL = 1e-6
+ABS_TOL = 1e-5  # the written values round $/h to 6 decimals
+
+_REDO = "The plan is stale (the catalog changed since) or was edited: rank again with `srifty recommend`."
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+
+
+def _mismatch(field: str, plan_value: object, catalog_value: object, what: str) -> ConfigError:
+    return ConfigError(
+        f"The plan's {field} is {plan_value!r}, but the catalog gives {catalog_value!r} ({what}). {_REDO}",
+        parameter=field,
+        value=plan_value,
+    )
+
+
+def group_usd_per_hour(
+    catalog: Catalog, instance_type: str, region: str, on_demand: int, spot: int, field: str = "instance_type"
+) -> float:
+    """The catalog's price of ``on_demand`` + ``spot`` instances of ``instance_type`` in ``region``, per hour.
+
+    Raises:
+        ConfigError: the type is unknown, or has no price in a market the group buys.
+    """
+    if instance_type not in catalog:
+        raise ConfigError(
+            f"The plan's {field} {instance_type!r} is not in the catalog ({catalog.info.source}), so its price cannot "
+            "be checked: give the catalog the plan was ranked with (--catalog / --catalog-extra).",
+            parameter=field,
+            value=instance_type,
+        )
+    it = catalog.get(instance_type)
+    total = 0.0
+    for market, n in (("on-demand", on_demand), ("spot", spot)):
+        if n <= 0:
+            continue
+        price = it.price_usd_hr(region, market)  # type: ignore[arg-type]
+        if not price:
+            raise ConfigError(
+                f"The catalog has no {market} price for {instance_type} in {region}, but the plan buys {n} there "
+                f"({field}). {_REDO}",
+                parameter=field,
+                value=instance_type,
+            )
+        total += price * n
+    return total
+
+
+def check_entry(plan: Plan, choice: int, catalog: Catalog) -> float:
+    """Recompute ``plan.entries[choice]``'s counts, markets and $/h from the catalog; returns the $/h.
+
+    Raises:
+        ConfigError: a figure differs from the catalog's (field, plan value and catalog value named).
+    """
+    entry: PlanEntry = plan.entries[choice]
+    at = f"entries[{choice}]"
+    total = 0.0
+    for k, g in enumerate(entry.groups):
+        field = f"{at}.groups[{k}]"
+        if g.on_demand < 0 or g.spot < 0 or g.count != g.on_demand + g.spot:
+            raise _mismatch(f"{field}.count", g.count, g.on_demand + g.spot, "on_demand + spot")
+        usd = group_usd_per_hour(catalog, g.instance_type, entry.region, g.on_demand, g.spot, f"{field}.instance_type")
+        gpus = catalog.get(g.instance_type).gpus
+        if g.gpus_per_instance != gpus:
+            raise _mismatch(f"{field}.gpus_per_instance", g.gpus_per_instance, gpus, f"GPUs of one {g.instance_type}")
+        if not _close(g.usd_per_hour, usd):
+            what = f"{g.on_demand} on-demand + {g.spot} spot {g.instance_type} in {entry.region}"
+            raise _mismatch(f"{field}.usd_per_hour", g.usd_per_hour, round(usd, 6), what)
+        total += usd
+    nodes = sum(g.count for g in entry.groups)
+    spot = sum(g.spot for g in entry.groups)
+    on_demand = nodes - spot
+    fleet = ",".join(f"{g.instance_type}:{g.count}" for g in entry.groups)
+    for field, plan_value, value, what in (
+        ("nodes", entry.nodes, nodes, "the groups' counts added up"),
+        ("gpus", entry.gpus, sum(g.count * g.gpus_per_instance for g in entry.groups), "the groups' GPUs added up"),
+        ("fleet", entry.fleet, fleet, "the groups' types and counts"),
+    ):
+        if plan_value != value:
+            raise _mismatch(f"{at}.{field}", plan_value, value, what)
+    market = "on-demand" if spot == 0 else "spot" if on_demand == 0 else "mixed"
+    if entry.market != market:
+        raise _mismatch(f"{at}.market", entry.market, market, f"{on_demand} on-demand and {spot} spot instances")
+    if not _close(entry.spot_share, spot / nodes):
+        raise _mismatch(f"{at}.spot_share", entry.spot_share, spot / nodes, "spot instances / instances")
+    if not _close(entry.usd_per_hour, total):
+        raise _mismatch(f"{at}.usd_per_hour", entry.usd_per_hour, round(total, 6), f"{entry.fleet} in {entry.region}")
+    return total
+
+
+def check_limits(nodes: int, usd_per_hour: float, max_instances: int | None, max_hourly_usd: float | None) -> None:
+    """The guards: at most ``max_instances`` instances and ``max_hourly_usd`` $/h (None: no limit).
+
+    Raises:
+        ConfigError: naming the guard, the fleet's figure and the limit.
+    """
+    if max_instances is not None and nodes > max_instances:
+        raise ConfigError(
+            f"The fleet has {nodes} instances, more than max_instances = {max_instances}: choose a smaller fleet "
+            "(--choice) or raise the guard (--max-instances).",
+            parameter="max_instances",
+            value=nodes,
+        )
+    if max_hourly_usd is not None and usd_per_hour > max_hourly_usd + ABS_TOL:
+        raise ConfigError(
+            f"The fleet costs ${usd_per_hour:,.4f}/h (catalog prices), more than max_hourly_usd = "
+            f"${max_hourly_usd:,.4f}/h: choose a cheaper fleet (--choice) or raise the guard (--max-hourly).",
+            parameter="max_hourly_usd",
+            value=usd_per_hour,
+        )
+
+
+def _groups(values: Mapping[str, Any]) -> Iterable[tuple[int, dict[str, Any]]]:
+    groups = values.get("groups")
+    if not isinstance(groups, list) or not groups:
+        raise ConfigError("The written values have no groups: write them again with `srifty terraform`.", "groups")
+    return enumerate(groups)
+
+
+def check_values(values: Mapping[str, Any], catalog: Catalog) -> float:
+    """Check the values ``srifty terraform`` wrote (``srifty.auto.tfvars.json``) before an apply: the groups' $/h from
+    the catalog against ``predicted.usd_per_hour``, and the guards in ``limits``; returns the $/h.
+
+    Raises:
+        ConfigError: a figure differs from the catalog's, or the fleet breaks a guard.
+    """
+    region = values.get("region")
+    total, nodes = 0.0, 0
+    for k, g in _groups(values):
+        od, sp = g.get("on_demand"), g.get("spot")
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (od, sp)):
+            raise ConfigError(
+                f"groups[{k}] needs whole on_demand and spot counts; got {od!r} and {sp!r}. Write the values again "
+                "with `srifty terraform`.",
+                parameter=f"groups[{k}]",
+                value=g,
+            )
+        total += group_usd_per_hour(catalog, str(g.get("instance_type")), str(region), od, sp, f"groups[{k}]")
+        nodes += od + sp
+    predicted = values.get("predicted") or {}
+    if "usd_per_hour" not in predicted:
+        raise ConfigError(
+            "The written values have no predicted.usd_per_hour to check: write them again with `srifty terraform`.",
+            parameter="predicted.usd_per_hour",
+        )
+    if not _close(float(predicted["usd_per_hour"]), total):
+        raise _mismatch("predicted.usd_per_hour", predicted["usd_per_hour"], round(total, 6), f"the groups in {region}")
+    if nodes != (values.get("train") or {}).get("nnodes"):
+        raise _mismatch("train.nnodes", (values.get("train") or {}).get("nnodes"), nodes, "the groups' counts")
+    limits = values.get("limits") or {}
+    if "max_instances" not in limits:
+        raise ConfigError(
+            "The written values have no limits.max_instances: write them again with `srifty terraform`.",
+            parameter="limits.max_instances",
+        )
+    check_limits(nodes, total, limits.get("max_instances"), limits.get("max_hourly_usd"))
+    return total

@@ -1,0 +1,116 @@
+#!/bin/bash
+# srifty watchdog: the fleet stops itself when nobody is watching it any more (lightning-srifty, training_fleet).
+#
+# Started in the background by user_data before anything else. Every SRIFTY_WD_INTERVAL_S seconds (a bounded loop)
+# it stops the instance when
+#   - the boot script has ended or the training job has exited (fleet self-termination after the job), or
+#   - the instance's life cap has passed (SRIFTY_WD_LIFE_UNTIL, unix seconds), or
+#   - with a heartbeat (SRIFTY_WD_HEARTBEAT_URI, written by `srifty launch` every ~30 s): the record is older than
+#     its max_age_s, now is past its max_life_until_unix, or no record could be read for SRIFTY_WD_MAX_AGE_S.
+# Stopping: SIGTERM to the job (it checkpoints and exits 75), SRIFTY_WD_GRACE_S seconds to do so, SIGKILL, then (asg
+# mode) the instance leaves its Auto Scaling group with the desired capacity decremented so that nothing replaces
+# it, then `shutdown -h now`: the launch template's instance_initiated_shutdown_behavior is terminate.
+#
+# Settings (environment): SRIFTY_WD_STATE_DIR (job.pid and user_data.exited are written there by user_data),
+# SRIFTY_WD_REGION, SRIFTY_WD_INTERVAL_S, SRIFTY_WD_GRACE_S, SRIFTY_WD_LIFE_UNTIL, SRIFTY_WD_HEARTBEAT_URI (empty:
+# no heartbeat), SRIFTY_WD_MAX_AGE_S, SRIFTY_WD_ASG (1: leave the Auto Scaling group first), SRIFTY_WD_INSTANCE_ID.
+set -uo pipefail
+
+STATE="${SRIFTY_WD_STATE_DIR:?}"
+INTERVAL="${SRIFTY_WD_INTERVAL_S:-60}"
+GRACE="${SRIFTY_WD_GRACE_S:-120}"
+LIFE_UNTIL="${SRIFTY_WD_LIFE_UNTIL:?}"
+HEARTBEAT="${SRIFTY_WD_HEARTBEAT_URI:-}"
+DEFAULT_MAX_AGE="${SRIFTY_WD_MAX_AGE_S:-300}"
+REGION="${SRIFTY_WD_REGION:-us-east-1}"
+
+log() { echo "srifty-watchdog $(date -u +%FT%TZ): $*"; }
+
+for v in "$INTERVAL" "$GRACE" "$LIFE_UNTIL" "$DEFAULT_MAX_AGE"; do
+  [[ "$v" =~ ^[0-9]+$ ]] || { log "bad setting '$v' (whole seconds expected): stopping now"; LIFE_UNTIL=0; }
+done
+[[ "$INTERVAL" =~ ^[1-9][0-9]*$ ]] || INTERVAL=60
+[[ "$GRACE" =~ ^[0-9]+$ ]] || GRACE=120
+[[ "$DEFAULT_MAX_AGE" =~ ^[0-9]+$ ]] || DEFAULT_MAX_AGE=300
+
+job_pid() { [ -s "$STATE/job.pid" ] && tr -cd '0-9' <"$STATE/job.pid"; }
+
+job_gone() {
+  [ -e "$STATE/user_data.exited" ] && return 0
+  local pid
+  pid=$(job_pid) || return 1
+  [ -n "$pid" ] || return 1
+  ! kill -0 "$pid" 2>/dev/null && return 0
+  # a job that has exited but not been reaped yet (a zombie) has exited too
+  [ "$(sed -e 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" = Z ]
+}
+
+# prints "written_unix max_age_s max_life_until_unix" of the heartbeat record, or fails
+read_heartbeat() {
+  aws s3 cp "$HEARTBEAT" - --region "$REGION" --only-show-errors 2>/dev/null | python3 -c '
+import json, math, sys
+r = json.load(sys.stdin)
+w, a, u = r["written_unix"], r.get("max_age_s"), r.get("max_life_until_unix")
+ok = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+if not ok(w) or (a is not None and not ok(a)) or (u is not None and not ok(u)):
+    sys.exit(1)
+print(int(w), int(a) if a is not None else "-", int(u) if u is not None else "-")
+'
+}
+
+stop_instance() {
+  log "stopping: $1"
+  local pid
+  pid=$(job_pid)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    log "SIGTERM to the training job ($pid): it checkpoints and exits; ${GRACE}s grace"
+    kill -TERM "$pid" 2>/dev/null
+    local waited=0
+    while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$GRACE" ]; do sleep 1; waited=$((waited + 1)); done
+    if kill -0 "$pid" 2>/dev/null; then log "the job is still running after ${GRACE}s: SIGKILL"; kill -KILL "$pid"; fi
+  fi
+  if [ "${SRIFTY_WD_ASG:-0}" = 1 ] && [ -n "${SRIFTY_WD_INSTANCE_ID:-}" ]; then
+    local group
+    group=$(aws autoscaling describe-auto-scaling-instances --region "$REGION" \
+      --instance-ids "$SRIFTY_WD_INSTANCE_ID" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text)
+    if [ -n "$group" ] && [ "$group" != None ]; then
+      # min 0 first: the desired capacity may not go below it; the group replaces nothing that left it this way
+      aws autoscaling update-auto-scaling-group --region "$REGION" --auto-scaling-group-name "$group" --min-size 0 &&
+        aws autoscaling detach-instances --region "$REGION" --auto-scaling-group-name "$group" \
+          --instance-ids "$SRIFTY_WD_INSTANCE_ID" --should-decrement-desired-capacity >/dev/null &&
+        log "left Auto Scaling group $group (desired capacity decremented)" ||
+        log "could not leave Auto Scaling group $group: it may start a replacement, which stops itself the same way"
+    fi
+  fi
+  log "shutdown -h now (the instance terminates on shutdown)"
+  shutdown -h now
+  exit 0
+}
+
+now=$(date +%s)
+last_read=$now
+max_loops=$(((LIFE_UNTIL - now) / INTERVAL + 2))
+[ "$max_loops" -gt 0 ] || max_loops=1
+log "watching (every ${INTERVAL}s, at most $max_loops checks; life cap at $LIFE_UNTIL; heartbeat ${HEARTBEAT:-off})"
+for ((i = 0; i < max_loops; i++)); do
+  now=$(date +%s)
+  if job_gone; then stop_instance "the training job has exited"; fi
+  if [ "$now" -ge "$LIFE_UNTIL" ]; then stop_instance "the fleet's life cap has passed"; fi
+  if [ -n "$HEARTBEAT" ]; then
+    if beat=$(read_heartbeat); then
+      read -r written max_age until <<<"$beat"
+      [ "$max_age" = - ] && max_age=$DEFAULT_MAX_AGE
+      last_read=$now
+      if [ $((now - written)) -gt "$max_age" ]; then
+        stop_instance "the launcher's heartbeat is $((now - written))s old (max_age_s $max_age)"
+      fi
+      if [ "$until" != - ] && [ "$now" -gt "$until" ]; then
+        stop_instance "the launcher's max_life_until_unix ($until) has passed"
+      fi
+    elif [ $((now - last_read)) -gt "$DEFAULT_MAX_AGE" ]; then
+      stop_instance "no readable heartbeat at $HEARTBEAT for $((now - last_read))s"
+    fi
+  fi
+  sleep "$INTERVAL"
+done
+stop_instance "the watchdog's loop bound was reached"

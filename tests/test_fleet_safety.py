@@ -1,0 +1,592 @@
+"""The fleet is safe on its own (issues #13, #14): the instance-side watchdog run with bash against a fake aws and a
+fake shutdown; the whole user_data rendered by terraform and run with fakes; values that would reach a shell refused
+or passed intact; plan money checks against the catalog and the guards; a failed or interrupted apply destroyed."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import tf_run
+from lightning_srifty.cli import main
+from lightning_srifty.provision import runner
+from lightning_srifty.provision.command import check_bucket, check_env_names, check_prefix
+from lightning_srifty.provision.generate import TFVARS, Options, default_max_life_h, generate, tfvars
+from lightning_srifty.provision.money import check_entry, check_values
+from predictor.exceptions import ConfigError, ProvisionError
+from predictor.plan import load_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULE = ROOT / "terraform" / "modules" / "training_fleet"
+WATCHDOG = MODULE / "templates" / "watchdog.sh"
+EXAMPLES = ROOT / "terraform" / "examples"
+
+
+def _exe(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The watchdog alone: bash, a fake aws (the heartbeat from a file; autoscaling calls recorded), a fake shutdown
+# ---------------------------------------------------------------------------------------------------------------------
+
+FAKE_AWS = """#!/bin/bash
+echo "$*" >>"$FAKE_DIR/aws.log"
+case "$1 $2" in
+  "s3 cp") [ -f "$FAKE_DIR/heartbeat.json" ] && exec cat "$FAKE_DIR/heartbeat.json"; echo "404" >&2; exit 1 ;;
+  "autoscaling describe-auto-scaling-instances") echo "mig-1-20250101" ;;
+esac
+"""
+
+JOB = """#!/bin/bash
+trap 'echo TERM >>"$FAKE_DIR/job.log"; exit 75' TERM
+echo started >>"$FAKE_DIR/job.log"
+while :; do sleep 0.1; done
+"""
+
+STUBBORN_JOB = """#!/bin/bash
+trap 'echo TERM-ignored >>"$FAKE_DIR/job.log"' TERM
+while :; do sleep 0.1; done
+"""
+
+
+@pytest.fixture
+def watchdog(tmp_path):
+    """Run the module's watchdog.sh against fakes; returns (completed process, folder with the fakes' logs)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _exe(bin_dir / "aws", FAKE_AWS)
+    _exe(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n')
+    state = tmp_path / "state"
+    state.mkdir()
+    jobs: list[subprocess.Popen] = []
+
+    def run(
+        heartbeat: dict | None = None,
+        *,
+        job: str | None = JOB,
+        life_s: int = 30,
+        asg: bool = False,
+        max_age_s: int = 300,
+        grace_s: int = 5,
+        timeout: float = 30,
+    ) -> tuple[subprocess.CompletedProcess, Path]:
+        env = {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "FAKE_DIR": str(tmp_path),
+            "SRIFTY_WD_STATE_DIR": str(state),
+            "SRIFTY_WD_INTERVAL_S": "1",
+            "SRIFTY_WD_GRACE_S": str(grace_s),
+            "SRIFTY_WD_LIFE_UNTIL": str(int(time.time()) + life_s),
+            "SRIFTY_WD_MAX_AGE_S": str(max_age_s),
+            "SRIFTY_WD_HEARTBEAT_URI": "s3://runs/job-1/HEARTBEAT.json" if heartbeat is not None else "",
+            "SRIFTY_WD_ASG": "1" if asg else "0",
+            "SRIFTY_WD_INSTANCE_ID": "i-0123456789abcdef0",
+        }
+        if heartbeat:
+            (tmp_path / "heartbeat.json").write_text(json.dumps(heartbeat))
+        if job is not None:
+            proc = subprocess.Popen(["bash", "-c", job], env=env)
+            jobs.append(proc)
+            (state / "job.pid").write_text(f"{proc.pid}\n")
+        done = subprocess.run(
+            ["bash", str(WATCHDOG)], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        for proc in jobs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        return done, tmp_path
+
+    yield run
+    for proc in jobs:  # only the jobs this fixture started
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def beat(age_s: float = 0, max_age_s: int = 120, life_s: float = 3600) -> dict:
+    now = time.time()
+    return {
+        "protocol": "srifty.heartbeat/v1",
+        "launch_id": "launch-1",
+        "written_unix": now - age_s,
+        "max_age_s": max_age_s,
+        "max_life_until_unix": now + life_s,
+    }
+
+
+def test_a_fresh_heartbeat_keeps_the_job_until_the_life_cap(watchdog) -> None:
+    started = time.monotonic()
+    done, logs = watchdog(beat(age_s=1), life_s=4)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - started >= 3  # a fresh heartbeat did not stop it before the cap
+    assert "stopping: the fleet's life cap has passed" in done.stdout
+    assert _read(logs / "job.log").splitlines() == ["started", "TERM"]  # SIGTERM: the job checkpointed and left
+    assert _read(logs / "shutdown.log") == "-h now\n"
+    assert _read(logs / "aws.log").count("s3 cp s3://runs/job-1/HEARTBEAT.json -") >= 3
+
+
+def test_a_stale_heartbeat_stops_the_job_leaves_the_asg_and_shuts_down(watchdog) -> None:
+    done, logs = watchdog(beat(age_s=400, max_age_s=120), asg=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the launcher's heartbeat is 400s old (max_age_s 120)" in done.stdout
+    assert _read(logs / "job.log").splitlines() == ["started", "TERM"]
+    calls = [line for line in _read(logs / "aws.log").splitlines() if line.startswith("autoscaling")]
+    assert calls == [
+        "autoscaling describe-auto-scaling-instances --region us-east-1 --instance-ids i-0123456789abcdef0 "
+        "--query AutoScalingInstances[0].AutoScalingGroupName --output text",
+        "autoscaling update-auto-scaling-group --region us-east-1 --auto-scaling-group-name mig-1-20250101 "
+        "--min-size 0",
+        "autoscaling detach-instances --region us-east-1 --auto-scaling-group-name mig-1-20250101 --instance-ids "
+        "i-0123456789abcdef0 --should-decrement-desired-capacity",
+    ]
+    assert _read(logs / "shutdown.log") == "-h now\n"
+
+
+def test_the_launchers_life_cap_in_the_heartbeat_stops_the_fleet(watchdog) -> None:
+    done, logs = watchdog(beat(age_s=1, life_s=-5))
+    assert "the launcher's max_life_until_unix" in done.stdout
+    assert _read(logs / "shutdown.log") == "-h now\n"
+
+
+def test_an_unreadable_heartbeat_stops_the_fleet_after_max_age(watchdog) -> None:
+    started = time.monotonic()
+    done, logs = watchdog({}, max_age_s=2)  # a heartbeat URI, but no record behind it
+    assert "no readable heartbeat at s3://runs/job-1/HEARTBEAT.json" in done.stdout
+    assert 2 <= time.monotonic() - started < 15
+    assert _read(logs / "job.log").splitlines() == ["started", "TERM"]
+
+
+def test_a_malformed_heartbeat_counts_as_unreadable(watchdog) -> None:
+    done, logs = watchdog({"written_unix": "soon", "max_age_s": 60}, max_age_s=2)
+    assert "no readable heartbeat" in done.stdout and _read(logs / "shutdown.log") == "-h now\n"
+
+
+def test_without_heartbeat_the_job_exit_stops_the_fleet(watchdog) -> None:
+    done, logs = watchdog(None, job="sleep 1")  # a job that ends by itself
+    assert "stopping: the training job has exited" in done.stdout
+    assert _read(logs / "shutdown.log") == "-h now\n" and "s3 cp" not in _read(logs / "aws.log")
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(watchdog) -> None:
+    started = time.monotonic()
+    done, logs = watchdog(beat(age_s=999), job=STUBBORN_JOB, grace_s=2)
+    assert "still running after 2s: SIGKILL" in done.stdout
+    assert time.monotonic() - started >= 2 and _read(logs / "shutdown.log") == "-h now\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# user_data as terraform renders it, run with bash against fakes (no cloud): values intact, life cap, watchdog
+# ---------------------------------------------------------------------------------------------------------------------
+
+FAKE_CURL = """#!/bin/bash
+case "$*" in
+  *api/token*) echo token ;;
+  *placement/region*) echo us-east-1 ;;
+  *instance-id*) echo i-0abc ;;
+  *) exit 22 ;;
+esac
+"""
+
+FAKE_TORCHRUN = """#!{python}
+import json, os, sys
+env = {{k: v for k, v in os.environ.items() if k.startswith("SRIFTY_")}}
+json.dump({{"argv": sys.argv[1:], "env": env}}, open(os.environ["FAKE_DIR"] + "/torchrun.json", "w"))
+"""
+
+
+def render(env: dict[str, str], folder: Path, values: dict) -> str:
+    """templatefile() of the module's user_data, by `terraform console` (no provider, no cloud)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    template = json.dumps(str(MODULE / "templates" / "user_data.sh.tftpl"))
+    expr = f"templatefile({template}, jsondecode({json.dumps(json.dumps(values))}))"
+    run = subprocess.run(
+        ["terraform", f"-chdir={folder}", "console"], input=expr, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    out = run.stdout.strip()
+    assert out.startswith("<<EOT") and out.endswith("EOT"), out[:200]
+    return out[len("<<EOT") :].rsplit("EOT", 1)[0].lstrip("\n")
+
+
+def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(tf_env, tmp_path) -> None:
+    odd_uri = 's3://b/it\'s a $HOME `touch x` "q" $(id)/'  # the module refuses such a prefix; the quoting holds anyway
+    odd_arg = 'it\'s a $HOME; `touch pwned` "q" $(touch pwned2)'
+    values = {
+        "name": "quoting",
+        "setup_command": "true",
+        "argv": " ".join("'" + a.replace("'", "'\\''") + "'" for a in ["train.py", odd_arg]),
+        "nnodes": 1,
+        "nproc_per_node": 1,
+        "rdzv_port": 29400,
+        "checkpoint_uri_b64": base64.b64encode(odd_uri.encode()).decode(),
+        "resume_from": "'" + odd_arg.replace("'", "'\\''") + "'",
+        "handover": False,
+        "max_life_s": 5400,
+        "max_life_min": 90,
+        "heartbeat": True,
+        "watchdog_b64": base64.b64encode(WATCHDOG.read_bytes()).decode(),
+        "watchdog_interval_s": 60,
+        "watchdog_grace_s": 5,
+        "watchdog_max_age_s": 300,
+        "watchdog_asg": 0,
+    }
+    script = render(tf_env, tmp_path / "console", values)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _exe(bin_dir / "curl", FAKE_CURL)
+    _exe(bin_dir / "aws", FAKE_AWS.replace('"autoscaling describe', '"ec2 describe-instances") echo 10.0.0.5 ;;\n  "x'))
+    _exe(bin_dir / "torchrun", FAKE_TORCHRUN.format(python=sys.executable))
+    _exe(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n')
+    work = tmp_path / "cwd"
+    work.mkdir()
+    (tmp_path / "user_data.sh").write_text(script)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_DIR": str(tmp_path),
+        "SRIFTY_USER_DATA_LOG": str(tmp_path / "user-data.log"),
+        "SRIFTY_STATE_DIR": str(tmp_path / "state"),
+        "SRIFTY_WATCHDOG_LOG": str(tmp_path / "watchdog.log"),
+        "SRIFTY_WATCHDOG_INTERVAL_S": "1",
+    }
+    run = subprocess.run(["bash", str(tmp_path / "user_data.sh")], cwd=work, env=env, capture_output=True, timeout=60)
+    assert run.returncode == 0, _read(tmp_path / "user-data.log")[-3000:]
+    record = json.loads((tmp_path / "torchrun.json").read_text())
+    assert record["env"]["SRIFTY_CHECKPOINT_URI"] == odd_uri
+    assert record["argv"][-3:] == [odd_arg, "--resume-from", odd_arg]
+    assert not list(work.iterdir()) and not (Path("/") / "pwned").exists()  # nothing ran
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and "-h now" not in _read(tmp_path / "shutdown.log"):
+        time.sleep(0.2)
+    shutdowns = _read(tmp_path / "shutdown.log").splitlines()
+    assert shutdowns[0].startswith("-h +90 ") and shutdowns[-1] == "-h now", shutdowns  # the cap, then the watchdog
+    log = _read(tmp_path / "watchdog.log")
+    assert f"heartbeat {odd_uri}HEARTBEAT.json" in log and "the training job has exited" in log
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Values that reach a shell: refused by srifty terraform and by the module
+# ---------------------------------------------------------------------------------------------------------------------
+
+MALICIOUS = [
+    ({"bucket": "mybucket$(touch /tmp/x)"}, "bucket", "not a valid S3 bucket name"),
+    ({"bucket": "my..bucket"}, "bucket", "two adjacent dots"),
+    ({"bucket": "192.168.1.10"}, "bucket", "IP address"),
+    ({"bucket": "xn--bucket"}, "bucket", "must not start with"),
+    ({"checkpoint_prefix": "runs/$(touch /tmp/x)/"}, "checkpoint_prefix", "folders of letters"),
+    ({"checkpoint_prefix": "runs/`id`/"}, "checkpoint_prefix", "folders of letters"),
+    ({"checkpoint_prefix": "runs/*/"}, "checkpoint_prefix", "folders of letters"),
+    ({"checkpoint_prefix": "runs/../x/"}, "checkpoint_prefix", "folders of letters"),
+]
+
+
+def example(name: str):
+    folder = EXAMPLES / name
+    spec = json.loads((folder / "choice.json").read_text())
+    opts = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["options"].items()}
+    return load_plan(folder / "plan.json"), spec["choice"], Options(**opts)
+
+
+@pytest.mark.parametrize(("change", "parameter", "message"), MALICIOUS)
+def test_srifty_terraform_refuses_a_malicious_bucket_or_prefix(change, parameter, message, catalog) -> None:
+    plan, choice, options = example("single-node-on-demand")
+    with pytest.raises(ConfigError, match=message) as info:
+        tfvars(plan, choice, dataclasses.replace(options, **change), catalog)
+    assert (info.value.parameter, info.value.value) == (parameter, next(iter(change.values())))
+
+
+def test_the_s3_name_rules() -> None:
+    for good in ("abc", "my-team.checkpoints", "a" * 63, "b1-2-3"):
+        assert check_bucket(good) == good
+    for bad in ("ab", "a" * 64, "Upper", "-start", "end-", "b_x", "a b", "x-s3alias", "sthree-x", "amzn-s3-demo-x"):
+        with pytest.raises(ConfigError):
+            check_bucket(bad)
+    for good in ("checkpoints/run-1/", "a/", "a.b/c_d/"):
+        assert check_prefix(good) == good
+    for bad in ("", "/", "/abs/", "no-slash", "a//b/", ".hidden/", "a b/", "a'b/", "x/" * 300):
+        with pytest.raises(ConfigError):
+            check_prefix(bad)
+    assert check_env_names({"SRIFTY_RESUME": "x", "_A1": ""})
+    for bad in ("lower", "1ABC", "A-B", "A;touch x", "PATH=x"):
+        with pytest.raises(ConfigError, match=r"\[A-Z_\]\[A-Z0-9_\]\*") as info:
+            check_env_names({bad: "v"})
+        assert info.value.value == bad
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("bucket", "mybucket$(touch /tmp/x)", "must be a valid S3 bucket name"),
+        ("prefix", "runs/$(touch /tmp/x)/", "must be folders of letters"),
+    ],
+)
+def test_terraform_refuses_a_malicious_bucket_or_prefix(tf_env, tmp_path, catalog, key, value, message) -> None:
+    plan, choice, options = example("single-node-on-demand")
+    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    values = json.loads((root / TFVARS).read_text())
+    values["checkpoints"] = {"create_bucket": False, "bucket": "ok-bucket", "prefix": "runs/", key: value}
+    (root / TFVARS).write_text(json.dumps(values))
+    result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
+    assert result.returncode != 0 and message in " ".join(result.stderr.split()), result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Money: the plan's figures recomputed from the catalog; the guards
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _tamper(plan, choice: int, group: dict | None = None, **entry_change):
+    entry = plan.entries[choice]
+    groups = list(entry.groups)
+    if group:
+        groups[0] = dataclasses.replace(groups[0], **group)
+    entries = list(plan.entries)
+    entries[choice] = dataclasses.replace(entry, groups=tuple(groups), **entry_change)
+    return dataclasses.replace(plan, entries=entries)
+
+
+@pytest.mark.parametrize(
+    ("example_name", "group", "entry", "field"),
+    [
+        ("single-node-on-demand", {"usd_per_hour": 0.01}, {}, "entries[0].groups[0].usd_per_hour"),
+        ("single-node-on-demand", {}, {"usd_per_hour": 0.5}, "entries[0].usd_per_hour"),
+        ("single-node-on-demand", {"gpus_per_instance": 8}, {}, "entries[0].groups[0].gpus_per_instance"),
+        ("multi-node-spot", {"count": 9}, {}, "entries[0].groups[0].count"),
+        ("multi-node-spot", {"on_demand": 4, "spot": 0}, {}, "entries[0].groups[0].usd_per_hour"),
+        ("multi-node-spot", {}, {"nodes": 2}, "entries[0].nodes"),
+        ("multi-node-spot", {}, {"market": "on-demand"}, "entries[0].market"),
+        ("multi-node-spot", {}, {"fleet": "p4d.24xlarge:1"}, "entries[0].fleet"),
+    ],
+)
+def test_a_tampered_or_stale_plan_is_refused(example_name, group, entry, field, catalog) -> None:
+    plan, choice, options = example(example_name)
+    assert check_entry(plan, choice, catalog) == pytest.approx(plan.entries[choice].usd_per_hour)
+    bad = _tamper(plan, choice, group, **entry)
+    with pytest.raises(ConfigError, match=r"stale .* or was edited") as info:
+        tfvars(bad, choice, options, catalog)
+    assert info.value.parameter == field, str(info.value)
+    plan_value = info.value.value
+    assert repr(plan_value) in str(info.value) and "the catalog gives" in str(info.value)
+
+
+def test_an_unknown_type_cannot_be_priced(catalog) -> None:
+    plan, choice, options = example("single-node-on-demand")
+    bad = _tamper(plan, choice, {"instance_type": "g9.mega"}, fleet="g9.mega:1")
+    with pytest.raises(ConfigError, match=r"'g9\.mega' is not in the catalog") as info:
+        tfvars(bad, choice, options, catalog)
+    assert info.value.parameter == "entries[0].groups[0].instance_type"
+
+
+def test_the_guards_default_to_the_plans_constraints_and_can_be_tightened(catalog) -> None:
+    plan, choice, options = example("multi-node-spot")  # 4 x p4d.24xlarge spot
+    values = tfvars(plan, choice, options, catalog)
+    assert values["limits"] == {"max_instances": plan.constraints.max_instances, "max_hourly_usd": None}
+    assert values["max_life_h"] == default_max_life_h(plan.entries[choice])
+    assert values["max_life_h"] == pytest.approx(plan.entries[choice].time_h * 1.5 + 1, abs=1 / 60)
+    with pytest.raises(ConfigError, match="4 instances, more than max_instances = 3") as info:
+        tfvars(plan, choice, dataclasses.replace(options, max_instances=3), catalog)
+    assert info.value.parameter == "max_instances"
+    usd = plan.entries[choice].usd_per_hour
+    with pytest.raises(ConfigError, match=r"more than max_hourly_usd = \$5.0000/h") as info:
+        tfvars(plan, choice, dataclasses.replace(options, max_hourly_usd=5.0), catalog)
+    assert info.value.value == pytest.approx(usd)
+    ok = tfvars(plan, choice, dataclasses.replace(options, max_hourly_usd=usd + 1, max_life_h=2.5), catalog)
+    assert ok["limits"]["max_hourly_usd"] == usd + 1 and ok["max_life_h"] == 2.5
+    with pytest.raises(ConfigError, match="--max-life-h must be between"):
+        tfvars(plan, choice, dataclasses.replace(options, max_life_h=0.0), catalog)
+
+
+def test_cli_guards_and_life_cap(tmp_path, capsys) -> None:
+    plan = EXAMPLES / "multi-node-spot" / "plan.json"
+    base = ["terraform", "--plan", str(plan), "--out", str(tmp_path / "infra"), "--name", "guarded"]
+    assert main([*base, "--max-instances", "2"]) == 2
+    assert "more than max_instances = 2" in capsys.readouterr().err
+    assert main([*base, "--max-hourly", "1.5"]) == 2
+    assert "more than max_hourly_usd = $1.5000/h" in capsys.readouterr().err
+    assert not (tmp_path / "infra").exists()
+    assert main([*base, "--max-life-h", "3", "--max-hourly", "100"]) == 0
+    values = json.loads((tmp_path / "infra" / TFVARS).read_text())
+    assert values["max_life_h"] == 3 and values["limits"] == {"max_instances": 4, "max_hourly_usd": 100}
+
+
+def test_apply_rechecks_the_written_values_before_running_terraform(tmp_path, catalog, monkeypatch) -> None:
+    plan, choice, options = example("multi-node-spot")
+    infra = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
+    values = json.loads((infra / TFVARS).read_text())
+    assert check_values(values, catalog) == pytest.approx(plan.entries[choice].usd_per_hour)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # terraform is never reached
+    for edit, field in (
+        (lambda v: v["groups"][0].update(spot=40), "predicted.usd_per_hour"),
+        (lambda v: v["predicted"].update(usd_per_hour=1.0), "predicted.usd_per_hour"),
+        (lambda v: v["limits"].update(max_instances=2), "max_instances"),
+        (lambda v: v["limits"].update(max_hourly_usd=1.0), "max_hourly_usd"),
+        (lambda v: v.pop("limits"), "limits.max_instances"),
+    ):
+        bad = json.loads(json.dumps(values))
+        edit(bad)
+        (infra / TFVARS).write_text(json.dumps(bad))
+        with pytest.raises(ConfigError) as info:
+            runner.apply(infra, yes=True, catalog=catalog)
+        assert info.value.parameter == field, str(info.value)
+
+
+def test_the_module_refuses_a_fleet_over_its_limits_at_plan(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+    """terraform plan (moto's endpoints for the data sources): the preconditions refuse more instances than
+    limits.max_instances and a predicted $/h above limits.max_hourly_usd; a plan within them has
+    instance_initiated_shutdown_behavior = terminate on every launch template and lets the role leave only its
+    fleet's Auto Scaling group."""
+    plan, choice, options = example("heterogeneous-mixed")
+    opts = dataclasses.replace(options, aws_endpoint=moto_endpoint, ami="ami-12345678", setup_command="true")
+    root = generate(plan, tmp_path / "root", choice=choice, options=opts, catalog=catalog).out
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    good = json.loads((root / TFVARS).read_text())
+    result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
+    assert result.returncode == 0, result.stdout + result.stderr
+    show = json.loads(tf_run(tf_env, root, "show", "-json", "tfplan").stdout)
+    resources = show["planned_values"]["root_module"]["child_modules"][0]["resources"]
+    templates = [r["values"] for r in resources if r["type"] == "aws_launch_template"]
+    assert len(templates) == 2 and all(t["instance_initiated_shutdown_behavior"] == "terminate" for t in templates)
+    policy = json.loads(next(r["values"]["policy"] for r in resources if r["type"] == "aws_iam_role_policy"))
+    (leave,) = [s for s in policy["Statement"] if s.get("Sid") == "LeaveOwnAutoScalingGroup"]
+    assert sorted(leave["Action"]) == ["autoscaling:DetachInstances", "autoscaling:UpdateAutoScalingGroup"]
+    assert leave["Resource"].endswith(f"autoScalingGroupName/{good['name']}-*")
+    assert leave["Condition"] == {"StringEquals": {"autoscaling:ResourceTag/srifty:fleet": good["name"]}}
+    for limits, sentence in (
+        ({"max_instances": 2}, "more than limits.max_instances (2)"),
+        ({"max_instances": 3, "max_hourly_usd": 10}, "than limits.max_hourly_usd: choose a cheaper fleet"),
+    ):
+        (root / TFVARS).write_text(json.dumps({**good, "limits": limits}))
+        result = tf_run(tf_env, root, "plan", "-input=false", "-no-color")
+        assert result.returncode != 0 and sentence in " ".join(result.stderr.split()), result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A failed or interrupted apply leaves nothing billing (a fake terraform binary behind python-terraform)
+# ---------------------------------------------------------------------------------------------------------------------
+
+FAKE_TERRAFORM = """#!{python}
+import json, os, sys
+here = os.getcwd()
+state = os.path.join(here, "fake.state")
+with open(os.path.join(here, "calls.log"), "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+args = [a for a in sys.argv[1:] if not a.startswith("-")]
+read = lambda: [l for l in open(state).read().splitlines() if l] if os.path.exists(state) else []
+if args[0] == "plan":
+    sys.exit(2)
+if args[0] == "show":
+    print(json.dumps({{"resource_changes": [{{"type": "aws_iam_role", "change": {{"actions": ["create"]}}}}]}}))
+elif args[:2] == ["state", "list"]:
+    print("\\n".join(read()))
+elif args[0] == "apply":
+    with open(state, "a") as f:
+        f.write("module.fleet.aws_iam_role.instance\\nmodule.fleet.aws_launch_template.group[\\"g5.xlarge\\"]\\n")
+    if os.environ.get("FAKE_TF_APPLY") == "fail":
+        print("Error: creating Auto Scaling Group: ValidationError", file=sys.stderr)
+        sys.exit(1)
+elif args[0] == "destroy":
+    if os.environ.get("FAKE_TF_DESTROY") == "fail":
+        print("Error: deleting IAM role: DeleteConflict", file=sys.stderr)
+        sys.exit(1)
+    open(state, "w").close()
+elif args[0] == "output":
+    print("{{}}")
+"""
+
+
+@pytest.fixture
+def fake_terraform(tmp_path, monkeypatch, catalog):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _exe(bin_dir / "terraform", FAKE_TERRAFORM.format(python=sys.executable))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    plan, choice, options = example("single-node-on-demand")
+    infra = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
+
+    def calls() -> list[str]:
+        return [
+            line.split()[0] if line.split()[0] != "state" else "state list"
+            for line in _read(infra / "calls.log").splitlines()
+        ]
+
+    return infra, calls
+
+
+def test_a_failed_apply_of_a_new_fleet_destroys_what_it_created(fake_terraform, monkeypatch, catalog) -> None:
+    infra, calls = fake_terraform
+    monkeypatch.setenv("FAKE_TF_APPLY", "fail")
+    lines: list[str] = []
+    with pytest.raises(ProvisionError, match="everything it had created was destroyed; nothing is left billing"):
+        runner.apply(infra, yes=True, echo=lines.append, catalog=catalog)
+    assert calls() == ["init", "plan", "show", "state list", "apply", "state list", "destroy", "state list"]
+    assert _read(infra / "fake.state").strip() == ""
+    assert "Destroying the 2 resources the apply created, so that nothing is left billing." in lines
+    destroy_call = next(line for line in _read(infra / "calls.log").splitlines() if line.startswith("destroy"))
+    assert "-auto-approve" in destroy_call and "-lock-timeout=300s" in destroy_call
+
+
+def test_a_failed_apply_over_a_standing_fleet_destroys_nothing(fake_terraform, monkeypatch, catalog) -> None:
+    infra, calls = fake_terraform
+    (infra / "fake.state").write_text("module.fleet.aws_autoscaling_group.fleet[0]\n")  # a fleet already there
+    monkeypatch.setenv("FAKE_TF_APPLY", "fail")
+    with pytest.raises(ProvisionError, match=r"so nothing was destroyed .* `srifty destroy --dir"):
+        runner.apply(infra, yes=True, echo=lambda line: None, catalog=catalog)
+    assert "destroy" not in calls()
+
+
+def test_a_failed_clean_up_says_what_may_still_bill(fake_terraform, monkeypatch, catalog) -> None:
+    infra, _ = fake_terraform
+    monkeypatch.setenv("FAKE_TF_APPLY", "fail")
+    monkeypatch.setenv("FAKE_TF_DESTROY", "fail")
+    with pytest.raises(ProvisionError, match=r"failed too \(2 resources still in the state, which may be billing\)"):
+        runner.apply(infra, yes=True, echo=lambda line: None, catalog=catalog)
+
+
+def test_an_interrupted_apply_destroys_what_it_created(fake_terraform, monkeypatch, catalog) -> None:
+    infra, calls = fake_terraform
+    real_run = runner._run
+
+    def interrupted(tf, *args, **options):
+        result = real_run(tf, *args, **options)
+        if args and args[0] == "apply":
+            raise KeyboardInterrupt  # Ctrl-C while terraform applies (it has created two resources)
+        return result
+
+    monkeypatch.setattr(runner, "_run", interrupted)
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        runner.apply(infra, yes=True, echo=lines.append, catalog=catalog)
+    assert calls()[-3:] == ["state list", "destroy", "state list"]
+    assert _read(infra / "fake.state").strip() == ""
+    assert (
+        lines[-1]
+        == "Interrupted during terraform apply: everything it had created was destroyed; nothing is left billing."
+    )
+
+
+def test_the_heartbeat_names_are_checked_before_the_handover(tmp_path) -> None:
+    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+
+    provisioner = TerraformProvisioner(tmp_path, "s3://runs/job-1")
+    with pytest.raises(ConfigError, match="not \\[A-Z_\\]"):
+        provisioner.start(None, {"SRIFTY_RESUME": "", "X;touch /tmp/y": "1"})  # type: ignore[arg-type]
