@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _support import ROOT  # re-exported: tests do `from conftest import ROOT`
 
 
 @pytest.fixture(autouse=True)

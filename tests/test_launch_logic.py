@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lightning_srifty import protocol as markers
-from lightning_srifty.provision.launch import launch
 from lightning_srifty.provision.base import LaunchedFleet
+from lightning_srifty.provision.launch import launch
 from predictor.exceptions import MigrationError
 from predictor.rank import Constraints, rank
 
@@ -44,7 +44,7 @@ class Recorder:
 
 @pytest.fixture
 def plan(catalog, tmp_path_factory):
-    from test_migration import _plan
+    from _support import drift_plan as _plan
 
     return _plan(catalog, tmp_path_factory.mktemp("plan"))
 
@@ -149,8 +149,8 @@ def test_a_request_beyond_max_migrations_is_declined_and_the_job_trains_on(plan,
 def plan_profile():
     import copy
 
+    from _support import MINIMAL
     from predictor.profile import load_profile
-    from test_profile_schema import MINIMAL
 
     return load_profile({**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}})
 

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 import lightning_srifty
-from lightning_srifty._compat import MOVED
 from conftest import ROOT
+from lightning_srifty._compat import MOVED
 
 
 def test_public_surface_is_small_and_resolves() -> None:

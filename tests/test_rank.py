@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from _support import MINIMAL
 from lightning_srifty.cli import main
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, UnknownNameError
 from predictor.plan import load_plan
@@ -17,7 +18,6 @@ from predictor.predict import predict
 from predictor.profile import load_profile
 from predictor.rank import Calibration, Constraints, parse_market, rank
 from predictor.spot import REPROVISION_S, RESTART_S, spot_cost
-from test_profile_schema import MINIMAL
 
 
 @pytest.fixture

@@ -272,8 +272,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     import threading
     import time
 
-    from test_migration import _plan
-
+    from _support import drift_plan as _plan
     from lightning_srifty import protocol as markers
     from lightning_srifty.provision.launch import launch
     from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
@@ -362,9 +361,9 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
 
 def rank_other(plan, catalog):
     """A plan for another fleet than the first's (what a drift re-ranking would produce)."""
+    from _support import MINIMAL
     from predictor.profile import load_profile
     from predictor.rank import Constraints, rank
-    from test_profile_schema import MINIMAL
 
     other = "g5.xlarge" if plan.entries[0].groups[0].instance_type != "g5.xlarge" else "g4dn.xlarge"
     profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})
