@@ -75,6 +75,29 @@ def moto_endpoint():
     proc.wait(timeout=10)
 
 
+@pytest.fixture(scope="session")
+def checkov() -> str:
+    """The checkov executable, in its own venv (checkov pins an older boto3 than ours): $SRIFTY_CHECKOV, else one on
+    PATH, else the venv bench/checkov_scan.py makes. .ci/run installs it and sets SRIFTY_CHECKOV; under CI=true a
+    missing checkov fails the test instead of skipping it. No test installs anything."""
+    explicit = os.environ.get("SRIFTY_CHECKOV")
+    if explicit:
+        if not (Path(explicit).is_file() and os.access(explicit, os.X_OK)):
+            pytest.fail(f"SRIFTY_CHECKOV={explicit} is not an executable file")
+        return explicit
+    bench_venv = Path.home() / ".cache" / "srifty" / "checkov-venv" / "bin" / "checkov"
+    found = shutil.which("checkov") or (str(bench_venv) if bench_venv.is_file() else None)
+    if found:
+        return found
+    reason = (
+        "checkov not found: set SRIFTY_CHECKOV to a checkov in its own venv, as .ci/run does "
+        "(python3 -m venv /tmp/srifty-checkov && /tmp/srifty-checkov/bin/pip install checkov)"
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; CI=true, so this is a failure, not a skip")
+    pytest.skip(reason)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The real terraform CLI, offline (the AWS provider from a filesystem mirror)
 # ---------------------------------------------------------------------------------------------------------------------
