@@ -97,8 +97,8 @@ def bench_callback(rounds: int = 4) -> dict:
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import Callback
 
-    from lightning_srifty.profiling.callback import SriftyCallback
     from lightning_srifty.demo.run import DemoConfig, build
+    from lightning_srifty.profiling.callback import SriftyCallback
 
     class Clock(Callback):
         def __init__(self) -> None:

@@ -30,8 +30,8 @@ import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 
-from lightning_srifty.profiling.callback import SriftyCallback  # noqa: E402
 from lightning_srifty.demo.run import DemoConfig, build  # noqa: E402
+from lightning_srifty.profiling.callback import SriftyCallback  # noqa: E402
 from lightning_srifty.profiling.hardware import cpu_count, cpu_model  # noqa: E402
 
 HOOKS = (

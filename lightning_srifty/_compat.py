@@ -67,7 +67,9 @@ class _Alias(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         head, _, tail = fullname.partition(".")
         if head != PACKAGE or tail not in MOVED:
             return None

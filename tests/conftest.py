@@ -16,6 +16,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _support import ROOT  # re-exported: tests do `from conftest import ROOT`
 
+# What makes a test slow whatever its module: a real external process that takes seconds. Tests using these are
+# marked ``slow`` here, so that new ones land in the right tier without a second mark.
+SLOW_FIXTURES = {
+    "tf_env": "the real terraform CLI (init, plan, apply)",
+    "moto_endpoint": "moto's server in its own process",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``slow`` on every ``ddp`` test (real multi-process runs) and every test using a fixture of SLOW_FIXTURES; the
+    fast tier for the edit loop, ``-m 'not slow'``, leaves them out."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            continue
+        if item.get_closest_marker("ddp") or SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(autouse=True)
 def _offline_aws(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:

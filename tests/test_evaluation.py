@@ -133,6 +133,7 @@ def test_unfitted_correction_says_what_to_call() -> None:
         corr.CrossGpuCorrection().predict_one([0.0] * len(corr.FEATURES))
 
 
+@pytest.mark.slow  # every validation of the README table, then a figure: ~20 s on 2 cores
 def test_eval_command_prints_and_plots(tmp_path, capsys, monkeypatch) -> None:
     """The README command, run outside the repository: the bundled measurements are the default data."""
     monkeypatch.chdir(tmp_path)

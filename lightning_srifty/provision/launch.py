@@ -115,7 +115,12 @@ def _timed_up(provisioner: Any, plan: Any, choice: int, name: str) -> LaunchedFl
 
 
 def _env(
-    plan_uri: str, fleet: LaunchedFleet, batches: tuple[list[int], int], checkpoint_dir: str, resume: str, started: float
+    plan_uri: str,
+    fleet: LaunchedFleet,
+    batches: tuple[list[int], int],
+    checkpoint_dir: str,
+    resume: str,
+    started: float,
 ) -> dict[str, str]:
     sizes, accumulation = batches
     return {
