@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def checkov_binary(explicit: str | None) -> Path:
+    explicit = explicit or os.environ.get("SRIFTY_CHECKOV")  # what .ci/run and the test use
     if explicit:
         return Path(explicit)
     env = Path(os.environ.get("SRIFTY_CACHE_DIR", Path.home() / ".cache" / "srifty")) / "checkov-venv"

@@ -18,11 +18,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
 def main() -> None:
+    from _support import MINIMAL
     from predictor.catalog import Catalog
     from predictor.profile import load_profile
     from predictor.rank import Constraints, rank
     from predictor.replan import decide_move
-    from test_profile_schema import MINIMAL
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20)

@@ -27,12 +27,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
 def one(tmp: Path) -> dict[str, float]:
-    from test_hetero import _seen
-    from test_migration import _plan
-
+    from _support import drift_plan, seen_samples
     from predictor.catalog import Catalog
 
-    plan = _plan(Catalog.load(use_refreshed=False, use_env=False), tmp)
+    plan = drift_plan(Catalog.load(use_refreshed=False, use_env=False), tmp)
     plan.save(tmp / "plan.json")
     script = [str(ROOT / "tests" / "scripts" / "migrate_run.py"), str(tmp / "run"), "--max-steps", "40", "--from-env"]
     script += ["--step-sleep", "0.15", "--triggers-profile", str(tmp / "profile.json"), "--triggers-after", "8"]
@@ -42,7 +40,7 @@ def one(tmp: Path) -> dict[str, float]:
     subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=600)
     (move,) = [json.loads(line) for line in (tmp / "w" / "migrations.jsonl").read_text().splitlines()]
     first = json.loads((tmp / "run" / "first-step.json").read_text())
-    seen = _seen(tmp / "run")
+    seen = seen_samples(tmp / "run")
     lines = (tmp / "run" / "seen-rank0.txt").read_text().splitlines()
     steps = [int(line.split()[1]) for line in lines]
     return {

@@ -8,6 +8,8 @@ Writes, from gpu_specs.csv and ec2_gpu_instances.csv:
 - predictor/data/instances.csv: one row per EC2 accelerator instance type, fixed columns, normalised kinds
   (accelerator_kind cuda/neuron/gaudi/amd; gpu_interconnect single/pcie/nvlink/nvswitch/neuronlink/other) and the
   canonical GPU key of its GPU;
+- predictor/data/measurements.csv: measurements.csv, copied verbatim;
+- predictor/data/sources.json: the sha256 of every file read and written (tests check the bundled files against it);
 - predictor/data/prices.csv: long format, one row per (instance type, region, market, zone) price with its date and
   source; advisor-derived spot estimates are flagged ``estimated``.
 The key, alias and kind choices below are the only hand-written part; numbers are copied, never typed.
@@ -19,6 +21,7 @@ import argparse
 import csv
 import hashlib
 import io
+import json
 import re
 import sys
 from pathlib import Path
@@ -263,6 +266,21 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+SOURCES = ("gpu_specs.csv", "ec2_gpu_instances.csv", "measurements.csv")
+MANIFEST = "sources.json"
+
+
+def manifest(shared: Path, outputs: dict[Path, str]) -> str:
+    """sources.json: the sha256 of every shared file read and of every file written, so that a test can tell, without
+    the shared data (a clean checkout), that nobody edited the bundled numbers by hand since the last build."""
+    doc = {
+        "built_by": "scripts/build_data.py",
+        "sources": {name: sha256(shared / name) for name in SOURCES},
+        "outputs": {p.name: hashlib.sha256(text.encode("utf-8")).hexdigest() for p, text in outputs.items()},
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -279,8 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         data / "gpus.csv": build_gpus(args.shared),
         data / "instances.csv": instances,
         data / "prices.csv": prices,
+        data / "measurements.csv": (args.shared / "measurements.csv").read_bytes().decode("utf-8"),  # verbatim (CRLF)
     }
-    stale = [p for p, text in outputs.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+    outputs[data / MANIFEST] = manifest(args.shared, outputs)
+    stale = [p for p, text in outputs.items() if not p.exists() or p.read_bytes() != text.encode("utf-8")]
     if args.check:
         for path in stale:
             print(f"{path} is out of date: run python scripts/build_data.py", file=sys.stderr)
@@ -289,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if stale else 0
     for path, text in outputs.items():
         atomic_write_text(path, text)
-    for src in ("gpu_specs.csv", "ec2_gpu_instances.csv"):
+    for src in SOURCES:
         print(f"read {args.shared / src} (sha256 {sha256(args.shared / src)[:12]})")
     print(f"wrote {', '.join(str(p.relative_to(ROOT)) for p in outputs)}")
     return 0

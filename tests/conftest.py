@@ -12,8 +12,26 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _support import ROOT  # re-exported: tests do `from conftest import ROOT`
+
+# What makes a test slow whatever its module: a real external process that takes seconds. Tests using these are
+# marked ``slow`` here, so that new ones land in the right tier without a second mark.
+SLOW_FIXTURES = {
+    "tf_env": "the real terraform CLI (init, plan, apply)",
+    "moto_endpoint": "moto's server in its own process",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``slow`` on every ``ddp`` test (real multi-process runs) and every test using a fixture of SLOW_FIXTURES; the
+    fast tier for the edit loop, ``-m 'not slow'``, leaves them out."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            continue
+        if item.get_closest_marker("ddp") or SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +90,29 @@ def moto_endpoint():
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def checkov() -> str:
+    """The checkov executable, in its own venv (checkov pins an older boto3 than ours): $SRIFTY_CHECKOV, else one on
+    PATH, else the venv bench/checkov_scan.py makes. .ci/run installs it and sets SRIFTY_CHECKOV; under CI=true a
+    missing checkov fails the test instead of skipping it. No test installs anything."""
+    explicit = os.environ.get("SRIFTY_CHECKOV")
+    if explicit:
+        if not (Path(explicit).is_file() and os.access(explicit, os.X_OK)):
+            pytest.fail(f"SRIFTY_CHECKOV={explicit} is not an executable file")
+        return explicit
+    bench_venv = Path.home() / ".cache" / "srifty" / "checkov-venv" / "bin" / "checkov"
+    found = shutil.which("checkov") or (str(bench_venv) if bench_venv.is_file() else None)
+    if found:
+        return found
+    reason = (
+        "checkov not found: set SRIFTY_CHECKOV to a checkov in its own venv, as .ci/run does "
+        "(python3 -m venv /tmp/srifty-checkov && /tmp/srifty-checkov/bin/pip install checkov)"
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; CI=true, so this is a failure, not a skip")
+    pytest.skip(reason)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

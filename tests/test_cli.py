@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
+from _support import MINIMAL
 from lightning_srifty.cli import main
 from predictor.profile import load_profile
-from test_profile_schema import MINIMAL
 
 
 def test_cli_and_predictor_start_without_torch(subprocess_env) -> None:

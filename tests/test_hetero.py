@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from _support import MINIMAL, SCRIPTS, params_by_step, seen_samples
 from lightning_srifty.ddp.hetero import GlobalBatchSampler, rank_weights
 from predictor.exceptions import ConfigError
-
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
 def test_shares_partition_every_global_batch_and_an_epoch_once() -> None:
@@ -74,20 +72,6 @@ def _leg(out: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
     return run
 
 
-def _seen(out: Path) -> dict[tuple[int, int], list[int]]:
-    steps: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for path in sorted(out.glob("seen-rank*.txt")):
-        for line in path.read_text().splitlines():
-            epoch, step, *ids = line.split()
-            steps[(int(epoch), int(step))].extend(int(i) for i in ids)
-    return steps
-
-
-def _params(out: Path) -> dict[int, list[float]]:
-    lines = (out / "params.txt").read_text().splitlines()
-    return {int(line.split()[0]): [float(v) for v in line.split()[1:]] for line in lines}
-
-
 @pytest.mark.ddp
 def test_preempted_on_one_process_finished_on_two_with_unequal_batches(tmp_path, subprocess_env) -> None:
     """1 process -> SIGTERM at step 10 -> checkpoint at the next step -> resume on 2 processes (batches 5 + 3 of the
@@ -98,14 +82,14 @@ def test_preempted_on_one_process_finished_on_two_with_unequal_batches(tmp_path,
     preempted = json.loads((tmp_path / "run" / "preempted.json").read_text())
     assert preempted["step"] == 11 and (tmp_path / "run" / "ckpt" / "preempt-step=11.ckpt").is_file()
     _leg(tmp_path / "run", subprocess_env, "--batch-sizes", "5,3", "--resume")
-    ref, run = _seen(tmp_path / "ref"), _seen(tmp_path / "run")
+    ref, run = seen_samples(tmp_path / "ref"), seen_samples(tmp_path / "run")
     assert sorted(run) == sorted(ref) and len(ref) == 30  # every step once: none lost, none repeated
     assert all(sorted(run[k]) == sorted(ref[k]) for k in ref)  # the same global batch at every step
     for epoch in (0, 1):  # whole epochs: every sample exactly once
         ids = [i for (e, _), v in run.items() if e == epoch for i in v]
         assert sorted(ids) == list(range(96))
     assert (tmp_path / "run" / "seen-rank1.txt").read_text().count("\n") == 19  # steps 12..30 on the second rank
-    p_ref, p_run = _params(tmp_path / "ref"), _params(tmp_path / "run")
+    p_ref, p_run = params_by_step(tmp_path / "ref"), params_by_step(tmp_path / "run")
     assert sorted(p_run) == list(range(1, 31))
     assert max(abs(a - b) for s in p_ref for a, b in zip(p_ref[s], p_run[s])) < 1e-5
 
@@ -119,7 +103,6 @@ def test_srifty_launch_moves_a_spot_run_from_one_to_two_processes(tmp_path, subp
 
     from predictor.profile import load_profile
     from predictor.rank import Constraints, rank
-    from test_profile_schema import MINIMAL
 
     profile = load_profile({**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}})
     c = Constraints(steps=1000, market="spot", allow=("g4dn.xlarge",), max_instances=2)
@@ -137,8 +120,8 @@ def test_srifty_launch_moves_a_spot_run_from_one_to_two_processes(tmp_path, subp
     (move,) = [json.loads(line) for line in (tmp_path / "w" / "migrations.jsonl").read_text().splitlines()]
     assert (move["from_fleet"], move["to_fleet"]) == ("g4dn.xlarge:1", "g4dn.xlarge:2")
     assert "spot interruption notice" in move["why"] and 0 <= move["step"] < 60
-    ref, run = _seen(tmp_path / "ref"), _seen(tmp_path / "run")
+    ref, run = seen_samples(tmp_path / "ref"), seen_samples(tmp_path / "run")
     assert sorted(run) == sorted(ref) and len(ref) == 60
     assert all(sorted(run[k]) == sorted(ref[k]) for k in ref)
-    p_ref, p_run = _params(tmp_path / "ref"), _params(tmp_path / "run")
+    p_ref, p_run = params_by_step(tmp_path / "ref"), params_by_step(tmp_path / "run")
     assert max(abs(a - b) for s in p_ref for a, b in zip(p_ref[s], p_run[s])) < 1e-5

@@ -50,7 +50,7 @@ class Recorder:
 
 @pytest.fixture
 def plan(catalog, tmp_path_factory):
-    from test_migration import _plan
+    from _support import drift_plan as _plan
 
     return _plan(catalog, tmp_path_factory.mktemp("plan"))
 
@@ -159,8 +159,8 @@ def test_a_request_beyond_max_migrations_is_declined_and_the_job_trains_on(plan,
 def plan_profile():
     import copy
 
+    from _support import MINIMAL
     from predictor.profile import load_profile
-    from test_profile_schema import MINIMAL
 
     return load_profile({**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}})
 

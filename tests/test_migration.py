@@ -3,29 +3,18 @@ terraform provisioner brings a new fleet up before the old one goes (apply/destr
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 from pathlib import Path
 
 import pytest
-from test_hetero import SCRIPTS, _params, _seen
+
+from _support import SCRIPTS
+from _support import drift_plan as _plan
+from _support import params_by_step as _params
+from _support import seen_samples as _seen
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _plan(catalog, tmp_path: Path):
-    from predictor.profile import load_profile
-    from predictor.rank import Constraints, rank
-    from test_profile_schema import MINIMAL
-
-    # a GPU step of 5 ms: the CPU processes of the test run far slower than the plan predicts for any GPU
-    profile = load_profile(
-        {**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}, "timing": {"step_time_s": {"p50": 0.005}}}
-    )
-    profile.save(tmp_path / "profile.json")
-    c = Constraints(steps=100_000, market="on-demand", allow=("g4dn.xlarge", "g5.xlarge"), max_instances=2)
-    return rank(profile, c, catalog=catalog)
 
 
 @pytest.mark.ddp

@@ -9,10 +9,10 @@ import types
 import numpy as np
 import pytest
 
+from _support import MINIMAL
 from predictor.perf.ops import classify, classify_table
 from predictor.predict import predict
 from predictor.profile import OpRecord, load_profile
-from test_profile_schema import MINIMAL
 
 
 def rec(op: str, shapes, *, phase="forward", count=1, flops=0.0, dtype="float32", out=None, params=None) -> OpRecord:

@@ -9,12 +9,12 @@ import re
 import pytest
 from rich.console import Console
 
+from _support import MINIMAL
 from lightning_srifty.cli import main
 from lightning_srifty.console import PLAN_COLUMNS, plan_table
 from predictor.profile import load_profile
 from predictor.rank import Constraints, rank
 from predictor.report import num, write_report
-from test_profile_schema import MINIMAL
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from _support import MINIMAL
 from conftest import ROOT
 from lightning_srifty.cli import main
 from predictor.catalog import Catalog
@@ -15,7 +16,6 @@ from predictor.fleet import parse_fleet
 from predictor.perf.network import allreduce_time, calibrate
 from predictor.predict import predict
 from predictor.profile import load_profile
-from test_profile_schema import MINIMAL
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ import copy
 import numpy as np
 import pytest
 
+from _support import MINIMAL
 from predictor.exceptions import ConfigError, PredictionError
 from predictor.predict import predict
 from predictor.predict_many import predict_many, predict_mixes
 from predictor.profile import load_profile
-from test_profile_schema import MINIMAL
 
 
 def rich_profile():

@@ -197,9 +197,9 @@ def test_checkpoints_on_s3_through_moto(tmp_path, moto_endpoint, monkeypatch) ->
 def test_periodic_checkpoints_at_the_plans_interval_keep_the_newest(tmp_path, catalog) -> None:
     import copy
 
+    from _support import MINIMAL
     from predictor.profile import load_profile
     from predictor.rank import Constraints, rank
-    from test_profile_schema import MINIMAL
 
     plan = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=5_000_000, market="spot"), catalog=catalog)
     from_plan = SpotPreemption.from_plan(plan, 0, str(tmp_path))

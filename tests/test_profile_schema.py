@@ -9,18 +9,11 @@ import re
 
 import pytest
 
+from _support import MINIMAL
 from conftest import ROOT
 from predictor._schema import iter_field_paths, markdown_reference
 from predictor.exceptions import ProfileError, ProfileSchemaError
 from predictor.profile import SCHEMA, Profile, Stats, load_profile, profile_json_schema
-
-MINIMAL = {
-    "schema": "srifty.profile/v1",
-    "model": {"name": "resnet50", "parameters": 25557032, "precision": "16-mixed"},
-    "batch": {"per_device": 256},
-    "hardware": {"gpu": "V100-SXM2-16GB", "devices": 1, "nodes": 1},
-    "timing": {"step_time_s": {"p50": 0.31}},
-}
 
 
 def test_minimal_hand_written_profile_is_accepted() -> None:

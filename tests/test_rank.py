@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from _support import MINIMAL
 from lightning_srifty.cli import main
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, UnknownNameError
 from predictor.plan import load_plan
@@ -17,7 +18,6 @@ from predictor.predict import predict
 from predictor.profile import load_profile
 from predictor.rank import Calibration, Constraints, parse_market, rank
 from predictor.spot import REPROVISION_S, RESTART_S, spot_cost
-from test_profile_schema import MINIMAL
 
 
 @pytest.fixture
@@ -191,8 +191,11 @@ def test_heterogeneous_mixes_are_ranked_with_speed_proportional_groups(profile, 
         assert e.throughput_samples_s == pytest.approx(one.throughput_samples_s, rel=1e-9)
         assert sum(g.throughput_samples_s for g in e.groups) == pytest.approx(e.throughput_samples_s)
         assert [g.per_device_batch for g in e.groups] == pytest.approx([g.per_device_batch for g in one.groups])
-        assert e.nodes <= 3 and e.migration_effort == ("high" if e.heterogeneous else e.migration_effort)
-    # mixes fill the Pareto front between homogeneous fleets: the front can only get better
+        # two GPU models: high effort; one model on 2-3 instances of the profile's GPU type: medium
+        assert e.nodes <= 3 and e.migration_effort == ("high" if e.heterogeneous else "medium")
+    # the search with mixes includes every homogeneous fleet: its time-cost front can only get better
+    for h in homogeneous.pareto:
+        assert any(p.time_h <= h.time_h * (1 + 1e-9) and p.cost_usd <= h.cost_usd * (1 + 1e-9) for p in plan.pareto), h
     assert len(plan.pareto) >= 1 and plan.entries[0].time_h <= homogeneous.entries[0].time_h + 1e-12
 
 

@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pytest
 
+from _support import MINIMAL
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import with_prices
 from predictor.exceptions import ConfigError
 from predictor.profile import load_profile
 from predictor.rank import Constraints, rank
 from predictor.replan import decide_move, drift
-from test_profile_schema import MINIMAL
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import copy
 
 import pytest
 
+from _support import MINIMAL
 from lightning_srifty.provision.launch import fleet_batches
 from predictor.exceptions import NoFeasibleConfigError
 from predictor.predict import predict
@@ -16,7 +17,6 @@ from predictor.profile import load_profile
 from predictor.rank import Constraints, global_batch, rank
 from predictor.ranking.feasible import ARM64, OLD_FOR_TORCH2
 from predictor.work import Work
-from test_profile_schema import MINIMAL
 
 
 def _profile(**changes):

@@ -10,12 +10,12 @@ import urllib.request
 import pytest
 from fastapi.testclient import TestClient
 
+from _support import MINIMAL
 from predictor.observations import ObservationStore, model_key
 from predictor.plan import load_plan
 from predictor.predict import predict
 from predictor.profile import load_profile
 from predictor.service import ServiceSettings, background_server, create_app
-from test_profile_schema import MINIMAL
 
 TOKEN = "test-token-4b9f"
 

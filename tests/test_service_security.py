@@ -11,12 +11,12 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from _support import MINIMAL
 from predictor.client import ServiceClient
 from predictor.exceptions import ServiceError
 from predictor.observations import ObservationStore
 from predictor.profile import load_profile
 from predictor.service import ServiceSettings, background_server, create_app
-from test_profile_schema import MINIMAL
 
 TOKEN = "s3cret-token"
 

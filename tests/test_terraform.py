@@ -5,10 +5,7 @@ heterogeneous spot + on-demand fleet against moto's server on 127.0.0.1, checked
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import boto3
@@ -219,26 +216,15 @@ def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(tf_env, moto_
         client["iam"].get_role(RoleName=role)
 
 
-def test_checkov_finds_no_unexplained_failure(tmp_path, catalog) -> None:
-    """checkov (its own venv: set SRIFTY_CHECKOV to its executable, or have it on PATH) on the module and a generated
-    root: no failed check, and every skip carries its justification inline."""
-    venv_binary = Path.home() / ".cache" / "srifty" / "checkov-venv" / "bin" / "checkov"
-    binary = os.environ.get("SRIFTY_CHECKOV") or shutil.which("checkov")
-    if not binary and not venv_binary.exists() and os.environ.get("CI") == "true":
-        # CI installs it once, in its own venv (checkov pins an older boto3 than ours)
-        subprocess.run([sys.executable, "-m", "venv", str(venv_binary.parents[1])], check=True)
-        subprocess.run([str(venv_binary.parent / "pip"), "install", "-q", "checkov"], check=True, timeout=900)
-    binary = binary or (str(venv_binary) if venv_binary.exists() else None)
-    if not binary:
-        pytest.skip(
-            "checkov not found: set SRIFTY_CHECKOV to a checkov in its own venv (python bench/checkov_scan.py makes "
-            "one in ~/.cache/srifty/checkov-venv); CI=true installs it there"
-        )
+@pytest.mark.slow
+def test_checkov_finds_no_unexplained_failure(tmp_path, catalog, checkov) -> None:
+    """checkov (the conftest fixture finds it; .ci/run installs it) on the module and a generated root: no failed
+    check, and every skip carries its justification inline."""
     plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
     root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
     for folder in (ROOT / "terraform" / "modules" / "training_fleet", root):
         run = subprocess.run(
-            [binary, "-d", str(folder), "--framework", "terraform", "--skip-download", "-o", "json"],
+            [checkov, "-d", str(folder), "--framework", "terraform", "--skip-download", "-o", "json"],
             capture_output=True,
             text=True,
             timeout=300,
@@ -273,8 +259,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     import threading
     import time
 
-    from test_migration import _plan
-
+    from _support import drift_plan as _plan
     from lightning_srifty import protocol as markers
     from lightning_srifty.provision.launch import launch
     from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
@@ -374,9 +359,9 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
 
 def rank_other(plan, catalog):
     """A plan for another fleet than the first's (what a drift re-ranking would produce)."""
+    from _support import MINIMAL
     from predictor.profile import load_profile
     from predictor.rank import Constraints, rank
-    from test_profile_schema import MINIMAL
 
     other = "g5.xlarge" if plan.entries[0].groups[0].instance_type != "g5.xlarge" else "g4dn.xlarge"
     profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})

@@ -20,6 +20,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from _support import MINIMAL
 from conftest import tf_run
 from imds_server import FakeIMDS
 from lightning_srifty.provision.generate import TFVARS, Options, generate, tfvars
@@ -30,7 +31,6 @@ from predictor.perf.network import DEFAULT_NETWORK, inter_node_link
 from predictor.plan import Plan, load_plan
 from predictor.profile import load_profile
 from predictor.rank import Constraints, rank
-from test_profile_schema import MINIMAL
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = {

@@ -11,6 +11,7 @@ from dataclasses import replace
 import lightning.pytorch as pl
 import pytest
 
+from _support import MINIMAL
 from helpers import TinyModel, loader, trainer
 from lightning_srifty import protocol as markers
 from lightning_srifty.migrate.preemption import SpotPreemption
@@ -20,7 +21,6 @@ from predictor.catalog.instances import with_prices
 from predictor.exceptions import ConfigError
 from predictor.profile import load_profile
 from predictor.rank import Constraints, rank
-from test_profile_schema import MINIMAL
 
 
 class Slow(pl.Callback):

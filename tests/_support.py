@@ -1,0 +1,53 @@
+"""Shared test data and small helpers (not a test module: test modules import this, never each other).
+
+Light on purpose (no torch, no Lightning at import): the small Lightning models live in helpers.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "tests" / "scripts"
+
+# The smallest hand-written srifty.profile/v1 profile (docs/profile-schema.md's example).
+MINIMAL = {
+    "schema": "srifty.profile/v1",
+    "model": {"name": "resnet50", "parameters": 25557032, "precision": "16-mixed"},
+    "batch": {"per_device": 256},
+    "hardware": {"gpu": "V100-SXM2-16GB", "devices": 1, "nodes": 1},
+    "timing": {"step_time_s": {"p50": 0.31}},
+}
+
+
+def seen_samples(out: Path) -> dict[tuple[int, int], list[int]]:
+    """The sample ids every rank of a run of tests/scripts/{hetero,migrate}_run.py saw, by (epoch, step)."""
+    steps: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for path in sorted(out.glob("seen-rank*.txt")):
+        for line in path.read_text().splitlines():
+            epoch, step, *ids = line.split()
+            steps[(int(epoch), int(step))].extend(int(i) for i in ids)
+    return steps
+
+
+def params_by_step(out: Path) -> dict[int, list[float]]:
+    """The parameters such a run wrote after every step (params.txt: step, then the values)."""
+    lines = (out / "params.txt").read_text().splitlines()
+    return {int(line.split()[0]): [float(v) for v in line.split()[1:]] for line in lines}
+
+
+def drift_plan(catalog, tmp_path: Path):
+    """A ranked plan over g4dn.xlarge and g5.xlarge (on-demand, at most 2 instances) for a profile whose GPU step is
+    5 ms, per-device batch 8: CPU test processes run far slower than it predicts, so the job sees a drift. The profile
+    is saved as tmp_path/profile.json."""
+    from predictor.profile import load_profile
+    from predictor.rank import Constraints, rank
+
+    profile = load_profile(
+        {**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}, "timing": {"step_time_s": {"p50": 0.005}}}
+    )
+    profile.save(tmp_path / "profile.json")
+    c = Constraints(steps=100_000, market="on-demand", allow=("g4dn.xlarge", "g5.xlarge"), max_instances=2)
+    return rank(profile, c, catalog=catalog)
