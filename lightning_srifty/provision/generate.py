@@ -30,6 +30,7 @@ from predictor._io import atomic_write_text
 from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError, ProvisionError
 from predictor.plan import Plan, PlanEntry
+from predictor.spot import shutdown_grace_s
 
 MARKER = ".srifty.json"
 TFVARS = "srifty.auto.tfvars.json"
@@ -236,7 +237,9 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
         "checkpoints": checkpoints,
         "train": train,
         "max_life_h": max_life_h,
-        "watchdog": {"heartbeat": options.handover},
+        # the job's grace after SIGTERM, from the watchdog and from torchrun alike: the plan's checkpoint save x 2
+        # + 30 s, so that a leaving save is never cut by SIGKILL
+        "watchdog": {"heartbeat": options.handover, "grace_s": shutdown_grace_s(plan.checkpoint_s)},
         "limits": {"max_instances": max_instances, "max_hourly_usd": max_hourly},
         "predicted": {
             "throughput_samples_s": round(entry.throughput_samples_s, 6),
