@@ -74,7 +74,7 @@ def test_generate_is_idempotent_and_refuses_foreign_folders(tmp_path, catalog) -
     ("change", "message"),
     [
         ({"name": "Bad_Name"}, "lower-case letters"),
-        ({"ssh_cidr": ("0.0.0.0/0",)}, "narrower than 0.0.0.0/0"),
+        ({"ssh_cidr": ("0.0.0.0/0",)}, "every IPv4 address"),
         ({"vpc_id": "vpc-1"}, "both --vpc-id and --subnet-ids"),
         ({"mode": "spot"}, "asg or fleet"),
     ],
