@@ -264,7 +264,7 @@ esac
 def _user_data_values(secrets: list[dict]) -> dict:
     return {
         "name": "secrets",
-        "setup_command": 'echo "setup sees HF_TOKEN=${#HF_TOKEN} chars"',
+        "setup_command": 'echo "setup sees HF_TOKEN=$(printf %s "$HF_TOKEN" | wc -c) chars"',
         "argv": "'train.py'",
         "nnodes": 1,
         "nproc_per_node": 1,
