@@ -247,7 +247,7 @@ def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, mo
     assert statements["ReadNamedSecrets"]["Resource"] == (
         "arn:aws:secretsmanager:us-east-1:123456789012:secret:team/wandb-??????"
     )
-    assert "SessionManager" not in statements
+    assert not [sid for sid in statements if sid and sid.startswith("SessionManager")]  # off by default
 
 
 FAKE_AWS_SECRETS = """#!/bin/bash

@@ -417,11 +417,18 @@ resource "aws_iam_role_policy" "instance" {
 # not AmazonSSMManagedInstanceCore, which also grants ssm:GetParameter* on every parameter of the account
 data "aws_iam_policy_document" "ssm_session" {
   count = var.enable_ssm ? 1 : 0
+  # checkov:skip=CKV_AWS_111:The ssmmessages channel actions of Session Manager support no resource-level permissions; they open a session channel only for the instance calling them and read no data.
+  # checkov:skip=CKV_AWS_356:Only the ssmmessages channel actions (no resource types in the service authorization reference) have resources = "*"; ssm:UpdateInstanceInformation is limited to this account's instances in this region.
 
   statement {
-    sid = "SessionManager"
+    sid       = "SessionManagerRegister"
+    actions   = ["ssm:UpdateInstanceInformation"]
+    resources = ["${local.arn_prefix}:ec2:${local.account_region}:instance/*"]
+  }
+
+  statement {
+    sid = "SessionManagerChannels"
     actions = [
-      "ssm:UpdateInstanceInformation",
       "ssmmessages:CreateControlChannel",
       "ssmmessages:CreateDataChannel",
       "ssmmessages:OpenControlChannel",
