@@ -248,6 +248,28 @@ def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, mo
         "arn:aws:secretsmanager:us-east-1:123456789012:secret:team/wandb-??????"
     )
     assert not [sid for sid in statements if sid and sid.startswith("SessionManager")]  # off by default
+    # --ssm-session: Session Manager's own actions, no GetParameter* on the account's parameters
+    (root / TFVARS).write_text(json.dumps({**ami, "enable_ssm": True}))
+    result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
+    assert result.returncode == 0, result.stderr
+    planned = json.loads(tf_run(tf_env, root, "show", "-json", "tfplan").stdout)["planned_values"]["root_module"]
+    resources = planned["child_modules"][0]["resources"]
+    assert not [r for r in resources if r["type"] == "aws_iam_role_policy_attachment"]
+    session = next(
+        json.loads(r["values"]["policy"])["Statement"]
+        for r in resources
+        if r["type"] == "aws_iam_role_policy" and r["name"] == "ssm_session"
+    )
+    actions = {a for st in session for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    assert actions == {
+        "ssm:UpdateInstanceInformation",
+        "ssmmessages:CreateControlChannel",
+        "ssmmessages:CreateDataChannel",
+        "ssmmessages:OpenControlChannel",
+        "ssmmessages:OpenDataChannel",
+    }
+    register = next(st for st in session if st["Sid"] == "SessionManagerRegister")
+    assert register["Resource"] == "arn:aws:ec2:us-east-1:123456789012:instance/*"
 
 
 FAKE_AWS_SECRETS = """#!/bin/bash
