@@ -248,6 +248,7 @@ def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(t
         "watchdog_grace_s": 5,
         "watchdog_max_age_s": 300,
         "watchdog_asg": 0,
+        "secrets": [],
     }
     script = render(tf_env, tmp_path / "console", values)
     bin_dir = tmp_path / "bin"

@@ -31,6 +31,9 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         max_life_h=args.max_life_h,
         max_instances=args.max_instances,
         max_hourly_usd=args.max_hourly,
+        allow_wide_ssh=args.allow_wide_ssh,
+        ssm_session=args.ssm_session,
+        secret_env=tuple(args.secret_env or ()),
     )
     result = generate(plan, args.out, choice=args.choice, options=options, catalog=load_catalog(args))
     entry = plan.entries[args.choice]
@@ -66,6 +69,23 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="run name (3-40 of a-z, 0-9, -); default from the model and the plan")
     p.add_argument("--region", help="default: the plan's region for this fleet")
     p.add_argument("--ssh-cidr", action="append", help="CIDR allowed to SSH (repeatable); default: no SSH port")
+    p.add_argument(
+        "--allow-wide-ssh",
+        action="store_true",
+        help="let the --ssh-cidr blocks cover more than a /8 worth of addresses (never all of 0.0.0.0/0)",
+    )
+    p.add_argument(
+        "--ssm-session",
+        action="store_true",
+        help="let the instances register with SSM Session Manager (default: no SSM permission on the instance role)",
+    )
+    p.add_argument(
+        "--secret-env",
+        action="append",
+        metavar="NAME=ssm:/param|NAME=secretsmanager:id",
+        help="an environment variable the instances read at boot from SSM Parameter Store or Secrets Manager "
+        "(repeatable); only the name reaches Terraform, the instance role may read exactly these",
+    )
     p.add_argument(
         "--train-command",
         default="train.py",

@@ -137,3 +137,55 @@ def check_env_names(env: dict[str, object], parameter: str = "env") -> dict[str,
                 value=key,
             )
     return env
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Secrets by name: NAME=ssm:/param or NAME=secretsmanager:id; the instances read the values at boot
+# ---------------------------------------------------------------------------------------------------------------------
+
+_SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")  # SSM parameter names (no ARN, no version)
+_SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+_SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}$")
+# names the instances' shell or srifty itself relies on
+_RESERVED_ENV = re.compile(
+    r"^(PATH|HOME|IFS|SHELL|USER|PWD|TOKEN|IMDS|REGION|STATE|JOB|CODE|LD_.*|BASH.*|AWS_.*|SRIFTY_.*)$"
+)
+
+
+def check_secret_env(specs: tuple[str, ...] | list[str], parameter: str = "secret_env") -> list[dict[str, str]]:
+    """``NAME=ssm:/path/param`` and ``NAME=secretsmanager:secret-id`` (a name or an ARN) as the module's ``secrets``
+    entries ``{"name", "source", "id"}``: names only, never values.
+
+    Raises:
+        ConfigError: naming the entry, what is wrong and the fix.
+    """
+    out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for spec in specs:
+        name, _, ref = spec.partition("=") if isinstance(spec, str) else ("", "", "")
+        source, _, ident = ref.partition(":")
+        why = None
+        if not _ENV_NAME.match(name):
+            why = f"the variable name {name!r} is not [A-Z_][A-Z0-9_]*"
+        elif _RESERVED_ENV.match(name):
+            why = f"the variable name {name} is used by the instances' shell, AWS or srifty; pick another"
+        elif name in seen:
+            why = f"the variable name {name} is given twice"
+        elif source == "ssm":
+            if len(ident) > 2048 or not _SSM_PARAMETER.match(ident):
+                why = f"{ident!r} is not an SSM parameter name (letters, digits, _ . - and /, e.g. /team/hf-token)"
+        elif source == "secretsmanager":
+            if not (_SECRET_NAME.match(ident) or _SECRET_ARN.match(ident)):
+                why = f"{ident!r} is not a Secrets Manager secret name (letters, digits, / _ + = . @ -) or ARN"
+        else:
+            why = "the source must be ssm: (Parameter Store) or secretsmanager: (Secrets Manager)"
+        if why:
+            raise ConfigError(
+                f"--secret-env {spec!r}: {why}. Give NAME=ssm:/path/param or NAME=secretsmanager:secret-id, e.g. "
+                "--secret-env HF_TOKEN=ssm:/team/hf-token (the name of the secret, never its value).",
+                parameter=parameter,
+                value=spec,
+            )
+        seen.add(name)
+        out.append({"name": name, "source": source, "id": ident})
+    return out

@@ -15,6 +15,7 @@ a folder that exists, is not empty, and was not written by this generator is ref
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import math
 import os
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty.provision.command import check_bucket, check_prefix, train_argv
+from lightning_srifty.provision.command import check_bucket, check_prefix, check_secret_env, train_argv
 from lightning_srifty.provision.money import check_entry, check_limits, group_usd_per_hour
 from predictor._io import atomic_write_text
 from predictor.catalog.catalog import Catalog
@@ -37,6 +38,10 @@ TFVARS = "srifty.auto.tfvars.json"
 MAX_LIFE_H = 720.0  # the module's upper bound for max_life_h (30 days)
 MAX_WEIGHT = 999  # an Auto Scaling group's largest weighted_capacity
 # families whose instances support cluster placement groups (current-generation GPU types all do)
+# SSH: the union of --ssh-cidr blocks may cover at most a /8 worth of IPv4 addresses without --allow-wide-ssh
+SSH_MAX_ADDRESSES = 2**24
+# AWS tags (letters, digits, spaces, _ . : / = + - @): https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html
+TAG_KEY_MAX, TAG_VALUE_MAX = 128, 256
 CLUSTER_FAMILIES = re.compile(r"^(p3|p3dn|p4d|p4de|p5|p5e|p5en|p6|g4dn|g5|g6|g6e|gr6|g4ad|g5g|trn1|trn2|inf2|dl1)\.")
 
 
@@ -77,6 +82,9 @@ class Options:
     max_life_h: float | None = None  # every instance's life cap; default: predicted hours x 1.5 + 1
     max_instances: int | None = None  # guard; default: the plan's constraints.max_instances
     max_hourly_usd: float | None = None  # guard; default: the plan's constraints.max_hourly_usd (None: no limit)
+    allow_wide_ssh: bool = False  # let --ssh-cidr blocks cover more than a /8 worth of addresses (never 0.0.0.0/0)
+    ssm_session: bool = False  # let the instances register with SSM Session Manager (off: no SSM permission at all)
+    secret_env: tuple[str, ...] = ()  # NAME=ssm:/param or NAME=secretsmanager:id, read by the instances at boot
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$")
@@ -122,13 +130,8 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
         )
     if options.mode not in ("asg", "fleet"):
         raise ConfigError(f"--mode must be asg or fleet. Got {options.mode!r}.", parameter="mode", value=options.mode)
-    for cidr in options.ssh_cidr:
-        if not re.match(r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$", cidr) or cidr == "0.0.0.0/0":
-            raise ConfigError(
-                f"--ssh-cidr {cidr!r} must be an IPv4 CIDR block narrower than 0.0.0.0/0, e.g. 203.0.113.7/32.",
-                parameter="ssh_cidr",
-                value=cidr,
-            )
+    ssh_cidr = ssh_cidr_blocks(options.ssh_cidr, options.allow_wide_ssh)
+    secrets = check_secret_env(options.secret_env)
     if bool(options.vpc_id) != bool(options.subnet_ids):
         raise ConfigError(
             "Give both --vpc-id and --subnet-ids (an existing network), or neither (a minimal VPC is created).",
@@ -223,7 +226,10 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
         "region": region,
         "name": name,
         "network": network,
-        "ssh_cidr_blocks": list(options.ssh_cidr),
+        "ssh_cidr_blocks": ssh_cidr,
+        "allow_wide_ssh": options.allow_wide_ssh,
+        "enable_ssm": options.ssm_session,
+        "secrets": secrets,
         "groups": groups,
         "capacity": {
             "mode": options.mode,
@@ -248,18 +254,81 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
             "cost_usd": round(entry.cost_usd, 6),
             "samples_per_capacity_unit": round(unit, 6),
         },
-        "tags": {
-            "srifty:plan-choice": str(choice),
-            "srifty:fleet-spec": entry.fleet,
-            "srifty:market": entry.market,
-            "srifty:model": (plan.model or "unknown")[:200],
-        },
+        "tags": sanitize_tags(
+            {
+                "srifty:plan-choice": str(choice),
+                "srifty:fleet-spec": entry.fleet.replace(",", " "),
+                "srifty:market": entry.market,
+                "srifty:model": plan.model or "unknown",
+            }
+        ),
     }
     if options.key_name:
         values["key_name"] = options.key_name
     if options.aws_endpoint:
         values["aws_endpoint"] = options.aws_endpoint
     return values
+
+
+def ssh_cidr_blocks(blocks: tuple[str, ...] | list[str], allow_wide: bool = False) -> list[str]:
+    """The --ssh-cidr blocks, parsed strictly as IPv4 networks and collapsed to their canonical union.
+
+    The rule: the union may cover at most a /8 worth of addresses (2**24) unless ``allow_wide`` (--allow-wide-ssh);
+    it may never cover every IPv4 address (0.0.0.0/0, or 0.0.0.0/1 + 128.0.0.0/1), whatever the flag.
+
+    Raises:
+        ConfigError: naming the block, the rule and the fix.
+    """
+    networks = []
+    for cidr in blocks:
+        text = cidr.strip() if isinstance(cidr, str) else cidr
+        try:
+            if not isinstance(text, str) or "/" not in text:
+                raise ValueError("no /prefix length")
+            net = ipaddress.IPv4Network(text, strict=True)
+        except ValueError as exc:
+            raise ConfigError(
+                f"--ssh-cidr {cidr!r} is not an IPv4 CIDR block with no host bits set ({exc}): give the network "
+                "address and prefix length, e.g. 203.0.113.7/32 for one address or 203.0.113.0/24.",
+                parameter="ssh_cidr",
+                value=cidr,
+            ) from None
+        networks.append(net)
+    union = list(ipaddress.collapse_addresses(networks))
+    total = sum(n.num_addresses for n in union)
+    if total >= 2**32:
+        raise ConfigError(
+            f"--ssh-cidr {', '.join(blocks)} together cover every IPv4 address (0.0.0.0/0): SSH would be open to the "
+            "internet. Give your own networks, e.g. 203.0.113.7/32, or leave --ssh-cidr out and use --ssm-session.",
+            parameter="ssh_cidr",
+            value=list(blocks),
+        )
+    if total > SSH_MAX_ADDRESSES and not allow_wide:
+        raise ConfigError(
+            f"--ssh-cidr {', '.join(blocks)} together cover {total} IPv4 addresses, more than a /8 "
+            f"({SSH_MAX_ADDRESSES}): narrow them to your own networks (e.g. 203.0.113.7/32), or give "
+            "--allow-wide-ssh if that is intended.",
+            parameter="ssh_cidr",
+            value=list(blocks),
+        )
+    return [str(n) for n in union]
+
+
+def _tag_text(text: str) -> str:
+    return "".join(c if c.isalnum() or c in " _.:/=+-@" else "_" for c in text)
+
+
+def sanitize_tags(tags: dict[str, str]) -> dict[str, str]:
+    """Tags that AWS accepts: keys and values of letters, digits, spaces and ``_ . : / = + - @`` (anything else
+    becomes ``_``), keys of 1-128 characters not starting with ``aws:``, values of at most 256."""
+    out: dict[str, str] = {}
+    for key, value in tags.items():
+        k = _tag_text(str(key))[:TAG_KEY_MAX]
+        while k.lower().startswith("aws:"):
+            k = k[4:]
+        if k:
+            out[k] = _tag_text(str(value))[:TAG_VALUE_MAX]
+    return out
 
 
 @dataclass(frozen=True)
@@ -307,18 +376,47 @@ def generate(
     }
     files[MARKER] = json.dumps(marker, indent=2, sort_keys=True) + "\n"
     changed = False
-    old = json.loads(marker_path.read_text()).get("files", []) if marker_path.is_file() else []
-    for stale in set(old) - set(files):  # a file the module no longer has
-        (target / stale).unlink(missing_ok=True)
+    old = _manifest_files(marker_path) if marker_path.is_file() else []
+    inside = {rel: _inside(target, rel, MARKER) for rel in set(old) | set(files)}  # every path checked first
+    for stale in sorted(set(old) - set(files)):  # a file the module no longer has
+        if inside[stale].is_file() or inside[stale].is_symlink():
+            inside[stale].unlink()
         changed = True
     for rel, text in files.items():
-        path = target / rel
+        path = inside[rel]
         if path.is_file() and path.read_text() == text:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, text)
         changed = True
     return Generated(target, tuple(sorted(files)), values, changed)
+
+
+def _manifest_files(marker_path: Path) -> list[str]:
+    try:
+        files = json.loads(marker_path.read_text()).get("files", [])
+    except (ValueError, AttributeError):
+        files = None
+    if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
+        raise ProvisionError(
+            f"{marker_path} is not a manifest `srifty terraform` wrote (its files must be a list of relative paths): "
+            "nothing was deleted. Remove it, or give a new or empty folder."
+        )
+    return files
+
+
+def _inside(target: Path, rel: str, where: str) -> Path:
+    """``target / rel`` when it is a relative path that stays inside ``target`` after resolving symlinks."""
+    root = target.resolve()
+    path = target / rel
+    resolved = path.resolve()
+    if Path(rel).is_absolute() or resolved == root or root not in resolved.parents:
+        raise ProvisionError(
+            f"The manifest {target / where} lists {rel!r}, which is not inside {target} (an absolute path, '..', or a "
+            "symlink out of the folder): refusing to delete or write it, and nothing was deleted. Remove the manifest, "
+            "or give a new or empty folder."
+        )
+    return path
 
 
 def _ignored(rel: Path) -> bool:

@@ -30,6 +30,7 @@ module "fleet" {
   name              = var.name
   network           = var.network
   ssh_cidr_blocks   = var.ssh_cidr_blocks
+  allow_wide_ssh    = var.allow_wide_ssh
   key_name          = var.key_name
   groups            = var.groups
   capacity          = var.capacity
@@ -38,6 +39,7 @@ module "fleet" {
   checkpoints       = var.checkpoints
   enable_ssm        = var.enable_ssm
   enable_cloudwatch = var.enable_cloudwatch
+  secrets           = var.secrets
   train             = var.train
   max_life_h        = var.max_life_h
   watchdog          = var.watchdog

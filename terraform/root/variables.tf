@@ -63,10 +63,22 @@ variable "checkpoints" {
   default     = {}
 }
 
+variable "allow_wide_ssh" {
+  description = "Let ssh_cidr_blocks cover more than a /8 worth of addresses (srifty terraform --allow-wide-ssh)."
+  type        = bool
+  default     = false
+}
+
+variable "secrets" {
+  description = "Environment variables the instances read at boot from SSM Parameter Store or Secrets Manager, by name (srifty terraform --secret-env)."
+  type        = any
+  default     = []
+}
+
 variable "enable_ssm" {
   description = "Allow SSM Session Manager."
   type        = bool
-  default     = true
+  default     = false
 }
 
 variable "enable_cloudwatch" {

@@ -1,5 +1,6 @@
 data "aws_caller_identity" "current" {}
 data "aws_partition" "current" {}
+data "aws_region" "current" {}
 
 # The image follows each type's architecture (an x86_64 image does not launch on Graviton g5g, nor an arm64 one on
 # g5): one public SSM parameter of the AWS Deep Learning AMI per architecture the fleet uses, "Finding the ID of a
@@ -27,6 +28,11 @@ locals {
   groups         = { for i, g in var.groups : g.instance_type => merge(g, { priority = i }) }
   nodes          = sum([for g in var.groups : g.on_demand + g.spot])
   capacity_units = sum([for g in var.groups : (g.on_demand + g.spot) * g.weighted_capacity])
+  # the ARNs of the named secrets (srifty terraform --secret-env), in the fleet's account and region
+  arn_prefix      = "arn:${data.aws_partition.current.partition}"
+  account_region  = "${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}"
+  ssm_secret_arns = [for s in var.secrets : "${local.arn_prefix}:ssm:${local.account_region}:parameter/${trimprefix(s.id, "/")}" if s.source == "ssm"]
+  sm_secret_arns  = [for s in var.secrets : startswith(s.id, "arn:") ? s.id : "${local.arn_prefix}:secretsmanager:${local.account_region}:secret:${s.id}-??????" if s.source == "secretsmanager"]
 }
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -139,7 +145,7 @@ resource "aws_security_group" "fleet" {
   dynamic "ingress" {
     for_each = length(var.ssh_cidr_blocks) > 0 ? [1] : []
     content {
-      description = "SSH from the operators' networks"
+      description = "SSH from the operator networks (ssh_cidr_blocks)"
       from_port   = 22
       to_port     = 22
       protocol    = "tcp"
@@ -370,6 +376,25 @@ data "aws_iam_policy_document" "instance" {
     }
   }
 
+  # --secret-env: exactly the named parameters and secrets (a secret name matches its ARN's random 6-character suffix)
+  dynamic "statement" {
+    for_each = length(local.ssm_secret_arns) > 0 ? [1] : []
+    content {
+      sid       = "ReadNamedParameters"
+      actions   = ["ssm:GetParameter"]
+      resources = local.ssm_secret_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(local.sm_secret_arns) > 0 ? [1] : []
+    content {
+      sid       = "ReadNamedSecrets"
+      actions   = ["secretsmanager:GetSecretValue"]
+      resources = local.sm_secret_arns
+    }
+  }
+
   dynamic "statement" {
     for_each = var.checkpoints.kms_key_arn != null ? [1] : []
     content {
@@ -386,10 +411,38 @@ resource "aws_iam_role_policy" "instance" {
   policy      = data.aws_iam_policy_document.instance.json
 }
 
-resource "aws_iam_role_policy_attachment" "ssm" {
-  count      = var.enable_ssm ? 1 : 0
-  role       = aws_iam_role.instance.name
-  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+# Session Manager only when asked (enable_ssm): the actions the SSM Agent needs to register and open a session,
+# "Step 2: Verify or add instance permissions for Session Manager",
+# https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-getting-started-instance-profile.html;
+# not AmazonSSMManagedInstanceCore, which also grants ssm:GetParameter* on every parameter of the account
+data "aws_iam_policy_document" "ssm_session" {
+  count = var.enable_ssm ? 1 : 0
+  # checkov:skip=CKV_AWS_111:The ssmmessages channel actions of Session Manager support no resource-level permissions; they open a session channel only for the instance calling them and read no data.
+  # checkov:skip=CKV_AWS_356:Only the ssmmessages channel actions (no resource types in the service authorization reference) have resources = "*"; ssm:UpdateInstanceInformation is limited to this account's instances in this region.
+
+  statement {
+    sid       = "SessionManagerRegister"
+    actions   = ["ssm:UpdateInstanceInformation"]
+    resources = ["${local.arn_prefix}:ec2:${local.account_region}:instance/*"]
+  }
+
+  statement {
+    sid = "SessionManagerChannels"
+    actions = [
+      "ssmmessages:CreateControlChannel",
+      "ssmmessages:CreateDataChannel",
+      "ssmmessages:OpenControlChannel",
+      "ssmmessages:OpenDataChannel",
+    ]
+    resources = ["*"] # these actions support no resource-level permissions
+  }
+}
+
+resource "aws_iam_role_policy" "ssm_session" {
+  count       = var.enable_ssm ? 1 : 0
+  name_prefix = "ssm-session-"
+  role        = aws_iam_role.instance.id
+  policy      = data.aws_iam_policy_document.ssm_session[0].json
 }
 
 resource "aws_iam_role_policy_attachment" "cloudwatch" {
@@ -496,6 +549,7 @@ resource "aws_launch_template" "group" {
     watchdog_grace_s    = var.watchdog.grace_s
     watchdog_max_age_s  = var.watchdog.max_age_s
     watchdog_asg        = var.capacity.mode == "asg" ? 1 : 0
+    secrets             = var.secrets
   }))
 
   tags = local.fleet_tags

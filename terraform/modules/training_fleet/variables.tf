@@ -31,14 +31,29 @@ variable "network" {
 }
 
 variable "ssh_cidr_blocks" {
-  description = "CIDR blocks allowed to reach the instances on port 22. Empty (the default) opens no SSH port at all; use SSM Session Manager instead."
+  description = "IPv4 CIDR blocks allowed to reach the instances on port 22, in canonical form (network address, no leading zeros). Empty (the default) opens no SSH port at all. Together they may cover at most a /8 worth of addresses (2^24) unless allow_wide_ssh, and never every IPv4 address."
   type        = list(string)
   default     = []
 
   validation {
-    condition     = alltrue([for c in var.ssh_cidr_blocks : can(cidrhost(c, 0)) && c != "0.0.0.0/0"])
-    error_message = "Every ssh_cidr_blocks entry must be a CIDR block narrower than 0.0.0.0/0, such as 203.0.113.7/32 for one office address."
+    condition = alltrue([for c in var.ssh_cidr_blocks : (
+      can(regex("^(0|[1-9][0-9]{0,2})([.](0|[1-9][0-9]{0,2})){3}/(0|[1-9]|[12][0-9]|3[0-2])$", c))
+      && can(cidrhost(c, 0)) && try("${cidrhost(c, 0)}/${split("/", c)[1]}" == c, false)
+    )])
+    error_message = "Every ssh_cidr_blocks entry must be an IPv4 CIDR block in canonical form, the network address and a prefix length of 0 to 32 without leading zeros, such as 203.0.113.7/32 for one office address or 203.0.113.0/24."
   }
+
+  validation {
+    # the sum over-counts overlapping blocks; srifty terraform writes their collapsed union
+    condition     = !contains(var.ssh_cidr_blocks, "0.0.0.0/0") && (!alltrue([for c in var.ssh_cidr_blocks : can(regex("/([0-9]+)$", c))]) || sum(concat([0], [for c in var.ssh_cidr_blocks : pow(2, 32 - tonumber(try(split("/", c)[1], "32")))])) <= (var.allow_wide_ssh ? pow(2, 32) - 1 : pow(2, 24)))
+    error_message = "The ssh_cidr_blocks together cover more than a /8 worth of IPv4 addresses (2^24), or all of them: narrow them to your own networks, or set allow_wide_ssh = true (srifty terraform --allow-wide-ssh) for up to everything but 0.0.0.0/0."
+  }
+}
+
+variable "allow_wide_ssh" {
+  description = "Let ssh_cidr_blocks cover more than a /8 worth of addresses (never every IPv4 address)."
+  type        = bool
+  default     = false
 }
 
 variable "key_name" {
@@ -194,9 +209,31 @@ variable "checkpoints" {
 }
 
 variable "enable_ssm" {
-  description = "Attach AmazonSSMManagedInstanceCore so that instances can be reached through SSM Session Manager (no SSH port needed)."
+  description = "Let the instances register with SSM Session Manager (shell access without an SSH port): an inline policy of ssm:UpdateInstanceInformation and the four ssmmessages channel actions, nothing else (no ssm:GetParameter*, unlike AmazonSSMManagedInstanceCore). Off by default: the instances need no SSM permission (the Deep Learning AMI id is resolved by Terraform at plan time, with the operator's credentials)."
   type        = bool
-  default     = true
+  default     = false
+}
+
+variable "secrets" {
+  description = "Environment variables the instances read at boot, before setup_command: name (exported, [A-Z_][A-Z0-9_]*), source (ssm: a Parameter Store parameter, read with decryption; secretsmanager: a secret's SecretString) and id (the parameter name, or the secret's name or ARN). Only names reach Terraform; the instance role may read exactly these parameters and secrets."
+  type = list(object({
+    name   = string
+    source = string
+    id     = string
+  }))
+  default = []
+
+  validation {
+    condition     = alltrue([for s in var.secrets : can(regex("^[A-Z_][A-Z0-9_]*$", s.name)) && contains(["ssm", "secretsmanager"], s.source)]) && length(distinct([for s in var.secrets : s.name])) == length(var.secrets)
+    error_message = "Every secrets entry needs a distinct name of [A-Z_][A-Z0-9_]* and a source of ssm or secretsmanager."
+  }
+
+  validation {
+    condition = alltrue([for s in var.secrets : s.source == "ssm" ? (length(s.id) <= 2048 && can(regex("^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$", s.id))) : (
+      can(regex("^[A-Za-z0-9/_+=.@-]{1,512}$", s.id)) || can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}$", s.id))
+    )])
+    error_message = "Every secrets id must be an SSM parameter name (letters, digits, _ . - and /) or a Secrets Manager secret name (letters, digits, / _ + = . @ -) or ARN."
+  }
 }
 
 variable "enable_cloudwatch" {
@@ -281,7 +318,12 @@ variable "predicted" {
 }
 
 variable "tags" {
-  description = "Tags added to every resource."
+  description = "Tags added to every resource: keys of 1 to 128 and values of up to 256 letters, digits, spaces and _ . : / = + - @ (AWS's tag rules), keys not starting with aws:."
   type        = map(string)
   default     = {}
+
+  validation {
+    condition     = alltrue([for k, v in var.tags : can(regex("^[\\p{L}\\p{N} _.:/=+@-]{1,128}$", k)) && !startswith(lower(k), "aws:") && can(regex("^[\\p{L}\\p{N} _.:/=+@-]{0,256}$", v))])
+    error_message = "Every tag key must be 1 to 128 and every value at most 256 letters, digits, spaces and _ . : / = + - @, and no key may start with aws: (AWS's tag rules)."
+  }
 }

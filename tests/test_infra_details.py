@@ -1,0 +1,388 @@
+"""Infrastructure details (issue #14): srifty terraform deletes only what it wrote; SSH CIDR rules the AWS provider
+accepts and that cannot add up to the internet; no SSM permission unless asked; secrets by name, read at boot; tags
+AWS accepts."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_fleet_safety import FAKE_CURL, FAKE_TORCHRUN, WATCHDOG, _exe, _read, example, render
+
+from conftest import tf_run
+from lightning_srifty.cli import main
+from lightning_srifty.provision.command import check_secret_env
+from lightning_srifty.provision.generate import MARKER, TFVARS, generate, sanitize_tags, ssh_cidr_blocks, tfvars
+from predictor.exceptions import ConfigError, ProvisionError
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULE = ROOT / "terraform" / "modules" / "training_fleet"
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 10. srifty terraform deletes only what it wrote
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("evil", ["../victim.txt", "ABSOLUTE", "link/victim.txt", "modules/../../victim.txt"])
+def test_a_crafted_manifest_deletes_nothing_outside_the_folder(tmp_path, catalog, evil) -> None:
+    plan, choice, options = example("single-node-on-demand")
+    out = tmp_path / "infra"
+    generate(plan, out, choice=choice, options=options, catalog=catalog)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (out / "link").symlink_to(tmp_path, target_is_directory=True)
+    evil = str(victim) if evil == "ABSOLUTE" else evil
+    marker = json.loads((out / MARKER).read_text())
+    marker["files"] = [*marker["files"], evil]
+    (out / MARKER).write_text(json.dumps(marker))
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(ProvisionError, match="not inside") as info:
+        generate(plan, out, choice=choice, options=dataclasses.replace(options, root_volume_gb=300), catalog=catalog)
+    assert repr(evil) in str(info.value) and "nothing was deleted" in str(info.value)
+    assert victim.read_text() == "keep me"
+    assert before == {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}  # nothing written either
+
+
+def test_a_manifest_that_is_not_a_list_of_paths_is_refused(tmp_path, catalog) -> None:
+    plan, choice, options = example("single-node-on-demand")
+    out = tmp_path / "infra"
+    generate(plan, out, choice=choice, options=options, catalog=catalog)
+    (out / MARKER).write_text(json.dumps({"files": "../victim.txt"}))
+    with pytest.raises(ProvisionError, match="list of relative paths"):
+        generate(plan, out, choice=choice, options=options, catalog=catalog)
+
+
+def test_stale_files_inside_the_folder_are_still_removed(tmp_path, catalog) -> None:
+    plan, choice, options = example("single-node-on-demand")
+    out = tmp_path / "infra"
+    generate(plan, out, choice=choice, options=options, catalog=catalog)
+    (out / "modules" / "training_fleet" / "old.tf").write_text("# gone next time\n")
+    marker = json.loads((out / MARKER).read_text())
+    (out / MARKER).write_text(json.dumps({**marker, "files": [*marker["files"], "modules/training_fleet/old.tf"]}))
+    assert generate(plan, out, choice=choice, options=options, catalog=catalog).changed
+    assert not (out / "modules" / "training_fleet" / "old.tf").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 11. SSH: a description the AWS provider accepts; CIDRs parsed strictly, their union bounded
+# ---------------------------------------------------------------------------------------------------------------------
+
+EC2_DESCRIPTION = re.compile(r"^[a-zA-Z0-9. _\-:/()#,@\[\]+=&;{}!$*]*$")
+
+
+def test_every_security_group_description_is_one_ec2_accepts() -> None:
+    text = (MODULE / "main.tf").read_text()
+    descriptions = re.findall(r'^\s*description\s*=\s*"(.*)"\s*$', text, re.M)
+    assert len(descriptions) >= 5
+    bad = [d for d in descriptions if not EC2_DESCRIPTION.match(re.sub(r"\$\{[^}]*\}", "x", d))]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize(
+    ("blocks", "message"),
+    [
+        (["0.0.0.0/0"], "every IPv4 address"),
+        (["0.0.0.0/00"], "every IPv4 address"),
+        (["0.0.0.0/1", "128.0.0.0/1"], "every IPv4 address"),
+        (["10.0.0.0/7"], "more than a /8"),
+        (["10.0.0.0/8", "11.0.0.0/8"], "more than a /8"),
+        (["203.0.113.7/24"], "no host bits"),
+        (["203.0.113.07/32"], "not an IPv4 CIDR"),
+        (["203.0.113.7"], "not an IPv4 CIDR"),
+        (["2001:db8::/32"], "not an IPv4 CIDR"),
+        (["203.0.113.0/33"], "not an IPv4 CIDR"),
+    ],
+)
+def test_wide_or_malformed_ssh_cidrs_are_refused(blocks, message, catalog) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        ssh_cidr_blocks(blocks)
+    assert info.value.parameter == "ssh_cidr"
+    plan, choice, options = example("single-node-on-demand")
+    with pytest.raises(ConfigError, match=message):
+        tfvars(plan, choice, dataclasses.replace(options, ssh_cidr=tuple(blocks)), catalog)
+
+
+def test_ssh_cidrs_are_normalised_and_wide_ones_need_the_flag() -> None:
+    assert ssh_cidr_blocks(["203.0.113.7/32", "203.0.113.0/25", "203.0.113.128/25", "198.51.100.1/032"]) == [
+        "198.51.100.1/32",
+        "203.0.113.0/24",
+    ]
+    assert ssh_cidr_blocks(["10.0.0.0/8"]) == ["10.0.0.0/8"]  # exactly a /8 is allowed
+    assert ssh_cidr_blocks(["0.0.0.0/1"], allow_wide=True) == ["0.0.0.0/1"]
+    with pytest.raises(ConfigError, match="every IPv4 address"):
+        ssh_cidr_blocks(["0.0.0.0/1", "128.0.0.0/1"], allow_wide=True)
+
+
+def test_the_module_mirrors_the_ssh_rule(tf_env, tmp_path, catalog) -> None:
+    plan, choice, options = example("single-node-on-demand")
+    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    values = json.loads((root / TFVARS).read_text())
+    for blocks, wide, message in (
+        (["0.0.0.0/00"], False, "canonical form"),
+        (["203.0.113.7/24"], False, "canonical form"),
+        (["0.0.0.0/1", "128.0.0.0/1"], False, "more than a /8"),
+        (["0.0.0.0/1", "128.0.0.0/1"], True, "more than a /8"),  # never all of IPv4, whatever the flag
+        (["0.0.0.0/1"], True, None),
+        (["203.0.113.0/24", "198.51.100.7/32"], False, None),
+    ):
+        (root / TFVARS).write_text(json.dumps({**values, "ssh_cidr_blocks": blocks, "allow_wide_ssh": wide}))
+        result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
+        stderr = " ".join(result.stderr.split())
+        if message is None:
+            assert "ssh_cidr_blocks" not in stderr, (blocks, stderr)
+        else:
+            assert result.returncode != 0 and message in stderr, (blocks, stderr)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 12. SSM Session Manager only when asked, and scoped
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_ssm_session_is_off_by_default_and_scoped_when_on(tmp_path, catalog) -> None:
+    plan, choice, options = example("single-node-on-demand")
+    assert tfvars(plan, choice, options, catalog)["enable_ssm"] is False
+    assert tfvars(plan, choice, dataclasses.replace(options, ssm_session=True), catalog)["enable_ssm"] is True
+    variables = (MODULE / "variables.tf").read_text()
+    block = variables[variables.index('variable "enable_ssm"') :]
+    assert re.search(r"default\s*=\s*false", block[: block.index("\n}")])
+    root_vars = (ROOT / "terraform" / "root" / "variables.tf").read_text()
+    block = root_vars[root_vars.index('variable "enable_ssm"') :]
+    assert re.search(r"default\s*=\s*false", block[: block.index("\n}")])
+    main_tf = (MODULE / "main.tf").read_text()
+    assert "policy_arn" not in main_tf.split('"ssm_session"')[1].split("resource ")[0]
+    assert not re.search(r'"arn:[^"]*AmazonSSMManagedInstanceCore"', main_tf)
+    # the instance needs no SSM otherwise: the DLAMI id is a plan-time data source, user_data calls no ssm API
+    template = (MODULE / "templates" / "user_data.sh.tftpl").read_text()
+    outside_secrets = re.sub(r"%\{ for s in secrets ~\}.*?%\{ endfor ~\}", "", template, flags=re.S)
+    assert "%{ for s in secrets" in template and not re.search(r"\bssm\b|ssmmessages", outside_secrets)
+    assert (
+        main(
+            [
+                "terraform",
+                "--plan",
+                str(ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"),
+                "--out",
+                str(tmp_path / "infra"),
+                "--name",
+                "ssm-run",
+                "--ssm-session",
+            ]
+        )
+        == 0
+    )
+    assert json.loads((tmp_path / "infra" / TFVARS).read_text())["enable_ssm"] is True
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 13. Secrets by name: only names/ARNs reach Terraform; user_data reads them at boot
+# ---------------------------------------------------------------------------------------------------------------------
+
+SECRET_VALUE = "s3cr3t 'quoted' $HOME `id` \"x\""
+
+
+def test_secret_env_is_parsed_to_names_only(catalog) -> None:
+    assert check_secret_env(["HF_TOKEN=ssm:/team/hf-token", "WANDB_API_KEY=secretsmanager:team/wandb"]) == [
+        {"name": "HF_TOKEN", "source": "ssm", "id": "/team/hf-token"},
+        {"name": "WANDB_API_KEY", "source": "secretsmanager", "id": "team/wandb"},
+    ]
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:team/wandb-AbCdEf"
+    assert check_secret_env([f"K=secretsmanager:{arn}"])[0]["id"] == arn
+    for bad, why in (
+        ("hf_token=ssm:/x", r"\[A-Z_\]"),
+        ("PATH=ssm:/x", "used by"),
+        ("AWS_SECRET_ACCESS_KEY=ssm:/x", "used by"),
+        ("A=ssm:/x$(id)", "not an SSM parameter"),
+        ("A=ssm:/x y", "not an SSM parameter"),
+        ("A=secretsmanager:x'y", "not a Secrets Manager"),
+        ("A=vault:x", "source must be"),
+        ("A=hunter2", "source must be"),
+        ("A", "source must be"),
+    ):
+        with pytest.raises(ConfigError, match=why) as info:
+            check_secret_env([bad])
+        assert info.value.value == bad and info.value.parameter == "secret_env"
+    with pytest.raises(ConfigError, match="twice"):
+        check_secret_env(["A=ssm:/x", "A=ssm:/y"])
+    plan, choice, options = example("single-node-on-demand")
+    values = tfvars(plan, choice, dataclasses.replace(options, secret_env=("HF_TOKEN=ssm:/team/hf-token",)), catalog)
+    assert values["secrets"] == [{"name": "HF_TOKEN", "source": "ssm", "id": "/team/hf-token"}]
+
+
+def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, moto_endpoint, tmp_path, catalog):
+    plan, choice, options = example("single-node-on-demand")
+    options = dataclasses.replace(
+        options,
+        aws_endpoint=moto_endpoint,
+        secret_env=("HF_TOKEN=ssm:/team/hf-token", "WANDB_API_KEY=secretsmanager:team/wandb"),
+    )
+    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
+    assert SECRET_VALUE not in (root / TFVARS).read_text()
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    ami = json.loads((root / TFVARS).read_text())
+    ami["ami"] = {"id": "ami-12345678"}  # moto has no DLAMI parameter
+    (root / TFVARS).write_text(json.dumps(ami))
+    result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
+    assert result.returncode == 0, result.stderr
+    shown = tf_run(tf_env, root, "show", "-json", "tfplan")
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert SECRET_VALUE not in text
+    policies = [
+        r["values"]["policy"]
+        for r in json.loads(text)["planned_values"]["root_module"]["child_modules"][0]["resources"]
+        if r["type"] == "aws_iam_role_policy" and isinstance(r["values"].get("policy"), str)
+    ]
+    statements = {s.get("Sid"): s for p in policies for s in json.loads(p)["Statement"]}
+    assert statements["ReadNamedParameters"]["Action"] == "ssm:GetParameter"
+    assert statements["ReadNamedParameters"]["Resource"] == "arn:aws:ssm:us-east-1:123456789012:parameter/team/hf-token"
+    assert statements["ReadNamedSecrets"]["Resource"] == (
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:team/wandb-??????"
+    )
+    assert not [sid for sid in statements if sid and sid.startswith("SessionManager")]  # off by default
+    # --ssm-session: Session Manager's own actions, no GetParameter* on the account's parameters
+    (root / TFVARS).write_text(json.dumps({**ami, "enable_ssm": True}))
+    result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
+    assert result.returncode == 0, result.stderr
+    planned = json.loads(tf_run(tf_env, root, "show", "-json", "tfplan").stdout)["planned_values"]["root_module"]
+    resources = planned["child_modules"][0]["resources"]
+    assert not [r for r in resources if r["type"] == "aws_iam_role_policy_attachment"]
+    session = next(
+        json.loads(r["values"]["policy"])["Statement"]
+        for r in resources
+        if r["type"] == "aws_iam_role_policy" and r["name"] == "ssm_session"
+    )
+    actions = {a for st in session for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    assert actions == {
+        "ssm:UpdateInstanceInformation",
+        "ssmmessages:CreateControlChannel",
+        "ssmmessages:CreateDataChannel",
+        "ssmmessages:OpenControlChannel",
+        "ssmmessages:OpenDataChannel",
+    }
+    register = next(st for st in session if st["Sid"] == "SessionManagerRegister")
+    assert register["Resource"] == "arn:aws:ec2:us-east-1:123456789012:instance/*"
+
+
+FAKE_AWS_SECRETS = """#!/bin/bash
+case "$1 $2" in
+  "ssm get-parameter") [ "$*" = "ssm get-parameter --with-decryption --name /team/hf-token --query Parameter.Value \
+--output text --region us-east-1" ] || exit 254; printf '%s\\n' "$SECRET_SSM" ;;
+  "secretsmanager get-secret-value") [ "$4" = "team/wandb" ] || exit 254; printf '%s\\n' "$SECRET_SM" ;;
+  "ec2 describe-instances") echo 10.0.0.5 ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def _user_data_values(secrets: list[dict]) -> dict:
+    return {
+        "name": "secrets",
+        "setup_command": 'echo "setup sees HF_TOKEN=$(printf %s "$HF_TOKEN" | wc -c) chars"',
+        "argv": "'train.py'",
+        "nnodes": 1,
+        "nproc_per_node": 1,
+        "rdzv_port": 29400,
+        "checkpoint_uri_b64": base64.b64encode(b"s3://b/checkpoints/").decode(),
+        "resume_from": "",
+        "handover": False,
+        "max_life_s": 5400,
+        "max_life_min": 90,
+        "heartbeat": False,
+        "watchdog_b64": base64.b64encode(WATCHDOG.read_bytes()).decode(),
+        "watchdog_interval_s": 60,
+        "watchdog_grace_s": 1,
+        "watchdog_max_age_s": 300,
+        "watchdog_asg": 0,
+        "secrets": secrets,
+    }
+
+
+def _run_user_data(tmp_path: Path, script: str, extra_env: dict[str, str]) -> subprocess.CompletedProcess:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _exe(bin_dir / "curl", FAKE_CURL)
+    _exe(bin_dir / "aws", FAKE_AWS_SECRETS)
+    torchrun = FAKE_TORCHRUN.format(python=sys.executable).replace('k.startswith("SRIFTY_")', 'k in ("HF_TOKEN", "WB")')
+    _exe(bin_dir / "torchrun", torchrun)
+    _exe(bin_dir / "shutdown", "#!/bin/bash\ntrue\n")
+    (tmp_path / "user_data.sh").write_text(script)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_DIR": str(tmp_path),
+        "SRIFTY_USER_DATA_LOG": str(tmp_path / "user-data.log"),
+        "SRIFTY_STATE_DIR": str(tmp_path / "state"),
+        "SRIFTY_WATCHDOG_LOG": str(tmp_path / "watchdog.log"),
+        "SRIFTY_WATCHDOG_INTERVAL_S": "1",
+        **extra_env,
+    }
+    return subprocess.run(["bash", str(tmp_path / "user_data.sh")], cwd=tmp_path, env=env, capture_output=True)
+
+
+def test_user_data_reads_secrets_at_boot_without_writing_them(tf_env, tmp_path) -> None:
+    secrets = [
+        {"name": "HF_TOKEN", "source": "ssm", "id": "/team/hf-token"},
+        {"name": "WB", "source": "secretsmanager", "id": "team/wandb"},
+    ]
+    script = render(tf_env, tmp_path / "console", _user_data_values(secrets))
+    assert SECRET_VALUE not in script and "/team/hf-token" not in script  # the ids travel base64-encoded
+    run = _run_user_data(tmp_path, script, {"SECRET_SSM": SECRET_VALUE, "SECRET_SM": "sm-" + SECRET_VALUE})
+    log = _read(tmp_path / "user-data.log")
+    assert run.returncode == 0, log[-3000:]
+    record = json.loads((tmp_path / "torchrun.json").read_text())
+    assert record["env"] == {"HF_TOKEN": SECRET_VALUE, "WB": "sm-" + SECRET_VALUE}
+    assert f"setup sees HF_TOKEN={len(SECRET_VALUE)} chars" in log  # available to the setup command too
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "torchrun.json"]
+    assert not [p for p in written if SECRET_VALUE in p.read_text(errors="replace")]  # not on disk, not in a log
+
+
+def test_user_data_stops_when_a_secret_cannot_be_read(tf_env, tmp_path) -> None:
+    secrets = [{"name": "HF_TOKEN", "source": "ssm", "id": "/team/missing"}]
+    script = render(tf_env, tmp_path / "console", _user_data_values(secrets))
+    run = _run_user_data(tmp_path, script, {"SECRET_SSM": SECRET_VALUE})
+    assert run.returncode == 1
+    assert "could not read HF_TOKEN from ssm:/team/missing" in _read(tmp_path / "user-data.log")
+    assert not (tmp_path / "torchrun.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 14. Tags AWS accepts
+# ---------------------------------------------------------------------------------------------------------------------
+
+TAG = re.compile(r"^[\w .:/=+\-@]*$")
+
+
+def test_tags_from_the_model_name_and_fleet_spec_follow_aws_rules(catalog) -> None:
+    plan, choice, options = example("heterogeneous-mixed")
+    for model in ("llama<3>\"x'y", "m" * 300, "aws:evil,{x}", "modèle-β 7B"):
+        tags = tfvars(dataclasses.replace(plan, model=model), choice, options, catalog)["tags"]
+        for key, value in tags.items():
+            assert TAG.match(key) and 1 <= len(key) <= 128 and not key.lower().startswith("aws:"), key
+            assert TAG.match(value) and len(value) <= 256, value
+    tags = tfvars(dataclasses.replace(plan, model="llama<3>\"x'y"), choice, options, catalog)["tags"]
+    assert tags["srifty:model"] == "llama_3__x_y"
+    assert tags["srifty:fleet-spec"] == "g6.48xlarge:1 g5.48xlarge:2"
+    assert (
+        len(tfvars(dataclasses.replace(plan, model="m" * 300), choice, options, catalog)["tags"]["srifty:model"]) == 256
+    )
+    assert sanitize_tags({"aws:x": "1", "k" * 200: "v", "<>": "ok"}) == {"x": "1", "k" * 128: "v", "__": "ok"}
+
+
+def test_the_module_refuses_tags_aws_would_refuse(tf_env, tmp_path, catalog) -> None:
+    plan, choice, options = example("single-node-on-demand")
+    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    values = json.loads((root / TFVARS).read_text())
+    for tags in ({"srifty:model": "llama<3>"}, {"aws:x": "1"}, {"k": "v" * 257}):
+        (root / TFVARS).write_text(json.dumps({**values, "tags": tags}))
+        result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
+        assert result.returncode != 0 and "AWS's tag rules" in " ".join(result.stderr.split()), result.stderr
