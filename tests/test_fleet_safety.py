@@ -133,6 +133,7 @@ def beat(age_s: float = 0, max_age_s: int = 120, life_s: float = 3600) -> dict:
     }
 
 
+@pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
 def test_a_fresh_heartbeat_keeps_the_job_until_the_life_cap(watchdog) -> None:
     started = time.monotonic()
     done, logs = watchdog(beat(age_s=1), life_s=4)
@@ -144,6 +145,7 @@ def test_a_fresh_heartbeat_keeps_the_job_until_the_life_cap(watchdog) -> None:
     assert _read(logs / "aws.log").count("s3 cp s3://runs/job-1/HEARTBEAT.json -") >= 3
 
 
+@pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
 def test_a_stale_heartbeat_stops_the_job_leaves_the_asg_and_shuts_down(watchdog) -> None:
     done, logs = watchdog(beat(age_s=400, max_age_s=120), asg=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -161,12 +163,14 @@ def test_a_stale_heartbeat_stops_the_job_leaves_the_asg_and_shuts_down(watchdog)
     assert _read(logs / "shutdown.log") == "-h now\n"
 
 
+@pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
 def test_the_launchers_life_cap_in_the_heartbeat_stops_the_fleet(watchdog) -> None:
     done, logs = watchdog(beat(age_s=1, life_s=-5))
     assert "the launcher's max_life_until_unix" in done.stdout
     assert _read(logs / "shutdown.log") == "-h now\n"
 
 
+@pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
 def test_an_unreadable_heartbeat_stops_the_fleet_after_max_age(watchdog) -> None:
     started = time.monotonic()
     done, logs = watchdog({}, max_age_s=2)  # a heartbeat URI, but no record behind it
@@ -175,11 +179,13 @@ def test_an_unreadable_heartbeat_stops_the_fleet_after_max_age(watchdog) -> None
     assert _read(logs / "job.log").splitlines() == ["started", "TERM"]
 
 
+@pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
 def test_a_malformed_heartbeat_counts_as_unreadable(watchdog) -> None:
     done, logs = watchdog({"written_unix": "soon", "max_age_s": 60}, max_age_s=2)
     assert "no readable heartbeat" in done.stdout and _read(logs / "shutdown.log") == "-h now\n"
 
 
+@pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
 def test_without_heartbeat_the_job_exit_stops_the_fleet(watchdog) -> None:
     done, logs = watchdog(None, job="sleep 1")  # a job that ends by itself
     assert "stopping: the training job has exited" in done.stdout

@@ -334,7 +334,7 @@ def _stuck_store(release, hang_records: bool = False):
     return Stuck
 
 
-@pytest.mark.parametrize("hang_records", [False, True])
+@pytest.mark.parametrize("hang_records", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_store_outage_during_the_leaving_save_keeps_the_notice_deadline(tmp_path, hang_records) -> None:
     """#14 item 5: the save is local first and the upload gets what is left of the deadline; past it the checkpoint
     stays on local disk, the record says so (or is written locally when the store takes nothing), and the job leaves
