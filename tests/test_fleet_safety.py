@@ -8,7 +8,6 @@ import base64
 import dataclasses
 import json
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -16,30 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from _fleet import EXAMPLES, FAKE_CURL, FAKE_TORCHRUN, WATCHDOG, example, exe, read, render, run_user_data
 from conftest import tf_run
 from lightning_srifty.cli import main
 from lightning_srifty.provision import runner
 from lightning_srifty.provision.command import check_bucket, check_env_names, check_prefix
-from lightning_srifty.provision.generate import TFVARS, Options, default_max_life_h, generate, tfvars
+from lightning_srifty.provision.generate import TFVARS, default_max_life_h, generate, tfvars
 from lightning_srifty.provision.money import check_entry, check_values
 from predictor.exceptions import ConfigError, ProvisionError
-from predictor.plan import load_plan
-
-ROOT = Path(__file__).resolve().parents[1]
-MODULE = ROOT / "terraform" / "modules" / "training_fleet"
-WATCHDOG = MODULE / "templates" / "watchdog.sh"
-EXAMPLES = ROOT / "terraform" / "examples"
-
-
-def _exe(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    return path
-
-
-def _read(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
-
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The watchdog alone: bash, a fake aws (the heartbeat from a file; autoscaling calls recorded), a fake shutdown
@@ -70,8 +53,8 @@ def watchdog(tmp_path):
     """Run the module's watchdog.sh against fakes; returns (completed process, folder with the fakes' logs)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    _exe(bin_dir / "aws", FAKE_AWS)
-    _exe(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n')
+    exe(bin_dir / "aws", FAKE_AWS)
+    exe(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n')
     state = tmp_path / "state"
     state.mkdir()
     jobs: list[subprocess.Popen] = []
@@ -140,9 +123,9 @@ def test_a_fresh_heartbeat_keeps_the_job_until_the_life_cap(watchdog) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert time.monotonic() - started >= 3  # a fresh heartbeat did not stop it before the cap
     assert "stopping: the fleet's life cap has passed" in done.stdout
-    assert _read(logs / "job.log").splitlines() == ["started", "TERM"]  # SIGTERM: the job checkpointed and left
-    assert _read(logs / "shutdown.log") == "-h now\n"
-    assert _read(logs / "aws.log").count("s3 cp s3://runs/job-1/HEARTBEAT.json -") >= 3
+    assert read(logs / "job.log").splitlines() == ["started", "TERM"]  # SIGTERM: the job checkpointed and left
+    assert read(logs / "shutdown.log") == "-h now\n"
+    assert read(logs / "aws.log").count("s3 cp s3://runs/job-1/HEARTBEAT.json -") >= 3
 
 
 @pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
@@ -150,8 +133,8 @@ def test_a_stale_heartbeat_stops_the_job_leaves_the_asg_and_shuts_down(watchdog)
     done, logs = watchdog(beat(age_s=400, max_age_s=120), asg=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the launcher's heartbeat is 400s old (max_age_s 120)" in done.stdout
-    assert _read(logs / "job.log").splitlines() == ["started", "TERM"]
-    calls = [line for line in _read(logs / "aws.log").splitlines() if line.startswith("autoscaling")]
+    assert read(logs / "job.log").splitlines() == ["started", "TERM"]
+    calls = [line for line in read(logs / "aws.log").splitlines() if line.startswith("autoscaling")]
     assert calls == [
         "autoscaling describe-auto-scaling-instances --region us-east-1 --instance-ids i-0123456789abcdef0 "
         "--query AutoScalingInstances[0].AutoScalingGroupName --output text",
@@ -160,14 +143,14 @@ def test_a_stale_heartbeat_stops_the_job_leaves_the_asg_and_shuts_down(watchdog)
         "autoscaling detach-instances --region us-east-1 --auto-scaling-group-name mig-1-20250101 --instance-ids "
         "i-0123456789abcdef0 --should-decrement-desired-capacity",
     ]
-    assert _read(logs / "shutdown.log") == "-h now\n"
+    assert read(logs / "shutdown.log") == "-h now\n"
 
 
 @pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
 def test_the_launchers_life_cap_in_the_heartbeat_stops_the_fleet(watchdog) -> None:
     done, logs = watchdog(beat(age_s=1, life_s=-5))
     assert "the launcher's max_life_until_unix" in done.stdout
-    assert _read(logs / "shutdown.log") == "-h now\n"
+    assert read(logs / "shutdown.log") == "-h now\n"
 
 
 @pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
@@ -176,61 +159,32 @@ def test_an_unreadable_heartbeat_stops_the_fleet_after_max_age(watchdog) -> None
     done, logs = watchdog({}, max_age_s=2)  # a heartbeat URI, but no record behind it
     assert "no readable heartbeat at s3://runs/job-1/HEARTBEAT.json" in done.stdout
     assert 2 <= time.monotonic() - started < 15
-    assert _read(logs / "job.log").splitlines() == ["started", "TERM"]
+    assert read(logs / "job.log").splitlines() == ["started", "TERM"]
 
 
 @pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
 def test_a_malformed_heartbeat_counts_as_unreadable(watchdog) -> None:
     done, logs = watchdog({"written_unix": "soon", "max_age_s": 60}, max_age_s=2)
-    assert "no readable heartbeat" in done.stdout and _read(logs / "shutdown.log") == "-h now\n"
+    assert "no readable heartbeat" in done.stdout and read(logs / "shutdown.log") == "-h now\n"
 
 
 @pytest.mark.slow  # the watchdog's loop under bash, 5-10 s
 def test_without_heartbeat_the_job_exit_stops_the_fleet(watchdog) -> None:
     done, logs = watchdog(None, job="sleep 1")  # a job that ends by itself
     assert "stopping: the training job has exited" in done.stdout
-    assert _read(logs / "shutdown.log") == "-h now\n" and "s3 cp" not in _read(logs / "aws.log")
+    assert read(logs / "shutdown.log") == "-h now\n" and "s3 cp" not in read(logs / "aws.log")
 
 
 def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(watchdog) -> None:
     started = time.monotonic()
     done, logs = watchdog(beat(age_s=999), job=STUBBORN_JOB, grace_s=2)
     assert "still running after 2s: SIGKILL" in done.stdout
-    assert time.monotonic() - started >= 2 and _read(logs / "shutdown.log") == "-h now\n"
+    assert time.monotonic() - started >= 2 and read(logs / "shutdown.log") == "-h now\n"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # user_data as terraform renders it, run with bash against fakes (no cloud): values intact, life cap, watchdog
 # ---------------------------------------------------------------------------------------------------------------------
-
-FAKE_CURL = """#!/bin/bash
-case "$*" in
-  *api/token*) echo token ;;
-  *placement/region*) echo us-east-1 ;;
-  *instance-id*) echo i-0abc ;;
-  *) exit 22 ;;
-esac
-"""
-
-FAKE_TORCHRUN = """#!{python}
-import json, os, sys
-env = {{k: v for k, v in os.environ.items() if k.startswith("SRIFTY_")}}
-json.dump({{"argv": sys.argv[1:], "env": env}}, open(os.environ["FAKE_DIR"] + "/torchrun.json", "w"))
-"""
-
-
-def render(env: dict[str, str], folder: Path, values: dict) -> str:
-    """templatefile() of the module's user_data, by `terraform console` (no provider, no cloud)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    template = json.dumps(str(MODULE / "templates" / "user_data.sh.tftpl"))
-    expr = f"templatefile({template}, jsondecode({json.dumps(json.dumps(values))}))"
-    run = subprocess.run(
-        ["terraform", f"-chdir={folder}", "console"], input=expr, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert run.returncode == 0, run.stderr
-    out = run.stdout.strip()
-    assert out.startswith("<<EOT") and out.endswith("EOT"), out[:200]
-    return out[len("<<EOT") :].rsplit("EOT", 1)[0].lstrip("\n")
 
 
 def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(tf_env, tmp_path) -> None:
@@ -257,36 +211,26 @@ def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(t
         "secrets": [],
     }
     script = render(tf_env, tmp_path / "console", values)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _exe(bin_dir / "curl", FAKE_CURL)
-    _exe(bin_dir / "aws", FAKE_AWS.replace('"autoscaling describe', '"ec2 describe-instances") echo 10.0.0.5 ;;\n  "x'))
-    _exe(bin_dir / "torchrun", FAKE_TORCHRUN.format(python=sys.executable))
-    _exe(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n')
     work = tmp_path / "cwd"
     work.mkdir()
-    (tmp_path / "user_data.sh").write_text(script)
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "FAKE_DIR": str(tmp_path),
-        "SRIFTY_USER_DATA_LOG": str(tmp_path / "user-data.log"),
-        "SRIFTY_STATE_DIR": str(tmp_path / "state"),
-        "SRIFTY_WATCHDOG_LOG": str(tmp_path / "watchdog.log"),
-        "SRIFTY_WATCHDOG_INTERVAL_S": "1",
+    fakes = {
+        "curl": FAKE_CURL,
+        "aws": FAKE_AWS.replace('"autoscaling describe', '"ec2 describe-instances") echo 10.0.0.5 ;;\n  "x'),
+        "torchrun": FAKE_TORCHRUN.format(python=sys.executable),
+        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
     }
-    run = subprocess.run(["bash", str(tmp_path / "user_data.sh")], cwd=work, env=env, capture_output=True, timeout=60)
-    assert run.returncode == 0, _read(tmp_path / "user-data.log")[-3000:]
+    run = run_user_data(tmp_path, script, fakes, cwd=work)
+    assert run.returncode == 0, read(tmp_path / "user-data.log")[-3000:]
     record = json.loads((tmp_path / "torchrun.json").read_text())
     assert record["env"]["SRIFTY_CHECKPOINT_URI"] == odd_uri
     assert record["argv"][-3:] == [odd_arg, "--resume-from", odd_arg]
     assert not list(work.iterdir()) and not (Path("/") / "pwned").exists()  # nothing ran
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and "-h now" not in _read(tmp_path / "shutdown.log"):
+    while time.monotonic() < deadline and "-h now" not in read(tmp_path / "shutdown.log"):
         time.sleep(0.2)
-    shutdowns = _read(tmp_path / "shutdown.log").splitlines()
+    shutdowns = read(tmp_path / "shutdown.log").splitlines()
     assert shutdowns[0].startswith("-h +90 ") and shutdowns[-1] == "-h now", shutdowns  # the cap, then the watchdog
-    log = _read(tmp_path / "watchdog.log")
+    log = read(tmp_path / "watchdog.log")
     assert f"heartbeat {odd_uri}HEARTBEAT.json" in log and "the training job has exited" in log
 
 
@@ -304,13 +248,6 @@ MALICIOUS = [
     ({"checkpoint_prefix": "runs/*/"}, "checkpoint_prefix", "folders of letters"),
     ({"checkpoint_prefix": "runs/../x/"}, "checkpoint_prefix", "folders of letters"),
 ]
-
-
-def example(name: str):
-    folder = EXAMPLES / name
-    spec = json.loads((folder / "choice.json").read_text())
-    opts = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["options"].items()}
-    return load_plan(folder / "plan.json"), spec["choice"], Options(**opts)
 
 
 @pytest.mark.parametrize(("change", "parameter", "message"), MALICIOUS)
@@ -525,7 +462,7 @@ elif args[0] == "output":
 def fake_terraform(tmp_path, monkeypatch, catalog):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    _exe(bin_dir / "terraform", FAKE_TERRAFORM.format(python=sys.executable))
+    exe(bin_dir / "terraform", FAKE_TERRAFORM.format(python=sys.executable))
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     plan, choice, options = example("single-node-on-demand")
     infra = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
@@ -533,7 +470,7 @@ def fake_terraform(tmp_path, monkeypatch, catalog):
     def calls() -> list[str]:
         return [
             line.split()[0] if line.split()[0] != "state" else "state list"
-            for line in _read(infra / "calls.log").splitlines()
+            for line in read(infra / "calls.log").splitlines()
         ]
 
     return infra, calls
@@ -546,9 +483,9 @@ def test_a_failed_apply_of_a_new_fleet_destroys_what_it_created(fake_terraform, 
     with pytest.raises(ProvisionError, match="everything it had created was destroyed; nothing is left billing"):
         runner.apply(infra, yes=True, echo=lines.append, catalog=catalog)
     assert calls() == ["init", "plan", "show", "state list", "apply", "state list", "destroy", "state list"]
-    assert _read(infra / "fake.state").strip() == ""
+    assert read(infra / "fake.state").strip() == ""
     assert "Destroying the 2 resources the apply created, so that nothing is left billing." in lines
-    destroy_call = next(line for line in _read(infra / "calls.log").splitlines() if line.startswith("destroy"))
+    destroy_call = next(line for line in read(infra / "calls.log").splitlines() if line.startswith("destroy"))
     assert "-auto-approve" in destroy_call and "-lock-timeout=300s" in destroy_call
 
 
@@ -584,7 +521,7 @@ def test_an_interrupted_apply_destroys_what_it_created(fake_terraform, monkeypat
     with pytest.raises(KeyboardInterrupt):
         runner.apply(infra, yes=True, echo=lines.append, catalog=catalog)
     assert calls()[-3:] == ["state list", "destroy", "state list"]
-    assert _read(infra / "fake.state").strip() == ""
+    assert read(infra / "fake.state").strip() == ""
     assert (
         lines[-1]
         == "Interrupted during terraform apply: everything it had created was destroyed; nothing is left billing."

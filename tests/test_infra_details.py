@@ -7,15 +7,14 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from test_fleet_safety import FAKE_CURL, FAKE_TORCHRUN, WATCHDOG, _exe, _read, example, render
 
+from _fleet import FAKE_CURL, FAKE_TORCHRUN, WATCHDOG, example, read, render, run_user_data
 from conftest import tf_run
 from lightning_srifty.cli import main
 from lightning_srifty.provision.command import check_secret_env
@@ -307,25 +306,9 @@ def _user_data_values(secrets: list[dict]) -> dict:
 
 
 def _run_user_data(tmp_path: Path, script: str, extra_env: dict[str, str]) -> subprocess.CompletedProcess:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _exe(bin_dir / "curl", FAKE_CURL)
-    _exe(bin_dir / "aws", FAKE_AWS_SECRETS)
     torchrun = FAKE_TORCHRUN.format(python=sys.executable).replace('k.startswith("SRIFTY_")', 'k in ("HF_TOKEN", "WB")')
-    _exe(bin_dir / "torchrun", torchrun)
-    _exe(bin_dir / "shutdown", "#!/bin/bash\ntrue\n")
-    (tmp_path / "user_data.sh").write_text(script)
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "FAKE_DIR": str(tmp_path),
-        "SRIFTY_USER_DATA_LOG": str(tmp_path / "user-data.log"),
-        "SRIFTY_STATE_DIR": str(tmp_path / "state"),
-        "SRIFTY_WATCHDOG_LOG": str(tmp_path / "watchdog.log"),
-        "SRIFTY_WATCHDOG_INTERVAL_S": "1",
-        **extra_env,
-    }
-    return subprocess.run(["bash", str(tmp_path / "user_data.sh")], cwd=tmp_path, env=env, capture_output=True)
+    fakes = {"curl": FAKE_CURL, "aws": FAKE_AWS_SECRETS, "torchrun": torchrun, "shutdown": "#!/bin/bash\ntrue\n"}
+    return run_user_data(tmp_path, script, fakes, extra_env=extra_env)
 
 
 def test_user_data_reads_secrets_at_boot_without_writing_them(tf_env, tmp_path) -> None:
@@ -336,7 +319,7 @@ def test_user_data_reads_secrets_at_boot_without_writing_them(tf_env, tmp_path) 
     script = render(tf_env, tmp_path / "console", _user_data_values(secrets))
     assert SECRET_VALUE not in script and "/team/hf-token" not in script  # the ids travel base64-encoded
     run = _run_user_data(tmp_path, script, {"SECRET_SSM": SECRET_VALUE, "SECRET_SM": "sm-" + SECRET_VALUE})
-    log = _read(tmp_path / "user-data.log")
+    log = read(tmp_path / "user-data.log")
     assert run.returncode == 0, log[-3000:]
     record = json.loads((tmp_path / "torchrun.json").read_text())
     assert record["env"] == {"HF_TOKEN": SECRET_VALUE, "WB": "sm-" + SECRET_VALUE}
@@ -350,7 +333,7 @@ def test_user_data_stops_when_a_secret_cannot_be_read(tf_env, tmp_path) -> None:
     script = render(tf_env, tmp_path / "console", _user_data_values(secrets))
     run = _run_user_data(tmp_path, script, {"SECRET_SSM": SECRET_VALUE})
     assert run.returncode == 1
-    assert "could not read HF_TOKEN from ssm:/team/missing" in _read(tmp_path / "user-data.log")
+    assert "could not read HF_TOKEN from ssm:/team/missing" in read(tmp_path / "user-data.log")
     assert not (tmp_path / "torchrun.json").exists()
 
 

@@ -197,3 +197,15 @@ def test_ruff_is_clean() -> None:
         pytest.skip("ruff is not installed (pip install -e '.[dev]')")
     result = subprocess.run([ruff, "check", "."], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test code lives in conftest.py, helpers.py, _support.py and _fleet.py, never in a test module."""
+    offenders = []
+    for path in [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not offenders
