@@ -337,3 +337,31 @@ def test_the_torchrun_wrapper_says_a_planned_leave_in_one_line_and_keeps_real_fa
     assert "a planned preemption, not a failure" in leave.stderr
     failed = outputs[3]
     assert failed.returncode == 1 and "exit3.py FAILED" in failed.stderr and "exitcode  : 3" in failed.stderr
+
+
+def test_a_fleet_that_never_reports_is_detected_reported_and_released(plan, tmp_path) -> None:
+    """#14 item 3: a failed boot or setup writes nothing; the launcher gives up after the timeout and releases."""
+    recorder, result = _run(plan, tmp_path, lambda ckpt, rec: None, start_timeout_s=1.0)
+    error = result["error"]
+    assert isinstance(error, MigrationError) and "has not reported in" in str(error)
+    assert "console output" in str(error) and "--start-timeout-min" in str(error)
+    assert recorder.calls[-2:] == [("stop", "f-1"), ("down", "f-1")]  # released
+
+
+def test_progress_while_a_fleet_has_not_reported_and_none_once_it_has(plan, tmp_path, monkeypatch) -> None:
+    from lightning_srifty.provision import launch as launch_module
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(launch_module.time, "monotonic", lambda: clock["t"])
+    notes: list[str] = []
+    silence = launch_module._Silence(600, notes.append)
+    fleet = LaunchedFleet(plan, 0, "f-1")
+    silence.started(fleet)
+    for t in (30, 61, 90, 125):
+        clock["t"] = t
+        silence.check(fleet, None)
+    assert len(notes) == 2 and "waiting for the job on" in notes[0] and "of at most 10 min" in notes[0]
+    silence.check(fleet, Started(launch_id=LID, fleet="x", step=1, first_step_unix=time.time()))
+    clock["t"] = 10_000
+    silence.check(fleet, None)  # heard from: never times out afterwards
+    assert len(notes) == 2

@@ -57,6 +57,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             heartbeat_s=args.heartbeat_s,
             heartbeat_max_age_s=args.heartbeat_max_age,
             max_life_h=args.max_life_h,
+            start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
         )
     except LaunchInterrupted as exc:
         released = ", ".join(exc.released) or "none"
@@ -93,6 +94,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="S",
         help="a job (and the instances) whose heartbeat is older than S seconds checkpoints and leaves: a launcher "
         "killed outright leaves nothing running for long (default 600)",
+    )
+    p.add_argument(
+        "--start-timeout-min",
+        type=float,
+        help="a remote fleet whose job has not taken its first step (or written any record) after this many minutes "
+        "is reported and released: failed boot or setup, OOM, an unreachable checkpoint folder (default 30; local "
+        "processes are watched directly)",
     )
     p.add_argument(
         "--max-life-h",

@@ -211,6 +211,48 @@ class _HeartbeatWriter:
             protocol.clear_records(self.ckpt, Heartbeat)  # this launch is over: nobody should wait for it
 
 
+DEFAULT_START_TIMEOUT_S = 1800.0  # provisioning, boot, setup and the first step of a remote fleet, at most
+
+
+class _Silence:
+    """A fleet that never reports (failed boot or setup, OOM, the store unreachable) is detected: progress every
+    minute while the job has not taken its first step, and a MigrationError after ``timeout_s`` (the launcher then
+    releases every fleet)."""
+
+    def __init__(self, timeout_s: float | None, echo: Any) -> None:
+        self.timeout_s, self.echo = timeout_s, echo
+        self.since: dict[str, float] = {}
+        self.wall: dict[str, float] = {}
+        self.heard: set[str] = set()
+        self.next_note = 0.0
+
+    def started(self, fleet: LaunchedFleet) -> None:
+        self.since[fleet.name], self.wall[fleet.name] = time.monotonic(), time.time()
+        self.next_note = time.monotonic() + 60
+
+    def check(self, fleet: LaunchedFleet, started: Any) -> None:
+        if self.timeout_s is None or fleet.name in self.heard or fleet.name not in self.since:
+            return
+        # the job's first step on this leg (its clock may differ from ours by minutes: 300 s of slack)
+        if started is not None and (started.first_step_unix or 0) >= self.wall[fleet.name] - 300:
+            self.heard.add(fleet.name)
+            return
+        waited = time.monotonic() - self.since[fleet.name]
+        if waited > self.timeout_s:
+            raise MigrationError(
+                f"The job on {fleet.entry.fleet} ({fleet.name}) has not reported in {waited / 60:.0f} min (no first "
+                "step, no record): its boot or setup failed, it ran out of memory, or it cannot reach the checkpoint "
+                "folder. The fleet is released; its console output and /var/log/srifty-user-data.log say why. "
+                "Raise --start-timeout-min if the setup really takes longer."
+            )
+        if time.monotonic() >= self.next_note:
+            self.next_note = time.monotonic() + 60
+            self.echo(
+                f"srifty launch: waiting for the job on {fleet.entry.fleet} to take its first step: "
+                f"{waited / 60:.0f} of at most {self.timeout_s / 60:.0f} min"
+            )
+
+
 def _refuse_a_live_launch(ckpt: str, launch_id: str) -> None:
     """Two launches in one checkpoint folder would take each other's checkpoints: refuse while another one's
     heartbeat is fresh."""
@@ -249,6 +291,7 @@ def launch(
     heartbeat_max_age_s: float = 600.0,
     max_life_h: float | None = None,
     launch_id: str | None = None,
+    start_timeout_s: float | None = None,
 ) -> list[Migration]:
     """Run the job on ``plan.entries[choice]`` and keep it running through migrations (see the module doc).
 
@@ -296,8 +339,10 @@ def launch(
         heartbeat.start()
         up: list[LaunchedFleet] = []
         try:
+            if start_timeout_s is None and provisioner.kind != "local":  # local processes are polled directly
+                start_timeout_s = DEFAULT_START_TIMEOUT_S
             return _run(plan, choice, provisioner, ckpt, root, launch_id, heartbeat, up, max_migrations, poll_s,
-                        name, echo, max_life_h)  # fmt: skip
+                        name, echo, max_life_h, start_timeout_s)  # fmt: skip
         except LaunchInterrupted as exc:
             exc.released = [f.name for f in up]
             raise
@@ -325,8 +370,10 @@ def _run(
     name: str,
     echo: Any,
     max_life_h: float | None,
+    start_timeout_s: float | None = None,
 ) -> list[Migration]:
     log_path = root / "migrations.jsonl"
+    silent = _Silence(start_timeout_s, echo)
     migrations: list[Migration] = []
     plan_started: dict[str, float] = {}
     awaiting: list[tuple[Migration, str]] = []  # moves whose new leg has not taken its first step yet
@@ -365,6 +412,7 @@ def _run(
         )
         heartbeat.beat()  # the new cap, now
         provisioner.start(fleet, env.to_env())
+        silent.started(fleet)
 
     plan_uri = keep_plan(plan)
     batches = fleet_batches(plan.entries[choice])
@@ -393,6 +441,8 @@ def _run(
                         report(awaiting.pop(i)[0])
                         break
             finished, left, failed = read(Finished), read(Preempted), read(Failed)
+            if code is None and not (finished or left or failed or MoveRequest.FILE in there):
+                silent.check(fleet, read(Started) if Started.FILE in there else None)
             if failed is not None:
                 raise MigrationError(f"The job failed on {fleet.entry.fleet} at step {failed.step}: {failed.error}")
             request = None if (pending or finished or left) else read(MoveRequest)
