@@ -232,6 +232,8 @@ def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(t
     assert shutdowns[0].startswith("-h +90 ") and shutdowns[-1] == "-h now", shutdowns  # the cap, then the watchdog
     log = read(tmp_path / "watchdog.log")
     assert f"heartbeat {odd_uri}HEARTBEAT.json" in log and "the training job has exited" in log
+    # the script's exit status went beside the checkpoints (#14 item 3), to the exact (odd) URI
+    assert f"s3 cp - {odd_uri}status/quoting-i-0abc.json --region us-east-1" in read(tmp_path / "aws.log")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
