@@ -6,6 +6,7 @@ migration), so it is a versioned document like the profile.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 from dataclasses import dataclass
@@ -216,8 +217,9 @@ class Plan:
         return atomic_write_json(path, self.to_dict())
 
 
+@functools.cache
 def writer() -> str:
-    """This release, as documents record who wrote them."""
+    """This release, as documents record who wrote them (read from the installed metadata once)."""
     try:
         return f"lightning-srifty {importlib.metadata.version('lightning-srifty')}"
     except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed

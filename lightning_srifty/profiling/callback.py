@@ -8,6 +8,7 @@ it does may stop training: failures are logged with the fix and training goes on
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import logging
 import os
 import socket
@@ -39,6 +40,7 @@ from lightning_srifty.profiling.recommendation import (
     check_constraints,
     fold_deprecated,
     post_observation,
+    service_client,
     with_work,
 )
 from lightning_srifty.profiling.recorder import StepRecorder
@@ -143,20 +145,10 @@ class SriftyCallback(Callback):
             )
         self.measure_checkpoint = bool(measure_checkpoint)
         self.recommend, self.report = bool(recommend), bool(report)
-        constraints, service, self._post_observation = fold_deprecated(owner, deprecated, constraints, service)
+        own = [name for name in inspect.signature(type(self).__init__).parameters if name not in ("self", "deprecated")]
+        constraints, service, self._post_observation = fold_deprecated(owner, deprecated, constraints, service, own)
         self.constraints = check_constraints(owner, constraints)
-        if isinstance(service, str):
-            if not service.startswith(("http://", "https://")):
-                raise ConfigError(
-                    f"The 'service' parameter of {owner} must be an http(s) URL such as http://127.0.0.1:8000 "
-                    f"(where `srifty serve` listens) or a predictor.client.ServiceClient. Got {service!r}.",
-                    parameter="service",
-                    value=service,
-                )
-            from predictor.client import ServiceClient
-
-            service = ServiceClient(service)
-        self.service = service
+        self.service = service_client(owner, "service", service)
         self.plan: Any = None
         self.written: dict[str, Path] = {}  # what rank 0 wrote: "profile", "plan", "report" -> path
         self.output = Path(output) if output is not None else None

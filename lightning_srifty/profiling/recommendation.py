@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import lightning.pytorch as pl
@@ -18,12 +18,7 @@ from predictor.ranking.constraints import Constraints
 
 log = logging.getLogger("lightning_srifty")
 
-# SriftyCallback's own parameters (for "did you mean"), and the 0.1 recommendation arguments -> Constraints fields
-_PARAMETERS = (
-    "warmup_steps", "profile_steps", "output", "stop_after_profile", "batch_size_fn", "count_flops", "capture_ops",
-    "model_name", "reprofile", "verbose", "max_series", "measure_checkpoint", "recommend", "constraints", "report",
-    "service",
-)  # fmt: skip
+# the 0.1 recommendation arguments -> Constraints fields (None: folded into the service)
 _DEPRECATED = {
     "total_steps": "steps",
     "deadline_h": "deadline_h",
@@ -82,17 +77,19 @@ def with_work(constraints: Constraints, trainer: pl.Trainer) -> Constraints | No
     return dataclasses.replace(constraints, steps=int(steps)) if steps else None
 
 
-def fold_deprecated(owner: str, given: dict[str, Any], constraints: Any, service: Any) -> tuple[Any, Any, bool]:
+def fold_deprecated(
+    owner: str, given: dict[str, Any], constraints: Any, service: Any, known: Iterable[str]
+) -> tuple[Any, Any, bool]:
     """The recommendation's arguments of 0.1 (``total_steps=``, ``deadline_h=``, ..., ``predictor_url=``), folded
     into ``constraints`` and ``service`` (and whether to post observations) with a DeprecationWarning; anything else
-    is an unknown parameter."""
+    is an unknown parameter ("did you mean" among ``known``, the caller's own parameters, and the 0.1 ones)."""
     if not given:
         return constraints, service, True
     unknown = sorted(set(given) - set(_DEPRECATED))
     if unknown:
         from predictor._validation import suggest
 
-        close = suggest(unknown[0], [*_PARAMETERS, *_DEPRECATED], n=1)
+        close = suggest(unknown[0], [*known, *_DEPRECATED], n=1)
         raise ConfigError(
             f"{owner} has no parameter {unknown[0]!r}."
             + (f" Did you mean {close[0]!r}?" if close else "")
@@ -110,16 +107,7 @@ def fold_deprecated(owner: str, given: dict[str, Any], constraints: Any, service
         url = given.pop("predictor_url", None)
         token = given.pop("predictor_token", None)
         if url is not None and service is None:
-            if not str(url).startswith(("http://", "https://")):
-                raise ConfigError(
-                    f"The 'predictor_url' parameter of {owner} must be an http(s) URL such as "
-                    f"http://127.0.0.1:8000 (where `srifty serve` listens). Got {url!r}.",
-                    parameter="predictor_url",
-                    value=url,
-                )
-            from predictor.client import ServiceClient
-
-            service = ServiceClient(url, token=token)
+            service = service_client(owner, "predictor_url", url, token)
     post = bool(given.pop("post_observation", True))
     fields = {_DEPRECATED[k]: v for k, v in given.items() if v is not None}
     if fields and isinstance(constraints, Constraints):
@@ -127,6 +115,23 @@ def fold_deprecated(owner: str, given: dict[str, Any], constraints: Any, service
     elif fields:
         constraints = {**(constraints or {}), **fields}
     return constraints, service, post
+
+
+def service_client(owner: str, parameter: str, value: Any, token: str | None = None) -> Any:
+    """A :class:`predictor.client.ServiceClient` for a URL (a client, or None, as given); a URL that is not http(s)
+    is a ConfigError naming ``parameter``."""
+    if not isinstance(value, str):
+        return value
+    if not value.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"The '{parameter}' parameter of {owner} must be an http(s) URL such as http://127.0.0.1:8000 (where "
+            f"`srifty serve` listens) or a predictor.client.ServiceClient. Got {value!r}.",
+            parameter=parameter,
+            value=value,
+        )
+    from predictor.client import ServiceClient
+
+    return ServiceClient(value, token=token)
 
 
 def post_observation(client: Any, profile: Profile) -> None:
