@@ -53,6 +53,33 @@ class PlanGroup:
 
 
 @dataclass(frozen=True)
+class PlanLayout:
+    """The parallel layout of a ranked fleet (:mod:`predictor.layout`), and the Lightning strategy that runs it."""
+
+    name: str = doc_field(
+        "the layout: ddp, fsdp:full_shard, fsdp:shard_grad_op, fsdp:hybrid_shard, pipeline:<stages>; +ac: "
+        "activation checkpointing"
+    )
+    strategy: Literal["ddp", "fsdp", "pipeline"] = doc_field("how state and work are spread over the GPUs")
+    sharding: Literal["full_shard", "shard_grad_op", "hybrid_shard"] | None = doc_field(
+        "fsdp's sharding (null for ddp and pipeline)", default=None
+    )
+    activation_checkpointing: bool = doc_field("each block keeps its input and recomputes the rest", default=False)
+    pipeline_stages: int = doc_field("pipeline stages (1: no pipeline)", default=1, min=1)
+    shard_group: int = doc_field("GPUs one copy of the sharded state is spread over (1: not sharded)", default=1, min=1)
+    lightning_strategy: str = doc_field(
+        "the Lightning strategy the job starts with (Trainer(strategy=...)): ddp or fsdp", default="ddp"
+    )
+    lightning_args: dict[str, Any] | None = doc_field(
+        "its keyword arguments, block classes by name (e.g. sharding_strategy, auto_wrap_policy, "
+        "activation_checkpointing_policy, state_dict_type)",
+        default=None,
+    )
+    launchable: bool = doc_field("srifty launch can start it", default=True)
+    needs: str | None = doc_field("what running it would take, when srifty launch cannot start it", default=None)
+
+
+@dataclass(frozen=True)
 class PlanEntry:
     """One ranked fleet."""
 
@@ -107,6 +134,9 @@ class PlanEntry:
         "cost_usd; 0 for the fleet already running",
         default=None,
         min=0,
+    )
+    layout: PlanLayout | None = doc_field(
+        "the parallel layout and its Lightning strategy (absent in plans made before layouts: ddp)", default=None
     )
 
     @property

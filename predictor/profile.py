@@ -96,6 +96,43 @@ class Flops:
 
 
 @dataclass(frozen=True)
+class Structure:
+    """The model's repeated blocks and what one training step keeps alive, per sample: what the memory of a sharded
+    layout is built from (FSDP wraps and all-gathers one block at a time; activation checkpointing keeps a block's
+    input and recomputes the rest). Written by a capture (``srifty capture``, meta device or CPU) or by hand."""
+
+    blocks: int = doc_field("repeated blocks (e.g. 32 decoder layers of a 7B Llama); 0 when none was found", min=0)
+    block: str | None = doc_field(
+        "class name of the repeated block (e.g. LlamaDecoderLayer): FSDP's wrap and activation-checkpointing unit",
+        default=None,
+    )
+    block_parameters: int | None = doc_field(
+        "parameters of the largest block (what FSDP all-gathers at once)", default=None, min=0
+    )
+    saved_bytes_per_sample: float | None = doc_field(
+        "bytes of tensors autograd saves for backward over the whole forward, per sample (activations)",
+        default=None,
+        min=0,
+    )
+    block_saved_bytes_per_sample: float | None = doc_field(
+        "of those, what the largest block saves, per sample (recomputed one block at a time under activation "
+        "checkpointing)",
+        default=None,
+        min=0,
+    )
+    block_input_bytes_per_sample: float | None = doc_field(
+        "one block's input, per sample (what activation checkpointing keeps of each block)", default=None, min=0
+    )
+    transient_bytes_per_sample: float | None = doc_field(
+        "the step's peak live bytes above weights, gradients, optimizer state and saved tensors (temporaries such as "
+        "the logits of the loss and activation gradients), per sample",
+        default=None,
+        min=0,
+    )
+    method: str | None = doc_field("how it was measured", default=None)
+
+
+@dataclass(frozen=True)
 class Model:
     """The model and its training state sizes."""
 
@@ -117,6 +154,9 @@ class Model:
     optimizer: str | None = doc_field("optimizer class name", default=None)
     optimizer_state_bytes: int | None = doc_field("bytes of optimizer state per replica", default=None, min=0)
     flops: Flops | None = doc_field("FLOPs per sample", default=None)
+    structure: Structure | None = doc_field(
+        "repeated blocks and activation bytes per sample (the memory of sharded layouts)", default=None
+    )
 
 
 @dataclass(frozen=True)
@@ -215,6 +255,19 @@ class Communication:
     )
     share_of_step: float | None = doc_field("median exposed communication / median step time", default=None, min=0)
     bucket_detail: list[BucketTiming] | None = doc_field("per-bucket sizes and times", default=None)
+    allgather_s: Stats | None = doc_field(
+        "sharded runs (FSDP): per step, time in parameter all-gathers (all blocks, forward and backward)",
+        default=None,
+    )
+    reduce_scatter_s: Stats | None = doc_field(
+        "sharded runs (FSDP): per step, time in gradient reduce-scatters", default=None
+    )
+    allgather_bytes_per_step: int | None = doc_field(
+        "sharded runs: bytes all-gathered per step per rank (the gathered size)", default=None, min=0
+    )
+    reduce_scatter_bytes_per_step: int | None = doc_field(
+        "sharded runs: bytes reduce-scattered per step per rank (the unsharded gradient size)", default=None, min=0
+    )
     reason: str | None = doc_field("why communication was not measured, when it was not", default=None)
 
 
@@ -316,6 +369,11 @@ class Profile:
     checkpoint: CheckpointTiming | None = doc_field("checkpoint save and load time", default=None)
     ranks: list[RankTiming] | None = doc_field("per-rank measurements", default=None)
     ops: OpTable | None = doc_field("the ATen operators of one training step (performance model v2)", default=None)
+    layout: str | None = doc_field(
+        "the parallel layout the run used, as predictor.layout names it (ddp, fsdp:full_shard, fsdp:full_shard+ac); "
+        "absent: ddp",
+        default=None,
+    )
     software: Software | None = doc_field("versions", default=None)
     created_at: str | None = doc_field("UTC time the profile was written (ISO 8601)", default=None)
     notes: list[str] | None = doc_field("warnings and remarks from the profiler", default=None)
