@@ -92,27 +92,29 @@ class Layout:
             return 1
         return gpus_per_node if self.sharding == "hybrid_shard" else ranks
 
-    def lightning(self, block: str | None = None) -> tuple[str, dict[str, Any]]:
-        """The Lightning strategy name and its keyword arguments (JSON-ready; block classes by name, resolved on
-        the model by the job side).
+    def lightning(self, block: str | None = None, wrap_min_params: int | None = None) -> tuple[str, dict[str, Any]]:
+        """The Lightning strategy name and its keyword arguments (JSON-ready; the job side resolves them on the
+        model: :func:`lightning_srifty.plan_strategy`).
 
-        ``block``: the class name of the model's repeated block (FSDP's wrap unit and the activation-checkpointing
-        unit); without one FSDP wraps by size and activation checkpointing cannot be applied.
+        ``block``: the class name of the model's repeated block (``model.structure.block``): FSDP's wrap unit and
+        the activation-checkpointing unit, written ``auto_wrap_policy: [block]``. Without one FSDP wraps by size,
+        ``auto_wrap_policy: {"min_num_params": wrap_min_params}`` (torch's size_based_auto_wrap_policy), and
+        activation checkpointing cannot be applied (it needs a block class).
         """
-        blocks = [block] if block else None
+        args: dict[str, Any] = {}
         if self.strategy == "fsdp":
-            args: dict[str, Any] = {
+            args = {
                 "sharding_strategy": LIGHTNING_SHARDING[str(self.sharding)],
                 "state_dict_type": "sharded",
                 "limit_all_gathers": True,
             }
-            if blocks:
-                args["auto_wrap_policy"] = blocks
-            if self.activation_checkpointing and blocks:
-                args["activation_checkpointing_policy"] = blocks
-            return "fsdp", args
-        args = {"activation_checkpointing_policy": blocks} if self.activation_checkpointing and blocks else {}
-        return ("ddp" if self.strategy == "ddp" else "pipeline"), args
+            if block:
+                args["auto_wrap_policy"] = [block]
+            elif wrap_min_params:
+                args["auto_wrap_policy"] = {"min_num_params": int(wrap_min_params)}
+        if self.activation_checkpointing and block:
+            args["activation_checkpointing_policy"] = [block]
+        return self.strategy, args
 
 
 DDP = Layout()
