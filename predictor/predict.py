@@ -17,14 +17,15 @@ import numpy as np
 
 from predictor._validation import check_choice
 from predictor.catalog.catalog import Catalog
-from predictor.exceptions import PredictionError
+from predictor.exceptions import ConfigError, PredictionError
 from predictor.fleet import Fleet, parse_fleet
+from predictor.layout import DDP, Layout, parse
 from predictor.perf.basis import TypeBasis
 from predictor.perf.batch import rank_batches
 from predictor.perf.memory import estimate_memory
 from predictor.perf.network import DEFAULT_NETWORK, NetworkModel
 from predictor.perf.scaling import ScalingModel
-from predictor.predict_many import SCALINGS, Scaling, bases, combine
+from predictor.predict_many import SCALINGS, Scaling, applies, bases, combine
 from predictor.profile import Profile
 from predictor.work import global_batch as global_batch_of
 
@@ -43,6 +44,7 @@ class GroupPrediction:
     memory_gib: float
     fits_memory: bool
     memory_margin: float
+    memory_parts_gib: dict[str, float] = field(default_factory=dict)  # weights, gradients, optimizer, gathered, ...
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Prediction:
     allreduce_limiting: str
     assumptions: tuple[str, ...] = field(default=())
     extrapolation: tuple[str, ...] = field(default=())
+    layout: str = "ddp"  # predictor.layout name (pipeline:<stages>: one stage per node)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -81,24 +84,28 @@ def predict(
     network: NetworkModel = DEFAULT_NETWORK,
     calibration: Mapping[str, float] | None = None,
     dp_model: ScalingModel | None = None,
+    layout: Layout | str = DDP,
 ) -> Prediction:
     """Predict one fleet from a profile (``network``: the link constants, see :class:`NetworkModel`;
     ``calibration``: measured/predicted throughput factors by GPU key, from observations of this model;
-    ``dp_model``: the data-parallel loss constants, default the fitted ones).
+    ``dp_model``: the data-parallel loss constants, default the fitted ones; ``layout``: the parallel layout, a
+    :class:`Layout` or its name, e.g. ``"fsdp:full_shard+ac"``; ``pipeline:<p>`` needs p nodes of one type).
 
     Raises:
         PredictionError: the profile cannot be scaled to this fleet (e.g. CPU profile without FLOPs).
-        UnknownNameError, ConfigError: a bad fleet.
+        UnknownNameError, ConfigError: a bad fleet, or a layout that does not apply to it or to the profile.
     """
     check_choice("predict()", "scaling", scaling, SCALINGS)
     catalog = catalog or Catalog.load()
     if not isinstance(fleet, Fleet):
         fleet = parse_fleet(fleet, catalog)
+    layout = parse(layout) if isinstance(layout, str) else layout
+    _check_layout(profile, fleet, layout)
     names = sorted({g.instance.name for g in fleet.groups})
     tidx = np.array([[names.index(g.instance.name) for g in fleet.groups]])
     cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
     src, type_bases = bases(profile, names, catalog, network, calibration)
-    many = combine(profile, src, type_bases, tidx, cnt, scaling, dp_model)
+    many = combine(profile, src, type_bases, tidx, cnt, scaling, dp_model, layout)
     row_bases = [type_bases[i] for i in tidx[0]]
     accumulation = int(many.accumulation[0])
     if not many.splittable[0]:
@@ -111,7 +118,10 @@ def predict(
     groups = []
     for k, (group, basis) in enumerate(zip(fleet.groups, row_bases)):
         micro = int(many.micro_batch[0, k])
-        mem = estimate_memory(profile, micro, basis.gpu_memory_gib)
+        mem = estimate_memory(
+            profile, micro, basis.gpu_memory_gib, layout, fleet.gpus, min(g.instance.gpus for g in fleet.groups),
+            micro_steps=accumulation,
+        )  # fmt: skip
         groups.append(
             GroupPrediction(
                 group.instance.name,
@@ -126,6 +136,7 @@ def predict(
                 mem.bytes_per_gpu / 2**30,
                 mem.fits,
                 mem.margin,
+                {k: v / 2**30 for k, v in mem.parts.items()},
             )
         )
     step = float(many.iteration_time_s[0])
@@ -138,7 +149,13 @@ def predict(
         assumptions.append(row_bases[0].link_note)
     if not profile.hardware.cpu_count:
         assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
-    assumptions.append("memory: " + estimate_memory(profile, 1.0, 1.0).basis)
+    gpus_per_node = min(g.instance.gpus for g in fleet.groups)
+    assumptions.append("memory: " + estimate_memory(profile, 1.0, 1.0, layout, fleet.gpus, gpus_per_node).basis)
+    if layout.sharded:
+        assumptions.append(
+            f"{layout.name}: FSDP collectives every micro-step (Lightning's FSDPStrategy does not skip them under "
+            "gradient accumulation), overlapped with compute by prefetch"
+        )
     dp_loss = float(many.dp_loss_s[0])
     if dp_loss > 0:
         assumptions.append(
@@ -178,7 +195,31 @@ def predict(
         allreduce_limiting=limiting,
         assumptions=tuple(dict.fromkeys(assumptions)),
         extrapolation=tuple(dict.fromkeys(extrapolation)),
+        layout=f"pipeline:{fleet.nodes}" + ("+ac" if layout.activation_checkpointing else "")
+        if layout.strategy == "pipeline"
+        else layout.name,
     )
+
+
+def _check_layout(profile: Profile, fleet: Fleet, layout: Layout) -> None:
+    """Raise ConfigError when ``layout`` cannot run ``fleet`` or cannot be sized from ``profile``."""
+    cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
+    per_node = np.array([[g.instance.gpus for g in fleet.groups]], dtype=float)
+    if layout.strategy == "pipeline" and layout.pipeline_stages != fleet.nodes:
+        raise ConfigError(
+            f"layout {layout.name!r} has {layout.pipeline_stages} stages but {fleet} has {fleet.nodes} nodes: a "
+            f"pipeline has one stage per node. Use pipeline:{fleet.nodes}.",
+            parameter="layout",
+            value=layout.name,
+        )
+    if not applies(profile, layout, cnt, per_node)[0]:
+        raise ConfigError(
+            f"layout {layout.name!r} does not apply to {fleet} with this profile: sharding needs 2 GPUs or more, "
+            "hybrid_shard several multi-GPU nodes of one type, a pipeline nodes of one type, and +ac or a pipeline "
+            "the model's block (model.structure). Use ddp or another layout.",
+            parameter="layout",
+            value=layout.name,
+        )
 
 
 def _split_note(fleet: Fleet, groups: list[GroupPrediction], scaling: str, global_batch: float) -> str:

@@ -21,9 +21,10 @@ import numpy as np
 from predictor._validation import check_choice
 from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError
+from predictor.layout import DDP, Layout, parse
 from predictor.perf.basis import Source, TypeBasis, bucket_sizes, grad_bytes, type_basis
 from predictor.perf.batch import divisors, split_micro
-from predictor.perf.memory import CUDA_CONTEXT_BYTES, estimate_memory
+from predictor.perf.memory import USABLE_SHARE, memory_parts, profile_sizes
 from predictor.perf.network import DEFAULT_NETWORK, NetworkModel, exposed_many
 from predictor.perf.scaling import ScalingModel, measured_sigma, scaling_model
 from predictor.perf.uncertainty import combined_sd, interval, model_error
@@ -68,6 +69,9 @@ class ManyPredictions:
     micro_low: np.ndarray  # (N, K) the group's GPUs take micro_low samples per micro-step ...
     micro_plus: np.ndarray  # (N, K) ... or one more for micro_plus of them (see predictor.perf.batch)
     splittable: np.ndarray  # (N,) False: more GPUs than samples in the global batch (the fleet cannot train it)
+    layout_index: np.ndarray  # (N,) the layout of each candidate: layout_names[layout_index[i]]
+    layout_names: tuple[str, ...]  # predictor.layout names ("pipeline": one stage per node, see stages)
+    stages: np.ndarray  # (N,) pipeline stages (1: no pipeline)
 
     def group_throughput(self) -> np.ndarray:
         """(N, K) samples/s each group contributes (what an Auto Scaling group's weighted capacity counts)."""
@@ -158,6 +162,7 @@ def predict_mixes(
     network: NetworkModel = DEFAULT_NETWORK,
     calibration: Mapping[str, float] | None = None,
     dp_model: ScalingModel | None = None,
+    layouts: Sequence[Layout | str] | None = None,
 ) -> ManyPredictions:
     """Predict fleets of up to K groups: candidate i is ``counts[i, k]`` x ``names[type_index[i, k]]`` (count 0 =
     no group). The same model as :func:`predict` for mixed fleets: the per-GPU batch split in whole samples in
@@ -169,6 +174,8 @@ def predict_mixes(
 
     ``dp_model``: the data-parallel loss constants (default: the fitted ones, :mod:`predictor.perf.scaling`).
     ``calibration`` maps a GPU key to a measured/predicted throughput factor (from observations of this model).
+    ``layouts``: the parallel layouts each fleet may use (default: ddp only); each fleet gets the best of those that
+    apply to it (:func:`choose_layouts`), its index in ``layout_index``.
     """
     check_choice("predict_mixes()", "scaling", scaling, SCALINGS)
     catalog = catalog or Catalog.load()
@@ -184,7 +191,95 @@ def predict_mixes(
     if cnt.size and (cnt.min() < 0 or (row_sum(cnt) < 1).any()):
         raise ConfigError("Every fleet needs at least one instance.", parameter="counts", value=float(cnt.min()))
     src, type_bases = bases(profile, names, catalog, network, calibration)
-    return combine(profile, src, type_bases, tidx, cnt, scaling, dp_model)
+    if not layouts:
+        return combine(profile, src, type_bases, tidx, cnt, scaling, dp_model)
+    return choose_layouts(profile, src, type_bases, tidx, cnt, scaling, dp_model, layouts)
+
+
+PREFER_SIMPLER = 0.05  # a more complex layout must be this much faster than a simpler one that fits to be chosen
+# simplest first: plain data parallel, then sharding gradients/optimizer state, then parameters too, then hybrid; each
+# without activation checkpointing before with it
+SIMPLICITY = ("ddp", "fsdp:shard_grad_op", "fsdp:full_shard", "fsdp:hybrid_shard")
+
+
+def simplicity(layout: Layout) -> tuple[int, int, int]:
+    """The order in which layouts are preferred (lower first)."""
+    base = layout.name.removesuffix("+ac")
+    known = SIMPLICITY.index(base) if base in SIMPLICITY else len(SIMPLICITY)
+    return int(layout.activation_checkpointing), known, layout.pipeline_stages
+
+
+def applies(profile: Profile, layout: Layout, cnt: np.ndarray, per_node: np.ndarray) -> np.ndarray:
+    """Which candidates ``layout`` makes sense for: sharding needs two GPUs, hybrid sharding several multi-GPU
+    nodes of one type, a pipeline a homogeneous fleet of two nodes or more (one stage each); activation
+    checkpointing and pipelines need the model's block (``model.structure``)."""
+    present = cnt > 0
+    nodes = row_sum(cnt)
+    ranks = row_sum(per_node * cnt)
+    single = present.sum(axis=1) == 1
+    st = profile.model.structure
+    if (layout.activation_checkpointing or layout.strategy == "pipeline") and not (
+        st is not None and st.blocks and st.block and st.saved_bytes_per_sample is not None
+    ):
+        return np.zeros(len(cnt), dtype=bool)
+    if layout.strategy == "pipeline":
+        return single & (nodes >= 2)
+    if layout.sharding == "hybrid_shard":
+        return single & (nodes >= 2) & (row_min(np.where(present, per_node, np.inf)) >= 2)
+    if layout.sharded:
+        return ranks >= 2
+    return np.ones(len(cnt), dtype=bool)
+
+
+def choose_layouts(
+    profile: Profile,
+    src: Source,
+    type_bases: list[TypeBasis],
+    tidx: np.ndarray,
+    cnt: np.ndarray,
+    scaling: Scaling,
+    dp_model: ScalingModel | None,
+    layouts: Sequence[Layout | str],
+) -> ManyPredictions:
+    """Every candidate under the best of ``layouts`` that applies to it (:func:`applies`).
+
+    The simplest layout (:func:`simplicity`) that fits is kept unless a more complex one is faster by more than
+    :data:`PREFER_SIMPLER` (a step of both layouts on one fleet shares most of the prediction's error, so the
+    difference is known better than either). Pipelines are chosen only when ``layouts`` has nothing launchable.
+    Other layouts are evaluated only for the fleets where the simplest one could lose: it does not fit, needs
+    gradient accumulation, or loses more than PREFER_SIMPLER of its step to communication and stragglers.
+    """
+    parsed = sorted({parse(x) if isinstance(x, str) else x for x in layouts}, key=simplicity)
+    runnable = [x for x in parsed if x.launchable] or parsed
+    per_node = np.array([b.gpus for b in type_bases], dtype=float)[tidx]
+    first = runnable[0]
+    base = combine(profile, src, type_bases, tidx, cnt, scaling, dp_model, first)
+    base_ok = applies(profile, first, cnt, per_node)
+    fields = {f: getattr(base, f) for f in ManyPredictions.__dataclass_fields__}
+    names = [fields["layout_names"][0]]
+    ok = base.fits_memory & base.splittable & base_ok
+    fields["fits_memory"] = ok
+    step = np.where(ok, base.iteration_time_s, np.inf)
+    lossy = base.exposed_comm_s + base.dp_loss_s > PREFER_SIMPLER * base.iteration_time_s
+    open_rows = ~ok | (base.accumulation > 1) | lossy
+    for layout in runnable[1:]:
+        rows = np.flatnonzero(open_rows & applies(profile, layout, cnt, per_node))
+        if not len(rows):
+            continue
+        m = combine(profile, src, type_bases, tidx[rows], cnt[rows], scaling, dp_model, layout)
+        good = m.fits_memory & m.splittable
+        better = good & (m.iteration_time_s < step[rows] * (1 - PREFER_SIMPLER))
+        take, sub = rows[better], np.flatnonzero(better)
+        if not len(take):
+            continue
+        for name, value in fields.items():
+            if isinstance(value, np.ndarray) and name not in ("type_index", "counts", "layout_index"):
+                value[take] = getattr(m, name)[sub]
+        fields["layout_index"][take] = len(names)
+        names.append(m.layout_names[0])
+        step[take] = m.iteration_time_s[sub]
+    fields["layout_names"] = tuple(names)
+    return ManyPredictions(**fields)
 
 
 def combine(
@@ -195,8 +290,12 @@ def combine(
     cnt: np.ndarray,
     scaling: Scaling,
     dp_model: ScalingModel | None = None,
+    layout: Layout | str = DDP,
 ) -> ManyPredictions:
-    """The fleet model over every candidate: per-type quantities gathered by ``tidx``, combined with numpy."""
+    """The fleet model over every candidate under one ``layout``: per-type quantities gathered by ``tidx``, combined
+    with numpy. A pipeline layout has one stage per node (its ``pipeline_stages`` is taken from each fleet); it
+    needs a homogeneous fleet of at least two nodes (other rows do not fit)."""
+    layout = parse(layout) if isinstance(layout, str) else layout
 
     def col(attr: str) -> np.ndarray:
         return np.array([getattr(b, attr) for b in type_bases], dtype=float)[tidx]
@@ -206,36 +305,48 @@ def combine(
 
     present = cnt > 0
     single = present.sum(axis=1) == 1  # one group: the profile's measured link may apply
-    gpus = col("gpus") * cnt
+    per_node = col("gpus")
+    gpus = per_node * cnt
     ranks = row_sum(gpus)
     nodes = row_sum(cnt)
+    node_gpus = row_min(np.where(present, per_node, np.inf))  # the smallest node (hybrid's shard group)
+    pipeline = layout.strategy == "pipeline"
+    stages = np.where(pipeline, nodes, 1.0)
+    valid = (single & (nodes >= 2)) if pipeline else np.ones(len(cnt), dtype=bool)
+    shard = np.where(layout.sharding == "hybrid_shard", node_gpus, ranks) if layout.sharded else np.ones(len(cnt))
+    replicas = gpus / stages[:, None]  # data-parallel ranks per group (a pipeline's stages share a sample)
     per_sample = col("per_sample_s")
     speed = 1.0 / per_sample
-    # memory is linear in the per-GPU micro-batch: static + activations per sample x micro-batch + CUDA context
-    per_type = [estimate_memory(profile, 1.0, basis.gpu_memory_gib) for basis in type_bases]
-    static = np.array([m.static_bytes for m in per_type])[tidx]
-    act_per_sample = np.array([m.activation_bytes or 0.0 for m in per_type])[tidx]
-    usable = np.array([m.capacity_bytes for m in per_type])[tidx]
+    usable = np.array([b.gpu_memory_gib * 2**30 * USABLE_SHARE for b in type_bases])[tidx]
     capacity = np.array([basis.gpu_memory_gib * 2**30 for basis in type_bases])[tidx]
 
-    def split(micro_global: np.ndarray, rows: np.ndarray | slice = slice(None)):
-        lo, plus, ok = split_micro(micro_global, speed[rows], gpus[rows], present[rows])
+    def split(micro_global: np.ndarray, steps: np.ndarray | float, rows: np.ndarray | slice = slice(None)):
+        lo, plus, ok = split_micro(micro_global, speed[rows], replicas[rows], present[rows])
         micro = lo + (plus > 0)
-        need = static[rows] + act_per_sample[rows] * micro + CUDA_CONTEXT_BYTES
+        parts = memory_parts(
+            profile,
+            layout,
+            micro,
+            shard=shard[rows, None],
+            stages=stages[rows, None],
+            micro_steps=np.reshape(steps, (-1, 1)),
+        )
+        need = functools.reduce(np.add, parts.values())
         return lo, plus, ok, micro, need, row_all(~present[rows] | (need <= usable[rows]))
 
     if scaling == "weak":  # the profiled micro-batch on every GPU, the profiled accumulation
         accumulation = np.full(len(cnt), float(profile.batch.accumulate_grad_batches or 1))
-        lo, plus, ok, micro, need, fits = split(ranks * src.per_device_batch)
+        lo, plus, ok, micro, need, fits = split(row_sum(replicas) * src.per_device_batch, accumulation)
     else:  # the profiled global batch; the least accumulation whose micro-batches fit (a divisor: whole micro-steps)
         total = global_batch_of(profile)
         accumulation = np.ones(len(cnt))
-        lo, plus, ok, micro, need, fits = split(np.full(len(cnt), float(total)))
+        lo, plus, ok, micro, need, fits = split(np.full(len(cnt), float(total)), accumulation)
+        dp_ranks = row_sum(replicas)
         for a in divisors(total)[1:]:
-            rows = np.flatnonzero(ok & ~fits & (total // a >= ranks))
+            rows = np.flatnonzero(ok & ~fits & (total // a >= dp_ranks))
             if not len(rows):
                 break
-            r_lo, r_plus, _, r_micro, r_need, r_fits = split(np.full(len(rows), float(total // a)), rows)
+            r_lo, r_plus, _, r_micro, r_need, r_fits = split(np.full(len(rows), float(total // a)), float(a), rows)
             take = rows[r_fits]
             lo[take], plus[take], micro[take], need[take] = (
                 r_lo[r_fits],
@@ -244,10 +355,14 @@ def combine(
                 r_need[r_fits],
             )
             accumulation[take], fits[take] = a, True
-    fits &= ok
-    b = np.where(present, (lo + plus / np.where(present, gpus, 1.0)) * accumulation[:, None], 0.0)
-    global_batch = row_sum(b * gpus)
-    compute_g = per_sample * micro * accumulation[:, None]
+    fits &= ok & valid
+    b = np.where(present, (lo + plus / np.where(present, replicas, 1.0)) * accumulation[:, None], 0.0)
+    global_batch = row_sum(b * replicas)
+    # activation checkpointing recomputes the blocks' forward in backward; a pipeline stage computes 1/p of the
+    # model per micro-batch over the m + p - 1 slots of 1F1B (the bubble)
+    recompute = 1.0 + recompute_share(profile, src) if layout.activation_checkpointing else 1.0
+    slots = (accumulation + stages - 1) / stages if pipeline else accumulation
+    compute_g = per_sample * recompute * micro * slots[:, None]
     input_g = col("input_per_sample_s") * micro * accumulation[:, None]
     total_g = np.where(present, compute_g + input_g, -np.inf)
     compute, input_s, worst = compute_g[:, 0].copy(), input_g[:, 0].copy(), total_g[:, 0].copy()
@@ -256,19 +371,47 @@ def combine(
         slower = total_g[:, k] > worst
         compute[slower], input_s[slower], worst[slower] = compute_g[slower, k], input_g[slower, k], total_g[slower, k]
         slowest[slower] = k
-    gb = grad_bytes(profile) / 1e9
     inter_gbps = np.where(single[:, None], link_col("gbps", False), link_col("gbps", True))
     inter_lat = np.where(single[:, None], link_col("latency_s", False), link_col("latency_s", True))
     slow_gbps = row_min(np.where(present, inter_gbps, np.inf))
     max_lat = row_max(np.where(present, inter_lat, 0.0))
     safe_nodes = np.maximum(nodes, 1)
-    inter = np.where(nodes > 1, 2 * (nodes - 1) / safe_nodes * gb / slow_gbps + 2 * (nodes - 1) * max_lat, 0.0)
-    intra = row_max(np.where(present, col("intra_s"), 0.0))
-    allreduce = np.where(ranks > 1, intra + inter, 0.0)
-    # DDP all-reduces once per optimizer step, behind the backward of its last micro-step
     fastest_micro = row_min(np.where(present, per_sample * micro, np.inf))
-    exposed = exposed_many(allreduce, fastest_micro * src.backward_share, bucket_sizes(profile))
-    hidden = np.maximum(0.0, allreduce - exposed)
+    backward = fastest_micro * (src.backward_share + (recompute - 1.0))
+    if layout.sharded:
+        comm, exposed = _fsdp_comm(
+            profile,
+            layout,
+            type_bases,
+            tidx,
+            present,
+            nodes,
+            node_gpus,
+            ranks,
+            accumulation,
+            fastest_micro * (1 - src.backward_share),
+            backward,
+            slow_gbps,
+            max_lat,
+        )
+    else:
+        gb = grad_bytes(profile) / 1e9 / stages  # a pipeline stage all-reduces its share, inside its node
+        inter = np.where(
+            (nodes > 1) & ~pipeline,
+            2 * (nodes - 1) / safe_nodes * gb / slow_gbps + 2 * (nodes - 1) * max_lat,
+            0.0,
+        )
+        intra = row_max(np.where(present, col("intra_s"), 0.0)) / stages
+        comm = np.where(ranks > 1, intra + inter, 0.0)
+        # DDP all-reduces once per optimizer step, behind the backward of its last micro-step
+        exposed = exposed_many(comm, backward, bucket_sizes(profile))
+        if pipeline:  # activations forward and their gradients backward across each stage boundary, every slot
+            hop = structure_bytes(profile, "block_input_bytes_per_sample")
+            boundary = hop * row_max(np.where(present, micro, 0.0)) / 1e9
+            node_share = slow_gbps / node_gpus  # the node's GPUs (one replica each) share its network
+            hops = 2 * (accumulation + stages - 1) * (boundary / node_share + max_lat)
+            comm, exposed = comm + hops, exposed + hops
+    hidden = np.maximum(0.0, comm - exposed)
     dp = dp_model or scaling_model()
     grad_pass = row_max(np.where(present, col("grad_pass_s"), 0.0))
     # stragglers: the jitter of a micro-steps adds up like independent noise (relative sd / sqrt(a))
@@ -278,7 +421,7 @@ def combine(
     step = compute + input_s + exposed + dp_loss
     model_err = row_max(np.where(present, col("model_error"), 0.0))
     model_err = np.where(ranks > 1, np.maximum(model_err, model_error("scaling")), model_err)
-    model_err = np.where(allreduce > 0, np.hypot(model_err, 0.1 * exposed / step), model_err)
+    model_err = np.where(comm > 0, np.hypot(model_err, 0.1 * exposed / step), model_err)
     sd = combined_sd(profile.timing.step_time_s.cv or 0.0, model_err)
     step_lo, step_hi = interval(step, sd)
     memory = row_max(np.where(present, need, 0.0)) / 2**30
@@ -294,7 +437,7 @@ def combine(
         iteration_time_hi_s=step_hi,
         compute_s=compute,
         input_s=input_s,
-        allreduce_s=allreduce,
+        allreduce_s=comm,
         exposed_comm_s=exposed,
         dp_loss_s=dp_loss,
         global_batch=global_batch,
@@ -309,7 +452,79 @@ def combine(
         micro_low=lo.astype(int),
         micro_plus=plus.astype(int),
         splittable=ok,
+        layout_index=np.zeros(len(cnt), dtype=int),
+        layout_names=(layout.name,) if not pipeline else ("pipeline",),
+        stages=stages.astype(int),
     )
+
+
+def structure_bytes(profile: Profile, name: str) -> float:
+    """A byte count of ``model.structure`` (0 when absent)."""
+    st = profile.model.structure
+    return float(getattr(st, name) or 0.0) if st is not None else 0.0
+
+
+def recompute_share(profile: Profile, src: Source) -> float:
+    """Activation checkpointing's extra compute, as a share of one step's compute: one more forward of the blocks
+    (the forward share of the step, times the blocks' share of the parameters)."""
+    st = profile.model.structure
+    blocks = 1.0
+    if st is not None and st.blocks and st.block_parameters:
+        blocks = min(1.0, st.blocks * st.block_parameters / profile.model.parameters)
+    return (1.0 - src.backward_share) * blocks
+
+
+def _fsdp_comm(
+    profile: Profile,
+    layout: Layout,
+    type_bases: list[TypeBasis],
+    tidx: np.ndarray,
+    present: np.ndarray,
+    nodes: np.ndarray,
+    node_gpus: np.ndarray,
+    ranks: np.ndarray,
+    accumulation: np.ndarray,
+    forward: np.ndarray,
+    backward: np.ndarray,
+    slow_gbps: np.ndarray,
+    max_lat: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(communication, exposed communication) per optimizer step of FSDP.
+
+    Per micro-step (Lightning's FSDPStrategy has no no_sync under gradient accumulation: every micro-step
+    reduce-scatters): full_shard and hybrid_shard all-gather the compute-dtype parameters for forward and again for
+    backward, shard_grad_op once; gradients are reduce-scattered. Each collective moves (n-1)/n of the bytes per GPU:
+    inside a node on the intra link, across nodes through the node's network (one copy per node, hierarchical as
+    NCCL does it). hybrid_shard shards inside the node only and all-reduces its shard of the gradients across nodes,
+    the node's GPUs sharing its network. Prefetch hides a collective behind the compute of the phase: exposed is
+    the first unit's all-gather (the last unit's reduce-scatter in backward) plus what exceeds the phase's compute.
+    """
+    sizes = profile_sizes(profile)
+    params_gb = sizes.parameters * sizes.compute / 1e9
+    units = max(1.0, sizes.parameters / max(sizes.unit, 1.0))
+    intra_gbps = np.array([b.intra_gbps for b in type_bases], dtype=float)[tidx]
+    intra_lat = np.array([b.intra_latency_s for b in type_bases], dtype=float)[tidx]
+    slow_intra = row_min(np.where(present, intra_gbps, np.inf))
+    lat_intra = row_max(np.where(present, intra_lat, 0.0))
+    g = node_gpus
+    hybrid = layout.sharding == "hybrid_shard"
+    across = (nodes > 1) & ~hybrid
+
+    def collective(gb: float) -> np.ndarray:  # one all-gather or reduce-scatter of gb gathered GB over the group
+        intra = np.where(g > 1, (g - 1) / g * gb / slow_intra + units * (g - 1) * lat_intra, 0.0)
+        inter = np.where(across, (nodes - 1) / nodes * gb / slow_gbps + units * (nodes - 1) * max_lat, 0.0)
+        return np.where(ranks > 1, intra + inter, 0.0)
+
+    gather = collective(params_gb)
+    scatter = collective(params_gb)  # the flat gradients, in the reduce dtype (= the compute dtype)
+    cross = np.zeros_like(gather)
+    if hybrid:  # the shard's gradients all-reduced across nodes; g shards leave each node through its network
+        cross = np.where(nodes > 1, 2 * (nodes - 1) / nodes * params_gb / slow_gbps + 2 * (nodes - 1) * max_lat, 0)
+    gathers_backward = 0.0 if layout.sharding == "shard_grad_op" else 1.0
+    exposed_fwd = gather / units + np.maximum(0.0, gather * (1 - 1 / units) - forward)
+    back = gathers_backward * gather + scatter + cross
+    exposed_bwd = scatter / units + np.maximum(0.0, back - scatter / units - backward)
+    return accumulation * (gather + back), accumulation * (exposed_fwd + exposed_bwd)
 
 
 # reductions over the few groups of each candidate: a loop over the K columns is ~10x faster than numpy's reduce

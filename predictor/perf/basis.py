@@ -83,6 +83,8 @@ class TypeBasis:
     input_per_sample_s: float
     intra_s: float  # intra-node all-reduce of one instance (0 for single-GPU types)
     intra_kind: str  # the intra-node link ("" for single-GPU types)
+    intra_gbps: float  # its effective bandwidth, GB/s (inf for single-GPU types: nothing crosses it)
+    intra_latency_s: float
     grad_pass_s: float  # one pass over the gradients in GPU memory (bytes / bandwidth): DDP's bucket copies cost this
     inter: Link  # the profile's measured link when it was measured on this very type, else the catalog's
     plain_inter: Link  # the catalog's link (mixed fleets never use a measurement of one type)
@@ -225,6 +227,8 @@ def type_basis(
         input_per_sample_s=src.data_s / src.per_device_batch * cpu_ratio,
         intra_s=intra,
         intra_kind=link.kind if link is not None else "",
+        intra_gbps=link.gbps if link is not None else math.inf,
+        intra_latency_s=link.latency_s if link is not None else 0.0,
         grad_pass_s=grad_bytes(profile) / (dst.memory_bw_gbps * 1e9) if dst.memory_bw_gbps else 0.0,
         inter=measured or plain,
         plain_inter=plain,
