@@ -206,6 +206,11 @@ class PlanConstraints:
         "a new fleet's start-up as given (null: per instance type, predictor/startup.py)", default=None, min=0
     )
     dataset_gb: float | None = doc_field("data staged onto every new instance before training", default=None, min=0)
+    layouts: list[str] | None = doc_field(
+        "the parallel layouts ranked (predictor.layout names; pipeline: one stage per node); absent in plans made "
+        "before layouts: ddp only",
+        default=None,
+    )
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from predictor.observations import ObservationStore, model_key
 from predictor.predict import predict
 from predictor.profile import Profile, load_profile
 from predictor.rank import Constraints, rank
-from predictor.ranking.constraints import constraint_defaults
+from predictor.ranking.constraints import LAYOUTS, constraint_defaults
 from predictor.service_guard import (
     MAX_BODY_BYTES,
     Guard,
@@ -107,6 +107,7 @@ class PredictRequest(_Strict):
         min_length=1, max_length=500, description="instance_type:count[,instance_type:count]", examples=["p3.8xlarge:2"]
     )
     scaling: Literal["strong", "weak"] = _D["scaling"]
+    layout: Text = Field("ddp", max_length=40, description="the parallel layout, e.g. fsdp:full_shard+ac")
     use_observations: bool = Field(True, description="calibrate with observed runs of this model")
 
 
@@ -143,6 +144,11 @@ class RankConstraints(_Strict):
         None, ge=0, le=7 * 86400, description="a new fleet's whole start-up (default: per instance type)"
     )
     dataset_gb: float = Field(0.0, ge=0, le=1e6, description="data staged onto every new instance before training")
+    layouts: list[Text] = Field(
+        default_factory=list,
+        max_length=len(LAYOUTS),
+        description="parallel layouts each fleet may use (" + ", ".join(LAYOUTS) + "); empty: all",
+    )
 
 
 class RankRequest(_Strict):
@@ -330,6 +336,7 @@ def create_app(
                 catalog=catalog,
                 scaling=request.scaling,
                 calibration=calibration.factors if calibration else None,
+                layout=request.layout,
             )
             return SafeJSONResponse(prediction.to_dict())
 

@@ -73,9 +73,12 @@ def test_infeasible_names_the_binding_constraint_and_the_best_achievable(profile
     assert "--" not in text  # the library speaks of parameters, not CLI flags
     big = copy.deepcopy(MINIMAL)
     big["model"]["parameters"] = 200_000_000_000
+    # 200B parameters fit fully sharded over 16 x 8 H100 (16 bytes each / 128 GPUs), never with ddp
     with pytest.raises(NoFeasibleConfigError, match="No fleet holds the model in GPU memory") as info:
-        rank(load_profile(big), Constraints(steps=10), catalog=catalog)
-    assert info.value.binding == ("memory",)
+        rank(load_profile(big), Constraints(steps=10, layouts=("ddp",)), catalog=catalog)
+    assert info.value.binding == ("memory",) and "under the layouts ddp" in str(info.value)
+    sharded = rank(load_profile(big), Constraints(steps=10, max_instances=16), catalog=catalog)
+    assert sharded.entries[0].layout.name.startswith("fsdp:full_shard") and "ddp would need" in sharded.why
 
 
 def test_spot_economics_follow_young_daly() -> None:
@@ -187,7 +190,7 @@ def test_heterogeneous_mixes_are_ranked_with_speed_proportional_groups(profile, 
     mixes = [e for e in plan.entries if len(e.groups) == 2]
     assert mixes, "no mix among the 50 fastest"
     for e in mixes[:5]:
-        one = predict(profile, [(g.instance_type, g.count) for g in e.groups], catalog=catalog)
+        one = predict(profile, [(g.instance_type, g.count) for g in e.groups], catalog=catalog, layout=e.layout.name)
         assert e.throughput_samples_s == pytest.approx(one.throughput_samples_s, rel=1e-9)
         assert sum(g.throughput_samples_s for g in e.groups) == pytest.approx(e.throughput_samples_s)
         assert [g.per_device_batch for g in e.groups] == pytest.approx([g.per_device_batch for g in one.groups])

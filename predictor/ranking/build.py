@@ -8,8 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.catalog.instances import InstanceType
+from predictor.layout import Layout, parse
 from predictor.perf.batch import rank_batches
-from predictor.plan import PlanEntry, PlanGroup
+from predictor.perf.memory import wrap_min_params
+from predictor.plan import PlanEntry, PlanGroup, PlanLayout
 from predictor.predict_many import ManyPredictions
 from predictor.profile import Profile
 from predictor.ranking.candidates import MARKET_NAMES, Candidates
@@ -29,6 +31,38 @@ class Scored:
     usd_hr: np.ndarray
     regions: tuple[str, ...]
     startup_s: np.ndarray  # per candidate: the new fleet's start-up (in time_h and cost)
+
+
+PIPELINE_NEEDS = (
+    "Lightning has no pipeline strategy: run it with torch.distributed.pipelining (a manual split of the blocks "
+    "into one stage per node, ScheduleGPipe or Schedule1F1B over the accumulation's micro-batches)"
+)
+
+
+def layout_of(many: ManyPredictions, row: int) -> Layout:
+    """The layout candidate ``row`` was predicted with (a pipeline with its stages)."""
+    name = many.layout_names[int(many.layout_index[row])]
+    if name.startswith("pipeline"):
+        name = name.replace("pipeline", f"pipeline:{int(many.stages[row])}")
+    return parse(name)
+
+
+def plan_layout(layout: Layout, profile: Profile, gpus_per_node: int, ranks: int) -> PlanLayout:
+    """What the plan records of a layout: its parts and the Lightning strategy (with its arguments) that runs it."""
+    st = profile.model.structure
+    strategy, args = layout.lightning(st.block if st is not None else None, wrap_min_params(profile))
+    return PlanLayout(
+        name=layout.name,
+        strategy=layout.strategy,
+        sharding=layout.sharding,
+        activation_checkpointing=layout.activation_checkpointing,
+        pipeline_stages=layout.pipeline_stages,
+        shard_group=layout.shard_group(gpus_per_node, ranks),
+        lightning_strategy=strategy,
+        lightning_args=args or None,
+        launchable=layout.launchable,
+        needs=None if layout.launchable else PIPELINE_NEEDS,
+    )
 
 
 def entry(
@@ -100,4 +134,10 @@ def entry(
         checkpoint_interval_s=float(tau) if np.isfinite(tau) else None,
         global_batch=round(float(many.global_batch[sh])),
         startup_s=float(scored.startup_s[i]),
+        layout=plan_layout(
+            layout_of(many, sh),
+            profile,
+            min(g.gpus_per_instance for g in groups),
+            sum(g.count * g.gpus_per_instance for g in groups),
+        ),
     )

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor._validation import check_choice, check_int, check_number
+from predictor._validation import check_choice, check_int, check_number, suggest
 from predictor.exceptions import ConfigError
+from predictor.layout import Layout, parse
 from predictor.plan import PlanConstraints
 from predictor.predict_many import SCALINGS, Scaling
 from predictor.profile import Profile
@@ -45,6 +46,19 @@ class Market(str, enum.Enum):
         return ("on-demand", "spot", "mixed") if self is Market.ANY else (self.value,)
 
 
+# the layouts a ranking can consider (predictor.layout names; "pipeline" has one stage per node of each fleet)
+LAYOUTS = (
+    "ddp",
+    "ddp+ac",
+    "fsdp:shard_grad_op",
+    "fsdp:shard_grad_op+ac",
+    "fsdp:full_shard",
+    "fsdp:full_shard+ac",
+    "fsdp:hybrid_shard",
+    "fsdp:hybrid_shard+ac",
+    "pipeline",
+    "pipeline+ac",
+)
 OBJECTIVES = tuple(o.value for o in Objective)
 MARKETS = tuple(m.value for m in Market)
 OWNER = "rank()"
@@ -85,6 +99,8 @@ class Constraints:
     allow_arm64: bool = False
     startup_s: float | None = None  # a new fleet's start-up, whole (None: predictor.startup's per-type figures)
     dataset_gb: float = 0.0  # data staged onto every new instance before training
+    # parallel layouts each fleet may use (LAYOUTS; empty = all of them): each fleet is ranked with its best one
+    layouts: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:  # accept the enums' values (JSON, argparse) as well as the enums
         if isinstance(self.market, str) and str(self.market).strip().lower().startswith("spot:"):
@@ -95,7 +111,7 @@ class Constraints:
             value = getattr(self, name)
             if not isinstance(value, kind) and value in [k.value for k in kind]:
                 object.__setattr__(self, name, kind(value))
-        for name in ("regions", "allow", "deny"):
+        for name in ("regions", "allow", "deny", "layouts"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 object.__setattr__(self, name, tuple(value))
@@ -147,6 +163,8 @@ class Constraints:
             "allow_arm64": plan.allow_arm64,
             "startup_s": plan.startup_s,
             "dataset_gb": plan.dataset_gb,
+            # a plan that does not say was made when every fleet ran ddp
+            "layouts": tuple(plan.layouts) if plan.layouts else ("ddp",),
         }
         return cls.build(**{**values, **changes})
 
@@ -195,8 +213,30 @@ class Constraints:
                 parameter="allow_arm64",
                 value=self.allow_arm64,
             )
+        self.layout_list()
         if not self.regions:
             raise ConfigError("Give at least one region, e.g. regions=('us-east-1',).", parameter="regions", value=())
+
+    def layout_list(self) -> list[Layout]:
+        """The layouts asked (all of :data:`LAYOUTS` when none), parsed; a pipeline's stages are set per fleet.
+
+        Raises:
+            ConfigError: a name that is not in LAYOUTS, with the closest ones.
+        """
+        out = []
+        for name in self.layouts or LAYOUTS:
+            value = str(name).strip().lower()
+            if value not in LAYOUTS:
+                close = suggest(value, LAYOUTS, n=2)
+                raise ConfigError(
+                    f"The 'layouts' constraint names {name!r}, which is not a layout"
+                    + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ".")
+                    + f" Layouts: {', '.join(LAYOUTS)} (pipeline: one stage per node).",
+                    parameter="layouts",
+                    value=name,
+                )
+            out.append(parse(value.replace("pipeline", "pipeline:2")) if value.startswith("pipeline") else parse(value))
+        return out
 
     def work(self, profile: Profile) -> Work:
         """The work in samples, optimizer steps and batches, in the profiled global batch
@@ -249,6 +289,7 @@ class Constraints:
             allow_arm64=self.allow_arm64 or None,
             startup_s=self.startup_s,
             dataset_gb=self.dataset_gb or None,
+            layouts=list(self.layouts) if self.layouts else list(LAYOUTS),
         )
 
 

@@ -14,12 +14,12 @@ from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
 from predictor.fleet import parse_fleet
 from predictor.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry, writer
-from predictor.predict_many import predict_mixes, row_sum
+from predictor.predict_many import PREFER_SIMPLER, predict_mixes, row_sum
 from predictor.profile import Profile
 from predictor.ranking import candidates as cands
-from predictor.ranking.build import Scored, entry
+from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
 from predictor.ranking.constraints import Constraints, Market, Objective
-from predictor.ranking.explain import infeasible, why
+from predictor.ranking.explain import infeasible, layout_why, why
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
 from predictor.spot import DEFAULT_CHECKPOINT_S, spot_cost
@@ -103,7 +103,18 @@ def rank(
             value=constraints.max_instances,
         )
     tidx, cnt = cands.shapes(len(types), constraints, efficient)
-    many = predict_mixes(profile, names, tidx, cnt, catalog=catalog, calibration=factors, scaling=constraints.scaling)
+    layouts = constraints.layout_list()
+    runnable = [x for x in layouts if x.launchable]
+    if not runnable:
+        raise ConfigError(
+            f"The 'layouts' constraint ({', '.join(constraints.layouts)}) has no layout srifty launch can start: "
+            "pipelines are evaluated and shown next to the ranked fleets, never chosen. Add ddp or an fsdp layout.",
+            parameter="layouts",
+            value=list(constraints.layouts),
+        )
+    many = predict_mixes(
+        profile, names, tidx, cnt, catalog=catalog, calibration=factors, scaling=constraints.scaling, layouts=runnable
+    )
     cand = cands.price(many, types, constraints, markets, excluded)
     if not len(cand.shape):
         raise NoFeasibleConfigError(
@@ -165,13 +176,24 @@ def rank(
 
     entries = [one(i, r + 1) for r, i in enumerate(order)]
     front = [one(int(i), int((keyed < keyed[i]).sum()) + 1) for i in pareto_idx]
+
+    def predict_ddp(fleet: str):
+        from predictor.predict import predict
+
+        return predict(profile, fleet, catalog=catalog, calibration=factors, scaling=constraints.scaling)
+
+    best_gib = min(catalog.get(g.instance_type).gpu_memory_gib for g in entries[0].groups)
+    pipelines = [x for x in layouts if not x.launchable]
+    pipeline_note = (
+        _pipeline_note(profile, names, many, pipelines, catalog, factors, constraints.scaling) if pipelines else None
+    )
     return Plan(
         schema=PLAN_SCHEMA,
         constraints=constraints.to_plan(work, current[0] if current else None),
         entries=tuple(entries),
         pareto=tuple(front),
         chosen=0,
-        why=why(constraints, entries[0], ok, values, key),
+        why=why(constraints, entries[0], ok, values, key) + layout_why(profile, entries[0], predict_ddp, best_gib),
         considered=len(s),
         excluded=excluded,
         excluded_types=excluded_types or None,
@@ -187,6 +209,8 @@ def rank(
             _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
             + ([current_note] if current_note else [])
             + _startup_notes(constraints, types, entries[0], current, known_startup)
+            + _layout_notes(constraints, many)
+            + ([pipeline_note] if pipeline_note else [])
         ),
     )
 
@@ -233,6 +257,55 @@ def _notes(
     if current:
         notes.append(f"savings and migration effort against {current[0]} ({current[2]:,.2f} USD for the work)")
     return notes
+
+
+def _layout_notes(constraints: Constraints, many) -> list[str]:
+    """How the layouts were ranked, and how many fleets each was kept for."""
+    kept = np.bincount(many.layout_index[many.fits_memory], minlength=len(many.layout_names))
+    used = ", ".join(f"{name} {n:,}" for name, n in zip(many.layout_names, kept) if n)
+    return [
+        "layouts: each fleet is ranked with the simplest of "
+        + ", ".join(x.name for x in constraints.layout_list() if x.launchable)
+        + f" that fits, unless a more complex one is over {PREFER_SIMPLER:.0%} faster (fleets that fit, by layout: "
+        + (used or "none")
+        + "); FSDP and activation checkpointing need the model's block (model.structure) where they checkpoint or "
+        "wrap by block"
+    ]
+
+
+def _pipeline_note(profile, names, many, pipelines, catalog, factors, scaling) -> str | None:
+    """Pipelines (evaluated, not launchable): the fleet where one does best against that fleet's ranked layout."""
+    present = many.counts > 0
+    rows = np.flatnonzero((present.sum(axis=1) == 1) & (row_sum(many.counts) >= 2))
+    if not len(rows):
+        return "pipelines: no fleet of two or more nodes of one type to stage them on"
+    try:
+        pipe = predict_mixes(
+            profile, names, many.type_index[rows], many.counts[rows], catalog=catalog, calibration=factors,
+            scaling=scaling, layouts=pipelines,
+        )  # fmt: skip
+    except SriftyError as exc:
+        return f"pipelines not evaluated: {exc}"
+    fit = pipe.fits_memory & pipe.splittable
+    if not fit.any():
+        return f"pipelines ({', '.join(x.name for x in pipelines)}): none of {len(rows):,} multi-node fleets fits"
+    other = np.where(many.fits_memory[rows], many.throughput_samples_s[rows], 0.0)
+    gain = np.where(fit, pipe.throughput_samples_s / np.maximum(other, 1e-30), -np.inf)
+    j = int(np.argmax(gain))
+    r = int(rows[j])
+    fleet = ",".join(f"{names[t]}:{c}" for t, c in zip(many.type_index[r], many.counts[r]) if c)
+    name = layout_of(pipe, j).name
+    theirs = (
+        f"its ranked layout {layout_of(many, r).name}: {many.throughput_samples_s[r]:,.3g} samples/s, "
+        f"{many.memory_gib[r]:.1f} GiB/GPU"
+        if many.fits_memory[r]
+        else "no launchable layout fits it"
+    )
+    return (
+        f"pipelines (evaluated, not launchable; {PIPELINE_NEEDS}): best {name} on {fleet}: "
+        f"{pipe.throughput_samples_s[j]:,.3g} samples/s, {pipe.memory_gib[j]:.1f} GiB/GPU, "
+        f"{pipe.accumulation[j]} micro-batches per step ({theirs})"
+    )
 
 
 def _is_fleet(fleet: str, names: list[str], many) -> np.ndarray:

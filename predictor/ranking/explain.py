@@ -3,11 +3,12 @@ feasible (a structured :class:`NoFeasibleConfigError`), and the risk and effort 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from predictor.exceptions import NoFeasibleConfigError
+from predictor.exceptions import NoFeasibleConfigError, SriftyError
 from predictor.plan import PlanEntry, PlanGroup
 from predictor.profile import Profile
 from predictor.ranking.constraints import Constraints, Objective
@@ -79,6 +80,26 @@ def why(
     return text
 
 
+def layout_why(profile: Profile, best: PlanEntry, predict_ddp: Callable[[str], Any], gpu_gib: float) -> str:
+    """Why the first fleet runs its layout, against plain DDP on the same fleet: its memory per GPU, and what DDP
+    would need (or how much slower it is). ``predict_ddp(fleet)`` predicts the fleet under ddp."""
+    layout = best.layout
+    if layout is None:
+        return ""
+    text = f"; layout {layout.name}: {best.memory_gib:.1f} GiB/GPU of {gpu_gib:g}"
+    if layout.name == "ddp":
+        return text
+    try:
+        ddp = predict_ddp(best.fleet)
+    except SriftyError:
+        return text
+    if not ddp.fits_memory:
+        need = max(g.memory_gib for g in ddp.groups)
+        return text + f"; ddp would need {need:.1f} GiB/GPU"
+    slower = ddp.iteration_time_s / best.iteration_time_s - 1
+    return text + (f"; ddp fits but is {slower:.0%} slower" if slower > 0 else "")
+
+
 def infeasible(
     constraints: Constraints, ok: np.ndarray, values: Mapping[str, np.ndarray], excluded: Mapping[str, int]
 ) -> NoFeasibleConfigError:
@@ -87,7 +108,9 @@ def infeasible(
         return NoFeasibleConfigError(
             "No fleet holds the model in GPU memory (with the headroom asked"
             + (", even with gradient accumulation" if constraints.scaling == "strong" else "")
-            + "). Use GPUs with more memory, a smaller batch, or shard the model (FSDP / DeepSpeed).",
+            + f", under the layouts {', '.join(x.name for x in constraints.layout_list())}). Use GPUs with more "
+            "memory, more instances (max_instances), a smaller batch, or more layouts (fsdp:full_shard+ac shards "
+            "the model and checkpoints activations).",
             binding=("memory",),
             excluded=excluded,
             hints=("larger GPUs", "a smaller batch", "FSDP / DeepSpeed"),
