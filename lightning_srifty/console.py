@@ -203,6 +203,7 @@ PLAN_COLUMNS = (
     "time",
     "cost",
     "cost 80% interval",
+    "layout",
     "spot risk",
     "perf. risk",
     "effort",
@@ -211,8 +212,13 @@ PLAN_COLUMNS = (
     "batch/GPU",
     "Pareto",
 )
-_LEFT = ("fleet", "market", "region", "spot risk", "perf. risk", "effort")
-_SHORT = {"spot risk": "spot", "perf. risk": "perf."}  # narrow headers of the default table (the legend says)
+_LEFT = ("fleet", "market", "region", "layout", "spot risk", "perf. risk", "effort")
+_SHORT = {
+    "spot risk": "spot",
+    "perf. risk": "perf.",
+    "GiB/GPU": "GiB",
+    "batch/GPU": "batch",
+}  # narrow headers of the default table (the legend says)
 
 
 def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Group:
@@ -229,7 +235,19 @@ def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Grou
     if wide:
         columns = list(PLAN_COLUMNS)
     else:
-        columns = ["#", "fleet", "market", "$/h", "time", "cost", "batch/GPU", "spot risk", "perf. risk"]
+        columns = [
+            "#",
+            "fleet",
+            "market",
+            "$/h",
+            "time",
+            "cost",
+            "layout",
+            "GiB/GPU",
+            "batch/GPU",
+            "spot risk",
+            "perf. risk",
+        ]
         if len({e.region for e in plan.entries}) > 1:
             columns.insert(3, "region")
         if any(e.savings_vs_current is not None for e in plan.entries):
@@ -270,6 +288,7 @@ def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Grou
             "savings": "" if e.savings_vs_current is None else f"{e.savings_vs_current:+.0%}",
             "GiB/GPU": f"{e.memory_gib:.1f}",
             "batch/GPU": e.batch_per_gpu(),
+            "layout": e.layout.name if e.layout is not None else "ddp",
             "Pareto": "*" if e.pareto else "",
         }
         table.add_row(*(cells[c] for c in columns), style="bold green" if i == plan.chosen else None)
@@ -289,6 +308,6 @@ def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Grou
     if not wide:
         footer += (
             "\n* on the Pareto front (time vs cost); spot: interruption risk; perf.: prediction risk; "
-            "--wide for every column (GPUs, region, cost interval, effort, memory)"
+            "--wide for every column (GPUs, region, cost interval, effort); GiB: memory per GPU; batch: per GPU"
         )
     return Group(table, footer)

@@ -337,6 +337,13 @@ def combine(
     if scaling == "weak":  # the profiled micro-batch on every GPU, the profiled accumulation
         accumulation = np.full(len(cnt), float(profile.batch.accumulate_grad_batches or 1))
         lo, plus, ok, micro, need, fits = split(row_sum(replicas) * src.per_device_batch, accumulation)
+    elif pipeline:  # as many micro-batches as the global batch has samples per replica: the smallest bubble
+        total = global_batch_of(profile)
+        dp_ranks = row_sum(replicas)
+        accumulation = np.ones(len(cnt))
+        for a in divisors(total)[1:]:
+            accumulation[total // a >= dp_ranks] = a
+        lo, plus, ok, micro, need, fits = split(total / accumulation, accumulation)
     else:  # the profiled global batch; the least accumulation whose micro-batches fit (a divisor: whole micro-steps)
         total = global_batch_of(profile)
         accumulation = np.ones(len(cnt))

@@ -15,7 +15,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     catalog = load_catalog(args)
-    result = predict(profile, args.fleet, catalog=catalog, scaling=args.scaling)
+    result = predict(profile, args.fleet, catalog=catalog, scaling=args.scaling, layout=args.layout)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
         return 0
@@ -24,7 +24,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     lo, hi = result.interval["iteration_time_s"]
     tlo, thi = result.interval["throughput_samples_s"]
     table = Table(
-        title=f"Prediction for {result.fleet} ({profile.model.name or 'model'}, {result.scaling} scaling)",
+        title=f"Prediction for {result.fleet} ({profile.model.name or 'model'}, {result.layout}, {result.scaling} "
+        "scaling)",
         show_header=False,
         title_justify="left",
     )
@@ -54,6 +55,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
             ),
         ),
         ("Batch", result.batch_split),
+        (
+            "Memory/GPU",
+            f"{result.layout}: "
+            + " · ".join(f"{name} {gib:.2f}" for name, gib in result.groups[0].memory_parts_gib.items() if gib >= 0.005)
+            + " GiB",
+        ),
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -63,7 +70,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 "[red]won't fit[/]",
                 f"{g.instance_type}: about {g.memory_gib:.1f} GiB per GPU is needed. Use "
                 "a GPU with more memory, more GPUs (a smaller share of the global batch each), or "
-                "shard the model and optimizer state (FSDP / DeepSpeed).",
+                "shard the model and optimizer state (--layout fsdp:full_shard, +ac to checkpoint activations).",
             )
     for note in result.assumptions:
         table.add_row("assumes", note)
@@ -83,6 +90,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         default="strong",
         help="strong (the default): keep the profiled global batch (the same training), with gradient accumulation "
         "where a GPU cannot hold its share; weak: keep the profiled per-GPU batch (the global batch grows)",
+    )
+    p.add_argument(
+        "--layout",
+        default="ddp",
+        help="parallel layout: ddp, fsdp:full_shard, fsdp:shard_grad_op, fsdp:hybrid_shard, pipeline:<nodes>; "
+        "+ac for activation checkpointing (default ddp)",
     )
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_predict)

@@ -8,7 +8,7 @@ from typing import Any
 
 from lightning_srifty.cli._common import console, hours, load_catalog
 from predictor.predict_many import SCALINGS
-from predictor.ranking.constraints import OBJECTIVES, constraint_defaults
+from predictor.ranking.constraints import LAYOUTS, OBJECTIVES, constraint_defaults
 
 DEFAULTS = constraint_defaults()
 
@@ -43,6 +43,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         allow_arm64=args.allow_arm64 or None,
         startup_s=args.startup_s,
         dataset_gb=args.dataset_gb,
+        layouts=args.layouts,
     )
     result = recommend(
         profile, constraints, catalog=load_catalog(args), plan_path=args.out or None, report_path=args.report or None
@@ -108,6 +109,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "it has launched the type; provisioning, boot, setup and warm-up otherwise)",
     )
     p.add_argument("--dataset-gb", type=float, help="data staged onto every new instance before training (GB)")
+    p.add_argument(
+        "--layouts",
+        help="parallel layouts each fleet may use, comma-separated (default all: " + ", ".join(LAYOUTS) + "; "
+        "pipeline: one stage per node, evaluated and shown, never chosen)",
+    )
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--wide", action="store_true", help="every column (GPUs, region, cost interval, effort, memory)")
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")

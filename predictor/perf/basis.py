@@ -23,7 +23,7 @@ from typing import Any
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import InstanceType
-from predictor.exceptions import PredictionError, UnknownNameError
+from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
 from predictor.perf.compute import compute_ratio, peak_tflops
 from predictor.perf.correction import features, load_correction
 from predictor.perf.network import (
@@ -65,6 +65,7 @@ class Source:
         gpu = _source_gpu(profile, catalog)
         b = profile.batch.per_device
         compute, data, bwd_share, _ = source_times(profile)
+        compute, bwd_share = _plain_step(profile, compute, bwd_share)
         flops = profile.model.flops.per_sample if profile.model.flops and profile.model.flops.per_sample else None
         achieved = flops * b / compute / 1e12 if flops and compute > 0 else None
         world = profile.hardware.world_size or profile.hardware.devices * profile.hardware.nodes
@@ -137,6 +138,30 @@ def source_times(profile: Profile) -> tuple[float, float, float, float]:
         bwd_share = max(0.0, bwd - exposed) / max(1e-12, fwd + max(0.0, bwd - exposed) + opt)
     compute = max(step - data - exposed, step * 0.05)
     return compute, data, bwd_share, exposed
+
+
+def _plain_step(profile: Profile, compute: float, bwd_share: float) -> tuple[float, float]:
+    """A step measured under activation checkpointing (``profile.layout`` ends in ``+ac``) back to a plain step: its
+    backward recomputed the blocks' forward, the forward share of the step times the blocks' share of the
+    parameters (what :func:`predictor.predict_many.recompute_share` adds back for a layout with +ac). FSDP's
+    collectives are already out of ``compute`` where the profile measured them as exposed communication."""
+    from predictor.layout import parse
+
+    try:
+        checkpointed = bool(profile.layout) and parse(str(profile.layout)).activation_checkpointing
+    except ConfigError:
+        checkpointed = False
+    if not checkpointed or compute <= 0:
+        return compute, bwd_share
+    st = profile.model.structure
+    blocks = 1.0
+    if st is not None and st.blocks and st.block_parameters:
+        blocks = min(1.0, st.blocks * st.block_parameters / profile.model.parameters)
+    # measured: forward f, backward b + r with r = f x blocks; the plain step is f + b
+    forward = 1.0 - bwd_share
+    extra = forward * blocks
+    plain = 1.0 - extra
+    return compute * plain, max(0.0, bwd_share - extra) / plain
 
 
 def _ops_backward_share(profile: Profile) -> float:

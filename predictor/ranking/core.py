@@ -289,9 +289,9 @@ def _pipeline_note(profile, names, many, pipelines, catalog, factors, scaling) -
     fit = pipe.fits_memory & pipe.splittable
     if not fit.any():
         return f"pipelines ({', '.join(x.name for x in pipelines)}): none of {len(rows):,} multi-node fleets fits"
-    other = np.where(many.fits_memory[rows], many.throughput_samples_s[rows], 0.0)
-    gain = np.where(fit, pipe.throughput_samples_s / np.maximum(other, 1e-30), -np.inf)
-    j = int(np.argmax(gain))
+    both = fit & many.fits_memory[rows]  # compared where a launchable layout runs the same fleet, else by speed
+    gain = pipe.throughput_samples_s / np.where(both, many.throughput_samples_s[rows], 1.0)
+    j = int(np.argmax(np.where(both if both.any() else fit, gain, -np.inf)))
     r = int(rows[j])
     fleet = ",".join(f"{names[t]}:{c}" for t, c in zip(many.type_index[r], many.counts[r]) if c)
     name = layout_of(pipe, j).name

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from predictor.exceptions import NoFeasibleConfigError, SriftyError
+from predictor.perf.memory import estimate_memory
 from predictor.plan import PlanEntry, PlanGroup
 from predictor.profile import Profile
 from predictor.ranking.constraints import Constraints, Objective
@@ -94,8 +95,8 @@ def layout_why(profile: Profile, best: PlanEntry, predict_ddp: Callable[[str], A
     except SriftyError:
         return text
     if not ddp.fits_memory:
-        need = max(g.memory_gib for g in ddp.groups)
-        return text + f"; ddp would need {need:.1f} GiB/GPU"
+        need = estimate_memory(profile, 1.0, gpu_gib).bytes_per_gpu / 2**30
+        return text + f"; ddp would need {need:.1f} GiB/GPU even at 1 sample per micro-step"
     slower = ddp.iteration_time_s / best.iteration_time_s - 1
     return text + (f"; ddp fits but is {slower:.0%} slower" if slower > 0 else "")
 
