@@ -1,0 +1,228 @@
+"""Sharded layouts in the predictor (issue #15): memory per GPU of each layout term by term, time of FSDP, hybrid
+sharding, activation checkpointing and pipelines, the ranking over fleet x layout and the plan's layout."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from predictor.exceptions import ConfigError, NoFeasibleConfigError
+from predictor.layout import parse
+from predictor.perf.memory import CUDA_CONTEXT_BYTES, estimate_memory, memory_parts
+from predictor.plan import load_plan
+from predictor.predict import predict
+from predictor.predict_many import bases
+from predictor.profile import load_profile
+from predictor.rank import Constraints, rank
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ROOT / "examples" / "profiles" / "llama-7b-bf16-handwritten.json"
+LORA = ROOT / "examples" / "profiles" / "llama-7b-bf16-handwritten-lora.json"
+
+P, UNIT, BLOCKS = 1_000_000, 200_000, 4  # 4 blocks of 200k parameters + 200k outside them (embedding, head)
+SAVED, BLOCK_SAVED, BLOCK_INPUT, TRANSIENT = 10e6, 2e6, 1e5, 5e5
+
+
+def small(precision: str = "32-true", trainable: int | None = None, **extra):
+    model = {
+        "name": "toy",
+        "parameters": P,
+        "precision": precision,
+        "structure": {
+            "blocks": BLOCKS,
+            "block": "Block",
+            "block_parameters": UNIT,
+            "saved_bytes_per_sample": SAVED,
+            "block_saved_bytes_per_sample": BLOCK_SAVED,
+            "block_input_bytes_per_sample": BLOCK_INPUT,
+            "transient_bytes_per_sample": TRANSIENT,
+        },
+    }
+    if trainable is not None:
+        model["trainable_parameters"] = trainable
+    data = {
+        "schema": "srifty.profile/v1",
+        "model": model,
+        "batch": {"per_device": 8, "accumulate_grad_batches": 2},
+        "hardware": {"gpu": "A10G", "devices": 1, "nodes": 1},
+        "timing": {"step_time_s": {"p50": 0.2, "cv": 0.02}},
+    }
+    data.update(extra)
+    return load_profile(data)
+
+
+def parts(profile, layout, micro, **kw):
+    return {k: float(v) for k, v in memory_parts(profile, parse(layout), micro, **kw).items()}
+
+
+def test_memory_of_each_layout_term_by_term() -> None:
+    prof = small()
+    ddp = parts(prof, "ddp", 2)
+    assert ddp == {
+        "weights": 4 * P,
+        "gradients": 4 * P,
+        "optimizer": 8 * P,  # two fp32 Adam moments
+        "gathered": 0.0,
+        "activations": 2 * SAVED,
+        "transient": 2 * TRANSIENT,
+        "context": CUDA_CONTEXT_BYTES,
+    }
+    full = parts(prof, "fsdp:full_shard", 2, shard=4)
+    assert (full["weights"], full["gradients"], full["optimizer"]) == (P, P, 2 * P)
+    # the root unit (200k outside the blocks) + 2 units in flight + one unsharded gradient unit, fp32
+    assert full["gathered"] == 4 * (200_000 + 3 * UNIT)
+    grad_op = parts(prof, "fsdp:shard_grad_op", 2, shard=4)
+    assert grad_op["gathered"] == 4 * (P + UNIT)  # the whole model gathered from forward to backward
+    assert parts(prof, "fsdp:full_shard", 2, shard=1)["gathered"] == 0  # one GPU gathers nothing
+    ac = parts(prof, "ddp+ac", 2)
+    per_sample = BLOCKS * BLOCK_INPUT + (SAVED - BLOCKS * BLOCK_SAVED) + BLOCK_SAVED  # inputs + rest + one recompute
+    assert ac["activations"] == 2 * per_sample and ac["transient"] == 2 * TRANSIENT
+    pipe = parts(prof, "pipeline:2", 3, stages=2, micro_steps=4)
+    assert (pipe["weights"], pipe["optimizer"]) == (2 * P, 4 * P)
+    assert pipe["activations"] == 3 * SAVED / 2 * 2  # half the blocks, 2 micro-batches in flight on stage 1
+    assert parts(prof, "pipeline:4", 1, stages=4, micro_steps=2)["activations"] == SAVED / 4 * 2
+    # mixed precision: fp32 shards, bf16 gathered copies
+    mixed = parts(small("bf16-mixed"), "fsdp:full_shard", 1, shard=4)
+    assert mixed["weights"] == P and mixed["gathered"] == 2 * (200_000 + 3 * UNIT)
+    # LoRA: only trainable parameters have gradients and Adam state under ddp; FSDP's flat gradient is whole
+    lora = small("bf16-true", trainable=10_000)
+    lp = parts(lora, "ddp", 1)
+    assert (lp["weights"], lp["gradients"], lp["optimizer"]) == (2 * P, 2 * 10_000, 8 * 10_000)
+    assert parts(lora, "fsdp:full_shard", 1, shard=2)["gradients"] == 2 * P / 2
+    # the one-GPU view sums the same parts; hybrid shards over the node only
+    est = estimate_memory(prof, 2, 24, "fsdp:hybrid_shard", ranks=8, gpus_per_node=2)
+    assert est.parts == parts(prof, "fsdp:hybrid_shard", 2, shard=2)
+    assert est.bytes_per_gpu == pytest.approx(sum(est.parts.values())) and est.context_bytes == CUDA_CONTEXT_BYTES
+    assert est.static_bytes == pytest.approx(2 * P + 2 * P + 4 * P + 4 * (200_000 + 3 * UNIT))
+
+
+def test_memory_falls_with_shards_and_checkpointing_and_needs_a_structure() -> None:
+    prof = small()
+    needs = [estimate_memory(prof, 2, 24, "fsdp:full_shard", ranks=n).bytes_per_gpu for n in (2, 4, 8, 16)]
+    assert all(a > b for a, b in itertools.pairwise(needs))
+    for base in ("ddp", "fsdp:full_shard"):
+        plain = estimate_memory(prof, 4, 24, base, ranks=4)
+        ac = estimate_memory(prof, 4, 24, base + "+ac", ranks=4)
+        assert ac.activation_bytes < plain.activation_bytes and ac.static_bytes == plain.static_bytes
+    bare = load_profile({**json.loads(json.dumps(_plain_dict())), "memory": {"peak_allocated_bytes": 20 * P}})
+    with pytest.raises(ConfigError, match=r"'ddp\+ac' needs the model's structure"):
+        estimate_memory(bare, 1, 24, "ddp+ac")
+    # without a structure: activations from the measured peak, as before layouts
+    assert estimate_memory(bare, 8, 24).activation_bytes == pytest.approx(20 * P - 16 * P)
+
+
+def _plain_dict():
+    return {
+        "schema": "srifty.profile/v1",
+        "model": {"name": "toy", "parameters": P, "precision": "32-true"},
+        "batch": {"per_device": 8},
+        "hardware": {"gpu": "A10G", "devices": 1, "nodes": 1},
+        "timing": {"step_time_s": {"p50": 0.2}},
+    }
+
+
+def test_time_of_checkpointing_hybrid_and_pipelines(catalog) -> None:
+    prof = small("bf16-mixed", batch={"per_device": 8, "accumulate_grad_batches": 2})
+    plain = predict(prof, "g5.12xlarge:1", catalog=catalog, layout="fsdp:full_shard")
+    ac = predict(prof, "g5.12xlarge:1", catalog=catalog, layout="fsdp:full_shard+ac")
+    assert ac.iteration_time_s > plain.iteration_time_s and ac.layout == "fsdp:full_shard+ac"
+    assert ac.groups[0].memory_gib < plain.groups[0].memory_gib
+    # hybrid: full_shard inside each node + one all-reduce of the gradients' shard across nodes, per micro-step
+    one = predict(prof, "g5.12xlarge:1", catalog=catalog, layout="fsdp:full_shard", scaling="weak")
+    hybrid = predict(prof, "g5.12xlarge:2", catalog=catalog, layout="fsdp:hybrid_shard", scaling="weak")
+    full = predict(prof, "g5.12xlarge:2", catalog=catalog, layout="fsdp:full_shard", scaling="weak")
+    link = bases(prof, ["g5.12xlarge"], catalog)[1][0].inter
+    a = hybrid.accumulate_grad_batches
+    cross = a * (2 * (2 - 1) / 2 * P * 2 / 1e9 / link.gbps + 2 * link.latency_s)
+    assert hybrid.breakdown["allreduce_s"] == pytest.approx(one.breakdown["allreduce_s"] + cross)
+    assert full.breakdown["allreduce_s"] > hybrid.breakdown["allreduce_s"]  # 3 collectives cross the network
+    # pipeline 1F1B: (m + p - 1) slots of 1/p of the model; as many micro-batches as the batch has samples
+    pipe = predict(prof, "g5.xlarge:2", catalog=catalog, layout="pipeline:2")
+    m, micro = pipe.accumulate_grad_batches, pipe.groups[0].micro_batch
+    assert (m, micro) == (16, 1) and pipe.global_batch == 16
+    per_sample = bases(prof, ["g5.xlarge"], catalog)[1][0].per_sample_s
+    assert pipe.breakdown["compute_s"] == pytest.approx(per_sample * micro * (m + 2 - 1) / 2)
+    assert pipe.layout == "pipeline:2" and pipe.breakdown["exposed_comm_s"] > 0  # activations cross the link
+    with pytest.raises(ConfigError, match=r"one stage per node\. Use pipeline:2"):
+        predict(prof, "g5.xlarge:2", catalog=catalog, layout="pipeline:3")
+    with pytest.raises(ConfigError, match="does not apply"):
+        predict(prof, "g5.xlarge:1", catalog=catalog, layout="fsdp:hybrid_shard")
+
+
+def test_checkpointed_profile_is_normalised_to_a_plain_step(catalog) -> None:
+    plain = small(timing={"step_time_s": {"p50": 0.2}})
+    measured = predict(plain, "g5.xlarge:1", catalog=catalog, layout="ddp+ac", scaling="weak")
+    ran_ac = load_profile({**plain.to_dict(), "layout": "ddp+ac", "timing": {"step_time_s": {"p50": 0.2}}})
+    assert ran_ac.layout == "ddp+ac"
+    again = predict(ran_ac, "g5.xlarge:1", catalog=catalog, layout="ddp+ac", scaling="weak")
+    back = predict(ran_ac, "g5.xlarge:1", catalog=catalog, scaling="weak")
+    # the checkpointed run, predicted with +ac on its own GPU, is its measured step; without +ac it is faster
+    assert again.breakdown["compute_s"] == pytest.approx(8 * 0.2 / 8 * 2 * 1.0, rel=1e-9)
+    assert back.breakdown["compute_s"] < again.breakdown["compute_s"] < measured.breakdown["compute_s"]
+
+
+def test_seven_b_recommendation_offers_sharded_fleets_of_small_gpus(catalog, tmp_path) -> None:
+    full = load_profile(LLAMA)
+    plan = rank(full, Constraints(steps=1000, market="on-demand", top=400), catalog=catalog)
+    gpus = {e.groups[0].gpu for e in plan.entries}
+    assert {"A10G", "L4"} & gpus and {"A100-SXM-80GB", "H100-SXM"} & gpus  # small and large GPUs side by side
+    small_gpu = [e for e in plan.entries if e.groups[0].gpu in ("A10G", "L4")]
+    assert small_gpu and all(e.layout.name.startswith("fsdp:") for e in small_gpu)
+    assert any(e.layout.name == "fsdp:full_shard+ac" for e in small_gpu)
+    assert all(e.memory_gib <= 22.35 * 0.92 + 1e-9 for e in small_gpu)
+    assert {e.global_batch for e in plan.entries} == {64}  # strong scaling: the same training on every layout
+    best = plan.entries[0]
+    assert best.layout.lightning_strategy == "fsdp" and best.layout.lightning_args["auto_wrap_policy"] == [
+        "LlamaDecoderLayer"
+    ]
+    assert "ddp would need" in plan.why and best.layout.name in plan.why
+    assert any(n.startswith("pipelines (evaluated, not launchable") for n in plan.notes)
+    # the plan round-trips with its layouts, and a plan from before layouts still loads (ddp)
+    path = plan.save(tmp_path / "plan.json")
+    assert load_plan(path).entries[0].layout == best.layout
+    old = json.loads(path.read_text())
+    for e in old["entries"] + old["pareto"]:
+        e.pop("layout")
+    old["constraints"].pop("layouts")
+    assert load_plan(old).entries[0].layout is None
+    assert Constraints.from_plan(load_plan(old).constraints).layouts == ("ddp",)
+    # ddp alone: a 7B full fine-tuning fits no 24 GB GPU at all
+    with pytest.raises(NoFeasibleConfigError, match="No fleet holds the model"):
+        rank(full, Constraints(steps=1000, market="on-demand", layouts=("ddp",), allow=("g5", "g6")), catalog=catalog)
+
+
+def test_lora_is_not_sized_as_full_fine_tuning() -> None:
+    full, lora = load_profile(LLAMA), load_profile(LORA)
+    f, lo = estimate_memory(full, 1, 24), estimate_memory(lora, 1, 24, "ddp+ac")
+    assert f.parts["gradients"] + f.parts["optimizer"] > 80e9  # 12 bytes x 6.74B
+    assert lo.parts["gradients"] + lo.parts["optimizer"] < 0.5 * 2**30  # 10 bytes x 40M
+    assert lo.fits and not f.fits
+
+
+def test_layouts_constraint_is_checked(catalog) -> None:
+    with pytest.raises(ConfigError, match="did you mean 'fsdp:full_shard'"):
+        Constraints(steps=10, layouts=("fsdp:fullshard",)).validate()
+    assert Constraints(steps=10, layouts="ddp, fsdp:full_shard+ac").layouts == ("ddp", "fsdp:full_shard+ac")
+    with pytest.raises(ConfigError, match="no layout srifty launch can start"):
+        rank(small(), Constraints(steps=10, layouts=("pipeline",)), catalog=catalog)
+    # a model that fits: every fleet keeps ddp unless another layout is clearly faster
+    plan = rank(small(), Constraints(steps=10, market="on-demand", allow=("g5.xlarge",)), catalog=catalog)
+    assert all(e.layout.name == "ddp" for e in plan.entries if e.nodes == 1)
+    assert np.isfinite([e.memory_gib for e in plan.entries]).all()
+
+
+def test_cli_shows_layout_and_memory(capsys) -> None:
+    from lightning_srifty.cli import main
+
+    assert main(["predict", "--profile", str(LLAMA), "--fleet", "g5.12xlarge:2", "--layout", "fsdp:full_shard+ac"]) == 0
+    out = capsys.readouterr().out
+    assert "fsdp:full_shard+ac" in out and "gathered" in out and "fits" in out
+    assert main(["recommend", "--profile", str(LLAMA), "--steps", "100", "--layouts", "ddp,fsdp:ful_shard"]) == 2
+    assert "did you mean 'fsdp:full_shard'" in capsys.readouterr().err
+    data = copy.deepcopy(json.loads(LLAMA.read_text()))
+    assert data["model"]["structure"]["blocks"] == 32
