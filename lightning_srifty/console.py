@@ -232,22 +232,14 @@ def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Grou
         f"Fleets for {model or plan.model or 'the model'}: {plan.constraints.work_samples:,.0f} samples, "
         f"objective {plan.constraints.objective} (catalog {plan.catalog_snapshot})"
     )
+    # layout and memory per GPU decide once some fleet runs a layout other than ddp (a model that needs sharding)
+    layouts = any(e.layout is not None and e.layout.name != "ddp" for e in plan.entries)
     if wide:
-        columns = list(PLAN_COLUMNS)
+        columns = [c for c in PLAN_COLUMNS if layouts or c != "layout"]
     else:
-        columns = [
-            "#",
-            "fleet",
-            "market",
-            "$/h",
-            "time",
-            "cost",
-            "layout",
-            "GiB/GPU",
-            "batch/GPU",
-            "spot risk",
-            "perf. risk",
-        ]
+        columns = ["#", "fleet", "market", "$/h", "time", "cost", "batch/GPU", "spot risk", "perf. risk"]
+        if layouts:
+            columns[6:6] = ["layout", "GiB/GPU"]
         if len({e.region for e in plan.entries}) > 1:
             columns.insert(3, "region")
         if any(e.savings_vs_current is not None for e in plan.entries):
@@ -308,6 +300,7 @@ def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Grou
     if not wide:
         footer += (
             "\n* on the Pareto front (time vs cost); spot: interruption risk; perf.: prediction risk; "
-            "--wide for every column (GPUs, region, cost interval, effort); GiB: memory per GPU; batch: per GPU"
+            "--wide for every column (GPUs, region, cost interval, effort, memory)"
+            + ("; GiB: memory per GPU" if layouts else "")
         )
     return Group(table, footer)

@@ -246,8 +246,8 @@ def choose_layouts(
     The simplest layout (:func:`simplicity`) that fits is kept unless a more complex one is faster by more than
     :data:`PREFER_SIMPLER` (a step of both layouts on one fleet shares most of the prediction's error, so the
     difference is known better than either). Pipelines are chosen only when ``layouts`` has nothing launchable.
-    Other layouts are evaluated only for the fleets where the simplest one could lose: it does not fit, needs
-    gradient accumulation, or loses more than PREFER_SIMPLER of its step to communication and stragglers.
+    Other layouts are evaluated only for the fleets where the simplest one does not fit or needs gradient
+    accumulation (a sharded layout can hold a larger micro-batch).
     """
     parsed = sorted({parse(x) if isinstance(x, str) else x for x in layouts}, key=simplicity)
     runnable = [x for x in parsed if x.launchable] or parsed
@@ -260,8 +260,9 @@ def choose_layouts(
     ok = base.fits_memory & base.splittable & base_ok
     fields["fits_memory"] = ok
     step = np.where(ok, base.iteration_time_s, np.inf)
-    lossy = base.exposed_comm_s + base.dp_loss_s > PREFER_SIMPLER * base.iteration_time_s
-    open_rows = ~ok | (base.accumulation > 1) | lossy
+    # a fleet the simplest layout runs without accumulation keeps it: a layout that only moves fewer bytes (FSDP's
+    # 16-bit collectives against DDP's fp32 gradients) is not switched to until the lab validates FSDP's overheads
+    open_rows = ~ok | (base.accumulation > 1)
     for layout in runnable[1:]:
         rows = np.flatnonzero(open_rows & applies(profile, layout, cnt, per_node))
         if not len(rows):

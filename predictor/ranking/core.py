@@ -275,6 +275,9 @@ def _layout_notes(constraints: Constraints, many) -> list[str]:
 
 def _pipeline_note(profile, names, many, pipelines, catalog, factors, scaling) -> str | None:
     """Pipelines (evaluated, not launchable): the fleet where one does best against that fleet's ranked layout."""
+    st = profile.model.structure
+    if not (st is not None and st.blocks and st.block and st.saved_bytes_per_sample is not None):
+        return "pipelines not evaluated: they are staged by the model's blocks, and the profile has no model.structure"
     present = many.counts > 0
     rows = np.flatnonzero((present.sum(axis=1) == 1) & (row_sum(many.counts) >= 2))
     if not len(rows):
