@@ -254,7 +254,7 @@ def choose_layouts(
     per_node = np.array([b.gpus for b in type_bases], dtype=float)[tidx]
     first = runnable[0]
     base = combine(profile, src, type_bases, tidx, cnt, scaling, dp_model, first)
-    base_ok = applies(profile, first, cnt, per_node)
+    base_ok = applies(profile, first, cnt, per_node) if first != DDP else True
     fields = {f: getattr(base, f) for f in ManyPredictions.__dataclass_fields__}
     names = [fields["layout_names"][0]]
     ok = base.fits_memory & base.splittable & base_ok
@@ -263,8 +263,9 @@ def choose_layouts(
     # a fleet the simplest layout runs without accumulation keeps it: a layout that only moves fewer bytes (FSDP's
     # 16-bit collectives against DDP's fp32 gradients) is not switched to until the lab validates FSDP's overheads
     open_rows = ~ok | (base.accumulation > 1)
-    for layout in runnable[1:]:
-        rows = np.flatnonzero(open_rows & applies(profile, layout, cnt, per_node))
+    candidates = np.flatnonzero(open_rows)
+    for layout in runnable[1:] if len(candidates) else ():
+        rows = candidates[applies(profile, layout, cnt[candidates], per_node[candidates])]
         if not len(rows):
             continue
         m = combine(profile, src, type_bases, tidx[rows], cnt[rows], scaling, dp_model, layout)
