@@ -256,6 +256,7 @@ VARIABLES: dict[str, str] = {
     "choice": "SRIFTY_CHOICE",
     "batch_sizes": "SRIFTY_BATCH_SIZES",
     "accumulate_grad_batches": "SRIFTY_ACCUMULATE_GRAD_BATCHES",
+    "strategy": "SRIFTY_STRATEGY",
     "plan_started_unix": "SRIFTY_PLAN_STARTED_UNIX",
     "heartbeat_max_age_s": "SRIFTY_HEARTBEAT_MAX_AGE_S",
     "max_life_until_unix": "SRIFTY_MAX_LIFE_UNTIL_UNIX",
@@ -274,6 +275,8 @@ class LaunchEnv:
         fleet: the fleet, e.g. ``"g4dn.xlarge:2"``.
         plan: where the plan this fleet comes from is kept; choice: its index in the plan's entries.
         batch_sizes: per-rank batches per micro-step; accumulate_grad_batches: micro-steps per optimizer step.
+        strategy: the Lightning strategy of the plan entry's layout, JSON ``{"name": "fsdp", "args": {...}}``
+            (:func:`strategy_text`; ``""``: ddp), which :func:`lightning_srifty.plan_strategy` builds.
         plan_started_unix: when the run began working to this plan (its deadline counts from then).
         heartbeat_max_age_s: the job leaves when ``HEARTBEAT.json`` is older than this (None: no heartbeat).
         max_life_until_unix: the job leaves at this time, the fleet's life cap (None: no cap).
@@ -287,6 +290,7 @@ class LaunchEnv:
     choice: int | None = None
     batch_sizes: tuple[int, ...] = ()
     accumulate_grad_batches: int = 1
+    strategy: str = ""
     plan_started_unix: float | None = None
     heartbeat_max_age_s: float | None = None
     max_life_until_unix: float | None = None
@@ -304,6 +308,28 @@ class LaunchEnv:
             if value is not None and (value != "" or name == "resume"):
                 out[variable] = str(value)
         return out
+
+    def strategy_spec(self) -> tuple[str, dict[str, Any]]:
+        """The Lightning strategy's name and keyword arguments (``("ddp", {})`` when none was given).
+
+        Raises:
+            ConfigError: ``$SRIFTY_STRATEGY`` is not a JSON object with a ``name`` and an ``args`` object.
+        """
+        if not self.strategy:
+            return "ddp", {}
+        variable = VARIABLES["strategy"]
+        try:
+            data = json.loads(self.strategy)
+        except ValueError:
+            data = None
+        if not (isinstance(data, dict) and isinstance(data.get("name"), str) and isinstance(data.get("args"), dict)):
+            raise ConfigError(
+                f'${variable} must be a JSON object {{"name": "fsdp", "args": {{...}}}} (srifty launch sets it from '
+                f"the plan's layout). Got {self.strategy!r}: unset it or run the job under srifty launch.",
+                parameter=variable,
+                value=self.strategy,
+            )
+        return data["name"], data["args"]
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
@@ -352,6 +378,11 @@ class LaunchEnv:
                 ) from None
         values.setdefault("launch_id", "")
         return cls(**values)
+
+
+def strategy_text(name: str, args: Mapping[str, Any] | None = None) -> str:
+    """``LaunchEnv.strategy``: a Lightning strategy's name and its JSON-ready keyword arguments, one line of JSON."""
+    return json.dumps({"name": name, "args": dict(args or {})}, sort_keys=True, separators=(",", ":"))
 
 
 # --- files ------------------------------------------------------------------------------------------------------------

@@ -42,7 +42,17 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty import protocol
-from lightning_srifty.protocol import Failed, Finished, Heartbeat, LaunchEnv, Leave, MoveRequest, Preempted, Started
+from lightning_srifty.protocol import (
+    Failed,
+    Finished,
+    Heartbeat,
+    LaunchEnv,
+    Leave,
+    MoveRequest,
+    Preempted,
+    Started,
+    strategy_text,
+)
 from lightning_srifty.provision.base import LaunchedFleet, Provisioner
 from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError
 from predictor.plan import Plan, PlanEntry, load_plan
@@ -65,6 +75,24 @@ def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[
     for i in sorted(range(len(scaled)), key=lambda i: scaled[i] - int(scaled[i]), reverse=True)[: total - sum(sizes)]:
         sizes[i] += 1
     return sizes
+
+
+def entry_strategy(entry: PlanEntry) -> str:
+    """``LaunchEnv.strategy`` for ``entry``: the Lightning strategy and arguments its layout records (plans made
+    before layouts: ddp).
+
+    Raises:
+        MigrationError: the entry's layout cannot be started by srifty launch (a pipeline), with what it would need.
+    """
+    layout = entry.layout
+    if layout is None:
+        return strategy_text("ddp")
+    if not layout.launchable:
+        raise MigrationError(
+            f"{entry.fleet} runs the layout {layout.name}, which srifty launch cannot start"
+            f"{': ' + layout.needs if layout.needs else ''}. Launch another entry of the plan (--choice)."
+        )
+    return strategy_text(layout.lightning_strategy, layout.lightning_args)
 
 
 def fleet_batches(entry: PlanEntry, global_batch: int | None = None) -> tuple[list[int], int]:
@@ -405,6 +433,7 @@ def _run(
             choice=fleet.index,
             batch_sizes=tuple(sizes),
             accumulate_grad_batches=accumulation,
+            strategy=entry_strategy(fleet.entry),  # a move to another entry may change the layout
             # when the run began working to this plan (its deadline counts from then; a re-ranked plan's from the move)
             plan_started_unix=plan_started[plan_uri],
             heartbeat_max_age_s=heartbeat.max_age_s,
@@ -415,6 +444,7 @@ def _run(
         silent.started(fleet)
 
     plan_uri = keep_plan(plan)
+    entry_strategy(plan.entries[choice])  # a layout srifty launch cannot start fails before any fleet is up
     batches = fleet_batches(plan.entries[choice])
     global_batch = sum(batches[0]) * batches[1]  # samples per optimizer step, kept on every later fleet
     numbers = itertools.count(1)  # fleet names stay unique for the whole launch (resources, handover objects)
