@@ -127,9 +127,13 @@ class SriftyFSDPStrategy(FSDPStrategy):
             for k, v in (("auto_wrap_policy", auto_wrap_policy), ("ac", activation_checkpointing_policy))
             if named(v)
         }
+        if named(auto_wrap_policy):  # a stand-in until set-up: Lightning checks at once that hybrid shard has one
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+            auto_wrap_policy = ModuleWrapPolicy(set())
         super().__init__(
             *args,
-            auto_wrap_policy=None if named(auto_wrap_policy) else resolve_policy(auto_wrap_policy, None, "auto_wrap_policy"),
+            auto_wrap_policy=resolve_policy(auto_wrap_policy, None, "auto_wrap_policy"),
             activation_checkpointing_policy=None
             if named(activation_checkpointing_policy)
             else resolve_policy(activation_checkpointing_policy, None, "activation_checkpointing_policy"),
