@@ -74,7 +74,9 @@ def test_the_launcher_passes_each_entrys_layout_and_refuses_a_pipeline(catalog, 
     spec = LaunchEnv.from_env({**LaunchEnv("l", "/c", strategy=entry_strategy(fsdp)).to_env()}).strategy_spec()
     assert spec == ("fsdp", fsdp.layout.lightning_args)
     assert spec[1]["sharding_strategy"] == "SHARD_GRAD_OP" and spec[1]["activation_checkpointing_policy"] == ["Block"]
-    with pytest.raises(MigrationError, match=r"pipeline:2, which srifty launch cannot start: a pipeline schedule.*--choice"):
+    with pytest.raises(
+        MigrationError, match=r"pipeline:2, which srifty launch cannot start: a pipeline schedule.*--choice"
+    ):
         entry_strategy(dataclasses.replace(entry, layout=plan_layout("pipeline:2")))
     with pytest.raises(ConfigError, match=r"\$SRIFTY_STRATEGY must be a JSON object.*Got '\[1\]'"):
         LaunchEnv("l", "/c", strategy="[1]").strategy_spec()
@@ -186,7 +188,9 @@ def test_srifty_launch_runs_the_plans_fsdp_layout_as_real_processes_and_profiles
     from predictor.profile import load_profile
 
     plan = drift_plan(catalog, tmp_path)
-    two = next(i for i, e in enumerate(plan.entries) if e.gpus == 2 and len({g.per_device_batch for g in e.groups}) == 1)
+    two = next(
+        i for i, e in enumerate(plan.entries) if e.gpus == 2 and len({g.per_device_batch for g in e.groups}) == 1
+    )
     entry = dataclasses.replace(plan.entries[two], layout=plan_layout("fsdp:full_shard+ac"))
     plan = dataclasses.replace(plan, entries=[entry], chosen=0)
     plan.save(tmp_path / "plan.json")

@@ -65,7 +65,8 @@ def resolve_policy(policy: Any, module: nn.Module | None, parameter: str) -> Any
     if isinstance(policy, Mapping):
         if set(policy) != {"min_num_params"}:
             raise ConfigError(
-                f"The {parameter!r} mapping may only hold min_num_params (torch's size-based wrap). Got {dict(policy)!r}.",
+                f"The {parameter!r} mapping may only hold min_num_params (torch's size-based wrap). "
+                f"Got {dict(policy)!r}.",
                 parameter=parameter,
                 value=dict(policy),
             )

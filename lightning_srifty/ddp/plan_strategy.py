@@ -2,14 +2,12 @@
 
     trainer = Trainer(strategy=plan_strategy(), devices=..., callbacks=[SriftyCallback()])
 
-The launcher passes the entry's layout as ``LaunchEnv.strategy`` (``$SRIFTY_STRATEGY``: the Lightning strategy's
+The launcher passes the entry's layout as ``LaunchEnv.strategy`` (the Lightning strategy's
 name and JSON arguments, :meth:`predictor.layout.Layout.lightning`); a move to another entry may change it, and the
 job, restarted there, builds the new one. Block classes travel by name and are resolved on the model.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 from lightning.pytorch.strategies import Strategy
@@ -33,7 +31,7 @@ def plan_strategy(default: str | Strategy = "auto", *, model: torch.nn.Module | 
         model: the LightningModule, to check the named block classes now rather than at the Trainer's set-up.
 
     Raises:
-        ConfigError: ``$SRIFTY_STRATEGY`` is unreadable or names a strategy this release cannot build; FSDP with
+        ConfigError: the launcher's strategy is unreadable or names a strategy this release cannot build; FSDP with
             unequal per-rank batches; a block class the model does not have (with ``model``).
     """
     launch = LaunchEnv.from_env()

@@ -44,7 +44,7 @@ from lightning_srifty.profiling.recommendation import (
     with_work,
 )
 from lightning_srifty.profiling.recorder import StepRecorder
-from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, full_sizes, fsdp_units, layout_name, structure
+from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, fsdp_units, full_sizes, layout_name, structure
 from predictor._io import check_writable
 from predictor._validation import check_int
 from predictor.exceptions import ConfigError, SriftyError
@@ -204,7 +204,9 @@ class SriftyCallback(Callback):
         self._recorder = StepRecorder(clock_for(self._device))
         self._timer = trainer.strategy.allreduce_timer if isinstance(trainer.strategy, SriftyDDPStrategy) else None
         # FSDP's all-gathers and reduce-scatters, on every rank (Lightning's FSDPStrategy and its subclasses)
-        self._sharded = ShardedCollectiveTimer() if fsdp_units(trainer.strategy.model or trainer.lightning_module) else None
+        self._sharded = (
+            ShardedCollectiveTimer() if fsdp_units(trainer.strategy.model or trainer.lightning_module) else None
+        )
         # one mode for both when the table is captured (same flop formulas); the plain flop counter otherwise
         self._ops = StepOpCapture() if self.capture_ops else None
         self._flops = self._ops if self._ops is not None else StepFlopCounter() if self.count_flops else None
