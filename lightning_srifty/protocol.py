@@ -47,9 +47,12 @@ import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from predictor.exceptions import ConfigError, MigrationError
+
+if TYPE_CHECKING:
+    from predictor.plan import PlanEntry
 
 PROTOCOL = "srifty.launch/1"
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): the job left to be resumed elsewhere; not a failure
@@ -383,6 +386,24 @@ class LaunchEnv:
 def strategy_text(name: str, args: Mapping[str, Any] | None = None) -> str:
     """``LaunchEnv.strategy``: a Lightning strategy's name and its JSON-ready keyword arguments, one line of JSON."""
     return json.dumps({"name": name, "args": dict(args or {})}, sort_keys=True, separators=(",", ":"))
+
+
+def entry_strategy(entry: PlanEntry) -> str:
+    """``LaunchEnv.strategy`` for ``entry``: the Lightning strategy and arguments its layout records (plans made
+    before layouts: ddp).
+
+    Raises:
+        MigrationError: the entry's layout cannot be started by srifty launch (a pipeline), with what it would need.
+    """
+    layout = entry.layout
+    if layout is None:
+        return strategy_text("ddp")
+    if not layout.launchable:
+        raise MigrationError(
+            f"{entry.fleet} runs the layout {layout.name}, which srifty launch cannot start"
+            f"{': ' + layout.needs if layout.needs else ''}. Launch another entry of the plan (--choice)."
+        )
+    return strategy_text(layout.lightning_strategy, layout.lightning_args)
 
 
 # --- files ------------------------------------------------------------------------------------------------------------

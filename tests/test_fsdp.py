@@ -13,16 +13,13 @@ import pytest
 import torch
 from torch import nn
 
-from _support import SCRIPTS, drift_plan
+from _support import SCRIPTS, drift_plan, plan_layout
 from lightning_srifty import plan_strategy
 from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy, resolve_policy
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy, apply_checkpointing
 from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, _TimedDist, layout_name, structure
-from lightning_srifty.protocol import LaunchEnv, strategy_text
-from lightning_srifty.provision.launch import entry_strategy
+from lightning_srifty.protocol import LaunchEnv, entry_strategy, strategy_text
 from predictor.exceptions import ConfigError, MigrationError
-from predictor.layout import parse
-from predictor.plan import PlanLayout
 
 
 class Block(nn.Module):
@@ -36,22 +33,6 @@ class Block(nn.Module):
 
 def stack() -> nn.Module:
     return nn.Sequential(Block(), Block(), nn.Linear(4, 1))
-
-
-def plan_layout(name: str, block: str | None = "Block") -> PlanLayout:
-    layout = parse(name)
-    strategy, args = layout.lightning(block)
-    return PlanLayout(
-        name=layout.name,
-        strategy=layout.strategy,
-        sharding=layout.sharding,
-        activation_checkpointing=layout.activation_checkpointing,
-        pipeline_stages=layout.pipeline_stages,
-        lightning_strategy=strategy,
-        lightning_args=args,
-        launchable=layout.launchable,
-        needs=None if layout.launchable else "a pipeline schedule",
-    )
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ from lightning_srifty.protocol import (
     MoveRequest,
     Preempted,
     Started,
-    strategy_text,
+    entry_strategy,
 )
 from lightning_srifty.provision.base import LaunchedFleet, Provisioner
 from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError
@@ -75,24 +75,6 @@ def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[
     for i in sorted(range(len(scaled)), key=lambda i: scaled[i] - int(scaled[i]), reverse=True)[: total - sum(sizes)]:
         sizes[i] += 1
     return sizes
-
-
-def entry_strategy(entry: PlanEntry) -> str:
-    """``LaunchEnv.strategy`` for ``entry``: the Lightning strategy and arguments its layout records (plans made
-    before layouts: ddp).
-
-    Raises:
-        MigrationError: the entry's layout cannot be started by srifty launch (a pipeline), with what it would need.
-    """
-    layout = entry.layout
-    if layout is None:
-        return strategy_text("ddp")
-    if not layout.launchable:
-        raise MigrationError(
-            f"{entry.fleet} runs the layout {layout.name}, which srifty launch cannot start"
-            f"{': ' + layout.needs if layout.needs else ''}. Launch another entry of the plan (--choice)."
-        )
-    return strategy_text(layout.lightning_strategy, layout.lightning_args)
 
 
 def fleet_batches(entry: PlanEntry, global_batch: int | None = None) -> tuple[list[int], int]:
