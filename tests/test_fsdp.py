@@ -49,9 +49,18 @@ def launched(monkeypatch):
 
 
 def test_the_launcher_passes_each_entrys_layout_and_refuses_a_pipeline(catalog, tmp_path) -> None:
-    entry = drift_plan(catalog, tmp_path).entries[0]
+    from lightning_srifty.provision.generate import Options, tfvars
+
+    plan = drift_plan(catalog, tmp_path)
+    entry = plan.entries[0]
     assert json.loads(entry_strategy(entry)) == {"name": "ddp", "args": {}}  # a plan made before layouts
     fsdp = dataclasses.replace(entry, layout=plan_layout("fsdp:shard_grad_op+ac"))
+    # srifty terraform exports it on every instance (srifty launch's handover carries the whole LaunchEnv)
+    sharded = dataclasses.replace(plan, entries=[fsdp], chosen=0)
+    assert tfvars(sharded, 0, Options(name="fsdp-run"), catalog)["train"]["env"] == {
+        "SRIFTY_STRATEGY": entry_strategy(fsdp)
+    }
+    assert "env" not in tfvars(plan, 0, Options(name="fsdp-run"), catalog)["train"]
     spec = LaunchEnv.from_env({**LaunchEnv("l", "/c", strategy=entry_strategy(fsdp)).to_env()}).strategy_spec()
     assert spec == ("fsdp", fsdp.layout.lightning_args)
     assert spec[1]["sharding_strategy"] == "SHARD_GRAD_OP" and spec[1]["activation_checkpointing_policy"] == ["Block"]

@@ -360,7 +360,7 @@ def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoi
             base64.b64decode(lt["user_data"]).decode(), moto_endpoint, tmp_path, imds, SRIFTY_HARNESS_RECORD_ONLY="1"
         )
     assert record, run.stderr[-2000:]
-    assert record["env"][VARIABLES["strategy"]] == entry_strategy(plan.entries[plan.chosen])
+    assert record["env"][VARIABLES["strategy"]] == entry_strategy(plan.entries[0])
     assert record["argv"][-7:] == [
         "-m",
         "json.tool",
