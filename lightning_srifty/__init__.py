@@ -27,6 +27,8 @@ __version__ = "0.2.0"
 _LAZY = {
     "SriftyCallback": "lightning_srifty.profiling.callback",
     "SriftyDDPStrategy": "lightning_srifty.ddp.strategy",
+    "SriftyFSDPStrategy": "lightning_srifty.ddp.fsdp",
+    "plan_strategy": "lightning_srifty.ddp.plan_strategy",
     "SpotPreemption": "lightning_srifty.migrate.preemption",
     "MigrationTriggers": "lightning_srifty.migrate.triggers",
     "find_checkpoint": "lightning_srifty.migrate.preemption",

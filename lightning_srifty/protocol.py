@@ -47,9 +47,12 @@ import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from predictor.exceptions import ConfigError, MigrationError
+
+if TYPE_CHECKING:
+    from predictor.plan import PlanEntry
 
 PROTOCOL = "srifty.launch/1"
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): the job left to be resumed elsewhere; not a failure
@@ -256,6 +259,7 @@ VARIABLES: dict[str, str] = {
     "choice": "SRIFTY_CHOICE",
     "batch_sizes": "SRIFTY_BATCH_SIZES",
     "accumulate_grad_batches": "SRIFTY_ACCUMULATE_GRAD_BATCHES",
+    "strategy": "SRIFTY_STRATEGY",
     "plan_started_unix": "SRIFTY_PLAN_STARTED_UNIX",
     "heartbeat_max_age_s": "SRIFTY_HEARTBEAT_MAX_AGE_S",
     "max_life_until_unix": "SRIFTY_MAX_LIFE_UNTIL_UNIX",
@@ -274,6 +278,8 @@ class LaunchEnv:
         fleet: the fleet, e.g. ``"g4dn.xlarge:2"``.
         plan: where the plan this fleet comes from is kept; choice: its index in the plan's entries.
         batch_sizes: per-rank batches per micro-step; accumulate_grad_batches: micro-steps per optimizer step.
+        strategy: the Lightning strategy of the plan entry's layout, JSON ``{"name": "fsdp", "args": {...}}``
+            (:func:`strategy_text`; ``""``: ddp), which :func:`lightning_srifty.plan_strategy` builds.
         plan_started_unix: when the run began working to this plan (its deadline counts from then).
         heartbeat_max_age_s: the job leaves when ``HEARTBEAT.json`` is older than this (None: no heartbeat).
         max_life_until_unix: the job leaves at this time, the fleet's life cap (None: no cap).
@@ -287,6 +293,7 @@ class LaunchEnv:
     choice: int | None = None
     batch_sizes: tuple[int, ...] = ()
     accumulate_grad_batches: int = 1
+    strategy: str = ""
     plan_started_unix: float | None = None
     heartbeat_max_age_s: float | None = None
     max_life_until_unix: float | None = None
@@ -304,6 +311,28 @@ class LaunchEnv:
             if value is not None and (value != "" or name == "resume"):
                 out[variable] = str(value)
         return out
+
+    def strategy_spec(self) -> tuple[str, dict[str, Any]]:
+        """The Lightning strategy's name and keyword arguments (``("ddp", {})`` when none was given).
+
+        Raises:
+            ConfigError: ``$SRIFTY_STRATEGY`` is not a JSON object with a ``name`` and an ``args`` object.
+        """
+        if not self.strategy:
+            return "ddp", {}
+        variable = VARIABLES["strategy"]
+        try:
+            data = json.loads(self.strategy)
+        except ValueError:
+            data = None
+        if not (isinstance(data, dict) and isinstance(data.get("name"), str) and isinstance(data.get("args"), dict)):
+            raise ConfigError(
+                f'${variable} must be a JSON object {{"name": "fsdp", "args": {{...}}}} (srifty launch sets it from '
+                f"the plan's layout). Got {self.strategy!r}: unset it or run the job under srifty launch.",
+                parameter=variable,
+                value=self.strategy,
+            )
+        return data["name"], data["args"]
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
@@ -352,6 +381,29 @@ class LaunchEnv:
                 ) from None
         values.setdefault("launch_id", "")
         return cls(**values)
+
+
+def strategy_text(name: str, args: Mapping[str, Any] | None = None) -> str:
+    """``LaunchEnv.strategy``: a Lightning strategy's name and its JSON-ready keyword arguments, one line of JSON."""
+    return json.dumps({"name": name, "args": dict(args or {})}, sort_keys=True, separators=(",", ":"))
+
+
+def entry_strategy(entry: PlanEntry) -> str:
+    """``LaunchEnv.strategy`` for ``entry``: the Lightning strategy and arguments its layout records (plans made
+    before layouts: ddp).
+
+    Raises:
+        MigrationError: the entry's layout cannot be started by srifty launch (a pipeline), with what it would need.
+    """
+    layout = entry.layout
+    if layout is None:
+        return strategy_text("ddp")
+    if not layout.launchable:
+        raise MigrationError(
+            f"{entry.fleet} runs the layout {layout.name}, which srifty launch cannot start"
+            f"{': ' + layout.needs if layout.needs else ''}. Launch another entry of the plan (--choice)."
+        )
+    return strategy_text(layout.lightning_strategy, layout.lightning_args)
 
 
 # --- files ------------------------------------------------------------------------------------------------------------

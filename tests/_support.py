@@ -51,3 +51,23 @@ def drift_plan(catalog, tmp_path: Path):
     profile.save(tmp_path / "profile.json")
     c = Constraints(steps=100_000, market="on-demand", allow=("g4dn.xlarge", "g5.xlarge"), max_instances=2)
     return rank(profile, c, catalog=catalog)
+
+
+def plan_layout(name: str, block: str | None = "Block"):
+    """The plan's record of layout ``name`` (:func:`predictor.layout.parse`) for a model whose block is ``block``."""
+    from predictor.layout import parse
+    from predictor.plan import PlanLayout
+
+    layout = parse(name)
+    strategy, args = layout.lightning(block)
+    return PlanLayout(
+        name=layout.name,
+        strategy=layout.strategy,
+        sharding=layout.sharding,
+        activation_checkpointing=layout.activation_checkpointing,
+        pipeline_stages=layout.pipeline_stages,
+        lightning_strategy=strategy,
+        lightning_args=args,
+        launchable=layout.launchable,
+        needs=None if layout.launchable else "a pipeline schedule",
+    )

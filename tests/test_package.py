@@ -28,11 +28,13 @@ def test_public_surface_is_small_and_resolves() -> None:
             "SriftyCallback",
             "SriftyDDPStrategy",
             "SriftyError",
+            "SriftyFSDPStrategy",
             "__version__",
             "capture_ops",
             "find_checkpoint",
             "load_plan",
             "load_profile",
+            "plan_strategy",
         ]
     )
     for name in lightning_srifty.__all__:

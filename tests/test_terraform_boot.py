@@ -20,9 +20,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-from _support import MINIMAL
+from _support import MINIMAL, plan_layout
 from conftest import tf_run
 from imds_server import FakeIMDS
+from lightning_srifty.protocol import VARIABLES, entry_strategy
 from lightning_srifty.provision.generate import TFVARS, Options, generate, tfvars
 from lightning_srifty.provision.money import group_usd_per_hour
 from lightning_srifty.provision.runner import apply, destroy
@@ -332,9 +333,14 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
 
 def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoint, tmp_path, catalog) -> None:
     """A command whose arguments hold spaces, quotes, $ and ; reaches the script word for word; -m goes to
-    torchrun's own -m; the checkpoint to resume from is one word too."""
+    torchrun's own -m; the checkpoint to resume from is one word too; the plan layout's Lightning strategy (JSON)
+    reaches the job's environment as it is."""
     dlami_parameters(moto_endpoint)
     plan = load_plan(ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json")
+    entries = [
+        dataclasses.replace(e, layout=plan_layout("fsdp:full_shard+ac", "LlamaDecoderLayer")) for e in plan.entries
+    ]
+    plan = dataclasses.replace(plan, entries=entries)
     (tmp_path / "node").mkdir()
     command = """python3 -m json.tool --indent 2 "it's a $HOME; rm -rf x" """
     options = Options(
@@ -354,6 +360,7 @@ def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoi
             base64.b64decode(lt["user_data"]).decode(), moto_endpoint, tmp_path, imds, SRIFTY_HARNESS_RECORD_ONLY="1"
         )
     assert record, run.stderr[-2000:]
+    assert record["env"][VARIABLES["strategy"]] == entry_strategy(plan.entries[0])
     assert record["argv"][-7:] == [
         "-m",
         "json.tool",

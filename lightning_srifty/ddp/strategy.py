@@ -17,6 +17,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_srifty.ddp.comm import AllReduceTimer
+from lightning_srifty.ddp.fsdp import block_classes
 from lightning_srifty.ddp.hetero import check_batch_sizes, rank_weights, weighted_hook
 
 
@@ -25,15 +26,30 @@ class SriftyDDPStrategy(DDPStrategy):
 
     Takes every argument of :class:`lightning.pytorch.strategies.DDPStrategy`, and ``batch_sizes``: one per global
     rank when ranks take unequal batches (a heterogeneous fleet's speed-proportional split); each rank's gradient is
-    then weighted so that the all-reduced gradient is the global-batch mean (:mod:`lightning_srifty.ddp.hetero`).
+    then weighted so that the all-reduced gradient is the global-batch mean (:mod:`lightning_srifty.ddp.hetero`);
+    and ``activation_checkpointing_policy``: block classes, or their names (``["LlamaDecoderLayer"]``, resolved on
+    the model at set-up), wrapped with torch's checkpoint wrapper before DDP (each keeps its input and recomputes
+    the rest in backward).
     """
 
     strategy_name = "srifty_ddp"
 
-    def __init__(self, *args: Any, batch_sizes: list[int] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        batch_sizes: list[int] | None = None,
+        activation_checkpointing_policy: Any = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.allreduce_timer = AllReduceTimer()
         self.batch_sizes = list(batch_sizes) if batch_sizes is not None else None
+        self.activation_checkpointing_policy = activation_checkpointing_policy
+
+    def _setup_model(self, model: torch.nn.Module) -> DistributedDataParallel:
+        if self.activation_checkpointing_policy:
+            apply_checkpointing(model, self.activation_checkpointing_policy)
+        return super()._setup_model(model)
 
     def _register_ddp_hooks(self) -> None:
         # Replaces DDPStrategy's (which skips non-CUDA devices): one hook, ours, wrapping the real reduction.
@@ -60,6 +76,23 @@ class SriftyDDPStrategy(DDPStrategy):
                 description=f"DDP timing every all-reduce (lightning-srifty), start_method {start_method!r}",
                 start_method=start_method,
             )
+
+
+def apply_checkpointing(model: torch.nn.Module, blocks: Any) -> None:
+    """Wrap every submodule of the classes ``blocks`` (classes or their names) with torch's non-reentrant
+    checkpoint wrapper, in place (nothing when the model already has checkpointed blocks)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointWrapper,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    if any(isinstance(m, CheckpointWrapper) for m in model.modules()):
+        return
+    classes = tuple(block_classes(blocks, model, "activation_checkpointing_policy"))
+    apply_activation_checkpointing(
+        model, checkpoint_wrapper_fn=checkpoint_wrapper, check_fn=lambda m: isinstance(m, classes)
+    )
 
 
 SriftyDDPStrategy.register_strategies(StrategyRegistry)

@@ -8,6 +8,7 @@ from typing import Any
 
 from lightning_srifty.ddp.comm import CommSeries
 from lightning_srifty.profiling.recorder import StepSeries
+from lightning_srifty.profiling.sharded import ShardedSeries
 from predictor.profile import PHASES, SCHEMA, Profile, profile_from_dict
 from predictor.stats import summarize
 
@@ -19,6 +20,7 @@ class RankPayload:
     rank: int
     series: StepSeries | None = None
     comm: CommSeries | None = None
+    sharded: ShardedSeries | None = None  # FSDP's all-gathers and reduce-scatters
     device_name: str | None = None
     hostname: str | None = None
     peak_memory: dict[str, int] = field(default_factory=dict)
@@ -52,6 +54,7 @@ def assemble_profile(
     backend: str | None,
     created_at: str,
     checkpoint: dict[str, Any] | None = None,
+    layout: str | None = None,
 ) -> Profile:
     """The srifty.profile/v1 document. Raises ProfileError when rank 0 measured nothing usable."""
     from predictor.exceptions import ProfileError
@@ -102,10 +105,11 @@ def assemble_profile(
         "hardware": hardware,
         "timing": timing,
         "memory": lead.peak_memory or None,
-        "communication": _communication(lead.comm, len(ranks), step, comm_reason, backend),
+        "communication": _communication(lead.comm, len(ranks), step, comm_reason, backend, lead.sharded),
         "software": software,
         "checkpoint": checkpoint,
         "ops": lead.ops,
+        "layout": layout,
     }
     if len(ranks) > 1:
         data["ranks"] = [_rank_entry(p) for p in good]
@@ -115,8 +119,22 @@ def assemble_profile(
 
 
 def _communication(
-    comm: CommSeries | None, world: int, step: Any, reason: str | None, backend: str | None
+    comm: CommSeries | None,
+    world: int,
+    step: Any,
+    reason: str | None,
+    backend: str | None,
+    sharded: ShardedSeries | None = None,
 ) -> dict[str, Any]:
+    if sharded is not None:
+        return {
+            "backend": backend,
+            "world_size": world,
+            "allgather_s": summarize(sharded.allgather_s),
+            "reduce_scatter_s": summarize(sharded.reduce_scatter_s),
+            "allgather_bytes_per_step": sharded.allgather_bytes_per_step,
+            "reduce_scatter_bytes_per_step": sharded.reduce_scatter_bytes_per_step,
+        }
     if comm is None or not comm.busy_s:
         return {"world_size": world, "reason": reason or "no all-reduce was recorded"}
     busy, exposed = summarize(comm.busy_s), summarize(comm.exposed_s)

@@ -44,6 +44,7 @@ from lightning_srifty.profiling.recommendation import (
     with_work,
 )
 from lightning_srifty.profiling.recorder import StepRecorder
+from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, fsdp_units, full_sizes, layout_name, structure
 from predictor._io import check_writable
 from predictor._validation import check_int
 from predictor.exceptions import ConfigError, SriftyError
@@ -202,6 +203,10 @@ class SriftyCallback(Callback):
         self._device = trainer.strategy.root_device
         self._recorder = StepRecorder(clock_for(self._device))
         self._timer = trainer.strategy.allreduce_timer if isinstance(trainer.strategy, SriftyDDPStrategy) else None
+        # FSDP's all-gathers and reduce-scatters, on every rank (Lightning's FSDPStrategy and its subclasses)
+        self._sharded = (
+            ShardedCollectiveTimer() if fsdp_units(trainer.strategy.model or trainer.lightning_module) else None
+        )
         # one mode for both when the table is captured (same flop formulas); the plain flop counter otherwise
         self._ops = StepOpCapture() if self.capture_ops else None
         self._flops = self._ops if self._ops is not None else StepFlopCounter() if self.count_flops else None
@@ -236,6 +241,8 @@ class SriftyCallback(Callback):
         if n > 0:  # step 0 only anchors the recorder at its end
             if self._timer is not None:
                 self._timer.step = n
+            if self._sharded is not None:
+                self._sharded.step = n
             self._recorder.begin(n, self._samples(batch))
         if self._flops is not None and n == self.warmup_steps - 1:
             self._recorder.interrupt("flop_counter")
@@ -321,6 +328,8 @@ class SriftyCallback(Callback):
                 self._flops.abort("training raised an exception")
             if self._timer is not None:
                 self._timer.stop()
+            if self._sharded is not None:
+                self._sharded.stop()
 
     def _start_window(self) -> None:
         self._phase = _PROFILING
@@ -329,6 +338,8 @@ class SriftyCallback(Callback):
         hw.reset_peak_memory(self._device)
         if self._timer is not None:
             self._timer.start(self._recorder.clock)
+        if self._sharded is not None:
+            self._sharded.start(self._recorder.clock)
 
     def _samples(self, batch: Any) -> int | None:
         if self.batch_size_fn is not None:
@@ -344,6 +355,8 @@ class SriftyCallback(Callback):
         self.profiled = True
         if self._timer is not None:
             self._timer.stop()
+        if self._sharded is not None:
+            self._sharded.stop()
         payload = self._local_payload(trainer)
         payloads = _gather(payload, trainer)
         checkpoint = measure_checkpoint(trainer, self._notes) if self.measure_checkpoint else None
@@ -362,12 +375,14 @@ class SriftyCallback(Callback):
         try:
             series = self._recorder.resolve()
             comm = self._timer.resolve(series.indices) if self._timer is not None else None
+            sharded = self._sharded.resolve(series.indices) if self._sharded is not None else None
             name = hw.device_info(self._device).get("device_name")
             return RankPayload(
                 rank=rank,
                 ops=self._op_table(trainer, series),
                 series=series,
                 comm=comm,
+                sharded=sharded,
                 device_name=name,
                 hostname=socket.gethostname(),
                 peak_memory=hw.peak_memory(self._device),
@@ -440,7 +455,8 @@ class SriftyCallback(Callback):
             notes=notes,
             max_series=self.max_series,
             comm_reason=self._comm_reason(trainer),
-            backend=self._timer.backend if self._timer is not None else None,
+            backend=self._timer.backend if self._timer is not None else _backend(self._sharded),
+            layout=layout_name(trainer.strategy, trainer.strategy.model or pl_module),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         )
         written = None
@@ -501,6 +517,12 @@ class SriftyCallback(Callback):
     ) -> dict[str, Any]:
         total, trainable = parameter_counts(pl_module)
         grads = gradient_bytes(pl_module)
+        optimizer_state = optimizer_state_bytes(trainer.optimizers)
+        wrapped = trainer.strategy.model or pl_module
+        full = full_sizes(wrapped)
+        if full is not None:  # sharded: the module holds this rank's shard; the profile records the whole model
+            total, trainable, grads = full["parameters"], full["trainable"], full["gradient_bytes"]
+            optimizer_state *= full["shard_group"]  # each rank holds 1/shard_group of it (padding aside)
         precision = normalize_precision(trainer.precision)
         if precision is None:
             notes.append(f"precision {trainer.precision!r} is not a known Lightning setting; recorded as 32-true")
@@ -515,13 +537,16 @@ class SriftyCallback(Callback):
             "gradient_bytes": sum(grads.values()),
             "gradient_bytes_by_dtype": grads,
             "optimizer": optimizer_names(trainer.optimizers),
-            "optimizer_state_bytes": optimizer_state_bytes(trainer.optimizers),
+            "optimizer_state_bytes": optimizer_state,
             "flops": flops,
+            "structure": structure(wrapped),
         }
 
     def _comm_reason(self, trainer: pl.Trainer) -> str | None:
         if trainer.world_size == 1:
             return "a single process: no gradient all-reduce"
+        if self._sharded is not None:
+            return None
         if self._timer is None:
             return "all-reduce is timed only with strategy='srifty_ddp'"
         return None
@@ -536,6 +561,11 @@ class SriftyCallback(Callback):
     def _error(trainer: pl.Trainer, message: str) -> None:
         if trainer.is_global_zero:
             log.error(message)
+
+
+def _backend(timer: ShardedCollectiveTimer | None) -> str | None:
+    dist = torch.distributed
+    return str(dist.get_backend()) if timer is not None and dist.is_available() and dist.is_initialized() else None
 
 
 def _gather(payload: RankPayload, trainer: pl.Trainer) -> list[RankPayload]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_srifty import protocol
 from lightning_srifty.provision.command import check_bucket, check_prefix, check_secret_env, train_argv
 from lightning_srifty.provision.money import check_entry, check_limits, group_usd_per_hour
 from predictor._io import atomic_write_text
@@ -222,6 +223,9 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
         train["resume_from"] = options.resume_from
     if options.handover:
         train["handover"] = True
+    if entry.layout is not None and (entry.layout.strategy != "ddp" or entry.layout.lightning_args):
+        # the layout's Lightning strategy, exported on every instance (srifty launch's handover carries it too)
+        train["env"] = {protocol.VARIABLES["strategy"]: protocol.entry_strategy(entry)}
     values: dict[str, Any] = {
         "region": region,
         "name": name,

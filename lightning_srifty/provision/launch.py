@@ -42,7 +42,17 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty import protocol
-from lightning_srifty.protocol import Failed, Finished, Heartbeat, LaunchEnv, Leave, MoveRequest, Preempted, Started
+from lightning_srifty.protocol import (
+    Failed,
+    Finished,
+    Heartbeat,
+    LaunchEnv,
+    Leave,
+    MoveRequest,
+    Preempted,
+    Started,
+    entry_strategy,
+)
 from lightning_srifty.provision.base import LaunchedFleet, Provisioner
 from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError
 from predictor.plan import Plan, PlanEntry, load_plan
@@ -405,6 +415,7 @@ def _run(
             choice=fleet.index,
             batch_sizes=tuple(sizes),
             accumulate_grad_batches=accumulation,
+            strategy=entry_strategy(fleet.entry),  # a move to another entry may change the layout
             # when the run began working to this plan (its deadline counts from then; a re-ranked plan's from the move)
             plan_started_unix=plan_started[plan_uri],
             heartbeat_max_age_s=heartbeat.max_age_s,
@@ -415,6 +426,7 @@ def _run(
         silent.started(fleet)
 
     plan_uri = keep_plan(plan)
+    entry_strategy(plan.entries[choice])  # a layout srifty launch cannot start fails before any fleet is up
     batches = fleet_batches(plan.entries[choice])
     global_batch = sum(batches[0]) * batches[1]  # samples per optimizer step, kept on every later fleet
     numbers = itertools.count(1)  # fleet names stay unique for the whole launch (resources, handover objects)

@@ -74,6 +74,7 @@ class LocalProvisioner:
         self.echo(
             f"srifty launch: {fleet.entry.fleet} ({fleet.entry.market}) as {fleet.data['ranks']} local process(es), "
             f"batches [{env[VARIABLES['batch_sizes']].replace(',', ', ')}]"
+            + (f", strategy {env[VARIABLES['strategy']]}" if VARIABLES["strategy"] in env else "")
         )
         fleet.data.update(process=subprocess.Popen(command, env=full, start_new_session=True), imds=imds)
 

@@ -541,6 +541,8 @@ resource "aws_launch_template" "group" {
     checkpoint_uri_b64  = base64encode("s3://${local.bucket}/${var.checkpoints.prefix}")
     resume_from         = var.train.resume_from == null ? "" : "'${replace(var.train.resume_from, "'", "'\\''")}'"
     handover            = var.train.handover
+    env_count           = length(var.train.env)
+    env_b64             = base64encode(jsonencode(var.train.env))
     max_life_s          = ceil(var.max_life_h * 3600)
     max_life_min        = ceil(var.max_life_h * 60)
     heartbeat           = var.watchdog.heartbeat

@@ -243,7 +243,7 @@ variable "enable_cloudwatch" {
 }
 
 variable "train" {
-  description = "What every instance runs at boot: setup_command (a shell command) installs the environment; argv is what torchrun starts, the script and its arguments (or \"-m\", a module and its arguments), each word quoted for the shell by the module (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count; handover = true (srifty launch) makes every instance wait for HANDOVER-<name>.json under the checkpoint prefix and take the job's settings (checkpoint to resume from, per-rank batch sizes) from it."
+  description = "What every instance runs at boot: setup_command (a shell command) installs the environment; argv is what torchrun starts, the script and its arguments (or \"-m\", a module and its arguments), each word quoted for the shell by the module (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count; handover = true (srifty launch) makes every instance wait for HANDOVER-<name>.json under the checkpoint prefix and take the job's settings (checkpoint to resume from, per-rank batch sizes) from it; env holds variables exported on every instance before torchrun starts (names [A-Z_][A-Z0-9_]*; srifty terraform puts the plan layout's Lightning strategy there, SRIFTY_STRATEGY, which the job's plan_strategy() reads)."
   type = object({
     setup_command = optional(string, "")
     argv          = list(string)
@@ -251,7 +251,13 @@ variable "train" {
     rdzv_port     = optional(number, 29400)
     resume_from   = optional(string)
     handover      = optional(bool, false)
+    env           = optional(map(string), {})
   })
+
+  validation {
+    condition     = alltrue([for k in keys(var.train.env) : can(regex("^[A-Z_][A-Z0-9_]*$", k))])
+    error_message = "Every train.env name must be a shell variable name of [A-Z_][A-Z0-9_]* (they are exported on the instances): rename the others."
+  }
 
   validation {
     condition     = length(var.train.argv) > 0 && !can(regex("^(.*/)?(python[0-9.]*|torchrun)$", var.train.argv[0]))

@@ -1,0 +1,192 @@
+"""``srifty_fsdp``: Lightning's FSDP (FSDP1) with block classes given by name, on CUDA and on CPU (gloo).
+
+    Trainer(strategy=SriftyFSDPStrategy(auto_wrap_policy=["LlamaDecoderLayer"], sharding_strategy="FULL_SHARD"))
+
+A plan records its layout's Lightning arguments as JSON (:meth:`predictor.layout.Layout.lightning`), so block classes
+travel by name; they are resolved here, at set-up, to the classes found in the LightningModule (an error names the
+missing class and the classes that exist). ``{"min_num_params": N}`` becomes torch's ``size_based_auto_wrap_policy``.
+
+On CPU, Lightning refuses ``FSDPStrategy`` with ``accelerator="cpu"`` and hands FSDP ``device_id=None``, for which
+torch raises "FSDP needs a non-CPU accelerator device"; a subclass passes Lightning's check (it tests the exact
+type) and this one gives FSDP ``device_id=torch.device("cpu")``, with which FSDP1 trains on gloo (it all-gathers into
+a list of chunks there instead of ``all_gather_single``). That is how the tests run real FSDP ranks on CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from lightning.pytorch.strategies import FSDPStrategy, StrategyRegistry
+from torch import nn
+
+from predictor.exceptions import ConfigError
+
+# the arguments whose block classes may be given by name
+NAMED_POLICIES = ("auto_wrap_policy", "activation_checkpointing_policy")
+
+
+def block_classes(names: Iterable[str | type[nn.Module]], module: nn.Module, parameter: str) -> set[type[nn.Module]]:
+    """The classes of ``module``'s submodules named ``names`` (classes are kept as they are).
+
+    Raises:
+        ConfigError: a name matches no submodule's class; the message lists the classes that exist.
+    """
+    found: dict[str, type[nn.Module]] = {}
+    for sub in module.modules():
+        found.setdefault(type(sub).__name__, type(sub))
+    out: set[type[nn.Module]] = set()
+    for name in names:
+        if isinstance(name, type):
+            out.add(name)
+            continue
+        if name not in found:
+            shown = ", ".join(sorted(found))
+            raise ConfigError(
+                f"The {parameter!r} names the block class {name!r}, which the model does not have; its classes are: "
+                f"{shown}. Re-plan with the model's block (model.structure.block of its profile) or pass the class.",
+                parameter=parameter,
+                value=name,
+            )
+        out.add(found[name])
+    return out
+
+
+def named(policy: Any) -> bool:
+    """Whether ``policy`` names block classes (a list, tuple or set of strings) rather than giving them."""
+    return isinstance(policy, (list, tuple, set, frozenset)) and any(isinstance(p, str) for p in policy)
+
+
+def resolve_policy(policy: Any, module: nn.Module | None, parameter: str) -> Any:
+    """A wrap or checkpointing policy Lightning takes: names -> the module's classes (needs ``module``), a set of
+    classes kept, ``{"min_num_params": N}`` -> torch's ``size_based_auto_wrap_policy``, anything else unchanged."""
+    if isinstance(policy, Mapping):
+        if set(policy) != {"min_num_params"}:
+            raise ConfigError(
+                f"The {parameter!r} mapping may only hold min_num_params (torch's size-based wrap). "
+                f"Got {dict(policy)!r}.",
+                parameter=parameter,
+                value=dict(policy),
+            )
+        from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+
+        return functools.partial(size_based_auto_wrap_policy, min_num_params=int(policy["min_num_params"]))
+    if named(policy):
+        assert module is not None
+        return block_classes(policy, module, parameter)
+    if isinstance(policy, (list, tuple, frozenset)):
+        return set(policy)
+    return policy
+
+
+def check_equal_batches(batch_sizes: Iterable[int] | None) -> None:
+    """FSDP takes one batch size on every rank: unequal per-rank batches (a heterogeneous fleet's split) are
+    DDP-only.
+
+    Raises:
+        ConfigError: the batches are unequal.
+    """
+    sizes = list(batch_sizes or ())
+    if len(set(sizes)) > 1:
+        raise ConfigError(
+            f"FSDP needs the same batch on every rank. Got batch_sizes {sizes!r}: unequal per-rank batches are for "
+            "DDP only (srifty_ddp weights each rank's gradient); re-plan with an equal split or a ddp layout.",
+            parameter="batch_sizes",
+            value=sizes,
+        )
+
+
+class SriftyFSDPStrategy(FSDPStrategy):
+    """Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` whose ``auto_wrap_policy`` and
+    ``activation_checkpointing_policy`` may name block classes (``["LlamaDecoderLayer"]``) or give a size
+    (``{"min_num_params": N}``), and which trains on CPU too (see the module docstring).
+
+    Takes every argument of ``FSDPStrategy``, and ``batch_sizes``: the per-rank batches ``srifty launch`` gives;
+    they must be equal (FSDP has no weighted reduction).
+
+    Raises:
+        ConfigError: unequal ``batch_sizes``; at set-up, a named class the model does not have.
+    """
+
+    strategy_name = "srifty_fsdp"
+
+    def __init__(
+        self,
+        *args: Any,
+        auto_wrap_policy: Any = None,
+        activation_checkpointing_policy: Any = None,
+        batch_sizes: Iterable[int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        check_equal_batches(batch_sizes)
+        self.batch_sizes = list(batch_sizes) if batch_sizes is not None else None
+        # names wait for the model (setup); everything else goes to Lightning now
+        self._named = {
+            k: v
+            for k, v in (("auto_wrap_policy", auto_wrap_policy), ("ac", activation_checkpointing_policy))
+            if named(v)
+        }
+        if named(auto_wrap_policy):  # a stand-in until set-up: Lightning checks at once that hybrid shard has one
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+            auto_wrap_policy = ModuleWrapPolicy(set())
+        super().__init__(
+            *args,
+            auto_wrap_policy=resolve_policy(auto_wrap_policy, None, "auto_wrap_policy"),
+            activation_checkpointing_policy=None
+            if named(activation_checkpointing_policy)
+            else resolve_policy(activation_checkpointing_policy, None, "activation_checkpointing_policy"),
+            **kwargs,
+        )
+
+    def resolve_names(self, module: nn.Module) -> None:
+        """Turn the block names into ``module``'s classes (idempotent; done at set-up, or earlier by
+        :func:`~lightning_srifty.plan_strategy` when given the model)."""
+        from lightning.fabric.strategies.fsdp import _activation_checkpointing_kwargs, _auto_wrap_policy_kwargs
+
+        if "auto_wrap_policy" in self._named:
+            classes = block_classes(self._named.pop("auto_wrap_policy"), module, "auto_wrap_policy")
+            self.kwargs = _auto_wrap_policy_kwargs(classes, self.kwargs)
+        if "ac" in self._named:
+            classes = block_classes(self._named.pop("ac"), module, "activation_checkpointing_policy")
+            self._activation_checkpointing_kwargs = _activation_checkpointing_kwargs(None, classes)
+
+    def setup(self, trainer: Any) -> None:
+        assert self.model is not None
+        self.resolve_names(self.model)
+        if self.batch_sizes is not None and len(self.batch_sizes) != self.world_size:
+            raise ConfigError(
+                f"batch_sizes gives {len(self.batch_sizes)} per-rank batches for {self.world_size} ranks.",
+                parameter="batch_sizes",
+                value=self.batch_sizes,
+            )
+        super().setup(trainer)
+
+    def _setup_model(self, model: nn.Module) -> nn.Module:
+        if self.root_device.type != "cpu":
+            return super()._setup_model(model)
+        # FSDPStrategy._setup_model with device_id=cpu (Lightning passes root_device.index: None on CPU)
+        from lightning.fabric.strategies.fsdp import _setup_activation_checkpointing
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if not any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+            model = FullyShardedDataParallel(
+                module=model,
+                cpu_offload=self.cpu_offload,
+                mixed_precision=self.mixed_precision_config,
+                sharding_strategy=self.sharding_strategy,
+                device_id=torch.device("cpu"),
+                **self.kwargs,
+            )
+        _setup_activation_checkpointing(model, self._activation_checkpointing_kwargs)
+        return model
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        if cls.strategy_name not in strategy_registry:
+            strategy_registry.register(cls.strategy_name, cls, description="FSDP with block classes by name (srifty)")
+
+
+SriftyFSDPStrategy.register_strategies(StrategyRegistry)

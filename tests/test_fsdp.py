@@ -1,0 +1,212 @@
+"""Sharded layouts on the job side: the plan's layout reaches the job (SRIFTY_STRATEGY), plan_strategy() builds it
+(FSDP with block classes by name, DDP with activation checkpointing), srifty launch runs it as real FSDP processes
+(CPU, gloo), and SriftyCallback profiles it (layout, all-gather / reduce-scatter time and bytes, the full model)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from _support import SCRIPTS, drift_plan, plan_layout
+from lightning_srifty import plan_strategy
+from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy, resolve_policy
+from lightning_srifty.ddp.strategy import SriftyDDPStrategy, apply_checkpointing
+from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, _TimedDist, layout_name, structure
+from lightning_srifty.protocol import LaunchEnv, entry_strategy, strategy_text
+from predictor.exceptions import ConfigError, MigrationError
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def stack() -> nn.Module:
+    return nn.Sequential(Block(), Block(), nn.Linear(4, 1))
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """Sets the environment srifty launch gives a job: ``launched(strategy_json, "8,8")``."""
+
+    def set_env(strategy: str, batches: str = "8,8") -> None:
+        env = LaunchEnv(launch_id="t", checkpoint_uri="/tmp/ck", batch_sizes=tuple(map(int, batches.split(","))))
+        for k, v in dataclasses.replace(env, strategy=strategy).to_env().items():
+            monkeypatch.setenv(k, v)
+
+    monkeypatch.delenv("SRIFTY_CHECKPOINT_URI", raising=False)
+    return set_env
+
+
+def test_the_launcher_passes_each_entrys_layout_and_refuses_a_pipeline(catalog, tmp_path) -> None:
+    from lightning_srifty.provision.generate import Options, tfvars
+
+    plan = drift_plan(catalog, tmp_path)
+    entry = plan.entries[0]
+    assert json.loads(entry_strategy(entry)) == {"name": "ddp", "args": {}}  # a plan made before layouts
+    fsdp = dataclasses.replace(entry, layout=plan_layout("fsdp:shard_grad_op+ac"))
+    # srifty terraform exports it on every instance (srifty launch's handover carries the whole LaunchEnv)
+    sharded = dataclasses.replace(plan, entries=[fsdp], chosen=0)
+    assert tfvars(sharded, 0, Options(name="fsdp-run"), catalog)["train"]["env"] == {
+        "SRIFTY_STRATEGY": entry_strategy(fsdp)
+    }
+    assert "env" not in tfvars(plan, 0, Options(name="fsdp-run"), catalog)["train"]
+    spec = LaunchEnv.from_env({**LaunchEnv("l", "/c", strategy=entry_strategy(fsdp)).to_env()}).strategy_spec()
+    assert spec == ("fsdp", fsdp.layout.lightning_args)
+    assert spec[1]["sharding_strategy"] == "SHARD_GRAD_OP" and spec[1]["activation_checkpointing_policy"] == ["Block"]
+    with pytest.raises(
+        MigrationError, match=r"pipeline:2, which srifty launch cannot start: a pipeline schedule.*--choice"
+    ):
+        entry_strategy(dataclasses.replace(entry, layout=plan_layout("pipeline:2")))
+    with pytest.raises(ConfigError, match=r"\$SRIFTY_STRATEGY must be a JSON object.*Got '\[1\]'"):
+        LaunchEnv("l", "/c", strategy="[1]").strategy_spec()
+
+
+def test_plan_strategy_builds_the_layouts_strategy_and_outside_a_launch_the_default(launched) -> None:
+    assert plan_strategy("ddp_spawn") == "ddp_spawn"
+    launched(strategy_text("fsdp", plan_layout("fsdp:hybrid_shard+ac").lightning_args))
+    fsdp = plan_strategy(model=stack())
+    assert isinstance(fsdp, SriftyFSDPStrategy) and fsdp._process_group_backend == "gloo"
+    assert str(fsdp.sharding_strategy) == "ShardingStrategy.HYBRID_SHARD" and fsdp._state_dict_type == "sharded"
+    assert fsdp.kwargs["auto_wrap_policy"]._module_classes == {Block} and fsdp.batch_sizes == [8, 8]
+    assert fsdp._activation_checkpointing_kwargs["auto_wrap_policy"]._module_classes == {Block}
+    launched(strategy_text("ddp", {"activation_checkpointing_policy": ["Block"]}), "5,3")
+    ddp = plan_strategy()
+    assert isinstance(ddp, SriftyDDPStrategy) and ddp.batch_sizes == [5, 3]
+    launched(strategy_text("ddp"), "8")
+    assert plan_strategy("auto") == "auto"  # one rank of plain ddp
+
+
+def test_fsdp_refuses_unequal_batches_and_names_a_missing_block(launched) -> None:
+    launched(strategy_text("fsdp", {"sharding_strategy": "FULL_SHARD"}), "5,3")
+    with pytest.raises(ConfigError, match=r"same batch on every rank.*\[5, 3\].*DDP only"):
+        plan_strategy()
+    launched(strategy_text("fsdp", {"auto_wrap_policy": ["LlamaDecoderLayer"]}))
+    with pytest.raises(ConfigError, match=r"'LlamaDecoderLayer'.*its classes are: Block, Linear, ReLU, Sequential"):
+        plan_strategy(model=nn.Sequential(Block(), nn.ReLU()))
+    launched(strategy_text("pipeline", {}))
+    with pytest.raises(ConfigError, match="names the strategy 'pipeline'"):
+        plan_strategy()
+    size = resolve_policy({"min_num_params": 1000}, None, "auto_wrap_policy")
+    assert isinstance(size, functools.partial) and size.keywords == {"min_num_params": 1000}
+
+
+def test_ddp_activation_checkpointing_wraps_the_named_blocks_and_gives_the_same_gradients() -> None:
+    torch.manual_seed(0)
+    plain = stack()
+    wrapped = stack()
+    wrapped.load_state_dict(plain.state_dict())
+    apply_checkpointing(wrapped, ["Block"])
+    assert layout_name(None, wrapped) == "ddp+ac" and layout_name(None, plain) is None
+    assert structure(wrapped) == {
+        "blocks": 2,
+        "block": "Block",
+        "block_parameters": 20,
+        "method": "activation-checkpointed blocks",
+    }
+    x = torch.randn(3, 4)
+    for m in (plain, wrapped):
+        m(x).sum().backward()
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(plain.parameters(), wrapped.parameters()))
+
+
+class ScriptedClock:
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def mark(self) -> float:
+        self.t += 0.5
+        return self.t
+
+    def resolve(self, marks):
+        return list(marks)
+
+
+def test_the_collective_timer_times_fsdps_gathers_and_scatters_only_in_the_window() -> None:
+    from torch.distributed.fsdp import _flat_param, _runtime_utils
+
+    original = _flat_param.dist
+    timer = ShardedCollectiveTimer()
+    timer.start(ScriptedClock())
+    assert isinstance(_flat_param.dist, _TimedDist) and isinstance(_runtime_utils.dist, _TimedDist)
+    assert _flat_param.dist.get_world_size is torch.distributed.get_world_size  # everything else passes through
+    calls = []
+
+    def all_gather(out, inp, group=None):
+        calls.append("ag")
+
+    def reduce_scatter_single(out, inp, group=None):
+        calls.append("rs")
+
+    for step in (1, 2):
+        timer.step = step
+        chunks = [torch.zeros(4), torch.zeros(4)]  # gathered: 2 x 4 floats
+        timer.call("allgather", all_gather, chunks, torch.zeros(4))
+        timer.call("allgather", all_gather, chunks, torch.zeros(4))
+        timer.call("reduce_scatter", reduce_scatter_single, torch.zeros(4), torch.zeros(8))
+    timer.stop()
+    assert _flat_param.dist is original and _runtime_utils.dist is torch.distributed
+    series = timer.resolve([2])
+    assert calls == ["ag", "ag", "rs"] * 2
+    assert series.allgather_s == [1.0] and series.reduce_scatter_s == [0.5]  # two 0.5 s gathers, one scatter
+    assert series.allgather_bytes_per_step == 2 * 32 and series.reduce_scatter_bytes_per_step == 32
+    assert timer.resolve([7]) is None
+
+
+@pytest.mark.ddp
+def test_srifty_launch_runs_the_plans_fsdp_layout_as_real_processes_and_profiles_it(
+    tmp_path, subprocess_env, catalog
+) -> None:
+    """A plan entry with an fsdp:full_shard+ac layout, through srifty launch's local provisioner: 2 real FSDP gloo
+    processes built by plan_strategy() train and finish; SriftyCallback's profile records the layout, the full
+    model, its blocks, and FSDP's collectives: per step every unit is gathered in forward and every block again in
+    backward (the root stays gathered), every unit's gradient is reduce-scattered once."""
+    import subprocess
+
+    from predictor.profile import load_profile
+
+    plan = drift_plan(catalog, tmp_path)
+    two = next(
+        i for i, e in enumerate(plan.entries) if e.gpus == 2 and len({g.per_device_batch for g in e.groups}) == 1
+    )
+    entry = dataclasses.replace(plan.entries[two], layout=plan_layout("fsdp:full_shard+ac"))
+    plan = dataclasses.replace(plan, entries=[entry], chosen=0)
+    plan.save(tmp_path / "plan.json")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "lightning_srifty.cli", "launch", "--plan", str(tmp_path / "plan.json")]
+    cmd += ["--workdir", str(tmp_path / "w"), "--", str(SCRIPTS / "fsdp_run.py"), str(out), "--max-steps", "7"]
+    launched = subprocess.run(cmd, env={**subprocess_env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-3000:]
+    assert '"sharding_strategy":"FULL_SHARD"' in launched.stdout  # the launcher says what it started
+    for rank in (0, 1):
+        got = json.loads((out / f"strategy-rank{rank}.json").read_text())
+        assert got["strategy"] == "SriftyFSDPStrategy" and got["sharding"] == "ShardingStrategy.FULL_SHARD"
+        assert got["world_size"] == 2 and got["units"] == ["Stack", "Block", "Block", "Block"]
+        assert got["checkpointed"] == ["Block"] * 3 and len(set(got["batch_sizes"])) == 1
+    profile = load_profile(out / "profile.json")
+    width = 64
+    block = 4 * width * width + 3 * width  # up (64 -> 128) and down (128 -> 64), with biases
+    assert profile.layout == "fsdp:full_shard+ac" and profile.model.parameters == 3 * block + width + 1
+    assert profile.model.trainable_parameters == profile.model.parameters  # not this rank's shard
+    s = profile.model.structure
+    assert (s.blocks, s.block, s.block_parameters) == (3, "Block", block)
+    comm = profile.communication
+    root = -(-(width + 1) // 2) * 2  # the head's flat parameter, padded to split over 2 ranks
+    gathered = 4 * (root + 3 * block)
+    assert comm.backend == "gloo" and comm.allgather_bytes_per_step == gathered + 4 * 3 * block
+    assert comm.reduce_scatter_bytes_per_step == gathered
+    assert comm.allgather_s.p50 > 0 and comm.reduce_scatter_s.p50 > 0 and comm.allgather_s.count >= 2
+    # the gathered size, about twice the fp32 model (forward + backward); (world - 1) / world of it crosses the wire
+    assert comm.allgather_bytes_per_step == pytest.approx(2 * 4 * profile.model.parameters, rel=0.01)
