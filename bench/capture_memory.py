@@ -8,6 +8,8 @@ Each model is captured once on the meta device (fake tensors) at a small batch w
     static    = weights + gradients + optimizer state                  (sizes from the capture)
     no AC     = fixed + batch x (saved + transient)
     AC        = fixed + batch x (blocks x block_input + saved - blocks x block_saved + block_saved + transient)
+    AC by phase: the same with max(saved - blocks x block_saved + transient, block_saved) for the last two terms
+                (the head's peak and a block's recompute happen at different times)
     predicted = static + max(no AC or AC, optimizer_transient)
 
 and the real peak is torch's ``MemTracker`` (``torch.distributed._tools.mem_tracker``: live tensor storages) over the
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 import time
 import warnings
@@ -139,17 +140,20 @@ def real_peak(make, batch_size: int, ac: bool) -> int:
     return int(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"])
 
 
-def predicted_peak(capture, weights: int, batch_size: int, ac: bool) -> int:
+def predicted_peak(capture, weights: int, batch_size: int, ac: bool, *, phases: bool = False) -> int:
+    """The peak from the capture's sizes and structure (``phases``: the AC peak as the larger of the head's and one
+    block's recompute, instead of their sum)."""
     s = capture.structure
+    per_sample = s["saved_bytes_per_sample"] + s["transient_bytes_per_sample"]
     if ac and s["blocks"]:
-        per_sample = (
-            s["blocks"] * s["block_input_bytes_per_sample"]
-            + s["saved_bytes_per_sample"]
-            - (s["blocks"] - 1) * s["block_saved_bytes_per_sample"]
-        )
-    else:
-        per_sample = s["saved_bytes_per_sample"]
-    activations = s["fixed_bytes"] + batch_size * (per_sample + s["transient_bytes_per_sample"])
+        inputs = s["blocks"] * s["block_input_bytes_per_sample"]
+        outside = s["saved_bytes_per_sample"] - s["blocks"] * s["block_saved_bytes_per_sample"]
+        if phases:
+            head = outside + s["transient_bytes_per_sample"]
+            per_sample = inputs + max(head, s["block_saved_bytes_per_sample"])
+        else:
+            per_sample = inputs + outside + s["block_saved_bytes_per_sample"] + s["transient_bytes_per_sample"]
+    activations = s["fixed_bytes"] + batch_size * per_sample
     static = weights + sum(capture.gradient_bytes_by_dtype.values()) + capture.optimizer_state_bytes
     return int(static + max(activations, s["optimizer_transient_bytes"]))
 
@@ -169,6 +173,7 @@ def run(name: str, captured_batch: int, batches: list[int]) -> list[dict]:
                 continue
             real = real_peak(MODELS[name], batch_size, ac)
             pred = predicted_peak(capture, weights, batch_size, ac)
+            by_phase = predicted_peak(capture, weights, batch_size, ac, phases=True)
             rows.append(
                 {
                     "model": name,
@@ -180,12 +185,15 @@ def run(name: str, captured_batch: int, batches: list[int]) -> list[dict]:
                     "predicted_bytes": pred,
                     "measured_bytes": real,
                     "error": (pred - real) / real,
+                    "predicted_bytes_ac_by_phase": by_phase if ac else None,
+                    "error_ac_by_phase": (by_phase - real) / real if ac else None,
                     "capture_s": round(seconds, 3),
                 }
             )
             print(
                 f"{name:7s} batch {batch_size:3d} ac={ac!s:5s} predicted {pred / 2**20:8.1f} MiB  measured "
-                f"{real / 2**20:8.1f} MiB  error {rows[-1]['error']:+.1%}",
+                f"{real / 2**20:8.1f} MiB  error {rows[-1]['error']:+.1%}"
+                + (f"  (AC by phase {rows[-1]['error_ac_by_phase']:+.1%})" if ac else ""),
                 file=sys.stderr,
             )
     return rows
