@@ -123,9 +123,24 @@ class Structure:
     block_input_bytes_per_sample: float | None = doc_field(
         "one block's input, per sample (what activation checkpointing keeps of each block)", default=None, min=0
     )
+    fixed_bytes: float | None = doc_field(
+        "bytes live at the forward/backward peak, besides weights, gradients and optimizer state, that do not grow "
+        "with the batch, per step: tensors computed from the weights alone (autocast's half-precision copies of the "
+        "weights under *-mixed precision) and weight-shaped temporaries of the backward (a weight gradient before it "
+        "is accumulated); in neither saved_bytes_per_sample nor transient_bytes_per_sample",
+        default=None,
+        min=0,
+    )
     transient_bytes_per_sample: float | None = doc_field(
         "the step's peak live bytes above weights, gradients, optimizer state and saved tensors (temporaries such as "
         "the logits of the loss and activation gradients), per sample",
+        default=None,
+        min=0,
+    )
+    optimizer_transient_bytes: float | None = doc_field(
+        "optimizer.step()'s peak above the weights, gradients and optimizer state it leaves, per step (e.g. the "
+        "foreach temporaries of Adam, as large as the trainable parameters' state held): a peak of its own, after "
+        "backward has freed the activations",
         default=None,
         min=0,
     )

@@ -1,10 +1,13 @@
 """``srifty capture pkg.mod:Model --batch pkg.mod:make_batch --batch-size 8``: a profile without a GPU.
 
 The LightningModule is built on the meta device (no memory), ``make_batch(batch_size)`` is called under the meta
-device too, and one training step is captured with fake tensors (:func:`~lightning_srifty.profiling.capture_step`). The
-profile has the operator table, the model's sizes and FLOPs, ``hardware.accelerator = "meta"`` and
-``timing.step_time_s.p50 = 0``: the time is not measured, the predictor predicts it from the table.
-"""
+device too, and one training step is captured with fake tensors (:func:`~lightning_srifty.profiling.capture_step`).
+A transformers model class is built from its configuration instead (``srifty capture transformers:LlamaForCausalLM
+--config '{"num_hidden_layers": 32, ...}' --seq-len 2048 --batch-size 1``, no weights, nothing downloaded), trained
+with AdamW on ``input_ids = labels``; ``--lora-rank 16`` freezes it and trains adapters on q/v projections. The
+profile has the operator table, the model's sizes, FLOPs and structure (repeated block, activation bytes per sample),
+``hardware.accelerator = "meta"`` and ``timing.step_time_s.p50 = 0``: the time is not measured, the predictor predicts
+it from the table."""
 
 from __future__ import annotations
 
@@ -122,30 +125,77 @@ def _check_batch(batch: Any, path: str) -> None:
             )
 
 
-def cmd_capture(args: argparse.Namespace) -> int:
+def _is_transformers_model(cls: Any) -> bool:
+    """A transformers ``PreTrainedModel`` class (built from its configuration, trained with AdamW)."""
+    return isinstance(cls, type) and hasattr(cls, "config_class") and hasattr(cls, "from_pretrained")
+
+
+def _transformers_config(cls: Any, text: str | None) -> Any:
+    """The configuration of ``cls`` from ``--config``: a JSON object of its keyword arguments or a config.json."""
+    from pathlib import Path
+
+    if text is None:
+        return cls.config_class()
+    source = text
+    if not text.lstrip().startswith("{"):
+        path = Path(text)
+        if not path.is_file():
+            raise ConfigError(
+                f"--config {text!r}: neither a JSON object nor a config.json file. Give e.g. "
+                '--config \'{"hidden_size": 4096, "num_hidden_layers": 32}\' or the path of a saved config.json '
+                "(no download: hub names are not fetched).",
+                parameter="--config",
+                value=text,
+            )
+        source = path.read_text()
+    try:
+        values = json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"--config {text!r}: not JSON ({exc.msg} at character {exc.pos}).", parameter="--config", value=text
+        ) from None
+    if not isinstance(values, dict):
+        raise ConfigError(
+            f"--config {text!r}: expected a JSON object of {cls.config_class.__name__} arguments, got "
+            f"{type(values).__name__}.",
+            parameter="--config",
+            value=text,
+        )
+    values.pop("model_type", None)
+    values.pop("architectures", None)
+    return cls.config_class(**values)
+
+
+def _build(cls: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The model on the meta device, and what describes it (its init arguments or configuration)."""
     import torch
 
-    cls = resolve(args.model, "MODEL")
+    if _is_transformers_model(cls):
+        config = _transformers_config(cls, args.config)
+        try:
+            with torch.device("meta"):
+                return cls(config), {"config": args.config}
+        except Exception as exc:  # noqa: BLE001 - re-worded with the fix
+            raise ConfigError(
+                f"MODEL {args.model!r} could not be built on the meta device from --config {args.config!r}: "
+                f"{type(exc).__name__}: {exc}. Check the configuration's values.",
+                parameter="--config",
+                value=args.config,
+            ) from None
     from lightning.pytorch import LightningModule
 
     if not (isinstance(cls, type) and issubclass(cls, LightningModule)):
         raise ConfigError(
-            f"MODEL {args.model!r} is {cls!r}, not a LightningModule class. Name the class (not an instance); for a "
-            "plain nn.Module call lightning_srifty.capture_ops(module, batch, optimizer=...) from Python.",
+            f"MODEL {args.model!r} is {cls!r}, not a LightningModule class nor a transformers model class. Name the "
+            "class (not an instance); for another nn.Module call lightning_srifty.capture_ops(module, batch, "
+            "optimizer=...) from Python.",
             parameter="MODEL",
             value=args.model,
-        )
-    make_batch = resolve(args.batch, "--batch")
-    if not callable(make_batch):
-        raise ConfigError(
-            f"--batch {args.batch!r} is {type(make_batch).__name__}, not a callable batch_size -> batch.",
-            parameter="--batch",
-            value=args.batch,
         )
     init_args = _init_args(args.init_args)
     try:
         with torch.device("meta"):
-            module = cls(**init_args)
+            return cls(**init_args), {"init_args": init_args}
     except Exception as exc:  # noqa: BLE001 - re-worded with the fix
         raise ConfigError(
             f"MODEL {args.model!r} could not be built on the meta device with --init-args {init_args}: "
@@ -154,25 +204,81 @@ def cmd_capture(args: argparse.Namespace) -> int:
             parameter="--init-args",
             value=args.init_args,
         ) from None
-    try:
-        with torch.device("meta"):
-            batch = make_batch(args.batch_size)
-    except Exception as exc:  # noqa: BLE001 - re-worded with the fix
+
+
+def _token_batch(batch_size: int, seq_len: int) -> dict[str, Any]:
+    import torch
+
+    with torch.device("meta"):
+        tokens = torch.zeros(batch_size, seq_len, dtype=torch.long)
+    return {"input_ids": tokens, "labels": tokens}
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    import functools
+
+    import torch
+
+    cls = resolve(args.model, "MODEL")
+    transformers_model = _is_transformers_model(cls)
+    if args.config is not None and not transformers_model:
         raise ConfigError(
-            f"--batch {args.batch!r} failed when called with batch_size={args.batch_size}: {type(exc).__name__}: "
-            f"{exc}. It must take the batch size and build tensors with torch (it runs under torch.device('meta'), "
-            "so no data is loaded).",
+            f"--config is for a transformers model class (e.g. transformers:LlamaForCausalLM); MODEL {args.model!r} "
+            "is not one: pass its arguments with --init-args.",
+            parameter="--config",
+            value=args.config,
+        )
+    if args.batch is None and not (transformers_model and args.seq_len):
+        raise ConfigError(
+            "--batch is required (package.module:make_batch), except for a transformers model with --seq-len, "
+            "whose batch is input_ids = labels of --batch-size x --seq-len tokens.",
             parameter="--batch",
-            value=args.batch,
-        ) from None
-    _check_batch(batch, args.batch)
+            value=None,
+        )
+    module, _ = _build(cls, args)
+    if args.lora_rank is not None:
+        from lightning_srifty.profiling.lora import add_lora
+
+        targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+        try:
+            add_lora(module, args.lora_rank, targets)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("'targets' parameter", "--lora-targets"), parameter="--lora-targets",
+                              value=args.lora_targets) from None  # fmt: skip
+    if args.batch is None:
+        batch = _token_batch(args.batch_size, args.seq_len)
+        batch_name = f"--seq-len {args.seq_len}"
+    else:
+        make_batch = resolve(args.batch, "--batch")
+        if not callable(make_batch):
+            raise ConfigError(
+                f"--batch {args.batch!r} is {type(make_batch).__name__}, not a callable batch_size -> batch.",
+                parameter="--batch",
+                value=args.batch,
+            )
+        try:
+            with torch.device("meta"):
+                batch = make_batch(args.batch_size)
+        except Exception as exc:  # noqa: BLE001 - re-worded with the fix
+            raise ConfigError(
+                f"--batch {args.batch!r} failed when called with batch_size={args.batch_size}: "
+                f"{type(exc).__name__}: {exc}. It must take the batch size and build tensors with torch (it runs "
+                "under torch.device('meta'), so no data is loaded).",
+                parameter="--batch",
+                value=args.batch,
+            ) from None
+        batch_name = args.batch
+    _check_batch(batch, batch_name)
+    optimizer = functools.partial(torch.optim.AdamW, lr=1e-4) if transformers_model else None
 
     from lightning_srifty.profiling.capture import capture_step
     from lightning_srifty.profiling.hardware import software_versions
 
-    capture = capture_step(module, batch, precision=args.precision, device="meta", batch_size=args.batch_size)
+    capture = capture_step(
+        module, batch, precision=args.precision, device="meta", batch_size=args.batch_size, optimizer=optimizer
+    )
     model = capture.model_section()
-    model["name"] = args.name or cls.__name__
+    model["name"] = args.name or cls.__name__ + (f" + LoRA r{args.lora_rank}" if args.lora_rank else "")
     data = {
         "schema": "srifty.profile/v1",
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -217,14 +323,39 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Build MODEL on the meta device, capture one training step (forward, backward, optimizer) as "
         "its ATen operator table and write a srifty.profile/v1 profile whose step time the predictor predicts.",
     )
-    p.add_argument("model", metavar="MODEL", help="the LightningModule class, as package.module:ClassName")
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        help="the LightningModule class, as package.module:ClassName, or a transformers model class built from "
+        "--config and trained with AdamW (e.g. transformers:LlamaForCausalLM)",
+    )
     p.add_argument("--init-args", default=None, metavar="JSON", help="keyword arguments of MODEL, e.g. '{\"n\": 2}'")
     p.add_argument(
+        "--config",
+        default=None,
+        metavar="JSON|PATH",
+        help="a transformers MODEL's configuration: a JSON object of its config class's arguments or a config.json "
+        "file (nothing is downloaded)",
+    )
+    p.add_argument(
+        "--seq-len",
+        type=positive_int,
+        default=None,
+        help="a transformers MODEL without --batch: tokens per sample (the batch is input_ids = labels)",
+    )
+    p.add_argument(
+        "--lora-rank",
+        type=positive_int,
+        default=None,
+        help="freeze the model and train rank-R LoRA adapters on --lora-targets (plain torch, no peft)",
+    )
+    p.add_argument("--lora-targets", default="q_proj,v_proj", help="linear layers (attribute names) the adapters go on")
+    p.add_argument(
         "--batch",
-        required=True,
+        default=None,
         metavar="CALLABLE",
         help="package.module:make_batch, called as make_batch(batch_size) under torch.device('meta'); returns one "
-        "batch as the DataLoader yields it",
+        "batch as the DataLoader yields it (required unless a transformers MODEL gets --seq-len)",
     )
     p.add_argument("--batch-size", type=positive_int, required=True, help="samples per step on one device")
     p.add_argument("--precision", choices=PRECISIONS, default="32-true", help="Lightning precision of the run")

@@ -34,6 +34,8 @@ from lightning_srifty.profiling.model_info import (
     parameter_counts,
 )
 from lightning_srifty.profiling.ops_capture import OpRecorder
+from lightning_srifty.profiling.structure import METHOD as STRUCTURE_METHOD
+from lightning_srifty.profiling.structure import MemoryProbe, find_blocks
 from predictor.exceptions import ConfigError, ProfileError
 from predictor.profile import OpTable
 
@@ -63,6 +65,7 @@ class StepCapture:
     optimizer_state_bytes: int
     phase_flops: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    structure: dict[str, Any] | None = None
 
     def model_section(self) -> dict[str, Any]:
         """The profile's ``model`` section (FLOPs per sample from the table)."""
@@ -84,6 +87,7 @@ class StepCapture:
             "optimizer": self.optimizer,
             "optimizer_state_bytes": self.optimizer_state_bytes,
             "flops": flops,
+            "structure": self.structure,
         }
 
 
@@ -177,15 +181,20 @@ def capture_step(
         opt = _make_optimizer(work, optimizer, lightning)
         if _force_foreach(opt):
             notes.append("optimizer foreach=True (torch's default for CUDA parameters; CPU would loop per tensor)")
+        block, blocks = find_blocks(work)
+        probe = MemoryProbe(work, batch, blocks)  # entered first: it sees the kernels the recorder decomposes into
         recorder = OpRecorder(phase="forward")
-        with recorder, warnings.catch_warnings():
+        with probe, recorder, warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*self\.log\(\).*")  # no Trainer in a capture: log is a no-op
-            with _precision_context(precision, device, notes):
+            with _precision_context(precision, device, notes), probe.saving():
                 loss = _run_phase("forward (training_step)", lambda: _loss(work, batch, lightning))
-            recorder.phase = "backward"
+            recorder.phase = probe.phase = "backward"
             _run_phase("backward", loss.backward)
+            del loss
             recorder.phase = "optimizer"
+            probe.start_optimizer()
             _run_phase("optimizer.step", opt.step)
+            probe.end_optimizer_step()
             _run_phase("optimizer.zero_grad", opt.zero_grad)
         if precision == "16-mixed":
             notes.append("16-mixed: GradScaler's loss scaling and unscaling (a few elementwise kernels) not captured")
@@ -204,7 +213,29 @@ def capture_step(
             optimizer_state_bytes=optimizer_state_bytes([opt]),
             phase_flops=recorder.phase_flops(),
             seconds=time.perf_counter() - start,
+            structure=_structure(probe, block, blocks, samples, device),
         )
+
+
+def _structure(
+    probe: MemoryProbe, block: str | None, blocks: list[torch.nn.Module], samples: int, device: str
+) -> dict[str, Any]:
+    """The profile's ``model.structure`` from the probe of the step (bytes per sample where they grow with it)."""
+    method = f"{STRUCTURE_METHOD}, one step at batch {samples} ({_where(device)})"
+    if probe.errors:
+        method += "; not counted: " + ", ".join(f"{e} x{n}" for e, n in sorted(probe.errors.items()))
+    return {
+        "blocks": len(blocks),
+        "block": block,
+        "block_parameters": max((sum(p.numel() for p in b.parameters()) for b in blocks), default=None),
+        "saved_bytes_per_sample": probe.saved_total / samples,
+        "fixed_bytes": probe.fixed_at_peak,
+        "block_saved_bytes_per_sample": max(probe.block_saved) / samples if blocks else None,
+        "block_input_bytes_per_sample": probe.block_input_bytes() / samples if blocks else None,
+        "transient_bytes_per_sample": probe.transient / samples,
+        "optimizer_transient_bytes": probe.optimizer_transient,
+        "method": method,
+    }
 
 
 def _where(device: str) -> str:
