@@ -28,7 +28,7 @@ P, UNIT, BLOCKS = 1_000_000, 200_000, 4  # 4 blocks of 200k parameters + 200k ou
 SAVED, BLOCK_SAVED, BLOCK_INPUT, TRANSIENT = 10e6, 2e6, 1e5, 5e5
 
 
-def small(precision: str = "32-true", trainable: int | None = None, **extra):
+def small(precision: str = "32-true", trainable: int | None = None, structure: dict | None = None, **extra):
     model = {
         "name": "toy",
         "parameters": P,
@@ -41,6 +41,7 @@ def small(precision: str = "32-true", trainable: int | None = None, **extra):
             "block_saved_bytes_per_sample": BLOCK_SAVED,
             "block_input_bytes_per_sample": BLOCK_INPUT,
             "transient_bytes_per_sample": TRANSIENT,
+            **(structure or {}),
         },
     }
     if trainable is not None:
@@ -80,8 +81,21 @@ def test_memory_of_each_layout_term_by_term() -> None:
     assert grad_op["gathered"] == 4 * (P + UNIT)  # the whole model gathered from forward to backward
     assert parts(prof, "fsdp:full_shard", 2, shard=1)["gathered"] == 0  # one GPU gathers nothing
     ac = parts(prof, "ddp+ac", 2)
-    per_sample = BLOCKS * BLOCK_INPUT + (SAVED - BLOCKS * BLOCK_SAVED) + BLOCK_SAVED  # inputs + rest + one recompute
-    assert ac["activations"] == 2 * per_sample and ac["transient"] == 2 * TRANSIENT
+    # each block keeps its input; the head's phase (saved outside the blocks + the loss temporaries) and one block's
+    # recompute peak at different times: the larger of the two
+    assert ac["activations"] == 2 * BLOCKS * BLOCK_INPUT
+    assert ac["transient"] == 2 * max(SAVED - BLOCKS * BLOCK_SAVED + TRANSIENT, BLOCK_SAVED)
+    # what does not grow with the batch (autocast's weight copies) adds once; under FSDP only the gathered share
+    fixed = small(structure={"fixed_bytes": 3e6})
+    assert parts(fixed, "ddp", 2)["transient"] == 3e6 + 2 * TRANSIENT
+    share = (200_000 + 2 * UNIT) / P  # the root + two units in flight
+    assert parts(fixed, "fsdp:full_shard", 2, shard=4)["transient"] == pytest.approx(3e6 * share + 2 * TRANSIENT)
+    # the optimizer step's own peak (foreach temporaries) wins when larger than the backward's, sharded with the state
+    opt = small(structure={"optimizer_transient_bytes": 50e6})
+    assert parts(opt, "ddp", 2)["transient"] == 50e6 - 2 * SAVED
+    assert parts(opt, "fsdp:full_shard", 2, shard=4)["transient"] == pytest.approx(
+        max(50e6 / 4, 2 * (SAVED + TRANSIENT)) - 2 * SAVED
+    )
     pipe = parts(prof, "pipeline:2", 3, stages=2, micro_steps=4)
     assert (pipe["weights"], pipe["optimizer"]) == (2 * P, 4 * P)
     assert pipe["activations"] == 3 * SAVED / 2 * 2  # half the blocks, 2 micro-batches in flight on stage 1

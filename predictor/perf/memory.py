@@ -75,6 +75,9 @@ class Sizes:
     block_saved: float
     block_input: float
     transient: float
+    fixed: float  # bytes at the forward/backward peak that do not grow with the batch (structure.fixed_bytes)
+    optimizer_transient: float  # optimizer.step()'s own peak above the state (structure.optimizer_transient_bytes)
+    gathered_share: float  # the share of the parameters FSDP holds gathered at once (root + units in flight)
     measured_act: float | None  # per sample, from the measured peak (no structure)
     wrap_min_params: int
 
@@ -102,6 +105,9 @@ def _sizes(profile: Profile) -> Sizes:
     block_saved = float(st.block_saved_bytes_per_sample or 0.0) if st is not None else 0.0
     block_input = float(st.block_input_bytes_per_sample or 0.0) if st is not None else 0.0
     transient = float(st.transient_bytes_per_sample or 0.0) if st is not None else 0.0
+    fixed = float(st.fixed_bytes or 0.0) if st is not None else 0.0
+    optimizer_transient = float(st.optimizer_transient_bytes or 0.0) if st is not None else 0.0
+    gathered_share = min(1.0, (rest + UNITS_IN_FLIGHT * unit) / params) if params else 1.0
     measured = None
     mem = profile.memory
     if saved is None and mem is not None and mem.peak_allocated_bytes:
@@ -126,6 +132,9 @@ def _sizes(profile: Profile) -> Sizes:
         block_saved,
         block_input,
         transient,
+        fixed,
+        optimizer_transient,
+        gathered_share,
         measured,
         wrap,
     )
@@ -212,15 +221,29 @@ def memory_parts(
         parts["activations"] = (z.measured_act or 0.0) * micro
         parts["transient"] = 0.0 * micro  # inside the measured peak
     else:
-        if layout.activation_checkpointing:  # each block keeps its input; one block's saved tensors recomputed
-            saved = z.blocks * z.block_input + max(0.0, z.saved - z.blocks * z.block_saved) + z.block_saved
+        if layout.activation_checkpointing:
+            # each block keeps its input; the rest peaks in one of two phases that never meet: the head's
+            # (the saved tensors outside the blocks and the temporaries of the loss) or one block's recompute
+            kept = z.blocks * z.block_input
+            rest = np.maximum(max(0.0, z.saved - z.blocks * z.block_saved) + z.transient, z.block_saved)
         else:
-            saved = z.saved
+            kept, rest = z.saved, z.transient
+        split = 1.0
         if layout.strategy == "pipeline":  # one stage's share, the first stage holding up to p micro-batches
             p = np.maximum(stages, 1)
-            saved = saved / p * np.minimum(p, np.maximum(micro_steps, 1))
-        parts["activations"] = saved * micro
-        parts["transient"] = z.transient * micro
+            split = p
+            in_flight = np.minimum(p, np.maximum(micro_steps, 1))
+            kept, rest = kept / p * in_flight, rest / p
+        # what does not grow with the batch (autocast's 16-bit weight copies): under FSDP only the gathered units'
+        # share (FSDP's mixed precision gathers 16-bit units; nothing else is copied); the optimizer step peaks on
+        # its own (its foreach temporaries scale with the state it holds)
+        fixed = z.fixed
+        if layout.strategy == "fsdp":
+            fixed = z.fixed * np.where(np.maximum(shard, 1) > 1, z.gathered_share, 1.0)
+        optimizer_peak = z.optimizer_transient / (np.maximum(shard, 1) if layout.strategy == "fsdp" else split)
+        phase = fixed / split + (kept + rest) * micro
+        parts["activations"] = kept * micro
+        parts["transient"] = np.maximum(phase, optimizer_peak) - kept * micro
     parts["context"] = float(CUDA_CONTEXT_BYTES)
     return parts
 
@@ -271,7 +294,12 @@ def estimate_memory(
     parts = {
         k: float(v)
         for k, v in memory_parts(
-            profile, layout, float(per_device_batch), shard=shard, stages=stages, micro_steps=stages
+            profile,
+            layout,
+            float(per_device_batch),
+            shard=shard,
+            stages=stages,
+            micro_steps=stages if micro_steps is None else micro_steps,
         ).items()
     }
     z = profile_sizes(profile)
