@@ -15,7 +15,7 @@ from torch import nn
 
 from _support import SCRIPTS, drift_plan, plan_layout
 from lightning_srifty import plan_strategy
-from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy, resolve_policy
+from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy, loss_weight, resolve_policy, scale_loss
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy, apply_checkpointing
 from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, _TimedDist, layout_name, structure
 from lightning_srifty.protocol import LaunchEnv, entry_strategy, strategy_text
@@ -87,10 +87,15 @@ def test_plan_strategy_builds_the_layouts_strategy_and_outside_a_launch_the_defa
     assert plan_strategy("auto") == "auto"  # one rank of plain ddp
 
 
-def test_fsdp_refuses_unequal_batches_and_names_a_missing_block(launched) -> None:
+def test_fsdp_weights_unequal_batches_and_names_a_missing_block(launched) -> None:
     launched(strategy_text("fsdp", {"sharding_strategy": "FULL_SHARD"}), "5,3")
-    with pytest.raises(ConfigError, match=r"same batch on every rank.*\[5, 3\].*DDP only"):
-        plan_strategy()
+    fsdp = plan_strategy()
+    assert fsdp.batch_sizes == [5, 3]
+    # rank r's mean loss x b_r x ranks / sum(b): the mean over ranks FSDP reduces is the global-batch mean
+    assert [loss_weight([5, 3], r) for r in (0, 1)] == [1.25, 0.75] and loss_weight([4, 4], 1) == 1.0
+    loss = torch.tensor(2.0)
+    assert scale_loss(loss, 0.75).item() == 1.5 and scale_loss({"loss": loss, "n": 1}, 1.25)["loss"].item() == 2.5
+    assert scale_loss(None, 0.5) is None and scale_loss(loss, 1.0) is loss
     launched(strategy_text("fsdp", {"auto_wrap_policy": ["LlamaDecoderLayer"]}))
     with pytest.raises(ConfigError, match=r"'LlamaDecoderLayer'.*its classes are: Block, Linear, ReLU, Sequential"):
         plan_strategy(model=nn.Sequential(Block(), nn.ReLU()))

@@ -46,9 +46,12 @@ def test_position_carries_over_to_another_split() -> None:
 
 
 @pytest.mark.ddp
-def test_unequal_batches_give_the_global_batch_gradient(tmp_path, subprocess_env) -> None:
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_unequal_batches_give_the_global_batch_gradient(tmp_path, subprocess_env, strategy) -> None:
+    """DDP weights the gradient buckets, FSDP the losses: both reduce to the global batch's gradient."""
+    flag = ["--fsdp"] if strategy == "fsdp" else []
     result = subprocess.run(
-        [sys.executable, str(SCRIPTS / "hetero_grad_check.py"), str(tmp_path / "r.txt")],
+        [sys.executable, str(SCRIPTS / "hetero_grad_check.py"), str(tmp_path / "r.txt"), *flag],
         capture_output=True,
         text=True,
         timeout=180,

@@ -22,6 +22,7 @@ import torch
 from lightning.pytorch.strategies import FSDPStrategy, StrategyRegistry
 from torch import nn
 
+from lightning_srifty.ddp.hetero import rank_weights
 from predictor.exceptions import ConfigError
 
 # the arguments whose block classes may be given by name
@@ -81,21 +82,26 @@ def resolve_policy(policy: Any, module: nn.Module | None, parameter: str) -> Any
     return policy
 
 
-def check_equal_batches(batch_sizes: Iterable[int] | None) -> None:
-    """FSDP takes one batch size on every rank: unequal per-rank batches (a heterogeneous fleet's split) are
-    DDP-only.
-
-    Raises:
-        ConfigError: the batches are unequal.
-    """
+def loss_weight(batch_sizes: Iterable[int] | None, rank: int) -> float:
+    """What rank ``rank``'s mean loss is multiplied by so that FSDP's gradient reduction (a mean over the ranks) is
+    the mean over the global batch when ranks take unequal batches: ``b_r x ranks / sum(b)`` (1 when they are equal).
+    DDP weights the gradient buckets instead (:mod:`lightning_srifty.ddp.hetero`); FSDP has no communication hook,
+    and scaling the loss is the same by linearity."""
     sizes = list(batch_sizes or ())
-    if len(set(sizes)) > 1:
-        raise ConfigError(
-            f"FSDP needs the same batch on every rank. Got batch_sizes {sizes!r}: unequal per-rank batches are for "
-            "DDP only (srifty_ddp weights each rank's gradient); re-plan with an equal split or a ddp layout.",
-            parameter="batch_sizes",
-            value=sizes,
-        )
+    if len(set(sizes)) <= 1:
+        return 1.0
+    return rank_weights(sizes)[rank]
+
+
+def scale_loss(output: Any, weight: float) -> Any:
+    """``training_step``'s output with its loss multiplied by ``weight`` (a tensor, or a mapping with ``"loss"``)."""
+    if weight == 1.0 or output is None:
+        return output
+    if isinstance(output, torch.Tensor):
+        return output * weight
+    if isinstance(output, Mapping) and isinstance(output.get("loss"), torch.Tensor):
+        return {**output, "loss": output["loss"] * weight}
+    return output
 
 
 class SriftyFSDPStrategy(FSDPStrategy):
@@ -104,10 +110,13 @@ class SriftyFSDPStrategy(FSDPStrategy):
     (``{"min_num_params": N}``), and which trains on CPU too (see the module docstring).
 
     Takes every argument of ``FSDPStrategy``, and ``batch_sizes``: the per-rank batches ``srifty launch`` gives;
-    they must be equal (FSDP has no weighted reduction).
+    when they are unequal (a heterogeneous fleet's speed-proportional split, or a global batch that does not divide
+    by the ranks) each rank's loss is weighted (:func:`loss_weight`) so the reduced gradient is the global-batch
+    mean, as ``srifty_ddp`` does for DDP. The loss the progress bar shows is then the weighted one; what
+    ``self.log`` records in ``training_step`` is not.
 
     Raises:
-        ConfigError: unequal ``batch_sizes``; at set-up, a named class the model does not have.
+        ConfigError: at set-up, a named class the model does not have, or not one batch size per rank.
     """
 
     strategy_name = "srifty_fsdp"
@@ -120,7 +129,6 @@ class SriftyFSDPStrategy(FSDPStrategy):
         batch_sizes: Iterable[int] | None = None,
         **kwargs: Any,
     ) -> None:
-        check_equal_batches(batch_sizes)
         self.batch_sizes = list(batch_sizes) if batch_sizes is not None else None
         # names wait for the model (setup); everything else goes to Lightning now
         self._named = {
@@ -163,6 +171,9 @@ class SriftyFSDPStrategy(FSDPStrategy):
                 value=self.batch_sizes,
             )
         super().setup(trainer)
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        return scale_loss(super().training_step(*args, **kwargs), loss_weight(self.batch_sizes, self.global_rank))
 
     def _setup_model(self, model: nn.Module) -> nn.Module:
         if self.root_device.type != "cpu":
