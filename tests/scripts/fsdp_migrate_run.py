@@ -5,8 +5,8 @@ python tests/scripts/fsdp_migrate_run.py OUT --batch-sizes 6,6 --max-steps 12 [-
 
 A small model of repeated blocks (each its own FSDP unit), Adam. Every rank appends the sample ids of each step to
 OUT/seen-rank<r>.txt ("epoch step id id ..."); rank 0 appends the full (gathered) parameters after each step to
-OUT/params.txt and writes the full Adam state to OUT/optim-<when>.json: "start" when a resumed run begins training,
-"saved" right after the leaving checkpoint. Checkpoints go to --ckpt-uri (default OUT/ckpt).
+OUT/params.txt; a resumed run saves what it restored (model and Adam state, with its own strategy: a directory
+under FSDP) to OUT/at-start.ckpt before its first step. Checkpoints go to --ckpt-uri (default OUT/ckpt).
 """
 
 import argparse
@@ -105,46 +105,19 @@ def full_parameters(trainer: pl.Trainer) -> list[float]:
         return torch.cat([p.detach().flatten() for p in module.parameters()]).tolist()
 
 
-def full_adam_state(trainer: pl.Trainer) -> dict:
-    """The optimizer's state by parameter name, whole (a collective under FSDP)."""
-    from torch.distributed.fsdp import FullyShardedDataParallel
-
-    optimizer = trainer.optimizers[0]
-    root = _fsdp_root(trainer)
-    if root is not None:
-        state = FullyShardedDataParallel.optim_state_dict(root, optimizer)["state"]
-    else:
-        names = {id(p): n for n, p in trainer.lightning_module.named_parameters()}
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        state = {names[id(p)]: optimizer.state[p] for p in params if p in optimizer.state}
-    return {
-        name.replace("_fsdp_wrapped_module.", ""): {k: torch.as_tensor(v).flatten().tolist() for k, v in s.items()}
-        for name, s in state.items()
-    }
-
-
 class Record(pl.Callback):
-    """The Adam state when a (resumed) run starts, and right after the leaving checkpoint; SIGTERM at a step."""
+    """A resumed run saves what it restored (OUT/at-start.ckpt) before its first step; SIGTERM at a step."""
 
-    def __init__(self, out: Path, sigterm_at: int | None, preemption: SpotPreemption) -> None:
-        self.out, self.sigterm_at, self.preemption = out, sigterm_at, preemption
-
-    def _write(self, trainer: pl.Trainer, when: str) -> None:
-        state = full_adam_state(trainer)
-        if trainer.is_global_zero:
-            payload = {"step": trainer.global_step, "state": state}
-            (self.out / f"optim-{when}.json").write_text(json.dumps(payload))
+    def __init__(self, out: Path, sigterm_at: int | None) -> None:
+        self.out, self.sigterm_at = out, sigterm_at
 
     def on_train_start(self, trainer, *args) -> None:
-        self._write(trainer, "start")
+        if trainer.ckpt_path:  # what the resumed run holds, as its own strategy saves it (the optimizer included)
+            trainer.save_checkpoint(str(self.out / "at-start.ckpt"))
 
     def on_train_batch_end(self, trainer, *args) -> None:
         if self.sigterm_at is not None and trainer.global_step == self.sigterm_at:
             os.kill(os.getpid(), signal.SIGTERM)  # SpotPreemption (after this callback) saves at this step
-
-    def on_train_end(self, trainer, *args) -> None:
-        if self.preemption.preempted:
-            self._write(trainer, "saved")
 
 
 def main() -> None:
@@ -165,7 +138,7 @@ def main() -> None:
     sampler = GlobalBatchSampler(N, sizes, rank, shuffle=True, seed=7)
     loader = DataLoader(Indexed(), batch_sampler=sampler)
     preemption = SpotPreemption(args.ckpt_uri or str(out / "ckpt"), exit_process=False, every_s=args.every_s, keep=2)
-    callbacks = [ExactResume(), Record(out, args.sigterm_at, preemption), preemption]
+    callbacks = [ExactResume(), Record(out, args.sigterm_at), preemption]
     if args.strategy == "fsdp":
         from lightning.pytorch.strategies import FSDPStrategy
 
@@ -211,7 +184,7 @@ def main() -> None:
         assert found is not None, f"no sound checkpoint in {args.resume_from}"
         ckpt = local_checkpoint(found, str(out / "download"))  # a remote directory: fetched and checked first
         if args.strategy != "fsdp" and os.path.isdir(ckpt):  # one device / DDP read files only
-            ckpt = consolidate(ckpt, str(out / "consolidated.ckpt")) if rank == 0 else str(out / "consolidated.ckpt")
+            ckpt = consolidate(ckpt, str(out / f"consolidated-rank{rank}.ckpt"))
     trainer.fit(Model(out), train_dataloaders=loader, ckpt_path=ckpt, weights_only=True)
     if preemption.preempted and trainer.is_global_zero:
         (out / "preempted.json").write_text(json.dumps({"step": trainer.global_step, "checkpoint": ckpt}))
