@@ -102,7 +102,7 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, folder: 
         torch.load(sharded / "meta.pt", weights_only=True)
 
     def save_full(full: Path) -> None:
-        config = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+        config = FullStateDictConfig(offload_to_cpu=False, rank0_only=True)  # on CPU already (True segfaults there)
         with FullyShardedDataParallel.state_dict_type(model, StateDictType.FULL_STATE_DICT, config):
             state = {
                 "state_dict": model.state_dict(),
@@ -113,7 +113,7 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, folder: 
 
     def load_full(full: Path) -> None:
         state = torch.load(full, map_location="cpu", weights_only=True, mmap=True)
-        config = FullStateDictConfig(offload_to_cpu=True, rank0_only=False)
+        config = FullStateDictConfig(offload_to_cpu=False, rank0_only=False)
         with FullyShardedDataParallel.state_dict_type(model, StateDictType.FULL_STATE_DICT, config):
             model.load_state_dict(state["state_dict"])
             optimizer.load_state_dict(
