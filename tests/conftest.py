@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -64,9 +66,9 @@ def catalog():
     return Catalog.load(use_refreshed=False, use_env=False)
 
 
-@pytest.fixture
-def moto_endpoint():
-    """moto's server in its own process on a free port of 127.0.0.1 (AWS managed IAM policies loaded)."""
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """moto's server in its own process on a free port of 127.0.0.1 (AWS managed IAM policies loaded): its URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -87,9 +89,18 @@ def moto_endpoint():
     else:
         proc.kill()
         pytest.fail("moto's server did not start")
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def moto_endpoint():
+    """moto's server for one test (see :func:`moto_server`)."""
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="session")

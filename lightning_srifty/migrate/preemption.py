@@ -19,17 +19,15 @@ truncated newer one. Paths are local or any fsspec URL (``s3://bucket/prefix`` w
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import re
+import shutil
 import signal
 import socket
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import PurePosixPath
 from typing import Any
 
 import lightning.pytorch as pl
@@ -37,6 +35,19 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import Callback
 
 from lightning_srifty import protocol
+from lightning_srifty.migrate.checkpoints import (  # noqa: F401 - re-exported: their home before sharded checkpoints
+    DIGEST_SUFFIX,
+    find_checkpoint,
+    owned_files,
+    read_digest,
+    rm_checkpoint,
+    sha256_of,
+    unsafe_globals,
+    upload_files,
+    write_digest,
+    write_manifest,
+    writes_directory,
+)
 from lightning_srifty.migrate.spot_watcher import Notice, SpotWatcher
 from lightning_srifty.protocol import Failed, Finished, Heartbeat, LaunchEnv, Preempted, Started
 
@@ -44,7 +55,6 @@ log = logging.getLogger("lightning_srifty")
 
 PREEMPTED_EXIT_CODE = protocol.PREEMPTED_EXIT_CODE  # 75, EX_TEMPFAIL (sysexits.h): run again, elsewhere
 PREEMPTED_MARKER = protocol.PREEMPTED  # written beside the checkpoints by rank 0 when it leaves on a notice
-_STEP = re.compile(r"step=(\d+)")
 
 
 class SpotPreemption(Callback):
@@ -306,9 +316,7 @@ class SpotPreemption(Callback):
         if trainer.is_global_zero and len(periodic) > self.keep:
             fs = get_filesystem(self.dirpath)
             for old in periodic[: -self.keep]:
-                fs.rm(old)
-                if fs.exists(old + DIGEST_SUFFIX):
-                    fs.rm(old + DIGEST_SUFFIX)
+                rm_checkpoint(fs, old)  # a file or a sharded directory, with its digest
                 self.checkpoints.remove(old)
 
     def save(self, trainer: pl.Trainer, reason: str = "manual", deadline_s: float | None = None) -> str:
@@ -317,10 +325,14 @@ class SpotPreemption(Callback):
 
         With ``deadline_s`` and a remote folder (``s3://``...), the checkpoint is saved to local disk first and
         uploaded within the deadline; if the store does not take it in time (an outage), it stays on local disk,
-        the returned path is the local one and ``self.stored`` says so."""
+        the returned path is the local one and ``self.stored`` says so.
+
+        A sharded strategy (FSDP ``state_dict_type="sharded"``) writes a directory: see :meth:`_save_directory`."""
         final = f"{self.dirpath}/{reason}-step={trainer.global_step}.ckpt"
         self.stored = "durable"
-        if deadline_s is None or "://" not in self.dirpath or self.dirpath.startswith("file://"):
+        if writes_directory(trainer.strategy):
+            final = self._save_directory(trainer, final, deadline_s)
+        elif deadline_s is None or "://" not in self.dirpath or self.dirpath.startswith("file://"):
             partial = final + ".partial"
             trainer.save_checkpoint(partial)
             trainer.strategy.barrier("srifty-preempt-save")
@@ -334,6 +346,82 @@ class SpotPreemption(Callback):
         self.checkpoints.append(final)
         self._last_save = time.monotonic()
         return final
+
+    def _save_directory(self, trainer: pl.Trainer, final: str, deadline_s: float | None) -> str:
+        """Every rank writes its shards into ``<name>.partial/``; after a barrier each rank hashes the files it wrote,
+        rank 0 gathers the digests, writes the manifest ``<name>.sha256`` and renames the directory into place.
+
+        A remote folder gets the same, on local disk first (Lightning writes sharded checkpoints to local paths
+        only); then every rank uploads its own files (within the deadline when there is one) and rank 0, once every
+        rank's upload succeeded, uploads the manifest last: an object store has no directory rename, so there the
+        manifest is what publishes it (:func:`find_checkpoint` refuses files that do not match it, and a directory
+        without one is checked against its own index). If a rank's upload fails or runs out of time, the checkpoint
+        stays on local disk, as for a file."""
+        started = time.monotonic()
+        remote = "://" in self.dirpath and not self.dirpath.startswith("file://")
+        name = final.rsplit("/", 1)[-1]
+        local = os.path.join(self.local_fallback, name) if remote else final.removeprefix("file://")
+        digests = self._publish_local_directory(trainer, local)
+        if not remote:
+            return final
+        rank = trainer.global_rank
+        mine = owned_files(local, rank)
+        budget = None if deadline_s is None else deadline_s - (time.monotonic() - started)
+        error = _within(budget, lambda: upload_files(local, final, mine))
+        uploaded = trainer.strategy.reduce_boolean_decision(error is None, all=True)
+        where = final
+        if trainer.is_global_zero:
+            if uploaded:
+                budget = None if deadline_s is None else deadline_s - (time.monotonic() - started)
+                error = _within(budget, lambda: write_manifest(get_filesystem(final), final, digests))
+                uploaded = error is None
+            if not uploaded:
+                where = local
+                self.stored = f"local {socket.gethostname()}:{local}"
+                log.error(
+                    "SpotPreemption: the sharded checkpoint did not reach %s%s (%s); it is kept on local disk at %s "
+                    "(each node holds the shards its ranks wrote), and the next fleet resumes from the newest "
+                    "checkpoint that did.",
+                    final,
+                    "" if deadline_s is None else f" within {deadline_s:.0f} s",
+                    error or "another rank's upload failed",
+                    local,
+                )
+        where = trainer.strategy.broadcast(where)
+        self.stored = trainer.strategy.broadcast(self.stored)
+        if where == final:  # durable in the store: the local copy is not needed any more
+            trainer.strategy.barrier("srifty-sharded-uploaded")
+            if trainer.is_global_zero:
+                shutil.rmtree(local, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    os.remove(local + DIGEST_SUFFIX)
+        return where
+
+    def _publish_local_directory(self, trainer: pl.Trainer, final: str) -> dict[str, str]:
+        """Save into ``final + ".partial"``, hash (each rank its own files), write the manifest, rename; return the
+        digests (complete on rank 0)."""
+        import torch.distributed as dist
+
+        partial = final + ".partial"
+        if trainer.is_global_zero:  # a save cut short earlier (maybe on another world size) leaves stale shards
+            shutil.rmtree(partial, ignore_errors=True)
+        trainer.strategy.barrier("srifty-sharded-clean")
+        trainer.save_checkpoint(partial)
+        trainer.strategy.barrier("srifty-preempt-save")
+        fs = get_filesystem(partial)
+        mine = {rel: sha256_of(fs, os.path.join(partial, rel)) for rel in owned_files(partial, trainer.global_rank)}
+        gathered: list[Any] = [mine]
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            gathered = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, mine)
+        digests = {rel: h for part in gathered for rel, h in (part or {}).items()}
+        if trainer.is_global_zero:
+            write_manifest(fs, final, digests)  # before the rename: a published directory always has it
+            if os.path.isdir(final):
+                shutil.rmtree(final)
+            os.replace(partial, final)
+        trainer.strategy.barrier("srifty-preempt-renamed")
+        return digests
 
     def _save_with_deadline(self, trainer: pl.Trainer, final: str, deadline_s: float) -> str:
         started = time.monotonic()
@@ -390,9 +478,10 @@ class SpotPreemption(Callback):
         )
 
 
-def _within(seconds: float, work: Callable[[], None]) -> str | None:
-    """Run ``work`` in a daemon thread for at most ``seconds``: None when it finished, else what went wrong (its
-    error, or the time running out: the thread is left behind, the process is about to leave anyway)."""
+def _within(seconds: float | None, work: Callable[[], None]) -> str | None:
+    """Run ``work`` in a daemon thread for at most ``seconds`` (None: as long as it takes): None when it finished,
+    else what went wrong (its error, or the time running out: the thread is left behind, the process is about to
+    leave anyway)."""
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -403,96 +492,7 @@ def _within(seconds: float, work: Callable[[], None]) -> str | None:
 
     thread = threading.Thread(target=run, name="srifty-deadline", daemon=True)
     thread.start()
-    thread.join(max(0.0, seconds))
+    thread.join(None if seconds is None else max(0.0, seconds))
     if thread.is_alive():
         return f"no answer within {seconds:.0f} s"
     return f"{type(failure[0]).__name__}: {failure[0]}" if failure else None
-
-
-DIGEST_SUFFIX = ".sha256"  # beside every checkpoint SpotPreemption publishes, in sha256sum's format
-
-
-def sha256_of(fs: Any, path: str, chunk: int = 8 << 20) -> str:
-    """Hex sha256 of a file, streamed (constant memory)."""
-    digest = hashlib.sha256()
-    with fs.open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_digest(fs: Any, checkpoint: str, hexdigest: str) -> None:
-    """Write ``<checkpoint>.sha256`` atomically (temporary name, then rename)."""
-    target = checkpoint + DIGEST_SUFFIX
-    with fs.open(target + ".partial", "w") as f:
-        f.write(f"{hexdigest}  {PurePosixPath(checkpoint).name}\n")
-    fs.mv(target + ".partial", target)
-
-
-def read_digest(fs: Any, checkpoint: str) -> str | None:
-    """The recorded sha256 of ``checkpoint``, or None when none was recorded."""
-    target = checkpoint + DIGEST_SUFFIX
-    if not fs.exists(target):
-        return None
-    with fs.open(target, "r") as f:
-        return f.read().split()[0].strip().lower()
-
-
-def unsafe_globals(fs: Any, path: str) -> list[str]:
-    """Objects the checkpoint's pickle would construct that torch's weights-only loader does not allow (read from
-    the pickle's opcodes; nothing is executed). A Lightning checkpoint of tensors, numbers, strings and containers
-    has none; ``os.system`` or any class a checkpoint smuggles in is named here."""
-    from torch.serialization import get_unsafe_globals_in_checkpoint
-
-    with fs.open(path, "rb") as f:
-        return list(get_unsafe_globals_in_checkpoint(f))
-
-
-def find_checkpoint(dirpath: str) -> str | None:
-    """The newest sound checkpoint in ``dirpath`` (by step in the name, then modification time), or None.
-
-    Sound means: its recorded sha256 (written by :class:`SpotPreemption` before it publishes a checkpoint) matches
-    the file; its pickle constructs nothing outside torch's weights-only allowlist (a checkpoint is data, never
-    code: one that would call ``os.system`` is refused, not run); and, when no digest was recorded (a checkpoint
-    written by something else), it loads with ``torch.load(weights_only=True)``. A newer checkpoint that fails is
-    skipped with a warning naming why, and the previous one is tried. Resume with
-    ``trainer.fit(..., ckpt_path=path, weights_only=True)`` so the load itself is weights-only too.
-    """
-    import torch
-
-    fs = get_filesystem(dirpath)
-    if not fs.exists(dirpath):
-        return None
-    entries = [e for e in fs.ls(dirpath, detail=True) if str(e["name"]).endswith(".ckpt")]
-
-    def key(entry: dict[str, Any]) -> tuple[int, float]:
-        match = _STEP.search(PurePosixPath(str(entry["name"])).name)
-        mtime = entry.get("mtime") or entry.get("LastModified") or 0
-        return (
-            int(match.group(1)) if match else -1,
-            mtime.timestamp() if hasattr(mtime, "timestamp") else float(mtime),
-        )
-
-    protocol = dirpath.split("://", 1)[0] + "://" if "://" in dirpath else ""
-    for entry in sorted(entries, key=key, reverse=True):
-        name = str(entry["name"])
-        path = name if "://" in name or not protocol else protocol + name
-        try:
-            recorded = read_digest(fs, path)
-            if recorded is not None and sha256_of(fs, path) != recorded:
-                raise ValueError(f"its sha256 differs from the one recorded when it was saved ({path}{DIGEST_SUFFIX})")
-            unsafe = unsafe_globals(fs, path)
-            if unsafe:
-                raise ValueError(
-                    f"its pickle would construct {', '.join(unsafe[:5])}, which a weights-only load refuses (a "
-                    "checkpoint must be data, not code); if you wrote it and trust it, pass it explicitly"
-                )
-            if recorded is None:  # not one of ours: make sure it loads at all
-                with fs.open(path, "rb") as f:
-                    state = torch.load(f, map_location="cpu", weights_only=True)
-                if not isinstance(state, dict) or "state_dict" not in state or "global_step" not in state:
-                    raise ValueError("not a Lightning checkpoint (no state_dict / global_step)")
-            return path
-        except Exception as exc:  # noqa: BLE001 - any failure means: not this one
-            log.warning("SriftyCallback: skipping checkpoint %s: %s; trying an older one", path, exc)
-    return None

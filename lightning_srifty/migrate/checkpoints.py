@@ -1,0 +1,384 @@
+"""Checkpoints a run can trust: sha256 digests, the weights-only rule, and sharded (directory) checkpoints.
+
+A checkpoint is a file (``torch.save``: DDP, one device) or, under ``FSDPStrategy(state_dict_type="sharded")`` and
+``ModelParallelStrategy``, a directory written through ``torch.distributed.checkpoint`` (DCP) by every rank:
+``.metadata`` (a pickle of where each tensor's chunks live), ``__<rank>_<n>.distcp`` (each rank's shards) and
+Lightning's ``meta.pt`` (the rest: step, loops, callbacks' state). Beside each checkpoint ``SpotPreemption`` writes
+``<checkpoint>.sha256`` in ``sha256sum`` format: one line for a file, one per file for a directory
+(``sha256sum -c`` checks either from the checkpoint's folder).
+
+Loading a DCP directory runs ``pickle.load`` on ``.metadata`` and ``torch.load(weights_only=False)`` on the byte
+entries (optimizer ``param_groups``, Python values) inside the ``.distcp`` files; :func:`vet_directory` reads all
+of them without executing anything and refuses any object outside an allowlist, as the weights-only rule does for
+files. A directory saved on N ranks loads on M ranks (DCP reshards on load); :func:`consolidate` turns it into one
+file for a strategy that cannot read a directory (one device, DDP).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import pickle
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import PurePosixPath
+from typing import Any
+
+from lightning.fabric.utilities.cloud_io import get_filesystem
+
+log = logging.getLogger("lightning_srifty")
+
+DIGEST_SUFFIX = ".sha256"  # beside every checkpoint SpotPreemption publishes, in sha256sum's format
+DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's index (filesystem._metadata_fn)
+LIGHTNING_META = "meta.pt"  # Lightning's non-tensor state in a sharded checkpoint (strategies.fsdp._METADATA_FILENAME)
+_STEP = re.compile(r"step=(\d+)")
+_SHARD = re.compile(r"__(\d+)_\d+\.distcp$")
+
+# What a DCP .metadata pickle may construct: the index's own dataclasses, torch.Size, dtypes and layouts, a path.
+_METADATA_GLOBALS = {
+    "torch.distributed.checkpoint.metadata": {
+        "Metadata",
+        "TensorStorageMetadata",
+        "TensorProperties",
+        "ChunkStorageMetadata",
+        "BytesStorageMetadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "_MEM_FORMAT_ENCODING",
+    },
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},
+    "torch": {"Size"},
+    "pathlib": {"PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath", "Path"},
+    "collections": {"OrderedDict"},
+}
+
+
+# --- digests -------------------------------------------------------------------------------------------------------
+
+
+def sha256_of(fs: Any, path: str, chunk: int = 8 << 20) -> str:
+    """Hex sha256 of a file, streamed (constant memory)."""
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_digest(fs: Any, checkpoint: str, hexdigest: str) -> None:
+    """Write ``<checkpoint>.sha256`` for a file checkpoint, atomically (temporary name, then rename)."""
+    write_manifest(fs, checkpoint, {"": hexdigest})
+
+
+def write_manifest(fs: Any, checkpoint: str, digests: dict[str, str]) -> None:
+    """Write ``<checkpoint>.sha256`` atomically: ``{relative path: hex}`` for a directory (``""`` for a file)."""
+    name = PurePosixPath(checkpoint).name
+    lines = [
+        f"{hexdigest}  {name}/{rel}" if rel else f"{hexdigest}  {name}" for rel, hexdigest in sorted(digests.items())
+    ]
+    target = checkpoint + DIGEST_SUFFIX
+    with fs.open(target + ".partial", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    fs.mv(target + ".partial", target)
+
+
+def read_manifest(fs: Any, checkpoint: str) -> dict[str, str] | None:
+    """The recorded digests of ``checkpoint`` (``{relative path: hex}``, ``""`` for a file), or None."""
+    target = checkpoint + DIGEST_SUFFIX
+    if not fs.exists(target):
+        return None
+    digests = {}
+    with fs.open(target, "r") as f:
+        for line in f.read().splitlines():
+            if line.strip():
+                hexdigest, path = line.split(maxsplit=1)
+                path = path.strip().lstrip("*")  # sha256sum's binary-mode mark
+                digests[path.split("/", 1)[1] if "/" in path else ""] = hexdigest.lower()
+    return digests
+
+
+def read_digest(fs: Any, checkpoint: str) -> str | None:
+    """The recorded sha256 of a file ``checkpoint``, or None when none was recorded."""
+    digests = read_manifest(fs, checkpoint)
+    return None if digests is None else next(iter(digests.values()), None)
+
+
+def unsafe_globals(fs: Any, path: str) -> list[str]:
+    """Objects the checkpoint's pickle would construct that torch's weights-only loader does not allow (read from
+    the pickle's opcodes; nothing is executed). A Lightning checkpoint of tensors, numbers, strings and containers
+    has none; ``os.system`` or any class a checkpoint smuggles in is named here."""
+    with fs.open(path, "rb") as f:
+        return _unsafe_in_torch_save(f)
+
+
+def _unsafe_in_torch_save(f: Any) -> list[str]:
+    from torch.serialization import get_unsafe_globals_in_checkpoint
+
+    return list(get_unsafe_globals_in_checkpoint(f))
+
+
+# --- directory checkpoints -----------------------------------------------------------------------------------------
+
+
+def writes_directory(strategy: Any) -> bool:
+    """True when ``strategy.save_checkpoint`` writes a DCP directory (FSDP sharded, ModelParallel distributed)."""
+    return getattr(strategy, "_state_dict_type", None) == "sharded" or bool(
+        getattr(strategy, "_save_distributed_checkpoint", False)
+    )
+
+
+def owned_files(directory: str, rank: int) -> list[str]:
+    """The files of a local checkpoint directory that ``rank`` wrote (its ``__<rank>_<n>.distcp``); rank 0 also owns
+    the rest (``.metadata``, ``meta.pt``). Each rank hashes and uploads its own: no file twice, and on a multi-node
+    fleet with node-local disks each file is handled on the node that has it."""
+    mine = []
+    for root, _, files in os.walk(directory):
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), directory).replace(os.sep, "/")
+            shard = _SHARD.search(name)
+            if (int(shard.group(1)) if shard else 0) == rank:
+                mine.append(rel)
+    return sorted(mine)
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles a DCP ``.metadata`` constructing only :data:`_METADATA_GLOBALS` and torch dtypes."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        import torch
+
+        if name in _METADATA_GLOBALS.get(module, ()) or (
+            module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        ):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+
+def read_dcp_metadata(fs: Any, directory: str) -> Any:
+    """The DCP index of ``directory``, unpickled constructing nothing outside the allowlist.
+
+    Raises:
+        ValueError: it is missing, or its pickle would construct something else (named).
+    """
+    path = f"{directory}/{DCP_METADATA}"
+    if not fs.exists(path):
+        raise ValueError(f"it has no {DCP_METADATA} (not a torch.distributed.checkpoint directory, or incomplete)")
+    with fs.open(path, "rb") as f:
+        data = f.read()
+    try:
+        return _MetadataUnpickler(io.BytesIO(data)).load()
+    except pickle.UnpicklingError as exc:
+        raise ValueError(
+            f"its {DCP_METADATA} pickle would construct {exc}, which is not part of a checkpoint index (a checkpoint "
+            "must be data, not code)"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - a truncated or garbled pickle
+        raise ValueError(f"its {DCP_METADATA} does not read ({type(exc).__name__}: {exc})") from None
+
+
+def vet_directory(fs: Any, directory: str, recorded: dict[str, str] | None) -> None:
+    """Check a DCP checkpoint directory without loading it; return quietly when it is sound.
+
+    Sound means: every file its manifest lists is there with the recorded sha256 (``recorded``; None for a
+    directory written by something else); its ``.metadata`` constructs only index objects; every chunk it indexes
+    lies inside an existing file; the byte entries it will ``torch.load(weights_only=False)`` and ``meta.pt``
+    construct nothing outside torch's weights-only allowlist.
+
+    Raises:
+        ValueError: naming the file and what is wrong with it.
+    """
+    sizes = {
+        PurePosixPath(str(e["name"])).name: int(e.get("size") or 0)
+        for e in fs.ls(directory, detail=True)
+        if e.get("type") != "directory"
+    }
+    if recorded is not None:
+        for rel, hexdigest in sorted(recorded.items()):
+            if rel not in sizes:
+                raise ValueError(f"its file {rel} is missing (listed in {directory}{DIGEST_SUFFIX})")
+            if sha256_of(fs, f"{directory}/{rel}") != hexdigest:
+                raise ValueError(
+                    f"its file {rel} ({sizes[rel]} bytes) differs from the sha256 recorded when it was saved "
+                    f"({directory}{DIGEST_SUFFIX}): truncated or corrupted"
+                )
+    metadata = read_dcp_metadata(fs, directory)
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+    byte_entries = {fqn for fqn, md in metadata.state_dict_metadata.items() if isinstance(md, BytesStorageMetadata)}
+    for index, info in (metadata.storage_data or {}).items():
+        rel = str(info.relative_path)
+        if rel not in sizes:
+            raise ValueError(f"its shard file {rel} is missing (indexed by {DCP_METADATA})")
+        if info.offset + info.length > sizes[rel]:
+            raise ValueError(
+                f"its shard file {rel} is truncated ({sizes[rel]} bytes; {DCP_METADATA} indexes "
+                f"{info.offset + info.length})"
+            )
+        if index.fqn in byte_entries:
+            if info.transform_descriptors:
+                raise ValueError(
+                    f"its entry {index.fqn} is stored transformed ({info.transform_descriptors}); srifty cannot "
+                    "check it is data before torch.load runs it"
+                )
+            with fs.open(f"{directory}/{rel}", "rb") as f:
+                f.seek(info.offset)
+                unsafe = _unsafe_in_torch_save(io.BytesIO(f.read(info.length)))
+            if unsafe:
+                raise ValueError(f"its entry {index.fqn} would construct {', '.join(unsafe[:5])} when loaded")
+    if LIGHTNING_META in sizes:
+        unsafe = unsafe_globals(fs, f"{directory}/{LIGHTNING_META}")
+        if unsafe:
+            raise ValueError(
+                f"its {LIGHTNING_META} pickle would construct {', '.join(unsafe[:5])}, which a weights-only load "
+                "refuses (a checkpoint must be data, not code); if you wrote it and trust it, pass it explicitly"
+            )
+    elif recorded is None:
+        raise ValueError(f"it has no {LIGHTNING_META} (not a Lightning sharded checkpoint)")
+
+
+def _is_directory(fs: Any, entry: dict[str, Any]) -> bool:
+    return entry.get("type") == "directory"
+
+
+def find_checkpoint(dirpath: str) -> str | None:
+    """The newest sound checkpoint in ``dirpath`` (by step in the name, then modification time), or None.
+
+    Sound means: its recorded sha256 (written by ``SpotPreemption`` before it publishes a checkpoint; one per file
+    for a directory) matches; its pickles construct nothing outside torch's weights-only allowlist (a checkpoint is
+    data, never code: one that would call ``os.system`` is refused, not run; for a directory see
+    :func:`vet_directory`); and, when no digest was recorded (a checkpoint written by something else), a file loads
+    with ``torch.load(weights_only=True)`` and a directory indexes only chunks that exist. A newer checkpoint that
+    fails is skipped with a warning naming why, and the previous one is tried. Resume with
+    ``trainer.fit(..., ckpt_path=path, weights_only=True)`` so the load itself is weights-only too (a remote
+    directory: through :func:`local_checkpoint` first, Lightning reads sharded checkpoints from local disk only).
+    """
+    import torch
+
+    fs = get_filesystem(dirpath)
+    if not fs.exists(dirpath):
+        return None
+    entries = [e for e in fs.ls(dirpath, detail=True) if str(e["name"]).rstrip("/").endswith(".ckpt")]
+
+    def key(entry: dict[str, Any]) -> tuple[int, float]:
+        match = _STEP.search(PurePosixPath(str(entry["name"])).name)
+        mtime = entry.get("mtime") or entry.get("LastModified") or 0
+        return (
+            int(match.group(1)) if match else -1,
+            mtime.timestamp() if hasattr(mtime, "timestamp") else float(mtime),
+        )
+
+    protocol = dirpath.split("://", 1)[0] + "://" if "://" in dirpath else ""
+    for entry in sorted(entries, key=key, reverse=True):
+        name = str(entry["name"]).rstrip("/")
+        path = name if "://" in name or not protocol else protocol + name
+        try:
+            if _is_directory(fs, entry):
+                vet_directory(fs, path, read_manifest(fs, path))
+                return path
+            recorded = read_digest(fs, path)
+            if recorded is not None and sha256_of(fs, path) != recorded:
+                raise ValueError(f"its sha256 differs from the one recorded when it was saved ({path}{DIGEST_SUFFIX})")
+            unsafe = unsafe_globals(fs, path)
+            if unsafe:
+                raise ValueError(
+                    f"its pickle would construct {', '.join(unsafe[:5])}, which a weights-only load refuses (a "
+                    "checkpoint must be data, not code); if you wrote it and trust it, pass it explicitly"
+                )
+            if recorded is None:  # not one of ours: make sure it loads at all
+                with fs.open(path, "rb") as f:
+                    state = torch.load(f, map_location="cpu", weights_only=True)
+                if not isinstance(state, dict) or "state_dict" not in state or "global_step" not in state:
+                    raise ValueError("not a Lightning checkpoint (no state_dict / global_step)")
+            return path
+        except Exception as exc:  # noqa: BLE001 - any failure means: not this one
+            log.warning("SriftyCallback: skipping checkpoint %s: %s; trying an older one", path, exc)
+    return None
+
+
+def local_checkpoint(path: str, cache_dir: str) -> str:
+    """A checkpoint Lightning can load: ``path`` itself, except a directory on a remote store (``s3://``...), which
+    is downloaded into ``cache_dir`` (to a temporary name, checked against its manifest, then renamed) first.
+
+    Raises:
+        MigrationError: the download does not match the manifest recorded beside the remote directory.
+    """
+    if "://" not in path or path.startswith("file://"):
+        return path.removeprefix("file://")
+    fs = get_filesystem(path)
+    if not fs.isdir(path):
+        return path  # Lightning reads a remote file through fsspec itself
+    from predictor.exceptions import MigrationError
+
+    name = PurePosixPath(path.rstrip("/")).name
+    final = os.path.join(cache_dir, name)
+    partial = final + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    recorded = read_manifest(fs, path)
+    for rel in sorted(recorded) if recorded else [PurePosixPath(str(p)).name for p in fs.ls(path, detail=False)]:
+        fs.get_file(f"{path}/{rel}", os.path.join(partial, rel))
+    local = get_filesystem(partial)
+    try:
+        vet_directory(local, partial, recorded)
+    except ValueError as exc:
+        raise MigrationError(f"The checkpoint {path} did not download intact to {partial}: {exc}.") from None
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(partial, final)
+    if recorded is not None:
+        write_manifest(local, final, recorded)
+    return final
+
+
+def consolidate(directory: str, out: str) -> str:
+    """Write a sharded checkpoint directory as one Lightning checkpoint file ``out`` (atomically) and return it.
+
+    Lightning's one-device and DDP strategies read only files (``torch.load`` of the path); this is the bridge for
+    a run saved under FSDP that resumes without it. Model weights become one ``state_dict``; optimizer states keep
+    FSDP's layout (keyed by parameter name, ``param_groups`` listing names), which ``torch.optim.Optimizer.
+    load_state_dict`` maps onto the new optimizer's parameters by position, so the moments carry over when the
+    optimizer is built over the parameters in the same order. The directory is vetted first (:func:`vet_directory`).
+
+    Raises:
+        MigrationError: the directory is not a sound sharded checkpoint (says why).
+    """
+    import torch
+    from lightning.fabric.utilities.load import _load_distributed_checkpoint
+    from lightning.pytorch.utilities.consolidate_checkpoint import _format_checkpoint
+
+    from predictor._io import atomic_write_bytes
+    from predictor.exceptions import MigrationError
+
+    local = directory.removeprefix("file://")
+    fs = get_filesystem(local)
+    try:
+        vet_directory(fs, local, read_manifest(fs, local))
+    except ValueError as exc:
+        raise MigrationError(
+            f"The checkpoint {directory} cannot be consolidated: {exc}. Pick another with find_checkpoint()."
+        ) from None
+    from pathlib import Path
+
+    checkpoint = _format_checkpoint(_load_distributed_checkpoint(Path(local)))
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    atomic_write_bytes(out, buffer.getvalue())
+    return out
+
+
+def rm_checkpoint(fs: Any, path: str) -> None:
+    """Remove a published checkpoint (file or directory) and its digest."""
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+    if fs.exists(path + DIGEST_SUFFIX):
+        fs.rm(path + DIGEST_SUFFIX)
+
+
+def upload_files(local_dir: str, remote_dir: str, files: Iterable[str]) -> None:
+    """Copy ``files`` (relative paths) of a local directory into a remote one (fsspec)."""
+    fs = get_filesystem(remote_dir)
+    for rel in files:
+        fs.put_file(os.path.join(local_dir, rel), f"{remote_dir}/{rel}")

@@ -1,0 +1,236 @@
+"""Moving sharded training (#15 item 5): 2 FSDP ranks (gloo, CPU) checkpoint to S3 (moto's server) through
+torch.distributed.checkpoint on SIGTERM, and the run resumes on 1 FSDP rank, on 3 FSDP ranks and on one plain device
+at the exact next sample, with the Adam moments resharded and the parameters of an uninterrupted run. Then the
+checkpoints are damaged in every way find_checkpoint must notice."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from _support import SCRIPTS
+from _support import params_by_step as _params
+from _support import seen_samples as _seen
+from conftest import moto_server
+from lightning_srifty.migrate.checkpoints import (
+    DIGEST_SUFFIX,
+    consolidate,
+    find_checkpoint,
+    local_checkpoint,
+    read_manifest,
+)
+
+pytestmark = [pytest.mark.ddp, pytest.mark.slow]
+
+STEPS, LEAVE_AT = 12, 5
+URL = "s3://ckpts/fsdp-run"
+# Float tolerance of "the same parameters": the global batch (12) is averaged in another order (6+6 reduce-scattered,
+# 12 at once, 4+4+4), a rounding difference of ~1 float32 ulp that Adam's normalised update does not damp. Measured:
+# 1.2e-7 at each of the 7 resumed steps, all three legs, on parameters of size ~0.1-1 (float32 eps is 1.2e-7). A
+# reset of the moments moves them by ~1e-3 at the first step (lr 0.01): this tolerance tells the two apart.
+ATOL = 2e-6
+
+
+def _start(out: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    cmd = [sys.executable, str(SCRIPTS / "fsdp_migrate_run.py"), str(out), "--max-steps", str(STEPS), *args]
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(out / "log.txt", "w")  # noqa: SIM115 - the child keeps it
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _wait(*procs: tuple[Path, subprocess.Popen]) -> None:
+    for out, proc in procs:
+        assert proc.wait(300) == 0, (out / "log.txt").read_text()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def moved(tmp_path_factory):
+    """The legs, two at a time: an uninterrupted reference and the leg that leaves at step 5 (both 2 FSDP ranks);
+    then the resumes from S3 on 1 and 3 FSDP ranks and one plain device (global batch 12 each time)."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    root = tmp_path_factory.mktemp("fsdp-move")
+    aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    with moto_server() as endpoint, pytest.MonkeyPatch.context() as mp:
+        for name, value in {**aws, "AWS_ENDPOINT_URL": endpoint, "AWS_EC2_METADATA_DISABLED": "true"}.items():
+            mp.setenv(name, value)  # for the legs, and for the tests reading the store in this process
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env["PYTHONPATH"] = os.pathsep.join([str(SCRIPTS.parents[1]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
+        ref = _start(root / "ref", env, "--batch-sizes", "6,6")
+        leave = ["--batch-sizes", "6,6", "--sigterm-at", str(LEAVE_AT), "--ckpt-uri", URL, "--every-s", "0"]
+        _wait((root / "ref", ref), (root / "leave", _start(root / "leave", env, *leave)))
+        legs = {
+            "fsdp-1": ["--batch-sizes", "12"],
+            "fsdp-3": ["--batch-sizes", "4,4,4"],
+            "one-device": ["--batch-sizes", "12", "--strategy", "single"],
+        }
+        started = [(root / n, _start(root / n, env, *a, "--resume-from", URL)) for n, a in legs.items()]
+        _wait(*started)
+        yield root
+
+
+def _optimizer_state(path: Path, names: list[str] | None = None) -> dict[str, dict[str, torch.Tensor]]:
+    """Adam's state by parameter name, from a sharded directory (keyed by name) or a file checkpoint of a plain
+    optimizer (keyed by position: ``names`` gives the order)."""
+    if path.is_dir():
+        from lightning.fabric.utilities.load import _load_distributed_checkpoint
+
+        optimizer = _load_distributed_checkpoint(path)["optimizer_0"]
+    else:
+        optimizer = torch.load(path, weights_only=True)["optimizer_states"][0]
+    names = names or [n for group in optimizer["param_groups"] for n in group["params"]]
+    by_name = {str(names[k] if isinstance(k, int) else k): v for k, v in optimizer["state"].items()}
+    return {n: by_name[n] for n in names if n in by_name}  # in the optimizer's order
+
+
+@pytest.mark.parametrize("leg", ["fsdp-1", "fsdp-3", "one-device"])
+def test_a_sharded_run_resumes_on_another_world_size_exactly(moved, leg) -> None:
+    ref, left, resumed = _seen(moved / "ref"), _seen(moved / "leave"), _seen(moved / leg)
+    assert len(ref) == STEPS  # (epoch, step): 8 steps of 12 samples per epoch, so the run crosses into epoch 1
+    assert sorted(left) == sorted(ref)[:LEAVE_AT]  # the leaving leg trained steps 0..4 and stopped
+    assert sorted(resumed) == sorted(ref)[LEAVE_AT:]  # the next sample on, nothing repeated or skipped
+    assert {k: sorted(v) for k, v in (left | resumed).items()} == {k: sorted(v) for k, v in ref.items()}
+    assert all(len(v) == 12 for v in resumed.values())  # the global batch kept: 12 -> 4+4+4 or 12 at once
+    p_ref, p_run = _params(moved / "ref"), _params(moved / leg)
+    assert sorted(p_run) == list(range(LEAVE_AT + 1, STEPS + 1))
+    worst = max(abs(a - b) for s in p_run for a, b in zip(p_ref[s], p_run[s], strict=True))
+    print(f"{leg}: largest parameter difference from the uninterrupted run {worst:.2g}")
+    assert worst < ATOL
+    # the Adam moments were resharded, not reset: what the resumed run holds before its first step is what was saved
+    saved = _optimizer_state(Path(local_checkpoint(f"{URL}/preempt-step={LEAVE_AT}.ckpt", str(moved / "get"))))
+    held = _optimizer_state(moved / leg / "at-start.ckpt", names=list(saved))
+    assert saved.keys() == held.keys() and len(saved) == 16
+    for name, state in saved.items():
+        assert float(state["step"]) == float(held[name]["step"]) == LEAVE_AT
+        for moment in ("exp_avg", "exp_avg_sq"):
+            assert state[moment].abs().sum() > 0
+            assert torch.equal(state[moment].flatten(), held[name][moment].flatten()), (name, moment)
+
+
+def test_checkpoints_on_s3_are_published_with_a_manifest_and_pruned(moved) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(URL))
+    # every step took a periodic checkpoint (every_s=0), keep=2 of them; the leaving one at step 5; no .partial
+    assert names == [
+        "PREEMPTED.json",
+        "periodic-step=3.ckpt",
+        "periodic-step=3.ckpt.sha256",
+        "periodic-step=4.ckpt",
+        "periodic-step=4.ckpt.sha256",
+        "preempt-step=5.ckpt",
+        "preempt-step=5.ckpt.sha256",
+    ]
+    manifest = read_manifest(fs, f"{URL}/preempt-step=5.ckpt")
+    assert sorted(manifest) == [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
+    assert find_checkpoint(URL) == f"{URL}/preempt-step=5.ckpt"
+    assert not (Path(os.environ.get("TMPDIR", "/tmp")) / "srifty-checkpoints" / "preempt-step=5.ckpt").exists()
+
+
+def _copy(moved: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Local copies of the two newest checkpoints (with their manifests) in tmp_path/ckpt."""
+    folder = tmp_path / "ckpt"
+    for name in ("periodic-step=4.ckpt", f"preempt-step={LEAVE_AT}.ckpt"):
+        local_checkpoint(f"{URL}/{name}", str(folder))
+    return folder / "periodic-step=4.ckpt", folder / f"preempt-step={LEAVE_AT}.ckpt"
+
+
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _truncate(newest: Path) -> None:
+    shard = newest / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:1000])
+
+
+def _flip(newest: Path) -> None:
+    shard = newest / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(data)
+
+
+def _plant_metadata(newest: Path) -> None:
+    import pickle
+
+    (newest / ".metadata").write_bytes(pickle.dumps(_Payload(str(newest.parent / "pwned"))))
+    (Path(str(newest) + DIGEST_SUFFIX)).unlink()  # a planted directory comes without our manifest
+
+
+def _plant_meta_pt(newest: Path) -> None:
+    meta = torch.load(newest / "meta.pt", weights_only=True)
+    torch.save(meta | {"evil": _Payload(str(newest.parent / "pwned"))}, newest / "meta.pt")
+    (Path(str(newest) + DIGEST_SUFFIX)).unlink()
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (_truncate, "__1_0.distcp ("),
+        (_flip, "differs from the sha256 recorded"),
+        (lambda d: (d / "__1_0.distcp").unlink(), "its file __1_0.distcp is missing"),
+        (lambda d: (d / ".metadata").unlink(), "its file .metadata is missing"),
+        (_plant_metadata, "would construct posix.system"),
+        (_plant_meta_pt, "meta.pt pickle would construct"),
+    ],
+    ids=["truncated", "flipped-byte", "missing-shard", "missing-index", "code-in-index", "code-in-meta"],
+)
+def test_a_damaged_sharded_checkpoint_is_skipped_for_the_previous_one(moved, tmp_path, caplog, damage, why) -> None:
+    older, newest = _copy(moved, tmp_path)
+    damage(newest)
+    with caplog.at_level("WARNING", logger="lightning_srifty"):
+        assert find_checkpoint(str(tmp_path / "ckpt")) == str(older)
+    assert "skipping checkpoint" in caplog.text and "preempt-step=5.ckpt" in caplog.text and why in caplog.text
+    assert not (tmp_path / "ckpt" / "pwned").exists(), "the planted checkpoint's code ran"
+
+
+def test_a_sharded_directory_written_by_lightning_alone_is_checked_by_its_index(moved, tmp_path, caplog) -> None:
+    """No manifest (Lightning's own ModelCheckpoint wrote it): sound when every indexed chunk is there."""
+    older, newest = _copy(moved, tmp_path)
+    for path in (older, newest):
+        Path(str(path) + DIGEST_SUFFIX).unlink()
+    assert find_checkpoint(str(tmp_path / "ckpt")) == str(newest)
+    _truncate(newest)
+    with caplog.at_level("WARNING", logger="lightning_srifty"):
+        assert find_checkpoint(str(tmp_path / "ckpt")) == str(older)
+    assert "__1_0.distcp is truncated" in caplog.text
+
+
+def test_consolidate_refuses_a_damaged_directory_naming_the_file(moved, tmp_path) -> None:
+    from predictor.exceptions import MigrationError
+
+    _, newest = _copy(moved, tmp_path)
+    (newest / "__0_0.distcp").unlink()
+    with pytest.raises(MigrationError, match=r"cannot be consolidated: its file __0_0.distcp is missing"):
+        consolidate(str(newest), str(tmp_path / "one.ckpt"))
+    assert not (tmp_path / "one.ckpt").exists()
+
+
+def test_a_remote_directory_that_does_not_match_its_manifest_is_not_downloaded_as_sound(moved, tmp_path) -> None:
+    import s3fs
+
+    from predictor.exceptions import MigrationError
+
+    fs = s3fs.S3FileSystem()
+    broken = f"{URL}-broken/preempt-step=5.ckpt"
+    fs.copy(f"{URL}/preempt-step=5.ckpt", broken, recursive=True)
+    fs.copy(f"{URL}/preempt-step=5.ckpt.sha256", broken + DIGEST_SUFFIX)
+    fs.pipe(f"{broken}/__1_0.distcp", b"not a shard")
+    with pytest.raises(MigrationError, match="did not download intact"):
+        local_checkpoint(broken, str(tmp_path))
+    assert not (tmp_path / "preempt-step=5.ckpt").exists()
+    shutil.rmtree(tmp_path, ignore_errors=True)
