@@ -140,26 +140,11 @@ def main() -> None:
     preemption = SpotPreemption(args.ckpt_uri or str(out / "ckpt"), exit_process=False, every_s=args.every_s, keep=2)
     callbacks = [ExactResume(), Record(out, args.sigterm_at), preemption]
     if args.strategy == "fsdp":
-        from lightning.pytorch.strategies import FSDPStrategy
+        from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy  # FSDP on CPU/gloo too, blocks by name
 
-        class CPUFSDPStrategy(FSDPStrategy):
-            """FSDP on CPU processes (gloo). Lightning refuses ``type(strategy) is FSDPStrategy`` without a GPU and
-            passes FSDP ``device_id=None`` for a CPU device, which torch reads as "find an accelerator"; FSDP itself
-            runs on CPU when told ``device_id=cpu``."""
-
-            def _setup_model(self, model: nn.Module) -> nn.Module:
-                from torch.distributed.fsdp import FullyShardedDataParallel
-
-                return FullyShardedDataParallel(
-                    module=model,
-                    cpu_offload=self.cpu_offload,
-                    mixed_precision=self.mixed_precision_config,
-                    sharding_strategy=self.sharding_strategy,
-                    device_id=torch.device("cpu"),
-                    **self.kwargs,
-                )
-
-        strategy = CPUFSDPStrategy(auto_wrap_policy={Block}, state_dict_type="sharded", process_group_backend="gloo")
+        strategy = SriftyFSDPStrategy(
+            auto_wrap_policy=["Block"], state_dict_type="sharded", process_group_backend="gloo", batch_sizes=sizes
+        )
     elif args.strategy == "ddp":
         from lightning.pytorch.strategies import DDPStrategy
 
