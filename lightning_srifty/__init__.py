@@ -32,6 +32,7 @@ _LAZY = {
     "SpotPreemption": "lightning_srifty.migrate.preemption",
     "MigrationTriggers": "lightning_srifty.migrate.triggers",
     "find_checkpoint": "lightning_srifty.migrate.preemption",
+    "resume_checkpoint": "lightning_srifty.migrate.checkpoints",
     "GlobalBatchSampler": "lightning_srifty.ddp.hetero",
     "capture_ops": "lightning_srifty.profiling.capture",
     "Constraints": "predictor.ranking.constraints",

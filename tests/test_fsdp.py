@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import sys
 
 import pytest
@@ -215,3 +216,34 @@ def test_srifty_launch_runs_the_plans_fsdp_layout_as_real_processes_and_profiles
     assert comm.allgather_s.p50 > 0 and comm.reduce_scatter_s.p50 > 0 and comm.allgather_s.count >= 2
     # the gathered size, about twice the fp32 model (forward + backward); (world - 1) / world of it crosses the wire
     assert comm.allgather_bytes_per_step == pytest.approx(2 * 4 * profile.model.parameters, rel=0.01)
+
+
+def test_resume_checkpoint_under_a_launch(monkeypatch, tmp_path) -> None:
+    """The job's one call for its resume path: None on a first start; a local path as it is; a remote sharded
+    directory fetched by local rank 0 while the node's other ranks wait for it to appear (complete, by rename)."""
+    import threading
+
+    import fsspec
+
+    from lightning_srifty import resume_checkpoint
+    from predictor.exceptions import MigrationError
+
+    for name in [v for v in os.environ if v.startswith("SRIFTY_")]:
+        monkeypatch.delenv(name)
+    assert resume_checkpoint() is None  # not under srifty launch
+    for name, value in LaunchEnv(launch_id="L1", checkpoint_uri=str(tmp_path / "ckpt"), resume="").to_env().items():
+        monkeypatch.setenv(name, value)
+    assert resume_checkpoint() is None  # a first start
+    local = str(tmp_path / "ckpt" / "preempt-step=5.ckpt")
+    monkeypatch.setenv("SRIFTY_RESUME", local)
+    assert resume_checkpoint() == local
+    remote = "memory://bucket/run/preempt-step=5.ckpt"
+    fsspec.filesystem("memory").makedirs(remote, exist_ok=True)
+    fsspec.filesystem("memory").pipe(remote + "/.metadata", b"x")
+    monkeypatch.setenv("SRIFTY_RESUME", remote)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    final = tmp_path / "cache" / "preempt-step=5.ckpt"
+    threading.Timer(0.3, final.mkdir, kwargs={"parents": True}).start()  # local rank 0's rename
+    assert resume_checkpoint(str(tmp_path / "cache"), poll_s=0.05) == str(final)
+    with pytest.raises(MigrationError, match=r"Waited 0 s for local rank 0 to download .*preempt-step=5"):
+        resume_checkpoint(str(tmp_path / "other"), timeout_s=0.1, poll_s=0.05)

@@ -35,6 +35,7 @@ def test_public_surface_is_small_and_resolves() -> None:
             "load_plan",
             "load_profile",
             "plan_strategy",
+            "resume_checkpoint",
         ]
     )
     for name in lightning_srifty.__all__:

@@ -382,3 +382,42 @@ def upload_files(local_dir: str, remote_dir: str, files: Iterable[str]) -> None:
     fs = get_filesystem(remote_dir)
     for rel in files:
         fs.put_file(os.path.join(local_dir, rel), f"{remote_dir}/{rel}")
+
+
+def resume_checkpoint(cache_dir: str | None = None, *, timeout_s: float = 1800.0, poll_s: float = 0.5) -> str | None:
+    """The checkpoint ``srifty launch`` says to resume from (``LaunchEnv.resume``), as a path Lightning can load, or
+    None on a first start or outside a launch: ``trainer.fit(model, ckpt_path=resume_checkpoint(), ...)``.
+
+    A sharded checkpoint (a directory) on a remote store is downloaded once per node, by local rank 0, into
+    ``cache_dir`` (default ``$TMPDIR/srifty-resume/<launch id>``) and checked against its manifest; the node's other
+    ranks wait for it to appear (it is renamed into place complete) for up to ``timeout_s``.
+
+    Raises:
+        MigrationError: the download does not match its manifest, or another rank waited ``timeout_s`` for it.
+    """
+    import tempfile
+    import time
+
+    from lightning_srifty.protocol import LaunchEnv
+    from predictor.exceptions import MigrationError
+
+    launch = LaunchEnv.from_env()
+    if launch is None or not launch.resume:
+        return None
+    path = launch.resume
+    cache = cache_dir or os.path.join(tempfile.gettempdir(), "srifty-resume", launch.launch_id or "run")
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        os.makedirs(cache, exist_ok=True)
+        return local_checkpoint(path, cache)
+    if "://" not in path or path.startswith("file://") or not get_filesystem(path).isdir(path):
+        return local_checkpoint(path, cache)  # nothing to download
+    final = os.path.join(cache, PurePosixPath(path.rstrip("/")).name)
+    deadline = time.monotonic() + timeout_s
+    while not os.path.isdir(final):
+        if time.monotonic() > deadline:
+            raise MigrationError(
+                f"Waited {timeout_s:.0f} s for local rank 0 to download the checkpoint {path} to {final}; "
+                "it did not appear: see local rank 0's log."
+            )
+        time.sleep(poll_s)
+    return final
