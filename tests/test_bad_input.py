@@ -99,6 +99,7 @@ def test_an_unwritable_output_names_the_path_not_the_temporary_file(tmp_path, ca
     [
         (["--deny", "p4d.24xlarg"], "'deny' constraint names 'p4d.24xlarg'"),
         (["--allow", "g5.xlarg"], "Did you mean 'g5.xlarge'"),
+        (["--allow", "g5,g6x"], "'allow' constraint names 'g6x'"),  # a comma list: each name checked on its own
         (["--regions", "us-east1"], "did you mean 'us-east-1'"),
         (["--regions", "eu-west-3"], "no prices in region 'eu-west-3'. Regions with prices: us-east-1"),
     ],

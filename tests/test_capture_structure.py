@@ -139,8 +139,10 @@ def test_cli_captures_a_transformers_config_with_lora(tmp_path, capsys) -> None:
 
     out = tmp_path / "p.json"
     argv = ["capture", "transformers:LlamaForCausalLM", "--config", json.dumps(LLAMA), "--seq-len", "16"]
-    assert main([*argv, "--batch-size", "2", "--lora-rank", "4", "--out", str(out)]) == 0
+    assert main([*argv, "--batch-size", "2", "--global-batch", "8", "--lora-rank", "4", "--out", str(out)]) == 0
     profile = load_profile(out)
+    # the training's global batch: 4 micro-steps of the captured 2 samples (every fleet is ranked training 8)
+    assert (profile.batch.per_device, profile.batch.accumulate_grad_batches) == (2, 4)
     assert profile.model.trainable_parameters == 2 * 2 * 4 * 128 and profile.model.name.endswith("LoRA r4")
     assert profile.model.structure.block == "LlamaDecoderLayer" and profile.model.structure.blocks == 2
     assert profile.hardware.accelerator == "meta" and profile.timing.step_time_s.p50 == 0
@@ -152,6 +154,8 @@ def test_cli_captures_a_transformers_config_with_lora(tmp_path, capsys) -> None:
         (["capture_models:TinyLM", "--config", "{}", "--batch", "capture_models:make_batch"], "--config is for a"),
         (["transformers:LlamaForCausalLM", "--config", "nope.json", "--seq-len", "8"], "neither a JSON object"),
         (["transformers:LlamaForCausalLM", "--config", "{}"], "--batch is required"),
+        (["transformers:LlamaForCausalLM", "--config", "{}", "--seq-len", "8", "--global-batch", "7"],
+         "--global-batch 7 is not a multiple of --batch-size 2"),
         (["transformers:LlamaForCausalLM", "--config", "{}", "--seq-len", "8", "--lora-rank", "2",
           "--lora-targets", "query"], "--lora-targets"),
     ],

@@ -206,6 +206,21 @@ def _build(cls: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         ) from None
 
 
+def _accumulation(global_batch: int | None, batch_size: int) -> int:
+    """Micro-steps of ``batch_size`` per optimizer step of ``global_batch`` samples."""
+    if global_batch is None:
+        return 1
+    if global_batch % batch_size:
+        raise ConfigError(
+            f"--global-batch {global_batch} is not a multiple of --batch-size {batch_size}: the capture's batch is "
+            f"one micro-step of it. Use --global-batch {global_batch // batch_size * batch_size or batch_size} or "
+            "another --batch-size.",
+            parameter="--global-batch",
+            value=global_batch,
+        )
+    return global_batch // batch_size
+
+
 def _token_batch(batch_size: int, seq_len: int) -> dict[str, Any]:
     import torch
 
@@ -274,6 +289,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from lightning_srifty.profiling.capture import capture_step
     from lightning_srifty.profiling.hardware import software_versions
 
+    accumulation = _accumulation(args.global_batch, args.batch_size)
     capture = capture_step(
         module, batch, precision=args.precision, device="meta", batch_size=args.batch_size, optimizer=optimizer
     )
@@ -283,7 +299,12 @@ def cmd_capture(args: argparse.Namespace) -> int:
         "schema": "srifty.profile/v1",
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "model": model,
-        "batch": {"per_device": args.batch_size, "global_batch": args.batch_size, "source": "manual"},
+        "batch": {
+            "per_device": args.batch_size,
+            "global_batch": args.batch_size,
+            "accumulate_grad_batches": accumulation,
+            "source": "manual",
+        },
         "hardware": {"accelerator": "meta", "devices": 1, "nodes": 1, "world_size": 1},
         "timing": {"step_time_s": {"p50": 0.0}},
         "ops": capture.table,
@@ -358,6 +379,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "batch as the DataLoader yields it (required unless a transformers MODEL gets --seq-len)",
     )
     p.add_argument("--batch-size", type=positive_int, required=True, help="samples per step on one device")
+    p.add_argument(
+        "--global-batch",
+        type=positive_int,
+        default=None,
+        help="samples per optimizer step of the training (default: --batch-size), a multiple of --batch-size: the "
+        "profile records it as gradient accumulation over the captured batch, so every fleet is ranked training "
+        "this global batch, split over its GPUs",
+    )
     p.add_argument("--precision", choices=PRECISIONS, default="32-true", help="Lightning precision of the run")
     p.add_argument("--name", default=None, help="model name in the profile (default: the class name)")
     p.add_argument("--out", default="srifty/profile.json", help="profile path ('-' prints the JSON)")

@@ -35,8 +35,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         max_types=args.max_types,
         current_fleet=args.current,
         max_hourly_usd=args.max_hourly,
-        allow=args.allow,
-        deny=args.deny,
+        allow=_names(args.allow),
+        deny=_names(args.deny),
         min_memory_headroom=args.min_headroom,
         top=args.top,
         scaling=args.scaling,
@@ -87,8 +87,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--regions", help="comma-separated (default us-east-1)")
     p.add_argument("--max-instances", type=int, help=f"default {DEFAULTS['max_instances']}")
     p.add_argument("--max-hourly", type=float, help="US dollars per hour for the whole fleet")
-    p.add_argument("--allow", action="append", help="instance type or family (repeatable)")
-    p.add_argument("--deny", action="append", help="instance type or family (repeatable)")
+    p.add_argument(
+        "--allow", action="append", help="instance types or families, comma-separated (repeatable), e.g. g5,g6e"
+    )
+    p.add_argument("--deny", action="append", help="instance types or families, comma-separated (repeatable)")
     p.add_argument("--min-headroom", type=float, help="GPU memory to keep free, as a share (0.1 = 10%%)")
     p.add_argument("--top", type=int, help=f"fleets listed (default {DEFAULTS['top']})")
     p.add_argument(
@@ -119,3 +121,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
     p.add_argument("--report", help="write a self-contained HTML report here (and the plot as PNG beside it)")
     p.set_defaults(func=cmd_recommend)
+
+
+def _names(values: list[str] | None) -> list[str] | None:
+    """``--allow g5,g6 --allow p4d`` -> ["g5", "g6", "p4d"] (commas as --regions and --layouts take them)."""
+    if values is None:
+        return None
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
