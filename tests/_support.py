@@ -71,3 +71,15 @@ def plan_layout(name: str, block: str | None = "Block"):
         launchable=layout.launchable,
         needs=None if layout.launchable else "a pipeline schedule",
     )
+
+
+def moto_network(endpoint: str) -> tuple[str, tuple[str, ...]]:
+    """A VPC and one subnet in moto's server (boto3), for an apply that is not about the module's own minimal VPC:
+    the generated root then uses them (network.create_vpc = false), which spares the AWS provider's fixed waits after
+    it creates a VPC and a subnet (10 s each for the DNS and public-IP attributes, one after the other)."""
+    import boto3
+
+    ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name="us-east-1")
+    vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.42.0.0/20", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+    return vpc, (subnet,)

@@ -260,6 +260,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     import time
 
     from _support import drift_plan as _plan
+    from _support import moto_network
     from lightning_srifty import protocol as markers
     from lightning_srifty.provision.launch import launch
     from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
@@ -272,10 +273,16 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     plan = _plan(catalog, tmp_path)
     uri = "s3://runs/job-1"
+    # both fleets in one existing VPC (srifty launch --vpc-id/--subnet-ids): the module's own minimal VPC is applied
+    # and checked by test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto; here it would only add the
+    # provider's fixed waits on a new VPC and subnet (10 s each, one after the other) to each fleet's apply
+    vpc_id, subnet_ids = moto_network(moto_endpoint)
     options = Options(
         region="us-east-1",
         ami=ami,
         aws_endpoint=moto_endpoint,
+        vpc_id=vpc_id,
+        subnet_ids=subnet_ids,
         train_command="train.py --epochs 3",
         setup_command="true",
     )

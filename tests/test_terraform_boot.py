@@ -20,7 +20,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from _support import MINIMAL, plan_layout
+from _support import MINIMAL, moto_network, plan_layout
 from conftest import tf_run
 from imds_server import FakeIMDS
 from lightning_srifty.protocol import VARIABLES, entry_strategy
@@ -265,9 +265,17 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
     node = tmp_path / "node"
     node.mkdir()
     shutil.copy(ROOT / "examples" / "train_digits.py", node / "train_digits.py")
+    # the fleet's network and checkpoint bucket exist already (test_apply_and_destroy_a_heterogeneous_spot_fleet_
+    # against_moto applies and checks the module's own VPC and bucket): this apply skips the provider's fixed waits on
+    # a new VPC, subnet (20 s) and bucket lifecycle configuration (about 55 s of polling for a stable read)
+    vpc_id, subnet_ids = moto_network(moto_endpoint)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="boot-checkpoints")
     options = Options(
         name="boot-mixed-arch",
         aws_endpoint=moto_endpoint,
+        vpc_id=vpc_id,
+        subnet_ids=subnet_ids,
+        bucket="boot-checkpoints",
         train_command="python -u train_digits.py --accelerator cpu --max-steps 5",
         setup_command=f"cd {node} && echo setup ran > setup.txt",  # the same shell: the cd holds for torchrun
         mode="fleet",  # exact counts (asg mode counts throughput units, which moto launches one instance each)
