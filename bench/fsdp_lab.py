@@ -223,6 +223,13 @@ def strategy_for(layout_name: str, spec: ModelSpec, net_probe: nn.Module) -> Any
     return CPUFSDPStrategy(process_group_backend="gloo", **kwargs)
 
 
+COLLECTIVES = {
+    "all_gather_into_tensor": "allgather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "all_reduce": "allreduce",
+}
+
+
 class CollectiveTimer:
     """Wall time and bytes of the torch.distributed collectives FSDP1 and DDP call, per training step.
 
@@ -230,12 +237,6 @@ class CollectiveTimer:
     on CPU: no streams, so the call's duration is the collective's); they are wrapped while the timer is entered.
     ``mark_step()`` (from the training-batch hook) starts a step's tally.
     """
-
-    NAMES = {
-        "all_gather_into_tensor": "allgather",
-        "reduce_scatter_tensor": "reduce_scatter",
-        "all_reduce": "allreduce",
-    }
 
     def __init__(self) -> None:
         self.steps: list[dict[str, float]] = []
@@ -245,7 +246,7 @@ class CollectiveTimer:
         self.steps.append({})
 
     def _wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        kind = self.NAMES[name]
+        kind = COLLECTIVES[name]
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
@@ -265,7 +266,7 @@ class CollectiveTimer:
     def __enter__(self) -> CollectiveTimer:
         import torch.distributed as dist
 
-        for name in self.NAMES:
+        for name in COLLECTIVES:
             self._saved[name] = getattr(dist, name)
             setattr(dist, name, self._wrap(name, self._saved[name]))
         return self
