@@ -133,7 +133,7 @@ def make_batch(spec: ModelSpec, micro: int, seed: int = 0) -> torch.Tensor:
 
 def loss_of(net: nn.Module, spec: ModelSpec, batch: torch.Tensor) -> torch.Tensor:
     if spec.tokens:
-        return net(input_ids=batch, labels=batch).loss
+        return net(input_ids=batch, labels=batch, use_cache=False).loss  # a cache would grow on recomputation
     return net(batch)
 
 
@@ -223,18 +223,23 @@ def strategy_for(layout_name: str, spec: ModelSpec, net_probe: nn.Module) -> Any
     return CPUFSDPStrategy(process_group_backend="gloo", **kwargs)
 
 
-COLLECTIVES = {
+COLLECTIVES = {  # torch.distributed function -> kind (FSDP1 on CPU: all_gather into chunks, reduce_scatter_single)
+    "all_gather": "allgather",
+    "all_gather_single": "allgather",
     "all_gather_into_tensor": "allgather",
+    "reduce_scatter_single": "reduce_scatter",
     "reduce_scatter_tensor": "reduce_scatter",
     "all_reduce": "allreduce",
 }
 
 
 class CollectiveTimer:
-    """Wall time and bytes of the torch.distributed collectives FSDP1 and DDP call, per training step.
+    """Wall time and bytes of the torch.distributed collectives FSDP1 calls, per training step (DDP all-reduces
+    from C++, unseen here).
 
-    FSDP1 calls ``dist.all_gather_into_tensor`` and ``dist.reduce_scatter_tensor`` through the module (synchronous
-    on CPU: no streams, so the call's duration is the collective's); they are wrapped while the timer is entered.
+    FSDP1 calls ``dist.all_gather`` (on CPU; ``all_gather_single`` on CUDA) and ``dist.reduce_scatter_single``
+    through the module (synchronous on CPU: no streams, so the call's duration is the collective's); every function
+    of ``COLLECTIVES`` that torch has is wrapped while the timer is entered.
     ``mark_step()`` (from the training-batch hook) starts a step's tally.
     """
 
@@ -256,8 +261,9 @@ class CollectiveTimer:
             if self.steps:
                 tally = self.steps[-1]
                 tally[f"{kind}_s"] = tally.get(f"{kind}_s", 0.0) + time.perf_counter() - t0
-                big = args[0] if kind != "reduce_scatter" else args[1]  # the gathered / unsharded tensor
-                tally[f"{kind}_bytes"] = tally.get(f"{kind}_bytes", 0.0) + big.numel() * big.element_size()
+                big = args[0] if kind != "reduce_scatter" else args[1]  # the gathered / unsharded tensor(s)
+                size = sum(t.numel() * t.element_size() for t in (big if isinstance(big, list) else [big]))
+                tally[f"{kind}_bytes"] = tally.get(f"{kind}_bytes", 0.0) + size
                 tally[f"{kind}_calls"] = tally.get(f"{kind}_calls", 0.0) + 1
             return out
 
@@ -266,7 +272,7 @@ class CollectiveTimer:
     def __enter__(self) -> CollectiveTimer:
         import torch.distributed as dist
 
-        for name in COLLECTIVES:
+        for name in (n for n in COLLECTIVES if hasattr(dist, n)):
             self._saved[name] = getattr(dist, name)
             setattr(dist, name, self._wrap(name, self._saved[name]))
         return self
@@ -427,14 +433,32 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     module = lightning_module(spec, int(case["micro"]), steps, ddp_ac=layout == "ddp+ac")
     record: dict[str, Any] = {}
     timer = CollectiveTimer() if case.get("collectives") else None
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    callbacks = _callbacks(case["measure"], int(case.get("measure_batch", 1)), record, timer)
+    if case.get("profile_out"):  # the 1-process srifty profile the network lab predicts from
+        from lightning_srifty.profiling.callback import SriftyCallback
+
+        warm = int(case.get("warmup", 3))
+        callbacks.append(
+            SriftyCallback(
+                warmup_steps=warm,
+                profile_steps=steps - warm,
+                output=case["profile_out"],
+                model_name=spec.name,
+                verbose=False,
+                measure_checkpoint=False,
+                recommend=False,
+                report=False,
+            )
+        )
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
-        num_nodes=int(os.environ.get("WORLD_SIZE", "1")),
-        strategy=strategy_for(layout, spec, module.net),
+        num_nodes=world,
+        strategy=strategy_for(layout, spec, module.net) if world > 1 else "auto",
         precision="32-true",
         max_steps=steps,
-        callbacks=_callbacks(case["measure"], int(case.get("measure_batch", 1)), record, timer),
+        callbacks=callbacks,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

@@ -29,10 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import fsdp_lab  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-
-import fsdp_lab  # noqa: E402
 
 LAYOUTS = ("ddp", "ddp+ac", "fsdp:full_shard", "fsdp:full_shard+ac", "fsdp:shard_grad_op", "fsdp:shard_grad_op+ac")
 RESULTS = ROOT / "bench" / "results"
@@ -127,7 +126,7 @@ def measure_structure(spec: fsdp_lab.ModelSpec, micro: int = 1) -> dict[str, Any
             "block_saved_bytes_per_sample": totals["block"] / micro,
             "block_input_bytes_per_sample": block_input[0] / micro,
             "transient_bytes_per_sample": transient / micro,
-            "method": f"bench/fsdp_memory.py: saved_tensors_hooks and live storage bytes of a CPU step at batch {micro}",
+            "method": f"bench/fsdp_memory.py: saved_tensors_hooks and live storages of a CPU step at batch {micro}",
         },
         "micro": micro,
     }
@@ -220,7 +219,9 @@ def score(raw: dict[str, Any]) -> list[dict[str, Any]]:
     for kind, cases in (("fsdp1-real", raw["measured"]), ("fsdp2-fake-pg", raw.get("fsdp2", []))):
         for c in cases:
             pred = predicted_bytes(Path(raw["profiles"][c["model"]]), c["layout"], c["micro"], c["world"])
-            rows.append(c | {"kind": kind, "predicted_bytes": pred, "ape": abs(pred - c["peak_bytes"]) / c["peak_bytes"]})
+            rows.append(
+                c | {"kind": kind, "predicted_bytes": pred, "ape": abs(pred - c["peak_bytes"]) / c["peak_bytes"]}
+            )
     return rows
 
 
