@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -313,6 +314,7 @@ class LiveBytes(TorchDispatchMode):
                 if isinstance(t, torch.Tensor) and not t.is_meta:
                     self._register(t.untyped_storage(), kind)
         self.start = self.live
+        self.start_parts = self._parts()
 
     def _register(self, st: torch.UntypedStorage, kind: str) -> None:
         if st in self.sizes:
@@ -377,7 +379,12 @@ class LiveBytes(TorchDispatchMode):
         super().__exit__(*exc)
 
     def summary(self) -> dict[str, Any]:
-        return {"peak_bytes": self.peak, "start_bytes": self.start, "at_peak": self.at_peak}
+        return {
+            "peak_bytes": self.peak,
+            "start_bytes": self.start,
+            "start_parts": self.start_parts,
+            "at_peak": self.at_peak,
+        }
 
 
 def state_tensors(model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> dict[str, list[torch.Tensor]]:
@@ -506,19 +513,42 @@ def run_ranks(
     cases: list[dict[str, Any]],
     work: Path,
     world: int = 2,
-    port: int = 29531,
+    port: int | None = None,
     prefix: Callable[[int], list[str]] | None = None,
     rank_env: Callable[[int], dict[str, str]] | None = None,
     timeout: float = 1800,
-) -> list[dict[str, Any]]:
-    """Run ``cases`` on ``world`` real processes (gloo); returns each rank's results, rank order.
+) -> list[list[dict[str, Any]]]:
+    """Run each of ``cases`` on ``world`` fresh real processes (gloo); returns each rank's results, rank order.
 
+    One process group per case: a Lightning fit after another in the same processes does not shard (a FSDP fit
+    after a DDP one measured the unsharded state), so nothing is carried from case to case.
     ``prefix(rank)``: a command prefix (e.g. ``ip netns exec NS``); ``rank_env(rank)``: extra environment (the
     master address and socket interface of the network lab). Default: all ranks on localhost.
     """
+    out: list[list[dict[str, Any]]] = [[] for _ in range(world)]
+    for i, case in enumerate(cases):
+        got = _run_case_on_ranks(case, work / f"case{i}", world, port, prefix, rank_env, timeout)
+        for rank, result in enumerate(got):
+            out[rank].append(result)
+    return out
+
+
+def _run_case_on_ranks(
+    case: dict[str, Any],
+    work: Path,
+    world: int,
+    port: int | None,
+    prefix: Callable[[int], list[str]] | None,
+    rank_env: Callable[[int], dict[str, str]] | None,
+    timeout: float,
+) -> list[dict[str, Any]]:
     work.mkdir(parents=True, exist_ok=True)
+    if port is None:  # a free one: several labs may run at once
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
     spec_path = work / "spec.json"
-    spec_path.write_text(json.dumps({"cases": cases, "threads": 1}))
+    spec_path.write_text(json.dumps({"cases": [case], "threads": 1}))
     procs = []
     for rank in range(world):
         out = work / f"rank{rank}.json"
@@ -542,7 +572,7 @@ def run_ranks(
             failed.append(f"rank {rank} exited {p.returncode}:\n" + (work / f"rank{rank}.log").read_text()[-3000:])
     if failed:
         raise RuntimeError("\n".join(failed))
-    return [json.loads((work / f"rank{r}.json").read_text())["results"] for r in range(world)]
+    return [json.loads((work / f"rank{r}.json").read_text())["results"][0] for r in range(world)]
 
 
 def median(xs: list[float]) -> float:

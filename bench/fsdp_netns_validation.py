@@ -69,7 +69,6 @@ def fsdp_over_link(
     ranks = fsdp_lab.run_ranks(
         cases,
         work,
-        port=29541,
         prefix=lambda r: ["ip", "netns", "exec", lab.names[r]],
         rank_env=lambda r: {"MASTER_ADDR": lab.addresses[0], "GLOO_SOCKET_IFNAME": lab.devices[r]},
     )
