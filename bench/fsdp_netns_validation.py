@@ -129,7 +129,13 @@ def score(raw: dict[str, Any], work: Path) -> list[dict[str, Any]]:
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
     for r in rows:
-        pred = f"predicted {r['predicted_step_s'] * 1e3:8.1f} ms  APE {r['ape']:6.1%}" if "ape" in r else ""
+        pred = ""
+        if "ape" in r:
+            b = r["breakdown"]
+            pred = (
+                f"predicted {r['predicted_step_s'] * 1e3:8.1f} ms  APE {r['ape']:6.1%} (communication "
+                f"{b['allreduce_s'] * 1e3:.1f}, exposed {b['exposed_comm_s'] * 1e3:.1f} ms)"
+            )
         print(
             f"{r['model']:>10} {r['layout']:>20} {r['rate_mbit']:6g} Mbit  measured {r['measured_step_s'] * 1e3:8.1f} "
             f"ms (all-gather {r['allgather_s'] * 1e3:.1f}, reduce-scatter {r['reduce_scatter_s'] * 1e3:.1f} ms; "
