@@ -332,6 +332,7 @@ def combine(
             shard=shard[rows, None],
             stages=stages[rows, None],
             micro_steps=np.reshape(steps, (-1, 1)),
+            ranks=ranks[rows, None],
         )
         need = functools.reduce(np.add, parts.values())
         return lo, plus, ok, micro, need, row_all(~present[rows] | (need <= usable[rows]))

@@ -115,7 +115,9 @@ def _sizes(profile: Profile) -> Sizes:
         world = profile.hardware.world_size or profile.hardware.devices * profile.hardware.nodes
         held = sum(
             float(v)
-            for k, v in _state(params, trainable, storage, compute, grads, optimizer, unit, rest, ran, world, 1).items()
+            for k, v in _state(
+                params, trainable, storage, compute, grads, optimizer, unit, rest, ran, world, 1, world
+            ).items()
         )
         measured = max(0.0, mem.peak_allocated_bytes - held) / profile.batch.per_device
     return Sizes(
@@ -159,6 +161,7 @@ def _state(
     layout: Layout,
     shard: Any,
     stages: Any,
+    ranks: Any = 1,
 ) -> dict[str, Any]:
     """Weights, gradients, optimizer state and all-gather buffers of one GPU (bytes; arrays broadcast)."""
     if layout.strategy == "fsdp":
@@ -179,7 +182,15 @@ def _state(
             "gathered": gathered,
         }
     p = np.maximum(stages, 1) if layout.strategy == "pipeline" else 1
-    return {"weights": params * storage / p, "gradients": grads / p, "optimizer": optimizer / p, "gathered": 0.0}
+    # DDP's reducer copies the gradients into its buckets (gradient_as_bucket_view=False, Lightning's default): a
+    # second gradient-sized buffer on every rank of a multi-rank run
+    buckets = np.where(np.asarray(ranks) > 1, grads, 0.0) if layout.strategy == "ddp" else 0.0
+    return {
+        "weights": params * storage / p,
+        "gradients": grads / p + buckets,
+        "optimizer": optimizer / p,
+        "gathered": 0.0,
+    }
 
 
 def needs_structure(layout: Layout) -> bool:
@@ -195,6 +206,7 @@ def memory_parts(
     shard: Any = 1,
     stages: Any = 1,
     micro_steps: Any = 1,
+    ranks: Any = 1,
 ) -> dict[str, Any]:
     """Bytes per GPU of each part (:data:`PARTS`) at ``micro`` samples per micro-step, arrays broadcast.
 
@@ -208,7 +220,18 @@ def memory_parts(
     layout = parse(layout) if isinstance(layout, str) else layout
     z = profile_sizes(profile)
     parts = _state(
-        z.parameters, z.trainable, z.storage, z.compute, z.gradients, z.optimizer, z.unit, z.rest, layout, shard, stages
+        z.parameters,
+        z.trainable,
+        z.storage,
+        z.compute,
+        z.gradients,
+        z.optimizer,
+        z.unit,
+        z.rest,
+        layout,
+        shard,
+        stages,
+        ranks,
     )
     if z.saved is None:
         if needs_structure(layout):
@@ -300,6 +323,7 @@ def estimate_memory(
             shard=shard,
             stages=stages,
             micro_steps=stages if micro_steps is None else micro_steps,
+            ranks=ranks,
         ).items()
     }
     z = profile_sizes(profile)
