@@ -243,7 +243,8 @@ def print_table(raw: dict[str, Any], rows: list[dict[str, Any]] | None) -> None:
     ]
     if diffs:
         print(
-            f"FSDP2 (FSDPMemTracker, fake pg) vs FSDP1 (2 real ranks) at world 2: median {statistics.median(diffs):+.1%}"
+            f"FSDP2 (FSDPMemTracker, fake pg) vs FSDP1 (2 real ranks) at world 2: median "
+            f"{statistics.median(diffs):+.1%}"
             f", range {min(diffs):+.1%} .. {max(diffs):+.1%} over {len(diffs)} cases"
         )
     if rows is None:
