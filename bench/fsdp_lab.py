@@ -15,7 +15,6 @@ import gc
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -126,6 +125,7 @@ MODELS: dict[str, ModelSpec] = {
 
 
 def make_batch(spec: ModelSpec, micro: int, seed: int = 0) -> torch.Tensor:
+    """``micro`` samples of ``SEQ_LEN``: random token ids, or random vectors for the MLP stack."""
     g = torch.Generator().manual_seed(seed)
     if spec.tokens:
         return torch.randint(0, VOCAB, (micro, SEQ_LEN), generator=g)
@@ -133,12 +133,18 @@ def make_batch(spec: ModelSpec, micro: int, seed: int = 0) -> torch.Tensor:
 
 
 def loss_of(net: nn.Module, spec: ModelSpec, batch: torch.Tensor) -> torch.Tensor:
+    """The training loss of one batch (next-token cross-entropy for the LMs)."""
     if spec.tokens:
         return net(input_ids=batch, labels=batch, use_cache=False).loss  # a cache would grow on recomputation
     return net(batch)
 
 
 def block_class(net: nn.Module, name: str) -> type[nn.Module]:
+    """The class of ``net``'s modules named ``name`` (the block that FSDP wraps and checkpointing recomputes).
+
+    Raises:
+        ValueError: no module of ``net`` has that class name.
+    """
     for m in net.modules():
         if type(m).__name__ == name:
             return type(m)
@@ -157,6 +163,8 @@ def apply_checkpointing(net: nn.Module, block: type[nn.Module]) -> None:
 
 
 def lightning_module(spec: ModelSpec, micro: int, steps: int, ddp_ac: bool) -> Any:
+    """A LightningModule training ``spec`` with AdamW on ``steps`` fixed batches of ``micro`` samples
+    (``ddp_ac``: checkpoint every block, for ddp+ac)."""
     import lightning.pytorch as pl
 
     class LabModule(pl.LightningModule):
@@ -486,6 +494,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker(spec_path: str, out_path: str) -> None:
+    """One rank: run the spec's cases in order, writing the results after each (``fsdp_lab.py worker``)."""
     spec = json.loads(Path(spec_path).read_text())
     torch.set_num_threads(int(spec.get("threads", 1)))
     results = []
@@ -498,6 +507,7 @@ def worker(spec_path: str, out_path: str) -> None:
 
 
 def env(threads: int = 1, **extra: str) -> dict[str, str]:
+    """The environment of a rank: ``threads`` CPU threads, this checkout and bench/ importable, plus ``extra``."""
     e = dict(os.environ)
     e.update(
         OMP_NUM_THREADS=str(threads),
@@ -573,10 +583,6 @@ def _run_case_on_ranks(
     if failed:
         raise RuntimeError("\n".join(failed))
     return [json.loads((work / f"rank{r}.json").read_text())["results"][0] for r in range(world)]
-
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs)
 
 
 if __name__ == "__main__":

@@ -236,6 +236,17 @@ def print_table(raw: dict[str, Any], rows: list[dict[str, Any]] | None) -> None:
             f"{c['model']:>6} {c['layout']:>22} {c['world']:>5} {c['micro']:>5} {c['peak_bytes'] / 2**20:10.1f} "
             + (f"{two / 2**20:10.1f}" if two else f"{'-':>10}")
         )
+    diffs = [
+        fsdp2[k] / c["peak_bytes"] - 1
+        for c in raw["measured"]
+        if (k := (c["model"], c["layout"], c["micro"], c["world"])) in fsdp2
+    ]
+    if diffs:
+        print(
+            f"FSDP2 (FSDPMemTracker, fake pg) vs FSDP1 (2 real ranks) at world 2: median "
+            f"{statistics.median(diffs):+.1%}"
+            f", range {min(diffs):+.1%} .. {max(diffs):+.1%} over {len(diffs)} cases"
+        )
     if rows is None:
         return
     print(f"\n{'kind':>14} {'model':>6} {'layout':>22} {'world':>5} {'micro':>5} {'measured':>9} {'predicted':>9} APE")
