@@ -151,14 +151,6 @@ def block_class(net: nn.Module, name: str) -> type[nn.Module]:
     raise ValueError(f"no module of class {name} in {type(net).__name__}")
 
 
-def apply_checkpointing(net: nn.Module, block: type[nn.Module]) -> None:
-    """Non-reentrant activation checkpointing of every block (what Lightning's activation_checkpointing_policy
-    applies under FSDP; used directly for ddp+ac, which Lightning's DDPStrategy has no argument for)."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
-
-    apply_activation_checkpointing(net, check_fn=lambda m: isinstance(m, block))
-
-
 # ---------------------------------------------------------------------------------------------------------- Lightning
 
 
@@ -173,7 +165,9 @@ def lightning_module(spec: ModelSpec, micro: int, steps: int, ddp_ac: bool) -> A
             torch.manual_seed(0)
             self.net = spec.build()
             if ddp_ac:
-                apply_checkpointing(self.net, block_class(self.net, spec.block))
+                from lightning_srifty.ddp.strategy import apply_checkpointing  # what SriftyDDPStrategy applies
+
+                apply_checkpointing(self.net, [spec.block])
 
         def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
             return loss_of(self.net, spec, batch)
@@ -189,47 +183,21 @@ def lightning_module(spec: ModelSpec, micro: int, steps: int, ddp_ac: bool) -> A
 
 
 def strategy_for(layout_name: str, spec: ModelSpec, net_probe: nn.Module) -> Any:
-    """Lightning's strategy for a layout, from predictor.layout's own arguments (block names resolved to classes)."""
-    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+    """Lightning's strategy for a layout, from predictor.layout's own arguments: the product's
+    :class:`~lightning_srifty.ddp.fsdp.SriftyFSDPStrategy` (block classes by name, FSDP1 on CPU/gloo), what
+    ``plan_strategy()`` starts under ``srifty launch``."""
+    from lightning.pytorch.strategies import DDPStrategy
 
+    from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy
     from predictor.layout import parse
 
-    layout = parse(layout_name)
-    kind, kwargs = layout.lightning(block=spec.block)
+    kind, kwargs = parse(layout_name).lightning(block=spec.block)
     if kind == "ddp":
         return DDPStrategy(process_group_backend="gloo")
-    cls = block_class(net_probe, spec.block)
-    for key in ("auto_wrap_policy", "activation_checkpointing_policy"):
-        if key in kwargs:
-            kwargs[key] = {cls}
     kwargs.pop("state_dict_type", None)  # the lab saves no checkpoints
-
-    class CPUFSDPStrategy(FSDPStrategy):
-        """Lightning's FSDPStrategy on CPU. The Trainer refuses ``FSDPStrategy`` itself without CUDA (it checks
-        ``type(strategy) is FSDPStrategy``) and Lightning passes ``device_id=root_device.index`` (None on CPU), which
-        torch's FSDP1 reads as "find an accelerator"; given ``device_id=cpu`` FSDP1 runs on CPU with gloo. The
-        wrapping is Lightning's own otherwise (its arguments, then its activation checkpointing)."""
-
-        def _setup_model(self, model: nn.Module) -> nn.Module:
-            from lightning.pytorch.strategies.fsdp import _setup_activation_checkpointing
-            from torch.distributed.fsdp import FullyShardedDataParallel
-
-            model = FullyShardedDataParallel(
-                module=model,
-                cpu_offload=self.cpu_offload,
-                mixed_precision=self.mixed_precision_config,
-                sharding_strategy=self.sharding_strategy,
-                device_id=torch.device("cpu"),
-                **self.kwargs,
-            )
-            _setup_activation_checkpointing(model, self._activation_checkpointing_kwargs)
-            return model
-
-        def barrier(self, name: str | None = None) -> None:
-            if torch.distributed.is_initialized():
-                torch.distributed.barrier()
-
-    return CPUFSDPStrategy(process_group_backend="gloo", **kwargs)
+    strategy = SriftyFSDPStrategy(process_group_backend="gloo", **kwargs)
+    strategy.resolve_names(net_probe)
+    return strategy
 
 
 COLLECTIVES = {  # torch.distributed function -> kind (FSDP1 on CPU: all_gather into chunks, reduce_scatter_single)

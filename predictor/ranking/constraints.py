@@ -289,7 +289,7 @@ class Constraints:
             allow_arm64=self.allow_arm64 or None,
             startup_s=self.startup_s,
             dataset_gb=self.dataset_gb or None,
-            layouts=list(self.layouts) if self.layouts else list(LAYOUTS),
+            layouts=tuple(self.layouts) if self.layouts else tuple(LAYOUTS),  # as loaded back (a tuple)
         )
 
 
