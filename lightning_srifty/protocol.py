@@ -409,7 +409,10 @@ def entry_strategy(entry: PlanEntry) -> str:
 # --- files ------------------------------------------------------------------------------------------------------------
 
 
-def _fs(dirpath: str) -> Any:
+def filesystem(dirpath: str) -> Any:
+    """The fsspec filesystem of ``dirpath`` (a folder or a URL such as ``s3://b/run``). For S3 the endpoint
+    (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``, read now) is passed explicitly: fsspec caches filesystems by
+    their options, and one made for an earlier endpoint must never be handed out again."""
     from fsspec.core import url_to_fs
 
     options: dict[str, Any] = {}
@@ -418,7 +421,7 @@ def _fs(dirpath: str) -> Any:
         # explicit, so that fsspec's cache of filesystems (keyed by these options) never hands out one made for
         # another endpoint
         options["endpoint_url"] = endpoint
-    return url_to_fs(dirpath, **options)[0]
+    return url_to_fs(str(dirpath), **options)[0]
 
 
 def path(dirpath: str, name: str) -> str:
@@ -427,7 +430,7 @@ def path(dirpath: str, name: str) -> str:
 
 def write(dirpath: str, name: str, data: dict[str, Any]) -> str:
     """Write ``data`` as ``dirpath/name`` atomically (temporary name, then a rename)."""
-    fs, final = _fs(dirpath), path(dirpath, name)
+    fs, final = filesystem(dirpath), path(dirpath, name)
     fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
     partial = f"{final}.{os.getpid()}.{secrets.token_hex(3)}.partial"  # two writers never share a temporary name
     with fs.open(partial, "w") as f:
@@ -437,7 +440,7 @@ def write(dirpath: str, name: str, data: dict[str, Any]) -> str:
 
 
 def read(dirpath: str, name: str) -> Any:
-    fs, where = _fs(dirpath), path(dirpath, name)
+    fs, where = filesystem(dirpath), path(dirpath, name)
     try:
         with fs.open(where, "r") as f:
             return json.load(f)
@@ -447,7 +450,7 @@ def read(dirpath: str, name: str) -> Any:
 
 def present(dirpath: str) -> set[str]:
     """The names in ``dirpath`` now (one listing; what a poll reads before opening only what is there)."""
-    fs = _fs(dirpath)
+    fs = filesystem(dirpath)
     fs.invalidate_cache()
     try:
         return {str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(str(dirpath).rstrip("/"), detail=False)}
@@ -456,13 +459,13 @@ def present(dirpath: str) -> set[str]:
 
 
 def exists(dirpath: str, name: str) -> bool:
-    fs = _fs(dirpath)
+    fs = filesystem(dirpath)
     fs.invalidate_cache()  # s3fs caches listings: a marker written by another process must be seen
     return bool(fs.exists(path(dirpath, name)))
 
 
 def clear(dirpath: str, *names: str) -> None:
-    fs = _fs(dirpath)
+    fs = filesystem(dirpath)
     for name in names:
         if fs.exists(path(dirpath, name)):
             fs.rm(path(dirpath, name))

@@ -190,6 +190,7 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(watchdog) -> None:
 def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(tf_env, tmp_path) -> None:
     odd_uri = 's3://b/it\'s a $HOME `touch x` "q" $(id)/'  # the module refuses such a prefix; the quoting holds anyway
     odd_arg = 'it\'s a $HOME; `touch pwned` "q" $(touch pwned2)'
+    odd_env = {"SRIFTY_STRATEGY": '{"layout": "fsdp:full_shard+ac"}', "SRIFTY_ODD": odd_arg}  # the plan's settings
     values = {
         "name": "quoting",
         "setup_command": "true",
@@ -200,6 +201,8 @@ def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(t
         "checkpoint_uri_b64": base64.b64encode(odd_uri.encode()).decode(),
         "resume_from": "'" + odd_arg.replace("'", "'\\''") + "'",
         "handover": False,
+        "env_count": len(odd_env),
+        "env_b64": base64.b64encode(json.dumps(odd_env).encode()).decode(),
         "max_life_s": 5400,
         "max_life_min": 90,
         "heartbeat": True,
@@ -224,6 +227,7 @@ def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(t
     record = json.loads((tmp_path / "torchrun.json").read_text())
     assert record["env"]["SRIFTY_CHECKPOINT_URI"] == odd_uri
     assert record["argv"][-3:] == [odd_arg, "--resume-from", odd_arg]
+    assert {k: record["env"][k] for k in odd_env} == odd_env  # train.env reached the job, byte for byte
     assert not list(work.iterdir()) and not (Path("/") / "pwned").exists()  # nothing ran
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and "-h now" not in read(tmp_path / "shutdown.log"):

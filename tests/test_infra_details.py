@@ -293,6 +293,8 @@ def _user_data_values(secrets: list[dict]) -> dict:
         "checkpoint_uri_b64": base64.b64encode(b"s3://b/checkpoints/").decode(),
         "resume_from": "",
         "handover": False,
+        "env_count": 0,
+        "env_b64": base64.b64encode(b"{}").decode(),
         "max_life_s": 5400,
         "max_life_min": 90,
         "heartbeat": False,

@@ -163,3 +163,27 @@ def test_a_spot_notice_is_described_with_its_time_or_says_there_was_none() -> No
     assert notice.describe(now) == "spot interruption notice: terminate at 2026-11-22 14:02:00 UTC (in 118 s)"
     assert Notice("interruption", "stop", "", 0.0).describe() == "spot interruption notice: stop (no time given)"
     assert "(time given as 'in 2 minutes')" in Notice("interruption", "terminate", "in 2 minutes", 0.0).describe()
+
+
+def test_the_s3_filesystem_follows_the_endpoint_of_the_moment(monkeypatch, tmp_path) -> None:
+    """fsspec caches filesystems by their options: one made for an earlier endpoint (an earlier moto server, a
+    checkpoint store moved) must never be handed out again. The full suite once read a dead server's port this way."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    from conftest import moto_server
+    from lightning_srifty.migrate.checkpoints import local_checkpoint
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    seen = []
+    for run in ("first", "second"):
+        with moto_server() as endpoint:
+            monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
+            protocol.filesystem("s3://ckpts/run").pipe_file(f"ckpts/run/{run}.txt", run.encode())
+            seen.append(sorted(p.rsplit("/", 1)[-1] for p in protocol.filesystem("s3://ckpts/run").ls("ckpts/run")))
+            # the checkpoint code asks the server of the moment too (a file, not a directory: nothing to download)
+            assert local_checkpoint(f"s3://ckpts/run/{run}.txt", str(tmp_path)) == f"s3://ckpts/run/{run}.txt"
+    assert seen == [["first.txt"], ["second.txt"]]  # each server's own bucket, never the dead one's port

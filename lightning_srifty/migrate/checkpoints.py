@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
-from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning_srifty.protocol import filesystem
 
 log = logging.getLogger("lightning_srifty")
 
@@ -258,7 +258,7 @@ def find_checkpoint(dirpath: str) -> str | None:
     """
     import torch
 
-    fs = get_filesystem(dirpath)
+    fs = filesystem(dirpath)
     if not fs.exists(dirpath):
         return None
     entries = [e for e in fs.ls(dirpath, detail=True) if str(e["name"]).rstrip("/").endswith(".ckpt")]
@@ -308,7 +308,7 @@ def local_checkpoint(path: str, cache_dir: str) -> str:
     """
     if "://" not in path or path.startswith("file://"):
         return path.removeprefix("file://")
-    fs = get_filesystem(path)
+    fs = filesystem(path)
     if not fs.isdir(path):
         return path  # Lightning reads a remote file through fsspec itself
     from predictor.exceptions import MigrationError
@@ -321,7 +321,7 @@ def local_checkpoint(path: str, cache_dir: str) -> str:
     recorded = read_manifest(fs, path)
     for rel in sorted(recorded) if recorded else [PurePosixPath(str(p)).name for p in fs.ls(path, detail=False)]:
         fs.get_file(f"{path}/{rel}", os.path.join(partial, rel))
-    local = get_filesystem(partial)
+    local = filesystem(partial)
     try:
         vet_directory(local, partial, recorded)
     except ValueError as exc:
@@ -353,7 +353,7 @@ def consolidate(directory: str, out: str) -> str:
     from predictor.exceptions import MigrationError
 
     local = directory.removeprefix("file://")
-    fs = get_filesystem(local)
+    fs = filesystem(local)
     try:
         vet_directory(fs, local, read_manifest(fs, local))
     except ValueError as exc:
@@ -379,7 +379,7 @@ def rm_checkpoint(fs: Any, path: str) -> None:
 
 def upload_files(local_dir: str, remote_dir: str, files: Iterable[str]) -> None:
     """Copy ``files`` (relative paths) of a local directory into a remote one (fsspec)."""
-    fs = get_filesystem(remote_dir)
+    fs = filesystem(remote_dir)
     for rel in files:
         fs.put_file(os.path.join(local_dir, rel), f"{remote_dir}/{rel}")
 
@@ -409,7 +409,7 @@ def resume_checkpoint(cache_dir: str | None = None, *, timeout_s: float = 1800.0
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         os.makedirs(cache, exist_ok=True)
         return local_checkpoint(path, cache)
-    if "://" not in path or path.startswith("file://") or not get_filesystem(path).isdir(path):
+    if "://" not in path or path.startswith("file://") or not filesystem(path).isdir(path):
         return local_checkpoint(path, cache)  # nothing to download
     final = os.path.join(cache, PurePosixPath(path.rstrip("/")).name)
     deadline = time.monotonic() + timeout_s

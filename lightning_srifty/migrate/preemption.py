@@ -31,7 +31,6 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import Callback
 
 from lightning_srifty import protocol
@@ -49,7 +48,7 @@ from lightning_srifty.migrate.checkpoints import (  # noqa: F401 - re-exported: 
     writes_directory,
 )
 from lightning_srifty.migrate.spot_watcher import Notice, SpotWatcher
-from lightning_srifty.protocol import Failed, Finished, Heartbeat, LaunchEnv, Preempted, Started
+from lightning_srifty.protocol import Failed, Finished, Heartbeat, LaunchEnv, Preempted, Started, filesystem
 
 log = logging.getLogger("lightning_srifty")
 
@@ -314,7 +313,7 @@ class SpotPreemption(Callback):
     def _prune(self, trainer: pl.Trainer) -> None:
         periodic = [p for p in self.checkpoints if "/periodic-step=" in p]
         if trainer.is_global_zero and len(periodic) > self.keep:
-            fs = get_filesystem(self.dirpath)
+            fs = filesystem(self.dirpath)
             for old in periodic[: -self.keep]:
                 rm_checkpoint(fs, old)  # a file or a sharded directory, with its digest
                 self.checkpoints.remove(old)
@@ -337,7 +336,7 @@ class SpotPreemption(Callback):
             trainer.save_checkpoint(partial)
             trainer.strategy.barrier("srifty-preempt-save")
             if trainer.is_global_zero:
-                fs = get_filesystem(final)
+                fs = filesystem(final)
                 write_digest(fs, final, sha256_of(fs, partial))
                 fs.mv(partial, final)
             trainer.strategy.barrier("srifty-preempt-renamed")
@@ -373,7 +372,7 @@ class SpotPreemption(Callback):
         if trainer.is_global_zero:
             if uploaded:
                 budget = None if deadline_s is None else deadline_s - (time.monotonic() - started)
-                error = _within(budget, lambda: write_manifest(get_filesystem(final), final, digests))
+                error = _within(budget, lambda: write_manifest(filesystem(final), final, digests))
                 uploaded = error is None
             if not uploaded:
                 where = local
@@ -408,7 +407,7 @@ class SpotPreemption(Callback):
         trainer.strategy.barrier("srifty-sharded-clean")
         trainer.save_checkpoint(partial)
         trainer.strategy.barrier("srifty-preempt-save")
-        fs = get_filesystem(partial)
+        fs = filesystem(partial)
         mine = {rel: sha256_of(fs, os.path.join(partial, rel)) for rel in owned_files(partial, trainer.global_rank)}
         gathered: list[Any] = [mine]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
@@ -431,13 +430,13 @@ class SpotPreemption(Callback):
         trainer.strategy.barrier("srifty-preempt-save")
         where = final
         if trainer.is_global_zero:
-            local_fs = get_filesystem(local)
+            local_fs = filesystem(local)
             digest = sha256_of(local_fs, local + ".partial")
             write_digest(local_fs, local, digest)
             os.replace(local + ".partial", local)
 
             def upload() -> None:
-                fs = get_filesystem(final)
+                fs = filesystem(final)
                 fs.put_file(local, final + ".partial")
                 write_digest(fs, final, digest)
                 fs.mv(final + ".partial", final)
