@@ -197,5 +197,6 @@ instance_types:
     memory_gib: 12
     network_gbps: {rate_mbit / 1000:g}
     efa: false
+    process_group_backend: gloo
 """)
     return path

@@ -508,6 +508,10 @@ def _fsdp_comm(
     NCCL does it). hybrid_shard shards inside the node only and all-reduces its shard of the gradients across nodes,
     the node's GPUs sharing its network. Prefetch hides a collective behind the compute of the phase: exposed is
     the first unit's all-gather (the last unit's reduce-scatter in backward) plus what exceeds the phase's compute.
+
+    Under gloo (a fleet whose instance type says ``process_group_backend: gloo``: a CPU lab) FSDP calls each
+    collective synchronously on the training thread, so nothing overlaps, and gloo's reduce-scatter is an all-reduce
+    (twice the bytes of a ring reduce-scatter).
     """
     sizes = profile_sizes(profile)
     params_gb = sizes.parameters * sizes.compute / 1e9
@@ -525,8 +529,10 @@ def _fsdp_comm(
         inter = np.where(across, (nodes - 1) / nodes * gb / slow_gbps + units * (nodes - 1) * max_lat, 0.0)
         return np.where(ranks > 1, intra + inter, 0.0)
 
+    blocking = row_max(np.where(present, np.array([b.blocking_collectives for b in type_bases], float)[tidx], 0)) > 0
     gather = collective(params_gb)
-    scatter = collective(params_gb)  # the flat gradients, in the reduce dtype (= the compute dtype)
+    # the flat gradients, in the reduce dtype (= the compute dtype); gloo reduces them with an all-reduce
+    scatter = np.where(blocking, 2.0, 1.0) * collective(params_gb)
     cross = np.zeros_like(gather)
     if hybrid:  # the shard's gradients all-reduced across nodes; g shards leave each node through its network
         cross = np.where(nodes > 1, 2 * (nodes - 1) / nodes * params_gb / slow_gbps + 2 * (nodes - 1) * max_lat, 0)
@@ -534,7 +540,8 @@ def _fsdp_comm(
     exposed_fwd = gather / units + np.maximum(0.0, gather * (1 - 1 / units) - forward)
     back = gathers_backward * gather + scatter + cross
     exposed_bwd = scatter / units + np.maximum(0.0, back - scatter / units - backward)
-    return accumulation * (gather + back), accumulation * (exposed_fwd + exposed_bwd)
+    comm = accumulation * (gather + back)
+    return comm, np.where(blocking, comm, accumulation * (exposed_fwd + exposed_bwd))
 
 
 # reductions over the few groups of each candidate: a loop over the K columns is ~10x faster than numpy's reduce

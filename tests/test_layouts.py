@@ -240,3 +240,36 @@ def test_cli_shows_layout_and_memory(capsys) -> None:
     assert "did you mean 'fsdp:full_shard'" in capsys.readouterr().err
     data = copy.deepcopy(json.loads(LLAMA.read_text()))
     assert data["model"]["structure"]["blocks"] == 32
+
+
+def test_gloo_collectives_block_and_reduce_scatter_as_an_all_reduce(tmp_path) -> None:
+    """A CPU lab's type (process_group_backend: gloo): FSDP calls each collective synchronously, so all of it is
+    exposed, and gloo's reduce-scatter is an all-reduce (twice a ring reduce-scatter). DDP is unchanged: its reducer
+    launches gloo's all-reduce asynchronously, behind the backward."""
+    from predictor.catalog import Catalog
+
+    types = "".join(
+        f"  - {{name: lab-{b}, gpu: host-cpu, gpus: 1, vcpus: 1, memory_gib: 12, network_gbps: 0.2, "
+        f"process_group_backend: {b}}}\n"
+        for b in ("nccl", "gloo")
+    )
+    extra = tmp_path / "lab.yaml"
+    extra.write_text(f"gpus:\n  - {{name: host-cpu, memory_gb: 24, fp32_tflops: 0.1}}\ninstance_types:\n{types}")
+    catalog = Catalog.load(extra=[extra], use_refreshed=False, use_env=False)
+    assert catalog.get("lab-gloo").process_group_backend == "gloo"
+    prof = small(hardware={"gpu": "host-cpu", "devices": 1, "nodes": 1})
+    nccl, gloo = (
+        predict(prof, f"lab-{b}:2", catalog=catalog, layout="fsdp:full_shard", scaling="weak") for b in ("nccl", "gloo")
+    )
+    # per micro-step: gather (forward) + gather (backward) + reduce-scatter: 3 collectives' worth, 4 under gloo
+    assert gloo.breakdown["allreduce_s"] == pytest.approx(nccl.breakdown["allreduce_s"] * 4 / 3)
+    assert gloo.breakdown["exposed_comm_s"] == pytest.approx(gloo.breakdown["allreduce_s"])
+    assert nccl.breakdown["exposed_comm_s"] < 0.5 * nccl.breakdown["allreduce_s"]  # prefetch hides most of it
+    ddp = [predict(prof, f"lab-{b}:2", catalog=catalog, scaling="weak").iteration_time_s for b in ("nccl", "gloo")]
+    assert ddp[0] == pytest.approx(ddp[1])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(types.replace("gloo}", "mpi}").replace("  - ", "instance_types:\n  - ", 1))
+    with pytest.raises(
+        Exception, match=r"instance_types\[1\]\.process_group_backend: must be one of nccl, gloo .*'mpi'"
+    ):
+        Catalog.load(extra=[extra, bad], use_refreshed=False, use_env=False)

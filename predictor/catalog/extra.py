@@ -74,7 +74,9 @@ INSTANCE_FIELDS = {
     "arch": str,
     "gpu_memory_gib": float,
     "family": str,
+    "process_group_backend": str,
 }
+BACKENDS = ("nccl", "gloo")
 INSTANCE_REQUIRED = ("name", "gpu", "gpus", "vcpus", "memory_gib", "network_gbps")
 
 
@@ -256,6 +258,13 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
                 f"instance_types[{i}].gpu_interconnect",
                 f"must be one of {', '.join(INTERCONNECTS)}, got {f['gpu_interconnect']!r}.{hint}",
             )
+        if "process_group_backend" in f and f["process_group_backend"] not in BACKENDS:
+            raise _err(
+                name,
+                f"instance_types[{i}].process_group_backend",
+                f"must be one of {', '.join(BACKENDS)} (nccl for CUDA GPUs; gloo for a CPU lab), got "
+                f"{f['process_group_backend']!r}.",
+            )
         if "arch" in f and normal_arch(f["arch"]) not in ARCHES:
             raise _err(
                 name,
@@ -295,4 +304,5 @@ def build_instance(fields: dict[str, Any], gpu: GPU, path: str) -> InstanceType:
         interruption_rate_per_hr=fields.get("interruption_rate_per_hr"),
         prices=tuple(prices),
         origin=f"user: {path}",
+        process_group_backend=fields.get("process_group_backend", "nccl"),
     )

@@ -86,6 +86,9 @@ class InstanceType:
     interruption_rate_per_hr: float | None = None
     prices: tuple[Price, ...] = field(default=(), repr=False)
     origin: str = "bundled"
+    # the process-group backend a job on it runs: nccl on CUDA GPUs (collectives on their own streams, overlapping
+    # compute); gloo where the "GPU" is the host CPU (a lab): FSDP's collectives then block the training thread
+    process_group_backend: str = "nccl"
 
     @property
     def cuda(self) -> bool:
@@ -247,5 +250,6 @@ def instance_to_dict(it: InstanceType, region: str | None = None) -> dict[str, A
         "spot_as_of": spot.as_of if spot else None,
         "spot_interruption_bucket": it.spot_interruption_bucket,
         "interruption_rate_per_hr": it.interruption_rate_per_hr,
+        "process_group_backend": it.process_group_backend,
         "origin": it.origin,
     }

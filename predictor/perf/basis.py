@@ -97,6 +97,9 @@ class TypeBasis:
     notes: tuple[str, ...]
     link_note: str  # how the measured inter-node link is used (fleets of this one type only); "" when it is not
     extrapolation: tuple[str, ...]
+    # gloo (a CPU lab): collectives called without async_op block the training thread, and gloo's reduce-scatter
+    # is an all-reduce; nccl: they run on their own streams, overlapping compute
+    blocking_collectives: bool = False
 
 
 def _source_gpu(profile: Profile, catalog: Catalog) -> GPU | None:
@@ -265,6 +268,7 @@ def type_basis(
         notes=tuple(notes),
         link_note=link_note,
         extrapolation=tuple(extrapolation),
+        blocking_collectives=it.process_group_backend == "gloo",
     )
 
 
