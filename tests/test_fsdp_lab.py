@@ -7,7 +7,6 @@ bench/fsdp_memory.py and bench/fsdp_netns_validation.py.
 
 from __future__ import annotations
 
-import inspect
 import sys
 
 import pytest
@@ -101,21 +100,13 @@ def test_fsdp_over_a_shaped_link_moves_the_parameters_twice(over_link) -> None:
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"network lab unavailable: {REASON}")
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap of the time model (BENCHMARKS, issue #15): on CPU/gloo FSDP's collectives are synchronous but "
-    "the model hides most of them behind compute, and gloo's reduce-scatter costs a full all-reduce; this passes "
-    "(and then fails as XPASS, to be unmarked) once the model has a no-overlap path for gloo",
-)
 def test_fsdp_over_a_shaped_link_matches_the_prediction(over_link) -> None:
-    from predictor.predict import predict
-
-    if "layout" not in inspect.signature(predict).parameters:
-        pytest.skip("predictor.predict.predict has no layout= on this branch (the predictor side of issue #15)")
     import fsdp_netns_validation as lab
 
     row, work = over_link
     one = lab.one_process_profile("mlp-tiny", 4, steps=3, warmup=1, work=work)
     pred = lab.predicted_step(one, 200.0, "fsdp:full_shard", work)["predicted_step_s"]
     true = row["measured_step_s"]
-    assert abs(pred - true) / true < 0.25, f"predicted {pred:.4f} s, measured {true:.4f} s"
+    # the link's type says gloo: the collectives block (nothing overlaps) and the reduce-scatter is an all-reduce;
+    # the NCCL model (overlap, ring reduce-scatter) was 31-41% off here (BENCHMARKS, issue #15)
+    assert abs(pred - true) / true < 0.15, f"predicted {pred:.4f} s, measured {true:.4f} s"
