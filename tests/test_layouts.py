@@ -273,3 +273,16 @@ def test_gloo_collectives_block_and_reduce_scatter_as_an_all_reduce(tmp_path) ->
         Exception, match=r"instance_types\[1\]\.process_group_backend: must be one of nccl, gloo .*'mpi'"
     ):
         Catalog.load(extra=[extra, bad], use_refreshed=False, use_env=False)
+
+
+def test_the_current_fleet_is_judged_under_the_layout_it_runs(catalog) -> None:
+    """A run profiled under FSDP on 8 A10G is compared as FSDP: judged as DDP, a 7B model fits no 24 GB GPU and the
+    plan could compute no savings."""
+    ran = load_profile({**load_profile(LLAMA).to_dict(), "layout": "fsdp:full_shard+ac"})
+    c = Constraints(steps=1000, market="on-demand", current_fleet="g5.48xlarge:1", top=50)
+    plan = rank(ran, c, catalog=catalog)
+    assert all(e.savings_vs_current is not None for e in plan.entries), plan.notes
+    assert not any("no savings computed" in n for n in plan.notes)
+    as_ddp = rank(load_profile(LLAMA), c, catalog=catalog)
+    assert all(e.savings_vs_current is None for e in as_ddp.entries)
+    assert any("cannot hold the model in GPU memory" in n for n in as_ddp.notes), as_ddp.notes

@@ -385,10 +385,12 @@ def _current(
         gpu = catalog.gpu(g.instance.gpu) if g.instance.gpu in catalog.gpus else None
         reason = reason or exclusion(g.instance, gpu, profile, allow_arm64=True)
     try:
-        pred = predict(profile, fleet, catalog=catalog, calibration=factors, scaling=constraints.scaling)
+        # the current fleet runs the layout the profile was taken under (a sharded run is not judged as DDP)
+        layout = profile.layout or "ddp"
+        pred = predict(profile, fleet, catalog=catalog, calibration=factors, scaling=constraints.scaling, layout=layout)
         if not pred.fits_memory:
             reason = reason or "it cannot hold the model in GPU memory"
-    except PredictionError as exc:
+    except (PredictionError, ConfigError) as exc:  # ConfigError: the profile's layout does not apply to it
         reason = reason or str(exc)
         pred = None
     if reason or pred is None:
