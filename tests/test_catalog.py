@@ -208,6 +208,7 @@ def test_catalog_show_json_is_stable(monkeypatch, tmp_path, capsys) -> None:
         "spot_as_of",
         "spot_interruption_bucket",
         "interruption_rate_per_hr",
+        "process_group_backend",
         "origin",
     ]
     priced = [t["ondemand_usd_hr"] for t in doc["instance_types"] if t["ondemand_usd_hr"] is not None]
