@@ -88,6 +88,22 @@ def test_plan_strategy_builds_the_layouts_strategy_and_outside_a_launch_the_defa
     assert plan_strategy("auto") == "auto"  # one rank of plain ddp
 
 
+def test_plan_strategy_names_a_cpu_device_per_local_process(launched, monkeypatch) -> None:
+    """The local provisioner runs N processes on a CPU: Lightning's devices="auto" counts one CPU device and fails
+    under torchrun's local ranks (IndexError in root_device), so a user's Trainer(strategy=plan_strategy()) would
+    need devices= it cannot know. The strategy names one CPU device per process instead."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    launched(strategy_text("fsdp", plan_layout("fsdp:full_shard").lightning_args), "4,4,4")
+    assert plan_strategy().parallel_devices == [torch.device("cpu")] * 3
+    launched(strategy_text("ddp"), "4,4,4")
+    ddp = plan_strategy("auto")
+    assert isinstance(ddp, SriftyDDPStrategy) and ddp.parallel_devices == [torch.device("cpu")] * 3
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    launched(strategy_text("ddp"), "12")
+    assert plan_strategy("auto") == "auto"
+
+
 def test_fsdp_weights_unequal_batches_and_names_a_missing_block(launched) -> None:
     launched(strategy_text("fsdp", {"sharding_strategy": "FULL_SHARD"}), "5,3")
     fsdp = plan_strategy()
@@ -202,6 +218,9 @@ def test_srifty_launch_runs_the_plans_fsdp_layout_as_real_processes_and_profiles
         assert got["world_size"] == 2 and got["units"] == ["Stack", "Block", "Block", "Block"]
         assert got["checkpointed"] == ["Block"] * 3 and len(set(got["batch_sizes"])) == 1
     profile = load_profile(out / "profile.json")
+    # what a checkpoint costs, measured on the sharded directory FSDP writes (every shard read back by one process)
+    assert profile.checkpoint is not None and profile.checkpoint.bytes > 0 and "sharded" in profile.checkpoint.where
+    assert profile.checkpoint.load_s is not None and profile.checkpoint.load_s > 0
     width = 64
     block = 4 * width * width + 3 * width  # up (64 -> 128) and down (128 -> 64), with biases
     assert profile.layout == "fsdp:full_shard+ac" and profile.model.parameters == 3 * block + width + 1

@@ -1,6 +1,6 @@
 """``plan_strategy()``: the Lightning strategy of the plan entry ``srifty launch`` started the job on.
 
-    trainer = Trainer(strategy=plan_strategy(), devices=..., callbacks=[SriftyCallback()])
+    trainer = Trainer(strategy=plan_strategy(), callbacks=[SriftyCallback()])
 
 The launcher passes the entry's layout as ``LaunchEnv.strategy`` (the Lightning strategy's
 name and JSON arguments, :meth:`predictor.layout.Layout.lightning`); a move to another entry may change it, and the
@@ -8,6 +8,8 @@ job, restarted there, builds the new one. Block classes travel by name and are r
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from lightning.pytorch.strategies import Strategy
@@ -40,6 +42,11 @@ def plan_strategy(default: str | Strategy = "auto", *, model: torch.nn.Module | 
     name, args = launch.strategy_spec()
     sizes = list(launch.batch_sizes) or None
     backend = "nccl" if torch.cuda.is_available() else "gloo"
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if not torch.cuda.is_available() and local > 1:
+        # local processes on a CPU (the local provisioner): Lightning's devices="auto" would count one CPU device and
+        # fail under torchrun's local ranks; the strategy names one per process, so the Trainer needs no devices=
+        args = {**args, "parallel_devices": [torch.device("cpu")] * local}
     if name == "fsdp":
         strategy = SriftyFSDPStrategy(process_group_backend=backend, batch_sizes=sizes, **args)
         if model is not None:

@@ -40,13 +40,23 @@ def measure_checkpoint(trainer: pl.Trainer, notes: list[str]) -> dict[str, Any] 
         if not trainer.is_global_zero:
             return None
         load_s = None
+        sharded = os.path.isdir(path)  # FSDP's sharded state: a torch.distributed.checkpoint directory
         if plan["load"]:
             start = time.perf_counter()
-            torch.load(path, map_location="cpu", weights_only=True)
+            if sharded:  # every shard read back into one process, as a resume on another world size reads them
+                from pathlib import Path
+
+                from lightning.fabric.utilities.load import _load_distributed_checkpoint
+
+                _load_distributed_checkpoint(Path(path))
+            else:
+                torch.load(path, map_location="cpu", weights_only=True)
             load_s = time.perf_counter() - start
         else:
             notes.append(plan["why_no_load"])
-        return {"save_s": save_s, "load_s": load_s, "bytes": os.path.getsize(path), "where": "local disk"}
+        size = sum(e.stat().st_size for e in os.scandir(path) if e.is_file()) if sharded else os.path.getsize(path)
+        where = "local disk, sharded directory read back by one process" if sharded else "local disk"
+        return {"save_s": save_s, "load_s": load_s, "bytes": size, "where": where}
     except Exception as exc:  # noqa: BLE001 - a measurement, never a reason to stop training
         notes.append(f"checkpoint cost not measured: {type(exc).__name__}: {exc}")
         return None

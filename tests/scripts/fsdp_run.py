@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -58,8 +57,7 @@ def main() -> None:
     strategy = plan_strategy("auto", model=model)
     data = TensorDataset(torch.randn(512, WIDTH), torch.randn(512, 1))
     trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        accelerator="cpu",  # no devices=: plan_strategy() names one CPU device per local process, as a user's script
         strategy=strategy,
         max_steps=args.max_steps,
         logger=False,
@@ -73,8 +71,7 @@ def main() -> None:
                 output=out / "profile.json",
                 recommend=False,
                 capture_ops=False,
-                measure_checkpoint=False,
-                verbose=False,
+                verbose=False,  # the checkpoint cost is measured: a sharded directory under FSDP
             )
         ],
     )
