@@ -184,6 +184,46 @@ def main() -> None:
     coverage = sum(r["covered"] for r in rows) / len(rows)
     args.out.write_text(json.dumps(raw | {"scored": rows, "mape": mape, "coverage_80": coverage}, indent=2))
     print(f"\nMAPE {mape:.1%} over {len(rows)} cases (target <= 10%); 80% interval coverage {coverage:.0%}")
+    plot(rows, ROOT / "docs" / "img" / "fsdp_netns.png")
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Measured against predicted step time, each case with its 80% interval (log axes: 250 ms to 8 s)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    markers = {"fsdp:full_shard": "o", "fsdp:shard_grad_op": "s"}
+    colours = {50.0: "tab:red", 200.0: "tab:orange", 1000.0: "tab:green"}
+    for r in rows:
+        lo, hi = r["interval"]
+        p = r["predicted_step_s"]
+        ax.errorbar(
+            r["measured_step_s"],
+            p,
+            yerr=[[p - lo], [hi - p]],
+            fmt=markers.get(r["layout"], "^"),
+            color=colours.get(r["rate_mbit"], "tab:blue"),
+            mfc="none" if r["model"] == "mlp-tiny" else None,
+        )
+    span = [min(r["measured_step_s"] for r in rows) * 0.8, max(r["measured_step_s"] for r in rows) * 1.25]
+    ax.plot(span, span, "k--", lw=0.8)
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="measured step (s), 2 FSDP processes over a shaped link",
+        ylabel="predicted from a 1-process profile (s)",
+    )
+    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=f"{k:g} Mbit/s") for k, c in colours.items()]
+    handles += [plt.Line2D([], [], color="k", marker=m, ls="", mfc="none", label=k) for k, m in markers.items()]
+    ax.legend(handles=handles, fontsize=8, title="hollow: mlp-tiny, filled: gpt2-tiny", title_fontsize=8)
+    mape = statistics.fmean(r["ape"] for r in rows)
+    ax.set_title(f"FSDP network lab (gloo): MAPE {mape:.1%}, {len(rows)} cases", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"figure: {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
