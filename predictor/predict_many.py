@@ -261,7 +261,8 @@ def choose_layouts(
     fields["fits_memory"] = ok
     step = np.where(ok, base.iteration_time_s, np.inf)
     # a fleet the simplest layout runs without accumulation keeps it: a layout that only moves fewer bytes (FSDP's
-    # 16-bit collectives against DDP's fp32 gradients) is not switched to until the lab validates FSDP's overheads
+    # 16-bit collectives against DDP's fp32 gradients) is not switched to until FSDP's overheads are validated on
+    # GPUs (the network lab validated the gloo path only)
     open_rows = ~ok | (base.accumulation > 1)
     candidates = np.flatnonzero(open_rows)
     for layout in runnable[1:] if len(candidates) else ():

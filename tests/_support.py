@@ -56,21 +56,9 @@ def drift_plan(catalog, tmp_path: Path):
 def plan_layout(name: str, block: str | None = "Block"):
     """The plan's record of layout ``name`` (:func:`predictor.layout.parse`) for a model whose block is ``block``."""
     from predictor.layout import parse
-    from predictor.plan import PlanLayout
+    from predictor.ranking.build import plan_layout as record
 
-    layout = parse(name)
-    strategy, args = layout.lightning(block)
-    return PlanLayout(
-        name=layout.name,
-        strategy=layout.strategy,
-        sharding=layout.sharding,
-        activation_checkpointing=layout.activation_checkpointing,
-        pipeline_stages=layout.pipeline_stages,
-        lightning_strategy=strategy,
-        lightning_args=args,
-        launchable=layout.launchable,
-        needs=None if layout.launchable else "a pipeline schedule",
-    )
+    return record(parse(name), block)
 
 
 def moto_network(endpoint: str) -> tuple[str, tuple[str, ...]]:

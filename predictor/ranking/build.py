@@ -47,21 +47,37 @@ def layout_of(many: ManyPredictions, row: int) -> Layout:
     return parse(name)
 
 
-def plan_layout(layout: Layout, profile: Profile, gpus_per_node: int, ranks: int) -> PlanLayout:
-    """What the plan records of a layout: its parts and the Lightning strategy (with its arguments) that runs it."""
-    st = profile.model.structure
-    strategy, args = layout.lightning(st.block if st is not None else None, wrap_min_params(profile))
+def plan_layout(
+    layout: Layout, block: str | None = None, *, wrap_min_params: int | None = None, shard_group: int | None = None
+) -> PlanLayout:
+    """What the plan records of a layout: its parts and the Lightning strategy (with its arguments) that runs it,
+    for a model whose repeated block is ``block`` (:meth:`predictor.layout.Layout.lightning`)."""
+    strategy, args = layout.lightning(block, wrap_min_params)
     return PlanLayout(
         name=layout.name,
         strategy=layout.strategy,
         sharding=layout.sharding,
         activation_checkpointing=layout.activation_checkpointing,
         pipeline_stages=layout.pipeline_stages,
-        shard_group=layout.shard_group(gpus_per_node, ranks),
+        shard_group=shard_group,
         lightning_strategy=strategy,
         lightning_args=args or None,
         launchable=layout.launchable,
         needs=None if layout.launchable else PIPELINE_NEEDS,
+    )
+
+
+def entry_layout(layout: Layout, profile: Profile, groups: list[PlanGroup]) -> PlanLayout:
+    """The plan's record of ``layout`` on a fleet of ``groups`` (its shard group: the smallest node's GPUs under
+    hybrid sharding, every rank under full sharding)."""
+    st = profile.model.structure
+    return plan_layout(
+        layout,
+        st.block if st is not None else None,
+        wrap_min_params=wrap_min_params(profile),
+        shard_group=layout.shard_group(
+            min(g.gpus_per_instance for g in groups), sum(g.count * g.gpus_per_instance for g in groups)
+        ),
     )
 
 
@@ -134,10 +150,5 @@ def entry(
         checkpoint_interval_s=float(tau) if np.isfinite(tau) else None,
         global_batch=round(float(many.global_batch[sh])),
         startup_s=float(scored.startup_s[i]),
-        layout=plan_layout(
-            layout_of(many, sh),
-            profile,
-            min(g.gpus_per_instance for g in groups),
-            sum(g.count * g.gpus_per_instance for g in groups),
-        ),
+        layout=entry_layout(layout_of(many, sh), profile, groups),
     )
