@@ -405,9 +405,8 @@ def predict_scaling_case(
 
 # the data-parallel loss constants searched by fit_dp_model (coordinate descent over these grids)
 DP_GRIDS = {
-    "sigma": (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.13),
-    "kappa": (0.0, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5),
-    "copies": (0.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0),
+    "sigma": (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1),
+    "kappa": (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4),
 }
 
 
@@ -498,7 +497,7 @@ def validate(data: str | Path, progress: Callable[[str], None] | None = None) ->
     cross = [c for c in cases if c.kind == "cross"]
     scaling_cases = [c for c in cases if c.kind == "scaling"]
     say("same-GPU scaling without data-parallel losses")
-    perfect = [predict_scaling_case(c, catalog, dp_model=ScalingModel(0.0, 0.0, 0.0)) for c in scaling_cases]
+    perfect = [predict_scaling_case(c, catalog, dp_model=ScalingModel(0.0, 0.0)) for c in scaling_cases]
     say("same-GPU scaling, data-parallel losses fitted leave-one-model-out")
     scaling_lomo = scaling_leave_one_model_out(scaling_cases, catalog)
     say("cross-GPU")

@@ -26,7 +26,13 @@ from predictor.perf.basis import Source, TypeBasis, bucket_sizes, grad_bytes, ty
 from predictor.perf.batch import divisors, split_micro
 from predictor.perf.memory import USABLE_SHARE, memory_parts, profile_sizes
 from predictor.perf.network import DEFAULT_NETWORK, NetworkModel, exposed_many
-from predictor.perf.scaling import ScalingModel, measured_sigma, scaling_model
+from predictor.perf.scaling import (
+    DDP_GRAD_PASSES,
+    FSDP_GRAD_PASSES,
+    ScalingModel,
+    measured_sigma,
+    scaling_model,
+)
 from predictor.perf.uncertainty import combined_sd, interval, model_error
 from predictor.profile import Profile
 from predictor.work import global_batch as global_batch_of
@@ -407,13 +413,13 @@ def combine(
         )
     else:
         gb = grad_bytes(profile) / 1e9 / stages  # a pipeline stage all-reduces its share, inside its node
-        inter = np.where(
-            (nodes > 1) & ~pipeline,
-            2 * (nodes - 1) / safe_nodes * gb / slow_gbps + 2 * (nodes - 1) * max_lat,
-            0.0,
-        )
-        intra = row_max(np.where(present, col("intra_s"), 0.0)) / stages
-        comm = np.where(ranks > 1, intra + inter, 0.0)
+        across = (nodes > 1) & ~pipeline
+        inter_bw = np.where(across, 2 * (nodes - 1) / safe_nodes * gb / slow_gbps, 0.0)
+        inter_lat = np.where(across, 2 * (nodes - 1) * max_lat, 0.0)
+        intra_lat = row_max(np.where(present, col("intra_lat_s"), 0.0))
+        intra_bw = row_max(np.where(present, col("intra_s") - col("intra_lat_s"), 0.0)) / stages
+        # hierarchical, the phases pipelined chunk by chunk (predictor.perf.network): the slower one sets the pace
+        comm = np.where(ranks > 1, np.maximum(intra_bw, inter_bw) + intra_lat + inter_lat, 0.0)
         # DDP all-reduces once per optimizer step, behind the backward of its last micro-step
         exposed = exposed_many(comm, backward, bucket_sizes(profile))
         if pipeline:  # activations forward and their gradients backward across each stage boundary, every slot
@@ -424,10 +430,22 @@ def combine(
             comm, exposed = comm + hops, exposed + hops
     hidden = np.maximum(0.0, comm - exposed)
     dp = dp_model or scaling_model()
-    grad_pass = row_max(np.where(present, col("grad_pass_s"), 0.0))
+    s_per_byte = row_max(np.where(present, col("s_per_byte"), 0.0))
+    if layout.sharded:  # FSDP's pre-divide of each unit's unsharded gradient, every micro-step
+        sizes = profile_sizes(profile)
+        copies = FSDP_GRAD_PASSES * sizes.parameters * sizes.compute * s_per_byte * accumulation
+    else:  # DDP's bucket copies, once per optimizer step (a pipeline stage holds 1/p of the gradients)
+        copies = DDP_GRAD_PASSES * grad_bytes(profile) / stages * s_per_byte
+    bound = row_min(np.where(present, col("contention_bound"), np.inf))
     # stragglers: the jitter of a micro-steps adds up like independent noise (relative sd / sqrt(a))
     dp_loss = dp.loss(
-        compute / np.sqrt(accumulation), ranks, hidden, grad_pass, source_ranks=src.world, sigma=measured_sigma(profile)
+        compute / np.sqrt(accumulation),
+        ranks,
+        hidden,
+        copies,
+        contention_bound=bound,
+        source_ranks=src.world,
+        sigma=measured_sigma(profile),
     )
     step = compute + input_s + exposed + dp_loss
     model_err = row_max(np.where(present, col("model_error"), 0.0))
@@ -526,9 +544,12 @@ def _fsdp_comm(
     across = (nodes > 1) & ~hybrid
 
     def collective(gb: float) -> np.ndarray:  # one all-gather or reduce-scatter of gb gathered GB over the group
-        intra = np.where(g > 1, (g - 1) / g * gb / slow_intra + units * (g - 1) * lat_intra, 0.0)
-        inter = np.where(across, (nodes - 1) / nodes * gb / slow_gbps + units * (nodes - 1) * max_lat, 0.0)
-        return np.where(ranks > 1, intra + inter, 0.0)
+        # hierarchical, the intra-node and network phases pipelined chunk by chunk (as the all-reduce,
+        # predictor.perf.network): the slower bandwidth term sets the pace, the per-unit hop latencies add
+        intra = np.where(g > 1, (g - 1) / g * gb / slow_intra, 0.0)
+        inter = np.where(across, (nodes - 1) / nodes * gb / slow_gbps, 0.0)
+        latency = units * (np.where(g > 1, (g - 1) * lat_intra, 0.0) + np.where(across, (nodes - 1) * max_lat, 0.0))
+        return np.where(ranks > 1, np.maximum(intra, inter) + latency, 0.0)
 
     blocking = row_max(np.where(present, np.array([b.blocking_collectives for b in type_bases], float)[tidx], 0)) > 0
     gather = collective(params_gb)

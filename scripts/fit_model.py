@@ -67,7 +67,7 @@ def fit(say=print) -> tuple[dict, dict]:
         "schema": SCHEMA,
         "data_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "fitted_with": {"python": platform.python_version(), "scikit-learn": sklearn_version()},
-        "scaling": {"sigma": dp.sigma, "kappa": dp.kappa, "copies": dp.copies, "cases": len(scaling_cases)},
+        "scaling": {"sigma": dp.sigma, "kappa": dp.kappa, "cases": len(scaling_cases)},
         "errors": errors,
         "errors_from": {
             "scaling": "leave-one-model-out residuals of the same-GPU scaling cases",

@@ -128,7 +128,8 @@ def test_a_mix_never_uses_the_link_measured_on_one_type(catalog) -> None:
         for name in ("p3.16xlarge", "g5.48xlarge")
     )
     expected_inter = 2 * 2 / 3 * gb / plain
-    assert mix.breakdown["allreduce_s"] == pytest.approx(intra + expected_inter, rel=0.02)
+    # the intra-node and network phases are pipelined (predictor.perf.network): the slower one sets the pace
+    assert mix.breakdown["allreduce_s"] == pytest.approx(max(intra, expected_inter), rel=0.02)
     assert not any("calibrated from the profile's measured buckets" in a for a in mix.assumptions)
     same = predict(profile, "p3.16xlarge:3", catalog=catalog)
     assert any("calibrated from the profile's measured buckets" in a for a in same.assumptions)

@@ -36,6 +36,7 @@ from predictor.perf.network import (
     inter_node_link,
     intra_node_link,
 )
+from predictor.perf.scaling import contention_bound
 from predictor.perf.uncertainty import model_error
 from predictor.profile import Profile
 
@@ -83,10 +84,13 @@ class TypeBasis:
     per_sample_s: float
     input_per_sample_s: float
     intra_s: float  # intra-node all-reduce of one instance (0 for single-GPU types)
+    intra_lat_s: float  # its latency part (2 (g-1) hops); the rest is the bandwidth term
     intra_kind: str  # the intra-node link ("" for single-GPU types)
     intra_gbps: float  # its effective bandwidth, GB/s (inf for single-GPU types: nothing crosses it)
     intra_latency_s: float
     grad_pass_s: float  # one pass over the gradients in GPU memory (bytes / bandwidth): DDP's bucket copies cost this
+    s_per_byte: float  # one pass over one byte of GPU memory (1 / bandwidth; 0 when the bandwidth is unknown)
+    contention_bound: float  # the share of the GPU's SMs NCCL's kernels can hold (predictor.perf.scaling)
     inter: Link  # the profile's measured link when it was measured on this very type, else the catalog's
     plain_inter: Link  # the catalog's link (mixed fleets never use a measurement of one type)
     kind: str  # the kind of prediction (its model error)
@@ -254,10 +258,13 @@ def type_basis(
         per_sample_s=per_sample,
         input_per_sample_s=src.data_s / src.per_device_batch * cpu_ratio,
         intra_s=intra,
+        intra_lat_s=2 * (it.gpus - 1) * link.latency_s if link is not None else 0.0,
         intra_kind=link.kind if link is not None else "",
         intra_gbps=link.gbps if link is not None else math.inf,
         intra_latency_s=link.latency_s if link is not None else 0.0,
         grad_pass_s=grad_bytes(profile) / (dst.memory_bw_gbps * 1e9) if dst.memory_bw_gbps else 0.0,
+        s_per_byte=1.0 / (dst.memory_bw_gbps * 1e9) if dst.memory_bw_gbps else 0.0,
+        contention_bound=contention_bound(dst.sms, it.process_group_backend == "gloo"),
         inter=measured or plain,
         plain_inter=plain,
         kind=kind,

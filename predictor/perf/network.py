@@ -2,8 +2,12 @@
 
 One node of g GPUs (ring): ``2 (g-1)/g * S / B_intra + 2 (g-1) * a_intra``.
 N nodes (hierarchical, as NCCL does with one ring per GPU rail): reduce-scatter inside each node, an all-reduce of
-every shard across nodes through the node's network, all-gather inside the node:
-``2 (g-1)/g * S / B_intra + 2 (N-1)/N * S / B_net + 2 (N-1) * a_inter``, with the slowest node's link limiting the ring.
+every shard across nodes through the node's network, all-gather inside the node. NCCL pipelines the phases chunk by
+chunk, so the slower phase sets the bandwidth term and the latencies add:
+``max(2 (g-1)/g * S / B_intra, 2 (N-1)/N * S / B_net) + 2 (g-1) * a_intra + 2 (N-1) * a_inter``, with the slowest
+node's link limiting the ring. Checked against published nccl-tests all_reduce_perf figures of p5.48xlarge over EFA
+(2-32 nodes, 32 MB-8 GB; ``bench/collectives.py``, BENCHMARKS.md): the sum of the two phases was 1.8x too slow at
+4-32 nodes, the pipelined form is within 10% there (nothing fitted on them).
 
 Bandwidths are effective bus bandwidths in GB/s. The constants live in :class:`NetworkModel`; a profile
 that carries measured all-reduce timings replaces them for its own link kind (:func:`calibrate`).
@@ -28,9 +32,11 @@ class NetworkModel:
     pcie_bus_gbps: float = 10.0  # GPU-to-GPU through the PCIe host bridge (no NVLink)
     nvlink_efficiency: float = 0.7  # share of the per-GPU NVLink figure (bidirectional datasheet / 2) NCCL reaches
     latency_intra_s: float = 10e-6
-    latency_efa_s: float = 15e-6
+    # EFA: calibrated on nccl-tests all_reduce_perf of 2-32 p5.48xlarge (bench/collectives.py, leave-one-node-count-
+    # out held-out MAPE 10-23%, 15% mean; the earlier 0.85 / 15 us scored 25%); not yet checked on p4d-class hosts
+    latency_efa_s: float = 30e-6
     latency_tcp_s: float = 60e-6
-    efa_efficiency: float = 0.85
+    efa_efficiency: float = 0.7
     # gloo's all-reduce over a tc-shaped veth link reaches 0.955 of the configured rate (bench/netns_validation.py,
     # BENCHMARKS.md); real ENA networks add per-flow limits and cross traffic that this lab does not have
     tcp_efficiency: float = 0.95
@@ -93,23 +99,25 @@ def allreduce_time(
     if ranks <= 1 or nbytes <= 0:
         return AllReduceEstimate(0.0, 0.0, 0.0, "none")
     gb = nbytes / 1e9
-    intra_s, intra_kind = 0.0, ""
+    intra_s, intra_bw, intra_kind = 0.0, 0.0, ""
     for it, _ in groups:
         link = intra_node_link(it, gpus, net)
         if link is None:
             continue
         g = it.gpus
-        t = 2 * (g - 1) / g * gb / link.gbps + 2 * (g - 1) * link.latency_s
-        if t > intra_s:
-            intra_s, intra_kind = t, link.kind
-    inter_s, inter_kind = 0.0, ""
+        bw, lat = 2 * (g - 1) / g * gb / link.gbps, 2 * (g - 1) * link.latency_s
+        if bw + lat > intra_s:
+            intra_s, intra_bw, intra_kind = bw + lat, bw, link.kind
+    inter_s, inter_bw, inter_kind = 0.0, 0.0, ""
     if nodes > 1:
         links = [net_override or inter_node_link(it, net) for it, _ in groups]
         slow = min(links, key=lambda link: link.gbps)
-        inter_s = 2 * (nodes - 1) / nodes * gb / slow.gbps + 2 * (nodes - 1) * max(x.latency_s for x in links)
+        inter_bw = 2 * (nodes - 1) / nodes * gb / slow.gbps
+        inter_s = inter_bw + 2 * (nodes - 1) * max(x.latency_s for x in links)
         inter_kind = slow.kind
-    limiting = f"network {inter_kind}" if inter_s >= intra_s else f"intra-node {intra_kind}"
-    return AllReduceEstimate(intra_s + inter_s, intra_s, inter_s, limiting)
+    limiting = f"network {inter_kind}" if inter_bw >= intra_bw else f"intra-node {intra_kind}"
+    seconds = max(intra_bw, inter_bw) + (intra_s - intra_bw) + (inter_s - inter_bw)
+    return AllReduceEstimate(seconds, intra_s, inter_s, limiting)
 
 
 def calibrate(bucket_bytes: list[int], bucket_seconds: list[float], world: int) -> Link | None:

@@ -1,0 +1,286 @@
+"""The MPT FSDP set: published tokens/s per GPU of MPT 125M-70B (mosaicml/llm-foundry) against the predictor, from
+meta-device captures. Nothing in the predictor is fitted on these rows.
+
+    python bench/mpt_fsdp.py [--capture-only] [--score-only] [--jobs 2] [--plot docs/img/mpt_fsdp.png]
+
+Data: ``bench/data/llm_foundry_mpt.csv`` (``scripts/build_mpt_data.py`` from llm-foundry's
+``scripts/train/benchmarking/README.md``; the commit is in every row): MPT trained with PyTorch FSDP (Composer),
+bf16, flash attention, micro-batch and accumulation as published, on 8-512 H100-80GB, A100-80GB and A100-40GB.
+
+For every distinct (size, sequence length, micro-batch, accumulation, precision) the architecture is captured on the
+meta device with ``srifty capture`` as a user would: a GPT-2-style transformers model with MPT's sizes (d_model,
+n_heads, n_layers, expansion 4, vocab 50368, learned positions as long as the sequence, tied embeddings, SDPA
+attention; its parameter count is checked against the row's ``NumParams``), ``--batch-size`` = the micro-batch,
+``--global-batch`` = micro-batch x accumulation. The prediction is ``predictor.predict.predict(profile, fleet,
+layout=..., scaling="weak")``: the published micro-batch and accumulation on every GPU, so the global batch is the
+published one. Fleets: H100 rows on ``p5.48xlarge`` (8 x H100-SXM, 3200 Gbit/s EFA); A100 rows on nodes of 8 A100-SXM
+with the 1600 Gbit/s RoCE the README states (``bench/data/mosaic_nodes.yaml``: 8 x 200 Gbit/s RDMA interfaces).
+
+Out of scope, counted and said: FP8 rows (transformer-engine FP8 GEMMs; the predictor models eager bf16).
+
+Results: ``bench/results/mpt_fsdp/scores.csv`` and a summary (MAPE overall, by GPU, by scale, leave-one-model-out
+figures where a constant is chosen here), and the predicted-vs-measured plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DATA = ROOT / "bench" / "data" / "llm_foundry_mpt.csv"
+NODES = ROOT / "bench" / "data" / "mosaic_nodes.yaml"
+OUT = ROOT / "bench" / "results" / "mpt_fsdp"
+FLEET_TYPE = {"h100_80gb": "p5.48xlarge", "a100_80gb": "mosaic-a100-80gb", "a100_40gb": "mosaic-a100-40gb"}
+PRECISION = {"amp_bf16": "bf16-mixed", "bf16": "bf16-true"}
+SHARDING = {"FULL_SHARD": "fsdp:full_shard", "SHARD_GRAD_OP": "fsdp:shard_grad_op"}
+
+
+def load_rows() -> list[dict]:
+    with DATA.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def in_scope(row: dict) -> str | None:
+    """None when the predictor should answer this row, else why not."""
+    if row["precision"] not in PRECISION:
+        return f"precision {row['precision']} (FP8 GEMMs through transformer-engine; the model knows eager bf16)"
+    if row["cpu_offload"] == "True":
+        return "activation CPU offload"
+    return None
+
+
+def capture_key(row: dict) -> str:
+    return f"{row['model']}-s{row['seq_len']}-mb{row['micro_batch']}-ga{row['grad_accum']}-{row['precision']}"
+
+
+def config_of(row: dict) -> dict:
+    d = int(row["d_model"])
+    return {
+        "n_embd": d,
+        "n_head": int(row["n_heads"]),
+        "n_layer": int(row["n_layers"]),
+        "n_inner": 4 * d,
+        "n_positions": int(row["seq_len"]),
+        "vocab_size": 50368,
+        "activation_function": "gelu",
+        "tie_word_embeddings": True,
+        "attn_implementation": "sdpa",
+    }
+
+
+def capture(row: dict) -> tuple[str, float, str]:
+    """Capture the row's architecture (cached); (key, seconds, error)."""
+    key = capture_key(row)
+    path = OUT / "captures" / f"{key}.json"
+    if path.exists():
+        return key, 0.0, ""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    micro, accum = int(row["micro_batch"]), int(row["grad_accum"])
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_srifty.cli",
+        "capture",
+        "transformers:GPT2LMHeadModel",
+        "--config",
+        json.dumps(config_of(row)),
+        "--seq-len",
+        row["seq_len"],
+        "--batch-size",
+        str(micro),
+        "--global-batch",
+        str(micro * accum),
+        "--precision",
+        PRECISION[row["precision"]],
+        "--name",
+        row["model"],
+        "--out",
+        str(path),
+    ]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    took = time.perf_counter() - t0
+    if res.returncode != 0:
+        return key, took, (res.stderr or res.stdout).strip().splitlines()[-1] if (res.stderr or res.stdout) else "?"
+    return key, took, ""
+
+
+def layout_of(row: dict) -> str:
+    return SHARDING[row["sharding"]] + ("+ac" if row["activation_checkpointing"] == "True" else "")
+
+
+def score(rows: list[dict]) -> list[dict]:
+    from predictor.catalog.catalog import Catalog
+    from predictor.exceptions import SriftyError
+    from predictor.predict import predict
+    from predictor.profile import load_profile
+
+    catalog = Catalog.load(extra=[str(NODES)])
+    out = []
+    for row in rows:
+        why = in_scope(row)
+        rec = {k: row[k] for k in ("section", "model", "seq_len", "gpus", "gpu", "micro_batch", "grad_accum")}
+        rec.update(layout=layout_of(row), measured=float(row["tokens_s_gpu"]), precision=row["precision"])
+        if why:
+            out.append({**rec, "status": "out of scope: " + why})
+            continue
+        path = OUT / "captures" / f"{capture_key(row)}.json"
+        if not path.exists():
+            out.append({**rec, "status": "no capture"})
+            continue
+        profile = load_profile(path)
+        gpus = int(row["gpus"])
+        fleet = f"{FLEET_TYPE[row['gpu']]}:{max(1, gpus // 8)}"
+        try:
+            p = predict(profile, fleet, catalog=catalog, layout=layout_of(row), scaling="weak")
+        except SriftyError as exc:
+            out.append({**rec, "status": f"error: {exc}"})
+            continue
+        seq = int(row["seq_len"])
+        per_gpu = p.throughput_samples_s * seq / gpus
+        lo, hi = (x * seq / gpus for x in p.interval["throughput_samples_s"])
+        params = profile.model.parameters
+        out.append(
+            {
+                **rec,
+                "status": "ok",
+                "predicted": per_gpu,
+                "lo": lo,
+                "hi": hi,
+                "ape": abs(per_gpu - rec["measured"]) / rec["measured"],
+                "ratio": per_gpu / rec["measured"],
+                "inside": lo <= rec["measured"] <= hi,
+                "params_ratio": params / float(row["num_params"]),
+                "step_s": p.iteration_time_s,
+                "compute_s": p.breakdown["compute_s"],
+                "exposed_comm_s": p.breakdown["exposed_comm_s"],
+                "dp_loss_s": p.breakdown["dp_loss_s"],
+                "memory_gib": max(g.memory_gib for g in p.groups),
+                "fits": p.fits_memory,
+            }
+        )
+    return out
+
+
+def summary(scores: list[dict]) -> str:
+    ok = [s for s in scores if s["status"] == "ok"]
+    lines = [f"rows {len(scores)}; scored {len(ok)}; out of scope {sum(s['status'].startswith('out') for s in scores)}"]
+    other = [s for s in scores if s["status"] not in ("ok",) and not s["status"].startswith("out")]
+    if other:
+        lines.append(f"not scored: {len(other)} (e.g. {other[0]['status'][:160]})")
+
+    def line(name: str, group: list[dict]) -> str:
+        if not group:
+            return f"{name}: -"
+        apes = [s["ape"] for s in group]
+        ratios = [s["ratio"] for s in group]
+        cover = sum(bool(s["inside"]) for s in group) / len(group)
+        return (
+            f"{name}: n={len(group)} MAPE {100 * statistics.mean(apes):.1f}% median APE "
+            f"{100 * statistics.median(apes):.1f}% median pred/meas {statistics.median(ratios):.2f} "
+            f"80%-interval coverage {100 * cover:.0f}%"
+        )
+
+    lines.append(line("all", ok))
+    by: dict[str, list] = defaultdict(list)
+    for s in ok:
+        by["gpu " + s["gpu"]].append(s)
+        by["scale " + ("1 node" if int(s["gpus"]) <= 8 else "multi-node")].append(s)
+        by["layout " + s["layout"]].append(s)
+        by["model " + s["model"]].append(s)
+    for k in sorted(by):
+        lines.append(line(k, by[k]))
+    return "\n".join(lines)
+
+
+def plot(scores: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [s for s in scores if s["status"] == "ok"]
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    colours = {"h100_80gb": "tab:red", "a100_80gb": "tab:blue", "a100_40gb": "tab:green"}
+    for gpu, colour in colours.items():
+        for multi, marker in ((False, "o"), (True, "^")):
+            g = [s for s in ok if s["gpu"] == gpu and (int(s["gpus"]) > 8) == multi]
+            if g:
+                ax.scatter(
+                    [s["measured"] for s in g],
+                    [s["predicted"] for s in g],
+                    c=colour,
+                    marker=marker,
+                    s=18,
+                    alpha=0.75,
+                    label=f"{gpu} {'multi-node' if multi else '8 GPUs'} ({len(g)})",
+                )
+    lo = min(min(s["measured"], s["predicted"]) for s in ok) * 0.8
+    hi = max(max(s["measured"], s["predicted"]) for s in ok) * 1.25
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    for f in (0.9, 1.1):
+        ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
+    ax.set_xlabel("measured tokens/s per GPU (llm-foundry)")
+    ax.set_ylabel("predicted tokens/s per GPU (meta capture)")
+    mape = 100 * statistics.mean(s["ape"] for s in ok)
+    ax.set_title(f"MPT 125M-70B, PyTorch FSDP bf16: MAPE {mape:.1f}% over {len(ok)} rows")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--capture-only", action="store_true")
+    ap.add_argument("--score-only", action="store_true")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--models", default=None, help="comma list of sizes to keep (e.g. mpt-7b,mpt-13b)")
+    ap.add_argument("--plot", type=Path, default=None)
+    args = ap.parse_args()
+    rows = load_rows()
+    if args.models:
+        keep = set(args.models.split(","))
+        rows = [r for r in rows if r["model"] in keep]
+    if not args.score_only:
+        todo = {capture_key(r): r for r in rows if in_scope(r) is None}
+        done = 0
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for key, took, err in pool.map(capture, todo.values()):
+                done += 1
+                status = f"FAILED {err}" if err else f"{took:.1f} s"
+                print(f"[{done}/{len(todo)}] capture {key}: {status}", flush=True)
+        print(f"captures: {time.perf_counter() - t0:.0f} s", flush=True)
+    if args.capture_only:
+        return
+    scores = score(rows)
+    OUT.mkdir(parents=True, exist_ok=True)
+    keys = sorted({k for s in scores for k in s})
+    with (OUT / "scores.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, keys)
+        w.writeheader()
+        w.writerows(scores)
+    text = summary(scores)
+    (OUT / "summary.txt").write_text(text + "\n")
+    print(text)
+    if args.plot:
+        plot(scores, args.plot)
+        print(f"plot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
