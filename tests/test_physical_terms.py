@@ -1,0 +1,52 @@
+"""Every data-parallel term is a physical quantity with a bound (issue #21): counted copies, contention bounded by
+NCCL's share of the SMs, pipelined hierarchical collectives."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from _support import MINIMAL
+from predictor.perf.basis import grad_bytes
+from predictor.perf.network import allreduce_time, inter_node_link, intra_node_link
+from predictor.perf.scaling import DDP_GRAD_PASSES, NCCL_MAX_CHANNELS, SIGMA_MAX, ScalingModel, contention_bound
+from predictor.predict import predict
+from predictor.profile import load_profile
+
+
+def test_contention_is_bounded_by_the_sms_nccl_can_hold() -> None:
+    assert contention_bound(108, False) == pytest.approx(NCCL_MAX_CHANNELS / 108)
+    assert contention_bound(16, False) == 1.0
+    assert contention_bound(132, True) == 0.0  # gloo: the host CPU runs the collectives, no SM is taken
+    assert contention_bound(None, False) == 0.0
+    model = ScalingModel(sigma=0.0, kappa=5.0)  # a fitted kappa above the bound is clipped to it
+    loss = model.loss(np.array([1.0]), np.array([8.0]), np.array([0.5]), contention_bound=0.25)
+    assert loss[0] == pytest.approx(0.25 * 0.5)
+
+
+def test_sigma_is_bounded() -> None:
+    wild = ScalingModel(sigma=3.0, kappa=0.0).loss(np.array([1.0]), np.array([2.0]), np.array([0.0]))
+    bounded = ScalingModel(sigma=SIGMA_MAX, kappa=0.0).loss(np.array([1.0]), np.array([2.0]), np.array([0.0]))
+    assert wild[0] == pytest.approx(bounded[0])
+
+
+def test_ddp_copies_are_counted_passes_over_the_gradients(catalog) -> None:
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    p = predict(profile, "p4d.24xlarge:1", catalog=catalog, dp_model=ScalingModel(sigma=0.0, kappa=0.0))
+    bw = catalog.gpu("A100-SXM-40GB").memory_bw_gbps * 1e9
+    # with stragglers and contention off, the loss is DDP's bucket copies alone: 4 passes, nothing fitted
+    assert p.breakdown["dp_loss_s"] == pytest.approx(DDP_GRAD_PASSES * grad_bytes(profile) / bw, rel=1e-6)
+
+
+def test_hierarchical_phases_are_pipelined(catalog) -> None:
+    p5 = catalog.get("p5.48xlarge")
+    nbytes = 2**30
+    est = allreduce_time(nbytes, [(p5, 4)], catalog.gpus)
+    intra, inter = intra_node_link(p5, catalog.gpus), inter_node_link(p5)
+    gb = nbytes / 1e9
+    intra_bw, inter_bw = 2 * 7 / 8 * gb / intra.gbps, 2 * 3 / 4 * gb / inter.gbps
+    latency = 2 * 7 * intra.latency_s + 2 * 3 * inter.latency_s
+    assert est.seconds == pytest.approx(max(intra_bw, inter_bw) + latency)
+    assert est.seconds < est.intra_s + est.inter_s  # never the sum of the two phases
