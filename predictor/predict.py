@@ -131,7 +131,7 @@ def predict(
                 micro,
                 accumulation,
                 tuple(rank_batches(many.micro_low[0, k], many.micro_plus[0, k], int(many.group_gpus[0, k]))),
-                basis.per_sample_s * micro * accumulation,
+                max(basis.per_sample_s * micro, basis.step_floor_s) * accumulation,
                 basis.input_per_sample_s * micro * accumulation,
                 mem.bytes_per_gpu / 2**30,
                 mem.fits,

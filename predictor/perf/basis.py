@@ -42,7 +42,7 @@ from predictor.profile import Profile
 
 CPU_TO_GPU_UTILISATION = 0.35  # assumed share of the GPU's peak a step reaches when only FLOPs are known
 # eager PyTorch + Lightning spend a few ms per step on the host (kernel launches, hooks, optimizer loop) whatever the
-# GPU: the FLOPs-only path (CPU profile) cannot predict less than this per step (judgement, not measured here)
+# GPU: without a measured framework time or an operator table, no step is predicted below this (judgement)
 MIN_GPU_STEP_S = 0.003
 
 
@@ -88,6 +88,7 @@ class TypeBasis:
     intra_kind: str  # the intra-node link ("" for single-GPU types)
     intra_gbps: float  # its effective bandwidth, GB/s (inf for single-GPU types: nothing crosses it)
     intra_latency_s: float
+    step_floor_s: float  # host seconds per micro-step, whatever the batch (framework + kernel launches; step_floor())
     grad_pass_s: float  # one pass over the gradients in GPU memory (bytes / bandwidth): DDP's bucket copies cost this
     s_per_byte: float  # one pass over one byte of GPU memory (1 / bandwidth; 0 when the bandwidth is unknown)
     contention_bound: float  # the share of the GPU's SMs NCCL's kernels can hold (predictor.perf.scaling)
@@ -178,6 +179,29 @@ def _ops_backward_share(profile: Profile) -> float:
     return backward / total if total > 0 else 2 / 3
 
 
+def framework_s(profile: Profile) -> float | None:
+    """The host's own time per step that no phase holds (Lightning's loop, hooks, logging, the optimizer's Python):
+    the measured step minus its data, forward, backward and optimizer phases; None when they were not measured."""
+    t = profile.timing
+    phases = t.phases_s or {}
+    if not (t.step_time_s.p50 > 0 and all(p in phases for p in ("data", "forward", "backward", "optimizer"))):
+        return None
+    return max(0.0, t.step_time_s.p50 - sum(phases[p].p50 for p in ("data", "forward", "backward", "optimizer")))
+
+
+def step_floor(profile: Profile, src: Source, kind: str) -> float:
+    """Seconds per micro-step that a GPU cannot take away, whatever the batch: the host runs the framework's Python
+    (measured: :func:`framework_s`) and launches every kernel of the step (``HOST_S_PER_KERNEL`` each, counted from
+    the operator table) before the GPU can finish. Without either, the FLOPs-only path keeps ``MIN_GPU_STEP_S``."""
+    from predictor.perf.ops import HOST_S_PER_KERNEL, kernel_count
+
+    framework = framework_s(profile)
+    launches = kernel_count(src.ops.classified) * HOST_S_PER_KERNEL if src.ops is not None else None
+    if framework is None and launches is None:
+        return MIN_GPU_STEP_S if kind == "from_cpu" else 0.0
+    return (framework or 0.0) + (launches or 0.0)
+
+
 def grad_bytes(profile: Profile) -> float:
     """Bytes DDP all-reduces per step: the measured gradient bytes, else 4 per trainable parameter."""
     m = profile.model
@@ -256,6 +280,7 @@ def type_basis(
         name=it.name,
         gpu=dst.key,
         per_sample_s=per_sample,
+        step_floor_s=step_floor(profile, src, kind),
         input_per_sample_s=src.data_s / src.per_device_batch * cpu_ratio,
         intra_s=intra,
         intra_lat_s=2 * (it.gpus - 1) * link.latency_s if link is not None else 0.0,
@@ -312,8 +337,7 @@ def _per_sample(
             f"{MIN_GPU_STEP_S * 1e3:.0f} ms per step (profile measured on CPU)"
         )
         extrapolation.append("profiled on CPU: GPU compute time estimated from FLOPs alone")
-        per_sample = src.flops / (peak * 1e12 * CPU_TO_GPU_UTILISATION)
-        return max(per_sample, MIN_GPU_STEP_S / src.per_device_batch), 1.0, "from_cpu"
+        return src.flops / (peak * 1e12 * CPU_TO_GPU_UTILISATION), 1.0, "from_cpu"
     try:
         scale = compute_ratio(src.gpu, dst, precision, matmul, src.achieved_tflops)
     except ValueError as exc:

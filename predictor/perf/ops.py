@@ -429,7 +429,7 @@ def ops_time(
         lat = model.latency(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
         scale = np.array([c.scale for c in items])
         by_class[cls] += float(np.sum(lat * scale))
-    kernels = int(sum(c.scale for c in classified if not c.extra))
+    kernels = kernel_count(classified)
     unclassified = Counter()
     for c in classified:
         if c.op.endswith("?"):
@@ -529,11 +529,16 @@ def ops_compute(
         per_sample = src.compute_s / src.per_device_batch * ratio
         return per_sample, share, ("same" if src.gpu.key == dst.key else "cross-ops")
     host = target.kernels * HOST_S_PER_KERNEL
-    step = max(target.seconds, host)
     where = "on the meta device" if table.device in ("meta", "fake") or not src.measured else "on CPU"
     notes.append(
-        f"{dst.key}: {step * 1e3:.3g} ms per step predicted absolutely from the operator table captured {where} "
-        f"({target.kernels} kernels; {'host launch-bound' if host > target.seconds else 'GPU-bound'})"
+        f"{dst.key}: {target.seconds * 1e3:.3g} ms of GPU work per step predicted absolutely from the operator table "
+        f"captured {where} ({target.kernels} kernels; the host needs at least {host * 1e3:.3g} ms to launch them: "
+        "the step's floor)"
     )
     extrapolation.append(f"no GPU step was measured: {dst.key}'s time is the operator model's alone")
-    return step / table.samples, share, "ops-absolute"
+    return target.seconds / table.samples, share, "ops-absolute"
+
+
+def kernel_count(classified: Sequence[Classified]) -> int:
+    """Kernel launches of one step of the table (a fused attention is one launch, not its parts)."""
+    return int(sum(c.scale for c in classified if not c.extra))
