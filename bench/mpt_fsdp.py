@@ -80,8 +80,9 @@ def config_of(row: dict) -> dict:
     }
 
 
-def capture(row: dict) -> tuple[str, float, str]:
-    """Capture the row's architecture (cached); (key, seconds, error)."""
+def capture(row: dict, in_process: bool = False) -> tuple[str, float, str]:
+    """Capture the row's architecture (cached); (key, seconds, error). ``in_process``: through the CLI's ``main`` in
+    this process (no interpreter and import start-up per capture), else ``python -m lightning_srifty.cli``."""
     key = capture_key(row)
     path = OUT / "captures" / f"{key}.json"
     if path.exists():
@@ -110,6 +111,17 @@ def capture(row: dict) -> tuple[str, float, str]:
         str(path),
     ]
     t0 = time.perf_counter()
+    if in_process:
+        import contextlib
+        import io
+
+        from lightning_srifty.cli import main as cli
+
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = cli(cmd[3:])
+        took = time.perf_counter() - t0
+        return key, took, "" if code == 0 else (err.getvalue().strip().splitlines() or ["?"])[-1]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     took = time.perf_counter() - t0
     if res.returncode != 0:
@@ -247,7 +259,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--capture-only", action="store_true")
     ap.add_argument("--score-only", action="store_true")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=1, help="1: captures in this process, one after another; more: "
+                    "that many capture processes at once")
     ap.add_argument("--models", default=None, help="comma list of sizes to keep (e.g. mpt-7b,mpt-13b)")
     ap.add_argument("--plot", type=Path, default=None)
     args = ap.parse_args()
@@ -259,11 +272,14 @@ def main() -> None:
         todo = {capture_key(r): r for r in rows if in_scope(r) is None}
         done = 0
         t0 = time.perf_counter()
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for key, took, err in pool.map(capture, todo.values()):
-                done += 1
-                status = f"FAILED {err}" if err else f"{took:.1f} s"
-                print(f"[{done}/{len(todo)}] capture {key}: {status}", flush=True)
+        if args.jobs == 1:
+            results = (capture(r, in_process=True) for r in todo.values())
+        else:
+            results = ThreadPoolExecutor(args.jobs).map(capture, todo.values())
+        for key, took, err in results:
+            done += 1
+            status = f"FAILED {err}" if err else f"{took:.1f} s"
+            print(f"[{done}/{len(todo)}] capture {key}: {status}", flush=True)
         print(f"captures: {time.perf_counter() - t0:.0f} s", flush=True)
     if args.capture_only:
         return
