@@ -72,12 +72,14 @@ def folds() -> None:
 
     apes = []
     for held in sorted({int(r["Nodes"]) for r in rows()}):
-        best = min(grid, key=lambda n: loss(n, lambda r: int(r["Nodes"]) != held))
-        res = score(best, lambda r: int(r["Nodes"]) == held)
+        best = min(grid, key=lambda n, h=held: loss(n, lambda r: int(r["Nodes"]) != h))
+        res = score(best, lambda r, h=held: int(r["Nodes"]) == h)
         ape = statistics.mean(abs(r["predicted"] / r["measured"] - 1) for r in res)
         apes.append(ape)
-        print(f"held out {held:>2} nodes: chose efa_efficiency {best.efa_efficiency}, latency "
-              f"{best.latency_efa_s * 1e6:.0f} us; held-out MAPE {100 * ape:.1f}%")
+        print(
+            f"held out {held:>2} nodes: chose efa_efficiency {best.efa_efficiency}, latency "
+            f"{best.latency_efa_s * 1e6:.0f} us; held-out MAPE {100 * ape:.1f}%"
+        )
     print(f"mean held-out MAPE {100 * statistics.mean(apes):.1f}%")
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import statistics
 import subprocess
 import sys
@@ -259,8 +258,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--capture-only", action="store_true")
     ap.add_argument("--score-only", action="store_true")
-    ap.add_argument("--jobs", type=int, default=1, help="1: captures in this process, one after another; more: "
-                    "that many capture processes at once")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="1: captures in this process, one after another; more: that many capture processes at once",
+    )
     ap.add_argument("--models", default=None, help="comma list of sizes to keep (e.g. mpt-7b,mpt-13b)")
     ap.add_argument("--plot", type=Path, default=None)
     args = ap.parse_args()
@@ -270,14 +273,12 @@ def main() -> None:
         rows = [r for r in rows if r["model"] in keep]
     if not args.score_only:
         todo = {capture_key(r): r for r in rows if in_scope(r) is None}
-        done = 0
         t0 = time.perf_counter()
         if args.jobs == 1:
             results = (capture(r, in_process=True) for r in todo.values())
         else:
             results = ThreadPoolExecutor(args.jobs).map(capture, todo.values())
-        for key, took, err in results:
-            done += 1
+        for done, (key, took, err) in enumerate(results, 1):
             status = f"FAILED {err}" if err else f"{took:.1f} s"
             print(f"[{done}/{len(todo)}] capture {key}: {status}", flush=True)
         print(f"captures: {time.perf_counter() - t0:.0f} s", flush=True)

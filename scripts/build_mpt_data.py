@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import re
 from pathlib import Path
 
 # scripts/train/yamls/pretrain/mpt-<size>.yaml at the source commit: d_model, n_heads, n_layers (expansion_ratio 4,
@@ -30,11 +29,32 @@ ARCH = {
     "30b": (7168, 56, 48),
     "70b": (8192, 64, 80),
 }
-COLUMNS = (
-    "section,model,seq_len,gpus,gpu,micro_batch,grad_accum,global_batch,tokens_s,tokens_s_gpu,precision,mp_mode,"
-    "sharding,activation_checkpointing,cpu_offload,num_params,d_model,n_heads,n_layers,mfu,hfu,"
-    "source_repo,source_path,source_commit"
-).split(",")
+COLUMNS = [
+    "section",
+    "model",
+    "seq_len",
+    "gpus",
+    "gpu",
+    "micro_batch",
+    "grad_accum",
+    "global_batch",
+    "tokens_s",
+    "tokens_s_gpu",
+    "precision",
+    "mp_mode",
+    "sharding",
+    "activation_checkpointing",
+    "cpu_offload",
+    "num_params",
+    "d_model",
+    "n_heads",
+    "n_layers",
+    "mfu",
+    "hfu",
+    "source_repo",
+    "source_path",
+    "source_commit",
+]
 
 
 def parse(text: str, commit: str) -> list[dict[str, str]]:
