@@ -217,6 +217,17 @@ def attention_flops(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> i
     return forward_flops(b, h, s_q, s_k, d, d_v, pairs=pairs)
 
 
+def kernel_params(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, list[int]]:
+    """The record's ``params`` of an attention call: ``is_causal`` (and the efficient kernel's ``custom_mask_type``),
+    defaults included, so the predictor knows the mask whatever the FLOPs."""
+    bound = _bind(func, args, kwargs)
+    causal, _ = SPECS[func._overloadpacket].causal(bound)
+    out = {"is_causal": [int(causal)]}
+    if "custom_mask_type" in bound:
+        out["custom_mask_type"] = [int(bound.get("custom_mask_type") or 0)]
+    return out
+
+
 def _formula(packet: Any) -> Callable[..., int]:
     def formula(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
         return attention_flops(packet.default, args, kwargs)

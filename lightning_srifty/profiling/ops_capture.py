@@ -37,8 +37,6 @@ KERNEL_PARAMS = (
     "output_padding",
     "kernel_size",
     "output_mask",
-    "is_causal",
-    "custom_mask_type",
 )
 # No kernel although the schema does not mark an alias: allocation and metadata.
 NO_KERNEL = frozenset(
@@ -216,6 +214,8 @@ class OpRecorder(TorchDispatchMode):
         out_shapes = [[int(s) for s in t.shape] for t in outs]
         out_dtype = _dtype(outs[0]) if outs else None
         op = str(func)
+        if func._overloadpacket in attention.SPECS:
+            params.update(attention.kernel_params(func, args, kwargs))
         if self.cuda_attention and func._overloadpacket in (attention.CPU_FORWARD, attention.CPU_BACKWARD):
             op, shapes, dtypes, kernel = attention.cuda_record(func, args, kwargs, shapes, dtypes)
             self.attention_kernels[f"{kernel} ({self.phase})"] += 1
