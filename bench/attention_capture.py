@@ -74,10 +74,8 @@ def main() -> None:
             _srifty("capture", model, "--config", json.dumps(config), "--seq-len", str(seq), "--batch-size",
                     str(batch), "--precision", "bf16-mixed", "--out", str(path))  # fmt: skip
             profile = json.loads(path.read_text())
-            pred = json.loads(
-                _srifty("predict", "--profile", str(path), "--fleet", "p5.48xlarge:1", "--scaling", "weak",
-                        "--format", "json")  # fmt: skip
-            )
+            predict = ["predict", "--fleet", "p5.48xlarge:1", "--scaling", "weak", "--format", "json"]
+            pred = json.loads(_srifty(*predict, "--profile", str(path)))
             step = pred["iteration_time_s"]
             row = {
                 "model": name,

@@ -28,7 +28,10 @@ from predictor.perf.ops import _causal_pairs, attention_work
 
 aten = torch.ops.aten
 ADAMW = functools.partial(torch.optim.AdamW, lr=1e-4)
-FLASH_OPS = ("aten._scaled_dot_product_flash_attention.default", "aten._scaled_dot_product_flash_attention_backward.default")  # fmt: skip
+FLASH_OPS = (
+    "aten._scaled_dot_product_flash_attention.default",
+    "aten._scaled_dot_product_flash_attention_backward.default",
+)
 EFFICIENT_OPS = (
     "aten._scaled_dot_product_efficient_attention.default",
     "aten._scaled_dot_product_efficient_attention_backward.default",
@@ -219,7 +222,7 @@ def test_cuda_attention_off_keeps_the_cpu_kernel() -> None:
 
 
 def test_flop_counter_mode_with_the_formulas_agrees_with_the_table() -> None:
-    records, rec = _attend(torch.bfloat16, causal=True)
+    records, _ = _attend(torch.bfloat16, causal=True)
     q = torch.randn(2, 4, 32, 16, dtype=torch.bfloat16, requires_grad=True)
     kv = torch.randn(2, 2, 32, 16, dtype=torch.bfloat16, requires_grad=True)
     with FlopCounterMode(display=False, custom_mapping=flop_formulas()) as forward:

@@ -75,7 +75,13 @@ def test_attention_without_flops_is_sized_from_its_name_and_mask() -> None:
     q, lse = [2, 12, 384, 64], [2, 12, 384]
     old_fwd = classify_table([rec("aten._scaled_dot_product_flash_attention_for_cpu.default", [q, q, q])])
     old_bwd = classify_table(
-        [rec("aten._scaled_dot_product_flash_attention_for_cpu_backward.default", [q, q, q, q, q, lse], phase="backward")]
+        [
+            rec(
+                "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+                [q, q, q, q, q, lse],
+                phase="backward",
+            )
+        ]
     )
     assert old_fwd[0].scale == pytest.approx(2.0) and old_bwd[0].scale == pytest.approx(2 * 2.5)
     assert old_bwd[0].dims == old_fwd[0].dims == {"b": 24, "m": 384, "n": 384, "k": 64}

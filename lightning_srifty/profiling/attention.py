@@ -40,6 +40,7 @@ dropout 0 in a capture, so the CPU too runs the fused kernel CUDA applies dropou
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,13 +54,16 @@ FLASH, EFFICIENT, MATH = "flash", "efficient", "math"
 # the ATen operators CUDA's SDPA runs for each kernel (forward, backward); math is the composite operator (the capture
 # only names it when CUDA would run it while the CPU ran its fused kernel)
 CUDA_OPS = {
-    FLASH: ("aten._scaled_dot_product_flash_attention.default", "aten._scaled_dot_product_flash_attention_backward.default"),
+    FLASH: (
+        "aten._scaled_dot_product_flash_attention.default",
+        "aten._scaled_dot_product_flash_attention_backward.default",
+    ),
     EFFICIENT: (
         "aten._scaled_dot_product_efficient_attention.default",
         "aten._scaled_dot_product_efficient_attention_backward.default",
     ),
     MATH: ("aten._scaled_dot_product_attention_math.default", "aten._scaled_dot_product_attention_math.default"),
-}  # fmt: skip
+}
 CPU_FORWARD = aten._scaled_dot_product_flash_attention_for_cpu
 CPU_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward
 
@@ -82,14 +86,24 @@ def attended_pairs(s_q: int, s_k: int, causal: bool = False, *, bottom_right: bo
     return partial + (s_q - full) * s_k
 
 
-def forward_flops(b: int, h: int, s_q: int, s_k: int, d: int, d_v: int | None = None, *, pairs: int | None = None) -> int:
+def forward_flops(
+    b: int, h: int, s_q: int, s_k: int, d: int, d_v: int | None = None, *, pairs: int | None = None
+) -> int:
     """FLOPs of an attention forward: ``q @ kᵀ`` and ``P @ v`` over ``pairs`` (default every pair)."""
     p = s_q * s_k if pairs is None else pairs
     return 2 * b * h * p * (d + (d if d_v is None else d_v))
 
 
 def backward_flops(
-    b: int, h: int, s_q: int, s_k: int, d: int, d_v: int | None = None, *, pairs: int | None = None, recompute: bool = True
+    b: int,
+    h: int,
+    s_q: int,
+    s_k: int,
+    d: int,
+    d_v: int | None = None,
+    *,
+    pairs: int | None = None,
+    recompute: bool = True,
 ) -> int:
     """FLOPs of an attention backward: five matmuls when the kernel recomputes the scores (the fused kernels: 2.5 x
     the forward), four when it saved them (the math path: 2 x)."""
@@ -109,7 +123,7 @@ def cuda_kernel(
     """The SDPA kernel CUDA selects on an sm80+ GPU (``flash``, ``efficient`` or ``math``) for these inputs
     (``[..., heads, seq, dim]``); the rule and its source are in the module's docstring."""
     d, d_k, d_v = int(q_shape[-1]), int(k_shape[-1]), int(v_shape[-1])
-    heads_ok = len(q_shape) < 3 or int(k_shape[-3]) > 0 and int(q_shape[-3]) % int(k_shape[-3]) == 0
+    heads_ok = len(q_shape) < 3 or (int(k_shape[-3]) > 0 and int(q_shape[-3]) % int(k_shape[-3]) == 0)
     half = dtype in _HALF
     if (
         half
@@ -158,15 +172,16 @@ def _dims(t: Any, layout: str) -> tuple[int, int, int, int]:
 class _Spec:
     """How to read one attention operator: its tensors' layout, whether it is a backward, where its causality is."""
 
-    def __init__(self, layout: str = "bhsd", backward: bool = False, mask: str | None = None, nested: str | None = None,
-                 bottom_right: bool = False) -> None:  # fmt: skip
-        self.layout, self.backward, self.mask, self.nested, self.bottom_right = (
-            layout,
-            backward,
-            mask,
-            nested,
-            bottom_right,
-        )
+    def __init__(
+        self,
+        layout: str = "bhsd",
+        backward: bool = False,
+        mask: str | None = None,
+        nested: str | None = None,
+        bottom_right: bool = False,
+    ) -> None:
+        self.layout, self.backward, self.mask, self.nested = layout, backward, mask, nested
+        self.bottom_right = bottom_right
 
     def causal(self, bound: dict[str, Any]) -> tuple[bool, bool]:
         """(causal, aligned bottom-right)."""
@@ -245,14 +260,17 @@ def flop_formulas() -> dict[Any, Callable[..., int]]:
 # -------------------------------------------------------------------------------------------- the CPU's kernel
 
 
-def cuda_record(func: Any, args: Sequence[Any], kwargs: dict[str, Any], shapes: list[list[int]],
-                dtypes: list[str]) -> tuple[str, list[list[int]], list[str], str]:  # fmt: skip
+def cuda_record(
+    func: Any, args: Sequence[Any], kwargs: dict[str, Any], shapes: list[list[int]], dtypes: list[str]
+) -> tuple[str, list[list[int]], list[str], str]:
     """A CPU attention call as the CUDA kernel's record: (operator name, shapes and dtypes in that operator's
     argument order, kernel). Only for :data:`CPU_FORWARD` and :data:`CPU_BACKWARD`."""
     backward = func._overloadpacket is CPU_BACKWARD
     bound = _bind(func, args, kwargs)
     q, k, v, mask = bound["query"], bound["key"], bound["value"], bound.get("attn_mask")
-    kernel = cuda_kernel(q.dtype, q.shape, k.shape, v.shape, has_mask=mask is not None, is_causal=bool(bound["is_causal"]))
+    kernel = cuda_kernel(
+        q.dtype, q.shape, k.shape, v.shape, has_mask=mask is not None, is_causal=bool(bound["is_causal"])
+    )
     name = CUDA_OPS[kernel][1 if backward else 0]
     if backward and kernel == EFFICIENT and mask is not None and len(shapes) == 7:
         # CPU: grad_out, q, k, v, out, logsumexp, attn_mask; CUDA: grad_out, q, k, v, attn_bias, out, logsumexp
@@ -283,10 +301,8 @@ class CudaAttentionOnCpu(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
         if func is torch.nn.functional.scaled_dot_product_attention:
-            try:
+            with contextlib.suppress(Exception):  # an argument this cannot read: the call runs as given
                 args, kwargs = self._without_dropout(args, kwargs)
-            except Exception:  # noqa: BLE001 - an argument this cannot read: the call runs as given
-                pass
         return func(*args, **kwargs)
 
     def _without_dropout(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -296,8 +312,8 @@ class CudaAttentionOnCpu(TorchFunctionMode):
         q, k, v = given["query"], given["key"], given["value"]
         if p <= 0.0 or q.device.type == "cuda":
             return args, kwargs
-        kernel = cuda_kernel(effective_dtype(q), q.shape, k.shape, v.shape,
-                             has_mask=given.get("attn_mask") is not None, is_causal=bool(given.get("is_causal")))  # fmt: skip
+        has_mask, causal = given.get("attn_mask") is not None, bool(given.get("is_causal"))
+        kernel = cuda_kernel(effective_dtype(q), q.shape, k.shape, v.shape, has_mask=has_mask, is_causal=causal)
         if kernel == MATH:
             return args, kwargs
         self.dropped[p] += 1
