@@ -69,6 +69,52 @@ def test_attention_is_two_batched_matmuls_and_a_softmax_on_chip() -> None:
     assert table[1].dims["bytes"] == record.bytes_read + record.bytes_written < 2 * scores * 4
 
 
+def test_attention_without_flops_is_sized_from_its_name_and_mask() -> None:
+    """Profiles from before the attention formulas recorded the CPU kernel with 0 FLOPs: its backward is the flash
+    recompute (2.5 x the forward), not the forward again; a causal record does about half the pairs."""
+    q, lse = [2, 12, 384, 64], [2, 12, 384]
+    old_fwd = classify_table([rec("aten._scaled_dot_product_flash_attention_for_cpu.default", [q, q, q])])
+    old_bwd = classify_table(
+        [
+            rec(
+                "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+                [q, q, q, q, q, lse],
+                phase="backward",
+            )
+        ]
+    )
+    assert old_fwd[0].scale == pytest.approx(2.0) and old_bwd[0].scale == pytest.approx(2 * 2.5)
+    assert old_bwd[0].dims == old_fwd[0].dims == {"b": 24, "m": 384, "n": 384, "k": 64}
+    # the softmax's bytes stay the call's bytes: scale x bytes per unit = count x (read + written)
+    record = rec("aten._scaled_dot_product_flash_attention_for_cpu_backward.default", [q, q, q, q, q, lse])
+    soft = classify_table([record])[1]
+    assert soft.scale * soft.dims["bytes"] == pytest.approx(record.bytes_read + record.bytes_written)
+    full = 2 * 2 * 24 * 384 * 384 * 64
+    causal = classify_table(
+        [rec("aten._scaled_dot_product_flash_attention.default", [q, q, q], params={"is_causal": [1]})]
+    )
+    assert causal[0].scale == pytest.approx(2 * 385 / 768)
+    # recorded FLOPs win over the name: the same causal forward with its FLOPs gives the same work
+    counted = rec("aten._scaled_dot_product_flash_attention.default", [q, q, q], flops=full * 385 / 768)
+    assert classify_table([counted])[0].scale == pytest.approx(causal[0].scale)
+    # GQA: the query's heads; _flash_attention_forward's [b, s, h, d] layout
+    kv = [2, 4, 384, 64]
+    gqa = classify_table([rec("aten._scaled_dot_product_efficient_attention.default", [q, kv, kv])])
+    assert gqa[0].dims == {"b": 24, "m": 384, "n": 384, "k": 64}
+    q_bshd, kv_bshd = [2, 384, 12, 64], [2, 384, 4, 64]
+    bshd = classify_table([rec("aten._flash_attention_forward.default", [q_bshd, kv_bshd, kv_bshd])])
+    assert bshd[0].dims == {"b": 24, "m": 384, "n": 384, "k": 64} and bshd[0].scale == pytest.approx(2.0)
+
+
+def test_the_math_path_moves_its_scores() -> None:
+    q = [2, 12, 384, 64]
+    fused = classify_table([rec("aten._scaled_dot_product_flash_attention.default", [q, q, q])])[1]
+    math_ = classify_table([rec("aten._scaled_dot_product_attention_math.default", [q, q, q])])[1]
+    assert math_.dims["bytes"] - fused.dims["bytes"] == 4 * 24 * 384 * 384 * 4
+    back = classify_table([rec("aten._scaled_dot_product_attention_math.default", [q, q, q], phase="backward")])
+    assert back[0].scale == pytest.approx(2 * 2.0)  # four matmuls: the probabilities were saved
+
+
 def test_casts_are_copies_not_unknown_operators() -> None:
     cast = classify(rec("aten._to_copy.default", [[4, 2048]]))
     assert cast.cls == "memory" and not cast.op.endswith("?")

@@ -8,7 +8,8 @@ is captured in seconds on a laptop; ``device="cpu"`` runs the same step for real
 Precision follows Lightning's plugins: ``*-true`` casts the module and the floating-point batch; ``*-mixed`` runs
 ``training_step`` under autocast with CUDA's policy (see :mod:`.cuda_autocast`), so the table has the
 half/bfloat16 GEMMs and float32 reductions CUDA AMP runs. Optimizers whose ``foreach`` is left unset get
-``foreach=True``, the multi-tensor path torch picks for CUDA parameters.
+``foreach=True``, the multi-tensor path torch picks for CUDA parameters. Attention is recorded as the SDPA kernel CUDA
+would run (:mod:`.attention`): attention dropout runs at 0 on meta and CPU so the CPU runs its fused kernel too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from lightning_srifty.profiling.attention import CudaAttentionOnCpu
 from lightning_srifty.profiling.model_info import (
     batch_size as detect_batch_size,
 )
@@ -71,7 +73,10 @@ class StepCapture:
         """The profile's ``model`` section (FLOPs per sample from the table)."""
         samples = self.table.samples
         fwd, bwd = self.phase_flops.get("forward", 0.0), self.phase_flops.get("backward", 0.0)
-        flops: dict[str, Any] = {"method": f"torch.utils.flop_counter formulas over the operator table ({METHOD})"}
+        flops: dict[str, Any] = {
+            "method": f"torch.utils.flop_counter formulas, attention's from lightning_srifty.profiling.attention, over "
+            f"the operator table ({METHOD})"
+        }
         if fwd:
             flops |= {"forward_per_sample": fwd / samples, "backward_per_sample": bwd / samples}
             flops["per_sample"] = (fwd + bwd) / samples
@@ -184,9 +189,10 @@ def capture_step(
         block, blocks = find_blocks(work)
         probe = MemoryProbe(work, batch, blocks)  # entered first: it sees the kernels the recorder decomposes into
         recorder = OpRecorder(phase="forward")
+        routing = CudaAttentionOnCpu() if device != "cuda" else contextlib.nullcontext()
         with probe, recorder, warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*self\.log\(\).*")  # no Trainer in a capture: log is a no-op
-            with _precision_context(precision, device, notes), probe.saving():
+            with _precision_context(precision, device, notes), probe.saving(), routing:
                 loss = _run_phase("forward (training_step)", lambda: _loss(work, batch, lightning))
             recorder.phase = probe.phase = "backward"
             _run_phase("backward", loss.backward)
@@ -196,6 +202,8 @@ def capture_step(
             _run_phase("optimizer.step", opt.step)
             probe.end_optimizer_step()
             _run_phase("optimizer.zero_grad", opt.zero_grad)
+        if isinstance(routing, CudaAttentionOnCpu) and (note := routing.note()):
+            notes.append(note)
         if precision == "16-mixed":
             notes.append("16-mixed: GradScaler's loss scaling and unscaling (a few elementwise kernels) not captured")
         total, trainable = parameter_counts(work)

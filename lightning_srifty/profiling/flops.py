@@ -13,7 +13,7 @@ from typing import Any
 class StepFlopCounter:
     """Counts forward and backward FLOPs of one step; ``reason`` says why not when counting fails."""
 
-    method = "torch.utils.flop_counter.FlopCounterMode on one training step"
+    method = "torch.utils.flop_counter.FlopCounterMode on one training step (attention: lightning_srifty's formulas)"
 
     def __init__(self) -> None:
         self.forward: int | None = None
@@ -52,7 +52,10 @@ class StepFlopCounter:
         try:
             from torch.utils.flop_counter import FlopCounterMode
 
-            mode = FlopCounterMode(display=False)
+            from lightning_srifty.profiling.attention import flop_formulas
+
+            # the operator table's attention formulas (every SDPA kernel, the CPU's included; causal masks)
+            mode = FlopCounterMode(display=False, custom_mapping=flop_formulas())
             mode.__enter__()
         except Exception as exc:  # noqa: BLE001 - FLOPs are optional: record why
             self.abort(f"torch's FlopCounterMode failed: {type(exc).__name__}: {exc}")

@@ -3,10 +3,11 @@
 :class:`OpRecorder` is a ``TorchDispatchMode``: it sees every ATen call below autograd and autocast, i.e. the
 operators that launch kernels, with the dtypes autocast chose and the backward that autograd runs. Each call is
 recorded with its input and output shapes and dtypes, its FLOPs from torch's flop-counter registry (the formulas
-``FlopCounterMode`` uses; 0 where there is none), the bytes it reads and writes, and for convolutions and pooling the
-non-tensor arguments that shape the kernel. Calls are aggregated by signature, so a step of a large transformer
-gives a few hundred records. Operators that launch no kernel (views, aliases, ``detach``, allocation) are left out
-and counted in ``skipped``; nothing is dropped silently.
+``FlopCounterMode`` uses; 0 where there is none) with this package's attention formulas over it (:mod:`.attention`:
+every SDPA kernel, causal masks), the bytes it reads and writes, and for convolutions, pooling and attention the
+non-tensor arguments that shape the kernel; the CPU's attention kernel is recorded as the one CUDA would run. Calls
+are aggregated by signature, so a step of a large transformer gives a few hundred records. Operators that launch no
+kernel (views, aliases, ``detach``, allocation) are left out and counted in ``skipped``; nothing is dropped silently.
 
 :func:`lightning_srifty.profiling.capture.capture_ops` runs one whole step of a model under it without a GPU;
 ``SriftyCallback`` records one real warm-up step with it.
@@ -23,6 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from lightning_srifty.profiling import attention
 from predictor.profile import OpRecord, OpTable
 
 # Shape the kernel without being tensors: kept in ``params`` (convolutions, pooling).
@@ -136,12 +138,14 @@ class OpRecorder(TorchDispatchMode):
             made while it is ``None`` are not recorded.
     """
 
-    def __init__(self, phase: str | None = "forward") -> None:
+    def __init__(self, phase: str | None = "forward", *, cuda_attention: bool = True) -> None:
         super().__init__()
         from torch.utils.flop_counter import flop_registry
 
         self.phase = phase
-        self.flop_registry = flop_registry
+        self.flop_registry = {**flop_registry, **attention.flop_formulas()}
+        self.cuda_attention = cuda_attention  # record the CPU's SDPA kernel as the one CUDA would run
+        self.attention_kernels: Counter[str] = Counter()
         self.records: dict[tuple[Any, ...], list[Any]] = {}
         self.skipped: Counter[str] = Counter()
         self.flop_errors: Counter[str] = Counter()
@@ -201,13 +205,22 @@ class OpRecorder(TorchDispatchMode):
         flops = 0
         if func._overloadpacket in self.flop_registry:
             try:
-                flops = int(self.flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
+                if func._overloadpacket in attention.SPECS:  # by the overload called (FlopCounterMode: the default)
+                    flops = attention.attention_flops(func, args, kwargs)
+                else:
+                    flops = int(self.flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
             except Exception:  # noqa: BLE001 - a formula that cannot take these arguments: counted as 0, reported
                 self.flop_errors[str(func)] += 1
         out_shapes = [[int(s) for s in t.shape] for t in outs]
         out_dtype = _dtype(outs[0]) if outs else None
+        op = str(func)
+        if func._overloadpacket in attention.SPECS:
+            params.update(attention.kernel_params(func, args, kwargs))
+        if self.cuda_attention and func._overloadpacket in (attention.CPU_FORWARD, attention.CPU_BACKWARD):
+            op, shapes, dtypes, kernel = attention.cuda_record(func, args, kwargs, shapes, dtypes)
+            self.attention_kernels[f"{kernel} ({self.phase})"] += 1
         key = (
-            str(func),
+            op,
             self.phase,
             _freeze(shapes),
             tuple(dtypes),
@@ -252,6 +265,12 @@ class OpRecorder(TorchDispatchMode):
     ) -> OpTable:
         """The profile's ``ops`` section."""
         notes = list(notes or [])
+        if self.attention_kernels:
+            kernels = ", ".join(f"{k} x{n}" for k, n in sorted(self.attention_kernels.items()))
+            notes.append(
+                "attention: the CPU's _scaled_dot_product_flash_attention_for_cpu recorded as the SDPA kernel CUDA "
+                f"would run ({kernels}; lightning_srifty.profiling.attention), with its FLOPs"
+            )
         if self.errors:
             notes.append(
                 "calls not recorded (recorder error): " + "; ".join(f"{e} x{n}" for e, n in self.errors.items())
@@ -386,7 +405,7 @@ class StepOpCapture:
             return {"reason": "the flop counter found no matmul/convolution in the step"}
         out: dict[str, Any] = {
             "forward_per_sample": forward / samples,
-            "method": f"torch.utils.flop_counter formulas, {self.method}",
+            "method": f"torch.utils.flop_counter formulas (attention: lightning_srifty's), {self.method}",
         }
         if "backward" in self.flops:
             out["backward_per_sample"] = self.flops["backward"] / samples

@@ -4,7 +4,8 @@ model (:mod:`predictor.perf.kernels`) on a GPU, and summed.
 Classes and the dimensions taken from the recorded shapes:
 
 - ``gemm``: mm, addmm, bmm, baddbmm (``b, m, n, k``); attention kernels as their two batched matmuls plus a softmax,
-  scaled by the recorded FLOPs for their backward;
+  scaled by the recorded FLOPs (their backward's, a causal mask's), or by the operator's name when none were recorded
+  (backward 2.5 x the forward for the fused kernels);
 - ``conv``: convolution and its backward (``b, cin, cout, kh, kw, h, w, stride, padding, groups``; the backward as
   the forward scaled by the recorded FLOPs);
 - ``norm``, ``softmax``: rows x columns over the last dimension(s);
@@ -275,7 +276,7 @@ def classify(rec: OpRecord) -> Classified:
         if name in _GEMM:
             return _gemm(name, shapes, rec, half, eb)
         if name.startswith(_ATTENTION_PREFIX):
-            return _attention(shapes, rec, half, eb)
+            return _attention(name, shapes, rec, half, eb)
         if name in _CONV or name in _CONV_BACKWARD:
             return _conv(name in _CONV_BACKWARD, shapes, rec, half, eb)
     except (IndexError, ValueError, ZeroDivisionError):
@@ -329,30 +330,59 @@ def _gemm(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: flo
     return Classified("gemm", {"b": b, "m": m, "n": n, "k": k}, rec.count, half, eb, rec.op)
 
 
-def _attention(shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
-    """Fused attention as q @ k^T and p @ v plus its softmax, scaled by the recorded FLOPs (the backward's).
+def _attention(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
+    """Fused attention as q @ k^T and p @ v plus its softmax, scaled by the recorded FLOPs (the backward's, a causal
+    mask's), or when none are recorded by :func:`attention_work` from the operator's name and ``is_causal``.
 
     The fused kernels (flash, memory-efficient, cuDNN) never write the s_q x s_k scores to memory: the softmax is
     arithmetic on chip (max, subtract, exp, sum: ~4 operations per score) over the kernel's real traffic (q, k, v,
     the output and, backward, their gradients), so it is a streaming kernel over the scores, not a softmax over a
-    materialised matrix (which would read and write 2 x s_q x s_k elements per head).
+    materialised matrix (which would read and write 2 x s_q x s_k elements per head). The math path
+    (``_scaled_dot_product_attention_math``) does materialise them: its softmax moves them too.
     """
-    q, k = shapes[0], shapes[1]
-    batch = _numel(q[:-2])
-    s_q, d, s_k = q[-2], q[-1], k[-2]
-    forward_flops = 2 * 2 * batch * s_q * s_k * d
-    ratio = rec.flops / forward_flops if rec.flops > 0 else 1.0
+    backward = "backward" in name or (name == "_scaled_dot_product_attention_math" and rec.phase == "backward")
+    q, k, v = shapes[1:4] if "backward" in name else shapes[0:3]
+    if name.startswith(("_flash_attention", "_efficient_attention")):  # [b, s, h, d]
+        batch, s_q, d, s_k = q[0] * q[2], q[1], q[3], k[1]
+    else:  # [..., h, s, d]
+        batch, s_q, d, s_k = _numel(q[:-2]), q[-2], q[-1], k[-2]
+    d_v = v[-1]
+    forward_flops = 2 * batch * s_q * s_k * (d + d_v)  # every pair: the gemm below
+    ratio = rec.flops / forward_flops if rec.flops > 0 else attention_work(name, rec.params, s_q, s_k, backward)
     scale = rec.count * ratio
     scores = batch * s_q * s_k
-    soft = Classified(
-        "elementwise",
-        {"n": scores, "bytes": (rec.bytes_read + rec.bytes_written) / max(ratio, 1.0), "flops": 4.0 * scores},
-        scale,
-        half,
-        eb,
-        rec.op,
-    )
+    moved = (rec.bytes_read + rec.bytes_written) / ratio  # per forward-equivalent: the call's bytes, once per call
+    if name == "_scaled_dot_product_attention_math":
+        moved += 4 * scores * eb  # scores and probabilities written and read back
+    soft = Classified("elementwise", {"n": scores, "bytes": moved, "flops": 4.0 * scores}, scale, half, eb, rec.op)
     return Classified("gemm", {"b": batch, "m": s_q, "n": s_k, "k": d}, 2 * scale, half, eb, rec.op, (soft,))
+
+
+def attention_work(name: str, params: dict[str, list[int]] | None, s_q: int, s_k: int, backward: bool) -> float:
+    """An attention call's work over an unmasked forward's (its two matmuls), from the operator alone: for records
+    without FLOPs (profiles from before the attention formulas recorded ``_scaled_dot_product_flash_attention_for_cpu``
+    with 0). Backward: 2.5 for the fused kernels (five matmuls: the scores are recomputed), 2 for the math path (four:
+    they were saved). A causal mask (``is_causal``, ``custom_mask_type`` 1/2 in ``params``) makes the fused kernels
+    skip the tiles above the diagonal: the share of (query, key) pairs on or below it (about half). Without
+    ``params`` (older profiles) the mask is unknown: counted unmasked."""
+    fused = name != "_scaled_dot_product_attention_math"
+    ratio = (2.5 if fused else 2.0) if backward else 1.0
+    params = params or {}
+    causal = bool((params.get("is_causal") or [0])[0]) or (params.get("custom_mask_type") or [0])[0] in (1, 2)
+    if causal and fused and s_q > 0 and s_k > 0:
+        bottom_right = name.startswith("_flash_attention") or (params.get("custom_mask_type") or [0])[0] == 2
+        ratio *= _causal_pairs(int(s_q), int(s_k), bottom_right) / (s_q * s_k)
+    return ratio
+
+
+def _causal_pairs(s_q: int, s_k: int, bottom_right: bool) -> int:
+    """(query, key) pairs on or below the causal diagonal (top-left aligned as torch's ``is_causal``, or bottom-right
+    as flash-attention's own ``causal``); :func:`lightning_srifty.profiling.attention.attended_pairs` in the
+    torch-free predictor."""
+    a = 1 + (s_k - s_q if bottom_right else 0)  # query i sees min(max(i + a, 0), s_k) keys
+    first = min(max(0, 1 - a), s_q)
+    full = min(max(first, s_k - a), s_q)
+    return (full - first) * (first + full - 1 + 2 * a) // 2 + (s_q - full) * s_k
 
 
 def _conv(backward: bool, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
