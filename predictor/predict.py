@@ -116,6 +116,8 @@ def predict(
         )
 
     groups = []
+    # the optimizer step's owners: the shard group under FSDP, the stages of a pipeline (as in predict_many.combine)
+    owners = int(many.stages[0]) * layout.shard_group(min(g.instance.gpus for g in fleet.groups), fleet.gpus)
     for k, (group, basis) in enumerate(zip(fleet.groups, row_bases)):
         micro = int(many.micro_batch[0, k])
         mem = estimate_memory(
@@ -131,7 +133,7 @@ def predict(
                 micro,
                 accumulation,
                 tuple(rank_batches(many.micro_low[0, k], many.micro_plus[0, k], int(many.group_gpus[0, k]))),
-                max(basis.per_sample_s * micro, basis.step_floor_s) * accumulation,
+                max(basis.per_sample_s * micro, basis.step_floor_s) * accumulation + basis.optimizer_s / owners,
                 basis.input_per_sample_s * micro * accumulation,
                 mem.bytes_per_gpu / 2**30,
                 mem.fits,

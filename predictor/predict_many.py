@@ -379,8 +379,11 @@ def combine(
     # model per micro-batch over the m + p - 1 slots of 1F1B (the bubble)
     recompute = 1.0 + recompute_share(profile, src) if layout.activation_checkpointing else 1.0
     slots = (accumulation + stages - 1) / stages if pipeline else accumulation
-    # a micro-step is never faster than the host can run it (framework + kernel launches: basis.step_floor)
+    # a micro-step is never faster than the host can run it (framework + kernel launches: basis.step_floor); the
+    # optimizer step runs once per optimizer step, over the rank's shard of the parameters (a stage's for pipelines)
+    owners = shard if layout.sharded else stages
     compute_g = np.maximum(per_sample * recompute * micro, col("step_floor_s")) * slots[:, None]
+    compute_g = compute_g + col("optimizer_s") / owners[:, None]
     input_g = col("input_per_sample_s") * micro * accumulation[:, None]
     total_g = np.where(present, compute_g + input_g, -np.inf)
     compute, input_s, worst = compute_g[:, 0].copy(), input_g[:, 0].copy(), total_g[:, 0].copy()

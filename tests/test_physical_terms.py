@@ -50,3 +50,40 @@ def test_hierarchical_phases_are_pipelined(catalog) -> None:
     latency = 2 * 7 * intra.latency_s + 2 * 3 * inter.latency_s
     assert est.seconds == pytest.approx(max(intra_bw, inter_bw) + latency)
     assert est.seconds < est.intra_s + est.inter_s  # never the sum of the two phases
+
+
+def _phased_profile():
+    data = copy.deepcopy(MINIMAL)
+    data["timing"] = {
+        "step_time_s": {"p50": 0.31},
+        "phases_s": {
+            "data": {"p50": 0.0},
+            "forward": {"p50": 0.1},
+            "backward": {"p50": 0.18},
+            "optimizer": {"p50": 0.03},
+        },
+    }
+    return load_profile(data)
+
+
+def test_the_optimizer_step_runs_once_per_step_whatever_the_batch(catalog) -> None:
+    """Strong scaling over 8 GPUs gives each 1/8 of the batch: forward and backward shrink with it, the optimizer step
+    (every DDP rank updates the whole model) does not."""
+    profile = _phased_profile()
+    one = predict(profile, "p3.2xlarge:1", catalog=catalog)  # the profiled V100, the profiled batch
+    eight = predict(profile, "p3.16xlarge:1", catalog=catalog)
+    assert one.breakdown["compute_s"] == pytest.approx(0.31, rel=1e-6)
+    assert eight.breakdown["compute_s"] == pytest.approx(0.28 / 8 + 0.03, rel=1e-6)
+
+
+def test_framework_time_is_a_floor_per_micro_step(catalog) -> None:
+    """The host's framework time (step minus its phases) bounds each micro-step, however small the batch share."""
+    data = copy.deepcopy(MINIMAL)
+    data["batch"] = {"per_device": 8}
+    data["timing"] = {
+        "step_time_s": {"p50": 0.012},
+        "phases_s": {p: {"p50": 0.001} for p in ("data", "forward", "backward", "optimizer")},
+    }
+    profile = load_profile(data)
+    p = predict(profile, "p3.16xlarge:1", catalog=catalog)  # 1 sample per GPU
+    assert p.breakdown["compute_s"] >= 0.012 - 0.004  # the 8 ms the host spends outside the phases

@@ -88,6 +88,7 @@ class TypeBasis:
     intra_kind: str  # the intra-node link ("" for single-GPU types)
     intra_gbps: float  # its effective bandwidth, GB/s (inf for single-GPU types: nothing crosses it)
     intra_latency_s: float
+    optimizer_s: float  # the optimizer step of the whole model on one GPU, once per optimizer step
     step_floor_s: float  # host seconds per micro-step, whatever the batch (framework + kernel launches; step_floor())
     grad_pass_s: float  # one pass over the gradients in GPU memory (bytes / bandwidth): DDP's bucket copies cost this
     s_per_byte: float  # one pass over one byte of GPU memory (1 / bandwidth; 0 when the bandwidth is unknown)
@@ -259,11 +260,14 @@ def type_basis(
     dst = target_gpu(it, catalog)
     notes: list[str] = []
     extrapolation: list[str] = []
-    per_sample, share, kind = _per_sample(profile, src, dst, notes, extrapolation)
+    per_sample, share, kind, opt_share = _per_sample(profile, src, dst, notes, extrapolation)
     factor = (calibration or {}).get(dst.key)
     if factor:
         per_sample /= factor
         notes.append(f"{dst.key}: calibrated x{factor:.2f} from observed runs of this model")
+    # the optimizer step runs once per optimizer step (not per sample or micro-step), on the rank's shard
+    optimizer = per_sample * src.per_device_batch * opt_share
+    per_sample *= 1.0 - opt_share
     cpus_src = (profile.hardware.cpu_count or 0) / max(1, profile.hardware.devices)
     cpu_ratio = cpus_src / (it.vcpus / it.gpus) if cpus_src else 1.0
     intra = allreduce_time(grad_bytes(profile), [(it, 1)], catalog.gpus, net=network).seconds
@@ -280,6 +284,7 @@ def type_basis(
         name=it.name,
         gpu=dst.key,
         per_sample_s=per_sample,
+        optimizer_s=optimizer,
         step_floor_s=step_floor(profile, src, kind),
         input_per_sample_s=src.data_s / src.per_device_batch * cpu_ratio,
         intra_s=intra,
@@ -304,10 +309,20 @@ def type_basis(
     )
 
 
+def measured_optimizer_share(profile: Profile) -> float:
+    """The optimizer phase's share of forward + backward + optimizer as measured (0 when the phases are not)."""
+    phases = profile.timing.phases_s or {}
+    if not all(p in phases for p in ("forward", "backward", "optimizer")):
+        return 0.0
+    total = sum(phases[p].p50 for p in ("forward", "backward", "optimizer"))
+    return phases["optimizer"].p50 / total if total > 0 else 0.0
+
+
 def _per_sample(
     profile: Profile, src: Source, dst: GPU, notes: list[str], extrapolation: list[str]
-) -> tuple[float, float | None, str]:
-    """(compute seconds per sample on ``dst``, compute-bound share when known, kind of prediction)."""
+) -> tuple[float, float | None, str, float]:
+    """(compute seconds per sample on ``dst``, compute-bound share when known, kind of prediction, the optimizer
+    step's share of that compute)."""
     from predictor.perf.ops import ops_compute  # the operator path
 
     per_sample_src = src.compute_s / src.per_device_batch
@@ -315,6 +330,7 @@ def _per_sample(
         result = ops_compute(profile, src, dst, notes, extrapolation)
         if result is not None:
             return result
+    opt_share = measured_optimizer_share(profile)
     if not src.measured:
         raise PredictionError(
             "The profile has no timed step and its operator table could not be used (see above): nothing to "
@@ -337,14 +353,14 @@ def _per_sample(
             f"{MIN_GPU_STEP_S * 1e3:.0f} ms per step (profile measured on CPU)"
         )
         extrapolation.append("profiled on CPU: GPU compute time estimated from FLOPs alone")
-        return src.flops / (peak * 1e12 * CPU_TO_GPU_UTILISATION), 1.0, "from_cpu"
+        return src.flops / (peak * 1e12 * CPU_TO_GPU_UTILISATION), 1.0, "from_cpu", 0.0
     try:
         scale = compute_ratio(src.gpu, dst, precision, matmul, src.achieved_tflops)
     except ValueError as exc:
         raise PredictionError(f"{exc}: add the GPUs' specs with --catalog-extra.") from None
     share = scale.compute_share if src.achieved_tflops is not None else None
     if scale.basis == "same GPU":
-        return per_sample_src, share, "same"
+        return per_sample_src, share, "same", opt_share
     ratio = scale.ratio
     correction = load_correction()
     if src.achieved_tflops is not None:  # FLOPs give the split directly; the correction was learned for the neutral
@@ -361,4 +377,4 @@ def _per_sample(
         except ValueError:
             kind, note = "cross", "no learned correction (a spec is missing)"
     notes.append(f"{src.gpu.key} -> {dst.key}: time x{ratio:.2f} ({scale.basis}; {note})")
-    return per_sample_src * ratio, share, kind
+    return per_sample_src * ratio, share, kind, opt_share

@@ -246,6 +246,7 @@ class Classified:
     op: str
     extra: tuple[Classified, ...] = ()  # attention: its softmax
     dtype: str | None = None  # the first input's dtype as recorded (None: not recorded)
+    phase: str = ""  # forward, backward or optimizer, as recorded
 
 
 def _numel(shape: Sequence[int]) -> float:
@@ -428,13 +429,19 @@ class OpsTime:
     kernels: int  # kernel launches per step
     unclassified: dict[str, int]  # operator -> calls predicted as bandwidth-bound because not understood
     unknown_dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> calls sized at 4 bytes per element
+    by_phase: dict[str, float] = field(default_factory=dict)  # forward, backward, optimizer
+
+    @property
+    def optimizer_share(self) -> float:
+        """The optimizer step's share of the step (it runs once per optimizer step, on the rank's shard)."""
+        return self.by_phase.get("optimizer", 0.0) / self.seconds if self.seconds > 0 else 0.0
 
 
 def classify_table(ops: Sequence[OpRecord]) -> list[Classified]:
     out = []
     for rec in ops:
         c = classify(rec)
-        out += [replace(x, dtype=record_dtype(rec)) for x in (c, *c.extra)]
+        out += [replace(x, dtype=record_dtype(rec), phase=rec.phase) for x in (c, *c.extra)]
     return out
 
 
@@ -449,6 +456,7 @@ def ops_time(
     for c in classified:
         groups[(c.cls, c.half)].append(c)
     by_class: Counter[str] = Counter()
+    by_phase: Counter[str] = Counter()
     for (cls, half), items in groups.items():
         dims = {key: np.array([c.dims[key] for c in items], dtype=float) for key in items[0].dims}
         peak = None
@@ -458,13 +466,23 @@ def ops_time(
         eb = float(np.median([c.element_bytes for c in items]))
         lat = model.latency(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
         scale = np.array([c.scale for c in items])
-        by_class[cls] += float(np.sum(lat * scale))
+        times = lat * scale
+        by_class[cls] += float(np.sum(times))
+        for c, t in zip(items, np.broadcast_to(times, (len(items),))):
+            by_phase[c.phase] += float(t)
     kernels = kernel_count(classified)
     unclassified = Counter()
     for c in classified:
         if c.op.endswith("?"):
             unclassified[c.op[:-1]] += int(c.scale)
-    return OpsTime(sum(by_class.values()), dict(by_class), kernels, dict(unclassified), unknown_dtypes(classified))
+    return OpsTime(
+        sum(by_class.values()),
+        dict(by_class),
+        kernels,
+        dict(unclassified),
+        unknown_dtypes(classified),
+        dict(by_phase),
+    )
 
 
 def unknown_dtypes(classified: Sequence[Classified]) -> dict[str, int]:
@@ -524,9 +542,10 @@ def prepare(profile: Profile, src_gpu: GPU | None) -> PreparedTable | None:
 
 def ops_compute(
     profile: Profile, src: Any, dst: GPU, notes: list[str], extrapolation: list[str]
-) -> tuple[float, float | None, str] | None:
-    """(compute seconds per sample on ``dst``, compute-bound share, kind) from the operator table (prepared once in
-    ``src.ops``), or None when it cannot be used (then the step-level path decides; the reason is in ``notes``)."""
+) -> tuple[float, float | None, str, float] | None:
+    """(compute seconds per sample on ``dst``, compute-bound share, kind, the optimizer step's share of it) from the
+    operator table (prepared once in ``src.ops``), or None when it cannot be used (then the step-level path decides;
+    the reason is in ``notes``)."""
     table, prepared = profile.ops, src.ops
     if table is None or prepared is None:
         return None
@@ -557,7 +576,7 @@ def ops_compute(
             f"ratio of predicted operator sums applied to the measured step)"
         )
         per_sample = src.compute_s / src.per_device_batch * ratio
-        return per_sample, share, ("same" if src.gpu.key == dst.key else "cross-ops")
+        return per_sample, share, ("same" if src.gpu.key == dst.key else "cross-ops"), target.optimizer_share
     host = target.kernels * HOST_S_PER_KERNEL
     where = "on the meta device" if table.device in ("meta", "fake") or not src.measured else "on CPU"
     notes.append(
@@ -566,7 +585,7 @@ def ops_compute(
         "the step's floor)"
     )
     extrapolation.append(f"no GPU step was measured: {dst.key}'s time is the operator model's alone")
-    return target.seconds / table.samples, share, "ops-absolute"
+    return target.seconds / table.samples, share, "ops-absolute", target.optimizer_share
 
 
 def kernel_count(classified: Sequence[Classified]) -> int:
