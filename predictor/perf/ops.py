@@ -445,6 +445,22 @@ def classify_table(ops: Sequence[OpRecord]) -> list[Classified]:
     return out
 
 
+# Fused attention kernels (torch's SDPA: FlashAttention-2, memory-efficient) in 16-bit do not reach the GEMM
+# utilisation of their two matmuls: the online softmax and the recompute sit between the tensor-core instructions.
+# Their published ceiling, as a share of the dense 16-bit peak at long sequences, head dim 128: Ampere (sm80)
+# FlashAttention-2 reaches 50-73% of the A100's peak (Dao 2023, arXiv 2307.08691): 0.6 is used for forward +
+# backward; Hopper (sm90) torch SDPA reaches 287-304 TFLOP/s forward on H100-SXM (pytorch/benchmark PR #2296, the
+# FA3 paper's FlashAttention-2 row: 335-370): 0.3 of 989. Other architectures take Ampere's share.
+ATTENTION_PEAK_SHARE = {"9": 0.3}
+ATTENTION_PEAK_SHARE_DEFAULT = 0.6
+
+
+def attention_ceiling(gpu: GPU) -> float:
+    """The share of the dense 16-bit peak a fused attention kernel reaches at best on ``gpu``."""
+    major = (gpu.compute_capability or "").split(".")[0]
+    return ATTENTION_PEAK_SHARE.get(major, ATTENTION_PEAK_SHARE_DEFAULT)
+
+
 def ops_time(
     classified: Sequence[Classified], gpu: GPU, precision: str, matmul: str | None, path: str = "ratio"
 ) -> OpsTime:
@@ -465,6 +481,13 @@ def ops_time(
             peak = _tensor_peak(gpu, half, precision, "high" if cls == "conv" else matmul, path)
         eb = float(np.median([c.element_bytes for c in items]))
         lat = model.latency(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
+        fused = np.array([c.extra != () and base_name(c.op).startswith(_ATTENTION_PREFIX) for c in items])
+        if cls == "gemm" and half and fused.any() and peak:
+            # a fused attention kernel's matmuls run no faster than its published ceiling (attention_ceiling)
+            dense = (gpu.bf16_tflops if precision.startswith("bf16") else gpu.fp16_tflops) or gpu.fp16_tflops
+            if dense:
+                floor = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / (dense * 1e12 * attention_ceiling(gpu))
+                lat = np.where(fused, np.maximum(lat, floor), lat)
         scale = np.array([c.scale for c in items])
         times = lat * scale
         by_class[cls] += float(np.sum(times))
