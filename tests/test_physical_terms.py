@@ -87,3 +87,26 @@ def test_framework_time_is_a_floor_per_micro_step(catalog) -> None:
     profile = load_profile(data)
     p = predict(profile, "p3.16xlarge:1", catalog=catalog)  # 1 sample per GPU
     assert p.breakdown["compute_s"] >= 0.012 - 0.004  # the 8 ms the host spends outside the phases
+
+
+def test_fused_attention_runs_no_faster_than_its_published_ceiling(catalog) -> None:
+    from predictor.perf.ops import attention_ceiling, classify_table, ops_time
+    from predictor.profile import OpRecord
+
+    q = [1, 32, 65536, 128]
+    rec = OpRecord(
+        op="aten._scaled_dot_product_flash_attention.default",
+        phase="forward",
+        count=1,
+        shapes=[q, q, q],
+        dtypes=["bfloat16"] * 3,
+        flops=2 * 2 * 32 * 65536 * 65536 * 128 / 2,
+        bytes_read=3 * 2 * 32 * 65536 * 128,
+        bytes_written=2 * 32 * 65536 * 128,
+        params={"is_causal": [1]},
+    )
+    for gpu_key, share in (("H100-SXM", 0.3), ("A100-SXM-80GB", 0.6)):
+        gpu = catalog.gpu(gpu_key)
+        assert attention_ceiling(gpu) == share
+        seconds = ops_time(classify_table([rec]), gpu, "bf16-mixed", None, "absolute").seconds
+        assert rec.flops / seconds <= share * gpu.bf16_tflops * 1e12 * 1.001
