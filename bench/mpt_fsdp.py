@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -205,6 +206,7 @@ def summary(scores: list[dict]) -> str:
         )
 
     lines.append(line("all", ok))
+    lines.append(held_out_width(ok))
     by: dict[str, list] = defaultdict(list)
     for s in ok:
         by["gpu " + s["gpu"]].append(s)
@@ -214,6 +216,24 @@ def summary(scores: list[dict]) -> str:
     for k in sorted(by):
         lines.append(line(k, by[k]))
     return "\n".join(lines)
+
+
+def held_out_width(ok: list[dict]) -> str:
+    """80% coverage with the interval's width itself held out: for each model, the width that holds 80% of the
+    other models' log residuals (predictor.evaluation.calibrated_sd), scored on the held-out model's rows."""
+    from predictor.evaluation import calibrated_sd
+    from predictor.perf.uncertainty import Z80
+
+    res = [(s["model"], math.log(s["ratio"])) for s in ok]
+    inside = 0
+    for model, r in res:
+        sd = calibrated_sd([x for m, x in res if m != model])
+        inside += abs(r) <= Z80 * sd
+    width = calibrated_sd([x for _, x in res])
+    return (
+        f"80% coverage with the width held out (leave-one-model-out): {100 * inside / len(res):.0f}%; "
+        f"the width all rows give: relative sd {width:.3f}"
+    )
 
 
 def plot(scores: list[dict], path: Path) -> None:
