@@ -9,8 +9,8 @@ bf16, flash attention, micro-batch and accumulation as published, on 8-512 H100-
 
 For every distinct (size, sequence length, micro-batch, accumulation, precision) the architecture is captured on the
 meta device with ``srifty capture`` as a user would: a GPT-2-style transformers model with MPT's sizes (d_model,
-n_heads, n_layers, expansion 4, vocab 50368, learned positions as long as the sequence, tied embeddings, SDPA
-attention; its parameter count is checked against the row's ``NumParams``), ``--batch-size`` = the micro-batch,
+n_heads, n_layers, expansion 4, vocab 50368, learned positions as long as the sequence, tied embeddings, biases, no
+dropout, SDPA attention; its parameter count matches the row's ``NumParams`` to 0.1%), ``--batch-size`` = the micro-batch,
 ``--global-batch`` = micro-batch x accumulation. The prediction is ``predictor.predict.predict(profile, fleet,
 layout=..., scaling="weak")``: the published micro-batch and accumulation on every GPU, so the global batch is the
 published one. Fleets: H100 rows on ``p5.48xlarge`` (8 x H100-SXM, 3200 Gbit/s EFA); A100 rows on nodes of 8 A100-SXM
@@ -77,6 +77,10 @@ def config_of(row: dict) -> dict:
         "activation_function": "gelu",
         "tie_word_embeddings": True,
         "attn_implementation": "sdpa",
+        # MPT's defaults (llmfoundry/models/mpt/configuration_mpt.py): no dropout anywhere, biases kept
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
     }
 
 

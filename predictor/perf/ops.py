@@ -489,10 +489,11 @@ def ops_time(
                 floor = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / (dense * 1e12 * attention_ceiling(gpu))
                 lat = np.where(fused, np.maximum(lat, floor), lat)
         scale = np.array([c.scale for c in items])
-        times = lat * scale
+        times = np.broadcast_to(lat * scale, (len(items),))
         by_class[cls] += float(np.sum(times))
-        for c, t in zip(items, np.broadcast_to(times, (len(items),))):
-            by_phase[c.phase] += float(t)
+        phases = np.array([c.phase for c in items])
+        for phase in set(phases.tolist()):
+            by_phase[phase] += float(np.sum(times[phases == phase]))
     kernels = kernel_count(classified)
     unclassified = Counter()
     for c in classified:
