@@ -10,8 +10,8 @@ bf16, flash attention, micro-batch and accumulation as published, on 8-512 H100-
 For every distinct (size, sequence length, micro-batch, accumulation, precision) the architecture is captured on the
 meta device with ``srifty capture`` as a user would: a GPT-2-style transformers model with MPT's sizes (d_model,
 n_heads, n_layers, expansion 4, vocab 50368, learned positions as long as the sequence, tied embeddings, biases, no
-dropout, SDPA attention; its parameter count matches the row's ``NumParams`` to 0.1%), ``--batch-size`` = the micro-batch,
-``--global-batch`` = micro-batch x accumulation. The prediction is ``predictor.predict.predict(profile, fleet,
+dropout, SDPA attention; its parameter count matches the row's ``NumParams`` to 0.1%), ``--batch-size`` = the
+micro-batch, ``--global-batch`` = micro-batch x accumulation. The prediction is ``predictor.predict.predict(profile, fleet,
 layout=..., scaling="weak")``: the published micro-batch and accumulation on every GPU, so the global batch is the
 published one. Fleets: H100 rows on ``p5.48xlarge`` (8 x H100-SXM, 3200 Gbit/s EFA); A100 rows on nodes of 8 A100-SXM
 with the 1600 Gbit/s RoCE the README states (``bench/data/mosaic_nodes.yaml``: 8 x 200 Gbit/s RDMA interfaces).
@@ -240,6 +240,49 @@ def held_out_width(ok: list[dict]) -> str:
     )
 
 
+def write_errors(ok: list[dict]) -> str:
+    """The interval widths of the operator paths, from held-out residuals only, into ``model_v2.json``'s ``errors``:
+    ``ops-absolute`` (a capture, no GPU) from this set's rows pooled with the absolute cases of
+    ``bench/ops_validation.py`` (Lambda, FP32 and AMP, one GPU; its last results), ``cross-ops`` (a profile measured
+    on another GPU) from that bench's ratio cases. The width is the one that holds 80% of the pooled log residuals
+    (:func:`predictor.evaluation.calibrated_sd`); the coverage reported for it is leave-one-model-out."""
+    from predictor._io import atomic_write_json
+    from predictor.evaluation import calibrated_sd
+    from predictor.perf.uncertainty import Z80
+
+    lambda_path = ROOT / "bench" / "results" / "ops_validation.json"
+    lam = json.loads(lambda_path.read_text()) if lambda_path.exists() else {}
+    pools = {
+        "ops-absolute": [(s["model"], math.log(s["ratio"])) for s in ok]
+        + [(r["model"], r["log_residual"]) for r in lam.get("absolute", {}).get("rows", [])],
+        "cross-ops": [(r["model"], r["log_residual"]) for r in lam.get("ratio", {}).get("rows", [])],
+    }
+    path = ROOT / "predictor" / "data" / "model_v2.json"
+    artefact = json.loads(path.read_text())
+    lines = []
+    for kind, pool in pools.items():
+        if not pool:
+            lines.append(f"{kind}: no held-out residuals (run bench/ops_validation.py first); not written")
+            continue
+        inside = sum(abs(r) <= Z80 * calibrated_sd([x for m, x in pool if m != model]) for model, r in pool)
+        sd = round(calibrated_sd([x for _, x in pool]), 6)
+        artefact["errors"][kind] = sd
+        artefact["cases"][kind] = len(pool)
+        artefact.setdefault("errors_from", {})[kind] = (
+            "held-out residuals of bench/mpt_fsdp.py (nothing fitted on it) and bench/ops_validation.py's absolute "
+            "cases (kernel model leave-one-chip-out, tensor-core efficiency leave-one-model-out)"
+            if kind == "ops-absolute"
+            else "bench/ops_validation.py's ratio cases (kernel model leave-one-chip-out, tensor-core efficiency "
+            "leave-one-model-out)"
+        )
+        lines.append(
+            f"{kind}: relative sd {sd:.3f} from {len(pool)} held-out cases; coverage with the width held out "
+            f"(leave-one-model-out) {100 * inside / len(pool):.0f}%"
+        )
+    atomic_write_json(path, artefact)
+    return "\n".join(lines)
+
+
 def plot(scores: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -290,6 +333,12 @@ def main() -> None:
     )
     ap.add_argument("--models", default=None, help="comma list of sizes to keep (e.g. mpt-7b,mpt-13b)")
     ap.add_argument("--plot", type=Path, default=None)
+    ap.add_argument(
+        "--write-errors",
+        action="store_true",
+        help="write the operator paths' interval widths (held-out residuals, pooled with bench/ops_validation.py's) "
+        "into predictor/data/model_v2.json",
+    )
     args = ap.parse_args()
     rows = load_rows()
     if args.models:
@@ -318,6 +367,8 @@ def main() -> None:
     text = summary(scores)
     (OUT / "summary.txt").write_text(text + "\n")
     print(text)
+    if args.write_errors:
+        print(write_errors([s for s in scores if s["status"] == "ok"]))
     if args.plot:
         plot(scores, args.plot)
         print(f"plot: {args.plot}")
