@@ -11,10 +11,11 @@ For every distinct (size, sequence length, micro-batch, accumulation, precision)
 meta device with ``srifty capture`` as a user would: a GPT-2-style transformers model with MPT's sizes (d_model,
 n_heads, n_layers, expansion 4, vocab 50368, learned positions as long as the sequence, tied embeddings, biases, no
 dropout, SDPA attention; its parameter count matches the row's ``NumParams`` to 0.1%), ``--batch-size`` = the
-micro-batch, ``--global-batch`` = micro-batch x accumulation. The prediction is
-``predictor.predict.predict(profile, fleet, layout=..., scaling="weak")``: the published micro-batch and accumulation on every GPU, so the global batch is the
-published one. Fleets: H100 rows on ``p5.48xlarge`` (8 x H100-SXM, 3200 Gbit/s EFA); A100 rows on nodes of 8 A100-SXM
-with the 1600 Gbit/s RoCE the README states (``bench/data/mosaic_nodes.yaml``: 8 x 200 Gbit/s RDMA interfaces).
+micro-batch, ``--global-batch`` = micro-batch x accumulation. The prediction is ``predictor.predict.predict(profile,
+fleet, layout=..., scaling="weak")``: the published micro-batch and accumulation on every GPU, so the global batch
+is the published one. Fleets: H100 rows on ``p5.48xlarge`` (8 x H100-SXM, 3200 Gbit/s EFA); A100 rows on nodes of 8
+A100-SXM with the 1600 Gbit/s RoCE the README states (``bench/data/mosaic_nodes.yaml``: 8 x 200 Gbit/s RDMA
+interfaces).
 
 Out of scope, counted and said: FP8 rows (transformer-engine FP8 GEMMs; the predictor models eager bf16).
 
