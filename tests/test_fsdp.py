@@ -267,3 +267,53 @@ def test_resume_checkpoint_under_a_launch(monkeypatch, tmp_path) -> None:
     assert resume_checkpoint(str(tmp_path / "cache"), poll_s=0.05) == str(final)
     with pytest.raises(MigrationError, match=r"Waited 0 s for local rank 0 to download .*preempt-step=5"):
         resume_checkpoint(str(tmp_path / "other"), timeout_s=0.1, poll_s=0.05)
+
+
+def test_ranks_fetching_one_remote_directory_at_once_all_get_the_sound_copy(
+    tmp_path, moto_endpoint, monkeypatch
+) -> None:
+    """Every rank of a node may call local_checkpoint on the same remote sharded directory (S3, moto's server) at the
+    same moment (a job that resumes without srifty's launch): none may delete or vet another's half-copy, all get the
+    one sound copy, and no temporary name is left behind."""
+    pytest.importorskip("s3fs")
+    import threading
+
+    import boto3
+    import fsspec
+    import torch.distributed.checkpoint as dcp
+
+    from lightning_srifty import protocol
+    from lightning_srifty.migrate.checkpoints import local_checkpoint, sha256_of, write_manifest
+
+    aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in {**aws, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(name, value)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
+    saved = tmp_path / "saved"
+    dcp.save({"w": torch.arange(4096.0), "b": torch.ones(64)}, checkpoint_id=str(saved), no_dist=True)
+    remote = "s3://ckpts/run/preempt-step=5.ckpt"
+    store, local = protocol.filesystem(remote), fsspec.filesystem("file")
+    digests = {}
+    for f in sorted(saved.iterdir()):
+        store.pipe(f"{remote}/{f.name}", f.read_bytes())
+        digests[f.name] = sha256_of(local, str(f))
+    write_manifest(store, remote, digests)
+    cache, got, failed = tmp_path / "cache", [], []
+
+    def fetch() -> None:
+        try:
+            got.append(local_checkpoint(remote, str(cache)))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    for _ in range(2):  # a cold cache, then one already filled
+        threads = [threading.Thread(target=fetch) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not failed, failed
+    final = cache / "preempt-step=5.ckpt"
+    assert got == [str(final)] * 12
+    assert {f.name: sha256_of(local, str(f)) for f in final.iterdir()} == digests
+    assert sorted(p.name for p in cache.iterdir()) == ["preempt-step=5.ckpt", "preempt-step=5.ckpt.sha256"]

@@ -16,6 +16,7 @@ file for a strategy that cannot read a directory (one device, DDP).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
@@ -23,6 +24,8 @@ import os
 import pickle
 import re
 import shutil
+import tempfile
+import uuid
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
@@ -81,9 +84,10 @@ def write_manifest(fs: Any, checkpoint: str, digests: dict[str, str]) -> None:
         f"{hexdigest}  {name}/{rel}" if rel else f"{hexdigest}  {name}" for rel, hexdigest in sorted(digests.items())
     ]
     target = checkpoint + DIGEST_SUFFIX
-    with fs.open(target + ".partial", "w") as f:
+    scratch = f"{target}.partial-{uuid.uuid4().hex[:12]}"  # one writer's own: ranks may write the same manifest
+    with fs.open(scratch, "w") as f:
         f.write("\n".join(lines) + "\n")
-    fs.mv(target + ".partial", target)
+    fs.mv(scratch, target)
 
 
 def read_manifest(fs: Any, checkpoint: str) -> dict[str, str] | None:
@@ -315,22 +319,64 @@ def local_checkpoint(path: str, cache_dir: str) -> str:
 
     name = PurePosixPath(path.rstrip("/")).name
     final = os.path.join(cache_dir, name)
-    partial = final + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    os.makedirs(partial)
     recorded = read_manifest(fs, path)
-    for rel in sorted(recorded) if recorded else [PurePosixPath(str(p)).name for p in fs.ls(path, detail=False)]:
-        fs.get_file(f"{path}/{rel}", os.path.join(partial, rel))
-    local = filesystem(partial)
+    if recorded is not None and _cached_copy_is_sound(final, recorded):  # another rank here fetched it already
+        return final
+    os.makedirs(cache_dir, exist_ok=True)
+    # A name of this process's own: every rank of a node may fetch at once, and none may see another's half-copy.
+    partial = tempfile.mkdtemp(prefix=f"{name}.partial-", dir=cache_dir)
     try:
-        vet_directory(local, partial, recorded)
-    except ValueError as exc:
-        raise MigrationError(f"The checkpoint {path} did not download intact to {partial}: {exc}.") from None
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(partial, final)
-    if recorded is not None:
-        write_manifest(local, final, recorded)
+        for rel in sorted(recorded) if recorded else [PurePosixPath(str(p)).name for p in fs.ls(path, detail=False)]:
+            fs.get_file(f"{path}/{rel}", os.path.join(partial, rel))
+        try:
+            vet_directory(filesystem(partial), partial, recorded)
+        except ValueError as exc:
+            raise MigrationError(f"The checkpoint {path} did not download intact to {partial}: {exc}.") from None
+        if recorded is not None:
+            write_manifest(filesystem(partial), partial, recorded)
+        _publish(partial, final, recorded)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial + DIGEST_SUFFIX)
     return final
+
+
+def _cached_copy_is_sound(final: str, recorded: dict[str, str] | None) -> bool:
+    """Whether ``final`` is a sound copy: every file ``recorded`` lists with its sha256, and an index that reads."""
+    if not os.path.isdir(final):
+        return False
+    try:
+        vet_directory(filesystem(final), final, recorded)
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def _publish(partial: str, final: str, recorded: dict[str, str] | None) -> None:
+    """Rename the vetted ``partial`` to ``final``; when a sound copy won the race meanwhile, keep that one.
+
+    A stale ``final`` (another checkpoint's, or damaged) is first renamed aside, never deleted in place, so a
+    reader never sees a directory half-removed.
+    """
+    for _ in range(3):
+        try:
+            os.rename(partial, final)
+        except OSError:  # final exists (a directory rename never replaces a non-empty one)
+            if _cached_copy_is_sound(final, recorded):
+                return
+            aside = tempfile.mkdtemp(prefix=f"{os.path.basename(final)}.stale-", dir=os.path.dirname(final))
+            try:
+                os.rename(final, os.path.join(aside, "old"))
+            except FileNotFoundError:
+                pass  # somebody else moved it
+            finally:
+                shutil.rmtree(aside, ignore_errors=True)
+            continue
+        if recorded is not None:
+            os.replace(partial + DIGEST_SUFFIX, final + DIGEST_SUFFIX)
+        return
+    raise OSError(f"could not publish {partial} as {final}: it keeps changing under this process")
 
 
 def consolidate(directory: str, out: str) -> str:
@@ -395,7 +441,6 @@ def resume_checkpoint(cache_dir: str | None = None, *, timeout_s: float = 1800.0
     Raises:
         MigrationError: the download does not match its manifest, or another rank waited ``timeout_s`` for it.
     """
-    import tempfile
     import time
 
     from lightning_srifty.protocol import LaunchEnv
