@@ -16,6 +16,7 @@ from typing import Any, Literal
 from predictor._io import atomic_write_json, read_json_document
 from predictor._schema import doc_field, from_dict, json_schema, to_dict
 from predictor.exceptions import ProfileSchemaError
+from predictor.profile import Software
 
 PLAN_SCHEMA = "srifty.plan/v1"
 
@@ -244,6 +245,11 @@ class Plan:
         min=0,
     )
     written_by: str | None = doc_field("the release that made the plan, e.g. 'lightning-srifty 0.2.0'", default=None)
+    software: Software | None = doc_field(
+        "the profiled environment (Python, torch, lightning, lightning-srifty versions): what srifty terraform "
+        "installs on the fleet's nodes; absent in plans made before #22",
+        default=None,
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

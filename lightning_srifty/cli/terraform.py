@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -34,14 +37,63 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         allow_wide_ssh=args.allow_wide_ssh,
         ssm_session=args.ssm_session,
         secret_env=tuple(args.secret_env or ()),
+        code=None if args.no_code else args.code,
+        requirements=args.requirements,
+        index_url=args.index_url,
+        extra_index_urls=tuple(args.extra_index_url or ()),
+        base_python=args.base_python,
+        max_code_mb=args.max_code_mb,
     )
     result = generate(plan, args.out, choice=args.choice, options=options, catalog=load_catalog(args))
     entry = plan.entries[args.choice]
     state = "written" if result.changed else "unchanged (already current)"
     print(f"Root module for {entry.fleet} ({entry.market}, {result.values['region']}) {state} in {result.out}:")
     print(f"  {len(result.files)} files; values in {result.out / 'srifty.auto.tfvars.json'}")
+    print(node_summary(result, options))
+    for note in result.notes:
+        print(f"WARNING: {note}.", file=sys.stderr)
     print(f"Review it, then: srifty apply --dir {result.out}  (or terraform -chdir={result.out} init/plan/apply)")
     return 0
+
+
+def node_summary(result: Any, options: Any) -> str:
+    """What every node will run, on one screen: image, environment, code, command, strategy."""
+    values, train = result.values, result.values["train"]
+    image = values["ami"].get("id") or "the Deep Learning AMI (PyTorch, Ubuntu 22.04) of each architecture"
+    lines = ["What every node runs:", f"  image        {image}"]
+    snap = result.snapshot
+    if snap is not None:
+        env = json.loads(_member(snap.path, ".srifty/environment.json"))
+        pins = ", ".join(env["packages"]) + f", {env['wheel'].rsplit('/', 1)[-1]}"
+        if env.get("requirements"):
+            pins += f", -r {env['requirements']}"
+        lines.append(f"  environment  a new virtual environment: {pins}")
+        lines.append(
+            f"               from {env.get('index_url') or 'PyPI'}"
+            + "".join(f" + {u}" for u in env.get("extra_index_urls") or [])
+        )
+        lines.append(
+            f"  code         {Path(options.code).resolve()} ({snap.source}): {len(snap.files)} files, "
+            f"{snap.bytes_in / 2**20:.1f} MiB, archive {snap.bytes_out / 2**20:.1f} MiB, sha256 {snap.sha256[:16]}..."
+        )
+    else:
+        lines.append("  environment  the image's /opt/pytorch, then --setup-command")
+        lines.append("  code         none delivered (--no-code): --setup-command must fetch it")
+    if options.setup_command:
+        lines.append(f"  setup        {options.setup_command}")
+    argv = " ".join(shlex.quote(a) for a in train["argv"])
+    lines.append(f"  command      torchrun --nnodes={train['nnodes']} --nproc_per_node=<GPUs per node> {argv}")
+    strategy = (train.get("env") or {}).get("SRIFTY_STRATEGY")
+    lines.append(f"  strategy     {strategy or 'ddp (the script builds its Trainer)'}")
+    return "\n".join(lines)
+
+
+def _member(archive: Path, name: str) -> bytes:
+    import tarfile
+
+    with tarfile.open(archive, "r:gz") as tar:
+        member = tar.extractfile(name)
+        return member.read() if member else b"{}"
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
@@ -98,6 +150,27 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="shell command that prepares the node at boot, in the shell that then starts torchrun (cd into your code "
         "here); required with --ami",
     )
+    p.add_argument(
+        "--code",
+        default=".",
+        metavar="DIR",
+        help="the folder every node runs from (default: this one): packed as a content-addressed snapshot (git's "
+        "view of it in a work tree; else .gitignore/.sriftyignore), uploaded beside the checkpoints, checked by "
+        "sha256 on every node",
+    )
+    p.add_argument("--no-code", action="store_true", help="deliver no code (the image or --setup-command has it)")
+    p.add_argument(
+        "--requirements", help="requirements file inside --code, installed on the nodes (default: requirements.txt)"
+    )
+    p.add_argument("--index-url", help="the package index the nodes install from (default: PyPI; a mirror)")
+    p.add_argument("--extra-index-url", action="append", help="another index (repeatable)")
+    p.add_argument(
+        "--base-python",
+        metavar="PATH",
+        help="an interpreter of the image whose packages the nodes' environment may reuse (a custom image with "
+        "torch: pins it satisfies are not downloaded)",
+    )
+    p.add_argument("--max-code-mb", type=float, default=200.0, help="refuse a code snapshot larger than this")
     p.add_argument("--resume-from", help="checkpoint URI the training command resumes from")
     p.add_argument("--mode", choices=["asg", "fleet"], default="asg", help="Auto Scaling group or EC2 Fleet")
     p.add_argument("--ami", help="AMI id (default: the Deep Learning AMI from its public SSM parameter)")

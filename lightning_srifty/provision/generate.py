@@ -14,6 +14,7 @@ a folder that exists, is not empty, and was not written by this generator is ref
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import ipaddress
 import json
@@ -21,20 +22,29 @@ import math
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lightning_srifty import protocol
 from lightning_srifty.provision.command import check_bucket, check_prefix, check_secret_env, train_argv
 from lightning_srifty.provision.money import check_entry, check_limits, group_usd_per_hour
-from predictor._io import atomic_write_text
+from lightning_srifty.provision.snapshot import (
+    DEFAULT_MAX_MB,
+    GENERATED_MARKER,
+    Snapshot,
+    build_snapshot,
+    environment_spec,
+)
+from predictor._io import atomic_write_bytes, atomic_write_text
 from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError, ProvisionError
 from predictor.plan import Plan, PlanEntry
 from predictor.spot import shutdown_grace_s
 
-MARKER = ".srifty.json"
+MARKER = GENERATED_MARKER
+CODE_DIR = "code"  # the snapshot's folder in the root module
 TFVARS = "srifty.auto.tfvars.json"
 MAX_LIFE_H = 720.0  # the module's upper bound for max_life_h (30 days)
 MAX_WEIGHT = 999  # an Auto Scaling group's largest weighted_capacity
@@ -86,6 +96,16 @@ class Options:
     allow_wide_ssh: bool = False  # let --ssh-cidr blocks cover more than a /8 worth of addresses (never 0.0.0.0/0)
     ssm_session: bool = False  # let the instances register with SSM Session Manager (off: no SSM permission at all)
     secret_env: tuple[str, ...] = ()  # NAME=ssm:/param or NAME=secretsmanager:id, read by the instances at boot
+    # the code and environment the nodes run (issue #22): the folder snapshotted (None: nothing is delivered, the
+    # setup command must), its requirements file (relative; default requirements.txt when there is one), the package
+    # index and extra indexes pip uses on the nodes, an interpreter of the image whose packages the node's
+    # environment may reuse, and the snapshot's size bound
+    code: str | None = None
+    requirements: str | None = None
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    base_python: str | None = None
+    max_code_mb: float = DEFAULT_MAX_MB
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$")
@@ -111,8 +131,10 @@ def weights(entry: PlanEntry) -> tuple[list[int], float]:
     return [max(1, min(MAX_WEIGHT, round(t / unit))) for t in per_instance], unit
 
 
-def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = None) -> dict[str, Any]:
-    """The values of the root module for ``plan.entries[choice]``."""
+def tfvars(
+    plan: Plan, choice: int, options: Options, catalog: Catalog | None = None, code: Snapshot | None = None
+) -> dict[str, Any]:
+    """The values of the root module for ``plan.entries[choice]`` (``code``: the snapshot the nodes run)."""
     if not 0 <= choice < len(plan.entries):
         raise ConfigError(
             f"The plan has {len(plan.entries)} ranked fleets: --choice must be between 0 and {len(plan.entries) - 1}. "
@@ -221,6 +243,8 @@ def tfvars(plan: Plan, choice: int, options: Options, catalog: Catalog | None = 
     }
     if options.resume_from:
         train["resume_from"] = options.resume_from
+    if code is not None:
+        train["code"] = {"source": f"{CODE_DIR}/{code.path.name}", "sha256": code.sha256}
     if options.handover:
         train["handover"] = True
     if entry.layout is not None and (entry.layout.strategy != "ddp" or entry.layout.lightning_args):
@@ -341,6 +365,8 @@ class Generated:
     files: tuple[str, ...]
     values: dict[str, Any]
     changed: bool
+    snapshot: Snapshot | None = None
+    notes: tuple[str, ...] = ()  # what a user must read before applying (mismatches, missing glue)
 
 
 def generate(
@@ -353,7 +379,83 @@ def generate(
 ) -> Generated:
     """Write the root module for ``plan.entries[choice]`` into ``out`` (see the module docstring)."""
     target = Path(out)
-    values = tfvars(plan, choice, options, catalog)
+    tfvars(plan, choice, options, catalog)  # every option checked before any file is packed or written
+    notes: list[str] = []
+    snapshot = None
+    with tempfile.TemporaryDirectory(prefix="srifty-code-") as staging:
+        if options.code is not None:
+            snapshot, notes = _snapshot(plan, choice, options, staging, target)
+        else:
+            notes = _no_code_notes(options)
+        values = tfvars(plan, choice, options, catalog, code=snapshot)
+        written = _write_root(plan, choice, target, values, snapshot)
+    if snapshot is not None:
+        snapshot = dataclasses.replace(snapshot, path=target / CODE_DIR / snapshot.path.name)  # staging is gone
+    return Generated(target, written.files, values, written.changed, snapshot, tuple(notes))
+
+
+def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: Path) -> tuple[Snapshot, list[str]]:
+    """The code snapshot of ``options.code`` and the notes on it: the environment's mismatches, a script that is
+    not in it, a sharded plan whose script never applies the plan's strategy."""
+    code = Path(options.code or ".")
+    requirements = options.requirements
+    if requirements is None and (code / "requirements.txt").is_file():
+        requirements = "requirements.txt"
+    spec, notes = environment_spec(
+        plan.software,
+        requirements=requirements,
+        index_url=options.index_url,
+        extra_index_urls=options.extra_index_urls,
+        base_python=options.base_python,
+    )
+    snapshot = build_snapshot(code, staging, spec, max_mb=options.max_code_mb, leave_out=(target,))
+    argv = train_argv(options.train_command)
+    if argv[0] == "-m":
+        module = argv[1].replace(".", "/")
+        if not {f"{module}.py", f"{module}/__main__.py"} & set(snapshot.files):
+            notes.append(
+                f"the module {argv[1]} is not in the code snapshot of {code} ({module}.py or {module}/__main__.py): it "
+                "must come from the requirements file"
+            )
+        return snapshot, notes
+    script = PurePosixPath(argv[0])
+    if script.is_absolute() or argv[0] not in snapshot.files:
+        raise ConfigError(
+            f"The training script {argv[0]} is not in the code snapshot of {code.resolve()} ({len(snapshot.files)} "
+            "files): every node runs torchrun from the snapshot's top folder, so it would end in \"can't open file\". "
+            "Run srifty terraform from your project's folder (or give --code), and --train-command the script's path "
+            "relative to it; a file git ignores is left out.",
+            parameter="train_command",
+            value=options.train_command,
+        )
+    entry = plan.entries[choice]
+    text = (code / argv[0]).read_text(errors="replace")
+    if entry.layout is not None and entry.layout.strategy != "ddp" and "plan_strategy" not in text:
+        notes.append(
+            f"the plan trains with {protocol.entry_strategy(entry)}, but {argv[0]} never calls plan_strategy(): "
+            "the Trainer starts with the script's own strategy (plain DDP holds the whole model on every GPU). Pass "
+            "strategy=plan_strategy() to the Trainer (from lightning_srifty import plan_strategy)"
+        )
+    return snapshot, notes
+
+
+def _no_code_notes(options: Options) -> list[str]:
+    if options.setup_command.strip():
+        return []
+    return [
+        "no --code and no --setup-command: nothing delivers your code or installs lightning to the nodes, which "
+        "start torchrun in / with the image's PyTorch. Run srifty terraform from your project's folder with --code "
+        ". (the default of the command line), or give --setup-command"
+    ]
+
+
+@dataclass(frozen=True)
+class _Written:
+    files: tuple[str, ...]
+    changed: bool
+
+
+def _write_root(plan: Plan, choice: int, target: Path, values: dict[str, Any], snapshot: Snapshot | None) -> _Written:
     marker_path = target / MARKER
     if target.exists() and not target.is_dir():
         raise ProvisionError(f"{target} exists and is not a folder: give --out a folder to write the root module in.")
@@ -370,19 +472,22 @@ def generate(
     for path in sorted(p for p in module.rglob("*") if p.is_file() and not _ignored(p.relative_to(module))):
         files[f"modules/training_fleet/{path.relative_to(module).as_posix()}"] = path.read_text()
     files[TFVARS] = json.dumps(values, indent=2, sort_keys=True) + "\n"
+    binary: dict[str, Path] = {}
+    if snapshot is not None:
+        binary[f"{CODE_DIR}/{snapshot.path.name}"] = snapshot.path
     plan_hash = hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True).encode()).hexdigest()
     marker = {
         "generator": "lightning-srifty",
         "plan_sha256": plan_hash,
         "choice": choice,
         "fleet": plan.entries[choice].fleet,
-        "files": sorted(files),
+        "files": sorted([*files, *binary]),
     }
     files[MARKER] = json.dumps(marker, indent=2, sort_keys=True) + "\n"
     changed = False
     old = _manifest_files(marker_path) if marker_path.is_file() else []
-    inside = {rel: _inside(target, rel, MARKER) for rel in set(old) | set(files)}  # every path checked first
-    for stale in sorted(set(old) - set(files)):  # a file the module no longer has
+    inside = {rel: _inside(target, rel, MARKER) for rel in set(old) | set(files) | set(binary)}  # checked first
+    for stale in sorted(set(old) - set(files) - set(binary)):  # a file the module no longer has
         if inside[stale].is_file() or inside[stale].is_symlink():
             inside[stale].unlink()
         changed = True
@@ -393,7 +498,14 @@ def generate(
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, text)
         changed = True
-    return Generated(target, tuple(sorted(files)), values, changed)
+    for rel, source in binary.items():  # content-addressed: a file of that name holds those bytes already
+        path = inside[rel]
+        if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == path.name.split(".")[0]:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, source.read_bytes())
+        changed = True
+    return _Written(tuple(sorted([*files, *binary])), changed)
 
 
 def _manifest_files(marker_path: Path) -> list[str]:

@@ -202,6 +202,7 @@ def rank(
         catalog_snapshot=catalog.info.snapshot,
         model=profile.model.name,
         profile_gpu=profile.hardware.gpu,
+        software=profile.software,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         written_by=writer(),
         checkpoint_s=float(checkpoint_s),

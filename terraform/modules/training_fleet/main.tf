@@ -24,6 +24,8 @@ locals {
   train_argv = join(" ", [for a in var.train.argv : "'${replace(a, "'", "'\\''")}'"])
   bucket     = var.checkpoints.create_bucket ? aws_s3_bucket.checkpoints[0].bucket : var.checkpoints.bucket
   bucket_arn = "arn:${data.aws_partition.current.partition}:s3:::${local.bucket}"
+  # the code snapshot (srifty terraform), content-addressed under the checkpoint prefix
+  code_key = var.train.code == null ? "" : "${var.checkpoints.prefix}code/${var.train.code.sha256}.tar.gz"
   # launch-template priority: the order of var.groups (srifty terraform lists the cheapest on-demand type first)
   groups         = { for i, g in var.groups : g.instance_type => merge(g, { priority = i }) }
   nodes          = sum([for g in var.groups : g.on_demand + g.spot])
@@ -319,6 +321,19 @@ data "aws_iam_policy_document" "assume" {
   }
 }
 
+# the user's code and environment (srifty terraform's snapshot): every instance fetches it and checks its sha256
+resource "aws_s3_object" "code" {
+  count = var.train.code == null ? 0 : 1
+
+  bucket      = local.bucket
+  key         = local.code_key
+  source      = "${path.root}/${var.train.code.source}"
+  source_hash = var.train.code.sha256
+  tags        = local.fleet_tags
+
+  depends_on = [aws_s3_bucket_server_side_encryption_configuration.checkpoints, aws_s3_bucket_policy.checkpoints]
+}
+
 resource "aws_iam_role" "instance" {
   name_prefix        = "${substr(var.name, 0, 30)}-node-"
   assume_role_policy = data.aws_iam_policy_document.assume.json
@@ -539,6 +554,8 @@ resource "aws_launch_template" "group" {
     nproc_per_node      = each.value.gpus_per_instance
     rdzv_port           = var.train.rdzv_port
     checkpoint_uri_b64  = base64encode("s3://${local.bucket}/${var.checkpoints.prefix}")
+    code_sha256         = var.train.code == null ? "" : var.train.code.sha256
+    code_uri_b64        = var.train.code == null ? "" : base64encode("s3://${local.bucket}/${local.code_key}")
     resume_from         = var.train.resume_from == null ? "" : "'${replace(var.train.resume_from, "'", "'\\''")}'"
     handover            = var.train.handover
     env_count           = length(var.train.env)
@@ -576,6 +593,8 @@ resource "aws_launch_template" "group" {
 
 resource "aws_autoscaling_group" "fleet" {
   count = var.capacity.mode == "asg" ? 1 : 0
+  # no instance boots before its code is in the bucket
+  depends_on = [aws_s3_object.code]
 
   name_prefix               = "${var.name}-"
   vpc_zone_identifier       = local.subnet_ids
@@ -627,7 +646,8 @@ resource "aws_autoscaling_group" "fleet" {
 }
 
 resource "aws_ec2_fleet" "group" {
-  for_each = var.capacity.mode == "fleet" ? local.groups : {}
+  for_each   = var.capacity.mode == "fleet" ? local.groups : {}
+  depends_on = [aws_s3_object.code] # no instance boots before its code is in the bucket
 
   type                = "instant"
   terminate_instances = true

@@ -243,7 +243,7 @@ variable "enable_cloudwatch" {
 }
 
 variable "train" {
-  description = "What every instance runs at boot: setup_command (a shell command) installs the environment; argv is what torchrun starts, the script and its arguments (or \"-m\", a module and its arguments), each word quoted for the shell by the module (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count; handover = true (srifty launch) makes every instance wait for HANDOVER-<name>.json under the checkpoint prefix and take the job's settings (checkpoint to resume from, per-rank batch sizes) from it; env holds variables exported on every instance before torchrun starts (names [A-Z_][A-Z0-9_]*; srifty terraform puts the plan layout's Lightning strategy there, SRIFTY_STRATEGY, which the job's plan_strategy() reads)."
+  description = "What every instance runs at boot: setup_command (a shell command) installs the environment; argv is what torchrun starts, the script and its arguments (or \"-m\", a module and its arguments), each word quoted for the shell by the module (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count; handover = true (srifty launch) makes every instance wait for HANDOVER-<name>.json under the checkpoint prefix and take the job's settings (checkpoint to resume from, per-rank batch sizes) from it; env holds variables exported on every instance before torchrun starts (names [A-Z_][A-Z0-9_]*; srifty terraform puts the plan layout's Lightning strategy there, SRIFTY_STRATEGY, which the job's plan_strategy() reads); code is the snapshot srifty terraform made of the working directory (source: the .tar.gz, relative to the root module; sha256: its digest), uploaded under the checkpoint prefix as code/<sha256>.tar.gz: every instance fetches it, checks the digest, unpacks it, installs the profiled environment it describes (.srifty/bootstrap.py into a virtual environment) and runs torchrun from it, after setup_command."
   type = object({
     setup_command = optional(string, "")
     argv          = list(string)
@@ -252,6 +252,10 @@ variable "train" {
     resume_from   = optional(string)
     handover      = optional(bool, false)
     env           = optional(map(string), {})
+    code = optional(object({
+      source = string
+      sha256 = string
+    }))
   })
 
   validation {
@@ -262,6 +266,11 @@ variable "train" {
   validation {
     condition     = length(var.train.argv) > 0 && !can(regex("^(.*/)?(python[0-9.]*|torchrun)$", var.train.argv[0]))
     error_message = "The train.argv must be the script torchrun starts and its arguments, such as [\"train.py\", \"--epochs\", \"90\"] or [\"-m\", \"pkg.train\"], not empty and not starting with python or torchrun (the module runs torchrun, which runs Python)."
+  }
+
+  validation {
+    condition     = var.train.code == null ? true : can(regex("^[0-9a-f]{64}$", var.train.code.sha256)) && endswith(var.train.code.source, "${var.train.code.sha256}.tar.gz")
+    error_message = "The train.code.sha256 must be 64 lower-case hex digits and train.code.source the archive named after it (<sha256>.tar.gz): make the snapshot with srifty terraform."
   }
 
   validation {

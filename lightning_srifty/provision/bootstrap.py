@@ -1,0 +1,134 @@
+"""Install the profiled environment on a node: ``python3 .srifty/bootstrap.py <venv>`` from the unpacked snapshot.
+
+Standard library only (it runs on the image's own Python before anything is installed); the snapshot carries a copy
+of this file as ``.srifty/bootstrap.py``. It reads ``.srifty/environment.json`` (written by ``srifty terraform``),
+creates a virtual environment, installs the pinned packages (torch and lightning at the profiled versions), this
+snapshot's lightning-srifty wheel and the user's requirements file from the named index, then checks what was
+installed against the pins and exits non-zero, naming the package, when they differ. With ``base_python`` set (an
+image that has torch already), that interpreter's packages are visible in the new environment, so pins it already
+satisfies are not downloaded again.
+
+Exit codes: 0 installed and checked; 2 bad environment.json; 3 pip failed; 4 installed versions differ from the pins.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent  # <code>/.srifty
+CHECK = r"""
+import importlib.metadata as m, json, sys
+names = json.loads(sys.argv[1])
+out = {}
+for n in names:
+    try:
+        out[n] = m.version(n)
+    except m.PackageNotFoundError:
+        out[n] = None
+out["python"] = "%d.%d.%d" % sys.version_info[:3]
+import lightning_srifty
+out["lightning_srifty_file"] = lightning_srifty.__file__
+print(json.dumps(out))
+"""
+
+
+def log(message: str) -> None:
+    print(f"srifty bootstrap: {message}", flush=True)
+
+
+def _pin(spec: str) -> tuple[str, str]:
+    name, _, version = spec.partition("==")
+    return name.strip(), version.strip()
+
+
+def _check(python: Path, pins: dict[str, str]) -> subprocess.CompletedProcess:
+    names = json.dumps([*pins, "lightning-srifty"])
+    return subprocess.run([str(python), "-c", CHECK, names], capture_output=True, text=True, cwd="/")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python3 .srifty/bootstrap.py <venv folder>", file=sys.stderr)
+        return 2
+    target = Path(argv[1])
+    try:
+        spec = json.loads((HERE / "environment.json").read_text())
+        packages = [str(p) for p in spec["packages"]]
+        wheel = HERE.parent / spec["wheel"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"srifty bootstrap: {HERE / 'environment.json'} does not read ({exc})", file=sys.stderr)
+        return 2
+    profiled = spec.get("profiled") or {}
+    wanted_python = profiled.get("python")
+    here_python = platform.python_version()
+    if wanted_python and wanted_python.split(".")[:2] != here_python.split(".")[:2]:
+        log(f"NOTE: the profile ran on Python {wanted_python}; this node's python3 is {here_python}")
+    log(f"creating {target} (Python {here_python})")
+    venv.EnvBuilder(with_pip=True, clear=True).create(target)
+    python = target / "bin" / "python"
+    base = spec.get("base_python")
+    if base:
+        paths = subprocess.run(
+            [base, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        site = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        # after the environment's own site-packages: what pip installs here wins over the image's copy
+        Path(site, "srifty-base-python.pth").write_text("\n".join(json.loads(paths.stdout)) + "\n")
+        log(f"the packages of {base} are visible (pins they satisfy are not downloaded)")
+    command = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    if spec.get("index_url"):
+        command += ["--index-url", spec["index_url"]]
+    for url in spec.get("extra_index_urls") or []:
+        command += ["--extra-index-url", url]
+    command += [*packages, str(wheel)]
+    if spec.get("requirements"):
+        command += ["-r", str(HERE.parent / spec["requirements"])]
+    log(
+        "installing "
+        + " ".join(packages + [wheel.name] + ([f"-r {spec['requirements']}"] if spec.get("requirements") else []))
+    )
+    if subprocess.run(command, cwd=HERE.parent).returncode:
+        print(
+            "srifty bootstrap: pip install failed (see above): the environment is not the profiled one", file=sys.stderr
+        )
+        return 3
+    pins = dict(_pin(p) for p in packages if "==" in p)
+    check = _check(python, pins)
+    if check.returncode == 0 and not json.loads(check.stdout)["lightning_srifty_file"].startswith(str(target)):
+        # pip counted an installed lightning-srifty of the same version (the image's, through base_python) as the
+        # wheel: this snapshot's copy is the one that must run
+        again = [*command[:6], "--no-deps", "--force-reinstall", str(wheel)]
+        if subprocess.run(again, cwd=HERE.parent).returncode:
+            print("srifty bootstrap: installing the snapshot's lightning-srifty failed", file=sys.stderr)
+            return 3
+        check = _check(python, pins)
+    if check.returncode != 0:
+        print(f"srifty bootstrap: the environment does not import lightning_srifty:\n{check.stderr}", file=sys.stderr)
+        return 4
+    got = json.loads(check.stdout)
+    wrong = [f"{n} {got.get(n)} (pinned {v})" for n, v in pins.items() if (got.get(n) or "").split("+")[0] != v]
+    if wrong:
+        print("srifty bootstrap: installed versions differ from the pins: " + ", ".join(wrong), file=sys.stderr)
+        return 4
+    report = {"python": got["python"], **{n: got[n] for n in [*pins, "lightning-srifty"]}}
+    report["lightning_srifty_file"] = got["lightning_srifty_file"]
+    (target / "srifty-environment.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    log("ready: " + ", ".join(f"{k} {v}" for k, v in report.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,332 @@
+"""The user's code and the profiled environment, as one content-addressed archive every node fetches and checks.
+
+``srifty terraform`` (and ``srifty launch``) pack the working directory into ``code/<sha256>.tar.gz`` inside the
+root module it writes; Terraform uploads it to the run's S3 prefix (``aws_s3_object``) and every node downloads it,
+checks the sha256 baked into its user_data, unpacks it and runs torchrun from it:
+
+    <sha256>.tar.gz
+      train.py, pkg/..., requirements.txt      the working directory: git's view of it (tracked + untracked, not
+                                               ignored) in a git work tree; else every file not matched by
+                                               .gitignore / .sriftyignore
+      .srifty/environment.json                 what the node installs (torch, lightning at the profiled versions,
+                                               this lightning-srifty, the user's requirements file, the index)
+      .srifty/wheels/lightning_srifty-*.whl    this installation of lightning-srifty, repacked as a wheel
+
+The archive is reproducible: the same files give the same bytes (sorted members, no times, no owners, modes
+normalised, gzip without a time stamp), so its sha256 names the code exactly and an unchanged directory re-uploads
+nothing. It is bounded in size; what makes it too big is named.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import importlib.metadata
+import io
+import json
+import os
+import subprocess
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from predictor._io import atomic_write_bytes
+from predictor.exceptions import ConfigError
+
+DEFAULT_MAX_MB = 200.0  # uncompressed; datasets belong in S3, not in the code snapshot
+ALWAYS_LEFT_OUT = (".git", "__pycache__", ".terraform", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache")
+LEFT_OUT_SUFFIXES = (".pyc", ".tfstate", ".tfstate.backup")
+IGNORE_FILES = (".gitignore", ".sriftyignore")
+SRIFTY_DIR = ".srifty"
+GENERATED_MARKER = ".srifty.json"  # provision.generate.MARKER: a folder srifty terraform wrote
+ENVIRONMENT_FILE = f"{SRIFTY_DIR}/environment.json"
+ENVIRONMENT_SCHEMA = "srifty.environment/v1"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    path: Path  # the archive, named <sha256>.tar.gz
+    sha256: str
+    files: tuple[str, ...]  # the working directory's files in it (relative, POSIX)
+    bytes_in: int  # their size, uncompressed
+    bytes_out: int  # the archive's size
+    source: str  # "git" or "walk"
+
+
+def code_files(workdir: Path, leave_out: tuple[Path, ...] = ()) -> tuple[list[str], str]:
+    """The files of ``workdir`` the snapshot carries and how they were chosen ("git" or "walk").
+
+    In a git work tree: what ``git ls-files --cached --others --exclude-standard`` lists (git's own reading of every
+    .gitignore, .git/info/exclude and the global excludes), less deleted files. Elsewhere: a walk that leaves out
+    what the top-level .gitignore and .sriftyignore match (gitignore patterns). Both leave out ALWAYS_LEFT_OUT
+    folders, LEFT_OUT_SUFFIXES, symlinks that lead outside ``workdir``, and ``leave_out`` (the root module being
+    written, when it lies inside).
+    """
+    root = workdir.resolve()
+    skip = tuple(p.resolve() for p in leave_out)
+    listed = _git_files(root)
+    source = "git" if listed is not None else "walk"
+    if listed is None:
+        listed = _walked_files(root)
+    files = []
+    for rel in sorted(set(listed)):
+        parts = PurePosixPath(rel).parts
+        if any(p in ALWAYS_LEFT_OUT for p in parts[:-1]) or rel.endswith(LEFT_OUT_SUFFIXES):
+            continue
+        path = root / rel
+        resolved = path.resolve()
+        if not path.is_file() or (resolved != root and root not in resolved.parents):
+            continue  # deleted, a folder (a submodule), or a link out of the directory
+        if any(resolved == s or s in resolved.parents for s in skip) or _in_generated_root(root, parts):
+            continue
+        files.append(rel)
+    return files, source
+
+
+def _in_generated_root(root: Path, parts: tuple[str, ...]) -> bool:
+    """Whether a file lies in a root module ``srifty terraform`` wrote (its marker file beside it or above): those
+    hold code archives and Terraform state, never the job's code."""
+    return any((root.joinpath(*parts[:i]) / GENERATED_MARKER).is_file() for i in range(len(parts)))
+
+
+def _git_files(root: Path) -> list[str] | None:
+    try:
+        inside = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True, timeout=30
+        )
+        if inside.returncode != 0 or inside.stdout.strip() != "true":
+            return None
+        out = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [p for p in out.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def _walked_files(root: Path) -> list[str]:
+    import pathspec
+
+    lines: list[str] = []
+    for name in IGNORE_FILES:
+        if (root / name).is_file():
+            lines += (root / name).read_text(errors="replace").splitlines()
+    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    out = []
+    for folder, dirs, names in os.walk(root):
+        rel_dir = Path(folder).relative_to(root)
+        dirs[:] = sorted(
+            d for d in dirs if d not in ALWAYS_LEFT_OUT and not spec.match_file((rel_dir / d).as_posix() + "/")
+        )
+        for name in names:
+            rel = (rel_dir / name).as_posix()
+            if not spec.match_file(rel):
+                out.append(rel)
+    return out
+
+
+def repacked_wheel() -> tuple[str, bytes]:
+    """This installation of lightning-srifty as a wheel (name, bytes): the installed packages (``lightning_srifty``,
+    ``predictor``, their data) and the installed METADATA, so ``pip install`` on a node pulls the same declared
+    dependencies. Reproducible: sorted members, a fixed time."""
+    import lightning_srifty
+    import predictor
+
+    try:
+        dist = importlib.metadata.distribution("lightning-srifty")
+        version, metadata = dist.version, dist.read_text("METADATA") or ""
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError(
+            "lightning-srifty is not installed (imported from a source tree), so its wheel cannot be repacked for the "
+            "nodes: install it (pip install -e . in the checkout, or pip install lightning-srifty).",
+            parameter="code",
+            value=None,
+        ) from None
+    tag = "py3-none-any"
+    dist_info = f"lightning_srifty-{version}.dist-info"
+    members: dict[str, bytes] = {}
+    for package in (lightning_srifty, predictor):
+        base = Path(package.__file__).resolve().parent
+        for path in sorted(base.rglob("*")):
+            rel = path.relative_to(base)
+            if path.is_file() and "__pycache__" not in rel.parts and path.suffix != ".pyc":
+                members[f"{base.name}/{rel.as_posix()}"] = path.read_bytes()
+    members[f"{dist_info}/METADATA"] = metadata.encode()
+    members[f"{dist_info}/WHEEL"] = (
+        f"Wheel-Version: 1.0\nGenerator: lightning-srifty (repacked)\nRoot-Is-Purelib: true\nTag: {tag}\n"
+    ).encode()
+    members[f"{dist_info}/entry_points.txt"] = b"[console_scripts]\nsrifty = lightning_srifty.cli:main\n"
+    record = [
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for name, data in sorted(members.items())
+    ]
+    members[f"{dist_info}/RECORD"] = ("\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for name, data in sorted(members.items()):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            wheel.writestr(info, data)
+    return f"lightning_srifty-{version}-{tag}.whl", buffer.getvalue()
+
+
+def environment_spec(
+    software: Any | None,
+    *,
+    requirements: str | None = None,
+    index_url: str | None = None,
+    extra_index_urls: tuple[str, ...] = (),
+    base_python: str | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """What a node installs (``.srifty/environment.json``, without the wheel's name) and the notes a user must read:
+    torch and lightning pinned to the profiled versions (``software``, a plan's :class:`~predictor.profile.Software`;
+    None: the versions installed here), the user's requirements file, the package index.
+
+    A local build tag is dropped from the pin (``2.13.0+cpu`` -> ``torch==2.13.0``): the nodes take the index's CUDA
+    build of the same release; a profiled CUDA build (``+cu128``) adds PyTorch's index of that CUDA release.
+    """
+    notes: list[str] = []
+    profiled = {k: getattr(software, k, None) for k in ("python", "torch", "lightning", "cuda", "lightning_srifty")}
+    if software is None:
+        notes.append(
+            "the plan records no profiled versions (a plan made before lightning-srifty recorded them): torch and "
+            "lightning are pinned to the versions installed here"
+        )
+        for name in ("torch", "lightning"):
+            try:
+                profiled[name] = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                profiled[name] = None
+    extra = list(extra_index_urls)
+    packages = []
+    for name in ("torch", "lightning"):
+        version = profiled.get(name)
+        if not version:
+            notes.append(f"{name}: no version recorded, the index's newest is installed")
+            packages.append(name)
+            continue
+        release, _, build = str(version).partition("+")
+        packages.append(f"{name}=={release}")
+        if name == "torch" and build.startswith("cu"):
+            url = f"https://download.pytorch.org/whl/{build}"
+            if url not in extra:
+                extra.append(url)
+        elif name == "torch" and build:
+            notes.append(
+                f"torch was profiled as the {build} build ({version}): the nodes install torch=={release} "
+                "from the index, whose Linux build is the CUDA one; its CUDA release must be one the image's "
+                "driver supports"
+            )
+    here = _installed_srifty()
+    if profiled.get("lightning_srifty") and here and profiled["lightning_srifty"] != here:
+        notes.append(
+            f"the profile was measured with lightning-srifty {profiled['lightning_srifty']}; the nodes get "
+            f"this installation's {here}"
+        )
+    spec: dict[str, Any] = {
+        "packages": packages,
+        "requirements": requirements,
+        "index_url": index_url,
+        "extra_index_urls": extra,
+        "base_python": base_python,
+        "profiled": {k: v for k, v in profiled.items() if v is not None},
+    }
+    return spec, notes
+
+
+def _installed_srifty() -> str | None:
+    try:
+        return importlib.metadata.version("lightning-srifty")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def build_snapshot(
+    workdir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    environment: dict[str, Any],
+    *,
+    max_mb: float = DEFAULT_MAX_MB,
+    leave_out: tuple[Path, ...] = (),
+) -> Snapshot:
+    """Pack ``workdir`` with ``environment`` (see the module docstring) into ``out_dir/<sha256>.tar.gz``.
+
+    Raises:
+        ConfigError: ``workdir`` is not a folder, or its files add up to more than ``max_mb`` (the largest named).
+    """
+    root = Path(workdir)
+    if not root.is_dir():
+        raise ConfigError(
+            f"The code folder {root} is not a folder: give --code the directory your training script runs from, or "
+            "--no-code if the image already has the code.",
+            parameter="code",
+            value=str(root),
+        )
+    files, source = code_files(root, leave_out)
+    sizes = {rel: (root / rel).stat().st_size for rel in files}
+    total = sum(sizes.values())
+    if total > max_mb * 2**20:
+        largest = ", ".join(
+            f"{rel} ({size / 2**20:.1f} MiB)" for rel, size in sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
+        )
+        raise ConfigError(
+            f"The code in {root} is {total / 2**20:.1f} MiB, over the snapshot's limit of {max_mb:g} MiB; the largest "
+            f"files: {largest}. Leave data and checkpoints out ({' or '.join(IGNORE_FILES)}; in a git work tree, "
+            "what git ignores is left out), keep datasets in S3, or raise --max-code-mb.",
+            parameter="max_code_mb",
+            value=round(total / 2**20, 1),
+        )
+    wheel_name, wheel = repacked_wheel()
+    environment = {**environment, "wheel": f"{SRIFTY_DIR}/wheels/{wheel_name}"}
+    if environment.get("requirements") and environment["requirements"] not in files:
+        raise ConfigError(
+            f"The requirements file {environment['requirements']} is not among the code's files in {root} (missing, "
+            "or ignored): give --requirements a file inside the code folder, relative to it.",
+            parameter="requirements",
+            value=environment["requirements"],
+        )
+    extra = {
+        f"{SRIFTY_DIR}/bootstrap.py": (Path(__file__).parent / "bootstrap.py").read_bytes(),
+        ENVIRONMENT_FILE: (
+            json.dumps({"schema": ENVIRONMENT_SCHEMA, **environment}, indent=1, sort_keys=True) + "\n"
+        ).encode(),
+        f"{SRIFTY_DIR}/wheels/{wheel_name}": wheel,
+    }
+    clash = [rel for rel in files if rel.split("/", 1)[0] == SRIFTY_DIR]
+    if clash:
+        raise ConfigError(
+            f"The code in {root} has a {SRIFTY_DIR}/ folder ({clash[0]}), where srifty puts the environment it "
+            f"installs: rename it, or list it in .sriftyignore.",
+            parameter="code",
+            value=clash[0],
+        )
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in files:
+            path = root / rel
+            executable = os.access(path, os.X_OK)
+            _add(tar, rel, path.read_bytes(), 0o755 if executable else 0o644)
+        for rel, data in sorted(extra.items()):
+            _add(tar, rel, data, 0o644)
+    packed = gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
+    digest = hashlib.sha256(packed).hexdigest()
+    target = Path(out_dir) / f"{digest}.tar.gz"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not (target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == digest):
+        atomic_write_bytes(target, packed)
+    return Snapshot(target, digest, tuple(files), total, len(packed), source)
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    tar.addfile(info, io.BytesIO(data))
