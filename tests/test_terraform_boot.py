@@ -10,11 +10,13 @@ import dataclasses
 import json
 import math
 import os
+import platform
 import shutil
 import stat
 import subprocess
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import boto3
@@ -43,7 +45,8 @@ TEST_PREFIX = "/srifty-test"
 
 def fleet_plan(catalog, allow: tuple[str, ...], fleet: str) -> tuple[Plan, int]:
     """A ranked plan over ``allow`` and the index of ``fleet`` in it."""
-    profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})
+    software = {"python": platform.python_version(), "torch": version("torch"), "lightning": version("lightning")}
+    profile = load_profile({**MINIMAL, "batch": {"per_device": 8}, "software": software})
     constraints = Constraints(
         steps=10_000_000,
         objective="time",
@@ -206,7 +209,10 @@ if os.environ.get("SRIFTY_HARNESS_RECORD_ONLY"):
     sys.exit(0)
 args = [a for a in sys.argv[1:] if not a.startswith(("--nnodes", "--nproc_per_node", "--rdzv_"))]
 launcher = ["-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=1"]
-os.execv(sys.executable, [sys.executable, *launcher, *args])
+# the environment user_data activated (the node's own, from the code snapshot), else this test's interpreter
+venv = os.path.join(os.environ.get("VIRTUAL_ENV") or "/nonexistent", "bin", "python")
+python = venv if os.path.exists(venv) else sys.executable
+os.execv(python, [python, *launcher, *args])
 """
 
 
@@ -255,16 +261,43 @@ def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
+USER_TRAIN = """import json, os, runpy, sys
+
+import lightning_srifty
+
+# what the harness checks: where this ran, and which lightning-srifty it imported
+with open(os.environ["SRIFTY_HARNESS_REPORT"], "w") as f:
+    json.dump({"lightning_srifty": lightning_srifty.__file__, "cwd": os.getcwd(), "executable": sys.executable}, f)
+sys.argv = ["train_digits.py", *sys.argv[1:]]
+runpy.run_path("train_digits.py", run_name="__main__")
+"""
+
+
+def user_project(folder: Path) -> Path:
+    """A user's project as git sees it: their train.py (the example, plus a report of where it ran), a
+    requirements file, and a data/ folder git ignores."""
+    folder.mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "train_digits.py", folder / "train_digits.py")
+    (folder / "train.py").write_text(USER_TRAIN)
+    (folder / "requirements.txt").write_text("pyyaml\n")
+    (folder / ".gitignore").write_text("data/\n")
+    (folder / "data").mkdir()
+    (folder / "data" / "shard-0.bin").write_bytes(os.urandom(4096))
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    subprocess.run(["git", "-C", str(folder), "add", "train.py", ".gitignore"], check=True)  # the rest untracked
+    return folder
+
+
 def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endpoint, tmp_path, catalog) -> None:
-    """validate and apply (moto) of g5g.xlarge (Graviton, arm64) + g5.xlarge (x86_64): each launch template has the
-    Deep Learning AMI of its type's architecture; the arm64 template's user_data, run with bash, sets up, finds the
-    2 fleet members in moto's EC2 and starts torchrun with the example script, which trains
-    (examples/train_digits.py, 5 CPU steps)."""
+    """validate and apply (moto) of g5g.xlarge (Graviton, arm64) + g5.xlarge (x86_64) from a user's project folder
+    (a git work tree): the apply uploads the code snapshot beside the checkpoints; each launch template has the Deep
+    Learning AMI of its type's architecture; the arm64 template's user_data, run with bash, fetches and checks the
+    snapshot, bootstraps the profiled environment from it, sets up, finds the 2 fleet members in moto's EC2 and
+    starts torchrun in the snapshot with the user's train.py, which imports the snapshot's lightning-srifty and
+    trains (examples/train_digits.py, 5 CPU steps)."""
     images = dlami_parameters(moto_endpoint)
     plan, i = fleet_plan(catalog, ("g5g.xlarge", "g5.xlarge"), "g5g.xlarge:1,g5.xlarge:1")
-    node = tmp_path / "node"
-    node.mkdir()
-    shutil.copy(ROOT / "examples" / "train_digits.py", node / "train_digits.py")
+    project = user_project(tmp_path / "project")
     # the fleet's network and checkpoint bucket exist already (test_apply_and_destroy_a_heterogeneous_spot_fleet_
     # against_moto applies and checks the module's own VPC and bucket): this apply skips the provider's fixed waits on
     # a new VPC, subnet (20 s) and bucket lifecycle configuration (about 55 s of polling for a stable read)
@@ -276,13 +309,20 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
         vpc_id=vpc_id,
         subnet_ids=subnet_ids,
         bucket="boot-checkpoints",
-        train_command="python -u train_digits.py --accelerator cpu --max-steps 5",
-        setup_command=f"cd {node} && echo setup ran > setup.txt",  # the same shell: the cd holds for torchrun
+        train_command="python -u train.py --accelerator cpu --max-steps 5",
+        setup_command="echo setup ran > setup.txt",  # in the code's folder, in the shell that starts torchrun
         mode="fleet",  # exact counts (asg mode counts throughput units, which moto launches one instance each)
+        code=str(project),
+        # this machine stands for the image: its torch and lightning satisfy the pins, nothing is downloaded
+        base_python=sys.executable,
     )
-    infra = use_test_parameters(generate(plan, tmp_path / "infra", choice=i, options=options, catalog=catalog).out)
+    generated = generate(plan, tmp_path / "infra", choice=i, options=options, catalog=catalog)
+    snapshot = generated.snapshot
+    assert snapshot is not None and snapshot.source == "git"
+    assert sorted(snapshot.files) == [".gitignore", "requirements.txt", "train.py", "train_digits.py"]  # data/ ignored
+    infra = use_test_parameters(generated.out)
     assert json.loads((infra / TFVARS).read_text())["train"]["argv"] == [
-        "train_digits.py",
+        "train.py",
         "--accelerator",
         "cpu",
         "--max-steps",
@@ -312,17 +352,40 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
             ec2.run_instances(LaunchTemplate={"LaunchTemplateId": lt}, MinCount=1, MaxCount=1)
         user_data = base64.b64decode(data["g5g.xlarge"]["UserData"]).decode()
         started = time.perf_counter()
+        # the code went up with the apply, named by its sha256, beside the checkpoints
+        s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+        key = f"checkpoints/{options.name}/code/{snapshot.sha256}.tar.gz"
+        assert s3.get_object(Bucket="boot-checkpoints", Key=key)["Body"].read() == snapshot.path.read_bytes()
+        home, report = tmp_path / "srifty-home", tmp_path / "report.json"
         with FakeIMDS({"meta-data/placement/region": "us-east-1"}) as imds:
-            run, record = run_user_data(user_data, moto_endpoint, tmp_path, imds)
+            run, record = run_user_data(
+                user_data,
+                moto_endpoint,
+                tmp_path,
+                imds,
+                SRIFTY_HOME=str(home),
+                PYTHONPATH="",  # nothing from this checkout: the node has only the snapshot
+                SRIFTY_HARNESS_REPORT=str(report),
+            )
         log = (tmp_path / "user-data.log").read_text() if (tmp_path / "user-data.log").exists() else ""
         assert run.returncode == 0, log[-3000:] + run.stderr[-3000:]
         print(f"user_data harness: {time.perf_counter() - started:.1f} s")
-        assert (node / "setup.txt").read_text() == "setup ran\n"
+        code = home / f"code-{snapshot.sha256}"
+        assert (code / "setup.txt").read_text() == "setup ran\n"
         assert ("PUT", "/latest/api/token") in imds.requests
         argv = record["argv"]
         assert argv[:2] == ["--nnodes=2", "--nproc_per_node=1"]
-        assert argv[-5:] == ["train_digits.py", "--accelerator", "cpu", "--max-steps", "5"]
-        assert record["cwd"] == str(node)
+        assert argv[-5:] == ["train.py", "--accelerator", "cpu", "--max-steps", "5"]
+        assert record["cwd"] == str(code)
+        # the user's own script ran from the snapshot, in the node's environment, importing the snapshot's
+        # lightning-srifty (not this checkout's), at the pinned versions
+        ran = json.loads(report.read_text())
+        venv = home / f"env-{snapshot.sha256}"
+        assert ran["cwd"] == str(code) and ran["executable"].startswith(str(venv))
+        assert ran["lightning_srifty"].startswith(str(venv)), ran
+        installed = json.loads((venv / "srifty-environment.json").read_text())
+        assert installed["torch"].split("+")[0] == plan.software.torch.split("+")[0]
+        assert installed["lightning"] == plan.software.lightning
         endpoint = next(a for a in argv if a.startswith("--rdzv_endpoint="))
         members = ec2.describe_instances(Filters=[{"Name": "tag:srifty:fleet", "Values": [options.name]}])
         ips = sorted(i["PrivateIpAddress"] for r in members["Reservations"] for i in r["Instances"])

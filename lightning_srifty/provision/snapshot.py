@@ -140,7 +140,8 @@ def repacked_wheel() -> tuple[str, bytes]:
 
     try:
         dist = importlib.metadata.distribution("lightning-srifty")
-        version, metadata = dist.version, dist.read_text("METADATA") or ""
+        # a .dist-info has METADATA; a source tree's .egg-info (setuptools' develop) has the same as PKG-INFO
+        version, metadata = dist.version, dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     except importlib.metadata.PackageNotFoundError:
         raise ConfigError(
             "lightning-srifty is not installed (imported from a source tree), so its wheel cannot be repacked for the "
@@ -148,6 +149,13 @@ def repacked_wheel() -> tuple[str, bytes]:
             parameter="code",
             value=None,
         ) from None
+    if "Requires-Dist:" not in metadata:
+        raise ConfigError(
+            f"The installed lightning-srifty {version} has no readable metadata (its dependencies), so its wheel "
+            "cannot be repacked for the nodes: reinstall it (pip install --force-reinstall -e . in the checkout).",
+            parameter="code",
+            value=None,
+        )
     tag = "py3-none-any"
     dist_info = f"lightning_srifty-{version}.dist-info"
     members: dict[str, bytes] = {}

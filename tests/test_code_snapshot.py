@@ -1,0 +1,191 @@
+"""The code and environment a fleet runs (issue #22 item 1): what the snapshot holds (git's view of a work tree,
+.gitignore / .sriftyignore elsewhere, never a root module srifty wrote, never a link out), that it is reproducible
+and bounded, the pins it carries from the profile, and what `srifty terraform` refuses or warns about. The
+snapshot's boot on a node (fetch, check, bootstrap, torchrun) is run in test_terraform_boot.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from _support import plan_layout
+from lightning_srifty.provision.generate import Options, generate
+from lightning_srifty.provision.snapshot import build_snapshot, code_files, environment_spec, repacked_wheel
+from predictor.exceptions import ConfigError
+from predictor.plan import load_plan
+from predictor.profile import Software
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
+SPEC = {"packages": ["torch==2.13.0"], "requirements": None}
+
+
+def _project(folder: Path) -> Path:
+    (folder / "pkg").mkdir(parents=True)
+    (folder / "train.py").write_text("from lightning_srifty import plan_strategy\n")
+    (folder / "pkg" / "__init__.py").write_text("")
+    (folder / "pkg" / "__pycache__").mkdir()
+    (folder / "pkg" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (folder / "data").mkdir()
+    (folder / "data" / "big.bin").write_bytes(b"x" * 10_000)
+    (folder / "notes.tmp").write_text("scratch")
+    (folder / ".gitignore").write_text("data/\n")
+    (folder / ".sriftyignore").write_text("*.tmp\n")
+    return folder
+
+
+def _members(archive: Path) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(archive, "r:gz") as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+def test_a_folder_outside_git_honours_its_ignore_files_and_leaves_out_caches_links_and_srifty_roots(tmp_path) -> None:
+    project = _project(tmp_path / "p")
+    (project / "infra").mkdir()
+    (project / "infra" / ".srifty.json").write_text("{}")  # a root module srifty terraform wrote earlier
+    (project / "infra" / "main.tf").write_text("")
+    (project / "outside").symlink_to(tmp_path)  # a link out of the folder
+    (project / "alias.py").symlink_to(project / "train.py")  # a link inside it: its content is carried
+    files, source = code_files(project)
+    assert source == "walk"
+    assert files == [".gitignore", ".sriftyignore", "alias.py", "pkg/__init__.py", "train.py"]
+
+
+def test_a_git_work_tree_is_read_as_git_sees_it(tmp_path) -> None:
+    project = _project(tmp_path / "p")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "train.py"], check=True)
+    (project / "gone.py").write_text("")
+    subprocess.run(["git", "-C", str(project), "add", "gone.py"], check=True)
+    (project / "gone.py").unlink()  # tracked but deleted: not carried
+    files, source = code_files(project)
+    assert source == "git"
+    # untracked files come too (the user's working state), ignored ones never; .sriftyignore is git's business
+    # here only if git ignores it, so notes.tmp is carried
+    assert files == [".gitignore", ".sriftyignore", "notes.tmp", "pkg/__init__.py", "train.py"]
+
+
+def test_the_snapshot_is_reproducible_content_addressed_and_carries_the_environment(tmp_path) -> None:
+    project = _project(tmp_path / "p")
+    (project / "run.sh").write_text("#!/bin/sh\n")
+    (project / "run.sh").chmod(0o755)
+    first = build_snapshot(project, tmp_path / "a", SPEC)
+    os.utime(project / "train.py", (1, 1))  # a new time stamp alone changes nothing
+    second = build_snapshot(project, tmp_path / "b", SPEC)
+    assert first.sha256 == second.sha256 and first.path.read_bytes() == second.path.read_bytes()
+    assert first.path.name == f"{first.sha256}.tar.gz"
+    (project / "train.py").write_text("print('changed')\n")
+    assert build_snapshot(project, tmp_path / "c", SPEC).sha256 != first.sha256
+    members = _members(first.path)
+    assert members["run.sh"].mode == 0o755 and members["train.py"].mode == 0o644
+    assert {m.mtime for m in members.values()} == {0} and {m.uid for m in members.values()} == {0}
+    with tarfile.open(first.path, "r:gz") as tar:
+        env = json.loads(tar.extractfile(".srifty/environment.json").read())
+        wheel = next(n for n in members if n.startswith(".srifty/wheels/"))
+        assert ".srifty/bootstrap.py" in members
+        assert env["wheel"] == wheel and env["packages"] == ["torch==2.13.0"]
+        assert env["schema"] == "srifty.environment/v1"
+
+
+def test_the_repacked_wheel_is_this_installation(tmp_path) -> None:
+    name, data = repacked_wheel()
+    path = tmp_path / name
+    path.write_bytes(data)
+    with zipfile.ZipFile(path) as wheel:
+        names = wheel.namelist()
+        metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        record = wheel.read(next(n for n in names if n.endswith(".dist-info/RECORD"))).decode()
+    assert (
+        ("lightning_srifty/__init__.py" in names
+        and "predictor/data/ec2_catalog.csv" in names)
+        or any(n.startswith("predictor/data/") for n in names)
+    )
+    assert not any("__pycache__" in n for n in names)
+    assert "Requires-Dist: torch" in metadata and "Requires-Dist: lightning" in metadata
+    assert all(n in record for n in names if not n.endswith("RECORD"))
+    assert repacked_wheel()[1] == data  # reproducible
+
+
+def test_a_snapshot_over_its_bound_names_the_largest_files(tmp_path) -> None:
+    project = _project(tmp_path / "p")
+    (project / "weights.pt").write_bytes(b"\0" * 300_000)
+    with pytest.raises(ConfigError, match=r"over the snapshot's limit of 0.1 MiB; the largest files: weights.pt") as e:
+        build_snapshot(project, tmp_path / "out", SPEC, max_mb=0.1)
+    assert e.value.parameter == "max_code_mb"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_requirements_file_must_be_in_the_snapshot(tmp_path) -> None:
+    project = _project(tmp_path / "p")
+    with pytest.raises(ConfigError, match=r"requirements file data/req.txt is not among the code's files"):
+        build_snapshot(project, tmp_path / "out", {**SPEC, "requirements": "data/req.txt"})
+
+
+@pytest.mark.parametrize(
+    ("torch", "pin", "extra", "note"),
+    [
+        ("2.13.0+cpu", "torch==2.13.0", [], "profiled as the cpu build"),
+        ("2.13.0+cu128", "torch==2.13.0", ["https://download.pytorch.org/whl/cu128"], None),
+        ("2.13.0", "torch==2.13.0", [], None),
+    ],
+)
+def test_the_nodes_get_the_profiled_torch_and_lightning(torch, pin, extra, note) -> None:
+    spec, notes = environment_spec(Software(python="3.11.7", torch=torch, lightning="2.6.6"), index_url="https://m/x")
+    assert spec["packages"] == [pin, "lightning==2.6.6"]
+    assert spec["extra_index_urls"] == extra and spec["index_url"] == "https://m/x"
+    assert spec["profiled"]["torch"] == torch
+    assert (note is None and not [n for n in notes if "build" in n]) or any(note in n for n in notes)
+
+
+def test_a_plan_without_profiled_versions_pins_what_is_installed_here_and_says_so() -> None:
+    spec, notes = environment_spec(None)
+    from importlib.metadata import version
+
+    assert spec["packages"] == [f"torch=={version('torch').split('+')[0]}", f"lightning=={version('lightning')}"]
+    assert any("records no profiled versions" in n for n in notes)
+
+
+def test_srifty_terraform_refuses_a_script_the_snapshot_does_not_have(tmp_path, catalog) -> None:
+    project = _project(tmp_path / "p")
+    options = Options(name="code-check", code=str(project), train_command="python src/train.py --epochs 3")
+    with pytest.raises(ConfigError, match=r"training script src/train.py is not in the code snapshot") as e:
+        generate(load_plan(PLAN), tmp_path / "infra", options=options, catalog=catalog)
+    assert e.value.parameter == "train_command"
+    assert not (tmp_path / "infra").exists()  # nothing written
+
+
+def test_srifty_terraform_writes_the_snapshot_once_and_replaces_a_stale_one(tmp_path, catalog) -> None:
+    project = _project(tmp_path / "p")
+    options = Options(name="code-root", code=str(project))
+    first = generate(load_plan(PLAN), tmp_path / "infra", options=options, catalog=catalog)
+    code = first.values["train"]["code"]
+    assert code == {"source": f"code/{first.snapshot.sha256}.tar.gz", "sha256": first.snapshot.sha256}
+    assert (tmp_path / "infra" / code["source"]).is_file()
+    assert not any("plan_strategy" in n or "delivers" in n for n in first.notes)
+    again = generate(load_plan(PLAN), tmp_path / "infra", options=options, catalog=catalog)
+    assert not again.changed
+    (project / "train.py").write_text("from lightning_srifty import plan_strategy  # v2\n")
+    third = generate(load_plan(PLAN), tmp_path / "infra", options=options, catalog=catalog)
+    assert third.changed and sorted(p.name for p in (tmp_path / "infra" / "code").iterdir()) == [
+        f"{third.snapshot.sha256}.tar.gz"
+    ]
+
+
+def test_srifty_terraform_warns_of_missing_glue(tmp_path, catalog) -> None:
+    project = _project(tmp_path / "p")
+    (project / "train.py").write_text("import lightning\n")  # builds its own Trainer, never plan_strategy()
+    plan = load_plan(PLAN)
+    sharded = dataclasses.replace(
+        plan, entries=[dataclasses.replace(e, layout=plan_layout("fsdp:full_shard", "Block")) for e in plan.entries]
+    )
+    got = generate(sharded, tmp_path / "a", options=Options(name="glue-a", code=str(project)), catalog=catalog)
+    assert any("never calls plan_strategy()" in n for n in got.notes)
+    bare = generate(plan, tmp_path / "b", options=Options(name="glue-b"), catalog=catalog)
+    assert bare.snapshot is None and any("nothing delivers your code" in n for n in bare.notes)
