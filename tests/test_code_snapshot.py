@@ -102,10 +102,8 @@ def test_the_repacked_wheel_is_this_installation(tmp_path) -> None:
         names = wheel.namelist()
         metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         record = wheel.read(next(n for n in names if n.endswith(".dist-info/RECORD"))).decode()
-    assert (
-        ("lightning_srifty/__init__.py" in names
-        and "predictor/data/ec2_catalog.csv" in names)
-        or any(n.startswith("predictor/data/") for n in names)
+    assert ("lightning_srifty/__init__.py" in names and "predictor/data/ec2_catalog.csv" in names) or any(
+        n.startswith("predictor/data/") for n in names
     )
     assert not any("__pycache__" in n for n in names)
     assert "Requires-Dist: torch" in metadata and "Requires-Dist: lightning" in metadata

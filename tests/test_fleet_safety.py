@@ -368,7 +368,7 @@ def test_the_guards_default_to_the_plans_constraints_and_can_be_tightened(catalo
 
 def test_cli_guards_and_life_cap(tmp_path, capsys) -> None:
     plan = EXAMPLES / "multi-node-spot" / "plan.json"
-    base = ["terraform", "--plan", str(plan), "--out", str(tmp_path / "infra"), "--name", "guarded"]
+    base = ["terraform", "--plan", str(plan), "--out", str(tmp_path / "infra"), "--name", "guarded", "--no-code"]
     assert main([*base, "--max-instances", "2"]) == 2
     assert "more than max_instances = 2" in capsys.readouterr().err
     assert main([*base, "--max-hourly", "1.5"]) == 2

@@ -174,6 +174,7 @@ def test_ssm_session_is_off_by_default_and_scoped_when_on(tmp_path, catalog) -> 
                 "--name",
                 "ssm-run",
                 "--ssm-session",
+                "--no-code",
             ]
         )
         == 0

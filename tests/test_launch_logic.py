@@ -165,13 +165,17 @@ def plan_profile():
     return load_profile({**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}})
 
 
-def test_the_terraform_provisioner_needs_an_s3_prefix_and_says_so(plan, tmp_path, capsys) -> None:
+def test_the_terraform_provisioner_needs_an_s3_prefix_and_says_so(plan, tmp_path, capsys, monkeypatch) -> None:
     from lightning_srifty.cli import main
     from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
     from predictor.exceptions import ConfigError
 
     plan.save(tmp_path / "plan.json")
+    monkeypatch.chdir(tmp_path)
     base = ["launch", "--plan", str(tmp_path / "plan.json"), "--provisioner", "terraform"]
+    assert main([*base, "--", "python", "train.py"]) == 2  # before anything starts: no such script here
+    assert f"The training script train.py does not exist (looked in {tmp_path})" in capsys.readouterr().err
+    (tmp_path / "train.py").write_text("")
     assert main([*base, "--", "train.py"]) == 2
     assert "needs --checkpoint-uri s3://bucket/prefix" in capsys.readouterr().err
     assert main([*base, "--checkpoint-uri", "/local/dir", "--", "train.py"]) == 2

@@ -87,8 +87,13 @@ def test_bad_options_are_refused(change, message, catalog) -> None:
         tfvars(plan, 99, options, catalog)
 
 
-def test_cli_writes_the_golden_values(tmp_path, capsys) -> None:
+def test_cli_writes_the_golden_values(tmp_path, capsys, monkeypatch) -> None:
+    """From a project's folder, as the README says: the golden values, plus the snapshot of that folder."""
     folder = ROOT / "terraform" / "examples" / "single-node-on-demand"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('training')\n")
+    monkeypatch.chdir(project)
     args = [
         "terraform",
         "--plan",
@@ -101,6 +106,8 @@ def test_cli_writes_the_golden_values(tmp_path, capsys) -> None:
     assert main([*args, "--train-command", "python train.py --epochs 90"]) == 0
     assert "Root module for g5.xlarge:1 (on-demand, us-east-1) written" in capsys.readouterr().out
     written = json.loads((tmp_path / "infra" / TFVARS).read_text())
+    code = written["train"].pop("code")
+    assert (tmp_path / "infra" / code["source"]).name == f"{code['sha256']}.tar.gz"
     assert written == json.loads((folder / "expected.auto.tfvars.json").read_text())
     assert main(["apply", "--dir", str(tmp_path)]) == 2
     assert "not a root module written by `srifty terraform`" in capsys.readouterr().err

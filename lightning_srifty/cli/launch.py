@@ -7,9 +7,32 @@ number (130, 143, 129), without a traceback."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
+
+
+def check_script(script: list[str]) -> None:
+    """Refuse, before any fleet starts, a script that is not there (torchrun would print 30 lines per rank).
+
+    Raises:
+        ConfigError: naming the path and where it was looked for.
+    """
+    from predictor.exceptions import ConfigError
+
+    words = script[1:] if Path(script[0]).name.startswith("python") else script
+    if not words or words[0] == "-m" or words[0].startswith("-"):
+        return  # a module (-m pkg.train) is found by Python on the nodes
+    if not Path(words[0]).is_file():
+        raise ConfigError(
+            f"The training script {words[0]} does not exist (looked in {Path.cwd()}): nothing was started. Run srifty "
+            "launch from your project's folder, or give the script's path, e.g. srifty launch --plan plan.json -- "
+            "train.py --epochs 3.",
+            parameter="command",
+            value=words[0],
+        )
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -17,12 +40,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from predictor.exceptions import ConfigError, LaunchInterrupted
     from predictor.plan import load_plan
 
+    plan = load_plan(args.plan)
     script = [a for a in args.command if a != "--"]
     if not script:
         raise ConfigError(
             "Give the training script after --, e.g. srifty launch --plan plan.json -- train.py --epochs 3.",
             parameter="command",
         )
+    check_script(script)
     provisioner = None
     if args.provisioner == "terraform":
         from lightning_srifty.provision.generate import Options
@@ -41,11 +66,27 @@ def cmd_launch(args: argparse.Namespace) -> int:
             mode=args.mode,
             ami=args.ami,
             aws_endpoint=args.aws_endpoint,
+            code=None if args.no_code else args.code,
+            requirements=args.requirements,
+            index_url=args.index_url,
+            base_python=args.base_python,
+            code_leave_out=(args.workdir,),
         )
         provisioner = TerraformProvisioner(args.workdir, args.checkpoint_uri, options)
+        if options.code is not None:  # packed once: every fleet of the run gets the same code
+            from lightning_srifty.provision.generate import make_snapshot
+
+            snapshot, notes = make_snapshot(plan, options, Path(args.workdir) / "code", (Path(args.workdir),))
+            for note in notes:
+                print(f"WARNING: {note}.", file=sys.stderr)
+            print(
+                f"srifty launch: code {Path(options.code).resolve()} packed: {len(snapshot.files)} files, sha256 "
+                f"{snapshot.sha256[:16]}... ({snapshot.path})"
+            )
+            provisioner.options = dataclasses.replace(provisioner.options, snapshot=str(snapshot.path))
     try:
         migrations = launch(
-            load_plan(args.plan),
+            plan,
             script,
             choice=args.choice,
             workdir=args.workdir,
@@ -119,5 +160,15 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     tf.add_argument("--setup-command", default="", help="what every instance runs before training")
     tf.add_argument("--mode", choices=("asg", "fleet"), default="asg")
     tf.add_argument("--aws-endpoint", help="an AWS API endpoint such as moto's (testing)")
+    tf.add_argument(
+        "--code",
+        default=".",
+        metavar="DIR",
+        help="the folder every node runs from (default: this one), packed once for every fleet of the run",
+    )
+    tf.add_argument("--no-code", action="store_true", help="deliver no code (the image or --setup-command has it)")
+    tf.add_argument("--requirements", help="requirements file inside --code (default: requirements.txt)")
+    tf.add_argument("--index-url", help="the package index the nodes install from (default: PyPI; a mirror)")
+    tf.add_argument("--base-python", metavar="PATH", help="an image interpreter whose packages the nodes may reuse")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- script.py [args]: what torchrun starts per GPU")
     p.set_defaults(func=cmd_launch)

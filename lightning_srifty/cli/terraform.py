@@ -58,12 +58,15 @@ def cmd_terraform(args: argparse.Namespace) -> int:
 
 def node_summary(result: Any, options: Any) -> str:
     """What every node will run, on one screen: image, environment, code, command, strategy."""
+    from lightning_srifty.protocol import VARIABLES
+    from lightning_srifty.provision.snapshot import ENVIRONMENT_FILE, read_member
+
     values, train = result.values, result.values["train"]
     image = values["ami"].get("id") or "the Deep Learning AMI (PyTorch, Ubuntu 22.04) of each architecture"
     lines = ["What every node runs:", f"  image        {image}"]
     snap = result.snapshot
     if snap is not None:
-        env = json.loads(_member(snap.path, ".srifty/environment.json"))
+        env = json.loads(read_member(snap, ENVIRONMENT_FILE))
         pins = ", ".join(env["packages"]) + f", {env['wheel'].rsplit('/', 1)[-1]}"
         if env.get("requirements"):
             pins += f", -r {env['requirements']}"
@@ -72,8 +75,9 @@ def node_summary(result: Any, options: Any) -> str:
             f"               from {env.get('index_url') or 'PyPI'}"
             + "".join(f" + {u}" for u in env.get("extra_index_urls") or [])
         )
+        where = options.snapshot or Path(options.code or ".").resolve()
         lines.append(
-            f"  code         {Path(options.code).resolve()} ({snap.source}): {len(snap.files)} files, "
+            f"  code         {where} ({snap.source}): {len(snap.files)} files, "
             f"{snap.bytes_in / 2**20:.1f} MiB, archive {snap.bytes_out / 2**20:.1f} MiB, sha256 {snap.sha256[:16]}..."
         )
     else:
@@ -83,17 +87,9 @@ def node_summary(result: Any, options: Any) -> str:
         lines.append(f"  setup        {options.setup_command}")
     argv = " ".join(shlex.quote(a) for a in train["argv"])
     lines.append(f"  command      torchrun --nnodes={train['nnodes']} --nproc_per_node=<GPUs per node> {argv}")
-    strategy = (train.get("env") or {}).get("SRIFTY_STRATEGY")
+    strategy = (train.get("env") or {}).get(VARIABLES["strategy"])
     lines.append(f"  strategy     {strategy or 'ddp (the script builds its Trainer)'}")
     return "\n".join(lines)
-
-
-def _member(archive: Path, name: str) -> bytes:
-    import tarfile
-
-    with tarfile.open(archive, "r:gz") as tar:
-        member = tar.extractfile(name)
-        return member.read() if member else b"{}"
 
 
 def cmd_apply(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from lightning_srifty import protocol
@@ -36,6 +36,8 @@ from lightning_srifty.provision.snapshot import (
     Snapshot,
     build_snapshot,
     environment_spec,
+    load_snapshot,
+    read_member,
 )
 from predictor._io import atomic_write_bytes, atomic_write_text
 from predictor.catalog.catalog import Catalog
@@ -106,6 +108,8 @@ class Options:
     extra_index_urls: tuple[str, ...] = ()
     base_python: str | None = None
     max_code_mb: float = DEFAULT_MAX_MB
+    code_leave_out: tuple[str, ...] = ()  # folders inside code never packed (srifty launch's workdir)
+    snapshot: str | None = None  # a snapshot packed before (srifty launch: once for every fleet of the run)
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$")
@@ -383,7 +387,7 @@ def generate(
     notes: list[str] = []
     snapshot = None
     with tempfile.TemporaryDirectory(prefix="srifty-code-") as staging:
-        if options.code is not None:
+        if options.code is not None or options.snapshot is not None:
             snapshot, notes = _snapshot(plan, choice, options, staging, target)
         else:
             notes = _no_code_notes(options)
@@ -394,9 +398,11 @@ def generate(
     return Generated(target, written.files, values, written.changed, snapshot, tuple(notes))
 
 
-def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: Path) -> tuple[Snapshot, list[str]]:
-    """The code snapshot of ``options.code`` and the notes on it: the environment's mismatches, a script that is
-    not in it, a sharded plan whose script never applies the plan's strategy."""
+def make_snapshot(
+    plan: Plan, options: Options, out_dir: str | os.PathLike[str], leave_out: tuple[Path, ...] = ()
+) -> tuple[Snapshot, list[str]]:
+    """Pack ``options.code`` with the environment the plan was profiled in (``build_snapshot``) into ``out_dir``,
+    and the notes on the environment; the requirements file defaults to the code's requirements.txt."""
     code = Path(options.code or ".")
     requirements = options.requirements
     if requirements is None and (code / "requirements.txt").is_file():
@@ -408,28 +414,39 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
         extra_index_urls=options.extra_index_urls,
         base_python=options.base_python,
     )
-    snapshot = build_snapshot(code, staging, spec, max_mb=options.max_code_mb, leave_out=(target,))
+    leave = (*leave_out, *(Path(p) for p in options.code_leave_out))
+    return build_snapshot(code, out_dir, spec, max_mb=options.max_code_mb, leave_out=leave), notes
+
+
+def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: Path) -> tuple[Snapshot, list[str]]:
+    """The code snapshot (``options.snapshot``, packed before; else ``options.code``, packed now) and the notes on
+    it: the environment's mismatches, a script that is not in it, a sharded plan whose script never applies the
+    plan's strategy."""
+    if options.snapshot:
+        snapshot, notes = load_snapshot(options.snapshot), []
+    else:
+        snapshot, notes = make_snapshot(plan, options, staging, leave_out=(target,))
+    where = options.snapshot or Path(options.code or ".").resolve()
     argv = train_argv(options.train_command)
     if argv[0] == "-m":
         module = argv[1].replace(".", "/")
         if not {f"{module}.py", f"{module}/__main__.py"} & set(snapshot.files):
             notes.append(
-                f"the module {argv[1]} is not in the code snapshot of {code} ({module}.py or {module}/__main__.py): it "
-                "must come from the requirements file"
+                f"the module {argv[1]} is not in the code snapshot of {where} ({module}.py or {module}/__main__.py): "
+                "it must come from the requirements file"
             )
         return snapshot, notes
-    script = PurePosixPath(argv[0])
-    if script.is_absolute() or argv[0] not in snapshot.files:
+    if argv[0] not in snapshot.files:
         raise ConfigError(
-            f"The training script {argv[0]} is not in the code snapshot of {code.resolve()} ({len(snapshot.files)} "
+            f"The training script {argv[0]} is not in the code snapshot of {where} ({len(snapshot.files)} "
             "files): every node runs torchrun from the snapshot's top folder, so it would end in \"can't open file\". "
-            "Run srifty terraform from your project's folder (or give --code), and --train-command the script's path "
-            "relative to it; a file git ignores is left out.",
+            "Run srifty from your project's folder (or give --code), and give the script's path relative to it; a "
+            "file git ignores is left out.",
             parameter="train_command",
             value=options.train_command,
         )
     entry = plan.entries[choice]
-    text = (code / argv[0]).read_text(errors="replace")
+    text = read_member(snapshot, argv[0]).decode(errors="replace")
     if entry.layout is not None and entry.layout.strategy != "ddp" and "plan_strategy" not in text:
         notes.append(
             f"the plan trains with {protocol.entry_strategy(entry)}, but {argv[0]} never calls plan_strategy(): "

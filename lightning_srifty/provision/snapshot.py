@@ -332,6 +332,43 @@ def build_snapshot(
     return Snapshot(target, digest, tuple(files), total, len(packed), source)
 
 
+def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """A snapshot built earlier (``srifty launch`` packs the code once, every fleet of the run gets the same).
+
+    Raises:
+        ConfigError: the file is not named ``<sha256>.tar.gz`` by its own digest, or is not a snapshot.
+    """
+    archive = Path(path)
+    data = archive.read_bytes() if archive.is_file() else b""
+    digest = hashlib.sha256(data).hexdigest()
+    if archive.name != f"{digest}.tar.gz":
+        raise ConfigError(
+            f"The code snapshot {archive} is missing or not named by its sha256 ({digest}.tar.gz): it was changed "
+            "after srifty packed it. Delete it and pack the code again.",
+            parameter="snapshot",
+            value=str(archive),
+        )
+    with tarfile.open(archive, "r:gz") as tar:
+        infos = [m for m in tar.getmembers() if m.isfile()]
+    names = [m.name for m in infos]
+    if ENVIRONMENT_FILE not in names:
+        raise ConfigError(
+            f"{archive} has no {ENVIRONMENT_FILE}: it is not a srifty code snapshot.", "snapshot", str(archive)
+        )
+    files = tuple(n for n in names if n.split("/", 1)[0] != SRIFTY_DIR)
+    size = sum(m.size for m in infos if m.name in files)
+    return Snapshot(archive, digest, files, size, len(data), "snapshot")
+
+
+def read_member(snapshot: Snapshot, name: str) -> bytes:
+    """One file of a snapshot (``train.py``, ``.srifty/environment.json``)."""
+    with tarfile.open(snapshot.path, "r:gz") as tar:
+        member = tar.extractfile(name)
+        if member is None:
+            raise KeyError(name)
+        return member.read()
+
+
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime = len(data), mode, 0
