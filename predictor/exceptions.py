@@ -142,6 +142,18 @@ class ProvisionError(SriftyError):
     """Provisioning infrastructure (Terraform) failed."""
 
 
+class PreflightError(ProvisionError):
+    """The pre-flight of a fleet found a problem (quota, offering, bucket, credentials, script): nothing was started.
+
+    Attributes:
+        report: the whole pre-flight (``srifty.preflight/v1``), every check with its fix.
+    """
+
+    def __init__(self, message: str, *, report: dict | None = None) -> None:
+        super().__init__(message)
+        self.report = report or {}
+
+
 class MigrationError(SriftyError):
     """Moving a training job between fleets failed."""
 

@@ -22,6 +22,7 @@ COMMANDS = (
     "predict",
     "recommend",
     "terraform",
+    "check",
     "launch",
     "serve",
     "eval",

@@ -96,7 +96,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import load_catalog
     from lightning_srifty.provision.runner import apply
 
-    outputs = apply(args.dir, yes=args.yes, catalog=load_catalog(args))
+    outputs = apply(args.dir, yes=args.yes, catalog=load_catalog(args), check=not args.skip_check)
     print(json.dumps(outputs, indent=2, default=str))
     return 0
 
@@ -199,4 +199,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         q = sub.add_parser(name, parents=[common] if func is cmd_apply else [], help=text)
         q.add_argument("--dir", required=True, help="the folder srifty terraform wrote")
         q.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        if func is cmd_apply:
+            q.add_argument(
+                "--skip-check", action="store_true", help="apply without the pre-flight (srifty check) first"
+            )
         q.set_defaults(func=func)

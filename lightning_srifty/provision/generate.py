@@ -191,7 +191,9 @@ def tfvars(
                 value=value,
             )
     if max_instances is not None and int(max_instances) != max_instances:
-        raise ConfigError(f"--max-instances must be whole. Got {max_instances!r}.", "max_instances", max_instances)
+        raise ConfigError(
+            f"--max-instances must be whole. Got {max_instances!r}.", parameter="max_instances", value=max_instances
+        )
     check_limits(entry.nodes, usd_per_hour, max_instances, max_hourly)
     max_life_h = options.max_life_h if options.max_life_h is not None else default_max_life_h(entry)
     if not isinstance(max_life_h, (int, float)) or not 0.25 <= max_life_h <= MAX_LIFE_H:

@@ -24,7 +24,7 @@ from typing import Any
 
 from lightning_srifty.provision.generate import MARKER, TFVARS
 from lightning_srifty.provision.money import check_values
-from predictor.exceptions import ProvisionError
+from predictor.exceptions import PreflightError, ProvisionError
 
 PLAN_FILE = "srifty.tfplan"
 
@@ -121,12 +121,14 @@ def apply(
     ask: Callable[[str], str] | None = None,
     echo: Callable[[str], None] = print,
     catalog: Any = None,
+    check: bool = True,
 ) -> dict[str, Any]:
-    """check the values against the catalog, init, plan, show the summary, confirm, apply; returns the root module's
-    outputs.
+    """check the values against the catalog, run the pre-flight (``check``; see :mod:`.preflight`), init, plan, show
+    the summary, confirm, apply; returns the root module's outputs.
 
     Raises:
         ConfigError: the values disagree with the catalog or break a guard (nothing is run).
+        PreflightError: the pre-flight found a problem (quota, offering, bucket, credentials, script): nothing is run.
         ProvisionError: a terraform step failed; after a failed or interrupted apply of a new fleet, what it created
             has been destroyed (the message says whether that worked).
     """
@@ -137,6 +139,18 @@ def apply(
 
         catalog = Catalog.load()
     check_values(values, catalog)
+    if check:
+        from lightning_srifty.provision.preflight import preflight_root
+
+        report = preflight_root(root, catalog)
+        for line in report.text().splitlines():
+            echo(line)
+        if not report.ok:
+            raise PreflightError(
+                f"The pre-flight of {root} failed, nothing was started:\n"
+                + "\n".join(f.line() for f in report.failed()),
+                report=report.to_dict(),
+            )
     tf = _terraform(root)
     _check_credentials(values)
     echo(f"terraform init in {root}")

@@ -353,7 +353,9 @@ def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     names = [m.name for m in infos]
     if ENVIRONMENT_FILE not in names:
         raise ConfigError(
-            f"{archive} has no {ENVIRONMENT_FILE}: it is not a srifty code snapshot.", "snapshot", str(archive)
+            f"{archive} has no {ENVIRONMENT_FILE}: it is not a srifty code snapshot.",
+            parameter="snapshot",
+            value=str(archive),
         )
     files = tuple(n for n in names if n.split("/", 1)[0] != SRIFTY_DIR)
     size = sum(m.size for m in infos if m.name in files)

@@ -1,0 +1,491 @@
+"""Pre-flight: what must hold before a fleet is paid for, checked in seconds (``srifty check``; ``srifty apply`` and
+``srifty launch`` run it first).
+
+- **script**: the training script is in the code snapshot, and every module it imports resolves in the environment
+  the nodes install (the standard library, the code itself, torch / lightning / lightning-srifty and what they
+  depend on, the requirements file).
+- **quota**: the account's EC2 vCPU quotas (Service Quotas) for each instance class and market of the fleet leave
+  room for it, after what already runs; else the exact increase request to file.
+- **offering**: every instance type is offered in the region, and in the availability zone the fleet's subnet is
+  in (``describe_instance_type_offerings``); else the zones that offer them all.
+- **bucket**: the checkpoint bucket answers (``head_bucket``), when it exists already.
+- **credentials**: the credentials are valid (``sts get-caller-identity``). Whether they may do everything the module
+  does is not simulated: ``terraform plan`` reads, ``apply`` writes.
+
+A check that cannot be made (no permission to read quotas, an API the endpoint lacks) is a warning that says so,
+never a silent pass.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from lightning_srifty.provision.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
+
+Status = Literal["ok", "fail", "warn"]
+
+# Service Quotas names of EC2's vCPU quotas (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-resource-
+# limits.html, .../using-spot-limits.html): matched by name, so the codes come from the account's own listing
+ON_DEMAND_QUOTA = {
+    "standard": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
+    "p": "Running On-Demand P instances",
+    "g": "Running On-Demand G and VT instances",
+    "trn": "Running On-Demand Trn instances",
+    "inf": "Running On-Demand Inf instances",
+    "dl": "Running On-Demand DL instances",
+    "f": "Running On-Demand F instances",
+    "x": "Running On-Demand X instances",
+}
+SPOT_QUOTA = {
+    "standard": ("All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests",),
+    "p5": ("All P5 Spot Instance Requests", "All P Spot Instance Requests"),
+    "p": ("All P4, P3 and P2 Spot Instance Requests", "All P Spot Instance Requests"),
+    "g": ("All G and VT Spot Instance Requests",),
+    "trn": ("All Trn Spot Instance Requests",),
+    "inf": ("All Inf Spot Instance Requests",),
+    "dl": ("All DL Spot Instance Requests",),
+    "f": ("All F Spot Instance Requests",),
+    "x": ("All X Spot Instance Requests",),
+}
+_CLASS = re.compile(r"^(trn|inf|dl|vt|p|g|f|x)(\d*)", re.I)
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str  # script, imports, quota, offering, bucket, credentials
+    status: Status
+    message: str
+    fix: str | None = None
+
+    def line(self) -> str:
+        mark = {"ok": "ok  ", "fail": "FAIL", "warn": "warn"}[self.status]
+        return f"[{mark}] {self.check}: {self.message}" + (f"\n       fix: {self.fix}" if self.fix else "")
+
+
+@dataclass(frozen=True)
+class Report:
+    findings: tuple[Finding, ...]
+    seconds: float
+    region: str
+    zone: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(f.status != "fail" for f in self.findings)
+
+    def failed(self) -> list[Finding]:
+        return [f for f in self.findings if f.status == "fail"]
+
+    def text(self) -> str:
+        head = f"Pre-flight for {self.region}" + (f" ({self.zone})" if self.zone else "") + f", {self.seconds:.1f} s:"
+        verdict = "ready to apply" if self.ok else f"{len(self.failed())} problem(s): nothing was started"
+        return "\n".join([head, *(f.line() for f in self.findings), verdict])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "srifty.preflight/v1",
+            "ok": self.ok,
+            "region": self.region,
+            "zone": self.zone,
+            "seconds": round(self.seconds, 3),
+            "findings": [f.__dict__ for f in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class Group:
+    instance_type: str
+    on_demand: int
+    spot: int
+
+
+def quota_class(instance_type: str) -> str:
+    """The vCPU quota class of a type: p5 (its own spot quota), p, g (with vt), trn, inf, dl, f, x, or standard."""
+    match = _CLASS.match(instance_type.split(".")[0])
+    if not match:
+        return "standard"
+    letters, generation = match.group(1).lower(), match.group(2)
+    if letters == "vt":
+        return "g"
+    if letters == "p" and generation and int(generation) >= 5:
+        return "p5"
+    return letters
+
+
+def _on_demand_key(cls: str) -> str:
+    return "p" if cls == "p5" else cls
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The script and its imports (no AWS)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def imported_modules(source: str) -> set[str]:
+    """Top-level names of the absolute imports in ``source`` (``import a.b`` -> a; relative imports left out)."""
+    tree = ast.parse(source)
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_names(lines: Iterable[str]) -> set[str]:
+    out = set()
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+        if match:
+            out.add(_normal(match.group(1)))
+    return out
+
+
+def _closure(roots: Iterable[str]) -> set[str]:
+    """The distributions ``roots`` pull in (their Requires-Dist without extras, transitively), as installed here."""
+    seen: set[str] = set()
+    todo = [_normal(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for req in requires:
+            if "extra ==" in req:
+                continue
+            match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+            if match:
+                todo.append(_normal(match.group(1)))
+    return seen
+
+
+def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
+    """Every module the script imports resolves on the nodes (see the module docstring)."""
+    if argv[0] == "-m":
+        script = argv[1].replace(".", "/") + ".py"
+        if script not in snapshot.files:
+            script = argv[1].replace(".", "/") + "/__main__.py"
+    else:
+        script = argv[0]
+    if script not in snapshot.files:
+        return [
+            Finding(
+                "script",
+                "fail" if argv[0] != "-m" else "warn",
+                f"{script} is not in the code snapshot ({len(snapshot.files)} files)",
+                "run srifty from your project's folder (or give --code) and name the script relative to it",
+            )
+        ]
+    try:
+        names = imported_modules(read_member(snapshot, script).decode(errors="replace"))
+    except SyntaxError as exc:
+        return [Finding("script", "fail", f"{script} does not parse: {exc}", "fix the syntax error before paying")]
+    env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
+    requirements: set[str] = set()
+    if env.get("requirements"):
+        requirements = _requirement_names(read_member(snapshot, env["requirements"]).decode().splitlines())
+    pinned = {_normal(p.split("==")[0]) for p in env.get("packages", [])}
+    dists = _closure([*pinned, "lightning-srifty", *requirements])
+    providers = importlib.metadata.packages_distributions()
+    local = {_top_name(f) for f in snapshot.files}
+    missing = []
+    for name in sorted(names):
+        if name in sys.stdlib_module_names or name in local or name in ("lightning_srifty", "predictor", "__future__"):
+            continue
+        provided = {_normal(d) for d in providers.get(name, [])} or {_normal(name)}
+        if not provided & dists:
+            missing.append(name)
+    findings = [Finding("script", "ok", f"{script} is in the code snapshot")]
+    if missing:
+        findings.append(
+            Finding(
+                "imports",
+                "fail",
+                f"{script} imports {', '.join(missing)}, which neither the code, the standard library, torch, "
+                "lightning, lightning-srifty nor the requirements file provides",
+                f"add the package(s) to {env.get('requirements') or 'a requirements.txt in the code folder'}",
+            )
+        )
+    else:
+        findings.append(Finding("imports", "ok", f"its {len(names)} imports resolve in the nodes' environment"))
+    return findings
+
+
+def _top_name(rel: str) -> str:
+    """The importable name a code file provides at the top folder: ``pkg/x.py`` -> pkg, ``mod.py`` -> mod."""
+    top = rel.split("/", 1)[0]
+    return top[:-3] if top.endswith(".py") else top
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# AWS: quotas, offerings, bucket, credentials
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def required_vcpus(groups: Iterable[Group], vcpus: Callable[[str], int]) -> dict[tuple[str, str], int]:
+    """vCPUs the fleet needs per (quota class, market)."""
+    need: dict[tuple[str, str], int] = {}
+    for g in groups:
+        cls = quota_class(g.instance_type)
+        if g.on_demand:
+            key = (_on_demand_key(cls), "on-demand")
+            need[key] = need.get(key, 0) + g.on_demand * vcpus(g.instance_type)
+        if g.spot:
+            key = (cls, "spot")
+            need[key] = need.get(key, 0) + g.spot * vcpus(g.instance_type)
+    return need
+
+
+def _quota_listing(client: Any) -> dict[str, dict[str, Any]]:
+    out = {}
+    for page in client.get_paginator("list_service_quotas").paginate(ServiceCode="ec2"):
+        for q in page.get("Quotas", []):
+            out[q["QuotaName"]] = q
+    return out
+
+
+def _running_vcpus(ec2: Any, vcpus: Callable[[str], int]) -> dict[tuple[str, str], int]:
+    used: dict[tuple[str, str], int] = {}
+    filters = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+        for r in page.get("Reservations", []):
+            for i in r.get("Instances", []):
+                itype = i["InstanceType"]
+                cpu = i.get("CpuOptions") or {}
+                n = cpu.get("CoreCount", 0) * cpu.get("ThreadsPerCore", 0) or vcpus(itype)
+                cls = quota_class(itype)
+                key = (cls, "spot") if i.get("InstanceLifecycle") == "spot" else (_on_demand_key(cls), "on-demand")
+                used[key] = used.get(key, 0) + n
+    return used
+
+
+def check_quotas(
+    quotas: Any, ec2: Any, region: str, need: dict[tuple[str, str], int], vcpus: Callable
+) -> list[Finding]:
+    try:
+        listing = _quota_listing(quotas)
+    except Exception as exc:  # noqa: BLE001 - any failure: the check could not be made, say why
+        return [
+            Finding(
+                "quota",
+                "warn",
+                f"the vCPU quotas could not be read ({_why(exc)}): the apply may fail with VcpuLimitExceeded",
+                "allow servicequotas:ListServiceQuotas, or check them in the Service Quotas console",
+            )
+        ]
+    used = _running_vcpus(ec2, vcpus)
+    findings = []
+    for (cls, market), vcpu in sorted(need.items()):
+        names = (ON_DEMAND_QUOTA[cls],) if market == "on-demand" else SPOT_QUOTA[cls]
+        quota = next((listing[n] for n in names if n in listing), None)
+        if quota is None:
+            findings.append(
+                Finding("quota", "warn", f"no quota named {names[0]!r} in {region}'s listing: not checked", None)
+            )
+            continue
+        limit, running = float(quota["Value"]), used.get((cls, market), 0)
+        label = f"{quota['QuotaName']} ({quota['QuotaCode']})"
+        if running + vcpu <= limit:
+            findings.append(
+                Finding("quota", "ok", f"{label}: {vcpu} vCPUs needed, {limit:g} allowed, {running} in use")
+            )
+            continue
+        desired = math.ceil(running + vcpu)
+        findings.append(
+            Finding(
+                "quota",
+                "fail",
+                f"{label}: the fleet needs {vcpu} vCPUs, the quota is {limit:g} with {running} in use",
+                f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code "
+                f"{quota['QuotaCode']} --desired-value {desired} --region {region}  (or srifty recommend "
+                "--launchable for a fleet this account can start now)",
+            )
+        )
+    return findings
+
+
+def offered_zones(ec2: Any, types: list[str]) -> dict[str, set[str]]:
+    """The availability zones of the client's region that offer each type."""
+    zones: dict[str, set[str]] = {t: set() for t in types}
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": types}]
+    )
+    for page in pages:
+        for o in page.get("InstanceTypeOfferings", []):
+            zones.setdefault(o["InstanceType"], set()).add(o["Location"])
+    return zones
+
+
+def check_offerings(ec2: Any, region: str, types: list[str], zone: str | None) -> list[Finding]:
+    try:
+        zones = offered_zones(ec2, types)
+    except Exception as exc:  # noqa: BLE001
+        return [Finding("offering", "warn", f"the offerings could not be read ({_why(exc)})", None)]
+    nowhere = [t for t in types if not zones.get(t)]
+    if nowhere:
+        return [
+            Finding(
+                "offering",
+                "fail",
+                f"{', '.join(nowhere)} is offered in no availability zone of {region}",
+                "choose another region (srifty recommend --region) or another entry of the plan (--choice)",
+            )
+        ]
+    common = sorted(set.intersection(*(zones[t] for t in types)))
+    if zone:
+        absent = [t for t in types if zone not in zones[t]]
+        if absent:
+            return [
+                Finding(
+                    "offering",
+                    "fail",
+                    f"{', '.join(absent)} is not offered in {zone}, the fleet's subnet's zone",
+                    f"srifty terraform --availability-zone {common[0]}" if common else "split the fleet by type",
+                )
+            ]
+        return [Finding("offering", "ok", f"every type is offered in {zone}")]
+    if not common:
+        return [
+            Finding(
+                "offering",
+                "warn",
+                f"no zone of {region} offers every type of the fleet ({', '.join(types)}): give subnets in "
+                "several zones (--vpc-id/--subnet-ids)",
+                None,
+            )
+        ]
+    return [Finding("offering", "ok", f"every type is offered in {', '.join(common)}")]
+
+
+def check_bucket(s3: Any, bucket: str | None) -> list[Finding]:
+    if not bucket:
+        return [Finding("bucket", "ok", "the module creates the checkpoint bucket")]
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except Exception as exc:  # noqa: BLE001
+        return [
+            Finding(
+                "bucket",
+                "fail",
+                f"the checkpoint bucket {bucket} does not answer ({_why(exc)})",
+                "create it, fix its name (--bucket), or leave --bucket out to have the module create one",
+            )
+        ]
+    return [Finding("bucket", "ok", f"the checkpoint bucket {bucket} answers")]
+
+
+def check_credentials(sts: Any) -> list[Finding]:
+    try:
+        who = sts.get_caller_identity()
+    except Exception as exc:  # noqa: BLE001
+        return [
+            Finding(
+                "credentials",
+                "fail",
+                f"the AWS credentials do not work ({_why(exc)})",
+                "aws configure (or AWS_PROFILE / AWS_ACCESS_KEY_ID), then try again",
+            )
+        ]
+    return [Finding("credentials", "ok", f"account {who.get('Account')} as {who.get('Arn')}")]
+
+
+def _why(exc: Exception) -> str:
+    error = getattr(exc, "response", {}).get("Error", {}) if hasattr(exc, "response") else {}
+    code = error.get("Code")
+    return f"{code}: {error.get('Message', '')}".strip(": ") if code else f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The whole pre-flight
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def clients(region: str, endpoint: str | None = None) -> dict[str, Any]:
+    """boto3 clients for the checks (``endpoint``: one local endpoint for every service, tests)."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=15)
+    kw: dict[str, Any] = {"region_name": region, "config": config}
+    made = {}
+    for name, service in (("ec2", "ec2"), ("s3", "s3"), ("sts", "sts"), ("quotas", "service-quotas")):
+        # a service's own endpoint variable (AWS_ENDPOINT_URL_SERVICE_QUOTAS ...) wins, as in every AWS SDK
+        own = os.environ.get(f"AWS_ENDPOINT_URL_{service.upper().replace('-', '_')}")
+        url = own or endpoint
+        made[name] = boto3.client(service, **kw, **({"endpoint_url": url} if url else {}))
+    return made
+
+
+def preflight(
+    *,
+    region: str,
+    groups: list[Group],
+    vcpus: Callable[[str], int],
+    bucket: str | None = None,
+    zone: str | None = None,
+    snapshot: Snapshot | None = None,
+    argv: list[str] | None = None,
+    aws: dict[str, Any] | None = None,
+) -> Report:
+    """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``)."""
+    started = time.perf_counter()
+    findings: list[Finding] = []
+    if snapshot is not None and argv:
+        findings += check_imports(snapshot, argv)
+    aws = aws or clients(region)
+    findings += check_credentials(aws["sts"])
+    need = required_vcpus(groups, vcpus)
+    findings += check_quotas(aws["quotas"], aws["ec2"], region, need, vcpus)
+    findings += check_offerings(aws["ec2"], region, sorted({g.instance_type for g in groups}), zone)
+    findings += check_bucket(aws["s3"], bucket)
+    return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
+
+
+def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] | None = None) -> Report:
+    """The pre-flight of a root module ``srifty terraform`` wrote: its values, its code snapshot."""
+    from lightning_srifty.provision.generate import TFVARS
+
+    root = Path(folder)
+    values = json.loads((root / TFVARS).read_text())
+    code = values["train"].get("code")
+    snapshot = load_snapshot(root / code["source"]) if code else None
+    groups = [Group(g["instance_type"], g["on_demand"], g["spot"]) for g in values["groups"]]
+    if catalog is None:
+        from predictor.catalog.catalog import Catalog
+
+        catalog = Catalog.load()
+    endpoint = values.get("aws_endpoint")
+    return preflight(
+        region=values["region"],
+        groups=groups,
+        vcpus=lambda t: catalog.get(t).vcpus,
+        bucket=values["checkpoints"].get("bucket"),
+        zone=values["network"].get("availability_zone"),
+        snapshot=snapshot,
+        argv=values["train"]["argv"],
+        aws=aws or clients(values["region"], endpoint),
+    )

@@ -1,0 +1,167 @@
+"""Pre-flight before any money is spent (issue #22 item 3): boto3 against moto's server (EC2 offerings and instances,
+S3, STS) and a local fake of the Service Quotas API (moto's knows only VPC quotas); `srifty check` and `srifty
+apply`, which refuses before terraform runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+from quotas_server import FakeServiceQuotas
+
+from lightning_srifty.cli import main
+from lightning_srifty.provision.generate import TFVARS, Options, generate
+from lightning_srifty.provision.preflight import (
+    Group,
+    check_imports,
+    clients,
+    imported_modules,
+    preflight,
+    preflight_root,
+    quota_class,
+)
+from lightning_srifty.provision.runner import apply
+from lightning_srifty.provision.snapshot import build_snapshot
+from predictor.exceptions import PreflightError
+from predictor.plan import load_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"  # g5.xlarge x 1, on demand
+VCPUS = {"g5.xlarge": 4, "g5.12xlarge": 48, "p4d.24xlarge": 96, "p5.48xlarge": 192, "m5.large": 2}
+
+
+@pytest.fixture
+def aws(moto_endpoint, monkeypatch):
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    return moto_endpoint
+
+
+CLASSES = "p5.48xlarge:p5 p5en.48xlarge:p5 p4d.24xlarge:p g6e.xlarge:g vt1.3xlarge:g trn1.32xlarge:trn inf2.xlarge:inf"
+
+
+@pytest.mark.parametrize(
+    ("itype", "cls"), [pair.split(":") for pair in (CLASSES + " dl1.24xlarge:dl m5.large:standard").split()]
+)
+def test_instance_types_map_to_their_vcpu_quota_class(itype, cls) -> None:
+    assert quota_class(itype) == cls
+
+
+def test_a_fleet_over_the_accounts_quota_is_caught_with_the_request_to_file(aws, monkeypatch) -> None:
+    ec2 = boto3.client("ec2", endpoint_url=aws, region_name="us-east-1")
+    ec2.run_instances(ImageId="ami-12c6146b", InstanceType="g5.xlarge", MinCount=1, MaxCount=1)  # 4 vCPUs in use
+    with FakeServiceQuotas({"Running On-Demand G and VT instances": 8.0}) as quotas_url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
+        report = preflight(
+            region="us-east-1",
+            groups=[Group("g5.xlarge", 2, 0), Group("p4d.24xlarge", 0, 1)],
+            vcpus=VCPUS.__getitem__,
+            aws=clients("us-east-1", aws),
+        )
+    quota = {f.message.split(":")[0]: f for f in report.findings if f.check == "quota"}
+    g = quota["Running On-Demand G and VT instances (L-DB2E81BA)"]
+    assert g.status == "fail" and "needs 8 vCPUs, the quota is 8 with 4 in use" in g.message
+    assert g.fix.startswith(
+        "aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-DB2E81BA "
+        "--desired-value 12 --region us-east-1"
+    )
+    p = quota["All P4, P3 and P2 Spot Instance Requests (L-7212CCBC)"]
+    assert p.status == "fail" and "--desired-value 96" in p.fix
+    assert not report.ok and "2 problem(s): nothing was started" in report.text()
+    assert {f.check: f.status for f in report.findings if f.check != "quota"} == {
+        "credentials": "ok",
+        "offering": "ok",
+        "bucket": "ok",
+    }
+
+
+def test_quotas_that_cannot_be_read_are_a_warning_that_says_so(aws, monkeypatch) -> None:
+    with FakeServiceQuotas(fail="AccessDeniedException") as quotas_url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
+        report = preflight(
+            region="us-east-1",
+            groups=[Group("g5.xlarge", 1, 0)],
+            vcpus=VCPUS.__getitem__,
+            aws=clients("us-east-1", aws),
+        )
+    (quota,) = [f for f in report.findings if f.check == "quota"]
+    assert quota.status == "warn" and "AccessDeniedException" in quota.message and report.ok
+
+
+def test_a_type_missing_from_the_subnets_zone_names_the_zones_that_have_it(aws, monkeypatch) -> None:
+    with FakeServiceQuotas({"Running On-Demand G and VT instances": 64}) as quotas_url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
+        made = clients("us-east-1", aws)
+        ok = preflight(region="us-east-1", groups=[Group("g5.xlarge", 1, 0)], vcpus=VCPUS.__getitem__, aws=made)
+        zones = ok.findings[-2].message  # "every type is offered in us-east-1a, ..."
+        assert ok.ok and zones.startswith("every type is offered in us-east-1")
+        bad = preflight(
+            region="us-east-1",
+            groups=[Group("g5.xlarge", 1, 0)],
+            vcpus=VCPUS.__getitem__,
+            zone="us-east-1z",
+            bucket="no-such-bucket-srifty",
+            aws=made,
+        )
+    failed = {f.check: f for f in bad.failed()}
+    assert "g5.xlarge is not offered in us-east-1z" in failed["offering"].message
+    assert failed["offering"].fix.startswith("srifty terraform --availability-zone us-east-1")
+    assert "the checkpoint bucket no-such-bucket-srifty does not answer" in failed["bucket"].message
+
+
+def _snapshot(tmp_path: Path, script: str, requirements: str | None = None):
+    project = tmp_path / "project"
+    (project / "mylib").mkdir(parents=True)
+    (project / "mylib" / "__init__.py").write_text("")
+    (project / "train.py").write_text(script)
+    spec = {"packages": ["torch==2.13.0", "lightning==2.6.6"], "requirements": None}
+    if requirements is not None:
+        (project / "requirements.txt").write_text(requirements)
+        spec["requirements"] = "requirements.txt"
+    return build_snapshot(project, tmp_path / "out", spec)
+
+
+def test_the_scripts_imports_must_resolve_in_the_nodes_environment(tmp_path) -> None:
+    script = "import os, json\nimport numpy as np\nimport lightning.pytorch as pl\nfrom mylib import x\nimport wandb\n"
+    assert imported_modules(script) == {"os", "json", "numpy", "lightning", "mylib", "wandb"}
+    findings = check_imports(_snapshot(tmp_path / "a", script), ["train.py"])
+    (imports,) = [f for f in findings if f.check == "imports"]
+    assert imports.status == "fail" and "imports wandb, which neither" in imports.message
+    # numpy comes with torch, lightning with its pin, mylib with the code; wandb once it is a requirement
+    findings = check_imports(_snapshot(tmp_path / "b", script, "wandb>=0.16  # logging\n"), ["train.py"])
+    assert [f.status for f in findings] == ["ok", "ok"]
+    broken = check_imports(_snapshot(tmp_path / "c", "def f(:\n"), ["train.py"])
+    assert broken[0].status == "fail" and "does not parse" in broken[0].message
+
+
+def test_srifty_check_and_apply_refuse_a_root_the_account_cannot_launch(aws, tmp_path, monkeypatch, capsys) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import lightning\n")
+    boto3.client("s3", endpoint_url=aws, region_name="us-east-1").create_bucket(Bucket="ckpt-preflight")
+    options = Options(name="preflight", code=str(project), aws_endpoint=aws, bucket="ckpt-preflight")
+    root = generate(load_plan(PLAN), tmp_path / "infra", options=options).out
+    with FakeServiceQuotas({"Running On-Demand G and VT instances": 0}) as quotas_url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
+        assert main(["check", "--dir", str(root)]) == 1
+        out = capsys.readouterr().out
+        assert "[FAIL] quota: Running On-Demand G and VT instances (L-DB2E81BA): the fleet needs 4 vCPUs" in out
+        assert "[ok  ] imports" in out and "[ok  ] bucket: the checkpoint bucket ckpt-preflight answers" in out
+        with pytest.raises(PreflightError, match=r"quota-code L-DB2E81BA --desired-value 4") as refused:
+            apply(root, yes=True, echo=lambda line: None)
+        assert refused.value.report["ok"] is False
+        assert not (root / ".terraform").exists()  # terraform never ran
+        assert main(["check", "--dir", str(root), "--json"]) == 1
+        report = json.loads(capsys.readouterr().out)
+        assert report["schema"] == "srifty.preflight/v1" and report["zone"] is None
+    with FakeServiceQuotas({"Running On-Demand G and VT instances": 64}) as quotas_url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
+        assert preflight_root(root).ok
+    assert json.loads((root / TFVARS).read_text())["train"]["code"]
