@@ -165,3 +165,26 @@ def test_srifty_check_and_apply_refuse_a_root_the_account_cannot_launch(aws, tmp
         monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
         assert preflight_root(root).ok
     assert json.loads((root / TFVARS).read_text())["train"]["code"]
+
+
+def test_the_subnet_is_in_the_zone_whose_spot_price_the_plan_used_and_that_zone_is_checked(aws, tmp_path) -> None:
+    from predictor.catalog.catalog import Catalog
+
+    plan = load_plan(ROOT / "terraform" / "examples" / "multi-node-spot" / "plan.json")  # p4d.24xlarge x 4, spot
+    entry = plan.entries[0]
+    priced = Catalog.load().get("p4d.24xlarge").price(entry.region, "spot")
+    values = generate(plan, tmp_path / "infra", options=Options(name="zoned")).values
+    assert values["network"] == {"create_vpc": True, "availability_zone_id": priced.availability_zone}
+    assert priced.availability_zone.startswith("use1-az")
+    made = clients("us-east-1", aws)
+    report = preflight(
+        region="us-east-1",
+        groups=[Group("p4d.24xlarge", 0, 4)],
+        vcpus=VCPUS.__getitem__,
+        zone=priced.availability_zone,
+        aws=made,
+    )
+    (offering,) = [f for f in report.findings if f.check == "offering"]
+    assert offering.status == "ok" and offering.message == f"every type is offered in {priced.availability_zone}"
+    with pytest.raises(Exception, match="neither a zone of the fleet's region us-east-1"):
+        generate(plan, tmp_path / "other", options=Options(name="zoned", availability_zone="eu-west-1a"))

@@ -48,7 +48,10 @@ def test_the_heterogeneous_example_weighs_types_by_predicted_throughput(catalog)
         g["on_demand"] * g["weighted_capacity"] for g in values["groups"]
     )
     assert values["train"]["nnodes"] == entry.nodes == 3
-    assert values["network"] == {"create_vpc": True} and values["ssh_cidr_blocks"] == []
+    # a minimal VPC whose subnet is in the zone of the spot price the plan used (the largest spot group's)
+    spot = max((g for g in entry.groups if g.spot), key=lambda g: g.spot)
+    zone = catalog.get(spot.instance_type).price(entry.region, "spot").availability_zone
+    assert values["network"] == {"create_vpc": True, "availability_zone_id": zone} and values["ssh_cidr_blocks"] == []
 
 
 def test_generate_is_idempotent_and_refuses_foreign_folders(tmp_path, catalog) -> None:

@@ -37,6 +37,7 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         allow_wide_ssh=args.allow_wide_ssh,
         ssm_session=args.ssm_session,
         secret_env=tuple(args.secret_env or ()),
+        availability_zone=args.availability_zone,
         code=None if args.no_code else args.code,
         requirements=args.requirements,
         index_url=args.index_url,
@@ -173,6 +174,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--key-name", help="EC2 key pair for SSH")
     p.add_argument("--vpc-id", help="an existing VPC (with --subnet-ids); default: a minimal VPC is created")
     p.add_argument("--subnet-ids", help="comma-separated subnets of --vpc-id")
+    p.add_argument(
+        "--availability-zone",
+        help="the zone of the subnet srifty creates (default: the zone whose spot price the plan used; AWS picks "
+        "for an on-demand fleet); srifty check says which zones offer every type",
+    )
     p.add_argument("--bucket", help="an existing checkpoint bucket; default: one is created")
     p.add_argument("--root-volume-gb", type=int, default=200)
     p.add_argument("--aws-endpoint", help="a local AWS-compatible endpoint (offline tests)")

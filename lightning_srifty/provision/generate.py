@@ -30,6 +30,7 @@ from typing import Any
 from lightning_srifty import protocol
 from lightning_srifty.provision.command import check_bucket, check_prefix, check_secret_env, train_argv
 from lightning_srifty.provision.money import check_entry, check_limits, group_usd_per_hour
+from lightning_srifty.provision.preflight import ZONE_ID  # an availability zone ID (use1-az1)
 from lightning_srifty.provision.snapshot import (
     DEFAULT_MAX_MB,
     GENERATED_MARKER,
@@ -109,6 +110,7 @@ class Options:
     base_python: str | None = None
     max_code_mb: float = DEFAULT_MAX_MB
     code_leave_out: tuple[str, ...] = ()  # folders inside code never packed (srifty launch's workdir)
+    availability_zone: str | None = None  # the subnet's zone (default: the zone of the plan's spot price)
     snapshot: str | None = None  # a snapshot packed before (srifty launch: once for every fleet of the run)
 
 
@@ -125,6 +127,19 @@ def default_max_life_h(entry: PlanEntry) -> float:
     """The life cap for a fleet: the predicted hours x 1.5 + 1, rounded up to a minute, within the module's 0.25-720."""
     hours = entry.time_h * 1.5 + 1 if math.isfinite(entry.time_h) else MAX_LIFE_H
     return min(MAX_LIFE_H, max(0.25, math.ceil(hours * 60) / 60))
+
+
+def priced_zone(catalog: Catalog, entry: PlanEntry, region: str) -> str | None:
+    """The availability zone whose spot price the plan used: that of the fleet's largest spot group (the catalog's
+    cheapest measured zone), so that the subnet is where the price is. None for an on-demand fleet (one price per
+    region) or a price with no zone."""
+    spot = sorted((g for g in entry.groups if g.spot), key=lambda g: -g.spot)
+    for g in spot:
+        if g.instance_type in catalog:
+            price = catalog.get(g.instance_type).price(region, "spot")
+            if price is not None and price.availability_zone and not price.estimated:
+                return price.availability_zone
+    return None
 
 
 def weights(entry: PlanEntry) -> tuple[list[int], float]:
@@ -238,6 +253,26 @@ def tfvars(
         if options.vpc_id
         else {"create_vpc": True}
     )
+    zone = options.availability_zone or (None if options.vpc_id else priced_zone(catalog, entry, region))
+    if zone and options.vpc_id:
+        raise ConfigError(
+            "--availability-zone places the subnet srifty creates; with --vpc-id/--subnet-ids the zone is the one your "
+            "subnets are in: leave --availability-zone out.",
+            parameter="availability_zone",
+            value=zone,
+        )
+    if zone:
+        if ZONE_ID.match(zone):
+            network["availability_zone_id"] = zone
+        elif zone.startswith(region) and re.match(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$", zone):
+            network["availability_zone"] = zone
+        else:
+            raise ConfigError(
+                f"--availability-zone {zone} is neither a zone of the fleet's region {region} (e.g. {region}a) nor a "
+                "zone ID (e.g. use1-az1).",
+                parameter="availability_zone",
+                value=zone,
+            )
     prefix = check_prefix(options.checkpoint_prefix or f"checkpoints/{name}/")
     checkpoints: dict[str, Any] = {"prefix": prefix}
     if options.bucket:

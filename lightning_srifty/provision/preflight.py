@@ -58,6 +58,7 @@ SPOT_QUOTA = {
     "f": ("All F Spot Instance Requests",),
     "x": ("All X Spot Instance Requests",),
 }
+ZONE_ID = re.compile(r"^[a-z]{2,5}\d+-az\d+$")  # use1-az1
 _CLASS = re.compile(r"^(trn|inf|dl|vt|p|g|f|x)(\d*)", re.I)
 
 
@@ -328,11 +329,12 @@ def check_quotas(
     return findings
 
 
-def offered_zones(ec2: Any, types: list[str]) -> dict[str, set[str]]:
-    """The availability zones of the client's region that offer each type."""
+def offered_zones(ec2: Any, types: list[str], by_id: bool = False) -> dict[str, set[str]]:
+    """The availability zones (names, or IDs with ``by_id``) of the client's region that offer each type."""
     zones: dict[str, set[str]] = {t: set() for t in types}
     pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
-        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": types}]
+        LocationType="availability-zone-id" if by_id else "availability-zone",
+        Filters=[{"Name": "instance-type", "Values": types}],
     )
     for page in pages:
         for o in page.get("InstanceTypeOfferings", []):
@@ -342,7 +344,7 @@ def offered_zones(ec2: Any, types: list[str]) -> dict[str, set[str]]:
 
 def check_offerings(ec2: Any, region: str, types: list[str], zone: str | None) -> list[Finding]:
     try:
-        zones = offered_zones(ec2, types)
+        zones = offered_zones(ec2, types, by_id=bool(zone and ZONE_ID.match(zone)))
     except Exception as exc:  # noqa: BLE001
         return [Finding("offering", "warn", f"the offerings could not be read ({_why(exc)})", None)]
     nowhere = [t for t in types if not zones.get(t)]
@@ -484,7 +486,7 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         groups=groups,
         vcpus=lambda t: catalog.get(t).vcpus,
         bucket=values["checkpoints"].get("bucket"),
-        zone=values["network"].get("availability_zone"),
+        zone=values["network"].get("availability_zone") or values["network"].get("availability_zone_id"),
         snapshot=snapshot,
         argv=values["train"]["argv"],
         aws=aws or clients(values["region"], endpoint),

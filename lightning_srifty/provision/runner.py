@@ -139,6 +139,8 @@ def apply(
 
         catalog = Catalog.load()
     check_values(values, catalog)
+    tf = _terraform(root)
+    _check_credentials(values)
     if check:
         from lightning_srifty.provision.preflight import preflight_root
 
@@ -151,8 +153,6 @@ def apply(
                 + "\n".join(f.line() for f in report.failed()),
                 report=report.to_dict(),
             )
-    tf = _terraform(root)
-    _check_credentials(values)
     echo(f"terraform init in {root}")
     code, _, err = _run(tf, "init", input=False, stream=False)
     if code != 0:

@@ -63,10 +63,11 @@ resource "aws_internet_gateway" "this" {
 }
 
 resource "aws_subnet" "this" {
-  count             = var.network.create_vpc ? 1 : 0
-  vpc_id            = aws_vpc.this[0].id
-  cidr_block        = cidrsubnet(var.network.vpc_cidr, 4, 0)
-  availability_zone = var.network.availability_zone
+  count                = var.network.create_vpc ? 1 : 0
+  vpc_id               = aws_vpc.this[0].id
+  cidr_block           = cidrsubnet(var.network.vpc_cidr, 4, 0)
+  availability_zone    = var.network.availability_zone
+  availability_zone_id = var.network.availability_zone_id
   # checkov:skip=CKV_AWS_130:Instances with one network interface need egress (packages, S3) and the minimal VPC gives them no NAT gateway (fleets with several EFA interfaces per instance run in its private subnet behind one); inbound traffic is still limited to fleet members and ssh_cidr_blocks by the security group.
   map_public_ip_on_launch = true
   tags                    = merge(local.fleet_tags, { Name = "${var.name}-subnet" })
@@ -108,7 +109,7 @@ resource "aws_subnet" "private" {
   count             = local.private ? 1 : 0
   vpc_id            = aws_vpc.this[0].id
   cidr_block        = cidrsubnet(var.network.vpc_cidr, 4, 1)
-  availability_zone = coalesce(var.network.availability_zone, aws_subnet.this[0].availability_zone)
+  availability_zone = aws_subnet.this[0].availability_zone # beside the public subnet and its NAT gateway
   tags              = merge(local.fleet_tags, { Name = "${var.name}-private" })
 }
 

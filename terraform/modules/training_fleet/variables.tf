@@ -9,15 +9,23 @@ variable "name" {
 }
 
 variable "network" {
-  description = "Where the fleet runs: an existing VPC and subnets, or (create_vpc = true) a minimal VPC with one public subnet in availability_zone."
+  description = "Where the fleet runs: an existing VPC and subnets, or (create_vpc = true) a minimal VPC with one public subnet in availability_zone or availability_zone_id (default: AWS picks)."
   type = object({
     create_vpc        = optional(bool, false)
     vpc_id            = optional(string)
     subnet_ids        = optional(list(string), [])
     vpc_cidr          = optional(string, "10.42.0.0/16")
     availability_zone = optional(string)
+    # a zone ID (use1-az1) names the same physical zone in every account; srifty terraform sets the one whose spot
+    # price the plan used
+    availability_zone_id = optional(string)
   })
   default = { create_vpc = true }
+
+  validation {
+    condition     = var.network.availability_zone == null || var.network.availability_zone_id == null
+    error_message = "Give network.availability_zone (a name, us-east-1a) or network.availability_zone_id (an ID, use1-az1), not both."
+  }
 
   validation {
     condition     = var.network.create_vpc || (var.network.vpc_id != null && length(var.network.subnet_ids) > 0)
