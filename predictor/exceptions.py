@@ -154,6 +154,19 @@ class PreflightError(ProvisionError):
         self.report = report or {}
 
 
+class CapacityError(ProvisionError):
+    """EC2 could not start the fleet now: no capacity (``InsufficientInstanceCapacity``, spot capacity not available),
+    a vCPU quota, or the type not offered where asked. ``srifty launch`` moves to the next entry of the plan.
+
+    Attributes:
+        code: the EC2 error code (or ``preflight:quota`` / ``preflight:offering``).
+    """
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class MigrationError(SriftyError):
     """Moving a training job between fleets failed."""
 

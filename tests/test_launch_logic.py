@@ -188,6 +188,78 @@ def test_the_terraform_provisioner_needs_an_s3_prefix_and_says_so(plan, tmp_path
     assert provisioner.options.handover
 
 
+class NoCapacity(Recorder):
+    """EC2 answers for the first ``fails`` fleets brought up as it does when there is no capacity now."""
+
+    def __init__(self, fails: int, code: str = "InsufficientInstanceCapacity") -> None:
+        super().__init__()
+        self.fails, self.code = fails, code
+
+    def up(self, plan, index, name) -> LaunchedFleet:
+        from predictor.exceptions import CapacityError
+
+        if self.fails > 0:
+            self.fails -= 1
+            self.calls.append(("refused", f"{name}:{index}"))
+            raise CapacityError(f"EC2 could not start {plan.entries[index].fleet}: {self.code}", code=self.code)
+        return super().up(plan, index, name)
+
+
+def test_a_capacity_error_moves_to_the_next_entry_and_says_what_it_costs(plan, tmp_path) -> None:
+    from lightning_srifty.provision.launch import _up_or_next
+
+    rec, echo = NoCapacity(2), []
+    names = iter(["f-1", "f-2", "f-3", "f-4"])
+    fleet, _ = _up_or_next(rec, plan, 0, names, echo.append)
+    assert rec.calls == [("refused", "f-1:0"), ("refused", "f-2:1"), ("up", "f-3")] and fleet.index == 2
+    first, chosen = plan.entries[0], plan.entries[2]
+    assert echo[0] == f"srifty launch: {first.fleet} ({first.market}) could not start: InsufficientInstanceCapacity"
+    pct = (chosen.cost_usd / first.cost_usd - 1) * 100
+    assert echo[-1].startswith(f"srifty launch: started entry 2 of the plan, {chosen.fleet} ({chosen.market})")
+    assert f"{pct:+.0f}% cost against the first choice" in echo[-1] and "tried: " in echo[-1]
+
+
+def test_failover_is_bounded_and_names_every_fleet_it_tried(plan, tmp_path) -> None:
+    from lightning_srifty.provision.launch import _up_or_next
+    from predictor.exceptions import CapacityError
+
+    rec = NoCapacity(99, "VcpuLimitExceeded")
+    with pytest.raises(CapacityError, match=r"No fleet of the plan could start \(3 tried") as exc:
+        _up_or_next(rec, plan, 0, (f"f-{n}" for n in range(9)), lambda line: None, max_attempts=3)
+    assert exc.value.code == "exhausted" and str(exc.value).count("VcpuLimitExceeded") == 3
+    assert "srifty recommend --launchable" in str(exc.value)
+
+
+def test_a_launch_whose_first_fleet_has_no_capacity_trains_on_the_next(plan, tmp_path, monkeypatch) -> None:
+    import lightning_srifty.provision.launch as launch_module
+
+    class Flaky(NoCapacity):
+        pass
+
+    flaky = Flaky(1)
+    monkeypatch.setattr(launch_module, "_timed_up", lambda p, pl, i, n: (p.up(pl, i, n), 0.0))
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-2") in flaky.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=5))
+
+    result: dict = {"echo": []}
+    thread = threading.Thread(
+        target=lambda: result.update(
+            moves=launch(
+                plan, provisioner=flaky, workdir=tmp_path, checkpoint_dir=str(tmp_path / "ckpt"), poll_s=0.02,
+                name="f", launch_id=LID, echo=result["echo"].append,
+            )
+        ),
+        daemon=True,
+    )  # fmt: skip
+    thread.start()
+    job(str(tmp_path / "ckpt"), flaky)
+    thread.join(30)
+    assert result.get("moves") == [] and flaky.calls[0] == ("refused", "f-1:0")
+    assert flaky.envs["f-2"]["SRIFTY_CHOICE"] == "1"  # the job is told which entry it runs on
+
+
 def test_fleet_names_stay_unique_across_several_moves(plan, tmp_path) -> None:
     def job(ckpt, rec) -> None:
         for n in (1, 2):

@@ -110,6 +110,7 @@ class Options:
     base_python: str | None = None
     max_code_mb: float = DEFAULT_MAX_MB
     code_leave_out: tuple[str, ...] = ()  # folders inside code never packed (srifty launch's workdir)
+    aws_max_retries: int | None = None  # the AWS SDK's retries of a failed call (None: the provider's 25)
     availability_zone: str | None = None  # the subnet's zone (default: the zone of the plan's spot price)
     snapshot: str | None = None  # a snapshot packed before (srifty launch: once for every fleet of the run)
 
@@ -336,6 +337,8 @@ def tfvars(
         values["key_name"] = options.key_name
     if options.aws_endpoint:
         values["aws_endpoint"] = options.aws_endpoint
+    if options.aws_max_retries is not None:
+        values["aws_max_retries"] = options.aws_max_retries
     return values
 
 

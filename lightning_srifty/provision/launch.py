@@ -54,7 +54,7 @@ from lightning_srifty.protocol import (
     entry_strategy,
 )
 from lightning_srifty.provision.base import LaunchedFleet, Provisioner
-from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError
+from predictor.exceptions import CapacityError, ConfigError, LaunchInterrupted, MigrationError
 from predictor.plan import Plan, PlanEntry, load_plan
 
 
@@ -139,6 +139,53 @@ class Migration:
             f"moved from {self.from_fleet} to {self.to_fleet} after {TRIGGER_WORDS.get(self.trigger, self.trigger)} "
             f"at step {self.step}: checkpoint {s(self.checkpoint_s)}, new fleet up {up}, downtime {down}"
         )
+
+
+def _up_or_next(
+    provisioner: Any,
+    plan: Plan,
+    choice: int,
+    names: Any,
+    echo: Any,
+    *,
+    max_attempts: int = 4,
+    max_s: float = 1800.0,
+) -> tuple[LaunchedFleet, float]:
+    """Bring ``plan.entries[choice]`` up; when EC2 cannot start it now (:class:`CapacityError`: no capacity, spot
+    capacity not available, a quota, the type not offered in the zone), the next entries of the plan in rank order
+    (each within the plan's constraints and budget), at most ``max_attempts`` fleets and ``max_s`` seconds. Says what
+    it tried and what the fleet it moved to costs in time and money next to the first choice.
+
+    Raises:
+        CapacityError: none of the fleets tried could start (naming each and why).
+    """
+    first, tried = plan.entries[choice], []
+    started = time.monotonic()
+    for index in range(choice, len(plan.entries)):
+        entry = plan.entries[index]
+        try:
+            fleet, took = _timed_up(provisioner, plan, index, next(names))
+        except CapacityError as exc:
+            tried.append(f"{entry.fleet} ({entry.market}): {exc.code}")
+            echo(f"srifty launch: {entry.fleet} ({entry.market}) could not start: {exc.code}")
+            if len(tried) >= max_attempts or time.monotonic() - started > max_s:
+                break
+            continue
+        if index != choice:
+            dt_pct = (entry.time_h / first.time_h - 1) * 100 if first.time_h else 0.0
+            dc_pct = (entry.cost_usd / first.cost_usd - 1) * 100 if first.cost_usd else 0.0
+            echo(
+                f"srifty launch: started entry {index} of the plan, {entry.fleet} ({entry.market}), instead of "
+                f"{first.fleet}: predicted {entry.time_h:.2f} h and ${entry.cost_usd:,.2f} ({dt_pct:+.0f}% time, "
+                f"{dc_pct:+.0f}% cost against the first choice); tried: {'; '.join(tried)}"
+            )
+        return fleet, took
+    raise CapacityError(
+        f"No fleet of the plan could start ({len(tried)} tried in {time.monotonic() - started:.0f} s: "
+        f"{'; '.join(tried)}). Re-rank with srifty recommend --launchable (what this account can start now), another "
+        "region, or a quota increase (srifty check says which).",
+        code="exhausted",
+    )
 
 
 def _timed_up(provisioner: Any, plan: Any, choice: int, name: str) -> tuple[LaunchedFleet, float]:
@@ -430,7 +477,8 @@ def _run(
     batches = fleet_batches(plan.entries[choice])
     global_batch = sum(batches[0]) * batches[1]  # samples per optimizer step, kept on every later fleet
     numbers = itertools.count(1)  # fleet names stay unique for the whole launch (resources, handover objects)
-    fleet, _ = _timed_up(provisioner, plan, choice, f"{name}-{next(numbers)}")
+    names = (f"{name}-{n}" for n in numbers)
+    fleet, _ = _up_or_next(provisioner, plan, choice, names, echo)
     up.append(fleet)
     try:
         start(fleet, plan_uri, "")
@@ -465,7 +513,7 @@ def _run(
                 else:
                     new_plan = load_plan(request.plan)
                     echo(f"srifty launch: move requested ({request.why}): {request.reason}")
-                    new, up_s = _timed_up(provisioner, new_plan, new_plan.chosen, f"{name}-{next(numbers)}")
+                    new, up_s = _up_or_next(provisioner, new_plan, new_plan.chosen, names, echo)
                     up.append(new)
                     pending = (new, keep_plan(new_plan), request, up_s)
                     protocol.write_record(ckpt, Leave(launch_id=launch_id, to_fleet=new.entry.fleet))
@@ -519,7 +567,7 @@ def _run(
                     new, new_uri, _, up_s = pending
                     pending = None
                 else:
-                    new, up_s = _timed_up(provisioner, fleet.plan, nxt, f"{name}-{next(numbers)}")
+                    new, up_s = _up_or_next(provisioner, fleet.plan, nxt, names, echo)
                     up.append(new)
                     new_uri = plan_uri
                 trigger = left.trigger if left.trigger in ("spot", "sigterm") else "spot"

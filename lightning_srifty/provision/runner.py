@@ -86,6 +86,30 @@ def _run(tf: Any, *args: str, stream: bool = True, **options: Any) -> tuple[int,
     return tf.cmd(*args, no_color=IsFlagged, **opts)
 
 
+def _run_shown(tf: Any, args: list[str], echo: Callable[[str], None], keep: int = 60) -> tuple[int, str]:
+    """Run terraform with its output shown line by line as it comes (``echo``) and its last ``keep`` lines kept, so
+    that a failure's message can say what terraform said (an EC2 error code: srifty launch fails over on some)."""
+    import collections
+    import subprocess
+
+    tail: collections.deque[str] = collections.deque(maxlen=keep)
+    with subprocess.Popen(
+        [tf.terraform_bin_path, *args],
+        cwd=tf.working_dir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            echo(line.rstrip("\n"))
+            tail.append(line.rstrip("\n"))
+        code = proc.wait()
+    return code, "\n".join(tail) if code else ""
+
+
 def summarize(plan_json: dict[str, Any]) -> PlanSummary:
     by_type: dict[str, Counter[str]] = {}
     totals: Counter[str] = Counter()
@@ -179,7 +203,7 @@ def apply(
         _confirm("Apply this plan?", yes, ask)
         fresh = not _state_resources(tf)
         try:
-            code, _, err = _run(tf, "apply", PLAN_FILE, input=False, stream=True)
+            code, err = _run_shown(tf, ["apply", "-input=false", "-no-color", PLAN_FILE], echo)
         except KeyboardInterrupt:
             echo("Interrupted during terraform apply: " + _clean_up(tf, root, values, fresh, echo))
             raise

@@ -19,7 +19,7 @@ from lightning_srifty.provision.base import LaunchedFleet
 from lightning_srifty.provision.command import check_env_names
 from lightning_srifty.provision.generate import Options, generate
 from lightning_srifty.provision.runner import apply, destroy
-from predictor.exceptions import ConfigError
+from predictor.exceptions import CapacityError, ConfigError, PreflightError, ProvisionError
 from predictor.plan import Plan
 
 
@@ -35,6 +35,31 @@ def split_s3(uri: str) -> tuple[str, str]:
     bucket, _, prefix = uri[5:].partition("/")
     prefix = prefix.strip("/")
     return bucket, (prefix + "/") if prefix else ""
+
+
+# EC2's answers that mean "not now, not here": capacity, spot capacity, quotas, the type not offered in the zone
+# (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html)
+CAPACITY_CODES = (
+    "InsufficientInstanceCapacity",
+    "InsufficientHostCapacity",
+    "InsufficientReservedInstanceCapacity",
+    "InsufficientCapacity",
+    "capacity-not-available",
+    "MaxSpotInstanceCountExceeded",
+    "SpotMaxPriceTooLow",
+    "VcpuLimitExceeded",
+    "InstanceLimitExceeded",
+    "Unsupported",
+)
+
+
+LAUNCH_MAX_RETRIES = 4
+
+
+def capacity_code(text: str) -> str | None:
+    """The first of CAPACITY_CODES that an error's text names, or None."""
+    found = [(text.find(code), code) for code in CAPACITY_CODES if code in text]
+    return min(found)[1] if found else None
 
 
 class TerraformProvisioner:
@@ -59,7 +84,11 @@ class TerraformProvisioner:
             )
         self.root = Path(workdir) / "fleets"
         self.checkpoint_uri = f"s3://{bucket}/{prefix}".rstrip("/")
-        self.options = dataclasses.replace(options or Options(), bucket=bucket, checkpoint_prefix=prefix, handover=True)
+        # a few SDK retries, not 25: a launch EC2 refuses for capacity fails in seconds, and the next entry is tried
+        retries = (options.aws_max_retries if options else None) or LAUNCH_MAX_RETRIES
+        self.options = dataclasses.replace(
+            options or Options(), bucket=bucket, checkpoint_prefix=prefix, handover=True, aws_max_retries=retries
+        )
         self.catalog, self.echo = catalog, echo
 
     def up(self, plan: Plan, index: int, name: str) -> LaunchedFleet:
@@ -69,12 +98,20 @@ class TerraformProvisioner:
         self.echo(f"srifty launch: terraform apply of {plan.entries[index].fleet} ({name}) in {folder}")
         try:
             outputs = apply(folder, yes=True, echo=self.echo)
-        except BaseException:  # a failed or interrupted apply may have created some of it: leave nothing behind
+        except PreflightError as exc:  # nothing was started
+            failed = [f["check"] for f in exc.report.get("findings", []) if f["status"] == "fail"]
+            if set(failed) <= {"quota", "offering"}:
+                raise CapacityError(str(exc), code=f"preflight:{failed[0]}") from None
+            raise
+        except BaseException as exc:  # a failed or interrupted apply may have created some of it: leave nothing behind
             self.echo(f"srifty launch: terraform destroy of the partly applied {name}")
             try:
                 destroy(folder, yes=True, echo=self.echo)
-            except Exception as exc:  # noqa: BLE001 - the apply's error is the one to raise
-                self.echo(f"srifty launch: destroying {name} failed ({exc}): run terraform destroy in {folder}")
+            except Exception as gone:  # noqa: BLE001 - the apply's error is the one to raise
+                self.echo(f"srifty launch: destroying {name} failed ({gone}): run terraform destroy in {folder}")
+            code = capacity_code(str(exc)) if isinstance(exc, ProvisionError) else None
+            if code:
+                raise CapacityError(f"EC2 could not start {plan.entries[index].fleet}: {code}", code=code) from exc
             raise
         return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
 

@@ -1,5 +1,8 @@
 provider "aws" {
   region = var.region
+  # how often the AWS SDK retries a failed call (null: the provider's 25); srifty launch sets a few, so that a launch
+  # EC2 refuses for capacity fails in seconds and the next entry of the plan is tried
+  max_retries = var.aws_max_retries
 
   # a local AWS-compatible endpoint (tests, moto's server): no real credentials or account behind it
   skip_credentials_validation = var.aws_endpoint != null

@@ -11,6 +11,12 @@ variable "aws_endpoint" {
   default     = null
 }
 
+variable "aws_max_retries" {
+  description = "How often the AWS SDK retries a failed call; null: the provider's default (25)."
+  type        = number
+  default     = null
+}
+
 variable "name" {
   description = "Name of the training run."
   type        = string

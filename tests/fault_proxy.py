@@ -1,0 +1,92 @@
+"""A fault-injecting HTTP proxy in front of moto's server: every request is passed through unchanged, except EC2
+calls that launch instances (CreateFleet, RunInstances) of the named instance types, which get the error EC2 gives
+when it has no capacity. Point the AWS provider (srifty's aws_endpoint) at it."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LAUNCHES = ("CreateFleet", "RunInstances")
+ERROR = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code><Message>We currently do not '
+    "have sufficient {itype} capacity in the Availability Zone you requested. Our system will be working on "
+    "provisioning additional capacity.</Message></Error></Errors><RequestID>srifty-fault-proxy</RequestID></Response>"
+)
+
+
+class FaultProxy:
+    def __init__(self, upstream: str, refuse: set[str], code: str = "InsufficientInstanceCapacity") -> None:
+        self.upstream = urllib.parse.urlsplit(upstream)
+        self.refuse, self.code = refuse, code
+        self.refused: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    out = b""
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            self.rfile.readline()
+                            return out
+                        out += self.rfile.read(size)
+                        self.rfile.readline()
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def _handle(self) -> None:
+                body = self._body()
+                form = urllib.parse.parse_qs(body.decode("latin-1")) if b"Action=" in body else {}
+                action = (form.get("Action") or [""])[0]
+                types = {v for k, vs in form.items() if k.endswith("InstanceType") for v in vs}
+                hit = sorted(types & outer.refuse)
+                if action in LAUNCHES and hit:
+                    outer.refused.append(f"{action}:{hit[0]}")
+                    data = ERROR.format(code=outer.code, itype=hit[0]).encode()
+                    self.send_response(400)
+                    self.send_header("Content-Type", "text/xml")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                conn = http.client.HTTPConnection(outer.upstream.hostname, outer.upstream.port, timeout=120)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "host")}
+                headers["Content-Length"] = str(len(body))
+                headers["Host"] = f"{outer.upstream.hostname}:{outer.upstream.port}"
+                conn.request(
+                    self.command,
+                    self.path,
+                    body=body if body or self.command not in ("GET", "HEAD") else None,
+                    headers=headers,
+                )
+                answer = conn.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for k, v in answer.getheaders():
+                    if k.lower() not in ("transfer-encoding", "content-length", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    def __enter__(self) -> str:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
