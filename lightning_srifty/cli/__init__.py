@@ -23,6 +23,7 @@ COMMANDS = (
     "recommend",
     "terraform",
     "launch",
+    "operations",
     "serve",
     "eval",
 )
