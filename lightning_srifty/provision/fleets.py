@@ -318,6 +318,12 @@ def aws_errors(what: str) -> Iterator[None]:
         ) from None
     except ClientError as exc:
         error = exc.response.get("Error", {})
+        if error.get("Code") == "NoSuchBucket":
+            raise ProvisionError(
+                f"The bucket does not exist while {what} ({error.get('BucketName') or error.get('Message')}): check "
+                "the checkpoint folder (--checkpoint-uri, the fleet's srifty:checkpoints tag, the root's output "
+                "checkpoint_uri) and the account of your credentials."
+            ) from None
         raise ProvisionError(
             f"AWS refused {what}: {error.get('Code', '?')}: {error.get('Message', exc)}. Check that your credentials "
             "are current and may do it (ec2:DescribeInstances; s3:ListBucket and s3:GetObject on the checkpoint "
