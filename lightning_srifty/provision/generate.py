@@ -330,6 +330,14 @@ def tfvars(
                 "srifty:fleet-spec": entry.fleet.replace(",", " "),
                 "srifty:market": entry.market,
                 "srifty:model": plan.model or "unknown",
+                # for `srifty status` without the root folder: the life cap, and the checkpoint folder when the bucket
+                # is given (one the module creates is named after the account: the root's output checkpoint_uri)
+                "srifty:max-life-h": f"{max_life_h:g}",
+                **(
+                    {"srifty:checkpoints": f"s3://{options.bucket}/{prefix}"}
+                    if options.bucket and len(f"s3://{options.bucket}/{prefix}") <= TAG_VALUE_MAX
+                    else {}
+                ),
             }
         ),
     }

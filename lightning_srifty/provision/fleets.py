@@ -1,0 +1,333 @@
+"""The fleets that are up, from the cloud alone (torch-free): ``srifty status`` and ``srifty down``.
+
+Every instance of a fleet carries the tag ``srifty:fleet`` = its name (the module's launch templates put it there),
+and, from ``srifty terraform``, ``srifty:max-life-h`` (its life cap) and ``srifty:checkpoints`` (the checkpoint
+folder, when the bucket was given). One ``DescribeInstances`` call per region finds them; what they cost so far is the
+bundled catalog's $/h of each instance, in its market (``InstanceLifecycle``: spot or on-demand), times the hours since
+its ``LaunchTime`` (until the end time EC2 gives a terminated one): the catalog's figures, not the bill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from predictor.exceptions import ConfigError
+
+TAG_FLEET = "srifty:fleet"
+TAG_CHECKPOINTS = "srifty:checkpoints"
+TAG_MAX_LIFE = "srifty:max-life-h"
+LIVE = ("pending", "running", "shutting-down", "stopping")  # billing now (stopped and terminated ones are not)
+_ENDED = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) GMT\)")  # "User initiated (2025-01-01 12:00:00 GMT)"
+
+
+def now() -> float:
+    """The clock of every age and cost (unix seconds; tests replace it)."""
+    return time.time()
+
+
+def _unix(value: Any) -> float:
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+@dataclass(frozen=True)
+class Instance:
+    id: str
+    type: str
+    state: str
+    market: str  # "spot" or "on-demand"
+    launched_unix: float
+    ended_unix: float | None = None  # a terminated instance: when EC2 says it ended (None: still up, or unknown)
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_ec2(cls, data: Mapping[str, Any]) -> Instance:
+        """One instance of a ``DescribeInstances`` answer."""
+        state = data.get("State", {}).get("Name", "unknown")
+        ended = None
+        if state == "terminated":
+            match = _ENDED.search(data.get("StateTransitionReason") or "")
+            if match:
+                ended = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+        return cls(
+            id=data["InstanceId"],
+            type=data.get("InstanceType", "?"),
+            state=state,
+            market="spot" if data.get("InstanceLifecycle") == "spot" else "on-demand",
+            launched_unix=_unix(data["LaunchTime"]),
+            ended_unix=ended,
+            tags={t["Key"]: t["Value"] for t in data.get("Tags") or ()},
+        )
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE
+
+    def hours(self, at: float) -> float:
+        """Hours it has run (billed) by ``at``: 0 for a terminated one whose end EC2 no longer says."""
+        if self.live:
+            end = at
+        elif self.ended_unix is not None:
+            end = min(at, self.ended_unix)
+        else:
+            return 0.0
+        return max(0.0, end - self.launched_unix) / 3600
+
+
+@dataclass(frozen=True)
+class Cost:
+    usd: float  # so far, at catalog prices
+    usd_per_hour: float  # of the instances billing now
+    unpriced: tuple[str, ...] = ()  # "p5.48xlarge (spot)": no catalog price, left out of both figures
+
+
+def usd_per_hour(catalog: Any, instance: Instance, region: str) -> float | None:
+    """The catalog's $/h of ``instance`` in its market and ``region`` (None: the catalog has no such price)."""
+    from lightning_srifty.provision.money import group_usd_per_hour
+
+    spot = instance.market == "spot"
+    try:
+        return group_usd_per_hour(catalog, instance.type, region, on_demand=int(not spot), spot=int(spot))
+    except ConfigError:
+        return None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    name: str
+    region: str
+    instances: tuple[Instance, ...]
+
+    def _tag(self, key: str) -> str | None:
+        return next((i.tags[key] for i in self.instances if i.tags.get(key)), None)
+
+    @property
+    def checkpoint_uri(self) -> str | None:
+        return self._tag(TAG_CHECKPOINTS)
+
+    @property
+    def max_life_h(self) -> float | None:
+        try:
+            return float(self._tag(TAG_MAX_LIFE) or "")
+        except ValueError:
+            return None
+
+    @property
+    def live(self) -> tuple[Instance, ...]:
+        return tuple(i for i in self.instances if i.live)
+
+    def states(self) -> Counter[str]:
+        return Counter(i.state for i in self.instances)
+
+    def types(self, live_only: bool = True) -> Counter[str]:
+        return Counter(i.type for i in (self.live if live_only else self.instances))
+
+    def markets(self, live_only: bool = True) -> Counter[str]:
+        return Counter(i.market for i in (self.live if live_only else self.instances))
+
+    def age_h(self, at: float) -> float:
+        return max(0.0, at - min(i.launched_unix for i in self.instances)) / 3600 if self.instances else 0.0
+
+    def life_ends_unix(self, cap: float | None = None) -> float | None:
+        """When the first instance billing now stops itself (its launch + the life cap: its tag, else ``cap``); None:
+        no cap known."""
+        cap = self.max_life_h if self.max_life_h is not None else cap
+        if cap is None or not self.live:
+            return None
+        return min(i.launched_unix for i in self.live) + cap * 3600
+
+    def cost(self, catalog: Any, at: float) -> Cost:
+        usd = hourly = 0.0
+        unpriced: list[str] = []
+        for instance in self.instances:
+            price = usd_per_hour(catalog, instance, self.region)
+            if price is None:
+                unpriced.append(f"{instance.type} ({instance.market})")
+                continue
+            usd += price * instance.hours(at)
+            hourly += price if instance.live else 0.0
+        return Cost(usd, hourly, tuple(sorted(set(unpriced))))
+
+
+def find_fleets(ec2: Any, region: str, names: Iterable[str] | None = None) -> list[Fleet]:
+    """The fleets in ``region`` (every instance tagged ``srifty:fleet``; ``names``: only these), by name.
+
+    Args:
+        ec2: a boto3 EC2 client of ``region``.
+    """
+    wanted = sorted(set(names or ()))
+    flt = [{"Name": f"tag:{TAG_FLEET}", "Values": wanted}] if wanted else [{"Name": "tag-key", "Values": [TAG_FLEET]}]
+    by_name: dict[str, list[Instance]] = {}
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=flt):
+        for reservation in page.get("Reservations", []):
+            for data in reservation.get("Instances", []):
+                instance = Instance.from_ec2(data)
+                by_name.setdefault(instance.tags.get(TAG_FLEET, "?"), []).append(instance)
+    return [
+        Fleet(name, region, tuple(sorted(found, key=lambda i: (i.launched_unix, i.id))))
+        for name, found in sorted(by_name.items())
+    ]
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix/`` -> (bucket, ``some/prefix/``).
+
+    Raises:
+        ConfigError: not an s3:// URI with a bucket.
+    """
+    match = re.match(r"^s3a?://([^/]+)/?(.*)$", uri or "")
+    if not match:
+        raise ConfigError(
+            f"The checkpoint URI {uri!r} is not an S3 folder: give it as s3://bucket/prefix/ (--checkpoint-uri), as "
+            "the root's output checkpoint_uri says.",
+            parameter="checkpoint_uri",
+            value=uri,
+        )
+    prefix = match.group(2)
+    return match.group(1), prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
+def read_heartbeat(s3: Any, checkpoint_uri: str) -> Any:
+    """The launcher's ``HEARTBEAT.json`` in the checkpoint folder (a :class:`~lightning_srifty.protocol.Heartbeat`),
+    or None when there is none; a record that cannot be read is None too (``srifty status`` says "unreadable")."""
+    import json
+    import warnings
+
+    from lightning_srifty import protocol
+
+    bucket, prefix = split_s3(checkpoint_uri)
+    try:
+        body = s3.get_object(Bucket=bucket, Key=prefix + protocol.HEARTBEAT)["Body"].read()
+    except s3.exceptions.NoSuchKey:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # newer fields: the age is all that is shown
+        return protocol.parse(protocol.Heartbeat, json.loads(body), f"{checkpoint_uri}{protocol.HEARTBEAT}")
+
+
+def summary(fleet: Fleet, cost: Cost, at: float) -> str:
+    """One line on what a fleet cost, for ``srifty down``."""
+    if not fleet.instances:
+        return f"Fleet {fleet.name}: no instances found in {fleet.region}, so no cost to report."
+    kinds = ", ".join(f"{n} x {t}" for t, n in sorted(fleet.types(live_only=False).items()))
+    markets = ", ".join(f"{n} {m}" for m, n in sorted(fleet.markets(live_only=False).items()))
+    unpriced = f"; not priced (not in the catalog): {', '.join(cost.unpriced)}" if cost.unpriced else ""
+    return (
+        f"Fleet {fleet.name} cost about ${cost.usd:,.2f} at catalog prices: {kinds} ({markets}) in {fleet.region}, "
+        f"{fleet.age_h(at):.2f} h from the first launch to now{unpriced}."
+    )
+
+
+# --- a root module written by srifty terraform, and the AWS clients ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Root:
+    """What ``srifty status`` / ``logs`` / ``down`` read from a root module folder (``--dir``)."""
+
+    path: str
+    name: str
+    region: str
+    endpoint: str | None  # aws_endpoint (a local endpoint such as moto's)
+    checkpoint_uri: str | None  # None: the module creates the bucket and nothing was applied yet
+    max_life_h: float | None = None
+
+    @classmethod
+    def load(cls, folder: str) -> Root:
+        """Read ``folder``'s values; the checkpoint folder from its bucket, else from the outputs of its state.
+
+        Raises:
+            ProvisionError: ``folder`` was not written by ``srifty terraform``.
+        """
+        from pathlib import Path
+
+        from lightning_srifty.provision.runner import _check_folder
+
+        values = _check_folder(Path(folder))
+        checkpoints = values.get("checkpoints") or {}
+        uri = None
+        if checkpoints.get("bucket") and not checkpoints.get("create_bucket", False):
+            uri = f"s3://{checkpoints['bucket']}/{checkpoints.get('prefix', '')}"
+        where = uri or _state_uri(Path(folder))
+        return cls(
+            str(folder), values["name"], values["region"], values.get("aws_endpoint"), where, values.get("max_life_h")
+        )
+
+
+def _state_uri(folder: Any) -> str | None:
+    """The root's output ``fleet.checkpoint_uri`` from its local state file, else from `terraform output` (a remote
+    backend); None when neither has it (nothing applied, no terraform)."""
+    import json
+    import shutil
+
+    try:
+        outputs = json.loads((folder / "terraform.tfstate").read_text()).get("outputs", {})
+        uri = (outputs.get("fleet", {}).get("value") or {}).get("checkpoint_uri")
+        if uri:
+            return str(uri)
+    except (OSError, ValueError, AttributeError):
+        pass
+    if shutil.which("terraform") is None or not (folder / ".terraform").is_dir():
+        return None
+    from lightning_srifty.provision.runner import outputs as terraform_outputs
+    from predictor.exceptions import ProvisionError
+
+    try:
+        return (terraform_outputs(folder).get("fleet") or {}).get("checkpoint_uri")
+    except (ProvisionError, ValueError):
+        return None
+
+
+def client(service: str, region: str | None, endpoint: str | None = None) -> Any:
+    """A boto3 client with short timeouts (``endpoint``: a local AWS-compatible endpoint; else boto3's own, which
+    honours ``AWS_ENDPOINT_URL``)."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        connect_timeout=5,
+        read_timeout=30,
+        retries={"max_attempts": 3, "mode": "standard"},
+        s3={"addressing_style": "path"} if endpoint else {},
+    )
+    return boto3.client(service, region_name=region, endpoint_url=endpoint or None, config=config)
+
+
+@contextlib.contextmanager
+def aws_errors(what: str) -> Iterator[None]:
+    """Re-word boto3's errors (no credentials, access denied, no endpoint) as a ProvisionError saying what was being
+    done (``what``) and the fix."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    from predictor.exceptions import ProvisionError
+
+    try:
+        yield
+    except NoCredentialsError:
+        raise ProvisionError(
+            f"No AWS credentials found while {what}. Set AWS_PROFILE (after `aws sso login` or `aws configure`), or "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and try again."
+        ) from None
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if error.get("Code") == "NoSuchBucket":
+            raise ProvisionError(
+                f"The bucket does not exist while {what} ({error.get('BucketName') or error.get('Message')}): check "
+                "the checkpoint folder (--checkpoint-uri, the fleet's srifty:checkpoints tag, the root's output "
+                "checkpoint_uri) and the account of your credentials."
+            ) from None
+        raise ProvisionError(
+            f"AWS refused {what}: {error.get('Code', '?')}: {error.get('Message', exc)}. Check that your credentials "
+            "are current and may do it (ec2:DescribeInstances; s3:ListBucket and s3:GetObject on the checkpoint "
+            "folder)."
+        ) from None
+    except BotoCoreError as exc:
+        raise ProvisionError(f"AWS could not be reached while {what}: {exc}.") from None

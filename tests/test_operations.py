@@ -1,0 +1,384 @@
+"""Operations (issue #22 item 5): ``srifty status`` (fleets by their tag, cost so far at catalog prices, life cap,
+heartbeat), ``srifty logs`` (listing and following the logs the nodes ship beside the checkpoints), the shipping loop of
+user_data run with bash against moto's S3, and ``srifty down`` (destroy, then the cost summary). EC2 and S3 are moto's
+server on 127.0.0.1, one for the module; every test uses its own fleet names and bucket."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import json
+import os
+import shutil
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import boto3
+import pytest
+
+from _fleet import FAKE_CURL, WATCHDOG, example, exe, read, render, run_user_data
+from conftest import moto_server
+from lightning_srifty.cli import main
+from lightning_srifty.cli.operations import _Prefixed
+from lightning_srifty.provision import fleets
+from lightning_srifty.provision.generate import TFVARS, generate, tfvars
+from lightning_srifty.provision.logs import FleetLogs, follow
+
+REGION = "us-east-1"
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    """One moto server for the module (conftest's is per test); the name keeps the tests in the slow tier."""
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def aws(moto_endpoint, monkeypatch):
+    """boto3 (the commands' and the tests') talks to moto: (ec2, s3, endpoint)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto_endpoint)
+    s3 = boto3.client("s3", region_name=REGION, endpoint_url=moto_endpoint)
+    return ec2, s3, moto_endpoint
+
+
+_AMI: dict[str, str] = {}
+
+
+def launch(ec2, fleet: str, itype: str, *, spot: bool = False, **tags: str) -> dict:
+    if "id" not in _AMI:  # moto's image listing takes seconds: once per module
+        _AMI["id"] = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ami = _AMI["id"]
+    extra = {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
+    all_tags = [{"Key": "srifty:fleet", "Value": fleet}, *({"Key": k, "Value": v} for k, v in tags.items())]
+    (instance,) = ec2.run_instances(
+        ImageId=ami,
+        InstanceType=itype,
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": all_tags}],
+        **extra,
+    )["Instances"]
+    return instance
+
+
+def price(catalog, itype: str, market: str) -> float:
+    return catalog.get(itype).price_usd_hr(REGION, market)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# srifty status
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_status_shows_each_fleet_its_market_cost_life_cap_and_heartbeat(aws, monkeypatch, capsys, catalog) -> None:
+    ec2, s3, _ = aws
+    uri = "s3://ops-status/checkpoints/ops-a/"
+    tags = {"srifty:checkpoints": uri, "srifty:max-life-h": "12"}
+    on_demand = launch(ec2, "ops-a", "g5.xlarge", **tags)
+    spot = launch(ec2, "ops-a", "g5.xlarge", spot=True, **tags)
+    launch(ec2, "ops-b", "g6.xlarge")  # no checkpoint tag: its heartbeat cannot be looked for
+    first = min(on_demand["LaunchTime"], spot["LaunchTime"]).timestamp()
+    at = first + 2 * 3600
+    monkeypatch.setattr(fleets, "now", lambda: at)
+    s3.create_bucket(Bucket="ops-status")
+    beat = {"protocol": "srifty.launch/1", "launch_id": "l1", "written_unix": at - 42, "max_age_s": 600}
+    s3.put_object(Bucket="ops-status", Key="checkpoints/ops-a/HEARTBEAT.json", Body=json.dumps(beat).encode())
+
+    assert main(["status", "--region", REGION, "--json"]) == 0
+    records = {r["name"]: r for r in json.loads(capsys.readouterr().out)["fleets"]}
+    a = records["ops-a"]
+    assert a["states"] == {"running": 2} and a["types"] == {"g5.xlarge": 2}
+    assert a["markets"] == {"on-demand": 1, "spot": 1}  # from InstanceLifecycle
+    hours = {i["InstanceId"]: (at - i["LaunchTime"].timestamp()) / 3600 for i in (on_demand, spot)}
+    od, sp = price(catalog, "g5.xlarge", "on-demand"), price(catalog, "g5.xlarge", "spot")
+    assert sp < od
+    expected = od * hours[on_demand["InstanceId"]] + sp * hours[spot["InstanceId"]]
+    assert a["cost_usd"] == pytest.approx(expected, abs=1e-3)
+    assert a["usd_per_hour"] == pytest.approx(od + sp, abs=1e-5)
+    assert a["max_life_h"] == 12 and a["life_ends_unix"] == pytest.approx(first + 12 * 3600)
+    assert a["heartbeat"] == {"found": True, "age_s": 42.0, "max_age_s": 600, "stale": False}
+    assert records["ops-b"]["heartbeat"] is None and records["ops-b"]["max_life_h"] is None
+
+    assert main(["status", "--region", REGION]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["FLEET", "REGION", "STATE"]
+    line = next(x for x in lines if x.startswith("ops-a "))
+    for part in ("2 running", "2 x g5.xlarge", "1 on-demand, 1 spot", "2.0 h", f"${a['cost_usd']:,.2f}"):
+        assert part in line, (part, line)
+    assert "12 h, ends in 10.0 h" in line and line.endswith("42 s ago")
+    assert next(x for x in lines if x.startswith("ops-b ")).endswith("- (checkpoint folder unknown)")
+
+    # the cost follows the clock: an hour later, one more hour of both
+    monkeypatch.setattr(fleets, "now", lambda: at + 3600)
+    assert main(["status", "--region", REGION, "--json"]) == 0
+    later = {r["name"]: r for r in json.loads(capsys.readouterr().out)["fleets"]}["ops-a"]
+    assert later["cost_usd"] - a["cost_usd"] == pytest.approx(od + sp, abs=1e-3)
+    assert later["heartbeat"]["stale"] is True  # 42 s + 1 h > max_age_s
+
+
+def test_status_of_a_root_reads_the_checkpoint_folder_from_its_state(aws, tmp_path, monkeypatch, capsys, catalog):
+    """A root whose bucket the module created: the folder comes from the output in its state, the cap from its
+    values; only that root's fleet is shown."""
+    ec2, s3, _ = aws
+    plan, choice, options = example("single-node-on-demand")
+    options = dataclasses.replace(options, name="ops-root")
+    root = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
+    uri = "s3://ops-root-bucket/checkpoints/ops-root/"
+    state = {"version": 4, "outputs": {"fleet": {"value": {"checkpoint_uri": uri}, "type": "object"}}}
+    (root / "terraform.tfstate").write_text(json.dumps(state))
+    mine = launch(ec2, "ops-root", "g5.xlarge")  # as an old root's instances: no srifty:max-life-h tag
+    launch(ec2, "ops-other", "g5.xlarge")
+    at = mine["LaunchTime"].timestamp() + 600
+    monkeypatch.setattr(fleets, "now", lambda: at)
+    s3.create_bucket(Bucket="ops-root-bucket")
+    assert main(["status", "--dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "ops-other" not in out
+    (line,) = [x for x in out.splitlines() if x.startswith("ops-root ")]
+    cap = json.loads((root / TFVARS).read_text())["max_life_h"]
+    assert "1 running" in line and "10 min" in line and f"{cap:g} h, ends in" in line and line.endswith("none")
+
+
+def test_status_without_region_or_fleets(monkeypatch, capsys, aws) -> None:
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    assert main(["status"]) == 2
+    assert "give --region" in capsys.readouterr().err
+    assert main(["status", "--region", "eu-west-3"]) == 0
+    assert capsys.readouterr().out.strip() == "No srifty fleet has instances in eu-west-3."
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# srifty logs
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_logs_lists_prints_and_finds_the_folder_by_tag(aws, capsys) -> None:
+    ec2, s3, _ = aws
+    s3.create_bucket(Bucket="ops-logs")
+    uri = "s3://ops-logs/runs/x/"
+    s3.put_object(Bucket="ops-logs", Key="runs/x/logs/ops-l/i-1.log", Body=b"boot\nepoch 1\n")
+    s3.put_object(Bucket="ops-logs", Key="runs/x/logs/ops-l/i-2.log", Body=b"boot two\npartial")
+    s3.put_object(Bucket="ops-logs", Key="runs/x/status/ops-l-i-1.json", Body=b"{}")
+    s3.put_object(Bucket="ops-logs", Key="runs/x/logs/other/i-9.log", Body=b"not this fleet\n")
+
+    assert main(["logs", "ops-l", "--checkpoint-uri", uri, "--list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [x.split()[0] for x in listed] == ["i-1", "i-2"] and listed[0].endswith("ended")
+    assert listed[1].endswith("running")
+
+    assert main(["logs", "ops-l", "--checkpoint-uri", uri]) == 0  # several: each line names its node
+    out = capsys.readouterr().out
+    assert sorted(out.splitlines()) == ["i-1 | boot", "i-1 | epoch 1", "i-2 | boot two", "i-2 | partial"]
+
+    launch(ec2, "ops-l", "g5.xlarge", **{"srifty:checkpoints": uri})  # the folder from the fleet's tag
+    assert main(["logs", "ops-l", "--instance", "i-1"]) == 0
+    assert capsys.readouterr().out == "boot\nepoch 1\n"  # one log: as it is
+    assert main(["logs", "ops-l", "--instance", "i-7"]) == 2
+    assert "no log of instance i-7" in capsys.readouterr().err
+    assert main(["logs", "ops-nothing"]) == 2
+    assert "--checkpoint-uri" in capsys.readouterr().err
+    # --follow of a node that has ended: everything, then it returns at once
+    assert main(["logs", "ops-l", "--instance", "i-1", "--follow"]) == 0
+    assert capsys.readouterr().out == "boot\nepoch 1\n"
+
+
+def test_follow_prints_only_new_bytes_and_ends_with_the_status_record(aws) -> None:
+    _, s3, _ = aws
+    s3.create_bucket(Bucket="ops-follow")
+    key = "c/logs/f/i-5.log"
+    s3.put_object(Bucket="ops-follow", Key=key, Body=b"boot\n")
+    steps = iter(
+        [
+            lambda: None,  # nothing new: nothing printed
+            lambda: s3.put_object(Bucket="ops-follow", Key=key, Body=b"boot\nsetup\nepoch 1\n"),
+            # the last copy, then the status record (as on_exit does): the end is printed, then it stops
+            lambda: (
+                s3.put_object(Bucket="ops-follow", Key=key, Body=b"boot\nsetup\nepoch 1\nepoch 2\nexited 0\n"),
+                s3.put_object(Bucket="ops-follow", Key="c/status/f-i-5.json", Body=b"{}"),
+            ),
+        ]
+    )
+    chunks: list[bytes] = []
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        next(steps)()
+
+    logs = FleetLogs(s3, "s3://ops-follow/c/", "f")
+    seen = follow(logs, lambda _, data: chunks.append(data), interval_s=0.5, sleep=sleep)
+    assert seen == {"i-5"} and naps == [0.5, 0.5, 0.5]
+    assert chunks == [b"boot\n", b"setup\nepoch 1\n", b"epoch 2\nexited 0\n"]
+
+
+def test_prefixed_output_keeps_lines_whole() -> None:
+    out = io.StringIO()
+    write = _Prefixed(out, prefix=True)
+    write("i-1", b"a\nb")
+    write("i-2", b"x\n")
+    write("i-1", b"c\nd")
+    write.close()
+    assert out.getvalue() == "i-1 | a\ni-2 | x\ni-1 | bc\ni-1 | d\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The nodes ship their log: user_data rendered by terraform, run with bash, the real aws CLI against moto's S3
+# ---------------------------------------------------------------------------------------------------------------------
+
+AWS_WRAPPER = """#!/bin/bash
+echo "$*" >>"$FAKE_DIR/aws.log"
+case "$1 $2" in
+  "ec2 describe-instances") echo 10.0.0.5 ;;
+  "autoscaling "*) exit 0 ;;
+  *) exec {aws} "$@" ;;
+esac
+"""
+
+TORCHRUN = """#!/bin/bash
+echo "epoch 1 loss 0.5"
+sleep 2.5
+echo "epoch 2 loss 0.25"
+"""
+
+
+def test_user_data_ships_its_log_beside_the_checkpoints(tf_env, aws, tmp_path) -> None:
+    real_aws = shutil.which("aws")
+    if real_aws is None:
+        pytest.skip("the harness needs the aws CLI on PATH")
+    _, s3, endpoint = aws
+    s3.create_bucket(Bucket="ops-ship")
+    uri = "s3://ops-ship/ckpt/"
+    values = {
+        "name": "shipper",
+        "setup_command": "echo setting up",
+        "argv": "'train.py'",
+        "nnodes": 1,
+        "nproc_per_node": 1,
+        "rdzv_port": 29400,
+        "checkpoint_uri_b64": base64.b64encode(uri.encode()).decode(),
+        "code_sha256": "",
+        "code_uri_b64": "",
+        "resume_from": "",
+        "handover": False,
+        "env_count": 0,
+        "env_b64": base64.b64encode(b"{}").decode(),
+        "max_life_s": 5400,
+        "max_life_min": 90,
+        "heartbeat": False,
+        "watchdog_b64": base64.b64encode(WATCHDOG.read_bytes()).decode(),
+        "watchdog_interval_s": 60,
+        "watchdog_grace_s": 5,
+        "watchdog_max_age_s": 300,
+        "watchdog_asg": 0,
+        "secrets": [],
+    }
+    script = render(tf_env, tmp_path / "console", values)
+    fakes = {
+        "curl": FAKE_CURL,
+        "aws": AWS_WRAPPER.format(aws=real_aws),
+        "torchrun": TORCHRUN,
+        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
+    }
+    env = {"AWS_ENDPOINT_URL": endpoint, "SRIFTY_LOG_INTERVAL_S": "1"}
+    run = run_user_data(tmp_path, script, fakes, extra_env=env)
+    assert run.returncode == 0, read(tmp_path / "user-data.log")[-3000:]
+    calls = read(tmp_path / "aws.log").splitlines()
+    ships = [c for c in calls if c.startswith("s3 cp ") and c.split()[3] == f"{uri}logs/shipper/i-0abc.log"]
+    assert any("/log.loop " in c for c in ships) and "/log.last " in ships[-1], calls  # the loop, then the last one
+    assert calls[-1].startswith(f"s3 cp - {uri}status/shipper-i-0abc.json")  # the status record after the log
+    body = s3.get_object(Bucket="ops-ship", Key="ckpt/logs/shipper/i-0abc.log")["Body"].read().decode()
+    for line in ("setting up", "epoch 1 loss 0.5", "epoch 2 loss 0.25", "the training job exited with 0"):
+        assert line in body, body
+    assert body == read(tmp_path / "user-data.log")  # the whole log, tee drained before the last copy
+    # what srifty logs prints of it, once the node has ended
+    logs = FleetLogs(s3, uri, "shipper")
+    chunks: list[bytes] = []
+    assert follow(logs, lambda _, data: chunks.append(data), sleep=lambda s: pytest.fail("it has ended")) == {"i-0abc"}
+    assert b"".join(chunks).decode() == body
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# srifty down
+# ---------------------------------------------------------------------------------------------------------------------
+
+FAKE_TERRAFORM = """#!{python}
+import os, sys
+with open(os.path.join(os.getcwd(), "calls.log"), "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+"""
+
+
+def test_down_destroys_then_sums_what_the_fleet_cost(aws, tmp_path, monkeypatch, capfd, catalog) -> None:
+    ec2, _, _ = aws
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe(bin_dir / "terraform", FAKE_TERRAFORM.format(python=sys.executable))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    plan, choice, options = example("single-node-on-demand")
+    options = dataclasses.replace(options, name="ops-down")
+    root = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
+    instance = launch(ec2, "ops-down", "g5.xlarge")
+    monkeypatch.setattr(fleets, "now", lambda: instance["LaunchTime"].timestamp() + 3 * 3600)
+    assert main(["down", "--dir", str(root), "--yes"]) == 0  # terraform's output streams to the terminal (fd 1)
+    out = capfd.readouterr().out.splitlines()
+    assert [c.split()[0] for c in read(root / "calls.log").splitlines()] == ["init", "destroy"]
+    usd = 3 * price(catalog, "g5.xlarge", "on-demand")
+    assert out[-1] == (
+        f"Fleet ops-down cost about ${usd:,.2f} at catalog prices: 1 x g5.xlarge (1 on-demand) in {REGION}, "
+        "3.00 h from the first launch to now."
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The pieces, without a cloud
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_terminated_instance_costs_until_it_ended_and_an_unknown_type_is_named(catalog) -> None:
+    launched = datetime(2025, 1, 1, 10, 0, tzinfo=timezone.utc)
+    ended = fleets.Instance.from_ec2(
+        {
+            "InstanceId": "i-1",
+            "InstanceType": "g5.xlarge",
+            "State": {"Name": "terminated"},
+            "StateTransitionReason": "User initiated (2025-01-01 11:30:00 GMT)",
+            "LaunchTime": launched,
+            "InstanceLifecycle": "spot",
+        }
+    )
+    assert ended.market == "spot" and not ended.live and ended.hours(launched.timestamp() + 5 * 3600) == 1.5
+    odd = fleets.Instance("i-2", "x9.huge", "running", "on-demand", launched.timestamp())
+    fleet = fleets.Fleet("f", REGION, (ended, odd))
+    cost = fleet.cost(catalog, launched.timestamp() + 5 * 3600)
+    assert cost.usd == pytest.approx(1.5 * price(catalog, "g5.xlarge", "spot"))
+    assert cost.usd_per_hour == 0 and cost.unpriced == ("x9.huge (on-demand)",)
+
+
+def test_srifty_terraform_tags_the_life_cap_and_a_given_bucket(catalog) -> None:
+    plan, choice, options = example("single-node-on-demand")
+    values = tfvars(plan, choice, options, catalog)
+    assert values["tags"]["srifty:max-life-h"] == f"{values['max_life_h']:g}"
+    assert "srifty:checkpoints" not in values["tags"]  # the module names the bucket: the root's output says it
+    values = tfvars(plan, choice, dataclasses.replace(options, bucket="my-runs", max_life_h=6.5), catalog)
+    assert values["tags"]["srifty:checkpoints"] == "s3://my-runs/checkpoints/resnet-single/"
+    assert values["tags"]["srifty:max-life-h"] == "6.5"
+
+
+def test_the_commands_start_without_torch(subprocess_env) -> None:
+    import subprocess
+
+    code = (
+        "import sys; from lightning_srifty.cli import main\n"
+        "for c in ('status', 'logs', 'down'):\n"
+        "    try: main([c, '--help'])\n"
+        "    except SystemExit: pass\n"
+        "assert 'torch' not in sys.modules and 'boto3' not in sys.modules"
+    )
+    run = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert Path(fleets.__file__).parent.name == "provision"
