@@ -398,7 +398,7 @@ def test_apply_rechecks_the_written_values_before_running_terraform(tmp_path, ca
         edit(bad)
         (infra / TFVARS).write_text(json.dumps(bad))
         with pytest.raises(ConfigError) as info:
-            runner.apply(infra, yes=True, catalog=catalog)
+            runner.apply(infra, yes=True, catalog=catalog, check=False)
         assert info.value.parameter == field, str(info.value)
 
 
@@ -489,7 +489,7 @@ def test_a_failed_apply_of_a_new_fleet_destroys_what_it_created(fake_terraform, 
     monkeypatch.setenv("FAKE_TF_APPLY", "fail")
     lines: list[str] = []
     with pytest.raises(ProvisionError, match="everything it had created was destroyed; nothing is left billing"):
-        runner.apply(infra, yes=True, echo=lines.append, catalog=catalog)
+        runner.apply(infra, yes=True, echo=lines.append, catalog=catalog, check=False)
     assert calls() == ["init", "plan", "show", "state list", "apply", "state list", "destroy", "state list"]
     assert read(infra / "fake.state").strip() == ""
     assert "Destroying the 2 resources the apply created, so that nothing is left billing." in lines
@@ -502,7 +502,7 @@ def test_a_failed_apply_over_a_standing_fleet_destroys_nothing(fake_terraform, m
     (infra / "fake.state").write_text("module.fleet.aws_autoscaling_group.fleet[0]\n")  # a fleet already there
     monkeypatch.setenv("FAKE_TF_APPLY", "fail")
     with pytest.raises(ProvisionError, match=r"so nothing was destroyed .* `srifty destroy --dir"):
-        runner.apply(infra, yes=True, echo=lambda line: None, catalog=catalog)
+        runner.apply(infra, yes=True, echo=lambda line: None, catalog=catalog, check=False)
     assert "destroy" not in calls()
 
 
@@ -511,23 +511,21 @@ def test_a_failed_clean_up_says_what_may_still_bill(fake_terraform, monkeypatch,
     monkeypatch.setenv("FAKE_TF_APPLY", "fail")
     monkeypatch.setenv("FAKE_TF_DESTROY", "fail")
     with pytest.raises(ProvisionError, match=r"failed too \(2 resources still in the state, which may be billing\)"):
-        runner.apply(infra, yes=True, echo=lambda line: None, catalog=catalog)
+        runner.apply(infra, yes=True, echo=lambda line: None, catalog=catalog, check=False)
 
 
 def test_an_interrupted_apply_destroys_what_it_created(fake_terraform, monkeypatch, catalog) -> None:
     infra, calls = fake_terraform
-    real_run = runner._run
+    real_run = runner._run_shown
 
-    def interrupted(tf, *args, **options):
-        result = real_run(tf, *args, **options)
-        if args and args[0] == "apply":
-            raise KeyboardInterrupt  # Ctrl-C while terraform applies (it has created two resources)
-        return result
+    def interrupted(tf, args, echo):
+        real_run(tf, args, echo)
+        raise KeyboardInterrupt  # Ctrl-C while terraform applies (it has created two resources)
 
-    monkeypatch.setattr(runner, "_run", interrupted)
+    monkeypatch.setattr(runner, "_run_shown", interrupted)
     lines: list[str] = []
     with pytest.raises(KeyboardInterrupt):
-        runner.apply(infra, yes=True, echo=lines.append, catalog=catalog)
+        runner.apply(infra, yes=True, echo=lines.append, catalog=catalog, check=False)
     assert calls()[-3:] == ["state list", "destroy", "state list"]
     assert read(infra / "fake.state").strip() == ""
     assert (
