@@ -4,6 +4,7 @@ the plan and its HTML report. ``srifty recommend`` and ``SriftyCallback`` both c
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,10 +34,14 @@ def recommend(
     service: ServiceClient | None = None,
     plan_path: str | os.PathLike[str] | None = None,
     report_path: str | os.PathLike[str] | None = None,
+    refine: Callable[[Plan], Plan] | None = None,
 ) -> Recommendation:
     """Rank fleets for ``profile`` under ``constraints`` (through ``service`` when given: its observations calibrate
-    the ranking), then write the plan (atomically) and the report where asked."""
+    the ranking), ``refine`` the plan (``srifty recommend --launchable`` keeps what the account can start), then
+    write the plan (atomically) and the report where asked."""
     plan = service.rank(profile, constraints) if service is not None else rank(profile, constraints, catalog=catalog)
+    if refine is not None:
+        plan = refine(plan)
     written: dict[str, Any] = {}
     if plan_path is not None:
         written["plan"] = plan.save(plan_path)

@@ -188,3 +188,31 @@ def test_the_subnet_is_in_the_zone_whose_spot_price_the_plan_used_and_that_zone_
     assert offering.status == "ok" and offering.message == f"every type is offered in {priced.availability_zone}"
     with pytest.raises(Exception, match="neither a zone of the fleet's region us-east-1"):
         generate(plan, tmp_path / "other", options=Options(name="zoned", availability_zone="eu-west-1a"))
+
+
+def test_recommend_launchable_keeps_what_the_account_can_start_and_says_what_a_quota_would_buy(
+    aws, monkeypatch, capsys, tmp_path
+) -> None:
+    profile = str(ROOT / "examples" / "profiles" / "resnet50-v100.json")
+    ask = ["recommend", "--profile", profile, "--steps", "200000", "--objective", "time", "--market", "on-demand"]
+    ask += ["--allow", "p4d.24xlarge,g5.xlarge,g5.2xlarge", "--max-instances", "2", "--format", "json"]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", aws)
+    assert main(ask) == 0
+    everything = json.loads(capsys.readouterr().out)
+    assert everything["entries"][0]["fleet"].startswith("p4d.24xlarge")  # the fastest, for an account with room
+    with FakeServiceQuotas({"Running On-Demand P instances": 0, "Running On-Demand G and VT instances": 8}) as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", url)
+        assert main([*ask, "--launchable", "--out", str(tmp_path / "plan.json")]) == 0
+    out = capsys.readouterr().out
+    plan = load_plan(tmp_path / "plan.json")
+    fleets = [e.fleet for e in plan.entries]
+    # P quota 0; G and VT 8 vCPUs: one g5.xlarge (4) or one g5.2xlarge (8), never two of the latter
+    assert fleets and all(f in ("g5.xlarge:1", "g5.xlarge:2", "g5.2xlarge:1") for f in fleets), fleets
+    note = plan.notes[-1]
+    assert note.startswith(f"--launchable: {len(fleets)} of the ") and "a quota increase would buy p4d.24xlarge" in note
+    assert "Running On-Demand P instances (L-417A185B) 0 vCPUs with 0 in use, " in note
+    assert "The best fleet this account can start now is" in plan.why and "plan written to" in out
+    with FakeServiceQuotas({"Running On-Demand P instances": 0, "Running On-Demand G and VT instances": 0}) as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", url)
+        assert main([*ask, "--launchable"]) == 2
+    assert "None of the" in capsys.readouterr().err

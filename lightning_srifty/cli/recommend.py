@@ -38,15 +38,22 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         allow=_names(args.allow),
         deny=_names(args.deny),
         min_memory_headroom=args.min_headroom,
-        top=args.top,
+        top=max(args.top or DEFAULTS["top"], LAUNCHABLE_POOL) if args.launchable else args.top,
         scaling=args.scaling,
         allow_arm64=args.allow_arm64 or None,
         startup_s=args.startup_s,
         dataset_gb=args.dataset_gb,
         layouts=args.layouts,
     )
+    catalog = load_catalog(args)
+    refine = _launchable(catalog, args.top or DEFAULTS["top"]) if args.launchable else None
     result = recommend(
-        profile, constraints, catalog=load_catalog(args), plan_path=args.out or None, report_path=args.report or None
+        profile,
+        constraints,
+        catalog=catalog,
+        plan_path=args.out or None,
+        report_path=args.report or None,
+        refine=refine,
     )
     plan = result.plan
     if "plan" in result.written:
@@ -60,6 +67,24 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
     console().print(plan_table(plan, profile.model.name, wide=args.wide))
     return 0
+
+
+LAUNCHABLE_POOL = 40  # fleets ranked before --launchable keeps those the account can start
+
+
+def _launchable(catalog: Any, top: int) -> Any:
+    """The plan refined to what this account can start now (quotas after what runs, offerings), per region."""
+
+    def refine(plan: Any) -> Any:
+        from lightning_srifty.provision.preflight import account_limits, clients, launchable_plan
+
+        vcpus = lambda t: catalog.get(t).vcpus  # noqa: E731
+        regions = sorted({e.region for e in [*plan.entries, *plan.pareto]})
+        types = sorted({g.instance_type for e in [*plan.entries, *plan.pareto] for g in e.groups})
+        limits = {r: account_limits(r, types, vcpus, clients(r)) for r in regions}
+        return launchable_plan(plan, limits, vcpus, top)
+
+    return refine
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -93,6 +118,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--deny", action="append", help="instance types or families, comma-separated (repeatable)")
     p.add_argument("--min-headroom", type=float, help="GPU memory to keep free, as a share (0.1 = 10%%)")
     p.add_argument("--top", type=int, help=f"fleets listed (default {DEFAULTS['top']})")
+    p.add_argument(
+        "--launchable",
+        action="store_true",
+        help="only fleets this AWS account can start now (its EC2 vCPU quotas after what runs, the types its "
+        "regions offer); the plan notes what a quota increase would buy",
+    )
     p.add_argument(
         "--scaling",
         choices=SCALINGS,

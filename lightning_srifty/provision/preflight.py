@@ -491,3 +491,112 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         argv=values["train"]["argv"],
         aws=aws or clients(values["region"], endpoint),
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What this account can start now: srifty recommend --launchable
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccountLimits:
+    """One region's vCPU headroom per (quota class, market) (None: the quotas could not be read) and the types offered
+    in some zone of it."""
+
+    region: str
+    headroom: dict[tuple[str, str], float] | None
+    offered: frozenset[str]
+    codes: dict[tuple[str, str], tuple[str, str, float]]  # (class, market) -> (quota name, code, limit)
+
+
+def account_limits(region: str, types: list[str], vcpus: Callable[[str], int], aws: dict[str, Any]) -> AccountLimits:
+    """Read ``region``'s quotas, what runs there, and which of ``types`` it offers."""
+    offered = frozenset(t for t, zones in offered_zones(aws["ec2"], types).items() if zones)
+    try:
+        listing = _quota_listing(aws["quotas"])
+    except Exception:  # noqa: BLE001 - unknown quotas: every fleet stays, the plan says so
+        return AccountLimits(region, None, offered, {})
+    used = _running_vcpus(aws["ec2"], vcpus)
+    headroom, codes = {}, {}
+    for cls, name in ON_DEMAND_QUOTA.items():
+        if name in listing:
+            q = listing[name]
+            headroom[(cls, "on-demand")] = float(q["Value"]) - used.get((cls, "on-demand"), 0)
+            codes[(cls, "on-demand")] = (name, q["QuotaCode"], float(q["Value"]))
+    for cls, names in SPOT_QUOTA.items():
+        found = next((listing[n] for n in names if n in listing), None)
+        if found is not None:
+            headroom[(cls, "spot")] = float(found["Value"]) - used.get((cls, "spot"), 0)
+            codes[(cls, "spot")] = (found["QuotaName"], found["QuotaCode"], float(found["Value"]))
+    return AccountLimits(region, headroom, offered, codes)
+
+
+def blockers(entry: Any, limits: AccountLimits, vcpus: Callable[[str], int]) -> list[str]:
+    """Why this account cannot start the plan entry now (empty: it can, as far as quotas and offerings tell)."""
+    out = [
+        f"{g.instance_type} is not offered in {limits.region}"
+        for g in entry.groups
+        if g.instance_type not in limits.offered
+    ]
+    if limits.headroom is None:
+        return out
+    groups = [Group(g.instance_type, g.on_demand, g.spot) for g in entry.groups]
+    for key, need in sorted(required_vcpus(groups, vcpus).items()):
+        room = limits.headroom.get(key)
+        if room is not None and need > room:
+            name, code, limit = limits.codes[key]
+            used = limit - room
+            out.append(
+                f"{name} ({code}) {limit:g} vCPUs with {used:g} in use, {need} needed: request "
+                f"--quota-code {code} --desired-value {math.ceil(used + need)}"
+            )
+    return out
+
+
+def launchable_plan(plan: Any, limits: dict[str, AccountLimits], vcpus: Callable[[str], int], top: int) -> Any:
+    """``plan`` with only the fleets this account can start now (at most ``top``), and a note of what a quota
+    increase would buy: the best fleet left out, its time and cost next to the best launchable one.
+
+    Raises:
+        ConfigError: none of the ranked fleets can start now (naming what the best one needs).
+    """
+    import dataclasses
+
+    from predictor.exceptions import ConfigError
+
+    why = {id(e): blockers(e, limits[e.region], vcpus) for e in [*plan.entries, *plan.pareto]}
+    entries = [e for e in plan.entries if not why[id(e)]][:top]
+    unknown = sorted(r for r, lim in limits.items() if lim.headroom is None)
+    if not entries:
+        best = plan.entries[0]
+        raise ConfigError(
+            f"None of the {len(plan.entries)} ranked fleets can start in this account now; the best, {best.fleet} "
+            f"({best.market}, {best.region}), needs: {'; '.join(why[id(best)])}. File the quota request "
+            "(aws service-quotas request-service-quota-increase --service-code ec2 ... --region "
+            f"{best.region}), or widen --allow / --regions.",
+            parameter="launchable",
+            value=best.fleet,
+        )
+    notes = list(plan.notes or [])
+    left_out = [e for e in plan.entries if why[id(e)]]
+    first = entries[0]
+    line = (
+        f"--launchable: {len(plan.entries) - len(left_out)} of the {len(plan.entries)} ranked fleets can start in "
+        "this account now"
+    )
+    if left_out and left_out[0] is plan.entries[0]:
+        best = left_out[0]
+        line += (
+            f"; a quota increase would buy {best.fleet} ({best.market}): {best.time_h:.2f} h and ${best.cost_usd:,.2f} "
+            f"against {first.fleet}'s {first.time_h:.2f} h and ${first.cost_usd:,.2f} ({'; '.join(why[id(best)])})"
+        )
+    if unknown:
+        line += f"; quotas unread in {', '.join(unknown)}: fleets there were kept"
+    notes.append(line)
+    pareto = [e for e in plan.pareto if not why[id(e)]]
+    reason = plan.why
+    if entries[0] is not plan.entries[0]:
+        reason = f"{plan.why} The best fleet this account can start now is {first.fleet} ({first.market})."
+    return dataclasses.replace(
+        plan, entries=tuple(entries), pareto=tuple(pareto), chosen=0, notes=tuple(notes), why=reason
+    )
