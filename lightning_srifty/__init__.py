@@ -29,6 +29,7 @@ _LAZY = {
     "SriftyDDPStrategy": "lightning_srifty.ddp.strategy",
     "SriftyFSDPStrategy": "lightning_srifty.ddp.fsdp",
     "plan_strategy": "lightning_srifty.ddp.plan_strategy",
+    "launch_settings": "lightning_srifty.ddp.plan_strategy",
     "SpotPreemption": "lightning_srifty.migrate.preemption",
     "MigrationTriggers": "lightning_srifty.migrate.triggers",
     "find_checkpoint": "lightning_srifty.migrate.preemption",
@@ -59,4 +60,4 @@ def __dir__() -> list[str]:
 
 
 if "lightning.pytorch" in sys.modules:  # lightning is loaded anyway: make strategy="srifty_ddp" work right away
-    importlib.import_module("lightning_srifty.ddp.strategy")
+    importlib.import_module("lightning_srifty.ddp.plan_strategy")  # srifty_ddp and srifty_auto

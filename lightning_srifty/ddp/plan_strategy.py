@@ -10,9 +10,11 @@ job, restarted there, builds the new one. Block classes travel by name and are r
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Any
 
 import torch
-from lightning.pytorch.strategies import Strategy
+from lightning.pytorch.strategies import FSDPStrategy, Strategy, StrategyRegistry
 
 from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy, block_classes
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy
@@ -67,3 +69,92 @@ def plan_strategy(default: str | Strategy = "auto", *, model: torch.nn.Module | 
         parameter=VARIABLES["strategy"],
         value=name,
     )
+
+
+def srifty_auto() -> Strategy:
+    """``Trainer(strategy="srifty_auto")``: the plan's strategy under ``srifty launch`` (:func:`plan_strategy`), else
+    ``srifty_ddp`` (Lightning's DDP with all-reduce timing, a one-process group on one device)."""
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    strategy = plan_strategy(default=SriftyDDPStrategy(process_group_backend=backend))
+    assert isinstance(strategy, Strategy)
+    return strategy
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """What the plan asks of this rank under ``srifty launch`` (:func:`launch_settings`)."""
+
+    batch_size: int | None  # this rank's samples per micro-step (None: not under a launch, or not given)
+    accumulate_grad_batches: int
+    strategy: str  # "ddp" or "fsdp"
+    resume: str  # the checkpoint to resume from ("" on a first start)
+
+
+def launch_settings(default_batch_size: int | None = None) -> LaunchSettings:
+    """This rank's planned batch, accumulation, strategy and resume checkpoint; outside a launch, the defaults::
+
+    s = launch_settings(default_batch_size=32)
+    loader = DataLoader(data, batch_size=s.batch_size)
+    trainer = Trainer(strategy="srifty_auto", accumulate_grad_batches=s.accumulate_grad_batches)
+    """
+    launch = LaunchEnv.from_env()
+    if launch is None:
+        return LaunchSettings(default_batch_size, 1, "ddp", "")
+    rank = int(os.environ.get("RANK", "0"))
+    sizes = launch.batch_sizes
+    batch = sizes[rank] if rank < len(sizes) else default_batch_size
+    return LaunchSettings(batch, launch.accumulate_grad_batches, launch.strategy_spec()[0], launch.resume)
+
+
+def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str]:
+    """What the running Trainer does differently from what ``srifty launch`` planned for this fleet: the strategy
+    (sharded or not), the accumulation, this rank's batch per micro-step, the checkpoint to resume from. Empty
+    outside a launch or when they agree."""
+    launch = launch or LaunchEnv.from_env()
+    if launch is None:
+        return []
+    out = []
+    name, _ = launch.strategy_spec()
+    sharded = isinstance(trainer.strategy, FSDPStrategy)
+    if (name == "fsdp") != sharded:
+        out.append(
+            f"the plan trains this fleet with {name}, the Trainer's strategy is {type(trainer.strategy).__name__}: "
+            'pass Trainer(strategy="srifty_auto") (or plan_strategy())'
+        )
+    accumulate = getattr(trainer, "accumulate_grad_batches", 1)
+    if accumulate != launch.accumulate_grad_batches:
+        out.append(
+            f"the plan accumulates {launch.accumulate_grad_batches} micro-steps per optimizer step, the Trainer "
+            f"{accumulate}: pass Trainer(accumulate_grad_batches=launch_settings().accumulate_grad_batches)"
+        )
+    rank = getattr(trainer, "global_rank", 0)
+    if launch.batch_sizes and rank < len(launch.batch_sizes):
+        batch = _batch_size(getattr(trainer, "train_dataloader", None))
+        if batch is not None and batch != launch.batch_sizes[rank]:
+            out.append(
+                f"the plan gives rank {rank} batches of {launch.batch_sizes[rank]} samples (global batch "
+                f"{sum(launch.batch_sizes) * launch.accumulate_grad_batches}), its DataLoader gives {batch}: build "
+                "it with batch_size=launch_settings().batch_size (the same training as the profiled one)"
+            )
+    if launch.resume and not getattr(trainer, "ckpt_path", None):
+        out.append(
+            f"the launcher resumes this job from {launch.resume}, but fit() got no ckpt_path: the run starts over. "
+            "Pass trainer.fit(model, ckpt_path=resume_checkpoint())"
+        )
+    return out
+
+
+def _batch_size(loader: Any) -> int | None:
+    for candidate in (loader, getattr(loader, "batch_sampler", None)):
+        size = getattr(candidate, "batch_size", None)
+        if isinstance(size, int):
+            return size
+    return None
+
+
+StrategyRegistry.register(
+    "srifty_auto",
+    srifty_auto,
+    description="the plan's strategy under srifty launch (FSDP or DDP with the planned per-rank batches), else "
+    "srifty_ddp",
+)

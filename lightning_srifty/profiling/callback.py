@@ -183,6 +183,13 @@ class SriftyCallback(Callback):
     # ----------------------------------------------------------------- set-up
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._phase = _DONE
+        try:
+            from lightning_srifty.ddp.plan_strategy import launch_mismatches
+
+            for line in launch_mismatches(trainer):  # under srifty launch: what the script does otherwise
+                log.warning("SriftyCallback: %s.", line)
+        except Exception as exc:  # noqa: BLE001 - a check must never stop training
+            log.warning("SriftyCallback: could not compare the Trainer with the plan (%s)", exc)
         if self.profiled and not self.reprofile:
             self._info(
                 trainer,
