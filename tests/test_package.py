@@ -33,6 +33,7 @@ def test_public_surface_is_small_and_resolves() -> None:
             "capture_ops",
             "find_checkpoint",
             "load_plan",
+            "launch_settings",
             "load_profile",
             "plan_strategy",
             "resume_checkpoint",
