@@ -166,7 +166,7 @@ def test_srifty_terraform_writes_the_snapshot_once_and_replaces_a_stale_one(tmp_
     code = first.values["train"]["code"]
     assert code == {"source": f"code/{first.snapshot.sha256}.tar.gz", "sha256": first.snapshot.sha256}
     assert (tmp_path / "infra" / code["source"]).is_file()
-    assert not any("plan_strategy" in n or "delivers" in n for n in first.notes)
+    assert not any("plan's strategy" in n or "delivers" in n for n in first.notes)
     again = generate(load_plan(PLAN), tmp_path / "infra", options=options, catalog=catalog)
     assert not again.changed
     (project / "train.py").write_text("from lightning_srifty import plan_strategy  # v2\n")
@@ -184,6 +184,6 @@ def test_srifty_terraform_warns_of_missing_glue(tmp_path, catalog) -> None:
         plan, entries=[dataclasses.replace(e, layout=plan_layout("fsdp:full_shard", "Block")) for e in plan.entries]
     )
     got = generate(sharded, tmp_path / "a", options=Options(name="glue-a", code=str(project)), catalog=catalog)
-    assert any("never calls plan_strategy()" in n for n in got.notes)
+    assert any("never asks for the plan's strategy" in n and 'strategy="srifty_auto"' in n for n in got.notes)
     bare = generate(plan, tmp_path / "b", options=Options(name="glue-b"), catalog=catalog)
     assert bare.snapshot is None and any("nothing delivers your code" in n for n in bare.notes)

@@ -495,11 +495,12 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
         )
     entry = plan.entries[choice]
     text = read_member(snapshot, argv[0]).decode(errors="replace")
-    if entry.layout is not None and entry.layout.strategy != "ddp" and "plan_strategy" not in text:
+    glue = ("plan_strategy", "srifty_auto")
+    if entry.layout is not None and entry.layout.strategy != "ddp" and not any(g in text for g in glue):
         notes.append(
-            f"the plan trains with {protocol.entry_strategy(entry)}, but {argv[0]} never calls plan_strategy(): "
-            "the Trainer starts with the script's own strategy (plain DDP holds the whole model on every GPU). Pass "
-            "strategy=plan_strategy() to the Trainer (from lightning_srifty import plan_strategy)"
+            f"the plan trains with {protocol.entry_strategy(entry)}, but {argv[0]} never asks for the plan's "
+            "strategy: the Trainer starts with the script's own (plain DDP holds the whole model on every GPU). "
+            'Pass Trainer(strategy="srifty_auto") (docs/launch.md)'
         )
     return snapshot, notes
 
