@@ -441,3 +441,56 @@ def test_progress_while_a_fleet_has_not_reported_and_none_once_it_has(plan, tmp_
     clock["t"] = 10_000
     silence.check(fleet, None)  # heard from: never times out afterwards
     assert len(notes) == 2
+
+
+def test_an_auto_scaling_group_without_capacity_is_caught_and_named(monkeypatch) -> None:
+    """An Auto Scaling group's apply ends before EC2 launches anything: srifty waits for its instances and turns a
+    failed scaling activity (no capacity, a quota) into the CapacityError that moves the launch on (botocore's
+    Stubber: moto's groups always launch)."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from lightning_srifty.provision.terraform_fleet import wait_for_capacity
+    from predictor.exceptions import CapacityError
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    client = boto3.client("autoscaling", region_name="us-east-1")
+    group = {
+        "AutoScalingGroupName": "g",
+        "MinSize": 2,
+        "MaxSize": 2,
+        "DesiredCapacity": 2,
+        "DefaultCooldown": 0,
+        "AvailabilityZones": ["us-east-1a"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": "2026-11-25T00:00:00Z",
+    }
+    one = {"InstanceId": "i-1", "AvailabilityZone": "us-east-1a", "LifecycleState": "InService",
+           "HealthStatus": "Healthy", "ProtectedFromScaleIn": False}  # fmt: skip
+    failed = {
+        "ActivityId": "a", "AutoScalingGroupName": "g", "Cause": "c", "StartTime": "2026-11-25T00:00:00Z",
+        "StatusCode": "Failed", "StatusMessage": "We currently do not have sufficient p4d.24xlarge capacity in the "
+        "Availability Zone you requested (us-east-1a). InsufficientInstanceCapacity. Launching EC2 instance failed.",
+    }  # fmt: skip
+    with Stubber(client) as stub:
+        stub.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [{**group, "Instances": [one]}]})
+        stub.add_response("describe_scaling_activities", {"Activities": []})
+        stub.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [{**group, "Instances": [one]}]})
+        stub.add_response("describe_scaling_activities", {"Activities": [failed]})
+        lines: list[str] = []
+        with pytest.raises(CapacityError, match="could not launch: We currently do not have") as exc:
+            wait_for_capacity(client, "g", 2, timeout_s=60, poll_s=0, echo=lines.append)
+        assert exc.value.code == "InsufficientInstanceCapacity" and lines == [
+            "srifty launch: g: 1 of 2 instances launched, waiting"
+        ]
+    with Stubber(client) as stub:
+        two = [one, {**one, "InstanceId": "i-2", "LifecycleState": "Pending"}]
+        stub.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [{**group, "Instances": two}]})
+        wait_for_capacity(client, "g", 2, timeout_s=60, poll_s=0)  # both launched: returns
+    with Stubber(client) as stub:
+        stub.add_response("describe_auto_scaling_groups", {"AutoScalingGroups": [{**group, "Instances": []}]})
+        stub.add_response("describe_scaling_activities", {"Activities": []})
+        with pytest.raises(CapacityError, match="launched 0 of 2 instances in 0 s") as exc:
+            wait_for_capacity(client, "g", 2, timeout_s=0, poll_s=0)
+        assert exc.value.code == "capacity-timeout"

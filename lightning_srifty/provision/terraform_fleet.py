@@ -11,6 +11,7 @@ resume from and the per-rank batch sizes. So a new fleet can be brought up while
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,36 @@ CAPACITY_CODES = (
 
 
 LAUNCH_MAX_RETRIES = 4
+CAPACITY_TIMEOUT_S = 600.0  # an Auto Scaling group that has not launched the fleet by then is given up
+LIVE = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
+
+
+def wait_for_capacity(
+    client: Any, group: str, nodes: int, *, timeout_s: float, poll_s: float = 10.0, echo: Any = print
+) -> None:
+    """Return once the Auto Scaling group ``group`` has ``nodes`` instances launched (pending or in service).
+
+    Raises:
+        CapacityError: a scaling activity failed for capacity or a quota (its code), or ``timeout_s`` passed.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        (found,) = client.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"]
+        live = [i for i in found.get("Instances", []) if i.get("LifecycleState") in LIVE]
+        if len(live) >= nodes:
+            return
+        for activity in client.describe_scaling_activities(AutoScalingGroupName=group, MaxRecords=20)["Activities"]:
+            message = activity.get("StatusMessage") or ""
+            code = capacity_code(message) if activity.get("StatusCode") in ("Failed", "Cancelled") else None
+            if code:
+                raise CapacityError(f"The Auto Scaling group {group} could not launch: {message[:300]}", code=code)
+        if time.monotonic() > deadline:
+            raise CapacityError(
+                f"The Auto Scaling group {group} launched {len(live)} of {nodes} instances in {timeout_s:.0f} s",
+                code="capacity-timeout",
+            )
+        echo(f"srifty launch: {group}: {len(live)} of {nodes} instances launched, waiting")
+        time.sleep(poll_s)
 
 
 def capacity_code(text: str) -> str | None:
@@ -90,6 +121,7 @@ class TerraformProvisioner:
             options or Options(), bucket=bucket, checkpoint_prefix=prefix, handover=True, aws_max_retries=retries
         )
         self.catalog, self.echo = catalog, echo
+        self.capacity_timeout_s = CAPACITY_TIMEOUT_S
 
     def up(self, plan: Plan, index: int, name: str) -> LaunchedFleet:
         folder = self.root / name
@@ -98,6 +130,12 @@ class TerraformProvisioner:
         self.echo(f"srifty launch: terraform apply of {plan.entries[index].fleet} ({name}) in {folder}")
         try:
             outputs = apply(folder, yes=True, echo=self.echo)
+            group = (outputs.get("fleet") or {}).get("autoscaling_group_name")
+            if group:  # an Auto Scaling group's apply ends before EC2 has launched anything: wait for that
+                wait_for_capacity(
+                    self._autoscaling(plan.entries[index].region), group, plan.entries[index].nodes,
+                    timeout_s=self.capacity_timeout_s, echo=self.echo,
+                )  # fmt: skip
         except PreflightError as exc:  # nothing was started
             failed = [f["check"] for f in exc.report.get("findings", []) if f["status"] == "fail"]
             if set(failed) <= {"quota", "offering"}:
@@ -109,11 +147,19 @@ class TerraformProvisioner:
                 destroy(folder, yes=True, echo=self.echo)
             except Exception as gone:  # noqa: BLE001 - the apply's error is the one to raise
                 self.echo(f"srifty launch: destroying {name} failed ({gone}): run terraform destroy in {folder}")
+            if isinstance(exc, CapacityError):
+                raise
             code = capacity_code(str(exc)) if isinstance(exc, ProvisionError) else None
             if code:
                 raise CapacityError(f"EC2 could not start {plan.entries[index].fleet}: {code}", code=code) from exc
             raise
         return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
+
+    def _autoscaling(self, region: str) -> Any:
+        import boto3
+
+        endpoint = self.options.aws_endpoint
+        return boto3.client("autoscaling", region_name=region, **({"endpoint_url": endpoint} if endpoint else {}))
 
     def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
         check_env_names(env, "the handover's env")  # exported on every instance (which checks again)
