@@ -66,6 +66,7 @@ def test_srifty_terraform_from_a_wheel_outside_the_repository(wheel_venv, tmp_pa
     )
     assert where.stdout.startswith(str(wheel_venv)), where.stdout + where.stderr  # the wheel, not the checkout
     shutil.copy(PLAN, tmp_path / "plan.json")
+    (tmp_path / "train.py").write_text("import lightning_srifty\n")  # the user's project: this folder
     run = _run(
         [
             str(wheel_venv / "bin" / "srifty"),
@@ -88,7 +89,20 @@ def test_srifty_terraform_from_a_wheel_outside_the_repository(wheel_venv, tmp_pa
     assert shipped == sorted(p.relative_to(reviewed) for p in reviewed.rglob("*") if p.is_file())
     assert all((module / rel).read_bytes() == (reviewed / rel).read_bytes() for rel in shipped)
     assert (tmp_path / "infra" / "main.tf").read_bytes() == (ROOT / "terraform" / "root" / "main.tf").read_bytes()
-    assert json.loads((tmp_path / "infra" / "srifty.auto.tfvars.json").read_text())["name"] == "wheel-run"
+    values = json.loads((tmp_path / "infra" / "srifty.auto.tfvars.json").read_text())
+    assert values["name"] == "wheel-run"
+    # the code snapshot carries this installation (the wheel's own metadata) repacked for the nodes
+    import tarfile
+    import zipfile
+
+    archive = tmp_path / "infra" / values["train"]["code"]["source"]
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        (wheel,) = [n for n in names if n.startswith(".srifty/wheels/")]
+        with zipfile.ZipFile(tar.extractfile(wheel)) as repacked:
+            metadata = repacked.read(next(n for n in repacked.namelist() if n.endswith("METADATA"))).decode()
+    assert "train.py" in names and "plan.json" in names and "Requires-Dist: lightning" in metadata
+    assert "What every node runs:" in run.stdout and f"sha256 {values['train']['code']['sha256'][:16]}" in run.stdout
 
 
 @pytest.mark.slow
@@ -101,6 +115,7 @@ def test_srifty_launch_with_terraform_from_a_wheel_writes_the_fleet_then_asks_fo
 
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="runs")
     shutil.copy(PLAN, tmp_path / "plan.json")
+    (tmp_path / "train.py").write_text("import lightning_srifty\n")
     run = _run(
         [
             str(wheel_venv / "bin" / "srifty"),
@@ -126,3 +141,4 @@ def test_srifty_launch_with_terraform_from_a_wheel_writes_the_fleet_then_asks_fo
     assert run.returncode == 2 and "terraform binary is not on PATH" in run.stderr, run.stdout + run.stderr
     assert "Traceback" not in run.stderr
     assert (tmp_path / "w" / "fleets" / "wheel-1" / "modules" / "training_fleet" / "main.tf").is_file()
+    assert "srifty launch: code" in run.stdout and list((tmp_path / "w" / "code").glob("*.tar.gz"))  # packed once
