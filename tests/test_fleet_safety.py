@@ -209,6 +209,8 @@ def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(t
         "watchdog_b64": base64.b64encode(WATCHDOG.read_bytes()).decode(),
         "code_sha256": "",  # no code snapshot: the image and the setup command (test_terraform_boot runs one)
         "code_uri_b64": "",
+        "image": "",
+        "image_b64": "",
         "watchdog_interval_s": 60,
         "watchdog_grace_s": 5,
         "watchdog_max_age_s": 300,

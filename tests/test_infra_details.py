@@ -302,6 +302,8 @@ def _user_data_values(secrets: list[dict]) -> dict:
         "watchdog_b64": base64.b64encode(WATCHDOG.read_bytes()).decode(),
         "code_sha256": "",  # no code snapshot: the image and the setup command (test_terraform_boot runs one)
         "code_uri_b64": "",
+        "image": "",
+        "image_b64": "",
         "watchdog_interval_s": 60,
         "watchdog_grace_s": 1,
         "watchdog_max_age_s": 300,

@@ -441,3 +441,114 @@ def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoi
         "--resume-from",
         "s3://b/ck pt's/$x",
     ]
+
+
+FAKE_DOCKER = """#!{python}
+# docker as the harness sees it: `pull` is recorded; `run` is recorded and its command run on this machine, in a
+# fresh virtual environment standing for the image (this test's packages visible through a .pth file, as torch and
+# lightning would be in the image), with the -v folder at -w, the --env-file variables and the -e names
+import json, os, subprocess, sys, venv
+args = sys.argv[1:]
+record = os.environ["SRIFTY_HARNESS_DOCKER"]
+calls = json.load(open(record)) if os.path.exists(record) else []
+calls.append(args)
+json.dump(calls, open(record, "w"))
+if args[0] == "pull":
+    sys.exit(0)
+assert args[0] == "run", args
+valued = {{"--env-file", "-e", "-v", "-w", "--ulimit", "--device", "--gpus", "--network", "--ipc"}}
+i, opts = 1, []
+while args[i].startswith("-"):
+    if args[i] in valued:
+        opts.append((args[i], args[i + 1]))
+        i += 2
+    else:
+        opts.append((args[i], None))
+        i += 1
+image, command = args[i], args[i + 1:]
+env = dict(os.environ)
+for flag, value in opts:
+    if flag == "--env-file":
+        for line in open(value).read().splitlines():
+            if "=" in line:
+                k, v = line.split("=", 1)
+                env[k] = v
+mounts = dict(v.split(":", 1)[::-1] for f, v in opts if f == "-v")
+cwd = mounts.get(dict(opts).get("-w"), os.getcwd())
+home = os.path.join(os.environ["SRIFTY_HARNESS_IMAGE_DIR"], "image-venv")
+venv.EnvBuilder(with_pip=True, clear=True).create(home)
+site = subprocess.run([home + "/bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                      capture_output=True, text=True, check=True).stdout.strip()
+open(os.path.join(site, "zz_image.pth"), "w").write("{site}\\n")
+env.update(VIRTUAL_ENV=home, PATH=home + "/bin:" + env["PATH"], PYTHONPATH="")
+sys.exit(subprocess.run(command, cwd=cwd, env=env).returncode)
+"""
+
+
+def test_a_container_image_runs_the_users_code_with_the_gpus_and_efa(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+    """--image: user_data pulls the image and runs the job in it (docker run with every GPU, the EFA devices, the
+    host's network, the code snapshot at /workspace), where the snapshot's lightning-srifty is installed into the
+    image's Python before torchrun starts the user's train.py (docker faked: it records its arguments and runs the
+    command in a fresh virtual environment standing for the image)."""
+    import sysconfig
+
+    dlami_parameters(moto_endpoint)
+    plan, i = fleet_plan(catalog, ("g5.xlarge",), "g5.xlarge:1")
+    project = user_project(tmp_path / "project")
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="image-ckpt")
+    options = Options(
+        name="image-run",
+        aws_endpoint=moto_endpoint,
+        bucket="image-ckpt",
+        code=str(project),
+        image="nvcr.io/nvidia/pytorch:25.01-py3",
+        train_command="python -u train.py --accelerator cpu --max-steps 2",
+    )
+    generated = generate(plan, tmp_path / "infra", choice=i, options=options, catalog=catalog)
+    infra = use_test_parameters(generated.out)
+    (lt,) = planned(tf_env, infra, "aws_launch_template").values()
+    snapshot = generated.snapshot
+    key = f"checkpoints/image-run/code/{snapshot.sha256}.tar.gz"
+    s3.put_object(Bucket="image-ckpt", Key=key, Body=snapshot.path.read_bytes())  # what the apply uploads
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
+    ec2.run_instances(
+        ImageId=lt["image_id"],
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "srifty:fleet", "Value": "image-run"}]}],
+    )
+    bin_dir = tmp_path / "fakes"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text(FAKE_DOCKER.format(python=sys.executable, site=sysconfig.get_paths()["purelib"]))
+    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
+    home, report, calls = tmp_path / "home", tmp_path / "report.json", tmp_path / "docker.json"
+    with FakeIMDS({"meta-data/placement/region": "us-east-1"}) as imds:
+        run, _record = run_user_data(
+            base64.b64decode(lt["user_data"]).decode(),
+            moto_endpoint,
+            tmp_path,
+            imds,
+            PATH=f"{bin_dir}:{tmp_path / 'bin'}:{os.environ['PATH']}",
+            SRIFTY_HOME=str(home),
+            PYTHONPATH="",
+            SRIFTY_HARNESS_REPORT=str(report),
+            SRIFTY_HARNESS_DOCKER=str(calls),
+            SRIFTY_HARNESS_IMAGE_DIR=str(tmp_path),
+        )
+    log = (tmp_path / "user-data.log").read_text() if (tmp_path / "user-data.log").exists() else ""
+    assert run.returncode == 0, log[-3000:] + run.stderr[-3000:]
+    pull, docker_run = json.loads(calls.read_text())
+    assert pull == ["pull", "nvcr.io/nvidia/pytorch:25.01-py3"]
+    code = home / f"code-{snapshot.sha256}"
+    for flag in (["--gpus", "all"], ["--network", "host"], ["--ipc", "host"], ["-v", f"{code}:/workspace"]):
+        assert any(docker_run[k : k + 2] == flag for k in range(len(docker_run))), (flag, docker_run)
+    assert "nvcr.io/nvidia/pytorch:25.01-py3" in docker_run and docker_run[-5:] == [
+        "train.py", "--accelerator", "cpu", "--max-steps", "2",
+    ]  # fmt: skip
+    ran = json.loads(report.read_text())
+    image_env = tmp_path / "image-venv"
+    assert ran["cwd"] == str(code) and ran["lightning_srifty"].startswith(str(image_env)), ran
+    assert not (home / f"env-{snapshot.sha256}").exists()  # no virtual environment of srifty's own: the image's
+    assert "`Trainer.fit` stopped: `max_steps=2` reached" in log

@@ -67,6 +67,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             ami=args.ami,
             aws_endpoint=args.aws_endpoint,
             code=None if args.no_code else args.code,
+            image=args.image,
             requirements=args.requirements,
             index_url=args.index_url,
             base_python=args.base_python,
@@ -167,6 +168,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="the folder every node runs from (default: this one), packed once for every fleet of the run",
     )
     tf.add_argument("--no-code", action="store_true", help="deliver no code (the image or --setup-command has it)")
+    tf.add_argument("--image", help="a container image to run the job in (docker, with the GPUs and EFA)")
     tf.add_argument("--requirements", help="requirements file inside --code (default: requirements.txt)")
     tf.add_argument("--index-url", help="the package index the nodes install from (default: PyPI; a mirror)")
     tf.add_argument("--base-python", metavar="PATH", help="an image interpreter whose packages the nodes may reuse")

@@ -39,6 +39,7 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         secret_env=tuple(args.secret_env or ()),
         availability_zone=args.availability_zone,
         code=None if args.no_code else args.code,
+        image=args.image,
         requirements=args.requirements,
         index_url=args.index_url,
         extra_index_urls=tuple(args.extra_index_url or ()),
@@ -66,7 +67,9 @@ def node_summary(result: Any, options: Any) -> str:
     image = values["ami"].get("id") or "the Deep Learning AMI (PyTorch, Ubuntu 22.04) of each architecture"
     lines = ["What every node runs:", f"  image        {image}"]
     snap = result.snapshot
-    if snap is not None:
+    if train.get("image"):
+        lines.append(f"  container    {train['image']} (its Python; the snapshot's lightning-srifty installed in it)")
+    if snap is not None and not train.get("image"):
         env = json.loads(read_member(snap, ENVIRONMENT_FILE))
         pins = ", ".join(env["packages"]) + f", {env['wheel'].rsplit('/', 1)[-1]}"
         if env.get("requirements"):
@@ -81,9 +84,14 @@ def node_summary(result: Any, options: Any) -> str:
             f"  code         {where} ({snap.source}): {len(snap.files)} files, "
             f"{snap.bytes_in / 2**20:.1f} MiB, archive {snap.bytes_out / 2**20:.1f} MiB, sha256 {snap.sha256[:16]}..."
         )
-    else:
+    elif snap is None:
         lines.append("  environment  the image's /opt/pytorch, then --setup-command")
         lines.append("  code         none delivered (--no-code): --setup-command must fetch it")
+    if snap is not None and train.get("image"):
+        lines.append(
+            f"  code         {options.snapshot or Path(options.code or '.').resolve()} ({snap.source}): "
+            f"{len(snap.files)} files, sha256 {snap.sha256[:16]}..., at /workspace"
+        )
     if options.setup_command:
         lines.append(f"  setup        {options.setup_command}")
     argv = " ".join(shlex.quote(a) for a in train["argv"])
@@ -156,6 +164,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "sha256 on every node",
     )
     p.add_argument("--no-code", action="store_true", help="deliver no code (the image or --setup-command has it)")
+    p.add_argument(
+        "--image",
+        help="a container image to run the job in (docker run with the GPUs, EFA and the host's network; the code at "
+        "/workspace) instead of a virtual environment of the profiled versions",
+    )
     p.add_argument(
         "--requirements", help="requirements file inside --code, installed on the nodes (default: requirements.txt)"
     )

@@ -104,6 +104,7 @@ class Options:
     # index and extra indexes pip uses on the nodes, an interpreter of the image whose packages the node's
     # environment may reuse, and the snapshot's size bound
     code: str | None = None
+    image: str | None = None  # a container image the job runs in (docker run with the GPUs and EFA), not a venv
     requirements: str | None = None
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
@@ -128,6 +129,25 @@ def default_max_life_h(entry: PlanEntry) -> float:
     """The life cap for a fleet: the predicted hours x 1.5 + 1, rounded up to a minute, within the module's 0.25-720."""
     hours = entry.time_h * 1.5 + 1 if math.isfinite(entry.time_h) else MAX_LIFE_H
     return min(MAX_LIFE_H, max(0.25, math.ceil(hours * 60) / 60))
+
+
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$", re.I)
+
+
+def check_image(image: str) -> str:
+    """``image`` when it reads as a container image reference (``registry/name:tag`` or ``name@sha256:...``).
+
+    Raises:
+        ConfigError: naming the value and the form expected.
+    """
+    if not isinstance(image, str) or not _IMAGE.match(image) or ".." in image or "//" in image:
+        raise ConfigError(
+            f"--image {image!r} is not a container image reference: give registry/name:tag or name@sha256:digest, "
+            "e.g. nvcr.io/nvidia/pytorch:25.01-py3.",
+            parameter="image",
+            value=image,
+        )
+    return image
 
 
 def priced_zone(catalog: Catalog, entry: PlanEntry, region: str) -> str | None:
@@ -287,6 +307,8 @@ def tfvars(
         train["resume_from"] = options.resume_from
     if code is not None:
         train["code"] = {"source": f"{CODE_DIR}/{code.path.name}", "sha256": code.sha256}
+    if options.image:
+        train["image"] = check_image(options.image)
     if options.handover:
         train["handover"] = True
     if entry.layout is not None and (entry.layout.strategy != "ddp" or entry.layout.lightning_args):

@@ -251,7 +251,7 @@ variable "enable_cloudwatch" {
 }
 
 variable "train" {
-  description = "What every instance runs at boot: setup_command (a shell command) installs the environment; argv is what torchrun starts, the script and its arguments (or \"-m\", a module and its arguments), each word quoted for the shell by the module (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count; handover = true (srifty launch) makes every instance wait for HANDOVER-<name>.json under the checkpoint prefix and take the job's settings (checkpoint to resume from, per-rank batch sizes) from it; env holds variables exported on every instance before torchrun starts (names [A-Z_][A-Z0-9_]*; srifty terraform puts the plan layout's Lightning strategy there, SRIFTY_STRATEGY, which the job's plan_strategy() reads); code is the snapshot srifty terraform made of the working directory (source: the .tar.gz, relative to the root module; sha256: its digest), uploaded under the checkpoint prefix as code/<sha256>.tar.gz: every instance fetches it, checks the digest, unpacks it, installs the profiled environment it describes (.srifty/bootstrap.py into a virtual environment) and runs torchrun from it, after setup_command."
+  description = "What every instance runs at boot: setup_command (a shell command) installs the environment; argv is what torchrun starts, the script and its arguments (or \"-m\", a module and its arguments), each word quoted for the shell by the module (it receives --resume-from <s3 uri> when resume_from is set); nnodes is the fleet's instance count; handover = true (srifty launch) makes every instance wait for HANDOVER-<name>.json under the checkpoint prefix and take the job's settings (checkpoint to resume from, per-rank batch sizes) from it; env holds variables exported on every instance before torchrun starts (names [A-Z_][A-Z0-9_]*; srifty terraform puts the plan layout's Lightning strategy there, SRIFTY_STRATEGY, which the job's plan_strategy() reads); code is the snapshot srifty terraform made of the working directory (source: the .tar.gz, relative to the root module; sha256: its digest), uploaded under the checkpoint prefix as code/<sha256>.tar.gz: every instance fetches it, checks the digest, unpacks it, installs the profiled environment it describes (.srifty/bootstrap.py into a virtual environment) and runs torchrun from it, after setup_command; image (a container image) runs torchrun in that image instead (docker run with the GPUs, every EFA device, the host's network; the code at /workspace; the snapshot's lightning-srifty and requirements installed into the image's Python)."
   type = object({
     setup_command = optional(string, "")
     argv          = list(string)
@@ -260,6 +260,7 @@ variable "train" {
     resume_from   = optional(string)
     handover      = optional(bool, false)
     env           = optional(map(string), {})
+    image         = optional(string)
     code = optional(object({
       source = string
       sha256 = string
