@@ -187,3 +187,19 @@ def test_srifty_terraform_warns_of_missing_glue(tmp_path, catalog) -> None:
     assert any("never asks for the plan's strategy" in n and 'strategy="srifty_auto"' in n for n in got.notes)
     bare = generate(plan, tmp_path / "b", options=Options(name="glue-b"), catalog=catalog)
     assert bare.snapshot is None and any("nothing delivers your code" in n for n in bare.notes)
+
+
+def test_run_outputs_are_never_code_and_a_script_path_is_read_as_a_user_types_it(tmp_path, catalog) -> None:
+    project = _project(tmp_path / "p")
+    for out in ("srifty/profile.json", "srifty/launch/checkpoints/plans/plan-1.json", "lightning_logs/v0/x.ckpt"):
+        (project / out).parent.mkdir(parents=True, exist_ok=True)
+        (project / out).write_text("{}")
+    files, _ = code_files(project)
+    assert not [f for f in files if f.startswith(("srifty/", "lightning_logs/"))], files
+    got = generate(load_plan(PLAN), tmp_path / "a", options=Options(name="dot-slash", code=str(project),
+                   train_command="./train.py"), catalog=catalog)  # fmt: skip
+    assert got.values["train"]["argv"] == ["./train.py"]  # runs the same from the snapshot's folder
+    absolute = str(project / "train.py")
+    with pytest.raises(ConfigError, match=r"is an absolute path: .* --train-command 'train.py'"):
+        generate(load_plan(PLAN), tmp_path / "b", options=Options(name="abs", code=str(project),
+                 train_command=absolute), catalog=catalog)  # fmt: skip

@@ -58,6 +58,10 @@ def test_no_capacity_for_the_first_fleet_moves_to_the_next_and_leaves_nothing_be
             assert f"srifty launch: {first} (on-demand) could not start: InsufficientInstanceCapacity" in echo
             assert any(line.startswith(f"srifty launch: started entry 1 of the plan, {second}") for line in echo)
             assert any("terraform destroy of the partly applied failover-1" in line for line in echo)
+            # the runner's own clean-up saw what the failed apply had created (terraform state list) and destroyed it
+            assert any(
+                "terraform apply failed" in line and "everything it had created was destroyed" in line for line in echo
+            ), [line for line in echo if "failed" in line]
             # the refused apply left nothing: only the second fleet's instances run
             running = ec2.describe_instances(
                 Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]

@@ -216,3 +216,22 @@ def test_recommend_launchable_keeps_what_the_account_can_start_and_says_what_a_q
         monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", url)
         assert main([*ask, "--launchable"]) == 2
     assert "None of the" in capsys.readouterr().err
+
+
+def test_unreachable_aws_and_wrong_folders_are_one_line_with_the_fix(tmp_path, monkeypatch, capsys) -> None:
+    from botocore.exceptions import ReadTimeoutError
+
+    from lightning_srifty.provision.preflight import _why, account_limits, check_credentials
+    from predictor.exceptions import ProvisionError
+
+    assert main(["check", "--dir", str(tmp_path)]) == 2
+    assert "is not a root module written by `srifty terraform`" in capsys.readouterr().err
+    assert _why(ReadTimeoutError(endpoint_url="http://127.0.0.1:9/")).startswith("ReadTimeoutError: Read timeout")
+    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    dead = clients("us-east-1", "http://127.0.0.1:9")  # nothing listens on port 9
+    (finding,) = check_credentials(dead["sts"])
+    assert finding.status == "fail" and finding.message.startswith("AWS could not be reached")
+    assert "check the network" in finding.fix
+    with pytest.raises(ProvisionError, match=r"--launchable needs to read this account's EC2 offerings .* network"):
+        account_limits("us-east-1", ["g5.xlarge"], VCPUS.__getitem__, dead)

@@ -66,6 +66,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from lightning_srifty.console import plan_table
 
     console().print(plan_table(plan, profile.model.name, wide=args.wide))
+    if args.launchable and plan.notes:
+        print(plan.notes[-1])  # what was left out and what a quota increase would buy
     return 0
 
 

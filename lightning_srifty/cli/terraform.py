@@ -58,6 +58,10 @@ def cmd_terraform(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
 def node_summary(result: Any, options: Any) -> str:
     """What every node will run, on one screen: image, environment, code, command, strategy."""
     from lightning_srifty.protocol import VARIABLES
@@ -82,7 +86,7 @@ def node_summary(result: Any, options: Any) -> str:
         where = options.snapshot or Path(options.code or ".").resolve()
         lines.append(
             f"  code         {where} ({snap.source}): {len(snap.files)} files, "
-            f"{snap.bytes_in / 2**20:.1f} MiB, archive {snap.bytes_out / 2**20:.1f} MiB, sha256 {snap.sha256[:16]}..."
+            f"{_size(snap.bytes_in)}, archive {_size(snap.bytes_out)}, sha256 {snap.sha256[:16]}..."
         )
     elif snap is None:
         lines.append("  environment  the image's /opt/pytorch, then --setup-command")
@@ -98,6 +102,17 @@ def node_summary(result: Any, options: Any) -> str:
     lines.append(f"  command      torchrun --nnodes={train['nnodes']} --nproc_per_node=<GPUs per node> {argv}")
     strategy = (train.get("env") or {}).get(VARIABLES["strategy"])
     lines.append(f"  strategy     {strategy or 'ddp (the script builds its Trainer)'}")
+    network = values["network"]
+    zone = network.get("availability_zone") or network.get("availability_zone_id")
+    where = f"zone {zone} (the plan's spot price)" if zone else "a zone AWS picks"
+    lines.append(
+        f"  network      {'a new minimal VPC' if network.get('create_vpc') else network.get('vpc_id')}, {where}"
+    )
+    bucket = values["checkpoints"].get("bucket") or "a new bucket (created by the apply)"
+    lines.append(f"  checkpoints  {bucket}, prefix {values['checkpoints']['prefix']}")
+    lines.append(
+        f"  life cap     every instance terminates itself {values['max_life_h']:g} h after boot (--max-life-h)"
+    )
     return "\n".join(lines)
 
 

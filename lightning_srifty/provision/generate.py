@@ -205,8 +205,8 @@ def tfvars(
     if options.ami and not options.setup_command.strip():
         raise ConfigError(
             f"--ami {options.ami} is a custom image: srifty cannot know that it has PyTorch and torchrun (the default "
-            "Deep Learning AMI with PyTorch does). Give --setup-command to install them, e.g. --setup-command "
-            "'pip install torch lightning', or --setup-command true if the image has them.",
+            "Deep Learning AMI with PyTorch does). Give --setup-command true if the image has Python 3 and the NVIDIA "
+            "driver (the code snapshot installs the profiled torch and lightning), or a command that prepares it.",
             parameter="setup_command",
             value=options.setup_command,
         )
@@ -506,7 +506,17 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
                 "it must come from the requirements file"
             )
         return snapshot, notes
-    if argv[0] not in snapshot.files:
+    script = os.path.normpath(argv[0])
+    if os.path.isabs(script) and options.code and not options.snapshot:
+        inside = os.path.relpath(script, Path(options.code).resolve())
+        if not inside.startswith(".."):
+            raise ConfigError(
+                f"The training script {argv[0]} is an absolute path: every node runs the code from its own folder. "
+                f"Give it relative to the code folder: --train-command {inside!r}.",
+                parameter="train_command",
+                value=options.train_command,
+            )
+    if script not in snapshot.files:
         raise ConfigError(
             f"The training script {argv[0]} is not in the code snapshot of {where} ({len(snapshot.files)} "
             "files): every node runs torchrun from the snapshot's top folder, so it would end in \"can't open file\". "
@@ -516,7 +526,7 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
             value=options.train_command,
         )
     entry = plan.entries[choice]
-    text = read_member(snapshot, argv[0]).decode(errors="replace")
+    text = read_member(snapshot, script).decode(errors="replace")
     glue = ("plan_strategy", "srifty_auto")
     if entry.layout is not None and entry.layout.strategy != "ddp" and not any(g in text for g in glue):
         notes.append(

@@ -191,7 +191,7 @@ def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
         if script not in snapshot.files:
             script = argv[1].replace(".", "/") + "/__main__.py"
     else:
-        script = argv[0]
+        script = os.path.normpath(argv[0])  # ./train.py is train.py
     if script not in snapshot.files:
         return [
             Finding(
@@ -295,7 +295,9 @@ def check_quotas(
                 "quota",
                 "warn",
                 f"the vCPU quotas could not be read ({_why(exc)}): the apply may fail with VcpuLimitExceeded",
-                "allow servicequotas:ListServiceQuotas, or check them in the Service Quotas console",
+                "allow servicequotas:ListServiceQuotas, or check them in the Service Quotas console"
+                if "AccessDenied" in _why(exc)
+                else "check them in the Service Quotas console (this endpoint does not serve EC2's quotas)",
             )
         ]
     used = _running_vcpus(ec2, vcpus)
@@ -404,6 +406,15 @@ def check_credentials(sts: Any) -> list[Finding]:
     try:
         who = sts.get_caller_identity()
     except Exception as exc:  # noqa: BLE001
+        if _unreachable(exc):
+            return [
+                Finding(
+                    "credentials",
+                    "fail",
+                    f"AWS could not be reached ({_why(exc)})",
+                    "check the network (a proxy, a VPN, AWS_ENDPOINT_URL), then try again",
+                )
+            ]
         return [
             Finding(
                 "credentials",
@@ -416,9 +427,19 @@ def check_credentials(sts: Any) -> list[Finding]:
 
 
 def _why(exc: Exception) -> str:
-    error = getattr(exc, "response", {}).get("Error", {}) if hasattr(exc, "response") else {}
-    code = error.get("Code")
-    return f"{code}: {error.get('Message', '')}".strip(": ") if code else f"{type(exc).__name__}: {exc}"
+    response = getattr(exc, "response", None)
+    error = response.get("Error", {}) if isinstance(response, dict) else {}
+    code, message = error.get("Code"), str(error.get("Message") or "")
+    if code and message.lstrip().startswith("<"):  # an HTML error page (a proxy, an emulator): the code is enough
+        message = ""
+    return f"{code}: {message[:200]}".strip(": ") if code else f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _unreachable(exc: Exception) -> bool:
+    """The AWS endpoint could not be reached (network, DNS, proxy, timeout), as opposed to an answer."""
+    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
+
+    return isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -468,10 +489,20 @@ def preflight(
 
 
 def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] | None = None) -> Report:
-    """The pre-flight of a root module ``srifty terraform`` wrote: its values, its code snapshot."""
-    from lightning_srifty.provision.generate import TFVARS
+    """The pre-flight of a root module ``srifty terraform`` wrote: its values, its code snapshot.
+
+    Raises:
+        ProvisionError: ``folder`` is not such a root module.
+    """
+    from lightning_srifty.provision.generate import MARKER, TFVARS
+    from predictor.exceptions import ProvisionError
 
     root = Path(folder)
+    if not (root / TFVARS).is_file() or not (root / MARKER).is_file():
+        raise ProvisionError(
+            f"{root} is not a root module written by `srifty terraform` (no {TFVARS}). Write one with "
+            "`srifty terraform --plan plan.json --out DIR`, then `srifty check --dir DIR`."
+        )
     values = json.loads((root / TFVARS).read_text())
     code = values["train"].get("code")
     snapshot = load_snapshot(root / code["source"]) if code else None
@@ -510,8 +541,25 @@ class AccountLimits:
 
 
 def account_limits(region: str, types: list[str], vcpus: Callable[[str], int], aws: dict[str, Any]) -> AccountLimits:
-    """Read ``region``'s quotas, what runs there, and which of ``types`` it offers."""
-    offered = frozenset(t for t, zones in offered_zones(aws["ec2"], types).items() if zones)
+    """Read ``region``'s quotas, what runs there, and which of ``types`` it offers.
+
+    Raises:
+        ProvisionError: AWS cannot be reached or refuses the credentials (naming the fix).
+    """
+    from predictor.exceptions import ProvisionError
+
+    try:
+        offered = frozenset(t for t, zones in offered_zones(aws["ec2"], types).items() if zones)
+    except Exception as exc:  # noqa: BLE001 - every botocore failure becomes one line with its fix
+        fix = (
+            "check the network (a proxy, a VPN, AWS_ENDPOINT_URL)"
+            if _unreachable(exc)
+            else "set AWS credentials (aws configure, AWS_PROFILE)"
+        )
+        raise ProvisionError(
+            f"--launchable needs to read this account's EC2 offerings and quotas in {region}, and could not "
+            f"({_why(exc)}): {fix}, or rank without --launchable."
+        ) from None
     try:
         listing = _quota_listing(aws["quotas"])
     except Exception:  # noqa: BLE001 - unknown quotas: every fleet stays, the plan says so

@@ -216,8 +216,24 @@ def apply(
 
 def _state_resources(tf: Any) -> list[str]:
     """The resources terraform's state holds now (empty before a new fleet's first apply)."""
-    code, out, _ = _run(tf, "state", "list", stream=False)
-    return [line for line in (out or "").splitlines() if line.strip()] if code == 0 else []
+    import subprocess
+
+    # not through python-terraform: it puts its -no-color between `state` and `list`, which terraform refuses
+    # (usage text, exit 1), so a failed apply looked as if it had created nothing
+    run = subprocess.run(
+        [tf.terraform_bin_path, "state", "list", "-no-color"],
+        cwd=tf.working_dir,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+    if run.returncode == 0:
+        return [line for line in run.stdout.splitlines() if line.strip()]
+    if "No state file was found" in run.stderr:
+        return []
+    # unknown: say resources may exist (nothing is destroyed on a guess, and a new fleet is not assumed)
+    return [f"(terraform state list failed: {(run.stderr.strip().splitlines() or ['no output'])[-1]})"]
 
 
 def _clean_up(tf: Any, root: Path, values: dict[str, Any], fresh: bool, echo: Callable[[str], None]) -> str:

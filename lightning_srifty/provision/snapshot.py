@@ -38,6 +38,9 @@ from predictor.exceptions import ConfigError
 
 DEFAULT_MAX_MB = 200.0  # uncompressed; datasets belong in S3, not in the code snapshot
 ALWAYS_LEFT_OUT = (".git", "__pycache__", ".terraform", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache")
+# folders of the project's top level that hold run outputs, never code: srifty's own (profiles, reports, a local
+# launch's checkpoints) and Lightning's default logs and checkpoints
+OUTPUT_FOLDERS = ("srifty", "lightning_logs")
 LEFT_OUT_SUFFIXES = (".pyc", ".tfstate", ".tfstate.backup")
 IGNORE_FILES = (".gitignore", ".sriftyignore")
 SRIFTY_DIR = ".srifty"
@@ -75,6 +78,8 @@ def code_files(workdir: Path, leave_out: tuple[Path, ...] = ()) -> tuple[list[st
     for rel in sorted(set(listed)):
         parts = PurePosixPath(rel).parts
         if any(p in ALWAYS_LEFT_OUT for p in parts[:-1]) or rel.endswith(LEFT_OUT_SUFFIXES):
+            continue
+        if len(parts) > 1 and parts[0] in OUTPUT_FOLDERS:
             continue
         path = root / rel
         resolved = path.resolve()

@@ -150,6 +150,8 @@ class TerraformProvisioner:
             if isinstance(exc, CapacityError):
                 raise
             code = capacity_code(str(exc)) if isinstance(exc, ProvisionError) else None
+            if isinstance(exc, ProvisionError):
+                self.echo(f"srifty launch: {str(exc).splitlines()[0]}")
             if code:
                 raise CapacityError(f"EC2 could not start {plan.entries[index].fleet}: {code}", code=code) from exc
             raise
