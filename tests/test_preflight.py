@@ -147,6 +147,23 @@ def test_srifty_check_and_apply_refuse_a_root_the_account_cannot_launch(aws, tmp
     (project / "train.py").write_text("import lightning\n")
     boto3.client("s3", endpoint_url=aws, region_name="us-east-1").create_bucket(Bucket="ckpt-preflight")
     options = Options(name="preflight", code=str(project), aws_endpoint=aws, bucket="ckpt-preflight")
+    # moto publishes no Deep Learning AMI parameters: the pre-flight says so and what to give instead
+    bare = generate(load_plan(PLAN), tmp_path / "bare", options=options).out
+    with FakeServiceQuotas({"Running On-Demand G and VT instances": 64}) as quotas_url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
+        (image,) = [f for f in preflight_root(bare).findings if f.check == "image"]
+    assert image.status == "fail" and "the machine image cannot be found here" in image.message
+    assert image.fix.startswith("give --ami with an image id of this region")
+    ec2 = boto3.client("ec2", endpoint_url=aws, region_name="us-east-1")
+    ami = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["x86_64"]}])
+    options = Options(
+        name="preflight",
+        code=str(project),
+        aws_endpoint=aws,
+        bucket="ckpt-preflight",
+        ami=ami["Images"][0]["ImageId"],
+        setup_command="true",
+    )
     root = generate(load_plan(PLAN), tmp_path / "infra", options=options).out
     with FakeServiceQuotas({"Running On-Demand G and VT instances": 0}) as quotas_url:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
@@ -154,6 +171,7 @@ def test_srifty_check_and_apply_refuse_a_root_the_account_cannot_launch(aws, tmp
         out = capsys.readouterr().out
         assert "[FAIL] quota: Running On-Demand G and VT instances (L-DB2E81BA): the fleet needs 4 vCPUs" in out
         assert "[ok  ] imports" in out and "[ok  ] bucket: the checkpoint bucket ckpt-preflight answers" in out
+        assert f"[ok  ] image: the AMI {options.ami} (x86_64) exists" in out
         with pytest.raises(PreflightError, match=r"quota-code L-DB2E81BA --desired-value 4") as refused:
             apply(root, yes=True, echo=lambda line: None)
         assert refused.value.report["ok"] is False

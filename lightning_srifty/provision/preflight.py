@@ -8,6 +8,8 @@
   room for it, after what already runs; else the exact increase request to file.
 - **offering**: every instance type is offered in the region, and in the availability zone the fleet's subnet is
   in (``describe_instance_type_offerings``); else the zones that offer them all.
+- **image**: the AMI given exists and is of the fleet's architecture, else the Deep Learning AMI's public SSM
+  parameter of each architecture resolves (an emulator has none: give --ami).
 - **bucket**: the checkpoint bucket answers (``head_bucket``), when it exists already.
 - **credentials**: the credentials are valid (``sts get-caller-identity``). Whether they may do everything the module
   does is not simulated: ``terraform plan`` reads, ``apply`` writes.
@@ -385,6 +387,52 @@ def check_offerings(ec2: Any, region: str, types: list[str], zone: str | None) -
     return [Finding("offering", "ok", f"every type is offered in {', '.join(common)}")]
 
 
+def default_image_parameters() -> dict[str, str]:
+    """The module's default public SSM parameters of the Deep Learning AMI per architecture, read from its
+    variables.tf (declared there once)."""
+    from lightning_srifty.provision.generate import terraform_root
+
+    text = (terraform_root() / "modules" / "training_fleet" / "variables.tf").read_text()
+    return dict(re.findall(r'(x86_64|arm64)\s*=\s*"(/aws/service/[^"]+)"', text))
+
+
+def check_image(ec2: Any, ssm: Any, ami: dict[str, Any], arches: list[str]) -> list[Finding]:
+    """The machine image the instances boot exists here: the AMI id given (and its architecture), else the SSM
+    parameter of each architecture's Deep Learning AMI."""
+    try:
+        if ami.get("id"):
+            images = ec2.describe_images(ImageIds=[ami["id"]])["Images"]
+            arch = images[0].get("Architecture") if images else None
+            if not images:
+                raise LookupError(f"no image {ami['id']}")
+            if arch not in arches:
+                return [
+                    Finding(
+                        "image",
+                        "fail",
+                        f"the AMI {ami['id']} is {arch}, the fleet's types are {', '.join(arches)}",
+                        "give an AMI of the fleet's architecture, or leave --ami out",
+                    )
+                ]
+            return [Finding("image", "ok", f"the AMI {ami['id']} ({arch}) exists")]
+        names = {**default_image_parameters(), **(ami.get("ssm_parameters") or {})}
+        for arch in arches:
+            ssm.get_parameter(Name=names[arch])
+    except Exception as exc:  # noqa: BLE001
+        if _unreachable(exc):
+            return [Finding("image", "warn", f"the image could not be looked up ({_why(exc)})", None)]
+        return [
+            Finding(
+                "image",
+                "fail",
+                f"the machine image cannot be found here ({_why(exc)})",
+                "give --ami with an image id of this region (and --setup-command true when it has Python 3 and the "
+                "NVIDIA driver); an emulator such as moto has no Deep Learning AMI parameters",
+            )
+        ]
+    return [Finding("image", "ok", f"the Deep Learning AMI of {', '.join(arches)} is published here")]
+
+
 def check_bucket(s3: Any, bucket: str | None) -> list[Finding]:
     if not bucket:
         return [Finding("bucket", "ok", "the module creates the checkpoint bucket")]
@@ -455,7 +503,7 @@ def clients(region: str, endpoint: str | None = None) -> dict[str, Any]:
     config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=15)
     kw: dict[str, Any] = {"region_name": region, "config": config}
     made = {}
-    for name, service in (("ec2", "ec2"), ("s3", "s3"), ("sts", "sts"), ("quotas", "service-quotas")):
+    for name, service in (("ec2", "ec2"), ("s3", "s3"), ("sts", "sts"), ("ssm", "ssm"), ("quotas", "service-quotas")):
         # a service's own endpoint variable (AWS_ENDPOINT_URL_SERVICE_QUOTAS ...) wins, as in every AWS SDK
         own = os.environ.get(f"AWS_ENDPOINT_URL_{service.upper().replace('-', '_')}")
         url = own or endpoint
@@ -472,6 +520,8 @@ def preflight(
     zone: str | None = None,
     snapshot: Snapshot | None = None,
     argv: list[str] | None = None,
+    ami: dict[str, Any] | None = None,
+    arches: list[str] | None = None,
     aws: dict[str, Any] | None = None,
 ) -> Report:
     """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``)."""
@@ -484,6 +534,8 @@ def preflight(
     need = required_vcpus(groups, vcpus)
     findings += check_quotas(aws["quotas"], aws["ec2"], region, need, vcpus)
     findings += check_offerings(aws["ec2"], region, sorted({g.instance_type for g in groups}), zone)
+    if ami is not None and arches:
+        findings += check_image(aws["ec2"], aws["ssm"], ami, arches)
     findings += check_bucket(aws["s3"], bucket)
     return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
 
@@ -520,6 +572,8 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         zone=values["network"].get("availability_zone") or values["network"].get("availability_zone_id"),
         snapshot=snapshot,
         argv=values["train"]["argv"],
+        ami=values.get("ami") or {},
+        arches=sorted({g.get("arch", "x86_64") for g in values["groups"]}),
         aws=aws or clients(values["region"], endpoint),
     )
 
