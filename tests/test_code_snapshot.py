@@ -203,3 +203,44 @@ def test_run_outputs_are_never_code_and_a_script_path_is_read_as_a_user_types_it
     with pytest.raises(ConfigError, match=r"is an absolute path: .* --train-command 'train.py'"):
         generate(load_plan(PLAN), tmp_path / "b", options=Options(name="abs", code=str(project),
                  train_command=absolute), catalog=catalog)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_node_bootstrap_installs_the_snapshot_and_stops_when_torch_cannot_use_the_gpus(tmp_path) -> None:
+    """.srifty/bootstrap.py, run as user_data runs it (the image's python3, this machine's packages standing for the
+    image's): the environment is made and checked; on a node whose nvidia-smi answers, a torch that cannot use the
+    GPUs (here the CPU build) stops the boot with the driver named, exit 5."""
+    import shutil
+    import sys
+
+    project = _project(tmp_path / "p")
+    spec = {
+        "packages": ["torch==" + _release("torch"), "lightning==" + _release("lightning")],
+        "requirements": None,
+        "base_python": sys.executable,
+    }
+    snap = build_snapshot(project, tmp_path / "out", spec)
+    code = tmp_path / "code"
+    with tarfile.open(snap.path) as tar:
+        tar.extractall(code, filter="data")
+    python3 = shutil.which("python3") or sys.executable
+    env = {**os.environ, "PYTHONPATH": ""}
+    ok = subprocess.run([python3, str(code / ".srifty/bootstrap.py"), str(tmp_path / "env")], capture_output=True,
+                        text=True, env=env)  # fmt: skip
+    assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
+    report = json.loads((tmp_path / "env" / "srifty-environment.json").read_text())
+    assert report["lightning_srifty_file"].startswith(str(tmp_path / "env"))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 570.133.20\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    gpu = subprocess.run([python3, str(code / ".srifty/bootstrap.py"), str(tmp_path / "env2")], capture_output=True,
+                         text=True, env={**env, "PATH": f"{fake}:{env['PATH']}"})  # fmt: skip
+    assert gpu.returncode == 5, gpu.stdout[-2000:] + gpu.stderr[-2000:]
+    assert "cannot use this node's GPUs (NVIDIA driver 570.133.20)" in gpu.stderr and "a CPU build" in gpu.stderr
+
+
+def _release(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name).split("+")[0]

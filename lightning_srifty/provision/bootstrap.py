@@ -8,13 +8,16 @@ installed against the pins and exits non-zero, naming the package, when they dif
 image that has torch already), that interpreter's packages are visible in the new environment, so pins it already
 satisfies are not downloaded again.
 
-Exit codes: 0 installed and checked; 2 bad environment.json; 3 pip failed; 4 installed versions differ from the pins.
+Exit codes: 0 installed and checked; 2 bad environment.json; 3 pip failed; 4 installed versions differ from the pins;
+5 a GPU node (``nvidia-smi`` answers) whose installed torch cannot use its GPUs (a CUDA build the driver does not
+support, or a CPU build).
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import shutil
 import subprocess
 import sys
 import venv
@@ -33,6 +36,12 @@ for n in names:
 out["python"] = "%d.%d.%d" % sys.version_info[:3]
 import lightning_srifty
 out["lightning_srifty_file"] = lightning_srifty.__file__
+try:
+    import torch
+    out["torch_cuda"] = torch.version.cuda
+    out["cuda_available"] = bool(torch.cuda.is_available())
+except Exception as exc:  # noqa: BLE001 - reported, not raised
+    out["torch_error"] = repr(exc)
 print(json.dumps(out))
 """
 
@@ -123,6 +132,21 @@ def main(argv: list[str]) -> int:
     if wrong:
         print("srifty bootstrap: installed versions differ from the pins: " + ", ".join(wrong), file=sys.stderr)
         return 4
+    smi = shutil.which("nvidia-smi")
+    if smi and not got.get("cuda_available"):  # a GPU node whose torch cannot use its GPUs: stop before training
+        driver = (
+            subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True)
+            .stdout.strip()
+            .splitlines()
+        )
+        print(
+            f"srifty bootstrap: torch {got.get('torch')} (CUDA build {got.get('torch_cuda') or 'none: a CPU build'}) "
+            f"cannot use this node's GPUs (NVIDIA driver {driver[0] if driver else 'unknown'}): install a torch build "
+            "for this driver (--extra-index-url https://download.pytorch.org/whl/cu<version>) or an image whose "
+            "driver supports this build",
+            file=sys.stderr,
+        )
+        return 5
     report = {"python": got["python"], **{n: got[n] for n in [*pins, "lightning-srifty"]}}
     report["lightning_srifty_file"] = got["lightning_srifty_file"]
     (target / "srifty-environment.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
