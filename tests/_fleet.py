@@ -50,6 +50,42 @@ def example(name: str):
     return load_plan(folder / "plan.json"), spec["choice"], Options(**opts)
 
 
+def template_values(**overrides: object) -> dict:
+    """Every variable the module's user_data template takes, for a one-node job with no code snapshot, no container
+    and no secrets (the image and the setup command); ``overrides`` replace any of them."""
+    import base64
+
+    values = {
+        "name": "job",
+        "setup_command": "true",
+        "argv": "'train.py'",
+        "nnodes": 1,
+        "nproc_per_node": 1,
+        "rdzv_port": 29400,
+        "checkpoint_uri_b64": base64.b64encode(b"s3://b/checkpoints/").decode(),
+        "code_sha256": "",  # test_terraform_boot runs a code snapshot and a container image
+        "code_uri_b64": "",
+        "image": "",
+        "image_b64": "",
+        "resume_from": "",
+        "handover": False,
+        "env_count": 0,
+        "env_b64": base64.b64encode(b"{}").decode(),
+        "max_life_s": 5400,
+        "max_life_min": 90,
+        "heartbeat": False,
+        "watchdog_b64": base64.b64encode(WATCHDOG.read_bytes()).decode(),
+        "watchdog_interval_s": 60,
+        "watchdog_grace_s": 5,
+        "watchdog_max_age_s": 300,
+        "watchdog_asg": 0,
+        "secrets": [],
+    }
+    unknown = set(overrides) - set(values)
+    assert not unknown, f"not template variables: {unknown}"
+    return {**values, **overrides}
+
+
 def render(env: dict[str, str], folder: Path, values: dict) -> str:
     """templatefile() of the module's user_data, by `terraform console` (no provider, no cloud)."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from _fleet import EXAMPLES, FAKE_CURL, FAKE_TORCHRUN, WATCHDOG, example, exe, read, render, run_user_data
+from _fleet import (
+    EXAMPLES,
+    FAKE_CURL,
+    FAKE_TORCHRUN,
+    WATCHDOG,
+    example,
+    exe,
+    read,
+    render,
+    run_user_data,
+    template_values,
+)
 from conftest import tf_run
 from lightning_srifty.cli import main
 from lightning_srifty.provision import runner
@@ -191,32 +202,15 @@ def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(t
     odd_uri = 's3://b/it\'s a $HOME `touch x` "q" $(id)/'  # the module refuses such a prefix; the quoting holds anyway
     odd_arg = 'it\'s a $HOME; `touch pwned` "q" $(touch pwned2)'
     odd_env = {"SRIFTY_STRATEGY": '{"layout": "fsdp:full_shard+ac"}', "SRIFTY_ODD": odd_arg}  # the plan's settings
-    values = {
-        "name": "quoting",
-        "setup_command": "true",
-        "argv": " ".join("'" + a.replace("'", "'\\''") + "'" for a in ["train.py", odd_arg]),
-        "nnodes": 1,
-        "nproc_per_node": 1,
-        "rdzv_port": 29400,
-        "checkpoint_uri_b64": base64.b64encode(odd_uri.encode()).decode(),
-        "resume_from": "'" + odd_arg.replace("'", "'\\''") + "'",
-        "handover": False,
-        "env_count": len(odd_env),
-        "env_b64": base64.b64encode(json.dumps(odd_env).encode()).decode(),
-        "max_life_s": 5400,
-        "max_life_min": 90,
-        "heartbeat": True,
-        "watchdog_b64": base64.b64encode(WATCHDOG.read_bytes()).decode(),
-        "code_sha256": "",  # no code snapshot: the image and the setup command (test_terraform_boot runs one)
-        "code_uri_b64": "",
-        "image": "",
-        "image_b64": "",
-        "watchdog_interval_s": 60,
-        "watchdog_grace_s": 5,
-        "watchdog_max_age_s": 300,
-        "watchdog_asg": 0,
-        "secrets": [],
-    }
+    values = template_values(
+        name="quoting",
+        argv=" ".join("'" + a.replace("'", "'\\''") + "'" for a in ["train.py", odd_arg]),
+        checkpoint_uri_b64=base64.b64encode(odd_uri.encode()).decode(),
+        resume_from="'" + odd_arg.replace("'", "'\\''") + "'",
+        env_count=len(odd_env),
+        env_b64=base64.b64encode(json.dumps(odd_env).encode()).decode(),
+        heartbeat=True,
+    )
     script = render(tf_env, tmp_path / "console", values)
     work = tmp_path / "cwd"
     work.mkdir()

@@ -4,7 +4,6 @@ AWS accepts."""
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import re
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from _fleet import FAKE_CURL, FAKE_TORCHRUN, WATCHDOG, example, read, render, run_user_data
+from _fleet import FAKE_CURL, FAKE_TORCHRUN, example, read, render, run_user_data, template_values
 from conftest import tf_run
 from lightning_srifty.cli import main
 from lightning_srifty.provision.command import check_secret_env
@@ -284,32 +283,12 @@ esac
 
 
 def _user_data_values(secrets: list[dict]) -> dict:
-    return {
-        "name": "secrets",
-        "setup_command": 'echo "setup sees HF_TOKEN=$(printf %s "$HF_TOKEN" | wc -c) chars"',
-        "argv": "'train.py'",
-        "nnodes": 1,
-        "nproc_per_node": 1,
-        "rdzv_port": 29400,
-        "checkpoint_uri_b64": base64.b64encode(b"s3://b/checkpoints/").decode(),
-        "resume_from": "",
-        "handover": False,
-        "env_count": 0,
-        "env_b64": base64.b64encode(b"{}").decode(),
-        "max_life_s": 5400,
-        "max_life_min": 90,
-        "heartbeat": False,
-        "watchdog_b64": base64.b64encode(WATCHDOG.read_bytes()).decode(),
-        "code_sha256": "",  # no code snapshot: the image and the setup command (test_terraform_boot runs one)
-        "code_uri_b64": "",
-        "image": "",
-        "image_b64": "",
-        "watchdog_interval_s": 60,
-        "watchdog_grace_s": 1,
-        "watchdog_max_age_s": 300,
-        "watchdog_asg": 0,
-        "secrets": secrets,
-    }
+    return template_values(
+        name="secrets",
+        setup_command='echo "setup sees HF_TOKEN=$(printf %s "$HF_TOKEN" | wc -c) chars"',
+        watchdog_grace_s=1,
+        secrets=secrets,
+    )
 
 
 def _run_user_data(tmp_path: Path, script: str, extra_env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from _fleet import FAKE_CURL, WATCHDOG, example, exe, read, render, run_user_data
+from _fleet import FAKE_CURL, example, exe, read, render, run_user_data, template_values
 from conftest import moto_server
 from lightning_srifty.cli import main
 from lightning_srifty.cli.operations import _Prefixed
@@ -253,30 +253,11 @@ def test_user_data_ships_its_log_beside_the_checkpoints(tf_env, aws, tmp_path) -
     _, s3, endpoint = aws
     s3.create_bucket(Bucket="ops-ship")
     uri = "s3://ops-ship/ckpt/"
-    values = {
-        "name": "shipper",
-        "setup_command": "echo setting up",
-        "argv": "'train.py'",
-        "nnodes": 1,
-        "nproc_per_node": 1,
-        "rdzv_port": 29400,
-        "checkpoint_uri_b64": base64.b64encode(uri.encode()).decode(),
-        "code_sha256": "",
-        "code_uri_b64": "",
-        "resume_from": "",
-        "handover": False,
-        "env_count": 0,
-        "env_b64": base64.b64encode(b"{}").decode(),
-        "max_life_s": 5400,
-        "max_life_min": 90,
-        "heartbeat": False,
-        "watchdog_b64": base64.b64encode(WATCHDOG.read_bytes()).decode(),
-        "watchdog_interval_s": 60,
-        "watchdog_grace_s": 5,
-        "watchdog_max_age_s": 300,
-        "watchdog_asg": 0,
-        "secrets": [],
-    }
+    values = template_values(
+        name="shipper",
+        setup_command="echo setting up",
+        checkpoint_uri_b64=base64.b64encode(uri.encode()).decode(),
+    )
     script = render(tf_env, tmp_path / "console", values)
     fakes = {
         "curl": FAKE_CURL,
