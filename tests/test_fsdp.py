@@ -317,3 +317,30 @@ def test_ranks_fetching_one_remote_directory_at_once_all_get_the_sound_copy(
     assert got == [str(final)] * 12
     assert {f.name: sha256_of(local, str(f)) for f in final.iterdir()} == digests
     assert sorted(p.name for p in cache.iterdir()) == ["preempt-step=5.ckpt", "preempt-step=5.ckpt.sha256"]
+
+
+def test_a_manifest_naming_a_path_outside_the_folder_is_never_downloaded(tmp_path, moto_endpoint, monkeypatch) -> None:
+    """A sharded checkpoint's manifest is writable by every instance of the run: one that names ../x (or a file the
+    folder does not hold) is refused before anything is written, and nothing lands outside the cache."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    from lightning_srifty import protocol
+    from lightning_srifty.migrate.checkpoints import local_checkpoint, write_manifest
+    from predictor.exceptions import MigrationError
+
+    aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in {**aws, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(name, value)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
+    store = protocol.filesystem("s3://ckpts/run")
+    for evil in ("../../escaped.txt", "not-listed.distcp"):
+        remote = f"s3://ckpts/run/{evil.split('.')[0].strip('/') or 'x'}-step=5.ckpt"
+        store.pipe(f"{remote}/.metadata", b"x")
+        store.pipe("s3://ckpts/escaped.txt", b"planted")  # what ../../escaped.txt would fetch
+        write_manifest(store, remote, {".metadata": "0" * 64, evil: "0" * 64})
+        cache = tmp_path / "cache" / "a" / "b"
+        with pytest.raises(MigrationError, match=r"manifest lists .*which is not a file of that folder"):
+            local_checkpoint(remote, str(cache))
+    assert not (tmp_path / "cache" / "escaped.txt").exists() and not list(tmp_path.rglob("escaped.txt"))
+    assert not cache.exists() or not list(cache.iterdir())  # no half-copy left

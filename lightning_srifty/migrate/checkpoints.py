@@ -326,7 +326,16 @@ def local_checkpoint(path: str, cache_dir: str) -> str:
     # A name of this process's own: every rank of a node may fetch at once, and none may see another's half-copy.
     partial = tempfile.mkdtemp(prefix=f"{name}.partial-", dir=cache_dir)
     try:
-        for rel in sorted(recorded) if recorded else [PurePosixPath(str(p)).name for p in fs.ls(path, detail=False)]:
+        listed = {PurePosixPath(str(p)).name for p in fs.ls(path, detail=False)}
+        for rel in sorted(recorded) if recorded else sorted(listed):
+            # only a plain name the folder's listing holds: a manifest (writable by every instance of the run) that
+            # names ../x or /x must never make this process write outside its cache
+            plain = rel not in ("", ".", "..") and not any(c in rel for c in "/\\\0")
+            if not plain or rel not in listed:
+                raise MigrationError(
+                    f"The checkpoint {path}'s manifest lists {rel!r}, which is not a file of that folder: refusing "
+                    "to download it (a tampered or foreign manifest); resume from another checkpoint."
+                )
             fs.get_file(f"{path}/{rel}", os.path.join(partial, rel))
         try:
             vet_directory(filesystem(partial), partial, recorded)
