@@ -39,3 +39,46 @@ def console() -> Any:
     from lightning_srifty.console import console as make
 
     return make()
+
+
+def add_code_arguments(p: Any) -> None:
+    """The flags of the code and environment every node runs (``srifty terraform`` and ``srifty launch``)."""
+    p.add_argument(
+        "--code",
+        default=".",
+        metavar="DIR",
+        help="the folder every node runs from (default: this one): packed as a content-addressed snapshot (git's "
+        "view of it in a work tree; else .gitignore/.sriftyignore), uploaded beside the checkpoints, checked by "
+        "sha256 on every node",
+    )
+    p.add_argument("--no-code", action="store_true", help="deliver no code (the image or --setup-command has it)")
+    p.add_argument(
+        "--image",
+        help="a container image to run the job in (docker run with the GPUs, EFA and the host's network; the code at "
+        "/workspace) instead of a virtual environment of the profiled versions",
+    )
+    p.add_argument(
+        "--requirements", help="requirements file inside --code, installed on the nodes (default: requirements.txt)"
+    )
+    p.add_argument("--index-url", help="the package index the nodes install from (default: PyPI; a mirror)")
+    p.add_argument("--extra-index-url", action="append", help="another index (repeatable)")
+    p.add_argument(
+        "--base-python",
+        metavar="PATH",
+        help="an interpreter of the image whose packages the nodes' environment may reuse (a custom image with "
+        "torch: pins it satisfies are not downloaded)",
+    )
+    p.add_argument("--max-code-mb", type=float, default=200.0, help="refuse a code snapshot larger than this")
+
+
+def code_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~lightning_srifty.provision.generate.Options` fields of :func:`add_code_arguments`."""
+    return {
+        "code": None if args.no_code else args.code,
+        "image": args.image,
+        "requirements": args.requirements,
+        "index_url": args.index_url,
+        "extra_index_urls": tuple(args.extra_index_url or ()),
+        "base_python": args.base_python,
+        "max_code_mb": args.max_code_mb,
+    }

@@ -50,6 +50,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     check_script(script)
     provisioner = None
     if args.provisioner == "terraform":
+        from lightning_srifty.cli._common import code_options
         from lightning_srifty.provision.generate import Options
         from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
 
@@ -66,11 +67,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             mode=args.mode,
             ami=args.ami,
             aws_endpoint=args.aws_endpoint,
-            code=None if args.no_code else args.code,
-            image=args.image,
-            requirements=args.requirements,
-            index_url=args.index_url,
-            base_python=args.base_python,
+            **code_options(args),
             code_leave_out=(args.workdir,),
         )
         provisioner = TerraformProvisioner(args.workdir, args.checkpoint_uri, options)
@@ -114,6 +111,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    from lightning_srifty.cli._common import add_code_arguments
+
     p = sub.add_parser("launch", help="run a training script on the plan's fleet and migrate it when it pays")
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON")
     p.add_argument("--choice", type=int, default=0, help="the ranked fleet to start on")
@@ -161,16 +160,6 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     tf.add_argument("--setup-command", default="", help="what every instance runs before training")
     tf.add_argument("--mode", choices=("asg", "fleet"), default="asg")
     tf.add_argument("--aws-endpoint", help="an AWS API endpoint such as moto's (testing)")
-    tf.add_argument(
-        "--code",
-        default=".",
-        metavar="DIR",
-        help="the folder every node runs from (default: this one), packed once for every fleet of the run",
-    )
-    tf.add_argument("--no-code", action="store_true", help="deliver no code (the image or --setup-command has it)")
-    tf.add_argument("--image", help="a container image to run the job in (docker, with the GPUs and EFA)")
-    tf.add_argument("--requirements", help="requirements file inside --code (default: requirements.txt)")
-    tf.add_argument("--index-url", help="the package index the nodes install from (default: PyPI; a mirror)")
-    tf.add_argument("--base-python", metavar="PATH", help="an image interpreter whose packages the nodes may reuse")
+    add_code_arguments(tf)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- script.py [args]: what torchrun starts per GPU")
     p.set_defaults(func=cmd_launch)

@@ -11,7 +11,7 @@ from typing import Any
 
 
 def cmd_terraform(args: argparse.Namespace) -> int:
-    from lightning_srifty.cli._common import load_catalog
+    from lightning_srifty.cli._common import code_options, load_catalog
     from lightning_srifty.provision.generate import Options, generate
     from predictor.plan import load_plan
 
@@ -38,13 +38,7 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         ssm_session=args.ssm_session,
         secret_env=tuple(args.secret_env or ()),
         availability_zone=args.availability_zone,
-        code=None if args.no_code else args.code,
-        image=args.image,
-        requirements=args.requirements,
-        index_url=args.index_url,
-        extra_index_urls=tuple(args.extra_index_url or ()),
-        base_python=args.base_python,
-        max_code_mb=args.max_code_mb,
+        **code_options(args),
     )
     result = generate(plan, args.out, choice=args.choice, options=options, catalog=load_catalog(args))
     entry = plan.entries[args.choice]
@@ -134,6 +128,8 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    from lightning_srifty.cli._common import add_code_arguments
+
     p = sub.add_parser("terraform", parents=[common], help="write a Terraform root module for a plan's fleet")
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON (srifty recommend --out)")
     p.add_argument("--choice", type=int, default=0, help="index of the ranked fleet (0: the recommendation)")
@@ -170,32 +166,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="shell command that prepares the node at boot, in the shell that then starts torchrun (cd into your code "
         "here); required with --ami",
     )
-    p.add_argument(
-        "--code",
-        default=".",
-        metavar="DIR",
-        help="the folder every node runs from (default: this one): packed as a content-addressed snapshot (git's "
-        "view of it in a work tree; else .gitignore/.sriftyignore), uploaded beside the checkpoints, checked by "
-        "sha256 on every node",
-    )
-    p.add_argument("--no-code", action="store_true", help="deliver no code (the image or --setup-command has it)")
-    p.add_argument(
-        "--image",
-        help="a container image to run the job in (docker run with the GPUs, EFA and the host's network; the code at "
-        "/workspace) instead of a virtual environment of the profiled versions",
-    )
-    p.add_argument(
-        "--requirements", help="requirements file inside --code, installed on the nodes (default: requirements.txt)"
-    )
-    p.add_argument("--index-url", help="the package index the nodes install from (default: PyPI; a mirror)")
-    p.add_argument("--extra-index-url", action="append", help="another index (repeatable)")
-    p.add_argument(
-        "--base-python",
-        metavar="PATH",
-        help="an interpreter of the image whose packages the nodes' environment may reuse (a custom image with "
-        "torch: pins it satisfies are not downloaded)",
-    )
-    p.add_argument("--max-code-mb", type=float, default=200.0, help="refuse a code snapshot larger than this")
+    add_code_arguments(p)
     p.add_argument("--resume-from", help="checkpoint URI the training command resumes from")
     p.add_argument("--mode", choices=["asg", "fleet"], default="asg", help="Auto Scaling group or EC2 Fleet")
     p.add_argument("--ami", help="AMI id (default: the Deep Learning AMI from its public SSM parameter)")
