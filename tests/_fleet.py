@@ -65,7 +65,6 @@ def template_values(**overrides: object) -> dict:
         "checkpoint_uri_b64": base64.b64encode(b"s3://b/checkpoints/").decode(),
         "code_sha256": "",  # test_terraform_boot runs a code snapshot and a container image
         "code_uri_b64": "",
-        "image": "",
         "image_b64": "",
         "resume_from": "",
         "handover": False,

@@ -71,3 +71,19 @@ def moto_network(endpoint: str) -> tuple[str, tuple[str, ...]]:
     vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.42.0.0/20", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
     return vpc, (subnet,)
+
+
+class LocalServer:
+    """A test server of ``self.server`` (an http.server on 127.0.0.1) run in a thread: ``with X(...) as url:``."""
+
+    server: object
+
+    def __enter__(self) -> str:
+        import threading
+
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()  # type: ignore[attr-defined]
+        return f"http://127.0.0.1:{self.server.server_address[1]}"  # type: ignore[attr-defined]
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()  # type: ignore[attr-defined]
+        self.server.server_close()  # type: ignore[attr-defined]

@@ -5,9 +5,10 @@ when it has no capacity. Point the AWS provider (srifty's aws_endpoint) at it.""
 from __future__ import annotations
 
 import http.client
-import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from _support import LocalServer
 
 LAUNCHES = ("CreateFleet", "RunInstances")
 ERROR = (
@@ -17,7 +18,7 @@ ERROR = (
 )
 
 
-class FaultProxy:
+class FaultProxy(LocalServer):
     def __init__(self, upstream: str, refuse: set[str], code: str = "InsufficientInstanceCapacity") -> None:
         self.upstream = urllib.parse.urlsplit(upstream)
         self.refuse, self.code = refuse, code
@@ -82,11 +83,3 @@ class FaultProxy:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-
-    def __enter__(self) -> str:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()

@@ -5,8 +5,9 @@ what was asked. Point boto3 at it with AWS_ENDPOINT_URL_SERVICE_QUOTAS."""
 from __future__ import annotations
 
 import json
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from _support import LocalServer
 
 # (name, code, value): EC2 vCPU quotas by their Service Quotas names; the codes are AWS's except the P5 spot one,
 # which stands in (srifty reads codes from the listing, never from a table of its own)
@@ -21,7 +22,7 @@ EC2_QUOTAS = (
 )
 
 
-class FakeServiceQuotas:
+class FakeServiceQuotas(LocalServer):
     """``with FakeServiceQuotas({"Running On-Demand P instances": 192}) as url:`` overrides values by name."""
 
     def __init__(self, values: dict[str, float] | None = None, fail: str | None = None) -> None:
@@ -65,11 +66,3 @@ class FakeServiceQuotas:
                 return 200, {"Quota": found[0]}
             return 400, {"__type": "NoSuchResourceException", "message": "no such quota"}
         return 400, {"__type": "UnknownOperationException", "message": action}
-
-    def __enter__(self) -> str:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()

@@ -97,7 +97,8 @@ def main(argv: list[str]) -> int:
         # after the environment's own site-packages: what pip installs here wins over the image's copy
         Path(site, "srifty-base-python.pth").write_text("\n".join(json.loads(paths.stdout)) + "\n")
         log(f"the packages of {base} are visible (pins they satisfy are not downloaded)")
-    command = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    command = list(pip)
     if spec.get("index_url"):
         command += ["--index-url", spec["index_url"]]
     for url in spec.get("extra_index_urls") or []:
@@ -119,7 +120,7 @@ def main(argv: list[str]) -> int:
     if check.returncode == 0 and not json.loads(check.stdout)["lightning_srifty_file"].startswith(str(target)):
         # pip counted an installed lightning-srifty of the same version (the image's, through base_python) as the
         # wheel: this snapshot's copy is the one that must run
-        again = [*command[:6], "--no-deps", "--force-reinstall", str(wheel)]
+        again = [*pip, "--no-deps", "--force-reinstall", str(wheel)]
         if subprocess.run(again, cwd=HERE.parent).returncode:
             print("srifty bootstrap: installing the snapshot's lightning-srifty failed", file=sys.stderr)
             return 3

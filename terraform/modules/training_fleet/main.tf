@@ -556,7 +556,6 @@ resource "aws_launch_template" "group" {
     rdzv_port           = var.train.rdzv_port
     checkpoint_uri_b64  = base64encode("s3://${local.bucket}/${var.checkpoints.prefix}")
     code_sha256         = var.train.code == null ? "" : var.train.code.sha256
-    image               = var.train.image == null ? "" : "yes"
     image_b64           = var.train.image == null ? "" : base64encode(var.train.image)
     code_uri_b64        = var.train.code == null ? "" : base64encode("s3://${local.bucket}/${local.code_key}")
     resume_from         = var.train.resume_from == null ? "" : "'${replace(var.train.resume_from, "'", "'\\''")}'"
