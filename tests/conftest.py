@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import socket
@@ -34,6 +35,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if item.get_closest_marker("ddp") or SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+def _lock_dir(config: pytest.Config) -> Path:
+    """A folder every xdist worker of this run shares (the run's id names it; the controller's pid outside xdist)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"srifty-pytest-{run}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _exclusive_when_timed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``exclusive`` compares a wall-clock measurement with a prediction, so it runs with no other test
+    of the run on the machine's cores: it holds ``run.lock`` exclusively while every other test holds it shared. The
+    ``gate`` lock gives the exclusive test precedence (no new shared holder starts while one waits), so it never waits
+    for more than the tests already running to end."""
+    folder = _lock_dir(request.config)
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    with open(folder / "gate", "a") as gate, open(folder / "run.lock", "a") as run:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(run, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            if exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+            yield
+        finally:
+            fcntl.flock(run, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)

@@ -19,13 +19,22 @@ from netns_validation import predicted_step
 from predictor.profile import load_profile
 
 REASON = netlab.unavailable_reason()
-pytestmark = [pytest.mark.ddp, pytest.mark.skipif(REASON is not None, reason=f"network lab unavailable: {REASON}")]
+pytestmark = [
+    pytest.mark.ddp,
+    pytest.mark.exclusive,
+    pytest.mark.skipif(REASON is not None, reason=f"network lab unavailable: {REASON}"),
+]
 
 
 def test_ddp_over_a_shaped_link_matches_the_prediction(tmp_path) -> None:
     rate = 200.0  # Mbit/s; the CNN's 3.3 MB of gradients take ~130 ms a step on this link
-    one, ddp = tmp_path / "one.json", tmp_path / "ddp.json"
-    netlab.profile_one_process("cnn", "large", one, steps=20)
+    ddp = tmp_path / "ddp.json"
+    # the prediction starts from the undisturbed single-process step: noise only adds time, so the faster of two
+    # profiles (one run's p50 moved by 20% between back-to-back runs on this 2-core machine)
+    candidates = [tmp_path / f"one{i}.json" for i in range(2)]
+    for path in candidates:
+        netlab.profile_one_process("cnn", "large", path, steps=20)
+    one = min(candidates, key=lambda path: load_profile(path).timing.step_time_s.p50)
     with netlab.link(rate) as lab:
         netlab.ddp_over_link(lab, "cnn", "large", ddp, steps=20)
     measured = load_profile(ddp)
