@@ -51,6 +51,8 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
+        if "lightning.pytorch" in sys.modules:  # that import loaded lightning: register the strategies now
+            importlib.import_module("lightning_srifty.migrate.plan")
         return value
     raise AttributeError(f"module 'lightning_srifty' has no attribute {name!r}")
 
@@ -60,4 +62,4 @@ def __dir__() -> list[str]:
 
 
 if "lightning.pytorch" in sys.modules:  # lightning is loaded anyway: make strategy="srifty_ddp" work right away
-    importlib.import_module("lightning_srifty.ddp.plan_strategy")  # srifty_ddp and srifty_auto
+    importlib.import_module("lightning_srifty.migrate.plan")  # srifty_ddp and srifty_auto

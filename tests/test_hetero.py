@@ -98,10 +98,21 @@ def test_preempted_on_one_process_finished_on_two_with_unequal_batches(tmp_path,
 
 
 @pytest.mark.ddp
-def test_srifty_launch_moves_a_spot_run_from_one_to_two_processes(tmp_path, subprocess_env, catalog) -> None:
+@pytest.mark.parametrize(
+    ("script_mode", "seed"),
+    [(("--from-env",), "7"), (("--plain",), "0")],
+    ids=["glue-from-launch-env", "plain-script-srifty-auto"],
+)
+def test_srifty_launch_moves_a_spot_run_from_one_to_two_processes(
+    tmp_path, subprocess_env, catalog, script_mode, seed
+) -> None:
     """srifty launch on a plan's spot fleet (1 GPU) -> a simulated spot notice from a local metadata service ->
     checkpoint -> relaunch on the plan's next fleet (2 GPUs, the same global batch split 4 + 4) -> finish at step 60:
-    the same samples at every step as an uninterrupted run, no step lost or repeated, the migration logged."""
+    the same samples at every step as an uninterrupted run, no step lost or repeated, the migration logged.
+
+    Twice: a script that reads the launch itself (sampler, ExactResume, SpotPreemption, ckpt_path), and a plain one
+    (``DataLoader(batch_size=8, shuffle=True)``, ``Trainer(strategy="srifty_auto")``, ``fit()`` without ckpt_path)
+    to which the strategy applies the plan: the split, the position, the move and the resume."""
     import copy
 
     from predictor.profile import load_profile
@@ -113,10 +124,10 @@ def test_srifty_launch_moves_a_spot_run_from_one_to_two_processes(tmp_path, subp
     assert [e.fleet for e in plan.entries] == ["g4dn.xlarge:1", "g4dn.xlarge:2"]
     plan.save(tmp_path / "plan.json")
     script = [str(SCRIPTS / "migrate_run.py"), str(tmp_path / "run"), "--max-steps", "60"]
-    _leg(tmp_path / "ref", subprocess_env, "--batch-sizes", "8", "--max-steps", "60")
+    _leg(tmp_path / "ref", subprocess_env, "--batch-sizes", "8", "--max-steps", "60", "--seed", seed)
     env = {**subprocess_env, "SRIFTY_SPOT_POLL_S": "0.05"}
     cmd = [sys.executable, "-m", "lightning_srifty.cli", "launch", "--plan", str(tmp_path / "plan.json")]
-    cmd += ["--workdir", str(tmp_path / "w"), "--simulate-notice-after", "10", "--", *script, "--from-env"]
+    cmd += ["--workdir", str(tmp_path / "w"), "--simulate-notice-after", "10", "--", *script, *script_mode]
     launched = subprocess.run([*cmd, "--step-sleep", "0.2"], env=env, capture_output=True, text=True, timeout=600)
     assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-3000:]
     assert "g4dn.xlarge:2 (spot) as 2 local process(es), batches [4, 4]" in launched.stdout
@@ -127,4 +138,8 @@ def test_srifty_launch_moves_a_spot_run_from_one_to_two_processes(tmp_path, subp
     assert sorted(run) == sorted(ref) and len(ref) == 60
     assert all(sorted(run[k]) == sorted(ref[k]) for k in ref)
     p_ref, p_run = params_by_step(tmp_path / "ref"), params_by_step(tmp_path / "run")
-    assert max(abs(a - b) for s in p_ref for a, b in zip(p_ref[s], p_run[s])) < 1e-5
+    # the plain script's own on_train_batch_end does not run on the leaving step: Lightning calls the callbacks'
+    # hooks (SpotPreemption saves and exits there) before the module's
+    missing = sorted(set(p_ref) - set(p_run))
+    assert missing == [] or (script_mode == ("--plain",) and len(missing) == 1), missing
+    assert max(abs(a - b) for s in p_run for a, b in zip(p_ref[s], p_run[s])) < 1e-5

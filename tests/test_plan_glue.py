@@ -12,13 +12,13 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_srifty import SriftyDDPStrategy, SriftyFSDPStrategy, launch_settings
+from lightning_srifty import GlobalBatchSampler, SriftyDDPStrategy, SriftyFSDPStrategy, launch_settings
 from lightning_srifty.ddp.plan_strategy import launch_mismatches
 from lightning_srifty.protocol import LaunchEnv, strategy_text
 
 
 def _launch(monkeypatch, **fields) -> LaunchEnv:
-    launch = LaunchEnv(launch_id="L1", checkpoint_uri="/tmp/ck", **fields)
+    launch = LaunchEnv(**{"launch_id": "L1", "checkpoint_uri": "/tmp/ck", **fields})
     for name, value in launch.to_env().items():
         monkeypatch.setenv(name, value)
     return launch
@@ -106,3 +106,116 @@ def test_the_callback_warns_at_the_start_of_training(monkeypatch, caplog, tmp_pa
         trainer.fit(_Tiny(), DataLoader(TensorDataset(torch.zeros(32, 2)), batch_size=8))
     assert "the plan gives rank 0 batches of 4 samples (global batch 4), its DataLoader gives 8" in caplog.text
     assert "the plan trains this fleet" not in caplog.text  # a ddp plan on one device: the strategy agrees
+
+
+class _Seen(pl.LightningModule):
+    """Records every micro-batch's sample ids; one parameter, SGD."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.batches: list[list[int]] = []
+
+    def training_step(self, batch, batch_idx):
+        (ids,) = batch
+        self.batches.append([int(i) for i in ids])
+        return self.layer(ids.float().unsqueeze(1)).sum() * 0.0 + self.layer.weight.sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _order(accumulate: int = 1) -> list[list[int]]:
+    """The batches of 4 a rank of one takes from 96 samples: shuffled with Lightning's seed, as its DDP sampler is."""
+    return [list(b) for b in GlobalBatchSampler(96, [4], 0, shuffle=True, seed=0, accumulate_grad_batches=accumulate)]
+
+
+class _SaveAt(pl.Callback):
+    """Checkpoints mid-epoch at a step, as SpotPreemption does on a notice."""
+
+    def __init__(self, at: dict[int, str]) -> None:
+        self.at = at
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step in self.at:
+            trainer.save_checkpoint(self.at[trainer.global_step])
+
+
+def _fit_plain(tmp_path, *, max_steps: int, loader=None, ckpt_path=None, save: dict[int, str] | None = None):
+    """A plain script: its own DataLoader (batch 8, in order), Trainer(strategy="srifty_auto"), fit()."""
+    model = _Seen()
+    trainer = pl.Trainer(
+        strategy="srifty_auto",
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[_SaveAt(save)] if save else [],
+    )
+    loader = loader if loader is not None else DataLoader(TensorDataset(torch.arange(96)), batch_size=8)
+    trainer.fit(model, loader, ckpt_path=ckpt_path)
+    return trainer, model
+
+
+def test_srifty_auto_applies_the_plans_batch_and_accumulation_to_a_plain_script(monkeypatch, caplog, tmp_path) -> None:
+    from lightning_srifty.migrate.plan import PlannedDDPStrategy
+    from lightning_srifty.migrate.preemption import SpotPreemption
+
+    _clear(monkeypatch)
+    _launch(monkeypatch, batch_sizes=(4,), accumulate_grad_batches=3, checkpoint_uri=str(tmp_path / "ck"))
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        trainer, model = _fit_plain(tmp_path, max_steps=2)
+    assert isinstance(trainer.strategy, PlannedDDPStrategy)
+    assert trainer.accumulate_grad_batches == 3 and trainer.global_step == 2
+    # 2 steps x 3 micro-batches of 4, drawn as Lightning's DDP draws a training set (shuffled, seed 0)
+    assert model.batches == _order(accumulate=3)[:6]
+    assert "the plan accumulates 3 micro-steps per optimizer step" in caplog.text
+    assert (
+        "takes the plan's 4 samples per batch (the script's DataLoader gave 8): the global batch stays 12"
+        in caplog.text
+    )
+    assert any(isinstance(c, SpotPreemption) for c in trainer.callbacks)  # the move on a spot notice, too
+
+
+def test_srifty_auto_resumes_a_fit_without_ckpt_path_from_the_launchers_checkpoint(monkeypatch, caplog, tmp_path):
+    _clear(monkeypatch)
+    _launch(monkeypatch, batch_sizes=(4,), accumulate_grad_batches=1, checkpoint_uri=str(tmp_path / "ck"))
+    first, seen = _fit_plain(
+        tmp_path, max_steps=6, save={2: str(tmp_path / "step2.ckpt"), 5: str(tmp_path / "step5.ckpt")}
+    )
+    order = _order()
+    assert first.global_step == 6 and seen.batches == order[:6]
+    _launch(
+        monkeypatch,
+        batch_sizes=(4,),
+        accumulate_grad_batches=1,
+        checkpoint_uri=str(tmp_path / "ck"),
+        resume=str(tmp_path / "step5.ckpt"),
+    )
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        resumed, model = _fit_plain(tmp_path, max_steps=8)
+    assert f"resuming from the launcher's checkpoint {tmp_path / 'step5.ckpt'}" in caplog.text
+    assert resumed.global_step == 8 and model.batches == order[5:8]  # the next sample on
+    # a ckpt_path the script passes wins over the launcher's
+    again, model = _fit_plain(tmp_path, max_steps=3, ckpt_path=str(tmp_path / "step2.ckpt"))
+    assert again.global_step == 3 and model.batches == [order[2]]
+
+
+def test_srifty_auto_names_a_loader_it_cannot_re_cut(monkeypatch, caplog, tmp_path) -> None:
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter((torch.tensor(i),) for i in range(1000))
+
+    _clear(monkeypatch)
+    _launch(monkeypatch, batch_sizes=(4,), accumulate_grad_batches=1, checkpoint_uri=str(tmp_path / "ck"))
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        _, model = _fit_plain(tmp_path, max_steps=1, loader=DataLoader(Stream(), batch_size=8))
+    assert len(model.batches[0]) == 8  # left as it was
+    assert "the plan gives rank 0 batches of 4 samples, but this DataLoader cannot be re-cut (its dataset is " in (
+        caplog.text
+    )
+    assert "build it with batch_size=launch_settings().batch_size" in caplog.text

@@ -95,6 +95,11 @@ class GlobalBatchSampler(Sampler[list[int]]):
         self.epoch = 0
         self.consumed = 0  # samples of the current epoch already handed out (all ranks together)
 
+    @property
+    def batch_size(self) -> int:
+        """This rank's samples per batch (what a DataLoader's ``batch_size`` would say)."""
+        return self.batch_sizes[self.rank]
+
     def _order(self) -> list[int]:
         if not self.shuffle:
             return list(range(self.dataset_len))

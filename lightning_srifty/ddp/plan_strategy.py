@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from lightning.pytorch.strategies import FSDPStrategy, Strategy, StrategyRegistry
+from lightning.pytorch.strategies import FSDPStrategy, Strategy
 
 from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy, block_classes
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy
@@ -42,6 +42,23 @@ def plan_strategy(default: str | Strategy = "auto", *, model: torch.nn.Module | 
     if launch is None:
         return default
     name, args = launch.strategy_spec()
+    if name == "ddp" and not args and len(launch.batch_sizes) <= 1:
+        return default  # one rank of plain ddp: nothing to build
+    return build_layout(launch, model=model)
+
+
+def build_layout(
+    launch: LaunchEnv,
+    /,
+    *,
+    model: torch.nn.Module | None = None,
+    ddp_class: type[SriftyDDPStrategy] = SriftyDDPStrategy,
+    fsdp_class: type[SriftyFSDPStrategy] = SriftyFSDPStrategy,
+    **extra: Any,
+) -> Strategy:
+    """The strategy object of ``launch``'s layout (:func:`plan_strategy` without the default), of ``ddp_class`` or
+    ``fsdp_class`` (subclasses take ``extra`` too)."""
+    name, args = launch.strategy_spec()
     sizes = list(launch.batch_sizes) or None
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -50,7 +67,7 @@ def plan_strategy(default: str | Strategy = "auto", *, model: torch.nn.Module | 
         # fail under torchrun's local ranks; the strategy names one per process, so the Trainer needs no devices=
         args = {**args, "parallel_devices": [torch.device("cpu")] * local}
     if name == "fsdp":
-        strategy = SriftyFSDPStrategy(process_group_backend=backend, batch_sizes=sizes, **args)
+        strategy = fsdp_class(process_group_backend=backend, batch_sizes=sizes, **args, **extra)
         if model is not None:
             strategy.resolve_names(model)
         return strategy
@@ -58,10 +75,8 @@ def plan_strategy(default: str | Strategy = "auto", *, model: torch.nn.Module | 
         blocks = args.get("activation_checkpointing_policy")
         if model is not None and blocks:
             block_classes(blocks, model, "activation_checkpointing_policy")
-        if not args and (sizes is None or len(sizes) == 1):
-            return default
-        return SriftyDDPStrategy(
-            batch_sizes=sizes if sizes and len(sizes) > 1 else None, process_group_backend=backend, **args
+        return ddp_class(
+            batch_sizes=sizes if sizes and len(sizes) > 1 else None, process_group_backend=backend, **args, **extra
         )
     raise ConfigError(
         f"${VARIABLES['strategy']} names the strategy {name!r}; this lightning-srifty builds ddp and fsdp. Launch an "
@@ -69,15 +84,6 @@ def plan_strategy(default: str | Strategy = "auto", *, model: torch.nn.Module | 
         parameter=VARIABLES["strategy"],
         value=name,
     )
-
-
-def srifty_auto() -> Strategy:
-    """``Trainer(strategy="srifty_auto")``: the plan's strategy under ``srifty launch`` (:func:`plan_strategy`), else
-    ``srifty_ddp`` (Lightning's DDP with all-reduce timing, a one-process group on one device)."""
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    strategy = plan_strategy(default=SriftyDDPStrategy(process_group_backend=backend))
-    assert isinstance(strategy, Strategy)
-    return strategy
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,10 @@ def launch_settings(default_batch_size: int | None = None) -> LaunchSettings:
 
     s = launch_settings(default_batch_size=32)
     loader = DataLoader(data, batch_size=s.batch_size)
-    trainer = Trainer(strategy="srifty_auto", accumulate_grad_batches=s.accumulate_grad_batches)
+    trainer = Trainer(strategy="ddp", accumulate_grad_batches=s.accumulate_grad_batches)
+
+    ``Trainer(strategy="srifty_auto")`` applies all of it without these lines
+    (:mod:`lightning_srifty.migrate.plan`); this is for scripts that build their own.
     """
     launch = LaunchEnv.from_env()
     if launch is None:
@@ -125,7 +134,8 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
     if accumulate != launch.accumulate_grad_batches:
         out.append(
             f"the plan accumulates {launch.accumulate_grad_batches} micro-steps per optimizer step, the Trainer "
-            f"{accumulate}: pass Trainer(accumulate_grad_batches=launch_settings().accumulate_grad_batches)"
+            f'{accumulate}: pass Trainer(strategy="srifty_auto"), which applies it, or '
+            "accumulate_grad_batches=launch_settings().accumulate_grad_batches"
         )
     rank = getattr(trainer, "global_rank", 0)
     if launch.batch_sizes and rank < len(launch.batch_sizes):
@@ -133,13 +143,15 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
         if batch is not None and batch != launch.batch_sizes[rank]:
             out.append(
                 f"the plan gives rank {rank} batches of {launch.batch_sizes[rank]} samples (global batch "
-                f"{sum(launch.batch_sizes) * launch.accumulate_grad_batches}), its DataLoader gives {batch}: build "
-                "it with batch_size=launch_settings().batch_size (the same training as the profiled one)"
+                f"{sum(launch.batch_sizes) * launch.accumulate_grad_batches}), its DataLoader gives {batch}: pass "
+                'Trainer(strategy="srifty_auto"), which re-cuts it, or build it with '
+                "batch_size=launch_settings().batch_size (the same training as the profiled one)"
             )
     if launch.resume and not getattr(trainer, "ckpt_path", None):
         out.append(
             f"the launcher resumes this job from {launch.resume}, but fit() got no ckpt_path: the run starts over. "
-            "Pass trainer.fit(model, ckpt_path=resume_checkpoint())"
+            'Pass Trainer(strategy="srifty_auto"), which resumes a fit() without ckpt_path, or '
+            "trainer.fit(model, ckpt_path=resume_checkpoint())"
         )
     return out
 
@@ -150,11 +162,3 @@ def _batch_size(loader: Any) -> int | None:
         if isinstance(size, int):
             return size
     return None
-
-
-StrategyRegistry.register(
-    "srifty_auto",
-    srifty_auto,
-    description="the plan's strategy under srifty launch (FSDP or DDP with the planned per-rank batches), else "
-    "srifty_ddp",
-)

@@ -100,8 +100,18 @@ def main() -> None:
     p.add_argument("--step-sleep", type=float, default=0.0)
     p.add_argument("--triggers-profile", help="add MigrationTriggers with this profile (under srifty launch)")
     p.add_argument("--triggers-after", type=int, default=10, help="steps measured before the first check")
+    p.add_argument("--seed", type=int, default=7, help="the sampler's seed (--plain: Lightning's, 0 unless set)")
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="the script a user writes: DataLoader(batch_size=8, shuffle=True), Trainer(strategy='srifty_auto'), "
+        "fit() without ckpt_path; under srifty launch the strategy applies the plan",
+    )
     args = p.parse_args()
     out = Path(args.out)
+    if args.plain:
+        plain(args, out)
+        return
     accumulation = 1
     launch = LaunchEnv.from_env() if args.from_env else None
     if launch is not None:
@@ -110,7 +120,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     rank = int(os.environ.get("LOCAL_RANK", "0"))
-    sampler = GlobalBatchSampler(N, sizes, rank, shuffle=True, seed=7, accumulate_grad_batches=accumulation)
+    sampler = GlobalBatchSampler(N, sizes, rank, shuffle=True, seed=args.seed, accumulate_grad_batches=accumulation)
     loader = DataLoader(Indexed(), batch_sampler=sampler)
     ckpt_dir = launch.checkpoint_uri if launch is not None else str(out / "ckpt")
     preemption = SpotPreemption(ckpt_dir, exit_process=False)
@@ -151,6 +161,25 @@ def main() -> None:
     trainer.fit(Model(out), train_dataloaders=loader, ckpt_path=ckpt, weights_only=True)
     if preemption.preempted and trainer.is_global_zero:
         (out / "preempted.json").write_text(json.dumps({"step": trainer.global_step, **preemption.timings}))
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def plain(args: argparse.Namespace, out: Path) -> None:
+    """No lightning-srifty in the script but the strategy's name: no batch split, accumulation or ckpt_path."""
+    out.mkdir(parents=True, exist_ok=True)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        strategy="srifty_auto",
+        max_steps=args.max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Sleep(args.step_sleep)] if args.step_sleep else [],
+    )
+    (out / "first-step.json").unlink(missing_ok=True)
+    trainer.fit(Model(out), train_dataloaders=DataLoader(Indexed(), batch_size=8, shuffle=True))
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 

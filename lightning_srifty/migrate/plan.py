@@ -1,0 +1,230 @@
+"""``Trainer(strategy="srifty_auto")``: the plan applied in the Trainer under ``srifty launch``, with no glue.
+
+Under a launch (``LaunchEnv`` in the environment) the strategy is the plan entry's layout (:func:`plan_strategy`),
+and it also applies what the plan decided for this fleet:
+
+- **the per-rank batch**: the training DataLoader is rebuilt around a :class:`GlobalBatchSampler` giving this rank
+  its planned share of every global batch (unequal on mixed fleets; the gradient weighting that keeps the
+  global-batch mean is the strategy's), with the script's dataset, collate function and workers;
+- **the accumulation**: ``trainer.accumulate_grad_batches`` is the plan's, so the global batch per optimizer step is
+  the profiled one (a recommendation never changes it);
+- **the resume checkpoint**: a ``fit()`` without ``ckpt_path`` resumes from the checkpoint the launcher names
+  (fetched and verified by :func:`resume_checkpoint`); a ``ckpt_path`` the script passes wins;
+- **the sample position**: :class:`ExactResume` keeps where the epoch was, so a resume on another world size neither
+  skips nor repeats a sample;
+- **the move**: :class:`SpotPreemption` (unless the script has one) checkpoints to the launch's checkpoint URI at the
+  next step on a spot notice or SIGTERM and leaves with exit 75, for the launcher to restart the job elsewhere.
+
+What the script set otherwise (another batch, another accumulation) is replaced, and said at the start with both
+values. A DataLoader that cannot be rebuilt (an iterable dataset, a DataLoader subclass, a batch sampler of the
+script's own) is left alone and named, with the one line that fixes it. Outside a launch ``srifty_auto`` is
+``srifty_ddp``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import torch
+from lightning.pytorch.strategies import Strategy, StrategyRegistry
+from lightning.pytorch.trainer.states import RunningStage, TrainerFn
+from lightning.pytorch.utilities.data import _is_dataloader_shuffled
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
+
+from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy
+from lightning_srifty.ddp.hetero import ExactResume, GlobalBatchSampler
+from lightning_srifty.ddp.plan_strategy import build_layout
+from lightning_srifty.ddp.strategy import SriftyDDPStrategy
+from lightning_srifty.migrate.checkpoints import resume_checkpoint
+from lightning_srifty.migrate.preemption import SpotPreemption
+from lightning_srifty.protocol import LaunchEnv
+
+log = logging.getLogger(__name__)
+
+# the DataLoader arguments a rebuilt loader keeps (everything but how batches are cut)
+_KEPT = (
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory_device",
+    "in_order",
+)
+
+
+class _PlanPosition(ExactResume):
+    """:class:`ExactResume` for the loader ``srifty_auto`` rebuilt; idle when the loader was left as it was."""
+
+    @staticmethod
+    def _ours(trainer: Any) -> bool:
+        return isinstance(getattr(trainer.train_dataloader, "batch_sampler", None), GlobalBatchSampler)
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._ours(trainer):
+            super().on_train_start(trainer, pl_module)
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._ours(trainer):
+            super().on_train_epoch_start(trainer, pl_module)
+
+    def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
+        if self._ours(trainer):
+            super().on_train_batch_start(trainer, *args)
+
+
+def rebuild_loader(loader: Any, sizes: list[int], rank: int, accumulate: int, seed: int = 0) -> tuple[Any, str]:
+    """``loader`` re-cut so that this rank takes ``sizes[rank]`` samples of every ``sum(sizes)``-sample batch (a
+    :class:`GlobalBatchSampler`), everything else kept; and why not, when it cannot be (then ``loader`` itself)."""
+    if type(loader) is not DataLoader:
+        return loader, f"the training loader is a {type(loader).__name__}, not a torch DataLoader"
+    dataset = loader.dataset
+    if isinstance(dataset, IterableDataset):
+        return loader, "its dataset is iterable (the loader cannot choose the samples of a batch)"
+    try:
+        length = len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        return loader, "its dataset has no length"
+    inner = loader.batch_sampler
+    if inner is not None and type(inner) not in (BatchSampler, GlobalBatchSampler):
+        return loader, f"it cuts batches with its own {type(inner).__name__}"
+    if isinstance(inner, GlobalBatchSampler) and inner.batch_sizes == sizes:
+        return loader, ""  # already the plan's
+    kept = {name: getattr(loader, name) for name in _KEPT if hasattr(loader, name)}
+    if not kept.get("num_workers"):
+        kept.pop("prefetch_factor", None)
+        kept.pop("persistent_workers", None)
+    shuffle = _is_dataloader_shuffled(loader)
+    drawn = getattr(inner, "sampler", None) if inner is not None else loader.sampler
+    if isinstance(drawn, DistributedSampler):  # Lightning's, put in for the ranks: it kept the script's shuffle
+        shuffle, seed = bool(drawn.shuffle), int(drawn.seed)
+    if isinstance(inner, GlobalBatchSampler):  # the script's own split: its order kept
+        shuffle, seed = inner.shuffle, inner.seed
+    sampler = GlobalBatchSampler(length, sizes, rank, shuffle=shuffle, seed=seed, accumulate_grad_batches=accumulate)
+    return DataLoader(dataset, batch_sampler=sampler, **kept), ""
+
+
+class _AppliesThePlan:
+    """What ``srifty_auto`` adds to the layout's strategy under a launch (see the module docstring)."""
+
+    launch: LaunchEnv
+
+    def _apply_to_trainer(self, trainer: Any) -> None:
+        planned = self.launch.accumulate_grad_batches
+        if trainer.accumulate_grad_batches != planned:
+            log.warning(
+                "srifty_auto: the plan accumulates %d micro-steps per optimizer step on this fleet (the global batch "
+                "the run was profiled with); the Trainer's accumulate_grad_batches=%d is replaced.",
+                planned,
+                trainer.accumulate_grad_batches,
+            )
+            trainer.accumulate_grad_batches = planned
+        if not any(isinstance(c, ExactResume) for c in trainer.callbacks):
+            trainer.callbacks.append(_PlanPosition())
+        if not any(isinstance(c, SpotPreemption) for c in trainer.callbacks):
+            # the launcher moves the job on a spot notice, a drift or a price: it checkpoints and leaves (exit 75)
+            trainer.callbacks.append(SpotPreemption())
+        self._install_resume(trainer)
+
+    def _install_resume(self, trainer: Any) -> None:
+        """A fit() the script started without ``ckpt_path`` resumes from the launcher's checkpoint. Lightning picks
+        the checkpoint before any strategy or callback hook runs, so the one place left is the connector's
+        ``resume_start`` (Lightning 2.x), wrapped for this Trainer only."""
+        if not self.launch.resume:
+            return
+        connector = trainer._checkpoint_connector
+        original = type(connector).resume_start.__get__(connector)
+
+        def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING:
+                checkpoint_path = resume_checkpoint()
+                log.warning(
+                    "srifty_auto: resuming from the launcher's checkpoint %s (%s).", self.launch.resume, checkpoint_path
+                )
+            return original(checkpoint_path, *args, **kwargs)
+
+        connector.resume_start = resume_start
+
+    def _apply_to_loader(self, dataloader: Any, trainer: Any) -> Any:
+        sizes = list(self.launch.batch_sizes)
+        world = int(getattr(self, "world_size", 1))
+        if trainer.state.stage != RunningStage.TRAINING or len(sizes) != world:
+            return dataloader
+        rank = int(getattr(self, "global_rank", 0))
+        seed = int(os.environ.get("PL_GLOBAL_SEED", "0"))
+        before = getattr(dataloader, "batch_size", None)
+        rebuilt, why = rebuild_loader(dataloader, sizes, rank, self.launch.accumulate_grad_batches, seed)
+        if why:
+            log.warning(
+                "srifty_auto: the plan gives rank %d batches of %d samples, but this DataLoader cannot be re-cut "
+                "(%s): build it with batch_size=launch_settings().batch_size.",
+                rank,
+                sizes[rank],
+                why,
+            )
+        elif rebuilt is not dataloader and before is not None and before != sizes[rank]:
+            log.warning(
+                "srifty_auto: rank %d takes the plan's %d samples per batch (the script's DataLoader gave %d): the "
+                "global batch stays %d on %d rank(s) x %d accumulated.",
+                rank,
+                sizes[rank],
+                before,
+                sum(sizes) * self.launch.accumulate_grad_batches,
+                world,
+                self.launch.accumulate_grad_batches,
+            )
+        return rebuilt
+
+
+class PlannedDDPStrategy(_AppliesThePlan, SriftyDDPStrategy):
+    """``srifty_ddp`` with the plan's batch, accumulation and resume applied (built by ``srifty_auto``)."""
+
+    def __init__(self, *args: Any, launch: LaunchEnv, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.launch = launch
+
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        self._apply_to_trainer(self.lightning_module.trainer)
+
+    def process_dataloader(self, dataloader: object) -> object:
+        return self._apply_to_loader(super().process_dataloader(dataloader), self.lightning_module.trainer)
+
+
+class PlannedFSDPStrategy(_AppliesThePlan, SriftyFSDPStrategy):
+    """``srifty_fsdp`` with the plan's batch, accumulation and resume applied (built by ``srifty_auto``)."""
+
+    def __init__(self, *args: Any, launch: LaunchEnv, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.launch = launch
+
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        self._apply_to_trainer(self.lightning_module.trainer)
+
+    def process_dataloader(self, dataloader: object) -> object:
+        return self._apply_to_loader(super().process_dataloader(dataloader), self.lightning_module.trainer)
+
+
+def srifty_auto() -> Strategy:
+    """``Trainer(strategy="srifty_auto")``: under ``srifty launch`` the plan's layout with its batch, accumulation and
+    resume applied (module docstring); else ``srifty_ddp`` (Lightning's DDP with all-reduce timing)."""
+    launch = LaunchEnv.from_env()
+    if launch is None:
+        return SriftyDDPStrategy(process_group_backend="nccl" if torch.cuda.is_available() else "gloo")
+    return build_layout(launch, ddp_class=PlannedDDPStrategy, fsdp_class=PlannedFSDPStrategy, launch=launch)
+
+
+StrategyRegistry.register(
+    "srifty_auto",
+    srifty_auto,
+    description="the plan's strategy under srifty launch, with its per-rank batch, accumulation and resume "
+    "checkpoint applied; else srifty_ddp",
+    override=True,
+)
