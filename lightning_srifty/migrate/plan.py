@@ -111,9 +111,22 @@ def rebuild_loader(loader: Any, sizes: list[int], rank: int, accumulate: int, se
 
 
 class _AppliesThePlan:
-    """What ``srifty_auto`` adds to the layout's strategy under a launch (see the module docstring)."""
+    """What ``srifty_auto`` adds to the layout's strategy under a launch (see the module docstring); mixed in before
+    a Lightning strategy class, whose hooks it extends."""
 
     launch: LaunchEnv
+
+    def __init__(self, *args: Any, launch: LaunchEnv, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.launch = launch
+
+    def setup_environment(self) -> None:
+        super().setup_environment()  # type: ignore[misc]
+        self._apply_to_trainer(self.lightning_module.trainer)  # type: ignore[attr-defined]
+
+    def process_dataloader(self, dataloader: object) -> object:
+        loader = super().process_dataloader(dataloader)  # type: ignore[misc]
+        return self._apply_to_loader(loader, self.lightning_module.trainer)  # type: ignore[attr-defined]
 
     def _apply_to_trainer(self, trainer: Any) -> None:
         planned = self.launch.accumulate_grad_batches
@@ -185,31 +198,9 @@ class _AppliesThePlan:
 class PlannedDDPStrategy(_AppliesThePlan, SriftyDDPStrategy):
     """``srifty_ddp`` with the plan's batch, accumulation and resume applied (built by ``srifty_auto``)."""
 
-    def __init__(self, *args: Any, launch: LaunchEnv, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.launch = launch
-
-    def setup_environment(self) -> None:
-        super().setup_environment()
-        self._apply_to_trainer(self.lightning_module.trainer)
-
-    def process_dataloader(self, dataloader: object) -> object:
-        return self._apply_to_loader(super().process_dataloader(dataloader), self.lightning_module.trainer)
-
 
 class PlannedFSDPStrategy(_AppliesThePlan, SriftyFSDPStrategy):
     """``srifty_fsdp`` with the plan's batch, accumulation and resume applied (built by ``srifty_auto``)."""
-
-    def __init__(self, *args: Any, launch: LaunchEnv, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.launch = launch
-
-    def setup_environment(self) -> None:
-        super().setup_environment()
-        self._apply_to_trainer(self.lightning_module.trainer)
-
-    def process_dataloader(self, dataloader: object) -> object:
-        return self._apply_to_loader(super().process_dataloader(dataloader), self.lightning_module.trainer)
 
 
 def srifty_auto() -> Strategy:
