@@ -72,3 +72,58 @@ def test_no_capacity_for_the_first_fleet_moves_to_the_next_and_leaves_nothing_be
             assert [t["LaunchTemplateName"].startswith("failover-2") for t in templates] == [True]
         finally:
             provisioner.down(fleet)
+
+
+def test_the_terraform_provisioner_tries_other_zones_that_offer_the_fleet_cheapest_first(
+    moto_endpoint, tmp_path, catalog, monkeypatch
+) -> None:
+    """After a zonal refusal the provisioner names the zones of the region that offer every type of the fleet
+    (moto's describe_instance_type_offerings by zone ID), not the zone tried, the cheapest measured spot price first,
+    at most 2; nothing for a regional refusal or the user's own subnets; and a zone it is given is the subnet's."""
+    import dataclasses
+    import json
+
+    import lightning_srifty.provision.terraform_fleet as tf_fleet
+    from _support import MINIMAL
+    from lightning_srifty.provision.generate import TFVARS
+    from lightning_srifty.provision.preflight import offered_zones
+    from predictor.catalog import Catalog
+    from predictor.catalog.instances import Price
+
+    profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})
+    plan = rank(
+        profile, Constraints(steps=100_000, market="spot", allow=("g5.xlarge",), max_instances=1), catalog=catalog
+    )
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
+    offered = sorted(offered_zones(ec2, ["g5.xlarge"], by_id=True)["g5.xlarge"])
+    assert len(offered) >= 4, offered
+    a, b, c = offered[:3]
+    g5 = catalog.get("g5.xlarge")
+    kept = [p for p in g5.prices if not (p.region == "us-east-1" and p.market == "spot")]
+    spot = [
+        Price("us-east-1", "spot", 0.50, a),
+        Price("us-east-1", "spot", 0.40, b),
+        Price("us-east-1", "spot", 0.45, c),
+    ]
+    priced = dataclasses.replace(g5, prices=[*kept, *spot])
+    zoned = Catalog.load(use_refreshed=False, use_env=False)
+    monkeypatch.setattr(zoned, "get", lambda name: priced if name == "g5.xlarge" else catalog.get(name))
+    echo: list[str] = []
+    options = Options(aws_endpoint=moto_endpoint, setup_command="true", train_command="train.py")
+    provisioner = TerraformProvisioner(tmp_path, "s3://zones/runs/z/", options, catalog=zoned, echo=echo.append)
+
+    got = provisioner.zones_after(plan, 0, "InsufficientInstanceCapacity", [None])  # None: the plan's zone, b
+    assert [z.zone for z in got] == [c, a]
+    assert got[0].note == "spot g5.xlarge $0.450/h there, the plan used $0.400/h"
+    after_c = provisioner.zones_after(plan, 0, "capacity-not-available", [None, c])
+    assert [z.zone for z in after_c] == [a, offered[3]] and "no measured spot price" in after_c[1].note
+    assert provisioner.zones_after(plan, 0, "VcpuLimitExceeded", [None]) == []  # a quota is the region's
+    own = TerraformProvisioner(tmp_path, "s3://zones/runs/z/", dataclasses.replace(options, vpc_id="vpc-1",
+                               subnet_ids=("subnet-1",)), catalog=zoned)  # fmt: skip
+    assert own.zones_after(plan, 0, "InsufficientInstanceCapacity", [None]) == []  # the user's subnets fix the zone
+
+    monkeypatch.setattr(tf_fleet, "apply", lambda folder, **kw: {})  # what the apply gets is what is checked
+    same_prices = TerraformProvisioner(tmp_path, "s3://zones/runs/z/", options, catalog=catalog, echo=echo.append)
+    fleet = same_prices.up(plan, 0, "zoned-1", c)  # (up checks the plan's prices against its catalog)
+    values = json.loads((fleet.data["folder"] / TFVARS).read_text())
+    assert values["network"] == {"create_vpc": True, "availability_zone_id": c}

@@ -230,6 +230,60 @@ def test_failover_is_bounded_and_names_every_fleet_it_tried(plan, tmp_path) -> N
     assert "srifty recommend --launchable" in str(exc.value)
 
 
+class ZonalNoCapacity(Recorder):
+    """EC2 has no capacity for entry 0 in its default zone nor in use1-az2; use1-az4 has some."""
+
+    def __init__(self, code: str = "InsufficientInstanceCapacity", full: tuple = ((0, None), (0, "use1-az2"))) -> None:
+        super().__init__()
+        self.code, self.full, self.asked = code, set(full), []
+
+    def zones_after(self, plan, index, code, tried):
+        from lightning_srifty.provision.base import ZoneChoice
+
+        self.asked.append((index, code, list(tried)))
+        if code != "InsufficientInstanceCapacity":
+            return []  # a quota is the region's
+        return [ZoneChoice("use1-az2", "spot $0.41/h there"), ZoneChoice("use1-az4", "spot $0.45/h there")]
+
+    def up(self, plan, index, name, zone=None) -> LaunchedFleet:
+        from predictor.exceptions import CapacityError
+
+        if (index, zone) in self.full or (zone is None and self.code != "InsufficientInstanceCapacity"):
+            self.calls.append(("refused", f"{name}:{index}:{zone}"))
+            raise CapacityError(f"EC2 could not start {plan.entries[index].fleet}: {self.code}", code=self.code)
+        self.calls.append(("up", f"{name}:{index}:{zone}"))
+        return LaunchedFleet(plan, index, name)
+
+
+def test_no_capacity_in_a_zone_tries_the_same_fleet_in_other_zones_first(plan, tmp_path) -> None:
+    from lightning_srifty.provision.launch import _up_or_next
+
+    rec, echo = ZonalNoCapacity(), []
+    fleet, _ = _up_or_next(rec, plan, 0, (f"f-{n}" for n in range(1, 9)), echo.append)
+    assert rec.calls == [("refused", "f-1:0:None"), ("refused", "f-2:0:use1-az2"), ("up", "f-3:0:use1-az4")]
+    assert fleet.index == 0 and rec.asked == [(0, "InsufficientInstanceCapacity", [None])]  # asked once per entry
+    first = plan.entries[0]
+    assert echo[1] == (
+        f"srifty launch: trying {first.fleet} ({first.market}) in use1-az2 (spot $0.41/h there); use1-az4 (spot "
+        "$0.45/h there) before the plan's next entry"
+    )
+    assert f"srifty launch: {first.fleet} ({first.market}) could not start in use1-az2: Insuff" in echo[2]
+    assert echo[-1].startswith(
+        f"srifty launch: started entry 0 of the plan, {first.fleet} ({first.market}) in use1-az4 (spot $0.45/h "
+        "there), instead of the plan's zone"
+    )
+    # every zone full: the next entry, after at most the two other zones
+    rec = ZonalNoCapacity(full=((0, None), (0, "use1-az2"), (0, "use1-az4")))
+    fleet, _ = _up_or_next(rec, plan, 0, (f"g-{n}" for n in range(1, 9)), lambda line: None)
+    assert fleet.index == 1 and [c[1] for c in rec.calls] == ["g-1:0:None", "g-2:0:use1-az2", "g-3:0:use1-az4",
+                                                               "g-4:1:None"]  # fmt: skip
+    # a regional refusal (a quota) goes to the next entry at once
+    rec = ZonalNoCapacity(code="VcpuLimitExceeded", full=())
+    with pytest.raises(Exception, match="No fleet of the plan could start"):
+        _up_or_next(rec, plan, 0, (f"h-{n}" for n in range(1, 9)), lambda line: None, max_attempts=2)
+    assert [c[1] for c in rec.calls] == ["h-1:0:None", "h-2:1:None"]
+
+
 def test_a_launch_whose_first_fleet_has_no_capacity_trains_on_the_next(plan, tmp_path, monkeypatch) -> None:
     import lightning_srifty.provision.launch as launch_module
 
@@ -237,7 +291,7 @@ def test_a_launch_whose_first_fleet_has_no_capacity_trains_on_the_next(plan, tmp
         pass
 
     flaky = Flaky(1)
-    monkeypatch.setattr(launch_module, "_timed_up", lambda p, pl, i, n: (p.up(pl, i, n), 0.0))
+    monkeypatch.setattr(launch_module, "_timed_up", lambda p, pl, i, n, z=None: (p.up(pl, i, n), 0.0))
 
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-2") in flaky.calls)

@@ -24,11 +24,25 @@ class LaunchedFleet:
         return self.plan.entries[self.index]
 
 
+@dataclass(frozen=True)
+class ZoneChoice:
+    """Another availability zone to try a refused fleet in, and what it costs there in words."""
+
+    zone: str  # a zone ID (use1-az4) or name
+    note: str = ""  # e.g. "spot $0.45/h there, the plan used $0.41/h"
+
+
 class Provisioner(Protocol):
     kind: str
 
-    def up(self, plan: Plan, index: int, name: str) -> LaunchedFleet:
-        """Bring the capacity of ``plan.entries[index]`` up (nothing runs on it yet)."""
+    def up(self, plan: Plan, index: int, name: str, zone: str | None = None) -> LaunchedFleet:
+        """Bring the capacity of ``plan.entries[index]`` up (nothing runs on it yet), in ``zone`` when given (else
+        where the plan's price was)."""
+
+    def zones_after(self, plan: Plan, index: int, code: str, tried: list[str | None]) -> list[ZoneChoice]:
+        """Other zones to try the same fleet in after EC2 refused it with ``code`` in the zones ``tried`` (None: the
+        default zone), cheapest first; [] when the refusal is not about a zone (a quota, a price) or the
+        provisioner has no zones."""
 
     def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
         """Start the job on the fleet with these SRIFTY_* settings."""

@@ -148,13 +148,14 @@ def _up_or_next(
     names: Any,
     echo: Any,
     *,
-    max_attempts: int = 4,
+    max_attempts: int = 6,
     max_s: float = 1800.0,
 ) -> tuple[LaunchedFleet, float]:
     """Bring ``plan.entries[choice]`` up; when EC2 cannot start it now (:class:`CapacityError`: no capacity, spot
-    capacity not available, a quota, the type not offered in the zone), the next entries of the plan in rank order
-    (each within the plan's constraints and budget), at most ``max_attempts`` fleets and ``max_s`` seconds. Says what
-    it tried and what the fleet it moved to costs in time and money next to the first choice.
+    capacity not available, a quota, the type not offered in the zone), first the same fleet in other zones of its
+    region when the refusal was about a zone (the provisioner's ``zones_after``: cheapest first, at most 2), then the
+    next entries of the plan in rank order (each within the plan's constraints and budget); at most ``max_attempts``
+    tries and ``max_s`` seconds. Says what it tried and what the fleet it started costs next to the first choice.
 
     Raises:
         CapacityError: none of the fleets tried could start (naming each and why).
@@ -163,24 +164,46 @@ def _up_or_next(
     started = time.monotonic()
     for index in range(choice, len(plan.entries)):
         entry = plan.entries[index]
-        try:
-            fleet, took = _timed_up(provisioner, plan, index, next(names))
-        except CapacityError as exc:
-            tried.append(f"{entry.fleet} ({entry.market}): {exc.code}")
-            echo(f"srifty launch: {entry.fleet} ({entry.market}) could not start: {exc.code}")
-            if len(tried) >= max_attempts or time.monotonic() - started > max_s:
-                break
-            continue
-        if index != choice:
-            dt_pct = (entry.time_h / first.time_h - 1) * 100 if first.time_h else 0.0
-            dc_pct = (entry.cost_usd / first.cost_usd - 1) * 100 if first.cost_usd else 0.0
-            echo(
-                f"srifty launch: started entry {index} of the plan, {entry.fleet} ({entry.market}), instead of "
-                f"{first.fleet}: predicted {entry.time_h:.2f} h and ${entry.cost_usd:,.2f} ({dt_pct:+.0f}% time, "
-                f"{dc_pct:+.0f}% cost against the first choice); tried: {'; '.join(tried)}"
-            )
-        return fleet, took
-    raise CapacityError(
+        queue: list[Any] = [None]  # the default zone, then the provisioner's others
+        zones_tried: list[str | None] = []
+        while queue:
+            zone = queue.pop(0)
+            where = f" in {zone.zone}" if zone is not None else ""
+            try:
+                fleet, took = _timed_up(provisioner, plan, index, next(names), zone.zone if zone else None)
+            except CapacityError as exc:
+                tried.append(f"{entry.fleet} ({entry.market}){where}: {exc.code}")
+                echo(f"srifty launch: {entry.fleet} ({entry.market}) could not start{where}: {exc.code}")
+                if len(tried) >= max_attempts or time.monotonic() - started > max_s:
+                    raise _exhausted(tried, started) from None
+                zones_tried.append(zone.zone if zone else None)
+                if zone is None and hasattr(provisioner, "zones_after"):
+                    others = provisioner.zones_after(plan, index, exc.code, zones_tried)
+                    if others:
+                        echo(
+                            f"srifty launch: trying {entry.fleet} ({entry.market}) in "
+                            + "; ".join(f"{z.zone} ({z.note})" if z.note else z.zone for z in others)
+                            + " before the plan's next entry"
+                        )
+                    queue.extend(others)
+                continue
+            if index != choice or zone is not None:
+                dt_pct = (entry.time_h / first.time_h - 1) * 100 if first.time_h else 0.0
+                dc_pct = (entry.cost_usd / first.cost_usd - 1) * 100 if first.cost_usd else 0.0
+                place = f" in {zone.zone} ({zone.note})" if zone is not None else ""
+                what = f"entry {index} of the plan, {entry.fleet} ({entry.market}){place}"
+                instead = f"instead of {first.fleet}" if index != choice else "instead of the plan's zone"
+                echo(
+                    f"srifty launch: started {what}, {instead}: predicted {entry.time_h:.2f} h and "
+                    f"${entry.cost_usd:,.2f} ({dt_pct:+.0f}% time, {dc_pct:+.0f}% cost against the first choice); "
+                    f"tried: {'; '.join(tried)}"
+                )
+            return fleet, took
+    raise _exhausted(tried, started)
+
+
+def _exhausted(tried: list[str], started: float) -> CapacityError:
+    return CapacityError(
         f"No fleet of the plan could start ({len(tried)} tried in {time.monotonic() - started:.0f} s: "
         f"{'; '.join(tried)}). Re-rank with srifty recommend --launchable (what this account can start now), another "
         "region, or a quota increase (srifty check says which).",
@@ -188,11 +211,13 @@ def _up_or_next(
     )
 
 
-def _timed_up(provisioner: Any, plan: Any, choice: int, name: str) -> tuple[LaunchedFleet, float]:
+def _timed_up(
+    provisioner: Any, plan: Any, choice: int, name: str, zone: str | None = None
+) -> tuple[LaunchedFleet, float]:
     """``provisioner.up`` and the seconds it took; a cloud provisioner's time to bring the fleet up is recorded for
     the ranking's start-up figures (``predictor.startup``: the median per instance type replaces the default)."""
     t0 = time.monotonic()
-    fleet = provisioner.up(plan, choice, name)
+    fleet = provisioner.up(plan, choice, name) if zone is None else provisioner.up(plan, choice, name, zone)
     took = time.monotonic() - t0
     if provisioner.kind != "local":  # local processes say nothing about EC2
         from predictor import startup

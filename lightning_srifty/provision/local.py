@@ -39,7 +39,10 @@ class LocalProvisioner:
         self.simulate_notice_after = simulate_notice_after
         self._started = 0
 
-    def up(self, plan: Plan, index: int, name: str) -> LaunchedFleet:
+    def zones_after(self, plan: Plan, index: int, code: str, tried: list[str | None]) -> list[Any]:
+        return []  # processes on this machine: no zones
+
+    def up(self, plan: Plan, index: int, name: str, zone: str | None = None) -> LaunchedFleet:
         entry = plan.entries[index]
         ranks = sum(g.count * g.gpus_per_instance for g in entry.groups)
         if ranks > self.max_processes:

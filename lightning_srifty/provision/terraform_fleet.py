@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty import protocol
-from lightning_srifty.provision.base import LaunchedFleet
+from lightning_srifty.provision.base import LaunchedFleet, ZoneChoice
 from lightning_srifty.provision.command import check_env_names
 from lightning_srifty.provision.generate import Options, generate
 from lightning_srifty.provision.runner import apply, destroy
@@ -53,6 +53,21 @@ CAPACITY_CODES = (
     "Unsupported",
 )
 
+
+# refusals about one zone (capacity there, the type not offered there): the same fleet may start in another zone.
+# Quotas, spot counts and prices are the region's: another zone changes nothing.
+ZONAL_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientCapacity",
+        "capacity-not-available",
+        "Unsupported",
+        "capacity-timeout",
+        "preflight:offering",
+    }
+)
+ZONE_RETRIES = 2  # other zones tried per fleet before the plan's next entry
 
 LAUNCH_MAX_RETRIES = 4
 CAPACITY_TIMEOUT_S = 600.0  # an Auto Scaling group that has not launched the fleet by then is given up
@@ -123,9 +138,53 @@ class TerraformProvisioner:
         self.catalog, self.echo = catalog, echo
         self.capacity_timeout_s = CAPACITY_TIMEOUT_S
 
-    def up(self, plan: Plan, index: int, name: str) -> LaunchedFleet:
+    def zones_after(self, plan: Plan, index: int, code: str, tried: list[str | None]) -> list[ZoneChoice]:
+        """The zones (IDs) of the entry's region that offer every type of the fleet and were not tried, the spot
+        fleet's cheapest measured price first, at most :data:`ZONE_RETRIES`. None when the refusal is regional, the
+        subnets are the user's (``--vpc-id``) or the user named the zone (``--availability-zone``)."""
+        if code not in ZONAL_CODES or self.options.vpc_id or self.options.availability_zone:
+            return []
+        from lightning_srifty.provision.generate import priced_zone
+        from lightning_srifty.provision.preflight import offered_zones
+        from predictor.catalog import Catalog
+
+        entry = plan.entries[index]
+        catalog = self.catalog or Catalog.load()
+        done = {z if z is not None else priced_zone(catalog, entry, entry.region) for z in tried}
+        types = sorted({g.instance_type for g in entry.groups})
+        try:
+            import boto3
+
+            endpoint = self.options.aws_endpoint
+            ec2 = boto3.client("ec2", region_name=entry.region, **({"endpoint_url": endpoint} if endpoint else {}))
+            zones = offered_zones(ec2, types, by_id=True)
+        except Exception as exc:  # noqa: BLE001 - without the offerings, the next entry is the way on
+            self.echo(f"srifty launch: the zones that offer {', '.join(types)} could not be read ({exc}): next entry")
+            return []
+        common = set.intersection(*(zones.get(t, set()) for t in types)) - done
+        spot = max((g for g in entry.groups if g.spot), key=lambda g: g.spot, default=None)
+        prices: dict[str, float] = {}
+        if spot is not None and spot.instance_type in catalog:
+            for p in catalog.get(spot.instance_type).prices:
+                if p.region == entry.region and p.market == "spot" and p.availability_zone and not p.estimated:
+                    prices[p.availability_zone] = p.usd_hr
+        planned = catalog.get(spot.instance_type).price_usd_hr(entry.region, "spot") if spot else None
+        ordered = sorted(common, key=lambda z: (z not in prices, prices.get(z, 0.0), z))[:ZONE_RETRIES]
+
+        def note(zone: str) -> str:
+            if spot is None:
+                return "on-demand: the same price in every zone"
+            if zone not in prices:
+                return "no measured spot price for that zone in the catalog"
+            return f"spot {spot.instance_type} ${prices[zone]:.3f}/h there, the plan used ${planned or 0:.3f}/h"
+
+        return [ZoneChoice(z, note(z)) for z in ordered]
+
+    def up(self, plan: Plan, index: int, name: str, zone: str | None = None) -> LaunchedFleet:
         folder = self.root / name
         opts = dataclasses.replace(self.options, name=name)
+        if zone is not None:
+            opts = dataclasses.replace(opts, availability_zone=zone)
         generate(plan, folder, choice=index, options=opts, catalog=self.catalog)
         self.echo(f"srifty launch: terraform apply of {plan.entries[index].fleet} ({name}) in {folder}")
         try:
