@@ -86,14 +86,24 @@ def _run(tf: Any, *args: str, stream: bool = True, **options: Any) -> tuple[int,
     return tf.cmd(*args, no_color=IsFlagged, **opts)
 
 
+# how long an interrupted terraform gets to finish what it is creating, save its state and release its lock
+GRACE_S = 600.0
+
+
 def _run_shown(tf: Any, args: list[str], echo: Callable[[str], None], keep: int = 60) -> tuple[int, str]:
     """Run terraform with its output shown line by line as it comes (``echo``) and its last ``keep`` lines kept, so
-    that a failure's message can say what terraform said (an EC2 error code: srifty launch fails over on some)."""
+    that a failure's message can say what terraform said (an EC2 error code: srifty launch fails over on some).
+
+    Terraform runs in a session of its own, so a terminal's Ctrl-C reaches it once, from here: when this process is
+    interrupted (KeyboardInterrupt, the launcher's SIGTERM/SIGHUP), terraform gets one SIGINT, finishes the calls in
+    flight, writes its state and releases its lock (within :data:`GRACE_S`, else it is stopped), and only then is
+    the interruption raised, so that the clean-up's destroy sees the state and is not refused the lock. (A second
+    SIGINT would make terraform exit at once and lose what it had created.)"""
     import collections
     import subprocess
 
     tail: collections.deque[str] = collections.deque(maxlen=keep)
-    with subprocess.Popen(
+    proc = subprocess.Popen(
         [tf.terraform_bin_path, *args],
         cwd=tf.working_dir,
         stdout=subprocess.PIPE,
@@ -101,13 +111,53 @@ def _run_shown(tf: Any, args: list[str], echo: Callable[[str], None], keep: int 
         stdin=subprocess.DEVNULL,
         text=True,
         errors="replace",
-    ) as proc:
-        assert proc.stdout is not None
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    try:
         for line in proc.stdout:
             echo(line.rstrip("\n"))
             tail.append(line.rstrip("\n"))
         code = proc.wait()
+    except BaseException:
+        _stop_gracefully(proc, echo)
+        raise
+    finally:
+        proc.stdout.close()
     return code, "\n".join(tail) if code else ""
+
+
+def _stop_gracefully(proc: Any, echo: Callable[[str], None], grace_s: float | None = None) -> None:
+    """One SIGINT to an interrupted terraform, its remaining output shown, and a bounded wait for it to exit."""
+    import signal
+    import subprocess
+    import threading
+
+    if proc.poll() is not None:
+        return
+    echo("Interrupted: terraform finishes what it is creating, saves its state and releases its lock (one SIGINT).")
+    proc.send_signal(signal.SIGINT)
+
+    def drain() -> None:
+        try:
+            for line in proc.stdout:
+                echo(line.rstrip("\n"))
+        except (OSError, ValueError):
+            pass
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=GRACE_S if grace_s is None else grace_s)
+    except subprocess.TimeoutExpired:
+        echo(f"terraform did not stop within {GRACE_S if grace_s is None else grace_s:.0f} s: stopping it.")
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=5)
 
 
 def summarize(plan_json: dict[str, Any]) -> PlanSummary:
@@ -204,7 +254,7 @@ def apply(
         fresh = not _state_resources(tf)
         try:
             code, err = _run_shown(tf, ["apply", "-input=false", "-no-color", PLAN_FILE], echo)
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or the launcher's SIGTERM/SIGHUP: terraform has stopped and saved its state
             echo("Interrupted during terraform apply: " + _clean_up(tf, root, values, fresh, echo))
             raise
         if code != 0:

@@ -1,0 +1,107 @@
+"""A signal during ``terraform apply`` (issue #23 item 2): terraform runs in a session of its own and gets exactly one
+SIGINT from srifty, finishes what is in flight, saves its state and releases its lock before the interruption goes
+on, so the clean-up's destroy sees what was created and is not refused the lock. Before, the launcher's SIGTERM left
+terraform running to the end of the apply (an instance and its Auto Scaling group came up with nobody watching).
+
+The root is terraform's built-in ``terraform_data`` (no provider, no cloud): a 20 s step, then a second resource."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("terraform") is None, reason="the terraform CLI is not on PATH"),
+]
+
+ROOT_TF = """
+resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "sleep 20"
+  }
+}
+resource "terraform_data" "after" {
+  depends_on = [terraform_data.slow]
+}
+"""
+
+# the launcher's way: a handler raising once (lightning_srifty.provision.launch._Signals raises LaunchInterrupted)
+SCRIPT = """
+import signal, sys, time
+from python_terraform import Terraform
+from lightning_srifty.provision.runner import _run_shown
+from predictor.exceptions import LaunchInterrupted
+
+def handler(signum, frame):
+    signal.signal(signum, signal.SIG_IGN)
+    raise LaunchInterrupted(signum)
+
+for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    signal.signal(s, handler)
+tf = Terraform(working_dir=sys.argv[1])
+try:
+    _run_shown(tf, ["apply", "-auto-approve", "-input=false", "-no-color"], lambda line: print(line, flush=True))
+except LaunchInterrupted:
+    print("RAISED", flush=True)
+    sys.exit(143)
+"""
+
+
+@pytest.mark.parametrize(
+    ("signum", "group"),
+    [(signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGINT, True)],
+    ids=["TERM-to-the-launcher", "HUP-to-the-launcher", "INT-to-the-terminals-group"],
+)
+def test_an_interrupted_apply_stops_terraform_once_and_releases_its_lock(tmp_path, signum, group) -> None:
+    """A supervisor's SIGTERM/SIGHUP reaches the launcher alone (terraform went on to the end of the apply); a
+    terminal's Ctrl-C reaches its whole group (terraform must get one SIGINT, not two: two make it exit at once)."""
+    folder = tmp_path / "root"
+    folder.mkdir()
+    (folder / "main.tf").write_text(ROOT_TF)
+    env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "PYTHONPATH": str(ROOT)}
+    init = subprocess.run(["terraform", "init", "-no-color"], cwd=folder, env=env, capture_output=True, text=True)
+    assert init.returncode == 0, init.stderr
+    started = time.monotonic()
+    # its own process group, as a terminal's job would be: a Ctrl-C reaches the whole group
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(folder)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip())
+        if "terraform_data.slow: Creating..." in line:
+            if group:
+                os.killpg(proc.pid, signum)
+            else:
+                os.kill(proc.pid, signum)
+            break
+    lines += [line.rstrip() for line in proc.stdout]
+    assert proc.wait(timeout=120) == 143, "\n".join(lines)
+    took = time.monotonic() - started
+    text = "\n".join(lines)
+    assert "Interrupted: terraform finishes what it is creating, saves its state and releases its lock" in text
+    assert lines[-1] == "RAISED" and took < 18, (took, text)  # it did not run the 20 s step to its end
+    assert not (folder / ".terraform.tfstate.lock.info").exists()  # the lock is released
+    state = subprocess.run(["terraform", "state", "list"], cwd=folder, env=env, capture_output=True, text=True)
+    assert state.returncode == 0 and "terraform_data.after" not in state.stdout  # stopped before the next resource
+    destroy = subprocess.run(
+        ["terraform", "destroy", "-auto-approve", "-no-color", "-lock-timeout=0s"],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert destroy.returncode == 0, destroy.stdout + destroy.stderr  # the clean-up is not refused the lock
+    assert Path(folder / "terraform.tfstate").exists()
