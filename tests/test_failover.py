@@ -126,4 +126,5 @@ def test_the_terraform_provisioner_tries_other_zones_that_offer_the_fleet_cheape
     same_prices = TerraformProvisioner(tmp_path, "s3://zones/runs/z/", options, catalog=catalog, echo=echo.append)
     fleet = same_prices.up(plan, 0, "zoned-1", c)  # (up checks the plan's prices against its catalog)
     values = json.loads((fleet.data["folder"] / TFVARS).read_text())
+    assert f"if this launcher dies, release it at once with: srifty down --dir {fleet.data['folder']}" in echo[-1]
     assert values["network"] == {"create_vpc": True, "availability_zone_id": c}

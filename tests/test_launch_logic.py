@@ -142,6 +142,11 @@ def test_a_failed_job_stops_the_launch_and_releases_every_fleet(plan, tmp_path) 
         result["error"]
     )
     assert rec.calls[-2:] == [("stop", "f-1"), ("down", "f-1")]
+    # said at the start: what happens to the fleets if the launcher dies, and the flag that sets the window
+    assert any(
+        "if this launcher dies without releasing its fleets" in line and "600 s old (--heartbeat-max-age)" in line
+        for line in result["echo"]
+    ), result["echo"]
 
 
 def test_a_request_beyond_max_migrations_is_declined_and_the_job_trains_on(plan, tmp_path, catalog) -> None:

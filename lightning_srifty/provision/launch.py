@@ -416,6 +416,11 @@ def launch(
     protocol.clear(ckpt, *old)
     protocol.clear_records(ckpt, Preempted, Finished, Failed, MoveRequest, Leave, Started)
     echo(f"srifty launch: launch {launch_id}, checkpoints and records in {ckpt}")
+    echo(
+        f"srifty launch: if this launcher dies without releasing its fleets (kill -9, a lost machine), their jobs "
+        f"checkpoint and leave and the instances shut down once its heartbeat is {heartbeat_max_age_s:.0f} s old "
+        "(--heartbeat-max-age); each fleet's line says how to release it at once."
+    )
     heartbeat = _HeartbeatWriter(ckpt, launch_id, heartbeat_s, heartbeat_max_age_s, echo)
     with _Signals(echo):
         heartbeat.start()

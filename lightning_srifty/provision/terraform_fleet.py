@@ -214,6 +214,10 @@ class TerraformProvisioner:
             if code:
                 raise CapacityError(f"EC2 could not start {plan.entries[index].fleet}: {code}", code=code) from exc
             raise
+        self.echo(
+            f"srifty launch: {plan.entries[index].fleet} ({name}) is up; if this launcher dies, release it at once "
+            f"with: srifty down --dir {folder}"
+        )
         return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
 
     def _autoscaling(self, region: str) -> Any:
