@@ -101,6 +101,51 @@ def refuse_non_regular(target: Path) -> None:
     )
 
 
+def _kind(mode: int) -> str:
+    return (
+        "a folder" if stat.S_ISDIR(mode)
+        else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a FIFO" if stat.S_ISFIFO(mode)
+        else "a socket" if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )  # fmt: skip
+
+
+class TooLarge(OSError):
+    """A file over the reader's limit (its size is ``filename``'s first ``limit`` + 1 bytes at least)."""
+
+
+DOCUMENT_LIMIT = 256 << 20  # a profile with the operator table of a 70B model is a few MB
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int = DOCUMENT_LIMIT) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, and nothing else: a FIFO, a device (``/dev/zero``), a
+    socket or a folder is refused before any byte is read (opened without blocking, so a FIFO with no writer cannot
+    hang the caller), and at most ``limit`` + 1 bytes are read before a larger file is refused.
+
+    Raises:
+        FileNotFoundError: nothing there.
+        OSError: not a regular file (``errno.EINVAL``, the kind named), or :class:`TooLarge`.
+    """
+    fd = os.open(os.fspath(path), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"is {_kind(mode)}, not a regular file: give the path of a file", str(path))
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise TooLarge(errno.EFBIG, f"is over {limit:,} bytes", str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def check_writable(path: str | os.PathLike[str]) -> None:
     """Raise OSError if a file could not be created at ``path`` (creating the folder if needed), or if something
     other than a regular file is there."""
@@ -117,11 +162,11 @@ def read_json_document(source: str | os.PathLike[str], what: str, missing_hint: 
 
     path = Path(source)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path).decode("utf-8")
     except FileNotFoundError:
         raise ProfileError(f"{what} file {str(path)!r} does not exist. {missing_hint}") from None
     except OSError as exc:
-        raise ProfileError(f"Cannot read {what.lower()} {str(path)!r}: {exc.strerror}.") from exc
+        raise ProfileError(f"Cannot read {what.lower()} {str(path)!r}: it {exc.strerror}.") from None
     except UnicodeDecodeError as exc:
         raise ProfileError(
             f"{what} {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 JSON."

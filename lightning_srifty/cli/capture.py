@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from lightning_srifty.cli._common import positive_int
+from predictor._io import read_bounded
 from predictor.exceptions import ConfigError
 
 PRECISIONS = ("32-true", "64-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
@@ -147,7 +148,12 @@ def _transformers_config(cls: Any, text: str | None) -> Any:
                 parameter="--config",
                 value=text,
             )
-        source = path.read_text()
+        try:
+            source = read_bounded(path, 16 << 20).decode("utf-8", errors="replace")  # a config.json is a few KB
+        except OSError as exc:
+            raise ConfigError(
+                f"--config {text!r}: cannot read it ({exc.strerror or exc}).", parameter="--config", value=text
+            ) from None
     try:
         values = json.loads(source)
     except json.JSONDecodeError as exc:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty.cli._common import load_catalog
+from predictor._io import read_bounded
 
 TOKEN_ENV = "SRIFTY_SERVICE_TOKEN"
 
@@ -20,7 +21,7 @@ def read_token(path: str | None) -> tuple[str | None, str]:
     if path is not None:
         file = Path(path).expanduser()
         try:
-            token = file.read_text(encoding="utf-8").strip()
+            token = read_bounded(file, 64 << 10).decode("utf-8").strip()  # a token is bytes, not a document
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(
                 f"The 'token_file' parameter of srifty serve must name a readable UTF-8 file holding the token. "

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from predictor._io import TooLarge, read_bounded
 from predictor._validation import suggest
 from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import ARCHES, INTERCONNECTS, InstanceType, Price, normal_arch
@@ -180,9 +181,12 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
     try:
         if Path(path).is_dir():
             raise CatalogError(f"{name}: is a folder; give the YAML file of GPUs and instance types inside it")
-        raw = Path(path).read_bytes()
-        if len(raw) > MAX_EXTRA_BYTES:
-            raise CatalogError(f"{name}: {len(raw):,} bytes; a catalog extra file is at most {MAX_EXTRA_BYTES:,}")
+        try:
+            raw = read_bounded(path, MAX_EXTRA_BYTES)
+        except TooLarge:
+            raise CatalogError(
+                f"{name}: over {MAX_EXTRA_BYTES:,} bytes, the most a catalog extra file may be"
+            ) from None
         data = _safe_yaml(raw.decode("utf-8"))
     except FileNotFoundError:
         raise CatalogError(f"{name}: catalog extra file not found") from None
