@@ -187,10 +187,43 @@ def test_the_terraform_provisioner_needs_an_s3_prefix_and_says_so(plan, tmp_path
     assert "keeps checkpoints in S3" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="a prefix inside the bucket"):
         TerraformProvisioner(tmp_path, "s3://bucket")
+    with pytest.raises(ConfigError, match=r"'Bad_Bucket' is not a valid S3 bucket name") as bad:
+        TerraformProvisioner(tmp_path, "s3://Bad_Bucket/runs/a/")  # before the launcher writes a record there
+    assert bad.value.parameter == "checkpoint_uri"
+
     provisioner = TerraformProvisioner(tmp_path, "s3://bucket/runs/a/")
     assert provisioner.checkpoint_uri == "s3://bucket/runs/a"
     assert (provisioner.options.bucket, provisioner.options.checkpoint_prefix) == ("bucket", "runs/a/")
     assert provisioner.options.handover
+
+
+def test_the_aws_endpoint_reaches_every_client_of_the_launcher(plan, tmp_path, monkeypatch) -> None:
+    """--aws-endpoint reached Terraform only: the launcher's own S3 records and heartbeat went to real AWS (issue #23
+    item 4). Now the whole process uses it: boto3 clients and the records' filesystem."""
+    import os
+
+    import boto3
+
+    from lightning_srifty import protocol
+    from lightning_srifty.cli import main
+
+    seen: dict = {}
+
+    def fake_launch(plan, script, **kwargs):
+        seen["records"] = protocol.filesystem("s3://bucket/runs/a").storage_options.get("endpoint_url")
+        seen["boto3"] = boto3.client("ec2", region_name="us-east-1").meta.endpoint_url
+        return []
+
+    monkeypatch.setattr("lightning_srifty.provision.launch.launch", fake_launch)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)  # undone at the end: the command sets it for its process
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    plan.save(tmp_path / "plan.json")
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["launch", "--plan", "plan.json", "--provisioner", "terraform", "--checkpoint-uri", "s3://bucket/runs/a/"]
+    assert main([*args, "--aws-endpoint", "http://127.0.0.1:9", "--", "train.py"]) == 0
+    assert seen == {"records": "http://127.0.0.1:9", "boto3": "http://127.0.0.1:9"}
+    assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9"
 
 
 class NoCapacity(Recorder):

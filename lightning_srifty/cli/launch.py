@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -60,6 +61,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 "every fleet of the run).",
                 parameter="checkpoint_uri",
             )
+        if args.aws_endpoint:
+            # one endpoint for every client of this process: terraform's provider, and the launcher's own S3 records
+            # and heartbeat, EC2 offerings and Auto Scaling calls (boto3 and s3fs read AWS_ENDPOINT_URL)
+            os.environ["AWS_ENDPOINT_URL"] = args.aws_endpoint
         options = Options(
             region=args.region,
             train_command=shlex.join(script),

@@ -17,7 +17,7 @@ from typing import Any
 
 from lightning_srifty import protocol
 from lightning_srifty.provision.base import LaunchedFleet, ZoneChoice
-from lightning_srifty.provision.command import check_env_names
+from lightning_srifty.provision.command import check_bucket, check_env_names
 from lightning_srifty.provision.generate import Options, generate
 from lightning_srifty.provision.runner import apply, destroy
 from predictor.exceptions import CapacityError, ConfigError, PreflightError, ProvisionError
@@ -121,6 +121,7 @@ class TerraformProvisioner:
         echo: Any = print,
     ) -> None:
         bucket, prefix = split_s3(checkpoint_uri)
+        check_bucket(bucket, "checkpoint_uri")  # before any client sees it (the launcher writes records there first)
         if not prefix:
             raise ConfigError(
                 f"Give the checkpoints a prefix inside the bucket, e.g. s3://{bucket}/runs/resnet-1 (the instances may "
