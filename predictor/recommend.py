@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from predictor._io import check_writable
 from predictor.plan import Plan
 from predictor.profile import Profile
 from predictor.ranking import Constraints, rank
@@ -39,6 +40,9 @@ def recommend(
     """Rank fleets for ``profile`` under ``constraints`` (through ``service`` when given: its observations calibrate
     the ranking), ``refine`` the plan (``srifty recommend --launchable`` keeps what the account can start), then
     write the plan (atomically) and the report where asked."""
+    for output in (plan_path, report_path, Path(report_path).with_suffix(".png") if report_path else None):
+        if output is not None:  # every output can be written before any is (or any ranking is spent)
+            check_writable(output)
     plan = service.rank(profile, constraints) if service is not None else rank(profile, constraints, catalog=catalog)
     if refine is not None:
         plan = refine(plan)

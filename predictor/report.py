@@ -9,7 +9,7 @@ import io
 import os
 from pathlib import Path
 
-from predictor._io import atomic_write_bytes, atomic_write_text
+from predictor._io import atomic_write_bytes, atomic_write_text, check_writable
 from predictor.plan import Plan
 
 
@@ -82,8 +82,10 @@ def _pct(share: float | None) -> str:
 def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     """Write ``path`` (HTML, self-contained) and the PNG of the plot beside it; both atomically."""
     target = Path(path)
-    png = pareto_png(plan)
     png_path = target.with_suffix(".png")
+    for output in (target, png_path):  # both can be written, before either is
+        check_writable(output)
+    png = pareto_png(plan)
     atomic_write_bytes(png_path, png)
     esc = html.escape
     rows = "\n".join(

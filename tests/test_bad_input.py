@@ -4,6 +4,7 @@ and the fix (issue #13, reliability item 4)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -92,6 +93,19 @@ def test_an_unwritable_output_names_the_path_not_the_temporary_file(tmp_path, ca
     line = _run(capsys, ["recommend", "--profile", str(PROFILE), "--steps", "10", flag, str(target)])
     assert f"cannot write {blocker}/" in line and ".tmp" not in line and "folder you can write" in line
     assert blocker.read_text() == "not a folder"  # nothing half-written
+
+
+def test_every_output_is_checked_before_any_is_written(tmp_path, capsys) -> None:
+    """--report X wrote X.png beside a target it then refused (issue #23 item 8): a FIFO as the report (as root,
+    /dev/full would have made /dev/full.png) leaves no PNG and no plan behind."""
+    fifo = tmp_path / "report.html"
+    os.mkfifo(fifo)
+    plan = tmp_path / "plan.json"
+    line = _run(
+        capsys, ["recommend", "--profile", str(PROFILE), "--steps", "10", "--out", str(plan), "--report", str(fifo)]
+    )
+    assert "is a FIFO, not a regular file" in line and str(fifo) in line
+    assert not (tmp_path / "report.png").exists() and not plan.exists()
 
 
 @pytest.mark.parametrize(
