@@ -30,6 +30,13 @@ from predictor.profile import Profile
 from predictor.rank import Calibration
 
 FACTOR_LIMITS = (0.2, 5.0)  # an observation further off than 5x is a mistake (wrong fleet, wrong unit), not a signal
+# Observations cannot steer alone (issue #23 item 5): a GPU's factor moves only when MIN_RUNS distinct runs (the
+# observation's ``source``) agree within AGREE of their median; the factor is shrunk toward the model as if the model
+# were PRIOR_RUNS runs at 1.0, and moves at most STEP per agreeing run.
+MIN_RUNS = 3
+AGREE = 1.25
+PRIOR_RUNS = 3.0
+STEP = 1.10
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS observations (
@@ -134,11 +141,16 @@ class ObservationStore:
         return [Observation(*row) for row in rows]
 
     def calibration(self, profile: Profile, catalog: Catalog | None = None) -> Calibration | None:
-        """Factors by GPU from the observations of this model (None when there are none usable)."""
+        """Factors by GPU from the observations of this model (None when no GPU has enough agreeing runs).
+
+        Per GPU: each run's (``source``'s) median log(measured / predicted); the runs within a factor
+        :data:`AGREE` of the median run; with at least :data:`MIN_RUNS` of them, their mean shrunk toward 0 (the
+        model) as ``n / (n + PRIOR_RUNS)`` and bounded by ``n * log(STEP)``. One post, or many from one run, or runs
+        that disagree, change nothing."""
         from predictor.predict import predict
 
         catalog = catalog or Catalog.load()
-        logs: dict[str, list[float]] = {}
+        runs: dict[str, dict[str, list[float]]] = {}
         for obs in self.list(model_key(profile)):
             if "," in obs.gpu:
                 continue  # a mix: cannot tell which GPU was off
@@ -148,9 +160,31 @@ class ObservationStore:
                 continue  # the fleet is no longer in this catalog, or this profile cannot predict it
             ratio = obs.throughput_samples_s / predicted
             if FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:
-                logs.setdefault(obs.gpu, []).append(math.log(ratio))
-        if not logs:
-            return None
-        return Calibration(
-            {gpu: math.exp(sum(v) / len(v)) for gpu, v in logs.items()}, {gpu: len(v) for gpu, v in logs.items()}
-        )
+                runs.setdefault(obs.gpu, {}).setdefault(obs.source, []).append(math.log(ratio))
+        factors, counts = {}, {}
+        for gpu, by_run in runs.items():
+            found = calibrated_log_factor([_median(v) for v in by_run.values()])
+            if found is not None:
+                factors[gpu], counts[gpu] = math.exp(found[0]), found[1]
+        return Calibration(factors, counts) if factors else None
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def calibrated_log_factor(run_logs: list[float]) -> tuple[float, int] | None:
+    """The log factor the runs' log ratios give (and how many runs agreed), or None without :data:`MIN_RUNS` runs
+    agreeing within :data:`AGREE` of their median."""
+    if len(run_logs) < MIN_RUNS:
+        return None
+    centre = _median(run_logs)
+    agreeing = [v for v in run_logs if abs(v - centre) <= math.log(AGREE)]
+    n = len(agreeing)
+    if n < MIN_RUNS:
+        return None
+    shrunk = sum(agreeing) / n * n / (n + PRIOR_RUNS)
+    bound = n * math.log(STEP)
+    return max(-bound, min(bound, shrunk)), n

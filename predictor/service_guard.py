@@ -35,6 +35,9 @@ WRITES = frozenset({("POST", "/v1/observations")})
 BUSY_RETRY_S = 2  # Retry-After of a 429: a slot frees when a ranking ends (the largest allowed takes seconds)
 
 
+MIN_TOKEN_BYTES = 32  # secrets.token_urlsafe(32) gives 43
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     """How the service bounds its work and whom it answers (``srifty serve``'s options, same defaults).
@@ -72,6 +75,14 @@ class ServiceSettings:
                 "Write a random token (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`).",
                 parameter="token",
                 value="",
+            )
+        if self.token is not None and len(self.token.strip().encode()) < MIN_TOKEN_BYTES:
+            raise ConfigError(
+                f"The 'token' parameter of {owner} must be at least {MIN_TOKEN_BYTES} bytes (a guessable token lets "
+                f"anyone steer the rankings). Got {len(self.token.strip().encode())}. Write a random one: "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`.",
+                parameter="token",
+                value=f"<{len(self.token.strip().encode())} bytes>",
             )
         object.__setattr__(self, "allowed_hosts", tuple(h.lower() for h in self.allowed_hosts))
 

@@ -281,6 +281,9 @@ def test_recommendation_failure_never_stops_training(tmp_path, caplog) -> None:
     assert not (tmp_path / "plan.json").exists()
 
 
+CB_TOKEN = "cb-token-" + "y" * 30  # the service wants at least 32 bytes
+
+
 def test_recommendation_through_the_service_posts_an_observation(tmp_path, monkeypatch, catalog) -> None:
     """On 'EC2' (a local IMDS says g5.xlarge), with a service: the plan comes from `srifty serve` and the run's
     measured throughput lands in the service's observations as g5.xlarge:1."""
@@ -289,7 +292,7 @@ def test_recommendation_through_the_service_posts_an_observation(tmp_path, monke
 
     store = ObservationStore(tmp_path / "obs.sqlite")
     meta = {"meta-data/instance-type": "g5.xlarge", "meta-data/placement/availability-zone": "us-east-1b"}
-    app = create_app(catalog=catalog, observations=store, settings=ServiceSettings(token="cb-token"))
+    app = create_app(catalog=catalog, observations=store, settings=ServiceSettings(token=CB_TOKEN))
     with FakeIMDS(meta) as imds, background_server(app) as url:
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "false")
         monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint)
@@ -298,7 +301,7 @@ def test_recommendation_through_the_service_posts_an_observation(tmp_path, monke
             profile_steps=5,
             output=tmp_path / "p.json",
             verbose=False,
-            service=ServiceClient(url, token="cb-token"),  # writes need the service's token
+            service=ServiceClient(url, token=CB_TOKEN),  # writes need the service's token
             constraints=Constraints(market="spot:0.5"),
         )
         fit(cb, max_steps=10)

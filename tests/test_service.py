@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import sqlite3
 import urllib.request
 
@@ -17,7 +18,7 @@ from predictor.predict import predict
 from predictor.profile import load_profile
 from predictor.service import ServiceSettings, background_server, create_app
 
-TOKEN = "test-token-4b9f"
+TOKEN = "test-token-4b9f-" + "z" * 24  # at least 32 bytes
 
 
 @pytest.fixture
@@ -100,31 +101,64 @@ def test_oversized_and_malformed_bodies(client) -> None:
 
 
 def test_observations_calibrate_the_next_rank(client, tmp_path, catalog) -> None:
+    """Three runs that agree move the A10G's factor, shrunk toward the model (issue #23 item 5: one post, or many
+    from one run, steer nothing)."""
     profile = load_profile(copy.deepcopy(MINIMAL))
     predicted = predict(profile, "g5.xlarge:1", catalog=catalog).throughput_samples_s
     body = {"profile": MINIMAL, "constraints": {"steps": 100_000, "allow": ["g5.xlarge"], "max_instances": 1}}
     before = load_plan(client.post("/v1/rank", json=body).json())
     assert before.calibration is None
-    for measured in (0.5 * predicted, 0.72 * predicted):  # the A10G ran slower than predicted, twice
+
+    def post(ratio: float, source: str) -> dict:
         r = client.post(
             "/v1/observations",
-            json={"profile": MINIMAL, "fleet": "g5.xlarge:1", "throughput_samples_s": measured, "source": "test"},
+            json={
+                "profile": MINIMAL,
+                "fleet": "g5.xlarge:1",
+                "throughput_samples_s": ratio * predicted,
+                "source": source,
+            },
         )
         assert r.status_code == 201, r.text
-    assert r.json()["calibration"]["A10G"] == pytest.approx((0.5 * 0.72) ** 0.5)
+        return r.json()
+
+    ratios = (0.70, 0.72, 0.75)  # the A10G ran slower than predicted, in three runs
+    assert post(ratios[0], "run-a")["calibration"] == {}
+    assert post(ratios[1], "run-b")["calibration"] == {}  # two runs: not yet
+    factor = post(ratios[2], "run-c")["calibration"]["A10G"]
+    geo = math.exp(sum(math.log(r) for r in ratios) / 3)
+    assert factor == pytest.approx(geo ** (3 / 6))  # shrunk: the model counts as 3 runs at 1.0
     after = load_plan(client.post("/v1/rank", json=body).json())
-    assert after.calibration[0].gpu == "A10G" and after.calibration[0].observations == 2
+    assert after.calibration[0].gpu == "A10G" and after.calibration[0].observations == 3
     assert after.entries[0].throughput_samples_s == pytest.approx(
-        before.entries[0].throughput_samples_s * (0.5 * 0.72) ** 0.5, rel=0.02
+        before.entries[0].throughput_samples_s * factor, rel=0.02
     )
     listed = client.get("/v1/observations", params={"model_key": model_key(profile)}).json()["observations"]
-    assert [o["throughput_samples_s"] for o in listed] == pytest.approx([0.72 * predicted, 0.5 * predicted])
+    assert [o["throughput_samples_s"] for o in listed] == pytest.approx([r * predicted for r in reversed(ratios)])
     # a different model is not calibrated by these
     other = {**copy.deepcopy(MINIMAL), "model": {**MINIMAL["model"], "name": "vit"}}
     assert load_plan(client.post("/v1/rank", json={**body, "profile": other}).json()).calibration is None
     # the store is plain SQLite
     rows = sqlite3.connect(tmp_path / "obs.sqlite").execute("SELECT fleet, gpu FROM observations").fetchall()
-    assert rows == [("g5.xlarge:1", "A10G")] * 2
+    assert rows == [("g5.xlarge:1", "A10G")] * 3
+
+
+def test_one_post_many_posts_of_one_run_or_disagreeing_runs_steer_nothing(tmp_path, catalog) -> None:
+    """The probe of issue #23 item 5: one authenticated post at 4.9x predicted changed the top fleet."""
+    from predictor.observations import calibrated_log_factor
+
+    store = ObservationStore(tmp_path / "o.sqlite")
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    predicted = predict(profile, "g5.xlarge:1", catalog=catalog).throughput_samples_s
+    store.add(profile, "g5.xlarge:1", 4.9 * predicted, source="attacker", catalog=catalog)
+    assert store.calibration(profile, catalog) is None
+    for _ in range(5):  # the same run, again and again
+        store.add(profile, "g5.xlarge:1", 4.9 * predicted, source="attacker", catalog=catalog)
+    assert store.calibration(profile, catalog) is None
+    assert calibrated_log_factor([math.log(0.5), 0.0, math.log(2.0)]) is None  # three runs that disagree
+    # agreeing runs: bounded by 10% per run however far they say
+    log_f, n = calibrated_log_factor([math.log(4.0)] * 3)
+    assert n == 3 and math.exp(log_f) == pytest.approx(1.1**3)
 
 
 def test_store_ignores_mixes_and_absurd_ratios(tmp_path, catalog) -> None:

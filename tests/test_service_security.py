@@ -18,7 +18,7 @@ from predictor.observations import ObservationStore
 from predictor.profile import load_profile
 from predictor.service import ServiceSettings, background_server, create_app
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-" + "x" * 24  # at least 32 bytes (MIN_TOKEN_BYTES)
 
 
 def _app(tmp_path, catalog, **settings):
@@ -43,7 +43,7 @@ def test_writes_need_the_token_and_reads_do_not(tmp_path, catalog) -> None:
         r = c.post("/v1/observations", json=_observation())
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
         assert r.json()["detail"][0]["loc"] == ["header", "authorization"] and "no Authorization" in r.text
-        for wrong in ("Bearer s3cret-tokeN", "Bearer ", "Basic s3cret-token", "s3cret-token", "Bearer s3cret-token2"):
+        for wrong in (f"Bearer {TOKEN[:-1]}X", "Bearer ", f"Basic {TOKEN}", TOKEN, f"Bearer {TOKEN}2"):
             r = c.post("/v1/observations", json=_observation(), headers={"authorization": wrong})
             assert r.status_code == 401, wrong
         assert c.get("/v1/observations").json()["observations"] == []  # nothing was written
@@ -315,4 +315,7 @@ def test_settings_name_the_bad_parameter() -> None:
         ServiceSettings(max_concurrent=0)
     with pytest.raises(ConfigError, match=r"'token'.*non-empty"):
         ServiceSettings(token="  ")
-    assert "tok" not in repr(ServiceSettings(token="tok-123"))
+    with pytest.raises(ConfigError, match=r"'token'.*at least 32 bytes.*Got 12") as short:
+        ServiceSettings(token="s3cret-token")  # issue #23 item 5: a short token is guessable
+    assert "s3cret" not in str(short.value)
+    assert "tok" not in repr(ServiceSettings(token="tok-" + "9" * 40))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -154,8 +155,20 @@ def post_observation(client: Any, profile: Profile) -> None:
             fleet,
             throughput,
             iteration_time_s=step,
-            source=f"SriftyCallback {profile.model.name}",
+            source=f"SriftyCallback {profile.model.name} run {run_identity()}",
         )
         log.info("SriftyCallback: observation of %s posted (%s samples/s): %s", fleet, f"{throughput:.1f}", answer)
     except SriftyError as exc:
         log.warning("SriftyCallback: the observation was not posted: %s", exc)
+
+
+_PROCESS_RUN = uuid.uuid4().hex[:12]
+
+
+def run_identity() -> str:
+    """What makes observations distinct runs for the service (it calibrates only on several agreeing runs): the
+    launch's id under ``srifty launch`` (its legs on several fleets are one run), else one id per process."""
+    from lightning_srifty.protocol import LaunchEnv
+
+    launch = LaunchEnv.from_env()
+    return f"launch {launch.launch_id}" if launch is not None and launch.launch_id else _PROCESS_RUN
