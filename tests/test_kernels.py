@@ -88,6 +88,25 @@ def test_zero_size_gives_the_launch_floor(cls: str) -> None:
     assert t[1] >= floor * 0.25
 
 
+def test_a_step_pays_a_kernels_execution_not_its_isolated_launch_and_sync() -> None:
+    from predictor.perf.kernels import MIN_KERNEL_S
+
+    model = load_kernel_model()
+    # the overhead taken away is the smallest kernels' latency less the in-stream minimum: 20-40 us on these GPUs
+    assert 15e-6 < model.dispatch_s < 40e-6
+    tiny = {"n": np.array([1.0, 256.0]), "bytes": np.array([12.0, 3072.0]), "flops": np.array([1.0, 256.0])}
+    assert np.all(model.step_time("elementwise", tiny, A100) == pytest.approx(MIN_KERNEL_S, abs=2e-6))
+    big = {"b": 1, "m": 8192, "n": 8192, "k": 8192}
+    isolated, in_step = model.latency("gemm", big, A100)[0], model.step_time("gemm", big, A100)[0]
+    assert in_step == pytest.approx(isolated - model.dispatch_s) and in_step > 0.99 * isolated
+    # a small step of many small kernels speeds up with the GPU: the isolated floor hid it
+    h100 = get_gpu("H100-SXM")
+    small = {"b": 16, "m": 128, "n": 64, "k": 128}
+    iso_ratio = model.latency("gemm", small, A100)[0] / model.latency("gemm", small, h100)[0]
+    step_ratio = model.step_time("gemm", small, A100)[0] / model.step_time("gemm", small, h100)[0]
+    assert step_ratio >= iso_ratio
+
+
 def test_a_gpu_without_the_needed_specs_names_gpu_field_and_fix() -> None:
     bare = dataclasses.replace(A100, key="MyGPU", sms=None)
     with pytest.raises(PredictionError, match=r"GPU 'MyGPU' has no sms .*add `sms`.*--catalog-extra.*docs/catalog.md"):

@@ -23,6 +23,15 @@ The multiplier is the inverse of the achieved utilisation of the roofline (plus 
 reduction of ``n`` inputs is an elementwise kernel over ``n`` elements moving ``bytes``; a copy / cast / fill /
 gather moves ``bytes`` (``n = bytes / (2 x element_bytes)``, no arithmetic). Their floor is the elementwise floor.
 
+What a step pays is not what an isolated call costs. NeuSight timed each operator alone: launch, PyTorch's dispatch
+and the synchronisation around the timing are in every latency (the smallest kernels of every training GPU take
+25-32 us, whatever the GPU). In a training step the host queues kernels ahead of the GPU, and a kernel occupies the
+GPU's stream only for its execution: :meth:`KernelModel.step_time` is the isolated latency less that overhead
+(the ``elementwise`` floor, which is nothing but it, less the in-stream minimum), never below
+``MIN_KERNEL_S``, the interval of back-to-back null kernels on current GPUs and drivers (about 3 us, NVIDIA's
+developer forum "Too much time for kernel launch latency", 2022). The host's own rate of launching
+(``ops.HOST_S_PER_KERNEL``) bounds the step from below elsewhere (``basis.step_floor``).
+
 Loading never trains: the coefficients are in ``predictor/data/kernel_model.json`` (plain numbers, no pickle), which
 also records the training data's sha256, the training GPUs and the library versions used to fit it.
 """
@@ -55,6 +64,9 @@ DIMS = {
     "memory": ("bytes",),
 }
 FORMAT = "srifty.kernel-model/v1"
+# a kernel queued behind another occupies the GPU's stream at least this long (back-to-back null kernels, ~3 us on
+# recent GPUs and drivers: forums.developer.nvidia.com/t/too-much-time-for-kernel-launch-latency/233645)
+MIN_KERNEL_S = 3e-6
 MULTIPLIER_RANGE = (0.25, 64.0)  # bounds of exp(mlp): utilisation of the roofline between 1/64 and 4 (L2 reuse)
 _TINY = 1e-12
 
@@ -382,6 +394,31 @@ class KernelModel:
         mult = np.exp(np.clip(log_mult, *np.log(MULTIPLIER_RANGE)))
         out = (t_roof + floor) * mult
         return np.where(size > 0, out, floor).reshape(shape)
+
+    @property
+    def dispatch_s(self) -> float:
+        """Seconds of every isolated measurement that a stream of queued kernels does not pay: launch, dispatch and
+        the timing's synchronisation, i.e. the floor of the smallest kernels (``elementwise``: a handful of
+        operations) less what such a kernel occupies the GPU in a stream (:data:`MIN_KERNEL_S`)."""
+        if "elementwise" not in self.floors_:
+            raise PredictionError("the kernel model has no elementwise floor: retrain it")
+        return max(self.floors_["elementwise"] - MIN_KERNEL_S, 0.0)
+
+    def step_time(
+        self,
+        cls: str,
+        dims: Mapping[str, np.ndarray],
+        gpu: GPU,
+        *,
+        peak_tflops: float | None = None,
+        element_bytes: float = 4.0,
+    ) -> np.ndarray:
+        """Seconds a call occupies the GPU inside a training step, where kernels are queued back to back: the
+        isolated latency (:meth:`latency`, same arguments) less :attr:`dispatch_s`, at least :data:`MIN_KERNEL_S`.
+        Large kernels are unchanged (the overhead is a few percent of them); a small one costs its execution, not
+        its launch-to-synchronisation time, so a step of many small kernels speeds up with the GPU as it does."""
+        lat = self.latency(cls, dims, gpu, peak_tflops=peak_tflops, element_bytes=element_bytes)
+        return np.maximum(lat - self.dispatch_s, MIN_KERNEL_S)
 
     def to_json(self) -> dict[str, Any]:
         """The artefact: format, floors, networks and the training record."""

@@ -480,7 +480,7 @@ def ops_time(
             # cuDNN convolutions use TF32 by default (torch.backends.cudnn.allow_tf32); matmuls only when allowed
             peak = _tensor_peak(gpu, half, precision, "high" if cls == "conv" else matmul, path)
         eb = float(np.median([c.element_bytes for c in items]))
-        lat = model.latency(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
+        lat = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
         fused = np.array([c.extra != () and base_name(c.op).startswith(_ATTENTION_PREFIX) for c in items])
         if cls == "gemm" and half and fused.any() and peak:
             # a fused attention kernel's matmuls run no faster than its published ceiling (attention_ceiling)
