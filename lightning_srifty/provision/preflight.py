@@ -484,10 +484,11 @@ def _why(exc: Exception) -> str:
 
 
 def _unreachable(exc: Exception) -> bool:
-    """The AWS endpoint could not be reached (network, DNS, proxy, timeout), as opposed to an answer."""
-    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
+    """The AWS endpoint could not be reached (network, DNS, proxy, TLS, timeout), as opposed to an answer: botocore's
+    ConnectionError covers the endpoint, the proxy (ProxyConnectionError), TLS and connect timeouts."""
+    from botocore.exceptions import ConnectionError, ReadTimeoutError
 
-    return isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError))
+    return isinstance(exc, (ConnectionError, ReadTimeoutError))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
