@@ -150,6 +150,11 @@ def test_status_without_region_or_fleets(monkeypatch, capsys, aws) -> None:
     assert "give --region" in capsys.readouterr().err
     assert main(["status", "--region", "eu-west-3"]) == 0
     assert capsys.readouterr().out.strip() == "No srifty fleet has instances in eu-west-3."
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    assert main(["status", "--region", "eu-west-3"]) == 2
+    err = capsys.readouterr().err
+    assert "AWS could not be reached while listing the fleets in eu-west-3" in err and "Check the network" in err
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -330,4 +330,11 @@ def aws_errors(what: str) -> Iterator[None]:
             "folder)."
         ) from None
     except BotoCoreError as exc:
-        raise ProvisionError(f"AWS could not be reached while {what}: {exc}.") from None
+        from lightning_srifty.provision.preflight import _unreachable
+
+        if _unreachable(exc):
+            raise ProvisionError(
+                f"AWS could not be reached while {what}: {exc}. Check the network (a proxy, a VPN; AWS_ENDPOINT_URL "
+                "for an emulator such as moto), then try again."
+            ) from None
+        raise ProvisionError(f"The AWS call failed while {what}: {exc}.") from None
