@@ -310,9 +310,14 @@ def test_down_destroys_then_sums_what_the_fleet_cost(aws, tmp_path, monkeypatch,
     root = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
     instance = launch(ec2, "ops-down", "g5.xlarge")
     monkeypatch.setattr(fleets, "now", lambda: instance["LaunchTime"].timestamp() + 3 * 3600)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # no terminal to ask on: refused, naming what and the flag
+    assert main(["down", "--dir", str(root)]) == 2
+    err = capfd.readouterr().err
+    assert "(Destroy every resource of ops-down?): nothing was changed. Pass --yes to go ahead." in err
+    assert "plan above" not in err  # down shows no plan
     assert main(["down", "--dir", str(root), "--yes"]) == 0  # terraform's output streams to the terminal (fd 1)
     out = capfd.readouterr().out.splitlines()
-    assert [c.split()[0] for c in read(root / "calls.log").splitlines()] == ["init", "destroy"]
+    assert [c.split()[0] for c in read(root / "calls.log").splitlines()] == ["init", "init", "destroy"]
     usd = 3 * price(catalog, "g5.xlarge", "on-demand")
     assert out[-1] == (
         f"Fleet ops-down cost about ${usd:,.2f} at catalog prices: 1 x g5.xlarge (1 on-demand) in {REGION}, "
