@@ -343,6 +343,16 @@ def test_a_terminated_instance_costs_until_it_ended_and_an_unknown_type_is_named
         }
     )
     assert ended.market == "spot" and not ended.live and ended.hours(launched.timestamp() + 5 * 3600) == 1.5
+    moto = fleets.Instance.from_ec2(  # moto's reason reads UTC where EC2's reads GMT: the same end time
+        {
+            "InstanceId": "i-3",
+            "InstanceType": "g5.xlarge",
+            "State": {"Name": "terminated"},
+            "StateTransitionReason": "User initiated (2025-01-01 11:30:00 UTC)",
+            "LaunchTime": launched,
+        }
+    )
+    assert moto.hours(launched.timestamp() + 5 * 3600) == 1.5
     odd = fleets.Instance("i-2", "x9.huge", "running", "on-demand", launched.timestamp())
     fleet = fleets.Fleet("f", REGION, (ended, odd))
     cost = fleet.cost(catalog, launched.timestamp() + 5 * 3600)

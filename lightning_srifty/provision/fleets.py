@@ -24,7 +24,8 @@ TAG_FLEET = "srifty:fleet"
 TAG_CHECKPOINTS = "srifty:checkpoints"
 TAG_MAX_LIFE = "srifty:max-life-h"
 LIVE = ("pending", "running", "shutting-down", "stopping")  # billing now (stopped and terminated ones are not)
-_ENDED = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) GMT\)")  # "User initiated (2025-01-01 12:00:00 GMT)"
+# "User initiated (2025-01-01 12:00:00 GMT)"; moto writes UTC
+_ENDED = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)")
 
 
 def now() -> float:
