@@ -22,6 +22,7 @@ from _fleet import FAKE_CURL, example, exe, read, render, run_user_data, templat
 from conftest import moto_server
 from lightning_srifty.cli import main
 from lightning_srifty.cli.operations import _Prefixed
+from lightning_srifty.console import fmt_life
 from lightning_srifty.provision import fleets
 from lightning_srifty.provision.generate import TFVARS, generate, tfvars
 from lightning_srifty.provision.logs import FleetLogs, follow
@@ -140,7 +141,7 @@ def test_status_of_a_root_reads_the_checkpoint_folder_from_its_state(aws, tmp_pa
     assert "ops-other" not in out
     (line,) = [x for x in out.splitlines() if x.startswith("ops-root ")]
     cap = json.loads((root / TFVARS).read_text())["max_life_h"]
-    assert "1 running" in line and "10 min" in line and f"{cap:g} h, ends in" in line and line.endswith("none")
+    assert "1 running" in line and "10 min" in line and f"{fmt_life(cap)}, ends in" in line and line.endswith("none")
 
 
 def test_status_without_region_or_fleets(monkeypatch, capsys, aws) -> None:
@@ -358,6 +359,12 @@ def test_a_terminated_instance_costs_until_it_ended_and_an_unknown_type_is_named
     cost = fleet.cost(catalog, launched.timestamp() + 5 * 3600)
     assert cost.usd == pytest.approx(1.5 * price(catalog, "g5.xlarge", "spot"))
     assert cost.usd_per_hour == 0 and cost.unpriced == ("x9.huge (on-demand)",)
+
+
+def test_a_life_cap_reads_in_hours_and_minutes() -> None:
+    """The default cap is rounded up to a minute: 79 min read as 1.31667 h in the walk of a new user."""
+    assert [fmt_life(h) for h in (79 / 60, 17.15, 11.0, 0.25, 16.7)] == [
+        "1 h 19 min", "17 h 9 min", "11 h", "15 min", "16 h 42 min"]  # fmt: skip
 
 
 def test_srifty_terraform_tags_the_life_cap_and_a_given_bucket(catalog) -> None:
