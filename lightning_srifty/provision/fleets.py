@@ -331,9 +331,9 @@ def aws_errors(what: str) -> Iterator[None]:
             "folder)."
         ) from None
     except BotoCoreError as exc:
-        from lightning_srifty.provision.preflight import _unreachable
+        from lightning_srifty.provision.preflight import aws_unreachable
 
-        if _unreachable(exc):
+        if aws_unreachable(exc):
             raise ProvisionError(
                 f"AWS could not be reached while {what}: {exc}. Check the network (a proxy, a VPN; AWS_ENDPOINT_URL "
                 "for an emulator such as moto), then try again."
