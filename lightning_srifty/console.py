@@ -41,6 +41,13 @@ def fmt_hours(hours: float) -> str:
     return f"{hours * 3600:.0f} s"
 
 
+def fmt_life(hours: float) -> str:
+    """A life cap in whole minutes, as a person reads it: ``17 h``, ``1 h 19 min``, ``45 min`` (not ``1.31667 h``)."""
+    minutes = round(hours * 60)
+    h, m = divmod(minutes, 60)
+    return " ".join(part for part in (f"{h} h" if h else "", f"{m} min" if m or not h else "") if part)
+
+
 def fmt_usd(usd: float) -> str:
     return f"${usd:,.2f}" if usd >= 10 else f"${usd:.3g}"
 

@@ -127,19 +127,84 @@ def test_a_requirements_file_must_be_in_the_snapshot(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("torch", "pin", "extra", "note"),
+    ("torch", "profiled_build", "note"),
     [
-        ("2.13.0+cpu", "torch==2.13.0", [], "profiled as the cpu build"),
-        ("2.13.0+cu128", "torch==2.13.0", ["https://download.pytorch.org/whl/cu128"], None),
-        ("2.13.0", "torch==2.13.0", [], None),
+        ("2.7.1+cpu", None, "profiled as the cpu build"),
+        ("2.7.1+cu126", "cu126", None),
+        ("2.7.1", None, None),
     ],
 )
-def test_the_nodes_get_the_profiled_torch_and_lightning(torch, pin, extra, note) -> None:
+def test_the_nodes_get_the_profiled_torch_and_lightning(torch, profiled_build, note) -> None:
     spec, notes = environment_spec(Software(python="3.11.7", torch=torch, lightning="2.6.6"), index_url="https://m/x")
-    assert spec["packages"] == [pin, "lightning==2.6.6"]
-    assert spec["extra_index_urls"] == extra and spec["index_url"] == "https://m/x"
+    assert spec["packages"] == ["torch==2.7.1", "lightning==2.6.6"]
+    assert spec["extra_index_urls"] == [] and spec["index_url"] == "https://m/x"  # the CUDA index is the node's pick
     assert spec["profiled"]["torch"] == torch
-    assert (note is None and not [n for n in notes if "build" in n]) or any(note in n for n in notes)
+    assert spec["torch_cuda"]["profiled"] == profiled_build and sorted(spec["torch_cuda"]["builds"]) == [
+        "cu118", "cu126", "cu128"]  # fmt: skip
+    assert (note is None and not notes) or any(note in n for n in notes)
+
+
+# (profiled torch, node's driver, the index it installs torch from; None: the boot stops)
+DRIVERS = [
+    ("2.9.1", "580.82.07", "cu130"),  # the newest build the driver supports (CUDA 13.0 needs 580.65.06)
+    ("2.9.1", "570.133.20", "cu128"),  # the Deep Learning AMI's driver
+    ("2.9.1", "560.35.05", "cu126"),
+    ("2.9.1", "535.183.01", "cu128"),  # under every build's own minimum: CUDA 12 minor version compatibility
+    ("2.9.1", "525.60.13", "cu128"),
+    ("2.9.1", "520.61.05", None),  # under 12.x's 525.60.13 and 13.0's 580.65.06: refused
+    ("2.7.1+cu126", "580.82.07", "cu126"),  # the profiled build, which this driver supports
+    ("2.7.1+cu128", "565.57.01", "cu126"),  # the profiled cu128 needs 570.26: the newest this driver supports
+    ("2.7.1", "470.82.01", "cu118"),  # CUDA 11 minor version compatibility from 450.80.02
+    ("2.13.0+cpu", "570.133.20", "cu128"),  # newer than the table: the newest listed release's builds
+    ("2.13.0+cpu", "470.82.01", None),
+]
+
+
+@pytest.mark.parametrize(("torch", "driver", "build"), DRIVERS)
+def test_a_gpu_node_installs_the_torch_build_its_driver_runs(torch, driver, build) -> None:
+    from lightning_srifty.provision.bootstrap import torch_index
+
+    spec, _ = environment_spec(Software(python="3.11.7", torch=torch, lightning="2.6.6"))
+    args, why = torch_index(spec, driver)
+    if build is None:
+        release = torch.split("+")[0]
+        assert args is None and f"NVIDIA driver {driver} runs none of the CUDA builds torch {release}" in why
+        assert "needs driver >= 525.60.13" in why and "--index-url" in why  # the minimum, then the fix
+        return
+    assert args == ["--extra-index-url", f"https://download.pytorch.org/whl/{build}"]
+    assert why.startswith(f"NVIDIA driver {driver}: torch {torch.split('+')[0]} {build} from ")
+    assert torch_index(spec, None) == ([], None)  # no GPU (nvidia-smi absent): the index's default build
+    mine, _ = environment_spec(Software(torch=torch, lightning="2.6.6"), extra_index_urls=("https://m/cu",))
+    args, why = torch_index(mine, driver)
+    assert args == [] and "your package index" in why  # the user's index wins, and the node says so
+
+
+def test_the_cuda_table_is_one_place_and_names_the_default_image(tmp_path, catalog) -> None:
+    """cuda_builds.json: every build of every torch release has NVIDIA's minimum drivers; the default image it
+    knows is the one the module resolves; srifty terraform names the pick on it and the rule every node applies."""
+    from lightning_srifty.cli.terraform import node_summary
+    from lightning_srifty.provision import cuda
+    from lightning_srifty.provision.bootstrap import cuda_release
+
+    data = cuda.table()
+    for builds in data["torch_builds"].values():
+        for build in builds:
+            assert cuda_release(build) in data["toolkit_driver"]
+            assert cuda_release(build).split(".")[0] in data["minor_compatibility_driver"]
+    (image,) = data["images"]
+    assert image in (ROOT / "terraform" / "modules" / "training_fleet" / "variables.tf").read_text()
+    project = _project(tmp_path / "p")
+    plan = dataclasses.replace(load_plan(PLAN), software=Software(torch="2.9.1+cu128", lightning="2.6.6"))
+    options = Options(name="cuda-pick", code=str(project))
+    got = generate(plan, tmp_path / "infra", options=options, catalog=catalog)
+    text = node_summary(got, options)
+    assert "torch build  cu128 on the Deep Learning AMI (NVIDIA driver 570.133.20): the profiled build" in text
+    # the profiled cu128 wherever the driver supports it, even where cu130 would run
+    assert "at boot: >= 570.26 cu128; >= 560.28.03 cu126; >= 525.60.13 cu128 (minor version compatibility); older: " \
+        "the boot stops" in text  # fmt: skip
+    options = Options(name="cuda-pick", code=str(project), index_url="https://mirror.example/simple")
+    text = node_summary(generate(plan, tmp_path / "infra", options=options, catalog=catalog), options)
+    assert "torch build  what your package index serves" in text
 
 
 def test_a_plan_without_profiled_versions_pins_what_is_installed_here_and_says_so() -> None:
@@ -214,11 +279,8 @@ def test_the_node_bootstrap_installs_the_snapshot_and_stops_when_torch_cannot_us
     import sys
 
     project = _project(tmp_path / "p")
-    spec = {
-        "packages": ["torch==" + _release("torch"), "lightning==" + _release("lightning")],
-        "requirements": None,
-        "base_python": sys.executable,
-    }
+    spec, _ = environment_spec(Software(torch=_release("torch"), lightning=_release("lightning")))
+    spec["base_python"] = sys.executable
     snap = build_snapshot(project, tmp_path / "out", spec)
     code = tmp_path / "code"
     with tarfile.open(snap.path) as tar:
@@ -238,9 +300,34 @@ def test_the_node_bootstrap_installs_the_snapshot_and_stops_when_torch_cannot_us
                          text=True, env={**env, "PATH": f"{fake}:{env['PATH']}"})  # fmt: skip
     assert gpu.returncode == 5, gpu.stdout[-2000:] + gpu.stderr[-2000:]
     assert "cannot use this node's GPUs (NVIDIA driver 570.133.20)" in gpu.stderr and "a CPU build" in gpu.stderr
+    # the build chosen for the driver (pip kept the image's torch, which satisfies the pin: nothing was downloaded)
+    assert "cu128 from https://download.pytorch.org/whl/cu128" in gpu.stdout
 
 
 def _release(name: str) -> str:
     from importlib.metadata import version
 
     return version(name).split("+")[0]
+
+
+def test_a_gpu_node_whose_driver_runs_no_build_stops_before_installing(tmp_path) -> None:
+    """The bootstrap with a fake nvidia-smi reporting an old driver: exit 6 naming the driver, the minimum and the
+    fix, before a virtual environment is made or pip runs (no network)."""
+    import sys
+
+    spec, _ = environment_spec(Software(torch="2.9.1", lightning="2.6.6"))
+    snap = build_snapshot(_project(tmp_path / "p"), tmp_path / "out", spec)
+    code = tmp_path / "code"
+    with tarfile.open(snap.path) as tar:
+        tar.extractall(code, filter="data")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 470.82.01\necho 470.82.01\n")  # two GPUs
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    run = subprocess.run([sys.executable, str(code / ".srifty/bootstrap.py"), str(tmp_path / "env")],
+                         capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert run.returncode == 6, run.stdout + run.stderr
+    assert "NVIDIA driver 470.82.01 runs none of the CUDA builds torch 2.9.1 is published with (cu126, cu128, " \
+        "cu130): the oldest needs driver >= 525.60.13" in run.stderr  # fmt: skip
+    assert not (tmp_path / "env").exists()

@@ -516,6 +516,18 @@ def test_a_fleet_that_never_reports_is_detected_reported_and_released(plan, tmp_
     assert recorder.calls[-2:] == [("stop", "f-1"), ("down", "f-1")]  # released
 
 
+def test_a_silent_terraform_fleet_points_at_its_logs(plan) -> None:
+    """The nodes of a released root module are gone, their logs are not: the error names srifty logs for it."""
+    from lightning_srifty.provision.base import LaunchedFleet
+    from lightning_srifty.provision.launch import _Silence
+
+    silence = _Silence(0.0, print)
+    fleet = LaunchedFleet(plan, 0, "walk-1", {"folder": Path("srifty/launch/fleets/walk-1")})
+    silence.started(fleet)
+    with pytest.raises(MigrationError, match=r"released; what its nodes logged .*: srifty logs --dir srifty/launch/"):
+        silence.check(fleet, None)
+
+
 def test_progress_while_a_fleet_has_not_reported_and_none_once_it_has(plan, tmp_path, monkeypatch) -> None:
     from lightning_srifty.provision import launch as launch_module
 

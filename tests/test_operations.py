@@ -22,6 +22,7 @@ from _fleet import FAKE_CURL, example, exe, read, render, run_user_data, templat
 from conftest import moto_server
 from lightning_srifty.cli import main
 from lightning_srifty.cli.operations import _Prefixed
+from lightning_srifty.console import fmt_life
 from lightning_srifty.provision import fleets
 from lightning_srifty.provision.generate import TFVARS, generate, tfvars
 from lightning_srifty.provision.logs import FleetLogs, follow
@@ -140,7 +141,7 @@ def test_status_of_a_root_reads_the_checkpoint_folder_from_its_state(aws, tmp_pa
     assert "ops-other" not in out
     (line,) = [x for x in out.splitlines() if x.startswith("ops-root ")]
     cap = json.loads((root / TFVARS).read_text())["max_life_h"]
-    assert "1 running" in line and "10 min" in line and f"{cap:g} h, ends in" in line and line.endswith("none")
+    assert "1 running" in line and "10 min" in line and f"{fmt_life(cap)}, ends in" in line and line.endswith("none")
 
 
 def test_status_without_region_or_fleets(monkeypatch, capsys, aws) -> None:
@@ -150,6 +151,11 @@ def test_status_without_region_or_fleets(monkeypatch, capsys, aws) -> None:
     assert "give --region" in capsys.readouterr().err
     assert main(["status", "--region", "eu-west-3"]) == 0
     assert capsys.readouterr().out.strip() == "No srifty fleet has instances in eu-west-3."
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    assert main(["status", "--region", "eu-west-3"]) == 2
+    err = capsys.readouterr().err
+    assert "AWS could not be reached while listing the fleets in eu-west-3" in err and "Check the network" in err
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -305,9 +311,14 @@ def test_down_destroys_then_sums_what_the_fleet_cost(aws, tmp_path, monkeypatch,
     root = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
     instance = launch(ec2, "ops-down", "g5.xlarge")
     monkeypatch.setattr(fleets, "now", lambda: instance["LaunchTime"].timestamp() + 3 * 3600)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # no terminal to ask on: refused, naming what and the flag
+    assert main(["down", "--dir", str(root)]) == 2
+    err = capfd.readouterr().err
+    assert "(Destroy every resource of ops-down?): nothing was changed. Pass --yes to go ahead." in err
+    assert "plan above" not in err  # down shows no plan
     assert main(["down", "--dir", str(root), "--yes"]) == 0  # terraform's output streams to the terminal (fd 1)
     out = capfd.readouterr().out.splitlines()
-    assert [c.split()[0] for c in read(root / "calls.log").splitlines()] == ["init", "destroy"]
+    assert [c.split()[0] for c in read(root / "calls.log").splitlines()] == ["init", "init", "destroy"]
     usd = 3 * price(catalog, "g5.xlarge", "on-demand")
     assert out[-1] == (
         f"Fleet ops-down cost about ${usd:,.2f} at catalog prices: 1 x g5.xlarge (1 on-demand) in {REGION}, "
@@ -333,11 +344,27 @@ def test_a_terminated_instance_costs_until_it_ended_and_an_unknown_type_is_named
         }
     )
     assert ended.market == "spot" and not ended.live and ended.hours(launched.timestamp() + 5 * 3600) == 1.5
+    moto = fleets.Instance.from_ec2(  # moto's reason reads UTC where EC2's reads GMT: the same end time
+        {
+            "InstanceId": "i-3",
+            "InstanceType": "g5.xlarge",
+            "State": {"Name": "terminated"},
+            "StateTransitionReason": "User initiated (2025-01-01 11:30:00 UTC)",
+            "LaunchTime": launched,
+        }
+    )
+    assert moto.hours(launched.timestamp() + 5 * 3600) == 1.5
     odd = fleets.Instance("i-2", "x9.huge", "running", "on-demand", launched.timestamp())
     fleet = fleets.Fleet("f", REGION, (ended, odd))
     cost = fleet.cost(catalog, launched.timestamp() + 5 * 3600)
     assert cost.usd == pytest.approx(1.5 * price(catalog, "g5.xlarge", "spot"))
     assert cost.usd_per_hour == 0 and cost.unpriced == ("x9.huge (on-demand)",)
+
+
+def test_a_life_cap_reads_in_hours_and_minutes() -> None:
+    """The default cap is rounded up to a minute: 79 min read as 1.31667 h in the walk of a new user."""
+    assert [fmt_life(h) for h in (79 / 60, 17.15, 11.0, 0.25, 16.7)] == [
+        "1 h 19 min", "17 h 9 min", "11 h", "15 min", "16 h 42 min"]  # fmt: skip
 
 
 def test_srifty_terraform_tags_the_life_cap_and_a_given_bucket(catalog) -> None:

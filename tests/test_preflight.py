@@ -253,3 +253,12 @@ def test_unreachable_aws_and_wrong_folders_are_one_line_with_the_fix(tmp_path, m
     assert "check the network" in finding.fix
     with pytest.raises(ProvisionError, match=r"--launchable needs to read this account's EC2 offerings .* network"):
         account_limits("us-east-1", ["g5.xlarge"], VCPUS.__getitem__, dead)
+    # a proxy that does not answer (nothing listens on its port) is the network too, not the credentials
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    proxied = clients("us-east-1", "http://aws.example.invalid")
+    with pytest.raises(ProvisionError, match=r"\(ProxyConnectionError: .* check the network \(a proxy"):
+        account_limits("us-east-1", ["g5.xlarge"], VCPUS.__getitem__, proxied)
+    (finding,) = check_credentials(proxied["sts"])
+    assert finding.message.startswith("AWS could not be reached (ProxyConnectionError") and "network" in finding.fix

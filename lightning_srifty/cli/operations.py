@@ -92,6 +92,8 @@ def _fleet_record(fleet: Any, catalog: Any, at: float, root: Any, endpoint: str 
 
 def status_line(record: dict, at: float) -> list[str]:
     """The columns of one fleet in ``srifty status``."""
+    from lightning_srifty.console import fmt_life
+
     states = record["states"]
     state = _counts({k: v for k, v in states.items() if k != "terminated"})
     if states.get("terminated"):
@@ -105,7 +107,7 @@ def status_line(record: dict, at: float) -> list[str]:
         cost += f" + unpriced {', '.join(record['unpriced'])}"
     life = "-"
     if record["max_life_h"] is not None:
-        life = f"{record['max_life_h']:g} h"
+        life = fmt_life(record["max_life_h"])
         if record["life_ends_unix"] is not None:
             left = record["life_ends_unix"] - at
             life += f", ends in {_ago(left)}" if left > 0 else ", past"

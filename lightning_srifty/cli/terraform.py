@@ -58,7 +58,9 @@ def _size(n: int) -> str:
 
 def node_summary(result: Any, options: Any) -> str:
     """What every node will run, on one screen: image, environment, code, command, strategy."""
+    from lightning_srifty.console import fmt_life
     from lightning_srifty.protocol import VARIABLES
+    from lightning_srifty.provision import cuda
     from lightning_srifty.provision.snapshot import ENVIRONMENT_FILE, read_member
 
     values, train = result.values, result.values["train"]
@@ -77,6 +79,7 @@ def node_summary(result: Any, options: Any) -> str:
             f"               from {env.get('index_url') or 'PyPI'}"
             + "".join(f" + {u}" for u in env.get("extra_index_urls") or [])
         )
+        lines += cuda.summary(env, values["ami"].get("id"))
         where = options.snapshot or Path(options.code or ".").resolve()
         lines.append(
             f"  code         {where} ({snap.source}): {len(snap.files)} files, "
@@ -105,7 +108,7 @@ def node_summary(result: Any, options: Any) -> str:
     bucket = values["checkpoints"].get("bucket") or "a new bucket (created by the apply)"
     lines.append(f"  checkpoints  {bucket}, prefix {values['checkpoints']['prefix']}")
     lines.append(
-        f"  life cap     every instance terminates itself {values['max_life_h']:g} h after boot (--max-life-h)"
+        f"  life cap     every instance terminates itself {fmt_life(values['max_life_h'])} after boot (--max-life-h)"
     )
     return "\n".join(lines)
 

@@ -8,15 +8,21 @@ installed against the pins and exits non-zero, naming the package, when they dif
 image that has torch already), that interpreter's packages are visible in the new environment, so pins it already
 satisfies are not downloaded again.
 
+On a GPU node (``nvidia-smi`` answers) torch comes from PyTorch's index of the CUDA build chosen for the node's
+driver (:func:`choose_torch_build`, over the builds of the pinned torch release that ``environment.json`` carries from
+``cuda_builds.json``), unless the user named a package index (``--index-url`` / ``--extra-index-url``): theirs wins.
+
 Exit codes: 0 installed and checked; 2 bad environment.json; 3 pip failed; 4 installed versions differ from the pins;
-5 a GPU node (``nvidia-smi`` answers) whose installed torch cannot use its GPUs (a CUDA build the driver does not
-support, or a CPU build).
+5 a GPU node whose installed torch cannot use its GPUs (a CUDA build the driver does not support, or a CPU build);
+6 a GPU node whose driver runs none of the CUDA builds the pinned torch is published with (before anything is
+installed).
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +61,78 @@ def _pin(spec: str) -> tuple[str, str]:
     return name.strip(), version.strip()
 
 
+def version_numbers(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def cuda_release(build: str) -> str:
+    """``cu128`` -> ``12.8``."""
+    return f"{build[2:-1]}.{build[-1]}"
+
+
+def choose_torch_build(driver: str, torch_cuda: dict) -> tuple[str | None, str]:
+    """The CUDA build of torch for an NVIDIA driver (``570.133.20``) and why; (None, why none runs).
+
+    ``torch_cuda`` is environment.json's: ``{"torch": release, "profiled": build or None, "builds": {build: {"driver":
+    the CUDA release's own minimum driver, "compat_driver": the minimum for CUDA minor version compatibility}}}``.
+    In order: the profiled build when the driver supports its CUDA release; else the newest build the driver
+    supports; else the newest it runs through minor version compatibility (no PTX JIT); else none.
+    """
+    have = version_numbers(driver)
+    builds = sorted(torch_cuda["builds"].items(), key=lambda kv: version_numbers(cuda_release(kv[0])), reverse=True)
+    full = [b for b, need in builds if have >= version_numbers(need["driver"])]
+    profiled = torch_cuda.get("profiled")
+    for build, what in ((profiled, "the profiled build"), (full[0] if full else None, "the newest build it supports")):
+        if build in full:
+            need = torch_cuda["builds"][build]["driver"]
+            return build, f"{what}: CUDA {cuda_release(build)} needs driver >= {need}"
+    compat = [b for b, need in builds if have >= version_numbers(need["compat_driver"])]
+    if compat:
+        need = torch_cuda["builds"][compat[0]]
+        return compat[0], (
+            f"older than CUDA {cuda_release(compat[0])}'s {need['driver']}, but CUDA minor version compatibility runs "
+            f"it from {need['compat_driver']} (no PTX JIT)"
+        )
+    lowest = min((need["compat_driver"] for _, need in builds), key=version_numbers)
+    names = ", ".join(b for b, _ in reversed(builds))
+    return None, (
+        f"NVIDIA driver {driver} runs none of the CUDA builds torch {torch_cuda['torch']} is published with ({names}): "
+        f"the oldest needs driver >= {lowest} (CUDA minor version compatibility). Use an image whose NVIDIA driver is "
+        f">= {lowest} (the Deep Learning AMI's is), or give srifty terraform --index-url/--extra-index-url an index "
+        f"with a torch {torch_cuda['torch']} build for this driver, or --image a container that brings its own torch"
+    )
+
+
+def driver_version(smi: str) -> str | None:
+    """The NVIDIA driver's version as ``nvidia-smi`` reports it (the first GPU's), or None when it names none."""
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.strip().splitlines()
+    return lines[0].strip() if lines and re.fullmatch(r"\d+(\.\d+)+", lines[0].strip()) else None
+
+
+def torch_index(spec: dict, driver: str | None) -> tuple[list[str] | None, str | None]:
+    """The pip arguments of torch's CUDA build for this node (``[--extra-index-url, url]``, or none) and what to log;
+    (None, why) when no published build runs on this driver: the message names the driver, the minimum and the fix."""
+    cuda = spec.get("torch_cuda")
+    if driver is None or not cuda:
+        return [], None
+    if spec.get("index_url") or spec.get("extra_index_urls"):
+        return [], (
+            f"NVIDIA driver {driver}: torch's CUDA build is the one your package index serves (--index-url / "
+            "--extra-index-url win; srifty does not choose it)"
+        )
+    build, why = choose_torch_build(driver, cuda)
+    if build is None:
+        return None, why
+    url = cuda["index"] + build
+    return ["--extra-index-url", url], f"NVIDIA driver {driver}: torch {cuda['torch']} {build} from {url} ({why})"
+
+
 def _check(python: Path, pins: dict[str, str]) -> subprocess.CompletedProcess:
     names = json.dumps([*pins, "lightning-srifty"])
     return subprocess.run([str(python), "-c", CHECK, names], capture_output=True, text=True, cwd="/")
@@ -77,6 +155,16 @@ def main(argv: list[str]) -> int:
     here_python = platform.python_version()
     if wanted_python and wanted_python.split(".")[:2] != here_python.split(".")[:2]:
         log(f"NOTE: the profile ran on Python {wanted_python}; this node's python3 is {here_python}")
+    smi = shutil.which("nvidia-smi")
+    driver = driver_version(smi) if smi else None
+    if smi and driver is None:
+        log("nvidia-smi answers but names no driver version: torch's build is the index's default")
+    cuda_index, why = torch_index(spec, driver)
+    if cuda_index is None:  # no published build runs on this driver: stop before anything is installed
+        print(f"srifty bootstrap: {why}", file=sys.stderr)
+        return 6
+    if why:
+        log(why)
     log(f"creating {target} (Python {here_python})")
     venv.EnvBuilder(with_pip=True, clear=True).create(target)
     python = target / "bin" / "python"
@@ -103,7 +191,7 @@ def main(argv: list[str]) -> int:
         command += ["--index-url", spec["index_url"]]
     for url in spec.get("extra_index_urls") or []:
         command += ["--extra-index-url", url]
-    command += [*packages, str(wheel)]
+    command += [*cuda_index, *packages, str(wheel)]
     if spec.get("requirements"):
         command += ["-r", str(HERE.parent / spec["requirements"])]
     log(
@@ -133,16 +221,10 @@ def main(argv: list[str]) -> int:
     if wrong:
         print("srifty bootstrap: installed versions differ from the pins: " + ", ".join(wrong), file=sys.stderr)
         return 4
-    smi = shutil.which("nvidia-smi")
     if smi and not got.get("cuda_available"):  # a GPU node whose torch cannot use its GPUs: stop before training
-        driver = (
-            subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True)
-            .stdout.strip()
-            .splitlines()
-        )
         print(
             f"srifty bootstrap: torch {got.get('torch')} (CUDA build {got.get('torch_cuda') or 'none: a CPU build'}) "
-            f"cannot use this node's GPUs (NVIDIA driver {driver[0] if driver else 'unknown'}): install a torch build "
+            f"cannot use this node's GPUs (NVIDIA driver {driver or 'unknown'}): install a torch build "
             "for this driver (--extra-index-url https://download.pytorch.org/whl/cu<version>) or an image whose "
             "driver supports this build",
             file=sys.stderr,

@@ -24,7 +24,8 @@ TAG_FLEET = "srifty:fleet"
 TAG_CHECKPOINTS = "srifty:checkpoints"
 TAG_MAX_LIFE = "srifty:max-life-h"
 LIVE = ("pending", "running", "shutting-down", "stopping")  # billing now (stopped and terminated ones are not)
-_ENDED = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) GMT\)")  # "User initiated (2025-01-01 12:00:00 GMT)"
+# "User initiated (2025-01-01 12:00:00 GMT)"; moto writes UTC
+_ENDED = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)")
 
 
 def now() -> float:
@@ -330,4 +331,11 @@ def aws_errors(what: str) -> Iterator[None]:
             "folder)."
         ) from None
     except BotoCoreError as exc:
-        raise ProvisionError(f"AWS could not be reached while {what}: {exc}.") from None
+        from lightning_srifty.provision.preflight import aws_unreachable
+
+        if aws_unreachable(exc):
+            raise ProvisionError(
+                f"AWS could not be reached while {what}: {exc}. Check the network (a proxy, a VPN; AWS_ENDPOINT_URL "
+                "for an emulator such as moto), then try again."
+            ) from None
+        raise ProvisionError(f"The AWS call failed while {what}: {exc}.") from None

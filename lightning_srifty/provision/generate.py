@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty import protocol
+from lightning_srifty.provision import cuda
 from lightning_srifty.provision.command import check_bucket, check_prefix, check_secret_env, train_argv
 from lightning_srifty.provision.money import check_entry, check_limits, group_usd_per_hour
 from lightning_srifty.provision.preflight import ZONE_ID  # an availability zone ID (use1-az1)
 from lightning_srifty.provision.snapshot import (
     DEFAULT_MAX_MB,
+    ENVIRONMENT_FILE,
     GENERATED_MARKER,
     Snapshot,
     build_snapshot,
@@ -496,6 +498,9 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
         snapshot, notes = load_snapshot(options.snapshot), []
     else:
         snapshot, notes = make_snapshot(plan, options, staging, leave_out=(target,))
+    if not options.image:
+        stop = cuda.image_note(json.loads(read_member(snapshot, ENVIRONMENT_FILE)), options.ami)
+        notes += [f"on the default image every GPU node would stop at boot: {stop}"] if stop else []
     where = options.snapshot or Path(options.code or ".").resolve()
     argv = train_argv(options.train_command)
     if argv[0] == "-m":

@@ -321,11 +321,16 @@ class _Silence:
             return
         waited = time.monotonic() - self.since[fleet.name]
         if waited > self.timeout_s:
+            folder = fleet.data.get("folder")  # a root module: its nodes' logs outlive it, beside the checkpoints
+            why = (
+                f"what its nodes logged (boot, setup, training) stays with the checkpoints: srifty logs --dir {folder}"
+                if folder
+                else "its console output and /var/log/srifty-user-data.log say why"
+            )
             raise MigrationError(
                 f"The job on {fleet.entry.fleet} ({fleet.name}) has not reported in {waited / 60:.0f} min (no first "
                 "step, no record): its boot or setup failed, it ran out of memory, or it cannot reach the checkpoint "
-                "folder. The fleet is released; its console output and /var/log/srifty-user-data.log say why. "
-                "Raise --start-timeout-min if the setup really takes longer."
+                f"folder. The fleet is released; {why}. Raise --start-timeout-min if the setup really takes longer."
             )
         if time.monotonic() >= self.next_note:
             self.next_note = time.monotonic() + 60

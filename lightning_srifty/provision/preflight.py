@@ -419,7 +419,7 @@ def check_image(ec2: Any, ssm: Any, ami: dict[str, Any], arches: list[str]) -> l
         for arch in arches:
             ssm.get_parameter(Name=names[arch])
     except Exception as exc:  # noqa: BLE001
-        if _unreachable(exc):
+        if aws_unreachable(exc):
             return [Finding("image", "warn", f"the image could not be looked up ({_why(exc)})", None)]
         return [
             Finding(
@@ -454,7 +454,7 @@ def check_credentials(sts: Any) -> list[Finding]:
     try:
         who = sts.get_caller_identity()
     except Exception as exc:  # noqa: BLE001
-        if _unreachable(exc):
+        if aws_unreachable(exc):
             return [
                 Finding(
                     "credentials",
@@ -483,11 +483,12 @@ def _why(exc: Exception) -> str:
     return f"{code}: {message[:200]}".strip(": ") if code else f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def _unreachable(exc: Exception) -> bool:
-    """The AWS endpoint could not be reached (network, DNS, proxy, timeout), as opposed to an answer."""
-    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
+def aws_unreachable(exc: Exception) -> bool:
+    """The AWS endpoint could not be reached (network, DNS, proxy, TLS, timeout), as opposed to an answer: botocore's
+    ConnectionError covers the endpoint, the proxy (ProxyConnectionError), TLS and connect timeouts."""
+    from botocore.exceptions import ConnectionError, ReadTimeoutError
 
-    return isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError))
+    return isinstance(exc, (ConnectionError, ReadTimeoutError))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -607,7 +608,7 @@ def account_limits(region: str, types: list[str], vcpus: Callable[[str], int], a
     except Exception as exc:  # noqa: BLE001 - every botocore failure becomes one line with its fix
         fix = (
             "check the network (a proxy, a VPN, AWS_ENDPOINT_URL)"
-            if _unreachable(exc)
+            if aws_unreachable(exc)
             else "set AWS credentials (aws configure, AWS_PROFILE)"
         )
         raise ProvisionError(

@@ -182,7 +182,10 @@ def _confirm(question: str, yes: bool, ask: Callable[[str], str] | None) -> None
         return
     if ask is None:
         if not sys.stdin.isatty():
-            raise ProvisionError("Not confirmed: there is no terminal to ask on. Review the plan above and pass --yes.")
+            raise ProvisionError(
+                f"Not confirmed: there is no terminal to ask on ({question}): nothing was changed. Pass --yes to go "
+                "ahead."
+            )
         ask = input
     if ask(question + " Type 'yes' to go on: ").strip().lower() != "yes":
         raise ProvisionError("Cancelled: nothing was changed.")

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from lightning_srifty.provision import cuda
 from predictor._io import atomic_write_bytes
 from predictor.exceptions import ConfigError
 
@@ -202,8 +203,10 @@ def environment_spec(
     torch and lightning pinned to the profiled versions (``software``, a plan's :class:`~predictor.profile.Software`;
     None: the versions installed here), the user's requirements file, the package index.
 
-    A local build tag is dropped from the pin (``2.13.0+cpu`` -> ``torch==2.13.0``): the nodes take the index's CUDA
-    build of the same release; a profiled CUDA build (``+cu128``) adds PyTorch's index of that CUDA release.
+    A local build tag is dropped from the pin (``2.13.0+cpu`` -> ``torch==2.13.0``): a GPU node installs the CUDA build
+    of that release chosen for its driver (``torch_cuda``: the builds PyTorch publishes it with, from
+    ``cuda_builds.json``), the profiled one (``+cu128``) when the driver supports it; the user's own index, when given,
+    serves torch as it is.
     """
     notes: list[str] = []
     profiled = {k: getattr(software, k, None) for k in ("python", "torch", "lightning", "cuda", "lightning_srifty")}
@@ -219,6 +222,7 @@ def environment_spec(
                 profiled[name] = None
     extra = list(extra_index_urls)
     packages = []
+    torch_cuda = None
     for name in ("torch", "lightning"):
         version = profiled.get(name)
         if not version:
@@ -227,15 +231,13 @@ def environment_spec(
             continue
         release, _, build = str(version).partition("+")
         packages.append(f"{name}=={release}")
-        if name == "torch" and build.startswith("cu"):
-            url = f"https://download.pytorch.org/whl/{build}"
-            if url not in extra:
-                extra.append(url)
-        elif name == "torch" and build:
+        if name == "torch":
+            torch_cuda, cuda_notes = cuda.torch_cuda(str(version))
+            notes += cuda_notes
+        if name == "torch" and build and not build.startswith("cu"):
             notes.append(
-                f"torch was profiled as the {build} build ({version}): the nodes install torch=={release} "
-                "from the index, whose Linux build is the CUDA one; its CUDA release must be one the image's "
-                "driver supports"
+                f"torch was profiled as the {build} build ({version}): GPU nodes install a CUDA build of "
+                f"torch=={release} chosen for their driver (the summary's 'torch build')"
             )
     here = _installed_srifty()
     if profiled.get("lightning_srifty") and here and profiled["lightning_srifty"] != here:
@@ -251,6 +253,8 @@ def environment_spec(
         "base_python": base_python,
         "profiled": {k: v for k, v in profiled.items() if v is not None},
     }
+    if torch_cuda:  # GPU nodes choose torch's CUDA build for their driver among these (bootstrap.torch_index)
+        spec["torch_cuda"] = torch_cuda
     return spec, notes
 
 
