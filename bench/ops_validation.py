@@ -44,6 +44,15 @@ CHIP = {
     "A10": (),
 }
 TABLES = ROOT / "bench" / "results" / "tables"
+# Constants that ship at their physical bound (1.0: no tensor-core loss beyond the FP32-learned utilisation) instead
+# of the fit on these models: the fit failed its validation in another regime. The absolute path's 16-bit efficiency
+# fitted here (0.7, on BERT and ResNet-50 AMP, one GPU) put the MPT FSDP set (bench/mpt_fsdp.py, bf16 on 8-512 GPUs,
+# never fitted on) at 18.4 % MAPE and 0.85 x the measured throughput, against 16.1 % at the bound (2026-11-25).
+AT_BOUND = {
+    "absolute": {
+        "half": "the fit on these models (0.7) failed on the MPT FSDP set (18.4 % vs 16.1 % at 1.0); bound kept"
+    }
+}
 
 
 def build(model: str):
@@ -235,10 +244,14 @@ def main() -> int:
             every = cases_of(list(MODELS), kind)
             eff = {"half": 1.0, "tf32": 1.0}
             for name in ("half", "tf32"):
+                if name in AT_BOUND.get(kind, {}):
+                    continue
                 eff[name] = min(
                     grid, key=lambda v, n=name: statistics.fmean(abs(e) for e in errors(every, {**eff, n: v}))
                 )
             shipped[kind] = eff | {"cases": len(every)}
+            if kind in AT_BOUND:
+                shipped[kind]["at_bound"] = AT_BOUND[kind]
         path = ROOT / "predictor" / "data" / "model_v2.json"
         artefact = json.loads(path.read_text())
         artefact["tensor_core"] = shipped
