@@ -46,6 +46,12 @@ OUT = ROOT / "bench" / "results" / "mpt_fsdp"
 FLEET_TYPE = {"h100_80gb": "p5.48xlarge", "a100_80gb": "mosaic-a100-80gb", "a100_40gb": "mosaic-a100-40gb"}
 PRECISION = {"amp_bf16": "bf16-mixed", "bf16": "bf16-true"}
 SHARDING = {"FULL_SHARD": "fsdp:full_shard", "SHARD_GRAD_OP": "fsdp:shard_grad_op"}
+# The rows' software, as llm-foundry's benchmark scripts ran them at the README's last table update (5e85bd62d,
+# 2024-01-06, "new benchmarks"): scripts/train/benchmarking/sweep.sh runs IMAGE mosaicml/pytorch:2.1.0_cu121 with
+# llm-foundry v0.0.4, submit_benchmarks.py defaults to `--attn_impl triton` (FlashAttention's Triton port), and
+# setup.py's gpu extra pins flash-attn==1.0.9: a torch 2.1 environment with FlashAttention-1-generation kernels. The
+# captures ran today's torch, so each profile is told the rows' torch (`--torch` to price today's instead).
+ROWS_TORCH = "2.1.0"
 
 
 def load_rows() -> list[dict]:
@@ -138,7 +144,9 @@ def layout_of(row: dict) -> str:
     return SHARDING[row["sharding"]] + ("+ac" if row["activation_checkpointing"] == "True" else "")
 
 
-def score(rows: list[dict]) -> list[dict]:
+def score(rows: list[dict], torch: str = ROWS_TORCH) -> list[dict]:
+    import dataclasses
+
     from predictor.catalog.catalog import Catalog
     from predictor.exceptions import SriftyError
     from predictor.predict import predict
@@ -158,6 +166,8 @@ def score(rows: list[dict]) -> list[dict]:
             out.append({**rec, "status": "no capture"})
             continue
         profile = load_profile(path)
+        software = dataclasses.replace(profile.software, torch=torch) if profile.software else None
+        profile = dataclasses.replace(profile, software=software)
         gpus = int(row["gpus"])
         fleet = f"{FLEET_TYPE[row['gpu']]}:{max(1, gpus // 8)}"
         try:
@@ -335,6 +345,9 @@ def main() -> None:
     ap.add_argument("--models", default=None, help="comma list of sizes to keep (e.g. mpt-7b,mpt-13b)")
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument(
+        "--torch", default=ROWS_TORCH, help=f"torch version the rows are priced for (default {ROWS_TORCH}: theirs)"
+    )
+    ap.add_argument(
         "--write-errors",
         action="store_true",
         help="write the operator paths' interval widths (held-out residuals, pooled with bench/ops_validation.py's) "
@@ -358,7 +371,7 @@ def main() -> None:
         print(f"captures: {time.perf_counter() - t0:.0f} s", flush=True)
     if args.capture_only:
         return
-    scores = score(rows)
+    scores = score(rows, args.torch)
     OUT.mkdir(parents=True, exist_ok=True)
     keys = sorted({k for s in scores for k in s})
     with (OUT / "scores.csv").open("w", newline="") as fh:

@@ -110,3 +110,41 @@ def test_fused_attention_runs_no_faster_than_its_published_ceiling(catalog) -> N
         assert attention_ceiling(gpu) == share
         seconds = ops_time(classify_table([rec]), gpu, "bf16-mixed", None, "absolute").seconds
         assert rec.flops / seconds <= share * gpu.bf16_tflops * 1e12 * 1.001
+
+
+def test_a_torch_before_2_2_runs_flash_attention_v1_at_its_own_ceiling(catalog) -> None:
+    """torch 2.0-2.1's SDPA (and flash-attn 1.x) is FlashAttention v1: 25-40 % of A100's peak (FlashAttention-2
+    paper), not v2's 50-73 %; the profile's torch version decides, an unknown one is today's torch."""
+    from predictor.exceptions import PredictionError
+    from predictor.perf.ops import attention_ceiling, attention_generation, classify_table, ops_time
+    from predictor.profile import OpRecord
+
+    assert [attention_generation(v) for v in ("2.1.0+cu121", "2.0.1", "2.2.0", "2.13.0", None, "nightly")] == [
+        "fa1",
+        "fa1",
+        "fa2",
+        "fa2",
+        "fa2",
+        "fa2",
+    ]
+    q = [1, 32, 16384, 128]
+    rec = OpRecord(
+        op="aten._scaled_dot_product_flash_attention.default",
+        phase="forward",
+        count=1,
+        shapes=[q, q, q],
+        dtypes=["bfloat16"] * 3,
+        flops=2 * 2 * 32 * 16384 * 16384 * 128 / 2,
+        bytes_read=3 * 2 * 32 * 16384 * 128,
+        bytes_written=2 * 32 * 16384 * 128,
+        params={"is_causal": [1]},
+    )
+    for key in ("A100-SXM-80GB", "H100-SXM"):
+        gpu = catalog.gpu(key)
+        v1, v2 = attention_ceiling(gpu, "fa1"), attention_ceiling(gpu, "fa2")
+        assert v1 < v2
+        t1 = ops_time(classify_table([rec]), gpu, "bf16-mixed", None, "absolute", "fa1").seconds
+        t2 = ops_time(classify_table([rec]), gpu, "bf16-mixed", None, "absolute", "fa2").seconds
+        assert t1 > t2 and rec.flops / t1 <= v1 * gpu.bf16_tflops * 1e12 * 1.001
+    with pytest.raises(PredictionError, match="unknown attention kernel generation 'fa9'"):
+        attention_ceiling(catalog.gpu("H100-SXM"), "fa9")

@@ -447,24 +447,52 @@ def classify_table(ops: Sequence[OpRecord]) -> list[Classified]:
 
 # Fused attention kernels (torch's SDPA: FlashAttention-2, memory-efficient) in 16-bit do not reach the GEMM
 # utilisation of their two matmuls: the online softmax and the recompute sit between the tensor-core instructions.
-# Their published ceiling, as a share of the dense 16-bit peak at long sequences, head dim 128: Ampere (sm80)
-# FlashAttention-2 reaches 50-73% of the A100's peak (Dao 2023, arXiv 2307.08691): 0.6 is used for forward +
-# backward; Hopper (sm90) torch SDPA reaches 287-304 TFLOP/s forward on H100-SXM (pytorch/benchmark PR #2296, the
-# FA3 paper's FlashAttention-2 row: 335-370): 0.3 of 989. Other architectures take Ampere's share.
-ATTENTION_PEAK_SHARE = {"9": 0.3}
-ATTENTION_PEAK_SHARE_DEFAULT = 0.6
+# Their published ceiling, as a share of the dense 16-bit peak at long sequences, head dim 128, per kernel
+# generation:
+# - FlashAttention-2 (torch's SDPA flash backend from torch 2.2): Ampere (sm80) 50-73% of the A100's peak forward +
+#   backward (Dao 2023, arXiv 2307.08691): 0.6; Hopper (sm90) torch SDPA reaches 287-304 TFLOP/s forward on
+#   H100-SXM (pytorch/benchmark PR #2296, the FA3 paper's FlashAttention-2 row: 335-370): 0.3 of 989.
+# - FlashAttention (v1, torch 2.0-2.1's SDPA flash backend, flash-attn 1.x and its Triton port): 25-40% of the A100's
+#   peak (the same paper's abstract; its figures put the Triton port at or below v1): 0.32; Hopper: v1 has no Hopper
+#   path either, taken at v2's Hopper share times v1/v2 on Ampere (0.32 / 0.6), 0.16 (judgement, flagged in notes).
+# Other architectures take Ampere's.
+ATTENTION_PEAK_SHARE = {"fa2": {"9": 0.3}, "fa1": {"9": 0.16}}
+ATTENTION_PEAK_SHARE_DEFAULT = {"fa2": 0.6, "fa1": 0.32}
+ATTENTION_GENERATIONS = tuple(ATTENTION_PEAK_SHARE_DEFAULT)
 
 
-def attention_ceiling(gpu: GPU) -> float:
-    """The share of the dense 16-bit peak a fused attention kernel reaches at best on ``gpu``."""
+def attention_generation(torch_version: str | None) -> str:
+    """The FlashAttention generation torch's SDPA runs: "fa1" before torch 2.2 (its release notes: FlashAttention-2
+    in ``scaled_dot_product_attention``), "fa2" from 2.2 and when the version is unknown (today's torch)."""
+    if not torch_version:
+        return "fa2"
+    try:
+        major, minor = (int(part) for part in torch_version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return "fa2"
+    return "fa1" if (major, minor) < (2, 2) else "fa2"
+
+
+def attention_ceiling(gpu: GPU, generation: str = "fa2") -> float:
+    """The share of the dense 16-bit peak a fused attention kernel of ``generation`` reaches at best on ``gpu``."""
+    if generation not in ATTENTION_PEAK_SHARE_DEFAULT:
+        raise PredictionError(
+            f"unknown attention kernel generation {generation!r}: one of {', '.join(ATTENTION_GENERATIONS)}"
+        )
     major = (gpu.compute_capability or "").split(".")[0]
-    return ATTENTION_PEAK_SHARE.get(major, ATTENTION_PEAK_SHARE_DEFAULT)
+    return ATTENTION_PEAK_SHARE[generation].get(major, ATTENTION_PEAK_SHARE_DEFAULT[generation])
 
 
 def ops_time(
-    classified: Sequence[Classified], gpu: GPU, precision: str, matmul: str | None, path: str = "ratio"
+    classified: Sequence[Classified],
+    gpu: GPU,
+    precision: str,
+    matmul: str | None,
+    path: str = "ratio",
+    attention: str = "fa2",
 ) -> OpsTime:
-    """The sum over the classified table on ``gpu`` (vectorised per class)."""
+    """The sum over the classified table on ``gpu`` (vectorised per class); ``attention``: the generation of the fused
+    attention kernels (:func:`attention_generation`)."""
     from predictor.perf.kernels import load_kernel_model
 
     model = load_kernel_model()
@@ -486,7 +514,8 @@ def ops_time(
             # a fused attention kernel's matmuls run no faster than its published ceiling (attention_ceiling)
             dense = (gpu.bf16_tflops if precision.startswith("bf16") else gpu.fp16_tflops) or gpu.fp16_tflops
             if dense:
-                floor = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / (dense * 1e12 * attention_ceiling(gpu))
+                ceiling = attention_ceiling(gpu, attention)
+                floor = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / (dense * 1e12 * ceiling)
                 lat = np.where(fused, np.maximum(lat, floor), lat)
         scale = np.array([c.scale for c in items])
         times = np.broadcast_to(lat * scale, (len(items),))
@@ -549,6 +578,11 @@ class PreparedTable:
     source_error: str | None
 
 
+def profile_attention(profile: Profile) -> str:
+    """The attention kernel generation of the torch the profile ran (:func:`attention_generation`)."""
+    return attention_generation(profile.software.torch if profile.software is not None else None)
+
+
 def prepare(profile: Profile, src_gpu: GPU | None) -> PreparedTable | None:
     """Classify the profile's operator table and sum it on the profiled GPU (None without a table)."""
     table = profile.ops
@@ -558,7 +592,13 @@ def prepare(profile: Profile, src_gpu: GPU | None) -> PreparedTable | None:
     if src_gpu is None:
         return PreparedTable(classified, None, None)
     try:
-        source = ops_time(classified, src_gpu, profile.model.precision, profile.model.float32_matmul_precision)
+        source = ops_time(
+            classified,
+            src_gpu,
+            profile.model.precision,
+            profile.model.float32_matmul_precision,
+            attention=profile_attention(profile),
+        )
     except PredictionError as exc:
         return PreparedTable(classified, None, str(exc))
     return PreparedTable(classified, source, None)
@@ -576,7 +616,7 @@ def ops_compute(
     precision, matmul = profile.model.precision, profile.model.float32_matmul_precision
     try:
         path = "ratio" if src.measured and src.gpu is not None else "absolute"
-        target = ops_time(prepared.classified, dst, precision, matmul, path)
+        target = ops_time(prepared.classified, dst, precision, matmul, path, profile_attention(profile))
     except PredictionError as exc:
         notes.append(f"operator table not used on {dst.key}: {exc}")
         return None
