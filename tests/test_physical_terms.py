@@ -148,3 +148,20 @@ def test_a_torch_before_2_2_runs_flash_attention_v1_at_its_own_ceiling(catalog) 
         assert t1 > t2 and rec.flops / t1 <= v1 * gpu.bf16_tflops * 1e12 * 1.001
     with pytest.raises(PredictionError, match="unknown attention kernel generation 'fa9'"):
         attention_ceiling(catalog.gpu("H100-SXM"), "fa9")
+
+
+def test_a_prediction_says_when_attention_is_priced_as_flash_attention_v1(catalog) -> None:
+    import dataclasses
+    import json
+
+    from conftest import ROOT
+    from predictor.predict import predict
+    from predictor.profile import Software, load_profile
+
+    profile = load_profile(json.loads((ROOT / "examples" / "profiles" / "llama-1b-meta.json").read_text()))
+    old = dataclasses.replace(profile, software=Software(torch="2.1.0+cu121"))
+    new = predict(profile, "p5.48xlarge:1", catalog=catalog, scaling="weak")
+    v1 = predict(old, "p5.48xlarge:1", catalog=catalog, scaling="weak")
+    assert any("FlashAttention v1" in n and "torch 2.1.0+cu121" in n for n in v1.assumptions)
+    assert not any("FlashAttention v1" in n for n in new.assumptions)
+    assert v1.throughput_samples_s <= new.throughput_samples_s  # slower only where the ceiling binds (long sequences)

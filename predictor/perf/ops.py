@@ -620,6 +620,11 @@ def ops_compute(
     except PredictionError as exc:
         notes.append(f"operator table not used on {dst.key}: {exc}")
         return None
+    if profile_attention(profile) == "fa1" and any(base_name(c.op).startswith(_ATTENTION_PREFIX) for c in table.ops):
+        notes.append(
+            f"fused attention priced as FlashAttention v1 (the profile's torch {profile.software.torch} predates "
+            f"torch 2.2's FlashAttention-2): {attention_ceiling(dst, 'fa1'):.2f} of {dst.key}'s 16-bit peak at best"
+        )
     if target.unclassified:
         calls = sum(target.unclassified.values())
         names = ", ".join(sorted(target.unclassified)[:5])
