@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -89,6 +90,29 @@ def subprocess_env() -> dict[str, str]:
     env["AWS_EC2_METADATA_DISABLED"] = "true"
     env.pop("AWS_EC2_METADATA_SERVICE_ENDPOINT", None)
     return env
+
+
+def _listening_port_outside_ephemeral_range() -> int:
+    """A free port below Linux's ephemeral range (32768-60999). Lightning's own choice binds port 0 and closes it,
+    and rank 0 listens there seconds later; in the suite, the other worker's outgoing connections (terraform and
+    boto3 against moto) draw from the ephemeral range, and one took such a port twice in a CI run (EADDRINUSE). A port
+    below the range is never handed out for an outgoing connection."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-31999")
+
+
+@pytest.fixture
+def ddp_env(subprocess_env) -> dict[str, str]:
+    """``subprocess_env`` for a script that starts Lightning's DDP itself (one launch at a time): its ``MASTER_PORT``."""
+    return {**subprocess_env, "MASTER_PORT": str(_listening_port_outside_ephemeral_range())}
 
 
 @pytest.fixture(scope="session")

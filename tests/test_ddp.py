@@ -14,7 +14,7 @@ pytestmark = pytest.mark.ddp
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
-def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, subprocess_env) -> None:
+def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, ddp_env) -> None:
     out = tmp_path / "profile.json"
     sleep_s = 0.05  # well above the few-ms jitter of two processes sharing 2 cores
     result = subprocess.run(
@@ -22,7 +22,7 @@ def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, subp
         capture_output=True,
         text=True,
         timeout=240,
-        env=subprocess_env,
+        env=ddp_env,
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -50,13 +50,13 @@ def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, subp
     assert profile.timing.step_time_s.p50 > sleep_s
 
 
-def test_timing_hook_leaves_gradients_unchanged(tmp_path, subprocess_env) -> None:
+def test_timing_hook_leaves_gradients_unchanged(tmp_path, ddp_env) -> None:
     result = subprocess.run(
         [sys.executable, str(SCRIPTS / "ddp_grad_check.py"), str(tmp_path / "r.txt")],
         capture_output=True,
         text=True,
         timeout=180,
-        env=subprocess_env,
+        env=ddp_env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     fields = dict(kv.split("=") for kv in result.stdout.split())

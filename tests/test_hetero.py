@@ -47,7 +47,7 @@ def test_position_carries_over_to_another_split() -> None:
 
 @pytest.mark.ddp
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_unequal_batches_give_the_global_batch_gradient(tmp_path, subprocess_env, strategy) -> None:
+def test_unequal_batches_give_the_global_batch_gradient(tmp_path, ddp_env, strategy) -> None:
     """DDP weights the gradient buckets, FSDP the losses: both reduce to the global batch's gradient."""
     flag = ["--fsdp"] if strategy == "fsdp" else []
     result = subprocess.run(
@@ -55,7 +55,7 @@ def test_unequal_batches_give_the_global_batch_gradient(tmp_path, subprocess_env
         capture_output=True,
         text=True,
         timeout=180,
-        env=subprocess_env,
+        env=ddp_env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     fields = {k: float(v) for k, v in (kv.split("=") for kv in result.stdout.split())}
@@ -76,15 +76,15 @@ def _leg(out: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.ddp
-def test_preempted_on_one_process_finished_on_two_with_unequal_batches(tmp_path, subprocess_env) -> None:
+def test_preempted_on_one_process_finished_on_two_with_unequal_batches(tmp_path, ddp_env) -> None:
     """1 process -> SIGTERM at step 10 -> checkpoint at the next step -> resume on 2 processes (batches 5 + 3 of the
     same global 8) -> step 30: the same samples at every step as an uninterrupted run, 0 lost or repeated steps,
     and the same parameters to float noise."""
-    _leg(tmp_path / "ref", subprocess_env, "--batch-sizes", "8")
-    _leg(tmp_path / "run", subprocess_env, "--batch-sizes", "8", "--sigterm-at", "10")
+    _leg(tmp_path / "ref", ddp_env, "--batch-sizes", "8")
+    _leg(tmp_path / "run", ddp_env, "--batch-sizes", "8", "--sigterm-at", "10")
     preempted = json.loads((tmp_path / "run" / "preempted.json").read_text())
     assert preempted["step"] == 11 and (tmp_path / "run" / "ckpt" / "preempt-step=11.ckpt").is_file()
-    _leg(tmp_path / "run", subprocess_env, "--batch-sizes", "5,3", "--resume")
+    _leg(tmp_path / "run", ddp_env, "--batch-sizes", "5,3", "--resume")
     ref, run = seen_samples(tmp_path / "ref"), seen_samples(tmp_path / "run")
     assert sorted(run) == sorted(ref) and len(ref) == 30  # every step once: none lost, none repeated
     assert all(sorted(run[k]) == sorted(ref[k]) for k in ref)  # the same global batch at every step
