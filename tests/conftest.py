@@ -111,7 +111,7 @@ def _listening_port_outside_ephemeral_range() -> int:
 
 @pytest.fixture
 def ddp_env(subprocess_env) -> dict[str, str]:
-    """``subprocess_env`` for a script that starts Lightning's DDP itself (one launch at a time): its ``MASTER_PORT``."""
+    """``subprocess_env`` for a script that starts Lightning's DDP itself (one launch at a time), with a port."""
     return {**subprocess_env, "MASTER_PORT": str(_listening_port_outside_ephemeral_range())}
 
 

@@ -89,22 +89,28 @@ def test_framework_time_is_a_floor_per_micro_step(catalog) -> None:
     assert p.breakdown["compute_s"] >= 0.012 - 0.004  # the 8 ms the host spends outside the phases
 
 
-def test_fused_attention_runs_no_faster_than_its_published_ceiling(catalog) -> None:
-    from predictor.perf.ops import attention_ceiling, classify_table, ops_time
+def _causal_flash_forward(seq: int):
+    """One causal bf16 flash-attention forward of 32 heads of 128 over ``seq`` tokens, as a capture records it."""
     from predictor.profile import OpRecord
 
-    q = [1, 32, 65536, 128]
-    rec = OpRecord(
+    q = [1, 32, seq, 128]
+    return OpRecord(
         op="aten._scaled_dot_product_flash_attention.default",
         phase="forward",
         count=1,
         shapes=[q, q, q],
         dtypes=["bfloat16"] * 3,
-        flops=2 * 2 * 32 * 65536 * 65536 * 128 / 2,
-        bytes_read=3 * 2 * 32 * 65536 * 128,
-        bytes_written=2 * 32 * 65536 * 128,
+        flops=2 * 2 * 32 * seq * seq * 128 / 2,
+        bytes_read=3 * 2 * 32 * seq * 128,
+        bytes_written=2 * 32 * seq * 128,
         params={"is_causal": [1]},
     )
+
+
+def test_fused_attention_runs_no_faster_than_its_published_ceiling(catalog) -> None:
+    from predictor.perf.ops import attention_ceiling, classify_table, ops_time
+
+    rec = _causal_flash_forward(65536)
     for gpu_key, share in (("H100-SXM", 0.3), ("A100-SXM-80GB", 0.6)):
         gpu = catalog.gpu(gpu_key)
         assert attention_ceiling(gpu) == share
@@ -117,7 +123,6 @@ def test_a_torch_before_2_2_runs_flash_attention_v1_at_its_own_ceiling(catalog) 
     paper), not v2's 50-73 %; the profile's torch version decides, an unknown one is today's torch."""
     from predictor.exceptions import PredictionError
     from predictor.perf.ops import attention_ceiling, attention_generation, classify_table, ops_time
-    from predictor.profile import OpRecord
 
     assert [attention_generation(v) for v in ("2.1.0+cu121", "2.0.1", "2.2.0", "2.13.0", None, "nightly")] == [
         "fa1",
@@ -127,18 +132,7 @@ def test_a_torch_before_2_2_runs_flash_attention_v1_at_its_own_ceiling(catalog) 
         "fa2",
         "fa2",
     ]
-    q = [1, 32, 16384, 128]
-    rec = OpRecord(
-        op="aten._scaled_dot_product_flash_attention.default",
-        phase="forward",
-        count=1,
-        shapes=[q, q, q],
-        dtypes=["bfloat16"] * 3,
-        flops=2 * 2 * 32 * 16384 * 16384 * 128 / 2,
-        bytes_read=3 * 2 * 32 * 16384 * 128,
-        bytes_written=2 * 32 * 16384 * 128,
-        params={"is_causal": [1]},
-    )
+    rec = _causal_flash_forward(16384)
     for key in ("A100-SXM-80GB", "H100-SXM"):
         gpu = catalog.gpu(key)
         v1, v2 = attention_ceiling(gpu, "fa1"), attention_ceiling(gpu, "fa2")
