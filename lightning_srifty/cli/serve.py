@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty.cli._common import load_catalog
+from lightning_srifty.cli._common import load_catalog, number, whole
 from predictor._io import read_bounded
 
 TOKEN_ENV = "SRIFTY_SERVICE_TOKEN"
@@ -91,22 +91,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("serve", parents=[common], help="serve /v1/predict, /v1/rank, /v1/catalog, /v1/observations")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=whole, default=8000)
     p.add_argument(
         "--observations",
         metavar="PATH",
         help="SQLite file of observed runs (default: $SRIFTY_OBSERVATIONS or ~/.cache/srifty/observations.sqlite)",
     )
-    p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="request size limit (413 above)")
+    p.add_argument("--max-body", type=whole, default=1 << 20, metavar="BYTES", help="request size limit (413 above)")
     p.add_argument(
-        "--max-concurrent", type=int, default=2, metavar="N", help="rankings/predictions computed at once (default 2)"
+        "--max-concurrent", type=whole, default=2, metavar="N", help="rankings/predictions computed at once (default 2)"
     )
     p.add_argument(
-        "--max-queued", type=int, default=64, metavar="N", help="requests waiting for them; one more is a 429 (64)"
+        "--max-queued", type=whole, default=64, metavar="N", help="requests waiting for them; one more is a 429 (64)"
     )
     p.add_argument(
         "--request-timeout-s",
-        type=float,
+        type=number,
         default=60.0,
         metavar="S",
         help="a ranking/prediction not answered by then is a 503 (default 60; the started work still finishes)",

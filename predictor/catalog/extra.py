@@ -79,6 +79,31 @@ INSTANCE_FIELDS = {
 }
 BACKENDS = ("nccl", "gloo")
 INSTANCE_REQUIRED = ("name", "gpu", "gpus", "vcpus", "memory_gib", "network_gbps")
+# (more than 0?, at most): a speed or size the predictor divides by must be positive, and no field may be orders of
+# magnitude beyond any hardware (the bundled catalog's largest: 141 GB, 4.8 TB/s, 989 TFLOPS, 6400 Gbit/s, 4 TiB)
+RANGES: dict[str, tuple[bool, float]] = {
+    "memory_gb": (True, 10_000),
+    "memory_bw_gbps": (True, 1_000_000),
+    "fp32_tflops": (True, 1_000_000),
+    "tf32_tflops": (True, 1_000_000),
+    "fp16_tflops": (True, 1_000_000),
+    "bf16_tflops": (True, 1_000_000),
+    "nvlink_gbps": (False, 1_000_000),
+    "sms": (True, 100_000),
+    "clock_mhz": (True, 100_000),
+    "l2_mb": (True, 1_000_000),
+    "gpus": (True, 1_024),
+    "vcpus": (True, 100_000),
+    "memory_gib": (True, 1_000_000),
+    "network_gbps": (True, 1_000_000),
+    "network_cards": (True, 1_024),
+    "efa_interfaces": (False, 1_024),
+    "price_usd_hr": (False, 100_000),
+    "spot_price_usd_hr": (False, 100_000),
+    "interruption_rate_per_hr": (False, 100),
+    "local_nvme_gb": (False, 100_000_000),
+    "gpu_memory_gib": (True, 10_000),
+}
 
 
 @dataclass(frozen=True)
@@ -120,13 +145,35 @@ def _check(path: str, where: str, entry: Any, fields: dict[str, type], required:
         if not ok:
             names = {float: "a number", int: "a whole number", bool: "true or false", str: "a string", list: "a list"}
             raise _err(path, f"{where}.{key}", f"expected {names[kind]}, got {value!r}")
-        if kind in (float, int) and value < 0:
-            raise _err(path, f"{where}.{key}", f"must not be negative, got {value!r}")
+        if kind in (float, int):
+            positive, most = RANGES[key]
+            if value < 0:
+                raise _err(path, f"{where}.{key}", f"must not be negative, got {value!r}")
+            if positive and value == 0:
+                raise _err(path, f"{where}.{key}", "must be more than 0, got 0: give the hardware's figure")
+            if value > most:
+                raise _err(
+                    path,
+                    f"{where}.{key}",
+                    f"must be at most {most:,}, got {value!r}: beyond any hardware; check the unit (docs/catalog.md)",
+                )
         out[key] = float(value) if kind is float else value
-    for key in ("gpus", "vcpus"):
-        if key in out and out[key] < 1:
-            raise _err(path, f"{where}.{key}", f"must be at least 1, got {out[key]!r}")
     return out
+
+
+def _unique_names(path: str, section: str, entries: list[Any]) -> None:
+    """Refuse a name given to two entries of one section (the second silently replaced the first)."""
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str):
+            if name.casefold() in seen:
+                raise _err(
+                    path,
+                    f"{section}[{i}].name",
+                    f"{name!r} is also {section}[{seen[name.casefold()]}]: give each entry its own name, or merge them",
+                )
+            seen[name.casefold()] = i
 
 
 def _capability(path: str, i: int, value: Any) -> str | None:
@@ -157,6 +204,23 @@ def _safe_yaml(text: str) -> Any:
                     event.start_mark,
                 )  # fmt: skip
             return super().compose_node(parent, index)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            # YAML keeps the last of two equal keys without a word; a catalog with two memory_gb is a mistake
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue  # an unhashable key is refused by SafeLoader itself
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None,
+                        f"the key {key!r} is given twice (lines {seen[key].line + 1} and {key_node.start_mark.line + 1}): "
+                        "keep one",
+                        key_node.start_mark,
+                    )  # fmt: skip
+                seen[key] = key_node.start_mark
+            return super().construct_mapping(node, deep=deep)
 
     return yaml.load(text, Loader=NoAliases)
 
@@ -218,6 +282,8 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
                 f"{name}: {section}: expected a list of entries (each line starting with '- '), got "
                 f"{type(data[section]).__name__} {data[section]!r}; see docs/catalog.md"
             )
+    for section in ("gpus", "instance_types"):
+        _unique_names(name, section, data.get(section) or [])
     gpus = []
     for i, entry in enumerate(data.get("gpus") or []):
         if isinstance(entry, dict):
