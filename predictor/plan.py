@@ -38,7 +38,7 @@ class PlanGroup:
         min=0,
     )
     throughput_samples_s: float = doc_field(
-        "samples per second this group contributes (its weighted capacity in an Auto Scaling group)", min=0
+        "samples per second this group contributes (its weighted capacity in an Auto Scaling group)", exclusive_min=0
     )
     micro_batches: list[int] | None = doc_field(
         "the batch each of the group's GPUs takes per micro-step, in rank order (they differ by one sample at "
@@ -98,7 +98,7 @@ class PlanEntry:
         "predicted time of one optimizer step (its micro-steps and one all-reduce)", min=0
     )
     iteration_time_interval_s: list[float] = doc_field("80% interval of the step time [p10, p90]")
-    throughput_samples_s: float = doc_field("predicted samples per second", min=0)
+    throughput_samples_s: float = doc_field("predicted samples per second", exclusive_min=0)
     time_h: float = doc_field(
         "expected wall time for the work: start-up, spot interruptions and checkpoints included", min=0
     )

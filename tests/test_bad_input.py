@@ -231,3 +231,82 @@ def test_catalog_yaml_duplicates_zeros_and_magnitudes(tmp_path, capsys, yaml_tex
     extra.write_text(yaml_text)
     line = _run(capsys, ["--catalog-extra", str(extra), "catalog", "gpus"])
     assert expected in line and "extra.yaml" in line, line
+
+
+# --- issue #23 item 9: each was a traceback or an unbounded wait ------------------------------------------------------
+
+
+def test_rich_markup_in_a_model_name_is_printed_as_written(tmp_path, capsys) -> None:
+    """"[/oops]" in model.name was rich's MarkupError in three commands (and at the end of a profiled training)."""
+    path = _profile(tmp_path, lambda d: d["model"].update(name="[bold red]x[/] [/oops]"))
+    for argv in (
+        ["profile", "show", path],
+        ["predict", "--profile", path, "--fleet", "p3.2xlarge:1"],
+        ["recommend", "--profile", path, "--steps", "100"],
+    ):
+        assert main(argv) == 0, argv
+        out = capsys.readouterr().out
+        assert "[bold red]x[/] [/oops]" in out, argv
+
+
+def test_serve_refuses_a_port_or_an_observations_store_it_cannot_use(tmp_path, capsys) -> None:
+    fifo, folder = tmp_path / "fifo", tmp_path / "folder"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    (tmp_path / "text.sqlite").write_text("not a database\n")
+    assert "--port must be a TCP port from 0 to 65535. Got 99999." in _run(capsys, ["serve", "--port", "99999"])
+    for store, kind in ((fifo, "is a FIFO"), (folder, "is a folder"), (tmp_path / "text.sqlite", "not a database")):
+        line = _run(capsys, ["serve", "--port", "0", "--observations", str(store)])
+        assert str(store) in line and kind in line and "--observations" in line
+
+
+def test_a_plan_group_with_throughput_0(tmp_path, capsys) -> None:
+    """A ZeroDivisionError in the Auto Scaling weights."""
+    plan = _plan(tmp_path, lambda d: d["entries"][0]["groups"][0].update(throughput_samples_s=0))
+    line = _run(capsys, ["terraform", "--plan", plan, "--out", str(tmp_path / "infra")])
+    assert "entries[0].groups[0].throughput_samples_s: expected a number > 0, got 0" in line
+
+
+def _llama(**change) -> str:
+    config = {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4}
+    return json.dumps({**config, "num_key_value_heads": 4, "vocab_size": 100, **change})
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["./rel/mymod.py:X"], "'./rel/mymod.py' is not a module name: give the dotted import path"),
+        ([".mymod:X"], "e.g. mymod:X for ./mymod.py"),
+        (["transformers:LlamaForCausalLM", "--seq-len", "8", "--config", "deep.json"], "nested 100,000 deep"),
+        (["transformers:LlamaForCausalLM", "--seq-len", "8", "--config", _llama(num_hidden_layers=100_000)], "is over 512"),
+        (["transformers:LlamaForCausalLM", "--seq-len", str(10**11), "--config", _llama()], "--seq-len 100,000,000,000"),
+    ],
+    ids=["file-path", "relative-import", "deep-config", "100000-layers", "seq-len-1e11"],
+)
+def test_capture_refuses_in_one_line_and_at_once(tmp_path, capsys, monkeypatch, argv, expected) -> None:
+    """TypeError (a relative module), RecursionError (a 100,000-deep config), > 60 s (100,000 layers), and a profile
+    of 10^11 tokens per sample: each one line, in seconds."""
+    import time
+
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deep.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    started = time.monotonic()
+    line = _run(capsys, ["capture", *argv, "--batch-size", "1", "--out", str(tmp_path / "p.json")])
+    assert expected in line and time.monotonic() - started < 30, line
+
+
+def test_launch_without_aws_credentials(tmp_path, capsys, monkeypatch) -> None:
+    """botocore's NoCredentialsError from the launcher's first S3 record read was a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('train')\n")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    argv = ["launch", "--plan", str(EXAMPLE_PLAN), "--provisioner", "terraform", "--checkpoint-uri"]
+    assert main([*argv, "s3://srifty-no-such-bucket/run", "--", "train.py"]) == 2
+    err = capsys.readouterr().err  # after the snapshot's warnings on the example plan's environment
+    assert "Traceback" not in err
+    assert err.splitlines()[-1].startswith("srifty: error: No AWS credentials found while srifty launch was keeping")

@@ -87,22 +87,26 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 f"{snapshot.sha256[:16]}... ({snapshot.path})"
             )
             provisioner.options = dataclasses.replace(provisioner.options, snapshot=str(snapshot.path))
+    from lightning_srifty.provision.fleets import aws_errors
+
+    where = f"keeping its records and heartbeat in {args.checkpoint_uri}" if args.checkpoint_uri else "starting fleets"
     try:
-        migrations = launch(
-            plan,
-            script,
-            choice=args.choice,
-            workdir=args.workdir,
-            provisioner=provisioner,
-            max_migrations=args.max_migrations,
-            simulate_notice_after=args.simulate_notice_after,
-            max_local_processes=args.max_local_processes,
-            name=args.name,
-            heartbeat_s=args.heartbeat_s,
-            heartbeat_max_age_s=args.heartbeat_max_age,
-            max_life_h=args.max_life_h,
-            start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
-        )
+        with aws_errors(f"srifty launch was {where}"):  # botocore's own errors (no credentials) read as one line
+            migrations = launch(
+                plan,
+                script,
+                choice=args.choice,
+                workdir=args.workdir,
+                provisioner=provisioner,
+                max_migrations=args.max_migrations,
+                simulate_notice_after=args.simulate_notice_after,
+                max_local_processes=args.max_local_processes,
+                name=args.name,
+                heartbeat_s=args.heartbeat_s,
+                heartbeat_max_age_s=args.heartbeat_max_age,
+                max_life_h=args.max_life_h,
+                start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
+            )
     except LaunchInterrupted as exc:
         released = ", ".join(exc.released) or "none"
         print(

@@ -50,6 +50,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from predictor.service import ServiceSettings, create_app
 
+    from predictor._validation import refused
+
+    if not 0 <= args.port <= 65535:
+        raise refused("--port", "a TCP port from 0 to 65535", args.port, "Give one such as 8000 (0: any free port).")
     token, source = read_token(args.token_file)
     settings = ServiceSettings(
         max_body_bytes=args.max_body,
