@@ -48,7 +48,7 @@ def read_token(path: str | None) -> tuple[str | None, str]:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from predictor.service import ServiceSettings, create_app
+    from predictor.service import ServiceSettings, create_app, server_config
 
     from predictor._validation import refused
 
@@ -64,6 +64,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allow_unauthenticated_writes=args.allow_unauthenticated_writes,
         host=args.host,
         allowed_hosts=tuple(args.allowed_host),
+        read_timeout_s=args.read_timeout_s,
+        max_connections=args.max_connections,
     )
     if token is not None:
         writes = f"writes (POST /v1/observations) need 'Authorization: Bearer <token>' (token from {source})"
@@ -80,7 +82,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(
         "srifty serve: reads (/v1/predict, /v1/rank, /v1/catalog, GET /v1/observations) need no token; Host names "
         f"answered: {', '.join(sorted(settings.host_names()))}; at most {settings.max_concurrent} rankings/"
-        f"predictions at once, {settings.max_queued} waiting, {settings.request_timeout_s:g} s each."
+        f"predictions at once, {settings.max_queued} waiting, {settings.request_timeout_s:g} s each; at most "
+        f"{settings.max_connections} connections, each request sent within {settings.read_timeout_s:g} s."
     )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(
@@ -88,7 +91,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "clear over http, so put the service behind a TLS proxy (or keep it on localhost)."
         )
     app = create_app(catalog=load_catalog(args), observations=args.observations, settings=settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    config = server_config(app, settings, args.host, args.port, log_level=args.log_level, access_log=args.access_log)
+    uvicorn.Server(config).run()
     return 0
 
 
@@ -114,6 +118,20 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         default=60.0,
         metavar="S",
         help="a ranking/prediction not answered by then is a 503 (default 60; the started work still finishes)",
+    )
+    p.add_argument(
+        "--read-timeout-s",
+        type=number,
+        default=30.0,
+        metavar="S",
+        help="a request's head, then its body, must arrive within this (408, or the connection closed; default 30)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=whole,
+        default=256,
+        metavar="N",
+        help="connections open at once; one more is answered 503 and closed (default 256)",
     )
     p.add_argument(
         "--token-file",
