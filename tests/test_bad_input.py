@@ -223,8 +223,10 @@ def test_unicode_digits_in_a_number_option(capsys, flags) -> None:
             "gpus: must be at most",
         ),
         ("gpus:\n  - {name: X1, memory_gb: 80, bf16_tflops: 0}\n", "bf16_tflops: must be more than 0"),
+        ('gpus:\n  - {name: "\\uD800", memory_gb: 4}\n', "gpus[0].name holds a lone surrogate"),  # the fuzz pass's
     ],
-    ids=["duplicate-key", "duplicate-gpu", "duplicate-instance", "network-0", "memory-1e12", "gpus-1e9", "tflops-0"],
+    ids=["duplicate-key", "duplicate-gpu", "duplicate-instance", "network-0", "memory-1e12", "gpus-1e9", "tflops-0",
+         "surrogate"],  # fmt: skip
 )
 def test_catalog_yaml_duplicates_zeros_and_magnitudes(tmp_path, capsys, yaml_text: str, expected: str) -> None:
     extra = tmp_path / "extra.yaml"

@@ -225,13 +225,17 @@ def _safe_yaml(text: str) -> Any:
     return yaml.load(text, Loader=NoAliases)
 
 
-def _non_finite(data: Any, where: str = "") -> str | None:
-    """The path of the first NaN or infinite number in parsed YAML, None when there is none."""
+def _unreadable(data: Any, where: str = "") -> str | None:
+    """What is wrong with the first value of parsed YAML no number or text can be: a NaN or infinite number, or text
+    with a lone surrogate (YAML's "\\ud800" escape makes one, and nothing can print it), as "<path> <why>"; None when
+    there is none."""
     if isinstance(data, float) and not math.isfinite(data):
-        return where or "(top level)"
+        return f"{where or '(top level)'} is NaN or infinite (.nan/.inf); give a finite number"
+    if isinstance(data, str) and any("\ud800" <= c <= "\udfff" for c in data):
+        return f"{where or '(top level)'} holds a lone surrogate (\\ud800...); write the text as plain UTF-8"
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
     for key, value in items:
-        found = _non_finite(value, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
+        found = _unreadable(value, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
         if found:
             return found
     return None
@@ -264,9 +268,9 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise CatalogError(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    bad = _non_finite(data)
+    bad = _unreadable(data)
     if bad:
-        raise CatalogError(f"{name}: {bad} is NaN or infinite (.nan/.inf); give a finite number")
+        raise CatalogError(f"{name}: {bad.encode('utf-8', 'backslashreplace').decode()}")
     if data is None:
         data = {}
     if not isinstance(data, dict):
