@@ -140,7 +140,8 @@ def four_at_once(max_concurrent: int, repeats: int) -> str:
             server.close()
     row = (
         f"| --max-concurrent {max_concurrent} | {' / '.join(sorted(codes))} | {statistics.median(slowest):.1f} s "
-        f"| {statistics.median(peaks):.0f} MiB ({min(peaks):.0f}-{max(peaks):.0f}) | {statistics.median(kept):.0f} MiB |"
+        f"| {statistics.median(peaks):.0f} MiB ({min(peaks):.0f}-{max(peaks):.0f}) "
+        f"| {statistics.median(kept):.0f} MiB |"
     )
     print(row, flush=True)
     return row

@@ -6,9 +6,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from predictor._validation import refused
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import InstanceType
-from predictor._validation import refused
 from predictor.exceptions import ConfigError
 
 MAX_COUNT = 10_000  # instances of one type: far beyond any fleet one account can start

@@ -6,9 +6,9 @@ profile can be written by hand for hardware one does not have. Field reference: 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal

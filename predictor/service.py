@@ -407,7 +407,9 @@ def docs_html(spec: dict[str, Any]) -> str:
     def schema(ref_or_schema: dict[str, Any]) -> str:
         name = str(ref_or_schema.get("$ref", "")).rsplit("/", 1)[-1]
         body = spec.get("components", {}).get("schemas", {}).get(name, ref_or_schema)
-        return f"<details><summary>{esc(name or 'schema')}</summary><pre>{esc(json.dumps(body, indent=2))}</pre></details>"
+        return (
+            f"<details><summary>{esc(name or 'schema')}</summary><pre>{esc(json.dumps(body, indent=2))}</pre></details>"
+        )
 
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>",

@@ -14,12 +14,17 @@ from lightning_srifty.cli import main
 PROFILE = ROOT / "examples" / "profiles" / "resnet50-v100.json"
 
 
-def _profile(tmp_path, change) -> str:
-    data = json.loads(PROFILE.read_text())
+def _changed(tmp_path, source, change) -> str:
+    """A copy of the JSON document ``source``, changed by ``change``, in ``tmp_path`` (same file name)."""
+    data = json.loads(source.read_text())
     change(data)
-    path = tmp_path / "profile.json"
+    path = tmp_path / source.name
     path.write_text(json.dumps(data))
     return str(path)
+
+
+def _profile(tmp_path, change) -> str:
+    return _changed(tmp_path, PROFILE, change)
 
 
 def _run(capsys, argv: list[str]) -> str:
@@ -148,11 +153,7 @@ def test_terraform_options_that_reach_the_instances(tmp_path, capsys, monkeypatc
 
 
 def _plan(tmp_path, change) -> str:
-    data = json.loads(EXAMPLE_PLAN.read_text())
-    change(data)
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(data))
-    return str(path)
+    return _changed(tmp_path, EXAMPLE_PLAN, change)
 
 
 def test_a_plan_choosing_an_entry_it_does_not_have(tmp_path, capsys) -> None:
@@ -191,7 +192,11 @@ def test_unicode_digits_and_absurd_counts_in_a_fleet(capsys, fleet, expected) ->
 
 @pytest.mark.parametrize(
     "flags",
-    [["--steps", "\u0661\u0660"], ["--steps", "10", "--deadline", "\u0661\u0662h"], ["--steps", "10", "--budget", "\uff15"]],
+    [
+        ["--steps", "\u0661\u0660"],
+        ["--steps", "10", "--deadline", "\u0661\u0662h"],
+        ["--steps", "10", "--budget", "\uff15"],
+    ],
     ids=["steps", "deadline", "budget"],
 )
 def test_unicode_digits_in_a_number_option(capsys, flags) -> None:
@@ -205,7 +210,10 @@ def test_unicode_digits_in_a_number_option(capsys, flags) -> None:
 @pytest.mark.parametrize(
     ("yaml_text", "expected"),
     [
-        ("gpus:\n  - name: X1\n    memory_gb: 10\n    memory_gb: 20\n", "not valid YAML at line 4, column 5: the key 'memory_gb' is given twice (lines 3 and 4)"),
+        (
+            "gpus:\n  - name: X1\n    memory_gb: 10\n    memory_gb: 20\n",
+            "not valid YAML at line 4, column 5: the key 'memory_gb' is given twice (lines 3 and 4)",
+        ),
         ("gpus:\n  - {name: X1, memory_gb: 10}\n  - {name: X1, memory_gb: 20}\n", "gpus[1].name: 'X1' is also gpus[0]"),
         (
             "instance_types:\n"
@@ -223,10 +231,18 @@ def test_unicode_digits_in_a_number_option(capsys, flags) -> None:
             "gpus: must be at most",
         ),
         ("gpus:\n  - {name: X1, memory_gb: 80, bf16_tflops: 0}\n", "bf16_tflops: must be more than 0"),
-        ('gpus:\n  - {name: "\\uD800", memory_gb: 4}\n', "gpus[0].name holds a lone surrogate"),  # the fuzz pass's
+        ('gpus:\n  - {name: "\\uD800", memory_gb: 4}\n', "gpus[0].name holds a lone surrogate"),  # found by fuzzing
     ],
-    ids=["duplicate-key", "duplicate-gpu", "duplicate-instance", "network-0", "memory-1e12", "gpus-1e9", "tflops-0",
-         "surrogate"],  # fmt: skip
+    ids=[
+        "duplicate-key",
+        "duplicate-gpu",
+        "duplicate-instance",
+        "network-0",
+        "memory-1e12",
+        "gpus-1e9",
+        "tflops-0",
+        "surrogate",
+    ],
 )
 def test_catalog_yaml_duplicates_zeros_and_magnitudes(tmp_path, capsys, yaml_text: str, expected: str) -> None:
     extra = tmp_path / "extra.yaml"
@@ -239,7 +255,7 @@ def test_catalog_yaml_duplicates_zeros_and_magnitudes(tmp_path, capsys, yaml_tex
 
 
 def test_rich_markup_in_a_model_name_is_printed_as_written(tmp_path, capsys) -> None:
-    """"[/oops]" in model.name was rich's MarkupError in three commands (and at the end of a profiled training)."""
+    """ "[/oops]" in model.name was rich's MarkupError in three commands (and at the end of a profiled training)."""
     path = _profile(tmp_path, lambda d: d["model"].update(name="[bold red]x[/] [/oops]"))
     for argv in (
         ["profile", "show", path],
@@ -280,8 +296,14 @@ def _llama(**change) -> str:
         (["./rel/mymod.py:X"], "'./rel/mymod.py' is not a module name: give the dotted import path"),
         ([".mymod:X"], "e.g. mymod:X for ./mymod.py"),
         (["transformers:LlamaForCausalLM", "--seq-len", "8", "--config", "deep.json"], "nested 100,000 deep"),
-        (["transformers:LlamaForCausalLM", "--seq-len", "8", "--config", _llama(num_hidden_layers=100_000)], "is over 512"),
-        (["transformers:LlamaForCausalLM", "--seq-len", str(10**11), "--config", _llama()], "--seq-len 100,000,000,000"),
+        (
+            ["transformers:LlamaForCausalLM", "--seq-len", "8", "--config", _llama(num_hidden_layers=100_000)],
+            "is over 512",
+        ),
+        (
+            ["transformers:LlamaForCausalLM", "--seq-len", str(10**11), "--config", _llama()],
+            "--seq-len 100,000,000,000",
+        ),
     ],
     ids=["file-path", "relative-import", "deep-config", "100000-layers", "seq-len-1e11"],
 )

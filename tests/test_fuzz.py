@@ -37,7 +37,9 @@ FUZZ = settings(
 )
 
 ODD_NUMBERS = st.sampled_from([0, -1, 1e300, -1e300, 2**63, 10**30, 1e-300, 0.5, math.inf, -math.inf, math.nan])
-ODD_TEXT = st.sampled_from(["[/x]", "[bold]", "\u0662", "../../etc/passwd", "x;rm -rf /", "a" * 5000, "", "\ud800", " "])
+ODD_TEXT = st.sampled_from(
+    ["[/x]", "[bold]", "\u0662", "../../etc/passwd", "x;rm -rf /", "a" * 5000, "", "\ud800", " "]
+)
 ANY = st.one_of(
     st.none(),
     st.booleans(),

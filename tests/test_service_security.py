@@ -341,7 +341,6 @@ def _socket_to(url: str):
 
 def _exchange(url: str, request: bytes, timeout: float = 10.0) -> bytes:
     """Send ``request`` on a fresh connection; what the server answers until it closes (or ``timeout``)."""
-    import socket
 
     with _socket_to(url) as s:
         s.settimeout(timeout)
@@ -350,7 +349,7 @@ def _exchange(url: str, request: bytes, timeout: float = 10.0) -> bytes:
         try:
             while chunk := s.recv(65536):
                 out += chunk
-        except socket.timeout:
+        except TimeoutError:
             pass
     return out
 

@@ -93,7 +93,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("recommend", parents=[common], help="rank fleets under deadline and budget")
     p.add_argument("--profile", required=True, help="srifty.profile/v1 JSON")
     work = p.add_mutually_exclusive_group(required=True)
-    work.add_argument("--steps", type=whole, help="optimizer steps of the profiled global batch (Lightning's max_steps)")
+    work.add_argument(
+        "--steps", type=whole, help="optimizer steps of the profiled global batch (Lightning's max_steps)"
+    )
     work.add_argument("--samples", type=number, help="training samples")
     work.add_argument("--epochs", type=number, help="epochs (with --steps-per-epoch)")
     p.add_argument("--steps-per-epoch", type=whole, help="optimizer steps in one epoch")

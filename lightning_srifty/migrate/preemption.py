@@ -282,7 +282,9 @@ class SpotPreemption(Callback):
         start = time.monotonic()
         leave_by = self._leave_by(start)
         # the upload gets what is left before the record's margin (nothing when it is gone: the save stays local)
-        path = self.save(trainer, reason="preempt" if stop else "rebalance", deadline_s=leave_by - RECORD_MARGIN_S - start)
+        path = self.save(
+            trainer, reason="preempt" if stop else "rebalance", deadline_s=leave_by - RECORD_MARGIN_S - start
+        )
         durable = time.monotonic()
         self.timings = {
             "save_s": durable - start,

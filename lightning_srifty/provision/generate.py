@@ -212,7 +212,11 @@ def tfvars(
         )
     argv = train_argv(options.train_command)
     # what reaches the instances' launch template and shell, each refused with the fix (issue #23 item 12)
-    for value, check in ((options.ami, check_ami), (options.key_name, check_key_name), (options.resume_from, check_resume_from)):
+    for value, check in (
+        (options.ami, check_ami),
+        (options.key_name, check_key_name),
+        (options.resume_from, check_resume_from),
+    ):
         if value is not None:
             check(value)
     check_root_volume_gb(options.root_volume_gb)

@@ -215,8 +215,8 @@ def _safe_yaml(text: str) -> Any:
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None,
-                        f"the key {key!r} is given twice (lines {seen[key].line + 1} and {key_node.start_mark.line + 1}): "
-                        "keep one",
+                        f"the key {key!r} is given twice (lines {seen[key].line + 1} and "
+                        f"{key_node.start_mark.line + 1}): keep one",
                         key_node.start_mark,
                     )  # fmt: skip
                 seen[key] = key_node.start_mark
