@@ -273,12 +273,22 @@ def _token_batch(batch_size: int, seq_len: int) -> dict[str, Any]:
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
+    here = os.getcwd()
+    added = here not in sys.path and "" not in sys.path
+    if added:  # as `python -m` would: the project's modules import from the folder srifty runs in
+        sys.path.insert(0, here)
+    try:
+        return _capture(args)
+    finally:
+        if added and here in sys.path:
+            sys.path.remove(here)
+
+
+def _capture(args: argparse.Namespace) -> int:
     import functools
 
     import torch
 
-    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` would: the project's modules import
-        sys.path.insert(0, os.getcwd())
     cls = resolve(args.model, "MODEL")
     transformers_model = _is_transformers_model(cls)
     if args.config is not None and not transformers_model:
