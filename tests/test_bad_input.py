@@ -140,6 +140,7 @@ EXAMPLE_PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan
         (["--ami", "ami-1$(id)", "--setup-command", "true"], "--ami", "'ami-1$(id)'", "ami-0123456789abcdef0"),
         (["--resume-from", "not-s3://x"], "--resume-from", "'not-s3://x'", "s3://bucket/"),
         (["--resume-from", "s3://Bad_Bucket/ckpt"], "--resume-from", "'s3://Bad_Bucket/ckpt'", "valid bucket name"),
+        (["--resume-from", "s3://ckpts/a\nb"], "--resume-from", "'s3://ckpts/a\\nb'", "printable"),
         (["--root-volume-gb", "-5"], "--root-volume-gb", "-5", "between 30 and 16384"),
         (["--root-volume-gb", "100000"], "--root-volume-gb", "100000", "between 30 and 16384"),
     ],

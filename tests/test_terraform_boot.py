@@ -415,7 +415,7 @@ def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoi
     (tmp_path / "node").mkdir()
     command = """python3 -m json.tool --indent 2 "it's a $HOME; rm -rf x" """
     options = Options(
-        name="quoting", aws_endpoint=moto_endpoint, train_command=command, resume_from="s3://b/ck pt's/$x"
+        name="quoting", aws_endpoint=moto_endpoint, train_command=command, resume_from="s3://ckpts/ck pt's/$x"
     )
     infra = use_test_parameters(generate(plan, tmp_path / "infra", options=options, catalog=catalog).out)
     (lt,) = planned(tf_env, infra, "aws_launch_template").values()
@@ -439,7 +439,7 @@ def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoi
         "2",
         "it's a $HOME; rm -rf x",
         "--resume-from",
-        "s3://b/ck pt's/$x",
+        "s3://ckpts/ck pt's/$x",
     ]
 
 

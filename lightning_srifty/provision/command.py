@@ -78,7 +78,6 @@ _PREFIX = re.compile(r"^([A-Za-z0-9_-][A-Za-z0-9._-]*/)+$")
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _AMI = re.compile(r"^ami-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 _KEY_NAME = re.compile(r"^[A-Za-z0-9._+=,@:-]{1,255}$")  # EC2 allows more; none of these is special to a shell
-_S3_KEY = re.compile(r"^[A-Za-z0-9._=+,@:-]+(?:/[A-Za-z0-9._=+,@:-]+)*/?$")
 ROOT_VOLUME_GB = (30, 16384)  # the module's bounds (variables.tf): gp3's maximum; the Deep Learning AMI needs 75
 
 
@@ -109,7 +108,8 @@ def check_key_name(name: str) -> str:
 
 
 def check_resume_from(uri: str) -> str:
-    """``uri`` when it is ``s3://bucket/key`` with a valid bucket name and a key of plain folder names."""
+    """``uri`` when it is ``s3://bucket/key`` with a valid bucket name and a key of at most 1024 printable characters
+    (the module quotes it for the shell; a newline or another control character could not be)."""
     match = re.match(r"^s3://([^/]*)/(.+)$", uri) if isinstance(uri, str) else None
     bucket_ok = True
     if match:
@@ -117,11 +117,11 @@ def check_resume_from(uri: str) -> str:
             check_bucket(match.group(1))
         except ConfigError:
             bucket_ok = False
-    if not match or not bucket_ok or not _S3_KEY.match(match.group(2)) or ".." in match.group(2).split("/"):
+    if not match or not bucket_ok or not match.group(2).isprintable() or len(match.group(2).encode()) > 1024:
         raise refused(
             "--resume-from",
-            "the S3 URI of a checkpoint, s3://bucket/key, with a valid bucket name and a key of letters, digits and "
-            ". _ = + , @ : - between slashes",
+            "the S3 URI of a checkpoint, s3://bucket/key, with a valid bucket name and a key of at most 1024 "
+            "printable characters",
             uri,
             "The nodes fetch it from S3, e.g. s3://my-team-checkpoints/run-1/last.ckpt.",
         )
