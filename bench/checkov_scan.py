@@ -64,17 +64,20 @@ def main() -> None:
             generate(load_plan(folder / "plan.json"), out, choice=spec["choice"], options=Options(**opts))
             targets[f"generated root: {folder.name}"] = out
         print(f"checkov {version}, --skip-download\n")
-        print("| target | passed | failed | skipped |")
-        print("|---|---|---|---|")
+        print("| target | passed | failed | skipped | parsing errors |")
+        print("|---|---|---|---|---|")
         skipped: dict[str, str] = {}
         failed = 0
         for label, folder in targets.items():
             result = scan(binary, folder)
             summary = result.get("summary", {})
-            failed += summary.get("failed", 0)
+            failed += summary.get("failed", 0) + summary.get("parsing_errors", 0)  # a file not parsed is not scanned
             print(
-                f"| {label} | {summary.get('passed', 0)} | {summary.get('failed', 0)} | {summary.get('skipped', 0)} |"
+                f"| {label} | {summary.get('passed', 0)} | {summary.get('failed', 0)} | {summary.get('skipped', 0)} "
+                f"| {summary.get('parsing_errors', 0)} |"
             )
+            for path in result.get("results", {}).get("parsing_errors", []):
+                print(f"  NOT PARSED {path}")
             for check in result.get("results", {}).get("skipped_checks", []):
                 skipped[check["check_id"]] = check.get("check_result", {}).get("suppress_comment", "")
             for check in result.get("results", {}).get("failed_checks", []):

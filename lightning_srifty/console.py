@@ -8,6 +8,7 @@ from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from predictor.plan import Plan
 from predictor.profile import PHASES, Profile, Stats
@@ -53,9 +54,19 @@ def fmt_usd(usd: float) -> str:
 
 
 def console() -> Console:
-    """A console that does not squeeze tables to 80 columns when the output is not a terminal."""
-    c = Console()
-    return c if c.is_terminal else Console(width=170)
+    """A console that does not squeeze tables to 80 columns when the output is not a terminal, and reads no markup in
+    strings: a model, GPU or instance name is printed as written ("[/x]" raised rich's MarkupError, issue #23 item 9);
+    the few styled words are :class:`rich.text.Text` (:func:`styled`)."""
+    c = Console(markup=False)
+    return c if c.is_terminal else Console(width=170, markup=False)
+
+
+_default_console = console  # print_profile's parameter shadows the name
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Text of plain strings and (string, style) pairs: no markup is parsed in either."""
+    return Text.assemble(*parts)
 
 
 def fmt_count(n: float | None) -> str:
@@ -98,10 +109,11 @@ def profile_tables(profile: Profile, path: Path | None = None) -> Group:
         span = f"steps {window.first_step}-{last}"
         main.add_row(
             "Window",
-            f"{span}: {window.steps} kept"
-            + (f" ({excluded} excluded)" if excluded else "")
-            + (" [yellow](truncated)[/]" if window.truncated else "")
-            + f", clock {window.clock}",
+            styled(
+                f"{span}: {window.steps} kept" + (f" ({excluded} excluded)" if excluded else ""),
+                (" (truncated)", "yellow") if window.truncated else "",
+                f", clock {window.clock}",
+            ),
         )
     main.add_row("Step time", _stats_line(timing.step_time_s))
     if timing.samples_per_s is not None:
@@ -132,7 +144,7 @@ def profile_tables(profile: Profile, path: Path | None = None) -> Group:
             f", backward {fmt_count(flops.backward_per_sample)})",
         )
     elif flops is not None:
-        main.add_row("FLOPs/sample", f"[yellow]not measured[/]: {flops.reason}")
+        main.add_row("FLOPs/sample", styled(("not measured", "yellow"), f": {flops.reason}"))
     if profile.ops is not None:
         ops = profile.ops
         main.add_row(
@@ -187,16 +199,16 @@ def profile_tables(profile: Profile, path: Path | None = None) -> Group:
             )
         parts.append(ranks)
     for note in profile.notes or ():
-        parts.append(f"[yellow]note:[/] {note}")
+        parts.append(styled(("note:", "yellow"), f" {note}"))
     if path is not None:
-        parts.append(f"profile written to [bold]{path}[/]")
-    title = f"Srifty profile: {model.name or 'model'} on {where}"
+        parts.append(styled("profile written to ", (str(path), "bold")))
+    title = Text(f"Srifty profile: {model.name or 'model'} on {where}")  # a Panel reads markup in a str title
     return Group(Panel(Group(*parts), title=title, title_align="left"))
 
 
 def print_profile(profile: Profile, path: Path | None = None, console: Console | None = None) -> None:
     """Print the summary to the terminal."""
-    (console or Console()).print(profile_tables(profile, path))
+    (console or _default_console()).print(profile_tables(profile, path))
 
 
 # every column of the ranked-fleet table; the default keeps those that fit a 100-column terminal

@@ -67,6 +67,7 @@ FAILED = "FAILED.json"
 HEARTBEAT = "HEARTBEAT.json"
 CALIBRATION = "calibration.json"  # measured/predicted factors by GPU from the fleets the job ran on (for the triggers)
 PROFILE = "profile.json"  # the job's profile, kept for the triggers of later legs (a resumed run does not re-profile)
+DIGEST_SUFFIX = ".sha256"  # beside every checkpoint SpotPreemption publishes, in sha256sum's format (its manifest)
 
 
 def handover(fleet_name: str) -> str:
@@ -456,6 +457,30 @@ def present(dirpath: str) -> set[str]:
         return {str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(str(dirpath).rstrip("/"), detail=False)}
     except FileNotFoundError:
         return set()
+
+
+def no_manifest(checkpoint: str) -> MigrationError:
+    """What a launch says of a checkpoint directory without its manifest (issue #23 item 3)."""
+    name = checkpoint.rstrip("/").rsplit("/", 1)[-1]
+    return MigrationError(
+        f"The sharded checkpoint {checkpoint} has no manifest ({name}{DIGEST_SUFFIX}): under srifty launch a "
+        "checkpoint directory resumes only with the sha256 of every file recorded when it was saved (SpotPreemption "
+        "writes it), since without it a damaged shard would load silently. It was deleted or never written: resume "
+        "from another checkpoint, or pass one you trust as ckpt_path outside srifty launch."
+    )
+
+
+def require_manifest(checkpoint: str) -> None:
+    """Refuse a checkpoint directory that has no manifest beside it (a file checkpoint passes: its digest is optional
+    and :func:`~lightning_srifty.migrate.checkpoints.find_checkpoint` loads it weights-only).
+
+    Raises:
+        MigrationError: :func:`no_manifest`.
+    """
+    fs = filesystem(checkpoint)
+    fs.invalidate_cache()
+    if fs.isdir(checkpoint) and not fs.exists(checkpoint.rstrip("/") + DIGEST_SUFFIX):
+        raise no_manifest(checkpoint)
 
 
 def exists(dirpath: str, name: str) -> bool:

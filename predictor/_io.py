@@ -86,14 +86,7 @@ def refuse_non_regular(target: Path) -> None:
         raise _cannot_write(target, exc) from None
     if stat.S_ISREG(mode):
         return
-    kind = (
-        "a folder" if stat.S_ISDIR(mode)
-        else "a symbolic link" if stat.S_ISLNK(mode)
-        else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-        else "a FIFO" if stat.S_ISFIFO(mode)
-        else "a socket" if stat.S_ISSOCK(mode)
-        else "not a regular file"
-    )  # fmt: skip
+    kind = "a symbolic link" if stat.S_ISLNK(mode) else file_kind(mode)
     error = IsADirectoryError if stat.S_ISDIR(mode) else OSError
     raise error(
         errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
@@ -101,7 +94,8 @@ def refuse_non_regular(target: Path) -> None:
     )
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` that is not a regular file is, in words ("a FIFO")."""
     return (
         "a folder" if stat.S_ISDIR(mode)
         else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
@@ -131,7 +125,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int = DOCUMENT_LIMIT) -> b
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, f"is {_kind(mode)}, not a regular file: give the path of a file", str(path))
+            raise OSError(errno.EINVAL, f"is {file_kind(mode)}, not a regular file: give the path of a file", str(path))
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))

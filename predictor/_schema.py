@@ -23,7 +23,7 @@ import typing
 import warnings
 from typing import Any, Literal, TypeVar, Union
 
-from predictor._validation import suggest
+from predictor._validation import shown, suggest
 from predictor.exceptions import NewerDocumentWarning, ProfileSchemaError
 
 T = TypeVar("T")
@@ -60,15 +60,9 @@ def _describe(tp: Any) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
 
-def _shown(value: Any, limit: int = 80) -> str:
-    """``repr(value)``, cut to ``limit`` characters (a 400-digit number is named, not echoed)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} characters)"
-
-
 def _error(path: str, expected: str, value: Any, fix: str = "") -> ProfileSchemaError:
-    shown = "missing" if value is dataclasses.MISSING else f"got {_shown(value)}"
-    message = f"{path}: expected {expected}, {shown}."
+    got = "missing" if value is dataclasses.MISSING else f"got {shown(value)}"
+    message = f"{path}: expected {expected}, {got}."
     if fix:
         message += f" {fix}"
     return ProfileSchemaError(message, field=path, value=None if value is dataclasses.MISSING else value)

@@ -1,6 +1,7 @@
 """Parameter checks with one message shape everywhere.
 
 "The 'profile_steps' parameter of SriftyCallback() must be an int >= 1. Got 0."
+"--root-volume-gb must be a whole number of GiB between 30 and 16384. Got -5. <the fix>"
 """
 
 from __future__ import annotations
@@ -12,11 +13,23 @@ from collections.abc import Iterable
 from predictor.exceptions import ConfigError
 
 
-def _fail(owner: str, name: str, expected: str, value: object, fix: str = "") -> ConfigError:
-    message = f"The {name!r} parameter of {owner} must be {expected}. Got {value!r}."
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a 400-digit number is named, not echoed)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} characters)"
+
+
+def refused(what: str, expected: str, value: object, fix: str = "", *, parameter: str | None = None) -> ConfigError:
+    """The one shape of a refused value: "<what> must be <expected>. Got <value>. <fix>" (``what``: a parameter of a
+    function, or a command-line option such as ``--key-name``)."""
+    message = f"{what} must be {expected}. Got {shown(value)}."
     if fix:
         message += f" {fix}"
-    return ConfigError(message, parameter=name, value=value)
+    return ConfigError(message, parameter=parameter or what.lstrip("-").replace("-", "_"), value=value)
+
+
+def _fail(owner: str, name: str, expected: str, value: object, fix: str = "") -> ConfigError:
+    return refused(f"The {name!r} parameter of {owner}", expected, value, fix, parameter=name)
 
 
 def check_int(

@@ -6,11 +6,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from predictor._validation import refused
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import InstanceType
 from predictor.exceptions import ConfigError
 
-_GROUP = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?::\s*(-?\d+)\s*)?$")
+MAX_COUNT = 10_000  # instances of one type: far beyond any fleet one account can start
+_GROUP = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?::\s*(-?[0-9]+)\s*)?$")  # ASCII digits: int() reads others
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,13 @@ def parse_fleet(text: str | Iterable[tuple[str, int]], catalog: Catalog) -> Flee
     groups: list[Group] = []
     seen: set[str] = set()
     for name, count in pairs:
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ConfigError(
-                f"The count of {name!r} in the fleet must be a whole number >= 1. Got {count!r}.",
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+            raise refused(
+                f"The count of {name!r} in the fleet",
+                f"a whole number from 1 to {MAX_COUNT:,}",
+                count,
+                "Give the number of instances of that type, e.g. 'p4d.24xlarge:2'.",
                 parameter="fleet",
-                value=count,
             )
         instance = catalog.get(name)
         if instance.name in seen:

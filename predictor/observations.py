@@ -17,11 +17,13 @@ import datetime as dt
 import math
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from predictor._io import file_kind
 from predictor._validation import check_number
 from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError, SriftyError
@@ -86,9 +88,36 @@ class ObservationStore:
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.executescript(_SCHEMA)
+        fix = (
+            "Give --observations (or $SRIFTY_OBSERVATIONS) the path of an SQLite file in a folder you can write; it is "
+            "created when missing."
+        )
+        try:
+            mode = self.path.stat().st_mode
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:  # e.g. a parent that is a file
+            raise ConfigError(
+                f"The observations store {str(self.path)!r} cannot be reached: {exc.strerror or exc}. {fix}",
+                parameter="observations",
+                value=str(self.path),
+            ) from None
+        if mode is not None and not stat.S_ISREG(mode):  # sqlite3 on a FIFO or a folder: a traceback, or a hang
+            raise ConfigError(
+                f"The observations store {str(self.path)!r} is {file_kind(mode)}, not a regular file. {fix}",
+                parameter="observations",
+                value=str(self.path),
+            )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as db:
+                db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:  # not a database, no permission, a full disk
+            raise ConfigError(
+                f"The observations store {str(self.path)!r} cannot be opened as an SQLite database: {exc}. {fix}",
+                parameter="observations",
+                value=str(self.path),
+            ) from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

@@ -38,7 +38,7 @@ class PlanGroup:
         min=0,
     )
     throughput_samples_s: float = doc_field(
-        "samples per second this group contributes (its weighted capacity in an Auto Scaling group)", min=0
+        "samples per second this group contributes (its weighted capacity in an Auto Scaling group)", exclusive_min=0
     )
     micro_batches: list[int] | None = doc_field(
         "the batch each of the group's GPUs takes per micro-step, in rank order (they differ by one sample at "
@@ -68,8 +68,9 @@ class PlanLayout:
     activation_checkpointing: bool = doc_field("each block keeps its input and recomputes the rest", default=False)
     pipeline_stages: int = doc_field("pipeline stages (1: no pipeline)", default=1, min=1)
     shard_group: int = doc_field("GPUs one copy of the sharded state is spread over (1: not sharded)", default=1, min=1)
-    lightning_strategy: str = doc_field(
-        "the Lightning strategy the job starts with (Trainer(strategy=...)): ddp or fsdp", default="ddp"
+    lightning_strategy: Literal["ddp", "fsdp", "pipeline"] = doc_field(
+        "the Lightning strategy the job starts with (Trainer(strategy=...)): ddp or fsdp (pipeline: not launchable)",
+        default="ddp",
     )
     lightning_args: dict[str, Any] | None = doc_field(
         "its keyword arguments, block classes by name (e.g. sharding_strategy, auto_wrap_policy, "
@@ -97,7 +98,7 @@ class PlanEntry:
         "predicted time of one optimizer step (its micro-steps and one all-reduce)", min=0
     )
     iteration_time_interval_s: list[float] = doc_field("80% interval of the step time [p10, p90]")
-    throughput_samples_s: float = doc_field("predicted samples per second", min=0)
+    throughput_samples_s: float = doc_field("predicted samples per second", exclusive_min=0)
     time_h: float = doc_field(
         "expected wall time for the work: start-up, spot interruptions and checkpoints included", min=0
     )
@@ -250,6 +251,16 @@ class Plan:
         "installs on the fleet's nodes; absent in plans made before #22",
         default=None,
     )
+
+    def __post_init__(self) -> None:
+        if self.entries and self.chosen >= len(self.entries):
+            raise ProfileSchemaError(
+                f"chosen: expected the index of one of the plan's {len(self.entries)} entries (0 to "
+                f"{len(self.entries) - 1}), got {self.chosen}. Make the plan again with `srifty recommend --out "
+                "plan.json`, or pick a fleet with --choice.",
+                field="chosen",
+                value=self.chosen,
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -6,6 +6,7 @@ profile can be written by hand for hardware one does not have. Field reference: 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from predictor.exceptions import ProfileSchemaError
 SCHEMA = "srifty.profile/v1"
 SCHEMA_FAMILY = "srifty.profile/"
 MAX_SAMPLES_PER_STEP = 2**30  # samples per optimizer step (one device, all ranks, with accumulation): bounds the work
+MAX_STEP_S = 86400.0  # one measured step (or phase, or all-reduce, or checkpoint save) of a day is a unit mistake
 PHASES = ("data", "forward", "backward", "optimizer")
 
 Precision = Literal[
@@ -411,6 +413,47 @@ class Profile:
                 field="batch",
                 value=samples,
             )
+
+        for field, value in self._seconds():
+            if value > MAX_STEP_S:
+                raise ProfileSchemaError(
+                    f"{field}: expected a number <= {MAX_STEP_S:g} (seconds; one day), got {value!r}. A time this "
+                    "long is a unit mistake (milliseconds or nanoseconds written as seconds?): correct it, or profile "
+                    "the run again with SriftyCallback().",
+                    field=field,
+                    value=value,
+                )
+
+    def _seconds(self) -> Any:
+        """(dotted path, value) of every time in seconds the profile measured."""
+
+        def stats(path: str, s: Stats | None) -> Any:
+            for f in dataclasses.fields(Stats) if s is not None else ():
+                value = getattr(s, f.name)
+                if f.name not in ("cv", "count") and value is not None:
+                    yield f"{path}.{f.name}", value
+
+        def phases(path: str, table: dict[str, Stats] | None) -> Any:
+            for name, s in (table or {}).items():
+                yield from stats(f"{path}.{name}", s)
+
+        t = self.timing
+        yield from stats("timing.step_time_s", t.step_time_s)
+        yield from phases("timing.phases_s", t.phases_s)
+        yield from ((f"timing.series_s[{i}]", v) for i, v in enumerate(t.series_s or ()))
+        for i, r in enumerate(self.ranks or ()):
+            yield from stats(f"ranks[{i}].step_time_s", r.step_time_s)
+            yield from phases(f"ranks[{i}].phases_s", r.phases_s)
+            yield from stats(f"ranks[{i}].exposed_comm_s", r.exposed_comm_s)
+        c = self.communication
+        for name in ("allreduce_s", "exposed_s", "allgather_s", "reduce_scatter_s"):
+            yield from stats(f"communication.{name}", getattr(c, name) if c is not None else None)
+        for i, b in enumerate((c.bucket_detail if c is not None else None) or ()):
+            yield from stats(f"communication.bucket_detail[{i}].allreduce_s", b.allreduce_s)
+        if self.checkpoint is not None:
+            yield "checkpoint.save_s", self.checkpoint.save_s
+            if self.checkpoint.load_s is not None:
+                yield "checkpoint.load_s", self.checkpoint.load_s
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (fields left unmeasured are omitted)."""

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Body, FastAPI, Query, Request, Security
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -53,6 +53,7 @@ from predictor.service_guard import (
     SafeJSONResponse,
     ServiceSettings,
     error_response,
+    server_config,
 )
 
 API_VERSION = "v1"
@@ -256,6 +257,8 @@ def create_app(
         title="lightning-srifty predictor",
         version=version,
         description="Predict and rank EC2 GPU fleets for a profiled PyTorch Lightning run.",
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: a blank page offline; /docs is served below
+        redoc_url=None,
     )
     app.router.route_class = _Route
     app.state.catalog, app.state.observations, app.state.settings, app.state.heavy = catalog, store, settings, heavy
@@ -301,6 +304,13 @@ def create_app(
                 error["msg"] = f"the body is not valid JSON: {e['ctx']['error']}"
             errors.append(error)
         return SafeJSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
+    @app.get("/docs", include_in_schema=False)
+    def docs_page() -> HTMLResponse:
+        return HTMLResponse(
+            docs_html(app.openapi()),
+            headers={"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"},
+        )
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -386,6 +396,53 @@ def create_app(
     return app
 
 
+def docs_html(spec: dict[str, Any]) -> str:
+    """The API reference as one HTML page that needs nothing else (no script, no stylesheet, no CDN): every endpoint
+    with its summary, parameters, request schema and answers, from the OpenAPI document."""
+    import html
+
+    def esc(value: Any) -> str:
+        return html.escape(str(value))
+
+    def schema(ref_or_schema: dict[str, Any]) -> str:
+        name = str(ref_or_schema.get("$ref", "")).rsplit("/", 1)[-1]
+        body = spec.get("components", {}).get("schemas", {}).get(name, ref_or_schema)
+        return (
+            f"<details><summary>{esc(name or 'schema')}</summary><pre>{esc(json.dumps(body, indent=2))}</pre></details>"
+        )
+
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>",
+        esc(spec["info"]["title"]),
+        "</title><style>body{font:14px sans-serif;max-width:60em;margin:2em auto}code,pre{background:#f4f4f4}"
+        "pre{padding:.5em;overflow:auto}h2{border-top:1px solid #ccc;padding-top:.5em}</style></head><body>",
+        f"<h1>{esc(spec['info']['title'])} {esc(spec['info']['version'])}</h1>",
+        f"<p>{esc(spec['info'].get('description', ''))} The machine-readable description is "
+        "<a href='/openapi.json'><code>/openapi.json</code></a>.</p>",
+    ]
+    for path, methods in spec.get("paths", {}).items():
+        for method, op in methods.items():
+            parts.append(f"<h2><code>{esc(method.upper())} {esc(path)}</code></h2><p>{esc(op.get('summary', ''))}</p>")
+            params = op.get("parameters") or []
+            if params:
+                rows = "".join(
+                    f"<li><code>{esc(p['name'])}</code> ({esc(p.get('in'))}){' required' if p.get('required') else ''}"
+                    "</li>"
+                    for p in params
+                )
+                parts.append(f"<p>Parameters:</p><ul>{rows}</ul>")
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            if body:
+                parts.append("<p>Request body (JSON):</p>" + schema(body))
+            answers = "".join(
+                f"<li><code>{esc(code)}</code> {esc(r.get('description', ''))}</li>"
+                for code, r in op.get("responses", {}).items()
+            )
+            parts.append(f"<p>Answers:</p><ul>{answers}</ul>")
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
 @contextlib.contextmanager
 def background_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve ``app`` with uvicorn in a thread (port 0: a free one); yields the base URL; stops on exit."""
@@ -393,7 +450,8 @@ def background_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> I
 
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    config = server_config(app, app.state.settings, host, port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="srifty-serve", daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -14,12 +14,17 @@ from lightning_srifty.cli import main
 PROFILE = ROOT / "examples" / "profiles" / "resnet50-v100.json"
 
 
-def _profile(tmp_path, change) -> str:
-    data = json.loads(PROFILE.read_text())
+def _changed(tmp_path, source, change) -> str:
+    """A copy of the JSON document ``source``, changed by ``change``, in ``tmp_path`` (same file name)."""
+    data = json.loads(source.read_text())
     change(data)
-    path = tmp_path / "profile.json"
+    path = tmp_path / source.name
     path.write_text(json.dumps(data))
     return str(path)
+
+
+def _profile(tmp_path, change) -> str:
+    return _changed(tmp_path, PROFILE, change)
 
 
 def _run(capsys, argv: list[str]) -> str:
@@ -121,3 +126,216 @@ def test_every_output_is_checked_before_any_is_written(tmp_path, capsys) -> None
 def test_a_typo_in_allow_deny_or_regions_is_named_not_silently_ignored(capsys, flags, expected) -> None:
     line = _run(capsys, ["recommend", "--profile", str(PROFILE), "--steps", "10", *flags])
     assert expected in line
+
+
+# --- issue #23 item 12: accepted silently before, each refused with the field, the value and the fix ----------------
+
+EXAMPLE_PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
+
+
+@pytest.mark.parametrize(
+    ("flags", "field", "shown", "fix"),
+    [
+        (["--key-name", "k;rm -rf /"], "--key-name", "'k;rm -rf /'", "key pair"),
+        (["--ami", "ami-1$(id)", "--setup-command", "true"], "--ami", "'ami-1$(id)'", "ami-0123456789abcdef0"),
+        (["--resume-from", "not-s3://x"], "--resume-from", "'not-s3://x'", "s3://bucket/"),
+        (["--resume-from", "s3://Bad_Bucket/ckpt"], "--resume-from", "'s3://Bad_Bucket/ckpt'", "valid bucket name"),
+        (["--resume-from", "s3://ckpts/a\nb"], "--resume-from", "'s3://ckpts/a\\nb'", "printable"),
+        (["--root-volume-gb", "-5"], "--root-volume-gb", "-5", "between 30 and 16384"),
+        (["--root-volume-gb", "100000"], "--root-volume-gb", "100000", "between 30 and 16384"),
+    ],
+)
+def test_terraform_options_that_reach_the_instances(tmp_path, capsys, monkeypatch, flags, field, shown, fix) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('train')\n")
+    line = _run(capsys, ["terraform", "--plan", str(EXAMPLE_PLAN), "--out", str(tmp_path / "infra"), *flags])
+    assert field in line and shown in line and fix in line, line
+    assert not (tmp_path / "infra").exists()
+
+
+def _plan(tmp_path, change) -> str:
+    return _changed(tmp_path, EXAMPLE_PLAN, change)
+
+
+def test_a_plan_choosing_an_entry_it_does_not_have(tmp_path, capsys) -> None:
+    plan = _plan(tmp_path, lambda d: d.update(chosen=99))
+    line = _run(capsys, ["terraform", "--plan", plan, "--out", str(tmp_path / "infra")])
+    assert "chosen" in line and "99" in line and "entries" in line
+
+
+def test_a_plan_layout_with_an_arbitrary_lightning_strategy(tmp_path, capsys) -> None:
+    def change(d):
+        d["entries"][0]["layout"] = {"name": "ddp", "strategy": "ddp", "lightning_strategy": "os.system('id')"}
+
+    line = _run(capsys, ["terraform", "--plan", _plan(tmp_path, change), "--out", str(tmp_path / "infra")])
+    assert "entries[0].layout.lightning_strategy" in line and "os.system" in line and "'ddp'" in line
+
+
+def test_a_step_time_of_1e300(tmp_path, capsys) -> None:
+    path = _profile(tmp_path, lambda d: d["timing"]["step_time_s"].update(p50=1e300))
+    line = _run(capsys, ["predict", "--profile", path, "--fleet", "p3.2xlarge:1"])
+    assert "timing.step_time_s.p50" in line and "1e+300" in line and "86400" in line
+
+
+@pytest.mark.parametrize(
+    ("fleet", "expected"),
+    [
+        ("p3.2xlarge:\u0662", "Cannot read fleet group 'p3.2xlarge:\u0662'"),  # ARABIC-INDIC DIGIT TWO: int() read 2
+        ("p3.2xlarge:\uff12", "Cannot read fleet group 'p3.2xlarge:\uff12'"),  # FULLWIDTH DIGIT TWO
+        ("p3.2xlarge:100000000", "must be a whole number from 1 to 10,000. Got 100000000"),
+    ],
+    ids=["arabic-indic", "fullwidth", "absurd-count"],
+)
+def test_unicode_digits_and_absurd_counts_in_a_fleet(capsys, fleet, expected) -> None:
+    line = _run(capsys, ["predict", "--profile", str(PROFILE), "--fleet", fleet, "--scaling", "weak"])
+    assert expected in line
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--steps", "\u0661\u0660"],
+        ["--steps", "10", "--deadline", "\u0661\u0662h"],
+        ["--steps", "10", "--budget", "\uff15"],
+    ],
+    ids=["steps", "deadline", "budget"],
+)
+def test_unicode_digits_in_a_number_option(capsys, flags) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["recommend", "--profile", str(PROFILE), *flags])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1].endswith(f"in ASCII digits 0-9, got {flags[-1]!r}"), err
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        (
+            "gpus:\n  - name: X1\n    memory_gb: 10\n    memory_gb: 20\n",
+            "not valid YAML at line 4, column 5: the key 'memory_gb' is given twice (lines 3 and 4)",
+        ),
+        ("gpus:\n  - {name: X1, memory_gb: 10}\n  - {name: X1, memory_gb: 20}\n", "gpus[1].name: 'X1' is also gpus[0]"),
+        (
+            "instance_types:\n"
+            "  - {name: i1, gpu: A100, gpus: 1, vcpus: 8, memory_gib: 64, network_gbps: 10}\n"
+            "  - {name: i1, gpu: A100, gpus: 2, vcpus: 8, memory_gib: 64, network_gbps: 10}\n",
+            "instance_types[1].name: 'i1' is also instance_types[0]",
+        ),
+        (
+            "instance_types:\n  - {name: i1, gpu: A100, gpus: 1, vcpus: 8, memory_gib: 64, network_gbps: 0}\n",
+            "network_gbps: must be more than 0, got 0",
+        ),
+        ("gpus:\n  - {name: X1, memory_gb: 1.0e+12}\n", "memory_gb: must be at most"),
+        (
+            "instance_types:\n  - {name: i1, gpu: A100, gpus: 1000000000, vcpus: 8, memory_gib: 64, network_gbps: 1}\n",
+            "gpus: must be at most",
+        ),
+        ("gpus:\n  - {name: X1, memory_gb: 80, bf16_tflops: 0}\n", "bf16_tflops: must be more than 0"),
+        ('gpus:\n  - {name: "\\uD800", memory_gb: 4}\n', "gpus[0].name holds a lone surrogate"),  # found by fuzzing
+    ],
+    ids=[
+        "duplicate-key",
+        "duplicate-gpu",
+        "duplicate-instance",
+        "network-0",
+        "memory-1e12",
+        "gpus-1e9",
+        "tflops-0",
+        "surrogate",
+    ],
+)
+def test_catalog_yaml_duplicates_zeros_and_magnitudes(tmp_path, capsys, yaml_text: str, expected: str) -> None:
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(yaml_text)
+    line = _run(capsys, ["--catalog-extra", str(extra), "catalog", "gpus"])
+    assert expected in line and "extra.yaml" in line, line
+
+
+# --- issue #23 item 9: each was a traceback or an unbounded wait ------------------------------------------------------
+
+
+def test_rich_markup_in_a_model_name_is_printed_as_written(tmp_path, capsys) -> None:
+    """ "[/oops]" in model.name was rich's MarkupError in three commands (and at the end of a profiled training)."""
+    path = _profile(tmp_path, lambda d: d["model"].update(name="[bold red]x[/] [/oops]"))
+    for argv in (
+        ["profile", "show", path],
+        ["predict", "--profile", path, "--fleet", "p3.2xlarge:1"],
+        ["recommend", "--profile", path, "--steps", "100"],
+    ):
+        assert main(argv) == 0, argv
+        out = capsys.readouterr().out
+        assert "[bold red]x[/] [/oops]" in out, argv
+
+
+def test_serve_refuses_a_port_or_an_observations_store_it_cannot_use(tmp_path, capsys) -> None:
+    fifo, folder = tmp_path / "fifo", tmp_path / "folder"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    (tmp_path / "text.sqlite").write_text("not a database\n")
+    assert "--port must be a TCP port from 0 to 65535. Got 99999." in _run(capsys, ["serve", "--port", "99999"])
+    for store, kind in ((fifo, "is a FIFO"), (folder, "is a folder"), (tmp_path / "text.sqlite", "not a database")):
+        line = _run(capsys, ["serve", "--port", "0", "--observations", str(store)])
+        assert str(store) in line and kind in line and "--observations" in line
+
+
+def test_a_plan_group_with_throughput_0(tmp_path, capsys) -> None:
+    """A ZeroDivisionError in the Auto Scaling weights."""
+    plan = _plan(tmp_path, lambda d: d["entries"][0]["groups"][0].update(throughput_samples_s=0))
+    line = _run(capsys, ["terraform", "--plan", plan, "--out", str(tmp_path / "infra")])
+    assert "entries[0].groups[0].throughput_samples_s: expected a number > 0, got 0" in line
+
+
+def _llama(**change) -> str:
+    config = {"num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4}
+    return json.dumps({**config, "num_key_value_heads": 4, "vocab_size": 100, **change})
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["./rel/mymod.py:X"], "'./rel/mymod.py' is not a module name: give the dotted import path"),
+        ([".mymod:X"], "e.g. mymod:X for ./mymod.py"),
+        (["transformers:LlamaForCausalLM", "--seq-len", "8", "--config", "deep.json"], "nested 100,000 deep"),
+        (
+            ["transformers:LlamaForCausalLM", "--seq-len", "8", "--config", _llama(num_hidden_layers=100_000)],
+            "is over 512",
+        ),
+        (
+            ["transformers:LlamaForCausalLM", "--seq-len", str(10**11), "--config", _llama()],
+            "--seq-len 100,000,000,000",
+        ),
+    ],
+    ids=["file-path", "relative-import", "deep-config", "100000-layers", "seq-len-1e11"],
+)
+def test_capture_refuses_in_one_line_and_at_once(tmp_path, capsys, monkeypatch, argv, expected) -> None:
+    """TypeError (a relative module), RecursionError (a 100,000-deep config), > 60 s (100,000 layers), and a profile
+    of 10^11 tokens per sample: each one line, in seconds."""
+    import time
+
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deep.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    started = time.monotonic()
+    line = _run(capsys, ["capture", *argv, "--batch-size", "1", "--out", str(tmp_path / "p.json")])
+    assert expected in line and time.monotonic() - started < 30, line
+
+
+def test_launch_without_aws_credentials(tmp_path, capsys, monkeypatch) -> None:
+    """botocore's NoCredentialsError from the launcher's first S3 record read was a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('train')\n")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    argv = ["launch", "--plan", str(EXAMPLE_PLAN), "--provisioner", "terraform", "--checkpoint-uri"]
+    s3fs = pytest.importorskip("s3fs")
+    try:
+        assert main([*argv, "s3://srifty-no-such-bucket/run", "--", "train.py"]) == 2
+    finally:  # fsspec keeps the credential-less S3 filesystem for later s3:// paths of this process otherwise
+        s3fs.S3FileSystem.clear_instance_cache()
+    err = capsys.readouterr().err  # after the snapshot's warnings on the example plan's environment
+    assert "Traceback" not in err
+    assert err.splitlines()[-1].startswith("srifty: error: No AWS credentials found while srifty launch was keeping")

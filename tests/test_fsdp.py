@@ -344,3 +344,72 @@ def test_a_manifest_naming_a_path_outside_the_folder_is_never_downloaded(tmp_pat
             local_checkpoint(remote, str(cache))
     assert not (tmp_path / "cache" / "escaped.txt").exists() and not list(tmp_path.rglob("escaped.txt"))
     assert not cache.exists() or not list(cache.iterdir())  # no half-copy left
+
+
+def _sharded_checkpoint(folder) -> dict[str, str]:
+    """A real DCP directory as Lightning's FSDP strategy writes one (an index, one shard, meta.pt), and its manifest's
+    digests."""
+    import torch.distributed.checkpoint as dcp
+
+    from lightning_srifty.migrate.checkpoints import sha256_of
+    from lightning_srifty.protocol import filesystem
+
+    with pytest.warns(UserWarning):  # no process group: torch saves as one rank
+        dcp.save({"model": {"w": torch.arange(4096, dtype=torch.float32)}}, checkpoint_id=str(folder))
+    torch.save({"global_step": 5, "epoch": 0}, folder / "meta.pt")
+    local = filesystem(str(folder))
+    return {f.name: sha256_of(local, str(f)) for f in folder.iterdir()}
+
+
+def _flip_a_shard(read, write, shard: str) -> None:
+    data = bytearray(read(shard))
+    data[len(data) // 2] ^= 0xFF
+    write(shard, bytes(data))
+
+
+def test_a_checkpoint_without_its_manifest_never_resumes_under_a_launch(tmp_path, moto_endpoint, monkeypatch) -> None:
+    """Issue #23 item 3: deleting a sharded checkpoint's manifest turned a bit-flipped shard into a silent resume. Under
+    srifty launch the node refuses a directory without a manifest (on S3 and on local disk), a local directory is
+    checked against its manifest too, and the launcher refuses to hand such a checkpoint over."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    from lightning_srifty import protocol
+    from lightning_srifty.migrate.checkpoints import resume_checkpoint, write_manifest
+
+    aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in {**aws, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
+    local = tmp_path / "saved" / "preempt-step=5.ckpt"
+    digests = _sharded_checkpoint(local)
+    store = protocol.filesystem("s3://ckpts/run")
+    remote = "s3://ckpts/run/preempt-step=5.ckpt"
+    store.put(str(local), remote, recursive=True)
+    write_manifest(store, remote, digests)
+
+    def resume(path: str) -> str | None:
+        monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", "s3://ckpts/run")
+        monkeypatch.setenv("SRIFTY_LAUNCH_ID", "l-1")
+        monkeypatch.setenv("SRIFTY_RESUME", path)
+        return resume_checkpoint(str(tmp_path / f"cache-{len(list(tmp_path.iterdir()))}"))
+
+    assert os.path.isdir(resume(remote))  # sound, with its manifest: fetched and checked
+    shard = next(n for n in digests if n.endswith(".distcp"))
+    _flip_a_shard(store.cat_file, store.pipe_file, f"{remote}/{shard}")
+    store.rm(remote + ".sha256")  # what made the flipped shard load silently
+    with pytest.raises(MigrationError, match=r"has no manifest \(preempt-step=5\.ckpt\.sha256\)"):
+        resume(remote)
+    with pytest.raises(MigrationError, match="has no manifest"):
+        protocol.require_manifest(remote)  # the launcher, before it starts the next fleet with it
+
+    # the local provisioner's checkpoints: the same rule, and the manifest is checked, not only looked for
+    write_manifest(protocol.filesystem(str(local)), str(local), digests)
+    assert resume(str(local)) == str(local)
+    _flip_a_shard(lambda p: (local / p).read_bytes(), lambda p, b: (local / p).write_bytes(b), shard)
+    with pytest.raises(MigrationError, match=f"its file {shard} .*differs from the sha256 recorded"):
+        resume(str(local))
+    os.remove(str(local) + ".sha256")
+    with pytest.raises(MigrationError, match="has no manifest"):
+        resume(str(local))

@@ -27,7 +27,7 @@ def test_fleet_strings(catalog) -> None:
     fleet = parse_fleet("p3.8xlarge:2, g5.12xlarge", catalog)
     assert [(g.instance.name, g.count) for g in fleet.groups] == [("p3.8xlarge", 2), ("g5.12xlarge", 1)]
     assert fleet.gpus == 12 and fleet.nodes == 3 and fleet.heterogeneous and str(fleet) == "p3.8xlarge:2,g5.12xlarge:1"
-    with pytest.raises(ConfigError, match=r"count of 'p3.8xlarge' .* must be a whole number >= 1. Got 0"):
+    with pytest.raises(ConfigError, match=r"count of 'p3.8xlarge' .* must be a whole number from 1 to 10,000. Got 0"):
         parse_fleet("p3.8xlarge:0", catalog)
     with pytest.raises(ConfigError, match=r"Cannot read fleet group 'p3.8xlarge:two'"):
         parse_fleet("p3.8xlarge:two", catalog)
@@ -164,7 +164,7 @@ def test_predict_cli(tmp_path, capsys) -> None:
     assert main(["predict", "--profile", str(path), "--fleet", "g4dn.xlarge:1"]) == 0
     assert "a GPU with more memory" in capsys.readouterr().out
     assert main(["predict", "--profile", str(path), "--fleet", "p4d.24xlarge:0"]) == 2
-    assert "must be a whole number >= 1" in capsys.readouterr().err
+    assert "must be a whole number from 1 to 10,000" in capsys.readouterr().err
 
 
 def test_every_cuda_type_with_specs_predicts(minimal, catalog) -> None:

@@ -373,6 +373,52 @@ def test_a_store_outage_during_the_leaving_save_keeps_the_notice_deadline(tmp_pa
     assert record.stored == handler.stored and record.checkpoint == path
 
 
+def test_the_leaving_save_is_budgeted_from_the_time_the_notice_names(tmp_path) -> None:
+    """Issue #23 item 10: in an S3 outage the upload got leave_deadline_s (100 s) from the notice's sighting and the
+    record 5 s more, ending at 119.9 s of a 120 s notice on a disk about to vanish. A notice that says when AWS acts
+    budgets back from that time: the upload gets what is left before the record's margin, and the job has written its
+    record and left EXIT_MARGIN_S before AWS acts."""
+    import datetime as dt
+    import threading
+
+    from lightning_srifty.migrate.preemption import EXIT_MARGIN_S, RECORD_MARGIN_S
+    from lightning_srifty.protocol import Preempted, read_record
+
+    release = threading.Event()
+    _stuck_store(release)  # records go through, the checkpoint's upload never finishes
+    notice_s = EXIT_MARGIN_S + RECORD_MARGIN_S + 2.0  # AWS acts 17 s after the notice: 2 s for the upload
+    noticed: list[float] = []
+
+    class Notice(pl.Callback):
+        def __init__(self, imds: FakeIMDS) -> None:
+            self.imds = imds
+
+        def on_train_batch_end(self, trainer, *args) -> None:
+            time.sleep(0.03)
+            if trainer.global_step == 3:
+                acts = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=notice_s)
+                self.imds.metadata[ACTION] = json.dumps({"action": "terminate", "time": f"{acts:%Y-%m-%dT%H:%M:%SZ}"})
+                noticed.append(time.monotonic())
+
+    local = tmp_path / "local"
+    with FakeIMDS({}) as imds:  # leave_deadline_s stays 100 s: the notice's own time binds
+        handler = SpotPreemption("stuckmem://run/ckpt", endpoint=imds.endpoint, interval_s=0.01, exit_process=False,
+                                 local_fallback=str(local))  # fmt: skip
+        t = trainer([Notice(imds), handler], max_steps=400)
+        try:
+            t.fit(TinyModel(), train_dataloaders=loader())
+            left_after = time.monotonic() - noticed[0]
+        finally:
+            release.set()
+    assert handler.preempted
+    # the stamp has whole seconds: AWS acts between notice_s - 1 and notice_s after the notice
+    assert left_after < notice_s - EXIT_MARGIN_S, left_after
+    (path,) = handler.checkpoints
+    assert handler.stored.startswith("local ") and path.startswith(str(local))
+    record = read_record("stuckmem://run/ckpt", Preempted, "")
+    assert record.stored == handler.stored and record.notice_to_durable_s < notice_s - EXIT_MARGIN_S - 1
+
+
 def test_torchruns_grace_follows_the_measured_save() -> None:
     from predictor.spot import shutdown_grace_s
 

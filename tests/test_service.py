@@ -65,7 +65,7 @@ def test_predict_and_rank_answer_what_the_library_answers(client, catalog) -> No
             ">= 1",
         ),
         ("/v1/predict", {"profile": MINIMAL, "fleet": "p3.2xlarg:1"}, None, "Did you mean 'p3.2xlarge'"),
-        ("/v1/predict", {"profile": MINIMAL, "fleet": "p3.2xlarge:0"}, "fleet", "whole number >= 1"),
+        ("/v1/predict", {"profile": MINIMAL, "fleet": "p3.2xlarge:0"}, "fleet", "whole number from 1 to 10,000"),
         ("/v1/predict", {"profile": MINIMAL}, "fleet", "Field required"),
         ("/v1/rank", {"profile": MINIMAL, "constraints": {}}, "steps", "exactly one of"),
         ("/v1/rank", {"profile": MINIMAL, "constraints": {"steps": 10, "objective": "cots"}}, "objective", "cost"),

@@ -319,3 +319,104 @@ def test_settings_name_the_bad_parameter() -> None:
         ServiceSettings(token="s3cret-token")  # issue #23 item 5: a short token is guessable
     assert "s3cret" not in str(short.value)
     assert "tok" not in repr(ServiceSettings(token="tok-" + "9" * 40))
+
+
+# ------------------------------------------------------------------ slow or heavy clients (issue #23 item 6)
+
+
+def _served(tmp_path, catalog, **settings):
+    """A real uvicorn server (what srifty serve runs) for the app with these settings."""
+    from predictor.service import background_server
+
+    app = create_app(catalog=catalog, observations=tmp_path / "obs.sqlite", settings=ServiceSettings(**settings))
+    return background_server(app)
+
+
+def _socket_to(url: str):
+    import socket
+
+    host, port = url.split("//")[1].split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _exchange(url: str, request: bytes, timeout: float = 10.0) -> bytes:
+    """Send ``request`` on a fresh connection; what the server answers until it closes (or ``timeout``)."""
+
+    with _socket_to(url) as s:
+        s.settimeout(timeout)
+        s.sendall(request)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except TimeoutError:
+            pass
+    return out
+
+
+def _established(url: str) -> int:
+    """Server-side TCP connections of the service's port that are open (from /proc/net/tcp)."""
+    port = int(url.rsplit(":", 1)[1])
+    rows = [line.split() for line in open("/proc/net/tcp").read().splitlines()[1:]]  # noqa: SIM115
+    return sum(1 for r in rows if int(r[1].split(":")[1], 16) == port and r[3] == "01")
+
+
+def test_a_chunked_body_over_the_limit_is_a_413(tmp_path, catalog) -> None:
+    """No Content-Length to check first: the limit is counted as the chunks arrive (it was a 400, 'error parsing')."""
+    body = json.dumps({"profile": {"notes": ["x" * 5000]}, "fleet": "p3.2xlarge:1"}).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i : i + 500]), body[i : i + 500]) for i in range(0, len(body), 500))
+    head = b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    with _served(tmp_path, catalog, max_body_bytes=1000) as url:
+        answer = _exchange(url, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b'"type":"too_large"' in answer and b"over 1000 bytes" in answer
+
+
+def test_a_body_that_stops_arriving_is_a_408_after_the_read_timeout(tmp_path, catalog) -> None:
+    head = b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    with _served(tmp_path, catalog, read_timeout_s=1.0) as url:
+        started = time.monotonic()
+        answer = _exchange(url, head + b"Content-Length: 100\r\n\r\n{", timeout=10)
+        took = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b'"type":"timeout"' in answer and b"--read-timeout-s" in answer and 0.9 < took < 5, took
+
+
+def test_connections_are_capped_and_stalled_ones_closed(tmp_path, catalog) -> None:
+    """400 connections that never sent a request stayed open: past --max-connections a connection is refused at
+    once (503), and one that sends no request within --read-timeout-s is closed."""
+    with _served(tmp_path, catalog, max_connections=20, read_timeout_s=1.0) as url:
+        stalled = [_socket_to(url) for _ in range(60)]
+        time.sleep(0.5)
+        assert _established(url) <= 20
+        time.sleep(2.0)  # past the read timeout: the stalled ones are closed
+        assert _established(url) == 0
+        answer = _exchange(url, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200 ")
+        for s in stalled:
+            s.close()
+
+
+def test_the_docs_page_needs_no_network(tmp_path, catalog) -> None:
+    """/docs loaded Swagger UI from a CDN (a blank page offline): it is one self-contained page now."""
+    client = TestClient(_app(tmp_path, catalog))
+    page = client.get("/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    text = page.text
+    for path in ("/v1/predict", "/v1/rank", "/v1/observations", "/v1/catalog", "/healthz", "/openapi.json"):
+        assert path in text, path
+    assert "cdn" not in text.lower() and "<script" not in text.lower() and "://" not in text
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert client.get("/redoc").status_code == 404  # it loads from a CDN too
+
+
+def test_heavy_work_hands_its_memory_back(tmp_path, catalog, monkeypatch) -> None:
+    """glibc kept 2.3 GB of a 3.3 GB peak after the largest rankings (BENCHMARKS.md, issue #23): once no heavy
+    request runs, the heap is trimmed."""
+    from predictor import service_guard
+
+    trimmed: list[int] = []
+    monkeypatch.setattr(service_guard, "_malloc_trim", lambda: trimmed.append)
+    client = TestClient(_app(tmp_path, catalog))
+    r = client.post("/v1/rank", json={"profile": MINIMAL, "constraints": {"steps": 1000}})
+    assert r.status_code == 200 and trimmed == [0]

@@ -228,13 +228,17 @@ def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(tf_env, moto_
 
 @pytest.mark.slow
 def test_checkov_finds_no_unexplained_failure(tmp_path, catalog, checkov) -> None:
-    """checkov (the conftest fixture finds it; .ci/run installs it) on the module and a generated root: no failed
-    check, and every skip carries its justification inline."""
+    """checkov (the conftest fixture finds it; .ci/run installs it) on the module and a generated root: every file
+    parsed, no failed check, and every skip carries its justification inline."""
     plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
     root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
-    for folder in (ROOT / "terraform" / "modules" / "training_fleet", root):
+    module = ROOT / "terraform" / "modules" / "training_fleet"
+    # once parsed, variables.tf's defaults count: the opt-in parts (count = 0 by default) are scanned with them on
+    opt_in = tmp_path / "opt-in.tfvars"
+    opt_in.write_text("enable_ssm = true\nenable_cloudwatch = true\n")
+    for folder, extra in ((module, []), (module, ["--var-file", str(opt_in)]), (root, [])):
         run = subprocess.run(
-            [checkov, "-d", str(folder), "--framework", "terraform", "--skip-download", "-o", "json"],
+            [checkov, "-d", str(folder), "--framework", "terraform", "--skip-download", "-o", "json", *extra],
             capture_output=True,
             text=True,
             timeout=300,
@@ -243,7 +247,12 @@ def test_checkov_finds_no_unexplained_failure(tmp_path, catalog, checkov) -> Non
         report = report[0] if isinstance(report, list) else report
         failed = [(c["check_id"], c["resource"]) for c in report["results"]["failed_checks"]]
         assert not failed, failed
+        # a file checkov cannot parse is never scanned (issue #23 item 13: variables.tf was one)
+        assert report["summary"]["parsing_errors"] == 0, report["results"].get("parsing_errors")
         assert report["summary"]["passed"] > 50
+        if extra:
+            scanned = {c["resource"] for c in report["results"]["passed_checks"]}
+            assert {"aws_iam_role_policy.ssm_session[0]", "aws_iam_role_policy_attachment.cloudwatch[0]"} <= scanned
         for check in report["results"]["skipped_checks"]:
             assert len(check["check_result"].get("suppress_comment", "")) > 20, check["check_id"]
 

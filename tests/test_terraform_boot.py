@@ -100,7 +100,7 @@ def test_each_group_carries_its_architecture_and_one_ami_serves_one_architecture
     assert {g["instance_type"]: g["arch"] for g in values["groups"]} == {"g5g.xlarge": "arm64", "g5.xlarge": "x86_64"}
     assert values["ami"] == {}  # one Deep Learning AMI per architecture, resolved by the module
     with pytest.raises(ConfigError, match="mixes arm64 and x86_64") as info:
-        tfvars(plan, i, Options(name="mixed-arch", ami="ami-123", setup_command="true"), catalog)
+        tfvars(plan, i, Options(name="mixed-arch", ami="ami-12345678", setup_command="true"), catalog)
     assert info.value.parameter == "ami"
 
 
@@ -109,8 +109,8 @@ def test_a_custom_image_needs_a_setup_command(catalog) -> None:
     with pytest.raises(ConfigError, match=r"custom image.*--setup-command") as info:
         tfvars(plan, 0, Options(name="custom-ami", ami="ami-0123456789abcdef0"), catalog)
     assert (info.value.parameter, info.value.value) == ("setup_command", "")
-    assert tfvars(plan, 0, Options(name="custom-ami", ami="ami-0123", setup_command="true"), catalog)["ami"] == {
-        "id": "ami-0123"
+    assert tfvars(plan, 0, Options(name="custom-ami", ami="ami-01234567", setup_command="true"), catalog)["ami"] == {
+        "id": "ami-01234567"
     }
 
 
@@ -415,7 +415,7 @@ def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoi
     (tmp_path / "node").mkdir()
     command = """python3 -m json.tool --indent 2 "it's a $HOME; rm -rf x" """
     options = Options(
-        name="quoting", aws_endpoint=moto_endpoint, train_command=command, resume_from="s3://b/ck pt's/$x"
+        name="quoting", aws_endpoint=moto_endpoint, train_command=command, resume_from="s3://ckpts/ck pt's/$x"
     )
     infra = use_test_parameters(generate(plan, tmp_path / "infra", options=options, catalog=catalog).out)
     (lt,) = planned(tf_env, infra, "aws_launch_template").values()
@@ -439,7 +439,7 @@ def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoi
         "2",
         "it's a $HOME; rm -rf x",
         "--resume-from",
-        "s3://b/ck pt's/$x",
+        "s3://ckpts/ck pt's/$x",
     ]
 
 

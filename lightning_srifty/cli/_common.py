@@ -8,14 +8,35 @@ from typing import Any
 
 from predictor.catalog.catalog import Catalog
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*$")
+
+
+def _ascii(text: str, what: str) -> str:
+    """``text`` when it is ASCII: int() and float() read other scripts' digits ('\u0662' is 2), which no one types on
+    purpose (issue #23 item 12)."""
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"expected {what} in ASCII digits 0-9, got {text!r}")
+    return text
+
+
+def whole(text: str) -> int:
+    """argparse's ``type=int``, ASCII digits only."""
+    try:
+        return int(_ascii(text, "a whole number"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def number(text: str) -> float:
+    """argparse's ``type=float``, ASCII digits only."""
+    try:
+        return float(_ascii(text, "a number"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
     return value
@@ -23,7 +44,7 @@ def positive_int(text: str) -> int:
 
 def hours(text: str) -> float:
     """'12h', '90m', '2d', '3600s' or a number of hours."""
-    match = _DURATION.match(text)
+    match = _DURATION.match(_ascii(text, "a duration"))
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive duration like 12h, 90m or 2d, got {text!r}")
     return float(match.group(1)) * {"": 1, "h": 1, "m": 1 / 60, "s": 1 / 3600, "d": 24}[match.group(2)]
@@ -68,7 +89,7 @@ def add_code_arguments(p: Any) -> None:
         help="an interpreter of the image whose packages the nodes' environment may reuse (a custom image with "
         "torch: pins it satisfies are not downloaded)",
     )
-    p.add_argument("--max-code-mb", type=float, default=200.0, help="refuse a code snapshot larger than this")
+    p.add_argument("--max-code-mb", type=number, default=200.0, help="refuse a code snapshot larger than this")
 
 
 def code_options(args: argparse.Namespace) -> dict[str, Any]:

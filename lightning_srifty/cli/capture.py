@@ -16,6 +16,8 @@ import datetime as _dt
 import difflib
 import importlib
 import json
+import os
+import re
 import sys
 from typing import Any
 
@@ -29,6 +31,13 @@ TIME_NOTE = (
     "the predictor predicts the step time from the operator table (ops)."
 )
 _MAX_BYTES = 2**40  # a batch tensor above 1 TiB is a typo in a shape, not a batch
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# bounds on what a capture may be asked (issue #23 item 9: 100,000 layers ran for minutes): the time grows with the
+# layers (256 take 25 s on 2 cores) and the deepest model trained so far has about 130; the submodule count allows a
+# 256-expert MoE of 61 layers (about 47,000); the longest context trained is about 10M tokens
+MAX_LAYERS = 512
+MAX_MODULES = 60_000
+MAX_SEQ_LEN = 1 << 24
 
 
 def resolve(path: str, flag: str) -> Any:
@@ -41,12 +50,20 @@ def resolve(path: str, flag: str) -> Any:
             parameter=flag,
             value=path,
         )
+    if not _MODULE.match(module_name):  # ./models/net.py or .net: a file path or a relative import, not a module
+        dotted = module_name.removesuffix(".py").lstrip("./").replace("/", ".") or "package.module"
+        raise ConfigError(
+            f"{flag} {path!r}: {module_name!r} is not a module name: give the dotted import path from a folder on "
+            f"PYTHONPATH (the current folder is), e.g. {dotted}:{attr} for ./{dotted.replace('.', '/')}.py.",
+            parameter=flag,
+            value=path,
+        )
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except Exception as exc:  # noqa: BLE001 - ImportError, or whatever the module's own code raised on import
         raise ConfigError(
-            f"{flag} {path!r}: module {module_name!r} cannot be imported ({exc}). Check the spelling, and that its "
-            "folder is on PYTHONPATH (run from the project root or pip install -e it).",
+            f"{flag} {path!r}: module {module_name!r} cannot be imported ({type(exc).__name__}: {exc}). Check the "
+            "spelling, and that its folder is on PYTHONPATH (run from the project root or pip install -e it).",
             parameter=flag,
             value=path,
         ) from None
@@ -63,18 +80,27 @@ def resolve(path: str, flag: str) -> Any:
     return obj
 
 
+def _json_object_arg(source: str, flag: str, text: str, fix: str = "") -> Any:
+    """``source`` parsed as JSON for ``flag`` (given as ``text``): ConfigError for text that is not JSON, or that
+    nests deeper than the parser recurses (a 100,000-deep file was a RecursionError)."""
+    from predictor._io import nesting_depth
+
+    try:
+        return json.loads(source)
+    except json.JSONDecodeError as exc:
+        why = f"not JSON ({exc.msg} at character {exc.pos})"
+    except RecursionError:
+        why = f"nested {nesting_depth(source):,} deep, which no configuration is"
+    except ValueError as exc:  # an integer literal over sys.get_int_max_str_digits()
+        why = f"not readable as JSON ({exc})"
+    shown = text if len(text) <= 80 else text[:60] + f"... ({len(text)} characters)"
+    raise ConfigError(f"{flag} {shown!r}: {why}.{' ' + fix if fix else ''}", parameter=flag, value=text)
+
+
 def _init_args(text: str | None) -> dict[str, Any]:
     if text is None:
         return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"--init-args {text!r}: not JSON ({exc.msg} at character {exc.pos}). Give a JSON object, e.g. "
-            "--init-args '{\"hidden\": 1024}'.",
-            parameter="--init-args",
-            value=text,
-        ) from None
+    value = _json_object_arg(text, "--init-args", text, "Give a JSON object, e.g. --init-args '{\"hidden\": 1024}'.")
     if not isinstance(value, dict):
         raise ConfigError(
             f"--init-args {text!r}: expected a JSON object of keyword arguments, got {type(value).__name__}.",
@@ -154,12 +180,7 @@ def _transformers_config(cls: Any, text: str | None) -> Any:
             raise ConfigError(
                 f"--config {text!r}: cannot read it ({exc.strerror or exc}).", parameter="--config", value=text
             ) from None
-    try:
-        values = json.loads(source)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"--config {text!r}: not JSON ({exc.msg} at character {exc.pos}).", parameter="--config", value=text
-        ) from None
+    values = _json_object_arg(source, "--config", text)
     if not isinstance(values, dict):
         raise ConfigError(
             f"--config {text!r}: expected a JSON object of {cls.config_class.__name__} arguments, got "
@@ -169,7 +190,23 @@ def _transformers_config(cls: Any, text: str | None) -> Any:
         )
     values.pop("model_type", None)
     values.pop("architectures", None)
-    return cls.config_class(**values)
+    try:
+        config = cls.config_class(**values)
+    except Exception as exc:  # noqa: BLE001 - the configuration class's own validation, re-worded with the flag
+        raise ConfigError(
+            f"--config: {cls.config_class.__name__} refused it ({type(exc).__name__}: {exc}). Check the values.",
+            parameter="--config",
+            value=text,
+        ) from None
+    layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(layers, int) and layers > MAX_LAYERS:
+        raise ConfigError(
+            f"--config: num_hidden_layers {layers:,} is over {MAX_LAYERS}, which no trained model has (the deepest "
+            "have about 130) and which a capture would take minutes for. Capture the real depth.",
+            parameter="--config",
+            value=text,
+        )
+    return config
 
 
 def _build(cls: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -236,6 +273,18 @@ def _token_batch(batch_size: int, seq_len: int) -> dict[str, Any]:
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
+    here = os.getcwd()
+    added = here not in sys.path and "" not in sys.path
+    if added:  # as `python -m` would: the project's modules import from the folder srifty runs in
+        sys.path.insert(0, here)
+    try:
+        return _capture(args)
+    finally:
+        if added and here in sys.path:
+            sys.path.remove(here)
+
+
+def _capture(args: argparse.Namespace) -> int:
     import functools
 
     import torch
@@ -256,7 +305,22 @@ def cmd_capture(args: argparse.Namespace) -> int:
             parameter="--batch",
             value=None,
         )
+    if args.seq_len is not None and args.seq_len > MAX_SEQ_LEN:
+        raise ConfigError(
+            f"--seq-len {args.seq_len:,} is over {MAX_SEQ_LEN:,} tokens, beyond any model's context: give the "
+            "training's sequence length.",
+            parameter="--seq-len",
+            value=args.seq_len,
+        )
     module, _ = _build(cls, args)
+    modules = sum(1 for _ in module.modules())
+    if modules > MAX_MODULES:
+        raise ConfigError(
+            f"MODEL {args.model!r} has {modules:,} submodules, over {MAX_MODULES:,}: a capture of it would take many "
+            "minutes. Check the arguments that set its depth and width.",
+            parameter="MODEL",
+            value=args.model,
+        )
     if args.lora_rank is not None:
         from lightning_srifty.profiling.lora import add_lora
 

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from lightning_srifty.cli._common import console, load_catalog
+from lightning_srifty.cli._common import console, load_catalog, number
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.gpus import SPEC_FIELDS
 from predictor.exceptions import CatalogError
@@ -157,8 +157,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     show = csub.add_parser("show", parents=[common], help="list instance types, cheapest first")
     show.add_argument("--gpu", help="GPU key or prefix, e.g. A100, H100-SXM, T4")
     show.add_argument("--region", default="us-east-1", help="price region (default us-east-1)")
-    show.add_argument("--max-price", type=float, help="on-demand $/h at most")
-    show.add_argument("--min-gpu-memory", type=float, help="GiB per GPU at least")
+    show.add_argument("--max-price", type=number, help="on-demand $/h at most")
+    show.add_argument("--min-gpu-memory", type=number, help="GiB per GPU at least")
     show.add_argument("--all", action="store_true", help="include non-CUDA accelerators (Neuron, Gaudi, AMD)")
     show.add_argument("--format", choices=["table", "json"], default="table")
     show.set_defaults(func=cmd_show)

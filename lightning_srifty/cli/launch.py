@@ -87,22 +87,26 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 f"{snapshot.sha256[:16]}... ({snapshot.path})"
             )
             provisioner.options = dataclasses.replace(provisioner.options, snapshot=str(snapshot.path))
+    from lightning_srifty.provision.fleets import aws_errors
+
+    where = f"keeping its records and heartbeat in {args.checkpoint_uri}" if args.checkpoint_uri else "starting fleets"
     try:
-        migrations = launch(
-            plan,
-            script,
-            choice=args.choice,
-            workdir=args.workdir,
-            provisioner=provisioner,
-            max_migrations=args.max_migrations,
-            simulate_notice_after=args.simulate_notice_after,
-            max_local_processes=args.max_local_processes,
-            name=args.name,
-            heartbeat_s=args.heartbeat_s,
-            heartbeat_max_age_s=args.heartbeat_max_age,
-            max_life_h=args.max_life_h,
-            start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
-        )
+        with aws_errors(f"srifty launch was {where}"):  # botocore's own errors (no credentials) read as one line
+            migrations = launch(
+                plan,
+                script,
+                choice=args.choice,
+                workdir=args.workdir,
+                provisioner=provisioner,
+                max_migrations=args.max_migrations,
+                simulate_notice_after=args.simulate_notice_after,
+                max_local_processes=args.max_local_processes,
+                name=args.name,
+                heartbeat_s=args.heartbeat_s,
+                heartbeat_max_age_s=args.heartbeat_max_age,
+                max_life_h=args.max_life_h,
+                start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
+            )
     except LaunchInterrupted as exc:
         released = ", ".join(exc.released) or "none"
         print(
@@ -116,26 +120,26 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    from lightning_srifty.cli._common import add_code_arguments
+    from lightning_srifty.cli._common import add_code_arguments, number, whole
 
     p = sub.add_parser("launch", help="run a training script on the plan's fleet and migrate it when it pays")
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON")
-    p.add_argument("--choice", type=int, default=0, help="the ranked fleet to start on")
+    p.add_argument("--choice", type=whole, default=0, help="the ranked fleet to start on")
     p.add_argument("--workdir", default="srifty/launch", help="the migration log (and local checkpoints) go here")
     p.add_argument("--provisioner", choices=("local", "terraform"), default="local")
     p.add_argument("--name", default="srifty", help="fleet names are <name>-1, <name>-2, ... (terraform resources)")
-    p.add_argument("--max-migrations", type=int, default=3)
-    p.add_argument("--max-local-processes", type=int, default=8, help="local: at most this many processes")
+    p.add_argument("--max-migrations", type=whole, default=3)
+    p.add_argument("--max-local-processes", type=whole, default=8, help="local: at most this many processes")
     p.add_argument(
         "--heartbeat-s",
-        type=float,
+        type=number,
         default=30.0,
         metavar="S",
         help="rewrite HEARTBEAT.json beside the checkpoints every S seconds (default 30)",
     )
     p.add_argument(
         "--heartbeat-max-age",
-        type=float,
+        type=number,
         default=600.0,
         metavar="S",
         help="a job (and the instances) whose heartbeat is older than S seconds checkpoints and leaves: a launcher "
@@ -143,20 +147,20 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--start-timeout-min",
-        type=float,
+        type=number,
         help="a remote fleet whose job has not taken its first step (or written any record) after this many minutes "
         "is reported and released: failed boot or setup, OOM, an unreachable checkpoint folder (default 30; local "
         "processes are watched directly)",
     )
     p.add_argument(
         "--max-life-h",
-        type=float,
+        type=number,
         metavar="H",
         help="hard cap on each fleet's life: the job checkpoints and leaves after H hours (default: the plan's "
         "predicted time x 1.5 + 1 h)",
     )
     p.add_argument(
-        "--simulate-notice-after", type=float, metavar="S", help="local: a metadata service, spot notice after S s"
+        "--simulate-notice-after", type=number, metavar="S", help="local: a metadata service, spot notice after S s"
     )
     tf = p.add_argument_group("terraform provisioner")
     tf.add_argument("--checkpoint-uri", help="s3://bucket/prefix shared by every fleet (an existing bucket)")

@@ -311,6 +311,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    from lightning_srifty.cli._common import number
+
     p = sub.add_parser(
         "status", parents=[common], help="the fleets that are up: instances, market, age, cost so far, heartbeat"
     )
@@ -327,7 +329,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--checkpoint-uri", metavar="S3_URI", help="the fleet's checkpoint folder (default: from its tags)")
     q.add_argument("--instance", metavar="ID", help="only this node's log")
     q.add_argument("--follow", "-f", action="store_true", help="keep printing new output until the node's job ends")
-    q.add_argument("--interval", type=float, default=5.0, metavar="S", help="seconds between polls with --follow")
+    q.add_argument("--interval", type=number, default=5.0, metavar="S", help="seconds between polls with --follow")
     q.add_argument("--list", action="store_true", help="list the logs (node, size, age, running or ended)")
     q.add_argument("--region", help="default: --dir's region, else $AWS_DEFAULT_REGION")
     q.set_defaults(func=cmd_logs)

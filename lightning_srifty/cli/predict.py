@@ -21,6 +21,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
+    from lightning_srifty.console import styled
+
     lo, hi = result.interval["iteration_time_s"]
     tlo, thi = result.interval["throughput_samples_s"]
     table = Table(
@@ -48,10 +50,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
         ("Bottleneck", result.bottleneck),
         (
             "Memory",
-            ("fits" if result.fits_memory else "[red]does not fit[/]")
-            + ": "
-            + ", ".join(
-                f"{g.instance_type} {g.memory_gib:.1f} GiB/GPU ({g.memory_margin:+.0%} margin)" for g in result.groups
+            styled(
+                "fits" if result.fits_memory else ("does not fit", "red"),
+                ": "
+                + ", ".join(
+                    f"{g.instance_type} {g.memory_gib:.1f} GiB/GPU ({g.memory_margin:+.0%} margin)"
+                    for g in result.groups
+                ),
             ),
         ),
         ("Batch", result.batch_split),
@@ -67,7 +72,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     for g in result.groups:
         if not g.fits_memory:
             table.add_row(
-                "[red]won't fit[/]",
+                styled(("won't fit", "red")),
                 f"{g.instance_type}: about {g.memory_gib:.1f} GiB per GPU is needed. Use "
                 "a GPU with more memory, more GPUs (a smaller share of the global batch each), or "
                 "shard the model and optimizer state (--layout fsdp:full_shard, +ac to checkpoint activations).",
@@ -75,7 +80,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     for note in result.assumptions:
         table.add_row("assumes", note)
     for note in result.extrapolation:
-        table.add_row("[yellow]extrapolates[/]", note)
+        table.add_row(styled(("extrapolates", "yellow")), note)
     console().print(table)
     return 0
 

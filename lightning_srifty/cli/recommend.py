@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from lightning_srifty.cli._common import console, hours, load_catalog
+from lightning_srifty.cli._common import console, hours, load_catalog, number, whole
 from predictor.predict_many import SCALINGS
 from predictor.ranking.constraints import LAYOUTS, OBJECTIVES, constraint_defaults
 
@@ -93,12 +93,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("recommend", parents=[common], help="rank fleets under deadline and budget")
     p.add_argument("--profile", required=True, help="srifty.profile/v1 JSON")
     work = p.add_mutually_exclusive_group(required=True)
-    work.add_argument("--steps", type=int, help="optimizer steps of the profiled global batch (Lightning's max_steps)")
-    work.add_argument("--samples", type=float, help="training samples")
-    work.add_argument("--epochs", type=float, help="epochs (with --steps-per-epoch)")
-    p.add_argument("--steps-per-epoch", type=int, help="optimizer steps in one epoch")
+    work.add_argument(
+        "--steps", type=whole, help="optimizer steps of the profiled global batch (Lightning's max_steps)"
+    )
+    work.add_argument("--samples", type=number, help="training samples")
+    work.add_argument("--epochs", type=number, help="epochs (with --steps-per-epoch)")
+    p.add_argument("--steps-per-epoch", type=whole, help="optimizer steps in one epoch")
     p.add_argument("--deadline", type=hours, help="e.g. 12h, 90m, 2d")
-    p.add_argument("--budget", type=float, help="US dollars")
+    p.add_argument("--budget", type=number, help="US dollars")
     p.add_argument("--objective", choices=OBJECTIVES, help=f"what to minimise (default {DEFAULTS['objective']})")
     p.add_argument(
         "--market",
@@ -106,20 +108,20 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "e.g. spot:0.75)",
     )
     p.add_argument(
-        "--spot-share", type=float, help=f"mixed market: share on spot above the base ({DEFAULTS['spot_share']})"
+        "--spot-share", type=number, help=f"mixed market: share on spot above the base ({DEFAULTS['spot_share']})"
     )
-    p.add_argument("--on-demand-base", type=int, help="mixed market: on-demand instances first (default 1)")
-    p.add_argument("--max-types", type=int, help="instance types per fleet: 2 or 3 allows mixes (default 1)")
+    p.add_argument("--on-demand-base", type=whole, help="mixed market: on-demand instances first (default 1)")
+    p.add_argument("--max-types", type=whole, help="instance types per fleet: 2 or 3 allows mixes (default 1)")
     p.add_argument("--current", help="the fleet you run on now (instance_type:count), for savings")
     p.add_argument("--regions", help="comma-separated (default us-east-1)")
-    p.add_argument("--max-instances", type=int, help=f"default {DEFAULTS['max_instances']}")
-    p.add_argument("--max-hourly", type=float, help="US dollars per hour for the whole fleet")
+    p.add_argument("--max-instances", type=whole, help=f"default {DEFAULTS['max_instances']}")
+    p.add_argument("--max-hourly", type=number, help="US dollars per hour for the whole fleet")
     p.add_argument(
         "--allow", action="append", help="instance types or families, comma-separated (repeatable), e.g. g5,g6e"
     )
     p.add_argument("--deny", action="append", help="instance types or families, comma-separated (repeatable)")
-    p.add_argument("--min-headroom", type=float, help="GPU memory to keep free, as a share (0.1 = 10%%)")
-    p.add_argument("--top", type=int, help=f"fleets listed (default {DEFAULTS['top']})")
+    p.add_argument("--min-headroom", type=number, help="GPU memory to keep free, as a share (0.1 = 10%%)")
+    p.add_argument("--top", type=whole, help=f"fleets listed (default {DEFAULTS['top']})")
     p.add_argument(
         "--launchable",
         action="store_true",
@@ -139,11 +141,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--startup-s",
-        type=float,
+        type=number,
         help="a new fleet's whole start-up in seconds (default: per instance type, measured by srifty launch where "
         "it has launched the type; provisioning, boot, setup and warm-up otherwise)",
     )
-    p.add_argument("--dataset-gb", type=float, help="data staged onto every new instance before training (GB)")
+    p.add_argument("--dataset-gb", type=number, help="data staged onto every new instance before training (GB)")
     p.add_argument(
         "--layouts",
         help="parallel layouts each fleet may use, comma-separated (default all: " + ", ".join(LAYOUTS) + "; "

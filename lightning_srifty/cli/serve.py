@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty.cli._common import load_catalog
+from lightning_srifty.cli._common import load_catalog, number, whole
 from predictor._io import read_bounded
 
 TOKEN_ENV = "SRIFTY_SERVICE_TOKEN"
@@ -48,8 +48,11 @@ def read_token(path: str | None) -> tuple[str | None, str]:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from predictor.service import ServiceSettings, create_app
+    from predictor._validation import refused
+    from predictor.service import ServiceSettings, create_app, server_config
 
+    if not 0 <= args.port <= 65535:
+        raise refused("--port", "a TCP port from 0 to 65535", args.port, "Give one such as 8000 (0: any free port).")
     token, source = read_token(args.token_file)
     settings = ServiceSettings(
         max_body_bytes=args.max_body,
@@ -60,6 +63,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         allow_unauthenticated_writes=args.allow_unauthenticated_writes,
         host=args.host,
         allowed_hosts=tuple(args.allowed_host),
+        read_timeout_s=args.read_timeout_s,
+        max_connections=args.max_connections,
     )
     if token is not None:
         writes = f"writes (POST /v1/observations) need 'Authorization: Bearer <token>' (token from {source})"
@@ -76,7 +81,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(
         "srifty serve: reads (/v1/predict, /v1/rank, /v1/catalog, GET /v1/observations) need no token; Host names "
         f"answered: {', '.join(sorted(settings.host_names()))}; at most {settings.max_concurrent} rankings/"
-        f"predictions at once, {settings.max_queued} waiting, {settings.request_timeout_s:g} s each."
+        f"predictions at once, {settings.max_queued} waiting, {settings.request_timeout_s:g} s each; at most "
+        f"{settings.max_connections} connections, each request sent within {settings.read_timeout_s:g} s."
     )
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(
@@ -84,32 +90,47 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "clear over http, so put the service behind a TLS proxy (or keep it on localhost)."
         )
     app = create_app(catalog=load_catalog(args), observations=args.observations, settings=settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    config = server_config(app, settings, args.host, args.port, log_level=args.log_level, access_log=args.access_log)
+    uvicorn.Server(config).run()
     return 0
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("serve", parents=[common], help="serve /v1/predict, /v1/rank, /v1/catalog, /v1/observations")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=whole, default=8000)
     p.add_argument(
         "--observations",
         metavar="PATH",
         help="SQLite file of observed runs (default: $SRIFTY_OBSERVATIONS or ~/.cache/srifty/observations.sqlite)",
     )
-    p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES", help="request size limit (413 above)")
+    p.add_argument("--max-body", type=whole, default=1 << 20, metavar="BYTES", help="request size limit (413 above)")
     p.add_argument(
-        "--max-concurrent", type=int, default=2, metavar="N", help="rankings/predictions computed at once (default 2)"
+        "--max-concurrent", type=whole, default=2, metavar="N", help="rankings/predictions computed at once (default 2)"
     )
     p.add_argument(
-        "--max-queued", type=int, default=64, metavar="N", help="requests waiting for them; one more is a 429 (64)"
+        "--max-queued", type=whole, default=64, metavar="N", help="requests waiting for them; one more is a 429 (64)"
     )
     p.add_argument(
         "--request-timeout-s",
-        type=float,
+        type=number,
         default=60.0,
         metavar="S",
         help="a ranking/prediction not answered by then is a 503 (default 60; the started work still finishes)",
+    )
+    p.add_argument(
+        "--read-timeout-s",
+        type=number,
+        default=30.0,
+        metavar="S",
+        help="a request's head, then its body, must arrive within this (408, or the connection closed; default 30)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=whole,
+        default=256,
+        metavar="N",
+        help="connections open at once; one more is answered 503 and closed (default 256)",
     )
     p.add_argument(
         "--token-file",

@@ -30,11 +30,10 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
-from lightning_srifty.protocol import filesystem
+from lightning_srifty.protocol import DIGEST_SUFFIX, filesystem, no_manifest
 
 log = logging.getLogger("lightning_srifty")
 
-DIGEST_SUFFIX = ".sha256"  # beside every checkpoint SpotPreemption publishes, in sha256sum's format
 DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's index (filesystem._metadata_fn)
 LIGHTNING_META = "meta.pt"  # Lightning's non-tensor state in a sharded checkpoint (strategies.fsdp._METADATA_FILENAME)
 _STEP = re.compile(r"step=(\d+)")
@@ -303,23 +302,40 @@ def find_checkpoint(dirpath: str) -> str | None:
     return None
 
 
-def local_checkpoint(path: str, cache_dir: str) -> str:
+def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = False) -> str:
     """A checkpoint Lightning can load: ``path`` itself, except a directory on a remote store (``s3://``...), which
     is downloaded into ``cache_dir`` (to a temporary name, checked against its manifest, then renamed) first.
 
+    ``require_manifest`` (what :func:`resume_checkpoint` asks under ``srifty launch``, issue #23 item 3): a directory
+    must have its manifest, and a local one is checked against it too; deleting the manifest no longer turns a
+    damaged shard into a silent resume.
+
     Raises:
-        MigrationError: the download does not match the manifest recorded beside the remote directory.
+        MigrationError: the download does not match the manifest recorded beside the remote directory, or (with
+            ``require_manifest``) a directory has no manifest or does not match it.
     """
+    from predictor.exceptions import MigrationError
+
     if "://" not in path or path.startswith("file://"):
-        return path.removeprefix("file://")
+        local = path.removeprefix("file://")
+        if require_manifest and os.path.isdir(local):
+            fs = filesystem(local)
+            recorded = read_manifest(fs, local)
+            if recorded is None:
+                raise no_manifest(local)
+            try:
+                vet_directory(fs, local, recorded)
+            except ValueError as exc:
+                raise MigrationError(f"The checkpoint {local} is not the one that was saved: {exc}.") from None
+        return local
     fs = filesystem(path)
     if not fs.isdir(path):
         return path  # Lightning reads a remote file through fsspec itself
-    from predictor.exceptions import MigrationError
-
     name = PurePosixPath(path.rstrip("/")).name
     final = os.path.join(cache_dir, name)
     recorded = read_manifest(fs, path)
+    if recorded is None and require_manifest:
+        raise no_manifest(path)
     if recorded is not None and _cached_copy_is_sound(final, recorded):  # another rank here fetched it already
         return final
     os.makedirs(cache_dir, exist_ok=True)
@@ -462,9 +478,9 @@ def resume_checkpoint(cache_dir: str | None = None, *, timeout_s: float = 1800.0
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "srifty-resume", launch.launch_id or "run")
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         os.makedirs(cache, exist_ok=True)
-        return local_checkpoint(path, cache)
+        return local_checkpoint(path, cache, require_manifest=True)
     if "://" not in path or path.startswith("file://") or not filesystem(path).isdir(path):
-        return local_checkpoint(path, cache)  # nothing to download
+        return local_checkpoint(path, cache, require_manifest=True)  # nothing to download
     final = os.path.join(cache, PurePosixPath(path.rstrip("/")).name)
     deadline = time.monotonic() + timeout_s
     while not os.path.isdir(final):

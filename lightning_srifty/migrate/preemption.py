@@ -54,6 +54,10 @@ log = logging.getLogger("lightning_srifty")
 
 PREEMPTED_EXIT_CODE = protocol.PREEMPTED_EXIT_CODE  # 75, EX_TEMPFAIL (sysexits.h): run again, elsewhere
 PREEMPTED_MARKER = protocol.PREEMPTED  # written beside the checkpoints by rank 0 when it leaves on a notice
+# a spot notice names when AWS acts (its disk vanishes then): the leaving save is budgeted back from that time, so
+# that the record and the exit still fit (issue #23 item 10: an upload in an S3 outage ended at 119.9 s of 120)
+EXIT_MARGIN_S = 10.0  # after the record: Lightning's teardown, the exit, torchrun's shutdown
+RECORD_MARGIN_S = 5.0  # the PREEMPTED.json record, after the upload
 
 
 class SpotPreemption(Callback):
@@ -71,10 +75,12 @@ class SpotPreemption(Callback):
             with ``callback.preempted`` set).
         every_s: also checkpoint every this many seconds (the plan's Young-Daly interval: :meth:`from_plan`),
             keeping the newest ``keep`` periodic checkpoints.
-        leave_deadline_s: a leaving checkpoint must be durable this many seconds after the notice (AWS acts 120 s
-            after it): with a remote ``dirpath`` it is saved to local disk first and uploaded within what is left; if
-            the store does not take it in time (an outage), it stays on local disk at ``local_fallback``, the
-            ``PREEMPTED.json`` record says so (``stored``), and it is written locally if the store refuses it too.
+        leave_deadline_s: a leaving checkpoint and its record must be written this many seconds after the notice,
+            and, for a spot notice that names when AWS acts, :data:`EXIT_MARGIN_S` before that time: with a remote
+            ``dirpath`` it is saved to local disk first and uploaded within what is left less
+            :data:`RECORD_MARGIN_S` for the record; if the store does not take it in time (an outage), it stays on
+            local disk at ``local_fallback``, the ``PREEMPTED.json`` record says so (``stored``), and it is written
+            locally if the store refuses it too.
         local_fallback: the local folder for that (default: ``$TMPDIR/srifty-checkpoints``).
     """
 
@@ -123,6 +129,7 @@ class SpotPreemption(Callback):
         self._watch: threading.Thread | None = None
         self._watch_stop = threading.Event()
         self._notice_at: float | None = None
+        self._acts_at: float | None = None  # when AWS acts on a spot notice (monotonic), when the notice says
         self._watcher: SpotWatcher | None = None
         self._previous_sigterm: Any = None
         self.preempted = False
@@ -136,10 +143,19 @@ class SpotPreemption(Callback):
         self._notice_at = self._notice_at or notice.seen_monotonic
         self._why = notice.describe()
         if notice.kind == "interruption":
+            acts = notice.action_unix()
+            if acts is not None:  # the wall clock's time, on the monotonic clock the deadlines use
+                self._acts_at = notice.seen_monotonic + (acts - time.time())
             self._trigger = "spot"
             self._stop.set()
         elif self.on_rebalance == "checkpoint":
             self._rebalance.set()
+
+    def _leave_by(self, start: float) -> float:
+        """When the leaving save's record must be written (monotonic): ``leave_deadline_s`` after the notice, and
+        :data:`EXIT_MARGIN_S` before AWS acts when the notice says when."""
+        by = (self._notice_at or start) + self.leave_deadline_s
+        return by if self._acts_at is None else min(by, self._acts_at - EXIT_MARGIN_S)
 
     def request_leave(
         self, why: str, *, trigger: str = "leave", move: bool = False, to_fleet: str | None = None
@@ -264,8 +280,11 @@ class SpotPreemption(Callback):
             return
         self._rebalance.clear()
         start = time.monotonic()
-        remaining = self.leave_deadline_s - (start - (self._notice_at or start))
-        path = self.save(trainer, reason="preempt" if stop else "rebalance", deadline_s=max(5.0, remaining))
+        leave_by = self._leave_by(start)
+        # the upload gets what is left before the record's margin (nothing when it is gone: the save stays local)
+        path = self.save(
+            trainer, reason="preempt" if stop else "rebalance", deadline_s=leave_by - RECORD_MARGIN_S - start
+        )
         durable = time.monotonic()
         self.timings = {
             "save_s": durable - start,
@@ -295,7 +314,8 @@ class SpotPreemption(Callback):
                 stored=self.stored,
                 **self._leave_details,
             )
-            self._write_status(record, deadline_s=max(5.0, self.leave_deadline_s - (time.monotonic() - start)))
+            # the store gets at least a second for the record; then it is written locally
+            self._write_status(record, deadline_s=max(1.0, leave_by - time.monotonic()))
         self._restore()
         if self.exit_process:
             raise SystemExit(PREEMPTED_EXIT_CODE)
@@ -382,7 +402,7 @@ class SpotPreemption(Callback):
                     "(each node holds the shards its ranks wrote), and the next fleet resumes from the newest "
                     "checkpoint that did.",
                     final,
-                    "" if deadline_s is None else f" within {deadline_s:.0f} s",
+                    "" if deadline_s is None else f" within {max(0.0, deadline_s):.0f} s",
                     error or "another rank's upload failed",
                     local,
                 )
@@ -453,7 +473,7 @@ class SpotPreemption(Callback):
                     "SpotPreemption: the checkpoint did not reach %s within %.0f s (%s); it is kept on this machine's "
                     "disk at %s, and the next fleet resumes from the newest checkpoint that did.",
                     final,
-                    deadline_s,
+                    max(0.0, deadline_s),
                     error,
                     local,
                 )
@@ -481,6 +501,8 @@ def _within(seconds: float | None, work: Callable[[], None]) -> str | None:
     """Run ``work`` in a daemon thread for at most ``seconds`` (None: as long as it takes): None when it finished,
     else what went wrong (its error, or the time running out: the thread is left behind, the process is about to
     leave anyway)."""
+    if seconds is not None and seconds <= 0:  # no time left: not started (a thread would go on writing meanwhile)
+        return "no time left before the deadline"
     failure: list[BaseException] = []
 
     def run() -> None:

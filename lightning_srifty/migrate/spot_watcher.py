@@ -30,6 +30,10 @@ class Notice:
     time: str | None  # when AWS acts (interruption) or noticed (rebalance), as AWS gives it
     seen_monotonic: float
 
+    def action_unix(self) -> float | None:
+        """When AWS acts (an interruption's ``time``), as unix seconds; None without a readable time."""
+        return _parse_time(self.time) if self.kind == "interruption" else None
+
     def describe(self, now: float | None = None) -> str:
         """``spot interruption notice: terminate at 14:02:00 UTC (in 118 s)``; a missing or unreadable time is said
         so, never printed as an empty ``at``."""
@@ -38,21 +42,31 @@ class Notice:
         return f"rebalance recommendation (noticed {_when(self.time, now).removeprefix('at ')})"
 
 
+def _parse_time(stamp: str | None) -> float | None:
+    """AWS's ``2026-11-22T14:02:00Z`` as unix seconds (UTC when no zone is given); None when absent or unreadable."""
+    import datetime as dt
+
+    if not stamp or not str(stamp).strip():
+        return None
+    try:
+        at = dt.datetime.fromisoformat(str(stamp).strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
 def _when(stamp: str | None, now: float | None = None) -> str:
     """``at 14:02:00 UTC (in 118 s)`` for AWS's ``2026-11-22T14:02:00Z``; ``(no time given)`` without one."""
     import datetime as dt
 
     if not stamp or not str(stamp).strip():
         return "(no time given)"
-    try:
-        at = dt.datetime.fromisoformat(str(stamp).strip().replace("Z", "+00:00"))
-    except ValueError:
+    at = _parse_time(stamp)
+    if at is None:
         return f"(time given as {stamp!r})"
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=dt.timezone.utc)
-    left = at.timestamp() - (time.time() if now is None else now)
+    left = at - (time.time() if now is None else now)
     relative = f"in {left:.0f} s" if left >= 0 else f"{-left:.0f} s ago"
-    return f"at {at.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC ({relative})"
+    return f"at {dt.datetime.fromtimestamp(at, dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC ({relative})"
 
 
 class SpotWatcher:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from predictor._validation import refused
 from predictor.exceptions import ConfigError
 
 _PYTHON = re.compile(r"^(.*/)?python(\d+(\.\d+)?)?$")
@@ -75,6 +76,69 @@ _BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 _BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 _PREFIX = re.compile(r"^([A-Za-z0-9_-][A-Za-z0-9._-]*/)+$")
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_AMI = re.compile(r"^ami-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+_KEY_NAME = re.compile(r"^[A-Za-z0-9._+=,@:-]{1,255}$")  # EC2 allows more; none of these is special to a shell
+ROOT_VOLUME_GB = (30, 16384)  # the module's bounds (variables.tf): gp3's maximum; the Deep Learning AMI needs 75
+
+
+def check_ami(ami: str) -> str:
+    """``ami`` when it is an AMI id, ``ami-`` and 8 or 17 lower-case hex digits."""
+    if not isinstance(ami, str) or not _AMI.match(ami):
+        raise refused(
+            "--ami",
+            "an AMI id: ami- and 8 or 17 lower-case hex digits",
+            ami,
+            "Copy it from the EC2 console or `aws ec2 describe-images`, e.g. ami-0123456789abcdef0.",
+        )
+    return ami
+
+
+def check_key_name(name: str) -> str:
+    """``name`` when it is an EC2 key pair name of letters, digits and ``. _ + = , @ : -`` (no shell metacharacter,
+    no space)."""
+    if not isinstance(name, str) or not _KEY_NAME.match(name):
+        raise refused(
+            "--key-name",
+            "an EC2 key pair name of 1 to 255 letters, digits and . _ + = , @ : - (no spaces or shell characters)",
+            name,
+            "Give the name of a key pair of the region (`aws ec2 describe-key-pairs`), or import the key under such a "
+            "name.",
+        )
+    return name
+
+
+def check_resume_from(uri: str) -> str:
+    """``uri`` when it is ``s3://bucket/key`` with a valid bucket name and a key of at most 1024 printable characters
+    (the module quotes it for the shell; a newline or another control character could not be)."""
+    match = re.match(r"^s3://([^/]*)/(.+)$", uri) if isinstance(uri, str) else None
+    bucket_ok = True
+    if match:
+        try:
+            check_bucket(match.group(1))
+        except ConfigError:
+            bucket_ok = False
+    if not match or not bucket_ok or not match.group(2).isprintable() or len(match.group(2).encode()) > 1024:
+        raise refused(
+            "--resume-from",
+            "the S3 URI of a checkpoint, s3://bucket/key, with a valid bucket name and a key of at most 1024 "
+            "printable characters",
+            uri,
+            "The nodes fetch it from S3, e.g. s3://my-team-checkpoints/run-1/last.ckpt.",
+        )
+    return uri
+
+
+def check_root_volume_gb(size: object) -> int:
+    """``size`` when it is a whole number of GiB within the module's bounds."""
+    low, high = ROOT_VOLUME_GB
+    if isinstance(size, bool) or not isinstance(size, int) or not low <= size <= high:
+        raise refused(
+            "--root-volume-gb",
+            f"a whole number of GiB between {low} and {high}",
+            size,
+            "The default, 200, holds the Deep Learning AMI (75 GiB) and a training environment.",
+        )
+    return size
 
 
 def check_bucket(name: str, parameter: str = "bucket") -> str:

@@ -29,7 +29,16 @@ from typing import Any
 
 from lightning_srifty import protocol
 from lightning_srifty.provision import cuda
-from lightning_srifty.provision.command import check_bucket, check_prefix, check_secret_env, train_argv
+from lightning_srifty.provision.command import (
+    check_ami,
+    check_bucket,
+    check_key_name,
+    check_prefix,
+    check_resume_from,
+    check_root_volume_gb,
+    check_secret_env,
+    train_argv,
+)
 from lightning_srifty.provision.money import check_entry, check_limits, group_usd_per_hour
 from lightning_srifty.provision.preflight import ZONE_ID  # an availability zone ID (use1-az1)
 from lightning_srifty.provision.snapshot import (
@@ -204,6 +213,15 @@ def tfvars(
             value=options.vpc_id,
         )
     argv = train_argv(options.train_command)
+    # what reaches the instances' launch template and shell, each refused with the fix (issue #23 item 12)
+    for value, check in (
+        (options.ami, check_ami),
+        (options.key_name, check_key_name),
+        (options.resume_from, check_resume_from),
+    ):
+        if value is not None:
+            check(value)
+    check_root_volume_gb(options.root_volume_gb)
     if options.ami and not options.setup_command.strip():
         raise ConfigError(
             f"--ami {options.ami} is a custom image: srifty cannot know that it has PyTorch and torchrun (the default "

@@ -586,6 +586,8 @@ def _run(
                     f"fleet's disk ({left.stored.removeprefix('local ')}); resuming from the newest checkpoint there"
                 )
                 resume = ""
+            if resume:  # the nodes refuse a checkpoint directory without its manifest too: fail before a fleet starts
+                protocol.require_manifest(resume)
             if pending is not None and left.move:
                 new, new_uri, request, up_s = pending
                 pending, trigger, voluntary, while_training = None, request.why, True, up_s

@@ -79,6 +79,31 @@ INSTANCE_FIELDS = {
 }
 BACKENDS = ("nccl", "gloo")
 INSTANCE_REQUIRED = ("name", "gpu", "gpus", "vcpus", "memory_gib", "network_gbps")
+# (more than 0?, at most): a speed or size the predictor divides by must be positive, and no field may be orders of
+# magnitude beyond any hardware (the bundled catalog's largest: 141 GB, 4.8 TB/s, 989 TFLOPS, 6400 Gbit/s, 4 TiB)
+RANGES: dict[str, tuple[bool, float]] = {
+    "memory_gb": (True, 10_000),
+    "memory_bw_gbps": (True, 1_000_000),
+    "fp32_tflops": (True, 1_000_000),
+    "tf32_tflops": (True, 1_000_000),
+    "fp16_tflops": (True, 1_000_000),
+    "bf16_tflops": (True, 1_000_000),
+    "nvlink_gbps": (False, 1_000_000),
+    "sms": (True, 100_000),
+    "clock_mhz": (True, 100_000),
+    "l2_mb": (True, 1_000_000),
+    "gpus": (True, 1_024),
+    "vcpus": (True, 100_000),
+    "memory_gib": (True, 1_000_000),
+    "network_gbps": (True, 1_000_000),
+    "network_cards": (True, 1_024),
+    "efa_interfaces": (False, 1_024),
+    "price_usd_hr": (False, 100_000),
+    "spot_price_usd_hr": (False, 100_000),
+    "interruption_rate_per_hr": (False, 100),
+    "local_nvme_gb": (False, 100_000_000),
+    "gpu_memory_gib": (True, 10_000),
+}
 
 
 @dataclass(frozen=True)
@@ -120,13 +145,35 @@ def _check(path: str, where: str, entry: Any, fields: dict[str, type], required:
         if not ok:
             names = {float: "a number", int: "a whole number", bool: "true or false", str: "a string", list: "a list"}
             raise _err(path, f"{where}.{key}", f"expected {names[kind]}, got {value!r}")
-        if kind in (float, int) and value < 0:
-            raise _err(path, f"{where}.{key}", f"must not be negative, got {value!r}")
+        if kind in (float, int):
+            positive, most = RANGES[key]
+            if value < 0:
+                raise _err(path, f"{where}.{key}", f"must not be negative, got {value!r}")
+            if positive and value == 0:
+                raise _err(path, f"{where}.{key}", "must be more than 0, got 0: give the hardware's figure")
+            if value > most:
+                raise _err(
+                    path,
+                    f"{where}.{key}",
+                    f"must be at most {most:,}, got {value!r}: beyond any hardware; check the unit (docs/catalog.md)",
+                )
         out[key] = float(value) if kind is float else value
-    for key in ("gpus", "vcpus"):
-        if key in out and out[key] < 1:
-            raise _err(path, f"{where}.{key}", f"must be at least 1, got {out[key]!r}")
     return out
+
+
+def _unique_names(path: str, section: str, entries: list[Any]) -> None:
+    """Refuse a name given to two entries of one section (the second silently replaced the first)."""
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str):
+            if name.casefold() in seen:
+                raise _err(
+                    path,
+                    f"{section}[{i}].name",
+                    f"{name!r} is also {section}[{seen[name.casefold()]}]: give each entry its own name, or merge them",
+                )
+            seen[name.casefold()] = i
 
 
 def _capability(path: str, i: int, value: Any) -> str | None:
@@ -158,16 +205,37 @@ def _safe_yaml(text: str) -> Any:
                 )  # fmt: skip
             return super().compose_node(parent, index)
 
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            # YAML keeps the last of two equal keys without a word; a catalog with two memory_gb is a mistake
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue  # an unhashable key is refused by SafeLoader itself
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None,
+                        f"the key {key!r} is given twice (lines {seen[key].line + 1} and "
+                        f"{key_node.start_mark.line + 1}): keep one",
+                        key_node.start_mark,
+                    )  # fmt: skip
+                seen[key] = key_node.start_mark
+            return super().construct_mapping(node, deep=deep)
+
     return yaml.load(text, Loader=NoAliases)
 
 
-def _non_finite(data: Any, where: str = "") -> str | None:
-    """The path of the first NaN or infinite number in parsed YAML, None when there is none."""
+def _unreadable(data: Any, where: str = "") -> str | None:
+    """What is wrong with the first value of parsed YAML no number or text can be: a NaN or infinite number, or text
+    with a lone surrogate (YAML's "\\ud800" escape makes one, and nothing can print it), as "<path> <why>"; None when
+    there is none."""
     if isinstance(data, float) and not math.isfinite(data):
-        return where or "(top level)"
+        return f"{where or '(top level)'} is NaN or infinite (.nan/.inf); give a finite number"
+    if isinstance(data, str) and any("\ud800" <= c <= "\udfff" for c in data):
+        return f"{where or '(top level)'} holds a lone surrogate (\\ud800...); write the text as plain UTF-8"
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
     for key, value in items:
-        found = _non_finite(value, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
+        found = _unreadable(value, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
         if found:
             return found
     return None
@@ -200,9 +268,9 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise CatalogError(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    bad = _non_finite(data)
+    bad = _unreadable(data)
     if bad:
-        raise CatalogError(f"{name}: {bad} is NaN or infinite (.nan/.inf); give a finite number")
+        raise CatalogError(f"{name}: {bad.encode('utf-8', 'backslashreplace').decode()}")
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -218,6 +286,8 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
                 f"{name}: {section}: expected a list of entries (each line starting with '- '), got "
                 f"{type(data[section]).__name__} {data[section]!r}; see docs/catalog.md"
             )
+    for section in ("gpus", "instance_types"):
+        _unique_names(name, section, data.get(section) or [])
     gpus = []
     for i, entry in enumerate(data.get("gpus") or []):
         if isinstance(entry, dict):

@@ -205,13 +205,14 @@ variable "checkpoints" {
 
   validation {
     # S3's bucket naming rules, https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html
-    condition = var.checkpoints.bucket == null ? true : (
-      can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.checkpoints.bucket))
-      && !strcontains(var.checkpoints.bucket, "..")
-      && !can(regex("^[0-9]+[.][0-9]+[.][0-9]+[.][0-9]+$", var.checkpoints.bucket))
-      && !anytrue([for p in ["xn--", "sthree-", "amzn-s3-demo-"] : startswith(var.checkpoints.bucket, p)])
-      && !anytrue([for x in ["-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"] : endswith(var.checkpoints.bucket, x)])
-    )
+    # one rule per list entry: checkov's HCL parser cannot read an expression continued by a leading &&
+    condition = var.checkpoints.bucket == null ? true : alltrue([
+      can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.checkpoints.bucket)),
+      !strcontains(var.checkpoints.bucket, ".."),
+      !can(regex("^[0-9]+[.][0-9]+[.][0-9]+[.][0-9]+$", var.checkpoints.bucket)),
+      !anytrue([for p in ["xn--", "sthree-", "amzn-s3-demo-"] : startswith(var.checkpoints.bucket, p)]),
+      !anytrue([for x in ["-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"] : endswith(var.checkpoints.bucket, x)]),
+    ])
     error_message = "The checkpoints.bucket must be a valid S3 bucket name: 3 to 63 lower-case letters, digits, dots and hyphens, starting and ending with a letter or digit, no two adjacent dots, not an IP address, not starting with xn--, sthree- or amzn-s3-demo-, not ending with -s3alias, --ol-s3, .mrap, --x-s3 or --table-s3."
   }
 }
