@@ -404,21 +404,12 @@ class KernelModel:
             raise PredictionError("the kernel model has no elementwise floor: retrain it")
         return max(self.floors_["elementwise"] - MIN_KERNEL_S, 0.0)
 
-    def step_time(
-        self,
-        cls: str,
-        dims: Mapping[str, np.ndarray],
-        gpu: GPU,
-        *,
-        peak_tflops: float | None = None,
-        element_bytes: float = 4.0,
-    ) -> np.ndarray:
+    def step_time(self, cls: str, dims: Mapping[str, np.ndarray], gpu: GPU, **options: Any) -> np.ndarray:
         """Seconds a call occupies the GPU inside a training step, where kernels are queued back to back: the
-        isolated latency (:meth:`latency`, same arguments) less :attr:`dispatch_s`, at least :data:`MIN_KERNEL_S`.
-        Large kernels are unchanged (the overhead is a few percent of them); a small one costs its execution, not
+        isolated latency (:meth:`latency`, same arguments and keyword options) less :attr:`dispatch_s`, at least
+        :data:`MIN_KERNEL_S`. Large kernels are unchanged (the overhead is a few percent of them); a small one costs its execution, not
         its launch-to-synchronisation time, so a step of many small kernels speeds up with the GPU as it does."""
-        lat = self.latency(cls, dims, gpu, peak_tflops=peak_tflops, element_bytes=element_bytes)
-        return np.maximum(lat - self.dispatch_s, MIN_KERNEL_S)
+        return np.maximum(self.latency(cls, dims, gpu, **options) - self.dispatch_s, MIN_KERNEL_S)
 
     def to_json(self) -> dict[str, Any]:
         """The artefact: format, floors, networks and the training record."""
