@@ -407,8 +407,9 @@ class KernelModel:
     def step_time(self, cls: str, dims: Mapping[str, np.ndarray], gpu: GPU, **options: Any) -> np.ndarray:
         """Seconds a call occupies the GPU inside a training step, where kernels are queued back to back: the
         isolated latency (:meth:`latency`, same arguments and keyword options) less :attr:`dispatch_s`, at least
-        :data:`MIN_KERNEL_S`. Large kernels are unchanged (the overhead is a few percent of them); a small one costs its execution, not
-        its launch-to-synchronisation time, so a step of many small kernels speeds up with the GPU as it does."""
+        :data:`MIN_KERNEL_S`. Large kernels are unchanged (the overhead is a few percent of them); a small one costs
+        its execution, not its launch-to-synchronisation time, so a step of many small kernels speeds up with the GPU
+        as it does."""
         return np.maximum(self.latency(cls, dims, gpu, **options) - self.dispatch_s, MIN_KERNEL_S)
 
     def to_json(self) -> dict[str, Any]:
