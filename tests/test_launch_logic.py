@@ -329,7 +329,14 @@ def test_a_launch_whose_first_fleet_has_no_capacity_trains_on_the_next(plan, tmp
         pass
 
     flaky = Flaky(1)
-    monkeypatch.setattr(launch_module, "_timed_up", lambda p, pl, i, n, z=None: (p.up(pl, i, n), 0.0))
+
+    def timed_up(p, pl, i, n, z=None, up=None):  # no start-up time recorded; the fleet kept as _timed_up does
+        fleet = p.up(pl, i, n)
+        if up is not None:
+            up.append(fleet)
+        return fleet, 0.0
+
+    monkeypatch.setattr(launch_module, "_timed_up", timed_up)
 
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-2") in flaky.calls)

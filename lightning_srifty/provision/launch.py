@@ -150,6 +150,7 @@ def _up_or_next(
     *,
     max_attempts: int = 6,
     max_s: float = 1800.0,
+    up: list[LaunchedFleet] | None = None,
 ) -> tuple[LaunchedFleet, float]:
     """Bring ``plan.entries[choice]`` up; when EC2 cannot start it now (:class:`CapacityError`: no capacity, spot
     capacity not available, a quota, the type not offered in the zone), first the same fleet in other zones of its
@@ -159,6 +160,8 @@ def _up_or_next(
 
     Raises:
         CapacityError: none of the fleets tried could start (naming each and why).
+
+    The fleet started goes into ``up`` as soon as it is up (see :func:`_timed_up`).
     """
     first, tried = plan.entries[choice], []
     started = time.monotonic()
@@ -170,7 +173,7 @@ def _up_or_next(
             zone = queue.pop(0)
             where = f" in {zone.zone}" if zone is not None else ""
             try:
-                fleet, took = _timed_up(provisioner, plan, index, next(names), zone.zone if zone else None)
+                fleet, took = _timed_up(provisioner, plan, index, next(names), zone.zone if zone else None, up)
             except CapacityError as exc:
                 tried.append(f"{entry.fleet} ({entry.market}){where}: {exc.code}")
                 echo(f"srifty launch: {entry.fleet} ({entry.market}) could not start{where}: {exc.code}")
@@ -212,12 +215,23 @@ def _exhausted(tried: list[str], started: float) -> CapacityError:
 
 
 def _timed_up(
-    provisioner: Any, plan: Any, choice: int, name: str, zone: str | None = None
+    provisioner: Any,
+    plan: Any,
+    choice: int,
+    name: str,
+    zone: str | None = None,
+    up: list[LaunchedFleet] | None = None,
 ) -> tuple[LaunchedFleet, float]:
     """``provisioner.up`` and the seconds it took; a cloud provisioner's time to bring the fleet up is recorded for
-    the ranking's start-up figures (``predictor.startup``: the median per instance type replaces the default)."""
+    the ranking's start-up figures (``predictor.startup``: the median per instance type replaces the default).
+
+    The fleet goes into ``up`` (the launcher's fleets to release) the moment ``provisioner.up`` returns it, before
+    anything else: a signal from then on releases it (it used to arrive while the time was recorded, before the
+    launcher had the fleet in its list, and the fleet was left running)."""
     t0 = time.monotonic()
     fleet = provisioner.up(plan, choice, name) if zone is None else provisioner.up(plan, choice, name, zone)
+    if up is not None:
+        up.append(fleet)
     took = time.monotonic() - t0
     if provisioner.kind != "local":  # local processes say nothing about EC2
         from predictor import startup
@@ -513,8 +527,7 @@ def _run(
     global_batch = sum(batches[0]) * batches[1]  # samples per optimizer step, kept on every later fleet
     numbers = itertools.count(1)  # fleet names stay unique for the whole launch (resources, handover objects)
     names = (f"{name}-{n}" for n in numbers)
-    fleet, _ = _up_or_next(provisioner, plan, choice, names, echo)
-    up.append(fleet)
+    fleet, _ = _up_or_next(provisioner, plan, choice, names, echo, up=up)
     try:
         start(fleet, plan_uri, "")
         pending: tuple[LaunchedFleet, str, MoveRequest, float] | None = None  # a voluntary move's new fleet, up
@@ -548,8 +561,7 @@ def _run(
                 else:
                     new_plan = load_plan(request.plan)
                     echo(f"srifty launch: move requested ({request.why}): {request.reason}")
-                    new, up_s = _up_or_next(provisioner, new_plan, new_plan.chosen, names, echo)
-                    up.append(new)
+                    new, up_s = _up_or_next(provisioner, new_plan, new_plan.chosen, names, echo, up=up)
                     pending = (new, keep_plan(new_plan), request, up_s)
                     protocol.write_record(ckpt, Leave(launch_id=launch_id, to_fleet=new.entry.fleet))
                 continue
@@ -604,8 +616,7 @@ def _run(
                     new, new_uri, _, up_s = pending
                     pending = None
                 else:
-                    new, up_s = _up_or_next(provisioner, fleet.plan, nxt, names, echo)
-                    up.append(new)
+                    new, up_s = _up_or_next(provisioner, fleet.plan, nxt, names, echo, up=up)
                     new_uri = plan_uri
                 trigger = left.trigger if left.trigger in ("spot", "sigterm") else "spot"
                 voluntary, while_training = False, 0.0

@@ -196,6 +196,12 @@ class TerraformProvisioner:
                     self._autoscaling(plan.entries[index].region), group, plan.entries[index].nodes,
                     timeout_s=self.capacity_timeout_s, echo=self.echo,
                 )  # fmt: skip
+            # inside the try: an interruption while this line is written (a blocked terminal or pipe) destroys the
+            # fleet here, since the launcher never gets it back to release
+            self.echo(
+                f"srifty launch: {plan.entries[index].fleet} ({name}) is up; if this launcher dies, release it at "
+                f"once with: srifty down --dir {folder}"
+            )
         except PreflightError as exc:  # nothing was started
             failed = [f["check"] for f in exc.report.get("findings", []) if f["status"] == "fail"]
             if set(failed) <= {"quota", "offering"}:
@@ -215,10 +221,6 @@ class TerraformProvisioner:
             if code:
                 raise CapacityError(f"EC2 could not start {plan.entries[index].fleet}: {code}", code=code) from exc
             raise
-        self.echo(
-            f"srifty launch: {plan.entries[index].fleet} ({name}) is up; if this launcher dies, release it at once "
-            f"with: srifty down --dir {folder}"
-        )
         return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
 
     def _autoscaling(self, region: str) -> Any:
