@@ -26,18 +26,16 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
 PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
 PHASES = {
     "preflight": re.compile(r"^srifty launch: terraform apply of "),
@@ -56,46 +54,6 @@ AWS = {
     "CHECKPOINT_DISABLE": "1",
     "TF_IN_AUTOMATION": "1",
 }
-
-
-def mirror() -> Path | None:
-    env = os.environ.get("SRIFTY_TF_PLUGIN_MIRROR")
-    candidates = [Path(env)] if env else [Path("/opt/tf-plugins"), Path("/tf-plugins"), Path("/usr/share/tf-plugins")]
-    return next((p for p in candidates if (p / "registry.terraform.io" / "hashicorp" / "aws").is_dir()), None)
-
-
-@contextlib.contextmanager
-def moto(work: Path) -> Iterator[str]:
-    """moto's server on a free port of 127.0.0.1, stopped (and waited for) at the end."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = (work / "moto.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **AWS},
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto's server did not start") from None
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def left_in(endpoint: str) -> dict[str, int]:
@@ -119,20 +77,16 @@ def run_case(sig: str, phase: str, work: Path, *, exit_timeout_s: float = 300.0,
     left. Every process is bounded in time and stopped at the end."""
     import boto3
 
-    found = mirror()
-    if found is None or shutil.which("terraform") is None:
+    from conftest import moto_server, write_terraformrc
+
+    work.mkdir(parents=True, exist_ok=True)
+    rc = write_terraformrc(work)
+    if rc is None:
         raise RuntimeError(
             "needs the terraform CLI and a filesystem mirror of the AWS provider (SRIFTY_TF_PLUGIN_MIRROR)"
         )
-    work.mkdir(parents=True, exist_ok=True)
-    rc = work / "terraformrc"
-    rc.write_text(
-        "provider_installation {\n"
-        f'  filesystem_mirror {{\n    path = "{found}"\n    include = ["registry.terraform.io/hashicorp/aws"]\n  }}\n'
-        '  direct {\n    exclude = ["registry.terraform.io/hashicorp/aws"]\n  }\n}\n'
-    )
     (work / "train.py").write_text("print('train')\n")
-    with moto(work) as endpoint:
+    with moto_server() as endpoint:
         kw = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "testing"}
         kw["aws_secret_access_key"] = "testing"
         image = boto3.client("ec2", **kw).describe_images(

@@ -193,21 +193,29 @@ def _mirror() -> Path | None:
     return next((p for p in candidates if (p / "registry.terraform.io" / "hashicorp" / "aws").is_dir()), None)
 
 
-@pytest.fixture
-def tf_env(tmp_path, monkeypatch) -> dict[str, str]:
-    if shutil.which("terraform") is None:
-        pytest.skip("the terraform CLI is not on PATH")
+def write_terraformrc(folder: Path) -> Path | None:
+    """A terraform CLI configuration in ``folder`` that installs the AWS provider from the offline mirror (None when
+    there is no terraform or no mirror)."""
     mirror = _mirror()
-    if mirror is None:
-        pytest.skip(
-            "no filesystem mirror of the AWS provider (set SRIFTY_TF_PLUGIN_MIRROR); terraform cannot init offline"
-        )
-    config = tmp_path / "terraformrc"
+    if shutil.which("terraform") is None or mirror is None:
+        return None
+    config = folder / "terraformrc"
     config.write_text(
         "provider_installation {\n"
         f'  filesystem_mirror {{\n    path = "{mirror}"\n    include = ["registry.terraform.io/hashicorp/aws"]\n  }}\n'
         '  direct {\n    exclude = ["registry.terraform.io/hashicorp/aws"]\n  }\n}\n'
     )
+    return config
+
+
+@pytest.fixture
+def tf_env(tmp_path, monkeypatch) -> dict[str, str]:
+    config = write_terraformrc(tmp_path)
+    if config is None:
+        pytest.skip(
+            "needs the terraform CLI and a filesystem mirror of the AWS provider (SRIFTY_TF_PLUGIN_MIRROR); "
+            "terraform cannot init offline"
+        )
     env = {"TF_CLI_CONFIG_FILE": str(config), "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1"}
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -76,11 +76,12 @@ def test_an_interruption_right_after_the_bring_up_releases_the_fleet(tmp_path, m
 
 
 def _case(sig: str, phase: str, tmp_path: Path) -> dict:
-    import shutil
 
-    from launcher_signals import mirror, run_case
+    from launcher_signals import run_case
 
-    if shutil.which("terraform") is None or mirror() is None:
+    from conftest import write_terraformrc
+
+    if write_terraformrc(tmp_path) is None:
         pytest.skip("needs the terraform CLI and a filesystem mirror of the AWS provider (SRIFTY_TF_PLUGIN_MIRROR)")
     return run_case(sig, phase, tmp_path / f"{sig}-{phase}", exit_timeout_s=150, echo=lambda line: None)
 
