@@ -150,7 +150,7 @@ def score(rows: list[dict], torch: str = ROWS_TORCH) -> list[dict]:
     from predictor.catalog.catalog import Catalog
     from predictor.exceptions import SriftyError
     from predictor.predict import predict
-    from predictor.profile import load_profile
+    from predictor.profile import Software, load_profile
 
     catalog = Catalog.load(extra=[str(NODES)])
     out = []
@@ -166,7 +166,7 @@ def score(rows: list[dict], torch: str = ROWS_TORCH) -> list[dict]:
             out.append({**rec, "status": "no capture"})
             continue
         profile = load_profile(path)
-        software = dataclasses.replace(profile.software, torch=torch) if profile.software else None
+        software = dataclasses.replace(profile.software, torch=torch) if profile.software else Software(torch=torch)
         profile = dataclasses.replace(profile, software=software)
         gpus = int(row["gpus"])
         fleet = f"{FLEET_TYPE[row['gpu']]}:{max(1, gpus // 8)}"
