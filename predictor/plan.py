@@ -137,6 +137,13 @@ class PlanEntry:
         default=None,
         min=0,
     )
+    on_demand_fallback: float | None = doc_field(
+        "spot and mixed entries: the expected share of the work the deadline policy runs on-demand to keep the "
+        "deadline (included in time_h and cost_usd; 0 without a deadline or when spot alone fits it)",
+        default=None,
+        min=0,
+        max=1,
+    )
     layout: PlanLayout | None = doc_field(
         "the parallel layout and its Lightning strategy (absent in plans made before layouts: ddp)", default=None
     )

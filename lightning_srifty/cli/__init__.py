@@ -24,6 +24,7 @@ COMMANDS = (
     "terraform",
     "check",
     "launch",
+    "replay",
     "operations",
     "serve",
     "eval",

@@ -31,6 +31,7 @@ class Scored:
     usd_hr: np.ndarray
     regions: tuple[str, ...]
     startup_s: np.ndarray  # per candidate: the new fleet's start-up (in time_h and cost)
+    od_share: np.ndarray | None = None  # per candidate: the deadline policy's expected on-demand share of the work
 
 
 PIPELINE_NEEDS = (
@@ -150,5 +151,8 @@ def entry(
         checkpoint_interval_s=float(tau) if np.isfinite(tau) else None,
         global_batch=round(float(many.global_batch[sh])),
         startup_s=float(scored.startup_s[i]),
+        on_demand_fallback=(
+            float(scored.od_share[i]) if scored.od_share is not None and cand.market[i] != 0 else None
+        ),
         layout=entry_layout(layout_of(many, sh), profile, groups),
     )

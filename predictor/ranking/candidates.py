@@ -166,6 +166,7 @@ class Candidates:
     spot: np.ndarray  # (N, K)
     group_usd: np.ndarray  # (N, K)
     rate_per_hr: np.ndarray  # interruption rate of the whole fleet
+    od_usd: np.ndarray  # the same fleet all on-demand, per hour (nan: a type without an on-demand price)
 
 
 def price(
@@ -214,6 +215,7 @@ def price(
                     off[keep],
                     usd,
                     row_sum(off[keep] * rate[keep]),
+                    np.where(od_known[keep], row_sum(np.nan_to_num(od[keep]) * cnt[keep]), np.nan),
                 )
             )
     return Candidates(*(np.concatenate([getattr(p, f) for p in parts]) for f in Candidates.__dataclass_fields__))

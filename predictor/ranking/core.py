@@ -22,6 +22,7 @@ from predictor.ranking.constraints import Constraints, Market, Objective
 from predictor.ranking.explain import infeasible, layout_why, why
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
+from predictor.deadline import DOWN_SPELL_S, expected_with_fallback
 from predictor.spot import DEFAULT_CHECKPOINT_S, spot_cost
 from predictor.startup import (
     BILLING_MINIMUM_S,
@@ -141,6 +142,17 @@ def rank(
     time_h = wall_s / 3600
     usd_hr = row_sum(cand.group_usd)
     cost = usd_hr * billed_hours(wall_s)
+    od_share = np.zeros(len(s))
+    if constraints.deadline_h is not None:  # spot and mixed under a deadline: the policy's on-demand fallback
+        guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
+        fb = expected_with_fallback(
+            spot.expected_time_s, run_s, spot.expected_interruptions, constraints.deadline_h * 3600, startup,
+            startup + 2 * checkpoint_s, usd_hr, cand.od_usd,
+        )  # fmt: skip
+        wall_s = np.where(guarded, fb.time_s, wall_s)
+        cost = np.where(guarded, np.maximum(fb.cost_usd, usd_hr * billed_hours(np.zeros(len(s)))), cost)
+        od_share = np.where(guarded, fb.od_share, 0.0)
+        time_h = wall_s / 3600
     values = {"time_h": time_h, "cost_usd": cost, "usd_per_hour": usd_hr}
 
     splittable = many.splittable[s]
@@ -169,7 +181,7 @@ def rank(
     order = [int(i) for i in head[np.lexsort((time_h[head], keyed[head]))]][:top]
     pareto_idx = pareto(np.flatnonzero(keep), time_h, cost)
     pareto_set = {int(i) for i in pareto_idx}
-    scored = Scored(many, cand, spot, time_h, cost, usd_hr, tuple(constraints.regions), startup)
+    scored = Scored(many, cand, spot, time_h, cost, usd_hr, tuple(constraints.regions), startup, od_share)
 
     def one(i: int, rank_no: int):
         return entry(scored, i, rank_no, types, profile, current, i in pareto_set)
@@ -243,6 +255,12 @@ def _notes(
         f"of {work.global_batch}); spot overhead with a {checkpoint_s:.3g} s checkpoint ({checkpoint_note}) and Spot "
         "Advisor interruption rates; any lost instance stops a synchronous DDP step until it is replaced",
     ]
+    if constraints.deadline_h is not None and constraints.market != "on-demand":
+        notes.append(
+            "spot and mixed fleets include the on-demand fallback srifty launch's deadline policy would make (each "
+            f"interruption also waits {DOWN_SPELL_S / 3600:.1f} h for capacity, the spot-traces' median; "
+            "on_demand_fallback: the expected share): check one on a trace with srifty replay"
+        )
     if constraints.max_types >= 3 and len(names) > cands.MIX3_TYPES:
         notes.append(
             f"3-type mixes formed from the {cands.MIX3_TYPES} most cost-efficient types only: "

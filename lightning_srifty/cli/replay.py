@@ -1,0 +1,161 @@
+"""``srifty replay --plan plan.json --trace TRACE.json [--policy NAME] [--format json]``: how the plan's run would
+have fared on the spot capacity a trace recorded (skypilot-org/spot-traces format), under each deadline policy and
+against the hindsight optimum. Torch-free."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from lightning_srifty.cli._common import hours, load_catalog, whole
+
+ALL = "all"
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from predictor import deadline as dl
+    from predictor.exceptions import ConfigError
+    from predictor.plan import load_plan
+
+    plan = load_plan(args.plan)
+    run = dl.job_from_plan(plan, args.choice, deadline_h=args.deadline, catalog=load_catalog(args))
+    read = [dl.read_trace(path, nodes=run.spot_nodes, values=args.trace_values) for path in args.trace]
+    trace = dl.combine([t for t, _ in read])
+    notes = [n for _, ns in read for n in ns] + list(run.notes)
+    factor = max(1, int(args.tick // trace.gap_s)) if args.tick else 1
+    trace = trace.resample(factor)
+    start = int(round(args.start_h * 3600 / trace.gap_s))
+    if start >= trace.ticks:
+        raise ConfigError(
+            f"--start-h {args.start_h} is past the trace's end ({trace.hours:.1f} h).", parameter="start_h",
+            value=args.start_h,
+        )  # fmt: skip
+    trace = trace.window(start, trace.ticks - start)
+    ticks = dl.Ticks.of(run.job, trace.gap_s)
+    if ticks.deadline > trace.ticks:
+        notes.append(
+            f"the trace covers {trace.hours:.1f} h after --start-h, less than the {run.job.deadline_s / 3600:.1f} h "
+            "deadline: a run still going when it ends is reported unfinished"
+        )
+    if not ticks.feasible:
+        notes.append("even all on-demand the run cannot meet the deadline: every policy misses it")
+    names = list(dl.POLICIES) if args.policy == ALL else [args.policy]
+    outcomes = [dl.replay(run.job, trace, dl.policy(n), record=bool(args.plot)) for n in names]
+    if args.policy == ALL or args.optimum:
+        outcomes.append(dl.optimum(run.job, trace))
+    if args.plot:
+        _plot(outcomes, run, trace.gap_s / 3600, args.plot)
+    doc = {
+        "schema": "srifty.replay/v1",
+        "plan": str(args.plan),
+        "fleet": run.fleet,
+        "market": run.market,
+        "spot_nodes": run.spot_nodes,
+        "trace": [str(p) for p in args.trace],
+        "tick_s": trace.gap_s,
+        "start_h": args.start_h,
+        "spot_available_share": round(trace.availability(), 4),
+        "job": {
+            "work_h": round(run.job.work_s / 3600, 4),
+            "deadline_h": round(run.job.deadline_s / 3600, 4),
+            "restart_s": round(run.job.restart_s, 1),
+            "spot_usd_hr": round(run.job.spot_usd_hr, 4),
+            "on_demand_usd_hr": round(run.job.od_usd_hr, 4),
+            "save_on_notice": run.job.save_on_notice,
+        },
+        "results": [o.to_dict() for o in outcomes],
+        "notes": notes,
+    }
+    if args.format == "json":
+        print(json.dumps(doc, indent=2))
+        return 0
+    _table(doc)
+    return 0
+
+
+def _table(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from lightning_srifty.cli._common import console
+
+    j = doc["job"]
+    table = Table(
+        title=(
+            f"Replay of {doc['fleet']} ({doc['market']}): {j['work_h']:.1f} h of training, deadline {j['deadline_h']:.1f} h, "
+            f"spot there {doc['spot_available_share']:.0%} of the time"
+        ),
+        title_justify="left",
+    )
+    for col in ("policy", "finished (h)", "cost ($)", "deadline", "preemptions", "spot h", "on-demand h", "waiting h"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for r in doc["results"]:
+        h = r["hours"]
+        table.add_row(
+            r["policy"],
+            "-" if r["finished_h"] is None else f"{r['finished_h']:.1f}",
+            f"{r['cost_usd']:,.2f}",
+            "met" if r["deadline_met"] else "MISSED",
+            str(r["preemptions"]) if r["policy"] != "optimum" else "-",
+            f"{h['spot']:.1f}" if h else "-",
+            f"{h['on-demand']:.1f}" if h else "-",
+            f"{h['waiting']:.1f}" if h else "-",
+        )
+    out = console()
+    out.print(table)
+    for note in doc["notes"]:
+        out.print(f"note: {note}")
+
+
+def _plot(outcomes: list[Any], run: Any, tick_h: float, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for o in outcomes:
+        if o.progress is None:
+            continue
+        t = np.arange(1, len(o.progress) + 1) * tick_h
+        ax.plot(t, o.progress, label=f"{o.policy}: ${o.cost_usd:,.0f}")
+    ax.axvline(run.job.deadline_s / 3600, color="k", ls="--", lw=1, label="deadline")
+    ax.set_xlabel("hours since the start")
+    ax.set_ylabel("training done (h)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"srifty replay: wrote {path}")
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    from predictor.deadline import POLICIES
+
+    p = sub.add_parser(
+        "replay", parents=[common], help="replay a plan's run on a spot availability or preemption trace"
+    )
+    p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON (srifty recommend --out)")
+    p.add_argument(
+        "--trace",
+        required=True,
+        action="append",
+        metavar="TRACE.json",
+        help="a trace in the skypilot-org/spot-traces format; repeat for zones the run may move between",
+    )
+    p.add_argument("--policy", choices=(*POLICIES, ALL), default=ALL, help="default: all, with the hindsight optimum")
+    p.add_argument("--optimum", action="store_true", help="with one --policy: the hindsight optimum too")
+    p.add_argument("--choice", type=whole, default=None, help="the plan entry (default: the plan's choice)")
+    p.add_argument("--deadline", type=hours, help="override the plan's deadline, e.g. 36h")
+    p.add_argument(
+        "--trace-values",
+        choices=("available", "preempted"),
+        default=None,
+        help="what the trace's numbers are: instances available (the spot-traces README, default) or preempted "
+        "flags (how the Can't Be Late simulator reads its single-node files)",
+    )
+    p.add_argument("--start-h", type=float, default=0.0, help="start this many hours into the trace")
+    p.add_argument("--tick", type=float, default=None, help="seconds per decision (a multiple of the trace's gap)")
+    p.add_argument("--plot", metavar="PNG", help="progress vs time per policy")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_replay)

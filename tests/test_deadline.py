@@ -1,0 +1,303 @@
+"""Spot under a deadline (issue #25): traces read with clear errors, the policies' hard rule, the hindsight optimum
+checked against brute force, the replay's accounting, the ranking's fallback and ``srifty replay``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from _support import MINIMAL
+from lightning_srifty.cli import main
+from predictor import deadline as dl
+from predictor.exceptions import ConfigError
+from predictor.profile import load_profile
+from predictor.rank import Constraints, rank
+
+
+def trace_of(*zones: list[int], gap: float = 600.0) -> dl.Trace:
+    return dl.combine([dl.read_trace({"metadata": {"gap_seconds": gap}, "data": z})[0] for z in zones])
+
+
+def job(work_ticks: int, deadline_ticks: int, restart_ticks: int = 1, gap: float = 600.0, **kw) -> dl.Job:
+    return dl.Job(work_ticks * gap, deadline_ticks * gap, restart_ticks * gap, 1.0, 3.0, **kw)
+
+
+# ---------------------------------------------------------------- traces
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "says"),
+    [
+        ([1, 0, 1], "the document", "must be an object"),
+        ({"data": [1]}, "metadata.gap_seconds", "is missing"),
+        ({"metadata": {"gap_seconds": 0}, "data": [1]}, "metadata.gap_seconds", "must be a number of seconds > 0"),
+        ({"metadata": {"gap_seconds": -5}, "data": [1]}, "metadata.gap_seconds", "got -5"),
+        ({"metadata": {"gap_seconds": "300"}, "data": [1]}, "metadata.gap_seconds", "got '300'"),
+        ({"metadata": {"gap_seconds": 300}, "data": []}, "data", "non-empty list"),
+        ({"metadata": {"gap_seconds": 300}, "data": {"a": 1}}, "data", "non-empty list"),
+        ({"metadata": {"gap_seconds": 300}, "data": [1, -1, 0]}, "data[1]", "whole number of instances >= 0"),
+        ({"metadata": {"gap_seconds": 300}, "data": [1, 0.5]}, "data[1]", "whole number"),
+        ({"metadata": {"gap_seconds": 300}, "data": [1, "x"]}, "data[1]", "must be a number of instances"),
+        ({"metadata": {"gap_seconds": 300}, "data": [1, True]}, "data[1]", "must be a number of instances"),
+        ({"metadata": {"gap_seconds": 300, "values": "free"}, "data": [1]}, "metadata.values", "'available' or"),
+    ],
+)
+def test_bad_traces_name_the_field_and_the_fix(doc, field, says) -> None:
+    with pytest.raises(ConfigError, match=says) as err:
+        dl.read_trace(doc)
+    assert err.value.parameter == field
+
+
+def test_preempted_flags_cannot_hold_counts_and_multi_node_needs_its_count() -> None:
+    with pytest.raises(ConfigError, match="counts above 1"):
+        dl.read_trace({"metadata": {"gap_seconds": 300}, "data": [0, 3]}, values="preempted")
+    t, notes = dl.read_trace({"metadata": {"gap_seconds": 300}, "data": [0, 4, 16, 15]}, nodes=16)
+    assert t.available.tolist() == [[False, False, True, False]] and not notes
+    t, notes = dl.read_trace({"metadata": {"gap_seconds": 300}, "data": [0, 3]}, nodes=4)
+    assert not t.available.any() and "never 4 instances available" in notes[0]
+    # the two readings of a single-node file are each other's complement, and a 0/1 file says which it used
+    t, notes = dl.read_trace({"metadata": {"gap_seconds": 300}, "data": [1, 0, 1]})
+    p, _ = dl.read_trace({"metadata": {"gap_seconds": 300}, "data": [1, 0, 1]}, values="preempted")
+    assert (t.available == ~p.available).all() and "--trace-values preempted" in notes[0]
+
+
+def test_resampling_keeps_a_coarse_tick_only_when_spot_was_there_throughout() -> None:
+    t = trace_of([1, 1, 1, 0, 1, 1, 0, 0], gap=32)
+    r = t.resample(2)
+    assert r.gap_s == 64 and r.available.tolist() == [[True, False, True, False]]
+
+
+def test_zones_of_one_replay_must_share_the_gap() -> None:
+    with pytest.raises(ConfigError, match="share metadata.gap_seconds"):
+        dl.combine([trace_of([1], gap=300), trace_of([1], gap=600)])
+
+
+# ---------------------------------------------------------------- the replay's accounting
+
+
+def test_spot_all_the_time_costs_restart_and_work_at_the_spot_price() -> None:
+    j = job(10, 20, restart_ticks=2)
+    o = dl.replay(j, trace_of([1] * 40), dl.Greedy())
+    assert o.finished_h == pytest.approx(12 * 600 / 3600) and o.deadline_met and o.preemptions == 0
+    assert o.cost_usd == pytest.approx(12 * 600 / 3600 * 1.0)
+    od = dl.replay(j, trace_of([1] * 40), dl.OnDemand())
+    assert od.cost_usd == pytest.approx(12 * 600 / 3600 * 3.0) and od.hours["spot"] == 0
+
+
+def test_without_spot_greedy_waits_then_runs_on_demand_just_in_time() -> None:
+    j = job(10, 20, restart_ticks=2)
+    o = dl.replay(j, trace_of([0] * 40), dl.Greedy())
+    # waits while the slack allows, then restart + work on-demand ends exactly at the deadline
+    assert o.deadline_met and o.finished_h == pytest.approx(20 * 600 / 3600)
+    assert o.hours["waiting"] == pytest.approx(8 * 600 / 3600) and o.hours["spot"] == 0
+
+
+def test_a_preemption_loses_the_work_since_the_last_checkpoint_when_the_save_does_not_fit_the_notice() -> None:
+    avail = [1] * 8 + [0] * 45
+    kept = dl.replay(job(20, 40), trace_of(avail), dl.Greedy())
+    lost = dl.replay(job(20, 40, checkpoint_interval_s=3 * 600, save_on_notice=False), trace_of(avail), dl.Greedy())
+    assert kept.lost_h == 0 and kept.preemptions == lost.preemptions == 1
+    # 7 ticks trained after a 1-tick restart, checkpoints at 3 and 6: one tick lost
+    assert lost.lost_h == pytest.approx(600 / 3600)
+    assert lost.deadline_met and kept.deadline_met and lost.cost_usd > kept.cost_usd
+
+
+def test_greedy_moves_to_another_zone_when_its_zone_loses_spot() -> None:
+    a = [1] * 5 + [0] * 20
+    b = [0] * 3 + [1] * 22
+    o = dl.replay(job(10, 30), trace_of(a, b), dl.Greedy(), record=True)
+    assert o.preemptions == 1 and o.hours["on-demand"] == 0
+    assert o.market is not None and set(o.market.tolist()) == {0, 1}
+
+
+class Broken(dl.Policy):
+    """Spot when there, wait otherwise, never the hard rule: what the hard-rule test must catch."""
+
+    name = "broken"
+
+    def decide(self, s: dl.State, j: dl.Ticks) -> int:
+        zone = dl._spot_zone(s)
+        return dl.WAIT if zone is None else zone
+
+
+def random_trace(rng: np.random.Generator, n: int, zones: int = 1) -> dl.Trace:
+    rows = []
+    for _ in range(zones):
+        x, row = rng.random() < 0.5, []
+        for _ in range(n):
+            if rng.random() < 0.15:
+                x = not x
+            row.append(int(x))
+        rows.append(row)
+    return trace_of(*rows)
+
+
+@pytest.mark.parametrize("name", ["greedy", "uniform", "srifty", "on-demand"])
+def test_every_policy_meets_every_feasible_deadline(name) -> None:
+    rng = np.random.default_rng(7)
+    broken_missed = 0
+    for _ in range(60):
+        work = int(rng.integers(5, 40))
+        restart = int(rng.integers(0, 4))
+        slack = int(rng.integers(0, work))
+        j = job(work, work + restart + slack, restart_ticks=restart)
+        tr = random_trace(rng, 3 * (work + restart + slack), zones=int(rng.integers(1, 3)))
+        o = dl.replay(j, tr, dl.policy(name))
+        assert o.deadline_met, (name, work, restart, slack)
+        broken_missed += not dl.replay(j, tr, Broken()).deadline_met
+    assert broken_missed > 0  # the traces are hard enough that ignoring the rule misses
+
+
+# ---------------------------------------------------------------- the hindsight optimum
+
+
+class Script(dl.Policy):
+    name = "script"
+
+    def __init__(self, actions: tuple[int, ...]) -> None:
+        self.actions = actions
+
+    def decide(self, s: dl.State, j: dl.Ticks) -> int:
+        return self.actions[s.tick] if s.tick < len(self.actions) else dl.ON_DEMAND
+
+
+def brute_force(j: dl.Job, tr: dl.Trace) -> float:
+    ticks = dl.Ticks.of(j, tr.gap_s)
+    best = np.inf
+    zones = list(range(tr.available.shape[0]))
+    for actions in itertools.product([dl.WAIT, dl.ON_DEMAND, *zones], repeat=ticks.deadline):
+        if any(a >= 0 and not tr.available[a, k] for k, a in enumerate(actions)):
+            continue
+        o = dl.replay(j, tr, Script(actions))
+        if o.deadline_met:
+            best = min(best, o.cost_usd)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_optimum_is_exact_on_small_cases(seed) -> None:
+    rng = np.random.default_rng(seed)
+    zones = 1 + seed % 2
+    restart = seed % 3
+    deadline = 7 if zones == 1 else 6
+    work = int(rng.integers(2, deadline - restart + 1))
+    tr = random_trace(rng, deadline + 2, zones)
+    j = job(work, deadline, restart_ticks=restart)
+    assert dl.optimum(j, tr).cost_usd == pytest.approx(brute_force(j, tr))
+
+
+def test_no_policy_beats_the_optimum() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(25):
+        work = int(rng.integers(5, 30))
+        j = job(work, int(work * rng.uniform(1.1, 2.0)) + 2, restart_ticks=int(rng.integers(0, 3)))
+        tr = random_trace(rng, 3 * work + 10)
+        best = dl.optimum(j, tr)
+        assert best.deadline_met
+        for name in dl.POLICIES:
+            assert dl.replay(j, tr, dl.policy(name)).cost_usd >= best.cost_usd - 1e-9
+
+
+# ---------------------------------------------------------------- the ranking
+
+
+def test_expected_fallback_is_bounded_and_zero_when_spot_alone_fits() -> None:
+    fb = dl.expected_with_fallback(
+        np.array([10.0, 60.0, 300.0]) * 3600,
+        np.array([9.0, 45.0, 45.0]) * 3600,
+        np.array([1.0, 10.0, 10.0]),
+        50 * 3600,
+        np.zeros(3),
+        np.full(3, 600.0),
+        np.ones(3),
+        np.full(3, 3.0),
+        down_s=3600,
+    )
+    assert fb.od_share[0] == 0 and 0 < fb.od_share[1] < 1 and ((fb.od_share >= 0) & (fb.od_share <= 1)).all()
+    assert (fb.time_s[1:] <= 50 * 3600).all() and fb.od_share[2] > fb.od_share[1]
+    assert fb.cost_usd[2] > fb.cost_usd[1] > fb.cost_usd[0]
+
+
+def test_spot_entries_under_a_deadline_carry_the_fallback_and_keep_it(catalog) -> None:
+    profile = load_profile(MINIMAL)
+    loose = rank(profile, Constraints(steps=700_000, market="spot", allow=("p3.2xlarge",), max_instances=1),
+                 catalog=catalog)  # fmt: skip
+    e = loose.entries[0]
+    assert e.on_demand_fallback == 0
+    tight_h = (e.time_h - e.startup_s / 3600) * 0.995 + e.startup_s / 3600 + 0.2  # below the spot-only time
+    plan = rank(profile, Constraints(steps=700_000, market="any", allow=("p3.2xlarge",), max_instances=1,
+                                     deadline_h=tight_h), catalog=catalog)  # fmt: skip
+    spot = next(x for x in plan.entries if x.market == "spot")
+    od = next(x for x in plan.entries if x.market == "on-demand")
+    assert spot.time_h <= tight_h and spot.on_demand_fallback is not None and spot.on_demand_fallback > 0
+    assert e.cost_usd < spot.cost_usd < od.cost_usd and od.on_demand_fallback is None
+    assert any("on-demand fallback" in n for n in plan.notes)
+
+
+# ---------------------------------------------------------------- srifty replay
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory, catalog):
+    folder = tmp_path_factory.mktemp("replay")
+    plan = rank(load_profile(MINIMAL), Constraints(steps=200_000, market="spot", allow=("p3.2xlarge",),
+                                                   max_instances=1, deadline_h=30), catalog=catalog)  # fmt: skip
+    path = folder / "plan.json"
+    plan.save(path)
+    trace = folder / "trace.json"
+    rng = np.random.default_rng(1)
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": random_trace(rng, 400).available[0]
+                                 .astype(int).tolist()}))  # fmt: skip
+    return path, trace
+
+
+def test_replay_prints_every_policy_and_the_optimum_in_json(planned, capsys) -> None:
+    plan, trace = planned
+    assert main(["replay", "--plan", str(plan), "--trace", str(trace), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    names = [r["policy"] for r in doc["results"]]
+    assert names == [*dl.POLICIES, "optimum"]
+    for r in doc["results"]:
+        assert {"finished_h", "cost_usd", "deadline_met", "preemptions"} <= r.keys() and r["deadline_met"]
+    best = doc["results"][-1]["cost_usd"]
+    assert all(r["cost_usd"] >= best - 1e-6 for r in doc["results"])
+    assert doc["job"]["deadline_h"] == 30 and doc["fleet"] == "p3.2xlarge:1"
+
+
+def test_replay_table_and_plot(planned, tmp_path, capsys) -> None:
+    plan, trace = planned
+    png = tmp_path / "p.png"
+    assert main(["replay", "--plan", str(plan), "--trace", str(trace), "--policy", "srifty", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "srifty" in out and "deadline" in out and png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        ({"metadata": {"gap_seconds": 0}, "data": [1]}, "metadata.gap_seconds must be a number of seconds > 0"),
+        ({"metadata": {"gap_seconds": 60}, "data": [1, -2]}, r"data\[1\] must be a whole number"),
+        ({"data": [[1, 0]]}, "metadata.gap_seconds is missing"),
+    ],
+)
+def test_replay_refuses_bad_traces_with_exit_2(planned, tmp_path, capsys, doc, says) -> None:
+    plan, _ = planned
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["replay", "--plan", str(plan), "--trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.json" in err and pytest.importorskip("re").search(says, err)
+
+
+def test_replay_needs_a_deadline(planned, tmp_path, capsys, catalog) -> None:
+    _, trace = planned
+    plan = rank(load_profile(MINIMAL), Constraints(steps=1000, market="spot", allow=("p3.2xlarge",),
+                                                   max_instances=1), catalog=catalog)  # fmt: skip
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    assert main(["replay", "--plan", str(path), "--trace", str(trace)]) == 2
+    assert "--deadline" in capsys.readouterr().err
+    assert main(["replay", "--plan", str(path), "--trace", str(trace), "--deadline", "2h", "--format", "json"]) == 0
