@@ -120,7 +120,7 @@ def read_trace(
     meta = doc.get("metadata")
     if not isinstance(meta, dict) or "gap_seconds" not in meta:
         raise _trace_error(
-            path, "metadata.gap_seconds", None, "is missing: write {\"metadata\": {\"gap_seconds\": 300}, ...}."
+            path, "metadata.gap_seconds", None, 'is missing: write {"metadata": {"gap_seconds": 300}, ...}.'
         )
     gap = meta["gap_seconds"]
     if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not math.isfinite(gap) or gap <= 0:
@@ -225,7 +225,7 @@ class Ticks:
         return cls(
             tick_s,
             max(1, math.ceil(job.work_s / tick_s - 1e-9)),
-            int(math.floor(job.deadline_s / tick_s + 1e-9)),
+            math.floor(job.deadline_s / tick_s + 1e-9),
             math.ceil(job.restart_s / tick_s - 1e-9),
             None if ck is None or not math.isfinite(ck) else max(1, math.ceil(ck / tick_s - 1e-9)),
             job.spot_usd_hr * tick_s / 3600.0,
@@ -268,7 +268,7 @@ class Policy:
 
     name = "policy"
 
-    def reset(self, j: Ticks, zones: int) -> None:  # noqa: B027 - optional hook
+    def reset(self, j: Ticks, zones: int) -> None:
         """Called once before a run."""
 
     def decide(self, s: State, j: Ticks) -> int:
@@ -568,7 +568,9 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
     index = plan.chosen if choice is None else choice
     if not 0 <= index < len(plan.entries):
         raise ConfigError(
-            f"--choice {index} is not an entry of the plan (0-{len(plan.entries) - 1}).", parameter="choice", value=index
+            f"--choice {index} is not an entry of the plan (0-{len(plan.entries) - 1}).",
+            parameter="choice",
+            value=index,
         )
     entry = plan.entries[index]
     deadline = deadline_h if deadline_h is not None else plan.constraints.deadline_h

@@ -71,7 +71,7 @@ def test_resampling_keeps_a_coarse_tick_only_when_spot_was_there_throughout() ->
 
 
 def test_zones_of_one_replay_must_share_the_gap() -> None:
-    with pytest.raises(ConfigError, match="share metadata.gap_seconds"):
+    with pytest.raises(ConfigError, match=r"share metadata\.gap_seconds"):
         dl.combine([trace_of([1], gap=300), trace_of([1], gap=600)])
 
 

@@ -25,7 +25,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     notes = [n for _, ns in read for n in ns] + list(run.notes)
     factor = max(1, int(args.tick // trace.gap_s)) if args.tick else 1
     trace = trace.resample(factor)
-    start = int(round(args.start_h * 3600 / trace.gap_s))
+    start = round(args.start_h * 3600 / trace.gap_s)
     if start >= trace.ticks:
         raise ConfigError(
             f"--start-h {args.start_h} is past the trace's end ({trace.hours:.1f} h).", parameter="start_h",
@@ -82,8 +82,8 @@ def _table(doc: dict[str, Any]) -> None:
     j = doc["job"]
     table = Table(
         title=(
-            f"Replay of {doc['fleet']} ({doc['market']}): {j['work_h']:.1f} h of training, deadline {j['deadline_h']:.1f} h, "
-            f"spot there {doc['spot_available_share']:.0%} of the time"
+            f"Replay of {doc['fleet']} ({doc['market']}): {j['work_h']:.1f} h of training, deadline "
+            f"{j['deadline_h']:.1f} h, spot there {doc['spot_available_share']:.0%} of the time"
         ),
         title_justify="left",
     )

@@ -151,8 +151,6 @@ def entry(
         checkpoint_interval_s=float(tau) if np.isfinite(tau) else None,
         global_batch=round(float(many.global_batch[sh])),
         startup_s=float(scored.startup_s[i]),
-        on_demand_fallback=(
-            float(scored.od_share[i]) if scored.od_share is not None and cand.market[i] != 0 else None
-        ),
+        on_demand_fallback=(float(scored.od_share[i]) if scored.od_share is not None and cand.market[i] != 0 else None),
         layout=entry_layout(layout_of(many, sh), profile, groups),
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.catalog.catalog import Catalog
+from predictor.deadline import DOWN_SPELL_S, expected_with_fallback
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
 from predictor.fleet import parse_fleet
 from predictor.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry, writer
@@ -22,7 +23,6 @@ from predictor.ranking.constraints import Constraints, Market, Objective
 from predictor.ranking.explain import infeasible, layout_why, why
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
-from predictor.deadline import DOWN_SPELL_S, expected_with_fallback
 from predictor.spot import DEFAULT_CHECKPOINT_S, spot_cost
 from predictor.startup import (
     BILLING_MINIMUM_S,
