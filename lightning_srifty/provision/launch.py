@@ -499,6 +499,14 @@ class _Steer:
     ) -> None:
         self.guard, self.spot, self.od, self.check_s, self.echo = guard, spot, od, check_s, echo
         self.next_check = time.monotonic() + check_s
+        self.refused = 0  # spot starts refused in a row while on on-demand
+        self.retry_at = 0.0  # no return to spot before this (monotonic): 1, 2, 4 ... 16 checks after a refusal
+
+    def spot_refused(self) -> None:
+        """Each start costs a provisioning attempt (minutes with Terraform): back off while spot stays away."""
+        self.guard.observe(False)
+        self.refused += 1
+        self.retry_at = time.monotonic() + self.check_s * min(2 ** (self.refused - 1), 16)
 
     def kind(self, fleet: LaunchedFleet | None) -> str | None:
         """``spot``, ``on-demand`` (the twin), None (no fleet: waiting) or ``other`` (a fleet the guard does not
@@ -525,7 +533,7 @@ class _Steer:
             self.guard.observe(True)
             d = self.guard.decide(time.time(), "spot")
             return (self.od, d) if d.action == "on-demand" else None
-        if kind == "on-demand":
+        if kind == "on-demand" and time.monotonic() >= self.retry_at:
             d = self.guard.decide(time.time(), "on-demand", available=True)
             return (self.spot, d) if d.action == "spot" else None
         return None
@@ -603,7 +611,7 @@ def _run(
             new = up_one(steer.spot)  # type: ignore[union-attr]
         except CapacityError as exc:
             steer.guard.observe(False)  # type: ignore[union-attr]
-            echo(f"srifty launch: spot still gone ({exc.code}); next try in {spot_check_s:.0f} s")
+            echo(f"srifty launch: spot still gone ({exc.code}); next try in {spot_check_s:g} s")
             return None
         steer.guard.observe(True)  # type: ignore[union-attr]
         return new
@@ -654,7 +662,7 @@ def _run(
         first = guard.decide(time.time(), None, available=True)  # type: ignore[union-attr]
         echo(
             f"srifty launch: spot policy {spot_policy} against the {plan.constraints.deadline_h:g} h deadline, a check "
-            f"every {spot_check_s:.0f} s; on-demand fallback {od_plan.entries[od_index].fleet} at "
+            f"every {spot_check_s:g} s; on-demand fallback {od_plan.entries[od_index].fleet} at "
             f"${od_plan.entries[od_index].usd_per_hour:,.4f}/h; {first.describe()}"
         )
         if first.action == "on-demand":
@@ -738,11 +746,16 @@ def _run(
                     except CapacityError as exc:
                         if kind == "on-demand":
                             raise
-                        steer.guard.observe(False)
-                        echo(f"srifty launch: spot is not there ({exc.code}): staying on on-demand")
+                        steer.spot_refused()
+                        wait_s = steer.retry_at - time.monotonic()
+                        echo(
+                            f"srifty launch: spot is not there ({exc.code}): staying on on-demand, next try in "
+                            f"{wait_s:.0f} s"
+                        )
                         continue
                     if kind == "spot":
                         steer.guard.observe(True)
+                        steer.refused = 0
                     to = new.entry.fleet
                     asked = MoveRequest(launch_id=launch_id, why="deadline", reason=d.describe(), to_fleet=to)
                     pending = (new, target[2], asked, up_s)

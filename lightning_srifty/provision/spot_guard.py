@@ -57,12 +57,17 @@ class Decision:
     def describe(self) -> str:
         """``slack 3.10 h > the 0.40 h an on-demand finish needs: waiting for spot``."""
         what = {"spot": "spot", "wait": "waiting for spot", "on-demand": "on-demand"}[self.action]
+        slack, needs = duration(self.slack_h * 3600), duration(self.restart_h * 3600)
         if self.forced:
-            return (
-                f"slack {self.slack_h:.2f} h, within a check of the {self.restart_h:.2f} h an on-demand finish needs "
-                f"(the hard rule): {what}"
-            )
-        return f"slack {self.slack_h:.2f} h > the {self.restart_h:.2f} h an on-demand finish needs: {what}"
+            return f"slack {slack}, within a check of the {needs} an on-demand finish needs (the hard rule): {what}"
+        return f"slack {slack} > the {needs} an on-demand finish needs: {what}"
+
+
+def duration(seconds: float) -> str:
+    """``3.10 h``, ``12 min`` or ``0.7 s``: hours for a run's scale, smaller units where hours would read 0.00."""
+    if abs(seconds) >= 360:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 60:.0f} min" if abs(seconds) >= 60 else f"{seconds:.1f} s"
 
 
 def policy_for(name: str | None, entry: PlanEntry, plan: Plan) -> str:
@@ -124,7 +129,7 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
         from predictor.catalog import Catalog
 
         catalog = Catalog.load()
-    groups = [
+    groups = type(entry.groups)(
         dataclasses.replace(
             g,
             on_demand=g.count,
@@ -134,7 +139,7 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
             ),
         )
         for k, g in enumerate(entry.groups)
-    ]
+    )
     usd = sum(g.usd_per_hour for g in groups)
     time_h = max(entry.time_h - entry.expected_interruptions * entry.interruption_overhead_s / 3600, 0.0)
     scale = usd / entry.usd_per_hour if entry.usd_per_hour else 1.0
@@ -155,7 +160,8 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
         checkpoint_interval_s=None,
         savings_vs_current=None,
     )
-    return dataclasses.replace(plan, entries=[*plan.entries, od]), len(plan.entries)
+    entries = type(plan.entries)((*plan.entries, od))  # the plan's own sequence type (tuple or list)
+    return dataclasses.replace(plan, entries=entries), len(plan.entries)
 
 
 def total_steps(plan: Plan, global_batch: int) -> int:
