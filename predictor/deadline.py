@@ -224,7 +224,7 @@ class Ticks:
         return cls(
             tick_s,
             max(1, math.ceil(job.work_s / tick_s - 1e-9)),
-            int(math.floor(job.deadline_s / tick_s + 1e-9)),
+            math.floor(job.deadline_s / tick_s + 1e-9),
             math.ceil(job.restart_s / tick_s - 1e-9),
             None if ck is None or not math.isfinite(ck) else max(1, math.ceil(ck / tick_s - 1e-9)),
             job.spot_usd_hr * tick_s / 3600.0,
@@ -267,7 +267,7 @@ class Policy:
 
     name = "policy"
 
-    def reset(self, j: Ticks, zones: int) -> None:  # noqa: B027 - optional hook
+    def reset(self, j: Ticks, zones: int) -> None:
         """Called once before a run."""
 
     def decide(self, s: State, j: Ticks) -> int:
