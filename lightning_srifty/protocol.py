@@ -12,6 +12,8 @@ and the ``launch_id`` of the ``srifty launch`` it belongs to, and is read and wr
     PREEMPTED.json         Preempted    job -> launcher   the job left (spot notice, SIGTERM, granted move, lost
                                                           heartbeat, life cap): step, checkpoint, why, timings
     STARTED.json           Started      job -> launcher   a leg took its first step (the end of a move's downtime)
+    PROGRESS.json          Progress     job -> launcher   the global step while training, at most every
+                                                          ``progress_s`` (the spot guard's measured progress)
     FINISHED.json          Finished     job -> launcher   training ended normally: the last step
     FAILED.json            Failed       job -> launcher   training raised: the step and the error
     HANDOVER-<fleet>.json  Handover     launcher -> fleet a remote fleet's ``LaunchEnv`` (``env``), once the previous
@@ -62,6 +64,7 @@ MOVE_REQUEST = "MOVE_REQUEST.json"
 LEAVE = "LEAVE.json"
 PREEMPTED = "PREEMPTED.json"
 STARTED = "STARTED.json"
+PROGRESS = "PROGRESS.json"
 FINISHED = "FINISHED.json"
 FAILED = "FAILED.json"
 HEARTBEAT = "HEARTBEAT.json"
@@ -162,6 +165,19 @@ class Started(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Progress(Record):
+    """Where training is, rewritten by rank 0 at most every ``SpotPreemption(progress_s=...)`` seconds: the launcher's
+    spot guard weighs the work left against the deadline from it (a spot leg may run for hours without another
+    record)."""
+
+    FILE: ClassVar[str] = PROGRESS
+    fleet: str = ""
+    step: int | None = None  # the global step (optimizer steps) after the last step trained
+    unix: float | None = None  # when that step ended (the job's clock)
+    step_time_s: float | None = None  # measured mean seconds per step on this leg since its first step (None: <2)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Finished(Record):
     FILE: ClassVar[str] = FINISHED
     step: int | None = None
@@ -198,7 +214,17 @@ class Heartbeat(Record):
         return self.age_s(now) > self.max_age_s
 
 
-RECORDS: tuple[type[Record], ...] = (MoveRequest, Leave, Preempted, Started, Finished, Failed, Handover, Heartbeat)
+RECORDS: tuple[type[Record], ...] = (
+    MoveRequest,
+    Leave,
+    Preempted,
+    Started,
+    Progress,
+    Finished,
+    Failed,
+    Handover,
+    Heartbeat,
+)
 R = TypeVar("R", bound=Record)
 
 

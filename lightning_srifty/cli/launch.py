@@ -106,6 +106,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 heartbeat_max_age_s=args.heartbeat_max_age,
                 max_life_h=args.max_life_h,
                 start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
+                spot_policy=args.spot_policy,
+                spot_check_s=args.spot_check_s,
             )
     except LaunchInterrupted as exc:
         released = ", ".join(exc.released) or "none"
@@ -158,6 +160,20 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="H",
         help="hard cap on each fleet's life: the job checkpoints and leaves after H hours (default: the plan's "
         "predicted time x 1.5 + 1 h)",
+    )
+    p.add_argument(
+        "--spot-policy",
+        choices=("srifty", "greedy", "uniform", "off"),
+        help="against the plan's deadline, when to stay on spot, wait for it, fall back to the same fleet on-demand "
+        "or return to spot; never so late that an on-demand finish would miss the deadline (default: srifty for a "
+        "spot or mixed entry of a plan with a deadline, else off)",
+    )
+    p.add_argument(
+        "--spot-check-s",
+        type=number,
+        default=300.0,
+        metavar="S",
+        help="the spot policy looks every S seconds (its tick; default 300)",
     )
     p.add_argument(
         "--simulate-notice-after", type=number, metavar="S", help="local: a metadata service, spot notice after S s"

@@ -10,7 +10,8 @@ checkpoint is ever picked up), and the process exits with :data:`PREEMPTED_EXIT_
 Under ``srifty launch`` (a :class:`~lightning_srifty.protocol.LaunchEnv` in the environment) rank 0 also watches the
 launcher: a ``HEARTBEAT.json`` older than its ``max_age_s`` ("launcher heartbeat lost") and the fleet's life cap
 (``max_life_until_unix``) are notices too: checkpoint and leave with exit 75. It writes ``STARTED.json`` at the
-first step (the end of a move's downtime) and ``PREEMPTED.json`` / ``FINISHED.json`` / ``FAILED.json`` as it ends.
+first step (the end of a move's downtime), ``PROGRESS.json`` (the global step) at most every ``progress_s``
+while it trains, and ``PREEMPTED.json`` / ``FINISHED.json`` / ``FAILED.json`` as it ends.
 
 :func:`find_checkpoint` picks the newest checkpoint that loads, warning about (and skipping) a corrupted or
 truncated newer one. Paths are local or any fsspec URL (``s3://bucket/prefix`` with s3fs).
@@ -48,7 +49,7 @@ from lightning_srifty.migrate.checkpoints import (  # noqa: F401 - re-exported: 
     writes_directory,
 )
 from lightning_srifty.migrate.spot_watcher import Notice, SpotWatcher
-from lightning_srifty.protocol import Failed, Finished, Heartbeat, LaunchEnv, Preempted, Started, filesystem
+from lightning_srifty.protocol import Failed, Finished, Heartbeat, LaunchEnv, Leave, Preempted, Started, filesystem
 
 log = logging.getLogger("lightning_srifty")
 
@@ -82,6 +83,9 @@ class SpotPreemption(Callback):
             local disk at ``local_fallback``, the ``PREEMPTED.json`` record says so (``stored``), and it is written
             locally if the store refuses it too.
         local_fallback: the local folder for that (default: ``$TMPDIR/srifty-checkpoints``).
+        progress_s: under ``srifty launch``, rank 0 rewrites ``PROGRESS.json`` (the global step and the measured
+            step time) at most this often: the launcher's spot guard weighs the work left against the deadline from
+            it (None: never).
     """
 
     def __init__(
@@ -97,6 +101,7 @@ class SpotPreemption(Callback):
         keep: int = 2,
         leave_deadline_s: float = 100.0,
         local_fallback: str | None = None,
+        progress_s: float | None = 60.0,
     ) -> None:
         if on_rebalance not in ("checkpoint", "ignore"):
             from predictor.exceptions import ConfigError
@@ -120,6 +125,9 @@ class SpotPreemption(Callback):
         self.leave_deadline_s = float(leave_deadline_s)
         self.local_fallback = local_fallback or os.path.join(tempfile.gettempdir(), "srifty-checkpoints")
         self.stored = "durable"
+        self.progress_s = progress_s
+        self._leg_first: tuple[int, float] | None = None  # (global step, unix) at this leg's first step end
+        self._progress_at: float | None = None  # monotonic time of the last PROGRESS.json
         self._last_save = time.monotonic()
         self._stop = threading.Event()
         self._rebalance = threading.Event()
@@ -180,12 +188,17 @@ class SpotPreemption(Callback):
             heartbeat = bool(launch.heartbeat_max_age_s) and trainer.is_global_zero  # rank 0 reads; the step agrees
             self._watch_stop.clear()
             self._watch = threading.Thread(
-                target=self._watch_launcher, args=(launch, heartbeat), name="srifty-launcher-watch", daemon=True
+                target=self._watch_launcher,
+                args=(launch, heartbeat, trainer.is_global_zero),
+                name="srifty-launcher-watch",
+                daemon=True,
             )
             self._watch.start()
 
-    def _watch_launcher(self, launch: LaunchEnv, heartbeat: bool) -> None:
-        """Leave when the launcher's heartbeat is older than its max age, or at the fleet's life cap."""
+    def _watch_launcher(self, launch: LaunchEnv, heartbeat: bool, leave: bool = False) -> None:
+        """Leave when the launcher's heartbeat is older than its max age, at the fleet's life cap, or (``leave``,
+        rank 0) when the launcher asks with ``LEAVE.json`` on its own: its spot guard moving the job to on-demand or
+        back to spot (a move the job asked for is answered in :class:`~lightning_srifty.migrate.MigrationTriggers`)."""
         max_age = float(launch.heartbeat_max_age_s or 0)
         period = max(0.05, min(self.interval_s, max_age / 4 if max_age else 30.0, 30.0))
         last_seen = time.time()  # the job's start counts as a sighting: a launcher gone before it is noticed too
@@ -195,6 +208,8 @@ class SpotPreemption(Callback):
             if launch.max_life_until_unix is not None and now >= launch.max_life_until_unix:
                 cap = time.strftime("%H:%M:%S UTC", time.gmtime(launch.max_life_until_unix))
                 self._leave_on_own("max-life", f"the fleet's life cap was reached ({cap}; srifty launch --max-life-h)")
+                return
+            if leave and self._launcher_says_leave(launch):
                 return
             if not heartbeat:
                 continue
@@ -213,6 +228,20 @@ class SpotPreemption(Callback):
                     f"(max age {max_age:g} s)",
                 )
                 return
+
+    def _launcher_says_leave(self, launch: LaunchEnv) -> bool:
+        """A ``LEAVE.json`` of this launch: checkpoint at the next step and leave as a granted move."""
+        try:
+            granted = protocol.read_record(self.dirpath, Leave, launch.launch_id or None)
+        except Exception:  # noqa: BLE001 - unreadable now: asked again at the next look
+            return False
+        if granted is None:
+            return False
+        if self._stop.is_set():  # already leaving (a move the job asked for says why itself)
+            return True
+        why = f"the launcher moves the job to {granted.to_fleet or 'another fleet'}"
+        self.request_leave(why, trigger="leave", move=True, to_fleet=granted.to_fleet or None)
+        return True
 
     def _leave_on_own(self, trigger: str, why: str) -> None:
         log.warning("SpotPreemption: %s: checkpoint and leave", why)
@@ -269,6 +298,8 @@ class SpotPreemption(Callback):
                 protocol.write_record(self.dirpath, started)
             except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop training
                 log.warning("SpotPreemption: could not write %s: %s", protocol.STARTED, exc)
+        if self.launch is not None and trainer.is_global_zero:
+            self.report_progress(trainer.global_step, step_end)
         due = self.every_s is not None and time.monotonic() - self._last_save >= self.every_s
         stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
         rebalance = not stop and trainer.strategy.reduce_boolean_decision(self._rebalance.is_set() or due, all=False)
@@ -320,6 +351,30 @@ class SpotPreemption(Callback):
         if self.exit_process:
             raise SystemExit(PREEMPTED_EXIT_CODE)
         trainer.should_stop = True
+
+    def report_progress(self, step: int, unix: float, now: float | None = None) -> bool:
+        """Rewrite ``PROGRESS.json`` when ``progress_s`` has passed since the last one (the first step of a leg
+        always writes one); True when written. The step time is measured from the leg's first step, so a leg's
+        start-up and restore never count as training."""
+        now = time.monotonic() if now is None else now
+        if self._leg_first is None:
+            self._leg_first = (step, unix)
+        if self.progress_s is None or self.launch is None:
+            return False
+        if self._progress_at is not None and now - self._progress_at < self.progress_s:
+            return False
+        self._progress_at = now
+        first_step, first_unix = self._leg_first
+        step_time = (unix - first_unix) / (step - first_step) if step > first_step else None
+        record = protocol.Progress(
+            launch_id=self.launch.launch_id, fleet=self.launch.fleet, step=step, unix=unix, step_time_s=step_time
+        )
+        try:
+            protocol.write_record(self.dirpath, record)
+        except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop training
+            log.warning("SpotPreemption: could not write %s: %s", protocol.PROGRESS, exc)
+            return False
+        return True
 
     @classmethod
     def from_plan(cls, plan: Any, choice: int = 0, dirpath: str | None = None, **kwargs: Any) -> SpotPreemption:

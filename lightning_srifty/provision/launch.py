@@ -33,6 +33,7 @@ import contextlib
 import datetime as dt
 import itertools
 import json
+import math
 import os
 import signal
 import threading
@@ -50,10 +51,19 @@ from lightning_srifty.protocol import (
     Leave,
     MoveRequest,
     Preempted,
+    Progress,
     Started,
     entry_strategy,
 )
 from lightning_srifty.provision.base import LaunchedFleet, Provisioner
+from lightning_srifty.provision.spot_guard import (
+    DEFAULT_CHECK_S,
+    Decision,
+    SpotGuard,
+    guard_for,
+    on_demand_fleet,
+    policy_for,
+)
 from predictor.exceptions import CapacityError, ConfigError, LaunchInterrupted, MigrationError
 from predictor.plan import Plan, PlanEntry, load_plan
 
@@ -104,6 +114,7 @@ TRIGGER_WORDS = {
     "sigterm": "SIGTERM",
     "drift": "a drift from the prediction",
     "price": "a price change",
+    "deadline": "the spot policy's deadline check",
 }
 
 
@@ -125,6 +136,7 @@ class Migration:
     restart_s: float | None = None  # the launcher's part: the old job gone -> the new one started
     last_step_unix: float | None = None
     first_step_unix: float | None = None
+    started_unix: float | None = None  # when the launcher started the job on the new fleet
 
     def describe(self) -> str:
         """``moved from g5.xlarge:1 to g5.2xlarge:1 after a spot notice at step 120: checkpoint 3.2 s, new fleet up
@@ -151,12 +163,14 @@ def _up_or_next(
     max_attempts: int = 6,
     max_s: float = 1800.0,
     up: list[LaunchedFleet] | None = None,
+    only: bool = False,
 ) -> tuple[LaunchedFleet, float]:
     """Bring ``plan.entries[choice]`` up; when EC2 cannot start it now (:class:`CapacityError`: no capacity, spot
     capacity not available, a quota, the type not offered in the zone), first the same fleet in other zones of its
     region when the refusal was about a zone (the provisioner's ``zones_after``: cheapest first, at most 2), then the
     next entries of the plan in rank order (each within the plan's constraints and budget); at most ``max_attempts``
     tries and ``max_s`` seconds. Says what it tried and what the fleet it started costs next to the first choice.
+    ``only``: that entry alone, in its other zones too (the spot guard's fleets: it chose that one).
 
     Raises:
         CapacityError: none of the fleets tried could start (naming each and why).
@@ -165,7 +179,7 @@ def _up_or_next(
     """
     first, tried = plan.entries[choice], []
     started = time.monotonic()
-    for index in range(choice, len(plan.entries)):
+    for index in range(choice, choice + 1 if only else len(plan.entries)):
         entry = plan.entries[index]
         queue: list[Any] = [None]  # the default zone, then the provisioner's others
         zones_tried: list[str | None] = []
@@ -393,14 +407,22 @@ def launch(
     max_life_h: float | None = None,
     launch_id: str | None = None,
     start_timeout_s: float | None = None,
+    spot_policy: str | None = None,
+    spot_check_s: float = DEFAULT_CHECK_S,
+    catalog: Any = None,
 ) -> list[Migration]:
     """Run the job on ``plan.entries[choice]`` and keep it running through migrations (see the module doc).
 
     ``provisioner`` defaults to the local one running ``script``; ``checkpoint_dir`` to ``<workdir>/checkpoints``
     (the terraform provisioner's S3 prefix for that one).
 
+    ``spot_policy`` (``srifty``, ``greedy``, ``uniform``, ``off``; None: ``srifty`` for a spot or mixed entry of a
+    plan with a deadline, else ``off``) steers the fleet between spot and the same fleet on-demand against the plan's
+    deadline, checking every ``spot_check_s`` seconds (:mod:`lightning_srifty.provision.spot_guard`); ``catalog``
+    prices that on-demand fleet when the plan has none (default ``Catalog.load()``).
+
     Raises:
-        ConfigError: a heartbeat setting or the life cap cannot work.
+        ConfigError: a heartbeat setting, the life cap or the spot policy cannot work.
         MigrationError: the job failed, left for good, or no fleet is left.
         LaunchInterrupted: SIGINT, SIGTERM or SIGHUP (from the main thread); every fleet was released.
     """
@@ -418,6 +440,11 @@ def launch(
         raise ConfigError(
             f"--max-life-h must be > 0 hours. Got {max_life_h!r}.", parameter="max_life_h", value=max_life_h
         )
+    if not (isinstance(spot_check_s, (int, float)) and math.isfinite(spot_check_s) and spot_check_s > 0):
+        raise ConfigError(
+            f"--spot-check-s must be > 0 seconds. Got {spot_check_s!r}.", parameter="spot_check_s", value=spot_check_s
+        )
+    spot_policy = policy_for(spot_policy, plan.entries[choice], plan)
     if provisioner is None:
         from lightning_srifty.provision.local import LocalProvisioner
 
@@ -433,7 +460,7 @@ def launch(
     _refuse_a_live_launch(ckpt, launch_id)
     old = [n for n in protocol.present(ckpt) if n.startswith("HANDOVER-")]  # an earlier launch's: never boot from it
     protocol.clear(ckpt, *old)
-    protocol.clear_records(ckpt, Preempted, Finished, Failed, MoveRequest, Leave, Started)
+    protocol.clear_records(ckpt, Preempted, Finished, Failed, MoveRequest, Leave, Started, Progress)
     echo(f"srifty launch: launch {launch_id}, checkpoints and records in {ckpt}")
     echo(
         f"srifty launch: if this launcher dies without releasing its fleets (kill -9, a lost machine), their jobs "
@@ -448,7 +475,7 @@ def launch(
             if start_timeout_s is None and provisioner.kind != "local":  # local processes are polled directly
                 start_timeout_s = DEFAULT_START_TIMEOUT_S
             return _run(plan, choice, provisioner, ckpt, root, launch_id, heartbeat, up, max_migrations, poll_s,
-                        name, echo, max_life_h, start_timeout_s)  # fmt: skip
+                        name, echo, max_life_h, start_timeout_s, spot_policy, spot_check_s, catalog)  # fmt: skip
         except LaunchInterrupted as exc:
             exc.released = [f.name for f in up]
             raise
@@ -460,6 +487,56 @@ def launch(
                 except Exception as exc:  # noqa: BLE001 - report every fleet left behind, keep the first error
                     echo(f"srifty launch: releasing {remaining.entry.fleet} ({remaining.name}) failed: {exc}")
             heartbeat.stop()
+
+
+class _Steer:
+    """The spot guard at work in a launch: the spot (or mixed) fleet it watches, that fleet's on-demand twin, where
+    the job reads each plan, and when the next check is due. :meth:`target` says which of the two to move to now,
+    if any; the launch moves."""
+
+    def __init__(
+        self, guard: SpotGuard, spot: tuple[Plan, int, str], od: tuple[Plan, int, str], check_s: float, echo: Any
+    ) -> None:
+        self.guard, self.spot, self.od, self.check_s, self.echo = guard, spot, od, check_s, echo
+        self.next_check = time.monotonic() + check_s
+        self.refused = 0  # spot starts refused in a row while on on-demand
+        self.retry_at = 0.0  # no return to spot before this (monotonic): 1, 2, 4 ... 16 checks after a refusal
+
+    def spot_refused(self) -> None:
+        """Each start costs a provisioning attempt (minutes with Terraform): back off while spot stays away."""
+        self.guard.observe(False)
+        self.refused += 1
+        self.retry_at = time.monotonic() + self.check_s * min(2 ** (self.refused - 1), 16)
+
+    def kind(self, fleet: LaunchedFleet | None) -> str | None:
+        """``spot``, ``on-demand`` (the twin), None (no fleet: waiting) or ``other`` (a fleet the guard does not
+        steer: another entry the job or a failover moved to)."""
+        if fleet is None:
+            return None
+        for name, (plan, index, _) in (("spot", self.spot), ("on-demand", self.od)):
+            if fleet.entry == plan.entries[index]:
+                return name
+        return "other"
+
+    def due(self) -> bool:
+        if time.monotonic() < self.next_check:
+            return False
+        self.next_check = time.monotonic() + self.check_s
+        return True
+
+    def target(self, fleet: LaunchedFleet) -> tuple[tuple[Plan, int, str], Decision] | None:
+        """At a check with ``fleet`` running: the fleet to move to and why, or None to stay. On spot the capacity
+        is there (no notice came); on the twin the guard is asked whether spot would be worth going back to, and
+        the launch then tries to start it."""
+        kind = self.kind(fleet)
+        if kind == "spot":
+            self.guard.observe(True)
+            d = self.guard.decide(time.time(), "spot")
+            return (self.od, d) if d.action == "on-demand" else None
+        if kind == "on-demand" and time.monotonic() >= self.retry_at:
+            d = self.guard.decide(time.time(), "on-demand", available=True)
+            return (self.spot, d) if d.action == "spot" else None
+        return None
 
 
 def _run(
@@ -477,6 +554,9 @@ def _run(
     echo: Any,
     max_life_h: float | None,
     start_timeout_s: float | None = None,
+    spot_policy: str = "off",
+    spot_check_s: float = DEFAULT_CHECK_S,
+    catalog: Any = None,
 ) -> list[Migration]:
     log_path = root / "migrations.jsonl"
     silent = _Silence(start_timeout_s, echo)
@@ -484,9 +564,9 @@ def _run(
     plan_started: dict[str, float] = {}
     awaiting: list[tuple[Migration, str]] = []  # moves whose new leg has not taken its first step yet
 
-    def keep_plan(p: Plan) -> str:  # where the job reads the plan its fleet comes from
+    def keep_plan(p: Plan, started_unix: float | None = None) -> str:  # where the job reads its fleet's plan
         uri = protocol.write(ckpt, f"plans/plan-{len(plan_started) + 1}.json", p.to_dict())
-        plan_started[uri] = time.time()
+        plan_started[uri] = time.time() if started_unix is None else started_unix
         return uri
 
     def report(move: Migration) -> None:
@@ -521,18 +601,97 @@ def _run(
         provisioner.start(fleet, env.to_env())
         silent.started(fleet)
 
+    def up_one(target: tuple[Plan, int, str]) -> tuple[LaunchedFleet, float]:
+        """The guard's fleet, in other zones too, but never another entry of the plan (the guard chose this one)."""
+        return _up_or_next(provisioner, target[0], target[1], names, echo, up=up, only=True)
+
+    def spot_again() -> tuple[LaunchedFleet, float] | None:
+        """A spot start while waiting (its zone failover included); None, and capacity marked gone, if refused."""
+        try:
+            new = up_one(steer.spot)  # type: ignore[union-attr]
+        except CapacityError as exc:
+            steer.guard.observe(False)  # type: ignore[union-attr]
+            echo(f"srifty launch: spot still gone ({exc.code}); next try in {spot_check_s:g} s")
+            return None
+        steer.guard.observe(True)  # type: ignore[union-attr]
+        return new
+
+    def arrive(new: LaunchedFleet, new_uri: str, up_s: float, leaving: dict[str, Any]) -> LaunchedFleet:
+        """Start the job on ``new`` from the old leg's checkpoint, record the move, release the old fleet (last: the
+        new one has the job; a wait for spot released it already)."""
+        left, old = leaving["left"], leaving["old"]
+        start(new, new_uri, leaving["resume"])
+        move = Migration(
+            dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            str(left.why or leaving["trigger"]),
+            leaving["trigger"],
+            leaving["voluntary"],
+            old.entry.fleet,
+            new.entry.fleet,
+            left.step,
+            left.notice_to_durable_s,
+            None,
+            leaving["while_training"],
+            left.durable_unix,
+            checkpoint_s=left.save_s,
+            up_s=up_s,
+            restart_s=time.monotonic() - leaving["gone"],
+            last_step_unix=left.last_step_unix or left.durable_unix,
+            started_unix=time.time(),
+        )
+        migrations.append(move)
+        awaiting.append((move, leaving["resume"]))
+        if old in up:
+            provisioner.down(old)
+            up.remove(old)
+        return new
+
     plan_uri = keep_plan(plan)
     entry_strategy(plan.entries[choice])  # a layout srifty launch cannot start fails before any fleet is up
     batches = fleet_batches(plan.entries[choice])
     global_batch = sum(batches[0]) * batches[1]  # samples per optimizer step, kept on every later fleet
     numbers = itertools.count(1)  # fleet names stay unique for the whole launch (resources, handover objects)
     names = (f"{name}-{n}" for n in numbers)
-    fleet, _ = _up_or_next(provisioner, plan, choice, names, echo, up=up)
+    steer: _Steer | None = None
+    if spot_policy != "off":
+        od_plan, od_index = on_demand_fleet(plan, choice, catalog)
+        od_uri = plan_uri if od_plan is plan else keep_plan(od_plan, plan_started[plan_uri])
+        guard = guard_for(spot_policy, plan, choice, od_plan, od_index, started_unix=plan_started[plan_uri],
+                          global_batch=global_batch, check_s=spot_check_s)  # fmt: skip
+        steer = _Steer(guard, (plan, choice, plan_uri), (od_plan, od_index, od_uri), spot_check_s, echo)  # type: ignore[arg-type]
+        first = guard.decide(time.time(), None, available=True)  # type: ignore[union-attr]
+        echo(
+            f"srifty launch: spot policy {spot_policy} against the {plan.constraints.deadline_h:g} h deadline, a check "
+            f"every {spot_check_s:g} s; on-demand fallback {od_plan.entries[od_index].fleet} at "
+            f"${od_plan.entries[od_index].usd_per_hour:,.4f}/h; {first.describe()}"
+        )
+        if first.action == "on-demand":
+            fleet, _ = up_one(steer.od)
+            plan_uri = od_uri
+        else:
+            fleet, _ = _up_or_next(provisioner, plan, choice, names, echo, up=up)
+    else:
+        fleet, _ = _up_or_next(provisioner, plan, choice, names, echo, up=up)
+    waiting: dict[str, Any] | None = None  # the guard waits for spot: no fleet; what the next fleet resumes from
     try:
         start(fleet, plan_uri, "")
         pending: tuple[LaunchedFleet, str, MoveRequest, float] | None = None  # a voluntary move's new fleet, up
         while True:
             time.sleep(poll_s)
+            if waiting is not None:  # no fleet: at each check, on-demand if the guard says so, else try spot
+                if not steer.due():  # type: ignore[union-attr]
+                    continue
+                d = steer.guard.decide(time.time(), None)  # type: ignore[union-attr]
+                got = up_one(steer.od) if d.action == "on-demand" else spot_again()  # type: ignore[union-attr]
+                if got is None:
+                    continue
+                if d.action == "on-demand":
+                    echo(f"srifty launch: still no spot; {d.describe()}")
+                new, up_s = got
+                new_uri = steer.od[2] if d.action == "on-demand" else steer.spot[2]  # type: ignore[union-attr]
+                fleet, plan_uri = arrive(new, new_uri, up_s, waiting), new_uri
+                waiting = None
+                continue
             code = provisioner.poll(fleet)
             there = protocol.present(ckpt)  # one listing per poll; only what is there is read
 
@@ -546,6 +705,12 @@ def _run(
                         move.first_step_unix = started.first_step_unix
                         if move.last_step_unix is not None:
                             move.downtime_s = max(0.0, started.first_step_unix - move.last_step_unix)
+                        if steer is not None and move.started_unix is not None:
+                            # the save, bringing the fleet up, the start and the restore: what a restart costs
+                            steer.guard.restarted(
+                                (move.checkpoint_s or 0.0) + (move.up_s or 0.0)
+                                + max(0.0, started.first_step_unix - move.started_unix)
+                            )  # fmt: skip
                         report(awaiting.pop(i)[0])
                         break
             finished, left, failed = read(Finished), read(Preempted), read(Failed)
@@ -563,6 +728,37 @@ def _run(
                     echo(f"srifty launch: move requested ({request.why}): {request.reason}")
                     new, up_s = _up_or_next(provisioner, new_plan, new_plan.chosen, names, echo, up=up)
                     pending = (new, keep_plan(new_plan), request, up_s)
+                    protocol.write_record(ckpt, Leave(launch_id=launch_id, to_fleet=new.entry.fleet))
+                continue
+            if steer is not None and not (pending or finished or left or code is not None) and steer.due():
+                progress = read(Progress)
+                if progress is not None:
+                    steer.guard.progress(progress.step, progress.step_time_s)
+                move_to = steer.target(fleet)
+                if move_to is not None and len(migrations) >= max_migrations:
+                    echo("srifty launch: the spot policy's move declined: --max-migrations reached")
+                elif move_to is not None:
+                    (target, d) = move_to
+                    kind = "on-demand" if target is steer.od else "spot"
+                    echo(f"srifty launch: at step {steer.guard.step} on {steer.kind(fleet)}; {d.describe()}")
+                    try:
+                        new, up_s = up_one(target)
+                    except CapacityError as exc:
+                        if kind == "on-demand":
+                            raise
+                        steer.spot_refused()
+                        wait_s = steer.retry_at - time.monotonic()
+                        echo(
+                            f"srifty launch: spot is not there ({exc.code}): staying on on-demand, next try in "
+                            f"{wait_s:.0f} s"
+                        )
+                        continue
+                    if kind == "spot":
+                        steer.guard.observe(True)
+                        steer.refused = 0
+                    to = new.entry.fleet
+                    asked = MoveRequest(launch_id=launch_id, why="deadline", reason=d.describe(), to_fleet=to)
+                    pending = (new, target[2], asked, up_s)
                     protocol.write_record(ckpt, Leave(launch_id=launch_id, to_fleet=new.entry.fleet))
                 continue
             if finished is not None or (code == 0 and left is None):
@@ -600,49 +796,46 @@ def _run(
                 resume = ""
             if resume:  # the nodes refuse a checkpoint directory without its manifest too: fail before a fleet starts
                 protocol.require_manifest(resume)
+            leaving = {"left": left, "gone": gone, "resume": resume, "old": fleet}
             if pending is not None and left.move:
                 new, new_uri, request, up_s = pending
-                pending, trigger, voluntary, while_training = None, request.why, True, up_s
+                pending = None
+                leaving.update(trigger=request.why, voluntary=True, while_training=up_s)
             else:
                 if len(migrations) >= max_migrations:
                     raise MigrationError(f"Preempted again after {max_migrations} migrations: giving up.")
-                nxt = fleet.index + 1
-                if nxt >= len(fleet.plan.entries):
-                    raise MigrationError(
-                        f"No fleet left in the plan after {len(migrations)} migration(s): re-plan with "
-                        "srifty recommend."
-                    )
+                leaving.update(
+                    trigger=left.trigger if left.trigger in ("spot", "sigterm") else "spot",
+                    voluntary=False,
+                    while_training=0.0,
+                )
                 if pending is not None:  # a notice came before the granted move: that fleet is up, use it
                     new, new_uri, _, up_s = pending
                     pending = None
+                elif steer is not None and steer.kind(fleet) == "spot":  # the guard picks what comes next
+                    steer.guard.progress(left.step)
+                    steer.guard.observe(False)
+                    d = steer.guard.decide(time.time(), None)
+                    echo(f"srifty launch: spot gone at step {left.step}; {d.describe()}")
+                    got = up_one(steer.od) if d.action == "on-demand" else spot_again()
+                    if got is None:  # wait for spot: release the old fleet now, try spot at each check
+                        provisioner.down(fleet)
+                        up.remove(fleet)
+                        steer.next_check = time.monotonic() + spot_check_s
+                        waiting = leaving
+                        continue
+                    new, up_s = got
+                    new_uri = steer.od[2] if d.action == "on-demand" else steer.spot[2]
                 else:
+                    nxt = fleet.index + 1
+                    if nxt >= len(fleet.plan.entries):
+                        raise MigrationError(
+                            f"No fleet left in the plan after {len(migrations)} migration(s): re-plan with "
+                            "srifty recommend."
+                        )
                     new, up_s = _up_or_next(provisioner, fleet.plan, nxt, names, echo, up=up)
                     new_uri = plan_uri
-                trigger = left.trigger if left.trigger in ("spot", "sigterm") else "spot"
-                voluntary, while_training = False, 0.0
-            start(new, new_uri, resume)
-            move = Migration(
-                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                str(left.why or trigger),
-                trigger,
-                voluntary,
-                fleet.entry.fleet,
-                new.entry.fleet,
-                left.step,
-                left.notice_to_durable_s,
-                None,
-                while_training,
-                left.durable_unix,
-                checkpoint_s=left.save_s,
-                up_s=up_s,
-                restart_s=time.monotonic() - gone,
-                last_step_unix=left.last_step_unix or left.durable_unix,
-            )
-            migrations.append(move)
-            awaiting.append((move, resume))
-            provisioner.down(fleet)  # the old fleet goes last: the new one has its job
-            up.remove(fleet)
-            fleet, plan_uri = new, new_uri
+            fleet, plan_uri = arrive(new, new_uri, up_s, leaving), new_uri
     finally:
         flush()
 
