@@ -16,7 +16,7 @@ The single-node files hold 0/1; the Can't Be Late simulator reads them as *preem
 its ``sky_spot/env.py``), the repository's README as instances available. The figures use the simulator's reading
 and repeat the development set under the README's (``available``) as a robustness check.
 
-python bench/spot_replay.py [--grid] [--out bench/results/spot_replay.json] [--plot bench/results/spot_progress.png]
+python bench/spot_replay.py [--grid] [--out bench/results/spot_replay.json] [--plot docs/img/spot_progress.png]
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def plot(restart: float, path: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "bench/results/spot_replay.json"))
-    ap.add_argument("--plot", default=str(ROOT / "bench/results/spot_progress.png"))
+    ap.add_argument("--plot", default=str(ROOT / "docs/img/spot_progress.png"))
     ap.add_argument("--grid", action="store_true", help="the head-start x hysteresis grid on the development set")
     args = ap.parse_args()
     restart = restart_s()
