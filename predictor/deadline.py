@@ -639,6 +639,38 @@ DOWN_SPELL_S = 3.1 * 3600.0
 
 
 @dataclass(frozen=True)
+class SpotStats:
+    """Spot capacity as traces recorded it: what the ranking uses in place of the catalog's Spot Advisor rates."""
+
+    rate_per_hr: float  # interruptions per spot-instance hour: 1 / the mean spell with spot
+    down_s: float  # the mean spell without spot: the wait for capacity after an interruption
+    availability: float
+    source: str
+
+    @classmethod
+    def of(cls, traces: Sequence[Trace], source: str = "") -> SpotStats:
+        """Mean spells over every zone given (a zone's spells counted whole)."""
+        up: list[float] = []
+        down: list[float] = []
+        there = total = 0
+        for t in traces:
+            for row in t.available:
+                a = row.astype(int)
+                for series, out in ((a, up), (1 - a, down)):
+                    edges = np.diff(np.r_[0, series, 0])
+                    out.extend((np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)) * t.gap_s)
+                there += int(a.sum())
+                total += a.size
+        if not up:
+            raise ConfigError(
+                f"The spot traces {source or ''} never have spot available: there is nothing to rank spot on. Leave "
+                "them out, or rank on-demand only (--market on-demand).",
+                parameter="spot_trace",
+            )
+        return cls(3600.0 / float(np.mean(up)), float(np.mean(down)) if down else 0.0, there / total, source)
+
+
+@dataclass(frozen=True)
 class Fallback:
     """Arrays aligned with the candidates."""
 

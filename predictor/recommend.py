@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from predictor._io import check_writable
+from predictor.exceptions import ConfigError
 from predictor.plan import Plan
 from predictor.profile import Profile
 from predictor.ranking import Constraints, rank
@@ -17,6 +18,7 @@ from predictor.ranking import Constraints, rank
 if TYPE_CHECKING:
     from predictor.catalog import Catalog
     from predictor.client import ServiceClient
+    from predictor.deadline import SpotStats
 
 
 @dataclass(frozen=True)
@@ -36,14 +38,25 @@ def recommend(
     plan_path: str | os.PathLike[str] | None = None,
     report_path: str | os.PathLike[str] | None = None,
     refine: Callable[[Plan], Plan] | None = None,
+    spot_stats: SpotStats | None = None,
 ) -> Recommendation:
     """Rank fleets for ``profile`` under ``constraints`` (through ``service`` when given: its observations calibrate
     the ranking), ``refine`` the plan (``srifty recommend --launchable`` keeps what the account can start), then
-    write the plan (atomically) and the report where asked."""
+    write the plan (atomically) and the report where asked. ``spot_stats``: spot capacity from traces
+    (:class:`predictor.deadline.SpotStats`), in place of the catalog's rates (local ranking only)."""
     for output in (plan_path, report_path, Path(report_path).with_suffix(".png") if report_path else None):
         if output is not None:  # every output can be written before any is (or any ranking is spent)
             check_writable(output)
-    plan = service.rank(profile, constraints) if service is not None else rank(profile, constraints, catalog=catalog)
+    if service is not None and spot_stats is not None:
+        raise ConfigError(
+            "Spot traces are used by the local ranking only: drop --service, or rank without --spot-trace.",
+            parameter="spot_trace",
+        )
+    plan = (
+        service.rank(profile, constraints)
+        if service is not None
+        else rank(profile, constraints, catalog=catalog, spot_stats=spot_stats)
+    )
     if refine is not None:
         plan = refine(plan)
     written: dict[str, Any] = {}

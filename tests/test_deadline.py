@@ -301,3 +301,31 @@ def test_replay_needs_a_deadline(planned, tmp_path, capsys, catalog) -> None:
     assert main(["replay", "--plan", str(path), "--trace", str(trace)]) == 2
     assert "--deadline" in capsys.readouterr().err
     assert main(["replay", "--plan", str(path), "--trace", str(trace), "--deadline", "2h", "--format", "json"]) == 0
+
+
+def test_spot_traces_replace_the_catalog_rates_in_the_ranking(catalog, tmp_path, capsys) -> None:
+    trace = tmp_path / "trace.json"  # 167 h, longer than the deadline
+    data = random_trace(np.random.default_rng(5), 1000).available[0].astype(int).tolist()
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data}))
+    profile = load_profile(MINIMAL)
+    c = Constraints(steps=700_000, market="any", allow=("p3.2xlarge",), max_instances=1, deadline_h=70)
+    plain = rank(profile, c, catalog=catalog)
+    stats = dl.SpotStats.of([dl.read_trace(trace)[0]], source="trace.json")
+    traced = rank(profile, c, catalog=catalog, spot_stats=stats)
+    spot = next(e for e in traced.entries if e.market == "spot")
+    before = next(e for e in plain.entries if e.market == "spot")
+    assert spot.expected_interruptions > 10 * before.expected_interruptions and spot.cost_usd > before.cost_usd
+    assert spot.time_h <= 70 and any("spot capacity from the traces trace.json" in n for n in traced.notes)
+    with pytest.raises(ConfigError, match="never have spot available"):
+        dl.SpotStats.of([trace_of([0, 0, 0])])
+    # the same from the command line, and the replay of the plan keeps the deadline
+    profile_path = tmp_path / "profile.json"
+    profile_path.write_text(json.dumps(MINIMAL))
+    out = tmp_path / "plan.json"
+    argv = ["recommend", "--profile", str(profile_path), "--steps", "700000", "--market", "any", "--allow",
+            "p3.2xlarge", "--max-instances", "1", "--deadline", "70h", "--spot-trace", str(trace),
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["replay", "--plan", str(out), "--trace", str(trace), "--format", "json"]) == 0
+    assert all(r["deadline_met"] for r in json.loads(capsys.readouterr().out)["results"])

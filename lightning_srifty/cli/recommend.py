@@ -13,6 +13,20 @@ from predictor.ranking.constraints import LAYOUTS, OBJECTIVES, constraint_defaul
 DEFAULTS = constraint_defaults()
 
 
+def _spot_stats(args: argparse.Namespace) -> Any:
+    """Spot capacity from ``--spot-trace`` files (skypilot-org/spot-traces format), or None."""
+    if not args.spot_trace:
+        return None
+    from predictor import deadline as dl
+
+    read = [dl.read_trace(p, values=args.trace_values) for p in args.spot_trace]
+    for _, notes in read:
+        for note in notes:
+            print(f"note: {note}")
+    names = ", ".join(t.names[0] for t, _ in read)
+    return dl.SpotStats.of([t for t, _ in read], source=names)
+
+
 def cmd_recommend(args: argparse.Namespace) -> int:
     from predictor.profile import load_profile
     from predictor.rank import Constraints
@@ -54,6 +68,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         plan_path=args.out or None,
         report_path=args.report or None,
         refine=refine,
+        spot_stats=_spot_stats(args),
     )
     plan = result.plan
     if "plan" in result.written:
@@ -100,6 +115,19 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     work.add_argument("--epochs", type=number, help="epochs (with --steps-per-epoch)")
     p.add_argument("--steps-per-epoch", type=whole, help="optimizer steps in one epoch")
     p.add_argument("--deadline", type=hours, help="e.g. 12h, 90m, 2d")
+    p.add_argument(
+        "--spot-trace",
+        action="append",
+        metavar="TRACE.json",
+        help="spot capacity as a skypilot-org/spot-traces file recorded it (repeatable: zones): its interruption rate "
+        "and wait for capacity replace the catalog's in the spot prices and the deadline fallback",
+    )
+    p.add_argument(
+        "--trace-values",
+        choices=("available", "preempted"),
+        default=None,
+        help="what --spot-trace's numbers are: instances available (default) or preempted flags",
+    )
     p.add_argument("--budget", type=number, help="US dollars")
     p.add_argument("--objective", choices=OBJECTIVES, help=f"what to minimise (default {DEFAULTS['objective']})")
     p.add_argument(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.catalog.catalog import Catalog
-from predictor.deadline import DOWN_SPELL_S, expected_with_fallback
+from predictor.deadline import DOWN_SPELL_S, SpotStats, expected_with_fallback
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
 from predictor.fleet import parse_fleet
 from predictor.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry, writer
@@ -57,8 +57,12 @@ def rank(
     catalog: Catalog | None = None,
     checkpoint_s: float | None = None,
     calibration: Calibration | None = None,
+    spot_stats: SpotStats | None = None,
 ) -> Plan:
     """Rank fleets; raise NoFeasibleConfigError (with the binding constraint and hints) when none is feasible.
+
+    ``spot_stats``: spot capacity as traces recorded it (:class:`predictor.deadline.SpotStats`): its interruption
+    rate replaces the catalog's Spot Advisor rates and its wait for capacity the traces' default.
 
     ``checkpoint_s``: what one checkpoint costs (save, and load after an interruption); default: the profile's
     measured cost (``profile.checkpoint``), else :data:`predictor.spot.DEFAULT_CHECKPOINT_S`.
@@ -137,7 +141,9 @@ def rank(
         startup_by_shape = np.where(_is_fleet(current[0], names, many), 0.0, startup_by_shape)
     startup = startup_by_shape[s]
     run_s = work.samples / many.throughput_samples_s[s]
-    spot = spot_cost(run_s, np.ones(len(s)), cand.rate_per_hr, checkpoint_s, restart_s=startup)
+    rate = cand.rate_per_hr if spot_stats is None else row_sum(cand.spot) * spot_stats.rate_per_hr
+    down_s = DOWN_SPELL_S if spot_stats is None else spot_stats.down_s
+    spot = spot_cost(run_s, np.ones(len(s)), rate, checkpoint_s, restart_s=startup)
     wall_s = startup + spot.expected_time_s
     time_h = wall_s / 3600
     usd_hr = row_sum(cand.group_usd)
@@ -147,7 +153,7 @@ def rank(
         guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
         fb = expected_with_fallback(
             spot.expected_time_s, run_s, spot.expected_interruptions, constraints.deadline_h * 3600, startup,
-            startup + 2 * checkpoint_s, usd_hr, cand.od_usd,
+            startup + 2 * checkpoint_s, usd_hr, cand.od_usd, down_s=down_s,
         )  # fmt: skip
         wall_s = np.where(guarded, fb.time_s, wall_s)
         cost = np.where(guarded, np.maximum(fb.cost_usd, usd_hr * billed_hours(np.zeros(len(s)))), cost)
@@ -220,6 +226,7 @@ def rank(
         checkpoint_s=float(checkpoint_s),
         notes=tuple(
             _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
+            + _spot_notes(constraints, spot_stats)
             + ([current_note] if current_note else [])
             + _startup_notes(constraints, types, entries[0], current, known_startup)
             + _layout_notes(constraints, many)
@@ -255,12 +262,6 @@ def _notes(
         f"of {work.global_batch}); spot overhead with a {checkpoint_s:.3g} s checkpoint ({checkpoint_note}) and Spot "
         "Advisor interruption rates; any lost instance stops a synchronous DDP step until it is replaced",
     ]
-    if constraints.deadline_h is not None and constraints.market != "on-demand":
-        notes.append(
-            "spot and mixed fleets include the on-demand fallback srifty launch's deadline policy would make (each "
-            f"interruption also waits {DOWN_SPELL_S / 3600:.1f} h for capacity, the spot-traces' median; "
-            "on_demand_fallback: the expected share): check one on a trace with srifty replay"
-        )
     if constraints.max_types >= 3 and len(names) > cands.MIX3_TYPES:
         notes.append(
             f"3-type mixes formed from the {cands.MIX3_TYPES} most cost-efficient types only: "
@@ -275,6 +276,25 @@ def _notes(
         )
     if current:
         notes.append(f"savings and migration effort against {current[0]} ({current[2]:,.2f} USD for the work)")
+    return notes
+
+
+def _spot_notes(constraints: Constraints, stats: SpotStats | None) -> list[str]:
+    notes = []
+    if stats is not None and constraints.market != "on-demand":
+        notes.append(
+            f"spot capacity from the traces {stats.source}: spot there {stats.availability:.0%} of the time, "
+            f"{stats.rate_per_hr:.3g} interruptions per instance-hour (in place of the Spot Advisor rates), "
+            f"{stats.down_s / 3600:.2f} h without spot on average after one"
+        )
+    if constraints.deadline_h is not None and constraints.market != "on-demand":
+        wait = DOWN_SPELL_S / 3600 if stats is None else stats.down_s / 3600
+        where = "the spot-traces' median" if stats is None else "the traces'"
+        notes.append(
+            "spot and mixed fleets include the on-demand fallback srifty launch's deadline policy would make (each "
+            f"interruption also waits {wait:.1f} h for capacity, {where}; on_demand_fallback: the expected share): "
+            "check one on a trace with srifty replay"
+        )
     return notes
 
 
