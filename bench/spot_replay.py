@@ -70,6 +70,16 @@ def traces(spec: tuple[str, str, int, int], values: str | None = None) -> list[d
     return out
 
 
+def region_traces(values: str | None = None) -> list[dl.Trace]:
+    """The 2023-02-15 zones grouped by region (us-east-1: 4 zones, us-east-2: 2, us-west-2: 3): a run may move
+    between the zones of its region."""
+    spec = SETS["availability 2023-02-15"]
+    by_region: dict[str, list[dl.Trace]] = {}
+    for t in traces(spec, values):
+        by_region.setdefault(t.names[0][:9], []).append(t)
+    return [dl.combine(group) for group in by_region.values()]
+
+
 def jobs(trace: dl.Trace, restart: float, nodes: int):
     """(job, start tick) pairs that fit in the trace."""
     for w in WORK_H:
@@ -84,9 +94,10 @@ def jobs(trace: dl.Trace, restart: float, nodes: int):
                 yield dl.Job(w * 3600, deadline_s, restart, SPOT_USD * nodes, OD_USD * nodes), start, w, f
 
 
-def run_set(spec, restart: float, policies, values: str | None = None, fallback: bool = False) -> dict:
+def run_set(spec, restart: float, policies, values: str | None = None, fallback: bool = False,
+            given: list[dl.Trace] | None = None) -> dict:  # fmt: skip
     rows = []
-    for trace in traces(spec, values):
+    for trace in given if given is not None else traces(spec, values):
         for job, start, w, f in jobs(trace, restart, spec[2]):
             window = trace.window(start, trace.ticks - start)
             best = dl.optimum(job, window)
@@ -219,7 +230,11 @@ def main() -> None:
                 ("greedy", "uniform", "srifty")
             )  # fmt: skip
             print(f"[{time.time() - t0:5.0f} s] {group}: {label}: {res['jobs']} jobs: {line}", flush=True)
-    for group in ("development", "held out", "development, README reading"):
+    zones = run_set(SETS["availability 2023-02-15"], restart, policies, given=region_traces())
+    zones["group"] = "zones of a region"
+    result["sets"]["availability 2023-02-15, any zone of the region"] = zones
+    print(f"[{time.time() - t0:5.0f} s] 2023-02-15, any zone of its region: {zones['jobs']} jobs", flush=True)
+    for group in ("development", "held out", "development, README reading", "zones of a region"):
         rows = [r for s in result["sets"].values() if s["group"] == group for r in s["rows"]]
         summary = summarise(rows, [p().name for p in policies])
         result[group] = summary
