@@ -169,3 +169,21 @@ def test_capture_bad_input_exits_2_naming_it(args, expected, tmp_path, capsys) -
     err = capsys.readouterr().err
     assert err.startswith("srifty: error: ") and expected in err and "Traceback" not in err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_the_demo_counts_its_epochs_instead_of_lightnings_minus_one() -> None:
+    """The progress bar showed ``Epoch 11/-2``: the demo set only max_steps. Now max_epochs is what the steps take."""
+    from lightning_srifty.demo.run import epochs_for
+
+    assert epochs_for(270, 1527, 64, 1) == 12  # 23 full batches of 64 per epoch
+    assert epochs_for(23, 1527, 64, 1) == 1 and epochs_for(24, 1527, 64, 1) == 2
+    assert epochs_for(40, 1527, 64, 2) == 4  # 764 samples, 11 full batches per rank and epoch
+    assert epochs_for(5, 10, 64, 4) == 5  # fewer samples than a batch: one step per epoch, never 0
+
+
+def test_a_duration_without_a_unit_is_refused_naming_the_units(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["recommend", "--profile", "p.json", "--steps", "10", "--deadline", "90"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--deadline" in err and "'90' has no unit: write 90h (hours), 90m (minutes), 90d (days) or 90s" in err

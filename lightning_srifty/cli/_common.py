@@ -43,8 +43,14 @@ def positive_int(text: str) -> int:
 
 
 def hours(text: str) -> float:
-    """'12h', '90m', '2d', '3600s' or a number of hours."""
+    """'12h', '90m', '2d' or '3600s', in hours. A bare number is refused: ``--deadline 90`` could mean 90 minutes as
+    well as 90 hours."""
     match = _DURATION.match(_ascii(text, "a duration"))
+    if match and not match.group(2):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no unit: write {match.group(1)}h (hours), {match.group(1)}m (minutes), "
+            f"{match.group(1)}d (days) or {match.group(1)}s (seconds)"
+        )
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive duration like 12h, 90m or 2d, got {text!r}")
     return float(match.group(1)) * {"": 1, "h": 1, "m": 1 / 60, "s": 1 / 3600, "d": 24}[match.group(2)]

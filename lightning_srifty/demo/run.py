@@ -37,6 +37,14 @@ class DemoConfig:
     total_steps: int | None = 100_000  # the run the recommendation is made for (the demo itself is only a profile)
 
 
+def epochs_for(max_steps: int, train_samples: int, batch_size: int, world: int) -> int:
+    """Epochs ``max_steps`` optimizer steps take when each of ``world`` ranks draws full batches of ``batch_size``
+    from its share of ``train_samples`` (Lightning's DistributedSampler pads the shares to ``ceil(samples /
+    world)``; the last partial batch is dropped): the demo stops at ``max_steps`` inside the last one."""
+    per_epoch = max(1, -(-train_samples // world) // batch_size)
+    return max(1, -(-max_steps // per_epoch))
+
+
 def build(config: DemoConfig) -> tuple[pl.LightningModule, pl.LightningDataModule]:
     """The model and data of a demo configuration."""
     if config.model == "cnn":
@@ -62,8 +70,11 @@ def run_demo(config: DemoConfig, extra_callbacks: list[Any] | None = None) -> tu
         constraints=Constraints(steps=config.total_steps) if config.total_steps else None,
     )
     max_steps = config.max_steps or config.warmup_steps + config.profile_steps + 50
+    data.setup("fit")  # the epochs the steps take, so the progress bar counts to them (not Lightning's -1)
+    world = max(1, config.devices if isinstance(config.devices, int) else 1) * max(1, config.num_nodes)
     trainer = pl.Trainer(
         max_steps=max_steps,
+        max_epochs=epochs_for(max_steps, len(data.train), data.batch_size, world),
         accelerator=config.accelerator,
         devices=config.devices,
         num_nodes=config.num_nodes,
