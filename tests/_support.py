@@ -6,6 +6,7 @@ Light on purpose (no torch, no Lightning at import): the small Lightning models 
 from __future__ import annotations
 
 import copy
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -87,3 +88,44 @@ class LocalServer:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()  # type: ignore[attr-defined]
         self.server.server_close()  # type: ignore[attr-defined]
+
+
+class Recorder:
+    """A provisioner that records up / start / stop / down and runs nothing; it refuses the first ``spot_refusals``
+    starts of a spot or mixed entry as EC2 does without capacity."""
+
+    kind = "recorder"
+
+    def __init__(self, spot_refusals: int = 0) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.envs: dict[str, dict[str, str]] = {}
+        self.markets: dict[str, str] = {}
+        self.started_unix: dict[str, float] = {}
+        self.spot_refusals = spot_refusals
+
+    def up(self, plan, index, name, zone=None):
+        from lightning_srifty.provision.base import LaunchedFleet
+        from predictor.exceptions import CapacityError
+
+        market = plan.entries[index].market
+        if market != "on-demand" and self.spot_refusals > 0:
+            self.spot_refusals -= 1
+            self.calls.append(("refused", name))
+            raise CapacityError("no spot capacity", code="InsufficientInstanceCapacity")
+        self.calls.append(("up", name))
+        self.markets[name] = market
+        return LaunchedFleet(plan, index, name)
+
+    def start(self, fleet, env) -> None:
+        self.calls.append(("start", fleet.name))
+        self.envs[fleet.name] = env
+        self.started_unix[fleet.name] = time.time()
+
+    def poll(self, fleet):
+        return None
+
+    def stop(self, fleet) -> None:
+        self.calls.append(("stop", fleet.name))
+
+    def down(self, fleet) -> None:
+        self.calls.append(("down", fleet.name))

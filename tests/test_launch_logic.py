@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from _support import Recorder
 from lightning_srifty import protocol as markers
 from lightning_srifty.protocol import Failed, Finished, Heartbeat, Leave, MoveRequest, Preempted, Started, write_record
 from lightning_srifty.provision.base import LaunchedFleet
@@ -21,31 +22,6 @@ from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError
 from predictor.rank import Constraints, rank
 
 LID = "L1"  # the launch id of every launch here: the test plays the job, which writes its records with it
-
-
-class Recorder:
-    kind = "recorder"
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.envs: dict[str, dict[str, str]] = {}
-
-    def up(self, plan, index, name) -> LaunchedFleet:
-        self.calls.append(("up", name))
-        return LaunchedFleet(plan, index, name)
-
-    def start(self, fleet, env) -> None:
-        self.calls.append(("start", fleet.name))
-        self.envs[fleet.name] = env
-
-    def poll(self, fleet):
-        return None
-
-    def stop(self, fleet) -> None:
-        self.calls.append(("stop", fleet.name))
-
-    def down(self, fleet) -> None:
-        self.calls.append(("down", fleet.name))
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ import time
 import numpy as np
 import pytest
 
+from _support import Recorder
 from lightning_srifty import protocol
 from lightning_srifty.protocol import Finished, Leave, Preempted, write_record
-from lightning_srifty.provision.base import LaunchedFleet
 from lightning_srifty.provision.launch import launch
 from lightning_srifty.provision.money import check_entry
 from lightning_srifty.provision.spot_guard import SpotGuard, on_demand_fleet, policy_for
 from predictor import deadline
-from predictor.exceptions import CapacityError, ConfigError
+from predictor.exceptions import ConfigError
 
 LID = "L1"
 T0 = 1_000_000.0  # the scripted clock's start (unix seconds)
@@ -193,43 +193,6 @@ def test_the_on_demand_fallback_is_the_same_fleet_priced_from_the_catalog(spot_p
 
 
 # --- srifty launch with a recording provisioner ---------------------------------------------------------------------
-
-
-class Recorder:
-    """Records up / start / down; refuses the first ``spot_refusals`` spot starts as EC2 does without capacity."""
-
-    kind = "recorder"
-
-    def __init__(self, spot_refusals: int = 0) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.envs: dict[str, dict[str, str]] = {}
-        self.markets: dict[str, str] = {}
-        self.started_unix: dict[str, float] = {}
-        self.spot_refusals = spot_refusals
-
-    def up(self, plan, index, name, zone=None) -> LaunchedFleet:
-        market = plan.entries[index].market
-        if market != "on-demand" and self.spot_refusals > 0:
-            self.spot_refusals -= 1
-            self.calls.append(("refused", name))
-            raise CapacityError("no spot capacity", code="InsufficientInstanceCapacity")
-        self.calls.append(("up", name))
-        self.markets[name] = market
-        return LaunchedFleet(plan, index, name)
-
-    def start(self, fleet, env) -> None:
-        self.calls.append(("start", fleet.name))
-        self.envs[fleet.name] = env
-        self.started_unix[fleet.name] = time.time()
-
-    def poll(self, fleet):
-        return None
-
-    def stop(self, fleet) -> None:
-        self.calls.append(("stop", fleet.name))
-
-    def down(self, fleet) -> None:
-        self.calls.append(("down", fleet.name))
 
 
 def _until(predicate, timeout: float = 15.0) -> None:
