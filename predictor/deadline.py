@@ -24,8 +24,8 @@ the same tick model knowing the whole trace (and never losing work): the yardsti
 Policies: ``on-demand`` (never spot), ``greedy`` (spot whenever available, wait otherwise, on-demand only when the
 deadline forces it: Can't Be Late's greedy with its safety net), ``uniform`` (Can't Be Late's uniform progress: run
 on-demand while behind the straight line from 0 to the work at the deadline, with hysteresis), and ``srifty`` (the
-product's: uniform progress whose line starts after a quarter of the slack, so that spot gets a head start, and which
-returns to spot as soon as the run is on track).
+product's: uniform progress whose line starts after a quarter of the slack, and no earlier than twice the work before
+the deadline, so that spot gets a head start, and which returns to spot as soon as the run is on track).
 
 References: Wu et al., *Can't Be Late: Optimizing Spot Instance Savings under Deadlines*, NSDI 2024; the traces:
 github.com/skypilot-org/spot-traces.
@@ -309,12 +309,16 @@ class UniformProgress(Policy):
 
     name = "uniform"
     head_start = 0.0  # share of the slack before the line starts (0: from the run's start)
+    tail: float | None = None  # the line starts no earlier than (1 + tail) x the work before the deadline
     hysteresis = 1.0  # restarts ahead of the line before an on-demand fleet is left for spot
 
     def target(self, s: State, j: Ticks) -> float:
         """The progress the line asks for at the end of this tick."""
         horizon = max(1, j.deadline - j.restart)
-        x0 = self.head_start * max(0, horizon - j.work)
+        slack = max(0, horizon - j.work)
+        x0 = self.head_start * slack
+        if self.tail is not None:
+            x0 = max(x0, slack - self.tail * j.work)
         return j.work * (s.tick + 1 - x0) / max(1.0, horizon - x0)
 
     def decide(self, s: State, j: Ticks) -> int:
@@ -335,17 +339,21 @@ class Srifty(UniformProgress):
 
     - the line starts after ``head_start`` (0.25) of the slack: a run first waits for spot for up to a quarter of
       its slack before on-demand is used (bounded: 0 is uniform progress, 1 is greedy);
+    - and no earlier than ``(1 + tail)`` x the work before the deadline (``tail`` 1): a run with slack to spare (a
+      deadline of 3-10x its work) waits for spot like greedy, then keeps a line with as much slack as work for the
+      rest (uniform progress would buy on-demand from the first tick without spot);
     - an on-demand fleet is left for spot as soon as spot is there and the progress is on the line
       (``hysteresis`` 0): on-demand time is only bought while the run is behind;
     - always the hard rule (:func:`must_run_on_demand`).
 
-    Both constants were chosen on the single-node traces (2022-10-26 and 2023-02-15 availability, 2023-04-22
+    The constants were chosen on the single-node traces (2022-10-26 and 2023-02-15 availability, 2023-04-22
     preemption) only, as round values in the flat middle of the grid (bench/spot_replay.py --grid); the multi-node
     traces are the held-out check.
     """
 
     name = "srifty"
     head_start = 0.25
+    tail = 1.0
     hysteresis = 0.0
 
 

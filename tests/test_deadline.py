@@ -329,3 +329,18 @@ def test_spot_traces_replace_the_catalog_rates_in_the_ranking(catalog, tmp_path,
     capsys.readouterr()
     assert main(["replay", "--plan", str(out), "--trace", str(trace), "--format", "json"]) == 0
     assert all(r["deadline_met"] for r in json.loads(capsys.readouterr().out)["results"])
+
+
+def test_srifty_waits_for_spot_when_the_deadline_has_slack_to_spare() -> None:
+    """A short job with a long deadline and no spot at first: uniform progress buys on-demand at once, srifty waits
+    until twice the work is left before the deadline (the new-user walk's 1.8 h job with a 40 h deadline)."""
+    j = job(10, 200, restart_ticks=1)
+    tr = trace_of([0] * 120 + [1] * 100)
+    uniform = dl.replay(j, tr, dl.UniformProgress())
+    srifty = dl.replay(j, tr, dl.Srifty())
+    assert uniform.hours["spot"] == 0 and uniform.cost_usd == pytest.approx(11 * 600 / 3600 * 3.0)
+    assert srifty.hours["on-demand"] == 0 and srifty.cost_usd == pytest.approx(11 * 600 / 3600 * 1.0)
+    assert srifty.deadline_met and uniform.deadline_met
+    # and when spot never comes, it still finishes in time, on-demand
+    late = dl.replay(j, trace_of([0] * 220), dl.Srifty())
+    assert late.deadline_met and late.hours["on-demand"] > 0
