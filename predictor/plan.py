@@ -103,7 +103,9 @@ class PlanEntry:
         "expected wall time for the work: start-up, spot interruptions and checkpoints included", min=0
     )
     cost_usd: float = doc_field("expected cost for the work: per-second billing, 60 s minimum per instance", min=0)
-    cost_interval_usd: list[float] = doc_field("80% interval of the cost from the step-time interval")
+    cost_interval_usd: list[float] = doc_field(
+        "80% interval of the cost from the step-time interval (the start-up's cost is fixed: not scaled with it)"
+    )
     expected_interruptions: float = doc_field("expected spot interruptions over the run (0 on-demand)", min=0)
     interruption_overhead_s: float = doc_field(
         "expected time one interruption costs: re-provisioning, restart, checkpoint load and the work lost since the "

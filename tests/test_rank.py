@@ -313,3 +313,15 @@ def test_a_short_job_is_told_to_keep_the_fleet_it_has(catalog) -> None:
     assert [e.startup_s for e in running.entries if e.fleet == "p3.2xlarge:1"] == [0.0]
     long = rank(profile, Constraints(steps=2_000_000, market="on-demand"), catalog=catalog)
     assert not any(n.startswith("keep the fleet you have") for n in long.notes)
+
+
+def test_the_cost_interval_never_goes_below_the_start_up(profile, catalog) -> None:
+    """Issue #24 item 10: the start-up is billed whatever the step time; only the training part has an interval."""
+    plan = rank(profile, Constraints(steps=50, market="on-demand", max_instances=2), catalog=catalog)
+    for e in plan.entries:
+        fixed = e.usd_per_hour * e.startup_s / 3600
+        lo, hi = e.cost_interval_usd
+        assert fixed <= lo <= e.cost_usd <= hi
+        train = e.cost_usd - fixed
+        step_lo, step_hi = (x / e.iteration_time_s for x in e.iteration_time_interval_s)
+        assert lo == pytest.approx(fixed + train * step_lo) and hi == pytest.approx(fixed + train * step_hi)

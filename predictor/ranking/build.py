@@ -82,6 +82,13 @@ def entry_layout(layout: Layout, profile: Profile, groups: list[PlanGroup]) -> P
     )
 
 
+def _cost_interval(cost: float, fixed: float, lo: float, hi: float) -> tuple[float, float]:
+    """The 80% interval of the cost: only the training part scales with the step-time interval; what is fixed (the
+    fleet's start-up, billed before the first step) is not uncertain with it, so the interval never goes below it."""
+    fixed = min(max(fixed, 0.0), cost)
+    return fixed + (cost - fixed) * lo, fixed + (cost - fixed) * hi
+
+
 def entry(
     scored: Scored,
     i: int,
@@ -139,7 +146,7 @@ def entry(
         throughput_samples_s=float(many.throughput_samples_s[sh]),
         time_h=float(scored.time_h[i]),
         cost_usd=cost,
-        cost_interval_usd=(cost * lo, cost * hi),
+        cost_interval_usd=_cost_interval(cost, float(scored.usd_hr[i]) * float(scored.startup_s[i]) / 3600, lo, hi),
         expected_interruptions=float(spot.expected_interruptions[i]),
         interruption_overhead_s=float(spot.per_interruption_s[i]),
         risk=str(risk_label(spot.expected_interruptions[i : i + 1])[0]),
