@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from _support import MINIMAL
-from lightning_srifty.cli import main
+from lightning_srifty.cli import build_parser, main
 from predictor.profile import load_profile
 
 
@@ -187,3 +187,41 @@ def test_a_duration_without_a_unit_is_refused_naming_the_units(capsys) -> None:
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "--deadline" in err and "'90' has no unit: write 90h (hours), 90m (minutes), 90d (days) or 90s" in err
+
+
+def test_a_mistyped_subcommand_or_flag_gets_did_you_mean(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["recomend"])
+    assert "did you mean 'recommend'?" in capsys.readouterr().err
+    # the typo, not the required flag it hides, is what is said
+    with pytest.raises(SystemExit):
+        main(["recommend", "--profile", "p.json", "--stpes", "1000"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --stpes; --stpes: did you mean --steps?" in err and "is required" not in err
+    with pytest.raises(SystemExit):
+        main(["replay", "--plan", "p.json", "--trace", "t.json", "--polcy", "srifty"])
+    assert "--polcy: did you mean --policy?" in capsys.readouterr().err
+
+
+def test_ranking_errors_name_the_commands_flags(tmp_path, capsys) -> None:
+    import dataclasses
+
+    from lightning_srifty.cli.recommend import flag_of, in_flags
+    from predictor.rank import Constraints
+
+    # every constraint has a flag of srifty recommend (the table cannot drift from the parser)
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["recommend"]
+    flags = {o for a in sub._actions for o in a.option_strings}
+    assert {flag_of(f.name) for f in dataclasses.fields(Constraints)} <= flags
+    assert in_flags("deadline_h=60 binds; raise deadline_h (market='any', max_types=2)") == (
+        "--deadline 60h binds; raise --deadline (--market any, --max-types 2)"
+    )
+    assert in_flags("700,000 optimizer steps") == "700,000 optimizer steps"
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps(MINIMAL))
+    args = ["recommend", "--profile", str(profile), "--steps", "2000000", "--market", "spot", "--allow", "p3.2xlarge",
+            "--max-instances", "1", "--deadline", "60h"]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--deadline 60h binds" in err and "(--max-instances)" in err and "deadline_h" not in err

@@ -6,7 +6,9 @@ Importing it loads neither torch nor lightning: each command imports what it use
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -31,10 +33,52 @@ COMMANDS = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse that answers a mistyped subcommand, choice or flag with the closest known one ("did you mean")."""
+
+    argv: Sequence[str] = ()  # the command line being parsed (main sets it)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            close = difflib.get_close_matches(match.group(1), re.findall(r"'([^']*)'", match.group(2)), n=1)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        elif "required" in message and self._unknown_flags(Parser.argv):
+            # a mistyped flag (--stpes 1000) is why a required one is missing: say that, not the consequence
+            self.unknown(self._unknown_flags(Parser.argv))
+        super().error(message)
+
+    def _known(self) -> list[str]:
+        return [o for action in self._actions for o in action.option_strings]
+
+    def _unknown_flags(self, argv: Sequence[str]) -> list[str]:
+        """``--flags`` of ``argv`` (before a ``--``) that are neither a flag of this parser nor a unique prefix."""
+        known, out = self._known(), []
+        for token in argv:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if name.startswith("--") and name not in known and len([k for k in known if k.startswith(name)]) != 1:
+                out.append(name)
+        return out
+
+    def unknown(self, extra: Sequence[str]) -> None:
+        """Refuse arguments this parser does not know, naming the closest flag of each."""
+        hints = []
+        for token in extra:
+            if token.startswith("-"):
+                name = token.split("=", 1)[0]
+                close = difflib.get_close_matches(name, self._known(), n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"{name}: did you mean {close[0]}?")
+        super().error(f"unrecognized arguments: {' '.join(extra)}" + ("; " + "; ".join(hints) if hints else ""))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from lightning_srifty import __version__
 
-    parser = argparse.ArgumentParser(prog="srifty", description="Profile Lightning training and pick cloud GPUs.")
+    parser = Parser(prog="srifty", description="Profile Lightning training and pick cloud GPUs.")
     parser.add_argument("--version", action="version", version=f"lightning-srifty {__version__}")
     parser.add_argument(
         "--catalog-extra",
@@ -60,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``srifty`` console script; SriftyError becomes a one-line message and exit code 2."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    Parser.argv = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.command].unknown(extra)
     try:
         return int(args.func(args) or 0)
     except SriftyError as exc:

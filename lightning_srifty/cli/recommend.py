@@ -7,10 +7,47 @@ import json
 from typing import Any
 
 from lightning_srifty.cli._common import console, hours, load_catalog, number, whole
+from predictor.exceptions import SriftyError
 from predictor.predict_many import SCALINGS
 from predictor.ranking.constraints import LAYOUTS, OBJECTIVES, constraint_defaults
 
 DEFAULTS = constraint_defaults()
+# rank()'s constraint -> this command's flag where the names differ (the others: the same name with dashes);
+# tests/test_cli.py checks that every constraint has a flag here
+FLAG_OF = {
+    "deadline_h": "--deadline",
+    "budget_usd": "--budget",
+    "current_fleet": "--current",
+    "max_hourly_usd": "--max-hourly",
+    "min_memory_headroom": "--min-headroom",
+}
+UNIT_OF = {"deadline_h": "h"}
+
+
+def flag_of(name: str) -> str:
+    return FLAG_OF.get(name, "--" + name.replace("_", "-"))
+
+
+def in_flags(message: str) -> str:
+    """An error of the ranking in this command's words: ``deadline_h=60`` reads ``--deadline 60h``, ``market='any'``
+    ``--market any``, ``max_instances`` ``--max-instances``. Names without an underscore are translated only in
+    ``name=value`` form, so that prose ("optimizer steps") stays prose."""
+    import dataclasses
+    import re
+
+    from predictor.rank import Constraints
+
+    for f in dataclasses.fields(Constraints):
+        flag, unit = flag_of(f.name), UNIT_OF.get(f.name, "")
+
+        def value(m: re.Match[str], flag: str = flag, unit: str = unit) -> str:
+            v = m.group(1) if m.group(1) is not None else m.group(2)
+            return flag if v == "True" else f"{flag} {v}{unit}"
+
+        message = re.sub(rf"(?<![-\w]){f.name}=(?:'([^']*)'|([^\s,;)]+))", value, message)
+        if "_" in f.name:
+            message = re.sub(rf"(?<![-\w.]){f.name}\b", flag, message)
+    return message.replace("rank()", "srifty recommend")
 
 
 def _spot_stats(args: argparse.Namespace) -> Any:
@@ -33,6 +70,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from predictor.recommend import recommend
 
     profile = load_profile(args.profile)
+    try:
+        return _recommend(args, profile, Constraints, recommend)
+    except SriftyError as exc:
+        exc.args = (in_flags(str(exc)),)
+        raise
+
+
+def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recommend: Any) -> int:
     constraints = Constraints.build(
         steps=args.steps,
         samples=args.samples,
