@@ -297,7 +297,7 @@ def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Grou
             "perf. risk": e.performance_risk,
             "effort": e.migration_effort,
             "savings": "" if e.savings_vs_current is None else f"{e.savings_vs_current:+.0%}",
-            "GiB/GPU": f"{e.memory_gib:.1f}",
+            "GiB/GPU": f"{e.memory_gib:.1f}" if e.memory_known is not False else f">={e.memory_gib:.1f} ?",
             "batch/GPU": e.batch_per_gpu(),
             "layout": e.layout.name if e.layout is not None else "ddp",
             "Pareto": "*" if e.pareto else "",

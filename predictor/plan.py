@@ -139,6 +139,11 @@ class PlanEntry:
         default=None,
         min=0,
     )
+    memory_known: bool | None = doc_field(
+        "false: the profile has no activation memory, so memory_gib counts weights, gradients and optimizer state "
+        "only (a floor: whether the fleet fits is unknown); absent in plans made before it was recorded",
+        default=None,
+    )
     on_demand_fallback: float | None = doc_field(
         "spot and mixed entries: the expected share of the work the deadline policy runs on-demand to keep the "
         "deadline (included in time_h and cost_usd; 0 without a deadline or when spot alone fits it)",

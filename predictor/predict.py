@@ -22,7 +22,7 @@ from predictor.fleet import Fleet, parse_fleet
 from predictor.layout import DDP, Layout, parse
 from predictor.perf.basis import TypeBasis
 from predictor.perf.batch import rank_batches
-from predictor.perf.memory import estimate_memory
+from predictor.perf.memory import activations_known, estimate_memory
 from predictor.perf.network import DEFAULT_NETWORK, NetworkModel
 from predictor.perf.scaling import ScalingModel
 from predictor.predict_many import SCALINGS, Scaling, applies, bases, combine
@@ -67,6 +67,7 @@ class Prediction:
     assumptions: tuple[str, ...] = field(default=())
     extrapolation: tuple[str, ...] = field(default=())
     layout: str = "ddp"  # predictor.layout name (pipeline:<stages>: one stage per node)
+    memory_known: bool = True  # False: the profile has no activation memory; memory_gib is a floor (state only)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -200,6 +201,7 @@ def predict(
         layout=f"pipeline:{fleet.nodes}" + ("+ac" if layout.activation_checkpointing else "")
         if layout.strategy == "pipeline"
         else layout.name,
+        memory_known=activations_known(profile),
     )
 
 

@@ -325,3 +325,20 @@ def test_the_cost_interval_never_goes_below_the_start_up(profile, catalog) -> No
         train = e.cost_usd - fixed
         step_lo, step_hi = (x / e.iteration_time_s for x in e.iteration_time_interval_s)
         assert lo == pytest.approx(fixed + train * step_lo) and hi == pytest.approx(fixed + train * step_hi)
+
+
+def test_memory_is_unknown_without_activation_memory_never_fits(profile, catalog) -> None:
+    """Issue #24 item 9: a profile without activation memory (MINIMAL: ResNet-50 at 256, no CUDA peak, no structure)
+    says its memory per GPU is unknown, never that it fits in 1.0 GiB."""
+    plan = rank(profile, Constraints(steps=1000, market="on-demand", allow=("p3.2xlarge",), max_instances=1),
+                catalog=catalog)  # fmt: skip
+    e = plan.entries[0]
+    assert e.memory_known is False and "memory per GPU unknown" in plan.why and "GiB/GPU of" not in plan.why
+    r = predict(profile, "p3.2xlarge:1", catalog=catalog)
+    assert r.memory_known is False
+    measured = copy.deepcopy(MINIMAL)
+    measured["memory"] = {"peak_allocated_bytes": 9 * 2**30}
+    known = rank(load_profile(measured), Constraints(steps=1000, market="on-demand", allow=("p3.2xlarge",),
+                                                     max_instances=1), catalog=catalog)  # fmt: skip
+    assert known.entries[0].memory_known is True and "GiB/GPU of 16" in known.why
+    assert predict(load_profile(measured), "p3.2xlarge:1", catalog=catalog).memory_known is True

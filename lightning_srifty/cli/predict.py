@@ -51,10 +51,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
         (
             "Memory",
             styled(
-                "fits" if result.fits_memory else ("does not fit", "red"),
+                ("fits" if result.memory_known else ("unknown", "yellow"))
+                if result.fits_memory
+                else ("does not fit", "red"),
                 ": "
                 + ", ".join(
                     f"{g.instance_type} {g.memory_gib:.1f} GiB/GPU ({g.memory_margin:+.0%} margin)"
+                    if result.memory_known
+                    else f"{g.instance_type}: weights, gradients and optimizer state alone {g.memory_gib:.1f} GiB/GPU; "
+                    "the profile has no activation memory (a CUDA profile measures it; srifty capture sizes it)"
                     for g in result.groups
                 ),
             ),

@@ -287,6 +287,13 @@ def profile_sizes(profile: Profile) -> Sizes:
     return sizes
 
 
+def activations_known(profile: Profile) -> bool:
+    """Whether the profile says what the activations take (a measured peak or ``model.structure``'s saved bytes).
+    Without it a memory estimate counts weights, gradients and optimizer state only: a floor, not a fit."""
+    z = profile_sizes(profile)
+    return z.saved is not None or z.measured_act is not None
+
+
 def wrap_min_params(profile: Profile) -> int:
     """The size-based FSDP wrap (``auto_wrap_policy: {"min_num_params": N}``) used when the block is unknown."""
     return profile_sizes(profile).wrap_min_params
@@ -330,8 +337,7 @@ def estimate_memory(
     static = parts["weights"] + parts["gradients"] + parts["optimizer"] + parts["gathered"]
     need = sum(parts.values())
     usable = gpu_memory_gib * 2**30 * USABLE_SHARE
-    known = z.saved is not None or z.measured_act is not None
-    activations = parts["activations"] + parts["transient"] if known else None
+    activations = parts["activations"] + parts["transient"] if activations_known(profile) else None
     return MemoryEstimate(
         need, static, activations, usable, need <= usable, (usable - need) / usable, _basis(z, layout, shard), parts
     )

@@ -10,7 +10,7 @@ import numpy as np
 from predictor.catalog.instances import InstanceType
 from predictor.layout import Layout, parse
 from predictor.perf.batch import rank_batches
-from predictor.perf.memory import wrap_min_params
+from predictor.perf.memory import activations_known, wrap_min_params
 from predictor.plan import PlanEntry, PlanGroup, PlanLayout
 from predictor.predict_many import ManyPredictions
 from predictor.profile import Profile
@@ -154,6 +154,7 @@ def entry(
         migration_effort=migration_effort(groups, profile, current),
         savings_vs_current=(1 - cost / current[2]) if current and current[2] > 0 else None,
         memory_gib=float(many.memory_gib[sh]),
+        memory_known=activations_known(profile),
         pareto=pareto,
         checkpoint_interval_s=float(tau) if np.isfinite(tau) else None,
         global_batch=round(float(many.global_batch[sh])),

@@ -87,7 +87,13 @@ def layout_why(profile: Profile, best: PlanEntry, predict_ddp: Callable[[str], A
     layout = best.layout
     if layout is None:
         return ""
-    text = f"; layout {layout.name}: {best.memory_gib:.1f} GiB/GPU of {gpu_gib:g}"
+    if best.memory_known is False:
+        text = (
+            f"; layout {layout.name}: memory per GPU unknown (the profile has no activation memory: weights, "
+            f"gradients and optimizer state alone take {best.memory_gib:.1f} GiB of {gpu_gib:g})"
+        )
+    else:
+        text = f"; layout {layout.name}: {best.memory_gib:.1f} GiB/GPU of {gpu_gib:g}"
     if layout.name == "ddp":
         return text
     try:
