@@ -262,7 +262,22 @@ def test_recommendation_after_profiling(tmp_path, capsys) -> None:
     assert plan == cb.plan and plan.constraints.deadline_h == 48
     assert plan.constraints.work_samples == 10 * 8  # max_steps x the profiled global batch
     assert (tmp_path / "report.html").exists() and (tmp_path / "report.png").exists()
-    assert "Fleets for TinyModel" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Fleets for TinyModel" in out
+    # a user's own run says what the demo says: where everything went, and that CPU timings were extrapolated
+    assert f"plan written to {tmp_path / 'plan.json'}" in out
+    assert f"report written to {tmp_path / 'report.html'} (open it in a browser)" in out
+    assert "note: this profile ran on the CPU" in out
+
+
+def test_lightnings_default_length_is_named_when_it_is_the_work() -> None:
+    from types import SimpleNamespace
+
+    from lightning_srifty.profiling.callback import lightning_default_length
+
+    assert lightning_default_length(SimpleNamespace(max_epochs=1000, max_steps=-1))
+    assert not lightning_default_length(SimpleNamespace(max_epochs=1000, max_steps=500))
+    assert not lightning_default_length(SimpleNamespace(max_epochs=3, max_steps=-1))
 
 
 def test_recommendation_failure_never_stops_training(tmp_path, caplog) -> None:
@@ -274,10 +289,11 @@ def test_recommendation_failure_never_stops_training(tmp_path, caplog) -> None:
         capture_ops=False,
         verbose=False,
     )
-    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"), pytest.warns(UserWarning) as warned:
         t = fit(cb, max_steps=10)
     assert t.global_step == 10 and cb.profile is not None and cb.plan is None
-    assert "no fleet recommendation" in caplog.text and "neither an operator table nor FLOPs" in caplog.text
+    said = caplog.text + " ".join(str(w.message) for w in warned)  # rank-zero warnings go through warnings
+    assert "no fleet recommendation" in said and "neither an operator table nor FLOPs" in said
     assert not (tmp_path / "plan.json").exists()
 
 
@@ -317,10 +333,11 @@ def test_unreachable_service_never_stops_training(tmp_path, caplog) -> None:
     cb = SriftyCallback(
         warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False, service="http://127.0.0.1:9"
     )
-    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"), pytest.warns(UserWarning) as warned:
         t = fit(cb, max_steps=10)
     assert t.global_step == 10 and cb.plan is None
-    assert "Cannot reach the predictor at http://127.0.0.1:9" in caplog.text
+    said = caplog.text + " ".join(str(w.message) for w in warned)
+    assert "Cannot reach the predictor at http://127.0.0.1:9" in said
 
 
 def test_checkpoint_cost_is_measured_and_used_by_the_ranking(tmp_path) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy
 from lightning_srifty.migrate.imds import MetadataLookup
@@ -55,6 +56,11 @@ if TYPE_CHECKING:
     from predictor.client import ServiceClient
 
 log = logging.getLogger("lightning_srifty")
+
+
+def lightning_default_length(trainer: pl.Trainer) -> bool:
+    """The Trainer runs Lightning's default length: 1000 epochs when neither max_epochs nor max_steps is given."""
+    return trainer.max_epochs == 1000 and (trainer.max_steps is None or trainer.max_steps < 0)
 
 _WAITING, _PROFILING, _DONE = "waiting", "profiling", "done"
 
@@ -187,9 +193,9 @@ class SriftyCallback(Callback):
             from lightning_srifty.ddp.plan_strategy import launch_mismatches
 
             for line in launch_mismatches(trainer):  # under srifty launch: what the script does otherwise
-                log.warning("SriftyCallback: %s.", line)
+                rank_zero_warn(f"SriftyCallback: {line}.")
         except Exception as exc:  # noqa: BLE001 - a check must never stop training
-            log.warning("SriftyCallback: could not compare the Trainer with the plan (%s)", exc)
+            rank_zero_warn(f"SriftyCallback: could not compare the Trainer with the plan ({exc})")
         if self.profiled and not self.reprofile:
             self._info(
                 trainer,
@@ -489,11 +495,17 @@ class SriftyCallback(Callback):
         try:
             constraints = with_work(self.constraints, trainer)
             if constraints is None:
-                log.info(
+                rank_zero_info(
                     "SriftyCallback: the run's length is unknown (no max_steps or max_epochs): pass "
                     "constraints=Constraints(steps=...) to get a recommendation."
                 )
                 return
+            if constraints is not self.constraints and lightning_default_length(trainer):
+                rank_zero_warn(
+                    "SriftyCallback: the recommendation prices 1000 epochs, Lightning's default when the Trainer has "
+                    "neither max_epochs nor max_steps; pass Trainer(max_epochs=...) or "
+                    "SriftyCallback(constraints=Constraints(steps=...)) for the run you mean."
+                )
             from predictor.recommend import recommend
 
             if self.service is not None and self._post_observation:
@@ -512,8 +524,10 @@ class SriftyCallback(Callback):
                 from lightning_srifty.console import console, plan_table
 
                 console().print(plan_table(self.plan))
+                for line in self.summary():
+                    print(line)  # plain: a path must not be wrapped
         except SriftyError as exc:
-            log.warning("SriftyCallback: no fleet recommendation: %s", exc)
+            rank_zero_warn(f"SriftyCallback: no fleet recommendation: {exc}")
         except Exception as exc:  # noqa: BLE001 - the predictor must never stop training
             log.error(
                 "SriftyCallback: the fleet recommendation failed (%s: %s); training continues.", type(exc).__name__, exc
@@ -558,11 +572,26 @@ class SriftyCallback(Callback):
             return "all-reduce is timed only with strategy='srifty_ddp'"
         return None
 
+    def summary(self) -> list[str]:
+        """Where the profile, plan and report went, and how far to trust GPU figures that come from a CPU profile
+        (what ``srifty demo`` and a user's own run both say at the end of profiling)."""
+        lines = [f"{what} written to {path}" for what, path in self.written.items()]
+        if "report" in self.written:
+            lines[-1] += " (open it in a browser)"
+        hw = self.profile.hardware if self.profile is not None else None
+        if self.plan is not None and hw is not None and not hw.gpu and (hw.accelerator or "cpu") == "cpu":
+            lines.append(
+                "note: this profile ran on the CPU: every GPU figure above (times, costs, the ranking) is "
+                "extrapolated from CPU timings through the performance model, and can be off by a wide margin. "
+                "Profile on one GPU (srifty demo --accelerator gpu, or SriftyCallback in your own run) for a "
+                "prediction to act on."
+            )
+        return lines
+
     # ----------------------------------------------------------------- messages
     @staticmethod
     def _info(trainer: pl.Trainer, message: str) -> None:
-        if trainer.is_global_zero:
-            log.info(message)
+        rank_zero_info(message)  # Lightning's console logger on rank 0 (the package's own logger shows no info)
 
     @staticmethod
     def _error(trainer: pl.Trainer, message: str) -> None:
