@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from predictor._io import atomic_write_bytes, atomic_write_text, check_writable
-from predictor.plan import Plan
+from predictor.plan import Plan, PlanEntry
 
 
 def pareto_png(plan: Plan) -> bytes:
@@ -79,6 +79,11 @@ def _pct(share: float | None) -> str:
     return "" if share is None else f"{share:+.0%}"
 
 
+def _gib(e: PlanEntry) -> str:
+    """Memory per GPU as the console shows it: a floor marked '?' when the profile has no activation memory."""
+    return f"{e.memory_gib:.1f}" if e.memory_known is not False else f"&ge;{e.memory_gib:.1f} ?"
+
+
 def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     """Write ``path`` (HTML, self-contained) and the PNG of the plot beside it; both atomically."""
     target = Path(path)
@@ -94,6 +99,7 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
         f"<td>{num(e.cost_usd)}</td><td>{num(e.cost_interval_usd[0])}-{num(e.cost_interval_usd[1])}</td>"
         f"<td>{esc(e.risk)} ({e.expected_interruptions:.2f})</td><td>{esc(e.performance_risk)}</td>"
         f"<td>{esc(e.migration_effort)}</td><td>{_pct(e.savings_vs_current)}</td><td>{esc(e.batch_per_gpu())}</td>"
+        f"<td>{esc(e.layout.name if e.layout is not None else 'ddp')}</td><td>{_gib(e)}</td>"
         f"<td>{'yes' if e.pareto else ''}</td></tr>"
         for i, e in enumerate(plan.entries)
     )
@@ -125,8 +131,9 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     )
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>srifty plan: {esc(plan.model or "model")}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:right}}td:nth-child(2),td:nth-child(4),td:nth-child(5)
+<style>body{{font-family:system-ui,sans-serif;margin:1.5em;max-width:1400px}}img{{max-width:100%;height:auto}}
+table{{border-collapse:collapse;font-size:.85em}}th{{font-weight:600}}
+td,th{{border:1px solid #ccc;padding:.2em .45em;text-align:right}}td:nth-child(2),td:nth-child(4),td:nth-child(5)
 {{text-align:left}}tr.chosen{{background:#e6f4e6;font-weight:bold}}</style></head><body>
 <h1>Which fleet for {esc(plan.model or "this model")}?</h1>
 <p><b>{esc(plan.why)}</b></p>
@@ -135,8 +142,8 @@ td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:right}}td:nth-child(2
 <img alt="time vs cost" src="data:image/png;base64,{base64.b64encode(png).decode()}">
 <h2>Ranked fleets</h2>
 <table><tr><th>#</th><th>fleet</th><th>GPUs</th><th>market</th><th>region</th><th>$/h</th><th>time (h)</th>
-<th>cost ($)</th><th>cost 80% interval</th><th>spot risk (expected interruptions)</th><th>performance risk</th>
-<th>migration effort</th><th>savings vs current</th><th>batch per GPU (x accumulation)</th><th>Pareto</th></tr>
+<th>cost ($)</th><th>cost 80%</th><th>spot risk (interr.)</th><th>perf. risk</th>
+<th>effort</th><th>savings</th><th>batch/GPU (x accum.)</th><th>layout</th><th>GiB/GPU</th><th>Pareto</th></tr>
 {rows}</table>
 <h2>Left out</h2><ul>{excluded}</ul>
 <h2>Assumptions</h2><ul>{notes}</ul>

@@ -85,3 +85,19 @@ def test_the_report_shows_small_figures_with_significant_digits(busy_plan, tmp_p
     row = next(line for line in page.read_text().splitlines() if "class=chosen" in line)
     assert "<td>0.0042</td><td>0.0125</td><td>5.25e-05</td>" in row or "<td>0.0042</td><td>0.0125</td>" in row
     assert "<td>0.00</td>" not in row
+
+
+def test_the_report_shows_layout_and_memory_per_row_on_a_1400px_page(busy_plan, tmp_path) -> None:
+    """Issue #24 item 11: the report's rows carry what the console's do (layout, GiB/GPU; a floor marked '?' when
+    the profile has no activation memory), on a page no wider than 1400 px with the plot scaled to it."""
+    unknown = dataclasses.replace(busy_plan.entries[0], memory_known=False, memory_gib=1.04)
+    plan = dataclasses.replace(busy_plan, entries=[unknown, *busy_plan.entries[1:]])
+    page = write_report(plan, tmp_path / "report.html")[0].read_text()
+    rows = [line for line in page.splitlines() if line.startswith("<tr") and "<td>" in line]
+    assert len(rows) == len(plan.entries)
+    for row, e in zip(rows, plan.entries, strict=True):
+        layout = e.layout.name if e.layout is not None else "ddp"
+        gib = f"&ge;{e.memory_gib:.1f} ?" if e.memory_known is False else f"{e.memory_gib:.1f}"
+        assert f"<td>{layout}</td><td>{gib}</td>" in row
+    assert "<td>&ge;1.0 ?</td>" in rows[0] and "<th>layout</th><th>GiB/GPU</th>" in page
+    assert "max-width:1400px" in page and "img{max-width:100%" in page
