@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+if str(ROOT) not in sys.path:  # predictor from a checkout that is not installed; bench/ is a script's own folder
+    sys.path.insert(0, str(ROOT))
 
 import fsdp_lab  # noqa: E402
 import torch  # noqa: E402

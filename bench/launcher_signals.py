@@ -35,7 +35,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+for _path in (ROOT, ROOT / "tests"):  # predictor from a checkout; tests/conftest's moto and terraform helpers
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
 PHASES = {
     "preflight": re.compile(r"^srifty launch: terraform apply of "),

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+if str(ROOT) not in sys.path:  # predictor from a checkout that is not installed; bench/ is a script's own folder
+    sys.path.insert(0, str(ROOT))
 
 import netlab  # noqa: E402
 

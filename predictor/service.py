@@ -42,10 +42,22 @@ from predictor.exceptions import (
     UnknownNameError,
 )
 from predictor.observations import ObservationStore, model_key
-from predictor.predict import predict
+from predictor.predict import Prediction, predict
 from predictor.profile import Profile, load_profile
 from predictor.rank import Constraints, rank
 from predictor.ranking.constraints import LAYOUTS, constraint_defaults
+from predictor.service_answers import (
+    ERRORS,
+    GUARD,
+    HEAVY,
+    WRITE,
+    CatalogListing,
+    Health,
+    ObservationAdded,
+    Observations,
+    Plan,
+    answer,
+)
 from predictor.service_guard import (
     MAX_BODY_BYTES,
     Guard,
@@ -166,21 +178,6 @@ class ObservationRequest(_Strict):
     source: Text = Field("", max_length=200, description="who measured it, e.g. 'SriftyCallback run-42'")
 
 
-_ERRORS = {
-    400: {"description": "a Host header this service does not answer to (DNS rebinding)"},
-    413: {"description": "request body over the size limit"},
-    422: {"description": "bad input (detail names the field) or no feasible fleet (type 'infeasible')"},
-}
-_HEAVY = {
-    **_ERRORS,
-    429: {"description": "too many rankings/predictions at once (Retry-After says when to retry)"},
-    503: {"description": "not answered within the request timeout (Retry-After says when to retry)"},
-}
-_WRITE = {
-    **_ERRORS,
-    401: {"description": "no or a wrong bearer token"},
-    403: {"description": "writes are disabled (the service has no token)"},
-}
 _BEARER = HTTPBearer(auto_error=False, description="the token given to `srifty serve --token-file`")
 
 
@@ -312,7 +309,9 @@ def create_app(
             headers={"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"},
         )
 
-    @app.get("/healthz")
+    # Every route declares its answers (the success one from the declaration the code returns, the errors as the one
+    # error shape) and returns plain JSON: response_model=None, so nothing is re-serialised (predictor.service_answers)
+    @app.get("/healthz", response_model=None, responses=answer(200, Health, "the service is up", GUARD))
     def healthz() -> dict[str, Any]:
         return {
             "status": "ok",
@@ -322,7 +321,7 @@ def create_app(
             "catalog_source": catalog.info.source,
         }
 
-    @app.get("/v1/catalog", responses=_ERRORS)
+    @app.get("/v1/catalog", response_model=None, responses=answer(200, CatalogListing, "the instance types", ERRORS))
     def get_catalog(
         region: Annotated[str | None, Query(max_length=32)] = None,
         gpu: Annotated[str | None, Query(max_length=64)] = None,
@@ -335,7 +334,7 @@ def create_app(
             "instance_types": [instance_to_dict(it, region) for it in types],
         }
 
-    @app.post("/v1/predict", responses=_HEAVY)
+    @app.post("/v1/predict", responses=answer(200, Prediction, "the prediction of the fleet", HEAVY))
     async def post_predict(request: Annotated[PredictRequest, Body()]) -> JSONResponse:
         def work() -> JSONResponse:  # in a HeavyWork thread: the event loop stays free
             profile = _profile(request.profile)
@@ -352,7 +351,7 @@ def create_app(
 
         return await heavy.run("prediction", work)
 
-    @app.post("/v1/rank", responses=_HEAVY)
+    @app.post("/v1/rank", responses=answer(200, Plan, "a plan (srifty.plan/v1)", HEAVY))
     async def post_rank(request: Annotated[RankRequest, Body()]) -> JSONResponse:
         def work() -> JSONResponse:
             profile = _profile(request.profile)
@@ -364,7 +363,11 @@ def create_app(
         return await heavy.run("ranking", work)
 
     @app.post(
-        "/v1/observations", status_code=201, responses=_WRITE, dependencies=[Security(_BEARER)]
+        "/v1/observations",
+        status_code=201,
+        response_model=None,
+        responses=answer(201, ObservationAdded, "the observation, stored", WRITE),
+        dependencies=[Security(_BEARER)],
     )  # the token is checked by Guard before the body is read; the dependency documents it in the OpenAPI
     def post_observation(request: Annotated[ObservationRequest, Body()]) -> dict[str, Any]:
         profile = _profile(request.profile)
@@ -385,7 +388,11 @@ def create_app(
             "calibration": dict(calibration.factors) if calibration else {},
         }
 
-    @app.get("/v1/observations", responses=_ERRORS)
+    @app.get(
+        "/v1/observations",
+        response_model=None,
+        responses=answer(200, Observations, "stored observations, newest first", ERRORS),
+    )
     def get_observations(
         model_key_: Annotated[str | None, Query(alias="model_key", max_length=300)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,

@@ -5,13 +5,48 @@ Light on purpose (no torch, no Lightning at import): the small Lightning models 
 
 from __future__ import annotations
 
+import ast
 import copy
+import importlib.util
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"
+BENCH = ROOT / "bench"
+
+
+def bench_module(name: str) -> ModuleType:
+    """``bench/<name>.py`` (a lab the tests share with the benchmarks: one copy) loaded from its path, sys.path left
+    as it is. Its sibling imports (``import netlab`` in bench/netns_validation.py) are loaded first, the same way, so
+    they find the siblings in ``sys.modules``; a second call returns the module already loaded."""
+    if name in sys.modules:
+        return sys.modules[name]
+    path = BENCH / f"{name}.py"
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            siblings = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            siblings = [node.module]
+        else:
+            continue
+        for sibling in siblings:
+            if (BENCH / f"{sibling}.py").exists():
+                bench_module(sibling)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it, as an import does (dataclasses look their module up)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
 
 # The smallest hand-written srifty.profile/v1 profile (docs/profile-schema.md's example).
 MINIMAL = {

@@ -7,16 +7,13 @@ bench/fsdp_memory.py and bench/fsdp_netns_validation.py.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 
-from conftest import ROOT
+from _support import bench_module
 
-sys.path.insert(0, str(ROOT / "bench"))
-import fsdp_lab
-import netlab
+fsdp_lab = bench_module("fsdp_lab")
+netlab = bench_module("netlab")
 
 pytestmark = [pytest.mark.slow, pytest.mark.ddp]
 
@@ -79,7 +76,7 @@ REASON = netlab.unavailable_reason()
 
 @pytest.fixture(scope="module")
 def over_link(tmp_path_factory):
-    import fsdp_netns_validation as lab
+    lab = bench_module("fsdp_netns_validation")
 
     work = tmp_path_factory.mktemp("fsdp-netns")
     with netlab.link(200.0) as link:
@@ -106,7 +103,7 @@ def test_fsdp_over_a_shaped_link_follows_the_gloo_model(over_link) -> None:
     all-reduce (about twice one all-gather of the same bytes). How close the prediction is (MAPE 3.5%) is measured
     by bench/fsdp_netns_validation.py on a quiet machine (BENCHMARKS, issue #15), not asserted here: the suite runs
     beside other tests, whose load shows up as step time."""
-    import fsdp_netns_validation as lab
+    lab = bench_module("fsdp_netns_validation")
 
     row, work = over_link
     assert row["measured_step_s"] >= 0.95 * (row["allgather_s"] + row["reduce_scatter_s"])  # nothing overlaps

@@ -60,6 +60,12 @@ def _until(predicate, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def _warned(caught, text: str) -> bool:
+    """Whether ``pytest.warns``'s record holds a warning with ``text``: the launcher, in its thread, read a record and
+    ignored it (the positive signal a test waits for before checking that the record changed nothing)."""
+    return any(text in str(w.message) for w in caught)
+
+
 def test_a_spot_notice_moves_to_the_next_fleet_of_the_plan(plan, tmp_path) -> None:
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
@@ -358,9 +364,9 @@ def test_a_move_is_reported_when_the_new_leg_steps_with_the_downtime_measured_be
         write_record(ckpt, left)
         _until(lambda: ("start", "f-2") in rec.calls)
         # an earlier leg's or launch's STARTED must not end this move's downtime
-        with pytest.warns(UserWarning, match="belongs to launch OLD"):
+        with pytest.warns(UserWarning, match="belongs to launch OLD") as caught:
             write_record(ckpt, Started(launch_id="OLD", resumed_from="c120", first_step_unix=1001.0))
-            time.sleep(0.2)
+            _until(lambda: _warned(caught, "belongs to launch OLD"))  # the launcher read it (and ignored it)
         write_record(ckpt, Started(launch_id=LID, fleet="x", step=121, first_step_unix=1006.4, resumed_from="c120"))
         _until(lambda: (tmp_path / "migrations.jsonl").exists())
         write_record(ckpt, Finished(launch_id=LID, step=200))
@@ -387,11 +393,12 @@ def test_records_of_another_launch_are_ignored_and_an_earlier_launchs_handovers_
         _until(lambda: ("start", "f-1") in rec.calls)
         assert not markers.exists(ckpt, markers.handover("f-1"))  # never boot a fleet from another launch's
         write_record(ckpt, Finished(launch_id="OLD", step=99))  # e.g. an old job still ending
-        time.sleep(0.3)
-        assert ("down", "f-1") not in rec.calls  # not taken for this launch's end
+        _until(lambda: _warned(caught, "FINISHED.json belongs to launch OLD"))  # the launcher read it...
+        assert ("down", "f-1") not in rec.calls  # ...and did not take it for this launch's end
         write_record(ckpt, Finished(launch_id=LID, step=20))
 
-    with pytest.warns(UserWarning, match="FINISHED.json belongs to launch OLD, not to this one \\(L1\\)"):
+    # job() runs inside this block and waits on what it records (``caught`` is bound before job is called)
+    with pytest.warns(UserWarning, match="FINISHED.json belongs to launch OLD, not to this one \\(L1\\)") as caught:
         rec, result = _run(plan, tmp_path, job)
     assert result["moves"] == [] and rec.calls[-1] == ("down", "f-1")
 

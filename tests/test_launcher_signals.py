@@ -8,11 +8,11 @@ blocked pipe or terminal) and the start-up time's record after ``provisioner.up`
 from __future__ import annotations
 
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 
+from _support import bench_module
 from lightning_srifty.provision import launch as launch_mod
 from lightning_srifty.provision import terraform_fleet
 from lightning_srifty.provision.base import LaunchedFleet
@@ -21,7 +21,6 @@ from predictor.exceptions import LaunchInterrupted
 from predictor.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
 
 
@@ -77,7 +76,7 @@ def test_an_interruption_right_after_the_bring_up_releases_the_fleet(tmp_path, m
 
 def _case(sig: str, phase: str, tmp_path: Path) -> dict:
 
-    from launcher_signals import run_case
+    run_case = bench_module("launcher_signals").run_case
 
     from conftest import write_terraformrc
 

@@ -6,17 +6,13 @@ Skipped with the reason where the lab cannot run (not root, no iproute2, no name
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))
-import netlab
-from netns_validation import predicted_step
-
+from _support import bench_module
 from predictor.profile import load_profile
+
+netlab = bench_module("netlab")
+predicted_step = bench_module("netns_validation").predicted_step
 
 REASON = netlab.unavailable_reason()
 pytestmark = [

@@ -213,3 +213,15 @@ def test_no_test_module_imports_another() -> None:
                 names = [node.module]
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0].startswith("test_")]
     assert not offenders
+
+
+def test_the_docs_index_lists_every_page() -> None:
+    """docs/README.md is the docs' index: a page missing from it is a page nobody finds (issue #24 item 5)."""
+    import re
+
+    docs = ROOT / "docs"
+    linked = set(re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", (docs / "README.md").read_text()))
+    pages = {p.name for p in docs.glob("*.md")} - {"README.md"}
+    assert pages, "no pages found in docs/"
+    assert not pages - linked, f"docs/README.md does not list: {sorted(pages - linked)}"
+    assert not linked - pages, f"docs/README.md lists pages that do not exist: {sorted(linked - pages)}"

@@ -1,5 +1,6 @@
 """Property-based tests of the HTTP API against its own OpenAPI document (schemathesis): no input, however odd,
-gets a 5xx, and every status code and content type is one the document declares."""
+gets a 5xx, every status code and content type is one the document declares, and every answer, success or error,
+validates against the schema the document declares for it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import (  # noqa: E402
     content_type_conformance,
     not_a_server_error,
+    response_schema_conformance,
     status_code_conformance,
 )
 
@@ -45,5 +47,5 @@ def test_api_conforms_and_never_fails(case) -> None:
     # with the token, so that writes are explored past the 401
     case.call_and_validate(
         headers={"Authorization": f"Bearer {_TOKEN}"},
-        checks=[not_a_server_error, status_code_conformance, content_type_conformance],
+        checks=[not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance],
     )

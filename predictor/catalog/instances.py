@@ -7,7 +7,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any, Literal
+from typing import Literal
+
+from typing_extensions import TypedDict  # typing's TypedDict has no __orig_bases__ before 3.12 (pydantic needs them)
 
 Market = Literal["on-demand", "spot"]
 
@@ -223,7 +225,39 @@ def with_prices(instance: InstanceType, prices: Iterable[Price]) -> InstanceType
     return replace(instance, prices=tuple(prices))
 
 
-def instance_to_dict(it: InstanceType, region: str | None = None) -> dict[str, Any]:
+class InstanceRow(TypedDict):
+    """One instance type as JSON (:func:`instance_to_dict`): ``srifty catalog show --format json`` and the service's
+    ``GET /v1/catalog``, whose OpenAPI schema comes from this declaration. Prices are those of the region asked
+    (the lowest over regions when none was asked); None where the catalog has none."""
+
+    instance_type: str
+    family: str
+    accelerator_kind: str
+    gpu: str | None
+    gpus: int
+    gpu_memory_gib: float
+    vcpus: int
+    memory_gib: float
+    network_gbps: float | None
+    network_up_to: bool
+    efa: bool
+    network_cards: int
+    efa_interfaces: int
+    gpu_interconnect: str
+    local_nvme_gb: float
+    arch: str
+    ondemand_usd_hr: float | None
+    ondemand_as_of: str | None
+    spot_usd_hr: float | None
+    spot_estimated: bool | None
+    spot_as_of: str | None
+    spot_interruption_bucket: str | None
+    interruption_rate_per_hr: float | None
+    process_group_backend: str
+    origin: str
+
+
+def instance_to_dict(it: InstanceType, region: str | None = None) -> InstanceRow:
     """Stable JSON form used by ``srifty catalog show --format json`` (documented in docs/catalog.md)."""
     od, spot = it.price(region, "on-demand"), it.price(region, "spot")
     return {
