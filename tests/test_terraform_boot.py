@@ -143,13 +143,16 @@ def test_multi_node_fleets_get_every_efa_interface_the_predictor_assumes(catalog
 def test_the_planned_launch_template_has_one_efa_interface_per_card(tf_env, moto_endpoint, tmp_path, catalog) -> None:
     """terraform plan (real CLI, moto's endpoints for the data sources): 4 x p4d.24xlarge get 4 EFA interfaces
     each, on network cards 0-3 (device index 0, then 1), behind a NAT gateway (EC2 gives no public IP to an instance
-    with several interfaces)."""
+    with several interfaces). A value of the user's own next to the generated ones reaches the module through the
+    root: metadata_hop_limit, which srifty never sets."""
     images = dlami_parameters(moto_endpoint)
     plan = load_plan(ROOT / "terraform" / "examples" / "multi-node-spot" / "plan.json")
     options = Options(name="p4d-efa", aws_endpoint=moto_endpoint)
     infra = use_test_parameters(generate(plan, tmp_path / "p4d", options=options, catalog=catalog).out)
+    (infra / "team.auto.tfvars").write_text("metadata_hop_limit = 2\n")
     templates = planned(tf_env, infra, "aws_launch_template")
     (lt,) = templates.values()
+    assert [(m["http_tokens"], m["http_put_response_hop_limit"]) for m in lt["metadata_options"]] == [("required", 2)]
     nics = sorted(lt["network_interfaces"], key=lambda n: n["network_card_index"])
     assert [(n["network_card_index"], n["device_index"], n["interface_type"]) for n in nics] == [
         (0, 0, "efa"),

@@ -30,23 +30,24 @@ provider "aws" {
 module "fleet" {
   source = "./modules/training_fleet"
 
-  name              = var.name
-  network           = var.network
-  ssh_cidr_blocks   = var.ssh_cidr_blocks
-  allow_wide_ssh    = var.allow_wide_ssh
-  key_name          = var.key_name
-  groups            = var.groups
-  capacity          = var.capacity
-  ami               = var.ami
-  root_volume_gb    = var.root_volume_gb
-  checkpoints       = var.checkpoints
-  enable_ssm        = var.enable_ssm
-  enable_cloudwatch = var.enable_cloudwatch
-  secrets           = var.secrets
-  train             = var.train
-  max_life_h        = var.max_life_h
-  watchdog          = var.watchdog
-  limits            = var.limits
-  predicted         = var.predicted
-  tags              = var.tags
+  name               = var.name
+  network            = var.network
+  ssh_cidr_blocks    = var.ssh_cidr_blocks
+  allow_wide_ssh     = var.allow_wide_ssh
+  key_name           = var.key_name
+  groups             = var.groups
+  capacity           = var.capacity
+  ami                = var.ami
+  root_volume_gb     = var.root_volume_gb
+  metadata_hop_limit = var.metadata_hop_limit
+  checkpoints        = var.checkpoints
+  enable_ssm         = var.enable_ssm
+  enable_cloudwatch  = var.enable_cloudwatch
+  secrets            = var.secrets
+  train              = var.train
+  max_life_h         = var.max_life_h
+  watchdog           = var.watchdog
+  limits             = var.limits
+  predicted          = var.predicted
+  tags               = var.tags
 }

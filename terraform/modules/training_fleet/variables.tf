@@ -171,7 +171,7 @@ variable "root_volume_gb" {
 }
 
 variable "metadata_hop_limit" {
-  description = "IMDSv2 response hop limit: 1 (the default) for training processes on the instance; 2 when training runs in a container that must reach the instance metadata."
+  description = "IMDSv2 response hop limit: 1 (the default) for training on the instance, and in the container of train.image (it runs on the host's network); 2 for a container on a bridge network of its own that must reach the instance metadata."
   type        = number
   default     = 1
 
