@@ -20,8 +20,7 @@ import sys
 from typing import Any
 
 from lightning_srifty import _compat
-
-__version__ = "0.2.0"
+from lightning_srifty._version import __version__ as __version__
 
 # what the README and docs/ teach users to import from here (tests/test_package.py checks each one resolves)
 _LAZY = {

@@ -17,7 +17,8 @@ from types import ModuleType
 MOVED = {
     "callback": "profiling.callback",
     "recorder": "profiling.recorder",
-    "clock": "profiling.clock",
+    "clock": "timing",
+    "profiling.clock": "timing",  # 0.2's home: shared by profiling and ddp now, so neither imports the other for it
     "assemble": "profiling.assemble",
     "flops": "profiling.flops",
     "model_info": "profiling.model_info",

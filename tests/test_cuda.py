@@ -17,7 +17,7 @@ two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUD
 
 @cuda
 def test_cuda_event_clock_orders_marks() -> None:
-    from lightning_srifty.profiling.clock import CudaEventClock
+    from lightning_srifty.timing import CudaEventClock
 
     clock = CudaEventClock(torch.device("cuda"))
     a = clock.mark()

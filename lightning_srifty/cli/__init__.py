@@ -76,7 +76,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lightning_srifty import __version__
+    from lightning_srifty._version import __version__
 
     parser = Parser(prog="srifty", description="Profile Lightning training and pick cloud GPUs.")
     parser.add_argument("--version", action="version", version=f"lightning-srifty {__version__}")

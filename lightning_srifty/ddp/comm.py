@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_srifty.profiling.clock import PerfCounterClock
+from lightning_srifty.timing import PerfCounterClock
 from predictor.stats import merge_intervals
 
 

@@ -315,10 +315,9 @@ class MigrationTriggers(Callback):
             if not hasattr(self.profile, "batch"):
                 self.profile = load_profile(self.profile)
             return self.profile
-        from lightning_srifty.profiling.callback import SriftyCallback
-
         for cb in trainer.callbacks:  # type: ignore[attr-defined]
-            if isinstance(cb, SriftyCallback) and cb.profile is not None:
+            # a callback that says it profiles the run (SriftyCallback does): no import of profiling's callback here
+            if getattr(type(cb), "PROVIDES_PROFILE", False) and getattr(cb, "profile", None) is not None:
                 self.profile = cb.profile
                 if not markers.exists(self.dirpath, markers.PROFILE):  # for the next fleet's run
                     markers.write(self.dirpath, markers.PROFILE, self.profile.to_dict())

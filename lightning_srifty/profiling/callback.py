@@ -26,7 +26,6 @@ from lightning_srifty.migrate.imds import MetadataLookup
 from lightning_srifty.profiling import hardware as hw
 from lightning_srifty.profiling.assemble import RankPayload, assemble_profile
 from lightning_srifty.profiling.checkpoint_cost import measure_checkpoint
-from lightning_srifty.profiling.clock import clock_for
 from lightning_srifty.profiling.flops import StepFlopCounter
 from lightning_srifty.profiling.model_info import (
     batch_size,
@@ -46,6 +45,7 @@ from lightning_srifty.profiling.recommendation import (
 )
 from lightning_srifty.profiling.recorder import StepRecorder
 from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, fsdp_units, full_sizes, layout_name, structure
+from lightning_srifty.timing import clock_for
 from predictor._io import check_writable
 from predictor._validation import check_int
 from predictor.exceptions import ConfigError, SriftyError
@@ -106,6 +106,8 @@ class SriftyCallback(Callback):
     ``max_instances``, ``max_types``, ``scaling``, ``allow_arm64``, ``predictor_url``, ``predictor_token`` and
     ``post_observation`` still work with a DeprecationWarning; they go in 0.3.
     """
+
+    PROVIDES_PROFILE = True  # MigrationTriggers (and any other callback) find the run's profile by this, not by type
 
     def __init__(
         self,

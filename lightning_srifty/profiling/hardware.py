@@ -77,7 +77,7 @@ def peak_memory(device: torch.device) -> dict[str, int]:
 def software_versions() -> dict[str, str | None]:
     import lightning
 
-    from lightning_srifty import __version__
+    from lightning_srifty._version import __version__
 
     return {
         "python": platform.python_version(),

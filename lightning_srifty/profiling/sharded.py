@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lightning_srifty.profiling.clock import PerfCounterClock
+from lightning_srifty.timing import PerfCounterClock
 from predictor.layout import Layout
 from predictor.stats import merge_intervals
 
