@@ -588,3 +588,20 @@ def test_an_auto_scaling_group_without_capacity_is_caught_and_named(monkeypatch)
         with pytest.raises(CapacityError, match="launched 0 of 2 instances in 0 s") as exc:
             wait_for_capacity(client, "g", 2, timeout_s=0, poll_s=0)
         assert exc.value.code == "capacity-timeout"
+
+
+def test_the_launcher_is_named_steps_not_one_long_function() -> None:
+    """Issue #24 item 3: the launch loop was one function of 300 lines with closures over mutable lists; it is now
+    :class:`Launcher`, whose state is attributes and whose steps are methods. No function of the module may grow past
+    100 lines again."""
+    import ast
+
+    from lightning_srifty.provision import launch as launch_module
+
+    tree = ast.parse(Path(launch_module.__file__).read_text())
+    long = {
+        node.name: node.end_lineno - node.lineno + 1
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 100
+    }
+    assert long == {}, f"split these into named steps: {long}"

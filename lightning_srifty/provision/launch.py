@@ -177,7 +177,7 @@ def _up_or_next(
 
     The fleet started goes into ``up`` as soon as it is up (see :func:`_timed_up`).
     """
-    first, tried = plan.entries[choice], []
+    tried: list[str] = []
     started = time.monotonic()
     for index in range(choice, choice + 1 if only else len(plan.entries)):
         entry = plan.entries[index]
@@ -205,18 +205,25 @@ def _up_or_next(
                     queue.extend(others)
                 continue
             if index != choice or zone is not None:
-                dt_pct = (entry.time_h / first.time_h - 1) * 100 if first.time_h else 0.0
-                dc_pct = (entry.cost_usd / first.cost_usd - 1) * 100 if first.cost_usd else 0.0
-                place = f" in {zone.zone} ({zone.note})" if zone is not None else ""
-                what = f"entry {index} of the plan, {entry.fleet} ({entry.market}){place}"
-                instead = f"instead of {first.fleet}" if index != choice else "instead of the plan's zone"
-                echo(
-                    f"srifty launch: started {what}, {instead}: predicted {entry.time_h:.2f} h and "
-                    f"${entry.cost_usd:,.2f} ({dt_pct:+.0f}% time, {dc_pct:+.0f}% cost against the first choice); "
-                    f"tried: {'; '.join(tried)}"
-                )
+                echo(_instead(plan, choice, index, zone, tried))
             return fleet, took
     raise _exhausted(tried, started)
+
+
+def _instead(plan: Plan, choice: int, index: int, zone: Any, tried: list[str]) -> str:
+    """The line for a fleet started in place of the first choice (another entry, or the same in another zone): what
+    it is, what it is predicted to take and cost next to the first choice, and what was tried first."""
+    first, entry = plan.entries[choice], plan.entries[index]
+    dt_pct = (entry.time_h / first.time_h - 1) * 100 if first.time_h else 0.0
+    dc_pct = (entry.cost_usd / first.cost_usd - 1) * 100 if first.cost_usd else 0.0
+    place = f" in {zone.zone} ({zone.note})" if zone is not None else ""
+    what = f"entry {index} of the plan, {entry.fleet} ({entry.market}){place}"
+    instead = f"instead of {first.fleet}" if index != choice else "instead of the plan's zone"
+    return (
+        f"srifty launch: started {what}, {instead}: predicted {entry.time_h:.2f} h and "
+        f"${entry.cost_usd:,.2f} ({dt_pct:+.0f}% time, {dc_pct:+.0f}% cost against the first choice); "
+        f"tried: {'; '.join(tried)}"
+    )
 
 
 def _exhausted(tried: list[str], started: float) -> CapacityError:
@@ -426,6 +433,50 @@ def launch(
         MigrationError: the job failed, left for good, or no fleet is left.
         LaunchInterrupted: SIGINT, SIGTERM or SIGHUP (from the main thread); every fleet was released.
     """
+    _check_settings(heartbeat_s, heartbeat_max_age_s, max_life_h, spot_check_s)
+    spot_policy = policy_for(spot_policy, plan.entries[choice], plan)
+    if provisioner is None:
+        provisioner = _local_provisioner(script, max_local_processes, simulate_notice_after, echo)
+    launch_id = launch_id or protocol.new_launch_id()
+    root = Path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    ckpt = checkpoint_dir or getattr(provisioner, "checkpoint_uri", None) or str((root / "checkpoints").resolve())
+    _take_the_folder(ckpt, launch_id)
+    echo(f"srifty launch: launch {launch_id}, checkpoints and records in {ckpt}")
+    echo(
+        f"srifty launch: if this launcher dies without releasing its fleets (kill -9, a lost machine), their jobs "
+        f"checkpoint and leave and the instances shut down once its heartbeat is {heartbeat_max_age_s:.0f} s old "
+        "(--heartbeat-max-age); each fleet's line says how to release it at once."
+    )
+    if start_timeout_s is None and provisioner.kind != "local":  # local processes are polled directly
+        start_timeout_s = DEFAULT_START_TIMEOUT_S
+    settings = _Settings(
+        ckpt=ckpt, launch_id=launch_id, log_path=root / "migrations.jsonl", name=name, max_migrations=max_migrations,
+        poll_s=poll_s, max_life_h=max_life_h, start_timeout_s=start_timeout_s, spot_policy=spot_policy,
+        spot_check_s=spot_check_s, catalog=catalog,
+    )  # fmt: skip
+    heartbeat = _HeartbeatWriter(ckpt, launch_id, heartbeat_s, heartbeat_max_age_s, echo)
+    launcher = Launcher(plan, choice, provisioner, heartbeat, settings, echo)
+    with _Signals(echo):
+        heartbeat.start()
+        try:
+            return launcher.run()
+        except LaunchInterrupted as exc:
+            exc.released = [f.name for f in launcher.up]
+            raise
+        finally:
+            _release(provisioner, launcher.up, echo)
+            heartbeat.stop()
+
+
+def _check_settings(
+    heartbeat_s: float, heartbeat_max_age_s: float, max_life_h: float | None, spot_check_s: float
+) -> None:
+    """Refuse, before anything starts, the settings a launch cannot work with: each error names the flag to change.
+
+    Raises:
+        ConfigError: a heartbeat setting, the life cap or the spot check's period cannot work.
+    """
     for option, value in (("heartbeat_s", heartbeat_s), ("heartbeat_max_age_s", heartbeat_max_age_s)):
         if not value > 0:
             raise ConfigError(f"The {option!r} parameter of launch() must be > 0. Got {value!r}.", parameter=option)
@@ -444,49 +495,100 @@ def launch(
         raise ConfigError(
             f"--spot-check-s must be > 0 seconds. Got {spot_check_s!r}.", parameter="spot_check_s", value=spot_check_s
         )
-    spot_policy = policy_for(spot_policy, plan.entries[choice], plan)
-    if provisioner is None:
-        from lightning_srifty.provision.local import LocalProvisioner
 
-        if not script:
-            raise MigrationError("The local provisioner needs the training script to run.")
-        provisioner = LocalProvisioner(
-            script, max_processes=max_local_processes, simulate_notice_after=simulate_notice_after, echo=echo
-        )
-    launch_id = launch_id or protocol.new_launch_id()
-    root = Path(workdir)
-    root.mkdir(parents=True, exist_ok=True)
-    ckpt = checkpoint_dir or getattr(provisioner, "checkpoint_uri", None) or str((root / "checkpoints").resolve())
+
+def _local_provisioner(
+    script: list[str] | None, max_processes: int, simulate_notice_after: float | None, echo: Any
+) -> Provisioner:
+    """The default provisioner: ``script`` as processes on this machine.
+
+    Raises:
+        MigrationError: no script to run.
+    """
+    from lightning_srifty.provision.local import LocalProvisioner
+
+    if not script:
+        raise MigrationError("The local provisioner needs the training script to run.")
+    return LocalProvisioner(script, max_processes=max_processes, simulate_notice_after=simulate_notice_after, echo=echo)
+
+
+def _take_the_folder(ckpt: str, launch_id: str) -> None:
+    """Make the checkpoint folder this launch's: refused while another launch is live there; an earlier launch's
+    handovers (never boot from them) and records (they would read as this launch's news) are cleared."""
     _refuse_a_live_launch(ckpt, launch_id)
-    old = [n for n in protocol.present(ckpt) if n.startswith("HANDOVER-")]  # an earlier launch's: never boot from it
+    old = [n for n in protocol.present(ckpt) if n.startswith("HANDOVER-")]
     protocol.clear(ckpt, *old)
     protocol.clear_records(ckpt, Preempted, Finished, Failed, MoveRequest, Leave, Started, Progress)
-    echo(f"srifty launch: launch {launch_id}, checkpoints and records in {ckpt}")
-    echo(
-        f"srifty launch: if this launcher dies without releasing its fleets (kill -9, a lost machine), their jobs "
-        f"checkpoint and leave and the instances shut down once its heartbeat is {heartbeat_max_age_s:.0f} s old "
-        "(--heartbeat-max-age); each fleet's line says how to release it at once."
-    )
-    heartbeat = _HeartbeatWriter(ckpt, launch_id, heartbeat_s, heartbeat_max_age_s, echo)
-    with _Signals(echo):
-        heartbeat.start()
-        up: list[LaunchedFleet] = []
+
+
+def _release(provisioner: Provisioner, up: list[LaunchedFleet], echo: Any) -> None:
+    """Stop and release every fleet still up, whatever ended the launch; a fleet that cannot be released is named
+    and the others are still released (the first error is the one raised)."""
+    for remaining in up:
         try:
-            if start_timeout_s is None and provisioner.kind != "local":  # local processes are polled directly
-                start_timeout_s = DEFAULT_START_TIMEOUT_S
-            return _run(plan, choice, provisioner, ckpt, root, launch_id, heartbeat, up, max_migrations, poll_s,
-                        name, echo, max_life_h, start_timeout_s, spot_policy, spot_check_s, catalog)  # fmt: skip
-        except LaunchInterrupted as exc:
-            exc.released = [f.name for f in up]
-            raise
-        finally:
-            for remaining in up:
-                try:
-                    provisioner.stop(remaining)
-                    provisioner.down(remaining)
-                except Exception as exc:  # noqa: BLE001 - report every fleet left behind, keep the first error
-                    echo(f"srifty launch: releasing {remaining.entry.fleet} ({remaining.name}) failed: {exc}")
-            heartbeat.stop()
+            provisioner.stop(remaining)
+            provisioner.down(remaining)
+        except Exception as exc:  # noqa: BLE001 - report every fleet left behind, keep the first error
+            echo(f"srifty launch: releasing {remaining.entry.fleet} ({remaining.name}) failed: {exc}")
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What :func:`launch` was asked for and checked, as the launcher consults it while running: where the records
+    go and the limits it keeps."""
+
+    ckpt: str  # the checkpoint folder: the job's checkpoints and both sides' records
+    launch_id: str
+    log_path: Path  # migrations.jsonl, one line per move
+    name: str  # the fleets are <name>-1, <name>-2 ... for the whole launch
+    max_migrations: int
+    poll_s: float
+    max_life_h: float | None
+    start_timeout_s: float | None
+    spot_policy: str  # off: no spot guard
+    spot_check_s: float
+    catalog: Any
+
+
+@dataclass(frozen=True)
+class _Poll:
+    """One look at the job: its fleet's exit status (None: still running) and the records in the folder, from one
+    listing; only what is there is read, and only this launch's records."""
+
+    code: int | None
+    there: set[str]
+    ckpt: str
+    launch_id: str
+
+    def has(self, cls: Any) -> bool:
+        return cls.FILE in self.there
+
+    def read(self, cls: Any) -> Any:
+        return protocol.read_record(self.ckpt, cls, self.launch_id) if self.has(cls) else None
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A move whose new fleet is up while the job still trains on the old one, told to leave (``LEAVE.json``)."""
+
+    fleet: LaunchedFleet
+    plan_uri: str  # where the job on the new fleet reads its plan
+    request: MoveRequest  # the job's, or the spot guard's
+    up_s: float
+
+
+@dataclass(frozen=True)
+class _Leaving:
+    """A leg the job left (its ``PREEMPTED.json``), as the move to the next leg is recorded: what that leg resumes
+    from and why it moves."""
+
+    left: Preempted
+    gone: float  # monotonic: the old leg's processes gone
+    resume: str  # the checkpoint the next leg starts from ("": the newest there)
+    old: LaunchedFleet
+    trigger: str
+    voluntary: bool
+    while_training: float  # seconds the new fleet took to come up while the old one trained
 
 
 class _Steer:
@@ -539,52 +641,382 @@ class _Steer:
         return None
 
 
-def _run(
-    plan: Plan,
-    choice: int,
-    provisioner: Provisioner,
-    ckpt: str,
-    root: Path,
-    launch_id: str,
-    heartbeat: _HeartbeatWriter,
-    up: list[LaunchedFleet],
-    max_migrations: int,
-    poll_s: float,
-    name: str,
-    echo: Any,
-    max_life_h: float | None,
-    start_timeout_s: float | None = None,
-    spot_policy: str = "off",
-    spot_check_s: float = DEFAULT_CHECK_S,
-    catalog: Any = None,
-) -> list[Migration]:
-    log_path = root / "migrations.jsonl"
-    silent = _Silence(start_timeout_s, echo)
-    migrations: list[Migration] = []
-    plan_started: dict[str, float] = {}
-    awaiting: list[tuple[Migration, str]] = []  # moves whose new leg has not taken its first step yet
+class Launcher:
+    """One launch at work: the fleet the job runs on, where each plan is kept and when the run began working to it,
+    the moves made and those whose new leg has not taken its first step, a voluntary move's fleet waiting for the job
+    to leave, and the spot guard's steering.
 
-    def keep_plan(p: Plan, started_unix: float | None = None) -> str:  # where the job reads its fleet's plan
-        uri = protocol.write(ckpt, f"plans/plan-{len(plan_started) + 1}.json", p.to_dict())
-        plan_started[uri] = time.time() if started_unix is None else started_unix
-        return uri
+    :meth:`run` polls until the job finishes; each poll is answered by named steps, in the order that matters
+    (:meth:`_answer`). The fleets brought up are in ``up`` from the moment they are up, so that :func:`launch`
+    releases them whatever ends the run.
+    """
 
-    def report(move: Migration) -> None:
-        with log_path.open("a") as f:
-            f.write(json.dumps(asdict(move)) + "\n")
-        echo(f"srifty launch: {move.describe()}")
+    fleet: LaunchedFleet  # the fleet the job runs on (while waiting for spot: the last one, released)
+    plan_uri: str  # where the job on ``fleet`` reads its plan
+    global_batch: int  # samples per optimizer step, kept on every later fleet
 
-    def flush() -> None:  # the run ends before a new leg's first step: report what was measured
-        while awaiting:
-            report(awaiting.pop(0)[0])
+    def __init__(
+        self, plan: Plan, choice: int, provisioner: Provisioner, heartbeat: _HeartbeatWriter, settings: _Settings,
+        echo: Any,
+    ) -> None:  # fmt: skip
+        self.plan, self.choice, self.provisioner, self.heartbeat = plan, choice, provisioner, heartbeat
+        self.settings, self.echo = settings, echo
+        self.up: list[LaunchedFleet] = []  # every fleet brought up and not released yet
+        self.migrations: list[Migration] = []
+        self.awaiting: list[tuple[Migration, str]] = []  # moves whose new leg has not stepped, and its checkpoint
+        self.plan_started: dict[str, float] = {}  # each kept plan -> when the run began working to it
+        self.silent = _Silence(settings.start_timeout_s, echo)
+        self.names = (f"{settings.name}-{n}" for n in itertools.count(1))  # unique for the whole launch
+        self.steer: _Steer | None = None
+        self.pending: _Pending | None = None  # a voluntary move's new fleet, up
+        self.waiting: _Leaving | None = None  # the guard waits for spot: no fleet; what the next one resumes from
 
-    def start(fleet: LaunchedFleet, plan_uri: str, resume: str) -> None:
-        until = life_until(fleet.entry, max_life_h)
-        heartbeat.max_life_until_unix = until
-        sizes, accumulation = fleet_batches(fleet.entry, global_batch)
+    def run(self) -> list[Migration]:
+        """Bring the first fleet up and start the job there, then poll every ``poll_s`` until it finishes; whatever
+        ends the run, the moves measured so far are reported."""
+        self._bring_up()
+        try:
+            self._start(self.fleet, self.plan_uri, "")
+            while True:
+                time.sleep(self.settings.poll_s)
+                if self.waiting is not None:
+                    self._wait_for_spot(self.steer)  # type: ignore[arg-type]
+                elif self._answer(self._poll()):
+                    return self.migrations
+        finally:
+            self._flush()
+
+    # --- the first fleet ---------------------------------------------------------------------------------------
+
+    def _bring_up(self) -> None:
+        """Keep the plan where the job reads it, fail a layout srifty launch cannot start before any fleet is up, fix
+        the global batch every later fleet keeps, and bring the first fleet up: the plan's choice (or the next
+        entries that can start), or its on-demand twin when the spot guard says so from the start."""
+        plan, choice = self.plan, self.choice
+        self.plan_uri = self._keep_plan(plan)
+        entry_strategy(plan.entries[choice])
+        sizes, accumulation = fleet_batches(plan.entries[choice])
+        self.global_batch = sum(sizes) * accumulation
+        if self.settings.spot_policy != "off":
+            steer, first = self._set_up_steer()
+            if first.action == "on-demand":
+                self.fleet, _ = self._up_one(steer.od)
+                self.plan_uri = steer.od[2]
+                return
+        self.fleet, _ = _up_or_next(self.provisioner, plan, choice, self.names, self.echo, up=self.up)
+
+    def _set_up_steer(self) -> tuple[_Steer, Decision]:
+        """The spot guard for the plan's choice and its on-demand twin (whose plan, when another, counts its deadline
+        from the same start), and its first decision, said with the policy and the fallback's price."""
+        s, plan, choice = self.settings, self.plan, self.choice
+        od_plan, od_index = on_demand_fleet(plan, choice, s.catalog)
+        began = self.plan_started[self.plan_uri]
+        od_uri = self.plan_uri if od_plan is plan else self._keep_plan(od_plan, began)
+        guard = guard_for(s.spot_policy, plan, choice, od_plan, od_index, started_unix=began,
+                          global_batch=self.global_batch, check_s=s.spot_check_s)  # fmt: skip
+        steer = _Steer(guard, (plan, choice, self.plan_uri), (od_plan, od_index, od_uri), s.spot_check_s, self.echo)  # type: ignore[arg-type]
+        self.steer = steer
+        first = steer.guard.decide(time.time(), None, available=True)
+        od = od_plan.entries[od_index]
+        self.echo(
+            f"srifty launch: spot policy {s.spot_policy} against the {plan.constraints.deadline_h:g} h deadline, a "
+            f"check every {s.spot_check_s:g} s; on-demand fallback {od.fleet} at ${od.usd_per_hour:,.4f}/h; "
+            f"{first.describe()}"
+        )
+        return steer, first
+
+    # --- each poll ---------------------------------------------------------------------------------------------
+
+    def _poll(self) -> _Poll:
+        """The fleet's exit status and one listing of the records."""
+        code = self.provisioner.poll(self.fleet)
+        return _Poll(code, protocol.present(self.settings.ckpt), self.settings.ckpt, self.settings.launch_id)
+
+    def _answer(self, poll: _Poll) -> bool:
+        """Answer one poll; True once the job finished. In order: a move's new leg stepping is measured; a silent
+        fleet is caught; a failure ends the run; a move request is answered (not while a move or an end is under
+        way); a spot guard's check is due; the end; and last the job leaving."""
+        self._on_started(poll)
+        finished, left, failed = poll.read(Finished), poll.read(Preempted), poll.read(Failed)
+        if poll.code is None and not (finished or left or failed or poll.has(MoveRequest)):
+            self.silent.check(self.fleet, poll.read(Started))
+        if failed is not None:
+            raise MigrationError(f"The job failed on {self.fleet.entry.fleet} at step {failed.step}: {failed.error}")
+        busy = self.pending is not None or finished is not None or left is not None
+        request = None if busy else poll.read(MoveRequest)
+        if request is not None:
+            self._answer_move_request(request)
+            return False
+        if self.steer is not None and not (busy or poll.code is not None) and self.steer.due():
+            self._steer_spot(self.steer, poll)
+            return False
+        if finished is not None or (poll.code == 0 and left is None):
+            self._finish()
+            return True
+        if left is not None:
+            self._on_leave(left)
+        elif poll.code is not None:
+            raise MigrationError(
+                f"The job failed on {self.fleet.entry.fleet} with exit status {poll.code} (not a preemption)."
+            )
+        return False
+
+    def _on_started(self, poll: _Poll) -> None:
+        """A move is measured once its new leg took its first step (``STARTED.json`` naming the checkpoint it resumed
+        from): the downtime since the old leg's last step, what the restart cost (the spot guard counts on it), and
+        the move is reported."""
+        started = poll.read(Started) if self.awaiting else None
+        if started is None or started.first_step_unix is None:
+            return
+        for i, (move, resume) in enumerate(self.awaiting):
+            if started.resumed_from != resume:
+                continue
+            move.first_step_unix = started.first_step_unix
+            if move.last_step_unix is not None:
+                move.downtime_s = max(0.0, started.first_step_unix - move.last_step_unix)
+            if self.steer is not None and move.started_unix is not None:
+                # the save, bringing the fleet up, the start and the restore: what a restart costs
+                self.steer.guard.restarted(
+                    (move.checkpoint_s or 0.0) + (move.up_s or 0.0)
+                    + max(0.0, started.first_step_unix - move.started_unix)
+                )  # fmt: skip
+            self._report(self.awaiting.pop(i)[0])
+            return
+
+    def _answer_move_request(self, request: MoveRequest) -> None:
+        """The job asks to move (drift, prices) with a re-ranked plan: declined past ``max_migrations``; else the new
+        fleet is brought up first, while the job trains, and only then is the job told to leave."""
+        protocol.clear_records(self.settings.ckpt, MoveRequest)
+        if len(self.migrations) >= self.settings.max_migrations:
+            self.echo(f"srifty launch: move to {request.to_fleet} declined: --max-migrations reached")
+            return
+        new_plan = load_plan(request.plan)
+        self.echo(f"srifty launch: move requested ({request.why}): {request.reason}")
+        new, up_s = _up_or_next(self.provisioner, new_plan, new_plan.chosen, self.names, self.echo, up=self.up)
+        self._ask_to_leave(_Pending(new, self._keep_plan(new_plan), request, up_s))
+
+    def _steer_spot(self, steer: _Steer, poll: _Poll) -> None:
+        """At a spot guard's check, with the job training: feed it the job's progress and move where it says, the new
+        fleet up first, as a voluntary move. Declined past ``max_migrations``; spot refused on the way back from
+        on-demand is backed off (on-demand refused is an error: it was the fallback)."""
+        progress = poll.read(Progress)
+        if progress is not None:
+            steer.guard.progress(progress.step, progress.step_time_s)
+        move_to = steer.target(self.fleet)
+        if move_to is None:
+            return
+        if len(self.migrations) >= self.settings.max_migrations:
+            self.echo("srifty launch: the spot policy's move declined: --max-migrations reached")
+            return
+        target, d = move_to
+        kind = "on-demand" if target is steer.od else "spot"
+        self.echo(f"srifty launch: at step {steer.guard.step} on {steer.kind(self.fleet)}; {d.describe()}")
+        try:
+            new, up_s = self._up_one(target)
+        except CapacityError as exc:
+            if kind == "on-demand":
+                raise
+            steer.spot_refused()
+            wait_s = steer.retry_at - time.monotonic()
+            self.echo(
+                f"srifty launch: spot is not there ({exc.code}): staying on on-demand, next try in {wait_s:.0f} s"
+            )
+            return
+        if kind == "spot":
+            steer.guard.observe(True)
+            steer.refused = 0
+        asked = MoveRequest(
+            launch_id=self.settings.launch_id, why="deadline", reason=d.describe(), to_fleet=new.entry.fleet
+        )
+        self._ask_to_leave(_Pending(new, target[2], asked, up_s))
+
+    def _ask_to_leave(self, pending: _Pending) -> None:
+        """The new fleet is up: tell the job to checkpoint and leave (``LEAVE.json``) and keep the fleet for then."""
+        self.pending = pending
+        protocol.write_record(
+            self.settings.ckpt, Leave(launch_id=self.settings.launch_id, to_fleet=pending.fleet.entry.fleet)
+        )
+
+    def _finish(self) -> None:
+        """The job finished: its processes are let go, the moves measured are reported and the run is said."""
+        _wait_exit(self.provisioner, self.fleet)
+        self._flush()
+        self.echo(f"srifty launch: finished on {self.fleet.entry.fleet} after {len(self.migrations)} migration(s)")
+
+    # --- the job left: the next leg ----------------------------------------------------------------------------
+
+    def _on_leave(self, left: Preempted) -> None:
+        """The job left (a spot notice, SIGTERM, the move granted, or on its own): once its processes are gone, decide
+        what the next leg resumes from, and which fleet takes it: the granted move's, or :meth:`_on_notice`'s.
+
+        Raises:
+            MigrationError: it left for good (the launcher's heartbeat, the life cap), or past ``max_migrations``.
+        """
+        _wait_exit(self.provisioner, self.fleet)
+        gone = time.monotonic()
+        protocol.clear_records(self.settings.ckpt, Preempted, Leave)
+        if left.trigger in ("heartbeat", "max-life"):
+            raise self._left_for_good(left)
+        resume = self._resume_from(left)
+        if self.pending is not None and left.move:
+            pending, self.pending = self.pending, None
+            leaving = _Leaving(left, gone, resume, self.fleet, pending.request.why, True, pending.up_s)
+            self._arrive(pending.fleet, pending.plan_uri, pending.up_s, leaving)
+            return
+        if len(self.migrations) >= self.settings.max_migrations:
+            raise MigrationError(f"Preempted again after {self.settings.max_migrations} migrations: giving up.")
+        trigger = left.trigger if left.trigger in ("spot", "sigterm") else "spot"
+        self._on_notice(_Leaving(left, gone, resume, self.fleet, trigger, False, 0.0))
+
+    def _left_for_good(self, left: Preempted) -> MigrationError:
+        """The job left on the launcher's heartbeat or the life cap: no move, the error with its fix."""
+        fix = (
+            "raise --max-life-h (the cap counts from each fleet's start)"
+            if left.trigger == "max-life"
+            else "the launcher's heartbeat did not reach it: check that the checkpoint folder is reachable "
+            "and that --heartbeat-max-age is well above --heartbeat-s"
+        )
+        return MigrationError(
+            f"The job on {self.fleet.entry.fleet} left at step {left.step}: {left.why}; its checkpoint is "
+            f"{left.checkpoint or '(none)'}: {fix}."
+        )
+
+    def _resume_from(self, left: Preempted) -> str:
+        """The checkpoint the next leg starts from: the one the job left, unless the store did not take it in time
+        (then "": the newest there). One without its manifest fails now, before a fleet starts (the nodes refuse
+        it too)."""
+        resume = left.checkpoint or ""
+        if left.stored != "durable":
+            self.echo(
+                f"srifty launch: the last checkpoint did not reach {self.settings.ckpt} before the deadline; it is on "
+                f"the old fleet's disk ({left.stored.removeprefix('local ')}); resuming from the newest checkpoint "
+                "there"
+            )
+            resume = ""
+        if resume:
+            protocol.require_manifest(resume)
+        return resume
+
+    def _on_notice(self, leaving: _Leaving) -> None:
+        """An involuntary move: the fleet of a move granted just before (it is up: use it); the spot guard's choice
+        when the fleet was its spot one (:meth:`_after_spot_loss`); else the plan's next entry.
+
+        Raises:
+            MigrationError: no entry of the plan left to move to.
+        """
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            self._arrive(pending.fleet, pending.plan_uri, pending.up_s, leaving)
+            return
+        if self.steer is not None and self.steer.kind(self.fleet) == "spot":
+            self._after_spot_loss(self.steer, leaving)
+            return
+        nxt = self.fleet.index + 1
+        if nxt >= len(self.fleet.plan.entries):
+            raise MigrationError(
+                f"No fleet left in the plan after {len(self.migrations)} migration(s): re-plan with srifty recommend."
+            )
+        new, up_s = _up_or_next(self.provisioner, self.fleet.plan, nxt, self.names, self.echo, up=self.up)
+        self._arrive(new, self.plan_uri, up_s, leaving)
+
+    def _after_spot_loss(self, steer: _Steer, leaving: _Leaving) -> None:
+        """Spot is gone under the guard's fleet: the guard decides between its on-demand twin and spot again; if it
+        waits for spot (or spot is refused), the old fleet is released now and :meth:`_wait_for_spot` tries at each
+        check."""
+        left = leaving.left
+        steer.guard.progress(left.step)
+        steer.guard.observe(False)
+        d = steer.guard.decide(time.time(), None)
+        self.echo(f"srifty launch: spot gone at step {left.step}; {d.describe()}")
+        got = self._start_guards_choice(steer, d)
+        if got is None:
+            self.provisioner.down(self.fleet)
+            self.up.remove(self.fleet)
+            steer.next_check = time.monotonic() + self.settings.spot_check_s
+            self.waiting = leaving
+            return
+        self._arrive(*got, leaving)
+
+    def _wait_for_spot(self, steer: _Steer) -> None:
+        """No fleet: at each check, the on-demand twin if the guard says so, else another try at spot; the fleet that
+        starts takes the job from the checkpoint the last leg left."""
+        if not steer.due():
+            return
+        d = steer.guard.decide(time.time(), None)
+        got = self._start_guards_choice(steer, d)
+        if got is None:
+            return
+        if d.action == "on-demand":
+            self.echo(f"srifty launch: still no spot; {d.describe()}")
+        self._arrive(*got, self.waiting)  # type: ignore[arg-type]
+        self.waiting = None
+
+    def _start_guards_choice(self, steer: _Steer, d: Decision) -> tuple[LaunchedFleet, str, float] | None:
+        """Bring up the fleet the guard chose: (fleet, where its job reads the plan, seconds to bring it up); None
+        when it chose spot and spot was refused."""
+        if d.action == "on-demand":
+            new, up_s = self._up_one(steer.od)
+            return new, steer.od[2], up_s
+        got = self._spot_again(steer)
+        return None if got is None else (got[0], steer.spot[2], got[1])
+
+    def _up_one(self, target: tuple[Plan, int, str]) -> tuple[LaunchedFleet, float]:
+        """The guard's fleet, in other zones too, but never another entry of the plan (the guard chose this one)."""
+        return _up_or_next(self.provisioner, target[0], target[1], self.names, self.echo, up=self.up, only=True)
+
+    def _spot_again(self, steer: _Steer) -> tuple[LaunchedFleet, float] | None:
+        """A spot start while waiting (its zone failover included); None, and capacity marked gone, if refused."""
+        try:
+            new = self._up_one(steer.spot)
+        except CapacityError as exc:
+            steer.guard.observe(False)
+            self.echo(f"srifty launch: spot still gone ({exc.code}); next try in {self.settings.spot_check_s:g} s")
+            return None
+        steer.guard.observe(True)
+        return new
+
+    def _arrive(self, new: LaunchedFleet, new_uri: str, up_s: float, leaving: _Leaving) -> None:
+        """Start the job on ``new`` from the old leg's checkpoint, record the move (reported once the new leg steps),
+        release the old fleet (last: the new one has the job; a wait for spot released it already)."""
+        left, old = leaving.left, leaving.old
+        self._start(new, new_uri, leaving.resume)
+        move = Migration(
+            dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            str(left.why or leaving.trigger),
+            leaving.trigger,
+            leaving.voluntary,
+            old.entry.fleet,
+            new.entry.fleet,
+            left.step,
+            left.notice_to_durable_s,
+            None,
+            leaving.while_training,
+            left.durable_unix,
+            checkpoint_s=left.save_s,
+            up_s=up_s,
+            restart_s=time.monotonic() - leaving.gone,
+            last_step_unix=left.last_step_unix or left.durable_unix,
+            started_unix=time.time(),
+        )
+        self.migrations.append(move)
+        self.awaiting.append((move, leaving.resume))
+        if old in self.up:
+            self.provisioner.down(old)
+            self.up.remove(old)
+        self.fleet, self.plan_uri = new, new_uri
+
+    # --- what every leg needs ----------------------------------------------------------------------------------
+
+    def _start(self, fleet: LaunchedFleet, plan_uri: str, resume: str) -> None:
+        """Start the job on ``fleet`` with its settings (:class:`LaunchEnv`): the global batch split over its GPUs, its
+        layout, the plan it reads and when the run began working to it, and the fleet's life cap, which the
+        heartbeat carries from now on."""
+        until = life_until(fleet.entry, self.settings.max_life_h)
+        self.heartbeat.max_life_until_unix = until
+        sizes, accumulation = fleet_batches(fleet.entry, self.global_batch)
         env = LaunchEnv(
-            launch_id=launch_id,
-            checkpoint_uri=ckpt,
+            launch_id=self.settings.launch_id,
+            checkpoint_uri=self.settings.ckpt,
             resume=resume,
             fleet=fleet.entry.fleet,
             plan=plan_uri,
@@ -593,251 +1025,30 @@ def _run(
             accumulate_grad_batches=accumulation,
             strategy=entry_strategy(fleet.entry),  # a move to another entry may change the layout
             # when the run began working to this plan (its deadline counts from then; a re-ranked plan's from the move)
-            plan_started_unix=plan_started[plan_uri],
-            heartbeat_max_age_s=heartbeat.max_age_s,
+            plan_started_unix=self.plan_started[plan_uri],
+            heartbeat_max_age_s=self.heartbeat.max_age_s,
             max_life_until_unix=until,
         )
-        heartbeat.beat()  # the new cap, now
-        provisioner.start(fleet, env.to_env())
-        silent.started(fleet)
+        self.heartbeat.beat()  # the new cap, now
+        self.provisioner.start(fleet, env.to_env())
+        self.silent.started(fleet)
 
-    def up_one(target: tuple[Plan, int, str]) -> tuple[LaunchedFleet, float]:
-        """The guard's fleet, in other zones too, but never another entry of the plan (the guard chose this one)."""
-        return _up_or_next(provisioner, target[0], target[1], names, echo, up=up, only=True)
+    def _keep_plan(self, plan: Plan, started_unix: float | None = None) -> str:
+        """Write ``plan`` where the job reads it and note when the run began working to it (default: now)."""
+        uri = protocol.write(self.settings.ckpt, f"plans/plan-{len(self.plan_started) + 1}.json", plan.to_dict())
+        self.plan_started[uri] = time.time() if started_unix is None else started_unix
+        return uri
 
-    def spot_again() -> tuple[LaunchedFleet, float] | None:
-        """A spot start while waiting (its zone failover included); None, and capacity marked gone, if refused."""
-        try:
-            new = up_one(steer.spot)  # type: ignore[union-attr]
-        except CapacityError as exc:
-            steer.guard.observe(False)  # type: ignore[union-attr]
-            echo(f"srifty launch: spot still gone ({exc.code}); next try in {spot_check_s:g} s")
-            return None
-        steer.guard.observe(True)  # type: ignore[union-attr]
-        return new
+    def _report(self, move: Migration) -> None:
+        """A move in words, and appended to ``migrations.jsonl``."""
+        with self.settings.log_path.open("a") as f:
+            f.write(json.dumps(asdict(move)) + "\n")
+        self.echo(f"srifty launch: {move.describe()}")
 
-    def arrive(new: LaunchedFleet, new_uri: str, up_s: float, leaving: dict[str, Any]) -> LaunchedFleet:
-        """Start the job on ``new`` from the old leg's checkpoint, record the move, release the old fleet (last: the
-        new one has the job; a wait for spot released it already)."""
-        left, old = leaving["left"], leaving["old"]
-        start(new, new_uri, leaving["resume"])
-        move = Migration(
-            dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            str(left.why or leaving["trigger"]),
-            leaving["trigger"],
-            leaving["voluntary"],
-            old.entry.fleet,
-            new.entry.fleet,
-            left.step,
-            left.notice_to_durable_s,
-            None,
-            leaving["while_training"],
-            left.durable_unix,
-            checkpoint_s=left.save_s,
-            up_s=up_s,
-            restart_s=time.monotonic() - leaving["gone"],
-            last_step_unix=left.last_step_unix or left.durable_unix,
-            started_unix=time.time(),
-        )
-        migrations.append(move)
-        awaiting.append((move, leaving["resume"]))
-        if old in up:
-            provisioner.down(old)
-            up.remove(old)
-        return new
-
-    plan_uri = keep_plan(plan)
-    entry_strategy(plan.entries[choice])  # a layout srifty launch cannot start fails before any fleet is up
-    batches = fleet_batches(plan.entries[choice])
-    global_batch = sum(batches[0]) * batches[1]  # samples per optimizer step, kept on every later fleet
-    numbers = itertools.count(1)  # fleet names stay unique for the whole launch (resources, handover objects)
-    names = (f"{name}-{n}" for n in numbers)
-    steer: _Steer | None = None
-    if spot_policy != "off":
-        od_plan, od_index = on_demand_fleet(plan, choice, catalog)
-        od_uri = plan_uri if od_plan is plan else keep_plan(od_plan, plan_started[plan_uri])
-        guard = guard_for(spot_policy, plan, choice, od_plan, od_index, started_unix=plan_started[plan_uri],
-                          global_batch=global_batch, check_s=spot_check_s)  # fmt: skip
-        steer = _Steer(guard, (plan, choice, plan_uri), (od_plan, od_index, od_uri), spot_check_s, echo)  # type: ignore[arg-type]
-        first = guard.decide(time.time(), None, available=True)  # type: ignore[union-attr]
-        echo(
-            f"srifty launch: spot policy {spot_policy} against the {plan.constraints.deadline_h:g} h deadline, a check "
-            f"every {spot_check_s:g} s; on-demand fallback {od_plan.entries[od_index].fleet} at "
-            f"${od_plan.entries[od_index].usd_per_hour:,.4f}/h; {first.describe()}"
-        )
-        if first.action == "on-demand":
-            fleet, _ = up_one(steer.od)
-            plan_uri = od_uri
-        else:
-            fleet, _ = _up_or_next(provisioner, plan, choice, names, echo, up=up)
-    else:
-        fleet, _ = _up_or_next(provisioner, plan, choice, names, echo, up=up)
-    waiting: dict[str, Any] | None = None  # the guard waits for spot: no fleet; what the next fleet resumes from
-    try:
-        start(fleet, plan_uri, "")
-        pending: tuple[LaunchedFleet, str, MoveRequest, float] | None = None  # a voluntary move's new fleet, up
-        while True:
-            time.sleep(poll_s)
-            if waiting is not None:  # no fleet: at each check, on-demand if the guard says so, else try spot
-                if not steer.due():  # type: ignore[union-attr]
-                    continue
-                d = steer.guard.decide(time.time(), None)  # type: ignore[union-attr]
-                got = up_one(steer.od) if d.action == "on-demand" else spot_again()  # type: ignore[union-attr]
-                if got is None:
-                    continue
-                if d.action == "on-demand":
-                    echo(f"srifty launch: still no spot; {d.describe()}")
-                new, up_s = got
-                new_uri = steer.od[2] if d.action == "on-demand" else steer.spot[2]  # type: ignore[union-attr]
-                fleet, plan_uri = arrive(new, new_uri, up_s, waiting), new_uri
-                waiting = None
-                continue
-            code = provisioner.poll(fleet)
-            there = protocol.present(ckpt)  # one listing per poll; only what is there is read
-
-            def read(cls: Any, there: set[str] = there) -> Any:
-                return protocol.read_record(ckpt, cls, launch_id) if cls.FILE in there else None
-
-            started = read(Started) if awaiting else None
-            if started is not None:
-                for i, (move, resume) in enumerate(awaiting):
-                    if started.resumed_from == resume and started.first_step_unix is not None:
-                        move.first_step_unix = started.first_step_unix
-                        if move.last_step_unix is not None:
-                            move.downtime_s = max(0.0, started.first_step_unix - move.last_step_unix)
-                        if steer is not None and move.started_unix is not None:
-                            # the save, bringing the fleet up, the start and the restore: what a restart costs
-                            steer.guard.restarted(
-                                (move.checkpoint_s or 0.0) + (move.up_s or 0.0)
-                                + max(0.0, started.first_step_unix - move.started_unix)
-                            )  # fmt: skip
-                        report(awaiting.pop(i)[0])
-                        break
-            finished, left, failed = read(Finished), read(Preempted), read(Failed)
-            if code is None and not (finished or left or failed or MoveRequest.FILE in there):
-                silent.check(fleet, read(Started) if Started.FILE in there else None)
-            if failed is not None:
-                raise MigrationError(f"The job failed on {fleet.entry.fleet} at step {failed.step}: {failed.error}")
-            request = None if (pending or finished or left) else read(MoveRequest)
-            if request is not None:
-                protocol.clear_records(ckpt, MoveRequest)
-                if len(migrations) >= max_migrations:
-                    echo(f"srifty launch: move to {request.to_fleet} declined: --max-migrations reached")
-                else:
-                    new_plan = load_plan(request.plan)
-                    echo(f"srifty launch: move requested ({request.why}): {request.reason}")
-                    new, up_s = _up_or_next(provisioner, new_plan, new_plan.chosen, names, echo, up=up)
-                    pending = (new, keep_plan(new_plan), request, up_s)
-                    protocol.write_record(ckpt, Leave(launch_id=launch_id, to_fleet=new.entry.fleet))
-                continue
-            if steer is not None and not (pending or finished or left or code is not None) and steer.due():
-                progress = read(Progress)
-                if progress is not None:
-                    steer.guard.progress(progress.step, progress.step_time_s)
-                move_to = steer.target(fleet)
-                if move_to is not None and len(migrations) >= max_migrations:
-                    echo("srifty launch: the spot policy's move declined: --max-migrations reached")
-                elif move_to is not None:
-                    (target, d) = move_to
-                    kind = "on-demand" if target is steer.od else "spot"
-                    echo(f"srifty launch: at step {steer.guard.step} on {steer.kind(fleet)}; {d.describe()}")
-                    try:
-                        new, up_s = up_one(target)
-                    except CapacityError as exc:
-                        if kind == "on-demand":
-                            raise
-                        steer.spot_refused()
-                        wait_s = steer.retry_at - time.monotonic()
-                        echo(
-                            f"srifty launch: spot is not there ({exc.code}): staying on on-demand, next try in "
-                            f"{wait_s:.0f} s"
-                        )
-                        continue
-                    if kind == "spot":
-                        steer.guard.observe(True)
-                        steer.refused = 0
-                    to = new.entry.fleet
-                    asked = MoveRequest(launch_id=launch_id, why="deadline", reason=d.describe(), to_fleet=to)
-                    pending = (new, target[2], asked, up_s)
-                    protocol.write_record(ckpt, Leave(launch_id=launch_id, to_fleet=new.entry.fleet))
-                continue
-            if finished is not None or (code == 0 and left is None):
-                _wait_exit(provisioner, fleet)
-                flush()
-                echo(f"srifty launch: finished on {fleet.entry.fleet} after {len(migrations)} migration(s)")
-                return migrations
-            if left is None:
-                if code is not None:
-                    raise MigrationError(
-                        f"The job failed on {fleet.entry.fleet} with exit status {code} (not a preemption)."
-                    )
-                continue
-            # the job left: a spot notice, SIGTERM, the voluntary move granted above, or on its own
-            _wait_exit(provisioner, fleet)
-            gone = time.monotonic()
-            protocol.clear_records(ckpt, Preempted, Leave)
-            if left.trigger in ("heartbeat", "max-life"):
-                fix = (
-                    "raise --max-life-h (the cap counts from each fleet's start)"
-                    if left.trigger == "max-life"
-                    else "the launcher's heartbeat did not reach it: check that the checkpoint folder is reachable "
-                    "and that --heartbeat-max-age is well above --heartbeat-s"
-                )
-                raise MigrationError(
-                    f"The job on {fleet.entry.fleet} left at step {left.step}: {left.why}; its checkpoint is "
-                    f"{left.checkpoint or '(none)'}: {fix}."
-                )
-            resume = left.checkpoint or ""
-            if left.stored != "durable":  # the store did not take the last save in time: the newest one it has
-                echo(
-                    f"srifty launch: the last checkpoint did not reach {ckpt} before the deadline; it is on the old "
-                    f"fleet's disk ({left.stored.removeprefix('local ')}); resuming from the newest checkpoint there"
-                )
-                resume = ""
-            if resume:  # the nodes refuse a checkpoint directory without its manifest too: fail before a fleet starts
-                protocol.require_manifest(resume)
-            leaving = {"left": left, "gone": gone, "resume": resume, "old": fleet}
-            if pending is not None and left.move:
-                new, new_uri, request, up_s = pending
-                pending = None
-                leaving.update(trigger=request.why, voluntary=True, while_training=up_s)
-            else:
-                if len(migrations) >= max_migrations:
-                    raise MigrationError(f"Preempted again after {max_migrations} migrations: giving up.")
-                leaving.update(
-                    trigger=left.trigger if left.trigger in ("spot", "sigterm") else "spot",
-                    voluntary=False,
-                    while_training=0.0,
-                )
-                if pending is not None:  # a notice came before the granted move: that fleet is up, use it
-                    new, new_uri, _, up_s = pending
-                    pending = None
-                elif steer is not None and steer.kind(fleet) == "spot":  # the guard picks what comes next
-                    steer.guard.progress(left.step)
-                    steer.guard.observe(False)
-                    d = steer.guard.decide(time.time(), None)
-                    echo(f"srifty launch: spot gone at step {left.step}; {d.describe()}")
-                    got = up_one(steer.od) if d.action == "on-demand" else spot_again()
-                    if got is None:  # wait for spot: release the old fleet now, try spot at each check
-                        provisioner.down(fleet)
-                        up.remove(fleet)
-                        steer.next_check = time.monotonic() + spot_check_s
-                        waiting = leaving
-                        continue
-                    new, up_s = got
-                    new_uri = steer.od[2] if d.action == "on-demand" else steer.spot[2]
-                else:
-                    nxt = fleet.index + 1
-                    if nxt >= len(fleet.plan.entries):
-                        raise MigrationError(
-                            f"No fleet left in the plan after {len(migrations)} migration(s): re-plan with "
-                            "srifty recommend."
-                        )
-                    new, up_s = _up_or_next(provisioner, fleet.plan, nxt, names, echo, up=up)
-                    new_uri = plan_uri
-            fleet, plan_uri = arrive(new, new_uri, up_s, leaving), new_uri
-    finally:
-        flush()
+    def _flush(self) -> None:
+        """The run ends before a new leg's first step: report what was measured."""
+        while self.awaiting:
+            self._report(self.awaiting.pop(0)[0])
 
 
 def _wait_exit(provisioner: Provisioner, fleet: LaunchedFleet, timeout: float = 120.0) -> None:
