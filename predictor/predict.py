@@ -25,7 +25,7 @@ from predictor.perf.batch import rank_batches
 from predictor.perf.memory import activations_known, estimate_memory
 from predictor.perf.network import DEFAULT_NETWORK, NetworkModel
 from predictor.perf.scaling import ScalingModel
-from predictor.predict_many import SCALINGS, Scaling, applies, bases, combine
+from predictor.predict_many import SCALINGS, ManyPredictions, Scaling, applies, bases, combine
 from predictor.profile import Profile
 from predictor.work import global_batch as global_batch_of
 
@@ -116,61 +116,13 @@ def predict(
             "(a different training)."
         )
 
-    groups = []
-    # the optimizer step's owners: the shard group under FSDP, the stages of a pipeline (as in predict_many.combine)
-    owners = int(many.stages[0]) * layout.shard_group(min(g.instance.gpus for g in fleet.groups), fleet.gpus)
-    for k, (group, basis) in enumerate(zip(fleet.groups, row_bases)):
-        micro = int(many.micro_batch[0, k])
-        mem = estimate_memory(
-            profile, micro, basis.gpu_memory_gib, layout, fleet.gpus, min(g.instance.gpus for g in fleet.groups),
-            micro_steps=accumulation,
-        )  # fmt: skip
-        groups.append(
-            GroupPrediction(
-                group.instance.name,
-                group.count,
-                group.instance.gpu,
-                float(many.per_device_batch[0, k]),
-                micro,
-                accumulation,
-                tuple(rank_batches(many.micro_low[0, k], many.micro_plus[0, k], int(many.group_gpus[0, k]))),
-                max(basis.per_sample_s * micro, basis.step_floor_s) * accumulation + basis.optimizer_s / owners,
-                basis.input_per_sample_s * micro * accumulation,
-                mem.bytes_per_gpu / 2**30,
-                mem.fits,
-                mem.margin,
-                {k: v / 2**30 for k, v in mem.parts.items()},
-            )
-        )
+    groups = _group_predictions(profile, fleet, layout, many, row_bases)
     step = float(many.iteration_time_s[0])
     global_batch = float(many.global_batch[0])
     split_note = _split_note(fleet, groups, scaling, global_batch)
-    assumptions = [split_note]
-    for basis in row_bases:
-        assumptions += basis.notes
-    if len(row_bases) == 1 and fleet.nodes > 1 and row_bases[0].link_note:
-        assumptions.append(row_bases[0].link_note)
-    if not profile.hardware.cpu_count:
-        assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
-    gpus_per_node = min(g.instance.gpus for g in fleet.groups)
-    assumptions.append("memory: " + estimate_memory(profile, 1.0, 1.0, layout, fleet.gpus, gpus_per_node).basis)
-    if layout.sharded:
-        assumptions.append(
-            f"{layout.name}: FSDP collectives every micro-step (Lightning's FSDPStrategy does not skip them under "
-            "gradient accumulation), overlapped with compute by prefetch"
-        )
     dp_loss = float(many.dp_loss_s[0])
-    if dp_loss > 0:
-        assumptions.append(
-            f"data-parallel losses (stragglers, communication contention): {dp_loss / step:.1%} of the step"
-        )
-    extrapolation = [e for basis in row_bases for e in basis.extrapolation]
-    src_world = src.world
-    if fleet.gpus > 8 * max(1, src_world):
-        extrapolation.append(
-            f"{fleet.gpus} GPUs from a profile of {src_world}: all-reduce and stragglers at this "
-            "scale are modelled, not measured"
-        )
+    assumptions = _assumptions(profile, fleet, layout, row_bases, split_note, dp_loss, step)
+    extrapolation = _extrapolation(fleet, row_bases, src.world)
     lo, hi = float(many.iteration_time_lo_s[0]), float(many.iteration_time_hi_s[0])
     allreduce, exposed = float(many.allreduce_s[0]), float(many.exposed_comm_s[0])
     limiting = _limiting(fleet, row_bases, allreduce)
@@ -203,6 +155,85 @@ def predict(
         else layout.name,
         memory_known=activations_known(profile),
     )
+
+
+def _group_predictions(
+    profile: Profile, fleet: Fleet, layout: Layout, many: ManyPredictions, row_bases: list[TypeBasis]
+) -> list[GroupPrediction]:
+    """Each group's share of the one-row prediction ``many``: its batch split, micro-batch and accumulation, its
+    compute and input per optimizer step (the optimizer step over its owners: the shard group under FSDP, the stages
+    of a pipeline), and its memory per GPU (:func:`estimate_memory`)."""
+    accumulation = int(many.accumulation[0])
+    groups = []
+    # the optimizer step's owners: the shard group under FSDP, the stages of a pipeline (as in predict_many.combine)
+    owners = int(many.stages[0]) * layout.shard_group(min(g.instance.gpus for g in fleet.groups), fleet.gpus)
+    for k, (group, basis) in enumerate(zip(fleet.groups, row_bases)):
+        micro = int(many.micro_batch[0, k])
+        mem = estimate_memory(
+            profile, micro, basis.gpu_memory_gib, layout, fleet.gpus, min(g.instance.gpus for g in fleet.groups),
+            micro_steps=accumulation,
+        )  # fmt: skip
+        groups.append(
+            GroupPrediction(
+                group.instance.name,
+                group.count,
+                group.instance.gpu,
+                float(many.per_device_batch[0, k]),
+                micro,
+                accumulation,
+                tuple(rank_batches(many.micro_low[0, k], many.micro_plus[0, k], int(many.group_gpus[0, k]))),
+                max(basis.per_sample_s * micro, basis.step_floor_s) * accumulation + basis.optimizer_s / owners,
+                basis.input_per_sample_s * micro * accumulation,
+                mem.bytes_per_gpu / 2**30,
+                mem.fits,
+                mem.margin,
+                {k: v / 2**30 for k, v in mem.parts.items()},
+            )
+        )
+    return groups
+
+
+def _assumptions(
+    profile: Profile,
+    fleet: Fleet,
+    layout: Layout,
+    row_bases: list[TypeBasis],
+    split_note: str,
+    dp_loss: float,
+    step: float,
+) -> list[str]:
+    """What the prediction assumes, in words: the batch split, each type's notes and the measured link, the input
+    pipeline, the memory estimate's basis, FSDP's collectives, and the data-parallel losses' share of the step."""
+    assumptions = [split_note]
+    for basis in row_bases:
+        assumptions += basis.notes
+    if len(row_bases) == 1 and fleet.nodes > 1 and row_bases[0].link_note:
+        assumptions.append(row_bases[0].link_note)
+    if not profile.hardware.cpu_count:
+        assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
+    gpus_per_node = min(g.instance.gpus for g in fleet.groups)
+    assumptions.append("memory: " + estimate_memory(profile, 1.0, 1.0, layout, fleet.gpus, gpus_per_node).basis)
+    if layout.sharded:
+        assumptions.append(
+            f"{layout.name}: FSDP collectives every micro-step (Lightning's FSDPStrategy does not skip them under "
+            "gradient accumulation), overlapped with compute by prefetch"
+        )
+    if dp_loss > 0:
+        assumptions.append(
+            f"data-parallel losses (stragglers, communication contention): {dp_loss / step:.1%} of the step"
+        )
+    return assumptions
+
+
+def _extrapolation(fleet: Fleet, row_bases: list[TypeBasis], src_world: int) -> list[str]:
+    """Where the prediction extrapolates: each type's own, and a fleet over 8x the profile's GPUs."""
+    extrapolation = [e for basis in row_bases for e in basis.extrapolation]
+    if fleet.gpus > 8 * max(1, src_world):
+        extrapolation.append(
+            f"{fleet.gpus} GPUs from a profile of {src_world}: all-reduce and stragglers at this "
+            "scale are modelled, not measured"
+        )
+    return extrapolation
 
 
 def _check_layout(profile: Profile, fleet: Fleet, layout: Layout) -> None:

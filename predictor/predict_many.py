@@ -303,169 +303,30 @@ def combine(
 ) -> ManyPredictions:
     """The fleet model over every candidate under one ``layout``: per-type quantities gathered by ``tidx``, combined
     with numpy. A pipeline layout has one stage per node (its ``pipeline_stages`` is taken from each fleet); it
-    needs a homogeneous fleet of at least two nodes (other rows do not fit)."""
+    needs a homogeneous fleet of at least two nodes (other rows do not fit).
+
+    The steps, in order: the fleets' shape (:class:`_Fleets`), the batch split and its memory (:func:`_split_batch`),
+    the slowest group's compute (:func:`_slowest_group`), the communication (:func:`_communication`), the
+    data-parallel losses (:func:`_dp_loss`) and the prediction's sd (:func:`_model_sd`)."""
     layout = parse(layout) if isinstance(layout, str) else layout
-
-    def col(attr: str) -> np.ndarray:
-        return np.array([getattr(b, attr) for b in type_bases], dtype=float)[tidx]
-
-    def link_col(attr: str, plain: bool) -> np.ndarray:
-        return np.array([getattr(b.plain_inter if plain else b.inter, attr) for b in type_bases], dtype=float)[tidx]
-
-    present = cnt > 0
-    single = present.sum(axis=1) == 1  # one group: the profile's measured link may apply
-    per_node = col("gpus")
-    gpus = per_node * cnt
-    ranks = row_sum(gpus)
-    nodes = row_sum(cnt)
-    node_gpus = row_min(np.where(present, per_node, np.inf))  # the smallest node (hybrid's shard group)
-    pipeline = layout.strategy == "pipeline"
-    stages = np.where(pipeline, nodes, 1.0)
-    valid = (single & (nodes >= 2)) if pipeline else np.ones(len(cnt), dtype=bool)
-    shard = np.where(layout.sharding == "hybrid_shard", node_gpus, ranks) if layout.sharded else np.ones(len(cnt))
-    replicas = gpus / stages[:, None]  # data-parallel ranks per group (a pipeline's stages share a sample)
-    per_sample = col("per_sample_s")
-    speed = 1.0 / per_sample
-    usable = np.array([b.gpu_memory_gib * 2**30 * USABLE_SHARE for b in type_bases])[tidx]
-    capacity = np.array([basis.gpu_memory_gib * 2**30 for basis in type_bases])[tidx]
-
-    def split(micro_global: np.ndarray, steps: np.ndarray | float, rows: np.ndarray | slice = slice(None)):
-        lo, plus, ok = split_micro(micro_global, speed[rows], replicas[rows], present[rows])
-        micro = lo + (plus > 0)
-        parts = memory_parts(
-            profile,
-            layout,
-            micro,
-            shard=shard[rows, None],
-            stages=stages[rows, None],
-            micro_steps=np.reshape(steps, (-1, 1)),
-            ranks=ranks[rows, None],
-        )
-        need = functools.reduce(np.add, parts.values())
-        return lo, plus, ok, micro, need, row_all(~present[rows] | (need <= usable[rows]))
-
-    if scaling == "weak":  # the profiled micro-batch on every GPU, the profiled accumulation
-        accumulation = np.full(len(cnt), float(profile.batch.accumulate_grad_batches or 1))
-        lo, plus, ok, micro, need, fits = split(row_sum(replicas) * src.per_device_batch, accumulation)
-    elif pipeline:  # as many micro-batches as the global batch has samples per replica: the smallest bubble
-        total = global_batch_of(profile)
-        dp_ranks = row_sum(replicas)
-        accumulation = np.ones(len(cnt))
-        for a in divisors(total)[1:]:
-            accumulation[total // a >= dp_ranks] = a
-        lo, plus, ok, micro, need, fits = split(total / accumulation, accumulation)
-    else:  # the profiled global batch; the least accumulation whose micro-batches fit (a divisor: whole micro-steps)
-        total = global_batch_of(profile)
-        accumulation = np.ones(len(cnt))
-        lo, plus, ok, micro, need, fits = split(np.full(len(cnt), float(total)), accumulation)
-        dp_ranks = row_sum(replicas)
-        for a in divisors(total)[1:]:
-            rows = np.flatnonzero(ok & ~fits & (total // a >= dp_ranks))
-            if not len(rows):
-                break
-            r_lo, r_plus, _, r_micro, r_need, r_fits = split(np.full(len(rows), float(total // a)), float(a), rows)
-            take = rows[r_fits]
-            lo[take], plus[take], micro[take], need[take] = (
-                r_lo[r_fits],
-                r_plus[r_fits],
-                r_micro[r_fits],
-                r_need[r_fits],
-            )
-            accumulation[take], fits[take] = a, True
-    fits &= ok & valid
-    b = np.where(present, (lo + plus / np.where(present, replicas, 1.0)) * accumulation[:, None], 0.0)
-    global_batch = row_sum(b * replicas)
-    # activation checkpointing recomputes the blocks' forward in backward; a pipeline stage computes 1/p of the
-    # model per micro-batch over the m + p - 1 slots of 1F1B (the bubble)
+    fleets = _Fleets.of(layout, type_bases, tidx, cnt)
+    batch = _split_batch(profile, src, fleets, scaling)
+    # activation checkpointing recomputes the blocks' forward in backward
     recompute = 1.0 + recompute_share(profile, src) if layout.activation_checkpointing else 1.0
-    slots = (accumulation + stages - 1) / stages if pipeline else accumulation
-    # a micro-step is never faster than the host can run it (framework + kernel launches: basis.step_floor); the
-    # optimizer step runs once per optimizer step, over the rank's shard of the parameters (a stage's for pipelines)
-    owners = shard if layout.sharded else stages
-    compute_g = np.maximum(per_sample * recompute * micro, col("step_floor_s")) * slots[:, None]
-    compute_g = compute_g + col("optimizer_s") / owners[:, None]
-    input_g = col("input_per_sample_s") * micro * accumulation[:, None]
-    total_g = np.where(present, compute_g + input_g, -np.inf)
-    compute, input_s, worst = compute_g[:, 0].copy(), input_g[:, 0].copy(), total_g[:, 0].copy()
-    slowest = np.zeros(len(cnt), dtype=int)
-    for k in range(1, total_g.shape[1]):  # the slowest group's compute and input (the first of equals)
-        slower = total_g[:, k] > worst
-        compute[slower], input_s[slower], worst[slower] = compute_g[slower, k], input_g[slower, k], total_g[slower, k]
-        slowest[slower] = k
-    inter_gbps = np.where(single[:, None], link_col("gbps", False), link_col("gbps", True))
-    inter_lat = np.where(single[:, None], link_col("latency_s", False), link_col("latency_s", True))
-    slow_gbps = row_min(np.where(present, inter_gbps, np.inf))
-    max_lat = row_max(np.where(present, inter_lat, 0.0))
-    safe_nodes = np.maximum(nodes, 1)
-    fastest_micro = row_min(np.where(present, per_sample * micro, np.inf))
-    backward = fastest_micro * (src.backward_share + (recompute - 1.0))
-    if layout.sharded:
-        comm, exposed = _fsdp_comm(
-            profile,
-            layout,
-            type_bases,
-            tidx,
-            present,
-            nodes,
-            node_gpus,
-            ranks,
-            accumulation,
-            fastest_micro * (1 - src.backward_share),
-            backward,
-            slow_gbps,
-            max_lat,
-        )
-    else:
-        gb = grad_bytes(profile) / 1e9 / stages  # a pipeline stage all-reduces its share, inside its node
-        across = (nodes > 1) & ~pipeline
-        inter_bw = np.where(across, 2 * (nodes - 1) / safe_nodes * gb / slow_gbps, 0.0)
-        inter_lat = np.where(across, 2 * (nodes - 1) * max_lat, 0.0)
-        intra_lat = row_max(np.where(present, col("intra_lat_s"), 0.0))
-        intra_bw = row_max(np.where(present, col("intra_s") - col("intra_lat_s"), 0.0)) / stages
-        # hierarchical, the phases pipelined chunk by chunk (predictor.perf.network): the slower one sets the pace
-        comm = np.where(ranks > 1, np.maximum(intra_bw, inter_bw) + intra_lat + inter_lat, 0.0)
-        # DDP all-reduces once per optimizer step, behind the backward of its last micro-step
-        exposed = exposed_many(comm, backward, bucket_sizes(profile))
-        if pipeline:  # activations forward and their gradients backward across each stage boundary, every slot
-            hop = structure_bytes(profile, "block_input_bytes_per_sample")
-            boundary = hop * row_max(np.where(present, micro, 0.0)) / 1e9
-            node_share = slow_gbps / node_gpus  # the node's GPUs (one replica each) share its network
-            hops = 2 * (accumulation + stages - 1) * (boundary / node_share + max_lat)
-            comm, exposed = comm + hops, exposed + hops
-    hidden = np.maximum(0.0, comm - exposed)
-    dp = dp_model or scaling_model()
-    s_per_byte = row_max(np.where(present, col("s_per_byte"), 0.0))
-    if layout.sharded:  # FSDP's pre-divide of each unit's unsharded gradient, every micro-step
-        sizes = profile_sizes(profile)
-        copies = FSDP_GRAD_PASSES * sizes.parameters * sizes.compute * s_per_byte * accumulation
-    else:  # DDP's bucket copies, once per optimizer step (a pipeline stage holds 1/p of the gradients)
-        copies = DDP_GRAD_PASSES * grad_bytes(profile) / stages * s_per_byte
-    bound = row_min(np.where(present, col("contention_bound"), np.inf))
-    # stragglers: the jitter of a micro-steps adds up like independent noise (relative sd / sqrt(a))
-    dp_loss = dp.loss(
-        compute / np.sqrt(accumulation),
-        ranks,
-        hidden,
-        copies,
-        contention_bound=bound,
-        source_ranks=src.world,
-        sigma=measured_sigma(profile),
-    )
+    compute, input_s, slowest = _slowest_group(fleets, batch, recompute)
+    comm, exposed = _communication(profile, src, fleets, batch, recompute)
+    dp_loss = _dp_loss(profile, src, fleets, batch, compute, np.maximum(0.0, comm - exposed), dp_model)
     step = compute + input_s + exposed + dp_loss
-    model_err = row_max(np.where(present, col("model_error"), 0.0))
-    model_err = np.where(ranks > 1, np.maximum(model_err, model_error("scaling")), model_err)
-    model_err = np.where(comm > 0, np.hypot(model_err, 0.1 * exposed / step), model_err)
-    sd = combined_sd(profile.timing.step_time_s.cv or 0.0, model_err)
+    sd = _model_sd(profile, fleets, comm, exposed, step)
     step_lo, step_hi = interval(step, sd)
-    memory = row_max(np.where(present, need, 0.0)) / 2**30
-    share = row_max(np.where(present, need / capacity, 0.0))
+    present = fleets.present
     return ManyPredictions(
         names=tuple(b.name for b in type_bases),
         type_index=tidx,
         counts=cnt.astype(int),
-        per_device_batch=b,
+        per_device_batch=batch.per_device,
         iteration_time_s=step,
-        throughput_samples_s=global_batch / step,
+        throughput_samples_s=batch.global_batch / step,
         iteration_time_lo_s=step_lo,
         iteration_time_hi_s=step_hi,
         compute_s=compute,
@@ -473,22 +334,305 @@ def combine(
         allreduce_s=comm,
         exposed_comm_s=exposed,
         dp_loss_s=dp_loss,
-        global_batch=global_batch,
-        fits_memory=fits,
-        memory_gib=memory,
-        memory_share=share,
+        global_batch=batch.global_batch,
+        fits_memory=batch.fits,
+        memory_gib=row_max(np.where(present, batch.need, 0.0)) / 2**30,
+        memory_share=row_max(np.where(present, batch.need / fleets.capacity, 0.0)),
         model_sd=sd,
-        group_gpus=gpus,
+        group_gpus=fleets.gpus,
         slowest_group=slowest,
-        accumulation=accumulation.astype(int),
-        micro_batch=micro.astype(int),
-        micro_low=lo.astype(int),
-        micro_plus=plus.astype(int),
-        splittable=ok,
+        accumulation=batch.accumulation.astype(int),
+        micro_batch=batch.micro.astype(int),
+        micro_low=batch.lo.astype(int),
+        micro_plus=batch.plus.astype(int),
+        splittable=batch.ok,
         layout_index=np.zeros(len(cnt), dtype=int),
-        layout_names=(layout.name,) if not pipeline else ("pipeline",),
-        stages=stages.astype(int),
+        layout_names=(layout.name,) if not fleets.pipeline else ("pipeline",),
+        stages=fleets.stages.astype(int),
     )
+
+
+@dataclass(frozen=True)
+class _Fleets:
+    """The shape of every candidate fleet under one layout, (N,) per fleet or (N, K) per group: what the steps of
+    :func:`combine` share. Built by :meth:`of`; ``col`` gathers a per-type quantity of :class:`TypeBasis`."""
+
+    layout: Layout
+    type_bases: list[TypeBasis]
+    tidx: np.ndarray
+    present: np.ndarray  # (N, K) the group exists (count > 0)
+    single: np.ndarray  # (N,) one group: the profile's measured link may apply
+    gpus: np.ndarray  # (N, K) GPUs per group
+    ranks: np.ndarray  # (N,) GPUs of the fleet
+    nodes: np.ndarray  # (N,) instances of the fleet
+    node_gpus: np.ndarray  # (N,) GPUs of the smallest node (hybrid's shard group)
+    pipeline: bool
+    stages: np.ndarray  # (N,) pipeline stages (1: no pipeline)
+    valid: np.ndarray  # (N,) the layout can run the fleet at all (a pipeline: homogeneous, two nodes or more)
+    shard: np.ndarray  # (N,) the ranks a sharded layout shards over (1: not sharded)
+    replicas: np.ndarray  # (N, K) data-parallel ranks per group (a pipeline's stages share a sample)
+    per_sample: np.ndarray  # (N, K) compute seconds per sample on the group's GPU
+    usable: np.ndarray  # (N, K) bytes of GPU memory training may use
+    capacity: np.ndarray  # (N, K) bytes of GPU memory
+
+    @classmethod
+    def of(cls, layout: Layout, type_bases: list[TypeBasis], tidx: np.ndarray, cnt: np.ndarray) -> _Fleets:
+        """The shape of the fleets ``counts[i, k]`` x ``type_bases[tidx[i, k]]`` under ``layout``."""
+
+        def col(attr: str) -> np.ndarray:
+            return np.array([getattr(b, attr) for b in type_bases], dtype=float)[tidx]
+
+        present = cnt > 0
+        per_node = col("gpus")
+        gpus = per_node * cnt
+        ranks = row_sum(gpus)
+        nodes = row_sum(cnt)
+        node_gpus = row_min(np.where(present, per_node, np.inf))
+        pipeline = layout.strategy == "pipeline"
+        stages = np.where(pipeline, nodes, 1.0)
+        single = present.sum(axis=1) == 1
+        shard = np.where(layout.sharding == "hybrid_shard", node_gpus, ranks) if layout.sharded else np.ones(len(cnt))
+        return cls(
+            layout=layout,
+            type_bases=type_bases,
+            tidx=tidx,
+            present=present,
+            single=single,
+            gpus=gpus,
+            ranks=ranks,
+            nodes=nodes,
+            node_gpus=node_gpus,
+            pipeline=pipeline,
+            stages=stages,
+            valid=(single & (nodes >= 2)) if pipeline else np.ones(len(cnt), dtype=bool),
+            shard=shard,
+            replicas=gpus / stages[:, None],
+            per_sample=col("per_sample_s"),
+            usable=np.array([b.gpu_memory_gib * 2**30 * USABLE_SHARE for b in type_bases])[tidx],
+            capacity=np.array([basis.gpu_memory_gib * 2**30 for basis in type_bases])[tidx],
+        )
+
+    def col(self, attr: str) -> np.ndarray:
+        """(N, K) the per-type quantity ``attr`` of each group's instance type."""
+        return np.array([getattr(b, attr) for b in self.type_bases], dtype=float)[self.tidx]
+
+    def link_col(self, attr: str, plain: bool) -> np.ndarray:
+        """(N, K) ``attr`` of each group's inter-node link (``plain``: the catalog's, not the profile's measured)."""
+        links = [b.plain_inter if plain else b.inter for b in self.type_bases]
+        return np.array([getattr(link, attr) for link in links], dtype=float)[self.tidx]
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """How each fleet splits its batch (:func:`_split_batch`): the micro-batches of every group's GPUs, the
+    accumulation, the memory they need, and the samples per GPU and per optimizer step that follow."""
+
+    lo: np.ndarray  # (N, K) a group's GPUs take lo samples per micro-step ...
+    plus: np.ndarray  # (N, K) ... or one more for plus of them
+    ok: np.ndarray  # (N,) splittable: no more GPUs than samples
+    micro: np.ndarray  # (N, K) the largest micro-batch of a GPU of the group
+    need: np.ndarray  # (N, K) bytes of GPU memory a GPU of the group needs
+    fits: np.ndarray  # (N,) every group fits, the batch splits and the layout applies
+    accumulation: np.ndarray  # (N,) micro-steps per optimizer step
+    per_device: np.ndarray  # (N, K) samples per GPU per optimizer step (group mean)
+    global_batch: np.ndarray  # (N,) samples per optimizer step
+
+
+def _split(
+    profile: Profile,
+    fleets: _Fleets,
+    micro_global: np.ndarray,
+    steps: np.ndarray | float,
+    rows: np.ndarray | slice = slice(None),
+) -> tuple[np.ndarray, ...]:
+    """One micro-step's samples ``micro_global`` split over the ``rows`` fleets in proportion to speed, with the
+    memory it needs over ``steps`` micro-steps: (lo, plus, splittable, micro, need, fits in memory)."""
+    present = fleets.present[rows]
+    lo, plus, ok = split_micro(micro_global, 1.0 / fleets.per_sample[rows], fleets.replicas[rows], present)
+    micro = lo + (plus > 0)
+    parts = memory_parts(
+        profile,
+        fleets.layout,
+        micro,
+        shard=fleets.shard[rows, None],
+        stages=fleets.stages[rows, None],
+        micro_steps=np.reshape(steps, (-1, 1)),
+        ranks=fleets.ranks[rows, None],
+    )
+    need = functools.reduce(np.add, parts.values())
+    return lo, plus, ok, micro, need, row_all(~present | (need <= fleets.usable[rows]))
+
+
+def _split_batch(profile: Profile, src: Source, fleets: _Fleets, scaling: Scaling) -> _Batch:
+    """The batch each fleet trains and how it splits: weak scaling keeps the profiled micro-batch on every GPU and
+    the profiled accumulation; a pipeline takes as many micro-batches as the global batch has samples per replica
+    (the smallest bubble); otherwise the profiled global batch with the least accumulation whose micro-batches fit
+    (:func:`_least_accumulation`)."""
+    n = len(fleets.nodes)
+    if scaling == "weak":
+        accumulation = np.full(n, float(profile.batch.accumulate_grad_batches or 1))
+        lo, plus, ok, micro, need, fits = _split(
+            profile, fleets, row_sum(fleets.replicas) * src.per_device_batch, accumulation
+        )
+    elif fleets.pipeline:
+        total = global_batch_of(profile)
+        dp_ranks = row_sum(fleets.replicas)
+        accumulation = np.ones(n)
+        for a in divisors(total)[1:]:
+            accumulation[total // a >= dp_ranks] = a
+        lo, plus, ok, micro, need, fits = _split(profile, fleets, total / accumulation, accumulation)
+    else:
+        accumulation, (lo, plus, ok, micro, need, fits) = _least_accumulation(profile, fleets)
+    fits &= ok & fleets.valid
+    present, replicas = fleets.present, fleets.replicas
+    b = np.where(present, (lo + plus / np.where(present, replicas, 1.0)) * accumulation[:, None], 0.0)
+    return _Batch(lo, plus, ok, micro, need, fits, accumulation, b, row_sum(b * replicas))
+
+
+def _least_accumulation(profile: Profile, fleets: _Fleets) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Strong scaling: the profiled global batch, split without accumulation where it fits, else with the least
+    accumulation (a divisor of the global batch: whole micro-steps) whose micro-batches fit. Returns the
+    accumulation and :func:`_split`'s arrays, row by row those of the accumulation chosen."""
+    n = len(fleets.nodes)
+    total = global_batch_of(profile)
+    accumulation = np.ones(n)
+    lo, plus, ok, micro, need, fits = _split(profile, fleets, np.full(n, float(total)), accumulation)
+    dp_ranks = row_sum(fleets.replicas)
+    for a in divisors(total)[1:]:
+        rows = np.flatnonzero(ok & ~fits & (total // a >= dp_ranks))
+        if not len(rows):
+            break
+        r_lo, r_plus, _, r_micro, r_need, r_fits = _split(
+            profile, fleets, np.full(len(rows), float(total // a)), float(a), rows
+        )
+        take = rows[r_fits]
+        lo[take], plus[take], micro[take], need[take] = r_lo[r_fits], r_plus[r_fits], r_micro[r_fits], r_need[r_fits]
+        accumulation[take], fits[take] = a, True
+    return accumulation, (lo, plus, ok, micro, need, fits)
+
+
+def _slowest_group(fleets: _Fleets, batch: _Batch, recompute: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(compute, input, index) of the group whose compute + input sets the step (the first of equals), per
+    optimizer step.
+
+    A micro-step is never faster than the host can run it (framework + kernel launches: ``step_floor_s``); a
+    pipeline stage computes 1/p of the model per micro-batch over the m + p - 1 slots of 1F1B (the bubble); the
+    optimizer step runs once per optimizer step, over the rank's shard of the parameters (a stage's for pipelines).
+    """
+    layout, accumulation, stages = fleets.layout, batch.accumulation, fleets.stages
+    slots = (accumulation + stages - 1) / stages if fleets.pipeline else accumulation
+    owners = fleets.shard if layout.sharded else stages
+    compute_g = np.maximum(fleets.per_sample * recompute * batch.micro, fleets.col("step_floor_s")) * slots[:, None]
+    compute_g = compute_g + fleets.col("optimizer_s") / owners[:, None]
+    input_g = fleets.col("input_per_sample_s") * batch.micro * accumulation[:, None]
+    total_g = np.where(fleets.present, compute_g + input_g, -np.inf)
+    compute, input_s, worst = compute_g[:, 0].copy(), input_g[:, 0].copy(), total_g[:, 0].copy()
+    slowest = np.zeros(len(stages), dtype=int)
+    for k in range(1, total_g.shape[1]):
+        slower = total_g[:, k] > worst
+        compute[slower], input_s[slower], worst[slower] = compute_g[slower, k], input_g[slower, k], total_g[slower, k]
+        slowest[slower] = k
+    return compute, input_s, slowest
+
+
+def _communication(
+    profile: Profile, src: Source, fleets: _Fleets, batch: _Batch, recompute: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(communication, exposed communication) per optimizer step: FSDP's collectives (:func:`_fsdp_comm`) or DDP's
+    all-reduce (:func:`_ddp_comm`), over the slowest inter-node link of the fleet; the exposed part is what the
+    backward of the fastest group's micro-step (recomputation included) does not hide."""
+    present = fleets.present
+    single = fleets.single[:, None]
+    inter_gbps = np.where(single, fleets.link_col("gbps", False), fleets.link_col("gbps", True))
+    inter_lat = np.where(single, fleets.link_col("latency_s", False), fleets.link_col("latency_s", True))
+    slow_gbps = row_min(np.where(present, inter_gbps, np.inf))
+    max_lat = row_max(np.where(present, inter_lat, 0.0))
+    fastest_micro = row_min(np.where(present, fleets.per_sample * batch.micro, np.inf))
+    backward = fastest_micro * (src.backward_share + (recompute - 1.0))
+    if fleets.layout.sharded:
+        return _fsdp_comm(
+            profile,
+            fleets.layout,
+            fleets.type_bases,
+            fleets.tidx,
+            present,
+            fleets.nodes,
+            fleets.node_gpus,
+            fleets.ranks,
+            batch.accumulation,
+            fastest_micro * (1 - src.backward_share),
+            backward,
+            slow_gbps,
+            max_lat,
+        )
+    return _ddp_comm(profile, fleets, batch, backward, slow_gbps, max_lat)
+
+
+def _ddp_comm(
+    profile: Profile, fleets: _Fleets, batch: _Batch, backward: np.ndarray, slow_gbps: np.ndarray, max_lat: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(communication, exposed communication) per optimizer step of DDP: one hierarchical all-reduce of the
+    gradients (a pipeline stage's share, inside its node), the intra-node and network phases pipelined chunk by
+    chunk (:mod:`predictor.perf.network`: the slower one sets the pace), behind the backward of the last micro-step;
+    a pipeline adds the activations and their gradients across each stage boundary, every slot."""
+    present, nodes, stages = fleets.present, fleets.nodes, fleets.stages
+    gb = grad_bytes(profile) / 1e9 / stages
+    across = (nodes > 1) & ~fleets.pipeline
+    inter_bw = np.where(across, 2 * (nodes - 1) / np.maximum(nodes, 1) * gb / slow_gbps, 0.0)
+    inter_lat = np.where(across, 2 * (nodes - 1) * max_lat, 0.0)
+    intra_lat = row_max(np.where(present, fleets.col("intra_lat_s"), 0.0))
+    intra_bw = row_max(np.where(present, fleets.col("intra_s") - fleets.col("intra_lat_s"), 0.0)) / stages
+    comm = np.where(fleets.ranks > 1, np.maximum(intra_bw, inter_bw) + intra_lat + inter_lat, 0.0)
+    exposed = exposed_many(comm, backward, bucket_sizes(profile))
+    if fleets.pipeline:
+        hop = structure_bytes(profile, "block_input_bytes_per_sample")
+        boundary = hop * row_max(np.where(present, batch.micro, 0.0)) / 1e9
+        node_share = slow_gbps / fleets.node_gpus  # the node's GPUs (one replica each) share its network
+        hops = 2 * (batch.accumulation + stages - 1) * (boundary / node_share + max_lat)
+        comm, exposed = comm + hops, exposed + hops
+    return comm, exposed
+
+
+def _dp_loss(
+    profile: Profile,
+    src: Source,
+    fleets: _Fleets,
+    batch: _Batch,
+    compute: np.ndarray,
+    hidden: np.ndarray,
+    dp_model: ScalingModel | None,
+) -> np.ndarray:
+    """The data-parallel losses per optimizer step (:mod:`predictor.perf.scaling`): stragglers (the jitter of a
+    micro-steps adds up like independent noise: relative sd / sqrt(a)) and the contention of the ``hidden``
+    communication and the gradient copies with compute. The copies: FSDP's pre-divide of each unit's unsharded
+    gradient every micro-step, or DDP's bucket copies once per optimizer step (a pipeline stage holds 1/p)."""
+    dp = dp_model or scaling_model()
+    present, accumulation = fleets.present, batch.accumulation
+    s_per_byte = row_max(np.where(present, fleets.col("s_per_byte"), 0.0))
+    if fleets.layout.sharded:
+        sizes = profile_sizes(profile)
+        copies = FSDP_GRAD_PASSES * sizes.parameters * sizes.compute * s_per_byte * accumulation
+    else:
+        copies = DDP_GRAD_PASSES * grad_bytes(profile) / fleets.stages * s_per_byte
+    return dp.loss(
+        compute / np.sqrt(accumulation),
+        fleets.ranks,
+        hidden,
+        copies,
+        contention_bound=row_min(np.where(present, fleets.col("contention_bound"), np.inf)),
+        source_ranks=src.world,
+        sigma=measured_sigma(profile),
+    )
+
+
+def _model_sd(profile: Profile, fleets: _Fleets, comm: np.ndarray, exposed: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """The relative sd of each step prediction: the worst group's model error, at least the scaling model's on
+    more than one GPU, with a tenth of the exposed communication's share of the step added in quadrature, combined
+    with the profile's run-to-run CV."""
+    model_err = row_max(np.where(fleets.present, fleets.col("model_error"), 0.0))
+    model_err = np.where(fleets.ranks > 1, np.maximum(model_err, model_error("scaling")), model_err)
+    model_err = np.where(comm > 0, np.hypot(model_err, 0.1 * exposed / step), model_err)
+    return combined_sd(profile.timing.step_time_s.cv or 0.0, model_err)
 
 
 def structure_bytes(profile: Profile, name: str) -> float:

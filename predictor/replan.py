@@ -115,22 +115,7 @@ def decide_move(
     observation posted to ``srifty serve`` would. ``known``: factors by GPU measured earlier (on the fleets the job
     ran on before), applied too, so that a job does not move back to a GPU it already found slow.
     """
-    if not 0 <= current < len(plan.entries):
-        raise ConfigError(
-            f"The plan has {len(plan.entries)} fleets; the current one must be an index below that. Got {current}.",
-            parameter="current",
-            value=current,
-        )
-    if not remaining_samples > 0:
-        raise ConfigError(
-            f"remaining_samples must be > 0. Got {remaining_samples}.", parameter="remaining_samples", value=None
-        )
-    if measured_throughput is not None and not measured_throughput > 0:
-        raise ConfigError(
-            f"measured_throughput must be > 0 samples/s. Got {measured_throughput}.",
-            parameter="measured_throughput",
-            value=measured_throughput,
-        )
+    _check_move(plan, current, remaining_samples, measured_throughput)
     entry = plan.entries[current]
     objective = plan.constraints.objective
     throughput = measured_throughput or entry.throughput_samples_s
@@ -156,14 +141,7 @@ def decide_move(
     if constraints is None:
         return decision(False, "the deadline or the budget is already used up: moving cannot help")
     constraints = replace(constraints, current_fleet=entry.fleet)
-    factors = dict(known or {})
-    gpus = {g.gpu for g in entry.groups}
-    if measured_throughput is not None and len(gpus) == 1:
-        gpu = gpus.pop()
-        # the entry's prediction may carry the plan's own factor for this GPU: the new one replaces it
-        applied = {c.gpu: c.factor for c in plan.calibration or ()}.get(gpu, 1.0)
-        factors[gpu] = applied * measured_throughput / entry.throughput_samples_s
-    calibration = Calibration(factors, {}) if factors else None
+    calibration = _calibration(plan, entry, measured_throughput, known)
     try:
         replanned = rank(profile, constraints, catalog=catalog, calibration=calibration)
     except NoFeasibleConfigError as exc:
@@ -171,13 +149,7 @@ def decide_move(
     target = replanned.entries[replanned.chosen]
     if target.fleet == entry.fleet and target.market == entry.market:
         return decision(False, f"{entry.fleet} is still the best fleet for the remaining work", plan=replanned)
-    checkpoint = profile.checkpoint
-    save_s = checkpoint.save_s if checkpoint else DEFAULT_CHECKPOINT_S
-    load_s = (checkpoint.load_s or checkpoint.save_s) if checkpoint else DEFAULT_CHECKPOINT_S
-    # the new fleet is paid from its request on; the old one trains on until it saves
-    idle_new_s = REPROVISION_S + RESTART_S + save_s + load_s
-    migration_usd = target.usd_per_hour * idle_new_s / 3600 + entry.usd_per_hour * save_s / 3600
-    downtime_s = save_s + RESTART_S + load_s
+    migration_usd, downtime_s = _migration(profile, entry, target)
     go = target.time_h + downtime_s / 3600 if objective == "time" else target.cost_usd + migration_usd
     savings = 1.0 - go / stay if stay > 0 else -math.inf
     words = (
@@ -197,3 +169,55 @@ def decide_move(
         target=target,
         plan=replanned,
     )
+
+
+def _check_move(plan: Plan, current: int, remaining_samples: float, measured_throughput: float | None) -> None:
+    """Refuse what :func:`decide_move` cannot compare: a fleet index outside the plan, no remaining work, a measured
+    throughput that is not positive.
+
+    Raises:
+        ConfigError: naming the argument.
+    """
+    if not 0 <= current < len(plan.entries):
+        raise ConfigError(
+            f"The plan has {len(plan.entries)} fleets; the current one must be an index below that. Got {current}.",
+            parameter="current",
+            value=current,
+        )
+    if not remaining_samples > 0:
+        raise ConfigError(
+            f"remaining_samples must be > 0. Got {remaining_samples}.", parameter="remaining_samples", value=None
+        )
+    if measured_throughput is not None and not measured_throughput > 0:
+        raise ConfigError(
+            f"measured_throughput must be > 0 samples/s. Got {measured_throughput}.",
+            parameter="measured_throughput",
+            value=measured_throughput,
+        )
+
+
+def _calibration(
+    plan: Plan, entry: PlanEntry, measured_throughput: float | None, known: dict[str, float] | None
+) -> Calibration | None:
+    """The re-ranking's calibration: the factors ``known`` from earlier fleets, and measured/predicted on the current
+    fleet's GPU (homogeneous fleets only; it replaces the plan's own factor for that GPU). None when there is none."""
+    factors = dict(known or {})
+    gpus = {g.gpu for g in entry.groups}
+    if measured_throughput is not None and len(gpus) == 1:
+        gpu = gpus.pop()
+        # the entry's prediction may carry the plan's own factor for this GPU: the new one replaces it
+        applied = {c.gpu: c.factor for c in plan.calibration or ()}.get(gpu, 1.0)
+        factors[gpu] = applied * measured_throughput / entry.throughput_samples_s
+    return Calibration(factors, {}) if factors else None
+
+
+def _migration(profile: Profile, entry: PlanEntry, target: PlanEntry) -> tuple[float, float]:
+    """(what a move costs in USD, the training's downtime in seconds): a checkpoint saved on the current fleet and
+    loaded on the target (the profile's measured times, else :data:`DEFAULT_CHECKPOINT_S`), the target provisioned
+    and restarted; the new fleet is paid from its request on, the old one trains on until it saves."""
+    checkpoint = profile.checkpoint
+    save_s = checkpoint.save_s if checkpoint else DEFAULT_CHECKPOINT_S
+    load_s = (checkpoint.load_s or checkpoint.save_s) if checkpoint else DEFAULT_CHECKPOINT_S
+    idle_new_s = REPROVISION_S + RESTART_S + save_s + load_s
+    migration_usd = target.usd_per_hour * idle_new_s / 3600 + entry.usd_per_hour * save_s / 3600
+    return migration_usd, save_s + RESTART_S + load_s

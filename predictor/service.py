@@ -243,6 +243,9 @@ def create_app(
         observations: a store or a SQLite path (default: ``predictor.observations.default_path()``).
         settings: limits, the write token and the allowed ``Host`` names (default: ``ServiceSettings()``: no token,
             so writes are refused).
+
+    The steps: the application and its state, the one error shape (:func:`_add_error_handlers`), the routes
+    (:func:`_add_read_routes`, :func:`_add_model_routes`, :func:`_add_observation_routes`), then the guard.
     """
     settings = settings or ServiceSettings()
     catalog = catalog or Catalog.load()
@@ -259,6 +262,21 @@ def create_app(
     )
     app.router.route_class = _Route
     app.state.catalog, app.state.observations, app.state.settings, app.state.heavy = catalog, store, settings, heavy
+    _add_error_handlers(app)
+    # Every route declares its answers (the success one from the declaration the code returns, the errors as the one
+    # error shape) and returns plain JSON: response_model=None, so nothing is re-serialised (predictor.service_answers)
+    _add_read_routes(app, catalog, version)
+    _add_model_routes(app, catalog, store, heavy)
+    _add_observation_routes(app, catalog, store)
+    app.add_middleware(Guard, settings=settings)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as the one error shape (:func:`predictor.service_guard.error_response`): a 422 whose ``loc``
+    names the field, of type ``value_error``, ``infeasible`` (with the binding constraint, the best value, the
+    exclusions and hints), ``unknown_name`` (with suggestions), ``cannot_predict`` or the library error's class; a
+    request that does not validate keeps pydantic's errors, a body that is not JSON says why."""
 
     @app.exception_handler(_BadField)
     async def bad_field(_: Request, exc: _BadField) -> JSONResponse:
@@ -302,6 +320,10 @@ def create_app(
             errors.append(error)
         return SafeJSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
 
+
+def _add_read_routes(app: FastAPI, catalog: Catalog, version: str) -> None:
+    """The routes that only read: /docs (the API reference, :func:`docs_html`), /healthz and /v1/catalog."""
+
     @app.get("/docs", include_in_schema=False)
     def docs_page() -> HTMLResponse:
         return HTMLResponse(
@@ -309,8 +331,6 @@ def create_app(
             headers={"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"},
         )
 
-    # Every route declares its answers (the success one from the declaration the code returns, the errors as the one
-    # error shape) and returns plain JSON: response_model=None, so nothing is re-serialised (predictor.service_answers)
     @app.get("/healthz", response_model=None, responses=answer(200, Health, "the service is up", GUARD))
     def healthz() -> dict[str, Any]:
         return {
@@ -333,6 +353,11 @@ def create_app(
             "snapshot": catalog.info.snapshot,
             "instance_types": [instance_to_dict(it, region) for it in types],
         }
+
+
+def _add_model_routes(app: FastAPI, catalog: Catalog, store: ObservationStore, heavy: HeavyWork) -> None:
+    """/v1/predict and /v1/rank: the model's work, each in a :class:`HeavyWork` thread (bounded; the event loop
+    stays free), calibrated by the observations of the model when asked."""
 
     @app.post("/v1/predict", responses=answer(200, Prediction, "the prediction of the fleet", HEAVY))
     async def post_predict(request: Annotated[PredictRequest, Body()]) -> JSONResponse:
@@ -361,6 +386,11 @@ def create_app(
             return SafeJSONResponse(rank(profile, constraints, catalog=catalog, calibration=calibration).to_dict())
 
         return await heavy.run("ranking", work)
+
+
+def _add_observation_routes(app: FastAPI, catalog: Catalog, store: ObservationStore) -> None:
+    """/v1/observations: POST stores a measured throughput of a fleet (the feedback loop; the bearer token is
+    checked by :class:`Guard`) and answers the model's calibration; GET lists them, newest first."""
 
     @app.post(
         "/v1/observations",
@@ -398,9 +428,6 @@ def create_app(
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         return {"observations": [o.__dict__ for o in store.list(model_key_, limit)]}
-
-    app.add_middleware(Guard, settings=settings)
-    return app
 
 
 def docs_html(spec: dict[str, Any]) -> str:

@@ -194,6 +194,34 @@ def test_predictor_never_imports_torch_or_lightning() -> None:
     assert not offenders
 
 
+MAX_FUNCTION_LINES = 100
+# functions allowed over the limit, by "path:name": none since issue #24 item 3 (combine, rank, tfvars, create_app,
+# predict, decide_move and load_extra became named steps); one listed here must be shortened and dropped.
+# launch.py is being refactored on its own branch.
+LONG_FUNCTIONS_KNOWN: set[str] = set()
+LONG_FUNCTIONS_SKIPPED = ("lightning_srifty/provision/launch.py",)
+
+
+def test_no_function_of_the_predictor_or_the_provisioner_is_over_100_lines() -> None:
+    """A long function becomes named steps (house style: no 180-line function with closures); measured with ast
+    from ``def`` to the last line, docstring and nested functions included."""
+    found = set()
+    for folder in ("predictor", "lightning_srifty/provision"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel in LONG_FUNCTIONS_SKIPPED:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > MAX_FUNCTION_LINES:
+                        found.add((f"{rel}:{node.name}", lines))
+    new = sorted(f"{name} ({lines} lines)" for name, lines in found if name not in LONG_FUNCTIONS_KNOWN)
+    assert not new, f"over {MAX_FUNCTION_LINES} lines: split into named steps: {', '.join(new)}"
+    fixed = LONG_FUNCTIONS_KNOWN - {name for name, _ in found}
+    assert not fixed, f"no longer over {MAX_FUNCTION_LINES} lines: drop from LONG_FUNCTIONS_KNOWN: {sorted(fixed)}"
+
+
 def test_ruff_is_clean() -> None:
     beside = Path(sys.executable).with_name("ruff")  # the venv's, when its bin/ is not on PATH
     ruff = shutil.which("ruff") or (str(beside) if beside.is_file() else None)

@@ -185,7 +185,75 @@ def weights(entry: PlanEntry) -> tuple[list[int], float]:
 def tfvars(
     plan: Plan, choice: int, options: Options, catalog: Catalog | None = None, code: Snapshot | None = None
 ) -> dict[str, Any]:
-    """The values of the root module for ``plan.entries[choice]`` (``code``: the snapshot the nodes run)."""
+    """The values of the root module for ``plan.entries[choice]`` (``code``: the snapshot the nodes run).
+
+    The steps, each refusing what it cannot use with the fix: the fleet and the run's name (:func:`_chosen`), what
+    reaches the instances' shell and network (:func:`_checked_access`), the guards on money and life
+    (:func:`_guards`), the Auto Scaling groups (:func:`_groups`), the network and its zone (:func:`_network`), the
+    checkpoints (:func:`_checkpoints`) and the training job (:func:`_train`); then the values, with the predicted
+    figures and the tags (:func:`_tags`).
+    """
+    entry, name = _chosen(plan, choice, options)
+    ssh_cidr, secrets, argv = _checked_access(options)
+    catalog = catalog or Catalog.load()
+    check_entry(plan, choice, catalog)  # the plan's counts, markets and $/h are the catalog's, or it is refused
+    region = options.region or entry.region
+    usd_per_hour, max_instances, max_hourly, max_life_h = _guards(plan, entry, options, catalog, region)
+    groups, unit = _groups(entry, options, catalog)
+    placement = (
+        entry.nodes > 1 and len(entry.groups) == 1 and bool(CLUSTER_FAMILIES.match(entry.groups[0].instance_type))
+    )
+    network = _network(entry, options, catalog, region)
+    prefix, checkpoints = _checkpoints(options, name)
+    values: dict[str, Any] = {
+        "region": region,
+        "name": name,
+        "network": network,
+        "ssh_cidr_blocks": ssh_cidr,
+        "allow_wide_ssh": options.allow_wide_ssh,
+        "enable_ssm": options.ssm_session,
+        "secrets": secrets,
+        "groups": groups,
+        "capacity": {
+            "mode": options.mode,
+            "spot_allocation_strategy": "price-capacity-optimized",
+            "on_demand_base_capacity": sum(g["on_demand"] * g["weighted_capacity"] for g in groups),
+            "on_demand_percentage_above_base": 0,
+            "placement_group": placement,
+        },
+        "ami": {"id": options.ami} if options.ami else {},
+        "root_volume_gb": options.root_volume_gb,
+        "checkpoints": checkpoints,
+        "train": _train(entry, options, argv, code),
+        "max_life_h": max_life_h,
+        # the job's grace after SIGTERM, from the watchdog and from torchrun alike: the plan's checkpoint save x 2
+        # + 30 s, so that a leaving save is never cut by SIGKILL
+        "watchdog": {"heartbeat": options.handover, "grace_s": shutdown_grace_s(plan.checkpoint_s)},
+        "limits": {"max_instances": max_instances, "max_hourly_usd": max_hourly},
+        "predicted": {
+            "throughput_samples_s": round(entry.throughput_samples_s, 6),
+            "usd_per_hour": round(usd_per_hour, 6),  # the catalog's, in the region bought
+            "time_h": round(entry.time_h, 6),
+            "cost_usd": round(entry.cost_usd, 6),
+            "samples_per_capacity_unit": round(unit, 6),
+        },
+        "tags": _tags(plan, choice, entry, options, prefix, max_life_h),
+    }
+    if options.key_name:
+        values["key_name"] = options.key_name
+    if options.aws_endpoint:
+        values["aws_endpoint"] = options.aws_endpoint
+    if options.aws_max_retries is not None:
+        values["aws_max_retries"] = options.aws_max_retries
+    return values
+
+
+def _chosen(plan: Plan, choice: int, options: Options) -> tuple[PlanEntry, str]:
+    """The plan's entry ``choice`` and the run's name (``--name``, else :func:`default_name`).
+
+    Raises:
+        ConfigError: a choice out of the plan's range, or a name that cannot be part of a bucket name.
+    """
     if not 0 <= choice < len(plan.entries):
         raise ConfigError(
             f"The plan has {len(plan.entries)} ranked fleets: --choice must be between 0 and {len(plan.entries) - 1}. "
@@ -193,7 +261,6 @@ def tfvars(
             parameter="choice",
             value=choice,
         )
-    entry = plan.entries[choice]
     name = options.name or default_name(plan, choice)
     if not _NAME.match(name):
         raise ConfigError(
@@ -202,6 +269,17 @@ def tfvars(
             parameter="name",
             value=name,
         )
+    return plan.entries[choice], name
+
+
+def _checked_access(options: Options) -> tuple[list[str], list[dict[str, str]], list[str]]:
+    """(the SSH CIDR blocks, the secrets, the training command's argv), after refusing what would reach the
+    instances' launch template and shell unchecked (issue #23 item 12): the mode, a half-given network, a bad AMI,
+    key name, resume URI or root volume, and a custom AMI without a setup command.
+
+    Raises:
+        ConfigError: naming the option and the fix.
+    """
     if options.mode not in ("asg", "fleet"):
         raise ConfigError(f"--mode must be asg or fleet. Got {options.mode!r}.", parameter="mode", value=options.mode)
     ssh_cidr = ssh_cidr_blocks(options.ssh_cidr, options.allow_wide_ssh)
@@ -213,7 +291,6 @@ def tfvars(
             value=options.vpc_id,
         )
     argv = train_argv(options.train_command)
-    # what reaches the instances' launch template and shell, each refused with the fix (issue #23 item 12)
     for value, check in (
         (options.ami, check_ami),
         (options.key_name, check_key_name),
@@ -230,9 +307,20 @@ def tfvars(
             parameter="setup_command",
             value=options.setup_command,
         )
-    catalog = catalog or Catalog.load()
-    check_entry(plan, choice, catalog)  # the plan's counts, markets and $/h are the catalog's, or it is refused
-    region = options.region or entry.region
+    return ssh_cidr, secrets, argv
+
+
+def _guards(
+    plan: Plan, entry: PlanEntry, options: Options, catalog: Catalog, region: str
+) -> tuple[float, Any, Any, float]:
+    """(the fleet's $/h in ``region``, max_instances, max_hourly_usd, max_life_h): the guards the module enforces,
+    from the options or else the plan's constraints (the life cap: :func:`default_max_life_h`), checked against the
+    fleet (:func:`check_limits`).
+
+    Raises:
+        ConfigError: a guard that is not a positive (whole, for instances) number, a life cap out of range.
+        ProvisionError / ConfigError: as :func:`check_limits` and :func:`group_usd_per_hour` do.
+    """
     usd_per_hour = sum(
         group_usd_per_hour(catalog, g.instance_type, region, g.on_demand, g.spot, f"--region {region}")
         for g in entry.groups
@@ -258,6 +346,16 @@ def tfvars(
             parameter="max_life_h",
             value=max_life_h,
         )
+    return usd_per_hour, max_instances, max_hourly, max_life_h
+
+
+def _groups(entry: PlanEntry, options: Options, catalog: Catalog) -> tuple[list[dict[str, Any]], float]:
+    """The module's groups (one per instance type, weighted by predicted throughput: :func:`weights`, with EFA and
+    one network interface per card on multi-node fleets), and the samples/s one capacity unit stands for.
+
+    Raises:
+        ConfigError: --ami given for a fleet that mixes architectures.
+    """
     w, unit = weights(entry)
     groups = []
     multi_node = entry.nodes > 1
@@ -285,10 +383,16 @@ def tfvars(
             parameter="ami",
             value=options.ami,
         )
-    on_demand_units = sum(g["on_demand"] * g["weighted_capacity"] for g in groups)
-    placement = (
-        entry.nodes > 1 and len(entry.groups) == 1 and bool(CLUSTER_FAMILIES.match(entry.groups[0].instance_type))
-    )
+    return groups, unit
+
+
+def _network(entry: PlanEntry, options: Options, catalog: Catalog, region: str) -> dict[str, Any]:
+    """The network: the VPC and subnets given, or a minimal VPC whose subnet is in --availability-zone, else in the
+    zone of the plan's spot price (:func:`priced_zone`).
+
+    Raises:
+        ConfigError: a zone with --vpc-id, or a zone that is neither of the region nor a zone ID.
+    """
     network: dict[str, Any] = (
         {"create_vpc": False, "vpc_id": options.vpc_id, "subnet_ids": list(options.subnet_ids)}
         if options.vpc_id
@@ -314,10 +418,31 @@ def tfvars(
                 parameter="availability_zone",
                 value=zone,
             )
+    return network
+
+
+def _checkpoints(options: Options, name: str) -> tuple[str, dict[str, Any]]:
+    """(the checkpoint prefix, the module's checkpoints value): --checkpoint-prefix (default checkpoints/<name>/),
+    in --bucket when given, else in a bucket the module creates.
+
+    Raises:
+        ConfigError: a prefix or bucket name that could reach a shell (:func:`check_prefix`, :func:`check_bucket`).
+    """
     prefix = check_prefix(options.checkpoint_prefix or f"checkpoints/{name}/")
     checkpoints: dict[str, Any] = {"prefix": prefix}
     if options.bucket:
         checkpoints.update(create_bucket=False, bucket=check_bucket(options.bucket))
+    return prefix, checkpoints
+
+
+def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot | None) -> dict[str, Any]:
+    """The training job every instance runs: torchrun's argv over the fleet's nodes, the setup command, and where
+    given the checkpoint to resume from, the code snapshot, the container image, the handover, and the layout's
+    Lightning strategy (exported on every instance; srifty launch's handover carries it too).
+
+    Raises:
+        ConfigError: an image that is not a container image reference (:func:`check_image`).
+    """
     train: dict[str, Any] = {
         "argv": argv,
         "setup_command": options.setup_command,
@@ -332,64 +457,30 @@ def tfvars(
     if options.handover:
         train["handover"] = True
     if entry.layout is not None and (entry.layout.strategy != "ddp" or entry.layout.lightning_args):
-        # the layout's Lightning strategy, exported on every instance (srifty launch's handover carries it too)
         train["env"] = {protocol.VARIABLES["strategy"]: protocol.entry_strategy(entry)}
-    values: dict[str, Any] = {
-        "region": region,
-        "name": name,
-        "network": network,
-        "ssh_cidr_blocks": ssh_cidr,
-        "allow_wide_ssh": options.allow_wide_ssh,
-        "enable_ssm": options.ssm_session,
-        "secrets": secrets,
-        "groups": groups,
-        "capacity": {
-            "mode": options.mode,
-            "spot_allocation_strategy": "price-capacity-optimized",
-            "on_demand_base_capacity": on_demand_units,
-            "on_demand_percentage_above_base": 0,
-            "placement_group": placement,
-        },
-        "ami": {"id": options.ami} if options.ami else {},
-        "root_volume_gb": options.root_volume_gb,
-        "checkpoints": checkpoints,
-        "train": train,
-        "max_life_h": max_life_h,
-        # the job's grace after SIGTERM, from the watchdog and from torchrun alike: the plan's checkpoint save x 2
-        # + 30 s, so that a leaving save is never cut by SIGKILL
-        "watchdog": {"heartbeat": options.handover, "grace_s": shutdown_grace_s(plan.checkpoint_s)},
-        "limits": {"max_instances": max_instances, "max_hourly_usd": max_hourly},
-        "predicted": {
-            "throughput_samples_s": round(entry.throughput_samples_s, 6),
-            "usd_per_hour": round(usd_per_hour, 6),  # the catalog's, in the region bought
-            "time_h": round(entry.time_h, 6),
-            "cost_usd": round(entry.cost_usd, 6),
-            "samples_per_capacity_unit": round(unit, 6),
-        },
-        "tags": sanitize_tags(
-            {
-                "srifty:plan-choice": str(choice),
-                "srifty:fleet-spec": entry.fleet.replace(",", " "),
-                "srifty:market": entry.market,
-                "srifty:model": plan.model or "unknown",
-                # for `srifty status` without the root folder: the life cap, and the checkpoint folder when the bucket
-                # is given (one the module creates is named after the account: the root's output checkpoint_uri)
-                "srifty:max-life-h": f"{max_life_h:g}",
-                **(
-                    {"srifty:checkpoints": f"s3://{options.bucket}/{prefix}"}
-                    if options.bucket and len(f"s3://{options.bucket}/{prefix}") <= TAG_VALUE_MAX
-                    else {}
-                ),
-            }
-        ),
-    }
-    if options.key_name:
-        values["key_name"] = options.key_name
-    if options.aws_endpoint:
-        values["aws_endpoint"] = options.aws_endpoint
-    if options.aws_max_retries is not None:
-        values["aws_max_retries"] = options.aws_max_retries
-    return values
+    return train
+
+
+def _tags(
+    plan: Plan, choice: int, entry: PlanEntry, options: Options, prefix: str, max_life_h: float
+) -> dict[str, str]:
+    """The tags of every resource (:func:`sanitize_tags`): the plan's choice, fleet, market and model, and for
+    `srifty status` without the root folder the life cap and the checkpoint folder when the bucket is given (one the
+    module creates is named after the account: the root's output checkpoint_uri)."""
+    return sanitize_tags(
+        {
+            "srifty:plan-choice": str(choice),
+            "srifty:fleet-spec": entry.fleet.replace(",", " "),
+            "srifty:market": entry.market,
+            "srifty:model": plan.model or "unknown",
+            "srifty:max-life-h": f"{max_life_h:g}",
+            **(
+                {"srifty:checkpoints": f"s3://{options.bucket}/{prefix}"}
+                if options.bucket and len(f"s3://{options.bucket}/{prefix}") <= TAG_VALUE_MAX
+                else {}
+            ),
+        }
+    )
 
 
 def ssh_cidr_blocks(blocks: tuple[str, ...] | list[str], allow_wide: bool = False) -> list[str]:

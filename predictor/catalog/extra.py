@@ -242,10 +242,25 @@ def _unreadable(data: Any, where: str = "") -> str | None:
 
 
 def load_extra(path: str | os.PathLike[str]) -> Extra:
-    """Parse and validate one YAML file of user-defined GPUs and instance types."""
+    """Parse and validate one YAML file of user-defined GPUs and instance types: read (:func:`_read_yaml`), its
+    sections checked (:func:`_sections`), then its GPUs (:func:`_extra_gpus`) and instance types
+    (:func:`_extra_instances`)."""
+    name = str(path)
+    data = _sections(name, _read_yaml(path, name))
+    gpus = _extra_gpus(name, data.get("gpus") or [])
+    instances = _extra_instances(name, data.get("instance_types") or [])
+    return Extra(path=name, gpus=tuple(gpus), instances=tuple(instances))
+
+
+def _read_yaml(path: str | os.PathLike[str], name: str) -> Any:
+    """The YAML document of ``path``, read within :data:`MAX_EXTRA_BYTES` and parsed safely.
+
+    Raises:
+        CatalogError: a folder, a missing, unreadable, oversized or non-UTF-8 file, YAML nested too deeply or not
+            valid (with the line and column).
+    """
     import yaml
 
-    name = str(path)
     try:
         if Path(path).is_dir():
             raise CatalogError(f"{name}: is a folder; give the YAML file of GPUs and instance types inside it")
@@ -268,6 +283,17 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise CatalogError(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    return data
+
+
+def _sections(name: str, data: Any) -> dict[str, Any]:
+    """The document as a mapping of the sections ``gpus`` and ``instance_types`` (empty: none), each a list of
+    entries with unique names.
+
+    Raises:
+        CatalogError: text that cannot be shown, another shape, an unknown section (with the closest name), a
+            section that is not a list, a name given twice.
+    """
     bad = _unreadable(data)
     if bad:
         raise CatalogError(f"{name}: {bad.encode('utf-8', 'backslashreplace').decode()}")
@@ -288,8 +314,17 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
             )
     for section in ("gpus", "instance_types"):
         _unique_names(name, section, data.get(section) or [])
+    return data
+
+
+def _extra_gpus(name: str, entries: list[Any]) -> list[GPU]:
+    """The ``gpus`` entries as :class:`GPU` records (their source: the file), each field checked (:func:`_check`).
+
+    Raises:
+        CatalogError: naming the entry and the field.
+    """
     gpus = []
-    for i, entry in enumerate(data.get("gpus") or []):
+    for i, entry in enumerate(entries):
         if isinstance(entry, dict):
             entry = {**entry, "compute_capability": _capability(name, i, entry.get("compute_capability"))}
             if entry["compute_capability"] is None:
@@ -315,8 +350,19 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
                 compute_capability=f.get("compute_capability"),
             )
         )
+    return gpus
+
+
+def _extra_instances(name: str, entries: list[Any]) -> list[dict[str, Any]]:
+    """The ``instance_types`` entries, each field checked (:func:`_check`), the interconnect, process-group backend
+    and architecture among those known; each keeps where it was (``_where``) for the errors of
+    :func:`build_instance`.
+
+    Raises:
+        CatalogError: naming the entry and the field.
+    """
     instances = []
-    for i, entry in enumerate(data.get("instance_types") or []):
+    for i, entry in enumerate(entries):
         f = _check(
             name,
             f"instance_types[{i}] ({entry.get('name', '?') if isinstance(entry, dict) else '?'})",
@@ -346,7 +392,7 @@ def load_extra(path: str | os.PathLike[str]) -> Extra:
                 f"must be one of {', '.join(ARCHES)} (it picks the machine image), got {f['arch']!r}.",
             )
         instances.append({**f, "_where": f"instance_types[{i}]"})
-    return Extra(path=name, gpus=tuple(gpus), instances=tuple(instances))
+    return instances
 
 
 def build_instance(fields: dict[str, Any], gpu: GPU, path: str) -> InstanceType:

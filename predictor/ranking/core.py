@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -14,8 +14,9 @@ from predictor.catalog.catalog import Catalog
 from predictor.deadline import DOWN_SPELL_S, SpotStats, expected_with_fallback
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
 from predictor.fleet import parse_fleet
+from predictor.layout import Layout
 from predictor.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry, writer
-from predictor.predict_many import PREFER_SIMPLER, predict_mixes, row_sum
+from predictor.predict_many import PREFER_SIMPLER, ManyPredictions, predict_mixes, row_sum
 from predictor.profile import Profile
 from predictor.ranking import candidates as cands
 from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
@@ -66,23 +67,95 @@ def rank(
 
     ``checkpoint_s``: what one checkpoint costs (save, and load after an interruption); default: the profile's
     measured cost (``profile.checkpoint``), else :data:`predictor.spot.DEFAULT_CHECKPOINT_S`.
+
+    The steps: the instance types (:func:`_instance_types`) and the candidate shapes (:func:`_shapes`), predicted
+    under the launchable layouts (:func:`_launchable`) and priced (:func:`_priced`); each candidate's time and cost
+    with start-up, spot interruptions and the deadline's fallback (:func:`_score`); the constraints applied
+    (:func:`_feasible`); the best first (:func:`_order`); the plan with its reasons and notes (:func:`_plan`).
     """
     constraints.validate()
-    checkpoint_note = "assumed"
-    if checkpoint_s is None:
-        measured = profile.checkpoint
-        if measured is not None:
-            checkpoint_s = max(measured.save_s, measured.load_s or 0.0)
-            checkpoint_note = f"measured by the profile ({measured.where or 'local'}; remote storage adds its transfer)"
-        else:
-            checkpoint_s = DEFAULT_CHECKPOINT_S
+    checkpoint_s, checkpoint_note = _checkpoint_cost(profile, checkpoint_s)
     catalog = catalog or Catalog.load()
     cands.check_names(constraints, catalog)
     work = constraints.work(profile)
     markets = Market(constraints.market).markets()
-    excluded: dict[str, int] = {}
-    excluded_types: dict[str, int] = {}
-    types = cands.instance_types(profile, constraints, catalog, excluded_types)
+    factors = dict(calibration.factors) if calibration else None
+    r = _Ranking(profile, constraints, catalog, work, checkpoint_s, calibration, factors, spot_stats)
+    types = _instance_types(r)
+    names = [it.name for it in types]
+    efficient = (
+        cands.efficient_types(profile, names, types, catalog, factors, constraints)
+        if constraints.max_types >= 3
+        else []
+    )
+    tidx, cnt = _shapes(constraints, types, efficient, markets)
+    layouts = constraints.layout_list()
+    many = predict_mixes(
+        profile, names, tidx, cnt, catalog=catalog, calibration=factors, scaling=constraints.scaling,
+        layouts=_launchable(constraints, layouts),
+    )  # fmt: skip
+    cand = _priced(r, many, types, markets)
+    known_startup = measured_startup()  # read once: the start-up figures and the plan's note
+    current, current_note = _current(profile, constraints, catalog, work, factors)
+    scored = _score(r, types, names, many, cand, current, known_startup)
+    ok, keep = _feasible(r, scored)
+    key = scored.time_h if constraints.objective == Objective.TIME else scored.cost
+    order, pareto_idx, keyed = _order(constraints, keep, key, scored)
+    pareto_set = {int(i) for i in pareto_idx}
+
+    def one(i: int, rank_no: int) -> PlanEntry:
+        return entry(scored, i, rank_no, types, profile, current, i in pareto_set)
+
+    entries = [one(i, r + 1) for r, i in enumerate(order)]
+    front = [one(int(i), int((keyed < keyed[i]).sum()) + 1) for i in pareto_idx]
+    notes = (
+        _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
+        + _spot_notes(constraints, spot_stats)
+        + ([current_note] if current_note else [])
+        + _startup_notes(constraints, types, entries[0], current, known_startup)
+    )
+    reason = why(constraints, entries[0], ok, _values(scored), key)
+    return _plan(r, scored, names, layouts, current, entries, front, reason, notes)
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """What one ranking is asked, read by its steps, and the candidates they exclude on the way, counted by reason
+    (the steps fill ``excluded_types`` and ``excluded`` in order: the plan reports them as filled)."""
+
+    profile: Profile
+    constraints: Constraints
+    catalog: Catalog
+    work: Work
+    checkpoint_s: float
+    calibration: Calibration | None
+    factors: dict[str, float] | None
+    spot_stats: SpotStats | None
+    excluded: dict[str, int] = field(default_factory=dict)
+    excluded_types: dict[str, int] = field(default_factory=dict)
+
+
+def _checkpoint_cost(profile: Profile, checkpoint_s: float | None) -> tuple[float, str]:
+    """What one checkpoint costs, and where the figure comes from: the one given, else the profile's measured save
+    (or load, the larger), else :data:`predictor.spot.DEFAULT_CHECKPOINT_S`."""
+    if checkpoint_s is not None:
+        return checkpoint_s, "assumed"
+    measured = profile.checkpoint
+    if measured is not None:
+        note = f"measured by the profile ({measured.where or 'local'}; remote storage adds its transfer)"
+        return max(measured.save_s, measured.load_s or 0.0), note
+    return DEFAULT_CHECKPOINT_S, "assumed"
+
+
+def _instance_types(r: _Ranking) -> list:
+    """The instance types left to rank (:func:`predictor.ranking.candidates.instance_types`), counting the others
+    by reason in ``excluded_types``.
+
+    Raises:
+        NoFeasibleConfigError: none is left, with the reasons and the constraints to relax.
+    """
+    excluded_types = r.excluded_types
+    types = cands.instance_types(r.profile, r.constraints, r.catalog, excluded_types)
     if not types:
         raise NoFeasibleConfigError(
             "No instance type is left to rank: "
@@ -92,13 +165,18 @@ def rank(
             excluded=excluded_types,
             hints=("allow", "deny", "regions", "allow_arm64"),
         )
-    names = [it.name for it in types]
-    factors = dict(calibration.factors) if calibration else None
-    efficient = (
-        cands.efficient_types(profile, names, types, catalog, factors, constraints)
-        if constraints.max_types >= 3
-        else []
-    )
+    return types
+
+
+def _shapes(
+    constraints: Constraints, types: list, efficient: list[int], markets: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate shapes (type index and count of each group, :func:`predictor.ranking.candidates.shapes`).
+
+    Raises:
+        ConfigError: more candidates (shapes x markets x regions) than
+            :data:`predictor.ranking.candidates.MAX_CANDIDATES`.
+    """
     total = cands.shape_count(len(types), len(efficient), constraints) * len(markets) * len(constraints.regions)
     if total > cands.MAX_CANDIDATES:
         raise ConfigError(
@@ -107,8 +185,15 @@ def rank(
             parameter="max_instances",
             value=constraints.max_instances,
         )
-    tidx, cnt = cands.shapes(len(types), constraints, efficient)
-    layouts = constraints.layout_list()
+    return cands.shapes(len(types), constraints, efficient)
+
+
+def _launchable(constraints: Constraints, layouts: list[Layout]) -> list[Layout]:
+    """The layouts asked that srifty launch can start (pipelines are only evaluated, :func:`_pipeline_note`).
+
+    Raises:
+        ConfigError: none of them is launchable.
+    """
     runnable = [x for x in layouts if x.launchable]
     if not runnable:
         raise ConfigError(
@@ -117,9 +202,17 @@ def rank(
             parameter="layouts",
             value=list(constraints.layouts),
         )
-    many = predict_mixes(
-        profile, names, tidx, cnt, catalog=catalog, calibration=factors, scaling=constraints.scaling, layouts=runnable
-    )
+    return runnable
+
+
+def _priced(r: _Ranking, many: ManyPredictions, types: list, markets: tuple[str, ...]) -> cands.Candidates:
+    """Every predicted shape in every market and region it has a price in
+    (:func:`predictor.ranking.candidates.price`).
+
+    Raises:
+        NoFeasibleConfigError: no shape has a price.
+    """
+    constraints, excluded = r.constraints, r.excluded
     cand = cands.price(many, types, constraints, markets, excluded)
     if not len(cand.shape):
         raise NoFeasibleConfigError(
@@ -129,23 +222,36 @@ def rank(
             excluded=excluded,
             hints=("regions", "market"),
         )
-    s = cand.shape
-    known_startup = measured_startup()  # read once: the start-up figures and the plan's note
+    return cand
+
+
+def _score(
+    r: _Ranking,
+    types: list,
+    names: list[str],
+    many: ManyPredictions,
+    cand: cands.Candidates,
+    current: tuple[str, str, float, float] | None,
+    known_startup: dict[str, float],
+) -> Scored:
+    """Each priced candidate's wall time and cost for the work: the new fleet's start-up (none for the fleet already
+    running), the expected spot interruptions and restarts, EC2's per-second billing; under a deadline, spot and
+    mixed fleets as srifty launch's policy runs them (falling back to on-demand, :func:`expected_with_fallback`)."""
+    constraints, spot_stats, checkpoint_s = r.constraints, r.spot_stats, r.checkpoint_s
     startup_by_shape = (
         np.full(len(many.counts), float(constraints.startup_s))
         if constraints.startup_s is not None
         else fleet_startup_s(types, many.type_index, many.counts, constraints.dataset_gb, known_startup)
     )
-    current, current_note = _current(profile, constraints, catalog, work, factors)
     if current is not None:  # the fleet already running starts nothing
         startup_by_shape = np.where(_is_fleet(current[0], names, many), 0.0, startup_by_shape)
+    s = cand.shape
     startup = startup_by_shape[s]
-    run_s = work.samples / many.throughput_samples_s[s]
+    run_s = r.work.samples / many.throughput_samples_s[s]
     rate = cand.rate_per_hr if spot_stats is None else row_sum(cand.spot) * spot_stats.rate_per_hr
     down_s = DOWN_SPELL_S if spot_stats is None else spot_stats.down_s
     spot = spot_cost(run_s, np.ones(len(s)), rate, checkpoint_s, restart_s=startup)
     wall_s = startup + spot.expected_time_s
-    time_h = wall_s / 3600
     usd_hr = row_sum(cand.group_usd)
     cost = usd_hr * billed_hours(wall_s)
     od_share = np.zeros(len(s))
@@ -158,11 +264,26 @@ def rank(
         wall_s = np.where(guarded, fb.time_s, wall_s)
         cost = np.where(guarded, np.maximum(fb.cost_usd, usd_hr * billed_hours(np.zeros(len(s)))), cost)
         od_share = np.where(guarded, fb.od_share, 0.0)
-        time_h = wall_s / 3600
-    values = {"time_h": time_h, "cost_usd": cost, "usd_per_hour": usd_hr}
+    return Scored(many, cand, spot, wall_s / 3600, cost, usd_hr, tuple(constraints.regions), startup, od_share)
 
+
+def _values(scored: Scored) -> dict[str, np.ndarray]:
+    """The measures the constraints limit, by the names the explanations use."""
+    return {"time_h": scored.time_h, "cost_usd": scored.cost, "usd_per_hour": scored.usd_hr}
+
+
+def _feasible(r: _Ranking, scored: Scored) -> tuple[np.ndarray, np.ndarray]:
+    """(ok, keep) over the priced candidates: ok splits the global batch and fits in GPU memory with the headroom
+    asked; keep is ok and within the limits (max_hourly_usd, deadline_h, budget_usd). The others are counted by
+    reason in ``excluded``.
+
+    Raises:
+        NoFeasibleConfigError: nothing is kept, naming the binding constraint (:func:`infeasible`).
+    """
+    constraints, excluded = r.constraints, r.excluded
+    many, s = scored.many, scored.cand.shape
     splittable = many.splittable[s]
-    cands.count(excluded, f"more GPUs than the {work.global_batch} samples of the global batch", ~splittable)
+    cands.count(excluded, f"more GPUs than the {r.work.global_batch} samples of the global batch", ~splittable)
     fits = many.fits_memory[s] & (many.memory_share[s] <= 1 - constraints.min_memory_headroom)
     cands.count(
         excluded,
@@ -173,27 +294,42 @@ def rank(
     ok = splittable & fits
     keep = ok.copy()
     for name, limit in constraints.limits().items():
-        measure = {"max_hourly_usd": usd_hr, "deadline_h": time_h, "budget_usd": cost}[name]
+        measure = {"max_hourly_usd": scored.usd_hr, "deadline_h": scored.time_h, "budget_usd": scored.cost}[name]
         over = keep & (measure > limit)
         cands.count(excluded, f"over {name}", over)
         keep &= ~over
     if not keep.any():
-        raise infeasible(constraints, ok, values, excluded)
+        raise infeasible(constraints, ok, _values(scored), excluded)
+    return ok, keep
 
-    key = time_h if constraints.objective == Objective.TIME else cost
+
+def _order(
+    constraints: Constraints, keep: np.ndarray, key: np.ndarray, scored: Scored
+) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """(the ``top`` kept candidates, best first by the objective's ``key`` then time; the Pareto front of time and
+    cost; the key with infinity where not kept)."""
     keyed = np.where(keep, key, np.inf)
     top = min(constraints.top, int(keep.sum()))
     head = np.argpartition(keyed, top - 1)[:top] if top < len(keyed) else np.arange(len(keyed))
-    order = [int(i) for i in head[np.lexsort((time_h[head], keyed[head]))]][:top]
-    pareto_idx = pareto(np.flatnonzero(keep), time_h, cost)
-    pareto_set = {int(i) for i in pareto_idx}
-    scored = Scored(many, cand, spot, time_h, cost, usd_hr, tuple(constraints.regions), startup, od_share)
+    order = [int(i) for i in head[np.lexsort((scored.time_h[head], keyed[head]))]][:top]
+    return order, pareto(np.flatnonzero(keep), scored.time_h, scored.cost), keyed
 
-    def one(i: int, rank_no: int):
-        return entry(scored, i, rank_no, types, profile, current, i in pareto_set)
 
-    entries = [one(i, r + 1) for r, i in enumerate(order)]
-    front = [one(int(i), int((keyed < keyed[i]).sum()) + 1) for i in pareto_idx]
+def _plan(
+    r: _Ranking,
+    scored: Scored,
+    names: list[str],
+    layouts: list[Layout],
+    current: tuple[str, str, float, float] | None,
+    entries: list[PlanEntry],
+    front: list[PlanEntry],
+    reason: str,
+    notes: list[str],
+) -> Plan:
+    """The plan: the ranked entries and the Pareto front, why the first is chosen (and runs its layout,
+    :func:`layout_why`), and the notes with the layouts' (:func:`_layout_notes`, :func:`_pipeline_note`)."""
+    profile, constraints, catalog, factors, calibration = r.profile, r.constraints, r.catalog, r.factors, r.calibration
+    many = scored.many
 
     def predict_ddp(fleet: str):
         from predictor.predict import predict
@@ -207,14 +343,14 @@ def rank(
     )
     return Plan(
         schema=PLAN_SCHEMA,
-        constraints=constraints.to_plan(work, current[0] if current else None),
+        constraints=constraints.to_plan(r.work, current[0] if current else None),
         entries=tuple(entries),
         pareto=tuple(front),
         chosen=0,
-        why=why(constraints, entries[0], ok, values, key) + layout_why(profile, entries[0], predict_ddp, best_gib),
-        considered=len(s),
-        excluded=excluded,
-        excluded_types=excluded_types or None,
+        why=reason + layout_why(profile, entries[0], predict_ddp, best_gib),
+        considered=len(scored.cand.shape),
+        excluded=r.excluded,
+        excluded_types=r.excluded_types or None,
         calibration=tuple(calibration.entries()) if calibration and calibration.factors else None,
         catalog_source=catalog.info.source,
         catalog_snapshot=catalog.info.snapshot,
@@ -223,15 +359,8 @@ def rank(
         software=profile.software,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         written_by=writer(),
-        checkpoint_s=float(checkpoint_s),
-        notes=tuple(
-            _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
-            + _spot_notes(constraints, spot_stats)
-            + ([current_note] if current_note else [])
-            + _startup_notes(constraints, types, entries[0], current, known_startup)
-            + _layout_notes(constraints, many)
-            + ([pipeline_note] if pipeline_note else [])
-        ),
+        checkpoint_s=float(r.checkpoint_s),
+        notes=tuple(notes + _layout_notes(constraints, many) + ([pipeline_note] if pipeline_note else [])),
     )
 
 
