@@ -45,7 +45,7 @@ from predictor.observations import ObservationStore, model_key
 from predictor.predict import Prediction, predict
 from predictor.profile import Profile, load_profile
 from predictor.rank import Constraints, rank
-from predictor.ranking.constraints import LAYOUTS, constraint_defaults
+from predictor.ranking.constraints import LAYOUTS, OBJECTIVES, constraint_defaults
 from predictor.service_answers import (
     ERRORS,
     GUARD,
@@ -134,7 +134,7 @@ class RankConstraints(_Strict):
     steps_per_epoch: int | None = Field(None, ge=1, le=10**12, description="optimizer steps in one epoch")
     deadline_h: float | None = Field(None, gt=0, le=1e6)
     budget_usd: float | None = Field(None, gt=0, le=1e12)
-    objective: Literal["cost", "time", "cost_per_sample"] = _D["objective"]
+    objective: Literal[OBJECTIVES] = _D["objective"]  # type: ignore[valid-type] # the one declaration
     regions: list[Text] = Field(default_factory=lambda: list(_D["regions"]), min_length=1, max_length=8)
     market: Literal["on-demand", "spot", "any", "mixed"] = _D["market"]
     spot_share: float = Field(_D["spot_share"], ge=0, le=1)

@@ -342,3 +342,19 @@ def test_memory_is_unknown_without_activation_memory_never_fits(profile, catalog
                                                      max_instances=1), catalog=catalog)  # fmt: skip
     assert known.entries[0].memory_known is True and "GiB/GPU of 16" in known.why
     assert predict(load_profile(measured), "p3.2xlarge:1", catalog=catalog).memory_known is True
+
+
+def test_cost_per_sample_is_cost_and_goes(profile, catalog) -> None:
+    """Issue #24 item 2: cost per sample ranks exactly as cost (every fleet trains the same samples); the library maps
+    it to cost with a DeprecationWarning, the CLI and the service no longer offer it, old plans still read."""
+    from predictor.ranking.constraints import OBJECTIVES
+
+    assert OBJECTIVES == ("cost", "time")
+    with pytest.warns(DeprecationWarning, match="ranks exactly as 'cost'"):
+        c = Constraints(steps=1000, objective="cost_per_sample", market="on-demand", max_instances=2)
+    assert c.objective == "cost"
+    plan = rank(profile, Constraints(steps=1000, market="on-demand", max_instances=2), catalog=catalog)
+    assert [e.fleet for e in rank(profile, c, catalog=catalog).entries] == [e.fleet for e in plan.entries]
+    old = plan.to_dict()
+    old["constraints"]["objective"] = "cost_per_sample"
+    assert Constraints.from_plan(load_plan(old).constraints).objective == "cost"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +60,9 @@ LAYOUTS = (
     "pipeline",
     "pipeline+ac",
 )
-OBJECTIVES = tuple(o.value for o in Objective)
+# what a request may ask (the one declaration: the CLI's choices, the service's schema and the check below read it);
+# cost_per_sample stays in Objective only so that plans made with it still read
+OBJECTIVES = tuple(o.value for o in Objective if o is not Objective.COST_PER_SAMPLE)
 MARKETS = tuple(m.value for m in Market)
 OWNER = "rank()"
 
@@ -111,6 +114,14 @@ class Constraints:
             value = getattr(self, name)
             if not isinstance(value, kind) and value in [k.value for k in kind]:
                 object.__setattr__(self, name, kind(value))
+        if self.objective is Objective.COST_PER_SAMPLE:
+            warnings.warn(
+                "objective 'cost_per_sample' ranks exactly as 'cost' (every fleet trains the same samples, so the "
+                "cost per sample is the cost over a constant): use 'cost'; 'cost_per_sample' goes in 0.3",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            object.__setattr__(self, "objective", Objective.COST)
         for name in ("regions", "allow", "deny", "layouts"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
@@ -146,7 +157,7 @@ class Constraints:
             "samples": plan.work_samples,
             "deadline_h": plan.deadline_h,
             "budget_usd": plan.budget_usd,
-            "objective": plan.objective,
+            "objective": "cost" if plan.objective == "cost_per_sample" else plan.objective,  # the same ranking
             "regions": tuple(plan.regions),
             "market": plan.market,
             "spot_share": plan.spot_share,

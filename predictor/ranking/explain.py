@@ -19,7 +19,6 @@ PERFORMANCE_RISK_SD = (0.10, 0.25)
 GOALS = {
     Objective.COST: "the lowest expected cost",
     Objective.TIME: "the shortest expected time",
-    Objective.COST_PER_SAMPLE: "the lowest cost per sample",
 }
 # what each limit bounds: (the value it is compared with, how a value reads)
 LIMIT_OF = {"max_hourly_usd": "usd_per_hour", "deadline_h": "time_h", "budget_usd": "cost_usd"}
