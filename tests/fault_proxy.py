@@ -52,8 +52,12 @@ class FaultProxy(LocalServer):
                     self.send_response(400)
                     self.send_header("Content-Type", "text/xml")
                     self.send_header("Content-Length", str(len(data)))
+                    # the AWS SDK retries a capacity refusal: each retry on a fresh connection, so that the last
+                    # attempt's error is the refusal, never a read on a connection the server has meanwhile dropped
+                    self.send_header("Connection", "close")
                     self.end_headers()
                     self.wfile.write(data)
+                    self.close_connection = True
                     return
                 conn = http.client.HTTPConnection(outer.upstream.hostname, outer.upstream.port, timeout=120)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "host")}
