@@ -127,13 +127,9 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
 
 
 def spells(trace: dl.Trace) -> tuple[float, float, float]:
-    """(availability, mean spot spell h, mean spell without spot h)."""
-    a = trace.available.any(axis=0).astype(int)
-    edges = np.diff(np.r_[0, a, 0])
-    up = (np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)) * trace.gap_s / 3600
-    b = 1 - a
-    edges = np.diff(np.r_[0, b, 0])
-    down = (np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)) * trace.gap_s / 3600
+    """(availability, mean spell with spot h, mean spell without h), any zone counting."""
+    a = trace.available.any(axis=0)
+    up, down = (x * trace.gap_s / 3600 for x in dl.spells(a))
     return float(a.mean()), float(up.mean()) if up.size else 0.0, float(down.mean()) if down.size else 0.0
 
 

@@ -60,7 +60,6 @@ class Trace:
     gap_s: float
     available: np.ndarray  # (zones, ticks) bool
     names: tuple[str, ...] = ()
-    counts: np.ndarray | None = None  # (zones, ticks) instances available, when the trace gives counts
 
     @property
     def ticks(self) -> int:
@@ -162,7 +161,16 @@ def read_trace(
             "never usable for this fleet"
         )
     name = os.path.splitext(os.path.basename(path))[0]
-    return Trace(float(gap), (counts >= nodes)[None, :], (name,), counts[None, :]), notes
+    return Trace(float(gap), (counts >= nodes)[None, :], (name,)), notes
+
+
+def spells(available: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths in ticks of the runs with spot and of the runs without, in a 1-D availability series."""
+    out = []
+    for series in (available.astype(int), 1 - available.astype(int)):
+        edges = np.diff(np.r_[0, series, 0])
+        out.append(np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1))
+    return out[0], out[1]
 
 
 def combine(traces: Sequence[Trace]) -> Trace:
@@ -663,12 +671,11 @@ class SpotStats:
         there = total = 0
         for t in traces:
             for row in t.available:
-                a = row.astype(int)
-                for series, out in ((a, up), (1 - a, down)):
-                    edges = np.diff(np.r_[0, series, 0])
-                    out.extend((np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)) * t.gap_s)
-                there += int(a.sum())
-                total += a.size
+                with_spot, without = spells(row)
+                up.extend(with_spot * t.gap_s)
+                down.extend(without * t.gap_s)
+                there += int(row.sum())
+                total += row.size
         if not up:
             raise ConfigError(
                 f"The spot traces {source or ''} never have spot available: there is nothing to rank spot on. Leave "

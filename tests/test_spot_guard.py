@@ -321,3 +321,25 @@ def test_the_job_reports_progress_at_most_every_progress_s_and_leaves_on_a_leave
     write_record(str(tmp_path), Leave(launch_id=LID, to_fleet="g4dn.xlarge:1"))
     assert cb._launcher_says_leave(cb.launch) and cb._stop.is_set()
     assert (cb._trigger, cb._leave_details) == ("leave", {"move": True, "to_fleet": "g4dn.xlarge:1"})
+
+
+def test_progress_is_written_by_the_watch_thread_not_in_the_step(tmp_path, monkeypatch) -> None:
+    """The step hook only notes (step, time); the launcher-watch thread writes PROGRESS.json, so a slow checkpoint
+    store never holds a training step."""
+    from lightning_srifty.migrate.preemption import SpotPreemption
+    from lightning_srifty.protocol import LaunchEnv, Progress, read_record
+
+    env = LaunchEnv(launch_id=LID, checkpoint_uri=str(tmp_path), fleet="g4dn.xlarge:1").to_env()
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    cb = SpotPreemption(progress_s=60.0, interval_s=0.05)
+    cb.note_progress(10, 1000.0)
+    assert not (tmp_path / protocol.PROGRESS).exists()  # noted, not written, by the step
+    watch = threading.Thread(target=cb._watch_launcher, args=(cb.launch, False, True), daemon=True)
+    watch.start()
+    try:
+        _until(lambda: (tmp_path / protocol.PROGRESS).exists(), timeout=10)
+    finally:
+        cb._watch_stop.set()
+        watch.join(5)
+    assert read_record(str(tmp_path), Progress, LID).step == 10

@@ -128,6 +128,7 @@ class SpotPreemption(Callback):
         self.progress_s = progress_s
         self._leg_first: tuple[int, float] | None = None  # (global step, unix) at this leg's first step end
         self._progress_at: float | None = None  # monotonic time of the last PROGRESS.json
+        self._latest: tuple[int, float] | None = None  # (global step, unix) of the newest step end, for the watch
         self._last_save = time.monotonic()
         self._stop = threading.Event()
         self._rebalance = threading.Event()
@@ -184,7 +185,8 @@ class SpotPreemption(Callback):
         self._watcher = SpotWatcher(self._notice, endpoint=self.endpoint, interval_s=self.interval_s)
         self._watcher.start()
         launch = self.launch
-        if launch is not None and (launch.max_life_until_unix is not None or launch.heartbeat_max_age_s):
+        progress = self.progress_s is not None and trainer.is_global_zero
+        if launch is not None and (launch.max_life_until_unix is not None or launch.heartbeat_max_age_s or progress):
             heartbeat = bool(launch.heartbeat_max_age_s) and trainer.is_global_zero  # rank 0 reads; the step agrees
             self._watch_stop.clear()
             self._watch = threading.Thread(
@@ -204,6 +206,8 @@ class SpotPreemption(Callback):
         last_seen = time.time()  # the job's start counts as a sighting: a launcher gone before it is noticed too
         warned = False
         while not self._watch_stop.wait(period):
+            if leave and self._latest is not None:  # rank 0: the progress the step hook noted, written off the step
+                self.report_progress(*self._latest)
             now = time.time()
             if launch.max_life_until_unix is not None and now >= launch.max_life_until_unix:
                 cap = time.strftime("%H:%M:%S UTC", time.gmtime(launch.max_life_until_unix))
@@ -299,7 +303,7 @@ class SpotPreemption(Callback):
             except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop training
                 log.warning("SpotPreemption: could not write %s: %s", protocol.STARTED, exc)
         if self.launch is not None and trainer.is_global_zero:
-            self.report_progress(trainer.global_step, step_end)
+            self.note_progress(trainer.global_step, step_end)
         due = self.every_s is not None and time.monotonic() - self._last_save >= self.every_s
         stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
         rebalance = not stop and trainer.strategy.reduce_boolean_decision(self._rebalance.is_set() or due, all=False)
@@ -351,6 +355,13 @@ class SpotPreemption(Callback):
         if self.exit_process:
             raise SystemExit(PREEMPTED_EXIT_CODE)
         trainer.should_stop = True
+
+    def note_progress(self, step: int, unix: float) -> None:
+        """The step hook's part of progress reporting: two numbers in memory. The launcher-watch thread writes them
+        (:meth:`report_progress`), so a slow checkpoint store never holds a training step."""
+        if self._leg_first is None:
+            self._leg_first = (step, unix)
+        self._latest = (step, unix)
 
     def report_progress(self, step: int, unix: float, now: float | None = None) -> bool:
         """Rewrite ``PROGRESS.json`` when ``progress_s`` has passed since the last one (the first step of a leg
