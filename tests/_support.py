@@ -127,20 +127,26 @@ class LocalServer:
 
 class Recorder:
     """A provisioner that records up / start / stop / down and runs nothing; it refuses the first ``spot_refusals``
-    starts of a spot or mixed entry as EC2 does without capacity."""
+    starts of a spot or mixed entry as EC2 does without capacity, and fails the bring-up of the fleets named in
+    ``fail_up`` as a failed terraform apply does."""
 
     kind = "recorder"
 
-    def __init__(self, spot_refusals: int = 0) -> None:
+    def __init__(self, spot_refusals: int = 0, fail_up: frozenset[str] = frozenset()) -> None:
         self.calls: list[tuple[str, str]] = []
         self.envs: dict[str, dict[str, str]] = {}
         self.markets: dict[str, str] = {}
         self.started_unix: dict[str, float] = {}
         self.spot_refusals = spot_refusals
+        self.fail_up = fail_up
 
     def up(self, plan, index, name, zone=None):
         from lightning_srifty.provision.base import LaunchedFleet
-        from predictor.exceptions import CapacityError
+        from predictor.exceptions import CapacityError, ProvisionError
+
+        if name in self.fail_up:
+            self.calls.append(("failed", name))
+            raise ProvisionError(f"terraform apply failed in fleets/{name}; everything it had created was destroyed")
 
         market = plan.entries[index].market
         if market != "on-demand" and self.spot_refusals > 0:

@@ -1,6 +1,8 @@
 """A fault-injecting HTTP proxy in front of moto's server: every request is passed through unchanged, except EC2
 calls that launch instances (CreateFleet, RunInstances) of the named instance types, which get the error EC2 gives
-when it has no capacity. Point the AWS provider (srifty's aws_endpoint) at it."""
+when it has no capacity, and the first call of each action in ``lose``, which moto carries out but whose answer is
+replaced by EC2's 500 InternalError (an answer lost on its way back: the AWS SDK retries the call). Point the AWS
+provider (srifty's aws_endpoint) at it."""
 
 from __future__ import annotations
 
@@ -18,11 +20,24 @@ ERROR = (
 )
 
 
+LOST = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>InternalError</Code><Message>An internal '
+    "error has occurred</Message></Error></Errors><RequestID>srifty-fault-proxy</RequestID></Response>"
+)
+
+
 class FaultProxy(LocalServer):
-    def __init__(self, upstream: str, refuse: set[str], code: str = "InsufficientInstanceCapacity") -> None:
+    def __init__(
+        self,
+        upstream: str,
+        refuse: set[str] = frozenset(),
+        code: str = "InsufficientInstanceCapacity",
+        lose: set[str] = frozenset(),
+    ) -> None:
         self.upstream = urllib.parse.urlsplit(upstream)
-        self.refuse, self.code = refuse, code
+        self.refuse, self.code, self.lose = refuse, code, set(lose)
         self.refused: list[str] = []
+        self.lost: list[str] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -40,6 +55,17 @@ class FaultProxy(LocalServer):
                         self.rfile.readline()
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
+            def _send_error(self, status: int, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "text/xml")
+                self.send_header("Content-Length", str(len(data)))
+                # the AWS SDK retries these: each retry on a fresh connection, so that the last attempt's error is
+                # the one sent, never a read on a connection the server has meanwhile dropped
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(data)
+                self.close_connection = True
+
             def _handle(self) -> None:
                 body = self._body()
                 form = urllib.parse.parse_qs(body.decode("latin-1")) if b"Action=" in body else {}
@@ -48,16 +74,7 @@ class FaultProxy(LocalServer):
                 hit = sorted(types & outer.refuse)
                 if action in LAUNCHES and hit:
                     outer.refused.append(f"{action}:{hit[0]}")
-                    data = ERROR.format(code=outer.code, itype=hit[0]).encode()
-                    self.send_response(400)
-                    self.send_header("Content-Type", "text/xml")
-                    self.send_header("Content-Length", str(len(data)))
-                    # the AWS SDK retries a capacity refusal: each retry on a fresh connection, so that the last
-                    # attempt's error is the refusal, never a read on a connection the server has meanwhile dropped
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                    self.wfile.write(data)
-                    self.close_connection = True
+                    self._send_error(400, ERROR.format(code=outer.code, itype=hit[0]).encode())
                     return
                 conn = http.client.HTTPConnection(outer.upstream.hostname, outer.upstream.port, timeout=120)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "host")}
@@ -71,6 +88,12 @@ class FaultProxy(LocalServer):
                 )
                 answer = conn.getresponse()
                 data = answer.read()
+                if action in outer.lose:  # carried out upstream; the client sees a server error instead
+                    outer.lose.discard(action)
+                    outer.lost.append(action)
+                    conn.close()
+                    self._send_error(500, LOST.encode())
+                    return
                 self.send_response(answer.status)
                 for k, v in answer.getheaders():
                     if k.lower() not in ("transfer-encoding", "content-length", "connection"):

@@ -31,8 +31,8 @@ def plan(catalog, tmp_path_factory):
     return _plan(catalog, tmp_path_factory.mktemp("plan"))
 
 
-def _run(plan, tmp_path: Path, job, **kwargs):
-    recorder = Recorder()
+def _run(plan, tmp_path: Path, job, recorder: Recorder | None = None, **kwargs):
+    recorder = recorder or Recorder()
     result: dict = {"echo": []}
     ckpt = str(tmp_path / "ckpt")
     kwargs = {"launch_id": LID, "echo": result["echo"].append, **kwargs}
@@ -141,6 +141,27 @@ def test_a_request_beyond_max_migrations_is_declined_and_the_job_trains_on(plan,
     rec, result = _run(plan, tmp_path, job, max_migrations=0)
     assert result["moves"] == [] and ("up", "f-2") not in rec.calls
     assert not markers.exists(str(tmp_path / "ckpt"), markers.LEAVE)
+
+
+def test_a_move_whose_fleet_cannot_be_brought_up_is_declined_and_the_job_trains_on(plan, tmp_path) -> None:
+    """A failed apply of the new fleet (what it made already released) ends the move, not the launch: the job's
+    fleet is healthy. (In CI, a transient error in the new fleet's apply used to end the launch and release both.)"""
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        write_record(ckpt, MoveRequest(launch_id=LID, why="drift", reason="slower", to_fleet="x", plan=plan.to_dict()))
+        _until(lambda: ("failed", "f-2") in rec.calls and not markers.exists(ckpt, markers.MOVE_REQUEST))
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(plan, tmp_path, job, recorder=Recorder(fail_up=frozenset({"f-2"})))
+    assert "error" not in result, result.get("error")
+    assert result["moves"] == [] and not markers.exists(str(tmp_path / "ckpt"), markers.LEAVE)
+    assert rec.calls == [("up", "f-1"), ("start", "f-1"), ("failed", "f-2"), ("stop", "f-1"), ("down", "f-1")]
+    assert any(
+        "move to x declined: its fleet could not be brought up (terraform apply failed" in line
+        and f"the job trains on {plan.entries[0].fleet}" in line
+        for line in result["echo"]
+    ), result["echo"]
 
 
 def plan_profile():

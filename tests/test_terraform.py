@@ -226,6 +226,52 @@ def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(tf_env, moto_
         client["iam"].get_role(RoleName=role)
 
 
+def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+    """The answer to the security group's egress rules is lost (the proxy carries the call out and answers EC2's 500):
+    the SDK retries, EC2 says the rules exist (InvalidPermission.Duplicate), the apply fails with the group half-made.
+    The runner plans and applies once more: terraform replaces the tainted group; one group is left, with its rules,
+    and destroy leaves nothing. (moto under load did this in CI: an apply that failed the whole launch.)"""
+    from fault_proxy import FaultProxy
+
+    from _support import moto_network
+    from lightning_srifty.provision.runner import transient_error
+
+    assert transient_error("api error InvalidPermission.Duplicate: The specified rule already exists") == (
+        "InvalidPermission.Duplicate"
+    )
+    assert transient_error("api error InvalidParameterValue: bad value") is None  # configuration errors fail at once
+    plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    vpc_id, subnet_ids = moto_network(moto_endpoint)
+    proxy = FaultProxy(moto_endpoint, lose={"AuthorizeSecurityGroupEgress"})
+    with proxy as url:
+        opts = Options(
+            **{
+                **options.__dict__,
+                "aws_endpoint": url,
+                "ami": ami,
+                "name": "lost-answer",
+                "setup_command": "true",
+                "vpc_id": vpc_id,
+                "subnet_ids": subnet_ids,
+            }
+        )
+        infra = generate(plan, tmp_path / "infra", choice=choice, options=opts, catalog=catalog).out
+        lines: list[str] = []
+        out = apply(infra, yes=True, echo=lines.append)
+        assert proxy.lost == ["AuthorizeSecurityGroupEgress"]
+        assert any("transient AWS error (InvalidPermission.Duplicate)" in line for line in lines), "\n".join(lines)
+        groups = ec2.describe_security_groups(Filters=[{"Name": "tag:srifty:fleet", "Values": ["lost-answer"]}])
+        (sg,) = groups["SecurityGroups"]  # the half-made group was replaced, not kept beside the new one
+        assert sg["GroupId"] == out["fleet"]["security_group_id"]
+        assert {p.get("FromPort") for p in sg["IpPermissionsEgress"]} >= {80, 443}
+        destroy(infra, yes=True, echo=lines.append)
+    assert not ec2.describe_security_groups(Filters=[{"Name": "tag:srifty:fleet", "Values": ["lost-answer"]}])[
+        "SecurityGroups"
+    ]
+
+
 @pytest.mark.slow
 def test_checkov_finds_no_unexplained_failure(tmp_path, catalog, checkov) -> None:
     """checkov (the conftest fixture finds it; .ci/run installs it) on the module and a generated root: every file

@@ -64,7 +64,7 @@ from lightning_srifty.provision.spot_guard import (
     on_demand_fleet,
     policy_for,
 )
-from predictor.exceptions import CapacityError, ConfigError, LaunchInterrupted, MigrationError
+from predictor.exceptions import CapacityError, ConfigError, LaunchInterrupted, MigrationError, ProvisionError
 from predictor.plan import Plan, PlanEntry, load_plan
 
 
@@ -785,14 +785,23 @@ class Launcher:
 
     def _answer_move_request(self, request: MoveRequest) -> None:
         """The job asks to move (drift, prices) with a re-ranked plan: declined past ``max_migrations``; else the new
-        fleet is brought up first, while the job trains, and only then is the job told to leave."""
+        fleet is brought up first, while the job trains, and only then is the job told to leave. A new fleet that
+        cannot be brought up (no capacity, a failed pre-flight or apply: what it made is already released) declines
+        the move: the job's fleet is healthy, so the job trains on there."""
         protocol.clear_records(self.settings.ckpt, MoveRequest)
         if len(self.migrations) >= self.settings.max_migrations:
             self.echo(f"srifty launch: move to {request.to_fleet} declined: --max-migrations reached")
             return
         new_plan = load_plan(request.plan)
         self.echo(f"srifty launch: move requested ({request.why}): {request.reason}")
-        new, up_s = _up_or_next(self.provisioner, new_plan, new_plan.chosen, self.names, self.echo, up=self.up)
+        try:
+            new, up_s = _up_or_next(self.provisioner, new_plan, new_plan.chosen, self.names, self.echo, up=self.up)
+        except ProvisionError as exc:  # capacity, pre-flight, apply: the job trains where it is
+            self.echo(
+                f"srifty launch: move to {request.to_fleet} declined: its fleet could not be brought up ({exc}); "
+                f"the job trains on {self.fleet.entry.fleet} and may ask again"
+            )
+            return
         self._ask_to_leave(_Pending(new, self._keep_plan(new_plan), request, up_s))
 
     def _steer_spot(self, steer: _Steer, poll: _Poll) -> None:

@@ -7,7 +7,8 @@ clear errors, not tracebacks. The written values are checked against the catalog
 
 An apply that fails part-way, or is interrupted (Ctrl-C), leaves nothing billing: when the state was empty before (a
 new fleet), everything it created is destroyed at once; when it held a fleet already, nothing is destroyed (that fleet
-may be training) and the error says how to (``srifty destroy --dir``).
+may be training) and the error says how to (``srifty destroy --dir``). An apply that meets a transient AWS error
+(rate limits, a lost answer the SDK retried: :data:`TRANSIENT_APPLY_ERRORS`) is planned and applied once more first.
 """
 
 from __future__ import annotations
@@ -27,6 +28,26 @@ from lightning_srifty.provision.money import check_values
 from predictor.exceptions import PreflightError, ProvisionError
 
 PLAN_FILE = "srifty.tfplan"
+
+#: AWS errors that say nothing about the configuration: the API's load, or an earlier attempt of the same request
+#: that the SDK retried after its answer was lost. An apply that meets one is run once more (after a new plan), and
+#: terraform replaces what it left half-made (a resource whose create failed is tainted). Real errors (a bad value, a
+#: quota, no capacity) are not here: they fail at once.
+TRANSIENT_APPLY_ERRORS = (
+    "RequestLimitExceeded",  # EC2's API rate limit
+    "Throttling",  # ThrottlingException, Throttling: the other services' rate limits
+    "InternalError",  # 500s: EC2's own "An internal error has occurred"
+    "ServiceUnavailable",
+    "connection reset by peer",
+    "InvalidPermission.Duplicate",  # a security-group rule authorized twice: the first answer was lost, the SDK retried
+)
+#: Applies after the first one that a transient error may start (see :data:`TRANSIENT_APPLY_ERRORS`).
+APPLY_RETRIES = 1
+
+
+def transient_error(output: str) -> str | None:
+    """The transient AWS error a failed apply's output names (:data:`TRANSIENT_APPLY_ERRORS`), else None."""
+    return next((code for code in TRANSIENT_APPLY_ERRORS if code in output), None)
 
 
 @dataclass(frozen=True)
@@ -256,7 +277,7 @@ def apply(
         _confirm("Apply this plan?", yes, ask)
         fresh = not _state_resources(tf)
         try:
-            code, err = _run_shown(tf, ["apply", "-input=false", "-no-color", PLAN_FILE], echo)
+            code, err = _apply_plan(tf, echo)
         except BaseException:  # Ctrl-C, or the launcher's SIGTERM/SIGHUP: terraform has stopped and saved its state
             echo("Interrupted during terraform apply: " + _clean_up(tf, root, values, fresh, echo))
             raise
@@ -265,6 +286,26 @@ def apply(
             raise ProvisionError(f"terraform apply failed in {root} (see the output above); {left}\n{err.strip()}")
     (root / PLAN_FILE).unlink(missing_ok=True)
     return outputs(root)
+
+
+def _apply_plan(tf: Any, echo: Callable[[str], None]) -> tuple[int, str]:
+    """Apply the saved plan; after a transient AWS error (:func:`transient_error`), plan again and apply that, at most
+    :data:`APPLY_RETRIES` times. The configuration is the one confirmed: only the state differs (what the failed
+    apply made). Returns the last apply's exit code and its output's tail (empty on success)."""
+    retries = 0
+    while True:
+        code, err = _run_shown(tf, ["apply", "-input=false", "-no-color", PLAN_FILE], echo)
+        why = transient_error(err) if code != 0 else None
+        if why is None or retries >= APPLY_RETRIES:
+            return code, err
+        retries += 1
+        echo(
+            f"terraform apply met a transient AWS error ({why}): planning and applying once more (terraform replaces "
+            "what the failed apply left half-made)."
+        )
+        code, _, plan_err = _run(tf, "plan", input=False, out=PLAN_FILE, detailed_exitcode=True, stream=False)
+        if code not in (0, 2):
+            return code, f"{err}\nterraform plan, after it, failed too:\n{plan_err.strip()}"
 
 
 def _state_resources(tf: Any) -> list[str]:
