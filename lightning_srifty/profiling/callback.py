@@ -62,6 +62,7 @@ def lightning_default_length(trainer: pl.Trainer) -> bool:
     """The Trainer runs Lightning's default length: 1000 epochs when neither max_epochs nor max_steps is given."""
     return trainer.max_epochs == 1000 and (trainer.max_steps is None or trainer.max_steps < 0)
 
+
 _WAITING, _PROFILING, _DONE = "waiting", "profiling", "done"
 
 
