@@ -217,7 +217,7 @@ def main() -> None:
         "rows": rows,
         "worst_abs_error": worst,
     }
-    from predictor._io import atomic_write_json
+    from predictor.documents.atomic import atomic_write_json
 
     atomic_write_json(args.out, result)
     print(f"worst |error| {worst:.1%} -> {args.out}", file=sys.stderr)

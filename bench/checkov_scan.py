@@ -53,7 +53,7 @@ def main() -> None:
     binary = checkov_binary(args.checkov)
     version = subprocess.run([str(binary), "--version"], capture_output=True, text=True).stdout.strip()
     from lightning_srifty.provision.generate import Options, generate
-    from predictor.plan import load_plan
+    from predictor.documents.plan import load_plan
 
     targets = {"module terraform/modules/training_fleet": ROOT / "terraform" / "modules" / "training_fleet"}
     with tempfile.TemporaryDirectory() as tmp:

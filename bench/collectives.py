@@ -3,7 +3,7 @@
     python bench/collectives.py
 
 Data: ``bench/data/nccl_tests_p5_allreduce.csv`` (nccl-tests ``all_reduce_perf`` on 2-32 p5.48xlarge over EFA,
-32 MB-8 GB; source in ``bench/data/README.md``). For every row, ``predictor.perf.network.allreduce_time`` of that
+32 MB-8 GB; source in ``bench/data/README.md``). For every row, ``predictor.model.network.allreduce_time`` of that
 many bytes over ``p5.48xlarge x nodes`` from the bundled catalog, as algorithm bandwidth (bytes / time) against the
 measured out-of-place algbw. Prints the table and MAPE; also the same with the two phases summed (the v2 model).
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from predictor.catalog.catalog import Catalog  # noqa: E402
-from predictor.perf.network import DEFAULT_NETWORK, NetworkModel, allreduce_time  # noqa: E402
+from predictor.model.network import DEFAULT_NETWORK, NetworkModel, allreduce_time  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "nccl_tests_p5_allreduce.csv"
 

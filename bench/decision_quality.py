@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from predictor.catalog import Catalog  # noqa: E402
-from predictor.evaluation import FLOPS_PER_ITEM, PARAMETERS, SUPERLINEAR_LIMIT, load_points  # noqa: E402
+from predictor.documents.profile import profile_from_dict  # noqa: E402
 from predictor.exceptions import NoFeasibleConfigError  # noqa: E402
-from predictor.profile import profile_from_dict  # noqa: E402
-from predictor.rank import Constraints, rank  # noqa: E402
+from predictor.ranking import Constraints, rank  # noqa: E402
+from predictor.validation import FLOPS_PER_ITEM, PARAMETERS, SUPERLINEAR_LIMIT, load_points  # noqa: E402
 
 # instance type -> (GPU key in the measurements, GPUs)
 CANDIDATES = {

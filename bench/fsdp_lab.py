@@ -183,13 +183,13 @@ def lightning_module(spec: ModelSpec, micro: int, steps: int, ddp_ac: bool) -> A
 
 
 def strategy_for(layout_name: str, spec: ModelSpec, net_probe: nn.Module) -> Any:
-    """Lightning's strategy for a layout, from predictor.layout's own arguments: the product's
+    """Lightning's strategy for a layout, from predictor.model.layout's own arguments: the product's
     :class:`~lightning_srifty.ddp.fsdp.SriftyFSDPStrategy` (block classes by name, FSDP1 on CPU/gloo), what
     ``plan_strategy()`` starts under ``srifty launch``."""
     from lightning.pytorch.strategies import DDPStrategy
 
     from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy
-    from predictor.layout import parse
+    from predictor.model.layout import parse
 
     kind, kwargs = parse(layout_name).lightning(block=spec.block)
     if kind == "ddp":

@@ -9,7 +9,7 @@ Lightning's DDPStrategy or FSDPStrategy (FSDP1) for layouts ddp, fsdp:full_shard
 without activation checkpointing, at each micro-batch: the peak live tensor bytes of each rank over the second
 training batch (bench/fsdp_lab.LiveBytes); (3) torch's own estimator, FSDPMemTracker over FSDP2 ``fully_shard``
 with a fake process group at world sizes 2, 4 and 8 in one process. Raw results: bench/results/fsdp_memory.json.
-Then the score: ``predictor.perf.memory.estimate_memory(profile, micro, layout=..., ranks=2, gpus_per_node=1)``
+Then the score: ``predictor.model.memory.estimate_memory(profile, micro, layout=..., ranks=2, gpus_per_node=1)``
 minus its CUDA context against each measured peak (APE per case, median and max; target within 10%). The profile
 is measured at micro-batch 1 and the scored runs at 2 and 4: nothing is fitted on what it is scored on.
 """
@@ -47,7 +47,8 @@ def _storage_key(t: torch.Tensor) -> int:
 
 
 def measure_structure(spec: fsdp_lab.ModelSpec, micro: int = 1) -> dict[str, Any]:
-    """The model's ``Structure`` (predictor/profile.py) and state sizes from single-process steps at ``micro``.
+    """The model's ``Structure`` (predictor/documents/profile.py) and state sizes from single-process steps at
+    ``micro``.
 
     Saved bytes: storages autograd packs for backward during the forward (saved_tensors_hooks), parameters left
     out, each storage once. A block's: what is packed while the first block's forward runs (the blocks are equal);
@@ -206,9 +207,9 @@ def fsdp2_peaks(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def predicted_bytes(profile_path: Path, layout: str, micro: int, ranks: int) -> tuple[float, dict[str, float]]:
     """The predictor's bytes per device for this case without the CUDA context (this lab runs on CPU), and its
     parts."""
-    from predictor.layout import parse
-    from predictor.perf.memory import estimate_memory
-    from predictor.profile import load_profile
+    from predictor.documents.profile import load_profile
+    from predictor.model.layout import parse
+    from predictor.model.memory import estimate_memory
 
     est = estimate_memory(
         load_profile(profile_path), micro, GPU_MEMORY_GIB, layout=parse(layout), ranks=ranks, gpus_per_node=1
@@ -341,13 +342,13 @@ def main() -> None:
         args.out.write_text(json.dumps(raw, indent=2))
         for name, rel in raw["profiles"].items():
             raw["profiles"][name] = str(ROOT / rel)
-    from predictor.perf.memory import estimate_memory
+    from predictor.model.memory import estimate_memory
 
     rows = None
     if "layout" in inspect.signature(estimate_memory).parameters:
         rows = score(raw)
     else:  # the predictor side of issue #15 is not on this branch yet
-        print("not scored: predictor.perf.memory.estimate_memory has no layout= here")
+        print("not scored: predictor.model.memory.estimate_memory has no layout= here")
     print_table(raw, rows)
     if rows:
         scored = json.loads(args.out.read_text()) | {"scored": rows}

@@ -11,7 +11,7 @@ after the warm-up on rank 0, and the time inside all-gather and reduce-scatter i
 torch.distributed functions FSDP1 calls (bench/fsdp_lab.CollectiveTimer; synchronous on CPU). Two processes, not
 four: the machine has 2 cores, so 4 ranks would measure CPU contention, not the network.
 
-The prediction: predictor.predict.predict(profile, "netns-RATEmbit:2", scaling="weak", layout=LAYOUT) with the
+The prediction: predictor.model.predict.predict(profile, "netns-RATEmbit:2", scaling="weak", layout=LAYOUT) with the
 link as a user-defined instance type (netlab.link_catalog_yaml). Raw measurements go to
 bench/results/fsdp_netns.json before any scoring, so ``--score-only`` re-scores them without re-measuring.
 Needs a quiet machine: other load on the 2 cores shows up as step time.
@@ -103,8 +103,8 @@ def predicted_step(one: Path, rate_mbit: float, layout: str, work: Path) -> dict
     """The predictor's step time of 2 ranks over the link for ``layout`` (weak scaling: each rank keeps the
     profile's per-device batch)."""
     from predictor.catalog import Catalog
-    from predictor.predict import predict
-    from predictor.profile import load_profile
+    from predictor.documents.profile import load_profile
+    from predictor.model.predict import predict
 
     catalog = Catalog.load(
         extra=[netlab.link_catalog_yaml(work / f"link-{rate_mbit:g}.yaml", rate_mbit)],

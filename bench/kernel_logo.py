@@ -22,8 +22,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor._io import atomic_write_json  # noqa: E402
-from predictor.perf.kernels import DIMS, TRAINED_CLASSES, features  # noqa: E402
+from predictor.documents.atomic import atomic_write_json  # noqa: E402
+from predictor.model.kernels import DIMS, TRAINED_CLASSES, features  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("train_kernel_model", ROOT / "scripts" / "train_kernel_model.py")
 tk = importlib.util.module_from_spec(_spec)

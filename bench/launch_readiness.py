@@ -114,7 +114,7 @@ def bench_preflight(repeat: int, work: Path) -> dict:
     from conftest import moto_server
     from lightning_srifty.provision.generate import Options, generate
     from lightning_srifty.provision.preflight import preflight_root
-    from predictor.plan import load_plan
+    from predictor.documents.plan import load_plan
 
     os.environ.update(AWS)
     project = work / "pf-project"
@@ -142,8 +142,8 @@ def bench_failover(runs: int, work: Path) -> dict:
     from lightning_srifty.provision.generate import Options
     from lightning_srifty.provision.launch import _up_or_next
     from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
-    from predictor.profile import load_profile
-    from predictor.rank import Constraints, rank
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
 
     os.environ.update(AWS)
     os.environ.pop("AWS_ENDPOINT_URL_SERVICE_QUOTAS", None)

@@ -11,11 +11,11 @@ For every distinct (size, sequence length, micro-batch, accumulation, precision)
 meta device with ``srifty capture`` as a user would: a GPT-2-style transformers model with MPT's sizes (d_model,
 n_heads, n_layers, expansion 4, vocab 50368, learned positions as long as the sequence, tied embeddings, biases, no
 dropout, SDPA attention; its parameter count matches the row's ``NumParams`` to 0.1%), ``--batch-size`` = the
-micro-batch, ``--global-batch`` = micro-batch x accumulation. The prediction is ``predictor.predict.predict(profile,
-fleet, layout=..., scaling="weak")``: the published micro-batch and accumulation on every GPU, so the global batch
-is the published one. Fleets: H100 rows on ``p5.48xlarge`` (8 x H100-SXM, 3200 Gbit/s EFA); A100 rows on nodes of 8
-A100-SXM with the 1600 Gbit/s RoCE the README states (``bench/data/mosaic_nodes.yaml``: 8 x 200 Gbit/s RDMA
-interfaces).
+micro-batch, ``--global-batch`` = micro-batch x accumulation. The prediction is
+``predictor.model.predict.predict(profile, fleet, layout=..., scaling="weak")``: the published micro-batch and
+accumulation on every GPU, so the global batch is the published one. Fleets: H100 rows on ``p5.48xlarge`` (8 x H100-SXM,
+3200 Gbit/s EFA); A100 rows on nodes of 8 A100-SXM with the 1600 Gbit/s RoCE the README states
+(``bench/data/mosaic_nodes.yaml``: 8 x 200 Gbit/s RDMA interfaces).
 
 Out of scope, counted and said: FP8 rows (transformer-engine FP8 GEMMs; the predictor models eager bf16).
 
@@ -148,9 +148,9 @@ def score(rows: list[dict], torch: str = ROWS_TORCH) -> list[dict]:
     import dataclasses
 
     from predictor.catalog.catalog import Catalog
+    from predictor.documents.profile import Software, load_profile
     from predictor.exceptions import SriftyError
-    from predictor.predict import predict
-    from predictor.profile import Software, load_profile
+    from predictor.model.predict import predict
 
     catalog = Catalog.load(extra=[str(NODES)])
     out = []
@@ -235,9 +235,9 @@ def summary(scores: list[dict]) -> str:
 
 def held_out_width(ok: list[dict]) -> str:
     """80% coverage with the interval's width itself held out: for each model, the width that holds 80% of the
-    other models' log residuals (predictor.evaluation.calibrated_sd), scored on the held-out model's rows."""
-    from predictor.evaluation import calibrated_sd
-    from predictor.perf.uncertainty import Z80
+    other models' log residuals (predictor.validation.calibrated_sd), scored on the held-out model's rows."""
+    from predictor.model.uncertainty import Z80
+    from predictor.validation import calibrated_sd
 
     res = [(s["model"], math.log(s["ratio"])) for s in ok]
     inside = 0
@@ -256,10 +256,10 @@ def write_errors(ok: list[dict]) -> str:
     ``ops-absolute`` (a capture, no GPU) from this set's rows pooled with the absolute cases of
     ``bench/ops_validation.py`` (Lambda, FP32 and AMP, one GPU; its last results), ``cross-ops`` (a profile measured
     on another GPU) from that bench's ratio cases. The width is the one that holds 80% of the pooled log residuals
-    (:func:`predictor.evaluation.calibrated_sd`); the coverage reported for it is leave-one-model-out."""
-    from predictor._io import atomic_write_json
-    from predictor.evaluation import calibrated_sd
-    from predictor.perf.uncertainty import Z80
+    (:func:`predictor.validation.calibrated_sd`); the coverage reported for it is leave-one-model-out."""
+    from predictor.documents.atomic import atomic_write_json
+    from predictor.model.uncertainty import Z80
+    from predictor.validation import calibrated_sd
 
     lambda_path = ROOT / "bench" / "results" / "ops_validation.json"
     lam = json.loads(lambda_path.read_text()) if lambda_path.exists() else {}

@@ -24,8 +24,8 @@ if str(ROOT) not in sys.path:  # predictor from a checkout that is not installed
 import netlab  # noqa: E402
 
 from predictor.catalog import Catalog  # noqa: E402
-from predictor.predict import predict  # noqa: E402
-from predictor.profile import load_profile, profile_from_dict  # noqa: E402
+from predictor.documents.profile import load_profile, profile_from_dict  # noqa: E402
+from predictor.model.predict import predict  # noqa: E402
 
 
 def predicted_step(one: Path, rate_mbit: float, work: Path) -> tuple[float, float, float, dict]:

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from predictor.evaluation import Point, load_points  # noqa: E402
+from predictor.validation import Point, load_points  # noqa: E402
 
 MODELS = ("ResNet-50", "BERT-base finetune-SQuAD", "BERT-large finetune-SQuAD")
 # measurement GPU key -> the chip's NeuSight kernel devices (excluded from the kernel model that predicts it)
@@ -95,7 +95,7 @@ def table_for(model: str, precision: str, batch: int) -> dict:
     if path.exists():
         return json.loads(path.read_text())
     from lightning_srifty import capture_ops
-    from predictor._schema import to_dict
+    from predictor.documents.schema import to_dict
 
     t = time.perf_counter()
     net, make_batch, optimizer = build(model)
@@ -112,7 +112,7 @@ def table_for(model: str, precision: str, batch: int) -> dict:
 def kernel_model(excluded: tuple[str, ...], folder: str):
     import train_kernel_model as tk
 
-    from predictor.perf.kernels import KernelModel
+    from predictor.model.kernels import KernelModel
 
     cache = ROOT / "bench" / "results" / "kernel_models" / f"without-{'+'.join(excluded) or 'nothing'}.json"
     if cache.exists():  # a re-run reuses the held-out models (same script, same seeds)
@@ -134,7 +134,7 @@ def points() -> list[Point]:
 
 
 def profile(model: str, p: Point, table: dict, timed: bool, gpu: str | None):
-    from predictor.profile import profile_from_dict
+    from predictor.documents.profile import profile_from_dict
 
     return profile_from_dict(
         {
@@ -157,14 +157,14 @@ def profile(model: str, p: Point, table: dict, timed: bool, gpu: str | None):
 
 def predict_case(src: Point | None, dst: Point, table: dict, efficiency: dict, folder: str) -> float:
     """Predicted throughput of ``dst`` (ratio from ``src``, or absolute when ``src`` is None)."""
-    from predictor.evaluation import case_catalog
-    from predictor.perf import kernels, ops
-    from predictor.predict import predict
+    from predictor.model import kernels, ops
+    from predictor.model.predict import predict
+    from predictor.validation import case_catalog
 
     excluded = tuple(sorted(set(CHIP[dst.gpu]) | (set(CHIP[src.gpu]) if src else set())))
     kernels.load_kernel_model = lambda: kernel_model(excluded, folder)  # the held-out kernel model
     ops.tensor_core_efficiency = lambda kind, path="ratio": efficiency[kind]  # the fold's, on either path
-    from predictor.evaluation import Case
+    from predictor.validation import Case
 
     catalog = case_catalog([Case("cross", dst.model, dst, dst)])
     prof = profile(dst.model, src or dst, table, src is not None, src.gpu if src else None)
@@ -237,7 +237,7 @@ def main() -> int:
         for key, v in sorted(per_model.items()):
             print(f"  {key[0]} {key[1]}: {statistics.fmean(v):.1%} over {len(v)}")
     if args.write_artefact:  # the shipped constants: per path, fitted on every model's cases (nothing held out)
-        from predictor._io import atomic_write_json
+        from predictor.documents.atomic import atomic_write_json
 
         shipped: dict[str, Any] = {"fitted_by": "bench/ops_validation.py --write-artefact"}
         for kind in ("ratio", "absolute"):

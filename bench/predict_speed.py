@@ -20,8 +20,8 @@ PROFILE = json.loads((ROOT / "examples" / "profiles" / "resnet50-v100.json").rea
 
 def main() -> None:
     code = (
-        "import time; t = time.perf_counter(); from predictor.predict import predict; "
-        "from predictor.perf.correction import load_correction; from predictor.catalog import Catalog; "
+        "import time; t = time.perf_counter(); from predictor.model.predict import predict; "
+        "from predictor.model.correction import load_correction; from predictor.catalog import Catalog; "
         "load_correction(); Catalog.load(use_refreshed=False); print(time.perf_counter() - t)"
     )
     loads = sorted(
@@ -29,9 +29,9 @@ def main() -> None:
         for _ in range(5)
     )
     from predictor.catalog import Catalog
-    from predictor.fleet import parse_fleet
-    from predictor.predict import predict
-    from predictor.profile import load_profile
+    from predictor.catalog.fleet import parse_fleet
+    from predictor.documents.profile import load_profile
+    from predictor.model.predict import predict
 
     catalog = Catalog.load(use_refreshed=False)
     profile = load_profile(PROFILE)
@@ -70,7 +70,7 @@ def main() -> None:
     print(f"| {len(every) * 4} fleets (every CUDA type with specs x 1/2/4/8), one by one | {sweep * 1e3:.0f} ms |")
     import numpy as np
 
-    from predictor.predict_many import predict_many
+    from predictor.model.fleets import predict_many
 
     rng = np.random.default_rng(0)
     names = [it.name for it in every]

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from predictor.catalog import Catalog  # noqa: E402
-from predictor.profile import load_profile  # noqa: E402
-from predictor.rank import Constraints, rank  # noqa: E402
+from predictor.documents.profile import load_profile  # noqa: E402
+from predictor.ranking import Constraints, rank  # noqa: E402
 
 PROFILE = json.loads((ROOT / "examples" / "profiles" / "resnet50-v100.json").read_text())  # hand-written
 

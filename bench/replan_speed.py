@@ -1,4 +1,4 @@
-"""How long a trigger's check takes (predictor.replan.decide_move: a re-ranking of the remaining work with the
+"""How long a trigger's check takes (predictor.ranking.replan.decide_move: a re-ranking of the remaining work with the
 measurement), for homogeneous plans and plans with 2-type mixes. Medians of N calls, one core.
 
 python bench/replan_speed.py [--calls 20]
@@ -20,9 +20,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 def main() -> None:
     from _support import MINIMAL
     from predictor.catalog import Catalog
-    from predictor.profile import load_profile
-    from predictor.rank import Constraints, rank
-    from predictor.replan import decide_move
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+    from predictor.ranking.replan import decide_move
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20)

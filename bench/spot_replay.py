@@ -1,9 +1,9 @@
-"""Spot under a deadline on the capacity AWS had (issue #25): every policy of :mod:`predictor.deadline` and the
+"""Spot under a deadline on the capacity AWS had (issue #25): every policy of :mod:`predictor.model.deadline` and the
 hindsight optimum replayed on skypilot-org/spot-traces (commit 221da1a, copied to bench/data/spot-traces).
 
 Jobs: 10-200 hours of training on p3.2xlarge (the traces' instance type), deadlines 1.1-2x the on-demand time,
 three start points per zone spread over the trace (a job whose deadline does not fit after a start point is left
-out). Each new fleet costs the start-up the ranking predicts for p3.2xlarge (predictor.startup) plus a 30 s
+out). Each new fleet costs the start-up the ranking predicts for p3.2xlarge (predictor.model.startup) plus a 30 s
 checkpoint save and load; spot costs what the traces recorded ($0.918/h, 30% of the $3.06 on-demand price).
 
 - *development* (tuning allowed): the single-node traces, availability 2022-10-26 (2 zones, 600 s ticks) and
@@ -56,7 +56,7 @@ CHECKPOINT_S = 30.0
 
 def restart_s() -> float:
     from predictor.catalog.catalog import Catalog
-    from predictor.startup import fleet_startup_s
+    from predictor.model.startup import fleet_startup_s
 
     it = Catalog.load(use_refreshed=False, use_env=False).get("p3.2xlarge")
     return float(fleet_startup_s([it], np.array([[0]]), np.array([[1]]), 0.0, {})[0]) + 2 * CHECKPOINT_S
@@ -134,9 +134,9 @@ def spells(trace: dl.Trace) -> tuple[float, float, float]:
 
 
 def expected_cost(job: dl.Job, trace: dl.Trace) -> float:
-    """The ranking's first-order expectation (predictor.deadline.expected_with_fallback) with the trace's own spell
-    statistics in place of the catalog's."""
-    from predictor.spot import spot_cost
+    """The ranking's first-order expectation (predictor.model.deadline.expected_with_fallback) with the trace's own
+    spell statistics in place of the catalog's."""
+    from predictor.model.spot import spot_cost
 
     _, up_h, down_h = spells(trace)
     rate = 1.0 / up_h if up_h > 0 else 0.0

@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from predictor.catalog import Catalog  # noqa: E402
+from predictor.documents.profile import profile_from_dict  # noqa: E402
+from predictor.documents.work import global_batch  # noqa: E402
 from predictor.exceptions import NoFeasibleConfigError  # noqa: E402
-from predictor.profile import profile_from_dict  # noqa: E402
-from predictor.rank import Constraints, rank  # noqa: E402
-from predictor.work import global_batch  # noqa: E402
+from predictor.ranking import Constraints, rank  # noqa: E402
 
 BASE = {
     "schema": "srifty.profile/v1",

@@ -36,9 +36,9 @@ _LAZY = {
     "GlobalBatchSampler": "lightning_srifty.ddp.hetero",
     "capture_ops": "lightning_srifty.profiling.capture",
     "Constraints": "predictor.ranking.constraints",
-    "ServiceClient": "predictor.client",
-    "load_profile": "predictor.profile",
-    "load_plan": "predictor.plan",
+    "ServiceClient": "predictor.service.client",
+    "load_profile": "predictor.documents.profile",
+    "load_plan": "predictor.documents.plan",
     "SriftyError": "predictor.exceptions",
 }
 __all__ = sorted([*_LAZY, "__version__"])

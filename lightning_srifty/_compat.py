@@ -1,17 +1,13 @@
 """Old module paths (before the sub-packages) keep working for one release, with a ``DeprecationWarning``.
 
 ``import lightning_srifty.callback`` gives the module now at ``lightning_srifty.profiling.callback`` itself (not a
-copy), so monkeypatching and ``isinstance`` see one thing. Installed by ``lightning_srifty/__init__.py``.
+copy), so monkeypatching and ``isinstance`` see one thing (:class:`predictor.MovedModules`, which does the same for
+the predictor's own old paths). Installed by ``lightning_srifty/__init__.py``.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.machinery
-import sys
-import warnings
-from types import ModuleType
+from predictor import MovedModules
 
 # old -> new (under lightning_srifty); removed in 0.3
 MOVED = {
@@ -49,34 +45,5 @@ MOVED = {
 PACKAGE = "lightning_srifty"
 
 
-class _Alias(importlib.abc.Loader):
-    def __init__(self, old: str, new: str) -> None:
-        self.old, self.new = old, new
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        warnings.warn(
-            f"{self.old} moved to {self.new}; import it from there (the old path goes in lightning-srifty 0.3)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        module = importlib.import_module(self.new)
-        self._spec = module.__spec__
-        return module
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__spec__ = self._spec  # the import system stamped the alias's spec on the real module: put it back
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(
-        self, fullname: str, path: object = None, target: object = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        head, _, tail = fullname.partition(".")
-        if head != PACKAGE or tail not in MOVED:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(fullname, f"{PACKAGE}.{MOVED[tail]}"))
-
-
 def install() -> None:
-    if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
-        sys.meta_path.append(_Finder())
+    MovedModules(PACKAGE, MOVED).install()

@@ -10,8 +10,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from predictor.plan import Plan
-from predictor.profile import PHASES, Profile, Stats
+from predictor.documents.plan import Plan
+from predictor.documents.profile import PHASES, Profile, Stats
 
 
 def fmt_bytes(n: float | None) -> str:

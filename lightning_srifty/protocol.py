@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from predictor.exceptions import ConfigError, MigrationError
 
 if TYPE_CHECKING:
-    from predictor.plan import PlanEntry
+    from predictor.documents.plan import PlanEntry
 
 PROTOCOL = "srifty.launch/1"
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): the job left to be resumed elsewhere; not a failure

@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from predictor._io import check_writable
+from predictor.documents.atomic import check_writable
+from predictor.documents.plan import Plan
+from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError
-from predictor.plan import Plan
-from predictor.profile import Profile
 from predictor.ranking import Constraints, rank
 
 if TYPE_CHECKING:
     from predictor.catalog import Catalog
-    from predictor.client import ServiceClient
-    from predictor.deadline import SpotStats
+    from predictor.model.deadline import SpotStats
+    from predictor.service.client import ServiceClient
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def recommend(
     """Rank fleets for ``profile`` under ``constraints`` (through ``service`` when given: its observations calibrate
     the ranking), ``refine`` the plan (``srifty recommend --launchable`` keeps what the account can start), then
     write the plan (atomically) and the report where asked. ``spot_stats``: spot capacity from traces
-    (:class:`predictor.deadline.SpotStats`), in place of the catalog's rates (local ranking only)."""
+    (:class:`predictor.model.deadline.SpotStats`), in place of the catalog's rates (local ranking only)."""
     for output in (plan_path, report_path, Path(report_path).with_suffix(".png") if report_path else None):
         if output is not None:  # every output can be written before any is (or any ranking is spent)
             check_writable(output)
@@ -63,7 +63,7 @@ def recommend(
     if plan_path is not None:
         written["plan"] = plan.save(plan_path)
     if report_path is not None:
-        from predictor.report import write_report
+        from predictor.ranking.report import write_report
 
         written["report"], written["plot"] = write_report(plan, report_path)
     return Recommendation(plan, written)

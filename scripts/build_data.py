@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor._io import atomic_write_text  # noqa: E402
 from predictor.catalog.instances import INSTANCE_COLUMNS, PRICE_COLUMNS  # noqa: E402
+from predictor.documents.atomic import atomic_write_text  # noqa: E402
 
 # shared row name -> list of (key, memory_gb override or None, aliases as torch.cuda.get_device_name reports)
 GPU_KEYS: dict[str, list[tuple[str, float | None, list[str]]]] = {

@@ -23,9 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor._io import atomic_write_text  # noqa: E402
 from predictor.catalog.gpus import bundled_gpus  # noqa: E402
-from predictor.evaluation import (  # noqa: E402
+from predictor.documents.atomic import atomic_write_text  # noqa: E402
+from predictor.model.artefact import SCHEMA  # noqa: E402
+from predictor.model.correction import sklearn_version  # noqa: E402
+from predictor.validation import (  # noqa: E402
     FLOPS_PER_ITEM,
     analytic_cross,
     build_cases,
@@ -39,8 +41,6 @@ from predictor.evaluation import (  # noqa: E402
     scaling_leave_one_model_out,
     train_correction,
 )
-from predictor.perf.artefact import SCHEMA  # noqa: E402
-from predictor.perf.correction import sklearn_version  # noqa: E402
 
 
 def fit(say=print) -> tuple[dict, dict]:

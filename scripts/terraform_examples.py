@@ -17,9 +17,9 @@ sys.path.insert(0, str(ROOT))
 
 from lightning_srifty.provision.generate import Options, tfvars  # noqa: E402
 from predictor.catalog import Catalog  # noqa: E402
-from predictor.plan import load_plan  # noqa: E402
-from predictor.profile import load_profile  # noqa: E402
-from predictor.rank import Constraints, rank  # noqa: E402
+from predictor.documents.plan import load_plan  # noqa: E402
+from predictor.documents.profile import load_profile  # noqa: E402
+from predictor.ranking import Constraints, rank  # noqa: E402
 
 PROFILE = json.loads((ROOT / "examples" / "profiles" / "resnet50-v100.json").read_text())  # hand-written
 

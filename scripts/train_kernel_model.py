@@ -1,4 +1,4 @@
-"""Train the per-operator GPU latency model (predictor/perf/kernels.py) from NeuSight's measured kernels.
+"""Train the per-operator GPU latency model (predictor/model/kernels.py) from NeuSight's measured kernels.
 
     python scripts/train_kernel_model.py                       # all 8 GPUs -> predictor/data/kernel_model.json
     python scripts/train_kernel_model.py --exclude-gpu L4 --out /tmp/no-l4.json
@@ -23,9 +23,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor._io import atomic_write_json  # noqa: E402
 from predictor.catalog.gpus import GPU, get_gpu  # noqa: E402
-from predictor.perf.kernels import TRAINED_CLASSES, KernelModel  # noqa: E402
+from predictor.documents.atomic import atomic_write_json  # noqa: E402
+from predictor.model.kernels import TRAINED_CLASSES, KernelModel  # noqa: E402
 
 SCRIPT_VERSION = "1"
 FILES = ("linear", "bmm", "conv", "elementwise", "ln", "softmax")

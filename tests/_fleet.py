@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from lightning_srifty.provision.generate import Options
-from predictor.plan import load_plan
+from predictor.documents.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "terraform" / "modules" / "training_fleet"

@@ -78,8 +78,8 @@ def drift_plan(catalog, tmp_path: Path):
     """A ranked plan over g4dn.xlarge and g5.xlarge (on-demand, at most 2 instances) for a profile whose GPU step is
     5 ms, per-device batch 8: CPU test processes run far slower than it predicts, so the job sees a drift. The profile
     is saved as tmp_path/profile.json."""
-    from predictor.profile import load_profile
-    from predictor.rank import Constraints, rank
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
 
     profile = load_profile(
         {**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}, "timing": {"step_time_s": {"p50": 0.005}}}
@@ -90,8 +90,9 @@ def drift_plan(catalog, tmp_path: Path):
 
 
 def plan_layout(name: str, block: str | None = "Block"):
-    """The plan's record of layout ``name`` (:func:`predictor.layout.parse`) for a model whose block is ``block``."""
-    from predictor.layout import parse
+    """The plan's record of layout ``name`` (:func:`predictor.model.layout.parse`) for a model whose block is
+    ``block``."""
+    from predictor.model.layout import parse
     from predictor.ranking.build import plan_layout as record
 
     return record(parse(name), block)

@@ -24,7 +24,7 @@ from lightning_srifty.profiling.attention import (
 from lightning_srifty.profiling.capture import capture_ops, capture_step
 from lightning_srifty.profiling.cuda_autocast import cuda_autocast_policy
 from lightning_srifty.profiling.ops_capture import OpRecorder
-from predictor.perf.ops import _causal_pairs, attention_work
+from predictor.model.ops import _causal_pairs, attention_work
 
 aten = torch.ops.aten
 ADAMW = functools.partial(torch.optim.AdamW, lr=1e-4)

@@ -13,9 +13,9 @@ from helpers import DictDataset, DictModel, TinyModel, loader, trainer
 from imds_server import FakeIMDS
 from lightning_srifty import Constraints, ServiceClient, SriftyCallback
 from lightning_srifty.profiling.model_info import parameter_counts
+from predictor.documents.plan import load_plan
+from predictor.documents.profile import PHASES, load_profile
 from predictor.exceptions import ConfigError
-from predictor.plan import load_plan
-from predictor.profile import PHASES, load_profile
 
 
 def fit(
@@ -303,8 +303,8 @@ CB_TOKEN = "cb-token-" + "y" * 30  # the service wants at least 32 bytes
 def test_recommendation_through_the_service_posts_an_observation(tmp_path, monkeypatch, catalog) -> None:
     """On 'EC2' (a local IMDS says g5.xlarge), with a service: the plan comes from `srifty serve` and the run's
     measured throughput lands in the service's observations as g5.xlarge:1."""
-    from predictor.observations import ObservationStore
-    from predictor.service import ServiceSettings, background_server, create_app
+    from predictor.service.app import ServiceSettings, background_server, create_app
+    from predictor.service.observations import ObservationStore
 
     store = ObservationStore(tmp_path / "obs.sqlite")
     meta = {"meta-data/instance-type": "g5.xlarge", "meta-data/placement/availability-zone": "us-east-1b"}

@@ -15,8 +15,8 @@ from torch import nn
 from lightning_srifty.profiling.capture import capture_step
 from lightning_srifty.profiling.lora import LoRALinear, add_lora
 from lightning_srifty.profiling.structure import find_blocks
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
-from predictor.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAMW = functools.partial(torch.optim.AdamW, lr=1e-4)

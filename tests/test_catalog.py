@@ -253,7 +253,7 @@ def test_catalog_yaml_refuses_aliases_non_finite_numbers_folders_and_non_utf8(tm
 def test_outputs_never_replace_what_is_not_a_regular_file(tmp_path) -> None:
     import os
 
-    from predictor._io import atomic_write_text, refuse_non_regular
+    from predictor.documents.atomic import atomic_write_text, refuse_non_regular
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep")

@@ -11,13 +11,13 @@ import pytest
 
 from _support import MINIMAL
 from lightning_srifty.cli import build_parser, main
-from predictor.profile import load_profile
+from predictor.documents.profile import load_profile
 
 
 def test_cli_and_predictor_start_without_torch(subprocess_env) -> None:
     code = (
-        "import sys, lightning_srifty, lightning_srifty.cli as cli, lightning_srifty.console, predictor.profile, "
-        "predictor.catalog, predictor.stats; cli.build_parser(); "
+        "import sys, lightning_srifty, lightning_srifty.cli as cli, lightning_srifty.console, "
+        "predictor.documents.profile, predictor.catalog, predictor.model.stats; cli.build_parser(); "
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env)
@@ -207,7 +207,7 @@ def test_ranking_errors_name_the_commands_flags(tmp_path, capsys) -> None:
     import dataclasses
 
     from lightning_srifty.cli.recommend import flag_of, in_flags
-    from predictor.rank import Constraints
+    from predictor.ranking import Constraints
 
     # every constraint has a flag of srifty recommend (the table cannot drift from the parser)
     parser = build_parser()

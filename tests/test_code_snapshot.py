@@ -18,9 +18,9 @@ import pytest
 from _support import plan_layout
 from lightning_srifty.provision.generate import Options, generate
 from lightning_srifty.provision.snapshot import build_snapshot, code_files, environment_spec, repacked_wheel
+from predictor.documents.plan import load_plan
+from predictor.documents.profile import Software
 from predictor.exceptions import ConfigError
-from predictor.plan import load_plan
-from predictor.profile import Software
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"

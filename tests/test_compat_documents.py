@@ -9,9 +9,9 @@ import warnings
 import pytest
 
 from conftest import ROOT
+from predictor.documents.plan import load_plan
+from predictor.documents.profile import load_profile
 from predictor.exceptions import NewerDocumentWarning, ProfileSchemaError
-from predictor.plan import load_plan
-from predictor.profile import load_profile
 
 PREVIOUS_PLAN = ROOT / "tests" / "data" / "plan-0.1.0.json"  # written by lightning-srifty 0.1.0 (srifty recommend)
 
@@ -50,7 +50,7 @@ def test_a_typo_of_a_field_left_out_is_still_refused() -> None:
 
 
 def test_a_new_plan_records_the_release_that_made_it() -> None:
-    from predictor.rank import Constraints, rank
+    from predictor.ranking import Constraints, rank
 
     profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
     plan = rank(profile, Constraints(steps=100, allow=("g5.xlarge",)))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from predictor.profile import load_profile
+from predictor.documents.profile import load_profile
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs for an NCCL run")

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from predictor.profile import load_profile
+from predictor.documents.profile import load_profile
 
 pytestmark = pytest.mark.ddp
 SCRIPTS = ROOT / "tests" / "scripts"

@@ -11,10 +11,10 @@ import pytest
 
 from _support import MINIMAL
 from lightning_srifty.cli import main
-from predictor import deadline as dl
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
-from predictor.profile import load_profile
-from predictor.rank import Constraints, rank
+from predictor.model import deadline as dl
+from predictor.ranking import Constraints, rank
 
 
 def trace_of(*zones: list[int], gap: float = 600.0) -> dl.Trace:

@@ -10,7 +10,8 @@ import pytest
 from conftest import ROOT
 from lightning_srifty.cli import main
 from predictor.catalog.gpus import bundled_gpus
-from predictor.evaluation import (
+from predictor.model import correction as corr
+from predictor.validation import (
     build_cases,
     correction_training_set,
     cross_validate,
@@ -18,7 +19,6 @@ from predictor.evaluation import (
     summarize_cases,
     train_correction,
 )
-from predictor.perf import correction as corr
 
 DATA = ROOT / "predictor" / "data" / "measurements.csv"
 
@@ -85,7 +85,7 @@ def test_held_out_gpu_never_trains_its_fold(monkeypatch) -> None:
 def test_artefacts_record_the_bundled_data_and_load_without_training(monkeypatch) -> None:
     import builtins
 
-    from predictor.perf import artefact
+    from predictor.model import artefact
 
     sha = hashlib.sha256(DATA.read_bytes()).hexdigest()
     committed = json.loads((ROOT / "predictor" / "data" / "correction.json").read_text())

@@ -12,8 +12,8 @@ from _support import moto_network
 from lightning_srifty.provision.generate import Options
 from lightning_srifty.provision.launch import _up_or_next
 from lightning_srifty.provision.terraform_fleet import TerraformProvisioner, capacity_code
-from predictor.profile import load_profile
-from predictor.rank import Constraints, rank
+from predictor.documents.profile import load_profile
+from predictor.ranking import Constraints, rank
 
 pytestmark = pytest.mark.slow
 

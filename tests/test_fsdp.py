@@ -198,7 +198,7 @@ def test_srifty_launch_runs_the_plans_fsdp_layout_as_real_processes_and_profiles
     backward (the root stays gathered), every unit's gradient is reduce-scattered once."""
     import subprocess
 
-    from predictor.profile import load_profile
+    from predictor.documents.profile import load_profile
 
     plan = drift_plan(catalog, tmp_path)
     two = next(

@@ -184,7 +184,7 @@ def client(tmp_path_factory):
     from fastapi.testclient import TestClient
 
     from predictor.catalog import Catalog
-    from predictor.service import ServiceSettings, create_app
+    from predictor.service.app import ServiceSettings, create_app
 
     folder = tmp_path_factory.mktemp("fuzz-service")
     app = create_app(

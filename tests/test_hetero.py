@@ -115,8 +115,8 @@ def test_srifty_launch_moves_a_spot_run_from_one_to_two_processes(
     to which the strategy applies the plan: the split, the position, the move and the resume."""
     import copy
 
-    from predictor.profile import load_profile
-    from predictor.rank import Constraints, rank
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
 
     profile = load_profile({**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}})
     c = Constraints(steps=1000, market="spot", allow=("g4dn.xlarge",), max_instances=2)

@@ -1,4 +1,4 @@
-"""The per-operator GPU latency model (predictor/perf/kernels.py) and its bundled artefact."""
+"""The per-operator GPU latency model (predictor/model/kernels.py) and its bundled artefact."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from predictor.catalog import get_gpu
 from predictor.exceptions import PredictionError
-from predictor.perf.kernels import CLASSES, DIMS, KernelModel, load_kernel_model
+from predictor.model.kernels import CLASSES, DIMS, KernelModel, load_kernel_model
 
 A100 = get_gpu("A100-SXM-80GB")
 SIZES = np.array([1.0, 2, 4, 8, 16, 32, 64])
@@ -89,7 +89,7 @@ def test_zero_size_gives_the_launch_floor(cls: str) -> None:
 
 
 def test_a_step_pays_a_kernels_execution_not_its_isolated_launch_and_sync() -> None:
-    from predictor.perf.kernels import MIN_KERNEL_S
+    from predictor.model.kernels import MIN_KERNEL_S
 
     model = load_kernel_model()
     # the overhead taken away is the smallest kernels' latency less the in-stream minimum: 20-40 us on these GPUs

@@ -19,7 +19,7 @@ from lightning_srifty.protocol import Failed, Finished, Heartbeat, Leave, MoveRe
 from lightning_srifty.provision.base import LaunchedFleet
 from lightning_srifty.provision.launch import launch
 from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError
-from predictor.rank import Constraints, rank
+from predictor.ranking import Constraints, rank
 
 LID = "L1"  # the launch id of every launch here: the test plays the job, which writes its records with it
 
@@ -168,7 +168,7 @@ def plan_profile():
     import copy
 
     from _support import MINIMAL
-    from predictor.profile import load_profile
+    from predictor.documents.profile import load_profile
 
     return load_profile({**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}})
 

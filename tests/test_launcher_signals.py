@@ -17,8 +17,8 @@ from lightning_srifty.provision import launch as launch_mod
 from lightning_srifty.provision import terraform_fleet
 from lightning_srifty.provision.base import LaunchedFleet
 from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+from predictor.documents.plan import load_plan
 from predictor.exceptions import LaunchInterrupted
-from predictor.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
@@ -61,7 +61,7 @@ class _Fake:
 def test_an_interruption_right_after_the_bring_up_releases_the_fleet(tmp_path, monkeypatch) -> None:
     """SIGTERM while the bring-up's time is recorded (after provisioner.up returned, before the launcher had the
     fleet in its list): the fleet is released all the same."""
-    from predictor import startup
+    from predictor.model import startup
 
     def record(types, seconds) -> None:
         raise LaunchInterrupted(signal.SIGTERM)

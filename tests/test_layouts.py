@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from predictor.documents.plan import load_plan
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, NoFeasibleConfigError
-from predictor.layout import parse
-from predictor.perf.memory import CUDA_CONTEXT_BYTES, estimate_memory, memory_parts
-from predictor.plan import load_plan
-from predictor.predict import predict
-from predictor.predict_many import bases
-from predictor.profile import load_profile
-from predictor.rank import Constraints, rank
+from predictor.model.fleets import bases
+from predictor.model.layout import parse
+from predictor.model.memory import CUDA_CONTEXT_BYTES, estimate_memory, memory_parts
+from predictor.model.predict import predict
+from predictor.ranking import Constraints, rank
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ROOT / "examples" / "profiles" / "llama-7b-bf16-handwritten.json"

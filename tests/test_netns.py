@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from _support import bench_module
-from predictor.profile import load_profile
+from predictor.documents.profile import load_profile
 
 netlab = bench_module("netlab")
 predicted_step = bench_module("netns_validation").predicted_step

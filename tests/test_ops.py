@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from _support import MINIMAL
-from predictor.perf.ops import classify, classify_table
-from predictor.predict import predict
-from predictor.profile import OpRecord, load_profile
+from predictor.documents.profile import OpRecord, load_profile
+from predictor.model.ops import classify, classify_table
+from predictor.model.predict import predict
 
 
 def rec(op: str, shapes, *, phase="forward", count=1, flops=0.0, dtype="float32", out=None, params=None) -> OpRecord:
@@ -148,9 +148,9 @@ class _Roofline:
 
 @pytest.fixture
 def roofline(monkeypatch):
-    fake = types.ModuleType("predictor.perf.kernels")
+    fake = types.ModuleType("predictor.model.kernels")
     fake.load_kernel_model = lambda: _Roofline()
-    monkeypatch.setitem(sys.modules, "predictor.perf.kernels", fake)
+    monkeypatch.setitem(sys.modules, "predictor.model.kernels", fake)
 
 
 def _profile_with_ops(gpu: str | None, step: float) -> object:
@@ -217,8 +217,8 @@ def test_layer_norm_backward_normalises_over_the_weight_not_the_whole_input() ->
 
 
 def test_bad_shapes_are_refused_naming_the_record_and_unknown_dtypes_are_noted() -> None:
+    from predictor.documents.profile import profile_from_dict
     from predictor.exceptions import ProfileSchemaError
-    from predictor.profile import profile_from_dict
 
     def profile_with(**change) -> dict:
         op = {"op": "aten.mm.default", "phase": "forward", "count": 1, "shapes": [[64, 128], [128, 32]],
@@ -237,7 +237,7 @@ def test_bad_shapes_are_refused_naming_the_record_and_unknown_dtypes_are_noted()
         profile_from_dict(profile_with(shapes=[[-64, 128], [128, 32]]))
     with pytest.raises(ProfileSchemaError, match=r"ops\.ops\[0\].*overflowed"):
         profile_from_dict(profile_with(shapes=[[10**12, 10**12], [128, 32]]))
-    from predictor.predict import predict
+    from predictor.model.predict import predict
 
     r = predict(profile_from_dict(profile_with(dtypes=["float8_e4m3fn"] * 2)), "p4d.24xlarge:1")
     assert any("float8_e4m3fn" in n and "4 bytes" in n for n in r.assumptions)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from _support import MINIMAL
-from predictor.perf.basis import grad_bytes
-from predictor.perf.network import allreduce_time, inter_node_link, intra_node_link
-from predictor.perf.scaling import DDP_GRAD_PASSES, NCCL_MAX_CHANNELS, SIGMA_MAX, ScalingModel, contention_bound
-from predictor.predict import predict
-from predictor.profile import load_profile
+from predictor.documents.profile import load_profile
+from predictor.model.basis import grad_bytes
+from predictor.model.network import allreduce_time, inter_node_link, intra_node_link
+from predictor.model.predict import predict
+from predictor.model.scaling import DDP_GRAD_PASSES, NCCL_MAX_CHANNELS, SIGMA_MAX, ScalingModel, contention_bound
 
 
 def test_contention_is_bounded_by_the_sms_nccl_can_hold() -> None:
@@ -91,7 +91,7 @@ def test_framework_time_is_a_floor_per_micro_step(catalog) -> None:
 
 def _causal_flash_forward(seq: int):
     """One causal bf16 flash-attention forward of 32 heads of 128 over ``seq`` tokens, as a capture records it."""
-    from predictor.profile import OpRecord
+    from predictor.documents.profile import OpRecord
 
     q = [1, 32, seq, 128]
     return OpRecord(
@@ -108,7 +108,7 @@ def _causal_flash_forward(seq: int):
 
 
 def test_fused_attention_runs_no_faster_than_its_published_ceiling(catalog) -> None:
-    from predictor.perf.ops import attention_ceiling, classify_table, ops_time
+    from predictor.model.ops import attention_ceiling, classify_table, ops_time
 
     rec = _causal_flash_forward(65536)
     for gpu_key, share in (("H100-SXM", 0.3), ("A100-SXM-80GB", 0.6)):
@@ -122,7 +122,7 @@ def test_a_torch_before_2_2_runs_flash_attention_v1_at_its_own_ceiling(catalog) 
     """torch 2.0-2.1's SDPA (and flash-attn 1.x) is FlashAttention v1: 25-40 % of A100's peak (FlashAttention-2
     paper), not v2's 50-73 %; the profile's torch version decides, an unknown one is today's torch."""
     from predictor.exceptions import PredictionError
-    from predictor.perf.ops import attention_ceiling, attention_generation, classify_table, ops_time
+    from predictor.model.ops import attention_ceiling, attention_generation, classify_table, ops_time
 
     assert [attention_generation(v) for v in ("2.1.0+cu121", "2.0.1", "2.2.0", "2.13.0", None, "nightly")] == [
         "fa1",
@@ -149,8 +149,8 @@ def test_a_prediction_says_when_attention_is_priced_as_flash_attention_v1(catalo
     import json
 
     from conftest import ROOT
-    from predictor.predict import predict
-    from predictor.profile import Software, load_profile
+    from predictor.documents.profile import Software, load_profile
+    from predictor.model.predict import predict
 
     profile = load_profile(json.loads((ROOT / "examples" / "profiles" / "llama-1b-meta.json").read_text()))
     old = dataclasses.replace(profile, software=Software(torch="2.1.0+cu121"))

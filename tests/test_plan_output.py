@@ -12,9 +12,9 @@ from rich.console import Console
 from _support import MINIMAL
 from lightning_srifty.cli import main
 from lightning_srifty.console import PLAN_COLUMNS, plan_table
-from predictor.profile import load_profile
-from predictor.rank import Constraints, rank
-from predictor.report import num, write_report
+from predictor.documents.profile import load_profile
+from predictor.ranking import Constraints, rank
+from predictor.ranking.report import num, write_report
 
 
 @pytest.fixture(scope="module")

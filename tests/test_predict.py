@@ -11,11 +11,11 @@ from _support import MINIMAL
 from conftest import ROOT
 from lightning_srifty.cli import main
 from predictor.catalog import Catalog
+from predictor.catalog.fleet import parse_fleet
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
-from predictor.fleet import parse_fleet
-from predictor.perf.network import allreduce_time, calibrate
-from predictor.predict import predict
-from predictor.profile import load_profile
+from predictor.model.network import allreduce_time, calibrate
+from predictor.model.predict import predict
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_every_cuda_type_with_specs_predicts(minimal, catalog) -> None:
 
 
 def test_ddp_buckets_and_overlap_simulation() -> None:
-    from predictor.perf.network import ddp_bucket_sizes, exposed_time
+    from predictor.model.network import ddp_bucket_sizes, exposed_time
 
     mib = 1024 * 1024
     assert ddp_bucket_sizes(0.5 * mib) == [0.5 * mib]
@@ -195,7 +195,7 @@ def test_ddp_buckets_and_overlap_simulation() -> None:
 def test_the_closed_form_overlap_equals_the_bucket_by_bucket_queue_and_costs_per_run() -> None:
     import numpy as np
 
-    from predictor.perf.network import ddp_buckets, exposed_many
+    from predictor.model.network import ddp_buckets, exposed_many
 
     def queue(a: float, b: float, sizes: list[float]) -> float:  # the simulation it replaces, bucket by bucket
         total, free, done = sum(sizes), 0.0, 0.0
@@ -216,8 +216,8 @@ def test_the_closed_form_overlap_equals_the_bucket_by_bucket_queue_and_costs_per
 
 
 def test_a_parameter_count_beyond_any_model_is_refused_naming_the_field() -> None:
+    from predictor.documents.profile import profile_from_dict
     from predictor.exceptions import ProfileSchemaError
-    from predictor.profile import profile_from_dict
 
     with pytest.raises(ProfileSchemaError, match=r"model\.parameters"):
         profile_from_dict(

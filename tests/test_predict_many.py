@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from _support import MINIMAL
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, PredictionError
-from predictor.predict import predict
-from predictor.predict_many import predict_many, predict_mixes
-from predictor.profile import load_profile
+from predictor.model.fleets import predict_many, predict_mixes
+from predictor.model.predict import predict
 
 
 def rich_profile():
@@ -106,7 +106,7 @@ def test_calibration_scales_compute_of_that_gpu_only(catalog) -> None:
 def test_a_mix_never_uses_the_link_measured_on_one_type(catalog) -> None:
     """Regression: the group count was a numpy OR (``row_sum(cnt > 0) == 1``), so every mix counted as one group and
     a mix containing the profiled type used the inter-node link measured on that type alone."""
-    from predictor.perf.network import inter_node_link
+    from predictor.model.network import inter_node_link
 
     data = copy.deepcopy(MINIMAL)
     data["hardware"] = {"gpu": "V100-SXM2-16GB", "devices": 8, "nodes": 2, "instance_type": "p3.16xlarge"}
@@ -128,7 +128,7 @@ def test_a_mix_never_uses_the_link_measured_on_one_type(catalog) -> None:
         for name in ("p3.16xlarge", "g5.48xlarge")
     )
     expected_inter = 2 * 2 / 3 * gb / plain
-    # the intra-node and network phases are pipelined (predictor.perf.network): the slower one sets the pace
+    # the intra-node and network phases are pipelined (predictor.model.network): the slower one sets the pace
     assert mix.breakdown["allreduce_s"] == pytest.approx(max(intra, expected_inter), rel=0.02)
     assert not any("calibrated from the profile's measured buckets" in a for a in mix.assumptions)
     same = predict(profile, "p3.16xlarge:3", catalog=catalog)

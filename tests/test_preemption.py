@@ -199,8 +199,8 @@ def test_periodic_checkpoints_at_the_plans_interval_keep_the_newest(tmp_path, ca
     import copy
 
     from _support import MINIMAL
-    from predictor.profile import load_profile
-    from predictor.rank import Constraints, rank
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
 
     plan = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=5_000_000, market="spot"), catalog=catalog)
     from_plan = SpotPreemption.from_plan(plan, 0, str(tmp_path))
@@ -421,7 +421,7 @@ def test_the_leaving_save_is_budgeted_from_the_time_the_notice_names(tmp_path) -
 
 
 def test_torchruns_grace_follows_the_measured_save() -> None:
-    from predictor.spot import shutdown_grace_s
+    from predictor.model.spot import shutdown_grace_s
 
     assert shutdown_grace_s(40.0) == 110  # torchrun's 30 s default killed a worker in a 40 s save
     assert shutdown_grace_s(None) == 90  # the assumed 30 s save

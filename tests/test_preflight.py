@@ -24,8 +24,8 @@ from lightning_srifty.provision.preflight import (
 )
 from lightning_srifty.provision.runner import apply
 from lightning_srifty.provision.snapshot import build_snapshot
+from predictor.documents.plan import load_plan
 from predictor.exceptions import PreflightError
-from predictor.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"  # g5.xlarge x 1, on demand

@@ -11,9 +11,9 @@ import pytest
 
 from _support import MINIMAL
 from conftest import ROOT
-from predictor._schema import iter_field_paths, markdown_reference
+from predictor.documents.profile import SCHEMA, Profile, Stats, load_profile, profile_json_schema
+from predictor.documents.schema import iter_field_paths, markdown_reference
 from predictor.exceptions import ProfileError, ProfileSchemaError
-from predictor.profile import SCHEMA, Profile, Stats, load_profile, profile_json_schema
 
 
 def test_minimal_hand_written_profile_is_accepted() -> None:

@@ -12,12 +12,12 @@ import pytest
 
 from _support import MINIMAL
 from lightning_srifty.cli import main
+from predictor.documents.plan import load_plan
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, UnknownNameError
-from predictor.plan import load_plan
-from predictor.predict import predict
-from predictor.profile import load_profile
-from predictor.rank import Calibration, Constraints, parse_market, rank
-from predictor.spot import REPROVISION_S, RESTART_S, spot_cost
+from predictor.model.predict import predict
+from predictor.model.spot import REPROVISION_S, RESTART_S, spot_cost
+from predictor.ranking import Calibration, Constraints, parse_market, rank
 
 
 @pytest.fixture
@@ -260,8 +260,8 @@ def test_too_many_candidates_is_refused_before_any_work(profile, catalog) -> Non
 def test_plan_json_schema_and_reference_are_current(profile, catalog) -> None:
     from pathlib import Path
 
-    from predictor._schema import markdown_reference
-    from predictor.plan import Plan, plan_json_schema
+    from predictor.documents.plan import Plan, plan_json_schema
+    from predictor.documents.schema import markdown_reference
 
     root = Path(__file__).resolve().parents[1]
     published = json.loads((root / "predictor" / "schemas" / "plan.v1.schema.json").read_text())
@@ -282,7 +282,7 @@ def test_spot_entries_carry_the_cost_of_one_interruption(profile, catalog) -> No
 
 
 def test_startup_billing_minimum_and_measured_provisioning(profile, catalog, monkeypatch) -> None:
-    from predictor import startup
+    from predictor.model import startup
 
     # a job of seconds: the 60 s billing minimum per instance, with the start-up given as 0
     tiny = rank(profile, Constraints(steps=1, market="on-demand", startup_s=0), catalog=catalog).entries[0]

@@ -8,7 +8,7 @@ import torch
 from lightning_srifty.ddp.comm import AllReduceTimer
 from lightning_srifty.profiling.recorder import StepRecorder
 from predictor.exceptions import ProfileError
-from predictor.stats import merge_intervals, summarize
+from predictor.model.stats import merge_intervals, summarize
 
 
 class ScriptedClock:

@@ -11,10 +11,10 @@ import pytest
 from _support import MINIMAL
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import with_prices
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
-from predictor.profile import load_profile
-from predictor.rank import Constraints, rank
-from predictor.replan import decide_move, drift
+from predictor.ranking import Constraints, rank
+from predictor.ranking.replan import decide_move, drift
 
 
 @pytest.fixture(scope="module")

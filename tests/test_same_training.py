@@ -11,12 +11,12 @@ import pytest
 
 from _support import MINIMAL
 from lightning_srifty.provision.launch import fleet_batches
+from predictor.documents.profile import load_profile
+from predictor.documents.work import Work
 from predictor.exceptions import NoFeasibleConfigError
-from predictor.predict import predict
-from predictor.profile import load_profile
-from predictor.rank import Constraints, global_batch, rank
+from predictor.model.predict import predict
+from predictor.ranking import Constraints, global_batch, rank
 from predictor.ranking.feasible import ARM64, OLD_FOR_TORCH2
-from predictor.work import Work
 
 
 def _profile(**changes):

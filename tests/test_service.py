@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from _support import MINIMAL
-from predictor.observations import ObservationStore, model_key
-from predictor.plan import load_plan
-from predictor.predict import predict
-from predictor.profile import load_profile
-from predictor.service import ServiceSettings, background_server, create_app
+from predictor.documents.plan import load_plan
+from predictor.documents.profile import load_profile
+from predictor.model.predict import predict
+from predictor.service.app import ServiceSettings, background_server, create_app
+from predictor.service.observations import ObservationStore, model_key
 
 TOKEN = "test-token-4b9f-" + "z" * 24  # at least 32 bytes
 
@@ -145,7 +145,7 @@ def test_observations_calibrate_the_next_rank(client, tmp_path, catalog) -> None
 
 def test_one_post_many_posts_of_one_run_or_disagreeing_runs_steer_nothing(tmp_path, catalog) -> None:
     """The probe of issue #23 item 5: one authenticated post at 4.9x predicted changed the top fleet."""
-    from predictor.observations import calibrated_log_factor
+    from predictor.service.observations import calibrated_log_factor
 
     store = ObservationStore(tmp_path / "o.sqlite")
     profile = load_profile(copy.deepcopy(MINIMAL))

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from _support import MINIMAL
-from predictor.service import ServiceSettings, create_app
+from predictor.service.app import ServiceSettings, create_app
 
 TOKEN = "openapi-token-" + "o" * 24  # at least 32 bytes
 JSON = "application/json"
@@ -101,7 +101,7 @@ def test_the_document_is_valid_openapi(app) -> None:
 
 
 def test_the_plan_and_profile_are_the_published_schemas(app) -> None:
-    from predictor.plan import plan_json_schema
+    from predictor.documents.plan import plan_json_schema
 
     spec = app.openapi()
     published = {k: v for k, v in plan_json_schema().items() if k not in ("$schema", "$id")}

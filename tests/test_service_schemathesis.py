@@ -16,7 +16,7 @@ from schemathesis.checks import (  # noqa: E402
 )
 
 from predictor.catalog import Catalog  # noqa: E402
-from predictor.service import ServiceSettings, create_app  # noqa: E402
+from predictor.service.app import ServiceSettings, create_app  # noqa: E402
 
 pytestmark = pytest.mark.slow  # hypothesis drives hundreds of requests: ~40 s in all on 2 cores
 

@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from _support import MINIMAL
-from predictor.client import ServiceClient
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ServiceError
-from predictor.observations import ObservationStore
-from predictor.profile import load_profile
-from predictor.service import ServiceSettings, background_server, create_app
+from predictor.service.app import ServiceSettings, background_server, create_app
+from predictor.service.client import ServiceClient
+from predictor.service.observations import ObservationStore
 
 TOKEN = "s3cret-token-" + "x" * 24  # at least 32 bytes (MIN_TOKEN_BYTES)
 
@@ -96,7 +96,7 @@ def test_the_client_sends_the_token_from_its_argument_or_the_environment(tmp_pat
 
 def test_migration_triggers_post_observations_with_the_token(tmp_path, catalog) -> None:
     from lightning_srifty.migrate.triggers import MigrationTriggers
-    from predictor.rank import Constraints, rank
+    from predictor.ranking import Constraints, rank
 
     profile = load_profile(copy.deepcopy(MINIMAL))
     plan = rank(profile, Constraints(steps=1000, allow=("g5.xlarge",), max_instances=1), catalog=catalog)
@@ -222,7 +222,7 @@ class _Gate:
     """Holds every ranking inside rank() until released (a scripted slow ranking)."""
 
     def __init__(self, monkeypatch) -> None:
-        import predictor.service as service
+        import predictor.service.app as service
 
         self.entered, self.release = threading.Semaphore(0), threading.Event()
         real = service.rank
@@ -326,7 +326,7 @@ def test_settings_name_the_bad_parameter() -> None:
 
 def _served(tmp_path, catalog, **settings):
     """A real uvicorn server (what srifty serve runs) for the app with these settings."""
-    from predictor.service import background_server
+    from predictor.service.app import background_server
 
     app = create_app(catalog=catalog, observations=tmp_path / "obs.sqlite", settings=ServiceSettings(**settings))
     return background_server(app)
@@ -443,7 +443,7 @@ def test_the_docs_page_needs_no_network(tmp_path, catalog) -> None:
 def test_heavy_work_hands_its_memory_back(tmp_path, catalog, monkeypatch) -> None:
     """glibc kept 2.3 GB of a 3.3 GB peak after the largest rankings (BENCHMARKS.md, issue #23): once no heavy
     request runs, the heap is trimmed."""
-    from predictor import service_guard
+    from predictor.service import guard as service_guard
 
     trimmed: list[int] = []
     monkeypatch.setattr(service_guard, "_malloc_trim", lambda: trimmed.append)

@@ -1,7 +1,7 @@
 """Files the product reads are regular files of a bounded size (issue #23 item 7): a FIFO (which would hang every
 command: nothing writes to it) and a device (``/dev/zero`` never ends) are refused before a byte is read; a file over
-the limit is refused after at most limit + 1 bytes. One reader, :func:`predictor._io.read_bounded`, serves the
-catalog extra and every JSON document (profiles, plans)."""
+the limit is refused after at most limit + 1 bytes. One reader, :func:`predictor.documents.atomic.read_bounded`, serves
+the catalog extra and every JSON document (profiles, plans)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from predictor._io import TooLarge, read_bounded
 from predictor.catalog.extra import load_extra
+from predictor.documents.atomic import TooLarge, read_bounded
+from predictor.documents.profile import load_profile
 from predictor.exceptions import CatalogError, ProfileError
-from predictor.profile import load_profile
 
 
 @pytest.fixture

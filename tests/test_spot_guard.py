@@ -18,8 +18,8 @@ from lightning_srifty.protocol import Finished, Leave, Preempted, write_record
 from lightning_srifty.provision.launch import launch
 from lightning_srifty.provision.money import check_entry
 from lightning_srifty.provision.spot_guard import SpotGuard, on_demand_fleet, policy_for
-from predictor import deadline
 from predictor.exceptions import ConfigError
+from predictor.model import deadline
 
 LID = "L1"
 T0 = 1_000_000.0  # the scripted clock's start (unix seconds)
@@ -29,8 +29,8 @@ T0 = 1_000_000.0  # the scripted clock's start (unix seconds)
 def spot_plan(catalog):
     """g4dn.xlarge / g5.xlarge fleets on spot, a 10 h deadline; 1000 steps of 8 samples."""
     from _support import MINIMAL
-    from predictor.profile import load_profile
-    from predictor.rank import Constraints, rank
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
 
     profile = load_profile({**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}})
     c = Constraints(steps=1000, market="spot", allow=("g4dn.xlarge", "g5.xlarge"), max_instances=2, deadline_h=10)

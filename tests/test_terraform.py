@@ -15,8 +15,8 @@ from conftest import tf_run as _tf
 from lightning_srifty.cli import main
 from lightning_srifty.provision.generate import MARKER, TFVARS, Options, copy_module, generate, tfvars, weights
 from lightning_srifty.provision.runner import apply, destroy, summarize
+from predictor.documents.plan import load_plan
 from predictor.exceptions import ConfigError, ProvisionError
-from predictor.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "terraform" / "examples").iterdir())
@@ -432,8 +432,8 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
 def rank_other(plan, catalog):
     """A plan for another fleet than the first's (what a drift re-ranking would produce)."""
     from _support import MINIMAL
-    from predictor.profile import load_profile
-    from predictor.rank import Constraints, rank
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
 
     other = "g5.xlarge" if plan.entries[0].groups[0].instance_type != "g5.xlarge" else "g4dn.xlarge"
     profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})

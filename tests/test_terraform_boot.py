@@ -29,11 +29,11 @@ from lightning_srifty.protocol import VARIABLES, entry_strategy
 from lightning_srifty.provision.generate import TFVARS, Options, generate, tfvars
 from lightning_srifty.provision.money import group_usd_per_hour
 from lightning_srifty.provision.runner import apply, destroy
+from predictor.documents.plan import Plan, load_plan
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
-from predictor.perf.network import DEFAULT_NETWORK, inter_node_link
-from predictor.plan import Plan, load_plan
-from predictor.profile import load_profile
-from predictor.rank import Constraints, rank
+from predictor.model.network import DEFAULT_NETWORK, inter_node_link
+from predictor.ranking import Constraints, rank
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = {

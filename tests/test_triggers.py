@@ -18,9 +18,9 @@ from lightning_srifty.migrate.preemption import SpotPreemption
 from lightning_srifty.migrate.triggers import MigrationTriggers
 from predictor.catalog.catalog import Catalog, CatalogInfo
 from predictor.catalog.instances import with_prices
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
-from predictor.profile import load_profile
-from predictor.rank import Constraints, rank
+from predictor.ranking import Constraints, rank
 
 
 class Slow(pl.Callback):

@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from lightning_srifty.cli._common import positive_int
-from predictor._io import read_bounded
+from predictor.documents.atomic import read_bounded
 from predictor.exceptions import ConfigError
 
 PRECISIONS = ("32-true", "64-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
@@ -83,7 +83,7 @@ def resolve(path: str, flag: str) -> Any:
 def _json_object_arg(source: str, flag: str, text: str, fix: str = "") -> Any:
     """``source`` parsed as JSON for ``flag`` (given as ``text``): ConfigError for text that is not JSON, or that
     nests deeper than the parser recurses (a 100,000-deep file was a RecursionError)."""
-    from predictor._io import nesting_depth
+    from predictor.documents.atomic import nesting_depth
 
     try:
         return json.loads(source)
@@ -381,8 +381,8 @@ def _capture(args: argparse.Namespace) -> int:
         "software": software_versions(),
         "notes": [TIME_NOTE],
     }
-    from predictor._schema import to_dict
-    from predictor.profile import profile_from_dict
+    from predictor.documents.profile import profile_from_dict
+    from predictor.documents.schema import to_dict
 
     profile = profile_from_dict(_drop_none(to_dict(data)))
     if args.out == "-":

@@ -12,9 +12,9 @@ from lightning_srifty.cli._common import console
 
 
 def run_eval(data: str | None = None) -> dict[str, Any]:
-    """Every held-out validation figure (:func:`predictor.evaluation.validate`) on ``data``, by default the
+    """Every held-out validation figure (:func:`predictor.validation.validate`) on ``data``, by default the
     measurements bundled with the package (wherever it is installed, whatever the working directory)."""
-    from predictor.evaluation import data_path, validate
+    from predictor.validation import data_path, validate
 
     return validate(data or data_path(), progress=lambda what: print(f"... {what}", file=sys.stderr))
 

@@ -38,8 +38,8 @@ def check_script(script: list[str]) -> None:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from lightning_srifty.provision.launch import launch
+    from predictor.documents.plan import load_plan
     from predictor.exceptions import ConfigError, LaunchInterrupted
-    from predictor.plan import load_plan
 
     plan = load_plan(args.plan)
     script = [a for a in args.command if a != "--"]

@@ -10,8 +10,8 @@ from lightning_srifty.cli._common import console, load_catalog
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from predictor.predict import predict
-    from predictor.profile import load_profile
+    from predictor.documents.profile import load_profile
+    from predictor.model.predict import predict
 
     profile = load_profile(args.profile)
     catalog = load_catalog(args)

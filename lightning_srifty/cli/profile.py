@@ -8,7 +8,7 @@ from typing import Any
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from predictor.profile import load_profile
+    from predictor.documents.profile import load_profile
 
     profile = load_profile(args.profile)
     if args.format == "json":

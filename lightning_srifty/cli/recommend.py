@@ -8,7 +8,7 @@ from typing import Any
 
 from lightning_srifty.cli._common import console, hours, load_catalog, number, whole
 from predictor.exceptions import SriftyError
-from predictor.predict_many import SCALINGS
+from predictor.model.fleets import SCALINGS
 from predictor.ranking.constraints import LAYOUTS, OBJECTIVES, constraint_defaults
 
 DEFAULTS = constraint_defaults()
@@ -35,7 +35,7 @@ def in_flags(message: str) -> str:
     import dataclasses
     import re
 
-    from predictor.rank import Constraints
+    from predictor.ranking import Constraints
 
     for f in dataclasses.fields(Constraints):
         flag, unit = flag_of(f.name), UNIT_OF.get(f.name, "")
@@ -54,7 +54,7 @@ def _spot_stats(args: argparse.Namespace) -> Any:
     """Spot capacity from ``--spot-trace`` files (skypilot-org/spot-traces format), or None."""
     if not args.spot_trace:
         return None
-    from predictor import deadline as dl
+    from predictor.model import deadline as dl
 
     read = [dl.read_trace(p, values=args.trace_values) for p in args.spot_trace]
     for _, notes in read:
@@ -65,8 +65,8 @@ def _spot_stats(args: argparse.Namespace) -> Any:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from predictor.profile import load_profile
-    from predictor.rank import Constraints
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints
     from predictor.recommend import recommend
 
     profile = load_profile(args.profile)

@@ -14,9 +14,9 @@ ALL = "all"
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from predictor import deadline as dl
+    from predictor.documents.plan import load_plan
     from predictor.exceptions import ConfigError
-    from predictor.plan import load_plan
+    from predictor.model import deadline as dl
 
     plan = load_plan(args.plan)
     run = dl.job_from_plan(plan, args.choice, deadline_h=args.deadline, catalog=load_catalog(args))
@@ -130,7 +130,7 @@ def _plot(outcomes: list[Any], run: Any, tick_h: float, path: str) -> None:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    from predictor.deadline import POLICIES
+    from predictor.model.deadline import POLICIES
 
     p = sub.add_parser(
         "replay", parents=[common], help="replay a plan's run on a spot availability or preemption trace"

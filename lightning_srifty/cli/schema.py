@@ -8,9 +8,9 @@ from typing import Any
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from predictor._schema import markdown_reference
-    from predictor.plan import Plan, plan_json_schema
-    from predictor.profile import Profile, Stats, profile_json_schema
+    from predictor.documents.plan import Plan, plan_json_schema
+    from predictor.documents.profile import Profile, Stats, profile_json_schema
+    from predictor.documents.schema import markdown_reference
 
     if args.document == "plan":
         if args.format == "markdown":

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty.cli._common import load_catalog, number, whole
-from predictor._io import read_bounded
+from predictor.documents.atomic import read_bounded
 
 TOKEN_ENV = "SRIFTY_SERVICE_TOKEN"
 
@@ -48,8 +48,8 @@ def read_token(path: str | None) -> tuple[str | None, str]:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from predictor._validation import refused
-    from predictor.service import ServiceSettings, create_app, server_config
+    from predictor.documents.checks import refused
+    from predictor.service.app import ServiceSettings, create_app, server_config
 
     if not 0 <= args.port <= 65535:
         raise refused("--port", "a TCP port from 0 to 65535", args.port, "Give one such as 8000 (0: any free port).")

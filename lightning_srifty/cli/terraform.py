@@ -13,7 +13,7 @@ from typing import Any
 def cmd_terraform(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import code_options, load_catalog
     from lightning_srifty.provision.generate import Options, generate
-    from predictor.plan import load_plan
+    from predictor.documents.plan import load_plan
 
     plan = load_plan(args.plan)
     options = Options(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_srifty.timing import PerfCounterClock
-from predictor.stats import merge_intervals
+from predictor.model.stats import merge_intervals
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
     Trainer(strategy=SriftyFSDPStrategy(auto_wrap_policy=["LlamaDecoderLayer"], sharding_strategy="FULL_SHARD"))
 
-A plan records its layout's Lightning arguments as JSON (:meth:`predictor.layout.Layout.lightning`), so block classes
-travel by name; they are resolved here, at set-up, to the classes found in the LightningModule (an error names the
-missing class and the classes that exist). ``{"min_num_params": N}`` becomes torch's ``size_based_auto_wrap_policy``.
+A plan records its layout's Lightning arguments as JSON (:meth:`predictor.model.layout.Layout.lightning`), so block
+classes travel by name; they are resolved here, at set-up, to the classes found in the LightningModule (an error names
+the missing class and the classes that exist). ``{"min_num_params": N}`` becomes torch's
+``size_based_auto_wrap_policy``.
 
 On CPU, Lightning refuses ``FSDPStrategy`` with ``accelerator="cpu"`` and hands FSDP ``device_id=None``, for which
 torch raises "FSDP needs a non-CPU accelerator device"; a subclass passes Lightning's check (it tests the exact

@@ -3,8 +3,8 @@
     trainer = Trainer(strategy=plan_strategy(), callbacks=[SriftyCallback()])
 
 The launcher passes the entry's layout as ``LaunchEnv.strategy`` (the Lightning strategy's
-name and JSON arguments, :meth:`predictor.layout.Layout.lightning`); a move to another entry may change it, and the
-job, restarted there, builds the new one. Block classes travel by name and are resolved on the model.
+name and JSON arguments, :meth:`predictor.model.layout.Layout.lightning`); a move to another entry may change it, and
+the job, restarted there, builds the new one. Block classes travel by name and are resolved on the model.
 """
 
 from __future__ import annotations

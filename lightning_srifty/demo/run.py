@@ -11,7 +11,7 @@ import torch
 from lightning_srifty.demo.data import DigitsDataModule, TokensDataModule
 from lightning_srifty.demo.models import DigitsCNN, TinyLM
 from lightning_srifty.profiling.callback import SriftyCallback
-from predictor.rank import Constraints
+from predictor.ranking import Constraints
 
 MODELS = ("cnn", "lm")
 

@@ -420,7 +420,7 @@ def consolidate(directory: str, out: str) -> str:
     from lightning.fabric.utilities.load import _load_distributed_checkpoint
     from lightning.pytorch.utilities.consolidate_checkpoint import _format_checkpoint
 
-    from predictor._io import atomic_write_bytes
+    from predictor.documents.atomic import atomic_write_bytes
     from predictor.exceptions import MigrationError
 
     local = directory.removeprefix("file://")

@@ -390,7 +390,7 @@ class SpotPreemption(Callback):
     @classmethod
     def from_plan(cls, plan: Any, choice: int = 0, dirpath: str | None = None, **kwargs: Any) -> SpotPreemption:
         """Checkpoint at the interval the plan recommends for its chosen fleet (spot fleets only)."""
-        from predictor.plan import load_plan
+        from predictor.documents.plan import load_plan
 
         plan = plan if hasattr(plan, "entries") else load_plan(plan)
         entry = plan.entries[choice]

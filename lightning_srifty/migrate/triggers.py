@@ -6,8 +6,8 @@ throughput of the current fleet (the median step time of the steps since the las
 validation pause does not count) and, in a background thread so that training never waits:
 
 - *drift*: when the measurement is more than ``drift_threshold`` off the plan's prediction for this fleet, the
-  measurement calibrates a re-ranking of the remaining work (``predictor.replan``); with ``predictor_url`` it is also
-  posted to ``srifty serve`` as an observation;
+  measurement calibrates a re-ranking of the remaining work (``predictor.ranking.replan``); with ``predictor_url`` it is
+  also posted to ``srifty serve`` as an observation;
 - *price*: when the catalog (``Catalog.load()``: the newest ``srifty catalog refresh`` copy) is not the one the plan was
   made from, the remaining work is re-ranked at today's prices.
 
@@ -54,7 +54,7 @@ class MigrationTriggers(Callback):
             kept beside the checkpoints).
         global_batch: samples per optimizer step over every rank, accumulation included (default: the sum of
             ``LaunchEnv.batch_sizes`` x ``LaunchEnv.accumulate_grad_batches``, else the plan entry's, else the
-            profile's: :func:`predictor.work.global_batch`).
+            profile's: :func:`predictor.documents.work.global_batch`).
         drift_threshold: relative deviation of the measured throughput that triggers a re-ranking (0.2 = 20 %).
         savings_threshold: share of the remaining cost (time, with the time objective) a move must save.
         check_every_s: seconds between checks (default ``$SRIFTY_CHECK_EVERY_S``, else 600).
@@ -83,8 +83,8 @@ class MigrationTriggers(Callback):
         work_from: str = "trainer",
         predictor_token: str | None = None,
     ) -> None:
+        from predictor.documents.plan import load_plan
         from predictor.exceptions import ConfigError
-        from predictor.plan import load_plan
 
         self.launch = launch = LaunchEnv.from_env()
         plan = plan if plan is not None else (launch.plan or None) if launch is not None else None
@@ -220,16 +220,16 @@ class MigrationTriggers(Callback):
 
     def _check(self, trainer: pl.Trainer, step_s: float, remaining_steps: int | None) -> None:
         from predictor.catalog import Catalog
-        from predictor.replan import decide_move, drift
+        from predictor.ranking.replan import decide_move, drift
 
         profile = self._profile(trainer)
         if profile is None:
             log.info("MigrationTriggers: no profile yet (SriftyCallback still profiling): the check waits")
             self._last_check = None
             return
-        # one vocabulary (predictor.work): the durations are of batches, the remaining work of optimizer steps
-        from predictor.work import Work
-        from predictor.work import global_batch as profile_global_batch
+        # one vocabulary (predictor.documents.work): the durations are of batches, the remaining work of optimizer steps
+        from predictor.documents.work import Work
+        from predictor.documents.work import global_batch as profile_global_batch
 
         gb = int(self.global_batch or profile_global_batch(profile))
         accumulation = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
@@ -309,7 +309,7 @@ class MigrationTriggers(Callback):
         return (time.monotonic() - self._started) / 3600
 
     def _profile(self, trainer: pl.Trainer) -> Any:
-        from predictor.profile import load_profile
+        from predictor.documents.profile import load_profile
 
         if self.profile is not None:
             if not hasattr(self.profile, "batch"):
@@ -331,7 +331,7 @@ class MigrationTriggers(Callback):
         if not self.predictor_url:
             return
         try:
-            from predictor.client import ServiceClient
+            from predictor.service.client import ServiceClient
 
             ServiceClient(self.predictor_url, token=self._predictor_token).observe(
                 profile, fleet, throughput, iteration_time_s=step_s, source="srifty MigrationTriggers"

@@ -9,8 +9,8 @@ from typing import Any
 from lightning_srifty.ddp.comm import CommSeries
 from lightning_srifty.profiling.recorder import StepSeries
 from lightning_srifty.profiling.sharded import ShardedSeries
-from predictor.profile import PHASES, SCHEMA, Profile, profile_from_dict
-from predictor.stats import summarize
+from predictor.documents.profile import PHASES, SCHEMA, Profile, profile_from_dict
+from predictor.model.stats import summarize
 
 
 @dataclass
@@ -173,7 +173,7 @@ def _rank_entry(payload: RankPayload) -> dict[str, Any]:
 
 def _drop_none(value: Any) -> Any:
     """Plain JSON-ready data: Stats objects dumped, None values dropped."""
-    from predictor._schema import to_dict
+    from predictor.documents.schema import to_dict
 
     value = to_dict(value)
     if isinstance(value, dict):

@@ -46,14 +46,14 @@ from lightning_srifty.profiling.recommendation import (
 from lightning_srifty.profiling.recorder import StepRecorder
 from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, fsdp_units, full_sizes, layout_name, structure
 from lightning_srifty.timing import clock_for
-from predictor._io import check_writable
-from predictor._validation import check_int
+from predictor.documents.atomic import check_writable
+from predictor.documents.checks import check_int
+from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, SriftyError
-from predictor.profile import Profile
 from predictor.ranking.constraints import Constraints
 
 if TYPE_CHECKING:
-    from predictor.client import ServiceClient
+    from predictor.service.client import ServiceClient
 
 log = logging.getLogger("lightning_srifty")
 
@@ -93,14 +93,14 @@ class SriftyCallback(Callback):
         recommend: after profiling, rank EC2 fleets for the whole run with :func:`predictor.recommend.recommend`
             (what ``srifty recommend`` runs), print the table and write ``plan.json`` (and ``report.html`` when
             ``report``) beside the profile. A failure of the predictor is logged, never raised.
-        constraints: what the ranking is asked, a :class:`predictor.rank.Constraints` (or a dict of its fields):
+        constraints: what the ranking is asked, a :class:`predictor.ranking.Constraints` (or a dict of its fields):
             ``Constraints(deadline_h=12, budget_usd=500, market="spot:0.75")``. Checked here, so a typo fails before
             training starts. Without a work (``steps``, ``samples`` or ``epochs``) the run's own length is used: the
             Trainer's ``max_steps``, or ``max_epochs`` x batches per epoch / accumulation (optimizer steps).
         report: write the HTML report (and its plot) beside the plan.
         service: rank through a ``srifty serve`` service instead of in-process (its observations calibrate the
-            ranking): a :class:`predictor.client.ServiceClient` (``ServiceClient(url, token=...)``) or its URL. On
-            EC2 the run also posts its measured throughput there as an observation of the fleet it runs on (posting
+            ranking): a :class:`predictor.service.client.ServiceClient` (``ServiceClient(url, token=...)``) or its URL.
+            On EC2 the run also posts its measured throughput there as an observation of the fleet it runs on (posting
             needs the service's token: ``token=`` or ``$SRIFTY_SERVICE_TOKEN``).
 
     The 0.1 arguments ``total_steps``, ``deadline_h``, ``budget_usd``, ``objective``, ``market``, ``regions``,

@@ -38,8 +38,8 @@ from lightning_srifty.profiling.model_info import (
 from lightning_srifty.profiling.ops_capture import OpRecorder
 from lightning_srifty.profiling.structure import METHOD as STRUCTURE_METHOD
 from lightning_srifty.profiling.structure import MemoryProbe, find_blocks
+from predictor.documents.profile import OpTable
 from predictor.exceptions import ConfigError, ProfileError
-from predictor.profile import OpTable
 
 DEVICES = ("meta", "cpu", "cuda")
 TRUE_DTYPES = {

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from predictor.profile import Precision
+from predictor.documents.profile import Precision
 
 _LEGACY_PRECISION = {"32": "32-true", "64": "64-true", "16": "16-mixed", "bf16": "bf16-mixed"}
 _KNOWN_PRECISION = set(typing.get_args(Precision))

@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from lightning_srifty.profiling import attention
-from predictor.profile import OpRecord, OpTable
+from predictor.documents.profile import OpRecord, OpTable
 
 # Shape the kernel without being tensors: kept in ``params`` (convolutions, pooling).
 KERNEL_PARAMS = (

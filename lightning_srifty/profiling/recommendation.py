@@ -13,8 +13,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, SriftyError
-from predictor.profile import Profile
 from predictor.ranking.constraints import Constraints
 
 log = logging.getLogger("lightning_srifty")
@@ -46,7 +46,7 @@ def check_constraints(owner: str, given: Constraints | Mapping[str, Any] | None)
         given = Constraints.build(**dict(given))
     elif not isinstance(given, Constraints):
         raise ConfigError(
-            f"The 'constraints' parameter of {owner} must be a predictor.rank.Constraints (or a dict of its fields, "
+            f"The 'constraints' parameter of {owner} must be a predictor.ranking.Constraints (or a dict of its fields, "
             f"e.g. {{'deadline_h': 12, 'budget_usd': 500}}). Got {given!r}.",
             parameter="constraints",
             value=given,
@@ -88,7 +88,7 @@ def fold_deprecated(
         return constraints, service, True
     unknown = sorted(set(given) - set(_DEPRECATED))
     if unknown:
-        from predictor._validation import suggest
+        from predictor.documents.checks import suggest
 
         close = suggest(unknown[0], [*known, *_DEPRECATED], n=1)
         raise ConfigError(
@@ -119,18 +119,18 @@ def fold_deprecated(
 
 
 def service_client(owner: str, parameter: str, value: Any, token: str | None = None) -> Any:
-    """A :class:`predictor.client.ServiceClient` for a URL (a client, or None, as given); a URL that is not http(s)
-    is a ConfigError naming ``parameter``."""
+    """A :class:`predictor.service.client.ServiceClient` for a URL (a client, or None, as given); a URL that is not
+    http(s) is a ConfigError naming ``parameter``."""
     if not isinstance(value, str):
         return value
     if not value.startswith(("http://", "https://")):
         raise ConfigError(
             f"The '{parameter}' parameter of {owner} must be an http(s) URL such as http://127.0.0.1:8000 (where "
-            f"`srifty serve` listens) or a predictor.client.ServiceClient. Got {value!r}.",
+            f"`srifty serve` listens) or a predictor.service.client.ServiceClient. Got {value!r}.",
             parameter=parameter,
             value=value,
         )
-    from predictor.client import ServiceClient
+    from predictor.service.client import ServiceClient
 
     return ServiceClient(value, token=token)
 
@@ -145,7 +145,7 @@ def post_observation(client: Any, profile: Profile) -> None:
         batch = profile.batch
         step = timing.step_time_s.p50
         measured = timing.samples_per_s.p50 if timing.samples_per_s else None
-        from predictor.work import global_batch
+        from predictor.documents.work import global_batch
 
         # step_time_s is per batch: a batch is global_batch / accumulation samples over the ranks
         throughput = measured or global_batch(profile) / (batch.accumulate_grad_batches or 1) / step

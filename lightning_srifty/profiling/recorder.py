@@ -16,8 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from predictor.documents.profile import PHASES
 from predictor.exceptions import ProfileError
-from predictor.profile import PHASES
 
 
 class Clock(Protocol):

@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from lightning_srifty.timing import PerfCounterClock
-from predictor.layout import Layout
-from predictor.stats import merge_intervals
+from predictor.model.layout import Layout
+from predictor.model.stats import merge_intervals
 
 # the FSDP1 modules whose ``dist`` is swapped, and the collectives timed there (current and older torch names)
 FSDP_MODULES = ("torch.distributed.fsdp._flat_param", "torch.distributed.fsdp._runtime_utils")
@@ -145,8 +145,8 @@ def checkpointed(model: nn.Module) -> list[nn.Module]:
 
 
 def layout_name(strategy: Any, model: nn.Module) -> str | None:
-    """The run's layout as :mod:`predictor.layout` names it (``fsdp:full_shard+ac``, ``ddp+ac``), or None for plain
-    DDP, a single device, or a strategy that vocabulary does not name (model parallel)."""
+    """The run's layout as :mod:`predictor.model.layout` names it (``fsdp:full_shard+ac``, ``ddp+ac``), or None for
+    plain DDP, a single device, or a strategy that vocabulary does not name (model parallel)."""
     ac = bool(checkpointed(model))
     units = fsdp_units(model)
     if units:

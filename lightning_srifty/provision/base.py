@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from predictor.plan import Plan, PlanEntry
+from predictor.documents.plan import Plan, PlanEntry
 
 
 @dataclass

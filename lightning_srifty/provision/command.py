@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from predictor._validation import refused
+from predictor.documents.checks import refused
 from predictor.exceptions import ConfigError
 
 _PYTHON = re.compile(r"^(.*/)?python(\d+(\.\d+)?)?$")

@@ -51,11 +51,11 @@ from lightning_srifty.provision.snapshot import (
     load_snapshot,
     read_member,
 )
-from predictor._io import atomic_write_bytes, atomic_write_text
 from predictor.catalog.catalog import Catalog
+from predictor.documents.atomic import atomic_write_bytes, atomic_write_text
+from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import ConfigError, ProvisionError
-from predictor.plan import Plan, PlanEntry
-from predictor.spot import shutdown_grace_s
+from predictor.model.spot import shutdown_grace_s
 
 MARKER = GENERATED_MARKER
 CODE_DIR = "code"  # the snapshot's folder in the root module

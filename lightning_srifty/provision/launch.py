@@ -64,8 +64,8 @@ from lightning_srifty.provision.spot_guard import (
     on_demand_fleet,
     policy_for,
 )
+from predictor.documents.plan import Plan, PlanEntry, load_plan
 from predictor.exceptions import CapacityError, ConfigError, LaunchInterrupted, MigrationError, ProvisionError
-from predictor.plan import Plan, PlanEntry, load_plan
 
 
 def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[int]:
@@ -244,7 +244,7 @@ def _timed_up(
     up: list[LaunchedFleet] | None = None,
 ) -> tuple[LaunchedFleet, float]:
     """``provisioner.up`` and the seconds it took; a cloud provisioner's time to bring the fleet up is recorded for
-    the ranking's start-up figures (``predictor.startup``: the median per instance type replaces the default).
+    the ranking's start-up figures (``predictor.model.startup``: the median per instance type replaces the default).
 
     The fleet goes into ``up`` (the launcher's fleets to release) the moment ``provisioner.up`` returns it, before
     anything else: a signal from then on releases it (it used to arrive while the time was recorded, before the
@@ -255,7 +255,7 @@ def _timed_up(
         up.append(fleet)
     took = time.monotonic() - t0
     if provisioner.kind != "local":  # local processes say nothing about EC2
-        from predictor import startup
+        from predictor.model import startup
 
         startup.record([g.instance_type for g in plan.entries[choice].groups], took)
     return fleet, took

@@ -19,9 +19,9 @@ from typing import Any
 
 from lightning_srifty.protocol import VARIABLES
 from lightning_srifty.provision.base import LaunchedFleet
+from predictor.documents.plan import Plan
 from predictor.exceptions import MigrationError
-from predictor.plan import Plan
-from predictor.spot import shutdown_grace_s
+from predictor.model.spot import shutdown_grace_s
 
 
 class LocalProvisioner:

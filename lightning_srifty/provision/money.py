@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from predictor.catalog.catalog import Catalog
+from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import ConfigError
-from predictor.plan import Plan, PlanEntry
 
 REL_TOL = 1e-6
 ABS_TOL = 1e-5  # the written values round $/h to 6 decimals

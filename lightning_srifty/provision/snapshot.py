@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lightning_srifty.provision import cuda
-from predictor._io import atomic_write_bytes
+from predictor.documents.atomic import atomic_write_bytes
 from predictor.exceptions import ConfigError
 
 DEFAULT_MAX_MB = 200.0  # uncompressed; datasets belong in S3, not in the code snapshot
@@ -200,8 +200,9 @@ def environment_spec(
     base_python: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """What a node installs (``.srifty/environment.json``, without the wheel's name) and the notes a user must read:
-    torch and lightning pinned to the profiled versions (``software``, a plan's :class:`~predictor.profile.Software`;
-    None: the versions installed here), the user's requirements file, the package index.
+    torch and lightning pinned to the profiled versions (``software``, a plan's
+    :class:`~predictor.documents.profile.Software`; None: the versions installed here), the user's requirements file,
+    the package index.
 
     A local build tag is dropped from the pin (``2.13.0+cpu`` -> ``torch==2.13.0``): a GPU node installs the CUDA build
     of that release chosen for its driver (``torch_cuda``: the builds PyTorch publishes it with, from

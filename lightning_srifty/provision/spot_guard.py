@@ -1,7 +1,8 @@
 """The launcher's deadline-aware spot policy (issue #25): at each check, stay on spot, wait for spot, fall back to
 on-demand or return to spot, and never let the slack fall below what an on-demand finish needs.
 
-:class:`SpotGuard` feeds a :mod:`predictor.deadline` policy (default :class:`~predictor.deadline.Srifty`) what
+:class:`SpotGuard` feeds a :mod:`predictor.model.deadline` policy (default :class:`~predictor.model.deadline.Srifty`)
+what
 ``srifty launch`` knows, in the policy's tick model with the check interval as the tick:
 
 - the deadline: the plan's ``constraints.deadline_h`` from when the launch began working to the plan;
@@ -29,9 +30,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from predictor import deadline
+from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import ConfigError
-from predictor.plan import Plan, PlanEntry
+from predictor.model import deadline
 
 Running = Literal["spot", "on-demand"] | None
 Action = Literal["spot", "wait", "on-demand"]
@@ -174,7 +175,7 @@ class SpotGuard:
     :meth:`decide` takes ``now`` (unix seconds), so tests script time.
 
     Args:
-        policy: a :mod:`predictor.deadline` policy (``Srifty()``, ``Greedy()``, ``UniformProgress()``).
+        policy: a :mod:`predictor.model.deadline` policy (``Srifty()``, ``Greedy()``, ``UniformProgress()``).
         started_unix: when the launch began working to the plan (the deadline counts from then).
         deadline_h: the plan's deadline.
         steps: the optimizer steps of the whole run.
@@ -282,8 +283,8 @@ class SpotGuard:
     def decide(self, now: float, running: Running, available: bool | None = None) -> Decision:
         """What to run from ``now`` to the next check, given the fleet ``running`` (None: none) and spot capacity
         (``available``; None: what was last seen. The launcher asks "would you move if spot were there?" with True
-        while on on-demand, and then tries a spot start). The hard rule (:func:`predictor.deadline.must_run_on_demand`)
-        is checked here too, whatever the policy."""
+        while on on-demand, and then tries a spot start). The hard rule
+        (:func:`predictor.model.deadline.must_run_on_demand`) is checked here too, whatever the policy."""
         s, j = self.state(now, running, available), self.ticks(now)
         forced = deadline.must_run_on_demand(s, j)
         act = deadline.ON_DEMAND if forced else self.policy.decide(s, j)

@@ -20,8 +20,8 @@ from lightning_srifty.provision.base import LaunchedFleet, ZoneChoice
 from lightning_srifty.provision.command import check_bucket, check_env_names
 from lightning_srifty.provision.generate import Options, generate
 from lightning_srifty.provision.runner import apply, destroy
+from predictor.documents.plan import Plan
 from predictor.exceptions import CapacityError, ConfigError, PreflightError, ProvisionError
-from predictor.plan import Plan
 
 
 def split_s3(uri: str) -> tuple[str, str]:

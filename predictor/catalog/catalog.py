@@ -19,10 +19,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictor._validation import suggest
 from predictor.catalog.extra import Extra, build_instance, load_extra
 from predictor.catalog.gpus import GPU, GpuTable, bundled_gpus
 from predictor.catalog.instances import InstanceType, Market, bundled_rows, read_instances, read_prices
+from predictor.documents.checks import suggest
 from predictor.exceptions import CatalogError, UnknownNameError
 
 CATALOG_SCHEMA = "srifty.catalog/v1"

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictor._io import TooLarge, read_bounded
-from predictor._validation import suggest
 from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import ARCHES, INTERCONNECTS, InstanceType, Price, normal_arch
+from predictor.documents.atomic import TooLarge, read_bounded
+from predictor.documents.checks import suggest
 from predictor.exceptions import CatalogError
 
 GPU_FIELDS = {

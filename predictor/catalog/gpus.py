@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from predictor._validation import suggest
+from predictor.documents.checks import suggest
 from predictor.exceptions import UnknownNameError
 
 _VENDOR_WORDS = re.compile(r"\b(NVIDIA|TESLA|GEFORCE|QUADRO)\b")

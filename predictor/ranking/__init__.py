@@ -15,9 +15,10 @@ Candidates that cannot be priced, cannot split the global batch, do not fit in G
 excluded and counted by reason (instance types left out before any candidate was formed are counted apart).
 """
 
+from predictor.documents.work import Work, global_batch
 from predictor.ranking.constraints import MARKETS, OBJECTIVES, Constraints, Market, Objective, parse_market
 from predictor.ranking.core import Calibration, rank
-from predictor.work import Work, global_batch
+from predictor.ranking.pareto import exact_front, pareto
 
 __all__ = [
     "MARKETS",
@@ -27,7 +28,9 @@ __all__ = [
     "Market",
     "Objective",
     "Work",
+    "exact_front",
     "global_batch",
+    "pareto",
     "parse_market",
     "rank",
 ]

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.catalog.instances import InstanceType
-from predictor.layout import Layout, parse
-from predictor.perf.batch import rank_batches
-from predictor.perf.memory import activations_known, wrap_min_params
-from predictor.plan import PlanEntry, PlanGroup, PlanLayout
-from predictor.predict_many import ManyPredictions
-from predictor.profile import Profile
+from predictor.documents.plan import PlanEntry, PlanGroup, PlanLayout
+from predictor.documents.profile import Profile
+from predictor.model.batch import rank_batches
+from predictor.model.fleets import ManyPredictions
+from predictor.model.layout import Layout, parse
+from predictor.model.memory import activations_known, wrap_min_params
+from predictor.model.spot import SpotCost, risk_label
 from predictor.ranking.candidates import MARKET_NAMES, Candidates
 from predictor.ranking.explain import migration_effort, performance_risk
-from predictor.spot import SpotCost, risk_label
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def plan_layout(
     layout: Layout, block: str | None = None, *, wrap_min_params: int | None = None, shard_group: int | None = None
 ) -> PlanLayout:
     """What the plan records of a layout: its parts and the Lightning strategy (with its arguments) that runs it,
-    for a model whose repeated block is ``block`` (:meth:`predictor.layout.Layout.lightning`)."""
+    for a model whose repeated block is ``block`` (:meth:`predictor.model.layout.Layout.lightning`)."""
     strategy, args = layout.lightning(block, wrap_min_params)
     return PlanLayout(
         name=layout.name,

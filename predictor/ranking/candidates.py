@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor._validation import suggest
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import InstanceType
+from predictor.documents.checks import suggest
+from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError
-from predictor.predict_many import ManyPredictions, predict_many, row_all, row_sum
-from predictor.profile import Profile
+from predictor.model.fleets import ManyPredictions, predict_many, row_all, row_sum
 from predictor.ranking.constraints import Constraints
 from predictor.ranking.feasible import exclusion
 

@@ -1,6 +1,6 @@
 """What a ranking is asked: :class:`Constraints`, built and defaulted here for the CLI, the callback, the service,
 the plan and the re-plan (:meth:`Constraints.build`, :meth:`Constraints.from_plan`), with the objective and the
-market as enums and the work as a :class:`predictor.work.Work`."""
+market as enums and the work as a :class:`predictor.documents.work.Work`."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor._validation import check_choice, check_int, check_number, suggest
+from predictor.documents.checks import check_choice, check_int, check_number, suggest
+from predictor.documents.plan import PlanConstraints
+from predictor.documents.profile import Profile
+from predictor.documents.work import Work, global_batch
 from predictor.exceptions import ConfigError
-from predictor.layout import Layout, parse
-from predictor.plan import PlanConstraints
-from predictor.predict_many import SCALINGS, Scaling
-from predictor.profile import Profile
-from predictor.work import Work, global_batch
+from predictor.model.fleets import SCALINGS, Scaling
+from predictor.model.layout import Layout, parse
 
 
 class Objective(str, enum.Enum):
@@ -47,7 +47,7 @@ class Market(str, enum.Enum):
         return ("on-demand", "spot", "mixed") if self is Market.ANY else (self.value,)
 
 
-# the layouts a ranking can consider (predictor.layout names; "pipeline" has one stage per node of each fleet)
+# the layouts a ranking can consider (predictor.model.layout names; "pipeline" has one stage per node of each fleet)
 LAYOUTS = (
     "ddp",
     "ddp+ac",
@@ -100,7 +100,7 @@ class Constraints:
     top: int = 10
     scaling: Scaling = "strong"
     allow_arm64: bool = False
-    startup_s: float | None = None  # a new fleet's start-up, whole (None: predictor.startup's per-type figures)
+    startup_s: float | None = None  # a new fleet's start-up, whole (None: predictor.model.startup's per-type figures)
     dataset_gb: float = 0.0  # data staged onto every new instance before training
     # parallel layouts each fleet may use (LAYOUTS; empty = all of them): each fleet is ranked with its best one
     layouts: tuple[str, ...] = field(default=())
@@ -251,7 +251,7 @@ class Constraints:
 
     def work(self, profile: Profile) -> Work:
         """The work in samples, optimizer steps and batches, in the profiled global batch
-        (:func:`predictor.work.global_batch`)."""
+        (:func:`predictor.documents.work.global_batch`)."""
         accumulation = int(profile.batch.accumulate_grad_batches or 1)
         gb = global_batch(profile)
         if self.samples is not None:

@@ -11,21 +11,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from predictor.catalog.catalog import Catalog
-from predictor.deadline import DOWN_SPELL_S, SpotStats, expected_with_fallback
+from predictor.catalog.fleet import parse_fleet
+from predictor.documents.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry, writer
+from predictor.documents.profile import Profile
+from predictor.documents.work import Work
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
-from predictor.fleet import parse_fleet
-from predictor.layout import Layout
-from predictor.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry, writer
-from predictor.predict_many import PREFER_SIMPLER, ManyPredictions, predict_mixes, row_sum
-from predictor.profile import Profile
-from predictor.ranking import candidates as cands
-from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
-from predictor.ranking.constraints import Constraints, Market, Objective
-from predictor.ranking.explain import infeasible, layout_why, why
-from predictor.ranking.feasible import exclusion
-from predictor.ranking.pareto import pareto
-from predictor.spot import DEFAULT_CHECKPOINT_S, spot_cost
-from predictor.startup import (
+from predictor.model.deadline import DOWN_SPELL_S, SpotStats, expected_with_fallback
+from predictor.model.fleets import PREFER_SIMPLER, ManyPredictions, predict_mixes, row_sum
+from predictor.model.layout import Layout
+from predictor.model.spot import DEFAULT_CHECKPOINT_S, spot_cost
+from predictor.model.startup import (
     BILLING_MINIMUM_S,
     BOOT_S,
     PROVISION_S,
@@ -34,10 +29,15 @@ from predictor.startup import (
     billed_hours,
     fleet_startup_s,
 )
-from predictor.startup import (
+from predictor.model.startup import (
     measured as measured_startup,
 )
-from predictor.work import Work
+from predictor.ranking import candidates as cands
+from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
+from predictor.ranking.constraints import Constraints, Market, Objective
+from predictor.ranking.explain import infeasible, layout_why, why
+from predictor.ranking.feasible import exclusion
+from predictor.ranking.pareto import pareto
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,11 @@ def rank(
 ) -> Plan:
     """Rank fleets; raise NoFeasibleConfigError (with the binding constraint and hints) when none is feasible.
 
-    ``spot_stats``: spot capacity as traces recorded it (:class:`predictor.deadline.SpotStats`): its interruption
+    ``spot_stats``: spot capacity as traces recorded it (:class:`predictor.model.deadline.SpotStats`): its interruption
     rate replaces the catalog's Spot Advisor rates and its wait for capacity the traces' default.
 
     ``checkpoint_s``: what one checkpoint costs (save, and load after an interruption); default: the profile's
-    measured cost (``profile.checkpoint``), else :data:`predictor.spot.DEFAULT_CHECKPOINT_S`.
+    measured cost (``profile.checkpoint``), else :data:`predictor.model.spot.DEFAULT_CHECKPOINT_S`.
 
     The steps: the instance types (:func:`_instance_types`) and the candidate shapes (:func:`_shapes`), predicted
     under the launchable layouts (:func:`_launchable`) and priced (:func:`_priced`); each candidate's time and cost
@@ -137,7 +137,7 @@ class _Ranking:
 
 def _checkpoint_cost(profile: Profile, checkpoint_s: float | None) -> tuple[float, str]:
     """What one checkpoint costs, and where the figure comes from: the one given, else the profile's measured save
-    (or load, the larger), else :data:`predictor.spot.DEFAULT_CHECKPOINT_S`."""
+    (or load, the larger), else :data:`predictor.model.spot.DEFAULT_CHECKPOINT_S`."""
     if checkpoint_s is not None:
         return checkpoint_s, "assumed"
     measured = profile.checkpoint
@@ -332,7 +332,7 @@ def _plan(
     many = scored.many
 
     def predict_ddp(fleet: str):
-        from predictor.predict import predict
+        from predictor.model.predict import predict
 
         return predict(profile, fleet, catalog=catalog, calibration=factors, scaling=constraints.scaling)
 
@@ -546,7 +546,7 @@ def _current(
         if constraints.current_fleet is not None:
             raise
         return None, None  # the profiled instance is not in the catalog: no comparison
-    from predictor.predict import predict
+    from predictor.model.predict import predict
 
     reason = None
     for g in fleet.groups:

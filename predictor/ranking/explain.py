@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from predictor.documents.plan import PlanEntry, PlanGroup
+from predictor.documents.profile import Profile
 from predictor.exceptions import NoFeasibleConfigError, SriftyError
-from predictor.perf.memory import estimate_memory
-from predictor.plan import PlanEntry, PlanGroup
-from predictor.profile import Profile
+from predictor.model.memory import estimate_memory
 from predictor.ranking.constraints import Constraints, Objective
 
 # performance risk from the prediction's relative sd: the 80% interval is within exp(+-1.28 sd)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import InstanceType
-from predictor.profile import Profile
+from predictor.documents.profile import Profile
 
 MIN_CC_ANY_TORCH = (3, 7)
 MIN_CC_TORCH2 = (5, 0)

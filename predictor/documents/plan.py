@@ -1,0 +1,319 @@
+"""The plan (``srifty.plan/v1``): ranked fleets for a profile under constraints, the choice and why.
+
+It crosses a boundary (written by ``srifty recommend`` or the callback, read by ``srifty terraform`` and the
+migration), so it is a versioned document like the profile.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from predictor.documents.atomic import atomic_write_json, read_json_document
+from predictor.documents.profile import Software
+from predictor.documents.schema import doc_field, from_dict, json_schema, to_dict
+from predictor.exceptions import ProfileSchemaError
+
+PLAN_SCHEMA = "srifty.plan/v1"
+
+
+@dataclass(frozen=True)
+class PlanGroup:
+    """Instances of one type in a ranked fleet."""
+
+    instance_type: str = doc_field("EC2 (or user-defined) instance type")
+    count: int = doc_field("instances of this type", min=1)
+    gpus_per_instance: int = doc_field("GPUs per instance (ranks per node)", min=1)
+    gpu: str = doc_field("canonical GPU key")
+    on_demand: int = doc_field("instances of this type bought on demand", min=0)
+    spot: int = doc_field("instances of this type bought on spot", min=0)
+    usd_per_hour: float = doc_field("price of this group per hour", min=0)
+    per_device_batch: float = doc_field(
+        "samples per GPU per optimizer step, the group's mean (micro-batch x accumulation; the speed-proportional "
+        "split in mixes)",
+        min=0,
+    )
+    throughput_samples_s: float = doc_field(
+        "samples per second this group contributes (its weighted capacity in an Auto Scaling group)", exclusive_min=0
+    )
+    micro_batches: list[int] | None = doc_field(
+        "the batch each of the group's GPUs takes per micro-step, in rank order (they differ by one sample at "
+        "most); with the other groups' they add up to global_batch / accumulate_grad_batches. Absent in plans made "
+        "before it was recorded",
+        default=None,
+    )
+    accumulate_grad_batches: int | None = doc_field(
+        "micro-steps per optimizer step (Lightning's accumulate_grad_batches; the same in every group); absent: 1",
+        default=None,
+        min=1,
+    )
+
+
+@dataclass(frozen=True)
+class PlanLayout:
+    """A ranked fleet's parallel layout (:mod:`predictor.model.layout`) and the Lightning strategy that runs it."""
+
+    name: str = doc_field(
+        "the layout: ddp, fsdp:full_shard, fsdp:shard_grad_op, fsdp:hybrid_shard, pipeline:<stages>; +ac: "
+        "activation checkpointing"
+    )
+    strategy: Literal["ddp", "fsdp", "pipeline"] = doc_field("how state and work are spread over the GPUs")
+    sharding: Literal["full_shard", "shard_grad_op", "hybrid_shard"] | None = doc_field(
+        "fsdp's sharding (null for ddp and pipeline)", default=None
+    )
+    activation_checkpointing: bool = doc_field("each block keeps its input and recomputes the rest", default=False)
+    pipeline_stages: int = doc_field("pipeline stages (1: no pipeline)", default=1, min=1)
+    shard_group: int = doc_field("GPUs one copy of the sharded state is spread over (1: not sharded)", default=1, min=1)
+    lightning_strategy: Literal["ddp", "fsdp", "pipeline"] = doc_field(
+        "the Lightning strategy the job starts with (Trainer(strategy=...)): ddp or fsdp (pipeline: not launchable)",
+        default="ddp",
+    )
+    lightning_args: dict[str, Any] | None = doc_field(
+        "its keyword arguments, block classes by name (e.g. sharding_strategy, auto_wrap_policy, "
+        "activation_checkpointing_policy, state_dict_type)",
+        default=None,
+    )
+    launchable: bool = doc_field("srifty launch can start it", default=True)
+    needs: str | None = doc_field("what running it would take, when srifty launch cannot start it", default=None)
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """One ranked fleet."""
+
+    rank: int = doc_field("1 = best by the objective", min=1)
+    fleet: str = doc_field("instance_type:count[,instance_type:count]")
+    groups: list[PlanGroup] = doc_field("the instance types of the fleet, in the order of the fleet string")
+    gpus: int = doc_field("GPUs in all", min=1)
+    nodes: int = doc_field("instances in all", min=1)
+    region: str = doc_field("region of the price")
+    market: Literal["on-demand", "spot", "mixed"] = doc_field("capacity market; mixed: on-demand base + spot")
+    spot_share: float = doc_field("share of the instances on spot", min=0, max=1)
+    usd_per_hour: float = doc_field("price of the whole fleet per hour", min=0)
+    iteration_time_s: float = doc_field(
+        "predicted time of one optimizer step (its micro-steps and one all-reduce)", min=0
+    )
+    iteration_time_interval_s: list[float] = doc_field("80% interval of the step time [p10, p90]")
+    throughput_samples_s: float = doc_field("predicted samples per second", exclusive_min=0)
+    time_h: float = doc_field(
+        "expected wall time for the work: start-up, spot interruptions and checkpoints included", min=0
+    )
+    cost_usd: float = doc_field("expected cost for the work: per-second billing, 60 s minimum per instance", min=0)
+    cost_interval_usd: list[float] = doc_field(
+        "80% interval of the cost from the step-time interval (the start-up's cost is fixed: not scaled with it)"
+    )
+    expected_interruptions: float = doc_field("expected spot interruptions over the run (0 on-demand)", min=0)
+    interruption_overhead_s: float = doc_field(
+        "expected time one interruption costs: re-provisioning, restart, checkpoint load and the work lost since the "
+        "last checkpoint (0 on-demand)",
+        min=0,
+    )
+    risk: Literal["none", "low", "medium", "high"] = doc_field("spot risk label")
+    performance_risk: Literal["low", "medium", "high"] = doc_field(
+        "how uncertain the prediction is: low (80% interval within about +-13%), medium (+-32%), high"
+    )
+    migration_effort: Literal["none", "low", "medium", "high"] = doc_field(
+        "none: the current fleet; low: same GPU, one node; medium: another GPU or several nodes; high: mixed GPUs"
+    )
+    memory_gib: float = doc_field("predicted memory per GPU (the fullest group)", min=0)
+    pareto: bool = doc_field("on the time-cost Pareto front")
+    checkpoint_interval_s: float | None = doc_field("Young-Daly checkpoint interval (spot only)", default=None, min=0)
+    savings_vs_current: float | None = doc_field(
+        "cost saved vs the current fleet for the same work, as a share (negative: dearer); null when unknown or "
+        "when the current fleet cannot train the model",
+        default=None,
+    )
+    global_batch: int | None = doc_field(
+        "samples per optimizer step over every GPU, accumulation included (the constraints' global_batch under "
+        "strong scaling)",
+        default=None,
+        min=1,
+    )
+    startup_s: float | None = doc_field(
+        "start-up before the first step (provisioning, boot, setup, data staging, warm-up), included in time_h and "
+        "cost_usd; 0 for the fleet already running",
+        default=None,
+        min=0,
+    )
+    memory_known: bool | None = doc_field(
+        "false: the profile has no activation memory, so memory_gib counts weights, gradients and optimizer state "
+        "only (a floor: whether the fleet fits is unknown); absent in plans made before it was recorded",
+        default=None,
+    )
+    on_demand_fallback: float | None = doc_field(
+        "spot and mixed entries: the expected share of the work the deadline policy runs on-demand to keep the "
+        "deadline (included in time_h and cost_usd; 0 without a deadline or when spot alone fits it)",
+        default=None,
+        min=0,
+        max=1,
+    )
+    layout: PlanLayout | None = doc_field(
+        "the parallel layout and its Lightning strategy (absent in plans made before layouts: ddp)", default=None
+    )
+
+    @property
+    def heterogeneous(self) -> bool:
+        return len({g.gpu for g in self.groups}) > 1
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        """Micro-steps per optimizer step (1 in plans that do not say)."""
+        return int(self.groups[0].accumulate_grad_batches or 1) if self.groups else 1
+
+    def rank_batches(self) -> list[int] | None:
+        """Every GPU's micro-batch in rank order (group order), or None in plans made before they were recorded."""
+        if any(g.micro_batches is None for g in self.groups):
+            return None
+        return [b for g in self.groups for b in g.micro_batches or ()]
+
+    def batch_per_gpu(self) -> str:
+        """Each group's per-GPU micro-batch, times the accumulation when there is one: "32", "16x4", "6/5"."""
+        parts = []
+        for g in self.groups:
+            sizes = sorted(set(g.micro_batches or ()), reverse=True)
+            micro = "/".join(map(str, sizes)) if sizes else f"{g.per_device_batch:g}"
+            parts.append(micro + (f"x{g.accumulate_grad_batches}" if (g.accumulate_grad_batches or 1) > 1 else ""))
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class PlanCalibration:
+    """A measured correction applied to the predictions of one GPU (the observations feedback loop)."""
+
+    gpu: str = doc_field("canonical GPU key")
+    factor: float = doc_field("measured / predicted throughput applied to this GPU's compute", exclusive_min=0)
+    observations: int = doc_field("observed runs of this model behind the factor", min=1)
+
+
+@dataclass(frozen=True)
+class PlanConstraints:
+    """The constraints the plan was made under."""
+
+    work_samples: float = doc_field("samples to train", exclusive_min=0)
+    objective: Literal["cost", "time", "cost_per_sample"] = doc_field("what is minimised")
+    market: Literal["on-demand", "spot", "any", "mixed"] = doc_field("capacity markets considered")
+    regions: list[str] = doc_field("regions considered")
+    max_instances: int = doc_field("largest fleet considered", min=1)
+    max_types: int = doc_field("instance types per fleet considered (1: homogeneous only)", default=1, min=1, max=3)
+    spot_share: float | None = doc_field("share of spot instances in mixed-market fleets", default=None, min=0, max=1)
+    on_demand_base: int | None = doc_field("on-demand instances before the spot share applies", default=None, min=0)
+    current_fleet: str | None = doc_field("the fleet savings and migration effort are measured against", default=None)
+    allow: list[str] | None = doc_field("instance types or families considered (none: all)", default=None)
+    deny: list[str] | None = doc_field("instance types or families left out", default=None)
+    deadline_h: float | None = doc_field("wall-time limit", default=None, exclusive_min=0)
+    budget_usd: float | None = doc_field("cost limit", default=None, exclusive_min=0)
+    max_hourly_usd: float | None = doc_field("limit on the fleet's price per hour", default=None, exclusive_min=0)
+    min_memory_headroom: float = doc_field("GPU memory to keep free, as a share", default=0.0, min=0, max=1)
+    scaling: Literal["strong", "weak"] | None = doc_field(
+        "strong: every fleet trains the profiled global batch (the same training); weak: every GPU keeps the "
+        "profiled per-GPU batch, so the global batch grows with the fleet. Absent in plans made before it was "
+        "recorded (those kept the per-GPU batch)",
+        default=None,
+    )
+    global_batch: int | None = doc_field(
+        "strong scaling: the samples per optimizer step every fleet trains", default=None, min=1
+    )
+    allow_arm64: bool | None = doc_field("arm64 (Graviton) instance types were allowed", default=None)
+    startup_s: float | None = doc_field(
+        "a new fleet's start-up as given (null: per instance type, predictor/model/startup.py)", default=None, min=0
+    )
+    dataset_gb: float | None = doc_field("data staged onto every new instance before training", default=None, min=0)
+    layouts: list[str] | None = doc_field(
+        "the parallel layouts ranked (predictor.model.layout names; pipeline: one stage per node); absent in plans "
+        "made before layouts: ddp only",
+        default=None,
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Ranked fleets (srifty.plan/v1)."""
+
+    schema: Literal["srifty.plan/v1"] = doc_field("document type and version")
+    constraints: PlanConstraints = doc_field("what was asked")
+    entries: list[PlanEntry] = doc_field("the best fleets, ranked by the objective")
+    pareto: list[PlanEntry] = doc_field("the time-cost Pareto front, fastest first")
+    chosen: int = doc_field("index in entries of the recommendation", min=0)
+    why: str = doc_field("the reason in words: objective and binding constraint")
+    considered: int = doc_field("candidate fleets evaluated", min=0)
+    excluded: dict[str, int] = doc_field("candidates left out, by reason")
+    catalog_source: str = doc_field("catalog copy used")
+    catalog_snapshot: str = doc_field("date of the catalog data")
+    excluded_types: dict[str, int] | None = doc_field(
+        "instance types left out before candidates were formed, by reason", default=None
+    )
+    calibration: list[PlanCalibration] | None = doc_field(
+        "measured corrections from observed runs of this model (srifty serve's feedback loop)", default=None
+    )
+    model: str | None = doc_field("model name from the profile", default=None)
+    profile_gpu: str | None = doc_field("GPU the profile was measured on", default=None)
+    created_at: str | None = doc_field("UTC time the plan was made", default=None)
+    notes: list[str] | None = doc_field("assumptions and warnings", default=None)
+    checkpoint_s: float | None = doc_field(
+        "what one checkpoint save costs, in seconds: measured by the profile, else assumed (srifty launch sizes "
+        "torchrun's shutdown grace from it)",
+        default=None,
+        min=0,
+    )
+    written_by: str | None = doc_field("the release that made the plan, e.g. 'lightning-srifty 0.2.0'", default=None)
+    software: Software | None = doc_field(
+        "the profiled environment (Python, torch, lightning, lightning-srifty versions): what srifty terraform "
+        "installs on the fleet's nodes; absent in plans made before #22",
+        default=None,
+    )
+
+    def __post_init__(self) -> None:
+        if self.entries and self.chosen >= len(self.entries):
+            raise ProfileSchemaError(
+                f"chosen: expected the index of one of the plan's {len(self.entries)} entries (0 to "
+                f"{len(self.entries) - 1}), got {self.chosen}. Make the plan again with `srifty recommend --out "
+                "plan.json`, or pick a fleet with --choice.",
+                field="chosen",
+                value=self.chosen,
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        return atomic_write_json(path, self.to_dict())
+
+
+@functools.cache
+def writer() -> str:
+    """This release, as documents record who wrote them (read from the installed metadata once)."""
+    try:
+        return f"lightning-srifty {importlib.metadata.version('lightning-srifty')}"
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "lightning-srifty (source tree)"
+
+
+def load_plan(source: str | os.PathLike[str] | dict[str, Any]) -> Plan:
+    """A plan from a path or parsed data; errors name the field."""
+    data = (
+        source
+        if isinstance(source, dict)
+        else read_json_document(source, "Plan", "Make one with `srifty recommend --out plan.json`.")
+    )
+    if not isinstance(data, dict) or data.get("schema") != PLAN_SCHEMA:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        newer = isinstance(got, str) and got.startswith("srifty.plan/")
+        fix = (
+            " A plan of another major version: use the lightning-srifty release that wrote it "
+            f"({data.get('written_by') or 'see its written_by'}), or make the plan again with this one."
+            if newer
+            else " Make one with `srifty recommend --out plan.json`."
+        )
+        raise ProfileSchemaError(
+            f"schema: this lightning-srifty reads {PLAN_SCHEMA!r}, got {got!r}.{fix}", field="schema", value=got
+        )
+    return from_dict(Plan, data)
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """The published JSON Schema of srifty.plan/v1 (predictor/schemas/plan.v1.schema.json)."""
+    return json_schema(Plan, schema_id="https://lightning-srifty.dev/schemas/plan.v1.schema.json", title=PLAN_SCHEMA)

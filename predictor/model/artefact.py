@@ -1,0 +1,28 @@
+"""The fitted constants of the performance model (``predictor/data/model_v2.json``), read once, never trained on load.
+
+``scripts/fit_model.py`` writes it from the bundled measurements: the data-parallel loss constants
+(:mod:`predictor.model.scaling`), the tensor-core efficiencies of the operator path, and the held-out error of each
+kind of prediction (:mod:`predictor.model.uncertainty`), with the data's sha256 and the library versions it was fitted
+with. Everything in it is plain numbers evaluated with numpy, so an install with other library versions reads it as
+it is; a missing or foreign file falls back to the documented defaults of each module (and says so).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any
+
+SCHEMA = "srifty.model/v2"
+FILENAME = "model_v2.json"
+
+
+@functools.cache
+def model_artefact() -> dict[str, Any]:
+    """The fitted constants ({} when the file is missing or of another schema)."""
+    try:
+        data = json.loads(resources.files("predictor.data").joinpath(FILENAME).read_text("utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else {}

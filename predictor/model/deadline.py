@@ -1,0 +1,729 @@
+"""Spot under a deadline: when to gamble on spot capacity, when to fall back to on-demand, and what a run would have
+cost on the capacity AWS actually had.
+
+One model of a run, in whole ticks of ``tick_s`` seconds (the trace's gap, or a multiple of it):
+
+- the job needs ``work`` ticks of training on the fleet (the plan's predicted time, start-up excluded);
+- every new fleet (a spot start, an on-demand start, a return to spot) costs ``restart`` ticks before training
+  resumes: the checkpoint save of the fleet it leaves, the new fleet's start-up and the checkpoint load, rounded
+  up to whole ticks (conservative);
+- spot is usable during tick ``k`` of zone ``z`` when the trace has the fleet's spot node count available at ``k``;
+  a spot fleet whose capacity goes away is preempted at the tick's start. AWS gives a two-minute notice: when the
+  checkpoint save fits in it (``save_on_notice``, what ``srifty launch`` does), nothing trained is lost; otherwise the
+  progress since the last periodic checkpoint is;
+- on-demand capacity is always there; waiting costs nothing; every tick of a running fleet is billed at its price.
+
+A :class:`Policy` decides at each tick boundary from what it could know then (the job, the time, the committed
+progress, the fleet it runs, the availability observed so far): stay, start spot (which zone), wait for spot, or run
+on-demand. Every policy here except ``on-demand`` keeps the same hard rule (:func:`must_run_on_demand`): it never
+lets the slack fall below what an on-demand finish needs, so a feasible deadline is always met.
+
+:func:`replay` runs a policy over a trace; :func:`optimum` is the hindsight optimum, an exact dynamic programme over
+the same tick model knowing the whole trace (and never losing work): the yardstick no online policy can beat.
+
+Policies: ``on-demand`` (never spot), ``greedy`` (spot whenever available, wait otherwise, on-demand only when the
+deadline forces it: Can't Be Late's greedy with its safety net), ``uniform`` (Can't Be Late's uniform progress: run
+on-demand while behind the straight line from 0 to the work at the deadline, with hysteresis), and ``srifty`` (the
+product's: uniform progress whose line starts after a quarter of the slack, and no earlier than twice the work before
+the deadline, so that spot gets a head start, and which returns to spot as soon as the run is on track).
+
+References: Wu et al., *Can't Be Late: Optimizing Spot Instance Savings under Deadlines*, NSDI 2024; the traces:
+github.com/skypilot-org/spot-traces.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from predictor.exceptions import ConfigError
+
+NOTICE_S = 120.0  # the EC2 spot interruption notice
+WAIT, ON_DEMAND = -1, -2  # actions besides "spot in zone z" (z >= 0)
+TraceValues = Literal["available", "preempted"]
+
+
+# ---------------------------------------------------------------- traces
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Spot availability of one or more zones: ``available[z, k]`` is True when zone ``z`` had the fleet's spot node
+    count at tick ``k``; ``gap_s`` seconds per tick."""
+
+    gap_s: float
+    available: np.ndarray  # (zones, ticks) bool
+    names: tuple[str, ...] = ()
+
+    @property
+    def ticks(self) -> int:
+        return int(self.available.shape[1])
+
+    @property
+    def hours(self) -> float:
+        return self.ticks * self.gap_s / 3600.0
+
+    def resample(self, factor: int) -> Trace:
+        """Ticks of ``factor`` x the gap; a coarse tick is available only when every tick in it was (a preemption
+        anywhere inside ends the spot fleet: conservative for spot)."""
+        if factor <= 1:
+            return self
+        n = self.ticks // factor
+        a = self.available[:, : n * factor].reshape(self.available.shape[0], n, factor).all(axis=2)
+        return Trace(self.gap_s * factor, a, self.names)
+
+    def window(self, start: int, length: int) -> Trace:
+        return Trace(self.gap_s, self.available[:, start : start + length], self.names)
+
+    def availability(self) -> float:
+        """Share of ticks with spot in at least one zone."""
+        return float(self.available.any(axis=0).mean()) if self.ticks else 0.0
+
+
+def _trace_error(path: str, field_name: str, value: Any, fix: str) -> ConfigError:
+    return ConfigError(f"Spot trace {path}: {field_name} {fix}", parameter=field_name, value=value)
+
+
+def read_trace(
+    source: str | os.PathLike[str] | Any,
+    *,
+    nodes: int = 1,
+    values: TraceValues | None = None,
+) -> tuple[Trace, list[str]]:
+    """One zone's trace in the format of skypilot-org/spot-traces: ``{"metadata": {"gap_seconds": G}, "data": [...]}``
+    where ``data`` holds, per tick, the number of instances available (``values="available"``, the repository's
+    README) or, for its single-node files, a preempted flag (``"preempted"``: 1 = no capacity, how the Can't Be Late
+    simulator reads them). ``metadata.values`` may say which; ``values`` overrides it. Spot is usable at a tick when at
+    least ``nodes`` instances are available.
+
+    Returns the trace and notes (how it was read). Raises :class:`ConfigError` naming the field, the value and the fix.
+    """
+    inline = not isinstance(source, (str, os.PathLike))
+    path = "(inline)" if inline else str(source)
+    if inline:
+        doc = source
+    else:
+        try:
+            with open(source) as f:
+                doc = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"Spot trace {path} is not JSON ({exc}).", parameter="trace", value=path) from None
+    if not isinstance(doc, dict):
+        raise _trace_error(path, "the document", type(doc).__name__, "must be an object with 'metadata' and 'data'.")
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict) or "gap_seconds" not in meta:
+        raise _trace_error(
+            path, "metadata.gap_seconds", None, 'is missing: write {"metadata": {"gap_seconds": 300}, ...}.'
+        )
+    gap = meta["gap_seconds"]
+    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not math.isfinite(gap) or gap <= 0:
+        raise _trace_error(path, "metadata.gap_seconds", gap, f"must be a number of seconds > 0; got {gap!r}.")
+    data = doc.get("data")
+    if not isinstance(data, list) or not data:
+        raise _trace_error(path, "data", type(data).__name__, "must be a non-empty list of instance counts per tick.")
+    bad = [(i, v) for i, v in enumerate(data) if isinstance(v, bool) or not isinstance(v, (int, float))]
+    if bad:
+        i, v = bad[0]
+        raise _trace_error(path, f"data[{i}]", v, f"must be a number of instances; got {v!r} ({len(bad)} such).")
+    arr = np.asarray(data, dtype=float)
+    if (arr < 0).any() or (arr != np.floor(arr)).any():
+        i = int(np.flatnonzero((arr < 0) | (arr != np.floor(arr)))[0])
+        raise _trace_error(path, f"data[{i}]", data[i], f"must be a whole number of instances >= 0; got {data[i]!r}.")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"nodes must be a whole number >= 1; got {nodes!r}.", parameter="nodes", value=nodes)
+    notes: list[str] = []
+    declared = meta.get("values")
+    how = values or declared
+    if how is None:
+        how = "available"
+        if set(np.unique(arr)) <= {0.0, 1.0}:
+            notes.append(
+                f"{os.path.basename(path)}: 0/1 values read as instances available (the spot-traces README); the Can't "
+                "Be Late simulator reads its single-node files as preempted flags: --trace-values preempted"
+            )
+    if how not in ("available", "preempted"):
+        raise _trace_error(path, "metadata.values", how, "must be 'available' or 'preempted'.")
+    if how == "preempted":
+        if not set(np.unique(arr)) <= {0.0, 1.0}:
+            raise _trace_error(path, "data", "counts", "holds counts above 1: it cannot be read as preempted flags.")
+        counts = np.where(arr > 0, 0.0, 1.0)
+    else:
+        counts = arr
+    if nodes > 1 and counts.max() < nodes:
+        notes.append(
+            f"{os.path.basename(path)}: never {nodes} instances available (at most {int(counts.max())}): spot is "
+            "never usable for this fleet"
+        )
+    name = os.path.splitext(os.path.basename(path))[0]
+    return Trace(float(gap), (counts >= nodes)[None, :], (name,)), notes
+
+
+def spells(available: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths in ticks of the runs with spot and of the runs without, in a 1-D availability series."""
+    out = []
+    for series in (available.astype(int), 1 - available.astype(int)):
+        edges = np.diff(np.r_[0, series, 0])
+        out.append(np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1))
+    return out[0], out[1]
+
+
+def combine(traces: Sequence[Trace]) -> Trace:
+    """Zones side by side (the plan may move between them): same gap, cut to the shortest."""
+    if not traces:
+        raise ConfigError("At least one trace is needed.", parameter="trace")
+    gaps = {t.gap_s for t in traces}
+    if len(gaps) != 1:
+        raise ConfigError(
+            f"Traces of one replay must share metadata.gap_seconds; got {sorted(gaps)}.", parameter="trace"
+        )
+    n = min(t.ticks for t in traces)
+    return Trace(
+        traces[0].gap_s,
+        np.concatenate([t.available[:, :n] for t in traces]),
+        tuple(name for t in traces for name in t.names),
+    )
+
+
+# ---------------------------------------------------------------- the job
+
+
+@dataclass(frozen=True)
+class Job:
+    """A run to place, in seconds and USD per hour of the whole fleet."""
+
+    work_s: float  # training time on the fleet (start-up excluded)
+    deadline_s: float  # from the start of the run
+    restart_s: float  # save + start-up + restore, per new fleet
+    spot_usd_hr: float  # the fleet on its spot market (a mixed fleet: its on-demand base + spot share)
+    od_usd_hr: float  # the same fleet all on-demand
+    checkpoint_interval_s: float | None = None  # periodic checkpoints while on spot (None: none)
+    save_on_notice: bool = True  # the save fits the two-minute notice: a preemption loses nothing
+
+    def __post_init__(self) -> None:
+        for name in ("work_s", "deadline_s", "spot_usd_hr", "od_usd_hr"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ConfigError(f"{name} must be a number > 0; got {v!r}.", parameter=name, value=v)
+        if not (math.isfinite(self.restart_s) and self.restart_s >= 0):
+            raise ConfigError(f"restart_s must be >= 0; got {self.restart_s!r}.", parameter="restart_s")
+
+
+@dataclass(frozen=True)
+class Ticks:
+    """The job in whole ticks."""
+
+    tick_s: float
+    work: int
+    deadline: int
+    restart: int
+    checkpoint: int | None
+    spot_usd: float  # per tick
+    od_usd: float
+    save_on_notice: bool
+
+    @classmethod
+    def of(cls, job: Job, tick_s: float) -> Ticks:
+        ck = job.checkpoint_interval_s
+        return cls(
+            tick_s,
+            max(1, math.ceil(job.work_s / tick_s - 1e-9)),
+            math.floor(job.deadline_s / tick_s + 1e-9),
+            math.ceil(job.restart_s / tick_s - 1e-9),
+            None if ck is None or not math.isfinite(ck) else max(1, math.ceil(ck / tick_s - 1e-9)),
+            job.spot_usd_hr * tick_s / 3600.0,
+            job.od_usd_hr * tick_s / 3600.0,
+            job.save_on_notice,
+        )
+
+    @property
+    def feasible(self) -> bool:
+        """An on-demand run from the start meets the deadline."""
+        return self.restart + self.work <= self.deadline
+
+
+# ---------------------------------------------------------------- policies
+
+
+@dataclass
+class State:
+    """What a policy sees at a tick boundary."""
+
+    tick: int
+    done: int  # committed progress (ticks of work)
+    running: int | None  # None, ON_DEMAND, or a spot zone
+    overhead: int  # restart ticks still to pay on the running fleet
+    available: np.ndarray  # (zones,) spot usable this tick
+    seen: np.ndarray  # (zones, tick) availability observed so far (this tick excluded)
+
+
+def must_run_on_demand(s: State, j: Ticks) -> bool:
+    """The hard rule: anything but on-demand for one more tick could leave too little time for an on-demand finish.
+
+    Worst case of one more tick off on-demand: no committed progress, then a fresh on-demand fleet (``restart``)
+    for the remaining work. The rule held a tick ago, so an on-demand fleet started (or kept) now finishes in time:
+    ``tick + restart + left <= deadline``."""
+    return s.tick + 1 + j.restart + (j.work - s.done) > j.deadline
+
+
+class Policy:
+    """Decides at each tick: a spot zone (>= 0), :data:`WAIT` or :data:`ON_DEMAND`."""
+
+    name = "policy"
+
+    def reset(self, j: Ticks, zones: int) -> None:
+        """Called once before a run."""
+
+    def decide(self, s: State, j: Ticks) -> int:
+        raise NotImplementedError
+
+
+def _spot_zone(s: State) -> int | None:
+    """The zone to use: the one running if still available, else the first available."""
+    if s.running is not None and s.running >= 0 and s.available[s.running]:
+        return s.running
+    idx = np.flatnonzero(s.available)
+    return int(idx[0]) if idx.size else None
+
+
+class OnDemand(Policy):
+    name = "on-demand"
+
+    def decide(self, s: State, j: Ticks) -> int:
+        return ON_DEMAND
+
+
+class Greedy(Policy):
+    """Spot whenever available, wait otherwise; on-demand only once the deadline forces it (then to the end)."""
+
+    name = "greedy"
+
+    def decide(self, s: State, j: Ticks) -> int:
+        if s.running == ON_DEMAND or must_run_on_demand(s, j):
+            return ON_DEMAND
+        zone = _spot_zone(s)
+        return WAIT if zone is None else zone
+
+
+class UniformProgress(Policy):
+    """Can't Be Late's uniform progress: the target is the straight line to the work at the deadline (less one
+    restart); behind it, run on-demand while spot is away; ahead of it, wait for spot. An on-demand fleet is kept
+    until the progress is ``hysteresis`` restarts ahead of the line, then left for spot (the paper's hysteresis)."""
+
+    name = "uniform"
+    head_start = 0.0  # share of the slack before the line starts (0: from the run's start)
+    tail: float | None = None  # the line starts no earlier than (1 + tail) x the work before the deadline
+    hysteresis = 1.0  # restarts ahead of the line before an on-demand fleet is left for spot
+
+    def target(self, s: State, j: Ticks) -> float:
+        """The progress the line asks for at the end of this tick."""
+        horizon = max(1, j.deadline - j.restart)
+        slack = max(0, horizon - j.work)
+        x0 = self.head_start * slack
+        if self.tail is not None:
+            x0 = max(x0, slack - self.tail * j.work)
+        return j.work * (s.tick + 1 - x0) / max(1.0, horizon - x0)
+
+    def decide(self, s: State, j: Ticks) -> int:
+        if must_run_on_demand(s, j):
+            return ON_DEMAND
+        target = self.target(s, j)
+        zone = _spot_zone(s)
+        if s.running == ON_DEMAND:
+            return zone if zone is not None and s.done >= target + self.hysteresis * j.restart else ON_DEMAND
+        if zone is not None:
+            return zone
+        return ON_DEMAND if s.done < target else WAIT
+
+
+class Srifty(UniformProgress):
+    """The product's policy: uniform progress with a head start for spot and a return to spot as soon as the run is
+    on track.
+
+    - the line starts after ``head_start`` (0.25) of the slack: a run first waits for spot for up to a quarter of
+      its slack before on-demand is used (bounded: 0 is uniform progress, 1 is greedy);
+    - and no earlier than ``(1 + tail)`` x the work before the deadline (``tail`` 1): a run with slack to spare (a
+      deadline of 3-10x its work) waits for spot like greedy, then keeps a line with as much slack as work for the
+      rest (uniform progress would buy on-demand from the first tick without spot);
+    - an on-demand fleet is left for spot as soon as spot is there and the progress is on the line
+      (``hysteresis`` 0): on-demand time is only bought while the run is behind;
+    - always the hard rule (:func:`must_run_on_demand`).
+
+    The constants were chosen on the single-node traces (2022-10-26 and 2023-02-15 availability, 2023-04-22
+    preemption) only, as round values in the flat middle of the grid (bench/spot_replay.py --grid); the multi-node
+    traces are the held-out check.
+    """
+
+    name = "srifty"
+    head_start = 0.25
+    tail = 1.0
+    hysteresis = 0.0
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (OnDemand, Greedy, UniformProgress, Srifty)}
+
+
+def policy(name: str) -> Policy:
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise ConfigError(
+            f"Unknown policy {name!r}: use one of {', '.join(POLICIES)} (or 'optimum' in srifty replay).",
+            parameter="policy",
+            value=name,
+        ) from None
+
+
+# ---------------------------------------------------------------- replay
+
+
+@dataclass
+class Outcome:
+    """What a run did."""
+
+    policy: str
+    finished: bool
+    finished_h: float | None
+    cost_usd: float
+    deadline_met: bool
+    preemptions: int
+    hours: dict[str, float]  # spot, on-demand, waiting, restarting (part of spot/on-demand billed time)
+    lost_h: float
+    starts: int
+    progress: np.ndarray | None = None  # committed work (h) at each tick's end, for plots
+    market: np.ndarray | None = None  # -1 wait, -2 on-demand, z spot
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "finished": self.finished,
+            "finished_h": None if self.finished_h is None else round(self.finished_h, 4),
+            "cost_usd": round(self.cost_usd, 4),
+            "deadline_met": self.deadline_met,
+            "preemptions": self.preemptions,
+            "starts": self.starts,
+            "lost_h": round(self.lost_h, 4),
+            "hours": {k: round(v, 4) for k, v in self.hours.items()},
+        }
+
+
+def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outcome:
+    """Run ``pol`` over ``trace`` from its first tick until the work is done (or the trace ends)."""
+    j = Ticks.of(job, trace.gap_s)
+    pol.reset(j, trace.available.shape[0])
+    a = trace.available
+    done = progress = 0  # committed, and trained (committed + since the last checkpoint)
+    running: int | None = None
+    overhead = 0
+    cost = 0.0
+    preemptions = starts = lost = 0
+    spent = {"spot": 0, "on-demand": 0, "waiting": 0, "restarting": 0}
+    prog_log = np.zeros(trace.ticks) if record else None
+    mkt_log = np.full(trace.ticks, WAIT) if record else None
+    finished_at: int | None = None
+    for k in range(trace.ticks):
+        avail = a[:, k]
+        if running is not None and running >= 0 and not avail[running]:  # preempted at the tick's start
+            preemptions += 1
+            if not j.save_on_notice:
+                lost += progress - done
+                progress = done
+            done = progress
+            running, overhead = None, 0
+        s = State(k, progress if j.save_on_notice else done, running, overhead, avail, a[:, :k])
+        act = pol.decide(s, j)
+        if act >= 0 and not avail[act]:
+            raise RuntimeError(f"policy {pol.name} chose spot in zone {act} at tick {k}, where there is none")
+        if act == WAIT:
+            if running is not None:
+                done = progress  # a voluntary stop saves first
+            running, overhead = None, 0
+        elif act != running:
+            done = progress  # leaving a fleet saves first
+            running, overhead = act, j.restart
+            starts += 1
+        if running is None:
+            spent["waiting"] += 1
+        else:
+            cost += j.od_usd if running == ON_DEMAND else j.spot_usd
+            spent["on-demand" if running == ON_DEMAND else "spot"] += 1
+            if overhead > 0:
+                overhead -= 1
+                spent["restarting"] += 1
+            else:
+                progress += 1
+                if running == ON_DEMAND or (j.checkpoint is not None and progress % j.checkpoint == 0):
+                    done = progress
+        if record:
+            prog_log[k] = progress  # type: ignore[index]
+            mkt_log[k] = WAIT if running is None else running  # type: ignore[index]
+        if progress >= j.work:
+            finished_at = k + 1
+            break
+    h = j.tick_s / 3600.0
+    out = Outcome(
+        pol.name,
+        finished_at is not None,
+        None if finished_at is None else finished_at * h,
+        cost,
+        finished_at is not None and finished_at <= j.deadline,
+        preemptions,
+        {key: v * h for key, v in spent.items()},
+        lost * h,
+        starts,
+    )
+    if record:
+        n = finished_at or trace.ticks
+        out.progress = prog_log[:n] * h  # type: ignore[index]
+        out.market = mkt_log[:n]  # type: ignore[index]
+    return out
+
+
+# ---------------------------------------------------------------- the hindsight optimum
+
+
+def optimum(job: Job, trace: Trace) -> Outcome:
+    """The cheapest run that meets the deadline knowing the whole trace: an exact dynamic programme over the tick
+    model (states: progress x {waiting, on-demand or spot in each zone with the restart ticks left}), forward in
+    time, vectorised over progress. It never loses work (it would save before a preemption it knows of). When the
+    deadline cannot be met even on-demand, the cheapest run finishing at all within the trace is returned."""
+    j = Ticks.of(job, trace.gap_s)
+    zones, horizon = trace.available.shape
+    W, R = j.work, j.restart
+    inf = np.inf
+    # markets: 0 = on-demand, 1 + z = spot in zone z; each has R + 1 phases (restart ticks left after the tick: R-1..0
+    # are in restart, "0" trains) -- phase index r = ticks still to pay, 0 = training
+    M = zones + 1
+    phases = max(R, 1)
+    run = np.full((M, phases, W + 1), inf)  # cost, after the tick, of being on market m with phase r and progress p
+    wait = np.full(W + 1, inf)
+    wait[0] = 0.0
+    price = np.array([j.od_usd] + [j.spot_usd] * zones)
+    best = (inf, -1)
+    deadline = j.deadline if j.feasible else horizon
+    for k in range(min(horizon, deadline)):
+        avail = np.concatenate([[True], trace.available[:, k]])
+        any_state = np.minimum(wait, run.min(axis=(0, 1)))  # leave whatever runs (a preempted spot fleet too)
+        new = np.full_like(run, inf)
+        for m in range(M):
+            if not avail[m]:
+                continue
+            cont = run[m]
+            # continue: phase r > 0 -> r - 1 with no progress (r counted before the tick)
+            # start fresh from any state: R restart ticks, the first paid now
+            start = any_state
+            if R == 0:
+                trained = np.minimum(cont[0], start)
+                new[m, 0, 1:] = trained[:-1]
+                new[m, 0, W] = min(new[m, 0, W], trained[W])
+            else:
+                # phase after the tick: from a continuing fleet in phase r (r ticks left before), r-1 left after
+                stay = np.full((phases, W + 1), inf)
+                # training fleets (phase 0) train one more tick
+                stay[0, 1:] = cont[0, :-1]
+                stay[0, W] = min(stay[0, W], cont[0, W])
+                if R > 1:
+                    # phase r (r >= 1 ticks left) pays one: r - 1 left; phase 1 -> 0 (ready to train next tick)
+                    stay[0] = np.minimum(stay[0], cont[1]) if phases > 1 else stay[0]
+                    stay[1:-1] = np.minimum(stay[1:-1], cont[2:])
+                # a fresh start pays one restart tick now: R - 1 left
+                fresh = np.full((phases, W + 1), inf)
+                fresh[R - 1] = start
+                new[m] = np.minimum(stay, fresh)
+            new[m] += price[m]
+        run, wait = new, any_state
+        done = run[:, 0, W].min()
+        if done < best[0]:
+            best = (float(done), k + 1)
+    cost, at = best
+    h = j.tick_s / 3600.0
+    return Outcome(
+        "optimum",
+        at > 0,
+        at * h if at > 0 else None,
+        cost if at > 0 else float("nan"),
+        at > 0 and at <= j.deadline,
+        0,
+        {},
+        0.0,
+        0,
+    )
+
+
+# ---------------------------------------------------------------- from a plan
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """A plan entry as a :class:`Job`, with what the replay needs to say about it."""
+
+    job: Job
+    fleet: str
+    market: str
+    spot_nodes: int  # instances on spot: the count the trace must have available
+    notes: tuple[str, ...]
+
+
+def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | None = None,
+                  catalog: Any = None) -> PlannedRun:  # fmt: skip
+    """The run of ``plan.entries[choice]`` (default: the plan's choice) under the plan's deadline (or
+    ``deadline_h``): the work is the plan's optimizer steps x the predicted step time, each new fleet costs the
+    entry's start-up plus a checkpoint save and load (``plan.checkpoint_s``), spot is the entry's price (a mixed
+    fleet: its on-demand base plus its spot share) and on-demand the same fleet all on-demand (from the catalog).
+
+    Raises:
+        ConfigError: no deadline, an entry without spot instances or on-demand prices, a choice out of range.
+    """
+    from predictor.model.spot import DEFAULT_CHECKPOINT_S
+
+    index = plan.chosen if choice is None else choice
+    if not 0 <= index < len(plan.entries):
+        raise ConfigError(
+            f"--choice {index} is not an entry of the plan (0-{len(plan.entries) - 1}).",
+            parameter="choice",
+            value=index,
+        )
+    entry = plan.entries[index]
+    deadline = deadline_h if deadline_h is not None else plan.constraints.deadline_h
+    if deadline is None:
+        raise ConfigError(
+            "The plan has no deadline: pass --deadline (e.g. --deadline 36h), or re-rank with srifty recommend "
+            "--deadline.",
+            parameter="deadline",
+        )
+    notes: list[str] = []
+    steps = plan.constraints.work_samples / entry.global_batch if entry.global_batch else None
+    startup = entry.startup_s or 0.0
+    if steps is not None:
+        work_s = steps * entry.iteration_time_s
+    else:  # plans made before global_batch was recorded
+        work_s = max(1.0, entry.time_h * 3600 - startup)
+        notes.append("the plan does not record its global batch: the work is its predicted time less the start-up")
+    ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S
+    spot_nodes = sum(g.spot for g in entry.groups)
+    if catalog is None:
+        from predictor.catalog.catalog import Catalog
+
+        catalog = Catalog.load()
+    od = sp = 0.0
+    for g in entry.groups:
+        it = catalog.get(g.instance_type)
+        p_od = it.price_usd_hr(entry.region, "on-demand")
+        p_sp = it.price_usd_hr(entry.region, "spot")
+        if p_od is None:
+            raise ConfigError(
+                f"{g.instance_type} has no on-demand price in {entry.region} in the catalog: the fallback cannot be "
+                "priced. Refresh the catalog (srifty catalog refresh) or pick another entry with --choice.",
+                parameter="choice",
+                value=index,
+            )
+        od += p_od * g.count
+        sp += p_od * g.on_demand + (p_sp if p_sp is not None else p_od) * g.spot
+    if entry.market != "on-demand":
+        sp = entry.usd_per_hour  # what the plan priced
+    elif spot_nodes == 0:
+        spot_nodes = entry.nodes  # an on-demand entry replayed as if bought on spot
+        notes.append(f"{entry.fleet} is an on-demand entry: replayed as the same fleet on spot")
+    job = Job(
+        work_s=work_s,
+        deadline_s=deadline * 3600.0,
+        restart_s=startup + 2 * ck,
+        spot_usd_hr=sp,
+        od_usd_hr=od,
+        checkpoint_interval_s=entry.checkpoint_interval_s,
+        save_on_notice=ck <= NOTICE_S - 10,
+    )
+    if not job.save_on_notice:
+        notes.append(
+            f"a checkpoint save takes {ck:.0f} s, more than the {NOTICE_S:.0f} s spot notice: a preemption loses the "
+            "work since the last periodic checkpoint"
+        )
+    return PlannedRun(job, entry.fleet, entry.market, spot_nodes, tuple(notes))
+
+
+# ---------------------------------------------------------------- expectation for the ranking
+
+# Mean spell without spot capacity, measured on the single-node traces (bench/spot_replay.py prints it): the
+# zone-median of each zone's mean spell without spot, the files read as the Can't Be Late simulator reads them
+# (3.12 h). Physical: the wait for capacity after an interruption; bounded by the traces' longest spells.
+DOWN_SPELL_S = 3.1 * 3600.0
+
+
+@dataclass(frozen=True)
+class SpotStats:
+    """Spot capacity as traces recorded it: what the ranking uses in place of the catalog's Spot Advisor rates."""
+
+    rate_per_hr: float  # interruptions per spot-instance hour: 1 / the mean spell with spot
+    down_s: float  # the mean spell without spot: the wait for capacity after an interruption
+    availability: float
+    source: str
+
+    @classmethod
+    def of(cls, traces: Sequence[Trace], source: str = "") -> SpotStats:
+        """Mean spells over every zone given (a zone's spells counted whole)."""
+        up: list[float] = []
+        down: list[float] = []
+        there = total = 0
+        for t in traces:
+            for row in t.available:
+                with_spot, without = spells(row)
+                up.extend(with_spot * t.gap_s)
+                down.extend(without * t.gap_s)
+                there += int(row.sum())
+                total += row.size
+        if not up:
+            raise ConfigError(
+                f"The spot traces {source or ''} never have spot available: there is nothing to rank spot on. Leave "
+                "them out, or rank on-demand only (--market on-demand).",
+                parameter="spot_trace",
+            )
+        return cls(3600.0 / float(np.mean(up)), float(np.mean(down)) if down else 0.0, there / total, source)
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Arrays aligned with the candidates."""
+
+    od_share: np.ndarray  # expected share of the work the policy runs on-demand
+    time_s: np.ndarray  # expected wall time, start-up included
+    cost_usd: np.ndarray
+
+
+def expected_with_fallback(
+    spot_wall_s: np.ndarray,
+    work_s: np.ndarray,
+    interruptions: np.ndarray,
+    deadline_s: float,
+    startup_s: np.ndarray,
+    restart_s: np.ndarray,
+    spot_usd_hr: np.ndarray,
+    od_usd_hr: np.ndarray,
+    down_s: float = DOWN_SPELL_S,
+) -> Fallback:
+    """What a spot (or mixed) run is expected to take and cost when the deadline policy guards it.
+
+    ``spot_wall_s`` is the spot-only time after start-up (:func:`predictor.model.spot.spot_cost`: checkpoints, restarts
+    and lost work) for ``work_s`` of training with ``interruptions`` expected; each interruption also waits
+    ``down_s`` for capacity. Time spot alone cannot fit before the deadline (less the start-up and a restart kept in
+    hand) is run on-demand: the on-demand share is ``1 - available / spot-only``, bounded to [0, 1]; the on-demand
+    hours replace waiting, so the run ends by the deadline. First order: the replay of the traces measures how far
+    it is from what the policy does (BENCHMARKS.md)."""
+    wall = np.asarray(spot_wall_s, float) + np.asarray(interruptions, float) * down_s
+    budget = deadline_s - np.asarray(startup_s, float) - np.asarray(restart_s, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.clip(1.0 - budget / wall, 0.0, 1.0)
+    share = np.where(budget <= 0, 1.0, share)
+    spot_billed = (1 - share) * (np.asarray(spot_wall_s, float))  # waiting is not billed
+    od_billed = share * np.asarray(work_s, float) + np.where(share > 0, restart_s, 0.0)
+    time = np.asarray(startup_s, float) + np.where(share > 0, np.maximum(np.minimum(wall, budget), work_s), wall)
+    cost = (
+        np.asarray(startup_s, float) * spot_usd_hr / 3600
+        + spot_billed * spot_usd_hr / 3600
+        + od_billed * od_usd_hr / 3600
+    )
+    return Fallback(share, time, cost)

@@ -1,0 +1,662 @@
+"""Step time from the profile's operator table: every ATen operator classified, predicted by the per-operator latency
+model (:mod:`predictor.model.kernels`) on a GPU, and summed.
+
+Classes and the dimensions taken from the recorded shapes:
+
+- ``gemm``: mm, addmm, bmm, baddbmm (``b, m, n, k``); attention kernels as their two batched matmuls plus a softmax,
+  scaled by the recorded FLOPs (their backward's, a causal mask's), or by the operator's name when none were recorded
+  (backward 2.5 x the forward for the fused kernels);
+- ``conv``: convolution and its backward (``b, cin, cout, kh, kw, h, w, stride, padding, groups``; the backward as
+  the forward scaled by the recorded FLOPs);
+- ``norm``, ``softmax``: rows x columns over the last dimension(s);
+- ``reduction``: sums, means, norms, losses;
+- ``elementwise``: pointwise maths and activations (and their backward);
+- ``memory``: copies, casts, fills, concatenation, embedding gathers and scatters, the optimizer's foreach kernels,
+  and every operator the table cannot classify (bandwidth-bound; counted in the note, never dropped).
+
+Composition: on the profiled GPU, the measured compute is scaled by the ratio of the operator sums (target /
+profiled), so a systematic error of the latency model cancels; from a CPU or meta profile the sum is absolute, and
+the host's launch rate bounds it from below (eager PyTorch cannot launch faster than ``HOST_S_PER_KERNEL`` per
+kernel).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from predictor.catalog.gpus import GPU
+from predictor.documents.profile import OpRecord, Profile
+from predictor.exceptions import PredictionError
+
+# eager PyTorch dispatches a kernel every few microseconds at best from Python (dispatcher + launch); a step of many
+# small kernels is bound by the host (judgement from published eager-mode overhead figures, not measured here)
+HOST_S_PER_KERNEL = 6e-6
+HALF = {"float16", "bfloat16", "half"}
+DTYPE_BYTES = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "half": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
+
+_GEMM = {"mm", "addmm", "bmm", "baddbmm", "_addmm_activation"}
+_ATTENTION_PREFIX = ("_scaled_dot_product", "_flash_attention", "_efficient_attention")
+_CONV = {"convolution", "_convolution", "cudnn_convolution", "convolution_overrideable", "mkldnn_convolution"}
+_CONV_BACKWARD = {"convolution_backward", "convolution_backward_overrideable", "cudnn_convolution_backward"}
+_NORM = {
+    "native_layer_norm",
+    "native_layer_norm_backward",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training",
+    "native_batch_norm_backward",
+    "cudnn_batch_norm",
+    "cudnn_batch_norm_backward",
+    "native_group_norm",
+    "native_group_norm_backward",
+    "_fused_rms_norm",
+    "_fused_rms_norm_backward",
+}
+_SOFTMAX = {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data"}
+_REDUCTION = {
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "var",
+    "std",
+    "var_mean",
+    "std_mean",
+    "norm",
+    "linalg_vector_norm",
+    "prod",
+    "all",
+    "any",
+    "nll_loss_forward",
+    "nll_loss_backward",
+    "nll_loss2d_forward",
+    "nll_loss2d_backward",
+    "mse_loss",
+    "mse_loss_backward",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "cumsum",
+    "topk",
+    "sort",
+}
+_MEMORY = {
+    "copy",
+    "copy_",
+    "_to_copy",
+    "clone",
+    "contiguous",
+    "cat",
+    "stack",
+    "fill",
+    "fill_",
+    "zero",
+    "zero_",
+    "zeros",
+    "zeros_like",
+    "ones",
+    "ones_like",
+    "full",
+    "full_like",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_zeros",
+    "new_empty",
+    "new_empty_strided",
+    "embedding",
+    "embedding_dense_backward",
+    "index_select",
+    "index",
+    "index_put",
+    "index_put_",
+    "_index_put_impl_",
+    "index_add",
+    "gather",
+    "scatter",
+    "scatter_add",
+    "constant_pad_nd",
+    "max_pool2d_with_indices",
+    "max_pool2d_with_indices_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+    "_adaptive_avg_pool2d",
+    "_adaptive_avg_pool2d_backward",
+    "masked_scatter",
+    "slice_backward",
+    "select_backward",
+    "repeat",
+    "roll",
+    "flip",
+    "tril",
+    "triu",
+    "arange",
+    "randperm",
+}
+_ELEMENTWISE_WORDS = frozenset(
+    (
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "relu",
+        "gelu",
+        "silu",
+        "tanh",
+        "sigmoid",
+        "threshold",
+        "pow",
+        "sqrt",
+        "rsqrt",
+        "exp",
+        "log",
+        "neg",
+        "abs",
+        "where",
+        "masked",
+        "clamp",
+        "dropout",
+        "bernoulli",
+        "lerp",
+        "addcmul",
+        "addcdiv",
+        "maximum",
+        "minimum",
+        "sign",
+        "erf",
+        "hardtanh",
+        "leaky_relu",
+        "elu",
+        "softplus",
+        "mish",
+        "reciprocal",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "logical",
+        "bitwise",
+        "sin",
+        "cos",
+        "floor",
+        "ceil",
+        "round",
+        "trunc",
+        "rand",
+        "uniform",
+        "normal",
+        "isnan",
+        "isinf",
+        "nan_to_num",
+        "adam",
+        "adamw",
+        "sgd",
+        "square",
+        "hardswish",
+        "hardsigmoid",
+        "glu",
+        "expm1",
+        "log1p",
+        "xlogy",
+        "fmod",
+        "remainder",
+    )
+)
+
+
+def base_name(op: str) -> str:
+    """``aten.addmm.default`` -> ``addmm``; ``aten.add_.Tensor`` -> ``add_``."""
+    parts = op.split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] in ("aten", "prims") else parts[0]
+
+
+@dataclass(frozen=True)
+class Classified:
+    """One record as the latency model sees it: a class, its dimensions, and how much its latency is scaled."""
+
+    cls: str
+    dims: dict[str, float]
+    scale: float  # calls x (recorded FLOPs / FLOPs of the class's forward shape, for backward kernels)
+    half: bool  # fp16/bf16 inputs (tensor cores for gemm/conv)
+    element_bytes: float
+    op: str
+    extra: tuple[Classified, ...] = ()  # attention: its softmax
+    dtype: str | None = None  # the first input's dtype as recorded (None: not recorded)
+    phase: str = ""  # forward, backward or optimizer, as recorded
+
+
+def _numel(shape: Sequence[int]) -> float:
+    return float(math.prod(shape)) if shape else 1.0
+
+
+def _dtype_bytes(dtype: str | None) -> float:
+    return float(DTYPE_BYTES.get((dtype or "float32").replace("torch.", ""), 4))
+
+
+def record_dtype(rec: OpRecord) -> str:
+    """The dtype a record is sized by: its first input's, else its output's (float32 when neither is recorded)."""
+    return (rec.dtypes[0] if rec.dtypes else rec.out_dtype or "float32").replace("torch.", "")
+
+
+def classify(rec: OpRecord) -> Classified:
+    """The class and dimensions of one record (``memory`` for anything unrecognised, by its bytes)."""
+    name = base_name(rec.op)
+    if not name.startswith("_"):
+        name = name.rstrip("_")  # in-place variants classify as their out-of-place operator
+    shapes = [list(s) for s in rec.shapes]
+    dtype = record_dtype(rec)
+    half = dtype in HALF
+    eb = _dtype_bytes(dtype)
+    total_bytes = rec.bytes_read + rec.bytes_written
+    out_numel = _numel(rec.out_shapes[0]) if rec.out_shapes else (_numel(shapes[0]) if shapes else 0.0)
+    try:
+        if name in _GEMM:
+            return _gemm(name, shapes, rec, half, eb)
+        if name.startswith(_ATTENTION_PREFIX):
+            return _attention(name, shapes, rec, half, eb)
+        if name in _CONV or name in _CONV_BACKWARD:
+            return _conv(name in _CONV_BACKWARD, shapes, rec, half, eb)
+    except (IndexError, ValueError, ZeroDivisionError):
+        pass  # a shape this classifier does not understand: bandwidth-bound below, with the others it cannot read
+    if name in _NORM:
+        x = shapes[0] if shapes else []
+        if "batch" in name:  # per channel, over N x H x W
+            rows = float(x[1]) if len(x) > 1 else 1.0
+            cols = _numel(x) / max(rows, 1.0)
+        else:  # over the normalised trailing size: the weight's (the 1-D tensor), else the last dimension
+            weights = [s for s in shapes[1:] if len(s) == 1]
+            cols = float(weights[-1][0]) if weights else float(x[-1] if x else 1)
+            rows = _numel(x) / max(cols, 1.0)
+        return Classified("norm", {"rows": rows, "cols": cols, "bytes": total_bytes}, rec.count, half, eb, rec.op)
+    if name in _SOFTMAX:
+        cols = float(shapes[0][-1]) if shapes and shapes[0] else 1.0
+        rows = (_numel(shapes[0]) if shapes else 0.0) / max(cols, 1.0)
+        return Classified("softmax", {"rows": rows, "cols": cols, "bytes": total_bytes}, rec.count, half, eb, rec.op)
+    raw = base_name(rec.op)
+    plain = raw.strip("_")
+    if raw in _MEMORY:  # _to_copy (casts), before the underscore is stripped
+        return Classified("memory", {"bytes": total_bytes}, rec.count, half, eb, rec.op)
+    if plain in _REDUCTION or plain.rstrip("_") in _REDUCTION:
+        n = _numel(shapes[0]) if shapes else 0.0
+        return Classified("reduction", {"n": n, "bytes": total_bytes}, rec.count, half, eb, rec.op)
+    if plain.startswith("foreach") or plain in _MEMORY or plain.rstrip("_") in _MEMORY:
+        return Classified("memory", {"bytes": total_bytes}, rec.count, half, eb, rec.op)
+    if _ELEMENTWISE_WORDS.intersection(plain.split("_")):
+        return Classified(
+            "elementwise",
+            {"n": out_numel, "bytes": total_bytes, "flops": float(rec.flops)},
+            rec.count,
+            half,
+            eb,
+            rec.op,
+        )
+    return Classified("memory", {"bytes": total_bytes}, rec.count, half, eb, rec.op + "?")
+
+
+def _gemm(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
+    mats = [s for s in shapes if len(s) >= 2]
+    if name in ("mm",):
+        (m, k), (_, n) = mats[0][-2:], mats[1][-2:]
+        b = 1
+    elif name in ("addmm", "_addmm_activation"):
+        (m, k), (_, n) = mats[-2][-2:], mats[-1][-2:]
+        b = 1
+    else:  # bmm, baddbmm: [b, m, k] @ [b, k, n]
+        a, w = mats[-2], mats[-1]
+        b, m, k, n = a[0], a[1], a[2], w[2]
+    return Classified("gemm", {"b": b, "m": m, "n": n, "k": k}, rec.count, half, eb, rec.op)
+
+
+def _attention(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
+    """Fused attention as q @ k^T and p @ v plus its softmax, scaled by the recorded FLOPs (the backward's, a causal
+    mask's), or when none are recorded by :func:`attention_work` from the operator's name and ``is_causal``.
+
+    The fused kernels (flash, memory-efficient, cuDNN) never write the s_q x s_k scores to memory: the softmax is
+    arithmetic on chip (max, subtract, exp, sum: ~4 operations per score) over the kernel's real traffic (q, k, v,
+    the output and, backward, their gradients), so it is a streaming kernel over the scores, not a softmax over a
+    materialised matrix (which would read and write 2 x s_q x s_k elements per head). The math path
+    (``_scaled_dot_product_attention_math``) does materialise them: its softmax moves them too.
+    """
+    backward = "backward" in name or (name == "_scaled_dot_product_attention_math" and rec.phase == "backward")
+    q, k, v = shapes[1:4] if "backward" in name else shapes[0:3]
+    if name.startswith(("_flash_attention", "_efficient_attention")):  # [b, s, h, d]
+        batch, s_q, d, s_k = q[0] * q[2], q[1], q[3], k[1]
+    else:  # [..., h, s, d]
+        batch, s_q, d, s_k = _numel(q[:-2]), q[-2], q[-1], k[-2]
+    d_v = v[-1]
+    forward_flops = 2 * batch * s_q * s_k * (d + d_v)  # every pair: the gemm below
+    ratio = rec.flops / forward_flops if rec.flops > 0 else attention_work(name, rec.params, s_q, s_k, backward)
+    scale = rec.count * ratio
+    scores = batch * s_q * s_k
+    moved = (rec.bytes_read + rec.bytes_written) / ratio  # per forward-equivalent: the call's bytes, once per call
+    if name == "_scaled_dot_product_attention_math":
+        moved += 4 * scores * eb  # scores and probabilities written and read back
+    soft = Classified("elementwise", {"n": scores, "bytes": moved, "flops": 4.0 * scores}, scale, half, eb, rec.op)
+    return Classified("gemm", {"b": batch, "m": s_q, "n": s_k, "k": d}, 2 * scale, half, eb, rec.op, (soft,))
+
+
+def attention_work(name: str, params: dict[str, list[int]] | None, s_q: int, s_k: int, backward: bool) -> float:
+    """An attention call's work over an unmasked forward's (its two matmuls), from the operator alone: for records
+    without FLOPs (profiles from before the attention formulas recorded ``_scaled_dot_product_flash_attention_for_cpu``
+    with 0). Backward: 2.5 for the fused kernels (five matmuls: the scores are recomputed), 2 for the math path (four:
+    they were saved). A causal mask (``is_causal``, ``custom_mask_type`` 1/2 in ``params``) makes the fused kernels
+    skip the tiles above the diagonal: the share of (query, key) pairs on or below it (about half). Without
+    ``params`` (older profiles) the mask is unknown: counted unmasked."""
+    fused = name != "_scaled_dot_product_attention_math"
+    ratio = (2.5 if fused else 2.0) if backward else 1.0
+    params = params or {}
+    causal = bool((params.get("is_causal") or [0])[0]) or (params.get("custom_mask_type") or [0])[0] in (1, 2)
+    if causal and fused and s_q > 0 and s_k > 0:
+        bottom_right = name.startswith("_flash_attention") or (params.get("custom_mask_type") or [0])[0] == 2
+        ratio *= _causal_pairs(int(s_q), int(s_k), bottom_right) / (s_q * s_k)
+    return ratio
+
+
+def _causal_pairs(s_q: int, s_k: int, bottom_right: bool) -> int:
+    """(query, key) pairs on or below the causal diagonal (top-left aligned as torch's ``is_causal``, or bottom-right
+    as flash-attention's own ``causal``); :func:`lightning_srifty.profiling.attention.attended_pairs` in the
+    torch-free predictor."""
+    a = 1 + (s_k - s_q if bottom_right else 0)  # query i sees min(max(i + a, 0), s_k) keys
+    first = min(max(0, 1 - a), s_q)
+    full = min(max(first, s_k - a), s_q)
+    return (full - first) * (first + full - 1 + 2 * a) // 2 + (s_q - full) * s_k
+
+
+def _conv(backward: bool, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
+    params = rec.params or {}
+    if backward:  # grad_output, input, weight
+        x, w = shapes[1], shapes[2]
+    else:
+        x, w = shapes[0], shapes[1]
+    if len(x) != 4 or len(w) != 4:
+        raise ValueError("not a 2-D convolution")
+    n, cin, h, wd = x
+    cout, _, kh, kw = w
+    stride = (params.get("stride") or [1])[0]
+    padding = (params.get("padding") or [0])[0]
+    groups = (params.get("groups") or [1])[0]
+    dims = {
+        "b": n,
+        "cin": cin,
+        "cout": cout,
+        "kh": kh,
+        "kw": kw,
+        "h": h,
+        "w": wd,
+        "stride": stride,
+        "padding": padding,
+        "groups": groups,
+    }
+    scale = float(rec.count)
+    if backward:
+        oh = (h + 2 * padding - kh) // stride + 1
+        ow = (wd + 2 * padding - kw) // stride + 1
+        forward_flops = 2 * n * cout * oh * ow * (cin // max(1, groups)) * kh * kw
+        scale *= rec.flops / forward_flops if rec.flops > 0 and forward_flops > 0 else 2.0
+    return Classified("conv", dims, scale, half, eb, rec.op)
+
+
+@dataclass(frozen=True)
+class OpsTime:
+    """The operator table's time on one GPU."""
+
+    seconds: float  # one step, GPU side
+    by_class: dict[str, float]
+    kernels: int  # kernel launches per step
+    unclassified: dict[str, int]  # operator -> calls predicted as bandwidth-bound because not understood
+    unknown_dtypes: dict[str, int] = field(default_factory=dict)  # dtype -> calls sized at 4 bytes per element
+    by_phase: dict[str, float] = field(default_factory=dict)  # forward, backward, optimizer
+
+    @property
+    def optimizer_share(self) -> float:
+        """The optimizer step's share of the step (it runs once per optimizer step, on the rank's shard)."""
+        return self.by_phase.get("optimizer", 0.0) / self.seconds if self.seconds > 0 else 0.0
+
+
+def classify_table(ops: Sequence[OpRecord]) -> list[Classified]:
+    out = []
+    for rec in ops:
+        c = classify(rec)
+        out += [replace(x, dtype=record_dtype(rec), phase=rec.phase) for x in (c, *c.extra)]
+    return out
+
+
+# Fused attention kernels (torch's SDPA: FlashAttention-2, memory-efficient) in 16-bit do not reach the GEMM
+# utilisation of their two matmuls: the online softmax and the recompute sit between the tensor-core instructions.
+# Their published ceiling, as a share of the dense 16-bit peak at long sequences, head dim 128, per kernel
+# generation:
+# - FlashAttention-2 (torch's SDPA flash backend from torch 2.2): Ampere (sm80) 50-73% of the A100's peak forward +
+#   backward (Dao 2023, arXiv 2307.08691): 0.6; Hopper (sm90) torch SDPA reaches 287-304 TFLOP/s forward on
+#   H100-SXM (pytorch/benchmark PR #2296, the FA3 paper's FlashAttention-2 row: 335-370): 0.3 of 989.
+# - FlashAttention (v1, torch 2.0-2.1's SDPA flash backend, flash-attn 1.x and its Triton port): 25-40% of the A100's
+#   peak (the same paper's abstract; its figures put the Triton port at or below v1): 0.32; Hopper: v1 has no Hopper
+#   path either, taken at v2's Hopper share times v1/v2 on Ampere (0.32 / 0.6), 0.16 (judgement, flagged in notes).
+# Other architectures take Ampere's.
+ATTENTION_PEAK_SHARE = {"fa2": {"9": 0.3}, "fa1": {"9": 0.16}}
+ATTENTION_PEAK_SHARE_DEFAULT = {"fa2": 0.6, "fa1": 0.32}
+ATTENTION_GENERATIONS = tuple(ATTENTION_PEAK_SHARE_DEFAULT)
+
+
+def attention_generation(torch_version: str | None) -> str:
+    """The FlashAttention generation torch's SDPA runs: "fa1" before torch 2.2 (its release notes: FlashAttention-2
+    in ``scaled_dot_product_attention``), "fa2" from 2.2 and when the version is unknown (today's torch)."""
+    if not torch_version:
+        return "fa2"
+    try:
+        major, minor = (int(part) for part in torch_version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return "fa2"
+    return "fa1" if (major, minor) < (2, 2) else "fa2"
+
+
+def attention_ceiling(gpu: GPU, generation: str = "fa2") -> float:
+    """The share of the dense 16-bit peak a fused attention kernel of ``generation`` reaches at best on ``gpu``."""
+    if generation not in ATTENTION_PEAK_SHARE_DEFAULT:
+        raise PredictionError(
+            f"unknown attention kernel generation {generation!r}: one of {', '.join(ATTENTION_GENERATIONS)}"
+        )
+    major = (gpu.compute_capability or "").split(".")[0]
+    return ATTENTION_PEAK_SHARE[generation].get(major, ATTENTION_PEAK_SHARE_DEFAULT[generation])
+
+
+def ops_time(
+    classified: Sequence[Classified],
+    gpu: GPU,
+    precision: str,
+    matmul: str | None,
+    path: str = "ratio",
+    attention: str = "fa2",
+) -> OpsTime:
+    """The sum over the classified table on ``gpu`` (vectorised per class); ``attention``: the generation of the fused
+    attention kernels (:func:`attention_generation`)."""
+    from predictor.model.kernels import load_kernel_model
+
+    model = load_kernel_model()
+    groups: dict[tuple[str, bool], list[Classified]] = defaultdict(list)
+    for c in classified:
+        groups[(c.cls, c.half)].append(c)
+    by_class: Counter[str] = Counter()
+    by_phase: Counter[str] = Counter()
+    for (cls, half), items in groups.items():
+        dims = {key: np.array([c.dims[key] for c in items], dtype=float) for key in items[0].dims}
+        peak = None
+        if cls in ("gemm", "conv"):
+            # cuDNN convolutions use TF32 by default (torch.backends.cudnn.allow_tf32); matmuls only when allowed
+            peak = _tensor_peak(gpu, half, precision, "high" if cls == "conv" else matmul, path)
+        eb = float(np.median([c.element_bytes for c in items]))
+        lat = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
+        fused = np.array([c.extra != () and base_name(c.op).startswith(_ATTENTION_PREFIX) for c in items])
+        if cls == "gemm" and half and fused.any() and peak:
+            # a fused attention kernel's matmuls run no faster than its published ceiling (attention_ceiling)
+            dense = (gpu.bf16_tflops if precision.startswith("bf16") else gpu.fp16_tflops) or gpu.fp16_tflops
+            if dense:
+                ceiling = attention_ceiling(gpu, attention)
+                floor = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / (dense * 1e12 * ceiling)
+                lat = np.where(fused, np.maximum(lat, floor), lat)
+        scale = np.array([c.scale for c in items])
+        times = np.broadcast_to(lat * scale, (len(items),))
+        by_class[cls] += float(np.sum(times))
+        phases = np.array([c.phase for c in items])
+        for phase in set(phases.tolist()):
+            by_phase[phase] += float(np.sum(times[phases == phase]))
+    kernels = kernel_count(classified)
+    unclassified = Counter()
+    for c in classified:
+        if c.op.endswith("?"):
+            unclassified[c.op[:-1]] += int(c.scale)
+    return OpsTime(
+        sum(by_class.values()),
+        dict(by_class),
+        kernels,
+        dict(unclassified),
+        unknown_dtypes(classified),
+        dict(by_phase),
+    )
+
+
+def unknown_dtypes(classified: Sequence[Classified]) -> dict[str, int]:
+    """dtype -> calls whose element size the model does not know (4 bytes assumed)."""
+    out: Counter[str] = Counter()
+    for c in classified:
+        if c.dtype is not None and c.dtype not in DTYPE_BYTES:
+            out[c.dtype] += int(c.scale)
+    return dict(out)
+
+
+def _tensor_peak(gpu: GPU, half: bool, precision: str, matmul: str | None, path: str = "ratio") -> float | None:
+    """The peak a GEMM/convolution runs at: tensor cores for fp16/bf16 inputs, TF32 when allowed, else FP32 (None:
+    the kernel model's own FP32 figure)."""
+    if half:
+        bf16 = precision.startswith("bf16")
+        peak = (gpu.bf16_tflops if bf16 else gpu.fp16_tflops) or gpu.fp16_tflops
+        return peak * tensor_core_efficiency("half", path) if peak else None
+    if matmul in ("high", "medium") and gpu.tf32_tflops:
+        return gpu.tf32_tflops * tensor_core_efficiency("tf32", path)
+    return None
+
+
+def tensor_core_efficiency(kind: str, path: str = "ratio") -> float:
+    """Share of the tensor-core datasheet peak (``kind``: "half" or "tf32") that the FP32-trained utilisation model
+    should assume on the ``path`` ("ratio": a measured GPU's time re-timed; "absolute": from a CPU or meta capture).
+    Fitted per path on end-to-end measurements by ``bench/ops_validation.py --write-artefact``; 1.0 without."""
+    from predictor.model.artefact import model_artefact
+
+    fitted = model_artefact().get("tensor_core", {}).get(path, {})
+    return float(fitted.get(kind, 1.0)) if isinstance(fitted, dict) else 1.0
+
+
+@dataclass(frozen=True)
+class PreparedTable:
+    """What the operator table gives once per profile: its classification and its sum on the profiled GPU."""
+
+    classified: tuple[Classified, ...]
+    source: OpsTime | None  # None without a profiled GPU, or when its sum cannot be predicted
+    source_error: str | None
+
+
+def profile_attention(profile: Profile) -> str:
+    """The attention kernel generation of the torch the profile ran (:func:`attention_generation`)."""
+    return attention_generation(profile.software.torch if profile.software is not None else None)
+
+
+def prepare(profile: Profile, src_gpu: GPU | None) -> PreparedTable | None:
+    """Classify the profile's operator table and sum it on the profiled GPU (None without a table)."""
+    table = profile.ops
+    if table is None or not table.ops:
+        return None
+    classified = tuple(classify_table(table.ops))
+    if src_gpu is None:
+        return PreparedTable(classified, None, None)
+    try:
+        source = ops_time(
+            classified,
+            src_gpu,
+            profile.model.precision,
+            profile.model.float32_matmul_precision,
+            attention=profile_attention(profile),
+        )
+    except PredictionError as exc:
+        return PreparedTable(classified, None, str(exc))
+    return PreparedTable(classified, source, None)
+
+
+def ops_compute(
+    profile: Profile, src: Any, dst: GPU, notes: list[str], extrapolation: list[str]
+) -> tuple[float, float | None, str, float] | None:
+    """(compute seconds per sample on ``dst``, compute-bound share, kind, the optimizer step's share of it) from the
+    operator table (prepared once in ``src.ops``), or None when it cannot be used (then the step-level path decides;
+    the reason is in ``notes``)."""
+    table, prepared = profile.ops, src.ops
+    if table is None or prepared is None:
+        return None
+    precision, matmul = profile.model.precision, profile.model.float32_matmul_precision
+    try:
+        path = "ratio" if src.measured and src.gpu is not None else "absolute"
+        target = ops_time(prepared.classified, dst, precision, matmul, path, profile_attention(profile))
+    except PredictionError as exc:
+        notes.append(f"operator table not used on {dst.key}: {exc}")
+        return None
+    if profile_attention(profile) == "fa1" and any(base_name(c.op).startswith(_ATTENTION_PREFIX) for c in table.ops):
+        notes.append(
+            f"fused attention priced as FlashAttention v1 (the profile's torch {profile.software.torch} predates "
+            f"torch 2.2's FlashAttention-2): {attention_ceiling(dst, 'fa1'):.2f} of {dst.key}'s 16-bit peak at best"
+        )
+    if target.unclassified:
+        calls = sum(target.unclassified.values())
+        names = ", ".join(sorted(target.unclassified)[:5])
+        notes.append(f"{calls} calls of operators the model does not classify ({names}): predicted bandwidth-bound")
+    if target.unknown_dtypes:
+        kinds = ", ".join(f"{d} ({n} calls)" for d, n in sorted(target.unknown_dtypes.items()))
+        notes.append(f"operator table: dtypes of unknown element size {kinds}: sized at 4 bytes per element")
+    share = target.by_class.get("gemm", 0.0) + target.by_class.get("conv", 0.0)
+    share /= max(target.seconds, 1e-12)
+    if src.measured and src.gpu is not None:
+        source = prepared.source
+        if source is None or source.seconds <= 0:
+            notes.append(f"operator table not used: {prepared.source_error or 'no operator time on ' + src.gpu.key}")
+            return None
+        ratio = target.seconds / source.seconds
+        notes.append(
+            f"{src.gpu.key} -> {dst.key}: time x{ratio:.2f} from the operator table ({len(table.ops)} operators, "
+            f"ratio of predicted operator sums applied to the measured step)"
+        )
+        per_sample = src.compute_s / src.per_device_batch * ratio
+        return per_sample, share, ("same" if src.gpu.key == dst.key else "cross-ops"), target.optimizer_share
+    host = target.kernels * HOST_S_PER_KERNEL
+    where = "on the meta device" if table.device in ("meta", "fake") or not src.measured else "on CPU"
+    notes.append(
+        f"{dst.key}: {target.seconds * 1e3:.3g} ms of GPU work per step predicted absolutely from the operator table "
+        f"captured {where} ({target.kernels} kernels; the host needs at least {host * 1e3:.3g} ms to launch them: "
+        "the step's floor)"
+    )
+    extrapolation.append(f"no GPU step was measured: {dst.key}'s time is the operator model's alone")
+    return target.seconds / table.samples, share, "ops-absolute", target.optimizer_share
+
+
+def kernel_count(classified: Sequence[Classified]) -> int:
+    """Kernel launches of one step of the table (a fused attention is one launch, not its parts)."""
+    return int(sum(c.scale for c in classified if not c.extra))

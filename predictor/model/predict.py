@@ -1,0 +1,308 @@
+"""``predict(profile, fleet)``: iteration time, throughput, breakdown, bottleneck and memory fit of one fleet.
+
+A one-row view of the fleet model (:func:`predictor.model.fleets.predict_mixes`) with the words that explain it.
+Step time on the fleet = the slowest group's (compute + input pipeline) + the all-reduce time backward does not hide
++ the data-parallel losses (stragglers, contention: :mod:`predictor.model.scaling`). Compute on each GPU comes from
+:mod:`predictor.model.basis` (operator table, roofline split or FLOPs); all-reduce from :mod:`predictor.model.network`;
+memory from :mod:`predictor.model.memory`; intervals from :mod:`predictor.model.uncertainty`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from predictor.catalog.catalog import Catalog
+from predictor.catalog.fleet import Fleet, parse_fleet
+from predictor.documents.checks import check_choice
+from predictor.documents.profile import Profile
+from predictor.documents.work import global_batch as global_batch_of
+from predictor.exceptions import ConfigError, PredictionError
+from predictor.model.basis import TypeBasis
+from predictor.model.batch import rank_batches
+from predictor.model.fleets import SCALINGS, ManyPredictions, Scaling, applies, bases, combine
+from predictor.model.layout import DDP, Layout, parse
+from predictor.model.memory import activations_known, estimate_memory
+from predictor.model.network import DEFAULT_NETWORK, NetworkModel
+from predictor.model.scaling import ScalingModel
+
+
+@dataclass(frozen=True)
+class GroupPrediction:
+    instance_type: str
+    count: int
+    gpu: str | None
+    per_device_batch: float  # samples per GPU per optimizer step (the group's mean)
+    micro_batch: int  # the largest batch a GPU of the group takes per micro-step
+    accumulate_grad_batches: int
+    rank_batches: tuple[int, ...]  # each GPU's micro-batch (they differ by one sample at most)
+    compute_s: float
+    input_s: float
+    memory_gib: float
+    fits_memory: bool
+    memory_margin: float
+    memory_parts_gib: dict[str, float] = field(default_factory=dict)  # weights, gradients, optimizer, gathered, ...
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What one fleet is predicted to do."""
+
+    fleet: str
+    iteration_time_s: float
+    throughput_samples_s: float
+    interval: dict[str, tuple[float, float]]
+    breakdown: dict[str, float]
+    bottleneck: str
+    fits_memory: bool
+    groups: tuple[GroupPrediction, ...]
+    global_batch: float  # samples per optimizer step
+    accumulate_grad_batches: int
+    scaling: str
+    batch_split: str
+    allreduce_limiting: str
+    assumptions: tuple[str, ...] = field(default=())
+    extrapolation: tuple[str, ...] = field(default=())
+    layout: str = "ddp"  # predictor.model.layout name (pipeline:<stages>: one stage per node)
+    memory_known: bool = True  # False: the profile has no activation memory; memory_gib is a floor (state only)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["interval"] = {k: list(v) for k, v in self.interval.items()}
+        out["assumptions"], out["extrapolation"] = list(self.assumptions), list(self.extrapolation)
+        return out
+
+
+def predict(
+    profile: Profile,
+    fleet: Fleet | str | Iterable[tuple[str, int]],
+    *,
+    catalog: Catalog | None = None,
+    scaling: Scaling = "strong",
+    network: NetworkModel = DEFAULT_NETWORK,
+    calibration: Mapping[str, float] | None = None,
+    dp_model: ScalingModel | None = None,
+    layout: Layout | str = DDP,
+) -> Prediction:
+    """Predict one fleet from a profile (``network``: the link constants, see :class:`NetworkModel`;
+    ``calibration``: measured/predicted throughput factors by GPU key, from observations of this model;
+    ``dp_model``: the data-parallel loss constants, default the fitted ones; ``layout``: the parallel layout, a
+    :class:`Layout` or its name, e.g. ``"fsdp:full_shard+ac"``; ``pipeline:<p>`` needs p nodes of one type).
+
+    Raises:
+        PredictionError: the profile cannot be scaled to this fleet (e.g. CPU profile without FLOPs).
+        UnknownNameError, ConfigError: a bad fleet, or a layout that does not apply to it or to the profile.
+    """
+    check_choice("predict()", "scaling", scaling, SCALINGS)
+    catalog = catalog or Catalog.load()
+    if not isinstance(fleet, Fleet):
+        fleet = parse_fleet(fleet, catalog)
+    layout = parse(layout) if isinstance(layout, str) else layout
+    _check_layout(profile, fleet, layout)
+    names = sorted({g.instance.name for g in fleet.groups})
+    tidx = np.array([[names.index(g.instance.name) for g in fleet.groups]])
+    cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
+    src, type_bases = bases(profile, names, catalog, network, calibration)
+    many = combine(profile, src, type_bases, tidx, cnt, scaling, dp_model, layout)
+    row_bases = [type_bases[i] for i in tidx[0]]
+    accumulation = int(many.accumulation[0])
+    if not many.splittable[0]:
+        raise PredictionError(
+            f"{fleet} has {fleet.gpus} GPUs, more than the {global_batch_of(profile)} samples of the profiled global "
+            "batch: every GPU needs at least one sample. Use fewer GPUs, or scaling='weak' to grow the global batch "
+            "(a different training)."
+        )
+
+    groups = _group_predictions(profile, fleet, layout, many, row_bases)
+    step = float(many.iteration_time_s[0])
+    global_batch = float(many.global_batch[0])
+    split_note = _split_note(fleet, groups, scaling, global_batch)
+    dp_loss = float(many.dp_loss_s[0])
+    assumptions = _assumptions(profile, fleet, layout, row_bases, split_note, dp_loss, step)
+    extrapolation = _extrapolation(fleet, row_bases, src.world)
+    lo, hi = float(many.iteration_time_lo_s[0]), float(many.iteration_time_hi_s[0])
+    allreduce, exposed = float(many.allreduce_s[0]), float(many.exposed_comm_s[0])
+    limiting = _limiting(fleet, row_bases, allreduce)
+    slowest = groups[int(many.slowest_group[0])]
+    share = row_bases[int(many.slowest_group[0])].compute_share
+    return Prediction(
+        fleet=str(fleet),
+        iteration_time_s=step,
+        throughput_samples_s=float(many.throughput_samples_s[0]),
+        interval={"iteration_time_s": (lo, hi), "throughput_samples_s": (global_batch / hi, global_batch / lo)},
+        breakdown={
+            "compute_s": float(many.compute_s[0]),
+            "input_s": float(many.input_s[0]),
+            "allreduce_s": allreduce,
+            "exposed_comm_s": exposed,
+            "dp_loss_s": dp_loss,
+        },
+        bottleneck=_bottleneck(groups, slowest, exposed, step, limiting, share),
+        fits_memory=bool(many.fits_memory[0]),
+        groups=tuple(groups),
+        global_batch=global_batch,
+        accumulate_grad_batches=accumulation,
+        scaling=scaling,
+        batch_split=split_note,
+        allreduce_limiting=limiting,
+        assumptions=tuple(dict.fromkeys(assumptions)),
+        extrapolation=tuple(dict.fromkeys(extrapolation)),
+        layout=f"pipeline:{fleet.nodes}" + ("+ac" if layout.activation_checkpointing else "")
+        if layout.strategy == "pipeline"
+        else layout.name,
+        memory_known=activations_known(profile),
+    )
+
+
+def _group_predictions(
+    profile: Profile, fleet: Fleet, layout: Layout, many: ManyPredictions, row_bases: list[TypeBasis]
+) -> list[GroupPrediction]:
+    """Each group's share of the one-row prediction ``many``: its batch split, micro-batch and accumulation, its
+    compute and input per optimizer step (the optimizer step over its owners: the shard group under FSDP, the stages
+    of a pipeline), and its memory per GPU (:func:`estimate_memory`)."""
+    accumulation = int(many.accumulation[0])
+    groups = []
+    # the optimizer step's owners: the shard group under FSDP, the stages of a pipeline (as in predict_many.combine)
+    owners = int(many.stages[0]) * layout.shard_group(min(g.instance.gpus for g in fleet.groups), fleet.gpus)
+    for k, (group, basis) in enumerate(zip(fleet.groups, row_bases)):
+        micro = int(many.micro_batch[0, k])
+        mem = estimate_memory(
+            profile, micro, basis.gpu_memory_gib, layout, fleet.gpus, min(g.instance.gpus for g in fleet.groups),
+            micro_steps=accumulation,
+        )  # fmt: skip
+        groups.append(
+            GroupPrediction(
+                group.instance.name,
+                group.count,
+                group.instance.gpu,
+                float(many.per_device_batch[0, k]),
+                micro,
+                accumulation,
+                tuple(rank_batches(many.micro_low[0, k], many.micro_plus[0, k], int(many.group_gpus[0, k]))),
+                max(basis.per_sample_s * micro, basis.step_floor_s) * accumulation + basis.optimizer_s / owners,
+                basis.input_per_sample_s * micro * accumulation,
+                mem.bytes_per_gpu / 2**30,
+                mem.fits,
+                mem.margin,
+                {k: v / 2**30 for k, v in mem.parts.items()},
+            )
+        )
+    return groups
+
+
+def _assumptions(
+    profile: Profile,
+    fleet: Fleet,
+    layout: Layout,
+    row_bases: list[TypeBasis],
+    split_note: str,
+    dp_loss: float,
+    step: float,
+) -> list[str]:
+    """What the prediction assumes, in words: the batch split, each type's notes and the measured link, the input
+    pipeline, the memory estimate's basis, FSDP's collectives, and the data-parallel losses' share of the step."""
+    assumptions = [split_note]
+    for basis in row_bases:
+        assumptions += basis.notes
+    if len(row_bases) == 1 and fleet.nodes > 1 and row_bases[0].link_note:
+        assumptions.append(row_bases[0].link_note)
+    if not profile.hardware.cpu_count:
+        assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
+    gpus_per_node = min(g.instance.gpus for g in fleet.groups)
+    assumptions.append("memory: " + estimate_memory(profile, 1.0, 1.0, layout, fleet.gpus, gpus_per_node).basis)
+    if layout.sharded:
+        assumptions.append(
+            f"{layout.name}: FSDP collectives every micro-step (Lightning's FSDPStrategy does not skip them under "
+            "gradient accumulation), overlapped with compute by prefetch"
+        )
+    if dp_loss > 0:
+        assumptions.append(
+            f"data-parallel losses (stragglers, communication contention): {dp_loss / step:.1%} of the step"
+        )
+    return assumptions
+
+
+def _extrapolation(fleet: Fleet, row_bases: list[TypeBasis], src_world: int) -> list[str]:
+    """Where the prediction extrapolates: each type's own, and a fleet over 8x the profile's GPUs."""
+    extrapolation = [e for basis in row_bases for e in basis.extrapolation]
+    if fleet.gpus > 8 * max(1, src_world):
+        extrapolation.append(
+            f"{fleet.gpus} GPUs from a profile of {src_world}: all-reduce and stragglers at this "
+            "scale are modelled, not measured"
+        )
+    return extrapolation
+
+
+def _check_layout(profile: Profile, fleet: Fleet, layout: Layout) -> None:
+    """Raise ConfigError when ``layout`` cannot run ``fleet`` or cannot be sized from ``profile``."""
+    cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
+    per_node = np.array([[g.instance.gpus for g in fleet.groups]], dtype=float)
+    if layout.strategy == "pipeline" and layout.pipeline_stages != fleet.nodes:
+        raise ConfigError(
+            f"layout {layout.name!r} has {layout.pipeline_stages} stages but {fleet} has {fleet.nodes} nodes: a "
+            f"pipeline has one stage per node. Use pipeline:{fleet.nodes}.",
+            parameter="layout",
+            value=layout.name,
+        )
+    if not applies(profile, layout, cnt, per_node)[0]:
+        raise ConfigError(
+            f"layout {layout.name!r} does not apply to {fleet} with this profile: sharding needs 2 GPUs or more, "
+            "hybrid_shard several multi-GPU nodes of one type, a pipeline nodes of one type, and +ac or a pipeline "
+            "the model's block (model.structure). Use ddp or another layout.",
+            parameter="layout",
+            value=layout.name,
+        )
+
+
+def _split_note(fleet: Fleet, groups: list[GroupPrediction], scaling: str, global_batch: float) -> str:
+    what = "the profiled global batch" if scaling == "strong" else "the profiled per-GPU batch"
+    head = f"{scaling} scaling ({what}): global batch {global_batch:g}"
+
+    def one(g: GroupPrediction) -> str:
+        sizes = sorted(set(g.rank_batches), reverse=True)
+        micro = "/".join(map(str, sizes))
+        if g.accumulate_grad_batches > 1:
+            return f"{micro} x {g.accumulate_grad_batches} accumulated = {g.per_device_batch:g} samples per GPU"
+        return f"{micro} samples per GPU"
+
+    if not fleet.heterogeneous:
+        return f"{head}, {one(groups[0])}"
+    text = ", ".join(f"{g.instance_type} {one(g)}" for g in groups)
+    return f"{head}, split in proportion to predicted speed: {text}"
+
+
+def _limiting(fleet: Fleet, row_bases: list[TypeBasis], allreduce: float) -> str:
+    """Which link limits the all-reduce: "none", "intra-node <kind>" or "network <kind>"."""
+    if allreduce <= 0:
+        return "none"
+    intra = max(b.intra_s for b in row_bases)
+    if fleet.nodes > 1 and allreduce > intra:  # the phases are pipelined: the network phase is the slower one
+        single = len(row_bases) == 1
+        links = [b.inter if single else b.plain_inter for b in row_bases]
+        return f"network {min(links, key=lambda link: link.gbps).kind}"
+    kind = max(row_bases, key=lambda b: b.intra_s).intra_kind
+    return f"intra-node {kind}"
+
+
+def _bottleneck(
+    groups: list[GroupPrediction],
+    slowest: GroupPrediction,
+    exposed: float,
+    step: float,
+    limiting: str,
+    compute_share: float | None,
+) -> str:
+    """The one thing that limits the step, in words."""
+    fastest = min(g.compute_s + g.input_s for g in groups)
+    if len(groups) > 1 and slowest.compute_s + slowest.input_s > 1.15 * fastest:
+        return f"straggler group ({slowest.instance_type})"
+    if exposed > 0.3 * step:
+        return "network" if limiting.startswith("network") else f"GPU interconnect ({limiting})"
+    if slowest.input_s > slowest.compute_s:
+        return "input pipeline"
+    if compute_share is not None and compute_share < 0.5:
+        return "memory bandwidth"
+    return "compute"

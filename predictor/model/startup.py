@@ -1,0 +1,142 @@
+"""What a new fleet costs before its first useful step: start-up time, and the billing minimum.
+
+A fleet's start-up is what passes from "launch" to the first step at the predicted speed:
+
+- **provisioning** (per instance type): EC2 finds the capacity and the instance goes from ``pending`` to
+  ``running``. Defaults below, by size class; replaced by the median of what ``srifty launch`` measured for that type
+  on this machine (the provisioner's time to bring the fleet up: :func:`record`, :func:`measured`);
+- **boot**: the image boots (NVIDIA driver, EFA) until ``user_data`` runs;
+- **environment setup**: the setup command (e.g. ``pip install`` of the project into the Deep Learning AMI's
+  PyTorch environment) and the image's first import of torch;
+- **data staging**: ``dataset_gb`` copied to each instance at the slower of its network and S3's per-instance rate;
+- **warm-up**: process start, rendezvous, CUDA context, cuDNN autotuning and data-loader workers before the steady
+  state (compilation with ``torch.compile`` takes longer: set ``startup_s``).
+
+Instances start in parallel, so a fleet's start-up is its slowest group's. Everything here is overridable (one
+number for the whole start-up: ``Constraints.startup_s``); the defaults are judgement, stated with their basis:
+
+- AWS documents that an instance is ``pending`` while it is provisioned and ``running`` once booted; launches of
+  GPU instances with the Deep Learning AMI take 2-3 minutes from request to SSH in AWS's DLAMI tutorials, and the
+  large multi-card instances (p4d, p5: 4-32 network cards, EFA) take longer and more often wait for capacity;
+- the setup and warm-up defaults are what this project's own launches against moto cannot measure; they are
+  deliberately round and documented in docs/performance-model.md.
+
+Billing: EC2 bills Linux instances per second with a 60-second minimum per instance (on-demand and spot), from
+``running`` to termination; the boot is billed, the provisioning wait is not (counted here as billed: a small,
+conservative error).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from predictor.catalog.instances import InstanceType
+
+BILLING_MINIMUM_S = 60.0  # per instance, per-second billing (Linux on-demand and spot)
+SETUP_S = 120.0  # the setup command and the first import of torch
+WARMUP_S = 60.0  # processes, rendezvous, CUDA context, autotuning, data loaders
+S3_GBPS_PER_INSTANCE = 10.0  # a single instance's sustained S3 download with parallel requests (rough)
+LARGE_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6", "trn1", "trn2")  # multi-card, EFA, scarce capacity
+PROVISION_S = {"large": 300.0, "default": 60.0}
+BOOT_S = 120.0  # the Deep Learning AMI from running to user_data (driver and services)
+MAX_MEASUREMENTS = 20  # per instance type, the newest kept
+
+
+def default_provision_s(it: InstanceType) -> float:
+    family = it.name.split(".", 1)[0]
+    return PROVISION_S["large" if family in LARGE_FAMILIES else "default"]
+
+
+def store_path() -> Path:
+    """Where measured start-ups are kept: ``startup.json`` in the cache folder the catalog uses
+    (``$SRIFTY_CACHE_DIR`` or ``$XDG_CACHE_HOME/lightning-srifty``)."""
+    from predictor.catalog.catalog import cache_dir
+
+    return cache_dir() / "startup.json"
+
+
+def measured() -> dict[str, float]:
+    """Instance type -> median measured provisioning seconds (empty when nothing was measured or the file
+    cannot be read: a cache, never a reason to fail)."""
+    try:
+        data = json.loads(store_path().read_text(encoding="utf-8"))
+        return {
+            str(k): float(statistics.median(float(x) for x in v))
+            for k, v in data.get("provision_s", {}).items()
+            if isinstance(v, list) and v
+        }
+    except (OSError, ValueError, TypeError, AttributeError, statistics.StatisticsError):
+        return {}
+
+
+def record(instance_types: Iterable[str], seconds: float) -> None:
+    """Add one measured provisioning (``srifty launch``: from asking for the fleet to the fleet up) for each
+    of the fleet's instance types; best effort, atomic."""
+    from predictor.documents.atomic import atomic_write_json
+
+    if not (seconds >= 0 and np.isfinite(seconds)):
+        return
+    path = store_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        runs = data.setdefault("provision_s", {})
+        for name in set(instance_types):
+            runs[name] = ([*runs.get(name, []), round(float(seconds), 1)])[-MAX_MEASUREMENTS:]
+        data["updated_unix"] = round(time.time())
+        atomic_write_json(path, data)
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+
+
+@dataclass(frozen=True)
+class TypeStartup:
+    """One instance type's start-up, in seconds, and where its provisioning figure came from."""
+
+    provision_s: float
+    boot_s: float
+    setup_s: float
+    data_s: float
+    warmup_s: float
+    source: str  # "measured (n launches)" or "default"
+
+    @property
+    def total_s(self) -> float:
+        return self.provision_s + self.boot_s + self.setup_s + self.data_s + self.warmup_s
+
+
+def type_startup(it: InstanceType, dataset_gb: float = 0.0, known: dict[str, float] | None = None) -> TypeStartup:
+    """The start-up of one instance of ``it`` (``known``: measured provisioning by type, :func:`measured`)."""
+    known = measured() if known is None else known
+    provision = known.get(it.name)
+    source = "measured by srifty launch" if provision is not None else "default"
+    rate_gbps = min(float(it.network_gbps or S3_GBPS_PER_INSTANCE), S3_GBPS_PER_INSTANCE)
+    data_s = float(dataset_gb) * 8.0 / rate_gbps if dataset_gb > 0 else 0.0
+    return TypeStartup(
+        provision if provision is not None else default_provision_s(it), BOOT_S, SETUP_S, data_s, WARMUP_S, source
+    )
+
+
+def fleet_startup_s(
+    types: list[InstanceType],
+    type_index: np.ndarray,
+    counts: np.ndarray,
+    dataset_gb: float = 0.0,
+    known: dict[str, float] | None = None,
+) -> np.ndarray:
+    """Start-up seconds of every candidate fleet (rows of ``type_index`` / ``counts``): its slowest group's
+    (``known``: measured provisioning by type, read from the store when not given)."""
+    known = measured() if known is None else known
+    per_type = np.array([type_startup(it, dataset_gb, known).total_s for it in types])
+    return np.max(np.where(counts > 0, per_type[type_index], 0.0), axis=1)
+
+
+def billed_hours(wall_s: np.ndarray) -> np.ndarray:
+    """Hours billed per instance for ``wall_s`` seconds up (per-second billing, 60 s minimum)."""
+    return np.maximum(np.asarray(wall_s, dtype=float), BILLING_MINIMUM_S) / 3600.0

@@ -1,0 +1,54 @@
+"""How sure a prediction is: the model's error by kind of prediction, and the one interval formula.
+
+A prediction's relative sd combines the profile's own run-to-run CV with the model's error for the kind of
+prediction it is (same GPU, data-parallel scaling, cross-GPU with or without an operator table, from a CPU
+profile). The model errors are the standard deviations of held-out log residuals (leave-one-model-out and
+leave-one-GPU-out, never in-sample), written by ``scripts/fit_model.py`` into ``predictor/data/model_v2.json``;
+the 80% interval is ``t x exp(+-1.2816 sd)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from predictor.model.artefact import model_artefact
+
+Z80 = 1.2816  # p10/p90 of a normal
+# judgement, used when the artefact has no held-out figure for a kind (never measured here): "same" is one GPU as
+# profiled (run-to-run only); "from_cpu" is a profile without a GPU and without an operator table
+DEFAULT_ERRORS = {
+    "same": 0.05,
+    "scaling": 0.12,
+    "cross": 0.32,
+    "cross-flops": 0.15,
+    "cross-corrected": 0.27,
+    "cross-ops": 0.15,
+    "ops-absolute": 0.3,
+    "from_cpu": 0.5,
+}
+
+
+def model_error(kind: str) -> float:
+    """Relative sd of the model for a kind of prediction (held-out residual sd where measured)."""
+    measured = model_artefact().get("errors", {})
+    if kind in measured:
+        return float(measured[kind])
+    return DEFAULT_ERRORS[kind]
+
+
+def combined_sd(cv: float | np.ndarray, model_sd: float | np.ndarray) -> float | np.ndarray:
+    """The prediction's relative sd from the profile's CV and the model's error."""
+    return np.hypot(cv, model_sd)
+
+
+MAX_SD = 3.0  # a relative sd beyond this (a factor of ~47 either way) says nothing more: the interval stops widening
+
+
+def interval(value: float | np.ndarray, sd: float | np.ndarray) -> tuple:
+    """The 80% interval of a positive quantity with relative sd ``sd`` (log-normal); scalars in, floats out. An sd
+    past ``MAX_SD`` (a profile whose spread is absurd) is capped, so the bounds stay finite."""
+    factor = np.exp(Z80 * np.minimum(np.nan_to_num(sd, nan=MAX_SD), MAX_SD))
+    low, high = value / factor, value * factor
+    if np.ndim(low) == 0:
+        return float(low), float(high)
+    return low, high

@@ -1,0 +1,223 @@
+"""Should a running job move to another fleet? Re-rank the work that is left with what the run has measured.
+
+Two triggers of a voluntary move use this (issue #7): *drift* (the measured throughput on the current fleet is off the
+plan's prediction: the observation calibrates the ranking, which may now prefer another fleet) and *price* (a
+refreshed catalog makes another fleet cheaper for the remaining work). Both come down to the same comparison:
+
+    stay:  the remaining samples at the measured (else predicted) throughput of the current fleet, at its price
+    move:  the best fleet of a re-ranking of the remaining samples + what moving costs
+
+Moving is voluntary, so the new fleet is brought up while the old one still trains (see ``srifty launch``): the move
+costs the new fleet's provisioning and restart time (paid, not yet training), one checkpoint save on the old fleet and
+one load on the new, and no lost work. A move is advised only when it saves more than ``threshold`` of the cost (or,
+with the time objective, the time) of staying: a small gain is not worth the risk of a move.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+from predictor.catalog import Catalog
+from predictor.documents.plan import Plan, PlanEntry
+from predictor.documents.profile import Profile
+from predictor.documents.schema import to_dict
+from predictor.exceptions import ConfigError, NoFeasibleConfigError, SriftyError
+from predictor.model.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S, RESTART_S
+from predictor.ranking import Calibration, Constraints, rank
+
+Why = Literal["drift", "price"]
+
+
+@dataclass(frozen=True)
+class MoveDecision:
+    move: bool
+    why: Why
+    reason: str  # in words, for the log
+    current_fleet: str
+    remaining_samples: float
+    measured_throughput_samples_s: float | None
+    predicted_throughput_samples_s: float  # the plan's prediction for the current fleet
+    stay: float  # cost (USD) or time (h) of the remaining work on the current fleet, by the objective
+    go: float | None  # the same on the target fleet, the move included
+    savings: float  # share of ``stay`` saved by moving (negative: moving loses)
+    migration_cost_usd: float
+    migration_downtime_s: float
+    target: PlanEntry | None
+    plan: Plan | None  # the re-ranking of the remaining work (what the launcher moves to)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["target"] = to_dict(self.target) if self.target is not None else None
+        d["plan"] = self.plan.to_dict() if self.plan is not None else None
+        return d
+
+
+def drift(measured_throughput: float, predicted_throughput: float) -> float:
+    """Relative deviation of the measurement from the prediction (+0.2: 20 % faster than predicted)."""
+    return measured_throughput / predicted_throughput - 1.0
+
+
+def remaining_constraints(plan: Plan, remaining_samples: float, *, elapsed_h: float = 0.0, spent_usd: float = 0.0):
+    """The plan's constraints for the work that is left: the same objective, markets and limits; what is left of
+    the deadline and the budget; savings measured against the current fleet."""
+    c = plan.constraints
+    deadline = None if c.deadline_h is None else c.deadline_h - elapsed_h
+    budget = None if c.budget_usd is None else c.budget_usd - spent_usd
+    if (deadline is not None and deadline <= 0) or (budget is not None and budget <= 0):
+        return None
+    return Constraints.from_plan(
+        c, samples=remaining_samples, deadline_h=deadline, budget_usd=budget, current_fleet=None, top=5
+    )
+
+
+def price_now(entry: PlanEntry, catalog: Catalog) -> float:
+    """What the entry's fleet costs per hour at the catalog's current prices (the plan's price where one is gone)."""
+    total = 0.0
+    for g in entry.groups:
+        try:
+            it = catalog.get(g.instance_type)
+        except SriftyError:
+            return entry.usd_per_hour
+        od, spot = it.price_usd_hr(entry.region, "on-demand"), it.price_usd_hr(entry.region, "spot")
+        if (g.on_demand and od is None) or (g.spot and spot is None):
+            return entry.usd_per_hour
+        total += g.on_demand * (od or 0.0) + g.spot * (spot or 0.0)
+    return total
+
+
+def _stay(entry: PlanEntry, plan: Plan, remaining: float, throughput: float, objective: str, usd_hr: float) -> float:
+    """The plan's own cost (time) of the entry, scaled to the remaining work, the measured speed and today's price
+    (spot interruptions and checkpoints stay in, in proportion)."""
+    scale = remaining / plan.constraints.work_samples * entry.throughput_samples_s / throughput
+    return entry.time_h * scale if objective == "time" else entry.cost_usd * scale * usd_hr / entry.usd_per_hour
+
+
+def decide_move(
+    profile: Profile,
+    plan: Plan,
+    current: int,
+    remaining_samples: float,
+    *,
+    why: Why,
+    measured_throughput: float | None = None,
+    catalog: Catalog | None = None,
+    threshold: float = 0.15,
+    elapsed_h: float = 0.0,
+    spent_usd: float = 0.0,
+    known: dict[str, float] | None = None,
+) -> MoveDecision:
+    """Compare staying on ``plan.entries[current]`` with moving to the best fleet for the remaining work.
+
+    ``measured_throughput`` (samples/s on the current fleet) calibrates the re-ranking: the factor measured/predicted
+    applies to the current fleet's GPU (homogeneous fleets; a mix cannot tell which GPU was off), exactly as an
+    observation posted to ``srifty serve`` would. ``known``: factors by GPU measured earlier (on the fleets the job
+    ran on before), applied too, so that a job does not move back to a GPU it already found slow.
+    """
+    _check_move(plan, current, remaining_samples, measured_throughput)
+    entry = plan.entries[current]
+    objective = plan.constraints.objective
+    throughput = measured_throughput or entry.throughput_samples_s
+    catalog = catalog or Catalog.load()
+    stay = _stay(entry, plan, remaining_samples, throughput, objective, price_now(entry, catalog))
+    unit = "h" if objective == "time" else "USD"
+
+    def decision(move: bool, reason: str, **kw: Any) -> MoveDecision:
+        base = dict(go=None, savings=0.0, migration_cost_usd=0.0, migration_downtime_s=0.0, target=None, plan=None)
+        return MoveDecision(
+            move,
+            why,
+            reason,
+            entry.fleet,
+            remaining_samples,
+            measured_throughput,
+            entry.throughput_samples_s,
+            stay,
+            **{**base, **kw},
+        )
+
+    constraints = remaining_constraints(plan, remaining_samples, elapsed_h=elapsed_h, spent_usd=spent_usd)
+    if constraints is None:
+        return decision(False, "the deadline or the budget is already used up: moving cannot help")
+    constraints = replace(constraints, current_fleet=entry.fleet)
+    calibration = _calibration(plan, entry, measured_throughput, known)
+    try:
+        replanned = rank(profile, constraints, catalog=catalog, calibration=calibration)
+    except NoFeasibleConfigError as exc:
+        return decision(False, f"no fleet meets the constraints for the remaining work ({exc}): staying")
+    target = replanned.entries[replanned.chosen]
+    if target.fleet == entry.fleet and target.market == entry.market:
+        return decision(False, f"{entry.fleet} is still the best fleet for the remaining work", plan=replanned)
+    migration_usd, downtime_s = _migration(profile, entry, target)
+    go = target.time_h + downtime_s / 3600 if objective == "time" else target.cost_usd + migration_usd
+    savings = 1.0 - go / stay if stay > 0 else -math.inf
+    words = (
+        f"{target.fleet} ({target.market}): {go:,.2f} {unit} for the remaining work, the move included, against "
+        f"{stay:,.2f} {unit} on {entry.fleet} ({savings:+.0%})"
+    )
+    if measured_throughput is not None:
+        words += f"; measured {measured_throughput:,.1f} samples/s, predicted {entry.throughput_samples_s:,.1f}"
+    move = savings > threshold
+    return decision(
+        move,
+        ("move: " if move else f"stay (under the {threshold:.0%} threshold): ") + words,
+        go=go,
+        savings=savings,
+        migration_cost_usd=migration_usd,
+        migration_downtime_s=downtime_s,
+        target=target,
+        plan=replanned,
+    )
+
+
+def _check_move(plan: Plan, current: int, remaining_samples: float, measured_throughput: float | None) -> None:
+    """Refuse what :func:`decide_move` cannot compare: a fleet index outside the plan, no remaining work, a measured
+    throughput that is not positive.
+
+    Raises:
+        ConfigError: naming the argument.
+    """
+    if not 0 <= current < len(plan.entries):
+        raise ConfigError(
+            f"The plan has {len(plan.entries)} fleets; the current one must be an index below that. Got {current}.",
+            parameter="current",
+            value=current,
+        )
+    if not remaining_samples > 0:
+        raise ConfigError(
+            f"remaining_samples must be > 0. Got {remaining_samples}.", parameter="remaining_samples", value=None
+        )
+    if measured_throughput is not None and not measured_throughput > 0:
+        raise ConfigError(
+            f"measured_throughput must be > 0 samples/s. Got {measured_throughput}.",
+            parameter="measured_throughput",
+            value=measured_throughput,
+        )
+
+
+def _calibration(
+    plan: Plan, entry: PlanEntry, measured_throughput: float | None, known: dict[str, float] | None
+) -> Calibration | None:
+    """The re-ranking's calibration: the factors ``known`` from earlier fleets, and measured/predicted on the current
+    fleet's GPU (homogeneous fleets only; it replaces the plan's own factor for that GPU). None when there is none."""
+    factors = dict(known or {})
+    gpus = {g.gpu for g in entry.groups}
+    if measured_throughput is not None and len(gpus) == 1:
+        gpu = gpus.pop()
+        # the entry's prediction may carry the plan's own factor for this GPU: the new one replaces it
+        applied = {c.gpu: c.factor for c in plan.calibration or ()}.get(gpu, 1.0)
+        factors[gpu] = applied * measured_throughput / entry.throughput_samples_s
+    return Calibration(factors, {}) if factors else None
+
+
+def _migration(profile: Profile, entry: PlanEntry, target: PlanEntry) -> tuple[float, float]:
+    """(what a move costs in USD, the training's downtime in seconds): a checkpoint saved on the current fleet and
+    loaded on the target (the profile's measured times, else :data:`DEFAULT_CHECKPOINT_S`), the target provisioned
+    and restarted; the new fleet is paid from its request on, the old one trains on until it saves."""
+    checkpoint = profile.checkpoint
+    save_s = checkpoint.save_s if checkpoint else DEFAULT_CHECKPOINT_S
+    load_s = (checkpoint.load_s or checkpoint.save_s) if checkpoint else DEFAULT_CHECKPOINT_S
+    idle_new_s = REPROVISION_S + RESTART_S + save_s + load_s
+    migration_usd = target.usd_per_hour * idle_new_s / 3600 + entry.usd_per_hour * save_s / 3600
+    return migration_usd, save_s + RESTART_S + load_s

@@ -1,0 +1,504 @@
+"""The predictor as an HTTP service (FastAPI): ``srifty serve``.
+
+    GET  /healthz            liveness, version and catalog snapshot
+    GET  /v1/catalog         instance types with prices (filters: region, gpu, cuda_only)
+    POST /v1/predict         one fleet from a profile
+    POST /v1/rank            a plan (srifty.plan/v1) from a profile and constraints, calibrated by observations
+    POST /v1/observations    a measured throughput of a fleet (the feedback loop); GET lists them
+
+Bad input is a 422 whose ``detail`` names the field (``loc``), says what is wrong and how to fix it; an
+infeasible ranking is a 422 of type ``infeasible``; a body over the size limit is a 413. Rankings and predictions
+are bounded (``predictor.service.guard``): 429 when too many are asked at once, 503 past the request timeout; writes
+need the bearer token (401/403); a foreign ``Host`` header is a 400. Torch-free, like the rest of ``predictor``;
+FastAPI is imported only here and in ``service_guard``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Body, FastAPI, Query, Request, Security
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from predictor.catalog.catalog import Catalog
+from predictor.catalog.instances import instance_to_dict
+from predictor.documents.profile import Profile, load_profile
+from predictor.exceptions import (
+    ConfigError,
+    NoFeasibleConfigError,
+    PredictionError,
+    ProfileSchemaError,
+    SriftyError,
+    UnknownNameError,
+)
+from predictor.model.predict import Prediction, predict
+from predictor.ranking import Constraints, rank
+from predictor.ranking.constraints import LAYOUTS, OBJECTIVES, constraint_defaults
+from predictor.service.answers import (
+    ERRORS,
+    GUARD,
+    HEAVY,
+    WRITE,
+    CatalogListing,
+    Health,
+    ObservationAdded,
+    Observations,
+    Plan,
+    answer,
+)
+from predictor.service.guard import (
+    MAX_BODY_BYTES,
+    Guard,
+    HeavyWork,
+    SafeJSONResponse,
+    ServiceSettings,
+    error_response,
+    server_config,
+)
+from predictor.service.observations import ObservationStore, model_key
+
+API_VERSION = "v1"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("lightning-srifty")
+    except metadata.PackageNotFoundError:  # running from a source tree that was not installed
+        return "0+unknown"
+
+
+def _profile_schema() -> dict[str, Any]:
+    text = resources.files("predictor").joinpath("schemas/profile.v1.schema.json").read_text()
+    schema = json.loads(text)
+    schema.pop("$schema", None)
+    schema.pop("$id", None)
+    return schema
+
+
+_PROFILE_FIELD = Field(
+    description="A srifty.profile/v1 document (what SriftyCallback writes); see docs/profile-schema.md",
+    json_schema_extra=_profile_schema(),
+)
+
+
+_D = constraint_defaults()  # one place for the defaults: predictor.ranking.constraints.Constraints
+
+
+def _utf8(value: str) -> str:
+    """Text that can be stored and echoed: a lone UTF-16 surrogate (JSON "\\ud800") cannot be encoded."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"text with a lone surrogate ({value[exc.start]!r} at position {exc.start}) is not valid Unicode; "
+            "send UTF-8 text (a surrogate must be half of a \\ud83d\\ude00-style pair)"
+        ) from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class PredictRequest(_Strict):
+    profile: dict[str, Any] = _PROFILE_FIELD
+    fleet: Text = Field(
+        min_length=1, max_length=500, description="instance_type:count[,instance_type:count]", examples=["p3.8xlarge:2"]
+    )
+    scaling: Literal["strong", "weak"] = _D["scaling"]
+    layout: Text = Field("ddp", max_length=40, description="the parallel layout, e.g. fsdp:full_shard+ac")
+    use_observations: bool = Field(True, description="calibrate with observed runs of this model")
+
+
+class RankConstraints(_Strict):
+    """The constraints of :class:`predictor.ranking.Constraints`; give exactly one of steps (optimizer steps of the
+    profiled global batch), samples or epochs."""
+
+    steps: int | None = Field(None, ge=1, le=10**12, description="optimizer steps of the profiled global batch")
+    samples: float | None = Field(None, gt=0, le=1e15)
+    epochs: float | None = Field(None, gt=0, le=1e6)
+    steps_per_epoch: int | None = Field(None, ge=1, le=10**12, description="optimizer steps in one epoch")
+    deadline_h: float | None = Field(None, gt=0, le=1e6)
+    budget_usd: float | None = Field(None, gt=0, le=1e12)
+    objective: Literal[OBJECTIVES] = _D["objective"]  # type: ignore[valid-type] # the one declaration
+    regions: list[Text] = Field(default_factory=lambda: list(_D["regions"]), min_length=1, max_length=8)
+    market: Literal["on-demand", "spot", "any", "mixed"] = _D["market"]
+    spot_share: float = Field(_D["spot_share"], ge=0, le=1)
+    on_demand_base: int = Field(_D["on_demand_base"], ge=0, le=1000)
+    max_instances: int = Field(_D["max_instances"], ge=1, le=64)
+    max_types: int = Field(
+        _D["max_types"], ge=1, le=2, description="2 allows two-type mixes (3 is for the library and CLI)"
+    )
+    max_hourly_usd: float | None = Field(None, gt=0)
+    allow: list[Text] = Field(default_factory=list, max_length=100)
+    deny: list[Text] = Field(default_factory=list, max_length=100)
+    min_memory_headroom: float = Field(_D["min_memory_headroom"], ge=0, le=0.9)
+    current_fleet: Text | None = Field(None, max_length=500)
+    top: int = Field(_D["top"], ge=1, le=200)
+    scaling: Literal["strong", "weak"] = Field(
+        _D["scaling"], description="strong: the profiled global batch on every fleet; weak: the per-GPU batch kept"
+    )
+    allow_arm64: bool = Field(_D["allow_arm64"], description="rank arm64 (Graviton) instance types too")
+    startup_s: float | None = Field(
+        None, ge=0, le=7 * 86400, description="a new fleet's whole start-up (default: per instance type)"
+    )
+    dataset_gb: float = Field(0.0, ge=0, le=1e6, description="data staged onto every new instance before training")
+    layouts: list[Text] = Field(
+        default_factory=list,
+        max_length=len(LAYOUTS),
+        description="parallel layouts each fleet may use (" + ", ".join(LAYOUTS) + "); empty: all",
+    )
+
+
+class RankRequest(_Strict):
+    profile: dict[str, Any] = _PROFILE_FIELD
+    constraints: RankConstraints
+    use_observations: bool = Field(True, description="calibrate with observed runs of this model")
+
+
+class ObservationRequest(_Strict):
+    profile: dict[str, Any] = _PROFILE_FIELD
+    fleet: Text = Field(min_length=1, max_length=500, examples=["g5.12xlarge:2"])
+    throughput_samples_s: float = Field(gt=0, le=1e12, description="measured samples per second on the fleet")
+    iteration_time_s: float | None = Field(None, gt=0, le=1e6)
+    source: Text = Field("", max_length=200, description="who measured it, e.g. 'SriftyCallback run-42'")
+
+
+_BEARER = HTTPBearer(auto_error=False, description="the token given to `srifty serve --token-file`")
+
+
+class _JSONRequest(Request):
+    """A request whose JSON body is parsed with every failure a JSON error (so a 422 naming the body): too deeply
+    nested (Python's parser stops near 1,000 levels), not UTF-8, an integer over 4,300 digits."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                self._json = json.loads(body)
+            except json.JSONDecodeError:
+                raise
+            except RecursionError:
+                raise json.JSONDecodeError(
+                    "nested too deeply to parse (a srifty request is a few levels deep)", "", 0
+                ) from None
+            except UnicodeDecodeError as exc:
+                raise json.JSONDecodeError("not UTF-8 text", "", exc.start) from None
+            except ValueError as exc:  # e.g. an integer literal over sys.get_int_max_str_digits()
+                raise json.JSONDecodeError(str(exc), "", 0) from None
+        return self._json
+
+
+class _Route(APIRoute):
+    def get_route_handler(self) -> Any:
+        handler = super().get_route_handler()
+
+        async def parse_safely(request: Request) -> Any:
+            return await handler(_JSONRequest(request.scope, request.receive))
+
+        return parse_safely
+
+
+def _error(loc: list[Any], message: str, kind: str, status: int = 422, **extra: Any) -> JSONResponse:
+    return error_response(loc, message, kind, status, **extra)
+
+
+def _profile(data: dict[str, Any]) -> Profile:
+    try:
+        return load_profile(data)
+    except ProfileSchemaError as exc:
+        raise _BadField(["body", "profile", *exc.field.split(".")], str(exc)) from None
+
+
+class _BadField(Exception):
+    def __init__(self, loc: list[Any], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def create_app(
+    *,
+    catalog: Catalog | None = None,
+    observations: ObservationStore | str | Path | None = None,
+    settings: ServiceSettings | None = None,
+) -> FastAPI:
+    """The service.
+
+    Args:
+        catalog: instance types and prices (default: ``Catalog.load()``).
+        observations: a store or a SQLite path (default: ``predictor.service.observations.default_path()``).
+        settings: limits, the write token and the allowed ``Host`` names (default: ``ServiceSettings()``: no token,
+            so writes are refused).
+
+    The steps: the application and its state, the one error shape (:func:`_add_error_handlers`), the routes
+    (:func:`_add_read_routes`, :func:`_add_model_routes`, :func:`_add_observation_routes`), then the guard.
+    """
+    settings = settings or ServiceSettings()
+    catalog = catalog or Catalog.load()
+    store = observations if isinstance(observations, ObservationStore) else ObservationStore(observations)
+    heavy = HeavyWork(settings)
+    version = _version()
+
+    app = FastAPI(
+        title="lightning-srifty predictor",
+        version=version,
+        description="Predict and rank EC2 GPU fleets for a profiled PyTorch Lightning run.",
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: a blank page offline; /docs is served below
+        redoc_url=None,
+    )
+    app.router.route_class = _Route
+    app.state.catalog, app.state.observations, app.state.settings, app.state.heavy = catalog, store, settings, heavy
+    _add_error_handlers(app)
+    # Every route declares its answers (the success one from the declaration the code returns, the errors as the one
+    # error shape) and returns plain JSON: response_model=None, so nothing is re-serialised (predictor.service.answers)
+    _add_read_routes(app, catalog, version)
+    _add_model_routes(app, catalog, store, heavy)
+    _add_observation_routes(app, catalog, store)
+    app.add_middleware(Guard, settings=settings)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as the one error shape (:func:`predictor.service.guard.error_response`): a 422 whose ``loc``
+    names the field, of type ``value_error``, ``infeasible`` (with the binding constraint, the best value, the
+    exclusions and hints), ``unknown_name`` (with suggestions), ``cannot_predict`` or the library error's class; a
+    request that does not validate keeps pydantic's errors, a body that is not JSON says why."""
+
+    @app.exception_handler(_BadField)
+    async def bad_field(_: Request, exc: _BadField) -> JSONResponse:
+        return _error(exc.loc, str(exc), "value_error")
+
+    @app.exception_handler(NoFeasibleConfigError)
+    async def infeasible(_: Request, exc: NoFeasibleConfigError) -> JSONResponse:
+        return _error(
+            ["body", "constraints"],
+            str(exc),
+            "infeasible",
+            binding=list(exc.binding),
+            best=exc.best,
+            excluded=exc.excluded,
+            hints=list(exc.hints),
+        )
+
+    @app.exception_handler(ConfigError)
+    async def config_error(_: Request, exc: ConfigError) -> JSONResponse:
+        return _error(["body", exc.parameter or "body"], str(exc), "value_error")
+
+    @app.exception_handler(UnknownNameError)
+    async def unknown(_: Request, exc: UnknownNameError) -> JSONResponse:
+        return _error(["body"], str(exc), "unknown_name", name=exc.name, suggestions=exc.suggestions)
+
+    @app.exception_handler(PredictionError)
+    async def cannot_predict(_: Request, exc: PredictionError) -> JSONResponse:
+        return _error(["body", "profile"], str(exc), "cannot_predict")
+
+    @app.exception_handler(SriftyError)
+    async def other(_: Request, exc: SriftyError) -> JSONResponse:
+        return _error(["body"], str(exc), type(exc).__name__)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for e in exc.errors():
+            error = {k: v for k, v in e.items() if k in ("loc", "msg", "type")}
+            if e.get("type") == "json_invalid" and e.get("ctx", {}).get("error"):
+                error["msg"] = f"the body is not valid JSON: {e['ctx']['error']}"
+            errors.append(error)
+        return SafeJSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
+
+def _add_read_routes(app: FastAPI, catalog: Catalog, version: str) -> None:
+    """The routes that only read: /docs (the API reference, :func:`docs_html`), /healthz and /v1/catalog."""
+
+    @app.get("/docs", include_in_schema=False)
+    def docs_page() -> HTMLResponse:
+        return HTMLResponse(
+            docs_html(app.openapi()),
+            headers={"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"},
+        )
+
+    @app.get("/healthz", response_model=None, responses=answer(200, Health, "the service is up", GUARD))
+    def healthz() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "version": version,
+            "api": API_VERSION,
+            "catalog_snapshot": catalog.info.snapshot,
+            "catalog_source": catalog.info.source,
+        }
+
+    @app.get("/v1/catalog", response_model=None, responses=answer(200, CatalogListing, "the instance types", ERRORS))
+    def get_catalog(
+        region: Annotated[str | None, Query(max_length=32)] = None,
+        gpu: Annotated[str | None, Query(max_length=64)] = None,
+        cuda_only: bool = True,
+    ) -> dict[str, Any]:
+        types = catalog.filter(region=region, gpu=gpu, cuda_only=cuda_only)
+        return {
+            "source": catalog.info.source,
+            "snapshot": catalog.info.snapshot,
+            "instance_types": [instance_to_dict(it, region) for it in types],
+        }
+
+
+def _add_model_routes(app: FastAPI, catalog: Catalog, store: ObservationStore, heavy: HeavyWork) -> None:
+    """/v1/predict and /v1/rank: the model's work, each in a :class:`HeavyWork` thread (bounded; the event loop
+    stays free), calibrated by the observations of the model when asked."""
+
+    @app.post("/v1/predict", responses=answer(200, Prediction, "the prediction of the fleet", HEAVY))
+    async def post_predict(request: Annotated[PredictRequest, Body()]) -> JSONResponse:
+        def work() -> JSONResponse:  # in a HeavyWork thread: the event loop stays free
+            profile = _profile(request.profile)
+            calibration = store.calibration(profile, catalog) if request.use_observations else None
+            prediction = predict(
+                profile,
+                request.fleet,
+                catalog=catalog,
+                scaling=request.scaling,
+                calibration=calibration.factors if calibration else None,
+                layout=request.layout,
+            )
+            return SafeJSONResponse(prediction.to_dict())
+
+        return await heavy.run("prediction", work)
+
+    @app.post("/v1/rank", responses=answer(200, Plan, "a plan (srifty.plan/v1)", HEAVY))
+    async def post_rank(request: Annotated[RankRequest, Body()]) -> JSONResponse:
+        def work() -> JSONResponse:
+            profile = _profile(request.profile)
+            constraints = Constraints.build(**request.constraints.model_dump())
+            calibration = store.calibration(profile, catalog) if request.use_observations else None
+            # a JSONResponse skips FastAPI's jsonable_encoder (3.7 ms for a plan; the dict is plain JSON already)
+            return SafeJSONResponse(rank(profile, constraints, catalog=catalog, calibration=calibration).to_dict())
+
+        return await heavy.run("ranking", work)
+
+
+def _add_observation_routes(app: FastAPI, catalog: Catalog, store: ObservationStore) -> None:
+    """/v1/observations: POST stores a measured throughput of a fleet (the feedback loop; the bearer token is
+    checked by :class:`Guard`) and answers the model's calibration; GET lists them, newest first."""
+
+    @app.post(
+        "/v1/observations",
+        status_code=201,
+        response_model=None,
+        responses=answer(201, ObservationAdded, "the observation, stored", WRITE),
+        dependencies=[Security(_BEARER)],
+    )  # the token is checked by Guard before the body is read; the dependency documents it in the OpenAPI
+    def post_observation(request: Annotated[ObservationRequest, Body()]) -> dict[str, Any]:
+        profile = _profile(request.profile)
+        obs = store.add(
+            profile,
+            request.fleet,
+            request.throughput_samples_s,
+            iteration_time_s=request.iteration_time_s,
+            source=request.source,
+            catalog=catalog,
+        )
+        calibration = store.calibration(profile, catalog)
+        return {
+            "id": obs.id,
+            "model_key": obs.model_key,
+            "fleet": obs.fleet,
+            "gpu": obs.gpu,
+            "calibration": dict(calibration.factors) if calibration else {},
+        }
+
+    @app.get(
+        "/v1/observations",
+        response_model=None,
+        responses=answer(200, Observations, "stored observations, newest first", ERRORS),
+    )
+    def get_observations(
+        model_key_: Annotated[str | None, Query(alias="model_key", max_length=300)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        return {"observations": [o.__dict__ for o in store.list(model_key_, limit)]}
+
+
+def docs_html(spec: dict[str, Any]) -> str:
+    """The API reference as one HTML page that needs nothing else (no script, no stylesheet, no CDN): every endpoint
+    with its summary, parameters, request schema and answers, from the OpenAPI document."""
+    import html
+
+    def esc(value: Any) -> str:
+        return html.escape(str(value))
+
+    def schema(ref_or_schema: dict[str, Any]) -> str:
+        name = str(ref_or_schema.get("$ref", "")).rsplit("/", 1)[-1]
+        body = spec.get("components", {}).get("schemas", {}).get(name, ref_or_schema)
+        return (
+            f"<details><summary>{esc(name or 'schema')}</summary><pre>{esc(json.dumps(body, indent=2))}</pre></details>"
+        )
+
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>",
+        esc(spec["info"]["title"]),
+        "</title><style>body{font:14px sans-serif;max-width:60em;margin:2em auto}code,pre{background:#f4f4f4}"
+        "pre{padding:.5em;overflow:auto}h2{border-top:1px solid #ccc;padding-top:.5em}</style></head><body>",
+        f"<h1>{esc(spec['info']['title'])} {esc(spec['info']['version'])}</h1>",
+        f"<p>{esc(spec['info'].get('description', ''))} The machine-readable description is "
+        "<a href='/openapi.json'><code>/openapi.json</code></a>.</p>",
+    ]
+    for path, methods in spec.get("paths", {}).items():
+        for method, op in methods.items():
+            parts.append(f"<h2><code>{esc(method.upper())} {esc(path)}</code></h2><p>{esc(op.get('summary', ''))}</p>")
+            params = op.get("parameters") or []
+            if params:
+                rows = "".join(
+                    f"<li><code>{esc(p['name'])}</code> ({esc(p.get('in'))}){' required' if p.get('required') else ''}"
+                    "</li>"
+                    for p in params
+                )
+                parts.append(f"<p>Parameters:</p><ul>{rows}</ul>")
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            if body:
+                parts.append("<p>Request body (JSON):</p>" + schema(body))
+            answers = "".join(
+                f"<li><code>{esc(code)}</code> {esc(r.get('description', ''))}</li>"
+                for code, r in op.get("responses", {}).items()
+            )
+            parts.append(f"<p>Answers:</p><ul>{answers}</ul>")
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+@contextlib.contextmanager
+def background_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a thread (port 0: a free one); yields the base URL; stops on exit."""
+    import threading
+
+    import uvicorn
+
+    config = server_config(app, app.state.settings, host, port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="srifty-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the service did not start on {host}:{port}")
+        time.sleep(0.01)
+    bound = server.servers[0].sockets[0].getsockname()
+    try:
+        yield f"http://{host}:{bound[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+__all__ = ["MAX_BODY_BYTES", "ServiceSettings", "background_server", "create_app", "model_key"]

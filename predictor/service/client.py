@@ -1,0 +1,118 @@
+"""A small client of ``srifty serve`` (standard library only, so that a training job needs nothing more)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+from predictor.documents.plan import Plan, load_plan
+from predictor.documents.profile import Profile
+from predictor.exceptions import ServiceError
+
+if TYPE_CHECKING:
+    from predictor.ranking.constraints import Constraints
+
+
+TOKEN_ENV = "SRIFTY_SERVICE_TOKEN"
+RETRY_STATUSES = (429, 503)  # too many at once / timed out: the service says when to retry (Retry-After)
+
+
+class ServiceClient:
+    """``ServiceClient("http://127.0.0.1:8000").rank(profile, {"steps": 100000})``.
+
+    Args:
+        url: where ``srifty serve`` listens.
+        timeout_s: socket timeout of one request.
+        token: the service's bearer token, sent with every request (writes need it); default: $SRIFTY_SERVICE_TOKEN.
+        retries: how many times a ranking or prediction answered 429 or 503 is asked again, after the service's
+            ``Retry-After`` (at most ``max_wait_s`` each); observations are never sent twice.
+        max_wait_s: the longest wait between retries.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float = 30.0,
+        *,
+        token: str | None = None,
+        retries: int = 2,
+        max_wait_s: float = 10.0,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ServiceError(f"The predictor URL must start with http:// or https://. Got {url!r}.")
+        self.url, self.timeout_s = url.rstrip("/"), timeout_s
+        self.retries, self.max_wait_s = retries, max_wait_s
+        self._token = token if token is not None else (os.environ.get(TOKEN_ENV, "").strip() or None)
+
+    def __repr__(self) -> str:  # never the token
+        return f"ServiceClient({self.url!r}, token={'set' if self._token else None})"
+
+    def _post(self, path: str, body: dict[str, Any], *, retry: bool = True) -> Any:
+        attempts = self.retries + 1 if retry else 1
+        for attempt in range(attempts):
+            try:
+                return self._post_once(path, body)
+            except ServiceError as error:
+                if error.retry_after_s is None or attempt == attempts - 1:
+                    raise
+                time.sleep(min(self.max_wait_s, error.retry_after_s))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _post_once(self, path: str, body: dict[str, Any]) -> Any:
+        headers = {"content-type": "application/json", "accept": "application/json"}
+        if self._token:
+            headers["authorization"] = f"Bearer {self._token}"
+        request = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            try:
+                detail = json.load(exc)["detail"]
+                message = "; ".join(d.get("msg", str(d)) for d in detail) if isinstance(detail, list) else str(detail)
+            except (ValueError, KeyError, TypeError):
+                message = exc.reason
+            if exc.code in (401, 403) and not self._token:
+                message += f" (no token was sent: pass token= or set {TOKEN_ENV})"
+            retry = _seconds(exc.headers.get("Retry-After")) if exc.code in RETRY_STATUSES else None
+            raise ServiceError(
+                f"{self.url}{path} answered {exc.code}: {message}", status=exc.code, retry_after_s=retry
+            ) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ServiceError(
+                f"Cannot reach the predictor at {self.url} ({reason}). Is `srifty serve` running there?"
+            ) from None
+
+    def rank(self, profile: Profile, constraints: Constraints | dict[str, Any]) -> Plan:
+        asked = constraints if isinstance(constraints, dict) else constraints.to_request()
+        return load_plan(self._post("/v1/rank", {"profile": profile.to_dict(), "constraints": asked}))
+
+    def predict(self, profile: Profile, fleet: str, scaling: str = "strong") -> dict[str, Any]:
+        return self._post("/v1/predict", {"profile": profile.to_dict(), "fleet": fleet, "scaling": scaling})
+
+    def observe(
+        self, profile: Profile, fleet: str, throughput_samples_s: float, *, iteration_time_s: float | None, source: str
+    ) -> dict[str, Any]:
+        body = {
+            "profile": profile.to_dict(),
+            "fleet": fleet,
+            "throughput_samples_s": throughput_samples_s,
+            "iteration_time_s": iteration_time_s,
+            "source": source[:200],
+        }
+        return self._post("/v1/observations", body, retry=False)  # a write is never sent twice
+
+
+def _seconds(retry_after: str | None) -> float:
+    """Retry-After in seconds (the service sends whole seconds; an HTTP date or garbage: 1 s)."""
+    try:
+        return max(0.0, float(retry_after or 1))
+    except ValueError:
+        return 1.0

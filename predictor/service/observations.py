@@ -1,0 +1,219 @@
+"""Observed throughput of real runs, stored in SQLite, and the calibration they give the next prediction.
+
+A run profiled on its real fleet (the callback on the chosen fleet, or any run a user reports) posts what it measured:
+the model, the fleet, samples per second. The next ranking of a similar profile (same model name, parameter count,
+precision and per-GPU batch) predicts every observed fleet from *its own* profile, and the geometric mean of
+measured/predicted per GPU type becomes a factor on that GPU's compute (:class:`predictor.ranking.Calibration`). Only
+single-GPU-type fleets calibrate (a mix cannot say which GPU was off). This closes the loop between the
+recommendation and what the fleet then did.
+
+Stored in one SQLite file (default ``$SRIFTY_OBSERVATIONS``, else ``~/.cache/srifty/observations.sqlite``); every write
+is one transaction, so a crash leaves either the whole observation or none.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import sqlite3
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from predictor.catalog.catalog import Catalog
+from predictor.catalog.fleet import parse_fleet
+from predictor.documents.atomic import file_kind
+from predictor.documents.checks import check_number
+from predictor.documents.profile import Profile
+from predictor.exceptions import ConfigError, SriftyError
+from predictor.ranking import Calibration
+
+FACTOR_LIMITS = (0.2, 5.0)  # an observation further off than 5x is a mistake (wrong fleet, wrong unit), not a signal
+# Observations cannot steer alone (issue #23 item 5): a GPU's factor moves only when MIN_RUNS distinct runs (the
+# observation's ``source``) agree within AGREE of their median; the factor is shrunk toward the model as if the model
+# were PRIOR_RUNS runs at 1.0, and moves at most STEP per agreeing run.
+MIN_RUNS = 3
+AGREE = 1.25
+PRIOR_RUNS = 3.0
+STEP = 1.10
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS observations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    model_key TEXT NOT NULL,
+    model TEXT NOT NULL,
+    fleet TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    throughput_samples_s REAL NOT NULL,
+    iteration_time_s REAL,
+    source TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS observations_model ON observations (model_key);
+"""
+
+
+def default_path() -> Path:
+    env = os.environ.get("SRIFTY_OBSERVATIONS")
+    if env:
+        return Path(env)
+    base = os.environ.get("SRIFTY_CACHE_DIR") or os.path.join(Path.home(), ".cache", "srifty")
+    return Path(base) / "observations.sqlite"
+
+
+def model_key(profile: Profile) -> str:
+    """What makes two profiles 'the same model' for calibration."""
+    m = profile.model
+    return f"{m.name}|{m.parameters}|{m.precision}|{profile.batch.per_device:g}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    id: int
+    model_key: str
+    model: str
+    fleet: str
+    gpu: str  # comma-separated GPU keys of the fleet (one for a homogeneous fleet)
+    throughput_samples_s: float
+    iteration_time_s: float | None
+    source: str
+    created_at: str
+
+
+class ObservationStore:
+    """Observations in one SQLite file (created on first use)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        fix = (
+            "Give --observations (or $SRIFTY_OBSERVATIONS) the path of an SQLite file in a folder you can write; it is "
+            "created when missing."
+        )
+        try:
+            mode = self.path.stat().st_mode
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:  # e.g. a parent that is a file
+            raise ConfigError(
+                f"The observations store {str(self.path)!r} cannot be reached: {exc.strerror or exc}. {fix}",
+                parameter="observations",
+                value=str(self.path),
+            ) from None
+        if mode is not None and not stat.S_ISREG(mode):  # sqlite3 on a FIFO or a folder: a traceback, or a hang
+            raise ConfigError(
+                f"The observations store {str(self.path)!r} is {file_kind(mode)}, not a regular file. {fix}",
+                parameter="observations",
+                value=str(self.path),
+            )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as db:
+                db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:  # not a database, no permission, a full disk
+            raise ConfigError(
+                f"The observations store {str(self.path)!r} cannot be opened as an SQLite database: {exc}. {fix}",
+                parameter="observations",
+                value=str(self.path),
+            ) from None
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=10)
+        try:
+            with db:  # one transaction: committed on success, rolled back on error
+                yield db
+        finally:
+            db.close()
+
+    def add(
+        self,
+        profile: Profile,
+        fleet: str,
+        throughput_samples_s: float,
+        *,
+        iteration_time_s: float | None = None,
+        source: str = "",
+        catalog: Catalog | None = None,
+    ) -> Observation:
+        """Record a measurement; the fleet must parse against the catalog (unknown types get "did you mean")."""
+        check_number("observation", "throughput_samples_s", throughput_samples_s, minimum=0, exclusive=True)
+        if iteration_time_s is not None:
+            check_number("observation", "iteration_time_s", iteration_time_s, minimum=0, exclusive=True)
+        if len(source) > 200:
+            raise ConfigError("The observation's 'source' is limited to 200 characters.", parameter="source")
+        if not profile.model.name:
+            raise ConfigError(
+                "The profile has no model.name: observations are matched to later profiles by the model's name. "
+                "Name it (SriftyCallback(model_name=...)).",
+                parameter="profile.model.name",
+            )
+        parsed = parse_fleet(fleet, catalog or Catalog.load())
+        gpu = ",".join(sorted({g.instance.gpu or g.instance.name for g in parsed.groups}))
+        created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        row = (model_key(profile), profile.model.name, str(parsed), gpu, float(throughput_samples_s))
+        with self._connect() as db:
+            cur = db.execute(
+                "INSERT INTO observations (model_key, model, fleet, gpu, throughput_samples_s, iteration_time_s, "
+                "source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (*row, iteration_time_s, source, created),
+            )
+            new_id = int(cur.lastrowid or 0)
+        return Observation(new_id, *row, iteration_time_s, source, created)
+
+    def list(self, key: str | None = None, limit: int = 1000) -> list[Observation]:
+        query = "SELECT * FROM observations" + (" WHERE model_key = ?" if key else "") + " ORDER BY id DESC LIMIT ?"
+        with self._connect() as db:
+            rows = db.execute(query, (key, limit) if key else (limit,)).fetchall()
+        return [Observation(*row) for row in rows]
+
+    def calibration(self, profile: Profile, catalog: Catalog | None = None) -> Calibration | None:
+        """Factors by GPU from the observations of this model (None when no GPU has enough agreeing runs).
+
+        Per GPU: each run's (``source``'s) median log(measured / predicted); the runs within a factor
+        :data:`AGREE` of the median run; with at least :data:`MIN_RUNS` of them, their mean shrunk toward 0 (the
+        model) as ``n / (n + PRIOR_RUNS)`` and bounded by ``n * log(STEP)``. One post, or many from one run, or runs
+        that disagree, change nothing."""
+        from predictor.model.predict import predict
+
+        catalog = catalog or Catalog.load()
+        runs: dict[str, dict[str, list[float]]] = {}
+        for obs in self.list(model_key(profile)):
+            if "," in obs.gpu:
+                continue  # a mix: cannot tell which GPU was off
+            try:
+                predicted = predict(profile, obs.fleet, catalog=catalog).throughput_samples_s
+            except SriftyError:
+                continue  # the fleet is no longer in this catalog, or this profile cannot predict it
+            ratio = obs.throughput_samples_s / predicted
+            if FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:
+                runs.setdefault(obs.gpu, {}).setdefault(obs.source, []).append(math.log(ratio))
+        factors, counts = {}, {}
+        for gpu, by_run in runs.items():
+            found = calibrated_log_factor([_median(v) for v in by_run.values()])
+            if found is not None:
+                factors[gpu], counts[gpu] = math.exp(found[0]), found[1]
+        return Calibration(factors, counts) if factors else None
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def calibrated_log_factor(run_logs: list[float]) -> tuple[float, int] | None:
+    """The log factor the runs' log ratios give (and how many runs agreed), or None without :data:`MIN_RUNS` runs
+    agreeing within :data:`AGREE` of their median."""
+    if len(run_logs) < MIN_RUNS:
+        return None
+    centre = _median(run_logs)
+    agreeing = [v for v in run_logs if abs(v - centre) <= math.log(AGREE)]
+    n = len(agreeing)
+    if n < MIN_RUNS:
+        return None
+    shrunk = sum(agreeing) / n * n / (n + PRIOR_RUNS)
+    bound = n * math.log(STEP)
+    return max(-bound, min(bound, shrunk)), n
