@@ -28,7 +28,7 @@ MOVED = {
     "preemption": "migrate.preemption",
     "spot_watcher": "migrate.spot_watcher",
     "triggers": "migrate.triggers",
-    "imds": "migrate.imds",
+    "migrate.imds": "imds",  # 0.2's home: profiling (the instance type) and migrate (spot notices) share it
     "markers": "protocol",
     "imds_sim": "provision.imds_sim",
     "launch": "provision.launch",

@@ -134,8 +134,10 @@ class MovedModules(importlib.abc.MetaPathFinder):
         )
 
     def install(self) -> None:
+        # first: an old name under a moved package (predictor.perf.ops) would otherwise be found again through the
+        # new package's __path__, and loaded a second time under the old name
         if not any(isinstance(f, MovedModules) and f.package == self.package for f in sys.meta_path):
-            sys.meta_path.append(self)
+            sys.meta_path.insert(0, self)
 
 
 MovedModules(__name__, MOVED).install()

@@ -18,7 +18,7 @@ import urllib.error
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lightning_srifty.migrate.imds import _Client, metadata_endpoint
+from lightning_srifty.imds import _Client, metadata_endpoint
 
 log = logging.getLogger("lightning_srifty")
 

@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy
-from lightning_srifty.migrate.imds import MetadataLookup
+from lightning_srifty.imds import MetadataLookup
 from lightning_srifty.profiling import hardware as hw
 from lightning_srifty.profiling.assemble import RankPayload, assemble_profile
 from lightning_srifty.profiling.checkpoint_cost import measure_checkpoint

@@ -1,4 +1,5 @@
-"""EC2 instance metadata (IMDSv2) with short timeouts, in a background thread: never blocks training.
+"""EC2 instance metadata (IMDSv2) with short timeouts, in a background thread: never blocks training. Shared by
+``profiling`` (the instance type) and ``migrate`` (spot notices), so that neither imports the other for it.
 
 Honours the standard botocore settings: ``AWS_EC2_METADATA_DISABLED=true`` turns it off,
 ``AWS_EC2_METADATA_SERVICE_ENDPOINT`` points it elsewhere (tests use a server on 127.0.0.1). Off EC2 (judged from
