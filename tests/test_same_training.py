@@ -172,3 +172,28 @@ def test_savings_are_never_against_a_fleet_that_cannot_hold_the_model(catalog) -
     assert any("no savings computed: the current fleet g4dn.xlarge:1 cannot train" in n for n in plan.notes)
     fits = rank(profile, Constraints(steps=1000, current_fleet="p4d.24xlarge:1"), catalog=catalog)
     assert all(e.savings_vs_current is not None for e in fits.entries)
+
+
+def test_the_launcher_splits_a_batch_as_the_ranking_does(catalog) -> None:
+    """One split (issue #24 item 2): the launcher's per-rank batches for a plan entry, recomputed from its per-GPU
+    shares (what it does for another global batch), are the ranking's own recorded ones, on mixes of unequal GPUs
+    too; and a global batch the plan did not rank is split the same way, every rank at least one sample."""
+    import glob
+
+    from conftest import ROOT
+    from lightning_srifty.provision.launch import rank_batch_sizes
+    from predictor.documents.plan import load_plan
+
+    profile = _profile(batch__per_device=24)
+    mixed = rank(profile, Constraints(steps=100, max_types=2, max_instances=4, top=20), catalog=catalog)
+    entries = [e for f in sorted(glob.glob(str(ROOT / "terraform/examples/*/plan.json"))) for e in load_plan(f).entries]
+    entries += mixed.entries
+    assert any(len(e.groups) > 1 for e in entries)  # unequal GPUs are among them
+    for entry in entries:
+        recorded = entry.rank_batches()
+        if recorded is not None:
+            assert rank_batch_sizes(entry) == recorded, entry.fleet
+        n = sum(g.count * g.gpus_per_instance for g in entry.groups)
+        for total in (n, n + 1, 3 * n + 2):
+            sizes = rank_batch_sizes(entry, total)
+            assert sum(sizes) == total and min(sizes) >= 1 and len(sizes) == n, (entry.fleet, total, sizes)

@@ -70,21 +70,25 @@ from predictor.exceptions import CapacityError, ConfigError, LaunchInterrupted, 
 
 def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[int]:
     """Whole per-rank batches per micro-step in group order, in proportion to the plan's per-GPU split, adding up to
-    ``global_batch`` samples per micro-step (default: the plan's own); largest remainders get the leftover
-    samples."""
-    shares = [g.per_device_batch for g in entry.groups for _ in range(g.count * g.gpus_per_instance)]
+    ``global_batch`` samples per micro-step (default: the plan's own): the ranking's own split
+    (:func:`predictor.model.batch.split_micro`, largest remainders get the leftover samples), for one fleet."""
+    import numpy as np
+
+    from predictor.model.batch import rank_batches, split_micro
+
+    gpus = [g.count * g.gpus_per_instance for g in entry.groups]
+    shares = [float(g.per_device_batch) for g in entry.groups]
     a = entry.accumulate_grad_batches
-    total = global_batch if global_batch is not None else round(sum(shares) / a)
-    if total < len(shares):
+    total = global_batch if global_batch is not None else round(sum(s * n for s, n in zip(shares, gpus)) / a)
+    if total < sum(gpus):
         raise MigrationError(
-            f"A batch of {total} samples per micro-step cannot be split over the {len(shares)} GPUs of "
+            f"A batch of {total} samples per micro-step cannot be split over the {sum(gpus)} GPUs of "
             f"{entry.fleet}: every rank needs at least one sample."
         )
-    scaled = [s * total / sum(shares) for s in shares]
-    sizes = [max(1, int(s)) for s in scaled]
-    for i in sorted(range(len(scaled)), key=lambda i: scaled[i] - int(scaled[i]), reverse=True)[: total - sum(sizes)]:
-        sizes[i] += 1
-    return sizes
+    lo, plus, _ = split_micro(
+        np.array([float(total)]), np.array([shares]), np.array([gpus], dtype=float), np.ones((1, len(gpus)), bool)
+    )
+    return [b for k, n in enumerate(gpus) for b in rank_batches(lo[0, k], plus[0, k], n)]
 
 
 def fleet_batches(entry: PlanEntry, global_batch: int | None = None) -> tuple[list[int], int]:
