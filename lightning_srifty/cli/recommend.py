@@ -8,24 +8,27 @@ from typing import Any
 
 from lightning_srifty.cli._common import console, hours, load_catalog, number, whole
 from predictor.exceptions import SriftyError
-from predictor.model.fleets import SCALINGS
-from predictor.ranking.constraints import LAYOUTS, OBJECTIVES, constraint_defaults
+from predictor.ranking.constraints import SPECS, constraint_defaults
 
 DEFAULTS = constraint_defaults()
-# rank()'s constraint -> this command's flag where the names differ (the others: the same name with dashes);
-# tests/test_cli.py checks that every constraint has a flag here
-FLAG_OF = {
-    "deadline_h": "--deadline",
-    "budget_usd": "--budget",
-    "current_fleet": "--current",
-    "max_hourly_usd": "--max-hourly",
-    "min_memory_headroom": "--min-headroom",
+# what a flag's help adds to the constraint's own words (predictor.ranking.constraints.SPECS declares the flags)
+CLI_HINTS = {
+    "steps": "Lightning's max_steps",
+    "deadline_h": "e.g. 12h, 90m, 2d",
+    "current_fleet": "instance_type:count, e.g. g5.12xlarge:2",
+    "allow": "e.g. g5,g6e",
+    "min_memory_headroom": "0.1 = 10%",
+    "startup_s": "the per-type figure is srifty launch's measurement where it has launched the type",
+    "layouts": "pipeline: one stage per node, evaluated and shown, never chosen",
+    "allow_arm64": "the training image must be built for arm64",
 }
-UNIT_OF = {"deadline_h": "h"}
+WORK = ("steps", "samples", "epochs")  # one of them, required
 
 
 def flag_of(name: str) -> str:
-    return FLAG_OF.get(name, "--" + name.replace("_", "-"))
+    """The flag of constraint ``name`` (its :class:`~predictor.ranking.constraints.Spec`)."""
+    flag = SPECS[name].flag
+    return flag or "--" + name.replace("_", "-")
 
 
 def in_flags(message: str) -> str:
@@ -38,7 +41,7 @@ def in_flags(message: str) -> str:
     from predictor.ranking import Constraints
 
     for f in dataclasses.fields(Constraints):
-        flag, unit = flag_of(f.name), UNIT_OF.get(f.name, "")
+        flag, unit = flag_of(f.name), SPECS[f.name].unit
 
         def value(m: re.Match[str], flag: str = flag, unit: str = unit) -> str:
             v = m.group(1) if m.group(1) is not None else m.group(2)
@@ -78,32 +81,15 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recommend: Any) -> int:
-    constraints = Constraints.build(
-        steps=args.steps,
-        samples=args.samples,
-        epochs=args.epochs,
-        steps_per_epoch=args.steps_per_epoch,
-        deadline_h=args.deadline,
-        budget_usd=args.budget,
-        objective=args.objective,
-        regions=args.regions,
-        market=args.market,
-        spot_share=args.spot_share,
-        on_demand_base=args.on_demand_base,
-        max_instances=args.max_instances,
-        max_types=args.max_types,
-        current_fleet=args.current,
-        max_hourly_usd=args.max_hourly,
-        allow=_names(args.allow),
-        deny=_names(args.deny),
-        min_memory_headroom=args.min_headroom,
-        top=max(args.top or DEFAULTS["top"], LAUNCHABLE_POOL) if args.launchable else args.top,
-        scaling=args.scaling,
-        allow_arm64=args.allow_arm64 or None,
-        startup_s=args.startup_s,
-        dataset_gb=args.dataset_gb,
-        layouts=args.layouts,
-    )
+    given = {name: getattr(args, name) for name in SPECS if SPECS[name].flag is not None}
+    for name, spec in SPECS.items():
+        if spec.kind == "texts" and given.get(name) is not None:
+            given[name] = _names(given[name])
+        if spec.kind == "bool":
+            given[name] = given[name] or None  # an absent switch is the default, not False
+    if args.launchable:
+        given["top"] = max(args.top or DEFAULTS["top"], LAUNCHABLE_POOL)
+    constraints = Constraints.build(**given)
     catalog = load_catalog(args)
     refine = _launchable(catalog, args.top or DEFAULTS["top"]) if args.launchable else None
     result = recommend(
@@ -153,13 +139,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("recommend", parents=[common], help="rank fleets under deadline and budget")
     p.add_argument("--profile", required=True, help="srifty.profile/v1 JSON")
     work = p.add_mutually_exclusive_group(required=True)
-    work.add_argument(
-        "--steps", type=whole, help="optimizer steps of the profiled global batch (Lightning's max_steps)"
-    )
-    work.add_argument("--samples", type=number, help="training samples")
-    work.add_argument("--epochs", type=number, help="epochs (with --steps-per-epoch)")
-    p.add_argument("--steps-per-epoch", type=whole, help="optimizer steps in one epoch")
-    p.add_argument("--deadline", type=hours, help="e.g. 12h, 90m, 2d")
+    for name, spec in SPECS.items():
+        if spec.flag is not None:
+            (work if name in WORK else p).add_argument(flag_of(name), dest=name, **_flag_options(name, spec))
     p.add_argument(
         "--spot-trace",
         action="append",
@@ -173,62 +155,44 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         default=None,
         help="what --spot-trace's numbers are: instances available (default) or preempted flags",
     )
-    p.add_argument("--budget", type=number, help="US dollars")
-    p.add_argument("--objective", choices=OBJECTIVES, help=f"what to minimise (default {DEFAULTS['objective']})")
-    p.add_argument(
-        "--market",
-        help="on-demand, spot, mixed, any (all three; the default), or spot:SHARE (mixed with that spot share, "
-        "e.g. spot:0.75)",
-    )
-    p.add_argument(
-        "--spot-share", type=number, help=f"mixed market: share on spot above the base ({DEFAULTS['spot_share']})"
-    )
-    p.add_argument("--on-demand-base", type=whole, help="mixed market: on-demand instances first (default 1)")
-    p.add_argument("--max-types", type=whole, help="instance types per fleet: 2 or 3 allows mixes (default 1)")
-    p.add_argument("--current", help="the fleet you run on now (instance_type:count), for savings")
-    p.add_argument("--regions", help="comma-separated (default us-east-1)")
-    p.add_argument("--max-instances", type=whole, help=f"default {DEFAULTS['max_instances']}")
-    p.add_argument("--max-hourly", type=number, help="US dollars per hour for the whole fleet")
-    p.add_argument(
-        "--allow", action="append", help="instance types or families, comma-separated (repeatable), e.g. g5,g6e"
-    )
-    p.add_argument("--deny", action="append", help="instance types or families, comma-separated (repeatable)")
-    p.add_argument("--min-headroom", type=number, help="GPU memory to keep free, as a share (0.1 = 10%%)")
-    p.add_argument("--top", type=whole, help=f"fleets listed (default {DEFAULTS['top']})")
     p.add_argument(
         "--launchable",
         action="store_true",
         help="only fleets this AWS account can start now (its EC2 vCPU quotas after what runs, the types its "
         "regions offer); the plan notes what a quota increase would buy",
     )
-    p.add_argument(
-        "--scaling",
-        choices=SCALINGS,
-        help="strong (the default): every fleet trains the profiled global batch, with gradient accumulation where "
-        "needed; weak: keep the per-GPU batch, so the global batch (and the training) changes with the fleet",
-    )
-    p.add_argument(
-        "--allow-arm64",
-        action="store_true",
-        help="rank arm64 (Graviton, e.g. g5g) types too: the training image must be built for arm64",
-    )
-    p.add_argument(
-        "--startup-s",
-        type=number,
-        help="a new fleet's whole start-up in seconds (default: per instance type, measured by srifty launch where "
-        "it has launched the type; provisioning, boot, setup and warm-up otherwise)",
-    )
-    p.add_argument("--dataset-gb", type=number, help="data staged onto every new instance before training (GB)")
-    p.add_argument(
-        "--layouts",
-        help="parallel layouts each fleet may use, comma-separated (default all: " + ", ".join(LAYOUTS) + "; "
-        "pipeline: one stage per node, evaluated and shown, never chosen)",
-    )
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--wide", action="store_true", help="every column (GPUs, region, cost interval, effort, memory)")
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
     p.add_argument("--report", help="write a self-contained HTML report here (and the plot as PNG beside it)")
     p.set_defaults(func=cmd_recommend)
+
+
+def _flag_options(name: str, spec: Any) -> dict[str, Any]:
+    """argparse's options for a constraint's flag, from its Spec: the type, the help (its words, this command's
+    hint, its default)."""
+    default = DEFAULTS[name]
+    hint = CLI_HINTS.get(name)
+    shown = ",".join(default) if isinstance(default, tuple) else default
+    words = spec.doc + (f"; {hint}" if hint else "")
+    if spec.kind == "texts":
+        words += "; comma-separated, repeatable"
+    if shown not in (None, "", False, 0.0) or name in ("on_demand_base",):
+        words += f" (default {shown})"
+    options: dict[str, Any] = {"help": in_flags(words).replace("%", "%%")}
+    if spec.kind not in ("bool", "choice"):
+        options["metavar"] = flag_of(name).lstrip("-").replace("-", "_").upper()
+    if spec.kind == "bool":
+        return {**options, "action": "store_true"}
+    if spec.kind == "texts":
+        return {**options, "action": "append"}
+    if spec.kind == "choice" and name != "market":  # the market also takes spot:SHARE
+        return {**options, "choices": spec.choices}
+    if spec.kind == "int":
+        return {**options, "type": whole}
+    if spec.kind == "number":
+        return {**options, "type": hours if spec.unit == "h" else number}
+    return options
 
 
 def _names(values: list[str] | None) -> list[str] | None:

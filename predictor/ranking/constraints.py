@@ -68,6 +68,36 @@ OWNER = "rank()"
 
 
 @dataclass(frozen=True)
+class Spec:
+    """One constraint, declared once: the library's dataclass field carries it, and the service's request model
+    (``predictor.service.app.RankConstraints``), the CLI's flags (``srifty recommend``) and the plan's record
+    (:class:`~predictor.documents.plan.PlanConstraints`) are read from it (tests/test_constraints.py holds them
+    together).
+
+    ``kind``: int, number, text, texts (a list), choice (``choices``), bool. ``minimum``/``maximum`` bound the value
+    everywhere (``exclusive``: above the minimum); ``service_max`` is the service's tighter bound for requests from
+    the network (for texts: the list's length). ``flag``: the CLI flag ("" = ``--`` and the name with dashes; None =
+    not a flag, with the reason in ``doc``). ``plan``: the :class:`PlanConstraints` field recording it (None: not
+    recorded; the work is recorded as ``work_samples``)."""
+
+    doc: str
+    kind: str
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive: bool = False
+    service_max: float | None = None
+    choices: tuple[str, ...] = ()
+    flag: str | None = ""
+    unit: str = ""
+    plan: str | None = None
+
+
+def _c(default: Any, doc: str, kind: str, *, plan: str | None = "", **spec: Any) -> Any:
+    """A :class:`Constraints` field with its :class:`Spec` (``plan`` "": recorded under the same name)."""
+    return field(default=default, metadata={"spec": Spec(doc, kind, plan=plan, **spec)})
+
+
+@dataclass(frozen=True)
 class Constraints:
     """What the user wants.
 
@@ -77,33 +107,104 @@ class Constraints:
     profiled per-GPU batch, so the global batch (and the training) changes with the fleet.
     ``allow_arm64``: rank arm64 (Graviton) instance types too, for a training image built for arm64 (a profile
     measured on arm64 allows them without it).
+
+    Every field is declared with its :class:`Spec` (:data:`SPECS`): bounds, the CLI flag, the service's limit and
+    the plan's record come from there.
     """
 
-    steps: int | None = None
-    samples: float | None = None
-    epochs: float | None = None
-    steps_per_epoch: int | None = None
-    deadline_h: float | None = None
-    budget_usd: float | None = None
-    objective: Objective = Objective.COST
-    regions: tuple[str, ...] = ("us-east-1",)
-    market: Market = Market.ANY
-    spot_share: float = 0.5  # mixed market: share of instances above the base bought on spot
-    on_demand_base: int = 1  # mixed market: on-demand instances before the share applies
-    max_instances: int = 16
-    max_types: int = 1  # instance types per fleet: 1 = homogeneous only, 2 or 3 = mixes allowed
-    max_hourly_usd: float | None = None
-    allow: tuple[str, ...] = field(default=())  # instance types or families; empty = all
-    deny: tuple[str, ...] = field(default=())
-    min_memory_headroom: float = 0.0
-    current_fleet: str | None = None  # what savings and migration effort are measured against
-    top: int = 10
-    scaling: Scaling = "strong"
-    allow_arm64: bool = False
-    startup_s: float | None = None  # a new fleet's start-up, whole (None: predictor.model.startup's per-type figures)
-    dataset_gb: float = 0.0  # data staged onto every new instance before training
-    # parallel layouts each fleet may use (LAYOUTS; empty = all of them): each fleet is ranked with its best one
-    layouts: tuple[str, ...] = field(default=())
+    steps: int | None = _c(
+        None, "optimizer steps of the profiled global batch", "int", minimum=1, service_max=10**12, plan=None
+    )
+    samples: float | None = _c(
+        None, "training samples", "number", minimum=0, exclusive=True, service_max=1e15, plan=None
+    )
+    epochs: float | None = _c(
+        None, "epochs (with steps_per_epoch)", "number", minimum=0, exclusive=True, service_max=1e6, plan=None
+    )
+    steps_per_epoch: int | None = _c(
+        None, "optimizer steps in one epoch", "int", minimum=1, service_max=10**12, plan=None
+    )
+    deadline_h: float | None = _c(
+        None,
+        "wall-time limit, hours",
+        "number",
+        minimum=0,
+        exclusive=True,
+        service_max=1e6,
+        flag="--deadline",
+        unit="h",
+    )
+    budget_usd: float | None = _c(
+        None, "cost limit, US dollars", "number", minimum=0, exclusive=True, service_max=1e12, flag="--budget"
+    )
+    objective: Objective = _c(Objective.COST, "what is minimised", "choice", choices=OBJECTIVES)
+    regions: tuple[str, ...] = _c(("us-east-1",), "regions considered", "texts", minimum=1, service_max=8)
+    market: Market = _c(
+        Market.ANY,
+        "capacity markets considered (any: on-demand, spot and mixed each; spot:0.75 is mixed with that spot share)",
+        "choice",
+        choices=MARKETS,
+    )
+    spot_share: float = _c(
+        0.5,
+        "mixed market: share of instances above the base bought on spot",
+        "number",
+        minimum=0,
+        maximum=1,
+        plan="spot_share",
+    )
+    on_demand_base: int = _c(
+        1, "mixed market: on-demand instances before the share applies", "int", minimum=0, service_max=1000
+    )
+    max_instances: int = _c(16, "largest fleet considered", "int", minimum=1, service_max=64)
+    max_types: int = _c(
+        1,
+        "instance types per fleet: 1 = homogeneous only, 2 or 3 = mixes allowed",
+        "int",
+        minimum=1,
+        maximum=3,
+        service_max=2,
+    )
+    max_hourly_usd: float | None = _c(
+        None,
+        "limit on the fleet's price per hour, US dollars",
+        "number",
+        minimum=0,
+        exclusive=True,
+        flag="--max-hourly",
+    )
+    allow: tuple[str, ...] = _c((), "instance types or families considered (empty: all)", "texts", service_max=100)
+    deny: tuple[str, ...] = _c((), "instance types or families left out", "texts", service_max=100)
+    min_memory_headroom: float = _c(
+        0.0, "GPU memory to keep free, as a share", "number", minimum=0, maximum=0.9, flag="--min-headroom"
+    )
+    current_fleet: str | None = _c(
+        None, "the fleet savings and migration effort are measured against", "text", service_max=500, flag="--current"
+    )
+    top: int = _c(10, "fleets listed", "int", minimum=1, service_max=200, plan=None)
+    scaling: Scaling = _c(
+        "strong",
+        "strong: the profiled global batch on every fleet (the same training); weak: the per-GPU batch kept",
+        "choice",
+        choices=SCALINGS,
+    )
+    allow_arm64: bool = _c(False, "rank arm64 (Graviton) instance types too", "bool")
+    startup_s: float | None = _c(
+        None,
+        "a new fleet's whole start-up, seconds (default: per instance type)",
+        "number",
+        minimum=0,
+        maximum=7 * 86400,
+    )
+    dataset_gb: float = _c(
+        0.0, "data staged onto every new instance before training, GB", "number", minimum=0, maximum=1e6
+    )
+    layouts: tuple[str, ...] = _c(
+        (),
+        "parallel layouts each fleet may use (" + ", ".join(LAYOUTS) + "); empty: all",
+        "texts",
+        service_max=len(LAYOUTS),
+    )
 
     def __post_init__(self) -> None:  # accept the enums' values (JSON, argparse) as well as the enums
         if isinstance(self.market, str) and str(self.market).strip().lower().startswith("spot:"):
@@ -189,44 +290,35 @@ class Constraints:
                 parameter="steps",
                 value=self.steps,
             )
-        if self.steps is not None:
-            check_int(OWNER, "steps", self.steps, minimum=1)
-        if self.samples is not None:
-            check_number(OWNER, "samples", self.samples, minimum=0, exclusive=True)
-        if self.epochs is not None:
-            check_number(OWNER, "epochs", self.epochs, minimum=0, exclusive=True)
-            if self.steps_per_epoch is None:
-                raise ConfigError(
-                    "'epochs' needs 'steps_per_epoch' (the optimizer steps in one epoch), e.g. epochs=3, "
-                    "steps_per_epoch=5000.",
-                    parameter="steps_per_epoch",
-                    value=None,
-                )
-            check_int(OWNER, "steps_per_epoch", self.steps_per_epoch, minimum=1)
-        for name in ("deadline_h", "budget_usd", "max_hourly_usd"):
-            if getattr(self, name) is not None:
-                check_number(OWNER, name, getattr(self, name), minimum=0, exclusive=True)
-        check_choice(OWNER, "objective", self.objective, OBJECTIVES)
-        check_choice(OWNER, "market", self.market, MARKETS)
-        check_choice(OWNER, "scaling", self.scaling, SCALINGS)
-        check_number(OWNER, "spot_share", self.spot_share, minimum=0, maximum=1)
-        check_int(OWNER, "on_demand_base", self.on_demand_base, minimum=0)
-        check_int(OWNER, "max_instances", self.max_instances, minimum=1)
-        check_int(OWNER, "max_types", self.max_types, minimum=1, maximum=3)
-        check_int(OWNER, "top", self.top, minimum=1)
-        check_number(OWNER, "min_memory_headroom", self.min_memory_headroom, minimum=0, maximum=0.9)
-        if self.startup_s is not None:
-            check_number(OWNER, "startup_s", self.startup_s, minimum=0, maximum=7 * 86400)
-        check_number(OWNER, "dataset_gb", self.dataset_gb, minimum=0, maximum=1e6)
-        if not isinstance(self.allow_arm64, bool):
+        if self.epochs is not None and self.steps_per_epoch is None:
             raise ConfigError(
-                f"The 'allow_arm64' parameter of rank() must be True or False. Got {self.allow_arm64!r}.",
-                parameter="allow_arm64",
-                value=self.allow_arm64,
+                "'epochs' needs 'steps_per_epoch' (the optimizer steps in one epoch), e.g. epochs=3, "
+                "steps_per_epoch=5000.",
+                parameter="steps_per_epoch",
+                value=None,
             )
+        for name, spec in SPECS.items():
+            self._check(name, spec, getattr(self, name))
         self.layout_list()
         if not self.regions:
             raise ConfigError("Give at least one region, e.g. regions=('us-east-1',).", parameter="regions", value=())
+
+    @staticmethod
+    def _check(name: str, spec: Spec, value: Any) -> None:
+        """``value`` against its :class:`Spec`: the kind, the bounds, the choices (texts are checked where used)."""
+        if value is None:
+            return
+        if spec.kind == "int":
+            low, high = (None if b is None else int(b) for b in (spec.minimum, spec.maximum))
+            check_int(OWNER, name, value, minimum=low, maximum=high)
+        elif spec.kind == "number":
+            check_number(OWNER, name, value, minimum=spec.minimum, maximum=spec.maximum, exclusive=spec.exclusive)
+        elif spec.kind == "choice":
+            check_choice(OWNER, name, value, spec.choices)
+        elif spec.kind == "bool" and not isinstance(value, bool):
+            raise ConfigError(
+                f"The {name!r} parameter of rank() must be True or False. Got {value!r}.", parameter=name, value=value
+            )
 
     def layout_list(self) -> list[Layout]:
         """The layouts asked (all of :data:`LAYOUTS` when none), parsed; a pipeline's stages are set per fleet.
@@ -302,6 +394,14 @@ class Constraints:
             dataset_gb=self.dataset_gb or None,
             layouts=tuple(self.layouts) if self.layouts else tuple(LAYOUTS),  # as loaded back (a tuple)
         )
+
+
+SPECS: dict[str, Spec] = {
+    f.name: dataclasses.replace(
+        f.metadata["spec"], plan=f.name if f.metadata["spec"].plan == "" else f.metadata["spec"].plan
+    )
+    for f in dataclasses.fields(Constraints)
+}
 
 
 def parse_market(text: str) -> tuple[str, float | None]:

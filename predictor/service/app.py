@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from collections.abc import Iterator
 from importlib import metadata, resources
@@ -29,7 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import instance_to_dict
@@ -44,7 +45,7 @@ from predictor.exceptions import (
 )
 from predictor.model.predict import Prediction, predict
 from predictor.ranking import Constraints, rank
-from predictor.ranking.constraints import LAYOUTS, OBJECTIVES, constraint_defaults
+from predictor.ranking.constraints import SPECS, Spec, constraint_defaults
 from predictor.service.answers import (
     ERRORS,
     GUARD,
@@ -124,44 +125,46 @@ class PredictRequest(_Strict):
     use_observations: bool = Field(True, description="calibrate with observed runs of this model")
 
 
-class RankConstraints(_Strict):
-    """The constraints of :class:`predictor.ranking.Constraints`; give exactly one of steps (optimizer steps of the
-    profiled global batch), samples or epochs."""
+def _constraint_field(name: str, spec: Spec) -> tuple[Any, Any]:
+    """(type, Field) of one constraint for the request model, from its :class:`Spec`: the library's bounds, the
+    service's tighter ``service_max``, the library's default."""
+    default = _D[name]
+    bounds: dict[str, Any] = {}
+    if spec.kind in ("int", "number"):
+        if spec.minimum is not None:
+            bounds["gt" if spec.exclusive else "ge"] = spec.minimum
+        high = min(b for b in (spec.maximum, spec.service_max, math.inf) if b is not None)
+        if high < math.inf:
+            bounds["le"] = high
+    elif spec.kind in ("texts", "text"):
+        if spec.service_max is not None:
+            bounds["max_length"] = int(spec.service_max)
+        if spec.kind == "texts" and spec.minimum:
+            bounds["min_length"] = int(spec.minimum)
+    kind: Any = {
+        "int": int,
+        "number": float,
+        "bool": bool,
+        "text": Text,
+        "texts": list[Text],
+        "choice": Literal[spec.choices] if spec.choices else str,
+    }[spec.kind]
+    if default is None:
+        kind = kind | None
+    if isinstance(default, tuple):
+        items = list(default)
+        return kind, Field(default_factory=lambda: list(items), description=spec.doc, **bounds)
+    return kind, Field(default, description=spec.doc, **bounds)
 
-    steps: int | None = Field(None, ge=1, le=10**12, description="optimizer steps of the profiled global batch")
-    samples: float | None = Field(None, gt=0, le=1e15)
-    epochs: float | None = Field(None, gt=0, le=1e6)
-    steps_per_epoch: int | None = Field(None, ge=1, le=10**12, description="optimizer steps in one epoch")
-    deadline_h: float | None = Field(None, gt=0, le=1e6)
-    budget_usd: float | None = Field(None, gt=0, le=1e12)
-    objective: Literal[OBJECTIVES] = _D["objective"]  # type: ignore[valid-type] # the one declaration
-    regions: list[Text] = Field(default_factory=lambda: list(_D["regions"]), min_length=1, max_length=8)
-    market: Literal["on-demand", "spot", "any", "mixed"] = _D["market"]
-    spot_share: float = Field(_D["spot_share"], ge=0, le=1)
-    on_demand_base: int = Field(_D["on_demand_base"], ge=0, le=1000)
-    max_instances: int = Field(_D["max_instances"], ge=1, le=64)
-    max_types: int = Field(
-        _D["max_types"], ge=1, le=2, description="2 allows two-type mixes (3 is for the library and CLI)"
-    )
-    max_hourly_usd: float | None = Field(None, gt=0)
-    allow: list[Text] = Field(default_factory=list, max_length=100)
-    deny: list[Text] = Field(default_factory=list, max_length=100)
-    min_memory_headroom: float = Field(_D["min_memory_headroom"], ge=0, le=0.9)
-    current_fleet: Text | None = Field(None, max_length=500)
-    top: int = Field(_D["top"], ge=1, le=200)
-    scaling: Literal["strong", "weak"] = Field(
-        _D["scaling"], description="strong: the profiled global batch on every fleet; weak: the per-GPU batch kept"
-    )
-    allow_arm64: bool = Field(_D["allow_arm64"], description="rank arm64 (Graviton) instance types too")
-    startup_s: float | None = Field(
-        None, ge=0, le=7 * 86400, description="a new fleet's whole start-up (default: per instance type)"
-    )
-    dataset_gb: float = Field(0.0, ge=0, le=1e6, description="data staged onto every new instance before training")
-    layouts: list[Text] = Field(
-        default_factory=list,
-        max_length=len(LAYOUTS),
-        description="parallel layouts each fleet may use (" + ", ".join(LAYOUTS) + "); empty: all",
-    )
+
+# the request's constraints: generated from the one declaration (predictor.ranking.constraints.SPECS)
+RankConstraints = create_model(
+    "RankConstraints",
+    __base__=_Strict,
+    __doc__="The constraints of :class:`predictor.ranking.Constraints`; give exactly one of steps (optimizer steps of "
+    "the profiled global batch), samples or epochs.",
+    **{name: _constraint_field(name, spec) for name, spec in SPECS.items()},
+)
 
 
 class RankRequest(_Strict):

@@ -1,0 +1,173 @@
+"""The constraints, declared once (issue #24 item 2): ``Constraints``' fields carry their ``Spec``; the service's
+request model, ``srifty recommend``'s flags, the checks and the plan's record are read from it, and these tests keep
+each of them from drifting (a constraint added to the library appears everywhere, or a test here names where not)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+
+import pytest
+
+from predictor.documents.plan import PlanConstraints
+from predictor.documents.work import Work
+from predictor.exceptions import ConfigError
+from predictor.ranking.constraints import LAYOUTS, SPECS, Constraints, Spec, constraint_defaults
+
+KINDS = {"int", "number", "text", "texts", "choice", "bool"}
+# the CLI's flags that are not constraints (what they are for is in their help)
+NOT_CONSTRAINTS = {"-h", "--help", "--profile", "--catalog", "--catalog-extra", "--spot-trace", "--trace-values",
+                   "--launchable", "--format", "--wide", "--out", "--report"}  # fmt: skip
+# PlanConstraints fields that record the request's consequences, not a constraint of its own
+DERIVED_IN_PLAN = {"work_samples": "the work, in samples (steps, samples or epochs)", "global_batch": "strong scaling"}
+
+
+def test_every_constraint_is_declared_with_a_spec() -> None:
+    names = [f.name for f in dataclasses.fields(Constraints)]
+    assert list(SPECS) == names
+    for name, spec in SPECS.items():
+        assert isinstance(spec, Spec) and spec.kind in KINDS and spec.doc, name
+        if spec.kind == "choice":
+            assert spec.choices and constraint_defaults()[name] in spec.choices, name
+        if spec.minimum is not None and spec.maximum is not None:
+            assert spec.minimum < spec.maximum, name
+        if spec.service_max is not None and spec.maximum is not None:
+            assert spec.service_max <= spec.maximum, name
+
+
+def test_the_services_request_model_is_the_declaration() -> None:
+    pytest.importorskip("fastapi")
+    from predictor.service.app import RankConstraints
+
+    fields = RankConstraints.model_fields
+    assert list(fields) == list(SPECS)
+    defaults = constraint_defaults()
+    for name, spec in SPECS.items():
+        info = fields[name]
+        default = info.get_default(call_default_factory=True)
+        assert default == (list(defaults[name]) if isinstance(defaults[name], tuple) else defaults[name]), name
+        assert info.description == spec.doc, name
+        bounds = {type(m).__name__: m for m in info.metadata}
+        if spec.kind in ("int", "number"):
+            if spec.minimum is not None:
+                low = bounds["Gt"].gt if spec.exclusive else bounds["Ge"].ge
+                assert low == spec.minimum, name
+            high = min(b for b in (spec.maximum, spec.service_max, math.inf) if b is not None)
+            assert (bounds["Le"].le if "Le" in bounds else math.inf) == high, name
+    schema = RankConstraints.model_json_schema()
+    assert schema["properties"]["objective"]["enum"] == list(SPECS["objective"].choices)
+    assert schema["additionalProperties"] is False
+    # the service is stricter than the library where it says so, and only there
+    RankConstraints(steps=10, max_instances=64)
+    with pytest.raises(ValueError):
+        RankConstraints(steps=10, max_instances=65)
+    Constraints(steps=10, max_instances=65).validate()
+
+
+def _recommend_parser():
+    from lightning_srifty.cli import build_parser
+
+    parser = build_parser()
+    return next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["recommend"]
+
+
+def test_every_constraint_is_a_flag_of_srifty_recommend_and_every_flag_is_accounted_for() -> None:
+    from lightning_srifty.cli.recommend import flag_of
+
+    actions = {o: a for a in _recommend_parser()._actions for o in a.option_strings}
+    for name, spec in SPECS.items():
+        if spec.flag is None:
+            continue
+        action = actions[flag_of(name)]
+        assert action.dest == name, (name, action.dest)
+        assert spec.doc.split(";")[0].split(" (")[0] in action.help, name  # the constraint's own words
+    constraint_flags = {flag_of(n) for n, s in SPECS.items() if s.flag is not None}
+    assert set(actions) - constraint_flags == NOT_CONSTRAINTS
+
+
+def test_the_cli_builds_the_constraints_the_library_would() -> None:
+    """Flags in, Constraints out: each constraint's flag reaches its field (values picked per kind)."""
+    from lightning_srifty.cli.recommend import flag_of
+
+    values = {
+        "steps": "1000",
+        "deadline_h": "90m",
+        "regions": "us-east-1,us-west-2",
+        "market": "spot:0.75",
+        "objective": "time",
+        "scaling": "weak",
+        "allow": "g5,g6e",
+        "layouts": "ddp,fsdp:full_shard",
+        "current_fleet": "g5.xlarge:1",
+        "allow_arm64": None,
+        "max_types": "2",
+        "min_memory_headroom": "0.2",
+    }
+    argv = ["recommend", "--profile", "p.json"]
+    for name, text in values.items():
+        argv += [flag_of(name)] + ([text] if text is not None else [])
+    args = _recommend_parser().parse_args(argv[1:])
+    given = {name: getattr(args, name) for name in SPECS if SPECS[name].flag is not None}
+    assert given["deadline_h"] == 1.5 and given["steps"] == 1000 and given["allow_arm64"] is True
+    assert given["regions"] == ["us-east-1,us-west-2"] and given["layouts"] == ["ddp,fsdp:full_shard"]
+
+
+def _random_constraints(rng: random.Random) -> Constraints:
+    market = rng.choice(["on-demand", "spot", "mixed", "any"])
+    return Constraints(
+        samples=rng.uniform(1e3, 1e8),
+        deadline_h=rng.choice([None, rng.uniform(0.5, 500)]),
+        budget_usd=rng.choice([None, rng.uniform(1, 1e5)]),
+        objective=rng.choice(SPECS["objective"].choices),
+        regions=tuple(rng.sample(["us-east-1", "us-west-2", "eu-west-1"], rng.randint(1, 3))),
+        market=market,
+        spot_share=rng.uniform(0, 1),
+        on_demand_base=rng.randint(0, 4),
+        max_instances=rng.randint(1, 64),
+        max_types=rng.randint(1, 3),
+        max_hourly_usd=rng.choice([None, rng.uniform(1, 500)]),
+        allow=tuple(rng.sample(["g5", "p4d", "g6e"], rng.randint(0, 2))),
+        deny=tuple(rng.sample(["p3", "g4dn"], rng.randint(0, 1))),
+        min_memory_headroom=rng.uniform(0, 0.9),
+        current_fleet=rng.choice([None, "g5.xlarge:1"]),
+        scaling=rng.choice(["strong", "weak"]),
+        allow_arm64=rng.choice([True, False]),
+        startup_s=rng.choice([None, rng.uniform(0, 3600)]),
+        dataset_gb=rng.choice([0.0, rng.uniform(0, 500)]),
+        layouts=tuple(rng.sample(LAYOUTS, rng.randint(0, 3))),
+    )
+
+
+def test_the_plan_records_every_constraint_it_names_and_gives_it_back() -> None:
+    plan_fields = {f.name for f in dataclasses.fields(PlanConstraints)}
+    recorded = {name: spec.plan for name, spec in SPECS.items() if spec.plan is not None}
+    assert set(recorded.values()) <= plan_fields
+    assert plan_fields - set(recorded.values()) == set(DERIVED_IN_PLAN)
+    not_recorded = {name for name, spec in SPECS.items() if spec.plan is None}
+    assert not_recorded == {"steps", "samples", "epochs", "steps_per_epoch", "top"}  # the work is work_samples
+    rng = random.Random(24)
+    for _ in range(200):
+        c = _random_constraints(rng)
+        c.validate()
+        work = Work(float(c.samples), 64, 1)
+        back = Constraints.from_plan(c.to_plan(work, c.current_fleet))
+        mixed = c.market in ("mixed", "any")
+        for name in recorded:
+            if name in ("spot_share", "on_demand_base") and not mixed:
+                continue  # recorded for the mixed market only
+            want = getattr(c, name) or (LAYOUTS if name == "layouts" else getattr(c, name))
+            assert getattr(back, name) == want, (name, getattr(back, name), want)
+        assert back.samples == pytest.approx(c.samples)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("max_types", 4), ("min_memory_headroom", 0.95), ("steps", 0), ("deadline_h", 0.0), ("startup_s", -1.0),
+     ("objective", "speed"), ("allow_arm64", "yes")],
+)  # fmt: skip
+def test_the_checks_come_from_the_declaration(name: str, value: object) -> None:
+    base = {"steps": 10} if name != "steps" else {}
+    with pytest.raises(ConfigError) as err:
+        Constraints(**{**base, name: value}).validate()
+    assert err.value.parameter == name
