@@ -119,7 +119,7 @@ def profile_tables(profile: Profile, path: Path | None = None) -> Group:
     if timing.samples_per_s is not None:
         main.add_row("Throughput", f"{timing.samples_per_s.p50:,.1f} samples/s (all ranks, median)")
     main.add_row(
-        "Batch", f"{batch.per_device}/device · {batch.global_batch or batch.per_device} global · {world} rank(s)"
+        "Batch", f"{batch.per_device}/device · {batch.all_devices or batch.per_device} all devices · {world} rank(s)"
     )
     if timing.phase_share and timing.phases_s:
         main.add_row(

@@ -42,7 +42,7 @@ def test_profile_of_a_real_run(tmp_path) -> None:
     phase_mean = sum(profile.timing.phases_s[p].mean for p in PHASES)
     assert phase_mean == pytest.approx(profile.timing.step_time_s.mean, rel=1e-9)
     assert sum(profile.timing.phase_share.values()) == pytest.approx(1.0)
-    assert profile.batch.per_device == 8 and profile.batch.global_batch == 8
+    assert profile.batch.per_device == 8 and profile.batch.all_devices == 8
     assert profile.timing.samples_per_s.p50 > 0
     assert profile.model.parameters == parameter_counts(model)[0] == 16 * 32 + 32 + 32 + 1
     assert profile.model.gradient_bytes == profile.model.parameters * 4

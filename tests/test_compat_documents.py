@@ -78,3 +78,23 @@ def test_a_profile_with_newer_fields_loads_and_the_service_schema_still_refuses_
     bad["timing"]["step_time_s"] = "fast"
     with pytest.raises(ProfileSchemaError, match=r"timing\.step_time_s"):
         load_profile(bad)
+
+
+def test_a_profile_of_0_2_with_batch_global_batch_reads_it_as_all_devices() -> None:
+    """One name per meaning (issue #24 item 2): a profile's batch over all devices is ``batch.all_devices``; the
+    plan's ``global_batch`` is an optimizer step. 0.2 wrote the former as ``batch.global_batch``: it still reads,
+    without a warning, into ``all_devices``, and is never written again."""
+    from _support import MINIMAL
+    from predictor.documents.work import global_batch
+
+    old = copy.deepcopy(MINIMAL)
+    old["hardware"] = {**old.get("hardware", {}), "devices": 4}
+    old["batch"] = {"per_device": 8, "global_batch": 30, "accumulate_grad_batches": 2}  # unequal ranks: 30, not 32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        profile = load_profile(old)
+    assert profile.batch.all_devices == 30 and profile.batch.global_batch is None
+    assert global_batch(profile) == 60  # an optimizer step: two batches over all devices
+    written = profile.to_dict()["batch"]
+    assert written["all_devices"] == 30 and "global_batch" not in written
+    assert load_profile(profile.to_dict()) == profile

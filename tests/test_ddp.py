@@ -27,7 +27,7 @@ def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, ddp_
     )
     assert result.returncode == 0, result.stderr[-3000:]
     profile = load_profile(out)
-    assert profile.hardware.world_size == 2 and profile.batch.global_batch == 32
+    assert profile.hardware.world_size == 2 and profile.batch.all_devices == 32
     comm = profile.communication
     assert comm.backend == "gloo" and comm.world_size == 2
     assert comm.bytes_per_step == profile.model.gradient_bytes, "every gradient byte is all-reduced once per step"

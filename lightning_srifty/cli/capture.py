@@ -371,7 +371,7 @@ def _capture(args: argparse.Namespace) -> int:
         "model": model,
         "batch": {
             "per_device": args.batch_size,
-            "global_batch": args.batch_size,
+            "all_devices": args.batch_size,
             "accumulate_grad_batches": accumulation,
             "source": "manual",
         },

@@ -98,7 +98,7 @@ def assemble_profile(
         "model": model,
         "batch": {
             "per_device": per_device,
-            "global_batch": global_batch,
+            "all_devices": global_batch,
             "accumulate_grad_batches": accumulate_grad_batches,
             "source": batch_source,
         },

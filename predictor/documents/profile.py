@@ -183,8 +183,9 @@ class Batch:
     per_device: int = doc_field(
         "samples per batch on one device (rank 0; median over the window)", min=1, max=MAX_SAMPLES_PER_STEP
     )
-    global_batch: int | None = doc_field(
-        "samples per batch over all ranks (an optimizer step is accumulate_grad_batches of them)",
+    all_devices: int | None = doc_field(
+        "samples per batch over all devices (the ranks); an optimizer step is accumulate_grad_batches of them (the "
+        "plan's global_batch is that step)",
         default=None,
         min=1,
         max=MAX_SAMPLES_PER_STEP,
@@ -195,6 +196,19 @@ class Batch:
     source: Literal["detected", "batch_size_fn", "manual"] | None = doc_field(
         "how the batch size was found", default=None
     )
+    global_batch: int | None = doc_field(
+        "deprecated: what releases before 0.3 wrote for all_devices (read into it; never written)",
+        default=None,
+        min=1,
+        max=MAX_SAMPLES_PER_STEP,
+    )
+
+    def __post_init__(self) -> None:
+        # one name per meaning: the plan's global batch is an optimizer step; a profile's batch is one batch
+        if self.global_batch is not None:
+            if self.all_devices is None:
+                object.__setattr__(self, "all_devices", self.global_batch)
+            object.__setattr__(self, "global_batch", None)
 
 
 @dataclass(frozen=True)
@@ -398,12 +412,12 @@ class Profile:
     def __post_init__(self) -> None:
         b, hw = self.batch, self.hardware
         ranks = hw.world_size or hw.devices * hw.nodes
-        per_batch = b.global_batch or b.per_device * ranks
+        per_batch = b.all_devices or b.per_device * ranks
         samples = per_batch * (b.accumulate_grad_batches or 1)
         if samples > MAX_SAMPLES_PER_STEP:  # the predictor splits this number into its divisors: bound the work
             what = (
-                f"global_batch {b.global_batch}"
-                if b.global_batch
+                f"all_devices {b.all_devices}"
+                if b.all_devices
                 else f"per_device {b.per_device} x {ranks} ranks (hardware.world_size, else devices x nodes)"
             )
             raise ProfileSchemaError(

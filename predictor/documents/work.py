@@ -25,11 +25,11 @@ def profile_world(profile: Profile) -> int:
 def global_batch(profile: Profile) -> int:
     """Samples per optimizer step of the profiled run, over every rank and accumulation included.
 
-    ``batch.global_batch`` (samples per batch over all ranks) when the profile has it, else ``batch.per_device`` x
+    ``batch.all_devices`` (samples per batch over all ranks) when the profile has it, else ``batch.per_device`` x
     the ranks (``hardware.world_size``, else ``devices x nodes``), times ``batch.accumulate_grad_batches``.
     """
     b = profile.batch
-    per_batch = b.global_batch or b.per_device * profile_world(profile)
+    per_batch = b.all_devices or b.per_device * profile_world(profile)
     return int(per_batch * (b.accumulate_grad_batches or 1))
 
 
