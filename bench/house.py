@@ -4,7 +4,8 @@
 
 Imports are read from the source (``ast``), whether at module level or inside functions; a cycle is a strongly
 connected set of two or more modules of this project that import each other, directly or through others, at
-module level (function-level imports are lazy by design and are listed separately).
+module level (function-level imports are lazy by design and are listed separately). Between packages, every import
+counts: a package cycle is two packages that reach each other by any import.
 """
 
 from __future__ import annotations
@@ -124,6 +125,16 @@ def main() -> int:
     lines = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in found.items()}
     longest = sorted(lines.items(), key=lambda kv: -kv[1])[:5]
     module_cycles = cycles(graph)
+    # packages: every import, inside functions too (a lazy import still ties two packages); a package's own
+    # sub-packages are its children, not its peers
+    packages: dict[str, set[str]] = defaultdict(set)
+    for name in found:
+        mine = package_of(name, found)
+        for target in graph[name] | lazy_graph[name]:
+            theirs = package_of(target, found)
+            if theirs != mine and not theirs.startswith(mine + ".") and not mine.startswith(theirs + "."):
+                packages[mine].add(theirs)
+    package_cycles = cycles(dict(packages))
     lazy_pairs = sorted(
         f"{a} -> {b}" for a, ts in lazy_graph.items() for b in ts if a in graph.get(b, set()) or a in lazy_graph[b]
     )
@@ -131,6 +142,7 @@ def main() -> int:
         "modules_per_package": dict(sorted(per_package.items())),
         "longest_files": [{"module": n, "lines": k} for n, k in longest],
         "import_cycles": module_cycles,
+        "package_cycles": package_cycles,
         "mutual_lazy_imports": lazy_pairs,
     }
     print("modules per package:")
@@ -142,12 +154,15 @@ def main() -> int:
     print(f"import cycles (module level): {len(module_cycles)}")
     for c in module_cycles:
         print("  " + " <-> ".join(c))
+    print(f"package cycles (any import, inside functions too): {len(package_cycles)}")
+    for c in package_cycles:
+        print("  " + " <-> ".join(c))
     print(f"modules importing each other (one side inside a function): {len(lazy_pairs)}")
     for p in lazy_pairs:
         print("  " + p)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return 1 if module_cycles else 0
+    return 1 if module_cycles or package_cycles else 0
 
 
 if __name__ == "__main__":

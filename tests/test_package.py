@@ -149,6 +149,7 @@ def test_no_import_cycles_and_the_house_figures_run() -> None:
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "house.py")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "import cycles (module level): 0" in result.stdout
+    assert "package cycles (any import, inside functions too): 0" in result.stdout
 
 
 def test_version_matches_pyproject() -> None:
