@@ -171,3 +171,17 @@ def test_the_checks_come_from_the_declaration(name: str, value: object) -> None:
     with pytest.raises(ConfigError) as err:
         Constraints(**{**base, name: value}).validate()
     assert err.value.parameter == name
+
+
+def test_the_objective_and_market_names_are_declared_once() -> None:
+    """The plan document declares the words (documents/plan.py); the ranking's enums mirror them exactly, and what a
+    request may ask is those words less the deprecated objective."""
+    from typing import get_args
+
+    from predictor.documents.plan import DEPRECATED_OBJECTIVES, FleetMarket, MarketName, ObjectiveName
+    from predictor.ranking.constraints import MARKETS, OBJECTIVES, Market, Objective
+
+    assert {o.value for o in Objective} == set(get_args(ObjectiveName))
+    assert SPECS["objective"].choices == OBJECTIVES and not set(OBJECTIVES) & set(DEPRECATED_OBJECTIVES)
+    assert tuple(m.value for m in Market) == get_args(MarketName) == MARKETS == SPECS["market"].choices
+    assert Market.ANY.markets() == get_args(FleetMarket)

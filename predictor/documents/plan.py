@@ -11,7 +11,7 @@ import importlib.metadata
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from predictor.documents.atomic import atomic_write_json, read_json_document
 from predictor.documents.profile import Software
@@ -19,6 +19,16 @@ from predictor.documents.schema import doc_field, from_dict, json_schema, to_dic
 from predictor.exceptions import ProfileSchemaError
 
 PLAN_SCHEMA = "srifty.plan/v1"
+
+
+# the request vocabulary a plan records, declared once (predictor.ranking.constraints' Objective and Market enums,
+# the CLI's choices and the service's schema read these; tests/test_constraints.py holds the enums to them)
+ObjectiveName = Literal["cost", "time", "cost_per_sample"]
+DEPRECATED_OBJECTIVES = ("cost_per_sample",)  # ranks exactly as cost: read in old plans, never asked
+OBJECTIVES: tuple[str, ...] = tuple(o for o in get_args(ObjectiveName) if o not in DEPRECATED_OBJECTIVES)
+FleetMarket = Literal["on-demand", "spot", "mixed"]  # the market one fleet is bought in
+MarketName = Literal["on-demand", "spot", "mixed", "any"]  # what a request asks: one, or any (each of the three)
+MARKETS: tuple[str, ...] = get_args(MarketName)
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,7 @@ class PlanEntry:
     gpus: int = doc_field("GPUs in all", min=1)
     nodes: int = doc_field("instances in all", min=1)
     region: str = doc_field("region of the price")
-    market: Literal["on-demand", "spot", "mixed"] = doc_field("capacity market; mixed: on-demand base + spot")
+    market: FleetMarket = doc_field("capacity market; mixed: on-demand base + spot")
     spot_share: float = doc_field("share of the instances on spot", min=0, max=1)
     usd_per_hour: float = doc_field("price of the whole fleet per hour", min=0)
     iteration_time_s: float = doc_field(
@@ -194,8 +204,8 @@ class PlanConstraints:
     """The constraints the plan was made under."""
 
     work_samples: float = doc_field("samples to train", exclusive_min=0)
-    objective: Literal["cost", "time", "cost_per_sample"] = doc_field("what is minimised")
-    market: Literal["on-demand", "spot", "any", "mixed"] = doc_field("capacity markets considered")
+    objective: ObjectiveName = doc_field("what is minimised")
+    market: MarketName = doc_field("capacity markets considered")
     regions: list[str] = doc_field("regions considered")
     max_instances: int = doc_field("largest fleet considered", min=1)
     max_types: int = doc_field("instance types per fleet considered (1: homogeneous only)", default=1, min=1, max=3)

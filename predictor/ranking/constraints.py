@@ -9,10 +9,10 @@ import enum
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from predictor.documents.checks import check_choice, check_int, check_number, suggest
-from predictor.documents.plan import PlanConstraints
+from predictor.documents.plan import MARKETS, OBJECTIVES, FleetMarket, PlanConstraints
 from predictor.documents.profile import Profile
 from predictor.documents.work import Work, global_batch
 from predictor.exceptions import ConfigError
@@ -44,7 +44,7 @@ class Market(str, enum.Enum):
 
     def markets(self) -> tuple[str, ...]:
         """The markets candidates are priced in."""
-        return ("on-demand", "spot", "mixed") if self is Market.ANY else (self.value,)
+        return get_args(FleetMarket) if self is Market.ANY else (self.value,)
 
 
 # the layouts a ranking can consider (predictor.model.layout names; "pipeline" has one stage per node of each fleet)
@@ -60,10 +60,6 @@ LAYOUTS = (
     "pipeline",
     "pipeline+ac",
 )
-# what a request may ask (the one declaration: the CLI's choices, the service's schema and the check below read it);
-# cost_per_sample stays in Objective only so that plans made with it still read
-OBJECTIVES = tuple(o.value for o in Objective if o is not Objective.COST_PER_SAMPLE)
-MARKETS = tuple(m.value for m in Market)
 OWNER = "rank()"
 
 
