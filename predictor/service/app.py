@@ -134,7 +134,8 @@ class RankConstraints(_Strict):
     steps_per_epoch: int | None = Field(None, ge=1, le=10**12, description="optimizer steps in one epoch")
     deadline_h: float | None = Field(None, gt=0, le=1e6)
     budget_usd: float | None = Field(None, gt=0, le=1e12)
-    objective: Literal[OBJECTIVES] = _D["objective"]  # type: ignore[valid-type] # the one declaration
+    # a Literal of a run-time tuple (OBJECTIVES, the one declaration): pydantic reads it, mypy cannot
+    objective: Literal[OBJECTIVES] = _D["objective"]  # type: ignore[valid-type]
     regions: list[Text] = Field(default_factory=lambda: list(_D["regions"]), min_length=1, max_length=8)
     market: Literal["on-demand", "spot", "any", "mixed"] = _D["market"]
     spot_share: float = Field(_D["spot_share"], ge=0, le=1)
