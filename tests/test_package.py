@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -273,6 +275,19 @@ def test_the_predictor_is_typed() -> None:
     tomllib = pytest.importorskip("tomllib")
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in meta["tool"]["setuptools"]["package-data"]["predictor"]
+
+
+@pytest.mark.slow  # about 5 s on a clean checkout (no .mypy_cache), a fraction of a second after
+def test_mypy_is_clean_on_the_predictor() -> None:
+    """mypy on predictor/ with pyproject's [tool.mypy] (files, check_untyped_defs, per-module ignores for untyped
+    third-party packages). mypy comes with the dev extra; under CI=true a missing mypy fails instead of skipping."""
+    if importlib.util.find_spec("mypy") is None:
+        reason = "mypy is not installed (pip install -e '.[dev]')"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI=true, so this is a failure, not a skip")
+        pytest.skip(reason)
+    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
 
 
 MAX_FUNCTION_LINES = 100

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Literal
+from typing import Literal, cast
 
 from typing_extensions import TypedDict  # typing's TypedDict has no __orig_bases__ before 3.12 (pydantic needs them)
 
@@ -173,8 +173,8 @@ def read_prices(rows: Iterable[dict[str, str]]) -> dict[str, list[Price]]:
         out.setdefault(row["instance_type"], []).append(
             Price(
                 region=row["region"],
-                market=row["market"],
-                usd_hr=float(row["usd_hr"]),  # type: ignore[arg-type]
+                market=cast(Market, row["market"]),  # the column holds Market values (bundled data, refresh writes)
+                usd_hr=float(row["usd_hr"]),
                 availability_zone=row["availability_zone"] or None,
                 estimated=_bool(row["estimated"]),
                 as_of=row["as_of"],

@@ -41,9 +41,10 @@ def check_int(
         expected += (" and" if minimum is not None else "") + f" <= {maximum}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _fail(owner, name, expected, value, fix)
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    number = int(value)  # exact for an Integral (numbers.Integral declares no __gt__ to compare with)
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         raise _fail(owner, name, expected, value, fix)
-    return int(value)
+    return number
 
 
 def check_number(
@@ -66,7 +67,8 @@ def check_number(
         raise _fail(owner, name, expected, value)
     if minimum is not None and (value <= minimum if exclusive else value < minimum):
         raise _fail(owner, name, expected, value)
-    if maximum is not None and value > maximum:
+    # "not <=" for ">": numbers.Real declares only __lt__ and __le__ (the same for a number that is not NaN)
+    if maximum is not None and not value <= maximum:
         raise _fail(owner, name, expected, value)
     return float(value)
 

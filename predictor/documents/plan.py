@@ -11,14 +11,16 @@ import importlib.metadata
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 from predictor.documents.atomic import atomic_write_json, read_json_document
 from predictor.documents.profile import Software
 from predictor.documents.schema import doc_field, from_dict, json_schema, to_dict
 from predictor.exceptions import ProfileSchemaError
 
-PLAN_SCHEMA = "srifty.plan/v1"
+PLAN_SCHEMA: Final = "srifty.plan/v1"
+Risk = Literal["none", "low", "medium", "high"]  # a ranked fleet's spot risk and migration effort
+PerformanceRisk = Literal["low", "medium", "high"]
 
 
 # the request vocabulary a plan records, declared once (predictor.ranking.constraints' Objective and Market enums,
@@ -50,7 +52,7 @@ class PlanGroup:
     throughput_samples_s: float = doc_field(
         "samples per second this group contributes (its weighted capacity in an Auto Scaling group)", exclusive_min=0
     )
-    micro_batches: list[int] | None = doc_field(
+    micro_batches: tuple[int, ...] | None = doc_field(
         "the batch each of the group's GPUs takes per micro-step, in rank order (they differ by one sample at "
         "most); with the other groups' they add up to global_batch / accumulate_grad_batches. Absent in plans made "
         "before it was recorded",
@@ -97,7 +99,7 @@ class PlanEntry:
 
     rank: int = doc_field("1 = best by the objective", min=1)
     fleet: str = doc_field("instance_type:count[,instance_type:count]")
-    groups: list[PlanGroup] = doc_field("the instance types of the fleet, in the order of the fleet string")
+    groups: tuple[PlanGroup, ...] = doc_field("the instance types of the fleet, in the order of the fleet string")
     gpus: int = doc_field("GPUs in all", min=1)
     nodes: int = doc_field("instances in all", min=1)
     region: str = doc_field("region of the price")
@@ -107,13 +109,13 @@ class PlanEntry:
     iteration_time_s: float = doc_field(
         "predicted time of one optimizer step (its micro-steps and one all-reduce)", min=0
     )
-    iteration_time_interval_s: list[float] = doc_field("80% interval of the step time [p10, p90]")
+    iteration_time_interval_s: tuple[float, ...] = doc_field("80% interval of the step time [p10, p90]")
     throughput_samples_s: float = doc_field("predicted samples per second", exclusive_min=0)
     time_h: float = doc_field(
         "expected wall time for the work: start-up, spot interruptions and checkpoints included", min=0
     )
     cost_usd: float = doc_field("expected cost for the work: per-second billing, 60 s minimum per instance", min=0)
-    cost_interval_usd: list[float] = doc_field(
+    cost_interval_usd: tuple[float, ...] = doc_field(
         "80% interval of the cost from the step-time interval (the start-up's cost is fixed: not scaled with it)"
     )
     expected_interruptions: float = doc_field("expected spot interruptions over the run (0 on-demand)", min=0)
@@ -122,11 +124,11 @@ class PlanEntry:
         "last checkpoint (0 on-demand)",
         min=0,
     )
-    risk: Literal["none", "low", "medium", "high"] = doc_field("spot risk label")
-    performance_risk: Literal["low", "medium", "high"] = doc_field(
+    risk: Risk = doc_field("spot risk label")
+    performance_risk: PerformanceRisk = doc_field(
         "how uncertain the prediction is: low (80% interval within about +-13%), medium (+-32%), high"
     )
-    migration_effort: Literal["none", "low", "medium", "high"] = doc_field(
+    migration_effort: Risk = doc_field(
         "none: the current fleet; low: same GPU, one node; medium: another GPU or several nodes; high: mixed GPUs"
     )
     memory_gib: float = doc_field("predicted memory per GPU (the fullest group)", min=0)
@@ -206,14 +208,14 @@ class PlanConstraints:
     work_samples: float = doc_field("samples to train", exclusive_min=0)
     objective: ObjectiveName = doc_field("what is minimised")
     market: MarketName = doc_field("capacity markets considered")
-    regions: list[str] = doc_field("regions considered")
+    regions: tuple[str, ...] = doc_field("regions considered")
     max_instances: int = doc_field("largest fleet considered", min=1)
     max_types: int = doc_field("instance types per fleet considered (1: homogeneous only)", default=1, min=1, max=3)
     spot_share: float | None = doc_field("share of spot instances in mixed-market fleets", default=None, min=0, max=1)
     on_demand_base: int | None = doc_field("on-demand instances before the spot share applies", default=None, min=0)
     current_fleet: str | None = doc_field("the fleet savings and migration effort are measured against", default=None)
-    allow: list[str] | None = doc_field("instance types or families considered (none: all)", default=None)
-    deny: list[str] | None = doc_field("instance types or families left out", default=None)
+    allow: tuple[str, ...] | None = doc_field("instance types or families considered (none: all)", default=None)
+    deny: tuple[str, ...] | None = doc_field("instance types or families left out", default=None)
     deadline_h: float | None = doc_field("wall-time limit", default=None, exclusive_min=0)
     budget_usd: float | None = doc_field("cost limit", default=None, exclusive_min=0)
     max_hourly_usd: float | None = doc_field("limit on the fleet's price per hour", default=None, exclusive_min=0)
@@ -232,7 +234,7 @@ class PlanConstraints:
         "a new fleet's start-up as given (null: per instance type, predictor/model/startup.py)", default=None, min=0
     )
     dataset_gb: float | None = doc_field("data staged onto every new instance before training", default=None, min=0)
-    layouts: list[str] | None = doc_field(
+    layouts: tuple[str, ...] | None = doc_field(
         "the parallel layouts ranked (predictor.model.layout names; pipeline: one stage per node); absent in plans "
         "made before layouts: ddp only",
         default=None,
@@ -245,8 +247,8 @@ class Plan:
 
     schema: Literal["srifty.plan/v1"] = doc_field("document type and version")
     constraints: PlanConstraints = doc_field("what was asked")
-    entries: list[PlanEntry] = doc_field("the best fleets, ranked by the objective")
-    pareto: list[PlanEntry] = doc_field("the time-cost Pareto front, fastest first")
+    entries: tuple[PlanEntry, ...] = doc_field("the best fleets, ranked by the objective")
+    pareto: tuple[PlanEntry, ...] = doc_field("the time-cost Pareto front, fastest first")
     chosen: int = doc_field("index in entries of the recommendation", min=0)
     why: str = doc_field("the reason in words: objective and binding constraint")
     considered: int = doc_field("candidate fleets evaluated", min=0)
@@ -256,13 +258,13 @@ class Plan:
     excluded_types: dict[str, int] | None = doc_field(
         "instance types left out before candidates were formed, by reason", default=None
     )
-    calibration: list[PlanCalibration] | None = doc_field(
+    calibration: tuple[PlanCalibration, ...] | None = doc_field(
         "measured corrections from observed runs of this model (srifty serve's feedback loop)", default=None
     )
     model: str | None = doc_field("model name from the profile", default=None)
     profile_gpu: str | None = doc_field("GPU the profile was measured on", default=None)
     created_at: str | None = doc_field("UTC time the plan was made", default=None)
-    notes: list[str] | None = doc_field("assumptions and warnings", default=None)
+    notes: tuple[str, ...] | None = doc_field("assumptions and warnings", default=None)
     checkpoint_s: float | None = doc_field(
         "what one checkpoint save costs, in seconds: measured by the profile, else assumed (srifty launch sizes "
         "torchrun's shutdown grace from it)",

@@ -81,7 +81,7 @@ class Timing:
         "per-phase time: data (loader wait), forward (training_step), backward, optimizer", default=None
     )
     phase_share: dict[str, float] | None = doc_field("each phase's share of the median step", default=None)
-    series_s: list[float] | None = doc_field("raw per-step times of rank 0 (bounded length)", default=None)
+    series_s: tuple[float, ...] | None = doc_field("raw per-step times of rank 0 (bounded length)", default=None)
     series_truncated: bool | None = doc_field("true when series_s holds only the first part", default=None)
     window: Window | None = doc_field("which steps were profiled", default=None)
 
@@ -285,7 +285,7 @@ class Communication:
         "share of all-reduce time hidden behind backward", default=None, min=0, max=1
     )
     share_of_step: float | None = doc_field("median exposed communication / median step time", default=None, min=0)
-    bucket_detail: list[BucketTiming] | None = doc_field("per-bucket sizes and times", default=None)
+    bucket_detail: tuple[BucketTiming, ...] | None = doc_field("per-bucket sizes and times", default=None)
     allgather_s: Stats | None = doc_field(
         "sharded runs (FSDP): per step, time in parameter all-gathers (all blocks, forward and backward)",
         default=None,
@@ -330,14 +330,14 @@ class OpRecord:
     op: str = doc_field("ATen operator overload as torch names it (e.g. aten.mm.default, aten.convolution.default)")
     phase: OpPhase = doc_field("forward (training_step), backward, or optimizer (optimizer.step and zero_grad)")
     count: int = doc_field("calls of this signature in one step", min=1)
-    shapes: list[list[int]] = doc_field("shapes of the tensor inputs, in argument order (lists flattened)")
-    dtypes: list[str] = doc_field("dtypes of the tensor inputs, in the same order (e.g. float32, bfloat16)")
+    shapes: tuple[tuple[int, ...], ...] = doc_field("shapes of the tensor inputs, in argument order (lists flattened)")
+    dtypes: tuple[str, ...] = doc_field("dtypes of the tensor inputs, in the same order (e.g. float32, bfloat16)")
     flops: float = doc_field("FLOPs of one call from torch's flop-counter registry (0 when it has no formula)", min=0)
     bytes_read: float = doc_field("bytes of the tensor inputs of one call", min=0)
     bytes_written: float = doc_field("bytes of the tensor outputs of one call", min=0)
-    out_shapes: list[list[int]] | None = doc_field("shapes of the tensor outputs", default=None)
+    out_shapes: tuple[tuple[int, ...], ...] | None = doc_field("shapes of the tensor outputs", default=None)
     out_dtype: str | None = doc_field("dtype of the first tensor output", default=None)
-    params: dict[str, list[int]] | None = doc_field(
+    params: dict[str, tuple[int, ...]] | None = doc_field(
         "non-tensor arguments that shape the kernel (convolution stride, padding, dilation, groups, transposed)",
         default=None,
     )
@@ -365,14 +365,14 @@ class OpTable:
         "where the step was captured (the table does not depend on it)"
     )
     samples: int = doc_field("samples in the captured step (the per-device batch it was captured at)", min=1)
-    ops: list[OpRecord] = doc_field("the operators, aggregated by (op, phase, shapes, dtypes, params)")
+    ops: tuple[OpRecord, ...] = doc_field("the operators, aggregated by (op, phase, shapes, dtypes, params)")
     method: str | None = doc_field("how it was captured (e.g. TorchDispatchMode on one warm-up step)", default=None)
     precision: str | None = doc_field("Lightning precision the step ran in (autocast applied when mixed)", default=None)
     total_flops: float | None = doc_field("FLOPs of the whole step (sum of count x flops)", default=None, min=0)
     skipped: dict[str, int] | None = doc_field(
         "calls left out because they launch no kernel (views, aliases, metadata), by operator", default=None
     )
-    notes: list[str] | None = doc_field("what the capture could not see, when anything", default=None)
+    notes: tuple[str, ...] | None = doc_field("what the capture could not see, when anything", default=None)
 
 
 @dataclass(frozen=True)
@@ -398,7 +398,7 @@ class Profile:
     memory: Memory | None = doc_field("peak memory", default=None)
     communication: Communication | None = doc_field("gradient all-reduce timings", default=None)
     checkpoint: CheckpointTiming | None = doc_field("checkpoint save and load time", default=None)
-    ranks: list[RankTiming] | None = doc_field("per-rank measurements", default=None)
+    ranks: tuple[RankTiming, ...] | None = doc_field("per-rank measurements", default=None)
     ops: OpTable | None = doc_field("the ATen operators of one training step (performance model v2)", default=None)
     layout: str | None = doc_field(
         "the parallel layout the run used, as predictor.model.layout names it (ddp, fsdp:full_shard, "
@@ -407,7 +407,7 @@ class Profile:
     )
     software: Software | None = doc_field("versions", default=None)
     created_at: str | None = doc_field("UTC time the profile was written (ISO 8601)", default=None)
-    notes: list[str] | None = doc_field("warnings and remarks from the profiler", default=None)
+    notes: tuple[str, ...] | None = doc_field("warnings and remarks from the profiler", default=None)
 
     def __post_init__(self) -> None:
         b, hw = self.batch, self.hardware

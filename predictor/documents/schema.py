@@ -1,7 +1,8 @@
 """Frozen dataclasses as versioned JSON documents: validation with field paths, dumping, JSON Schema.
 
 A document class is a frozen dataclass whose fields use plain types (``int``, ``float``, ``str``, ``bool``),
-``X | None``, ``list[X]``, ``dict[str, X]``, ``Literal[...]`` and nested document classes. Field metadata may
+``X | None``, ``tuple[X, ...]`` (a JSON array; documents are immutable, so the loader builds tuples),
+``dict[str, X]``, ``Literal[...]`` and nested document classes. Field metadata may
 carry ``doc`` (a one-line description), ``min`` / ``exclusive_min`` / ``max`` (numeric bounds). From that one
 declaration come the loader (:func:`from_dict`, errors naming the dotted field path, the value and the fix),
 the dumper (:func:`to_dict`) and the published JSON Schema (:func:`json_schema`).
@@ -21,12 +22,15 @@ import sys
 import types
 import typing
 import warnings
-from typing import Any, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from predictor.documents.checks import shown, suggest
 from predictor.exceptions import NewerDocumentWarning, ProfileSchemaError
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 MAX_INT = 2**63  # integers at or beyond are refused (int64, what JSON tools share)
 
 
@@ -45,12 +49,20 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def _array_item(tp: Any) -> Any:
+    """``X`` when ``tp`` is ``tuple[X, ...]``, a JSON array of X; None otherwise."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return None
+
+
 def _describe(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         return " or ".join(_describe(a) for a in typing.get_args(tp) if a is not type(None))
-    if origin is list:
-        return f"a list of {_describe(typing.get_args(tp)[0])}"
+    if (item := _array_item(tp)) is not None:
+        return f"a list of {_describe(item)}"
     if origin is dict:
         return f"an object of {_describe(typing.get_args(tp)[1])}"
     if origin is Literal:
@@ -86,10 +98,9 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], ign
             ignored.extend(attempt)
             return converted
         raise _error(path, _describe(tp), value)
-    if origin is list:
+    if (item := _array_item(tp)) is not None:
         if not isinstance(value, list):
             raise _error(path, _describe(tp), value)
-        (item,) = typing.get_args(tp)
         return tuple(_convert(item, v, f"{path}[{i}]", {}, ignored) for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
@@ -102,7 +113,7 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], ign
             close = suggest(str(value), [str(c) for c in choices], n=1) if isinstance(value, str) else []
             raise _error(path, _describe(tp), value, f"Did you mean {close[0]!r}?" if close else "")
         return value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a type hint: a class, never an instance
         return from_dict(tp, value, path, ignored)
     if tp is bool:
         if not isinstance(value, bool):
@@ -268,13 +279,13 @@ def _type_schema(tp: Any) -> dict[str, Any]:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         options = [_type_schema(a) for a in args] + [{"type": "null"}]
         return {"anyOf": options}
-    if origin is list:
-        return {"type": "array", "items": _type_schema(typing.get_args(tp)[0])}
+    if (item := _array_item(tp)) is not None:
+        return {"type": "array", "items": _type_schema(item)}
     if origin is dict:
         return {"type": "object", "additionalProperties": _type_schema(typing.get_args(tp)[1])}
     if origin is Literal:
         return {"enum": list(typing.get_args(tp))}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _object_schema(tp)
     mapping = {int: "integer", float: "number", str: "string", bool: "boolean"}
     if tp in mapping:
@@ -316,7 +327,7 @@ def _walk(cls: type, prefix: str, shared: tuple[type, ...] = ()) -> typing.Itera
         path = _join(prefix, f.name)
         yield path, f, hints[f.name]
         inner = _unwrap(hints[f.name])
-        if dataclasses.is_dataclass(inner) and inner not in shared:
+        if isinstance(inner, type) and dataclasses.is_dataclass(inner) and inner not in shared:
             yield from _walk(inner, path + _container_suffix(hints[f.name]), shared)
 
 
@@ -330,12 +341,14 @@ def iter_field_paths(cls: type, shared: tuple[type, ...] = ()) -> typing.Iterato
 
 
 def _container_suffix(tp: Any) -> str:
-    """'[]' for a list, '.<key>' for a dict (after Optional is unwrapped), '' otherwise."""
+    """'[]' for an array, '.<key>' for a dict (after Optional is unwrapped), '' otherwise."""
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return _container_suffix(args[0]) if len(args) == 1 else ""
-    return {list: "[]", dict: ".<key>"}.get(origin, "")
+    if _array_item(tp) is not None:
+        return "[]"
+    return ".<key>" if origin is dict else ""
 
 
 def _unwrap(tp: Any) -> Any:
@@ -343,8 +356,8 @@ def _unwrap(tp: Any) -> Any:
     if origin in (Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return _unwrap(args[0]) if len(args) == 1 else tp
-    if origin is list:
-        return _unwrap(typing.get_args(tp)[0])
+    if (item := _array_item(tp)) is not None:
+        return _unwrap(item)
     if origin is dict:
         return _unwrap(typing.get_args(tp)[1])
     return tp

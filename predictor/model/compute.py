@@ -51,9 +51,9 @@ def compute_ratio(
     else:
         share = DEFAULT_COMPUTE_SHARE
         basis = "compute-bound share 0.5 (no FLOPs in the profile)"
-    if flops is None and bw is None:
-        raise ValueError(f"no comparable specs for {src.key} and {dst.key}")
     if flops is None:
+        if bw is None:
+            raise ValueError(f"no comparable specs for {src.key} and {dst.key}")
         return ComputeScale(bw, 0.0, None, bw, basis + "; peak FLOPS unknown: bandwidth ratio only")
     if bw is None:
         return ComputeScale(flops, 1.0, flops, None, basis + "; bandwidth unknown: FLOPS ratio only")

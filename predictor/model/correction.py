@@ -41,8 +41,7 @@ class NotFittedError(PredictionError, AttributeError):
 def features(src: GPU, dst: GPU, precision: str, matmul_precision: str | None, batch_ratio: float) -> list[float]:
     """The feature vector of a (source GPU, target GPU) pair; ValueError when a spec is missing."""
     p_src, p_dst = peak_tflops(src, precision, matmul_precision), peak_tflops(dst, precision, matmul_precision)
-    needed = (p_src, p_dst, src.memory_bw_gbps, dst.memory_bw_gbps, src.fp32_tflops, dst.fp32_tflops)
-    if not all(needed):
+    if not (p_src and p_dst and src.memory_bw_gbps and dst.memory_bw_gbps and src.fp32_tflops and dst.fp32_tflops):
         raise ValueError(f"missing specs for {src.key} or {dst.key}")
     amp = 0.0 if precision in ("32-true", "64-true") else 1.0
     log_peak = math.log(p_src / p_dst)
@@ -59,6 +58,12 @@ def features(src: GPU, dst: GPU, precision: str, matmul_precision: str | None, b
 
 class CrossGpuCorrection:
     """Estimator: ``fit(X, y)`` returns self; learned attributes end in ``_``."""
+
+    # learned: declared only (no class value), so an unfitted instance has none of them (predict_one checks)
+    coef_: list[float]
+    residual_sd_: float
+    n_samples_: int
+    gpus_: list[str]  # the GPUs of the training data (set by train_correction and from_dict)
 
     def __init__(self, *, alpha: float = 1.0) -> None:
         self.alpha = alpha

@@ -38,7 +38,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -76,7 +76,8 @@ class Trace:
             return self
         n = self.ticks // factor
         a = self.available[:, : n * factor].reshape(self.available.shape[0], n, factor).all(axis=2)
-        return Trace(self.gap_s * factor, a, self.names)
+        # a 3-d array reduced over one axis is a 2-d array (numpy's stubs say np.bool | NDArray for any axis)
+        return Trace(self.gap_s * factor, cast(np.ndarray, a), self.names)
 
     def window(self, start: int, length: int) -> Trace:
         return Trace(self.gap_s, self.available[:, start : start + length], self.names)
@@ -459,9 +460,9 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
                 progress += 1
                 if running == ON_DEMAND or (j.checkpoint is not None and progress % j.checkpoint == 0):
                     done = progress
-        if record:
-            prog_log[k] = progress  # type: ignore[index]
-            mkt_log[k] = WAIT if running is None else running  # type: ignore[index]
+        if prog_log is not None and mkt_log is not None:  # record
+            prog_log[k] = progress
+            mkt_log[k] = WAIT if running is None else running
         if progress >= j.work:
             finished_at = k + 1
             break
@@ -477,10 +478,10 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
         lost * h,
         starts,
     )
-    if record:
+    if prog_log is not None and mkt_log is not None:  # record
         n = finished_at or trace.ticks
-        out.progress = prog_log[:n] * h  # type: ignore[index]
-        out.market = mkt_log[:n]  # type: ignore[index]
+        out.progress = prog_log[:n] * h
+        out.market = mkt_log[:n]
     return out
 
 

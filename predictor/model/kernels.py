@@ -73,19 +73,20 @@ _TINY = 1e-12
 
 def _gpu_facts(gpu: GPU, cls: str, peak_tflops: float | None) -> tuple[float, float, float, float]:
     """(SMs, peak FLOP/s, bandwidth B/s, L2 bytes) of ``gpu``; PredictionError naming a missing field and the fix."""
-    needs = {
-        "sms": gpu.sms,
-        "l2_mb": gpu.l2_mb,
-        "memory_bw_gbps": gpu.memory_bw_gbps,
-        "fp32_tflops": peak_tflops if peak_tflops is not None else gpu.fp32_tflops,
-    }
-    for name, value in needs.items():
+
+    def need(name: str, value: float | None) -> float:
         if value is None or not value > 0:
             raise PredictionError(
                 f"GPU {gpu.key!r} has no {name} (needed by the {cls!r} kernel latency model): add `{name}` to its "
                 "entry with --catalog-extra (docs/catalog.md)"
             )
-    return float(gpu.sms), needs["fp32_tflops"] * 1e12, needs["memory_bw_gbps"] * 1e9, needs["l2_mb"] * 2**20
+        return value
+
+    sms = need("sms", gpu.sms)
+    l2_mb = need("l2_mb", gpu.l2_mb)
+    bandwidth = need("memory_bw_gbps", gpu.memory_bw_gbps)
+    peak = need("fp32_tflops", peak_tflops if peak_tflops is not None else gpu.fp32_tflops)
+    return float(sms), peak * 1e12, bandwidth * 1e9, l2_mb * 2**20
 
 
 def _log(x: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ Torch-free: the job side turns :meth:`Layout.lightning` into a strategy object.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from predictor.exceptions import ConfigError
 
@@ -92,7 +92,9 @@ class Layout:
             return 1
         return gpus_per_node if self.sharding == "hybrid_shard" else ranks
 
-    def lightning(self, block: str | None = None, wrap_min_params: int | None = None) -> tuple[str, dict[str, Any]]:
+    def lightning(
+        self, block: str | None = None, wrap_min_params: int | None = None
+    ) -> tuple[Strategy, dict[str, Any]]:
         """The Lightning strategy name and its keyword arguments (JSON-ready; the job side resolves them on the
         model: :func:`lightning_srifty.plan_strategy`).
 
@@ -131,7 +133,8 @@ def parse(text: str) -> Layout:
         if strategy == "ddp" and not arg:
             return Layout(activation_checkpointing=ac)
         if strategy == "fsdp" and arg:
-            return Layout("fsdp", arg, ac)  # type: ignore[arg-type]
+            # not yet a Sharding: Layout.__post_init__ refuses any other text (the ConfigError caught below)
+            return Layout("fsdp", cast(Sharding, arg), ac)
         if strategy == "pipeline" and arg.isdigit():
             return Layout("pipeline", None, ac, int(arg))
     except ConfigError as exc:

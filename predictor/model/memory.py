@@ -166,6 +166,7 @@ def _state(
     """Weights, gradients, optimizer state and all-gather buffers of one GPU (bytes; arrays broadcast)."""
     if layout.strategy == "fsdp":
         s = np.maximum(shard, 1)
+        gathered: float | np.ndarray  # a float per layout, an array over the shard sizes below
         if layout.sharding == "shard_grad_op":  # gathered from forward to backward: the whole model, + a gradient unit
             gathered = params * compute + unit * compute
         else:  # full_shard, hybrid_shard: the root unit stays gathered; two units in flight + one unsharded gradient
@@ -244,6 +245,9 @@ def memory_parts(
         parts["activations"] = (z.measured_act or 0.0) * micro
         parts["transient"] = 0.0 * micro  # inside the measured peak
     else:
+        # bytes per sample: floats, arrays over the stage counts under pipeline
+        kept: float | np.ndarray
+        rest: float | np.ndarray
         if layout.activation_checkpointing:
             # each block keeps its input; the rest peaks in one of two phases that never meet: the head's
             # (the saved tensors outside the blocks and the temporaries of the loss) or one block's recompute
@@ -251,7 +255,7 @@ def memory_parts(
             rest = np.maximum(max(0.0, z.saved - z.blocks * z.block_saved) + z.transient, z.block_saved)
         else:
             kept, rest = z.saved, z.transient
-        split = 1.0
+        split: float | np.ndarray = 1.0  # an array over the stage counts under pipeline
         if layout.strategy == "pipeline":  # one stage's share, the first stage holding up to p micro-batches
             p = np.maximum(stages, 1)
             split = p
@@ -260,7 +264,7 @@ def memory_parts(
         # what does not grow with the batch (autocast's 16-bit weight copies): under FSDP only the gathered units'
         # share (FSDP's mixed precision gathers 16-bit units; nothing else is copied); the optimizer step peaks on
         # its own (its foreach temporaries scale with the state it holds)
-        fixed = z.fixed
+        fixed: float | np.ndarray = z.fixed  # an array over the shard sizes under FSDP
         if layout.strategy == "fsdp":
             fixed = z.fixed * np.where(np.maximum(shard, 1) > 1, z.gathered_share, 1.0)
         optimizer_peak = z.optimizer_transient / (np.maximum(shard, 1) if layout.strategy == "fsdp" else split)

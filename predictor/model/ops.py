@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -343,6 +343,7 @@ def _attention(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb
     """
     backward = "backward" in name or (name == "_scaled_dot_product_attention_math" and rec.phase == "backward")
     q, k, v = shapes[1:4] if "backward" in name else shapes[0:3]
+    batch: float
     if name.startswith(("_flash_attention", "_efficient_attention")):  # [b, s, h, d]
         batch, s_q, d, s_k = q[0] * q[2], q[1], q[3], k[1]
     else:  # [..., h, s, d]
@@ -359,7 +360,7 @@ def _attention(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb
     return Classified("gemm", {"b": batch, "m": s_q, "n": s_k, "k": d}, 2 * scale, half, eb, rec.op, (soft,))
 
 
-def attention_work(name: str, params: dict[str, list[int]] | None, s_q: int, s_k: int, backward: bool) -> float:
+def attention_work(name: str, params: Mapping[str, Sequence[int]] | None, s_q: int, s_k: int, backward: bool) -> float:
     """An attention call's work over an unmasked forward's (its two matmuls), from the operator alone: for records
     without FLOPs (profiles from before the attention formulas recorded ``_scaled_dot_product_flash_attention_for_cpu``
     with 0). Backward: 2.5 for the fused kernels (five matmuls: the scores are recomputed), 2 for the math path (four:
@@ -399,7 +400,7 @@ def _conv(backward: bool, shapes: list[list[int]], rec: OpRecord, half: bool, eb
     stride = (params.get("stride") or [1])[0]
     padding = (params.get("padding") or [0])[0]
     groups = (params.get("groups") or [1])[0]
-    dims = {
+    dims: dict[str, float] = {
         "b": n,
         "cin": cin,
         "cout": cout,
@@ -499,8 +500,8 @@ def ops_time(
     groups: dict[tuple[str, bool], list[Classified]] = defaultdict(list)
     for c in classified:
         groups[(c.cls, c.half)].append(c)
-    by_class: Counter[str] = Counter()
-    by_phase: Counter[str] = Counter()
+    by_class: defaultdict[str, float] = defaultdict(float)  # seconds
+    by_phase: defaultdict[str, float] = defaultdict(float)
     for (cls, half), items in groups.items():
         dims = {key: np.array([c.dims[key] for c in items], dtype=float) for key in items[0].dims}
         peak = None
@@ -524,7 +525,7 @@ def ops_time(
         for phase in set(phases.tolist()):
             by_phase[phase] += float(np.sum(times[phases == phase]))
     kernels = kernel_count(classified)
-    unclassified = Counter()
+    unclassified: Counter[str] = Counter()
     for c in classified:
         if c.op.endswith("?"):
             unclassified[c.op[:-1]] += int(c.scale)
@@ -620,7 +621,11 @@ def ops_compute(
     except PredictionError as exc:
         notes.append(f"operator table not used on {dst.key}: {exc}")
         return None
-    if profile_attention(profile) == "fa1" and any(base_name(c.op).startswith(_ATTENTION_PREFIX) for c in table.ops):
+    if (
+        profile.software is not None
+        and profile_attention(profile) == "fa1"
+        and any(base_name(c.op).startswith(_ATTENTION_PREFIX) for c in table.ops)
+    ):
         notes.append(
             f"fused attention priced as FlashAttention v1 (the profile's torch {profile.software.torch} predates "
             f"torch 2.2's FlashAttention-2): {attention_ceiling(dst, 'fa1'):.2f} of {dst.key}'s 16-bit peak at best"

@@ -107,13 +107,14 @@ def scaling_model() -> ScalingModel:
 def measured_sigma(profile: Profile) -> float | None:
     """The ranks' step-to-step jitter of compute (median forward+backward CV over ranks) when the profile comes from
     two or more ranks that recorded their phases; None otherwise."""
-    ranks = profile.ranks or []
+    ranks = profile.ranks or ()
     cvs = []
     for r in ranks:
         phases = r.phases_s or {}
         parts = [phases.get(p) for p in ("forward", "backward")]
-        if all(p is not None and p.cv is not None and p.mean for p in parts):
-            total = sum(p.mean for p in parts)  # type: ignore[union-attr]
-            var = sum((p.cv * p.mean) ** 2 for p in parts)  # type: ignore[union-attr]
+        known = [(p.mean, p.cv) for p in parts if p is not None and p.cv is not None and p.mean]
+        if len(known) == len(parts):
+            total = sum(mean for mean, _ in known)
+            var = sum((cv * mean) ** 2 for mean, cv in known)
             cvs.append(math.sqrt(var) / total)
     return statistics.median(cvs) if len(cvs) >= 2 else None

@@ -9,6 +9,8 @@ the 80% interval is ``t x exp(+-1.2816 sd)``.
 
 from __future__ import annotations
 
+from typing import overload
+
 import numpy as np
 
 from predictor.model.artefact import model_artefact
@@ -36,6 +38,12 @@ def model_error(kind: str) -> float:
     return DEFAULT_ERRORS[kind]
 
 
+@overload
+def combined_sd(cv: float, model_sd: float) -> float: ...
+@overload
+def combined_sd(cv: float | np.ndarray, model_sd: np.ndarray) -> np.ndarray: ...
+@overload
+def combined_sd(cv: np.ndarray, model_sd: float | np.ndarray) -> np.ndarray: ...
 def combined_sd(cv: float | np.ndarray, model_sd: float | np.ndarray) -> float | np.ndarray:
     """The prediction's relative sd from the profile's CV and the model's error."""
     return np.hypot(cv, model_sd)

@@ -4,11 +4,12 @@ accumulation), and the plan's notes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from predictor.catalog.instances import InstanceType
-from predictor.documents.plan import PlanEntry, PlanGroup, PlanLayout
+from predictor.documents.plan import FleetMarket, PlanEntry, PlanGroup, PlanLayout, Risk
 from predictor.documents.profile import Profile
 from predictor.model.batch import rank_batches
 from predictor.model.fleets import ManyPredictions
@@ -16,7 +17,7 @@ from predictor.model.layout import Layout, parse
 from predictor.model.memory import activations_known, wrap_min_params
 from predictor.model.spot import SpotCost, risk_label
 from predictor.ranking.candidates import MARKET_NAMES, Candidates
-from predictor.ranking.explain import migration_effort, performance_risk
+from predictor.ranking.explain import CurrentFleet, migration_effort, performance_risk
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def layout_of(many: ManyPredictions, row: int) -> Layout:
 
 
 def plan_layout(
-    layout: Layout, block: str | None = None, *, wrap_min_params: int | None = None, shard_group: int | None = None
+    layout: Layout, block: str | None = None, *, wrap_min_params: int | None = None, shard_group: int = 1
 ) -> PlanLayout:
     """What the plan records of a layout: its parts and the Lightning strategy (with its arguments) that runs it,
     for a model whose repeated block is ``block`` (:meth:`predictor.model.layout.Layout.lightning`)."""
@@ -95,7 +96,7 @@ def entry(
     rank_no: int,
     types: list[InstanceType],
     profile: Profile,
-    current: tuple[str, str, float] | None,
+    current: CurrentFleet | None,
     pareto: bool,
 ) -> PlanEntry:
     many, cand, spot = scored.many, scored.cand, scored.spot
@@ -138,7 +139,7 @@ def entry(
         gpus=sum(g.count * g.gpus_per_instance for g in groups),
         nodes=nodes,
         region=scored.regions[int(cand.region[i])],
-        market=str(MARKET_NAMES[cand.market[i]]),
+        market=cast(FleetMarket, str(MARKET_NAMES[cand.market[i]])),  # numpy's strings carry no Literal type
         spot_share=sum(g.spot for g in groups) / nodes,
         usd_per_hour=float(scored.usd_hr[i]),
         iteration_time_s=step,
@@ -149,7 +150,7 @@ def entry(
         cost_interval_usd=_cost_interval(cost, float(scored.usd_hr[i]) * float(scored.startup_s[i]) / 3600, lo, hi),
         expected_interruptions=float(spot.expected_interruptions[i]),
         interruption_overhead_s=float(spot.per_interruption_s[i]),
-        risk=str(risk_label(spot.expected_interruptions[i : i + 1])[0]),
+        risk=cast(Risk, str(risk_label(spot.expected_interruptions[i : i + 1])[0])),  # its labels are Risk values
         performance_risk=performance_risk(float(many.model_sd[sh])),
         migration_effort=migration_effort(groups, profile, current),
         savings_vs_current=(1 - cost / current[2]) if current and current[2] > 0 else None,

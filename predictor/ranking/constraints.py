@@ -424,6 +424,11 @@ def constraint_defaults() -> dict[str, Any]:
     """Every constraint's default (the service's request model and the CLI take theirs from here)."""
     out = {}
     for f in dataclasses.fields(Constraints):
-        value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:  # every constraint has a default
+            raise TypeError(f"constraint {f.name!r} has no default")
         out[f.name] = value.value if isinstance(value, enum.Enum) else value
     return out

@@ -35,7 +35,7 @@ from predictor.model.startup import (
 from predictor.ranking import candidates as cands
 from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
 from predictor.ranking.constraints import Constraints, Market, Objective
-from predictor.ranking.explain import infeasible, layout_why, why
+from predictor.ranking.explain import CurrentFleet, infeasible, layout_why, why
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
 
@@ -231,7 +231,7 @@ def _score(
     names: list[str],
     many: ManyPredictions,
     cand: cands.Candidates,
-    current: tuple[str, str, float, float] | None,
+    current: CurrentFleet | None,
     known_startup: dict[str, float],
 ) -> Scored:
     """Each priced candidate's wall time and cost for the work: the new fleet's start-up (none for the fleet already
@@ -320,7 +320,7 @@ def _plan(
     scored: Scored,
     names: list[str],
     layouts: list[Layout],
-    current: tuple[str, str, float, float] | None,
+    current: CurrentFleet | None,
     entries: list[PlanEntry],
     front: list[PlanEntry],
     reason: str,
@@ -372,7 +372,7 @@ def _notes(
     names: list[str],
     efficient: list[int],
     calibration: Calibration | None,
-    current: tuple[str, str, float] | None,
+    current: CurrentFleet | None,
 ) -> list[str]:
     if constraints.scaling == "strong":
         scaling = (
@@ -496,7 +496,7 @@ def _startup_notes(
     constraints: Constraints,
     types: list,
     best: PlanEntry,
-    current: tuple[str, str, float, float] | None,
+    current: CurrentFleet | None,
     known: dict[str, float],
 ) -> list[str]:
     """What start-up and billing assume, and "keep the fleet you have" when it finishes sooner and for less."""
@@ -525,14 +525,15 @@ def _startup_notes(
             notes.append(
                 f"keep the fleet you have: {fleet} finishes the work in {hours * 60:.3g} min for {cost:,.4g} USD, "
                 f"sooner and cheaper than the best new fleet ({best.fleet}: {best.time_h * 60:.3g} min with "
-                f"{best.startup_s / 60:.3g} min of start-up, {best.cost_usd:,.4g} USD)"
+                # every entry rank builds has its start-up (None only in plans written before it was recorded)
+                f"{(best.startup_s or 0.0) / 60:.3g} min of start-up, {best.cost_usd:,.4g} USD)"
             )
     return notes
 
 
 def _current(
     profile: Profile, constraints: Constraints, catalog: Catalog, work: Work, factors: dict[str, float] | None
-) -> tuple[tuple[str, str, float, float] | None, str | None]:
+) -> tuple[CurrentFleet | None, str | None]:
     """((fleet, GPU, on-demand cost of the work) of the current hardware when known, priced and able to train the
     model; else None), and a note when it is known but cannot be compared."""
     text = constraints.current_fleet
@@ -550,7 +551,8 @@ def _current(
 
     reason = None
     for g in fleet.groups:
-        gpu = catalog.gpu(g.instance.gpu) if g.instance.gpu in catalog.gpus else None
+        name = g.instance.gpu
+        gpu = catalog.gpu(name) if name is not None and name in catalog.gpus else None
         reason = reason or exclusion(g.instance, gpu, profile, allow_arm64=True)
     try:
         # the current fleet runs the layout the profile was taken under (a sharded run is not judged as DDP)
@@ -566,6 +568,6 @@ def _current(
     usd = sum((g.instance.price_usd_hr(constraints.regions[0]) or math.nan) * g.count for g in fleet.groups)
     if not math.isfinite(usd):
         return None, None
-    gpu = ",".join(sorted({g.instance.gpu or "" for g in fleet.groups}))
+    gpus = ",".join(sorted({g.instance.gpu or "" for g in fleet.groups}))
     hours = work.samples / pred.throughput_samples_s / 3600  # already running: no start-up
-    return (str(fleet), gpu, usd * float(billed_hours(np.array(hours * 3600))), hours), None
+    return CurrentFleet(str(fleet), gpus, usd * float(billed_hours(np.array(hours * 3600))), hours), None

@@ -4,11 +4,11 @@ feasible (a structured :class:`NoFeasibleConfigError`), and the risk and effort 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from predictor.documents.plan import PlanEntry, PlanGroup
+from predictor.documents.plan import PerformanceRisk, PlanEntry, PlanGroup, Risk
 from predictor.documents.profile import Profile
 from predictor.exceptions import NoFeasibleConfigError, SriftyError
 from predictor.model.memory import estimate_memory
@@ -145,12 +145,21 @@ def infeasible(
     )
 
 
-def performance_risk(sd: float) -> str:
+class CurrentFleet(NamedTuple):
+    """The fleet the job runs on now, as the ranking compares it."""
+
+    fleet: str  # type:count[,type:count]
+    gpu: str  # its GPUs, joined with commas
+    cost_usd: float  # on-demand cost of the work on it
+    hours: float  # time of the work on it (no start-up: it runs)
+
+
+def performance_risk(sd: float) -> PerformanceRisk:
     low, medium = PERFORMANCE_RISK_SD
     return "low" if sd <= low else "medium" if sd <= medium else "high"
 
 
-def migration_effort(groups: list[PlanGroup], profile: Profile, current: tuple[str, str, float] | None) -> str:
+def migration_effort(groups: list[PlanGroup], profile: Profile, current: CurrentFleet | None) -> Risk:
     gpus = {g.gpu for g in groups}
     if len(gpus) > 1:
         return "high"

@@ -89,6 +89,8 @@ class ErrorBody(TypedDict):
     detail: list[ErrorItem]
 
 
+# a route's responses= as FastAPI types it: status code (or "default", "2XX") -> the OpenAPI answer
+Responses = dict[int | str, dict[str, Any]]
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
 
 
@@ -97,21 +99,21 @@ def error(description: str, **extra: Any) -> dict[str, Any]:
     return {"description": description, "model": ErrorBody, **extra}
 
 
-GUARD = {  # Guard answers these before any route
+GUARD: Responses = {  # Guard answers these before any route
     400: error("a Host header this service does not answer to (DNS rebinding)"),
     413: error("request body over the size limit"),
 }
-ERRORS = {
+ERRORS: Responses = {
     **GUARD,
     422: error("bad input (detail names the field) or no feasible fleet (type 'infeasible')"),
 }
-BODY = {**ERRORS, 408: error("the request body did not arrive within the read timeout")}
-HEAVY = {
+BODY: Responses = {**ERRORS, 408: error("the request body did not arrive within the read timeout")}
+HEAVY: Responses = {
     **BODY,
     429: error("too many rankings/predictions at once (Retry-After says when to retry)", headers=_RETRY_AFTER),
     503: error("not answered within the request timeout (Retry-After says when to retry)", headers=_RETRY_AFTER),
 }
-WRITE = {
+WRITE: Responses = {
     **BODY,
     401: error(
         "no or a wrong bearer token",
@@ -121,7 +123,7 @@ WRITE = {
 }
 
 
-def answer(code: int, model: Any, description: str, errors: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def answer(code: int, model: Any, description: str, errors: Responses) -> Responses:
     """A route's ``responses=``: its success answer (``model``'s schema) and its errors."""
     return {code: {"description": description, "model": model}, **errors}
 

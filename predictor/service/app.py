@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Body, FastAPI, Query, Request, Security
 from fastapi.encoders import jsonable_encoder
@@ -157,14 +157,18 @@ def _constraint_field(name: str, spec: Spec) -> tuple[Any, Any]:
     return kind, Field(default, description=spec.doc, **bounds)
 
 
-# the request's constraints: generated from the one declaration (predictor.ranking.constraints.SPECS)
-RankConstraints = create_model(
-    "RankConstraints",
-    __base__=_Strict,
-    __doc__="The constraints of :class:`predictor.ranking.Constraints`; give exactly one of steps (optimizer steps of "
-    "the profiled global batch), samples or epochs.",
-    **{name: _constraint_field(name, spec) for name, spec in SPECS.items()},
-)
+# the request's constraints: generated from the one declaration (predictor.ranking.constraints.SPECS); mypy sees
+# the strict base model, whose fields the declaration gives at run time
+if TYPE_CHECKING:
+    RankConstraints = _Strict
+else:
+    RankConstraints = create_model(
+        "RankConstraints",
+        __base__=_Strict,
+        __doc__="The constraints of :class:`predictor.ranking.Constraints`; give exactly one of steps (optimizer "
+        "steps of the profiled global batch), samples or epochs.",
+        **{name: _constraint_field(name, spec) for name, spec in SPECS.items()},
+    )
 
 
 class RankRequest(_Strict):

@@ -304,7 +304,7 @@ def server_config(app: Any, settings: ServiceSettings, host: str, port: int, **o
     class Bounded(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if len(self.connections) > settings.max_connections:
                 transport.write(_BUSY)
@@ -341,7 +341,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim  # type: ignore[no-any-return]
+        return libc.malloc_trim
     except (OSError, AttributeError):
         return None
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from predictor.catalog.catalog import Catalog, CatalogInfo
 from predictor.catalog.gpus import GpuTable, bundled_gpus
 from predictor.catalog.instances import InstanceType
-from predictor.documents.profile import profile_from_dict
+from predictor.documents.profile import Profile, profile_from_dict
 from predictor.exceptions import ConfigError
 
 # measurement GPU names -> canonical keys (RTX6000Ada and QuadroRTX8000 have no specs: their rows are skipped)
@@ -158,7 +158,8 @@ def load_points(path: str | Path, gpus: GpuTable | None = None) -> list[Point]:
     for key, rows in groups.items():
         batch = key[5] or (next(iter(batches[key[:5]])) if len(batches[key[:5]]) == 1 else "")
         if batch:
-            merged[(*key[:5], int(batch))].extend(rows)
+            batched = (*key[:5], int(batch))  # not inside merged[...]: mypy reads a starred subscript as 3.11 syntax
+            merged[batched].extend(rows)
     points = []
     for (source, model, precision, gpu, n, batch), rows in merged.items():
         values = []
@@ -268,17 +269,17 @@ def case_catalog(cases: Iterable[Case]) -> Catalog:
     return Catalog(instances, bundled_gpus(), CatalogInfo("evaluation", "-"))
 
 
-def cached_profile(case: Case) -> object:
+def cached_profile(case: Case) -> Profile:
     key = (case.model, case.src, case.dst.batch)
     if key not in _PROFILES:
         _PROFILES[key] = profile_for(case)
     return _PROFILES[key]
 
 
-_PROFILES: dict[tuple, object] = {}
+_PROFILES: dict[tuple, Profile] = {}
 
 
-def profile_for(case: Case) -> object:
+def profile_for(case: Case) -> Profile:
     """The profile the case starts from: the source point, at the target's per-GPU batch (in batch items; for
     cross-GPU cases of other units the step time is nominal, which a ratio does not see)."""
     src, dst = case.src, case.dst

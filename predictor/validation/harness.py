@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.gpus import GpuTable, bundled_gpus
@@ -22,6 +23,10 @@ from predictor.validation.dataset import (
     load_points,
 )
 from predictor.validation.training import correction_training_set
+
+if TYPE_CHECKING:
+    from predictor.model.network import NetworkModel
+    from predictor.model.scaling import ScalingModel
 
 
 @dataclass
@@ -99,7 +104,7 @@ def _fleet_name(p: Point) -> str:
 
 
 def predict_scaling_case(
-    case: Case, catalog: Catalog, network: object | None = None, dp_model: object | None = None
+    case: Case, catalog: Catalog, network: NetworkModel | None = None, dp_model: ScalingModel | None = None
 ) -> Case:
     """Predict a same-GPU scaling case (in the published unit); returns a new Case."""
     from predictor.model.network import DEFAULT_NETWORK
@@ -127,14 +132,14 @@ DP_GRIDS = {
 }
 
 
-def fit_dp_model(cases: list[Case], catalog: Catalog, rounds: int = 2) -> object:
+def fit_dp_model(cases: list[Case], catalog: Catalog, rounds: int = 2) -> ScalingModel:
     """The :class:`~predictor.model.scaling.ScalingModel` whose constants minimise the mean absolute log error of
     these same-GPU scaling cases (coordinate descent over ``DP_GRIDS``)."""
     from dataclasses import replace
 
     from predictor.model.scaling import ScalingModel
 
-    def loss(model: object) -> float:
+    def loss(model: ScalingModel) -> float:
         return statistics.fmean(
             abs(math.log(predict_scaling_case(c, catalog, dp_model=model).predicted / c.dst.throughput)) for c in cases
         )
