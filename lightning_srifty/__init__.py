@@ -48,7 +48,16 @@ _compat.install()
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ImportError as exc:  # SriftyCallback and the strategies need the 'train' extra (torch, lightning)
+            from predictor.exceptions import MissingExtraError
+
+            missing = MissingExtraError.of(exc, f"lightning_srifty.{name}")
+            if missing is None:
+                raise
+            raise missing from None  # the message says it all
+        value = getattr(module, name)
         globals()[name] = value
         if "lightning.pytorch" in sys.modules:  # that import loaded lightning: register the strategies now
             importlib.import_module("lightning_srifty.migrate.plan")

@@ -10,7 +10,8 @@
     ├── NoFeasibleConfigError
     ├── ServiceError                       the predictor service could not be reached or refused a request
     ├── ProvisionError
-    └── MigrationError
+    ├── MigrationError
+    └── MissingExtraError (also ImportError)   an optional part (an extra of the package) is not installed
 
     LaunchInterrupted (a BaseException, like KeyboardInterrupt)   srifty launch got SIGINT/SIGTERM/SIGHUP
 
@@ -169,6 +170,59 @@ class CapacityError(ProvisionError):
 
 class MigrationError(SriftyError):
     """Moving a training job between fleets failed."""
+
+
+# the extra of pyproject.toml that brings each optional top-level module (tests/test_extras.py holds the two in step)
+EXTRA_OF_MODULE = {
+    "torch": "train",
+    "lightning": "train",
+    "fastapi": "serve",
+    "uvicorn": "serve",
+    "starlette": "serve",
+    "pydantic": "serve",
+    "boto3": "infra",
+    "botocore": "infra",
+    "python_terraform": "infra",
+    "pathspec": "infra",
+    "fsspec": "infra",
+    "s3fs": "infra",
+    "aiobotocore": "infra",
+    "matplotlib": "report",
+    "sklearn": "report",
+}
+
+
+class MissingExtraError(SriftyError, ImportError):
+    """What was asked needs an optional part of lightning-srifty that is not installed: one of the package's extras
+    (``train``, ``infra``, ``serve``, ``report``; README "Installs that fit each user").
+
+    Attributes:
+        what: what needed it (``srifty serve``, ``lightning_srifty.SriftyCallback``).
+        extra: the extra that brings it.
+        module: the top-level module that is missing.
+    """
+
+    def __init__(self, what: str, extra: str, module: str) -> None:
+        self.what, self.extra, self.module = what, extra, module
+        super().__init__(
+            f"{what} needs the {extra!r} extra ({module} is not installed): pip install 'lightning-srifty[{extra}]'",
+            name=module,
+        )
+
+    @classmethod
+    def of(cls, exc: ImportError, what: str) -> MissingExtraError | None:
+        """The error to raise in place of ``exc`` when the module it misses is not installed and comes with an extra;
+        else None: a module no extra brings, or an installed one that fails to import (a version without the name
+        asked), is a real error and shows as one."""
+        import importlib.util
+
+        if isinstance(exc, cls):
+            return exc
+        module = (exc.name or "").split(".")[0]
+        extra = EXTRA_OF_MODULE.get(module)
+        if extra is None or importlib.util.find_spec(module) is not None:
+            return None
+        return cls(what, extra, module)
 
 
 class LaunchInterrupted(BaseException):

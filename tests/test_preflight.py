@@ -141,6 +141,19 @@ def test_the_scripts_imports_must_resolve_in_the_nodes_environment(tmp_path) -> 
     assert broken[0].status == "fail" and "does not parse" in broken[0].message
 
 
+def test_an_import_a_pinned_package_not_installed_here_may_bring_is_a_warning(tmp_path) -> None:
+    """With the 'infra' extra only, torch and lightning are not installed where srifty check runs: what they depend on
+    is unknown there, so an import nothing else provides is a warning that says why, not a failure."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import srifty_maybe_from_the_pin\n")
+    spec = {"packages": ["srifty-not-installed-here==1.0"], "requirements": None}
+    findings = check_imports(build_snapshot(project, tmp_path / "out", spec), ["train.py"])
+    (imports,) = [f for f in findings if f.check == "imports"]
+    assert imports.status == "warn", imports
+    assert "unless srifty-not-installed-here brings it: not installed here" in imports.message
+
+
 def test_srifty_check_and_apply_refuse_a_root_the_account_cannot_launch(aws, tmp_path, monkeypatch, capsys) -> None:
     project = tmp_path / "project"
     project.mkdir()

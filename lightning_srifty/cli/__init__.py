@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from predictor.exceptions import SriftyError
+from predictor.exceptions import MissingExtraError, SriftyError
 
 # the order of `srifty --help`; each module declares its command(s) with add_parser(sub, common)
 COMMANDS = (
@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``srifty`` console script; SriftyError becomes a one-line message and exit code 2."""
+    """Entry point of the ``srifty`` console script; SriftyError becomes a one-line message and exit code 2, and so
+    does a module an uninstalled extra would bring (the message names the extra and the pip command)."""
     parser = build_parser()
     Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
@@ -113,6 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SriftyError as exc:
         print(f"srifty: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:  # each command imports what it runs inside its function: an extra may be missing
+        action = getattr(args, f"{args.command}_command", None)  # srifty catalog refresh
+        missing = MissingExtraError.of(exc, " ".join(filter(None, ("srifty", args.command, action))))
+        if missing is None:
+            raise
+        print(f"srifty: error: {missing}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file the user named cannot be read or written: say which and why, no traceback
         where = f"{exc.filename}: " if exc.filename and str(exc.filename) not in str(exc.strerror) else ""

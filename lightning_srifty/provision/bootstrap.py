@@ -30,6 +30,9 @@ import venv
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent  # <code>/.srifty
+# the extra of lightning-srifty a node installs with the wheel: what the job runs (s3fs for s3:// checkpoints, ...);
+# templates/user_data.sh.tftpl names it too (an image's Python), and the pre-flight reads the closure through it
+NODE_EXTRA = "train"
 CHECK = r"""
 import importlib.metadata as m, json, sys
 names = json.loads(sys.argv[1])
@@ -191,13 +194,11 @@ def main(argv: list[str]) -> int:
         command += ["--index-url", spec["index_url"]]
     for url in spec.get("extra_index_urls") or []:
         command += ["--extra-index-url", url]
-    command += [*cuda_index, *packages, str(wheel)]
+    command += [*cuda_index, *packages, f"{wheel}[{NODE_EXTRA}]"]
     if spec.get("requirements"):
         command += ["-r", str(HERE.parent / spec["requirements"])]
-    log(
-        "installing "
-        + " ".join(packages + [wheel.name] + ([f"-r {spec['requirements']}"] if spec.get("requirements") else []))
-    )
+    requirements = [f"-r {spec['requirements']}"] if spec.get("requirements") else []
+    log("installing " + " ".join([*packages, f"{wheel.name}[{NODE_EXTRA}]", *requirements]))
     if subprocess.run(command, cwd=HERE.parent).returncode:
         print(
             "srifty bootstrap: pip install failed (see above): the environment is not the profiled one", file=sys.stderr

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lightning_srifty.provision.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
 
 Status = Literal["ok", "fail", "warn"]
@@ -164,26 +165,41 @@ def _requirement_names(lines: Iterable[str]) -> set[str]:
     return out
 
 
-def _closure(roots: Iterable[str]) -> set[str]:
-    """The distributions ``roots`` pull in (their Requires-Dist without extras, transitively), as installed here."""
+def _closure(roots: Iterable[str]) -> tuple[set[str], set[str]]:
+    """The distributions ``roots`` pull in (``name`` or ``name[extra,...]``: their Requires-Dist, with those of the
+    named extras, transitively), as installed here; and those of them not installed here, whose own dependencies
+    are therefore unknown (torch and lightning on a machine with the 'infra' extra only)."""
     seen: set[str] = set()
-    todo = [_normal(r) for r in roots]
+    unknown: set[str] = set()
+    done: set[tuple[str, frozenset[str]]] = set()
+    todo = [_requirement(r) for r in roots]
     while todo:
-        name = todo.pop()
-        if name in seen:
+        name, extras = todo.pop()
+        if (name, extras) in done:
             continue
+        done.add((name, extras))
         seen.add(name)
         try:
             requires = importlib.metadata.requires(name) or []
         except importlib.metadata.PackageNotFoundError:
+            unknown.add(name)
             continue
         for req in requires:
-            if "extra ==" in req:
+            spec, _, marker = req.partition(";")
+            wanted = {_normal(e) for e in re.findall(r"""extra\s*==\s*["']([^"']+)["']""", marker)}
+            if wanted and not wanted & extras:
                 continue
-            match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)", req)
-            if match:
-                todo.append(_normal(match.group(1)))
-    return seen
+            if spec.strip():
+                todo.append(_requirement(spec))
+    return seen, unknown
+
+
+def _requirement(text: str) -> tuple[str, frozenset[str]]:
+    """(name, extras) of a requirement such as ``aiobotocore[boto3]>=2.13``, names normalised."""
+    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?", text)
+    if not match:
+        return _normal(text.strip()), frozenset()
+    return _normal(match.group(1)), frozenset(_normal(e) for e in (match.group(2) or "").split(",") if e.strip())
 
 
 def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
@@ -212,7 +228,7 @@ def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
     if env.get("requirements"):
         requirements = _requirement_names(read_member(snapshot, env["requirements"]).decode().splitlines())
     pinned = {_normal(p.split("==")[0]) for p in env.get("packages", [])}
-    dists = _closure([*pinned, "lightning-srifty", *requirements])
+    dists, unknown = _closure([*pinned, f"lightning-srifty[{NODE_EXTRA}]", *requirements])
     providers = importlib.metadata.packages_distributions()
     local = {_top_name(f) for f in snapshot.files}
     missing = []
@@ -223,13 +239,19 @@ def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
         if not provided & dists:
             missing.append(name)
     findings = [Finding("script", "ok", f"{script} is in the code snapshot")]
+    blind = sorted(unknown & pinned)  # not installed here (the 'infra' extra only): what they bring is not known
     if missing:
         findings.append(
             Finding(
                 "imports",
-                "fail",
+                "warn" if blind else "fail",
                 f"{script} imports {', '.join(missing)}, which neither the code, the standard library, torch, "
-                "lightning, lightning-srifty nor the requirements file provides",
+                "lightning, lightning-srifty nor the requirements file provides"
+                + (
+                    f" (unless {' or '.join(blind)} brings it: not installed here, so what they depend on is unknown)"
+                    if blind
+                    else ""
+                ),
                 f"add the package(s) to {env.get('requirements') or 'a requirements.txt in the code folder'}",
             )
         )
