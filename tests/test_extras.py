@@ -34,11 +34,22 @@ def _provided(requirements: list[str]) -> set[str]:
 
 
 def _third_party_imports() -> set[str]:
-    """Top-level names of every absolute import in lightning_srifty/ and predictor/, inside functions too."""
+    """Top-level names of every absolute import in lightning_srifty/ and predictor/, inside functions too (not those
+    under ``if TYPE_CHECKING:``, which only a type checker reads)."""
     names = set()
     for folder in ("lightning_srifty", "predictor"):
         for path in (ROOT / folder).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
+            tree = ast.parse(path.read_text())
+            typing_only = {
+                id(inner)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                for child in node.body
+                for inner in ast.walk(child)
+            }
+            for node in ast.walk(tree):
+                if id(node) in typing_only:
+                    continue
                 if isinstance(node, ast.Import):
                     names |= {a.name.split(".")[0] for a in node.names}
                 elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
