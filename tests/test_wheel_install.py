@@ -65,6 +65,13 @@ def test_srifty_terraform_from_a_wheel_outside_the_repository(wheel_venv, tmp_pa
         env=env,
     )
     assert where.stdout.startswith(str(wheel_venv)), where.stdout + where.stderr  # the wheel, not the checkout
+    typed = _run(
+        [str(wheel_venv / "bin" / "python"), "-c", "import predictor, pathlib; "
+         "print((pathlib.Path(predictor.__file__).parent / 'py.typed').is_file())"],
+        cwd=tmp_path,
+        env=env,
+    )  # fmt: skip
+    assert typed.stdout.strip() == "True", typed.stdout + typed.stderr  # users' type checkers read the predictor
     shutil.copy(PLAN, tmp_path / "plan.json")
     (tmp_path / "train.py").write_text("import lightning_srifty\n")  # the user's project: this folder
     run = _run(
