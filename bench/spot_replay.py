@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from predictor import deadline as dl  # noqa: E402
+from predictor.model import deadline as dl  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "spot-traces"
 SETS = {  # name: (glob, values, nodes, resample factor)

@@ -9,6 +9,8 @@ and the ``launch_id`` of the ``srifty launch`` it belongs to, and is read and wr
     file                   record       from -> to        what
     MOVE_REQUEST.json      MoveRequest  job -> launcher   a trigger (drift, price) advises a move: why, reason, plan
     LEAVE.json             Leave        launcher -> job   the new fleet is up: checkpoint at the next step and leave
+    MOVE_DECLINED.json     MoveDeclined launcher -> job   the move will not happen (its fleet could not be brought
+                                                          up, or --max-migrations): train on; ``again``: may ask later
     PREEMPTED.json         Preempted    job -> launcher   the job left (spot notice, SIGTERM, granted move, lost
                                                           heartbeat, life cap): step, checkpoint, why, timings
     STARTED.json           Started      job -> launcher   a leg took its first step (the end of a move's downtime)
@@ -62,6 +64,7 @@ _FIX = "use the same lightning-srifty on the launcher and in the training image"
 
 MOVE_REQUEST = "MOVE_REQUEST.json"
 LEAVE = "LEAVE.json"
+MOVE_DECLINED = "MOVE_DECLINED.json"
 PREEMPTED = "PREEMPTED.json"
 STARTED = "STARTED.json"
 PROGRESS = "PROGRESS.json"
@@ -135,6 +138,16 @@ class MoveRequest(Record):
 class Leave(Record):
     FILE: ClassVar[str] = LEAVE
     to_fleet: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoveDeclined(Record):
+    """The launcher will not carry out the job's :class:`MoveRequest`; the job trains on where it is."""
+
+    FILE: ClassVar[str] = MOVE_DECLINED
+    to_fleet: str = ""
+    reason: str = ""
+    again: bool = True  # the job may ask again after its next check (False: not in this launch: --max-migrations)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,6 +230,7 @@ class Heartbeat(Record):
 RECORDS: tuple[type[Record], ...] = (
     MoveRequest,
     Leave,
+    MoveDeclined,
     Preempted,
     Started,
     Progress,

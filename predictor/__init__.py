@@ -10,7 +10,9 @@ By concept, each a package (docs/architecture.md draws the arrows; none points u
 - :mod:`~predictor.validation`: the model scored on published measurements (``srifty eval``);
 - :mod:`~predictor.recommend` on top (``srifty recommend``), and :mod:`~predictor.exceptions` below everything.
 
-The names below load when first used, so that ``import predictor.exceptions`` stays cheap. Module paths from before
+The names below load when first used, so that ``import predictor.exceptions`` stays cheap (``rank`` and
+``predict`` are not among them: ``predictor.rank`` and ``predictor.predict`` are 0.2's module paths; import them from
+``predictor.ranking`` and ``predictor.model``). Module paths from before
 the packages (``predictor.rank``, ``predictor.profile``, ...) still import, with a ``DeprecationWarning``, until 0.3.
 """
 
@@ -35,8 +37,6 @@ _LAZY = {
     "Work": "predictor.documents",
     "load_plan": "predictor.documents",
     "load_profile": "predictor.documents",
-    "predict": "predictor.model",
-    "rank": "predictor.ranking",
 }
 __all__ = sorted(_LAZY)
 

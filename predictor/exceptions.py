@@ -190,6 +190,10 @@ EXTRA_OF_MODULE = {
     "matplotlib": "report",
     "sklearn": "report",
 }
+# modules two audiences share: the launcher's (infra, above) and the training job's, whose S3 checkpoints need them
+# too; the job side (the package's names, srifty demo and capture) is told its own extra
+JOB_EXTRA_OF_MODULE = {"fsspec": "train", "s3fs": "train", "aiobotocore": "train"}
+JOB_SIDE = ("lightning_srifty.", "srifty demo", "srifty capture")
 
 
 class MissingExtraError(SriftyError, ImportError):
@@ -220,6 +224,8 @@ class MissingExtraError(SriftyError, ImportError):
             return exc
         module = (exc.name or "").split(".")[0]
         extra = EXTRA_OF_MODULE.get(module)
+        if what.startswith(JOB_SIDE):
+            extra = JOB_EXTRA_OF_MODULE.get(module, extra)
         if extra is None or importlib.util.find_spec(module) is not None:
             return None
         return cls(what, extra, module)

@@ -83,7 +83,7 @@ def test_a_profile_with_newer_fields_loads_and_the_service_schema_still_refuses_
 def test_a_profile_of_0_2_with_batch_global_batch_reads_it_as_all_devices() -> None:
     """One name per meaning (issue #24 item 2): a profile's batch over all devices is ``batch.all_devices``; the
     plan's ``global_batch`` is an optimizer step. 0.2 wrote the former as ``batch.global_batch``: it still reads,
-    without a warning, into ``all_devices``, and is never written again."""
+    without a warning, into ``all_devices``; both are written until 0.3, so that older readers still find theirs."""
     from _support import MINIMAL
     from predictor.documents.work import global_batch
 
@@ -93,8 +93,12 @@ def test_a_profile_of_0_2_with_batch_global_batch_reads_it_as_all_devices() -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         profile = load_profile(old)
-    assert profile.batch.all_devices == 30 and profile.batch.global_batch is None
+    assert profile.batch.all_devices == 30
     assert global_batch(profile) == 60  # an optimizer step: two batches over all devices
     written = profile.to_dict()["batch"]
-    assert written["all_devices"] == 30 and "global_batch" not in written
+    assert written["all_devices"] == 30 and written["global_batch"] == 30  # mirrored for readers before 0.3
     assert load_profile(profile.to_dict()) == profile
+    new = {**old, "batch": {"per_device": 8, "all_devices": 30}}
+    assert load_profile(new).to_dict()["batch"]["global_batch"] == 30
+    with pytest.raises(ProfileSchemaError, match="all_devices 30 and its old name global_batch 31 differ"):
+        load_profile({**old, "batch": {"per_device": 8, "all_devices": 30, "global_batch": 31}})

@@ -55,6 +55,25 @@ def test_the_services_request_model_is_the_declaration() -> None:
                 assert low == spec.minimum, name
             high = min(b for b in (spec.maximum, spec.service_max, math.inf) if b is not None)
             assert (bounds["Le"].le if "Le" in bounds else math.inf) == high, name
+    # the service's limits, as 0.2's hand-written model had them (a Spec edit that loosens one shows here)
+    limits = {name: p for name, p in RankConstraints.model_json_schema()["properties"].items()}
+
+    def bound(name: str, key: str) -> float | None:
+        prop = limits[name]
+        options = prop.get("anyOf", [prop])
+        return next((o[key] for o in options if key in o), None)
+
+    assert [bound(n, "maximum") for n in ("steps", "max_instances", "max_types", "top", "on_demand_base")] == [
+        10**12,
+        64,
+        2,
+        200,
+        1000,
+    ]
+    assert [bound(n, "exclusiveMinimum") for n in ("samples", "deadline_h", "budget_usd", "max_hourly_usd")] == [0] * 4
+    assert bound("min_memory_headroom", "maximum") == 0.9 and bound("startup_s", "maximum") == 7 * 86400
+    assert [bound(n, "maxItems") for n in ("regions", "allow", "deny", "layouts")] == [8, 100, 100, len(LAYOUTS)]
+    assert bound("regions", "minItems") == 1 and bound("current_fleet", "maxLength") == 500
     schema = RankConstraints.model_json_schema()
     assert schema["properties"]["objective"]["enum"] == list(SPECS["objective"].choices)
     assert schema["additionalProperties"] is False
@@ -87,30 +106,31 @@ def test_every_constraint_is_a_flag_of_srifty_recommend_and_every_flag_is_accoun
 
 
 def test_the_cli_builds_the_constraints_the_library_would() -> None:
-    """Flags in, Constraints out: each constraint's flag reaches its field (values picked per kind)."""
-    from lightning_srifty.cli.recommend import flag_of
+    """Flags in, Constraints out (the command's own builder): each flag reaches its field, in the library's units."""
+    from lightning_srifty.cli.recommend import LAUNCHABLE_POOL, constraints_from_args
 
-    values = {
-        "steps": "1000",
-        "deadline_h": "90m",
-        "regions": "us-east-1,us-west-2",
-        "market": "spot:0.75",
-        "objective": "time",
-        "scaling": "weak",
-        "allow": "g5,g6e",
-        "layouts": "ddp,fsdp:full_shard",
-        "current_fleet": "g5.xlarge:1",
-        "allow_arm64": None,
-        "max_types": "2",
-        "min_memory_headroom": "0.2",
-    }
-    argv = ["recommend", "--profile", "p.json"]
-    for name, text in values.items():
-        argv += [flag_of(name)] + ([text] if text is not None else [])
-    args = _recommend_parser().parse_args(argv[1:])
-    given = {name: getattr(args, name) for name in SPECS if SPECS[name].flag is not None}
-    assert given["deadline_h"] == 1.5 and given["steps"] == 1000 and given["allow_arm64"] is True
-    assert given["regions"] == ["us-east-1,us-west-2"] and given["layouts"] == ["ddp,fsdp:full_shard"]
+    def built(*flags: str):
+        return constraints_from_args(_recommend_parser().parse_args(["--profile", "p.json", *flags]))
+
+    assert built("--steps", "1000") == Constraints(steps=1000)  # nothing else given: the library's defaults
+    got = built(
+        "--steps", "1000", "--deadline", "90m", "--regions", "us-east-1,us-west-2", "--regions", "eu-west-1",
+        "--market", "spot:0.75", "--objective", "time", "--scaling", "weak", "--allow", "g5,g6e", "--deny", "p3",
+        "--layouts", "ddp,fsdp:full_shard", "--current", "g5.xlarge:1", "--allow-arm64", "--max-types", "2",
+        "--min-headroom", "0.2", "--budget", "500", "--max-hourly", "40", "--max-instances", "8",
+        "--on-demand-base", "2", "--startup-s", "300", "--dataset-gb", "12", "--top", "5",
+    )  # fmt: skip
+    assert got == Constraints(
+        steps=1000, deadline_h=1.5, regions=("us-east-1", "us-west-2", "eu-west-1"), market="mixed", spot_share=0.75,
+        objective="time", scaling="weak", allow=("g5", "g6e"), deny=("p3",), layouts=("ddp", "fsdp:full_shard"),
+        current_fleet="g5.xlarge:1", allow_arm64=True, max_types=2, min_memory_headroom=0.2, budget_usd=500.0,
+        max_hourly_usd=40.0, max_instances=8, on_demand_base=2, startup_s=300.0, dataset_gb=12.0, top=5,
+    )  # fmt: skip
+    assert built("--samples", "5e6", "--launchable").top == LAUNCHABLE_POOL  # a larger pool, refined to the account
+    epochs = built("--epochs", "3", "--steps-per-epoch", "500")
+    assert (epochs.epochs, epochs.steps_per_epoch, epochs.steps) == (3.0, 500, None)
+    with pytest.raises(SystemExit):  # a duration without its unit is refused by the parser
+        built("--steps", "10", "--deadline", "90")
 
 
 def _random_constraints(rng: random.Random) -> Constraints:

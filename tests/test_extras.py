@@ -156,3 +156,18 @@ def test_the_smoke_script_tries_every_audience_and_ci_runs_it() -> None:
     for audience in ("base", *AUDIENCES):
         assert f"smoke_{audience}() {{" in text
     assert "\n.ci/extras " in (ROOT / ".ci" / "run").read_text()
+
+
+def test_a_module_two_audiences_share_names_the_askers_extra(monkeypatch) -> None:
+    """s3fs comes with infra (the launcher's records) and train (the job's s3:// checkpoints): the job side is told
+    'train', the launcher's commands 'infra'."""
+    monkeypatch.setitem(sys.modules, "s3fs", None)
+    try:
+        import s3fs  # noqa: F401
+    except ImportError as exc:
+        missing = exc
+    job = MissingExtraError.of(missing, "lightning_srifty.SpotPreemption")
+    launcher = MissingExtraError.of(missing, "srifty launch")
+    if job is None:  # s3fs is installed here: find_spec sees it, so nothing is blamed on an extra
+        pytest.skip("s3fs is installed; the mapping is what is tested")
+    assert (job.extra, launcher.extra) == ("train", "infra")

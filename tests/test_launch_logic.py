@@ -15,7 +15,17 @@ import pytest
 
 from _support import Recorder
 from lightning_srifty import protocol as markers
-from lightning_srifty.protocol import Failed, Finished, Heartbeat, Leave, MoveRequest, Preempted, Started, write_record
+from lightning_srifty.protocol import (
+    Failed,
+    Finished,
+    Heartbeat,
+    Leave,
+    MoveDeclined,
+    MoveRequest,
+    Preempted,
+    Started,
+    write_record,
+)
 from lightning_srifty.provision.base import LaunchedFleet
 from lightning_srifty.provision.launch import launch
 from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError
@@ -141,6 +151,9 @@ def test_a_request_beyond_max_migrations_is_declined_and_the_job_trains_on(plan,
     rec, result = _run(plan, tmp_path, job, max_migrations=0)
     assert result["moves"] == [] and ("up", "f-2") not in rec.calls
     assert not markers.exists(str(tmp_path / "ckpt"), markers.LEAVE)
+    # the job is told, so that its triggers stop waiting for a LEAVE that will not come (and stop asking)
+    answer = markers.read_record(str(tmp_path / "ckpt"), MoveDeclined, LID)
+    assert answer is not None and answer.to_fleet == "x" and answer.again is False
 
 
 def test_a_move_whose_fleet_cannot_be_brought_up_is_declined_and_the_job_trains_on(plan, tmp_path) -> None:
@@ -156,6 +169,8 @@ def test_a_move_whose_fleet_cannot_be_brought_up_is_declined_and_the_job_trains_
     rec, result = _run(plan, tmp_path, job, recorder=Recorder(fail_up=frozenset({"f-2"})))
     assert "error" not in result, result.get("error")
     assert result["moves"] == [] and not markers.exists(str(tmp_path / "ckpt"), markers.LEAVE)
+    answer = markers.read_record(str(tmp_path / "ckpt"), MoveDeclined, LID)
+    assert answer is not None and answer.again is True and "terraform apply failed" in answer.reason
     assert rec.calls == [("up", "f-1"), ("start", "f-1"), ("failed", "f-2"), ("stop", "f-1"), ("down", "f-1")]
     assert any(
         "move to x declined: its fleet could not be brought up (terraform apply failed" in line

@@ -209,6 +209,30 @@ def test_the_predictors_old_module_paths_import_the_new_modules_with_a_warning()
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_the_old_predictor_service_module_names_still_resolve_with_a_warning() -> None:
+    """0.2's ``predictor.service`` was a module (now the package's ``app``): its names resolve on the package with a
+    DeprecationWarning; ``from predictor import rank`` is 0.2's module, not a function of the same name."""
+    code = """
+import warnings
+warnings.simplefilter("error")
+import predictor.service as service
+assert callable(service.create_app)
+for name in ("background_server", "ServiceSettings", "MAX_BODY_BYTES", "model_key", "RankConstraints"):
+    try:
+        getattr(service, name)
+    except DeprecationWarning as w:
+        assert "moved" in str(w), w
+    else:
+        raise AssertionError(name + ": no DeprecationWarning")
+warnings.simplefilter("ignore")
+from predictor import rank, predict
+import sys
+assert rank is sys.modules["predictor.ranking"] and predict is sys.modules["predictor.model.predict"], (rank, predict)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 # the predictor's concepts, lowest first: a module imports (inside functions too) only its own package and the
 # concepts below it; service and validation are side by side and never import each other
 PREDICTOR_LAYERS = {

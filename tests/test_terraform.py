@@ -262,6 +262,9 @@ def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(tf_env, moto_end
         out = apply(infra, yes=True, echo=lines.append)
         assert proxy.lost == ["AuthorizeSecurityGroupEgress"]
         assert any("transient AWS error (InvalidPermission.Duplicate)" in line for line in lines), "\n".join(lines)
+        # the second plan is summarised as the first was: the half-made group replaced, the rest created
+        summaries = [line for line in lines if line.startswith("Terraform will add")]
+        assert len(summaries) == 2 and "destroy 1" in summaries[1], summaries
         groups = ec2.describe_security_groups(Filters=[{"Name": "tag:srifty:fleet", "Values": ["lost-answer"]}])
         (sg,) = groups["SecurityGroups"]  # the half-made group was replaced, not kept beside the new one
         assert sg["GroupId"] == out["fleet"]["security_group_id"]

@@ -140,3 +140,40 @@ def test_a_leave_left_by_an_earlier_launch_is_not_taken_for_this_ones(tmp_path, 
     triggers, preemption, t = _run(tmp_path, setting, lambda: dearer)
     assert triggers.requested is not None and triggers.requested.launch_id == "L2"
     assert not preemption.preempted and t.global_step == 30  # nobody of this launch answered: it trained on
+
+
+@pytest.mark.parametrize("again", [True, False])
+def test_a_declined_move_ends_the_wait_and_the_triggers_check_again_or_stop_asking(tmp_path, catalog, again) -> None:
+    """The launcher answers MOVE_DECLINED when it will not move (its fleet could not come up; --max-migrations): the
+    waiting thread ends (it would otherwise wait for a LEAVE that never comes, and take a later one for its own),
+    and the triggers ask again after their next check, or never again in this launch."""
+    import threading
+    import time
+
+    from lightning_srifty.protocol import MoveDeclined, MoveRequest, read_record, write_record
+
+    data = {**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}}
+    profile = load_profile({**data, "timing": {"step_time_s": {"p50": 0.01}}})
+    c = Constraints(steps=100_000, market="on-demand", allow=("g4dn.xlarge", "g5.xlarge"), max_instances=2)
+    plan = rank(profile, c, catalog=catalog)
+    dearer = _refreshed(catalog, plan.entries[0].groups[0].instance_type, 5.0)
+    triggers = MigrationTriggers(
+        plan, 0, str(tmp_path), profile=profile, drift_threshold=9.99, catalog_loader=lambda: dearer, work_from="plan"
+    )
+    triggers.poll_s = 0.01
+
+    class Trainer:
+        global_step, accumulate_grad_batches, callbacks = 10, 1, []
+
+    waiting = threading.Thread(target=triggers._check, args=(Trainer(), 0.01, None), daemon=True)
+    waiting.start()
+    end = time.monotonic() + 20
+    while read_record(str(tmp_path), MoveRequest) is None:
+        assert time.monotonic() < end and waiting.is_alive(), "no move was requested"
+        time.sleep(0.01)
+    assert triggers.requested is not None
+    write_record(str(tmp_path), MoveDeclined(to_fleet=triggers.requested.to_fleet, reason="no capacity", again=again))
+    waiting.join(10)
+    assert not waiting.is_alive()  # the answer ended the wait
+    assert read_record(str(tmp_path), MoveDeclined) is None  # taken
+    assert (triggers.requested is None) is again  # asks again after the next check, or never in this launch

@@ -14,7 +14,7 @@ DEFAULTS = constraint_defaults()
 # what a flag's help adds to the constraint's own words (predictor.ranking.constraints.SPECS declares the flags)
 CLI_HINTS = {
     "steps": "Lightning's max_steps",
-    "deadline_h": "e.g. 12h, 90m, 2d",
+    "deadline_h": "here a duration with its unit, e.g. 12h, 90m, 2d",
     "current_fleet": "instance_type:count, e.g. g5.12xlarge:2",
     "allow": "e.g. g5,g6e",
     "min_memory_headroom": "0.1 = 10%",
@@ -80,16 +80,24 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         raise
 
 
-def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recommend: Any) -> int:
+def constraints_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~predictor.ranking.Constraints` the flags ask for: each constraint's flag to its field (a flag not
+    given is the library's default), texts split at commas, ``--launchable`` ranking a larger pool first."""
+    from predictor.ranking import Constraints
+
     given = {name: getattr(args, name) for name in SPECS if SPECS[name].flag is not None}
     for name, spec in SPECS.items():
         if spec.kind == "texts" and given.get(name) is not None:
             given[name] = _names(given[name])
         if spec.kind == "bool":
             given[name] = given[name] or None  # an absent switch is the default, not False
-    if args.launchable:
+    if getattr(args, "launchable", False):
         given["top"] = max(args.top or DEFAULTS["top"], LAUNCHABLE_POOL)
-    constraints = Constraints.build(**given)
+    return Constraints.build(**given)
+
+
+def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recommend: Any) -> int:
+    constraints = constraints_from_args(args)
     catalog = load_catalog(args)
     refine = _launchable(catalog, args.top or DEFAULTS["top"]) if args.launchable else None
     result = recommend(

@@ -36,7 +36,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from lightning_srifty import protocol as markers
-from lightning_srifty.protocol import LaunchEnv, Leave, MoveRequest
+from lightning_srifty.protocol import LaunchEnv, Leave, MoveDeclined, MoveRequest
 
 log = logging.getLogger("lightning_srifty")
 
@@ -293,11 +293,25 @@ class MigrationTriggers(Callback):
             plan=decision.plan.to_dict(),
         )
         markers.write_record(self.dirpath, self.requested)
-        while not self._stop.wait(self.poll_s):  # the launcher answers once the new fleet is up
+        # the launcher answers: LEAVE once the new fleet is up, or MOVE_DECLINED (training goes on here)
+        while not self._stop.wait(self.poll_s):
             if markers.read_record(self.dirpath, Leave, launch_id or None) is not None:  # not an earlier launch's
                 self._preemption.request_leave(
                     f"{why}: {decision.reason}", move=True, to_fleet=decision.target.fleet, trigger=why
                 )
+                return
+            declined = markers.read_record(self.dirpath, MoveDeclined, launch_id or None)
+            if declined is not None:
+                markers.clear_records(self.dirpath, MoveDeclined)
+                log.warning(
+                    "MigrationTriggers: the launcher declined the move to %s (%s); training goes on%s",
+                    declined.to_fleet,
+                    declined.reason,
+                    f", next check in {self.check_every_s:g} s" if declined.again else "; no more moves asked",
+                )
+                if declined.again:  # the next check is check_every_s after this answer
+                    self.requested = None
+                    self._last_check = time.monotonic()
                 return
 
     def _elapsed_h(self) -> float:

@@ -49,6 +49,7 @@ from lightning_srifty.protocol import (
     Heartbeat,
     LaunchEnv,
     Leave,
+    MoveDeclined,
     MoveRequest,
     Preempted,
     Progress,
@@ -522,7 +523,7 @@ def _take_the_folder(ckpt: str, launch_id: str) -> None:
     _refuse_a_live_launch(ckpt, launch_id)
     old = [n for n in protocol.present(ckpt) if n.startswith("HANDOVER-")]
     protocol.clear(ckpt, *old)
-    protocol.clear_records(ckpt, Preempted, Finished, Failed, MoveRequest, Leave, Started, Progress)
+    protocol.clear_records(ckpt, Preempted, Finished, Failed, MoveRequest, MoveDeclined, Leave, Started, Progress)
 
 
 def _release(provisioner: Provisioner, up: list[LaunchedFleet], echo: Any) -> None:
@@ -790,23 +791,30 @@ class Launcher:
     def _answer_move_request(self, request: MoveRequest) -> None:
         """The job asks to move (drift, prices) with a re-ranked plan: declined past ``max_migrations``; else the new
         fleet is brought up first, while the job trains, and only then is the job told to leave. A new fleet that
-        cannot be brought up (no capacity, a failed pre-flight or apply: what it made is already released) declines
-        the move: the job's fleet is healthy, so the job trains on there."""
+        cannot be brought up (no capacity, a failed pre-flight or apply, values over the launcher's own limits: what
+        it made is already released) declines the move: the job's fleet is healthy, so the job trains on there. A
+        declined move is answered (``MoveDeclined``), so that the job's triggers go on checking (or stop asking, past
+        ``max_migrations``)."""
         protocol.clear_records(self.settings.ckpt, MoveRequest)
         if len(self.migrations) >= self.settings.max_migrations:
-            self.echo(f"srifty launch: move to {request.to_fleet} declined: --max-migrations reached")
+            self._decline(request, "--max-migrations reached", again=False)
             return
         new_plan = load_plan(request.plan)
         self.echo(f"srifty launch: move requested ({request.why}): {request.reason}")
         try:
             new, up_s = _up_or_next(self.provisioner, new_plan, new_plan.chosen, self.names, self.echo, up=self.up)
-        except ProvisionError as exc:  # capacity, pre-flight, apply: the job trains where it is
-            self.echo(
-                f"srifty launch: move to {request.to_fleet} declined: its fleet could not be brought up ({exc}); "
-                f"the job trains on {self.fleet.entry.fleet} and may ask again"
-            )
+        except (ProvisionError, ConfigError) as exc:  # the job trains where it is
+            self._decline(request, f"its fleet could not be brought up ({exc})", again=True)
             return
         self._ask_to_leave(_Pending(new, self._keep_plan(new_plan), request, up_s))
+
+    def _decline(self, request: MoveRequest, why: str, *, again: bool) -> None:
+        fleet = self.fleet.entry.fleet if self.fleet is not None else "its fleet"
+        self.echo(f"srifty launch: move to {request.to_fleet} declined: {why}; the job trains on {fleet}")
+        protocol.write_record(
+            self.settings.ckpt,
+            MoveDeclined(launch_id=self.settings.launch_id, to_fleet=request.to_fleet, reason=why, again=again),
+        )
 
     def _steer_spot(self, steer: _Steer, poll: _Poll) -> None:
         """At a spot guard's check, with the job training: feed it the job's progress and move where it says, the new

@@ -306,6 +306,10 @@ def _apply_plan(tf: Any, echo: Callable[[str], None]) -> tuple[int, str]:
         code, _, plan_err = _run(tf, "plan", input=False, out=PLAN_FILE, detailed_exitcode=True, stream=False)
         if code not in (0, 2):
             return code, f"{err}\nterraform plan, after it, failed too:\n{plan_err.strip()}"
+        code, out, _ = _run(tf, "show", PLAN_FILE, json=True, stream=False)
+        if code == 0:  # what the second apply does: the tainted resources replaced, the rest created
+            for line in summarize(json.loads(out)).lines():
+                echo(line)
 
 
 def _state_resources(tf: Any) -> list[str]:

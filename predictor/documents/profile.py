@@ -197,18 +197,26 @@ class Batch:
         "how the batch size was found", default=None
     )
     global_batch: int | None = doc_field(
-        "deprecated: what releases before 0.3 wrote for all_devices (read into it; never written)",
+        "deprecated, the same number as all_devices: written for readers before 0.3 (which know only this name); "
+        "0.3 stops writing it",
         default=None,
         min=1,
         max=MAX_SAMPLES_PER_STEP,
     )
 
     def __post_init__(self) -> None:
-        # one name per meaning: the plan's global batch is an optimizer step; a profile's batch is one batch
-        if self.global_batch is not None:
-            if self.all_devices is None:
-                object.__setattr__(self, "all_devices", self.global_batch)
-            object.__setattr__(self, "global_batch", None)
+        # one name per meaning in the code: the plan's global batch is an optimizer step, a profile's batch is one
+        # batch over all devices (all_devices); the old name is mirrored, so releases before 0.3 still read it
+        if self.all_devices is None and self.global_batch is not None:
+            object.__setattr__(self, "all_devices", self.global_batch)
+        elif self.global_batch is not None and self.global_batch != self.all_devices:
+            raise ProfileSchemaError(
+                f"batch: all_devices {self.all_devices} and its old name global_batch {self.global_batch} differ: "
+                "give all_devices only.",
+                field="batch.global_batch",
+                value=self.global_batch,
+            )
+        object.__setattr__(self, "global_batch", self.all_devices)
 
 
 @dataclass(frozen=True)

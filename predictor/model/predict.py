@@ -165,7 +165,7 @@ def _group_predictions(
     of a pipeline), and its memory per GPU (:func:`estimate_memory`)."""
     accumulation = int(many.accumulation[0])
     groups = []
-    # the optimizer step's owners: the shard group under FSDP, the stages of a pipeline (as in predict_many.combine)
+    # the optimizer step's owners: the shard group under FSDP, the stages of a pipeline (as in fleets.combine)
     owners = int(many.stages[0]) * layout.shard_group(min(g.instance.gpus for g in fleet.groups), fleet.gpus)
     for k, (group, basis) in enumerate(zip(fleet.groups, row_bases)):
         micro = int(many.micro_batch[0, k])

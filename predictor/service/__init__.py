@@ -6,12 +6,15 @@
 - :mod:`~predictor.service.observations`: measured runs users report back, which calibrate later predictions;
 - :mod:`~predictor.service.client`: :class:`ServiceClient` (the standard library only).
 
-``create_app`` loads FastAPI when first asked for: the client does not need it.
+``create_app`` loads FastAPI when first asked for: the client does not need it. The other names of 0.2's
+``predictor.service`` module (``background_server``, ``ServiceSettings``, ``MAX_BODY_BYTES``, ``model_key``, ...)
+still resolve here, with a ``DeprecationWarning``, until 0.3: import them from their modules.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
 
 from predictor.service.client import ServiceClient
@@ -20,6 +23,18 @@ __all__ = ["ServiceClient", "create_app"]
 
 
 def __getattr__(name: str) -> Any:
+    app = importlib.import_module("predictor.service.app")
     if name == "create_app":
-        return importlib.import_module("predictor.service.app").create_app
+        return app.create_app
+    if not name.startswith("_") and hasattr(app, name):  # 0.2's predictor.service was the app module
+        value = getattr(app, name)
+        home = getattr(value, "__module__", None) or "predictor.service.app"
+        if not home.startswith("predictor.service"):
+            home = "predictor.service.app"
+        warnings.warn(
+            f"predictor.service.{name} moved: import it from {home} (the old path goes in lightning-srifty 0.3)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value
     raise AttributeError(f"module 'predictor.service' has no attribute {name!r}")

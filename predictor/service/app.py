@@ -10,7 +10,7 @@ Bad input is a 422 whose ``detail`` names the field (``loc``), says what is wron
 infeasible ranking is a 422 of type ``infeasible``; a body over the size limit is a 413. Rankings and predictions
 are bounded (``predictor.service.guard``): 429 when too many are asked at once, 503 past the request timeout; writes
 need the bearer token (401/403); a foreign ``Host`` header is a 400. Torch-free, like the rest of ``predictor``;
-FastAPI is imported only here and in ``service_guard``.
+FastAPI is imported only here and in ``predictor.service.guard``.
 """
 
 from __future__ import annotations
