@@ -171,3 +171,27 @@ class Recorder:
 
     def down(self, fleet) -> None:
         self.calls.append(("down", fleet.name))
+
+
+def run_bounded(cmd: list[str], timeout: float, **kwargs):
+    """``subprocess.run(cmd, capture_output=True, text=True)`` in a session of its own, bounded by ``timeout``: past
+    it the whole process group is killed (a DDP run's other ranks too, which would otherwise keep a core busy for the
+    rest of the suite) and the test fails with the last of what the command printed (subprocess.run's
+    TimeoutExpired shows none of it)."""
+    import os
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"{' '.join(map(str, cmd))} did not end within {timeout:g} s (killed with its process group); "
+            f"its output's end:\n{(out or '')[-1500:]}\n--- stderr ---\n{(err or '')[-3000:]}"
+        ) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

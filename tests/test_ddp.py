@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
+from _support import run_bounded
 from conftest import ROOT
 from predictor.documents.profile import load_profile
 
@@ -17,10 +17,8 @@ SCRIPTS = ROOT / "tests" / "scripts"
 def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, ddp_env) -> None:
     out = tmp_path / "profile.json"
     sleep_s = 0.05  # well above the few-ms jitter of two processes sharing 2 cores
-    result = subprocess.run(
+    result = run_bounded(
         [sys.executable, str(SCRIPTS / "ddp_profile.py"), str(out), str(sleep_s)],
-        capture_output=True,
-        text=True,
         timeout=240,
         env=ddp_env,
         cwd=tmp_path,
@@ -51,10 +49,8 @@ def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, ddp_
 
 
 def test_timing_hook_leaves_gradients_unchanged(tmp_path, ddp_env) -> None:
-    result = subprocess.run(
+    result = run_bounded(
         [sys.executable, str(SCRIPTS / "ddp_grad_check.py"), str(tmp_path / "r.txt")],
-        capture_output=True,
-        text=True,
         timeout=180,
         env=ddp_env,
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import MINIMAL, SCRIPTS, params_by_step, seen_samples
+from _support import MINIMAL, SCRIPTS, params_by_step, run_bounded, seen_samples
 from lightning_srifty.ddp.hetero import GlobalBatchSampler, rank_weights
 from predictor.exceptions import ConfigError
 
@@ -50,10 +50,8 @@ def test_position_carries_over_to_another_split() -> None:
 def test_unequal_batches_give_the_global_batch_gradient(tmp_path, ddp_env, strategy) -> None:
     """DDP weights the gradient buckets, FSDP the losses: both reduce to the global batch's gradient."""
     flag = ["--fsdp"] if strategy == "fsdp" else []
-    result = subprocess.run(
+    result = run_bounded(
         [sys.executable, str(SCRIPTS / "hetero_grad_check.py"), str(tmp_path / "r.txt"), *flag],
-        capture_output=True,
-        text=True,
         timeout=180,
         env=ddp_env,
     )
@@ -64,10 +62,8 @@ def test_unequal_batches_give_the_global_batch_gradient(tmp_path, ddp_env, strat
 
 def _leg(out: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
     steps = [] if "--max-steps" in args else ["--max-steps", "30"]
-    run = subprocess.run(
+    run = run_bounded(
         [sys.executable, str(SCRIPTS / "migrate_run.py"), str(out), *steps, *args],
-        capture_output=True,
-        text=True,
         timeout=300,
         env=env,
     )

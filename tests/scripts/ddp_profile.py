@@ -3,6 +3,7 @@
 python tests/scripts/ddp_profile.py OUT.json SLEEP_S
 """
 
+import faulthandler
 import sys
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from helpers import TinyModel, loader
 from lightning_srifty import SriftyCallback, SriftyDDPStrategy
 
 if __name__ == "__main__":
+    # a run that hangs or crawls (CI timed it out twice, both times with other jobs on the 2 cores) prints every
+    # thread's stack, on both ranks (rank 1 runs this script too), just before the test's 240 s bound kills it
+    faulthandler.dump_traceback_later(230, exit=True)
     out, sleep_s = sys.argv[1], float(sys.argv[2])
     pl.seed_everything(0, verbose=False)
     model = TinyModel(
