@@ -87,6 +87,8 @@ def main() -> None:
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / f"strategy-rank{trainer.global_rank}.json").write_text(json.dumps(got))
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()  # let gloo's threads stop before the interpreter exits
 
 
 if __name__ == "__main__":
