@@ -1,12 +1,17 @@
 """Leave-one-GPU-out evaluation of the per-operator kernel latency model (issue #11).
 
     python bench/kernel_logo.py [--data ../shared/data/kernels] [--gpus H100-SXM,L4,A100-PCIe-80GB] [--figure]
+    python bench/kernel_logo.py --train-split [--classes gemm]   # model selection: test GPUs never seen
 
 For each GPU of NeuSight's data: train the model without it (scripts/train_kernel_model.py), predict every measured
 kernel of that GPU, and report the mean absolute percentage error per operator class, next to a plain roofline
 baseline ``max(FLOPs / peak, bytes / bandwidth)`` from the same datasheet numbers. Prints a table, writes
 ``bench/results/kernel_logo.json`` (git-ignored) and, with ``--figure``, ``bench/results/kernel_logo.png``
 (predicted vs measured on the held-out test GPUs H100, L4 and A100-80GB).
+
+``--train-split`` is the protocol for choosing model changes: hold out each of NeuSight's five training GPUs in turn
+and train on the other four only, so the test GPUs (H100, L4, A100-80GB) are neither trained on nor scored; score
+them once, for the record, after a change is chosen.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ _spec.loader.exec_module(tk)
 
 ALL_GPUS = ("P4", "P100-PCIe-16GB", "T4", "V100-PCIe-32GB", "A100-PCIe-40GB", "H100-SXM", "L4", "A100-PCIe-80GB")
 TEST_GPUS = ("H100-SXM", "L4", "A100-PCIe-80GB")  # NeuSight's unseen GPUs
+TRAIN_GPUS = tuple(key for key in ALL_GPUS if key not in TEST_GPUS)
 
 
 def mape(pred: np.ndarray, true: np.ndarray) -> float:
@@ -48,21 +54,32 @@ def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "kernels")
-    parser.add_argument("--gpus", default=",".join(ALL_GPUS), help="GPUs to hold out, comma-separated")
+    parser.add_argument("--gpus", default=None, help="GPUs to hold out, comma-separated (default: all eight)")
+    parser.add_argument(
+        "--train-split",
+        action="store_true",
+        help="hold out each training-split GPU and train on the other training-split GPUs only (model selection)",
+    )
+    parser.add_argument("--classes", default=",".join(TRAINED_CLASSES), help="classes to train and score")
     parser.add_argument("--max-iter", type=int, default=60)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kernel_logo.json")
     parser.add_argument("--figure", action="store_true", help="also write a PNG of predicted vs measured")
     args = parser.parse_args(argv)
     kernels = tk.read_kernels(args.data)
+    held_out = args.gpus.split(",") if args.gpus else list(TRAIN_GPUS if args.train_split else ALL_GPUS)
+    if args.train_split and set(held_out) & set(TEST_GPUS):
+        parser.error(f"--train-split never scores the test GPUs {', '.join(TEST_GPUS)}")
+    never_trained = set(TEST_GPUS) if args.train_split else set()
+    classes = tuple(args.classes.split(","))
     results: dict[str, dict[str, dict[str, float]]] = {}
     scatter: dict[str, list[tuple[str, np.ndarray, np.ndarray]]] = {}
-    for key in args.gpus.split(","):
+    for key in held_out:
         start = time.perf_counter()
-        samples = tk.training_samples(kernels, {key})
+        samples = tk.training_samples(kernels, {key} | never_trained, classes=classes)
         model = tk.KernelModel(max_iter=args.max_iter).fit(samples)
         gpu = tk.gpu_of(key)
         results[key] = {}
-        for cls in TRAINED_CLASSES:
+        for cls in classes:
             rows = tk.select(kernels[cls], kernels[cls]["gpu"] == key)
             if not len(rows["latency_s"]):
                 continue
@@ -93,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         mean_m = np.mean([v["model_mape"] for v in res.values()])
         mean_r = np.mean([v["roofline_mape"] for v in res.values()])
         print(f"| {key} | " + " | ".join(cells) + f" | {mean_m:.1f} / {mean_r:.0f} |")
-    atomic_write_json(args.out, {"max_iter": args.max_iter, "results": results})
+    protocol = "train-split" if args.train_split else "all-gpus"
+    atomic_write_json(args.out, {"max_iter": args.max_iter, "protocol": protocol, "results": results})
     print(f"wrote {args.out}")
     if args.figure:
         import matplotlib

@@ -27,7 +27,7 @@ from predictor.catalog.gpus import GPU, get_gpu  # noqa: E402
 from predictor.documents.atomic import atomic_write_json  # noqa: E402
 from predictor.model.kernels import TRAINED_CLASSES, KernelModel  # noqa: E402
 
-SCRIPT_VERSION = "1"
+SCRIPT_VERSION = "2"
 FILES = ("linear", "bmm", "conv", "elementwise", "ln", "softmax")
 # NeuSight device name -> catalog key; P4 is not in the catalog (see P4 below)
 DEVICES = {
@@ -40,8 +40,9 @@ DEVICES = {
     "NVIDIA H100 80GB HBM3": "H100-SXM",
     "NVIDIA L4": "L4",
 }
-# Tesla P4 datasheet (NVIDIA, 2016): 2560 CUDA cores = 40 SMs (GP104), boost 1063 MHz, 5.5 TFLOPS FP32, 192 GB/s,
-# 8 GB GDDR5; GP104 L2 2 MB (GeForce GTX 1080 whitepaper); compute capability 6.1
+# Tesla P4 datasheet (NVIDIA, 2016): 2560 CUDA cores, boost 1063 MHz, 5.5 TFLOPS FP32, 192 GB/s, 8 GB GDDR5; a GP104
+# SM has 128 FP32 cores (GeForce GTX 1080 whitepaper: 2560 cores = 20 SMs, L2 2 MB), so 20 SMs (NeuSight's
+# devices.csv says 40 SMs of 64, the GP100 layout); compute capability 6.1
 P4 = GPU(
     key="P4",
     arch="Pascal",
@@ -55,7 +56,7 @@ P4 = GPU(
     pcie="PCIe Gen3",
     aliases=("Tesla P4",),
     source="NVIDIA Tesla P4 datasheet; GP104 L2 from the GTX 1080 whitepaper",
-    sms=40,
+    sms=20,
     clock_mhz=1063,
     l2_mb=2,
     compute_capability="6.1",
@@ -149,12 +150,15 @@ def select(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarra
 
 
 def training_samples(
-    kernels: dict[str, dict[str, np.ndarray]], exclude: set[str], seed: int = 0
+    kernels: dict[str, dict[str, np.ndarray]],
+    exclude: set[str],
+    seed: int = 0,
+    classes: tuple[str, ...] = TRAINED_CLASSES,
 ) -> dict[str, list[tuple[dict[str, np.ndarray], GPU, np.ndarray]]]:
     """Per class, one (dims, GPU, seconds) group per training GPU, subsampled to ROWS_PER_GPU with a fixed seed."""
     rng = np.random.default_rng(seed)
     samples: dict[str, list[tuple[dict[str, np.ndarray], GPU, np.ndarray]]] = {}
-    for cls in TRAINED_CLASSES:
+    for cls in classes:
         cols = kernels[cls]
         groups = []
         for key in sorted(set(cols["gpu"]) - exclude):

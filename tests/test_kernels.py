@@ -178,3 +178,26 @@ def test_networks_record_and_clip_to_their_training_range() -> None:
     assert net.lo is not None and net.hi is not None and np.all(net.lo <= net.hi)
     far = net.hi + 50.0
     assert net(far[None, :])[0] == pytest.approx(net(net.hi[None, :])[0])
+
+
+def test_each_measured_gpu_keeps_its_own_launch_floor_and_others_take_the_median() -> None:
+    pytest.importorskip("sklearn")
+    rng = np.random.default_rng(5)
+    groups = []
+    for key, floor in (("T4", 20e-6), ("V100-PCIe-32GB", 40e-6), ("P100-PCIe-16GB", 60e-6)):
+        gpu = get_gpu(key)
+        m, n, k = (np.round(2 ** rng.uniform(3, 12, 300)) for _ in range(3))
+        lat = floor + 2 * m * n * k / (gpu.fp32_tflops * 1e12 * 0.6)
+        groups.append(({"b": np.ones(300), "m": m, "n": n, "k": k}, gpu, lat))
+    model = KernelModel(hidden=(8,), max_iter=20).fit({"gemm": groups})
+    own = model.gpu_floors_["gemm"]
+    assert own["T4"] == pytest.approx(20e-6, rel=0.1) and own["P100-PCIe-16GB"] == pytest.approx(60e-6, rel=0.1)
+    assert model.floor("gemm", get_gpu("T4")) == own["T4"]
+    assert model.floor("gemm", A100) == model.floors_["gemm"] == pytest.approx(own["V100-PCIe-32GB"])  # the median
+    empty = {"b": 0.0, "m": 0.0, "n": 0.0, "k": 0.0}
+    assert model.latency("gemm", empty, get_gpu("T4"))[0] == own["T4"]
+    data = json.loads(json.dumps(model.to_json()))
+    assert KernelModel.from_json(data).floor("gemm", get_gpu("T4")) == own["T4"]
+    # a v1 artefact (one floor per class) still reads: every GPU takes the median, as it did
+    v1 = {key: value for key, value in data.items() if key != "gpu_floors_s"} | {"format": "srifty.kernel-model/v1"}
+    assert KernelModel.from_json(v1).floor("gemm", get_gpu("T4")) == model.floors_["gemm"]

@@ -4,8 +4,12 @@ For one call of an operator on a GPU the model computes, from the GPU's datashee
 memory bandwidth, L2 size; see ``predictor/data/gpu_arch.csv``):
 
 - the roofline bound ``t_roof = max(FLOPs / peak, bytes / bandwidth)``;
-- the launch floor ``f`` of the operator class (the latency of the smallest kernels measured on the training GPUs:
-  a kernel launch plus PyTorch's dispatch, about 25-50 us);
+- the launch floor ``f`` of the operator class on this GPU, measured from the data: the latency of the GPU's
+  smallest kernels of the class (1st percentile; a kernel launch plus PyTorch's dispatch and the timing's
+  synchronisation, 25-60 us), taken only where those kernels are launch-bound (``LAUNCH_BOUND_SHARE``). It is
+  measured per GPU, not per family: it belongs to the host that timed the kernels as much as to the GPU (the P4 and
+  the P100, both Pascal, differ by 20 us on gemm and 24 us on softmax), so a GPU without launch-bound measurements
+  takes the median over the measured GPUs, not its family's (leave-one-GPU-out, BENCHMARKS.md);
 - GPU-independent features of how well the work maps onto this GPU (NeuSight-style): per-SM work, output tiles of
   64x64 and 128x128 per SM, waves ``ceil(tiles / SMs)`` and the tile-quantisation efficiency
   ``tiles / (waves x SMs)``, the quantised compute time relative to the roofline, arithmetic intensity relative to
@@ -63,10 +67,15 @@ DIMS = {
     "reduction": ("n", "bytes"),
     "memory": ("bytes",),
 }
-FORMAT = "srifty.kernel-model/v1"
+FORMAT = "srifty.kernel-model/v2"
+FORMAT_V1 = "srifty.kernel-model/v1"  # one floor per class for every GPU; read as a v2 without per-GPU floors
 # a kernel queued behind another occupies the GPU's stream at least this long (back-to-back null kernels, ~3 us on
 # recent GPUs and drivers: forums.developer.nvidia.com/t/too-much-time-for-kernel-launch-latency/233645)
 MIN_KERNEL_S = 3e-6
+# a GPU's smallest measured kernels give its launch floor only if they are launch-bound: their roofline under this
+# share of their latency (NeuSight measured its test-split GPUs on large shapes only: L4's smallest elementwise kernel
+# takes 548 us, three quarters of it moving bytes)
+LAUNCH_BOUND_SHARE = 0.25
 MULTIPLIER_RANGE = (0.25, 64.0)  # bounds of exp(mlp): utilisation of the roofline between 1/64 and 4 (L2 reuse)
 _TINY = 1e-12
 
@@ -278,6 +287,7 @@ class KernelModel:
     seed: int = 0
     members: int = 3
     floors_: dict[str, float] = field(default_factory=dict)
+    gpu_floors_: dict[str, dict[str, float]] = field(default_factory=dict)
     nets_: dict[str, list[MLP]] = field(default_factory=dict)
     meta_: dict[str, Any] = field(default_factory=dict)
 
@@ -298,10 +308,22 @@ class KernelModel:
         for cls, groups in samples.items():
             if cls not in TRAINED_CLASSES:
                 raise PredictionError(f"cannot train class {cls!r}: trained classes are {', '.join(TRAINED_CLASSES)}")
-            # floor: median over GPUs of each GPU's 1st-percentile latency of the class
-            floor = float(np.median([np.percentile(lat, 1) for _, _, lat in groups]))
+            # floors: each GPU's 1st-percentile latency of the class where its smallest kernels are launch-bound;
+            # over all GPUs, the median of those (for GPUs without such kernels)
+            own: dict[str, float] = {}
+            for dims, gpu, lat in groups:
+                p1 = float(np.percentile(lat, 1))
+                _, t_roof, _ = features(cls, dims, gpu, p1)
+                smallest = lat <= p1
+                if np.median(t_roof[smallest] / lat[smallest]) < LAUNCH_BOUND_SHARE:
+                    own[gpu.key] = p1
+            if not own:
+                raise PredictionError(f"no GPU has launch-bound {cls!r} kernels to measure a launch floor from")
+            self.floors_[cls] = float(np.median(list(own.values())))
+            self.gpu_floors_[cls] = own
             xs, ys = [], []
             for dims, gpu, lat in groups:
+                floor = self.floor(cls, gpu)
                 x, t_roof, _ = features(cls, dims, gpu, floor)
                 xs.append(x)
                 ys.append(np.log(lat) - np.log(t_roof + floor))
@@ -333,7 +355,6 @@ class KernelModel:
                         x.max(axis=0),
                     )
                 )
-            self.floors_[cls] = floor
             self.nets_[cls] = nets
         self.meta_ = dict(meta)
         return self
@@ -386,7 +407,7 @@ class KernelModel:
             arrays = {"n": n, "bytes": arrays["bytes"], "flops": np.zeros_like(n)}
         if net_cls not in self.nets_:
             raise PredictionError(f"the kernel model has no network for {net_cls!r}: retrain it")
-        floor = self.floors_[net_cls]
+        floor = self.floor(net_cls, gpu)
         x, t_roof, size = features(net_cls, arrays, gpu, floor, peak_tflops=peak_tflops, element_bytes=element_bytes)
         if net_cls in ("gemm", "conv") and (peak_tflops is not None or element_bytes != 4.0):
             # the networks learned FP32 kernels: utilisation from the FP32 features, the roofline from the real ones
@@ -395,6 +416,11 @@ class KernelModel:
         mult = np.exp(np.clip(log_mult, *np.log(MULTIPLIER_RANGE)))
         out = (t_roof + floor) * mult
         return np.where(size > 0, out, floor).reshape(shape)
+
+    def floor(self, cls: str, gpu: GPU) -> float:
+        """Seconds of the smallest ``cls`` kernels on ``gpu`` (a trained class): its own measured launch floor, else
+        the median over the measured GPUs (:attr:`floors_`)."""
+        return self.gpu_floors_.get(cls, {}).get(gpu.key, self.floors_[cls])
 
     @property
     def dispatch_s(self) -> float:
@@ -407,11 +433,15 @@ class KernelModel:
 
     def step_time(self, cls: str, dims: Mapping[str, np.ndarray], gpu: GPU, **options: Any) -> np.ndarray:
         """Seconds a call occupies the GPU inside a training step, where kernels are queued back to back: the
-        isolated latency (:meth:`latency`, same arguments and keyword options) less :attr:`dispatch_s`, at least
+        isolated latency (:meth:`latency`, same arguments and keyword options) less this GPU's launch, dispatch and
+        synchronisation (its ``elementwise`` floor, :meth:`floor`, less :data:`MIN_KERNEL_S`), at least
         :data:`MIN_KERNEL_S`. Large kernels are unchanged (the overhead is a few percent of them); a small one costs
         its execution, not its launch-to-synchronisation time, so a step of many small kernels speeds up with the GPU
         as it does."""
-        return np.maximum(self.latency(cls, dims, gpu, **options) - self.dispatch_s, MIN_KERNEL_S)
+        if "elementwise" not in self.floors_:
+            raise PredictionError("the kernel model has no elementwise floor: retrain it")
+        dispatch = max(self.floor("elementwise", gpu) - MIN_KERNEL_S, 0.0)
+        return np.maximum(self.latency(cls, dims, gpu, **options) - dispatch, MIN_KERNEL_S)
 
     def to_json(self) -> dict[str, Any]:
         """The artefact: format, floors, networks and the training record."""
@@ -421,20 +451,23 @@ class KernelModel:
             "borrowed": dict(BORROWED),
             "hidden": list(self.hidden),
             "floors_s": dict(self.floors_),
+            "gpu_floors_s": {cls: dict(v) for cls, v in self.gpu_floors_.items()},
             "meta": self.meta_,
             "nets": {cls: [net.to_json() for net in nets] for cls, nets in self.nets_.items()},
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> KernelModel:
-        """A fitted model from :meth:`to_json`'s output; PredictionError if the format is not this one."""
-        if data.get("format") != FORMAT:
+        """A fitted model from :meth:`to_json`'s output (a v1 artefact reads as one without per-GPU floors: every
+        GPU takes the class's median, as v1 did); PredictionError if the format is another."""
+        if data.get("format") not in (FORMAT, FORMAT_V1):
             raise PredictionError(
                 f"kernel model format {data.get('format')!r} is not {FORMAT!r}: retrain it with "
                 "python scripts/train_kernel_model.py"
             )
         model = cls(hidden=tuple(data["hidden"]), members=len(next(iter(data["nets"].values()), [])))
         model.floors_ = {k: float(v) for k, v in data["floors_s"].items()}
+        model.gpu_floors_ = {k: {g: float(f) for g, f in v.items()} for k, v in data.get("gpu_floors_s", {}).items()}
         model.nets_ = {k: [MLP.from_json(net) for net in v] for k, v in data["nets"].items()}
         model.meta_ = dict(data["meta"])
         return model
