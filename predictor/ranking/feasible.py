@@ -35,7 +35,7 @@ MIN_CC_PRECISION = {
 }
 ARM = ("arm64", "aarch64")
 
-ARM64 = "arm64 CPU (Graviton; rank it with allow_arm64=True and an arm64 training image)"
+ARM64 = "arm64 CPU (Graviton; rank it with --allow-arm64, allow_arm64=True in Python, and an arm64 training image)"
 NO_TORCH = "GPU without any torch build (compute capability < 3.7)"
 OLD_FOR_TORCH2 = "GPU older than torch 2.x CUDA wheels support (compute capability < 5.0)"
 
