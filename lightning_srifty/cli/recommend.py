@@ -185,7 +185,7 @@ def _flag_options(name: str, spec: Any) -> dict[str, Any]:
     words = spec.doc + (f"; {hint}" if hint else "")
     if spec.kind == "texts":
         words += "; comma-separated, repeatable"
-    if shown not in (None, "", False, 0.0) or name in ("on_demand_base",):
+    if shown not in (None, "", False, 0.0):
         words += f" (default {shown})"
     options: dict[str, Any] = {"help": in_flags(words).replace("%", "%%")}
     if spec.kind not in ("bool", "choice"):

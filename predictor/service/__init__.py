@@ -23,10 +23,15 @@ __all__ = ["ServiceClient", "create_app"]
 
 
 def __getattr__(name: str) -> Any:
-    app = importlib.import_module("predictor.service.app")
-    if name == "create_app":
-        return app.create_app
-    if not name.startswith("_") and hasattr(app, name):  # 0.2's predictor.service was the app module
+    if name.startswith("_"):  # probes of the import system and tools (__wrapped__, ...): never load FastAPI for them
+        raise AttributeError(f"module 'predictor.service' has no attribute {name!r}")
+    if name == "create_app":  # without the serve extra this raises the ImportError the CLI names the extra from
+        return importlib.import_module("predictor.service.app").create_app
+    try:
+        app = importlib.import_module("predictor.service.app")
+    except ImportError:  # no FastAPI: 0.2's module names cannot be there either
+        raise AttributeError(f"module 'predictor.service' has no attribute {name!r}") from None
+    if hasattr(app, name):  # 0.2's predictor.service was the app module
         value = getattr(app, name)
         home = getattr(value, "__module__", None) or "predictor.service.app"
         if not home.startswith("predictor.service"):
