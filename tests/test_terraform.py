@@ -226,11 +226,22 @@ def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(tf_env, moto_
         client["iam"].get_role(RoleName=role)
 
 
-def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(tf_env, moto_endpoint, tmp_path, catalog) -> None:
-    """The answer to the security group's egress rules is lost (the proxy carries the call out and answers EC2's 500):
-    the SDK retries, EC2 says the rules exist (InvalidPermission.Duplicate), the apply fails with the group half-made.
-    The runner plans and applies once more: terraform replaces the tainted group; one group is left, with its rules,
-    and destroy leaves nothing. (moto under load did this in CI: an apply that failed the whole launch.)"""
+@pytest.mark.parametrize(
+    ("action", "code"),
+    [
+        ("AuthorizeSecurityGroupEgress", "InvalidPermission.Duplicate"),
+        ("RevokeSecurityGroupEgress", "InvalidPermission.NotFound"),
+    ],
+)
+def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(
+    tf_env, moto_endpoint, tmp_path, catalog, action, code
+) -> None:
+    """The answer to one of the security group's egress calls is lost (the proxy carries the call out and answers
+    EC2's 500): the SDK retries, and EC2 answers the retry from the first attempt's effect: the rules exist
+    (InvalidPermission.Duplicate), or the default rule the provider revokes is already gone
+    (InvalidPermission.NotFound). The apply fails with the group half-made. The runner plans and applies once more:
+    terraform replaces the tainted group; one group is left, with its rules, and destroy leaves nothing. (moto under
+    load did both in CI: an apply that failed the whole launch.)"""
     from fault_proxy import FaultProxy
 
     from _support import moto_network
@@ -244,7 +255,9 @@ def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(tf_env, moto_end
     ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     vpc_id, subnet_ids = moto_network(moto_endpoint)
-    proxy = FaultProxy(moto_endpoint, lose={"AuthorizeSecurityGroupEgress"})
+    # an existing checkpoint bucket (--bucket): the module's own bucket adds a minute of the provider's waits on moto
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="lost-answer-runs")
+    proxy = FaultProxy(moto_endpoint, lose={action})
     with proxy as url:
         opts = Options(
             **{
@@ -252,6 +265,7 @@ def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(tf_env, moto_end
                 "aws_endpoint": url,
                 "ami": ami,
                 "name": "lost-answer",
+                "bucket": "lost-answer-runs",
                 "setup_command": "true",
                 "vpc_id": vpc_id,
                 "subnet_ids": subnet_ids,
@@ -260,8 +274,8 @@ def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(tf_env, moto_end
         infra = generate(plan, tmp_path / "infra", choice=choice, options=opts, catalog=catalog).out
         lines: list[str] = []
         out = apply(infra, yes=True, echo=lines.append)
-        assert proxy.lost == ["AuthorizeSecurityGroupEgress"]
-        assert any("transient AWS error (InvalidPermission.Duplicate)" in line for line in lines), "\n".join(lines)
+        assert proxy.lost == [action]
+        assert any(f"transient AWS error ({code})" in line for line in lines), "\n".join(lines)
         # the second plan is summarised as the first was: the half-made group replaced, the rest created
         summaries = [line for line in lines if line.startswith("Terraform will add")]
         assert len(summaries) == 2 and "destroy 1" in summaries[1], summaries

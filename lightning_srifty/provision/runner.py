@@ -40,6 +40,9 @@ TRANSIENT_APPLY_ERRORS = (
     "ServiceUnavailable",
     "connection reset by peer",
     "InvalidPermission.Duplicate",  # a security-group rule authorized twice: the first answer was lost, the SDK retried
+    # a rule revoked twice (the provider revokes a new group's default egress rule): the same lost answer; on AWS also
+    # a new group's rules not yet visible (eventual consistency). A new plan reads the group as it is.
+    "InvalidPermission.NotFound",
 )
 #: Applies after the first one that a transient error may start (see :data:`TRANSIENT_APPLY_ERRORS`).
 APPLY_RETRIES = 1
