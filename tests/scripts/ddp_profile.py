@@ -16,9 +16,10 @@ from helpers import TinyModel, loader
 from lightning_srifty import SriftyCallback, SriftyDDPStrategy
 
 if __name__ == "__main__":
-    # a run that hangs or crawls prints every thread's stack, on both ranks (rank 1 runs this script too), just before
-    # the test's 240 s bound kills it
-    faulthandler.dump_traceback_later(230, exit=True)
+    # a run that hangs or crawls prints every thread's stack, on both ranks (rank 1 runs this script too), well before
+    # the test's 240 s bound kills it (the clock starts after the imports, which take 10-30 s under CI's load); the
+    # run itself takes 10-15 s
+    faulthandler.dump_traceback_later(150, exit=True)
     out, sleep_s = sys.argv[1], float(sys.argv[2])
     pl.seed_everything(0, verbose=False)
     model = TinyModel(
@@ -36,8 +37,8 @@ if __name__ == "__main__":
         enable_model_summary=False,
     )
     trainer.fit(model, train_dataloaders=loader(2048, batch_size=16))
-    faulthandler.cancel_dump_traceback_later()
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # gloo's threads stop before the interpreter exits: left running, the exit sometimes aborted ("terminate
         # called without an active exception", SIGABRT) or hung, after training had ended well (CI, under load)
         torch.distributed.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()  # after the teardown: a hang there shows its stack too
