@@ -712,6 +712,10 @@ def config_flags(env: dict, text: str) -> dict:
         fp8 = truthy(env, "FP8_ACT", "FP8_ACTIVATION", "FP8_PARAMS")
     if re.search(r"--fp8\b", t):
         fp8 = True
+    # NVIDIA's BERT (v2.1 on): --use_transformer_engine2 ("Enable FP8 layers" in run_pretraining.py; modeling.py runs
+    # the encoder under transformer_engine's fp8_autocast)
+    if re.search(r"--use_transformer_engine2\b", t):
+        fp8 = True
     out["fp8"] = fp8
     pf = first_int(env, "PACKING_FACTOR")
     packed = True if ("--packed_samples" in t or (pf is not None and pf > 1)) else (False if pf == 1 else None)
