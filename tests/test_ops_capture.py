@@ -85,6 +85,22 @@ def test_phases_and_adam_foreach_ops() -> None:
     assert table.samples == 4 and any("foreach" in n for n in table.notes)
 
 
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_the_optimizer_step_recorded_is_a_steady_one(device) -> None:
+    """The optimizer's first step creates its state once per run (Adam: two zeros_like per parameter; SGD with
+    momentum: the buffer cloned from the gradient). The recorded step is the second one, what every later step
+    costs: on BERT-large, 788 zeros_like calls, 9 ms of a 66 ms H100 step, were priced per step before."""
+    adam = capture_ops(SmallCNN(), cnn_batch(), optimizer=ADAM, device=device)
+    ops = {o.op for o in adam.ops if o.phase == "optimizer"}
+    assert not any(name in op for op in ops for name in ("zeros", "empty", "clone", "fill")), ops
+    assert {"aten._foreach_lerp_.Scalar", "aten._foreach_sqrt.default"} <= ops
+    sgd = capture_ops(
+        SmallCNN(), cnn_batch(), optimizer=functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9), device=device
+    )
+    ops = {o.op for o in sgd.ops if o.phase == "optimizer"}
+    assert ops == {"aten._foreach_mul_.Scalar", "aten._foreach_add_.List"}, ops  # momentum x m + g; p - lr x m
+
+
 def test_identical_layers_aggregate_into_one_record() -> None:
     model = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16))
 

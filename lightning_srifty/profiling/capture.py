@@ -197,10 +197,16 @@ def capture_step(
             recorder.phase = probe.phase = "backward"
             _run_phase("backward", loss.backward)
             del loss
-            recorder.phase = "optimizer"
+            # the optimizer's first step creates its state (AdamW: two zeros_like per parameter; SGD: the momentum
+            # buffer cloned from the gradient): once per run, not per step. It runs unrecorded (the memory probe sees
+            # it: the state stays live, its temporaries are the step's transient), and the step recorded is the
+            # second one, what every later step of the run costs
+            recorder.phase = None
             probe.start_optimizer()
             _run_phase("optimizer.step", opt.step)
             probe.end_optimizer_step()
+            recorder.phase = "optimizer"
+            _run_phase("optimizer.step", opt.step)
             _run_phase("optimizer.zero_grad", opt.zero_grad)
         if isinstance(routing, CudaAttentionOnCpu) and (note := routing.note()):
             notes.append(note)
