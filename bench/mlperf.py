@@ -27,6 +27,11 @@ parallel, 2-3472 GPUs), and that is still not eager PyTorch; the differences, an
   modelled: the predictor prices eager PyTorch. Where this matters (small per-GPU batches at thousands of GPUs) the
   prediction is expected to be slow, and the rows say so by their scale.
 
+- **The distributed optimizer.** Most multi-node rows (and some single-node ones) run NVIDIA's distributed LAMB
+  (``--dwu-*``): ZeRO stage 2, each rank updating its shard. Scored as DDP by default (the predictor's answer for a
+  Lightning user's DDP run of this model); ``--zero2`` predicts those rows as FSDP ``shard_grad_op`` (the same
+  collectives and bytes), which exposes the ring-latency term of the collectives at hundreds of nodes (BENCHMARKS.md).
+
 Fleets: a node per row from its ``systems`` JSON (``gpu``, ``gpus_per_node``; SXM boards on NVSwitch with 8 GPUs,
 NVLink with 4, PCIe boards on PCIe; the compute network's NIC count x rate, RDMA for InfiniBand / Omni-Path /
 ConnectX-7, TCP for Ethernet), as catalog extras (``bench/results/mlperf/nodes.yaml``, not EC2 types, never priced).
@@ -188,7 +193,14 @@ def capture(row: dict) -> str:
     return ""
 
 
-def score(rows: list[dict]) -> list[dict]:
+def layout_of(row: dict) -> str:
+    """The predictor's layout for what the row ran: NVIDIA's distributed LAMB (``--dwu-*``: gradients
+    reduce-scattered, each rank updating its shard of the parameters and optimizer state, the parameters all-gathered)
+    is ZeRO stage 2, which FSDP's SHARD_GRAD_OP is (the same collectives and bytes per step); else DDP."""
+    return "fsdp:shard_grad_op" if row["dist_optimizer"] == "true" else "ddp"
+
+
+def score(rows: list[dict], sharded_optimizer: bool = False) -> list[dict]:
     import yaml
 
     from predictor.catalog.catalog import Catalog
@@ -231,8 +243,9 @@ def score(rows: list[dict]) -> list[dict]:
         gpus = int(row["total_gpus"])
         node = node_type(row)
         fleet = f"{node['name']}:{max(1, gpus // node['gpus'])}"
+        layout = layout_of(row) if sharded_optimizer else "ddp"
         try:
-            p = predict(profile, fleet, catalog=catalog, scaling="weak")
+            p = predict(profile, fleet, catalog=catalog, scaling="weak", layout=layout)
         except SriftyError as exc:
             out.append({**rec, "status": f"error: {exc}"})
             continue
@@ -243,6 +256,7 @@ def score(rows: list[dict]) -> list[dict]:
                 **rec,
                 "status": "ok",
                 "fleet": fleet,
+                "layout": layout,
                 "predicted": per_gpu,
                 "lo": lo,
                 "hi": hi,
@@ -333,8 +347,13 @@ def plot(scores: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plot", type=Path, help="write the predicted-vs-measured plot here")
+    ap.add_argument(
+        "--zero2",
+        action="store_true",
+        help="predict the distributed-optimizer rows as FSDP SHARD_GRAD_OP (layout_of), the others as DDP",
+    )
     args = ap.parse_args(argv)
-    scores = score(load_rows())
+    scores = score(load_rows(), sharded_optimizer=args.zero2)
     OUT.mkdir(parents=True, exist_ok=True)
     keys = sorted({k for s in scores for k in s}, key=lambda k: (k not in scores[0], k))
     with (OUT / "scores.csv").open("w", newline="") as fh:
