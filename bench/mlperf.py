@@ -56,6 +56,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 DATA = ROOT / "bench" / "data" / "mlperf_training.csv"
 OUT = ROOT / "bench" / "results" / "mlperf"
@@ -271,77 +272,56 @@ def score(rows: list[dict], sharded_optimizer: bool = False) -> list[dict]:
     return out
 
 
-def _line(name: str, group: list[dict]) -> str:
-    apes = [s["ape"] for s in group]
-    ratios = [s["ratio"] for s in group]
-    cover = sum(bool(s["inside"]) for s in group) / len(group)
-    return (
-        f"{name}: n={len(group)} MAPE {100 * statistics.mean(apes):.1f}% "
-        f"median APE {100 * statistics.median(apes):.1f}% median pred/meas {statistics.median(ratios):.2f} "
-        f"80%-interval coverage {100 * cover:.0f}%"
-    )
-
-
 def scale_of(s: dict) -> str:
     n = int(s["total_gpus"])
     return "1-8 GPUs" if n <= 8 else ("9-64 GPUs" if n <= 64 else "over 64 GPUs")
 
 
 def summary(scores: list[dict]) -> str:
+    from _validation_sets import summary_line
+
     ok = [s for s in scores if s["status"] == "ok"]
     reasons = Counter(s["status"] for s in scores if s["status"] != "ok")
     lines = [f"distinct rows {len(scores)}; scored {len(ok)}; not scored {len(scores) - len(ok)}:"]
     lines += [f"  {n:4d}  {why}" for why, n in reasons.most_common()]
     if not ok:
         return "\n".join(lines)
-    lines.append(_line("all scored", ok))
+    lines.append(summary_line("all scored", ok))
     by: dict[str, list] = defaultdict(list)
     for s in ok:
         by["gpu " + s["gpu"]].append(s)
         by["scale " + scale_of(s)].append(s)
         by["CUDA graphs " + ("yes" if s["cuda_graphs"] else "not stated")].append(s)
-    lines += [_line(k, by[k]) for k in sorted(by)]
+    lines += [summary_line(k, by[k]) for k in sorted(by)]
     return "\n".join(lines)
 
 
 def plot(scores: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from _validation_sets import predicted_vs_measured
 
     ok = [s for s in scores if s["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(6.5, 6))
-    gpus = sorted({s["gpu"] for s in ok})
     markers = {"1-8 GPUs": "o", "9-64 GPUs": "s", "over 64 GPUs": "^"}
-    cmap = plt.get_cmap("tab10")
-    for i, gpu in enumerate(gpus):
-        for scale, marker in markers.items():
-            g = [s for s in ok if s["gpu"] == gpu and scale_of(s) == scale]
-            if g:
-                ax.scatter(
-                    [s["measured"] for s in g],
-                    [s["predicted"] for s in g],
-                    color=cmap(i),
-                    marker=marker,
-                    s=20,
-                    alpha=0.8,
-                    label=f"{gpu}, {scale} ({len(g)})",
-                )
-    lo = min(min(s["measured"], s["predicted"]) for s in ok) * 0.8
-    hi = max(max(s["measured"], s["predicted"]) for s in ok) * 1.25
-    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-    for f in (0.9, 1.1):
-        ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
-    ax.set_xlabel("measured samples/s per GPU (MLPerf Training v3.0-v5.1 logs)")
-    ax.set_ylabel("predicted samples/s per GPU (meta capture, 256 tokens)")
+    groups = [
+        (
+            f"{gpu}, {scale}",
+            [s for s in ok if s["gpu"] == gpu and scale_of(s) == scale],
+            {"color": f"C{i}", "marker": m},
+        )
+        for i, gpu in enumerate(sorted({s["gpu"] for s in ok}))
+        for scale, m in markers.items()
+    ]
+    for _, _, style in groups:
+        style.update(s=20, alpha=0.8)
     mape = 100 * statistics.mean(s["ape"] for s in ok)
-    ax.set_title(f"MLPerf BERT-large, fp16, 1-3472 GPUs: MAPE {mape:.1f}% over {len(ok)} rows", fontsize=10)
-    ax.legend(fontsize=6.5, loc="upper left")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    predicted_vs_measured(
+        groups,
+        path,
+        xlabel="measured samples/s per GPU (MLPerf Training v3.0-v5.1 logs)",
+        ylabel="predicted samples/s per GPU (meta capture, 256 tokens)",
+        title=f"MLPerf BERT-large, fp16, 4-3472 GPUs: MAPE {mape:.1f}% over {len(ok)} rows",
+        legend_size=6.5,
+        dpi=120,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

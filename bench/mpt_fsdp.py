@@ -39,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 DATA = ROOT / "bench" / "data" / "llm_foundry_mpt.csv"
 NODES = ROOT / "bench" / "data" / "mosaic_nodes.yaml"
@@ -202,25 +203,15 @@ def score(rows: list[dict], torch: str = ROWS_TORCH) -> list[dict]:
 
 
 def summary(scores: list[dict]) -> str:
+    from _validation_sets import summary_line
+
     ok = [s for s in scores if s["status"] == "ok"]
     lines = [f"rows {len(scores)}; scored {len(ok)}; out of scope {sum(s['status'].startswith('out') for s in scores)}"]
     other = [s for s in scores if s["status"] not in ("ok",) and not s["status"].startswith("out")]
     if other:
         lines.append(f"not scored: {len(other)} (e.g. {other[0]['status'][:160]})")
 
-    def line(name: str, group: list[dict]) -> str:
-        if not group:
-            return f"{name}: -"
-        apes = [s["ape"] for s in group]
-        ratios = [s["ratio"] for s in group]
-        cover = sum(bool(s["inside"]) for s in group) / len(group)
-        return (
-            f"{name}: n={len(group)} MAPE {100 * statistics.mean(apes):.1f}% median APE "
-            f"{100 * statistics.median(apes):.1f}% median pred/meas {statistics.median(ratios):.2f} "
-            f"80%-interval coverage {100 * cover:.0f}%"
-        )
-
-    lines.append(line("all", ok))
+    lines.append(summary_line("all", ok))
     lines.append(held_out_width(ok))
     by: dict[str, list] = defaultdict(list)
     for s in ok:
@@ -229,7 +220,7 @@ def summary(scores: list[dict]) -> str:
         by["layout " + s["layout"]].append(s)
         by["model " + s["model"]].append(s)
     for k in sorted(by):
-        lines.append(line(k, by[k]))
+        lines.append(summary_line(k, by[k]))
     return "\n".join(lines)
 
 
@@ -295,41 +286,27 @@ def write_errors(ok: list[dict]) -> str:
 
 
 def plot(scores: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from _validation_sets import predicted_vs_measured
 
     ok = [s for s in scores if s["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(6.5, 6))
     colours = {"h100_80gb": "tab:red", "a100_80gb": "tab:blue", "a100_40gb": "tab:green"}
-    for gpu, colour in colours.items():
-        for multi, marker in ((False, "o"), (True, "^")):
-            g = [s for s in ok if s["gpu"] == gpu and (int(s["gpus"]) > 8) == multi]
-            if g:
-                ax.scatter(
-                    [s["measured"] for s in g],
-                    [s["predicted"] for s in g],
-                    c=colour,
-                    marker=marker,
-                    s=18,
-                    alpha=0.75,
-                    label=f"{gpu} {'multi-node' if multi else '8 GPUs'} ({len(g)})",
-                )
-    lo = min(min(s["measured"], s["predicted"]) for s in ok) * 0.8
-    hi = max(max(s["measured"], s["predicted"]) for s in ok) * 1.25
-    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-    for f in (0.9, 1.1):
-        ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
-    ax.set_xlabel("measured tokens/s per GPU (llm-foundry)")
-    ax.set_ylabel("predicted tokens/s per GPU (meta capture)")
+    groups = [
+        (
+            f"{gpu} {'multi-node' if multi else '8 GPUs'}",
+            [s for s in ok if s["gpu"] == gpu and (int(s["gpus"]) > 8) == multi],
+            {"c": colour, "marker": marker, "s": 18, "alpha": 0.75},
+        )
+        for gpu, colour in colours.items()
+        for multi, marker in ((False, "o"), (True, "^"))
+    ]
     mape = 100 * statistics.mean(s["ape"] for s in ok)
-    ax.set_title(f"MPT 125M-70B, PyTorch FSDP bf16: MAPE {mape:.1f}% over {len(ok)} rows")
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    predicted_vs_measured(
+        groups,
+        path,
+        xlabel="measured tokens/s per GPU (llm-foundry)",
+        ylabel="predicted tokens/s per GPU (meta capture)",
+        title=f"MPT 125M-70B, PyTorch FSDP bf16: MAPE {mape:.1f}% over {len(ok)} rows",
+    )
 
 
 def main() -> None:
