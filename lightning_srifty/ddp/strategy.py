@@ -9,6 +9,7 @@ unchanged. SriftyCallback reads the timings into the profile's ``communication``
 
 from __future__ import annotations
 
+import atexit
 from typing import Any
 
 import torch
@@ -46,6 +47,10 @@ class SriftyDDPStrategy(DDPStrategy):
         self.batch_sizes = list(batch_sizes) if batch_sizes is not None else None
         self.activation_checkpointing_policy = activation_checkpointing_policy
 
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        destroy_at_exit()
+
     def _setup_model(self, model: torch.nn.Module) -> DistributedDataParallel:
         if self.activation_checkpointing_policy:
             apply_checkpointing(model, self.activation_checkpointing_policy)
@@ -76,6 +81,29 @@ class SriftyDDPStrategy(DDPStrategy):
                 description=f"DDP timing every all-reduce (lightning-srifty), start_method {start_method!r}",
                 start_method=start_method,
             )
+
+
+_DESTROY_REGISTERED = False
+
+
+def destroy_at_exit() -> None:
+    """Destroy the process group when the interpreter exits, whatever its backend (once per process).
+
+    Lightning does it for NCCL only. Left to the interpreter's exit, gloo's threads outlive the Python comm hook this
+    strategy registers, and a finished run sometimes aborted ("terminate called without an active exception",
+    SIGABRT) or hung after training had ended well (seen in this project's 2-process CPU tests under load)."""
+    global _DESTROY_REGISTERED
+    dist = torch.distributed
+    if _DESTROY_REGISTERED or not (dist.is_available() and dist.is_initialized()) or dist.get_backend() == "nccl":
+        return
+    atexit.register(_destroy_process_group)
+    _DESTROY_REGISTERED = True
+
+
+def _destroy_process_group() -> None:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def apply_checkpointing(model: torch.nn.Module, blocks: Any) -> None:
