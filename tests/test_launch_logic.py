@@ -641,3 +641,43 @@ def test_the_launcher_is_named_steps_not_one_long_function() -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 100
     }
     assert long == {}, f"split these into named steps: {long}"
+
+
+def test_a_half_made_fleet_that_could_not_be_destroyed_is_destroyed_when_the_launch_ends(plan, tmp_path, monkeypatch):
+    """An apply fails (a declined move's new fleet, say) and the destroy of what it made fails too: the fleet is kept
+    in the provisioner's leftovers, and the launcher's release at its end destroys it once more; if that fails too,
+    the line names the command that releases it. Before, the first failure was only echoed and nothing came back."""
+    from lightning_srifty.provision import launch as launch_module
+    from lightning_srifty.provision import terraform_fleet
+    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+    from predictor.exceptions import ProvisionError
+
+    lines: list[str] = []
+    provisioner = TerraformProvisioner(tmp_path, "s3://bucket/runs/a/", echo=lines.append)
+    monkeypatch.setattr(terraform_fleet, "generate", lambda *a, **k: None)
+
+    def failed_apply(folder, **kwargs):
+        raise ProvisionError("terraform apply failed: InvalidParameterValue")
+
+    destroyed: list[str] = []
+    answers = iter([ProvisionError("the API went away"), None, ProvisionError("still away")])
+
+    def destroy(folder, **kwargs):
+        answer = next(answers)
+        if answer is not None:
+            raise answer
+        destroyed.append(str(folder))
+
+    monkeypatch.setattr(terraform_fleet, "apply", failed_apply)
+    monkeypatch.setattr(terraform_fleet, "destroy", destroy)
+    with pytest.raises(ProvisionError):
+        provisioner.up(plan, 0, "mig-2")
+    (left,) = provisioner.leftovers
+    assert left.name == "mig-2" and any("srifty down --dir" in line and "mig-2" in line for line in lines)
+    launch_module._release(provisioner, [], lines.append)  # the launch ends: destroyed this time
+    assert destroyed == [str(tmp_path / "fleets" / "mig-2")] and provisioner.leftovers == []
+    with pytest.raises(ProvisionError):
+        provisioner.up(plan, 0, "mig-3")  # its destroy fails, and fails again at the end
+    monkeypatch.setattr(terraform_fleet, "destroy", lambda *a, **k: (_ for _ in ()).throw(ProvisionError("gone")))
+    launch_module._release(provisioner, [], lines.append)
+    assert "could not be destroyed" in lines[-1] and f"srifty down --dir {tmp_path / 'fleets' / 'mig-3'}" in lines[-1]

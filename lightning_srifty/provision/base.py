@@ -33,6 +33,9 @@ class ZoneChoice:
 
 
 class Provisioner(Protocol):
+    """What the launcher drives. A provisioner may also keep ``leftovers``, a list of fleets a failed ``up`` left
+    half-made and could not release then: the launcher releases them with ``down`` when the launch ends."""
+
     kind: str
 
     def up(self, plan: Plan, index: int, name: str, zone: str | None = None) -> LaunchedFleet:

@@ -527,14 +527,26 @@ def _take_the_folder(ckpt: str, launch_id: str) -> None:
 
 
 def _release(provisioner: Provisioner, up: list[LaunchedFleet], echo: Any) -> None:
-    """Stop and release every fleet still up, whatever ended the launch; a fleet that cannot be released is named
-    and the others are still released (the first error is the one raised)."""
+    """Stop and release every fleet still up, whatever ended the launch, then destroy once more what a failed apply
+    left half-made and could not destroy then (the provisioner's ``leftovers``, e.g. a declined move's new fleet); a
+    fleet that cannot be released is named with the command that releases it, and the others are still released."""
     for remaining in up:
         try:
             provisioner.stop(remaining)
             provisioner.down(remaining)
         except Exception as exc:  # noqa: BLE001 - report every fleet left behind, keep the first error
             echo(f"srifty launch: releasing {remaining.entry.fleet} ({remaining.name}) failed: {exc}")
+    leftovers = getattr(provisioner, "leftovers", [])
+    while leftovers:
+        half = leftovers.pop(0)
+        try:
+            provisioner.down(half)
+        except Exception as exc:  # noqa: BLE001 - name it and go on with the others
+            folder = half.data.get("folder", "?")
+            echo(
+                f"srifty launch: the partly applied {half.name} could not be destroyed ({exc}): it may still be "
+                f"billing; release it with: srifty down --dir {folder}"
+            )
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,9 @@ class TerraformProvisioner:
         )
         self.catalog, self.echo = catalog, echo
         self.capacity_timeout_s = CAPACITY_TIMEOUT_S
+        # partly applied fleets whose destroy failed where the apply failed: the launcher's release destroys them
+        # again at its end, whatever ended it (launch._release), so that nothing it made is left billing unnamed
+        self.leftovers: list[LaunchedFleet] = []
 
     def zones_after(self, plan: Plan, index: int, code: str, tried: list[str | None]) -> list[ZoneChoice]:
         """The zones (IDs) of the entry's region that offer every type of the fleet and were not tried, the spot
@@ -212,7 +215,11 @@ class TerraformProvisioner:
             try:
                 destroy(folder, yes=True, echo=self.echo)
             except Exception as gone:  # noqa: BLE001 - the apply's error is the one to raise
-                self.echo(f"srifty launch: destroying {name} failed ({gone}): run terraform destroy in {folder}")
+                self.leftovers.append(LaunchedFleet(plan, index, name, {"folder": folder, "outputs": {}}))
+                self.echo(
+                    f"srifty launch: destroying {name} failed ({gone}); tried again when the launch ends, or at once "
+                    f"with: srifty down --dir {folder}"
+                )
             if isinstance(exc, CapacityError):
                 raise
             code = capacity_code(str(exc)) if isinstance(exc, ProvisionError) else None
