@@ -124,7 +124,9 @@ def profile_tables(profile: Profile, path: Path | None = None) -> Group:
     if timing.phase_share and timing.phases_s:
         main.add_row(
             "Phases",
-            " · ".join(f"{p} {timing.phase_share[p] * 100:.1f}% ({fmt_s(timing.phases_s[p].p50)})" for p in PHASES),
+            # the share is of the mean step (the sum of the phases' means), so the time beside it is the mean too
+            " · ".join(f"{p} {timing.phase_share[p] * 100:.1f}% ({fmt_s(timing.phases_s[p].mean)})" for p in PHASES)
+            + " (means)",
         )
     main.add_row(
         "Model",
@@ -236,7 +238,6 @@ _SHORT = {
     "spot risk": "spot",
     "perf. risk": "perf.",
     "GiB/GPU": "GiB",
-    "batch/GPU": "batch",
 }  # narrow headers of the default table (the legend says)
 
 

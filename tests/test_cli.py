@@ -218,6 +218,9 @@ def test_ranking_errors_name_the_commands_flags(tmp_path, capsys) -> None:
         "--deadline 60h binds; raise --deadline (--market any, --max-types 2)"
     )
     assert in_flags("700,000 optimizer steps") == "700,000 optimizer steps"
+    # a duration reads as the user wrote it (srifty recommend --deadline 10m said "--deadline 0.166667h")
+    assert in_flags("deadline_h=0.166667 binds") == "--deadline 10m binds"
+    assert in_flags("deadline_h=36.5 binds") == "--deadline 36.5h binds"
     profile = tmp_path / "p.json"
     profile.write_text(json.dumps(MINIMAL))
     args = ["recommend", "--profile", str(profile), "--steps", "2000000", "--market", "spot", "--allow", "p3.2xlarge",

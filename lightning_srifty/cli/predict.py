@@ -45,7 +45,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             "Breakdown",
             f"compute {b['compute_s'] * 1e3:.1f} ms · input {b['input_s'] * 1e3:.1f} ms · all-reduce "
             f"{b['allreduce_s'] * 1e3:.1f} ms of which exposed {b['exposed_comm_s'] * 1e3:.1f} ms "
-            f"({result.allreduce_limiting})",
+            f"({result.allreduce_limiting})"
+            + (f" · data-parallel losses {b['dp_loss_s'] * 1e3:.1f} ms" if b.get("dp_loss_s", 0.0) >= 5e-5 else ""),
         ),
         ("Bottleneck", result.bottleneck),
         (
@@ -58,7 +59,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 + ", ".join(
                     f"{g.instance_type} {g.memory_gib:.1f} GiB/GPU ({g.memory_margin:+.0%} margin)"
                     if result.memory_known
-                    else f"{g.instance_type}: weights, gradients and optimizer state alone {g.memory_gib:.1f} GiB/GPU; "
+                    else f"{g.instance_type}: weights, gradients, optimizer state and the CUDA context alone "
+                    f"{g.memory_gib:.1f} GiB/GPU; "
                     "the profile has no activation memory (a CUDA profile measures it; srifty capture sizes it)"
                     for g in result.groups
                 ),
@@ -68,7 +70,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         (
             "Memory/GPU",
             f"{result.layout}: "
-            + " · ".join(f"{name} {gib:.2f}" for name, gib in result.groups[0].memory_parts_gib.items() if gib >= 0.005)
+            + " · ".join(
+                f"{_part_name(name, result)} {gib:.2f}"
+                for name, gib in result.groups[0].memory_parts_gib.items()
+                if gib >= 0.005
+            )
             + " GiB",
         ),
     ]
@@ -83,11 +89,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 "shard the model and optimizer state (--layout fsdp:full_shard, +ac to checkpoint activations).",
             )
     for note in result.assumptions:
-        table.add_row("assumes", note)
+        if note != result.batch_split:  # the Batch row says it already
+            table.add_row("assumes", note)
     for note in result.extrapolation:
         table.add_row(styled(("extrapolates", "yellow")), note)
     console().print(table)
     return 0
+
+
+def _part_name(name: str, result: Any) -> str:
+    """A memory part's label; DDP's gradients on more than one rank include the reducer's bucket copy of them."""
+    ranks = sum(len(g.rank_batches) for g in result.groups)
+    if name == "gradients" and result.layout.startswith("ddp") and ranks > 1:
+        return "gradients (+ DDP's bucket copy)"
+    return name
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

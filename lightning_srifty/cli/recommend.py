@@ -45,7 +45,16 @@ def in_flags(message: str) -> str:
 
         def value(m: re.Match[str], flag: str = flag, unit: str = unit) -> str:
             v = m.group(1) if m.group(1) is not None else m.group(2)
-            return flag if v == "True" else f"{flag} {v}{unit}"
+            if v == "True":
+                return flag
+            if unit == "h":  # a duration as the user writes it: 10m, not 0.166667h
+                try:
+                    hours = float(v)
+                except ValueError:
+                    pass
+                else:
+                    return f"{flag} {hours * 60:.4g}m" if hours < 1 else f"{flag} {hours:.4g}h"
+            return f"{flag} {v}{unit}"
 
         message = re.sub(rf"(?<![-\w]){f.name}=(?:'([^']*)'|([^\s,;)]+))", value, message)
         if "_" in f.name:

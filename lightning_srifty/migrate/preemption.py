@@ -419,7 +419,7 @@ class SpotPreemption(Callback):
             final = self._save_directory(trainer, final, deadline_s)
         elif deadline_s is None or "://" not in self.dirpath or self.dirpath.startswith("file://"):
             partial = final + ".partial"
-            trainer.save_checkpoint(partial)
+            trainer.save_checkpoint(partial, weights_only=False)
             trainer.strategy.barrier("srifty-preempt-save")
             if trainer.is_global_zero:
                 fs = filesystem(final)
@@ -491,7 +491,7 @@ class SpotPreemption(Callback):
         if trainer.is_global_zero:  # a save cut short earlier (maybe on another world size) leaves stale shards
             shutil.rmtree(partial, ignore_errors=True)
         trainer.strategy.barrier("srifty-sharded-clean")
-        trainer.save_checkpoint(partial)
+        trainer.save_checkpoint(partial, weights_only=False)
         trainer.strategy.barrier("srifty-preempt-save")
         fs = filesystem(partial)
         mine = {rel: sha256_of(fs, os.path.join(partial, rel)) for rel in owned_files(partial, trainer.global_rank)}
@@ -512,7 +512,7 @@ class SpotPreemption(Callback):
         started = time.monotonic()
         local = os.path.join(self.local_fallback, final.rsplit("/", 1)[-1])
         os.makedirs(self.local_fallback, exist_ok=True)
-        trainer.save_checkpoint(local + ".partial")
+        trainer.save_checkpoint(local + ".partial", weights_only=False)
         trainer.strategy.barrier("srifty-preempt-save")
         where = final
         if trainer.is_global_zero:

@@ -34,7 +34,7 @@ def measure_checkpoint(trainer: pl.Trainer, notes: list[str]) -> dict[str, Any] 
         folder = trainer.strategy.broadcast(folder)
         path = os.path.join(folder, "measure.ckpt")
         start = time.perf_counter()
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # the full checkpoint a resume needs (said: no log line)
         trainer.strategy.barrier("srifty-measure-checkpoint")
         save_s = time.perf_counter() - start
         if not trainer.is_global_zero:

@@ -80,7 +80,9 @@ class Timing:
     phases_s: dict[str, Stats] | None = doc_field(
         "per-phase time: data (loader wait), forward (training_step), backward, optimizer", default=None
     )
-    phase_share: dict[str, float] | None = doc_field("each phase's share of the median step", default=None)
+    phase_share: dict[str, float] | None = doc_field(
+        "each phase's share of the mean step (a phase's mean over the sum of the phases' means)", default=None
+    )
     series_s: tuple[float, ...] | None = doc_field("raw per-step times of rank 0 (bounded length)", default=None)
     series_truncated: bool | None = doc_field("true when series_s holds only the first part", default=None)
     window: Window | None = doc_field("which steps were profiled", default=None)
