@@ -11,7 +11,7 @@ What is scored, and what is said instead. MLPerf submissions are tuned far past 
 through Transformer Engine, CUDA graphs, fused and hand-written kernels, tensor and pipeline parallelism, other
 frameworks. Every row gets either a prediction or the reason it has none (:func:`in_scope`), and the counts are
 printed. What the predictor can answer today is BERT-large pretraining (PyTorch, fp16 mixed precision, data
-parallel, 2-3472 GPUs), and that is still not eager PyTorch; the differences, and what the bench does about each:
+parallel, 4-3472 GPUs), and that is still not eager PyTorch; the differences, and what the bench does about each:
 
 - **Unpadded sequences.** NVIDIA's BERT (and every submission derived from it) removes the padding of the 512-token
   Wikipedia sequences (packed or unpadded attention): more than half of those tokens are padding, and removing it
@@ -26,7 +26,6 @@ parallel, 2-3472 GPUs), and that is still not eager PyTorch; the differences, an
 - **CUDA graphs, fused LAMB, fused bias-GELU / layer norm, and the per-step launch overhead they remove** are not
   modelled: the predictor prices eager PyTorch. Where this matters (small per-GPU batches at thousands of GPUs) the
   prediction is expected to be slow, and the rows say so by their scale.
-
 - **The distributed optimizer.** Most multi-node rows (and some single-node ones) run NVIDIA's distributed LAMB
   (``--dwu-*``): ZeRO stage 2, each rank updating its shard. Scored as DDP by default (the predictor's answer for a
   Lightning user's DDP run of this model); ``--zero2`` predicts those rows as FSDP ``shard_grad_op`` (the same
