@@ -87,6 +87,8 @@ def test_framework_time_is_a_floor_per_micro_step(catalog) -> None:
     profile = load_profile(data)
     p = predict(profile, "p3.16xlarge:1", catalog=catalog)  # 1 sample per GPU
     assert p.breakdown["compute_s"] >= 0.012 - 0.004  # the 8 ms the host spends outside the phases
+    # and the prediction says so: a user saw compute far above the GPU work and the launch floor, with nothing naming it
+    assert any("host's own time per micro-step, 8 ms as profiled" in note for note in p.assumptions), p.assumptions
 
 
 def _causal_flash_forward(seq: int):

@@ -274,6 +274,13 @@ def type_basis(
     link = intra_node_link(it, catalog.gpus, network)
     plain = inter_node_link(it, network)
     measured = measured_link(profile, it.name)
+    framework = framework_s(profile)
+    if framework:  # the rest of a small step's time, which the operator note's GPU work and launches do not show
+        notes.append(
+            f"the host's own time per micro-step, {framework * 1e3:.3g} ms as profiled (the step less its data, "
+            "forward, backward and optimizer phases: Lightning's loop, hooks, logging), plus launching the step's "
+            "kernels, bounds every micro-step from below, whatever the GPU"
+        )
     link_note = (
         f"inter-node all-reduce calibrated from the profile's measured buckets on {it.name}: "
         f"{measured.gbps:.2f} GB/s effective"
