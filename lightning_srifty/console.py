@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rich import box
@@ -241,7 +242,19 @@ _SHORT = {
 }  # narrow headers of the default table (the legend says)
 
 
-def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Group:
+# the wide table's two-word headers on two lines: every column fits 200 terminal columns (the last one was cut)
+_WIDE = {
+    "cost 80% interval": "cost 80%\ninterval",
+    "spot risk": "spot\nrisk",
+    "perf. risk": "perf.\nrisk",
+    "GiB/GPU": "GiB/\nGPU",
+    "batch/GPU": "batch/\nGPU",
+}
+
+
+def plan_table(
+    plan: Plan, model: str | None = None, wide: bool = False, words: Callable[[str], str] | None = None
+) -> Group:
     """The ranked fleets as a rich table, the chosen one highlighted, with what was left out.
 
     By default the columns that decide (fleet, market, $/h, time, cost, risks; region and savings only when they
@@ -255,7 +268,8 @@ def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Grou
     # layout and memory per GPU decide once some fleet runs a layout other than ddp (a model that needs sharding)
     layouts = any(e.layout is not None and e.layout.name != "ddp" for e in plan.entries)
     if wide:
-        columns = [c for c in PLAN_COLUMNS if layouts or c != "layout"]
+        savings = any(e.savings_vs_current is not None for e in plan.entries)  # only a re-plan has a current fleet
+        columns = [c for c in PLAN_COLUMNS if (layouts or c != "layout") and (savings or c != "savings")]
     else:
         columns = ["#", "fleet", "market", "$/h", "time", "cost", "batch/GPU", "spot risk", "perf. risk"]
         if layouts:
@@ -275,7 +289,7 @@ def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Grou
     longest = max((len(g) for e in plan.entries for g in e.fleet.split(",")), default=5)
     for col in columns:
         table.add_column(
-            _SHORT.get(col, col) if not wide else col,
+            _SHORT.get(col, col) if not wide else _WIDE.get(col, col),
             justify="left" if col in _LEFT else "right",
             no_wrap=col != "fleet",
             min_width=longest if col == "fleet" else None,
@@ -305,6 +319,8 @@ def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Grou
         }
         table.add_row(*(cells[c] for c in columns), style="bold green" if i == plan.chosen else None)
     excluded = ", ".join(f"{n} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
+    if words is not None:  # the ranking's parameter names in the caller's words (srifty recommend: its flags)
+        excluded = words(excluded)
     types = ", ".join(f"{n} {why}" for why, n in sorted((plan.excluded_types or {}).items(), key=lambda kv: -kv[1]))
     c = plan.constraints
     scaling = (

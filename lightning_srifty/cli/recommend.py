@@ -128,7 +128,7 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
         return 0
     from lightning_srifty.console import plan_table
 
-    console().print(plan_table(plan, profile.model.name, wide=args.wide))
+    console().print(plan_table(plan, profile.model.name, wide=args.wide, words=in_flags))
     if args.launchable and plan.notes:
         print(plan.notes[-1])  # what was left out and what a quota increase would buy
     return 0
