@@ -155,8 +155,16 @@ def node_type(row: dict) -> dict:
     return entry
 
 
+def batches(row: dict) -> tuple[int, int]:
+    """(micro-batch, samples per GPU per optimizer step) of a row: ``per_gpu_batch`` is the global batch over the
+    GPUs, gradient accumulation included."""
+    per_gpu, accum = int(row["per_gpu_batch"]), int(row["gradient_accumulation_steps"] or 1)
+    return per_gpu // accum, per_gpu
+
+
 def capture_key(row: dict) -> str:
-    return f"bert-large-t{BERT_TOKENS}-mb{row['per_gpu_batch']}-ga{row['gradient_accumulation_steps'] or 1}"
+    micro, per_gpu = batches(row)
+    return f"bert-large-t{BERT_TOKENS}-mb{micro}-ga{per_gpu // micro}"
 
 
 def capture(row: dict) -> str:
@@ -165,7 +173,7 @@ def capture(row: dict) -> str:
     if path.exists():
         return ""
     path.parent.mkdir(parents=True, exist_ok=True)
-    micro, accum = int(row["per_gpu_batch"]), int(row["gradient_accumulation_steps"] or 1)
+    micro, per_gpu = batches(row)
     cmd = [
         sys.executable,
         "-m",
@@ -179,7 +187,7 @@ def capture(row: dict) -> str:
         "--batch-size",
         str(micro),
         "--global-batch",
-        str(micro * accum),
+        str(per_gpu),
         "--precision",
         "16-mixed",
         "--name",

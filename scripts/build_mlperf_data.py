@@ -601,7 +601,7 @@ def match_config(
     scored = []
     for p in cands:
         fname = p.rsplit("/", 1)[1]
-        if re.search(r"common|_fp8\.sh$|_tp_|^config\.sh$|_base", fname):
+        if re.search(r"comm[ao]n|_fp8\.sh$|_tp_|^config\.sh$|_base", fname):  # xFusion spells it _comman.sh
             continue
         if p not in cache:
             try:

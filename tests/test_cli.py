@@ -221,6 +221,7 @@ def test_ranking_errors_name_the_commands_flags(tmp_path, capsys) -> None:
     # a duration reads as the user wrote it (srifty recommend --deadline 10m said "--deadline 0.166667h")
     assert in_flags("deadline_h=0.166667 binds") == "--deadline 10m binds"
     assert in_flags("deadline_h=36.5 binds") == "--deadline 36.5h binds"
+    assert in_flags("deadline_h=12000 binds") == "--deadline 12000h binds"  # not 1.2e+04h, which does not parse
     profile = tmp_path / "p.json"
     profile.write_text(json.dumps(MINIMAL))
     args = ["recommend", "--profile", str(profile), "--steps", "2000000", "--market", "spot", "--allow", "p3.2xlarge",

@@ -681,3 +681,22 @@ def test_a_half_made_fleet_that_could_not_be_destroyed_is_destroyed_when_the_lau
     monkeypatch.setattr(terraform_fleet, "destroy", lambda *a, **k: (_ for _ in ()).throw(ProvisionError("gone")))
     launch_module._release(provisioner, [], lines.append)
     assert "could not be destroyed" in lines[-1] and f"srifty down --dir {tmp_path / 'fleets' / 'mig-3'}" in lines[-1]
+
+
+def test_a_signal_during_the_clean_up_destroy_keeps_the_half_made_fleet(plan, tmp_path, monkeypatch) -> None:
+    """The user's first signal arrives while a failed apply's leftovers are destroyed: the fleet is still kept for
+    the release at the launch's end, and the interruption goes on up (it is not swallowed as a failed destroy)."""
+    from lightning_srifty.provision import terraform_fleet
+    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+    from predictor.exceptions import ProvisionError
+
+    class Interrupted(BaseException):
+        pass
+
+    provisioner = TerraformProvisioner(tmp_path, "s3://bucket/runs/a/", echo=lambda line: None)
+    monkeypatch.setattr(terraform_fleet, "generate", lambda *a, **k: None)
+    monkeypatch.setattr(terraform_fleet, "apply", lambda *a, **k: (_ for _ in ()).throw(ProvisionError("failed")))
+    monkeypatch.setattr(terraform_fleet, "destroy", lambda *a, **k: (_ for _ in ()).throw(Interrupted()))
+    with pytest.raises(Interrupted):
+        provisioner.up(plan, 0, "mig-2")
+    assert [f.name for f in provisioner.leftovers] == ["mig-2"]

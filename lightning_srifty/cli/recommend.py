@@ -53,7 +53,7 @@ def in_flags(message: str) -> str:
                 except ValueError:
                     pass
                 else:
-                    return f"{flag} {hours * 60:.4g}m" if hours < 1 else f"{flag} {hours:.4g}h"
+                    return f"{flag} {hours * 60:.4g}m" if hours < 1 else f"{flag} {hours:.6g}h"
             return f"{flag} {v}{unit}"
 
         message = re.sub(rf"(?<![-\w]){f.name}=(?:'([^']*)'|([^\s,;)]+))", value, message)

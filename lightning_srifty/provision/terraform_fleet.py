@@ -214,12 +214,15 @@ class TerraformProvisioner:
             self.echo(f"srifty launch: terraform destroy of the partly applied {name}")
             try:
                 destroy(folder, yes=True, echo=self.echo)
-            except Exception as gone:  # noqa: BLE001 - the apply's error is the one to raise
+            except BaseException as gone:  # the apply's error is the one to raise, unless this is an interruption
+                # kept for the launcher's release at its end, also when a signal interrupted this destroy
                 self.leftovers.append(LaunchedFleet(plan, index, name, {"folder": folder, "outputs": {}}))
                 self.echo(
-                    f"srifty launch: destroying {name} failed ({gone}); tried again when the launch ends, or at once "
-                    f"with: srifty down --dir {folder}"
+                    f"srifty launch: destroying {name} failed ({gone!r}); tried again when the launch ends, or at "
+                    f"once with: srifty down --dir {folder}"
                 )
+                if not isinstance(gone, Exception):
+                    raise
             if isinstance(exc, CapacityError):
                 raise
             code = capacity_code(str(exc)) if isinstance(exc, ProvisionError) else None
