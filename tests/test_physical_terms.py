@@ -161,3 +161,15 @@ def test_a_prediction_says_when_attention_is_priced_as_flash_attention_v1(catalo
     assert any("FlashAttention v1" in n and "torch 2.1.0+cu121" in n for n in v1.assumptions)
     assert not any("FlashAttention v1" in n for n in new.assumptions)
     assert v1.throughput_samples_s <= new.throughput_samples_s  # slower only where the ceiling binds (long sequences)
+
+
+def test_the_input_pipeline_says_how_it_was_scaled(catalog) -> None:
+    """A profile with its CPU count has its data time scaled by CPUs per GPU, and the prediction says from what to
+    what (a user saw "input 0.0 ms" against a profiled 0.8 ms and no line about it)."""
+    from lightning_srifty.cli.predict import _ms
+
+    data = copy.deepcopy(MINIMAL)
+    data["hardware"] = {**data["hardware"], "cpu_count": 8, "devices": 1}
+    p = predict(load_profile(data), "g5.12xlarge:1", catalog=catalog)
+    assert any("scaled by CPUs per GPU (8 profiled -> 12 on g5.12xlarge)" in n for n in p.assumptions), p.assumptions
+    assert [_ms(x) for x in (0.0, 3.3e-5, 0.0123)] == ["0.0 ms", "0.033 ms", "12.3 ms"]

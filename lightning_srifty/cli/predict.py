@@ -43,10 +43,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         ),
         (
             "Breakdown",
-            f"compute {b['compute_s'] * 1e3:.1f} ms · input {b['input_s'] * 1e3:.1f} ms · all-reduce "
-            f"{b['allreduce_s'] * 1e3:.1f} ms of which exposed {b['exposed_comm_s'] * 1e3:.1f} ms "
-            f"({result.allreduce_limiting})"
-            + (f" · data-parallel losses {b['dp_loss_s'] * 1e3:.1f} ms" if b.get("dp_loss_s", 0.0) >= 5e-5 else ""),
+            f"compute {_ms(b['compute_s'])} · input {_ms(b['input_s'])} · all-reduce {_ms(b['allreduce_s'])} of "
+            f"which exposed {_ms(b['exposed_comm_s'])} ({result.allreduce_limiting})"
+            + (f" · data-parallel losses {_ms(b['dp_loss_s'])}" if b.get("dp_loss_s", 0.0) > 0 else ""),
         ),
         ("Bottleneck", result.bottleneck),
         (
@@ -95,6 +94,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         table.add_row(styled(("extrapolates", "yellow")), note)
     console().print(table)
     return 0
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds with a tenth, or two significant digits below 0.1 ms (a small step's parts read 0.0 ms)."""
+    ms = seconds * 1e3
+    return f"{ms:.1f} ms" if ms >= 0.1 or ms == 0 else f"{ms:.2g} ms"
 
 
 def _part_name(name: str, result: Any) -> str:

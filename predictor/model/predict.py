@@ -211,6 +211,14 @@ def _assumptions(
         assumptions.append(row_bases[0].link_note)
     if not profile.hardware.cpu_count:
         assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
+    else:
+        cpus = profile.hardware.cpu_count / max(1, profile.hardware.devices)
+        types = sorted({(g.instance.name, g.instance.vcpus / max(1, g.instance.gpus)) for g in fleet.groups})
+        assumptions.append(
+            f"input pipeline: the profile's data time scaled by CPUs per GPU ({cpus:g} profiled -> "
+            + ", ".join(f"{per:g} on {name}" for name, per in types)
+            + "), as the DataLoader's workers scale"
+        )
     gpus_per_node = min(g.instance.gpus for g in fleet.groups)
     assumptions.append("memory: " + estimate_memory(profile, 1.0, 1.0, layout, fleet.gpus, gpus_per_node).basis)
     if layout.sharded:
