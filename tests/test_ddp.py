@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from _support import run_bounded
+from _support import run_ddp_script
 from conftest import ROOT
 from predictor.documents.profile import load_profile
 
@@ -17,10 +17,10 @@ SCRIPTS = ROOT / "tests" / "scripts"
 def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, ddp_env) -> None:
     out = tmp_path / "profile.json"
     sleep_s = 0.05  # well above the few-ms jitter of two processes sharing 2 cores
-    result = run_bounded(
+    result = run_ddp_script(
         [sys.executable, str(SCRIPTS / "ddp_profile.py"), str(out), str(sleep_s)],
+        ddp_env,
         timeout=240,
-        env=ddp_env,
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -53,10 +53,8 @@ def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, ddp_
 
 
 def test_timing_hook_leaves_gradients_unchanged(tmp_path, ddp_env) -> None:
-    result = run_bounded(
-        [sys.executable, str(SCRIPTS / "ddp_grad_check.py"), str(tmp_path / "r.txt")],
-        timeout=180,
-        env=ddp_env,
+    result = run_ddp_script(
+        [sys.executable, str(SCRIPTS / "ddp_grad_check.py"), str(tmp_path / "r.txt")], ddp_env, timeout=180
     )
     assert result.returncode == 0, result.stderr[-3000:]
     fields = dict(kv.split("=") for kv in result.stdout.split())
@@ -90,3 +88,28 @@ def test_the_strategy_destroys_a_gloo_process_group_at_exit(monkeypatch) -> None
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     strategy._destroy_process_group()  # already gone (the user destroyed it): nothing to do
     assert destroyed == [True]
+
+
+def test_a_rendezvous_timeout_is_run_again_once_on_a_new_port(tmp_path, ddp_env) -> None:
+    """The harness's retry: a script whose rank 0 timed out in the rendezvous (its stack names
+    ``_create_c10d_store``) runs once more on a new port; any other failure, or a second timeout, is returned as is."""
+    marker = tmp_path / "ran"
+    script = (
+        "import os, pathlib, sys\n"
+        f"m = pathlib.Path({str(marker)!r})\n"
+        "n = int(m.read_text()) if m.exists() else 0\n"
+        "m.write_text(str(n + 1))\n"
+        "print(os.environ['MASTER_PORT'])\n"
+        "if n == 0 or sys.argv[1] == 'always':\n"
+        "    sys.stderr.write('File rendezvous.py, line 199 in _create_c10d_store')\n"
+        "    sys.exit(1)\n"
+    )
+    first = run_ddp_script([sys.executable, "-c", script, "once"], ddp_env, timeout=60)
+    assert first.returncode == 0 and marker.read_text() == "2"
+    assert first.stdout.strip() != ddp_env["MASTER_PORT"], "the second run takes a new port"
+    marker.unlink()
+    assert run_ddp_script([sys.executable, "-c", script, "always"], ddp_env, timeout=60).returncode == 1
+    assert marker.read_text() == "2", "run twice at most"
+    marker.unlink()
+    other = "import sys; sys.exit(3)"
+    assert run_ddp_script([sys.executable, "-c", other], ddp_env, timeout=60).returncode == 3  # not retried

@@ -4,6 +4,7 @@ python tests/scripts/ddp_profile.py OUT.json SLEEP_S
 """
 
 import faulthandler
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,8 @@ if __name__ == "__main__":
     # the test's 240 s bound kills it (the clock starts after the imports, which take 10-30 s under CI's load); the
     # run itself takes 10-15 s
     faulthandler.dump_traceback_later(150, exit=True)
+    # each rank says it got past its imports (a rank that never joins the rendezvous shows by its absence)
+    print(f"ddp_profile.py: rank {os.environ.get('LOCAL_RANK', '0')} started (pid {os.getpid()})", file=sys.stderr)
     out, sleep_s = sys.argv[1], float(sys.argv[2])
     pl.seed_everything(0, verbose=False)
     model = TinyModel(
