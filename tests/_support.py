@@ -213,7 +213,7 @@ def run_ddp_script(cmd: list[str], env: dict[str, str], timeout: float, **kwargs
     if result.returncode != 0 and any(frame in result.stderr for frame in RENDEZVOUS_FRAMES):
         print(
             f"rank 0 timed out waiting for the other ranks to join on port {env.get('MASTER_PORT')}; running "
-            "again on a new port",
+            f"again on a new port. The first run's stderr:\n{result.stderr[-4000:]}",
             file=sys.stderr,
         )
         env = {**env, "MASTER_PORT": str(_listening_port_outside_ephemeral_range())}

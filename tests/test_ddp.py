@@ -14,6 +14,7 @@ pytestmark = pytest.mark.ddp
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
+@pytest.mark.timeout(560)  # room for run_ddp_script's second run (each ends within 240 s)
 def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, ddp_env) -> None:
     out = tmp_path / "profile.json"
     sleep_s = 0.05  # well above the few-ms jitter of two processes sharing 2 cores
@@ -52,6 +53,7 @@ def test_two_process_srifty_ddp_profile_shows_ranks_and_allreduce(tmp_path, ddp_
     assert profile.timing.step_time_s.p50 > sleep_s, seen
 
 
+@pytest.mark.timeout(400)  # room for run_ddp_script's second run (each ends within 180 s)
 def test_timing_hook_leaves_gradients_unchanged(tmp_path, ddp_env) -> None:
     result = run_ddp_script(
         [sys.executable, str(SCRIPTS / "ddp_grad_check.py"), str(tmp_path / "r.txt")], ddp_env, timeout=180
@@ -68,7 +70,7 @@ def test_the_strategy_destroys_a_gloo_process_group_at_exit(monkeypatch) -> None
     threads outliving its Python comm hook made finished runs abort or hang at exit), once per process."""
     import torch.distributed as dist
 
-    from lightning_srifty.ddp import strategy
+    from lightning_srifty.ddp import teardown as strategy
 
     registered: list = []
     monkeypatch.setattr(strategy.atexit, "register", registered.append)

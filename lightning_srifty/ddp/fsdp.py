@@ -24,6 +24,7 @@ from lightning.pytorch.strategies import FSDPStrategy, StrategyRegistry
 from torch import nn
 
 from lightning_srifty.ddp.hetero import rank_weights
+from lightning_srifty.ddp.teardown import destroy_at_exit
 from predictor.exceptions import ConfigError
 
 # the arguments whose block classes may be given by name
@@ -161,6 +162,10 @@ class SriftyFSDPStrategy(FSDPStrategy):
         if "ac" in self._named:
             classes = block_classes(self._named.pop("ac"), module, "activation_checkpointing_policy")
             self._activation_checkpointing_kwargs = _activation_checkpointing_kwargs(None, classes)
+
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        destroy_at_exit()
 
     def setup(self, trainer: Any) -> None:
         assert self.model is not None

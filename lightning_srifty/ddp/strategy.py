@@ -9,7 +9,6 @@ unchanged. SriftyCallback reads the timings into the profile's ``communication``
 
 from __future__ import annotations
 
-import atexit
 from typing import Any
 
 import torch
@@ -20,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from lightning_srifty.ddp.comm import AllReduceTimer
 from lightning_srifty.ddp.fsdp import block_classes
 from lightning_srifty.ddp.hetero import check_batch_sizes, rank_weights, weighted_hook
+from lightning_srifty.ddp.teardown import destroy_at_exit
 
 
 class SriftyDDPStrategy(DDPStrategy):
@@ -81,29 +81,6 @@ class SriftyDDPStrategy(DDPStrategy):
                 description=f"DDP timing every all-reduce (lightning-srifty), start_method {start_method!r}",
                 start_method=start_method,
             )
-
-
-_DESTROY_REGISTERED = False
-
-
-def destroy_at_exit() -> None:
-    """Destroy the process group when the interpreter exits, whatever its backend (once per process).
-
-    Lightning does it for NCCL only. Left to the interpreter's exit, gloo's threads outlive the Python comm hook this
-    strategy registers, and a finished run sometimes aborted ("terminate called without an active exception",
-    SIGABRT) or hung after training had ended well (seen in this project's 2-process CPU tests under load)."""
-    global _DESTROY_REGISTERED
-    dist = torch.distributed
-    if _DESTROY_REGISTERED or not (dist.is_available() and dist.is_initialized()) or dist.get_backend() == "nccl":
-        return
-    atexit.register(_destroy_process_group)
-    _DESTROY_REGISTERED = True
-
-
-def _destroy_process_group() -> None:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def apply_checkpointing(model: torch.nn.Module, blocks: Any) -> None:
