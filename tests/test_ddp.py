@@ -65,30 +65,30 @@ def test_timing_hook_leaves_gradients_unchanged(tmp_path, ddp_env) -> None:
     assert int(fields["bytes"]) == 4 * (32 * 4096 + 4096 + 4096 * 8 + 8)
 
 
-def test_the_strategy_destroys_a_gloo_process_group_at_exit(monkeypatch) -> None:
-    """Lightning destroys the process group at exit for NCCL only; srifty_ddp does it for every other backend (gloo's
-    threads outliving its Python comm hook made finished runs abort or hang at exit), once per process."""
+def test_the_strategies_destroy_a_gloo_process_group_at_exit(monkeypatch) -> None:
+    """Lightning destroys the process group at exit for NCCL only; srifty_ddp and srifty_fsdp do it for every other
+    backend (gloo's threads outliving the comm hooks made finished runs abort or hang at exit), once per process."""
     import torch.distributed as dist
 
-    from lightning_srifty.ddp import teardown as strategy
+    from lightning_srifty.ddp import teardown
 
     registered: list = []
-    monkeypatch.setattr(strategy.atexit, "register", registered.append)
-    monkeypatch.setattr(strategy, "_DESTROY_REGISTERED", False)
+    monkeypatch.setattr(teardown.atexit, "register", registered.append)
+    monkeypatch.setattr(teardown, "_DESTROY_REGISTERED", False)
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     backend = {"name": "nccl"}
     monkeypatch.setattr(dist, "get_backend", lambda *a: backend["name"])
-    strategy.destroy_at_exit()
+    teardown.destroy_at_exit()
     assert registered == [], "NCCL: Lightning's own handler does it"
     backend["name"] = "gloo"
-    strategy.destroy_at_exit()
-    strategy.destroy_at_exit()
-    assert registered == [strategy._destroy_process_group]
+    teardown.destroy_at_exit()
+    teardown.destroy_at_exit()
+    assert registered == [teardown._destroy_process_group]
     destroyed: list = []
     monkeypatch.setattr(dist, "destroy_process_group", lambda *a: destroyed.append(True))
-    strategy._destroy_process_group()
+    teardown._destroy_process_group()
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
-    strategy._destroy_process_group()  # already gone (the user destroyed it): nothing to do
+    teardown._destroy_process_group()  # already gone (the user destroyed it): nothing to do
     assert destroyed == [True]
 
 
