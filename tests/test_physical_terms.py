@@ -11,7 +11,13 @@ import pytest
 from _support import MINIMAL
 from predictor.documents.profile import load_profile
 from predictor.model.basis import grad_bytes
-from predictor.model.network import allreduce_time, inter_node_link, intra_node_link
+from predictor.model.network import (
+    TREE_NET_HOP,
+    allreduce_latency,
+    allreduce_time,
+    inter_node_link,
+    intra_node_link,
+)
 from predictor.model.predict import predict
 from predictor.model.scaling import DDP_GRAD_PASSES, NCCL_MAX_CHANNELS, SIGMA_MAX, ScalingModel, contention_bound
 
@@ -50,6 +56,41 @@ def test_hierarchical_phases_are_pipelined(catalog) -> None:
     latency = 2 * 7 * intra.latency_s + 2 * 3 * inter.latency_s
     assert est.seconds == pytest.approx(max(intra_bw, inter_bw) + latency)
     assert est.seconds < est.intra_s + est.inter_s  # never the sum of the two phases
+
+
+def test_an_all_reduce_call_pays_the_ring_or_the_tree_whichever_is_shorter() -> None:
+    """NCCL prices its ring and its tree for every call and runs the cheaper (src/graph/tuning.cc): the ring's
+    network hops grow with the nodes, the tree's with their logarithm, each tree hop costing TREE_NET_HOP ring hops."""
+    hop_i, hop_n = 10e-6, 50e-6
+    nodes = np.array([1, 2, 4, 8, 16, 64, 434])
+    lat = allreduce_latency(nodes, 8, hop_i, hop_n)
+    ring = 2 * 7 * hop_i + 2 * (nodes - 1) * hop_n
+    tree = 2 * 7 * hop_i + 2 * np.floor(np.log2(nodes)) * TREE_NET_HOP * hop_n
+    assert lat[:3] == pytest.approx(ring[:3])  # a few nodes: the ring
+    assert lat[3:] == pytest.approx(tree[3:])  # from 8 nodes: the tree
+    assert np.all(np.diff(lat) >= 0)  # never cheaper on more nodes
+    assert lat[-1] < 2e-3 < ring[-1] / 20  # 434 nodes: 1.7 ms, not the ring's 43 ms
+    assert allreduce_latency(1, 1, hop_i, hop_n) == 0.0  # one GPU: nothing to reduce
+
+
+def test_ddp_pays_the_latency_once_per_bucket(catalog) -> None:
+    """DDP issues one all-reduce per gradient bucket: the same gradient bytes in ten buckets pay ten latencies."""
+    p4d = catalog.get("p4d.24xlarge")
+    hop_i, hop_n = intra_node_link(p4d, catalog.gpus).latency_s, inter_node_link(p4d).latency_s
+    total = MINIMAL["model"]["parameters"] * 4
+
+    def allreduce(buckets: int) -> float:
+        data = copy.deepcopy(MINIMAL)
+        data["communication"] = {
+            "world_size": 8,
+            "bucket_detail": [
+                {"index": i, "bytes": total // buckets, "allreduce_s": {"p50": 0.001}} for i in range(buckets)
+            ],
+        }
+        return predict(load_profile(data), "p4d.24xlarge:16", catalog=catalog).breakdown["allreduce_s"]
+
+    per_call = float(allreduce_latency(16, 8, hop_i, hop_n))
+    assert allreduce(10) - allreduce(1) == pytest.approx(9 * per_call, rel=1e-3)
 
 
 def _phased_profile():

@@ -106,7 +106,7 @@ def test_calibration_scales_compute_of_that_gpu_only(catalog) -> None:
 def test_a_mix_never_uses_the_link_measured_on_one_type(catalog) -> None:
     """Regression: the group count was a numpy OR (``row_sum(cnt > 0) == 1``), so every mix counted as one group and
     a mix containing the profiled type used the inter-node link measured on that type alone."""
-    from predictor.model.network import inter_node_link
+    from predictor.model.network import allreduce_latency, inter_node_link, intra_node_link
 
     data = copy.deepcopy(MINIMAL)
     data["hardware"] = {"gpu": "V100-SXM2-16GB", "devices": 8, "nodes": 2, "instance_type": "p3.16xlarge"}
@@ -123,13 +123,23 @@ def test_a_mix_never_uses_the_link_measured_on_one_type(catalog) -> None:
         inter_node_link(catalog.get(name)).gbps for name in ("p3.16xlarge", "g5.48xlarge")
     )  # the catalog's links
     gb = profile.model.parameters * 4 / 1e9
+    calls = len(data["communication"]["bucket_detail"])  # one all-reduce call per measured bucket
+
+    def hop(name: str) -> float:  # the intra-node ring hop (both types have several GPUs)
+        link = intra_node_link(catalog.get(name), catalog.gpus)
+        assert link is not None
+        return link.latency_s
+
     intra = max(
         predict(profile, f"{name}:1", catalog=catalog).breakdown["allreduce_s"]
+        - calls * float(allreduce_latency(1, catalog.get(name).gpus, hop(name), 0.0))
         for name in ("p3.16xlarge", "g5.48xlarge")
     )
     expected_inter = 2 * 2 / 3 * gb / plain
+    net_hop = max(inter_node_link(catalog.get(name)).latency_s for name in ("p3.16xlarge", "g5.48xlarge"))
+    latency = calls * float(allreduce_latency(3, 8, max(hop("p3.16xlarge"), hop("g5.48xlarge")), net_hop))
     # the intra-node and network phases are pipelined (predictor.model.network): the slower one sets the pace
-    assert mix.breakdown["allreduce_s"] == pytest.approx(max(intra, expected_inter), rel=0.02)
+    assert mix.breakdown["allreduce_s"] == pytest.approx(max(intra, expected_inter) + latency, rel=0.02)
     assert not any("calibrated from the profile's measured buckets" in a for a in mix.assumptions)
     same = predict(profile, "p3.16xlarge:3", catalog=catalog)
     assert any("calibrated from the profile's measured buckets" in a for a in same.assumptions)

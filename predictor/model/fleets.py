@@ -27,7 +27,7 @@ from predictor.model.basis import Source, TypeBasis, bucket_sizes, grad_bytes, t
 from predictor.model.batch import divisors, split_micro
 from predictor.model.layout import DDP, Layout, parse
 from predictor.model.memory import USABLE_SHARE, memory_parts, profile_sizes
-from predictor.model.network import DEFAULT_NETWORK, NetworkModel, exposed_many
+from predictor.model.network import DEFAULT_NETWORK, NetworkModel, allreduce_latency, exposed_many
 from predictor.model.scaling import (
     DDP_GRAD_PASSES,
     FSDP_GRAD_PASSES,
@@ -571,19 +571,24 @@ def _communication(
 def _ddp_comm(
     profile: Profile, fleets: _Fleets, batch: _Batch, backward: np.ndarray, slow_gbps: np.ndarray, max_lat: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(communication, exposed communication) per optimizer step of DDP: one hierarchical all-reduce of the
+    """(communication, exposed communication) per optimizer step of DDP: a hierarchical all-reduce of the
     gradients (a pipeline stage's share, inside its node), the intra-node and network phases pipelined chunk by
-    chunk (:mod:`predictor.model.network`: the slower one sets the pace), behind the backward of the last micro-step;
+    chunk (:mod:`predictor.model.network`: the slower one sets the pace), one call per bucket, each paying the
+    latency of NCCL's ring or tree (``allreduce_latency``), behind the backward of the last micro-step;
     a pipeline adds the activations and their gradients across each stage boundary, every slot."""
     present, nodes, stages = fleets.present, fleets.nodes, fleets.stages
     gb = grad_bytes(profile) / 1e9 / stages
     across = (nodes > 1) & ~fleets.pipeline
     inter_bw = np.where(across, 2 * (nodes - 1) / np.maximum(nodes, 1) * gb / slow_gbps, 0.0)
-    inter_lat = np.where(across, 2 * (nodes - 1) * max_lat, 0.0)
-    intra_lat = row_max(np.where(present, fleets.col("intra_lat_s"), 0.0))
     intra_bw = row_max(np.where(present, fleets.col("intra_s") - fleets.col("intra_lat_s"), 0.0)) / stages
-    comm = np.where(fleets.ranks > 1, np.maximum(intra_bw, inter_bw) + intra_lat + inter_lat, 0.0)
-    exposed = exposed_many(comm, backward, bucket_sizes(profile))
+    # one all-reduce call per bucket (a stage's share of them), each paying NCCL's ring or tree latency
+    buckets = bucket_sizes(profile)
+    calls = np.ceil(sum(n for _, n in buckets) / stages)
+    hop_intra = row_max(np.where(present, fleets.col("intra_latency_s"), 0.0))
+    g = row_max(np.where(present, fleets.col("gpus"), 1.0))
+    latency = calls * allreduce_latency(np.where(across, nodes, 1.0), g, hop_intra, max_lat)
+    comm = np.where(fleets.ranks > 1, np.maximum(intra_bw, inter_bw) + latency, 0.0)
+    exposed = exposed_many(comm, backward, buckets)
     if fleets.pipeline:
         hop = structure_bytes(profile, "block_input_bytes_per_sample")
         boundary = hop * row_max(np.where(present, batch.micro, 0.0)) / 1e9
@@ -705,7 +710,8 @@ def _fsdp_comm(
     scatter = np.where(blocking, 2.0, 1.0) * collective(params_gb)
     cross = np.zeros_like(gather)
     if hybrid:  # the shard's gradients all-reduced across nodes; g shards leave each node through its network
-        cross = np.where(nodes > 1, 2 * (nodes - 1) / nodes * params_gb / slow_gbps + 2 * (nodes - 1) * max_lat, 0)
+        cross_latency = units * allreduce_latency(nodes, 1.0, 0.0, max_lat)  # one call per unit, ring or tree
+        cross = np.where(nodes > 1, 2 * (nodes - 1) / nodes * params_gb / slow_gbps + cross_latency, 0)
     gathers_backward = 0.0 if layout.sharding == "shard_grad_op" else 1.0
     exposed_fwd = gather / units + np.maximum(0.0, gather * (1 - 1 / units) - forward)
     back = gathers_backward * gather + scatter + cross

@@ -4,10 +4,21 @@ One node of g GPUs (ring): ``2 (g-1)/g * S / B_intra + 2 (g-1) * a_intra``.
 N nodes (hierarchical, as NCCL does with one ring per GPU rail): reduce-scatter inside each node, an all-reduce of
 every shard across nodes through the node's network, all-gather inside the node. NCCL pipelines the phases chunk by
 chunk, so the slower phase sets the bandwidth term and the latencies add:
-``max(2 (g-1)/g * S / B_intra, 2 (N-1)/N * S / B_net) + 2 (g-1) * a_intra + 2 (N-1) * a_inter``, with the slowest
-node's link limiting the ring. Checked against published nccl-tests all_reduce_perf figures of p5.48xlarge over EFA
-(2-32 nodes, 32 MB-8 GB; ``bench/collectives.py``, BENCHMARKS.md): the sum of the two phases was 1.8x too slow at
-4-32 nodes, the pipelined form is within 10% there (nothing fitted on them).
+``max(2 (g-1)/g * S / B_intra, 2 (N-1)/N * S / B_net) + L``, with the slowest node's link limiting the ring and
+``L`` the call's latency (below). Checked against published nccl-tests all_reduce_perf figures of p5.48xlarge over
+EFA (2-32 nodes, 32 MB-8 GB; ``bench/collectives.py``, BENCHMARKS.md): the sum of the two phases was 1.8x too slow
+at 4-32 nodes, the pipelined form is within 10% there (nothing fitted on them).
+
+Latency, per collective call (DDP issues one all-reduce per gradient bucket, FSDP one all-gather and one
+reduce-scatter per unit): NCCL prices every algorithm it has for the call and runs the cheapest
+(``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime`` in NCCL's ``src/graph/tuning.cc``). For an all-reduce that is a ring,
+``2 (g-1)`` intra-node hops and ``2 (N-1)`` network hops, or, across nodes, a double binary tree: ``2 (g-1)`` chain
+hops inside the node and ``2 log2 N`` network hops, each costing twice a ring's (NCCL's Simple-protocol network hop,
+28 us against the ring's 14 us; NVIDIA/nccl @ b647562). :func:`allreduce_latency` prices both with our calibrated
+ring hop latencies and takes the shorter: the ring on up to 7 nodes, the tree from 8 (a 434-node ring of 8-GPU nodes
+pays 43 ms of network hops per call, the tree 1.6 ms).
+All-gather and reduce-scatter are rings (NCCL's tree implements all-reduce only). The bandwidth term is the same
+for both algorithms (NCCL rates the tree's bus bandwidth at 0.92 of the ring's and both move ``~2 S`` per rank).
 
 Bandwidths are effective bus bandwidths in GB/s. The constants live in :class:`NetworkModel`; a profile
 that carries measured all-reduce timings replaces them for its own link kind (:func:`calibrate`).
@@ -32,9 +43,10 @@ class NetworkModel:
     pcie_bus_gbps: float = 10.0  # GPU-to-GPU through the PCIe host bridge (no NVLink)
     nvlink_efficiency: float = 0.7  # share of the per-GPU NVLink figure (bidirectional datasheet / 2) NCCL reaches
     latency_intra_s: float = 10e-6
-    # EFA: calibrated on nccl-tests all_reduce_perf of 2-32 p5.48xlarge (bench/collectives.py, leave-one-node-count-
-    # out held-out MAPE 10-23%, 15% mean; the earlier 0.85 / 15 us scored 25%); not yet checked on p4d-class hosts
-    latency_efa_s: float = 30e-6
+    # EFA: calibrated on nccl-tests all_reduce_perf of 2-32 p5.48xlarge with the ring-or-tree latency
+    # (bench/collectives.py --folds: every leave-one-node-count-out fold chose 0.7 / 50 us; held-out MAPE 6-19%, 12.3%
+    # mean; ring only, 0.7 / 30 us, scored 15.2%); not yet checked on p4d-class hosts
+    latency_efa_s: float = 50e-6
     latency_tcp_s: float = 60e-6
     efa_efficiency: float = 0.7
     # gloo's all-reduce over a tc-shaped veth link reaches 0.955 of the configured rate (bench/netns_validation.py,
@@ -44,6 +56,33 @@ class NetworkModel:
 
 
 DEFAULT_NETWORK = NetworkModel()
+
+# The tree's hops relative to the ring's. Across nodes NCCL's own model prices a tree hop at twice a ring hop (hwLat,
+# Simple protocol, network: 28 us against 14 us; src/graph/tuning.cc, NVIDIA/nccl @ b647562): a tree hop reduces a
+# whole chunk before forwarding it, a ring hop pipelines. Inside the node the tree is a chain through the node's GPUs,
+# priced here like the ring's intra-node hops (1.0): NCCL's intra-node tree figure (28 us against 3.4 on NVLink) is the
+# latency of a 256 kB chunk, and with it the p5 all-reduces of 32-128 MB at 16-32 nodes came out 2x too slow
+# (bench/collectives.py, BENCHMARKS.md), as with the ring alone.
+TREE_INTRA_HOP = 1.0
+TREE_NET_HOP = 28 / 14
+
+
+def allreduce_latency(
+    nodes: np.ndarray | float,
+    node_gpus: np.ndarray | float,
+    hop_intra_s: np.ndarray | float,
+    hop_net_s: np.ndarray | float,
+) -> np.ndarray:
+    """The latency part of one all-reduce call (seconds) over ``nodes`` nodes of ``node_gpus`` GPUs, whose ring hops
+    cost ``hop_intra_s`` inside a node and ``hop_net_s`` across nodes: NCCL's ring or, across nodes, its tree,
+    whichever is shorter (the module docstring). Vectorised over any broadcastable arguments."""
+    n = np.maximum(np.asarray(nodes, dtype=float), 1.0)
+    g = np.maximum(np.asarray(node_gpus, dtype=float), 1.0)
+    intra = np.asarray(hop_intra_s, dtype=float)
+    net = np.asarray(hop_net_s, dtype=float)
+    ring = 2 * (g - 1) * intra + 2 * (n - 1) * net
+    tree = 2 * ((g - 1) * intra * TREE_INTRA_HOP + np.floor(np.log2(n)) * net * TREE_NET_HOP)
+    return np.where(n > 1, np.minimum(ring, tree), ring)
 
 
 @dataclass(frozen=True)
@@ -99,7 +138,7 @@ def allreduce_time(
     if ranks <= 1 or nbytes <= 0:
         return AllReduceEstimate(0.0, 0.0, 0.0, "none")
     gb = nbytes / 1e9
-    intra_s, intra_bw, intra_kind = 0.0, 0.0, ""
+    intra_s, intra_bw, intra_kind, hop_intra, node_gpus = 0.0, 0.0, "", 0.0, 1
     for it, _ in groups:
         link = intra_node_link(it, gpus, net)
         if link is None:
@@ -108,15 +147,18 @@ def allreduce_time(
         bw, lat = 2 * (g - 1) / g * gb / link.gbps, 2 * (g - 1) * link.latency_s
         if bw + lat > intra_s:
             intra_s, intra_bw, intra_kind = bw + lat, bw, link.kind
-    inter_s, inter_bw, inter_kind = 0.0, 0.0, ""
+        hop_intra, node_gpus = max(hop_intra, link.latency_s), max(node_gpus, g)
+    inter_s, inter_bw, inter_kind, hop_net = 0.0, 0.0, "", 0.0
     if nodes > 1:
         links = [net_override or inter_node_link(it, net) for it, _ in groups]
         slow = min(links, key=lambda link: link.gbps)
         inter_bw = 2 * (nodes - 1) / nodes * gb / slow.gbps
-        inter_s = inter_bw + 2 * (nodes - 1) * max(x.latency_s for x in links)
+        hop_net = max(x.latency_s for x in links)
+        inter_s = inter_bw + 2 * (nodes - 1) * hop_net
         inter_kind = slow.kind
     limiting = f"network {inter_kind}" if inter_bw >= intra_bw else f"intra-node {intra_kind}"
-    seconds = max(intra_bw, inter_bw) + (intra_s - intra_bw) + (inter_s - inter_bw)
+    latency = float(allreduce_latency(nodes, node_gpus, hop_intra, hop_net))
+    seconds = max(intra_bw, inter_bw) + latency
     return AllReduceEstimate(seconds, intra_s, inter_s, limiting)
 
 
