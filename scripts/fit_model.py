@@ -84,8 +84,14 @@ def fit(say=print) -> tuple[dict, dict]:
     # the tensor-core efficiencies need operator tables captured with torch + transformers: fitted and written by
     # `python bench/ops_validation.py --write-artefact`, kept here as they are
     current = ROOT / "predictor" / "data" / "model_v2.json"
-    if current.exists() and "tensor_core" in (kept := json.loads(current.read_text())):
+    kept = json.loads(current.read_text()) if current.exists() else {}
+    if "tensor_core" in kept:
         model["tensor_core"] = kept["tensor_core"]
+    # the operator paths' errors come from their benches (`bench/mpt_fsdp.py --write-errors`): kept as they are
+    for kind in sorted(set(kept.get("errors", {})) - set(held_out)):
+        for key in ("errors", "errors_from", "cases", "median_abs_log_residual"):
+            if kind in kept.get(key, {}):
+                model[key][kind] = kept[key][kind]
     return correction, model
 
 
