@@ -7,9 +7,9 @@ Data: ``bench/data/nccl_tests_p5_allreduce.csv`` (nccl-tests ``all_reduce_perf``
 many bytes over ``p5.48xlarge x nodes`` from the bundled catalog, as algorithm bandwidth (bytes / time) against the
 measured out-of-place algbw. Prints the table and MAPE; also the same with the two phases summed (the v2 model).
 
-The EFA constants (``NetworkModel.efa_efficiency``, ``latency_efa_s``) were chosen on this data: ``--folds`` shows
-how: for each node count, the pair that fits the other node counts best (grid, mean |log ratio|) and its MAPE on
-the held-out node count.
+The EFA constants (``NetworkModel.efa_efficiency``, ``latency_efa_s``: the ring hop; a tree hop costs two) were
+chosen on this data: ``--folds`` shows how: for each node count, the pair that fits the other node counts best
+(grid, mean |log ratio|) and its MAPE on the held-out node count.
 """
 
 from __future__ import annotations
