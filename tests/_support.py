@@ -197,18 +197,31 @@ def run_bounded(cmd: list[str], timeout: float, **kwargs):
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+# variables a launcher (torchrun, Lightning's own, SLURM) sets for each rank it starts
+EXTERNAL_LAUNCH_VARS = frozenset(
+    {"LOCAL_RANK", "RANK", "GROUP_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR"}
+)
+LAUNCH_PREFIXES = ("TORCHELASTIC_", "SLURM_")
 # the stack of a rank 0 still waiting for the other ranks to join (its faulthandler dump): the launch, not the run
 RENDEZVOUS_FRAMES = ("_create_c10d_store", "_env_rendezvous_handler")
 
 
 def run_ddp_script(cmd: list[str], env: dict[str, str], timeout: float, **kwargs):
-    """:func:`run_bounded` for a script that starts Lightning's DDP itself. Once, when rank 0 timed out waiting for
-    the other ranks to join (CI, under load: rank 1 printed nothing, 2 of ~40 runs), the script is run again on a new
-    port; a second such failure, and any other failure, is the test's. The retry is said on stderr."""
+    """:func:`run_bounded` for a script that starts Lightning's DDP itself, without a launcher's variables in its
+    environment (said on stderr when there were any). Once, when rank 0 timed out waiting for the other ranks to join
+    (CI, under load: rank 1 printed nothing, 3 of ~42 runs), the script is run again on a new port; a second such
+    failure, and any other failure, is the test's. The retry is said on stderr."""
     import sys
 
     from conftest import _listening_port_outside_ephemeral_range
 
+    # a launcher's variables in the environment make Lightning take the script for one rank of an external launch
+    # (LightningEnvironment.creates_processes_externally: "LOCAL_RANK" in os.environ), so it starts no other rank and
+    # rank 0 waits for them in the rendezvous: the symptom CI showed (rank 1 printed nothing, twice on new ports)
+    inherited = {k: v for k, v in sorted(env.items()) if k in EXTERNAL_LAUNCH_VARS or k.startswith(LAUNCH_PREFIXES)}
+    if inherited:
+        print(f"run_ddp_script: removed a launcher's variables from the environment: {inherited}", file=sys.stderr)
+        env = {k: v for k, v in env.items() if k not in inherited}
     result = run_bounded(cmd, timeout=timeout, env=env, **kwargs)
     if result.returncode != 0 and any(frame in result.stderr for frame in RENDEZVOUS_FRAMES):
         print(

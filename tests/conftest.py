@@ -70,6 +70,21 @@ def _exclusive_when_timed(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _no_launcher_variables_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that leaves a launcher's variable (LOCAL_RANK, WORLD_SIZE, ...) in this worker's environment is named
+    in a warning: later DDP scripts inherit it and Lightning then starts no other rank (run_ddp_script removes it)."""
+    from _support import EXTERNAL_LAUNCH_VARS
+
+    before = {k: os.environ.get(k) for k in EXTERNAL_LAUNCH_VARS}
+    yield
+    left = {k: os.environ[k] for k in EXTERNAL_LAUNCH_VARS if os.environ.get(k) != before[k] and k in os.environ}
+    if left:
+        import warnings
+
+        warnings.warn(f"{request.node.nodeid} left {left} in the worker's environment", stacklevel=1)
+
+
+@pytest.fixture(autouse=True)
 def _offline_aws(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Fake credentials, no instance-metadata lookups unless a test points them at its own server, and a private
     catalog cache (a user's refreshed copies never leak into a test)."""

@@ -115,3 +115,14 @@ def test_a_rendezvous_timeout_is_run_again_once_on_a_new_port(tmp_path, ddp_env)
     marker.unlink()
     other = "import sys; sys.exit(3)"
     assert run_ddp_script([sys.executable, "-c", other], ddp_env, timeout=60).returncode == 3  # not retried
+
+
+def test_a_launchers_variables_never_reach_a_script_that_launches_its_ranks(ddp_env) -> None:
+    """With LOCAL_RANK in its environment Lightning takes a script for one rank of an external launch and starts no
+    other rank (rank 0 then waits in the rendezvous until it times out): the harness removes a launcher's variables
+    and says so."""
+    leaked = {**ddp_env, "LOCAL_RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x", "SLURM_NTASKS": "2"}
+    names = "('RANK', 'WORLD', 'TORCHELASTIC', 'SLURM')"
+    script = f"import os; print(sorted(k for k in os.environ if any(n in k for n in {names})))"
+    result = run_ddp_script([sys.executable, "-c", script], leaked, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout
