@@ -70,18 +70,22 @@ def _exclusive_when_timed(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _no_launcher_variables_left(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test that leaves a launcher's variable (LOCAL_RANK, WORLD_SIZE, ...) in this worker's environment is named
-    in a warning: later DDP scripts inherit it and Lightning then starts no other rank (run_ddp_script removes it)."""
+def _no_launcher_variables_left() -> Iterator[None]:
+    """Each test leaves a launcher's variables (LOCAL_RANK, NODE_RANK, MASTER_ADDR, ...) in this worker's environment
+    as it found them. A DDP fit in the test's own process sets them (Lightning's ``_call_children_scripts`` writes
+    ``os.environ`` even for one process: CI caught test_plan_glue's srifty_auto fits doing it), and a DDP script the
+    worker starts later inherits them: with LOCAL_RANK set Lightning takes it for one rank of an external launch,
+    starts no other, and rank 0 waits in the rendezvous until it times out."""
     from _support import EXTERNAL_LAUNCH_VARS
 
-    before = {k: os.environ.get(k) for k in EXTERNAL_LAUNCH_VARS}
+    keys = EXTERNAL_LAUNCH_VARS | {"MASTER_PORT"}
+    before = {k: os.environ.get(k) for k in keys}
     yield
-    left = {k: os.environ[k] for k in EXTERNAL_LAUNCH_VARS if os.environ.get(k) != before[k] and k in os.environ}
-    if left:
-        import warnings
-
-        warnings.warn(f"{request.node.nodeid} left {left} in the worker's environment", stacklevel=1)
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -126,3 +127,17 @@ def test_a_launchers_variables_never_reach_a_script_that_launches_its_ranks(ddp_
     script = f"import os; print(sorted(k for k in os.environ if any(n in k for n in {names})))"
     result = run_ddp_script([sys.executable, "-c", script], leaked, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout
+
+
+def test_a_ddp_fit_in_the_tests_own_process_writes_launcher_variables_into_it(monkeypatch) -> None:
+    """What made CI's DDP scripts hang: Lightning's launcher writes LOCAL_RANK, NODE_RANK and MASTER_ADDR into
+    ``os.environ`` (as test_plan_glue's in-process srifty_auto fits do); the next test must not see them."""
+    for key in ("LOCAL_RANK", "NODE_RANK", "MASTER_ADDR"):
+        monkeypatch.delenv(key, raising=False)
+    os.environ["LOCAL_RANK"] = "0"  # as Lightning's _call_children_scripts does, outside monkeypatch
+    os.environ["NODE_RANK"] = "0"
+
+
+def test_the_next_test_starts_without_them() -> None:
+    """Runs after the test above (file order): conftest's ``_no_launcher_variables_left`` put the environment back."""
+    assert "LOCAL_RANK" not in os.environ and "NODE_RANK" not in os.environ
