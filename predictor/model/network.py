@@ -15,8 +15,8 @@ reduce-scatter per unit): NCCL prices every algorithm it has for the call and ru
 ``2 (g-1)`` intra-node hops and ``2 (N-1)`` network hops, or, across nodes, a double binary tree: ``2 (g-1)`` chain
 hops inside the node and ``2 log2 N`` network hops, each costing twice a ring's (NCCL's Simple-protocol network hop,
 28 us against the ring's 14 us; NVIDIA/nccl @ b647562). :func:`allreduce_latency` prices both with our calibrated
-ring hop latencies and takes the shorter: the ring on up to 7 nodes, the tree from 8 (a 434-node ring of 8-GPU nodes
-pays 43 ms of network hops per call, the tree 1.6 ms).
+ring hop latencies and takes the shorter: the ring on up to 4 nodes (5: a tie), the tree from 6 (a 434-node ring of
+8-GPU nodes pays 43 ms of network hops per call, the tree 1.6 ms).
 All-gather and reduce-scatter are rings (NCCL's tree implements all-reduce only). The bandwidth term is the same
 for both algorithms (NCCL rates the tree's bus bandwidth at 0.92 of the ring's and both move ``~2 S`` per rank).
 
@@ -57,13 +57,12 @@ class NetworkModel:
 
 DEFAULT_NETWORK = NetworkModel()
 
-# The tree's hops relative to the ring's. Across nodes NCCL's own model prices a tree hop at twice a ring hop (hwLat,
-# Simple protocol, network: 28 us against 14 us; src/graph/tuning.cc, NVIDIA/nccl @ b647562): a tree hop reduces a
-# whole chunk before forwarding it, a ring hop pipelines. Inside the node the tree is a chain through the node's GPUs,
-# priced here like the ring's intra-node hops (1.0): NCCL's intra-node tree figure (28 us against 3.4 on NVLink) is the
-# latency of a 256 kB chunk, and with it the p5 all-reduces of 32-128 MB at 16-32 nodes came out 2x too slow
-# (bench/collectives.py, BENCHMARKS.md), as with the ring alone.
-TREE_INTRA_HOP = 1.0
+# A tree hop across nodes relative to a ring hop: NCCL's own model prices it at twice (hwLat, Simple protocol,
+# network: 28 us against 14 us; src/graph/tuning.cc, NVIDIA/nccl @ b647562): a tree hop reduces a whole chunk before
+# forwarding it, a ring hop pipelines. Inside the node the tree is a chain through the node's GPUs, priced like the
+# ring's intra-node hops: NCCL's intra-node tree figure (28 us against 3.4 on NVLink) is the latency of a 256 kB chunk,
+# and with it the p5 all-reduces of 32-128 MB at 16-32 nodes came out 2x too slow (bench/collectives.py,
+# BENCHMARKS.md), as with the ring alone.
 TREE_NET_HOP = 28 / 14
 
 
@@ -74,15 +73,13 @@ def allreduce_latency(
     hop_net_s: np.ndarray | float,
 ) -> np.ndarray:
     """The latency part of one all-reduce call (seconds) over ``nodes`` nodes of ``node_gpus`` GPUs, whose ring hops
-    cost ``hop_intra_s`` inside a node and ``hop_net_s`` across nodes: NCCL's ring or, across nodes, its tree,
-    whichever is shorter (the module docstring). Vectorised over any broadcastable arguments."""
+    cost ``hop_intra_s`` inside a node and ``hop_net_s`` across nodes: the ``2 (g-1)`` intra-node hops both algorithms
+    make, plus the network hops of NCCL's ring or its tree, whichever are fewer in time (the module docstring).
+    Vectorised over any broadcastable arguments."""
     n = np.maximum(np.asarray(nodes, dtype=float), 1.0)
     g = np.maximum(np.asarray(node_gpus, dtype=float), 1.0)
-    intra = np.asarray(hop_intra_s, dtype=float)
-    net = np.asarray(hop_net_s, dtype=float)
-    ring = 2 * (g - 1) * intra + 2 * (n - 1) * net
-    tree = 2 * ((g - 1) * intra * TREE_INTRA_HOP + np.floor(np.log2(n)) * net * TREE_NET_HOP)
-    return np.where(n > 1, np.minimum(ring, tree), ring)
+    net_hops = np.minimum(2 * (n - 1), 2 * np.floor(np.log2(n)) * TREE_NET_HOP)  # ring, tree (0 on one node)
+    return 2 * (g - 1) * np.asarray(hop_intra_s, dtype=float) + net_hops * np.asarray(hop_net_s, dtype=float)
 
 
 @dataclass(frozen=True)
