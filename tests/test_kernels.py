@@ -89,16 +89,29 @@ def test_zero_size_gives_the_launch_floor(cls: str) -> None:
 
 
 def test_a_step_pays_a_kernels_execution_not_its_isolated_launch_and_sync() -> None:
-    from predictor.model.kernels import MIN_KERNEL_S
+    from predictor.model.kernels import DISPATCH_OF, MIN_KERNEL_S
 
     model = load_kernel_model()
-    # the overhead taken away is the smallest kernels' latency less the in-stream minimum: 20-40 us on these GPUs
-    assert 15e-6 < model.dispatch_s < 40e-6
+    # the overhead taken away is each class's smallest kernels' latency less the in-stream minimum: 20-50 us
+    for cls in CLASSES:
+        assert 15e-6 < model.dispatch(cls, A100) < 50e-6
+        own = DISPATCH_OF.get(cls, cls)
+        assert model.dispatch(cls, A100) == pytest.approx(model.floor(own, A100) - MIN_KERNEL_S)
+    # a layer norm's dispatch is its own (its smallest kernels are launch-bound), not an add's
+    assert model.dispatch("norm", A100) > model.dispatch("elementwise", A100) + 5e-6
+    # the tiniest kernel of a class whose floor is its dispatch occupies the stream for the in-stream minimum; a
+    # convolution keeps what its floor holds beyond a GEMM's dispatch (no launch-bound convolution was measured)
+    for cls in CLASSES:
+        t = model.step_time(cls, dims_of(cls, np.array([0.0])), A100)[0]
+        own = DISPATCH_OF.get(cls, cls)
+        expected = model.floor(cls if cls in model.floors_ else own, A100) - model.dispatch(cls, A100)
+        assert t == pytest.approx(max(expected, MIN_KERNEL_S), abs=1e-9), cls
+        assert (t == pytest.approx(MIN_KERNEL_S, abs=1e-9)) == (cls != "conv"), cls
     tiny = {"n": np.array([1.0, 256.0]), "bytes": np.array([12.0, 3072.0]), "flops": np.array([1.0, 256.0])}
     assert np.all(model.step_time("elementwise", tiny, A100) == pytest.approx(MIN_KERNEL_S, abs=2e-6))
     big = {"b": 1, "m": 8192, "n": 8192, "k": 8192}
     isolated, in_step = model.latency("gemm", big, A100)[0], model.step_time("gemm", big, A100)[0]
-    assert in_step == pytest.approx(isolated - model.dispatch_s) and in_step > 0.99 * isolated
+    assert in_step == pytest.approx(isolated - model.dispatch("gemm", A100)) and in_step > 0.99 * isolated
     # a small step of many small kernels speeds up with the GPU: the isolated floor hid it
     h100 = get_gpu("H100-SXM")
     small = {"b": 16, "m": 128, "n": 64, "k": 128}

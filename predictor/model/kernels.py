@@ -30,10 +30,11 @@ gather moves ``bytes`` (``n = bytes / (2 x element_bytes)``, no arithmetic). The
 What a step pays is not what an isolated call costs. NeuSight timed each operator alone: launch, PyTorch's dispatch
 and the synchronisation around the timing are in every latency (the smallest kernels of every training GPU take
 25-32 us, whatever the GPU). In a training step the host queues kernels ahead of the GPU, and a kernel occupies the
-GPU's stream only for its execution: :meth:`KernelModel.step_time` is the isolated latency less that overhead
-(the ``elementwise`` floor, which is nothing but it, less the in-stream minimum), never below
-``MIN_KERNEL_S``, the interval of back-to-back null kernels on current GPUs and drivers (about 3 us, NVIDIA's
-developer forum "Too much time for kernel launch latency", 2022). The host's own rate of launching
+GPU's stream only for its execution: :meth:`KernelModel.step_time` is the isolated latency less that overhead,
+the class's own (:meth:`KernelModel.dispatch`: its launch floor, which is nothing but it, less the in-stream minimum;
+a layer norm's host path is longer than an add's), never below ``MIN_KERNEL_S``, the interval of back-to-back
+null kernels on current GPUs and drivers (about 3 us, NVIDIA's developer forum "Too much time for kernel launch
+latency", 2022). The host's own rate of launching
 (``ops.HOST_S_PER_KERNEL``) bounds the step from below elsewhere (``basis.step_floor``).
 
 Loading never trains: the coefficients are in ``predictor/data/kernel_model.json`` (plain numbers, no pickle), which
@@ -76,6 +77,9 @@ MIN_KERNEL_S = 3e-6
 # share of their latency (NeuSight measured its test-split GPUs on large shapes only: L4's smallest elementwise kernel
 # takes 548 us, three quarters of it moving bytes)
 LAUNCH_BOUND_SHARE = 0.25
+# the class whose launch floor holds a class's host dispatch (KernelModel.dispatch): its own where its smallest
+# measured kernels are launch-bound
+DISPATCH_OF = {"conv": "gemm", **BORROWED}
 MULTIPLIER_RANGE = (0.25, 64.0)  # bounds of exp(mlp): utilisation of the roofline between 1/64 and 4 (L2 reuse)
 _TINY = 1e-12
 
@@ -422,26 +426,27 @@ class KernelModel:
         the median over the measured GPUs (:attr:`floors_`)."""
         return self.gpu_floors_.get(cls, {}).get(gpu.key, self.floors_[cls])
 
-    @property
-    def dispatch_s(self) -> float:
-        """Seconds of every isolated measurement that a stream of queued kernels does not pay: launch, dispatch and
-        the timing's synchronisation, i.e. the floor of the smallest kernels (``elementwise``: a handful of
-        operations) less what such a kernel occupies the GPU in a stream (:data:`MIN_KERNEL_S`)."""
-        if "elementwise" not in self.floors_:
-            raise PredictionError("the kernel model has no elementwise floor: retrain it")
-        return max(self.floors_["elementwise"] - MIN_KERNEL_S, 0.0)
+    def dispatch(self, cls: str, gpu: GPU) -> float:
+        """Seconds of an isolated ``cls`` timing on ``gpu`` that a stream of queued kernels does not pay: the host's
+        dispatch of that operator, its launch and the timing's synchronisation, i.e. the class's launch floor
+        (:meth:`floor`: its smallest measured kernels) less what such a kernel occupies the GPU in a stream
+        (:data:`MIN_KERNEL_S`). Per class, because the host's share differs by operator: a layer norm's Python and
+        ATen path costs 45 us where an add costs 25 (the launch-bound GPUs of the kernel data). A convolution takes a
+        GEMM's (:data:`DISPATCH_OF`): the data has no convolution small enough to show its dispatch (the smallest
+        take 59-108 us, 2-4x the smallest GEMM, with real work in them), and an implicit-GEMM convolution is a
+        library GEMM call; a class without a network of its own (reduction, memory) takes the elementwise floor."""
+        net_cls = DISPATCH_OF.get(cls, cls)
+        if net_cls not in self.floors_:
+            raise PredictionError(f"the kernel model has no {net_cls!r} floor: retrain it")
+        return max(self.floor(net_cls, gpu) - MIN_KERNEL_S, 0.0)
 
     def step_time(self, cls: str, dims: Mapping[str, np.ndarray], gpu: GPU, **options: Any) -> np.ndarray:
         """Seconds a call occupies the GPU inside a training step, where kernels are queued back to back: the
-        isolated latency (:meth:`latency`, same arguments and keyword options) less this GPU's launch, dispatch and
-        synchronisation (its ``elementwise`` floor, :meth:`floor`, less :data:`MIN_KERNEL_S`), at least
-        :data:`MIN_KERNEL_S`. Large kernels are unchanged (the overhead is a few percent of them); a small one costs
-        its execution, not its launch-to-synchronisation time, so a step of many small kernels speeds up with the GPU
-        as it does."""
-        if "elementwise" not in self.floors_:
-            raise PredictionError("the kernel model has no elementwise floor: retrain it")
-        dispatch = max(self.floor("elementwise", gpu) - MIN_KERNEL_S, 0.0)
-        return np.maximum(self.latency(cls, dims, gpu, **options) - dispatch, MIN_KERNEL_S)
+        isolated latency (:meth:`latency`, same arguments and keyword options) less the class's launch, dispatch and
+        synchronisation on this GPU (:meth:`dispatch`), at least :data:`MIN_KERNEL_S`. Large kernels are unchanged
+        (the overhead is a few percent of them); a small one costs its execution, not its launch-to-synchronisation
+        time, so a step of many small kernels speeds up with the GPU as it does."""
+        return np.maximum(self.latency(cls, dims, gpu, **options) - self.dispatch(cls, gpu), MIN_KERNEL_S)
 
     def to_json(self) -> dict[str, Any]:
         """The artefact: format, floors, networks and the training record."""
