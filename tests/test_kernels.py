@@ -97,6 +97,8 @@ def test_a_step_pays_a_kernels_execution_not_its_isolated_launch_and_sync() -> N
         assert 15e-6 < model.dispatch(cls, A100) < 50e-6
         own = DISPATCH_OF.get(cls, cls)
         assert model.dispatch(cls, A100) == pytest.approx(model.floor(own, A100) - MIN_KERNEL_S)
+    with pytest.raises(PredictionError, match=r"unknown operator class 'attention': valid classes are gemm, conv"):
+        model.dispatch("attention", A100)
     # a layer norm's dispatch is its own (its smallest kernels are launch-bound), not an add's
     assert model.dispatch("norm", A100) > model.dispatch("elementwise", A100) + 5e-6
     # the tiniest kernel of a class whose floor is its dispatch occupies the stream for the in-stream minimum; a

@@ -34,8 +34,8 @@ GPU's stream only for its execution: :meth:`KernelModel.step_time` is the isolat
 the class's own (:meth:`KernelModel.dispatch`: its launch floor, which is nothing but it, less the in-stream minimum;
 a layer norm's host path is longer than an add's), never below ``MIN_KERNEL_S``, the interval of back-to-back
 null kernels on current GPUs and drivers (about 3 us, NVIDIA's developer forum "Too much time for kernel launch
-latency", 2022). The host's own rate of launching
-(``ops.HOST_S_PER_KERNEL``) bounds the step from below elsewhere (``basis.step_floor``).
+latency", 2022). The host's own rate of launching (``ops.HOST_S_PER_KERNEL``) bounds the step from below elsewhere
+(``basis.step_floor``).
 
 Loading never trains: the coefficients are in ``predictor/data/kernel_model.json`` (plain numbers, no pickle), which
 also records the training data's sha256, the training GPUs and the library versions used to fit it.
@@ -435,6 +435,8 @@ class KernelModel:
         GEMM's (:data:`DISPATCH_OF`): the data has no convolution small enough to show its dispatch (the smallest
         take 59-108 us, 2-4x the smallest GEMM, with real work in them), and an implicit-GEMM convolution is a
         library GEMM call; a class without a network of its own (reduction, memory) takes the elementwise floor."""
+        if cls not in CLASSES:
+            raise PredictionError(f"unknown operator class {cls!r}: valid classes are {', '.join(CLASSES)}")
         net_cls = DISPATCH_OF.get(cls, cls)
         if net_cls not in self.floors_:
             raise PredictionError(f"the kernel model has no {net_cls!r} floor: retrain it")
