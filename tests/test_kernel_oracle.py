@@ -3,23 +3,15 @@ whose kernels follow no other GPU is not, and a source that measured too few of 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from _support import bench_module
 
 
 @pytest.fixture(scope="module")
 def oracle():
-    spec = importlib.util.spec_from_file_location("bench_kernel_oracle", ROOT / "bench" / "kernel_oracle.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_kernel_oracle"] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("kernel_oracle")
 
 
 def _tables(rng: np.random.Generator) -> dict[str, dict[tuple, float]]:
