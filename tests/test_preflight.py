@@ -275,3 +275,17 @@ def test_unreachable_aws_and_wrong_folders_are_one_line_with_the_fix(tmp_path, m
         account_limits("us-east-1", ["g5.xlarge"], VCPUS.__getitem__, proxied)
     (finding,) = check_credentials(proxied["sts"])
     assert finding.message.startswith("AWS could not be reached (ProxyConnectionError") and "network" in finding.fix
+
+
+def test_quotas_behind_an_unreachable_endpoint_say_to_check_the_network() -> None:
+    from botocore.exceptions import EndpointConnectionError
+
+    from lightning_srifty.provision.preflight import check_quotas
+
+    class Unreachable:
+        def get_paginator(self, name: str):
+            raise EndpointConnectionError(endpoint_url="https://servicequotas.us-east-1.amazonaws.com/")
+
+    (finding,) = check_quotas(Unreachable(), None, "us-east-1", {("G", "on-demand"): 4}, VCPUS.__getitem__)
+    assert finding.status == "warn" and "EndpointConnectionError" in finding.message
+    assert finding.fix.startswith("check the network") and "does not serve" not in finding.fix

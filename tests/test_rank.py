@@ -358,3 +358,40 @@ def test_cost_per_sample_is_cost_and_goes(profile, catalog) -> None:
     old = plan.to_dict()
     old["constraints"]["objective"] = "cost_per_sample"
     assert Constraints.from_plan(load_plan(old).constraints).objective == "cost"
+
+
+def test_a_money_limit_hints_at_spot_only_where_spot_was_not_considered(profile, catalog) -> None:
+    for market, spot_hint in (("on-demand", True), ("any", False), ("spot", False), ("mixed", False)):
+        with pytest.raises(NoFeasibleConfigError) as info:
+            rank(profile, Constraints(steps=10_000_000, budget_usd=0.01, market=market), catalog=catalog)
+        assert info.value.binding == ("budget_usd",) and "raise budget_usd" in str(info.value), market
+        assert ("allow spot capacity" in str(info.value)) is spot_hint, market
+
+
+def test_a_ranking_from_a_profile_without_a_gpu_step_says_so_in_the_plan_and_on_screen(tmp_path, capsys) -> None:
+    from predictor.ranking.explain import unmeasured_note
+
+    cpu = copy.deepcopy(MINIMAL)
+    cpu["hardware"] = {"gpu": None, "devices": 1, "nodes": 1}
+    cpu["model"]["flops"] = {"per_sample": 4.1e9 * 3}
+    assert unmeasured_note(load_profile(copy.deepcopy(MINIMAL))) is None  # measured on a V100
+    note = unmeasured_note(load_profile(cpu))
+    assert note.startswith("no GPU step was measured (the profile was measured on the CPU)")
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(cpu))
+    out = tmp_path / "plan.json"
+    assert main(["recommend", "--profile", str(path), "--steps", "1000", "--out", str(out)]) == 0
+    assert f"note: {note}" in capsys.readouterr().out
+    assert load_plan(out).notes[0] == note
+    measured = tmp_path / "v100.json"
+    measured.write_text(json.dumps(MINIMAL))
+    assert main(["recommend", "--profile", str(measured), "--steps", "1000"]) == 0
+    assert "no GPU step was measured" not in capsys.readouterr().out
+
+
+def test_the_deadline_flag_says_it_needs_a_unit_and_nothing_else(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["recommend", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a duration with its unit, e.g. 12h, 90m, 2d (a bare number is refused)" in text
+    assert "hours where a number is given" not in text

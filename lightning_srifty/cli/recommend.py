@@ -14,7 +14,7 @@ DEFAULTS = constraint_defaults()
 # what a flag's help adds to the constraint's own words (predictor.ranking.constraints.SPECS declares the flags)
 CLI_HINTS = {
     "steps": "Lightning's max_steps",
-    "deadline_h": "here a duration with its unit, e.g. 12h, 90m, 2d",
+    "deadline_h": "on the command line a duration with its unit, e.g. 12h, 90m, 2d (a bare number is refused)",
     "current_fleet": "instance_type:count, e.g. g5.12xlarge:2",
     "allow": "e.g. g5,g6e",
     "min_memory_headroom": "0.1 = 10%",
@@ -129,6 +129,11 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
     from lightning_srifty.console import plan_table
 
     console().print(plan_table(plan, profile.model.name, wide=args.wide, words=in_flags))
+    from predictor.ranking.explain import unmeasured_note
+
+    caveat = unmeasured_note(profile)
+    if caveat:
+        print(f"note: {caveat}")
     if args.launchable and plan.notes:
         print(plan.notes[-1])  # what was left out and what a quota increase would buy
     return 0
@@ -191,7 +196,10 @@ def _flag_options(name: str, spec: Any) -> dict[str, Any]:
     default = DEFAULTS[name]
     hint = CLI_HINTS.get(name)
     shown = ",".join(default) if isinstance(default, tuple) else default
-    words = spec.doc + (f"; {hint}" if hint else "")
+    # a flag with a unit says it in CLI_HINTS: the constraint's own words ("hours where a number is given") are the
+    # service's, where a number is hours, and would contradict the flag that refuses a bare number
+    doc = spec.doc.split(" (hours where a number is given)")[0] if spec.unit == "h" else spec.doc
+    words = doc + (f"; {hint}" if hint else "")
     if spec.kind == "texts":
         words += "; comma-separated, repeatable"
     if shown not in (None, "", False, 0.0):

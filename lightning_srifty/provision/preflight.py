@@ -321,6 +321,9 @@ def check_quotas(
                 f"the vCPU quotas could not be read ({_why(exc)}): the apply may fail with VcpuLimitExceeded",
                 "allow servicequotas:ListServiceQuotas, or check them in the Service Quotas console"
                 if "AccessDenied" in _why(exc)
+                else "check the network (the Service Quotas endpoint could not be reached), or check them in the "
+                "Service Quotas console"
+                if aws_unreachable(exc)
                 else "check them in the Service Quotas console (this endpoint does not serve EC2's quotas)",
             )
         ]

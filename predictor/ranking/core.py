@@ -35,7 +35,7 @@ from predictor.model.startup import (
 from predictor.ranking import candidates as cands
 from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
 from predictor.ranking.constraints import Constraints, Market, Objective
-from predictor.ranking.explain import CurrentFleet, infeasible, layout_why, why
+from predictor.ranking.explain import CurrentFleet, infeasible, layout_why, unmeasured_note, why
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
 
@@ -114,6 +114,8 @@ def rank(
         + ([current_note] if current_note else [])
         + _startup_notes(constraints, types, entries[0], current, known_startup)
     )
+    caveat = unmeasured_note(profile)
+    notes = [caveat, *notes] if caveat else notes
     reason = why(constraints, entries[0], ok, _values(scored), key)
     return _plan(r, scored, names, layouts, current, entries, front, reason, notes)
 

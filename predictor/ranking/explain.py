@@ -12,7 +12,7 @@ from predictor.documents.plan import PerformanceRisk, PlanEntry, PlanGroup, Risk
 from predictor.documents.profile import Profile
 from predictor.exceptions import NoFeasibleConfigError, SriftyError
 from predictor.model.memory import estimate_memory
-from predictor.ranking.constraints import Constraints, Objective
+from predictor.ranking.constraints import Constraints, Market, Objective
 
 # performance risk from the prediction's relative sd: the 80% interval is within exp(+-1.28 sd)
 PERFORMANCE_RISK_SD = (0.10, 0.25)
@@ -24,9 +24,37 @@ GOALS = {
 LIMIT_OF = {"max_hourly_usd": "usd_per_hour", "deadline_h": "time_h", "budget_usd": "cost_usd"}
 HINTS = {
     "deadline_h": "raise deadline_h, or allow more instances (max_instances) and mixes of types (max_types=2)",
-    "budget_usd": "raise budget_usd, or allow spot capacity (market='any')",
-    "max_hourly_usd": "raise max_hourly_usd, or allow spot capacity (market='any')",
+    "budget_usd": "raise budget_usd",
+    "max_hourly_usd": "raise max_hourly_usd",
 }
+# said with a money limit only where the ranking did not consider spot capacity already (market='on-demand')
+SPOT_HINT = "allow spot capacity (market='any')"
+
+
+def hint(name: str, constraints: Constraints) -> str:
+    """What to change when limit ``name`` binds, in the ranking's words (the CLI translates them to flags)."""
+    text = HINTS[name]
+    if name in ("budget_usd", "max_hourly_usd") and Market(constraints.market) is Market.ON_DEMAND:
+        text += f", or {SPOT_HINT}"
+    return text
+
+
+def unmeasured_note(profile: Profile) -> str | None:
+    """The caveat of a ranking whose profile timed no step on a GPU (a CPU run or a capture), None otherwise: every
+    fleet's time is then the performance model's alone, as ``srifty predict`` says of each prediction."""
+    if profile.hardware.gpu is not None:
+        return None
+    table = profile.ops
+    where = (
+        "captured on the meta device, no step run"
+        if table is not None and table.device in ("meta", "fake") and not profile.timing.step_time_s.p50
+        else "measured on the CPU"
+    )
+    return (
+        f"no GPU step was measured (the profile was {where}): every fleet's time is the performance model's alone "
+        "(its intervals carry the model's held-out error on published runs); a profile of a few steps on one GPU of "
+        "the chosen type narrows it"
+    )
 
 
 def fmt(name: str, value: float) -> str:
@@ -135,7 +163,7 @@ def infeasible(
         )
     if not alone and len(names) > 1:
         parts.append("relaxing one of them alone leaves no fleet either")
-    hints = tuple(HINTS[n] for n in names)
+    hints = tuple(hint(n, constraints) for n in names)
     return NoFeasibleConfigError(
         "No fleet meets the constraints: " + "; ".join(parts) + ". Hints: " + "; ".join(hints) + ".",
         binding=names,
