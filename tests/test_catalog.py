@@ -59,6 +59,17 @@ def test_unknown_names_suggest(bundled: Catalog) -> None:
     assert bundled.get("P4D.24XLARGE").name == "p4d.24xlarge"
     with pytest.raises(UnknownNameError, match="Did you mean 'H100-SXM'"):
         bundled.gpu("H100-SXN")
+    assert "--catalog-extra" in str(info.value)  # a name that is no GPU keeps the generic hint
+
+
+def test_a_gpu_given_as_an_instance_type_names_the_types_that_carry_it(bundled: Catalog) -> None:
+    with pytest.raises(UnknownNameError) as info:
+        bundled.get("a100")
+    text = str(info.value)
+    assert "'a100' is a GPU, not an instance type: the types with it are p4d.24xlarge, p4de.24xlarge" in text
+    assert "srifty catalog show --gpu a100" in text and "e.g. p4d.24xlarge:2" in text
+    with pytest.raises(UnknownNameError, match=r"'L4' is a GPU.*g6\.xlarge"):
+        bundled.get("L4")
 
 
 def test_filters(bundled: Catalog) -> None:

@@ -141,8 +141,28 @@ class Catalog:
                 "instance type",
                 name,
                 suggest(name, self._instances),
-                hint="Add your own with --catalog-extra (docs/catalog.md).",
+                hint=self._gpu_named_hint(name) or "Add your own with --catalog-extra (docs/catalog.md).",
             ) from None
+
+    def _gpu_named_hint(self, name: str) -> str | None:
+        """Where ``name`` is a GPU (a key or its prefix, as ``srifty catalog show --gpu`` takes it), not an instance
+        type: the instance types that carry it, so the user can write the fleet."""
+        wanted = name.strip().lower()
+        if not wanted:
+            return None
+        keys = {key for key in self.gpus.gpus if key.lower() == wanted} or {
+            key for key in self.gpus.gpus if key.lower().startswith(wanted)
+        }
+        carry = [it for it in self._instances.values() if it.gpu in keys]
+        types = [it.name for it in sorted(carry, key=lambda it: (it.gpus, it.vcpus, it.name))]  # smallest first
+        if not types:
+            return None
+        shown = ", ".join(types[:6]) + (f" and {len(types) - 6} more" if len(types) > 6 else "")
+        return (
+            f"{name!r} is a GPU, not an instance type: the types with it are {shown} "
+            f"(srifty catalog show --gpu {name} lists them with their prices); a fleet is type:count, e.g. "
+            f"{types[0]}:2."
+        )
 
     def gpu(self, name: str) -> GPU:
         """GPU specs by canonical key or any name torch reports."""
