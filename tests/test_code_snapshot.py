@@ -331,3 +331,23 @@ def test_a_gpu_node_whose_driver_runs_no_build_stops_before_installing(tmp_path)
     assert "NVIDIA driver 470.82.01 runs none of the CUDA builds torch 2.9.1 is published with (cu126, cu128, " \
         "cu130): the oldest needs driver >= 525.60.13" in run.stderr  # fmt: skip
     assert not (tmp_path / "env").exists()
+
+
+def test_a_requirements_file_beside_a_script_in_a_subfolder_is_named_when_it_would_not_be_installed(
+    tmp_path, catalog
+) -> None:
+    outer = tmp_path / "outer"  # srifty run from above the project: the project is a subfolder
+    project = _project(outer / "proj")
+    (project / "requirements.txt").write_text("einops\n")
+    options = Options(name="req-beside", code=str(outer), train_command="proj/train.py --epochs 1")
+    got = generate(load_plan(PLAN), tmp_path / "infra", options=options, catalog=catalog)
+    (note,) = [n for n in got.notes if "requirements.txt" in n]
+    assert note.startswith("proj/requirements.txt lies beside the training script but is not installed")
+    assert "--requirements proj/requirements.txt" in note and "run srifty from proj/" in note
+    # from the project's own folder it is the requirements file, and nothing is said
+    inside = Options(name="req-top", code=str(project), train_command="train.py --epochs 1")
+    top = generate(load_plan(PLAN), tmp_path / "infra2", options=inside, catalog=catalog)
+    assert not any("lies beside" in n for n in top.notes)
+    named = dataclasses.replace(options, name="req-named", requirements="proj/requirements.txt")
+    given = generate(load_plan(PLAN), tmp_path / "infra3", options=named, catalog=catalog)
+    assert not any("lies beside" in n for n in given.notes)

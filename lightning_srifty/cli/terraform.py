@@ -9,6 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# how the code snapshot chose its files (provision.snapshot.code_files), in the summary's words
+SOURCE_WORDS = {
+    "git": "git's files: tracked and untracked, not ignored",
+    "walk": "not a git work tree: every file but what its top .gitignore / .sriftyignore leaves out",
+}
+
 
 def cmd_terraform(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import code_options, load_catalog
@@ -82,7 +88,7 @@ def node_summary(result: Any, options: Any) -> str:
         lines += cuda.summary(env, values["ami"].get("id"))
         where = options.snapshot or Path(options.code or ".").resolve()
         lines.append(
-            f"  code         {where} ({snap.source}): {len(snap.files)} files, "
+            f"  code         {where} ({SOURCE_WORDS.get(snap.source, snap.source)}): {len(snap.files)} files, "
             f"{_size(snap.bytes_in)}, archive {_size(snap.bytes_out)}, sha256 {snap.sha256[:16]}..."
         )
     elif snap is None:
@@ -90,7 +96,8 @@ def node_summary(result: Any, options: Any) -> str:
         lines.append("  code         none delivered (--no-code): --setup-command must fetch it")
     if snap is not None and train.get("image"):
         lines.append(
-            f"  code         {options.snapshot or Path(options.code or '.').resolve()} ({snap.source}): "
+            f"  code         {options.snapshot or Path(options.code or '.').resolve()} "
+            f"({SOURCE_WORDS.get(snap.source, snap.source)}): "
             f"{len(snap.files)} files, sha256 {snap.sha256[:16]}..., at /workspace"
         )
     if options.setup_command:

@@ -639,6 +639,7 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
             parameter="train_command",
             value=options.train_command,
         )
+    notes += _requirements_beside_the_script(snapshot, script)
     entry = plan.entries[choice]
     text = read_member(snapshot, script).decode(errors="replace")
     glue = ("plan_strategy", "srifty_auto")
@@ -649,6 +650,21 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
             'Pass Trainer(strategy="srifty_auto") (docs/launch.md)'
         )
     return snapshot, notes
+
+
+def _requirements_beside_the_script(snapshot: Snapshot, script: str) -> list[str]:
+    """A note when the environment installs no requirements file but one lies beside the training script in a
+    subfolder (srifty run from above the project): that file would not be installed on the nodes."""
+    env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
+    folder = os.path.dirname(script)
+    beside = f"{folder}/requirements.txt" if folder else ""
+    if env.get("requirements") or not beside or beside not in snapshot.files:
+        return []
+    return [
+        f"{beside} lies beside the training script but is not installed on the nodes (the requirements file is read "
+        f"at the code folder's top): give --requirements {beside}, or run srifty from {folder}/ with the script's "
+        "path relative to it"
+    ]
 
 
 def _no_code_notes(options: Options) -> list[str]:
