@@ -318,10 +318,10 @@ def plan_table(
             "Pareto": "*" if e.pareto else "",
         }
         table.add_row(*(cells[c] for c in columns), style="bold green" if i == plan.chosen else None)
-    excluded = ", ".join(f"{n} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
+    excluded = ", ".join(f"{n:,} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
     if words is not None:  # the ranking's parameter names in the caller's words (srifty recommend: its flags)
         excluded = words(excluded)
-    types = ", ".join(f"{n} {why}" for why, n in sorted((plan.excluded_types or {}).items(), key=lambda kv: -kv[1]))
+    types = ", ".join(f"{n:,} {why}" for why, n in sorted((plan.excluded_types or {}).items(), key=lambda kv: -kv[1]))
     c = plan.constraints
     scaling = (
         f"strong scaling: every fleet trains the global batch of {c.global_batch}"
