@@ -220,8 +220,11 @@ def test_srifty_terraform_refuses_a_script_the_snapshot_does_not_have(tmp_path, 
     options = Options(name="code-check", code=str(project), train_command="python src/train.py --epochs 3")
     with pytest.raises(ConfigError, match=r"training script src/train.py is not in the code snapshot") as e:
         generate(load_plan(PLAN), tmp_path / "infra", options=options, catalog=catalog)
-    assert e.value.parameter == "train_command"
+    assert e.value.parameter == "train_command" and "Did you mean 'train.py'?" in str(e.value)
     assert not (tmp_path / "infra").exists()  # nothing written
+    typo = dataclasses.replace(options, train_command="trian.py --epochs 3")
+    with pytest.raises(ConfigError, match=r"training script trian.py is not .* Did you mean 'train.py'\? Run srifty"):
+        generate(load_plan(PLAN), tmp_path / "infra", options=typo, catalog=catalog)
 
 
 def test_srifty_terraform_writes_the_snapshot_once_and_replaces_a_stale_one(tmp_path, catalog) -> None:

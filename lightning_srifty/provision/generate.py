@@ -53,6 +53,7 @@ from lightning_srifty.provision.snapshot import (
 )
 from predictor.catalog.catalog import Catalog
 from predictor.documents.atomic import atomic_write_bytes, atomic_write_text
+from predictor.documents.checks import suggest
 from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import ConfigError, ProvisionError
 from predictor.model.spot import shutdown_grace_s
@@ -631,10 +632,13 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
                 value=options.train_command,
             )
     if script not in snapshot.files:
+        close = suggest(script, [f for f in snapshot.files if f.endswith(".py")], n=2)
+        mean = f"Did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise ConfigError(
             f"The training script {argv[0]} is not in the code snapshot of {where} ({len(snapshot.files)} "
             "files): every node runs torchrun from the snapshot's top folder, so it would end in \"can't open file\". "
-            "Run srifty from your project's folder (or give --code), and give the script's path relative to it; a "
+            + mean
+            + "Run srifty from your project's folder (or give --code), and give the script's path relative to it; a "
             "file git ignores is left out.",
             parameter="train_command",
             value=options.train_command,
