@@ -394,4 +394,4 @@ def test_the_deadline_flag_says_it_needs_a_unit_and_nothing_else(capsys) -> None
         main(["recommend", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "a duration with its unit, e.g. 12h, 90m, 2d (a bare number is refused)" in text
-    assert "hours where a number is given" not in text
+    assert "wall-time limit; on the command line" in text and "hours where" not in text

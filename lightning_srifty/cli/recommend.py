@@ -196,10 +196,7 @@ def _flag_options(name: str, spec: Any) -> dict[str, Any]:
     default = DEFAULTS[name]
     hint = CLI_HINTS.get(name)
     shown = ",".join(default) if isinstance(default, tuple) else default
-    # a flag with a unit says it in CLI_HINTS: the constraint's own words ("hours where a number is given") are the
-    # service's, where a number is hours, and would contradict the flag that refuses a bare number
-    doc = spec.doc.split(" (hours where a number is given)")[0] if spec.unit == "h" else spec.doc
-    words = doc + (f"; {hint}" if hint else "")
+    words = spec.doc + (f"; {hint}" if hint else "")  # a flag with a unit says it in its hint
     if spec.kind == "texts":
         words += "; comma-separated, repeatable"
     if shown not in (None, "", False, 0.0):

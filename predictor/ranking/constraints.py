@@ -122,7 +122,7 @@ class Constraints:
     )
     deadline_h: float | None = _c(
         None,
-        "wall-time limit (hours where a number is given)",
+        "wall-time limit",
         "number",
         minimum=0,
         exclusive=True,
