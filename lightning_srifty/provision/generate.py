@@ -608,8 +608,9 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
         snapshot, notes = load_snapshot(options.snapshot), []
     else:
         snapshot, notes = make_snapshot(plan, options, staging, leave_out=(target,))
+    env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
     if not options.image:
-        stop = cuda.image_note(json.loads(read_member(snapshot, ENVIRONMENT_FILE)), options.ami)
+        stop = cuda.image_note(env, options.ami)
         notes += [f"on the default image every GPU node would stop at boot: {stop}"] if stop else []
     where = options.snapshot or Path(options.code or ".").resolve()
     argv = train_argv(options.train_command)
@@ -643,7 +644,7 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
             parameter="train_command",
             value=options.train_command,
         )
-    notes += _requirements_beside_the_script(snapshot, script)
+    notes += _requirements_beside_the_script(snapshot, env, script)
     entry = plan.entries[choice]
     text = read_member(snapshot, script).decode(errors="replace")
     glue = ("plan_strategy", "srifty_auto")
@@ -656,10 +657,9 @@ def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: P
     return snapshot, notes
 
 
-def _requirements_beside_the_script(snapshot: Snapshot, script: str) -> list[str]:
-    """A note when the environment installs no requirements file but one lies beside the training script in a
-    subfolder (srifty run from above the project): that file would not be installed on the nodes."""
-    env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
+def _requirements_beside_the_script(snapshot: Snapshot, env: dict[str, Any], script: str) -> list[str]:
+    """A note when the environment (``env``, the snapshot's) installs no requirements file but one lies beside the
+    training script in a subfolder (srifty run from above the project): that file would not be installed."""
     folder = os.path.dirname(script)
     beside = f"{folder}/requirements.txt" if folder else ""
     if env.get("requirements") or not beside or beside not in snapshot.files:

@@ -145,16 +145,12 @@ class Catalog:
             ) from None
 
     def _gpu_named_hint(self, name: str) -> str | None:
-        """Where ``name`` is a GPU (a key or its prefix, as ``srifty catalog show --gpu`` takes it), not an instance
-        type: the instance types that carry it, so the user can write the fleet."""
-        wanted = name.strip().lower()
-        if not wanted:
+        """Where ``name`` is a GPU, not an instance type: the types that carry it, as ``srifty catalog show --gpu``
+        lists them (:meth:`filter`, cheapest first), so the user can write the fleet."""
+        try:
+            types = [it.name for it in self.filter(gpu=name)] if name.strip() else []
+        except UnknownNameError:
             return None
-        keys = {key for key in self.gpus.gpus if key.lower() == wanted} or {
-            key for key in self.gpus.gpus if key.lower().startswith(wanted)
-        }
-        carry = [it for it in self._instances.values() if it.gpu in keys]
-        types = [it.name for it in sorted(carry, key=lambda it: (it.gpus, it.vcpus, it.name))]  # smallest first
         if not types:
             return None
         shown = ", ".join(types[:6]) + (f" and {len(types) - 6} more" if len(types) > 6 else "")
