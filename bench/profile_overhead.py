@@ -1,6 +1,7 @@
 """Overhead of SriftyCallback on step time: the demo run with and without it, interleaved, same seed.
 
     python bench/profile_overhead.py [--model cnn|lm] [--rounds 15] [--warmup 20] [--profile 200] [--after 200]
+        [--accelerator cpu|cuda]
 
 Two measurements:
 
@@ -84,7 +85,14 @@ class StepClock(Callback):
 
 
 def one_run(
-    model_name: str, size: str, with_srifty: bool, warmup: int, profile: int, after: int, out_dir: Path
+    model_name: str,
+    size: str,
+    with_srifty: bool,
+    warmup: int,
+    profile: int,
+    after: int,
+    out_dir: Path,
+    accelerator: str = "cpu",
 ) -> dict[str, float]:
     pl.seed_everything(0, verbose=False)
     model, data = build(DemoConfig(model=model_name, size=size))
@@ -101,7 +109,7 @@ def one_run(
         callbacks += [cb, noop]
     trainer = pl.Trainer(
         max_steps=warmup + profile + after,
-        accelerator="cpu",
+        accelerator=accelerator,
         devices=1,
         logger=False,
         enable_checkpointing=False,
@@ -151,6 +159,7 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=200)
     parser.add_argument("--after", type=int, default=200)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--accelerator", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import logging
@@ -163,7 +172,9 @@ def main() -> None:
         if r % 2:
             arms.reverse()
         res = {
-            name: one_run(args.model, args.size, flag, args.warmup, args.profile, args.after, args.out)
+            name: one_run(
+                args.model, args.size, flag, args.warmup, args.profile, args.after, args.out, args.accelerator
+            )
             for name, flag in arms
         }
         row = {"round": r, **{f"{k}_{m}": v for k, d in res.items() for m, v in d.items()}}
@@ -195,7 +206,9 @@ def main() -> None:
         "profile": args.profile,
         "after": args.after,
         "threads": args.threads,
-        "machine": f"{cpu_model()}, {cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}",
+        "accelerator": args.accelerator,
+        "machine": f"{cpu_model()}, {cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
+        + (f", {torch.cuda.get_device_name()}" if args.accelerator == "cuda" else ""),
         "median_step_off_ms": med("off_window") * 1e3,
         "ab_window": med("ratio_window"),
         "ab_after": med("ratio_after"),
@@ -211,7 +224,9 @@ def main() -> None:
         "capture_step_ratio": med("on_capture_step_ratio"),
         "rows": rows,
     }
-    (args.out / f"profile_overhead_{args.model}_{args.size}.json").write_text(json.dumps(summary, indent=2))
+    (args.out / f"profile_overhead_{args.model}_{args.size}_{args.accelerator}.json").write_text(
+        json.dumps(summary, indent=2)
+    )
     print(
         "\n| model | step (off) | A/B window | A/B after | A/A window (noise) | A/A after (noise) | "
         "in-hook window: per step (share) | in-hook after: per step (share) |"

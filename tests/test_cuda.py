@@ -68,7 +68,9 @@ def test_nccl_srifty_ddp(tmp_path, subprocess_env) -> None:
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed"])
 def test_operator_table_on_cuda_equals_the_meta_capture(precision) -> None:
     """The meta capture (CUDA autocast policy emulated, foreach forced) gives what CUDA runs, for a model free of the
-    documented device-dependent choices (batch norm's cuDNN kernel, fused attention, fused dropout)."""
+    documented device-dependent choices (batch norm's cuDNN kernel, fused attention, fused dropout). As a multiset:
+    CUDA's autocast casts a layer's weight and bias in another order than the emulation (seen on an H100,
+    2026-11-27), and the predictor sums the table, so the order carries nothing."""
     import functools
 
     from torch import nn
@@ -90,4 +92,4 @@ def test_operator_table_on_cuda_equals_the_meta_capture(precision) -> None:
     adam = functools.partial(torch.optim.Adam, lr=1e-3)
     on_gpu = capture_ops(Net(), batch, device="cuda", optimizer=adam, precision=precision)
     on_meta = capture_ops(Net(), batch, device="meta", optimizer=adam, precision=precision)
-    assert on_gpu.ops == on_meta.ops
+    assert sorted(on_gpu.ops, key=repr) == sorted(on_meta.ops, key=repr)

@@ -187,6 +187,64 @@ def test_profiled_gpu_step_is_scaled_by_the_ratio_of_operator_sums(roofline, cat
     assert any("from the operator table" in a for a in other.assumptions)
 
 
+def _small_kernels_profile(gpu: str, step: float, count: int = 1000) -> object:
+    """A step of ``2 * count`` tiny kernels (GPU time ~ count x 10 us on the stand-in roofline)."""
+    data = copy.deepcopy(MINIMAL)
+    data["hardware"] = {"gpu": gpu, "devices": 1}
+    data["timing"] = {"step_time_s": {"p50": step}}
+    data["batch"] = {"per_device": 8}
+    tiny = {"dtypes": ["float32", "float32"], "shapes": [[64, 64], [64, 64]], "bytes_written": 64 * 64 * 4}
+    data["ops"] = {
+        "device": "cuda",
+        "samples": 8,
+        "ops": [
+            {
+                "op": "aten.mm.default",
+                "phase": "forward",
+                "count": count,
+                "flops": 2 * 64**3,
+                "bytes_read": 2 * 64 * 64 * 4,
+            }
+            | tiny,
+            {"op": "aten.add.Tensor", "phase": "forward", "count": count, "flops": 0.0, "bytes_read": 2 * 64 * 64 * 4}
+            | tiny,
+        ],
+    }
+    return load_profile(data)
+
+
+def test_a_host_bound_step_scales_only_its_gpu_time_and_the_host_floor_holds(roofline, catalog) -> None:
+    """A step measured at the host's floor (2,000 kernels at HOST_S_PER_KERNEL) says nothing of the GPU: on a slower
+    GPU the ratio scales the model's GPU time, not the measured step, and the floor keeps the step at the host's."""
+    from predictor.model.ops import HOST_BOUND_BAND, HOST_S_PER_KERNEL
+
+    floor = 2000 * HOST_S_PER_KERNEL
+    host_bound = _small_kernels_profile("A100-SXM-40GB", 1.1 * floor)
+    assert HOST_BOUND_BAND > 1.1
+    slower = predict(host_bound, "p3.2xlarge:1", catalog=catalog, scaling="weak")
+    assert slower.breakdown["compute_s"] == pytest.approx(floor, rel=1e-6)  # the V100 waits on the same host
+    assert any("host-bound" in a for a in slower.assumptions)
+    # well above the floor the step is the GPU's: the measured time is what the ratio scales
+    gpu_bound = predict(_small_kernels_profile("A100-SXM-40GB", 3 * floor), "p3.2xlarge:1", catalog=catalog,
+                        scaling="weak")  # fmt: skip
+    assert gpu_bound.breakdown["compute_s"] > 3 * floor
+    assert not any("host-bound" in a for a in gpu_bound.assumptions)
+
+
+def test_the_host_floor_is_the_measured_median_of_the_h100_batch_one_steps() -> None:
+    """HOST_S_PER_KERNEL is what bench/host_floor.py fits on the archived H100 profiles (not a judgement)."""
+    import statistics
+
+    from _support import bench_module
+    from predictor.model.ops import HOST_S_PER_KERNEL
+
+    host_floor = bench_module("host_floor")
+    cases = host_floor.load(host_floor.ARCHIVE)
+    fit = [v["step_s"] / v["kernels"] for k, v in cases.items() if k.endswith("-1") and not k.startswith("demo")]
+    assert len(fit) == 6
+    assert statistics.median(fit) == pytest.approx(HOST_S_PER_KERNEL, abs=0.5e-6)
+
+
 def test_meta_profile_is_predicted_absolutely_and_says_so(roofline, catalog) -> None:
     data = _profile_with_ops(None, 0.0)
     profile = load_profile({**data.to_dict(), "timing": {"step_time_s": {"p50": 0.0}}})

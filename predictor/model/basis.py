@@ -194,13 +194,14 @@ def step_floor(profile: Profile, src: Source, kind: str) -> float:
     """Seconds per micro-step that a GPU cannot take away, whatever the batch: the host runs the framework's Python
     (measured: :func:`framework_s`) and launches every kernel of the step (``HOST_S_PER_KERNEL`` each, counted from
     the operator table) before the GPU can finish. Without either, the FLOPs-only path keeps ``MIN_GPU_STEP_S``."""
-    from predictor.model.ops import HOST_S_PER_KERNEL, kernel_count
+    from predictor.model.ops import host_floor
 
+    if src.ops is not None:
+        return host_floor(profile, src.ops)
     framework = framework_s(profile)
-    launches = kernel_count(src.ops.classified) * HOST_S_PER_KERNEL if src.ops is not None else None
-    if framework is None and launches is None:
+    if framework is None:
         return MIN_GPU_STEP_S if kind == "from_cpu" else 0.0
-    return (framework or 0.0) + (launches or 0.0)
+    return framework
 
 
 def grad_bytes(profile: Profile) -> float:
