@@ -2,7 +2,8 @@
 PyTorch and cuBLAS, the floor under any kernel model scored on them (issue #21 item 2).
 
     python bench/kernel_replay.py measure --out DIR [--rows 300] [--budget-s 90]   # on a CUDA machine
-    python bench/kernel_replay.py score DIR                                         # here, no GPU
+    python bench/kernel_replay.py score DIR|CSV                                     # here, no GPU
+    python bench/kernel_replay.py score bench/data/h100_kernel_replay_2026-11-27.csv  # the H100 session's
 
 ``measure``: a fixed-seed sample of the ``test``-split H100 rows of ``linear.csv`` (``F.linear(x[b,m,k], w[n,k])``)
 and ``bmm.csv`` (``torch.bmm(a[b,m,k], c[b,k,n])``), FP32 with TF32 off as NeuSight measured them; each shape timed
@@ -99,7 +100,7 @@ def score(folder: Path, data: Path) -> int:
 
     from predictor.catalog.gpus import get_gpu
 
-    with (folder / "kernel_replay.csv").open() as fh:
+    with (folder if folder.is_file() else folder / "kernel_replay.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     model = ov.kernel_model(("H100-SXM",), str(data))  # trained without every H100 row
     gpu = get_gpu("H100-SXM")
