@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import devicecli  # noqa: E402
+
 WARMUP, PROFILE = 5, 10
 
 
@@ -265,21 +267,18 @@ def score(folder: Path, data: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("measure", help="on a CUDA machine: profile every case")
-    m.add_argument("--out", type=Path, required=True)
-    m.add_argument("--budget-s", type=float, default=240.0, help="stop starting new cases after this many seconds")
-    m.add_argument("--accelerator", default="cuda", help="cpu: a dry run of the harness (with --only and --batch-cap)")
-    m.add_argument("--only", default="", help="only the cases whose 'model precision' contains this")
-    m.add_argument("--batch-cap", type=int, default=0, help="cap every batch (a dry run's)")
-    s = sub.add_parser("score", help="here: predict from the measured profiles")
-    s.add_argument("folder", type=Path)
-    s.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "kernels"))
-    args = parser.parse_args(argv)
+    def measure_options(m: argparse.ArgumentParser) -> None:
+        m.add_argument("--accelerator", default="cuda", help="cpu: a dry run of the harness (with --only, --batch-cap)")
+        m.add_argument("--only", default="", help="only the cases whose 'model precision' contains this")
+        m.add_argument("--batch-cap", type=int, default=0, help="cap every batch (1 or 4: the host-bound runs)")
+
+    def score_options(s: argparse.ArgumentParser) -> None:
+        s.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "kernels"))
+
+    args = devicecli.parse(__doc__ or "", argv, 240.0, measure_options, score_options)
     if args.cmd == "measure":
         return measure(args.out, args.budget_s, args.accelerator, args.only, args.batch_cap)
-    return score(args.folder, args.data)
+    return score(args.path, args.data)
 
 
 if __name__ == "__main__":

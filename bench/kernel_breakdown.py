@@ -15,7 +15,6 @@ path's leave-one-model-out efficiencies): which class carries the model's error 
 
 from __future__ import annotations
 
-import argparse
 import csv
 import re
 import sys
@@ -26,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+
+import devicecli  # noqa: E402
 
 CASES = (
     ("BERT-base finetune-SQuAD", "16-mixed", 320),
@@ -168,14 +169,7 @@ def score(path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("measure")
-    m.add_argument("--out", type=Path, required=True)
-    m.add_argument("--budget-s", type=float, default=90.0)
-    s = sub.add_parser("score")
-    s.add_argument("path", type=Path)
-    args = parser.parse_args(argv)
+    args = devicecli.parse(__doc__ or "", argv, 90.0)
     if args.cmd == "measure":
         return measure(args.out, args.budget_s)
     return score(args.path)

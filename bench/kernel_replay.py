@@ -29,6 +29,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+import devicecli  # noqa: E402
+
 DATA = ROOT.parent / "shared" / "data" / "kernels"
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -121,20 +123,17 @@ def score(folder: Path, data: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("measure")
-    m.add_argument("--out", type=Path, required=True)
-    m.add_argument("--rows", type=int, default=300, help="shapes per operator")
-    m.add_argument("--budget-s", type=float, default=90.0)
-    s = sub.add_parser("score")
-    s.add_argument("folder", type=Path)
-    for p in (m, s):
-        p.add_argument("--data", type=Path, default=DATA)
-    args = parser.parse_args(argv)
+    def measure_options(m: argparse.ArgumentParser) -> None:
+        m.add_argument("--rows", type=int, default=300, help="shapes per operator")
+        m.add_argument("--data", type=Path, default=DATA)
+
+    def score_options(s: argparse.ArgumentParser) -> None:
+        s.add_argument("--data", type=Path, default=DATA)
+
+    args = devicecli.parse(__doc__ or "", argv, 90.0, measure_options, score_options)
     if args.cmd == "measure":
         return measure(args.out, args.rows, args.budget_s, args.data)
-    return score(args.folder, args.data)
+    return score(args.path, args.data)
 
 
 if __name__ == "__main__":

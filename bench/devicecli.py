@@ -1,0 +1,28 @@
+"""The command line every lent-GPU bench shares: ``measure`` (on the GPU machine, into ``--out``, stopping new work
+after ``--budget-s``) and ``score`` (here, from what came back: a folder, or its committed copy)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+
+def parse(
+    doc: str,
+    argv: list[str] | None,
+    budget_s: float,
+    measure_options: Callable[[argparse.ArgumentParser], None] = lambda p: None,
+    score_options: Callable[[argparse.ArgumentParser], None] = lambda p: None,
+) -> argparse.Namespace:
+    """``args.cmd`` is "measure" (with ``out``, ``budget_s``) or "score" (with ``path``), plus each verb's options."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    measure = sub.add_parser("measure", help="on a CUDA machine")
+    measure.add_argument("--out", type=Path, required=True, help="folder for the raw results")
+    measure.add_argument("--budget-s", type=float, default=budget_s, help="start no new case after this many seconds")
+    measure_options(measure)
+    score = sub.add_parser("score", help="here, no GPU: from the raw results")
+    score.add_argument("path", type=Path, help="the folder measure wrote, or its committed copy in bench/data")
+    score_options(score)
+    return parser.parse_args(argv)
