@@ -150,15 +150,19 @@ def _causal_flash_forward(seq: int):
     )
 
 
-def test_fused_attention_runs_no_faster_than_its_published_ceiling(catalog) -> None:
+@pytest.mark.parametrize("tokens", [384, 65536])
+def test_fused_attention_runs_at_its_published_share_of_the_peak(catalog, tokens) -> None:
+    """Its matmuls at the share (the scores never leave the chip, so not the GEMM model's two batched matmuls,
+    which write and read them: 3x the H100's measured cuDNN attention at BERT's 384 tokens); its traffic on top."""
     from predictor.model.ops import attention_ceiling, classify_table, ops_time
 
-    rec = _causal_flash_forward(65536)
+    rec = _causal_flash_forward(tokens)
     for gpu_key, share in (("H100-SXM", 0.3), ("A100-SXM-80GB", 0.6)):
         gpu = catalog.gpu(gpu_key)
         assert attention_ceiling(gpu) == share
-        seconds = ops_time(classify_table([rec]), gpu, "bf16-mixed", None, "absolute").seconds
-        assert rec.flops / seconds <= share * gpu.bf16_tflops * 1e12 * 1.001
+        t = ops_time(classify_table([rec]), gpu, "bf16-mixed", None, "absolute")
+        assert rec.flops / t.by_class["gemm"] == pytest.approx(share * gpu.bf16_tflops * 1e12, rel=1e-9)
+        assert rec.flops / t.seconds <= share * gpu.bf16_tflops * 1e12 * 1.001
 
 
 def test_a_torch_before_2_2_runs_flash_attention_v1_at_its_own_ceiling(catalog) -> None:

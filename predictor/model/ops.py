@@ -520,12 +520,14 @@ def ops_time(
         lat = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
         fused = np.array([c.extra != () and base_name(c.op).startswith(_ATTENTION_PREFIX) for c in items])
         if cls == "gemm" and half and fused.any() and peak:
-            # a fused attention kernel's matmuls run no faster than its published ceiling (attention_ceiling)
+            # a fused attention kernel's matmuls run at its published share of the dense peak (attention_ceiling),
+            # not as the GEMM model's two batched matmuls: those write and read the s_q x s_k scores, which a fused
+            # kernel keeps on chip (its real traffic, q, k, v and the output, is priced in its softmax part)
             dense = (gpu.bf16_tflops if precision.startswith("bf16") else gpu.fp16_tflops) or gpu.fp16_tflops
             if dense:
-                ceiling = attention_ceiling(gpu, attention)
-                floor = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / (dense * 1e12 * ceiling)
-                lat = np.where(fused, np.maximum(lat, floor), lat)
+                share = attention_ceiling(gpu, attention)
+                at_share = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / (dense * 1e12 * share)
+                lat = np.where(fused, at_share, lat)
         scale = np.array([c.scale for c in items])
         times = np.broadcast_to(lat * scale, (len(items),))
         by_class[cls] += float(np.sum(times))
