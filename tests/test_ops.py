@@ -120,6 +120,18 @@ def test_casts_are_copies_not_unknown_operators() -> None:
     assert cast.cls == "memory" and not cast.op.endswith("?")
 
 
+def test_gradscalers_unscale_and_update_are_memory_passes_not_unknown_operators() -> None:
+    """A profile recorded on a GPU under 16-mixed holds GradScaler's two operators (seen on the H100, 2026-11-27)."""
+    unscale = rec(
+        "aten._amp_foreach_non_finite_check_and_unscale_.default", [[1024, 1024], [1], [1]], phase="optimizer"
+    )
+    update = rec("aten._amp_update_scale_.default", [[1], [1], [1]], phase="optimizer")
+    for r in (unscale, update):
+        c = classify(r)
+        assert c.cls == "memory" and not c.op.endswith("?")
+        assert c.dims["bytes"] == r.bytes_read + r.bytes_written
+
+
 def test_norms_softmax_reductions_elementwise_and_memory() -> None:
     ln = classify(rec("aten.native_layer_norm.default", [[4, 128, 768], [768], [768]]))
     assert ln.cls == "norm" and ln.dims["cols"] == 768 and ln.dims["rows"] == 4 * 128

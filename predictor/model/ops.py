@@ -311,7 +311,9 @@ def classify(rec: OpRecord) -> Classified:
     if plain in _REDUCTION or plain.rstrip("_") in _REDUCTION:
         n = _numel(shapes[0]) if shapes else 0.0
         return Classified("reduction", {"n": n, "bytes": total_bytes}, rec.count, half, eb, rec.op)
-    if plain.startswith("foreach") or plain in _MEMORY or plain.rstrip("_") in _MEMORY:
+    # foreach optimizers, and GradScaler's unscale (a foreach pass over the gradients) and scale update (one scalar),
+    # which a profile recorded on a GPU under 16-mixed holds
+    if plain.startswith(("foreach", "amp_")) or plain in _MEMORY or plain.rstrip("_") in _MEMORY:
         return Classified("memory", {"bytes": total_bytes}, rec.count, half, eb, rec.op)
     if _ELEMENTWISE_WORDS.intersection(plain.split("_")):
         return Classified(
