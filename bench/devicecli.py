@@ -4,8 +4,25 @@ after ``--budget-s``) and ``score`` (here, from what came back: a folder, or its
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+ARCHIVE = Path(__file__).resolve().parent / "data" / "h100_profiles_2026-11-27.tar.xz"
+
+
+@contextlib.contextmanager
+def unpacked(path: Path) -> Iterator[Path]:
+    """A folder of raw results: ``path`` itself, or the archive ``path`` unpacked into a temporary folder (removed
+    after)."""
+    if not path.is_file():
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="srifty-device-") as tmp, tarfile.open(path) as tar:
+        tar.extractall(tmp, filter="data")
+        yield Path(tmp)
 
 
 def parse(

@@ -28,8 +28,6 @@ import json
 import math
 import statistics
 import sys
-import tarfile
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -176,7 +174,13 @@ def measure(out: Path, budget_s: float, accelerator: str = "cuda", only: str = "
     return 0
 
 
-def score(folder: Path, data: str) -> int:
+def score(path: Path, data: str) -> int:
+    """Score the measured profiles in ``path``: a folder, or a session's archive (bench/data/h100_profiles_*)."""
+    with devicecli.unpacked(path) as folder:
+        return _score(folder, data)
+
+
+def _score(folder: Path, data: str) -> int:
     import ops_validation as ov
 
     from predictor.documents.profile import load_profile
@@ -184,11 +188,6 @@ def score(folder: Path, data: str) -> int:
     from predictor.model.predict import predict
     from predictor.validation import Case, case_catalog
 
-    if folder.is_file():  # an archive of a session's profiles (bench/data/h100_profiles_*.tar.xz)
-        tmp = tempfile.mkdtemp(prefix="gpu-lambda-")
-        with tarfile.open(folder) as tar:
-            tar.extractall(tmp, filter="data")
-        folder = Path(tmp)
     log = folder / "measure.jsonl" if (folder / "measure.jsonl").exists() else folder / "measure-lambda.jsonl"
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     measured = {r["case"]: r for r in rows if "error" not in r}

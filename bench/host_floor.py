@@ -17,14 +17,14 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-ARCHIVE = ROOT / "bench" / "data" / "h100_profiles_2026-11-27.tar.xz"
+import devicecli  # noqa: E402
+
+ARCHIVE = devicecli.ARCHIVE
 BEFORE = 6e-6  # the judgement the fit replaces (no measurement behind it)
 
 
@@ -34,10 +34,8 @@ def load(archive: Path) -> dict[str, dict]:
     from predictor.model import ops
 
     out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter="data")
-        for path in sorted(Path(tmp).glob("*.json")):
+    with devicecli.unpacked(archive) as folder:
+        for path in sorted(folder.glob("*.json")):
             data = json.loads(path.read_text())
             if data.get("schema") != "srifty.profile/v1":
                 continue
@@ -53,6 +51,11 @@ def load(archive: Path) -> dict[str, dict]:
     return out
 
 
+def fitted(case: str) -> bool:
+    """The steps the host's cost per kernel is fitted on: the Lambda models at batch 1."""
+    return case.endswith("-1") and not case.startswith("demo")
+
+
 def mape(pairs: list[tuple[float, float]]) -> float:
     return statistics.fmean(abs(p / m - 1) for p, m in pairs)
 
@@ -60,7 +63,7 @@ def mape(pairs: list[tuple[float, float]]) -> float:
 def main(argv: list[str] | None = None) -> int:
     archive = Path((argv or sys.argv[1:] or [str(ARCHIVE)])[0])
     cases = load(archive)
-    fit = {k: v for k, v in cases.items() if k.endswith("-1") and not k.startswith("demo")}
+    fit = {k: v for k, v in cases.items() if fitted(k)}
     per_kernel = {k: v["step_s"] / v["kernels"] for k, v in fit.items()}
     c = statistics.median(per_kernel.values())
     print(f"fit on {len(fit)} batch-1 steps: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in per_kernel.items()))

@@ -122,8 +122,6 @@ def measure(out: Path, budget_s: float) -> int:
 
 def score(path: Path) -> int:
     import json
-    import tarfile
-    import tempfile
 
     import ops_validation as ov
 
@@ -138,11 +136,9 @@ def score(path: Path) -> int:
     folds = json.loads((ROOT / "bench" / "results" / "ops_validation.json").read_text())
     eff = {r["model"]: r["efficiency"] for r in folds["absolute"]["rows"]}
     gpu = get_gpu("H100-SXM")
-    tmp = tempfile.mkdtemp(prefix="breakdown-")
-    with tarfile.open(ROOT / "bench" / "data" / "h100_profiles_2026-11-27.tar.xz") as tar:
-        tar.extractall(tmp, filter="data")
-    model_cls = {"gemm": "gemm", "conv": "conv", "norm": "norm", "softmax": "softmax", "elementwise": "elementwise",
-                 "reduction": "reduction", "memory": "copy"}  # fmt: skip
+    with devicecli.unpacked(devicecli.ARCHIVE) as folder:  # the tables the callback recorded on the same GPU
+        profiles = {c: load_profile(folder / f"{c[0].split()[0]}-{c[1]}-{c[2]}.json") for c in CASES}
+    model_cls = {"memory": "copy"}  # the model's names for the classes this script names otherwise
     for model, precision, batch in CASES:
         mine = [r for r in rows if (r["model"], r["precision"], int(r["batch"])) == (model, precision, batch)]
         if not mine:
@@ -151,18 +147,16 @@ def score(path: Path) -> int:
         measured: dict[str, float] = defaultdict(float)
         for r in mine:
             measured[classify(r["kernel"])] += float(r["gpu_us"]) / steps / 1e3
-        prof = load_profile(Path(tmp) / f"{model.split()[0]}-{precision}-{batch}.json")
+        prof = profiles[(model, precision, batch)]
         ops.tensor_core_efficiency = lambda kind, path="ratio", m=model: eff[m][kind]
         classified = ops.classify_table(prof.ops.ops)
         t = ops.ops_time(classified, gpu, precision, "high", "absolute", "fa2")
         predicted: dict[str, float] = defaultdict(float)
         for cls, sec in t.by_class.items():
             predicted[model_cls.get(cls, cls)] += sec * 1e3
-        # the model prices a fused attention as its matmuls (gemm) and softmax: its share, from the table
-        att = [c for c in classified if ops.base_name(c.op).startswith(ops._ATTENTION_PREFIX)]
         print(f"\n{model} {precision} b={batch}: step {float(mine[0]['step_ms']):.1f} ms, GPU kernels "
-              f"{sum(measured.values()):.1f} ms; model {t.seconds * 1e3:.1f} ms ({len(att)} attention parts "
-              "inside its gemm and softmax)")  # fmt: skip
+              f"{sum(measured.values()):.1f} ms; model {t.seconds * 1e3:.1f} ms (its fused attention in its gemm "
+              "and elementwise)")  # fmt: skip
         for cls in sorted(set(measured) | set(predicted), key=lambda c: -measured.get(c, 0.0)):
             print(f"  {cls:12s} measured {measured.get(cls, 0.0):7.1f} ms   model {predicted.get(cls, 0.0):7.1f} ms")
     return 0

@@ -252,7 +252,7 @@ def test_the_host_floor_is_the_measured_median_of_the_h100_batch_one_steps() -> 
 
     host_floor = bench_module("host_floor")
     cases = host_floor.load(host_floor.ARCHIVE)
-    fit = [v["step_s"] / v["kernels"] for k, v in cases.items() if k.endswith("-1") and not k.startswith("demo")]
+    fit = [v["step_s"] / v["kernels"] for k, v in cases.items() if host_floor.fitted(k)]
     assert len(fit) == 6
     assert statistics.median(fit) == pytest.approx(HOST_S_PER_KERNEL, abs=0.5e-6)
 

@@ -72,7 +72,8 @@ class Source:
         world = profile.hardware.world_size or profile.hardware.devices * profile.hardware.nodes
         from predictor.model.ops import prepare
 
-        return cls(gpu, b, world, compute, data, bwd_share, flops, achieved, compute > 0, prepare(profile, gpu))
+        prepared = prepare(profile, gpu, compute)
+        return cls(gpu, b, world, compute, data, bwd_share, flops, achieved, compute > 0, prepared)
 
 
 @dataclass(frozen=True)
@@ -194,10 +195,8 @@ def step_floor(profile: Profile, src: Source, kind: str) -> float:
     """Seconds per micro-step that a GPU cannot take away, whatever the batch: the host runs the framework's Python
     (measured: :func:`framework_s`) and launches every kernel of the step (``HOST_S_PER_KERNEL`` each, counted from
     the operator table) before the GPU can finish. Without either, the FLOPs-only path keeps ``MIN_GPU_STEP_S``."""
-    from predictor.model.ops import host_floor
-
     if src.ops is not None:
-        return host_floor(profile, src.ops)
+        return src.ops.host_s
     framework = framework_s(profile)
     if framework is None:
         return MIN_GPU_STEP_S if kind == "from_cpu" else 0.0

@@ -589,6 +589,10 @@ class PreparedTable:
     classified: tuple[Classified, ...]
     source: OpsTime | None  # None without a profiled GPU, or when its sum cannot be predicted
     source_error: str | None
+    host_s: float = 0.0  # the host's floor per micro-step (host_floor)
+    # a step measured within HOST_BOUND_BAND of that floor, when the model's own GPU time per step on the profiled
+    # GPU (absolute constants) is less than it: the part of the step a GPU change scales; None otherwise
+    host_bound_gpu_s: float | None = None
 
 
 def profile_attention(profile: Profile) -> str:
@@ -596,25 +600,31 @@ def profile_attention(profile: Profile) -> str:
     return attention_generation(profile.software.torch if profile.software is not None else None)
 
 
-def prepare(profile: Profile, src_gpu: GPU | None) -> PreparedTable | None:
-    """Classify the profile's operator table and sum it on the profiled GPU (None without a table)."""
+def prepare(profile: Profile, src_gpu: GPU | None, compute_s: float = 0.0) -> PreparedTable | None:
+    """Classify the profile's operator table, sum it on the profiled GPU, and tell whether the step measured there
+    (``compute_s``) was the host's (None without a table)."""
     table = profile.ops
     if table is None or not table.ops:
         return None
     classified = tuple(classify_table(table.ops))
+    host = host_floor(profile, classified)
     if src_gpu is None:
-        return PreparedTable(classified, None, None)
+        return PreparedTable(classified, None, None, host)
+    precision, matmul, attention = (
+        profile.model.precision,
+        profile.model.float32_matmul_precision,
+        profile_attention(profile),
+    )
     try:
-        source = ops_time(
-            classified,
-            src_gpu,
-            profile.model.precision,
-            profile.model.float32_matmul_precision,
-            attention=profile_attention(profile),
-        )
+        source = ops_time(classified, src_gpu, precision, matmul, attention=attention)
+        bound = None
+        if 0 < compute_s < HOST_BOUND_BAND * host:  # the model's own GPU time per step there, its absolute constants
+            alone = ops_time(classified, src_gpu, precision, matmul, "absolute", attention)
+            modelled = alone.seconds * profile.batch.per_device / max(table.samples, 1e-12)
+            bound = modelled if modelled < compute_s else None
     except PredictionError as exc:
-        return PreparedTable(classified, None, str(exc))
-    return PreparedTable(classified, source, None)
+        return PreparedTable(classified, None, str(exc), host)
+    return PreparedTable(classified, source, None, host, bound)
 
 
 def ops_compute(
@@ -662,19 +672,14 @@ def ops_compute(
             f"ratio of predicted operator sums applied to the measured step)"
         )
         gpu_part = src.compute_s
-        host = host_floor(profile, prepared)
-        modelled = math.inf
-        if src.compute_s < HOST_BOUND_BAND * host:  # the model's own GPU time per step there, its absolute constants
-            alone = ops_time(prepared.classified, src.gpu, precision, matmul, "absolute", profile_attention(profile))
-            modelled = alone.seconds * src.per_device_batch / max(table.samples, 1e-12)
-        if modelled < src.compute_s:
+        if prepared.host_bound_gpu_s is not None:
             # the GPU waited on the host: the measured step is the host's, and what a GPU change scales is at most
             # the GPU's own time, which only the operator model gives
-            gpu_part = modelled
+            gpu_part = prepared.host_bound_gpu_s
             notes.append(
                 f"the step measured on {src.gpu.key} ({src.compute_s * 1e3:.3g} ms) is within x{HOST_BOUND_BAND:g} "
-                f"of the host's floor ({host * 1e3:.3g} ms): host-bound, so {modelled * 1e3:.3g} ms of it (the "
-                "operator model's GPU time on the profiled GPU) is what the ratio scales; the floor holds the rest"
+                f"of the host's floor ({prepared.host_s * 1e3:.3g} ms): host-bound, so {gpu_part * 1e3:.3g} ms of it "
+                "(the operator model's GPU time on the profiled GPU) is what the ratio scales; the floor holds the rest"
             )
         per_sample = gpu_part / src.per_device_batch * ratio
         return per_sample, share, ("same" if src.gpu.key == dst.key else "cross-ops"), target.optimizer_share
@@ -690,12 +695,12 @@ def ops_compute(
     return target.seconds / table.samples, share, "ops-absolute", target.optimizer_share
 
 
-def host_floor(profile: Profile, prepared: PreparedTable) -> float:
+def host_floor(profile: Profile, classified: Sequence[Classified]) -> float:
     """Seconds per micro-step the host needs whatever the GPU: the profile's own framework time (step less phases)
     plus ``HOST_S_PER_KERNEL`` per kernel of the table (what :func:`predictor.model.basis.step_floor` bounds by)."""
     from predictor.model.basis import framework_s
 
-    return (framework_s(profile) or 0.0) + kernel_count(prepared.classified) * HOST_S_PER_KERNEL
+    return (framework_s(profile) or 0.0) + kernel_count(classified) * HOST_S_PER_KERNEL
 
 
 def kernel_count(classified: Sequence[Classified]) -> int:
