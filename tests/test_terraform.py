@@ -250,6 +250,11 @@ def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(
     assert transient_error("api error InvalidPermission.Duplicate: The specified rule already exists") == (
         "InvalidPermission.Duplicate"
     )
+    lost_creates = (
+        "api error EntityAlreadyExists: Instance Profile failover-1-node-2026112721465012 already exists.",
+        "api error InvalidLaunchTemplateName.AlreadyExistsException: Launch template name already in use.",
+    )
+    assert [transient_error(o) for o in lost_creates] == ["EntityAlreadyExists", "AlreadyExistsException"]
     assert transient_error("api error InvalidParameterValue: bad value") is None  # configuration errors fail at once
     plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
     ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")

@@ -43,6 +43,12 @@ TRANSIENT_APPLY_ERRORS = (
     # a rule revoked twice (the provider revokes a new group's default egress rule): the same lost answer; on AWS also
     # a new group's rules not yet visible (eventual consistency). A new plan reads the group as it is.
     "InvalidPermission.NotFound",
+    # a create answered "already exists": the module names what it creates with name_prefix (a fresh suffix per
+    # attempt), so the only holder of the name is the same request's lost first attempt, which the SDK retried (IAM
+    # roles and instance profiles; EC2 launch templates). A new plan creates it under a new name; the lost attempt's
+    # object (neither runs nor bills) is outside terraform's state. (moto under load did both in CI.)
+    "EntityAlreadyExists",
+    "AlreadyExistsException",
 )
 #: Applies after the first one that a transient error may start (see :data:`TRANSIENT_APPLY_ERRORS`).
 APPLY_RETRIES = 1
