@@ -243,7 +243,7 @@ def held_out_width(ok: list[dict]) -> str:
 
 
 def write_errors(ok: list[dict]) -> str:
-    """The interval widths of the operator paths, from held-out residuals only, into ``model_v2.json``'s ``errors``:
+    """The interval widths of the operator paths, from held-out residuals only, into ``model_v3.json``'s ``errors``:
     ``ops-absolute`` (a capture, no GPU) from this set's rows pooled with the absolute cases of
     ``bench/ops_validation.py`` (Lambda, FP32 and AMP, one GPU; its last results), ``cross-ops`` (a profile measured
     on another GPU) from that bench's ratio cases. The width is the one that holds 80% of the pooled log residuals
@@ -259,7 +259,7 @@ def write_errors(ok: list[dict]) -> str:
         + [(r["model"], r["log_residual"]) for r in lam.get("absolute", {}).get("rows", [])],
         "cross-ops": [(r["model"], r["log_residual"]) for r in lam.get("ratio", {}).get("rows", [])],
     }
-    path = ROOT / "predictor" / "data" / "model_v2.json"
+    path = ROOT / "predictor" / "data" / "model_v3.json"
     artefact = json.loads(path.read_text())
     lines = []
     for kind, pool in pools.items():
@@ -328,7 +328,7 @@ def main() -> None:
         "--write-errors",
         action="store_true",
         help="write the operator paths' interval widths (held-out residuals, pooled with bench/ops_validation.py's) "
-        "into predictor/data/model_v2.json",
+        "into predictor/data/model_v3.json",
     )
     args = ap.parse_args()
     rows = load_rows()

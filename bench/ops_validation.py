@@ -178,7 +178,7 @@ def main() -> int:
     parser.add_argument(
         "--write-artefact",
         action="store_true",
-        help="also fit the tensor-core efficiencies on every model's cases and write them into model_v2.json",
+        help="also fit the tensor-core efficiencies on every model's cases and write them into model_v3.json",
     )
     parser.add_argument("--plot-only", action="store_true", help="redraw the figure from the last results")
     parser.add_argument(
@@ -252,7 +252,7 @@ def main() -> int:
             shipped[kind] = eff | {"cases": len(every)}
             if kind in AT_BOUND:
                 shipped[kind]["at_bound"] = AT_BOUND[kind]
-        path = ROOT / "predictor" / "data" / "model_v2.json"
+        path = ROOT / "predictor" / "data" / "model_v3.json"
         artefact = json.loads(path.read_text())
         artefact["tensor_core"] = shipped
         atomic_write_json(path, artefact)

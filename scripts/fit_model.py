@@ -2,7 +2,7 @@
 
     python scripts/fit_model.py [--check]
 
-Writes ``predictor/data/correction.json`` (the cross-GPU correction, Ridge) and ``predictor/data/model_v2.json``:
+Writes ``predictor/data/correction.json`` (the cross-GPU correction, Ridge) and ``predictor/data/model_v3.json``:
 the data-parallel loss constants fitted on every same-GPU scaling case, and the error of each kind of prediction
 from held-out residuals only (scaling: leave-one-model-out; cross-GPU with the correction: leave-one-GPU-out; the
 analytic paths fit nothing). Deterministic (grids and Ridge, no randomness); both record the data's sha256 and the
@@ -83,7 +83,7 @@ def fit(say=print) -> tuple[dict, dict]:
     assert all(math.isfinite(v) for v in errors.values())
     # the tensor-core efficiencies need operator tables captured with torch + transformers: fitted and written by
     # `python bench/ops_validation.py --write-artefact`, kept here as they are
-    current = ROOT / "predictor" / "data" / "model_v2.json"
+    current = ROOT / "predictor" / "data" / "model_v3.json"
     kept = json.loads(current.read_text()) if current.exists() else {}
     if "tensor_core" in kept:
         model["tensor_core"] = kept["tensor_core"]
@@ -102,7 +102,7 @@ def main() -> int:
     correction, model = fit()
     targets = {
         ROOT / "predictor" / "data" / "correction.json": correction,
-        ROOT / "predictor" / "data" / "model_v2.json": model,
+        ROOT / "predictor" / "data" / "model_v3.json": model,
     }
     if args.check:
         stale = [p for p, data in targets.items() if not p.exists() or json.loads(p.read_text()) != _normal(data)]

@@ -239,3 +239,38 @@ def test_flops_in_the_profile_set_the_compute_bound_share(catalog) -> None:
     ratio = share * 125 / 312 + (1 - share) * 900 / 1555  # peak ratio and bandwidth ratio, V100 -> A100
     assert r.breakdown["compute_s"] == pytest.approx(0.31 * ratio)
     assert any("split from the profile's FLOPs" in a for a in r.assumptions)
+
+
+def test_every_prediction_and_plan_names_the_model_that_made_it(minimal, catalog, tmp_path, monkeypatch, capsys):
+    import hashlib
+    from importlib import resources
+
+    from predictor.model import artefact
+    from predictor.ranking import Constraints, rank
+
+    folder = resources.files("predictor.data")
+    digest = hashlib.sha256(b"".join(folder.joinpath(n).read_bytes() for n in artefact.CONSTANT_FILES))
+    version = artefact.model_version()
+    assert version == f"srifty.model/v3+{digest.hexdigest()[:12]}"
+    assert artefact.model_artefact()["schema"] == "srifty.model/v3"  # the bundled constants are read, not defaults
+    result = predict(minimal, "p3.2xlarge:1", catalog=catalog)
+    assert result.to_dict()["performance_model"] == version
+    plan = rank(minimal, Constraints(steps=1000, max_instances=2), catalog=catalog)
+    assert plan.performance_model == version and plan.to_dict()["performance_model"] == version
+    # the CLI's table says it too
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps(minimal.to_dict()))
+    assert main(["predict", "--profile", str(profile), "--fleet", "p3.2xlarge:1"]) == 0
+    assert version in capsys.readouterr().out
+    # other constants, another version: a refit is told apart
+    artefact.model_version.cache_clear()
+    try:
+        monkeypatch.setattr(artefact, "CONSTANT_FILES", (*artefact.CONSTANT_FILES, "no-such-file.json"))
+        assert artefact.model_version() == "srifty.model/v3+missing"
+        monkeypatch.setattr(artefact, "CONSTANT_FILES", artefact.CONSTANT_FILES[:2])
+        artefact.model_version.cache_clear()
+        assert artefact.model_version() not in (version, "srifty.model/v3+missing")
+    finally:
+        monkeypatch.undo()
+        artefact.model_version.cache_clear()
+    assert artefact.model_version() == version

@@ -76,6 +76,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             )
             + " GiB",
         ),
+        ("Model", result.performance_model),
     ]
     for name, value in rows:
         table.add_row(name, value)

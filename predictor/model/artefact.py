@@ -1,4 +1,4 @@
-"""The fitted constants of the performance model (``predictor/data/model_v2.json``), read once, never trained on load.
+"""The fitted constants of the performance model (``predictor/data/model_v3.json``), read once, never trained on load.
 
 ``scripts/fit_model.py`` writes it from the bundled measurements: the data-parallel loss constants
 (:mod:`predictor.model.scaling`), the tensor-core efficiencies of the operator path, and the held-out error of each
@@ -10,12 +10,15 @@ it is; a missing or foreign file falls back to the documented defaults of each m
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from importlib import resources
 from typing import Any
 
-SCHEMA = "srifty.model/v2"
-FILENAME = "model_v2.json"
+SCHEMA = "srifty.model/v3"
+FILENAME = "model_v3.json"
+# every file of fitted constants a prediction reads: the model's identity is their schema and content
+CONSTANT_FILES = (FILENAME, "kernel_model.json", "correction.json")
 
 
 @functools.cache
@@ -26,3 +29,18 @@ def model_artefact() -> dict[str, Any]:
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return {}
     return data if isinstance(data, dict) and data.get("schema") == SCHEMA else {}
+
+
+@functools.cache
+def model_version() -> str:
+    """Which performance model made a prediction: the schema and the first 12 hex digits of the sha256 over the
+    fitted-constant files (``CONSTANT_FILES``), e.g. ``srifty.model/v3+1a2b3c4d5e6f``. Two predictions with the same
+    version came from the same numbers; a refit changes it. ``+missing`` when a file is absent (defaults in use)."""
+    digest = hashlib.sha256()
+    folder = resources.files("predictor.data")
+    for name in CONSTANT_FILES:
+        try:
+            digest.update(folder.joinpath(name).read_bytes())
+        except FileNotFoundError:
+            return f"{SCHEMA}+missing"
+    return f"{SCHEMA}+{digest.hexdigest()[:12]}"

@@ -21,6 +21,7 @@ from predictor.documents.checks import check_choice
 from predictor.documents.profile import Profile
 from predictor.documents.work import global_batch as global_batch_of
 from predictor.exceptions import ConfigError, PredictionError
+from predictor.model.artefact import model_version
 from predictor.model.basis import TypeBasis
 from predictor.model.batch import rank_batches
 from predictor.model.fleets import SCALINGS, ManyPredictions, Scaling, applies, bases, combine
@@ -68,6 +69,8 @@ class Prediction:
     extrapolation: tuple[str, ...] = field(default=())
     layout: str = "ddp"  # predictor.model.layout name (pipeline:<stages>: one stage per node)
     memory_known: bool = True  # False: the profile has no activation memory; memory_gib is a floor (state only)
+    # the performance model that made it: schema + digest of the fitted constants (artefact.model_version)
+    performance_model: str = field(default_factory=model_version)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

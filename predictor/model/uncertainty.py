@@ -3,7 +3,7 @@
 A prediction's relative sd combines the profile's own run-to-run CV with the model's error for the kind of
 prediction it is (same GPU, data-parallel scaling, cross-GPU with or without an operator table, from a CPU
 profile). The model errors are the standard deviations of held-out log residuals (leave-one-model-out and
-leave-one-GPU-out, never in-sample), written by ``scripts/fit_model.py`` into ``predictor/data/model_v2.json``;
+leave-one-GPU-out, never in-sample), written by ``scripts/fit_model.py`` into ``predictor/data/model_v3.json``;
 the 80% interval is ``t x exp(+-1.2816 sd)``.
 """
 

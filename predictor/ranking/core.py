@@ -16,6 +16,7 @@ from predictor.documents.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEnt
 from predictor.documents.profile import Profile
 from predictor.documents.work import Work
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
+from predictor.model.artefact import model_version
 from predictor.model.deadline import DOWN_SPELL_S, SpotStats, expected_with_fallback
 from predictor.model.fleets import PREFER_SIMPLER, ManyPredictions, predict_mixes, row_sum
 from predictor.model.layout import Layout
@@ -361,6 +362,7 @@ def _plan(
         software=profile.software,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         written_by=writer(),
+        performance_model=model_version(),
         checkpoint_s=float(r.checkpoint_s),
         notes=tuple(notes + _layout_notes(constraints, many) + ([pipeline_note] if pipeline_note else [])),
     )
