@@ -243,26 +243,37 @@ def held_out_width(ok: list[dict]) -> str:
 
 
 def write_errors(ok: list[dict]) -> str:
-    """The interval widths of the operator paths, from held-out residuals only, into ``model_v3.json``'s ``errors``:
-    ``ops-absolute`` (a capture, no GPU) from this set's rows pooled with the absolute cases of
-    ``bench/ops_validation.py`` (Lambda, FP32 and AMP, one GPU; its last results), ``cross-ops`` (a profile measured
-    on another GPU) from that bench's ratio cases. The width is the one that holds 80% of the pooled log residuals
-    (:func:`predictor.validation.calibrated_sd`); the coverage reported for it is leave-one-model-out."""
+    """The interval widths of the operator paths, from held-out residuals only, into ``model_v3.json``'s ``errors``,
+    each from the one set of its regime: ``ops-absolute-sharded`` (a capture, no GPU, FSDP on 8-512 GPUs) from this
+    set's rows, ``ops-absolute`` (a capture, one GPU) from ``bench/ops_validation.py``'s absolute cases (Lambda, FP32
+    and AMP; its last results), ``cross-ops`` (a profile measured on another GPU) from that bench's ratio cases. The
+    width is the one that holds 80% of the set's log residuals (:func:`predictor.validation.calibrated_sd`); the
+    coverage reported for it is leave-one-model-out (the width from the other models' residuals)."""
     from predictor.documents.atomic import atomic_write_json
     from predictor.model.uncertainty import Z80
     from predictor.validation import calibrated_sd
 
     lambda_path = ROOT / "bench" / "results" / "ops_validation.json"
     lam = json.loads(lambda_path.read_text()) if lambda_path.exists() else {}
-    pools = {
-        "ops-absolute": [(s["model"], math.log(s["ratio"])) for s in ok]
-        + [(r["model"], r["log_residual"]) for r in lam.get("absolute", {}).get("rows", [])],
-        "cross-ops": [(r["model"], r["log_residual"]) for r in lam.get("ratio", {}).get("rows", [])],
+    lambda_rows = "bench/ops_validation.py's {} cases (kernel model leave-one-chip-out, tensor-core efficiency "
+    sources = {
+        "ops-absolute-sharded": (
+            [(s["model"], math.log(s["ratio"])) for s in ok],
+            "held-out residuals of bench/mpt_fsdp.py (MPT 125M-70B, FSDP bf16 on 8-512 GPUs; nothing fitted on it)",
+        ),
+        "ops-absolute": (
+            [(r["model"], r["log_residual"]) for r in lam.get("absolute", {}).get("rows", [])],
+            lambda_rows.format("absolute") + "leave-one-model-out or at its shipped bound)",
+        ),
+        "cross-ops": (
+            [(r["model"], r["log_residual"]) for r in lam.get("ratio", {}).get("rows", [])],
+            lambda_rows.format("ratio") + "leave-one-model-out)",
+        ),
     }
     path = ROOT / "predictor" / "data" / "model_v3.json"
     artefact = json.loads(path.read_text())
     lines = []
-    for kind, pool in pools.items():
+    for kind, (pool, source) in sources.items():
         if not pool:
             lines.append(f"{kind}: no held-out residuals (run bench/ops_validation.py first); not written")
             continue
@@ -270,13 +281,7 @@ def write_errors(ok: list[dict]) -> str:
         sd = round(calibrated_sd([x for _, x in pool]), 6)
         artefact["errors"][kind] = sd
         artefact["cases"][kind] = len(pool)
-        artefact.setdefault("errors_from", {})[kind] = (
-            "held-out residuals of bench/mpt_fsdp.py (nothing fitted on it) and bench/ops_validation.py's absolute "
-            "cases (kernel model leave-one-chip-out, tensor-core efficiency leave-one-model-out)"
-            if kind == "ops-absolute"
-            else "bench/ops_validation.py's ratio cases (kernel model leave-one-chip-out, tensor-core efficiency "
-            "leave-one-model-out)"
-        )
+        artefact.setdefault("errors_from", {})[kind] = source
         lines.append(
             f"{kind}: relative sd {sd:.3f} from {len(pool)} held-out cases; coverage with the width held out "
             f"(leave-one-model-out) {100 * inside / len(pool):.0f}%"
@@ -327,8 +332,8 @@ def main() -> None:
     ap.add_argument(
         "--write-errors",
         action="store_true",
-        help="write the operator paths' interval widths (held-out residuals, pooled with bench/ops_validation.py's) "
-        "into predictor/data/model_v3.json",
+        help="write the operator paths' interval widths (held-out residuals: this set's for FSDP, "
+        "bench/ops_validation.py's for one GPU) into predictor/data/model_v3.json",
     )
     args = ap.parse_args()
     rows = load_rows()

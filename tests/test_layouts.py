@@ -288,3 +288,32 @@ def test_the_current_fleet_is_judged_under_the_layout_it_runs(catalog) -> None:
     as_ddp = rank(load_profile(LLAMA), c, catalog=catalog)
     assert all(e.savings_vs_current is None for e in as_ddp.entries)
     assert any("cannot hold the model in GPU memory" in n for n in as_ddp.notes), as_ddp.notes
+
+
+def test_a_sharded_capture_takes_the_width_calibrated_on_sharded_steps(catalog, monkeypatch) -> None:
+    """The operator path's width is per regime (issue #21 item 7): FSDP predictions from a capture take the width
+    calibrated on whole FSDP steps (the MPT set), not one GPU's width floored by the DDP-calibrated scaling width."""
+    from predictor.model import uncertainty
+
+    errors = {"ops-absolute": 0.2, "ops-absolute-sharded": 0.05, "scaling": 0.1}
+    monkeypatch.setattr(uncertainty, "model_artefact", lambda: {"errors": errors})
+    prof = load_profile(ROOT / "examples" / "profiles" / "llama-1b-meta.json")
+    kind = bases(prof, ["p4d.24xlarge"], catalog)[1][0].kind
+    assert kind == "ops-absolute" and uncertainty.SHARDED_KINDS[kind] == "ops-absolute-sharded"
+
+    def sd(layout: str, fleet: str) -> float:
+        p = predict(prof, fleet, catalog=catalog, layout=layout, scaling="weak")
+        lo, hi = p.interval["iteration_time_s"]
+        return float(np.log(hi / lo) / (2 * uncertainty.Z80))
+
+    exposed = [0.1 * p.breakdown["exposed_comm_s"] / p.iteration_time_s for p in
+               (predict(prof, "p4d.24xlarge:2", catalog=catalog, layout=lay, scaling="weak")
+                for lay in ("fsdp:full_shard", "ddp"))]  # fmt: skip
+    # FSDP on 16 GPUs: the sharded width (with the exposed communication's term), not max(0.2, 0.1)
+    assert sd("fsdp:full_shard", "p4d.24xlarge:2") == pytest.approx(np.hypot(0.05, exposed[0]), rel=1e-6)
+    # DDP on 16 GPUs keeps the one-GPU width, floored by the scaling width
+    assert sd("ddp", "p4d.24xlarge:2") == pytest.approx(np.hypot(0.2, exposed[1]), rel=1e-6)
+    # a kind without a sharded calibration keeps its own width and the scaling floor under FSDP too
+    errors["ops-absolute"], errors["scaling"] = 0.02, 0.1
+    monkeypatch.delitem(uncertainty.SHARDED_KINDS, "ops-absolute")
+    assert sd("fsdp:full_shard", "p4d.24xlarge:2") == pytest.approx(np.hypot(0.1, exposed[0]), rel=1e-6)

@@ -38,7 +38,7 @@ from predictor.model.network import (
     intra_node_link,
 )
 from predictor.model.scaling import contention_bound
-from predictor.model.uncertainty import model_error
+from predictor.model.uncertainty import model_error, sharded_error
 
 CPU_TO_GPU_UTILISATION = 0.35  # assumed share of the GPU's peak a step reaches when only FLOPs are known
 # eager PyTorch + Lightning spend a few ms per step on the host (kernel launches, hooks, optimizer loop) whatever the
@@ -98,6 +98,7 @@ class TypeBasis:
     plain_inter: Link  # the catalog's link (mixed fleets never use a measurement of one type)
     kind: str  # the kind of prediction (its model error)
     model_error: float
+    sharded_error: float  # the kind's width on whole sharded multi-GPU steps (NaN: not calibrated there)
     gpus: int
     gpu_memory_gib: float
     compute_share: float | None  # compute-bound share of the step, when known (for the bottleneck in words)
@@ -306,6 +307,7 @@ def type_basis(
         plain_inter=plain,
         kind=kind,
         model_error=model_error(kind),
+        sharded_error=sharded_error(kind),
         gpus=it.gpus,
         gpu_memory_gib=it.gpu_memory_gib,
         compute_share=share,

@@ -633,9 +633,14 @@ def _dp_loss(
 def _model_sd(profile: Profile, fleets: _Fleets, comm: np.ndarray, exposed: np.ndarray, step: np.ndarray) -> np.ndarray:
     """The relative sd of each step prediction: the worst group's model error, at least the scaling model's on
     more than one GPU, with a tenth of the exposed communication's share of the step added in quadrature, combined
-    with the profile's run-to-run CV."""
+    with the profile's run-to-run CV. Under a sharded layout, a kind calibrated on whole sharded multi-GPU steps
+    (``uncertainty.SHARDED_KINDS``) takes that width instead, without the DDP-calibrated scaling floor."""
     model_err = row_max(np.where(fleets.present, fleets.col("model_error"), 0.0))
     model_err = np.where(fleets.ranks > 1, np.maximum(model_err, model_error("scaling")), model_err)
+    if fleets.layout.sharded:
+        sharded = fleets.col("sharded_error")
+        calibrated = row_all(~fleets.present | ~np.isnan(sharded))
+        model_err = np.where(calibrated, row_max(np.where(fleets.present, np.nan_to_num(sharded), 0.0)), model_err)
     model_err = np.where(comm > 0, np.hypot(model_err, 0.1 * exposed / step), model_err)
     return combined_sd(profile.timing.step_time_s.cv or 0.0, model_err)
 

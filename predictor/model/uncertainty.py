@@ -26,8 +26,18 @@ DEFAULT_ERRORS = {
     "cross-corrected": 0.27,
     "cross-ops": 0.15,
     "ops-absolute": 0.3,
+    "ops-absolute-sharded": 0.3,
     "from_cpu": 0.5,
 }
+# a kind whose width was also calibrated on whole sharded (FSDP) multi-GPU steps, under its own name: under a sharded
+# layout that width is the prediction's, in place of the kind's (one GPU, DDP) width and the DDP-calibrated "scaling"
+# floor, neither of which was validated on sharded steps (issue #21: no constant of one regime in another)
+SHARDED_KINDS = {"ops-absolute": "ops-absolute-sharded"}
+
+
+def sharded_error(kind: str) -> float:
+    """The width of ``kind`` on whole sharded multi-GPU steps (NaN: none was calibrated for that kind)."""
+    return model_error(SHARDED_KINDS[kind]) if kind in SHARDED_KINDS else float("nan")
 
 
 def model_error(kind: str) -> float:
