@@ -1,8 +1,10 @@
 """A fault-injecting HTTP proxy in front of moto's server: every request is passed through unchanged, except EC2
 calls that launch instances (CreateFleet, RunInstances) of the named instance types, which get the error EC2 gives
 when it has no capacity, and the first call of each action in ``lose``, which moto carries out but whose answer is
-replaced by EC2's 500 InternalError (an answer lost on its way back: the AWS SDK retries the call). Point the AWS
-provider (srifty's aws_endpoint) at it."""
+replaced by EC2's 500 InternalError (an answer lost on its way back: the AWS SDK retries the call). Launch calls
+that carry a ClientToken are idempotent, as on EC2 (a repeated token gets the first call's answer, nothing is
+launched twice), which moto's server is not: an SDK retry of a launch whose answer was lost, slow on a loaded machine,
+would otherwise start a second fleet outside terraform's state. Point the AWS provider (srifty's aws_endpoint) at it."""
 
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ class FaultProxy(LocalServer):
         self.refuse, self.code, self.lose = refuse, code, set(lose)
         self.refused: list[str] = []
         self.lost: list[str] = []
+        self.answered: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}  # launches by ClientToken
+        self.replayed: list[str] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -76,6 +80,12 @@ class FaultProxy(LocalServer):
                     outer.refused.append(f"{action}:{hit[0]}")
                     self._send_error(400, ERROR.format(code=outer.code, itype=hit[0]).encode())
                     return
+                token = (form.get("ClientToken") or [""])[0]
+                key = (action, token)
+                if action in LAUNCHES and token and key in outer.answered:  # EC2's idempotency: the first answer
+                    outer.replayed.append(action)
+                    self._reply(*outer.answered[key])
+                    return
                 conn = http.client.HTTPConnection(outer.upstream.hostname, outer.upstream.port, timeout=120)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "host")}
                 headers["Content-Length"] = str(len(body))
@@ -88,21 +98,26 @@ class FaultProxy(LocalServer):
                 )
                 answer = conn.getresponse()
                 data = answer.read()
+                if action in LAUNCHES and token and answer.status < 300:  # carried out: a retry gets this answer
+                    outer.answered[key] = (answer.status, answer.getheaders(), data)
                 if action in outer.lose:  # carried out upstream; the client sees a server error instead
                     outer.lose.discard(action)
                     outer.lost.append(action)
                     conn.close()
                     self._send_error(500, LOST.encode())
                     return
-                self.send_response(answer.status)
-                for k, v in answer.getheaders():
+                self._reply(answer.status, answer.getheaders(), data)
+                conn.close()
+
+            def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+                self.send_response(status)
+                for k, v in headers:
                     if k.lower() not in ("transfer-encoding", "content-length", "connection"):
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
-                conn.close()
 
             do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
 
