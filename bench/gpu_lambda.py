@@ -180,6 +180,14 @@ def score(path: Path, data: str) -> int:
         return _score(folder, data)
 
 
+def scored(case: str, gpu: str, prediction, here: float) -> dict:
+    """One absolute-path row: the prediction against the step measured here, and whether its interval holds it."""
+    e = math.log(prediction.throughput_samples_s / here)
+    lo, hi = prediction.interval["throughput_samples_s"]
+    return {"case": case, "gpu": gpu, "pred": prediction.throughput_samples_s, "here": here, "log_residual": e,
+            "ape": abs(math.exp(e) - 1), "inside": lo <= here <= hi}  # fmt: skip
+
+
 def _score(folder: Path, data: str) -> int:
     import ops_validation as ov
 
@@ -233,17 +241,10 @@ def _score(folder: Path, data: str) -> int:
         ops.tensor_core_efficiency = efficiency(m["model"], "absolute")
         catalog = case_catalog([Case("cross", m["model"], here, here)])
         r = predict(ov.profile(m["model"], here, table, False, None), f"bench-{src}-x1-pcie:1", catalog=catalog)
-        e = math.log(r.throughput_samples_s / m["samples_per_s"])
-        row = {"case": name, "gpu": src, "pred": r.throughput_samples_s, "here": m["samples_per_s"]}
-        result["absolute"].append(row | {"log_residual": e, "ape": abs(math.exp(e) - 1)})
+        result["absolute"].append(scored(name, src, r, m["samples_per_s"]))
         kernels.load_kernel_model, ops.tensor_core_efficiency = shipped_kernels, shipped_efficiency
         r = predict(ov.profile(m["model"], here, table, False, None), f"bench-{src}-x1-pcie:1", catalog=catalog)
-        e = math.log(r.throughput_samples_s / m["samples_per_s"])
-        lo, hi = r.interval["throughput_samples_s"]
-        row = {"case": name, "gpu": src, "pred": r.throughput_samples_s, "here": m["samples_per_s"]}
-        result["shipped"].append(
-            row | {"log_residual": e, "ape": abs(math.exp(e) - 1), "inside": lo <= row["here"] <= hi}
-        )
+        result["shipped"].append(scored(name, src, r, m["samples_per_s"]))
 
     def table(title: str, rs: list[dict], key: str) -> None:
         if not rs:

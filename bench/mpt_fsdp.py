@@ -255,7 +255,6 @@ def write_errors(ok: list[dict]) -> str:
 
     lambda_path = ROOT / "bench" / "results" / "ops_validation.json"
     lam = json.loads(lambda_path.read_text()) if lambda_path.exists() else {}
-    lambda_rows = "bench/ops_validation.py's {} cases (kernel model leave-one-chip-out, tensor-core efficiency "
     sources = {
         "ops-absolute-sharded": (
             [(s["model"], math.log(s["ratio"])) for s in ok],
@@ -263,11 +262,13 @@ def write_errors(ok: list[dict]) -> str:
         ),
         "ops-absolute": (
             [(r["model"], r["log_residual"]) for r in lam.get("absolute", {}).get("rows", [])],
-            lambda_rows.format("absolute") + "leave-one-model-out or at its shipped bound)",
+            "bench/ops_validation.py's absolute cases (kernel model leave-one-chip-out, tensor-core efficiency "
+            "leave-one-model-out or at its shipped bound)",
         ),
         "cross-ops": (
             [(r["model"], r["log_residual"]) for r in lam.get("ratio", {}).get("rows", [])],
-            lambda_rows.format("ratio") + "leave-one-model-out)",
+            "bench/ops_validation.py's ratio cases (kernel model leave-one-chip-out, tensor-core efficiency "
+            "leave-one-model-out)",
         ),
     }
     path = ROOT / "predictor" / "data" / "model_v3.json"
