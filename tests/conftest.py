@@ -71,14 +71,19 @@ def _exclusive_when_timed(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _no_launcher_variables_left() -> Iterator[None]:
-    """Each test leaves a launcher's variables (LOCAL_RANK, NODE_RANK, MASTER_ADDR, ...) in this worker's environment
-    as it found them. A DDP fit in the test's own process sets them (Lightning's ``_call_children_scripts`` writes
+    """Each test leaves a launcher's variables (LOCAL_RANK, NODE_RANK, MASTER_ADDR, ...) and the AWS endpoint a
+    command sets for its process (``srifty launch --aws-endpoint`` writes ``AWS_ENDPOINT_URL``) in this worker's
+    environment as it found them.
+
+    A DDP fit in the test's own process sets the launcher's (Lightning's ``_call_children_scripts`` writes
     ``os.environ`` even for one process: CI caught test_plan_glue's srifty_auto fits doing it), and a DDP script the
     worker starts later inherits them: with LOCAL_RANK set Lightning takes it for one rank of an external launch,
-    starts no other, and rank 0 waits in the rendezvous until it times out."""
+    starts no other, and rank 0 waits in the rendezvous until it times out. An endpoint left behind sent every later
+    terraform plan of the worker to a closed port, where the AWS provider retried each call for about 25 s (a test of
+    six plans took 147 s in CI instead of 18)."""
     from _support import EXTERNAL_LAUNCH_VARS
 
-    keys = EXTERNAL_LAUNCH_VARS | {"MASTER_PORT"}
+    keys = EXTERNAL_LAUNCH_VARS | {"MASTER_PORT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"}
     before = {k: os.environ.get(k) for k in keys}
     yield
     for key, value in before.items():

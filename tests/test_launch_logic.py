@@ -233,7 +233,8 @@ def test_the_aws_endpoint_reaches_every_client_of_the_launcher(plan, tmp_path, m
         return []
 
     monkeypatch.setattr("lightning_srifty.provision.launch.launch", fake_launch)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)  # undone at the end: the command sets it for its process
+    # the command sets AWS_ENDPOINT_URL for its process; the autouse guard in conftest.py restores it after the test
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     plan.save(tmp_path / "plan.json")
     (tmp_path / "train.py").write_text("print('hi')\n")
