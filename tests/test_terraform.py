@@ -14,7 +14,7 @@ import pytest
 from conftest import tf_run as _tf
 from lightning_srifty.cli import main
 from lightning_srifty.provision.generate import MARKER, TFVARS, Options, copy_module, generate, tfvars, weights
-from lightning_srifty.provision.runner import apply, destroy, summarize
+from lightning_srifty.provision.runner import APPLY_RETRIES, apply, destroy, summarize
 from predictor.documents.plan import load_plan
 from predictor.exceptions import ConfigError, ProvisionError
 
@@ -137,6 +137,42 @@ def test_runner_errors_are_clear(tmp_path, monkeypatch, catalog) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(ProvisionError, match="terraform binary is not on PATH"):
         apply(tmp_path / "infra", yes=True)
+
+
+@pytest.mark.parametrize(("failures", "code"), [(0, 0), (1, 0), (APPLY_RETRIES, 0), (APPLY_RETRIES + 1, 1)])
+def test_transient_apply_errors_are_retried_a_bounded_number_of_times(monkeypatch, failures, code) -> None:
+    """An apply that meets a transient AWS error is planned and applied again, at most APPLY_RETRIES times; a
+    configuration error fails at once, and the last apply's error is what the caller sees."""
+    from lightning_srifty.provision import runner
+
+    calls: list[str] = []
+
+    def shown(tf, args, echo, keep=60):
+        calls.append("apply")
+        if calls.count("apply") <= failures:
+            return 1, "Error: api error RequestLimitExceeded: Request limit exceeded."
+        return 0, ""
+
+    def run(tf, *args, stream=True, **options):
+        calls.append(args[0])
+        return (2, "", "") if args[0] == "plan" else (1, "", "")  # show fails: no summary to print
+
+    monkeypatch.setattr(runner, "_run_shown", shown)
+    monkeypatch.setattr(runner, "_run", run)
+    lines: list[str] = []
+    result, err = runner._apply_plan(object(), lines.append)
+    retried = min(failures, APPLY_RETRIES)
+    assert result == code and calls.count("apply") == retried + 1 and calls.count("plan") == retried, calls
+    assert ("RequestLimitExceeded" in err) == (code != 0)
+    assert sum("transient AWS error (RequestLimitExceeded)" in line for line in lines) == retried
+
+    calls.clear()
+    monkeypatch.setattr(
+        runner,
+        "_run_shown",
+        lambda tf, args, echo, keep=60: (calls.append("apply"), (1, "Error: api error InvalidParameterValue: bad"))[1],
+    )
+    assert runner._apply_plan(object(), lines.append)[0] == 1 and calls == ["apply"]  # not transient: no retry
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -281,9 +317,11 @@ def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(
         out = apply(infra, yes=True, echo=lines.append)
         assert proxy.lost == [action]
         assert any(f"transient AWS error ({code})" in line for line in lines), "\n".join(lines)
-        # the second plan is summarised as the first was: the half-made group replaced, the rest created
+        # each later plan is summarised as the first was: the half-made group replaced, the rest created (a loaded
+        # moto can lose a second answer on its own, which the runner's second retry meets: APPLY_RETRIES)
         summaries = [line for line in lines if line.startswith("Terraform will add")]
-        assert len(summaries) == 2 and "destroy 1" in summaries[1], summaries
+        assert 2 <= len(summaries) <= 1 + APPLY_RETRIES, summaries
+        assert all("destroy 1" in summary for summary in summaries[1:]), summaries
         groups = ec2.describe_security_groups(Filters=[{"Name": "tag:srifty:fleet", "Values": ["lost-answer"]}])
         (sg,) = groups["SecurityGroups"]  # the half-made group was replaced, not kept beside the new one
         assert sg["GroupId"] == out["fleet"]["security_group_id"]

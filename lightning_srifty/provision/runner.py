@@ -8,7 +8,8 @@ clear errors, not tracebacks. The written values are checked against the catalog
 An apply that fails part-way, or is interrupted (Ctrl-C), leaves nothing billing: when the state was empty before (a
 new fleet), everything it created is destroyed at once; when it held a fleet already, nothing is destroyed (that fleet
 may be training) and the error says how to (``srifty destroy --dir``). An apply that meets a transient AWS error
-(rate limits, a lost answer the SDK retried: :data:`TRANSIENT_APPLY_ERRORS`) is planned and applied once more first.
+(rate limits, a lost answer the SDK retried: :data:`TRANSIENT_APPLY_ERRORS`) is planned and applied again first, at most
+:data:`APPLY_RETRIES` times.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from predictor.exceptions import PreflightError, ProvisionError
 PLAN_FILE = "srifty.tfplan"
 
 #: AWS errors that say nothing about the configuration: the API's load, or an earlier attempt of the same request
-#: that the SDK retried after its answer was lost. An apply that meets one is run once more (after a new plan), and
+#: that the SDK retried after its answer was lost. An apply that meets one is run again (after a new plan), and
 #: terraform replaces what it left half-made (a resource whose create failed is tainted). Real errors (a bad value, a
 #: quota, no capacity) are not here: they fail at once.
 TRANSIENT_APPLY_ERRORS = (
@@ -50,8 +51,10 @@ TRANSIENT_APPLY_ERRORS = (
     "EntityAlreadyExists",
     "AlreadyExistsException",
 )
-#: Applies after the first one that a transient error may start (see :data:`TRANSIENT_APPLY_ERRORS`).
-APPLY_RETRIES = 1
+#: Applies after the first one that a transient error may start (see :data:`TRANSIENT_APPLY_ERRORS`). Two: an API under
+#: load can lose a second answer in the apply that replaces what the first loss left half-made (moto on a loaded
+#: 2-core machine did, 2026-11-28); a third transient error in a row fails the apply, and what it made is destroyed.
+APPLY_RETRIES = 2
 
 
 def transient_error(output: str) -> str | None:
@@ -309,8 +312,8 @@ def _apply_plan(tf: Any, echo: Callable[[str], None]) -> tuple[int, str]:
             return code, err
         retries += 1
         echo(
-            f"terraform apply met a transient AWS error ({why}): planning and applying once more (terraform replaces "
-            "what the failed apply left half-made)."
+            f"terraform apply met a transient AWS error ({why}): planning and applying again (terraform replaces "
+            f"what the failed apply left half-made; retry {retries} of {APPLY_RETRIES})."
         )
         code, _, plan_err = _run(tf, "plan", input=False, out=PLAN_FILE, detailed_exitcode=True, stream=False)
         if code not in (0, 2):
