@@ -187,3 +187,29 @@ def test_the_s3_filesystem_follows_the_endpoint_of_the_moment(monkeypatch, tmp_p
             # the checkpoint code asks the server of the moment too (a file, not a directory: nothing to download)
             assert local_checkpoint(f"s3://ckpts/run/{run}.txt", str(tmp_path)) == f"s3://ckpts/run/{run}.txt"
     assert seen == [["first.txt"], ["second.txt"]]  # each server's own bucket, never the dead one's port
+
+
+def test_a_record_on_s3_is_one_put_of_its_final_key(monkeypatch) -> None:
+    """On S3 a record is written with one PUT of its final key (atomic there), no temporary object and no copy: the
+    copy of s3fs's rename looked the temporary key up in a listing cache another thread had refilled without it."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    from conftest import moto_server
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with moto_server() as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        s3.create_bucket(Bucket="runs")
+        fs = protocol.filesystem("s3://runs/job")
+        calls: list[str] = []
+        for method in ("open", "mv", "copy", "pipe_file"):
+            original = getattr(fs, method)
+            monkeypatch.setattr(fs, method, lambda *a, _m=method, _o=original, **k: (calls.append(_m), _o(*a, **k))[1])
+        record = protocol.Preempted(launch_id="L1", step=3, why="spot")
+        where = protocol.write_record("s3://runs/job", record)
+        assert calls == ["pipe_file"], calls
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="runs")["Contents"]]
+        assert keys == [f"job/{record.file}"] and where == f"s3://runs/job/{record.file}"
+        assert protocol.read_record("s3://runs/job", type(record)).step == 3
