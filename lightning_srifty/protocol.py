@@ -474,23 +474,27 @@ def path(dirpath: str, name: str) -> str:
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
 
 
-def write(dirpath: str, name: str, data: dict[str, Any]) -> str:
-    """Write ``data`` as ``dirpath/name`` atomically: on a file system a temporary name, then a rename; on an object
+def put_text(fs: Any, final: str, text: str) -> None:
+    """Write ``text`` as ``final`` on ``fs`` atomically: on a file system a temporary name, then a rename; on an object
     store (:data:`OBJECT_STORES`) one PUT of the final key, which is atomic there. A temporary object and s3fs's
     "rename" (a copy, then a delete) would add nothing but two requests and a race: the copy looks the temporary key up
     in s3fs's listing cache, which another thread's listing of the folder, started before the PUT, can refill without
     it (`FileNotFoundError` on a key just written; CI, a launcher thread polling the folder the test wrote to)."""
-    fs, final = filesystem(dirpath), path(dirpath, name)
-    text = json.dumps(data, indent=1, default=str)
     protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
     if protocols & OBJECT_STORES:
         fs.pipe_file(final, text.encode())
-        return final
+        return
     fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
     partial = f"{final}.{os.getpid()}.{secrets.token_hex(3)}.partial"  # two writers never share a temporary name
     with fs.open(partial, "w") as f:
         f.write(text)
     fs.mv(partial, final)
+
+
+def write(dirpath: str, name: str, data: dict[str, Any]) -> str:
+    """Write ``data`` as ``dirpath/name`` atomically (:func:`put_text`); returns where."""
+    fs, final = filesystem(dirpath), path(dirpath, name)
+    put_text(fs, final, json.dumps(data, indent=1, default=str))
     return final
 
 

@@ -189,7 +189,7 @@ def test_the_s3_filesystem_follows_the_endpoint_of_the_moment(monkeypatch, tmp_p
     assert seen == [["first.txt"], ["second.txt"]]  # each server's own bucket, never the dead one's port
 
 
-def test_a_record_on_s3_is_one_put_of_its_final_key(monkeypatch) -> None:
+def test_records_and_digests_on_s3_are_one_put_of_their_final_key(monkeypatch) -> None:
     """On S3 a record is written with one PUT of its final key (atomic there), no temporary object and no copy: the
     copy of s3fs's rename looked the temporary key up in a listing cache another thread had refilled without it."""
     pytest.importorskip("s3fs")
@@ -213,3 +213,12 @@ def test_a_record_on_s3_is_one_put_of_its_final_key(monkeypatch) -> None:
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket="runs")["Contents"]]
         assert keys == [f"job/{record.file}"] and where == f"s3://runs/job/{record.file}"
         assert protocol.read_record("s3://runs/job", type(record)).step == 3
+        # a checkpoint's digest manifest the same way (ranks may write it at once: each PUT is whole)
+        from lightning_srifty.migrate.checkpoints import read_manifest, write_digest
+
+        calls.clear()
+        write_digest(fs, "runs/job/last.ckpt", "ab" * 32)
+        assert calls == ["pipe_file"], calls
+        assert read_manifest(fs, "runs/job/last.ckpt") == {"": "ab" * 32}
+        keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="runs")["Contents"])
+        assert keys == [f"job/{record.file}", "job/last.ckpt.sha256"], keys

@@ -25,12 +25,11 @@ import pickle
 import re
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
-from lightning_srifty.protocol import DIGEST_SUFFIX, filesystem, no_manifest
+from lightning_srifty.protocol import DIGEST_SUFFIX, filesystem, no_manifest, put_text
 
 log = logging.getLogger("lightning_srifty")
 
@@ -72,7 +71,7 @@ def sha256_of(fs: Any, path: str, chunk: int = 8 << 20) -> str:
 
 
 def write_digest(fs: Any, checkpoint: str, hexdigest: str) -> None:
-    """Write ``<checkpoint>.sha256`` for a file checkpoint, atomically (temporary name, then rename)."""
+    """Write ``<checkpoint>.sha256`` for a file checkpoint, atomically (:func:`~lightning_srifty.protocol.put_text`)."""
     write_manifest(fs, checkpoint, {"": hexdigest})
 
 
@@ -82,11 +81,8 @@ def write_manifest(fs: Any, checkpoint: str, digests: dict[str, str]) -> None:
     lines = [
         f"{hexdigest}  {name}/{rel}" if rel else f"{hexdigest}  {name}" for rel, hexdigest in sorted(digests.items())
     ]
-    target = checkpoint + DIGEST_SUFFIX
-    scratch = f"{target}.partial-{uuid.uuid4().hex[:12]}"  # one writer's own: ranks may write the same manifest
-    with fs.open(scratch, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    fs.mv(scratch, target)
+    # a temporary name of one writer's own on a file system (ranks may write the same manifest), one PUT on S3
+    put_text(fs, checkpoint + DIGEST_SUFFIX, "\n".join(lines) + "\n")
 
 
 def read_manifest(fs: Any, checkpoint: str) -> dict[str, str] | None:
