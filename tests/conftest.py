@@ -31,9 +31,10 @@ SLOW_FIXTURES = {
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's addopts): one worker more than the machine's cores. A third of the suite's work is
     terraform and moto, whose AWS provider sleeps through fixed waits (an instance profile's propagation, a launch
-    template's) while a core idles: on 2 cores the suite used 155 % of 200 % CPU with 2 workers, 178 % with 3, and
-    ran in 12 min 28 s and 10 min 42 s (BENCHMARKS.md, "CI's time"). On more than 4 cores the waits are covered
-    already: one worker per core, as xdist's own ``auto``. ``-n N`` on the command line still wins."""
+    template's) while a core idles: on 2 cores the suite used 155 % of 200 % CPU with 2 workers, 162-178 % with 3,
+    and ran in 12 min 28 s and 10 min 42 s to 11 min 50 s (BENCHMARKS.md, "CI's time"). On more than 4 cores the
+    waits are covered already: one worker per core, as xdist's own ``auto``. ``-n N`` on the command line still
+    wins."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return cores + 1 if cores <= 4 else cores
 

@@ -166,12 +166,12 @@ def test_transient_apply_errors_are_retried_a_bounded_number_of_times(monkeypatc
     assert ("RequestLimitExceeded" in err) == (code != 0)
     assert sum("transient AWS error (RequestLimitExceeded)" in line for line in lines) == retried
 
+    def refused(tf, args, echo, keep=60):
+        calls.append("apply")
+        return 1, "Error: api error InvalidParameterValue: bad"
+
     calls.clear()
-    monkeypatch.setattr(
-        runner,
-        "_run_shown",
-        lambda tf, args, echo, keep=60: (calls.append("apply"), (1, "Error: api error InvalidParameterValue: bad"))[1],
-    )
+    monkeypatch.setattr(runner, "_run_shown", refused)
     assert runner._apply_plan(object(), lines.append)[0] == 1 and calls == ["apply"]  # not transient: no retry
 
 
