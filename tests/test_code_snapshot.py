@@ -257,6 +257,18 @@ def test_srifty_terraform_warns_of_missing_glue(tmp_path, catalog) -> None:
     assert bare.snapshot is None and any("nothing delivers your code" in n for n in bare.notes)
 
 
+def test_a_plain_http_endpoint_with_the_modules_bucket_is_warned_of(tmp_path, catalog) -> None:
+    """The module's bucket denies requests without TLS; through an http:// endpoint (an emulator such as moto, which
+    enforces the policy) the apply's code upload gets 403: srifty terraform says so before the apply, with the fix."""
+    project = _project(tmp_path / "p")
+    http = Options(name="tls-a", code=str(project), aws_endpoint="http://127.0.0.1:5000")
+    got = generate(load_plan(PLAN), tmp_path / "a", options=http, catalog=catalog)
+    assert any("refuses requests without TLS" in n and "--bucket" in n for n in got.notes), got.notes
+    for fine in (dataclasses.replace(http, bucket="runs"), dataclasses.replace(http, aws_endpoint="https://x.test")):
+        got = generate(load_plan(PLAN), tmp_path / fine.name / (fine.bucket or "b"), options=fine, catalog=catalog)
+        assert not any("without TLS" in n for n in got.notes), got.notes
+
+
 def test_run_outputs_are_never_code_and_a_script_path_is_read_as_a_user_types_it(tmp_path, catalog) -> None:
     project = _project(tmp_path / "p")
     for out in ("srifty/profile.json", "srifty/launch/checkpoints/plans/plan-1.json", "lightning_logs/v0/x.ckpt"):

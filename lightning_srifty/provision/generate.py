@@ -573,6 +573,13 @@ def generate(
             snapshot, notes = _snapshot(plan, choice, options, staging, target)
         else:
             notes = _no_code_notes(options)
+        if snapshot is not None and options.bucket is None and (options.aws_endpoint or "").startswith("http://"):
+            notes.append(
+                "the checkpoint bucket the apply creates refuses requests without TLS (its policy denies "
+                "aws:SecureTransport false), so uploading the code to it through --aws-endpoint "
+                f"{options.aws_endpoint} will be refused (403 Forbidden): give --bucket an existing bucket, or an "
+                "https:// endpoint"
+            )
         values = tfvars(plan, choice, options, catalog, code=snapshot)
         written = _write_root(plan, choice, target, values, snapshot)
     if snapshot is not None:
