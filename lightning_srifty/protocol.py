@@ -491,6 +491,20 @@ def put_text(fs: Any, final: str, text: str) -> None:
     fs.mv(partial, final)
 
 
+def put_file(fs: Any, local: str, final: str) -> None:
+    """Upload the local file ``local`` as ``final`` on ``fs`` atomically, as :func:`put_text` writes text: on an object
+    store one upload of the final key (s3fs sends a large file as a multipart upload, and the object exists only once
+    it completes: a reader never sees a part), elsewhere a temporary name and a rename. A checkpoint of gigabytes
+    would otherwise be uploaded, then copied server-side by the rename, then deleted."""
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    if protocols & OBJECT_STORES:
+        fs.put_file(local, final)
+        return
+    partial = f"{final}.{os.getpid()}.{secrets.token_hex(3)}.partial"
+    fs.put_file(local, partial)
+    fs.mv(partial, final)
+
+
 def write(dirpath: str, name: str, data: dict[str, Any]) -> str:
     """Write ``data`` as ``dirpath/name`` atomically (:func:`put_text`); returns where."""
     fs, final = filesystem(dirpath), path(dirpath, name)

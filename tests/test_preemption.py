@@ -437,3 +437,60 @@ def test_torchruns_grace_follows_the_measured_save() -> None:
     assert shutdown_grace_s(40.0) == 110  # torchrun's 30 s default killed a worker in a 40 s save
     assert shutdown_grace_s(None) == 90  # the assumed 30 s save
     assert shutdown_grace_s(0.1) == 60 and shutdown_grace_s(3600) == 900
+
+
+def test_periodic_checkpoints_on_s3_are_saved_locally_then_digest_then_one_upload(tmp_path, moto_endpoint, monkeypatch):
+    """A file checkpoint for an object store is saved and hashed on local disk, then its digest and then the checkpoint
+    go up, each one upload of its final key: no `.partial` object, no server-side copy (s3fs's rename, which raced with
+    a concurrent listing's cache), no download to hash it; and a store that refuses the upload costs the periodic
+    checkpoint its durability (kept on local disk, said), never the training."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    from lightning_srifty.protocol import filesystem
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="periodic")
+    url = "s3://periodic/run-1"
+    fs = filesystem(url)  # fsspec's cached instance: the one the callback gets
+    calls: list[tuple[str, str]] = []  # (method, the key it writes or reads)
+    TWO = {"put_file", "mv", "copy"}  # (source, destination)
+    for method in ("open", "mv", "copy", "pipe_file", "put_file", "cat_file"):
+        original = getattr(fs, method)
+        monkeypatch.setattr(
+            fs, method, lambda *a, _m=method, _o=original, **k: (calls.append((_m, str(a[_m in TWO]))), _o(*a, **k))[1]
+        )
+    local = tmp_path / "local"
+    handler = SpotPreemption(url, every_s=0, keep=2, exit_process=False, local_fallback=str(local))
+    t = trainer([handler], max_steps=3)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    writes = [(m, k.rsplit("/", 1)[-1]) for m, k in calls if m != "cat_file" and ".ckpt" in k]
+    assert writes == [
+        (m, f"periodic-step={step}.ckpt{suffix}")
+        for step in (1, 2, 3)
+        for m, suffix in (("pipe_file", ".sha256"), ("put_file", ""))
+    ], writes
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="periodic")["Contents"])
+    assert keys == ["run-1/FINISHED.json"] + [
+        f"run-1/periodic-step={s}.ckpt{x}" for s in (2, 3) for x in ("", ".sha256")
+    ]
+    assert not list(local.iterdir())  # the local copies went once the store had them
+    assert find_checkpoint(url) == f"{url}/periodic-step=3.ckpt"
+
+    # the store refuses the checkpoints (here: every upload of a file fails): each save stays on local disk, said, the
+    # training goes on, and the local copies are pruned the same way
+    def refuse(*args, **kwargs):
+        raise PermissionError("Access Denied")
+
+    monkeypatch.setattr(fs, "put_file", refuse)
+    handler = SpotPreemption(url + "-refused", every_s=0, keep=2, exit_process=False, local_fallback=str(local))
+    t = trainer([handler], max_steps=3)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert t.global_step == 3 and handler.stored.startswith("local ")
+    assert handler.checkpoints == [str(local / f"periodic-step={s}.ckpt") for s in (2, 3)]
+    assert sorted(p.name for p in local.iterdir()) == [
+        f"periodic-step={s}.ckpt{x}" for s in (2, 3) for x in ("", ".sha256")
+    ]
+    assert find_checkpoint(str(local)) == str(local / "periodic-step=3.ckpt")
+    assert find_checkpoint(url + "-refused") is None  # a digest without its checkpoint publishes nothing

@@ -399,25 +399,27 @@ class SpotPreemption(Callback):
     def _prune(self, trainer: pl.Trainer) -> None:
         periodic = [p for p in self.checkpoints if "/periodic-step=" in p]
         if trainer.is_global_zero and len(periodic) > self.keep:
-            fs = filesystem(self.dirpath)
             for old in periodic[: -self.keep]:
-                rm_checkpoint(fs, old)  # a file or a sharded directory, with its digest
+                # a file or a sharded directory, with its digest; in the store, or on local disk where an upload failed
+                rm_checkpoint(filesystem(old), old)
                 self.checkpoints.remove(old)
 
     def save(self, trainer: pl.Trainer, reason: str = "manual", deadline_s: float | None = None) -> str:
         """Save on every rank to a temporary name; rank 0 records its sha256 and renames it into place when complete
         (the digest is written before the rename, so a published checkpoint always has it).
 
-        With ``deadline_s`` and a remote folder (``s3://``...), the checkpoint is saved to local disk first and
-        uploaded within the deadline; if the store does not take it in time (an outage), it stays on local disk,
-        the returned path is the local one and ``self.stored`` says so.
+        A remote folder (``s3://``...) gets the checkpoint saved and hashed on local disk first, then its digest and
+        then the checkpoint uploaded (one upload of the final key on an object store, atomic there: no temporary
+        object, no server-side copy, and a published checkpoint always has its digest), within ``deadline_s`` when
+        given; if the store does not take it (an outage, or in time), it stays on local disk, the returned path is
+        the local one and ``self.stored`` says so.
 
         A sharded strategy (FSDP ``state_dict_type="sharded"``) writes a directory: see :meth:`_save_directory`."""
         final = f"{self.dirpath}/{reason}-step={trainer.global_step}.ckpt"
         self.stored = "durable"
         if writes_directory(trainer.strategy):
             final = self._save_directory(trainer, final, deadline_s)
-        elif deadline_s is None or "://" not in self.dirpath or self.dirpath.startswith("file://"):
+        elif "://" not in self.dirpath or self.dirpath.startswith("file://"):
             partial = final + ".partial"
             trainer.save_checkpoint(partial, weights_only=False)
             trainer.strategy.barrier("srifty-preempt-save")
@@ -427,7 +429,7 @@ class SpotPreemption(Callback):
                 fs.mv(partial, final)
             trainer.strategy.barrier("srifty-preempt-renamed")
         else:
-            final = self._save_with_deadline(trainer, final, deadline_s)
+            final = self._save_remote(trainer, final, deadline_s)
         self.checkpoints.append(final)
         self._last_save = time.monotonic()
         return final
@@ -508,7 +510,7 @@ class SpotPreemption(Callback):
         trainer.strategy.barrier("srifty-preempt-renamed")
         return digests
 
-    def _save_with_deadline(self, trainer: pl.Trainer, final: str, deadline_s: float) -> str:
+    def _save_remote(self, trainer: pl.Trainer, final: str, deadline_s: float | None) -> str:
         started = time.monotonic()
         local = os.path.join(self.local_fallback, final.rsplit("/", 1)[-1])
         os.makedirs(self.local_fallback, exist_ok=True)
@@ -523,11 +525,11 @@ class SpotPreemption(Callback):
 
             def upload() -> None:
                 fs = filesystem(final)
-                fs.put_file(local, final + ".partial")
-                write_digest(fs, final, digest)
-                fs.mv(final + ".partial", final)
+                write_digest(fs, final, digest)  # first: the checkpoint is never visible without it
+                protocol.put_file(fs, local, final)
 
-            error = _within(deadline_s - (time.monotonic() - started), upload)
+            budget = None if deadline_s is None else deadline_s - (time.monotonic() - started)
+            error = _within(budget, upload)
             if error is None:
                 with contextlib.suppress(OSError):
                     os.remove(local)
@@ -536,10 +538,10 @@ class SpotPreemption(Callback):
                 where = local
                 self.stored = f"local {socket.gethostname()}:{local}"
                 log.error(
-                    "SpotPreemption: the checkpoint did not reach %s within %.0f s (%s); it is kept on this machine's "
-                    "disk at %s, and the next fleet resumes from the newest checkpoint that did.",
+                    "SpotPreemption: the checkpoint did not reach %s%s (%s); it is kept on this machine's disk at %s, "
+                    "and the next fleet resumes from the newest checkpoint that did.",
                     final,
-                    max(0.0, deadline_s),
+                    "" if deadline_s is None else f" within {max(0.0, deadline_s):.0f} s",
                     error,
                     local,
                 )
