@@ -15,6 +15,7 @@ from lightning_srifty.cli import main
 from lightning_srifty.provision.generate import TFVARS, Options, generate
 from lightning_srifty.provision.preflight import (
     Group,
+    check_bucket,
     check_imports,
     clients,
     imported_modules,
@@ -136,9 +137,63 @@ def test_the_scripts_imports_must_resolve_in_the_nodes_environment(tmp_path) -> 
     assert imports.status == "fail" and "imports wandb, which neither" in imports.message
     # numpy comes with torch, lightning with its pin, mylib with the code; wandb once it is a requirement
     findings = check_imports(_snapshot(tmp_path / "b", script, "wandb>=0.16  # logging\n"), ["train.py"])
-    assert [f.status for f in findings] == ["ok", "ok"]
+    assert [f.status for f in findings] == ["ok", "ok", "ok"]
     broken = check_imports(_snapshot(tmp_path / "c", "def f(:\n"), ["train.py"])
     assert broken[0].status == "fail" and "does not parse" in broken[0].message
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "status", "where"),
+    [
+        (
+            'import lightning as L\nt = L.Trainer(max_steps=5, accelerator="cpu", devices=1)\n',
+            [],
+            "fail",
+            ":2: Trainer(",
+        ),
+        ("from lightning.fabric import Fabric\nf = Fabric(accelerator='mps')\n", [], "fail", ":2: Fabric("),
+        ('import lightning.pytorch as pl\nt = pl.Trainer(accelerator="auto")\n', [], "ok", ""),
+        ('import lightning.pytorch as pl\nt = pl.Trainer(accelerator="cpu" if CPU else "gpu")\n', [], "ok", ""),
+        (
+            ARGPARSE
+            := 'import argparse\np = argparse.ArgumentParser()\np.add_argument("--accelerator", default="cpu")\n',
+            ["--max-steps", "9"],
+            "warn",
+            ":3: --accelerator defaults to 'cpu'",
+        ),
+        (ARGPARSE, ["--accelerator", "gpu"], "ok", ""),
+        (ARGPARSE, ["--accelerator=auto"], "ok", ""),
+        (ARGPARSE, ["--accelerator", "cpu"], "warn", "the train command passes --accelerator cpu:"),
+    ],
+)
+def test_a_script_that_pins_its_training_to_the_cpu_does_not_reach_a_gpu_fleet(
+    tmp_path, script, argv, status, where
+) -> None:
+    """A script profiled on a laptop often says accelerator="cpu": torchrun would then train on the nodes' CPUs, quietly
+    and far slower than predicted (found on a new user's walk). A literal in a Trainer / Fabric call fails the check;
+    an --accelerator flag defaulting to it that the train command leaves unset, or the train command's own
+    --accelerator cpu, warns; a value chosen at run time passes."""
+    findings = check_imports(_snapshot(tmp_path, script), ["train.py", *argv])
+    (device,) = [f for f in findings if f.check == "device"]
+    assert device.status == status, device
+    if where:
+        assert (
+            where if where.startswith("the train") else f"train.py{where}"
+        ) in device.message and "far slower than predicted" in device.message
+        assert "auto" in device.fix
+
+
+def test_check_repeats_what_srifty_terraform_said_of_a_plain_http_upload() -> None:
+    """`srifty terraform` warns that the code upload to the module's TLS-only bucket through an emulator's http://
+    endpoint will be refused; `srifty check` said "ok" right after (a new user's walk). Both now use one rule."""
+    refused = check_bucket(None, None, "http://127.0.0.1:5140", uploads=True)
+    assert [f.status for f in refused] == ["warn"] and "403" in refused[0].message and "--bucket" in refused[0].fix
+    for bucketless in (
+        check_bucket(None, None, "https://s3.local:5140", uploads=True),
+        check_bucket(None, None, "http://127.0.0.1:5140", uploads=False),
+        check_bucket(None, None, None, uploads=True),
+    ):
+        assert [f.status for f in bucketless] == ["ok"], bucketless
 
 
 def test_an_import_a_pinned_package_not_installed_here_may_bring_is_a_warning(tmp_path) -> None:

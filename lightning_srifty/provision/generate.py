@@ -40,7 +40,7 @@ from lightning_srifty.provision.command import (
     train_argv,
 )
 from lightning_srifty.provision.money import check_entry, check_limits, group_usd_per_hour
-from lightning_srifty.provision.preflight import ZONE_ID  # an availability zone ID (use1-az1)
+from lightning_srifty.provision.preflight import PLAIN_HTTP_FIX, ZONE_ID, plain_http_upload  # ZONE_ID: use1-az1
 from lightning_srifty.provision.snapshot import (
     DEFAULT_MAX_MB,
     ENVIRONMENT_FILE,
@@ -573,13 +573,9 @@ def generate(
             snapshot, notes = _snapshot(plan, choice, options, staging, target)
         else:
             notes = _no_code_notes(options)
-        if snapshot is not None and options.bucket is None and (options.aws_endpoint or "").startswith("http://"):
-            notes.append(
-                "the checkpoint bucket the apply creates refuses requests without TLS (its policy denies "
-                "aws:SecureTransport false), so uploading the code to it through --aws-endpoint "
-                f"{options.aws_endpoint} will be refused (403 Forbidden): give --bucket an existing bucket, or an "
-                "https:// endpoint"
-            )
+        refused = plain_http_upload(options.bucket, options.aws_endpoint, uploads=snapshot is not None)
+        if refused:
+            notes.append(f"{refused}: {PLAIN_HTTP_FIX}")
         values = tfvars(plan, choice, options, catalog, code=snapshot)
         written = _write_root(plan, choice, target, values, snapshot)
     if snapshot is not None:

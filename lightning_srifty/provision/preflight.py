@@ -4,13 +4,17 @@
 - **script**: the training script is in the code snapshot, and every module it imports resolves in the environment
   the nodes install (the standard library, the code itself, torch / lightning / lightning-srifty and what they
   depend on, the requirements file).
+- **device**: the script does not pin its Trainer (or Fabric) to the CPU, as a script profiled on a laptop often does
+  (``accelerator="cpu"``: the fleet's GPUs would sit idle), nor defaults an ``--accelerator`` flag to it that the
+  train command leaves unset.
 - **quota**: the account's EC2 vCPU quotas (Service Quotas) for each instance class and market of the fleet leave
   room for it, after what already runs; else the exact increase request to file.
 - **offering**: every instance type is offered in the region, and in the availability zone the fleet's subnet is
   in (``describe_instance_type_offerings``); else the zones that offer them all.
 - **image**: the AMI given exists and is of the fleet's architecture, else the Deep Learning AMI's public SSM
   parameter of each architecture resolves (an emulator has none: give --ami).
-- **bucket**: the checkpoint bucket answers (``head_bucket``), when it exists already.
+- **bucket**: the checkpoint bucket answers (``head_bucket``), when it exists already; the code upload to the bucket
+  the module creates is not refused for want of TLS (an emulator's ``http://`` endpoint: a warning).
 - **credentials**: the credentials are valid (``sts get-caller-identity``). Whether they may do everything the module
   does is not simulated: ``terraform plan`` reads, ``apply`` writes.
 
@@ -67,7 +71,7 @@ _CLASS = re.compile(r"^(trn|inf|dl|vt|p|g|f|x)(\d*)", re.I)
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # script, imports, quota, offering, bucket, credentials
+    check: str  # script, imports, device, quota, offering, image, bucket, credentials
     status: Status
     message: str
     fix: str | None = None
@@ -149,6 +153,68 @@ def imported_modules(source: str) -> set[str]:
     return names
 
 
+# the keyword that pins a Lightning Trainer / Fabric to a device; these values leave a GPU fleet's GPUs idle
+_OFF_GPU = ("cpu", "mps")
+_RUNNERS = ("Trainer", "Fabric")
+
+
+def pinned_off_gpu(source: str, argv: list[str]) -> list[tuple[int, str, bool]]:
+    """Where ``source`` keeps a run off the GPUs: ``(line, what, certain)`` for each ``Trainer(accelerator="cpu")`` /
+    ``Fabric(...)`` with a literal ``"cpu"`` or ``"mps"`` (certain), and each ``add_argument("--accelerator",
+    default="cpu")`` the train command does not override (likely: the flag's value usually reaches the Trainer). A
+    value computed at run time (``accelerator=args.accelerator``, ``"cpu" if ... else "gpu"``) is not flagged; the train
+    command's own ``--accelerator cpu`` is (line 0, likely)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        if name in _RUNNERS:
+            value = keywords.get("accelerator")
+            if isinstance(value, ast.Constant) and str(value.value).lower() in _OFF_GPU:
+                found.append((node.lineno, f"{name}(accelerator={value.value!r})", True))
+        elif name == "add_argument" and node.args and isinstance(node.args[0], ast.Constant):
+            flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            default = keywords.get("default")
+            if (
+                any(f.lstrip("-") == "accelerator" for f in flags)
+                and isinstance(default, ast.Constant)
+                and str(default.value).lower() in _OFF_GPU
+                and not any(a.split("=", 1)[0] in flags for a in argv)
+            ):
+                found.append((node.lineno, f"{flags[0]} defaults to {default.value!r}", False))
+    for i, arg in enumerate(argv):  # the train command's own --accelerator cpu
+        flag, _, value = arg.partition("=")
+        if flag.lstrip("-") == "accelerator" and flag.startswith("-"):
+            value = value or (argv[i + 1] if i + 1 < len(argv) else "")
+            if value.lower() in _OFF_GPU:
+                found.append((0, f"the train command passes {flag} {value}", False))
+    return sorted(found)
+
+
+def check_device(script: str, source: str, argv: list[str]) -> list[Finding]:
+    """The script does not pin its training to the CPU (or Apple's MPS) on a fleet paid for its GPUs: a profile made
+    on a laptop often says ``accelerator="cpu"``, and torchrun then trains on the nodes' CPUs, quietly and far slower
+    than the prediction, until the life cap ends it."""
+    findings = []
+    for line, what, certain in pinned_off_gpu(source, argv):
+        findings.append(
+            Finding(
+                "device",
+                "fail" if certain else "warn",
+                f"{f'{script}:{line}: ' if line else ''}{what}: on the fleet's GPUs the training would run on the "
+                "CPU, far slower than predicted",
+                'use accelerator="auto" (Lightning\'s default: the GPUs where there are some, else the CPU)'
+                if certain
+                else "give the train command --accelerator auto (or gpu)"
+                + ("" if line == 0 else ", or make auto the flag's default"),
+            )
+        )
+    return findings or [Finding("device", "ok", f"{script} does not pin the training to the CPU")]
+
+
 def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -219,8 +285,9 @@ def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
                 "run srifty from your project's folder (or give --code) and name the script relative to it",
             )
         ]
+    source = read_member(snapshot, script).decode(errors="replace")
     try:
-        names = imported_modules(read_member(snapshot, script).decode(errors="replace"))
+        names = imported_modules(source)
     except SyntaxError as exc:
         return [Finding("script", "fail", f"{script} does not parse: {exc}", "fix the syntax error before paying")]
     env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
@@ -257,7 +324,7 @@ def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
         )
     else:
         findings.append(Finding("imports", "ok", f"its {len(names)} imports resolve in the nodes' environment"))
-    return findings
+    return findings + check_device(script, source, argv[2:] if argv[0] == "-m" else argv[1:])
 
 
 def _top_name(rel: str) -> str:
@@ -458,7 +525,24 @@ def check_image(ec2: Any, ssm: Any, ami: dict[str, Any], arches: list[str]) -> l
     return [Finding("image", "ok", f"the Deep Learning AMI of {', '.join(arches)} is published here")]
 
 
-def check_bucket(s3: Any, bucket: str | None) -> list[Finding]:
+def plain_http_upload(bucket: str | None, endpoint: str | None, uploads: bool) -> str | None:
+    """Why uploading the code will be refused, or None: the bucket the module creates denies requests without TLS (its
+    policy: ``aws:SecureTransport`` false), which AWS always gets, but an emulator's ``http://`` endpoint does not."""
+    if not uploads or bucket or not (endpoint or "").startswith("http://"):
+        return None
+    return (
+        "the checkpoint bucket the apply creates refuses requests without TLS (its policy denies aws:SecureTransport "
+        f"false), so uploading the code to it through the endpoint {endpoint} will be refused (403 Forbidden)"
+    )
+
+
+PLAIN_HTTP_FIX = "give --bucket an existing bucket, or an https:// endpoint"
+
+
+def check_bucket(s3: Any, bucket: str | None, endpoint: str | None = None, uploads: bool = False) -> list[Finding]:
+    refused = plain_http_upload(bucket, endpoint, uploads)
+    if refused:
+        return [Finding("bucket", "warn", refused, f"srifty terraform again: {PLAIN_HTTP_FIX}")]
     if not bucket:
         return [Finding("bucket", "ok", "the module creates the checkpoint bucket")]
     try:
@@ -549,8 +633,10 @@ def preflight(
     ami: dict[str, Any] | None = None,
     arches: list[str] | None = None,
     aws: dict[str, Any] | None = None,
+    endpoint: str | None = None,
 ) -> Report:
-    """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``)."""
+    """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``); ``endpoint``:
+    the root's AWS endpoint (an emulator's), for what its scheme means to the upload."""
     started = time.perf_counter()
     findings: list[Finding] = []
     if snapshot is not None and argv:
@@ -562,7 +648,7 @@ def preflight(
     findings += check_offerings(aws["ec2"], region, sorted({g.instance_type for g in groups}), zone)
     if ami is not None and arches:
         findings += check_image(aws["ec2"], aws["ssm"], ami, arches)
-    findings += check_bucket(aws["s3"], bucket)
+    findings += check_bucket(aws["s3"], bucket, endpoint, uploads=snapshot is not None)
     return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
 
 
@@ -601,6 +687,7 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         ami=values.get("ami") or {},
         arches=sorted({g.get("arch", "x86_64") for g in values["groups"]}),
         aws=aws or clients(values["region"], endpoint),
+        endpoint=endpoint,
     )
 
 
