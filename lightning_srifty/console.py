@@ -43,6 +43,18 @@ def fmt_hours(hours: float) -> str:
     return f"{hours * 3600:.0f} s"
 
 
+def fmt_hours_range(lo: float, hi: float) -> str:
+    """An interval of hours, compact, in the unit :func:`fmt_hours` gives its upper end: ``27-52 min``, ``0.53-1.0 h``,
+    ``12-19 h`` (two significant digits: an 80% interval is not known better)."""
+    unit = fmt_hours(hi).rsplit(" ", 1)[1]
+    scale = {"h": 1.0, "min": 60.0, "s": 3600.0}[unit]
+
+    def two(x: float) -> str:
+        return f"{x:,.0f}" if x >= 9.95 else f"{x:.1f}" if x >= 0.995 else f"{x:.2f}"
+
+    return f"{two(lo * scale)}-{two(hi * scale)} {unit}"
+
+
 def fmt_life(hours: float) -> str:
     """A life cap in whole minutes, as a person reads it: ``17 h``, ``1 h 19 min``, ``45 min`` (not ``1.31667 h``)."""
     minutes = round(hours * 60)
@@ -223,6 +235,7 @@ PLAN_COLUMNS = (
     "region",
     "$/h",
     "time",
+    "time 80% interval",
     "cost",
     "cost 80% interval",
     "layout",
@@ -236,6 +249,8 @@ PLAN_COLUMNS = (
 )
 _LEFT = ("fleet", "market", "region", "layout", "spot risk", "perf. risk", "effort")
 _SHORT = {
+    "time 80% interval": "80%",
+    "batch/GPU": "batch",
     "spot risk": "spot",
     "perf. risk": "perf.",
     "GiB/GPU": "GiB",
@@ -244,6 +259,7 @@ _SHORT = {
 
 # the wide table's two-word headers on two lines: every column fits 200 terminal columns (the last one was cut)
 _WIDE = {
+    "time 80% interval": "time 80%\ninterval",
     "cost 80% interval": "cost 80%\ninterval",
     "spot risk": "spot\nrisk",
     "perf. risk": "perf.\nrisk",
@@ -271,9 +287,9 @@ def plan_table(
         savings = any(e.savings_vs_current is not None for e in plan.entries)  # only a re-plan has a current fleet
         columns = [c for c in PLAN_COLUMNS if (layouts or c != "layout") and (savings or c != "savings")]
     else:
-        columns = ["#", "fleet", "market", "$/h", "time", "cost", "batch/GPU", "spot risk", "perf. risk"]
+        columns = ["#", "fleet", "market", "$/h", "time", "time 80% interval", "cost", "batch/GPU", "spot risk"]
         if layouts:
-            columns[6:6] = ["layout", "GiB/GPU"]
+            columns[7:7] = ["layout", "GiB/GPU"]
         if len({e.region for e in plan.entries}) > 1:
             columns.insert(3, "region")
         if any(e.savings_vs_current is not None for e in plan.entries):
@@ -307,6 +323,7 @@ def plan_table(
             "$/h": f"{e.usd_per_hour:,.2f}" if e.usd_per_hour >= 0.1 else f"{e.usd_per_hour:.2g}",
             "time": fmt_hours(e.time_h),
             "cost": fmt_usd(e.cost_usd),
+            "time 80% interval": "-" if e.time_interval_h is None else fmt_hours_range(*e.time_interval_h),
             "cost 80% interval": f"{fmt_usd(lo)}-{fmt_usd(hi)}",
             "spot risk": f"{e.risk} ({e.expected_interruptions:.2f})" if wide else e.risk,
             "perf. risk": e.performance_risk,
@@ -335,8 +352,8 @@ def plan_table(
         footer += f"\ninstance types left out: {types}"
     if not wide:
         footer += (
-            "\n* on the Pareto front (time vs cost); spot: interruption risk; perf.: prediction risk; "
-            "--wide for every column (GPUs, region, cost interval, effort, memory)"
+            "\n* on the Pareto front (time vs cost); 80%: the time's 80% interval; batch: samples per GPU per step; spot: "
+            "interruption risk; --wide for every column (GPUs, region, cost interval, prediction risk, effort, memory)"
             + ("; GiB: memory per GPU" if layouts else "")
         )
     return Group(table, footer)

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from _support import MINIMAL
 from lightning_srifty.cli import main
-from lightning_srifty.console import PLAN_COLUMNS, plan_table
+from lightning_srifty.console import PLAN_COLUMNS, fmt_hours_range, plan_table
 from predictor.documents.profile import load_profile
 from predictor.ranking import Constraints, rank
 from predictor.ranking.report import num, write_report
@@ -46,8 +46,11 @@ def test_the_default_table_fits_100_columns_without_breaking_a_value(busy_plan) 
         for group in e.fleet.split(","):  # a mix may wrap between its types, never inside one
             assert re.search(rf"(?<![\w.:-]){re.escape(group)}(?![\w.:])", text), group
         assert f"${e.cost_usd:,.2f}" in text or f"${e.cost_usd:.3g}" in text
+        # the time's 80% interval, on screen by default (a new user looked for it and found only "perf. high")
+        assert fmt_hours_range(*e.time_interval_h) in text, e.time_interval_h
     header = next(line for line in lines if " fleet " in line)
     assert "region" in header and "savings" in header and "GPUs" not in header and "effort" not in header
+    assert " 80% " in header and "80%: the time's 80% interval" in text
     assert not any(line.rstrip().endswith(("48xlar", "48xlarg")) for line in lines)
     assert "--wide" in text
 

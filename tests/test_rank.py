@@ -315,7 +315,7 @@ def test_a_short_job_is_told_to_keep_the_fleet_it_has(catalog) -> None:
     assert not any(n.startswith("keep the fleet you have") for n in long.notes)
 
 
-def test_the_cost_interval_never_goes_below_the_start_up(profile, catalog) -> None:
+def test_the_cost_and_time_intervals_never_go_below_the_start_up(profile, catalog) -> None:
     """Issue #24 item 10: the start-up is billed whatever the step time; only the training part has an interval."""
     plan = rank(profile, Constraints(steps=50, market="on-demand", max_instances=2), catalog=catalog)
     for e in plan.entries:
@@ -325,6 +325,12 @@ def test_the_cost_interval_never_goes_below_the_start_up(profile, catalog) -> No
         train = e.cost_usd - fixed
         step_lo, step_hi = (x / e.iteration_time_s for x in e.iteration_time_interval_s)
         assert lo == pytest.approx(fixed + train * step_lo) and hi == pytest.approx(fixed + train * step_hi)
+        # the time's interval the same way: the start-up is waited for whatever the step time
+        t_lo, t_hi = e.time_interval_h
+        start_h = e.startup_s / 3600
+        assert start_h <= t_lo <= e.time_h <= t_hi
+        assert t_lo == pytest.approx(start_h + (e.time_h - start_h) * step_lo)
+        assert t_hi == pytest.approx(start_h + (e.time_h - start_h) * step_hi)
 
 
 def test_memory_is_unknown_without_activation_memory_never_fits(profile, catalog) -> None:

@@ -153,6 +153,9 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
         usd_per_hour=usd,
         time_h=time_h,
         cost_usd=usd * time_h,
+        time_interval_h=None
+        if entry.time_interval_h is None
+        else [t * time_h / entry.time_h if entry.time_h else t for t in entry.time_interval_h],
         cost_interval_usd=[c * scale for c in entry.cost_interval_usd],
         expected_interruptions=0.0,
         interruption_overhead_s=0.0,

@@ -163,6 +163,11 @@ class PlanEntry:
         min=0,
         max=1,
     )
+    time_interval_h: tuple[float, ...] | None = doc_field(
+        "80% interval of time_h from the step-time interval (the start-up is fixed: not scaled with it); absent in "
+        "plans made before it was recorded",
+        default=None,
+    )
     layout: PlanLayout | None = doc_field(
         "the parallel layout and its Lightning strategy (absent in plans made before layouts: ddp)", default=None
     )
