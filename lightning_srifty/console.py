@@ -352,8 +352,8 @@ def plan_table(
         footer += f"\ninstance types left out: {types}"
     if not wide:
         footer += (
-            "\n* on the Pareto front (time vs cost); 80%: the time's 80% interval; batch: samples per GPU per step; spot: "
-            "interruption risk; --wide for every column (GPUs, region, cost interval, prediction risk, effort, memory)"
-            + ("; GiB: memory per GPU" if layouts else "")
+            "\n* on the Pareto front (time vs cost); 80%: the time's 80% interval; batch: samples per GPU per step; "
+            "spot: interruption risk; --wide for every column (GPUs, region, cost interval, prediction risk, effort, "
+            "memory)" + ("; GiB: memory per GPU" if layouts else "")
         )
     return Group(table, footer)

@@ -198,6 +198,10 @@ def test_the_cuda_table_is_one_place_and_names_the_default_image(tmp_path, catal
     options = Options(name="cuda-pick", code=str(project))
     got = generate(plan, tmp_path / "infra", options=options, catalog=catalog)
     text = node_summary(got, options)
+    # the environment's pins come from the index, the lightning-srifty wheel from the archive; the Python is named
+    assert "environment  a new virtual environment: torch==2.9.1, lightning==2.6.6\n" in text, text
+    assert "from PyPI; lightning-srifty from the code archive (lightning_srifty-" in text
+    assert "python       the image's python3" in text
     assert "torch build  cu128 on the Deep Learning AMI (NVIDIA driver 570.133.20): the profiled build" in text
     # the profiled cu128 wherever the driver supports it, even where cu130 would run
     assert "at boot: >= 570.26 cu128; >= 560.28.03 cu126; >= 525.60.13 cu128 (minor version compatibility); older: " \
@@ -366,3 +370,19 @@ def test_a_requirements_file_beside_a_script_in_a_subfolder_is_named_when_it_wou
     named = dataclasses.replace(options, name="req-named", requirements="proj/requirements.txt")
     given = generate(load_plan(PLAN), tmp_path / "infra3", options=named, catalog=catalog)
     assert not any("lies beside" in n for n in given.notes)
+
+
+def test_srifty_terraform_says_when_the_script_keeps_the_training_off_the_gpus(tmp_path, monkeypatch, capsys) -> None:
+    """The script's offline checks run where the module is reviewed: a Trainer pinned to the CPU is named at
+    `srifty terraform`, not only at `srifty check` (an infra team may apply with terraform alone)."""
+    from lightning_srifty.cli import main
+
+    project = _project(tmp_path / "p")
+    (project / "train.py").write_text('import lightning as L\n\ntrainer = L.Trainer(accelerator="cpu", max_steps=5)\n')
+    monkeypatch.chdir(project)
+    assert main(["terraform", "--plan", str(PLAN), "--out", str(tmp_path / "infra"), "--name", "cpu-pinned"]) == 0
+    err = capsys.readouterr().err
+    assert "[FAIL] device: train.py:3: Trainer(accelerator='cpu')" in err and 'accelerator="auto"' in err, err
+    (project / "train.py").write_text("import lightning as L\n\ntrainer = L.Trainer(max_steps=5)\n")
+    assert main(["terraform", "--plan", str(PLAN), "--out", str(tmp_path / "infra"), "--name", "cpu-pinned"]) == 0
+    assert "device:" not in capsys.readouterr().err

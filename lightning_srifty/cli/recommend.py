@@ -184,7 +184,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "regions offer); the plan notes what a quota increase would buy",
     )
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("--wide", action="store_true", help="every column (GPUs, region, cost interval, prediction risk, effort, memory)")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column (GPUs, region, cost interval, prediction risk, effort, memory)",
+    )
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
     p.add_argument("--report", help="write a self-contained HTML report here (and the plot as PNG beside it)")
     p.set_defaults(func=cmd_recommend)

@@ -54,6 +54,12 @@ def cmd_terraform(args: argparse.Namespace) -> int:
     print(node_summary(result, options))
     for note in result.notes:
         print(f"WARNING: {note}.", file=sys.stderr)
+    if result.snapshot is not None:  # the script's offline checks (check and apply: all)
+        from lightning_srifty.provision.preflight import check_imports
+
+        for finding in check_imports(result.snapshot, result.values["train"]["argv"]):
+            if finding.status != "ok":
+                print(finding.line(), file=sys.stderr)
     print(f"Review it, then: srifty apply --dir {result.out}  (or terraform -chdir={result.out} init/plan/apply)")
     return 0
 
@@ -77,14 +83,22 @@ def node_summary(result: Any, options: Any) -> str:
         lines.append(f"  container    {train['image']} (its Python; the snapshot's lightning-srifty installed in it)")
     if snap is not None and not train.get("image"):
         env = json.loads(read_member(snap, ENVIRONMENT_FILE))
-        pins = ", ".join(env["packages"]) + f", {env['wheel'].rsplit('/', 1)[-1]}"
+        pins = ", ".join(env["packages"])
         if env.get("requirements"):
             pins += f", -r {env['requirements']}"
         lines.append(f"  environment  a new virtual environment: {pins}")
         lines.append(
             f"               from {env.get('index_url') or 'PyPI'}"
             + "".join(f" + {u}" for u in env.get("extra_index_urls") or [])
+            + f"; lightning-srifty from the code archive ({env['wheel'].rsplit('/', 1)[-1]})"
         )
+        profiled_python = (env.get("profiled") or {}).get("python")
+        python = "the image's python3" + (f", seeing {env['base_python']}'s packages" if env.get("base_python") else "")
+        if profiled_python:
+            python += (
+                f" (the profile ran Python {profiled_python}; a node whose minor version differs says so in its log)"
+            )
+        lines.append(f"  python       {python}")
         lines += cuda.summary(env, values["ami"].get("id"))
         where = options.snapshot or Path(options.code or ".").resolve()
         lines.append(
