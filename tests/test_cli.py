@@ -187,6 +187,12 @@ def test_a_duration_without_a_unit_is_refused_naming_the_units(capsys) -> None:
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "--deadline" in err and "'90' has no unit: write 90h (hours), 90m (minutes), 90d (days) or 90s" in err
+    # the error and where the options are listed, not the usage of every option first (20 lines, a new user's walk)
+    assert err.splitlines() == [
+        "srifty recommend: error: argument --deadline: '90' has no unit: write 90h (hours), 90m (minutes), 90d (days) "
+        "or 90s (seconds)",
+        "  (srifty recommend --help lists every option)",
+    ], err
 
 
 def test_a_mistyped_subcommand_or_flag_gets_did_you_mean(capsys) -> None:

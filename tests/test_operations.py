@@ -120,6 +120,12 @@ def test_status_shows_each_fleet_its_market_cost_life_cap_and_heartbeat(aws, mon
     assert later["cost_usd"] - a["cost_usd"] == pytest.approx(od + sp, abs=1e-3)
     assert later["heartbeat"]["stale"] is True  # 42 s + 1 h > max_age_s
 
+    # an emulator's endpoint as a flag, as srifty terraform takes it (a new user's walk found only the variable worked)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    assert main(["status", "--region", REGION, "--json", "--aws-endpoint", aws[2]]) == 0
+    flagged = {r["name"]: r for r in json.loads(capsys.readouterr().out)["fleets"]}["ops-a"]
+    assert flagged["states"] == {"running": 2} and flagged["heartbeat"]["found"] is True
+
 
 def test_status_of_a_root_reads_the_checkpoint_folder_from_its_state(aws, tmp_path, monkeypatch, capsys, catalog):
     """A root whose bucket the module created: the folder comes from the output in its state, the cap from its

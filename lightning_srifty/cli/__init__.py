@@ -47,7 +47,13 @@ class Parser(argparse.ArgumentParser):
         elif "required" in message and self._unknown_flags(Parser.argv):
             # a mistyped flag (--stpes 1000) is why a required one is missing: say that, not the consequence
             self.unknown(self._unknown_flags(Parser.argv))
-        super().error(message)
+        self._fail(message)
+
+    def _fail(self, message: str) -> None:
+        """One line that names the argument, the value and the fix, and where the options are listed: not argparse's
+        usage of every option first (20 lines before the error for ``srifty recommend``)."""
+        what = "option" if " " in self.prog else "command"  # srifty recommend's options; srifty's commands
+        self.exit(2, f"{self.prog}: error: {message}\n  ({self.prog} --help lists every {what})\n")
 
     def _known(self) -> list[str]:
         return [o for action in self._actions for o in action.option_strings]
@@ -72,7 +78,7 @@ class Parser(argparse.ArgumentParser):
                 close = difflib.get_close_matches(name, self._known(), n=1, cutoff=0.6)
                 if close:
                     hints.append(f"{name}: did you mean {close[0]}?")
-        super().error(f"unrecognized arguments: {' '.join(extra)}" + ("; " + "; ".join(hints) if hints else ""))
+        self._fail(f"unrecognized arguments: {' '.join(extra)}" + ("; " + "; ".join(hints) if hints else ""))
 
 
 def build_parser() -> argparse.ArgumentParser:

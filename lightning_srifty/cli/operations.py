@@ -141,12 +141,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     # where to look: each root's fleet in its own region (--region overrides); without --dir every srifty fleet
     queries: list[tuple[str, str | None, list[str] | None, Any]] = []  # region, endpoint, names, root
     for root in roots:
-        queries.append((args.region or root.region, root.endpoint, [root.name], root))
+        queries.append((args.region or root.region, args.aws_endpoint or root.endpoint, [root.name], root))
     if not roots:
         region = args.region or _env_region()
         if region is None:
             raise _no_region("status")
-        queries.append((region, None, None, None))
+        queries.append((region, args.aws_endpoint, None, None))
     catalog = load_catalog(args)
     records = []
     for region, endpoint, names, root in queries:
@@ -217,7 +217,7 @@ def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | 
                 parameter="checkpoint_uri",
                 value=None,
             )
-        return root.name, uri, args.region or root.region, root.endpoint
+        return root.name, uri, args.region or root.region, args.aws_endpoint or root.endpoint
     if not args.fleet:
         raise ConfigError(
             "srifty logs needs a fleet: give --dir ROOT (a folder srifty terraform wrote), or the fleet's name with "
@@ -227,11 +227,11 @@ def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | 
         )
     region = args.region or _env_region()
     if args.checkpoint_uri:
-        return args.fleet, args.checkpoint_uri, region, None
+        return args.fleet, args.checkpoint_uri, region, args.aws_endpoint
     if region is None:
         raise _no_region("logs")
     with ops.aws_errors(f"looking up fleet {args.fleet} in {region} (ec2:DescribeInstances)"):
-        found = ops.find_fleets(ops.client("ec2", region), region, [args.fleet])
+        found = ops.find_fleets(ops.client("ec2", region, args.aws_endpoint), region, [args.fleet])
     uri = next((f.checkpoint_uri for f in found if f.checkpoint_uri), None)
     if uri is None:
         raise ConfigError(
@@ -241,7 +241,7 @@ def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | 
             parameter="checkpoint_uri",
             value=None,
         )
-    return args.fleet, uri, region, None
+    return args.fleet, uri, region, args.aws_endpoint
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -310,6 +310,9 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+ENDPOINT_HELP = "an AWS API endpoint such as moto's (default: --dir's, else $AWS_ENDPOINT_URL, else AWS)"
+
+
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     from lightning_srifty.cli._common import number
 
@@ -321,6 +324,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--region", help="where to look (default: each --dir's region, else $AWS_DEFAULT_REGION)")
     p.add_argument("--json", action="store_true", help="one JSON document, for machines")
+    p.add_argument("--aws-endpoint", help=ENDPOINT_HELP)
     p.set_defaults(func=cmd_status)
 
     q = sub.add_parser("logs", help="the nodes' boot, setup and training output, from beside the checkpoints")
@@ -332,6 +336,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--interval", type=number, default=5.0, metavar="S", help="seconds between polls with --follow")
     q.add_argument("--list", action="store_true", help="list the logs (node, size, age, running or ended)")
     q.add_argument("--region", help="default: --dir's region, else $AWS_DEFAULT_REGION")
+    q.add_argument("--aws-endpoint", help=ENDPOINT_HELP)
     q.set_defaults(func=cmd_logs)
 
     d = sub.add_parser(
