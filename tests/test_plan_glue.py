@@ -221,3 +221,49 @@ def test_srifty_auto_names_a_loader_it_cannot_re_cut(monkeypatch, caplog, tmp_pa
         caplog.text
     )
     assert "build it with batch_size=launch_settings().batch_size" in caplog.text
+
+
+@pytest.mark.parametrize("callback", ["SpotPreemption", "SriftyCallback"])
+def test_a_job_srifty_started_on_gpus_with_a_trainer_pinned_to_the_cpu_stops_before_training(
+    tmp_path, monkeypatch, callback
+) -> None:
+    """A script profiled on a laptop says accelerator="cpu"; on a GPU fleet the nodes would train on their CPUs until
+    the life cap (a new user's walk). On a srifty fleet (SRIFTY_CHECKPOINT_URI, as the module's nodes export) the job
+    stops before its first step, naming the fix; elsewhere it is a warning; SRIFTY_ALLOW_CPU=1 allows it. CUDA is
+    simulated (this machine has none): torch.cuda says 4 GPUs once the Trainer is built."""
+    from helpers import TinyModel, loader, trainer
+    from lightning_srifty import SriftyCallback
+    from lightning_srifty.migrate.preemption import SpotPreemption
+    from predictor.exceptions import ConfigError
+
+    def make() -> pl.Callback:
+        if callback == "SpotPreemption":
+            return SpotPreemption(str(tmp_path / "ckpt"), exit_process=False, handle_sigterm=False)
+        return SriftyCallback(output=None, recommend=False)
+
+    def gpus(t: pl.Trainer) -> pl.Trainer:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+        return t
+
+    monkeypatch.delenv("SRIFTY_ALLOW_CPU")
+    monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", str(tmp_path / "ckpt"))
+    t = gpus(trainer([make()], max_steps=3))
+    with pytest.raises(ConfigError, match=r'CUDA sees 4 GPU\(s\).*accelerator="auto"') as refused:
+        t.fit(TinyModel(), train_dataloaders=loader())
+    assert refused.value.parameter == "accelerator" and t.global_step == 0
+    monkeypatch.undo()
+
+    monkeypatch.delenv("SRIFTY_ALLOW_CPU")  # not on a srifty fleet: trained, with a warning
+    monkeypatch.delenv("SRIFTY_CHECKPOINT_URI", raising=False)
+    t = gpus(trainer([make()], max_steps=3))
+    with pytest.warns(UserWarning, match="the GPUs would sit idle"):
+        t.fit(TinyModel(), train_dataloaders=loader())
+    assert t.global_step == 3
+    monkeypatch.undo()
+
+    monkeypatch.setenv("SRIFTY_ALLOW_CPU", "1")  # meant: trained on a fleet, no word
+    monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", str(tmp_path / "ckpt"))
+    t = gpus(trainer([make()], max_steps=3))
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert t.global_step == 3

@@ -115,6 +115,36 @@ def launch_settings(default_batch_size: int | None = None) -> LaunchSettings:
     return LaunchSettings(batch, launch.accumulate_grad_batches, launch.strategy_spec()[0], launch.resume)
 
 
+ALLOW_CPU = "SRIFTY_ALLOW_CPU"  # "1": this job trains on the CPU on purpose, although the machine has GPUs
+
+
+def refuse_idle_gpus(trainer: Any) -> None:
+    """Stop a job that srifty started on a GPU fleet (``srifty launch``, or a node of ``srifty terraform``'s module:
+    ``SRIFTY_CHECKPOINT_URI`` is set) when its Trainer runs on the CPU although CUDA sees GPUs: a script profiled on a
+    laptop often says ``accelerator="cpu"``, and the fleet would then be paid to train far slower than predicted until
+    its life cap. Outside a srifty fleet it is a warning. ``SRIFTY_ALLOW_CPU=1`` allows it (tests, a CPU job on
+    purpose).
+
+    Raises:
+        ConfigError: on a srifty fleet, the GPUs are idle.
+    """
+    if os.environ.get(ALLOW_CPU) == "1" or not torch.cuda.is_available():
+        return
+    device = getattr(getattr(trainer, "strategy", None), "root_device", None)
+    if device is None or device.type != "cpu":
+        return
+    message = (
+        f"the Trainer runs on the CPU while CUDA sees {torch.cuda.device_count()} GPU(s) on this machine: the script "
+        'pins accelerator="cpu" (or "mps"), so the GPUs would sit idle. Use accelerator="auto" (Lightning\'s '
+        f'default) or "gpu"; set {ALLOW_CPU}=1 if the CPU is meant'
+    )
+    if os.environ.get(VARIABLES["checkpoint_uri"]) or LaunchEnv.from_env() is not None:
+        raise ConfigError(f"Stopped before training: {message}.", parameter="accelerator", value="cpu")
+    from lightning.pytorch.utilities import rank_zero_warn
+
+    rank_zero_warn(f"srifty: {message}.")
+
+
 def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str]:
     """What the running Trainer does differently from what ``srifty launch`` planned for this fleet: the strategy
     (sharded or not), the accumulation, this rank's batch per micro-step, the checkpoint to resume from. Empty

@@ -182,6 +182,9 @@ class SpotPreemption(Callback):
         self._stop.set()
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from lightning_srifty.ddp.plan_strategy import refuse_idle_gpus
+
+        refuse_idle_gpus(trainer)  # before anything starts: a fleet paid for its GPUs never trains on its CPUs
         self._watcher = SpotWatcher(self._notice, endpoint=self.endpoint, interval_s=self.interval_s)
         self._watcher.start()
         launch = self.launch

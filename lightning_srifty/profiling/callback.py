@@ -190,6 +190,11 @@ class SriftyCallback(Callback):
         self.profiled = bool(state_dict.get("profiled", False))
 
     # ----------------------------------------------------------------- set-up
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from lightning_srifty.ddp.plan_strategy import refuse_idle_gpus
+
+        refuse_idle_gpus(trainer)  # on a srifty fleet a Trainer pinned to the CPU stops here, the GPUs paid for
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._phase = _DONE
         try:
