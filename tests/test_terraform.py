@@ -114,6 +114,14 @@ def test_cli_writes_the_golden_values(tmp_path, capsys, monkeypatch) -> None:
     assert written == json.loads((folder / "expected.auto.tfvars.json").read_text())
     assert main(["apply", "--dir", str(tmp_path)]) == 2
     assert "not a root module written by `srifty terraform`" in capsys.readouterr().err
+    # after an apply: what to run next (terraform printed the outputs already); --json: the outputs, for machines
+    from lightning_srifty.provision import runner
+
+    monkeypatch.setattr(runner, "apply", lambda folder, **kw: {"fleet": {"name": "resnet-single"}})
+    assert main(["apply", "--dir", str(tmp_path / "infra"), "--yes"]) == 0
+    assert capsys.readouterr().out.startswith(f"Applied. Next: srifty status --dir {tmp_path / 'infra'}")
+    assert main(["apply", "--dir", str(tmp_path / "infra"), "--yes", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"fleet": {"name": "resnet-single"}}
 
 
 def test_plan_summary_counts_actions() -> None:

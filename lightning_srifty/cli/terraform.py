@@ -139,7 +139,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from lightning_srifty.provision.runner import apply
 
     outputs = apply(args.dir, yes=args.yes, catalog=load_catalog(args), check=not args.skip_check)
-    print(json.dumps(outputs, indent=2, default=str))
+    if args.json:  # terraform printed the outputs already, for people
+        print(json.dumps(outputs, indent=2, default=str))
+    else:
+        print(
+            f"Applied. Next: srifty status --dir {args.dir} (the fleet, its cost so far), srifty logs --dir {args.dir} "
+            f"(the nodes' output), srifty down --dir {args.dir} (destroy it, and what it cost)"
+        )
     return 0
 
 
@@ -232,4 +238,5 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             q.add_argument(
                 "--skip-check", action="store_true", help="apply without the pre-flight (srifty check) first"
             )
+            q.add_argument("--json", action="store_true", help="then print the root's outputs as one JSON document")
         q.set_defaults(func=func)
