@@ -323,7 +323,7 @@ def plan_table(
             "$/h": f"{e.usd_per_hour:,.2f}" if e.usd_per_hour >= 0.1 else f"{e.usd_per_hour:.2g}",
             "time": fmt_hours(e.time_h),
             "cost": fmt_usd(e.cost_usd),
-            "time 80% interval": "-" if e.time_interval_h is None else fmt_hours_range(*e.time_interval_h),
+            "time 80% interval": fmt_hours_range(*e.time_range_h()),
             "cost 80% interval": f"{fmt_usd(lo)}-{fmt_usd(hi)}",
             "spot risk": f"{e.risk} ({e.expected_interruptions:.2f})" if wide else e.risk,
             "perf. risk": e.performance_risk,

@@ -305,6 +305,9 @@ VARIABLES: dict[str, str] = {
     "heartbeat_max_age_s": "SRIFTY_HEARTBEAT_MAX_AGE_S",
     "max_life_until_unix": "SRIFTY_MAX_LIFE_UNTIL_UNIX",
 }
+# "1": the job trains on the CPU on purpose although CUDA sees GPUs (a local trial, tests); else a job srifty started
+# with its Trainer on the CPU stops (plan_strategy.refuse_idle_gpus)
+ALLOW_CPU = "SRIFTY_ALLOW_CPU"
 DEPRECATED: dict[str, str] = {"SRIFTY_CHECKPOINT_DIR": "SRIFTY_CHECKPOINT_URI"}  # old name -> new (read until 0.3)
 
 

@@ -24,6 +24,10 @@ def test_a_plan_written_by_the_previous_release_loads_without_a_warning() -> Non
     chosen = plan.entries[plan.chosen]
     assert chosen.fleet == "g5.xlarge:1" and chosen.groups[0].count == 1
     assert load_plan(plan.to_dict()) == plan  # and it round-trips unchanged
+    # the time's interval, recorded since: derived by the same rule for a plan that has none (table, report)
+    for e in plan.entries:
+        lo, hi = e.time_range_h()
+        assert e.time_interval_h is None and lo <= e.time_h <= hi
 
 
 def test_fields_of_a_newer_minor_release_are_ignored_with_one_warning_naming_them() -> None:

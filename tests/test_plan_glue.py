@@ -267,3 +267,22 @@ def test_a_job_srifty_started_on_gpus_with_a_trainer_pinned_to_the_cpu_stops_bef
     t = gpus(trainer([make()], max_steps=3))
     t.fit(TinyModel(), train_dataloaders=loader())
     assert t.global_step == 3
+
+
+def test_a_local_trial_may_train_on_the_cpu(monkeypatch) -> None:
+    """`srifty launch`'s local provisioner runs one process per planned GPU on this machine, on its CPU where it has
+    fewer GPUs: its jobs get SRIFTY_ALLOW_CPU=1, so a GPU workstation's trial is not stopped for idle GPUs (a review
+    found the suite's global SRIFTY_ALLOW_CPU hid this)."""
+    import subprocess
+    import types as _types
+
+    from lightning_srifty.protocol import ALLOW_CPU, VARIABLES
+    from lightning_srifty.provision import local
+
+    seen: dict = {}
+    monkeypatch.delenv(ALLOW_CPU)
+    monkeypatch.setattr(subprocess, "Popen", lambda command, env, **kw: seen.update(env) or _types.SimpleNamespace())
+    entry = _types.SimpleNamespace(fleet="g4dn.xlarge:1", market="spot", groups=())
+    fleet = _types.SimpleNamespace(entry=entry, plan=_types.SimpleNamespace(checkpoint_s=None), data={"ranks": 1})
+    local.LocalProvisioner(["train.py"], echo=lambda line: None).start(fleet, {VARIABLES["batch_sizes"]: "8"})
+    assert seen[ALLOW_CPU] == "1" and seen[VARIABLES["batch_sizes"]] == "8"

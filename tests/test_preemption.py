@@ -478,19 +478,34 @@ def test_periodic_checkpoints_on_s3_are_saved_locally_then_digest_then_one_uploa
     assert not list(local.iterdir())  # the local copies went once the store had them
     assert find_checkpoint(url) == f"{url}/periodic-step=3.ckpt"
 
-    # the store refuses the checkpoints (here: every upload of a file fails): each save stays on local disk, said, the
-    # training goes on, and the local copies are pruned the same way
+    # an outage from step 3 on (every upload of a file refused): each save stays on local disk, said, the training
+    # goes on; the store keeps its newest 2 durable ones (an outage never prunes them for local copies), the local
+    # copies are pruned apart, and no digest is left without its checkpoint
+    put_file = fs.put_file
+
+    class Outage(pl.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:  # before the handler's save of the same step
+            if trainer.global_step == 3:
+                monkeypatch.setattr(fs, "put_file", refuse)
+
     def refuse(*args, **kwargs):
         raise PermissionError("Access Denied")
 
-    monkeypatch.setattr(fs, "put_file", refuse)
-    handler = SpotPreemption(url + "-refused", every_s=0, keep=2, exit_process=False, local_fallback=str(local))
-    t = trainer([handler], max_steps=3)
+    monkeypatch.setattr(fs, "put_file", put_file)
+    again = url + "-outage"
+    handler = SpotPreemption(again, every_s=0, keep=2, exit_process=False, local_fallback=str(local))
+    t = trainer([Outage(), handler], max_steps=5)
     t.fit(TinyModel(), train_dataloaders=loader())
-    assert t.global_step == 3 and handler.stored.startswith("local ")
-    assert handler.checkpoints == [str(local / f"periodic-step={s}.ckpt") for s in (2, 3)]
-    assert sorted(p.name for p in local.iterdir()) == [
-        f"periodic-step={s}.ckpt{x}" for s in (2, 3) for x in ("", ".sha256")
+    assert t.global_step == 5 and handler.stored.startswith("local ")
+    assert handler.checkpoints == [f"{again}/periodic-step={s}.ckpt" for s in (1, 2)] + [
+        str(local / f"periodic-step={s}.ckpt") for s in (4, 5)
     ]
-    assert find_checkpoint(str(local)) == str(local / "periodic-step=3.ckpt")
-    assert find_checkpoint(url + "-refused") is None  # a digest without its checkpoint publishes nothing
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="periodic", Prefix="run-1-outage/")["Contents"])
+    assert keys == ["run-1-outage/FINISHED.json"] + [
+        f"run-1-outage/periodic-step={s}.ckpt{x}" for s in (1, 2) for x in ("", ".sha256")
+    ], keys
+    assert sorted(p.name for p in local.iterdir()) == [
+        f"periodic-step={s}.ckpt{x}" for s in (4, 5) for x in ("", ".sha256")
+    ]
+    assert find_checkpoint(str(local)) == str(local / "periodic-step=5.ckpt")
+    assert find_checkpoint(again) == f"{again}/periodic-step=2.ckpt"

@@ -164,6 +164,28 @@ def test_the_scripts_imports_must_resolve_in_the_nodes_environment(tmp_path) -> 
         (ARGPARSE, ["--accelerator", "gpu"], "ok", ""),
         (ARGPARSE, ["--accelerator=auto"], "ok", ""),
         (ARGPARSE, ["--accelerator", "cpu"], "warn", "the train command passes --accelerator cpu:"),
+        (ARGPARSE, ["--accel", "gpu"], "ok", ""),  # argparse's prefix of the flag
+        # a CPU fallback, an export helper beside the training Trainer, a debug branch: likely, not certain
+        (
+            "import torch, lightning as L\nif torch.cuda.is_available():\n    t = L.Trainer(accelerator='gpu')\n"
+            "else:\n    t = L.Trainer(accelerator='cpu')\n",
+            [],
+            "warn",
+            ":5: Trainer(",
+        ),
+        (
+            "import lightning as L\ndef export(m):\n    L.Trainer(accelerator='cpu').predict(m)\n"
+            "def main():\n    L.Trainer(max_steps=9).fit(M())\n",
+            [],
+            "warn",
+            ":3: Trainer(",
+        ),
+        (
+            "import lightning as L\ndef main():\n    t = L.Trainer(accelerator='CPU')\n    t.fit(M())\n",
+            [],
+            "fail",
+            ":3: Trainer(",
+        ),
     ],
 )
 def test_a_script_that_pins_its_training_to_the_cpu_does_not_reach_a_gpu_fleet(

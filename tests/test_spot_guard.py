@@ -187,6 +187,11 @@ def test_the_on_demand_fallback_is_the_same_fleet_priced_from_the_catalog(spot_p
     assert (od.market, od.spot_share, od.expected_interruptions, od.checkpoint_interval_s) == ("on-demand", 0, 0, None)
     assert od.usd_per_hour == pytest.approx(2 * catalog.get("g4dn.xlarge").price_usd_hr("us-east-1"))
     assert check_entry(od_plan, i, catalog) == pytest.approx(od.usd_per_hour)  # what srifty terraform will accept
+    # its intervals by the plan's one rule (the start-up fixed), around its own time and cost
+    t_lo, t_hi = od.time_interval_h
+    c_lo, c_hi = od.cost_interval_usd
+    assert od.startup_s / 3600 <= t_lo <= od.time_h <= t_hi and c_lo <= od.cost_usd <= c_hi
+    assert c_lo == pytest.approx(od.usd_per_hour * t_lo) and c_hi == pytest.approx(od.usd_per_hour * t_hi)
     assert on_demand_fleet(od_plan, i, catalog) == (od_plan, i)  # on-demand already
     again, j = on_demand_fleet(od_plan, 1, catalog)  # the plan has the fleet on-demand now: that entry
     assert (again, j) == (od_plan, i)

@@ -18,7 +18,7 @@ from lightning.pytorch.strategies import FSDPStrategy, Strategy
 
 from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy, block_classes
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy
-from lightning_srifty.protocol import VARIABLES, LaunchEnv
+from lightning_srifty.protocol import ALLOW_CPU, VARIABLES, LaunchEnv
 from predictor.exceptions import ConfigError
 
 
@@ -113,9 +113,6 @@ def launch_settings(default_batch_size: int | None = None) -> LaunchSettings:
     sizes = launch.batch_sizes
     batch = sizes[rank] if rank < len(sizes) else default_batch_size
     return LaunchSettings(batch, launch.accumulate_grad_batches, launch.strategy_spec()[0], launch.resume)
-
-
-ALLOW_CPU = "SRIFTY_ALLOW_CPU"  # "1": this job trains on the CPU on purpose, although the machine has GPUs
 
 
 def refuse_idle_gpus(trainer: Any) -> None:

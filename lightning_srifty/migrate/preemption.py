@@ -20,6 +20,7 @@ truncated newer one. Paths are local or any fsspec URL (``s3://bucket/prefix`` w
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
@@ -82,7 +83,8 @@ class SpotPreemption(Callback):
             :data:`RECORD_MARGIN_S` for the record; if the store does not take it in time (an outage), it stays on
             local disk at ``local_fallback``, the ``PREEMPTED.json`` record says so (``stored``), and it is written
             locally if the store refuses it too.
-        local_fallback: the local folder for that (default: ``$TMPDIR/srifty-checkpoints``).
+        local_fallback: the local folder for that (default: ``$TMPDIR/srifty-checkpoints/<12 hex digits of the
+            checkpoint folder's sha256>``, one per folder); a file checkpoint for a remote store is saved there first.
         progress_s: under ``srifty launch``, rank 0 rewrites ``PROGRESS.json`` (the global step and the measured
             step time) at most this often: the launcher's spot guard weighs the work left against the deadline from
             it (None: never).
@@ -123,7 +125,10 @@ class SpotPreemption(Callback):
         # a leaving save must be durable within leave_deadline_s of the notice (AWS gives 120 s): a remote store
         # that does not take it by then is given up on, and the checkpoint stays on local disk (said in the record)
         self.leave_deadline_s = float(leave_deadline_s)
-        self.local_fallback = local_fallback or os.path.join(tempfile.gettempdir(), "srifty-checkpoints")
+        # one folder per checkpoint folder: two jobs on one machine (a sweep) never hash or remove each other's files
+        self.local_fallback = local_fallback or os.path.join(
+            tempfile.gettempdir(), "srifty-checkpoints", hashlib.sha256(self.dirpath.encode()).hexdigest()[:12]
+        )
         self.stored = "durable"
         self.progress_s = progress_s
         self._leg_first: tuple[int, float] | None = None  # (global step, unix) at this leg's first step end
@@ -400,12 +405,22 @@ class SpotPreemption(Callback):
         return cls(dirpath, every_s=entry.checkpoint_interval_s, **kwargs)
 
     def _prune(self, trainer: pl.Trainer) -> None:
+        """Keep the newest ``keep`` periodic checkpoints in the store and, apart, the newest ``keep`` of those an
+        upload left on local disk: a checkpoint kept locally in an outage never costs the store one of its durable
+        ones (the local ones die with the instance). A removal that fails is said and tried again at the next prune;
+        it never stops the training."""
+        if not trainer.is_global_zero:
+            return
         periodic = [p for p in self.checkpoints if "/periodic-step=" in p]
-        if trainer.is_global_zero and len(periodic) > self.keep:
-            for old in periodic[: -self.keep]:
-                # a file or a sharded directory, with its digest; in the store, or on local disk where an upload failed
-                rm_checkpoint(filesystem(old), old)
-                self.checkpoints.remove(old)
+        stored = [p for p in periodic if p.startswith(self.dirpath + "/")]
+        local = [p for p in periodic if not p.startswith(self.dirpath + "/")]
+        for old in stored[: -self.keep] + local[: -self.keep]:
+            try:
+                rm_checkpoint(filesystem(old), old)  # a file or a sharded directory, with its digest
+            except Exception as exc:  # noqa: BLE001 - the store may be out: keep it listed, prune it later
+                log.warning("SpotPreemption: could not remove the old checkpoint %s (%s); tried again later", old, exc)
+                continue
+            self.checkpoints.remove(old)
 
     def save(self, trainer: pl.Trainer, reason: str = "manual", deadline_s: float | None = None) -> str:
         """Save on every rank to a temporary name; rank 0 records its sha256 and renames it into place when complete
@@ -529,7 +544,13 @@ class SpotPreemption(Callback):
             def upload() -> None:
                 fs = filesystem(final)
                 write_digest(fs, final, digest)  # first: the checkpoint is never visible without it
-                protocol.put_file(fs, local, final)
+                try:
+                    protocol.put_file(fs, local, final)
+                except BaseException:
+                    # best effort: a digest left without its checkpoint would fail an older one of the same name
+                    with contextlib.suppress(Exception):
+                        fs.rm(final + DIGEST_SUFFIX)
+                    raise
 
             budget = None if deadline_s is None else deadline_s - (time.monotonic() - started)
             error = _within(budget, upload)

@@ -17,7 +17,7 @@ import sys
 import threading
 from typing import Any
 
-from lightning_srifty.protocol import VARIABLES
+from lightning_srifty.protocol import ALLOW_CPU, VARIABLES
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.documents.plan import Plan
 from predictor.exceptions import MigrationError
@@ -53,7 +53,9 @@ class LocalProvisioner:
         return LaunchedFleet(plan, index, name, {"ranks": ranks})
 
     def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
-        full = {**os.environ, **env}
+        # a local trial runs one process per planned GPU on this machine, on its CPU where it has fewer GPUs: a
+        # Trainer on the CPU is meant here, not GPUs paid for and left idle (plan_strategy.refuse_idle_gpus)
+        full = {**os.environ, ALLOW_CPU: "1", **env}
         imds = None
         if self.simulate_notice_after is not None and self._started == 0:
             from lightning_srifty.provision.imds_sim import LocalIMDS

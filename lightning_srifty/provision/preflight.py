@@ -156,16 +156,33 @@ def imported_modules(source: str) -> set[str]:
 # the keyword that pins a Lightning Trainer / Fabric to a device; these values leave a GPU fleet's GPUs idle
 _OFF_GPU = ("cpu", "mps")
 _RUNNERS = ("Trainer", "Fabric")
+PREFIX = len("--accel")  # the shortest prefix of --accelerator taken for it (--acc could be --accumulate...)
 
 
 def pinned_off_gpu(source: str, argv: list[str]) -> list[tuple[int, str, bool]]:
     """Where ``source`` keeps a run off the GPUs: ``(line, what, certain)`` for each ``Trainer(accelerator="cpu")`` /
-    ``Fabric(...)`` with a literal ``"cpu"`` or ``"mps"`` (certain), and each ``add_argument("--accelerator",
-    default="cpu")`` the train command does not override (likely: the flag's value usually reaches the Trainer). A
-    value computed at run time (``accelerator=args.accelerator``, ``"cpu" if ... else "gpu"``) is not flagged; the train
-    command's own ``--accelerator cpu`` is (line 0, likely)."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
+    ``Fabric(...)`` with a literal ``"cpu"`` or ``"mps"``, certain when it is the script's only way to train (no other
+    Trainer / Fabric call leaves the device to Lightning or names a GPU, and it is not in an ``if`` / ``try`` branch,
+    as a CPU fallback or an export helper is), else likely; each ``add_argument("--accelerator", default="cpu")`` the
+    train command does not override (likely: the flag's value usually reaches the Trainer); the train command's own
+    ``--accelerator cpu`` (line 0, likely). A value computed at run time (``accelerator=args.accelerator``, ``"cpu" if
+    ... else "gpu"``) is not flagged. Not seen: a Trainer built in another module or from a config (``Trainer(**cfg)``,
+    LightningCLI's YAML); the nodes' own check stops those (``plan_strategy.refuse_idle_gpus``)."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def branched(node: ast.AST) -> bool:
+        while node in parents:
+            node = parents[node]
+            if isinstance(node, (ast.If, ast.Try, ast.Match, ast.IfExp)):
+                return True
+        return False
+
+    def given(flag: str) -> bool:  # argparse takes a unique prefix of a long flag (--accel gpu)
+        return any(len(a.split("=", 1)[0]) >= PREFIX and flag.startswith(a.split("=", 1)[0]) for a in argv)
+
+    found, pinned, others = [], [], 0
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -174,20 +191,25 @@ def pinned_off_gpu(source: str, argv: list[str]) -> list[tuple[int, str, bool]]:
         if name in _RUNNERS:
             value = keywords.get("accelerator")
             if isinstance(value, ast.Constant) and str(value.value).lower() in _OFF_GPU:
-                found.append((node.lineno, f"{name}(accelerator={value.value!r})", True))
+                pinned.append((node, f"{name}(accelerator={value.value!r})"))
+            else:
+                others += 1
         elif name == "add_argument" and node.args and isinstance(node.args[0], ast.Constant):
             flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             default = keywords.get("default")
+            long = [f for f in flags if f.lstrip("-") == "accelerator"]
             if (
-                any(f.lstrip("-") == "accelerator" for f in flags)
+                long
                 and isinstance(default, ast.Constant)
                 and str(default.value).lower() in _OFF_GPU
+                and not any(given(f) for f in flags if f.startswith("--"))
                 and not any(a.split("=", 1)[0] in flags for a in argv)
             ):
                 found.append((node.lineno, f"{flags[0]} defaults to {default.value!r}", False))
+    found += [(node.lineno, what, not others and not branched(node)) for node, what in pinned]
     for i, arg in enumerate(argv):  # the train command's own --accelerator cpu
         flag, _, value = arg.partition("=")
-        if flag.lstrip("-") == "accelerator" and flag.startswith("-"):
+        if flag.startswith("--") and len(flag) >= PREFIX and "--accelerator".startswith(flag):
             value = value or (argv[i + 1] if i + 1 < len(argv) else "")
             if value.lower() in _OFF_GPU:
                 found.append((0, f"the train command passes {flag} {value}", False))

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from predictor.documents.plan import Plan, PlanEntry
+from predictor.documents.plan import Plan, PlanEntry, scaled_interval
 from predictor.exceptions import ConfigError
 from predictor.model import deadline
 
@@ -143,7 +143,10 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
     )
     usd = sum(g.usd_per_hour for g in groups)
     time_h = max(entry.time_h - entry.expected_interruptions * entry.interruption_overhead_s / 3600, 0.0)
-    scale = usd / entry.usd_per_hour if entry.usd_per_hour else 1.0
+    # the intervals by the plan's one rule (the start-up fixed), on the on-demand time and price
+    step = entry.iteration_time_s or 1.0
+    lo, hi = (t / step for t in entry.iteration_time_interval_s)
+    start_h = (entry.startup_s or 0.0) / 3600
     od = dataclasses.replace(
         entry,
         rank=len(plan.entries) + 1,
@@ -153,10 +156,8 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
         usd_per_hour=usd,
         time_h=time_h,
         cost_usd=usd * time_h,
-        time_interval_h=None
-        if entry.time_interval_h is None
-        else [t * time_h / entry.time_h if entry.time_h else t for t in entry.time_interval_h],
-        cost_interval_usd=[c * scale for c in entry.cost_interval_usd],
+        time_interval_h=scaled_interval(time_h, start_h, lo, hi),
+        cost_interval_usd=scaled_interval(usd * time_h, usd * start_h, lo, hi),
         expected_interruptions=0.0,
         interruption_overhead_s=0.0,
         risk="none",

@@ -93,6 +93,14 @@ class PlanLayout:
     needs: str | None = doc_field("what running it would take, when srifty launch cannot start it", default=None)
 
 
+def scaled_interval(total: float, fixed: float, lo: float, hi: float) -> tuple[float, float]:
+    """The 80% interval of a run's time or cost, ``lo`` and ``hi`` the step time's interval over the step time: only
+    the training part scales with it; what is fixed (the fleet's start-up, waited for and billed before the first
+    step) is not uncertain with it, so the interval never goes below it."""
+    fixed = min(max(fixed, 0.0), total)
+    return fixed + (total - fixed) * lo, fixed + (total - fixed) * hi
+
+
 @dataclass(frozen=True)
 class PlanEntry:
     """One ranked fleet."""
@@ -171,6 +179,15 @@ class PlanEntry:
     layout: PlanLayout | None = doc_field(
         "the parallel layout and its Lightning strategy (absent in plans made before layouts: ddp)", default=None
     )
+
+    def time_range_h(self) -> tuple[float, float]:
+        """The time's 80% interval: ``time_interval_h``, or for a plan written before it was recorded, the same rule
+        from the step-time interval (:func:`scaled_interval`, the start-up fixed where the plan has it)."""
+        if self.time_interval_h:
+            return self.time_interval_h[0], self.time_interval_h[1]
+        step = self.iteration_time_s or 1.0
+        lo, hi = (t / step for t in self.iteration_time_interval_s)
+        return scaled_interval(self.time_h, (self.startup_s or 0.0) / 3600, lo, hi)
 
     @property
     def heterogeneous(self) -> bool:

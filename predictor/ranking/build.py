@@ -9,7 +9,7 @@ from typing import cast
 import numpy as np
 
 from predictor.catalog.instances import InstanceType
-from predictor.documents.plan import FleetMarket, PlanEntry, PlanGroup, PlanLayout, Risk
+from predictor.documents.plan import FleetMarket, PlanEntry, PlanGroup, PlanLayout, Risk, scaled_interval
 from predictor.documents.profile import Profile
 from predictor.model.batch import rank_batches
 from predictor.model.fleets import ManyPredictions
@@ -83,14 +83,6 @@ def entry_layout(layout: Layout, profile: Profile, groups: list[PlanGroup]) -> P
     )
 
 
-def _interval(total: float, fixed: float, lo: float, hi: float) -> tuple[float, float]:
-    """The 80% interval of a run's time or cost: only the training part scales with the step-time interval; what is
-    fixed (the fleet's start-up, waited for and billed before the first step) is not uncertain with it, so the
-    interval never goes below it."""
-    fixed = min(max(fixed, 0.0), total)
-    return fixed + (total - fixed) * lo, fixed + (total - fixed) * hi
-
-
 def entry(
     scored: Scored,
     i: int,
@@ -148,8 +140,8 @@ def entry(
         throughput_samples_s=float(many.throughput_samples_s[sh]),
         time_h=float(scored.time_h[i]),
         cost_usd=cost,
-        time_interval_h=_interval(float(scored.time_h[i]), float(scored.startup_s[i]) / 3600, lo, hi),
-        cost_interval_usd=_interval(cost, float(scored.usd_hr[i]) * float(scored.startup_s[i]) / 3600, lo, hi),
+        time_interval_h=scaled_interval(float(scored.time_h[i]), float(scored.startup_s[i]) / 3600, lo, hi),
+        cost_interval_usd=scaled_interval(cost, float(scored.usd_hr[i]) * float(scored.startup_s[i]) / 3600, lo, hi),
         expected_interruptions=float(spot.expected_interruptions[i]),
         interruption_overhead_s=float(spot.per_interruption_s[i]),
         risk=cast(Risk, str(risk_label(spot.expected_interruptions[i : i + 1])[0])),  # its labels are Risk values

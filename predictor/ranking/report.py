@@ -27,11 +27,9 @@ def pareto_png(plan: Plan) -> bytes:
         if not pts:
             continue
         xs, ys = [e.time_h for e in pts], [e.cost_usd for e in pts]
-        # the step-time interval moves time and cost together
-        xerr = [
-            [e.time_h * (1 - e.iteration_time_interval_s[0] / e.iteration_time_s) for e in pts],
-            [e.time_h * (e.iteration_time_interval_s[1] / e.iteration_time_s - 1) for e in pts],
-        ]
+        # the step-time interval moves time and cost together (the plan's own intervals: the start-up is fixed)
+        times = [e.time_range_h() for e in pts]
+        xerr = [[e.time_h - t[0] for e, t in zip(pts, times)], [t[1] - e.time_h for e, t in zip(pts, times)]]
         yerr = [[e.cost_usd - e.cost_interval_usd[0] for e in pts], [e.cost_interval_usd[1] - e.cost_usd for e in pts]]
         ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="o", ms=4, alpha=0.6, color=color, label=market, lw=0.8)
     front = sorted(plan.pareto, key=lambda e: e.time_h)
