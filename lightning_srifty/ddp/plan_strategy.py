@@ -117,10 +117,10 @@ def launch_settings(default_batch_size: int | None = None) -> LaunchSettings:
 
 def refuse_idle_gpus(trainer: Any) -> None:
     """Stop a job that srifty started on a GPU fleet (``srifty launch``, or a node of ``srifty terraform``'s module:
-    ``SRIFTY_CHECKPOINT_URI`` is set) when its Trainer runs on the CPU although CUDA sees GPUs: a script profiled on a
-    laptop often says ``accelerator="cpu"``, and the fleet would then be paid to train far slower than predicted until
-    its life cap. Outside a srifty fleet it is a warning. ``SRIFTY_ALLOW_CPU=1`` allows it (tests, a CPU job on
-    purpose).
+    its checkpoint folder variable is set) when its Trainer runs on the CPU although CUDA sees GPUs: a script
+    profiled on a laptop often says ``accelerator="cpu"``, and the fleet would then be paid to train far slower than
+    predicted until its life cap. Outside a srifty fleet it is a warning. ``SRIFTY_ALLOW_CPU=1`` allows it (tests, a
+    local trial, a CPU job on purpose).
 
     Raises:
         ConfigError: on a srifty fleet, the GPUs are idle.
