@@ -106,6 +106,10 @@ def _no_launcher_variables_left() -> Iterator[None]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+    if "s3fs" in sys.modules:
+        # fsspec caches an s3fs instance per set of options, not per environment: one that Lightning made for a
+        # plain s3:// path (no options) under this test's moto would send the next test's calls to a closed port
+        sys.modules["s3fs"].S3FileSystem.clear_instance_cache()
 
 
 @pytest.fixture(autouse=True)

@@ -509,3 +509,23 @@ def test_periodic_checkpoints_on_s3_are_saved_locally_then_digest_then_one_uploa
     ]
     assert find_checkpoint(str(local)) == str(local / "periodic-step=5.ckpt")
     assert find_checkpoint(again) == f"{again}/periodic-step=2.ckpt"
+
+    # no room on local disk for the checkpoint: Lightning writes it into the store directly, its digest after it
+    import collections
+
+    from lightning_srifty.migrate import preemption
+
+    monkeypatch.setattr(fs, "put_file", put_file)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(preemption.shutil, "disk_usage", lambda folder: usage(10**9, 10**9, 0))
+    full = url + "-full-disk"
+    handler = SpotPreemption(full, every_s=0, keep=2, exit_process=False, local_fallback=str(tmp_path / "full"))
+    t = trainer([handler], max_steps=3)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert handler.checkpoints == [f"{full}/periodic-step={s}.ckpt" for s in (2, 3)] and handler.stored == "durable"
+    assert not list((tmp_path / "full").iterdir())
+    assert find_checkpoint(full) == f"{full}/periodic-step=3.ckpt"  # whole, and its digest matches
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="periodic", Prefix="run-1-full-disk/")["Contents"])
+    assert keys == ["run-1-full-disk/FINISHED.json"] + [
+        f"run-1-full-disk/periodic-step={s}.ckpt{x}" for s in (2, 3) for x in ("", ".sha256")
+    ], keys

@@ -532,6 +532,8 @@ class SpotPreemption(Callback):
         started = time.monotonic()
         local = os.path.join(self.local_fallback, final.rsplit("/", 1)[-1])
         os.makedirs(self.local_fallback, exist_ok=True)
+        if not trainer.strategy.broadcast(_room_for(trainer, self.local_fallback) if trainer.is_global_zero else True):
+            return self._save_streamed(trainer, final)
         trainer.save_checkpoint(local + ".partial", weights_only=False)
         trainer.strategy.barrier("srifty-preempt-save")
         where = final
@@ -573,6 +575,23 @@ class SpotPreemption(Callback):
         self.stored = trainer.strategy.broadcast(self.stored)
         return where
 
+    def _save_streamed(self, trainer: pl.Trainer, final: str) -> str:
+        """Local disk has no room for the checkpoint: Lightning writes it into the store directly (one object, whole or
+        absent on S3), and rank 0 reads it back for its digest. Not bounded by a deadline, and no local copy if the
+        store fails: the second failure of two."""
+        log.warning(
+            "SpotPreemption: %s has no room for the checkpoint (about %.1f GB): writing it to %s directly",
+            self.local_fallback,
+            _checkpoint_bytes(trainer) / 1e9,
+            final,
+        )
+        trainer.save_checkpoint(final, weights_only=False)
+        if trainer.is_global_zero:
+            fs = filesystem(final)
+            write_digest(fs, final, sha256_of(fs, final))
+        trainer.strategy.barrier("srifty-preempt-streamed")
+        return final
+
     def _write_status(self, record: Any, deadline_s: float) -> None:
         """The status record, in the checkpoint folder within the deadline; else on local disk, and said loudly."""
         error = _within(deadline_s, lambda: protocol.write_record(self.dirpath, record))
@@ -587,6 +606,21 @@ class SpotPreemption(Callback):
             error,
             local,
         )
+
+
+def _checkpoint_bytes(trainer: pl.Trainer) -> int:
+    """About what a full checkpoint of this run takes: its weights and buffers and the optimizers' state tensors."""
+    import torch
+
+    tensors = [t for t in trainer.lightning_module.state_dict().values() if isinstance(t, torch.Tensor)]
+    for optimizer in trainer.optimizers:
+        tensors += [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _room_for(trainer: pl.Trainer, folder: str) -> bool:
+    """Whether ``folder``'s disk can take the checkpoint with a margin (1.2x its estimate, and 1 GB kept free)."""
+    return shutil.disk_usage(folder).free > 1.2 * _checkpoint_bytes(trainer) + 2**30
 
 
 def _within(seconds: float | None, work: Callable[[], None]) -> str | None:
