@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -701,3 +702,68 @@ def test_a_signal_during_the_clean_up_destroy_keeps_the_half_made_fleet(plan, tm
     with pytest.raises(Interrupted):
         provisioner.up(plan, 0, "mig-2")
     assert [f.name for f in provisioner.leftovers] == ["mig-2"]
+
+
+def test_a_launch_resumes_from_the_newest_checkpoint_an_interrupted_one_left(plan, tmp_path) -> None:
+    """A launch stopped with Ctrl-C left a checkpoint; `srifty launch --resume` (latest) starts the first fleet's job
+    from the newest sound one in the folder (a new user's walk found only a fresh start), or a given one; with none
+    there it refuses before any fleet is up."""
+    import torch
+
+    from lightning_srifty.protocol import VARIABLES
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for step in (3, 9):
+        torch.save({"state_dict": {}, "global_step": step}, ckpt / f"preempt-step={step}.ckpt")
+
+    def job(folder, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        write_record(folder, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(plan, tmp_path, job, resume="latest")
+    assert "error" not in result, result.get("error")
+    assert rec.envs["f-1"][VARIABLES["resume"]] == str(ckpt / "preempt-step=9.ckpt")
+    assert f"srifty launch: the job resumes from {ckpt / 'preempt-step=9.ckpt'}" in result["echo"]
+    rec, result = _run(plan, tmp_path, job, resume=str(ckpt / "preempt-step=3.ckpt"))
+    assert rec.envs["f-1"][VARIABLES["resume"]] == str(ckpt / "preempt-step=3.ckpt")
+
+    empty = tmp_path / "empty"
+    with pytest.raises(ConfigError, match="holds no sound checkpoint to resume from") as refused:
+        launch(plan, provisioner=(nothing := Recorder()), workdir=empty, resume="latest", launch_id=LID)
+    assert refused.value.parameter == "resume" and nothing.calls == []
+
+
+def test_srifty_launch_says_how_to_continue_and_refuses_a_choice_or_workdir_that_cannot_work(
+    plan, tmp_path, monkeypatch, capsys
+) -> None:
+    import sys as _sys
+
+    import torch
+
+    from lightning_srifty.cli import launch as cli_launch
+    from lightning_srifty.cli import main
+
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan.to_dict()))
+    (tmp_path / "train.py").write_text("print('train')\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "--plan", str(plan_file), "--choice", "40", "--", "train.py"]) == 2
+    assert f"--choice must be between 0 and {len(plan.entries) - 1}. Got 40." in capsys.readouterr().err
+    (tmp_path / "afile").write_text("")
+    assert main(["launch", "--plan", str(plan_file), "--workdir", "afile/x", "--", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "--workdir afile/x cannot be used" in err and "give a folder srifty launch may create" in err
+
+    # after an interrupt: the newest checkpoint and the command that continues from it (the script's arguments kept)
+    ckpt = tmp_path / "wd" / "checkpoints"
+    ckpt.mkdir(parents=True)
+    torch.save({"state_dict": {}, "global_step": 4}, ckpt / "preempt-step=4.ckpt")
+    argv = ["launch", "--plan", "plan.json", "--resume", "old.ckpt", "--workdir", "wd", "--", "train.py", "--lr", "1"]
+    monkeypatch.setattr(_sys, "argv", ["srifty", *argv])
+    args = types.SimpleNamespace(checkpoint_uri=None, workdir="wd")
+    said = cli_launch._how_to_continue(args)
+    assert said == (
+        f"srifty launch: the newest checkpoint is {ckpt.resolve() / 'preempt-step=4.ckpt'}; to continue from it: "
+        "srifty launch --resume latest --plan plan.json --workdir wd -- train.py --lr 1"
+    ), said

@@ -4,6 +4,7 @@ and accumulation; what a script does otherwise is named at the start of training
 
 from __future__ import annotations
 
+import json
 import logging
 import types
 
@@ -177,7 +178,7 @@ def test_srifty_auto_applies_the_plans_batch_and_accumulation_to_a_plain_script(
     assert model.batches == _order(accumulate=3)[:6]
     assert "the plan accumulates 3 micro-steps per optimizer step" in caplog.text
     assert (
-        "takes the plan's 4 samples per batch (the script's DataLoader gave 8): the global batch stays 12"
+        "takes the plan's 4 samples per batch (the script's DataLoader gave 8): the global batch is the plan's, 12"
         in caplog.text
     )
     assert any(isinstance(c, SpotPreemption) for c in trainer.callbacks)  # the move on a spot notice, too
@@ -286,3 +287,37 @@ def test_a_local_trial_may_train_on_the_cpu(monkeypatch) -> None:
     fleet = _types.SimpleNamespace(entry=entry, plan=_types.SimpleNamespace(checkpoint_s=None), data={"ranks": 1})
     local.LocalProvisioner(["train.py"], echo=lambda line: None).start(fleet, {VARIABLES["batch_sizes"]: "8"})
     assert seen[ALLOW_CPU] == "1" and seen[VARIABLES["batch_sizes"]] == "8"
+
+
+def test_under_a_launch_the_jobs_profile_never_overwrites_the_users(tmp_path, monkeypatch) -> None:
+    """The local provisioner runs the job in the project folder: its SriftyCallback() wrote srifty/profile.json over
+    the profile the launch's plan came from (a new user's walk). Under a launch the default goes to the launch's own
+    folder; an output the script names is kept."""
+    from lightning_srifty import SriftyCallback
+
+    for key, value in LaunchEnv(launch_id="L9", checkpoint_uri=str(tmp_path / "ckpt")).to_env().items():
+        monkeypatch.setenv(key, value)
+    assert str(SriftyCallback().output) == "srifty/launch-L9/profile.json"
+    assert str(SriftyCallback(output="mine.json").output) == "mine.json" and SriftyCallback(output=None).output is None
+    for key in LaunchEnv(launch_id="L9", checkpoint_uri="x").to_env():
+        monkeypatch.delenv(key)
+    assert str(SriftyCallback().output) == "srifty/profile.json"
+
+
+def test_a_plan_made_for_another_model_is_named_under_a_launch(tmp_path) -> None:
+    """A plan made from another profile (a ResNet-50 plan for an MLP script) ran without a word, the job taking its
+    8x larger batch (a new user's walk): the mismatch names both models and the fix; the same model passes."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema": "srifty.plan/v1", "model": "resnet50"}))
+    launch = LaunchEnv(launch_id="L1", checkpoint_uri=str(tmp_path), plan=str(plan))
+
+    class MLP(pl.LightningModule):
+        pass
+
+    trainer = types.SimpleNamespace(
+        lightning_module=MLP(), strategy=DDPStrategy(), accumulate_grad_batches=1, global_rank=0
+    )
+    (said,) = [m for m in launch_mismatches(trainer, launch) if "the plan was made for" in m]
+    assert "'resnet50' (its profile), this Trainer trains MLP" in said and "srifty recommend --profile" in said
+    plan.write_text(json.dumps({"schema": "srifty.plan/v1", "model": "MLP"}))
+    assert not [m for m in launch_mismatches(trainer, launch) if "the plan was made for" in m]

@@ -49,6 +49,29 @@ def cmd_launch(args: argparse.Namespace) -> int:
             parameter="command",
         )
     check_script(script)
+    if not 0 <= args.choice < len(plan.entries):
+        raise ConfigError(
+            f"The plan has {len(plan.entries)} ranked fleets: --choice must be between 0 and {len(plan.entries) - 1}. "
+            f"Got {args.choice}.",
+            parameter="choice",
+            value=args.choice,
+        )
+    workdir = Path(args.workdir)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--workdir {args.workdir} cannot be used ({exc.strerror or exc}): give a folder srifty launch may create "
+            "and write (the migration log, and the local provisioner's checkpoints, go there).",
+            parameter="workdir",
+            value=args.workdir,
+        ) from None
+    if args.checkpoint_uri and args.provisioner == "local":
+        print(
+            f"WARNING: --checkpoint-uri is the terraform provisioner's: the local provisioner keeps the checkpoints "
+            f"in {workdir / 'checkpoints'}.",
+            file=sys.stderr,
+        )
     provisioner = None
     if args.provisioner == "terraform":
         from lightning_srifty.cli._common import code_options
@@ -108,6 +131,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
                 spot_policy=args.spot_policy,
                 spot_check_s=args.spot_check_s,
+                resume=args.resume or "",
             )
     except LaunchInterrupted as exc:
         released = ", ".join(exc.released) or "none"
@@ -116,9 +140,37 @@ def cmd_launch(args: argparse.Namespace) -> int:
             f"log: {args.workdir}/migrations.jsonl",
             file=sys.stderr,
         )
+        print(_how_to_continue(args), file=sys.stderr)
         return exc.exit_code
     print(f"{len(migrations)} migration(s); log: {args.workdir}/migrations.jsonl")
     return 0
+
+
+def _how_to_continue(args: argparse.Namespace) -> str:
+    """After an interrupted launch: the newest sound checkpoint it left, and the command that continues from it."""
+    from lightning_srifty.migrate.checkpoints import find_checkpoint
+
+    folder = args.checkpoint_uri or str((Path(args.workdir) / "checkpoints").resolve())
+    try:
+        found = find_checkpoint(folder)
+    except Exception as exc:  # noqa: BLE001 - a hint, never a second error
+        return f"srifty launch: the checkpoints in {folder} could not be listed ({exc})"
+    if found is None:
+        return f"srifty launch: no checkpoint was left in {folder}: the same command starts afresh"
+    argv = sys.argv[1:]
+    if not argv or argv[0] != "launch":  # called from Python, not the console script
+        return f"srifty launch: the newest checkpoint is {found}; continue with the same command and --resume latest"
+    cut = argv.index("--") if "--" in argv else len(argv)  # the script's own arguments stay as they were
+    flags, skip = [], False
+    for a in argv[1:cut]:  # without the earlier --resume [CHECKPOINT]
+        if skip and not a.startswith("-"):
+            skip = False
+            continue
+        skip = a == "--resume"
+        if not skip and not a.startswith("--resume="):
+            flags.append(a)
+    again = ["launch", "--resume", "latest", *flags, *argv[cut:]]
+    return f"srifty launch: the newest checkpoint is {found}; to continue from it: srifty {shlex.join(again)}"
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -131,6 +183,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--provisioner", choices=("local", "terraform"), default="local")
     p.add_argument("--name", default="srifty", help="fleet names are <name>-1, <name>-2, ... (terraform resources)")
     p.add_argument("--max-migrations", type=whole, default=3)
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        metavar="CHECKPOINT",
+        help="the job resumes from this checkpoint; alone (or 'latest'): the newest sound one an earlier launch of the "
+        "same --workdir / --checkpoint-uri left (an interrupted launch says so)",
+    )
     p.add_argument("--max-local-processes", type=whole, default=8, help="local: at most this many processes")
     p.add_argument(
         "--heartbeat-s",

@@ -9,8 +9,10 @@ the job, restarted there, builds the new one. Block classes travel by name and a
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -150,6 +152,14 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
     if launch is None:
         return []
     out = []
+    planned = _planned_model(launch)
+    module = type(getattr(trainer, "lightning_module", None)).__name__
+    if planned and module not in ("NoneType", planned) and _simple(planned) != _simple(module):
+        out.append(
+            f"the plan was made for the model {planned!r} (its profile), this Trainer trains {module}: if the plan is "
+            "another model's, its fleets, times and global batch are too (the job takes the plan's batch). Make the "
+            "plan from this script's profile (srifty recommend --profile srifty/profile.json)"
+        )
     name, _ = launch.strategy_spec()
     sharded = isinstance(trainer.strategy, FSDPStrategy)
     if (name == "fsdp") != sharded:
@@ -181,6 +191,26 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
             "trainer.fit(model, ckpt_path=resume_checkpoint())"
         )
     return out
+
+
+def _planned_model(launch: LaunchEnv) -> str | None:
+    """The model the launch's plan was made for (its ``model``), or None when the plan cannot be read here."""
+    from lightning_srifty import protocol
+
+    try:
+        if "://" in launch.plan:
+            folder, _, name = launch.plan.rpartition("/")
+            data = protocol.read(folder, name)
+        else:
+            data = json.loads(Path(launch.plan).read_text()) if launch.plan else None
+    except Exception:  # noqa: BLE001 - a comparison, never a failure
+        return None
+    model = data.get("model") if isinstance(data, dict) else getattr(data, "model", None)
+    return str(model) if model else None
+
+
+def _simple(name: str) -> str:
+    return "".join(c for c in name.lower() if c.isalnum())
 
 
 def _batch_size(loader: Any) -> int | None:

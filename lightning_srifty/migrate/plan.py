@@ -184,7 +184,7 @@ class _AppliesThePlan:
         elif rebuilt is not dataloader and before is not None and before != sizes[rank]:
             log.warning(
                 "srifty_auto: rank %d takes the plan's %d samples per batch (the script's DataLoader gave %d): the "
-                "global batch stays %d on %d rank(s) x %d accumulated.",
+                "global batch is the plan's, %d on %d rank(s) x %d accumulated.",
                 rank,
                 sizes[rank],
                 before,

@@ -66,6 +66,21 @@ def lightning_default_length(trainer: pl.Trainer) -> bool:
 _WAITING, _PROFILING, _DONE = "waiting", "profiling", "done"
 
 
+DEFAULT_OUTPUT = "srifty/profile.json"
+
+
+def _launch_output() -> str | None:
+    """Under ``srifty launch``: the launch's own profile path, so that a job on the user's machine (the local
+    provisioner runs in the project folder) never writes over the profile the launch's plan was made from."""
+    from lightning_srifty.protocol import LaunchEnv
+
+    try:
+        launch = LaunchEnv.from_env()
+    except Exception:  # noqa: BLE001 - another protocol version: SpotPreemption says so; keep the default here
+        return None
+    return f"srifty/launch-{launch.launch_id}/profile.json" if launch is not None and launch.launch_id else None
+
+
 class SriftyCallback(Callback):
     """Profile training steps ``[warmup_steps, warmup_steps + profile_steps)`` of ``trainer.fit``.
 
@@ -74,7 +89,8 @@ class SriftyCallback(Callback):
             FLOPs are counted on the last warm-up batch.
         profile_steps: batches to measure. If the run is shorter, what ran is profiled and the profile says so.
         output: where rank 0 writes the profile JSON (atomically); ``None`` keeps it in memory only
-            (``callback.profile``).
+            (``callback.profile``). Under ``srifty launch`` the default goes to ``srifty/launch-<launch id>/`` (the
+            fleet's own measurement, beside the plan it makes), never over the profile the launch's plan came from.
         stop_after_profile: ask the Trainer to stop once the window is measured.
         batch_size_fn: ``batch -> samples`` when the batch size cannot be read off the batch's first tensor.
         count_flops: report FLOPs per sample (``model.flops``), counted on the last warm-up batch: by the operator
@@ -114,7 +130,7 @@ class SriftyCallback(Callback):
         self,
         warmup_steps: int = 20,
         profile_steps: int = 200,
-        output: str | os.PathLike[str] | None = "srifty/profile.json",
+        output: str | os.PathLike[str] | None = DEFAULT_OUTPUT,
         stop_after_profile: bool = False,
         *,
         batch_size_fn: Callable[[Any], int] | None = None,
@@ -161,6 +177,8 @@ class SriftyCallback(Callback):
         self.service = service_client(owner, "service", service)
         self.plan: Any = None
         self.written: dict[str, Path] = {}  # what rank 0 wrote: "profile", "plan", "report" -> path
+        if output == DEFAULT_OUTPUT:
+            output = _launch_output() or output
         self.output = Path(output) if output is not None else None
         self.stop_after_profile = bool(stop_after_profile)
         self.batch_size_fn = batch_size_fn

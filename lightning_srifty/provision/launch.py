@@ -422,11 +422,15 @@ def launch(
     spot_policy: str | None = None,
     spot_check_s: float = DEFAULT_CHECK_S,
     catalog: Any = None,
+    resume: str = "",
 ) -> list[Migration]:
     """Run the job on ``plan.entries[choice]`` and keep it running through migrations (see the module doc).
 
     ``provisioner`` defaults to the local one running ``script``; ``checkpoint_dir`` to ``<workdir>/checkpoints``
     (the terraform provisioner's S3 prefix for that one).
+
+    ``resume``: the checkpoint the first fleet's job resumes from (``"latest"``: the newest sound one in the
+    checkpoint folder, as an interrupted launch of the same folder leaves it); ``""``: a fresh start.
 
     ``spot_policy`` (``srifty``, ``greedy``, ``uniform``, ``off``; None: ``srifty`` for a spot or mixed entry of a
     plan with a deadline, else ``off``) steers the fleet between spot and the same fleet on-demand against the plan's
@@ -448,6 +452,21 @@ def launch(
     ckpt = checkpoint_dir or getattr(provisioner, "checkpoint_uri", None) or str((root / "checkpoints").resolve())
     _take_the_folder(ckpt, launch_id)
     echo(f"srifty launch: launch {launch_id}, checkpoints and records in {ckpt}")
+    if resume == "latest":
+        from lightning_srifty.migrate.checkpoints import find_checkpoint
+
+        found = find_checkpoint(ckpt)
+        if found is None:
+            raise ConfigError(
+                f"--resume latest: {ckpt} holds no sound checkpoint to resume from. Leave --resume out to start "
+                "afresh, or give the checkpoint's path (--resume PATH), or the --workdir / --checkpoint-uri of the "
+                "launch that left it.",
+                parameter="resume",
+                value=resume,
+            )
+        resume = found
+    if resume:
+        echo(f"srifty launch: the job resumes from {resume}")
     echo(
         f"srifty launch: if this launcher dies without releasing its fleets (kill -9, a lost machine), their jobs "
         f"checkpoint and leave and the instances shut down once its heartbeat is {heartbeat_max_age_s:.0f} s old "
@@ -458,7 +477,7 @@ def launch(
     settings = _Settings(
         ckpt=ckpt, launch_id=launch_id, log_path=root / "migrations.jsonl", name=name, max_migrations=max_migrations,
         poll_s=poll_s, max_life_h=max_life_h, start_timeout_s=start_timeout_s, spot_policy=spot_policy,
-        spot_check_s=spot_check_s, catalog=catalog,
+        spot_check_s=spot_check_s, catalog=catalog, resume=resume,
     )  # fmt: skip
     heartbeat = _HeartbeatWriter(ckpt, launch_id, heartbeat_s, heartbeat_max_age_s, echo)
     launcher = Launcher(plan, choice, provisioner, heartbeat, settings, echo)
@@ -565,6 +584,7 @@ class _Settings:
     spot_policy: str  # off: no spot guard
     spot_check_s: float
     catalog: Any
+    resume: str = ""  # the first fleet's checkpoint to resume from ("": a fresh start)
 
 
 @dataclass(frozen=True)
@@ -693,7 +713,7 @@ class Launcher:
         ends the run, the moves measured so far are reported."""
         self._bring_up()
         try:
-            self._start(self.fleet, self.plan_uri, "")
+            self._start(self.fleet, self.plan_uri, self.settings.resume)
             while True:
                 time.sleep(self.settings.poll_s)
                 if self.waiting is not None:
