@@ -704,7 +704,7 @@ def test_a_signal_during_the_clean_up_destroy_keeps_the_half_made_fleet(plan, tm
     assert [f.name for f in provisioner.leftovers] == ["mig-2"]
 
 
-def test_a_launch_resumes_from_the_newest_checkpoint_an_interrupted_one_left(plan, tmp_path) -> None:
+def test_a_launch_resumes_from_the_newest_checkpoint_an_interrupted_one_left(plan, tmp_path, monkeypatch, capsys):
     """A launch stopped with Ctrl-C left a checkpoint; `srifty launch --resume` (latest) starts the first fleet's job
     from the newest sound one in the folder (a new user's walk found only a fresh start), or a given one; with none
     there it refuses before any fleet is up."""
@@ -721,17 +721,27 @@ def test_a_launch_resumes_from_the_newest_checkpoint_an_interrupted_one_left(pla
         _until(lambda: ("start", "f-1") in rec.calls)
         write_record(folder, Finished(launch_id=LID, step=20))
 
-    rec, result = _run(plan, tmp_path, job, resume="latest")
+    rec, result = _run(plan, tmp_path, job, resume=str(ckpt / "preempt-step=9.ckpt"))
     assert "error" not in result, result.get("error")
     assert rec.envs["f-1"][VARIABLES["resume"]] == str(ckpt / "preempt-step=9.ckpt")
     assert f"srifty launch: the job resumes from {ckpt / 'preempt-step=9.ckpt'}" in result["echo"]
-    rec, result = _run(plan, tmp_path, job, resume=str(ckpt / "preempt-step=3.ckpt"))
-    assert rec.envs["f-1"][VARIABLES["resume"]] == str(ckpt / "preempt-step=3.ckpt")
 
-    empty = tmp_path / "empty"
-    with pytest.raises(ConfigError, match="holds no sound checkpoint to resume from") as refused:
-        launch(plan, provisioner=(nothing := Recorder()), workdir=empty, resume="latest", launch_id=LID)
-    assert refused.value.parameter == "resume" and nothing.calls == []
+    # `srifty launch --resume` (latest): the newest sound checkpoint of the launch's folder; none there: refused
+    from lightning_srifty.cli import main
+    from lightning_srifty.provision import launch as launch_module
+
+    asked: dict = {}
+    monkeypatch.setattr(launch_module, "launch", lambda plan, script, **kw: asked.update(kw) or [])
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan.to_dict()))
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "wd").mkdir()
+    (tmp_path / "wd" / "checkpoints").symlink_to(ckpt)
+    assert main(["launch", "--resume", "--plan", "plan.json", "--workdir", "wd", "--", "train.py"]) == 0
+    assert asked["resume"] == str((tmp_path / "wd" / "checkpoints").resolve() / "preempt-step=9.ckpt")
+    assert main(["launch", "--resume", "--plan", "plan.json", "--workdir", "empty", "--", "train.py"]) == 2
+    assert "holds no sound checkpoint to resume from" in capsys.readouterr().err
 
 
 def test_srifty_launch_says_how_to_continue_and_refuses_a_choice_or_workdir_that_cannot_work(

@@ -72,6 +72,21 @@ def cmd_launch(args: argparse.Namespace) -> int:
             f"in {workdir / 'checkpoints'}.",
             file=sys.stderr,
         )
+    resume = args.resume or ""
+    if resume == "latest":
+        from lightning_srifty.migrate.checkpoints import find_checkpoint
+
+        folder = args.checkpoint_uri if args.provisioner == "terraform" else str((workdir / "checkpoints").resolve())
+        found = find_checkpoint(folder) if folder else None
+        if found is None:
+            raise ConfigError(
+                f"--resume: {folder} holds no sound checkpoint to resume from. Leave --resume out to start afresh, "
+                "give the checkpoint's path (--resume PATH), or the --workdir / --checkpoint-uri of the launch that "
+                "left it.",
+                parameter="resume",
+                value=args.resume,
+            )
+        resume = found
     provisioner = None
     if args.provisioner == "terraform":
         from lightning_srifty.cli._common import code_options
@@ -131,7 +146,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
                 spot_policy=args.spot_policy,
                 spot_check_s=args.spot_check_s,
-                resume=args.resume or "",
+                resume=resume,
             )
     except LaunchInterrupted as exc:
         released = ", ".join(exc.released) or "none"
@@ -150,7 +165,8 @@ def _how_to_continue(args: argparse.Namespace) -> str:
     """After an interrupted launch: the newest sound checkpoint it left, and the command that continues from it."""
     from lightning_srifty.migrate.checkpoints import find_checkpoint
 
-    folder = args.checkpoint_uri or str((Path(args.workdir) / "checkpoints").resolve())
+    terraform = getattr(args, "provisioner", "local") == "terraform"
+    folder = args.checkpoint_uri if terraform else str((Path(args.workdir) / "checkpoints").resolve())
     try:
         found = find_checkpoint(folder)
     except Exception as exc:  # noqa: BLE001 - a hint, never a second error

@@ -429,8 +429,8 @@ def launch(
     ``provisioner`` defaults to the local one running ``script``; ``checkpoint_dir`` to ``<workdir>/checkpoints``
     (the terraform provisioner's S3 prefix for that one).
 
-    ``resume``: the checkpoint the first fleet's job resumes from (``"latest"``: the newest sound one in the
-    checkpoint folder, as an interrupted launch of the same folder leaves it); ``""``: a fresh start.
+    ``resume``: the checkpoint the first fleet's job resumes from (``srifty launch --resume`` finds the newest sound
+    one an interrupted launch left); ``""``: a fresh start.
 
     ``spot_policy`` (``srifty``, ``greedy``, ``uniform``, ``off``; None: ``srifty`` for a spot or mixed entry of a
     plan with a deadline, else ``off``) steers the fleet between spot and the same fleet on-demand against the plan's
@@ -452,19 +452,6 @@ def launch(
     ckpt = checkpoint_dir or getattr(provisioner, "checkpoint_uri", None) or str((root / "checkpoints").resolve())
     _take_the_folder(ckpt, launch_id)
     echo(f"srifty launch: launch {launch_id}, checkpoints and records in {ckpt}")
-    if resume == "latest":
-        from lightning_srifty.migrate.checkpoints import find_checkpoint
-
-        found = find_checkpoint(ckpt)
-        if found is None:
-            raise ConfigError(
-                f"--resume latest: {ckpt} holds no sound checkpoint to resume from. Leave --resume out to start "
-                "afresh, or give the checkpoint's path (--resume PATH), or the --workdir / --checkpoint-uri of the "
-                "launch that left it.",
-                parameter="resume",
-                value=resume,
-            )
-        resume = found
     if resume:
         echo(f"srifty launch: the job resumes from {resume}")
     echo(
