@@ -38,7 +38,7 @@ def check_script(script: list[str]) -> None:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from lightning_srifty.provision.launch import launch
-    from predictor.documents.plan import load_plan
+    from predictor.documents.plan import check_choice, load_plan
     from predictor.exceptions import ConfigError, LaunchInterrupted
 
     plan = load_plan(args.plan)
@@ -49,13 +49,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             parameter="command",
         )
     check_script(script)
-    if not 0 <= args.choice < len(plan.entries):
-        raise ConfigError(
-            f"The plan has {len(plan.entries)} ranked fleets: --choice must be between 0 and {len(plan.entries) - 1}. "
-            f"Got {args.choice}.",
-            parameter="choice",
-            value=args.choice,
-        )
+    check_choice(plan, args.choice)
     workdir = Path(args.workdir)
     try:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -76,7 +70,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if resume == "latest":
         from lightning_srifty.migrate.checkpoints import find_checkpoint
 
-        folder = args.checkpoint_uri if args.provisioner == "terraform" else str((workdir / "checkpoints").resolve())
+        folder = _checkpoint_folder(args)
         found = find_checkpoint(folder) if folder else None
         if found is None:
             raise ConfigError(
@@ -161,12 +155,18 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _checkpoint_folder(args: argparse.Namespace) -> str:
+    """Where this launch keeps its checkpoints: the terraform provisioner's --checkpoint-uri, else the workdir's."""
+    if getattr(args, "provisioner", "local") == "terraform":
+        return str(args.checkpoint_uri or "")
+    return str((Path(args.workdir) / "checkpoints").resolve())
+
+
 def _how_to_continue(args: argparse.Namespace) -> str:
     """After an interrupted launch: the newest sound checkpoint it left, and the command that continues from it."""
     from lightning_srifty.migrate.checkpoints import find_checkpoint
 
-    terraform = getattr(args, "provisioner", "local") == "terraform"
-    folder = args.checkpoint_uri if terraform else str((Path(args.workdir) / "checkpoints").resolve())
+    folder = _checkpoint_folder(args)
     try:
         found = find_checkpoint(folder)
     except Exception as exc:  # noqa: BLE001 - a hint, never a second error

@@ -54,7 +54,7 @@ from lightning_srifty.provision.snapshot import (
 from predictor.catalog.catalog import Catalog
 from predictor.documents.atomic import atomic_write_bytes, atomic_write_text
 from predictor.documents.checks import suggest
-from predictor.documents.plan import Plan, PlanEntry
+from predictor.documents.plan import Plan, PlanEntry, check_choice
 from predictor.exceptions import ConfigError, ProvisionError
 from predictor.model.spot import shutdown_grace_s
 
@@ -255,13 +255,7 @@ def _chosen(plan: Plan, choice: int, options: Options) -> tuple[PlanEntry, str]:
     Raises:
         ConfigError: a choice out of the plan's range, or a name that cannot be part of a bucket name.
     """
-    if not 0 <= choice < len(plan.entries):
-        raise ConfigError(
-            f"The plan has {len(plan.entries)} ranked fleets: --choice must be between 0 and {len(plan.entries) - 1}. "
-            f"Got {choice}.",
-            parameter="choice",
-            value=choice,
-        )
+    check_choice(plan, choice)
     name = options.name or default_name(plan, choice)
     if not _NAME.match(name):
         raise ConfigError(

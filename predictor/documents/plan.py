@@ -16,7 +16,7 @@ from typing import Any, Final, Literal, get_args
 from predictor.documents.atomic import atomic_write_json, read_json_document
 from predictor.documents.profile import Software
 from predictor.documents.schema import doc_field, from_dict, json_schema, to_dict
-from predictor.exceptions import ProfileSchemaError
+from predictor.exceptions import ConfigError, ProfileSchemaError
 
 PLAN_SCHEMA: Final = "srifty.plan/v1"
 Risk = Literal["none", "low", "medium", "high"]  # a ranked fleet's spot risk and migration effort
@@ -91,6 +91,21 @@ class PlanLayout:
     )
     launchable: bool = doc_field("srifty launch can start it", default=True)
     needs: str | None = doc_field("what running it would take, when srifty launch cannot start it", default=None)
+
+
+def check_choice(plan: Plan, choice: int) -> None:
+    """Refuse a ``--choice`` outside the plan's ranked fleets, naming the range.
+
+    Raises:
+        ConfigError: ``choice`` is not an index of ``plan.entries``.
+    """
+    if not 0 <= choice < len(plan.entries):
+        raise ConfigError(
+            f"The plan has {len(plan.entries)} ranked fleets: --choice must be between 0 and {len(plan.entries) - 1}. "
+            f"Got {choice}.",
+            parameter="choice",
+            value=choice,
+        )
 
 
 def scaled_interval(total: float, fixed: float, lo: float, hi: float) -> tuple[float, float]:
