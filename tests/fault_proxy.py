@@ -1,10 +1,11 @@
 """A fault-injecting HTTP proxy in front of moto's server: every request is passed through unchanged, except EC2
 calls that launch instances (CreateFleet, RunInstances) of the named instance types, which get the error EC2 gives
 when it has no capacity, and the first call of each action in ``lose``, which moto carries out but whose answer is
-replaced by EC2's 500 InternalError (an answer lost on its way back: the AWS SDK retries the call). Launch calls
-that carry a ClientToken are idempotent, as on EC2 (a repeated token gets the first call's answer, nothing is
-launched twice), which moto's server is not: an SDK retry of a launch whose answer was lost, slow on a loaded machine,
-would otherwise start a second fleet outside terraform's state. Point the AWS provider (srifty's aws_endpoint) at it."""
+replaced by EC2's 500 InternalError (an answer lost on its way back: the AWS SDK retries the call). Calls that
+carry a ClientToken are idempotent, as on EC2 (a repeated token gets the first call's answer, nothing is made
+twice), which moto's server is not: an SDK retry of a launch, or of a CreateLaunchTemplate, whose answer was lost or
+slow on a loaded machine would otherwise make a second fleet or template outside terraform's state (CI met the
+template: one left behind by the failover test). Point the AWS provider (srifty's aws_endpoint) at it."""
 
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ class FaultProxy(LocalServer):
         self.refuse, self.code, self.lose = refuse, code, set(lose)
         self.refused: list[str] = []
         self.lost: list[str] = []
-        self.answered: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}  # launches by ClientToken
-        self.replayed: list[str] = []
+        self.answered: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}  # by ClientToken
+        self.replayed: list[str] = []  # launches answered from an earlier call's token
+        self.replayed_other: list[str] = []  # other calls so answered (CreateLaunchTemplate retried by the SDK ...)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -82,8 +84,8 @@ class FaultProxy(LocalServer):
                     return
                 token = (form.get("ClientToken") or [""])[0]
                 key = (action, token)
-                if action in LAUNCHES and token and key in outer.answered:  # EC2's idempotency: the first answer
-                    outer.replayed.append(action)
+                if token and key in outer.answered:  # EC2's idempotency: a repeated token gets the first answer
+                    (outer.replayed if action in LAUNCHES else outer.replayed_other).append(action)
                     self._reply(*outer.answered[key])
                     return
                 conn = http.client.HTTPConnection(outer.upstream.hostname, outer.upstream.port, timeout=120)
@@ -98,7 +100,7 @@ class FaultProxy(LocalServer):
                 )
                 answer = conn.getresponse()
                 data = answer.read()
-                if action in LAUNCHES and token and answer.status < 300:  # carried out: a retry gets this answer
+                if token and answer.status < 300:  # carried out: a retry gets this answer
                     outer.answered[key] = (answer.status, answer.getheaders(), data)
                 if action in outer.lose:  # carried out upstream; the client sees a server error instead
                     outer.lose.discard(action)
