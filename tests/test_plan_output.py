@@ -92,7 +92,12 @@ def test_recommend_takes_wide(tmp_path, capsys) -> None:
 def test_the_report_shows_small_figures_with_significant_digits(busy_plan, tmp_path) -> None:
     assert [num(x) for x in (0.0042, 14.1749, 1234.5, 123456.7)] == ["0.0042", "14.17", "1,234", "123,457"]
     tiny = dataclasses.replace(
-        busy_plan.entries[0], usd_per_hour=0.0042, time_h=0.0125, cost_usd=0.0000525, cost_interval_usd=(4e-5, 7e-5)
+        busy_plan.entries[0],
+        usd_per_hour=0.0042,
+        time_h=0.0125,
+        time_interval_h=(0.011, 0.014),
+        cost_usd=0.0000525,
+        cost_interval_usd=(4e-5, 7e-5),
     )
     plan = dataclasses.replace(busy_plan, entries=[tiny, *busy_plan.entries[1:]])
     page, _ = write_report(plan, tmp_path / "report.html")

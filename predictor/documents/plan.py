@@ -111,9 +111,27 @@ def check_choice(plan: Plan, choice: int) -> None:
 def scaled_interval(total: float, fixed: float, lo: float, hi: float) -> tuple[float, float]:
     """The 80% interval of a run's time or cost, ``lo`` and ``hi`` the step time's interval over the step time: only
     the training part scales with it; what is fixed (the fleet's start-up, waited for and billed before the first
-    step) is not uncertain with it, so the interval never goes below it."""
+    step) is not uncertain with it, so the interval never goes below it. The interval contains ``total`` by
+    construction: ``lo`` above 1 or ``hi`` below 1 is taken as 1, and the bounds are clamped to ``total`` (the sum
+    ``fixed + (total - fixed)`` can round past it)."""
     fixed = min(max(fixed, 0.0), total)
-    return fixed + (total - fixed) * lo, fixed + (total - fixed) * hi
+    low, high = fixed + (total - fixed) * min(lo, 1.0), fixed + (total - fixed) * max(hi, 1.0)
+    return min(low, total), max(high, total)
+
+
+def _check_contains(name: str, interval: tuple[float, ...] | None, estimate: float) -> None:
+    """An entry's 80% interval is ``[low, high]`` around its own estimate (a relative 1e-9 for rounding in a plan
+    written as JSON): one that excludes the estimate is a defect of the interval, refused where it is read."""
+    if interval is None:
+        return
+    slack = 1e-9 * max(abs(estimate), 1e-300)
+    if len(interval) != 2 or not interval[0] - slack <= estimate <= interval[1] + slack:
+        raise ProfileSchemaError(
+            f"{name}: expected an interval [low, high] that contains the entry's own estimate {estimate:g}, got "
+            f"{list(interval)}. Make the plan again with `srifty recommend --out plan.json`.",
+            field=name,
+            value=list(interval),
+        )
 
 
 @dataclass(frozen=True)
@@ -194,6 +212,11 @@ class PlanEntry:
     layout: PlanLayout | None = doc_field(
         "the parallel layout and its Lightning strategy (absent in plans made before layouts: ddp)", default=None
     )
+
+    def __post_init__(self) -> None:
+        _check_contains("iteration_time_interval_s", self.iteration_time_interval_s, self.iteration_time_s)
+        _check_contains("time_interval_h", self.time_interval_h, self.time_h)
+        _check_contains("cost_interval_usd", self.cost_interval_usd, self.cost_usd)
 
     def time_range_h(self) -> tuple[float, float]:
         """The time's 80% interval: ``time_interval_h``, or for a plan written before it was recorded, the same rule

@@ -29,8 +29,16 @@ def pareto_png(plan: Plan) -> bytes:
         xs, ys = [e.time_h for e in pts], [e.cost_usd for e in pts]
         # the step-time interval moves time and cost together (the plan's own intervals: the start-up is fixed)
         times = [e.time_range_h() for e in pts]
-        xerr = [[e.time_h - t[0] for e, t in zip(pts, times)], [t[1] - e.time_h for e, t in zip(pts, times)]]
-        yerr = [[e.cost_usd - e.cost_interval_usd[0] for e in pts], [e.cost_interval_usd[1] - e.cost_usd for e in pts]]
+        # a plan's intervals contain their estimates (PlanEntry refuses others); within its rounding slack a bound can
+        # sit a hair past the estimate, which matplotlib >= 3.11 refuses as a negative error bar
+        xerr = [
+            [max(e.time_h - t[0], 0.0) for e, t in zip(pts, times)],
+            [max(t[1] - e.time_h, 0.0) for e, t in zip(pts, times)],
+        ]
+        yerr = [
+            [max(e.cost_usd - e.cost_interval_usd[0], 0.0) for e in pts],
+            [max(e.cost_interval_usd[1] - e.cost_usd, 0.0) for e in pts],
+        ]
         ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="o", ms=4, alpha=0.6, color=color, label=market, lw=0.8)
     front = sorted(plan.pareto, key=lambda e: e.time_h)
     ax.plot([e.time_h for e in front], [e.cost_usd for e in front], color="gray", lw=1, ls="--", label="Pareto front")
