@@ -24,6 +24,7 @@ from lightning.pytorch.strategies import FSDPStrategy, StrategyRegistry
 from torch import nn
 
 from lightning_srifty.ddp.hetero import rank_weights
+from lightning_srifty.ddp.nodes import TorchrunNodes
 from lightning_srifty.ddp.teardown import destroy_at_exit
 from predictor.exceptions import ConfigError
 
@@ -106,7 +107,7 @@ def scale_loss(output: Any, weight: float) -> Any:
     return output
 
 
-class SriftyFSDPStrategy(FSDPStrategy):
+class SriftyFSDPStrategy(TorchrunNodes, FSDPStrategy):
     """Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` whose ``auto_wrap_policy`` and
     ``activation_checkpointing_policy`` may name block classes (``["LlamaDecoderLayer"]``) or give a size
     (``{"min_num_params": N}``), and which trains on CPU too (see the module docstring).

@@ -19,10 +19,11 @@ from torch.nn.parallel import DistributedDataParallel
 from lightning_srifty.ddp.comm import AllReduceTimer
 from lightning_srifty.ddp.fsdp import block_classes
 from lightning_srifty.ddp.hetero import check_batch_sizes, rank_weights, weighted_hook
+from lightning_srifty.ddp.nodes import TorchrunNodes
 from lightning_srifty.ddp.teardown import destroy_at_exit
 
 
-class SriftyDDPStrategy(DDPStrategy):
+class SriftyDDPStrategy(TorchrunNodes, DDPStrategy):
     """DDP whose gradient all-reduces are timed per bucket (bytes, seconds, overlap with backward).
 
     Takes every argument of :class:`lightning.pytorch.strategies.DDPStrategy`, and ``batch_sizes``: one per global

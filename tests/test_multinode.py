@@ -1,0 +1,98 @@
+"""Issue #35 H2: the README's script on a multi-node fleet. Every srifty fleet of more than one node runs
+``torchrun --nnodes N --nproc_per_node <GPUs>`` on each node; Lightning took the node count from
+``Trainer(num_nodes=...)`` (1) and stopped every such job at ``trainer.fit`` ("devices=1 and num_nodes=1 ... does not
+match the world size (2)"). The srifty strategies take the layout from torchrun (:mod:`lightning_srifty.ddp.nodes`).
+
+The slow tests start two real torchrun agents (two "nodes", a c10d rendezvous on 127.0.0.1, gloo), a few seconds
+apart, each training ``tests/scripts/readme_two_nodes.py``; the fast ones hold the rules on the environment alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lightning_srifty.ddp.nodes import TorchrunEnvironment, torchrun_nodes
+from lightning_srifty.ddp.strategy import SriftyDDPStrategy
+from predictor.exceptions import ConfigError
+
+SCRIPT = Path(__file__).parent / "scripts" / "readme_two_nodes.py"
+TORCHRUN_NODE = {"TORCHELASTIC_RUN_ID": "t", "RANK": "1", "GROUP_RANK": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _two_nodes(tmp_path: Path, procs: tuple[int, int], *extra: str) -> list[dict]:
+    """Two torchrun agents (node 1 started 2 s after node 0, as nodes never boot together); each rank's record."""
+    port, env = _free_port(), {**os.environ, "SRIFTY_ALLOW_CPU": "1", "OMP_NUM_THREADS": "1"}
+    agents = []
+    for node, nproc in enumerate(procs):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", str(nproc)]
+        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"readme-{port}"]
+        log = (tmp_path / f"node{node}.log").open("w")
+        agents.append(
+            subprocess.Popen([*cmd, str(SCRIPT), str(tmp_path), *extra], stdout=log, stderr=subprocess.STDOUT, env=env)
+        )
+        time.sleep(2)
+    for node, agent in enumerate(agents):
+        try:
+            rc = agent.wait(timeout=240)
+        finally:
+            for other in agents:
+                if other.poll() is None:
+                    other.kill()
+        assert rc == 0, (tmp_path / f"node{node}.log").read_text()[-3000:]
+    return [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+
+
+@pytest.mark.slow
+def test_the_readme_script_trains_on_two_torchrun_nodes(tmp_path) -> None:
+    """``Trainer(strategy="srifty_auto")`` with nothing about nodes, under torchrun --nnodes 2: both ranks train the
+    same weights, on a sampler that splits the data in two."""
+    ranks = _two_nodes(tmp_path, (1, 1))
+    assert [(r["rank"], r["node_rank"], r["num_nodes"], r["world_size"]) for r in ranks] == [(0, 0, 2, 2), (1, 1, 2, 2)]
+    assert {r["step"] for r in ranks} == {3} and {r["replicas"] for r in ranks} == {2}
+    assert ranks[0]["weights"] == pytest.approx(ranks[1]["weights"], rel=1e-9)  # one model, all-reduced
+
+
+@pytest.mark.slow
+def test_a_mixed_fleet_of_two_and_one_processes_trains(tmp_path) -> None:
+    """A mix (a 2-GPU node beside a 1-GPU node) starts different --nproc_per_node; Lightning's devices x num_nodes
+    rule refuses any setting for it; the check is per node, the sampler's replicas the world size (3)."""
+    ranks = _two_nodes(tmp_path, (2, 1), "--as-gpu-node")
+    assert [(r["node_rank"], r["world_size"], r["replicas"]) for r in ranks] == [(0, 3, 3), (0, 3, 3), (1, 3, 3)]
+    assert len({round(r["weights"], 9) for r in ranks}) == 1
+
+
+def test_outside_torchrun_nothing_changes(monkeypatch) -> None:
+    for name in TORCHRUN_NODE:
+        monkeypatch.delenv(name, raising=False)
+    assert torchrun_nodes() is None
+    strategy = SriftyDDPStrategy()
+    strategy.num_nodes = 3  # Trainer(num_nodes=3) on a cluster the script manages
+    assert strategy.num_nodes == 3 and strategy.cluster_environment is None
+
+
+def test_under_torchrun_the_node_count_is_the_rendezvous(monkeypatch) -> None:
+    for name, value in {**TORCHRUN_NODE, "GROUP_WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "8"}.items():
+        monkeypatch.setenv(name, value)
+    strategy = SriftyDDPStrategy()
+    strategy.num_nodes = 1  # what Lightning sets when the script says nothing
+    assert strategy.num_nodes == 4
+    assert isinstance(strategy.cluster_environment, TorchrunEnvironment)
+    strategy.cluster_environment.validate_settings(num_devices=8, num_nodes=4)
+    with pytest.raises(ConfigError, match=r"torchrun started 8 process\(es\) on this node .*--nproc_per_node=2"):
+        strategy.cluster_environment.validate_settings(num_devices=2, num_nodes=4)
+    strategy.num_nodes = 3  # Trainer(num_nodes=3): kept, and refused with both numbers at the launch's check
+    with pytest.raises(ConfigError, match=r"Trainer\(num_nodes=3\) but torchrun's rendezvous joined 4 node"):
+        strategy.cluster_environment.validate_settings(num_devices=8, num_nodes=strategy.num_nodes)
