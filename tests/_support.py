@@ -6,8 +6,11 @@ Light on purpose (no torch, no Lightning at import): the small Lightning models 
 from __future__ import annotations
 
 import ast
+import base64
 import copy
+import hashlib
 import importlib.util
+import re
 import sys
 import time
 from collections import defaultdict
@@ -232,3 +235,17 @@ def run_ddp_script(cmd: list[str], env: dict[str, str], timeout: float, **kwargs
         env = {**env, "MASTER_PORT": str(_listening_port_outside_ephemeral_range())}
         result = run_bounded(cmd, timeout=timeout, env=env, **kwargs)
     return result
+
+
+BOOT_URI = re.compile(r"URI=\$\(printf '%s' '([A-Za-z0-9+/=]+)' \| base64 -d\)")
+
+
+def boot_script(user_data: str, s3) -> str:
+    """The boot script a fleet's user_data (the module's first stage, templates/boot.sh.tftpl) fetches: read from the
+    bucket with ``s3`` (a boto3 client), its sha256 checked as the first stage checks it."""
+    match = BOOT_URI.search(user_data)
+    assert match, user_data[:500]
+    bucket, _, key = base64.b64decode(match.group(1)).decode().removeprefix("s3://").partition("/")
+    text = s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+    assert hashlib.sha256(text.encode()).hexdigest() in user_data
+    return text

@@ -5,10 +5,15 @@ replaced by EC2's 500 InternalError (an answer lost on its way back: the AWS SDK
 carry a ClientToken are idempotent, as on EC2 (a repeated token gets the first call's answer, nothing is made
 twice), which moto's server is not: an SDK retry of a launch, or of a CreateLaunchTemplate, whose answer was lost or
 slow on a loaded machine would otherwise make a second fleet or template outside terraform's state (CI met the
-template: one left behind by the failover test). Point the AWS provider (srifty's aws_endpoint) at it."""
+template: one left behind by the failover test). User data over EC2's limit is refused as EC2 refuses it (moto takes
+any size): "User data is limited to 16 KB, in raw form, before it is base64-encoded"
+(https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html), for RunInstances and launch templates alike.
+Point the AWS provider (srifty's aws_endpoint) at it."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import http.client
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +26,26 @@ ERROR = (
     "have sufficient {itype} capacity in the Availability Zone you requested. Our system will be working on "
     "provisioning additional capacity.</Message></Error></Errors><RequestID>srifty-fault-proxy</RequestID></Response>"
 )
+
+
+USER_DATA_LIMIT = 16_384  # bytes of raw user data (before base64), EC2's documented limit (module docstring)
+TOO_LONG = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>InvalidParameterValue</Code><Message>User '
+    "data is limited to 16384 bytes</Message></Error></Errors><RequestID>srifty-fault-proxy</RequestID></Response>"
+)
+
+
+def user_data_sizes(form: dict[str, list[str]]) -> list[int]:
+    """The raw size of every user data an EC2 query-API call carries (``UserData``, ``LaunchTemplateData.UserData``)."""
+    sizes = []
+    for key, values in form.items():
+        if key == "UserData" or key.endswith(".UserData"):
+            for value in values:
+                try:
+                    sizes.append(len(base64.b64decode(value, validate=False)))
+                except (binascii.Error, ValueError):
+                    sizes.append(len(value))
+    return sizes
 
 
 LOST = (
@@ -40,6 +65,7 @@ class FaultProxy(LocalServer):
         self.upstream = urllib.parse.urlsplit(upstream)
         self.refuse, self.code, self.lose = refuse, code, set(lose)
         self.refused: list[str] = []
+        self.too_long: list[str] = []  # calls refused for their user data's size: "Action:bytes"
         self.lost: list[str] = []
         self.answered: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}  # by ClientToken
         self.replayed: list[str] = []  # launches answered from an earlier call's token
@@ -78,6 +104,11 @@ class FaultProxy(LocalServer):
                 action = (form.get("Action") or [""])[0]
                 types = {v for k, vs in form.items() if k.endswith("InstanceType") for v in vs}
                 hit = sorted(types & outer.refuse)
+                too_long = [n for n in user_data_sizes(form) if n > USER_DATA_LIMIT]
+                if too_long:  # EC2 refuses it; moto would take it
+                    outer.too_long.append(f"{action}:{too_long[0]}")
+                    self._send_error(400, TOO_LONG.encode())
+                    return
                 if action in LAUNCHES and hit:
                     outer.refused.append(f"{action}:{hit[0]}")
                     self._send_error(400, ERROR.format(code=outer.code, itype=hit[0]).encode())

@@ -23,7 +23,14 @@ from lightning_srifty.ddp.strategy import SriftyDDPStrategy
 from predictor.exceptions import ConfigError
 
 SCRIPT = Path(__file__).parent / "scripts" / "readme_two_nodes.py"
-TORCHRUN_NODE = {"TORCHELASTIC_RUN_ID": "t", "RANK": "1", "GROUP_RANK": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2"}
+TORCHRUN_NODE = {
+    "TORCHELASTIC_RUN_ID": "t",
+    "RANK": "1",
+    "GROUP_RANK": "1",
+    "LOCAL_RANK": "0",
+    "LOCAL_WORLD_SIZE": "1",
+    "WORLD_SIZE": "2",
+}
 
 
 def _free_port() -> int:

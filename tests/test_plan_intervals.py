@@ -55,9 +55,7 @@ def test_a_plan_whose_interval_excludes_its_estimate_is_refused_by_name(tmp_path
 PROFILES = ("resnet50-v100.json", "llama-7b-bf16-handwritten-lora.json")
 
 
-@settings(
-    max_examples=12, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
-)
+@settings(max_examples=12, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(
     profile=st.sampled_from(PROFILES),
     market=st.sampled_from(["on-demand", "spot", "mixed", "any"]),

@@ -392,8 +392,8 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     import threading
     import time
 
+    from _support import boot_script, moto_network
     from _support import drift_plan as _plan
-    from _support import moto_network
     from lightning_srifty import protocol as markers
     from lightning_srifty.provision.launch import launch
     from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
@@ -465,7 +465,9 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     (group,) = groups("mig-2")
     template = group["MixedInstancesPolicy"]["LaunchTemplate"]["LaunchTemplateSpecification"]["LaunchTemplateId"]
     data = ec2.describe_launch_template_versions(LaunchTemplateId=template)["LaunchTemplateVersions"][0]
-    user_data = base64.b64decode(data["LaunchTemplateData"]["UserData"]).decode()
+    first_stage = base64.b64decode(data["LaunchTemplateData"]["UserData"]).decode()
+    assert len(first_stage) < 4096 and "shutdown -h +" in first_stage  # the life cap first, then the boot script
+    user_data = boot_script(first_stage, s3)
     # the checkpoint URI reaches the shell base64-encoded in single quotes; the watchdog reads the heartbeat beside it
     assert "HANDOVER-mig-2.json" in user_data and "torchrun" in user_data
     assert f"CHECKPOINT_URI=$(b64 '{base64.b64encode(b's3://runs/job-1/').decode()}')" in user_data

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -195,6 +196,16 @@ def _plan_json(env: dict[str, str], folder: Path) -> dict:
     assert show.returncode == 0, show.stderr
     cached.write_text(show.stdout)
     return json.loads(show.stdout)
+
+
+def put_boot_scripts(env: dict[str, str], folder: Path, endpoint: str) -> None:
+    """Without an apply: the boot scripts the plan would upload (aws_s3_object.boot), put into moto's S3 where the
+    first stage of user_data fetches them."""
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    for address, values in planned(env, folder, "aws_s3_object").items():
+        if ".boot[" in address:
+            s3.create_bucket(Bucket=values["bucket"])
+            s3.put_object(Bucket=values["bucket"], Key=values["key"], Body=values["content"].encode())
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -429,6 +440,7 @@ def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoi
         MaxCount=1,
         TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "srifty:fleet", "Value": "quoting"}]}],
     )
+    put_boot_scripts(tf_env, infra, moto_endpoint)
     with FakeIMDS({"meta-data/placement/region": "us-east-1"}) as imds:
         run, record = run_user_data(
             base64.b64decode(lt["user_data"]).decode(), moto_endpoint, tmp_path, imds, SRIFTY_HARNESS_RECORD_ONLY="1"
@@ -514,6 +526,7 @@ def test_a_container_image_runs_the_users_code_with_the_gpus_and_efa(tf_env, mot
     snapshot = generated.snapshot
     key = f"checkpoints/image-run/code/{snapshot.sha256}.tar.gz"
     s3.put_object(Bucket="image-ckpt", Key=key, Body=snapshot.path.read_bytes())  # what the apply uploads
+    put_boot_scripts(tf_env, infra, moto_endpoint)
     ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
     ec2.run_instances(
         ImageId=lt["image_id"],
@@ -555,3 +568,70 @@ def test_a_container_image_runs_the_users_code_with_the_gpus_and_efa(tf_env, mot
     assert ran["cwd"] == str(code) and ran["lightning_srifty"].startswith(str(image_env)), ran
     assert not (home / f"env-{snapshot.sha256}").exists()  # no virtual environment of srifty's own: the image's
     assert "`Trainer.fit` stopped: `max_steps=2` reached" in log
+
+
+# EC2 takes 16,384 bytes of raw user data (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html); the
+# module's user_data is a fixed first stage well under it, whatever the options: 14 KiB is the bound issue #35 set
+USER_DATA_BOUND = 14 * 1024
+
+
+@pytest.mark.parametrize("variant", ["default", "everything"])
+def test_user_data_stays_small_whatever_the_options(tf_env, moto_endpoint, tmp_path, catalog, variant) -> None:
+    """Issue #35 H3: user_data went over EC2's 16,384 bytes (default 16,213 B; srifty launch's fleet, one
+    --secret-env, an FSDP plan, a 40-character --name, a setup command over ~170 characters each pushed it past) and
+    the apply failed on AWS (moto takes any size). Now it is a fixed first stage: its size does not grow with the
+    options; the boot script it fetches carries them, checked by its sha256. 'everything' is every variant at once
+    (a mixed fleet: a template per type)."""
+    dlami_parameters(moto_endpoint)
+    plan = load_plan(ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json")
+    if variant == "default":
+        options, choice = Options(aws_endpoint=moto_endpoint, bucket="size-ckpt"), 0
+    else:
+        plan, choice = fleet_plan(catalog, ("g5g.xlarge", "g5.xlarge"), "g5g.xlarge:1,g5.xlarge:1")
+        entries = [
+            dataclasses.replace(e, layout=plan_layout("fsdp:full_shard+ac", "LlamaDecoderLayer")) for e in plan.entries
+        ]
+        plan = dataclasses.replace(plan, entries=entries)
+        options = Options(
+            name="a" * 40,
+            aws_endpoint=moto_endpoint,
+            bucket="size-ckpt",
+            handover=True,
+            resume_from="s3://size-ckpt/checkpoints/" + "r" * 200 + ".ckpt",
+            secret_env=tuple(f"SECRET_{k}=ssm:/team/a-rather-long-parameter-name-{k}" for k in range(8)),
+            setup_command="pip install " + " ".join(f"package-number-{k}==1.0" for k in range(200)),  # 5 KB
+            train_command="train.py " + " ".join(f"--option-{k} value-{k}" for k in range(100)),
+        )
+    infra = use_test_parameters(generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out)
+    templates = planned(tf_env, infra, "aws_launch_template")
+    boots = {v["key"]: v["content"] for a, v in planned(tf_env, infra, "aws_s3_object").items() if ".boot[" in a}
+    assert len(templates) == len(boots) == len(plan.entries[choice].groups)
+    for lt in templates.values():
+        first = base64.b64decode(lt["user_data"])
+        assert len(first) <= USER_DATA_BOUND, len(first)
+        # the first stage names one boot script by its digest, and that script is this group's
+        (key,) = [k for k in boots if f"/{lt['instance_type']}-" in k]
+        assert hashlib.sha256(boots[key].encode()).hexdigest() in first.decode() and "/boot/" in key
+    if variant == "everything":  # what user_data would have been: past EC2's limit, refused at the apply
+        assert min(len(text.encode()) for text in boots.values()) > 16_384
+
+
+def test_the_fault_proxy_refuses_user_data_over_ec2s_limit(moto_endpoint) -> None:
+    """The rule written into the tests' EC2: over 16,384 raw bytes, RunInstances and CreateLaunchTemplate are
+    refused (InvalidParameterValue), as EC2 refuses them; moto alone takes them."""
+    from botocore.exceptions import ClientError
+    from fault_proxy import USER_DATA_LIMIT, FaultProxy
+
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    proxy = FaultProxy(moto_endpoint)
+    with proxy as url:
+        client = boto3.client("ec2", endpoint_url=url, region_name="us-east-1")
+        # RunInstances: boto3 base64-encodes UserData itself; a launch template's is given encoded
+        client.run_instances(ImageId=image, MinCount=1, MaxCount=1, UserData="#" * USER_DATA_LIMIT)  # at the limit
+        with pytest.raises(ClientError, match=r"InvalidParameterValue.*User data is limited to 16384 bytes"):
+            client.run_instances(ImageId=image, MinCount=1, MaxCount=1, UserData="#" * (USER_DATA_LIMIT + 1))
+        over = base64.b64encode(b"#" * (USER_DATA_LIMIT + 1)).decode()
+        with pytest.raises(ClientError, match="InvalidParameterValue"):
+            client.create_launch_template(LaunchTemplateName="too-long", LaunchTemplateData={"UserData": over})
+        assert proxy.too_long == [f"RunInstances:{USER_DATA_LIMIT + 1}", f"CreateLaunchTemplate:{USER_DATA_LIMIT + 1}"]

@@ -6,7 +6,6 @@ import os
 import sys
 
 import lightning.pytorch as pl
-import torch
 
 from lightning_srifty.demo.data import DigitsDataModule
 from lightning_srifty.demo.models import DigitsCNN
@@ -16,13 +15,26 @@ if __name__ == "__main__":
     # on a GPU node devices="auto" is every GPU, which torchrun's --nproc_per_node matches; a CPU counts one device,
     # so the mixed-node case names torchrun's processes as a GPU node's "auto" would
     devices = int(os.environ["LOCAL_WORLD_SIZE"]) if "--as-gpu-node" in sys.argv else "auto"
-    trainer = pl.Trainer(max_steps=3, strategy="srifty_auto", devices=devices, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False)
+    trainer = pl.Trainer(
+        max_steps=3,
+        strategy="srifty_auto",
+        devices=devices,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     model = DigitsCNN()
     trainer.fit(model, datamodule=DigitsDataModule(batch_size=16))
     weights = float(sum(p.double().sum() for p in model.parameters()))
-    out = {"rank": trainer.global_rank, "world_size": trainer.world_size, "num_nodes": trainer.num_nodes,
-           "node_rank": trainer.node_rank, "step": trainer.global_step, "weights": weights,
-           "replicas": trainer.strategy.distributed_sampler_kwargs["num_replicas"]}
+    out = {
+        "rank": trainer.global_rank,
+        "world_size": trainer.world_size,
+        "num_nodes": trainer.num_nodes,
+        "node_rank": trainer.node_rank,
+        "step": trainer.global_step,
+        "weights": weights,
+        "replicas": trainer.strategy.distributed_sampler_kwargs["num_replicas"],
+    }
     with open(os.path.join(sys.argv[1], f"rank{trainer.global_rank}.json"), "w") as f:
         json.dump(out, f)

@@ -322,6 +322,52 @@ data "aws_iam_policy_document" "assume" {
   }
 }
 
+# the boot script of each group (templates/user_data.sh.tftpl: the log, the watchdog, the code and environment, the
+# secrets, the setup command, the rendezvous, torchrun), content-addressed under the checkpoint prefix; user_data
+# fetches it and checks its sha256. Values reach the shell base64-encoded in single quotes (checkpoint URI, the
+# watchdog script), single-quoted word by word (argv, resume_from), or validated to a safe alphabet (name, numbers)
+locals {
+  boot_scripts = { for k, g in local.groups : k => templatefile("${path.module}/templates/user_data.sh.tftpl", {
+    name                = var.name
+    setup_command       = var.train.setup_command
+    argv                = local.train_argv
+    nnodes              = var.train.nnodes
+    nproc_per_node      = g.gpus_per_instance
+    rdzv_port           = var.train.rdzv_port
+    checkpoint_uri_b64  = base64encode("s3://${local.bucket}/${var.checkpoints.prefix}")
+    code_sha256         = var.train.code == null ? "" : var.train.code.sha256
+    image_b64           = var.train.image == null ? "" : base64encode(var.train.image)
+    code_uri_b64        = var.train.code == null ? "" : base64encode("s3://${local.bucket}/${local.code_key}")
+    resume_from         = var.train.resume_from == null ? "" : "'${replace(var.train.resume_from, "'", "'\\''")}'"
+    handover            = var.train.handover
+    env_count           = length(var.train.env)
+    env_b64             = base64encode(jsonencode(var.train.env))
+    max_life_s          = ceil(var.max_life_h * 3600)
+    max_life_min        = ceil(var.max_life_h * 60)
+    heartbeat           = var.watchdog.heartbeat
+    watchdog_b64        = filebase64("${path.module}/templates/watchdog.sh")
+    watchdog_interval_s = var.watchdog.interval_s
+    watchdog_grace_s    = var.watchdog.grace_s
+    watchdog_max_age_s  = var.watchdog.max_age_s
+    watchdog_asg        = var.capacity.mode == "asg" ? 1 : 0
+    secrets             = var.secrets
+  }) }
+  # one object per group (groups of the same GPU count have the same script, under their own keys)
+  boot_keys = { for k, text in local.boot_scripts : k => "${var.checkpoints.prefix}boot/${var.name}/${k}-${sha256(text)}.sh" }
+}
+
+resource "aws_s3_object" "boot" {
+  for_each = local.groups
+
+  bucket       = local.bucket
+  key          = local.boot_keys[each.key]
+  content      = local.boot_scripts[each.key]
+  content_type = "text/x-shellscript"
+  tags         = local.fleet_tags
+
+  depends_on = [aws_s3_bucket_server_side_encryption_configuration.checkpoints, aws_s3_bucket_policy.checkpoints]
+}
+
 # the user's code and environment (srifty terraform's snapshot): every instance fetches it and checks its sha256
 resource "aws_s3_object" "code" {
   count = var.train.code == null ? 0 : 1
@@ -545,32 +591,15 @@ resource "aws_launch_template" "group" {
   # for its volumes, and an Auto Scaling group sees it gone
   instance_initiated_shutdown_behavior = "terminate"
 
-  # values reach the shell base64-encoded in single quotes (checkpoint URI, the watchdog script), single-quoted
-  # word by word (argv, resume_from), or validated to a safe alphabet (name, numbers)
-  user_data = base64encode(templatefile("${path.module}/templates/user_data.sh.tftpl", {
-    name                = var.name
-    setup_command       = var.train.setup_command
-    argv                = local.train_argv
-    nnodes              = var.train.nnodes
-    nproc_per_node      = each.value.gpus_per_instance
-    rdzv_port           = var.train.rdzv_port
-    checkpoint_uri_b64  = base64encode("s3://${local.bucket}/${var.checkpoints.prefix}")
-    code_sha256         = var.train.code == null ? "" : var.train.code.sha256
-    image_b64           = var.train.image == null ? "" : base64encode(var.train.image)
-    code_uri_b64        = var.train.code == null ? "" : base64encode("s3://${local.bucket}/${local.code_key}")
-    resume_from         = var.train.resume_from == null ? "" : "'${replace(var.train.resume_from, "'", "'\\''")}'"
-    handover            = var.train.handover
-    env_count           = length(var.train.env)
-    env_b64             = base64encode(jsonencode(var.train.env))
-    max_life_s          = ceil(var.max_life_h * 3600)
-    max_life_min        = ceil(var.max_life_h * 60)
-    heartbeat           = var.watchdog.heartbeat
-    watchdog_b64        = filebase64("${path.module}/templates/watchdog.sh")
-    watchdog_interval_s = var.watchdog.interval_s
-    watchdog_grace_s    = var.watchdog.grace_s
-    watchdog_max_age_s  = var.watchdog.max_age_s
-    watchdog_asg        = var.capacity.mode == "asg" ? 1 : 0
-    secrets             = var.secrets
+  # EC2 takes at most 16,384 bytes of user data (raw, before base64: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html),
+  # and the boot script with its watchdog, secrets, handover and setup command can pass that: user_data is a small
+  # fixed first stage (templates/boot.sh.tftpl) that arms the life cap, fetches this group's boot script from the
+  # bucket, checks its sha256 and runs it
+  user_data = base64encode(templatefile("${path.module}/templates/boot.sh.tftpl", {
+    name         = var.name
+    max_life_min = ceil(var.max_life_h * 60)
+    boot_uri_b64 = base64encode("s3://${local.bucket}/${local.boot_keys[each.key]}")
+    boot_sha256  = sha256(local.boot_scripts[each.key])
   }))
 
   tags = local.fleet_tags
@@ -595,8 +624,8 @@ resource "aws_launch_template" "group" {
 
 resource "aws_autoscaling_group" "fleet" {
   count = var.capacity.mode == "asg" ? 1 : 0
-  # no instance boots before its code is in the bucket
-  depends_on = [aws_s3_object.code]
+  # no instance boots before its code and boot script are in the bucket
+  depends_on = [aws_s3_object.code, aws_s3_object.boot]
 
   name_prefix               = "${var.name}-"
   vpc_zone_identifier       = local.subnet_ids
@@ -649,7 +678,7 @@ resource "aws_autoscaling_group" "fleet" {
 
 resource "aws_ec2_fleet" "group" {
   for_each   = var.capacity.mode == "fleet" ? local.groups : {}
-  depends_on = [aws_s3_object.code] # no instance boots before its code is in the bucket
+  depends_on = [aws_s3_object.code, aws_s3_object.boot] # no instance boots before its code and boot script are in the bucket
 
   type                = "instant"
   terminate_instances = true
