@@ -155,7 +155,8 @@ DRIVERS = [
     ("2.7.1+cu126", "580.82.07", "cu126"),  # the profiled build, which this driver supports
     ("2.7.1+cu128", "565.57.01", "cu126"),  # the profiled cu128 needs 570.26: the newest this driver supports
     ("2.7.1", "470.82.01", "cu118"),  # CUDA 11 minor version compatibility from 450.80.02
-    ("2.13.0+cpu", "570.133.20", "cu128"),  # newer than the table: the newest listed release's builds
+    ("2.13.0+cpu", "570.133.20", "cu126"),  # 2.13 has no cu128 build (RELEASE.md): cu126 runs on 570 (issue #35 H1)
+    ("2.13.0+cpu", "580.95.05", "cu130"),
     ("2.13.0+cpu", "470.82.01", None),
 ]
 
@@ -202,7 +203,10 @@ def test_the_cuda_table_is_one_place_and_names_the_default_image(tmp_path, catal
     assert "environment  a new virtual environment: torch==2.9.1, lightning==2.6.6\n" in text, text
     assert "from PyPI; lightning-srifty from the code archive (lightning_srifty-" in text
     assert "python       the image's python3" in text
-    assert "torch build  cu128 on the Deep Learning AMI (NVIDIA driver 570.133.20): the profiled build" in text
+    assert (
+        "torch build  g5.xlarge (A10G, compute capability 8.6): cu128 on the Deep Learning AMI (NVIDIA driver "
+        "570.133.20): the profiled build" in text
+    )
     # the profiled cu128 wherever the driver supports it, even where cu130 would run
     assert "at boot: >= 570.26 cu128; >= 560.28.03 cu126; >= 525.60.13 cu128 (minor version compatibility); older: " \
         "the boot stops" in text  # fmt: skip
@@ -320,7 +324,7 @@ def test_the_node_bootstrap_installs_the_snapshot_and_stops_when_torch_cannot_us
     assert gpu.returncode == 5, gpu.stdout[-2000:] + gpu.stderr[-2000:]
     assert "cannot use this node's GPUs (NVIDIA driver 570.133.20)" in gpu.stderr and "a CPU build" in gpu.stderr
     # the build chosen for the driver (pip kept the image's torch, which satisfies the pin: nothing was downloaded)
-    assert "cu128 from https://download.pytorch.org/whl/cu128" in gpu.stdout
+    assert "cu126 from https://download.pytorch.org/whl/cu126" in gpu.stdout  # torch 2.13 has no cu128 build
 
 
 def _release(name: str) -> str:
@@ -386,3 +390,42 @@ def test_srifty_terraform_says_when_the_script_keeps_the_training_off_the_gpus(t
     (project / "train.py").write_text("import lightning as L\n\ntrainer = L.Trainer(max_steps=5)\n")
     assert main(["terraform", "--plan", str(PLAN), "--out", str(tmp_path / "infra"), "--name", "cpu-pinned"]) == 0
     assert "device:" not in capsys.readouterr().err
+
+
+def test_credentials_stay_out_of_the_archive_and_what_is_uncommitted_is_named(tmp_path, catalog) -> None:
+    """Issue #35 M2: an untracked .env went into the archive, to S3 and into the root module folder a team may
+    commit, with no word. Credential files are left out by default and named; --include-secret packs one all the same;
+    untracked and uncommitted files are named; the root module gets a .gitignore for the archive and state."""
+    project = _project(tmp_path / "p")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    git = ["git", "-C", str(project), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "add", "train.py", "pkg/__init__.py", ".gitignore"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    (project / "train.py").write_text("from lightning_srifty import plan_strategy  # changed\n")
+    (project / ".env").write_text("WANDB_API_KEY=abc\n")
+    (project / ".env.example").write_text("WANDB_API_KEY=\n")
+    (project / "deploy.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
+    (project / ".aws").mkdir()
+    (project / ".aws" / "credentials").write_text("[default]\n")
+    got = generate(
+        load_plan(PLAN), tmp_path / "infra", options=Options(name="secrets", code=str(project)), catalog=catalog
+    )
+    members = _members(got.snapshot.path)
+    assert ".env.example" in members and "train.py" in members
+    assert not {".env", "deploy.pem", ".aws/credentials"} & set(members)
+    assert got.snapshot.secrets_left_out == (".aws/credentials", ".env", "deploy.pem")
+    (note,) = [n for n in got.notes if n.startswith("left out of the code archive as credentials")]
+    assert ".env" in note and "--include-secret" in note and "--secret-env" in note
+    (note,) = [n for n in got.notes if "untracked or uncommitted" in n]
+    assert "train.py" in note and ".env.example" in note and "pkg/__init__.py" not in note  # committed, unchanged
+    ignore = (tmp_path / "infra" / ".gitignore").read_text()
+    assert "code/" in ignore.splitlines() and "*.tfstate" in ignore.splitlines()
+    options = Options(name="secrets", code=str(project), include_secrets=(".env",))
+    kept = generate(load_plan(PLAN), tmp_path / "infra2", options=options, catalog=catalog)
+    assert ".env" in _members(kept.snapshot.path) and kept.snapshot.secrets_left_out == (
+        ".aws/credentials",
+        "deploy.pem",
+    )
+    with pytest.raises(ConfigError, match=r"--include-secret nope.env is not among the code's files"):
+        generate(load_plan(PLAN), tmp_path / "infra3", options=Options(name="secrets", code=str(project),
+                 include_secrets=("nope.env",)), catalog=catalog)  # fmt: skip

@@ -96,6 +96,12 @@ def add_code_arguments(p: Any) -> None:
         "torch: pins it satisfies are not downloaded)",
     )
     p.add_argument("--max-code-mb", type=number, default=200.0, help="refuse a code snapshot larger than this")
+    p.add_argument(
+        "--include-secret",
+        action="append",
+        metavar="PATH",
+        help="pack this credential file (.env, a key: left out by default) all the same; repeatable",
+    )
 
 
 def code_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -108,4 +114,5 @@ def code_options(args: argparse.Namespace) -> dict[str, Any]:
         "extra_index_urls": tuple(args.extra_index_url or ()),
         "base_python": args.base_python,
         "max_code_mb": args.max_code_mb,
+        "include_secrets": tuple(args.include_secret or ()),
     }

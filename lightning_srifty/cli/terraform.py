@@ -99,7 +99,7 @@ def node_summary(result: Any, options: Any) -> str:
                 f" (the profile ran Python {profiled_python}; a node whose minor version differs says so in its log)"
             )
         lines.append(f"  python       {python}")
-        lines += cuda.summary(env, values["ami"].get("id"))
+        lines += cuda.summary(env, values["ami"].get("id"), getattr(result, "gpus", ()))
         where = options.snapshot or Path(options.code or ".").resolve()
         lines.append(
             f"  code         {where} ({SOURCE_WORDS.get(snap.source, snap.source)}): {len(snap.files)} files, "

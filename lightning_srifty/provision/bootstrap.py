@@ -14,8 +14,8 @@ driver (:func:`choose_torch_build`, over the builds of the pinned torch release 
 
 Exit codes: 0 installed and checked; 2 bad environment.json; 3 pip failed; 4 installed versions differ from the pins;
 5 a GPU node whose installed torch cannot use its GPUs (a CUDA build the driver does not support, or a CPU build);
-6 a GPU node whose driver runs none of the CUDA builds the pinned torch is published with (before anything is
-installed).
+6 a GPU node whose driver or GPU runs none of the CUDA builds the pinned torch is published with (before anything
+is installed).
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+
+if __package__:  # imported from the installed package (srifty terraform on the workstation, the tests)
+    from predictor.catalog.torch_builds import runs
+else:  # run as a script on a node: the snapshot's copy beside this file (.srifty/torch_builds.py)
+    from torch_builds import runs  # type: ignore[no-redef]
 
 HERE = Path(__file__).resolve().parent  # <code>/.srifty
 # the extra of lightning-srifty a node installs with the wheel: what the job runs (s3fs for s3:// checkpoints, ...);
@@ -73,16 +78,28 @@ def cuda_release(build: str) -> str:
     return f"{build[2:-1]}.{build[-1]}"
 
 
-def choose_torch_build(driver: str, torch_cuda: dict) -> tuple[str | None, str]:
-    """The CUDA build of torch for an NVIDIA driver (``570.133.20``) and why; (None, why none runs).
+def choose_torch_build(driver: str, torch_cuda: dict, cc: str | None = None) -> tuple[str | None, str]:
+    """The CUDA build of torch for an NVIDIA driver (``570.133.20``) and a GPU of compute capability ``cc`` (``"8.6"``;
+    None: not known, every build counts), and why; (None, why none runs).
 
     ``torch_cuda`` is environment.json's: ``{"torch": release, "profiled": build or None, "builds": {build: {"driver":
-    the CUDA release's own minimum driver, "compat_driver": the minimum for CUDA minor version compatibility}}}``.
-    In order: the profiled build when the driver supports its CUDA release; else the newest build the driver
-    supports; else the newest it runs through minor version compatibility (no PTX JIT); else none.
+    the CUDA release's own minimum driver, "compat_driver": the minimum for CUDA minor version compatibility,
+    "arches": the compute capabilities it carries code for (None: not recorded)}}}``. Only builds that run the GPU
+    count (torch 2.13's cu130 has no Volta code, its cu126 no Blackwell). In order: the profiled build when the driver
+    supports its CUDA release; else the newest build the driver supports; else the newest it runs through minor
+    version compatibility (no PTX JIT); else none.
     """
     have = version_numbers(driver)
-    builds = sorted(torch_cuda["builds"].items(), key=lambda kv: version_numbers(cuda_release(kv[0])), reverse=True)
+    every = sorted(torch_cuda["builds"].items(), key=lambda kv: version_numbers(cuda_release(kv[0])), reverse=True)
+    release = torch_cuda["torch"]
+    builds = [(b, need) for b, need in every if cc is None or need.get("arches") is None or runs(cc, need["arches"])]
+    if not builds:
+        carried = "; ".join(f"{b}: {', '.join(need['arches'])}" for b, need in reversed(every))
+        return None, (
+            f"no CUDA build of torch {release} runs this GPU (compute capability {cc}): its builds carry code for "
+            f"{carried}. Train this GPU with a torch release that has a build for it, or choose another GPU "
+            "(srifty recommend leaves such GPUs out for the profiled torch)"
+        )
     full = [b for b, need in builds if have >= version_numbers(need["driver"])]
     profiled = torch_cuda.get("profiled")
     for build, what in ((profiled, "the profiled build"), (full[0] if full else None, "the newest build it supports")):
@@ -98,11 +115,12 @@ def choose_torch_build(driver: str, torch_cuda: dict) -> tuple[str | None, str]:
         )
     lowest = min((need["compat_driver"] for _, need in builds), key=version_numbers)
     names = ", ".join(b for b, _ in reversed(builds))
+    gpu = f" that run this GPU (compute capability {cc})" if cc is not None and len(builds) < len(every) else ""
     return None, (
-        f"NVIDIA driver {driver} runs none of the CUDA builds torch {torch_cuda['torch']} is published with ({names}): "
+        f"NVIDIA driver {driver} runs none of the CUDA builds torch {release} is published with{gpu} ({names}): "
         f"the oldest needs driver >= {lowest} (CUDA minor version compatibility). Use an image whose NVIDIA driver is "
-        f">= {lowest} (the Deep Learning AMI's is), or give srifty terraform --index-url/--extra-index-url an index "
-        f"with a torch {torch_cuda['torch']} build for this driver, or --image a container that brings its own torch"
+        f">= {lowest}, or give srifty terraform --index-url/--extra-index-url an index "
+        f"with a torch {release} build for this driver, or --image a container that brings its own torch"
     )
 
 
@@ -118,9 +136,22 @@ def driver_version(smi: str) -> str | None:
     return lines[0].strip() if lines and re.fullmatch(r"\d+(\.\d+)+", lines[0].strip()) else None
 
 
-def torch_index(spec: dict, driver: str | None) -> tuple[list[str] | None, str | None]:
+def compute_capability(smi: str) -> str | None:
+    """The first GPU's compute capability as ``nvidia-smi`` reports it (``"8.6"``; drivers since 510 answer
+    ``--query-gpu=compute_cap``), or None when it names none."""
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.strip().splitlines()
+    return lines[0].strip() if lines and re.fullmatch(r"\d+\.\d+", lines[0].strip()) else None
+
+
+def torch_index(spec: dict, driver: str | None, cc: str | None = None) -> tuple[list[str] | None, str | None]:
     """The pip arguments of torch's CUDA build for this node (``[--extra-index-url, url]``, or none) and what to log;
-    (None, why) when no published build runs on this driver: the message names the driver, the minimum and the fix."""
+    (None, why) when no published build runs on this driver and GPU: the message names them, the minimum and the fix."""
     cuda = spec.get("torch_cuda")
     if driver is None or not cuda:
         return [], None
@@ -129,11 +160,12 @@ def torch_index(spec: dict, driver: str | None) -> tuple[list[str] | None, str |
             f"NVIDIA driver {driver}: torch's CUDA build is the one your package index serves (--index-url / "
             "--extra-index-url win; srifty does not choose it)"
         )
-    build, why = choose_torch_build(driver, cuda)
+    build, why = choose_torch_build(driver, cuda, cc)
     if build is None:
         return None, why
     url = cuda["index"] + build
-    return ["--extra-index-url", url], f"NVIDIA driver {driver}: torch {cuda['torch']} {build} from {url} ({why})"
+    gpu = f", compute capability {cc}" if cc else ""
+    return ["--extra-index-url", url], f"NVIDIA driver {driver}{gpu}: torch {cuda['torch']} {build} from {url} ({why})"
 
 
 def _check(python: Path, pins: dict[str, str]) -> subprocess.CompletedProcess:
@@ -162,7 +194,8 @@ def main(argv: list[str]) -> int:
     driver = driver_version(smi) if smi else None
     if smi and driver is None:
         log("nvidia-smi answers but names no driver version: torch's build is the index's default")
-    cuda_index, why = torch_index(spec, driver)
+    cc = compute_capability(smi) if smi and driver else None
+    cuda_index, why = torch_index(spec, driver, cc)
     if cuda_index is None:  # no published build runs on this driver: stop before anything is installed
         print(f"srifty bootstrap: {why}", file=sys.stderr)
         return 6

@@ -51,6 +51,7 @@ from lightning_srifty.provision.snapshot import (
     load_snapshot,
     read_member,
 )
+from predictor.catalog import torch_builds
 from predictor.catalog.catalog import Catalog
 from predictor.documents.atomic import atomic_write_bytes, atomic_write_text
 from predictor.documents.checks import suggest
@@ -122,6 +123,7 @@ class Options:
     extra_index_urls: tuple[str, ...] = ()
     base_python: str | None = None
     max_code_mb: float = DEFAULT_MAX_MB
+    include_secrets: tuple[str, ...] = ()  # credential files (.env, keys) packed all the same, by path in the code
     code_leave_out: tuple[str, ...] = ()  # folders inside code never packed (srifty launch's workdir)
     aws_max_retries: int | None = None  # the AWS SDK's retries of a failed call (None: the provider's 25)
     availability_zone: str | None = None  # the subnet's zone (default: the zone of the plan's spot price)
@@ -547,6 +549,7 @@ class Generated:
     changed: bool
     snapshot: Snapshot | None = None
     notes: tuple[str, ...] = ()  # what a user must read before applying (mismatches, missing glue)
+    gpus: tuple[tuple[str, str | None], ...] = ()  # each group's GPU: its label and compute capability
 
 
 def generate(
@@ -559,12 +562,14 @@ def generate(
 ) -> Generated:
     """Write the root module for ``plan.entries[choice]`` into ``out`` (see the module docstring)."""
     target = Path(out)
+    catalog = catalog or Catalog.load()
     tfvars(plan, choice, options, catalog)  # every option checked before any file is packed or written
+    gpus = cuda.fleet_gpus([(g.instance_type, g.gpu) for g in plan.entries[choice].groups], catalog)
     notes: list[str] = []
     snapshot = None
     with tempfile.TemporaryDirectory(prefix="srifty-code-") as staging:
         if options.code is not None or options.snapshot is not None:
-            snapshot, notes = _snapshot(plan, choice, options, staging, target)
+            snapshot, notes = _snapshot(plan, choice, options, staging, target, gpus)
         else:
             notes = _no_code_notes(options)
         refused = plain_http_upload(options.bucket, options.aws_endpoint, uploads=snapshot is not None)
@@ -574,7 +579,7 @@ def generate(
         written = _write_root(plan, choice, target, values, snapshot)
     if snapshot is not None:
         snapshot = dataclasses.replace(snapshot, path=target / CODE_DIR / snapshot.path.name)  # staging is gone
-    return Generated(target, written.files, values, written.changed, snapshot, tuple(notes))
+    return Generated(target, written.files, values, written.changed, snapshot, tuple(notes), tuple(gpus))
 
 
 def make_snapshot(
@@ -594,21 +599,59 @@ def make_snapshot(
         base_python=options.base_python,
     )
     leave = (*leave_out, *(Path(p) for p in options.code_leave_out))
-    return build_snapshot(code, out_dir, spec, max_mb=options.max_code_mb, leave_out=leave), notes
+    snapshot = build_snapshot(
+        code, out_dir, spec, max_mb=options.max_code_mb, leave_out=leave, include_secrets=options.include_secrets
+    )
+    if snapshot.secrets_left_out:
+        notes.append(
+            f"left out of the code archive as credentials: {', '.join(snapshot.secrets_left_out)} (they would go to S3 "
+            "and into this root module's folder; pass secrets with --secret-env, or pack one with --include-secret "
+            "PATH)"
+        )
+    if snapshot.uncommitted:
+        shown = ", ".join(snapshot.uncommitted[:10]) + (
+            f" and {len(snapshot.uncommitted) - 10} more" if len(snapshot.uncommitted) > 10 else ""
+        )
+        notes.append(f"the archive carries files git has as untracked or uncommitted: {shown}")
+    return snapshot, notes
 
 
-def _snapshot(plan: Plan, choice: int, options: Options, staging: str, target: Path) -> tuple[Snapshot, list[str]]:
+def _snapshot(
+    plan: Plan, choice: int, options: Options, staging: str, target: Path, gpus: list[tuple[str, str | None]]
+) -> tuple[Snapshot, list[str]]:
     """The code snapshot (``options.snapshot``, packed before; else ``options.code``, packed now) and the notes on
     it: the environment's mismatches, a script that is not in it, a sharded plan whose script never applies the
-    plan's strategy."""
+    plan's strategy.
+
+    Raises:
+        ConfigError: the nodes could not install a torch that runs: a torch release srifty's table of PyTorch's CUDA
+            builds does not know, or, on the default image, no published build of it runs one of the fleet's GPUs
+            on that image's driver (unless the user's package index or container image provides torch).
+    """
+    torch_version = (plan.software.torch if plan.software else None) or ""
+    own_torch = bool(options.image or options.index_url or options.extra_index_urls)
+    unknown = torch_builds.unknown_release(torch_version) if torch_version else None
+    if unknown and not own_torch:
+        raise ConfigError(
+            f"{unknown}. Upgrade lightning-srifty (its table lists the newest releases), profile with a listed "
+            "torch, or name where torch comes from: --extra-index-url https://download.pytorch.org/whl/cu<NNN> (a "
+            "build your nodes' driver and GPUs run) or --image a container that brings its own torch.",
+            parameter="torch",
+            value=torch_version,
+        )
     if options.snapshot:
         snapshot, notes = load_snapshot(options.snapshot), []
     else:
         snapshot, notes = make_snapshot(plan, options, staging, leave_out=(target,))
     env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
     if not options.image:
-        stop = cuda.image_note(env, options.ami)
-        notes += [f"on the default image every GPU node would stop at boot: {stop}"] if stop else []
+        stop = cuda.image_note(env, options.ami, gpus)
+        if stop:
+            raise ConfigError(
+                f"Every such node would stop at boot, before training: {stop}",
+                parameter="torch",
+                value=torch_version,
+            )
     where = options.snapshot or Path(options.code or ".").resolve()
     argv = train_argv(options.train_command)
     if argv[0] == "-m":
@@ -678,6 +721,18 @@ def _no_code_notes(options: Options) -> list[str]:
     ]
 
 
+ROOT_GITIGNORE = """# written by srifty terraform: commit the reviewed Terraform, not these
+code/
+.terraform/
+*.tfstate
+*.tfstate.*
+tfplan
+*.tfplan
+.terraform.tfstate.lock.info
+crash.log
+"""
+
+
 @dataclass(frozen=True)
 class _Written:
     files: tuple[str, ...]
@@ -701,6 +756,8 @@ def _write_root(plan: Plan, choice: int, target: Path, values: dict[str, Any], s
     for path in sorted(p for p in module.rglob("*") if p.is_file() and not _ignored(p.relative_to(module))):
         files[f"modules/training_fleet/{path.relative_to(module).as_posix()}"] = path.read_text()
     files[TFVARS] = json.dumps(values, indent=2, sort_keys=True) + "\n"
+    # a team commits the reviewed Terraform, never the code archive (the user's code), state or plans
+    files[".gitignore"] = ROOT_GITIGNORE
     binary: dict[str, Path] = {}
     if snapshot is not None:
         binary[f"{CODE_DIR}/{snapshot.path.name}"] = snapshot.path

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lightning_srifty.provision import cuda
 from lightning_srifty.provision.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
 
@@ -547,6 +548,52 @@ def check_image(ec2: Any, ssm: Any, ami: dict[str, Any], arches: list[str]) -> l
     return [Finding("image", "ok", f"the Deep Learning AMI of {', '.join(arches)} is published here")]
 
 
+def check_torch_build(
+    spec: dict[str, Any] | None, ami: dict[str, Any], gpus: list[tuple[str, str | None]]
+) -> list[Finding]:
+    """Whether the nodes can install a torch that runs: the profiled release in srifty's table of PyTorch's CUDA
+    builds, and on the default image (its driver known) a published build of it for every GPU of the fleet. The
+    user's own index or AMI: their driver and builds are theirs (an index: ok; an AMI: a warning)."""
+    if spec is None:
+        return []
+    torch = next((p.split("==", 1)[1] for p in spec.get("packages", []) if p.startswith("torch==")), None)
+    if spec.get("index_url") or spec.get("extra_index_urls"):
+        return [Finding("torch", "ok", "torch comes from your package index (--index-url/--extra-index-url)")]
+    if not spec.get("torch_cuda"):
+        what = f"torch {torch} is not in srifty's table of PyTorch's CUDA builds" if torch else "torch is not pinned"
+        return [
+            Finding(
+                "torch",
+                "fail",
+                f"{what}: the nodes would install the index's default build, whatever their driver and GPU",
+                "srifty terraform again with --extra-index-url or --image, or upgrade lightning-srifty",
+            )
+        ]
+    if ami.get("id"):
+        return [
+            Finding(
+                "torch",
+                "warn",
+                f"torch {torch}: the AMI {ami['id']} is yours and its NVIDIA driver unknown here; each node picks a "
+                "build for its driver and GPU at boot and stops (exit 6) if none runs",
+                None,
+            )
+        ]
+    stop = cuda.image_note(spec, None, gpus)
+    if stop:
+        return [
+            Finding(
+                "torch",
+                "fail",
+                stop,
+                "choose a fleet of another GPU, an image with a newer driver (--ami), or a torch with a build for it",
+            )
+        ]
+    name, driver = cuda.default_image()
+    where = f"on {name} (NVIDIA driver {driver})"
+    return [Finding("torch", "ok", f"torch {torch} has a build for every GPU of the fleet {where}")]
+
+
 def plain_http_upload(bucket: str | None, endpoint: str | None, uploads: bool) -> str | None:
     """Why uploading the code will be refused, or None: the bucket the module creates denies requests without TLS (its
     policy: ``aws:SecureTransport`` false), which AWS always gets, but an emulator's ``http://`` endpoint does not."""
@@ -656,6 +703,7 @@ def preflight(
     arches: list[str] | None = None,
     aws: dict[str, Any] | None = None,
     endpoint: str | None = None,
+    gpus: list[tuple[str, str | None]] | None = None,
 ) -> Report:
     """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``); ``endpoint``:
     the root's AWS endpoint (an emulator's), for what its scheme means to the upload."""
@@ -663,6 +711,8 @@ def preflight(
     findings: list[Finding] = []
     if snapshot is not None and argv:
         findings += check_imports(snapshot, argv)
+    if snapshot is not None:
+        findings += check_torch_build(json.loads(read_member(snapshot, ENVIRONMENT_FILE)), ami or {}, gpus or [])
     aws = aws or clients(region)
     findings += check_credentials(aws["sts"])
     need = required_vcpus(groups, vcpus)
@@ -710,6 +760,13 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         arches=sorted({g.get("arch", "x86_64") for g in values["groups"]}),
         aws=aws or clients(values["region"], endpoint),
         endpoint=endpoint,
+        gpus=cuda.fleet_gpus(
+            [
+                (g["instance_type"], catalog.get(g["instance_type"]).gpu if g["instance_type"] in catalog else None)
+                for g in values["groups"]
+            ],
+            catalog,
+        ),
     )
 
 

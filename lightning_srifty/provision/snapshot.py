@@ -20,6 +20,7 @@ nothing. It is bounded in size; what makes it too big is named.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import gzip
 import hashlib
 import importlib.metadata
@@ -34,6 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lightning_srifty.provision import cuda
+from predictor.catalog import torch_builds
 from predictor.documents.atomic import atomic_write_bytes
 from predictor.exceptions import ConfigError
 
@@ -44,6 +46,15 @@ ALWAYS_LEFT_OUT = (".git", "__pycache__", ".terraform", ".venv", "venv", ".mypy_
 OUTPUT_FOLDERS = ("srifty", "lightning_logs")
 LEFT_OUT_SUFFIXES = (".pyc", ".tfstate", ".tfstate.backup")
 IGNORE_FILES = (".gitignore", ".sriftyignore")
+# files that hold credentials, left out of every snapshot unless named with --include-secret (issue #35 M2): an
+# untracked .env went to S3 and into the root module folder a team may commit. Names (exact), name patterns, folders
+SECRET_NAMES = (
+    ".env", ".netrc", "_netrc", ".pypirc", ".npmrc", ".git-credentials", ".htpasswd", "credentials",
+    "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519",
+)  # fmt: skip
+SECRET_PATTERNS = ("*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", ".env.*")
+SECRET_KEPT = (".example", ".sample", ".template", ".dist")  # .env.example names variables, not values
+SECRET_FOLDERS = (".aws", ".ssh", ".gnupg", ".docker", ".kube", ".azure")
 SRIFTY_DIR = ".srifty"
 GENERATED_MARKER = ".srifty.json"  # provision.generate.MARKER: a folder srifty terraform wrote
 ENVIRONMENT_FILE = f"{SRIFTY_DIR}/environment.json"
@@ -58,6 +69,47 @@ class Snapshot:
     bytes_in: int  # their size, uncompressed
     bytes_out: int  # the archive's size
     source: str  # "git" or "walk"
+    secrets_left_out: tuple[str, ...] = ()  # credential files the snapshot left out (SECRET_*; --include-secret)
+    uncommitted: tuple[str, ...] = ()  # files in it that git has as untracked or changed since the last commit
+
+
+def is_secret(rel: str) -> bool:
+    """Whether ``rel`` (a POSIX path inside the code folder) looks like a credential file: SECRET_NAMES,
+    SECRET_PATTERNS (less SECRET_KEPT's examples) or anything under a SECRET_FOLDERS folder."""
+    parts = PurePosixPath(rel).parts
+    name = parts[-1]
+    if any(p in SECRET_FOLDERS for p in parts[:-1]) or name in SECRET_NAMES:
+        return True
+    if name.endswith(SECRET_KEPT):
+        return False
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in SECRET_PATTERNS)
+
+
+def uncommitted_files(root: Path, files: list[str]) -> list[str]:
+    """Of ``files``, those git reports as untracked or changed against HEAD (``git status --porcelain``); [] outside
+    a git work tree."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "-z", "--untracked-files=all", "--", "."],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        ).stdout.decode("utf-8", "surrogateescape")
+        prefix = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-prefix"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    changed = set()
+    for entry in out.split("\0"):
+        if len(entry) > 3 and entry[2] == " ":
+            path = entry[3:]
+            changed.add(path[len(prefix) :] if prefix and path.startswith(prefix) else path)
+    return [rel for rel in files if rel in changed]
 
 
 def code_files(workdir: Path, leave_out: tuple[Path, ...] = ()) -> tuple[list[str], str]:
@@ -273,6 +325,7 @@ def build_snapshot(
     *,
     max_mb: float = DEFAULT_MAX_MB,
     leave_out: tuple[Path, ...] = (),
+    include_secrets: tuple[str, ...] = (),
 ) -> Snapshot:
     """Pack ``workdir`` with ``environment`` (see the module docstring) into ``out_dir/<sha256>.tar.gz``.
 
@@ -288,6 +341,17 @@ def build_snapshot(
             value=str(root),
         )
     files, source = code_files(root, leave_out)
+    wanted = {PurePosixPath(p).as_posix() for p in include_secrets}
+    unknown = sorted(wanted - set(files))
+    if unknown:
+        raise ConfigError(
+            f"--include-secret {unknown[0]} is not among the code's files in {root} (give it relative to the code "
+            "folder, as the summary names it).",
+            parameter="include_secret",
+            value=unknown[0],
+        )
+    secrets = [rel for rel in files if is_secret(rel) and rel not in wanted]
+    files = [rel for rel in files if rel not in secrets]
     sizes = {rel: (root / rel).stat().st_size for rel in files}
     total = sum(sizes.values())
     if total > max_mb * 2**20:
@@ -312,6 +376,8 @@ def build_snapshot(
         )
     extra = {
         f"{SRIFTY_DIR}/bootstrap.py": (Path(__file__).parent / "bootstrap.py").read_bytes(),
+        # which build runs which GPU: the one rule, carried beside bootstrap.py, which imports it on the node
+        f"{SRIFTY_DIR}/torch_builds.py": Path(torch_builds.__file__).read_bytes(),
         ENVIRONMENT_FILE: (
             json.dumps({"schema": ENVIRONMENT_SCHEMA, **environment}, indent=1, sort_keys=True) + "\n"
         ).encode(),
@@ -339,7 +405,8 @@ def build_snapshot(
     target.parent.mkdir(parents=True, exist_ok=True)
     if not (target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == digest):
         atomic_write_bytes(target, packed)
-    return Snapshot(target, digest, tuple(files), total, len(packed), source)
+    uncommitted = tuple(uncommitted_files(root, files)) if source == "git" else ()
+    return Snapshot(target, digest, tuple(files), total, len(packed), source, tuple(secrets), uncommitted)
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:

@@ -5,12 +5,13 @@ The rules (docs/catalog.md, "Which instance types are ranked"):
 
 - CPU architecture: arm64 (Graviton, e.g. g5g) needs an arm64 build of the training image and its wheels; it is
   ranked only with ``allow_arm64=True`` or when the profile itself was measured on arm64/aarch64.
-- GPU support in torch: no torch CUDA build has kernels for compute capability below 3.7. From torch 2.0 the
-  official CUDA wheels are built for ``TORCH_CUDA_ARCH_LIST="5.0;6.0;7.0;7.5;8.0;8.6"`` (+9.0, and 3.7 only in
-  the CUDA 11.8 variant, which is not the default wheel) -- pytorch/builder ``manywheel/build_cuda.sh``. So a
-  profile made with torch >= 2 excludes compute capability < 5.0 (the K80 of p2); an unknown torch version keeps
-  only the 3.7 rule. (Newer default wheels built with CUDA 12.8+ drop more old architectures; that is not
-  modelled.)
+- GPU support in torch: where ``predictor/data/cuda_builds.json`` records the compute capabilities every CUDA build
+  of the profiled torch release carries (2.5 onwards), a GPU none of them runs is excluded, naming the newest torch
+  that runs it (:mod:`predictor.catalog.torch_builds`; e.g. torch 2.13's cu126 runs Maxwell to Hopper, its cu130 and
+  cu132 Turing to Blackwell). For releases the table does not describe: no torch CUDA build has kernels for compute
+  capability below 3.7, and from torch 2.0 the official CUDA wheels start at 5.0 (3.7 only in the CUDA 11.8 variant,
+  not the default wheel: pytorch/builder ``manywheel/build_cuda.sh``), so a profile made with torch >= 2 excludes
+  compute capability < 5.0 (the K80 of p2); an unknown torch version keeps only the 3.7 rule.
 - Precision: bf16 (``bf16-mixed``, ``bf16-true``) needs compute capability >= 8.0 (Ampere), and transformer-engine
   FP8 needs >= 8.9 (Ada, Hopper): excluded below. fp16 (``16-mixed``, ``16-true``) runs on every supported GPU; below
   7.0 (no tensor cores, e.g. P100, M60) it is slower, which the compute model already prices from the GPU's fp16
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import InstanceType
+from predictor.catalog.torch_builds import unsupported
 from predictor.documents.profile import Profile
 
 MIN_CC_ANY_TORCH = (3, 7)
@@ -74,6 +76,10 @@ def exclusion(it: InstanceType, gpu: GPU | None, profile: Profile, *, allow_arm6
         return None
     if cc < MIN_CC_ANY_TORCH:
         return NO_TORCH
+    version = profile.software.torch if profile.software else None
+    why = unsupported(str(version), f"{cc[0]}.{cc[1]}") if version else None
+    if why:
+        return why
     major = torch_major(profile)
     if major is not None and major >= 2 and cc < MIN_CC_TORCH2:
         return OLD_FOR_TORCH2
