@@ -305,6 +305,7 @@ VARIABLES: dict[str, str] = {
     "heartbeat_max_age_s": "SRIFTY_HEARTBEAT_MAX_AGE_S",
     "max_life_until_unix": "SRIFTY_MAX_LIFE_UNTIL_UNIX",
 }
+RESUME_LATEST = "latest"  # LaunchEnv.resume: the newest sound checkpoint under checkpoint_uri, if any
 # "1": the job trains on the CPU on purpose although CUDA sees GPUs (a local trial, tests); else a job srifty started
 # with its Trainer on the CPU stops (plan_strategy.refuse_idle_gpus)
 ALLOW_CPU = "SRIFTY_ALLOW_CPU"
@@ -319,6 +320,9 @@ class LaunchEnv:
         launch_id: the launch; the job's records carry it.
         checkpoint_uri: where checkpoints and the records go (a folder or an fsspec URL such as ``s3://b/run``).
         resume: the checkpoint to resume from (``""`` on the first start): the one way it is passed.
+            ``"latest"`` (:data:`RESUME_LATEST`; what a ``srifty terraform`` fleet's nodes set, which no launcher
+            tells): the newest sound checkpoint in ``checkpoint_uri`` when there is one, else a first start; a
+            replacement node resumes from where the fleet was.
         fleet: the fleet, e.g. ``"g4dn.xlarge:2"``.
         plan: where the plan this fleet comes from is kept; choice: its index in the plan's entries.
         batch_sizes: per-rank batches per micro-step; accumulate_grad_batches: micro-steps per optimizer step.

@@ -8,7 +8,12 @@ slow on a loaded machine would otherwise make a second fleet or template outside
 template: one left behind by the failover test). User data over EC2's limit is refused as EC2 refuses it (moto takes
 any size): "User data is limited to 16 KB, in raw form, before it is base64-encoded"
 (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html), for RunInstances and launch templates alike.
-Point the AWS provider (srifty's aws_endpoint) at it."""
+With ``s3_list_prefixes`` it answers S3 as AWS answers a role whose s3:ListBucket carries an s3:prefix condition
+(the module's instance policy), which moto does not evaluate: a listing whose prefix is outside those is refused
+(403), and a HEAD or GET of a missing key is 403, not 404 ("If you don't have the s3:ListBucket permission, Amazon S3
+returns an HTTP status code 403", https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html; a conditioned
+ListBucket does not grant it for a request without that prefix). Point the AWS provider (srifty's aws_endpoint) at
+it."""
 
 from __future__ import annotations
 
@@ -48,6 +53,12 @@ def user_data_sizes(form: dict[str, list[str]]) -> list[int]:
     return sizes
 
 
+S3_DENIED = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message>'
+    "<RequestId>srifty-fault-proxy</RequestId></Error>"
+)
+
+
 LOST = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>InternalError</Code><Message>An internal '
     "error has occurred</Message></Error></Errors><RequestID>srifty-fault-proxy</RequestID></Response>"
@@ -61,11 +72,14 @@ class FaultProxy(LocalServer):
         refuse: set[str] = frozenset(),
         code: str = "InsufficientInstanceCapacity",
         lose: set[str] = frozenset(),
+        s3_list_prefixes: tuple[str, ...] | None = None,
     ) -> None:
         self.upstream = urllib.parse.urlsplit(upstream)
         self.refuse, self.code, self.lose = refuse, code, set(lose)
         self.refused: list[str] = []
         self.too_long: list[str] = []  # calls refused for their user data's size: "Action:bytes"
+        self.s3_list_prefixes = s3_list_prefixes
+        self.s3_refused: list[str] = []  # S3 requests answered 403 by the conditioned-ListBucket rule
         self.lost: list[str] = []
         self.answered: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}  # by ClientToken
         self.replayed: list[str] = []  # launches answered from an earlier call's token
@@ -87,7 +101,27 @@ class FaultProxy(LocalServer):
                         self.rfile.readline()
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
-            def _send_error(self, status: int, data: bytes) -> None:
+            def _is_key(self) -> bool:
+                """A path-style S3 request for an object (/bucket/key), not a bucket operation."""
+                return len(urllib.parse.urlsplit(self.path).path.lstrip("/").split("/", 1)) == 2
+
+            def _s3_list_refused(self) -> bool:
+                """Refuse (and answer) a bucket listing whose prefix the conditioned s3:ListBucket does not grant."""
+                parts = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+                if self.command != "GET" or self._is_key() or not parts.path.strip("/"):
+                    return False
+                if not ({"list-type", "prefix", "delimiter"} & set(query)) and query:
+                    return False  # another bucket sub-resource (?location, ?policy...)
+                prefix = (query.get("prefix") or [""])[0]
+                if any(prefix.startswith(p) for p in outer.s3_list_prefixes or ()):
+                    return False
+                outer.s3_refused.append(f"LIST {prefix!r}")
+                self._send_error(403, S3_DENIED.encode())
+                return True
+
+            def _send_error(self, status: int, data: bytes, body: bool = True) -> None:
+                data = data if body else b""
                 self.send_response(status)
                 self.send_header("Content-Type", "text/xml")
                 self.send_header("Content-Length", str(len(data)))
@@ -113,6 +147,8 @@ class FaultProxy(LocalServer):
                     outer.refused.append(f"{action}:{hit[0]}")
                     self._send_error(400, ERROR.format(code=outer.code, itype=hit[0]).encode())
                     return
+                if outer.s3_list_prefixes is not None and not action and self._s3_list_refused():
+                    return
                 token = (form.get("ClientToken") or [""])[0]
                 key = (action, token)
                 if token and key in outer.answered:  # EC2's idempotency: a repeated token gets the first answer
@@ -120,9 +156,11 @@ class FaultProxy(LocalServer):
                     self._reply(*outer.answered[key])
                     return
                 conn = http.client.HTTPConnection(outer.upstream.hostname, outer.upstream.port, timeout=120)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "host")}
+                dropped = ("transfer-encoding", "host") if outer.s3_list_prefixes is None else ("transfer-encoding",)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
                 headers["Content-Length"] = str(len(body))
-                headers["Host"] = f"{outer.upstream.hostname}:{outer.upstream.port}"
+                if outer.s3_list_prefixes is None:  # else the client's Host stays: it is signed (SigV4), and moto
+                    headers["Host"] = f"{outer.upstream.hostname}:{outer.upstream.port}"  # checks signatures
                 conn.request(
                     self.command,
                     self.path,
@@ -133,6 +171,11 @@ class FaultProxy(LocalServer):
                 data = answer.read()
                 if token and answer.status < 300:  # carried out: a retry gets this answer
                     outer.answered[key] = (answer.status, answer.getheaders(), data)
+                if outer.s3_list_prefixes is not None and not action and answer.status == 404 and self._is_key():
+                    conn.close()  # a missing key, to a role without an unconditioned s3:ListBucket: 403
+                    outer.s3_refused.append(f"{self.command} {self.path}")
+                    self._send_error(403, S3_DENIED.encode(), body=self.command != "HEAD")
+                    return
                 if action in outer.lose:  # carried out upstream; the client sees a server error instead
                     outer.lose.discard(action)
                     outer.lost.append(action)

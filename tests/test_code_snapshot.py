@@ -265,16 +265,20 @@ def test_srifty_terraform_warns_of_missing_glue(tmp_path, catalog) -> None:
     assert bare.snapshot is None and any("nothing delivers your code" in n for n in bare.notes)
 
 
-def test_a_plain_http_endpoint_with_the_modules_bucket_is_warned_of(tmp_path, catalog) -> None:
+def test_a_plain_http_endpoint_gets_a_bucket_that_takes_the_applys_uploads(tmp_path, catalog) -> None:
     """The module's bucket denies requests without TLS; through an http:// endpoint (an emulator such as moto, which
-    enforces the policy) the apply's code upload gets 403: srifty terraform says so before the apply, with the fix."""
+    enforces the policy) the apply's own uploads (the boot scripts, always; the code) got 403. For such an endpoint
+    only, srifty terraform asks for a bucket without that policy and says so; with https (every AWS endpoint) or the
+    user's bucket nothing changes."""
     project = _project(tmp_path / "p")
     http = Options(name="tls-a", code=str(project), aws_endpoint="http://127.0.0.1:5000")
     got = generate(load_plan(PLAN), tmp_path / "a", options=http, catalog=catalog)
-    assert any("refuses requests without TLS" in n and "--bucket" in n for n in got.notes), got.notes
+    assert got.values["checkpoints"]["tls_only"] is False
+    assert any("is not made TLS-only" in n and "on AWS (https) it is" in n for n in got.notes), got.notes
     for fine in (dataclasses.replace(http, bucket="runs"), dataclasses.replace(http, aws_endpoint="https://x.test")):
         got = generate(load_plan(PLAN), tmp_path / fine.name / (fine.bucket or "b"), options=fine, catalog=catalog)
-        assert not any("without TLS" in n for n in got.notes), got.notes
+        assert not any("TLS" in n for n in got.notes), got.notes
+        assert "tls_only" not in got.values["checkpoints"]
 
 
 def test_run_outputs_are_never_code_and_a_script_path_is_read_as_a_user_types_it(tmp_path, catalog) -> None:

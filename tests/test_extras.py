@@ -54,7 +54,8 @@ def _third_party_imports() -> set[str]:
                     names |= {a.name.split(".")[0] for a in node.names}
                 elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                     names.add(node.module.split(".")[0])
-    return names - set(sys.stdlib_module_names) - {"lightning_srifty", "predictor", "__future__"}
+    # torch_builds: on a node, bootstrap.py imports the snapshot's copy of predictor/catalog/torch_builds.py beside it
+    return names - set(sys.stdlib_module_names) - {"lightning_srifty", "predictor", "__future__", "torch_builds"}
 
 
 def _self_extras(requirements: list[str]) -> set[str]:

@@ -405,6 +405,7 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
         ips = sorted(i["PrivateIpAddress"] for r in members["Reservations"] for i in r["Instances"])
         assert len(ips) >= 2 and endpoint == f"--rdzv_endpoint={ips[0]}:29400"  # the fleet's lowest private IP
         assert record["env"]["SRIFTY_CHECKPOINT_URI"] == out["checkpoint_uri"]
+        assert record["env"]["SRIFTY_RESUME"] == "latest"  # a replacement node resumes where the fleet was (#35 H4)
         assert record["env"]["PYTHONUNBUFFERED"] == "1"
         assert "`Trainer.fit` stopped: `max_steps=5` reached" in log  # the example trained under torchrun
         # the life cap was scheduled at boot, and the watchdog stopped the instance once the job had exited
@@ -447,6 +448,7 @@ def test_user_data_quotes_every_word_of_the_training_command(tf_env, moto_endpoi
         )
     assert record, run.stderr[-2000:]
     assert record["env"][VARIABLES["strategy"]] == entry_strategy(plan.entries[0])
+    assert record["env"]["SRIFTY_RESUME"] == "s3://ckpts/ck pt's/$x"  # the given checkpoint, one word
     assert record["argv"][-7:] == [
         "-m",
         "json.tool",
@@ -635,3 +637,90 @@ def test_the_fault_proxy_refuses_user_data_over_ec2s_limit(moto_endpoint) -> Non
         with pytest.raises(ClientError, match="InvalidParameterValue"):
             client.create_launch_template(LaunchTemplateName="too-long", LaunchTemplateData={"UserData": over})
         assert proxy.too_long == [f"RunInstances:{USER_DATA_LIMIT + 1}", f"CreateLaunchTemplate:{USER_DATA_LIMIT + 1}"]
+
+
+def _as_node(endpoint: str, policy: str) -> dict[str, str]:
+    """An IAM user in moto holding exactly ``policy`` (the instance role's), and its credentials as environment."""
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1")
+    iam.create_user(UserName="node")
+    iam.put_user_policy(UserName="node", PolicyName="instance", PolicyDocument=policy)
+    key = iam.create_access_key(UserName="node")["AccessKey"]
+    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+
+
+def _enforce_iam(endpoint: str, on: bool) -> None:
+    """moto's IAM enforcement (its /moto-api/reset-auth): every request from now on is checked, or none is."""
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{endpoint}/moto-api/reset-auth", b"0" if on else b"inf", headers={"Content-Type": "text/plain"}
+    )
+    urllib.request.urlopen(request, timeout=30).close()
+
+
+def test_a_node_finds_and_resumes_its_checkpoint_under_the_instance_roles_policy(
+    tf_env, moto_endpoint, tmp_path, catalog, monkeypatch
+) -> None:
+    """Issue #35 H4: find_checkpoint HEADed the folder's own key (checkpoints/<name>, no slash), which the module's
+    instance policy does not grant: every resume on a fleet failed with PermissionError. Here the node's credentials
+    hold exactly the policy terraform plans for the role (moto enforces actions and resources), and the fault proxy
+    answers S3 as AWS answers a role whose ListBucket carries an s3:prefix condition (a listing outside the prefix,
+    and a HEAD of a missing key, are 403). A replacement node (SRIFTY_RESUME=latest, what user_data exports) resumes
+    from the newest sound checkpoint; an empty folder is a first start, not an error."""
+    import io
+
+    import s3fs
+    import torch
+    from fault_proxy import FaultProxy
+
+    from lightning_srifty.migrate.checkpoints import DIGEST_SUFFIX, find_checkpoint, resume_checkpoint
+
+    dlami_parameters(moto_endpoint)
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="iam-ckpt")
+    plan = load_plan(ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json")
+    options = Options(name="iam-run", aws_endpoint=moto_endpoint, bucket="iam-ckpt")
+    infra = use_test_parameters(generate(plan, tmp_path / "infra", options=options, catalog=catalog).out)
+    (role_policy,) = planned(tf_env, infra, "aws_iam_role_policy").values()
+    prefix = "checkpoints/iam-run/"
+    statements = json.loads(role_policy["policy"])["Statement"]
+    (listing,) = [st for st in statements if st.get("Sid") == "ListCheckpointPrefix"]
+    assert listing["Condition"]["StringLike"]["s3:prefix"] == [prefix, prefix + "*"]
+    for step in (100, 200):
+        buf = io.BytesIO()
+        torch.save({"state_dict": {"w": torch.ones(2)}, "global_step": step}, buf)
+        s3.put_object(Bucket="iam-ckpt", Key=f"{prefix}step={step}.ckpt", Body=buf.getvalue())
+        digest = hashlib.sha256(buf.getvalue()).hexdigest()
+        s3.put_object(Bucket="iam-ckpt", Key=f"{prefix}step={step}.ckpt{DIGEST_SUFFIX}", Body=f"{digest}  x\n")
+    node = _as_node(moto_endpoint, role_policy["policy"])
+    proxy = FaultProxy(moto_endpoint, s3_list_prefixes=(prefix,))
+    with proxy as url:
+        for name, value in {
+            **node,
+            "AWS_ENDPOINT_URL": url,
+            "SRIFTY_CHECKPOINT_URI": f"s3://iam-ckpt/{prefix}",
+        }.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("SRIFTY_RESUME", "latest")
+        _enforce_iam(moto_endpoint, True)
+        try:
+            s3fs.S3FileSystem.clear_instance_cache()
+            assert find_checkpoint(f"s3://iam-ckpt/{prefix}") == f"s3://iam-ckpt/{prefix}step=200.ckpt"
+            resumed = resume_checkpoint(str(tmp_path / "cache"))
+            assert resumed == f"s3://iam-ckpt/{prefix}step=200.ckpt"
+            # the same role may not read outside its prefix: a refusal is raised, never read as "no checkpoint"
+            with pytest.raises(PermissionError):
+                find_checkpoint("s3://iam-ckpt/checkpoints/other-run/")
+            _enforce_iam(moto_endpoint, False)
+            for step in (100, 200):
+                for suffix in ("", DIGEST_SUFFIX):
+                    s3.delete_object(Bucket="iam-ckpt", Key=f"{prefix}step={step}.ckpt{suffix}")
+            s3.put_object(Bucket="iam-ckpt", Key=f"{prefix}logs/iam-run/i-1.log", Body=b"boot")  # not a checkpoint
+            _enforce_iam(moto_endpoint, True)
+            s3fs.S3FileSystem.clear_instance_cache()
+            assert find_checkpoint(f"s3://iam-ckpt/{prefix}") is None  # a first start
+            assert resume_checkpoint(str(tmp_path / "cache")) is None
+        finally:
+            _enforce_iam(moto_endpoint, False)
+            s3fs.S3FileSystem.clear_instance_cache()
+    assert proxy.s3_refused  # the conditioned-ListBucket rule was met (s3fs's parent listing, or a missing key)

@@ -20,7 +20,7 @@ from lightning.pytorch.strategies import FSDPStrategy, Strategy
 
 from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy, block_classes
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy
-from lightning_srifty.protocol import ALLOW_CPU, VARIABLES, LaunchEnv
+from lightning_srifty.protocol import ALLOW_CPU, RESUME_LATEST, VARIABLES, LaunchEnv
 from predictor.exceptions import ConfigError
 
 
@@ -184,7 +184,7 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
                 'Trainer(strategy="srifty_auto"), which re-cuts it, or build it with '
                 "batch_size=launch_settings().batch_size (the same training as the profiled one)"
             )
-    if launch.resume and not getattr(trainer, "ckpt_path", None):
+    if launch.resume and launch.resume != RESUME_LATEST and not getattr(trainer, "ckpt_path", None):
         out.append(
             f"the launcher resumes this job from {launch.resume}, but fit() got no ckpt_path: the run starts over. "
             'Pass Trainer(strategy="srifty_auto"), which resumes a fit() without ckpt_path, or '

@@ -85,10 +85,43 @@ def write_manifest(fs: Any, checkpoint: str, digests: dict[str, str]) -> None:
     put_text(fs, checkpoint + DIGEST_SUFFIX, "\n".join(lines) + "\n")
 
 
-def read_manifest(fs: Any, checkpoint: str) -> dict[str, str] | None:
-    """The recorded digests of ``checkpoint`` (``{relative path: hex}``, ``""`` for a file), or None."""
+def list_folder(fs: Any, dirpath: str) -> list[dict[str, Any]]:
+    """The entries of a checkpoint folder (``fs.ls(..., detail=True)``), ``[]`` when it is missing or empty.
+
+    On S3 a fleet's instance role may list only below its prefix (``s3:ListBucket`` with an ``s3:prefix``
+    condition, the module's policy): s3fs, finding an empty folder, lists its parent to look for a file of that name,
+    which S3 refuses (403). A listing of the folder's own prefix then tells "empty" from "refused", and a refusal of
+    that one is raised: never read as "no checkpoint", which would start the run over."""
+    try:
+        return list(fs.ls(dirpath, detail=True))
+    except FileNotFoundError:
+        return []
+    except PermissionError:
+        if not hasattr(fs, "call_s3"):
+            raise
+        bucket, key, _ = fs.split_path(dirpath)
+        answer = fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key.rstrip("/") + "/", MaxKeys=1)
+        if answer.get("KeyCount", 0):
+            raise
+        return []
+
+
+def _bare(path: str) -> str:
+    """A path without its protocol and trailing slash: how a listing names it."""
+    return path.split("://", 1)[-1].rstrip("/")
+
+
+def read_manifest(fs: Any, checkpoint: str, listed: set[str] | None = None) -> dict[str, str] | None:
+    """The recorded digests of ``checkpoint`` (``{relative path: hex}``, ``""`` for a file), or None.
+
+    ``listed``: the names (without protocol) of the folder's entries, when the caller listed it: whether the digest
+    exists is read from there, not asked of the store (on S3 a HEAD of a missing key is 403, not 404, for a role
+    that may list only below its prefix; https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html)."""
     target = checkpoint + DIGEST_SUFFIX
-    if not fs.exists(target):
+    if listed is not None:
+        if _bare(target) not in listed:
+            return None
+    elif not fs.exists(target):
         return None
     digests = {}
     with fs.open(target, "r") as f:
@@ -100,9 +133,10 @@ def read_manifest(fs: Any, checkpoint: str) -> dict[str, str] | None:
     return digests
 
 
-def read_digest(fs: Any, checkpoint: str) -> str | None:
-    """The recorded sha256 of a file ``checkpoint``, or None when none was recorded."""
-    digests = read_manifest(fs, checkpoint)
+def read_digest(fs: Any, checkpoint: str, listed: set[str] | None = None) -> str | None:
+    """The recorded sha256 of a file ``checkpoint``, or None when none was recorded (``listed``: see
+    :func:`read_manifest`)."""
+    digests = read_manifest(fs, checkpoint, listed)
     return None if digests is None else next(iter(digests.values()), None)
 
 
@@ -258,9 +292,9 @@ def find_checkpoint(dirpath: str) -> str | None:
     import torch
 
     fs = filesystem(dirpath)
-    if not fs.exists(dirpath):
-        return None
-    entries = [e for e in fs.ls(dirpath, detail=True) if str(e["name"]).rstrip("/").endswith(".ckpt")]
+    listing = list_folder(fs, dirpath)  # no HEAD of the folder's own key: an instance role may not read it
+    listed = {_bare(str(e["name"])) for e in listing}
+    entries = [e for e in listing if str(e["name"]).rstrip("/").endswith(".ckpt")]
 
     def key(entry: dict[str, Any]) -> tuple[int, float]:
         match = _STEP.search(PurePosixPath(str(entry["name"])).name)
@@ -276,9 +310,9 @@ def find_checkpoint(dirpath: str) -> str | None:
         path = name if "://" in name or not protocol else protocol + name
         try:
             if _is_directory(fs, entry):
-                vet_directory(fs, path, read_manifest(fs, path))
+                vet_directory(fs, path, read_manifest(fs, path, listed))
                 return path
-            recorded = read_digest(fs, path)
+            recorded = read_digest(fs, path, listed)
             if recorded is not None and sha256_of(fs, path) != recorded:
                 raise ValueError(f"its sha256 differs from the one recorded when it was saved ({path}{DIGEST_SUFFIX})")
             unsafe = unsafe_globals(fs, path)
@@ -464,13 +498,20 @@ def resume_checkpoint(cache_dir: str | None = None, *, timeout_s: float = 1800.0
     """
     import time
 
-    from lightning_srifty.protocol import LaunchEnv
+    from lightning_srifty.protocol import RESUME_LATEST, LaunchEnv
     from predictor.exceptions import MigrationError
 
     launch = LaunchEnv.from_env()
     if launch is None or not launch.resume:
         return None
     path = launch.resume
+    if path == RESUME_LATEST:  # a srifty terraform fleet's node: the fleet's newest sound checkpoint, if any
+        newest = find_checkpoint(launch.checkpoint_uri)
+        if newest is None:
+            log.warning("srifty: no checkpoint in %s yet: a first start", launch.checkpoint_uri)
+            return None
+        log.warning("srifty: resuming from the fleet's newest sound checkpoint %s", newest)
+        path = newest
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "srifty-resume", launch.launch_id or "run")
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         os.makedirs(cache, exist_ok=True)

@@ -157,9 +157,12 @@ class _AppliesThePlan:
         def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
             if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING:
                 checkpoint_path = resume_checkpoint()
-                log.warning(
-                    "srifty_auto: resuming from the launcher's checkpoint %s (%s).", self.launch.resume, checkpoint_path
-                )
+                if checkpoint_path is not None:
+                    log.warning(
+                        "srifty_auto: resuming from the launcher's checkpoint %s (%s).",
+                        self.launch.resume,
+                        checkpoint_path,
+                    )
             return original(checkpoint_path, *args, **kwargs)
 
         connector.resume_start = resume_start

@@ -40,7 +40,7 @@ from lightning_srifty.provision.command import (
     train_argv,
 )
 from lightning_srifty.provision.money import check_entry, check_limits, group_usd_per_hour
-from lightning_srifty.provision.preflight import PLAIN_HTTP_FIX, ZONE_ID, plain_http_upload  # ZONE_ID: use1-az1
+from lightning_srifty.provision.preflight import ZONE_ID, plain_http_upload  # ZONE_ID: use1-az1
 from lightning_srifty.provision.snapshot import (
     DEFAULT_MAX_MB,
     ENVIRONMENT_FILE,
@@ -429,6 +429,10 @@ def _checkpoints(options: Options, name: str) -> tuple[str, dict[str, Any]]:
     checkpoints: dict[str, Any] = {"prefix": prefix}
     if options.bucket:
         checkpoints.update(create_bucket=False, bucket=check_bucket(options.bucket))
+    elif plain_http_upload(None, options.aws_endpoint, uploads=True):
+        # an emulator over plain http: the new bucket's TLS-only policy would refuse the apply's own uploads (the
+        # boot scripts, the code); every AWS endpoint is https, where the policy stays
+        checkpoints["tls_only"] = False
     return prefix, checkpoints
 
 
@@ -572,9 +576,11 @@ def generate(
             snapshot, notes = _snapshot(plan, choice, options, staging, target, gpus)
         else:
             notes = _no_code_notes(options)
-        refused = plain_http_upload(options.bucket, options.aws_endpoint, uploads=snapshot is not None)
-        if refused:
-            notes.append(f"{refused}: {PLAIN_HTTP_FIX}")
+        if plain_http_upload(options.bucket, options.aws_endpoint, uploads=True):
+            notes.append(
+                f"the endpoint {options.aws_endpoint} is plain http (an emulator): the checkpoint bucket the apply "
+                "creates is not made TLS-only, which would refuse the apply's own uploads; on AWS (https) it is"
+            )
         values = tfvars(plan, choice, options, catalog, code=snapshot)
         written = _write_root(plan, choice, target, values, snapshot)
     if snapshot is not None:

@@ -704,6 +704,7 @@ def preflight(
     aws: dict[str, Any] | None = None,
     endpoint: str | None = None,
     gpus: list[tuple[str, str | None]] | None = None,
+    tls_only: bool = True,
 ) -> Report:
     """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``); ``endpoint``:
     the root's AWS endpoint (an emulator's), for what its scheme means to the upload."""
@@ -720,7 +721,7 @@ def preflight(
     findings += check_offerings(aws["ec2"], region, sorted({g.instance_type for g in groups}), zone)
     if ami is not None and arches:
         findings += check_image(aws["ec2"], aws["ssm"], ami, arches)
-    findings += check_bucket(aws["s3"], bucket, endpoint, uploads=snapshot is not None)
+    findings += check_bucket(aws["s3"], bucket, endpoint, uploads=tls_only)  # the boot scripts always upload
     return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
 
 
@@ -753,6 +754,7 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         groups=groups,
         vcpus=lambda t: catalog.get(t).vcpus,
         bucket=values["checkpoints"].get("bucket"),
+        tls_only=values["checkpoints"].get("tls_only", True),
         zone=values["network"].get("availability_zone") or values["network"].get("availability_zone_id"),
         snapshot=snapshot,
         argv=values["train"]["argv"],

@@ -129,6 +129,7 @@ variable "checkpoints" {
     force_destroy   = optional(bool)
     kms_key_arn     = optional(string)
     noncurrent_days = optional(number)
+    tls_only        = optional(bool)
   })
   default = {}
 }

@@ -279,7 +279,7 @@ resource "aws_s3_bucket_lifecycle_configuration" "checkpoints" {
 }
 
 data "aws_iam_policy_document" "tls_only" {
-  count = var.checkpoints.create_bucket ? 1 : 0
+  count = var.checkpoints.create_bucket && var.checkpoints.tls_only ? 1 : 0
 
   statement {
     sid       = "DenyInsecureTransport"
@@ -301,7 +301,7 @@ data "aws_iam_policy_document" "tls_only" {
 }
 
 resource "aws_s3_bucket_policy" "checkpoints" {
-  count      = var.checkpoints.create_bucket ? 1 : 0
+  count      = var.checkpoints.create_bucket && var.checkpoints.tls_only ? 1 : 0
   bucket     = aws_s3_bucket.checkpoints[0].id
   policy     = data.aws_iam_policy_document.tls_only[0].json
   depends_on = [aws_s3_bucket_public_access_block.checkpoints]

@@ -182,7 +182,7 @@ variable "metadata_hop_limit" {
 }
 
 variable "checkpoints" {
-  description = "Where checkpoints live: a new bucket (create_bucket = true, named <name>-checkpoints-<account id> unless bucket is given) or an existing bucket; the instances may only touch keys under prefix."
+  description = "Where checkpoints live: a new bucket (create_bucket = true, named <name>-checkpoints-<account id> unless bucket is given) or an existing bucket; the instances may only touch keys under prefix. tls_only (default true): the new bucket's policy refuses requests without TLS; srifty terraform sets false only for an emulator reached over plain http:// (--aws-endpoint), where the boot scripts' upload would otherwise be refused; AWS's own endpoints are all https."
   type = object({
     create_bucket   = optional(bool, true)
     bucket          = optional(string)
@@ -190,6 +190,7 @@ variable "checkpoints" {
     force_destroy   = optional(bool, false)
     kms_key_arn     = optional(string)
     noncurrent_days = optional(number, 30)
+    tls_only        = optional(bool, true)
   })
   default = {}
 
