@@ -8,6 +8,7 @@ import base64
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -143,7 +144,8 @@ def test_a_fresh_heartbeat_keeps_the_job_until_the_life_cap(watchdog) -> None:
 def test_a_stale_heartbeat_stops_the_job_leaves_the_asg_and_shuts_down(watchdog) -> None:
     done, logs = watchdog(beat(age_s=400, max_age_s=120), asg=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "the launcher's heartbeat is 400s old (max_age_s 120)" in done.stdout
+    # 400 s old when written; a second or two more by the time a loaded machine reads it
+    assert re.search(r"the launcher's heartbeat is 40\ds old \(max_age_s 120\)", done.stdout), done.stdout
     assert read(logs / "job.log").splitlines() == ["started", "TERM"]
     calls = [line for line in read(logs / "aws.log").splitlines() if line.startswith("autoscaling")]
     assert calls == [

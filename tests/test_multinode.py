@@ -51,13 +51,13 @@ def _two_nodes(tmp_path: Path, procs: tuple[int, int], *extra: str) -> list[dict
             subprocess.Popen([*cmd, str(SCRIPT), str(tmp_path), *extra], stdout=log, stderr=subprocess.STDOUT, env=env)
         )
         time.sleep(2)
-    for node, agent in enumerate(agents):
-        try:
-            rc = agent.wait(timeout=240)
-        finally:
-            for other in agents:
-                if other.poll() is None:
-                    other.kill()
+    try:
+        codes = [agent.wait(timeout=240) for agent in agents]
+    finally:
+        for agent in agents:  # only after a timeout: nothing of the test is left running
+            if agent.poll() is None:
+                agent.kill()
+    for node, rc in enumerate(codes):
         assert rc == 0, (tmp_path / f"node{node}.log").read_text()[-3000:]
     return [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
 
