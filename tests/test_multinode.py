@@ -8,6 +8,7 @@ apart, each training ``tests/scripts/readme_two_nodes.py``; the fast ones hold t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -39,9 +40,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _two_nodes(tmp_path: Path, procs: tuple[int, int], *extra: str) -> list[dict]:
+def _two_nodes(tmp_path: Path, procs: tuple[int, int], *extra: str, **env_extra: str) -> list[dict]:
     """Two torchrun agents (node 1 started 2 s after node 0, as nodes never boot together); each rank's record."""
-    port, env = _free_port(), {**os.environ, "SRIFTY_ALLOW_CPU": "1", "OMP_NUM_THREADS": "1"}
+    port, env = _free_port(), {**os.environ, "SRIFTY_ALLOW_CPU": "1", "OMP_NUM_THREADS": "1", **env_extra}
     agents = []
     for node, nproc in enumerate(procs):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", str(nproc)]
@@ -103,3 +104,43 @@ def test_under_torchrun_the_node_count_is_the_rendezvous(monkeypatch) -> None:
     strategy.num_nodes = 3  # Trainer(num_nodes=3): kept, and refused with both numbers at the launch's check
     with pytest.raises(ConfigError, match=r"Trainer\(num_nodes=3\) but torchrun's rendezvous joined 4 node"):
         strategy.cluster_environment.validate_settings(num_devices=8, num_nodes=strategy.num_nodes)
+
+
+@pytest.mark.slow
+def test_a_srifty_terraform_fleet_trains_with_the_plans_batch_and_accumulation(tmp_path) -> None:
+    """Issue #35 M3: on a srifty terraform fleet only the checkpoint URI and strategy reached the job, so it trained
+    with the script's batch (global 64 where the plan kept the profiled 32). The module now exports the plan's
+    per-rank batch and accumulation (and SRIFTY_RESUME=latest): srifty_auto re-cuts the script's DataLoader (16 per
+    batch) to the plan's 8 per rank, accumulates 2, and a first start finds no checkpoint to resume."""
+    env = {
+        "SRIFTY_CHECKPOINT_URI": str(tmp_path / "checkpoints"),
+        "SRIFTY_BATCH_SIZES": "8,8",
+        "SRIFTY_ACCUMULATE_GRAD_BATCHES": "2",
+        "SRIFTY_RESUME": "latest",
+    }
+    (tmp_path / "checkpoints").mkdir()
+    ranks = _two_nodes(tmp_path, (1, 1), **env)
+    assert [(r["batch_sizes"], r["accumulate"], r["world_size"]) for r in ranks] == [([8, 8], 2, 2)] * 2
+    assert ranks[0]["weights"] == pytest.approx(ranks[1]["weights"], rel=1e-9)
+
+
+def test_srifty_terraform_passes_the_plans_batch_to_the_job(catalog) -> None:
+    """The values srifty terraform writes carry the plan's per-rank batch and accumulation for the job (a fleet of
+    one GPU type); a mix whose ranks take different batches cannot (torchrun's rank order), and is named."""
+    from _support import MINIMAL
+    from lightning_srifty.provision.generate import Options, planned_batches, tfvars
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+
+    profile = load_profile({**MINIMAL, "batch": {"per_device": 32}})
+    constraints = Constraints(steps=10_000_000, allow=("g4dn.xlarge",), max_instances=2, market="on-demand", top=10)
+    plan = rank(profile, constraints, catalog=catalog)
+    choice = next(i for i, e in enumerate(plan.entries) if e.fleet == "g4dn.xlarge:2")
+    env = tfvars(plan, choice, Options(name="batch-run"), catalog)["train"]["env"]
+    entry = plan.entries[choice]
+    assert env["SRIFTY_BATCH_SIZES"] == "16,16" and env["SRIFTY_ACCUMULATE_GRAD_BATCHES"] == "1"  # global 32 kept
+    assert env["SRIFTY_FLEET"] == "g4dn.xlarge:2" and entry.global_batch == 32
+    mixed = dataclasses.replace(
+        entry, groups=(entry.groups[0], dataclasses.replace(entry.groups[0], gpu="A10G", micro_batches=(20,)))
+    )
+    assert planned_batches(mixed) is None

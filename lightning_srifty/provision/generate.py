@@ -457,9 +457,31 @@ def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot |
         train["image"] = check_image(options.image)
     if options.handover:
         train["handover"] = True
+    env: dict[str, str] = {}
     if entry.layout is not None and (entry.layout.strategy != "ddp" or entry.layout.lightning_args):
-        train["env"] = {protocol.VARIABLES["strategy"]: protocol.entry_strategy(entry)}
+        env[protocol.VARIABLES["strategy"]] = protocol.entry_strategy(entry)
+    sizes = planned_batches(entry)
+    if sizes is not None and not options.handover:  # srifty launch's handover carries its own
+        # the plan's per-rank batch and accumulation, which srifty_auto applies (the same training as profiled)
+        env[protocol.VARIABLES["batch_sizes"]] = ",".join(str(b) for b in sizes)
+        env[protocol.VARIABLES["accumulate_grad_batches"]] = str(entry.accumulate_grad_batches)
+        env[protocol.VARIABLES["fleet"]] = entry.fleet
+    if env:
+        train["env"] = env
     return train
+
+
+def planned_batches(entry: PlanEntry) -> list[int] | None:
+    """The per-rank micro-batches a ``srifty terraform`` fleet's job is told (``SRIFTY_BATCH_SIZES``), or None.
+
+    torchrun numbers the ranks node by node in the order the nodes join its rendezvous, not in the plan's group
+    order: a list whose order matters (a mix of GPUs given different batches) cannot be passed this way (None:
+    the job keeps its own batch, and srifty terraform says so); on one GPU type any order gives every rank a batch
+    its GPU was planned for, and the global batch is the same."""
+    sizes = entry.rank_batches()
+    if sizes is None or (entry.heterogeneous and len(set(sizes)) > 1):
+        return None
+    return sizes
 
 
 def _tags(
@@ -582,6 +604,19 @@ def generate(
                 "creates is not made TLS-only, which would refuse the apply's own uploads; on AWS (https) it is"
             )
         values = tfvars(plan, choice, options, catalog, code=snapshot)
+        entry = plan.entries[choice]
+        if not options.handover and planned_batches(entry) is None:
+            notes.append(
+                f"the plan's per-rank batches ({entry.batch_per_gpu()} per GPU on {entry.fleet}) are not passed to "
+                "the job: "
+                + (
+                    "the plan does not record them (a plan made before they were), so each rank takes the script's "
+                    "own batch: make the plan again with srifty recommend"
+                    if entry.rank_batches() is None
+                    else "torchrun numbers the ranks of a mix of GPUs in the order the nodes join, so the job keeps "
+                    "its own batch (srifty launch applies the plan's split)"
+                )
+            )
         written = _write_root(plan, choice, target, values, snapshot)
     if snapshot is not None:
         snapshot = dataclasses.replace(snapshot, path=target / CODE_DIR / snapshot.path.name)  # staging is gone

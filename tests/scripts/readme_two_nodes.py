@@ -35,6 +35,8 @@ if __name__ == "__main__":
         "step": trainer.global_step,
         "weights": weights,
         "replicas": trainer.strategy.distributed_sampler_kwargs["num_replicas"],
+        "batch_sizes": getattr(trainer.train_dataloader.batch_sampler, "batch_sizes", None),
+        "accumulate": trainer.accumulate_grad_batches,
     }
     with open(os.path.join(sys.argv[1], f"rank{trainer.global_rank}.json"), "w") as f:
         json.dump(out, f)
