@@ -306,6 +306,10 @@ VARIABLES: dict[str, str] = {
     "max_life_until_unix": "SRIFTY_MAX_LIFE_UNTIL_UNIX",
 }
 RESUME_LATEST = "latest"  # LaunchEnv.resume: the newest sound checkpoint under checkpoint_uri, if any
+# a srifty fleet node's state folder (user_data exports it): a job that leaves on a notice writes PREEMPTED_MARKER
+# there, since torchrun reports a worker's exit 75 as its own 1; the node's status record and watchdog read it
+NODE_STATE = "SRIFTY_NODE_STATE"
+PREEMPTED_MARKER = "preempted"
 # "1": the job trains on the CPU on purpose although CUDA sees GPUs (a local trial, tests); else a job srifty started
 # with its Trainer on the CPU stops (plan_strategy.refuse_idle_gpus)
 ALLOW_CPU = "SRIFTY_ALLOW_CPU"

@@ -11,14 +11,16 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import boto3
 import pytest
 
-from _fleet import FAKE_CURL, example, exe, read, render, run_user_data, template_values
+from _fleet import FAKE_CURL, MODULE, example, exe, read, render, run_user_data, template_values
 from conftest import moto_server
 from lightning_srifty.cli import main
 from lightning_srifty.cli.operations import _Prefixed
@@ -295,6 +297,72 @@ def test_user_data_ships_its_log_beside_the_checkpoints(tf_env, aws, tmp_path) -
     assert b"".join(chunks).decode() == body
 
 
+PREEMPTED_TORCHRUN = """#!/bin/bash
+# torchrun as a preempted job leaves it: SpotPreemption marks the node, the workers exit 75, torchrun itself 1
+echo "s3://ops-pre/ckpt/preempt-step=40.ckpt" >"$SRIFTY_NODE_STATE/preempted"
+exit 1
+"""
+
+
+def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_path) -> None:
+    """Issue #35 L/item 10: a preemption's status record said exit 1 (torchrun's), not 75: nothing told a
+    preemption from a crash. The job's marker turns the node's exit into 75 and the record says preempted."""
+    real_aws = shutil.which("aws")
+    if real_aws is None:
+        pytest.skip("the harness needs the aws CLI on PATH")
+    _, s3, endpoint = aws
+    s3.create_bucket(Bucket="ops-pre")
+    uri = "s3://ops-pre/ckpt/"
+    values = template_values(name="preempt", checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
+    script = render(tf_env, tmp_path / "console", values)
+    fakes = {
+        "curl": FAKE_CURL,
+        "aws": AWS_WRAPPER.format(aws=real_aws),
+        "torchrun": PREEMPTED_TORCHRUN,
+        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
+    }
+    run = run_user_data(tmp_path, script, fakes, extra_env={"AWS_ENDPOINT_URL": endpoint})
+    assert run.returncode == 75, read(tmp_path / "user-data.log")[-3000:]
+    record = json.loads(s3.get_object(Bucket="ops-pre", Key="ckpt/status/preempt-i-0abc.json")["Body"].read())
+    assert record["exit_code"] == 75 and record["preempted"] is True
+    assert "exit 75, preempted" in read(tmp_path / "user-data.log")
+
+
+def test_the_watchdog_keeps_a_preempted_node_in_its_group_without_a_launcher(tmp_path) -> None:
+    """Issue #35 H4: the watchdog took every instance whose job had exited out of its Auto Scaling group with the
+    desired capacity decremented, so after a spot notice nothing replaced it and the run stopped for good. A node
+    whose job left with a checkpoint (the marker) on a fleet no launcher watches stays in the group: the group starts
+    a replacement, which resumes (SRIFTY_RESUME=latest)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe(bin_dir / "aws", '#!/bin/bash\necho "$*" >>"$FAKE_DIR/aws.log"\necho fleet-asg\n')
+    exe(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n')
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "preempted").write_text("s3://b/ckpt/preempt-step=40.ckpt\n")
+    (state / "user_data.exited").write_text("75\n")
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_DIR": str(tmp_path),
+        "SRIFTY_WD_STATE_DIR": str(state),
+        "SRIFTY_WD_INTERVAL_S": "1",
+        "SRIFTY_WD_LIFE_UNTIL": str(int(time.time()) + 30),
+        "SRIFTY_WD_ASG": "1",
+        "SRIFTY_WD_INSTANCE_ID": "i-0123456789abcdef0",
+        "SRIFTY_WD_HEARTBEAT_URI": "",
+    }
+    watchdog = MODULE / "templates" / "watchdog.sh"
+    done = subprocess.run(["bash", str(watchdog)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert "staying in the Auto Scaling group, which starts a replacement" in done.stdout, done.stdout
+    assert "autoscaling" not in read(tmp_path / "aws.log")  # no detach, no decrement
+    assert read(tmp_path / "shutdown.log") == "-h now\n"
+    (state / "preempted").unlink()  # a job that ended (not preempted): it leaves the group, decremented, as before
+    (tmp_path / "shutdown.log").unlink()
+    done = subprocess.run(["bash", str(watchdog)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert "--should-decrement-desired-capacity" in read(tmp_path / "aws.log")
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # srifty down
 # ---------------------------------------------------------------------------------------------------------------------
@@ -396,3 +464,16 @@ def test_the_commands_start_without_torch(subprocess_env) -> None:
     run = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert Path(fleets.__file__).parent.name == "provision"
+
+
+def test_a_job_leaving_on_a_notice_marks_its_node(tmp_path, monkeypatch) -> None:
+    """SpotPreemption's leave (after the checkpoint) writes the marker user_data and the watchdog read."""
+    from lightning_srifty.migrate.preemption import mark_preempted
+
+    monkeypatch.setenv("SRIFTY_NODE_STATE", str(tmp_path))
+    mark_preempted("s3://b/ckpt/preempt-step=40.ckpt")
+    assert (tmp_path / "preempted").read_text() == "s3://b/ckpt/preempt-step=40.ckpt\n"
+    monkeypatch.setenv("SRIFTY_NODE_STATE", str(tmp_path / "missing"))
+    mark_preempted("s3://b/x.ckpt")  # never fatal: a warning
+    monkeypatch.delenv("SRIFTY_NODE_STATE")
+    mark_preempted("s3://b/x.ckpt")  # outside a srifty fleet: nothing

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -360,6 +361,7 @@ class SpotPreemption(Callback):
             # the store gets at least a second for the record; then it is written locally
             self._write_status(record, deadline_s=max(1.0, leave_by - time.monotonic()))
         self._restore()
+        mark_preempted(path)
         if self.exit_process:
             raise SystemExit(PREEMPTED_EXIT_CODE)
         trainer.should_stop = True
@@ -643,3 +645,16 @@ def _within(seconds: float | None, work: Callable[[], None]) -> str | None:
     if thread.is_alive():
         return f"no answer within {seconds:.0f} s"
     return f"{type(failure[0]).__name__}: {failure[0]}" if failure else None
+
+
+def mark_preempted(checkpoint: str) -> None:
+    """On a srifty fleet node (``SRIFTY_NODE_STATE`` set by user_data), leave a marker that this job left on a
+    notice with its checkpoint: torchrun turns the workers' exit 75 into its own 1, so the node's status record said
+    "exit 1", and its watchdog read a preemption as the end of the run. Never fatal."""
+    folder = os.environ.get(protocol.NODE_STATE)
+    if not folder:
+        return
+    try:
+        Path(folder, protocol.PREEMPTED_MARKER).write_text(checkpoint + "\n")
+    except OSError as exc:
+        log.warning("SriftyCallback: could not mark the node as preempted in %s: %s", folder, exc)

@@ -9,7 +9,9 @@
 #     its max_age_s, now is past its max_life_until_unix, or no record could be read for SRIFTY_WD_MAX_AGE_S.
 # Stopping: SIGTERM to the job (it checkpoints and exits 75), SRIFTY_WD_GRACE_S seconds to do so, SIGKILL, then (asg
 # mode) the instance leaves its Auto Scaling group with the desired capacity decremented so that nothing replaces
-# it, then `shutdown -h now`: the launch template's instance_initiated_shutdown_behavior is terminate.
+# it, then `shutdown -h now`: the launch template's instance_initiated_shutdown_behavior is terminate. A job that
+# left on a spot notice with a checkpoint (the marker "preempted" in the state folder) on a fleet no launcher
+# watches (no heartbeat) stays in its group instead: the group starts a replacement, which resumes.
 #
 # Settings (environment): SRIFTY_WD_STATE_DIR (job.pid and user_data.exited are written there by user_data),
 # SRIFTY_WD_REGION, SRIFTY_WD_INTERVAL_S, SRIFTY_WD_GRACE_S, SRIFTY_WD_LIFE_UNTIL, SRIFTY_WD_HEARTBEAT_URI (empty:
@@ -69,7 +71,11 @@ stop_instance() {
     while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$GRACE" ]; do sleep 1; waited=$((waited + 1)); done
     if kill -0 "$pid" 2>/dev/null; then log "the job is still running after ${GRACE}s: SIGKILL"; kill -KILL "$pid"; fi
   fi
-  if [ "${SRIFTY_WD_ASG:-0}" = 1 ] && [ -n "${SRIFTY_WD_INSTANCE_ID:-}" ]; then
+  if [ "${SRIFTY_WD_ASG:-0}" = 1 ] && [ -e "$STATE/preempted" ] && [ -z "$HEARTBEAT" ]; then
+    # no launcher moves this job: the group replaces the instance, and the replacement resumes from the checkpoint
+    # the job just wrote (user_data: SRIFTY_RESUME=latest)
+    log "the job left on a notice with a checkpoint: staying in the Auto Scaling group, which starts a replacement"
+  elif [ "${SRIFTY_WD_ASG:-0}" = 1 ] && [ -n "${SRIFTY_WD_INSTANCE_ID:-}" ]; then
     local group
     group=$(aws autoscaling describe-auto-scaling-instances --region "$REGION" \
       --instance-ids "$SRIFTY_WD_INSTANCE_ID" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text)
