@@ -62,6 +62,7 @@ def template_values(**overrides: object) -> dict:
         "nnodes": 1,
         "nproc_per_node": 1,
         "rdzv_port": 29400,
+        "rendezvous_timeout_s": 1800,
         "checkpoint_uri_b64": base64.b64encode(b"s3://b/checkpoints/").decode(),
         "code_sha256": "",  # test_terraform_boot runs a code snapshot and a container image
         "code_uri_b64": "",

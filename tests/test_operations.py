@@ -477,3 +477,53 @@ def test_a_job_leaving_on_a_notice_marks_its_node(tmp_path, monkeypatch) -> None
     mark_preempted("s3://b/x.ckpt")  # never fatal: a warning
     monkeypatch.delenv("SRIFTY_NODE_STATE")
     mark_preempted("s3://b/x.ckpt")  # outside a srifty fleet: nothing
+
+
+RENDEZVOUS_AWS = """#!/bin/bash
+echo "$*" >>"$FAKE_DIR/aws.log"
+case "$1 $2" in
+  "ec2 describe-instances") printf 'i-0abc\\t10.0.0.5\\ni-0def\\t10.0.0.6\\n' ;;
+  "s3 cp")
+    if [[ "$*" == *"/ready/"* && "$3" == - ]]; then cat >"$FAKE_DIR/ready/$(basename "$4")"
+    elif [[ "$*" == *"/ready/"* && "$*" == *--recursive* ]]; then cp "$FAKE_DIR"/ready/*.json "$4" 2>/dev/null; true
+    else cat >/dev/null 2>&1 || true; fi ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def _rendezvous(tmp_path: Path, tf_env, timeout_s: int, late_peer_s: float | None) -> tuple:
+    (tmp_path / "ready").mkdir()
+    values = template_values(name="skew", nnodes=2, rendezvous_timeout_s=timeout_s)
+    script = render(tf_env, tmp_path / "console", values)
+    if late_peer_s is not None:  # the other node finishes installing its environment later
+        peer = {"instance_id": "i-0def", "ip": "10.0.0.6", "ready_unix": time.time() + late_peer_s}
+        writer = f"sleep {late_peer_s}; echo '{json.dumps(peer)}' >{tmp_path / 'ready' / 'i-0def.json'}"
+        subprocess.Popen(["bash", "-c", writer])
+    fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": FAKE_TORCHRUN_RECORD, "shutdown": "#!/bin/bash\n"}
+    return run_user_data(tmp_path, script, fakes), read(tmp_path / "user-data.log")
+
+
+FAKE_TORCHRUN_RECORD = """#!/bin/bash
+echo "$*" >"$FAKE_DIR/torchrun.args"
+"""
+
+
+@pytest.mark.slow  # the rendezvous polls every 10 s
+def test_nodes_ready_minutes_apart_meet_and_the_first_ready_hosts(tf_env, tmp_path) -> None:
+    """Issue #35 M1: a non-host ready first failed after c10d's 60 s read timeout; the host was the lowest IP, not the
+    first ready. Each node now publishes its readiness and waits for the others; the first ready hosts."""
+    run, log = _rendezvous(tmp_path, tf_env, timeout_s=60, late_peer_s=3)
+    assert run.returncode == 0, log[-3000:]
+    assert "waiting for the fleet's 2 nodes: 1 of 2 ready (i-0abc); live, not ready: i-0def" in log
+    assert "the c10d host is 10.0.0.5 (the first ready)" in log
+    args = read(tmp_path / "torchrun.args")
+    assert "--rdzv_endpoint=10.0.0.5:29400" in args and "--rdzv_conf=join_timeout=60,read_timeout=300" in args
+    assert json.loads(read(tmp_path / "ready" / "i-0abc.json"))["instance_id"] == "i-0abc"
+
+
+def test_a_node_that_never_comes_ends_the_wait_naming_it(tf_env, tmp_path) -> None:
+    run, log = _rendezvous(tmp_path, tf_env, timeout_s=1, late_peer_s=None)
+    assert run.returncode == 3, log[-3000:]
+    assert "the rendezvous waited 1 s for the fleet's 2 nodes: 1 of 2 ready (i-0abc); live, not ready: i-0def" in log
+    assert not (tmp_path / "torchrun.args").exists()  # nothing trained, nothing waits on

@@ -362,8 +362,20 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
             (spec,) = ec2.describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
             assert image["Architecture"] == arch and spec["ProcessorInfo"]["SupportedArchitectures"] == [arch]
         # the fleet's members, launched from the templates as EC2 would
-        for lt in out["launch_template_ids"].values():
-            ec2.run_instances(LaunchTemplate={"LaunchTemplateId": lt}, MinCount=1, MaxCount=1)
+        members = {
+            itype: ec2.run_instances(LaunchTemplate={"LaunchTemplateId": lt}, MinCount=1, MaxCount=1)["Instances"][0]
+            for itype, lt in out["launch_template_ids"].items()
+        }
+        me, other = members["g5g.xlarge"], members["g5.xlarge"]
+        # the other node was ready a minute ago (its environment installed first): it is the c10d host
+        ready = f"checkpoints/{options.name}/ready/{options.name}/"
+        boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").put_object(
+            Bucket="boot-checkpoints",
+            Key=f"{ready}{other['InstanceId']}.json",
+            Body=json.dumps(
+                {"instance_id": other["InstanceId"], "ip": other["PrivateIpAddress"], "ready_unix": time.time() - 60}
+            ),
+        )
         user_data = base64.b64decode(data["g5g.xlarge"]["UserData"]).decode()
         started = time.perf_counter()
         # the code went up with the apply, named by its sha256, beside the checkpoints
@@ -371,7 +383,12 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
         key = f"checkpoints/{options.name}/code/{snapshot.sha256}.tar.gz"
         assert s3.get_object(Bucket="boot-checkpoints", Key=key)["Body"].read() == snapshot.path.read_bytes()
         home, report = tmp_path / "srifty-home", tmp_path / "report.json"
-        with FakeIMDS({"meta-data/placement/region": "us-east-1"}) as imds:
+        metadata = {
+            "meta-data/placement/region": "us-east-1",
+            "meta-data/instance-id": me["InstanceId"],
+            "meta-data/local-ipv4": me["PrivateIpAddress"],
+        }
+        with FakeIMDS(metadata) as imds:
             run, record = run_user_data(
                 user_data,
                 moto_endpoint,
@@ -400,10 +417,13 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
         installed = json.loads((venv / "srifty-environment.json").read_text())
         assert installed["torch"].split("+")[0] == plan.software.torch.split("+")[0]
         assert installed["lightning"] == plan.software.lightning
-        endpoint = next(a for a in argv if a.startswith("--rdzv_endpoint="))
-        members = ec2.describe_instances(Filters=[{"Name": "tag:srifty:fleet", "Values": [options.name]}])
-        ips = sorted(i["PrivateIpAddress"] for r in members["Reservations"] for i in r["Instances"])
-        assert len(ips) >= 2 and endpoint == f"--rdzv_endpoint={ips[0]}:29400"  # the fleet's lowest private IP
+        # the rendezvous (issue #35 M1): this node published its readiness and took the first ready as the host
+        assert f"--rdzv_endpoint={other['PrivateIpAddress']}:29400" in argv
+        assert "--rdzv_conf=join_timeout=1800,read_timeout=300" in argv
+        mine = json.loads(
+            s3.get_object(Bucket="boot-checkpoints", Key=f"{ready}{me['InstanceId']}.json")["Body"].read()
+        )
+        assert mine["ip"] == me["PrivateIpAddress"] and mine["ready_unix"] > time.time() - 600
         assert record["env"]["SRIFTY_CHECKPOINT_URI"] == out["checkpoint_uri"]
         assert record["env"]["SRIFTY_RESUME"] == "latest"  # a replacement node resumes where the fleet was (#35 H4)
         assert record["env"]["PYTHONUNBUFFERED"] == "1"

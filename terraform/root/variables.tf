@@ -159,14 +159,15 @@ variable "enable_cloudwatch" {
 variable "train" {
   description = "Setup command, torchrun's argv, node count, rendezvous port, checkpoint to resume from, handover, environment, container image and code snapshot."
   type = object({
-    setup_command = optional(string)
-    argv          = list(string)
-    nnodes        = number
-    rdzv_port     = optional(number)
-    resume_from   = optional(string)
-    handover      = optional(bool)
-    env           = optional(map(string))
-    image         = optional(string)
+    setup_command        = optional(string)
+    argv                 = list(string)
+    nnodes               = number
+    rdzv_port            = optional(number)
+    rendezvous_timeout_s = optional(number)
+    resume_from          = optional(string)
+    handover             = optional(bool)
+    env                  = optional(map(string))
+    image                = optional(string)
     code = optional(object({
       source = string
       sha256 = string

@@ -328,29 +328,30 @@ data "aws_iam_policy_document" "assume" {
 # watchdog script), single-quoted word by word (argv, resume_from), or validated to a safe alphabet (name, numbers)
 locals {
   boot_scripts = { for k, g in local.groups : k => templatefile("${path.module}/templates/user_data.sh.tftpl", {
-    name                = var.name
-    setup_command       = var.train.setup_command
-    argv                = local.train_argv
-    nnodes              = var.train.nnodes
-    nproc_per_node      = g.gpus_per_instance
-    rdzv_port           = var.train.rdzv_port
-    checkpoint_uri_b64  = base64encode("s3://${local.bucket}/${var.checkpoints.prefix}")
-    code_sha256         = var.train.code == null ? "" : var.train.code.sha256
-    image_b64           = var.train.image == null ? "" : base64encode(var.train.image)
-    code_uri_b64        = var.train.code == null ? "" : base64encode("s3://${local.bucket}/${local.code_key}")
-    resume_from         = var.train.resume_from == null ? "" : "'${replace(var.train.resume_from, "'", "'\\''")}'"
-    handover            = var.train.handover
-    env_count           = length(var.train.env)
-    env_b64             = base64encode(jsonencode(var.train.env))
-    max_life_s          = ceil(var.max_life_h * 3600)
-    max_life_min        = ceil(var.max_life_h * 60)
-    heartbeat           = var.watchdog.heartbeat
-    watchdog_b64        = filebase64("${path.module}/templates/watchdog.sh")
-    watchdog_interval_s = var.watchdog.interval_s
-    watchdog_grace_s    = var.watchdog.grace_s
-    watchdog_max_age_s  = var.watchdog.max_age_s
-    watchdog_asg        = var.capacity.mode == "asg" ? 1 : 0
-    secrets             = var.secrets
+    name                 = var.name
+    setup_command        = var.train.setup_command
+    argv                 = local.train_argv
+    nnodes               = var.train.nnodes
+    nproc_per_node       = g.gpus_per_instance
+    rdzv_port            = var.train.rdzv_port
+    rendezvous_timeout_s = var.train.rendezvous_timeout_s
+    checkpoint_uri_b64   = base64encode("s3://${local.bucket}/${var.checkpoints.prefix}")
+    code_sha256          = var.train.code == null ? "" : var.train.code.sha256
+    image_b64            = var.train.image == null ? "" : base64encode(var.train.image)
+    code_uri_b64         = var.train.code == null ? "" : base64encode("s3://${local.bucket}/${local.code_key}")
+    resume_from          = var.train.resume_from == null ? "" : "'${replace(var.train.resume_from, "'", "'\\''")}'"
+    handover             = var.train.handover
+    env_count            = length(var.train.env)
+    env_b64              = base64encode(jsonencode(var.train.env))
+    max_life_s           = ceil(var.max_life_h * 3600)
+    max_life_min         = ceil(var.max_life_h * 60)
+    heartbeat            = var.watchdog.heartbeat
+    watchdog_b64         = filebase64("${path.module}/templates/watchdog.sh")
+    watchdog_interval_s  = var.watchdog.interval_s
+    watchdog_grace_s     = var.watchdog.grace_s
+    watchdog_max_age_s   = var.watchdog.max_age_s
+    watchdog_asg         = var.capacity.mode == "asg" ? 1 : 0
+    secrets              = var.secrets
   }) }
   # one object per group (groups of the same GPU count have the same script, under their own keys)
   boot_keys = { for k, text in local.boot_scripts : k => "${var.checkpoints.prefix}boot/${var.name}/${k}-${sha256(text)}.sh" }

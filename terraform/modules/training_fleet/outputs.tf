@@ -8,9 +8,9 @@ output "private_ips" {
   value       = data.aws_instances.fleet.private_ips
 }
 
-output "rendezvous_endpoint" {
-  description = "The torchrun c10d endpoint the nodes agree on: the lowest private IP (plain sort order) and the rendezvous port; null until an instance has an address."
-  value       = length(data.aws_instances.fleet.private_ips) > 0 ? "${sort(data.aws_instances.fleet.private_ips)[0]}:${var.train.rdzv_port}" : null
+output "rendezvous_port" {
+  description = "The torchrun c10d port. The host is chosen at boot: the first node ready (the ready records under the checkpoint prefix, ready/<name>/), the same on every node."
+  value       = var.train.rdzv_port
 }
 
 output "launch_template_ids" {

@@ -259,10 +259,12 @@ variable "train" {
     argv          = list(string)
     nnodes        = number
     rdzv_port     = optional(number, 29400)
-    resume_from   = optional(string)
-    handover      = optional(bool, false)
-    env           = optional(map(string), {})
-    image         = optional(string)
+    # how long a node waits for the others to be ready (their environments installed), and torchrun's join timeout
+    rendezvous_timeout_s = optional(number, 1800)
+    resume_from          = optional(string)
+    handover             = optional(bool, false)
+    env                  = optional(map(string), {})
+    image                = optional(string)
     code = optional(object({
       source = string
       sha256 = string
@@ -287,6 +289,11 @@ variable "train" {
   validation {
     condition     = var.train.nnodes >= 1 && var.train.rdzv_port >= 1024 && var.train.rdzv_port <= 65535
     error_message = "The train.nnodes must be at least 1 and train.rdzv_port between 1024 and 65535."
+  }
+
+  validation {
+    condition     = var.train.rendezvous_timeout_s >= 60 && var.train.rendezvous_timeout_s <= 7200 && floor(var.train.rendezvous_timeout_s) == var.train.rendezvous_timeout_s
+    error_message = "The train.rendezvous_timeout_s must be whole seconds from 60 to 7200: how long a node waits for the fleet's other nodes to be ready."
   }
 }
 
