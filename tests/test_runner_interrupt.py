@@ -105,3 +105,81 @@ def test_an_interrupted_apply_stops_terraform_once_and_releases_its_lock(tmp_pat
     )  # fmt: skip
     assert destroy.returncode == 0, destroy.stdout + destroy.stderr  # the clean-up is not refused the lock
     assert Path(folder / "terraform.tfstate").exists()
+
+
+DESTROY_TF = """
+variable "name" {
+  type = string
+}
+variable "aws_endpoint" {
+  type = string
+}
+resource "terraform_data" "fleet" {
+  provisioner "local-exec" {
+    when    = destroy
+    command = "sleep 6"
+  }
+}
+resource "terraform_data" "group" {
+  depends_on = [terraform_data.fleet]
+}
+"""
+
+DESTROY_SCRIPT = """
+import signal, sys
+from lightning_srifty.provision.runner import destroy
+from predictor.exceptions import LaunchInterrupted
+
+def handler(signum, frame):
+    raise LaunchInterrupted(signum)
+
+for s in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, handler)
+try:
+    destroy(sys.argv[1], yes=True, echo=lambda line: print(line, flush=True))
+except (LaunchInterrupted, KeyboardInterrupt) as exc:
+    print("RAISED", type(exc).__name__, flush=True)
+    sys.exit(143)
+"""
+
+
+@pytest.mark.parametrize(("signum", "group"), [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["TERM", "INT"])
+def test_a_signal_during_the_teardown_waits_for_the_destroy_to_end(tmp_path, signum, group) -> None:
+    """Issue #36 H1: a SIGTERM or Ctrl-C 4 s into a destroy abandoned it: the instance and its Auto Scaling group kept
+    running. The destroy is a critical section now: terraform (in its own session) goes on to the end, every signal is
+    answered with a line naming the command that finishes it, and the interruption is raised after."""
+    from lightning_srifty.provision.generate import MARKER, TFVARS
+
+    folder = tmp_path / "root"
+    folder.mkdir()
+    (folder / "main.tf").write_text(DESTROY_TF)
+    (folder / TFVARS).write_text('{"name": "teardown", "aws_endpoint": "http://127.0.0.1:1"}')
+    (folder / MARKER).write_text("{}")
+    env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "PYTHONPATH": str(ROOT)}
+    for step in (["init", "-no-color"], ["apply", "-auto-approve", "-no-color"]):
+        done = subprocess.run(["terraform", *step], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DESTROY_SCRIPT, str(folder)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip())
+        if "terraform_data.fleet: Destroying..." in line:
+            for _ in range(2):  # a second signal: answered with the same line, the destroy still goes on
+                os.killpg(proc.pid, signum) if group else os.kill(proc.pid, signum)
+                time.sleep(1)
+            break
+    lines += [line.rstrip() for line in proc.stdout]
+    text = "\n".join(lines)
+    assert proc.wait(timeout=120) == 143, text
+    assert text.count("Interrupted during the teardown: terraform goes on destroying") == 2, text
+    assert f"srifty down --dir {folder}" in text
+    assert "Destroy complete! Resources: 2 destroyed." in text and lines[-1].startswith("RAISED"), text
+    state = subprocess.run(["terraform", "state", "list"], cwd=folder, env=env, capture_output=True, text=True)
+    assert state.returncode == 0 and not state.stdout.strip()  # nothing left

@@ -472,7 +472,7 @@ def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot |
 
 
 def planned_batches(entry: PlanEntry) -> list[int] | None:
-    """The per-rank micro-batches a ``srifty terraform`` fleet's job is told (``SRIFTY_BATCH_SIZES``), or None.
+    """The per-rank micro-batches a ``srifty terraform`` fleet's job is told (``LaunchEnv.batch_sizes``), or None.
 
     torchrun numbers the ranks node by node in the order the nodes join its rendezvous, not in the plan's group
     order: a list whose order matters (a mix of GPUs given different batches) cannot be passed this way (None:

@@ -14,6 +14,7 @@ may be training) and the error says how to (``srifty destroy --dir``). An apply 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -123,7 +124,9 @@ def _run(tf: Any, *args: str, stream: bool = True, **options: Any) -> tuple[int,
 GRACE_S = 600.0
 
 
-def _run_shown(tf: Any, args: list[str], echo: Callable[[str], None], keep: int = 60) -> tuple[int, str]:
+def _run_shown(
+    tf: Any, args: list[str], echo: Callable[[str], None], keep: int = 60, critical: str | None = None
+) -> tuple[int, str]:
     """Run terraform with its output shown line by line as it comes (``echo``) and its last ``keep`` lines kept, so
     that a failure's message can say what terraform said (an EC2 error code: srifty launch fails over on some).
 
@@ -131,7 +134,14 @@ def _run_shown(tf: Any, args: list[str], echo: Callable[[str], None], keep: int 
     interrupted (KeyboardInterrupt, the launcher's SIGTERM/SIGHUP), terraform gets one SIGINT, finishes the calls in
     flight, writes its state and releases its lock (within :data:`GRACE_S`, else it is stopped), and only then is
     the interruption raised, so that the clean-up's destroy sees the state and is not refused the lock. (A second
-    SIGINT would make terraform exit at once and lose what it had created.)"""
+    SIGINT would make terraform exit at once and lose what it had created.)
+
+    ``critical`` (a teardown: the command that finishes it by hand, ``srifty down --dir ...``): an interruption is
+    deferred, not passed on. A destroy stopped half-way leaves instances and their Auto Scaling group billing (issue
+    #36: a signal 4 s into the start-timeout's destroy left them running), so terraform goes on to the end; every
+    signal meanwhile is answered with a line naming what is still being destroyed and the command, and the first
+    interruption is raised once terraform has finished. Even a SIGKILL of this process does not stop the destroy:
+    terraform runs in its own session."""
     import collections
     import subprocess
 
@@ -147,16 +157,30 @@ def _run_shown(tf: Any, args: list[str], echo: Callable[[str], None], keep: int 
         start_new_session=True,
     )
     assert proc.stdout is not None
+    deferred: BaseException | None = None
     try:
-        for line in proc.stdout:
-            echo(line.rstrip("\n"))
-            tail.append(line.rstrip("\n"))
-        code = proc.wait()
-    except BaseException:
-        _stop_gracefully(proc, echo)
-        raise
+        while True:
+            try:
+                for line in proc.stdout:
+                    echo(line.rstrip("\n"))
+                    tail.append(line.rstrip("\n"))
+                code = proc.wait()
+                break
+            except BaseException as exc:
+                if critical is None:
+                    _stop_gracefully(proc, echo)
+                    raise
+                deferred = deferred or exc
+                # nothing said here may end the teardown: a closed terminal, another Ctrl-C while it prints
+                with contextlib.suppress(BaseException):
+                    echo(
+                        "Interrupted during the teardown: terraform goes on destroying (stopped half-way it would "
+                        f"leave the fleet billing); this ends once it has. To finish it by hand: {critical}"
+                    )
     finally:
         proc.stdout.close()
+    if deferred is not None:
+        raise deferred
     return code, "\n".join(tail) if code else ""
 
 
@@ -394,6 +418,9 @@ def destroy(
         raise ProvisionError(f"terraform init failed in {root}:\n{err.strip()}")
     echo(f"Destroying fleet {values.get('name')} ({root}).")
     _confirm(f"Destroy every resource of {values.get('name')}?", yes, ask)
-    code, _, err = _run(tf, "destroy", input=False, auto_approve=True, stream=True)
+    # a teardown: an interruption waits for it to end (_run_shown's critical), terraform in a session of its own
+    code, err = _run_shown(
+        tf, ["destroy", "-input=false", "-no-color", "-auto-approve"], echo, critical=f"srifty down --dir {root}"
+    )
     if code != 0:
-        raise ProvisionError(f"terraform destroy failed in {root} (see the output above). {err.strip()}")
+        raise ProvisionError(f"terraform destroy failed in {root} (see the output above). {err.strip()[-2000:]}")
