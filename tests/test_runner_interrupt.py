@@ -57,6 +57,30 @@ except LaunchInterrupted:
 """
 
 
+def _signalled(script: str, folder: Path, env: dict, when: str, signum: int, group: bool, times: int = 1) -> tuple:
+    """Run ``script`` on ``folder`` in a process group of its own (as a terminal's job: a Ctrl-C reaches the whole
+    group), send ``signum`` ``times`` (a second apart) once a line contains ``when``; (exit code, lines)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(folder)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip())
+        if when in line:
+            for k in range(times):
+                os.killpg(proc.pid, signum) if group else os.kill(proc.pid, signum)
+                if k + 1 < times:
+                    time.sleep(1)
+            break
+    lines += [line.rstrip() for line in proc.stdout]
+    return proc.wait(timeout=120), lines
+
+
 @pytest.mark.parametrize(
     ("signum", "group"),
     [(signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGINT, True)],
@@ -72,26 +96,8 @@ def test_an_interrupted_apply_stops_terraform_once_and_releases_its_lock(tmp_pat
     init = subprocess.run(["terraform", "init", "-no-color"], cwd=folder, env=env, capture_output=True, text=True)
     assert init.returncode == 0, init.stderr
     started = time.monotonic()
-    # its own process group, as a terminal's job would be: a Ctrl-C reaches the whole group
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(folder)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines = []
-    for line in proc.stdout:
-        lines.append(line.rstrip())
-        if "terraform_data.slow: Creating..." in line:
-            if group:
-                os.killpg(proc.pid, signum)
-            else:
-                os.kill(proc.pid, signum)
-            break
-    lines += [line.rstrip() for line in proc.stdout]
-    assert proc.wait(timeout=120) == 143, "\n".join(lines)
+    code, lines = _signalled(SCRIPT, folder, env, "terraform_data.slow: Creating...", signum, group)
+    assert code == 143, "\n".join(lines)
     took = time.monotonic() - started
     text = "\n".join(lines)
     assert "Interrupted: terraform finishes what it is creating, saves its state and releases its lock" in text
@@ -159,25 +165,10 @@ def test_a_signal_during_the_teardown_waits_for_the_destroy_to_end(tmp_path, sig
     for step in (["init", "-no-color"], ["apply", "-auto-approve", "-no-color"]):
         done = subprocess.run(["terraform", *step], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
-    proc = subprocess.Popen(
-        [sys.executable, "-c", DESTROY_SCRIPT, str(folder)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines = []
-    for line in proc.stdout:
-        lines.append(line.rstrip())
-        if "terraform_data.fleet: Destroying..." in line:
-            for _ in range(2):  # a second signal: answered with the same line, the destroy still goes on
-                os.killpg(proc.pid, signum) if group else os.kill(proc.pid, signum)
-                time.sleep(1)
-            break
-    lines += [line.rstrip() for line in proc.stdout]
+    # a second signal: answered with the same line, the destroy still goes on
+    code, lines = _signalled(DESTROY_SCRIPT, folder, env, "terraform_data.fleet: Destroying...", signum, group, times=2)
     text = "\n".join(lines)
-    assert proc.wait(timeout=120) == 143, text
+    assert code == 143, text
     assert text.count("Interrupted during the teardown: terraform goes on destroying") == 2, text
     assert f"srifty down --dir {folder}" in text
     assert "Destroy complete! Resources: 2 destroyed." in text and lines[-1].startswith("RAISED"), text

@@ -124,29 +124,27 @@ def choose_torch_build(driver: str, torch_cuda: dict, cc: str | None = None) -> 
     )
 
 
-def driver_version(smi: str) -> str | None:
-    """The NVIDIA driver's version as ``nvidia-smi`` reports it (the first GPU's), or None when it names none."""
+def _query(smi: str, field: str, pattern: str) -> str | None:
+    """The first GPU's ``field`` as ``nvidia-smi --query-gpu`` reports it, when it matches ``pattern``; else None."""
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=60
+            [smi, f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, timeout=60
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     lines = out.strip().splitlines()
-    return lines[0].strip() if lines and re.fullmatch(r"\d+(\.\d+)+", lines[0].strip()) else None
+    return lines[0].strip() if lines and re.fullmatch(pattern, lines[0].strip()) else None
+
+
+def driver_version(smi: str) -> str | None:
+    """The NVIDIA driver's version as ``nvidia-smi`` reports it (the first GPU's), or None when it names none."""
+    return _query(smi, "driver_version", r"\d+(\.\d+)+")
 
 
 def compute_capability(smi: str) -> str | None:
     """The first GPU's compute capability as ``nvidia-smi`` reports it (``"8.6"``; drivers since 510 answer
     ``--query-gpu=compute_cap``), or None when it names none."""
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=60
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = out.strip().splitlines()
-    return lines[0].strip() if lines and re.fullmatch(r"\d+\.\d+", lines[0].strip()) else None
+    return _query(smi, "compute_cap", r"\d+\.\d+")
 
 
 def torch_index(spec: dict, driver: str | None, cc: str | None = None) -> tuple[list[str] | None, str | None]:
