@@ -529,3 +529,40 @@ def test_periodic_checkpoints_on_s3_are_saved_locally_then_digest_then_one_uploa
     assert keys == ["run-1-full-disk/FINISHED.json"] + [
         f"run-1-full-disk/periodic-step={s}.ckpt{x}" for s in (2, 3) for x in ("", ".sha256")
     ], keys
+
+
+@pytest.mark.parametrize(
+    "content", ["", "\n\n", "deadbeef\n", "not-a-digest  step=7.ckpt\n"], ids=["empty", "blank", "one-token", "bad-hex"]
+)
+def test_an_emptied_or_malformed_digest_is_no_record(tmp_path, content) -> None:
+    """Issue #36 M1/L9: an emptied digest file read as "no digest recorded", so a flipped tensor was then accepted by
+    the fallback load check (and an empty sharded manifest passed the "manifest required" rule); a one-token one was
+    a traceback in resume_checkpoint(). Now both are refused by name, and the older sound checkpoint is taken."""
+    import torch
+
+    from lightning_srifty.migrate.checkpoints import (
+        DIGEST_SUFFIX,
+        find_checkpoint,
+        local_checkpoint,
+        sha256_of,
+        write_digest,
+    )
+    from lightning_srifty.protocol import filesystem
+    from predictor.exceptions import MigrationError
+
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    for step in (5, 7):
+        path = folder / f"step={step}.ckpt"
+        torch.save({"state_dict": {"w": torch.ones(2) * step}, "global_step": step}, path)
+        write_digest(filesystem(str(folder)), str(path), sha256_of(filesystem(str(folder)), str(path)))
+    newest = folder / "step=7.ckpt"
+    torch.save({"state_dict": {"w": torch.full((2,), float("nan"))}, "global_step": 7}, newest)  # flipped
+    (folder / f"step=7.ckpt{DIGEST_SUFFIX}").write_text(content)
+    assert find_checkpoint(str(folder)) == str(folder / "step=5.ckpt")
+    shard = folder / "step=9.ckpt"
+    shard.mkdir()
+    (shard / "__0_0.distcp").write_bytes(b"x")
+    (folder / f"step=9.ckpt{DIGEST_SUFFIX}").write_text(content)
+    with pytest.raises(MigrationError, match=r"(empty|malformed)"):
+        local_checkpoint(str(shard), str(tmp_path / "cache"), require_manifest=True)

@@ -125,11 +125,16 @@ def read_manifest(fs: Any, checkpoint: str, listed: set[str] | None = None) -> d
         return None
     digests = {}
     with fs.open(target, "r") as f:
-        for line in f.read().splitlines():
+        for number, line in enumerate(f.read().splitlines(), 1):
             if line.strip():
-                hexdigest, path = line.split(maxsplit=1)
+                parts = line.split(maxsplit=1)
+                if len(parts) != 2 or not re.fullmatch(r"[0-9a-fA-F]{64}", parts[0]):
+                    raise ValueError(f"its digest file {target} is malformed at line {number} ({line[:80]!r})")
+                hexdigest, path = parts
                 path = path.strip().lstrip("*")  # sha256sum's binary-mode mark
                 digests[path.split("/", 1)[1] if "/" in path else ""] = hexdigest.lower()
+    if not digests:  # an emptied digest file is no record (issue #36 M1, L9): never "nothing to check"
+        raise ValueError(f"its digest file {target} is empty: the checkpoint cannot be checked")
     return digests
 
 
@@ -350,10 +355,10 @@ def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = Fals
         local = path.removeprefix("file://")
         if require_manifest and os.path.isdir(local):
             fs = filesystem(local)
-            recorded = read_manifest(fs, local)
-            if recorded is None:
-                raise no_manifest(local)
             try:
+                recorded = read_manifest(fs, local)
+                if recorded is None:
+                    raise no_manifest(local)
                 vet_directory(fs, local, recorded)
             except ValueError as exc:
                 raise MigrationError(f"The checkpoint {local} is not the one that was saved: {exc}.") from None
@@ -363,7 +368,10 @@ def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = Fals
         return path  # Lightning reads a remote file through fsspec itself
     name = PurePosixPath(path.rstrip("/")).name
     final = os.path.join(cache_dir, name)
-    recorded = read_manifest(fs, path)
+    try:
+        recorded = read_manifest(fs, path)
+    except ValueError as exc:
+        raise MigrationError(f"The checkpoint {path} cannot be resumed: {exc}. Resume from another one.") from None
     if recorded is None and require_manifest:
         raise no_manifest(path)
     if recorded is not None and _cached_copy_is_sound(final, recorded):  # another rank here fetched it already
