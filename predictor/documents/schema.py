@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 import sys
 import types
 import typing
@@ -142,14 +143,29 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], ign
     raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in a document class, not in the input
 
 
+# terminal control characters: C0 but tab, newline and carriage return, DEL, and C1 (CSI is \x9b). A name holding
+# ESC reached the terminal raw ("\x1b]0;PWN\x07" retitles it; issue #36 L6) through every command that shows it
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def _text(value: str, path: str) -> str:
-    """``value`` if it is valid Unicode: a lone UTF-16 surrogate (JSON "\\ud800") cannot be stored or echoed."""
+    """``value`` if it is valid Unicode without terminal control characters: a lone UTF-16 surrogate (JSON
+    "\\ud800") cannot be stored or echoed, and an escape sequence would reach the terminal or the report raw."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise _error(
             path, "UTF-8 text", value, f"It holds a lone surrogate ({value[exc.start]!r} at position {exc.start})."
         ) from None
+    bad = _CONTROL.search(value)
+    if bad:
+        raise _error(
+            path,
+            "text without control characters",
+            value.encode("unicode_escape").decode("ascii")[:120],
+            f"It holds {bad.group()!r} at position {bad.start()} (a terminal escape sequence, or a byte that is not "
+            "text): remove it.",
+        )
     return value
 
 
