@@ -44,7 +44,13 @@ def recommend(
     the ranking), ``refine`` the plan (``srifty recommend --launchable`` keeps what the account can start), then
     write the plan (atomically) and the report where asked. ``spot_stats``: spot capacity from traces
     (:class:`predictor.model.deadline.SpotStats`), in place of the catalog's rates (local ranking only)."""
-    for output in (plan_path, report_path, Path(report_path).with_suffix(".png") if report_path else None):
+    outputs = {
+        "plan_path": plan_path,
+        "report_path": report_path,
+        "report_path's plot (report_path with .png)": Path(report_path).with_suffix(".png") if report_path else None,
+    }
+    check_distinct_outputs(outputs)
+    for output in outputs.values():
         if output is not None:  # every output can be written before any is (or any ranking is spent)
             check_writable(output)
     if service is not None and spot_stats is not None:
@@ -67,3 +73,25 @@ def recommend(
 
         written["report"], written["plot"] = write_report(plan, report_path)
     return Recommendation(plan, written)
+
+
+def check_distinct_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
+    """Refuse two outputs (or an output and an input) that are one file: the later write replaced the earlier one,
+    after the first had been reported written (``--out r.png --report r.html``: the plot replaced the plan).
+
+    Raises:
+        ConfigError: naming both and the fix.
+    """
+    seen: dict[Path, str] = {}
+    for name, path in outputs.items():
+        if path is None:
+            continue
+        resolved = Path(path).expanduser().resolve()
+        if resolved in seen:
+            raise ConfigError(
+                f"{seen[resolved]} and {name} are the same file ({path}): the second would replace the first. Give "
+                "each its own path.",
+                parameter=name.split(" ", 1)[0].removesuffix("'s"),
+                value=str(path),
+            )
+        seen[resolved] = name

@@ -34,3 +34,31 @@ def test_the_cli_says_one_line_and_prints_no_escape(tmp_path, capsys) -> None:
     assert main(["profile", "show", str(path)]) == 2
     out, err = capsys.readouterr()
     assert "\x1b" not in out + err and "model.name" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--out", "r.png", "--report", "r.html"], "--out and --report's plot"),
+        (["--out", "x.html", "--report", "x.html"], "--out and --report are the same file"),
+        (["--out", "PROFILE"], "--profile and --out are the same file"),
+    ],
+)
+def test_recommend_refuses_outputs_that_are_one_file(tmp_path, capsys, monkeypatch, args, said) -> None:
+    """Issue #36 L1: `--out r.png --report r.html` said the plan was written, then the plot replaced it; `--out X
+    --report X` and `--out` = the profile replaced each other silently. Refused before anything is ranked or written."""
+    monkeypatch.chdir(tmp_path)
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(MINIMAL))
+    argv = [
+        "recommend",
+        "--profile",
+        str(profile),
+        "--steps",
+        "100",
+        *[str(profile) if a == "PROFILE" else a for a in args],
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Give each its own path" in err, err
+    assert json.loads(profile.read_text()) == MINIMAL and not (tmp_path / "r.png").exists()

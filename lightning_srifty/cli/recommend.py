@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from lightning_srifty.cli._common import console, hours, load_catalog, number, whole
@@ -106,6 +107,16 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
 
 
 def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recommend: Any) -> int:
+    from predictor.recommend import check_distinct_outputs
+
+    check_distinct_outputs(
+        {
+            "--profile": args.profile,
+            "--out": args.out or None,
+            "--report": args.report or None,
+            "--report's plot (--report with .png)": Path(args.report).with_suffix(".png") if args.report else None,
+        }
+    )
     constraints = constraints_from_args(args)
     catalog = load_catalog(args)
     refine = _launchable(catalog, args.top or DEFAULTS["top"]) if args.launchable else None
