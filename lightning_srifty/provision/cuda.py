@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightning_srifty.provision.bootstrap import choose_torch_build, cuda_release, version_numbers
-from predictor.catalog.torch_builds import TABLE, table  # the one copy: predictor/data/cuda_builds.json
+from predictor.catalog.torch_builds import TABLE, release_of, table  # the one copy: predictor/data/cuda_builds.json
 
 __all__ = ["TABLE", "default_image", "image_note", "ladder", "summary", "table", "torch_cuda"]
 
@@ -21,8 +21,8 @@ def torch_cuda(torch_version: str) -> tuple[dict[str, Any] | None, list[str]]:
     refuses that unless the user's index or image provides torch (:func:`lightning_srifty.provision.generate`)."""
     data = table()
     release, _, local = torch_version.partition("+")
-    key = ".".join(release.split(".")[:2])
-    builds = data["torch_builds"].get(key)
+    key = release_of(torch_version)
+    builds = data["torch_builds"].get(key) if key else None
     if builds is None:
         return None, [
             f"srifty's table of PyTorch's CUDA builds does not list torch {release}: the nodes install the index's "
