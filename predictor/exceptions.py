@@ -189,6 +189,7 @@ EXTRA_OF_MODULE = {
     "aiobotocore": "infra",
     "matplotlib": "report",
     "sklearn": "report",
+    "moto": "rehearse",  # srifty rehearse's local AWS
 }
 # modules two audiences share: the launcher's (infra, above) and the training job's, whose S3 checkpoints need them
 # too; the job side (the package's names, srifty demo and capture) is told its own extra

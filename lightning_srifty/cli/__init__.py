@@ -25,6 +25,7 @@ COMMANDS = (
     "recommend",
     "terraform",
     "check",
+    "rehearse",
     "launch",
     "replay",
     "operations",

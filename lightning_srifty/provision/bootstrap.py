@@ -6,7 +6,8 @@ creates a virtual environment, installs the pinned packages (torch and lightning
 snapshot's lightning-srifty wheel and the user's requirements file from the named index, then checks what was
 installed against the pins and exits non-zero, naming the package, when they differ. With ``base_python`` set (an
 image that has torch already), that interpreter's packages are visible in the new environment, so pins it already
-satisfies are not downloaded again.
+satisfies are not downloaded again. ``$SRIFTY_BOOTSTRAP_BASE_PYTHON`` names such an interpreter from outside the
+snapshot: ``srifty rehearse`` sets it to its own, so that the rehearsal's nodes install nothing its environment has.
 
 On a GPU node (``nvidia-smi`` answers) torch comes from PyTorch's index of the CUDA build chosen for the node's
 driver (:func:`choose_torch_build`, over the builds of the pinned torch release that ``environment.json`` carries from
@@ -21,6 +22,7 @@ is installed).
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shutil
@@ -202,7 +204,7 @@ def main(argv: list[str]) -> int:
     log(f"creating {target} (Python {here_python})")
     venv.EnvBuilder(with_pip=True, clear=True).create(target)
     python = target / "bin" / "python"
-    base = spec.get("base_python")
+    base = spec.get("base_python") or os.environ.get("SRIFTY_BOOTSTRAP_BASE_PYTHON")
     if base:
         paths = subprocess.run(
             [base, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],

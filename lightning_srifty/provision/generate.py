@@ -771,6 +771,7 @@ tfplan
 *.tfplan
 .terraform.tfstate.lock.info
 crash.log
+.srifty-rehearsal/
 """
 
 

@@ -88,6 +88,14 @@ stop_instance() {
         log "could not leave Auto Scaling group $group: it may start a replacement, which stops itself the same way"
     fi
   fi
+  # the boot script's last words (its log and status record beside the checkpoints: bounded, 5 + 60 + 30 s) before
+  # the power goes: shutdown stops every process, an upload in flight included
+  local boot waited=0
+  boot=$(tr -cd '0-9' <"$STATE/user_data.pid" 2>/dev/null)
+  while [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null && [ ! -e "$STATE/user_data.done" ] && [ "$waited" -lt 120 ]; do
+    sleep 1
+    waited=$((waited + 1))
+  done
   log "shutdown -h now (the instance terminates on shutdown)"
   shutdown -h now
   exit 0

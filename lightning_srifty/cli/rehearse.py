@@ -1,0 +1,62 @@
+"""``srifty rehearse --dir ROOT``: the fleet of a root module played on this machine against a local AWS, to the first
+steps, a spot notice and the resume, before any money is spent (torch-free here; the nodes import what the job does)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def cmd_rehearse(args: argparse.Namespace) -> int:
+    from lightning_srifty.cli._common import load_catalog
+    from lightning_srifty.provision.rehearsal.walk import Settings, rehearse
+
+    settings = Settings(
+        nodes=args.nodes,
+        notice_after_s=args.notice_after_s,
+        stagger_s=args.stagger_s,
+        timeout_s=args.timeout_s,
+        work=Path(args.work) if args.work else None,
+    )
+    report = rehearse(args.dir, settings, echo=print, catalog=load_catalog(args))
+    print(json.dumps(report.to_dict(), indent=1) if args.json else report.text())
+    work = settings.work or Path(args.dir).resolve() / ".srifty-rehearsal"
+    if not args.json:
+        print(f"the nodes' logs and rehearsal.json are in {work}")
+    return 0 if report.ok else 1
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "rehearse",
+        parents=[common],
+        help="play the fleet of a root module on this machine against a local AWS (moto, the instance role's policy "
+        "enforced): each node's user_data byte-for-byte, to the first steps, a spot notice and the resume on the "
+        "replacements (exit 1 when a check fails)",
+    )
+    p.add_argument("--dir", required=True, help="the folder srifty terraform wrote")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        help="rehearse with this many nodes instead of the fleet's count (a fleet of one instance type)",
+    )
+    p.add_argument(
+        "--notice-after-s",
+        type=float,
+        default=10.0,
+        help="seconds of training, after each leg's first step, before the spot notice (default 10)",
+    )
+    p.add_argument(
+        "--stagger-s",
+        type=float,
+        default=20.0,
+        help="seconds between the nodes' boots: nodes never come up together (default 20)",
+    )
+    p.add_argument(
+        "--timeout-s", type=float, default=1800.0, help="the whole rehearsal's limit, in seconds (default 1800)"
+    )
+    p.add_argument("--work", help="the rehearsal's folder: the nodes' files and logs (default DIR/.srifty-rehearsal)")
+    p.add_argument("--json", action="store_true", help="the report as JSON (srifty.rehearsal/v1)")
+    p.set_defaults(func=cmd_rehearse)

@@ -1,0 +1,243 @@
+"""The rules of real AWS that moto does not keep, kept by a proxy in front of moto's server (srifty rehearse, and the
+tests): every request is passed through unchanged, except
+
+- user data over EC2's limit, refused as EC2 refuses it (moto takes any size): "User data is limited to 16 KB, in raw
+  form, before it is base64-encoded" (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html), for
+  RunInstances and launch templates alike;
+- with ``s3_list_prefixes``, S3 as AWS answers a role whose s3:ListBucket carries an s3:prefix condition (the module's
+  instance policy), which moto does not evaluate: a listing whose prefix is outside those is refused (403), and a HEAD
+  or GET of a missing key is 403, not 404 ("If you don't have the s3:ListBucket permission, Amazon S3 returns an HTTP
+  status code 403", https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html; a conditioned ListBucket
+  does not grant it for a request without that prefix). With ``s3_principal`` (an access key id) the rule binds only
+  the requests that key signed, as a policy binds only its role: terraform's own calls pass;
+- calls that carry a ClientToken are idempotent, as on EC2 (a repeated token gets the first call's answer, nothing is
+  made twice), which moto's server is not: an SDK retry of a launch, or of a CreateLaunchTemplate, whose answer was
+  lost or slow on a loaded machine would otherwise make a second fleet or template outside terraform's state.
+
+For the tests' fault injection it also answers EC2 calls that launch instances (CreateFleet, RunInstances) of the
+types in ``refuse`` with the error EC2 gives when it has no capacity, and the first call of each action in ``lose``
+with EC2's 500 InternalError although moto carried it out (an answer lost on its way back: the AWS SDK retries).
+Point the AWS provider (srifty's aws_endpoint) and the AWS CLI (AWS_ENDPOINT_URL) at it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import http.client
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+LAUNCHES = ("CreateFleet", "RunInstances")
+ERROR = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code><Message>We currently do not '
+    "have sufficient {itype} capacity in the Availability Zone you requested. Our system will be working on "
+    "provisioning additional capacity.</Message></Error></Errors><RequestID>srifty-fault-proxy</RequestID></Response>"
+)
+
+
+USER_DATA_LIMIT = 16_384  # bytes of raw user data (before base64), EC2's documented limit (module docstring)
+TOO_LONG = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>InvalidParameterValue</Code><Message>User '
+    "data is limited to 16384 bytes</Message></Error></Errors><RequestID>srifty-fault-proxy</RequestID></Response>"
+)
+
+
+def user_data_sizes(form: dict[str, list[str]]) -> list[int]:
+    """The raw size of every user data an EC2 query-API call carries (``UserData``, ``LaunchTemplateData.UserData``)."""
+    sizes = []
+    for key, values in form.items():
+        if key == "UserData" or key.endswith(".UserData"):
+            for value in values:
+                try:
+                    sizes.append(len(base64.b64decode(value, validate=False)))
+                except (binascii.Error, ValueError):
+                    sizes.append(len(value))
+    return sizes
+
+
+S3_DENIED = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message>'
+    "<RequestId>srifty-fault-proxy</RequestId></Error>"
+)
+
+
+LOST = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>InternalError</Code><Message>An internal '
+    "error has occurred</Message></Error></Errors><RequestID>srifty-fault-proxy</RequestID></Response>"
+)
+
+
+class AwsRulesProxy:
+    """``with AwsRulesProxy(moto_url, ...) as url:`` serves on a free port of 127.0.0.1 in a thread (module
+    docstring for the rules); what it refused is recorded in ``too_long``, ``s3_refused``, ``refused``, ``lost``."""
+
+    def __init__(
+        self,
+        upstream: str,
+        refuse: set[str] = frozenset(),
+        code: str = "InsufficientInstanceCapacity",
+        lose: set[str] = frozenset(),
+        s3_list_prefixes: tuple[str, ...] | None = None,
+        s3_principal: str | None = None,
+        keep_host: bool | None = None,
+    ) -> None:
+        self.upstream = urllib.parse.urlsplit(upstream)
+        self.s3_principal = s3_principal  # the access key id the S3 rule binds (None: every request)
+        # the client's Host header passes unchanged (it is signed: SigV4, which moto checks under IAM enforcement);
+        # else it is rewritten to moto's address. Default: kept when an S3 rule is on
+        self.keep_host = s3_list_prefixes is not None if keep_host is None else keep_host
+        self.refuse, self.code, self.lose = refuse, code, set(lose)
+        self.refused: list[str] = []
+        self.too_long: list[str] = []  # calls refused for their user data's size: "Action:bytes"
+        self.s3_list_prefixes = s3_list_prefixes
+        self.s3_refused: list[str] = []  # S3 requests answered 403 by the conditioned-ListBucket rule
+        self.lost: list[str] = []
+        self.answered: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}  # by ClientToken
+        self.replayed: list[str] = []  # launches answered from an earlier call's token
+        self.replayed_other: list[str] = []  # other calls so answered (CreateLaunchTemplate retried by the SDK ...)
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    out = b""
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            self.rfile.readline()
+                            return out
+                        out += self.rfile.read(size)
+                        self.rfile.readline()
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def _is_key(self) -> bool:
+                """A path-style S3 request for an object (/bucket/key), not a bucket operation."""
+                return len(urllib.parse.urlsplit(self.path).path.lstrip("/").split("/", 1)) == 2
+
+            def _s3_rule_binds(self, action: str) -> bool:
+                """The conditioned-ListBucket rule applies to this request: an S3 call (no query-API action) signed
+                by the principal it binds (every request when none is named)."""
+                if outer.s3_list_prefixes is None or action:
+                    return False
+                if outer.s3_principal is None:
+                    return True
+                return f"Credential={outer.s3_principal}/" in self.headers.get("Authorization", "")
+
+            def _s3_list_refused(self) -> bool:
+                """Refuse (and answer) a bucket listing whose prefix the conditioned s3:ListBucket does not grant."""
+                parts = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+                if self.command != "GET" or self._is_key() or not parts.path.strip("/"):
+                    return False
+                if not ({"list-type", "prefix", "delimiter"} & set(query)) and query:
+                    return False  # another bucket sub-resource (?location, ?policy...)
+                prefix = (query.get("prefix") or [""])[0]
+                if any(prefix.startswith(p) for p in outer.s3_list_prefixes or ()):
+                    return False
+                outer.s3_refused.append(f"LIST {prefix!r}")
+                self._send_error(403, S3_DENIED.encode())
+                return True
+
+            def _send_error(self, status: int, data: bytes, body: bool = True) -> None:
+                data = data if body else b""
+                self.send_response(status)
+                self.send_header("Content-Type", "text/xml")
+                self.send_header("Content-Length", str(len(data)))
+                # the AWS SDK retries these: each retry on a fresh connection, so that the last attempt's error is
+                # the one sent, never a read on a connection the server has meanwhile dropped
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(data)
+                self.close_connection = True
+
+            def _handle(self) -> None:
+                body = self._body()
+                form = urllib.parse.parse_qs(body.decode("latin-1")) if b"Action=" in body else {}
+                action = (form.get("Action") or [""])[0]
+                types = {v for k, vs in form.items() if k.endswith("InstanceType") for v in vs}
+                hit = sorted(types & outer.refuse)
+                too_long = [n for n in user_data_sizes(form) if n > USER_DATA_LIMIT]
+                if too_long:  # EC2 refuses it; moto would take it
+                    outer.too_long.append(f"{action}:{too_long[0]}")
+                    self._send_error(400, TOO_LONG.encode())
+                    return
+                if action in LAUNCHES and hit:
+                    outer.refused.append(f"{action}:{hit[0]}")
+                    self._send_error(400, ERROR.format(code=outer.code, itype=hit[0]).encode())
+                    return
+                if self._s3_rule_binds(action) and self._s3_list_refused():
+                    return
+                token = (form.get("ClientToken") or [""])[0]
+                key = (action, token)
+                if token and key in outer.answered:  # EC2's idempotency: a repeated token gets the first answer
+                    (outer.replayed if action in LAUNCHES else outer.replayed_other).append(action)
+                    self._reply(*outer.answered[key])
+                    return
+                conn = http.client.HTTPConnection(outer.upstream.hostname, outer.upstream.port, timeout=120)
+                dropped = ("transfer-encoding",) if outer.keep_host else ("transfer-encoding", "host")
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
+                headers["Content-Length"] = str(len(body))
+                if not outer.keep_host:
+                    headers["Host"] = f"{outer.upstream.hostname}:{outer.upstream.port}"
+                conn.request(
+                    self.command,
+                    self.path,
+                    body=body if body or self.command not in ("GET", "HEAD") else None,
+                    headers=headers,
+                )
+                answer = conn.getresponse()
+                data = answer.read()
+                if token and answer.status < 300:  # carried out: a retry gets this answer
+                    outer.answered[key] = (answer.status, answer.getheaders(), data)
+                if self._s3_rule_binds(action) and answer.status == 404 and self._is_key():
+                    conn.close()  # a missing key, to a role without an unconditioned s3:ListBucket: 403
+                    outer.s3_refused.append(f"{self.command} {self.path}")
+                    self._send_error(403, S3_DENIED.encode(), body=self.command != "HEAD")
+                    return
+                if action in outer.lose:  # carried out upstream; the client sees a server error instead
+                    outer.lose.discard(action)
+                    outer.lost.append(action)
+                    conn.close()
+                    self._send_error(500, LOST.encode())
+                    return
+                self._reply(answer.status, answer.getheaders(), data)
+                conn.close()
+
+            def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in ("transfer-encoding", "content-length", "connection"):
+                        self.send_header(k, v)
+                if self.command == "HEAD":  # no body, and the object's own length (s3fs sizes its reads by it)
+                    length = next((v for k, v in headers if k.lower() == "content-length"), "0")
+                    self.send_header("Content-Length", length)
+                    self.end_headers()
+                    return
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    def __enter__(self) -> str:
+        import threading
+
+        threading.Thread(target=self.server.serve_forever, name="srifty-aws-rules", daemon=True).start()
+        return self.url
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

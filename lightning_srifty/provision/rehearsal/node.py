@@ -1,0 +1,202 @@
+"""One instance of the fleet, played on this machine: its user_data run byte-for-byte with bash from ``/`` as
+cloud-init runs it, its instance metadata served by :class:`~lightning_srifty.provision.imds_sim.LocalIMDS`, its AWS
+calls signed with the instance role's credentials. Three things stand in for the instance itself, first on PATH:
+``shutdown`` (records the call: the rehearsal terminates the instance, as EC2 does for an instance whose
+instance_initiated_shutdown_behavior is terminate), ``python3`` (this interpreter, whose packages the bootstrap reuses
+through $SRIFTY_BOOTSTRAP_BASE_PYTHON instead of downloading torch) and ``torchrun`` (the image's, which a torch
+installed that way does not bring: ``python -m torch.distributed.run`` of the environment user_data activated). Every process the node starts
+carries its token in the environment (``setsid`` does not lose it), which is how :meth:`Node.power_off` finds them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lightning_srifty.provision.imds_sim import LocalIMDS
+
+TOKEN_VARIABLE = "SRIFTY_REHEARSAL_NODE"
+
+# what a node's log says as it boots (user_data.sh.tftpl and bootstrap.py), first sighting of each timed
+MARKS = {
+    "code": "srifty: the code ",
+    "environment": "srifty bootstrap: ready:",
+    "waiting": "waiting for the fleet's",
+    "rendezvous": "nodes are ready; the c10d host is",
+    "exited": "srifty: the training job exited with",
+}
+
+
+@dataclass
+class Node:
+    instance_id: str
+    group: str  # its instance type
+    leg: int  # 1: the fleet as applied; 2: the Auto Scaling group's replacements
+    index: int  # 1-based, in the order the rehearsal started them
+    work: Path
+    user_data: str
+    market: str  # spot / on-demand (instance-life-cycle)
+    imds: LocalIMDS | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0  # monotonic
+    exit_code: int | None = None
+    marks: dict[str, float] = field(default_factory=dict)  # seconds after its start
+    terminated: bool = False
+    noticed: bool = False
+
+    @property
+    def token(self) -> str:
+        return f"{self.work.name}-{self.instance_id}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.work / "user-data.log"
+
+    def start(self, region: str, endpoint: str, credentials: dict[str, str], base_python: str) -> None:
+        bin_dir = self.work / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        _script(bin_dir / "shutdown", f'#!/bin/bash\necho "$(date +%s) $*" >>"{self.work / "shutdown.log"}"\n')
+        _script(bin_dir / "python3", f'#!/bin/sh\nexec "{base_python}" "$@"\n')
+        # the image's torchrun, for the torch the bootstrap found already installed (it installs no console script
+        # then): the environment's own python, which user_data has activated
+        _script(bin_dir / "torchrun", '#!/bin/sh\nexec python -m torch.distributed.run "$@"\n')
+        (self.work / "user_data.sh").write_text(self.user_data)
+        self.imds = LocalIMDS(
+            {
+                "meta-data/instance-id": self.instance_id,
+                "meta-data/instance-type": self.group,
+                "meta-data/instance-life-cycle": self.market,
+                "meta-data/local-ipv4": "127.0.0.1",  # every node is this machine
+                "meta-data/placement/region": region,
+                "meta-data/placement/availability-zone": region + "a",
+            }
+        ).__enter__()
+        keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM")
+        env = {k: v for k, v in os.environ.items() if k in keep}
+        env.update(
+            {
+                "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                "AWS_EC2_METADATA_SERVICE_ENDPOINT": self.imds.endpoint,
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_DEFAULT_REGION": region,
+                **credentials,
+                # where this "instance" keeps its files (on EC2: /opt/srifty, /run/srifty and /var/log)
+                "SRIFTY_HOME": str(self.work / "opt-srifty"),
+                "SRIFTY_STATE_DIR": str(self.work / "run-srifty"),
+                "SRIFTY_USER_DATA_LOG": str(self.log_path),
+                "SRIFTY_WATCHDOG_LOG": str(self.work / "watchdog.log"),
+                "SRIFTY_WATCHDOG_INTERVAL_S": "1",
+                "SRIFTY_LOG_INTERVAL_S": "5",
+                "SRIFTY_BOOTSTRAP_BASE_PYTHON": base_python,
+                "SRIFTY_ALLOW_CPU": "1",  # the GPUs are this machine's cores
+                "OMP_NUM_THREADS": "1",
+                "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                TOKEN_VARIABLE: self.token,
+            }
+        )
+        self.started = time.monotonic()
+        with open(self.work / "console.log", "wb") as console:
+            self.proc = subprocess.Popen(
+                ["bash", str(self.work / "user_data.sh")],
+                cwd="/",
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def poll(self) -> int | None:
+        if self.proc is not None and self.exit_code is None:
+            self.exit_code = self.proc.poll()
+        return self.exit_code
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def tail(self, lines: int = 25) -> str:
+        text = self.log() or _read(self.work / "console.log")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def update_marks(self) -> list[str]:
+        """The marks first seen now (the caller reports them)."""
+        text = self.log()
+        new = []
+        for name, needle in MARKS.items():
+            if name not in self.marks and needle in text:
+                self.marks[name] = time.monotonic() - self.started
+                new.append(name)
+        return new
+
+    def shut_down(self) -> bool:
+        """The instance called ``shutdown -h now`` (the watchdog, or the first stage without its boot script)."""
+        return " -h now" in _read(self.work / "shutdown.log")
+
+    def notice(self, action: str = "terminate") -> None:
+        assert self.imds is not None
+        self.imds.notify(action)
+        self.noticed = True
+
+    def power_off(self) -> None:
+        """Every process of this node ends (SIGKILL, as when an instance's power goes), its metadata server too."""
+        for _ in range(3):
+            pids = pids_with(f"{TOKEN_VARIABLE}={self.token}")
+            if self.proc is not None and self.proc.poll() is None:
+                pids.add(self.proc.pid)
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.poll()
+        if self.imds is not None:
+            self.imds.__exit__()
+            self.imds = None
+
+
+def pids_with(entry: str) -> set[int]:
+    """The processes of this user whose environment holds ``entry`` (``NAME=value``)."""
+    needle = entry.encode() + b"\0"
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes():
+                found.add(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+def _script(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def base_python() -> str:
+    """The interpreter the nodes' bootstrap reuses: this one."""
+    return sys.executable

@@ -1,0 +1,658 @@
+"""``srifty rehearse``: the fleet of a root module, played on this machine before any money is spent.
+
+The walk: copy the root (``--dir``) into the rehearsal's folder and point it at a local AWS (:class:`.LocalAWS`);
+``terraform apply`` it; read back from EC2 what each instance would run (its user_data, byte-for-byte as the launch
+template holds it) and from IAM the instance role's policy; turn IAM enforcement on and start the nodes, one after
+another (``--stagger-s`` apart: nodes never boot together), each as :class:`.Node`. Then: wait for the job's first
+step (``STARTED.json``); post a spot interruption notice to one node; see every node leave with a checkpoint (exit 75,
+status records that say "preempted"); terminate the instances as EC2 does, so that the Auto Scaling group starts
+replacements; see the replacements boot, meet, and resume from that checkpoint (their first step follows it); post a
+second notice, and tear it all down (``terraform destroy``, every process of every node, the local AWS), whatever
+happened. Each check is reported as passed or failed with what was seen; what this machine cannot check (the real
+driver and torch build, EFA, capacity and quotas, placement groups) is named with the reason.
+
+What is changed in the copy for the rehearsal, and only there, is listed in the report (``changed``): the AWS endpoint,
+the image (moto has no Deep Learning AMI), the placement group (moto never reports one available), the bucket policy's
+TLS rule (moto speaks plain HTTP), a network of the user's own account, the rendezvous port when this machine has it in
+use, and the node count with ``--nodes``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightning_srifty.provision.rehearsal.local_aws import LocalAWS, free_port, port_free
+from lightning_srifty.provision.rehearsal.node import Node, base_python
+from predictor.exceptions import ConfigError, ProvisionError
+
+SCHEMA = "srifty.rehearsal/v1"
+TOOLS = ("terraform", "aws", "curl", "bash", "sha256sum", "base64", "setsid", "timeout", "tar")
+IMAGE_PARAMETERS = "/srifty-rehearsal/deeplearning-ami/{arch}"  # moto keeps /aws/ to itself
+NOT_CHECKED = (
+    ("driver", "the NVIDIA driver and torch's CUDA build: the nodes here have no GPU (the real nodes' pick is shown "
+     "above; srifty check fails a combination that cannot work)"),
+    ("efa", "EFA and NCCL over it: the nodes here talk over loopback TCP"),
+    ("capacity", "capacity, quotas and offerings of the real account and zone (srifty check reads them)"),
+    ("placement", "the cluster placement group (moto never reports one available: the rehearsal applies without it)"),
+    ("image", "the Deep Learning AMI itself (its Python, packages and driver): the nodes here run this machine's "
+     "Python with this environment's packages"),
+    ("speed", "speed: the steps here run on this machine's CPU cores"),
+)
+
+
+class RehearsalFailed(ProvisionError):
+    """A check of the rehearsal failed (the message says which); ``tail``: the end of the node's log."""
+
+    def __init__(self, message: str, tail: str = "") -> None:
+        super().__init__(message)
+        self.tail = tail
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Rehearsal:
+    """What ``srifty rehearse`` saw (``rehearsal.json``, schema ``srifty.rehearsal/v1``)."""
+
+    fleet: str
+    folder: str
+    mode: str
+    nodes_planned: int
+    checks: list[Check] = field(default_factory=list)
+    events: list[tuple[float, str]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
+    torch_build: list[str] = field(default_factory=list)
+    user_data_bytes: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and bool(self.checks) and all(c.ok for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, **asdict(self), "ok": self.ok}
+
+    def text(self) -> str:
+        lines = [f"srifty rehearse {self.folder}: fleet {self.fleet}, {self.nodes_planned} node(s), {self.mode} mode"]
+        lines += [f"  {'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}" for c in self.checks]
+        if self.error:
+            lines.append(self.error)
+        if self.changed:
+            lines.append("changed for the rehearsal (the copy only): " + "; ".join(self.changed))
+        lines += self.torch_build
+        lines += ["not checked here:"] + [f"  - {n}" for n in self.not_checked]
+        lines.append("rehearsal " + ("passed" if self.ok else "FAILED"))
+        return "\n".join(lines)
+
+
+@dataclass
+class Settings:
+    nodes: int | None = None  # None: the fleet's own count
+    notice_after_s: float = 10.0  # after the first step of each leg
+    stagger_s: float = 20.0
+    timeout_s: float = 1800.0
+    work: Path | None = None  # default: <dir>/.srifty-rehearsal
+
+
+def rehearse(folder: str | os.PathLike[str], settings: Settings | None = None, echo: Callable[[str], None] = print,
+             catalog: Any = None) -> Rehearsal:
+    """Rehearse the root module in ``folder`` (see the module docstring); returns the report, also written to
+    ``<work>/rehearsal.json``.
+
+    Raises:
+        ConfigError: bad settings, or a root the rehearsal cannot play (named, with the fix).
+        ProvisionError: a tool or the local AWS is missing, or terraform failed.
+    """
+    from lightning_srifty.provision.runner import _check_folder
+
+    settings = settings or Settings()
+    root = Path(folder).resolve()
+    values = _check_folder(root)
+    _check_settings(settings, values)
+    _check_machine()
+    work = (settings.work or root / ".srifty-rehearsal").resolve()
+    if work == root or root in work.parents and work.parent != root:
+        raise ConfigError(f"--work {work} is inside {root}: give a folder of its own (default {root}/.srifty-rehearsal)")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    report = Rehearsal(
+        fleet=values["name"],
+        folder=str(root),
+        mode=values.get("capacity", {}).get("mode", "asg"),
+        nodes_planned=settings.nodes or sum(g["on_demand"] + g["spot"] for g in values["groups"]),
+        not_checked=[text for _, text in NOT_CHECKED],
+        torch_build=_torch_build_lines(root, values, catalog),
+    )
+    walk = _Walk(root, work, values, settings, report, echo)
+    try:
+        walk.run()
+    except RehearsalFailed as exc:
+        report.error = exc.tail or str(exc)
+    finally:
+        report.nodes = [_node_record(n) for n in walk.nodes]
+        (work / "rehearsal.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    return report
+
+
+def _check_settings(settings: Settings, values: dict[str, Any]) -> None:
+    for name in ("notice_after_s", "stagger_s", "timeout_s"):
+        value = getattr(settings, name)
+        if not value >= 0 or value != value:
+            raise ConfigError(f"--{name.replace('_', '-')} must be a number of seconds >= 0. Got {value!r}.")
+    if settings.nodes is not None:
+        if settings.nodes < 1:
+            raise ConfigError(f"--nodes must be a whole number >= 1. Got {settings.nodes}.")
+        if len(values["groups"]) != 1:
+            raise ConfigError(
+                f"--nodes {settings.nodes}: the fleet mixes {len(values['groups'])} instance types, and the rehearsal "
+                "would not know which to scale: leave --nodes out (every node of the fleet is rehearsed)"
+            )
+    if values["train"].get("handover"):
+        raise ConfigError(
+            "this root waits for srifty launch's handover (train.handover): srifty launch brings it up and hands the "
+            "job over; rehearse a root written by srifty terraform"
+        )
+
+
+def _check_machine() -> None:
+    if platform.system() != "Linux" or not Path("/proc/self/environ").exists():
+        raise ProvisionError(
+            "srifty rehearse runs the nodes' user_data, written for the Deep Learning AMI's Ubuntu (bash, GNU "
+            "coreutils, /proc): run it on Linux (a Linux machine, WSL 2 or a container)"
+        )
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise ProvisionError(
+            f"srifty rehearse needs {', '.join(missing)} on PATH, as the nodes have them: install "
+            + "; ".join(
+                {"terraform": "Terraform >= 1.5 (https://developer.hashicorp.com/terraform/install)",
+                 "aws": "the AWS CLI (https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html)"}
+                .get(tool, f"{tool} (your distribution's package)")
+                for tool in missing
+            )
+        )
+    import importlib.util
+
+    if importlib.util.find_spec("moto") is None:
+        from predictor.exceptions import MissingExtraError
+
+        raise MissingExtraError("srifty rehearse", "rehearse", "moto")
+
+
+def _torch_build_lines(root: Path, values: dict[str, Any], catalog: Any) -> list[str]:
+    """What torch build the real nodes would pick (the summary of srifty terraform), for the report."""
+    from lightning_srifty.provision import cuda
+    from lightning_srifty.provision.preflight import ENVIRONMENT_FILE
+    from lightning_srifty.provision.snapshot import load_snapshot, read_member
+
+    code = values["train"].get("code")
+    if not code:
+        return []
+    try:
+        spec = json.loads(read_member(load_snapshot(root / code["source"]), ENVIRONMENT_FILE))
+        if catalog is None:
+            from predictor.catalog.catalog import Catalog
+
+            catalog = Catalog.load()
+        groups = [(g["instance_type"], catalog.get(g["instance_type"]).gpu) for g in values["groups"]
+                  if g["instance_type"] in catalog]
+        lines = cuda.summary(spec, (values.get("ami") or {}).get("id"), cuda.fleet_gpus(groups, catalog))
+    except (OSError, ValueError, KeyError) as exc:
+        return [f"the nodes' torch build: not read from the code archive ({exc})"]
+    return ["on the real nodes:"] + lines
+
+
+def _node_record(node: Node) -> dict[str, Any]:
+    return {
+        "instance_id": node.instance_id,
+        "group": node.group,
+        "leg": node.leg,
+        "index": node.index,
+        "exit_code": node.exit_code,
+        "noticed": node.noticed,
+        "marks_s": {k: round(v, 2) for k, v in node.marks.items()},
+        "work": str(node.work),
+    }
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in os.environ (terraform and boto3 read it), every AWS variable of the user's own taken out;
+    restored after."""
+    saved = dict(os.environ)
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            del os.environ[key]
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+class _Walk:
+    """The rehearsal's state: the local AWS, the nodes, the clock."""
+
+    def __init__(self, root: Path, work: Path, values: dict[str, Any], settings: Settings, report: Rehearsal,
+                 echo: Callable[[str], None]) -> None:
+        self.root, self.work, self.values, self.settings, self.report = root, work, values, settings, report
+        self.echo = echo
+        self.nodes: list[Node] = []
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + settings.timeout_s
+        self.aws: LocalAWS | None = None
+        self.infra = work / "infra"
+        self.prefix = ""
+        self.bucket = ""
+        self.group_name: str | None = None
+        self.credentials: dict[str, str] = {}
+        self.applied = False
+        self.preempted: dict[int, Any] = {}  # leg -> its Preempted record
+
+    # --- reporting ---------------------------------------------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        elapsed = time.monotonic() - self.t0
+        self.report.events.append((round(elapsed, 1), text))
+        self.echo(f"[{elapsed:6.1f}s] {text}")
+
+    def check(self, name: str, ok: bool, detail: str) -> bool:
+        self.report.checks.append(Check(name, ok, detail))
+        self.say(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
+        return ok
+
+    def fail(self, name: str, detail: str, node: Node | None = None) -> RehearsalFailed:
+        self.check(name, False, detail)
+        tail = f"--- the last lines of {node.instance_id}'s log ({node.log_path}) ---\n{node.tail()}" if node else ""
+        return RehearsalFailed(f"{name}: {detail}", tail)
+
+    # --- the walk ----------------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        with LocalAWS(self.values["region"]) as aws, _environment(aws.environment()):
+            self.aws = aws
+            try:
+                self._apply()
+                self._start_fleet()
+                self._leg(1)
+                if self.report.mode != "asg":
+                    self.say(
+                        "capacity mode fleet: nothing replaces an instance that left (srifty launch moves the job; "
+                        "an Auto Scaling group, mode asg, replaces it): the resume is not rehearsed"
+                    )
+                    return
+                self._replace()
+                self._leg(2)
+            finally:
+                self._tear_down()
+
+    def _apply(self) -> None:
+        from lightning_srifty.provision.runner import apply
+
+        assert self.aws is not None
+        shutil.copytree(
+            self.root,
+            self.infra,
+            ignore=shutil.ignore_patterns(".terraform", "terraform.tfstate*", "tfplan", ".srifty-rehearsal", ".plan*"),
+        )
+        self._point_at(self.aws)
+        started = time.monotonic()
+        self.say(f"terraform apply of {self.infra} against the local AWS at {self.aws.url}")
+        outputs = apply(self.infra, yes=True, echo=lambda line: None, check=False)["fleet"]
+        self.applied = True
+        self.group_name = outputs.get("autoscaling_group_name")
+        self.bucket = outputs["checkpoint_bucket"]
+        self.prefix = outputs["checkpoint_uri"].split("/", 3)[3]
+        self.say(f"applied in {time.monotonic() - started:.1f} s: {len(outputs['instance_ids'])} instance(s)")
+
+    def _point_at(self, aws: LocalAWS) -> None:
+        """The copy's values, changed where the rehearsal must (each change named in the report)."""
+        from lightning_srifty.provision.generate import TFVARS
+
+        path = self.infra / TFVARS
+        values = json.loads(path.read_text())
+        changed = self.report.changed
+        values["aws_endpoint"] = aws.url
+        changed.append("aws_endpoint: the local AWS")
+        ec2, ssm = aws.client("ec2"), aws.client("ssm")
+        arches = sorted({g.get("arch", "x86_64") for g in values["groups"]})
+        images = {
+            arch: ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": [arch]}])[
+                "Images"][0]["ImageId"]
+            for arch in ("x86_64", "arm64")
+        }
+        if (values.get("ami") or {}).get("id"):
+            changed.append(f"ami.id {values['ami']['id']}: {images[arches[0]]}, an image moto has")
+            values["ami"] = {"id": images[arches[0]]}
+        else:
+            for arch, image in images.items():
+                ssm.put_parameter(Name=IMAGE_PARAMETERS.format(arch=arch), Value=image, Type="String")
+            values["ami"] = {"ssm_parameters": {a: IMAGE_PARAMETERS.format(arch=a) for a in images}}
+            changed.append("ami: the Deep Learning AMI's SSM parameters, copied into the local AWS")
+        capacity = values.setdefault("capacity", {})
+        if capacity.get("placement_group"):
+            capacity["placement_group"] = False
+            changed.append("capacity.placement_group: off")
+        checkpoints = values["checkpoints"]
+        if checkpoints.get("tls_only", True):
+            checkpoints["tls_only"] = False
+            changed.append("checkpoints.tls_only: off (the local AWS speaks HTTP)")
+        if checkpoints.get("bucket"):  # the user's own bucket: the module writes to it, never creates it
+            aws.client("s3").create_bucket(Bucket=checkpoints["bucket"])
+            changed.append(f"bucket {checkpoints['bucket']}: created in the local AWS")
+        self._network(values, ec2)
+        self._secrets(values, aws)
+        train = values["train"]
+        port = int(train.get("rdzv_port") or 29400)
+        if not port_free(port):
+            train["rdzv_port"] = free_port()
+            changed.append(f"train.rdzv_port {port} (in use here): {train['rdzv_port']}")
+        if self.settings.nodes is not None:
+            (group,) = values["groups"]
+            planned = group["on_demand"] + group["spot"]
+            if planned != self.settings.nodes:
+                market = "spot" if group["spot"] else "on_demand"
+                group["on_demand"], group["spot"] = 0, 0
+                group[market] = self.settings.nodes
+                train["nnodes"] = self.settings.nodes
+                values.setdefault("limits", {})["max_instances"] = max(
+                    self.settings.nodes, values.get("limits", {}).get("max_instances", 0)
+                )
+                changed.append(f"nodes: {self.settings.nodes} of the fleet's {planned} (--nodes)")
+        path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+
+    def _network(self, values: dict[str, Any], ec2: Any) -> None:
+        network = values["network"]
+        if network.get("create_vpc"):
+            return
+        vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+        subnets = [
+            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.42.{i}.0/24")["Subnet"]["SubnetId"]
+            for i in range(max(1, len(network.get("subnet_ids") or [])))
+        ]
+        self.report.changed.append(f"network {network.get('vpc_id')}: a VPC of the local AWS ({vpc})")
+        network.update(vpc_id=vpc, subnet_ids=subnets)
+
+    def _secrets(self, values: dict[str, Any], aws: LocalAWS) -> None:
+        for secret in values.get("secrets") or []:
+            if secret["source"] == "ssm":
+                aws.client("ssm").put_parameter(Name=secret["id"], Value="rehearsal", Type="SecureString")
+            else:
+                aws.client("secretsmanager").create_secret(Name=secret["id"], SecretString="rehearsal")
+            self.report.changed.append(f"secret {secret['name']}: a placeholder at {secret['source']}:{secret['id']}")
+
+    def _start_fleet(self) -> None:
+        """The role's credentials, IAM on, the user_data each instance got; then the nodes, ``stagger_s`` apart."""
+        assert self.aws is not None
+        iam = self.aws.client("iam")
+        fleet = self.values["name"]
+        roles = [r["RoleName"] for r in iam.list_roles()["Roles"] if r["RoleName"].startswith(f"{fleet[:30]}-node-")]
+        if len(roles) != 1:
+            raise self.fail("instance role", f"expected one role {fleet[:30]}-node-*, found {roles}")
+        (policy_name,) = iam.list_role_policies(RoleName=roles[0])["PolicyNames"]
+        document = iam.get_role_policy(RoleName=roles[0], PolicyName=policy_name)["PolicyDocument"]
+        policy = document if isinstance(document, str) else json.dumps(document)
+        self.credentials = self.aws.principal("srifty-rehearsal-node", policy)
+        assert self.aws.proxy is not None
+        self.aws.proxy.s3_list_prefixes = _listing_prefixes(policy)
+        self.aws.proxy.s3_principal = self.credentials["AWS_ACCESS_KEY_ID"]
+        self.aws.enforce_iam(True)
+        os.environ.update(self.aws.admin)
+        self.say(f"IAM enforced: the nodes hold exactly the policy of role {roles[0]}")
+        self._start_new(leg=1)
+
+    def _instances(self) -> list[dict[str, Any]]:
+        assert self.aws is not None
+        pages = self.aws.client("ec2").describe_instances(
+            Filters=[
+                {"Name": "tag:srifty:fleet", "Values": [self.values["name"]]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ]
+        )
+        return sorted((i for r in pages["Reservations"] for i in r["Instances"]), key=lambda i: i["InstanceId"])
+
+    def _start_new(self, leg: int) -> None:
+        """A node for every running instance of the fleet not yet played, the first now, the others later."""
+        import base64
+
+        assert self.aws is not None
+        ec2 = self.aws.client("ec2")
+        known = {n.instance_id for n in self.nodes}
+        fresh = [i for i in self._instances() if i["InstanceId"] not in known]
+        if not fresh:
+            raise self.fail(f"leg {leg} instances", "the fleet has no instance to start")
+        markets = {g["instance_type"]: "spot" if g["spot"] else "on-demand" for g in self.values["groups"]}
+        for k, instance in enumerate(fresh):
+            raw = ec2.describe_instance_attribute(InstanceId=instance["InstanceId"], Attribute="userData")
+            user_data = base64.b64decode(raw.get("UserData", {}).get("Value", "")).decode()
+            self.report.user_data_bytes[instance["InstanceId"]] = len(user_data.encode())
+            node = Node(
+                instance_id=instance["InstanceId"],
+                group=instance["InstanceType"],
+                leg=leg,
+                index=len(self.nodes) + 1,
+                work=self.work / f"node{len(self.nodes) + 1}",
+                user_data=user_data,
+                market=markets.get(instance["InstanceType"], "on-demand"),
+            )
+            self.nodes.append(node)
+            if k:
+                self._wait(lambda: False, self.settings.stagger_s, "", quiet=True)
+            assert self.aws is not None
+            node.start(self.values["region"], self.aws.url, self.credentials, base_python())
+            self.say(f"node {node.index} ({node.instance_id}, {node.group}, leg {leg}) boots: "
+                     f"user_data {len(user_data.encode()):,} bytes")
+        sizes = self.report.user_data_bytes.values()
+        self.check(
+            f"user data (leg {leg})",
+            max(sizes) <= 16_384,
+            f"{max(sizes):,} bytes at most (EC2 takes 16,384; https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/"
+            "user-data.html)",
+        )
+
+    # --- watching ----------------------------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """Marks from the logs; an instance that shut itself down is terminated as EC2 terminates it (its Auto Scaling
+        group, if it is still a member, starts a replacement)."""
+        assert self.aws is not None
+        for node in self.nodes:
+            for mark in node.update_marks():
+                self.say(f"node {node.index} ({node.instance_id}): {mark} at +{node.marks[mark]:.1f} s")
+            node.poll()
+            if node.shut_down() and not node.terminated:
+                node.power_off()
+                node.terminated = True
+                self._terminate(node)
+
+    def _terminate(self, node: Node) -> None:
+        assert self.aws is not None
+        asg = self.aws.client("autoscaling")
+        member = asg.describe_auto_scaling_instances(InstanceIds=[node.instance_id])["AutoScalingInstances"]
+        if member:
+            # an instance that shuts down while in its group is replaced by the group (desired capacity unchanged)
+            asg.terminate_instance_in_auto_scaling_group(InstanceId=node.instance_id,
+                                                         ShouldDecrementDesiredCapacity=False)
+            self.say(f"node {node.index} ({node.instance_id}) shut down: terminated, still in its Auto Scaling group")
+        else:
+            self.aws.client("ec2").terminate_instances(InstanceIds=[node.instance_id])
+            self.say(f"node {node.index} ({node.instance_id}) shut down: terminated")
+
+    def _wait(self, done: Callable[[], Any], seconds: float | None, what: str, quiet: bool = False,
+              watch: list[Node] | None = None) -> Any:
+        """Tick until ``done()`` is truthy (its value returned), ``seconds`` pass (None), or the rehearsal's deadline;
+        a node of ``watch`` that exits first fails the rehearsal."""
+        until = min(self.deadline, time.monotonic() + seconds) if seconds is not None else self.deadline
+        while True:
+            self._tick()
+            value = done()
+            if value:
+                return value
+            for node in watch or []:
+                if node.exit_code is not None:
+                    raise self.fail(what, f"node {node.index} ({node.instance_id}) exited with {node.exit_code} "
+                                          "first", node)
+            if time.monotonic() >= until:
+                if seconds is not None and until < self.deadline:
+                    return None
+                if quiet:
+                    return None
+                raise self.fail(what, f"not seen within the rehearsal's {self.settings.timeout_s:.0f} s (--timeout-s)",
+                                next((n for n in reversed(self.nodes) if n.exit_code is None), None))
+            time.sleep(0.5)
+
+    def _record(self, cls: Any, after_unix: float, stamp: str) -> Any:
+        """The ``cls`` record beside the checkpoints, if one was written after ``after_unix`` (by its ``stamp``)."""
+        from lightning_srifty import protocol
+
+        assert self.aws is not None
+        key = f"{self.prefix}{cls.FILE}"
+        try:
+            body = self.aws.client("s3").get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            record = protocol.parse(cls, json.loads(body), f"s3://{self.bucket}/{key}", None)
+        except Exception:  # noqa: BLE001 - not there yet, or being replaced
+            return None
+        when = getattr(record, stamp, None)
+        return record if when is not None and when >= after_unix else None
+
+    def _leg(self, leg: int) -> None:
+        """The leg's nodes train, one gets a spot notice, all leave with a checkpoint."""
+        from lightning_srifty import protocol
+
+        nodes = [n for n in self.nodes if n.leg == leg]
+        since = time.time() - 1
+        started = self._wait(lambda: self._record(protocol.Started, since, "first_step_unix"), None,
+                             f"leg {leg}: first step", watch=nodes)
+        self.say(f"leg {leg}: the job took its first step: step {started.step}")
+        if leg == 2:
+            self._check_resume(started, nodes)
+        self._wait(lambda: any(n.exit_code is not None for n in nodes), self.settings.notice_after_s, "", quiet=True)
+        if any(n.exit_code is not None for n in nodes):
+            finished = self._record(protocol.Finished, 0, "step")
+            raise self.fail(
+                f"leg {leg}: spot notice",
+                "the job ended before the notice"
+                + (f" (finished at step {finished.step})" if finished else "")
+                + ": give it more steps, or a shorter --notice-after-s",
+                next(n for n in nodes if n.exit_code is not None),
+            )
+        target = nodes[-1]  # not the first ready: the notice reaches the others through the job
+        noticed = time.time()
+        target.notice()
+        self.say(f"leg {leg}: spot interruption notice to node {target.index} ({target.instance_id})")
+        preempted = self._wait(lambda: self._record(protocol.Preempted, noticed - 1, "durable_unix"), 300,
+                               f"leg {leg}: the checkpoint on the notice")
+        if preempted is None:
+            raise self.fail(f"leg {leg}: checkpoint on the notice", "no PREEMPTED.json within 300 s", target)
+        self.check(
+            f"leg {leg}: checkpoint on the notice",
+            bool(preempted.checkpoint) and preempted.stored == "durable",
+            f"step {preempted.step}, {preempted.checkpoint}, durable {preempted.notice_to_durable_s:.2f} s after "
+            f"the notice ({preempted.stored})",
+        )
+        self._wait(lambda: all(n.exit_code is not None for n in nodes), 300, f"leg {leg}: the nodes leave")
+        self._check_left(leg, nodes)
+        self.preempted[leg] = preempted
+
+    def _check_left(self, leg: int, nodes: list[Node]) -> None:
+        codes = {n.instance_id: n.exit_code for n in nodes}
+        self.check(f"leg {leg}: every node left with exit 75", set(codes.values()) == {75},
+                   ", ".join(f"{i}: {c}" for i, c in codes.items()))
+        assert self.aws is not None
+        s3 = self.aws.client("s3")
+        wrong = []
+        for node in nodes:
+            key = f"{self.prefix}status/{self.values['name']}-{node.instance_id}.json"
+            try:
+                status = json.loads(s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+            except Exception as exc:  # noqa: BLE001
+                wrong.append(f"{node.instance_id}: no status record ({exc})")
+                continue
+            if status.get("exit_code") != 75 or status.get("preempted") is not True:
+                wrong.append(f"{node.instance_id}: {status}")
+        self.check(f"leg {leg}: status records say 75, preempted", not wrong, "; ".join(wrong) or
+                   f"{len(nodes)} record(s) at s3://{self.bucket}/{self.prefix}status/")
+        self._wait(lambda: all(n.terminated for n in nodes), 60, "")
+        if self.report.mode == "asg":
+            stayed = [n for n in nodes if "staying in the Auto Scaling group" in
+                      (n.work / "watchdog.log").read_text(errors="replace")]
+            self.check(f"leg {leg}: the watchdog kept every node in its Auto Scaling group", len(stayed) == len(nodes),
+                       f"{len(stayed)} of {len(nodes)} stayed (a preempted node leaves its place to a replacement)")
+
+    def _replace(self) -> None:
+        """The group starts replacements for the instances that shut down; the rehearsal plays them."""
+        assert self.aws is not None
+        group = self.aws.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[self.group_name])
+        desired = group["AutoScalingGroups"][0]["DesiredCapacity"]
+        self.check("the Auto Scaling group still wants the fleet", desired >= 1,
+                   f"desired capacity {desired} (units) after every node left")
+        self._start_new(leg=2)
+
+    def _check_resume(self, started: Any, nodes: list[Node]) -> None:
+        before = self.preempted[1]
+        first = started.step
+        ok = before.step is not None and first is not None and before.step <= first <= before.step + 1
+        self.check("leg 2: the replacements resumed where the fleet left",
+                   ok, f"first step {first} after the checkpoint of step {before.step}")
+        logs = [n.log() for n in nodes]
+        named = any(before.checkpoint in text for text in logs)
+        self.check("leg 2: resumed from the notice's checkpoint", named,
+                   f"{before.checkpoint} {'named' if named else 'not named'} in the replacements' logs")
+        if any("non-resumable" in text or "not resumable" in text for text in logs):
+            self.say("note: the job's DataLoader is not resumable: the resumed run sees its samples again from the "
+                     "start of the epoch (Lightning's warning, in the nodes' logs)")
+
+    def _tear_down(self) -> None:
+        from lightning_srifty.provision.runner import destroy
+
+        for node in self.nodes:
+            node.power_off()
+        if self.aws is not None:
+            try:
+                self.aws.enforce_iam(False)
+            except OSError:
+                pass
+        if self.applied:
+            try:
+                self._empty_bucket()  # the module keeps a bucket with checkpoints (no force_destroy): here, let it go
+                destroy(self.infra, yes=True, echo=lambda line: None)
+                self.check("teardown", True, "terraform destroy of the rehearsal's fleet in the local AWS")
+            except Exception as exc:  # noqa: BLE001 - the local AWS goes with this process anyway
+                self.check("teardown", False, f"terraform destroy in the local AWS failed: {exc}")
+
+    def _empty_bucket(self) -> None:
+        assert self.aws is not None
+        s3 = self.aws.client("s3")
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=self.bucket):
+            for item in page.get("Versions", []) + page.get("DeleteMarkers", []):
+                s3.delete_object(Bucket=self.bucket, Key=item["Key"], VersionId=item["VersionId"])
+
+
+def _listing_prefixes(policy: str) -> tuple[str, ...]:
+    """The s3:prefix values a policy's conditioned s3:ListBucket grants."""
+    prefixes: list[str] = []
+    for statement in json.loads(policy).get("Statement", []):
+        actions = statement.get("Action")
+        actions = [actions] if isinstance(actions, str) else actions or []
+        if "s3:ListBucket" in actions:
+            values = statement.get("Condition", {}).get("StringLike", {}).get("s3:prefix", [])
+            prefixes += [values] if isinstance(values, str) else values
+    return tuple(p.rstrip("*") for p in prefixes)
