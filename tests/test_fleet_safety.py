@@ -151,6 +151,9 @@ def test_a_stale_heartbeat_stops_the_job_leaves_the_asg_and_shuts_down(watchdog)
     assert calls == [
         "autoscaling describe-auto-scaling-instances --region us-east-1 --instance-ids i-0123456789abcdef0 "
         "--query AutoScalingInstances[0].AutoScalingGroupName --output text",
+        # weighted units: DetachInstances decrements by 1 per instance, not by its 100 units (issue #35 row L)
+        "autoscaling suspend-processes --region us-east-1 --auto-scaling-group-name mig-1-20250101 "
+        "--scaling-processes Launch",
         "autoscaling update-auto-scaling-group --region us-east-1 --auto-scaling-group-name mig-1-20250101 "
         "--min-size 0",
         "autoscaling detach-instances --region us-east-1 --auto-scaling-group-name mig-1-20250101 --instance-ids "
@@ -186,6 +189,32 @@ def test_without_heartbeat_the_job_exit_stops_the_fleet(watchdog) -> None:
     done, logs = watchdog(None, job="sleep 1")  # a job that ends by itself
     assert "stopping: the training job has exited" in done.stdout
     assert read(logs / "shutdown.log") == "-h now\n" and "s3 cp" not in read(logs / "aws.log")
+
+
+@pytest.mark.slow  # the watchdog's loop under bash, 5 s
+def test_the_instance_shuts_down_after_the_boot_scripts_status_record(watchdog, tmp_path) -> None:
+    """The job exits; the boot script is still writing its log and status record beside the checkpoints (on_exit):
+    shutdown would stop the upload in flight (found by srifty rehearse: a status record missing). The watchdog waits
+    for user_data.done, bounded."""
+    state = tmp_path / "state"
+    boot = subprocess.Popen(
+        ["bash", "-c", f"sleep 3; echo written >{tmp_path / 'status.log'}; touch {state}/user_data.done; sleep 2"]
+    )
+    try:
+        (state / "user_data.pid").write_text(f"{boot.pid}\n")
+        saw = tmp_path / "saw.log"  # what the shutdown found written
+        exe(
+            tmp_path / "bin" / "shutdown",
+            f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n'
+            f"cat {tmp_path / 'status.log'} >>{saw} 2>/dev/null\n",
+        )
+        done, logs = watchdog(None, job="sleep 0.5", grace_s=0)
+        assert "stopping: the training job has exited" in done.stdout
+        assert read(saw) == "written\n"  # the status record was written before the power went
+        assert read(logs / "shutdown.log") == "-h now\n"
+    finally:
+        boot.kill()
+        boot.wait()
 
 
 def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(watchdog) -> None:

@@ -28,7 +28,6 @@ import http.client
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-
 LAUNCHES = ("CreateFleet", "RunInstances")
 ERROR = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code><Message>We currently do not '

@@ -7,6 +7,7 @@ with an administrator's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -78,10 +79,8 @@ class LocalAWS:
 
     def __exit__(self, *exc: object) -> None:
         if self._enforcing:
-            try:
+            with contextlib.suppress(OSError):
                 self.enforce_iam(False)
-            except OSError:
-                pass
         if self.proxy is not None:
             self.proxy.__exit__()
             self.proxy = None

@@ -4,11 +4,13 @@ calls signed with the instance role's credentials. Three things stand in for the
 ``shutdown`` (records the call: the rehearsal terminates the instance, as EC2 does for an instance whose
 instance_initiated_shutdown_behavior is terminate), ``python3`` (this interpreter, whose packages the bootstrap reuses
 through $SRIFTY_BOOTSTRAP_BASE_PYTHON instead of downloading torch) and ``torchrun`` (the image's, which a torch
-installed that way does not bring: ``python -m torch.distributed.run`` of the environment user_data activated). Every process the node starts
-carries its token in the environment (``setsid`` does not lose it), which is how :meth:`Node.power_off` finds them."""
+installed that way does not bring: ``python -m torch.distributed.run`` of the environment user_data activated). Every
+process the node starts carries its token in the environment (``setsid`` does not lose it), which is how
+:meth:`Node.power_off` finds them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
@@ -154,16 +156,12 @@ class Node:
             if not pids:
                 break
             for pid in pids:
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
             time.sleep(0.2)
         if self.proc is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
             self.poll()
         if self.imds is not None:
             self.imds.__exit__()

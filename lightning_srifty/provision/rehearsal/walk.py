@@ -35,16 +35,23 @@ from lightning_srifty.provision.rehearsal.node import Node, base_python
 from predictor.exceptions import ConfigError, ProvisionError
 
 SCHEMA = "srifty.rehearsal/v1"
+MARKER = ".srifty-rehearsal-folder"  # a folder the rehearsal may replace
 TOOLS = ("terraform", "aws", "curl", "bash", "sha256sum", "base64", "setsid", "timeout", "tar")
 IMAGE_PARAMETERS = "/srifty-rehearsal/deeplearning-ami/{arch}"  # moto keeps /aws/ to itself
 NOT_CHECKED = (
-    ("driver", "the NVIDIA driver and torch's CUDA build: the nodes here have no GPU (the real nodes' pick is shown "
-     "above; srifty check fails a combination that cannot work)"),
+    (
+        "driver",
+        "the NVIDIA driver and torch's CUDA build: the nodes here have no GPU (the real nodes' pick is shown "
+        "above; srifty check fails a combination that cannot work)",
+    ),
     ("efa", "EFA and NCCL over it: the nodes here talk over loopback TCP"),
     ("capacity", "capacity, quotas and offerings of the real account and zone (srifty check reads them)"),
     ("placement", "the cluster placement group (moto never reports one available: the rehearsal applies without it)"),
-    ("image", "the Deep Learning AMI itself (its Python, packages and driver): the nodes here run this machine's "
-     "Python with this environment's packages"),
+    (
+        "image",
+        "the Deep Learning AMI itself (its Python, packages and driver): the nodes here run this machine's "
+        "Python with this environment's packages",
+    ),
     ("speed", "speed: the steps here run on this machine's CPU cores"),
 )
 
@@ -110,8 +117,12 @@ class Settings:
     work: Path | None = None  # default: <dir>/.srifty-rehearsal
 
 
-def rehearse(folder: str | os.PathLike[str], settings: Settings | None = None, echo: Callable[[str], None] = print,
-             catalog: Any = None) -> Rehearsal:
+def rehearse(
+    folder: str | os.PathLike[str],
+    settings: Settings | None = None,
+    echo: Callable[[str], None] = print,
+    catalog: Any = None,
+) -> Rehearsal:
     """Rehearse the root module in ``folder`` (see the module docstring); returns the report, also written to
     ``<work>/rehearsal.json``.
 
@@ -127,11 +138,19 @@ def rehearse(folder: str | os.PathLike[str], settings: Settings | None = None, e
     _check_settings(settings, values)
     _check_machine()
     work = (settings.work or root / ".srifty-rehearsal").resolve()
-    if work == root or root in work.parents and work.parent != root:
-        raise ConfigError(f"--work {work} is inside {root}: give a folder of its own (default {root}/.srifty-rehearsal)")
+    if work == root or (root in work.parents and work.parent != root):
+        raise ConfigError(
+            f"--work {work} is inside {root}: give a folder of its own (default {root}/.srifty-rehearsal)"
+        )
+    if work.exists() and any(work.iterdir()) and not (work / MARKER).exists():
+        raise ConfigError(
+            f"--work {work} is a folder with files that no rehearsal wrote: give an empty or new folder (a "
+            "rehearsal's folder is replaced by the next rehearsal)"
+        )
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
+    (work / MARKER).write_text("written by srifty rehearse: the next rehearsal replaces this folder\n")
     report = Rehearsal(
         fleet=values["name"],
         folder=str(root),
@@ -182,9 +201,10 @@ def _check_machine() -> None:
         raise ProvisionError(
             f"srifty rehearse needs {', '.join(missing)} on PATH, as the nodes have them: install "
             + "; ".join(
-                {"terraform": "Terraform >= 1.5 (https://developer.hashicorp.com/terraform/install)",
-                 "aws": "the AWS CLI (https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html)"}
-                .get(tool, f"{tool} (your distribution's package)")
+                {
+                    "terraform": "Terraform >= 1.5 (https://developer.hashicorp.com/terraform/install)",
+                    "aws": "the AWS CLI (https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html)",
+                }.get(tool, f"{tool} (your distribution's package)")
                 for tool in missing
             )
         )
@@ -211,12 +231,15 @@ def _torch_build_lines(root: Path, values: dict[str, Any], catalog: Any) -> list
             from predictor.catalog.catalog import Catalog
 
             catalog = Catalog.load()
-        groups = [(g["instance_type"], catalog.get(g["instance_type"]).gpu) for g in values["groups"]
-                  if g["instance_type"] in catalog]
+        groups = [
+            (g["instance_type"], catalog.get(g["instance_type"]).gpu)
+            for g in values["groups"]
+            if g["instance_type"] in catalog
+        ]
         lines = cuda.summary(spec, (values.get("ami") or {}).get("id"), cuda.fleet_gpus(groups, catalog))
     except (OSError, ValueError, KeyError) as exc:
         return [f"the nodes' torch build: not read from the code archive ({exc})"]
-    return ["on the real nodes:"] + lines
+    return ["on the real nodes:", *lines]
 
 
 def _node_record(node: Node) -> dict[str, Any]:
@@ -251,8 +274,15 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 class _Walk:
     """The rehearsal's state: the local AWS, the nodes, the clock."""
 
-    def __init__(self, root: Path, work: Path, values: dict[str, Any], settings: Settings, report: Rehearsal,
-                 echo: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        work: Path,
+        values: dict[str, Any],
+        settings: Settings,
+        report: Rehearsal,
+        echo: Callable[[str], None],
+    ) -> None:
         self.root, self.work, self.values, self.settings, self.report = root, work, values, settings, report
         self.echo = echo
         self.nodes: list[Node] = []
@@ -336,7 +366,8 @@ class _Walk:
         arches = sorted({g.get("arch", "x86_64") for g in values["groups"]})
         images = {
             arch: ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": [arch]}])[
-                "Images"][0]["ImageId"]
+                "Images"
+            ][0]["ImageId"]
             for arch in ("x86_64", "arm64")
         }
         if (values.get("ami") or {}).get("id"):
@@ -458,8 +489,10 @@ class _Walk:
                 self._wait(lambda: False, self.settings.stagger_s, "", quiet=True)
             assert self.aws is not None
             node.start(self.values["region"], self.aws.url, self.credentials, base_python())
-            self.say(f"node {node.index} ({node.instance_id}, {node.group}, leg {leg}) boots: "
-                     f"user_data {len(user_data.encode()):,} bytes")
+            self.say(
+                f"node {node.index} ({node.instance_id}, {node.group}, leg {leg}) boots: "
+                f"user_data {len(user_data.encode()):,} bytes"
+            )
         sizes = self.report.user_data_bytes.values()
         self.check(
             f"user data (leg {leg})",
@@ -489,15 +522,22 @@ class _Walk:
         member = asg.describe_auto_scaling_instances(InstanceIds=[node.instance_id])["AutoScalingInstances"]
         if member:
             # an instance that shuts down while in its group is replaced by the group (desired capacity unchanged)
-            asg.terminate_instance_in_auto_scaling_group(InstanceId=node.instance_id,
-                                                         ShouldDecrementDesiredCapacity=False)
+            asg.terminate_instance_in_auto_scaling_group(
+                InstanceId=node.instance_id, ShouldDecrementDesiredCapacity=False
+            )
             self.say(f"node {node.index} ({node.instance_id}) shut down: terminated, still in its Auto Scaling group")
         else:
             self.aws.client("ec2").terminate_instances(InstanceIds=[node.instance_id])
             self.say(f"node {node.index} ({node.instance_id}) shut down: terminated")
 
-    def _wait(self, done: Callable[[], Any], seconds: float | None, what: str, quiet: bool = False,
-              watch: list[Node] | None = None) -> Any:
+    def _wait(
+        self,
+        done: Callable[[], Any],
+        seconds: float | None,
+        what: str,
+        quiet: bool = False,
+        watch: list[Node] | None = None,
+    ) -> Any:
         """Tick until ``done()`` is truthy (its value returned), ``seconds`` pass (None), or the rehearsal's deadline;
         a node of ``watch`` that exits first fails the rehearsal."""
         until = min(self.deadline, time.monotonic() + seconds) if seconds is not None else self.deadline
@@ -508,15 +548,19 @@ class _Walk:
                 return value
             for node in watch or []:
                 if node.exit_code is not None:
-                    raise self.fail(what, f"node {node.index} ({node.instance_id}) exited with {node.exit_code} "
-                                          "first", node)
+                    raise self.fail(
+                        what, f"node {node.index} ({node.instance_id}) exited with {node.exit_code} first", node
+                    )
             if time.monotonic() >= until:
                 if seconds is not None and until < self.deadline:
                     return None
                 if quiet:
                     return None
-                raise self.fail(what, f"not seen within the rehearsal's {self.settings.timeout_s:.0f} s (--timeout-s)",
-                                next((n for n in reversed(self.nodes) if n.exit_code is None), None))
+                raise self.fail(
+                    what,
+                    f"not seen within the rehearsal's {self.settings.timeout_s:.0f} s (--timeout-s)",
+                    next((n for n in reversed(self.nodes) if n.exit_code is None), None),
+                )
             time.sleep(0.5)
 
     def _record(self, cls: Any, after_unix: float, stamp: str) -> Any:
@@ -539,8 +583,12 @@ class _Walk:
 
         nodes = [n for n in self.nodes if n.leg == leg]
         since = time.time() - 1
-        started = self._wait(lambda: self._record(protocol.Started, since, "first_step_unix"), None,
-                             f"leg {leg}: first step", watch=nodes)
+        started = self._wait(
+            lambda: self._record(protocol.Started, since, "first_step_unix"),
+            None,
+            f"leg {leg}: first step",
+            watch=nodes,
+        )
         self.say(f"leg {leg}: the job took its first step: step {started.step}")
         if leg == 2:
             self._check_resume(started, nodes)
@@ -558,8 +606,11 @@ class _Walk:
         noticed = time.time()
         target.notice()
         self.say(f"leg {leg}: spot interruption notice to node {target.index} ({target.instance_id})")
-        preempted = self._wait(lambda: self._record(protocol.Preempted, noticed - 1, "durable_unix"), 300,
-                               f"leg {leg}: the checkpoint on the notice")
+        preempted = self._wait(
+            lambda: self._record(protocol.Preempted, noticed - 1, "durable_unix"),
+            300,
+            f"leg {leg}: the checkpoint on the notice",
+        )
         if preempted is None:
             raise self.fail(f"leg {leg}: checkpoint on the notice", "no PREEMPTED.json within 300 s", target)
         self.check(
@@ -574,8 +625,11 @@ class _Walk:
 
     def _check_left(self, leg: int, nodes: list[Node]) -> None:
         codes = {n.instance_id: n.exit_code for n in nodes}
-        self.check(f"leg {leg}: every node left with exit 75", set(codes.values()) == {75},
-                   ", ".join(f"{i}: {c}" for i, c in codes.items()))
+        self.check(
+            f"leg {leg}: every node left with exit 75",
+            set(codes.values()) == {75},
+            ", ".join(f"{i}: {c}" for i, c in codes.items()),
+        )
         assert self.aws is not None
         s3 = self.aws.client("s3")
         wrong = []
@@ -588,37 +642,57 @@ class _Walk:
                 continue
             if status.get("exit_code") != 75 or status.get("preempted") is not True:
                 wrong.append(f"{node.instance_id}: {status}")
-        self.check(f"leg {leg}: status records say 75, preempted", not wrong, "; ".join(wrong) or
-                   f"{len(nodes)} record(s) at s3://{self.bucket}/{self.prefix}status/")
+        self.check(
+            f"leg {leg}: status records say 75, preempted",
+            not wrong,
+            "; ".join(wrong) or f"{len(nodes)} record(s) at s3://{self.bucket}/{self.prefix}status/",
+        )
         self._wait(lambda: all(n.terminated for n in nodes), 60, "")
         if self.report.mode == "asg":
-            stayed = [n for n in nodes if "staying in the Auto Scaling group" in
-                      (n.work / "watchdog.log").read_text(errors="replace")]
-            self.check(f"leg {leg}: the watchdog kept every node in its Auto Scaling group", len(stayed) == len(nodes),
-                       f"{len(stayed)} of {len(nodes)} stayed (a preempted node leaves its place to a replacement)")
+            stayed = [
+                n
+                for n in nodes
+                if "staying in the Auto Scaling group" in (n.work / "watchdog.log").read_text(errors="replace")
+            ]
+            self.check(
+                f"leg {leg}: the watchdog kept every node in its Auto Scaling group",
+                len(stayed) == len(nodes),
+                f"{len(stayed)} of {len(nodes)} stayed (a preempted node leaves its place to a replacement)",
+            )
 
     def _replace(self) -> None:
         """The group starts replacements for the instances that shut down; the rehearsal plays them."""
         assert self.aws is not None
         group = self.aws.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[self.group_name])
         desired = group["AutoScalingGroups"][0]["DesiredCapacity"]
-        self.check("the Auto Scaling group still wants the fleet", desired >= 1,
-                   f"desired capacity {desired} (units) after every node left")
+        self.check(
+            "the Auto Scaling group still wants the fleet",
+            desired >= 1,
+            f"desired capacity {desired} (units) after every node left",
+        )
         self._start_new(leg=2)
 
     def _check_resume(self, started: Any, nodes: list[Node]) -> None:
         before = self.preempted[1]
         first = started.step
         ok = before.step is not None and first is not None and before.step <= first <= before.step + 1
-        self.check("leg 2: the replacements resumed where the fleet left",
-                   ok, f"first step {first} after the checkpoint of step {before.step}")
+        self.check(
+            "leg 2: the replacements resumed where the fleet left",
+            ok,
+            f"first step {first} after the checkpoint of step {before.step}",
+        )
         logs = [n.log() for n in nodes]
         named = any(before.checkpoint in text for text in logs)
-        self.check("leg 2: resumed from the notice's checkpoint", named,
-                   f"{before.checkpoint} {'named' if named else 'not named'} in the replacements' logs")
+        self.check(
+            "leg 2: resumed from the notice's checkpoint",
+            named,
+            f"{before.checkpoint} {'named' if named else 'not named'} in the replacements' logs",
+        )
         if any("non-resumable" in text or "not resumable" in text for text in logs):
-            self.say("note: the job's DataLoader is not resumable: the resumed run sees its samples again from the "
-                     "start of the epoch (Lightning's warning, in the nodes' logs)")
+            self.say(
+                "note: the job's DataLoader is not resumable: the resumed run sees its samples again from the "
+                "start of the epoch (Lightning's warning, in the nodes' logs)"
+            )
 
     def _tear_down(self) -> None:
         from lightning_srifty.provision.runner import destroy
@@ -626,10 +700,8 @@ class _Walk:
         for node in self.nodes:
             node.power_off()
         if self.aws is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.aws.enforce_iam(False)
-            except OSError:
-                pass
         if self.applied:
             try:
                 self._empty_bucket()  # the module keeps a bucket with checkpoints (no force_destroy): here, let it go

@@ -422,13 +422,14 @@ data "aws_iam_policy_document" "instance" {
     }
   }
 
-  # the watchdog takes its instance out of the fleet's Auto Scaling group (min 0, detach with the desired capacity
-  # decremented) so that the group does not replace an instance that stopped itself; only groups of this fleet
+  # the watchdog takes its instance out of the fleet's Auto Scaling group (launches suspended, min 0, detach with the
+  # desired capacity decremented) so that the group does not replace an instance that stopped itself; only groups of
+  # this fleet
   dynamic "statement" {
     for_each = var.capacity.mode == "asg" ? [1] : []
     content {
       sid       = "LeaveOwnAutoScalingGroup"
-      actions   = ["autoscaling:UpdateAutoScalingGroup", "autoscaling:DetachInstances"]
+      actions   = ["autoscaling:SuspendProcesses", "autoscaling:UpdateAutoScalingGroup", "autoscaling:DetachInstances"]
       resources = ["arn:${data.aws_partition.current.partition}:autoscaling:*:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.name}-*"]
 
       condition {

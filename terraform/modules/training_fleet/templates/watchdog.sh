@@ -8,8 +8,8 @@
 #   - with a heartbeat (SRIFTY_WD_HEARTBEAT_URI, written by `srifty launch` every ~30 s): the record is older than
 #     its max_age_s, now is past its max_life_until_unix, or no record could be read for SRIFTY_WD_MAX_AGE_S.
 # Stopping: SIGTERM to the job (it checkpoints and exits 75), SRIFTY_WD_GRACE_S seconds to do so, SIGKILL, then (asg
-# mode) the instance leaves its Auto Scaling group with the desired capacity decremented so that nothing replaces
-# it, then `shutdown -h now`: the launch template's instance_initiated_shutdown_behavior is terminate. A job that
+# mode) the group's launches are suspended and the instance leaves it with the desired capacity decremented so that
+# nothing replaces it, then (after the boot script's status record, bounded) `shutdown -h now`: the launch template's instance_initiated_shutdown_behavior is terminate. A job that
 # left on a spot notice with a checkpoint (the marker "preempted" in the state folder) on a fleet no launcher
 # watches (no heartbeat) stays in its group instead: the group starts a replacement, which resumes.
 #
@@ -80,7 +80,13 @@ stop_instance() {
     group=$(aws autoscaling describe-auto-scaling-instances --region "$REGION" \
       --instance-ids "$SRIFTY_WD_INSTANCE_ID" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text)
     if [ -n "$group" ] && [ "$group" != None ]; then
-      # min 0 first: the desired capacity may not go below it; the group replaces nothing that left it this way
+      # the group launches nothing more: its capacity is counted in weighted units (100 per instance), and
+      # DetachInstances decrements the desired capacity "by the number of instances detached" (1, API reference), so
+      # the group would start a replacement for 99 missing units; then min 0 (the desired capacity may not go below
+      # it) and leave with the decrement. The whole fleet is leaving here (the job ended, the launcher is gone, the
+      # life cap): a later apply of the root resumes the process (the module suspends none)
+      aws autoscaling suspend-processes --region "$REGION" --auto-scaling-group-name "$group" \
+        --scaling-processes Launch || log "could not suspend the group's launches"
       aws autoscaling update-auto-scaling-group --region "$REGION" --auto-scaling-group-name "$group" --min-size 0 &&
         aws autoscaling detach-instances --region "$REGION" --auto-scaling-group-name "$group" \
           --instance-ids "$SRIFTY_WD_INSTANCE_ID" --should-decrement-desired-capacity >/dev/null &&

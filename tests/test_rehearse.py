@@ -1,0 +1,183 @@
+"""srifty rehearse (issue #35 item 11): a root module's fleet played on this machine against a local AWS (moto, the
+instance role's policy enforced, the AWS-rules proxy) to the first steps, a spot notice and the resume."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from _support import MINIMAL
+from lightning_srifty.cli import main
+from lightning_srifty.provision.generate import TFVARS, Options, generate
+from lightning_srifty.provision.rehearsal import walk
+from lightning_srifty.provision.rehearsal.node import TOKEN_VARIABLE, pids_with
+from predictor.documents.profile import load_profile
+from predictor.exceptions import ConfigError, ProvisionError
+from predictor.ranking import Constraints, rank
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# the user's script: the README's Trainer(strategy="srifty_auto") and SpotPreemption, more steps than a rehearsal
+# takes (the notices end it)
+TRAIN = """import lightning.pytorch as pl
+
+from lightning_srifty import SpotPreemption
+from lightning_srifty.demo.data import DigitsDataModule
+from lightning_srifty.demo.models import DigitsCNN
+
+pl.seed_everything(0)
+trainer = pl.Trainer(max_steps=1_000_000, strategy="srifty_auto", callbacks=[SpotPreemption()], logger=False,
+                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(DigitsCNN(), datamodule=DigitsDataModule(batch_size=16))
+"""
+
+
+def spot_root(folder: Path, catalog, **options) -> Path:
+    """``srifty terraform``'s root for a 2-node g5.xlarge spot plan (Auto Scaling group) of a user's git project."""
+    project = folder / "project"
+    project.mkdir(parents=True)
+    (project / "train.py").write_text(TRAIN)
+    (project / "requirements.txt").write_text("pyyaml\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "."], check=True)
+    software = {"python": platform.python_version(), "torch": version("torch"), "lightning": version("lightning")}
+    profile = load_profile({**MINIMAL, "batch": {"per_device": 8}, "software": software})
+    constraints = Constraints(
+        steps=10_000_000, objective="cost", market="spot", allow=("g5.xlarge",), max_instances=2, max_types=1, top=30
+    )
+    plan = rank(profile, constraints, catalog=catalog)
+    choice = [e.fleet for e in plan.entries].index("g5.xlarge:2")
+    settings = Options(name="rehearse-me", train_command="python -u train.py", code=str(project), **options)
+    return generate(plan, folder / "infra", choice=choice, options=settings, catalog=catalog).out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # an apply, 2 + 2 nodes each installing its environment: 3-4 min alone on 2 cores
+def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacements(tf_env, tmp_path, catalog) -> None:
+    """The Done-means of issue #35: srifty rehearse on a 2-node spot plan, from the CLI, as a user runs it on the root
+    srifty terraform wrote for real AWS. Every node's user_data is the launch template's, byte-for-byte; the second
+    node boots 10 s after the first; after the first steps a spot notice reaches one node; both leave with the
+    checkpoint (exit 75, status records "preempted"); the watchdog keeps them in the group, which starts two
+    replacements; they resume from that checkpoint (their first step follows it) and leave on a second notice; all is
+    torn down and no process of a node is left."""
+    infra = spot_root(tmp_path, catalog)
+    before = (infra / TFVARS).read_text()
+    code = main(["rehearse", "--dir", str(infra), "--stagger-s", "10", "--notice-after-s", "5"])
+    report = json.loads((infra / ".srifty-rehearsal" / "rehearsal.json").read_text())
+    checks = {c["name"]: c for c in report["checks"]}
+    failed = {name: c["detail"] for name, c in checks.items() if not c["ok"]}
+    assert code == 0 and report["ok"], (failed, report["error"])
+    assert report["schema"] == "srifty.rehearsal/v1"
+    assert (infra / TFVARS).read_text() == before  # the user's root is untouched: the rehearsal changed its copy
+    assert {
+        "leg 1: checkpoint on the notice",
+        "leg 1: every node left with exit 75",
+        "leg 1: status records say 75, preempted",
+        "leg 1: the watchdog kept every node in its Auto Scaling group",
+        "the Auto Scaling group still wants the fleet",
+        "leg 2: the replacements resumed where the fleet left",
+        "leg 2: resumed from the notice's checkpoint",
+        "leg 2: every node left with exit 75",
+        "teardown",
+    } <= set(checks)
+    nodes = report["nodes"]
+    assert [(n["leg"], n["exit_code"]) for n in nodes] == [(1, 75), (1, 75), (2, 75), (2, 75)]
+    assert len({n["instance_id"] for n in nodes}) == 4  # the replacements are new instances
+    assert "waiting" in nodes[0]["marks_s"]  # the first node waited for the second, which booted 10 s later
+    assert max(report["user_data_bytes"].values()) < 14_000  # the issue's bound for every variant
+    for node in nodes:
+        log = (Path(node["work"]) / "user-data.log").read_text()
+        assert "the c10d host is 127.0.0.1 (the first ready)" in log
+        assert not pids_with(f"{TOKEN_VARIABLE}={Path(node['work']).name}-{node['instance_id']}")
+    assert any(
+        "resuming from the fleet's newest sound checkpoint" in (Path(n["work"]) / "user-data.log").read_text()
+        for n in nodes
+        if n["leg"] == 2
+    )
+    assert any(line.startswith("aws_endpoint") for line in report["changed"])
+    assert any("EFA" in line for line in report["not_checked"])
+
+
+def test_the_rehearsal_refuses_what_it_cannot_play(tmp_path, catalog, monkeypatch) -> None:
+    """Bad settings and roots it cannot play are named with the fix, before anything starts."""
+    infra = spot_root(tmp_path, catalog)
+    with pytest.raises(ConfigError, match=r"--nodes must be a whole number >= 1\. Got 0"):
+        walk.rehearse(infra, walk.Settings(nodes=0))
+    with pytest.raises(ConfigError, match=r"--stagger-s must be a number of seconds >= 0\. Got -1"):
+        walk.rehearse(infra, walk.Settings(stagger_s=-1))
+    with pytest.raises(ConfigError, match="is inside"):
+        walk.rehearse(infra, walk.Settings(work=infra / "code" / "x"))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="files that no rehearsal wrote"):
+        walk.rehearse(infra, walk.Settings(work=tmp_path / "mine"))
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+    values = json.loads((infra / TFVARS).read_text())
+    values["train"]["handover"] = True
+    (infra / TFVARS).write_text(json.dumps(values))
+    with pytest.raises(ConfigError, match="waits for srifty launch's handover"):
+        walk.rehearse(infra)
+    values["train"].pop("handover")
+    values["groups"].append({**values["groups"][0], "instance_type": "g5.2xlarge"})
+    (infra / TFVARS).write_text(json.dumps(values))
+    with pytest.raises(ConfigError, match="mixes 2 instance types"):
+        walk.rehearse(infra, walk.Settings(nodes=1))
+    with pytest.raises(ProvisionError, match="not a root module written by `srifty terraform`"):
+        walk.rehearse(tmp_path / "project")
+    values["groups"].pop()
+    (infra / TFVARS).write_text(json.dumps(values))
+    real_which = shutil.which
+    monkeypatch.setattr(walk.shutil, "which", lambda tool: None if tool in ("aws", "sha256sum") else real_which(tool))
+    with pytest.raises(ProvisionError, match=r"needs aws, sha256sum on PATH.*the AWS CLI \(https://docs\.aws"):
+        walk.rehearse(infra)
+    monkeypatch.setattr(walk.platform, "system", lambda: "Darwin")
+    with pytest.raises(ProvisionError, match="run it on Linux"):
+        walk.rehearse(infra)
+    assert not (infra / ".srifty-rehearsal").exists()  # nothing was started or written
+
+
+def test_the_rehearsal_reads_the_prefixes_a_conditioned_listing_grants() -> None:
+    policy = {
+        "Statement": [
+            {
+                "Sid": "ListCheckpointPrefix",
+                "Action": "s3:ListBucket",
+                "Condition": {"StringLike": {"s3:prefix": ["checkpoints/run/", "checkpoints/run/*"]}},
+            },
+            {"Action": ["s3:GetObject"], "Resource": "*"},
+        ]
+    }
+    assert walk._listing_prefixes(json.dumps(policy)) == ("checkpoints/run/", "checkpoints/run/")
+
+
+@pytest.mark.slow  # moto's server
+def test_the_aws_rules_proxy_answers_head_with_the_objects_length(moto_endpoint) -> None:
+    """A HEAD through the proxy said Content-Length 0 (the length of the empty body it relayed): s3fs sized its reads
+    by it and read every checkpoint as empty (srifty rehearse's replacements failed torch.load with EOFError)."""
+    import boto3
+    from fault_proxy import FaultProxy
+
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="head-length")
+    s3.put_object(Bucket="head-length", Key="a.ckpt", Body=b"x" * 5545)
+    with FaultProxy(moto_endpoint, keep_host=True) as url:
+        through = boto3.client("s3", endpoint_url=url, region_name="us-east-1")
+        assert through.head_object(Bucket="head-length", Key="a.ckpt")["ContentLength"] == 5545
+        assert through.get_object(Bucket="head-length", Key="a.ckpt")["Body"].read() == b"x" * 5545
+
+
+def test_the_cli_lists_rehearse_after_check() -> None:
+    from lightning_srifty.cli import COMMANDS
+
+    assert COMMANDS.index("rehearse") == COMMANDS.index("check") + 1
+    result = subprocess.run(
+        [sys.executable, "-m", "lightning_srifty.cli", "rehearse", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and "--notice-after-s" in result.stdout and "--stagger-s" in result.stdout
