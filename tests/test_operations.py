@@ -527,3 +527,70 @@ def test_a_node_that_never_comes_ends_the_wait_naming_it(tf_env, tmp_path) -> No
     assert run.returncode == 3, log[-3000:]
     assert "the rendezvous waited 1 s for the fleet's 2 nodes: 1 of 2 ready (i-0abc); live, not ready: i-0def" in log
     assert not (tmp_path / "torchrun.args").exists()  # nothing trained, nothing waits on
+
+
+EFA_TORCHRUN = """#!/bin/bash
+# what NCCL says at init with NCCL_DEBUG=INFO when it did not load the OFI plugin (socket transport)
+env | grep -E '^(FI_PROVIDER|LD_LIBRARY_PATH|NCCL_NET_PLUGIN|NCCL_DEBUG)=' | sort >"$FAKE_DIR/torchrun.env"
+echo "ip-10-0-0-5:1234:1300 [0] NCCL INFO Using network ${FAKE_NCCL_NETWORK}"
+sleep 1
+"""
+
+
+@pytest.mark.parametrize(
+    ("plugin", "network", "in_use"),
+    [("libnccl-net-aws-ofi.so", "AWS Libfabric", True), ("libnccl-net-aws-ofi.so", "Socket", False), (None, "", False)],
+)
+def test_an_efa_node_loads_the_images_ofi_plugin_and_says_which_network_nccl_chose(
+    tf_env, aws, tmp_path, plugin, network, in_use
+) -> None:
+    """Issue #35 M5/item 8: torch from pip brings its own NCCL, which finds the image's aws-ofi-nccl only on the
+    library path; without it NCCL falls back to sockets and nothing said so. An EFA group's node puts the plugin and
+    libfabric on LD_LIBRARY_PATH with FI_PROVIDER=efa (and NCCL_NET_PLUGIN for the plugin's name), and writes which
+    network NCCL chose beside the checkpoints; srifty status reads it ("EFA assumed by the prediction, not in use").
+    The image's folders stand under SRIFTY_EFA_ROOT here (no EFA device on this machine)."""
+    from lightning_srifty.provision import fleets as ops
+
+    real_aws = shutil.which("aws")
+    if real_aws is None:
+        pytest.skip("the harness needs the aws CLI on PATH")
+    _, s3, endpoint = aws
+    bucket = f"ops-efa-{'plugin' if plugin else 'none'}-{network.split(' ')[-1].lower() or 'none'}"  # one moto
+    s3.create_bucket(Bucket=bucket)
+    uri = f"s3://{bucket}/ckpt/"
+    image = tmp_path / "image"
+    (image / "dev" / "infiniband").mkdir(parents=True)
+    (image / "dev" / "infiniband" / "uverbs0").write_text("")
+    if plugin:
+        (image / "opt" / "amazon" / "aws-ofi-nccl" / "lib").mkdir(parents=True)
+        (image / "opt" / "amazon" / "aws-ofi-nccl" / "lib" / plugin).write_text("")
+    values = template_values(name="efa", efa=True, checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
+    script = render(tf_env, tmp_path / "console", values)
+    fakes = {
+        "curl": FAKE_CURL,
+        "aws": AWS_WRAPPER.format(aws=real_aws),
+        "torchrun": EFA_TORCHRUN,
+        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
+    }
+    extra = {"AWS_ENDPOINT_URL": endpoint, "SRIFTY_EFA_ROOT": str(image), "FAKE_NCCL_NETWORK": network}
+    run = run_user_data(tmp_path, script, fakes, extra_env=extra)
+    assert run.returncode == 0, read(tmp_path / "user-data.log")[-3000:]
+    env = dict(line.split("=", 1) for line in read(tmp_path / "torchrun.env").splitlines())
+    if plugin:
+        assert env["FI_PROVIDER"] == "efa" and env["NCCL_NET_PLUGIN"] == "aws-ofi"
+        assert env["LD_LIBRARY_PATH"].startswith(f"{image}/opt/amazon/aws-ofi-nccl/lib:{image}/opt/amazon/efa/lib")
+    else:
+        assert "FI_PROVIDER" not in env and "the image has no aws-ofi-nccl plugin" in read(tmp_path / "user-data.log")
+    deadline = time.monotonic() + 30
+    records: list = []
+    while time.monotonic() < deadline and not records:
+        records = ops.read_network(s3, uri, "efa")
+        time.sleep(0.5)
+    assert len(records) == 1, read(tmp_path / "user-data.log")[-2000:]
+    assert records[0]["efa_in_use"] is in_use and records[0]["instance_id"] == "i-0abc"
+    note = ops.network_note(records)
+    if in_use:
+        assert note is None
+    else:
+        assert note.startswith("EFA assumed by the prediction, not in use on 1 of 1 node(s): ")
+        assert ("NCCL chose Socket" if plugin else "no aws-ofi-nccl plugin") in note

@@ -61,8 +61,16 @@ def _fleet_record(fleet: Any, catalog: Any, at: float, root: Any, endpoint: str 
                 heartbeat.update(age_s=round(record.age_s(at), 1), max_age_s=record.max_age_s, stale=record.stale(at))
         except (SriftyError, ValueError) as exc:  # a heartbeat that cannot be read must not hide the fleet's line
             heartbeat = {"found": False, "error": str(exc)}
+    network: str | None = None
+    if uri:
+        try:
+            with ops.aws_errors(f"reading {uri}network/"):
+                network = ops.network_note(ops.read_network(ops.client("s3", fleet.region, endpoint), uri, fleet.name))
+        except (SriftyError, ValueError) as exc:
+            network = f"the nodes' network records could not be read ({exc})"
     ends = fleet.life_ends_unix(cap)
     return {
+        "network_note": network,
         "name": fleet.name,
         "region": fleet.region,
         "states": dict(fleet.states()),
@@ -168,6 +176,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     widths = [max(len(row[k]) for row in rows) for k in range(len(header))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    for record in records:
+        if record.get("network_note"):
+            print(f"{record['name']}: {record['network_note']}")
     print("Cost so far: the catalog's $/h of each instance in its market x the hours since it launched (not the bill).")
     return 0
 

@@ -196,6 +196,38 @@ def split_s3(uri: str) -> tuple[str, str]:
     return match.group(1), prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
 
+def read_network(s3: Any, checkpoint_uri: str, fleet: str) -> list[dict[str, Any]]:
+    """The EFA nodes' records of the network NCCL chose (``network/<fleet>-<instance>.json``, written by user_data
+    once training runs): ``instance_id``, ``efa_expected``, ``efa_in_use``, ``nccl_network``, ``note``. A record that
+    does not read is left out."""
+    import json
+
+    bucket, prefix = split_s3(checkpoint_uri)
+    folder = f"{prefix}network/{fleet}-"
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=folder):
+        for item in page.get("Contents", []):
+            try:
+                record = json.loads(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
+            except (ValueError, s3.exceptions.NoSuchKey):
+                continue
+            if isinstance(record, dict) and isinstance(record.get("efa_in_use"), bool):
+                out.append(record)
+    return out
+
+
+def network_note(records: list[dict[str, Any]]) -> str | None:
+    """``srifty status``'s line on EFA: None when every EFA node's NCCL uses it (or no record says otherwise)."""
+    off = [r for r in records if r.get("efa_expected") and not r.get("efa_in_use")]
+    if not off:
+        return None
+    why = sorted({str(r.get("note") or f"NCCL chose {r.get('nccl_network') or 'another network'}") for r in off})
+    return (
+        f"EFA assumed by the prediction, not in use on {len(off)} of {len(records)} node(s): {'; '.join(why)} "
+        "(the predicted time assumed EFA's bandwidth: expect slower steps)"
+    )
+
+
 def read_heartbeat(s3: Any, checkpoint_uri: str) -> Any:
     """The launcher's ``HEARTBEAT.json`` in the checkpoint folder (a :class:`~lightning_srifty.protocol.Heartbeat`),
     or None when there is none; a record that cannot be read is None too (``srifty status`` says "unreadable")."""

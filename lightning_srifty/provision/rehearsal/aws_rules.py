@@ -68,6 +68,145 @@ LOST = (
 )
 
 
+class _Server(ThreadingHTTPServer):
+    proxy: AwsRulesProxy
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request through :class:`AwsRulesProxy` (its rules in the module docstring)."""
+
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    @property
+    def outer(self) -> AwsRulesProxy:
+        return self.server.proxy
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _is_key(self) -> bool:
+        """A path-style S3 request for an object (/bucket/key), not a bucket operation."""
+        return len(urllib.parse.urlsplit(self.path).path.lstrip("/").split("/", 1)) == 2
+
+    def _s3_rule_binds(self, action: str) -> bool:
+        """The conditioned-ListBucket rule applies to this request: an S3 call (no query-API action) signed
+        by the principal it binds (every request when none is named)."""
+        if self.outer.s3_list_prefixes is None or action:
+            return False
+        if self.outer.s3_principal is None:
+            return True
+        return f"Credential={self.outer.s3_principal}/" in self.headers.get("Authorization", "")
+
+    def _s3_list_refused(self) -> bool:
+        """Refuse (and answer) a bucket listing whose prefix the conditioned s3:ListBucket does not grant."""
+        parts = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+        if self.command != "GET" or self._is_key() or not parts.path.strip("/"):
+            return False
+        if not ({"list-type", "prefix", "delimiter"} & set(query)) and query:
+            return False  # another bucket sub-resource (?location, ?policy...)
+        prefix = (query.get("prefix") or [""])[0]
+        if any(prefix.startswith(p) for p in self.outer.s3_list_prefixes or ()):
+            return False
+        self.outer.s3_refused.append(f"LIST {prefix!r}")
+        self._send_error(403, S3_DENIED.encode())
+        return True
+
+    def _send_error(self, status: int, data: bytes, body: bool = True) -> None:
+        data = data if body else b""
+        self.send_response(status)
+        self.send_header("Content-Type", "text/xml")
+        self.send_header("Content-Length", str(len(data)))
+        # the AWS SDK retries these: each retry on a fresh connection, so that the last attempt's error is
+        # the one sent, never a read on a connection the server has meanwhile dropped
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _handle(self) -> None:
+        body = self._body()
+        form = urllib.parse.parse_qs(body.decode("latin-1")) if b"Action=" in body else {}
+        action = (form.get("Action") or [""])[0]
+        types = {v for k, vs in form.items() if k.endswith("InstanceType") for v in vs}
+        hit = sorted(types & self.outer.refuse)
+        too_long = [n for n in user_data_sizes(form) if n > USER_DATA_LIMIT]
+        if too_long:  # EC2 refuses it; moto would take it
+            self.outer.too_long.append(f"{action}:{too_long[0]}")
+            self._send_error(400, TOO_LONG.encode())
+            return
+        if action in LAUNCHES and hit:
+            self.outer.refused.append(f"{action}:{hit[0]}")
+            self._send_error(400, ERROR.format(code=self.outer.code, itype=hit[0]).encode())
+            return
+        if self._s3_rule_binds(action) and self._s3_list_refused():
+            return
+        token = (form.get("ClientToken") or [""])[0]
+        key = (action, token)
+        if token and key in self.outer.answered:  # EC2's idempotency: a repeated token gets the first answer
+            (self.outer.replayed if action in LAUNCHES else self.outer.replayed_other).append(action)
+            self._reply(*self.outer.answered[key])
+            return
+        conn = http.client.HTTPConnection(self.outer.upstream.hostname, self.outer.upstream.port, timeout=120)
+        dropped = ("transfer-encoding",) if self.outer.keep_host else ("transfer-encoding", "host")
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
+        headers["Content-Length"] = str(len(body))
+        if not self.outer.keep_host:
+            headers["Host"] = f"{self.outer.upstream.hostname}:{self.outer.upstream.port}"
+        conn.request(
+            self.command,
+            self.path,
+            body=body if body or self.command not in ("GET", "HEAD") else None,
+            headers=headers,
+        )
+        answer = conn.getresponse()
+        data = answer.read()
+        if token and answer.status < 300:  # carried out: a retry gets this answer
+            self.outer.answered[key] = (answer.status, answer.getheaders(), data)
+        if self._s3_rule_binds(action) and answer.status == 404 and self._is_key():
+            conn.close()  # a missing key, to a role without an unconditioned s3:ListBucket: 403
+            self.outer.s3_refused.append(f"{self.command} {self.path}")
+            self._send_error(403, S3_DENIED.encode(), body=self.command != "HEAD")
+            return
+        if action in self.outer.lose:  # carried out upstream; the client sees a server error instead
+            self.outer.lose.discard(action)
+            self.outer.lost.append(action)
+            conn.close()
+            self._send_error(500, LOST.encode())
+            return
+        self._reply(answer.status, answer.getheaders(), data)
+        conn.close()
+
+    def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+        self.send_response(status)
+        for k, v in headers:
+            if k.lower() not in ("transfer-encoding", "content-length", "connection"):
+                self.send_header(k, v)
+        if self.command == "HEAD":  # no body, and the object's own length (s3fs sizes its reads by it)
+            length = next((v for k, v in headers if k.lower() == "content-length"), "0")
+            self.send_header("Content-Length", length)
+            self.end_headers()
+            return
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 class AwsRulesProxy:
     """``with AwsRulesProxy(moto_url, ...) as url:`` serves on a free port of 127.0.0.1 in a thread (module
     docstring for the rules); what it refused is recorded in ``too_long``, ``s3_refused``, ``refused``, ``lost``."""
@@ -96,136 +235,8 @@ class AwsRulesProxy:
         self.answered: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}  # by ClientToken
         self.replayed: list[str] = []  # launches answered from an earlier call's token
         self.replayed_other: list[str] = []  # other calls so answered (CreateLaunchTemplate retried by the SDK ...)
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _body(self) -> bytes:
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    out = b""
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                        if size == 0:
-                            self.rfile.readline()
-                            return out
-                        out += self.rfile.read(size)
-                        self.rfile.readline()
-                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-            def _is_key(self) -> bool:
-                """A path-style S3 request for an object (/bucket/key), not a bucket operation."""
-                return len(urllib.parse.urlsplit(self.path).path.lstrip("/").split("/", 1)) == 2
-
-            def _s3_rule_binds(self, action: str) -> bool:
-                """The conditioned-ListBucket rule applies to this request: an S3 call (no query-API action) signed
-                by the principal it binds (every request when none is named)."""
-                if outer.s3_list_prefixes is None or action:
-                    return False
-                if outer.s3_principal is None:
-                    return True
-                return f"Credential={outer.s3_principal}/" in self.headers.get("Authorization", "")
-
-            def _s3_list_refused(self) -> bool:
-                """Refuse (and answer) a bucket listing whose prefix the conditioned s3:ListBucket does not grant."""
-                parts = urllib.parse.urlsplit(self.path)
-                query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-                if self.command != "GET" or self._is_key() or not parts.path.strip("/"):
-                    return False
-                if not ({"list-type", "prefix", "delimiter"} & set(query)) and query:
-                    return False  # another bucket sub-resource (?location, ?policy...)
-                prefix = (query.get("prefix") or [""])[0]
-                if any(prefix.startswith(p) for p in outer.s3_list_prefixes or ()):
-                    return False
-                outer.s3_refused.append(f"LIST {prefix!r}")
-                self._send_error(403, S3_DENIED.encode())
-                return True
-
-            def _send_error(self, status: int, data: bytes, body: bool = True) -> None:
-                data = data if body else b""
-                self.send_response(status)
-                self.send_header("Content-Type", "text/xml")
-                self.send_header("Content-Length", str(len(data)))
-                # the AWS SDK retries these: each retry on a fresh connection, so that the last attempt's error is
-                # the one sent, never a read on a connection the server has meanwhile dropped
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(data)
-                self.close_connection = True
-
-            def _handle(self) -> None:
-                body = self._body()
-                form = urllib.parse.parse_qs(body.decode("latin-1")) if b"Action=" in body else {}
-                action = (form.get("Action") or [""])[0]
-                types = {v for k, vs in form.items() if k.endswith("InstanceType") for v in vs}
-                hit = sorted(types & outer.refuse)
-                too_long = [n for n in user_data_sizes(form) if n > USER_DATA_LIMIT]
-                if too_long:  # EC2 refuses it; moto would take it
-                    outer.too_long.append(f"{action}:{too_long[0]}")
-                    self._send_error(400, TOO_LONG.encode())
-                    return
-                if action in LAUNCHES and hit:
-                    outer.refused.append(f"{action}:{hit[0]}")
-                    self._send_error(400, ERROR.format(code=outer.code, itype=hit[0]).encode())
-                    return
-                if self._s3_rule_binds(action) and self._s3_list_refused():
-                    return
-                token = (form.get("ClientToken") or [""])[0]
-                key = (action, token)
-                if token and key in outer.answered:  # EC2's idempotency: a repeated token gets the first answer
-                    (outer.replayed if action in LAUNCHES else outer.replayed_other).append(action)
-                    self._reply(*outer.answered[key])
-                    return
-                conn = http.client.HTTPConnection(outer.upstream.hostname, outer.upstream.port, timeout=120)
-                dropped = ("transfer-encoding",) if outer.keep_host else ("transfer-encoding", "host")
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
-                headers["Content-Length"] = str(len(body))
-                if not outer.keep_host:
-                    headers["Host"] = f"{outer.upstream.hostname}:{outer.upstream.port}"
-                conn.request(
-                    self.command,
-                    self.path,
-                    body=body if body or self.command not in ("GET", "HEAD") else None,
-                    headers=headers,
-                )
-                answer = conn.getresponse()
-                data = answer.read()
-                if token and answer.status < 300:  # carried out: a retry gets this answer
-                    outer.answered[key] = (answer.status, answer.getheaders(), data)
-                if self._s3_rule_binds(action) and answer.status == 404 and self._is_key():
-                    conn.close()  # a missing key, to a role without an unconditioned s3:ListBucket: 403
-                    outer.s3_refused.append(f"{self.command} {self.path}")
-                    self._send_error(403, S3_DENIED.encode(), body=self.command != "HEAD")
-                    return
-                if action in outer.lose:  # carried out upstream; the client sees a server error instead
-                    outer.lose.discard(action)
-                    outer.lost.append(action)
-                    conn.close()
-                    self._send_error(500, LOST.encode())
-                    return
-                self._reply(answer.status, answer.getheaders(), data)
-                conn.close()
-
-            def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
-                self.send_response(status)
-                for k, v in headers:
-                    if k.lower() not in ("transfer-encoding", "content-length", "connection"):
-                        self.send_header(k, v)
-                if self.command == "HEAD":  # no body, and the object's own length (s3fs sizes its reads by it)
-                    length = next((v for k, v in headers if k.lower() == "content-length"), "0")
-                    self.send_header("Content-Length", length)
-                    self.end_headers()
-                    return
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), _Handler)
+        self.server.proxy = self
 
     def __enter__(self) -> str:
         import threading

@@ -407,6 +407,10 @@ class _Walk:
                 values.setdefault("limits", {})["max_instances"] = max(
                     self.settings.nodes, values.get("limits", {}).get("max_instances", 0)
                 )
+                predicted = values.get("predicted") or {}
+                for key in ("usd_per_hour", "throughput_samples_s"):  # the prices apply checks, for this count
+                    if predicted.get(key) is not None:
+                        predicted[key] = predicted[key] * self.settings.nodes / planned
                 changed.append(f"nodes: {self.settings.nodes} of the fleet's {planned} (--nodes)")
         path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
 
