@@ -777,3 +777,26 @@ def test_srifty_launch_says_how_to_continue_and_refuses_a_choice_or_workdir_that
         f"srifty launch: the newest checkpoint is {ckpt.resolve() / 'preempt-step=4.ckpt'}; to continue from it: "
         "srifty launch --resume latest --plan plan.json --workdir wd -- train.py --lr 1"
     ), said
+
+
+def test_a_cloud_fleets_boot_to_first_step_is_measured_for_the_ranking(plan) -> None:
+    """Issue #35 item 9: the nodes' boot, the environment's install and the warm-up were counted nowhere but as
+    defaults. The first step of a cloud fleet's first leg, less the time its provisioning took, is recorded for its
+    instance types (predictor.model.startup.record_ready); a resumed leg or a local fleet records nothing."""
+    from lightning_srifty.provision.launch import _Silence
+    from predictor.model import startup
+
+    silence = _Silence(600, lambda line: None)
+    now = time.time()
+    fleet = LaunchedFleet(plan, 0, "cloud-1", {"up_unix": now - 400.0, "provision_s": 100.0})
+    silence.started(fleet)
+    silence.check(fleet, Started(launch_id=LID, fleet="x", step=1, first_step_unix=now))
+    types = {g.instance_type for g in plan.entries[0].groups}
+    assert {t: startup.measured_ready()[t] for t in types} == {t: pytest.approx(300.0, abs=1) for t in types}
+    again = LaunchedFleet(plan, 0, "cloud-2", {"up_unix": now - 50.0, "provision_s": 10.0})
+    silence.started(again)
+    silence.check(again, Started(launch_id=LID, fleet="x", step=9, first_step_unix=now, resumed_from="s3://b/c.ckpt"))
+    local = LaunchedFleet(plan, 0, "local-1")
+    silence.started(local)
+    silence.check(local, Started(launch_id=LID, fleet="x", step=1, first_step_unix=now))
+    assert {t: startup.measured_ready()[t] for t in types} == {t: pytest.approx(300.0, abs=1) for t in types}

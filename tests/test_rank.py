@@ -298,6 +298,16 @@ def test_startup_billing_minimum_and_measured_provisioning(profile, catalog, mon
     plan = rank(profile, Constraints(steps=1000, market="on-demand", allow=("g5.xlarge",)), catalog=catalog)
     assert plan.entries[0].startup_s == pytest.approx(40 + startup.BOOT_S + startup.SETUP_S + startup.WARMUP_S)
     assert any("provisioning measured by srifty launch for g5.xlarge" in n for n in plan.notes)
+    # issue #35 item 9: what the nodes took from the fleet up to the first step (boot, the environment's install from
+    # PyPI or the fleet's wheelhouse, warm-up) replaces the defaults of those three; a stalled start is not kept
+    startup.record_ready(["g5.xlarge"], 240.0)
+    startup.record_ready(["g5.xlarge"], 4 * 3600.0)
+    assert startup.measured_ready() == {"g5.xlarge": 240.0}
+    plan = rank(profile, Constraints(steps=1000, market="on-demand", allow=("g5.xlarge",)), catalog=catalog)
+    assert plan.entries[0].startup_s == pytest.approx(40 + 240)
+    assert any(
+        "boot to first step (boot, setup, warm-up) measured by srifty launch for g5.xlarge" in n for n in plan.notes
+    )
 
 
 def test_a_short_job_is_told_to_keep_the_fleet_it_has(catalog) -> None:

@@ -173,6 +173,94 @@ def _check(python: Path, pins: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([str(python), "-c", CHECK, names], capture_output=True, text=True, cwd="/")
 
 
+# --- the fleet's wheelhouse: the environment's wheels, downloaded once per code archive and build --------------------
+#
+# user_data syncs ``<checkpoints>/wheelhouse/<code sha256>/`` from the bucket into $SRIFTY_WHEELHOUSE before this runs,
+# and uploads a folder built here (marked BUILT_HERE) after it, the wheels first and MANIFEST.json last: a node that
+# boots later (a replacement, a restart, the next apply of the same code) installs from the bucket, in the region, not
+# from PyPI (2.7 GB for torch 2.13's CUDA build). One folder per torch build (cu126, cu130, "default"): nodes of
+# different drivers in one fleet each get theirs. A folder is used only when every file its manifest names is there
+# with that sha256; anything else is ignored and built again.
+
+MANIFEST = "MANIFEST.json"
+BUILT_HERE = "BUILT_HERE"
+
+
+def wheelhouse_key(cuda_index: list[str]) -> str:
+    """The folder of this node's torch build: ``cu126`` for ``--extra-index-url .../whl/cu126``, else ``default``."""
+    return cuda_index[-1].rstrip("/").rsplit("/", 1)[-1] if cuda_index else "default"
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def wheelhouse_files(folder: Path) -> dict[str, str] | None:
+    """The files of a complete wheelhouse folder (name -> sha256, as its manifest says and the files agree), or None
+    when there is no manifest, it does not read, or a file is missing or differs."""
+    try:
+        files = json.loads((folder / MANIFEST).read_text())["files"]
+        ok = (
+            isinstance(files, dict)
+            and files
+            and all(isinstance(n, str) and "/" not in n and n not in (".", "..") for n in files)
+        )
+        if ok and all((folder / n).is_file() and _sha256(folder / n) == sha for n, sha in files.items()):
+            return files
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def install_with_wheelhouse(
+    root: Path, cuda_index: list[str], pip: list[str], indexes: list[str], wanted: list[str]
+) -> bool:
+    """Install ``wanted`` from the wheelhouse of this node's build under ``root``: from a complete one (no index), or
+    by building it (``pip download`` from the indexes, then the install from it, then the manifest). False when
+    neither worked: the caller installs from the indexes as before."""
+    import shutil
+    import time
+
+    key = wheelhouse_key(cuda_index)
+    folder = root / key
+    offline = [*pip, "--no-index", "--find-links", str(folder), *wanted]
+    files = wheelhouse_files(folder)
+    if files is not None:
+        size = sum((folder / n).stat().st_size for n in files) / 1e9
+        log(f"wheelhouse {key}: installing from it ({len(files)} files, {size:.2f} GB, built by an earlier node)")
+        if subprocess.run(offline, cwd=HERE.parent).returncode == 0:
+            return True
+        log(f"wheelhouse {key}: the install from it failed (above): from the package index instead")
+        return False
+    if (folder / MANIFEST).exists():
+        log(f"wheelhouse {key}: its files do not match its manifest: ignored, built again")
+    partial = root / f"{key}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    started = time.monotonic()
+    download = [pip[0], "-m", "pip", "download", "--disable-pip-version-check", "--no-input", "-d", str(partial)]
+    if subprocess.run([*download, *indexes, *cuda_index, *wanted], cwd=HERE.parent).returncode:
+        log(f"wheelhouse {key}: pip download failed (above): installing from the package index, no wheelhouse")
+        shutil.rmtree(partial, ignore_errors=True)
+        return False
+    files = {p.name: _sha256(p) for p in sorted(partial.iterdir()) if p.is_file()}
+    (partial / MANIFEST).write_text(json.dumps({"key": key, "files": files}, indent=1, sort_keys=True) + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
+    size = sum((folder / n).stat().st_size for n in files) / 1e9
+    log(f"wheelhouse {key}: downloaded {len(files)} files, {size:.2f} GB in {time.monotonic() - started:.0f} s")
+    if subprocess.run(offline, cwd=HERE.parent).returncode:
+        log(f"wheelhouse {key}: the install from it failed (above): from the package index instead")
+        return False
+    (folder / BUILT_HERE).write_text("the fleet's next nodes install from this wheelhouse once user_data uploads it\n")
+    return True
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python3 .srifty/bootstrap.py <venv folder>", file=sys.stderr)
@@ -222,17 +310,19 @@ def main(argv: list[str]) -> int:
         Path(site, "srifty-base-python.pth").write_text("\n".join(json.loads(paths.stdout)) + "\n")
         log(f"the packages of {base} are visible (pins they satisfy are not downloaded)")
     pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
-    command = list(pip)
-    if spec.get("index_url"):
-        command += ["--index-url", spec["index_url"]]
+    indexes = ["--index-url", spec["index_url"]] if spec.get("index_url") else []
     for url in spec.get("extra_index_urls") or []:
-        command += ["--extra-index-url", url]
-    command += [*cuda_index, *packages, f"{wheel}[{NODE_EXTRA}]"]
+        indexes += ["--extra-index-url", url]
+    wanted = [*packages, f"{wheel}[{NODE_EXTRA}]"]
     if spec.get("requirements"):
-        command += ["-r", str(HERE.parent / spec["requirements"])]
+        wanted += ["-r", str(HERE.parent / spec["requirements"])]
     requirements = [f"-r {spec['requirements']}"] if spec.get("requirements") else []
     log("installing " + " ".join([*packages, f"{wheel.name}[{NODE_EXTRA}]", *requirements]))
-    if subprocess.run(command, cwd=HERE.parent).returncode:
+    house = None if base else os.environ.get("SRIFTY_WHEELHOUSE")
+    if base and os.environ.get("SRIFTY_WHEELHOUSE"):
+        log("no wheelhouse: the packages of the base interpreter are reused instead")
+    housed = bool(house) and install_with_wheelhouse(Path(str(house)), cuda_index, pip, indexes, wanted)
+    if not housed and subprocess.run([*pip, *indexes, *cuda_index, *wanted], cwd=HERE.parent).returncode:
         print(
             "srifty bootstrap: pip install failed (see above): the environment is not the profiled one", file=sys.stderr
         )

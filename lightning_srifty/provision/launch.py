@@ -260,6 +260,9 @@ def _timed_up(
         up.append(fleet)
     took = time.monotonic() - t0
     if provisioner.kind != "local":  # local processes say nothing about EC2
+        # when the instances were asked for and how long they took: the first step's time, less these, is the
+        # nodes' boot, install and warm-up (_Silence.check records it)
+        fleet.data["up_unix"], fleet.data["provision_s"] = time.time() - took, took
         from predictor.model import startup
 
         startup.record([g.instance_type for g in plan.entries[choice].groups], took)
@@ -358,6 +361,11 @@ class _Silence:
         # the job's first step on this leg (its clock may differ from ours by minutes: 300 s of slack)
         if started is not None and (started.first_step_unix or 0) >= self.wall[fleet.name] - 300:
             self.heard.add(fleet.name)
+            if "up_unix" in fleet.data and not started.resumed_from:  # a cloud fleet's first leg: a node's boot
+                from predictor.model import startup
+
+                ready = started.first_step_unix - fleet.data["up_unix"] - fleet.data["provision_s"]
+                startup.record_ready([g.instance_type for g in fleet.entry.groups], ready)
             return
         waited = time.monotonic() - self.since[fleet.name]
         if waited > self.timeout_s:

@@ -7,7 +7,10 @@ A fleet's start-up is what passes from "launch" to the first step at the predict
   on this machine (the provisioner's time to bring the fleet up: :func:`record`, :func:`measured`);
 - **boot**: the image boots (NVIDIA driver, EFA) until ``user_data`` runs;
 - **environment setup**: the setup command (e.g. ``pip install`` of the project into the Deep Learning AMI's
-  PyTorch environment) and the image's first import of torch;
+  PyTorch environment) and the image's first import of torch; boot, setup and warm-up together are replaced by the
+  median of what ``srifty launch`` measured for the type from the fleet up to the job's first step
+  (:func:`record_ready`: a node's own install of the profiled environment, from PyPI on a first boot and from the
+  fleet's wheelhouse after);
 - **data staging**: ``dataset_gb`` copied to each instance at the slower of its network and S3's per-instance rate;
 - **warm-up**: process start, rendezvous, CUDA context, cuDNN autotuning and data-loader workers before the steady
   state (compilation with ``torch.compile`` takes longer: set ``startup_s``).
@@ -65,20 +68,39 @@ def store_path() -> Path:
 def measured() -> dict[str, float]:
     """Instance type -> median measured provisioning seconds (empty when nothing was measured or the file
     cannot be read: a cache, never a reason to fail)."""
+    return _medians("provision_s")
+
+
+def measured_ready() -> dict[str, float]:
+    """Instance type -> median measured seconds from the fleet up to the job's first step (boot, the environment's
+    install, warm-up: :func:`record_ready`); empty when none was measured."""
+    return _medians("ready_s")
+
+
+def _medians(key: str) -> dict[str, float]:
     try:
         data = json.loads(store_path().read_text(encoding="utf-8"))
         return {
             str(k): float(statistics.median(float(x) for x in v))
-            for k, v in data.get("provision_s", {}).items()
+            for k, v in data.get(key, {}).items()
             if isinstance(v, list) and v
         }
     except (OSError, ValueError, TypeError, AttributeError, statistics.StatisticsError):
         return {}
 
 
-def record(instance_types: Iterable[str], seconds: float) -> None:
+def record_ready(instance_types: Iterable[str], seconds: float) -> None:
+    """Add one measured time from a fleet up to its job's first step (``srifty launch``: the first step's time, which
+    the job writes in ``STARTED.json``, less the fleet's provisioning): what a node's boot, the environment's install
+    (from PyPI on a first boot, from the fleet's wheelhouse after) and the warm-up took. Up to 3 h is kept (a longer
+    one is a stalled start, not a start-up)."""
+    if 0 < seconds <= 3 * 3600:
+        record(instance_types, seconds, key="ready_s")
+
+
+def record(instance_types: Iterable[str], seconds: float, key: str = "provision_s") -> None:
     """Add one measured provisioning (``srifty launch``: from asking for the fleet to the fleet up) for each
-    of the fleet's instance types; best effort, atomic."""
+    of the fleet's instance types (``key``: another figure, :func:`record_ready`); best effort, atomic."""
     from predictor.documents.atomic import atomic_write_json
 
     if not (seconds >= 0 and np.isfinite(seconds)):
@@ -86,7 +108,7 @@ def record(instance_types: Iterable[str], seconds: float) -> None:
     path = store_path()
     try:
         data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-        runs = data.setdefault("provision_s", {})
+        runs = data.setdefault(key, {})
         for name in set(instance_types):
             runs[name] = ([*runs.get(name, []), round(float(seconds), 1)])[-MAX_MEASUREMENTS:]
         data["updated_unix"] = round(time.time())
@@ -111,16 +133,24 @@ class TypeStartup:
         return self.provision_s + self.boot_s + self.setup_s + self.data_s + self.warmup_s
 
 
-def type_startup(it: InstanceType, dataset_gb: float = 0.0, known: dict[str, float] | None = None) -> TypeStartup:
-    """The start-up of one instance of ``it`` (``known``: measured provisioning by type, :func:`measured`)."""
+def type_startup(
+    it: InstanceType,
+    dataset_gb: float = 0.0,
+    known: dict[str, float] | None = None,
+    ready: dict[str, float] | None = None,
+) -> TypeStartup:
+    """The start-up of one instance of ``it`` (``known``: measured provisioning by type, :func:`measured`; ``ready``:
+    measured boot to first step by type, :func:`measured_ready`, which replaces boot, setup and warm-up)."""
     known = measured() if known is None else known
+    ready = measured_ready() if ready is None else ready
     provision = known.get(it.name)
     source = "measured by srifty launch" if provision is not None else "default"
     rate_gbps = min(float(it.network_gbps or S3_GBPS_PER_INSTANCE), S3_GBPS_PER_INSTANCE)
     data_s = float(dataset_gb) * 8.0 / rate_gbps if dataset_gb > 0 else 0.0
-    return TypeStartup(
-        provision if provision is not None else default_provision_s(it), BOOT_S, SETUP_S, data_s, WARMUP_S, source
-    )
+    provision_s = provision if provision is not None else default_provision_s(it)
+    if it.name in ready:  # boot, the environment's install and warm-up, as the fleet's nodes took them
+        return TypeStartup(provision_s, ready[it.name], 0.0, data_s, 0.0, source + "; boot to first step measured")
+    return TypeStartup(provision_s, BOOT_S, SETUP_S, data_s, WARMUP_S, source)
 
 
 def fleet_startup_s(
@@ -129,11 +159,14 @@ def fleet_startup_s(
     counts: np.ndarray,
     dataset_gb: float = 0.0,
     known: dict[str, float] | None = None,
+    ready: dict[str, float] | None = None,
 ) -> np.ndarray:
     """Start-up seconds of every candidate fleet (rows of ``type_index`` / ``counts``): its slowest group's
-    (``known``: measured provisioning by type, read from the store when not given)."""
+    (``known``, ``ready``: measured provisioning and boot to first step by type, read from the store when not
+    given)."""
     known = measured() if known is None else known
-    per_type = np.array([type_startup(it, dataset_gb, known).total_s for it in types])
+    ready = measured_ready() if ready is None else ready
+    per_type = np.array([type_startup(it, dataset_gb, known, ready).total_s for it in types])
     return np.max(np.where(counts > 0, per_type[type_index], 0.0), axis=1)
 
 

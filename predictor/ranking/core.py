@@ -29,6 +29,7 @@ from predictor.model.startup import (
     WARMUP_S,
     billed_hours,
     fleet_startup_s,
+    measured_ready,
 )
 from predictor.model.startup import (
     measured as measured_startup,
@@ -514,6 +515,9 @@ def _startup_notes(
             + (f", data staging of {constraints.dataset_gb:g} GB" if constraints.dataset_gb else "")
             + (f"; provisioning measured by srifty launch for {', '.join(sorted(used))}" if used else "")
         )
+        ready = sorted({it.name for it in types} & set(measured_ready()))
+        if ready:
+            how += f"; boot to first step (boot, setup, warm-up) measured by srifty launch for {', '.join(ready)}"
     notes = [
         f"every new fleet's time and cost include its start-up ({how}; override with startup_s) and EC2's per-second "
         f"billing with a {BILLING_MINIMUM_S:.0f} s minimum per instance"
