@@ -594,3 +594,64 @@ def test_an_efa_node_loads_the_images_ofi_plugin_and_says_which_network_nccl_cho
     else:
         assert note.startswith("EFA assumed by the prediction, not in use on 1 of 1 node(s): ")
         assert ("NCCL chose Socket" if plugin else "no aws-ofi-nccl plugin") in note
+
+
+FAKE_APT = """#!/bin/bash
+echo "$*" >>"$FAKE_DIR/apt.log"
+case "$*" in *" install "*) echo "E: Unable to locate package python3-venv" >&2; exit 100 ;; esac
+"""
+NO_ENSUREPIP_PYTHON = """#!/bin/bash
+# an image whose python3 has no ensurepip (Ubuntu without python3-venv); anything else is this machine's python
+if [ "$1" = -c ] && [ "$2" = "import ensurepip" ]; then exit 1; fi
+exec {python} "$@"
+"""
+
+
+def test_apt_waits_for_the_lock_updates_and_fails_loudly(tf_env, aws, tmp_path) -> None:
+    """Issue #35 row L/item 10: on an image without python3-venv the node ran `apt-get install` without `update`,
+    without waiting for dpkg's lock (cloud-init and unattended-upgrades hold it at boot) and `|| true`. It now waits
+    (DPkg::Lock::Timeout), updates first, and stops with a message when the install fails."""
+    import hashlib
+    import io
+    import sys
+    import tarfile
+
+    real_aws = shutil.which("aws")
+    if real_aws is None:
+        pytest.skip("the harness needs the aws CLI on PATH")
+    _, s3, endpoint = aws
+    s3.create_bucket(Bucket="ops-apt")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"print('train')\n"
+        info = tarfile.TarInfo("train.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    archive = buf.getvalue()
+    sha = hashlib.sha256(archive).hexdigest()
+    s3.put_object(Bucket="ops-apt", Key=f"ckpt/code/{sha}.tar.gz", Body=archive)
+    uri = "s3://ops-apt/ckpt/"
+    values = template_values(
+        name="apt",
+        checkpoint_uri_b64=base64.b64encode(uri.encode()).decode(),
+        code_sha256=sha,
+        code_uri_b64=base64.b64encode(f"{uri}code/{sha}.tar.gz".encode()).decode(),
+    )
+    script = render(tf_env, tmp_path / "console", values)
+    fakes = {
+        "curl": FAKE_CURL,
+        "aws": AWS_WRAPPER.format(aws=real_aws),
+        "apt-get": FAKE_APT,
+        "python3": NO_ENSUREPIP_PYTHON.format(python=sys.executable),
+        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
+    }
+    extra = {"AWS_ENDPOINT_URL": endpoint, "SRIFTY_HOME": str(tmp_path / "home")}
+    run = run_user_data(tmp_path, script, fakes, extra_env=extra)
+    log = read(tmp_path / "user-data.log")
+    assert run.returncode == 1, log[-2000:]
+    calls = read(tmp_path / "apt.log").splitlines()
+    assert [c.split(" -q ")[-1] for c in calls] == ["update", "install -y python3-venv"]
+    assert all("-o DPkg::Lock::Timeout=600" in c for c in calls)
+    assert "python3-venv could not be installed (apt-get failed, above)" in log
+    record = json.loads(s3.get_object(Bucket="ops-apt", Key="ckpt/status/apt-i-0abc.json")["Body"].read())
+    assert record["exit_code"] == 1  # a failed boot says so beside the checkpoints
