@@ -118,6 +118,26 @@ def test_a_truncated_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplo
     assert find_checkpoint(str(tmp_path / "missing")) is None
 
 
+def test_resume_takes_the_checkpoint_written_last_not_the_highest_step(tmp_path, caplog) -> None:
+    """Issue #37 H2: `srifty launch --resume latest` resumed another launch's checkpoint. A finished launch left step
+    8 in the default folder; a later launch, stopped at step 3, left step 3: the newest by the step in the name went
+    back to the finished run and skipped what the stopped one had trained. The one written last is resumed, and the
+    other is named."""
+    first = SpotPreemption(str(tmp_path), exit_process=False)
+    t = trainer([], max_steps=8)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    finished = first.save(t, reason="periodic")  # step 8, an hour ago
+    for path in (finished, finished + ".sha256"):
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+    second = SpotPreemption(str(tmp_path), exit_process=False)
+    t = trainer([], max_steps=3)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    stopped = second.save(t, reason="preempt")  # step 3, now
+    with caplog.at_level("WARNING", logger="lightning_srifty"):
+        assert find_checkpoint(str(tmp_path)) == stopped
+    assert "periodic-step=8.ckpt (step 8), written before the newest checkpoint preempt-step=3.ckpt" in caplog.text
+
+
 class _Payload:
     """Pickles as a call of os.system: what a planted checkpoint would run on load."""
 

@@ -283,7 +283,13 @@ def _is_directory(fs: Any, entry: dict[str, Any]) -> bool:
 
 
 def find_checkpoint(dirpath: str) -> str | None:
-    """The newest sound checkpoint in ``dirpath`` (by step in the name, then modification time), or None.
+    """The newest sound checkpoint in ``dirpath`` (the one written last; the step in the name breaks a tie), or None.
+
+    Written last, not the highest step: a folder can hold checkpoints of more than one run (a finished launch's step
+    527, then an interrupted launch's step 160 in the same default folder), and a resume must never go back in time
+    to another run's state (issue #37 H2). When a checkpoint of a higher step was written earlier, a warning names it:
+    pass it explicitly to resume from it. When it was written is its digest's time (``<name>.sha256``, written just
+    before the checkpoint is published; a sharded directory has no time of its own on an object store), else its own.
 
     Sound means: its recorded sha256 (written by ``SpotPreemption`` before it publishes a checkpoint; one per file
     for a directory) matches; its pickles construct nothing outside torch's weights-only allowlist (a checkpoint is
@@ -301,16 +307,34 @@ def find_checkpoint(dirpath: str) -> str | None:
     listed = {_bare(str(e["name"])) for e in listing}
     entries = [e for e in listing if str(e["name"]).rstrip("/").endswith(".ckpt")]
 
-    def key(entry: dict[str, Any]) -> tuple[int, float]:
-        match = _STEP.search(PurePosixPath(str(entry["name"])).name)
+    def when(entry: dict[str, Any]) -> float:
         mtime = entry.get("mtime") or entry.get("LastModified") or 0
-        return (
-            int(match.group(1)) if match else -1,
-            mtime.timestamp() if hasattr(mtime, "timestamp") else float(mtime),
-        )
+        return mtime.timestamp() if hasattr(mtime, "timestamp") else float(mtime)
+
+    written = {_bare(str(e["name"])): when(e) for e in listing}
+
+    def step(entry: dict[str, Any]) -> int:
+        match = _STEP.search(PurePosixPath(str(entry["name"])).name)
+        return int(match.group(1)) if match else -1
+
+    def key(entry: dict[str, Any]) -> tuple[float, int]:
+        name = _bare(str(entry["name"]))
+        return max(written.get(name, 0.0), written.get(name + DIGEST_SUFFIX, 0.0)), step(entry)
 
     protocol = dirpath.split("://", 1)[0] + "://" if "://" in dirpath else ""
-    for entry in sorted(entries, key=key, reverse=True):
+    ordered = sorted(entries, key=key, reverse=True)
+    if ordered and max(step(e) for e in ordered) > step(ordered[0]):
+        higher = max(ordered, key=step)
+        log.warning(
+            "srifty: %s holds %s (step %d), written before the newest checkpoint %s (step %d): another run's? The "
+            "newest is resumed; pass the other one explicitly to resume from it",
+            dirpath,
+            PurePosixPath(str(higher["name"]).rstrip("/")).name,
+            step(higher),
+            PurePosixPath(str(ordered[0]["name"]).rstrip("/")).name,
+            step(ordered[0]),
+        )
+    for entry in ordered:
         name = str(entry["name"]).rstrip("/")
         path = name if "://" in name or not protocol else protocol + name
         try:
