@@ -118,6 +118,32 @@ def test_a_truncated_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplo
     assert find_checkpoint(str(tmp_path / "missing")) is None
 
 
+def test_the_quick_starts_script_leaves_on_a_notice_under_a_launch(tmp_path, monkeypatch) -> None:
+    """Issue #37 H3: a script with only SriftyCallback() under srifty launch trained through a spot notice to the end
+    ("finished ... after 0 migration(s)"); on EC2 that job loses its progress. Under a launch (a checkpoint location
+    in the environment) the callback adds SpotPreemption: the notice (here SIGTERM) checkpoints and exits 75."""
+    from lightning_srifty import SriftyCallback
+
+    monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", str(tmp_path / "ckpt"))
+
+    class Term(pl.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:
+            if trainer.global_step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    callback = SriftyCallback(warmup_steps=1, profile_steps=2, output=str(tmp_path / "profile.json"))
+    t = trainer([callback, Term()], max_steps=40)
+    with pytest.warns(UserWarning, match="without SpotPreemption: one was added"), pytest.raises(SystemExit) as info:
+        t.fit(TinyModel(), train_dataloaders=loader())
+    assert info.value.code == PREEMPTED_EXIT_CODE and t.global_step < 40
+    assert find_checkpoint(str(tmp_path / "ckpt")).endswith(f"preempt-step={t.global_step}.ckpt")
+    # outside a launch nothing is added
+    monkeypatch.delenv("SRIFTY_CHECKPOINT_URI")
+    plain = trainer([SriftyCallback(warmup_steps=1, profile_steps=2, output=str(tmp_path / "p2.json"))], max_steps=2)
+    plain.fit(TinyModel(), train_dataloaders=loader())
+    assert not any(isinstance(c, SpotPreemption) for c in plain.callbacks)
+
+
 def test_resume_takes_the_checkpoint_written_last_not_the_highest_step(tmp_path, caplog) -> None:
     """Issue #37 H2: `srifty launch --resume latest` resumed another launch's checkpoint. A finished launch left step
     8 in the default folder; a later launch, stopped at step 3, left step 3: the newest by the step in the name went
