@@ -181,3 +181,28 @@ def test_the_cli_lists_rehearse_after_check() -> None:
         [sys.executable, "-m", "lightning_srifty.cli", "rehearse", "--help"], capture_output=True, text=True
     )
     assert result.returncode == 0 and "--notice-after-s" in result.stdout and "--stagger-s" in result.stdout
+
+
+def test_a_plan_for_another_model_is_refused_before_anything_is_written(tmp_path, catalog) -> None:
+    """Issue #37 H4: the 7B plan fed to srifty terraform from an MLP project went all the way to apply. The project's
+    own profile (srifty/profile.json, where SriftyCallback writes it) names its model: a plan of another is refused,
+    naming both and the fix; --any-model writes it all the same."""
+    project = tmp_path / "project"
+    (project / "srifty").mkdir(parents=True)
+    (project / "train.py").write_text("print('train')\n")
+    (project / "srifty" / "profile.json").write_text(
+        json.dumps({**MINIMAL, "model": {**MINIMAL["model"], "name": "TinyMLP"}})
+    )
+    software = {"python": platform.python_version(), "torch": version("torch"), "lightning": version("lightning")}
+    plan = rank(load_profile({**MINIMAL, "software": software}), Constraints(steps=1000), catalog=catalog)
+    assert plan.model == "resnet50"
+    options = Options(name="other-model", train_command="train.py", code=str(project))
+    with pytest.raises(
+        ConfigError, match=r"made for the model 'resnet50', but this project's profile .* measured 'TinyMLP'"
+    ):
+        generate(plan, tmp_path / "infra", options=options, catalog=catalog)
+    assert not (tmp_path / "infra").exists()
+    import dataclasses
+
+    written = generate(plan, tmp_path / "infra", options=dataclasses.replace(options, any_model=True), catalog=catalog)
+    assert (written.out / TFVARS).exists()

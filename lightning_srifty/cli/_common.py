@@ -102,6 +102,12 @@ def add_code_arguments(p: Any) -> None:
         metavar="PATH",
         help="pack this credential file (.env, a key: left out by default) all the same; repeatable",
     )
+    p.add_argument(
+        "--any-model",
+        action="store_true",
+        help="write the fleet although the plan's model is not the one the code's own profile (srifty/profile.json) "
+        "measured",
+    )
 
 
 def code_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,4 +121,5 @@ def code_options(args: argparse.Namespace) -> dict[str, Any]:
         "base_python": args.base_python,
         "max_code_mb": args.max_code_mb,
         "include_secrets": tuple(args.include_secret or ()),
+        "any_model": bool(getattr(args, "any_model", False)),
     }

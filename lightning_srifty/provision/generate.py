@@ -124,6 +124,7 @@ class Options:
     base_python: str | None = None
     max_code_mb: float = DEFAULT_MAX_MB
     include_secrets: tuple[str, ...] = ()  # credential files (.env, keys) packed all the same, by path in the code
+    any_model: bool = False  # the plan's model may differ from the one the code's own profile measured
     code_leave_out: tuple[str, ...] = ()  # folders inside code never packed (srifty launch's workdir)
     aws_max_retries: int | None = None  # the AWS SDK's retries of a failed call (None: the provider's 25)
     availability_zone: str | None = None  # the subnet's zone (default: the zone of the plan's spot price)
@@ -657,6 +658,37 @@ def make_snapshot(
     return snapshot, notes
 
 
+PROJECT_PROFILE = "srifty/profile.json"  # where SriftyCallback (and srifty demo) write the profile by default
+
+
+def check_plan_model(plan: Plan, code: Path, any_model: bool = False) -> None:
+    """Refuse a plan made for another model than the one this code's own profile measured (``srifty/profile.json``
+    in the code folder, SriftyCallback's default output): the 7B plan (2 x g6e.24xlarge spot) went from an MLP
+    project all the way to apply, and the mismatch showed only when the job started (issue #37 H4). Nothing to
+    compare (no profile there, or a plan without its model's name) passes.
+
+    Raises:
+        ConfigError: the names differ (``any_model``: allowed).
+    """
+    from predictor.documents.profile import load_profile
+
+    path = code / PROJECT_PROFILE
+    if any_model or not plan.model or not path.is_file():
+        return
+    try:
+        own = load_profile(path).model.name
+    except Exception:  # noqa: BLE001 - a profile that does not read is the pre-flight's business, not a mismatch
+        return
+    if own and own != plan.model:
+        raise ConfigError(
+            f"the plan was made for the model {plan.model!r}, but this project's profile ({path}) measured "
+            f"{own!r}: rank this project's profile (srifty recommend --profile {PROJECT_PROFILE} --out plan.json) "
+            "and write that plan, or pass --any-model if the plan is meant for this code",
+            parameter="plan",
+            value=plan.model,
+        )
+
+
 def _snapshot(
     plan: Plan, choice: int, options: Options, staging: str, target: Path, gpus: list[tuple[str, str | None]]
 ) -> tuple[Snapshot, list[str]]:
@@ -683,6 +715,7 @@ def _snapshot(
     if options.snapshot:
         snapshot, notes = load_snapshot(options.snapshot), []
     else:
+        check_plan_model(plan, Path(options.code or "."), options.any_model)
         snapshot, notes = make_snapshot(plan, options, staging, leave_out=(target,))
     env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
     if not options.image:
