@@ -50,10 +50,26 @@ def test_deadline_binds_and_is_explained(profile, catalog) -> None:
     plan = rank(profile, Constraints(steps=1_000_000, market="on-demand", deadline_h=deadline), catalog=catalog)
     assert all(e.time_h <= deadline for e in plan.entries)
     assert plan.entries[0].cost_usd >= free.entries[0].cost_usd
-    assert f"deadline_h={deadline:g} binds" in plan.why and plan.excluded["over deadline_h"] > 0
+    assert "the deadline of " in plan.why and " binds" in plan.why and plan.excluded["over deadline_h"] > 0
+    assert "deadline_h=" not in plan.why  # a Python parameter's name is no sentence for a user
     assert "budget_usd" not in plan.why  # no budget was set: it cannot be the one that binds
     fastest = rank(profile, Constraints(steps=1_000_000, objective="time", market="on-demand"), catalog=catalog)
     assert [e.time_h for e in fastest.entries] == sorted(e.time_h for e in fastest.entries)
+
+
+def test_the_deadlines_counterfactual_is_priced_as_without_the_deadline(profile, catalog) -> None:
+    """Issue #37 M1: "without it the best would reach $0.16" where the best without the deadline was $0.058: the
+    counterfactual took the spot fleets' prices with the deadline policy's fallback to on-demand in them. Without the
+    deadline there is no fallback: the reach is the free ranking's own best."""
+    from predictor.ranking.explain import fmt
+
+    free = rank(profile, Constraints(steps=1_000_000, market="spot"), catalog=catalog)
+    deadline = free.entries[0].time_h / 4
+    plan = rank(profile, Constraints(steps=1_000_000, market="spot", deadline_h=deadline), catalog=catalog)
+    assert f"without it the best would reach {fmt('cost_usd', free.entries[0].cost_usd)}" in plan.why, (
+        plan.why,
+        free.entries[0].cost_usd,
+    )
 
 
 def test_pareto_front_is_not_dominated(profile, catalog) -> None:

@@ -3,6 +3,7 @@ ranked (see :mod:`predictor.ranking`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from collections.abc import Mapping
@@ -118,7 +119,16 @@ def rank(
     )
     caveat = unmeasured_note(profile)
     notes = [caveat, *notes] if caveat else notes
-    reason = why(constraints, entries[0], ok, _values(scored), key)
+    def relaxed(name: str) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+        """Priced without the deadline (its fallback to on-demand is in the spot fleets' prices); the other limits
+        change no price."""
+        if name != "deadline_h":
+            return None
+        free = dataclasses.replace(r, constraints=dataclasses.replace(constraints, deadline_h=None))
+        again = _score(free, types, names, many, cand, current, known_startup)
+        return _values(again), (again.time_h if constraints.objective == Objective.TIME else again.cost)
+
+    reason = why(constraints, entries[0], ok, _values(scored), key, relaxed)
     return _plan(r, scored, names, layouts, current, entries, front, reason, notes)
 
 

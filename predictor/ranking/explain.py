@@ -77,16 +77,41 @@ def within(
     return keep
 
 
+Relaxed = Callable[[str], "tuple[Mapping[str, np.ndarray], np.ndarray] | None"]
+
+
 def binding(
-    constraints: Constraints, ok: np.ndarray, values: Mapping[str, np.ndarray], key: np.ndarray, than: float
+    constraints: Constraints,
+    ok: np.ndarray,
+    values: Mapping[str, np.ndarray],
+    key: np.ndarray,
+    than: float,
+    relaxed: Relaxed | None = None,
 ) -> dict[str, float]:
-    """The set limits whose relaxation alone reaches a key below ``than``, with the best key it reaches."""
+    """The set limits whose relaxation alone reaches a key below ``than``, with the best key it reaches.
+
+    ``relaxed(name)``: the values and key as priced without that limit, where the limit changes the pricing itself
+    (a deadline prices spot fleets with the fallback to on-demand its policy would take; without the deadline there
+    is none), else None: the table's own values. The counterfactual must be priced as the world without the limit
+    would be: "without it the best would reach $0.16" was a price with the deadline's fallback in it, where the best
+    without the deadline is $0.058 (issue #37 M1)."""
     out = {}
     for name in constraints.limits():
-        best = float(np.min(np.where(within(constraints, ok, values, leave_out=name), key, np.inf)))
+        own = relaxed(name) if relaxed is not None else None
+        vals, keys = own if own is not None else (values, key)
+        best = float(np.min(np.where(within(constraints, ok, vals, leave_out=name), keys, np.inf)))
         if best < than * (1 - 1e-4):
             out[name] = best
     return out
+
+
+def limit_words(name: str, limit: float) -> str:
+    """A set limit as a user gave it: ``the deadline of 15 min``, ``the budget of $20``, ``the limit of $3/h``."""
+    if name == "deadline_h":
+        return f"the deadline of {fmt('time_h', limit)}"
+    if name == "budget_usd":
+        return f"the budget of {fmt('cost_usd', limit)}"
+    return f"the limit of ${limit:,.4g}/h"
 
 
 def why(
@@ -95,16 +120,18 @@ def why(
     ok: np.ndarray,
     values: Mapping[str, np.ndarray],
     key: np.ndarray,
+    relaxed: Relaxed | None = None,
 ) -> str:
-    """The first fleet in words: what it minimises, and which limits (if any) keep a better one out."""
+    """The first fleet in words: what it minimises, and which limits (if any) keep a better one out (``relaxed``:
+    :func:`binding`'s)."""
     objective = Objective(constraints.objective)
     text = f"{best.fleet} ({best.market}, {best.region}) has {GOALS[objective]}: {best.time_h:.3g} h, "
     text += f"${best.cost_usd:,.3g}"
     chosen = best.time_h if objective is Objective.TIME else best.cost_usd
     unit = "time_h" if objective is Objective.TIME else "cost_usd"
-    for name, reach in binding(constraints, ok, values, key, chosen).items():
+    for name, reach in binding(constraints, ok, values, key, chosen, relaxed).items():
         limit = constraints.limits()[name]
-        text += f"; {name}={limit:g} binds (without it the best would reach {fmt(unit, reach)})"
+        text += f"; {limit_words(name, limit)} binds (without it the best would reach {fmt(unit, reach)})"
     return text
 
 
