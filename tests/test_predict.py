@@ -274,3 +274,21 @@ def test_every_prediction_and_plan_names_the_model_that_made_it(minimal, catalog
         monkeypatch.undo()
         artefact.model_version.cache_clear()
     assert artefact.model_version() == version
+
+
+def test_srifty_predict_runs_the_layout_recommend_would(catalog, capsys) -> None:
+    """Issue #37 M2: srifty predict said "does not fit: 604.9 GiB/GPU" for the bundled LoRA profile on g5.xlarge, which
+    srifty recommend runs at 18.5 GiB (activation checkpointing, 16 micro-steps of 4). With no --layout it predicts
+    the layout recommend chooses; --layout ddp still predicts plain DDP (and says what it would need)."""
+    from predictor.ranking import Constraints, rank
+
+    path = ROOT / "examples" / "profiles" / "llama-7b-bf16-handwritten-lora.json"
+    assert main(["predict", "--profile", str(path), "--fleet", "g5.xlarge:1", "--format", "json"]) == 0
+    auto = json.loads(capsys.readouterr().out)
+    plan = rank(load_profile(path), Constraints(steps=1000, allow=("g5.xlarge",), max_instances=1), catalog=catalog)
+    assert auto["layout"] == plan.entries[0].layout.name == "ddp+ac"
+    assert auto["fits_memory"] and auto["accumulate_grad_batches"] == 16  # 4 samples a micro-step, 16 of them
+    args = ["predict", "--profile", str(path), "--fleet", "g5.xlarge:1", "--format", "json"]
+    assert main([*args, "--layout", "ddp"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["layout"] == "ddp" and not plain["fits_memory"]

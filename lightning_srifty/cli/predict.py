@@ -11,11 +11,14 @@ from lightning_srifty.cli._common import console, load_catalog
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from predictor.documents.profile import load_profile
-    from predictor.model.predict import predict
+    from predictor.model.predict import predict, predict_auto
 
     profile = load_profile(args.profile)
     catalog = load_catalog(args)
-    result = predict(profile, args.fleet, catalog=catalog, scaling=args.scaling, layout=args.layout)
+    if args.layout == "auto":
+        result = predict_auto(profile, args.fleet, catalog=catalog, scaling=args.scaling)
+    else:
+        result = predict(profile, args.fleet, catalog=catalog, scaling=args.scaling, layout=args.layout)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
         return 0
@@ -124,9 +127,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--layout",
-        default="ddp",
+        default="auto",
         help="parallel layout: ddp, fsdp:full_shard, fsdp:shard_grad_op, fsdp:hybrid_shard, pipeline:<nodes>; "
-        "+ac for activation checkpointing (default ddp)",
+        "+ac for activation checkpointing; auto (the default): the one srifty recommend runs this fleet with",
     )
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_predict)

@@ -24,7 +24,16 @@ from predictor.exceptions import ConfigError, PredictionError
 from predictor.model.artefact import model_version
 from predictor.model.basis import TypeBasis
 from predictor.model.batch import rank_batches
-from predictor.model.fleets import SCALINGS, ManyPredictions, Scaling, applies, bases, combine
+from predictor.model.fleets import (
+    PREFER_SIMPLER,
+    SCALINGS,
+    SIMPLICITY,
+    ManyPredictions,
+    Scaling,
+    applies,
+    bases,
+    combine,
+)
 from predictor.model.layout import DDP, Layout, parse
 from predictor.model.memory import activations_known, estimate_memory
 from predictor.model.network import DEFAULT_NETWORK, NetworkModel
@@ -77,6 +86,49 @@ class Prediction:
         out["interval"] = {k: list(v) for k, v in self.interval.items()}
         out["assumptions"], out["extrapolation"] = list(self.assumptions), list(self.extrapolation)
         return out
+
+
+AUTO_LAYOUTS = tuple(f"{name}{ac}" for name in SIMPLICITY for ac in ("", "+ac"))  # simplest first, as ranked
+
+
+def predict_auto(
+    profile: Profile,
+    fleet: Fleet | str | Iterable[tuple[str, int]],
+    *,
+    catalog: Catalog | None = None,
+    **options: Any,
+) -> Prediction:
+    """:func:`predict` under the layout ``srifty recommend`` would run this fleet with: of the layouts srifty launch
+    can start (:data:`AUTO_LAYOUTS`), the simplest that fits in memory unless a more complex one is faster by more
+    than :data:`~predictor.model.fleets.PREFER_SIMPLER`; none fits: plain DDP's prediction, which says what it needs.
+    ``srifty predict`` with no ``--layout`` (issue #37 M2: it answered "does not fit: 604.9 GiB/GPU" for the LoRA
+    profile on g5.xlarge, which recommend runs at 18.5 GiB with activation checkpointing and accumulation).
+
+    Raises:
+        PredictionError, UnknownNameError, ConfigError: as :func:`predict` with plain DDP.
+    """
+    import dataclasses
+
+    catalog = catalog or Catalog.load()
+    tried: list[Prediction] = []
+    for name in AUTO_LAYOUTS:
+        try:
+            tried.append(predict(profile, fleet, catalog=catalog, layout=name, **options))
+        except (ConfigError, PredictionError):  # a layout this fleet or profile cannot run
+            continue
+    fitting = [p for p in tried if p.fits_memory]
+    if not fitting:
+        return predict(profile, fleet, catalog=catalog, layout=DDP, **options)
+    best = fitting[0]
+    for other in fitting[1:]:
+        if other.iteration_time_s < best.iteration_time_s * (1 - PREFER_SIMPLER):
+            best = other
+    why = (
+        f"layout {best.layout}: the one srifty recommend runs this fleet with (the simplest of "
+        f"{', '.join(p.layout for p in fitting)} that fit, unless another is {PREFER_SIMPLER:.0%} faster); "
+        "--layout NAME predicts another"
+    )
+    return dataclasses.replace(best, assumptions=(why, *best.assumptions))
 
 
 def predict(
