@@ -447,7 +447,11 @@ def test_the_module_refuses_a_fleet_over_its_limits_at_plan(tf_env, moto_endpoin
     assert len(templates) == 2 and all(t["instance_initiated_shutdown_behavior"] == "terminate" for t in templates)
     policy = json.loads(next(r["values"]["policy"] for r in resources if r["type"] == "aws_iam_role_policy"))
     (leave,) = [s for s in policy["Statement"] if s.get("Sid") == "LeaveOwnAutoScalingGroup"]
-    assert sorted(leave["Action"]) == ["autoscaling:DetachInstances", "autoscaling:UpdateAutoScalingGroup"]
+    assert sorted(leave["Action"]) == [
+        "autoscaling:DetachInstances",
+        "autoscaling:SuspendProcesses",  # the group launches nothing more (weighted units: issue #35 row L)
+        "autoscaling:UpdateAutoScalingGroup",
+    ]
     assert leave["Resource"].endswith(f"autoScalingGroupName/{good['name']}-*")
     assert leave["Condition"] == {"StringEquals": {"autoscaling:ResourceTag/srifty:fleet": good["name"]}}
     for limits, sentence in (

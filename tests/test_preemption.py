@@ -121,7 +121,8 @@ def test_a_truncated_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplo
 def test_the_quick_starts_script_leaves_on_a_notice_under_a_launch(tmp_path, monkeypatch) -> None:
     """Issue #37 H3: a script with only SriftyCallback() under srifty launch trained through a spot notice to the end
     ("finished ... after 0 migration(s)"); on EC2 that job loses its progress. Under a launch (a checkpoint location
-    in the environment) the callback adds SpotPreemption: the notice (here SIGTERM) checkpoints and exits 75."""
+    in the environment) the package adds SpotPreemption to every Trainer (Lightning's callbacks_factory entry point):
+    the notice (here SIGTERM) checkpoints and exits 75."""
     from lightning_srifty import SriftyCallback
 
     monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", str(tmp_path / "ckpt"))
@@ -132,15 +133,21 @@ def test_the_quick_starts_script_leaves_on_a_notice_under_a_launch(tmp_path, mon
                 os.kill(os.getpid(), signal.SIGTERM)
 
     callback = SriftyCallback(warmup_steps=1, profile_steps=2, output=str(tmp_path / "profile.json"))
-    t = trainer([callback, Term()], max_steps=40)
-    with pytest.warns(UserWarning, match="without SpotPreemption: one was added"), pytest.raises(SystemExit) as info:
+    t = trainer([callback, Term()], max_steps=40)  # Lightning adds what the package's callbacks_factory returns
+    auto = [c for c in t.callbacks if isinstance(c, SpotPreemption)]
+    assert len(auto) == 1 and auto[0]._auto
+    with pytest.raises(SystemExit) as info:
         t.fit(TinyModel(), train_dataloaders=loader())
     assert info.value.code == PREEMPTED_EXIT_CODE and t.global_step < 40
     assert find_checkpoint(str(tmp_path / "ckpt")).endswith(f"preempt-step={t.global_step}.ckpt")
+    # the script's own SpotPreemption wins: the automatic one stands aside (one checkpoint, the script's folder)
+    own = SpotPreemption(str(tmp_path / "own"), exit_process=False)
+    t = trainer([own, Term()], max_steps=40)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert own.preempted and [c._inactive for c in t.callbacks if isinstance(c, SpotPreemption) and c._auto] == [True]
     # outside a launch nothing is added
     monkeypatch.delenv("SRIFTY_CHECKPOINT_URI")
     plain = trainer([SriftyCallback(warmup_steps=1, profile_steps=2, output=str(tmp_path / "p2.json"))], max_steps=2)
-    plain.fit(TinyModel(), train_dataloaders=loader())
     assert not any(isinstance(c, SpotPreemption) for c in plain.callbacks)
 
 

@@ -156,7 +156,7 @@ def test_the_binding_constraint_is_named_when_max_hourly_binds(catalog) -> None:
         catalog=catalog,
     )
     assert plan.entries[0].usd_per_hour <= limit
-    assert f"max_hourly_usd={limit:g} binds" in plan.why and "budget" not in plan.why
+    assert f"the limit of ${limit:,.4g}/h binds" in plan.why and "budget" not in plan.why
     assert plan.excluded["over max_hourly_usd"] > 0
     with pytest.raises(NoFeasibleConfigError) as info:
         rank(profile, Constraints(steps=100_000, max_hourly_usd=0.01, budget_usd=1e9), catalog=catalog)

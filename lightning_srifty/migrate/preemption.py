@@ -187,7 +187,20 @@ class SpotPreemption(Callback):
         self._why, self._trigger = "SIGTERM", "sigterm"
         self._stop.set()
 
+    # --- added by the package to every Trainer under a launch (launch_callbacks) -----------------------------------
+
+    _auto = False  # made by launch_callbacks(), not by the script
+    _inactive = False  # an automatic one that found the script's own SpotPreemption: it does nothing
+
+    def _stand_down(self, trainer: pl.Trainer) -> bool:
+        """An automatic SpotPreemption steps aside for one the script configured (its options win)."""
+        if self._auto and any(isinstance(c, SpotPreemption) and not c._auto for c in trainer.callbacks):
+            self._inactive = True
+        return self._inactive
+
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._stand_down(trainer):
+            return
         from lightning_srifty.ddp.plan_strategy import refuse_idle_gpus
 
         refuse_idle_gpus(trainer)  # before anything starts: a fleet paid for its GPUs never trains on its CPUs
@@ -263,6 +276,8 @@ class SpotPreemption(Callback):
         self._stop.set()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._inactive:
+            return
         if self.handle_sigterm and threading.current_thread() is threading.main_thread():
             # replaces the handler Lightning registered just before (it would raise SIGTERMException and exit 0)
             self._previous_sigterm = signal.signal(signal.SIGTERM, self._sigterm)
@@ -276,11 +291,15 @@ class SpotPreemption(Callback):
             self._previous_sigterm = None
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._inactive:
+            return
         self._restore()
         if trainer.is_global_zero and not self.preempted:  # what a launcher that cannot see the process waits for
             protocol.write_record(self.dirpath, Finished(launch_id=self._launch_id, step=trainer.global_step))
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if self._inactive:
+            return
         self._restore()
         if trainer.is_global_zero and not self.preempted:  # a launcher watching a remote fleet must not wait forever
             try:
@@ -297,6 +316,8 @@ class SpotPreemption(Callback):
     # --- the step boundary -------------------------------------------------------------------------------------------
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if self._inactive:
+            return
         step_end = time.time()
         if not self._started_written and self.launch is not None and trainer.is_global_zero:
             self._started_written = True  # the end of a move's downtime, for the launcher's report
@@ -658,3 +679,21 @@ def mark_preempted(checkpoint: str) -> None:
         Path(folder, protocol.PREEMPTED_MARKER).write_text(checkpoint + "\n")
     except OSError as exc:
         log.warning("SriftyCallback: could not mark the node as preempted in %s: %s", folder, exc)
+
+
+def launch_callbacks() -> list[pl.Callback]:
+    """Lightning's ``lightning.pytorch.callbacks_factory`` entry point (pyproject.toml): under ``srifty launch`` or on a
+    srifty fleet (a checkpoint location in the environment), every Trainer gets a :class:`SpotPreemption`, so that a
+    spot notice, SIGTERM or the launcher's move checkpoints and leaves (exit 75) whether or not the script added one:
+    the quick start's script (``SriftyCallback`` alone) trained through a notice to the end, and on EC2 the instance
+    went with its progress (issue #37 H3). One the script configured wins (this one stands aside); outside a launch,
+    nothing is added."""
+    try:
+        launch = LaunchEnv.from_env()
+    except Exception:  # noqa: BLE001 - another protocol version: srifty_auto and SpotPreemption(...) say so
+        return []
+    if launch is None:
+        return []
+    auto = SpotPreemption()
+    auto._auto = True
+    return [auto]

@@ -208,28 +208,6 @@ class SriftyCallback(Callback):
         self.profiled = bool(state_dict.get("profiled", False))
 
     # ----------------------------------------------------------------- set-up
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Under ``srifty launch`` or on a srifty fleet (a checkpoint location in the environment), a fit without
-        :class:`~lightning_srifty.SpotPreemption` gets one: the quick start's script (this callback alone) trained
-        through a spot notice to the end, and on EC2 the instance went with its progress (issue #37 H3)."""
-        from lightning_srifty.migrate.preemption import SpotPreemption
-        from lightning_srifty.protocol import LaunchEnv
-
-        if stage != "fit" or any(isinstance(c, SpotPreemption) for c in trainer.callbacks):
-            return
-        try:
-            launch = LaunchEnv.from_env()
-        except Exception:  # noqa: BLE001 - another protocol version: SpotPreemption and srifty_auto say so
-            return
-        if launch is None:
-            return
-        trainer.callbacks.append(SpotPreemption())
-        rank_zero_warn(
-            f"SriftyCallback: this fit runs under srifty launch or on a srifty fleet without SpotPreemption: one was "
-            f"added, so that a spot notice, SIGTERM or the launcher's move checkpoints to {launch.checkpoint_uri} and "
-            "leaves (exit 75). Add SpotPreemption(...) to the Trainer's callbacks to set its options."
-        )
-
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         from lightning_srifty.ddp.plan_strategy import refuse_idle_gpus
 
