@@ -253,6 +253,18 @@ case "$1 $2" in
 esac
 """
 
+
+def node_fakes(tmp_path: Path, real_aws: str, **more: str) -> dict[str, str]:
+    """The commands a node's boot script meets, faked first on PATH: the metadata service (curl), the AWS CLI
+    (moto's, through a wrapper that logs every call), shutdown (recorded), and ``more`` (name -> script)."""
+    return {
+        "curl": FAKE_CURL,
+        "aws": AWS_WRAPPER.format(aws=real_aws),
+        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
+        **more,
+    }
+
+
 TORCHRUN = """#!/bin/bash
 echo "epoch 1 loss 0.5"
 sleep 2.5
@@ -273,12 +285,7 @@ def test_user_data_ships_its_log_beside_the_checkpoints(tf_env, aws, tmp_path) -
         checkpoint_uri_b64=base64.b64encode(uri.encode()).decode(),
     )
     script = render(tf_env, tmp_path / "console", values)
-    fakes = {
-        "curl": FAKE_CURL,
-        "aws": AWS_WRAPPER.format(aws=real_aws),
-        "torchrun": TORCHRUN,
-        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
-    }
+    fakes = node_fakes(tmp_path, real_aws, torchrun=TORCHRUN)
     env = {"AWS_ENDPOINT_URL": endpoint, "SRIFTY_LOG_INTERVAL_S": "1"}
     run = run_user_data(tmp_path, script, fakes, extra_env=env)
     assert run.returncode == 0, read(tmp_path / "user-data.log")[-3000:]
@@ -315,12 +322,7 @@ def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_p
     uri = "s3://ops-pre/ckpt/"
     values = template_values(name="preempt", checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
     script = render(tf_env, tmp_path / "console", values)
-    fakes = {
-        "curl": FAKE_CURL,
-        "aws": AWS_WRAPPER.format(aws=real_aws),
-        "torchrun": PREEMPTED_TORCHRUN,
-        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
-    }
+    fakes = node_fakes(tmp_path, real_aws, torchrun=PREEMPTED_TORCHRUN)
     run = run_user_data(tmp_path, script, fakes, extra_env={"AWS_ENDPOINT_URL": endpoint})
     assert run.returncode == 75, read(tmp_path / "user-data.log")[-3000:]
     record = json.loads(s3.get_object(Bucket="ops-pre", Key="ckpt/status/preempt-i-0abc.json")["Body"].read())
@@ -566,12 +568,7 @@ def test_an_efa_node_loads_the_images_ofi_plugin_and_says_which_network_nccl_cho
         (image / "opt" / "amazon" / "aws-ofi-nccl" / "lib" / plugin).write_text("")
     values = template_values(name="efa", efa=True, checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
     script = render(tf_env, tmp_path / "console", values)
-    fakes = {
-        "curl": FAKE_CURL,
-        "aws": AWS_WRAPPER.format(aws=real_aws),
-        "torchrun": EFA_TORCHRUN,
-        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
-    }
+    fakes = node_fakes(tmp_path, real_aws, torchrun=EFA_TORCHRUN)
     extra = {"AWS_ENDPOINT_URL": endpoint, "SRIFTY_EFA_ROOT": str(image), "FAKE_NCCL_NETWORK": network}
     run = run_user_data(tmp_path, script, fakes, extra_env=extra)
     assert run.returncode == 0, read(tmp_path / "user-data.log")[-3000:]
@@ -638,13 +635,9 @@ def test_apt_waits_for_the_lock_updates_and_fails_loudly(tf_env, aws, tmp_path) 
         code_uri_b64=base64.b64encode(f"{uri}code/{sha}.tar.gz".encode()).decode(),
     )
     script = render(tf_env, tmp_path / "console", values)
-    fakes = {
-        "curl": FAKE_CURL,
-        "aws": AWS_WRAPPER.format(aws=real_aws),
-        "apt-get": FAKE_APT,
-        "python3": NO_ENSUREPIP_PYTHON.format(python=sys.executable),
-        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
-    }
+    fakes = node_fakes(
+        tmp_path, real_aws, **{"apt-get": FAKE_APT, "python3": NO_ENSUREPIP_PYTHON.format(python=sys.executable)}
+    )
     extra = {"AWS_ENDPOINT_URL": endpoint, "SRIFTY_HOME": str(tmp_path / "home")}
     run = run_user_data(tmp_path, script, fakes, extra_env=extra)
     log = read(tmp_path / "user-data.log")
