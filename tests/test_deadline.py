@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 
 import numpy as np
 import pytest
@@ -273,6 +274,29 @@ def test_replay_table_and_plot(planned, tmp_path, capsys) -> None:
     assert main(["replay", "--plan", str(plan), "--trace", str(trace), "--policy", "srifty", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "srifty" in out and "deadline" in out and png.stat().st_size > 1000
+
+
+def test_a_plot_never_goes_through_a_link_or_beside_a_device(planned, tmp_path, capsys) -> None:
+    """Issue #36 M4: --plot wrote through a symbolic link (its target replaced by a PNG) and, for a name without a
+    suffix, to that name + .png (--plot /dev/null wrote /dev/null.png beside the device). The PNG goes to exactly the
+    path given, atomically, and a link, a device or a folder there is refused, naming it."""
+    plan, trace = planned
+    args = ["replay", "--plan", str(plan), "--trace", str(trace), "--policy", "srifty", "--plot"]
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    link = tmp_path / "p.png"
+    link.symlink_to(victim)
+    assert main([*args, str(link)]) == 2
+    assert "is a symbolic link, not a regular file: refusing to replace it" in capsys.readouterr().err
+    assert victim.read_text() == "keep me" and link.is_symlink()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert main([*args, str(fifo)]) == 2
+    assert "is a FIFO, not a regular file" in capsys.readouterr().err
+    assert not (tmp_path / "pipe.png").exists()
+    bare = tmp_path / "progress"  # no suffix: written as named
+    assert main([*args, str(bare)]) == 0
+    assert bare.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "progress.png").exists()
 
 
 @pytest.mark.parametrize(

@@ -46,10 +46,12 @@ def plot(result: dict[str, Any], path: Path) -> Path:
         mape = sum(abs(c.predicted - c.dst.throughput) / c.dst.throughput for c in cases) / max(1, len(cases))
         ax.set_title(f"{title}\n{len(cases)} cases, MAPE {mape:.1%} (dashed: +-10%)")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from predictor.documents.atomic import write_png
+
+    try:
+        return write_png(fig, path)
+    finally:
+        plt.close(fig)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -125,7 +125,12 @@ def _plot(outcomes: list[Any], run: Any, tick_h: float, path: str) -> None:
     ax.set_ylabel("training done (h)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from predictor.documents.atomic import write_png
+
+    try:
+        write_png(fig, path)
+    finally:
+        plt.close(fig)
     print(f"srifty replay: wrote {path}")
 
 

@@ -69,6 +69,17 @@ def _cannot_write(target: Path, exc: OSError) -> OSError:
     )
 
 
+def write_png(figure: Any, path: str | os.PathLike[str], dpi: int = 110) -> Path:
+    """A matplotlib figure as PNG at exactly ``path``, atomically (:func:`atomic_write_bytes`): never through a
+    symbolic link or over a device, FIFO or folder, and never to ``path`` + ``.png`` (matplotlib appends it to a name
+    without a suffix: ``--plot /dev/null`` wrote ``/dev/null.png``; issue #36 M4)."""
+    import io
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
     """Serialise ``data`` as indented JSON and write it atomically."""
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
