@@ -800,3 +800,39 @@ def test_a_cloud_fleets_boot_to_first_step_is_measured_for_the_ranking(plan) -> 
     silence.started(local)
     silence.check(local, Started(launch_id=LID, fleet="x", step=1, first_step_unix=now))
     assert {t: startup.measured_ready()[t] for t in types} == {t: pytest.approx(300.0, abs=1) for t in types}
+
+
+def test_an_explicit_resume_checkpoint_is_vetted_before_any_fleet_is_up(plan, tmp_path, monkeypatch, capsys) -> None:
+    """Issue #36 M3: `srifty launch --resume PATH` took any file: a checkpoint with a flipped byte (its recorded sha256
+    no longer matching) resumed with a NaN weight and rc 0. It is checked as --resume latest checks what it finds:
+    the digest, the pickle, and for a file of no digest that it loads and its weights are finite."""
+    import hashlib
+
+    import torch
+
+    from lightning_srifty.cli import main
+    from lightning_srifty.provision import launch as launch_module
+
+    asked: dict = {}
+    monkeypatch.setattr(launch_module, "launch", lambda plan, script, **kw: asked.update(kw) or [])
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_dict()))
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    good = tmp_path / "good.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(4)}, "global_step": 5}, good)
+    digest = hashlib.sha256(good.read_bytes()).hexdigest()
+    (tmp_path / "good.ckpt.sha256").write_text(f"{digest}  good.ckpt\n")
+    args = ["launch", "--plan", "plan.json", "--workdir", "wd", "--resume"]
+    assert main([*args, str(good), "--", "train.py"]) == 0 and asked["resume"] == str(good)
+    data = bytearray(good.read_bytes())
+    data[-40] ^= 0xFF  # a flipped byte after the digest was recorded
+    good.write_bytes(bytes(data))
+    assert main([*args, str(good), "--", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert f"--resume {good}: not a sound checkpoint: its sha256 differs from the one recorded" in err
+    nan = tmp_path / "nan.ckpt"  # no digest (not one of ours): it must load, with finite weights
+    torch.save({"state_dict": {"w": torch.tensor([1.0, float("nan")])}, "global_step": 5}, nan)
+    assert main([*args, str(nan), "--", "train.py"]) == 2
+    assert "its weights are not all finite (NaN or inf in w)" in capsys.readouterr().err
+    assert main([*args, str(tmp_path / "missing.ckpt"), "--", "train.py"]) == 2
+    assert "there is no such file or folder" in capsys.readouterr().err

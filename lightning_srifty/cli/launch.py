@@ -81,6 +81,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 value=args.resume,
             )
         resume = found
+    elif resume:
+        _vet_resume(resume)
     provisioner = None
     if args.provisioner == "terraform":
         from lightning_srifty.cli._common import code_options
@@ -160,6 +162,31 @@ def _checkpoint_folder(args: argparse.Namespace) -> str:
     if getattr(args, "provisioner", "local") == "terraform":
         return str(args.checkpoint_uri or "")
     return str((Path(args.workdir) / "checkpoints").resolve())
+
+
+def _vet_resume(path: str) -> None:
+    """``--resume PATH`` is checked as ``--resume latest`` checks what it finds: a checkpoint whose recorded digest no
+    longer matches resumed with a NaN weight and rc 0 (issue #36 M3).
+
+    Raises:
+        ConfigError: it is missing or not sound (named, with why and the fix).
+    """
+    from lightning_srifty.migrate.checkpoints import vet_checkpoint
+    from lightning_srifty.protocol import filesystem
+    from predictor.exceptions import ConfigError
+
+    fs = filesystem(path)
+    try:
+        if not fs.exists(path):
+            raise ValueError("there is no such file or folder")
+        vet_checkpoint(fs, path)
+    except ValueError as exc:
+        raise ConfigError(
+            f"--resume {path}: not a sound checkpoint: {exc}. Resume from another one (--resume latest takes the "
+            "newest sound one of the folder), or leave --resume out to start afresh.",
+            parameter="resume",
+            value=path,
+        ) from None
 
 
 def _how_to_continue(args: argparse.Namespace) -> str:

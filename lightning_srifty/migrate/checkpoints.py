@@ -300,8 +300,6 @@ def find_checkpoint(dirpath: str) -> str | None:
     ``trainer.fit(..., ckpt_path=path, weights_only=True)`` so the load itself is weights-only too (a remote
     directory: through :func:`local_checkpoint` first, Lightning reads sharded checkpoints from local disk only).
     """
-    import torch
-
     fs = filesystem(dirpath)
     listing = list_folder(fs, dirpath)  # no HEAD of the folder's own key: an instance role may not read it
     listed = {_bare(str(e["name"])) for e in listing}
@@ -338,27 +336,44 @@ def find_checkpoint(dirpath: str) -> str | None:
         name = str(entry["name"]).rstrip("/")
         path = name if "://" in name or not protocol else protocol + name
         try:
-            if _is_directory(fs, entry):
-                vet_directory(fs, path, read_manifest(fs, path, listed))
-                return path
-            recorded = read_digest(fs, path, listed)
-            if recorded is not None and sha256_of(fs, path) != recorded:
-                raise ValueError(f"its sha256 differs from the one recorded when it was saved ({path}{DIGEST_SUFFIX})")
-            unsafe = unsafe_globals(fs, path)
-            if unsafe:
-                raise ValueError(
-                    f"its pickle would construct {', '.join(unsafe[:5])}, which a weights-only load refuses (a "
-                    "checkpoint must be data, not code); if you wrote it and trust it, pass it explicitly"
-                )
-            if recorded is None:  # not one of ours: make sure it loads at all
-                with fs.open(path, "rb") as f:
-                    state = torch.load(f, map_location="cpu", weights_only=True)
-                if not isinstance(state, dict) or "state_dict" not in state or "global_step" not in state:
-                    raise ValueError("not a Lightning checkpoint (no state_dict / global_step)")
+            vet_checkpoint(fs, path, listed, directory=_is_directory(fs, entry))
             return path
         except Exception as exc:  # noqa: BLE001 - any failure means: not this one
             log.warning("SriftyCallback: skipping checkpoint %s: %s; trying an older one", path, exc)
     return None
+
+
+def vet_checkpoint(fs: Any, path: str, listed: set[str] | None = None, *, directory: bool | None = None) -> None:
+    """Raise ValueError saying why ``path`` is not a sound checkpoint (what :func:`find_checkpoint` skips): a
+    directory that does not match its manifest; a file whose recorded sha256 differs; a pickle that would construct
+    something outside torch's weights-only allowlist; and, for a file with no recorded digest (not one of ours), one
+    that does not load as a Lightning checkpoint or holds weights that are not finite (a flipped byte of a float)."""
+    import torch
+
+    if directory if directory is not None else fs.isdir(path):
+        vet_directory(fs, path, read_manifest(fs, path, listed))
+        return
+    recorded = read_digest(fs, path, listed)
+    if recorded is not None and sha256_of(fs, path) != recorded:
+        raise ValueError(f"its sha256 differs from the one recorded when it was saved ({path}{DIGEST_SUFFIX})")
+    unsafe = unsafe_globals(fs, path)
+    if unsafe:
+        raise ValueError(
+            f"its pickle would construct {', '.join(unsafe[:5])}, which a weights-only load refuses (a "
+            "checkpoint must be data, not code); if you wrote it and trust it, pass it explicitly"
+        )
+    if recorded is None:  # not one of ours: make sure it loads at all, and that its weights are numbers
+        with fs.open(path, "rb") as f:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or "state_dict" not in state or "global_step" not in state:
+            raise ValueError("not a Lightning checkpoint (no state_dict / global_step)")
+        bad = [
+            name
+            for name, value in state["state_dict"].items()
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all())
+        ]
+        if bad:
+            raise ValueError(f"its weights are not all finite (NaN or inf in {', '.join(bad[:3])})")
 
 
 def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = False) -> str:
