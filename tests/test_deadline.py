@@ -276,6 +276,22 @@ def test_replay_table_and_plot(planned, tmp_path, capsys) -> None:
     assert "srifty" in out and "deadline" in out and png.stat().st_size > 1000
 
 
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--start-h", "-5"], "--start-h must be hours >= 0 into the trace. Got -5.0"),
+        (["--tick", "0"], "--tick must be a whole multiple of the trace's 600 s between samples. Got 0"),
+        (["--tick", "33"], "--tick must be a whole multiple of the trace's 600 s between samples. Got 33"),
+        (["--tick", "900"], "Got 900: give 600, 1200"),
+    ],
+)
+def test_replay_refuses_a_start_or_tick_it_would_have_ignored(planned, capsys, flags, says) -> None:
+    """Issue #36 M6: --start-h -5 replayed the trace's last 5 h; --tick 0 and --tick 33 were ignored."""
+    plan, trace = planned
+    assert main(["replay", "--plan", str(plan), "--trace", str(trace), *flags]) == 2
+    assert says in capsys.readouterr().err
+
+
 def test_a_plot_never_goes_through_a_link_or_beside_a_device(planned, tmp_path, capsys) -> None:
     """Issue #36 M4: --plot wrote through a symbolic link (its target replaced by a PNG) and, for a name without a
     suffix, to that name + .png (--plot /dev/null wrote /dev/null.png beside the device). The PNG goes to exactly the

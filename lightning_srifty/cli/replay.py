@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 from lightning_srifty.cli._common import hours, load_catalog, whole
@@ -23,7 +24,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
     read = [dl.read_trace(path, nodes=run.spot_nodes, values=args.trace_values) for path in args.trace]
     trace = dl.combine([t for t, _ in read])
     notes = [n for _, ns in read for n in ns] + list(run.notes)
-    factor = max(1, int(args.tick // trace.gap_s)) if args.tick else 1
+    if not (args.start_h >= 0 and math.isfinite(args.start_h)):  # -5 replayed the trace's last 5 h (issue #36 M6)
+        raise ConfigError(
+            f"--start-h must be hours >= 0 into the trace. Got {args.start_h}: give where to start, e.g. --start-h 5.",
+            parameter="start_h",
+            value=args.start_h,
+        )
+    factor = 1
+    if args.tick is not None:  # 0 and a tick that is not a multiple of the trace's gap were ignored (issue #36 M6)
+        ratio = args.tick / trace.gap_s if math.isfinite(args.tick) else 0.0
+        if not (ratio >= 1 and abs(ratio - round(ratio)) < 1e-9):
+            raise ConfigError(
+                f"--tick must be a whole multiple of the trace's {trace.gap_s:g} s between samples. Got {args.tick:g}: "
+                f"give {trace.gap_s:g}, {2 * trace.gap_s:g}, ... or leave it out (one decision a sample).",
+                parameter="tick",
+                value=args.tick,
+            )
+        factor = round(ratio)
     trace = trace.resample(factor)
     start = round(args.start_h * 3600 / trace.gap_s)
     if start >= trace.ticks:

@@ -119,6 +119,7 @@ def rank(
     )
     caveat = unmeasured_note(profile)
     notes = [caveat, *notes] if caveat else notes
+
     def relaxed(name: str) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
         """Priced without the deadline (its fallback to on-demand is in the spot fleets' prices); the other limits
         change no price."""
