@@ -205,3 +205,24 @@ def test_the_objective_and_market_names_are_declared_once() -> None:
     assert SPECS["objective"].choices == OBJECTIVES and not set(OBJECTIVES) & set(DEPRECATED_OBJECTIVES)
     assert tuple(m.value for m in Market) == get_args(MarketName) == MARKETS == SPECS["market"].choices
     assert Market.ANY.markets() == get_args(FleetMarket)
+
+
+def test_allow_and_deny_name_a_gpu_as_the_catalog_knows_it(catalog) -> None:
+    """Issue #37 M6: `--allow A100` was refused although the catalog knows which types carry an A100. A GPU's model
+    names every type of it (A100: both A100s; L4 is not L40S), in any case; an unknown name is still refused."""
+    from _support import MINIMAL
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import rank
+
+    profile = load_profile(MINIMAL)
+    a100 = rank(profile, Constraints(steps=1000, allow=("A100",), top=50), catalog=catalog)
+    assert {catalog.get(g.instance_type).gpu for e in a100.entries for g in e.groups} <= {
+        "A100-SXM-40GB",
+        "A100-SXM-80GB",
+    }
+    l4 = rank(profile, Constraints(steps=1000, allow=("l4",), max_instances=1, top=50), catalog=catalog)
+    assert {catalog.get(g.instance_type).gpu for e in l4.entries for g in e.groups} == {"L4"}
+    no_t4 = rank(profile, Constraints(steps=1000, deny=("T4",), top=50), catalog=catalog)
+    assert all(catalog.get(g.instance_type).gpu != "T4" for e in no_t4.entries for g in e.groups)
+    with pytest.raises(ConfigError, match="neither an instance type, a family nor a GPU of the catalog"):
+        rank(profile, Constraints(steps=1000, allow=("A1000",)), catalog=catalog)

@@ -35,13 +35,14 @@ def check_names(constraints: Constraints, catalog: Catalog) -> None:
     there: a typo (``--deny p4d.24xlarg``) is an error with "did you mean", never a filter that does nothing."""
     types = list(catalog)
     known = {it.name for it in types} | {it.family for it in types}
+    gpus = {it.gpu for it in types if it.gpu}
     for name in ("allow", "deny"):
         for value in getattr(constraints, name):
-            if value not in known:
-                close = suggest(value, known, n=3)
+            if value not in known and not any(gpu_matches(g, value) for g in gpus):
+                close = suggest(value, known | gpus, n=3)
                 raise ConfigError(
-                    f"The '{name}' constraint names {value!r}, which is neither an instance type nor a family of the "
-                    f"catalog ({catalog.info.source}, {catalog.info.snapshot})."
+                    f"The '{name}' constraint names {value!r}, which is neither an instance type, a family nor a GPU "
+                    f"of the catalog ({catalog.info.source}, {catalog.info.snapshot})."
                     + (f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else "")
                     + " Add your own types with --catalog-extra.",
                     parameter=name,
@@ -60,10 +61,22 @@ def check_names(constraints: Constraints, catalog: Catalog) -> None:
             )
 
 
+def gpu_matches(gpu: str, value: str) -> bool:
+    """Whether an allow/deny entry names this GPU: its catalog key (``A100-SXM-80GB``) or the model before a dash
+    (``A100`` names both A100s, ``V100`` both V100s; ``L4`` is not ``L40S``), in any case (issue #37 M6: ``--allow
+    A100`` was refused although the catalog knows which types carry one)."""
+    key, asked = gpu.lower(), value.lower()
+    return key == asked or key.startswith(asked + "-")
+
+
+def _named(it: InstanceType, names: tuple[str, ...]) -> bool:
+    return it.name in names or it.family in names or any(gpu_matches(it.gpu or "", n) for n in names if it.gpu)
+
+
 def _allowed(it: InstanceType, constraints: Constraints) -> bool:
-    if constraints.allow and it.name not in constraints.allow and it.family not in constraints.allow:
+    if constraints.allow and not _named(it, constraints.allow):
         return False
-    return it.name not in constraints.deny and it.family not in constraints.deny
+    return not _named(it, constraints.deny)
 
 
 def instance_types(

@@ -169,8 +169,10 @@ class Constraints:
         exclusive=True,
         flag="--max-hourly",
     )
-    allow: tuple[str, ...] = _c((), "instance types or families considered (empty: all)", "texts", service_max=100)
-    deny: tuple[str, ...] = _c((), "instance types or families left out", "texts", service_max=100)
+    allow: tuple[str, ...] = _c(
+        (), "instance types, families or GPUs (A100, L4) considered (empty: all)", "texts", service_max=100
+    )
+    deny: tuple[str, ...] = _c((), "instance types, families or GPUs (A100, L4) left out", "texts", service_max=100)
     min_memory_headroom: float = _c(
         0.0, "GPU memory to keep free, as a share", "number", minimum=0, maximum=0.9, flag="--min-headroom"
     )
