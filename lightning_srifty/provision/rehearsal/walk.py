@@ -32,6 +32,7 @@ from typing import Any
 
 from lightning_srifty.provision.rehearsal.local_aws import LocalAWS, free_port, port_free
 from lightning_srifty.provision.rehearsal.node import Node, base_python
+from predictor.documents.atomic import atomic_write_json
 from predictor.exceptions import ConfigError, ProvisionError
 
 SCHEMA = "srifty.rehearsal/v1"
@@ -166,7 +167,7 @@ def rehearse(
         report.error = exc.tail or str(exc)
     finally:
         report.nodes = [_node_record(n) for n in walk.nodes]
-        (work / "rehearsal.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+        atomic_write_json(work / "rehearsal.json", report.to_dict())
     return report
 
 
@@ -174,14 +175,22 @@ def _check_settings(settings: Settings, values: dict[str, Any]) -> None:
     for name in ("notice_after_s", "stagger_s", "timeout_s"):
         value = getattr(settings, name)
         if not value >= 0 or value != value:
-            raise ConfigError(f"--{name.replace('_', '-')} must be a number of seconds >= 0. Got {value!r}.")
+            raise ConfigError(
+                f"--{name.replace('_', '-')} must be a number of seconds >= 0. Got {value!r}.",
+                parameter=name,
+                value=value,
+            )
     if settings.nodes is not None:
         if settings.nodes < 1:
-            raise ConfigError(f"--nodes must be a whole number >= 1. Got {settings.nodes}.")
+            raise ConfigError(
+                f"--nodes must be a whole number >= 1. Got {settings.nodes}.", parameter="nodes", value=settings.nodes
+            )
         if len(values["groups"]) != 1:
             raise ConfigError(
                 f"--nodes {settings.nodes}: the fleet mixes {len(values['groups'])} instance types, and the rehearsal "
-                "would not know which to scale: leave --nodes out (every node of the fleet is rehearsed)"
+                "would not know which to scale: leave --nodes out (every node of the fleet is rehearsed)",
+                parameter="nodes",
+                value=settings.nodes,
             )
     if values["train"].get("handover"):
         raise ConfigError(
