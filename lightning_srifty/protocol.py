@@ -299,6 +299,8 @@ VARIABLES: dict[str, str] = {
     "plan": "SRIFTY_PLAN",
     "choice": "SRIFTY_CHOICE",
     "batch_sizes": "SRIFTY_BATCH_SIZES",
+    "batch_groups": "SRIFTY_BATCH_GROUPS",
+    "node_group": "SRIFTY_NODE_GROUP",
     "accumulate_grad_batches": "SRIFTY_ACCUMULATE_GRAD_BATCHES",
     "strategy": "SRIFTY_STRATEGY",
     "plan_started_unix": "SRIFTY_PLAN_STARTED_UNIX",
@@ -330,6 +332,13 @@ class LaunchEnv:
         fleet: the fleet, e.g. ``"g4dn.xlarge:2"``.
         plan: where the plan this fleet comes from is kept; choice: its index in the plan's entries.
         batch_sizes: per-rank batches per micro-step; accumulate_grad_batches: micro-steps per optimizer step.
+        batch_groups: on a mix of GPU types whose ranks take different batches, where the rank order is known only
+            once the nodes have joined (a ``srifty terraform`` fleet: torchrun numbers ranks in join order), the
+            plan's groups instead of ``batch_sizes``: each group's key (its instance type) and its GPUs' batches
+            per micro-step, in plan order; the variable reads ``g5.xlarge=24,23;g4dn.xlarge=9``. The strategies
+            gather every rank's group at set-up and take the plan's batch of each
+            (:func:`predictor.model.batch.assign_rank_batches`).
+        node_group: this node's group key (its instance type), which the node's boot script exports.
         strategy: the Lightning strategy of the plan entry's layout, JSON ``{"name": "fsdp", "args": {...}}``
             (:func:`strategy_text`; ``""``: ddp), which :func:`lightning_srifty.plan_strategy` builds.
         plan_started_unix: when the run began working to this plan (its deadline counts from then).
@@ -344,6 +353,8 @@ class LaunchEnv:
     plan: str = ""
     choice: int | None = None
     batch_sizes: tuple[int, ...] = ()
+    batch_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    node_group: str = ""
     accumulate_grad_batches: int = 1
     strategy: str = ""
     plan_started_unix: float | None = None
@@ -356,13 +367,20 @@ class LaunchEnv:
         out: dict[str, str] = {}
         for name, variable in VARIABLES.items():
             value = getattr(self, name)
-            if isinstance(value, tuple):
+            if name == "batch_groups":
+                value = ";".join(f"{key}={','.join(map(str, sizes))}" for key, sizes in value)
+            elif isinstance(value, tuple):
                 value = ",".join(map(str, value))
             elif isinstance(value, float):
                 value = f"{value:.3f}"
             if value is not None and (value != "" or name == "resume"):
                 out[variable] = str(value)
         return out
+
+    def node_batches(self) -> tuple[int, ...]:
+        """The plan's batches per micro-step of this node's group (``batch_groups``), () when there are none; a
+        rank's own is one of them, which one is known after the set-up's gathering."""
+        return next((sizes for key, sizes in self.batch_groups if key == self.node_group), ())
 
     def strategy_spec(self) -> tuple[str, dict[str, Any]]:
         """The Lightning strategy's name and keyword arguments (``("ddp", {})`` when none was given).
@@ -418,6 +436,8 @@ class LaunchEnv:
             try:
                 if name == "batch_sizes":
                     values[name] = tuple(int(b) for b in raw.split(","))
+                elif name == "batch_groups":
+                    values[name] = parse_batch_groups(raw)
                 elif "int" in str(types[name]):
                     values[name] = int(raw)
                 elif "float" in str(types[name]):
@@ -426,13 +446,39 @@ class LaunchEnv:
                     values[name] = raw
             except ValueError:
                 raise ConfigError(
-                    f"${variable} must be {'comma-separated whole numbers' if name == 'batch_sizes' else types[name]}"
+                    f"${variable} must be {_FORMATS.get(name, types[name])}"
                     f" (srifty launch sets it). Got {raw!r}: unset it or run the job under srifty launch.",
                     parameter=variable,
                     value=raw,
                 ) from None
         values.setdefault("launch_id", "")
         return cls(**values)
+
+
+_FORMATS = {
+    "batch_sizes": "comma-separated whole numbers",
+    "batch_groups": "groups key=batch,batch,... separated by ';' (g5.xlarge=24,23;g4dn.xlarge=9)",
+}
+
+
+def parse_batch_groups(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``LaunchEnv.batch_groups`` from its variable's text (``g5.xlarge=24,23;g4dn.xlarge=9``).
+
+    Raises:
+        ValueError: a group without a key or ``=``, a batch that is not a whole number >= 1, a key twice.
+    """
+    groups = []
+    for part in text.split(";"):
+        key, eq, sizes = part.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(part)
+        batches = tuple(int(b) for b in sizes.split(","))
+        if any(b < 1 for b in batches):
+            raise ValueError(part)
+        groups.append((key.strip(), batches))
+    if len({key for key, _ in groups}) != len(groups):
+        raise ValueError(text)
+    return tuple(groups)
 
 
 def strategy_text(name: str, args: Mapping[str, Any] | None = None) -> str:

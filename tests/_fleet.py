@@ -61,6 +61,7 @@ def template_values(**overrides: object) -> dict:
         "argv": "'train.py'",
         "nnodes": 1,
         "nproc_per_node": 1,
+        "group": "g5.xlarge",
         "efa": False,
         "rdzv_port": 29400,
         "rendezvous_timeout_s": 1800,

@@ -40,11 +40,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _two_nodes(tmp_path: Path, procs: tuple[int, int], *extra: str, **env_extra: str) -> list[dict]:
-    """Two torchrun agents (node 1 started 2 s after node 0, as nodes never boot together); each rank's record."""
-    port, env = _free_port(), {**os.environ, "SRIFTY_ALLOW_CPU": "1", "OMP_NUM_THREADS": "1", **env_extra}
+def _two_nodes(
+    tmp_path: Path, procs: tuple[int, int], *extra: str, node_env: tuple[dict, dict] = ({}, {}), **env_extra: str
+) -> list[dict]:
+    """Two torchrun agents (node 1 started 2 s after node 0, as nodes never boot together; ``node_env``: each one's
+    own variables); each rank's record."""
+    port, base = _free_port(), {**os.environ, "SRIFTY_ALLOW_CPU": "1", "OMP_NUM_THREADS": "1", **env_extra}
     agents = []
     for node, nproc in enumerate(procs):
+        env = {**base, **node_env[node]}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", str(nproc)]
         cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"readme-{port}"]
         log = (tmp_path / f"node{node}.log").open("w")
@@ -124,9 +128,59 @@ def test_a_srifty_terraform_fleet_trains_with_the_plans_batch_and_accumulation(t
     assert ranks[0]["weights"] == pytest.approx(ranks[1]["weights"], rel=1e-9)
 
 
+@pytest.mark.slow
+def test_a_mixed_srifty_terraform_fleet_takes_each_gpu_types_planned_batch(tmp_path) -> None:
+    """Issue #35 item 7 on a mix: the plan gives a 2-GPU type 10 and 9 samples per rank and a 1-GPU type 13 (32 per
+    micro-step); torchrun numbers ranks in join order, so the list cannot be written before the job starts. Each
+    node exports only its group; the strategy gathers the ranks' groups at set-up. The 1-GPU node joins first (rank
+    0 as a rule): it takes 13, the other node's ranks 10 and 9, the gradient weights make the global-batch mean (one
+    model)."""
+    env = {
+        "SRIFTY_CHECKPOINT_URI": str(tmp_path / "checkpoints"),
+        "SRIFTY_BATCH_GROUPS": "g5.12xlarge=10,9;g4dn.xlarge=13",
+        "SRIFTY_ACCUMULATE_GRAD_BATCHES": "2",
+        "SRIFTY_FLEET": "g5.12xlarge:1,g4dn.xlarge:1",
+    }
+    (tmp_path / "checkpoints").mkdir()
+    groups = ({"SRIFTY_NODE_GROUP": "g4dn.xlarge"}, {"SRIFTY_NODE_GROUP": "g5.12xlarge"})
+    ranks = _two_nodes(tmp_path, (1, 2), "--as-gpu-node", node_env=groups, **env)
+    sizes = ranks[0]["batch_sizes"]
+    assert all(r["batch_sizes"] == r["strategy_batch_sizes"] == sizes for r in ranks)  # one split, everywhere
+    assert {r["accumulate"] for r in ranks} == {2}
+    # each rank took its own GPU type's planned batch, in the order the nodes joined (usually the 1-GPU node first)
+    by_type = [13 if r["node_group"] == "g4dn.xlarge" else 0 for r in ranks]
+    assert [b for b, t in zip(sizes, by_type) if t] == [13] and [b for b, t in zip(sizes, by_type) if not t] == [10, 9]
+    assert len({round(r["weights"], 9) for r in ranks}) == 1
+    log = "".join((tmp_path / f"node{n}.log").read_text() for n in (0, 1))  # rank 0's, on either node
+    runs = ", ".join(map(str, sizes))
+    assert f"srifty_auto: the plan's batch on g5.12xlarge:1,g4dn.xlarge:1: per rank {runs} samples" in log
+    assert "global batch 64 on 3 rank(s)" in log
+
+
+def test_the_ranks_gpu_groups_give_the_plans_batches_or_a_split_that_keeps_the_global_batch() -> None:
+    from predictor.model.batch import assign_rank_batches
+
+    plan = [("g5.12xlarge", [10, 9]), ("g4dn.xlarge", [13])]
+    assert assign_rank_batches(plan, ["g4dn.xlarge", "g5.12xlarge", "g5.12xlarge"]) == ([13, 10, 9], False)
+    assert assign_rank_batches(plan, ["g5.12xlarge", "g4dn.xlarge", "g5.12xlarge"]) == ([10, 13, 9], False)
+    # capacity filled with another mix (two 1-GPU nodes and one of the 2-GPU type): 32 per micro-step kept
+    sizes, resplit = assign_rank_batches(plan, ["g4dn.xlarge", "g5.12xlarge", "g4dn.xlarge"])
+    assert resplit and sum(sizes) == 32 and sizes[0] == sizes[2] > sizes[1]
+    with pytest.raises(ConfigError, match=r"GPU group\(s\) \['p3.2xlarge'\] joined.*re-generate the module"):
+        assign_rank_batches(plan, ["p3.2xlarge", "g4dn.xlarge", "g5.12xlarge"])
+    with pytest.raises(ConfigError, match=r"40 ranks joined for a plan of 32 samples"):
+        assign_rank_batches(plan, ["g4dn.xlarge"] * 40)
+
+
+def test_a_node_outside_the_plans_groups_is_refused_before_training(monkeypatch) -> None:
+    with pytest.raises(ConfigError, match=r"SRIFTY_NODE_GROUP\) is 'p3.2xlarge', the plan's groups are"):
+        SriftyDDPStrategy(batch_groups=[("g5.xlarge", (8,))], node_group="p3.2xlarge")
+
+
 def test_srifty_terraform_passes_the_plans_batch_to_the_job(catalog) -> None:
-    """The values srifty terraform writes carry the plan's per-rank batch and accumulation for the job (a fleet of
-    one GPU type); a mix whose ranks take different batches cannot (torchrun's rank order), and is named."""
+    """The values srifty terraform writes carry the plan's per-rank batch and accumulation for the job: the per-rank
+    list on a fleet of one GPU type; on a mix whose ranks take different batches (torchrun's rank order is the join
+    order) the plan's groups, each node exporting its own."""
     from _support import MINIMAL
     from lightning_srifty.provision.generate import Options, planned_batches, tfvars
     from predictor.documents.profile import load_profile
@@ -141,6 +195,14 @@ def test_srifty_terraform_passes_the_plans_batch_to_the_job(catalog) -> None:
     assert env["SRIFTY_BATCH_SIZES"] == "16,16" and env["SRIFTY_ACCUMULATE_GRAD_BATCHES"] == "1"  # global 32 kept
     assert env["SRIFTY_FLEET"] == "g4dn.xlarge:2" and entry.global_batch == 32
     mixed = dataclasses.replace(
-        entry, groups=(entry.groups[0], dataclasses.replace(entry.groups[0], gpu="A10G", micro_batches=(20,)))
+        entry,
+        groups=(
+            entry.groups[0],
+            dataclasses.replace(entry.groups[0], instance_type="g5.xlarge", gpu="A10G", count=1, micro_batches=(20,)),
+        ),
     )
-    assert planned_batches(mixed) is None
+    assert planned_batches(mixed) == {
+        "SRIFTY_BATCH_GROUPS": "g4dn.xlarge=16,16;g5.xlarge=20",
+        "SRIFTY_ACCUMULATE_GRAD_BATCHES": "1",
+        "SRIFTY_FLEET": "g4dn.xlarge:2",
+    }

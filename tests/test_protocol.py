@@ -134,7 +134,13 @@ def test_the_terraform_module_exports_the_same_checkpoint_variable() -> None:
     template = (ROOT / "terraform/modules/training_fleet/templates/user_data.sh.tftpl").read_text()
     exported = set(re.findall(r"export (SRIFTY_\w+)=", template))
     # where checkpoints go, and what to resume from (a replacement node: the newest sound checkpoint there)
-    assert exported == {protocol.VARIABLES["checkpoint_uri"], protocol.VARIABLES["resume"], protocol.NODE_STATE}
+    # and (a mix whose ranks take different batches) the node's plan group, gathered by the strategies at set-up
+    assert exported == {
+        protocol.VARIABLES["checkpoint_uri"],
+        protocol.VARIABLES["resume"],
+        protocol.VARIABLES["node_group"],
+        protocol.NODE_STATE,
+    }
     assert '["env"]' in template  # the handover's LaunchEnv is exported as it is
 
 

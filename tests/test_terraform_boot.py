@@ -12,6 +12,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import stat
 import subprocess
@@ -748,3 +749,23 @@ def test_a_node_finds_and_resumes_its_checkpoint_under_the_instance_roles_policy
 
 # The two-node walk under the role's policy (boot minutes apart, train together, a spot notice, the resume on the
 # Auto Scaling group's replacements) is srifty rehearse's own test: tests/test_rehearse.py.
+
+
+def test_each_group_of_a_mixed_fleet_tells_its_nodes_their_plan_group(tf_env, moto_endpoint, tmp_path, catalog):
+    """Issue #35 item 7 on a mix: torchrun numbers ranks in join order, so the module cannot pass the plan's per-rank
+    list; every boot script carries the plan's groups and exports its own group's key (the instance type), which
+    the strategies gather at set-up (tests/test_multinode.py trains on it)."""
+    dlami_parameters(moto_endpoint)
+    plan, choice = fleet_plan(catalog, ("g5g.xlarge", "g5.xlarge"), "g5g.xlarge:1,g5.xlarge:1")
+    entry = plan.entries[choice]
+    assert len(set(entry.rank_batches() or ())) > 1  # the two types take different batches
+    options = Options(aws_endpoint=moto_endpoint, bucket="mix-ckpt")
+    infra = use_test_parameters(generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out)
+    boots = {v["key"]: v["content"] for a, v in planned(tf_env, infra, "aws_s3_object").items() if ".boot[" in a}
+    groups = ";".join(f"{g.instance_type}={','.join(map(str, g.micro_batches))}" for g in entry.groups)
+    for group in entry.groups:
+        (text,) = [t for k, t in boots.items() if f"/{group.instance_type}-" in k]
+        assert f"export SRIFTY_NODE_GROUP={group.instance_type}\n" in text
+        (env_b64,) = re.findall(r"echo '([A-Za-z0-9+/=]+)' \| base64 -d \| python3", text)
+        env = json.loads(base64.b64decode(env_b64))
+        assert env["SRIFTY_BATCH_GROUPS"] == groups and "SRIFTY_BATCH_SIZES" not in env

@@ -23,7 +23,7 @@ import torch
 from lightning.pytorch.strategies import FSDPStrategy, StrategyRegistry
 from torch import nn
 
-from lightning_srifty.ddp.hetero import rank_weights
+from lightning_srifty.ddp.hetero import RankBatches, rank_weights
 from lightning_srifty.ddp.nodes import TorchrunNodes
 from lightning_srifty.ddp.teardown import destroy_at_exit
 from predictor.exceptions import ConfigError
@@ -107,7 +107,7 @@ def scale_loss(output: Any, weight: float) -> Any:
     return output
 
 
-class SriftyFSDPStrategy(TorchrunNodes, FSDPStrategy):
+class SriftyFSDPStrategy(RankBatches, TorchrunNodes, FSDPStrategy):
     """Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` whose ``auto_wrap_policy`` and
     ``activation_checkpointing_policy`` may name block classes (``["LlamaDecoderLayer"]``) or give a size
     (``{"min_num_params": N}``), and which trains on CPU too (see the module docstring).
@@ -129,10 +129,8 @@ class SriftyFSDPStrategy(TorchrunNodes, FSDPStrategy):
         *args: Any,
         auto_wrap_policy: Any = None,
         activation_checkpointing_policy: Any = None,
-        batch_sizes: Iterable[int] | None = None,
         **kwargs: Any,
     ) -> None:
-        self.batch_sizes = list(batch_sizes) if batch_sizes is not None else None
         # names wait for the model (setup); everything else goes to Lightning now
         self._named = {
             k: v

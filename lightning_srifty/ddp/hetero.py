@@ -21,6 +21,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import Sampler
 
+from lightning_srifty.protocol import VARIABLES
 from predictor.exceptions import ConfigError
 
 
@@ -190,3 +191,61 @@ class ExactResume(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._restored = dict(state)
+
+
+class RankBatches:
+    """Mixed in before a Lightning DDP/FSDP strategy class: the per-rank batches the strategy weights gradients by.
+
+    ``batch_sizes`` gives one per global rank. On a fleet whose rank order is known only once its nodes have joined
+    (a mix of GPU types started by ``srifty terraform``: torchrun numbers ranks in join order) ``batch_groups`` (the
+    plan's groups: key and its GPUs' batches) and ``node_group`` (this node's key) stand instead: once the process
+    group exists every rank's group is gathered, and ``batch_sizes`` becomes the plan's batch of each rank
+    (:func:`predictor.model.batch.assign_rank_batches`; the plan's split exactly when the fleet is the plan's mix,
+    the plan's samples per micro-step split again over the ranks present when it is not).
+    """
+
+    batch_sizes: list[int] | None
+    batch_resplit: bool  # the fleet's mix was not the plan's: its samples per micro-step were split again
+
+    def __init__(
+        self,
+        *args: Any,
+        batch_sizes: Sequence[int] | None = None,
+        batch_groups: Sequence[tuple[str, Sequence[int]]] = (),
+        node_group: str = "",
+        **kwargs: Any,
+    ) -> None:
+        self.batch_sizes = list(batch_sizes) if batch_sizes is not None else None
+        self.batch_groups = tuple((str(k), tuple(v)) for k, v in batch_groups)
+        self.node_group = node_group
+        self.batch_resplit = False
+        if self.batch_groups and node_group not in {k for k, _ in self.batch_groups}:
+            raise ConfigError(
+                f"this node's plan group (${VARIABLES['node_group']}) is {node_group!r}, the plan's groups are "
+                f"{[k for k, _ in self.batch_groups]}: the node's boot script exports its group (srifty terraform's "
+                "module does); re-generate the module from the plan the fleet was made from.",
+                parameter="node_group",
+                value=node_group,
+            )
+        super().__init__(*args, **kwargs)
+
+    def setup_environment(self) -> None:
+        super().setup_environment()  # type: ignore[misc]
+        if self.batch_sizes is None and self.batch_groups:
+            self.batch_sizes, self.batch_resplit = self._gather_batches()
+
+    def _gather_batches(self) -> tuple[list[int], bool]:
+        from predictor.model.batch import assign_rank_batches
+
+        keys = [k for k, _ in self.batch_groups]
+        world = int(self.world_size)  # type: ignore[attr-defined]
+        mine = keys.index(self.node_group)
+        if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            device = self.root_device  # type: ignore[attr-defined]  # NCCL gathers CUDA tensors, gloo CPU ones
+            own = torch.tensor([mine], dtype=torch.int64, device=device)
+            everyone = [torch.zeros_like(own) for _ in range(world)]
+            torch.distributed.all_gather(everyone, own)
+            indices = [int(t.item()) for t in everyone]
+        else:
+            indices = [mine] * world
+        return assign_rank_batches(self.batch_groups, [keys[i] for i in indices])

@@ -44,7 +44,7 @@ def plan_strategy(default: str | Strategy = "auto", *, model: torch.nn.Module | 
     if launch is None:
         return default
     name, args = launch.strategy_spec()
-    if name == "ddp" and not args and len(launch.batch_sizes) <= 1:
+    if name == "ddp" and not args and len(launch.batch_sizes) <= 1 and not launch.batch_groups:
         return default  # one rank of plain ddp: nothing to build
     return build_layout(launch, model=model)
 
@@ -62,6 +62,8 @@ def build_layout(
     ``fsdp_class`` (subclasses take ``extra`` too)."""
     name, args = launch.strategy_spec()
     sizes = list(launch.batch_sizes) or None
+    # a mix whose rank order is known once its nodes joined: every rank's batch is gathered at set-up (RankBatches)
+    groups = {"batch_groups": launch.batch_groups, "node_group": launch.node_group} if not sizes else {}
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if not torch.cuda.is_available() and local > 1:
@@ -69,7 +71,7 @@ def build_layout(
         # fail under torchrun's local ranks; the strategy names one per process, so the Trainer needs no devices=
         args = {**args, "parallel_devices": [torch.device("cpu")] * local}
     if name == "fsdp":
-        strategy = fsdp_class(process_group_backend=backend, batch_sizes=sizes, **args, **extra)
+        strategy = fsdp_class(process_group_backend=backend, batch_sizes=sizes, **groups, **args, **extra)
         if model is not None:
             strategy.resolve_names(model)
         return strategy
@@ -78,7 +80,11 @@ def build_layout(
         if model is not None and blocks:
             block_classes(blocks, model, "activation_checkpointing_policy")
         return ddp_class(
-            batch_sizes=sizes if sizes and len(sizes) > 1 else None, process_group_backend=backend, **args, **extra
+            batch_sizes=sizes if sizes and len(sizes) > 1 else None,
+            process_group_backend=backend,
+            **groups,
+            **args,
+            **extra,
         )
     raise ConfigError(
         f"${VARIABLES['strategy']} names the strategy {name!r}; this lightning-srifty builds ddp and fsdp. Launch an "
@@ -112,8 +118,10 @@ def launch_settings(default_batch_size: int | None = None) -> LaunchSettings:
     if launch is None:
         return LaunchSettings(default_batch_size, 1, "ddp", "")
     rank = int(os.environ.get("RANK", "0"))
-    sizes = launch.batch_sizes
-    batch = sizes[rank] if rank < len(sizes) else default_batch_size
+    sizes, mine = launch.batch_sizes, launch.node_batches()
+    # on a mix whose ranks are numbered as its nodes join, this rank's GPU type's planned batch (its group's batches
+    # differ by one sample at most; the strategy's set-up knows which, and srifty_auto re-cuts the loader to it)
+    batch = sizes[rank] if rank < len(sizes) else max(mine) if mine else default_batch_size
     return LaunchSettings(batch, launch.accumulate_grad_batches, launch.strategy_spec()[0], launch.resume)
 
 
@@ -175,12 +183,13 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
             "accumulate_grad_batches=launch_settings().accumulate_grad_batches"
         )
     rank = getattr(trainer, "global_rank", 0)
-    if launch.batch_sizes and rank < len(launch.batch_sizes):
+    sizes = list(launch.batch_sizes or getattr(trainer.strategy, "batch_sizes", None) or ())  # gathered on a mix
+    if sizes and rank < len(sizes):
         batch = _batch_size(getattr(trainer, "train_dataloader", None))
-        if batch is not None and batch != launch.batch_sizes[rank]:
+        if batch is not None and batch != sizes[rank]:
             out.append(
-                f"the plan gives rank {rank} batches of {launch.batch_sizes[rank]} samples (global batch "
-                f"{sum(launch.batch_sizes) * launch.accumulate_grad_batches}), its DataLoader gives {batch}: pass "
+                f"the plan gives rank {rank} batches of {sizes[rank]} samples (global batch "
+                f"{sum(sizes) * launch.accumulate_grad_batches}), its DataLoader gives {batch}: pass "
                 'Trainer(strategy="srifty_auto"), which re-cuts it, or build it with '
                 "batch_size=launch_settings().batch_size (the same training as the profiled one)"
             )

@@ -18,20 +18,21 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lightning_srifty.ddp.comm import AllReduceTimer
 from lightning_srifty.ddp.fsdp import block_classes
-from lightning_srifty.ddp.hetero import check_batch_sizes, rank_weights, weighted_hook
+from lightning_srifty.ddp.hetero import RankBatches, check_batch_sizes, rank_weights, weighted_hook
 from lightning_srifty.ddp.nodes import TorchrunNodes
 from lightning_srifty.ddp.teardown import destroy_at_exit
 
 
-class SriftyDDPStrategy(TorchrunNodes, DDPStrategy):
+class SriftyDDPStrategy(RankBatches, TorchrunNodes, DDPStrategy):
     """DDP whose gradient all-reduces are timed per bucket (bytes, seconds, overlap with backward).
 
     Takes every argument of :class:`lightning.pytorch.strategies.DDPStrategy`, and ``batch_sizes``: one per global
-    rank when ranks take unequal batches (a heterogeneous fleet's speed-proportional split); each rank's gradient is
-    then weighted so that the all-reduced gradient is the global-batch mean (:mod:`lightning_srifty.ddp.hetero`);
-    and ``activation_checkpointing_policy``: block classes, or their names (``["LlamaDecoderLayer"]``, resolved on
-    the model at set-up), wrapped with torch's checkpoint wrapper before DDP (each keeps its input and recomputes
-    the rest in backward).
+    rank when ranks take unequal batches (a heterogeneous fleet's speed-proportional split; or ``batch_groups`` and
+    ``node_group`` where the rank order is known only after the rendezvous, :class:`RankBatches`); each rank's
+    gradient is then weighted so that the all-reduced gradient is the global-batch mean
+    (:mod:`lightning_srifty.ddp.hetero`); and ``activation_checkpointing_policy``: block classes, or their names
+    (``["LlamaDecoderLayer"]``, resolved on the model at set-up), wrapped with torch's checkpoint wrapper before DDP
+    (each keeps its input and recomputes the rest in backward).
     """
 
     strategy_name = "srifty_ddp"
@@ -39,13 +40,11 @@ class SriftyDDPStrategy(TorchrunNodes, DDPStrategy):
     def __init__(
         self,
         *args: Any,
-        batch_sizes: list[int] | None = None,
         activation_checkpointing_policy: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.allreduce_timer = AllReduceTimer()
-        self.batch_sizes = list(batch_sizes) if batch_sizes is not None else None
         self.activation_checkpointing_policy = activation_checkpointing_policy
 
     def setup_environment(self) -> None:

@@ -110,6 +110,17 @@ def rebuild_loader(loader: Any, sizes: list[int], rank: int, accumulate: int, se
     return DataLoader(dataset, batch_sampler=sampler, **kept), ""
 
 
+def runs(sizes: list[int]) -> str:
+    """Per-rank batches in rank order, equal neighbours counted: [24, 24, 9] -> "24 x2, 9"."""
+    out: list[list[int]] = []
+    for b in sizes:
+        if out and out[-1][0] == b:
+            out[-1][1] += 1
+        else:
+            out.append([b, 1])
+    return ", ".join(f"{b} x{n}" if n > 1 else str(b) for b, n in out)
+
+
 class _AppliesThePlan:
     """What ``srifty_auto`` adds to the layout's strategy under a launch (see the module docstring); mixed in before
     a Lightning strategy class, whose hooks it extends."""
@@ -138,12 +149,35 @@ class _AppliesThePlan:
                 trainer.accumulate_grad_batches,
             )
             trainer.accumulate_grad_batches = planned
+        self._say_the_batch()
         if not any(isinstance(c, ExactResume) for c in trainer.callbacks):
             trainer.callbacks.append(_PlanPosition())
         if not any(isinstance(c, SpotPreemption) for c in trainer.callbacks):
             # the launcher moves the job on a spot notice, a drift or a price: it checkpoints and leaves (exit 75)
             trainer.callbacks.append(SpotPreemption())
         self._install_resume(trainer)
+
+    def _say_the_batch(self) -> None:
+        """Once (rank 0): the per-rank batches, accumulation and global batch this fleet trains with; on a mix whose
+        ranks' GPU types were gathered at set-up and did not match the plan's counts, that it was split again."""
+        sizes = list(self.launch.batch_sizes or getattr(self, "batch_sizes", None) or ())
+        if not sizes:
+            return
+        from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+
+        a = self.launch.accumulate_grad_batches
+        where = f" on {self.launch.fleet}" if self.launch.fleet else ""
+        gathered = " (the ranks' GPU types gathered at set-up)" if not self.launch.batch_sizes else ""
+        if getattr(self, "batch_resplit", False):
+            rank_zero_warn(
+                f"srifty_auto: the fleet's mix of GPU types is not the plan's{where}: the plan's {sum(sizes)} samples "
+                "per micro-step were split again over the ranks present, in proportion to each type's planned batch "
+                "(the global batch is unchanged; the step time is not the predicted one)."
+            )
+        rank_zero_info(
+            f"srifty_auto: the plan's batch{where}: per rank {runs(sizes)} samples per micro-step{gathered} x {a} "
+            f"accumulated = global batch {sum(sizes) * a} on {len(sizes)} rank(s)."
+        )
 
     def _install_resume(self, trainer: Any) -> None:
         """A fit() the script started without ``ckpt_path`` resumes from the launcher's checkpoint. Lightning picks
@@ -168,7 +202,7 @@ class _AppliesThePlan:
         connector.resume_start = resume_start
 
     def _apply_to_loader(self, dataloader: Any, trainer: Any) -> Any:
-        sizes = list(self.launch.batch_sizes)
+        sizes = list(self.launch.batch_sizes or getattr(self, "batch_sizes", None) or ())  # gathered on a mix
         world = int(getattr(self, "world_size", 1))
         if trainer.state.stage != RunningStage.TRAINING or len(sizes) != world:
             return dataloader

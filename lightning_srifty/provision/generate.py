@@ -461,28 +461,38 @@ def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot |
     env: dict[str, str] = {}
     if entry.layout is not None and (entry.layout.strategy != "ddp" or entry.layout.lightning_args):
         env[protocol.VARIABLES["strategy"]] = protocol.entry_strategy(entry)
-    sizes = planned_batches(entry)
-    if sizes is not None and not options.handover:  # srifty launch's handover carries its own
-        # the plan's per-rank batch and accumulation, which srifty_auto applies (the same training as profiled)
-        env[protocol.VARIABLES["batch_sizes"]] = ",".join(str(b) for b in sizes)
-        env[protocol.VARIABLES["accumulate_grad_batches"]] = str(entry.accumulate_grad_batches)
-        env[protocol.VARIABLES["fleet"]] = entry.fleet
+    if not options.handover:  # srifty launch's handover carries its own
+        env.update(planned_batches(entry))
     if env:
         train["env"] = env
     return train
 
 
-def planned_batches(entry: PlanEntry) -> list[int] | None:
-    """The per-rank micro-batches a ``srifty terraform`` fleet's job is told (``LaunchEnv.batch_sizes``), or None.
+def planned_batches(entry: PlanEntry) -> dict[str, str]:
+    """The variables that give a ``srifty terraform`` fleet's job the plan's per-rank batch and accumulation, which
+    srifty_auto applies (the same training as profiled); {} for a plan that does not record them.
 
-    torchrun numbers the ranks node by node in the order the nodes join its rendezvous, not in the plan's group
-    order: a list whose order matters (a mix of GPUs given different batches) cannot be passed this way (None:
-    the job keeps its own batch, and srifty terraform says so); on one GPU type any order gives every rank a batch
-    its GPU was planned for, and the global batch is the same."""
+    On one GPU type (or a mix whose ranks all take the same batch) that is the per-rank list
+    (``LaunchEnv.batch_sizes``): any rank order gives every rank a batch its GPU was planned for. On a mix whose
+    ranks take different batches the order matters, and torchrun numbers ranks in the order the nodes join its
+    rendezvous: the plan's groups go instead (``LaunchEnv.batch_groups``, keyed by instance type), each node's boot
+    script exports its own group (``LaunchEnv.node_group``), and the strategies gather every rank's group at set-up
+    (:class:`lightning_srifty.ddp.hetero.RankBatches`)."""
     sizes = entry.rank_batches()
-    if sizes is None or (entry.heterogeneous and len(set(sizes)) > 1):
-        return None
-    return sizes
+    if sizes is None:
+        return {}
+    if entry.heterogeneous and len(set(sizes)) > 1:
+        launch = protocol.LaunchEnv(
+            "", "", batch_groups=tuple((g.instance_type, tuple(g.micro_batches or ())) for g in entry.groups)
+        )
+        batches = {protocol.VARIABLES["batch_groups"]: launch.to_env()[protocol.VARIABLES["batch_groups"]]}
+    else:
+        batches = {protocol.VARIABLES["batch_sizes"]: ",".join(str(b) for b in sizes)}
+    return {
+        **batches,
+        protocol.VARIABLES["accumulate_grad_batches"]: str(entry.accumulate_grad_batches),
+        protocol.VARIABLES["fleet"]: entry.fleet,
+    }
 
 
 def _tags(
@@ -606,17 +616,11 @@ def generate(
             )
         values = tfvars(plan, choice, options, catalog, code=snapshot)
         entry = plan.entries[choice]
-        if not options.handover and planned_batches(entry) is None:
+        if not options.handover and not planned_batches(entry):
             notes.append(
                 f"the plan's per-rank batches ({entry.batch_per_gpu()} per GPU on {entry.fleet}) are not passed to "
-                "the job: "
-                + (
-                    "the plan does not record them (a plan made before they were), so each rank takes the script's "
-                    "own batch: make the plan again with srifty recommend"
-                    if entry.rank_batches() is None
-                    else "torchrun numbers the ranks of a mix of GPUs in the order the nodes join, so the job keeps "
-                    "its own batch (srifty launch applies the plan's split)"
-                )
+                "the job: the plan does not record them (a plan made before they were), so each rank takes the "
+                "script's own batch: make the plan again with srifty recommend"
             )
         written = _write_root(plan, choice, target, values, snapshot)
     if snapshot is not None:

@@ -10,6 +10,8 @@ add up exactly to the global batch, and :func:`rank_batches` lists them for the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
@@ -56,3 +58,58 @@ def divisors(n: int) -> list[int]:
 def rank_batches(lo: float, plus: float, gpus: int) -> list[int]:
     """The micro-batch of each of a group's ``gpus`` GPUs: ``plus`` of them take ``lo + 1``."""
     return [int(lo) + 1] * int(plus) + [int(lo)] * (gpus - int(plus))
+
+
+def assign_rank_batches(
+    groups: Sequence[tuple[str, Sequence[int]]], rank_groups: Sequence[str]
+) -> tuple[list[int], bool]:
+    """Every rank's micro-batch on a fleet whose rank order is known only once its nodes have joined.
+
+    torchrun numbers a mixed fleet's ranks in the order its nodes join the rendezvous, so the plan's per-rank list
+    (group order) cannot be handed out before the job starts; each node knows its own group, and the ranks' groups
+    are gathered at set-up (``rank_groups``: each rank's group key, in rank order).
+
+    Args:
+        groups: the plan's groups in plan order: (key, the micro-batch of each of the group's GPUs).
+        rank_groups: the group key of every rank, in rank order.
+
+    Returns:
+        ``(sizes, resplit)``. When every group has as many ranks as the plan gave it, each rank takes the next of its
+        group's planned batches (the plan's split exactly, in rank order; ``resplit`` False). Otherwise (the
+        capacity was filled with another mix) the plan's samples per micro-step are split again over the ranks
+        present in proportion to each group's mean planned batch (:func:`split_micro`, the ranking's own rule):
+        the global batch stays the plan's (``resplit`` True).
+
+    Raises:
+        ConfigError: a rank's group is not in the plan, or more ranks than samples per micro-step.
+    """
+    from predictor.exceptions import ConfigError
+
+    planned = {key: [int(b) for b in sizes] for key, sizes in groups}
+    unknown = sorted({g for g in rank_groups if g not in planned})
+    if unknown:
+        raise ConfigError(
+            f"rank(s) of the GPU group(s) {unknown} joined, but the plan's groups are {sorted(planned)}: every node "
+            "of a srifty fleet names its plan group (its boot script exports it); re-generate the module with "
+            "srifty terraform from the plan the fleet was made from.",
+            parameter="rank_groups",
+            value=unknown[0],
+        )
+    counts = {key: sum(1 for g in rank_groups if g == key) for key in planned}
+    if all(counts[key] == len(sizes) for key, sizes in planned.items()):
+        taken = {key: iter(sizes) for key, sizes in planned.items()}
+        return [next(taken[g]) for g in rank_groups], False
+    total = sum(sum(sizes) for sizes in planned.values())
+    if total < len(rank_groups):
+        raise ConfigError(
+            f"{len(rank_groups)} ranks joined for a plan of {total} samples per micro-step: every rank needs at "
+            "least one. The fleet is not the plan's: re-plan it with srifty recommend.",
+            parameter="world_size",
+            value=len(rank_groups),
+        )
+    keys = [key for key in planned if counts[key]]
+    speed = np.array([[sum(planned[k]) / len(planned[k]) if planned[k] else 1.0 for k in keys]])
+    gpus = np.array([[float(counts[k]) for k in keys]])
+    lo, plus, _ = split_micro(np.array([float(total)]), speed, gpus, np.ones_like(gpus, dtype=bool))
+    taken = {k: iter(rank_batches(lo[0, j], plus[0, j], counts[k])) for j, k in enumerate(keys)}
+    return [next(taken[g]) for g in rank_groups], True

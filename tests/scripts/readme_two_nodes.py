@@ -37,6 +37,8 @@ if __name__ == "__main__":
         "replicas": trainer.strategy.distributed_sampler_kwargs["num_replicas"],
         "batch_sizes": getattr(trainer.train_dataloader.batch_sampler, "batch_sizes", None),
         "accumulate": trainer.accumulate_grad_batches,
+        "strategy_batch_sizes": getattr(trainer.strategy, "batch_sizes", None),
+        "node_group": os.environ.get("SRIFTY_NODE_GROUP"),
     }
     with open(os.path.join(sys.argv[1], f"rank{trainer.global_rank}.json"), "w") as f:
         json.dump(out, f)

@@ -333,6 +333,7 @@ locals {
     argv                 = local.train_argv
     nnodes               = var.train.nnodes
     nproc_per_node       = g.gpus_per_instance
+    group                = k
     efa                  = g.efa
     rdzv_port            = var.train.rdzv_port
     rendezvous_timeout_s = var.train.rendezvous_timeout_s

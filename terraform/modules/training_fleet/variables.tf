@@ -109,6 +109,11 @@ variable "groups" {
   }
 
   validation {
+    condition     = alltrue([for g in var.groups : can(regex("^[a-z0-9][a-z0-9-]*\\.[a-z0-9-]+$", g.instance_type))])
+    error_message = "Every group's instance_type must be an EC2 instance type such as g5.xlarge (family.size, lower-case letters, digits and dashes): it names the group's launch template and each node's plan group."
+  }
+
+  validation {
     condition     = length(distinct([for g in var.groups : g.instance_type])) == length(var.groups)
     error_message = "Each instance type may appear in only one group: merge the counts of repeated types."
   }
