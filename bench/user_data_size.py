@@ -39,6 +39,8 @@ def stage2_values(**overrides: object) -> dict:
         "nnodes": 2,
         "nproc_per_node": 1,
         "group": "g5.xlarge",
+        "weights_json": "{}",
+        "units": 1,
         "rdzv_port": 29400,
         "rendezvous_timeout_s": 1800,
         "checkpoint_uri_b64": b64(prefix),

@@ -62,6 +62,8 @@ def template_values(**overrides: object) -> dict:
         "nnodes": 1,
         "nproc_per_node": 1,
         "group": "g5.xlarge",
+        "weights_json": "{}",
+        "units": 1,
         "efa": False,
         "rdzv_port": 29400,
         "rendezvous_timeout_s": 1800,

@@ -484,7 +484,7 @@ def test_a_job_leaving_on_a_notice_marks_its_node(tmp_path, monkeypatch) -> None
 RENDEZVOUS_AWS = """#!/bin/bash
 echo "$*" >>"$FAKE_DIR/aws.log"
 case "$1 $2" in
-  "ec2 describe-instances") printf 'i-0abc\\t10.0.0.5\\ni-0def\\t10.0.0.6\\n' ;;
+  "ec2 describe-instances") printf "${FAKE_LIVE:-i-0abc\\t10.0.0.5\\ni-0def\\t10.0.0.6\\n}" ;;
   "s3 cp")
     if [[ "$*" == *"/ready/"* && "$3" == - ]]; then cat >"$FAKE_DIR/ready/$(basename "$4")"
     elif [[ "$*" == *"/ready/"* && "$*" == *--recursive* ]]; then cp "$FAKE_DIR"/ready/*.json "$4" 2>/dev/null; true
@@ -494,16 +494,29 @@ esac
 """
 
 
-def _rendezvous(tmp_path: Path, tf_env, timeout_s: int, late_peer_s: float | None) -> tuple:
+def _rendezvous(
+    tmp_path: Path,
+    tf_env,
+    timeout_s: int,
+    late_peer_s: float | None,
+    *,
+    live: str | None = None,
+    peers: tuple[str, ...] = ("i-0def",),
+    **values: object,
+) -> tuple:
+    """The rendered boot script's rendezvous as node i-0abc (10.0.0.5), ready at once; ``peers`` get ready
+    ``late_peer_s`` later; ``live``: what describe-instances lists (id, IP, type per line)."""
     (tmp_path / "ready").mkdir()
-    values = template_values(name="skew", nnodes=2, rendezvous_timeout_s=timeout_s)
+    values = template_values(name="skew", nnodes=2, rendezvous_timeout_s=timeout_s, **values)
     script = render(tf_env, tmp_path / "console", values)
-    if late_peer_s is not None:  # the other node finishes installing its environment later
-        peer = {"instance_id": "i-0def", "ip": "10.0.0.6", "ready_unix": time.time() + late_peer_s}
-        writer = f"sleep {late_peer_s}; echo '{json.dumps(peer)}' >{tmp_path / 'ready' / 'i-0def.json'}"
-        subprocess.Popen(["bash", "-c", writer])
+    if late_peer_s is not None:  # the other nodes finish installing their environments later
+        for k, peer_id in enumerate(peers):
+            peer = {"instance_id": peer_id, "ip": f"10.0.0.{6 + k}", "ready_unix": time.time() + late_peer_s}
+            writer = f"sleep {late_peer_s}; echo '{json.dumps(peer)}' >{tmp_path / 'ready' / f'{peer_id}.json'}"
+            subprocess.Popen(["bash", "-c", writer])
     fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": FAKE_TORCHRUN_RECORD, "shutdown": "#!/bin/bash\n"}
-    return run_user_data(tmp_path, script, fakes), read(tmp_path / "user-data.log")
+    extra = {"FAKE_LIVE": live} if live is not None else None
+    return run_user_data(tmp_path, script, fakes, extra_env=extra), read(tmp_path / "user-data.log")
 
 
 FAKE_TORCHRUN_RECORD = """#!/bin/bash
@@ -517,7 +530,7 @@ def test_nodes_ready_minutes_apart_meet_and_the_first_ready_hosts(tf_env, tmp_pa
     first ready. Each node now publishes its readiness and waits for the others; the first ready hosts."""
     run, log = _rendezvous(tmp_path, tf_env, timeout_s=60, late_peer_s=3)
     assert run.returncode == 0, log[-3000:]
-    assert "waiting for the fleet's 2 nodes: 1 of 2 ready (i-0abc); live, not ready: i-0def" in log
+    assert "waiting for the fleet's nodes: 1 of 2 ready (i-0abc); live, not ready: i-0def" in log
     assert "the c10d host is 10.0.0.5 (the first ready)" in log
     args = read(tmp_path / "torchrun.args")
     assert "--rdzv_endpoint=10.0.0.5:29400" in args and "--rdzv_conf=join_timeout=60,read_timeout=300" in args
@@ -527,8 +540,35 @@ def test_nodes_ready_minutes_apart_meet_and_the_first_ready_hosts(tf_env, tmp_pa
 def test_a_node_that_never_comes_ends_the_wait_naming_it(tf_env, tmp_path) -> None:
     run, log = _rendezvous(tmp_path, tf_env, timeout_s=1, late_peer_s=None)
     assert run.returncode == 3, log[-3000:]
-    assert "the rendezvous waited 1 s for the fleet's 2 nodes: 1 of 2 ready (i-0abc); live, not ready: i-0def" in log
+    assert "the rendezvous waited 1 s for the fleet's nodes: 1 of 2 ready (i-0abc); live, not ready: i-0def" in log
     assert not (tmp_path / "torchrun.args").exists()  # nothing trained, nothing waits on
+
+
+MIXED = {"weights_json": json.dumps({"g4dn.xlarge": 100, "g5.xlarge": 167}), "units": 267}
+
+
+@pytest.mark.slow  # the rendezvous polls every 10 s
+def test_a_mixed_group_filled_with_another_mix_trains_on_every_live_node(tf_env, tmp_path) -> None:
+    """A mixed Auto Scaling group's capacity is in units (each type's predicted throughput); AWS may fill the plan's
+    1 x g4dn.xlarge + 1 x g5.xlarge (267 units) with 3 x g4dn.xlarge (300), as moto did in the rehearsal. torchrun
+    took the plan's --nnodes=2: the third node waited at the rendezvous, billed, and a notice to it reached no job.
+    The nodes now wait for the live members whose units cover the group's, and all of them train."""
+    live = "i-0abc\t10.0.0.5\tg4dn.xlarge\ni-0def\t10.0.0.6\tg4dn.xlarge\ni-0fed\t10.0.0.7\tg4dn.xlarge\n"
+    run, log = _rendezvous(tmp_path, tf_env, 60, 3, live=live, peers=("i-0def", "i-0fed"), **MIXED)
+    assert run.returncode == 0, log[-3000:]
+    assert (
+        "waiting for the fleet's nodes: 300 of 267 units live, 1 of them ready (i-0abc); live, not ready: i-0def" in log
+    )
+    assert "the fleet's 3 nodes are ready; the c10d host is 10.0.0.5" in log
+    assert "--nnodes=3 " in read(tmp_path / "torchrun.args")
+
+
+def test_a_mixed_group_whose_live_units_do_not_cover_its_capacity_waits(tf_env, tmp_path) -> None:
+    """Until the group has launched enough of its capacity, a ready node does not start a smaller job."""
+    run, log = _rendezvous(tmp_path, tf_env, 1, None, live="i-0abc\t10.0.0.5\tg5.xlarge\n", **MIXED)
+    assert run.returncode == 3, log[-3000:]
+    assert "the rendezvous waited 1 s for the fleet's nodes: 167 of 267 units live, 1 of them ready (i-0abc)" in log
+    assert not (tmp_path / "torchrun.args").exists()
 
 
 EFA_TORCHRUN = """#!/bin/bash

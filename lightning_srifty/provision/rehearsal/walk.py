@@ -54,6 +54,12 @@ NOT_CHECKED = (
         "Python with this environment's packages",
     ),
     ("speed", "speed: the steps here run on this machine's CPU cores"),
+    (
+        "mix",
+        "which mix of types a mixed Auto Scaling group gets: moto fills its capacity units with the first type's "
+        "instances only; AWS picks by its allocation strategy and the offers of the day (the nodes train with "
+        "whatever mix comes up, the plan's batch split again over it)",
+    ),
 )
 
 
@@ -157,7 +163,11 @@ def rehearse(
         folder=str(root),
         mode=values.get("capacity", {}).get("mode", "asg"),
         nodes_planned=settings.nodes or sum(g["on_demand"] + g["spot"] for g in values["groups"]),
-        not_checked=[text for _, text in NOT_CHECKED],
+        not_checked=[
+            text
+            for key, text in NOT_CHECKED
+            if key != "mix" or (len(values["groups"]) > 1 and values.get("capacity", {}).get("mode", "asg") == "asg")
+        ],
         torch_build=_torch_build_lines(root, values, catalog),
     )
     walk = _Walk(root, work, values, settings, report, echo)

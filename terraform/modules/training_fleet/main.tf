@@ -30,6 +30,9 @@ locals {
   groups         = { for i, g in var.groups : g.instance_type => merge(g, { priority = i }) }
   nodes          = sum([for g in var.groups : g.on_demand + g.spot])
   capacity_units = sum([for g in var.groups : (g.on_demand + g.spot) * g.weighted_capacity])
+  # a mixed Auto Scaling group fills its capacity in units with whatever mix of its types AWS finds (not
+  # necessarily the plan's counts): its nodes' rendezvous counts the live members whose units cover it
+  mixed_asg = var.capacity.mode == "asg" && length(var.groups) > 1
   # the ARNs of the named secrets (srifty terraform --secret-env), in the fleet's account and region
   arn_prefix      = "arn:${data.aws_partition.current.partition}"
   account_region  = "${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}"
@@ -332,6 +335,8 @@ locals {
     setup_command        = var.train.setup_command
     argv                 = local.train_argv
     nnodes               = var.train.nnodes
+    weights_json         = local.mixed_asg ? jsonencode({ for t in var.groups : t.instance_type => t.weighted_capacity }) : "{}"
+    units                = local.capacity_units
     nproc_per_node       = g.gpus_per_instance
     group                = k
     efa                  = g.efa
