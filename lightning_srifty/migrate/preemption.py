@@ -83,7 +83,12 @@ class SpotPreemption(Callback):
             ``dirpath`` it is saved to local disk first and uploaded within what is left less
             :data:`RECORD_MARGIN_S` for the record; if the store does not take it in time (an outage), it stays on
             local disk at ``local_fallback``, the ``PREEMPTED.json`` record says so (``stored``), and it is written
-            locally if the store refuses it too.
+            locally if the store refuses it too. The window counts from the first notice of any rank.
+        periodic_deadline_s: a periodic checkpoint's upload holds the training at most this long (default
+            ``leave_deadline_s`` less :data:`RECORD_MARGIN_S`: a store that accepts connections and never answers
+            costs no more than a notice's window), and no longer than until a notice or SIGTERM reaches this rank;
+            an upload not done by then leaves that checkpoint on local disk, said. Raise it for checkpoints whose
+            upload takes longer on a healthy store.
         local_fallback: the local folder for that (default: ``$TMPDIR/srifty-checkpoints/<12 hex digits of the
             checkpoint folder's sha256>``, one per folder); a file checkpoint for a remote store is saved there first.
         progress_s: under ``srifty launch``, rank 0 rewrites ``PROGRESS.json`` (the global step and the measured
@@ -103,6 +108,7 @@ class SpotPreemption(Callback):
         every_s: float | None = None,
         keep: int = 2,
         leave_deadline_s: float = 100.0,
+        periodic_deadline_s: float | None = None,
         local_fallback: str | None = None,
         progress_s: float | None = 60.0,
     ) -> None:
@@ -126,6 +132,12 @@ class SpotPreemption(Callback):
         # a leaving save must be durable within leave_deadline_s of the notice (AWS gives 120 s): a remote store
         # that does not take it by then is given up on, and the checkpoint stays on local disk (said in the record)
         self.leave_deadline_s = float(leave_deadline_s)
+        # a periodic upload may hold the training this long at most (default: a leave's own budget, so that a store
+        # that hangs costs no more than a notice allows); a notice on this rank ends the wait at once
+        self.periodic_deadline_s = (
+            float(periodic_deadline_s) if periodic_deadline_s is not None else self.leave_deadline_s - RECORD_MARGIN_S
+        )
+        self._interrupt: threading.Event | None = None
         # one folder per checkpoint folder: two jobs on one machine (a sweep) never hash or remove each other's files
         self.local_fallback = local_fallback or os.path.join(
             tempfile.gettempdir(), "srifty-checkpoints", hashlib.sha256(self.dirpath.encode()).hexdigest()[:12]
@@ -340,11 +352,16 @@ class SpotPreemption(Callback):
         if not (stop or rebalance):
             return
         if not self._rebalance.is_set() and not stop:  # a periodic checkpoint, not a notice
-            self.save(trainer, reason="periodic")
+            # its upload is bounded (a store that accepts and never answers held each one ~400 s) and cut short by a
+            # notice or SIGTERM on this rank: the leave below comes first, within its window
+            self.save(trainer, reason="periodic", deadline_s=self.periodic_deadline_s, interrupt=self._stop)
             self._prune(trainer)
-            return
+            stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
+            if not stop:
+                return
         self._rebalance.clear()
         start = time.monotonic()
+        self._share_notice(trainer)  # the window counts from the first rank's notice, whichever node had it
         leave_by = self._leave_by(start)
         # the upload gets what is left before the record's margin (nothing when it is gone: the save stays local)
         path = self.save(
@@ -356,9 +373,12 @@ class SpotPreemption(Callback):
             "notice_to_durable_s": durable - (self._notice_at or start),
         }
         log.warning(
-            "SriftyCallback: %s: checkpoint %s durable %.2f s after the notice (save %.2f s)",
+            "SpotPreemption: %s: checkpoint %s %s %.2f s after the notice (save %.2f s)",
             self._why or "a peer's notice",
             path,
+            "durable in the store"
+            if self.stored == "durable"
+            else "kept on this machine's disk only (the store did not take it in time: not durable)",
             self.timings["notice_to_durable_s"],
             self.timings["save_s"],
         )
@@ -445,7 +465,31 @@ class SpotPreemption(Callback):
                 continue
             self.checkpoints.remove(old)
 
-    def save(self, trainer: pl.Trainer, reason: str = "manual", deadline_s: float | None = None) -> str:
+    def _share_notice(self, trainer: pl.Trainer) -> None:
+        """Every rank takes the earliest notice of any rank (wall clock, all-reduced): only the noticed node's rank
+        knows when its notice came, and rank 0 uploads the leaving checkpoint within what is left of that window."""
+        import torch
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return
+        now_unix, now = time.time(), time.monotonic()
+        mine = now_unix - (now - self._notice_at) if self._notice_at is not None else float("inf")
+        device = getattr(trainer.strategy, "root_device", torch.device("cpu"))
+        earliest = torch.tensor([mine], dtype=torch.float64, device=device)
+        dist.all_reduce(earliest, op=dist.ReduceOp.MIN)
+        first = float(earliest.item())
+        if first != float("inf"):
+            self._notice_at = min(self._notice_at or now, now - max(0.0, now_unix - first))
+
+    def save(
+        self,
+        trainer: pl.Trainer,
+        reason: str = "manual",
+        deadline_s: float | None = None,
+        *,
+        interrupt: threading.Event | None = None,
+    ) -> str:
         """Save on every rank to a temporary name; rank 0 records its sha256 and renames it into place when complete
         (the digest is written before the rename, so a published checkpoint always has it).
 
@@ -455,9 +499,13 @@ class SpotPreemption(Callback):
         given; if the store does not take it (an outage, or in time), it stays on local disk, the returned path is
         the local one and ``self.stored`` says so.
 
+        ``interrupt`` (a periodic save: the notice event) ends the wait for the upload as soon as it is set on this
+        rank; the checkpoint then stays on local disk as when the time runs out.
+
         A sharded strategy (FSDP ``state_dict_type="sharded"``) writes a directory: see :meth:`_save_directory`."""
         final = f"{self.dirpath}/{reason}-step={trainer.global_step}.ckpt"
         self.stored = "durable"
+        self._interrupt = interrupt
         if writes_directory(trainer.strategy):
             final = self._save_directory(trainer, final, deadline_s)
         elif "://" not in self.dirpath or self.dirpath.startswith("file://"):
@@ -495,23 +543,22 @@ class SpotPreemption(Callback):
         rank = trainer.global_rank
         mine = owned_files(local, rank)
         budget = None if deadline_s is None else deadline_s - (time.monotonic() - started)
-        error = _within(budget, lambda: upload_files(local, final, mine))
+        error = _within(budget, lambda: upload_files(local, final, mine), self._interrupt)
         uploaded = trainer.strategy.reduce_boolean_decision(error is None, all=True)
         where = final
         if trainer.is_global_zero:
             if uploaded:
                 budget = None if deadline_s is None else deadline_s - (time.monotonic() - started)
-                error = _within(budget, lambda: write_manifest(filesystem(final), final, digests))
+                error = _within(budget, lambda: write_manifest(filesystem(final), final, digests), self._interrupt)
                 uploaded = error is None
             if not uploaded:
                 where = local
                 self.stored = f"local {socket.gethostname()}:{local}"
                 log.error(
-                    "SpotPreemption: the sharded checkpoint did not reach %s%s (%s); it is kept on local disk at %s "
+                    "SpotPreemption: the sharded checkpoint did not reach %s (%s); it is kept on local disk at %s "
                     "(each node holds the shards its ranks wrote), and the next fleet resumes from the newest "
                     "checkpoint that did.",
                     final,
-                    "" if deadline_s is None else f" within {max(0.0, deadline_s):.0f} s",
                     error or "another rank's upload failed",
                     local,
                 )
@@ -578,7 +625,7 @@ class SpotPreemption(Callback):
                     raise
 
             budget = None if deadline_s is None else deadline_s - (time.monotonic() - started)
-            error = _within(budget, upload)
+            error = _within(budget, upload, self._interrupt)
             if error is None:
                 with contextlib.suppress(OSError):
                     os.remove(local)
@@ -587,10 +634,9 @@ class SpotPreemption(Callback):
                 where = local
                 self.stored = f"local {socket.gethostname()}:{local}"
                 log.error(
-                    "SpotPreemption: the checkpoint did not reach %s%s (%s); it is kept on this machine's disk at %s, "
+                    "SpotPreemption: the checkpoint did not reach %s (%s); it is kept on this machine's disk at %s, "
                     "and the next fleet resumes from the newest checkpoint that did.",
                     final,
-                    "" if deadline_s is None else f" within {max(0.0, deadline_s):.0f} s",
                     error,
                     local,
                 )
@@ -646,10 +692,11 @@ def _room_for(trainer: pl.Trainer, folder: str) -> bool:
     return shutil.disk_usage(folder).free > 1.2 * _checkpoint_bytes(trainer) + 2**30
 
 
-def _within(seconds: float | None, work: Callable[[], None]) -> str | None:
-    """Run ``work`` in a daemon thread for at most ``seconds`` (None: as long as it takes): None when it finished,
-    else what went wrong (its error, or the time running out: the thread is left behind, the process is about to
-    leave anyway)."""
+def _within(seconds: float | None, work: Callable[[], None], interrupt: threading.Event | None = None) -> str | None:
+    """Run ``work`` in a daemon thread for at most ``seconds`` (None: as long as it takes), and no longer than until
+    ``interrupt`` is set (a notice or SIGTERM on this rank: the leave comes first): None when it finished, else what
+    went wrong, with how long it was given (its error, the time running out, or the interruption: the thread is
+    left behind; a finished upload is still a sound checkpoint, its digest went first)."""
     if seconds is not None and seconds <= 0:  # no time left: not started (a thread would go on writing meanwhile)
         return "no time left before the deadline"
     failure: list[BaseException] = []
@@ -660,12 +707,23 @@ def _within(seconds: float | None, work: Callable[[], None]) -> str | None:
         except BaseException as exc:  # noqa: BLE001 - reported to the caller
             failure.append(exc)
 
+    started = time.monotonic()
     thread = threading.Thread(target=run, name="srifty-deadline", daemon=True)
     thread.start()
-    thread.join(None if seconds is None else max(0.0, seconds))
-    if thread.is_alive():
-        return f"no answer within {seconds:.0f} s"
-    return f"{type(failure[0]).__name__}: {failure[0]}" if failure else None
+    while thread.is_alive():
+        left = None if seconds is None else seconds - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            return f"no answer within {_secs(seconds)} s"
+        if interrupt is not None and interrupt.is_set():
+            return f"a notice came first, {_secs(time.monotonic() - started)} s into it"
+        thread.join(0.25 if left is None else min(0.25, left))
+    if failure:
+        return f"gave up after {_secs(time.monotonic() - started)} s: {type(failure[0]).__name__}: {failure[0]}"
+    return None
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.1f}"
 
 
 def mark_preempted(checkpoint: str) -> None:

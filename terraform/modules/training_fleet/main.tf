@@ -32,6 +32,8 @@ locals {
   capacity_units = sum([for g in var.groups : (g.on_demand + g.spot) * g.weighted_capacity])
   # a mixed Auto Scaling group fills its capacity in units with whatever mix of its types AWS finds (not
   # necessarily the plan's counts): its nodes' rendezvous counts the live members whose units cover it
+  # (https://docs.aws.amazon.com/autoscaling/ec2/userguide/asg-instance-weighting.html: the allocation strategy, not
+  # the weights, picks the types, and the group launches until the capacity is met, overage included)
   mixed_asg = var.capacity.mode == "asg" && length(var.groups) > 1
   # the ARNs of the named secrets (srifty terraform --secret-env), in the fleet's account and region
   arn_prefix      = "arn:${data.aws_partition.current.partition}"
