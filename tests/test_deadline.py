@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -50,6 +51,39 @@ def test_bad_traces_name_the_field_and_the_fix(doc, field, says) -> None:
     with pytest.raises(ConfigError, match=says) as err:
         dl.read_trace(doc)
     assert err.value.parameter == field
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "kind, says",
+    [
+        ("fifo", "cannot be read: is a FIFO, not a regular file"),
+        ("folder", "cannot be read: is a folder, not a regular file"),
+        ("device", "cannot be read: is a device, not a regular file"),
+        ("binary", "is not JSON ('utf-8' codec can't decode"),
+        ("deep", "is not JSON (nested too deeply)"),
+        ("missing", "does not exist: give the path of a JSON trace"),
+        ("ticks", "data may hold at most 1,000,000 ticks (116 days at gap_seconds=10): replay a window of it"),
+    ],
+)
+def test_a_trace_that_is_not_a_bounded_json_file_is_refused_by_name(tmp_path, kind, says) -> None:
+    """Issue #36 M6: srifty replay read traces with a plain open(): a FIFO hung it, a 6M-tick trace ran past 120 s,
+    and a folder, binary bytes or deep nesting were tracebacks. Now the bounded reader and a tick limit."""
+    path = tmp_path / "trace.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "device":
+        path = "/dev/zero"
+    elif kind == "binary":
+        path.write_bytes(bytes(range(128, 256)))
+    elif kind == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif kind == "ticks":
+        path.write_text(json.dumps({"metadata": {"gap_seconds": 10}, "data": [1] * 1_000_001}))
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        dl.read_trace(path)
 
 
 def test_preempted_flags_cannot_hold_counts_and_multi_node_needs_its_count() -> None:

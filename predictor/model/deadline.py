@@ -87,6 +87,10 @@ class Trace:
         return float(self.available.any(axis=0).mean()) if self.ticks else 0.0
 
 
+TRACE_BYTES = 64 << 20  # a spot-traces zone file is a few hundred KB
+TRACE_TICKS = 1_000_000  # ticks a replay takes (about 3 months at the repository's 10 s, 9.5 years at 300 s)
+
+
 def _trace_error(path: str, field_name: str, value: Any, fix: str) -> ConfigError:
     return ConfigError(f"Spot trace {path}: {field_name} {fix}", parameter=field_name, value=value)
 
@@ -110,11 +114,30 @@ def read_trace(
     if inline:
         doc = source
     else:
-        try:
-            with open(source) as f:
-                doc = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"Spot trace {path} is not JSON ({exc}).", parameter="trace", value=path) from None
+        from predictor.documents.atomic import TooLarge, read_bounded
+
+        try:  # a regular file of bounded size only: a FIFO, a device or a folder is refused before any byte is read
+            doc = json.loads(read_bounded(source, TRACE_BYTES))
+        except TooLarge:
+            raise ConfigError(
+                f"Spot trace {path} is over {TRACE_BYTES >> 20} MB: a trace of a zone's months at a sample every few "
+                "minutes is well under 1 MB; give one zone's trace, or resample it to a larger gap_seconds.",
+                parameter="trace",
+                value=path,
+            ) from None
+        except FileNotFoundError:
+            raise ConfigError(
+                f"Spot trace {path} does not exist: give the path of a JSON trace (skypilot-org/spot-traces format).",
+                parameter="trace",
+                value=path,
+            ) from None
+        except OSError as exc:
+            raise ConfigError(
+                f"Spot trace {path} cannot be read: {exc.strerror or exc}.", parameter="trace", value=path
+            ) from None
+        except (UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise ConfigError(f"Spot trace {path} is not JSON ({why}).", parameter="trace", value=path) from None
     if not isinstance(doc, dict):
         raise _trace_error(path, "the document", type(doc).__name__, "must be an object with 'metadata' and 'data'.")
     meta = doc.get("metadata")
@@ -128,6 +151,14 @@ def read_trace(
     data = doc.get("data")
     if not isinstance(data, list) or not data:
         raise _trace_error(path, "data", type(data).__name__, "must be a non-empty list of instance counts per tick.")
+    if len(data) > TRACE_TICKS:
+        raise _trace_error(
+            path,
+            "data",
+            f"{len(data):,} ticks",
+            f"may hold at most {TRACE_TICKS:,} ticks ({TRACE_TICKS * gap / 86400:,.0f} days at gap_seconds={gap:g}): "
+            "replay a window of it, or resample it to a larger gap_seconds.",
+        )
     bad = [(i, v) for i, v in enumerate(data) if isinstance(v, bool) or not isinstance(v, (int, float))]
     if bad:
         i, v = bad[0]
