@@ -96,6 +96,38 @@ def test_quotas_that_cannot_be_read_are_a_warning_that_says_so(aws, monkeypatch)
     assert quota.status == "warn" and "AccessDeniedException" in quota.message and report.ok
 
 
+def test_a_quota_server_answering_a_string_leaves_that_quota_unchecked(aws, monkeypatch) -> None:
+    """Issue #36 L4: a quota whose value is not a number (a string) was a traceback; it is "not checked", as a
+    missing one is, and the others are still checked."""
+    with FakeServiceQuotas({"Running On-Demand G and VT instances": "lots"}) as quotas_url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
+        report = preflight(
+            region="us-east-1",
+            groups=[Group("g5.xlarge", 1, 0), Group("m5.large", 1, 0)],
+            vcpus=VCPUS.__getitem__,
+            aws=clients("us-east-1", aws),
+        )
+    quota = sorted(f.message for f in report.findings if f.check == "quota")
+    assert "no quota named 'Running On-Demand G and VT instances' in us-east-1's listing: not checked" in quota
+    assert any(m.startswith("Running On-Demand Standard") and "allowed" in m for m in quota), quota
+
+
+def test_an_aws_profile_that_does_not_exist_is_one_line_with_the_fix(monkeypatch, capsys, tmp_path) -> None:
+    """Issue #36 L4: AWS_PROFILE=nope was a botocore traceback in check, apply and recommend --launchable."""
+    from lightning_srifty.cli import main
+
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    profile = str(ROOT / "examples/profiles/resnet50-v100.json")
+    code = main(["recommend", "--profile", profile, "--steps", "1000", "--launchable", "--region", "us-east-1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "the AWS profile 'nope' (AWS_PROFILE) is in neither ~/.aws/config nor ~/.aws/credentials" in err
+
+
 def test_a_type_missing_from_the_subnets_zone_names_the_zones_that_have_it(aws, monkeypatch) -> None:
     with FakeServiceQuotas({"Running On-Demand G and VT instances": 64}) as quotas_url:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)

@@ -376,10 +376,22 @@ def required_vcpus(groups: Iterable[Group], vcpus: Callable[[str], int]) -> dict
 
 
 def _quota_listing(client: Any) -> dict[str, dict[str, Any]]:
+    """EC2's quotas by name; an entry without a name, a code or a numeric value >= 0 is left out (a quota server that
+    answered a string was a traceback: such a quota is "not checked", as a missing one is)."""
     out = {}
     for page in client.get_paginator("list_service_quotas").paginate(ServiceCode="ec2"):
-        for q in page.get("Quotas", []):
-            out[q["QuotaName"]] = q
+        for q in page.get("Quotas", []) if isinstance(page, dict) else ():
+            value = q.get("Value") if isinstance(q, dict) else None
+            if (
+                isinstance(q, dict)
+                and isinstance(q.get("QuotaName"), str)
+                and isinstance(q.get("QuotaCode"), str)
+                and isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and value >= 0
+            ):
+                out[q["QuotaName"]] = q
     return out
 
 
