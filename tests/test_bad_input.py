@@ -177,6 +177,40 @@ def test_a_step_time_of_1e300(tmp_path, capsys) -> None:
     assert "timing.step_time_s.p50" in line and "1e+300" in line and "86400" in line
 
 
+def test_a_step_time_of_1e_minus_300(tmp_path, capsys) -> None:
+    """Issue #36 L7: a step time of 1e-300 s was accepted and every fleet predicted as instant."""
+    path = _profile(tmp_path, lambda d: d["timing"]["step_time_s"].update(p50=1e-300))
+    line = _run(capsys, ["predict", "--profile", path, "--fleet", "p3.2xlarge:1"])
+    assert "timing.step_time_s.p50: expected a step time >= 1e-06 s (a microsecond), got 1e-300" in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["launch", "--plan", "p.json", "--max-migrations", "-1"], "--max-migrations: expected a whole number >= 0"),
+        (["launch", "--plan", "p.json", "--simulate-notice-after", "-5"], "--simulate-notice-after: expected a finite"),
+        (["launch", "--plan", "p.json", "--heartbeat-s", "nan"], "--heartbeat-s: expected a finite number > 0"),
+        (["launch", "--plan", "p.json", "--max-life-h", "inf"], "--max-life-h: expected a finite number > 0"),
+        (["terraform", "--plan", "p.json", "--max-hourly", "0"], "--max-hourly: expected a finite number > 0"),
+        (["catalog", "show", "--max-price", "-1"], "--max-price: expected a finite number >= 0, got '-1'"),
+        (["serve", "--max-connections", "0"], "--max-connections: expected a number >= 1, got 0"),
+        (["logs", "--interval", "0"], "--interval: expected a finite number > 0"),
+    ],
+)
+def test_a_number_option_outside_its_meaning_is_refused(capsys, argv, expected) -> None:
+    """Issue #36 L7: --max-migrations -1, --simulate-notice-after -5 and the like were accepted silently."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and expected in err, err
+
+
+def test_catalog_show_of_a_region_without_prices_says_so(capsys) -> None:
+    """Issue #36 L7: catalog show --region ../../x listed "0 of 73 instance types", as if none were offered."""
+    line = _run(capsys, ["catalog", "show", "--region", "../../x"])
+    assert "--region '../../x': the catalog has no prices there. Regions with prices: us-east-1" in line
+
+
 @pytest.mark.parametrize(
     ("fleet", "expected"),
     [

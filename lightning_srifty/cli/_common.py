@@ -42,6 +42,30 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonneg_int(text: str) -> int:
+    """A whole number >= 0 (a count, an index): -1 was taken and meant nothing."""
+    value = whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value}")
+    return value
+
+
+def positive(text: str) -> float:
+    """A finite number > 0 (seconds, hours, megabytes, dollars): -5, 0, nan and inf were taken silently."""
+    value = number(text)
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def nonneg(text: str) -> float:
+    """A finite number >= 0 (a lower or upper bound that may be 0)."""
+    value = number(text)
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
 def hours(text: str) -> float:
     """'12h', '90m', '2d' or '3600s', in hours. A bare number is refused: ``--deadline 90`` could mean 90 minutes as
     well as 90 hours."""
@@ -95,7 +119,7 @@ def add_code_arguments(p: Any) -> None:
         help="an interpreter of the image whose packages the nodes' environment may reuse (a custom image with "
         "torch: pins it satisfies are not downloaded)",
     )
-    p.add_argument("--max-code-mb", type=number, default=200.0, help="refuse a code snapshot larger than this")
+    p.add_argument("--max-code-mb", type=positive, default=200.0, help="refuse a code snapshot larger than this")
     p.add_argument(
         "--include-secret",
         action="append",

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from lightning_srifty.cli._common import console, load_catalog, number
+from lightning_srifty.cli._common import console, load_catalog, nonneg
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.gpus import SPEC_FIELDS
 from predictor.exceptions import CatalogError
@@ -25,6 +25,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     from predictor.catalog.instances import instance_to_dict
 
     catalog = load_catalog(args)
+    regions = sorted({r for it in catalog for r in it.regions})
+    if args.region and args.region not in regions:  # "../../x" listed 0 of 73 types, as if none were offered
+        from predictor.documents.checks import suggest
+        from predictor.exceptions import ConfigError
+
+        close = suggest(args.region, regions, n=2, cutoff=0.85)
+        raise ConfigError(
+            f"--region {args.region!r}: the catalog has no prices there"
+            + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ".")
+            + f" Regions with prices: {', '.join(regions)} (`srifty catalog refresh --regions ...` adds more).",
+            parameter="region",
+            value=args.region,
+        )
     items = catalog.filter(
         gpu=args.gpu,
         region=args.region,
@@ -157,8 +170,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     show = csub.add_parser("show", parents=[common], help="list instance types, cheapest first")
     show.add_argument("--gpu", help="GPU key or prefix, e.g. A100, H100-SXM, T4")
     show.add_argument("--region", default="us-east-1", help="price region (default us-east-1)")
-    show.add_argument("--max-price", type=number, help="on-demand $/h at most")
-    show.add_argument("--min-gpu-memory", type=number, help="GiB per GPU at least")
+    show.add_argument("--max-price", type=nonneg, help="on-demand $/h at most")
+    show.add_argument("--min-gpu-memory", type=nonneg, help="GiB per GPU at least")
     show.add_argument("--all", action="store_true", help="include non-CUDA accelerators (Neuron, Gaudi, AMD)")
     show.add_argument("--format", choices=["table", "json"], default="table")
     show.set_defaults(func=cmd_show)

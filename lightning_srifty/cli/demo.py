@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lightning_srifty.cli._common import positive_int, whole
+from lightning_srifty.cli._common import nonneg_int, positive_int, whole
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -61,7 +61,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     demo.add_argument("--strategy", default="auto", help="auto, srifty_ddp, ddp, ...")
     demo.add_argument("--precision", default="32-true", help="Lightning precision, e.g. 32-true, bf16-mixed")
     demo.add_argument("--batch-size", type=positive_int, default=None)
-    demo.add_argument("--num-workers", type=whole, default=0, help="data-loader worker processes")
+    demo.add_argument("--num-workers", type=nonneg_int, default=0, help="data-loader worker processes")
     demo.add_argument("--output", default="srifty/profile.json", help="profile path ('-' to keep it in memory)")
     demo.add_argument("--seed", type=whole, default=0)
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -217,15 +217,15 @@ def _how_to_continue(args: argparse.Namespace) -> str:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    from lightning_srifty.cli._common import add_code_arguments, number, whole
+    from lightning_srifty.cli._common import add_code_arguments, nonneg_int, positive, positive_int
 
     p = sub.add_parser("launch", help="run a training script on the plan's fleet and migrate it when it pays")
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON")
-    p.add_argument("--choice", type=whole, default=0, help="the ranked fleet to start on")
+    p.add_argument("--choice", type=nonneg_int, default=0, help="the ranked fleet to start on")
     p.add_argument("--workdir", default="srifty/launch", help="the migration log (and local checkpoints) go here")
     p.add_argument("--provisioner", choices=("local", "terraform"), default="local")
     p.add_argument("--name", default="srifty", help="fleet names are <name>-1, <name>-2, ... (terraform resources)")
-    p.add_argument("--max-migrations", type=whole, default=3)
+    p.add_argument("--max-migrations", type=nonneg_int, default=3)
     p.add_argument(
         "--resume",
         nargs="?",
@@ -234,17 +234,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="the job resumes from this checkpoint; alone (or 'latest'): the newest sound one an earlier launch of the "
         "same --workdir / --checkpoint-uri left (an interrupted launch says so)",
     )
-    p.add_argument("--max-local-processes", type=whole, default=8, help="local: at most this many processes")
+    p.add_argument("--max-local-processes", type=positive_int, default=8, help="local: at most this many processes")
     p.add_argument(
         "--heartbeat-s",
-        type=number,
+        type=positive,
         default=30.0,
         metavar="S",
         help="rewrite HEARTBEAT.json beside the checkpoints every S seconds (default 30)",
     )
     p.add_argument(
         "--heartbeat-max-age",
-        type=number,
+        type=positive,
         default=600.0,
         metavar="S",
         help="a job (and the instances) whose heartbeat is older than S seconds checkpoints and leaves: a launcher "
@@ -252,14 +252,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--start-timeout-min",
-        type=number,
+        type=positive,
         help="a remote fleet whose job has not taken its first step (or written any record) after this many minutes "
         "is reported and released: failed boot or setup, OOM, an unreachable checkpoint folder (default 30; local "
         "processes are watched directly)",
     )
     p.add_argument(
         "--max-life-h",
-        type=number,
+        type=positive,
         metavar="H",
         help="hard cap on each fleet's life: the job checkpoints and leaves after H hours (default: the plan's "
         "predicted time x 1.5 + 1 h)",
@@ -273,13 +273,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--spot-check-s",
-        type=number,
+        type=positive,
         default=300.0,
         metavar="S",
         help="the spot policy looks every S seconds (its tick; default 300)",
     )
     p.add_argument(
-        "--simulate-notice-after", type=number, metavar="S", help="local: a metadata service, spot notice after S s"
+        "--simulate-notice-after", type=positive, metavar="S", help="local: a metadata service, spot notice after S s"
     )
     tf = p.add_argument_group("terraform provisioner")
     tf.add_argument("--checkpoint-uri", help="s3://bucket/prefix shared by every fleet (an existing bucket)")

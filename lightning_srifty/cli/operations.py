@@ -325,7 +325,7 @@ ENDPOINT_HELP = "an AWS API endpoint such as moto's (default: --dir's, else $AWS
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    from lightning_srifty.cli._common import number
+    from lightning_srifty.cli._common import positive
 
     p = sub.add_parser(
         "status", parents=[common], help="the fleets that are up: instances, market, age, cost so far, heartbeat"
@@ -344,7 +344,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--checkpoint-uri", metavar="S3_URI", help="the fleet's checkpoint folder (default: from its tags)")
     q.add_argument("--instance", metavar="ID", help="only this node's log")
     q.add_argument("--follow", "-f", action="store_true", help="keep printing new output until the node's job ends")
-    q.add_argument("--interval", type=number, default=5.0, metavar="S", help="seconds between polls with --follow")
+    q.add_argument("--interval", type=positive, default=5.0, metavar="S", help="seconds between polls with --follow")
     q.add_argument("--list", action="store_true", help="list the logs (node, size, age, running or ended)")
     q.add_argument("--region", help="default: --dir's region, else $AWS_DEFAULT_REGION")
     q.add_argument("--aws-endpoint", help=ENDPOINT_HELP)

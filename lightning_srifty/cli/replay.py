@@ -9,7 +9,7 @@ import json
 import math
 from typing import Any
 
-from lightning_srifty.cli._common import hours, load_catalog, whole
+from lightning_srifty.cli._common import hours, load_catalog, nonneg_int
 
 ALL = "all"
 
@@ -167,7 +167,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--policy", choices=(*POLICIES, ALL), default=ALL, help="default: all, with the hindsight optimum")
     p.add_argument("--optimum", action="store_true", help="with one --policy: the hindsight optimum too")
-    p.add_argument("--choice", type=whole, default=None, help="the plan entry (default: the plan's choice)")
+    p.add_argument("--choice", type=nonneg_int, default=None, help="the plan entry (default: the plan's choice)")
     p.add_argument("--deadline", type=hours, help="override the plan's deadline, e.g. 36h")
     p.add_argument(
         "--trace-values",

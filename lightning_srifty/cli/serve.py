@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty.cli._common import load_catalog, number, whole
+from lightning_srifty.cli._common import load_catalog, nonneg_int, positive, positive_int, whole
 from predictor.documents.atomic import read_bounded
 
 TOKEN_ENV = "SRIFTY_SERVICE_TOKEN"
@@ -104,30 +104,40 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="SQLite file of observed runs (default: $SRIFTY_OBSERVATIONS or ~/.cache/srifty/observations.sqlite)",
     )
-    p.add_argument("--max-body", type=whole, default=1 << 20, metavar="BYTES", help="request size limit (413 above)")
     p.add_argument(
-        "--max-concurrent", type=whole, default=2, metavar="N", help="rankings/predictions computed at once (default 2)"
+        "--max-body", type=positive_int, default=1 << 20, metavar="BYTES", help="request size limit (413 above)"
     )
     p.add_argument(
-        "--max-queued", type=whole, default=64, metavar="N", help="requests waiting for them; one more is a 429 (64)"
+        "--max-concurrent",
+        type=positive_int,
+        default=2,
+        metavar="N",
+        help="rankings/predictions computed at once (default 2)",
+    )
+    p.add_argument(
+        "--max-queued",
+        type=nonneg_int,
+        default=64,
+        metavar="N",
+        help="requests waiting for them; one more is a 429 (64)",
     )
     p.add_argument(
         "--request-timeout-s",
-        type=number,
+        type=positive,
         default=60.0,
         metavar="S",
         help="a ranking/prediction not answered by then is a 503 (default 60; the started work still finishes)",
     )
     p.add_argument(
         "--read-timeout-s",
-        type=number,
+        type=positive,
         default=30.0,
         metavar="S",
         help="a request's head, then its body, must arrive within this (408, or the connection closed; default 30)",
     )
     p.add_argument(
         "--max-connections",
-        type=whole,
+        type=positive_int,
         default=256,
         metavar="N",
         help="connections open at once; one more is answered 503 and closed (default 256)",

@@ -158,11 +158,11 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    from lightning_srifty.cli._common import add_code_arguments, number, whole
+    from lightning_srifty.cli._common import add_code_arguments, nonneg_int, positive, positive_int, whole
 
     p = sub.add_parser("terraform", parents=[common], help="write a Terraform root module for a plan's fleet")
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON (srifty recommend --out)")
-    p.add_argument("--choice", type=whole, default=0, help="index of the ranked fleet (0: the recommendation)")
+    p.add_argument("--choice", type=nonneg_int, default=0, help="index of the ranked fleet (0: the recommendation)")
     p.add_argument("--out", required=True, help="folder to write (new, empty, or written by srifty before)")
     p.add_argument("--name", help="run name (3-40 of a-z, 0-9, -); default from the model and the plan")
     p.add_argument("--region", help="default: the plan's region for this fleet")
@@ -213,15 +213,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--aws-endpoint", help="a local AWS-compatible endpoint (offline tests)")
     p.add_argument(
         "--max-life-h",
-        type=number,
+        type=positive,
         help="every instance terminates itself after this many hours (default: predicted hours x 1.5 + 1)",
     )
     p.add_argument(
-        "--max-instances", type=whole, help="refuse a fleet of more instances (default: the plan's max_instances)"
+        "--max-instances",
+        type=positive_int,
+        help="refuse a fleet of more instances (default: the plan's max_instances)",
     )
     p.add_argument(
         "--max-hourly",
-        type=number,
+        type=positive,
         metavar="USD",
         help="refuse a fleet that costs more per hour at catalog prices (default: the plan's max_hourly_usd, if any)",
     )

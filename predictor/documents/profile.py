@@ -21,6 +21,9 @@ SCHEMA = "srifty.profile/v1"
 SCHEMA_FAMILY = "srifty.profile/"
 MAX_SAMPLES_PER_STEP = 2**30  # samples per optimizer step (one device, all ranks, with accumulation): bounds the work
 MAX_STEP_S = 86400.0  # one measured step (or phase, or all-reduce, or checkpoint save) of a day is a unit mistake
+# a training step (forward, backward, optimizer: kernels of a few microseconds' launch each, and the host's Python)
+# shorter than this is a unit mistake too (1e-300 s was accepted and predicted every fleet as instant)
+MIN_STEP_S = 1e-6
 PHASES = ("data", "forward", "backward", "optimizer")
 
 Precision = Literal[
@@ -438,6 +441,21 @@ class Profile:
                 value=samples,
             )
 
+        t = self.timing
+        for path, step in (
+            ("timing.step_time_s", t.step_time_s),
+            *((f"ranks[{i}].step_time_s", r.step_time_s) for i, r in enumerate(self.ranks or ())),
+        ):
+            for name in ("p50", "mean", "min"):
+                value = getattr(step, name, None) if step is not None else None
+                if value is not None and value < MIN_STEP_S:
+                    raise ProfileSchemaError(
+                        f"{path}.{name}: expected a step time >= {MIN_STEP_S:g} s (a microsecond), got {value!r}. A "
+                        "training step this short is a unit mistake (microseconds or nanoseconds written as "
+                        "seconds?), or a window of steps that never ran: correct it, or profile the run again.",
+                        field=f"{path}.{name}",
+                        value=value,
+                    )
         for field, value in self._seconds():
             if value > MAX_STEP_S:
                 raise ProfileSchemaError(
