@@ -233,7 +233,8 @@ class MissingExtraError(SriftyError, ImportError):
 
 
 class LaunchInterrupted(BaseException):
-    """``srifty launch`` was stopped by SIGINT, SIGTERM or SIGHUP. Not a SriftyError: like KeyboardInterrupt it passes
+    """``srifty launch`` (or another command that started something: ``srifty rehearse``) was stopped by SIGINT,
+    SIGTERM or SIGHUP. Not a SriftyError: like KeyboardInterrupt it passes
     every ``except Exception``, so that the launcher releases every fleet it brought up before it ends.
 
     Attributes:
@@ -242,14 +243,14 @@ class LaunchInterrupted(BaseException):
         released: the names of the fleets released on the way out.
     """
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, who: str = "srifty launch") -> None:
         import signal
 
         self.signum = signum
         self.signal_name = signal.Signals(signum).name
         self.exit_code = 128 + signum
         self.released: list[str] = []
-        super().__init__(f"srifty launch stopped by {self.signal_name}")
+        super().__init__(f"{who} stopped by {self.signal_name}")
 
 
 class SriftyWarning(UserWarning):

@@ -85,6 +85,15 @@ def test_bad_catalog_yaml(tmp_path, capsys, yaml_text: str, expected: str) -> No
     assert expected in line and "extra.yaml" in line
 
 
+def test_a_yaml_number_with_an_exponent_says_how_yaml_reads_it(tmp_path, capsys) -> None:
+    """Issue #36 L7: memory_gb: 1e300 was refused as "expected a number, got '1e300'" with no word on why (YAML 1.1
+    reads an exponent without a dot and a sign as text)."""
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("gpus:\n  - name: X\n    memory_gb: 1e3\n")
+    line = _run(capsys, ["recommend", "--profile", str(PROFILE), "--steps", "10", "--catalog-extra", str(extra)])
+    assert "memory_gb: expected a number, got '1e3'. YAML reads 1e3 as text" in line and "write 1.0e+3" in line
+
+
 def test_a_folder_given_as_the_yaml(tmp_path, capsys) -> None:
     line = _run(capsys, ["recommend", "--profile", str(PROFILE), "--steps", "10", "--catalog-extra", str(tmp_path)])
     assert str(tmp_path) in line
@@ -161,6 +170,22 @@ def test_a_plan_choosing_an_entry_it_does_not_have(tmp_path, capsys) -> None:
     plan = _plan(tmp_path, lambda d: d.update(chosen=99))
     line = _run(capsys, ["terraform", "--plan", plan, "--out", str(tmp_path / "infra")])
     assert "chosen" in line and "99" in line and "entries" in line
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("accumulate_grad_batches", 10**12, "groups[0].accumulate_grad_batches: expected a whole number from 1 to"),
+        ("micro_batches", [10**9] * 32, "global_batch: the entry's batches make 32,000,000,000 samples per"),
+        ("micro_batches", [0] * 32, "groups[0].micro_batches: expected whole numbers of samples from 1 to"),
+    ],
+)
+def test_a_plan_whose_batches_no_dataset_holds(tmp_path, capsys, field, value, expected) -> None:
+    """Issue #36 L7: accumulate_grad_batches 1e12 and micro_batches [1e9] were read, and the launch "finished" having
+    trained nothing."""
+    plan = _plan(tmp_path, lambda d: d["entries"][0]["groups"][0].update({field: value}))
+    line = _run(capsys, ["terraform", "--plan", plan, "--out", str(tmp_path / "infra")])
+    assert expected in line
 
 
 def test_a_plan_layout_with_an_arbitrary_lightning_strategy(tmp_path, capsys) -> None:

@@ -139,3 +139,11 @@ def test_srifty_launch_moves_a_spot_run_from_one_to_two_processes(
     missing = sorted(set(p_ref) - set(p_run))
     assert missing == [] or (script_mode == ("--plain",) and len(missing) == 1), missing
     assert max(abs(a - b) for s in p_run for a, b in zip(p_ref[s], p_run[s])) < 1e-5
+
+
+def test_a_dataset_smaller_than_one_global_batch_is_refused_not_trained_as_nothing() -> None:
+    """Issue #36 L7: a plan's micro_batches of 1e9 left every epoch empty and the launch "finished" having trained
+    nothing; a plan whose batches no dataset holds is refused where it is read, and a sampler with no whole
+    optimizer step in its dataset says so."""
+    with pytest.raises(ConfigError, match=r"has 100 samples, fewer than one global batch of 128 \(64 per micro"):
+        GlobalBatchSampler(100, [40, 24], 0, accumulate_grad_batches=2)

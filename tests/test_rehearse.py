@@ -213,3 +213,56 @@ def test_a_plan_for_another_model_is_refused_before_anything_is_written(tmp_path
 
     written = generate(plan, tmp_path / "infra", options=dataclasses.replace(options, any_model=True), catalog=catalog)
     assert (written.out / TFVARS).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_rehearsal_stopped_by_sigterm_leaves_nothing_running(tf_env, tmp_path, catalog) -> None:
+    """SIGTERM ended srifty rehearse at once (Python's default): its moto server, the nodes' boot scripts and their
+    training jobs ran on for half an hour. It now tears down as on a failure: exit 143, a line saying so, no process
+    of a node left, the local AWS stopped."""
+    import re
+    import signal
+    import socket
+    import time
+
+    missing = [tool for tool in walk.TOOLS if shutil.which(tool) is None]
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"srifty rehearse needs {', '.join(missing)} on PATH; CI=true")
+        pytest.skip(f"srifty rehearse needs {', '.join(missing)} on PATH")
+    infra = spot_root(tmp_path, catalog)
+    work = tmp_path / "stopped-rehearsal"
+    code = f"import sys; from lightning_srifty.cli import main; sys.exit(main(['rehearse', '--dir', {str(infra)!r}, "
+    code += f"'--work', {str(work)!r}, '--stagger-s', '0']))"
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ
+    )
+    seen, url = [], None
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            seen.append(line)
+            url = url or (re.findall(r"against the local AWS at (http://\S+)", line) or [None])[0]
+            if "boots: user_data" in line:  # a node is booting: its scripts and processes are up
+                time.sleep(3)
+                proc.send_signal(signal.SIGTERM)
+                break
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read()  # type: ignore[union-attr]
+    assert rc == 143, "".join(seen[-20:]) + err
+    assert "srifty rehearse: stopped by SIGTERM; the local AWS, the nodes and their jobs were torn down" in err
+    left = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"{TOKEN_VARIABLE}={work.name}-".encode() in environ.read_bytes():
+                left.append(environ.parent.name)
+        except OSError:
+            pass
+    assert not left, left
+    host, port = url.removeprefix("http://").split(":")
+    with pytest.raises(OSError), socket.create_connection((host, int(port)), timeout=2):
+        pass  # moto is gone
+    assert json.loads((work / "rehearsal.json").read_text())["schema"] == "srifty.rehearsal/v1"

@@ -35,7 +35,7 @@ resource "terraform_data" "after" {
 }
 """
 
-# the launcher's way: a handler raising once (lightning_srifty.provision.launch._Signals raises LaunchInterrupted)
+# the launcher's way: a handler raising once (lightning_srifty.provision.signals.Interrupts raises LaunchInterrupted)
 SCRIPT = """
 import signal, sys, time
 from python_terraform import Terraform

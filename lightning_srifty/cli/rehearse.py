@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from typing import Any
 def cmd_rehearse(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import load_catalog
     from lightning_srifty.provision.rehearsal.walk import Settings, rehearse
+    from predictor.exceptions import LaunchInterrupted
 
     settings = Settings(
         nodes=args.nodes,
@@ -20,9 +22,17 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         timeout_s=args.timeout_s,
         work=Path(args.work) if args.work else None,
     )
-    report = rehearse(args.dir, settings, echo=print, catalog=load_catalog(args))
-    print(json.dumps(report.to_dict(), indent=1) if args.json else report.text())
     work = settings.work or Path(args.dir).resolve() / ".srifty-rehearsal"
+    try:
+        report = rehearse(args.dir, settings, echo=print, catalog=load_catalog(args))
+    except LaunchInterrupted as exc:
+        print(
+            f"srifty rehearse: stopped by {exc.signal_name}; the local AWS, the nodes and their jobs were torn down "
+            f"(what was seen is in {work / 'rehearsal.json'})",
+            file=sys.stderr,
+        )
+        return exc.exit_code
+    print(json.dumps(report.to_dict(), indent=1) if args.json else report.text())
     if not args.json:
         print(f"the nodes' logs and rehearsal.json are in {work}")
     return 0 if report.ok else 1

@@ -92,6 +92,15 @@ class GlobalBatchSampler(Sampler[list[int]]):
         self.batch_samples = sum(self.batch_sizes)  # one batch (micro-step) over every rank
         self.global_batch = self.batch_samples * accumulate_grad_batches  # one optimizer step
         self.usable = dataset_len // self.global_batch * self.global_batch  # whole optimizer steps per epoch
+        if self.usable == 0:  # every epoch would be empty: the run would "finish" having trained nothing
+            raise ConfigError(
+                f"The dataset has {dataset_len:,} samples, fewer than one global batch of {self.global_batch:,} "
+                f"({sum(self.batch_sizes):,} per micro-step x {accumulate_grad_batches} accumulated): no optimizer "
+                "step could be taken. The plan keeps the profiled global batch: use a plan made from a profile of this "
+                "run (its dataset and batch), or a dataset of at least one global batch.",
+                parameter="batch_sizes",
+                value=self.batch_sizes,
+            )
         self.offset = sum(self.batch_sizes[:rank])
         self.epoch = 0
         self.consumed = 0  # samples of the current epoch already handed out (all ranks together)

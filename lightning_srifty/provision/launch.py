@@ -35,7 +35,6 @@ import itertools
 import json
 import math
 import os
-import signal
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -57,6 +56,7 @@ from lightning_srifty.protocol import (
     entry_strategy,
 )
 from lightning_srifty.provision.base import LaunchedFleet, Provisioner
+from lightning_srifty.provision.signals import Interrupts
 from lightning_srifty.provision.spot_guard import (
     DEFAULT_CHECK_S,
     Decision,
@@ -269,32 +269,6 @@ def _timed_up(
     return fleet, took
 
 
-class _Signals:
-    """SIGINT, SIGTERM and SIGHUP raise :class:`LaunchInterrupted` once (main thread only); a second signal while the
-    fleets are being released is answered with a line, not a second interruption."""
-
-    SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
-
-    def __init__(self, echo: Any) -> None:
-        self.echo, self.fired, self.previous = echo, None, {}
-
-    def __enter__(self) -> _Signals:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.fired is not None:
-            self.echo(f"srifty launch: {signal.Signals(signum).name}: still releasing the fleets, please wait")
-            return
-        self.fired = signum
-        raise LaunchInterrupted(signum)
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-
-
 class _HeartbeatWriter:
     """Rewrites ``HEARTBEAT.json`` every ``every_s`` in a thread (a terraform apply of minutes must not stop it)."""
 
@@ -476,7 +450,7 @@ def launch(
     )  # fmt: skip
     heartbeat = _HeartbeatWriter(ckpt, launch_id, heartbeat_s, heartbeat_max_age_s, echo)
     launcher = Launcher(plan, choice, provisioner, heartbeat, settings, echo)
-    with _Signals(echo):
+    with Interrupts(echo, "srifty launch", "still releasing the fleets, please wait"):
         heartbeat.start()
         try:
             return launcher.run()

@@ -37,6 +37,7 @@ from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import ARCHES, INTERCONNECTS, InstanceType, Price, normal_arch
 from predictor.documents.atomic import TooLarge, read_bounded
 from predictor.documents.checks import suggest
+from predictor.documents.schema import yaml_number_hint
 from predictor.exceptions import CatalogError
 
 GPU_FIELDS = {
@@ -144,7 +145,8 @@ def _check(path: str, where: str, entry: Any, fields: dict[str, type], required:
         )
         if not ok:
             names = {float: "a number", int: "a whole number", bool: "true or false", str: "a string", list: "a list"}
-            raise _err(path, f"{where}.{key}", f"expected {names[kind]}, got {value!r}")
+            hint = yaml_number_hint(value) if kind in (float, int) else ""
+            raise _err(path, f"{where}.{key}", f"expected {names[kind]}, got {value!r}" + (f". {hint}" if hint else ""))
         if kind in (float, int):
             positive, most = RANGES[key]
             if value < 0:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 from predictor.documents.atomic import atomic_write_json, read_json_document
-from predictor.documents.profile import Software
+from predictor.documents.profile import MAX_SAMPLES_PER_STEP, Software
 from predictor.documents.schema import doc_field, from_dict, json_schema, to_dict
 from predictor.exceptions import ConfigError, ProfileSchemaError
 
@@ -134,6 +134,40 @@ def _check_contains(name: str, interval: tuple[float, ...] | None, estimate: flo
         )
 
 
+def _check_batches(entry: Any) -> None:
+    """The batches an entry hands the job are whole samples a step can hold: every micro-batch from 1 to
+    :data:`~predictor.documents.profile.MAX_SAMPLES_PER_STEP`, the accumulation too, and the global batch they make
+    no larger (``accumulate_grad_batches: 1e12`` or ``micro_batches: [1e9]`` were read, and the launched job
+    "finished" having trained nothing: no dataset holds one such step)."""
+    limit = MAX_SAMPLES_PER_STEP
+    total = 0
+    for k, g in enumerate(entry.groups):
+        a = g.accumulate_grad_batches or 1
+        if isinstance(a, bool) or not isinstance(a, int) or not 1 <= a <= limit:
+            raise ProfileSchemaError(
+                f"groups[{k}].accumulate_grad_batches: expected a whole number from 1 to {limit:,}, got {a!r}. "
+                "Make the plan again with `srifty recommend --out plan.json`.",
+                field=f"groups[{k}].accumulate_grad_batches",
+                value=a,
+            )
+        for b in g.micro_batches or ():
+            if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= limit:
+                raise ProfileSchemaError(
+                    f"groups[{k}].micro_batches: expected whole numbers of samples from 1 to {limit:,}, got {b!r}. "
+                    "Make the plan again with `srifty recommend --out plan.json`.",
+                    field=f"groups[{k}].micro_batches",
+                    value=b,
+                )
+            total += b * a
+    if total > limit or (entry.global_batch is not None and entry.global_batch > limit):
+        raise ProfileSchemaError(
+            f"global_batch: the entry's batches make {max(total, entry.global_batch or 0):,} samples per optimizer "
+            f"step, more than {limit:,}: no dataset holds one such step. Make the plan again with `srifty recommend`.",
+            field="global_batch",
+            value=max(total, entry.global_batch or 0),
+        )
+
+
 @dataclass(frozen=True)
 class PlanEntry:
     """One ranked fleet."""
@@ -214,6 +248,7 @@ class PlanEntry:
     )
 
     def __post_init__(self) -> None:
+        _check_batches(self)
         _check_contains("iteration_time_interval_s", self.iteration_time_interval_s, self.iteration_time_s)
         _check_contains("time_interval_h", self.time_interval_h, self.time_h)
         _check_contains("cost_interval_usd", self.cost_interval_usd, self.cost_usd)

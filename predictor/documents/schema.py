@@ -73,8 +73,27 @@ def _describe(tp: Any) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
 
+def yaml_number_hint(value: Any) -> str:
+    """For a number that arrived as text because YAML 1.1 (PyYAML) reads ``1e300`` or ``1e3``, with no dot, as a
+    string: what to write instead; "" for anything else."""
+    if not isinstance(value, str) or "e" not in value.lower():
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    mantissa, _, exponent = f"{number:e}".partition("e")
+    written = f"{float(mantissa)!r}e{'+' if not exponent.startswith('-') else '-'}{int(exponent.lstrip('+-'))}"
+    return (
+        f"YAML reads {value} as text (YAML 1.1 reads a number with an exponent only with a dot and a signed "
+        f"exponent): write {written}."
+    )
+
+
 def _error(path: str, expected: str, value: Any, fix: str = "") -> ProfileSchemaError:
     got = "missing" if value is dataclasses.MISSING else f"got {shown(value)}"
+    if not fix and ("number" in expected or "integer" in expected):
+        fix = yaml_number_hint(value)
     message = f"{path}: expected {expected}, {got}."
     if fix:
         message += f" {fix}"

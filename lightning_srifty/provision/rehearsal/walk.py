@@ -32,6 +32,7 @@ from typing import Any
 
 from lightning_srifty.provision.rehearsal.local_aws import LocalAWS, free_port, port_free
 from lightning_srifty.provision.rehearsal.node import Node, base_python
+from lightning_srifty.provision.signals import Interrupts
 from predictor.documents.atomic import atomic_write_json
 from predictor.exceptions import ConfigError, ProvisionError
 
@@ -171,8 +172,9 @@ def rehearse(
         torch_build=_torch_build_lines(root, values, catalog),
     )
     walk = _Walk(root, work, values, settings, report, echo)
-    try:
-        walk.run()
+    try:  # SIGTERM or SIGHUP too ends in the walk's teardown: its local AWS, nodes and their jobs never outlive it
+        with Interrupts(echo, "srifty rehearse", "still tearing the rehearsal down, please wait"):
+            walk.run()
     except RehearsalFailed as exc:
         report.error = exc.tail or str(exc)
     finally:
