@@ -180,6 +180,31 @@ def test_the_aws_rules_proxy_answers_head_with_the_objects_length(moto_endpoint)
         assert through.get_object(Bucket="head-length", Key="a.ckpt")["Body"].read() == b"x" * 5545
 
 
+@pytest.mark.slow  # moto's server
+def test_removing_a_role_whose_answer_was_lost_is_no_such_entity_not_a_retry_loop(moto_endpoint) -> None:
+    """The rehearsal's destroy hung 8.5 min in RemoveRoleFromInstanceProfile on a loaded machine: the removal was
+    carried out but its answer came late, the SDK retried, and moto answers the retry 500 (the role is no longer
+    in the profile: a ValueError), which the SDK retries on. IAM answers NoSuchEntity, which the AWS provider takes
+    as done; the proxy keeps that rule."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+    from fault_proxy import FaultProxy
+
+    iam = boto3.client("iam", endpoint_url=moto_endpoint, region_name="us-east-1")
+    iam.create_role(RoleName="lost", AssumeRolePolicyDocument="{}")
+    iam.create_instance_profile(InstanceProfileName="lost")
+    iam.add_role_to_instance_profile(InstanceProfileName="lost", RoleName="lost")
+    with FaultProxy(moto_endpoint, lose={"RemoveRoleFromInstanceProfile"}, keep_host=True) as url:
+        config = Config(retries={"max_attempts": 3, "mode": "standard"})
+        through = boto3.client("iam", endpoint_url=url, region_name="us-east-1", config=config)
+        with pytest.raises(ClientError) as error:  # the first answer lost (500), the retry: NoSuchEntity
+            through.remove_role_from_instance_profile(InstanceProfileName="lost", RoleName="lost")
+    assert error.value.response["Error"]["Code"] == "NoSuchEntity"
+    assert error.value.response["ResponseMetadata"]["RetryAttempts"] == 1
+    assert iam.get_instance_profile(InstanceProfileName="lost")["InstanceProfile"]["Roles"] == []
+
+
 def test_the_cli_lists_rehearse_after_check() -> None:
     from lightning_srifty.cli import COMMANDS
 

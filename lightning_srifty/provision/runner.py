@@ -125,7 +125,12 @@ GRACE_S = 600.0
 
 
 def _run_shown(
-    tf: Any, args: list[str], echo: Callable[[str], None], keep: int = 60, critical: str | None = None
+    tf: Any,
+    args: list[str],
+    echo: Callable[[str], None],
+    keep: int = 60,
+    critical: str | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[int, str]:
     """Run terraform with its output shown line by line as it comes (``echo``) and its last ``keep`` lines kept, so
     that a failure's message can say what terraform said (an EC2 error code: srifty launch fails over on some).
@@ -141,9 +146,14 @@ def _run_shown(
     #36: a signal 4 s into the start-timeout's destroy left them running), so terraform goes on to the end; every
     signal meanwhile is answered with a line naming what is still being destroyed and the command, and the first
     interruption is raised once terraform has finished. Even a SIGKILL of this process does not stop the destroy:
-    terraform runs in its own session."""
+    terraform runs in its own session.
+
+    ``timeout_s`` (a rehearsal's destroy in its local AWS, which goes with it): terraform gets one SIGINT after that
+    long, and is killed a minute later if it has not ended."""
     import collections
+    import signal
     import subprocess
+    import threading
 
     tail: collections.deque[str] = collections.deque(maxlen=keep)
     proc = subprocess.Popen(
@@ -158,6 +168,21 @@ def _run_shown(
     )
     assert proc.stdout is not None
     deferred: BaseException | None = None
+    timers: list[threading.Timer] = []
+    if timeout_s is not None:
+
+        def stop(sig: int) -> None:
+            if proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    proc.send_signal(sig)
+
+        timers = [
+            threading.Timer(timeout_s, stop, (signal.SIGINT,)),
+            threading.Timer(timeout_s + 60, stop, (signal.SIGKILL,)),
+        ]
+        for timer in timers:
+            timer.daemon = True
+            timer.start()
     try:
         while True:
             try:
@@ -179,6 +204,8 @@ def _run_shown(
                     )
     finally:
         proc.stdout.close()
+        for timer in timers:
+            timer.cancel()
     if deferred is not None:
         raise deferred
     return code, "\n".join(tail) if code else ""
@@ -407,8 +434,9 @@ def destroy(
     yes: bool = False,
     ask: Callable[[str], str] | None = None,
     echo: Callable[[str], None] = print,
+    timeout_s: float | None = None,
 ) -> None:
-    """Destroy everything the root module created, after a confirmation."""
+    """Destroy everything the root module created, after a confirmation (``timeout_s``: see :func:`_run_shown`)."""
     root = Path(folder)
     values = _check_folder(root)
     tf = _terraform(root)
@@ -420,7 +448,11 @@ def destroy(
     _confirm(f"Destroy every resource of {values.get('name')}?", yes, ask)
     # a teardown: an interruption waits for it to end (_run_shown's critical), terraform in a session of its own
     code, err = _run_shown(
-        tf, ["destroy", "-input=false", "-no-color", "-auto-approve"], echo, critical=f"srifty down --dir {root}"
+        tf,
+        ["destroy", "-input=false", "-no-color", "-auto-approve"],
+        echo,
+        critical=f"srifty down --dir {root}",
+        timeout_s=timeout_s,
     )
     if code != 0:
         raise ProvisionError(f"terraform destroy failed in {root} (see the output above). {err.strip()[-2000:]}")

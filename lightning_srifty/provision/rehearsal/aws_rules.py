@@ -10,6 +10,10 @@ tests): every request is passed through unchanged, except
   status code 403", https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html; a conditioned ListBucket
   does not grant it for a request without that prefix). With ``s3_principal`` (an access key id) the rule binds only
   the requests that key signed, as a policy binds only its role: terraform's own calls pass;
+- IAM's RemoveRoleFromInstanceProfile of a role that is not (or no longer) in the profile is NoSuchEntity (404, as
+  the IAM API reference lists it: https://docs.aws.amazon.com/IAM/latest/APIReference/API_RemoveRoleFromInstanceProfile.html),
+  which the AWS provider takes as done; moto's server answers 500 (a ValueError), which the SDK retries for minutes:
+  on a loaded machine a removal whose answer came late was retried, and the rehearsal's destroy hung 8.5 min;
 - calls that carry a ClientToken are idempotent, as on EC2 (a repeated token gets the first call's answer, nothing is
   made twice), which moto's server is not: an SDK retry of a launch, or of a CreateLaunchTemplate, whose answer was
   lost or slow on a loaded machine would otherwise make a second fleet or template outside terraform's state.
@@ -36,6 +40,11 @@ ERROR = (
 )
 
 
+NO_SUCH_ROLE_IN_PROFILE = (
+    '<ErrorResponse xmlns="https://iam.amazonaws.com/doc/2010-05-08/"><Error><Type>Sender</Type><Code>NoSuchEntity'
+    "</Code><Message>The role is not in the instance profile.</Message></Error><RequestId>srifty-fault-proxy"
+    "</RequestId></ErrorResponse>"
+)
 USER_DATA_LIMIT = 16_384  # bytes of raw user data (before base64), EC2's documented limit (module docstring)
 TOO_LONG = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>InvalidParameterValue</Code><Message>User '
@@ -177,6 +186,10 @@ class _Handler(BaseHTTPRequestHandler):
             conn.close()  # a missing key, to a role without an unconditioned s3:ListBucket: 403
             self.outer.s3_refused.append(f"{self.command} {self.path}")
             self._send_error(403, S3_DENIED.encode(), body=self.command != "HEAD")
+            return
+        if action == "RemoveRoleFromInstanceProfile" and answer.status == 500:  # the role is not in the profile
+            conn.close()
+            self._send_error(404, NO_SUCH_ROLE_IN_PROFILE.encode())
             return
         if action in self.outer.lose:  # carried out upstream; the client sees a server error instead
             self.outer.lose.discard(action)

@@ -38,6 +38,7 @@ from predictor.exceptions import ConfigError, ProvisionError
 
 SCHEMA = "srifty.rehearsal/v1"
 MARKER = ".srifty-rehearsal-folder"  # a folder the rehearsal may replace
+DESTROY_TIMEOUT_S = 300.0  # the local fleet's destroy takes 10-60 s; past this it is stopped (the local AWS goes too)
 TOOLS = ("terraform", "aws", "curl", "bash", "sha256sum", "base64", "setsid", "timeout", "tar")
 IMAGE_PARAMETERS = "/srifty-rehearsal/deeplearning-ami/{arch}"  # moto keeps /aws/ to itself
 NOT_CHECKED = (
@@ -728,12 +729,17 @@ class _Walk:
             with contextlib.suppress(OSError):
                 self.aws.enforce_iam(False)
         if self.applied:
+            log = self.work / "terraform-destroy.log"
             try:
                 self._empty_bucket()  # the module keeps a bucket with checkpoints (no force_destroy): here, let it go
-                destroy(self.infra, yes=True, echo=lambda line: None)
+                with log.open("w") as out:  # terraform's words, for a destroy that fails (bounded: local AWS only)
+                    destroy(self.infra, yes=True, echo=lambda line: print(line, file=out, flush=True),
+                            timeout_s=DESTROY_TIMEOUT_S)  # fmt: skip
                 self.check("teardown", True, "terraform destroy of the rehearsal's fleet in the local AWS")
             except Exception as exc:  # noqa: BLE001 - the local AWS goes with this process anyway
-                self.check("teardown", False, f"terraform destroy in the local AWS failed: {exc}")
+                self.check(
+                    "teardown", False, f"terraform destroy in the local AWS failed (its log: {log}): {str(exc)[-600:]}"
+                )
 
     def _empty_bucket(self) -> None:
         assert self.aws is not None
