@@ -448,11 +448,11 @@ class Profile:
         ):
             for name in ("p50", "mean", "min"):
                 value = getattr(step, name, None) if step is not None else None
-                if value is not None and value < MIN_STEP_S:
+                if value is not None and 0 < value < MIN_STEP_S:  # 0: not measured (a captured, timeless profile)
                     raise ProfileSchemaError(
-                        f"{path}.{name}: expected a step time >= {MIN_STEP_S:g} s (a microsecond), got {value!r}. A "
-                        "training step this short is a unit mistake (microseconds or nanoseconds written as "
-                        "seconds?), or a window of steps that never ran: correct it, or profile the run again.",
+                        f"{path}.{name}: expected a step time >= {MIN_STEP_S:g} s (a microsecond), or 0 for a "
+                        f"profile that measured none, got {value!r}. A training step this short is a unit mistake "
+                        "(microseconds or nanoseconds written as seconds?): correct it, or profile the run again.",
                         field=f"{path}.{name}",
                         value=value,
                     )
