@@ -399,3 +399,17 @@ def test_launch_without_aws_credentials(tmp_path, capsys, monkeypatch) -> None:
     err = capsys.readouterr().err  # after the snapshot's warnings on the example plan's environment
     assert "Traceback" not in err
     assert err.splitlines()[-1].startswith("srifty: error: No AWS credentials found while srifty launch was keeping")
+
+
+def test_terraform_out_as_the_code_folder_says_so(tmp_path, capsys, monkeypatch) -> None:
+    """Issue #37 M3: `srifty terraform --out .` in the project blamed a tracked requirements.txt ("not among the code's
+    files"): the module's folder is left out of the code it packs, which was all of it."""
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "requirements.txt").write_text("pyyaml\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["terraform", "--plan", str(EXAMPLE_PLAN), "--train-command", "train.py", "--any-model", "--out"]
+    line = _run(capsys, [*argv, "."])
+    assert f"--out . is the code folder {tmp_path.resolve()}: the root module gets a folder of its own" in line
+    assert "e.g. --out infra" in line and "requirements" not in line
+    line = _run(capsys, [*argv, str(tmp_path.parent)])
+    assert f"holds the code folder {tmp_path.resolve()}" in line

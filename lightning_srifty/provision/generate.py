@@ -720,6 +720,17 @@ def _snapshot(
         snapshot, notes = load_snapshot(options.snapshot), []
     else:
         check_plan_model(plan, Path(options.code or "."), options.any_model)
+        code = Path(options.code or ".").resolve()
+        if code == target.resolve() or code.is_relative_to(target.resolve()):
+            # the module's folder is left out of the code it packs: here that would be all of it (a new user's
+            # `--out .` was told that a tracked requirements.txt was missing)
+            raise ConfigError(
+                f"--out {target} {'is' if code == target.resolve() else 'holds'} the code folder {code}: the root "
+                "module gets a folder of its own (its state, the code archive), left out of the code it packs. Give "
+                "one, e.g. --out infra.",
+                parameter="out",
+                value=str(target),
+            )
         snapshot, notes = make_snapshot(plan, options, staging, leave_out=(target,))
     env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
     if not options.image:
