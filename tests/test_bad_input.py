@@ -413,3 +413,16 @@ def test_terraform_out_as_the_code_folder_says_so(tmp_path, capsys, monkeypatch)
     assert "e.g. --out infra" in line and "requirements" not in line
     line = _run(capsys, [*argv, str(tmp_path.parent)])
     assert f"holds the code folder {tmp_path.resolve()}" in line
+
+
+def test_ctrl_c_ends_a_command_with_a_line_and_130_not_a_traceback(capsys, monkeypatch) -> None:
+    """Issue #37 M5: Ctrl-C during `srifty apply` said "nothing is left billing", then printed a 19-line
+    KeyboardInterrupt traceback and ended by signal 2. The command's own clean-up has run by then: one line, 130."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lightning_srifty.provision.runner.apply", interrupted)
+    code = main(["apply", "--dir", "infra", "--yes"])
+    err = capsys.readouterr().err
+    assert code == 130 and err.strip() == "srifty apply: interrupted (Ctrl-C)" and "Traceback" not in err

@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from predictor.exceptions import MissingExtraError, SriftyError
+from predictor.exceptions import LaunchInterrupted, MissingExtraError, SriftyError
 
 # the order of `srifty --help`; each module declares its command(s) with add_parser(sub, common)
 COMMANDS = (
@@ -123,6 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SriftyError as exc:
         print(f"srifty: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # what the command started it has released already (its own finally) and said so
+        print(f"srifty {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except LaunchInterrupted as exc:  # SIGTERM or SIGHUP, made an exception so that the command's finally ran
+        print(f"srifty {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except ImportError as exc:  # each command imports what it runs inside its function: an extra may be missing
         action = getattr(args, f"{args.command}_command", None)  # srifty catalog refresh
         missing = MissingExtraError.of(exc, " ".join(filter(None, ("srifty", args.command, action))))
