@@ -100,6 +100,22 @@ def test_oversized_and_malformed_bodies(client) -> None:
     assert r.status_code == 422
 
 
+def test_a_store_deleted_or_replaced_while_the_service_runs_is_not_a_500(client, tmp_path) -> None:
+    """Issue #36 L5: /v1/observations and /v1/rank answered 500 when the observations file was deleted or replaced
+    while the service ran. A deleted store is made again (empty); one that is not a database now is a 503 naming it."""
+    body = {"profile": MINIMAL, "constraints": {"steps": 1000, "allow": ["g5.xlarge"], "max_instances": 1}}
+    post = {"profile": MINIMAL, "fleet": "g5.xlarge:1", "throughput_samples_s": 100.0, "source": "run-a"}
+    store = tmp_path / "obs.sqlite"
+    store.unlink()
+    assert client.post("/v1/rank", json=body).status_code == 200
+    assert client.post("/v1/observations", json=post).status_code == 201
+    store.unlink()
+    store.write_bytes(b"not a database, " * 100)
+    for r in (client.post("/v1/rank", json=body), client.post("/v1/observations", json=post)):
+        assert r.status_code == 503, r.text
+        assert "obs.sqlite' cannot be used now" in r.json()["detail"][0]["msg"] and "Restore it" in r.text
+
+
 def test_observations_calibrate_the_next_rank(client, tmp_path, catalog) -> None:
     """Three runs that agree move the A10G's factor, shrunk toward the model (issue #23 item 5: one post, or many
     from one run, steer nothing)."""

@@ -111,7 +111,14 @@ BODY: Responses = {**ERRORS, 408: error("the request body did not arrive within 
 HEAVY: Responses = {
     **BODY,
     429: error("too many rankings/predictions at once (Retry-After says when to retry)", headers=_RETRY_AFTER),
-    503: error("not answered within the request timeout (Retry-After says when to retry)", headers=_RETRY_AFTER),
+    503: error(
+        "not answered within the request timeout (Retry-After says when to retry), or the observations store cannot "
+        "be used now (replaced or damaged while the service ran: no Retry-After)",
+        headers=_RETRY_AFTER,
+    ),
+}
+STORE: Responses = {
+    503: error("the observations store cannot be used now (replaced or damaged while the service ran)"),
 }
 WRITE: Responses = {
     **BODY,
@@ -120,6 +127,7 @@ WRITE: Responses = {
         headers={"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}},
     ),
     403: error("writes are disabled (the service has no token)"),
+    **STORE,
 }
 
 
@@ -133,6 +141,7 @@ __all__ = [
     "ERRORS",
     "GUARD",
     "HEAVY",
+    "STORE",
     "WRITE",
     "CatalogListing",
     "ErrorBody",

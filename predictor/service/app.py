@@ -40,6 +40,7 @@ from predictor.exceptions import (
     NoFeasibleConfigError,
     PredictionError,
     ProfileSchemaError,
+    ServiceError,
     SriftyError,
     UnknownNameError,
 )
@@ -50,6 +51,7 @@ from predictor.service.answers import (
     ERRORS,
     GUARD,
     HEAVY,
+    STORE,
     WRITE,
     CatalogListing,
     Health,
@@ -313,6 +315,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def cannot_predict(_: Request, exc: PredictionError) -> JSONResponse:
         return _error(["body", "profile"], str(exc), "cannot_predict")
 
+    @app.exception_handler(ServiceError)
+    async def unavailable(_: Request, exc: ServiceError) -> JSONResponse:
+        return _error(["body"], str(exc), "unavailable", status=exc.status or 503)
+
     @app.exception_handler(SriftyError)
     async def other(_: Request, exc: SriftyError) -> JSONResponse:
         return _error(["body"], str(exc), type(exc).__name__)
@@ -428,7 +434,7 @@ def _add_observation_routes(app: FastAPI, catalog: Catalog, store: ObservationSt
     @app.get(
         "/v1/observations",
         response_model=None,
-        responses=answer(200, Observations, "stored observations, newest first", ERRORS),
+        responses=answer(200, Observations, "stored observations, newest first", {**ERRORS, **STORE}),
     )
     def get_observations(
         model_key_: Annotated[str | None, Query(alias="model_key", max_length=300)] = None,

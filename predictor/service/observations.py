@@ -28,7 +28,7 @@ from predictor.catalog.fleet import parse_fleet
 from predictor.documents.atomic import file_kind
 from predictor.documents.checks import check_number
 from predictor.documents.profile import Profile
-from predictor.exceptions import ConfigError, SriftyError
+from predictor.exceptions import ConfigError, ServiceError, SriftyError
 from predictor.ranking import Calibration
 
 FACTOR_LIMITS = (0.2, 5.0)  # an observation further off than 5x is a mistake (wrong fleet, wrong unit), not a signal
@@ -121,12 +121,28 @@ class ObservationStore:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=10)
+        """One transaction on the store. A store deleted while the service runs is made again (empty: the schema is
+        ensured on every connection); one replaced by something that is not an SQLite database, or unreadable, is
+        a :class:`ServiceError` (503) that names it, not a 500."""
+        try:
+            db = sqlite3.connect(self.path, timeout=10)
+        except sqlite3.Error as exc:
+            raise self._unusable(exc) from None
         try:
             with db:  # one transaction: committed on success, rolled back on error
+                db.executescript(_SCHEMA)
                 yield db
+        except sqlite3.DatabaseError as exc:
+            raise self._unusable(exc) from None
         finally:
             db.close()
+
+    def _unusable(self, exc: Exception) -> ServiceError:
+        return ServiceError(
+            f"The observations store {str(self.path)!r} cannot be used now ({exc}): it was replaced or damaged while "
+            "the service ran. Restore it, or restart the service with another --observations file.",
+            status=503,
+        )
 
     def add(
         self,
