@@ -208,6 +208,40 @@ def test_srifty_auto_resumes_a_fit_without_ckpt_path_from_the_launchers_checkpoi
     assert again.global_step == 3 and model.batches == [order[2]]
 
 
+def test_a_checkpoint_of_another_model_is_refused_by_name_not_loaded(monkeypatch, tmp_path) -> None:
+    """Issue #36 L9: the newest checkpoint in the folder was another architecture's (two runs sharing a folder); the
+    resume handed it to Lightning, which stopped with a state_dict traceback. It is refused, naming the differences
+    and the fix."""
+    from predictor.exceptions import ConfigError
+
+    _clear(monkeypatch)
+    _launch(monkeypatch, batch_sizes=(4,), accumulate_grad_batches=1, checkpoint_uri=str(tmp_path / "ck"))
+    _fit_plain(tmp_path, max_steps=3, save={2: str(tmp_path / "step2.ckpt")})
+
+    class Wider(_Seen):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 3)
+            self.head = torch.nn.Linear(3, 1)
+
+    _launch(
+        monkeypatch,
+        batch_sizes=(4,),
+        accumulate_grad_batches=1,
+        checkpoint_uri=str(tmp_path / "ck"),
+        resume=str(tmp_path / "step2.ckpt"),
+    )
+    trainer = pl.Trainer(strategy="srifty_auto", accelerator="cpu", devices=1, max_steps=4, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    loader = DataLoader(TensorDataset(torch.arange(96)), batch_size=8)
+    with pytest.raises(ConfigError) as error:
+        trainer.fit(Wider(), loader)
+    message = str(error.value)
+    assert "was not written by this model (Wider): missing from the checkpoint: head.weight, head.bias" in message
+    assert "shapes differ: layer.weight (1, 1) in the checkpoint, (3, 1) in the model" in message
+    assert "a checkpoint folder of its own" in message
+
+
 def test_srifty_auto_names_a_loader_it_cannot_re_cut(monkeypatch, caplog, tmp_path) -> None:
     class Stream(torch.utils.data.IterableDataset):
         def __iter__(self):

@@ -532,6 +532,37 @@ def upload_files(local_dir: str, remote_dir: str, files: Iterable[str]) -> None:
         fs.put_file(os.path.join(local_dir, rel), f"{remote_dir}/{rel}")
 
 
+def architecture_differences(path: str, module: Any, limit: int = 3) -> list[str]:
+    """How a file checkpoint's weights differ from ``module``'s (names missing or unexpected, shapes that differ; at
+    most ``limit`` of each kind, with the counts): [] when they match, or for a sharded checkpoint (a directory,
+    which FSDP checks as it loads) or one without a ``state_dict``. Reads the file memory-mapped (no copy)."""
+    import torch
+
+    if os.path.isdir(path):
+        return []
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception:  # noqa: BLE001 - Lightning's own load says what is wrong with the file
+        return []
+    saved = checkpoint.get("state_dict") if isinstance(checkpoint, dict) else None
+    if not isinstance(saved, dict):
+        return []
+    own = module.state_dict()
+    missing = [k for k in own if k not in saved]
+    unexpected = [k for k in saved if k not in own]
+    shapes = [
+        f"{k} {tuple(saved[k].shape)} in the checkpoint, {tuple(own[k].shape)} in the model"
+        for k in own
+        if k in saved and hasattr(saved[k], "shape") and tuple(saved[k].shape) != tuple(own[k].shape)
+    ]
+    out = []
+    for what, names in (("missing from the checkpoint", missing), ("not in the model", unexpected), ("", shapes)):
+        if names:
+            shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+            out.append(f"{what}: {shown}" if what else f"shapes differ: {shown}")
+    return out
+
+
 def resume_checkpoint(cache_dir: str | None = None, *, timeout_s: float = 1800.0, poll_s: float = 0.5) -> str | None:
     """The checkpoint ``srifty launch`` says to resume from (``LaunchEnv.resume``), as a path Lightning can load, or
     None on a first start or outside a launch: ``trainer.fit(model, ckpt_path=resume_checkpoint(), ...)``.

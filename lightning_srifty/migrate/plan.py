@@ -37,9 +37,10 @@ from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy
 from lightning_srifty.ddp.hetero import ExactResume, GlobalBatchSampler
 from lightning_srifty.ddp.plan_strategy import build_layout
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy
-from lightning_srifty.migrate.checkpoints import resume_checkpoint
+from lightning_srifty.migrate.checkpoints import architecture_differences, resume_checkpoint
 from lightning_srifty.migrate.preemption import SpotPreemption
 from lightning_srifty.protocol import LaunchEnv
+from predictor.exceptions import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,18 @@ class _AppliesThePlan:
         def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
             if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING:
                 checkpoint_path = resume_checkpoint()
+                module = trainer.lightning_module
+                strict = getattr(module, "strict_loading", True) is not False  # a module that loads loosely: its call
+                differences = architecture_differences(checkpoint_path, module) if checkpoint_path and strict else []
+                if differences:  # another model's checkpoint in this folder: Lightning would stop with a traceback
+                    raise ConfigError(
+                        f"The launcher's checkpoint {self.launch.resume} ({checkpoint_path}) was not written by this "
+                        f"model ({type(trainer.lightning_module).__name__}): {'; '.join(differences)}. Give this run "
+                        "a checkpoint folder of its own (srifty terraform --name, or SRIFTY_CHECKPOINT_URI), or pass "
+                        "fit(ckpt_path=...) of this model.",
+                        parameter="resume",
+                        value=checkpoint_path,
+                    )
                 if checkpoint_path is not None:
                     log.warning(
                         "srifty_auto: resuming from the launcher's checkpoint %s (%s).",
