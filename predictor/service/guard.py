@@ -296,27 +296,42 @@ _BUSY = (
 
 def server_config(app: Any, settings: ServiceSettings, host: str, port: int, **options: Any) -> Any:
     """uvicorn's configuration for the service: its HTTP protocol closes a connection that sends no request head
-    within ``read_timeout_s`` and refuses (503) one past ``max_connections`` at once (issue #23 item 6: 400
-    connections that never sent a byte stayed open)."""
+    within ``read_timeout_s`` (issue #23 item 6: 400 connections that never sent a byte stayed open), and at
+    ``max_connections`` a new connection closes the one idle the longest (no request in progress) to take its place;
+    only when every connection is busy with a request is the new one refused (503) at once. Idle connections held
+    the cap for the read timeout before (issue #36 L10: 256 of them from one local user, `/healthz` 503 meanwhile)."""
     import uvicorn
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Bounded(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _idle_since: float = 0.0
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            if len(self.connections) > settings.max_connections:
+            if len(self.connections) > settings.max_connections and not self._evict_one():
                 transport.write(_BUSY)
                 transport.close()
                 return
             self._arm()
 
+        def _idle(self) -> bool:
+            return (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing()
+
+        def _evict_one(self) -> bool:
+            """Close the connection idle the longest (not this one); False when every other one is busy."""
+            idle = [c for c in self.connections if c is not self and isinstance(c, Bounded) and c._idle()]
+            if not idle:
+                return False
+            min(idle, key=lambda c: c._idle_since).transport.close()
+            return True
+
         def _arm(self) -> None:
+            self._idle_since = self.loop.time()
             self._head_timer = self.loop.call_later(settings.read_timeout_s, self._no_head)
 
         def _no_head(self) -> None:  # no request in progress: none arrived, or the next one did not
-            if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
+            if self._idle():
                 self.transport.close()
 
         def on_response_complete(self) -> None:
