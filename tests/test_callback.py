@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import lightning.pytorch as pl
 import pytest
@@ -167,6 +168,30 @@ def test_resumed_run_does_not_profile_again(tmp_path) -> None:
     t3 = trainer([forced], max_steps=20)
     t3.fit(TinyModel(), train_dataloaders=loader(), ckpt_path=ckpt_dir / "last.ckpt")
     assert load_profile(tmp_path / "p.json").timing.window.steps == 5
+
+
+def test_a_resumed_launch_does_not_profile_again(tmp_path, monkeypatch) -> None:
+    """Issue #37 M4: under srifty launch the profile goes to srifty/launch-<launch id>/, and the callback's state was
+    kept under that path: a resumed launch (a new id) found no state and profiled the run again."""
+    monkeypatch.chdir(tmp_path)
+    ckpt_dir = tmp_path / "ckpt"
+    for name in [v for v in os.environ if v.startswith("SRIFTY_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", str(tmp_path / "launch"))
+    monkeypatch.setenv("SRIFTY_LAUNCH_ID", "first")
+    first = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, verbose=False)
+    assert str(first.output) == "srifty/launch-first/profile.json"
+    t = trainer(
+        [first, pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, save_last=True)], max_steps=10, enable_checkpointing=True
+    )
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert first.profiled
+    monkeypatch.setenv("SRIFTY_LAUNCH_ID", "second")  # srifty launch --resume: a new launch
+    again = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, verbose=False)
+    t2 = trainer([again], max_steps=20)
+    t2.fit(TinyModel(), train_dataloaders=loader(), ckpt_path=ckpt_dir / "last.ckpt")
+    assert again.profiled and again.profile is None
+    assert not (tmp_path / "srifty" / "launch-second" / "profile.json").exists()
 
 
 def test_instance_metadata_from_imdsv2(tmp_path, monkeypatch) -> None:

@@ -69,6 +69,15 @@ class _PlanPosition(ExactResume):
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if self._ours(trainer):
+            if self._restored is not None:  # Lightning warns that the loader "is not resumable": here it is
+                from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+                rank_zero_info(
+                    "srifty_auto: the resume is sample-exact: the position in the epoch (epoch "
+                    f"{self._restored.get('epoch')}, {self._restored.get('consumed')} samples) came back with the "
+                    "checkpoint and the loader srifty_auto re-cut continues from it; Lightning's warning that the "
+                    "dataloader is not resumable does not apply to it."
+                )
             super().on_train_start(trainer, pl_module)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:

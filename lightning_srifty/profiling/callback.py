@@ -177,6 +177,7 @@ class SriftyCallback(Callback):
         self.service = service_client(owner, "service", service)
         self.plan: Any = None
         self.written: dict[str, Path] = {}  # what rank 0 wrote: "profile", "plan", "report" -> path
+        self._given_output = str(output)  # the state key's: a launch's own default folder changes with each launch
         if output == DEFAULT_OUTPUT:
             output = _launch_output() or output
         self.output = Path(output) if output is not None else None
@@ -198,7 +199,9 @@ class SriftyCallback(Callback):
     def state_key(self) -> str:
         # Lightning reads this on every hook call (profiler label): build it once
         if self._state_key is None:
-            self._state_key = self._generate_state_key(output=str(self.output))
+            # the output the script gave, not where a launch put it (srifty/launch-<id>/): a resumed launch (a new id)
+            # found no state under its own key and profiled the run again (issue #37 M4)
+            self._state_key = self._generate_state_key(output=self._given_output)
         return self._state_key
 
     def state_dict(self) -> dict[str, Any]:
