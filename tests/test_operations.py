@@ -688,3 +688,17 @@ def test_apt_waits_for_the_lock_updates_and_fails_loudly(tf_env, aws, tmp_path) 
     assert "python3-venv could not be installed (apt-get failed, above)" in log
     record = json.loads(s3.get_object(Bucket="ops-apt", Key="ckpt/status/apt-i-0abc.json")["Body"].read())
     assert record["exit_code"] == 1  # a failed boot says so beside the checkpoints
+
+
+def test_a_vpc_left_outside_the_state_is_found_by_its_tag_and_named(aws) -> None:
+    """Issue #36 L3: a launcher killed with SIGKILL during the first apply left the VPC it had created outside
+    terraform's state (each one counts against the region's five), and srifty down said nothing. It finds the VPCs
+    tagged with the fleet's name and names each with the commands that delete it."""
+    ec2, _, _ = aws
+    vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+    ec2.create_tags(Resources=[vpc], Tags=[{"Key": "srifty:fleet", "Value": "killed-apply"}])
+    ec2.create_vpc(CidrBlock="10.43.0.0/16")  # another, untagged: not the fleet's
+    (line,) = fleets.leftover_networks(ec2, REGION, "killed-apply")
+    assert line.startswith(f"VPC {vpc} of fleet killed-apply is still in {REGION}, outside terraform's state")
+    assert f"aws ec2 delete-vpc --vpc-id {vpc} --region {REGION}" in line
+    assert fleets.leftover_networks(ec2, REGION, "another-fleet") == []

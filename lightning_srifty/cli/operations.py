@@ -315,6 +315,12 @@ def cmd_down(args: argparse.Namespace) -> int:
     except ProvisionError as exc:
         print(f"WARNING: {exc} The fleet is destroyed all the same; its cost is not summed.", file=sys.stderr)
     destroy(args.dir, yes=args.yes)
+    try:  # what an apply killed before it saved its state left outside it (the VPC): found by its tag, named
+        with ops.aws_errors(f"looking for what {root.name} left outside terraform's state in {region}"):
+            for line in ops.leftover_networks(ops.client("ec2", region, root.endpoint), region, root.name):
+                print(f"WARNING: {line}", file=sys.stderr)
+    except ProvisionError as exc:
+        print(f"WARNING: {exc}", file=sys.stderr)
     if fleet is not None:
         at = ops.now()
         print(ops.summary(fleet, fleet.cost(catalog, at), at))

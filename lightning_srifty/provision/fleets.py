@@ -178,6 +178,23 @@ def find_fleets(ec2: Any, region: str, names: Iterable[str] | None = None) -> li
     ]
 
 
+def leftover_networks(ec2: Any, region: str, name: str) -> list[str]:
+    """What of fleet ``name`` is still in ``region`` after its destroy, outside terraform's state (an apply killed
+    with SIGKILL before it saved the state: its VPC stayed, and every such VPC counts against the region's quota of
+    five): the VPCs tagged ``srifty:fleet = name``, each as a line with the commands that delete it."""
+    lines = []
+    flt = [{"Name": f"tag:{TAG_FLEET}", "Values": [name]}]
+    for vpc in ec2.describe_vpcs(Filters=flt).get("Vpcs", []):
+        vpc_id = vpc["VpcId"]
+        lines.append(
+            f"VPC {vpc_id} of fleet {name} is still in {region}, outside terraform's state (an apply stopped before it "
+            f"saved it). Delete what is in it, then it: aws ec2 describe-subnets --filters Name=vpc-id,Values={vpc_id} "
+            f"--region {region} (delete-subnet each; detach-internet-gateway and delete-internet-gateway; "
+            f"delete-security-group but the default), then aws ec2 delete-vpc --vpc-id {vpc_id} --region {region}"
+        )
+    return lines
+
+
 def split_s3(uri: str) -> tuple[str, str]:
     """``s3://bucket/some/prefix/`` -> (bucket, ``some/prefix/``).
 
