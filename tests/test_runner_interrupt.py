@@ -174,3 +174,52 @@ def test_a_signal_during_the_teardown_waits_for_the_destroy_to_end(tmp_path, sig
     assert "Destroy complete! Resources: 2 destroyed." in text and lines[-1].startswith("RAISED"), text
     state = subprocess.run(["terraform", "state", "list"], cwd=folder, env=env, capture_output=True, text=True)
     assert state.returncode == 0 and not state.stdout.strip()  # nothing left
+
+
+FAKE_TERRAFORM = """#!/bin/bash
+# a terraform whose plan takes long: records its pid and a SIGINT, then leaves
+echo $$ >"$FAKE_DIR/pid"
+trap 'echo SIGINT >>"$FAKE_DIR/signals"; exit 1' INT
+for i in $(seq 600); do sleep 0.1; done
+"""
+
+QUICK_SCRIPT = """
+import signal, sys
+from python_terraform import Terraform
+from lightning_srifty.provision.runner import _run
+from predictor.exceptions import LaunchInterrupted
+
+def handler(signum, frame):
+    raise LaunchInterrupted(signum)
+
+signal.signal(signal.SIGTERM, handler)
+tf = Terraform(working_dir=sys.argv[1], terraform_bin_path=sys.argv[2])
+try:
+    _run(tf, "plan", input=False, stream=False)
+except LaunchInterrupted:
+    print("RAISED", flush=True)
+    sys.exit(143)
+"""
+
+
+def test_a_signal_during_terraform_plan_ends_terraform_too(tmp_path) -> None:
+    """Issue #36 L2: a signal during `terraform plan` (or init, show, output) left terraform and its AWS provider
+    (0.55-0.6 GB) running up to 11 min after srifty ended. terraform runs in a session of its own and gets one SIGINT
+    on the way out (a kill after a minute)."""
+    fake = tmp_path / "terraform"
+    fake.write_text(FAKE_TERRAFORM)
+    fake.chmod(0o755)
+    env = {**os.environ, "FAKE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", QUICK_SCRIPT, str(tmp_path), str(fake)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pid = int((tmp_path / "pid").read_text())
+    proc.send_signal(signal.SIGTERM)  # to srifty only: terraform is in a session of its own
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 143 and "RAISED" in out
+    assert (tmp_path / "signals").read_text().strip() == "SIGINT"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # gone
