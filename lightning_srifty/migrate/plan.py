@@ -39,7 +39,7 @@ from lightning_srifty.ddp.plan_strategy import build_layout
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy
 from lightning_srifty.migrate.checkpoints import architecture_differences, resume_checkpoint
 from lightning_srifty.migrate.preemption import SpotPreemption
-from lightning_srifty.protocol import LaunchEnv
+from lightning_srifty.protocol import VARIABLES, LaunchEnv
 from predictor.exceptions import ConfigError
 
 log = logging.getLogger(__name__)
@@ -208,8 +208,8 @@ class _AppliesThePlan:
                     raise ConfigError(
                         f"The launcher's checkpoint {self.launch.resume} ({checkpoint_path}) was not written by this "
                         f"model ({type(trainer.lightning_module).__name__}): {'; '.join(differences)}. Give this run "
-                        "a checkpoint folder of its own (srifty terraform --name, or SRIFTY_CHECKPOINT_URI), or pass "
-                        "fit(ckpt_path=...) of this model.",
+                        f"a checkpoint folder of its own (srifty terraform --name, or ${VARIABLES['checkpoint_uri']}), "
+                        "or pass fit(ckpt_path=...) of this model.",
                         parameter="resume",
                         value=checkpoint_path,
                     )
