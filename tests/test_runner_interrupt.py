@@ -223,3 +223,23 @@ def test_a_signal_during_terraform_plan_ends_terraform_too(tmp_path) -> None:
     assert (tmp_path / "signals").read_text().strip() == "SIGINT"
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # gone
+
+
+def test_a_clean_up_destroy_is_not_stopped_by_a_signal(tmp_path) -> None:
+    """The clean-up's destroy after a failed apply (``critical``) goes on to its end through a signal: terraform gets
+    none, and the interruption is raised once it has finished (stopped half-way it would leave the fleet billing)."""
+    fake = tmp_path / "terraform"
+    fake.write_text(FAKE_TERRAFORM.replace("seq 600", "seq 30"))  # a 3 s destroy
+    fake.chmod(0o755)
+    script = QUICK_SCRIPT.replace('_run(tf, "plan", input=False, stream=False)', '_run(tf, "destroy", critical=True)')
+    env = {**os.environ, "FAKE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(fake)], env=env, stdout=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 143 and "RAISED" in out
+    assert not (tmp_path / "signals").exists() and time.monotonic() - started > 2  # it ran to its end

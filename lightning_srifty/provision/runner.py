@@ -110,11 +110,13 @@ def _check_credentials(values: dict[str, Any]) -> None:
         )
 
 
-def _run(tf: Any, *args: str, stream: bool = True, **options: Any) -> tuple[int, str, str]:
+def _run(tf: Any, *args: str, stream: bool = True, critical: bool = False, **options: Any) -> tuple[int, str, str]:
     """terraform ``args`` with python-terraform's flags (``options``), in a session of its own: an interruption of
     this process (Ctrl-C, the launcher's SIGTERM/SIGHUP) gives it one SIGINT and at most a minute to end, then kills
     it, so that neither it nor its AWS provider (0.55-0.6 GB) outlives srifty (issue #36 L2: a signal during
-    ``terraform plan`` left the provider running up to 11 min). ``stream``: its output goes to this terminal."""
+    ``terraform plan`` left the provider running up to 11 min). ``stream``: its output goes to this terminal.
+    ``critical`` (a clean-up's destroy): an interruption waits for terraform to end, then is raised (stopped half-way
+    the destroy would leave the fleet billing)."""
     import signal
     import subprocess
 
@@ -129,6 +131,14 @@ def _run(tf: Any, *args: str, stream: bool = True, **options: Any) -> tuple[int,
     try:
         out, err = proc.communicate()
     except BaseException:
+        if critical:
+            while True:  # every further interruption waits too: the destroy goes on to its end
+                try:
+                    proc.wait()
+                    break
+                except BaseException:  # noqa: BLE001 - deferred: the first one is raised below
+                    pass
+            raise
         with contextlib.suppress(OSError):
             proc.send_signal(signal.SIGINT)
         try:
@@ -431,7 +441,7 @@ def _clean_up(tf: Any, root: Path, values: dict[str, Any], fresh: bool, echo: Ca
             f"--dir {root}`."
         )
     echo(f"Destroying the {len(left)} resources the apply created, so that nothing is left billing.")
-    code, _, err = _run(tf, "destroy", input=False, auto_approve=True, lock_timeout="300s", stream=True)
+    code, _, err = _run(tf, "destroy", input=False, auto_approve=True, lock_timeout="300s", stream=True, critical=True)
     remaining = _state_resources(tf)
     if code != 0 or remaining:
         return (
