@@ -49,7 +49,7 @@ import os
 import secrets
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -368,7 +368,7 @@ class LaunchEnv:
         for name, variable in VARIABLES.items():
             value = getattr(self, name)
             if name == "batch_groups":
-                value = ";".join(f"{key}={','.join(map(str, sizes))}" for key, sizes in value)
+                value = batch_groups_text(value)
             elif isinstance(value, tuple):
                 value = ",".join(map(str, value))
             elif isinstance(value, float):
@@ -459,6 +459,11 @@ _FORMATS = {
     "batch_sizes": "comma-separated whole numbers",
     "batch_groups": "groups key=batch,batch,... separated by ';' (g5.xlarge=24,23;g4dn.xlarge=9)",
 }
+
+
+def batch_groups_text(groups: Sequence[tuple[str, Sequence[int]]]) -> str:
+    """``LaunchEnv.batch_groups`` as its variable holds it (:func:`parse_batch_groups` reads it back)."""
+    return ";".join(f"{key}={','.join(map(str, sizes))}" for key, sizes in groups)
 
 
 def parse_batch_groups(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -482,10 +482,8 @@ def planned_batches(entry: PlanEntry) -> dict[str, str]:
     if sizes is None:
         return {}
     if entry.heterogeneous and len(set(sizes)) > 1:
-        launch = protocol.LaunchEnv(
-            "", "", batch_groups=tuple((g.instance_type, tuple(g.micro_batches or ())) for g in entry.groups)
-        )
-        batches = {protocol.VARIABLES["batch_groups"]: launch.to_env()[protocol.VARIABLES["batch_groups"]]}
+        groups = [(g.instance_type, g.micro_batches or ()) for g in entry.groups]
+        batches = {protocol.VARIABLES["batch_groups"]: protocol.batch_groups_text(groups)}
     else:
         batches = {protocol.VARIABLES["batch_sizes"]: ",".join(str(b) for b in sizes)}
     return {
