@@ -351,6 +351,7 @@ def test_recommendation_through_the_service_posts_an_observation(tmp_path, monke
     (obs,) = store.list()
     profile = load_profile(tmp_path / "p.json")
     assert obs.fleet == "g5.xlarge:1" and obs.model == "TinyModel"
+    assert obs.run_id and obs.run_id.startswith("r-")  # the client had the service issue this process a run
     assert obs.throughput_samples_s == pytest.approx(profile.timing.samples_per_s.p50)
 
 

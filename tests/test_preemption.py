@@ -215,6 +215,33 @@ def test_a_checkpoint_that_differs_from_its_recorded_digest_is_skipped(tmp_path,
     assert "sha256 differs" in caplog.text
 
 
+def test_a_missing_bucket_is_refused_before_the_first_step(tmp_path, moto_endpoint, monkeypatch) -> None:
+    """Issue #36 L8: outside `srifty launch`, a checkpoint folder in a bucket that does not exist was found at the
+    first save (after that much training). Now SpotPreemption refuses it at fit start, naming the bucket; an empty
+    folder in a bucket that exists is a first start."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    from predictor.exceptions import ConfigError
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="there")
+    steps = []
+
+    class Count(pl.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:
+            steps.append(trainer.global_step)
+
+    with pytest.raises(ConfigError, match=r"bucket that does not exist \('not-there'\).*Create the bucket"):
+        trainer([Count(), SpotPreemption("s3://not-there/run-1", exit_process=False)], max_steps=3).fit(
+            TinyModel(), train_dataloaders=loader()
+        )
+    assert steps == []  # refused before any step
+    t = trainer([Count(), SpotPreemption("s3://there/run-1", exit_process=False)], max_steps=3)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert t.global_step == 3
+
+
 def test_checkpoints_on_s3_through_moto(tmp_path, moto_endpoint, monkeypatch) -> None:
     """s3:// checkpoints (fsspec + s3fs) against moto's S3 API on 127.0.0.1: saved whole, found, resumed from."""
     pytest.importorskip("s3fs")

@@ -126,6 +126,7 @@ def test_observations_calibrate_the_next_rank(client, tmp_path, catalog) -> None
     assert before.calibration is None
 
     def post(ratio: float, source: str) -> dict:
+        run = client.post("/v1/runs", json={}).json()  # each run's jobs hold their own run token
         r = client.post(
             "/v1/observations",
             json={
@@ -134,8 +135,10 @@ def test_observations_calibrate_the_next_rank(client, tmp_path, catalog) -> None
                 "throughput_samples_s": ratio * predicted,
                 "source": source,
             },
+            headers={"authorization": f"Bearer {run['token']}"},
         )
         assert r.status_code == 201, r.text
+        assert r.json()["run_id"] == run["run_id"]
         return r.json()
 
     ratios = (0.70, 0.72, 0.75)  # the A10G ran slower than predicted, in three runs
@@ -175,6 +178,96 @@ def test_one_post_many_posts_of_one_run_or_disagreeing_runs_steer_nothing(tmp_pa
     # agreeing runs: bounded by 10% per run however far they say
     log_f, n = calibrated_log_factor([math.log(4.0)] * 3)
     assert n == 3 and math.exp(log_f) == pytest.approx(1.1**3)
+
+
+def _observe(client, ratio: float, predicted: float, token: str, source: str = "") -> dict:
+    r = client.post(
+        "/v1/observations",
+        json={"profile": MINIMAL, "fleet": "g5.xlarge:1", "throughput_samples_s": ratio * predicted, "source": source},
+        headers={"authorization": f"Bearer {token}"},
+    )
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_invented_sources_steer_nothing_only_issued_runs_count(client, catalog) -> None:
+    """Issue #36 M5: four authenticated posts with invented `source` names ("3 distinct runs" that were
+    self-declared strings) flipped the top pick. A run is now what the service issued: posts with the service's own
+    token count toward no run, four posts under one run token are one run, and a run token cannot issue runs."""
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    predicted = predict(profile, "g5.xlarge:1", catalog=catalog).throughput_samples_s
+    body = {"profile": MINIMAL, "constraints": {"steps": 100_000, "allow": ["g5.xlarge", "g4dn.xlarge"]}}
+    before = client.post("/v1/rank", json=body).json()
+    for i in range(4):  # the probe: invented names, the service's token
+        answer = _observe(client, 4.5, predicted, TOKEN, source=f"run-{i}")
+        assert answer["run_id"] is None and "counted toward no run" in answer["note"]
+    run = client.post("/v1/runs", json={}).json()
+    for _ in range(4):  # one run, however many posts
+        assert _observe(client, 4.5, predicted, run["token"])["calibration"] == {}
+    after = client.post("/v1/rank", json=body).json()
+    assert "calibration" not in after and after["entries"][0]["fleet"] == before["entries"][0]["fleet"]
+    # a run token posts observations only: it cannot mint runs
+    r = client.post("/v1/runs", json={}, headers={"authorization": f"Bearer {run['token']}"})
+    assert r.status_code == 403 and "needs the service's own token" in r.json()["detail"][0]["msg"]
+    # forged, tampered or expired tokens are refused by what is wrong
+    head, run_id, expires, signature = run["token"].split(".")
+    forged = [
+        (f"{head}.r-{'0' * 16}.{expires}.{signature}", "signature does not match"),
+        (f"{head}.{run_id}.{int(expires) + 86400}.{signature}", "signature does not match"),
+        (f"{head}.{run_id}.{expires}", "not a run token"),
+    ]
+    for token, why in forged:
+        r = client.post(
+            "/v1/observations",
+            json={"profile": MINIMAL, "fleet": "g5.xlarge:1", "throughput_samples_s": 1.0},
+            headers={"authorization": f"Bearer {token}"},
+        )
+        assert r.status_code == 401 and why in r.json()["detail"][0]["msg"], (token, r.text)
+    assert len(client.get("/v1/observations").json()["observations"]) == 8  # nothing forged was stored
+    # three issued runs that agree do move it (the documented rule: MIN_RUNS = 3)
+    for _ in range(2):
+        last = _observe(client, 0.7, predicted, client.post("/v1/runs", json={}).json()["token"])
+    assert last["calibration"] == {}  # the first run said 4.5x, these two 0.7x: they disagree
+    last = _observe(client, 0.7, predicted, client.post("/v1/runs", json={}).json()["token"])
+    assert set(last["calibration"]) == {"A10G"} and last["calibration"]["A10G"] < 1
+
+
+def test_run_tokens_expire_outlive_a_restart_and_die_with_the_services_token(tmp_path, catalog) -> None:
+    from predictor.service.runs import RunTokens
+
+    issued = RunTokens(TOKEN).issue(60, now=1_000_000)
+    assert RunTokens(TOKEN).verify(issued.token, now=1_000_030) == issued.run_id  # another process, same token
+    with pytest.raises(Exception, match="expired at"):
+        RunTokens(TOKEN).verify(issued.token, now=1_000_061)
+    with pytest.raises(Exception, match="signature does not match"):
+        RunTokens(TOKEN + "-rotated").verify(issued.token, now=1_000_030)
+    with pytest.raises(Exception, match="ttl_s"):
+        RunTokens(TOKEN).issue(10)
+
+
+def test_a_store_from_before_runs_is_upgraded_and_its_rows_count_nowhere(tmp_path, catalog) -> None:
+    old = tmp_path / "old.sqlite"
+    db = sqlite3.connect(old)
+    db.executescript(
+        "CREATE TABLE observations (id INTEGER PRIMARY KEY AUTOINCREMENT, model_key TEXT NOT NULL, model TEXT NOT "
+        "NULL, fleet TEXT NOT NULL, gpu TEXT NOT NULL, throughput_samples_s REAL NOT NULL, iteration_time_s REAL, "
+        "source TEXT NOT NULL DEFAULT '', created_at TEXT NOT NULL);"
+    )
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    predicted = predict(profile, "g5.xlarge:1", catalog=catalog).throughput_samples_s
+    for name in ("a", "b", "c"):
+        db.execute(
+            "INSERT INTO observations (model_key, model, fleet, gpu, throughput_samples_s, source, created_at) "
+            "VALUES (?, ?, 'g5.xlarge:1', 'A10G', ?, ?, '2026-01-01')",
+            (model_key(profile), profile.model.name, 0.7 * predicted, name),
+        )
+    db.commit()
+    db.close()
+    store = ObservationStore(old)
+    assert [o.run_id for o in store.list()] == [None] * 3 and store.calibration(profile, catalog) is None
+    for run in ("r-1", "r-2", "r-3"):
+        store.add(profile, "g5.xlarge:1", 0.7 * predicted, run_id=run, catalog=catalog)
+    assert store.calibration(profile, catalog).observations == {"A10G": 3}
 
 
 def test_store_ignores_mixes_and_absurd_ratios(tmp_path, catalog) -> None:

@@ -292,7 +292,7 @@ def test_a_request_past_the_timeout_gets_503_and_its_slot_is_freed_when_the_work
 def test_the_client_retries_after_a_429(tmp_path, catalog, monkeypatch) -> None:
     calls = []
 
-    def answer(self, path, body):
+    def answer(self, path, body, token=None):
         calls.append(path)
         if len(calls) == 1:
             raise ServiceError("busy", status=429, retry_after_s=0.01)
@@ -467,3 +467,27 @@ def test_heavy_work_hands_its_memory_back(tmp_path, catalog, monkeypatch) -> Non
     client = TestClient(_app(tmp_path, catalog))
     r = client.post("/v1/rank", json={"profile": MINIMAL, "constraints": {"steps": 1000}})
     assert r.status_code == 200 and trimmed == [0]
+
+
+def test_srifty_run_token_issues_a_token_a_job_posts_under(tmp_path, catalog, monkeypatch, capsys) -> None:
+    """Issue #36 M5, as an operator would: `srifty run-token` (the service's token) prints a run token; a job given
+    it (as $SRIFTY_SERVICE_TOKEN) posts observations counted under that run and cannot issue another."""
+    from lightning_srifty.cli import main
+
+    store = ObservationStore(tmp_path / "obs.sqlite")
+    app = create_app(catalog=catalog, observations=store, settings=ServiceSettings(token=TOKEN))
+    with background_server(app) as url:
+        monkeypatch.setenv("SRIFTY_SERVICE_TOKEN", TOKEN)
+        assert main(["run-token", "--service", url, "--days", "2"]) == 0
+        out, err = capsys.readouterr()
+        token = out.strip()
+        assert token.startswith("srun.") and "accepted until" in err and token not in err
+        monkeypatch.setenv("SRIFTY_SERVICE_TOKEN", token)  # the job's environment
+        job = ServiceClient(url)
+        profile = load_profile(copy.deepcopy(MINIMAL))
+        answer = job.observe(profile, "g5.xlarge:1", 10.0, iteration_time_s=None, source="job", run="ignored")
+        assert answer["run_id"] == token.split(".")[1] == store.list()[0].run_id
+        with pytest.raises(ServiceError, match="needs the service's own token"):
+            job.issue_run()
+        assert main(["run-token", "--service", url]) == 2  # a job's run token cannot mint runs
+        assert "holds a run token" in capsys.readouterr().err

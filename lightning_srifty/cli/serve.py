@@ -1,4 +1,5 @@
-"""``srifty serve [--host 127.0.0.1] [--port 8000]``: the predictor as an HTTP service (torch-free)."""
+"""``srifty serve [--host 127.0.0.1] [--port 8000]``: the predictor as an HTTP service (torch-free); ``srifty
+run-token --service URL``: a run token for a training run's jobs (issue #36 M5)."""
 
 from __future__ import annotations
 
@@ -95,6 +96,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_token(args: argparse.Namespace) -> int:
+    """Print a run token (stdout, alone, for ``$(...)``); its run and expiry go to stderr."""
+    import sys
+
+    from predictor.service.client import ServiceClient
+    from predictor.service.runs import is_run_token
+
+    token, source = read_token(args.token_file)
+    if token is None or is_run_token(token):
+        from predictor.exceptions import ConfigError
+
+        what = f"{source} holds a run token" if token else "no token was given"
+        raise ConfigError(
+            f"srifty run-token needs the service's own token ({what}). Give --token-file PATH (the file `srifty "
+            f"serve --token-file` reads) or set ${TOKEN_ENV} to the service's token.",
+            parameter="token_file",
+        )
+    issued = ServiceClient(args.service, token=token).issue_run(round(args.days * 86400))
+    print(issued["token"])
+    print(
+        f"srifty run-token: {issued['run_id']}, accepted until {issued['expires_at']}. Give this token to the run's "
+        f"jobs as ${TOKEN_ENV} (e.g. in SSM: `srifty terraform --secret-env {TOKEN_ENV}=ssm:/PARAM`); their "
+        "observations count as "
+        "one run.",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("serve", parents=[common], help="serve /v1/predict, /v1/rank, /v1/catalog, /v1/observations")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
@@ -162,3 +192,22 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     p.set_defaults(func=cmd_serve)
+    _add_run_token(sub, common)
+
+
+def _add_run_token(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "run-token",
+        parents=[common],
+        help="a run token for a training run's jobs: their observations count as one run (POST /v1/runs)",
+    )
+    p.add_argument("--service", required=True, metavar="URL", help="where srifty serve listens")
+    p.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"file holding the service's own token (default: ${TOKEN_ENV})",
+    )
+    p.add_argument(
+        "--days", type=positive, default=30.0, metavar="D", help="how long the token is accepted (default 30)"
+    )
+    p.set_defaults(func=cmd_run_token)

@@ -216,6 +216,7 @@ class SpotPreemption(Callback):
         from lightning_srifty.ddp.plan_strategy import refuse_idle_gpus
 
         refuse_idle_gpus(trainer)  # before anything starts: a fleet paid for its GPUs never trains on its CPUs
+        check_store(self.dirpath, self.periodic_deadline_s)  # a missing bucket: now, not at the first save
         self._watcher = SpotWatcher(self._notice, endpoint=self.endpoint, interval_s=self.interval_s)
         self._watcher.start()
         launch = self.launch
@@ -690,6 +691,50 @@ def _checkpoint_bytes(trainer: pl.Trainer) -> int:
 def _room_for(trainer: pl.Trainer, folder: str) -> bool:
     """Whether ``folder``'s disk can take the checkpoint with a margin (1.2x its estimate, and 1 GB kept free)."""
     return shutil.disk_usage(folder).free > 1.2 * _checkpoint_bytes(trainer) + 2**30
+
+
+def check_store(dirpath: str, seconds: float) -> None:
+    """Refuse a checkpoint folder in an object store whose bucket does not exist, before the first step (issue #36
+    L8: outside ``srifty launch``, which checks it itself, it was found at the first save, after that much training).
+
+    One listing of the folder itself (what an instance role's policy grants: ListBucket under the run's prefix, which
+    a HeadBucket would not be), bounded by ``seconds``. Only the store's own answer that the bucket does not exist is
+    an error; a store that does not answer in time, or refuses a listing, is a warning (the saves will say more)."""
+    if "://" not in dirpath or dirpath.startswith("file://"):
+        return
+    missing: list[str] = []
+
+    def look() -> None:
+        fs = filesystem(dirpath)
+        try:
+            fs.ls(dirpath, detail=False, refresh=True)
+        except FileNotFoundError as exc:  # an empty folder (a first start) too: only the bucket's absence counts
+            cause: BaseException | None = exc
+            while cause is not None:
+                text = f"{getattr(cause, 'response', {}).get('Error', {}).get('Code', '')} {cause}"
+                if "NoSuchBucket" in text or "bucket does not exist" in text:
+                    missing.append(str(cause))
+                    return
+                cause = cause.__cause__ or cause.__context__
+        except PermissionError:
+            pass  # the policy lets the run write its prefix, not list what is above it (s3fs looks there too)
+        finally:
+            fs.invalidate_cache(dirpath)  # no listing of now may be served to a later look for checkpoints
+
+    failed = _within(max(1.0, min(seconds, 60.0)), look)
+    if missing:
+        from predictor.exceptions import ConfigError
+
+        bucket = dirpath.split("://", 1)[1].split("/", 1)[0]
+        raise ConfigError(
+            f"SpotPreemption: the checkpoint folder {dirpath!r} is in a bucket that does not exist ({bucket!r}): no "
+            "checkpoint could be saved. Create the bucket (or give dirpath= a folder in one that exists; under "
+            "`srifty launch` or a srifty fleet the module's bucket is passed for you).",
+            parameter="dirpath",
+            value=dirpath,
+        )
+    if failed:
+        log.warning("SpotPreemption: the checkpoint folder %s could not be checked (%s)", dirpath, failed)
 
 
 def _within(seconds: float | None, work: Callable[[], None], interrupt: threading.Event | None = None) -> str | None:

@@ -345,10 +345,16 @@ class MigrationTriggers(Callback):
         if not self.predictor_url:
             return
         try:
+            from lightning_srifty.profiling.recommendation import run_identity
             from predictor.service.client import ServiceClient
 
             ServiceClient(self.predictor_url, token=self._predictor_token).observe(
-                profile, fleet, throughput, iteration_time_s=step_s, source="srifty MigrationTriggers"
+                profile,
+                fleet,
+                throughput,
+                iteration_time_s=step_s,
+                source="srifty MigrationTriggers",
+                run=run_identity(),
             )
         except Exception as exc:  # noqa: BLE001 - the service being away must not matter to training
             log.warning("MigrationTriggers: the observation was not posted: %s", exc)

@@ -156,6 +156,7 @@ def post_observation(client: Any, profile: Profile) -> None:
             throughput,
             iteration_time_s=step,
             source=f"SriftyCallback {profile.model.name} run {run_identity()}",
+            run=run_identity(),
         )
         log.info("SriftyCallback: observation of %s posted (%s samples/s): %s", fleet, f"{throughput:.1f}", answer)
     except SriftyError as exc:
@@ -166,8 +167,9 @@ _PROCESS_RUN = uuid.uuid4().hex[:12]
 
 
 def run_identity() -> str:
-    """What makes observations distinct runs for the service (it calibrates only on several agreeing runs): the
-    launch's id under ``srifty launch`` (its legs on several fleets are one run), else one id per process."""
+    """This run as the client names it to the service: the launch's id under ``srifty launch`` (its legs on several
+    fleets are one run), else one id per process. With the service's own token the client has the service issue one
+    run per identity (:meth:`ServiceClient.observe`); a job given a run token posts under that token's run."""
     from lightning_srifty.protocol import LaunchEnv
 
     launch = LaunchEnv.from_env()

@@ -52,14 +52,26 @@ class CatalogListing(TypedDict):
 
 
 class ObservationAdded(TypedDict):
-    """``POST /v1/observations`` (201): the stored observation and the calibration it leaves (GPU key -> factor on
-    compute time; empty until enough runs agree)."""
+    """``POST /v1/observations`` (201): the stored observation, the run it counts under (None: it was posted without
+    a run token and counts toward no run), the calibration it leaves (GPU key -> factor on compute time; empty until
+    enough issued runs agree) and a note saying how it counts."""
 
     id: int
     model_key: str
     fleet: str
     gpu: str
+    run_id: str | None
     calibration: dict[str, float]
+    note: str
+
+
+class RunIssued(TypedDict):
+    """``POST /v1/runs`` (201): a run and its token (a secret: give it to that run's jobs only); the token posts
+    observations counted under the run until ``expires_at`` (ISO 8601, UTC)."""
+
+    run_id: str
+    token: str
+    expires_at: str
 
 
 class Observations(TypedDict):
@@ -126,7 +138,7 @@ WRITE: Responses = {
         "no or a wrong bearer token",
         headers={"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}},
     ),
-    403: error("writes are disabled (the service has no token)"),
+    403: error("writes are disabled (the service has no token), or a run token asked to issue a run"),
     **STORE,
 }
 
@@ -151,6 +163,7 @@ __all__ = [
     "Observations",
     "Plan",
     "Prediction",
+    "RunIssued",
     "answer",
     "error",
 ]

@@ -5,12 +5,13 @@
     POST /v1/predict         one fleet from a profile
     POST /v1/rank            a plan (srifty.plan/v1) from a profile and constraints, calibrated by observations
     POST /v1/observations    a measured throughput of a fleet (the feedback loop); GET lists them
+    POST /v1/runs            a run and its token: what an observation is counted under (predictor.service.runs)
 
 Bad input is a 422 whose ``detail`` names the field (``loc``), says what is wrong and how to fix it; an
 infeasible ranking is a 422 of type ``infeasible``; a body over the size limit is a 413. Rankings and predictions
 are bounded (``predictor.service.guard``): 429 when too many are asked at once, 503 past the request timeout; writes
-need the bearer token (401/403); a foreign ``Host`` header is a 400. Torch-free, like the rest of ``predictor``;
-FastAPI is imported only here and in ``predictor.service.guard``.
+need the bearer token (401/403; an observation may carry a run token instead); a foreign ``Host`` header is a 400.
+Torch-free, like the rest of ``predictor``; FastAPI is imported only here and in ``predictor.service.guard``.
 """
 
 from __future__ import annotations
@@ -58,10 +59,12 @@ from predictor.service.answers import (
     ObservationAdded,
     Observations,
     Plan,
+    RunIssued,
     answer,
 )
 from predictor.service.guard import (
     MAX_BODY_BYTES,
+    RUN_STATE,
     Guard,
     HeavyWork,
     SafeJSONResponse,
@@ -69,7 +72,8 @@ from predictor.service.guard import (
     error_response,
     server_config,
 )
-from predictor.service.observations import ObservationStore, model_key
+from predictor.service.observations import MIN_RUNS, ObservationStore, model_key
+from predictor.service.runs import DEFAULT_TTL_S, MAX_TTL_S, RunTokens
 
 API_VERSION = "v1"
 
@@ -184,7 +188,16 @@ class ObservationRequest(_Strict):
     fleet: Text = Field(min_length=1, max_length=500, examples=["g5.12xlarge:2"])
     throughput_samples_s: float = Field(gt=0, le=1e12, description="measured samples per second on the fleet")
     iteration_time_s: float | None = Field(None, gt=0, le=1e6)
-    source: Text = Field("", max_length=200, description="who measured it, e.g. 'SriftyCallback run-42'")
+    source: Text = Field(
+        "",
+        max_length=200,
+        description="a label (e.g. 'SriftyCallback run-42'); which run the observation counts under is the run token's "
+        "(POST /v1/runs), never this",
+    )
+
+
+class RunRequest(_Strict):
+    ttl_s: int = Field(DEFAULT_TTL_S, ge=60, le=MAX_TTL_S, description="seconds the run token is accepted")
 
 
 _BEARER = HTTPBearer(auto_error=False, description="the token given to `srifty serve --token-file`")
@@ -277,7 +290,9 @@ def create_app(
     _add_read_routes(app, catalog, version)
     _add_model_routes(app, catalog, store, heavy)
     _add_observation_routes(app, catalog, store)
-    app.add_middleware(Guard, settings=settings)
+    app.state.run_tokens = runs = RunTokens(settings.token)
+    _add_run_routes(app, runs)
+    app.add_middleware(Guard, settings=settings, runs=runs)
     return app
 
 
@@ -412,23 +427,34 @@ def _add_observation_routes(app: FastAPI, catalog: Catalog, store: ObservationSt
         responses=answer(201, ObservationAdded, "the observation, stored", WRITE),
         dependencies=[Security(_BEARER)],
     )  # the token is checked by Guard before the body is read; the dependency documents it in the OpenAPI
-    def post_observation(request: Annotated[ObservationRequest, Body()]) -> dict[str, Any]:
+    def post_observation(http: Request, request: Annotated[ObservationRequest, Body()]) -> dict[str, Any]:
         profile = _profile(request.profile)
+        run_id = getattr(http.state, RUN_STATE, None)  # set by Guard from a verified run token only
         obs = store.add(
             profile,
             request.fleet,
             request.throughput_samples_s,
             iteration_time_s=request.iteration_time_s,
             source=request.source,
+            run_id=run_id,
             catalog=catalog,
         )
         calibration = store.calibration(profile, catalog)
+        if run_id is None:
+            note = (
+                "stored, counted toward no run: it was not posted with a run token (POST /v1/runs issues one); "
+                f"a GPU's calibration moves when {MIN_RUNS} issued runs agree"
+            )
+        else:
+            note = f"counted under {run_id}; a GPU's calibration moves when {MIN_RUNS} issued runs agree"
         return {
             "id": obs.id,
             "model_key": obs.model_key,
             "fleet": obs.fleet,
             "gpu": obs.gpu,
+            "run_id": run_id,
             "calibration": dict(calibration.factors) if calibration else {},
+            "note": note,
         }
 
     @app.get(
@@ -441,6 +467,21 @@ def _add_observation_routes(app: FastAPI, catalog: Catalog, store: ObservationSt
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         return {"observations": [o.__dict__ for o in store.list(model_key_, limit)]}
+
+
+def _add_run_routes(app: FastAPI, runs: RunTokens) -> None:
+    """/v1/runs: POST issues a run and its token (the service's own token only, checked by :class:`Guard`): what
+    an observation is counted under (:mod:`predictor.service.runs`)."""
+
+    @app.post(
+        "/v1/runs",
+        status_code=201,
+        response_model=None,
+        responses=answer(201, RunIssued, "a run and its token", WRITE),
+        dependencies=[Security(_BEARER)],
+    )
+    def post_run(request: Annotated[RunRequest, Body()]) -> dict[str, Any]:
+        return runs.issue(request.ttl_s).__dict__
 
 
 def docs_html(spec: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from predictor.documents.plan import Plan, load_plan
 from predictor.documents.profile import Profile
 from predictor.exceptions import ServiceError
+from predictor.service.runs import is_run_token
 
 if TYPE_CHECKING:
     from predictor.ranking.constraints import Constraints
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
 
 TOKEN_ENV = "SRIFTY_SERVICE_TOKEN"
 RETRY_STATUSES = (429, 503)  # too many at once / timed out: the service says when to retry (Retry-After)
+_ISSUED: dict[tuple[str, str], str] = {}  # (service URL, run) -> the run token this process was issued
+_ISSUED_LOCK = threading.Lock()
 
 
 class ServiceClient:
@@ -27,7 +31,8 @@ class ServiceClient:
     Args:
         url: where ``srifty serve`` listens.
         timeout_s: socket timeout of one request.
-        token: the service's bearer token, sent with every request (writes need it); default: $SRIFTY_SERVICE_TOKEN.
+        token: the service's bearer token, or a run token (``srifty run-token``: what a training job should hold),
+            sent with every request (writes need it); default: $SRIFTY_SERVICE_TOKEN.
         retries: how many times a ranking or prediction answered 429 or 503 is asked again, after the service's
             ``Retry-After`` (at most ``max_wait_s`` each); observations are never sent twice.
         max_wait_s: the longest wait between retries.
@@ -62,10 +67,11 @@ class ServiceClient:
                 time.sleep(min(self.max_wait_s, error.retry_after_s))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _post_once(self, path: str, body: dict[str, Any]) -> Any:
+    def _post_once(self, path: str, body: dict[str, Any], token: str | None = None) -> Any:
         headers = {"content-type": "application/json", "accept": "application/json"}
-        if self._token:
-            headers["authorization"] = f"Bearer {self._token}"
+        token = token or self._token
+        if token:
+            headers["authorization"] = f"Bearer {token}"
         request = urllib.request.Request(
             self.url + path, data=json.dumps(body).encode(), headers=headers, method="POST"
         )
@@ -97,9 +103,25 @@ class ServiceClient:
     def predict(self, profile: Profile, fleet: str, scaling: str = "strong") -> dict[str, Any]:
         return self._post("/v1/predict", {"profile": profile.to_dict(), "fleet": fleet, "scaling": scaling})
 
+    def issue_run(self, ttl_s: int | None = None) -> dict[str, Any]:
+        """A new run and its token (``POST /v1/runs``; needs the service's own token): ``{"run_id", "token",
+        "expires_at"}``. Give the token to that run's jobs, not the service's token."""
+        return self._post("/v1/runs", {} if ttl_s is None else {"ttl_s": ttl_s}, retry=False)
+
     def observe(
-        self, profile: Profile, fleet: str, throughput_samples_s: float, *, iteration_time_s: float | None, source: str
+        self,
+        profile: Profile,
+        fleet: str,
+        throughput_samples_s: float,
+        *,
+        iteration_time_s: float | None,
+        source: str,
+        run: str | None = None,
     ) -> dict[str, Any]:
+        """Post a measured throughput. With a run token it counts under that token's run. With the service's own
+        token and a ``run`` (the caller's identity of its run: a launch id, a process), the client first has the
+        service issue a run for it, once per process, and posts with that run's token; with neither it is stored
+        and counts toward no run (the answer's ``note`` says so)."""
         body = {
             "profile": profile.to_dict(),
             "fleet": fleet,
@@ -107,7 +129,13 @@ class ServiceClient:
             "iteration_time_s": iteration_time_s,
             "source": source[:200],
         }
-        return self._post("/v1/observations", body, retry=False)  # a write is never sent twice
+        token = None
+        if run and self._token and not is_run_token(self._token):
+            with _ISSUED_LOCK:
+                token = _ISSUED.get((self.url, run))
+                if token is None:
+                    token = _ISSUED[(self.url, run)] = str(self.issue_run()["token"])
+        return self._post_once("/v1/observations", body, token)  # a write is never sent twice
 
 
 def _seconds(retry_after: str | None) -> float:

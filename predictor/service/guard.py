@@ -29,10 +29,13 @@ from starlette.responses import JSONResponse
 
 from predictor.documents.checks import check_int, check_number
 from predictor.exceptions import ConfigError
+from predictor.service.runs import RunTokens, is_run_token
 
 MAX_BODY_BYTES = 1 << 20  # a profile with full series is ~100 KB; 1 MiB leaves room and bounds the work
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-WRITES = frozenset({("POST", "/v1/observations")})
+OBSERVE, ISSUE_RUN = ("POST", "/v1/observations"), ("POST", "/v1/runs")
+WRITES = frozenset({OBSERVE, ISSUE_RUN})
+RUN_STATE = "srifty_run"  # the request's scope["state"] key of the run a run token was issued for
 BUSY_RETRY_S = 2  # Retry-After of a 429: a slot frees when a ranking ends (the largest allowed takes seconds)
 
 
@@ -118,8 +121,8 @@ def error_response(
 class Guard:
     """ASGI middleware: Host check (400), write authorisation (401/403), body limit (413), in that order."""
 
-    def __init__(self, app: Any, settings: ServiceSettings) -> None:
-        self.app, self.settings = app, settings
+    def __init__(self, app: Any, settings: ServiceSettings, runs: RunTokens) -> None:
+        self.app, self.settings, self.runs = app, settings, runs
         self.hosts = settings.host_names()
         self.token = settings.token.encode() if settings.token is not None else None
 
@@ -186,8 +189,15 @@ class Guard:
         )
 
     def _write(self, scope: dict[str, Any], raw: bytes | None) -> JSONResponse | None:
-        if (scope.get("method"), scope.get("path")) not in WRITES:
+        """A write needs the service's token; an observation may instead carry a run token (issue #36 M5), whose
+        run it is then counted under (``scope["state"]["srifty_run"]``)."""
+        route = (scope.get("method"), scope.get("path"))
+        if route not in WRITES:
             return None
+        scheme, _, given = (raw or b"").partition(b" ")
+        given = given.strip()
+        if scheme.lower() == b"bearer" and is_run_token(given.decode("latin-1")):
+            return self._run_token(scope, route, given.decode("latin-1"))
         if self.token is None:
             if self.settings.allow_unauthenticated_writes:
                 return None
@@ -199,8 +209,7 @@ class Guard:
                 "writes_disabled",
                 status=403,
             )
-        scheme, _, given = (raw or b"").partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token):
+        if scheme.lower() == b"bearer" and hmac.compare_digest(given, self.token):
             return None
         what = "no Authorization header" if raw is None else "a wrong or malformed bearer token"
         return error_response(
@@ -211,6 +220,29 @@ class Guard:
             status=401,
             headers={"WWW-Authenticate": 'Bearer realm="srifty"'},
         )
+
+    def _run_token(self, scope: dict[str, Any], route: tuple[Any, Any], token: str) -> JSONResponse | None:
+        if route != OBSERVE:
+            return error_response(
+                ["header", "authorization"],
+                "A run token may post observations of its run only; issuing runs (POST /v1/runs) needs the "
+                "service's own token.",
+                "forbidden",
+                status=403,
+            )
+        try:
+            run_id = self.runs.verify(token)
+        except ConfigError as exc:
+            return error_response(
+                ["header", "authorization"],
+                f"The run token was refused: {exc}. Ask the service's owner for a new one (`srifty run-token "
+                "--service URL`, with the service's token).",
+                "unauthorized",
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="srifty"'},
+            )
+        scope["state"] = {**(scope.get("state") or {}), RUN_STATE: run_id}
+        return None
 
     def _length(self, raw: bytes | None) -> JSONResponse | None:
         if raw is not None and (not raw.isdigit() or int(raw) > self.settings.max_body_bytes):

@@ -32,9 +32,11 @@ from predictor.exceptions import ConfigError, ServiceError, SriftyError
 from predictor.ranking import Calibration
 
 FACTOR_LIMITS = (0.2, 5.0)  # an observation further off than 5x is a mistake (wrong fleet, wrong unit), not a signal
-# Observations cannot steer alone (issue #23 item 5): a GPU's factor moves only when MIN_RUNS distinct runs (the
-# observation's ``source``) agree within AGREE of their median; the factor is shrunk toward the model as if the model
-# were PRIOR_RUNS runs at 1.0, and moves at most STEP per agreeing run.
+# Observations cannot steer alone (issue #23 item 5): a GPU's factor moves only when MIN_RUNS distinct runs agree
+# within AGREE of their median; the factor is shrunk toward the model as if the model were PRIOR_RUNS runs at 1.0, and
+# moves at most STEP per agreeing run. A run is one the service issued (issue #36 M5): an observation posted with a
+# run token (predictor.service.runs) is counted under that token's run; one posted with the service's own token, or
+# without one, is stored and listed and counts toward no run (its ``source`` is a label anybody can write).
 MIN_RUNS = 3
 AGREE = 1.25
 PRIOR_RUNS = 3.0
@@ -50,7 +52,8 @@ CREATE TABLE IF NOT EXISTS observations (
     throughput_samples_s REAL NOT NULL,
     iteration_time_s REAL,
     source TEXT NOT NULL DEFAULT '',
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    run_id TEXT
 );
 CREATE INDEX IF NOT EXISTS observations_model ON observations (model_key);
 """
@@ -81,6 +84,10 @@ class Observation:
     iteration_time_s: float | None
     source: str
     created_at: str
+    run_id: str | None = None  # the issued run it counts under (None: posted without a run token; counts nowhere)
+
+
+_COLUMNS = ", ".join(Observation.__dataclass_fields__)
 
 
 class ObservationStore:
@@ -131,6 +138,8 @@ class ObservationStore:
         try:
             with db:  # one transaction: committed on success, rolled back on error
                 db.executescript(_SCHEMA)
+                if "run_id" not in {row[1] for row in db.execute("PRAGMA table_info(observations)")}:
+                    db.execute("ALTER TABLE observations ADD COLUMN run_id TEXT")  # a store from before runs
                 yield db
         except sqlite3.DatabaseError as exc:
             raise self._unusable(exc) from None
@@ -152,9 +161,11 @@ class ObservationStore:
         *,
         iteration_time_s: float | None = None,
         source: str = "",
+        run_id: str | None = None,
         catalog: Catalog | None = None,
     ) -> Observation:
-        """Record a measurement; the fleet must parse against the catalog (unknown types get "did you mean")."""
+        """Record a measurement; the fleet must parse against the catalog (unknown types get "did you mean").
+        ``run_id``: the run a verified run token was issued for (the service passes it; None counts nowhere)."""
         check_number("observation", "throughput_samples_s", throughput_samples_s, minimum=0, exclusive=True)
         if iteration_time_s is not None:
             check_number("observation", "iteration_time_s", iteration_time_s, minimum=0, exclusive=True)
@@ -173,14 +184,18 @@ class ObservationStore:
         with self._connect() as db:
             cur = db.execute(
                 "INSERT INTO observations (model_key, model, fleet, gpu, throughput_samples_s, iteration_time_s, "
-                "source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (*row, iteration_time_s, source, created),
+                "source, created_at, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*row, iteration_time_s, source, created, run_id),
             )
             new_id = int(cur.lastrowid or 0)
-        return Observation(new_id, *row, iteration_time_s, source, created)
+        return Observation(new_id, *row, iteration_time_s, source, created, run_id)
 
     def list(self, key: str | None = None, limit: int = 1000) -> list[Observation]:
-        query = "SELECT * FROM observations" + (" WHERE model_key = ?" if key else "") + " ORDER BY id DESC LIMIT ?"
+        query = (
+            f"SELECT {_COLUMNS} FROM observations"
+            + (" WHERE model_key = ?" if key else "")
+            + " ORDER BY id DESC LIMIT ?"
+        )
         with self._connect() as db:
             rows = db.execute(query, (key, limit) if key else (limit,)).fetchall()
         return [Observation(*row) for row in rows]
@@ -188,7 +203,8 @@ class ObservationStore:
     def calibration(self, profile: Profile, catalog: Catalog | None = None) -> Calibration | None:
         """Factors by GPU from the observations of this model (None when no GPU has enough agreeing runs).
 
-        Per GPU: each run's (``source``'s) median log(measured / predicted); the runs within a factor
+        Per GPU: each issued run's median log(measured / predicted) (observations without a run count nowhere);
+        the runs within a factor
         :data:`AGREE` of the median run; with at least :data:`MIN_RUNS` of them, their mean shrunk toward 0 (the
         model) as ``n / (n + PRIOR_RUNS)`` and bounded by ``n * log(STEP)``. One post, or many from one run, or runs
         that disagree, change nothing."""
@@ -197,6 +213,8 @@ class ObservationStore:
         catalog = catalog or Catalog.load()
         runs: dict[str, dict[str, list[float]]] = {}
         for obs in self.list(model_key(profile)):
+            if obs.run_id is None:
+                continue  # not posted with a run token: anybody's label, not evidence
             if "," in obs.gpu:
                 continue  # a mix: cannot tell which GPU was off
             try:
@@ -205,7 +223,7 @@ class ObservationStore:
                 continue  # the fleet is no longer in this catalog, or this profile cannot predict it
             ratio = obs.throughput_samples_s / predicted
             if FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:
-                runs.setdefault(obs.gpu, {}).setdefault(obs.source, []).append(math.log(ratio))
+                runs.setdefault(obs.gpu, {}).setdefault(obs.run_id, []).append(math.log(ratio))
         factors, counts = {}, {}
         for gpu, by_run in runs.items():
             found = calibrated_log_factor([_median(v) for v in by_run.values()])
