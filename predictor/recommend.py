@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from predictor.documents.atomic import check_writable
+from predictor.documents.atomic import check_distinct_outputs, check_writable
 from predictor.documents.plan import Plan
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError
@@ -73,25 +73,3 @@ def recommend(
 
         written["report"], written["plot"] = write_report(plan, report_path)
     return Recommendation(plan, written)
-
-
-def check_distinct_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
-    """Refuse two outputs (or an output and an input) that are one file: the later write replaced the earlier one,
-    after the first had been reported written (``--out r.png --report r.html``: the plot replaced the plan).
-
-    Raises:
-        ConfigError: naming both and the fix.
-    """
-    seen: dict[Path, str] = {}
-    for name, path in outputs.items():
-        if path is None:
-            continue
-        resolved = Path(path).expanduser().resolve()
-        if resolved in seen:
-            raise ConfigError(
-                f"{seen[resolved]} and {name} are the same file ({path}): the second would replace the first. Give "
-                "each its own path.",
-                parameter=name.split(" ", 1)[0].removesuffix("'s"),
-                value=str(path),
-            )
-        seen[resolved] = name

@@ -347,6 +347,20 @@ def test_a_plot_never_goes_through_a_link_or_beside_a_device(planned, tmp_path, 
     bare = tmp_path / "progress"  # no suffix: written as named
     assert main([*args, str(bare)]) == 0
     assert bare.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "progress.png").exists()
+    # issue #36 L1: never over the command's own input (the plan or a trace), refused before anything is read
+    for given, flag in ((plan, "--plan"), (trace, f"--trace {trace}")):
+        before = given.read_bytes()
+        assert main([*args, str(given)]) == 2
+        assert f"--plot is the file {flag} reads" in capsys.readouterr().err
+        assert given.read_bytes() == before
+
+
+def test_eval_never_plots_over_its_data(tmp_path, capsys) -> None:
+    """Issue #36 L1: `srifty eval --data X --plot X` replaced the measurements with a PNG (after the validation)."""
+    data = tmp_path / "m.csv"
+    data.write_text("not read\n")
+    assert main(["eval", "--data", str(data), "--plot", str(data)]) == 2
+    assert "--plot is the file --data reads" in capsys.readouterr().err and data.read_text() == "not read\n"
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,11 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from predictor.documents.atomic import check_distinct_outputs, check_writable
+
+    check_distinct_outputs({"--plot": args.plot}, inputs={"--data": args.data})  # issue #36 L1
+    if args.plot:
+        check_writable(args.plot)  # before the minutes of validation, not after
     result = run_eval(args.data)
     rows = result["rows"]
     if args.format == "json":

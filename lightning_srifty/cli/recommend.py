@@ -107,15 +107,15 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
 
 
 def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recommend: Any) -> int:
-    from predictor.recommend import check_distinct_outputs
+    from predictor.documents.atomic import check_distinct_outputs
 
     check_distinct_outputs(
         {
-            "--profile": args.profile,
             "--out": args.out or None,
             "--report": args.report or None,
             "--report's plot (--report with .png)": Path(args.report).with_suffix(".png") if args.report else None,
-        }
+        },
+        inputs={"--profile": args.profile},
     )
     constraints = constraints_from_args(args)
     catalog = load_catalog(args)

@@ -15,10 +15,13 @@ ALL = "all"
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from predictor.documents.atomic import check_distinct_outputs
     from predictor.documents.plan import load_plan
     from predictor.exceptions import ConfigError
     from predictor.model import deadline as dl
 
+    inputs = {"--plan": args.plan, **{f"--trace {path}": path for path in args.trace}}
+    check_distinct_outputs({"--plot": args.plot}, inputs=inputs)  # before anything is read (issue #36 L1)
     plan = load_plan(args.plan)
     run = dl.job_from_plan(plan, args.choice, deadline_h=args.deadline, catalog=load_catalog(args))
     read = [dl.read_trace(path, nodes=run.spot_nodes, values=args.trace_values) for path in args.trace]

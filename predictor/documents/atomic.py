@@ -85,6 +85,45 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def check_distinct_outputs(
+    outputs: dict[str, str | os.PathLike[str] | None], inputs: dict[str, str | os.PathLike[str] | None] | None = None
+) -> None:
+    """Refuse two outputs (or an output and an input) that are one file: the later write replaced the earlier one,
+    after the first had been reported written (``--out r.png --report r.html``: the plot replaced the plan).
+    ``inputs`` (by the flag that names them) may repeat one another; an output may be none of them.
+
+    Every command that writes more than one file, or writes beside what it reads, calls it before it reads or
+    writes anything (``srifty recommend``, ``replay``, ``eval``); each write itself goes through
+    :func:`atomic_write_bytes` (never through a symbolic link, never over a device, FIFO or folder).
+
+    Raises:
+        ConfigError: naming both and the fix.
+    """
+    from predictor.exceptions import ConfigError
+
+    read = {Path(p).expanduser().resolve(): name for name, p in (inputs or {}).items() if p is not None}
+    seen: dict[Path, str] = {}
+    for name, path in outputs.items():
+        if path is None:
+            continue
+        resolved = Path(path).expanduser().resolve()
+        if resolved in read:
+            raise ConfigError(
+                f"{name} is the file {read[resolved]} reads ({path}): writing it would replace the command's own "
+                "input. Give the output another path.",
+                parameter=name.split(" ", 1)[0].removesuffix("'s"),
+                value=str(path),
+            )
+        if resolved in seen:
+            raise ConfigError(
+                f"{seen[resolved]} and {name} are the same file ({path}): the second would replace the first. Give "
+                "each its own path.",
+                parameter=name.split(" ", 1)[0].removesuffix("'s"),
+                value=str(path),
+            )
+        seen[resolved] = name
+
+
 def refuse_non_regular(target: Path) -> None:
     """Raise OSError when ``target`` exists and is not a regular file: the rename of an atomic write would replace
     a device (``/dev/full``, ``/dev/null``), a FIFO, a socket, a folder or a symbolic link (and not what it points
