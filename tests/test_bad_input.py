@@ -37,6 +37,57 @@ def _run(capsys, argv: list[str]) -> str:
     return lines[0]
 
 
+def test_a_flag_of_another_command_after_launch_is_named_not_a_traceback(capsys) -> None:
+    """The hardening probe: `srifty launch --plan p --max-hourly inf train.py` (a terraform flag) was `TypeError:
+    unhashable type: 'list'`: launch's own positional `command` replaced the sub-command's name."""
+    with pytest.raises(SystemExit) as ended:  # argparse's own exit, as for any flag it does not know
+        main(["launch", "--plan", "p.json", "--max-hourly", "inf", "train.py"])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and "Traceback" not in err and "unrecognized arguments: --max-hourly" in err
+
+
+def test_a_symlink_loop_is_named_not_a_traceback(tmp_path, capsys) -> None:
+    """The hardening probe: a plan or trace that is a symbolic link to itself was `RuntimeError: Symlink loop`."""
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop)
+    line = _run(capsys, ["replay", "--plan", str(loop), "--trace", str(loop), "--plot", str(tmp_path / "p.png")])
+    assert "too many levels of symbolic links" in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "data", "said"),
+    [
+        (
+            ["replay", "--plan", "PLAN", "--trace", "FILE"],
+            b'{"metadata": {"gap_seconds": 60}, "data": [' + b"9" * 5000 + b"]}",
+            "is not JSON (Exceeds the limit",
+        ),
+        (["--catalog-extra", "FILE", "catalog", "show"], b"gpus:\n  - name: " + b"9" * 5000 + b"\n", "cannot be read"),
+        (["eval", "--data", "FILE"], bytes(range(256)) * 4, "cannot be read as a measurements CSV (UnicodeDecodeError"),
+        (
+            ["eval", "--data", "FILE"],
+            b"source_repo,model,precision,gpu,gpus_per_node,nodes,per_gpu_batch,throughput,"
+            b"throughput_unit\n" + b"a" * 200_000 + b"\n",
+            "field larger than field limit",
+        ),
+    ],
+)
+def test_the_probes_documents_are_named_not_tracebacks(tmp_path, capsys, catalog, argv, data, said) -> None:
+    """The hardening probe (bench/hardening_probe.py): an integer of 5,000 digits in a trace or a catalog extra file
+    (Python refuses over 4,300), binary bytes or a 200 KB field in a measurements CSV were tracebacks."""
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+
+    bad = tmp_path / "bad"
+    bad.write_bytes(data)
+    plan = tmp_path / "plan.json"
+    if "PLAN" in argv:
+        constraints = Constraints(steps=1000, deadline_h=30, market="spot", allow=("p3.2xlarge",), max_instances=1)
+        rank(load_profile(PROFILE), constraints, catalog=catalog).save(plan)
+    line = _run(capsys, [str(bad) if a == "FILE" else str(plan) if a == "PLAN" else a for a in argv])
+    assert said in line and str(bad) in line, line
+
+
 def test_json_nested_100000_deep(tmp_path, capsys) -> None:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)

@@ -126,6 +126,11 @@ def test_an_aws_profile_that_does_not_exist_is_one_line_with_the_fix(monkeypatch
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert "the AWS profile 'nope' (AWS_PROFILE) is in neither ~/.aws/config nor ~/.aws/credentials" in err
+    # srifty status (and logs, down: fleets.aws_errors) said "The config profile (nope) could not be found." with
+    # no fix (the hardening probe, bench/hardening_probe.py)
+    assert main(["status", "--region", "us-east-1"]) == 2
+    err = capsys.readouterr().err
+    assert "(AWS_PROFILE) is in neither" in err and "unset AWS_PROFILE" in err, err
 
 
 def test_a_type_missing_from_the_subnets_zone_names_the_zones_that_have_it(aws, monkeypatch) -> None:

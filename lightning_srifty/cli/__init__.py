@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -95,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="global_catalog_extra",
         help="user-defined GPUs and instance types merged over the catalog (repeatable)",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")  # launch has a "command"
     common = argparse.ArgumentParser(add_help=False)  # the catalog flags, for the commands that read the catalog
     common.add_argument(
         "--catalog-extra",
@@ -117,21 +116,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        sub.choices[args.command].unknown(extra)
+        sub.choices[args.subcommand].unknown(extra)
     try:
         return int(args.func(args) or 0)
     except SriftyError as exc:
         print(f"srifty: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # what the command started it has released already (its own finally) and said so
-        print(f"srifty {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        print(f"srifty {args.subcommand}: interrupted (Ctrl-C)", file=sys.stderr)
         return 130
     except LaunchInterrupted as exc:  # SIGTERM or SIGHUP, made an exception so that the command's finally ran
-        print(f"srifty {args.command}: {exc}", file=sys.stderr)
+        print(f"srifty {args.subcommand}: {exc}", file=sys.stderr)
         return exc.exit_code
     except ImportError as exc:  # each command imports what it runs inside its function: an extra may be missing
-        action = getattr(args, f"{args.command}_command", None)  # srifty catalog refresh
-        missing = MissingExtraError.of(exc, " ".join(filter(None, ("srifty", args.command, action))))
+        action = getattr(args, f"{args.subcommand}_command", None)  # srifty catalog refresh
+        missing = MissingExtraError.of(exc, " ".join(filter(None, ("srifty", args.subcommand, action))))
         if missing is None:
             raise
         print(f"srifty: error: {missing}", file=sys.stderr)
@@ -141,44 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"srifty: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except Exception as exc:
+        from lightning_srifty.provision.preflight import aws_words
+
         words = aws_words(exc)
         if words is None:
             raise
         print(f"srifty: error: {words}", file=sys.stderr)
         return 2
-
-
-def aws_words(exc: BaseException) -> str | None:
-    """What an error of the AWS SDK means for the user, with the fix (None: not one of botocore's). Recognised by
-    its module, so that a command that never touched AWS does not import botocore to find out."""
-    if not type(exc).__module__.startswith("botocore"):
-        return None
-    name = type(exc).__name__
-    if name == "ProfileNotFound":
-        profile = getattr(exc, "kwargs", {}).get("profile") or os.environ.get("AWS_PROFILE", "")
-        return (
-            f"the AWS profile {profile!r} (AWS_PROFILE) is in neither ~/.aws/config nor ~/.aws/credentials: name one "
-            "that is (aws configure list-profiles), or unset AWS_PROFILE to use the default credentials."
-        )
-    if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
-        return (
-            f"no usable AWS credentials ({exc}): set AWS_PROFILE to a configured profile, or run aws configure (or "
-            "aws sso login); srifty never stores credentials."
-        )
-    if name in ("TokenRetrievalError", "SSOTokenLoadError", "UnauthorizedSSOTokenError"):
-        return f"the AWS SSO session has expired or is missing ({exc}): run aws sso login, then try again."
-    if name == "NoRegionError":
-        return "no AWS region was given: pass --region, or set AWS_REGION."
-    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"):
-        return f"AWS could not be reached ({exc}): check the network (or --aws-endpoint), then try again."
-    if name == "ClientError":
-        error = getattr(exc, "response", {}).get("Error", {})
-        operation = getattr(exc, "operation_name", "a call")
-        return (
-            f"AWS refused {operation}: {error.get('Code', 'an error')}: {error.get('Message', exc)}. Check that the "
-            "credentials in use (aws sts get-caller-identity) may do it in this account and region."
-        )
-    return f"the AWS SDK failed: {name}: {exc}."
 
 
 if __name__ == "__main__":

@@ -380,11 +380,11 @@ def aws_errors(what: str) -> Iterator[None]:
             "folder)."
         ) from None
     except BotoCoreError as exc:
-        from lightning_srifty.provision.preflight import aws_unreachable
+        from lightning_srifty.provision.preflight import aws_unreachable, aws_words
 
         if aws_unreachable(exc):
             raise ProvisionError(
                 f"AWS could not be reached while {what}: {exc}. Check the network (a proxy, a VPN; AWS_ENDPOINT_URL "
                 "for an emulator such as moto), then try again."
             ) from None
-        raise ProvisionError(f"The AWS call failed while {what}: {exc}.") from None
+        raise ProvisionError(f"The AWS call failed while {what}: {aws_words(exc) or exc}") from None

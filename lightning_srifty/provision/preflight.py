@@ -681,6 +681,39 @@ def aws_unreachable(exc: Exception) -> bool:
     return isinstance(exc, (ConnectionError, ReadTimeoutError))
 
 
+def aws_words(exc: BaseException) -> str | None:
+    """What an error of the AWS SDK means for the user, with the fix (None: not one of botocore's). Recognised by
+    its module, so that a command that never touched AWS does not import botocore to find out."""
+    if not type(exc).__module__.startswith("botocore"):
+        return None
+    name = type(exc).__name__
+    if name == "ProfileNotFound":
+        profile = getattr(exc, "kwargs", {}).get("profile") or os.environ.get("AWS_PROFILE", "")
+        return (
+            f"the AWS profile {profile!r} (AWS_PROFILE) is in neither ~/.aws/config nor ~/.aws/credentials: name one "
+            "that is (aws configure list-profiles), or unset AWS_PROFILE to use the default credentials."
+        )
+    if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
+        return (
+            f"no usable AWS credentials ({exc}): set AWS_PROFILE to a configured profile, or run aws configure (or "
+            "aws sso login); srifty never stores credentials."
+        )
+    if name in ("TokenRetrievalError", "SSOTokenLoadError", "UnauthorizedSSOTokenError"):
+        return f"the AWS SSO session has expired or is missing ({exc}): run aws sso login, then try again."
+    if name == "NoRegionError":
+        return "no AWS region was given: pass --region, or set AWS_REGION."
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"):
+        return f"AWS could not be reached ({exc}): check the network (or --aws-endpoint), then try again."
+    if name == "ClientError":
+        error = getattr(exc, "response", {}).get("Error", {})
+        operation = getattr(exc, "operation_name", "a call")
+        return (
+            f"AWS refused {operation}: {error.get('Code', 'an error')}: {error.get('Message', exc)}. Check that the "
+            "credentials in use (aws sts get-caller-identity) may do it in this account and region."
+        )
+    return f"the AWS SDK failed: {name}: {exc}."
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The whole pre-flight
 # ---------------------------------------------------------------------------------------------------------------------

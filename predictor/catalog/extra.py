@@ -285,6 +285,8 @@ def _read_yaml(path: str | os.PathLike[str], name: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise CatalogError(f"{name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    except ValueError as exc:  # an integer over sys.get_int_max_str_digits() (4,300 digits), found by the probe
+        raise CatalogError(f"{name}: a value cannot be read: {exc}") from None
     return data
 
 

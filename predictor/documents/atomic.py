@@ -101,12 +101,15 @@ def check_distinct_outputs(
     """
     from predictor.exceptions import ConfigError
 
-    read = {Path(p).expanduser().resolve(): name for name, p in (inputs or {}).items() if p is not None}
-    seen: dict[Path, str] = {}
+    def real(path: str | os.PathLike[str]) -> str:  # os.path.realpath: a symlink loop is a path, not a RuntimeError
+        return os.path.realpath(os.path.expanduser(path))
+
+    read = {real(p): name for name, p in (inputs or {}).items() if p is not None}
+    seen: dict[str, str] = {}
     for name, path in outputs.items():
         if path is None:
             continue
-        resolved = Path(path).expanduser().resolve()
+        resolved = real(path)
         if resolved in read:
             raise ConfigError(
                 f"{name} is the file {read[resolved]} reads ({path}): writing it would replace the command's own "
@@ -209,8 +212,10 @@ def read_json_document(source: str | os.PathLike[str], what: str, missing_hint: 
         text = read_bounded(path).decode("utf-8")
     except FileNotFoundError:
         raise ProfileError(f"{what} file {str(path)!r} does not exist. {missing_hint}") from None
-    except OSError as exc:
-        raise ProfileError(f"Cannot read {what.lower()} {str(path)!r}: it {exc.strerror}.") from None
+    except OSError as exc:  # read_bounded says "is a FIFO ..."; the system "Too many levels of symbolic links"
+        reason = str(exc.strerror or exc)
+        reason = f"it {reason}" if reason.startswith("is ") else reason[:1].lower() + reason[1:]
+        raise ProfileError(f"Cannot read {what.lower()} {str(path)!r}: {reason}.") from None
     except UnicodeDecodeError as exc:
         raise ProfileError(
             f"{what} {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 JSON."

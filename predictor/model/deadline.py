@@ -135,7 +135,7 @@ def read_trace(
             raise ConfigError(
                 f"Spot trace {path} cannot be read: {exc.strerror or exc}.", parameter="trace", value=path
             ) from None
-        except (UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, RecursionError, ValueError) as exc:  # ValueError: JSON, or 4,300+ digits
             why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             raise ConfigError(f"Spot trace {path} is not JSON ({why}).", parameter="trace", value=path) from None
     if not isinstance(doc, dict):

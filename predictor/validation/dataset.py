@@ -115,7 +115,6 @@ MEASUREMENT_COLUMNS = (
 def load_points(path: str | Path, gpus: GpuTable | None = None) -> list[Point]:
     """Measurements merged into points; rows of unknown GPUs or non-all-reduce sources are dropped."""
     gpus = gpus or bundled_gpus()
-    groups: dict[tuple, list[dict[str, str]]] = defaultdict(list)
     if not Path(path).is_file():
         raise ConfigError(
             f"The measurements file {str(path)!r} does not exist or is not a file: give the path of a measurements "
@@ -123,6 +122,22 @@ def load_points(path: str | Path, gpus: GpuTable | None = None) -> list[Point]:
             parameter="data",
             value=str(path),
         )
+    try:
+        return _read_points(path, gpus)
+    except ConfigError:
+        raise
+    except (UnicodeDecodeError, csv.Error, ValueError, KeyError, statistics.StatisticsError) as exc:
+        raise ConfigError(  # binary bytes, a field over csv's limit, a number that is not one (the hardening probe)
+            f"The measurements file {str(path)!r} cannot be read as a measurements CSV ({type(exc).__name__}: "
+            f"{str(exc)[:200]}). Give a UTF-8 CSV with the columns of predictor/data/measurements.csv, or leave data "
+            "out.",
+            parameter="data",
+            value=str(path),
+        ) from None
+
+
+def _read_points(path: str | Path, gpus: GpuTable) -> list[Point]:
+    groups: dict[tuple, list[dict[str, str]]] = defaultdict(list)
     with open(path, encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         missing = [c for c in MEASUREMENT_COLUMNS if c not in (reader.fieldnames or [])]
