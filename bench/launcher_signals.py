@@ -164,6 +164,13 @@ def run_case(sig: str, phase: str, work: Path, *, exit_timeout_s: float = 300.0,
                 proc.wait()
             result["exit_after_s"] = round(time.monotonic() - sent, 1)
         reader.join(timeout=10)
+        time.sleep(2)  # what the launcher left (terraform and its provider run in sessions of their own: issue #36 L2)
+        stray = left_processes(work)
+        result["processes"] = len(stray)
+        result["processes_left"] = [cmd[:160] for cmd in stray.values()]
+        for pid in stray:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):  # nothing of the launch outlives the case
             os.killpg(proc.pid, signal.SIGKILL)
         result.update(left_in(endpoint))
@@ -171,21 +178,41 @@ def run_case(sig: str, phase: str, work: Path, *, exit_timeout_s: float = 300.0,
         (work / "launcher.log").write_text("\n".join(f"{t:7.1f} {line}" for t, line in lines) + "\n")
     echo(
         f"SIG{sig:<4} {phase:<9} exit {result.get('exit')} after {result.get('exit_after_s')} s; left: "
-        f"{result['instances']} instances, {result['asgs']} ASGs"
+        f"{result['instances']} instances, {result['asgs']} ASGs, {result.get('processes', '-')} processes"
         + (f" ({result['error']})" if "error" in result else "")
     )
     return result
 
 
+def left_processes(work: Path) -> dict[int, str]:
+    """Processes still running in ``work`` (their working folder or their command line): terraform, its AWS provider,
+    a boot script. moto's own server is the case's and is not counted (it is stopped after)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if "moto" in cmd:
+            continue
+        if cwd.startswith(str(work)) or str(work) in cmd:
+            found[int(entry.name)] = cmd
+    return found
+
+
 def table(results: list[dict]) -> str:
     out = [
-        "| signal | to | phase | signal at (s) | exit | signal to exit (s) | instances left | ASGs left |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| signal | to | phase | signal at (s) | exit | signal to exit (s) | instances left | ASGs left | "
+        "processes left |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         out.append(
             f"| {r['signal']} | {r['target']} | {r['phase']} | {r.get('signal_at_s', '-')} | {r.get('exit', '-')} | "
-            f"{r.get('exit_after_s', '-')} | {r['instances']} | {r['asgs']} |"
+            f"{r.get('exit_after_s', '-')} | {r['instances']} | {r['asgs']} | {r.get('processes', '-')} |"
         )
     return "\n".join(out)
 

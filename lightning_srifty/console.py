@@ -66,12 +66,13 @@ def fmt_usd(usd: float) -> str:
     return f"${usd:,.2f}" if usd >= 10 else f"${usd:.3g}"
 
 
-def console() -> Console:
-    """A console that does not squeeze tables to 80 columns when the output is not a terminal, and reads no markup in
-    strings: a model, GPU or instance name is printed as written ("[/x]" raised rich's MarkupError, issue #23 item 9);
-    the few styled words are :class:`rich.text.Text` (:func:`styled`)."""
+def console(width: int = 170) -> Console:
+    """A console that does not squeeze tables to 80 columns when the output is not a terminal (``width`` columns
+    then: ``srifty recommend --wide`` asks for more, so that a mixed fleet's name is not clipped in a pipe, issue
+    #37 L), and reads no markup in strings: a model, GPU or instance name is printed as written ("[/x]" raised rich's
+    MarkupError, issue #23 item 9); the few styled words are :class:`rich.text.Text` (:func:`styled`)."""
     c = Console(markup=False)
-    return c if c.is_terminal else Console(width=170, markup=False)
+    return c if c.is_terminal else Console(width=width, markup=False)
 
 
 _default_console = console  # print_profile's parameter shadows the name

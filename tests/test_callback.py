@@ -305,6 +305,18 @@ def test_lightnings_default_length_is_named_when_it_is_the_work() -> None:
     assert not lightning_default_length(SimpleNamespace(max_epochs=3, max_steps=-1))
 
 
+def test_a_run_shorter_than_the_warm_up_is_told_why_it_has_no_operator_table(tmp_path, caplog) -> None:
+    """Issue #37 L: a run that ended during warm-up got "no operator table" with no reason, and the prediction's
+    fix was to keep capture_ops=True and count_flops=True, already the defaults."""
+    cb = SriftyCallback(warmup_steps=6, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"), pytest.warns(UserWarning) as warned:
+        fit(cb, max_steps=4)
+    notes = " ".join(cb.profile.notes)
+    assert "no operator table: the run ended during warm-up (4 steps), before step 6" in notes, notes
+    said = caplog.text + " ".join(str(w.message) for w in warned)
+    assert "never reached the step they are captured on" in said and "keep SriftyCallback(capture_ops" not in said
+
+
 def test_recommendation_failure_never_stops_training(tmp_path, caplog) -> None:
     cb = SriftyCallback(
         warmup_steps=2,

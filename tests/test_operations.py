@@ -398,7 +398,7 @@ def test_down_destroys_then_sums_what_the_fleet_cost(aws, tmp_path, monkeypatch,
     usd = 3 * price(catalog, "g5.xlarge", "on-demand")
     assert out[-1] == (
         f"Fleet ops-down cost about ${usd:,.2f} at catalog prices: 1 x g5.xlarge (1 on-demand) in {REGION}, "
-        "3.00 h from the first launch to now."
+        "3.00 h of instance time in all (the first launched 3.00 h ago)."
     )
 
 
@@ -435,6 +435,10 @@ def test_a_terminated_instance_costs_until_it_ended_and_an_unknown_type_is_named
     cost = fleet.cost(catalog, launched.timestamp() + 5 * 3600)
     assert cost.usd == pytest.approx(1.5 * price(catalog, "g5.xlarge", "spot"))
     assert cost.usd_per_hour == 0 and cost.unpriced == ("x9.huge (on-demand)",)
+    # issue #37 L: a destroyed fleet's one-minute instance read "0.74 h from the first launch to now"
+    minute = dataclasses.replace(ended, ended_unix=launched.timestamp() + 60)
+    said = fleets.summary(fleets.Fleet("f", REGION, (minute,)), cost, launched.timestamp() + 0.74 * 3600)
+    assert "1.0 min of instance time in all (the first launched 44.4 min ago)" in said, said
 
 
 def test_a_life_cap_reads_in_hours_and_minutes() -> None:

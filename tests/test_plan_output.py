@@ -89,6 +89,43 @@ def test_recommend_takes_wide(tmp_path, capsys) -> None:
     assert "cost 80%" not in capsys.readouterr().out
 
 
+def test_wide_is_not_squeezed_in_a_pipe(capsys) -> None:
+    """Issue #37 L: `--wide` piped (no terminal) was squeezed to 170 columns: a mixed fleet's name and its per-type
+    batch broke over lines. Every row is one line now."""
+    from conftest import ROOT
+
+    profile = ROOT / "examples" / "profiles" / "resnet50-v100.json"
+    argv = ["recommend", "--profile", str(profile), "--steps", "20000", "--wide", "--max-types", "2", "--top", "40"]
+    assert main([*argv, "--market", "on-demand"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if re.match(r"^│\s+\d+ │", line)]
+    mixed = [row for row in rows if "," in row.split("│")[2]]
+    assert len(rows) == 40 and mixed, rows[:3]
+    assert all(row.rstrip().endswith("│") and row.count("│") == rows[0].count("│") for row in rows)
+
+
+@pytest.mark.parametrize("allow", [("g5.xlarge",), ()])
+def test_the_reports_axis_labels_do_not_overlap(catalog, allow) -> None:
+    """Issue #37 L: the report's Pareto x labels overlapped (matplotlib labels the minor ticks of a short log axis).
+    Every visible tick label of both axes is apart from its neighbours."""
+    import matplotlib.pyplot as plt
+
+    from predictor.ranking.report import pareto_figure
+
+    constraints = Constraints(steps=100_000, allow=allow, max_instances=2 if allow else 16, top=30)
+    fig = pareto_figure(rank(load_profile(MINIMAL), constraints, catalog=catalog))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for axis in (fig.axes[0].xaxis, fig.axes[0].yaxis):
+        lo, hi = sorted(axis.get_view_interval())
+        ticks = [t for t in axis.get_major_ticks() + axis.get_minor_ticks() if lo <= t.get_loc() <= hi]
+        labels = [t.label1 for t in ticks if t.label1.get_visible() and t.label1.get_text()]
+        texts = [t.get_text() for t in labels]
+        boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: (b.x0, b.y0))
+        assert len(labels) >= 2 and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :]), texts
+        assert not any("$" in t for t in texts), texts  # "2x10^0" in mathtext: the long labels that overlapped
+    plt.close(fig)
+
+
 def test_the_report_shows_small_figures_with_significant_digits(busy_plan, tmp_path) -> None:
     assert [num(x) for x in (0.0042, 14.1749, 1234.5, 123456.7)] == ["0.0042", "14.17", "1,234", "123,457"]
     tiny = dataclasses.replace(

@@ -86,10 +86,11 @@ def load_catalog(args: argparse.Namespace) -> Catalog:
     return Catalog.load(getattr(args, "catalog", None), extra=extra)
 
 
-def console() -> Any:
+def console(width: int = 170) -> Any:
+    """:func:`lightning_srifty.console.console`, imported when a command prints (rich is not needed to start)."""
     from lightning_srifty.console import console as make
 
-    return make()
+    return make(width)
 
 
 def add_code_arguments(p: Any) -> None:

@@ -139,7 +139,7 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
         return 0
     from lightning_srifty.console import plan_table
 
-    console().print(plan_table(plan, profile.model.name, wide=args.wide, words=in_flags))
+    console(260 if args.wide else 170).print(plan_table(plan, profile.model.name, wide=args.wide, words=in_flags))
     from predictor.ranking.explain import unmeasured_note
 
     caveat = unmeasured_note(profile)

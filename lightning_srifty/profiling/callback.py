@@ -443,6 +443,11 @@ class SriftyCallback(Callback):
         )
         if table is None or device is None:
             why = self._ops.reason or ("the batch size is unknown" if not samples else f"device {self._device.type}")
+            if self._seen < self.warmup_steps:  # the capture is of the last warm-up step, which never came (#37 L)
+                why = (
+                    f"the run ended during warm-up ({self._seen} steps), before step {self.warmup_steps}, whose batch "
+                    f"the table is captured on: train longer, or give SriftyCallback(warmup_steps=...) fewer steps"
+                )
             self._notes.append(f"no operator table: {why}")
             return None
         return table

@@ -270,10 +270,15 @@ def summary(fleet: Fleet, cost: Cost, at: float) -> str:
     kinds = ", ".join(f"{n} x {t}" for t, n in sorted(fleet.types(live_only=False).items()))
     markets = ", ".join(f"{n} {m}" for m, n in sorted(fleet.markets(live_only=False).items()))
     unpriced = f"; not priced (not in the catalog): {', '.join(cost.unpriced)}" if cost.unpriced else ""
+    ran = sum(i.hours(at) for i in fleet.instances)  # billed time, not the time since the first launch (#37 L)
     return (
         f"Fleet {fleet.name} cost about ${cost.usd:,.2f} at catalog prices: {kinds} ({markets}) in {fleet.region}, "
-        f"{fleet.age_h(at):.2f} h from the first launch to now{unpriced}."
+        f"{_duration(ran)} of instance time in all (the first launched {_duration(fleet.age_h(at))} ago){unpriced}."
     )
+
+
+def _duration(hours: float) -> str:
+    return f"{hours:.2f} h" if hours >= 1 else f"{hours * 60:.1f} min"
 
 
 # --- a root module written by srifty terraform, and the AWS clients ---------------------------------------------------

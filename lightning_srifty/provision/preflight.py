@@ -658,7 +658,7 @@ def check_credentials(sts: Any) -> list[Finding]:
                 "credentials",
                 "fail",
                 f"the AWS credentials do not work ({_why(exc)})",
-                "aws configure (or AWS_PROFILE / AWS_ACCESS_KEY_ID), then try again",
+                aws_words(exc) or "aws configure (or AWS_PROFILE / AWS_ACCESS_KEY_ID), then try again",
             )
         ]
     return [Finding("credentials", "ok", f"account {who.get('Account')} as {who.get('Arn')}")]
@@ -760,8 +760,13 @@ def preflight(
     if snapshot is not None:
         findings += check_torch_build(json.loads(read_member(snapshot, ENVIRONMENT_FILE)), ami or {}, gpus or [])
     aws = aws or clients(region)
-    findings += check_credentials(aws["sts"])
+    credentials = check_credentials(aws["sts"])
+    findings += credentials
     need = required_vcpus(groups, vcpus)
+    if credentials[0].status == "fail":  # every other call would fail the same way: one cause, said once (#37 L)
+        skipped = ["quota", "offering", *(["image"] if ami is not None and arches else []), "bucket"]
+        findings += [Finding(c, "warn", "not checked: no working AWS credentials (above)") for c in skipped]
+        return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
     findings += check_quotas(aws["quotas"], aws["ec2"], region, need, vcpus)
     findings += check_offerings(aws["ec2"], region, sorted({g.instance_type for g in groups}), zone)
     if ami is not None and arches:

@@ -364,8 +364,10 @@ def _per_sample(
         if src.flops is None:
             raise PredictionError(
                 "The profile was measured without a GPU and has neither an operator table nor FLOPs per sample, so "
-                "its time cannot be scaled to a GPU. Profile on a GPU, or keep SriftyCallback(capture_ops=True, "
-                "count_flops=True) so the profile records them."
+                "its time cannot be scaled to a GPU (the profile's notes say why: a run that ended during warm-up "
+                "never reached the step they are captured on). Profile on a GPU, or run past SriftyCallback's "
+                "warm-up with its default capture_ops=True and count_flops=True, or write a profile with `srifty "
+                "capture`."
             )
         peak = peak_tflops(dst, precision, matmul)
         if not peak:

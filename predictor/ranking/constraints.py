@@ -235,10 +235,14 @@ class Constraints:
         values = {k: v for k, v in given.items() if v is not None}
         unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
-            raise ConfigError(
-                f"rank() has no constraint {unknown[0]!r}; the constraints are "
-                + ", ".join(f.name for f in dataclasses.fields(cls))
-                + ".",
+            from predictor.documents.checks import suggest
+
+            names = [f.name for f in dataclasses.fields(cls)]
+            close = suggest(unknown[0], names, n=1) or [n for n in names if n.startswith(unknown[0])][:1]
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(  # said to a user of SriftyCallback(constraints=...), the service, Constraints.build
+                f"There is no constraint {unknown[0]!r}.{hint} The constraints are {', '.join(names)} "
+                "(docs/plan-schema.md).",
                 parameter=unknown[0],
                 value=values[unknown[0]],
             )

@@ -284,7 +284,8 @@ def _score(
 
 def _values(scored: Scored) -> dict[str, np.ndarray]:
     """The measures the constraints limit, by the names the explanations use."""
-    return {"time_h": scored.time_h, "cost_usd": scored.cost, "usd_per_hour": scored.usd_hr}
+    instances = scored.cand.on_demand.sum(axis=1) + scored.cand.spot.sum(axis=1)
+    return {"time_h": scored.time_h, "cost_usd": scored.cost, "usd_per_hour": scored.usd_hr, "instances": instances}
 
 
 def _feasible(r: _Ranking, scored: Scored) -> tuple[np.ndarray, np.ndarray]:

@@ -31,8 +31,15 @@ HINTS = {
 SPOT_HINT = "allow spot capacity (market='any')"
 
 
-def hint(name: str, constraints: Constraints) -> str:
-    """What to change when limit ``name`` binds, in the ranking's words (the CLI translates them to flags)."""
+def hint(name: str, constraints: Constraints, fastest_instances: int | None = None) -> str:
+    """What to change when limit ``name`` binds, in the ranking's words (the CLI translates them to flags).
+    ``fastest_instances``: how many instances the fastest fleet has; below ``max_instances`` more would not be faster
+    (the model does not speed up with them), and the deadline's hint does not suggest them (issue #37 L)."""
+    if name == "deadline_h" and fastest_instances is not None and fastest_instances < constraints.max_instances:
+        return (
+            f"raise deadline_h (more instances would not help: the fastest fleet has {fastest_instances}, "
+            f"below max_instances={constraints.max_instances})"
+        )
     text = HINTS[name]
     if name in ("budget_usd", "max_hourly_usd") and Market(constraints.market) is Market.ON_DEMAND:
         text += f", or {SPOT_HINT}"
@@ -58,8 +65,13 @@ def unmeasured_note(profile: Profile) -> str | None:
 
 
 def fmt(name: str, value: float) -> str:
-    """A value the way its parameter reads: hours, dollars, dollars per hour."""
+    """A value the way its parameter reads: a time in hours, minutes under an hour and seconds under a minute (so that
+    a deadline given in minutes is answered in minutes: issue #37 L), dollars, dollars per hour."""
     if name in ("time_h", "deadline_h"):
+        if 0 < value < 1 / 60:
+            return f"{value * 3600:,.3g} s"
+        if 0 < value < 1:
+            return f"{value * 60:,.3g} min"
         return f"{value:,.3g} h"
     if name in ("usd_per_hour", "max_hourly_usd"):
         return f"${value:,.2f}/h"
@@ -179,18 +191,21 @@ def infeasible(
     alone = binding(constraints, ok, values, np.zeros(len(ok)), np.inf)
     names = list(alone) or list(constraints.limits())
     what = {"time_h": "the fastest fleet", "cost_usd": "the cheapest fleet", "usd_per_hour": "the lowest price"}
-    best, parts = {}, []
+    best, parts, fastest_instances = {}, [], None
     for name in names:
         measure = LIMIT_OF[name]
         pool = within(constraints, ok, values, leave_out=name)
         scope = " within the other limits" if pool.any() and len(constraints.limits()) > 1 else ""
-        best[measure] = float(np.min(values[measure][pool if pool.any() else ok]))
+        among = pool if pool.any() else ok
+        best[measure] = float(np.min(values[measure][among]))
+        if measure == "time_h" and "instances" in values:
+            fastest_instances = int(values["instances"][among][np.argmin(values[measure][among])])
         parts.append(
             f"{name}={constraints.limits()[name]:g} binds: {what[measure]}{scope} is {fmt(measure, best[measure])}"
         )
     if not alone and len(names) > 1:
         parts.append("relaxing one of them alone leaves no fleet either")
-    hints = tuple(hint(n, constraints) for n in names)
+    hints = tuple(hint(n, constraints, fastest_instances) for n in names)
     return NoFeasibleConfigError(
         "No fleet meets the constraints: " + "; ".join(parts) + ". Hints: " + "; ".join(hints) + ".",
         binding=names,

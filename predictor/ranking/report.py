@@ -8,12 +8,24 @@ import html
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 from predictor.documents.atomic import atomic_write_bytes, atomic_write_text, check_writable
 from predictor.documents.plan import Plan, PlanEntry
 
 
 def pareto_png(plan: Plan) -> bytes:
+    """Time vs cost of the ranked fleets and the Pareto front (:func:`pareto_figure`) as PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = pareto_figure(plan)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def pareto_figure(plan: Plan) -> Any:
     """Time vs cost of the ranked fleets and the Pareto front; the chosen fleet marked; 80% intervals as error bars."""
     import matplotlib
 
@@ -59,6 +71,11 @@ def pareto_png(plan: Plan) -> bytes:
         ax.axhline(plan.constraints.budget_usd, color="purple", lw=1, label="budget")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    from matplotlib.ticker import LogFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers ("6", "0.2"), not "6x10^0": on a short log axis matplotlib
+        axis.set_major_formatter(LogFormatter(labelOnlyBase=False))  # labels the minor ticks, and mathtext labels
+        axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))  # overlapped
     ax.set_xlabel("expected time to finish (h)")
     ax.set_ylabel("expected cost (USD)")
     ax.set_title(
@@ -66,10 +83,7 @@ def pareto_png(plan: Plan) -> bytes:
     )
     ax.legend(fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return fig
 
 
 def num(x: float) -> str:
@@ -88,6 +102,16 @@ def _pct(share: float | None) -> str:
 def _gib(e: PlanEntry) -> str:
     """Memory per GPU as the console shows it: a floor marked '?' when the profile has no activation memory."""
     return f"{e.memory_gib:.1f}" if e.memory_known is not False else f"&ge;{e.memory_gib:.1f} ?"
+
+
+def _profiled(plan: Plan) -> str:
+    """Where the profile came from: its GPU, a capture on the meta device (no step run: the plan's note says so),
+    or the CPU (issue #37 L: a meta capture read "Profiled on CPU")."""
+    if plan.profile_gpu:
+        return f"Profiled on {plan.profile_gpu}"
+    if any("captured on the meta device" in note for note in plan.notes or ()):
+        return "Captured on the meta device (srifty capture: no step was run)"
+    return "Profiled on the CPU (no GPU step measured)"
 
 
 def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -143,7 +167,7 @@ td,th{{border:1px solid #ccc;padding:.2em .45em;text-align:right}}td:nth-child(2
 {{text-align:left}}tr.chosen{{background:#e6f4e6;font-weight:bold}}</style></head><body>
 <h1>Which fleet for {esc(plan.model or "this model")}?</h1>
 <p><b>{esc(plan.why)}</b></p>
-<p>Asked: {esc(asked)}. Profiled on {esc(plan.profile_gpu or "CPU")}; catalog {esc(plan.catalog_source)}
+<p>Asked: {esc(asked)}. {esc(_profiled(plan))}; catalog {esc(plan.catalog_source)}
 (snapshot {esc(plan.catalog_snapshot)}); {plan.considered:,} candidate fleets.</p>
 <img alt="time vs cost" src="data:image/png;base64,{base64.b64encode(png).decode()}">
 <h2>Ranked fleets</h2>
