@@ -210,6 +210,21 @@ def test_instance_metadata_from_imdsv2(tmp_path, monkeypatch) -> None:
     assert ("PUT", "/latest/api/token") in imds.requests
 
 
+def test_a_local_launchs_profile_does_not_claim_the_plans_instance(tmp_path, monkeypatch) -> None:
+    """Issue #37 L: a local launch's stand-in metadata service named the plan's instance type, and the profile of a
+    run on this machine said g4dn.xlarge. It answers a spot life cycle (for the notice) and no type."""
+    from lightning_srifty.provision.imds_sim import LocalIMDS
+    from lightning_srifty.provision.local import SIMULATED_METADATA
+
+    with LocalIMDS(dict(SIMULATED_METADATA)) as imds:
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "false")
+        monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint)
+        cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+        fit(cb, max_steps=10)
+    hw = load_profile(tmp_path / "p.json").hardware
+    assert hw.instance_type is None and hw.lifecycle == "spot"
+
+
 def test_summary_is_printed(tmp_path, capsys) -> None:
     cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "p.json")
     fit(cb, max_steps=8)

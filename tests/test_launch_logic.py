@@ -836,3 +836,25 @@ def test_an_explicit_resume_checkpoint_is_vetted_before_any_fleet_is_up(plan, tm
     assert "its weights are not all finite (NaN or inf in w)" in capsys.readouterr().err
     assert main([*args, str(tmp_path / "missing.ckpt"), "--", "train.py"]) == 2
     assert "there is no such file or folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ({"process": object()}, "its output is above: the local processes write to this terminal"),
+        ({"folder": "/x/infra"}, "srifty logs --dir /x/infra"),
+        ({}, "/var/log/srifty-user-data.log on them"),
+    ],
+)
+def test_a_silent_fleet_points_to_the_log_it_has(plan, data, said) -> None:
+    """Issue #37 L: a local launch's silent job was said to have "its console output and
+    /var/log/srifty-user-data.log", which a local process never writes."""
+    from lightning_srifty.provision.launch import _Silence
+
+    silence = _Silence(0.01, print)
+    fleet = LaunchedFleet(plan, 0, "f-1", dict(data))
+    silence.started(fleet)
+    time.sleep(0.05)
+    with pytest.raises(MigrationError) as error:
+        silence.check(fleet, None)
+    assert said in str(error.value)

@@ -427,3 +427,16 @@ def test_the_deadline_flag_says_it_needs_a_unit_and_nothing_else(capsys) -> None
     text = " ".join(capsys.readouterr().out.split())
     assert "a duration with its unit, e.g. 12h, 90m, 2d (a bare number is refused)" in text
     assert "wall-time limit; on the command line" in text and "hours where" not in text
+
+
+def test_a_spot_price_far_below_its_regions_other_zones_is_named(catalog) -> None:
+    """Issue #37 L: p4d.24xlarge ranked at $2.47/h spot (against $21.96 on demand): the catalog's use1-az1 sample,
+    0.30x its other zones. The plan (and `srifty recommend`) says so, with how to check; ordinary zone spreads not."""
+    from predictor.documents.profile import load_profile
+
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    plan = rank(profile, Constraints(steps=10_000, market="spot", allow=("p4d.24xlarge", "g5.xlarge")), catalog=catalog)
+    (note,) = [n for n in plan.notes if "describe-spot-price-history" in n]
+    assert note.startswith("p4d.24xlarge's spot price in us-east-1 is its use1-az1 zone's $2.47/h, 0.30x the median")
+    for name in ("g5.xlarge", "p3.2xlarge", "g4dn.xlarge"):  # zones that differ as zones do
+        assert catalog.get(name).spot_outlier("us-east-1") is None, name

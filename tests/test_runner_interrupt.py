@@ -225,6 +225,64 @@ def test_a_signal_during_terraform_plan_ends_terraform_too(tmp_path) -> None:
         os.kill(pid, 0)  # gone
 
 
+# terraform as it runs: the process started runs a copy of itself (panicwrap) that does the work and holds the state's
+# lock; the first leaves at a SIGINT without passing it on
+WRAPPED_TERRAFORM = f"""#!{sys.executable}
+import os, signal, subprocess, sys, time
+folder = os.environ["FAKE_DIR"]
+if not os.environ.get("FAKE_CHILD"):
+    child = subprocess.Popen([sys.executable, __file__, *sys.argv[1:]], env={{**os.environ, "FAKE_CHILD": "1"}})
+    signal.signal(signal.SIGINT, lambda *a: sys.exit(1))  # leaves, passing nothing on
+    child.wait()
+    sys.exit(0)
+with open(os.path.join(folder, "pid"), "w") as f:
+    f.write(str(os.getpid()))
+def interrupted(*a):
+    with open(os.path.join(folder, "signals"), "a") as f:
+        f.write("SIGINT\\n")
+    sys.exit(1)
+signal.signal(signal.SIGINT, interrupted)
+time.sleep(60)
+"""
+
+
+def test_a_signal_reaches_terraforms_working_copy_too(tmp_path) -> None:
+    """bench/launcher_signals.py's count of processes left: a SIGTERM during `srifty launch`'s `terraform plan` ended
+    the terraform process started in 2 s, but its working copy (panicwrap's child) went on planning with the AWS
+    provider and the state's lock: the clean-up's destroy failed on the lock, and both outlived srifty. The SIGINT
+    goes to terraform's whole process group, as a terminal's Ctrl-C does."""
+    fake = tmp_path / "terraform"
+    fake.write_text(WRAPPED_TERRAFORM)
+    fake.chmod(0o755)
+    env = {**os.environ, "FAKE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", QUICK_SCRIPT, str(tmp_path), str(fake)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int((tmp_path / "pid").read_text())
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 143 and "RAISED" in out
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (tmp_path / "signals").exists():
+        time.sleep(0.1)
+    assert (tmp_path / "signals").read_text().strip() == "SIGINT"  # the working copy had it
+    deadline = time.monotonic() + 10
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(child)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's exit is reaped by whoever is pid 1 here, maybe never)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_a_clean_up_destroy_is_not_stopped_by_a_signal(tmp_path) -> None:
     """The clean-up's destroy after a failed apply (``critical``) goes on to its end through a signal: terraform gets
     none, and the interruption is raised once it has finished (stopped half-way it would leave the fleet billing)."""

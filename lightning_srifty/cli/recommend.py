@@ -140,11 +140,13 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
     from lightning_srifty.console import plan_table
 
     console(260 if args.wide else 170).print(plan_table(plan, profile.model.name, wide=args.wide, words=in_flags))
+    from predictor.catalog.instances import SPOT_OUTLIER_HINT
     from predictor.ranking.explain import unmeasured_note
 
     caveat = unmeasured_note(profile)
-    if caveat:
-        print(f"note: {caveat}")
+    for note in [caveat, *(n for n in plan.notes or () if SPOT_OUTLIER_HINT in n)]:
+        if note:
+            print(f"note: {note}")
     if args.launchable and plan.notes:
         print(plan.notes[-1])  # what was left out and what a quota increase would buy
     return 0

@@ -344,11 +344,15 @@ class _Silence:
         waited = time.monotonic() - self.since[fleet.name]
         if waited > self.timeout_s:
             folder = fleet.data.get("folder")  # a root module: its nodes' logs outlive it, beside the checkpoints
-            why = (
-                f"what its nodes logged (boot, setup, training) stays with the checkpoints: srifty logs --dir {folder}"
-                if folder
-                else "its console output and /var/log/srifty-user-data.log say why"
-            )
+            if "process" in fleet.data:  # local processes write to this terminal: no log file of their own (#37 L)
+                why = "its output is above: the local processes write to this terminal"
+            elif folder:
+                why = (
+                    "what its nodes logged (boot, setup, training) stays beside the checkpoints: "
+                    f"srifty logs --dir {folder}"
+                )
+            else:
+                why = "the instances' console output and /var/log/srifty-user-data.log on them say why"
             raise MigrationError(
                 f"The job on {fleet.entry.fleet} ({fleet.name}) has not reported in {waited / 60:.0f} min (no first "
                 "step, no record): its boot or setup failed, it ran out of memory, or it cannot reach the checkpoint "

@@ -23,6 +23,11 @@ from predictor.documents.plan import Plan
 from predictor.exceptions import MigrationError
 from predictor.model.spot import shutdown_grace_s
 
+# what the local trial's stand-in metadata service answers: a spot instance (its notice comes later), and no instance
+# type: the processes run on this machine, and a profile or an observation must not claim the plan's type for them
+# (issue #37 L: a local launch's profile said g4dn.xlarge)
+SIMULATED_METADATA = {"meta-data/instance-life-cycle": "spot"}
+
 
 class LocalProvisioner:
     kind = "local"
@@ -60,10 +65,7 @@ class LocalProvisioner:
         if self.simulate_notice_after is not None and self._started == 0:
             from lightning_srifty.provision.imds_sim import LocalIMDS
 
-            group = fleet.entry.groups[0]
-            imds = LocalIMDS(
-                {"meta-data/instance-type": group.instance_type, "meta-data/instance-life-cycle": "spot"}
-            ).__enter__()
+            imds = LocalIMDS(dict(SIMULATED_METADATA)).__enter__()
             full.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, AWS_EC2_METADATA_DISABLED="false")
             threading.Timer(self.simulate_notice_after, imds.notify).start()
         self._started += 1

@@ -139,16 +139,30 @@ def _run(tf: Any, *args: str, stream: bool = True, critical: bool = False, **opt
                 except BaseException:  # noqa: BLE001 - deferred: the first one is raised below
                     pass
             raise
-        with contextlib.suppress(OSError):
-            proc.send_signal(signal.SIGINT)
+        _signal_group(proc, signal.SIGINT)
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            _signal_group(proc, signal.SIGKILL)
             proc.wait()
         raise
     decode = lambda b: b.decode("utf-8", "replace") if b else ""  # noqa: E731
     return proc.returncode, decode(out), decode(err)
+
+
+def _signal_group(proc: Any, sig: int) -> None:
+    """``sig`` to terraform's whole process group (it runs in a session of its own), as a terminal's Ctrl-C reaches
+    every process of its foreground group. Terraform is two processes (panicwrap: the one started runs a copy of
+    itself that does the work) and its providers: a SIGINT to the first alone ended it in 2 s and left the working
+    copy planning, holding the state's lock, with its AWS provider, after srifty had exited (found by
+    bench/launcher_signals.py's count of processes left, issue #36 L2)."""
+    import os
+
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(OSError):
+            proc.send_signal(sig)
 
 
 # how long an interrupted terraform gets to finish what it is creating, save its state and release its lock
@@ -204,8 +218,7 @@ def _run_shown(
 
         def stop(sig: int) -> None:
             if proc.poll() is None:
-                with contextlib.suppress(OSError):
-                    proc.send_signal(sig)
+                _signal_group(proc, sig)
 
         timers = [
             threading.Timer(timeout_s, stop, (signal.SIGINT,)),
@@ -251,7 +264,7 @@ def _stop_gracefully(proc: Any, echo: Callable[[str], None], grace_s: float | No
     if proc.poll() is not None:
         return
     echo("Interrupted: terraform finishes what it is creating, saves its state and releases its lock (one SIGINT).")
-    proc.send_signal(signal.SIGINT)
+    _signal_group(proc, signal.SIGINT)
 
     def drain() -> None:
         try:
@@ -266,11 +279,11 @@ def _stop_gracefully(proc: Any, echo: Callable[[str], None], grace_s: float | No
         proc.wait(timeout=GRACE_S if grace_s is None else grace_s)
     except subprocess.TimeoutExpired:
         echo(f"terraform did not stop within {GRACE_S if grace_s is None else grace_s:.0f} s: stopping it.")
-        proc.terminate()
+        _signal_group(proc, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            _signal_group(proc, signal.SIGKILL)
             proc.wait()
     reader.join(timeout=5)
 

@@ -133,9 +133,33 @@ class InstanceType:
         measured = [p for p in found if not p.estimated]
         return min(measured or found, key=lambda p: p.usd_hr)
 
+    def spot_outlier(self, region: str) -> str | None:
+        """A sentence when the spot price the ranking takes in ``region`` (its cheapest measured zone) is under half
+        the median of the region's other zones: more likely a stale or odd sample of the catalog's source than a
+        price to bet on (issue #37 L: p4d.24xlarge at $2.47/h in use1-az1 where its other zones ask $7.88-8.19 and
+        on demand is $21.96). None otherwise, or with fewer than two other zones to compare."""
+        zones = sorted((p for p in self.prices if p.market == "spot" and p.region == region and not p.estimated),
+                       key=lambda p: p.usd_hr)  # fmt: skip
+        if len(zones) < 3:
+            return None
+        cheapest, others = zones[0], sorted(p.usd_hr for p in zones[1:])
+        half = len(others) // 2
+        median = others[half] if len(others) % 2 else (others[half - 1] + others[half]) / 2
+        if cheapest.usd_hr >= 0.5 * median:
+            return None
+        return (
+            f"{self.name}'s spot price in {region} is its {cheapest.availability_zone or 'cheapest'} zone's "
+            f"${cheapest.usd_hr:,.2f}/h, {cheapest.usd_hr / median:.2f}x the median of its other {len(others)} zones "
+            f"(${median:,.2f}/h; {cheapest.source}): {SPOT_OUTLIER_HINT} (aws ec2 describe-spot-price-history "
+            f"--instance-types {self.name}) before betting on it"
+        )
+
     def price_usd_hr(self, region: str | None = None, market: Market = "on-demand") -> float | None:
         p = self.price(region, market)
         return p.usd_hr if p else None
+
+
+SPOT_OUTLIER_HINT = "check today's price"  # how a plan note of InstanceType.spot_outlier reads (the CLI shows them)
 
 
 def interruption_rate(bucket: str | None) -> float | None:

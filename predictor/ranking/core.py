@@ -13,6 +13,7 @@ import numpy as np
 
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.fleet import parse_fleet
+from predictor.catalog.instances import InstanceType
 from predictor.documents.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry, writer
 from predictor.documents.profile import Profile
 from predictor.documents.work import Work
@@ -116,6 +117,7 @@ def rank(
         + _spot_notes(constraints, spot_stats)
         + ([current_note] if current_note else [])
         + _startup_notes(constraints, types, entries[0], current, known_startup)
+        + _outlier_notes(entries, types)
     )
     caveat = unmeasured_note(profile)
     notes = [caveat, *notes] if caveat else notes
@@ -423,6 +425,21 @@ def _notes(
     if current:
         notes.append(f"savings and migration effort against {current[0]} ({current[2]:,.2f} USD for the work)")
     return notes
+
+
+def _outlier_notes(entries: list[PlanEntry], types: list[InstanceType]) -> list[str]:
+    """A note for each spot price of a listed fleet that is far below its region's other zones
+    (:meth:`InstanceType.spot_outlier`)."""
+    by_name = {t.name: t for t in types}
+    said: dict[tuple[str, str], str] = {}
+    for e in entries:
+        if e.market == "on-demand":
+            continue
+        for g in e.groups:
+            key = (g.instance_type, e.region)
+            if key not in said and g.instance_type in by_name:
+                said[key] = by_name[g.instance_type].spot_outlier(e.region) or ""
+    return [note for note in said.values() if note]
 
 
 def _spot_notes(constraints: Constraints, stats: SpotStats | None) -> list[str]:
