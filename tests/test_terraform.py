@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import boto3
@@ -156,7 +157,7 @@ def test_transient_apply_errors_are_retried_a_bounded_number_of_times(monkeypatc
 
     calls: list[str] = []
 
-    def shown(tf, args, echo, keep=60):
+    def shown(tf, args, echo, keep=60, timeout_s=None):
         calls.append("apply")
         if calls.count("apply") <= failures:
             return 1, "Error: api error RequestLimitExceeded: Request limit exceeded."
@@ -175,13 +176,45 @@ def test_transient_apply_errors_are_retried_a_bounded_number_of_times(monkeypatc
     assert ("RequestLimitExceeded" in err) == (code != 0)
     assert sum("transient AWS error (RequestLimitExceeded)" in line for line in lines) == retried
 
-    def refused(tf, args, echo, keep=60):
+    def refused(tf, args, echo, keep=60, timeout_s=None):
         calls.append("apply")
         return 1, "Error: api error InvalidParameterValue: bad"
 
     calls.clear()
     monkeypatch.setattr(runner, "_run_shown", refused)
     assert runner._apply_plan(object(), lines.append)[0] == 1 and calls == ["apply"]  # not transient: no retry
+
+
+def test_an_apply_past_its_timeout_is_stopped_and_said(tmp_path, monkeypatch, catalog) -> None:
+    """Issue #37 L: `srifty apply` of a group that never filled waited on terraform's own timeouts (15 min and more)
+    with nothing said. terraform gets one SIGINT at the deadline (a stand-in terraform that applies forever records
+    it), and the error says it was the timeout and how to raise it."""
+    from types import SimpleNamespace
+
+    from lightning_srifty.provision import runner
+
+    fake = tmp_path / "terraform"
+    fake.write_text(
+        "#!/bin/bash\ntrap 'echo SIGINT >>\"$FAKE_DIR/signals\"; exit 1' INT\necho applying\n"
+        "for i in $(seq 600); do sleep 0.1; done\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("FAKE_DIR", str(tmp_path))
+    tf = SimpleNamespace(terraform_bin_path=str(fake), working_dir=str(tmp_path))
+    started = time.monotonic()
+    code, _ = runner._apply_plan(tf, lambda line: None, time.monotonic() + 1.0)
+    assert code != 0 and time.monotonic() - started < 30 and (tmp_path / "signals").read_text().strip() == "SIGINT"
+    # the whole apply: the message names the timeout and the flag
+    plan, choice, options = example(ROOT / "terraform" / "examples" / "single-node-on-demand")
+    root = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
+    shown = {"resource_changes": [{"type": "aws_instance", "change": {"actions": ["create"]}}]}
+    answer = {"init": (0, "", ""), "plan": (2, "", ""), "show": (0, json.dumps(shown), "")}
+    monkeypatch.setattr(runner, "_run", lambda tf, *a, **k: answer[a[0]])
+    monkeypatch.setattr(runner, "_state_resources", lambda tf: [])
+    monkeypatch.setattr(runner, "_check_credentials", lambda values: None)
+    monkeypatch.setattr(runner, "_apply_plan", lambda tf, echo, deadline: (time.sleep(1.2), (1, "Interrupt"))[1])
+    with pytest.raises(ProvisionError, match=r"did not finish within 0 min .* Raise --timeout-min"):
+        runner.apply(root, yes=True, check=False, timeout_s=1.0, echo=lambda line: None)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -138,7 +138,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import load_catalog
     from lightning_srifty.provision.runner import apply
 
-    outputs = apply(args.dir, yes=args.yes, catalog=load_catalog(args), check=not args.skip_check)
+    outputs = apply(
+        args.dir,
+        yes=args.yes,
+        catalog=load_catalog(args),
+        check=not args.skip_check,
+        timeout_s=args.timeout_min * 60,
+    )
     if args.json:  # terraform printed the outputs already, for people
         print(json.dumps(outputs, indent=2, default=str))
     else:
@@ -241,4 +247,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                 "--skip-check", action="store_true", help="apply without the pre-flight (srifty check) first"
             )
             q.add_argument("--json", action="store_true", help="then print the root's outputs as one JSON document")
+            q.add_argument(
+                "--timeout-min",
+                type=positive,
+                default=30.0,
+                metavar="MIN",
+                help="stop the apply after this long (a group that never fills) and destroy what it created (30)",
+            )
         q.set_defaults(func=func)

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -327,9 +328,12 @@ def apply(
     echo: Callable[[str], None] = print,
     catalog: Any = None,
     check: bool = True,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """check the values against the catalog, run the pre-flight (``check``; see :mod:`.preflight`), init, plan, show
-    the summary, confirm, apply; returns the root module's outputs.
+    the summary, confirm, apply; returns the root module's outputs. ``timeout_s``: the apply (its retries included)
+    gets one SIGINT after that long, and what it created of a new fleet is destroyed (issue #37 L: an apply whose Auto
+    Scaling group never filled waited on terraform's own timeouts, 15 min and more, with nothing said).
 
     Raises:
         ConfigError: the values disagree with the catalog or break a guard (nothing is run).
@@ -383,25 +387,35 @@ def apply(
     else:
         _confirm("Apply this plan?", yes, ask)
         fresh = not _state_resources(tf)
+        started = time.monotonic()
         try:
-            code, err = _apply_plan(tf, echo)
+            code, err = _apply_plan(tf, echo, None if timeout_s is None else started + timeout_s)
         except BaseException:  # Ctrl-C, or the launcher's SIGTERM/SIGHUP: terraform has stopped and saved its state
             echo("Interrupted during terraform apply: " + _clean_up(tf, root, values, fresh, echo))
             raise
         if code != 0:
+            late = timeout_s is not None and time.monotonic() - started >= timeout_s
             left = _clean_up(tf, root, values, fresh, echo)
+            if late:
+                raise ProvisionError(
+                    f"terraform apply did not finish within {timeout_s / 60:,.0f} min in {root} (an Auto Scaling "
+                    "group that never filled: capacity, a quota, a placement group): it was stopped; "
+                    f"{left} Raise --timeout-min if the fleet really takes longer.\n{err.strip()}"
+                )
             raise ProvisionError(f"terraform apply failed in {root} (see the output above); {left}\n{err.strip()}")
     (root / PLAN_FILE).unlink(missing_ok=True)
     return outputs(root)
 
 
-def _apply_plan(tf: Any, echo: Callable[[str], None]) -> tuple[int, str]:
+def _apply_plan(tf: Any, echo: Callable[[str], None], deadline: float | None = None) -> tuple[int, str]:
     """Apply the saved plan; after a transient AWS error (:func:`transient_error`), plan again and apply that, at most
     :data:`APPLY_RETRIES` times. The configuration is the one confirmed: only the state differs (what the failed
-    apply made). Returns the last apply's exit code and its output's tail (empty on success)."""
+    apply made). Returns the last apply's exit code and its output's tail (empty on success). ``deadline``
+    (monotonic): terraform gets one SIGINT then (:func:`_run_shown`'s ``timeout_s``)."""
     retries = 0
     while True:
-        code, err = _run_shown(tf, ["apply", "-input=false", "-no-color", PLAN_FILE], echo)
+        left = None if deadline is None else max(1.0, deadline - time.monotonic())
+        code, err = _run_shown(tf, ["apply", "-input=false", "-no-color", PLAN_FILE], echo, timeout_s=left)
         why = transient_error(err) if code != 0 else None
         if why is None or retries >= APPLY_RETRIES:
             return code, err
