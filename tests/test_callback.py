@@ -118,9 +118,19 @@ def test_unwritable_output_never_stops_training(tmp_path, caplog) -> None:
 def test_validation_inside_the_window_is_excluded(tmp_path) -> None:
     cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=20, output=tmp_path / "p.json", verbose=False)
     fit(cb, max_steps=30, limit_val_batches=2, val_check_interval=5, check_val_every_n_epoch=None, val=loader(32))
-    window = load_profile(tmp_path / "p.json").timing.window
+    profile = load_profile(tmp_path / "p.json")
+    window = profile.timing.window
     assert window.excluded_steps["validation"] == 4  # validation after steps 5, 10, 15, 20 (window: steps 2-21)
     assert window.steps == 16
+    # issue #37 L: the plan said nothing of validation though the run validated every N steps
+    v = profile.validation
+    assert (v.every_batches, v.batches) == (5, 2) and v.batch_s.count >= 8 and v.batch_s.p50 > 0
+    from predictor.ranking import Constraints, rank
+
+    plan = rank(profile, Constraints(steps=1000, allow=("g5.xlarge",)))
+    (note,) = [n for n in plan.notes if n.startswith("the profiled run validates")]
+    assert note.startswith("the profiled run validates every 5 training batches: 200 validation(s) in the planned")
+    assert "validation is not in them" in note
 
 
 def test_batch_size_fn_for_batches_without_a_leading_tensor(tmp_path) -> None:

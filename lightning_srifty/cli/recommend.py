@@ -141,10 +141,12 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
 
     console(260 if args.wide else 170).print(plan_table(plan, profile.model.name, wide=args.wide, words=in_flags))
     from predictor.catalog.instances import SPOT_OUTLIER_HINT
+    from predictor.ranking.core import VALIDATION_NOTE
     from predictor.ranking.explain import unmeasured_note
 
     caveat = unmeasured_note(profile)
-    for note in [caveat, *(n for n in plan.notes or () if SPOT_OUTLIER_HINT in n)]:
+    shown = [n for n in plan.notes or () if SPOT_OUTLIER_HINT in n or n.startswith(VALIDATION_NOTE)]
+    for note in [caveat, *shown]:
         if note:
             print(f"note: {note}")
     if args.launchable and plan.notes:

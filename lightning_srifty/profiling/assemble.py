@@ -55,6 +55,7 @@ def assemble_profile(
     created_at: str,
     checkpoint: dict[str, Any] | None = None,
     layout: str | None = None,
+    validation: dict[str, Any] | None = None,
 ) -> Profile:
     """The srifty.profile/v1 document. Raises ProfileError when rank 0 measured nothing usable."""
     from predictor.exceptions import ProfileError
@@ -108,6 +109,7 @@ def assemble_profile(
         "communication": _communication(lead.comm, len(ranks), step, comm_reason, backend, lead.sharded),
         "software": software,
         "checkpoint": checkpoint,
+        "validation": validation,
         "ops": lead.ops,
         "layout": layout,
     }

@@ -10,8 +10,10 @@ from __future__ import annotations
 import datetime as _dt
 import inspect
 import logging
+import math
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +52,7 @@ from predictor.documents.atomic import check_writable
 from predictor.documents.checks import check_int
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, SriftyError
+from predictor.model.stats import summarize
 from predictor.ranking.constraints import Constraints
 
 if TYPE_CHECKING:
@@ -171,6 +174,8 @@ class SriftyCallback(Callback):
             )
         self.measure_checkpoint = bool(measure_checkpoint)
         self.recommend, self.report = bool(recommend), bool(report)
+        self._val_batch_s: list[float] = []
+        self._val_started: float | None = None
         own = [name for name in inspect.signature(type(self).__init__).parameters if name not in ("self", "deprecated")]
         constraints, service, self._post_observation = fold_deprecated(owner, deprecated, constraints, service, own)
         self.constraints = check_constraints(owner, constraints)
@@ -253,6 +258,8 @@ class SriftyCallback(Callback):
         self._ops = StepOpCapture() if self.capture_ops else None
         self._flops = self._ops if self._ops is not None else StepFlopCounter() if self.count_flops else None
         self._seen = 0
+        self._val_batch_s: list[float] = []  # validation batches' seconds until the profile is written
+        self._val_started: float | None = None
         self._first_step: int | None = None
         self._notes: list[str] = []
         self._batch_source = "batch_size_fn" if self.batch_size_fn else "detected"
@@ -331,6 +338,32 @@ class SriftyCallback(Callback):
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._phase is not _DONE:
             self._recorder.interrupt("validation")
+
+    def on_validation_batch_start(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        self._val_started = time.perf_counter()
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
+        started, self._val_started = self._val_started, None
+        if started is not None and self._phase is not _DONE and len(self._val_batch_s) < 1000:
+            self._val_batch_s.append(time.perf_counter() - started)
+
+    def _validation(self, trainer: pl.Trainer) -> dict[str, Any] | None:
+        """How often the run validates (Lightning's own cadence) and its batches' time here, or None without a
+        validation loop; the profile keeps it and the plan says what it adds (issue #37 L)."""
+        try:
+            batches = [int(b) for b in trainer.num_val_batches if math.isfinite(b)]
+        except (AttributeError, TypeError):
+            batches = []
+        if not self._val_batch_s and not sum(batches):
+            return None
+        every = getattr(trainer, "val_check_batch", None)
+        epochs = getattr(trainer, "check_val_every_n_epoch", None)
+        return {
+            "every_batches": int(every) if isinstance(every, (int, float)) and math.isfinite(every) else None,
+            "every_epochs": int(epochs) if isinstance(epochs, int) and epochs > 0 else None,
+            "batches": sum(batches) if batches else None,
+            "batch_s": summarize(self._val_batch_s) if self._val_batch_s else None,
+        }
 
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
@@ -504,6 +537,7 @@ class SriftyCallback(Callback):
             comm_reason=self._comm_reason(trainer),
             backend=self._timer.backend if self._timer is not None else _backend(self._sharded),
             layout=layout_name(trainer.strategy, trainer.strategy.model or pl_module),
+            validation=self._validation(trainer),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         )
         written = None

@@ -273,6 +273,25 @@ class CheckpointTiming:
 
 
 @dataclass(frozen=True)
+class ValidationTiming:
+    """The run's validation: how often it runs and what its batches cost where profiled (issue #37 L: plans said
+    nothing of validation though the run validated every 500 steps). Not in the predicted training time."""
+
+    every_batches: int | None = doc_field(
+        "training batches between two validations (Lightning's val_check_batch; None: once per epoch or less)",
+        default=None,
+        min=1,
+    )
+    every_epochs: int | None = doc_field(
+        "epochs between two validations (check_val_every_n_epoch)", default=None, min=1
+    )
+    batches: int | None = doc_field("validation batches in one validation (all dataloaders)", default=None, min=0)
+    batch_s: Stats | None = doc_field(
+        "seconds per validation batch on the profiling hardware (sanity-check batches included)", default=None
+    )
+
+
+@dataclass(frozen=True)
 class BucketTiming:
     """One DDP gradient bucket's all-reduce."""
 
@@ -411,6 +430,7 @@ class Profile:
     memory: Memory | None = doc_field("peak memory", default=None)
     communication: Communication | None = doc_field("gradient all-reduce timings", default=None)
     checkpoint: CheckpointTiming | None = doc_field("checkpoint save and load time", default=None)
+    validation: ValidationTiming | None = doc_field("how often the run validates, and its cost", default=None)
     ranks: tuple[RankTiming, ...] | None = doc_field("per-rank measurements", default=None)
     ops: OpTable | None = doc_field("the ATen operators of one training step (performance model v2)", default=None)
     layout: str | None = doc_field(

@@ -118,6 +118,7 @@ def rank(
         + ([current_note] if current_note else [])
         + _startup_notes(constraints, types, entries[0], current, known_startup)
         + _outlier_notes(entries, types)
+        + _validation_notes(profile, work)
     )
     caveat = unmeasured_note(profile)
     notes = [caveat, *notes] if caveat else notes
@@ -425,6 +426,32 @@ def _notes(
     if current:
         notes.append(f"savings and migration effort against {current[0]} ({current[2]:,.2f} USD for the work)")
     return notes
+
+
+VALIDATION_NOTE = "the profiled run validates"  # how the note begins (srifty recommend prints it)
+
+
+def _validation_notes(profile: Profile, work: Work) -> list[str]:
+    """What the run's validation adds, which the predicted times do not hold (issue #37 L): how often, how many
+    times in the planned work (at the profile's batches), and what one costs where it was profiled."""
+    v = profile.validation
+    if v is None or not (v.every_batches or v.every_epochs):
+        return []
+    if v.every_batches:
+        runs = math.floor(work.batches / v.every_batches)
+        cadence = f"every {v.every_batches:,} training batches"
+    else:
+        cadence = f"every {v.every_epochs} epoch(s)"
+        runs = None
+    text = f"{VALIDATION_NOTE} {cadence}"
+    if runs is not None:
+        text += f": {runs:,} validation(s) in the planned work"
+    if v.batches and v.batch_s is not None:
+        one = v.batches * v.batch_s.p50
+        text += f", {v.batches:,} batches each, {one:,.3g} s each on the profiling hardware"
+        if runs:
+            text += f" ({runs * one / 3600:,.3g} h in all there)"
+    return [text + "; the times above are training only: validation is not in them"]
 
 
 def _outlier_notes(entries: list[PlanEntry], types: list[InstanceType]) -> list[str]:
