@@ -275,6 +275,39 @@ def test_a_signal_reaches_terraforms_working_copy_too(tmp_path) -> None:
     assert not _running(child)
 
 
+def test_a_signal_while_terraform_is_being_started_still_reaches_it(tmp_path) -> None:
+    """bench/launcher_signals.py, one run in ten: a SIGTERM that landed inside Popen (terraform started, the object
+    not yet returned) raised there, and terraform ran on, unknown to srifty, with the state's lock. The signal is
+    held while terraform starts and acted on once srifty knows the process: terraform gets its SIGINT."""
+    fake = tmp_path / "terraform"
+    fake.write_text(FAKE_TERRAFORM)
+    fake.chmod(0o755)
+    script = QUICK_SCRIPT.replace(
+        "tf = Terraform(",
+        "import os, subprocess\n"
+        "real = subprocess.Popen\n"
+        "class Popen(real):\n"
+        "    def __init__(self, *a, **k):\n"
+        "        super().__init__(*a, **k)\n"
+        "        import time\n"
+        "        while not os.path.exists(os.path.join(sys.argv[1], 'pid')): time.sleep(0.05)\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)  # the signal lands inside Popen\n"
+        "        time.sleep(0.2)\n"
+        "subprocess.Popen = Popen\n"
+        "tf = Terraform(",
+    )
+    env = {**os.environ, "FAKE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(fake)], env=env, capture_output=True,
+                          text=True, timeout=90)  # fmt: skip
+    assert proc.returncode == 143 and "RAISED" in proc.stdout, proc.stderr[-2000:]
+    pid = int((tmp_path / "pid").read_text())
+    assert (tmp_path / "signals").read_text().strip() == "SIGINT"
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(pid)
+
+
 def _running(pid: int) -> bool:
     """Alive and not a zombie (an orphan's exit is reaped by whoever is pid 1 here, maybe never)."""
     try:

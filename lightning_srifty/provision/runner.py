@@ -126,10 +126,11 @@ def _run(tf: Any, *args: str, stream: bool = True, critical: bool = False, **opt
     opts = {k: (IsFlagged if v is True else v) for k, v in options.items()}
     command = tf.generate_cmd_string(*args, no_color=IsFlagged, **opts)
     pipe = None if stream else subprocess.PIPE
-    proc = subprocess.Popen(
+    proc, pending = _spawn(
         command, cwd=tf.working_dir or None, stdout=pipe, stderr=pipe, stdin=subprocess.DEVNULL, start_new_session=True
     )
     try:
+        _redeliver(pending)  # a signal that came while terraform was being started is acted on here, proc known
         out, err = proc.communicate()
     except BaseException:
         if critical:
@@ -149,6 +150,39 @@ def _run(tf: Any, *args: str, stream: bool = True, critical: bool = False, **opt
         raise
     decode = lambda b: b.decode("utf-8", "replace") if b else ""  # noqa: E731
     return proc.returncode, decode(out), decode(err)
+
+
+def _spawn(*args: Any, **kwargs: Any) -> tuple[Any, int | None]:
+    """``subprocess.Popen(*args, **kwargs)`` with the interrupting signals held while it runs: one that arrived
+    inside Popen (after the fork, before the object was returned) raised there, and the terraform it had started,
+    in a session of its own, ran on unknown to srifty with the state's lock (bench/launcher_signals.py: 2 processes
+    left in one run of ten when SIGTERM met `terraform plan`'s start). Returns the process and the signal that came
+    meanwhile, for :func:`_redeliver` inside the caller's ``try``. Only signals whose handler is Python's (the
+    launcher's, KeyboardInterrupt's) are held; in another thread nothing is (handlers belong to the main thread)."""
+    import signal
+    import subprocess
+    import threading
+
+    pending: list[int] = []
+    held: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if callable(signal.getsignal(sig)):
+                held[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        proc = subprocess.Popen(*args, **kwargs)
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+    return proc, (pending[0] if pending else None)
+
+
+def _redeliver(signum: int | None) -> None:
+    """Raise a signal :func:`_spawn` held, so that its handler acts now (inside the caller's ``try``)."""
+    if signum is not None:
+        import signal
+
+        signal.raise_signal(signum)
 
 
 def _signal_group(proc: Any, sig: int) -> None:
@@ -202,7 +236,7 @@ def _run_shown(
     import threading
 
     tail: collections.deque[str] = collections.deque(maxlen=keep)
-    proc = subprocess.Popen(
+    proc, pending = _spawn(
         [tf.terraform_bin_path, *args],
         cwd=tf.working_dir,
         stdout=subprocess.PIPE,
@@ -231,6 +265,8 @@ def _run_shown(
     try:
         while True:
             try:
+                _redeliver(pending)  # once: a signal that came while terraform was being started
+                pending = None
                 for line in proc.stdout:
                     echo(line.rstrip("\n"))
                     tail.append(line.rstrip("\n"))
@@ -396,7 +432,7 @@ def apply(
         if code != 0:
             late = timeout_s is not None and time.monotonic() - started >= timeout_s
             left = _clean_up(tf, root, values, fresh, echo)
-            if late:
+            if late and timeout_s is not None:
                 raise ProvisionError(
                     f"terraform apply did not finish within {timeout_s / 60:,.0f} min in {root} (an Auto Scaling "
                     "group that never filled: capacity, a quota, a placement group): it was stopped; "
