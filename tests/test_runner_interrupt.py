@@ -202,12 +202,11 @@ except LaunchInterrupted:
 """
 
 
-def test_a_signal_during_terraform_plan_ends_terraform_too(tmp_path) -> None:
-    """Issue #36 L2: a signal during `terraform plan` (or init, show, output) left terraform and its AWS provider
-    (0.55-0.6 GB) running up to 11 min after srifty ended. terraform runs in a session of its own and gets one SIGINT
-    on the way out (a kill after a minute)."""
+def _plan_under(tmp_path: Path, terraform: str) -> tuple[subprocess.Popen, int]:
+    """QUICK_SCRIPT's `terraform plan` with ``terraform`` as the binary, started: the process and the pid the stand-in
+    terraform (its working copy) recorded."""
     fake = tmp_path / "terraform"
-    fake.write_text(FAKE_TERRAFORM)
+    fake.write_text(terraform)
     fake.chmod(0o755)
     env = {**os.environ, "FAKE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
@@ -216,7 +215,14 @@ def test_a_signal_during_terraform_plan_ends_terraform_too(tmp_path) -> None:
     deadline = time.monotonic() + 60
     while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    pid = int((tmp_path / "pid").read_text())
+    return proc, int((tmp_path / "pid").read_text())
+
+
+def test_a_signal_during_terraform_plan_ends_terraform_too(tmp_path) -> None:
+    """Issue #36 L2: a signal during `terraform plan` (or init, show, output) left terraform and its AWS provider
+    (0.55-0.6 GB) running up to 11 min after srifty ended. terraform runs in a session of its own and gets one SIGINT
+    on the way out (a kill after a minute)."""
+    proc, pid = _plan_under(tmp_path, FAKE_TERRAFORM)
     proc.send_signal(signal.SIGTERM)  # to srifty only: terraform is in a session of its own
     out, _ = proc.communicate(timeout=90)
     assert proc.returncode == 143 and "RAISED" in out
@@ -251,17 +257,7 @@ def test_a_signal_reaches_terraforms_working_copy_too(tmp_path) -> None:
     the terraform process started in 2 s, but its working copy (panicwrap's child) went on planning with the AWS
     provider and the state's lock: the clean-up's destroy failed on the lock, and both outlived srifty. The SIGINT
     goes to terraform's whole process group, as a terminal's Ctrl-C does."""
-    fake = tmp_path / "terraform"
-    fake.write_text(WRAPPED_TERRAFORM)
-    fake.chmod(0o755)
-    env = {**os.environ, "FAKE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", QUICK_SCRIPT, str(tmp_path), str(fake)], env=env, stdout=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    child = int((tmp_path / "pid").read_text())
+    proc, child = _plan_under(tmp_path, WRAPPED_TERRAFORM)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=90)
     assert proc.returncode == 143 and "RAISED" in out

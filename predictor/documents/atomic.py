@@ -110,20 +110,17 @@ def check_distinct_outputs(
         if path is None:
             continue
         resolved = real(path)
-        if resolved in read:
-            raise ConfigError(
-                f"{name} is the file {read[resolved]} reads ({path}): writing it would replace the command's own "
-                "input. Give the output another path.",
-                parameter=name.split(" ", 1)[0].removesuffix("'s"),
-                value=str(path),
-            )
-        if resolved in seen:
-            raise ConfigError(
-                f"{seen[resolved]} and {name} are the same file ({path}): the second would replace the first. Give "
-                "each its own path.",
-                parameter=name.split(" ", 1)[0].removesuffix("'s"),
-                value=str(path),
-            )
+        why = (
+            f"{name} is the file {read[resolved]} reads ({path}): writing it would replace the command's own input. "
+            "Give the output another path."
+            if resolved in read
+            else f"{seen[resolved]} and {name} are the same file ({path}): the second would replace the first. Give "
+            "each its own path."
+            if resolved in seen
+            else None
+        )
+        if why is not None:
+            raise ConfigError(why, parameter=name.split(" ", 1)[0].removesuffix("'s"), value=str(path))
         seen[resolved] = name
 
 

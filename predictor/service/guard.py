@@ -118,6 +118,17 @@ def error_response(
     return SafeJSONResponse(body, status_code=status, headers=headers)
 
 
+def _unauthorized(message: str) -> JSONResponse:
+    """A 401 of the one error shape, with the challenge."""
+    return error_response(
+        ["header", "authorization"],
+        message,
+        "unauthorized",
+        status=401,
+        headers={"WWW-Authenticate": 'Bearer realm="srifty"'},
+    )
+
+
 class Guard:
     """ASGI middleware: Host check (400), write authorisation (401/403), body limit (413), in that order."""
 
@@ -212,13 +223,9 @@ class Guard:
         if scheme.lower() == b"bearer" and hmac.compare_digest(given, self.token):
             return None
         what = "no Authorization header" if raw is None else "a wrong or malformed bearer token"
-        return error_response(
-            ["header", "authorization"],
+        return _unauthorized(
             f"This write needs the service's token; the request had {what}. Send 'Authorization: Bearer <token>' "
-            "(ServiceClient(url, token=...) or SRIFTY_SERVICE_TOKEN in the client's environment).",
-            "unauthorized",
-            status=401,
-            headers={"WWW-Authenticate": 'Bearer realm="srifty"'},
+            "(ServiceClient(url, token=...) or SRIFTY_SERVICE_TOKEN in the client's environment)."
         )
 
     def _run_token(self, scope: dict[str, Any], route: tuple[Any, Any], token: str) -> JSONResponse | None:
@@ -233,13 +240,9 @@ class Guard:
         try:
             run_id = self.runs.verify(token)
         except ConfigError as exc:
-            return error_response(
-                ["header", "authorization"],
+            return _unauthorized(
                 f"The run token was refused: {exc}. Ask the service's owner for a new one (`srifty run-token "
-                "--service URL`, with the service's token).",
-                "unauthorized",
-                status=401,
-                headers={"WWW-Authenticate": 'Bearer realm="srifty"'},
+                "--service URL`, with the service's token)."
             )
         scope["state"] = {**(scope.get("state") or {}), RUN_STATE: run_id}
         return None
