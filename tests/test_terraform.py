@@ -157,7 +157,7 @@ def test_transient_apply_errors_are_retried_a_bounded_number_of_times(monkeypatc
 
     calls: list[str] = []
 
-    def shown(tf, args, echo, keep=60, timeout_s=None):
+    def shown(tf, args, echo, keep=60, **kwargs):
         calls.append("apply")
         if calls.count("apply") <= failures:
             return 1, "Error: api error RequestLimitExceeded: Request limit exceeded."
@@ -176,7 +176,7 @@ def test_transient_apply_errors_are_retried_a_bounded_number_of_times(monkeypatc
     assert ("RequestLimitExceeded" in err) == (code != 0)
     assert sum("transient AWS error (RequestLimitExceeded)" in line for line in lines) == retried
 
-    def refused(tf, args, echo, keep=60, timeout_s=None):
+    def refused(tf, args, echo, keep=60, **kwargs):
         calls.append("apply")
         return 1, "Error: api error InvalidParameterValue: bad"
 

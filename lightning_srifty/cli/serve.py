@@ -118,8 +118,7 @@ def cmd_run_token(args: argparse.Namespace) -> int:
     print(
         f"srifty run-token: {issued['run_id']}, accepted until {issued['expires_at']}. Give this token to the run's "
         f"jobs as ${TOKEN_ENV} (e.g. in SSM: `srifty terraform --secret-env {TOKEN_ENV}=ssm:/PARAM`); their "
-        "observations count as "
-        "one run.",
+        "observations count as one run.",
         file=sys.stderr,
     )
     return 0

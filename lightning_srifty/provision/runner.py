@@ -211,6 +211,7 @@ def _run_shown(
     keep: int = 60,
     critical: str | None = None,
     timeout_s: float | None = None,
+    kill_after_s: float = 60.0,
 ) -> tuple[int, str]:
     """Run terraform with its output shown line by line as it comes (``echo``) and its last ``keep`` lines kept, so
     that a failure's message can say what terraform said (an EC2 error code: srifty launch fails over on some).
@@ -228,8 +229,8 @@ def _run_shown(
     interruption is raised once terraform has finished. Even a SIGKILL of this process does not stop the destroy:
     terraform runs in its own session.
 
-    ``timeout_s`` (a rehearsal's destroy in its local AWS, which goes with it): terraform gets one SIGINT after that
-    long, and is killed a minute later if it has not ended."""
+    ``timeout_s`` (a rehearsal's destroy in its local AWS, which goes with it; ``srifty apply --timeout-min``):
+    terraform gets one SIGINT after that long, and is killed ``kill_after_s`` later if it has not ended."""
     import collections
     import signal
     import subprocess
@@ -257,7 +258,7 @@ def _run_shown(
 
         timers = [
             threading.Timer(timeout_s, stop, (signal.SIGINT,)),
-            threading.Timer(timeout_s + 60, stop, (signal.SIGKILL,)),
+            threading.Timer(timeout_s + kill_after_s, stop, (signal.SIGKILL,)),
         ]
         for timer in timers:
             timer.daemon = True
@@ -451,7 +452,11 @@ def _apply_plan(tf: Any, echo: Callable[[str], None], deadline: float | None = N
     retries = 0
     while True:
         left = None if deadline is None else max(1.0, deadline - time.monotonic())
-        code, err = _run_shown(tf, ["apply", "-input=false", "-no-color", PLAN_FILE], echo, timeout_s=left)
+        # after the deadline's SIGINT terraform finishes what it is creating and saves its state: killed only after
+        # GRACE_S, as an interrupted apply is (a kill sooner could leave resources outside the state, billing)
+        code, err = _run_shown(
+            tf, ["apply", "-input=false", "-no-color", PLAN_FILE], echo, timeout_s=left, kill_after_s=GRACE_S
+        )
         why = transient_error(err) if code != 0 else None
         if why is None or retries >= APPLY_RETRIES:
             return code, err
