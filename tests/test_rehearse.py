@@ -238,6 +238,17 @@ def test_a_plan_for_another_model_is_refused_before_anything_is_written(tmp_path
 
     written = generate(plan, tmp_path / "infra", options=dataclasses.replace(options, any_model=True), catalog=catalog)
     assert (written.out / TFVARS).exists()
+    # srifty check (and apply's pre-flight) says it too, from the module's srifty:model tag (issue #37: "srifty
+    # terraform and srifty check compare the plan's model")
+    from lightning_srifty.provision.preflight import check_model
+
+    (failed,) = check_model("resnet50", None, project)
+    assert (
+        failed.status == "fail"
+        and "planned for the model 'resnet50'" in failed.message
+        and "'TinyMLP'" in failed.message
+    )
+    assert check_model("TinyMLP", None, project)[0].status == "ok" and check_model("resnet50", None, tmp_path) == []
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
 """Pre-flight: what must hold before a fleet is paid for, checked in seconds (``srifty check``; ``srifty apply`` and
 ``srifty launch`` run it first).
 
+- **model**: the fleet was planned for the model this project's own profile measured (``srifty/profile.json`` in
+  the code snapshot, else in the folder the check runs in), not another one's plan.
 - **script**: the training script is in the code snapshot, and every module it imports resolves in the environment
   the nodes install (the standard library, the code itself, torch / lightning / lightning-srifty and what they
   depend on, the requirements file).
@@ -289,6 +291,43 @@ def _requirement(text: str) -> tuple[str, frozenset[str]]:
     if not match:
         return _normal(text.strip()), frozenset()
     return _normal(match.group(1)), frozenset(_normal(e) for e in (match.group(2) or "").split(",") if e.strip())
+
+
+def check_model(planned: str | None, snapshot: Snapshot | None, project: Path) -> list[Finding]:
+    """The plan's model (the root's ``srifty:model`` tag) against the one this project's own profile measured
+    (``srifty/profile.json`` in the code snapshot, else in ``project``, the folder ``srifty check`` runs in): a plan
+    for another model went all the way to apply (issue #37 H4; ``srifty terraform`` refuses it too, unless
+    ``--any-model``). Nothing to compare: no finding."""
+    from lightning_srifty.provision.generate import PROJECT_PROFILE
+    from predictor.documents.profile import load_profile
+
+    if not planned or planned == "unknown":
+        return []
+    where, own = None, None
+    try:
+        if snapshot is not None:
+            try:
+                own = load_profile(json.loads(read_member(snapshot, PROJECT_PROFILE))).model.name
+                where = f"the code snapshot's {PROJECT_PROFILE}"
+            except KeyError:
+                pass
+        if own is None and (project / PROJECT_PROFILE).is_file():
+            own, where = load_profile(project / PROJECT_PROFILE).model.name, str(project / PROJECT_PROFILE)
+    except Exception:  # noqa: BLE001 - a profile that does not read is not a mismatch
+        return []
+    if not own:
+        return []
+    if own != planned:
+        return [
+            Finding(
+                "model",
+                "fail",
+                f"the fleet was planned for the model {planned!r}, but {where} measured {own!r}",
+                f"rank this project's profile (srifty recommend --profile {PROJECT_PROFILE} --out plan.json) and "
+                "write the module again from that plan (srifty terraform --any-model if this plan is meant)",
+            )
+        ]
+    return [Finding("model", "ok", f"the plan is for {own!r}, the model {where} measured")]
 
 
 def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
@@ -750,11 +789,13 @@ def preflight(
     endpoint: str | None = None,
     gpus: list[tuple[str, str | None]] | None = None,
     tls_only: bool = True,
+    model: str | None = None,
+    project: Path | None = None,
 ) -> Report:
     """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``); ``endpoint``:
     the root's AWS endpoint (an emulator's), for what its scheme means to the upload."""
     started = time.perf_counter()
-    findings: list[Finding] = []
+    findings: list[Finding] = check_model(model, snapshot, project or Path.cwd())
     if snapshot is not None and argv:
         findings += check_imports(snapshot, argv)
     if snapshot is not None:
@@ -805,6 +846,7 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         vcpus=lambda t: catalog.get(t).vcpus,
         bucket=values["checkpoints"].get("bucket"),
         tls_only=values["checkpoints"].get("tls_only", True),
+        model=(values.get("tags") or {}).get("srifty:model"),
         zone=values["network"].get("availability_zone") or values["network"].get("availability_zone_id"),
         snapshot=snapshot,
         argv=values["train"]["argv"],
