@@ -311,9 +311,13 @@ def plan_table(
             no_wrap=col != "fleet",
             min_width=longest if col == "fleet" else None,
         )
+    fallback_shown = False
     for i, e in enumerate(plan.entries):
         lo, hi = e.cost_interval_usd
         market = e.market if e.market != "mixed" else f"mixed ({e.spot_share:.0%} spot)"
+        if e.on_demand_fallback and e.on_demand_fallback >= 0.005:  # why a spot row can cost more than on demand
+            market += f" +{e.on_demand_fallback:.0%} OD"  # (issue #37 M1: said only in the plan's notes before)
+            fallback_shown = True
         cells = {
             "#": str(e.rank) if wide else f"{e.rank}{'*' if e.pareto else ' '}",
             # a space after each comma lets a fleet of several types wrap between types, never inside one
@@ -351,6 +355,11 @@ def plan_table(
     )
     if types:
         footer += f"\ninstance types left out: {types}"
+    if fallback_shown:
+        footer += (
+            "\n+N% OD: the expected share of the work the deadline policy runs on demand (spot capacity lost, the "
+            "deadline kept), priced in the row's time and cost"
+        )
     if not wide:
         footer += (
             "\n* on the Pareto front (time vs cost); 80%: the time's 80% interval; batch: samples per GPU per step; "

@@ -167,3 +167,21 @@ def test_the_excluded_line_speaks_the_callers_words(busy_plan) -> None:
     text = "\n".join(render(plan_table(busy_plan, words=lambda t: "<" + t + ">"), 400))
     assert "excluded: <" in text
     assert in_flags("1334 over deadline_h, 80 no spot price") == "1334 over --deadline, 80 no spot price"
+
+
+def test_a_spot_row_priced_with_the_deadlines_fallback_says_so_on_the_row(catalog) -> None:
+    """Issue #37 M1: a spot fleet dearer than on demand at the same speed (the deadline policy's on-demand share)
+    was explained only in the plan's notes. The row's market says "+N% OD" and the footer what it means."""
+    from conftest import ROOT
+
+    profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
+    plan = rank(profile, Constraints(steps=200_000, deadline_h=50 / 60, market="any"), catalog=catalog)
+    shares = {e.fleet: e.on_demand_fallback for e in plan.entries if e.on_demand_fallback}
+    assert shares, [e.fleet for e in plan.entries]
+    console = Console(width=170, record=True)
+    console.print(plan_table(plan, "resnet50"))
+    text = console.export_text()
+    fleet, share = next(iter(shares.items()))
+    row = next(line for line in text.splitlines() if f" {fleet} " in line)
+    assert f"+{share:.0%} OD" in row, row
+    assert "+N% OD: the expected share of the work the deadline policy runs on demand" in text
