@@ -549,7 +549,7 @@ def test_an_interrupted_apply_destroys_what_it_created(fake_terraform, monkeypat
     infra, calls = fake_terraform
     real_run = runner._run_shown
 
-    def interrupted(tf, args, echo):
+    def interrupted(tf, args, echo, **kwargs):
         real_run(tf, args, echo)
         raise KeyboardInterrupt  # Ctrl-C while terraform applies (it has created two resources)
 
