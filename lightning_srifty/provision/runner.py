@@ -141,11 +141,11 @@ def _run(tf: Any, *args: str, stream: bool = True, critical: bool = False, **opt
                 except BaseException:  # noqa: BLE001 - deferred: the first one is raised below
                     pass
             raise
-        _signal_group(proc, signal.SIGINT)
+        _signal(proc, signal.SIGINT)
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
+            _signal(proc, signal.SIGKILL)
             proc.wait()
         raise
     decode = lambda b: b.decode("utf-8", "replace") if b else ""  # noqa: E731
@@ -185,16 +185,19 @@ def _redeliver(signum: int | None) -> None:
         signal.raise_signal(signum)
 
 
-def _signal_group(proc: Any, sig: int) -> None:
-    """``sig`` to terraform's whole process group (it runs in a session of its own), as a terminal's Ctrl-C reaches
-    every process of its foreground group. Terraform is two processes (panicwrap: the one started runs a copy of
-    itself that does the work) and its providers: a SIGINT to the first alone ended it in 2 s and left the working
-    copy planning, holding the state's lock, with its AWS provider, after srifty had exited (found by
-    bench/launcher_signals.py's count of processes left, issue #36 L2)."""
+def _signal(proc: Any, sig: int) -> None:
+    """``sig`` to terraform: a SIGINT or SIGTERM to its process alone (terraform stops its providers and provisioners
+    itself; one SIGINT more, to its whole group, reached a `local-exec` provisioner and its providers directly and
+    ended the apply without its state, found by ``test_an_interrupted_apply_stops_terraform_once...`` in CI); a
+    SIGKILL to its whole group (it runs in a session of its own), so that no provider outlives it."""
     import os
+    import signal
 
     try:
-        os.killpg(proc.pid, sig)
+        if sig == signal.SIGKILL:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
     except (ProcessLookupError, PermissionError):
         with contextlib.suppress(OSError):
             proc.send_signal(sig)
@@ -254,7 +257,7 @@ def _run_shown(
 
         def stop(sig: int) -> None:
             if proc.poll() is None:
-                _signal_group(proc, sig)
+                _signal(proc, sig)
 
         timers = [
             threading.Timer(timeout_s, stop, (signal.SIGINT,)),
@@ -302,7 +305,7 @@ def _stop_gracefully(proc: Any, echo: Callable[[str], None], grace_s: float | No
     if proc.poll() is not None:
         return
     echo("Interrupted: terraform finishes what it is creating, saves its state and releases its lock (one SIGINT).")
-    _signal_group(proc, signal.SIGINT)
+    _signal(proc, signal.SIGINT)
 
     def drain() -> None:
         try:
@@ -317,11 +320,11 @@ def _stop_gracefully(proc: Any, echo: Callable[[str], None], grace_s: float | No
         proc.wait(timeout=GRACE_S if grace_s is None else grace_s)
     except subprocess.TimeoutExpired:
         echo(f"terraform did not stop within {GRACE_S if grace_s is None else grace_s:.0f} s: stopping it.")
-        _signal_group(proc, signal.SIGTERM)
+        _signal(proc, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
+            _signal(proc, signal.SIGKILL)
             proc.wait()
     reader.join(timeout=5)
 
