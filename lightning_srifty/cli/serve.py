@@ -68,14 +68,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
     )
     if token is not None:
-        writes = f"writes (POST /v1/observations) need 'Authorization: Bearer <token>' (token from {source})"
+        writes = (
+            f"writes (POST /v1/observations, /v1/runs) need 'Authorization: Bearer <token>' (token from {source}); "
+            "give training jobs a run token instead (srifty run-token): their observations count as one run"
+        )
     elif settings.allow_unauthenticated_writes:
         writes = (
-            "writes (POST /v1/observations) are open to anyone who reaches the port (--allow-unauthenticated-writes)"
+            "writes (POST /v1/observations, /v1/runs) are open to anyone who reaches the port "
+            "(--allow-unauthenticated-writes)"
         )
     else:
         writes = (
-            "writes (POST /v1/observations) are refused: no token is configured; give --token-file PATH or "
+            "writes (POST /v1/observations, /v1/runs) are refused: no token is configured; give --token-file PATH or "
             f"${TOKEN_ENV}, or --allow-unauthenticated-writes on a machine you trust"
         )
     print(f"srifty serve: {writes}.")
@@ -174,7 +178,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--token-file",
         metavar="PATH",
-        help=f"file holding the bearer token that writes (POST /v1/observations) need (default: ${TOKEN_ENV})",
+        help=f"file holding the token that writes (POST /v1/observations, /v1/runs) need (default: ${TOKEN_ENV})",
     )
     p.add_argument(
         "--allow-unauthenticated-writes",
