@@ -142,11 +142,7 @@ def _run(tf: Any, *args: str, stream: bool = True, critical: bool = False, **opt
                     pass
             raise
         _signal(proc, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            _signal(proc, signal.SIGKILL)
-            proc.wait()
+        _wait_or_kill(proc, 60)
         raise
     decode = lambda b: b.decode("utf-8", "replace") if b else ""  # noqa: E731
     return proc.returncode, decode(out), decode(err)
@@ -183,6 +179,18 @@ def _redeliver(signum: int | None) -> None:
         import signal
 
         signal.raise_signal(signum)
+
+
+def _wait_or_kill(proc: Any, seconds: float) -> None:
+    """Wait up to ``seconds`` for terraform to end, then kill it and its group (:func:`_signal`)."""
+    import signal
+    import subprocess
+
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        _signal(proc, signal.SIGKILL)
+        proc.wait()
 
 
 def _signal(proc: Any, sig: int) -> None:
@@ -321,11 +329,7 @@ def _stop_gracefully(proc: Any, echo: Callable[[str], None], grace_s: float | No
     except subprocess.TimeoutExpired:
         echo(f"terraform did not stop within {GRACE_S if grace_s is None else grace_s:.0f} s: stopping it.")
         _signal(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            _signal(proc, signal.SIGKILL)
-            proc.wait()
+        _wait_or_kill(proc, 30)
     reader.join(timeout=5)
 
 
