@@ -44,6 +44,16 @@ def mape(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - true) / true) * 100)
 
 
+def time_weighted(pred: np.ndarray, true: np.ndarray) -> float:
+    """Time-weighted per-kernel error, in percent: sum |pred - true| / sum true (a long kernel counts for its time)."""
+    return float(np.sum(np.abs(pred - true)) / np.sum(true) * 100)
+
+
+def sum_error(pred: np.ndarray, true: np.ndarray) -> float:
+    """Error of the class's summed time, in percent: |sum pred - sum true| / sum true (what a step adds up)."""
+    return float(abs(np.sum(pred) - np.sum(true)) / np.sum(true) * 100)
+
+
 def roofline(cls: str, rows: dict[str, np.ndarray], gpu) -> np.ndarray:
     """The plain roofline bound, max(FLOPs / peak, bytes / bandwidth), seconds (floor 0 so nothing is learned)."""
     _, t_roof, _ = features(cls, rows, gpu, floor=1e-5)
@@ -91,12 +101,15 @@ def main(argv: list[str] | None = None) -> int:
                 "n": len(true),
                 "model_mape": round(mape(pred, true), 2),
                 "roofline_mape": round(mape(base, true), 2),
+                "time_weighted": round(time_weighted(pred, true), 2),
+                "sum_error": round(sum_error(pred, true), 2),
                 "median_pred_over_true": round(float(np.median(pred / true)), 3),
             }
             scatter.setdefault(key, []).append((cls, true, pred))
         took = time.perf_counter() - start
         line = "  ".join(
-            f"{c} {v['model_mape']:.1f}% x{v['median_pred_over_true']:.2f} (roof {v['roofline_mape']:.0f}%)"
+            f"{c} {v['model_mape']:.1f}% tw {v['time_weighted']:.1f}% sum {v['sum_error']:.1f}% "
+            f"x{v['median_pred_over_true']:.2f} (roof {v['roofline_mape']:.0f}%)"
             for c, v in results[key].items()
         )
         mean = np.mean([v["model_mape"] for v in results[key].values()])
@@ -110,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         mean_m = np.mean([v["model_mape"] for v in res.values()])
         mean_r = np.mean([v["roofline_mape"] for v in res.values()])
         print(f"| {key} | " + " | ".join(cells) + f" | {mean_m:.1f} / {mean_r:.0f} |")
+    print("\ntime-weighted per-kernel error / error of the class's summed time, %")
+    print("| GPU | " + " | ".join(classes) + " |")
+    print("|---" * (len(classes) + 1) + "|")
+    for key, res in results.items():
+        cells = [f"{res[c]['time_weighted']:.1f} / {res[c]['sum_error']:.1f}" if c in res else "-" for c in classes]
+        print(f"| {key} | " + " | ".join(cells) + " |")
     protocol = "train-split" if args.train_split else "all-gpus"
     atomic_write_json(args.out, {"max_iter": args.max_iter, "protocol": protocol, "results": results})
     print(f"wrote {args.out}")

@@ -12,7 +12,8 @@ Writes, from gpu_specs.csv and ec2_gpu_instances.csv:
 - predictor/data/sources.json: the sha256 of every file read and written (tests check the bundled files against it);
 - predictor/data/prices.csv: long format, one row per (instance type, region, market, zone) price with its date and
   source; advisor-derived spot estimates are flagged ``estimated``.
-The key, alias and kind choices below are the only hand-written part; numbers are copied, never typed.
+The key, alias and kind choices below are the only hand-written part; numbers are copied, never typed, but for the
+GPUs shared/ has no row for (scripts/data/gpu_specs_datasheets.csv: each row's figures from the datasheet it names).
 """
 
 from __future__ import annotations
@@ -60,7 +61,13 @@ GPU_KEYS: dict[str, list[tuple[str, float | None, list[str]]]] = {
     "RTX A6000": [("RTX-A6000", None, ["NVIDIA RTX A6000"])],
     "RTX 3090": [("RTX-3090", None, ["NVIDIA GeForce RTX 3090"])],
     "RTX 4090": [("RTX-4090", None, ["NVIDIA GeForce RTX 4090"])],
+    # rows of DATASHEETS (not in shared/: newer than its table)
+    "B200-SXM": [("B200-SXM", None, ["NVIDIA B200"])],
+    "B300-SXM": [("B300-SXM", None, ["NVIDIA B300", "NVIDIA B300 SXM6 AC"])],
 }
+# GPUs shared/'s gpu_specs.csv has no row for, in its columns, each row's figures typed from the vendor's datasheet
+# named in its source (the one hand-typed table of this script; keep it to GPUs EC2 sells and shared/ lacks)
+DATASHEETS = ROOT / "scripts" / "data" / "gpu_specs_datasheets.csv"
 
 # accelerator as the instance table names it -> canonical GPU key (by GPU memory where one name has two sizes)
 INSTANCE_GPU = {
@@ -77,7 +84,7 @@ INSTANCE_GPU = {
     ("NVIDIA A100", 80.0): "A100-SXM-80GB",
     ("NVIDIA H100", 80.0): "H100-SXM",
     ("NVIDIA H200", 141.0): "H200-SXM",
-    # no published specs in gpu_specs.csv: the key is known, the specs come from --catalog-extra
+    # specs from DATASHEETS (shared/'s gpu_specs.csv has no row for them)
     ("NVIDIA B200", None): "B200-SXM",
     ("NVIDIA B300", None): "B300-SXM",
 }
@@ -116,6 +123,8 @@ def leading_number(text: str) -> str:
 
 def build_gpus(shared: Path) -> str:
     rows = list(csv.DictReader((shared / "gpu_specs.csv").open(encoding="utf-8")))
+    known = {r["gpu"] for r in rows}
+    rows += [r for r in csv.DictReader(DATASHEETS.open(encoding="utf-8")) if r["gpu"] not in known]
     unmapped = [r["gpu"] for r in rows if r["gpu"] not in GPU_KEYS]
     if unmapped:
         raise SystemExit(f"gpu_specs.csv has GPUs without a key in GPU_KEYS: {unmapped}; add them to this script.")
@@ -275,7 +284,10 @@ def manifest(shared: Path, outputs: dict[Path, str]) -> str:
     the shared data (a clean checkout), that nobody edited the bundled numbers by hand since the last build."""
     doc = {
         "built_by": "scripts/build_data.py",
-        "sources": {name: sha256(shared / name) for name in SOURCES},
+        "sources": {
+            **{name: sha256(shared / name) for name in SOURCES},
+            str(DATASHEETS.relative_to(ROOT)): sha256(DATASHEETS),
+        },
         "outputs": {p.name: hashlib.sha256(text.encode("utf-8")).hexdigest() for p, text in outputs.items()},
     }
     return json.dumps(doc, indent=2) + "\n"

@@ -27,7 +27,7 @@ from predictor.catalog.gpus import GPU, get_gpu  # noqa: E402
 from predictor.documents.atomic import atomic_write_json  # noqa: E402
 from predictor.model.kernels import TRAINED_CLASSES, KernelModel  # noqa: E402
 
-SCRIPT_VERSION = "2"
+SCRIPT_VERSION = "3"
 FILES = ("linear", "bmm", "conv", "elementwise", "ln", "softmax")
 # NeuSight device name -> catalog key; P4 is not in the catalog (see P4 below)
 DEVICES = {
@@ -111,9 +111,11 @@ def read_kernels(data: Path) -> dict[str, dict[str, np.ndarray]]:
         for key, a, b in [
             *[(k, common(lin)[k], common(bmm)[k]) for k in ("gpu", "op", "latency_s")],
             ("b", np.ones_like(lin["b"]), bmm["b"]),
-            ("m", lin["b"] * lin["m"], bmm["m"]),  # linear: x[B,M,K] @ W[K,N] is one [B*M,K] @ [K,N]
-            ("n", lin["n"], bmm["n"]),
-            ("k", lin["k"], bmm["k"]),
+            # NeuSight's rows: n is the contraction, k the output (its collector: torch.nn.Linear(n, k) on x[b, m, n];
+            # torch.bmm([b, m, n], [b, n, k])); the model's names are ATen's, [m, k] @ [k, n]: n the output
+            ("m", lin["b"] * lin["m"], bmm["m"]),  # linear: x[B,M,N] @ W[N,K] is one [B*M,N] @ [N,K]
+            ("n", lin["k"], bmm["k"]),
+            ("k", lin["n"], bmm["n"]),
         ]
     }
     c = raw["conv"]

@@ -12,6 +12,7 @@ from conftest import ROOT
 from lightning_srifty.cli import main
 from predictor.catalog import Catalog
 from predictor.catalog.fleet import parse_fleet
+from predictor.catalog.gpus import GpuTable
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
 from predictor.model.network import allreduce_time, calibrate
@@ -109,8 +110,10 @@ def test_measured_activation_memory_scales_with_batch(catalog) -> None:
 def test_bad_inputs(minimal, catalog) -> None:
     with pytest.raises(PredictionError, match="not a CUDA GPU"):
         predict(minimal, "trn1.32xlarge:1", catalog=catalog)
+    no_b200 = Catalog(catalog._instances, GpuTable({k: g for k, g in catalog.gpus.gpus.items() if k != "B200-SXM"}),
+                      catalog.info)  # fmt: skip
     with pytest.raises(PredictionError, match=r"B200-SXM.* no specs .*--catalog-extra"):
-        predict(minimal, "p6-b200.48xlarge:1", catalog=catalog)
+        predict(minimal, "p6-b200.48xlarge:1", catalog=no_b200)
     cpu = copy.deepcopy(MINIMAL)
     cpu["hardware"] = {"devices": 1}
     with pytest.raises(PredictionError, match="without a GPU and has neither an operator table nor FLOPs"):

@@ -133,6 +133,24 @@ class InstanceType:
         measured = [p for p in found if not p.estimated]
         return min(measured or found, key=lambda p: p.usd_hr)
 
+    @property
+    def spot_rate_per_hr(self) -> float:
+        """The interruption rate its spot capacity is priced at: the Spot Advisor's bucket (or the user's rate), else
+        :data:`UNLISTED_BUCKET`'s (:meth:`spot_unlisted` says so)."""
+        if self.interruption_rate_per_hr is not None:
+            return self.interruption_rate_per_hr
+        return interruption_rate(UNLISTED_BUCKET) or 0.0
+
+    def spot_unlisted(self) -> str | None:
+        """A sentence when its spot entries assume :data:`UNLISTED_BUCKET` for want of the advisor's figure."""
+        if self.interruption_rate_per_hr is not None:
+            return None
+        return (
+            f"{self.name} is {SPOT_UNLISTED_HINT} (no interruption frequency published): its spot entries assume the "
+            f"worst bucket, {UNLISTED_BUCKET} of instances interrupted a month; a spot trace of its history (--spot-trace) "
+            "or the type redefined with interruption_rate_per_hr (--catalog-extra) replaces the assumption"
+        )
+
     def spot_outlier(self, region: str) -> str | None:
         """A sentence when the spot price the ranking takes in ``region`` (its cheapest measured zone) is under half
         the median of the region's other zones: more likely a stale or odd sample of the catalog's source than a
@@ -160,6 +178,10 @@ class InstanceType:
 
 
 SPOT_OUTLIER_HINT = "check today's price"  # how a plan note of InstanceType.spot_outlier reads (the CLI shows them)
+# a spot type the Spot Instance Advisor does not list (p5e, p6-b200, p6-b300 in the bundled catalog) is priced at its
+# worst bucket, not at no interruptions at all (which made a new type's spot look safer than every listed one)
+UNLISTED_BUCKET = ">20%"
+SPOT_UNLISTED_HINT = "not in the Spot Instance Advisor"  # how a plan note of InstanceType.spot_unlisted reads
 
 
 def interruption_rate(bucket: str | None) -> float | None:

@@ -466,8 +466,11 @@ def classify_table(ops: Sequence[OpRecord]) -> list[Classified]:
 # - FlashAttention (v1, torch 2.0-2.1's SDPA flash backend, flash-attn 1.x and its Triton port): 25-40% of the A100's
 #   peak (the same paper's abstract; its figures put the Triton port at or below v1): 0.32; Hopper: v1 has no Hopper
 #   path either, taken at v2's Hopper share times v1/v2 on Ampere (0.32 / 0.6), 0.16 (judgement, flagged in notes).
+# - Blackwell (sm100, sm103): FlashAttention-2's kernels are Ampere's mma.sync code, which does not reach the
+#   Blackwell tensor cores' tcgen05 rate; no published torch SDPA figure on B200/B300 was found: Hopper's shares
+#   (judgement, flagged here; the first measured B200 step should replace it).
 # Other architectures take Ampere's.
-ATTENTION_PEAK_SHARE = {"fa2": {"9": 0.3}, "fa1": {"9": 0.16}}
+ATTENTION_PEAK_SHARE = {"fa2": {"9": 0.3, "10": 0.3}, "fa1": {"9": 0.16, "10": 0.16}}
 ATTENTION_PEAK_SHARE_DEFAULT = {"fa2": 0.6, "fa1": 0.32}
 ATTENTION_GENERATIONS = tuple(ATTENTION_PEAK_SHARE_DEFAULT)
 

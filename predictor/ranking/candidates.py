@@ -193,7 +193,7 @@ def price(
     tidx, cnt = many.type_index, many.counts
     present = cnt > 0
     nodes = row_sum(cnt)
-    rate = np.array([it.interruption_rate_per_hr or 0.0 for it in types])[tidx]
+    rate = np.array([it.spot_rate_per_hr for it in types])[tidx]
     parts: list[Candidates] = []
     for r, region in enumerate(constraints.regions):
         od = np.array([it.price_usd_hr(region, "on-demand") or np.nan for it in types])[tidx]

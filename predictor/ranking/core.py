@@ -456,7 +456,7 @@ def _validation_notes(profile: Profile, work: Work) -> list[str]:
 
 def _outlier_notes(entries: list[PlanEntry], types: list[InstanceType]) -> list[str]:
     """A note for each spot price of a listed fleet that is far below its region's other zones
-    (:meth:`InstanceType.spot_outlier`)."""
+    (:meth:`InstanceType.spot_outlier`) or whose interruption rate is assumed (:meth:`InstanceType.spot_unlisted`)."""
     by_name = {t.name: t for t in types}
     said: dict[tuple[str, str], str] = {}
     for e in entries:
@@ -464,8 +464,9 @@ def _outlier_notes(entries: list[PlanEntry], types: list[InstanceType]) -> list[
             continue
         for g in e.groups:
             key = (g.instance_type, e.region)
-            if key not in said and g.instance_type in by_name:
-                said[key] = by_name[g.instance_type].spot_outlier(e.region) or ""
+            if key not in said and g.instance_type in by_name and g.spot:
+                it = by_name[g.instance_type]
+                said[key] = "; ".join(n for n in (it.spot_outlier(e.region), it.spot_unlisted()) if n)
     return [note for note in said.values() if note]
 
 
