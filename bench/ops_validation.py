@@ -117,7 +117,8 @@ def kernel_model(excluded: tuple[str, ...], folder: str):
 
     from predictor.model.kernels import KernelModel
 
-    cache = ROOT / "bench" / "results" / "kernel_models" / f"without-{'+'.join(excluded) or 'nothing'}.json"
+    name = f"without-{'+'.join(excluded) or 'nothing'}.v{tk.SCRIPT_VERSION}.json"  # a new script version retrains
+    cache = ROOT / "bench" / "results" / "kernel_models" / name
     if cache.exists():  # a re-run reuses the held-out models (same script, same seeds)
         return KernelModel.from_json(json.loads(cache.read_text()))
     t = time.perf_counter()

@@ -269,6 +269,18 @@ _WIDE = {
 }
 
 
+DEFAULT_WIDTH = 100  # the default table's width budget (tests/test_plan_output.py holds it)
+
+
+def _chance(p: float | None) -> str:
+    """A probability as the table shows it: whole percents, never a certainty the model cannot give."""
+    if p is None:
+        return ""
+    if p >= 0.995:
+        return ">99%"
+    return f"{p:.0%}" if p >= 0.01 else "<1%"
+
+
 def plan_table(
     plan: Plan, model: str | None = None, wide: bool = False, words: Callable[[str], str] | None = None
 ) -> Group:
@@ -295,6 +307,9 @@ def plan_table(
             columns.insert(3, "region")
         if any(e.savings_vs_current is not None for e in plan.entries):
             columns.append("savings")
+    deadline = plan.constraints.deadline_h
+    if deadline is not None and any(e.deadline_probability is not None for e in plan.entries):
+        columns.insert(columns.index("time 80% interval") + 1, "in time")  # the chance of meeting the deadline
     table = Table(
         title=title,
         caption=plan.why,
@@ -304,14 +319,16 @@ def plan_table(
     )
     # only the fleet column wraps, between its types (the longest type:count is its minimum width)
     longest = max((len(g) for e in plan.entries for g in e.fleet.split(",")), default=5)
-    for col in columns:
+    header = [_SHORT.get(col, col) if not wide else _WIDE.get(col, col) for col in columns]
+    for col, head in zip(columns, header, strict=True):
         table.add_column(
-            _SHORT.get(col, col) if not wide else _WIDE.get(col, col),
+            head,
             justify="left" if col in _LEFT else "right",
             no_wrap=col != "fleet",
             min_width=longest if col == "fleet" else None,
         )
     fallback_shown = False
+    widths = [max(len(part) for part in h.split("\n")) for h in header]
     for i, e in enumerate(plan.entries):
         lo, hi = e.cost_interval_usd
         market = e.market if e.market != "mixed" else f"mixed ({e.spot_share:.0%} spot)"
@@ -338,8 +355,12 @@ def plan_table(
             "batch/GPU": e.batch_per_gpu(),
             "layout": e.layout.name if e.layout is not None else "ddp",
             "Pareto": "*" if e.pareto else "",
+            "in time": _chance(e.deadline_probability),
         }
         table.add_row(*(cells[c] for c in columns), style="bold green" if i == plan.chosen else None)
+        widths = [max(w, len(cells[c]) if c != "fleet" else longest) for w, c in zip(widths, columns, strict=True)]
+    if not wide and sum(widths) + 2 * (len(columns) - 1) > DEFAULT_WIDTH:
+        table.collapse_padding = True  # one space between columns, not two, before a value is cut (B200-long names)
     excluded = ", ".join(f"{n:,} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
     if words is not None:  # the ranking's parameter names in the caller's words (srifty recommend: its flags)
         excluded = words(excluded)
@@ -355,6 +376,12 @@ def plan_table(
     )
     if types:
         footer += f"\ninstance types left out: {types}"
+    if "in time" in columns and deadline is not None:
+        footer += (
+            f"\nin time: the chance of finishing within the {fmt_hours(deadline)} deadline (the prediction's held-out "
+            "spread, start-up, spot interruptions and the on-demand fallback); every fleet listed meets it at "
+            f"{plan.constraints.confidence or 0.5:.0%} or more (--confidence)"
+        )
     if fallback_shown:
         footer += (
             "\n+N% OD: the expected share of the work the deadline policy runs on demand (spot capacity lost, the "

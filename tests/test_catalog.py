@@ -52,7 +52,11 @@ def test_every_cuda_type_has_a_known_gpu(bundled: Catalog) -> None:
     # B200 and B300 are not in shared/'s table: their rows come from NVIDIA's datasheets (scripts/data/)
     b200, b300 = bundled.gpu("NVIDIA B200"), bundled.gpu("NVIDIA B300")
     assert (b200.key, b200.bf16_tflops, b200.fp32_tflops, b200.memory_bw_gbps, b200.compute_capability) == (
-        "B200-SXM", 2250, 75, 7700, "10.0"
+        "B200-SXM",
+        2250,
+        75,
+        7700,
+        "10.0",
     )
     assert (b300.key, b300.memory_gb, b300.sms, b300.compute_capability) == ("B300-SXM", 270, 160, "10.3")
     # the architecture facts agree with the datasheet's FP32 peak: SMs x 128 lanes x 2 x boost clock

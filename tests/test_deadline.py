@@ -263,8 +263,9 @@ def test_spot_entries_under_a_deadline_carry_the_fallback_and_keep_it(catalog) -
     e = loose.entries[0]
     assert e.on_demand_fallback == 0
     tight_h = (e.time_h - e.startup_s / 3600) * 0.995 + e.startup_s / 3600 + 0.2  # below the spot-only time
+    # the fallback's pricing at the predicted (median) time: confidence 0.5 (the confidence is tests/test_deadline_odds)
     plan = rank(profile, Constraints(steps=700_000, market="any", allow=("p3.2xlarge",), max_instances=1,
-                                     deadline_h=tight_h), catalog=catalog)  # fmt: skip
+                                     deadline_h=tight_h, confidence=0.5), catalog=catalog)  # fmt: skip
     spot = next(x for x in plan.entries if x.market == "spot")
     od = next(x for x in plan.entries if x.market == "on-demand")
     assert spot.time_h <= tight_h and spot.on_demand_fallback is not None and spot.on_demand_fallback > 0

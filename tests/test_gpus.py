@@ -76,7 +76,8 @@ def test_bundled_data_is_what_the_build_script_wrote() -> None:
 
 
 # FP32 lanes per SM by compute capability (NVIDIA CUDA C Programming Guide, "Arithmetic Instructions" table)
-FP32_PER_SM = {"3.7": 192, "5.2": 128, "6.0": 64, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128, "9.0": 128}
+FP32_PER_SM = {"3.7": 192, "5.2": 128, "6.0": 64, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128, "9.0": 128,
+               "10.0": 128, "10.3": 128}  # fmt: skip
 
 
 def test_every_bundled_gpu_has_architecture_facts() -> None:

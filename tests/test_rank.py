@@ -50,7 +50,7 @@ def test_deadline_binds_and_is_explained(profile, catalog) -> None:
     plan = rank(profile, Constraints(steps=1_000_000, market="on-demand", deadline_h=deadline), catalog=catalog)
     assert all(e.time_h <= deadline for e in plan.entries)
     assert plan.entries[0].cost_usd >= free.entries[0].cost_usd
-    assert "the deadline of " in plan.why and " binds" in plan.why and plan.excluded["over deadline_h"] > 0
+    assert "the deadline of " in plan.why and " binds" in plan.why and plan.excluded["under 90% to meet deadline_h"] > 0
     assert "deadline_h=" not in plan.why  # a Python parameter's name is no sentence for a user
     assert "budget_usd" not in plan.why  # no budget was set: it cannot be the one that binds
     fastest = rank(profile, Constraints(steps=1_000_000, objective="time", market="on-demand"), catalog=catalog)

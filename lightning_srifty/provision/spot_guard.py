@@ -7,7 +7,8 @@ what
 
 - the deadline: the plan's ``constraints.deadline_h`` from when the launch began working to the plan;
 - the work: the plan's steps (``work_samples`` / the global batch) at the measured step time (``PROGRESS.json``),
-  else at the plan's predicted one (the global batch / the entry's throughput: start-up and interruptions excluded,
+  else at the plan's predicted one at the plan's confidence (the global batch / the entry's throughput, x
+  ``deadline.confidence_factor``: the quantile the ranking held to the deadline; start-up and interruptions excluded,
   the tick model counts those itself);
 - the progress: the job's global step (``PROGRESS.json``, ``PREEMPTED.json``);
 - the restart: the last move's measured downtime (or its checkpoint + new fleet up + restart), else the plan's
@@ -321,12 +322,14 @@ def guard_for(
         return None
     entry, od = plan.entries[index], od_plan.entries[od_index]
     ckpt = plan.checkpoint_s if plan.checkpoint_s is not None else 0.0
+    # at the plan's confidence until the job reports its measured step (the quantile the ranking held to the deadline)
+    at_confidence = deadline.confidence_factor(entry, plan.constraints.confidence)
     return SpotGuard(
         deadline.policy(name),
         started_unix=started_unix,
         deadline_h=float(plan.constraints.deadline_h or 0.0),
         steps=total_steps(plan, global_batch),
-        step_s=global_batch / entry.throughput_samples_s,
+        step_s=global_batch / entry.throughput_samples_s * at_confidence,
         restart_s=(entry.startup_s or 0.0) + 2 * ckpt,  # start-up, the leaving save and the restore
         check_s=check_s,
         spot_usd_hr=entry.usd_per_hour,

@@ -147,8 +147,9 @@ class InstanceType:
             return None
         return (
             f"{self.name} is {SPOT_UNLISTED_HINT} (no interruption frequency published): its spot entries assume the "
-            f"worst bucket, {UNLISTED_BUCKET} of instances interrupted a month; a spot trace of its history (--spot-trace) "
-            "or the type redefined with interruption_rate_per_hr (--catalog-extra) replaces the assumption"
+            f"worst bucket, {UNLISTED_BUCKET} of instances interrupted a month; a spot trace of its history "
+            "(--spot-trace) or the type redefined with interruption_rate_per_hr (--catalog-extra) replaces the "
+            "assumption"
         )
 
     def spot_outlier(self, region: str) -> str | None:

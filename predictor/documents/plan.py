@@ -238,6 +238,14 @@ class PlanEntry:
         min=0,
         max=1,
     )
+    deadline_probability: float | None = doc_field(
+        "under a deadline: the chance of finishing within it (the prediction's log-normal spread of its regime, the "
+        "start-up, spot interruptions, and the deadline policy's on-demand fallback for spot and mixed fleets); "
+        "absent without a deadline and in plans made before it was recorded",
+        default=None,
+        min=0,
+        max=1,
+    )
     time_interval_h: tuple[float, ...] | None = doc_field(
         "80% interval of time_h from the step-time interval (the start-up is fixed: not scaled with it); absent in "
         "plans made before it was recorded",
@@ -312,6 +320,13 @@ class PlanConstraints:
     allow: tuple[str, ...] | None = doc_field("instance types or families considered (none: all)", default=None)
     deny: tuple[str, ...] | None = doc_field("instance types or families left out", default=None)
     deadline_h: float | None = doc_field("wall-time limit", default=None, exclusive_min=0)
+    confidence: float | None = doc_field(
+        "chance of finishing within the deadline a fleet had to have (absent in plans made before it was recorded: "
+        "those held the predicted time to the deadline)",
+        default=None,
+        min=0.5,
+        max=0.999,
+    )
     budget_usd: float | None = doc_field("cost limit", default=None, exclusive_min=0)
     max_hourly_usd: float | None = doc_field("limit on the fleet's price per hour", default=None, exclusive_min=0)
     min_memory_headroom: float = doc_field("GPU memory to keep free, as a share", default=0.0, min=0, max=1)

@@ -604,7 +604,8 @@ class PlannedRun:
 def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | None = None,
                   catalog: Any = None) -> PlannedRun:  # fmt: skip
     """The run of ``plan.entries[choice]`` (default: the plan's choice) under the plan's deadline (or
-    ``deadline_h``): the work is the plan's optimizer steps x the predicted step time, each new fleet costs the
+    ``deadline_h``): the work is the plan's optimizer steps x the predicted step time (at the plan's confidence,
+    :func:`confidence_factor`), each new fleet costs the
     entry's start-up plus a checkpoint save and load (``plan.checkpoint_s``), spot is the entry's price (a mixed
     fleet: its on-demand base plus its spot share) and on-demand the same fleet all on-demand (from the catalog).
 
@@ -636,6 +637,13 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
     else:  # plans made before global_batch was recorded
         work_s = max(1.0, entry.time_h * 3600 - startup)
         notes.append("the plan does not record its global batch: the work is its predicted time less the start-up")
+    factor = confidence_factor(entry, plan.constraints.confidence)
+    if factor > 1.0:  # the deadline was asked at a confidence: the policy plans for the work at that quantile
+        work_s *= factor
+        notes.append(
+            f"the work is planned at the plan's {plan.constraints.confidence:.0%} confidence: x{factor:.2f} the "
+            "predicted training time (the ranking's quantile; the launch's guard replaces it with the measured step)"
+        )
     ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S
     spot_nodes = sum(g.spot for g in entry.groups)
     if catalog is None:
@@ -759,3 +767,68 @@ def expected_with_fallback(
         + od_billed * od_usd_hr / 3600
     )
     return Fallback(share, time, cost)
+
+
+# ---------------------------------------------------------------- the deadline as a probability (issue #38 item 1)
+
+
+@dataclass(frozen=True)
+class DeadlineOdds:
+    """Arrays aligned with the candidates."""
+
+    probability: np.ndarray  # chance of finishing by the deadline
+    time_s: np.ndarray  # wall time at the confidence asked (its quantile), start-up included
+
+
+def deadline_odds(
+    deadline_s: float,
+    confidence: float,
+    sd: np.ndarray,
+    startup_s: np.ndarray,
+    uncertain_s: np.ndarray,
+    guarded: np.ndarray,
+    fallback_at: Any,
+) -> DeadlineOdds:
+    """Each candidate's chance of finishing within ``deadline_s``, and its time at ``confidence``.
+
+    The part of the run the performance model predicts, ``uncertain_s`` (the training, with an unguarded spot fleet's
+    checkpoints and expected interruptions), is log-normal with the prediction's relative ``sd`` (the held-out width
+    of its regime and the profile's own spread, :mod:`predictor.model.uncertainty`); the start-up is taken as
+    predicted. Where the deadline policy guards a spot or mixed fleet (``guarded``), ``uncertain_s`` is the training
+    alone: the policy watches the measured progress and moves the rest on-demand in time, so the run ends by the
+    deadline whenever the training at its true speed fits after the start-up (a restart kept in hand is what the
+    policy spends, :func:`expected_with_fallback`). So ``P = Phi(ln((deadline - start-up) / uncertain) / sd)``.
+
+    ``fallback_at(factor)``: the guarded fleets' :class:`Fallback` with the work scaled by ``factor``; its time at the
+    confidence's factor is the guarded time at the quantile. The time at the quantile is within the deadline exactly
+    when the probability is at least ``confidence`` (both follow the same factor), so the filter and the figure
+    shown never disagree.
+    """
+    from predictor.model.uncertainty import MAX_SD, normal_cdf, z_of
+
+    sd = np.minimum(np.nan_to_num(np.asarray(sd, float), nan=MAX_SD), MAX_SD)
+    room = deadline_s - np.asarray(startup_s, float)
+    uncertain = np.maximum(np.asarray(uncertain_s, float), 1e-9)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.log(np.where(room > 0, room, np.nan) / uncertain) / sd
+    x = np.where(room > 0, np.where(sd > 0, x, np.where(uncertain <= room, np.inf, -np.inf)), -np.inf)
+    probability = normal_cdf(x)
+    factor = np.exp(z_of(confidence) * sd)
+    time = np.asarray(startup_s, float) + uncertain * factor
+    if np.any(guarded):
+        time = np.where(guarded, fallback_at(factor).time_s, time)
+    return DeadlineOdds(probability, time)
+
+
+def confidence_factor(entry: Any, confidence: float | None) -> float:
+    """How much longer than predicted a plan entry's training is at ``confidence`` (its quantile over the median):
+    ``exp(z sd)`` with the entry's relative sd read back from its step's 80% interval. 1.0 at 0.5, for a plan that
+    recorded no confidence (its deadline held the predicted time) and for an entry without an interval. The
+    ranking, the launch's spot guard (until it measures the step) and the replay plan for the same quantile."""
+    from predictor.model.uncertainty import Z80, z_of
+
+    interval = getattr(entry, "iteration_time_interval_s", None)
+    if confidence is None or not interval or not entry.iteration_time_s:
+        return 1.0
+    sd = max(0.0, math.log(max(interval[1], entry.iteration_time_s) / entry.iteration_time_s) / Z80)
+    return math.exp(z_of(confidence) * sd)

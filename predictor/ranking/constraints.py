@@ -130,6 +130,13 @@ class Constraints:
         flag="--deadline",
         unit="h",
     )
+    confidence: float = _c(
+        0.9,
+        "chance of finishing within the deadline a fleet must have (its time at this quantile meets it)",
+        "number",
+        minimum=0.5,
+        maximum=0.999,
+    )
     budget_usd: float | None = _c(
         None, "cost limit, US dollars", "number", minimum=0, exclusive=True, service_max=1e12, flag="--budget"
     )
@@ -259,6 +266,8 @@ class Constraints:
         values = {
             "samples": plan.work_samples,
             "deadline_h": plan.deadline_h,
+            # a plan that does not say held the predicted time (the median) to the deadline
+            "confidence": plan.confidence if plan.confidence is not None else 0.5,
             "budget_usd": plan.budget_usd,
             "objective": "cost" if plan.objective == "cost_per_sample" else plan.objective,  # the same ranking
             "regions": tuple(plan.regions),
@@ -386,6 +395,7 @@ class Constraints:
             allow=tuple(self.allow) or None,
             deny=tuple(self.deny) or None,
             deadline_h=self.deadline_h,
+            confidence=self.confidence,
             budget_usd=self.budget_usd,
             max_hourly_usd=self.max_hourly_usd,
             min_memory_headroom=self.min_memory_headroom,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +19,7 @@ from predictor.documents.profile import Profile
 from predictor.documents.work import Work
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
 from predictor.model.artefact import model_version
-from predictor.model.deadline import DOWN_SPELL_S, SpotStats, expected_with_fallback
+from predictor.model.deadline import DOWN_SPELL_S, Fallback, SpotStats, deadline_odds, expected_with_fallback
 from predictor.model.fleets import PREFER_SIMPLER, ManyPredictions, predict_mixes, row_sum
 from predictor.model.layout import Layout
 from predictor.model.spot import DEFAULT_CHECKPOINT_S, spot_cost
@@ -39,7 +39,7 @@ from predictor.model.startup import (
 from predictor.ranking import candidates as cands
 from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
 from predictor.ranking.constraints import Constraints, Market, Objective
-from predictor.ranking.explain import CurrentFleet, infeasible, layout_why, unmeasured_note, why
+from predictor.ranking.explain import LIMIT_OF, CurrentFleet, fmt, infeasible, layout_why, unmeasured_note, why, within
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
 
@@ -118,6 +118,7 @@ def rank(
         + ([current_note] if current_note else [])
         + _startup_notes(constraints, types, entries[0], current, known_startup)
         + _outlier_notes(entries, types)
+        + _risk_notes(constraints, scored, ok, key, entries, lambda i: one(i, 0))
         + _validation_notes(profile, work)
     )
     caveat = unmeasured_note(profile)
@@ -273,22 +274,45 @@ def _score(
     usd_hr = row_sum(cand.group_usd)
     cost = usd_hr * billed_hours(wall_s)
     od_share = np.zeros(len(s))
+    odds = None
     if constraints.deadline_h is not None:  # spot and mixed under a deadline: the policy's on-demand fallback
         guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
-        fb = expected_with_fallback(
-            spot.expected_time_s, run_s, spot.expected_interruptions, constraints.deadline_h * 3600, startup,
-            startup + 2 * checkpoint_s, usd_hr, cand.od_usd, down_s=down_s,
+
+        def fallback_at(factor: np.ndarray | float = 1.0) -> Fallback:
+            """The guarded fleets as the policy runs them, the work (and what it exposes to spot) x ``factor``."""
+            return expected_with_fallback(
+                spot.expected_time_s * factor, run_s * factor, spot.expected_interruptions * factor,
+                constraints.deadline_h * 3600, startup, startup + 2 * checkpoint_s, usd_hr, cand.od_usd,
+                down_s=down_s,
+            )  # fmt: skip
+
+        fb = fallback_at()
+        odds = deadline_odds(
+            constraints.deadline_h * 3600, constraints.confidence, many.model_sd[s], startup,
+            np.where(guarded, run_s, wall_s - startup), guarded, fallback_at,
         )  # fmt: skip
         wall_s = np.where(guarded, fb.time_s, wall_s)
         cost = np.where(guarded, np.maximum(fb.cost_usd, usd_hr * billed_hours(np.zeros(len(s)))), cost)
         od_share = np.where(guarded, fb.od_share, 0.0)
-    return Scored(many, cand, spot, wall_s / 3600, cost, usd_hr, tuple(constraints.regions), startup, od_share)
+    return Scored(
+        many, cand, spot, wall_s / 3600, cost, usd_hr, tuple(constraints.regions), startup, od_share,
+        deadline_p=None if odds is None else odds.probability,
+        confident_time_h=None if odds is None else odds.time_s / 3600,
+    )  # fmt: skip
 
 
 def _values(scored: Scored) -> dict[str, np.ndarray]:
     """The measures the constraints limit, by the names the explanations use."""
     instances = scored.cand.on_demand.sum(axis=1) + scored.cand.spot.sum(axis=1)
-    return {"time_h": scored.time_h, "cost_usd": scored.cost, "usd_per_hour": scored.usd_hr, "instances": instances}
+    return {
+        "time_h": scored.time_h,
+        # what the deadline limits: the time at the confidence asked (the point estimate without a deadline)
+        "confident_time_h": scored.time_h if scored.confident_time_h is None else scored.confident_time_h,
+        "cost_usd": scored.cost,
+        "usd_per_hour": scored.usd_hr,
+        "instances": instances,
+        **({} if scored.deadline_p is None else {"deadline_p": scored.deadline_p}),
+    }
 
 
 def _feasible(r: _Ranking, scored: Scored) -> tuple[np.ndarray, np.ndarray]:
@@ -313,9 +337,10 @@ def _feasible(r: _Ranking, scored: Scored) -> tuple[np.ndarray, np.ndarray]:
     ok = splittable & fits
     keep = ok.copy()
     for name, limit in constraints.limits().items():
-        measure = {"max_hourly_usd": scored.usd_hr, "deadline_h": scored.time_h, "budget_usd": scored.cost}[name]
+        measure = _values(scored)[LIMIT_OF[name]]
         over = keep & (measure > limit)
-        cands.count(excluded, f"over {name}", over)
+        reason = f"under {constraints.confidence:.0%} to meet {name}" if name == "deadline_h" else f"over {name}"
+        cands.count(excluded, reason, over)
         keep &= ~over
     if not keep.any():
         raise infeasible(constraints, ok, _values(scored), excluded)
@@ -452,6 +477,44 @@ def _validation_notes(profile: Profile, work: Work) -> list[str]:
         if runs:
             text += f" ({runs * one / 3600:,.3g} h in all there)"
     return [text + "; the times above are training only: validation is not in them"]
+
+
+RISK_NOTE = "left out for risk"  # how the note of the fleets the confidence alone left out begins (the CLI shows it)
+
+
+def _risk_notes(
+    constraints: Constraints,
+    scored: Scored,
+    ok: np.ndarray,
+    key: np.ndarray,
+    entries: list[PlanEntry],
+    entry_of: Callable[[int], PlanEntry],
+    shown: int = 3,
+) -> list[str]:
+    """Under a deadline, the fleets better by the objective than the choice whose predicted time meets the deadline
+    but whose chance of it is under the confidence asked: what the confidence costs, and what it avoids."""
+    if scored.deadline_p is None or constraints.deadline_h is None or not entries:
+        return []
+    values = _values(scored)
+    others = within(constraints, ok, values, leave_out="deadline_h")
+    risky = others & (scored.time_h <= constraints.deadline_h) & (scored.deadline_p < constraints.confidence)
+    best = entries[0].time_h if constraints.objective == Objective.TIME else entries[0].cost_usd
+    risky &= key < best
+    if not risky.any():
+        return []
+    idx = np.flatnonzero(risky)
+    idx = idx[np.argsort(key[idx], kind="stable")][:shown]
+    said = []
+    for i in idx:
+        e = entry_of(int(i))
+        said.append(
+            f"{e.fleet} ({e.market}, {fmt('time_h', e.time_h)}, ${e.cost_usd:,.2f}) meets "
+            f"{fmt('time_h', constraints.deadline_h)} at {float(scored.deadline_p[i]):.0%}"
+        )
+    return [
+        f"{RISK_NOTE} (under the {constraints.confidence:.0%} confidence asked; --confidence lowers it): "
+        + "; ".join(said)
+    ]
 
 
 def _outlier_notes(entries: list[PlanEntry], types: list[InstanceType]) -> list[str]:

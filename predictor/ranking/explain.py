@@ -21,9 +21,11 @@ GOALS = {
     Objective.TIME: "the shortest expected time",
 }
 # what each limit bounds: (the value it is compared with, how a value reads)
-LIMIT_OF = {"max_hourly_usd": "usd_per_hour", "deadline_h": "time_h", "budget_usd": "cost_usd"}
+# the measure each limit holds: a deadline holds the time at the confidence asked (``Constraints.confidence``)
+LIMIT_OF = {"max_hourly_usd": "usd_per_hour", "deadline_h": "confident_time_h", "budget_usd": "cost_usd"}
 HINTS = {
-    "deadline_h": "raise deadline_h, or allow more instances (max_instances) and mixes of types (max_types=2)",
+    "deadline_h": "raise deadline_h or lower confidence, or allow more instances (max_instances) and mixes of types "
+    "(max_types=2)",
     "budget_usd": "raise budget_usd",
     "max_hourly_usd": "raise max_hourly_usd",
 }
@@ -37,10 +39,13 @@ def hint(name: str, constraints: Constraints, fastest_instances: int | None = No
     (the model does not speed up with them), and the deadline's hint does not suggest them (issue #37 L)."""
     if name == "deadline_h" and fastest_instances is not None and fastest_instances < constraints.max_instances:
         return (
-            f"raise deadline_h (more instances would not help: the fastest fleet has {fastest_instances}, "
-            f"below max_instances={constraints.max_instances})"
+            f"raise deadline_h or lower confidence={constraints.confidence:g} (more instances would not help: the "
+            "fastest fleet has "
+            f"{fastest_instances}, below max_instances={constraints.max_instances})"
         )
     text = HINTS[name]
+    if name == "deadline_h":  # the confidence asked, as the user's words for it say (the CLI: --confidence 0.9)
+        text = text.replace("lower confidence", f"lower confidence={constraints.confidence:g}")
     if name in ("budget_usd", "max_hourly_usd") and Market(constraints.market) is Market.ON_DEMAND:
         text += f", or {SPOT_HINT}"
     return text
@@ -67,7 +72,7 @@ def unmeasured_note(profile: Profile) -> str | None:
 def fmt(name: str, value: float) -> str:
     """A value the way its parameter reads: a time in hours, minutes under an hour and seconds under a minute (so that
     a deadline given in minutes is answered in minutes: issue #37 L), dollars, dollars per hour."""
-    if name in ("time_h", "deadline_h"):
+    if name in ("time_h", "deadline_h", "confident_time_h"):
         if 0 < value < 1 / 60:
             return f"{value * 3600:,.3g} s"
         if 0 < value < 1:
@@ -190,19 +195,28 @@ def infeasible(
         )
     alone = binding(constraints, ok, values, np.zeros(len(ok)), np.inf)
     names = list(alone) or list(constraints.limits())
-    what = {"time_h": "the fastest fleet", "cost_usd": "the cheapest fleet", "usd_per_hour": "the lowest price"}
+    what = {
+        "time_h": "the fastest fleet",
+        "confident_time_h": f"the fastest fleet at {constraints.confidence:.0%} confidence",
+        "cost_usd": "the cheapest fleet",
+        "usd_per_hour": "the lowest price",
+    }
     best, parts, fastest_instances = {}, [], None
     for name in names:
         measure = LIMIT_OF[name]
         pool = within(constraints, ok, values, leave_out=name)
         scope = " within the other limits" if pool.any() and len(constraints.limits()) > 1 else ""
         among = pool if pool.any() else ok
-        best[measure] = float(np.min(values[measure][among]))
-        if measure == "time_h" and "instances" in values:
+        # the deadline's best is the fastest time at the confidence asked, under the key the service has answered with
+        key = "time_h" if measure == "confident_time_h" else measure
+        best[key] = float(np.min(values[measure][among]))
+        if measure == "confident_time_h" and "instances" in values:
             fastest_instances = int(values["instances"][among][np.argmin(values[measure][among])])
-        parts.append(
-            f"{name}={constraints.limits()[name]:g} binds: {what[measure]}{scope} is {fmt(measure, best[measure])}"
-        )
+        part = f"{name}={constraints.limits()[name]:g} binds: {what[measure]}{scope} is {fmt(measure, best[key])}"
+        if measure == "confident_time_h" and "deadline_p" in values:
+            best["deadline_probability"] = surest = float(np.max(values["deadline_p"][among]))
+            part += f" (the surest meets the deadline at {surest:.0%}, under the {constraints.confidence:.0%} asked)"
+        parts.append(part)
     if not alone and len(names) > 1:
         parts.append("relaxing one of them alone leaves no fleet either")
     hints = tuple(hint(n, constraints, fastest_instances) for n in names)
