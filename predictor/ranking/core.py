@@ -277,18 +277,18 @@ def _score(
     odds = None
     if constraints.deadline_h is not None:  # spot and mixed under a deadline: the policy's on-demand fallback
         guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
+        deadline_s = constraints.deadline_h * 3600
 
         def fallback_at(factor: np.ndarray | float = 1.0) -> Fallback:
             """The guarded fleets as the policy runs them, the work (and what it exposes to spot) x ``factor``."""
             return expected_with_fallback(
                 spot.expected_time_s * factor, run_s * factor, spot.expected_interruptions * factor,
-                constraints.deadline_h * 3600, startup, startup + 2 * checkpoint_s, usd_hr, cand.od_usd,
-                down_s=down_s,
+                deadline_s, startup, startup + 2 * checkpoint_s, usd_hr, cand.od_usd, down_s=down_s,
             )  # fmt: skip
 
         fb = fallback_at()
         odds = deadline_odds(
-            constraints.deadline_h * 3600, constraints.confidence, many.model_sd[s], startup,
+            deadline_s, constraints.confidence, many.model_sd[s], startup,
             np.where(guarded, run_s, wall_s - startup), guarded, fallback_at,
         )  # fmt: skip
         wall_s = np.where(guarded, fb.time_s, wall_s)
