@@ -158,6 +158,11 @@ def test_cli_captures_a_transformers_config_with_lora(tmp_path, capsys) -> None:
          "--global-batch 7 is not a multiple of --batch-size 2"),
         (["transformers:LlamaForCausalLM", "--config", "{}", "--seq-len", "8", "--lora-rank", "2",
           "--lora-targets", "query"], "--lora-targets"),
+        (["transformers:LlamaForCausalLM", "--config", json.dumps(LLAMA), "--image-size", "32"],
+         "is not an image classifier"),
+        (["transformers:ResNetForImageClassification", "--image-size", "32", "--seq-len", "8"],
+         "--image-size and --seq-len"),
+        (["capture_models:TinyLM", "--image-size", "32"], "--image-size is for a transformers vision model"),
     ],
 )  # fmt: skip
 def test_cli_bad_transformers_input_names_the_flag(args, expected, tmp_path, capsys) -> None:
@@ -181,3 +186,17 @@ def test_llama_7b_captures_on_the_meta_device() -> None:
     assert capture.parameters == 6_738_415_616 and (s["block"], s["blocks"]) == ("LlamaDecoderLayer", 32)
     assert s["block_input_bytes_per_sample"] == 2048 * 4096 * 2
     assert 32 * s["block_saved_bytes_per_sample"] < s["saved_bytes_per_sample"] < 40 * s["block_saved_bytes_per_sample"]
+
+
+def test_cli_captures_a_transformers_image_classifier_from_its_size(tmp_path) -> None:
+    """A published vision architecture by name (issue #38 item 6): pixel_values and labels of --image-size."""
+    from lightning_srifty.cli import main
+
+    out = tmp_path / "p.json"
+    config = json.dumps({"num_labels": 10, "embedding_size": 16, "hidden_sizes": [32, 64], "depths": [1, 1]})
+    argv = ["capture", "transformers:ResNetForImageClassification", "--config", config, "--image-size", "32"]
+    assert main([*argv, "--batch-size", "4", "--precision", "16-mixed", "--out", str(out)]) == 0
+    profile = load_profile(out)
+    convs = [o for o in profile.ops.ops if "convolution" in o.op]
+    assert convs and profile.model.flops.per_sample > 0 and profile.batch.per_device == 4
+    assert profile.hardware.accelerator == "meta"

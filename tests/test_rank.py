@@ -453,3 +453,21 @@ def test_a_spot_type_the_advisor_does_not_list_is_not_priced_as_never_interrupte
     (entry, *_) = plan.entries
     assert entry.expected_interruptions > 0 and entry.risk != "none"
     assert any("p6-b200.48xlarge is not in the Spot Instance Advisor" in n for n in plan.notes)
+
+
+def test_a_gpu_profile_without_an_operator_table_is_told_its_path_and_how_to_get_one(profile, catalog) -> None:
+    """Issue #38 item 6: the ranking says that other GPUs are scaled from the step's roofline split, with that
+    path's held-out error, and how to get a table; a profile with a table is not told so."""
+    from predictor.model.uncertainty import model_error
+    from predictor.ranking.explain import NO_TABLE_NOTE
+
+    assert profile.hardware.gpu and profile.ops is None
+    plan = rank(profile, Constraints(steps=1000), catalog=catalog)
+    (note,) = [n for n in plan.notes if n.startswith(NO_TABLE_NOTE)]
+    assert f"{model_error('cross'):.0%}" in note and "srifty capture" in note and "SriftyCallback" in note
+    from conftest import ROOT
+
+    captured = load_profile(ROOT / "examples" / "profiles" / "llama-1b-meta.json")
+    assert captured.ops is not None
+    plan = rank(captured, Constraints(steps=1000), catalog=catalog)
+    assert not [n for n in plan.notes if n.startswith(NO_TABLE_NOTE)]

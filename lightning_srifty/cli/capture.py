@@ -4,7 +4,8 @@ The LightningModule is built on the meta device (no memory), ``make_batch(batch_
 device too, and one training step is captured with fake tensors (:func:`~lightning_srifty.profiling.capture_step`).
 A transformers model class is built from its configuration instead (``srifty capture transformers:LlamaForCausalLM
 --config '{"num_hidden_layers": 32, ...}' --seq-len 2048 --batch-size 1``, no weights, nothing downloaded), trained
-with AdamW on ``input_ids = labels``; ``--lora-rank 16`` freezes it and trains adapters on q/v projections. The
+with AdamW on ``input_ids = labels`` (an image classifier, ``transformers:ResNetForImageClassification --image-size
+224``, on ``pixel_values`` and class labels); ``--lora-rank 16`` freezes it and trains adapters on q/v projections. The
 profile has the operator table, the model's sizes, FLOPs and structure (repeated block, activation bytes per sample),
 ``hardware.accelerator = "meta"`` and ``timing.step_time_s.p50 = 0``: the time is not measured, the predictor predicts
 it from the table."""
@@ -272,6 +273,33 @@ def _token_batch(batch_size: int, seq_len: int) -> dict[str, Any]:
     return {"input_ids": tokens, "labels": tokens}
 
 
+MAX_IMAGE_SIZE = 8192  # pixels a side: past any classifier trained (a typo in a size, not an image)
+
+
+def _image_batch(module: Any, batch_size: int, size: int, model: str) -> dict[str, Any]:
+    """A transformers image classifier's batch: ``pixel_values`` [batch, channels, size, size] and class labels."""
+    import torch
+
+    config = getattr(module, "config", None)
+    channels, labels = getattr(config, "num_channels", None), getattr(config, "num_labels", None)
+    if not isinstance(channels, int) or not isinstance(labels, int):
+        raise ConfigError(
+            f"MODEL {model!r} is not an image classifier (its configuration has no num_channels and num_labels): "
+            "--image-size is for transformers *ForImageClassification classes; give a token model --seq-len, or "
+            "any model its batch with --batch.",
+            parameter="--image-size",
+            value=size,
+        )
+    if size > MAX_IMAGE_SIZE:
+        raise ConfigError(f"--image-size {size:,} is over {MAX_IMAGE_SIZE:,} pixels a side: give the training's "
+                          "crop (224 for ImageNet).", parameter="--image-size", value=size)  # fmt: skip
+    with torch.device("meta"):
+        return {
+            "pixel_values": torch.zeros(batch_size, channels, size, size),
+            "labels": torch.zeros(batch_size, dtype=torch.long),
+        }
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
     here = os.getcwd()
     added = here not in sys.path and "" not in sys.path
@@ -298,10 +326,24 @@ def _capture(args: argparse.Namespace) -> int:
             parameter="--config",
             value=args.config,
         )
-    if args.batch is None and not (transformers_model and args.seq_len):
+    if args.image_size is not None and not transformers_model:
+        raise ConfigError(
+            f"--image-size is for a transformers vision model class (e.g. transformers:ResNetForImageClassification); "
+            f"MODEL {args.model!r} is not one: give its batch with --batch.",
+            parameter="--image-size",
+            value=args.image_size,
+        )
+    if args.image_size is not None and args.seq_len is not None:
+        raise ConfigError(
+            "--image-size and --seq-len are two kinds of batch (images, tokens): give the one MODEL takes.",
+            parameter="--image-size",
+            value=args.image_size,
+        )
+    if args.batch is None and not (transformers_model and (args.seq_len or args.image_size)):
         raise ConfigError(
             "--batch is required (package.module:make_batch), except for a transformers model with --seq-len, "
-            "whose batch is input_ids = labels of --batch-size x --seq-len tokens.",
+            "whose batch is input_ids = labels of --batch-size x --seq-len tokens, or a transformers vision model "
+            "with --image-size (pixel_values of --batch-size x channels x size x size, and class labels).",
             parameter="--batch",
             value=None,
         )
@@ -330,7 +372,10 @@ def _capture(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("'targets' parameter", "--lora-targets"), parameter="--lora-targets",
                               value=args.lora_targets) from None  # fmt: skip
-    if args.batch is None:
+    if args.batch is None and args.image_size is not None:
+        batch = _image_batch(module, args.batch_size, args.image_size, args.model)
+        batch_name = f"--image-size {args.image_size}"
+    elif args.batch is None:
         batch = _token_batch(args.batch_size, args.seq_len)
         batch_name = f"--seq-len {args.seq_len}"
     else:
@@ -433,6 +478,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         help="a transformers MODEL without --batch: tokens per sample (the batch is input_ids = labels)",
+    )
+    p.add_argument(
+        "--image-size",
+        type=positive_int,
+        default=None,
+        help="a transformers image classifier without --batch (e.g. transformers:ResNetForImageClassification): "
+        "pixels a side of its square inputs (the batch is pixel_values and class labels)",
     )
     p.add_argument(
         "--lora-rank",

@@ -39,7 +39,17 @@ from predictor.model.startup import (
 from predictor.ranking import candidates as cands
 from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
 from predictor.ranking.constraints import Constraints, Market, Objective
-from predictor.ranking.explain import LIMIT_OF, CurrentFleet, fmt, infeasible, layout_why, unmeasured_note, why, within
+from predictor.ranking.explain import (
+    LIMIT_OF,
+    CurrentFleet,
+    fmt,
+    infeasible,
+    layout_why,
+    no_table_note,
+    unmeasured_note,
+    why,
+    within,
+)
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
 
@@ -121,8 +131,8 @@ def rank(
         + _risk_notes(constraints, scored, ok, key, entries, lambda i: one(i, 0))
         + _validation_notes(profile, work)
     )
-    caveat = unmeasured_note(profile)
-    notes = [caveat, *notes] if caveat else notes
+    caveats = [n for n in (unmeasured_note(profile), no_table_note(profile)) if n]
+    notes = [*caveats, *notes]
 
     def relaxed(name: str) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
         """Priced without the deadline (its fallback to on-demand is in the spot fleets' prices); the other limits

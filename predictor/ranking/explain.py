@@ -69,6 +69,27 @@ def unmeasured_note(profile: Profile) -> str | None:
     )
 
 
+NO_TABLE_NOTE = "the profile has no operator table"  # how the note of :func:`no_table_note` begins (the CLI shows it)
+
+
+def no_table_note(profile: Profile) -> str | None:
+    """The caveat of a ranking whose profile timed a step on a GPU but carries no operator table: every other GPU's
+    time is then scaled from the step's roofline split, whose held-out error is the ``cross`` kinds' (issue #38 item
+    6: no better than "the same speed everywhere" on unseen data); with a table it is priced operator by operator.
+    Says which path and how to get a table. None when the profile has a table or measured no GPU step."""
+    if profile.hardware.gpu is None or profile.ops is not None:
+        return None
+    from predictor.model.uncertainty import model_error
+
+    return (
+        f"{NO_TABLE_NOTE}: other GPUs' times are scaled from the step measured on the {profile.hardware.gpu} by "
+        f"its roofline split (held-out relative error {model_error('cross'):.0%}; "
+        f"{model_error('cross-ops'):.0%} operator by operator). SriftyCallback records a table by default "
+        "(capture_ops=True), or `srifty capture` builds one without a GPU from the LightningModule class, a "
+        "transformers architecture (--config) or image classifier (--image-size)"
+    )
+
+
 def fmt(name: str, value: float) -> str:
     """A value the way its parameter reads: a time in hours, minutes under an hour and seconds under a minute (so that
     a deadline given in minutes is answered in minutes: issue #37 L), dollars, dollars per hour."""
