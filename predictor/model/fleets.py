@@ -27,7 +27,7 @@ from predictor.model.basis import Source, TypeBasis, bucket_sizes, grad_bytes, t
 from predictor.model.batch import divisors, split_micro
 from predictor.model.layout import DDP, Layout, parse
 from predictor.model.memory import USABLE_SHARE, memory_parts, profile_sizes
-from predictor.model.network import DEFAULT_NETWORK, NetworkModel, allreduce_latency, exposed_many
+from predictor.model.network import DEFAULT_NETWORK, NetworkModel, allreduce_latency, exposed_many, network_phase_s
 from predictor.model.scaling import (
     DDP_GRAD_PASSES,
     FSDP_GRAD_PASSES,
@@ -416,6 +416,14 @@ class _Fleets:
         """(N, K) the per-type quantity ``attr`` of each group's instance type."""
         return np.array([getattr(b, attr) for b in self.type_bases], dtype=float)[self.tidx]
 
+    def sockets(self) -> np.ndarray:
+        """(N,) 1.0 where a group of the fleet reaches other nodes through NCCL's socket transport (TCP, no EFA): its
+        collectives cross nodes as a flat ring (``network.network_phase_s``) and its prediction carries the socket
+        network's width (``_model_sd``)."""
+        single = self.single[:, None]
+        col = np.where(single, self.link_col("sockets", False), self.link_col("sockets", True))
+        return row_max(np.where(self.present, col, 0.0)) * (self.nodes > 1)
+
     def link_col(self, attr: str, plain: bool) -> np.ndarray:
         """(N, K) ``attr`` of each group's inter-node link (``plain``: the catalog's, not the profile's measured)."""
         links = [b.plain_inter if plain else b.inter for b in self.type_bases]
@@ -547,6 +555,7 @@ def _communication(
     inter_lat = np.where(single, fleets.link_col("latency_s", False), fleets.link_col("latency_s", True))
     slow_gbps = row_min(np.where(present, inter_gbps, np.inf))
     max_lat = row_max(np.where(present, inter_lat, 0.0))
+    sockets = fleets.sockets()  # NCCL's socket transport: traffic crosses nodes as a flat ring
     fastest_micro = row_min(np.where(present, fleets.per_sample * batch.micro, np.inf))
     backward = fastest_micro * (src.backward_share + (recompute - 1.0))
     if fleets.layout.sharded:
@@ -564,12 +573,19 @@ def _communication(
             backward,
             slow_gbps,
             max_lat,
+            sockets,
         )
-    return _ddp_comm(profile, fleets, batch, backward, slow_gbps, max_lat)
+    return _ddp_comm(profile, fleets, batch, backward, slow_gbps, max_lat, sockets)
 
 
 def _ddp_comm(
-    profile: Profile, fleets: _Fleets, batch: _Batch, backward: np.ndarray, slow_gbps: np.ndarray, max_lat: np.ndarray
+    profile: Profile,
+    fleets: _Fleets,
+    batch: _Batch,
+    backward: np.ndarray,
+    slow_gbps: np.ndarray,
+    max_lat: np.ndarray,
+    sockets: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(communication, exposed communication) per optimizer step of DDP: a hierarchical all-reduce of the
     gradients (a pipeline stage's share, inside its node), the intra-node and network phases pipelined chunk by
@@ -579,7 +595,7 @@ def _ddp_comm(
     present, nodes, stages = fleets.present, fleets.nodes, fleets.stages
     gb = grad_bytes(profile) / 1e9 / stages
     across = (nodes > 1) & ~fleets.pipeline
-    inter_bw = np.where(across, 2 * (nodes - 1) / np.maximum(nodes, 1) * gb / slow_gbps, 0.0)
+    inter_bw = np.where(across, network_phase_s(gb, nodes, fleets.ranks / stages, slow_gbps, sockets), 0.0)
     intra_bw = row_max(np.where(present, fleets.col("intra_s") - fleets.col("intra_lat_s"), 0.0)) / stages
     # one all-reduce call per bucket (a stage's share of them), each paying NCCL's ring or tree latency
     buckets = bucket_sizes(profile)
@@ -632,7 +648,8 @@ def _dp_loss(
 
 def _model_sd(profile: Profile, fleets: _Fleets, comm: np.ndarray, exposed: np.ndarray, step: np.ndarray) -> np.ndarray:
     """The relative sd of each step prediction: the worst group's model error, at least the scaling model's on
-    more than one GPU, with a tenth of the exposed communication's share of the step added in quadrature, combined
+    more than one GPU, with the exposed communication's share of the step times its network's width (a tenth; over
+    NCCL's sockets across nodes the ``net-sockets`` width) added in quadrature, combined
     with the profile's run-to-run CV. Under a sharded layout, a kind calibrated on whole sharded multi-GPU steps
     (``uncertainty.SHARDED_KINDS``) takes that width instead, without the DDP-calibrated scaling floor."""
     model_err = row_max(np.where(fleets.present, fleets.col("model_error"), 0.0))
@@ -641,7 +658,10 @@ def _model_sd(profile: Profile, fleets: _Fleets, comm: np.ndarray, exposed: np.n
         sharded = fleets.col("sharded_error")
         calibrated = row_all(~fleets.present | ~np.isnan(sharded))
         model_err = np.where(calibrated, row_max(np.where(fleets.present, np.nan_to_num(sharded), 0.0)), model_err)
-    model_err = np.where(comm > 0, np.hypot(model_err, 0.1 * exposed / step), model_err)
+    # the exposed communication's share of the step, at the network's own width: a tenth where the link is calibrated
+    # (EFA on p5, NVLink, PCIe), the socket network's measured spread over NCCL's sockets (bench/tcp_sockets.py)
+    comm_sd = np.where(fleets.sockets() > 0, model_error("net-sockets"), 0.1)
+    model_err = np.where(comm > 0, np.hypot(model_err, comm_sd * exposed / step), model_err)
     return combined_sd(profile.timing.step_time_s.cv or 0.0, model_err)
 
 
@@ -675,6 +695,7 @@ def _fsdp_comm(
     backward: np.ndarray,
     slow_gbps: np.ndarray,
     max_lat: np.ndarray,
+    sockets: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(communication, exposed communication) per optimizer step of FSDP.
 
@@ -682,7 +703,8 @@ def _fsdp_comm(
     reduce-scatters): full_shard and hybrid_shard all-gather the compute-dtype parameters for forward and again for
     backward, shard_grad_op once; gradients are reduce-scattered. Each collective moves (n-1)/n of the bytes per GPU:
     inside a node on the intra link, across nodes through the node's network (one copy per node, hierarchical as
-    NCCL does it). hybrid_shard shards inside the node only and all-reduces its shard of the gradients across nodes,
+    NCCL does it over EFA; over its socket transport as a flat ring of every rank, ``network.network_phase_s``).
+    hybrid_shard shards inside the node only and all-reduces its shard of the gradients across nodes,
     the node's GPUs sharing its network. Prefetch hides a collective behind the compute of the phase: exposed is
     the first unit's all-gather (the last unit's reduce-scatter in backward) plus what exceeds the phase's compute.
 
@@ -705,7 +727,9 @@ def _fsdp_comm(
         # hierarchical, the intra-node and network phases pipelined chunk by chunk (as the all-reduce,
         # predictor.model.network): the slower bandwidth term sets the pace, the per-unit hop latencies add
         intra = np.where(g > 1, (g - 1) / g * gb / slow_intra, 0.0)
-        inter = np.where(across, (nodes - 1) / nodes * gb / slow_gbps, 0.0)
+        # over NCCL's sockets the bytes cross nodes as in a flat ring of every rank (network.network_phase_s)
+        n = np.where(sockets > 0, np.maximum(ranks, nodes), nodes)
+        inter = np.where(across, (n - 1) / n * gb / slow_gbps, 0.0)
         latency = units * (np.where(g > 1, (g - 1) * lat_intra, 0.0) + np.where(across, (nodes - 1) * max_lat, 0.0))
         return np.where(ranks > 1, np.maximum(intra, inter) + latency, 0.0)
 

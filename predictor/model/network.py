@@ -20,6 +20,17 @@ ring hop latencies and takes the shorter: the ring on up to 4 nodes (5: a tie), 
 All-gather and reduce-scatter are rings (NCCL's tree implements all-reduce only). The bandwidth term is the same
 for both algorithms (NCCL rates the tree's bus bandwidth at 0.92 of the ring's and both move ``~2 S`` per rank).
 
+Over NCCL's socket transport (TCP through the instance's network: a type without EFA) the all-reduce is not
+hierarchical: every byte crosses the node's network as in a flat ring of every rank (:func:`network_phase_s`; on
+nccl-tests over TCP the hierarchical form was 1.75-3.9x optimistic with 8 GPUs a node, the flat ring 1.4-2.1x,
+``bench/tcp_sockets.py``), and the prediction of such a fleet carries the socket network's own width on its exposed
+communication (``net-sockets``, calibrated there). AWS caps one TCP flow at 5 Gbit/s outside a cluster placement
+group and 10 inside ("Amazon EC2 instance network bandwidth",
+docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html);
+NCCL opens 2 threads x 8 sockets per connection on an ENA device (vendor 0x1d0f; NVIDIA/nccl
+``src/transport/net_socket.cc``), so 16 flows: 80 Gbit/s, above every non-EFA CUDA type's network (25 Gbit/s at most),
+so the per-flow cap never binds in the catalog and is not a term.
+
 Bandwidths are effective bus bandwidths in GB/s. The constants live in :class:`NetworkModel`; a profile
 that carries measured all-reduce timings replaces them for its own link kind (:func:`calibrate`).
 """
@@ -90,6 +101,34 @@ class Link:
     latency_s: float
     kind: str
 
+    @property
+    def sockets(self) -> float:
+        """1.0 for NCCL's socket transport (TCP through the instance's network, no EFA), else 0.0: it sets how the
+        all-reduce's traffic crosses the node's network (:func:`network_phase_s`)."""
+        return 1.0 if self.kind == "tcp" else 0.0
+
+
+def network_phase_s(
+    gb: np.ndarray | float,
+    nodes: np.ndarray | float,
+    ranks: np.ndarray | float,
+    gbps: np.ndarray | float,
+    sockets: np.ndarray | float,
+) -> np.ndarray:
+    """The bandwidth time (s) of an all-reduce of ``gb`` GB per rank across ``nodes`` nodes through a network of
+    ``gbps`` GB/s per node; 0 on one node. Vectorised.
+
+    Over EFA (or RDMA) NCCL reduces across nodes hierarchically, each node's network carrying ``2 (N-1)/N`` of the
+    data (checked on p5 nccl-tests, 2-32 nodes: the module docstring). Over its socket transport (``sockets`` 1)
+    every byte crosses the node's one network as in a flat ring of all ``n`` ranks, ``2 (n-1)/n`` of the data: bus
+    bandwidth never above the network's rate. NVIDIA/nccl#209 (nccl-tests over TCP on 32 GbE, NCCL 2.4.7) measured
+    30.6-31.4 Gbit/s with one GPU per node and 14.5-14.9 (2 nodes) / 22.2-22.9 (4 nodes) with eight: the
+    hierarchical form priced those at 57 and 39 Gbit/s, the flat ring at 30.4 (``bench/tcp_sockets.py``,
+    BENCHMARKS.md). With one GPU per node the two forms agree."""
+    nodes_a, ranks_a = np.asarray(nodes, dtype=float), np.asarray(ranks, dtype=float)
+    n = np.where(np.asarray(sockets, dtype=float) > 0, np.maximum(ranks_a, nodes_a), nodes_a)
+    return np.where(nodes_a > 1, 2 * (n - 1) / np.maximum(n, 1.0) * np.asarray(gb, dtype=float) / gbps, 0.0)
+
 
 def intra_node_link(instance: InstanceType, gpus: GpuTable, net: NetworkModel = DEFAULT_NETWORK) -> Link | None:
     """The GPU-to-GPU link inside one instance (None for single-GPU types)."""
@@ -149,7 +188,7 @@ def allreduce_time(
     if nodes > 1:
         links = [net_override or inter_node_link(it, net) for it, _ in groups]
         slow = min(links, key=lambda link: link.gbps)
-        inter_bw = 2 * (nodes - 1) / nodes * gb / slow.gbps
+        inter_bw = float(network_phase_s(gb, nodes, ranks, slow.gbps, max(x.sockets for x in links)))
         hop_net = max(x.latency_s for x in links)
         inter_s = inter_bw + 2 * (nodes - 1) * hop_net
         inter_kind = slow.kind
