@@ -22,7 +22,7 @@ for both algorithms (NCCL rates the tree's bus bandwidth at 0.92 of the ring's a
 
 Over NCCL's socket transport (TCP through the instance's network: a type without EFA) the all-reduce is not
 hierarchical: every byte crosses the node's network as in a flat ring of every rank (:func:`network_phase_s`; on
-nccl-tests over TCP the hierarchical form was 1.75-3.9x optimistic with 8 GPUs a node, the flat ring 1.4-2.1x,
+nccl-tests over TCP the hierarchical form was 1.74-3.8x optimistic with 8 GPUs a node, the flat ring 1.35-2.04x,
 ``bench/tcp_sockets.py``), and the prediction of such a fleet carries the socket network's own width on its exposed
 communication (``net-sockets``, calibrated there). AWS caps one TCP flow at 5 Gbit/s outside a cluster placement
 group and 10 inside ("Amazon EC2 instance network bandwidth",
