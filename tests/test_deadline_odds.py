@@ -141,3 +141,14 @@ def test_the_replay_and_the_launch_guard_plan_for_the_rankings_quantile(profile,
     assert guard.predicted_step_s == pytest.approx(guard_old.predicted_step_s * factor)
     guard.measured_step_s = 1.234  # once the job reports its step, the measured one rules
     assert guard.step_s == 1.234
+
+
+def test_the_report_shows_each_fleets_chance_of_meeting_the_deadline(tmp_path, profile, catalog) -> None:
+    from predictor.ranking.report import write_report
+
+    plan = rank(profile, Constraints(steps=100_000, market="on-demand", deadline_h=100), catalog=catalog)
+    page, _ = write_report(plan, tmp_path / "r.html")
+    text = page.read_text()
+    assert "in time (chance of meeting the deadline)" in text
+    chance = plan.entries[0].deadline_probability
+    assert (">99%" if chance >= 0.995 else f"{chance:.0%}") in text

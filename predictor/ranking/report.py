@@ -99,6 +99,13 @@ def _pct(share: float | None) -> str:
     return "" if share is None else f"{share:+.0%}"
 
 
+def _chance(p: float | None) -> str:
+    """A chance of meeting the deadline in whole percents, never a certainty ('>99%'); empty without a deadline."""
+    if p is None:
+        return ""
+    return ">99%" if p >= 0.995 else "<1%" if p < 0.01 else f"{p:.0%}"
+
+
 def _gib(e: PlanEntry) -> str:
     """Memory per GPU as the console shows it: a floor marked '?' when the profile has no activation memory."""
     return f"{e.memory_gib:.1f}" if e.memory_known is not False else f"&ge;{e.memory_gib:.1f} ?"
@@ -126,6 +133,7 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     rows = "\n".join(
         f"<tr{' class=chosen' if i == plan.chosen else ''}><td>{e.rank}</td><td>{esc(e.fleet)}</td><td>{e.gpus}</td>"
         f"<td>{esc(e.market)}</td><td>{esc(e.region)}</td><td>{num(e.usd_per_hour)}</td><td>{num(e.time_h)}</td>"
+        f"<td>{_chance(e.deadline_probability)}</td>"
         f"<td>{num(e.cost_usd)}</td><td>{num(e.cost_interval_usd[0])}-{num(e.cost_interval_usd[1])}</td>"
         f"<td>{esc(e.risk)} ({e.expected_interruptions:.2f})</td><td>{esc(e.performance_risk)}</td>"
         f"<td>{esc(e.migration_effort)}</td><td>{_pct(e.savings_vs_current)}</td><td>{esc(e.batch_per_gpu())}</td>"
@@ -172,6 +180,7 @@ td,th{{border:1px solid #ccc;padding:.2em .45em;text-align:right}}td:nth-child(2
 <img alt="time vs cost" src="data:image/png;base64,{base64.b64encode(png).decode()}">
 <h2>Ranked fleets</h2>
 <table><tr><th>#</th><th>fleet</th><th>GPUs</th><th>market</th><th>region</th><th>$/h</th><th>time (h)</th>
+<th>in time (chance of meeting the deadline)</th>
 <th>cost ($)</th><th>cost 80%</th><th>spot risk (interr.)</th><th>perf. risk</th>
 <th>effort</th><th>savings</th><th>batch/GPU (x accum.)</th><th>layout</th><th>GiB/GPU</th><th>Pareto</th></tr>
 {rows}</table>
