@@ -105,7 +105,9 @@ def main() -> int:
         ROOT / "predictor" / "data" / "model_v3.json": model,
     }
     if args.check:
-        stale = [p for p, data in targets.items() if not p.exists() or json.loads(p.read_text()) != _normal(data)]
+        stale = [
+            p for p, data in targets.items() if not p.exists() or not _same(json.loads(p.read_text()), _normal(data))
+        ]
         for p in stale:
             print(f"{p} is out of date: run python scripts/fit_model.py")
         return 1 if stale else 0
@@ -117,6 +119,18 @@ def main() -> int:
 
 def _normal(data: dict) -> dict:
     return json.loads(json.dumps(data))
+
+
+def _same(a: object, b: object, rel: float = 1e-9) -> bool:
+    """Equal artefacts, numbers to ``rel``: a refit on another machine differs in the last digits (BLAS summation
+    order: the Ridge coefficients by 1e-14), which is not a stale artefact."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], rel) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y, rel) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float | int) and isinstance(b, float | int) and not isinstance(a, bool):
+        return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+    return a == b
 
 
 if __name__ == "__main__":
