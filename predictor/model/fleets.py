@@ -588,7 +588,8 @@ def _ddp_comm(
     sockets: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(communication, exposed communication) per optimizer step of DDP: a hierarchical all-reduce of the
-    gradients (a pipeline stage's share, inside its node), the intra-node and network phases pipelined chunk by
+    gradients over EFA (over NCCL's sockets a flat ring across nodes, ``network.network_phase_s``; a pipeline
+    stage's share, inside its node), the intra-node and network phases pipelined chunk by
     chunk (:mod:`predictor.model.network`: the slower one sets the pace), one call per bucket, each paying the
     latency of NCCL's ring or tree (``allreduce_latency``), behind the backward of the last micro-step;
     a pipeline adds the activations and their gradients across each stage boundary, every slot."""

@@ -20,8 +20,8 @@ GOALS = {
     Objective.COST: "the lowest expected cost",
     Objective.TIME: "the shortest expected time",
 }
-# what each limit bounds: (the value it is compared with, how a value reads)
-# the measure each limit holds: a deadline holds the time at the confidence asked (``Constraints.confidence``)
+# the measure each limit holds (the value it is compared with): a deadline holds the time at the confidence asked
+# (``Constraints.confidence``), not the predicted time
 LIMIT_OF = {"max_hourly_usd": "usd_per_hour", "deadline_h": "confident_time_h", "budget_usd": "cost_usd"}
 HINTS = {
     "deadline_h": "raise deadline_h or lower confidence, or allow more instances (max_instances) and mixes of types "
@@ -40,8 +40,7 @@ def hint(name: str, constraints: Constraints, fastest_instances: int | None = No
     if name == "deadline_h" and fastest_instances is not None and fastest_instances < constraints.max_instances:
         return (
             f"raise deadline_h or lower confidence={constraints.confidence:g} (more instances would not help: the "
-            "fastest fleet has "
-            f"{fastest_instances}, below max_instances={constraints.max_instances})"
+            f"fastest fleet has {fastest_instances}, below max_instances={constraints.max_instances})"
         )
     text = HINTS[name]
     if name == "deadline_h":  # the confidence asked, as the user's words for it say (the CLI: --confidence 0.9)
