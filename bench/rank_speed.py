@@ -34,6 +34,10 @@ CASES = [
         Constraints(steps=100_000, max_types=2, max_instances=24, regions=("us-east-1", "us-west-2")),
     ),
     (
+        "the same under a deadline (each candidate's chance at confidence 0.9, spot fallback priced)",
+        Constraints(steps=100_000, max_types=2, max_instances=24, regions=("us-east-1", "us-west-2"), deadline_h=2.0),
+    ),
+    (
         "3-type mixes (12 most cost-efficient types), 1-8 instances",
         Constraints(steps=100_000, max_types=3, max_instances=8),
     ),
