@@ -346,14 +346,15 @@ def _feasible(r: _Ranking, scored: Scored) -> tuple[np.ndarray, np.ndarray]:
     )
     ok = splittable & fits
     keep = ok.copy()
+    values = _values(scored)  # once: it sums the fleets' instances over every candidate
     for name, limit in constraints.limits().items():
-        measure = _values(scored)[LIMIT_OF[name]]
+        measure = values[LIMIT_OF[name]]
         over = keep & (measure > limit)
         reason = f"under {constraints.confidence:.0%} to meet {name}" if name == "deadline_h" else f"over {name}"
         cands.count(excluded, reason, over)
         keep &= ~over
     if not keep.any():
-        raise infeasible(constraints, ok, _values(scored), excluded)
+        raise infeasible(constraints, ok, values, excluded)
     return ok, keep
 
 
