@@ -1,5 +1,6 @@
-"""What the validation sets (``bench/mpt_fsdp.py``, ``bench/mlperf.py``) share: the summary line of a group of
-scored rows, and the predicted-vs-measured figure (log-log, the diagonal and +-10 % lines)."""
+"""What the validation sets (``bench/mpt_fsdp.py``, ``bench/mlperf.py``, ``bench/llama_fsdp.py``) share: captures
+through the CLI in process, the summary line of a group of scored rows, and the predicted-vs-measured figure
+(log-log, the diagonal and +-10 % lines)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,23 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+
+def cli_in_process(args: list[str]) -> tuple[float, str]:
+    """Run ``srifty ARGS`` through the CLI's ``main`` in this process (no interpreter and import start-up per call),
+    its output swallowed: (seconds, the last line of its errors or "" when it succeeded)."""
+    import contextlib
+    import io
+    import time
+
+    from lightning_srifty.cli import main as cli
+
+    t0 = time.perf_counter()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli(args)
+    took = time.perf_counter() - t0
+    return took, "" if code == 0 else (err.getvalue().strip().splitlines() or ["?"])[-1]
 
 
 def summary_line(name: str, group: list[dict]) -> str:

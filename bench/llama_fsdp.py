@@ -28,7 +28,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,10 +70,7 @@ def config_of(row: dict) -> dict:
 
 def capture(row: dict) -> tuple[str, float, str]:
     """Capture the row's architecture in this process (cached): (key, seconds, error)."""
-    import contextlib
-    import io
-
-    from lightning_srifty.cli import main as cli
+    from _validation_sets import cli_in_process
 
     key = capture_key(row)
     path = OUT / "captures" / f"{key}.json"
@@ -97,11 +93,8 @@ def capture(row: dict) -> tuple[str, float, str]:
         "--out",
         str(path),
     ]
-    t0 = time.perf_counter()
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = cli(args)
-    return key, time.perf_counter() - t0, "" if code == 0 else (err.getvalue().strip().splitlines() or ["?"])[-1]
+    took, err = cli_in_process(args)
+    return key, took, err
 
 
 def score(rows: list[dict], torch: str = ROWS_TORCH) -> list[dict]:
@@ -167,7 +160,9 @@ def summary(scores: list[dict]) -> str:
     lines.append(summary_line("all", ok))
     lines.append(summary_line("torchtitan (64 GPUs)", [s for s in ok if s["source"].startswith("torchtitan")]))
     lines.append(summary_line("fms-fsdp (128 GPUs)", [s for s in ok if s["source"].startswith("fms")]))
-    lines.append(summary_line("no AC / full AC rows", [s for s in ok if s["activation_checkpointing"] in ("no", "full")]))
+    lines.append(
+        summary_line("no AC / full AC rows", [s for s in ok if s["activation_checkpointing"] in ("no", "full")])
+    )
     lines.append("")
     lines.append(
         f"{'model':11} {'gpus':>4} {'b':>2} {'AC':16} {'measured':>8} {'pred':>7} {'ratio':>5} {'no-ac':>7} "

@@ -122,18 +122,12 @@ def capture(row: dict, in_process: bool = False) -> tuple[str, float, str]:
         "--out",
         str(path),
     ]
-    t0 = time.perf_counter()
     if in_process:
-        import contextlib
-        import io
+        from _validation_sets import cli_in_process
 
-        from lightning_srifty.cli import main as cli
-
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            code = cli(cmd[3:])
-        took = time.perf_counter() - t0
-        return key, took, "" if code == 0 else (err.getvalue().strip().splitlines() or ["?"])[-1]
+        took, err = cli_in_process(cmd[3:])
+        return key, took, err
+    t0 = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     took = time.perf_counter() - t0
     if res.returncode != 0:

@@ -57,8 +57,17 @@ def score(rows: list[dict], *, efficiency: dict[str, float] | None = None) -> li
             pred = model.step_time("gemm", dims, gpu, peak_tflops=peak, element_bytes=eb)
             meas = flops / np.array([float(r[col]) for r in have])
             for r, f, p, m in zip(have, flops, pred, meas):
-                out.append({"gpu": gpu_key, "dtype": dtype, **{d: int(r[d]) for d in "bmnk"}, "flops": f,
-                            "measured_s": m, "predicted_s": p, "ratio": p / m})
+                out.append(
+                    {
+                        "gpu": gpu_key,
+                        "dtype": dtype,
+                        **{d: int(r[d]) for d in "bmnk"},
+                        "flops": f,
+                        "measured_s": m,
+                        "predicted_s": p,
+                        "ratio": p / m,
+                    }
+                )
     return out
 
 
@@ -94,6 +103,49 @@ def main() -> None:
         w.writeheader()
         w.writerows(scored)
     print("\n".join(summarise(scored, "shipped")))
+    if args.plot:
+        plot(scored, args.plot)
+        print(f"plot: {args.plot}")
+
+
+def plot(scored: list[dict], path: Path) -> None:
+    """Achieved share of the dense tensor-core peak against FLOPs: measured (XLA) and predicted, per GPU and dtype."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from predictor.catalog.gpus import bundled_gpus
+
+    gpus = sorted({s["gpu"] for s in scored})
+    fig, axes = plt.subplots(1, len(gpus), figsize=(6 * len(gpus), 4.5), squeeze=False)
+    for ax, gpu_key in zip(axes[0], gpus):
+        gpu = bundled_gpus().get(gpu_key)
+        for dtype, colour in (("bf16", "tab:red"), ("tf32", "tab:blue")):
+            g = [s for s in scored if s["gpu"] == gpu_key and s["dtype"] == dtype]
+            dense = (gpu.bf16_tflops if dtype == "bf16" else gpu.tf32_tflops) * 1e12
+            x = [s["flops"] for s in g]
+            ax.scatter(x, [s["flops"] / s["measured_s"] / dense for s in g], s=8, c=colour, label=f"{dtype} measured")
+            ax.scatter(
+                x,
+                [s["flops"] / s["predicted_s"] / dense for s in g],
+                s=8,
+                c=colour,
+                marker="x",
+                alpha=0.5,
+                label=f"{dtype} predicted",
+            )
+        ax.set(
+            xscale="log",
+            ylim=(0, 1),
+            xlabel="GEMM FLOPs",
+            ylabel="share of the dense tensor-core peak",
+            title=f"{gpu_key}: XLA's measured dots vs the kernel model",
+        )
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
 
 
 if __name__ == "__main__":

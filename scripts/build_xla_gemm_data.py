@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import re
 from pathlib import Path
 
@@ -26,10 +27,10 @@ ENTRY = re.compile(r"entries \{\s*b: (\d+)\s*m: (\d+)\s*n: (\d+)\s*k: (\d+)\s*((
 
 
 def parse(text: str) -> list[dict]:
-    marks = [(m.start(), m.group(1)) for m in re.finditer(r'key: "(%s)"' % "|".join(GPUS), text)]
+    marks = [(m.start(), m.group(1)) for m in re.finditer(r'key: "({})"'.format("|".join(GPUS)), text)]
     marks.append((len(text), ""))
     rows = []
-    for (start, key), (end, _) in zip(marks, marks[1:]):
+    for (start, key), (end, _) in itertools.pairwise(marks):
         for e in ENTRY.finditer(text, start, end):
             rates = dict(re.findall(r'key: "([^"]+)" value: (\d+)', e.group(5)))
             row = {"xla_key": key, "gpu": GPUS[key], **dict(zip("bmnk", map(int, e.groups()[:4])))}

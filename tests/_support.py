@@ -39,6 +39,14 @@ def bench_module(name: str) -> ModuleType:
         for sibling in siblings:
             if (BENCH / f"{sibling}.py").exists():
                 bench_module(sibling)
+    return load_path(name, path)
+
+
+def load_path(name: str, path: Path) -> ModuleType:
+    """The Python file at ``path`` loaded as module ``name`` (a script or a bench is not a package); a second call
+    returns the module already loaded."""
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)

@@ -4,31 +4,23 @@ instead, and the nodes the rows run on. No capture and no prediction here (the b
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from _support import load_path
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load("bench_mlperf", ROOT / "bench" / "mlperf.py")
+    return load_path("bench_mlperf", ROOT / "bench" / "mlperf.py")
 
 
 @pytest.fixture(scope="module")
 def builder():
-    return _load("build_mlperf_data", ROOT / "scripts" / "build_mlperf_data.py")
+    return load_path("build_mlperf_data", ROOT / "scripts" / "build_mlperf_data.py")
 
 
 def test_every_distinct_row_is_scored_or_says_why_not(bench) -> None:
