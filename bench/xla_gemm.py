@@ -36,10 +36,10 @@ def load(gpus: tuple[str, ...]) -> list[dict]:
         return [r for r in csv.DictReader(fh) if r["gpu"] in gpus]
 
 
-def score(rows: list[dict], *, efficiency: dict[str, float] | None = None) -> list[dict]:
+def score(rows: list[dict], *, legacy: bool = False) -> list[dict]:
     from predictor.catalog.gpus import bundled_gpus
     from predictor.model.kernels import load_kernel_model
-    from predictor.model.ops import _tensor_peak
+    from predictor.model.ops import _tensor_peak, gemm_step_time
 
     model, gpus = load_kernel_model(), bundled_gpus()
     out = []
@@ -50,11 +50,11 @@ def score(rows: list[dict], *, efficiency: dict[str, float] | None = None) -> li
             have = [r for r in mine if r[col]]
             dims = {d: np.array([float(r[d]) for r in have]) for d in "bmnk"}
             flops = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"]
-            peak = _tensor_peak(gpu, half, precision, matmul, "absolute")
-            if efficiency is not None:
-                dense = (gpu.bf16_tflops if half else gpu.tf32_tflops) or 0.0
-                peak = dense * efficiency[dtype]
-            pred = model.step_time("gemm", dims, gpu, peak_tflops=peak, element_bytes=eb)
+            if legacy:  # the FP32-learned utilisation against the tensor-core peak (the model before 2026-11-29)
+                peak = _tensor_peak(gpu, half, precision, matmul, "absolute")
+                pred = model.step_time("gemm", dims, gpu, peak_tflops=peak, element_bytes=eb)
+            else:
+                pred = gemm_step_time(dims, gpu, half, precision, matmul, eb, "absolute")
             meas = flops / np.array([float(r[col]) for r in have])
             for r, f, p, m in zip(have, flops, pred, meas):
                 out.append(
@@ -96,12 +96,14 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, default=None)
     args = ap.parse_args()
     rows = load(tuple(args.gpus.split(",")))
+    before = score(rows, legacy=True)
     scored = score(rows)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     with OUT.open("w", newline="") as fh:
         w = csv.DictWriter(fh, list(scored[0]))
         w.writeheader()
         w.writerows(scored)
+    print("\n".join(summarise(before, "FP32-util")))
     print("\n".join(summarise(scored, "shipped")))
     if args.plot:
         plot(scored, args.plot)

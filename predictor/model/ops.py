@@ -33,6 +33,7 @@ import numpy as np
 from predictor.catalog.gpus import GPU
 from predictor.documents.profile import OpRecord, Profile
 from predictor.exceptions import PredictionError
+from predictor.model.tensor_gemm import tensor_gemm_time
 
 # The host's seconds per kernel of an eager Lightning step (Python, modules, autocast, the dispatcher, the launch): a
 # step of many small kernels waits on the host, whatever the GPU. Measured (bench/host_floor.py) on an H100 whose host
@@ -522,7 +523,10 @@ def ops_time(
             # cuDNN convolutions use TF32 by default (torch.backends.cudnn.allow_tf32); matmuls only when allowed
             peak = _tensor_peak(gpu, half, precision, "high" if cls == "conv" else matmul, path)
         eb = float(np.median([c.element_bytes for c in items]))
-        lat = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
+        if cls == "gemm":
+            lat = gemm_step_time(dims, gpu, half, precision, matmul, eb, path)
+        else:
+            lat = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
         fused = np.array([c.extra != () and base_name(c.op).startswith(_ATTENTION_PREFIX) for c in items])
         if cls == "gemm" and half and fused.any() and peak:
             # a fused attention kernel's matmuls run at its published share of the dense peak (attention_ceiling),
@@ -533,6 +537,12 @@ def ops_time(
                 share = attention_ceiling(gpu, attention)
                 at_share = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / (dense * 1e12 * share)
                 lat = np.where(fused, at_share, lat)
+        elif cls == "gemm" and fused.any() and not half:
+            # FP32 fused attention (the memory-efficient kernel, cutlass's Sm80 f32 code even on Hopper: the lent
+            # H100's BERT FP32 step ran fmha_cutlassF/B_f32, 116 of its 341 ms) multiplies on the CUDA cores, never
+            # on TF32 tensor cores: its matmuls are the kernel model's FP32 GEMMs
+            fp32 = model.step_time(cls, dims, gpu, peak_tflops=None, element_bytes=eb)
+            lat = np.where(fused, fp32, lat)
         scale = np.array([c.scale for c in items])
         times = np.broadcast_to(lat * scale, (len(items),))
         by_class[cls] += float(np.sum(times))
@@ -561,6 +571,47 @@ def unknown_dtypes(classified: Sequence[Classified]) -> dict[str, int]:
         if c.dtype is not None and c.dtype not in DTYPE_BYTES:
             out[c.dtype] += int(c.scale)
     return dict(out)
+
+
+def gemm_step_time(
+    dims: Mapping[str, np.ndarray],
+    gpu: GPU,
+    half: bool,
+    precision: str,
+    matmul: str | None,
+    element_bytes: float,
+    path: str = "ratio",
+) -> np.ndarray:
+    """In-stream seconds of GEMM calls ``dims`` (b, m, n, k) on ``gpu``: 16-bit inputs on tensor cores
+    (:func:`_tensor_dense`) as waves of tiles at the GPU's measured ceiling
+    (:func:`predictor.model.tensor_gemm.tensor_gemm_time`); FP32 and TF32 by the kernel model."""
+    from predictor.model.kernels import load_kernel_model
+
+    dense = _tensor_dense(gpu, half, precision)
+    if dense:
+        return tensor_gemm_time(dict(dims), gpu, dense, element_bytes=element_bytes)
+    peak = _tensor_peak(gpu, half, precision, matmul, path)
+    return load_kernel_model().step_time("gemm", dims, gpu, peak_tflops=peak, element_bytes=element_bytes)
+
+
+def _tensor_dense(gpu: GPU, half: bool, precision: str) -> float | None:
+    """The dense 16-bit tensor-core peak a GEMM of these inputs runs on, priced by waves of tiles
+    (:mod:`predictor.model.tensor_gemm`): 16-bit inputs on a GPU of compute capability 7.0 or later (Volta's tensor
+    cores) that states the peak, its SM count and its bandwidth. None: the kernel model prices it (FP32 on the CUDA
+    cores, or TF32 with the fitted efficiency, below)."""
+    try:
+        major = int((gpu.compute_capability or "0").split(".")[0])
+    except ValueError:
+        major = 0
+    if major < 7 or not gpu.sms or not gpu.memory_bw_gbps or not half:
+        # TF32 stays on the kernel model's FP32-learned utilisation with its end-to-end-fitted efficiency: XLA's
+        # TF32 dots reach 0.64-0.81 of the H100's TF32 peak, but PyTorch's (cuBLAS's sm90_xmma tf32 kernels) ran
+        # BERT-base's large GEMMs at about 0.3 of it on the lent H100 (bench/data/h100_kernel_breakdown_*.csv: 24
+        # calls a step of 2.16 ms, by count and tile the 66048 x 3072 x 768 products), which the fitted efficiency
+        # matches; two sources 2x apart give no ceiling to build on
+        return None
+    bf16 = precision.startswith("bf16")
+    return (gpu.bf16_tflops if bf16 else gpu.fp16_tflops) or gpu.fp16_tflops
 
 
 def _tensor_peak(gpu: GPU, half: bool, precision: str, matmul: str | None, path: str = "ratio") -> float | None:
