@@ -20,6 +20,12 @@ locals {
   multi_nic  = anytrue([for g in var.groups : g.efa && g.network_interfaces > 1])
   private    = var.network.create_vpc && local.multi_nic
   subnet_ids = var.network.create_vpc ? [local.private ? aws_subnet.private[0].id : aws_subnet.this[0].id] : var.network.subnet_ids
+  # EFA's OS-bypass traffic does not leave its subnet ("EFA OS-bypass traffic is limited to a single subnet", Amazon
+  # EC2 User Guide, Elastic Fabric Adapter, limitations; AWS ParallelCluster: "with other instances in the same
+  # subnet"): a fleet with EFA groups is launched into the first subnet only, so NCCL's EFA transport, which the
+  # prediction prices, reaches every node; without EFA the group may spread over every subnet given
+  efa         = anytrue([for g in var.groups : g.efa])
+  asg_subnets = local.efa ? slice(local.subnet_ids, 0, 1) : local.subnet_ids
   # the training command as shell words: every argument single-quoted (a quote inside becomes '\'')
   train_argv = join(" ", [for a in var.train.argv : "'${replace(a, "'", "'\\''")}'"])
   bucket     = var.checkpoints.create_bucket ? aws_s3_bucket.checkpoints[0].bucket : var.checkpoints.bucket
@@ -639,7 +645,7 @@ resource "aws_autoscaling_group" "fleet" {
   depends_on = [aws_s3_object.code, aws_s3_object.boot]
 
   name_prefix               = "${var.name}-"
-  vpc_zone_identifier       = local.subnet_ids
+  vpc_zone_identifier       = local.asg_subnets
   desired_capacity          = local.capacity_units
   min_size                  = local.capacity_units
   max_size                  = local.capacity_units
