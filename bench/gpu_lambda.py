@@ -191,6 +191,7 @@ def scored(case: str, gpu: str, prediction, here: float) -> dict:
 def _score(folder: Path, data: str) -> int:
     import ops_validation as ov
 
+    from predictor.catalog.gpus import gpu_table
     from predictor.documents.profile import load_profile
     from predictor.model import kernels, ops
     from predictor.model.predict import predict
@@ -213,7 +214,14 @@ def _score(folder: Path, data: str) -> int:
         return lambda kind, path="ratio": (abs_eff if (only or path) == "absolute" else eff_of)[model][kind]
 
     lent = {r["gpu"] for r in measured.values()}
-    result: dict = {"measured": list(measured.values()), "ratio": [], "same_gpu": [], "absolute": [], "shipped": []}
+    result: dict = {
+        "measured": list(measured.values()),
+        "ratio": [],
+        "same_gpu": [],
+        "absolute": [],
+        "shipped": [],
+        "no_table": [],
+    }
     for name, m in sorted(measured.items()):
         prof = load_profile(folder / f"{name}.json")
         src = m["gpu"]
@@ -232,6 +240,25 @@ def _score(folder: Path, data: str) -> int:
             e = math.log(r.throughput_samples_s / p.throughput)
             row = {"case": name, "src": src, "dst": p.gpu, "pred": r.throughput_samples_s, "lambda": p.throughput}
             result["ratio"].append(row | {"log_residual": e, "ape": abs(math.exp(e) - 1)})
+            # the same profile without its operator table (issue #38 item 6: parameters, FLOPs, one step time), as
+            # shipped, beside the naive rules a user might apply instead
+            kernels.load_kernel_model, ops.tensor_core_efficiency = shipped_kernels, shipped_efficiency
+            bare = predict(dataclasses.replace(prof, ops=None), f"bench-{p.gpu}-x1-pcie:1",
+                           catalog=case_catalog([Case("cross", p.model, p, p)]))  # fmt: skip
+            lo, hi = bare.interval["throughput_samples_s"]
+            here, a, b = m["samples_per_s"], gpu_table()[src], gpu_table()[p.gpu]
+            half = p.precision != "32-true"
+            peak = (lambda g: g.fp16_tflops) if half else (lambda g: g.tf32_tflops or g.fp32_tflops)
+            guesses = {
+                "no table (FLOPs split)": bare.throughput_samples_s,
+                "same speed everywhere": here,
+                "peak FLOPS ratio": here * peak(b) / peak(a),
+                "memory bandwidth ratio": here * b.memory_bw_gbps / a.memory_bw_gbps,
+            }
+            for rule, guess in guesses.items():
+                e = math.log(guess / p.throughput)
+                inside = lo <= p.throughput <= hi if rule.startswith("no table") else None
+                result["no_table"].append(row | {"rule": rule, "ape": abs(math.exp(e) - 1), "inside": inside})
         # absolute: the meta capture's operator sum on the lent GPU, against the step measured here
         table = ov.table_for(m["model"], m["precision"], m["batch"])
         here = next(p for p in pts if (p.model, p.precision, p.batch) == (m["model"], m["precision"], m["batch"]))
@@ -265,6 +292,10 @@ def _score(folder: Path, data: str) -> int:
         print(f"  same GPU as Lambda's {r['gpu']}: {r['case']} here {r['here']:.1f}/s vs {r['lambda']:.1f}/s "
               f"(x{r['ratio']:.2f})")  # fmt: skip
     table("ratio path from the step measured here, by target", result["ratio"], "dst")
+    table("the same cases without the operator table, and naive rules, by rule", result["no_table"], "rule")
+    bare = [r["inside"] for r in result["no_table"] if r["inside"] is not None]
+    if bare:
+        print(f"  the no-table path's 80% interval holds {statistics.fmean(bare):.0%} of them")
     table("absolute path (meta capture) against the step measured here", result["absolute"], "case")
     table("the same as the model ships (bundled kernel model, shipped efficiencies)", result["shipped"], "case")
     if result["shipped"]:
