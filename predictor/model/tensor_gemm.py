@@ -5,17 +5,17 @@ faster. Against XLA's measured dot rates on H100 and B200 (``bench/xla_gemm.py``
 applied to the tensor-core peak priced H100 bf16 GEMMs 1.49x too slow (median; 2x for the small ones, 1.21x for the
 largest) and B200's largest 0.82x too fast. A tensor-core GEMM is priced here from what bounds it physically:
 
-- **Waves of output tiles.** cuBLAS tiles the output in blocks of ``T_m x T_n`` (:data:`TILES`, the CTA shapes its
-  Ampere / Hopper / Blackwell kernels use for 16-bit GEMMs, e.g. ``nvjet_sm90_hsh_192x192`` on the lent H100,
-  BENCHMARKS.md); each SM computes one tile at a time, so a GEMM takes ``ceil(tiles / SMs)`` waves of
-  ``2 T_m T_n k`` FLOPs at the SM's share of the sustained rate. The library picks the tile that finishes first
+- **Waves of output tiles.** cuBLAS tiles the output in blocks of ``T_m x T_n`` (:data:`TILES`: 64-256 a side, the
+  size of the CTA tiles its 16-bit kernels use; the lent H100 ran ``nvjet_sm90_hsh_192x192`` ones); each SM
+  computes one tile at a time, so a GEMM takes ``ceil(tiles / SMs)`` waves of ``2 T_m T_n k`` FLOPs at the SM's
+  share of the sustained rate. The library picks the tile that finishes first
   (the minimum over :data:`TILES`), and splits the contraction when the tiles alone cannot fill the SMs (split-K:
   up to ``SMs / tiles`` slices of at least :data:`SPLIT_K_MIN` of ``k``).
 - **The sustained rate** is the GPU's best measured share of its dense tensor-core peak
   (:data:`MATMUL_CEILING`: the Maximum Achievable Matmul FLOPS of each GPU, a brute-force search over shapes, bf16
   inputs: stas00/ml-engineering ``compute/accelerator/README.md``). A GPU without a published ceiling takes the
   best share of its FP32 peak the kernel model gives its large FP32 GEMMs (:func:`fp32_ceiling`): the same bound
-  measured on the other pipe; against the published ceilings it is within -15 % (H100) to +8 % (A100 SXM). TF32 is
+  measured on the other pipe; against the published ceilings it is within -11 % (H100) to +17 % (B300). TF32 is
   not priced here (:func:`predictor.model.ops._tensor_dense` says why).
 - **Memory**: never faster than moving the operands and the result once, ``bytes / bandwidth``.
 - **A kernel's fixed cost in a stream** (:data:`RAMP_S`): the prologue that fills the pipeline and the epilogue that
