@@ -296,6 +296,13 @@ def classify(rec: OpRecord) -> Classified:
         if "batch" in name:  # per channel, over N x H x W
             rows = float(x[1]) if len(x) > 1 else 1.0
             cols = _numel(x) / max(rows, 1.0)
+            if half:
+                # cuDNN's batch-norm kernels read 16-bit activations but compute per element in fp32 (their template
+                # arguments: <__half, float, ...>), parallel over channels, and do not speed up with narrower input:
+                # on the lent H100 ResNet-50's took 114 G elements/s in FP32 and 128 in AMP (221.7 of the AMP step's
+                # 487 ms, bench/data/h100_kernel_breakdown_*.csv), so a 16-bit one is priced by its elements at the
+                # 4 bytes the FP32 ones move
+                total_bytes *= 4.0 / eb
         else:  # over the normalised trailing size: the weight's (the 1-D tensor), else the last dimension
             weights = [s for s in shapes[1:] if len(s) == 1]
             cols = float(weights[-1][0]) if weights else float(x[-1] if x else 1)
