@@ -27,6 +27,19 @@ def cli_in_process(args: list[str]) -> tuple[float, str]:
     return took, "" if code == 0 else (err.getvalue().strip().splitlines() or ["?"])[-1]
 
 
+def save_scores(out: Path, scores: list[dict], text: str) -> None:
+    """``out/scores.csv`` (every key of every row, sorted) and ``out/summary.txt`` (``text``)."""
+    import csv
+
+    out.mkdir(parents=True, exist_ok=True)
+    keys = sorted({k for s in scores for k in s})
+    with (out / "scores.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, keys)
+        w.writeheader()
+        w.writerows(scores)
+    (out / "summary.txt").write_text(text + "\n")
+
+
 def summary_line(name: str, group: list[dict]) -> str:
     """``name: n, MAPE, median APE, median predicted / measured, 80 % interval coverage`` of scored rows (each with
     ``ape``, ``ratio`` and ``inside``)."""

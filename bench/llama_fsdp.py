@@ -208,14 +208,10 @@ def main() -> None:
             key, took, err = capture(r)
             print(f"[{done}/{len(todo)}] capture {key}: {f'FAILED {err}' if err else f'{took:.1f} s'}", flush=True)
     scores = score(rows, args.torch)
-    OUT.mkdir(parents=True, exist_ok=True)
-    keys = sorted({k for s in scores for k in s})
-    with (OUT / "scores.csv").open("w", newline="") as fh:
-        w = csv.DictWriter(fh, keys)
-        w.writeheader()
-        w.writerows(scores)
+    from _validation_sets import save_scores
+
     text = summary(scores)
-    (OUT / "summary.txt").write_text(text + "\n")
+    save_scores(OUT, scores, text)
     print(text)
     if args.plot:
         plot(scores, args.plot)

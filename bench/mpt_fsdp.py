@@ -349,14 +349,10 @@ def main() -> None:
     if args.capture_only:
         return
     scores = score(rows, args.torch)
-    OUT.mkdir(parents=True, exist_ok=True)
-    keys = sorted({k for s in scores for k in s})
-    with (OUT / "scores.csv").open("w", newline="") as fh:
-        w = csv.DictWriter(fh, keys)
-        w.writeheader()
-        w.writerows(scores)
+    from _validation_sets import save_scores
+
     text = summary(scores)
-    (OUT / "summary.txt").write_text(text + "\n")
+    save_scores(OUT, scores, text)
     print(text)
     if args.write_errors:
         print(write_errors([s for s in scores if s["status"] == "ok"]))
