@@ -149,6 +149,21 @@ def test_runner_errors_are_clear(tmp_path, monkeypatch, catalog) -> None:
         apply(tmp_path / "infra", yes=True)
 
 
+def test_a_role_added_twice_to_the_instance_profile_is_a_lost_answer_not_a_quota() -> None:
+    """The module's instance profile holds its one role; IAM answers a second AddRoleToInstanceProfile with
+    LimitExceeded (InstanceSessionsPerInstanceProfile: 1), which only the SDK's retry of a lost first answer can send
+    (moto under load did in CI, 2026-11-29): the runner re-plans, and terraform replaces the half-made profile. A
+    real quota stays an error."""
+    from lightning_srifty.provision.runner import transient_error
+
+    twice = (
+        "operation error IAM: AddRoleToInstanceProfile, https response error StatusCode: 409, LimitExceeded: Cannot "
+        "exceed quota for InstanceSessionsPerInstanceProfile: 1"
+    )
+    assert transient_error(twice) == "InstanceSessionsPerInstanceProfile"
+    assert transient_error("LimitExceeded: Cannot exceed quota for RolesPerAccount: 1000") is None
+
+
 @pytest.mark.parametrize(("failures", "code"), [(0, 0), (1, 0), (APPLY_RETRIES, 0), (APPLY_RETRIES + 1, 1)])
 def test_transient_apply_errors_are_retried_a_bounded_number_of_times(monkeypatch, failures, code) -> None:
     """An apply that meets a transient AWS error is planned and applied again, at most APPLY_RETRIES times; a

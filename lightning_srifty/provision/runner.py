@@ -52,6 +52,10 @@ TRANSIENT_APPLY_ERRORS = (
     # object (neither runs nor bills) is outside terraform's state. (moto under load did both in CI.)
     "EntityAlreadyExists",
     "AlreadyExistsException",
+    # the role added twice to the instance profile: a profile holds one role and the module adds exactly one, so the
+    # second add is the SDK's retry of a lost first answer (IAM answers LimitExceeded; moto under load did, 2026-11-29).
+    # The new plan replaces the half-made profile (tainted) and adds the role to the new one.
+    "InstanceSessionsPerInstanceProfile",
 )
 #: Applies after the first one that a transient error may start (see :data:`TRANSIENT_APPLY_ERRORS`). Two: an API under
 #: load can lose a second answer in the apply that replaces what the first loss left half-made (moto on a loaded
