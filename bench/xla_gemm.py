@@ -2,14 +2,15 @@
 
     python bench/xla_gemm.py [--plot docs/img/xla_gemm.png]
 
-The kernel model is trained on FP32 latencies only (NeuSight); a bf16 / TF32 GEMM is priced with the same learned
-utilisation against the tensor-core peak times the shipped tensor-core efficiency of the path
-(``predictor.model.ops._tensor_peak``, ``path="absolute"``: a capture, no GPU). XLA ships measured dot throughputs
-(``bench/data/xla_matmul_rates.csv``, ``scripts/build_xla_gemm_data.py``: b 1-4, m/n/k 256-4096, k the
-contraction) on H100 SXM (sm_90) and B200: nothing in the predictor is fitted on them. Each row is priced as the
-in-stream time (``KernelModel.step_time``: XLA's table is kernel time from its profiler, no launch) and scored as
-predicted / measured time: per-GEMM MAPE, time-weighted error (sum |pred - meas| / sum meas), the error of the sum,
-by size band (FLOPs) and by dtype.
+XLA ships measured dot throughputs (``bench/data/xla_matmul_rates.csv``, ``scripts/build_xla_gemm_data.py``: b 1-4,
+m/n/k 256-4096, k the contraction) on H100 SXM (sm_90) and B200: nothing in the predictor is fitted on them but the
+6 us ramp of the 16-bit waves (each GPU's rows choose the same value). Each row is priced as a capture is
+(``path="absolute"``), as in-stream time (XLA's table is kernel time from its profiler, no launch), two ways:
+``FP32-util``, the FP32-learned utilisation of the kernel model against the tensor-core peak times the path's
+tensor-core efficiency (every GEMM until 2026-11-29; TF32 GEMMs still), and ``shipped``,
+:func:`predictor.model.ops.gemm_step_time` (16-bit GEMMs by waves of tiles at the GPU's measured ceiling,
+:mod:`predictor.model.tensor_gemm`). Scored as predicted / measured time: per-GEMM MAPE, time-weighted error
+(sum |pred - meas| / sum meas), the error of the sum, by size band (FLOPs) and by dtype.
 """
 
 from __future__ import annotations
