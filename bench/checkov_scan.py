@@ -52,7 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     binary = checkov_binary(args.checkov)
     version = subprocess.run([str(binary), "--version"], capture_output=True, text=True).stdout.strip()
-    from lightning_srifty.provision.generate import Options, generate
+    from lightning_srifty.provision.terraform.generate import Options, generate
     from predictor.documents.plan import load_plan
 
     targets = {"module terraform/modules/training_fleet": ROOT / "terraform" / "modules" / "training_fleet"}

@@ -47,7 +47,7 @@ def median_time(fn, repeat: int) -> tuple[float, object]:
 
 
 def bench_snapshot(repeat: int, work: Path) -> dict:
-    from lightning_srifty.provision.snapshot import build_snapshot, repacked_wheel
+    from lightning_srifty.provision.terraform.snapshot import build_snapshot, repacked_wheel
 
     spec = {"packages": ["torch==2.13.0", "lightning==2.6.6"], "requirements": None}
     out = {}
@@ -73,7 +73,7 @@ def bench_snapshot(repeat: int, work: Path) -> dict:
 def bench_bootstrap(work: Path) -> dict:
     import tarfile
 
-    from lightning_srifty.provision.snapshot import build_snapshot
+    from lightning_srifty.provision.terraform.snapshot import build_snapshot
 
     project = work / "project"
     project.mkdir(exist_ok=True)
@@ -112,8 +112,8 @@ def bench_preflight(repeat: int, work: Path) -> dict:
     from quotas_server import FakeServiceQuotas
 
     from conftest import moto_server
-    from lightning_srifty.provision.generate import Options, generate
     from lightning_srifty.provision.preflight import preflight_root
+    from lightning_srifty.provision.terraform.generate import Options, generate
     from predictor.documents.plan import load_plan
 
     os.environ.update(AWS)
@@ -139,9 +139,9 @@ def bench_failover(runs: int, work: Path) -> dict:
 
     from _support import MINIMAL, moto_network
     from conftest import moto_server
-    from lightning_srifty.provision.generate import Options
-    from lightning_srifty.provision.launch import _up_or_next
-    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+    from lightning_srifty.provision.launcher.launch import _up_or_next
+    from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
+    from lightning_srifty.provision.terraform.generate import Options
     from predictor.documents.profile import load_profile
     from predictor.ranking import Constraints, rank
 

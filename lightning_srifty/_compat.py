@@ -30,8 +30,8 @@ MOVED = {
     "triggers": "migrate.triggers",
     "migrate.imds": "imds",  # 0.2's home: profiling (the instance type) and migrate (spot notices) share it
     "markers": "protocol",
-    "imds_sim": "provision.imds_sim",
-    "launch": "provision.launch",
+    "imds_sim": "provision.launcher.imds_sim",
+    "launch": "provision.launcher.launch",
     "report": "console",
     "cli_capture": "cli.capture",
     "cli_catalog": "cli.catalog",
@@ -41,6 +41,22 @@ MOVED = {
     "cli_recommend": "cli.recommend",
     "cli_serve": "cli.serve",
     "cli_terraform": "cli.terraform",
+    # 0.3: provision/ by concept (issue #39): the Terraform writer, the launcher, the fleet operations
+    "provision.generate": "provision.terraform.generate",
+    "provision.snapshot": "provision.terraform.snapshot",
+    "provision.bootstrap": "provision.terraform.bootstrap",
+    "provision.cuda": "provision.terraform.cuda",
+    "provision.command": "provision.terraform.command",
+    "provision.money": "provision.terraform.money",
+    "provision.runner": "provision.apply",
+    "provision.fleets": "provision.operations.fleets",
+    "provision.logs": "provision.operations.logs",
+    "provision.launch": "provision.launcher.launch",
+    "provision.spot_guard": "provision.launcher.spot_guard",
+    "provision.signals": "provision.launcher.signals",
+    "provision.local": "provision.launcher.local",
+    "provision.terraform_fleet": "provision.launcher.terraform_fleet",
+    "provision.imds_sim": "provision.launcher.imds_sim",
 }
 PACKAGE = "lightning_srifty"
 

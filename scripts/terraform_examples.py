@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lightning_srifty.provision.generate import Options, tfvars  # noqa: E402
+from lightning_srifty.provision.terraform.generate import Options, tfvars  # noqa: E402
 from predictor.catalog import Catalog  # noqa: E402
 from predictor.documents.plan import load_plan  # noqa: E402
 from predictor.documents.profile import load_profile  # noqa: E402

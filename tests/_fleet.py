@@ -9,7 +9,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from lightning_srifty.provision.generate import Options
+from lightning_srifty.provision.terraform.generate import Options
 from predictor.documents.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]

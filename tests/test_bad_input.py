@@ -473,7 +473,7 @@ def test_ctrl_c_ends_a_command_with_a_line_and_130_not_a_traceback(capsys, monke
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("lightning_srifty.provision.runner.apply", interrupted)
+    monkeypatch.setattr("lightning_srifty.provision.apply.apply", interrupted)
     code = main(["apply", "--dir", "infra", "--yes"])
     err = capsys.readouterr().err
     assert code == 130 and err.strip() == "srifty apply: interrupted (Ctrl-C)" and "Traceback" not in err

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from _support import plan_layout
-from lightning_srifty.provision.generate import Options, generate
-from lightning_srifty.provision.snapshot import build_snapshot, code_files, environment_spec, repacked_wheel
+from lightning_srifty.provision.terraform.generate import Options, generate
+from lightning_srifty.provision.terraform.snapshot import build_snapshot, code_files, environment_spec, repacked_wheel
 from predictor.documents.plan import load_plan
 from predictor.documents.profile import Software
 from predictor.exceptions import ConfigError
@@ -163,7 +163,7 @@ DRIVERS = [
 
 @pytest.mark.parametrize(("torch", "driver", "build"), DRIVERS)
 def test_a_gpu_node_installs_the_torch_build_its_driver_runs(torch, driver, build) -> None:
-    from lightning_srifty.provision.bootstrap import torch_index
+    from lightning_srifty.provision.terraform.bootstrap import torch_index
 
     spec, _ = environment_spec(Software(python="3.11.7", torch=torch, lightning="2.6.6"))
     args, why = torch_index(spec, driver)
@@ -184,8 +184,8 @@ def test_the_cuda_table_is_one_place_and_names_the_default_image(tmp_path, catal
     """cuda_builds.json: every build of every torch release has NVIDIA's minimum drivers; the default image it
     knows is the one the module resolves; srifty terraform names the pick on it and the rule every node applies."""
     from lightning_srifty.cli.terraform import node_summary
-    from lightning_srifty.provision import cuda
-    from lightning_srifty.provision.bootstrap import cuda_release
+    from lightning_srifty.provision.terraform import cuda
+    from lightning_srifty.provision.terraform.bootstrap import cuda_release
 
     data = cuda.table()
     for builds in data["torch_builds"].values():

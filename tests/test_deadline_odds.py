@@ -121,7 +121,7 @@ def test_a_confidence_out_of_range_is_refused_naming_it(bad) -> None:
 
 
 def test_the_replay_and_the_launch_guard_plan_for_the_rankings_quantile(profile, catalog) -> None:
-    from lightning_srifty.provision.spot_guard import guard_for
+    from lightning_srifty.provision.launcher.spot_guard import guard_for
     from predictor.model.deadline import confidence_factor, job_from_plan
     from predictor.model.uncertainty import Z80
 

@@ -9,9 +9,9 @@ import pytest
 from fault_proxy import FaultProxy
 
 from _support import moto_network
-from lightning_srifty.provision.generate import Options
-from lightning_srifty.provision.launch import _up_or_next
-from lightning_srifty.provision.terraform_fleet import TerraformProvisioner, capacity_code
+from lightning_srifty.provision.launcher.launch import _up_or_next
+from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner, capacity_code
+from lightning_srifty.provision.terraform.generate import Options
 from predictor.documents.profile import load_profile
 from predictor.ranking import Constraints, rank
 
@@ -87,10 +87,10 @@ def test_the_terraform_provisioner_tries_other_zones_that_offer_the_fleet_cheape
     import dataclasses
     import json
 
-    import lightning_srifty.provision.terraform_fleet as tf_fleet
+    import lightning_srifty.provision.launcher.terraform_fleet as tf_fleet
     from _support import MINIMAL
-    from lightning_srifty.provision.generate import TFVARS
     from lightning_srifty.provision.preflight import offered_zones
+    from lightning_srifty.provision.terraform.generate import TFVARS
     from predictor.catalog import Catalog
     from predictor.catalog.instances import Price
 

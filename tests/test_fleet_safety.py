@@ -30,10 +30,10 @@ from _fleet import (
 )
 from conftest import tf_run
 from lightning_srifty.cli import main
-from lightning_srifty.provision import runner
-from lightning_srifty.provision.command import check_bucket, check_env_names, check_prefix
-from lightning_srifty.provision.generate import TFVARS, default_max_life_h, generate, tfvars
-from lightning_srifty.provision.money import check_entry, check_values
+from lightning_srifty.provision import apply as runner
+from lightning_srifty.provision.terraform.command import check_bucket, check_env_names, check_prefix
+from lightning_srifty.provision.terraform.generate import TFVARS, default_max_life_h, generate, tfvars
+from lightning_srifty.provision.terraform.money import check_entry, check_values
 from predictor.exceptions import ConfigError, ProvisionError
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -566,7 +566,7 @@ def test_an_interrupted_apply_destroys_what_it_created(fake_terraform, monkeypat
 
 
 def test_the_heartbeat_names_are_checked_before_the_handover(tmp_path) -> None:
-    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+    from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
 
     provisioner = TerraformProvisioner(tmp_path, "s3://runs/job-1")
     with pytest.raises(ConfigError, match="not \\[A-Z_\\]"):

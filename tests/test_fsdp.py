@@ -51,7 +51,7 @@ def launched(monkeypatch):
 
 
 def test_the_launcher_passes_each_entrys_layout_and_refuses_a_pipeline(catalog, tmp_path) -> None:
-    from lightning_srifty.provision.generate import Options, tfvars
+    from lightning_srifty.provision.terraform.generate import Options, tfvars
 
     plan = drift_plan(catalog, tmp_path)
     entry = plan.entries[0]

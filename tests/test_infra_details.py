@@ -16,8 +16,15 @@ import pytest
 from _fleet import FAKE_CURL, FAKE_TORCHRUN, example, read, render, run_user_data, template_values
 from conftest import tf_run
 from lightning_srifty.cli import main
-from lightning_srifty.provision.command import check_secret_env
-from lightning_srifty.provision.generate import MARKER, TFVARS, generate, sanitize_tags, ssh_cidr_blocks, tfvars
+from lightning_srifty.provision.terraform.command import check_secret_env
+from lightning_srifty.provision.terraform.generate import (
+    MARKER,
+    TFVARS,
+    generate,
+    sanitize_tags,
+    ssh_cidr_blocks,
+    tfvars,
+)
 from predictor.exceptions import ConfigError, ProvisionError
 
 ROOT = Path(__file__).resolve().parents[1]

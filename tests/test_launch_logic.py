@@ -28,7 +28,7 @@ from lightning_srifty.protocol import (
     write_record,
 )
 from lightning_srifty.provision.base import LaunchedFleet
-from lightning_srifty.provision.launch import launch
+from lightning_srifty.provision.launcher.launch import launch
 from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError
 from predictor.ranking import Constraints, rank
 
@@ -191,7 +191,7 @@ def plan_profile():
 
 def test_the_terraform_provisioner_needs_an_s3_prefix_and_says_so(plan, tmp_path, capsys, monkeypatch) -> None:
     from lightning_srifty.cli import main
-    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+    from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
     from predictor.exceptions import ConfigError
 
     plan.save(tmp_path / "plan.json")
@@ -233,7 +233,7 @@ def test_the_aws_endpoint_reaches_every_client_of_the_launcher(plan, tmp_path, m
         seen["boto3"] = boto3.client("ec2", region_name="us-east-1").meta.endpoint_url
         return []
 
-    monkeypatch.setattr("lightning_srifty.provision.launch.launch", fake_launch)
+    monkeypatch.setattr("lightning_srifty.provision.launcher.launch.launch", fake_launch)
     # the command sets AWS_ENDPOINT_URL for its process; the autouse guard in conftest.py restores it after the test
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
@@ -264,7 +264,7 @@ class NoCapacity(Recorder):
 
 
 def test_a_capacity_error_moves_to_the_next_entry_and_says_what_it_costs(plan, tmp_path) -> None:
-    from lightning_srifty.provision.launch import _up_or_next
+    from lightning_srifty.provision.launcher.launch import _up_or_next
 
     rec, echo = NoCapacity(2), []
     names = iter(["f-1", "f-2", "f-3", "f-4"])
@@ -278,7 +278,7 @@ def test_a_capacity_error_moves_to_the_next_entry_and_says_what_it_costs(plan, t
 
 
 def test_failover_is_bounded_and_names_every_fleet_it_tried(plan, tmp_path) -> None:
-    from lightning_srifty.provision.launch import _up_or_next
+    from lightning_srifty.provision.launcher.launch import _up_or_next
     from predictor.exceptions import CapacityError
 
     rec = NoCapacity(99, "VcpuLimitExceeded")
@@ -314,7 +314,7 @@ class ZonalNoCapacity(Recorder):
 
 
 def test_no_capacity_in_a_zone_tries_the_same_fleet_in_other_zones_first(plan, tmp_path) -> None:
-    from lightning_srifty.provision.launch import _up_or_next
+    from lightning_srifty.provision.launcher.launch import _up_or_next
 
     rec, echo = ZonalNoCapacity(), []
     fleet, _ = _up_or_next(rec, plan, 0, (f"f-{n}" for n in range(1, 9)), echo.append)
@@ -343,7 +343,7 @@ def test_no_capacity_in_a_zone_tries_the_same_fleet_in_other_zones_first(plan, t
 
 
 def test_a_launch_whose_first_fleet_has_no_capacity_trains_on_the_next(plan, tmp_path, monkeypatch) -> None:
-    import lightning_srifty.provision.launch as launch_module
+    import lightning_srifty.provision.launcher.launch as launch_module
 
     class Flaky(NoCapacity):
         pass
@@ -547,7 +547,7 @@ def test_a_fleet_that_never_reports_is_detected_reported_and_released(plan, tmp_
 def test_a_silent_terraform_fleet_points_at_its_logs(plan) -> None:
     """The nodes of a released root module are gone, their logs are not: the error names srifty logs for it."""
     from lightning_srifty.provision.base import LaunchedFleet
-    from lightning_srifty.provision.launch import _Silence
+    from lightning_srifty.provision.launcher.launch import _Silence
 
     silence = _Silence(0.0, print)
     fleet = LaunchedFleet(plan, 0, "walk-1", {"folder": Path("srifty/launch/fleets/walk-1")})
@@ -557,7 +557,7 @@ def test_a_silent_terraform_fleet_points_at_its_logs(plan) -> None:
 
 
 def test_progress_while_a_fleet_has_not_reported_and_none_once_it_has(plan, tmp_path, monkeypatch) -> None:
-    from lightning_srifty.provision import launch as launch_module
+    from lightning_srifty.provision.launcher import launch as launch_module
 
     clock = {"t": 0.0}
     monkeypatch.setattr(launch_module.time, "monotonic", lambda: clock["t"])
@@ -582,7 +582,7 @@ def test_an_auto_scaling_group_without_capacity_is_caught_and_named(monkeypatch)
     import boto3
     from botocore.stub import Stubber
 
-    from lightning_srifty.provision.terraform_fleet import wait_for_capacity
+    from lightning_srifty.provision.launcher.terraform_fleet import wait_for_capacity
     from predictor.exceptions import CapacityError
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -634,7 +634,7 @@ def test_the_launcher_is_named_steps_not_one_long_function() -> None:
     100 lines again."""
     import ast
 
-    from lightning_srifty.provision import launch as launch_module
+    from lightning_srifty.provision.launcher import launch as launch_module
 
     tree = ast.parse(Path(launch_module.__file__).read_text())
     long = {
@@ -649,9 +649,9 @@ def test_a_half_made_fleet_that_could_not_be_destroyed_is_destroyed_when_the_lau
     """An apply fails (a declined move's new fleet, say) and the destroy of what it made fails too: the fleet is kept
     in the provisioner's leftovers, and the launcher's release at its end destroys it once more; if that fails too,
     the line names the command that releases it. Before, the first failure was only echoed and nothing came back."""
-    from lightning_srifty.provision import launch as launch_module
-    from lightning_srifty.provision import terraform_fleet
-    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+    from lightning_srifty.provision.launcher import launch as launch_module
+    from lightning_srifty.provision.launcher import terraform_fleet
+    from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
     from predictor.exceptions import ProvisionError
 
     lines: list[str] = []
@@ -688,8 +688,8 @@ def test_a_half_made_fleet_that_could_not_be_destroyed_is_destroyed_when_the_lau
 def test_a_signal_during_the_clean_up_destroy_keeps_the_half_made_fleet(plan, tmp_path, monkeypatch) -> None:
     """The user's first signal arrives while a failed apply's leftovers are destroyed: the fleet is still kept for
     the release at the launch's end, and the interruption goes on up (it is not swallowed as a failed destroy)."""
-    from lightning_srifty.provision import terraform_fleet
-    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+    from lightning_srifty.provision.launcher import terraform_fleet
+    from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
     from predictor.exceptions import ProvisionError
 
     class Interrupted(BaseException):
@@ -728,7 +728,7 @@ def test_a_launch_resumes_from_the_newest_checkpoint_an_interrupted_one_left(pla
 
     # `srifty launch --resume` (latest): the newest sound checkpoint of the launch's folder; none there: refused
     from lightning_srifty.cli import main
-    from lightning_srifty.provision import launch as launch_module
+    from lightning_srifty.provision.launcher import launch as launch_module
 
     asked: dict = {}
     monkeypatch.setattr(launch_module, "launch", lambda plan, script, **kw: asked.update(kw) or [])
@@ -783,7 +783,7 @@ def test_a_cloud_fleets_boot_to_first_step_is_measured_for_the_ranking(plan) -> 
     """Issue #35 item 9: the nodes' boot, the environment's install and the warm-up were counted nowhere but as
     defaults. The first step of a cloud fleet's first leg, less the time its provisioning took, is recorded for its
     instance types (predictor.model.startup.record_ready); a resumed leg or a local fleet records nothing."""
-    from lightning_srifty.provision.launch import _Silence
+    from lightning_srifty.provision.launcher.launch import _Silence
     from predictor.model import startup
 
     silence = _Silence(600, lambda line: None)
@@ -811,7 +811,7 @@ def test_an_explicit_resume_checkpoint_is_vetted_before_any_fleet_is_up(plan, tm
     import torch
 
     from lightning_srifty.cli import main
-    from lightning_srifty.provision import launch as launch_module
+    from lightning_srifty.provision.launcher import launch as launch_module
 
     asked: dict = {}
     monkeypatch.setattr(launch_module, "launch", lambda plan, script, **kw: asked.update(kw) or [])
@@ -849,7 +849,7 @@ def test_an_explicit_resume_checkpoint_is_vetted_before_any_fleet_is_up(plan, tm
 def test_a_silent_fleet_points_to_the_log_it_has(plan, data, said) -> None:
     """Issue #37 L: a local launch's silent job was said to have "its console output and
     /var/log/srifty-user-data.log", which a local process never writes."""
-    from lightning_srifty.provision.launch import _Silence
+    from lightning_srifty.provision.launcher.launch import _Silence
 
     silence = _Silence(0.01, print)
     fleet = LaunchedFleet(plan, 0, "f-1", dict(data))

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from _support import bench_module
-from lightning_srifty.provision import launch as launch_mod
-from lightning_srifty.provision import terraform_fleet
 from lightning_srifty.provision.base import LaunchedFleet
-from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+from lightning_srifty.provision.launcher import launch as launch_mod
+from lightning_srifty.provision.launcher import terraform_fleet
+from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
 from predictor.documents.plan import load_plan
 from predictor.exceptions import LaunchInterrupted
 

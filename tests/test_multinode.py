@@ -182,7 +182,7 @@ def test_srifty_terraform_passes_the_plans_batch_to_the_job(catalog) -> None:
     list on a fleet of one GPU type; on a mix whose ranks take different batches (torchrun's rank order is the join
     order) the plan's groups, each node exporting its own."""
     from _support import MINIMAL
-    from lightning_srifty.provision.generate import Options, planned_batches, tfvars
+    from lightning_srifty.provision.terraform.generate import Options, planned_batches, tfvars
     from predictor.documents.profile import load_profile
     from predictor.ranking import Constraints, rank
 

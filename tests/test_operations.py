@@ -25,9 +25,9 @@ from conftest import moto_server
 from lightning_srifty.cli import main
 from lightning_srifty.cli.operations import _Prefixed
 from lightning_srifty.console import fmt_life
-from lightning_srifty.provision import fleets
-from lightning_srifty.provision.generate import TFVARS, generate, tfvars
-from lightning_srifty.provision.logs import FleetLogs, follow
+from lightning_srifty.provision.operations import fleets
+from lightning_srifty.provision.operations.logs import FleetLogs, follow
+from lightning_srifty.provision.terraform.generate import TFVARS, generate, tfvars
 
 REGION = "us-east-1"
 
@@ -469,7 +469,7 @@ def test_the_commands_start_without_torch(subprocess_env) -> None:
     )
     run = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    assert Path(fleets.__file__).parent.name == "provision"
+    assert Path(fleets.__file__).parent.name == "operations"
 
 
 def test_a_job_leaving_on_a_notice_marks_its_node(tmp_path, monkeypatch) -> None:
@@ -595,7 +595,7 @@ def test_an_efa_node_loads_the_images_ofi_plugin_and_says_which_network_nccl_cho
     libfabric on LD_LIBRARY_PATH with FI_PROVIDER=efa (and NCCL_NET_PLUGIN for the plugin's name), and writes which
     network NCCL chose beside the checkpoints; srifty status reads it ("EFA assumed by the prediction, not in use").
     The image's folders stand under SRIFTY_EFA_ROOT here (no EFA device on this machine)."""
-    from lightning_srifty.provision import fleets as ops
+    from lightning_srifty.provision.operations import fleets as ops
 
     real_aws = shutil.which("aws")
     if real_aws is None:

@@ -314,7 +314,7 @@ def test_a_local_trial_may_train_on_the_cpu(monkeypatch) -> None:
     import types as _types
 
     from lightning_srifty.protocol import ALLOW_CPU, VARIABLES
-    from lightning_srifty.provision import local
+    from lightning_srifty.provision.launcher import local
 
     seen: dict = {}
     monkeypatch.delenv(ALLOW_CPU)

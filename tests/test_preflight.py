@@ -12,7 +12,7 @@ import pytest
 from quotas_server import FakeServiceQuotas
 
 from lightning_srifty.cli import main
-from lightning_srifty.provision.generate import TFVARS, Options, generate
+from lightning_srifty.provision.apply import apply
 from lightning_srifty.provision.preflight import (
     Group,
     check_bucket,
@@ -23,8 +23,8 @@ from lightning_srifty.provision.preflight import (
     preflight_root,
     quota_class,
 )
-from lightning_srifty.provision.runner import apply
-from lightning_srifty.provision.snapshot import build_snapshot
+from lightning_srifty.provision.terraform.generate import TFVARS, Options, generate
+from lightning_srifty.provision.terraform.snapshot import build_snapshot
 from predictor.documents.plan import load_plan
 from predictor.exceptions import PreflightError
 

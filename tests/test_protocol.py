@@ -145,7 +145,7 @@ def test_the_terraform_module_exports_the_same_checkpoint_variable() -> None:
 
 
 def test_a_move_is_reported_in_words_with_its_measured_times() -> None:
-    from lightning_srifty.provision.launch import Migration
+    from lightning_srifty.provision.launcher.launch import Migration
 
     move = Migration(
         "2026-11-23T09:00:00+00:00", "spot interruption notice", "spot", False, "g5.xlarge:1", "g5.2xlarge:1", 120,

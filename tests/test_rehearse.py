@@ -16,9 +16,9 @@ import pytest
 
 from _support import MINIMAL
 from lightning_srifty.cli import main
-from lightning_srifty.provision.generate import TFVARS, Options, generate
 from lightning_srifty.provision.rehearsal import walk
 from lightning_srifty.provision.rehearsal.node import TOKEN_VARIABLE, pids_with
+from lightning_srifty.provision.terraform.generate import TFVARS, Options, generate
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, ProvisionError
 from predictor.ranking import Constraints, rank

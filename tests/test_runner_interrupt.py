@@ -35,11 +35,11 @@ resource "terraform_data" "after" {
 }
 """
 
-# the launcher's way: a handler raising once (lightning_srifty.provision.signals.Interrupts raises LaunchInterrupted)
+# the launcher's way: a handler raising once (provision.launcher.signals.Interrupts raises LaunchInterrupted)
 SCRIPT = """
 import signal, sys, time
 from python_terraform import Terraform
-from lightning_srifty.provision.runner import _run_shown
+from lightning_srifty.provision.apply import _run_shown
 from predictor.exceptions import LaunchInterrupted
 
 def handler(signum, frame):
@@ -133,7 +133,7 @@ resource "terraform_data" "group" {
 
 DESTROY_SCRIPT = """
 import signal, sys
-from lightning_srifty.provision.runner import destroy
+from lightning_srifty.provision.apply import destroy
 from predictor.exceptions import LaunchInterrupted
 
 def handler(signum, frame):
@@ -154,7 +154,7 @@ def test_a_signal_during_the_teardown_waits_for_the_destroy_to_end(tmp_path, sig
     """Issue #36 H1: a SIGTERM or Ctrl-C 4 s into a destroy abandoned it: the instance and its Auto Scaling group kept
     running. The destroy is a critical section now: terraform (in its own session) goes on to the end, every signal is
     answered with a line naming the command that finishes it, and the interruption is raised after."""
-    from lightning_srifty.provision.generate import MARKER, TFVARS
+    from lightning_srifty.provision.terraform.generate import MARKER, TFVARS
 
     folder = tmp_path / "root"
     folder.mkdir()
@@ -186,7 +186,7 @@ for i in $(seq 600); do sleep 0.1; done
 QUICK_SCRIPT = """
 import signal, sys
 from python_terraform import Terraform
-from lightning_srifty.provision.runner import _run
+from lightning_srifty.provision.apply import _run
 from predictor.exceptions import LaunchInterrupted
 
 def handler(signum, frame):

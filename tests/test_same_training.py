@@ -10,7 +10,7 @@ import copy
 import pytest
 
 from _support import MINIMAL
-from lightning_srifty.provision.launch import fleet_batches
+from lightning_srifty.provision.launcher.launch import fleet_batches
 from predictor.documents.profile import load_profile
 from predictor.documents.work import Work
 from predictor.exceptions import NoFeasibleConfigError
@@ -181,7 +181,7 @@ def test_the_launcher_splits_a_batch_as_the_ranking_does(catalog) -> None:
     import glob
 
     from conftest import ROOT
-    from lightning_srifty.provision.launch import rank_batch_sizes
+    from lightning_srifty.provision.launcher.launch import rank_batch_sizes
     from predictor.documents.plan import load_plan
 
     profile = _profile(batch__per_device=24)

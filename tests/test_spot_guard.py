@@ -15,9 +15,9 @@ import pytest
 from _support import Recorder
 from lightning_srifty import protocol
 from lightning_srifty.protocol import Finished, Leave, Preempted, write_record
-from lightning_srifty.provision.launch import launch
-from lightning_srifty.provision.money import check_entry
-from lightning_srifty.provision.spot_guard import SpotGuard, on_demand_fleet, policy_for
+from lightning_srifty.provision.launcher.launch import launch
+from lightning_srifty.provision.launcher.spot_guard import SpotGuard, on_demand_fleet, policy_for
+from lightning_srifty.provision.terraform.money import check_entry
 from predictor.exceptions import ConfigError
 from predictor.model import deadline
 

@@ -15,8 +15,16 @@ import pytest
 
 from conftest import tf_run as _tf
 from lightning_srifty.cli import main
-from lightning_srifty.provision.generate import MARKER, TFVARS, Options, copy_module, generate, tfvars, weights
-from lightning_srifty.provision.runner import APPLY_RETRIES, apply, destroy, summarize
+from lightning_srifty.provision.apply import APPLY_RETRIES, apply, destroy, summarize
+from lightning_srifty.provision.terraform.generate import (
+    MARKER,
+    TFVARS,
+    Options,
+    copy_module,
+    generate,
+    tfvars,
+    weights,
+)
 from predictor.documents.plan import load_plan
 from predictor.exceptions import ConfigError, ProvisionError
 
@@ -117,7 +125,7 @@ def test_cli_writes_the_golden_values(tmp_path, capsys, monkeypatch) -> None:
     assert main(["apply", "--dir", str(tmp_path)]) == 2
     assert "not a root module written by `srifty terraform`" in capsys.readouterr().err
     # after an apply: what to run next (terraform printed the outputs already); --json: the outputs, for machines
-    from lightning_srifty.provision import runner
+    from lightning_srifty.provision import apply as runner
 
     monkeypatch.setattr(runner, "apply", lambda folder, **kw: {"fleet": {"name": "resnet-single"}})
     assert main(["apply", "--dir", str(tmp_path / "infra"), "--yes"]) == 0
@@ -154,7 +162,7 @@ def test_a_role_added_twice_to_the_instance_profile_is_a_lost_answer_not_a_quota
     LimitExceeded (InstanceSessionsPerInstanceProfile: 1), which only the SDK's retry of a lost first answer can send
     (moto under load did in CI, 2026-11-29): the runner re-plans, and terraform replaces the half-made profile. A
     real quota stays an error."""
-    from lightning_srifty.provision.runner import transient_error
+    from lightning_srifty.provision.apply import transient_error
 
     twice = (
         "operation error IAM: AddRoleToInstanceProfile, https response error StatusCode: 409, LimitExceeded: Cannot "
@@ -168,7 +176,7 @@ def test_a_role_added_twice_to_the_instance_profile_is_a_lost_answer_not_a_quota
 def test_transient_apply_errors_are_retried_a_bounded_number_of_times(monkeypatch, failures, code) -> None:
     """An apply that meets a transient AWS error is planned and applied again, at most APPLY_RETRIES times; a
     configuration error fails at once, and the last apply's error is what the caller sees."""
-    from lightning_srifty.provision import runner
+    from lightning_srifty.provision import apply as runner
 
     calls: list[str] = []
 
@@ -206,7 +214,7 @@ def test_an_apply_past_its_timeout_is_stopped_and_said(tmp_path, monkeypatch, ca
     it), and the error says it was the timeout and how to raise it."""
     from types import SimpleNamespace
 
-    from lightning_srifty.provision import runner
+    from lightning_srifty.provision import apply as runner
 
     fake = tmp_path / "terraform"
     fake.write_text(
@@ -338,7 +346,7 @@ def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(
     from fault_proxy import FaultProxy
 
     from _support import moto_network
-    from lightning_srifty.provision.runner import transient_error
+    from lightning_srifty.provision.apply import transient_error
 
     assert transient_error("api error InvalidPermission.Duplicate: The specified rule already exists") == (
         "InvalidPermission.Duplicate"
@@ -446,8 +454,8 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     from _support import boot_script, moto_network
     from _support import drift_plan as _plan
     from lightning_srifty import protocol as markers
-    from lightning_srifty.provision.launch import launch
-    from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+    from lightning_srifty.provision.launcher.launch import launch
+    from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)  # s3fs (the markers) talks to moto too
     s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")

@@ -28,9 +28,9 @@ from _support import MINIMAL, moto_network, plan_layout
 from conftest import tf_run
 from imds_server import FakeIMDS
 from lightning_srifty.protocol import VARIABLES, entry_strategy
-from lightning_srifty.provision.generate import TFVARS, Options, generate, tfvars
-from lightning_srifty.provision.money import group_usd_per_hour
-from lightning_srifty.provision.runner import apply, destroy
+from lightning_srifty.provision.apply import apply, destroy
+from lightning_srifty.provision.terraform.generate import TFVARS, Options, generate, tfvars
+from lightning_srifty.provision.terraform.money import group_usd_per_hour
 from predictor.documents.plan import Plan, load_plan
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError

@@ -19,7 +19,7 @@ import pytest
 from _fleet import example
 from _support import ROOT
 from conftest import tf_run
-from lightning_srifty.provision.generate import generate, tfvars
+from lightning_srifty.provision.terraform.generate import generate, tfvars
 
 TERRAFORM = ROOT / "terraform"
 MODULE = TERRAFORM / "modules" / "training_fleet"

@@ -13,10 +13,10 @@ import pytest
 
 from _support import MINIMAL
 from conftest import ROOT
-from lightning_srifty.provision import cuda
-from lightning_srifty.provision.bootstrap import choose_torch_build, cuda_release
-from lightning_srifty.provision.generate import Options, generate
 from lightning_srifty.provision.preflight import check_torch_build
+from lightning_srifty.provision.terraform import cuda
+from lightning_srifty.provision.terraform.bootstrap import choose_torch_build, cuda_release
+from lightning_srifty.provision.terraform.generate import Options, generate
 from predictor.catalog import torch_builds
 from predictor.documents.plan import load_plan
 from predictor.documents.profile import Software, load_profile

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_srifty.provision.command import train_argv
+from lightning_srifty.provision.terraform.command import train_argv
 from predictor.exceptions import ConfigError
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_srifty.provision import bootstrap
+from lightning_srifty.provision.terraform import bootstrap
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -136,7 +136,7 @@ def add_code_arguments(p: Any) -> None:
 
 
 def code_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The :class:`~lightning_srifty.provision.generate.Options` fields of :func:`add_code_arguments`."""
+    """The :class:`~lightning_srifty.provision.terraform.generate.Options` fields of :func:`add_code_arguments`."""
     return {
         "code": None if args.no_code else args.code,
         "image": args.image,

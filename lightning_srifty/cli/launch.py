@@ -37,7 +37,7 @@ def check_script(script: list[str]) -> None:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from lightning_srifty.provision.launch import launch
+    from lightning_srifty.provision.launcher.launch import launch
     from predictor.documents.plan import check_choice, load_plan
     from predictor.exceptions import ConfigError, LaunchInterrupted
 
@@ -86,8 +86,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     provisioner = None
     if args.provisioner == "terraform":
         from lightning_srifty.cli._common import code_options
-        from lightning_srifty.provision.generate import Options
-        from lightning_srifty.provision.terraform_fleet import TerraformProvisioner
+        from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
+        from lightning_srifty.provision.terraform.generate import Options
 
         if not args.checkpoint_uri:
             raise ConfigError(
@@ -111,7 +111,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         )
         provisioner = TerraformProvisioner(args.workdir, args.checkpoint_uri, options)
         if options.code is not None:  # packed once: every fleet of the run gets the same code
-            from lightning_srifty.provision.generate import make_snapshot
+            from lightning_srifty.provision.terraform.generate import make_snapshot
 
             snapshot, notes = make_snapshot(plan, options, Path(args.workdir) / "code", (Path(args.workdir),))
             for note in notes:
@@ -121,7 +121,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 f"{snapshot.sha256[:16]}... ({snapshot.path})"
             )
             provisioner.options = dataclasses.replace(provisioner.options, snapshot=str(snapshot.path))
-    from lightning_srifty.provision.fleets import aws_errors
+    from lightning_srifty.provision.operations.fleets import aws_errors
 
     where = f"keeping its records and heartbeat in {args.checkpoint_uri}" if args.checkpoint_uri else "starting fleets"
     try:

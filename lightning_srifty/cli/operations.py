@@ -45,7 +45,7 @@ def _no_region(command: str) -> Exception:
 
 def _fleet_record(fleet: Any, catalog: Any, at: float, root: Any, endpoint: str | None) -> dict:
     """Everything ``srifty status`` says of one fleet (``root``: the root module it came from, or None)."""
-    from lightning_srifty.provision import fleets as ops
+    from lightning_srifty.provision.operations import fleets as ops
     from predictor.exceptions import SriftyError
 
     cost = fleet.cost(catalog, at)
@@ -143,7 +143,7 @@ def status_line(record: dict, at: float) -> list[str]:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import load_catalog
-    from lightning_srifty.provision import fleets as ops
+    from lightning_srifty.provision.operations import fleets as ops
 
     roots = [ops.Root.load(d) for d in args.dir or ()]
     # where to look: each root's fleet in its own region (--region overrides); without --dir every srifty fleet
@@ -214,7 +214,7 @@ class _Prefixed:
 
 def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | None]:
     """(fleet, checkpoint uri, region, endpoint) from --dir, or from FLEET with --checkpoint-uri or its tags."""
-    from lightning_srifty.provision import fleets as ops
+    from lightning_srifty.provision.operations import fleets as ops
     from predictor.exceptions import ConfigError
 
     if args.dir:
@@ -256,8 +256,8 @@ def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | 
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from lightning_srifty.provision import fleets as ops
-    from lightning_srifty.provision.logs import FleetLogs, follow
+    from lightning_srifty.provision.operations import fleets as ops
+    from lightning_srifty.provision.operations.logs import FleetLogs, follow
     from predictor.exceptions import ConfigError
 
     fleet, uri, region, endpoint = _logs_source(args)
@@ -300,8 +300,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import load_catalog
-    from lightning_srifty.provision import fleets as ops
-    from lightning_srifty.provision.runner import destroy
+    from lightning_srifty.provision.apply import destroy
+    from lightning_srifty.provision.operations import fleets as ops
     from predictor.exceptions import ProvisionError
 
     root = ops.Root.load(args.dir)

@@ -18,7 +18,7 @@ SOURCE_WORDS = {
 
 def cmd_terraform(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import code_options, load_catalog
-    from lightning_srifty.provision.generate import Options, generate
+    from lightning_srifty.provision.terraform.generate import Options, generate
     from predictor.documents.plan import load_plan
 
     plan = load_plan(args.plan)
@@ -72,8 +72,8 @@ def node_summary(result: Any, options: Any) -> str:
     """What every node will run, on one screen: image, environment, code, command, strategy."""
     from lightning_srifty.console import fmt_life
     from lightning_srifty.protocol import VARIABLES
-    from lightning_srifty.provision import cuda
-    from lightning_srifty.provision.snapshot import ENVIRONMENT_FILE, read_member
+    from lightning_srifty.provision.terraform import cuda
+    from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, read_member
 
     values, train = result.values, result.values["train"]
     image = values["ami"].get("id") or "the Deep Learning AMI (PyTorch, Ubuntu 22.04) of each architecture"
@@ -136,7 +136,7 @@ def node_summary(result: Any, options: Any) -> str:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import load_catalog
-    from lightning_srifty.provision.runner import apply
+    from lightning_srifty.provision.apply import apply
 
     outputs = apply(
         args.dir,
@@ -156,7 +156,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_destroy(args: argparse.Namespace) -> int:
-    from lightning_srifty.provision.runner import destroy
+    from lightning_srifty.provision.apply import destroy
 
     destroy(args.dir, yes=args.yes)
     print("destroyed")

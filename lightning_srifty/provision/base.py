@@ -1,6 +1,7 @@
 """What ``srifty launch`` needs from a provisioner: capacity up, the job started on it, the job's state, capacity
-down. Two implementations: :class:`~lightning_srifty.provision.local.LocalProvisioner` (processes on this machine)
-and :class:`~lightning_srifty.provision.terraform_fleet.TerraformProvisioner` (the generated Terraform of a plan)."""
+down. Two implementations: :class:`~lightning_srifty.provision.launcher.local.LocalProvisioner` (processes on this
+machine) and :class:`~lightning_srifty.provision.launcher.terraform_fleet.TerraformProvisioner` (the generated
+Terraform of a plan)."""
 
 from __future__ import annotations
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from lightning_srifty.provision import cuda
-from lightning_srifty.provision.bootstrap import NODE_EXTRA
-from lightning_srifty.provision.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
+from lightning_srifty.provision.terraform import cuda
+from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
+from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
 
 Status = Literal["ok", "fail", "warn"]
 
@@ -298,7 +298,7 @@ def check_model(planned: str | None, snapshot: Snapshot | None, project: Path) -
     (``srifty/profile.json`` in the code snapshot, else in ``project``, the folder ``srifty check`` runs in): a plan
     for another model went all the way to apply (issue #37 H4; ``srifty terraform`` refuses it too, unless
     ``--any-model``). Nothing to compare: no finding."""
-    from lightning_srifty.provision.generate import PROJECT_PROFILE
+    from lightning_srifty.provision.terraform.generate import PROJECT_PROFILE
     from predictor.documents.profile import load_profile
 
     if not planned or planned == "unknown":
@@ -556,7 +556,7 @@ def check_offerings(ec2: Any, region: str, types: list[str], zone: str | None) -
 def default_image_parameters() -> dict[str, str]:
     """The module's default public SSM parameters of the Deep Learning AMI per architecture, read from its
     variables.tf (declared there once)."""
-    from lightning_srifty.provision.generate import terraform_root
+    from lightning_srifty.provision.terraform.generate import terraform_root
 
     text = (terraform_root() / "modules" / "training_fleet" / "variables.tf").read_text()
     return dict(re.findall(r'(x86_64|arm64)\s*=\s*"(/aws/service/[^"]+)"', text))
@@ -822,7 +822,7 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
     Raises:
         ProvisionError: ``folder`` is not such a root module.
     """
-    from lightning_srifty.provision.generate import MARKER, TFVARS
+    from lightning_srifty.provision.terraform.generate import MARKER, TFVARS
     from predictor.exceptions import ProvisionError
 
     root = Path(folder)

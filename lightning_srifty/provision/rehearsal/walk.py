@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_srifty.provision.launcher.signals import Interrupts
 from lightning_srifty.provision.rehearsal.local_aws import LocalAWS, free_port, port_free
 from lightning_srifty.provision.rehearsal.node import Node, base_python
-from lightning_srifty.provision.signals import Interrupts
 from predictor.documents.atomic import atomic_write_json
 from predictor.exceptions import ConfigError, ProvisionError
 
@@ -139,7 +139,7 @@ def rehearse(
         ConfigError: bad settings, or a root the rehearsal cannot play (named, with the fix).
         ProvisionError: a tool or the local AWS is missing, or terraform failed.
     """
-    from lightning_srifty.provision.runner import _check_folder
+    from lightning_srifty.provision.apply import _check_folder
 
     settings = settings or Settings()
     root = Path(folder).resolve()
@@ -240,9 +240,9 @@ def _check_machine() -> None:
 
 def _torch_build_lines(root: Path, values: dict[str, Any], catalog: Any) -> list[str]:
     """What torch build the real nodes would pick (the summary of srifty terraform), for the report."""
-    from lightning_srifty.provision import cuda
     from lightning_srifty.provision.preflight import ENVIRONMENT_FILE
-    from lightning_srifty.provision.snapshot import load_snapshot, read_member
+    from lightning_srifty.provision.terraform import cuda
+    from lightning_srifty.provision.terraform.snapshot import load_snapshot, read_member
 
     code = values["train"].get("code")
     if not code:
@@ -357,7 +357,7 @@ class _Walk:
                 self._tear_down()
 
     def _apply(self) -> None:
-        from lightning_srifty.provision.runner import apply
+        from lightning_srifty.provision.apply import apply
 
         assert self.aws is not None
         shutil.copytree(
@@ -377,7 +377,7 @@ class _Walk:
 
     def _point_at(self, aws: LocalAWS) -> None:
         """The copy's values, changed where the rehearsal must (each change named in the report)."""
-        from lightning_srifty.provision.generate import TFVARS
+        from lightning_srifty.provision.terraform.generate import TFVARS
 
         path = self.infra / TFVARS
         values = json.loads(path.read_text())
@@ -721,7 +721,7 @@ class _Walk:
             )
 
     def _tear_down(self) -> None:
-        from lightning_srifty.provision.runner import destroy
+        from lightning_srifty.provision.apply import destroy
 
         for node in self.nodes:
             node.power_off()

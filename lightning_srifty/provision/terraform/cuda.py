@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lightning_srifty.provision.bootstrap import choose_torch_build, cuda_release, version_numbers
+from lightning_srifty.provision.terraform.bootstrap import choose_torch_build, cuda_release, version_numbers
 from predictor.catalog.torch_builds import TABLE, release_of, table  # the one copy: predictor/data/cuda_builds.json
 
 __all__ = ["TABLE", "default_image", "image_note", "ladder", "summary", "table", "torch_cuda"]
@@ -18,7 +18,8 @@ def torch_cuda(torch_version: str) -> tuple[dict[str, Any] | None, list[str]]:
     """environment.json's ``torch_cuda`` for a pinned torch (``2.7.0`` or ``2.7.0+cu128``) and the notes a user must
     read: the builds of that release with each one's minimum drivers and the compute capabilities it carries code for.
     A release the table does not list gets None (the node installs the index's default build): ``srifty terraform``
-    refuses that unless the user's index or image provides torch (:func:`lightning_srifty.provision.generate`)."""
+    refuses that unless the user's index or image provides torch
+    (:func:`lightning_srifty.provision.terraform.generate`)."""
     data = table()
     release, _, local = torch_version.partition("+")
     key = release_of(torch_version)

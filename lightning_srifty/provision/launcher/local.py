@@ -63,7 +63,7 @@ class LocalProvisioner:
         full = {**os.environ, ALLOW_CPU: "1", **env}
         imds = None
         if self.simulate_notice_after is not None and self._started == 0:
-            from lightning_srifty.provision.imds_sim import LocalIMDS
+            from lightning_srifty.provision.launcher.imds_sim import LocalIMDS
 
             imds = LocalIMDS(dict(SIMULATED_METADATA)).__enter__()
             full.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, AWS_EC2_METADATA_DISABLED="false")

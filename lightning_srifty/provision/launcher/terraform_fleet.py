@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty import protocol
+from lightning_srifty.provision.apply import apply, destroy
 from lightning_srifty.provision.base import LaunchedFleet, ZoneChoice
-from lightning_srifty.provision.command import check_bucket, check_env_names
-from lightning_srifty.provision.generate import Options, generate
-from lightning_srifty.provision.runner import apply, destroy
+from lightning_srifty.provision.terraform.command import check_bucket, check_env_names
+from lightning_srifty.provision.terraform.generate import Options, generate
 from predictor.documents.plan import Plan
 from predictor.exceptions import CapacityError, ConfigError, PreflightError, ProvisionError
 
@@ -148,8 +148,8 @@ class TerraformProvisioner:
         subnets are the user's (``--vpc-id``) or the user named the zone (``--availability-zone``)."""
         if code not in ZONAL_CODES or self.options.vpc_id or self.options.availability_zone:
             return []
-        from lightning_srifty.provision.generate import priced_zone
         from lightning_srifty.provision.preflight import offered_zones
+        from lightning_srifty.provision.terraform.generate import priced_zone
         from predictor.catalog import Catalog
 
         entry = plan.entries[index]

@@ -3,7 +3,7 @@
 Progress streams to the terminal (terraform's own output); the plan summary counts the resources to add, change and
 destroy by type before anything is changed. Missing pieces (the terraform binary, AWS credentials, the folder) are
 clear errors, not tracebacks. The written values are checked against the catalog first (counts, $/h, the guards in
-``limits``: :mod:`lightning_srifty.provision.money`).
+``limits``: :mod:`lightning_srifty.provision.terraform.money`).
 
 An apply that fails part-way, or is interrupted (Ctrl-C), leaves nothing billing: when the state was empty before (a
 new fleet), everything it created is destroyed at once; when it held a fleet already, nothing is destroyed (that fleet
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty.provision.generate import MARKER, TFVARS
-from lightning_srifty.provision.money import check_values
+from lightning_srifty.provision.terraform.generate import MARKER, TFVARS
+from lightning_srifty.provision.terraform.money import check_values
 from predictor.exceptions import PreflightError, ProvisionError
 
 PLAN_FILE = "srifty.tfplan"

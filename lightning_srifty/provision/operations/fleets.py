@@ -92,7 +92,7 @@ class Cost:
 
 def usd_per_hour(catalog: Any, instance: Instance, region: str) -> float | None:
     """The catalog's $/h of ``instance`` in its market and ``region`` (None: the catalog has no such price)."""
-    from lightning_srifty.provision.money import group_usd_per_hour
+    from lightning_srifty.provision.terraform.money import group_usd_per_hour
 
     spot = instance.market == "spot"
     try:
@@ -304,7 +304,7 @@ class Root:
         """
         from pathlib import Path
 
-        from lightning_srifty.provision.runner import _check_folder
+        from lightning_srifty.provision.apply import _check_folder
 
         values = _check_folder(Path(folder))
         checkpoints = values.get("checkpoints") or {}
@@ -332,7 +332,7 @@ def _state_uri(folder: Any) -> str | None:
         pass
     if shutil.which("terraform") is None or not (folder / ".terraform").is_dir():
         return None
-    from lightning_srifty.provision.runner import outputs as terraform_outputs
+    from lightning_srifty.provision.apply import outputs as terraform_outputs
     from predictor.exceptions import ProvisionError
 
     try:

@@ -18,7 +18,7 @@ what
 
 The on-demand fallback is the same fleet (types and counts) all on-demand (:func:`on_demand_fleet`): the plan's own
 entry when it has one, else a copy of the spot entry priced from the catalog. "Return to spot" is the spot (or
-mixed) entry itself. The launcher moves between them on its own (:mod:`lightning_srifty.provision.launch`).
+mixed) entry itself. The launcher moves between them on its own (:mod:`lightning_srifty.provision.launcher.launch`).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
             and [(g.instance_type, g.count) for g in other.groups] == shape
         ):
             return plan, i
-    from lightning_srifty.provision.money import group_usd_per_hour
+    from lightning_srifty.provision.terraform.money import group_usd_per_hour
 
     if catalog is None:
         from predictor.catalog import Catalog

@@ -56,8 +56,8 @@ from lightning_srifty.protocol import (
     entry_strategy,
 )
 from lightning_srifty.provision.base import LaunchedFleet, Provisioner
-from lightning_srifty.provision.signals import Interrupts
-from lightning_srifty.provision.spot_guard import (
+from lightning_srifty.provision.launcher.signals import Interrupts
+from lightning_srifty.provision.launcher.spot_guard import (
     DEFAULT_CHECK_S,
     Decision,
     SpotGuard,
@@ -420,7 +420,8 @@ def launch(
 
     ``spot_policy`` (``srifty``, ``greedy``, ``uniform``, ``off``; None: ``srifty`` for a spot or mixed entry of a
     plan with a deadline, else ``off``) steers the fleet between spot and the same fleet on-demand against the plan's
-    deadline, checking every ``spot_check_s`` seconds (:mod:`lightning_srifty.provision.spot_guard`); ``catalog``
+    deadline, checking every ``spot_check_s`` seconds
+    (:mod:`lightning_srifty.provision.launcher.spot_guard`); ``catalog``
     prices that on-demand fleet when the plan has none (default ``Catalog.load()``).
 
     Raises:
@@ -502,7 +503,7 @@ def _local_provisioner(
     Raises:
         MigrationError: no script to run.
     """
-    from lightning_srifty.provision.local import LocalProvisioner
+    from lightning_srifty.provision.launcher.local import LocalProvisioner
 
     if not script:
         raise MigrationError("The local provisioner needs the training script to run.")

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty import protocol
-from lightning_srifty.provision import cuda
-from lightning_srifty.provision.command import (
+from lightning_srifty.provision.preflight import ZONE_ID, plain_http_upload  # ZONE_ID: use1-az1
+from lightning_srifty.provision.terraform import cuda
+from lightning_srifty.provision.terraform.command import (
     check_ami,
     check_bucket,
     check_key_name,
@@ -39,9 +40,8 @@ from lightning_srifty.provision.command import (
     check_secret_env,
     train_argv,
 )
-from lightning_srifty.provision.money import check_entry, check_limits, group_usd_per_hour
-from lightning_srifty.provision.preflight import ZONE_ID, plain_http_upload  # ZONE_ID: use1-az1
-from lightning_srifty.provision.snapshot import (
+from lightning_srifty.provision.terraform.money import check_entry, check_limits, group_usd_per_hour
+from lightning_srifty.provision.terraform.snapshot import (
     DEFAULT_MAX_MB,
     ENVIRONMENT_FILE,
     GENERATED_MARKER,
@@ -76,8 +76,8 @@ def terraform_root() -> Path:
     """The reviewed Terraform (``root/`` and ``modules/training_fleet``): the copy an installed wheel carries
     (``lightning_srifty/provision/_terraform``, written by setup.py at build time), else the checkout's
     ``terraform/`` (source tree, editable install)."""
-    here = Path(__file__).resolve()
-    candidates = (here.parent / "_terraform", here.parents[2] / "terraform")
+    provision = Path(__file__).resolve().parents[1]  # lightning_srifty/provision
+    candidates = (provision / "_terraform", provision.parents[1] / "terraform")
     for root in candidates:
         if (root / "modules" / "training_fleet" / "main.tf").is_file() and (root / "root" / "main.tf").is_file():
             return root

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from lightning_srifty.provision import cuda
+from lightning_srifty.provision.terraform import cuda
 from predictor.catalog import torch_builds
 from predictor.documents.atomic import atomic_write_bytes
 from predictor.exceptions import ConfigError
