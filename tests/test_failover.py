@@ -89,7 +89,7 @@ def test_the_terraform_provisioner_tries_other_zones_that_offer_the_fleet_cheape
 
     import lightning_srifty.provision.launcher.terraform_fleet as tf_fleet
     from _support import MINIMAL
-    from lightning_srifty.provision.preflight import offered_zones
+    from lightning_srifty.provision.aws import offered_zones
     from lightning_srifty.provision.terraform.generate import TFVARS
     from predictor.catalog import Catalog
     from predictor.catalog.instances import Price

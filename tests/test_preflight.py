@@ -126,7 +126,7 @@ def test_an_aws_profile_that_does_not_exist_is_one_line_with_the_fix(monkeypatch
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert "the AWS profile 'nope' (AWS_PROFILE) is in neither ~/.aws/config nor ~/.aws/credentials" in err
-    # srifty status (and logs, down: fleets.aws_errors) said "The config profile (nope) could not be found." with
+    # srifty status (and logs, down: aws.aws_errors) said "The config profile (nope) could not be found." with
     # no fix (the hardening probe, bench/hardening_probe.py)
     assert main(["status", "--region", "us-east-1"]) == 2
     err = capsys.readouterr().err
@@ -366,12 +366,13 @@ def test_recommend_launchable_keeps_what_the_account_can_start_and_says_what_a_q
 def test_unreachable_aws_and_wrong_folders_are_one_line_with_the_fix(tmp_path, monkeypatch, capsys) -> None:
     from botocore.exceptions import ReadTimeoutError
 
-    from lightning_srifty.provision.preflight import _why, account_limits, check_credentials
+    from lightning_srifty.provision.aws import why
+    from lightning_srifty.provision.preflight import account_limits, check_credentials
     from predictor.exceptions import ProvisionError
 
     assert main(["check", "--dir", str(tmp_path)]) == 2
     assert "is not a root module written by `srifty terraform`" in capsys.readouterr().err
-    assert _why(ReadTimeoutError(endpoint_url="http://127.0.0.1:9/")).startswith("ReadTimeoutError: Read timeout")
+    assert why(ReadTimeoutError(endpoint_url="http://127.0.0.1:9/")).startswith("ReadTimeoutError: Read timeout")
     for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_MAX_ATTEMPTS": "1"}.items():
         monkeypatch.setenv(name, value)
     dead = clients("us-east-1", "http://127.0.0.1:9")  # nothing listens on port 9

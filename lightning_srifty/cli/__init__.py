@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"srifty: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from lightning_srifty.provision.preflight import aws_words
+        from lightning_srifty.provision.aws import aws_words
 
         words = aws_words(exc)
         if words is None:

@@ -121,7 +121,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
                 f"{snapshot.sha256[:16]}... ({snapshot.path})"
             )
             provisioner.options = dataclasses.replace(provisioner.options, snapshot=str(snapshot.path))
-    from lightning_srifty.provision.operations.fleets import aws_errors
+    from lightning_srifty.provision.aws import aws_errors
 
     where = f"keeping its records and heartbeat in {args.checkpoint_uri}" if args.checkpoint_uri else "starting fleets"
     try:

@@ -45,6 +45,7 @@ def _no_region(command: str) -> Exception:
 
 def _fleet_record(fleet: Any, catalog: Any, at: float, root: Any, endpoint: str | None) -> dict:
     """Everything ``srifty status`` says of one fleet (``root``: the root module it came from, or None)."""
+    from lightning_srifty.provision import aws
     from lightning_srifty.provision.operations import fleets as ops
     from predictor.exceptions import SriftyError
 
@@ -54,8 +55,8 @@ def _fleet_record(fleet: Any, catalog: Any, at: float, root: Any, endpoint: str 
     cap = fleet.max_life_h if fleet.max_life_h is not None else (root.max_life_h if root else None)
     if uri:
         try:
-            with ops.aws_errors(f"reading {uri}HEARTBEAT.json"):
-                record = ops.read_heartbeat(ops.client("s3", fleet.region, endpoint), uri)
+            with aws.aws_errors(f"reading {uri}HEARTBEAT.json"):
+                record = ops.read_heartbeat(aws.client("s3", fleet.region, endpoint), uri)
             heartbeat = {"found": record is not None}
             if record is not None:
                 heartbeat.update(age_s=round(record.age_s(at), 1), max_age_s=record.max_age_s, stale=record.stale(at))
@@ -64,8 +65,8 @@ def _fleet_record(fleet: Any, catalog: Any, at: float, root: Any, endpoint: str 
     network: str | None = None
     if uri:
         try:
-            with ops.aws_errors(f"reading {uri}network/"):
-                network = ops.network_note(ops.read_network(ops.client("s3", fleet.region, endpoint), uri, fleet.name))
+            with aws.aws_errors(f"reading {uri}network/"):
+                network = ops.network_note(ops.read_network(aws.client("s3", fleet.region, endpoint), uri, fleet.name))
         except (SriftyError, ValueError) as exc:
             network = f"the nodes' network records could not be read ({exc})"
     ends = fleet.life_ends_unix(cap)
@@ -143,6 +144,7 @@ def status_line(record: dict, at: float) -> list[str]:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import load_catalog
+    from lightning_srifty.provision import aws
     from lightning_srifty.provision.operations import fleets as ops
 
     roots = [ops.Root.load(d) for d in args.dir or ()]
@@ -158,8 +160,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     catalog = load_catalog(args)
     records = []
     for region, endpoint, names, root in queries:
-        with ops.aws_errors(f"listing the fleets in {region} (ec2:DescribeInstances)"):
-            found = ops.find_fleets(ops.client("ec2", region, endpoint), region, names)
+        with aws.aws_errors(f"listing the fleets in {region} (ec2:DescribeInstances)"):
+            found = ops.find_fleets(aws.client("ec2", region, endpoint), region, names)
         at = ops.now()
         records.extend(_fleet_record(fleet, catalog, at, root, endpoint) for fleet in found)
     at = ops.now()
@@ -214,6 +216,7 @@ class _Prefixed:
 
 def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | None]:
     """(fleet, checkpoint uri, region, endpoint) from --dir, or from FLEET with --checkpoint-uri or its tags."""
+    from lightning_srifty.provision import aws
     from lightning_srifty.provision.operations import fleets as ops
     from predictor.exceptions import ConfigError
 
@@ -241,8 +244,8 @@ def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | 
         return args.fleet, args.checkpoint_uri, region, args.aws_endpoint
     if region is None:
         raise _no_region("logs")
-    with ops.aws_errors(f"looking up fleet {args.fleet} in {region} (ec2:DescribeInstances)"):
-        found = ops.find_fleets(ops.client("ec2", region, args.aws_endpoint), region, [args.fleet])
+    with aws.aws_errors(f"looking up fleet {args.fleet} in {region} (ec2:DescribeInstances)"):
+        found = ops.find_fleets(aws.client("ec2", region, args.aws_endpoint), region, [args.fleet])
     uri = next((f.checkpoint_uri for f in found if f.checkpoint_uri), None)
     if uri is None:
         raise ConfigError(
@@ -256,13 +259,14 @@ def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | 
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    from lightning_srifty.provision import aws
     from lightning_srifty.provision.operations import fleets as ops
     from lightning_srifty.provision.operations.logs import FleetLogs, follow
     from predictor.exceptions import ConfigError
 
     fleet, uri, region, endpoint = _logs_source(args)
-    logs = FleetLogs(ops.client("s3", region, endpoint), uri, fleet)
-    with ops.aws_errors(f"listing {logs.uri}"):
+    logs = FleetLogs(aws.client("s3", region, endpoint), uri, fleet)
+    with aws.aws_errors(f"listing {logs.uri}"):
         found = logs.list()
         if args.list:
             for log in found:
@@ -286,7 +290,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         print(f"Waiting for the first log under {logs.uri} (Ctrl-C to stop).", file=sys.stderr)
     write = _Prefixed(sys.stdout, prefix=not args.instance and len(found) != 1)  # one log: as it is
     try:
-        with ops.aws_errors(f"reading the logs under {logs.uri}"):
+        with aws.aws_errors(f"reading the logs under {logs.uri}"):
             follow(logs, write, instance=args.instance, keep_going=args.follow, interval_s=args.interval)
     except KeyboardInterrupt:
         write.close()
@@ -300,6 +304,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import load_catalog
+    from lightning_srifty.provision import aws
     from lightning_srifty.provision.apply import destroy
     from lightning_srifty.provision.operations import fleets as ops
     from predictor.exceptions import ProvisionError
@@ -309,15 +314,15 @@ def cmd_down(args: argparse.Namespace) -> int:
     catalog = load_catalog(args)
     fleet = None
     try:  # what ran, before it is gone; the destroy goes on without it
-        with ops.aws_errors(f"listing the instances of {root.name} in {region}"):
-            found = ops.find_fleets(ops.client("ec2", region, root.endpoint), region, [root.name])
+        with aws.aws_errors(f"listing the instances of {root.name} in {region}"):
+            found = ops.find_fleets(aws.client("ec2", region, root.endpoint), region, [root.name])
         fleet = found[0] if found else ops.Fleet(root.name, region, ())
     except ProvisionError as exc:
         print(f"WARNING: {exc} The fleet is destroyed all the same; its cost is not summed.", file=sys.stderr)
     destroy(args.dir, yes=args.yes)
     try:  # what an apply killed before it saved its state left outside it (the VPC): found by its tag, named
-        with ops.aws_errors(f"looking for what {root.name} left outside terraform's state in {region}"):
-            for line in ops.leftover_networks(ops.client("ec2", region, root.endpoint), region, root.name):
+        with aws.aws_errors(f"looking for what {root.name} left outside terraform's state in {region}"):
+            for line in ops.leftover_networks(aws.client("ec2", region, root.endpoint), region, root.name):
                 print(f"WARNING: {line}", file=sys.stderr)
     except ProvisionError as exc:
         print(f"WARNING: {exc}", file=sys.stderr)

@@ -39,6 +39,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lightning_srifty.provision.aws import (
+    PLAIN_HTTP_FIX,
+    ZONE_ID,
+    aws_unreachable,
+    aws_words,
+    clients,
+    offered_zones,
+    plain_http_upload,
+    why,
+)
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
@@ -68,7 +78,6 @@ SPOT_QUOTA = {
     "f": ("All F Spot Instance Requests",),
     "x": ("All X Spot Instance Requests",),
 }
-ZONE_ID = re.compile(r"^[a-z]{2,5}\d+-az\d+$")  # use1-az1
 _CLASS = re.compile(r"^(trn|inf|dl|vt|p|g|f|x)(\d*)", re.I)
 
 
@@ -459,9 +468,9 @@ def check_quotas(
             Finding(
                 "quota",
                 "warn",
-                f"the vCPU quotas could not be read ({_why(exc)}): the apply may fail with VcpuLimitExceeded",
+                f"the vCPU quotas could not be read ({why(exc)}): the apply may fail with VcpuLimitExceeded",
                 "allow servicequotas:ListServiceQuotas, or check them in the Service Quotas console"
-                if "AccessDenied" in _why(exc)
+                if "AccessDenied" in why(exc)
                 else "check the network (the Service Quotas endpoint could not be reached), or check them in the "
                 "Service Quotas console"
                 if aws_unreachable(exc)
@@ -499,24 +508,11 @@ def check_quotas(
     return findings
 
 
-def offered_zones(ec2: Any, types: list[str], by_id: bool = False) -> dict[str, set[str]]:
-    """The availability zones (names, or IDs with ``by_id``) of the client's region that offer each type."""
-    zones: dict[str, set[str]] = {t: set() for t in types}
-    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
-        LocationType="availability-zone-id" if by_id else "availability-zone",
-        Filters=[{"Name": "instance-type", "Values": types}],
-    )
-    for page in pages:
-        for o in page.get("InstanceTypeOfferings", []):
-            zones.setdefault(o["InstanceType"], set()).add(o["Location"])
-    return zones
-
-
 def check_offerings(ec2: Any, region: str, types: list[str], zone: str | None) -> list[Finding]:
     try:
         zones = offered_zones(ec2, types, by_id=bool(zone and ZONE_ID.match(zone)))
     except Exception as exc:  # noqa: BLE001
-        return [Finding("offering", "warn", f"the offerings could not be read ({_why(exc)})", None)]
+        return [Finding("offering", "warn", f"the offerings could not be read ({why(exc)})", None)]
     nowhere = [t for t in types if not zones.get(t)]
     if nowhere:
         return [
@@ -586,12 +582,12 @@ def check_image(ec2: Any, ssm: Any, ami: dict[str, Any], arches: list[str]) -> l
             ssm.get_parameter(Name=names[arch])
     except Exception as exc:  # noqa: BLE001
         if aws_unreachable(exc):
-            return [Finding("image", "warn", f"the image could not be looked up ({_why(exc)})", None)]
+            return [Finding("image", "warn", f"the image could not be looked up ({why(exc)})", None)]
         return [
             Finding(
                 "image",
                 "fail",
-                f"the machine image cannot be found here ({_why(exc)})",
+                f"the machine image cannot be found here ({why(exc)})",
                 "give --ami with an image id of this region (and --setup-command true when it has Python 3 and the "
                 "NVIDIA driver); an emulator such as moto has no Deep Learning AMI parameters",
             )
@@ -645,20 +641,6 @@ def check_torch_build(
     return [Finding("torch", "ok", f"torch {torch} has a build for every GPU of the fleet {where}")]
 
 
-def plain_http_upload(bucket: str | None, endpoint: str | None, uploads: bool) -> str | None:
-    """Why uploading the code will be refused, or None: the bucket the module creates denies requests without TLS (its
-    policy: ``aws:SecureTransport`` false), which AWS always gets, but an emulator's ``http://`` endpoint does not."""
-    if not uploads or bucket or not (endpoint or "").startswith("http://"):
-        return None
-    return (
-        "the checkpoint bucket the apply creates refuses requests without TLS (its policy denies aws:SecureTransport "
-        f"false), so uploading the code to it through the endpoint {endpoint} will be refused (403 Forbidden)"
-    )
-
-
-PLAIN_HTTP_FIX = "give --bucket an existing bucket, or an https:// endpoint"
-
-
 def check_bucket(s3: Any, bucket: str | None, endpoint: str | None = None, uploads: bool = False) -> list[Finding]:
     refused = plain_http_upload(bucket, endpoint, uploads)
     if refused:
@@ -672,7 +654,7 @@ def check_bucket(s3: Any, bucket: str | None, endpoint: str | None = None, uploa
             Finding(
                 "bucket",
                 "fail",
-                f"the checkpoint bucket {bucket} does not answer ({_why(exc)})",
+                f"the checkpoint bucket {bucket} does not answer ({why(exc)})",
                 "create it, fix its name (--bucket), or leave --bucket out to have the module create one",
             )
         ]
@@ -688,7 +670,7 @@ def check_credentials(sts: Any) -> list[Finding]:
                 Finding(
                     "credentials",
                     "fail",
-                    f"AWS could not be reached ({_why(exc)})",
+                    f"AWS could not be reached ({why(exc)})",
                     "check the network (a proxy, a VPN, AWS_ENDPOINT_URL), then try again",
                 )
             ]
@@ -696,82 +678,16 @@ def check_credentials(sts: Any) -> list[Finding]:
             Finding(
                 "credentials",
                 "fail",
-                f"the AWS credentials do not work ({_why(exc)})",
+                f"the AWS credentials do not work ({why(exc)})",
                 aws_words(exc) or "aws configure (or AWS_PROFILE / AWS_ACCESS_KEY_ID), then try again",
             )
         ]
     return [Finding("credentials", "ok", f"account {who.get('Account')} as {who.get('Arn')}")]
 
 
-def _why(exc: Exception) -> str:
-    response = getattr(exc, "response", None)
-    error = response.get("Error", {}) if isinstance(response, dict) else {}
-    code, message = error.get("Code"), str(error.get("Message") or "")
-    if code and message.lstrip().startswith("<"):  # an HTML error page (a proxy, an emulator): the code is enough
-        message = ""
-    return f"{code}: {message[:200]}".strip(": ") if code else f"{type(exc).__name__}: {str(exc)[:300]}"
-
-
-def aws_unreachable(exc: Exception) -> bool:
-    """The AWS endpoint could not be reached (network, DNS, proxy, TLS, timeout), as opposed to an answer: botocore's
-    ConnectionError covers the endpoint, the proxy (ProxyConnectionError), TLS and connect timeouts."""
-    from botocore.exceptions import ConnectionError, ReadTimeoutError
-
-    return isinstance(exc, (ConnectionError, ReadTimeoutError))
-
-
-def aws_words(exc: BaseException) -> str | None:
-    """What an error of the AWS SDK means for the user, with the fix (None: not one of botocore's). Recognised by
-    its module, so that a command that never touched AWS does not import botocore to find out."""
-    if not type(exc).__module__.startswith("botocore"):
-        return None
-    name = type(exc).__name__
-    if name == "ProfileNotFound":
-        profile = getattr(exc, "kwargs", {}).get("profile") or os.environ.get("AWS_PROFILE", "")
-        return (
-            f"the AWS profile {profile!r} (AWS_PROFILE) is in neither ~/.aws/config nor ~/.aws/credentials: name one "
-            "that is (aws configure list-profiles), or unset AWS_PROFILE to use the default credentials."
-        )
-    if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
-        return (
-            f"no usable AWS credentials ({exc}): set AWS_PROFILE to a configured profile, or run aws configure (or "
-            "aws sso login); srifty never stores credentials."
-        )
-    if name in ("TokenRetrievalError", "SSOTokenLoadError", "UnauthorizedSSOTokenError"):
-        return f"the AWS SSO session has expired or is missing ({exc}): run aws sso login, then try again."
-    if name == "NoRegionError":
-        return "no AWS region was given: pass --region, or set AWS_REGION."
-    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"):
-        return f"AWS could not be reached ({exc}): check the network (or --aws-endpoint), then try again."
-    if name == "ClientError":
-        error = getattr(exc, "response", {}).get("Error", {})
-        operation = getattr(exc, "operation_name", "a call")
-        return (
-            f"AWS refused {operation}: {error.get('Code', 'an error')}: {error.get('Message', exc)}. Check that the "
-            "credentials in use (aws sts get-caller-identity) may do it in this account and region."
-        )
-    return f"the AWS SDK failed: {name}: {exc}."
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # The whole pre-flight
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-def clients(region: str, endpoint: str | None = None) -> dict[str, Any]:
-    """boto3 clients for the checks (``endpoint``: one local endpoint for every service, tests)."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=15)
-    kw: dict[str, Any] = {"region_name": region, "config": config}
-    made = {}
-    for name, service in (("ec2", "ec2"), ("s3", "s3"), ("sts", "sts"), ("ssm", "ssm"), ("quotas", "service-quotas")):
-        # a service's own endpoint variable (AWS_ENDPOINT_URL_SERVICE_QUOTAS ...) wins, as in every AWS SDK
-        own = os.environ.get(f"AWS_ENDPOINT_URL_{service.upper().replace('-', '_')}")
-        url = own or endpoint
-        made[name] = boto3.client(service, **kw, **({"endpoint_url": url} if url else {}))
-    return made
 
 
 def preflight(
@@ -898,7 +814,7 @@ def account_limits(region: str, types: list[str], vcpus: Callable[[str], int], a
         )
         raise ProvisionError(
             f"--launchable needs to read this account's EC2 offerings and quotas in {region}, and could not "
-            f"({_why(exc)}): {fix}, or rank without --launchable."
+            f"({why(exc)}): {fix}, or rank without --launchable."
         ) from None
     try:
         listing = _quota_listing(aws["quotas"])

@@ -17,26 +17,13 @@ from typing import Any
 
 from lightning_srifty import protocol
 from lightning_srifty.provision.apply import apply, destroy
+from lightning_srifty.provision.aws import client, offered_zones, split_s3
 from lightning_srifty.provision.base import LaunchedFleet, ZoneChoice
 from lightning_srifty.provision.terraform.command import check_bucket, check_env_names
-from lightning_srifty.provision.terraform.generate import Options, generate
+from lightning_srifty.provision.terraform.generate import Options, generate, priced_zone
+from predictor.catalog import Catalog
 from predictor.documents.plan import Plan
 from predictor.exceptions import CapacityError, ConfigError, PreflightError, ProvisionError
-
-
-def split_s3(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> (bucket, ``some/prefix/``)."""
-    if not uri.startswith("s3://") or len(uri) <= 5:
-        raise ConfigError(
-            f"The terraform provisioner keeps checkpoints in S3: give --checkpoint-uri s3://bucket/prefix (an existing "
-            f"bucket). Got {uri!r}.",
-            parameter="checkpoint_uri",
-            value=uri,
-        )
-    bucket, _, prefix = uri[5:].partition("/")
-    prefix = prefix.strip("/")
-    return bucket, (prefix + "/") if prefix else ""
-
 
 # EC2's answers that mean "not now, not here": capacity, spot capacity, quotas, the type not offered in the zone
 # (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html)
@@ -148,20 +135,12 @@ class TerraformProvisioner:
         subnets are the user's (``--vpc-id``) or the user named the zone (``--availability-zone``)."""
         if code not in ZONAL_CODES or self.options.vpc_id or self.options.availability_zone:
             return []
-        from lightning_srifty.provision.preflight import offered_zones
-        from lightning_srifty.provision.terraform.generate import priced_zone
-        from predictor.catalog import Catalog
-
         entry = plan.entries[index]
         catalog = self.catalog or Catalog.load()
         done = {z if z is not None else priced_zone(catalog, entry, entry.region) for z in tried}
         types = sorted({g.instance_type for g in entry.groups})
         try:
-            import boto3
-
-            endpoint = self.options.aws_endpoint
-            ec2 = boto3.client("ec2", region_name=entry.region, **({"endpoint_url": endpoint} if endpoint else {}))
-            zones = offered_zones(ec2, types, by_id=True)
+            zones = offered_zones(client("ec2", entry.region, self.options.aws_endpoint), types, by_id=True)
         except Exception as exc:  # noqa: BLE001 - without the offerings, the next entry is the way on
             self.echo(f"srifty launch: the zones that offer {', '.join(types)} could not be read ({exc}): next entry")
             return []
@@ -234,10 +213,7 @@ class TerraformProvisioner:
         return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
 
     def _autoscaling(self, region: str) -> Any:
-        import boto3
-
-        endpoint = self.options.aws_endpoint
-        return boto3.client("autoscaling", region_name=region, **({"endpoint_url": endpoint} if endpoint else {}))
+        return client("autoscaling", region, self.options.aws_endpoint)
 
     def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
         check_env_names(env, "the handover's env")  # exported on every instance (which checks again)

@@ -9,15 +9,15 @@ its ``LaunchTime`` (until the end time EC2 gives a terminated one): the catalog'
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from lightning_srifty.provision.aws import split_s3
 from predictor.exceptions import ConfigError
 
 TAG_FLEET = "srifty:fleet"
@@ -195,24 +195,6 @@ def leftover_networks(ec2: Any, region: str, name: str) -> list[str]:
     return lines
 
 
-def split_s3(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix/`` -> (bucket, ``some/prefix/``).
-
-    Raises:
-        ConfigError: not an s3:// URI with a bucket.
-    """
-    match = re.match(r"^s3a?://([^/]+)/?(.*)$", uri or "")
-    if not match:
-        raise ConfigError(
-            f"The checkpoint URI {uri!r} is not an S3 folder: give it as s3://bucket/prefix/ (--checkpoint-uri), as "
-            "the root's output checkpoint_uri says.",
-            parameter="checkpoint_uri",
-            value=uri,
-        )
-    prefix = match.group(2)
-    return match.group(1), prefix if not prefix or prefix.endswith("/") else prefix + "/"
-
-
 def read_network(s3: Any, checkpoint_uri: str, fleet: str) -> list[dict[str, Any]]:
     """The EFA nodes' records of the network NCCL chose (``network/<fleet>-<instance>.json``, written by user_data
     once training runs): ``instance_id``, ``efa_expected``, ``efa_in_use``, ``nccl_network``, ``note``. A record that
@@ -339,57 +321,3 @@ def _state_uri(folder: Any) -> str | None:
         return (terraform_outputs(folder).get("fleet") or {}).get("checkpoint_uri")
     except (ProvisionError, ValueError):
         return None
-
-
-def client(service: str, region: str | None, endpoint: str | None = None) -> Any:
-    """A boto3 client with short timeouts (``endpoint``: a local AWS-compatible endpoint; else boto3's own, which
-    honours ``AWS_ENDPOINT_URL``)."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(
-        connect_timeout=5,
-        read_timeout=30,
-        retries={"max_attempts": 3, "mode": "standard"},
-        s3={"addressing_style": "path"} if endpoint else {},
-    )
-    return boto3.client(service, region_name=region, endpoint_url=endpoint or None, config=config)
-
-
-@contextlib.contextmanager
-def aws_errors(what: str) -> Iterator[None]:
-    """Re-word boto3's errors (no credentials, access denied, no endpoint) as a ProvisionError saying what was being
-    done (``what``) and the fix."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-    from predictor.exceptions import ProvisionError
-
-    try:
-        yield
-    except NoCredentialsError:
-        raise ProvisionError(
-            f"No AWS credentials found while {what}. Set AWS_PROFILE (after `aws sso login` or `aws configure`), or "
-            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and try again."
-        ) from None
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        if error.get("Code") == "NoSuchBucket":
-            raise ProvisionError(
-                f"The bucket does not exist while {what} ({error.get('BucketName') or error.get('Message')}): check "
-                "the checkpoint folder (--checkpoint-uri, the fleet's srifty:checkpoints tag, the root's output "
-                "checkpoint_uri) and the account of your credentials."
-            ) from None
-        raise ProvisionError(
-            f"AWS refused {what}: {error.get('Code', '?')}: {error.get('Message', exc)}. Check that your credentials "
-            "are current and may do it (ec2:DescribeInstances; s3:ListBucket and s3:GetObject on the checkpoint "
-            "folder)."
-        ) from None
-    except BotoCoreError as exc:
-        from lightning_srifty.provision.preflight import aws_unreachable, aws_words
-
-        if aws_unreachable(exc):
-            raise ProvisionError(
-                f"AWS could not be reached while {what}: {exc}. Check the network (a proxy, a VPN; AWS_ENDPOINT_URL "
-                "for an emulator such as moto), then try again."
-            ) from None
-        raise ProvisionError(f"The AWS call failed while {what}: {aws_words(exc) or exc}") from None

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_srifty.provision.operations.fleets import split_s3
+from lightning_srifty.provision.aws import split_s3
 
 
 @dataclass(frozen=True)

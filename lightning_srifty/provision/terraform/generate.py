@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty import protocol
-from lightning_srifty.provision.preflight import ZONE_ID, plain_http_upload  # ZONE_ID: use1-az1
+from lightning_srifty.provision.aws import ZONE_ID, plain_http_upload  # ZONE_ID: use1-az1
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.command import (
     check_ami,

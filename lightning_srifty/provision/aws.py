@@ -1,0 +1,181 @@
+"""AWS as every room of the provisioner meets it: the boto3 clients (short timeouts, one local endpoint for tests
+and emulators), what botocore's errors mean for the user (and whether AWS answered at all), the zone facts (zone
+IDs, which zones offer a type), the S3 URIs of checkpoint folders and the TLS rule of the bucket the module creates.
+
+boto3 and botocore are imported inside the functions that call AWS, so that commands which never touch it
+(``srifty terraform --help``, ``srifty status --help``) start without them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from predictor.exceptions import ConfigError, ProvisionError
+
+ZONE_ID = re.compile(r"^[a-z]{2,5}\d+-az\d+$")  # use1-az1
+
+
+def offered_zones(ec2: Any, types: list[str], by_id: bool = False) -> dict[str, set[str]]:
+    """The availability zones (names, or IDs with ``by_id``) of the client's region that offer each type."""
+    zones: dict[str, set[str]] = {t: set() for t in types}
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone-id" if by_id else "availability-zone",
+        Filters=[{"Name": "instance-type", "Values": types}],
+    )
+    for page in pages:
+        for o in page.get("InstanceTypeOfferings", []):
+            zones.setdefault(o["InstanceType"], set()).add(o["Location"])
+    return zones
+
+
+def plain_http_upload(bucket: str | None, endpoint: str | None, uploads: bool) -> str | None:
+    """Why uploading the code will be refused, or None: the bucket the module creates denies requests without TLS (its
+    policy: ``aws:SecureTransport`` false), which AWS always gets, but an emulator's ``http://`` endpoint does not."""
+    if not uploads or bucket or not (endpoint or "").startswith("http://"):
+        return None
+    return (
+        "the checkpoint bucket the apply creates refuses requests without TLS (its policy denies aws:SecureTransport "
+        f"false), so uploading the code to it through the endpoint {endpoint} will be refused (403 Forbidden)"
+    )
+
+
+PLAIN_HTTP_FIX = "give --bucket an existing bucket, or an https:// endpoint"
+
+
+def why(exc: Exception) -> str:
+    """An AWS error in one line: its code and message (an HTML error page: the code alone), else the exception."""
+    response = getattr(exc, "response", None)
+    error = response.get("Error", {}) if isinstance(response, dict) else {}
+    code, message = error.get("Code"), str(error.get("Message") or "")
+    if code and message.lstrip().startswith("<"):  # an HTML error page (a proxy, an emulator): the code is enough
+        message = ""
+    return f"{code}: {message[:200]}".strip(": ") if code else f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def aws_unreachable(exc: Exception) -> bool:
+    """The AWS endpoint could not be reached (network, DNS, proxy, TLS, timeout), as opposed to an answer: botocore's
+    ConnectionError covers the endpoint, the proxy (ProxyConnectionError), TLS and connect timeouts."""
+    from botocore.exceptions import ConnectionError, ReadTimeoutError
+
+    return isinstance(exc, (ConnectionError, ReadTimeoutError))
+
+
+def aws_words(exc: BaseException) -> str | None:
+    """What an error of the AWS SDK means for the user, with the fix (None: not one of botocore's). Recognised by
+    its module, so that a command that never touched AWS does not import botocore to find out."""
+    if not type(exc).__module__.startswith("botocore"):
+        return None
+    name = type(exc).__name__
+    if name == "ProfileNotFound":
+        profile = getattr(exc, "kwargs", {}).get("profile") or os.environ.get("AWS_PROFILE", "")
+        return (
+            f"the AWS profile {profile!r} (AWS_PROFILE) is in neither ~/.aws/config nor ~/.aws/credentials: name one "
+            "that is (aws configure list-profiles), or unset AWS_PROFILE to use the default credentials."
+        )
+    if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
+        return (
+            f"no usable AWS credentials ({exc}): set AWS_PROFILE to a configured profile, or run aws configure (or "
+            "aws sso login); srifty never stores credentials."
+        )
+    if name in ("TokenRetrievalError", "SSOTokenLoadError", "UnauthorizedSSOTokenError"):
+        return f"the AWS SSO session has expired or is missing ({exc}): run aws sso login, then try again."
+    if name == "NoRegionError":
+        return "no AWS region was given: pass --region, or set AWS_REGION."
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"):
+        return f"AWS could not be reached ({exc}): check the network (or --aws-endpoint), then try again."
+    if name == "ClientError":
+        error = getattr(exc, "response", {}).get("Error", {})
+        operation = getattr(exc, "operation_name", "a call")
+        return (
+            f"AWS refused {operation}: {error.get('Code', 'an error')}: {error.get('Message', exc)}. Check that the "
+            "credentials in use (aws sts get-caller-identity) may do it in this account and region."
+        )
+    return f"the AWS SDK failed: {name}: {exc}."
+
+
+def clients(region: str, endpoint: str | None = None) -> dict[str, Any]:
+    """boto3 clients for the checks (``endpoint``: one local endpoint for every service, tests)."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=15)
+    kw: dict[str, Any] = {"region_name": region, "config": config}
+    made = {}
+    for name, service in (("ec2", "ec2"), ("s3", "s3"), ("sts", "sts"), ("ssm", "ssm"), ("quotas", "service-quotas")):
+        # a service's own endpoint variable (AWS_ENDPOINT_URL_SERVICE_QUOTAS ...) wins, as in every AWS SDK
+        own = os.environ.get(f"AWS_ENDPOINT_URL_{service.upper().replace('-', '_')}")
+        url = own or endpoint
+        made[name] = boto3.client(service, **kw, **({"endpoint_url": url} if url else {}))
+    return made
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix/`` -> (bucket, ``some/prefix/``).
+
+    Raises:
+        ConfigError: not an s3:// URI with a bucket.
+    """
+    match = re.match(r"^s3a?://([^/]+)/?(.*)$", uri or "")
+    if not match:
+        raise ConfigError(
+            f"The checkpoint URI {uri!r} is not an S3 folder (srifty keeps checkpoints in S3): give it as "
+            "s3://bucket/prefix/ (--checkpoint-uri, an existing bucket), as the root's output checkpoint_uri says.",
+            parameter="checkpoint_uri",
+            value=uri,
+        )
+    prefix = match.group(2)
+    return match.group(1), prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
+def client(service: str, region: str | None, endpoint: str | None = None) -> Any:
+    """A boto3 client with short timeouts (``endpoint``: a local AWS-compatible endpoint; else boto3's own, which
+    honours ``AWS_ENDPOINT_URL``)."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        connect_timeout=5,
+        read_timeout=30,
+        retries={"max_attempts": 3, "mode": "standard"},
+        s3={"addressing_style": "path"} if endpoint else {},
+    )
+    return boto3.client(service, region_name=region, endpoint_url=endpoint or None, config=config)
+
+
+@contextlib.contextmanager
+def aws_errors(what: str) -> Iterator[None]:
+    """Re-word boto3's errors (no credentials, access denied, no endpoint) as a ProvisionError saying what was being
+    done (``what``) and the fix."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    try:
+        yield
+    except NoCredentialsError:
+        raise ProvisionError(
+            f"No AWS credentials found while {what}. Set AWS_PROFILE (after `aws sso login` or `aws configure`), or "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and try again."
+        ) from None
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if error.get("Code") == "NoSuchBucket":
+            raise ProvisionError(
+                f"The bucket does not exist while {what} ({error.get('BucketName') or error.get('Message')}): check "
+                "the checkpoint folder (--checkpoint-uri, the fleet's srifty:checkpoints tag, the root's output "
+                "checkpoint_uri) and the account of your credentials."
+            ) from None
+        raise ProvisionError(
+            f"AWS refused {what}: {error.get('Code', '?')}: {error.get('Message', exc)}. Check that your credentials "
+            "are current and may do it (ec2:DescribeInstances; s3:ListBucket and s3:GetObject on the checkpoint "
+            "folder)."
+        ) from None
+    except BotoCoreError as exc:
+        if aws_unreachable(exc):
+            raise ProvisionError(
+                f"AWS could not be reached while {what}: {exc}. Check the network (a proxy, a VPN; AWS_ENDPOINT_URL "
+                "for an emulator such as moto), then try again."
+            ) from None
+        raise ProvisionError(f"The AWS call failed while {what}: {aws_words(exc) or exc}") from None
