@@ -158,7 +158,7 @@ def test_a_busy_profiling_host_does_not_floor_every_micro_step(catalog) -> None:
     t = profile.timing
     medians_gap = t.step_time_s.p50 - sum(t.phases_s[n].p50 for n in names)
     assert medians_gap > 0.02  # the old statistic: tens of milliseconds that no step has
-    from predictor.model.basis import framework_s
+    from predictor.model.ops import framework_s
 
     assert framework_s(profile) == pytest.approx(0.0, abs=1e-9)
     p = predict(profile, "p3.16xlarge:1", catalog=catalog)

@@ -35,7 +35,7 @@ def snapshot(folder: Path) -> Path:
     """An unpacked code snapshot's .srifty folder: bootstrap.py, torch_builds.py, environment.json, the wheel."""
     srifty = folder / ".srifty"
     (srifty / "wheels").mkdir(parents=True)
-    shutil.copy(ROOT / "lightning_srifty" / "provision" / "bootstrap.py", srifty / "bootstrap.py")
+    shutil.copy(ROOT / "lightning_srifty" / "provision" / "terraform" / "bootstrap.py", srifty / "bootstrap.py")
     shutil.copy(ROOT / "predictor" / "catalog" / "torch_builds.py", srifty / "torch_builds.py")
     wheel = stand_in_wheel(srifty / "wheels")
     spec = {"packages": ["six==1.17.0"], "wheel": f".srifty/wheels/{wheel.name}"}

@@ -14,11 +14,15 @@ may be training) and the error says how to (``srifty destroy --dir``). An apply 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -26,8 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_srifty.provision.preflight import preflight_root
 from lightning_srifty.provision.terraform.generate import MARKER, TFVARS
 from lightning_srifty.provision.terraform.money import check_values
+from predictor.catalog.catalog import Catalog
 from predictor.exceptions import PreflightError, ProvisionError
 
 PLAN_FILE = "srifty.tfplan"
@@ -94,7 +100,12 @@ def _terraform(folder: Path) -> Any:
     return Terraform(working_dir=str(folder), terraform_bin_path=binary)
 
 
-def _check_folder(folder: Path) -> dict[str, Any]:
+def check_folder(folder: Path) -> dict[str, Any]:
+    """The root module's tfvars, after checking that ``folder`` is one ``srifty terraform`` wrote.
+
+    Raises:
+        ProvisionError: it is not.
+    """
     if not (folder / TFVARS).is_file() or not (folder / MARKER).is_file():
         raise ProvisionError(
             f"{folder} is not a root module written by `srifty terraform` (no {TFVARS}). Write one with "
@@ -122,8 +133,6 @@ def _run(tf: Any, *args: str, stream: bool = True, critical: bool = False, **opt
     ``terraform plan`` left the provider running up to 11 min). ``stream``: its output goes to this terminal.
     ``critical`` (a clean-up's destroy): an interruption waits for terraform to end, then is raised (stopped half-way
     the destroy would leave the fleet billing)."""
-    import signal
-    import subprocess
 
     from python_terraform import IsFlagged
 
@@ -159,9 +168,6 @@ def _spawn(*args: Any, **kwargs: Any) -> tuple[Any, int | None]:
     left in one run of ten when SIGTERM met `terraform plan`'s start). Returns the process and the signal that came
     meanwhile, for :func:`_redeliver` inside the caller's ``try``. Only signals whose handler is Python's (the
     launcher's, KeyboardInterrupt's) are held; in another thread nothing is (handlers belong to the main thread)."""
-    import signal
-    import subprocess
-    import threading
 
     pending: list[int] = []
     held: dict[int, Any] = {}
@@ -180,15 +186,11 @@ def _spawn(*args: Any, **kwargs: Any) -> tuple[Any, int | None]:
 def _redeliver(signum: int | None) -> None:
     """Raise a signal :func:`_spawn` held, so that its handler acts now (inside the caller's ``try``)."""
     if signum is not None:
-        import signal
-
         signal.raise_signal(signum)
 
 
 def _wait_or_kill(proc: Any, seconds: float) -> None:
     """Wait up to ``seconds`` for terraform to end, then kill it and its group (:func:`_signal`)."""
-    import signal
-    import subprocess
 
     try:
         proc.wait(timeout=seconds)
@@ -202,8 +204,6 @@ def _signal(proc: Any, sig: int) -> None:
     itself; one SIGINT more, to its whole group, reached a `local-exec` provisioner and its providers directly and
     ended the apply without its state, found by ``test_an_interrupted_apply_stops_terraform_once...`` in CI); a
     SIGKILL to its whole group (it runs in a session of its own), so that no provider outlives it."""
-    import os
-    import signal
 
     try:
         if sig == signal.SIGKILL:
@@ -246,10 +246,6 @@ def _run_shown(
 
     ``timeout_s`` (a rehearsal's destroy in its local AWS, which goes with it; ``srifty apply --timeout-min``):
     terraform gets one SIGINT after that long, and is killed ``kill_after_s`` later if it has not ended."""
-    import collections
-    import signal
-    import subprocess
-    import threading
 
     tail: collections.deque[str] = collections.deque(maxlen=keep)
     proc, pending = _spawn(
@@ -310,9 +306,6 @@ def _run_shown(
 
 def _stop_gracefully(proc: Any, echo: Callable[[str], None], grace_s: float | None = None) -> None:
     """One SIGINT to an interrupted terraform, its remaining output shown, and a bounded wait for it to exit."""
-    import signal
-    import subprocess
-    import threading
 
     if proc.poll() is not None:
         return
@@ -390,17 +383,13 @@ def apply(
             has been destroyed (the message says whether that worked).
     """
     root = Path(folder)
-    values = _check_folder(root)
+    values = check_folder(root)
     if catalog is None:
-        from predictor.catalog.catalog import Catalog
-
         catalog = Catalog.load()
     check_values(values, catalog)
     tf = _terraform(root)
     _check_credentials(values)
     if check:
-        from lightning_srifty.provision.preflight import preflight_root
-
         report = preflight_root(root, catalog)
         for line in report.text().splitlines():
             echo(line)
@@ -487,7 +476,6 @@ def _apply_plan(tf: Any, echo: Callable[[str], None], deadline: float | None = N
 
 def _state_resources(tf: Any) -> list[str]:
     """The resources terraform's state holds now (empty before a new fleet's first apply)."""
-    import subprocess
 
     # not through python-terraform: it puts its -no-color between `state` and `list`, which terraform refuses
     # (usage text, exit 1), so a failed apply looked as if it had created nothing
@@ -548,7 +536,7 @@ def destroy(
 ) -> None:
     """Destroy everything the root module created, after a confirmation (``timeout_s``: see :func:`_run_shown`)."""
     root = Path(folder)
-    values = _check_folder(root)
+    values = check_folder(root)
     tf = _terraform(root)
     _check_credentials(values)
     code, _, err = _run(tf, "init", input=False, stream=False)

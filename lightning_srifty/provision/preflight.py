@@ -27,6 +27,7 @@ never a silent pass.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.metadata
 import json
 import math
@@ -51,7 +52,11 @@ from lightning_srifty.provision.aws import (
 )
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
+from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, terraform_root
 from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
+from predictor.catalog.catalog import Catalog
+from predictor.documents.profile import load_profile
+from predictor.exceptions import ConfigError, ProvisionError
 
 Status = Literal["ok", "fail", "warn"]
 
@@ -307,8 +312,6 @@ def check_model(planned: str | None, snapshot: Snapshot | None, project: Path) -
     (``srifty/profile.json`` in the code snapshot, else in ``project``, the folder ``srifty check`` runs in): a plan
     for another model went all the way to apply (issue #37 H4; ``srifty terraform`` refuses it too, unless
     ``--any-model``). Nothing to compare: no finding."""
-    from lightning_srifty.provision.terraform.generate import PROJECT_PROFILE
-    from predictor.documents.profile import load_profile
 
     if not planned or planned == "unknown":
         return []
@@ -552,7 +555,6 @@ def check_offerings(ec2: Any, region: str, types: list[str], zone: str | None) -
 def default_image_parameters() -> dict[str, str]:
     """The module's default public SSM parameters of the Deep Learning AMI per architecture, read from its
     variables.tf (declared there once)."""
-    from lightning_srifty.provision.terraform.generate import terraform_root
 
     text = (terraform_root() / "modules" / "training_fleet" / "variables.tf").read_text()
     return dict(re.findall(r'(x86_64|arm64)\s*=\s*"(/aws/service/[^"]+)"', text))
@@ -738,8 +740,6 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
     Raises:
         ProvisionError: ``folder`` is not such a root module.
     """
-    from lightning_srifty.provision.terraform.generate import MARKER, TFVARS
-    from predictor.exceptions import ProvisionError
 
     root = Path(folder)
     if not (root / TFVARS).is_file() or not (root / MARKER).is_file():
@@ -752,8 +752,6 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
     snapshot = load_snapshot(root / code["source"]) if code else None
     groups = [Group(g["instance_type"], g["on_demand"], g["spot"]) for g in values["groups"]]
     if catalog is None:
-        from predictor.catalog.catalog import Catalog
-
         catalog = Catalog.load()
     endpoint = values.get("aws_endpoint")
     return preflight(
@@ -802,7 +800,6 @@ def account_limits(region: str, types: list[str], vcpus: Callable[[str], int], a
     Raises:
         ProvisionError: AWS cannot be reached or refuses the credentials (naming the fix).
     """
-    from predictor.exceptions import ProvisionError
 
     try:
         offered = frozenset(t for t, zones in offered_zones(aws["ec2"], types).items() if zones)
@@ -864,9 +861,6 @@ def launchable_plan(plan: Any, limits: dict[str, AccountLimits], vcpus: Callable
     Raises:
         ConfigError: none of the ranked fleets can start now (naming what the best one needs).
     """
-    import dataclasses
-
-    from predictor.exceptions import ConfigError
 
     why = {id(e): blockers(e, limits[e.region], vcpus) for e in [*plan.entries, *plan.pareto]}
     entries = [e for e in plan.entries if not why[id(e)]][:top]

@@ -27,6 +27,7 @@ from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
 from predictor.model.compute import compute_ratio, peak_tflops
 from predictor.model.correction import features, load_correction
+from predictor.model.layout import parse
 from predictor.model.network import (
     Buckets,
     Link,
@@ -37,6 +38,7 @@ from predictor.model.network import (
     inter_node_link,
     intra_node_link,
 )
+from predictor.model.ops import framework_s, ops_compute, prepare
 from predictor.model.scaling import contention_bound
 from predictor.model.uncertainty import model_error, sharded_error
 
@@ -70,8 +72,6 @@ class Source:
         flops = profile.model.flops.per_sample if profile.model.flops and profile.model.flops.per_sample else None
         achieved = flops * b / compute / 1e12 if flops and compute > 0 else None
         world = profile.hardware.world_size or profile.hardware.devices * profile.hardware.nodes
-        from predictor.model.ops import prepare
-
         prepared = prepare(profile, gpu, compute)
         return cls(gpu, b, world, compute, data, bwd_share, flops, achieved, compute > 0, prepared)
 
@@ -156,8 +156,6 @@ def _plain_step(profile: Profile, compute: float, bwd_share: float) -> tuple[flo
     backward recomputed the blocks' forward, the forward share of the step times the blocks' share of the
     parameters (what :func:`predictor.model.fleets.recompute_share` adds back for a layout with +ac). FSDP's
     collectives are already out of ``compute`` where the profile measured them as exposed communication."""
-    from predictor.model.layout import parse
-
     try:
         checkpointed = bool(profile.layout) and parse(str(profile.layout)).activation_checkpointing
     except ConfigError:
@@ -180,29 +178,6 @@ def _ops_backward_share(profile: Profile) -> float:
     total = sum(o.count * o.flops for o in ops)
     backward = sum(o.count * o.flops for o in ops if o.phase == "backward")
     return backward / total if total > 0 else 2 / 3
-
-
-def framework_s(profile: Profile) -> float | None:
-    """The host's own time per step that no phase holds (Lightning's loop, hooks, logging, the optimizer's Python):
-    the measured step's mean minus its data, forward, backward and optimizer phases' means; None when they were not
-    measured, or their means were not recorded.
-
-    Means, never medians: the recorder times each step's phases back to back, so in every step they add up to the
-    step (the data phase holds the loop's time between steps), and by linearity the difference of the means is the
-    mean of that per-step remainder, which a busy host cannot inflate. The difference of the medians is not: on a
-    loaded 2-core machine it came out 45.4, 0.3 and 71.5 ms in three profiles of the same run (issue #37 H1), and
-    it floored every micro-step of every GPU."""
-    t = profile.timing
-    phases = t.phases_s or {}
-    names = ("data", "forward", "backward", "optimizer")
-    if not (t.step_time_s.p50 > 0 and all(p in phases for p in names)):
-        return None
-    step_mean = t.step_time_s.mean
-    means = [phases[p].mean for p in names]
-    if step_mean is None or any(m is None for m in means):
-        return None
-    rest = step_mean - sum(m for m in means if m is not None)
-    return rest if rest > 1e-6 else 0.0  # below a microsecond: the sums' rounding, not time
 
 
 def step_floor(profile: Profile, src: Source, kind: str) -> float:
@@ -345,8 +320,6 @@ def _per_sample(
 ) -> tuple[float, float | None, str, float]:
     """(compute seconds per sample on ``dst``, compute-bound share when known, kind of prediction, the optimizer
     step's share of that compute)."""
-    from predictor.model.ops import ops_compute  # the operator path
-
     per_sample_src = src.compute_s / src.per_device_batch
     if profile.ops is not None:
         result = ops_compute(profile, src, dst, notes, extrapolation)

@@ -61,6 +61,7 @@ DTYPE_BYTES = {
     "bool": 1,
 }
 
+
 _GEMM = {"mm", "addmm", "bmm", "baddbmm", "_addmm_activation"}
 _ATTENTION_PREFIX = ("_scaled_dot_product", "_flash_attention", "_efficient_attention")
 _CONV = {"convolution", "_convolution", "cudnn_convolution", "convolution_overrideable", "mkldnn_convolution"}
@@ -756,11 +757,32 @@ def ops_compute(
     return target.seconds / table.samples, share, "ops-absolute", target.optimizer_share
 
 
+def framework_s(profile: Profile) -> float | None:
+    """The host's own time per step that no phase holds (Lightning's loop, hooks, logging, the optimizer's Python):
+    the measured step's mean minus its data, forward, backward and optimizer phases' means; None when they were not
+    measured, or their means were not recorded.
+
+    Means, never medians: the recorder times each step's phases back to back, so in every step they add up to the
+    step (the data phase holds the loop's time between steps), and by linearity the difference of the means is the
+    mean of that per-step remainder, which a busy host cannot inflate. The difference of the medians is not: on a
+    loaded 2-core machine it came out 45.4, 0.3 and 71.5 ms in three profiles of the same run (issue #37 H1), and
+    it floored every micro-step of every GPU."""
+    t = profile.timing
+    phases = t.phases_s or {}
+    names = ("data", "forward", "backward", "optimizer")
+    if not (t.step_time_s.p50 > 0 and all(p in phases for p in names)):
+        return None
+    step_mean = t.step_time_s.mean
+    means = [phases[p].mean for p in names]
+    if step_mean is None or any(m is None for m in means):
+        return None
+    rest = step_mean - sum(m for m in means if m is not None)
+    return rest if rest > 1e-6 else 0.0  # below a microsecond: the sums' rounding, not time
+
+
 def host_floor(profile: Profile, classified: Sequence[Classified]) -> float:
     """Seconds per micro-step the host needs whatever the GPU: the profile's own framework time (step less phases)
     plus ``HOST_S_PER_KERNEL`` per kernel of the table (what :func:`predictor.model.basis.step_floor` bounds by)."""
-    from predictor.model.basis import framework_s
-
     return (framework_s(profile) or 0.0) + kernel_count(classified) * HOST_S_PER_KERNEL
 
 

@@ -56,6 +56,7 @@ from lightning_srifty.protocol import (
     entry_strategy,
 )
 from lightning_srifty.provision.base import LaunchedFleet, Provisioner
+from lightning_srifty.provision.launcher.local import LocalProvisioner
 from lightning_srifty.provision.launcher.signals import Interrupts
 from lightning_srifty.provision.launcher.spot_guard import (
     DEFAULT_CHECK_S,
@@ -67,6 +68,8 @@ from lightning_srifty.provision.launcher.spot_guard import (
 )
 from predictor.documents.plan import Plan, PlanEntry, load_plan
 from predictor.exceptions import CapacityError, ConfigError, LaunchInterrupted, MigrationError, ProvisionError
+from predictor.model import startup
+from predictor.model.batch import rank_batches, split_micro
 
 
 def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[int]:
@@ -74,8 +77,6 @@ def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[
     ``global_batch`` samples per micro-step (default: the plan's own): the ranking's own split
     (:func:`predictor.model.batch.split_micro`, largest remainders get the leftover samples), for one fleet."""
     import numpy as np
-
-    from predictor.model.batch import rank_batches, split_micro
 
     gpus = [g.count * g.gpus_per_instance for g in entry.groups]
     shares = [float(g.per_device_batch) for g in entry.groups]
@@ -263,7 +264,6 @@ def _timed_up(
         # when the instances were asked for and how long they took: the first step's time, less these, is the
         # nodes' boot, install and warm-up (_Silence.check records it)
         fleet.data["up_unix"], fleet.data["provision_s"] = time.time() - took, took
-        from predictor.model import startup
 
         startup.record([g.instance_type for g in plan.entries[choice].groups], took)
     return fleet, took
@@ -336,8 +336,6 @@ class _Silence:
         if started is not None and (started.first_step_unix or 0) >= self.wall[fleet.name] - 300:
             self.heard.add(fleet.name)
             if "up_unix" in fleet.data and not started.resumed_from:  # a cloud fleet's first leg: a node's boot
-                from predictor.model import startup
-
                 ready = started.first_step_unix - fleet.data["up_unix"] - fleet.data["provision_s"]
                 startup.record_ready([g.instance_type for g in fleet.entry.groups], ready)
             return
@@ -503,7 +501,6 @@ def _local_provisioner(
     Raises:
         MigrationError: no script to run.
     """
-    from lightning_srifty.provision.launcher.local import LocalProvisioner
 
     if not script:
         raise MigrationError("The local provisioner needs the training script to run.")

@@ -19,6 +19,7 @@ from typing import Any
 
 from lightning_srifty.protocol import ALLOW_CPU, VARIABLES
 from lightning_srifty.provision.base import LaunchedFleet
+from lightning_srifty.provision.launcher.imds_sim import LocalIMDS
 from predictor.documents.plan import Plan
 from predictor.exceptions import MigrationError
 from predictor.model.spot import shutdown_grace_s
@@ -63,8 +64,6 @@ class LocalProvisioner:
         full = {**os.environ, ALLOW_CPU: "1", **env}
         imds = None
         if self.simulate_notice_after is not None and self._started == 0:
-            from lightning_srifty.provision.launcher.imds_sim import LocalIMDS
-
             imds = LocalIMDS(dict(SIMULATED_METADATA)).__enter__()
             full.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, AWS_EC2_METADATA_DISABLED="false")
             threading.Timer(self.simulate_notice_after, imds.notify).start()

@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from lightning_srifty.provision.terraform.money import group_usd_per_hour
+from predictor.catalog import Catalog
 from predictor.documents.plan import Plan, PlanEntry, scaled_interval
 from predictor.exceptions import ConfigError
 from predictor.model import deadline
@@ -125,11 +127,8 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
             and [(g.instance_type, g.count) for g in other.groups] == shape
         ):
             return plan, i
-    from lightning_srifty.provision.terraform.money import group_usd_per_hour
 
     if catalog is None:
-        from predictor.catalog import Catalog
-
         catalog = Catalog.load()
     groups = type(entry.groups)(
         dataclasses.replace(

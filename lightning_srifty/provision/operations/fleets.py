@@ -9,16 +9,24 @@ its ``LaunchTime`` (until the end time EC2 gives a terminated one): the catalog'
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import time
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
+from lightning_srifty import protocol
+from lightning_srifty.provision.apply import check_folder
+from lightning_srifty.provision.apply import outputs as terraform_outputs
 from lightning_srifty.provision.aws import split_s3
-from predictor.exceptions import ConfigError
+from lightning_srifty.provision.terraform.money import group_usd_per_hour
+from predictor.exceptions import ConfigError, ProvisionError
 
 TAG_FLEET = "srifty:fleet"
 TAG_CHECKPOINTS = "srifty:checkpoints"
@@ -92,7 +100,6 @@ class Cost:
 
 def usd_per_hour(catalog: Any, instance: Instance, region: str) -> float | None:
     """The catalog's $/h of ``instance`` in its market and ``region`` (None: the catalog has no such price)."""
-    from lightning_srifty.provision.terraform.money import group_usd_per_hour
 
     spot = instance.market == "spot"
     try:
@@ -199,7 +206,6 @@ def read_network(s3: Any, checkpoint_uri: str, fleet: str) -> list[dict[str, Any
     """The EFA nodes' records of the network NCCL chose (``network/<fleet>-<instance>.json``, written by user_data
     once training runs): ``instance_id``, ``efa_expected``, ``efa_in_use``, ``nccl_network``, ``note``. A record that
     does not read is left out."""
-    import json
 
     bucket, prefix = split_s3(checkpoint_uri)
     folder = f"{prefix}network/{fleet}-"
@@ -230,10 +236,6 @@ def network_note(records: list[dict[str, Any]]) -> str | None:
 def read_heartbeat(s3: Any, checkpoint_uri: str) -> Any:
     """The launcher's ``HEARTBEAT.json`` in the checkpoint folder (a :class:`~lightning_srifty.protocol.Heartbeat`),
     or None when there is none; a record that cannot be read is None too (``srifty status`` says "unreadable")."""
-    import json
-    import warnings
-
-    from lightning_srifty import protocol
 
     bucket, prefix = split_s3(checkpoint_uri)
     try:
@@ -284,11 +286,8 @@ class Root:
         Raises:
             ProvisionError: ``folder`` was not written by ``srifty terraform``.
         """
-        from pathlib import Path
 
-        from lightning_srifty.provision.apply import _check_folder
-
-        values = _check_folder(Path(folder))
+        values = check_folder(Path(folder))
         checkpoints = values.get("checkpoints") or {}
         uri = None
         if checkpoints.get("bucket") and not checkpoints.get("create_bucket", False):
@@ -302,8 +301,6 @@ class Root:
 def _state_uri(folder: Any) -> str | None:
     """The root's output ``fleet.checkpoint_uri`` from its local state file, else from `terraform output` (a remote
     backend); None when neither has it (nothing applied, no terraform)."""
-    import json
-    import shutil
 
     try:
         outputs = json.loads((folder / "terraform.tfstate").read_text()).get("outputs", {})
@@ -314,8 +311,6 @@ def _state_uri(folder: Any) -> str | None:
         pass
     if shutil.which("terraform") is None or not (folder / ".terraform").is_dir():
         return None
-    from lightning_srifty.provision.apply import outputs as terraform_outputs
-    from predictor.exceptions import ProvisionError
 
     try:
         return (terraform_outputs(folder).get("fleet") or {}).get("checkpoint_uri")

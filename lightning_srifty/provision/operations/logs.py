@@ -9,6 +9,7 @@ there: the last copy has landed by then.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +71,6 @@ def follow(
     """Print the logs (``instance``: that node's alone) through ``write(instance_id, new_bytes)``; with
     ``keep_going``, poll every ``interval_s`` for new bytes and new nodes until every log followed has its status
     record (or Ctrl-C). Returns the instance ids whose logs were printed."""
-    import time
 
     sleep = sleep or time.sleep
     offsets: dict[str, int] = {}

@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import http.client
+import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -252,7 +253,6 @@ class AwsRulesProxy:
         self.server.proxy = self
 
     def __enter__(self) -> str:
-        import threading
 
         threading.Thread(target=self.server.serve_forever, name="srifty-aws-rules", daemon=True).start()
         return self.url

@@ -19,7 +19,9 @@ use, and the node count with ``--nodes``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import importlib.util
 import json
 import os
 import platform
@@ -30,11 +32,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_srifty import protocol
+from lightning_srifty.provision.apply import apply, check_folder, destroy
 from lightning_srifty.provision.launcher.signals import Interrupts
+from lightning_srifty.provision.preflight import ENVIRONMENT_FILE
 from lightning_srifty.provision.rehearsal.local_aws import LocalAWS, free_port, port_free
 from lightning_srifty.provision.rehearsal.node import Node, base_python
+from lightning_srifty.provision.terraform import cuda
+from lightning_srifty.provision.terraform.generate import TFVARS
+from lightning_srifty.provision.terraform.snapshot import load_snapshot, read_member
+from predictor.catalog.catalog import Catalog
 from predictor.documents.atomic import atomic_write_json
-from predictor.exceptions import ConfigError, ProvisionError
+from predictor.exceptions import ConfigError, MissingExtraError, ProvisionError
 
 SCHEMA = "srifty.rehearsal/v1"
 MARKER = ".srifty-rehearsal-folder"  # a folder the rehearsal may replace
@@ -139,11 +148,10 @@ def rehearse(
         ConfigError: bad settings, or a root the rehearsal cannot play (named, with the fix).
         ProvisionError: a tool or the local AWS is missing, or terraform failed.
     """
-    from lightning_srifty.provision.apply import _check_folder
 
     settings = settings or Settings()
     root = Path(folder).resolve()
-    values = _check_folder(root)
+    values = check_folder(root)
     _check_settings(settings, values)
     _check_machine()
     work = (settings.work or root / ".srifty-rehearsal").resolve()
@@ -230,19 +238,13 @@ def _check_machine() -> None:
                 for tool in missing
             )
         )
-    import importlib.util
 
     if importlib.util.find_spec("moto") is None:
-        from predictor.exceptions import MissingExtraError
-
         raise MissingExtraError("srifty rehearse", "rehearse", "moto")
 
 
 def _torch_build_lines(root: Path, values: dict[str, Any], catalog: Any) -> list[str]:
     """What torch build the real nodes would pick (the summary of srifty terraform), for the report."""
-    from lightning_srifty.provision.preflight import ENVIRONMENT_FILE
-    from lightning_srifty.provision.terraform import cuda
-    from lightning_srifty.provision.terraform.snapshot import load_snapshot, read_member
 
     code = values["train"].get("code")
     if not code:
@@ -250,8 +252,6 @@ def _torch_build_lines(root: Path, values: dict[str, Any], catalog: Any) -> list
     try:
         spec = json.loads(read_member(load_snapshot(root / code["source"]), ENVIRONMENT_FILE))
         if catalog is None:
-            from predictor.catalog.catalog import Catalog
-
             catalog = Catalog.load()
         groups = [
             (g["instance_type"], catalog.get(g["instance_type"]).gpu)
@@ -357,7 +357,6 @@ class _Walk:
                 self._tear_down()
 
     def _apply(self) -> None:
-        from lightning_srifty.provision.apply import apply
 
         assert self.aws is not None
         shutil.copytree(
@@ -377,7 +376,6 @@ class _Walk:
 
     def _point_at(self, aws: LocalAWS) -> None:
         """The copy's values, changed where the rehearsal must (each change named in the report)."""
-        from lightning_srifty.provision.terraform.generate import TFVARS
 
         path = self.infra / TFVARS
         values = json.loads(path.read_text())
@@ -488,7 +486,6 @@ class _Walk:
 
     def _start_new(self, leg: int) -> None:
         """A node for every running instance of the fleet not yet played, the first now, the others later."""
-        import base64
 
         assert self.aws is not None
         ec2 = self.aws.client("ec2")
@@ -591,7 +588,6 @@ class _Walk:
 
     def _record(self, cls: Any, after_unix: float, stamp: str) -> Any:
         """The ``cls`` record beside the checkpoints, if one was written after ``after_unix`` (by its ``stamp``)."""
-        from lightning_srifty import protocol
 
         assert self.aws is not None
         key = f"{self.prefix}{cls.FILE}"
@@ -605,7 +601,6 @@ class _Walk:
 
     def _leg(self, leg: int) -> None:
         """The leg's nodes train, one gets a spot notice, all leave with a checkpoint."""
-        from lightning_srifty import protocol
 
         nodes = [n for n in self.nodes if n.leg == leg]
         since = time.time() - 1
@@ -721,7 +716,6 @@ class _Walk:
             )
 
     def _tear_down(self) -> None:
-        from lightning_srifty.provision.apply import destroy
 
         for node in self.nodes:
             node.power_off()

@@ -56,6 +56,7 @@ from predictor.catalog.catalog import Catalog
 from predictor.documents.atomic import atomic_write_bytes, atomic_write_text
 from predictor.documents.checks import suggest
 from predictor.documents.plan import Plan, PlanEntry, check_choice
+from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, ProvisionError
 from predictor.model.spot import shutdown_grace_s
 
@@ -672,7 +673,6 @@ def check_plan_model(plan: Plan, code: Path, any_model: bool = False) -> None:
     Raises:
         ConfigError: the names differ (``any_model``: allowed).
     """
-    from predictor.documents.profile import load_profile
 
     path = code / PROJECT_PROFILE
     if any_model or not plan.model or not path.is_file():

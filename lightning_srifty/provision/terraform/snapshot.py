@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import lightning_srifty
+import predictor
 from lightning_srifty.provision.terraform import cuda
 from predictor.catalog import torch_builds
 from predictor.documents.atomic import atomic_write_bytes
@@ -193,8 +195,6 @@ def repacked_wheel() -> tuple[str, bytes]:
     """This installation of lightning-srifty as a wheel (name, bytes): the installed packages (``lightning_srifty``,
     ``predictor``, their data) and the installed METADATA, so ``pip install`` on a node pulls the same declared
     dependencies. Reproducible: sorted members, a fixed time."""
-    import lightning_srifty
-    import predictor
 
     try:
         dist = importlib.metadata.distribution("lightning-srifty")
