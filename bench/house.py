@@ -1,4 +1,5 @@
-"""The shape of the code base: modules per package, the longest files, and import cycles between modules.
+"""The shape of the code base: modules per package, the longest files, classes and functions, import cycles between
+modules, and each package's rooms and floors.
 
     python bench/house.py [--json out.json]
 
@@ -6,6 +7,11 @@ Imports are read from the source (``ast``), whether at module level or inside fu
 connected set of two or more modules of this project that import each other, directly or through others, at
 module level (function-level imports are lazy by design and are listed separately). Between packages, every import
 counts: a package cycle is two packages that reach each other by any import.
+
+A package's **rooms** are its direct children (modules and sub-packages, ``__init__`` aside); its **floors** are
+the longest chain of imports between its rooms, any import counted (inside functions too): a room that imports
+no other room is on floor 1, and a room is one floor above the highest room it imports. A circle between rooms
+has no floors (reported as a cycle, and the exit status is 1).
 """
 
 from __future__ import annotations
@@ -107,6 +113,64 @@ def package_of(name: str, found: dict[str, Path]) -> str:
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
+def room_of(name: str, package: str) -> str | None:
+    """The room of ``package`` that module ``name`` is in (None: outside the package, or its ``__init__``)."""
+    if not name.startswith(package + "."):
+        return None
+    return name[len(package) + 1 :].split(".")[0]
+
+
+def rooms_and_floors(
+    package: str, found: dict[str, Path], graph: dict[str, set[str]], lazy: dict[str, set[str]]
+) -> dict[str, object]:
+    """``package``'s rooms, the rooms each imports (any import) and the floor of each (None inside a circle)."""
+    rooms = sorted({r for n in found if (r := room_of(n, package))})
+    below: dict[str, set[str]] = {r: set() for r in rooms}
+    for name in found:
+        mine = room_of(name, package)
+        if mine is None:
+            continue
+        for target in graph[name] | lazy[name]:
+            theirs = room_of(target, package)
+            if theirs and theirs != mine:
+                below[mine].add(theirs)
+    circles = cycles(below)
+    in_circle = {r for c in circles for r in c}
+    floor: dict[str, int | None] = {}
+
+    def height(room: str) -> int | None:
+        if room in in_circle:
+            return None
+        if room not in floor:
+            under = [height(r) for r in below[room]]
+            floor[room] = None if None in under else 1 + max((h for h in under if h is not None), default=0)
+        return floor[room]
+
+    for room in rooms:
+        height(room)
+    return {
+        "rooms": rooms,
+        "imports": {r: sorted(below[r]) for r in rooms},
+        "floor": floor,
+        "floors": max((f for f in floor.values() if f is not None), default=0),
+        "cycles": circles,
+    }
+
+
+def longest_definitions(found: dict[str, Path], kind: type, top: int = 5) -> list[tuple[str, int]]:
+    """The ``top`` longest classes (``ast.ClassDef``) or functions (``ast.FunctionDef``, methods and nested ones
+    too) of the project, ``module:name`` and lines from ``def``/``class`` to the last line."""
+    out = []
+    for name, path in found.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, kind) or (kind is ast.FunctionDef and isinstance(node, ast.AsyncFunctionDef)):
+                out.append((f"{name}:{node.name}", node.end_lineno - node.lineno + 1))
+    return sorted(out, key=lambda kv: -kv[1])[:top]
+
+
+ROOMED = ("lightning_srifty", "lightning_srifty.provision", "predictor", "predictor.model")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the figures here too")
@@ -138,7 +202,13 @@ def main() -> int:
     lazy_pairs = sorted(
         f"{a} -> {b}" for a, ts in lazy_graph.items() for b in ts if a in graph.get(b, set()) or a in lazy_graph[b]
     )
+    houses = {package: rooms_and_floors(package, found, graph, lazy_graph) for package in ROOMED}
+    classes = longest_definitions(found, ast.ClassDef)
+    functions = longest_definitions(found, ast.FunctionDef)
     result = {
+        "rooms": houses,
+        "longest_classes": [{"class": n, "lines": k} for n, k in classes],
+        "longest_functions": [{"function": n, "lines": k} for n, k in functions],
         "modules_per_package": dict(sorted(per_package.items())),
         "longest_files": [{"module": n, "lines": k} for n, k in longest],
         "import_cycles": module_cycles,
@@ -151,6 +221,18 @@ def main() -> int:
     print("longest files:")
     for row in result["longest_files"]:
         print(f"  {row['module']:40s} {row['lines']:5d} lines")
+    print("longest classes:")
+    for n, k in classes:
+        print(f"  {n:60s} {k:5d} lines")
+    print("longest functions:")
+    for n, k in functions:
+        print(f"  {n:60s} {k:5d} lines")
+    for package, house in houses.items():
+        print(f"{package}: {len(house['rooms'])} rooms on {house['floors']} floors")
+        for room in house["rooms"]:
+            level = house["floor"][room]
+            where = "circle" if level is None else f"floor {level}"
+            print(f"  {where:8s} {room:22s} <- {', '.join(house['imports'][room])}")
     print(f"import cycles (module level): {len(module_cycles)}")
     for c in module_cycles:
         print("  " + " <-> ".join(c))
@@ -162,7 +244,9 @@ def main() -> int:
         print("  " + p)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return 1 if module_cycles or package_cycles else 0
+    room_cycles = [c for house in houses.values() for c in house["cycles"]]
+    print(f"cycles between rooms: {len(room_cycles)}")
+    return 1 if module_cycles or package_cycles or room_cycles else 0
 
 
 if __name__ == "__main__":

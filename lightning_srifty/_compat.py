@@ -30,7 +30,7 @@ MOVED = {
     "triggers": "migrate.triggers",
     "migrate.imds": "imds",  # 0.2's home: profiling (the instance type) and migrate (spot notices) share it
     "markers": "protocol",
-    "imds_sim": "provision.launcher.imds_sim",
+    "imds_sim": "provision.aws",
     "launch": "provision.launcher.launch",
     "report": "console",
     "cli_capture": "cli.capture",
@@ -53,10 +53,10 @@ MOVED = {
     "provision.logs": "provision.operations.logs",
     "provision.launch": "provision.launcher.launch",
     "provision.spot_guard": "provision.launcher.spot_guard",
-    "provision.signals": "provision.launcher.signals",
+    "provision.signals": "provision.base",
     "provision.local": "provision.launcher.local",
     "provision.terraform_fleet": "provision.launcher.terraform_fleet",
-    "provision.imds_sim": "provision.launcher.imds_sim",
+    "provision.imds_sim": "provision.aws",
 }
 PACKAGE = "lightning_srifty"
 

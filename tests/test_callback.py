@@ -223,7 +223,7 @@ def test_instance_metadata_from_imdsv2(tmp_path, monkeypatch) -> None:
 def test_a_local_launchs_profile_does_not_claim_the_plans_instance(tmp_path, monkeypatch) -> None:
     """Issue #37 L: a local launch's stand-in metadata service named the plan's instance type, and the profile of a
     run on this machine said g4dn.xlarge. It answers a spot life cycle (for the notice) and no type."""
-    from lightning_srifty.provision.launcher.imds_sim import LocalIMDS
+    from lightning_srifty.provision.aws import LocalIMDS
     from lightning_srifty.provision.launcher.local import SIMULATED_METADATA
 
     with LocalIMDS(dict(SIMULATED_METADATA)) as imds:

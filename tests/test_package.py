@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import lightning_srifty
+from _support import load_path
 from conftest import ROOT
 from lightning_srifty._compat import MOVED
 
@@ -102,29 +103,89 @@ def test_old_import_paths_still_work_with_a_deprecation_warning(torch_needed: bo
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-# what each sub-package may import at module level (their docstrings say the same)
-NEVER = {
-    "provision": (
-        "torch",
-        "lightning",
-        "lightning_srifty.profiling",
-        "lightning_srifty.ddp",
-        "lightning_srifty.migrate",
-    ),
-    "cli": ("torch", "lightning", "lightning_srifty.profiling", "lightning_srifty.ddp", "lightning_srifty.migrate"),
-    "ddp": (  # the profile's one clock is shared through lightning_srifty.timing
-        "lightning_srifty.profiling",
-        "lightning_srifty.migrate",
-        "lightning_srifty.provision",
-        "lightning_srifty.cli",
-    ),
-    "migrate": ("lightning_srifty.provision", "lightning_srifty.cli"),
-    # migrate may import profiling (the run's profile, its planned steps), never the reverse: no circle
-    "profiling": ("lightning_srifty.provision", "lightning_srifty.cli", "lightning_srifty.migrate"),
+# Third-party rules: what each job-side package never imports (torch and lightning stay out of the infra side).
+NEVER_THIRD_PARTY = {"provision": ("torch", "lightning"), "cli": ("torch", "lightning")}
+
+# Allow-list layer contracts (import-linter's "layers", read with ast): each room may import only the rooms named
+# here, by any import (inside functions too); a room not listed fails until it is placed. The package docstrings
+# say the same. lightning_srifty's rooms are its top-level modules and sub-packages; provision's, its own.
+CONTRACTS: dict[str, dict[str, set[str]]] = {
+    "lightning_srifty": {
+        "_compat": set(),
+        "_version": set(),
+        "console": set(),
+        "imds": set(),
+        "protocol": set(),
+        "timing": set(),
+        "ddp": {"protocol", "timing"},  # the profile's one clock is shared through timing
+        "profiling": {"_version", "console", "ddp", "imds", "protocol", "timing"},
+        "migrate": {"ddp", "imds", "profiling", "protocol"},  # never the reverse: no circle
+        "demo": {"profiling"},
+        "provision": {"console", "protocol"},
+        "cli": {"_version", "console", "demo", "migrate", "profiling", "protocol", "provision"},
+    },
+    "lightning_srifty.provision": {
+        "base": set(),
+        "aws": set(),
+        "terraform": {"aws"},
+        "preflight": {"aws", "terraform"},
+        "apply": {"aws", "preflight", "terraform"},
+        "launcher": {"apply", "aws", "base", "terraform"},
+        "operations": {"apply", "aws", "terraform"},
+        "rehearsal": {"apply", "aws", "base", "preflight", "terraform"},
+    },
 }
 
 
-@pytest.mark.parametrize("package", sorted(NEVER))
+def _house() -> object:
+    return load_path("srifty_bench_house", ROOT / "bench" / "house.py")
+
+
+@pytest.mark.parametrize("package", sorted(CONTRACTS))
+def test_each_room_imports_only_the_rooms_its_contract_allows(package: str) -> None:
+    house = _house()
+    found = house.modules()
+    graph, lazy = {}, {}
+    for name, path in found.items():
+        graph[name], lazy[name] = house.imports(name, path, set(found))
+    rooms = house.rooms_and_floors(package, found, graph, lazy)
+    contract = CONTRACTS[package]
+    assert set(rooms["rooms"]) == set(contract), (
+        f"rooms to place in the contract: {set(rooms['rooms']) ^ set(contract)}"
+    )
+    beyond = {room: set(rooms["imports"][room]) - allowed for room, allowed in contract.items()}
+    assert not any(beyond.values()), f"imports outside the contract: { {r: b for r, b in beyond.items() if b} }"
+
+
+def test_the_provisioner_is_at_most_eight_rooms_on_five_floors() -> None:
+    house = _house()
+    found = house.modules()
+    graph, lazy = {}, {}
+    for name, path in found.items():
+        graph[name], lazy[name] = house.imports(name, path, set(found))
+    rooms = house.rooms_and_floors("lightning_srifty.provision", found, graph, lazy)
+    assert len(rooms["rooms"]) <= 8 and rooms["floors"] <= 5 and not rooms["cycles"], rooms
+
+
+def test_no_project_import_inside_a_function_of_the_provisioner() -> None:
+    """Only optional extras (boto3, botocore, python-terraform, pathspec) are deferred; the node's bootstrap script
+    (run by cloud-init as a file, with or without the package) is the one exception."""
+    found = []
+    for path in sorted((ROOT / "lightning_srifty" / "provision").rglob("*.py")):
+        if path.name == "bootstrap.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for inner in ast.walk(node):
+                    name = inner.module if isinstance(inner, ast.ImportFrom) else None
+                    if isinstance(inner, ast.Import):
+                        name = inner.names[0].name
+                    if name and name.split(".")[0] in ("lightning_srifty", "predictor"):
+                        found.append(f"{path.relative_to(ROOT)}:{inner.lineno} {name}")
+    assert not found
+
+
+@pytest.mark.parametrize("package", sorted(NEVER_THIRD_PARTY))
 def test_each_sub_package_imports_only_what_its_docstring_allows(package: str) -> None:
     folder = ROOT / "lightning_srifty" / package
     assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), (
@@ -133,16 +194,18 @@ def test_each_sub_package_imports_only_what_its_docstring_allows(package: str) -
     offenders = []
     for path in folder.rglob("*.py"):
         tree = ast.parse(path.read_text())
-        # the job-side packages: every import, inside functions too (a lazy import is still a tie); the commands
-        # import what they run inside their function, so cli/ is read at module level only
+        # provision: every import, inside functions too; the commands import what they run (capture: torch) inside
+        # their function, so cli/ is read at module level only
         for node in tree.body if package == "cli" else ast.walk(tree):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                names = [node.module]
             offenders += [
-                f"{path.name}: {n}" for n in names if any(n == b or n.startswith(b + ".") for b in NEVER[package])
+                f"{path.name}: {n}"
+                for n in names
+                if any(n == b or n.startswith(b + ".") for b in NEVER_THIRD_PARTY[package])
             ]
     assert not offenders
 
@@ -152,6 +215,8 @@ def test_no_import_cycles_and_the_house_figures_run() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "import cycles (module level): 0" in result.stdout
     assert "package cycles (any import, inside functions too): 0" in result.stdout
+    assert "modules importing each other (one side inside a function): 0" in result.stdout
+    assert "cycles between rooms: 0" in result.stdout
 
 
 def test_version_matches_pyproject() -> None:

@@ -35,7 +35,7 @@ resource "terraform_data" "after" {
 }
 """
 
-# the launcher's way: a handler raising once (provision.launcher.signals.Interrupts raises LaunchInterrupted)
+# the launcher's way: a handler raising once (provision.base.Interrupts raises LaunchInterrupted)
 SCRIPT = """
 import signal, sys, time
 from python_terraform import Terraform

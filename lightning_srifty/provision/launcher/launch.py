@@ -55,9 +55,8 @@ from lightning_srifty.protocol import (
     Started,
     entry_strategy,
 )
-from lightning_srifty.provision.base import LaunchedFleet, Provisioner
+from lightning_srifty.provision.base import Interrupts, LaunchedFleet, Provisioner
 from lightning_srifty.provision.launcher.local import LocalProvisioner
-from lightning_srifty.provision.launcher.signals import Interrupts
 from lightning_srifty.provision.launcher.spot_guard import (
     DEFAULT_CHECK_S,
     Decision,

@@ -18,8 +18,8 @@ import threading
 from typing import Any
 
 from lightning_srifty.protocol import ALLOW_CPU, VARIABLES
+from lightning_srifty.provision.aws import LocalIMDS
 from lightning_srifty.provision.base import LaunchedFleet
-from lightning_srifty.provision.launcher.imds_sim import LocalIMDS
 from predictor.documents.plan import Plan
 from predictor.exceptions import MigrationError
 from predictor.model.spot import shutdown_grace_s

@@ -1,6 +1,6 @@
 """One instance of the fleet, played on this machine: its user_data run byte-for-byte with bash from ``/`` as
 cloud-init runs it, its instance metadata served by
-:class:`~lightning_srifty.provision.launcher.imds_sim.LocalIMDS`, its AWS
+:class:`~lightning_srifty.provision.aws.LocalIMDS`, its AWS
 calls signed with the instance role's credentials. Three things stand in for the instance itself, first on PATH:
 ``shutdown`` (records the call: the rehearsal terminates the instance, as EC2 does for an instance whose
 instance_initiated_shutdown_behavior is terminate), ``python3`` (this interpreter, whose packages the bootstrap reuses
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lightning_srifty.provision.launcher.imds_sim import LocalIMDS
+from lightning_srifty.provision.aws import LocalIMDS
 
 TOKEN_VARIABLE = "SRIFTY_REHEARSAL_NODE"
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from lightning_srifty import protocol
 from lightning_srifty.provision.apply import apply, check_folder, destroy
-from lightning_srifty.provision.launcher.signals import Interrupts
+from lightning_srifty.provision.base import Interrupts
 from lightning_srifty.provision.preflight import ENVIRONMENT_FILE
 from lightning_srifty.provision.rehearsal.local_aws import LocalAWS, free_port, port_free
 from lightning_srifty.provision.rehearsal.node import Node, base_python
