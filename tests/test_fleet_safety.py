@@ -31,7 +31,7 @@ from _fleet import (
 from conftest import tf_run
 from lightning_srifty.cli import main
 from lightning_srifty.provision import apply as runner
-from lightning_srifty.provision.terraform.command import check_bucket, check_env_names, check_prefix
+from lightning_srifty.provision.terraform.command import check_bucket_name, check_env_names, check_prefix
 from lightning_srifty.provision.terraform.generate import TFVARS, default_max_life_h, generate, tfvars
 from lightning_srifty.provision.terraform.money import check_entry, check_values
 from predictor.exceptions import ConfigError, ProvisionError
@@ -295,10 +295,10 @@ def test_srifty_terraform_refuses_a_malicious_bucket_or_prefix(change, parameter
 
 def test_the_s3_name_rules() -> None:
     for good in ("abc", "my-team.checkpoints", "a" * 63, "b1-2-3"):
-        assert check_bucket(good) == good
+        assert check_bucket_name(good) == good
     for bad in ("ab", "a" * 64, "Upper", "-start", "end-", "b_x", "a b", "x-s3alias", "sthree-x", "amzn-s3-demo-x"):
         with pytest.raises(ConfigError):
-            check_bucket(bad)
+            check_bucket_name(bad)
     for good in ("checkpoints/run-1/", "a/", "a.b/c_d/"):
         assert check_prefix(good) == good
     for bad in ("", "/", "/abs/", "no-slash", "a//b/", ".hidden/", "a b/", "a'b/", "x/" * 300):

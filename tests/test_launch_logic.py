@@ -731,7 +731,9 @@ def test_a_launch_resumes_from_the_newest_checkpoint_an_interrupted_one_left(pla
     from lightning_srifty.provision.launcher import launch as launch_module
 
     asked: dict = {}
-    monkeypatch.setattr(launch_module, "launch", lambda plan, script, **kw: asked.update(kw) or [])
+    monkeypatch.setattr(
+        launch_module, "launch", lambda plan, script, settings, **kw: asked.update(vars(settings)) or []
+    )
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(plan.to_dict()))
     (tmp_path / "train.py").write_text("")
@@ -814,7 +816,9 @@ def test_an_explicit_resume_checkpoint_is_vetted_before_any_fleet_is_up(plan, tm
     from lightning_srifty.provision.launcher import launch as launch_module
 
     asked: dict = {}
-    monkeypatch.setattr(launch_module, "launch", lambda plan, script, **kw: asked.update(kw) or [])
+    monkeypatch.setattr(
+        launch_module, "launch", lambda plan, script, settings, **kw: asked.update(vars(settings)) or []
+    )
     (tmp_path / "plan.json").write_text(json.dumps(plan.to_dict()))
     (tmp_path / "train.py").write_text("")
     monkeypatch.chdir(tmp_path)
@@ -858,3 +862,18 @@ def test_a_silent_fleet_points_to_the_log_it_has(plan, data, said) -> None:
     with pytest.raises(MigrationError) as error:
         silence.check(fleet, None)
     assert said in str(error.value)
+
+
+def test_the_launcher_settings_are_one_public_object_checked_when_made() -> None:
+    """launch() takes a LauncherSettings (issue #39): a bad value is refused when the settings are made, before any
+    fleet, naming the flag; a keyword that is not a setting names the ones there are."""
+    from lightning_srifty.provision.launcher.launch import LauncherSettings, launch
+
+    with pytest.raises(ConfigError, match="--heartbeat-max-age"):
+        LauncherSettings(heartbeat_s=30, heartbeat_max_age_s=40)
+    settings = LauncherSettings(max_migrations=1)
+    assert settings.but(poll_s=0.1).poll_s == 0.1 and settings.but(poll_s=0.1).max_migrations == 1
+    with pytest.raises(ConfigError, match="--spot-check-s"):
+        settings.but(spot_check_s=0)
+    with pytest.raises(TypeError, match=r"'poll'.*poll_s"):
+        launch(object(), ["train.py"], poll=1)  # refused before the plan is read

@@ -15,7 +15,7 @@ from lightning_srifty.cli import main
 from lightning_srifty.provision.apply import apply
 from lightning_srifty.provision.preflight import (
     Group,
-    check_bucket,
+    check_bucket_answers,
     check_imports,
     clients,
     imported_modules,
@@ -245,12 +245,12 @@ def test_a_script_that_pins_its_training_to_the_cpu_does_not_reach_a_gpu_fleet(
 def test_check_repeats_what_srifty_terraform_said_of_a_plain_http_upload() -> None:
     """`srifty terraform` warns that the code upload to the module's TLS-only bucket through an emulator's http://
     endpoint will be refused; `srifty check` said "ok" right after (a new user's walk). Both now use one rule."""
-    refused = check_bucket(None, None, "http://127.0.0.1:5140", uploads=True)
+    refused = check_bucket_answers(None, None, "http://127.0.0.1:5140", uploads=True)
     assert [f.status for f in refused] == ["warn"] and "403" in refused[0].message and "--bucket" in refused[0].fix
     for bucketless in (
-        check_bucket(None, None, "https://s3.local:5140", uploads=True),
-        check_bucket(None, None, "http://127.0.0.1:5140", uploads=False),
-        check_bucket(None, None, None, uploads=True),
+        check_bucket_answers(None, None, "https://s3.local:5140", uploads=True),
+        check_bucket_answers(None, None, "http://127.0.0.1:5140", uploads=False),
+        check_bucket_answers(None, None, None, uploads=True),
     ):
         assert [f.status for f in bucketless] == ["ok"], bucketless
 

@@ -37,7 +37,7 @@ def check_script(script: list[str]) -> None:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from lightning_srifty.provision.launcher.launch import launch
+    from lightning_srifty.provision.launcher.launch import LauncherSettings, launch
     from predictor.documents.plan import check_choice, load_plan
     from predictor.exceptions import ConfigError, LaunchInterrupted
 
@@ -83,6 +83,22 @@ def cmd_launch(args: argparse.Namespace) -> int:
         resume = found
     elif resume:
         _vet_resume(resume)
+    # the launcher's own settings, checked before any code is packed or fleet started
+    settings = LauncherSettings(
+        choice=args.choice,
+        workdir=args.workdir,
+        max_migrations=args.max_migrations,
+        simulate_notice_after=args.simulate_notice_after,
+        max_local_processes=args.max_local_processes,
+        name=args.name,
+        heartbeat_s=args.heartbeat_s,
+        heartbeat_max_age_s=args.heartbeat_max_age,
+        max_life_h=args.max_life_h,
+        start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
+        spot_policy=args.spot_policy,
+        spot_check_s=args.spot_check_s,
+        resume=resume,
+    )
     provisioner = None
     if args.provisioner == "terraform":
         from lightning_srifty.cli._common import code_options
@@ -126,24 +142,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     where = f"keeping its records and heartbeat in {args.checkpoint_uri}" if args.checkpoint_uri else "starting fleets"
     try:
         with aws_errors(f"srifty launch was {where}"):  # botocore's own errors (no credentials) read as one line
-            migrations = launch(
-                plan,
-                script,
-                choice=args.choice,
-                workdir=args.workdir,
-                provisioner=provisioner,
-                max_migrations=args.max_migrations,
-                simulate_notice_after=args.simulate_notice_after,
-                max_local_processes=args.max_local_processes,
-                name=args.name,
-                heartbeat_s=args.heartbeat_s,
-                heartbeat_max_age_s=args.heartbeat_max_age,
-                max_life_h=args.max_life_h,
-                start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
-                spot_policy=args.spot_policy,
-                spot_check_s=args.spot_check_s,
-                resume=resume,
-            )
+            migrations = launch(plan, script, settings=settings, provisioner=provisioner)
     except LaunchInterrupted as exc:
         released = ", ".join(exc.released) or "none"
         print(

@@ -560,7 +560,7 @@ def default_image_parameters() -> dict[str, str]:
     return dict(re.findall(r'(x86_64|arm64)\s*=\s*"(/aws/service/[^"]+)"', text))
 
 
-def check_image(ec2: Any, ssm: Any, ami: dict[str, Any], arches: list[str]) -> list[Finding]:
+def check_machine_image(ec2: Any, ssm: Any, ami: dict[str, Any], arches: list[str]) -> list[Finding]:
     """The machine image the instances boot exists here: the AMI id given (and its architecture), else the SSM
     parameter of each architecture's Deep Learning AMI."""
     try:
@@ -643,7 +643,9 @@ def check_torch_build(
     return [Finding("torch", "ok", f"torch {torch} has a build for every GPU of the fleet {where}")]
 
 
-def check_bucket(s3: Any, bucket: str | None, endpoint: str | None = None, uploads: bool = False) -> list[Finding]:
+def check_bucket_answers(
+    s3: Any, bucket: str | None, endpoint: str | None = None, uploads: bool = False
+) -> list[Finding]:
     refused = plain_http_upload(bucket, endpoint, uploads)
     if refused:
         return [Finding("bucket", "warn", refused, f"srifty terraform again: {PLAIN_HTTP_FIX}")]
@@ -729,8 +731,8 @@ def preflight(
     findings += check_quotas(aws["quotas"], aws["ec2"], region, need, vcpus)
     findings += check_offerings(aws["ec2"], region, sorted({g.instance_type for g in groups}), zone)
     if ami is not None and arches:
-        findings += check_image(aws["ec2"], aws["ssm"], ami, arches)
-    findings += check_bucket(aws["s3"], bucket, endpoint, uploads=tls_only)  # the boot scripts always upload
+        findings += check_machine_image(aws["ec2"], aws["ssm"], ami, arches)
+    findings += check_bucket_answers(aws["s3"], bucket, endpoint, uploads=tls_only)  # the boot scripts always upload
     return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
 
 

@@ -37,7 +37,7 @@ import math
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -383,75 +383,116 @@ def life_until(entry: PlanEntry, max_life_h: float | None, now: float | None = N
     return (time.time() if now is None else now) + hours * 3600
 
 
+@dataclass(frozen=True)
+class LauncherSettings:
+    """How :func:`launch` runs a plan: each field is a flag of ``srifty launch`` (``heartbeat_max_age_s`` is
+    ``--heartbeat-max-age``, ``start_timeout_s`` is ``--start-timeout-min`` x 60, the others their own name).
+
+    - ``choice``: the plan's entry to start on; ``workdir``: where the migration log and (local) checkpoints go;
+      ``checkpoint_dir``: the checkpoint folder (default ``<workdir>/checkpoints``, or the terraform provisioner's S3
+      prefix); ``name``: the fleets are ``<name>-1``, ``<name>-2`` ...
+    - ``max_migrations``: moves before giving up; ``max_local_processes``, ``simulate_notice_after``: the default
+      (local) provisioner's; ``poll_s``: how often the launcher looks at the job.
+    - ``heartbeat_s`` / ``heartbeat_max_age_s``: the launcher's heartbeat, and the age at which a job whose launcher
+      died checkpoints and leaves; ``max_life_h``: each fleet's life cap (default: the plan's time x 1.5 + 1 h);
+      ``start_timeout_s``: a cloud fleet that has not started the job by then is given up (default 30 min).
+    - ``spot_policy`` (``srifty``, ``greedy``, ``uniform``, ``off``; None: ``srifty`` for a spot or mixed entry of a
+      plan with a deadline, else ``off``) steers the fleet between spot and the same fleet on-demand against the
+      plan's deadline, checking every ``spot_check_s`` seconds (:mod:`lightning_srifty.provision.launcher.spot_guard`).
+    - ``resume``: the checkpoint the first fleet's job resumes from (``srifty launch --resume`` finds the newest
+      sound one an interrupted launch left); ``""``: a fresh start. ``launch_id``: None makes a new one.
+
+    Raises:
+        ConfigError: when made, a heartbeat setting, the life cap or the spot check's period that cannot work.
+    """
+
+    choice: int = 0
+    workdir: str | os.PathLike[str] = "srifty/launch"
+    checkpoint_dir: str | None = None
+    name: str = "srifty"
+    max_migrations: int = 3
+    max_local_processes: int = 8
+    simulate_notice_after: float | None = None
+    poll_s: float = 0.5
+    heartbeat_s: float = 30.0
+    heartbeat_max_age_s: float = 600.0
+    max_life_h: float | None = None
+    launch_id: str | None = None
+    start_timeout_s: float | None = None
+    spot_policy: str | None = None
+    spot_check_s: float = DEFAULT_CHECK_S
+    resume: str = ""
+
+    def __post_init__(self) -> None:
+        _check_settings(self.heartbeat_s, self.heartbeat_max_age_s, self.max_life_h, self.spot_check_s)
+
+    def but(self, **changes: Any) -> LauncherSettings:
+        """These settings with ``changes`` (field names; an unknown one is named with the fields there are).
+
+        Raises:
+            TypeError: a name that is not a field.
+        """
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(
+                f"launch() got unknown setting(s) {', '.join(map(repr, unknown))}: LauncherSettings has "
+                f"{', '.join(sorted(known))}."
+            )
+        return replace(self, **changes)
+
+
 def launch(
     plan: Plan,
     script: list[str] | None = None,
     *,
-    choice: int = 0,
-    workdir: str | os.PathLike[str] = "srifty/launch",
+    settings: LauncherSettings | None = None,
     provisioner: Provisioner | None = None,
-    checkpoint_dir: str | None = None,
-    max_migrations: int = 3,
-    simulate_notice_after: float | None = None,
-    max_local_processes: int = 8,
-    poll_s: float = 0.5,
-    name: str = "srifty",
     echo: Any = print,
-    heartbeat_s: float = 30.0,
-    heartbeat_max_age_s: float = 600.0,
-    max_life_h: float | None = None,
-    launch_id: str | None = None,
-    start_timeout_s: float | None = None,
-    spot_policy: str | None = None,
-    spot_check_s: float = DEFAULT_CHECK_S,
     catalog: Any = None,
-    resume: str = "",
+    **changes: Any,
 ) -> list[Migration]:
-    """Run the job on ``plan.entries[choice]`` and keep it running through migrations (see the module doc).
+    """Run the job on the plan's entry ``settings.choice`` and keep it running through migrations (see the module
+    doc), as :class:`LauncherSettings` say; keyword ``changes`` are fields of those settings (``launch(plan, script,
+    workdir="run", max_migrations=1)``).
 
-    ``provisioner`` defaults to the local one running ``script``; ``checkpoint_dir`` to ``<workdir>/checkpoints``
-    (the terraform provisioner's S3 prefix for that one).
-
-    ``resume``: the checkpoint the first fleet's job resumes from (``srifty launch --resume`` finds the newest sound
-    one an interrupted launch left); ``""``: a fresh start.
-
-    ``spot_policy`` (``srifty``, ``greedy``, ``uniform``, ``off``; None: ``srifty`` for a spot or mixed entry of a
-    plan with a deadline, else ``off``) steers the fleet between spot and the same fleet on-demand against the plan's
-    deadline, checking every ``spot_check_s`` seconds
-    (:mod:`lightning_srifty.provision.launcher.spot_guard`); ``catalog``
-    prices that on-demand fleet when the plan has none (default ``Catalog.load()``).
+    ``provisioner`` defaults to the local one running ``script``; ``catalog`` prices the on-demand fleet the spot
+    guard falls back to when the plan has none (default ``Catalog.load()``).
 
     Raises:
         ConfigError: a heartbeat setting, the life cap or the spot policy cannot work.
         MigrationError: the job failed, left for good, or no fleet is left.
         LaunchInterrupted: SIGINT, SIGTERM or SIGHUP (from the main thread); every fleet was released.
+        TypeError: a keyword that is not a field of :class:`LauncherSettings`.
     """
-    _check_settings(heartbeat_s, heartbeat_max_age_s, max_life_h, spot_check_s)
-    spot_policy = policy_for(spot_policy, plan.entries[choice], plan)
+    s = (settings or LauncherSettings()).but(**changes) if changes else (settings or LauncherSettings())
+    choice = s.choice
+    spot_policy = policy_for(s.spot_policy, plan.entries[choice], plan)
     if provisioner is None:
-        provisioner = _local_provisioner(script, max_local_processes, simulate_notice_after, echo)
-    launch_id = launch_id or protocol.new_launch_id()
-    root = Path(workdir)
+        provisioner = _local_provisioner(script, s.max_local_processes, s.simulate_notice_after, echo)
+    launch_id = s.launch_id or protocol.new_launch_id()
+    root = Path(s.workdir)
     root.mkdir(parents=True, exist_ok=True)
-    ckpt = checkpoint_dir or getattr(provisioner, "checkpoint_uri", None) or str((root / "checkpoints").resolve())
+    ckpt = s.checkpoint_dir or getattr(provisioner, "checkpoint_uri", None) or str((root / "checkpoints").resolve())
     _take_the_folder(ckpt, launch_id)
     echo(f"srifty launch: launch {launch_id}, checkpoints and records in {ckpt}")
-    if resume:
-        echo(f"srifty launch: the job resumes from {resume}")
+    if s.resume:
+        echo(f"srifty launch: the job resumes from {s.resume}")
     echo(
         f"srifty launch: if this launcher dies without releasing its fleets (kill -9, a lost machine), their jobs "
-        f"checkpoint and leave and the instances shut down once its heartbeat is {heartbeat_max_age_s:.0f} s old "
+        f"checkpoint and leave and the instances shut down once its heartbeat is {s.heartbeat_max_age_s:.0f} s old "
         "(--heartbeat-max-age); each fleet's line says how to release it at once."
     )
+    start_timeout_s = s.start_timeout_s
     if start_timeout_s is None and provisioner.kind != "local":  # local processes are polled directly
         start_timeout_s = DEFAULT_START_TIMEOUT_S
-    settings = _Settings(
-        ckpt=ckpt, launch_id=launch_id, log_path=root / "migrations.jsonl", name=name, max_migrations=max_migrations,
-        poll_s=poll_s, max_life_h=max_life_h, start_timeout_s=start_timeout_s, spot_policy=spot_policy,
-        spot_check_s=spot_check_s, catalog=catalog, resume=resume,
+    run = _Run(
+        ckpt=ckpt, launch_id=launch_id, log_path=root / "migrations.jsonl", name=s.name,
+        max_migrations=s.max_migrations, poll_s=s.poll_s, max_life_h=s.max_life_h, start_timeout_s=start_timeout_s,
+        spot_policy=spot_policy, spot_check_s=s.spot_check_s, catalog=catalog, resume=s.resume,
     )  # fmt: skip
-    heartbeat = _HeartbeatWriter(ckpt, launch_id, heartbeat_s, heartbeat_max_age_s, echo)
-    launcher = Launcher(plan, choice, provisioner, heartbeat, settings, echo)
+    heartbeat = _HeartbeatWriter(ckpt, launch_id, s.heartbeat_s, s.heartbeat_max_age_s, echo)
+    launcher = Launcher(plan, choice, provisioner, heartbeat, run, echo)
     with Interrupts(echo, "srifty launch", "still releasing the fleets, please wait"):
         heartbeat.start()
         try:
@@ -539,9 +580,9 @@ def _release(provisioner: Provisioner, up: list[LaunchedFleet], echo: Any) -> No
 
 
 @dataclass(frozen=True)
-class _Settings:
-    """What :func:`launch` was asked for and checked, as the launcher consults it while running: where the records
-    go and the limits it keeps."""
+class _Run:
+    """What :func:`launch` resolved from its :class:`LauncherSettings` and the provisioner, as the launcher consults
+    it while running: where the records go and the limits it keeps."""
 
     ckpt: str  # the checkpoint folder: the job's checkpoints and both sides' records
     launch_id: str
@@ -663,7 +704,7 @@ class Launcher:
     global_batch: int  # samples per optimizer step, kept on every later fleet
 
     def __init__(
-        self, plan: Plan, choice: int, provisioner: Provisioner, heartbeat: _HeartbeatWriter, settings: _Settings,
+        self, plan: Plan, choice: int, provisioner: Provisioner, heartbeat: _HeartbeatWriter, settings: _Run,
         echo: Any,
     ) -> None:  # fmt: skip
         self.plan, self.choice, self.provisioner, self.heartbeat = plan, choice, provisioner, heartbeat

@@ -19,7 +19,7 @@ from lightning_srifty import protocol
 from lightning_srifty.provision.apply import apply, destroy
 from lightning_srifty.provision.aws import client, offered_zones, split_s3
 from lightning_srifty.provision.base import LaunchedFleet, ZoneChoice
-from lightning_srifty.provision.terraform.command import check_bucket, check_env_names
+from lightning_srifty.provision.terraform.command import check_bucket_name, check_env_names
 from lightning_srifty.provision.terraform.generate import Options, generate, priced_zone
 from predictor.catalog import Catalog
 from predictor.documents.plan import Plan
@@ -108,7 +108,9 @@ class TerraformProvisioner:
         echo: Any = print,
     ) -> None:
         bucket, prefix = split_s3(checkpoint_uri)
-        check_bucket(bucket, "checkpoint_uri")  # before any client sees it (the launcher writes records there first)
+        check_bucket_name(
+            bucket, "checkpoint_uri"
+        )  # before any client sees it (the launcher writes records there first)
         if not prefix:
             raise ConfigError(
                 f"Give the checkpoints a prefix inside the bucket, e.g. s3://{bucket}/runs/resnet-1 (the instances may "

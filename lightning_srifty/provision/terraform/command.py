@@ -114,7 +114,7 @@ def check_resume_from(uri: str) -> str:
     bucket_ok = True
     if match:
         try:
-            check_bucket(match.group(1))
+            check_bucket_name(match.group(1))
         except ConfigError:
             bucket_ok = False
     if not match or not bucket_ok or not match.group(2).isprintable() or len(match.group(2).encode()) > 1024:
@@ -141,7 +141,7 @@ def check_root_volume_gb(size: object) -> int:
     return size
 
 
-def check_bucket(name: str, parameter: str = "bucket") -> str:
+def check_bucket_name(name: str, parameter: str = "bucket") -> str:
     """``name`` when it follows S3's bucket naming rules
     (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html).
 

@@ -32,7 +32,7 @@ from lightning_srifty.provision.aws import ZONE_ID, plain_http_upload  # ZONE_ID
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.command import (
     check_ami,
-    check_bucket,
+    check_bucket_name,
     check_key_name,
     check_prefix,
     check_resume_from,
@@ -150,7 +150,7 @@ def default_max_life_h(entry: PlanEntry) -> float:
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$", re.I)
 
 
-def check_image(image: str) -> str:
+def check_container_image(image: str) -> str:
     """``image`` when it reads as a container image reference (``registry/name:tag`` or ``name@sha256:...``).
 
     Raises:
@@ -425,12 +425,12 @@ def _checkpoints(options: Options, name: str) -> tuple[str, dict[str, Any]]:
     in --bucket when given, else in a bucket the module creates.
 
     Raises:
-        ConfigError: a prefix or bucket name that could reach a shell (:func:`check_prefix`, :func:`check_bucket`).
+        ConfigError: a prefix or bucket name that could reach a shell (:func:`check_prefix`, :func:`check_bucket_name`).
     """
     prefix = check_prefix(options.checkpoint_prefix or f"checkpoints/{name}/")
     checkpoints: dict[str, Any] = {"prefix": prefix}
     if options.bucket:
-        checkpoints.update(create_bucket=False, bucket=check_bucket(options.bucket))
+        checkpoints.update(create_bucket=False, bucket=check_bucket_name(options.bucket))
     elif plain_http_upload(None, options.aws_endpoint, uploads=True):
         # an emulator over plain http: the new bucket's TLS-only policy would refuse the apply's own uploads (the
         # boot scripts, the code); every AWS endpoint is https, where the policy stays
@@ -444,7 +444,7 @@ def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot |
     Lightning strategy (exported on every instance; srifty launch's handover carries it too).
 
     Raises:
-        ConfigError: an image that is not a container image reference (:func:`check_image`).
+        ConfigError: an image that is not a container image reference (:func:`check_container_image`).
     """
     train: dict[str, Any] = {
         "argv": argv,
@@ -456,7 +456,7 @@ def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot |
     if code is not None:
         train["code"] = {"source": f"{CODE_DIR}/{code.path.name}", "sha256": code.sha256}
     if options.image:
-        train["image"] = check_image(options.image)
+        train["image"] = check_container_image(options.image)
     if options.handover:
         train["handover"] = True
     env: dict[str, str] = {}
