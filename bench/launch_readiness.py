@@ -139,7 +139,7 @@ def bench_failover(runs: int, work: Path) -> dict:
 
     from _support import MINIMAL, moto_network
     from conftest import moto_server
-    from lightning_srifty.provision.launcher.launch import _up_or_next
+    from lightning_srifty.provision.launcher.legs import up_or_next
     from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
     from lightning_srifty.provision.terraform.generate import Options
     from predictor.documents.profile import load_profile
@@ -174,7 +174,7 @@ def bench_failover(runs: int, work: Path) -> dict:
                     stamps.append((time.perf_counter() - t0, line))
 
                 prov = TerraformProvisioner(work / f"fo-{run}", "s3://bench-failover/runs/f/", options, echo=echo)
-                fleet, _ = _up_or_next(prov, plan, 0, (f"bench-fo-{run}-{n}" for n in range(1, 9)), echo)
+                fleet, _ = up_or_next(prov, plan, 0, (f"bench-fo-{run}-{n}" for n in range(1, 9)), echo)
                 total = time.perf_counter() - t0
                 refused = next(t for t, line in stamps if "could not start" in line)
                 prov.down(fleet)

@@ -9,7 +9,7 @@ import pytest
 from fault_proxy import FaultProxy
 
 from _support import moto_network
-from lightning_srifty.provision.launcher.launch import _up_or_next
+from lightning_srifty.provision.launcher.legs import up_or_next
 from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner, capacity_code
 from lightning_srifty.provision.terraform.generate import Options
 from predictor.documents.profile import load_profile
@@ -55,7 +55,7 @@ def test_no_capacity_for_the_first_fleet_moves_to_the_next_and_leaves_nothing_be
         )
         provisioner = TerraformProvisioner(tmp_path, "s3://failover-ckpt/runs/f/", options, catalog=catalog)
         provisioner.echo = echo.append
-        fleet, _ = _up_or_next(provisioner, plan, 0, (f"failover-{n}" for n in range(1, 9)), echo.append)
+        fleet, _ = up_or_next(provisioner, plan, 0, (f"failover-{n}" for n in range(1, 9)), echo.append)
         try:
             assert fleet.index == 1 and fleet.entry.fleet == second
             assert f"srifty launch: {first} (on-demand) could not start: InsufficientInstanceCapacity" in echo

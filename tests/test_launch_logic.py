@@ -264,11 +264,11 @@ class NoCapacity(Recorder):
 
 
 def test_a_capacity_error_moves_to_the_next_entry_and_says_what_it_costs(plan, tmp_path) -> None:
-    from lightning_srifty.provision.launcher.launch import _up_or_next
+    from lightning_srifty.provision.launcher.legs import up_or_next
 
     rec, echo = NoCapacity(2), []
     names = iter(["f-1", "f-2", "f-3", "f-4"])
-    fleet, _ = _up_or_next(rec, plan, 0, names, echo.append)
+    fleet, _ = up_or_next(rec, plan, 0, names, echo.append)
     assert rec.calls == [("refused", "f-1:0"), ("refused", "f-2:1"), ("up", "f-3")] and fleet.index == 2
     first, chosen = plan.entries[0], plan.entries[2]
     assert echo[0] == f"srifty launch: {first.fleet} ({first.market}) could not start: InsufficientInstanceCapacity"
@@ -278,12 +278,12 @@ def test_a_capacity_error_moves_to_the_next_entry_and_says_what_it_costs(plan, t
 
 
 def test_failover_is_bounded_and_names_every_fleet_it_tried(plan, tmp_path) -> None:
-    from lightning_srifty.provision.launcher.launch import _up_or_next
+    from lightning_srifty.provision.launcher.legs import up_or_next
     from predictor.exceptions import CapacityError
 
     rec = NoCapacity(99, "VcpuLimitExceeded")
     with pytest.raises(CapacityError, match=r"No fleet of the plan could start \(3 tried") as exc:
-        _up_or_next(rec, plan, 0, (f"f-{n}" for n in range(9)), lambda line: None, max_attempts=3)
+        up_or_next(rec, plan, 0, (f"f-{n}" for n in range(9)), lambda line: None, max_attempts=3)
     assert exc.value.code == "exhausted" and str(exc.value).count("VcpuLimitExceeded") == 3
     assert "srifty recommend --launchable" in str(exc.value)
 
@@ -314,10 +314,10 @@ class ZonalNoCapacity(Recorder):
 
 
 def test_no_capacity_in_a_zone_tries_the_same_fleet_in_other_zones_first(plan, tmp_path) -> None:
-    from lightning_srifty.provision.launcher.launch import _up_or_next
+    from lightning_srifty.provision.launcher.legs import up_or_next
 
     rec, echo = ZonalNoCapacity(), []
-    fleet, _ = _up_or_next(rec, plan, 0, (f"f-{n}" for n in range(1, 9)), echo.append)
+    fleet, _ = up_or_next(rec, plan, 0, (f"f-{n}" for n in range(1, 9)), echo.append)
     assert rec.calls == [("refused", "f-1:0:None"), ("refused", "f-2:0:use1-az2"), ("up", "f-3:0:use1-az4")]
     assert fleet.index == 0 and rec.asked == [(0, "InsufficientInstanceCapacity", [None])]  # asked once per entry
     first = plan.entries[0]
@@ -332,18 +332,18 @@ def test_no_capacity_in_a_zone_tries_the_same_fleet_in_other_zones_first(plan, t
     )
     # every zone full: the next entry, after at most the two other zones
     rec = ZonalNoCapacity(full=((0, None), (0, "use1-az2"), (0, "use1-az4")))
-    fleet, _ = _up_or_next(rec, plan, 0, (f"g-{n}" for n in range(1, 9)), lambda line: None)
+    fleet, _ = up_or_next(rec, plan, 0, (f"g-{n}" for n in range(1, 9)), lambda line: None)
     assert fleet.index == 1 and [c[1] for c in rec.calls] == ["g-1:0:None", "g-2:0:use1-az2", "g-3:0:use1-az4",
                                                                "g-4:1:None"]  # fmt: skip
     # a regional refusal (a quota) goes to the next entry at once
     rec = ZonalNoCapacity(code="VcpuLimitExceeded", full=())
     with pytest.raises(Exception, match="No fleet of the plan could start"):
-        _up_or_next(rec, plan, 0, (f"h-{n}" for n in range(1, 9)), lambda line: None, max_attempts=2)
+        up_or_next(rec, plan, 0, (f"h-{n}" for n in range(1, 9)), lambda line: None, max_attempts=2)
     assert [c[1] for c in rec.calls] == ["h-1:0:None", "h-2:1:None"]
 
 
 def test_a_launch_whose_first_fleet_has_no_capacity_trains_on_the_next(plan, tmp_path, monkeypatch) -> None:
-    import lightning_srifty.provision.launcher.launch as launch_module
+    import lightning_srifty.provision.launcher.legs as legs_module
 
     class Flaky(NoCapacity):
         pass
@@ -356,7 +356,7 @@ def test_a_launch_whose_first_fleet_has_no_capacity_trains_on_the_next(plan, tmp
             up.append(fleet)
         return fleet, 0.0
 
-    monkeypatch.setattr(launch_module, "_timed_up", timed_up)
+    monkeypatch.setattr(legs_module, "_timed_up", timed_up)
 
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-2") in flaky.calls)
@@ -547,9 +547,9 @@ def test_a_fleet_that_never_reports_is_detected_reported_and_released(plan, tmp_
 def test_a_silent_terraform_fleet_points_at_its_logs(plan) -> None:
     """The nodes of a released root module are gone, their logs are not: the error names srifty logs for it."""
     from lightning_srifty.provision.base import LaunchedFleet
-    from lightning_srifty.provision.launcher.launch import _Silence
+    from lightning_srifty.provision.launcher.watches import Silence
 
-    silence = _Silence(0.0, print)
+    silence = Silence(0.0, print)
     fleet = LaunchedFleet(plan, 0, "walk-1", {"folder": Path("srifty/launch/fleets/walk-1")})
     silence.started(fleet)
     with pytest.raises(MigrationError, match=r"released; what its nodes logged .*: srifty logs --dir srifty/launch/"):
@@ -557,12 +557,12 @@ def test_a_silent_terraform_fleet_points_at_its_logs(plan) -> None:
 
 
 def test_progress_while_a_fleet_has_not_reported_and_none_once_it_has(plan, tmp_path, monkeypatch) -> None:
-    from lightning_srifty.provision.launcher import launch as launch_module
+    from lightning_srifty.provision.launcher import watches
 
     clock = {"t": 0.0}
-    monkeypatch.setattr(launch_module.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(watches.time, "monotonic", lambda: clock["t"])
     notes: list[str] = []
-    silence = launch_module._Silence(600, notes.append)
+    silence = watches.Silence(600, notes.append)
     fleet = LaunchedFleet(plan, 0, "f-1")
     silence.started(fleet)
     for t in (30, 61, 90, 125):
@@ -636,12 +636,13 @@ def test_the_launcher_is_named_steps_not_one_long_function() -> None:
 
     from lightning_srifty.provision.launcher import launch as launch_module
 
-    tree = ast.parse(Path(launch_module.__file__).read_text())
-    long = {
-        node.name: node.end_lineno - node.lineno + 1
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 100
-    }
+    long = {}
+    for path in Path(launch_module.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            size = node.end_lineno - node.lineno + 1 if hasattr(node, "end_lineno") else 0
+            function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if (function and size > 60) or (isinstance(node, ast.ClassDef) and size > 300):
+                long[f"{path.name}:{node.name}"] = size
     assert long == {}, f"split these into named steps: {long}"
 
 
@@ -785,10 +786,10 @@ def test_a_cloud_fleets_boot_to_first_step_is_measured_for_the_ranking(plan) -> 
     """Issue #35 item 9: the nodes' boot, the environment's install and the warm-up were counted nowhere but as
     defaults. The first step of a cloud fleet's first leg, less the time its provisioning took, is recorded for its
     instance types (predictor.model.startup.record_ready); a resumed leg or a local fleet records nothing."""
-    from lightning_srifty.provision.launcher.launch import _Silence
+    from lightning_srifty.provision.launcher.watches import Silence
     from predictor.model import startup
 
-    silence = _Silence(600, lambda line: None)
+    silence = Silence(600, lambda line: None)
     now = time.time()
     fleet = LaunchedFleet(plan, 0, "cloud-1", {"up_unix": now - 400.0, "provision_s": 100.0})
     silence.started(fleet)
@@ -853,9 +854,9 @@ def test_an_explicit_resume_checkpoint_is_vetted_before_any_fleet_is_up(plan, tm
 def test_a_silent_fleet_points_to_the_log_it_has(plan, data, said) -> None:
     """Issue #37 L: a local launch's silent job was said to have "its console output and
     /var/log/srifty-user-data.log", which a local process never writes."""
-    from lightning_srifty.provision.launcher.launch import _Silence
+    from lightning_srifty.provision.launcher.watches import Silence
 
-    silence = _Silence(0.01, print)
+    silence = Silence(0.01, print)
     fleet = LaunchedFleet(plan, 0, "f-1", dict(data))
     silence.started(fleet)
     time.sleep(0.05)

@@ -181,7 +181,7 @@ def test_the_launcher_splits_a_batch_as_the_ranking_does(catalog) -> None:
     import glob
 
     from conftest import ROOT
-    from lightning_srifty.provision.launcher.launch import rank_batch_sizes
+    from lightning_srifty.provision.launcher.legs import rank_batch_sizes
     from predictor.documents.plan import load_plan
 
     profile = _profile(batch__per_device=24)

@@ -259,42 +259,9 @@ def _run_shown(
         start_new_session=True,
     )
     assert proc.stdout is not None
-    deferred: BaseException | None = None
-    timers: list[threading.Timer] = []
-    if timeout_s is not None:
-
-        def stop(sig: int) -> None:
-            if proc.poll() is None:
-                _signal(proc, sig)
-
-        timers = [
-            threading.Timer(timeout_s, stop, (signal.SIGINT,)),
-            threading.Timer(timeout_s + kill_after_s, stop, (signal.SIGKILL,)),
-        ]
-        for timer in timers:
-            timer.daemon = True
-            timer.start()
+    timers = _time_limit(proc, timeout_s, kill_after_s) if timeout_s is not None else []
     try:
-        while True:
-            try:
-                _redeliver(pending)  # once: a signal that came while terraform was being started
-                pending = None
-                for line in proc.stdout:
-                    echo(line.rstrip("\n"))
-                    tail.append(line.rstrip("\n"))
-                code = proc.wait()
-                break
-            except BaseException as exc:
-                if critical is None:
-                    _stop_gracefully(proc, echo)
-                    raise
-                deferred = deferred or exc
-                # nothing said here may end the teardown: a closed terminal, another Ctrl-C while it prints
-                with contextlib.suppress(BaseException):
-                    echo(
-                        "Interrupted during the teardown: terraform goes on destroying (stopped half-way it would "
-                        f"leave the fleet billing); this ends once it has. To finish it by hand: {critical}"
-                    )
+        code, deferred = _show_until_exit(proc, pending, echo, tail, critical)
     finally:
         proc.stdout.close()
         for timer in timers:
@@ -302,6 +269,52 @@ def _run_shown(
     if deferred is not None:
         raise deferred
     return code, "\n".join(tail) if code else ""
+
+
+def _time_limit(proc: Any, timeout_s: float, kill_after_s: float) -> list[threading.Timer]:
+    """Started timers that give ``proc`` one SIGINT after ``timeout_s`` and a SIGKILL ``kill_after_s`` later, if it
+    is still running then (cancel them once it has ended)."""
+
+    def stop(sig: int) -> None:
+        if proc.poll() is None:
+            _signal(proc, sig)
+
+    timers = [
+        threading.Timer(timeout_s, stop, (signal.SIGINT,)),
+        threading.Timer(timeout_s + kill_after_s, stop, (signal.SIGKILL,)),
+    ]
+    for timer in timers:
+        timer.daemon = True
+        timer.start()
+    return timers
+
+
+def _show_until_exit(
+    proc: Any, pending: int | None, echo: Callable[[str], None], tail: collections.deque[str], critical: str | None
+) -> tuple[int, BaseException | None]:
+    """Echo terraform's output line by line (keeping the last lines in ``tail``) until it exits: its exit code, and
+    the interruption deferred while a ``critical`` teardown went on (see :func:`_run_shown`). Without ``critical``
+    an interruption stops terraform gracefully and is raised at once."""
+    deferred: BaseException | None = None
+    while True:
+        try:
+            _redeliver(pending)  # once: a signal that came while terraform was being started
+            pending = None
+            for line in proc.stdout:
+                echo(line.rstrip("\n"))
+                tail.append(line.rstrip("\n"))
+            return proc.wait(), deferred
+        except BaseException as exc:
+            if critical is None:
+                _stop_gracefully(proc, echo)
+                raise
+            deferred = deferred or exc
+            # nothing said here may end the teardown: a closed terminal, another Ctrl-C while it prints
+            with contextlib.suppress(BaseException):
+                echo(
+                    "Interrupted during the teardown: terraform goes on destroying (stopped half-way it would "
+                    f"leave the fleet billing); this ends once it has. To finish it by hand: {critical}"
+                )
 
 
 def _stop_gracefully(proc: Any, echo: Callable[[str], None], grace_s: float | None = None) -> None:
@@ -390,27 +403,8 @@ def apply(
     tf = _terraform(root)
     _check_credentials(values)
     if check:
-        report = preflight_root(root, catalog)
-        for line in report.text().splitlines():
-            echo(line)
-        if not report.ok:
-            raise PreflightError(
-                f"The pre-flight of {root} failed, nothing was started:\n"
-                + "\n".join(f.line() for f in report.failed()),
-                report=report.to_dict(),
-            )
-    echo(f"terraform init in {root}")
-    code, _, err = _run(tf, "init", input=False, stream=False)
-    if code != 0:
-        raise ProvisionError(f"terraform init failed in {root}:\n{err.strip()}")
-    echo("terraform plan")
-    code, _, err = _run(tf, "plan", input=False, out=PLAN_FILE, detailed_exitcode=True, stream=False)
-    if code not in (0, 2):
-        raise ProvisionError(f"terraform plan failed in {root}:\n{err.strip()}")
-    code, out, err = _run(tf, "show", PLAN_FILE, json=True, stream=False)
-    if code != 0:
-        raise ProvisionError(f"terraform show failed in {root}:\n{err.strip()}")
-    summary = summarize(json.loads(out))
+        _preflight_or_refuse(root, catalog, echo)
+    summary = _plan(tf, root, echo)
     for line in summary.lines():
         echo(line)
     predicted = values.get("predicted") or {}
@@ -423,25 +417,73 @@ def apply(
         echo("Nothing to change.")
     else:
         _confirm("Apply this plan?", yes, ask)
-        fresh = not _state_resources(tf)
-        started = time.monotonic()
-        try:
-            code, err = _apply_plan(tf, echo, None if timeout_s is None else started + timeout_s)
-        except BaseException:  # Ctrl-C, or the launcher's SIGTERM/SIGHUP: terraform has stopped and saved its state
-            echo("Interrupted during terraform apply: " + _clean_up(tf, root, values, fresh, echo))
-            raise
-        if code != 0:
-            late = timeout_s is not None and time.monotonic() - started >= timeout_s
-            left = _clean_up(tf, root, values, fresh, echo)
-            if late and timeout_s is not None:
-                raise ProvisionError(
-                    f"terraform apply did not finish within {timeout_s / 60:,.0f} min in {root} (an Auto Scaling "
-                    "group that never filled: capacity, a quota, a placement group): it was stopped; "
-                    f"{left} Raise --timeout-min if the fleet really takes longer.\n{err.strip()}"
-                )
-            raise ProvisionError(f"terraform apply failed in {root} (see the output above); {left}\n{err.strip()}")
+        _apply_or_clean_up(tf, root, values, echo, timeout_s)
     (root / PLAN_FILE).unlink(missing_ok=True)
     return outputs(root)
+
+
+def _preflight_or_refuse(root: Path, catalog: Any, echo: Callable[[str], None]) -> None:
+    """Run the pre-flight of the root module and say its report.
+
+    Raises:
+        PreflightError: it found a problem; nothing was started.
+    """
+    report = preflight_root(root, catalog)
+    for line in report.text().splitlines():
+        echo(line)
+    if not report.ok:
+        raise PreflightError(
+            f"The pre-flight of {root} failed, nothing was started:\n" + "\n".join(f.line() for f in report.failed()),
+            report=report.to_dict(),
+        )
+
+
+def _plan(tf: Any, root: Path, echo: Callable[[str], None]) -> PlanSummary:
+    """terraform init, plan (saved as :data:`PLAN_FILE`) and show: what the apply would do.
+
+    Raises:
+        ProvisionError: a step failed, with terraform's own words.
+    """
+    echo(f"terraform init in {root}")
+    code, _, err = _run(tf, "init", input=False, stream=False)
+    if code != 0:
+        raise ProvisionError(f"terraform init failed in {root}:\n{err.strip()}")
+    echo("terraform plan")
+    code, _, err = _run(tf, "plan", input=False, out=PLAN_FILE, detailed_exitcode=True, stream=False)
+    if code not in (0, 2):
+        raise ProvisionError(f"terraform plan failed in {root}:\n{err.strip()}")
+    code, out, err = _run(tf, "show", PLAN_FILE, json=True, stream=False)
+    if code != 0:
+        raise ProvisionError(f"terraform show failed in {root}:\n{err.strip()}")
+    return summarize(json.loads(out))
+
+
+def _apply_or_clean_up(
+    tf: Any, root: Path, values: dict[str, Any], echo: Callable[[str], None], timeout_s: float | None
+) -> None:
+    """Apply the saved plan; after a failed, late or interrupted apply of a new fleet, destroy what it created.
+
+    Raises:
+        ProvisionError: the apply failed or ran past ``timeout_s`` (the message says what the clean-up did).
+    """
+    fresh = not _state_resources(tf)
+    started = time.monotonic()
+    try:
+        code, err = _apply_plan(tf, echo, None if timeout_s is None else started + timeout_s)
+    except BaseException:  # Ctrl-C, or the launcher's SIGTERM/SIGHUP: terraform has stopped and saved its state
+        echo("Interrupted during terraform apply: " + _clean_up(tf, root, values, fresh, echo))
+        raise
+    if code == 0:
+        return
+    late = timeout_s is not None and time.monotonic() - started >= timeout_s
+    left = _clean_up(tf, root, values, fresh, echo)
+    if late and timeout_s is not None:
+        raise ProvisionError(
+            f"terraform apply did not finish within {timeout_s / 60:,.0f} min in {root} (an Auto Scaling "
+            "group that never filled: capacity, a quota, a placement group): it was stopped; "
+            f"{left} Raise --timeout-min if the fleet really takes longer.\n{err.strip()}"
+        )
+    raise ProvisionError(f"terraform apply failed in {root} (see the output above); {left}\n{err.strip()}")
 
 
 def _apply_plan(tf: Any, echo: Callable[[str], None], deadline: float | None = None) -> tuple[int, str]:

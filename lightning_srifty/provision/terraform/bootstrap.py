@@ -262,6 +262,9 @@ def install_with_wheelhouse(
 
 
 def main(argv: list[str]) -> int:
+    """Build the profiled environment in ``argv[1]``; the exit status says where it stopped (2: usage or an unreadable
+    environment.json, 3: pip, 4: the environment is not the pinned one, 5: torch cannot use this node's GPUs, 6: no
+    published torch build runs on this driver)."""
     if len(argv) != 2:
         print("usage: python3 .srifty/bootstrap.py <venv folder>", file=sys.stderr)
         return 2
@@ -273,8 +276,7 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"srifty bootstrap: {HERE / 'environment.json'} does not read ({exc})", file=sys.stderr)
         return 2
-    profiled = spec.get("profiled") or {}
-    wanted_python = profiled.get("python")
+    wanted_python = (spec.get("profiled") or {}).get("python")
     here_python = platform.python_version()
     if wanted_python and wanted_python.split(".")[:2] != here_python.split(".")[:2]:
         log(f"NOTE: the profile ran on Python {wanted_python}; this node's python3 is {here_python}")
@@ -294,21 +296,39 @@ def main(argv: list[str]) -> int:
     python = target / "bin" / "python"
     base = spec.get("base_python") or os.environ.get("SRIFTY_BOOTSTRAP_BASE_PYTHON")
     if base:
-        paths = subprocess.run(
-            [base, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
-            capture_output=True,
-            text=True,
-            check=True,
+        _see_base_python(base, python)
+    if not _install(spec, packages, wheel, python, base, cuda_index):
+        print(
+            "srifty bootstrap: pip install failed (see above): the environment is not the profiled one", file=sys.stderr
         )
-        site = subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        # after the environment's own site-packages: what pip installs here wins over the image's copy
-        Path(site, "srifty-base-python.pth").write_text("\n".join(json.loads(paths.stdout)) + "\n")
-        log(f"the packages of {base} are visible (pins they satisfy are not downloaded)")
+        return 3
+    return _verify(python, packages, wheel, target, bool(smi), driver)
+
+
+def _see_base_python(base: str, python: Path) -> None:
+    """Make the packages of the interpreter ``base`` (an image's) visible to the new environment's ``python``, after
+    its own site-packages: what pip installs there wins over the image's copy."""
+    paths = subprocess.run(
+        [base, "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(site, "srifty-base-python.pth").write_text("\n".join(json.loads(paths.stdout)) + "\n")
+    log(f"the packages of {base} are visible (pins they satisfy are not downloaded)")
+
+
+def _install(
+    spec: dict, packages: list[str], wheel: Path, python: Path, base: str | None, cuda_index: list[str]
+) -> bool:
+    """pip install the pins, the snapshot's wheel and the user's requirements (from the fleet's wheelhouse when
+    there is one and no base interpreter); False when pip failed."""
     pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
     indexes = ["--index-url", spec["index_url"]] if spec.get("index_url") else []
     for url in spec.get("extra_index_urls") or []:
@@ -322,18 +342,20 @@ def main(argv: list[str]) -> int:
     if base and os.environ.get("SRIFTY_WHEELHOUSE"):
         log("no wheelhouse: the packages of the base interpreter are reused instead")
     housed = bool(house) and install_with_wheelhouse(Path(str(house)), cuda_index, pip, indexes, wanted)
-    if not housed and subprocess.run([*pip, *indexes, *cuda_index, *wanted], cwd=HERE.parent).returncode:
-        print(
-            "srifty bootstrap: pip install failed (see above): the environment is not the profiled one", file=sys.stderr
-        )
-        return 3
+    return housed or subprocess.run([*pip, *indexes, *cuda_index, *wanted], cwd=HERE.parent).returncode == 0
+
+
+def _verify(python: Path, packages: list[str], wheel: Path, target: Path, gpu: bool, driver: str | None) -> int:
+    """Check what was installed against the pins (and, on a GPU node, that torch can use the GPUs), reinstall the
+    snapshot's lightning-srifty over an image's copy of the same version, and write ``srifty-environment.json``;
+    the exit status (:func:`main`)."""
     pins = dict(_pin(p) for p in packages if "==" in p)
     check = _check(python, pins)
     if check.returncode == 0 and not json.loads(check.stdout)["lightning_srifty_file"].startswith(str(target)):
         # pip counted an installed lightning-srifty of the same version (the image's, through base_python) as the
         # wheel: this snapshot's copy is the one that must run
-        again = [*pip, "--no-deps", "--force-reinstall", str(wheel)]
-        if subprocess.run(again, cwd=HERE.parent).returncode:
+        pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+        if subprocess.run([*pip, "--no-deps", "--force-reinstall", str(wheel)], cwd=HERE.parent).returncode:
             print("srifty bootstrap: installing the snapshot's lightning-srifty failed", file=sys.stderr)
             return 3
         check = _check(python, pins)
@@ -345,7 +367,7 @@ def main(argv: list[str]) -> int:
     if wrong:
         print("srifty bootstrap: installed versions differ from the pins: " + ", ".join(wrong), file=sys.stderr)
         return 4
-    if smi and not got.get("cuda_available"):  # a GPU node whose torch cannot use its GPUs: stop before training
+    if gpu and not got.get("cuda_available"):  # a GPU node whose torch cannot use its GPUs: stop before training
         print(
             f"srifty bootstrap: torch {got.get('torch')} (CUDA build {got.get('torch_cuda') or 'none: a CPU build'}) "
             f"cannot use this node's GPUs (NVIDIA driver {driver or 'unknown'}): install a torch build "

@@ -205,9 +205,6 @@ def tfvars(
     region = options.region or entry.region
     usd_per_hour, max_instances, max_hourly, max_life_h = _guards(plan, entry, options, catalog, region)
     groups, unit = _groups(entry, options, catalog)
-    placement = (
-        entry.nodes > 1 and len(entry.groups) == 1 and bool(CLUSTER_FAMILIES.match(entry.groups[0].instance_type))
-    )
     network = _network(entry, options, catalog, region)
     prefix, checkpoints = _checkpoints(options, name)
     values: dict[str, Any] = {
@@ -219,13 +216,7 @@ def tfvars(
         "enable_ssm": options.ssm_session,
         "secrets": secrets,
         "groups": groups,
-        "capacity": {
-            "mode": options.mode,
-            "spot_allocation_strategy": "price-capacity-optimized",
-            "on_demand_base_capacity": sum(g["on_demand"] * g["weighted_capacity"] for g in groups),
-            "on_demand_percentage_above_base": 0,
-            "placement_group": placement,
-        },
+        "capacity": _capacity(entry, options, groups),
         "ami": {"id": options.ami} if options.ami else {},
         "root_volume_gb": options.root_volume_gb,
         "checkpoints": checkpoints,
@@ -235,13 +226,7 @@ def tfvars(
         # + 30 s, so that a leaving save is never cut by SIGKILL
         "watchdog": {"heartbeat": options.handover, "grace_s": shutdown_grace_s(plan.checkpoint_s)},
         "limits": {"max_instances": max_instances, "max_hourly_usd": max_hourly},
-        "predicted": {
-            "throughput_samples_s": round(entry.throughput_samples_s, 6),
-            "usd_per_hour": round(usd_per_hour, 6),  # the catalog's, in the region bought
-            "time_h": round(entry.time_h, 6),
-            "cost_usd": round(entry.cost_usd, 6),
-            "samples_per_capacity_unit": round(unit, 6),
-        },
+        "predicted": _predicted(entry, usd_per_hour, unit),
         "tags": _tags(plan, choice, entry, options, prefix, max_life_h),
     }
     if options.key_name:
@@ -251,6 +236,32 @@ def tfvars(
     if options.aws_max_retries is not None:
         values["aws_max_retries"] = options.aws_max_retries
     return values
+
+
+def _capacity(entry: PlanEntry, options: Options, groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the Auto Scaling groups fill: the mode, spot by price and capacity, the planned on-demand instances as the
+    base, and a cluster placement group for a multi-node fleet of one type of a family that supports it."""
+    placement = (
+        entry.nodes > 1 and len(entry.groups) == 1 and bool(CLUSTER_FAMILIES.match(entry.groups[0].instance_type))
+    )
+    return {
+        "mode": options.mode,
+        "spot_allocation_strategy": "price-capacity-optimized",
+        "on_demand_base_capacity": sum(g["on_demand"] * g["weighted_capacity"] for g in groups),
+        "on_demand_percentage_above_base": 0,
+        "placement_group": placement,
+    }
+
+
+def _predicted(entry: PlanEntry, usd_per_hour: float, unit: float) -> dict[str, float]:
+    """The plan's figures for the fleet, as the module's outputs and tags carry them."""
+    return {
+        "throughput_samples_s": round(entry.throughput_samples_s, 6),
+        "usd_per_hour": round(usd_per_hour, 6),  # the catalog's, in the region bought
+        "time_h": round(entry.time_h, 6),
+        "cost_usd": round(entry.cost_usd, 6),
+        "samples_per_capacity_unit": round(unit, 6),
+    }
 
 
 def _chosen(plan: Plan, choice: int, options: Options) -> tuple[PlanEntry, str]:
@@ -703,6 +714,27 @@ def _snapshot(
             builds does not know, or, on the default image, no published build of it runs one of the fleet's GPUs
             on that image's driver (unless the user's package index or container image provides torch).
     """
+    torch_version = _torch_release(plan, options)
+    snapshot, notes = _pack(plan, options, staging, target)
+    env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
+    if not options.image:
+        stop = cuda.image_note(env, options.ami, gpus)
+        if stop:
+            raise ConfigError(
+                f"Every such node would stop at boot, before training: {stop}",
+                parameter="torch",
+                value=torch_version,
+            )
+    return snapshot, notes + _script_notes(plan.entries[choice], options, snapshot, env)
+
+
+def _torch_release(plan: Plan, options: Options) -> str:
+    """The plan's torch release ("" if unrecorded).
+
+    Raises:
+        ConfigError: a release srifty's table of PyTorch's CUDA builds does not know, unless the user's package
+            index or container image provides torch.
+    """
     torch_version = (plan.software.torch if plan.software else None) or ""
     own_torch = bool(options.image or options.index_url or options.extra_index_urls)
     unknown = torch_builds.unknown_release(torch_version) if torch_version else None
@@ -714,65 +746,52 @@ def _snapshot(
             parameter="torch",
             value=torch_version,
         )
+    return torch_version
+
+
+def _pack(plan: Plan, options: Options, staging: str, target: Path) -> tuple[Snapshot, list[str]]:
+    """The snapshot packed before (``options.snapshot``), else ``options.code`` packed now, and the notes on it.
+
+    Raises:
+        ConfigError: the module's own folder (``--out``) is, or holds, the code folder.
+    """
     if options.snapshot:
-        snapshot, notes = load_snapshot(options.snapshot), []
-    else:
-        check_plan_model(plan, Path(options.code or "."), options.any_model)
-        code = Path(options.code or ".").resolve()
-        if code == target.resolve() or code.is_relative_to(target.resolve()):
-            # the module's folder is left out of the code it packs: here that would be all of it (a new user's
-            # `--out .` was told that a tracked requirements.txt was missing)
-            raise ConfigError(
-                f"--out {target} {'is' if code == target.resolve() else 'holds'} the code folder {code}: the root "
-                "module gets a folder of its own (its state, the code archive), left out of the code it packs. Give "
-                "one, e.g. --out infra.",
-                parameter="out",
-                value=str(target),
-            )
-        snapshot, notes = make_snapshot(plan, options, staging, leave_out=(target,))
-    env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
-    if not options.image:
-        stop = cuda.image_note(env, options.ami, gpus)
-        if stop:
-            raise ConfigError(
-                f"Every such node would stop at boot, before training: {stop}",
-                parameter="torch",
-                value=torch_version,
-            )
+        return load_snapshot(options.snapshot), []
+    check_plan_model(plan, Path(options.code or "."), options.any_model)
+    code = Path(options.code or ".").resolve()
+    if code == target.resolve() or code.is_relative_to(target.resolve()):
+        # the module's folder is left out of the code it packs: here that would be all of it (a new user's
+        # `--out .` was told that a tracked requirements.txt was missing)
+        raise ConfigError(
+            f"--out {target} {'is' if code == target.resolve() else 'holds'} the code folder {code}: the root "
+            "module gets a folder of its own (its state, the code archive), left out of the code it packs. Give "
+            "one, e.g. --out infra.",
+            parameter="out",
+            value=str(target),
+        )
+    return make_snapshot(plan, options, staging, leave_out=(target,))
+
+
+def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: dict[str, Any]) -> list[str]:
+    """Notes on the training command against the snapshot: a module that must come from the requirements, the
+    requirements file beside the script, a sharded plan whose script never applies the plan's strategy.
+
+    Raises:
+        ConfigError: the script is an absolute path inside the code folder, or is not in the snapshot.
+    """
     where = options.snapshot or Path(options.code or ".").resolve()
     argv = train_argv(options.train_command)
     if argv[0] == "-m":
         module = argv[1].replace(".", "/")
         if not {f"{module}.py", f"{module}/__main__.py"} & set(snapshot.files):
-            notes.append(
+            return [
                 f"the module {argv[1]} is not in the code snapshot of {where} ({module}.py or {module}/__main__.py): "
                 "it must come from the requirements file"
-            )
-        return snapshot, notes
+            ]
+        return []
     script = os.path.normpath(argv[0])
-    if os.path.isabs(script) and options.code and not options.snapshot:
-        inside = os.path.relpath(script, Path(options.code).resolve())
-        if not inside.startswith(".."):
-            raise ConfigError(
-                f"The training script {argv[0]} is an absolute path: every node runs the code from its own folder. "
-                f"Give it relative to the code folder: --train-command {inside!r}.",
-                parameter="train_command",
-                value=options.train_command,
-            )
-    if script not in snapshot.files:
-        close = suggest(script, [f for f in snapshot.files if f.endswith(".py")], n=2)
-        mean = f"Did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-        raise ConfigError(
-            f"The training script {argv[0]} is not in the code snapshot of {where} ({len(snapshot.files)} "
-            "files): every node runs torchrun from the snapshot's top folder, so it would end in \"can't open file\". "
-            + mean
-            + "Run srifty from your project's folder (or give --code), and give the script's path relative to it; a "
-            "file git ignores is left out.",
-            parameter="train_command",
-            value=options.train_command,
-        )
-    notes += _requirements_beside_the_script(snapshot, env, script)
-    entry = plan.entries[choice]
+    _check_script_in(snapshot, options, script, argv[0], where)
+    notes = _requirements_beside_the_script(snapshot, env, script)
     text = read_member(snapshot, script).decode(errors="replace")
     glue = ("plan_strategy", "srifty_auto")
     if entry.layout is not None and entry.layout.strategy != "ddp" and not any(g in text for g in glue):
@@ -781,7 +800,37 @@ def _snapshot(
             "strategy: the Trainer starts with the script's own (plain DDP holds the whole model on every GPU). "
             'Pass Trainer(strategy="srifty_auto") (docs/launch.md)'
         )
-    return snapshot, notes
+    return notes
+
+
+def _check_script_in(snapshot: Snapshot, options: Options, script: str, given: str, where: object) -> None:
+    """Refuse a training script every node could not start from the snapshot's top folder.
+
+    Raises:
+        ConfigError: an absolute path inside the code folder (with the relative one), or a script not in the
+            snapshot (with the closest names).
+    """
+    if os.path.isabs(script) and options.code and not options.snapshot:
+        inside = os.path.relpath(script, Path(options.code).resolve())
+        if not inside.startswith(".."):
+            raise ConfigError(
+                f"The training script {given} is an absolute path: every node runs the code from its own folder. "
+                f"Give it relative to the code folder: --train-command {inside!r}.",
+                parameter="train_command",
+                value=options.train_command,
+            )
+    if script not in snapshot.files:
+        close = suggest(script, [f for f in snapshot.files if f.endswith(".py")], n=2)
+        mean = f"Did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise ConfigError(
+            f"The training script {given} is not in the code snapshot of {where} ({len(snapshot.files)} "
+            "files): every node runs torchrun from the snapshot's top folder, so it would end in \"can't open file\". "
+            + mean
+            + "Run srifty from your project's folder (or give --code), and give the script's path relative to it; a "
+            "file git ignores is left out.",
+            parameter="train_command",
+            value=options.train_command,
+        )
 
 
 def _requirements_beside_the_script(snapshot: Snapshot, env: dict[str, Any], script: str) -> list[str]:

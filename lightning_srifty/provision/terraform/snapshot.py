@@ -262,36 +262,9 @@ def environment_spec(
     serves torch as it is.
     """
     notes: list[str] = []
-    profiled = {k: getattr(software, k, None) for k in ("python", "torch", "lightning", "cuda", "lightning_srifty")}
-    if software is None:
-        notes.append(
-            "the plan records no profiled versions (a plan made before lightning-srifty recorded them): torch and "
-            "lightning are pinned to the versions installed here"
-        )
-        for name in ("torch", "lightning"):
-            try:
-                profiled[name] = importlib.metadata.version(name)
-            except importlib.metadata.PackageNotFoundError:
-                profiled[name] = None
+    profiled = _profiled_versions(software, notes)
+    packages, torch_cuda = _pins(profiled, notes)
     extra = list(extra_index_urls)
-    packages = []
-    torch_cuda = None
-    for name in ("torch", "lightning"):
-        version = profiled.get(name)
-        if not version:
-            notes.append(f"{name}: no version recorded, the index's newest is installed")
-            packages.append(name)
-            continue
-        release, _, build = str(version).partition("+")
-        packages.append(f"{name}=={release}")
-        if name == "torch":
-            torch_cuda, cuda_notes = cuda.torch_cuda(str(version))
-            notes += cuda_notes
-        if name == "torch" and build and not build.startswith("cu"):
-            notes.append(
-                f"torch was profiled as the {build} build ({version}): GPU nodes install a CUDA build of "
-                f"torch=={release} chosen for their driver (the summary's 'torch build')"
-            )
     here = _installed_srifty()
     if profiled.get("lightning_srifty") and here and profiled["lightning_srifty"] != here:
         notes.append(
@@ -309,6 +282,46 @@ def environment_spec(
     if torch_cuda:  # GPU nodes choose torch's CUDA build for their driver among these (bootstrap.torch_index)
         spec["torch_cuda"] = torch_cuda
     return spec, notes
+
+
+def _profiled_versions(software: Any | None, notes: list[str]) -> dict[str, Any]:
+    """The versions the plan was profiled with; without a record, torch's and lightning's installed here (said in
+    ``notes``)."""
+    profiled = {k: getattr(software, k, None) for k in ("python", "torch", "lightning", "cuda", "lightning_srifty")}
+    if software is None:
+        notes.append(
+            "the plan records no profiled versions (a plan made before lightning-srifty recorded them): torch and "
+            "lightning are pinned to the versions installed here"
+        )
+        for name in ("torch", "lightning"):
+            try:
+                profiled[name] = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                profiled[name] = None
+    return profiled
+
+
+def _pins(profiled: dict[str, Any], notes: list[str]) -> tuple[list[str], Any]:
+    """torch's and lightning's pins (the release, without a local build tag) and torch's CUDA builds to choose from
+    on the node (None: not a release the table knows), with the notes a user must read appended to ``notes``."""
+    packages, torch_cuda = [], None
+    for name in ("torch", "lightning"):
+        version = profiled.get(name)
+        if not version:
+            notes.append(f"{name}: no version recorded, the index's newest is installed")
+            packages.append(name)
+            continue
+        release, _, build = str(version).partition("+")
+        packages.append(f"{name}=={release}")
+        if name == "torch":
+            torch_cuda, cuda_notes = cuda.torch_cuda(str(version))
+            notes += cuda_notes
+        if name == "torch" and build and not build.startswith("cu"):
+            notes.append(
+                f"torch was profiled as the {build} build ({version}): GPU nodes install a CUDA build of "
+                f"torch=={release} chosen for their driver (the summary's 'torch build')"
+            )
+    return packages, torch_cuda
 
 
 def _installed_srifty() -> str | None:
@@ -333,6 +346,28 @@ def build_snapshot(
         ConfigError: ``workdir`` is not a folder, or its files add up to more than ``max_mb`` (the largest named).
     """
     root = Path(workdir)
+    files, source, secrets, total = _code_to_pack(root, leave_out, include_secrets, max_mb)
+    extra = _srifty_folder(root, files, environment)
+    packed = _archive(root, files, extra)
+    digest = hashlib.sha256(packed).hexdigest()
+    target = Path(out_dir) / f"{digest}.tar.gz"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not (target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == digest):
+        atomic_write_bytes(target, packed)
+    uncommitted = tuple(uncommitted_files(root, files)) if source == "git" else ()
+    return Snapshot(target, digest, tuple(files), total, len(packed), source, tuple(secrets), uncommitted)
+
+
+def _code_to_pack(
+    root: Path, leave_out: tuple[Path, ...], include_secrets: tuple[str, ...], max_mb: float
+) -> tuple[list[str], str, list[str], int]:
+    """The code's files to pack (secrets left out unless included by name), how they were listed, the secrets left
+    out and the files' total bytes.
+
+    Raises:
+        ConfigError: ``root`` is not a folder, an included secret is not among its files, or the files add up to
+            more than ``max_mb`` (the largest named).
+    """
     if not root.is_dir():
         raise ConfigError(
             f"The code folder {root} is not a folder: give --code the directory your training script runs from, or "
@@ -365,6 +400,16 @@ def build_snapshot(
             parameter="max_code_mb",
             value=round(total / 2**20, 1),
         )
+    return files, source, secrets, total
+
+
+def _srifty_folder(root: Path, files: list[str], environment: dict[str, Any]) -> dict[str, bytes]:
+    """What srifty adds under ``.srifty/``: the node's bootstrap, the CUDA builds' table it imports, the environment
+    and this installation's wheel.
+
+    Raises:
+        ConfigError: the requirements file is not among the code's files, or the code has a ``.srifty/`` folder.
+    """
     wheel_name, wheel = repacked_wheel()
     environment = {**environment, "wheel": f"{SRIFTY_DIR}/wheels/{wheel_name}"}
     if environment.get("requirements") and environment["requirements"] not in files:
@@ -374,15 +419,6 @@ def build_snapshot(
             parameter="requirements",
             value=environment["requirements"],
         )
-    extra = {
-        f"{SRIFTY_DIR}/bootstrap.py": (Path(__file__).parent / "bootstrap.py").read_bytes(),
-        # which build runs which GPU: the one rule, carried beside bootstrap.py, which imports it on the node
-        f"{SRIFTY_DIR}/torch_builds.py": Path(torch_builds.__file__).read_bytes(),
-        ENVIRONMENT_FILE: (
-            json.dumps({"schema": ENVIRONMENT_SCHEMA, **environment}, indent=1, sort_keys=True) + "\n"
-        ).encode(),
-        f"{SRIFTY_DIR}/wheels/{wheel_name}": wheel,
-    }
     clash = [rel for rel in files if rel.split("/", 1)[0] == SRIFTY_DIR]
     if clash:
         raise ConfigError(
@@ -391,6 +427,19 @@ def build_snapshot(
             parameter="code",
             value=clash[0],
         )
+    return {
+        f"{SRIFTY_DIR}/bootstrap.py": (Path(__file__).parent / "bootstrap.py").read_bytes(),
+        # which build runs which GPU: the one rule, carried beside bootstrap.py, which imports it on the node
+        f"{SRIFTY_DIR}/torch_builds.py": Path(torch_builds.__file__).read_bytes(),
+        ENVIRONMENT_FILE: (
+            json.dumps({"schema": ENVIRONMENT_SCHEMA, **environment}, indent=1, sort_keys=True) + "\n"
+        ).encode(),
+        f"{SRIFTY_DIR}/wheels/{wheel_name}": wheel,
+    }
+
+
+def _archive(root: Path, files: list[str], extra: dict[str, bytes]) -> bytes:
+    """The code's files and srifty's as a reproducible gzipped tar (no mtimes, sorted extras)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in files:
@@ -399,14 +448,7 @@ def build_snapshot(
             _add(tar, rel, path.read_bytes(), 0o755 if executable else 0o644)
         for rel, data in sorted(extra.items()):
             _add(tar, rel, data, 0o644)
-    packed = gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
-    digest = hashlib.sha256(packed).hexdigest()
-    target = Path(out_dir) / f"{digest}.tar.gz"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if not (target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == digest):
-        atomic_write_bytes(target, packed)
-    uncommitted = tuple(uncommitted_files(root, files)) if source == "git" else ()
-    return Snapshot(target, digest, tuple(files), total, len(packed), source, tuple(secrets), uncommitted)
+    return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
