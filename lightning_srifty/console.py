@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -170,14 +171,14 @@ def profile_tables(profile: Profile, path: Path | None = None) -> Group:
         )
     mem = profile.memory
     if mem is not None:
-        parts = []
+        held: list[str] = []
         if mem.peak_allocated_bytes is not None:
-            parts.append(
+            held.append(
                 f"GPU allocated {fmt_bytes(mem.peak_allocated_bytes)}, reserved {fmt_bytes(mem.peak_reserved_bytes)}"
             )
         if mem.peak_rss_bytes is not None:
-            parts.append(f"host RSS {fmt_bytes(mem.peak_rss_bytes)}")
-        main.add_row("Peak memory", " · ".join(parts))
+            held.append(f"host RSS {fmt_bytes(mem.peak_rss_bytes)}")
+        main.add_row("Peak memory", " · ".join(held))
     comm = profile.communication
     if comm is not None:
         if comm.allreduce_s is not None and comm.exposed_s is not None:
@@ -190,14 +191,14 @@ def profile_tables(profile: Profile, path: Path | None = None) -> Group:
             )
         else:
             main.add_row("All-reduce", f"not measured: {comm.reason}")
-    place = [hw.accelerator or "-"]
+    place: list[str] = [hw.accelerator or "-"]
     if hw.device_name and hw.device_name != hw.cpu_model:
         place.append(hw.device_name)
     if hw.instance_type:
         place.append(f"{hw.instance_type} ({hw.lifecycle or 'EC2'}, {hw.availability_zone or '?'})")
     place.append(f"{hw.cpu_count or '?'} CPUs" + (f" ({hw.cpu_model})" if hw.cpu_model else ""))
     main.add_row("Hardware", " · ".join(place))
-    parts: list = [main]
+    parts: list[Any] = [main]
     if profile.ranks:
         ranks = Table(title="Per rank", title_justify="left")
         for col in ("rank", "device", "step p50", "forward p50", "backward p50", "exposed comm p50", "samples"):

@@ -420,6 +420,7 @@ def test_apply_rechecks_the_written_values_before_running_terraform(tmp_path, ca
         (lambda v: v["limits"].update(max_instances=2), "max_instances"),
         (lambda v: v["limits"].update(max_hourly_usd=1.0), "max_hourly_usd"),
         (lambda v: v.pop("limits"), "limits.max_instances"),
+        (lambda v: v.update(groups=[]), "groups"),  # was a TypeError (a positional to ConfigError; mypy found it)
     ):
         bad = json.loads(json.dumps(values))
         edit(bad)

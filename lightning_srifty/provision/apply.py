@@ -178,8 +178,8 @@ def _spawn(*args: Any, **kwargs: Any) -> tuple[Any, int | None]:
     try:
         proc = subprocess.Popen(*args, **kwargs)
     finally:
-        for sig, handler in held.items():
-            signal.signal(sig, handler)
+        for number, handler in held.items():
+            signal.signal(number, handler)
     return proc, (pending[0] if pending else None)
 
 

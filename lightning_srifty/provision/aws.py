@@ -116,7 +116,7 @@ def clients(region: str, endpoint: str | None = None) -> dict[str, Any]:
         # a service's own endpoint variable (AWS_ENDPOINT_URL_SERVICE_QUOTAS ...) wins, as in every AWS SDK
         own = os.environ.get(f"AWS_ENDPOINT_URL_{service.upper().replace('-', '_')}")
         url = own or endpoint
-        made[name] = boto3.client(service, **kw, **({"endpoint_url": url} if url else {}))
+        made[name] = boto3.client(service, **kw, **({"endpoint_url": url} if url else {}))  # type: ignore[call-overload]
     return made
 
 
@@ -150,7 +150,7 @@ def client(service: str, region: str | None, endpoint: str | None = None) -> Any
         retries={"max_attempts": 3, "mode": "standard"},
         s3={"addressing_style": "path"} if endpoint else {},
     )
-    return boto3.client(service, region_name=region, endpoint_url=endpoint or None, config=config)
+    return boto3.client(service, region_name=region, endpoint_url=endpoint or None, config=config)  # type: ignore[call-overload]
 
 
 @contextlib.contextmanager

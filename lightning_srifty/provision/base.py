@@ -79,7 +79,9 @@ class Interrupts:
     SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 
     def __init__(self, echo: Any, who: str, busy: str) -> None:
-        self.echo, self.who, self.busy, self.fired, self.previous = echo, who, busy, None, {}
+        self.echo, self.who, self.busy = echo, who, busy
+        self.fired: int | None = None
+        self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():

@@ -225,11 +225,11 @@ def pinned_off_gpu(source: str, argv: list[str]) -> list[tuple[int, str, bool]]:
                 found.append((node.lineno, f"{flags[0]} defaults to {default.value!r}", False))
     found += [(node.lineno, what, not others and not branched(node)) for node, what in pinned]
     for i, arg in enumerate(argv):  # the train command's own --accelerator cpu
-        flag, _, value = arg.partition("=")
+        flag, _, word = arg.partition("=")
         if flag.startswith("--") and len(flag) >= PREFIX and "--accelerator".startswith(flag):
-            value = value or (argv[i + 1] if i + 1 < len(argv) else "")
-            if value.lower() in _OFF_GPU:
-                found.append((0, f"the train command passes {flag} {value}", False))
+            word = word or (argv[i + 1] if i + 1 < len(argv) else "")
+            if word.lower() in _OFF_GPU:
+                found.append((0, f"the train command passes {flag} {word}", False))
     return sorted(found)
 
 

@@ -207,8 +207,9 @@ class SpotGuard:
                 raise ConfigError(f"The spot guard's {name} must be > 0. Got {value!r}.", parameter=name, value=value)
         self.policy = policy
         self.started_unix, self.deadline_s, self.steps = started_unix, deadline_h * 3600.0, steps
-        self.predicted_step_s, self.measured_step_s = step_s, None
-        self.predicted_restart_s, self.measured_restart_s = restart_s, None
+        self.predicted_step_s, self.predicted_restart_s = step_s, restart_s
+        self.measured_step_s: float | None = None  # the job's, once it reports
+        self.measured_restart_s: float | None = None
         self.check_s, self.spot_usd_hr, self.od_usd_hr = check_s, spot_usd_hr, od_usd_hr
         self.step = 0
         self.available = True  # until seen otherwise: the plan priced spot as there

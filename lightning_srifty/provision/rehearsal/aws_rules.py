@@ -31,6 +31,7 @@ import binascii
 import http.client
 import threading
 import urllib.parse
+from collections.abc import Set as AbstractSet
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LAUNCHES = ("CreateFleet", "RunInstances")
@@ -167,7 +168,9 @@ class _Handler(BaseHTTPRequestHandler):
             (self.outer.replayed if action in LAUNCHES else self.outer.replayed_other).append(action)
             self._reply(*self.outer.answered[key])
             return
-        conn = http.client.HTTPConnection(self.outer.upstream.hostname, self.outer.upstream.port, timeout=120)
+        conn = http.client.HTTPConnection(
+            self.outer.upstream.hostname or "127.0.0.1", self.outer.upstream.port, timeout=120
+        )
         dropped = ("transfer-encoding",) if self.outer.keep_host else ("transfer-encoding", "host")
         headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
         headers["Content-Length"] = str(len(body))
@@ -228,9 +231,9 @@ class AwsRulesProxy:
     def __init__(
         self,
         upstream: str,
-        refuse: set[str] = frozenset(),
+        refuse: AbstractSet[str] = frozenset(),
         code: str = "InsufficientInstanceCapacity",
-        lose: set[str] = frozenset(),
+        lose: AbstractSet[str] = frozenset(),
         s3_list_prefixes: tuple[str, ...] | None = None,
         s3_principal: str | None = None,
         keep_host: bool | None = None,

@@ -97,7 +97,8 @@ class LocalAWS:
         import boto3
         from botocore.config import Config
 
-        return boto3.client(
+        # the service is a runtime name, not one of boto3-stubs' literals
+        return boto3.client(  # type: ignore[call-overload]
             service,
             region_name=self.region,
             endpoint_url=self.moto_url,

@@ -34,7 +34,7 @@ from pathlib import Path
 if __package__:  # imported from the installed package (srifty terraform on the workstation, the tests)
     from predictor.catalog.torch_builds import runs
 else:  # run as a script on a node: the snapshot's copy beside this file (.srifty/torch_builds.py)
-    from torch_builds import runs  # type: ignore[no-redef]
+    from torch_builds import runs  # type: ignore[no-redef,import-not-found]
 
 HERE = Path(__file__).resolve().parent  # <code>/.srifty
 # the extra of lightning-srifty a node installs with the wheel: what the job runs (s3fs for s3:// checkpoints, ...);
@@ -107,7 +107,7 @@ def choose_torch_build(driver: str, torch_cuda: dict, cc: str | None = None) -> 
     for build, what in ((profiled, "the profiled build"), (full[0] if full else None, "the newest build it supports")):
         if build in full:
             need = torch_cuda["builds"][build]["driver"]
-            return build, f"{what}: CUDA {cuda_release(build)} needs driver >= {need}"
+            return build, f"{what}: CUDA {cuda_release(str(build))} needs driver >= {need}"
     compat = [b for b, need in builds if have >= version_numbers(need["compat_driver"])]
     if compat:
         need = torch_cuda["builds"][compat[0]]

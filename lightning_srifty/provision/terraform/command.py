@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 
 from predictor.documents.checks import refused
 from predictor.exceptions import ConfigError
@@ -186,7 +187,7 @@ def check_prefix(prefix: str, parameter: str = "checkpoint_prefix") -> str:
     return prefix
 
 
-def check_env_names(env: dict[str, object], parameter: str = "env") -> dict[str, object]:
+def check_env_names(env: Mapping[str, object], parameter: str = "env") -> Mapping[str, object]:
     """``env`` when every name is a shell variable name ``[A-Z_][A-Z0-9_]*`` (it is exported on the instances).
 
     Raises:

@@ -385,7 +385,7 @@ def _groups(entry: PlanEntry, options: Options, catalog: Catalog) -> tuple[list[
                 "network_interfaces": it.network_interfaces(multi_node) if it else 1,
             }
         )
-    arches = sorted({g["arch"] for g in groups})
+    arches = sorted({str(g["arch"]) for g in groups})
     if options.ami and len(arches) > 1:
         raise ConfigError(
             f"--ami {options.ami} is one image, but fleet {entry.fleet} mixes {' and '.join(arches)} instance types: "

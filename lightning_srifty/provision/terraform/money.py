@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from predictor.catalog.catalog import Catalog
 from predictor.documents.plan import Plan, PlanEntry
@@ -131,10 +131,19 @@ def check_limits(nodes: int, usd_per_hour: float, max_instances: int | None, max
         )
 
 
+def _count(n: object) -> TypeGuard[int]:
+    """A whole count of instances (not a bool)."""
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
 def _groups(values: Mapping[str, Any]) -> Iterable[tuple[int, dict[str, Any]]]:
     groups = values.get("groups")
     if not isinstance(groups, list) or not groups:
-        raise ConfigError("The written values have no groups: write them again with `srifty terraform`.", "groups")
+        raise ConfigError(
+            "The written values have no groups: write them again with `srifty terraform`.",
+            parameter="groups",
+            value=groups,
+        )
     return enumerate(groups)
 
 
@@ -149,7 +158,7 @@ def check_values(values: Mapping[str, Any], catalog: Catalog) -> float:
     total, nodes = 0.0, 0
     for k, g in _groups(values):
         od, sp = g.get("on_demand"), g.get("spot")
-        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (od, sp)):
+        if not (_count(od) and _count(sp)):
             raise ConfigError(
                 f"groups[{k}] needs whole on_demand and spot counts; got {od!r} and {sp!r}. Write the values again "
                 "with `srifty terraform`.",

@@ -218,7 +218,7 @@ def repacked_wheel() -> tuple[str, bytes]:
     dist_info = f"lightning_srifty-{version}.dist-info"
     members: dict[str, bytes] = {}
     for package in (lightning_srifty, predictor):
-        base = Path(package.__file__).resolve().parent
+        base = Path(str(package.__file__)).resolve().parent
         for path in sorted(base.rglob("*")):
             rel = path.relative_to(base)
             if path.is_file() and "__pycache__" not in rel.parts and path.suffix != ".pyc":
