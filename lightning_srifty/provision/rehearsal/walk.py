@@ -293,6 +293,9 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
+STAYED = "staying in the Auto Scaling group"  # the node watchdog's line for a preempted node that keeps its place
+
+
 class _Walk:
     """The rehearsal's state: the local AWS, the nodes, the clock."""
 
@@ -364,7 +367,7 @@ class _Walk:
             self.infra,
             ignore=shutil.ignore_patterns(".terraform", "terraform.tfstate*", "tfplan", ".srifty-rehearsal", ".plan*"),
         )
-        self._point_at(self.aws)
+        point_at_local_aws(self.infra, self.aws, self.settings, self.report.changed)
         started = time.monotonic()
         self.say(f"terraform apply of {self.infra} against the local AWS at {self.aws.url}")
         outputs = apply(self.infra, yes=True, echo=lambda line: None, check=False)["fleet"]
@@ -373,86 +376,6 @@ class _Walk:
         self.bucket = outputs["checkpoint_bucket"]
         self.prefix = outputs["checkpoint_uri"].split("/", 3)[3]
         self.say(f"applied in {time.monotonic() - started:.1f} s: {len(outputs['instance_ids'])} instance(s)")
-
-    def _point_at(self, aws: LocalAWS) -> None:
-        """The copy's values, changed where the rehearsal must (each change named in the report)."""
-
-        path = self.infra / TFVARS
-        values = json.loads(path.read_text())
-        changed = self.report.changed
-        values["aws_endpoint"] = aws.url
-        changed.append("aws_endpoint: the local AWS")
-        ec2, ssm = aws.client("ec2"), aws.client("ssm")
-        arches = sorted({g.get("arch", "x86_64") for g in values["groups"]})
-        images = {
-            arch: ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": [arch]}])[
-                "Images"
-            ][0]["ImageId"]
-            for arch in ("x86_64", "arm64")
-        }
-        if (values.get("ami") or {}).get("id"):
-            changed.append(f"ami.id {values['ami']['id']}: {images[arches[0]]}, an image moto has")
-            values["ami"] = {"id": images[arches[0]]}
-        else:
-            for arch, image in images.items():
-                ssm.put_parameter(Name=IMAGE_PARAMETERS.format(arch=arch), Value=image, Type="String")
-            values["ami"] = {"ssm_parameters": {a: IMAGE_PARAMETERS.format(arch=a) for a in images}}
-            changed.append("ami: the Deep Learning AMI's SSM parameters, copied into the local AWS")
-        capacity = values.setdefault("capacity", {})
-        if capacity.get("placement_group"):
-            capacity["placement_group"] = False
-            changed.append("capacity.placement_group: off")
-        checkpoints = values["checkpoints"]
-        if checkpoints.get("tls_only", True):
-            checkpoints["tls_only"] = False
-            changed.append("checkpoints.tls_only: off (the local AWS speaks HTTP)")
-        if checkpoints.get("bucket"):  # the user's own bucket: the module writes to it, never creates it
-            aws.client("s3").create_bucket(Bucket=checkpoints["bucket"])
-            changed.append(f"bucket {checkpoints['bucket']}: created in the local AWS")
-        self._network(values, ec2)
-        self._secrets(values, aws)
-        train = values["train"]
-        port = int(train.get("rdzv_port") or 29400)
-        if not port_free(port):
-            train["rdzv_port"] = free_port()
-            changed.append(f"train.rdzv_port {port} (in use here): {train['rdzv_port']}")
-        if self.settings.nodes is not None:
-            (group,) = values["groups"]
-            planned = group["on_demand"] + group["spot"]
-            if planned != self.settings.nodes:
-                market = "spot" if group["spot"] else "on_demand"
-                group["on_demand"], group["spot"] = 0, 0
-                group[market] = self.settings.nodes
-                train["nnodes"] = self.settings.nodes
-                values.setdefault("limits", {})["max_instances"] = max(
-                    self.settings.nodes, values.get("limits", {}).get("max_instances", 0)
-                )
-                predicted = values.get("predicted") or {}
-                for key in ("usd_per_hour", "throughput_samples_s"):  # the prices apply checks, for this count
-                    if predicted.get(key) is not None:
-                        predicted[key] = predicted[key] * self.settings.nodes / planned
-                changed.append(f"nodes: {self.settings.nodes} of the fleet's {planned} (--nodes)")
-        path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
-
-    def _network(self, values: dict[str, Any], ec2: Any) -> None:
-        network = values["network"]
-        if network.get("create_vpc"):
-            return
-        vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
-        subnets = [
-            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.42.{i}.0/24")["Subnet"]["SubnetId"]
-            for i in range(max(1, len(network.get("subnet_ids") or [])))
-        ]
-        self.report.changed.append(f"network {network.get('vpc_id')}: a VPC of the local AWS ({vpc})")
-        network.update(vpc_id=vpc, subnet_ids=subnets)
-
-    def _secrets(self, values: dict[str, Any], aws: LocalAWS) -> None:
-        for secret in values.get("secrets") or []:
-            if secret["source"] == "ssm":
-                aws.client("ssm").put_parameter(Name=secret["id"], Value="rehearsal", Type="SecureString")
-            else:
-                aws.client("secretsmanager").create_secret(Name=secret["id"], SecretString="rehearsal")
-            self.report.changed.append(f"secret {secret['name']}: a placeholder at {secret['source']}:{secret['id']}")
 
     def _start_fleet(self) -> None:
         """The role's credentials, IAM on, the user_data each instance got; then the nodes, ``stagger_s`` apart."""
@@ -474,23 +397,13 @@ class _Walk:
         self.say(f"IAM enforced: the nodes hold exactly the policy of role {roles[0]}")
         self._start_new(leg=1)
 
-    def _instances(self) -> list[dict[str, Any]]:
-        assert self.aws is not None
-        pages = self.aws.client("ec2").describe_instances(
-            Filters=[
-                {"Name": "tag:srifty:fleet", "Values": [self.values["name"]]},
-                {"Name": "instance-state-name", "Values": ["pending", "running"]},
-            ]
-        )
-        return sorted((i for r in pages["Reservations"] for i in r["Instances"]), key=lambda i: i["InstanceId"])
-
     def _start_new(self, leg: int) -> None:
         """A node for every running instance of the fleet not yet played, the first now, the others later."""
 
         assert self.aws is not None
         ec2 = self.aws.client("ec2")
         known = {n.instance_id for n in self.nodes}
-        fresh = [i for i in self._instances() if i["InstanceId"] not in known]
+        fresh = [i for i in fleet_instances(ec2, self.values["name"]) if i["InstanceId"] not in known]
         if not fresh:
             raise self.fail(f"leg {leg} instances", "the fleet has no instance to start")
         markets = {g["instance_type"]: "spot" if g["spot"] else "on-demand" for g in self.values["groups"]}
@@ -537,21 +450,7 @@ class _Walk:
             if node.shut_down() and not node.terminated:
                 node.power_off()
                 node.terminated = True
-                self._terminate(node)
-
-    def _terminate(self, node: Node) -> None:
-        assert self.aws is not None
-        asg = self.aws.client("autoscaling")
-        member = asg.describe_auto_scaling_instances(InstanceIds=[node.instance_id])["AutoScalingInstances"]
-        if member:
-            # an instance that shuts down while in its group is replaced by the group (desired capacity unchanged)
-            asg.terminate_instance_in_auto_scaling_group(
-                InstanceId=node.instance_id, ShouldDecrementDesiredCapacity=False
-            )
-            self.say(f"node {node.index} ({node.instance_id}) shut down: terminated, still in its Auto Scaling group")
-        else:
-            self.aws.client("ec2").terminate_instances(InstanceIds=[node.instance_id])
-            self.say(f"node {node.index} ({node.instance_id}) shut down: terminated")
+                terminate_as_ec2_does(self.aws, node, self.say)
 
     def _wait(
         self,
@@ -587,17 +486,8 @@ class _Walk:
             time.sleep(0.5)
 
     def _record(self, cls: Any, after_unix: float, stamp: str) -> Any:
-        """The ``cls`` record beside the checkpoints, if one was written after ``after_unix`` (by its ``stamp``)."""
-
         assert self.aws is not None
-        key = f"{self.prefix}{cls.FILE}"
-        try:
-            body = self.aws.client("s3").get_object(Bucket=self.bucket, Key=key)["Body"].read()
-            record = protocol.parse(cls, json.loads(body), f"s3://{self.bucket}/{key}", None)
-        except Exception:  # noqa: BLE001 - not there yet, or being replaced
-            return None
-        when = getattr(record, stamp, None)
-        return record if when is not None and when >= after_unix else None
+        return read_record(self.aws.client("s3"), self.bucket, self.prefix, cls, after_unix, stamp)
 
     def _leg(self, leg: int) -> None:
         """The leg's nodes train, one gets a spot notice, all leave with a checkpoint."""
@@ -652,17 +542,7 @@ class _Walk:
             ", ".join(f"{i}: {c}" for i, c in codes.items()),
         )
         assert self.aws is not None
-        s3 = self.aws.client("s3")
-        wrong = []
-        for node in nodes:
-            key = f"{self.prefix}status/{self.values['name']}-{node.instance_id}.json"
-            try:
-                status = json.loads(s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
-            except Exception as exc:  # noqa: BLE001
-                wrong.append(f"{node.instance_id}: no status record ({exc})")
-                continue
-            if status.get("exit_code") != 75 or status.get("preempted") is not True:
-                wrong.append(f"{node.instance_id}: {status}")
+        wrong = wrong_status_records(self.aws.client("s3"), self.bucket, self.prefix, self.values["name"], nodes)
         self.check(
             f"leg {leg}: status records say 75, preempted",
             not wrong,
@@ -670,11 +550,7 @@ class _Walk:
         )
         self._wait(lambda: all(n.terminated for n in nodes), 60, "")
         if self.report.mode == "asg":
-            stayed = [
-                n
-                for n in nodes
-                if "staying in the Auto Scaling group" in (n.work / "watchdog.log").read_text(errors="replace")
-            ]
+            stayed = [n for n in nodes if STAYED in (n.work / "watchdog.log").read_text(errors="replace")]
             self.check(
                 f"leg {leg}: the watchdog kept every node in its Auto Scaling group",
                 len(stayed) == len(nodes),
@@ -694,26 +570,11 @@ class _Walk:
         self._start_new(leg=2)
 
     def _check_resume(self, started: Any, nodes: list[Node]) -> None:
-        before = self.preempted[1]
-        first = started.step
-        ok = before.step is not None and first is not None and before.step <= first <= before.step + 1
-        self.check(
-            "leg 2: the replacements resumed where the fleet left",
-            ok,
-            f"first step {first} after the checkpoint of step {before.step}",
-        )
-        logs = [n.log() for n in nodes]
-        named = any(before.checkpoint in text for text in logs)
-        self.check(
-            "leg 2: resumed from the notice's checkpoint",
-            named,
-            f"{before.checkpoint} {'named' if named else 'not named'} in the replacements' logs",
-        )
-        if any("non-resumable" in text or "not resumable" in text for text in logs):
-            self.say(
-                "note: the job's DataLoader is not resumable: the resumed run sees its samples again from the "
-                "start of the epoch (Lightning's warning, in the nodes' logs)"
-            )
+        for name, ok, detail in resume_findings(self.preempted[1], started, [n.log() for n in nodes]):
+            if name:
+                self.check(name, ok, detail)
+            else:
+                self.say(detail)
 
     def _tear_down(self) -> None:
 
@@ -722,10 +583,11 @@ class _Walk:
         if self.aws is not None:
             with contextlib.suppress(OSError):
                 self.aws.enforce_iam(False)
-        if self.applied:
+        if self.applied and self.aws is not None:
             log = self.work / "terraform-destroy.log"
             try:
-                self._empty_bucket()  # the module keeps a bucket with checkpoints (no force_destroy): here, let it go
+                # the module keeps a bucket with checkpoints (no force_destroy): here, let it go
+                empty_bucket(self.aws.client("s3"), self.bucket)
                 with log.open("w") as out:  # terraform's words, for a destroy that fails (bounded: local AWS only)
                     destroy(self.infra, yes=True, echo=lambda line: print(line, file=out, flush=True),
                             timeout_s=DESTROY_TIMEOUT_S)  # fmt: skip
@@ -734,13 +596,6 @@ class _Walk:
                 self.check(
                     "teardown", False, f"terraform destroy in the local AWS failed (its log: {log}): {str(exc)[-600:]}"
                 )
-
-    def _empty_bucket(self) -> None:
-        assert self.aws is not None
-        s3 = self.aws.client("s3")
-        for page in s3.get_paginator("list_object_versions").paginate(Bucket=self.bucket):
-            for item in page.get("Versions", []) + page.get("DeleteMarkers", []):
-                s3.delete_object(Bucket=self.bucket, Key=item["Key"], VersionId=item["VersionId"])
 
 
 def _listing_prefixes(policy: str) -> tuple[str, ...]:
@@ -753,3 +608,166 @@ def _listing_prefixes(policy: str) -> tuple[str, ...]:
             values = statement.get("Condition", {}).get("StringLike", {}).get("s3:prefix", [])
             prefixes += [values] if isinstance(values, str) else values
     return tuple(p.rstrip("*") for p in prefixes)
+
+
+def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: list[str]) -> None:
+    """The copy's values (``infra``), changed where the rehearsal must, each change named in ``changed``."""
+
+    path = infra / TFVARS
+    values = json.loads(path.read_text())
+    values["aws_endpoint"] = aws.url
+    changed.append("aws_endpoint: the local AWS")
+    ec2, ssm = aws.client("ec2"), aws.client("ssm")
+    arches = sorted({g.get("arch", "x86_64") for g in values["groups"]})
+    images = {
+        arch: ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": [arch]}])["Images"][0][
+            "ImageId"
+        ]
+        for arch in ("x86_64", "arm64")
+    }
+    if (values.get("ami") or {}).get("id"):
+        changed.append(f"ami.id {values['ami']['id']}: {images[arches[0]]}, an image moto has")
+        values["ami"] = {"id": images[arches[0]]}
+    else:
+        for arch, image in images.items():
+            ssm.put_parameter(Name=IMAGE_PARAMETERS.format(arch=arch), Value=image, Type="String")
+        values["ami"] = {"ssm_parameters": {a: IMAGE_PARAMETERS.format(arch=a) for a in images}}
+        changed.append("ami: the Deep Learning AMI's SSM parameters, copied into the local AWS")
+    capacity = values.setdefault("capacity", {})
+    if capacity.get("placement_group"):
+        capacity["placement_group"] = False
+        changed.append("capacity.placement_group: off")
+    checkpoints = values["checkpoints"]
+    if checkpoints.get("tls_only", True):
+        checkpoints["tls_only"] = False
+        changed.append("checkpoints.tls_only: off (the local AWS speaks HTTP)")
+    if checkpoints.get("bucket"):  # the user's own bucket: the module writes to it, never creates it
+        aws.client("s3").create_bucket(Bucket=checkpoints["bucket"])
+        changed.append(f"bucket {checkpoints['bucket']}: created in the local AWS")
+    _local_network(values, ec2, changed)
+    _placeholder_secrets(values, aws, changed)
+    train = values["train"]
+    port = int(train.get("rdzv_port") or 29400)
+    if not port_free(port):
+        train["rdzv_port"] = free_port()
+        changed.append(f"train.rdzv_port {port} (in use here): {train['rdzv_port']}")
+    if settings.nodes is not None:
+        (group,) = values["groups"]
+        planned = group["on_demand"] + group["spot"]
+        if planned != settings.nodes:
+            market = "spot" if group["spot"] else "on_demand"
+            group["on_demand"], group["spot"] = 0, 0
+            group[market] = settings.nodes
+            train["nnodes"] = settings.nodes
+            values.setdefault("limits", {})["max_instances"] = max(
+                settings.nodes, values.get("limits", {}).get("max_instances", 0)
+            )
+            predicted = values.get("predicted") or {}
+            for key in ("usd_per_hour", "throughput_samples_s"):  # the prices apply checks, for this count
+                if predicted.get(key) is not None:
+                    predicted[key] = predicted[key] * settings.nodes / planned
+            changed.append(f"nodes: {settings.nodes} of the fleet's {planned} (--nodes)")
+    path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+
+
+def _local_network(values: dict[str, Any], ec2: Any, changed: list[str]) -> None:
+    """A VPC and subnets of the local AWS for a fleet in the user's own network."""
+    network = values["network"]
+    if network.get("create_vpc"):
+        return
+    vpc = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.42.{i}.0/24")["Subnet"]["SubnetId"]
+        for i in range(max(1, len(network.get("subnet_ids") or [])))
+    ]
+    changed.append(f"network {network.get('vpc_id')}: a VPC of the local AWS ({vpc})")
+    network.update(vpc_id=vpc, subnet_ids=subnets)
+
+
+def _placeholder_secrets(values: dict[str, Any], aws: LocalAWS, changed: list[str]) -> None:
+    """A placeholder for every secret the fleet reads, where it reads it."""
+    for secret in values.get("secrets") or []:
+        if secret["source"] == "ssm":
+            aws.client("ssm").put_parameter(Name=secret["id"], Value="rehearsal", Type="SecureString")
+        else:
+            aws.client("secretsmanager").create_secret(Name=secret["id"], SecretString="rehearsal")
+        changed.append(f"secret {secret['name']}: a placeholder at {secret['source']}:{secret['id']}")
+
+
+def read_record(s3: Any, bucket: str, prefix: str, cls: Any, after_unix: float, stamp: str) -> Any:
+    """The ``cls`` record beside the checkpoints, if one was written after ``after_unix`` (by its ``stamp``)."""
+    key = f"{prefix}{cls.FILE}"
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        record = protocol.parse(cls, json.loads(body), f"s3://{bucket}/{key}", None)
+    except Exception:  # noqa: BLE001 - not there yet, or being replaced
+        return None
+    when = getattr(record, stamp, None)
+    return record if when is not None and when >= after_unix else None
+
+
+def empty_bucket(s3: Any, bucket: str) -> None:
+    """Every version of every object of ``bucket`` deleted (the module keeps a bucket with checkpoints)."""
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for item in page.get("Versions", []) + page.get("DeleteMarkers", []):
+            s3.delete_object(Bucket=bucket, Key=item["Key"], VersionId=item["VersionId"])
+
+
+def fleet_instances(ec2: Any, fleet: str) -> list[dict[str, Any]]:
+    """The fleet's pending and running instances (its ``srifty:fleet`` tag), by ID."""
+    pages = ec2.describe_instances(
+        Filters=[
+            {"Name": "tag:srifty:fleet", "Values": [fleet]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )
+    return sorted((i for r in pages["Reservations"] for i in r["Instances"]), key=lambda i: i["InstanceId"])
+
+
+def terminate_as_ec2_does(aws: LocalAWS, node: Node, say: Callable[[str], None]) -> None:
+    """A node that shut itself down is terminated, as EC2 terminates it; still in its Auto Scaling group, the group
+    replaces it."""
+    asg = aws.client("autoscaling")
+    member = asg.describe_auto_scaling_instances(InstanceIds=[node.instance_id])["AutoScalingInstances"]
+    if member:
+        # an instance that shuts down while in its group is replaced by the group (desired capacity unchanged)
+        asg.terminate_instance_in_auto_scaling_group(InstanceId=node.instance_id, ShouldDecrementDesiredCapacity=False)
+        say(f"node {node.index} ({node.instance_id}) shut down: terminated, still in its Auto Scaling group")
+    else:
+        aws.client("ec2").terminate_instances(InstanceIds=[node.instance_id])
+        say(f"node {node.index} ({node.instance_id}) shut down: terminated")
+
+
+def wrong_status_records(s3: Any, bucket: str, prefix: str, fleet: str, nodes: list[Node]) -> list[str]:
+    """What is wrong with each node's status record beside the checkpoints (it must say exit 75, preempted)."""
+    wrong = []
+    for node in nodes:
+        key = f"{prefix}status/{fleet}-{node.instance_id}.json"
+        try:
+            status = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        except Exception as exc:  # noqa: BLE001
+            wrong.append(f"{node.instance_id}: no status record ({exc})")
+            continue
+        if status.get("exit_code") != 75 or status.get("preempted") is not True:
+            wrong.append(f"{node.instance_id}: {status}")
+    return wrong
+
+
+def resume_findings(before: Any, started: Any, logs: list[str]) -> list[tuple[str, bool, str]]:
+    """The checks of the second leg's start against the first leg's notice checkpoint (``before``): it resumed
+    where the fleet left and from that checkpoint; a note (no name) when the job's DataLoader is not resumable."""
+    first = started.step
+    ok = before.step is not None and first is not None and before.step <= first <= before.step + 1
+    named = any(before.checkpoint in text for text in logs)
+    where = f"first step {first} after the checkpoint of step {before.step}"
+    which = f"{before.checkpoint} {'named' if named else 'not named'} in the replacements' logs"
+    found = [
+        ("leg 2: the replacements resumed where the fleet left", ok, where),
+        ("leg 2: resumed from the notice's checkpoint", named, which),
+    ]
+    if any("non-resumable" in text or "not resumable" in text for text in logs):
+        found.append((
+            "", True, "note: the job's DataLoader is not resumable: the resumed run sees its samples again from the "
+            "start of the epoch (Lightning's warning, in the nodes' logs)",
+        ))  # fmt: skip
+    return found
