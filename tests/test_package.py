@@ -369,7 +369,8 @@ def test_the_predictor_is_typed() -> None:
 def test_mypy_is_clean_on_the_predictor() -> None:
     """mypy on predictor/ and the torch-free side of lightning_srifty (provision/, protocol.py, console.py) with
     pyproject's [tool.mypy] (files, check_untyped_defs, per-module ignores for untyped third-party packages), in the
-    fast tier (about 25 s on a clean checkout, a second after). mypy comes with the dev extra; under CI=true a missing mypy fails instead of skipping."""
+    fast tier (about 25 s on a clean checkout, a second after). mypy comes with the dev extra; under CI=true a
+    missing mypy fails instead of skipping."""
     if importlib.util.find_spec("mypy") is None:
         reason = "mypy is not installed (pip install -e '.[dev]')"
         if os.environ.get("CI") == "true":
