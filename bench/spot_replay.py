@@ -1,9 +1,9 @@
-"""Spot under a deadline on the capacity AWS had (issue #25): every policy of :mod:`predictor.model.deadline` and the
+"""Spot under a deadline on the capacity AWS had (issue #25): every policy of :mod:`predictor.runs.deadline` and the
 hindsight optimum replayed on skypilot-org/spot-traces (commit 221da1a, copied to bench/data/spot-traces).
 
 Jobs: 10-200 hours of training on p3.2xlarge (the traces' instance type), deadlines 1.1-2x the on-demand time,
 three start points per zone spread over the trace (a job whose deadline does not fit after a start point is left
-out). Each new fleet costs the start-up the ranking predicts for p3.2xlarge (predictor.model.startup) plus a 30 s
+out). Each new fleet costs the start-up the ranking predicts for p3.2xlarge (predictor.runs.startup) plus a 30 s
 checkpoint save and load; spot costs what the traces recorded ($0.918/h, 30% of the $3.06 on-demand price).
 
 - *development* (tuning allowed): the single-node traces, availability 2022-10-26 (2 zones, 600 s ticks) and
@@ -34,7 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from predictor.model import deadline as dl  # noqa: E402
+from predictor.runs import deadline as dl  # noqa: E402
+from predictor.runs import odds  # noqa: E402
+from predictor.runs import traces as tr  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "spot-traces"
 SETS = {  # name: (glob, values, nodes, resample factor)
@@ -56,32 +58,32 @@ CHECKPOINT_S = 30.0
 
 def restart_s() -> float:
     from predictor.catalog.catalog import Catalog
-    from predictor.model.startup import fleet_startup_s
+    from predictor.runs.startup import fleet_startup_s
 
     it = Catalog.load(use_refreshed=False, use_env=False).get("p3.2xlarge")
     return float(fleet_startup_s([it], np.array([[0]]), np.array([[1]]), 0.0, {})[0]) + 2 * CHECKPOINT_S
 
 
-def traces(spec: tuple[str, str, int, int], values: str | None = None) -> list[dl.Trace]:
+def traces(spec: tuple[str, str, int, int], values: str | None = None) -> list[tr.Trace]:
     pattern, how, nodes, factor = spec
     out = []
     for path in sorted(DATA.glob(pattern)):
-        t, _ = dl.read_trace(path, nodes=nodes, values=values or how)  # type: ignore[arg-type]
+        t, _ = tr.read_trace(path, nodes=nodes, values=values or how)  # type: ignore[arg-type]
         out.append(t.resample(factor))
     return out
 
 
-def region_traces(values: str | None = None) -> list[dl.Trace]:
+def region_traces(values: str | None = None) -> list[tr.Trace]:
     """The 2023-02-15 zones grouped by region (us-east-1: 4 zones, us-east-2: 2, us-west-2: 3): a run may move
     between the zones of its region."""
     spec = SETS["availability 2023-02-15"]
-    by_region: dict[str, list[dl.Trace]] = {}
+    by_region: dict[str, list[tr.Trace]] = {}
     for t in traces(spec, values):
         by_region.setdefault(t.names[0][:9], []).append(t)
-    return [dl.combine(group) for group in by_region.values()]
+    return [tr.combine_traces(group) for group in by_region.values()]
 
 
-def jobs(trace: dl.Trace, restart: float, nodes: int, factors: tuple[float, ...] = FACTORS):
+def jobs(trace: tr.Trace, restart: float, nodes: int, factors: tuple[float, ...] = FACTORS):
     """(job, start tick) pairs that fit in the trace."""
     for w in WORK_H:
         for f in factors:
@@ -96,7 +98,7 @@ def jobs(trace: dl.Trace, restart: float, nodes: int, factors: tuple[float, ...]
 
 
 def run_set(spec, restart: float, policies, values: str | None = None, fallback: bool = False,
-            given: list[dl.Trace] | None = None, factors: tuple[float, ...] = FACTORS) -> dict:  # fmt: skip
+            given: list[tr.Trace] | None = None, factors: tuple[float, ...] = FACTORS) -> dict:  # fmt: skip
     rows = []
     for trace in given if given is not None else traces(spec, values):
         for job, start, w, f in jobs(trace, restart, spec[2], factors):
@@ -126,22 +128,22 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
     return out
 
 
-def spells(trace: dl.Trace) -> tuple[float, float, float]:
+def spells(trace: tr.Trace) -> tuple[float, float, float]:
     """(availability, mean spell with spot h, mean spell without h), any zone counting."""
     a = trace.available.any(axis=0)
-    up, down = (x * trace.gap_s / 3600 for x in dl.spells(a))
+    up, down = (x * trace.gap_s / 3600 for x in tr.spells(a))
     return float(a.mean()), float(up.mean()) if up.size else 0.0, float(down.mean()) if down.size else 0.0
 
 
-def expected_cost(job: dl.Job, trace: dl.Trace) -> float:
-    """The ranking's first-order expectation (predictor.model.deadline.expected_with_fallback) with the trace's own
+def expected_cost(job: dl.Job, trace: tr.Trace) -> float:
+    """The ranking's first-order expectation (predictor.runs.odds.expected_with_fallback) with the trace's own
     spell statistics in place of the catalog's."""
-    from predictor.model.spot import spot_cost
+    from predictor.runs.spot import spot_cost
 
     _, up_h, down_h = spells(trace)
     rate = 1.0 / up_h if up_h > 0 else 0.0
     sc = spot_cost(np.array([job.work_s]), np.ones(1), np.array([rate]), CHECKPOINT_S, restart_s=job.restart_s)
-    fb = dl.expected_with_fallback(
+    fb = odds.expected_with_fallback(
         sc.expected_time_s, np.array([job.work_s]), sc.expected_interruptions, job.deadline_s,
         np.array([0.0]), np.array([job.restart_s]), np.array([job.spot_usd_hr]), np.array([job.od_usd_hr]),
         down_s=down_h * 3600,

@@ -52,10 +52,14 @@ MOVED = {
     "predict_many": "model.fleets",
     "predict": "model.predict",
     "layout": "model.layout",
-    "spot": "model.spot",
-    "startup": "model.startup",
+    "spot": "runs.spot",
+    "startup": "runs.startup",
     "stats": "model.stats",
-    "deadline": "model.deadline",
+    "deadline": "runs.deadline",
+    # issue #39: what a run pays besides steps left the step model for runs/
+    "model.spot": "runs.spot",
+    "model.startup": "runs.startup",
+    "model.deadline": "runs.deadline",
     "perf": "model",
     **{
         f"perf.{name}": f"model.{name}"

@@ -17,7 +17,7 @@ from predictor.ranking import Constraints, rank
 
 if TYPE_CHECKING:
     from predictor.catalog import Catalog
-    from predictor.model.deadline import SpotStats
+    from predictor.runs.odds import SpotStats
     from predictor.service.client import ServiceClient
 
 
@@ -43,7 +43,7 @@ def recommend(
     """Rank fleets for ``profile`` under ``constraints`` (through ``service`` when given: its observations calibrate
     the ranking), ``refine`` the plan (``srifty recommend --launchable`` keeps what the account can start), then
     write the plan (atomically) and the report where asked. ``spot_stats``: spot capacity from traces
-    (:class:`predictor.model.deadline.SpotStats`), in place of the catalog's rates (local ranking only)."""
+    (:class:`predictor.runs.deadline.SpotStats`), in place of the catalog's rates (local ranking only)."""
     outputs = {
         "plan_path": plan_path,
         "report_path": report_path,

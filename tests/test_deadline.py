@@ -15,12 +15,13 @@ from _support import MINIMAL
 from lightning_srifty.cli import main
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
-from predictor.model import deadline as dl
 from predictor.ranking import Constraints, rank
+from predictor.runs import deadline as dl
+from predictor.runs import odds, traces
 
 
-def trace_of(*zones: list[int], gap: float = 600.0) -> dl.Trace:
-    return dl.combine([dl.read_trace({"metadata": {"gap_seconds": gap}, "data": z})[0] for z in zones])
+def trace_of(*zones: list[int], gap: float = 600.0) -> traces.Trace:
+    return traces.combine_traces([traces.read_trace({"metadata": {"gap_seconds": gap}, "data": z})[0] for z in zones])
 
 
 def job(work_ticks: int, deadline_ticks: int, restart_ticks: int = 1, gap: float = 600.0, **kw) -> dl.Job:
@@ -49,7 +50,7 @@ def job(work_ticks: int, deadline_ticks: int, restart_ticks: int = 1, gap: float
 )
 def test_bad_traces_name_the_field_and_the_fix(doc, field, says) -> None:
     with pytest.raises(ConfigError, match=says) as err:
-        dl.read_trace(doc)
+        traces.read_trace(doc)
     assert err.value.parameter == field
 
 
@@ -83,19 +84,19 @@ def test_a_trace_that_is_not_a_bounded_json_file_is_refused_by_name(tmp_path, ki
     elif kind == "ticks":
         path.write_text(json.dumps({"metadata": {"gap_seconds": 10}, "data": [1] * 1_000_001}))
     with pytest.raises(ConfigError, match=re.escape(says)):
-        dl.read_trace(path)
+        traces.read_trace(path)
 
 
 def test_preempted_flags_cannot_hold_counts_and_multi_node_needs_its_count() -> None:
     with pytest.raises(ConfigError, match="counts above 1"):
-        dl.read_trace({"metadata": {"gap_seconds": 300}, "data": [0, 3]}, values="preempted")
-    t, notes = dl.read_trace({"metadata": {"gap_seconds": 300}, "data": [0, 4, 16, 15]}, nodes=16)
+        traces.read_trace({"metadata": {"gap_seconds": 300}, "data": [0, 3]}, values="preempted")
+    t, notes = traces.read_trace({"metadata": {"gap_seconds": 300}, "data": [0, 4, 16, 15]}, nodes=16)
     assert t.available.tolist() == [[False, False, True, False]] and not notes
-    t, notes = dl.read_trace({"metadata": {"gap_seconds": 300}, "data": [0, 3]}, nodes=4)
+    t, notes = traces.read_trace({"metadata": {"gap_seconds": 300}, "data": [0, 3]}, nodes=4)
     assert not t.available.any() and "never 4 instances available" in notes[0]
     # the two readings of a single-node file are each other's complement, and a 0/1 file says which it used
-    t, notes = dl.read_trace({"metadata": {"gap_seconds": 300}, "data": [1, 0, 1]})
-    p, _ = dl.read_trace({"metadata": {"gap_seconds": 300}, "data": [1, 0, 1]}, values="preempted")
+    t, notes = traces.read_trace({"metadata": {"gap_seconds": 300}, "data": [1, 0, 1]})
+    p, _ = traces.read_trace({"metadata": {"gap_seconds": 300}, "data": [1, 0, 1]}, values="preempted")
     assert (t.available == ~p.available).all() and "--trace-values preempted" in notes[0]
 
 
@@ -107,7 +108,7 @@ def test_resampling_keeps_a_coarse_tick_only_when_spot_was_there_throughout() ->
 
 def test_zones_of_one_replay_must_share_the_gap() -> None:
     with pytest.raises(ConfigError, match=r"share metadata\.gap_seconds"):
-        dl.combine([trace_of([1], gap=300), trace_of([1], gap=600)])
+        traces.combine_traces([trace_of([1], gap=300), trace_of([1], gap=600)])
 
 
 # ---------------------------------------------------------------- the replay's accounting
@@ -158,7 +159,7 @@ class Broken(dl.Policy):
         return dl.WAIT if zone is None else zone
 
 
-def random_trace(rng: np.random.Generator, n: int, zones: int = 1) -> dl.Trace:
+def random_trace(rng: np.random.Generator, n: int, zones: int = 1) -> traces.Trace:
     rows = []
     for _ in range(zones):
         x, row = rng.random() < 0.5, []
@@ -199,7 +200,7 @@ class Script(dl.Policy):
         return self.actions[s.tick] if s.tick < len(self.actions) else dl.ON_DEMAND
 
 
-def brute_force(j: dl.Job, tr: dl.Trace) -> float:
+def brute_force(j: dl.Job, tr: traces.Trace) -> float:
     ticks = dl.Ticks.of(j, tr.gap_s)
     best = np.inf
     zones = list(range(tr.available.shape[0]))
@@ -240,7 +241,7 @@ def test_no_policy_beats_the_optimum() -> None:
 
 
 def test_expected_fallback_is_bounded_and_zero_when_spot_alone_fits() -> None:
-    fb = dl.expected_with_fallback(
+    fb = odds.expected_with_fallback(
         np.array([10.0, 60.0, 300.0]) * 3600,
         np.array([9.0, 45.0, 45.0]) * 3600,
         np.array([1.0, 10.0, 10.0]),
@@ -399,14 +400,14 @@ def test_spot_traces_replace_the_catalog_rates_in_the_ranking(catalog, tmp_path,
     profile = load_profile(MINIMAL)
     c = Constraints(steps=700_000, market="any", allow=("p3.2xlarge",), max_instances=1, deadline_h=70)
     plain = rank(profile, c, catalog=catalog)
-    stats = dl.SpotStats.of([dl.read_trace(trace)[0]], source="trace.json")
+    stats = odds.SpotStats.of([traces.read_trace(trace)[0]], source="trace.json")
     traced = rank(profile, c, catalog=catalog, spot_stats=stats)
     spot = next(e for e in traced.entries if e.market == "spot")
     before = next(e for e in plain.entries if e.market == "spot")
     assert spot.expected_interruptions > 10 * before.expected_interruptions and spot.cost_usd > before.cost_usd
     assert spot.time_h <= 70 and any("spot capacity from the traces trace.json" in n for n in traced.notes)
     with pytest.raises(ConfigError, match="never have spot available"):
-        dl.SpotStats.of([trace_of([0, 0, 0])])
+        odds.SpotStats.of([trace_of([0, 0, 0])])
     # the same from the command line, and the replay of the plan keeps the deadline
     profile_path = tmp_path / "profile.json"
     profile_path.write_text(json.dumps(MINIMAL))

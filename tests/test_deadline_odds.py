@@ -13,10 +13,10 @@ from _support import MINIMAL
 from predictor.documents.plan import load_plan
 from predictor.documents.profile import load_profile
 from predictor.exceptions import NoFeasibleConfigError
-from predictor.model.deadline import deadline_odds, expected_with_fallback
 from predictor.model.uncertainty import normal_cdf, z_of
 from predictor.ranking import Constraints, rank
 from predictor.ranking.constraints import Constraints as C
+from predictor.runs.odds import deadline_odds, expected_with_fallback
 
 
 @pytest.fixture
@@ -122,8 +122,9 @@ def test_a_confidence_out_of_range_is_refused_naming_it(bad) -> None:
 
 def test_the_replay_and_the_launch_guard_plan_for_the_rankings_quantile(profile, catalog) -> None:
     from lightning_srifty.provision.launcher.spot_guard import guard_for
-    from predictor.model.deadline import confidence_factor, job_from_plan
     from predictor.model.uncertainty import Z80
+    from predictor.runs.deadline import job_from_plan
+    from predictor.runs.odds import confidence_factor
 
     plan = rank(profile, Constraints(steps=100_000, market="spot", deadline_h=500, confidence=0.9), catalog=catalog)
     entry = plan.entries[0]

@@ -785,9 +785,9 @@ def test_srifty_launch_says_how_to_continue_and_refuses_a_choice_or_workdir_that
 def test_a_cloud_fleets_boot_to_first_step_is_measured_for_the_ranking(plan) -> None:
     """Issue #35 item 9: the nodes' boot, the environment's install and the warm-up were counted nowhere but as
     defaults. The first step of a cloud fleet's first leg, less the time its provisioning took, is recorded for its
-    instance types (predictor.model.startup.record_ready); a resumed leg or a local fleet records nothing."""
+    instance types (predictor.runs.startup.record_ready); a resumed leg or a local fleet records nothing."""
     from lightning_srifty.provision.launcher.watches import Silence
-    from predictor.model import startup
+    from predictor.runs import startup
 
     silence = Silence(600, lambda line: None)
     now = time.time()

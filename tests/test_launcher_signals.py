@@ -61,7 +61,7 @@ class _Fake:
 def test_an_interruption_right_after_the_bring_up_releases_the_fleet(tmp_path, monkeypatch) -> None:
     """SIGTERM while the bring-up's time is recorded (after provisioner.up returned, before the launcher had the
     fleet in its list): the fleet is released all the same."""
-    from predictor.model import startup
+    from predictor.runs import startup
 
     def record(types, seconds) -> None:
         raise LaunchInterrupted(signal.SIGTERM)

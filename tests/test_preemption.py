@@ -576,7 +576,7 @@ def test_a_notice_during_a_hanging_periodic_upload_wins(tmp_path, caplog) -> Non
 
 
 def test_torchruns_grace_follows_the_measured_save() -> None:
-    from predictor.model.spot import shutdown_grace_s
+    from predictor.runs.spot import shutdown_grace_s
 
     assert shutdown_grace_s(40.0) == 110  # torchrun's 30 s default killed a worker in a 40 s save
     assert shutdown_grace_s(None) == 90  # the assumed 30 s save

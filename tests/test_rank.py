@@ -16,8 +16,8 @@ from predictor.documents.plan import load_plan
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, UnknownNameError
 from predictor.model.predict import predict
-from predictor.model.spot import REPROVISION_S, RESTART_S, spot_cost
 from predictor.ranking import Calibration, Constraints, parse_market, rank
+from predictor.runs.spot import REPROVISION_S, RESTART_S, spot_cost
 
 
 @pytest.fixture
@@ -298,7 +298,7 @@ def test_spot_entries_carry_the_cost_of_one_interruption(profile, catalog) -> No
 
 
 def test_startup_billing_minimum_and_measured_provisioning(profile, catalog, monkeypatch) -> None:
-    from predictor.model import startup
+    from predictor.runs import startup
 
     # a job of seconds: the 60 s billing minimum per instance, with the start-up given as 0
     tiny = rank(profile, Constraints(steps=1, market="on-demand", startup_s=0), catalog=catalog).entries[0]

@@ -19,7 +19,7 @@ from lightning_srifty.provision.launcher.launch import launch
 from lightning_srifty.provision.launcher.spot_guard import SpotGuard, on_demand_fleet, policy_for
 from lightning_srifty.provision.terraform.money import check_entry
 from predictor.exceptions import ConfigError
-from predictor.model import deadline
+from predictor.runs import deadline
 
 LID = "L1"
 T0 = 1_000_000.0  # the scripted clock's start (unix seconds)

@@ -67,14 +67,14 @@ def _spot_stats(args: argparse.Namespace) -> Any:
     """Spot capacity from ``--spot-trace`` files (skypilot-org/spot-traces format), or None."""
     if not args.spot_trace:
         return None
-    from predictor.model import deadline as dl
+    from predictor.runs import odds, traces
 
-    read = [dl.read_trace(p, values=args.trace_values) for p in args.spot_trace]
+    read = [traces.read_trace(p, values=args.trace_values) for p in args.spot_trace]
     for _, notes in read:
         for note in notes:
             print(f"note: {note}")
     names = ", ".join(t.names[0] for t, _ in read)
-    return dl.SpotStats.of([t for t, _ in read], source=names)
+    return odds.SpotStats.of([t for t, _ in read], source=names)
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:

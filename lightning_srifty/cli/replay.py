@@ -18,14 +18,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from predictor.documents.atomic import check_distinct_outputs
     from predictor.documents.plan import load_plan
     from predictor.exceptions import ConfigError
-    from predictor.model import deadline as dl
+    from predictor.runs import deadline as dl
+    from predictor.runs import traces
 
     inputs = {"--plan": args.plan, **{f"--trace {path}": path for path in args.trace}}
     check_distinct_outputs({"--plot": args.plot}, inputs=inputs)  # before anything is read (issue #36 L1)
     plan = load_plan(args.plan)
     run = dl.job_from_plan(plan, args.choice, deadline_h=args.deadline, catalog=load_catalog(args))
-    read = [dl.read_trace(path, nodes=run.spot_nodes, values=args.trace_values) for path in args.trace]
-    trace = dl.combine([t for t, _ in read])
+    read = [traces.read_trace(path, nodes=run.spot_nodes, values=args.trace_values) for path in args.trace]
+    trace = traces.combine_traces([t for t, _ in read])
     notes = [n for _, ns in read for n in ns] + list(run.notes)
     if not (args.start_h >= 0 and math.isfinite(args.start_h)):  # -5 replayed the trace's last 5 h (issue #36 M6)
         raise ConfigError(
@@ -155,7 +156,7 @@ def _plot(outcomes: list[Any], run: Any, tick_h: float, path: str) -> None:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    from predictor.model.deadline import POLICIES
+    from predictor.runs.deadline import POLICIES
 
     p = sub.add_parser(
         "replay", parents=[common], help="replay a plan's run on a spot availability or preemption trace"

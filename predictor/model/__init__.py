@@ -5,9 +5,9 @@
 - its terms: compute (:mod:`.compute`, :mod:`.ops`, :mod:`.kernels`), the collectives on a fleet (:mod:`.network`),
   scaling across GPUs (:mod:`.scaling`), memory fit (:mod:`.memory`), the per-rank batch (:mod:`.batch`), the parallel
   layout (:mod:`.layout`), the learned correction (:mod:`.correction`, :mod:`.artefact`), the intervals
-  (:mod:`.uncertainty`, :mod:`.stats`), the basis they share (:mod:`.basis`);
-- what a run pays besides its steps: start-up and billing minimums (:mod:`.startup`), spot interruptions
-  (:mod:`.spot`), and spot under a deadline (:mod:`.deadline`: the policies, the trace replay, the optimum).
+  (:mod:`.uncertainty`, :mod:`.stats`), the basis they share (:mod:`.basis`).
+
+What a run pays besides its steps (start-up, spot, the deadline) is :mod:`predictor.runs`.
 
 Imports the documents and the catalog, never the ranking or the service.
 """

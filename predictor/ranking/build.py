@@ -15,9 +15,9 @@ from predictor.model.batch import rank_batches
 from predictor.model.fleets import ManyPredictions
 from predictor.model.layout import Layout, parse
 from predictor.model.memory import activations_known, wrap_min_params
-from predictor.model.spot import SpotCost, risk_label
 from predictor.ranking.candidates import MARKET_NAMES, Candidates
 from predictor.ranking.explain import CurrentFleet, migration_effort, performance_risk
+from predictor.runs.spot import SpotCost, risk_label
 
 
 @dataclass(frozen=True)

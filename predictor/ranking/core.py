@@ -19,23 +19,8 @@ from predictor.documents.profile import Profile
 from predictor.documents.work import Work
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
 from predictor.model.artefact import model_version
-from predictor.model.deadline import DOWN_SPELL_S, Fallback, SpotStats, deadline_odds, expected_with_fallback
 from predictor.model.fleets import PREFER_SIMPLER, ManyPredictions, predict_mixes, row_sum
 from predictor.model.layout import Layout
-from predictor.model.spot import DEFAULT_CHECKPOINT_S, spot_cost
-from predictor.model.startup import (
-    BILLING_MINIMUM_S,
-    BOOT_S,
-    PROVISION_S,
-    SETUP_S,
-    WARMUP_S,
-    billed_hours,
-    fleet_startup_s,
-    measured_ready,
-)
-from predictor.model.startup import (
-    measured as measured_startup,
-)
 from predictor.ranking import candidates as cands
 from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
 from predictor.ranking.constraints import Constraints, Market, Objective
@@ -52,6 +37,21 @@ from predictor.ranking.explain import (
 )
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
+from predictor.runs.odds import DOWN_SPELL_S, Fallback, SpotStats, deadline_odds, expected_with_fallback
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, spot_cost
+from predictor.runs.startup import (
+    BILLING_MINIMUM_S,
+    BOOT_S,
+    PROVISION_S,
+    SETUP_S,
+    WARMUP_S,
+    billed_hours,
+    fleet_startup_s,
+    measured_ready,
+)
+from predictor.runs.startup import (
+    measured as measured_startup,
+)
 
 
 @dataclass(frozen=True)
@@ -76,11 +76,11 @@ def rank(
 ) -> Plan:
     """Rank fleets; raise NoFeasibleConfigError (with the binding constraint and hints) when none is feasible.
 
-    ``spot_stats``: spot capacity as traces recorded it (:class:`predictor.model.deadline.SpotStats`): its interruption
+    ``spot_stats``: spot capacity as traces recorded it (:class:`predictor.runs.deadline.SpotStats`): its interruption
     rate replaces the catalog's Spot Advisor rates and its wait for capacity the traces' default.
 
     ``checkpoint_s``: what one checkpoint costs (save, and load after an interruption); default: the profile's
-    measured cost (``profile.checkpoint``), else :data:`predictor.model.spot.DEFAULT_CHECKPOINT_S`.
+    measured cost (``profile.checkpoint``), else :data:`predictor.runs.spot.DEFAULT_CHECKPOINT_S`.
 
     The steps: the instance types (:func:`_instance_types`) and the candidate shapes (:func:`_shapes`), predicted
     under the launchable layouts (:func:`_launchable`) and priced (:func:`_priced`); each candidate's time and cost
@@ -166,7 +166,7 @@ class _Ranking:
 
 def _checkpoint_cost(profile: Profile, checkpoint_s: float | None) -> tuple[float, str]:
     """What one checkpoint costs, and where the figure comes from: the one given, else the profile's measured save
-    (or load, the larger), else :data:`predictor.model.spot.DEFAULT_CHECKPOINT_S`."""
+    (or load, the larger), else :data:`predictor.runs.spot.DEFAULT_CHECKPOINT_S`."""
     if checkpoint_s is not None:
         return checkpoint_s, "assumed"
     measured = profile.checkpoint

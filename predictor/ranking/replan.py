@@ -24,8 +24,8 @@ from predictor.documents.plan import Plan, PlanEntry
 from predictor.documents.profile import Profile
 from predictor.documents.schema import to_dict
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, SriftyError
-from predictor.model.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S, RESTART_S
 from predictor.ranking import Calibration, Constraints, rank
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S, RESTART_S
 
 Why = Literal["drift", "price"]
 

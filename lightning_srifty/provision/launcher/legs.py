@@ -21,8 +21,8 @@ from lightning_srifty.protocol import LaunchEnv, entry_strategy
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import CapacityError, MigrationError
-from predictor.model import startup
 from predictor.model.batch import rank_batches, split_micro
+from predictor.runs import startup
 
 
 def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[int]:
@@ -201,7 +201,7 @@ def _timed_up(
     up: list[LaunchedFleet] | None = None,
 ) -> tuple[LaunchedFleet, float]:
     """``provisioner.up`` and the seconds it took; a cloud provisioner's time to bring the fleet up is recorded for
-    the ranking's start-up figures (``predictor.model.startup``: the median per instance type replaces the default).
+    the ranking's start-up figures (``predictor.runs.startup``: the median per instance type replaces the default).
 
     The fleet goes into ``up`` (the launcher's fleets to release) the moment ``provisioner.up`` returns it, before
     anything else: a signal from then on releases it (it used to arrive while the time was recorded, before the

@@ -22,7 +22,7 @@ from lightning_srifty.provision.aws import LocalIMDS
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.documents.plan import Plan
 from predictor.exceptions import MigrationError
-from predictor.model.spot import shutdown_grace_s
+from predictor.runs.spot import shutdown_grace_s
 
 # what the local trial's stand-in metadata service answers: a spot instance (its notice comes later), and no instance
 # type: the processes run on this machine, and a profile or an observation must not claim the plan's type for them

@@ -1,14 +1,14 @@
 """The launcher's deadline-aware spot policy (issue #25): at each check, stay on spot, wait for spot, fall back to
 on-demand or return to spot, and never let the slack fall below what an on-demand finish needs.
 
-:class:`SpotGuard` feeds a :mod:`predictor.model.deadline` policy (default :class:`~predictor.model.deadline.Srifty`)
+:class:`SpotGuard` feeds a :mod:`predictor.runs.deadline` policy (default :class:`~predictor.runs.deadline.Srifty`)
 what
 ``srifty launch`` knows, in the policy's tick model with the check interval as the tick:
 
 - the deadline: the plan's ``constraints.deadline_h`` from when the launch began working to the plan;
 - the work: the plan's steps (``work_samples`` / the global batch) at the measured step time (``PROGRESS.json``),
   else at the plan's predicted one at the plan's confidence (the global batch / the entry's throughput, x
-  ``deadline.confidence_factor``: the quantile the ranking held to the deadline; start-up and interruptions excluded,
+  ``odds.confidence_factor``: the quantile the ranking held to the deadline; start-up and interruptions excluded,
   the tick model counts those itself);
 - the progress: the job's global step (``PROGRESS.json``, ``PREEMPTED.json``);
 - the restart: the last move's measured downtime (or its checkpoint + new fleet up + restart), else the plan's
@@ -35,7 +35,7 @@ from lightning_srifty.provision.terraform.money import group_usd_per_hour
 from predictor.catalog import Catalog
 from predictor.documents.plan import Plan, PlanEntry, scaled_interval
 from predictor.exceptions import ConfigError
-from predictor.model import deadline
+from predictor.runs import deadline, odds
 
 Running = Literal["spot", "on-demand"] | None
 Action = Literal["spot", "wait", "on-demand"]
@@ -179,7 +179,7 @@ class SpotGuard:
     :meth:`decide` takes ``now`` (unix seconds), so tests script time.
 
     Args:
-        policy: a :mod:`predictor.model.deadline` policy (``Srifty()``, ``Greedy()``, ``UniformProgress()``).
+        policy: a :mod:`predictor.runs.deadline` policy (``Srifty()``, ``Greedy()``, ``UniformProgress()``).
         started_unix: when the launch began working to the plan (the deadline counts from then).
         deadline_h: the plan's deadline.
         steps: the optimizer steps of the whole run.
@@ -289,7 +289,7 @@ class SpotGuard:
         """What to run from ``now`` to the next check, given the fleet ``running`` (None: none) and spot capacity
         (``available``; None: what was last seen. The launcher asks "would you move if spot were there?" with True
         while on on-demand, and then tries a spot start). The hard rule
-        (:func:`predictor.model.deadline.must_run_on_demand`) is checked here too, whatever the policy."""
+        (:func:`predictor.runs.deadline.must_run_on_demand`) is checked here too, whatever the policy."""
         s, j = self.state(now, running, available), self.ticks(now)
         forced = deadline.must_run_on_demand(s, j)
         act = deadline.ON_DEMAND if forced else self.policy.decide(s, j)
@@ -323,7 +323,7 @@ def guard_for(
     entry, od = plan.entries[index], od_plan.entries[od_index]
     ckpt = plan.checkpoint_s if plan.checkpoint_s is not None else 0.0
     # at the plan's confidence until the job reports its measured step (the quantile the ranking held to the deadline)
-    at_confidence = deadline.confidence_factor(entry, plan.constraints.confidence)
+    at_confidence = odds.confidence_factor(entry, plan.constraints.confidence)
     return SpotGuard(
         deadline.policy(name),
         started_unix=started_unix,

@@ -15,7 +15,7 @@ from lightning_srifty import protocol
 from lightning_srifty.protocol import Heartbeat
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.exceptions import MigrationError
-from predictor.model import startup
+from predictor.runs import startup
 
 
 class HeartbeatWriter:

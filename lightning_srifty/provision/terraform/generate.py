@@ -58,7 +58,7 @@ from predictor.documents.checks import suggest
 from predictor.documents.plan import Plan, PlanEntry, check_choice
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, ProvisionError
-from predictor.model.spot import shutdown_grace_s
+from predictor.runs.spot import shutdown_grace_s
 
 MARKER = GENERATED_MARKER
 CODE_DIR = "code"  # the snapshot's folder in the root module

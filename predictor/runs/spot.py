@@ -51,7 +51,7 @@ def spot_cost(
     """Expected interruptions and total time of ``work_s`` seconds of training on spot capacity.
 
     ``rate_per_hr`` is each instance's interruption rate (0 for on-demand); ``restart_s`` what bringing the fleet
-    back costs after an interruption (its start-up: :mod:`predictor.model.startup`). The Young-Daly interval is capped
+    back costs after an interruption (its start-up: :mod:`predictor.runs.startup`). The Young-Daly interval is capped
     by the run: a run shorter than the interval takes no periodic checkpoint and loses, on average, half of itself.
     """
     work_s = np.asarray(work_s, dtype=float)

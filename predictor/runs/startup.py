@@ -40,7 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
+from predictor.catalog.catalog import cache_dir
 from predictor.catalog.instances import InstanceType
+from predictor.documents.atomic import atomic_write_json
 
 BILLING_MINIMUM_S = 60.0  # per instance, per-second billing (Linux on-demand and spot)
 SETUP_S = 120.0  # the setup command and the first import of torch
@@ -60,7 +62,6 @@ def default_provision_s(it: InstanceType) -> float:
 def store_path() -> Path:
     """Where measured start-ups are kept: ``startup.json`` in the cache folder the catalog uses
     (``$SRIFTY_CACHE_DIR`` or ``$XDG_CACHE_HOME/lightning-srifty``)."""
-    from predictor.catalog.catalog import cache_dir
 
     return cache_dir() / "startup.json"
 
@@ -101,7 +102,6 @@ def record_ready(instance_types: Iterable[str], seconds: float) -> None:
 def record(instance_types: Iterable[str], seconds: float, key: str = "provision_s") -> None:
     """Add one measured provisioning (``srifty launch``: from asking for the fleet to the fleet up) for each
     of the fleet's instance types (``key``: another figure, :func:`record_ready`); best effort, atomic."""
-    from predictor.documents.atomic import atomic_write_json
 
     if not (seconds >= 0 and np.isfinite(seconds)):
         return

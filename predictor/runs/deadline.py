@@ -27,199 +27,29 @@ on-demand while behind the straight line from 0 to the work at the deadline, wit
 product's: uniform progress whose line starts after a quarter of the slack, and no earlier than twice the work before
 the deadline, so that spot gets a head start, and which returns to spot as soon as the run is on track).
 
+The traces are read by :mod:`predictor.runs.traces`; what the ranking asks of a run under a deadline (the
+expectation with the fallback, the chance of finishing in time) is :mod:`predictor.runs.odds`.
+
 References: Wu et al., *Can't Be Late: Optimizing Spot Instance Savings under Deadlines*, NSDI 2024; the traces:
 github.com/skypilot-org/spot-traces.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any
 
 import numpy as np
 
+from predictor.catalog.catalog import Catalog
 from predictor.exceptions import ConfigError
+from predictor.runs.odds import confidence_factor
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S
+from predictor.runs.traces import Trace
 
 NOTICE_S = 120.0  # the EC2 spot interruption notice
 WAIT, ON_DEMAND = -1, -2  # actions besides "spot in zone z" (z >= 0)
-TraceValues = Literal["available", "preempted"]
-
-
-# ---------------------------------------------------------------- traces
-
-
-@dataclass(frozen=True)
-class Trace:
-    """Spot availability of one or more zones: ``available[z, k]`` is True when zone ``z`` had the fleet's spot node
-    count at tick ``k``; ``gap_s`` seconds per tick."""
-
-    gap_s: float
-    available: np.ndarray  # (zones, ticks) bool
-    names: tuple[str, ...] = ()
-
-    @property
-    def ticks(self) -> int:
-        return int(self.available.shape[1])
-
-    @property
-    def hours(self) -> float:
-        return self.ticks * self.gap_s / 3600.0
-
-    def resample(self, factor: int) -> Trace:
-        """Ticks of ``factor`` x the gap; a coarse tick is available only when every tick in it was (a preemption
-        anywhere inside ends the spot fleet: conservative for spot)."""
-        if factor <= 1:
-            return self
-        n = self.ticks // factor
-        a = self.available[:, : n * factor].reshape(self.available.shape[0], n, factor).all(axis=2)
-        # a 3-d array reduced over one axis is a 2-d array (numpy's stubs say np.bool | NDArray for any axis)
-        return Trace(self.gap_s * factor, cast(np.ndarray, a), self.names)
-
-    def window(self, start: int, length: int) -> Trace:
-        return Trace(self.gap_s, self.available[:, start : start + length], self.names)
-
-    def availability(self) -> float:
-        """Share of ticks with spot in at least one zone."""
-        return float(self.available.any(axis=0).mean()) if self.ticks else 0.0
-
-
-TRACE_BYTES = 64 << 20  # a spot-traces zone file is a few hundred KB
-TRACE_TICKS = 1_000_000  # ticks a replay takes (about 3 months at the repository's 10 s, 9.5 years at 300 s)
-
-
-def _trace_error(path: str, field_name: str, value: Any, fix: str) -> ConfigError:
-    return ConfigError(f"Spot trace {path}: {field_name} {fix}", parameter=field_name, value=value)
-
-
-def read_trace(
-    source: str | os.PathLike[str] | Any,
-    *,
-    nodes: int = 1,
-    values: TraceValues | None = None,
-) -> tuple[Trace, list[str]]:
-    """One zone's trace in the format of skypilot-org/spot-traces: ``{"metadata": {"gap_seconds": G}, "data": [...]}``
-    where ``data`` holds, per tick, the number of instances available (``values="available"``, the repository's
-    README) or, for its single-node files, a preempted flag (``"preempted"``: 1 = no capacity, how the Can't Be Late
-    simulator reads them). ``metadata.values`` may say which; ``values`` overrides it. Spot is usable at a tick when at
-    least ``nodes`` instances are available.
-
-    Returns the trace and notes (how it was read). Raises :class:`ConfigError` naming the field, the value and the fix.
-    """
-    inline = not isinstance(source, (str, os.PathLike))
-    path = "(inline)" if inline else str(source)
-    if inline:
-        doc = source
-    else:
-        from predictor.documents.atomic import TooLarge, read_bounded
-
-        try:  # a regular file of bounded size only: a FIFO, a device or a folder is refused before any byte is read
-            doc = json.loads(read_bounded(source, TRACE_BYTES))
-        except TooLarge:
-            raise ConfigError(
-                f"Spot trace {path} is over {TRACE_BYTES >> 20} MB: a trace of a zone's months at a sample every few "
-                "minutes is well under 1 MB; give one zone's trace, or resample it to a larger gap_seconds.",
-                parameter="trace",
-                value=path,
-            ) from None
-        except FileNotFoundError:
-            raise ConfigError(
-                f"Spot trace {path} does not exist: give the path of a JSON trace (skypilot-org/spot-traces format).",
-                parameter="trace",
-                value=path,
-            ) from None
-        except OSError as exc:
-            raise ConfigError(
-                f"Spot trace {path} cannot be read: {exc.strerror or exc}.", parameter="trace", value=path
-            ) from None
-        except (UnicodeDecodeError, RecursionError, ValueError) as exc:  # ValueError: JSON, or 4,300+ digits
-            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            raise ConfigError(f"Spot trace {path} is not JSON ({why}).", parameter="trace", value=path) from None
-    if not isinstance(doc, dict):
-        raise _trace_error(path, "the document", type(doc).__name__, "must be an object with 'metadata' and 'data'.")
-    meta = doc.get("metadata")
-    if not isinstance(meta, dict) or "gap_seconds" not in meta:
-        raise _trace_error(
-            path, "metadata.gap_seconds", None, 'is missing: write {"metadata": {"gap_seconds": 300}, ...}.'
-        )
-    gap = meta["gap_seconds"]
-    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not math.isfinite(gap) or gap <= 0:
-        raise _trace_error(path, "metadata.gap_seconds", gap, f"must be a number of seconds > 0; got {gap!r}.")
-    data = doc.get("data")
-    if not isinstance(data, list) or not data:
-        raise _trace_error(path, "data", type(data).__name__, "must be a non-empty list of instance counts per tick.")
-    if len(data) > TRACE_TICKS:
-        raise _trace_error(
-            path,
-            "data",
-            f"{len(data):,} ticks",
-            f"may hold at most {TRACE_TICKS:,} ticks ({TRACE_TICKS * gap / 86400:,.0f} days at gap_seconds={gap:g}): "
-            "replay a window of it, or resample it to a larger gap_seconds.",
-        )
-    bad = [(i, v) for i, v in enumerate(data) if isinstance(v, bool) or not isinstance(v, (int, float))]
-    if bad:
-        i, v = bad[0]
-        raise _trace_error(path, f"data[{i}]", v, f"must be a number of instances; got {v!r} ({len(bad)} such).")
-    arr = np.asarray(data, dtype=float)
-    if (arr < 0).any() or (arr != np.floor(arr)).any():
-        i = int(np.flatnonzero((arr < 0) | (arr != np.floor(arr)))[0])
-        raise _trace_error(path, f"data[{i}]", data[i], f"must be a whole number of instances >= 0; got {data[i]!r}.")
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ConfigError(f"nodes must be a whole number >= 1; got {nodes!r}.", parameter="nodes", value=nodes)
-    notes: list[str] = []
-    declared = meta.get("values")
-    how = values or declared
-    if how is None:
-        how = "available"
-        if set(np.unique(arr)) <= {0.0, 1.0}:
-            notes.append(
-                f"{os.path.basename(path)}: 0/1 values read as instances available (the spot-traces README); the Can't "
-                "Be Late simulator reads its single-node files as preempted flags: --trace-values preempted"
-            )
-    if how not in ("available", "preempted"):
-        raise _trace_error(path, "metadata.values", how, "must be 'available' or 'preempted'.")
-    if how == "preempted":
-        if not set(np.unique(arr)) <= {0.0, 1.0}:
-            raise _trace_error(path, "data", "counts", "holds counts above 1: it cannot be read as preempted flags.")
-        counts = np.where(arr > 0, 0.0, 1.0)
-    else:
-        counts = arr
-    if nodes > 1 and counts.max() < nodes:
-        notes.append(
-            f"{os.path.basename(path)}: never {nodes} instances available (at most {int(counts.max())}): spot is "
-            "never usable for this fleet"
-        )
-    name = os.path.splitext(os.path.basename(path))[0]
-    return Trace(float(gap), (counts >= nodes)[None, :], (name,)), notes
-
-
-def spells(available: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Lengths in ticks of the runs with spot and of the runs without, in a 1-D availability series."""
-    out = []
-    for series in (available.astype(int), 1 - available.astype(int)):
-        edges = np.diff(np.r_[0, series, 0])
-        out.append(np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1))
-    return out[0], out[1]
-
-
-def combine(traces: Sequence[Trace]) -> Trace:
-    """Zones side by side (the plan may move between them): same gap, cut to the shortest."""
-    if not traces:
-        raise ConfigError("At least one trace is needed.", parameter="trace")
-    gaps = {t.gap_s for t in traces}
-    if len(gaps) != 1:
-        raise ConfigError(
-            f"Traces of one replay must share metadata.gap_seconds; got {sorted(gaps)}.", parameter="trace"
-        )
-    n = min(t.ticks for t in traces)
-    return Trace(
-        traces[0].gap_s,
-        np.concatenate([t.available[:, :n] for t in traces]),
-        tuple(name for t in traces for name in t.names),
-    )
 
 
 # ---------------------------------------------------------------- the job
@@ -612,7 +442,6 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
     Raises:
         ConfigError: no deadline, an entry without spot instances or on-demand prices, a choice out of range.
     """
-    from predictor.model.spot import DEFAULT_CHECKPOINT_S
 
     index = plan.chosen if choice is None else choice
     if not 0 <= index < len(plan.entries):
@@ -647,8 +476,6 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
     ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S
     spot_nodes = sum(g.spot for g in entry.groups)
     if catalog is None:
-        from predictor.catalog.catalog import Catalog
-
         catalog = Catalog.load()
     od = sp = 0.0
     for g in entry.groups:
@@ -684,151 +511,3 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
             "work since the last periodic checkpoint"
         )
     return PlannedRun(job, entry.fleet, entry.market, spot_nodes, tuple(notes))
-
-
-# ---------------------------------------------------------------- expectation for the ranking
-
-# Mean spell without spot capacity, measured on the single-node traces (bench/spot_replay.py prints it): the
-# zone-median of each zone's mean spell without spot, the files read as the Can't Be Late simulator reads them
-# (3.12 h). Physical: the wait for capacity after an interruption; bounded by the traces' longest spells.
-DOWN_SPELL_S = 3.1 * 3600.0
-
-
-@dataclass(frozen=True)
-class SpotStats:
-    """Spot capacity as traces recorded it: what the ranking uses in place of the catalog's Spot Advisor rates."""
-
-    rate_per_hr: float  # interruptions per spot-instance hour: 1 / the mean spell with spot
-    down_s: float  # the mean spell without spot: the wait for capacity after an interruption
-    availability: float
-    source: str
-
-    @classmethod
-    def of(cls, traces: Sequence[Trace], source: str = "") -> SpotStats:
-        """Mean spells over every zone given (a zone's spells counted whole)."""
-        up: list[float] = []
-        down: list[float] = []
-        there = total = 0
-        for t in traces:
-            for row in t.available:
-                with_spot, without = spells(row)
-                up.extend(with_spot * t.gap_s)
-                down.extend(without * t.gap_s)
-                there += int(row.sum())
-                total += row.size
-        if not up:
-            raise ConfigError(
-                f"The spot traces {source or ''} never have spot available: there is nothing to rank spot on. Leave "
-                "them out, or rank on-demand only (--market on-demand).",
-                parameter="spot_trace",
-            )
-        return cls(3600.0 / float(np.mean(up)), float(np.mean(down)) if down else 0.0, there / total, source)
-
-
-@dataclass(frozen=True)
-class Fallback:
-    """Arrays aligned with the candidates."""
-
-    od_share: np.ndarray  # expected share of the work the policy runs on-demand
-    time_s: np.ndarray  # expected wall time, start-up included
-    cost_usd: np.ndarray
-
-
-def expected_with_fallback(
-    spot_wall_s: np.ndarray,
-    work_s: np.ndarray,
-    interruptions: np.ndarray,
-    deadline_s: float,
-    startup_s: np.ndarray,
-    restart_s: np.ndarray,
-    spot_usd_hr: np.ndarray,
-    od_usd_hr: np.ndarray,
-    down_s: float = DOWN_SPELL_S,
-) -> Fallback:
-    """What a spot (or mixed) run is expected to take and cost when the deadline policy guards it.
-
-    ``spot_wall_s`` is the spot-only time after start-up (:func:`predictor.model.spot.spot_cost`: checkpoints, restarts
-    and lost work) for ``work_s`` of training with ``interruptions`` expected; each interruption also waits
-    ``down_s`` for capacity. Time spot alone cannot fit before the deadline (less the start-up and a restart kept in
-    hand) is run on-demand: the on-demand share is ``1 - available / spot-only``, bounded to [0, 1]; the on-demand
-    hours replace waiting, so the run ends by the deadline. First order: the replay of the traces measures how far
-    it is from what the policy does (BENCHMARKS.md)."""
-    wall = np.asarray(spot_wall_s, float) + np.asarray(interruptions, float) * down_s
-    budget = deadline_s - np.asarray(startup_s, float) - np.asarray(restart_s, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.clip(1.0 - budget / wall, 0.0, 1.0)
-    share = np.where(budget <= 0, 1.0, share)
-    spot_billed = (1 - share) * (np.asarray(spot_wall_s, float))  # waiting is not billed
-    od_billed = share * np.asarray(work_s, float) + np.where(share > 0, restart_s, 0.0)
-    time = np.asarray(startup_s, float) + np.where(share > 0, np.maximum(np.minimum(wall, budget), work_s), wall)
-    cost = (
-        np.asarray(startup_s, float) * spot_usd_hr / 3600
-        + spot_billed * spot_usd_hr / 3600
-        + od_billed * od_usd_hr / 3600
-    )
-    return Fallback(share, time, cost)
-
-
-# ---------------------------------------------------------------- the deadline as a probability (issue #38 item 1)
-
-
-@dataclass(frozen=True)
-class DeadlineOdds:
-    """Arrays aligned with the candidates."""
-
-    probability: np.ndarray  # chance of finishing by the deadline
-    time_s: np.ndarray  # wall time at the confidence asked (its quantile), start-up included
-
-
-def deadline_odds(
-    deadline_s: float,
-    confidence: float,
-    sd: np.ndarray,
-    startup_s: np.ndarray,
-    uncertain_s: np.ndarray,
-    guarded: np.ndarray,
-    fallback_at: Any,
-) -> DeadlineOdds:
-    """Each candidate's chance of finishing within ``deadline_s``, and its time at ``confidence``.
-
-    The part of the run the performance model predicts, ``uncertain_s`` (the training, with an unguarded spot fleet's
-    checkpoints and expected interruptions), is log-normal with the prediction's relative ``sd`` (the held-out width
-    of its regime and the profile's own spread, :mod:`predictor.model.uncertainty`); the start-up is taken as
-    predicted. Where the deadline policy guards a spot or mixed fleet (``guarded``), ``uncertain_s`` is the training
-    alone: the policy watches the measured progress and moves the rest on-demand in time, so the run ends by the
-    deadline whenever the training at its true speed fits after the start-up (a restart kept in hand is what the
-    policy spends, :func:`expected_with_fallback`). So ``P = Phi(ln((deadline - start-up) / uncertain) / sd)``.
-
-    ``fallback_at(factor)``: the guarded fleets' :class:`Fallback` with the work scaled by ``factor``; its time at the
-    confidence's factor is the guarded time at the quantile. The time at the quantile is within the deadline exactly
-    when the probability is at least ``confidence`` (both follow the same factor), so the filter and the figure
-    shown never disagree.
-    """
-    from predictor.model.uncertainty import MAX_SD, normal_cdf, z_of
-
-    sd = np.minimum(np.nan_to_num(np.asarray(sd, float), nan=MAX_SD), MAX_SD)
-    room = deadline_s - np.asarray(startup_s, float)
-    uncertain = np.maximum(np.asarray(uncertain_s, float), 1e-9)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = np.log(np.where(room > 0, room, np.nan) / uncertain) / sd
-    x = np.where(room > 0, np.where(sd > 0, x, np.where(uncertain <= room, np.inf, -np.inf)), -np.inf)
-    probability = normal_cdf(x)
-    factor = np.exp(z_of(confidence) * sd)
-    time = np.asarray(startup_s, float) + uncertain * factor
-    if np.any(guarded):
-        time = np.where(guarded, fallback_at(factor).time_s, time)
-    return DeadlineOdds(probability, time)
-
-
-def confidence_factor(entry: Any, confidence: float | None) -> float:
-    """How much longer than predicted a plan entry's training is at ``confidence`` (its quantile over the median):
-    ``exp(z sd)`` with the entry's relative sd read back from its step's 80% interval. 1.0 at 0.5, for a plan that
-    recorded no confidence (its deadline held the predicted time) and for an entry without an interval. The
-    ranking, the launch's spot guard (until it measures the step) and the replay plan for the same quantile."""
-    from predictor.model.uncertainty import Z80, z_of
-
-    interval = getattr(entry, "iteration_time_interval_s", None)
-    if confidence is None or not interval or not entry.iteration_time_s:
-        return 1.0
-    sd = max(0.0, math.log(max(interval[1], entry.iteration_time_s) / entry.iteration_time_s) / Z80)
-    return math.exp(z_of(confidence) * sd)

@@ -1,0 +1,159 @@
+"""What the ranking asks of a run under a deadline, in closed form: the expected time and cost of a spot fleet with
+its on-demand fallback (:func:`expected_with_fallback`, from the spot statistics of traces or the catalog's rates),
+and the chance of finishing in time (:func:`deadline_odds`: the training's log-normal with the held-out width of its
+regime, the start-up, spot's interruptions and the fallback), with the factor a plan's time is held to at a
+confidence (:func:`confidence_factor`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from predictor.exceptions import ConfigError
+from predictor.model.uncertainty import MAX_SD, Z80, normal_cdf, z_of
+from predictor.runs.traces import Trace, spells
+
+# Mean spell without spot capacity, measured on the single-node traces (bench/spot_replay.py prints it): the
+# zone-median of each zone's mean spell without spot, the files read as the Can't Be Late simulator reads them
+# (3.12 h). Physical: the wait for capacity after an interruption; bounded by the traces' longest spells.
+DOWN_SPELL_S = 3.1 * 3600.0
+
+
+@dataclass(frozen=True)
+class SpotStats:
+    """Spot capacity as traces recorded it: what the ranking uses in place of the catalog's Spot Advisor rates."""
+
+    rate_per_hr: float  # interruptions per spot-instance hour: 1 / the mean spell with spot
+    down_s: float  # the mean spell without spot: the wait for capacity after an interruption
+    availability: float
+    source: str
+
+    @classmethod
+    def of(cls, traces: Sequence[Trace], source: str = "") -> SpotStats:
+        """Mean spells over every zone given (a zone's spells counted whole)."""
+        up: list[float] = []
+        down: list[float] = []
+        there = total = 0
+        for t in traces:
+            for row in t.available:
+                with_spot, without = spells(row)
+                up.extend(with_spot * t.gap_s)
+                down.extend(without * t.gap_s)
+                there += int(row.sum())
+                total += row.size
+        if not up:
+            raise ConfigError(
+                f"The spot traces {source or ''} never have spot available: there is nothing to rank spot on. Leave "
+                "them out, or rank on-demand only (--market on-demand).",
+                parameter="spot_trace",
+            )
+        return cls(3600.0 / float(np.mean(up)), float(np.mean(down)) if down else 0.0, there / total, source)
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Arrays aligned with the candidates."""
+
+    od_share: np.ndarray  # expected share of the work the policy runs on-demand
+    time_s: np.ndarray  # expected wall time, start-up included
+    cost_usd: np.ndarray
+
+
+def expected_with_fallback(
+    spot_wall_s: np.ndarray,
+    work_s: np.ndarray,
+    interruptions: np.ndarray,
+    deadline_s: float,
+    startup_s: np.ndarray,
+    restart_s: np.ndarray,
+    spot_usd_hr: np.ndarray,
+    od_usd_hr: np.ndarray,
+    down_s: float = DOWN_SPELL_S,
+) -> Fallback:
+    """What a spot (or mixed) run is expected to take and cost when the deadline policy guards it.
+
+    ``spot_wall_s`` is the spot-only time after start-up (:func:`predictor.runs.spot.spot_cost`: checkpoints, restarts
+    and lost work) for ``work_s`` of training with ``interruptions`` expected; each interruption also waits
+    ``down_s`` for capacity. Time spot alone cannot fit before the deadline (less the start-up and a restart kept in
+    hand) is run on-demand: the on-demand share is ``1 - available / spot-only``, bounded to [0, 1]; the on-demand
+    hours replace waiting, so the run ends by the deadline. First order: the replay of the traces measures how far
+    it is from what the policy does (BENCHMARKS.md)."""
+    wall = np.asarray(spot_wall_s, float) + np.asarray(interruptions, float) * down_s
+    budget = deadline_s - np.asarray(startup_s, float) - np.asarray(restart_s, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.clip(1.0 - budget / wall, 0.0, 1.0)
+    share = np.where(budget <= 0, 1.0, share)
+    spot_billed = (1 - share) * (np.asarray(spot_wall_s, float))  # waiting is not billed
+    od_billed = share * np.asarray(work_s, float) + np.where(share > 0, restart_s, 0.0)
+    time = np.asarray(startup_s, float) + np.where(share > 0, np.maximum(np.minimum(wall, budget), work_s), wall)
+    cost = (
+        np.asarray(startup_s, float) * spot_usd_hr / 3600
+        + spot_billed * spot_usd_hr / 3600
+        + od_billed * od_usd_hr / 3600
+    )
+    return Fallback(share, time, cost)
+
+
+@dataclass(frozen=True)
+class DeadlineOdds:
+    """Arrays aligned with the candidates."""
+
+    probability: np.ndarray  # chance of finishing by the deadline
+    time_s: np.ndarray  # wall time at the confidence asked (its quantile), start-up included
+
+
+def deadline_odds(
+    deadline_s: float,
+    confidence: float,
+    sd: np.ndarray,
+    startup_s: np.ndarray,
+    uncertain_s: np.ndarray,
+    guarded: np.ndarray,
+    fallback_at: Any,
+) -> DeadlineOdds:
+    """Each candidate's chance of finishing within ``deadline_s``, and its time at ``confidence``.
+
+    The part of the run the performance model predicts, ``uncertain_s`` (the training, with an unguarded spot fleet's
+    checkpoints and expected interruptions), is log-normal with the prediction's relative ``sd`` (the held-out width
+    of its regime and the profile's own spread, :mod:`predictor.model.uncertainty`); the start-up is taken as
+    predicted. Where the deadline policy guards a spot or mixed fleet (``guarded``), ``uncertain_s`` is the training
+    alone: the policy watches the measured progress and moves the rest on-demand in time, so the run ends by the
+    deadline whenever the training at its true speed fits after the start-up (a restart kept in hand is what the
+    policy spends, :func:`expected_with_fallback`). So ``P = Phi(ln((deadline - start-up) / uncertain) / sd)``.
+
+    ``fallback_at(factor)``: the guarded fleets' :class:`Fallback` with the work scaled by ``factor``; its time at the
+    confidence's factor is the guarded time at the quantile. The time at the quantile is within the deadline exactly
+    when the probability is at least ``confidence`` (both follow the same factor), so the filter and the figure
+    shown never disagree.
+    """
+
+    sd = np.minimum(np.nan_to_num(np.asarray(sd, float), nan=MAX_SD), MAX_SD)
+    room = deadline_s - np.asarray(startup_s, float)
+    uncertain = np.maximum(np.asarray(uncertain_s, float), 1e-9)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.log(np.where(room > 0, room, np.nan) / uncertain) / sd
+    x = np.where(room > 0, np.where(sd > 0, x, np.where(uncertain <= room, np.inf, -np.inf)), -np.inf)
+    probability = normal_cdf(x)
+    factor = np.exp(z_of(confidence) * sd)
+    time = np.asarray(startup_s, float) + uncertain * factor
+    if np.any(guarded):
+        time = np.where(guarded, fallback_at(factor).time_s, time)
+    return DeadlineOdds(probability, time)
+
+
+def confidence_factor(entry: Any, confidence: float | None) -> float:
+    """How much longer than predicted a plan entry's training is at ``confidence`` (its quantile over the median):
+    ``exp(z sd)`` with the entry's relative sd read back from its step's 80% interval. 1.0 at 0.5, for a plan that
+    recorded no confidence (its deadline held the predicted time) and for an entry without an interval. The
+    ranking, the launch's spot guard (until it measures the step) and the replay plan for the same quantile."""
+
+    interval = getattr(entry, "iteration_time_interval_s", None)
+    if confidence is None or not interval or not entry.iteration_time_s:
+        return 1.0
+    sd = max(0.0, math.log(max(interval[1], entry.iteration_time_s) / entry.iteration_time_s) / Z80)
+    return math.exp(z_of(confidence) * sd)
