@@ -4,6 +4,7 @@ and the HTML report shows small figures with significant digits instead of 0.00.
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 
 import pytest
@@ -33,7 +34,7 @@ def busy_plan(catalog):
 
 
 def render(renderable, width: int) -> list[str]:
-    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115 - closed with console
+    console = Console(width=width, record=True, file=io.StringIO())
     console.print(renderable)
     return console.export_text().splitlines()
 

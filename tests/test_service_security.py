@@ -7,6 +7,7 @@ import copy
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -357,7 +358,7 @@ def _exchange(url: str, request: bytes, timeout: float = 10.0) -> bytes:
 def _established(url: str) -> int:
     """Server-side TCP connections of the service's port that are open (from /proc/net/tcp)."""
     port = int(url.rsplit(":", 1)[1])
-    rows = [line.split() for line in open("/proc/net/tcp").read().splitlines()[1:]]  # noqa: SIM115
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
     return sum(1 for r in rows if int(r[1].split(":")[1], 16) == port and r[3] == "01")
 
 
