@@ -535,8 +535,8 @@ def _run_case_on_ranks(
         extra.update(rank_env(rank) if rank_env else {})
         e = env(NODE_RANK=str(rank), LOCAL_RANK="0", WORLD_SIZE=str(world), **extra)
         cmd = [*(prefix(rank) if prefix else []), sys.executable, __file__, "worker", str(spec_path), str(out)]
-        log = (work / f"rank{rank}.log").open("w")
-        procs.append(subprocess.Popen(cmd, env=e, cwd=work, stdout=log, stderr=subprocess.STDOUT))
+        with (work / f"rank{rank}.log").open("w") as log:  # the rank writes through its own copy
+            procs.append(subprocess.Popen(cmd, env=e, cwd=work, stdout=log, stderr=subprocess.STDOUT))
     deadline = time.time() + timeout
     failed = []
     for rank, p in enumerate(procs):

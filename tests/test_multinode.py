@@ -51,10 +51,12 @@ def _two_nodes(
         env = {**base, **node_env[node]}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", str(nproc)]
         cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"readme-{port}"]
-        log = (tmp_path / f"node{node}.log").open("w")
-        agents.append(
-            subprocess.Popen([*cmd, str(SCRIPT), str(tmp_path), *extra], stdout=log, stderr=subprocess.STDOUT, env=env)
-        )
+        with (tmp_path / f"node{node}.log").open("w") as log:  # the agent writes through its own copy
+            agents.append(
+                subprocess.Popen(
+                    [*cmd, str(SCRIPT), str(tmp_path), *extra], stdout=log, stderr=subprocess.STDOUT, env=env
+                )
+            )
         time.sleep(2)
     try:
         codes = [agent.wait(timeout=240) for agent in agents]

@@ -513,14 +513,20 @@ def _rendezvous(
     (tmp_path / "ready").mkdir()
     values = template_values(name="skew", nnodes=2, rendezvous_timeout_s=timeout_s, **values)
     script = render(tf_env, tmp_path / "console", values)
+    writers = []
     if late_peer_s is not None:  # the other nodes finish installing their environments later
         for k, peer_id in enumerate(peers):
             peer = {"instance_id": peer_id, "ip": f"10.0.0.{6 + k}", "ready_unix": time.time() + late_peer_s}
             writer = f"sleep {late_peer_s}; echo '{json.dumps(peer)}' >{tmp_path / 'ready' / f'{peer_id}.json'}"
-            subprocess.Popen(["bash", "-c", writer])
+            writers.append(subprocess.Popen(["bash", "-c", writer]))
     fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": FAKE_TORCHRUN_RECORD, "shutdown": "#!/bin/bash\n"}
     extra = {"FAKE_LIVE": live} if live is not None else None
-    return run_user_data(tmp_path, script, fakes, extra_env=extra), read(tmp_path / "user-data.log")
+    try:
+        return run_user_data(tmp_path, script, fakes, extra_env=extra), read(tmp_path / "user-data.log")
+    finally:
+        for writer in writers:  # reaped, not left to the garbage collector
+            writer.kill()
+            writer.wait()
 
 
 FAKE_TORCHRUN_RECORD = """#!/bin/bash

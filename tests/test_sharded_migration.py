@@ -41,8 +41,8 @@ ATOL = 2e-6
 def _start(out: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
     cmd = [sys.executable, str(SCRIPTS / "fsdp_migrate_run.py"), str(out), "--max-steps", str(STEPS), *args]
     out.mkdir(parents=True, exist_ok=True)
-    log = open(out / "log.txt", "w")  # noqa: SIM115 - the child keeps it
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(out / "log.txt", "w") as log:  # the child writes through its own copy
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _wait(*procs: tuple[Path, subprocess.Popen]) -> None:
