@@ -164,6 +164,8 @@ def run_case(sig: str, phase: str, work: Path, *, exit_timeout_s: float = 300.0,
                 proc.wait()
             result["exit_after_s"] = round(time.monotonic() - sent, 1)
         reader.join(timeout=10)
+        if not reader.is_alive():  # the pipe is ours to close once read to its end
+            proc.stdout.close()  # type: ignore[union-attr]
         time.sleep(2)  # what the launcher left (terraform and its provider run in sessions of their own: issue #36 L2)
         stray = left_processes(work)
         result["processes"] = len(stray)

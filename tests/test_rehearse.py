@@ -288,6 +288,8 @@ def test_a_rehearsal_stopped_by_sigterm_leaves_nothing_running(tf_env, tmp_path,
         if proc.poll() is None:
             proc.kill()
     err = proc.stderr.read()  # type: ignore[union-attr]
+    proc.stdout.close()  # type: ignore[union-attr]
+    proc.stderr.close()  # type: ignore[union-attr]
     assert rc == 143, "".join(seen[-20:]) + err
     assert "srifty rehearse: stopped by SIGTERM; the local AWS, the nodes and their jobs were torn down" in err
     left = []

@@ -78,6 +78,7 @@ def _signalled(script: str, folder: Path, env: dict, when: str, signum: int, gro
                     time.sleep(1)
             break
     lines += [line.rstrip() for line in proc.stdout]
+    proc.stdout.close()
     return proc.wait(timeout=120), lines
 
 

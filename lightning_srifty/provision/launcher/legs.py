@@ -258,7 +258,7 @@ class Legs:
         self.up: list[LaunchedFleet] = []  # every fleet brought up and not released yet
         self.plan_started: dict[str, float] = {}  # each kept plan -> when the run began working to it
         self.names = (f"{run.name}-{n}" for n in itertools.count(1))  # unique for the whole launch
-        self.global_batch = 0
+        self.global_batch = 0  # samples per optimizer step: fixed by the first fleet before any job starts
 
     def bring_up(self, plan: Plan, index: int, *, only: bool = False) -> tuple[LaunchedFleet, float]:
         """``plan.entries[index]`` up (or, unless ``only``, the plan's next entries), in ``up`` at once; the fleet
