@@ -341,7 +341,7 @@ class PlanConstraints:
     )
     allow_arm64: bool | None = doc_field("arm64 (Graviton) instance types were allowed", default=None)
     startup_s: float | None = doc_field(
-        "a new fleet's start-up as given (null: per instance type, predictor/model/startup.py)", default=None, min=0
+        "a new fleet's start-up as given (null: per instance type, predictor/runs/startup.py)", default=None, min=0
     )
     dataset_gb: float | None = doc_field("data staged onto every new instance before training", default=None, min=0)
     layouts: tuple[str, ...] | None = doc_field(
