@@ -15,7 +15,7 @@ import torch
 
 from helpers import TinyModel, loader, trainer
 from imds_server import FakeIMDS
-from lightning_srifty.migrate.preemption import PREEMPTED_EXIT_CODE, SpotPreemption, find_checkpoint
+from lightning_srifty.migrate.preemption import PREEMPTED_EXIT_CODE, SpotPreemption, earliest_notice, find_checkpoint
 from lightning_srifty.migrate.spot_watcher import SpotWatcher
 
 ACTION = "meta-data/spot/instance-action"
@@ -657,11 +657,11 @@ def test_periodic_checkpoints_on_s3_are_saved_locally_then_digest_then_one_uploa
     # no room on local disk for the checkpoint: Lightning writes it into the store directly, its digest after it
     import collections
 
-    from lightning_srifty.migrate import preemption
+    from lightning_srifty.migrate import writer
 
     monkeypatch.setattr(fs, "put_file", put_file)
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(preemption.shutil, "disk_usage", lambda folder: usage(10**9, 10**9, 0))
+    monkeypatch.setattr(writer.shutil, "disk_usage", lambda folder: usage(10**9, 10**9, 0))
     full = url + "-full-disk"
     handler = SpotPreemption(full, every_s=0, keep=2, exit_process=False, local_fallback=str(tmp_path / "full"))
     t = trainer([handler], max_steps=3)
@@ -722,7 +722,8 @@ def _share_notice_rank(rank: int, port: int, out: str) -> None:
         handler = SpotPreemption("unused", exit_process=False)
         if rank == 1:  # only this node got the notice, 30 s ago
             handler._notice_at = time.monotonic() - 30.0
-        handler._share_notice(types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cpu"))))
+        fake = types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cpu")))
+        handler._notice_at = earliest_notice(fake, handler._notice_at)
         with open(f"{out}/rank{rank}", "w") as f:
             f.write(str(time.monotonic() - handler._notice_at))
     finally:

@@ -315,16 +315,16 @@ def test_the_job_reports_progress_at_most_every_progress_s_and_leaves_on_a_leave
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     cb = SpotPreemption(progress_s=60.0)
-    assert cb.report_progress(10, 1000.0, now=0.0)  # the leg's first step: written, no step time yet
+    assert cb.watch.report_progress(10, 1000.0, now=0.0)  # the leg's first step: written, no step time yet
     assert read_record(str(tmp_path), Progress, LID).step_time_s is None
-    assert not cb.report_progress(20, 1005.0, now=30.0)  # too soon
-    assert cb.report_progress(30, 1010.0, now=61.0)
+    assert not cb.watch.report_progress(20, 1005.0, now=30.0)  # too soon
+    assert cb.watch.report_progress(30, 1010.0, now=61.0)
     got = read_record(str(tmp_path), Progress, LID)
     assert (got.step, got.fleet, got.step_time_s) == (30, "g4dn.xlarge:1", pytest.approx(0.5))
 
-    assert not cb._launcher_says_leave(cb.launch)
+    assert not cb.watch.says_leave()
     write_record(str(tmp_path), Leave(launch_id=LID, to_fleet="g4dn.xlarge:1"))
-    assert cb._launcher_says_leave(cb.launch) and cb._stop.is_set()
+    assert cb.watch.says_leave() and cb._stop.is_set()
     assert (cb._trigger, cb._leave_details) == ("leave", {"move": True, "to_fleet": "g4dn.xlarge:1"})
 
 
@@ -338,13 +338,13 @@ def test_progress_is_written_by_the_watch_thread_not_in_the_step(tmp_path, monke
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     cb = SpotPreemption(progress_s=60.0, interval_s=0.05)
-    cb.note_progress(10, 1000.0)
+    cb.watch.note_progress(10, 1000.0)
     assert not (tmp_path / protocol.PROGRESS).exists()  # noted, not written, by the step
-    watch = threading.Thread(target=cb._watch_launcher, args=(cb.launch, False, True), daemon=True)
+    watch = threading.Thread(target=cb.watch.run, args=(False, True), daemon=True)
     watch.start()
     try:
         _until(lambda: (tmp_path / protocol.PROGRESS).exists(), timeout=10)
     finally:
-        cb._watch_stop.set()
+        cb.watch.stop()
         watch.join(5)
     assert read_record(str(tmp_path), Progress, LID).step == 10

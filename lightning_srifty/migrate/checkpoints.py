@@ -393,14 +393,7 @@ def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = Fals
     if "://" not in path or path.startswith("file://"):
         local = path.removeprefix("file://")
         if require_manifest and os.path.isdir(local):
-            fs = filesystem(local)
-            try:
-                recorded = read_manifest(fs, local)
-                if recorded is None:
-                    raise no_manifest(local)
-                vet_directory(fs, local, recorded)
-            except ValueError as exc:
-                raise MigrationError(f"The checkpoint {local} is not the one that was saved: {exc}.") from None
+            _vet_local_directory(local)
         return local
     fs = filesystem(path)
     if not fs.isdir(path):
@@ -442,6 +435,20 @@ def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = Fals
         with contextlib.suppress(FileNotFoundError):
             os.remove(partial + DIGEST_SUFFIX)
     return final
+
+
+def _vet_local_directory(local: str) -> None:
+    """A local sharded checkpoint must have its manifest and match it (``require_manifest``)."""
+    from predictor.exceptions import MigrationError
+
+    fs = filesystem(local)
+    try:
+        recorded = read_manifest(fs, local)
+        if recorded is None:
+            raise no_manifest(local)
+        vet_directory(fs, local, recorded)
+    except ValueError as exc:
+        raise MigrationError(f"The checkpoint {local} is not the one that was saved: {exc}.") from None
 
 
 def _cached_copy_is_sound(final: str, recorded: dict[str, str] | None) -> bool:

@@ -37,6 +37,8 @@ from lightning.pytorch.callbacks import Callback
 
 from lightning_srifty import protocol as markers
 from lightning_srifty.protocol import LaunchEnv, Leave, MoveDeclined, MoveRequest
+from predictor.documents.plan import load_plan
+from predictor.exceptions import ConfigError
 
 log = logging.getLogger("lightning_srifty")
 
@@ -83,30 +85,8 @@ class MigrationTriggers(Callback):
         work_from: str = "trainer",
         predictor_token: str | None = None,
     ) -> None:
-        from predictor.documents.plan import load_plan
-        from predictor.exceptions import ConfigError
-
         self.launch = launch = LaunchEnv.from_env()
-        plan = plan if plan is not None else (launch.plan or None) if launch is not None else None
-        if plan is None:
-            raise ConfigError(
-                "MigrationTriggers needs the plan the run was launched from: pass plan= (a Plan or a plan.json path) "
-                f"or run under `srifty launch`, which sets ${markers.VARIABLES['plan']}.",
-                parameter="plan",
-                value=None,
-            )
-        if isinstance(plan, str) and "://" in plan:  # the launcher keeps plans beside the checkpoints (s3://...)
-            folder, _, name = plan.rpartition("/")
-            found = markers.read(folder, name)
-            if found is None:
-                raise ConfigError(
-                    f"The plan {plan} does not exist (${markers.VARIABLES['plan']} is set by srifty launch; check the "
-                    "URI).",
-                    parameter="plan",
-                    value=plan,
-                )
-            plan = found
-        self.plan = plan if hasattr(plan, "entries") else load_plan(plan)
+        self.plan = _launched_plan(plan, launch)
         env_choice = launch.choice if launch is not None else None
         self.current = current if current is not None else env_choice if env_choice is not None else self.plan.chosen
         if not 0 <= self.current < len(self.plan.entries):
@@ -115,17 +95,7 @@ class MigrationTriggers(Callback):
                 parameter="current",
                 value=self.current,
             )
-        for name, value in (("drift_threshold", drift_threshold), ("savings_threshold", savings_threshold)):
-            if not 0 < value < 10:
-                raise ConfigError(
-                    f"MigrationTriggers' {name} is a share such as 0.2. Got {value!r}.", parameter=name, value=value
-                )
-        if work_from not in ("trainer", "plan"):
-            raise ConfigError(
-                f"MigrationTriggers' work_from must be 'trainer' or 'plan'. Got {work_from!r}.",
-                parameter="work_from",
-                value=work_from,
-            )
+        _check_settings(drift_threshold, savings_threshold, work_from)
         self.work_from = work_from
         self.dirpath = dirpath or (launch.checkpoint_uri if launch is not None else None)
         self.profile = profile
@@ -161,8 +131,6 @@ class MigrationTriggers(Callback):
 
         found = [cb for cb in trainer.callbacks if isinstance(cb, SpotPreemption)]  # type: ignore[attr-defined]
         if not found:
-            from predictor.exceptions import ConfigError
-
             raise ConfigError(
                 "MigrationTriggers leaves through SpotPreemption: add SpotPreemption(dirpath) to the Trainer's "
                 "callbacks too.",
@@ -237,15 +205,9 @@ class MigrationTriggers(Callback):
         entry = self.plan.entries[self.current]
         off = drift(measured, entry.throughput_samples_s)
         catalog = self.catalog_loader() if self.catalog_loader else Catalog.load()
-        made_from = (self.plan.catalog_source, self.plan.catalog_snapshot)
-        refreshed = (catalog.info.source, catalog.info.snapshot) != made_from
         known = markers.read(self.dirpath, markers.CALIBRATION) or {}
-        if abs(off) > self.drift_threshold:
-            why = "drift"
-            self._post_observation(profile, entry.fleet, measured, step_s)
-        elif refreshed:
-            why = "price"
-        else:
+        why = self._why_replan(off, catalog)
+        if why is None:
             log.info(
                 "MigrationTriggers: %s at %.1f samples/s, %+.0f%% of the prediction; prices unchanged: no re-plan",
                 entry.fleet,
@@ -253,10 +215,13 @@ class MigrationTriggers(Callback):
                 100 * off,
             )
             return
-        if remaining_steps is not None:
-            remaining = Work.of_steps(remaining_steps, gb, accumulation).samples
-        else:
-            remaining = self.plan.constraints.work_samples - trainer.global_step * gb
+        if why == "drift":
+            self._post_observation(profile, entry.fleet, measured, step_s)
+        remaining = (
+            Work.of_steps(remaining_steps, gb, accumulation).samples
+            if remaining_steps is not None
+            else self.plan.constraints.work_samples - trainer.global_step * gb
+        )
         if remaining <= 0:
             return
         decision = decide_move(
@@ -278,6 +243,20 @@ class MigrationTriggers(Callback):
         log.warning("MigrationTriggers (%s, %+.0f%% of the prediction): %s", why, 100 * off, decision.reason)
         if not decision.move or decision.plan is None or decision.target is None:
             return
+        self._ask_launcher(trainer, decision, why, measured)
+
+    def _why_replan(self, off: float, catalog: Any) -> str | None:
+        """``"drift"`` (the measurement is off the prediction by more than the threshold), ``"price"`` (today's
+        catalog is not the plan's), or None."""
+        if abs(off) > self.drift_threshold:
+            return "drift"
+        made_from = (self.plan.catalog_source, self.plan.catalog_snapshot)
+        return "price" if (catalog.info.source, catalog.info.snapshot) != made_from else None
+
+    def _ask_launcher(self, trainer: pl.Trainer, decision: Any, why: str, measured: float) -> None:
+        """Write ``MOVE_REQUEST.json`` and wait for the launcher's answer: ``LEAVE.json`` (the new fleet is up:
+        checkpoint and leave at the next step) or ``MOVE_DECLINED.json`` (training goes on here)."""
+        entry = self.plan.entries[self.current]
         launch_id = self.launch.launch_id if self.launch is not None else ""
         self.requested = MoveRequest(
             launch_id=launch_id,
@@ -365,3 +344,42 @@ def _remaining_steps(trainer: pl.Trainer) -> int | None:
 
     planned = planned_steps(trainer)
     return None if planned is None else planned - trainer.global_step
+
+
+def _launched_plan(plan: Any, launch: LaunchEnv | None) -> Any:
+    """The plan the run was launched from: ``plan`` (a Plan, a path, or a URI beside the checkpoints), else the
+    launcher's."""
+    plan = plan if plan is not None else (launch.plan or None) if launch is not None else None
+    if plan is None:
+        raise ConfigError(
+            "MigrationTriggers needs the plan the run was launched from: pass plan= (a Plan or a plan.json path) "
+            f"or run under `srifty launch`, which sets ${markers.VARIABLES['plan']}.",
+            parameter="plan",
+            value=None,
+        )
+    if isinstance(plan, str) and "://" in plan:  # the launcher keeps plans beside the checkpoints (s3://...)
+        folder, _, name = plan.rpartition("/")
+        found = markers.read(folder, name)
+        if found is None:
+            raise ConfigError(
+                f"The plan {plan} does not exist (${markers.VARIABLES['plan']} is set by srifty launch; check the "
+                "URI).",
+                parameter="plan",
+                value=plan,
+            )
+        plan = found
+    return plan if hasattr(plan, "entries") else load_plan(plan)
+
+
+def _check_settings(drift_threshold: float, savings_threshold: float, work_from: str) -> None:
+    for name, value in (("drift_threshold", drift_threshold), ("savings_threshold", savings_threshold)):
+        if not 0 < value < 10:
+            raise ConfigError(
+                f"MigrationTriggers' {name} is a share such as 0.2. Got {value!r}.", parameter=name, value=value
+            )
+    if work_from not in ("trainer", "plan"):
+        raise ConfigError(
+            f"MigrationTriggers' work_from must be 'trainer' or 'plan'. Got {work_from!r}.",
+            parameter="work_from",
+            value=work_from,
+        )

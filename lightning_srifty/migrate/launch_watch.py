@@ -1,0 +1,180 @@
+"""What a job under ``srifty launch`` tells its launcher, and how it notices that it should leave on its own.
+
+:class:`LaunchWatch` is :class:`~.preemption.SpotPreemption`'s side of the protocol with the launcher
+(:mod:`lightning_srifty.protocol`): rank 0 writes ``STARTED.json`` at the first step (the end of a move's downtime)
+and ``PROGRESS.json`` (the global step and the measured step time) at most every ``progress_s``; a thread reads
+``HEARTBEAT.json`` (older than its ``max_age_s``: "launcher heartbeat lost"), the fleet's life cap
+(``max_life_until_unix``) and, on rank 0, ``LEAVE.json`` (the launcher's spot guard moving the job), and asks the
+callback to checkpoint and leave. The step hook only notes two numbers; every write happens on the thread, so a slow
+checkpoint store never holds a training step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from lightning_srifty import protocol
+from lightning_srifty.protocol import Heartbeat, LaunchEnv, Leave, Started
+
+log = logging.getLogger("lightning_srifty")
+
+# leave(why, trigger, move, to_fleet): checkpoint at the next step boundary and leave
+LeaveRequest = Callable[[str, str, bool, "str | None"], None]
+
+
+class LaunchWatch:
+    """Rank 0's reports to the launcher and every rank's watch of it (one per :class:`SpotPreemption`).
+
+    Args:
+        dirpath: the checkpoint folder, where the launcher's and the job's records live.
+        launch: the launch's environment.
+        interval_s: how often the watch looks at most (a quarter of the heartbeat's max age, 30 s at most).
+        progress_s: rank 0 rewrites ``PROGRESS.json`` at most this often (None: never).
+        leave: called to checkpoint and leave at the next step boundary.
+        leaving: whether the job is already leaving (a move it asked for says why itself).
+    """
+
+    def __init__(
+        self,
+        dirpath: str,
+        launch: LaunchEnv,
+        *,
+        interval_s: float,
+        progress_s: float | None,
+        leave: LeaveRequest,
+        leaving: Callable[[], bool],
+    ) -> None:
+        self.dirpath, self.launch, self.interval_s, self.progress_s = dirpath, launch, interval_s, progress_s
+        self._leave, self._leaving = leave, leaving
+        self._leg_first: tuple[int, float] | None = None  # (global step, unix) at this leg's first step end
+        self._progress_at: float | None = None  # monotonic time of the last PROGRESS.json
+        self._latest: tuple[int, float] | None = None  # (global step, unix) of the newest step end, for the watch
+        self._started_written = False
+        self._thread: threading.Thread | None = None
+        self.stop_event = threading.Event()
+
+    # --- rank 0's reports --------------------------------------------------------------------------------------------
+
+    def step_ended(self, step: int, unix: float) -> None:
+        """Rank 0's step hook: ``STARTED.json`` at the leg's first step, then the progress noted for the thread."""
+        if not self._started_written:
+            self._started_written = True  # the end of a move's downtime, for the launcher's report
+            started = Started(
+                launch_id=self.launch.launch_id,
+                fleet=self.launch.fleet,
+                step=step,
+                first_step_unix=unix,
+                resumed_from=self.launch.resume,
+            )
+            try:
+                protocol.write_record(self.dirpath, started)
+            except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop training
+                log.warning("SpotPreemption: could not write %s: %s", protocol.STARTED, exc)
+        self.note_progress(step, unix)
+
+    def note_progress(self, step: int, unix: float) -> None:
+        """The step hook's part of progress reporting: two numbers in memory, written by the thread
+        (:meth:`report_progress`)."""
+        if self._leg_first is None:
+            self._leg_first = (step, unix)
+        self._latest = (step, unix)
+
+    def report_progress(self, step: int, unix: float, now: float | None = None) -> bool:
+        """Rewrite ``PROGRESS.json`` when ``progress_s`` has passed since the last one (the first step of a leg
+        always writes one); True when written. The step time is measured from the leg's first step, so a leg's
+        start-up and restore never count as training."""
+        now = time.monotonic() if now is None else now
+        if self._leg_first is None:
+            self._leg_first = (step, unix)
+        if self.progress_s is None:
+            return False
+        if self._progress_at is not None and now - self._progress_at < self.progress_s:
+            return False
+        self._progress_at = now
+        first_step, first_unix = self._leg_first
+        step_time = (unix - first_unix) / (step - first_step) if step > first_step else None
+        record = protocol.Progress(
+            launch_id=self.launch.launch_id, fleet=self.launch.fleet, step=step, unix=unix, step_time_s=step_time
+        )
+        try:
+            protocol.write_record(self.dirpath, record)
+        except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop training
+            log.warning("SpotPreemption: could not write %s: %s", protocol.PROGRESS, exc)
+            return False
+        return True
+
+    # --- the watch ---------------------------------------------------------------------------------------------------
+
+    def needed(self, rank_zero: bool) -> bool:
+        """Whether this rank has anything to watch or report (a life cap, a heartbeat, rank 0's progress)."""
+        progress = self.progress_s is not None and rank_zero
+        return self.launch.max_life_until_unix is not None or bool(self.launch.heartbeat_max_age_s) or progress
+
+    def start(self, rank_zero: bool) -> None:
+        heartbeat = bool(self.launch.heartbeat_max_age_s) and rank_zero  # rank 0 reads; the step agrees
+        self.stop_event.clear()
+        self._thread = threading.Thread(
+            target=self.run, args=(heartbeat, rank_zero), name="srifty-launcher-watch", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def run(self, heartbeat: bool, rank_zero: bool = False) -> None:
+        """Leave when the launcher's heartbeat is older than its max age, at the fleet's life cap, or (rank 0) when
+        the launcher asks with ``LEAVE.json`` on its own: its spot guard moving the job to on-demand or back to spot
+        (a move the job asked for is answered in :class:`~lightning_srifty.migrate.MigrationTriggers`)."""
+        launch = self.launch
+        max_age = float(launch.heartbeat_max_age_s or 0)
+        period = max(0.05, min(self.interval_s, max_age / 4 if max_age else 30.0, 30.0))
+        last_seen = time.time()  # the job's start counts as a sighting: a launcher gone before it is noticed too
+        warned = False
+        while not self.stop_event.wait(period):
+            if rank_zero and self._latest is not None:  # the progress the step hook noted, written off the step
+                self.report_progress(*self._latest)
+            now = time.time()
+            if launch.max_life_until_unix is not None and now >= launch.max_life_until_unix:
+                cap = time.strftime("%H:%M:%S UTC", time.gmtime(launch.max_life_until_unix))
+                self._on_own("max-life", f"the fleet's life cap was reached ({cap}; srifty launch --max-life-h)")
+                return
+            if rank_zero and self.says_leave():
+                return
+            if not heartbeat:
+                continue
+            try:
+                beat = protocol.read_record(self.dirpath, Heartbeat, launch.launch_id or None)
+            except Exception as exc:  # noqa: BLE001 - unreadable counts as unseen; only its age decides
+                if not warned:
+                    log.warning("SpotPreemption: the launcher's heartbeat could not be read: %s", exc)
+                warned, beat = True, None
+            if beat is not None:
+                last_seen, max_age = max(last_seen, beat.written_unix), beat.max_age_s
+            if now - last_seen > max_age:
+                self._on_own(
+                    "heartbeat",
+                    f"launcher heartbeat lost: {protocol.HEARTBEAT} last written {now - last_seen:.1f} s ago "
+                    f"(max age {max_age:g} s)",
+                )
+                return
+
+    def says_leave(self) -> bool:
+        """A ``LEAVE.json`` of this launch: checkpoint at the next step and leave as a granted move."""
+        try:
+            granted = protocol.read_record(self.dirpath, Leave, self.launch.launch_id or None)
+        except Exception:  # noqa: BLE001 - unreadable now: asked again at the next look
+            return False
+        if granted is None:
+            return False
+        if self._leaving():  # already leaving (a move the job asked for says why itself)
+            return True
+        why = f"the launcher moves the job to {granted.to_fleet or 'another fleet'}"
+        self._leave(why, "leave", True, granted.to_fleet or None)
+        return True
+
+    def _on_own(self, trigger: str, why: str) -> None:
+        log.warning("SpotPreemption: %s: checkpoint and leave", why)
+        self._leave(why, trigger, False, None)
