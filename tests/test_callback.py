@@ -64,7 +64,7 @@ def test_profile_of_a_real_run(tmp_path) -> None:
 def test_it_detaches_after_the_window(tmp_path) -> None:
     cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=10, output=tmp_path / "p.json", verbose=False)
     fit(cb, max_steps=40)
-    assert cb._recorder.steps == 10, "no step may be recorded after the window"
+    assert cb._window.recorder.steps == 10, "no step may be recorded after the window"
     assert cb.profiled
 
 

@@ -13,8 +13,8 @@ it from the table."""
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import difflib
+import functools
 import importlib
 import json
 import os
@@ -27,10 +27,6 @@ from predictor.documents.atomic import read_bounded
 from predictor.exceptions import ConfigError
 
 PRECISIONS = ("32-true", "64-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
-TIME_NOTE = (
-    "timing.step_time_s is not measured (0): this profile was captured on the meta device by srifty capture; "
-    "the predictor predicts the step time from the operator table (ops)."
-)
 _MAX_BYTES = 2**40  # a batch tensor above 1 TiB is a typo in a shape, not a batch
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # bounds on what a capture may be asked (issue #23 item 9: 100,000 layers ran for minutes): the time grows with the
@@ -313,12 +309,40 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 
 def _capture(args: argparse.Namespace) -> int:
-    import functools
-
     import torch
+
+    from lightning_srifty.profiling.assemble import capture_profile
+    from lightning_srifty.profiling.capture import capture_step
 
     cls = resolve(args.model, "MODEL")
     transformers_model = _is_transformers_model(cls)
+    _check_batch_kind(args, transformers_model)
+    module = _built_module(cls, args)
+    batch, batch_name = _batch_for(args, module)
+    _check_batch(batch, batch_name)
+    optimizer = functools.partial(torch.optim.AdamW, lr=1e-4) if transformers_model else None
+    accumulation = _accumulation(args.global_batch, args.batch_size)
+    capture = capture_step(
+        module, batch, precision=args.precision, device="meta", batch_size=args.batch_size, optimizer=optimizer
+    )
+    name = args.name or cls.__name__ + (f" + LoRA r{args.lora_rank}" if args.lora_rank else "")
+    profile = capture_profile(capture, name=name, batch_size=args.batch_size, accumulation=accumulation)
+    if args.out == "-":
+        print(json.dumps(profile.to_dict(), indent=2))
+        return 0
+    written = profile.save(args.out)
+    table = capture.table
+    print(
+        f"{name}: {len(table.ops)} operator records ({sum(o.count for o in table.ops)} calls, "
+        f"{sum((table.skipped or {}).values())} views skipped), {profile.model.parameters:,} parameters, "
+        f"{(table.total_flops or 0) / 1e12:.3f} TFLOP per step, captured in {capture.seconds:.1f} s -> {written}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _check_batch_kind(args: argparse.Namespace, transformers_model: bool) -> None:
+    """One kind of batch, and the flags that go with MODEL's kind."""
     if args.config is not None and not transformers_model:
         raise ConfigError(
             f"--config is for a transformers model class (e.g. transformers:LlamaForCausalLM); MODEL {args.model!r} "
@@ -354,6 +378,10 @@ def _capture(args: argparse.Namespace) -> int:
             parameter="--seq-len",
             value=args.seq_len,
         )
+
+
+def _built_module(cls: Any, args: argparse.Namespace) -> Any:
+    """MODEL on the meta device, within the submodule bound, with LoRA adapters when asked."""
     module, _ = _build(cls, args)
     modules = sum(1 for _ in module.modules())
     if modules > MAX_MODULES:
@@ -372,84 +400,35 @@ def _capture(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("'targets' parameter", "--lora-targets"), parameter="--lora-targets",
                               value=args.lora_targets) from None  # fmt: skip
+    return module
+
+
+def _batch_for(args: argparse.Namespace, module: Any) -> tuple[Any, str]:
+    """The batch (meta tensors) and the flag that made it: --image-size, --seq-len or --batch's function."""
+    import torch
+
     if args.batch is None and args.image_size is not None:
-        batch = _image_batch(module, args.batch_size, args.image_size, args.model)
-        batch_name = f"--image-size {args.image_size}"
-    elif args.batch is None:
-        batch = _token_batch(args.batch_size, args.seq_len)
-        batch_name = f"--seq-len {args.seq_len}"
-    else:
-        make_batch = resolve(args.batch, "--batch")
-        if not callable(make_batch):
-            raise ConfigError(
-                f"--batch {args.batch!r} is {type(make_batch).__name__}, not a callable batch_size -> batch.",
-                parameter="--batch",
-                value=args.batch,
-            )
-        try:
-            with torch.device("meta"):
-                batch = make_batch(args.batch_size)
-        except Exception as exc:  # noqa: BLE001 - re-worded with the fix
-            raise ConfigError(
-                f"--batch {args.batch!r} failed when called with batch_size={args.batch_size}: "
-                f"{type(exc).__name__}: {exc}. It must take the batch size and build tensors with torch (it runs "
-                "under torch.device('meta'), so no data is loaded).",
-                parameter="--batch",
-                value=args.batch,
-            ) from None
-        batch_name = args.batch
-    _check_batch(batch, batch_name)
-    optimizer = functools.partial(torch.optim.AdamW, lr=1e-4) if transformers_model else None
-
-    from lightning_srifty.profiling.capture import capture_step
-    from lightning_srifty.profiling.hardware import software_versions
-
-    accumulation = _accumulation(args.global_batch, args.batch_size)
-    capture = capture_step(
-        module, batch, precision=args.precision, device="meta", batch_size=args.batch_size, optimizer=optimizer
-    )
-    model = capture.model_section()
-    model["name"] = args.name or cls.__name__ + (f" + LoRA r{args.lora_rank}" if args.lora_rank else "")
-    data = {
-        "schema": "srifty.profile/v1",
-        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "model": model,
-        "batch": {
-            "per_device": args.batch_size,
-            "all_devices": args.batch_size,
-            "accumulate_grad_batches": accumulation,
-            "source": "manual",
-        },
-        "hardware": {"accelerator": "meta", "devices": 1, "nodes": 1, "world_size": 1},
-        "timing": {"step_time_s": {"p50": 0.0}},
-        "ops": capture.table,
-        "software": software_versions(),
-        "notes": [TIME_NOTE],
-    }
-    from predictor.documents.profile import profile_from_dict
-    from predictor.documents.schema import to_dict
-
-    profile = profile_from_dict(_drop_none(to_dict(data)))
-    if args.out == "-":
-        print(json.dumps(profile.to_dict(), indent=2))
-        return 0
-    written = profile.save(args.out)
-    table = capture.table
-    print(
-        f"{model['name']}: {len(table.ops)} operator records ({sum(o.count for o in table.ops)} calls, "
-        f"{sum((table.skipped or {}).values())} views skipped), {model['parameters']:,} parameters, "
-        f"{(table.total_flops or 0) / 1e12:.3f} TFLOP per step, captured in {capture.seconds:.1f} s -> {written}",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def _drop_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_none(v) for v in value]
-    return value
+        return _image_batch(module, args.batch_size, args.image_size, args.model), f"--image-size {args.image_size}"
+    if args.batch is None:
+        return _token_batch(args.batch_size, args.seq_len), f"--seq-len {args.seq_len}"
+    make_batch = resolve(args.batch, "--batch")
+    if not callable(make_batch):
+        raise ConfigError(
+            f"--batch {args.batch!r} is {type(make_batch).__name__}, not a callable batch_size -> batch.",
+            parameter="--batch",
+            value=args.batch,
+        )
+    try:
+        with torch.device("meta"):
+            return make_batch(args.batch_size), args.batch
+    except Exception as exc:  # noqa: BLE001 - re-worded with the fix
+        raise ConfigError(
+            f"--batch {args.batch!r} failed when called with batch_size={args.batch_size}: "
+            f"{type(exc).__name__}: {exc}. It must take the batch size and build tensors with torch (it runs "
+            "under torch.device('meta'), so no data is loaded).",
+            parameter="--batch",
+            value=args.batch,
+        ) from None
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -1,16 +1,26 @@
-"""Build the profile from what every rank measured (framework-free; runs on rank 0)."""
+"""Build the profile: from what every rank measured (framework-free; runs on rank 0), or from a capture on the meta
+device (``srifty capture``: no time measured, the predictor predicts it from the operator table)."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_srifty.ddp.comm import CommSeries
 from lightning_srifty.profiling.recorder import StepSeries
 from lightning_srifty.profiling.sharded import ShardedSeries
 from predictor.documents.profile import PHASES, SCHEMA, Profile, profile_from_dict
 from predictor.model.stats import summarize
+
+if TYPE_CHECKING:
+    from lightning_srifty.profiling.capture import StepCapture
+
+CAPTURE_TIME_NOTE = (
+    "timing.step_time_s is not measured (0): this profile was captured on the meta device by srifty capture; "
+    "the predictor predicts the step time from the operator table (ops)."
+)
 
 
 @dataclass
@@ -171,6 +181,31 @@ def _rank_entry(payload: RankPayload) -> dict[str, Any]:
         "hostname": payload.hostname,
         "peak_memory_bytes": mem.get("peak_allocated_bytes", mem.get("peak_rss_bytes")),
     }
+
+
+def capture_profile(capture: StepCapture, *, name: str, batch_size: int, accumulation: int) -> Profile:
+    """The profile of a step captured on the meta device: the capture's model section and operator table, one
+    device, ``batch_size`` samples a device (the batch's source "manual"), and a step time of 0 (not measured)."""
+    from lightning_srifty.profiling.hardware import software_versions
+
+    model = {**capture.model_section(), "name": name}
+    data = {
+        "schema": SCHEMA,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": model,
+        "batch": {
+            "per_device": batch_size,
+            "all_devices": batch_size,
+            "accumulate_grad_batches": accumulation,
+            "source": "manual",
+        },
+        "hardware": {"accelerator": "meta", "devices": 1, "nodes": 1, "world_size": 1},
+        "timing": {"step_time_s": {"p50": 0.0}},
+        "ops": capture.table,
+        "software": software_versions(),
+        "notes": [CAPTURE_TIME_NOTE],
+    }
+    return profile_from_dict(_drop_none(data))
 
 
 def _drop_none(value: Any) -> Any:

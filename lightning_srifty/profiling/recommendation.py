@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, SriftyError
@@ -57,6 +58,52 @@ def check_constraints(owner: str, given: Constraints | Mapping[str, Any] | None)
 
 def has_work(constraints: Constraints) -> bool:
     return any(getattr(constraints, name) is not None for name in ("steps", "samples", "epochs"))
+
+
+def lightning_default_length(trainer: pl.Trainer) -> bool:
+    """The Trainer runs Lightning's default length: 1000 epochs when neither max_epochs nor max_steps is given."""
+    return trainer.max_epochs == 1000 and (trainer.max_steps is None or trainer.max_steps < 0)
+
+
+def recommend_for_run(
+    profile: Profile,
+    constraints: Constraints,
+    trainer: pl.Trainer,
+    *,
+    service: Any,
+    post: bool,
+    plan_path: Any,
+    report_path: Any,
+) -> Any:
+    """Rank fleets for the whole run with :func:`predictor.recommend.recommend` (what ``srifty recommend`` runs),
+    the work defaulting to the Trainer's length; with ``service`` and ``post``, the profile is posted there first as
+    an observation. Never raises: None (and why, said) when there is no recommendation."""
+    try:
+        work = with_work(constraints, trainer)
+        if work is None:
+            rank_zero_info(
+                "SriftyCallback: the run's length is unknown (no max_steps or max_epochs): pass "
+                "constraints=Constraints(steps=...) to get a recommendation."
+            )
+            return None
+        if work is not constraints and lightning_default_length(trainer):
+            rank_zero_warn(
+                "SriftyCallback: the recommendation prices 1000 epochs, Lightning's default when the Trainer has "
+                "neither max_epochs nor max_steps; pass Trainer(max_epochs=...) or "
+                "SriftyCallback(constraints=Constraints(steps=...)) for the run you mean."
+            )
+        from predictor.recommend import recommend
+
+        if service is not None and post:
+            post_observation(service, profile)
+        return recommend(profile, work, service=service, plan_path=plan_path, report_path=report_path)
+    except SriftyError as exc:
+        rank_zero_warn(f"SriftyCallback: no fleet recommendation: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the predictor must never stop training
+        log.error(
+            "SriftyCallback: the fleet recommendation failed (%s: %s); training continues.", type(exc).__name__, exc
+        )
+    return None
 
 
 def planned_steps(trainer: pl.Trainer) -> int | None:
