@@ -471,7 +471,7 @@ def service_probes(work: Path, docs: dict[str, Path]) -> list[dict[str, Any]]:
 CHECKPOINT_PROBE = r"""
 import json, os, sys, torch, hashlib, shutil
 from lightning_srifty.migrate.checkpoints import find_checkpoint, vet_checkpoint
-from lightning_srifty.protocol import filesystem
+from lightning_srifty.store import filesystem
 folder, kind = sys.argv[1], sys.argv[2]
 os.makedirs(folder, exist_ok=True)
 path = os.path.join(folder, "step=10.ckpt")

@@ -282,8 +282,8 @@ def test_ranks_fetching_one_remote_directory_at_once_all_get_the_sound_copy(
     import fsspec
     import torch.distributed.checkpoint as dcp
 
-    from lightning_srifty import protocol
     from lightning_srifty.migrate.checkpoints import local_checkpoint, sha256_of, write_manifest
+    from lightning_srifty.store import filesystem
 
     aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     for name, value in {**aws, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_EC2_METADATA_DISABLED": "true"}.items():
@@ -292,7 +292,7 @@ def test_ranks_fetching_one_remote_directory_at_once_all_get_the_sound_copy(
     saved = tmp_path / "saved"
     dcp.save({"w": torch.arange(4096.0), "b": torch.ones(64)}, checkpoint_id=str(saved), no_dist=True)
     remote = "s3://ckpts/run/preempt-step=5.ckpt"
-    store, local = protocol.filesystem(remote), fsspec.filesystem("file")
+    store, local = filesystem(remote), fsspec.filesystem("file")
     digests = {}
     for f in sorted(saved.iterdir()):
         store.pipe(f"{remote}/{f.name}", f.read_bytes())
@@ -325,15 +325,15 @@ def test_a_manifest_naming_a_path_outside_the_folder_is_never_downloaded(tmp_pat
     pytest.importorskip("s3fs")
     import boto3
 
-    from lightning_srifty import protocol
     from lightning_srifty.migrate.checkpoints import local_checkpoint, write_manifest
+    from lightning_srifty.store import filesystem
     from predictor.exceptions import MigrationError
 
     aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     for name, value in {**aws, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_EC2_METADATA_DISABLED": "true"}.items():
         monkeypatch.setenv(name, value)
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
-    store = protocol.filesystem("s3://ckpts/run")
+    store = filesystem("s3://ckpts/run")
     for evil in ("../../escaped.txt", "not-listed.distcp"):
         remote = f"s3://ckpts/run/{evil.split('.')[0].strip('/') or 'x'}-step=5.ckpt"
         store.pipe(f"{remote}/.metadata", b"x")
@@ -352,7 +352,7 @@ def _sharded_checkpoint(folder) -> dict[str, str]:
     import torch.distributed.checkpoint as dcp
 
     from lightning_srifty.migrate.checkpoints import sha256_of
-    from lightning_srifty.protocol import filesystem
+    from lightning_srifty.store import filesystem
 
     # no process group: torch saves as one rank, and says so in a UserWarning it gives once per process (whether this
     # test sees it depends on which test of the worker saved first: not asserted)
@@ -377,8 +377,8 @@ def test_a_checkpoint_without_its_manifest_never_resumes_under_a_launch(tmp_path
     pytest.importorskip("s3fs")
     import boto3
 
-    from lightning_srifty import protocol
     from lightning_srifty.migrate.checkpoints import resume_checkpoint, write_manifest
+    from lightning_srifty.store import filesystem, require_manifest
 
     aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     for name, value in {**aws, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_EC2_METADATA_DISABLED": "true"}.items():
@@ -387,7 +387,7 @@ def test_a_checkpoint_without_its_manifest_never_resumes_under_a_launch(tmp_path
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
     local = tmp_path / "saved" / "preempt-step=5.ckpt"
     digests = _sharded_checkpoint(local)
-    store = protocol.filesystem("s3://ckpts/run")
+    store = filesystem("s3://ckpts/run")
     remote = "s3://ckpts/run/preempt-step=5.ckpt"
     store.put(str(local), remote, recursive=True)
     write_manifest(store, remote, digests)
@@ -405,10 +405,10 @@ def test_a_checkpoint_without_its_manifest_never_resumes_under_a_launch(tmp_path
     with pytest.raises(MigrationError, match=r"has no manifest \(preempt-step=5\.ckpt\.sha256\)"):
         resume(remote)
     with pytest.raises(MigrationError, match="has no manifest"):
-        protocol.require_manifest(remote)  # the launcher, before it starts the next fleet with it
+        require_manifest(remote)  # the launcher, before it starts the next fleet with it
 
     # the local provisioner's checkpoints: the same rule, and the manifest is checked, not only looked for
-    write_manifest(protocol.filesystem(str(local)), str(local), digests)
+    write_manifest(filesystem(str(local)), str(local), digests)
     assert resume(str(local)) == str(local)
     _flip_a_shard(lambda p: (local / p).read_bytes(), lambda p, b: (local / p).write_bytes(b), shard)
     with pytest.raises(MigrationError, match=f"its file {shard} .*differs from the sha256 recorded"):

@@ -16,6 +16,7 @@ import pytest
 
 from _support import Recorder
 from lightning_srifty import protocol as markers
+from lightning_srifty import store
 from lightning_srifty.protocol import (
     Failed,
     Finished,
@@ -109,7 +110,7 @@ def test_a_voluntary_move_has_the_new_fleet_up_before_the_job_is_told_to_leave(p
             launch_id=LID, why="price", reason="cheaper", to_fleet=other.entries[0].fleet, plan=other.to_dict()
         )
         write_record(ckpt, request)
-        _until(lambda: markers.exists(ckpt, markers.LEAVE))
+        _until(lambda: store.exists(ckpt, markers.LEAVE))
         assert markers.read_record(ckpt, Leave, LID).to_fleet == other.entries[0].fleet
         assert rec.calls[-1] == ("up", "f-2")  # up, and nothing released or started yet
         write_record(ckpt, Preempted(launch_id=LID, step=11, checkpoint="c11", why="price", move=True))
@@ -146,12 +147,12 @@ def test_a_request_beyond_max_migrations_is_declined_and_the_job_trains_on(plan,
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
         write_record(ckpt, MoveRequest(launch_id=LID, why="drift", to_fleet="x", plan=plan.to_dict()))
-        _until(lambda: not markers.exists(ckpt, markers.MOVE_REQUEST))
+        _until(lambda: not store.exists(ckpt, markers.MOVE_REQUEST))
         write_record(ckpt, Finished(launch_id=LID, step=20))
 
     rec, result = _run(plan, tmp_path, job, max_migrations=0)
     assert result["moves"] == [] and ("up", "f-2") not in rec.calls
-    assert not markers.exists(str(tmp_path / "ckpt"), markers.LEAVE)
+    assert not store.exists(str(tmp_path / "ckpt"), markers.LEAVE)
     # the job is told, so that its triggers stop waiting for a LEAVE that will not come (and stop asking)
     answer = markers.read_record(str(tmp_path / "ckpt"), MoveDeclined, LID)
     assert answer is not None and answer.to_fleet == "x" and answer.again is False
@@ -164,12 +165,12 @@ def test_a_move_whose_fleet_cannot_be_brought_up_is_declined_and_the_job_trains_
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
         write_record(ckpt, MoveRequest(launch_id=LID, why="drift", reason="slower", to_fleet="x", plan=plan.to_dict()))
-        _until(lambda: ("failed", "f-2") in rec.calls and not markers.exists(ckpt, markers.MOVE_REQUEST))
+        _until(lambda: ("failed", "f-2") in rec.calls and not store.exists(ckpt, markers.MOVE_REQUEST))
         write_record(ckpt, Finished(launch_id=LID, step=20))
 
     rec, result = _run(plan, tmp_path, job, recorder=Recorder(fail_up=frozenset({"f-2"})))
     assert "error" not in result, result.get("error")
-    assert result["moves"] == [] and not markers.exists(str(tmp_path / "ckpt"), markers.LEAVE)
+    assert result["moves"] == [] and not store.exists(str(tmp_path / "ckpt"), markers.LEAVE)
     answer = markers.read_record(str(tmp_path / "ckpt"), MoveDeclined, LID)
     assert answer is not None and answer.again is True and "terraform apply failed" in answer.reason
     assert rec.calls == [("up", "f-1"), ("start", "f-1"), ("failed", "f-2"), ("stop", "f-1"), ("down", "f-1")]
@@ -223,13 +224,12 @@ def test_the_aws_endpoint_reaches_every_client_of_the_launcher(plan, tmp_path, m
 
     import boto3
 
-    from lightning_srifty import protocol
     from lightning_srifty.cli import main
 
     seen: dict = {}
 
     def fake_launch(plan, script, **kwargs):
-        seen["records"] = protocol.filesystem("s3://bucket/runs/a").storage_options.get("endpoint_url")
+        seen["records"] = store.filesystem("s3://bucket/runs/a").storage_options.get("endpoint_url")
         seen["boto3"] = boto3.client("ec2", region_name="us-east-1").meta.endpoint_url
         return []
 
@@ -429,7 +429,7 @@ def test_records_of_another_launch_are_ignored_and_an_earlier_launchs_handovers_
 
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
-        assert not markers.exists(ckpt, markers.handover("f-1"))  # never boot a fleet from another launch's
+        assert not store.exists(ckpt, markers.handover("f-1"))  # never boot a fleet from another launch's
         write_record(ckpt, Finished(launch_id="OLD", step=99))  # e.g. an old job still ending
         _until(lambda: _warned(caught, "FINISHED.json belongs to launch OLD"))  # the launcher read it...
         assert ("down", "f-1") not in rec.calls  # ...and did not take it for this launch's end
@@ -468,7 +468,7 @@ def test_the_heartbeat_is_refreshed_with_the_fleets_life_cap_and_removed_at_the_
     env = rec.envs["f-1"]
     assert float(env["SRIFTY_MAX_LIFE_UNTIL_UNIX"]) == pytest.approx(beats[0].max_life_until_unix, abs=0.01)
     assert env["SRIFTY_HEARTBEAT_MAX_AGE_S"] == "0.500" and env["SRIFTY_LAUNCH_ID"] == LID
-    assert not markers.exists(str(tmp_path / "ckpt"), markers.HEARTBEAT)  # this launch is over
+    assert not store.exists(str(tmp_path / "ckpt"), markers.HEARTBEAT)  # this launch is over
 
 
 def test_max_life_h_overrides_the_cap_and_a_job_that_left_on_it_ends_the_launch_clearly(plan, tmp_path) -> None:
@@ -504,7 +504,7 @@ def test_a_signal_releases_every_fleet_brought_up_and_ends_with_its_exit_code(pl
     def job() -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
         write_record(ckpt, MoveRequest(launch_id=LID, why="drift", to_fleet="x", plan={**other, "chosen": 1}))
-        _until(lambda: markers.exists(ckpt, markers.LEAVE))
+        _until(lambda: store.exists(ckpt, markers.LEAVE))
         os.kill(os.getpid(), signum)
 
     previous = signal.getsignal(signum)

@@ -115,14 +115,15 @@ CONTRACTS: dict[str, dict[str, set[str]]] = {
         "_version": set(),
         "console": set(),
         "imds": set(),
-        "protocol": set(),
+        "store": set(),
+        "protocol": {"store"},
         "timing": set(),
-        "ddp": {"protocol", "timing"},  # the profile's one clock is shared through timing
+        "ddp": {"protocol", "store", "timing"},  # the profile's one clock is shared through timing
         "profiling": {"_version", "console", "ddp", "imds", "protocol", "timing"},
-        "migrate": {"ddp", "imds", "profiling", "protocol"},  # never the reverse: no circle
+        "migrate": {"ddp", "imds", "profiling", "protocol", "store"},  # never the reverse: no circle
         "demo": {"profiling"},
-        "provision": {"console", "protocol"},
-        "cli": {"_version", "console", "demo", "migrate", "profiling", "protocol", "provision"},
+        "provision": {"console", "protocol", "store"},
+        "cli": {"_version", "console", "demo", "migrate", "profiling", "protocol", "provision", "store"},
     },
     "lightning_srifty.provision": {
         "base": set(),

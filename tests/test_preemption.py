@@ -307,6 +307,7 @@ def test_periodic_checkpoints_at_the_plans_interval_keep_the_newest(tmp_path, ca
 
 def test_a_run_that_raises_leaves_a_failed_marker_for_the_launcher(tmp_path) -> None:
     from lightning_srifty import protocol as markers
+    from lightning_srifty import store
 
     class Boom(pl.Callback):
         def on_train_batch_end(self, trainer, *args) -> None:
@@ -319,7 +320,7 @@ def test_a_run_that_raises_leaves_a_failed_marker_for_the_launcher(tmp_path) -> 
         )
     failed = markers.read_record(str(tmp_path), markers.Failed)
     assert (failed.step, failed.error, failed.launch_id) == (3, "RuntimeError: the loss is NaN", "")
-    assert markers.read(str(tmp_path), markers.FINISHED) is None
+    assert store.read(str(tmp_path), markers.FINISHED) is None
 
 
 class _Slow(pl.Callback):
@@ -591,7 +592,7 @@ def test_periodic_checkpoints_on_s3_are_saved_locally_then_digest_then_one_uploa
     pytest.importorskip("s3fs")
     import boto3
 
-    from lightning_srifty.protocol import filesystem
+    from lightning_srifty.store import filesystem
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
     s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
@@ -691,7 +692,7 @@ def test_an_emptied_or_malformed_digest_is_no_record(tmp_path, content) -> None:
         sha256_of,
         write_digest,
     )
-    from lightning_srifty.protocol import filesystem
+    from lightning_srifty.store import filesystem
     from predictor.exceptions import MigrationError
 
     folder = tmp_path / "ckpts"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_srifty import protocol
+from lightning_srifty import protocol, store
 from lightning_srifty.protocol import (
     PROTOCOL,
     Handover,
@@ -189,8 +189,8 @@ def test_the_s3_filesystem_follows_the_endpoint_of_the_moment(monkeypatch, tmp_p
         with moto_server() as endpoint:
             monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
             boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
-            protocol.filesystem("s3://ckpts/run").pipe_file(f"ckpts/run/{run}.txt", run.encode())
-            seen.append(sorted(p.rsplit("/", 1)[-1] for p in protocol.filesystem("s3://ckpts/run").ls("ckpts/run")))
+            store.filesystem("s3://ckpts/run").pipe_file(f"ckpts/run/{run}.txt", run.encode())
+            seen.append(sorted(p.rsplit("/", 1)[-1] for p in store.filesystem("s3://ckpts/run").ls("ckpts/run")))
             # the checkpoint code asks the server of the moment too (a file, not a directory: nothing to download)
             assert local_checkpoint(f"s3://ckpts/run/{run}.txt", str(tmp_path)) == f"s3://ckpts/run/{run}.txt"
     assert seen == [["first.txt"], ["second.txt"]]  # each server's own bucket, never the dead one's port
@@ -209,7 +209,7 @@ def test_records_and_digests_on_s3_are_one_put_of_their_final_key(monkeypatch) -
         monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         s3.create_bucket(Bucket="runs")
-        fs = protocol.filesystem("s3://runs/job")
+        fs = store.filesystem("s3://runs/job")
         calls: list[str] = []
         for method in ("open", "mv", "copy", "pipe_file"):
             original = getattr(fs, method)

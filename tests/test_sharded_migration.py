@@ -18,7 +18,7 @@ from _support import SCRIPTS
 from _support import params_by_step as _params
 from _support import seen_samples as _seen
 from conftest import moto_server
-from lightning_srifty import protocol
+from lightning_srifty import store
 from lightning_srifty.migrate.checkpoints import (
     DIGEST_SUFFIX,
     consolidate,
@@ -118,7 +118,7 @@ def test_a_sharded_run_resumes_on_another_world_size_exactly(moved, leg) -> None
 
 def test_checkpoints_on_s3_are_published_with_a_manifest_and_pruned(moved) -> None:
 
-    fs = protocol.filesystem(URL)  # the endpoint of the moment (fsspec caches by options)
+    fs = store.filesystem(URL)  # the endpoint of the moment (fsspec caches by options)
     names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(URL))
     # every step took a periodic checkpoint (every_s=0), keep=2 of them; the leaving one at step 5; no .partial
     assert names == [
@@ -224,7 +224,7 @@ def test_a_remote_directory_that_does_not_match_its_manifest_is_not_downloaded_a
 
     from predictor.exceptions import MigrationError
 
-    fs = protocol.filesystem(URL)  # the endpoint of the moment (fsspec caches by options)
+    fs = store.filesystem(URL)  # the endpoint of the moment (fsspec caches by options)
     broken = f"{URL}-broken/preempt-step=5.ckpt"
     fs.copy(f"{URL}/preempt-step=5.ckpt", broken, recursive=True)
     fs.copy(f"{URL}/preempt-step=5.ckpt.sha256", broken + DIGEST_SUFFIX)

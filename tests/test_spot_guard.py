@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from _support import Recorder
-from lightning_srifty import protocol
+from lightning_srifty import protocol, store
 from lightning_srifty.protocol import Finished, Leave, Preempted, write_record
 from lightning_srifty.provision.launcher.launch import launch
 from lightning_srifty.provision.launcher.spot_guard import SpotGuard, on_demand_fleet, policy_for
@@ -263,7 +263,7 @@ def test_a_spot_notice_waits_for_spot_then_the_hard_rule_starts_the_same_fleet_o
     assert rec.calls.index(("down", "f-1")) < rec.calls.index(("up", od))  # waited with no fleet
     assert sum(1 for c in rec.calls if c[0] == "refused") >= 2  # spot tried at once and at each check
     assert rec.envs[od]["SRIFTY_RESUME"] == "c0" and rec.envs[od]["SRIFTY_FLEET"] == plan.entries[0].fleet
-    od_plan = protocol.read(str(tmp_path / "ckpt"), rec.envs[od]["SRIFTY_PLAN"].rsplit("/ckpt/", 1)[1])
+    od_plan = store.read(str(tmp_path / "ckpt"), rec.envs[od]["SRIFTY_PLAN"].rsplit("/ckpt/", 1)[1])
     assert od_plan["entries"][int(rec.envs[od]["SRIFTY_CHOICE"])]["market"] == "on-demand"
     # the deadline keeps counting from the launch's start on the on-demand fleet's plan too
     assert rec.envs[od]["SRIFTY_PLAN_STARTED_UNIX"] == rec.envs["f-1"]["SRIFTY_PLAN_STARTED_UNIX"]
@@ -280,7 +280,7 @@ def test_as_the_deadline_nears_a_spot_fleet_is_moved_to_on_demand_up_first(spot_
     rec = Recorder()
 
     def job(ckpt, rec) -> None:
-        _until(lambda: protocol.exists(ckpt, protocol.LEAVE))
+        _until(lambda: store.exists(ckpt, protocol.LEAVE))
         assert rec.calls == [("up", "f-1"), ("start", "f-1"), ("up", "f-2")]  # up, nothing started or released
         assert protocol.read_record(ckpt, Leave, LID).to_fleet == plan.entries[0].fleet
         write_record(ckpt, Preempted(launch_id=LID, step=0, checkpoint="c0", why="left", trigger="leave", move=True))

@@ -454,6 +454,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     from _support import boot_script, moto_network
     from _support import drift_plan as _plan
     from lightning_srifty import protocol as markers
+    from lightning_srifty import store
     from lightning_srifty.provision.launcher.launch import launch
     from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
 
@@ -508,7 +509,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    first = wait_for(lambda: markers.read(uri, markers.handover("mig-1")))
+    first = wait_for(lambda: store.read(uri, markers.handover("mig-1")))
     assert first["env"]["SRIFTY_RESUME"] == "" and first["env"]["SRIFTY_BATCH_SIZES"] == "8"
     assert first["env"]["SRIFTY_CHECKPOINT_URI"] == uri and first["env"]["SRIFTY_FLEET"] == plan.entries[0].fleet
     assert first["protocol"] == markers.PROTOCOL and first["launch_id"] == first["env"]["SRIFTY_LAUNCH_ID"] == "T1"
@@ -519,7 +520,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
         launch_id="T1", why="drift", reason="test", to_fleet=moved.entries[0].fleet, plan=moved.to_dict()
     )
     markers.write_record(uri, request)
-    wait_for(lambda: markers.exists(uri, markers.LEAVE))
+    wait_for(lambda: store.exists(uri, markers.LEAVE))
     assert len(groups("mig-1")) == 1 and len(groups("mig-2")) == 1  # the new fleet is up, the old one still stands
     (group,) = groups("mig-2")
     template = group["MixedInstancesPolicy"]["LaunchTemplate"]["LaunchTemplateSpecification"]["LaunchTemplateId"]
@@ -538,7 +539,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
         launch_id="T1", step=120, checkpoint=f"{uri}/move-step=120.ckpt", why="drift: test", move=True
     )
     markers.write_record(uri, left)
-    second = wait_for(lambda: markers.read(uri, markers.handover("mig-2")))
+    second = wait_for(lambda: store.read(uri, markers.handover("mig-2")))
     assert second["env"]["SRIFTY_RESUME"] == f"{uri}/move-step=120.ckpt"
     assert second["env"]["SRIFTY_FLEET"] == moved.entries[0].fleet and second["env"]["SRIFTY_PLAN"].startswith(uri)
     wait_for(lambda: not groups("mig-1"))  # the old fleet goes once the new one has its job

@@ -14,6 +14,7 @@ import pytest
 from _support import MINIMAL
 from helpers import TinyModel, loader, trainer
 from lightning_srifty import protocol as markers
+from lightning_srifty import store
 from lightning_srifty.migrate.preemption import SpotPreemption
 from lightning_srifty.migrate.triggers import MigrationTriggers
 from predictor.catalog.catalog import Catalog, CatalogInfo
@@ -89,7 +90,7 @@ def test_unchanged_prices_and_speed_within_the_threshold_do_nothing(tmp_path, se
     same = Catalog({it.name: it for it in catalog}, catalog.gpus, info)
     triggers, _, t = _run(tmp_path, setting, lambda: same)
     assert triggers.decisions == [] and triggers.requested is None
-    assert markers.read(str(tmp_path), markers.MOVE_REQUEST) is None and t.global_step == 30
+    assert store.read(str(tmp_path), markers.MOVE_REQUEST) is None and t.global_step == 30
 
 
 def test_setup_errors_name_the_fix(tmp_path, setting, monkeypatch) -> None:

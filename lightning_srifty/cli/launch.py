@@ -171,7 +171,7 @@ def _vet_resume(path: str) -> None:
         ConfigError: it is missing or not sound (named, with why and the fix).
     """
     from lightning_srifty.migrate.checkpoints import vet_checkpoint
-    from lightning_srifty.protocol import filesystem
+    from lightning_srifty.store import filesystem
     from predictor.exceptions import ConfigError
 
     fs = filesystem(path)

@@ -204,12 +204,12 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
 
 def _planned_model(launch: LaunchEnv) -> str | None:
     """The model the launch's plan was made for (its ``model``), or None when the plan cannot be read here."""
-    from lightning_srifty import protocol
+    from lightning_srifty import store
 
     try:
         if "://" in launch.plan:
             folder, _, name = launch.plan.rpartition("/")
-            data = protocol.read(folder, name)
+            data = store.read(folder, name)
         else:
             data = json.loads(Path(launch.plan).read_text()) if launch.plan else None
     except Exception:  # noqa: BLE001 - a comparison, never a failure

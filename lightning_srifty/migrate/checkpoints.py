@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
-from lightning_srifty.protocol import DIGEST_SUFFIX, filesystem, no_manifest, put_text
+from lightning_srifty.store import DIGEST_SUFFIX, filesystem, no_manifest, put_text
 
 log = logging.getLogger("lightning_srifty")
 
@@ -71,7 +71,7 @@ def sha256_of(fs: Any, path: str, chunk: int = 8 << 20) -> str:
 
 
 def write_digest(fs: Any, checkpoint: str, hexdigest: str) -> None:
-    """Write ``<checkpoint>.sha256`` for a file checkpoint, atomically (:func:`~lightning_srifty.protocol.put_text`)."""
+    """Write ``<checkpoint>.sha256`` for a file checkpoint, atomically (:func:`~lightning_srifty.store.put_text`)."""
     write_manifest(fs, checkpoint, {"": hexdigest})
 
 

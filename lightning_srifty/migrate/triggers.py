@@ -36,6 +36,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from lightning_srifty import protocol as markers
+from lightning_srifty import store
 from lightning_srifty.protocol import LaunchEnv, Leave, MoveDeclined, MoveRequest
 from predictor.documents.plan import load_plan
 from predictor.exceptions import ConfigError
@@ -205,7 +206,7 @@ class MigrationTriggers(Callback):
         entry = self.plan.entries[self.current]
         off = drift(measured, entry.throughput_samples_s)
         catalog = self.catalog_loader() if self.catalog_loader else Catalog.load()
-        known = markers.read(self.dirpath, markers.CALIBRATION) or {}
+        known = store.read(self.dirpath, markers.CALIBRATION) or {}
         why = self._why_replan(off, catalog)
         if why is None:
             log.info(
@@ -239,7 +240,7 @@ class MigrationTriggers(Callback):
         self.decisions.append(decision)
         if decision.plan is not None and decision.plan.calibration:
             factors = {c.gpu: c.factor for c in decision.plan.calibration}
-            markers.write(self.dirpath, markers.CALIBRATION, {**known, **factors})
+            store.write(self.dirpath, markers.CALIBRATION, {**known, **factors})
         log.warning("MigrationTriggers (%s, %+.0f%% of the prediction): %s", why, 100 * off, decision.reason)
         if not decision.move or decision.plan is None or decision.target is None:
             return
@@ -312,10 +313,10 @@ class MigrationTriggers(Callback):
             # a callback that says it profiles the run (SriftyCallback does): no import of profiling's callback here
             if getattr(type(cb), "PROVIDES_PROFILE", False) and getattr(cb, "profile", None) is not None:
                 self.profile = cb.profile
-                if not markers.exists(self.dirpath, markers.PROFILE):  # for the next fleet's run
-                    markers.write(self.dirpath, markers.PROFILE, self.profile.to_dict())
+                if not store.exists(self.dirpath, markers.PROFILE):  # for the next fleet's run
+                    store.write(self.dirpath, markers.PROFILE, self.profile.to_dict())
                 return self.profile
-        kept = markers.read(self.dirpath, markers.PROFILE)
+        kept = store.read(self.dirpath, markers.PROFILE)
         if kept is not None:
             self.profile = load_profile(kept)
         return self.profile
@@ -359,7 +360,7 @@ def _launched_plan(plan: Any, launch: LaunchEnv | None) -> Any:
         )
     if isinstance(plan, str) and "://" in plan:  # the launcher keeps plans beside the checkpoints (s3://...)
         folder, _, name = plan.rpartition("/")
-        found = markers.read(folder, name)
+        found = store.read(folder, name)
         if found is None:
             raise ConfigError(
                 f"The plan {plan} does not exist (${markers.VARIABLES['plan']} is set by srifty launch; check the "

@@ -24,7 +24,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lightning_srifty import protocol
+from lightning_srifty import protocol, store
 from lightning_srifty.migrate.checkpoints import (
     DIGEST_SUFFIX,
     owned_files,
@@ -35,7 +35,7 @@ from lightning_srifty.migrate.checkpoints import (
     write_manifest,
     writes_directory,
 )
-from lightning_srifty.protocol import filesystem
+from lightning_srifty.store import filesystem
 from predictor.exceptions import ConfigError
 
 log = logging.getLogger("lightning_srifty")
@@ -193,7 +193,7 @@ class CheckpointWriter:
                 fs = filesystem(final)
                 write_digest(fs, final, digest)  # first: the checkpoint is never visible without it
                 try:
-                    protocol.put_file(fs, local, final)
+                    store.put_file(fs, local, final)
                 except BaseException:
                     # best effort: a digest left without its checkpoint would fail an older one of the same name
                     with contextlib.suppress(Exception):

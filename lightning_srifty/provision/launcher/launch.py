@@ -37,7 +37,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty import protocol
+from lightning_srifty import protocol, store
 from lightning_srifty.protocol import (
     Failed,
     Finished,
@@ -241,8 +241,8 @@ def _take_the_folder(ckpt: str, launch_id: str) -> None:
     """Make the checkpoint folder this launch's: refused while another launch is live there; an earlier launch's
     handovers (never boot from them) and records (they would read as this launch's news) are cleared."""
     refuse_a_live_launch(ckpt, launch_id)
-    old = [n for n in protocol.present(ckpt) if n.startswith("HANDOVER-")]
-    protocol.clear(ckpt, *old)
+    old = [n for n in store.present(ckpt) if n.startswith("HANDOVER-")]
+    store.clear(ckpt, *old)
     protocol.clear_records(ckpt, Preempted, Finished, Failed, MoveRequest, MoveDeclined, Leave, Started, Progress)
 
 
@@ -372,7 +372,7 @@ class Launcher:
     def _poll(self) -> _Poll:
         """The fleet's exit status and one listing of the records."""
         code = self.provisioner.poll(self.fleet)
-        return _Poll(code, protocol.present(self.settings.ckpt), self.settings.ckpt, self.settings.launch_id)
+        return _Poll(code, store.present(self.settings.ckpt), self.settings.ckpt, self.settings.launch_id)
 
     def _answer(self, poll: _Poll) -> bool:
         """Answer one poll; True once the job finished. In order: a move's new leg stepping is measured; a silent
@@ -530,7 +530,7 @@ class Launcher:
             )
             resume = ""
         if resume:
-            protocol.require_manifest(resume)
+            store.require_manifest(resume)
         return resume
 
     def _on_notice(self, leaving: _Leaving) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_srifty import protocol
+from lightning_srifty import store
 from lightning_srifty.protocol import LaunchEnv, entry_strategy
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.documents.plan import Plan, PlanEntry
@@ -272,7 +272,7 @@ class Legs:
 
     def keep_plan(self, plan: Plan, started_unix: float | None = None) -> str:
         """Write ``plan`` where the job reads it and note when the run began working to it (default: now)."""
-        uri = protocol.write(self.run.ckpt, f"plans/plan-{len(self.plan_started) + 1}.json", plan.to_dict())
+        uri = store.write(self.run.ckpt, f"plans/plan-{len(self.plan_started) + 1}.json", plan.to_dict())
         self.plan_started[uri] = time.time() if started_unix is None else started_unix
         return uri
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from lightning_srifty import protocol
+from lightning_srifty import protocol, store
 from lightning_srifty.protocol import Heartbeat
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.exceptions import MigrationError
@@ -122,5 +122,5 @@ def refuse_a_live_launch(ckpt: str, launch_id: str) -> None:
         raise MigrationError(
             f"Another srifty launch ({other.launch_id}) is live in {ckpt}: its heartbeat was written "
             f"{other.age_s():.0f} s ago. Give this run another checkpoint folder, or stop that launch; if it was "
-            f"killed, its jobs leave by {until:%H:%M:%S} UTC and then delete {protocol.path(ckpt, protocol.HEARTBEAT)}."
+            f"killed, its jobs leave by {until:%H:%M:%S} UTC and then delete {store.path(ckpt, protocol.HEARTBEAT)}."
         )
