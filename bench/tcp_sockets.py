@@ -5,9 +5,9 @@ and the width of the regime's interval (issue #38 item 3).
 
 Data: ``bench/data/nccl_tcp_busbw.csv`` (NVIDIA/nccl#209: all_reduce_perf over TCP on 32 GbE, 1 and 8 GPUs per node,
 2 and 4 nodes, three runs each, messages of 32-128 MiB). For each row the model's bus bandwidth of a large all-reduce
-(``predictor.model.network.network_phase_s`` at the model's TCP efficiency, the ring's latency over the row's smallest
-message added) is compared with the measured one, in the hierarchical form the model used for every network until
-2026-11-29 and in the flat-ring form it now uses for sockets. ``--write`` stores the width that holds 80 % of the
+(``predictor.model.collectives.network_phase_s`` at the model's TCP efficiency, the ring's latency over the row's
+smallest message added) is compared with the measured one, in the hierarchical form the model used for every network
+until 2026-11-29 and in the flat-ring form it now uses for sockets. ``--write`` stores the width that holds 80 % of the
 flat-ring form's log residuals as ``net-sockets`` in ``predictor/data/model_v3.json``: the relative sd of a socket
 network's bus bandwidth, which the prediction of a multi-node fleet over sockets carries in proportion to its exposed
 communication (``fleets._model_sd``). It is calibrated here and nowhere scored here: the regime it is for (training
@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor.model.network import DEFAULT_NETWORK, allreduce_latency, network_phase_s  # noqa: E402
+from predictor.model.collectives import allreduce_latency, network_phase_s  # noqa: E402
+from predictor.model.network import DEFAULT_NETWORK  # noqa: E402
 from predictor.validation import calibrated_sd  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "nccl_tcp_busbw.csv"

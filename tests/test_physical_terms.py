@@ -11,13 +11,8 @@ import pytest
 from _support import MINIMAL
 from predictor.documents.profile import load_profile
 from predictor.model.basis import grad_bytes
-from predictor.model.network import (
-    TREE_NET_HOP,
-    allreduce_latency,
-    allreduce_time,
-    inter_node_link,
-    intra_node_link,
-)
+from predictor.model.collectives import TREE_NET_HOP, allreduce_latency
+from predictor.model.network import allreduce_time, inter_node_link, intra_node_link
 from predictor.model.predict import predict
 from predictor.model.scaling import DDP_GRAD_PASSES, NCCL_MAX_CHANNELS, SIGMA_MAX, ScalingModel, contention_bound
 

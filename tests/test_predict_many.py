@@ -106,7 +106,8 @@ def test_calibration_scales_compute_of_that_gpu_only(catalog) -> None:
 def test_a_mix_never_uses_the_link_measured_on_one_type(catalog) -> None:
     """Regression: the group count was a numpy OR (``row_sum(cnt > 0) == 1``), so every mix counted as one group and
     a mix containing the profiled type used the inter-node link measured on that type alone."""
-    from predictor.model.network import allreduce_latency, inter_node_link, intra_node_link
+    from predictor.model.collectives import allreduce_latency
+    from predictor.model.network import inter_node_link, intra_node_link
 
     data = copy.deepcopy(MINIMAL)
     data["hardware"] = {"gpu": "V100-SXM2-16GB", "devices": 8, "nodes": 2, "instance_type": "p3.16xlarge"}

@@ -10,10 +10,10 @@ import copy
 import pytest
 
 from _support import MINIMAL
-from lightning_srifty.provision.launcher.launch import fleet_batches
 from predictor.documents.profile import load_profile
 from predictor.documents.work import Work
 from predictor.exceptions import NoFeasibleConfigError
+from predictor.model.batch import fleet_batches
 from predictor.model.predict import predict
 from predictor.ranking import Constraints, global_batch, rank
 from predictor.ranking.feasible import ARM64, OLD_FOR_TORCH2
@@ -181,8 +181,8 @@ def test_the_launcher_splits_a_batch_as_the_ranking_does(catalog) -> None:
     import glob
 
     from conftest import ROOT
-    from lightning_srifty.provision.launcher.legs import rank_batch_sizes
     from predictor.documents.plan import load_plan
+    from predictor.model.batch import rank_batch_sizes
 
     profile = _profile(batch__per_device=24)
     mixed = rank(profile, Constraints(steps=100, max_types=2, max_instances=4, top=20), catalog=catalog)

@@ -12,7 +12,8 @@ import pytest
 from _support import MINIMAL
 from predictor.catalog import Catalog
 from predictor.documents.profile import load_profile
-from predictor.model.network import allreduce_time, inter_node_link, network_phase_s
+from predictor.model.collectives import network_phase_s
+from predictor.model.network import allreduce_time, inter_node_link
 from predictor.model.predict import predict
 from predictor.model.uncertainty import Z80, model_error
 

@@ -25,6 +25,7 @@ from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import InstanceType
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
+from predictor.model.collectives import ALL_REDUCE, ring_latency
 from predictor.model.compute import compute_ratio, peak_tflops
 from predictor.model.correction import features, load_correction
 from predictor.model.layout import parse
@@ -284,7 +285,7 @@ def type_basis(
         step_floor_s=step_floor(profile, src, kind),
         input_per_sample_s=src.data_s / src.per_device_batch * cpu_ratio,
         intra_s=intra,
-        intra_lat_s=2 * (it.gpus - 1) * link.latency_s if link is not None else 0.0,
+        intra_lat_s=float(ring_latency(ALL_REDUCE, it.gpus, link.latency_s)) if link is not None else 0.0,
         intra_kind=link.kind if link is not None else "",
         intra_gbps=link.gbps if link is not None else math.inf,
         intra_latency_s=link.latency_s if link is not None else 0.0,

@@ -5,14 +5,21 @@ Every candidate fleet has up to K groups of equal GPUs. One optimizer step of ``
 splits ``E / a`` samples over the GPUs in proportion to their speed, in whole samples (largest remainders get the
 leftover ones, every GPU at least one). A GPU of group k then takes ``lo[k]`` samples per micro-step, or
 ``lo[k] + 1`` for ``plus[k]`` of the group's GPUs, and ``a`` times that per optimizer step. So the per-rank batches
-add up exactly to the global batch, and :func:`rank_batches` lists them for the launcher.
+add up exactly to the global batch, and :func:`rank_batches` lists them for the launcher: :func:`fleet_batches` is
+what ``srifty launch`` hands each fleet's job, the global batch (per optimizer step, always) kept from fleet to fleet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from predictor.exceptions import MigrationError
+
+if TYPE_CHECKING:
+    from predictor.documents.plan import PlanEntry
 
 
 def split_micro(
@@ -113,3 +120,45 @@ def assign_rank_batches(
     lo, plus, _ = split_micro(np.array([float(total)]), speed, gpus, np.ones_like(gpus, dtype=bool))
     taken = {k: iter(rank_batches(lo[0, j], plus[0, j], counts[k])) for j, k in enumerate(keys)}
     return [next(taken[g]) for g in rank_groups], True
+
+
+def rank_batch_sizes(entry: PlanEntry, micro_total: int | None = None) -> list[int]:
+    """Whole per-rank batches per micro-step in group order, in proportion to the plan's per-GPU split, adding up to
+    ``micro_total`` samples per micro-step over every rank (default: the plan's own; a global batch is per optimizer
+    step, ``micro_total`` times the accumulation): the ranking's own split (:func:`split_micro`, largest remainders
+    get the leftover samples), for one fleet."""
+    gpus = [g.count * g.gpus_per_instance for g in entry.groups]
+    shares = [float(g.per_device_batch) for g in entry.groups]
+    a = entry.accumulate_grad_batches
+    total = micro_total if micro_total is not None else round(sum(s * n for s, n in zip(shares, gpus)) / a)
+    if total < sum(gpus):
+        raise MigrationError(
+            f"A batch of {total} samples per micro-step cannot be split over the {sum(gpus)} GPUs of "
+            f"{entry.fleet}: every rank needs at least one sample."
+        )
+    lo, plus, _ = split_micro(
+        np.array([float(total)]), np.array([shares]), np.array([gpus], dtype=float), np.ones((1, len(gpus)), bool)
+    )
+    return [b for k, n in enumerate(gpus) for b in rank_batches(lo[0, k], plus[0, k], n)]
+
+
+def fleet_batches(entry: PlanEntry, global_batch: int | None = None) -> tuple[list[int], int]:
+    """(per-rank batches per micro-step, accumulate_grad_batches) for ``entry``: exactly the plan's when it records
+    them and they make ``global_batch`` samples per optimizer step (default: whatever they make); else the plan's
+    per-GPU shares scaled to ``global_batch`` with the plan's accumulation.
+
+    Raises:
+        MigrationError: ``global_batch`` cannot be split into the entry's accumulation and GPUs.
+    """
+    a = entry.accumulate_grad_batches
+    exact = entry.rank_batches()
+    if exact is not None and (global_batch is None or sum(exact) * a == global_batch):
+        return exact, a
+    if global_batch is None:
+        return rank_batch_sizes(entry), a
+    if global_batch % a:
+        raise MigrationError(
+            f"The global batch of {global_batch} samples per optimizer step does not split into the "
+            f"{a} micro-steps of {entry.fleet}: re-plan with srifty recommend (strong scaling keeps it)."
+        )
+    return rank_batch_sizes(entry, global_batch // a), a

@@ -25,9 +25,17 @@ from predictor.documents.work import global_batch as global_batch_of
 from predictor.exceptions import ConfigError
 from predictor.model.basis import Source, TypeBasis, bucket_sizes, grad_bytes, type_basis
 from predictor.model.batch import divisors, split_micro
+from predictor.model.collectives import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    allreduce_latency,
+    network_phase_s,
+    phase_s,
+    ring_latency,
+)
 from predictor.model.layout import DDP, Layout, parse
 from predictor.model.memory import USABLE_SHARE, memory_parts, profile_sizes
-from predictor.model.network import DEFAULT_NETWORK, NetworkModel, allreduce_latency, exposed_many, network_phase_s
+from predictor.model.network import DEFAULT_NETWORK, NetworkModel, exposed_many
 from predictor.model.scaling import (
     DDP_GRAD_PASSES,
     FSDP_GRAD_PASSES,
@@ -418,7 +426,7 @@ class _Fleets:
 
     def sockets(self) -> np.ndarray:
         """(N,) 1.0 where a group of the fleet reaches other nodes through NCCL's socket transport (TCP, no EFA): its
-        collectives cross nodes as a flat ring (``network.network_phase_s``) and its prediction carries the socket
+        collectives cross nodes as a flat ring (``collectives.network_phase_s``) and its prediction carries the socket
         network's width (``_model_sd``)."""
         single = self.single[:, None]
         col = np.where(single, self.link_col("sockets", False), self.link_col("sockets", True))
@@ -588,7 +596,7 @@ def _ddp_comm(
     sockets: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(communication, exposed communication) per optimizer step of DDP: a hierarchical all-reduce of the
-    gradients over EFA (over NCCL's sockets a flat ring across nodes, ``network.network_phase_s``; a pipeline
+    gradients over EFA (over NCCL's sockets a flat ring across nodes, ``collectives.network_phase_s``; a pipeline
     stage's share, inside its node), the intra-node and network phases pipelined chunk by
     chunk (:mod:`predictor.model.network`: the slower one sets the pace), one call per bucket, each paying the
     latency of NCCL's ring or tree (``allreduce_latency``), behind the backward of the last micro-step;
@@ -704,7 +712,7 @@ def _fsdp_comm(
     reduce-scatters): full_shard and hybrid_shard all-gather the compute-dtype parameters for forward and again for
     backward, shard_grad_op once; gradients are reduce-scattered. Each collective moves (n-1)/n of the bytes per GPU:
     inside a node on the intra link, across nodes through the node's network (one copy per node, hierarchical as
-    NCCL does it over EFA; over its socket transport as a flat ring of every rank, ``network.network_phase_s``).
+    NCCL does it over EFA; over its socket transport as a flat ring of every rank, ``collectives.network_phase_s``).
     hybrid_shard shards inside the node only and all-reduces its shard of the gradients across nodes,
     the node's GPUs sharing its network. Prefetch hides a collective behind the compute of the phase: exposed is
     the first unit's all-gather (the last unit's reduce-scatter in backward) plus what exceeds the phase's compute.
@@ -724,15 +732,14 @@ def _fsdp_comm(
     hybrid = layout.sharding == "hybrid_shard"
     across = (nodes > 1) & ~hybrid
 
-    def collective(gb: float) -> np.ndarray:  # one all-gather or reduce-scatter of gb gathered GB over the group
+    def collective(gb: float) -> np.ndarray:  # one all-gather (a reduce-scatter moves as much) of gb gathered GB
         # hierarchical, the intra-node and network phases pipelined chunk by chunk (as the all-reduce,
-        # predictor.model.network): the slower bandwidth term sets the pace, the per-unit hop latencies add
-        intra = np.where(g > 1, (g - 1) / g * gb / slow_intra, 0.0)
-        # over NCCL's sockets the bytes cross nodes as in a flat ring of every rank (network.network_phase_s)
-        n = np.where(sockets > 0, np.maximum(ranks, nodes), nodes)
-        inter = np.where(across, (n - 1) / n * gb / slow_gbps, 0.0)
-        latency = units * (np.where(g > 1, (g - 1) * lat_intra, 0.0) + np.where(across, (nodes - 1) * max_lat, 0.0))
-        return np.where(ranks > 1, np.maximum(intra, inter) + latency, 0.0)
+        # predictor.model.network): the slower bandwidth term sets the pace, the per-unit hop latencies add; over
+        # NCCL's sockets the bytes cross nodes as in a flat ring of every rank (collectives.network_phase_s)
+        intra = phase_s(ALL_GATHER, gb, g, slow_intra)
+        inter = np.where(across, network_phase_s(gb, nodes, ranks, slow_gbps, sockets, ALL_GATHER), 0.0)
+        hops = ring_latency(ALL_GATHER, g, lat_intra) + np.where(across, ring_latency(ALL_GATHER, nodes, max_lat), 0.0)
+        return np.where(ranks > 1, np.maximum(intra, inter) + units * hops, 0.0)
 
     blocking = row_max(np.where(present, np.array([b.blocking_collectives for b in type_bases], float)[tidx], 0)) > 0
     gather = collective(params_gb)
@@ -741,7 +748,7 @@ def _fsdp_comm(
     cross = np.zeros_like(gather)
     if hybrid:  # the shard's gradients all-reduced across nodes; g shards leave each node through its network
         cross_latency = units * allreduce_latency(nodes, 1.0, 0.0, max_lat)  # one call per unit, ring or tree
-        cross = np.where(nodes > 1, 2 * (nodes - 1) / nodes * params_gb / slow_gbps + cross_latency, 0)
+        cross = np.where(nodes > 1, phase_s(ALL_REDUCE, params_gb, nodes, slow_gbps) + cross_latency, 0)
     gathers_backward = 0.0 if layout.sharding == "shard_grad_op" else 1.0
     exposed_fwd = gather / units + np.maximum(0.0, gather * (1 - 1 / units) - forward)
     back = gathers_backward * gather + scatter + cross

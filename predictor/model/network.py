@@ -14,14 +14,14 @@ reduce-scatter per unit): NCCL prices every algorithm it has for the call and ru
 (``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime`` in NCCL's ``src/graph/tuning.cc``). For an all-reduce that is a ring,
 ``2 (g-1)`` intra-node hops and ``2 (N-1)`` network hops, or, across nodes, a double binary tree: ``2 (g-1)`` chain
 hops inside the node and ``2 log2 N`` network hops, each costing twice a ring's (NCCL's Simple-protocol network hop,
-28 us against the ring's 14 us; NVIDIA/nccl @ b647562). :func:`allreduce_latency` prices both with our calibrated
-ring hop latencies and takes the shorter: the ring on up to 4 nodes (5: a tie), the tree from 6 (a 434-node ring of
-8-GPU nodes pays 43 ms of network hops per call, the tree 1.6 ms).
+28 us against the ring's 14 us; NVIDIA/nccl @ b647562). ``collectives.allreduce_latency`` prices both with our
+calibrated ring hop latencies and takes the shorter: the ring on up to 4 nodes (5: a tie), the tree from 6 (a
+434-node ring of 8-GPU nodes pays 43 ms of network hops per call, the tree 1.6 ms).
 All-gather and reduce-scatter are rings (NCCL's tree implements all-reduce only). The bandwidth term is the same
 for both algorithms (NCCL rates the tree's bus bandwidth at 0.92 of the ring's and both move ``~2 S`` per rank).
 
 Over NCCL's socket transport (TCP through the instance's network: a type without EFA) the all-reduce is not
-hierarchical: every byte crosses the node's network as in a flat ring of every rank (:func:`network_phase_s`; on
+hierarchical: every byte crosses the node's network as in a flat ring of every rank (``collectives.network_phase_s``; on
 nccl-tests over TCP the hierarchical form was 1.74-3.8x optimistic with 8 GPUs a node, the flat ring 1.35-2.04x,
 ``bench/tcp_sockets.py``), and the prediction of such a fleet carries the socket network's own width on its exposed
 communication (``net-sockets``, calibrated there). AWS caps one TCP flow at 5 Gbit/s outside a cluster placement
@@ -44,6 +44,15 @@ import numpy as np
 
 from predictor.catalog.gpus import GpuTable
 from predictor.catalog.instances import InstanceType
+from predictor.model.collectives import (
+    ALL_REDUCE,
+    allreduce_latency,
+    bus_factor,
+    network_phase_s,
+    phase_s,
+    ring_latency,
+    ring_steps,
+)
 
 
 @dataclass(frozen=True)
@@ -68,30 +77,6 @@ class NetworkModel:
 
 DEFAULT_NETWORK = NetworkModel()
 
-# A tree hop across nodes relative to a ring hop: NCCL's own model prices it at twice (hwLat, Simple protocol,
-# network: 28 us against 14 us; src/graph/tuning.cc, NVIDIA/nccl @ b647562): a tree hop reduces a whole chunk before
-# forwarding it, a ring hop pipelines. Inside the node the tree is a chain through the node's GPUs, priced like the
-# ring's intra-node hops: NCCL's intra-node tree figure (28 us against 3.4 on NVLink) is the latency of a 256 kB chunk,
-# and with it the p5 all-reduces of 32-128 MB at 16-32 nodes came out 2x too slow (bench/collectives.py,
-# BENCHMARKS.md), as with the ring alone.
-TREE_NET_HOP = 28 / 14
-
-
-def allreduce_latency(
-    nodes: np.ndarray | float,
-    node_gpus: np.ndarray | float,
-    hop_intra_s: np.ndarray | float,
-    hop_net_s: np.ndarray | float,
-) -> np.ndarray:
-    """The latency part of one all-reduce call (seconds) over ``nodes`` nodes of ``node_gpus`` GPUs, whose ring hops
-    cost ``hop_intra_s`` inside a node and ``hop_net_s`` across nodes: the ``2 (g-1)`` intra-node hops both algorithms
-    make, plus the network hops of NCCL's ring or its tree, whichever are fewer in time (the module docstring).
-    Vectorised over any broadcastable arguments."""
-    n = np.maximum(np.asarray(nodes, dtype=float), 1.0)
-    g = np.maximum(np.asarray(node_gpus, dtype=float), 1.0)
-    net_hops = np.minimum(2 * (n - 1), 2 * np.floor(np.log2(n)) * TREE_NET_HOP)  # ring, tree (0 on one node)
-    return 2 * (g - 1) * np.asarray(hop_intra_s, dtype=float) + net_hops * np.asarray(hop_net_s, dtype=float)
-
 
 @dataclass(frozen=True)
 class Link:
@@ -104,30 +89,8 @@ class Link:
     @property
     def sockets(self) -> float:
         """1.0 for NCCL's socket transport (TCP through the instance's network, no EFA), else 0.0: it sets how the
-        all-reduce's traffic crosses the node's network (:func:`network_phase_s`)."""
+        all-reduce's traffic crosses the node's network (:func:`~predictor.model.collectives.network_phase_s`)."""
         return 1.0 if self.kind == "tcp" else 0.0
-
-
-def network_phase_s(
-    gb: np.ndarray | float,
-    nodes: np.ndarray | float,
-    ranks: np.ndarray | float,
-    gbps: np.ndarray | float,
-    sockets: np.ndarray | float,
-) -> np.ndarray:
-    """The bandwidth time (s) of an all-reduce of ``gb`` GB per rank across ``nodes`` nodes through a network of
-    ``gbps`` GB/s per node; 0 on one node. Vectorised.
-
-    Over EFA (or RDMA) NCCL reduces across nodes hierarchically, each node's network carrying ``2 (N-1)/N`` of the
-    data (checked on p5 nccl-tests, 2-32 nodes: the module docstring). Over its socket transport (``sockets`` 1)
-    every byte crosses the node's one network as in a flat ring of all ``n`` ranks, ``2 (n-1)/n`` of the data: bus
-    bandwidth never above the network's rate. NVIDIA/nccl#209 (nccl-tests over TCP on 32 GbE, NCCL 2.4.7) measured
-    30.6-31.4 Gbit/s with one GPU per node and 14.5-14.9 (2 nodes) / 22.2-22.9 (4 nodes) with eight: the
-    hierarchical form priced those at 57 and 39 Gbit/s, the flat ring at 30.4 (``bench/tcp_sockets.py``,
-    BENCHMARKS.md). With one GPU per node the two forms agree."""
-    nodes_a, ranks_a = np.asarray(nodes, dtype=float), np.asarray(ranks, dtype=float)
-    n = np.where(np.asarray(sockets, dtype=float) > 0, np.maximum(ranks_a, nodes_a), nodes_a)
-    return np.where(nodes_a > 1, 2 * (n - 1) / np.maximum(n, 1.0) * np.asarray(gb, dtype=float) / gbps, 0.0)
 
 
 def intra_node_link(instance: InstanceType, gpus: GpuTable, net: NetworkModel = DEFAULT_NETWORK) -> Link | None:
@@ -180,7 +143,7 @@ def allreduce_time(
         if link is None:
             continue
         g = it.gpus
-        bw, lat = 2 * (g - 1) / g * gb / link.gbps, 2 * (g - 1) * link.latency_s
+        bw, lat = float(phase_s(ALL_REDUCE, gb, g, link.gbps)), float(ring_latency(ALL_REDUCE, g, link.latency_s))
         if bw + lat > intra_s:
             intra_s, intra_bw, intra_kind = bw + lat, bw, link.kind
         hop_intra, node_gpus = max(hop_intra, link.latency_s), max(node_gpus, g)
@@ -190,7 +153,7 @@ def allreduce_time(
         slow = min(links, key=lambda link: link.gbps)
         inter_bw = float(network_phase_s(gb, nodes, ranks, slow.gbps, max(x.sockets for x in links)))
         hop_net = max(x.latency_s for x in links)
-        inter_s = inter_bw + 2 * (nodes - 1) * hop_net
+        inter_s = inter_bw + float(ring_latency(ALL_REDUCE, nodes, hop_net))
         inter_kind = slow.kind
     limiting = f"network {inter_kind}" if inter_bw >= intra_bw else f"intra-node {intra_kind}"
     latency = float(allreduce_latency(nodes, node_gpus, hop_intra, hop_net))
@@ -206,7 +169,7 @@ def calibrate(bucket_bytes: list[int], bucket_seconds: list[float], world: int) 
     """
     if world < 2 or not bucket_bytes:
         return None
-    factor = 2 * (world - 1) / world
+    factor = float(bus_factor(ALL_REDUCE, world))
     xs = [factor * b / 1e9 for b in bucket_bytes]
     ys = list(bucket_seconds)
     if len(set(xs)) >= 2:
@@ -216,7 +179,7 @@ def calibrate(bucket_bytes: list[int], bucket_seconds: list[float], world: int) 
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
         intercept = my - slope * mx
         if slope > 0:
-            return Link(1 / slope, max(0.0, intercept) / max(1, 2 * (world - 1)), "measured")
+            return Link(1 / slope, max(0.0, intercept) / max(1.0, float(ring_steps(ALL_REDUCE, world))), "measured")
     total_x, total_y = sum(xs), sum(ys)
     return Link(total_x / total_y, 0.0, "measured") if total_y > 0 else None
 

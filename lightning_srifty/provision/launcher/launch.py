@@ -50,7 +50,7 @@ from lightning_srifty.protocol import (
     entry_strategy,
 )
 from lightning_srifty.provision.base import Interrupts, LaunchedFleet, Provisioner
-from lightning_srifty.provision.launcher.legs import Legs, Migration, Run, fleet_batches
+from lightning_srifty.provision.launcher.legs import Legs, Migration, Run
 from lightning_srifty.provision.launcher.local import LocalProvisioner
 from lightning_srifty.provision.launcher.spot_guard import (
     DEFAULT_CHECK_S,
@@ -65,6 +65,7 @@ from lightning_srifty.provision.launcher.watches import (
 )
 from predictor.documents.plan import Plan, load_plan
 from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError, ProvisionError
+from predictor.model.batch import fleet_batches
 
 
 @dataclass(frozen=True)

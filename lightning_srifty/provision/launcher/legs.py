@@ -1,8 +1,8 @@
-"""Bringing fleets up and starting the job on them, for the launcher's state machine (:mod:`.launch`): the batch
-every fleet keeps (:func:`fleet_batches`), a fleet brought up or the plan's next entries when EC2 refuses it
-(:func:`up_or_next`), a move as measured (:class:`Migration`), and :class:`Legs`, what every leg needs: the fleets up
-(released whatever ends the launch), the plans kept where the job reads them, the job started with its settings, and
-each move reported.
+"""Bringing fleets up and starting the job on them, for the launcher's state machine (:mod:`.launch`): a fleet brought
+up or the plan's next entries when EC2 refuses it (:func:`up_or_next`), a move as measured (:class:`Migration`), and
+:class:`Legs`, what every leg needs: the fleets up (released whatever ends the launch), the batch every fleet keeps
+(:func:`predictor.model.batch.fleet_batches`), the plans kept where the job reads them, the job started with its
+settings, and each move reported.
 """
 
 from __future__ import annotations
@@ -14,57 +14,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from lightning_srifty import store
 from lightning_srifty.protocol import LaunchEnv, entry_strategy
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.documents.plan import Plan, PlanEntry
-from predictor.exceptions import CapacityError, MigrationError
-from predictor.model.batch import rank_batches, split_micro
+from predictor.exceptions import CapacityError
+from predictor.model.batch import fleet_batches
 from predictor.runs import startup
-
-
-def rank_batch_sizes(entry: PlanEntry, global_batch: int | None = None) -> list[int]:
-    """Whole per-rank batches per micro-step in group order, in proportion to the plan's per-GPU split, adding up to
-    ``global_batch`` samples per micro-step (default: the plan's own): the ranking's own split
-    (:func:`predictor.model.batch.split_micro`, largest remainders get the leftover samples), for one fleet."""
-    gpus = [g.count * g.gpus_per_instance for g in entry.groups]
-    shares = [float(g.per_device_batch) for g in entry.groups]
-    a = entry.accumulate_grad_batches
-    total = global_batch if global_batch is not None else round(sum(s * n for s, n in zip(shares, gpus)) / a)
-    if total < sum(gpus):
-        raise MigrationError(
-            f"A batch of {total} samples per micro-step cannot be split over the {sum(gpus)} GPUs of "
-            f"{entry.fleet}: every rank needs at least one sample."
-        )
-    lo, plus, _ = split_micro(
-        np.array([float(total)]), np.array([shares]), np.array([gpus], dtype=float), np.ones((1, len(gpus)), bool)
-    )
-    return [b for k, n in enumerate(gpus) for b in rank_batches(lo[0, k], plus[0, k], n)]
-
-
-def fleet_batches(entry: PlanEntry, global_batch: int | None = None) -> tuple[list[int], int]:
-    """(per-rank batches per micro-step, accumulate_grad_batches) for ``entry``: exactly the plan's when it records
-    them and they make ``global_batch`` samples per optimizer step (default: whatever they make); else the plan's
-    per-GPU shares scaled to ``global_batch`` with the plan's accumulation.
-
-    Raises:
-        MigrationError: ``global_batch`` cannot be split into the entry's accumulation and GPUs.
-    """
-    a = entry.accumulate_grad_batches
-    exact = entry.rank_batches()
-    if exact is not None and (global_batch is None or sum(exact) * a == global_batch):
-        return exact, a
-    if global_batch is None:
-        return rank_batch_sizes(entry), a
-    if global_batch % a:
-        raise MigrationError(
-            f"The global batch of {global_batch} samples per optimizer step does not split into the "
-            f"{a} micro-steps of {entry.fleet}: re-plan with srifty recommend (strong scaling keeps it)."
-        )
-    return rank_batch_sizes(entry, global_batch // a), a
-
 
 TRIGGER_WORDS = {
     "spot": "a spot notice",
