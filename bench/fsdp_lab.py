@@ -1,7 +1,7 @@
 """The models, the Lightning module and the rank worker of the FSDP validation lab (CPU, gloo, 2 real processes).
 
 Used by bench/fsdp_memory.py (peak memory per rank), bench/fsdp_netns_validation.py (step time over a shaped link)
-and tests/test_fsdp_lab.py. Models are built from transformers configs (no weights are downloaded) or are a plain
+and tests/job/test_fsdp_lab.py. Models are built from transformers configs (no weights are downloaded) or are a plain
 MLP stack; each has a repeated block class, FSDP's wrap unit and the activation-checkpointing unit.
 
 A rank runs as ``python bench/fsdp_lab.py worker SPEC.json OUT.json`` with MASTER_ADDR, MASTER_PORT, WORLD_SIZE and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device checks of a session lent one GPU, in one call (each stage bounded in time, the most valuable first):
-#   1. tests/test_cuda.py (CUDA-event clock, callback on CUDA, the CUDA operator table against the meta capture)
+#   1. tests/job/test_cuda.py (CUDA-event clock, callback on CUDA, the CUDA operator table against the meta capture)
 #   2. bench/gpu_lambda.py measure  (the Lambda models profiled for real: the ratio path's source step)
 #   3. bench/kernel_replay.py measure (NeuSight's H100 GEMM shapes timed again)
 #   4. bench/profile_overhead.py --accelerator cuda (the callback's cost on a GPU step)
@@ -22,7 +22,7 @@ pack() { echo "== $(date +%T) $1 done (rc $2)" >> "$OUT/summary.txt"; tar -czf "
   > "$S/env.txt" 2>&1
 pack env $?
 
-timeout 150 python3 -m pytest tests/test_cuda.py -p no:cacheprovider -o addopts="-ra" -q > "$S/pytest.txt" 2>&1
+timeout 150 python3 -m pytest tests/job/test_cuda.py -p no:cacheprovider -o addopts="-ra" -q > "$S/pytest.txt" 2>&1
 rc=$?; tail -5 "$S/pytest.txt" >> "$OUT/summary.txt"; pack pytest $rc
 
 timeout 200 python3 bench/gpu_lambda.py measure --out "$S/lambda" --budget-s 140 > "$S/lambda.log" 2>&1

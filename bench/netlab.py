@@ -1,6 +1,6 @@
 """A two-host network lab on one machine: two network namespaces joined by a veth pair rate-limited with tc tbf.
 
-Used by bench/netns_validation.py and tests/test_netns.py to run real 2-process DDP (gloo) over a link of known
+Used by bench/netns_validation.py and tests/job/test_netns.py to run real 2-process DDP (gloo) over a link of known
 rate. Traffic stays between the two namespaces' own addresses. Needs root, `ip` and `tc`.
 """
 

@@ -22,7 +22,7 @@ from typing import Any
 from lightning_srifty import _compat
 from lightning_srifty._version import __version__ as __version__
 
-# what the README and docs/ teach users to import from here (tests/test_package.py checks each one resolves)
+# what the README and docs/ teach users to import from here (tests/house/test_package.py checks each one resolves)
 _LAZY = {
     "SriftyCallback": "lightning_srifty.profiling.callback",
     "SriftyDDPStrategy": "lightning_srifty.ddp.strategy",

@@ -270,7 +270,7 @@ _WIDE = {
 }
 
 
-DEFAULT_WIDTH = 100  # the default table's width budget (tests/test_plan_output.py holds it)
+DEFAULT_WIDTH = 100  # the default table's width budget (tests/recommendation/test_plan_output.py holds it)
 
 
 def _chance(p: float | None) -> str:

@@ -1,5 +1,5 @@
 """(Re)write terraform/examples/*: a plan (kept once written) and the values `srifty terraform` generates from it
-(the golden files tests/test_terraform.py compares against).
+(the golden files tests/infra/test_terraform.py compares against).
 
 python scripts/terraform_examples.py            # regenerate the golden values from the committed plans
 python scripts/terraform_examples.py --plans    # also re-rank and rewrite the plans (changes every golden file)

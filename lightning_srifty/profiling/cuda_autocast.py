@@ -5,7 +5,7 @@
 ``cat``/``stack``...). :func:`cuda_autocast_policy` therefore re-registers, for the duration of a ``with`` block, the
 ``AutocastCPU`` kernels of exactly the operators that have an ``AutocastCUDA`` kernel in this torch, with CUDA's cast
 rule for each (lower precision, float32, float32 via the ``dtype`` argument, widest type), and makes the CPU-only
-ones fall through. The rules are CUDA's lists of ``aten/src/ATen/autocast_mode.h``; ``tests/test_ops_capture.py``
+ones fall through. The rules are CUDA's lists of ``aten/src/ATen/autocast_mode.h``; ``tests/job/test_ops_capture.py``
 checks they cover this torch's ``AutocastCUDA`` registrations exactly.
 
 What still differs from CUDA: casts of leaf parameters are cached per block as CUDA does, but by the Python object

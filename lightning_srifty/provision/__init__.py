@@ -1,6 +1,6 @@
 """Outside the training job, torch-free: everything between a plan and a fleet that trains, one room per concept.
 
-Rooms, each importing only those below it (tests/test_package.py holds the order; ``python bench/house.py`` counts
+Rooms, each importing only those below it (tests/house/test_package.py holds the order; ``python bench/house.py`` counts
 rooms and floors):
 
 1. ``base`` (the provider interface: a launched fleet, what a provisioner does, the interrupt guard) and ``aws``

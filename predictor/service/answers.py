@@ -7,7 +7,7 @@ Each answer's schema comes from the declaration the code already returns: the pr
 ``srifty.plan/v1`` JSON Schema (:func:`~predictor.documents.plan.plan_json_schema`). Only the small envelopes the
 service adds (health, the catalog and observation lists, the error shape) are declared here. The routes return plain
 JSON, not these types: the declarations describe the wire format, they do not re-serialise it
-(``tests/test_service_openapi.py`` checks that real answers validate against them).
+(``tests/recommendation/test_service_openapi.py`` checks that real answers validate against them).
 """
 
 from __future__ import annotations

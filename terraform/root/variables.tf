@@ -1,5 +1,5 @@
 # Every input of modules/training_fleet, typed attribute for attribute as the module declares it (checked by
-# tests/test_terraform_types.py). The object attributes that may be left out are optional() here without a default:
+# tests/infra/test_terraform_types.py). The object attributes that may be left out are optional() here without a default:
 # an attribute left out reaches the module as null, and the module puts its own default in (declared there once).
 # The module validates every value it receives, with sentences that name the field; the root validates only its own
 # inputs (region, aws_endpoint, aws_max_retries). modules/training_fleet/README.md describes every field.

@@ -23,7 +23,7 @@ from lightning_srifty.protocol import (
 )
 from predictor.exceptions import ConfigError, MigrationError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_record_is_written_with_the_protocol_and_its_launch_and_reads_back(tmp_path) -> None:

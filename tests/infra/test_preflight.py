@@ -28,7 +28,7 @@ from lightning_srifty.provision.terraform.snapshot import build_snapshot
 from predictor.documents.plan import load_plan
 from predictor.exceptions import PreflightError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"  # g5.xlarge x 1, on demand
 VCPUS = {"g5.xlarge": 4, "g5.12xlarge": 48, "p4d.24xlarge": 96, "p5.48xlarge": 192, "m5.large": 2}
 

@@ -37,7 +37,7 @@ from predictor.exceptions import ConfigError
 from predictor.model.network import DEFAULT_NETWORK, inter_node_link
 from predictor.ranking import Constraints, rank
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PARAMS = {
     "x86_64": "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
     "arm64": "/aws/service/deeplearning/ami/arm64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
@@ -748,13 +748,13 @@ def test_a_node_finds_and_resumes_its_checkpoint_under_the_instance_roles_policy
 
 
 # The two-node walk under the role's policy (boot minutes apart, train together, a spot notice, the resume on the
-# Auto Scaling group's replacements) is srifty rehearse's own test: tests/test_rehearse.py.
+# Auto Scaling group's replacements) is srifty rehearse's own test: tests/infra/test_rehearse.py.
 
 
 def test_each_group_of_a_mixed_fleet_tells_its_nodes_their_plan_group(tf_env, moto_endpoint, tmp_path, catalog):
     """Issue #35 item 7 on a mix: torchrun numbers ranks in join order, so the module cannot pass the plan's per-rank
     list; every boot script carries the plan's groups and exports its own group's key (the instance type), which
-    the strategies gather at set-up (tests/test_multinode.py trains on it)."""
+    the strategies gather at set-up (tests/job/test_multinode.py trains on it)."""
     dlami_parameters(moto_endpoint)
     plan, choice = fleet_plan(catalog, ("g5g.xlarge", "g5.xlarge"), "g5g.xlarge:1,g5.xlarge:1")
     entry = plan.entries[choice]

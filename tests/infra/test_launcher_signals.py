@@ -20,7 +20,7 @@ from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisi
 from predictor.documents.plan import load_plan
 from predictor.exceptions import LaunchInterrupted
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
 
 

@@ -23,7 +23,7 @@ from lightning_srifty.ddp.nodes import TorchrunEnvironment, torchrun_nodes
 from lightning_srifty.ddp.strategy import SriftyDDPStrategy
 from predictor.exceptions import ConfigError
 
-SCRIPT = Path(__file__).parent / "scripts" / "readme_two_nodes.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "readme_two_nodes.py"
 TORCHRUN_NODE = {
     "TORCHELASTIC_RUN_ID": "t",
     "RANK": "1",

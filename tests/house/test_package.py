@@ -361,7 +361,7 @@ def test_each_predictor_package_has_a_small_resolving_all(package: str) -> None:
 
 def test_the_predictor_is_typed() -> None:
     """``py.typed`` ships, so that users' type checkers read the predictor's annotations (the wheel test checks it
-    is in the wheel); mypy's own run is tests/test_package.py::test_mypy_is_clean_on_the_predictor."""
+    is in the wheel); mypy's own run is tests/house/test_package.py::test_mypy_is_clean_on_the_predictor."""
     assert (ROOT / "predictor" / "py.typed").is_file()
     tomllib = pytest.importorskip("tomllib")
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -15,7 +15,7 @@ from predictor.model import ops
 from predictor.model.kernels import MIN_KERNEL_S
 from predictor.model.tensor_gemm import MATMUL_CEILING, RAMP_S, ceiling, tensor_gemm_time
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def dims(b, m, n, k) -> dict[str, np.ndarray]:

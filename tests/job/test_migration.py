@@ -14,7 +14,7 @@ from _support import drift_plan as _plan
 from _support import params_by_step as _params
 from _support import seen_samples as _seen
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.ddp

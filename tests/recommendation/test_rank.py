@@ -279,7 +279,7 @@ def test_plan_json_schema_and_reference_are_current(profile, catalog) -> None:
     from predictor.documents.plan import Plan, plan_json_schema
     from predictor.documents.schema import markdown_reference
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     published = json.loads((root / "predictor" / "schemas" / "plan.v1.schema.json").read_text())
     assert published == plan_json_schema(), "regenerate with: srifty schema plan > predictor/schemas/plan.v1..."
     assert markdown_reference(Plan) in (root / "docs" / "plan-schema.md").read_text(), "regenerate the reference"

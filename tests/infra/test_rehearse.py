@@ -23,7 +23,7 @@ from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, ProvisionError
 from predictor.ranking import Constraints, rank
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # the user's script: the README's Trainer(strategy="srifty_auto") and SpotPreemption, more steps than a rehearsal
 # takes (the notices end it)

@@ -18,7 +18,7 @@ from lightning_srifty.profiling.structure import find_blocks
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ADAMW = functools.partial(torch.optim.AdamW, lr=1e-4)
 LLAMA = {
     "hidden_size": 64,

@@ -20,7 +20,7 @@ from predictor.model.memory import CUDA_CONTEXT_BYTES, estimate_memory, memory_p
 from predictor.model.predict import predict
 from predictor.ranking import Constraints, rank
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ROOT / "examples" / "profiles" / "llama-7b-bf16-handwritten.json"
 LORA = ROOT / "examples" / "profiles" / "llama-7b-bf16-handwritten-lora.json"
 

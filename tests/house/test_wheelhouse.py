@@ -16,7 +16,7 @@ import pytest
 
 from lightning_srifty.provision.terraform import bootstrap
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def stand_in_wheel(folder: Path) -> Path:

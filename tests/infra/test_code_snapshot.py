@@ -22,7 +22,7 @@ from predictor.documents.plan import load_plan
 from predictor.documents.profile import Software
 from predictor.exceptions import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
 SPEC = {"packages": ["torch==2.13.0"], "requirements": None}
 

@@ -27,7 +27,7 @@ from lightning_srifty.provision.terraform.generate import (
 )
 from predictor.exceptions import ConfigError, ProvisionError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "terraform" / "modules" / "training_fleet"
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from lightning_srifty.provision.terraform.generate import (
 from predictor.documents.plan import load_plan
 from predictor.exceptions import ConfigError, ProvisionError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "terraform" / "examples").iterdir())
 
 
