@@ -172,7 +172,8 @@ class MigrationError(SriftyError):
     """Moving a training job between fleets failed."""
 
 
-# the extra of pyproject.toml that brings each optional top-level module (tests/house/test_extras.py holds the two in step)
+# the extra of pyproject.toml that brings each optional top-level module (tests/house/test_extras.py holds the two in
+# step)
 EXTRA_OF_MODULE = {
     "torch": "train",
     "lightning": "train",

@@ -24,7 +24,8 @@ PerformanceRisk = Literal["low", "medium", "high"]
 
 
 # the request vocabulary a plan records, declared once (predictor.ranking.constraints' Objective and Market enums,
-# the CLI's choices and the service's schema read these; tests/recommendation/test_constraints.py holds the enums to them)
+# the CLI's choices and the service's schema read these; tests/recommendation/test_constraints.py holds the enums to
+# them)
 ObjectiveName = Literal["cost", "time", "cost_per_sample"]
 DEPRECATED_OBJECTIVES = ("cost_per_sample",)  # ranks exactly as cost: read in old plans, never asked
 OBJECTIVES: tuple[str, ...] = tuple(o for o in get_args(ObjectiveName) if o not in DEPRECATED_OBJECTIVES)

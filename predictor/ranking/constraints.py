@@ -67,8 +67,8 @@ OWNER = "rank()"
 class Spec:
     """One constraint, declared once: the library's dataclass field carries it, and the service's request model
     (``predictor.service.app.RankConstraints``), the CLI's flags (``srifty recommend``) and the plan's record
-    (:class:`~predictor.documents.plan.PlanConstraints`) are read from it (tests/recommendation/test_constraints.py holds them
-    together).
+    (:class:`~predictor.documents.plan.PlanConstraints`) are read from it (tests/recommendation/test_constraints.py
+    holds them together).
 
     ``kind``: int, number, text, texts (a list), choice (``choices``), bool. ``minimum``/``maximum`` bound the value
     everywhere (``exclusive``: above the minimum); ``service_max`` is the service's tighter bound for requests from

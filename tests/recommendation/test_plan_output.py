@@ -176,7 +176,8 @@ def test_a_spot_row_priced_with_the_deadlines_fallback_says_so_on_the_row(catalo
     from conftest import ROOT
 
     profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
-    # at the median (0.5): the fallback's label is under test here, not the confidence (tests/model/test_deadline_odds.py)
+    # at the median (0.5): the fallback's label is under test here, not the confidence
+    # (tests/model/test_deadline_odds.py)
     plan = rank(profile, Constraints(steps=200_000, deadline_h=50 / 60, market="any", confidence=0.5), catalog=catalog)
     shares = {e.fleet: e.on_demand_fallback for e in plan.entries if e.on_demand_fallback}
     assert shares, [e.fleet for e in plan.entries]
