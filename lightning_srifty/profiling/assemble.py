@@ -68,41 +68,12 @@ def assemble_profile(
     validation: dict[str, Any] | None = None,
 ) -> Profile:
     """The srifty.profile/v1 document. Raises ProfileError when rank 0 measured nothing usable."""
-    from predictor.exceptions import ProfileError
-
     notes = list(notes)
-    for payload in ranks:
-        if payload.error:
-            notes.append(f"rank {payload.rank} could not report its measurements: {payload.error}")
-    good = [p for p in ranks if p.series is not None and p.series.step_s]
-    lead = next((p for p in good if p.rank == ranks[0].rank), None)
-    if lead is None:
-        raise ProfileError("No step was measured on rank 0, so there is nothing to write.")
+    lead, per_device, global_batch, good = _lead_and_batch(ranks, notes)
     series = lead.series
     assert series is not None
-    per_device = _median_samples(series)
-    if per_device is None:
-        raise ProfileError(
-            "The batch size could not be found in the batches (no tensor with a leading dimension). "
-            "Pass SriftyCallback(batch_size_fn=lambda batch: ...) returning samples per batch."
-        )
-    rank_samples = [(_median_samples(p.series) or per_device) for p in good if p.series is not None]
-    global_batch = sum(rank_samples) if len(good) == len(ranks) else per_device * len(ranks)
-
     step = summarize(series.step_s)
-    phases = _phase_stats(series)
-    timing: dict[str, Any] = {
-        "step_time_s": step,
-        "samples_per_s": summarize([global_batch / s for s in series.step_s if s > 0]),
-        "series_s": series.step_s[:max_series],
-        "series_truncated": len(series.step_s) > max_series,
-        "window": {**window, "steps": len(series.step_s), "excluded_steps": series.excluded or None},
-    }
-    if phases is not None:
-        timing["phases_s"] = phases
-        total = sum(statistics.fmean(series.phases[p]) for p in PHASES)
-        timing["phase_share"] = {p: statistics.fmean(series.phases[p]) / total for p in PHASES} if total > 0 else None
-
+    timing = _timing(series, step, global_batch, window, max_series)
     data: dict[str, Any] = {
         "schema": SCHEMA,
         "created_at": created_at,
@@ -128,6 +99,53 @@ def assemble_profile(
     if notes:
         data["notes"] = notes
     return profile_from_dict(_drop_none(data))
+
+
+def _lead_and_batch(ranks: list[RankPayload], notes: list[str]) -> tuple[RankPayload, int, int, list[RankPayload]]:
+    """Rank 0's payload, its samples per batch, the global batch (every rank's, when every rank reported) and the
+    ranks that measured steps; a rank that could not report is noted.
+
+    Raises:
+        ProfileError: rank 0 measured no step, or its batch size is unknown.
+    """
+    from predictor.exceptions import ProfileError
+
+    for payload in ranks:
+        if payload.error:
+            notes.append(f"rank {payload.rank} could not report its measurements: {payload.error}")
+    good = [p for p in ranks if p.series is not None and p.series.step_s]
+    lead = next((p for p in good if p.rank == ranks[0].rank), None)
+    if lead is None or lead.series is None:
+        raise ProfileError("No step was measured on rank 0, so there is nothing to write.")
+    per_device = _median_samples(lead.series)
+    if per_device is None:
+        raise ProfileError(
+            "The batch size could not be found in the batches (no tensor with a leading dimension). "
+            "Pass SriftyCallback(batch_size_fn=lambda batch: ...) returning samples per batch."
+        )
+    rank_samples = [(_median_samples(p.series) or per_device) for p in good if p.series is not None]
+    global_batch = sum(rank_samples) if len(good) == len(ranks) else per_device * len(ranks)
+    return lead, per_device, global_batch, good
+
+
+def _timing(
+    series: StepSeries, step: Any, global_batch: int, window: dict[str, Any], max_series: int
+) -> dict[str, Any]:
+    """The profile's ``timing``: the step time, the throughput, the raw series (at most ``max_series``), the window,
+    and the phases' times and shares when the recorder had them."""
+    timing: dict[str, Any] = {
+        "step_time_s": step,
+        "samples_per_s": summarize([global_batch / s for s in series.step_s if s > 0]),
+        "series_s": series.step_s[:max_series],
+        "series_truncated": len(series.step_s) > max_series,
+        "window": {**window, "steps": len(series.step_s), "excluded_steps": series.excluded or None},
+    }
+    phases = _phase_stats(series)
+    if phases is not None:
+        timing["phases_s"] = phases
+        total = sum(statistics.fmean(series.phases[p]) for p in PHASES)
+        timing["phase_share"] = {p: statistics.fmean(series.phases[p]) / total for p in PHASES} if total > 0 else None
+    return timing
 
 
 def _communication(

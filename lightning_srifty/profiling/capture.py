@@ -152,6 +152,78 @@ def capture_step(
             value=module,
         )
     lightning = _is_lightning(module)
+    samples = _check_inputs(module, example_batch, optimizer, batch_size, lightning)
+    notes: list[str] = []
+    with _step_context(device) as convert:
+        work = _copy_module(module, convert, TRUE_DTYPES.get(precision))
+        batch = _convert_batch(example_batch, convert, TRUE_DTYPES.get(precision))
+        opt = _make_optimizer(work, optimizer, lightning)
+        if _force_foreach(opt):
+            notes.append("optimizer foreach=True (torch's default for CUDA parameters; CPU would loop per tensor)")
+        block, blocks = find_blocks(work)
+        probe = MemoryProbe(work, batch, blocks)  # entered first: it sees the kernels the recorder decomposes into
+        recorder = OpRecorder(phase="forward")
+        routing = CudaAttentionOnCpu() if device != "cuda" else contextlib.nullcontext()
+        _record_step(work, batch, opt, lightning, probe, recorder, routing, precision, device, notes)
+        if isinstance(routing, CudaAttentionOnCpu) and (note := routing.note()):
+            notes.append(note)
+        if precision == "16-mixed":
+            notes.append("16-mixed: GradScaler's loss scaling and unscaling (a few elementwise kernels) not captured")
+        total, trainable = parameter_counts(work)
+        table = recorder.table(
+            device=device, samples=samples, method=f"{METHOD} ({_where(device)})", precision=precision, notes=notes
+        )
+        return StepCapture(
+            table=table,
+            name=type(module).__name__,
+            precision=precision,
+            parameters=total,
+            trainable_parameters=trainable,
+            gradient_bytes_by_dtype=gradient_bytes(work),
+            optimizer=optimizer_names([opt]),
+            optimizer_state_bytes=optimizer_state_bytes([opt]),
+            phase_flops=recorder.phase_flops(),
+            seconds=time.perf_counter() - start,
+            structure=_structure(probe, block, blocks, samples, device),
+        )
+
+
+def _record_step(
+    work: torch.nn.Module,
+    batch: Any,
+    opt: Any,
+    lightning: bool,
+    probe: MemoryProbe,
+    recorder: OpRecorder,
+    routing: Any,
+    precision: str,
+    device: str,
+    notes: list[str],
+) -> None:
+    """One training step under the recorder and the memory probe: forward, backward, an unrecorded first optimizer
+    step (it creates the optimizer's state), then the recorded one and ``zero_grad``."""
+    with probe, recorder, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*self\.log\(\).*")  # no Trainer in a capture: log is a no-op
+        with _precision_context(precision, device, notes), probe.saving(), routing:
+            loss = _run_phase("forward (training_step)", lambda: _loss(work, batch, lightning))
+        recorder.phase = probe.phase = "backward"
+        _run_phase("backward", loss.backward)
+        del loss
+        # the optimizer's first step creates its state (AdamW: two zeros_like per parameter; SGD: the momentum
+        # buffer cloned from the gradient): once per run, not per step. It runs unrecorded (the memory probe sees
+        # it: the state stays live, its temporaries are the step's transient), and the step recorded is the
+        # second one, what every later step of the run costs
+        recorder.phase = None
+        probe.start_optimizer()
+        _run_phase("optimizer.step", opt.step)
+        probe.end_optimizer_step()
+        recorder.phase = "optimizer"
+        _run_phase("optimizer.step", opt.step)
+        _run_phase("optimizer.zero_grad", opt.zero_grad)
+
+
+def _check_inputs(module: Any, example_batch: Any, optimizer: Any, batch_size: int | None, lightning: bool) -> int:
+    """The capture's arguments checked (a plain module needs an optimizer factory); the samples of the batch."""
     if optimizer is not None and not callable(optimizer):
         raise ConfigError(
             f"The 'optimizer' parameter of {_OWNER} must be a callable params -> Optimizer, e.g. "
@@ -179,56 +251,7 @@ def capture_step(
             parameter="batch_size",
             value=batch_size,
         )
-    notes: list[str] = []
-    with _step_context(device) as convert:
-        work = _copy_module(module, convert, TRUE_DTYPES.get(precision))
-        batch = _convert_batch(example_batch, convert, TRUE_DTYPES.get(precision))
-        opt = _make_optimizer(work, optimizer, lightning)
-        if _force_foreach(opt):
-            notes.append("optimizer foreach=True (torch's default for CUDA parameters; CPU would loop per tensor)")
-        block, blocks = find_blocks(work)
-        probe = MemoryProbe(work, batch, blocks)  # entered first: it sees the kernels the recorder decomposes into
-        recorder = OpRecorder(phase="forward")
-        routing = CudaAttentionOnCpu() if device != "cuda" else contextlib.nullcontext()
-        with probe, recorder, warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r".*self\.log\(\).*")  # no Trainer in a capture: log is a no-op
-            with _precision_context(precision, device, notes), probe.saving(), routing:
-                loss = _run_phase("forward (training_step)", lambda: _loss(work, batch, lightning))
-            recorder.phase = probe.phase = "backward"
-            _run_phase("backward", loss.backward)
-            del loss
-            # the optimizer's first step creates its state (AdamW: two zeros_like per parameter; SGD: the momentum
-            # buffer cloned from the gradient): once per run, not per step. It runs unrecorded (the memory probe sees
-            # it: the state stays live, its temporaries are the step's transient), and the step recorded is the
-            # second one, what every later step of the run costs
-            recorder.phase = None
-            probe.start_optimizer()
-            _run_phase("optimizer.step", opt.step)
-            probe.end_optimizer_step()
-            recorder.phase = "optimizer"
-            _run_phase("optimizer.step", opt.step)
-            _run_phase("optimizer.zero_grad", opt.zero_grad)
-        if isinstance(routing, CudaAttentionOnCpu) and (note := routing.note()):
-            notes.append(note)
-        if precision == "16-mixed":
-            notes.append("16-mixed: GradScaler's loss scaling and unscaling (a few elementwise kernels) not captured")
-        total, trainable = parameter_counts(work)
-        table = recorder.table(
-            device=device, samples=samples, method=f"{METHOD} ({_where(device)})", precision=precision, notes=notes
-        )
-        return StepCapture(
-            table=table,
-            name=type(module).__name__,
-            precision=precision,
-            parameters=total,
-            trainable_parameters=trainable,
-            gradient_bytes_by_dtype=gradient_bytes(work),
-            optimizer=optimizer_names([opt]),
-            optimizer_state_bytes=optimizer_state_bytes([opt]),
-            phase_flops=recorder.phase_flops(),
-            seconds=time.perf_counter() - start,
-            structure=_structure(probe, block, blocks, samples, device),
-        )
+    return samples
 
 
 def _structure(

@@ -202,15 +202,7 @@ class OpRecorder(TorchDispatchMode):
         fresh = [r.alias_info is None for r in func._schema.returns]
         if all(fresh):  # in-place results are the mutated arguments, counted above
             written += sum(_nbytes(t) for t in outs)
-        flops = 0
-        if func._overloadpacket in self.flop_registry:
-            try:
-                if func._overloadpacket in attention.SPECS:  # by the overload called (FlopCounterMode: the default)
-                    flops = attention.attention_flops(func, args, kwargs)
-                else:
-                    flops = int(self.flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
-            except Exception:  # noqa: BLE001 - a formula that cannot take these arguments: counted as 0, reported
-                self.flop_errors[str(func)] += 1
+        flops = self._flops(func, args, kwargs, out)
         out_shapes = [[int(s) for s in t.shape] for t in outs]
         out_dtype = _dtype(outs[0]) if outs else None
         op = str(func)
@@ -233,6 +225,19 @@ class OpRecorder(TorchDispatchMode):
             self.records[key] = [1, shapes, dtypes, flops, read, written, out_shapes, out_dtype, params or None]
         else:
             entry[0] += 1
+
+    def _flops(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> int:
+        """The call's FLOPs by torch's formula for it (attention by the overload called); 0 when there is none, and
+        counted in ``flop_errors`` when the formula cannot take these arguments."""
+        if func._overloadpacket not in self.flop_registry:
+            return 0
+        try:
+            if func._overloadpacket in attention.SPECS:  # by the overload called (FlopCounterMode: the default)
+                return attention.attention_flops(func, args, kwargs)
+            return int(self.flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
+        except Exception:  # noqa: BLE001 - a formula that cannot take these arguments: counted as 0, reported
+            self.flop_errors[str(func)] += 1
+            return 0
 
     def op_records(self) -> list[OpRecord]:
         """The aggregated records, in the order their signatures first ran."""
