@@ -158,7 +158,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             raise _no_region("status")
         queries.append((region, args.aws_endpoint, None, None))
     catalog = load_catalog(args)
-    records = []
+    records: list[Any] = []
     for region, endpoint, names, root in queries:
         with aws.aws_errors(f"listing the fleets in {region} (ec2:DescribeInstances)"):
             found = ops.find_fleets(aws.client("ec2", region, endpoint), region, names)
@@ -192,7 +192,8 @@ class _Prefixed:
     """Writes whole lines, each prefixed with its instance id when several logs are printed."""
 
     def __init__(self, out: Any, prefix: bool) -> None:
-        self.out, self.prefix, self.partial = out, prefix, {}
+        self.out, self.prefix = out, prefix
+        self.partial: dict[str, str] = {}
 
     def __call__(self, instance_id: str, data: bytes) -> None:
         if not self.prefix:

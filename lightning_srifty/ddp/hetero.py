@@ -33,7 +33,7 @@ def rank_weights(batch_sizes: Sequence[int]) -> list[float]:
 def weighted_hook(weight: float, inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     """A DDP communication hook scaling this rank's bucket by ``weight`` before ``inner`` reduces it."""
 
-    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP accepts only unannotated or exact annotations
+    def hook(state, bucket):  # DDP accepts only unannotated or exact annotations
         if weight != 1.0:
             bucket.buffer().mul_(weight)
         return inner(state, bucket)

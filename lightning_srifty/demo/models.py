@@ -39,11 +39,13 @@ class DigitsCNN(pl.LightningModule):
         self.log("val_acc", (logits.argmax(-1) == y).float().mean(), prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        return torch.optim.Adam(self.parameters(), lr=self.hparams["lr"])
 
 
 class TinyLM(pl.LightningModule):
     """A small causal transformer LM (pre-norm encoder layers with a causal mask)."""
+
+    mask: torch.Tensor  # the causal mask, a buffer (register_buffer in __init__)
 
     def __init__(
         self,
@@ -86,4 +88,4 @@ class TinyLM(pl.LightningModule):
         self.log("val_loss", self._loss(batch), prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
+        return torch.optim.AdamW(self.parameters(), lr=self.hparams["lr"])

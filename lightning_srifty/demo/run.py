@@ -45,7 +45,7 @@ def epochs_for(max_steps: int, train_samples: int, batch_size: int, world: int) 
     return max(1, -(-max_steps // per_epoch))
 
 
-def build(config: DemoConfig) -> tuple[pl.LightningModule, pl.LightningDataModule]:
+def build(config: DemoConfig) -> tuple[pl.LightningModule, DigitsDataModule | TokensDataModule]:
     """The model and data of a demo configuration."""
     if config.model == "cnn":
         width = {"small": 32, "medium": 64, "large": 128}[config.size]
@@ -79,7 +79,7 @@ def run_demo(config: DemoConfig, extra_callbacks: list[Any] | None = None) -> tu
         devices=config.devices,
         num_nodes=config.num_nodes,
         strategy=config.strategy,
-        precision=config.precision,
+        precision=config.precision,  # type: ignore[arg-type]  # a name Lightning checks itself
         callbacks=[callback, *(extra_callbacks or [])],
         logger=False,
         enable_checkpointing=False,

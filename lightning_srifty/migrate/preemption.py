@@ -216,7 +216,8 @@ class SpotPreemption(Callback):
 
     def _stand_down(self, trainer: pl.Trainer) -> bool:
         """An automatic SpotPreemption steps aside for one the script configured (its options win)."""
-        if self._auto and any(isinstance(c, SpotPreemption) and not c._auto for c in trainer.callbacks):
+        callbacks = trainer.callbacks  # type: ignore[attr-defined]  # Lightning sets it in the connector
+        if self._auto and any(isinstance(c, SpotPreemption) and not c._auto for c in callbacks):
             self._inactive = True
         return self._inactive
 

@@ -30,7 +30,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -206,7 +206,7 @@ class MigrationTriggers(Callback):
         entry = self.plan.entries[self.current]
         off = drift(measured, entry.throughput_samples_s)
         catalog = self.catalog_loader() if self.catalog_loader else Catalog.load()
-        known = store.read(self.dirpath, markers.CALIBRATION) or {}
+        known = store.read(self._folder, markers.CALIBRATION) or {}
         why = self._why_replan(off, catalog)
         if why is None:
             log.info(
@@ -217,7 +217,7 @@ class MigrationTriggers(Callback):
             )
             return
         if why == "drift":
-            self._post_observation(profile, entry.fleet, measured, step_s)
+            _post_observation(self.predictor_url, self._predictor_token, profile, entry.fleet, measured, step_s)
         remaining = (
             Work.of_steps(remaining_steps, gb, accumulation).samples
             if remaining_steps is not None
@@ -240,13 +240,13 @@ class MigrationTriggers(Callback):
         self.decisions.append(decision)
         if decision.plan is not None and decision.plan.calibration:
             factors = {c.gpu: c.factor for c in decision.plan.calibration}
-            store.write(self.dirpath, markers.CALIBRATION, {**known, **factors})
+            store.write(self._folder, markers.CALIBRATION, {**known, **factors})
         log.warning("MigrationTriggers (%s, %+.0f%% of the prediction): %s", why, 100 * off, decision.reason)
         if not decision.move or decision.plan is None or decision.target is None:
             return
         self._ask_launcher(trainer, decision, why, measured)
 
-    def _why_replan(self, off: float, catalog: Any) -> str | None:
+    def _why_replan(self, off: float, catalog: Any) -> Literal["drift", "price"] | None:
         """``"drift"`` (the measurement is off the prediction by more than the threshold), ``"price"`` (today's
         catalog is not the plan's), or None."""
         if abs(off) > self.drift_threshold:
@@ -272,17 +272,17 @@ class MigrationTriggers(Callback):
             migration_cost_usd=decision.migration_cost_usd,
             plan=decision.plan.to_dict(),
         )
-        markers.write_record(self.dirpath, self.requested)
+        markers.write_record(self._folder, self.requested)
         # the launcher answers: LEAVE once the new fleet is up, or MOVE_DECLINED (training goes on here)
         while not self._stop.wait(self.poll_s):
-            if markers.read_record(self.dirpath, Leave, launch_id or None) is not None:  # not an earlier launch's
+            if markers.read_record(self._folder, Leave, launch_id or None) is not None:  # not an earlier launch's
                 self._preemption.request_leave(
                     f"{why}: {decision.reason}", move=True, to_fleet=decision.target.fleet, trigger=why
                 )
                 return
-            declined = markers.read_record(self.dirpath, MoveDeclined, launch_id or None)
+            declined = markers.read_record(self._folder, MoveDeclined, launch_id or None)
             if declined is not None:
-                markers.clear_records(self.dirpath, MoveDeclined)
+                markers.clear_records(self._folder, MoveDeclined)
                 log.warning(
                     "MigrationTriggers: the launcher declined the move to %s (%s); training goes on%s",
                     declined.to_fleet,
@@ -293,6 +293,18 @@ class MigrationTriggers(Callback):
                     self.requested = None
                     self._last_check = time.monotonic()
                 return
+
+    @property
+    def _folder(self) -> str:
+        """The markers' folder (the launcher's, or SpotPreemption's once training started)."""
+        if not self.dirpath:
+            raise ConfigError(
+                "MigrationTriggers has no folder for its markers: pass dirpath= (beside the checkpoints), or add "
+                "SpotPreemption(dirpath) to the Trainer's callbacks.",
+                parameter="dirpath",
+                value=None,
+            )
+        return self.dirpath
 
     def _elapsed_h(self) -> float:
         """Time spent on the plan's work: since the launcher began this plan (``LaunchEnv.plan_started_unix``; it
@@ -313,31 +325,35 @@ class MigrationTriggers(Callback):
             # a callback that says it profiles the run (SriftyCallback does): no import of profiling's callback here
             if getattr(type(cb), "PROVIDES_PROFILE", False) and getattr(cb, "profile", None) is not None:
                 self.profile = cb.profile
-                if not store.exists(self.dirpath, markers.PROFILE):  # for the next fleet's run
-                    store.write(self.dirpath, markers.PROFILE, self.profile.to_dict())
+                if not store.exists(self._folder, markers.PROFILE):  # for the next fleet's run
+                    store.write(self._folder, markers.PROFILE, self.profile.to_dict())
                 return self.profile
-        kept = store.read(self.dirpath, markers.PROFILE)
+        kept = store.read(self._folder, markers.PROFILE)
         if kept is not None:
             self.profile = load_profile(kept)
         return self.profile
 
-    def _post_observation(self, profile: Any, fleet: str, throughput: float, step_s: float) -> None:
-        if not self.predictor_url:
-            return
-        try:
-            from lightning_srifty.profiling.recommendation import run_identity
-            from predictor.service.client import ServiceClient
 
-            ServiceClient(self.predictor_url, token=self._predictor_token).observe(
-                profile,
-                fleet,
-                throughput,
-                iteration_time_s=step_s,
-                source="srifty MigrationTriggers",
-                run=run_identity(),
-            )
-        except Exception as exc:  # noqa: BLE001 - the service being away must not matter to training
-            log.warning("MigrationTriggers: the observation was not posted: %s", exc)
+def _post_observation(
+    url: str | None, token: str | None, profile: Any, fleet: str, throughput: float, step_s: float
+) -> None:
+    """The drift measured, posted to the ``srifty serve`` service at ``url`` as an observation (never raises)."""
+    if not url:
+        return
+    try:
+        from lightning_srifty.profiling.recommendation import run_identity
+        from predictor.service.client import ServiceClient
+
+        ServiceClient(url, token=token).observe(
+            profile,
+            fleet,
+            throughput,
+            iteration_time_s=step_s,
+            source="srifty MigrationTriggers",
+            run=run_identity(),
+        )
+    except Exception as exc:  # noqa: BLE001 - the service being away must not matter to training
+        log.warning("MigrationTriggers: the observation was not posted: %s", exc)
 
 
 def _remaining_steps(trainer: pl.Trainer) -> int | None:

@@ -334,7 +334,7 @@ def check_store(dirpath: str, seconds: float) -> None:
         log.warning("SpotPreemption: the checkpoint folder %s could not be checked (%s)", dirpath, failed)
 
 
-def within(seconds: float | None, work: Callable[[], None], interrupt: threading.Event | None = None) -> str | None:
+def within(seconds: float | None, work: Callable[[], object], interrupt: threading.Event | None = None) -> str | None:
     """Run ``work`` in a daemon thread for at most ``seconds`` (None: as long as it takes), and no longer than until
     ``interrupt`` is set (a notice or SIGTERM on this rank: the leave comes first): None when it finished, else what
     went wrong, with how long it was given (its error, the time running out, or the interruption: the thread is
@@ -355,7 +355,7 @@ def within(seconds: float | None, work: Callable[[], None], interrupt: threading
     while thread.is_alive():
         left = None if seconds is None else seconds - (time.monotonic() - started)
         if left is not None and left <= 0:
-            return f"no answer within {_secs(seconds)} s"
+            return f"no answer within {_secs(seconds or 0.0)} s"
         if interrupt is not None and interrupt.is_set():
             return f"a notice came first, {_secs(time.monotonic() - started)} s into it"
         thread.join(0.25 if left is None else min(0.25, left))

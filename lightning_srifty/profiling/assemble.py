@@ -177,7 +177,7 @@ def _communication(
         "allreduce_s": busy,
         "exposed_s": exposed,
         "overlap_fraction": min(1.0, max(0.0, 1 - sum(comm.exposed_s) / total_busy)) if total_busy > 0 else None,
-        "share_of_step": exposed.p50 / step.p50 if step.p50 > 0 else None,
+        "share_of_step": exposed.p50 / step.p50 if exposed is not None and step.p50 > 0 else None,
         "bucket_detail": [
             {"index": i, "bytes": nbytes, "allreduce_s": summarize(times)}
             for i, (nbytes, times) in comm.buckets.items()

@@ -247,7 +247,7 @@ def _formula(packet: Any) -> Callable[..., int]:
     def formula(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
         return attention_flops(packet.default, args, kwargs)
 
-    formula._get_raw = True  # type: ignore[attr-defined] - FlopCounterMode passes the tensors, not their shapes
+    formula._get_raw = True  # type: ignore[attr-defined]  # FlopCounterMode passes the tensors, not their shapes
     return formula
 
 

@@ -360,7 +360,8 @@ def _convert_batch(batch: Any, convert: Callable[[Any], Any], dtype: torch.dtype
             out = out.to(dtype)
         return out
     if isinstance(batch, Mapping):
-        return type(batch)({k: _convert_batch(v, convert, dtype) for k, v in batch.items()})
+        mapping: Any = type(batch)  # the batch's own mapping class (a dict, an OrderedDict, a BatchEncoding...)
+        return mapping({k: _convert_batch(v, convert, dtype) for k, v in batch.items()})
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):
         return type(batch)(*(_convert_batch(v, convert, dtype) for v in batch))
     if isinstance(batch, (list, tuple)):
@@ -372,7 +373,8 @@ def _make_optimizer(work: torch.nn.Module, factory: Callable[[Any], Any] | None,
     if factory is not None:
         opt = _run_phase("the optimizer factory", lambda: factory(work.parameters()))
     else:
-        config = _run_phase("configure_optimizers()", work.configure_optimizers)
+        module: Any = work  # a LightningModule (``lightning``): it has configure_optimizers
+        config = _run_phase("configure_optimizers()", module.configure_optimizers)
         opt = _first_optimizer(config)
     if not isinstance(opt, torch.optim.Optimizer):
         raise ConfigError(
@@ -447,7 +449,8 @@ def _precision_context(precision: str, device: str, notes: list[str]) -> Iterato
 
 def _loss(work: torch.nn.Module, batch: Any, lightning: bool) -> torch.Tensor:
     if lightning:
-        out = work.training_step(batch, 0)
+        module: Any = work  # a LightningModule
+        out = module.training_step(batch, 0)
     elif isinstance(batch, Mapping):
         out = work(**batch)
     else:

@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any
+from typing import Any, cast
 
 import lightning.pytorch as pl
 import torch
@@ -23,8 +23,11 @@ def measure_checkpoint(trainer: pl.Trainer, notes: list[str]) -> dict[str, Any] 
     # neither fill the disk nor be read back into a host of 16 GiB (an OOM kill nobody can catch)
     need = state_bytes(trainer)
     disk_free = shutil.disk_usage(tempfile.gettempdir()).free
-    plan = trainer.strategy.broadcast(
-        checkpoint_budget(need, disk_free, available_memory_bytes()) if trainer.is_global_zero else None
+    plan = cast(  # rank 0's budget, on every rank
+        dict[str, Any],
+        trainer.strategy.broadcast(
+            checkpoint_budget(need, disk_free, available_memory_bytes()) if trainer.is_global_zero else None
+        ),
     )
     if plan["skip"]:
         notes.append(plan["skip"])

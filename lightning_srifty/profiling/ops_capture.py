@@ -287,14 +287,14 @@ class OpRecorder(TorchDispatchMode):
             )
         ops = self.op_records()
         return OpTable(
-            device=device,
+            device=device,  # type: ignore[arg-type]  # the capture's own: "cpu", "cuda", "meta" or "fake"
             samples=samples,
-            ops=ops,
+            ops=tuple(ops),
             method=method,
             precision=precision,
             total_flops=float(sum(o.count * o.flops for o in ops)),
             skipped=dict(sorted(self.skipped.items())) or None,
-            notes=notes or None,
+            notes=tuple(notes) or None,
         )
 
 

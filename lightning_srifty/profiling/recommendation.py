@@ -157,7 +157,7 @@ def fold_deprecated(
         if url is not None and service is None:
             service = service_client(owner, "predictor_url", url, token)
     post = bool(given.pop("post_observation", True))
-    fields = {_DEPRECATED[k]: v for k, v in given.items() if v is not None}
+    fields = {name: v for k, v in given.items() if v is not None and (name := _DEPRECATED[k]) is not None}
     if fields and isinstance(constraints, Constraints):
         constraints = dataclasses.replace(constraints, **fields)
     elif fields:

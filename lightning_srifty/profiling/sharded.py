@@ -85,13 +85,14 @@ class ShardedCollectiveTimer:
             return
         proxy = _TimedDist(self)
         for name in FSDP_MODULES:
-            module = importlib.import_module(name)
+            module: Any = importlib.import_module(name)
             self._saved[name] = module.dist
             module.dist = proxy
 
     def stop(self) -> None:
         for name, original in self._saved.items():
-            importlib.import_module(name).dist = original
+            module: Any = importlib.import_module(name)
+            module.dist = original
         self._saved.clear()
 
     def call(self, kind: str, collective: Any, *args: Any, **kwargs: Any) -> Any:

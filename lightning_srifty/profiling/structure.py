@@ -213,7 +213,7 @@ class MemoryProbe(TorchDispatchMode):
     def _grad(self, p: torch.Tensor) -> None:
         g = p.grad
         k = None if g is None else _key(g)
-        if k is None:
+        if g is None or k is None:
             return
         info = self._watch(g, k, allocated=True)
         if not info[3]:

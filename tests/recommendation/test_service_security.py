@@ -96,7 +96,7 @@ def test_the_client_sends_the_token_from_its_argument_or_the_environment(tmp_pat
 
 
 def test_migration_triggers_post_observations_with_the_token(tmp_path, catalog) -> None:
-    from lightning_srifty.migrate.triggers import MigrationTriggers
+    from lightning_srifty.migrate.triggers import MigrationTriggers, _post_observation
     from predictor.ranking import Constraints, rank
 
     profile = load_profile(copy.deepcopy(MINIMAL))
@@ -105,7 +105,7 @@ def test_migration_triggers_post_observations_with_the_token(tmp_path, catalog) 
     app = create_app(catalog=catalog, observations=store, settings=ServiceSettings(token=TOKEN))
     with background_server(app) as url:
         triggers = MigrationTriggers(plan, 0, str(tmp_path), profile=profile, predictor_url=url, predictor_token=TOKEN)
-        triggers._post_observation(profile, "g5.xlarge:1", 123.0, 0.5)
+        _post_observation(triggers.predictor_url, triggers._predictor_token, profile, "g5.xlarge:1", 123.0, 0.5)
     assert [(o.fleet, o.throughput_samples_s) for o in store.list()] == [("g5.xlarge:1", 123.0)]
 
 
