@@ -164,6 +164,14 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     return 1 if result.failures else 0
 
 
+def cmd_schema(args: argparse.Namespace) -> int:
+    """Print the JSON Schema of a catalog extra (generated from the fields' declarations)."""
+    from predictor.catalog.extra import extra_schema
+
+    print(json.dumps(extra_schema(), indent=2))
+    return 0
+
+
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     catalog = sub.add_parser("catalog", help="EC2 accelerator instance types, GPUs and prices")
     csub = catalog.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
@@ -178,6 +186,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     gpus = csub.add_parser("gpus", parents=[common], help="list known GPUs and their specs")
     gpus.add_argument("--format", choices=["table", "json"], default="table")
     gpus.set_defaults(func=cmd_gpus)
+    schema = csub.add_parser(
+        "schema", help="the JSON Schema of a --catalog-extra YAML file (for an editor; the loader checks the same)"
+    )
+    schema.set_defaults(func=cmd_schema)
     refresh = csub.add_parser("refresh", help="refresh specs and prices from AWS (boto3) into the user cache")
     refresh.add_argument("--regions", default="us-east-1,us-west-2", help="comma-separated regions")
     refresh.set_defaults(func=cmd_refresh)

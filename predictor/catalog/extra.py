@@ -40,71 +40,124 @@ from predictor.documents.checks import suggest
 from predictor.documents.schema import yaml_number_hint
 from predictor.exceptions import CatalogError
 
-GPU_FIELDS = {
-    "name": str,
-    "memory_gb": float,
-    "memory_bw_gbps": float,
-    "fp32_tflops": float,
-    "tf32_tflops": float,
-    "fp16_tflops": float,
-    "bf16_tflops": float,
-    "nvlink_gbps": float,
-    "arch": str,
-    "aliases": list,
-    "sms": int,
-    "clock_mhz": float,
-    "l2_mb": float,
-    "compute_capability": str,
-}
-GPU_REQUIRED = ("name", "memory_gb")
-INSTANCE_FIELDS = {
-    "name": str,
-    "gpu": str,
-    "gpus": int,
-    "vcpus": int,
-    "memory_gib": float,
-    "network_gbps": float,
-    "efa": bool,
-    "network_cards": int,
-    "efa_interfaces": int,
-    "gpu_interconnect": str,
-    "price_usd_hr": float,
-    "spot_price_usd_hr": float,
-    "interruption_rate_per_hr": float,
-    "region": str,
-    "local_nvme_gb": float,
-    "arch": str,
-    "gpu_memory_gib": float,
-    "family": str,
-    "process_group_backend": str,
+
+@dataclass(frozen=True)
+class YamlField:
+    """One field of a catalog extra, declared once: its YAML type, whether it is required, its bounds and choices.
+    The loader's checks and messages (:func:`_check`), the JSON Schema of the file (:func:`extra_schema`,
+    ``srifty catalog schema``) and the tests' negative case for every field are read from it.
+
+    ``kind``: str, float (any number), int (a whole number), bool, list. Numbers are never negative; ``positive``:
+    more than 0 too (a speed or size the predictor divides by); ``most``: the largest value, orders of magnitude
+    beyond any hardware (the bundled catalog's largest: 141 GB, 4.8 TB/s, 989 TFLOPS, 6400 Gbit/s, 4 TiB), so that a
+    wrong unit is caught. ``choices``: the values a text may take; ``pattern``: a regular expression a text must
+    match somewhere (the JSON Schema's ``pattern``); ``number_too``: a text that may be written as a number (YAML
+    reads an unquoted 8.0 as one)."""
+
+    kind: type
+    doc: str
+    required: bool = False
+    positive: bool = False
+    most: float | None = None
+    choices: tuple[str, ...] = ()
+    pattern: str | None = None
+    number_too: bool = False
+
+
+_F = YamlField
+_SPEED = 1_000_000  # the bound of a speed or bandwidth: TFLOPS, GB/s
+GPU_FIELDS: dict[str, YamlField] = {
+    "name": _F(str, "the GPU's name, as the catalog and torch's device name call it", required=True),
+    "memory_gb": _F(float, "memory per GPU, GB", required=True, positive=True, most=10_000),
+    "memory_bw_gbps": _F(float, "memory bandwidth, GB/s", positive=True, most=_SPEED),
+    "fp32_tflops": _F(float, "FP32 peak, TFLOPS (dense)", positive=True, most=_SPEED),
+    "tf32_tflops": _F(float, "TF32 tensor-core peak, TFLOPS (dense)", positive=True, most=_SPEED),
+    "fp16_tflops": _F(float, "FP16 tensor-core peak, TFLOPS (dense)", positive=True, most=_SPEED),
+    "bf16_tflops": _F(float, "BF16 tensor-core peak, TFLOPS (dense)", positive=True, most=_SPEED),
+    "nvlink_gbps": _F(float, "NVLink bandwidth per GPU, GB/s (bidirectional datasheet figure; 0: none)", most=_SPEED),
+    "arch": _F(str, "the architecture's name (Ampere, Hopper, ...)"),
+    "aliases": _F(list, "other names torch may report for it"),
+    "sms": _F(int, "streaming multiprocessors (the kernel model's waves)", positive=True, most=100_000),
+    "clock_mhz": _F(float, "boost clock, MHz", positive=True, most=100_000),
+    "l2_mb": _F(float, "L2 cache, MB", positive=True, most=_SPEED),
+    "compute_capability": _F(
+        str, 'CUDA compute capability MAJOR.MINOR, e.g. "9.0"', pattern=r"^\s*\d+\.\d+\s*$", number_too=True
+    ),
 }
 BACKENDS = ("nccl", "gloo")
-INSTANCE_REQUIRED = ("name", "gpu", "gpus", "vcpus", "memory_gib", "network_gbps")
-# (more than 0?, at most): a speed or size the predictor divides by must be positive, and no field may be orders of
-# magnitude beyond any hardware (the bundled catalog's largest: 141 GB, 4.8 TB/s, 989 TFLOPS, 6400 Gbit/s, 4 TiB)
-RANGES: dict[str, tuple[bool, float]] = {
-    "memory_gb": (True, 10_000),
-    "memory_bw_gbps": (True, 1_000_000),
-    "fp32_tflops": (True, 1_000_000),
-    "tf32_tflops": (True, 1_000_000),
-    "fp16_tflops": (True, 1_000_000),
-    "bf16_tflops": (True, 1_000_000),
-    "nvlink_gbps": (False, 1_000_000),
-    "sms": (True, 100_000),
-    "clock_mhz": (True, 100_000),
-    "l2_mb": (True, 1_000_000),
-    "gpus": (True, 1_024),
-    "vcpus": (True, 100_000),
-    "memory_gib": (True, 1_000_000),
-    "network_gbps": (True, 1_000_000),
-    "network_cards": (True, 1_024),
-    "efa_interfaces": (False, 1_024),
-    "price_usd_hr": (False, 100_000),
-    "spot_price_usd_hr": (False, 100_000),
-    "interruption_rate_per_hr": (False, 100),
-    "local_nvme_gb": (False, 100_000_000),
-    "gpu_memory_gib": (True, 10_000),
+INSTANCE_FIELDS: dict[str, YamlField] = {
+    "name": _F(str, "the instance type's name", required=True),
+    "gpu": _F(str, "its GPU: a name of the catalog or of this file's gpus", required=True),
+    "gpus": _F(int, "GPUs per instance", required=True, positive=True, most=1_024),
+    "vcpus": _F(int, "vCPUs", required=True, positive=True, most=100_000),
+    "memory_gib": _F(float, "host memory, GiB", required=True, positive=True, most=1_000_000),
+    "network_gbps": _F(float, "network bandwidth, Gbit/s", required=True, positive=True, most=1_000_000),
+    "efa": _F(bool, "Elastic Fabric Adapter support"),
+    "network_cards": _F(int, "network cards (NetworkInfo.MaximumNetworkCards)", positive=True, most=1_024),
+    "efa_interfaces": _F(int, "EFA interfaces (EfaInfo.MaximumEfaInterfaces)", most=1_024),
+    "gpu_interconnect": _F(str, "how its GPUs talk to each other", choices=INTERCONNECTS),
+    "price_usd_hr": _F(float, "on-demand price, USD per hour", most=100_000),
+    "spot_price_usd_hr": _F(float, "spot price, USD per hour", most=100_000),
+    "interruption_rate_per_hr": _F(float, "spot interruptions per instance-hour", most=100),
+    "region": _F(str, "the region its prices are for (default: user)"),
+    "local_nvme_gb": _F(float, "local NVMe storage, GB", most=100_000_000),
+    "arch": _F(
+        str,
+        "CPU architecture: x86_64 or arm64 (or AWS's comma-joined SupportedArchitectures that names one)",
+        pattern=r"^\s*$|(^|,)\s*(" + "|".join(ARCHES) + r")\s*(,|$)",
+    ),
+    "gpu_memory_gib": _F(float, "memory per GPU, GiB (default: the GPU's)", positive=True, most=10_000),
+    "family": _F(str, "the family (default: the name before the first dot)"),
+    "process_group_backend": _F(str, "nccl for CUDA GPUs; gloo for a CPU lab", choices=BACKENDS),
 }
+GPU_REQUIRED = tuple(k for k, f in GPU_FIELDS.items() if f.required)
+INSTANCE_REQUIRED = tuple(k for k, f in INSTANCE_FIELDS.items() if f.required)
+SECTIONS = {"gpus": GPU_FIELDS, "instance_types": INSTANCE_FIELDS}
+SCHEMA_ID = "srifty.catalog-extra/v1"
+
+
+def _field_schema(f: YamlField) -> dict[str, Any]:
+    """The JSON Schema of one declared field."""
+    out: dict[str, Any] = {"description": f.doc}
+    if f.kind in (float, int):
+        out["type"] = "number" if f.kind is float else "integer"
+        out["exclusiveMinimum" if f.positive else "minimum"] = 0
+        if f.most is not None:
+            out["maximum"] = f.most
+    else:
+        out["type"] = {str: "string", bool: "boolean", list: "array"}[f.kind]
+        if f.required and f.kind is str:
+            out["minLength"] = 1  # the loader counts an empty required text as missing
+    if f.choices:
+        out["enum"] = list(f.choices)
+    if f.pattern:
+        out["pattern"] = f.pattern
+    if f.number_too:
+        out["type"] = ["string", "number"]
+    return out
+
+
+def extra_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a catalog extra, generated from :data:`GPU_FIELDS` and
+    :data:`INSTANCE_FIELDS`: an editor checks a YAML file against it as it is written (``srifty catalog schema``);
+    the loader checks the same rules and more (the names unique, an instance type's GPU known)."""
+
+    def entry(fields: dict[str, YamlField]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {name: _field_schema(f) for name, f in fields.items()},
+            "required": [name for name, f in fields.items() if f.required],
+            "additionalProperties": False,
+        }
+
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "lightning-srifty catalog extra (srifty --catalog-extra FILE.yaml)",
+        "type": ["object", "null"],
+        "properties": {section: {"type": ["array", "null"], "items": entry(f)} for section, f in SECTIONS.items()},
+        "additionalProperties": False,
+    }
 
 
 @dataclass(frozen=True)
@@ -120,7 +173,9 @@ def _err(path: str, where: str, message: str) -> CatalogError:
     return CatalogError(f"{path}: {where}: {message}")
 
 
-def _check(path: str, where: str, entry: Any, fields: dict[str, type], required: tuple[str, ...]) -> dict[str, Any]:
+def _check(path: str, where: str, entry: Any, fields: dict[str, YamlField]) -> dict[str, Any]:
+    """``entry``'s fields against their declarations (:class:`YamlField`): known, the required ones given, each of its
+    kind and within its bounds; the choices and patterns are checked where the entry is read."""
     if not isinstance(entry, dict):
         raise _err(path, where, f"expected a mapping of fields, got {entry!r}")
     for key in entry:
@@ -128,12 +183,13 @@ def _check(path: str, where: str, entry: Any, fields: dict[str, type], required:
             close = suggest(str(key), list(fields), n=1)
             hint = f"Did you mean {close[0]!r}?" if close else "Known fields: " + ", ".join(fields) + "."
             raise _err(path, f"{where}.{key}", f"unknown field. {hint}")
-    for key in required:
-        if entry.get(key) in (None, ""):
+    for key, declared in fields.items():
+        if declared.required and entry.get(key) in (None, ""):
             raise _err(path, f"{where}.{key}", "missing (required)")
     out: dict[str, Any] = {}
     for key, value in entry.items():
-        kind = fields[key]
+        declared = fields[key]
+        kind = declared.kind
         ok = (
             isinstance(value, bool)
             if kind is bool
@@ -148,16 +204,16 @@ def _check(path: str, where: str, entry: Any, fields: dict[str, type], required:
             hint = yaml_number_hint(value) if kind in (float, int) else ""
             raise _err(path, f"{where}.{key}", f"expected {names[kind]}, got {value!r}" + (f". {hint}" if hint else ""))
         if kind in (float, int):
-            positive, most = RANGES[key]
             if value < 0:
                 raise _err(path, f"{where}.{key}", f"must not be negative, got {value!r}")
-            if positive and value == 0:
+            if declared.positive and value == 0:
                 raise _err(path, f"{where}.{key}", "must be more than 0, got 0: give the hardware's figure")
-            if value > most:
+            if declared.most is not None and value > declared.most:
                 raise _err(
                     path,
                     f"{where}.{key}",
-                    f"must be at most {most:,}, got {value!r}: beyond any hardware; check the unit (docs/catalog.md)",
+                    f"must be at most {declared.most:,}, got {value!r}: beyond any hardware; check the unit "
+                    "(docs/catalog.md)",
                 )
         out[key] = float(value) if kind is float else value
     return out
@@ -333,7 +389,7 @@ def _extra_gpus(name: str, entries: list[Any]) -> list[GPU]:
             entry = {**entry, "compute_capability": _capability(name, i, entry.get("compute_capability"))}
             if entry["compute_capability"] is None:
                 del entry["compute_capability"]
-        f = _check(name, f"gpus[{i}]", entry, GPU_FIELDS, GPU_REQUIRED)
+        f = _check(name, f"gpus[{i}]", entry, GPU_FIELDS)
         gpus.append(
             GPU(
                 key=f["name"],
@@ -372,7 +428,6 @@ def _extra_instances(name: str, entries: list[Any]) -> list[dict[str, Any]]:
             f"instance_types[{i}] ({entry.get('name', '?') if isinstance(entry, dict) else '?'})",
             entry,
             INSTANCE_FIELDS,
-            INSTANCE_REQUIRED,
         )
         if "gpu_interconnect" in f and f["gpu_interconnect"] not in INTERCONNECTS:
             close = suggest(f["gpu_interconnect"], list(INTERCONNECTS), n=1)
@@ -382,7 +437,10 @@ def _extra_instances(name: str, entries: list[Any]) -> list[dict[str, Any]]:
                 f"instance_types[{i}].gpu_interconnect",
                 f"must be one of {', '.join(INTERCONNECTS)}, got {f['gpu_interconnect']!r}.{hint}",
             )
-        if "process_group_backend" in f and f["process_group_backend"] not in BACKENDS:
+        if (
+            "process_group_backend" in f
+            and f["process_group_backend"] not in INSTANCE_FIELDS["process_group_backend"].choices
+        ):
             raise _err(
                 name,
                 f"instance_types[{i}].process_group_backend",
