@@ -24,7 +24,8 @@ without parsing the message.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import string
+from collections.abc import Callable, Mapping, Sequence
 
 
 class SriftyError(Exception):
@@ -34,15 +35,66 @@ class SriftyError(Exception):
 class ConfigError(SriftyError, ValueError):
     """A parameter or option has a value that cannot work.
 
+    A refusal made by :mod:`predictor.documents.checks` keeps its parts (scikit-learn's ``InvalidParameterError``
+    idea), so that each front end says it in its own words (:meth:`in_words`): Python names the parameter of the
+    function (the message as raised), ``srifty`` the flag, the service the JSON field.
+
     Attributes:
         parameter: the parameter's name.
         value: the value that was given.
+        owner: the function or class whose parameter it is (``"rank()"``), when known.
+        expected: what the value must be (``"an int >= 1"``), when the refusal has parts.
+        got: the value as the message shows it.
+        fix: what to do, when there is more to say.
+        template: a message naming several parameters, each as ``{name}`` (:meth:`between`), when it has one.
     """
 
-    def __init__(self, message: str, *, parameter: str | None = None, value: object = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        parameter: str | None = None,
+        value: object = None,
+        owner: str | None = None,
+        expected: str | None = None,
+        got: str | None = None,
+        fix: str = "",
+        template: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.parameter = parameter
         self.value = value
+        self.owner, self.expected, self.got, self.fix, self.template = owner, expected, got, fix, template
+
+    @classmethod
+    def between(cls, template: str, *, parameter: str, value: object = None) -> ConfigError:
+        """A refusal of settings that cannot work together: ``template`` names each parameter as ``{name}``
+        (Python reads ``name``, ``srifty`` its flag, the service its field); ``parameter`` is the one to change."""
+        names = {n: n for n in _fields(template)}
+        return cls(template.format_map(names), parameter=parameter, value=value, template=template)
+
+    def in_words(self, front: str = "python", name_of: Callable[[str], str | None] | None = None) -> str:
+        """The message for one front end: ``"python"`` (the message as raised), ``"cli"`` (``name_of``: a
+        parameter's flag) or ``"service"`` (a parameter's JSON field), rebuilt from the refusal's parts or its
+        template; a message with neither (prose) is the same for every front end."""
+        if front == "python":
+            return str(self)
+
+        def name(parameter: str) -> str:
+            given = name_of(parameter) if name_of is not None else None
+            return given or (f"--{parameter.replace('_', '-')}" if front == "cli" else repr(parameter))
+
+        if self.template is not None:
+            return self.template.format_map({n: name(n) for n in _fields(self.template)})
+        if self.expected is None or not self.parameter:
+            return str(self)
+        message = f"{name(self.parameter)} must be {self.expected}. Got {self.got}."
+        return f"{message} {self.fix}" if self.fix else message
+
+
+def _fields(template: str) -> list[str]:
+    """The ``{name}`` fields of a message template."""
+    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
 
 
 class ProfileError(SriftyError):

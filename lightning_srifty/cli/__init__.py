@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from predictor.exceptions import LaunchInterrupted, MissingExtraError, SriftyError
+from predictor.exceptions import ConfigError, LaunchInterrupted, MissingExtraError, SriftyError
 
 # the order of `srifty --help`; each module declares its command(s) with add_parser(sub, common)
 COMMANDS = (
@@ -108,6 +108,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` ran (``srifty catalog refresh``: refresh's own)."""
+    for _ in range(3):
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(args, sub.dest, None) if sub is not None else None
+        if sub is None or chosen not in sub.choices:
+            return parser
+        parser = sub.choices[chosen]
+    return parser
+
+
+def flag_for(parser: argparse.ArgumentParser, dest: str) -> str | None:
+    """The option of ``parser`` that sets ``dest`` (its long form), or None when no option does."""
+    for action in parser._actions:
+        if action.dest == dest and action.option_strings:
+            return max(action.option_strings, key=lambda o: (o.startswith("--"), len(o)))
+    return None
+
+
+def error_words(exc: SriftyError, parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """An error in the command's words: a refused value (:class:`ConfigError` with its parts) names the flag that
+    set it, read from the command's own parser (no flag is written in the library); prose goes through the
+    command's own translation when it has one (``srifty recommend``: the ranking's explanations), else as raised."""
+    if isinstance(exc, ConfigError) and (exc.template is not None or (exc.expected is not None and exc.parameter)):
+        command = command_parser(parser, args)
+        if exc.template is not None or flag_for(command, exc.parameter or "") is not None:
+            return exc.in_words("cli", lambda name: flag_for(command, name))
+    words = getattr(args, "words", None)
+    return words(str(exc)) if callable(words) else str(exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``srifty`` console script; SriftyError becomes a one-line message and exit code 2, and so
     does a module an uninstalled extra would bring (the message names the extra and the pip command)."""
@@ -120,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SriftyError as exc:
-        print(f"srifty: error: {exc}", file=sys.stderr)
+        print(f"srifty: error: {error_words(exc, parser, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # what the command started it has released already (its own finally) and said so
         print(f"srifty {args.subcommand}: interrupted (Ctrl-C)", file=sys.stderr)

@@ -92,7 +92,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         max_local_processes=args.max_local_processes,
         name=args.name,
         heartbeat_s=args.heartbeat_s,
-        heartbeat_max_age_s=args.heartbeat_max_age,
+        heartbeat_max_age_s=args.heartbeat_max_age_s,
         max_life_h=args.max_life_h,
         start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
         spot_policy=args.spot_policy,
@@ -243,6 +243,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--heartbeat-max-age",
+        dest="heartbeat_max_age_s",  # LauncherSettings' field: a refusal of it names this flag
         type=positive,
         default=600.0,
         metavar="S",

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty.cli._common import console, hours, load_catalog, number, whole
-from predictor.exceptions import SriftyError
 from predictor.ranking.constraints import SPECS, constraint_defaults
 
 DEFAULTS = constraint_defaults()
@@ -33,9 +32,11 @@ def flag_of(name: str) -> str:
 
 
 def in_flags(message: str) -> str:
-    """An error of the ranking in this command's words: ``deadline_h=60`` reads ``--deadline 60h``, ``market='any'``
-    ``--market any``, ``max_instances`` ``--max-instances``. Names without an underscore are translated only in
-    ``name=value`` form, so that prose ("optimizer steps") stays prose."""
+    """The ranking's prose in this command's words (its explanations, a plan's reasons, the help): ``deadline_h=60``
+    reads ``--deadline 60h``, ``market='any'`` ``--market any``, ``max_instances`` ``--max-instances``. Names without
+    an underscore are translated only in ``name=value`` form, so that prose ("optimizer steps") stays prose. A refused
+    value is not prose: ``srifty`` says it from the error's parts with the flag its parser has
+    (:func:`lightning_srifty.cli.error_words`)."""
     import dataclasses
     import re
 
@@ -83,11 +84,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from predictor.recommend import recommend
 
     profile = load_profile(args.profile)
-    try:
-        return _recommend(args, profile, Constraints, recommend)
-    except SriftyError as exc:
-        exc.args = (in_flags(str(exc)),)
-        raise
+    return _recommend(args, profile, Constraints, recommend)
 
 
 def constraints_from_args(args: argparse.Namespace) -> Any:
@@ -207,7 +204,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
     p.add_argument("--report", help="write a self-contained HTML report here (and the plot as PNG beside it)")
-    p.set_defaults(func=cmd_recommend)
+    p.set_defaults(func=cmd_recommend, words=in_flags)  # the ranking's prose in flags (refused values: their parts)
 
 
 def _flag_options(name: str, spec: Any) -> dict[str, Any]:

@@ -19,17 +19,21 @@ def shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} characters)"
 
 
-def refused(what: str, expected: str, value: object, fix: str = "", *, parameter: str | None = None) -> ConfigError:
+def refused(
+    what: str, expected: str, value: object, fix: str = "", *, parameter: str | None = None, owner: str | None = None
+) -> ConfigError:
     """The one shape of a refused value: "<what> must be <expected>. Got <value>. <fix>" (``what``: a parameter of a
-    function, or a command-line option such as ``--key-name``)."""
+    function, or a command-line option such as ``--key-name``), with its parts kept on the error for the other front
+    ends (:meth:`~predictor.exceptions.ConfigError.in_words`)."""
     message = f"{what} must be {expected}. Got {shown(value)}."
     if fix:
         message += f" {fix}"
-    return ConfigError(message, parameter=parameter or what.lstrip("-").replace("-", "_"), value=value)
+    name = parameter or what.lstrip("-").replace("-", "_")
+    return ConfigError(message, parameter=name, value=value, owner=owner, expected=expected, got=shown(value), fix=fix)
 
 
 def _fail(owner: str, name: str, expected: str, value: object, fix: str = "") -> ConfigError:
-    return refused(f"The {name!r} parameter of {owner}", expected, value, fix, parameter=name)
+    return refused(f"The {name!r} parameter of {owner}", expected, value, fix, parameter=name, owner=owner)
 
 
 def check_int(

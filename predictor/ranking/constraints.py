@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
-from predictor.documents.checks import check_choice, check_int, check_number, suggest
+from predictor.documents.checks import check_choice, check_int, check_number, refused, suggest
 from predictor.documents.plan import MARKETS, OBJECTIVES, FleetMarket, PlanConstraints
 from predictor.documents.profile import Profile
 from predictor.documents.work import Work, global_batch
@@ -327,9 +327,7 @@ class Constraints:
         elif spec.kind == "choice":
             check_choice(OWNER, name, value, spec.choices)
         elif spec.kind == "bool" and not isinstance(value, bool):
-            raise ConfigError(
-                f"The {name!r} parameter of rank() must be True or False. Got {value!r}.", parameter=name, value=value
-            )
+            raise refused(f"The {name!r} parameter of {OWNER}", "True or False", value, parameter=name, owner=OWNER)
 
     def layout_list(self) -> list[Layout]:
         """The layouts asked (all of :data:`LAYOUTS` when none), parsed; a pipeline's stages are set per fleet.

@@ -320,7 +320,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ConfigError)
     async def config_error(_: Request, exc: ConfigError) -> JSONResponse:
-        return _error(["body", exc.parameter or "body"], str(exc), "value_error")
+        # a refused value in the service's words: the JSON field, not a Python parameter (its parts, or its template)
+        return _error(["body", exc.parameter or "body"], exc.in_words("service"), "value_error")
 
     @app.exception_handler(UnknownNameError)
     async def unknown(_: Request, exc: UnknownNameError) -> JSONResponse:

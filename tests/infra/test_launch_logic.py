@@ -486,11 +486,25 @@ def test_max_life_h_overrides_the_cap_and_a_job_that_left_on_it_ends_the_launch_
     assert rec.calls[-1] == ("down", "f-1")
 
 
-def test_heartbeat_settings_that_cannot_work_are_refused(plan, tmp_path) -> None:
-    with pytest.raises(ConfigError, match=r"--heartbeat-max-age \(1 s\) must be at least twice --heartbeat-s"):
+def test_heartbeat_settings_that_cannot_work_are_refused(plan, tmp_path, capsys) -> None:
+    """The library names its parameters, srifty launch its flags, from one refusal (issue #39: no flag is written in
+    the library; the CLI reads each setting's flag off its own parser)."""
+    with pytest.raises(ConfigError, match=r"^heartbeat_max_age_s \(1 s\) must be at least twice heartbeat_s") as bad:
         launch(plan, provisioner=Recorder(), workdir=tmp_path, heartbeat_s=1, heartbeat_max_age_s=1)
-    with pytest.raises(ConfigError, match="--max-life-h must be > 0"):
+    assert "--" not in str(bad.value) and bad.value.parameter == "heartbeat_max_age_s"
+    with pytest.raises(ConfigError, match=r"The 'max_life_h' parameter of launch\(\) must be a number > 0. Got 0."):
         launch(plan, provisioner=Recorder(), workdir=tmp_path, max_life_h=0)
+
+    from lightning_srifty.cli import main
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan.to_dict()))
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    argv = ["launch", "--plan", str(path), "--workdir", str(tmp_path / "w"), "--heartbeat-s", "5"]
+    assert main([*argv, "--heartbeat-max-age", "6", "--", str(tmp_path / "train.py")]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith("srifty: error: --heartbeat-max-age (6.0 s) must be at least twice --heartbeat-s (5.0 s)")
+    assert "Raise --heartbeat-max-age or lower --heartbeat-s." in said and "_s" not in said
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
@@ -867,14 +881,14 @@ def test_a_silent_fleet_points_to_the_log_it_has(plan, data, said) -> None:
 
 def test_the_launcher_settings_are_one_public_object_checked_when_made() -> None:
     """launch() takes a LauncherSettings (issue #39): a bad value is refused when the settings are made, before any
-    fleet, naming the flag; a keyword that is not a setting names the ones there are."""
+    fleet, naming the setting; a keyword that is not a setting names the ones there are."""
     from lightning_srifty.provision.launcher.launch import LauncherSettings, launch
 
-    with pytest.raises(ConfigError, match="--heartbeat-max-age"):
+    with pytest.raises(ConfigError, match="heartbeat_max_age_s"):
         LauncherSettings(heartbeat_s=30, heartbeat_max_age_s=40)
     settings = LauncherSettings(max_migrations=1)
     assert settings.but(poll_s=0.1).poll_s == 0.1 and settings.but(poll_s=0.1).max_migrations == 1
-    with pytest.raises(ConfigError, match="--spot-check-s"):
+    with pytest.raises(ConfigError, match="'spot_check_s' parameter of launch"):
         settings.but(spot_check_s=0)
     with pytest.raises(TypeError, match=r"'poll'.*poll_s"):
         launch(object(), ["train.py"], poll=1)  # refused before the plan is read

@@ -297,9 +297,11 @@ def test_as_the_deadline_nears_a_spot_fleet_is_moved_to_on_demand_up_first(spot_
 
 
 def test_spot_check_s_that_cannot_work_is_refused(spot_plan, tmp_path) -> None:
-    with pytest.raises(ConfigError, match=r"--spot-check-s must be > 0 seconds. Got 0") as bad:
+    said = r"The 'spot_check_s' parameter of launch\(\) must be a number > 0. Got 0"
+    with pytest.raises(ConfigError, match=said) as bad:
         launch(spot_plan, provisioner=Recorder(), workdir=tmp_path, spot_check_s=0)
     assert bad.value.parameter == "spot_check_s"
+    assert bad.value.in_words("cli", {"spot_check_s": "--spot-check-s"}.get).startswith("--spot-check-s must be")
 
 
 # --- the job's side ------------------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ SIGHUP release every fleet brought up and end with :class:`~predictor.exceptions
 from __future__ import annotations
 
 import datetime as dt
-import math
 import os
 import time
 from dataclasses import dataclass, fields, replace
@@ -63,9 +62,12 @@ from lightning_srifty.provision.launcher.watches import (
     Silence,
     refuse_a_live_launch,
 )
+from predictor.documents.checks import check_number
 from predictor.documents.plan import Plan, load_plan
 from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError, ProvisionError
 from predictor.model.batch import fleet_batches
+
+OWNER = "launch()"  # whose parameters the settings are (srifty launch names their flags)
 
 
 @dataclass(frozen=True)
@@ -199,29 +201,24 @@ def _announce(echo: Any, launch_id: str, ckpt: str, s: LauncherSettings) -> None
 def _check_settings(
     heartbeat_s: float, heartbeat_max_age_s: float, max_life_h: float | None, spot_check_s: float
 ) -> None:
-    """Refuse, before anything starts, the settings a launch cannot work with: each error names the flag to change.
+    """Refuse, before anything starts, the settings a launch cannot work with: each error names the setting to
+    change (``srifty launch`` says its flag).
 
     Raises:
         ConfigError: a heartbeat setting, the life cap or the spot check's period cannot work.
     """
     for option, value in (("heartbeat_s", heartbeat_s), ("heartbeat_max_age_s", heartbeat_max_age_s)):
-        if not value > 0:
-            raise ConfigError(f"The {option!r} parameter of launch() must be > 0. Got {value!r}.", parameter=option)
+        check_number(OWNER, option, value, minimum=0, exclusive=True)
     if heartbeat_max_age_s < 2 * heartbeat_s:
-        raise ConfigError(
-            f"--heartbeat-max-age ({heartbeat_max_age_s} s) must be at least twice --heartbeat-s ({heartbeat_s} s): "
-            "otherwise one late write makes the jobs leave. Raise --heartbeat-max-age or lower --heartbeat-s.",
+        raise ConfigError.between(
+            f"{{heartbeat_max_age_s}} ({heartbeat_max_age_s} s) must be at least twice {{heartbeat_s}} ({heartbeat_s} "
+            "s): otherwise one late write makes the jobs leave. Raise {heartbeat_max_age_s} or lower {heartbeat_s}.",
             parameter="heartbeat_max_age_s",
             value=heartbeat_max_age_s,
         )
-    if max_life_h is not None and not max_life_h > 0:
-        raise ConfigError(
-            f"--max-life-h must be > 0 hours. Got {max_life_h!r}.", parameter="max_life_h", value=max_life_h
-        )
-    if not (isinstance(spot_check_s, (int, float)) and math.isfinite(spot_check_s) and spot_check_s > 0):
-        raise ConfigError(
-            f"--spot-check-s must be > 0 seconds. Got {spot_check_s!r}.", parameter="spot_check_s", value=spot_check_s
-        )
+    if max_life_h is not None:
+        check_number(OWNER, "max_life_h", max_life_h, minimum=0, exclusive=True)
+    check_number(OWNER, "spot_check_s", spot_check_s, minimum=0, exclusive=True)
 
 
 def _local_provisioner(
