@@ -452,26 +452,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="a transformers MODEL's configuration: a JSON object of its config class's arguments or a config.json "
         "file (nothing is downloaded)",
     )
-    p.add_argument(
-        "--seq-len",
-        type=positive_int,
-        default=None,
-        help="a transformers MODEL without --batch: tokens per sample (the batch is input_ids = labels)",
-    )
-    p.add_argument(
-        "--image-size",
-        type=positive_int,
-        default=None,
-        help="a transformers image classifier without --batch (e.g. transformers:ResNetForImageClassification): "
-        "pixels a side of its square inputs (the batch is pixel_values and class labels)",
-    )
-    p.add_argument(
-        "--lora-rank",
-        type=positive_int,
-        default=None,
-        help="freeze the model and train rank-R LoRA adapters on --lora-targets (plain torch, no peft)",
-    )
-    p.add_argument("--lora-targets", default="q_proj,v_proj", help="linear layers (attribute names) the adapters go on")
+    _model_kind_flags(p)
     p.add_argument(
         "--batch",
         default=None,
@@ -492,3 +473,27 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=None, help="model name in the profile (default: the class name)")
     p.add_argument("--out", default="srifty/profile.json", help="profile path ('-' prints the JSON)")
     p.set_defaults(func=cmd_capture)
+
+
+def _model_kind_flags(p: argparse.ArgumentParser) -> None:
+    """A transformers MODEL's batch kind (--seq-len, --image-size) and LoRA adapters."""
+    p.add_argument(
+        "--seq-len",
+        type=positive_int,
+        default=None,
+        help="a transformers MODEL without --batch: tokens per sample (the batch is input_ids = labels)",
+    )
+    p.add_argument(
+        "--image-size",
+        type=positive_int,
+        default=None,
+        help="a transformers image classifier without --batch (e.g. transformers:ResNetForImageClassification): "
+        "pixels a side of its square inputs (the batch is pixel_values and class labels)",
+    )
+    p.add_argument(
+        "--lora-rank",
+        type=positive_int,
+        default=None,
+        help="freeze the model and train rank-R LoRA adapters on --lora-targets (plain torch, no peft)",
+    )
+    p.add_argument("--lora-targets", default="q_proj,v_proj", help="linear layers (attribute names) the adapters go on")

@@ -56,6 +56,18 @@ def cmd_show(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc, indent=2))
         return 0
+    table = _types_table(args, catalog, items)
+    out = console()
+    out.print(table)
+    out.print(
+        f"{len(items)} of {len(catalog)} instance types"
+        + ("" if args.all else " (CUDA only; --all for Neuron, Gaudi and AMD types)")
+    )
+    return 0
+
+
+def _types_table(args: argparse.Namespace, catalog: Any, items: list[Any]) -> Any:
+    """The instance types as a table: GPUs, memory, network, EFA, interconnect, prices and the spot bucket."""
     from rich.table import Table
 
     table = Table(
@@ -94,13 +106,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             _money(spot.usd_hr if spot else None, bool(spot and spot.estimated)),
             it.spot_interruption_bucket or "-",
         )
-    out = console()
-    out.print(table)
-    out.print(
-        f"{len(items)} of {len(catalog)} instance types"
-        + ("" if args.all else " (CUDA only; --all for Neuron, Gaudi and AMD types)")
-    )
-    return 0
+    return table
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:

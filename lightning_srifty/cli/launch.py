@@ -50,39 +50,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
         )
     check_script(script)
     check_choice(plan, args.choice)
-    workdir = Path(args.workdir)
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"--workdir {args.workdir} cannot be used ({exc.strerror or exc}): give a folder srifty launch may create "
-            "and write (the migration log, and the local provisioner's checkpoints, go there).",
-            parameter="workdir",
-            value=args.workdir,
-        ) from None
+    workdir = _workdir(args)
     if args.checkpoint_uri and args.provisioner == "local":
         print(
             f"WARNING: --checkpoint-uri is the terraform provisioner's: the local provisioner keeps the checkpoints "
             f"in {workdir / 'checkpoints'}.",
             file=sys.stderr,
         )
-    resume = args.resume or ""
-    if resume == "latest":
-        from lightning_srifty.migrate.checkpoints import find_checkpoint
-
-        folder = _checkpoint_folder(args)
-        found = find_checkpoint(folder) if folder else None
-        if found is None:
-            raise ConfigError(
-                f"--resume: {folder} holds no sound checkpoint to resume from. Leave --resume out to start afresh, "
-                "give the checkpoint's path (--resume PATH), or the --workdir / --checkpoint-uri of the launch that "
-                "left it.",
-                parameter="resume",
-                value=args.resume,
-            )
-        resume = found
-    elif resume:
-        _vet_resume(resume)
     # the launcher's own settings, checked before any code is packed or fleet started
     settings = LauncherSettings(
         choice=args.choice,
@@ -97,46 +71,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
         spot_policy=args.spot_policy,
         spot_check_s=args.spot_check_s,
-        resume=resume,
+        resume=_resume_from(args),
     )
-    provisioner = None
-    if args.provisioner == "terraform":
-        from lightning_srifty.cli._common import code_options
-        from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
-        from lightning_srifty.provision.terraform.generate import Options
-
-        if not args.checkpoint_uri:
-            raise ConfigError(
-                "--provisioner terraform needs --checkpoint-uri s3://bucket/prefix (an existing bucket shared by "
-                "every fleet of the run).",
-                parameter="checkpoint_uri",
-            )
-        if args.aws_endpoint:
-            # one endpoint for every client of this process: terraform's provider, and the launcher's own S3 records
-            # and heartbeat, EC2 offerings and Auto Scaling calls (boto3 and s3fs read AWS_ENDPOINT_URL)
-            os.environ["AWS_ENDPOINT_URL"] = args.aws_endpoint
-        options = Options(
-            region=args.region,
-            train_command=shlex.join(script),
-            setup_command=args.setup_command,
-            mode=args.mode,
-            ami=args.ami,
-            aws_endpoint=args.aws_endpoint,
-            **code_options(args),
-            code_leave_out=(args.workdir,),
-        )
-        provisioner = TerraformProvisioner(args.workdir, args.checkpoint_uri, options)
-        if options.code is not None:  # packed once: every fleet of the run gets the same code
-            from lightning_srifty.provision.terraform.generate import make_snapshot
-
-            snapshot, notes = make_snapshot(plan, options, Path(args.workdir) / "code", (Path(args.workdir),))
-            for note in notes:
-                print(f"WARNING: {note}.", file=sys.stderr)
-            print(
-                f"srifty launch: code {Path(options.code).resolve()} packed: {len(snapshot.files)} files, sha256 "
-                f"{snapshot.sha256[:16]}... ({snapshot.path})"
-            )
-            provisioner.options = dataclasses.replace(provisioner.options, snapshot=str(snapshot.path))
+    provisioner = _terraform_provisioner(args, plan, script) if args.provisioner == "terraform" else None
     from lightning_srifty.provision.aws import aws_errors
 
     where = f"keeping its records and heartbeat in {args.checkpoint_uri}" if args.checkpoint_uri else "starting fleets"
@@ -154,6 +91,90 @@ def cmd_launch(args: argparse.Namespace) -> int:
         return exc.exit_code
     print(f"{len(migrations)} migration(s); log: {args.workdir}/migrations.jsonl")
     return 0
+
+
+def _workdir(args: argparse.Namespace) -> Path:
+    """``--workdir``, made (the migration log, and the local provisioner's checkpoints, go there)."""
+    from predictor.exceptions import ConfigError
+
+    workdir = Path(args.workdir)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--workdir {args.workdir} cannot be used ({exc.strerror or exc}): give a folder srifty launch may create "
+            "and write (the migration log, and the local provisioner's checkpoints, go there).",
+            parameter="workdir",
+            value=args.workdir,
+        ) from None
+    return workdir
+
+
+def _resume_from(args: argparse.Namespace) -> str:
+    """The checkpoint the first fleet resumes from: ``--resume latest`` (the newest sound one of this launch's
+    folder), ``--resume PATH`` (vetted), or "" (a fresh start)."""
+    from predictor.exceptions import ConfigError
+
+    resume = args.resume or ""
+    if resume == "latest":
+        from lightning_srifty.migrate.checkpoints import find_checkpoint
+
+        folder = _checkpoint_folder(args)
+        found = find_checkpoint(folder) if folder else None
+        if found is None:
+            raise ConfigError(
+                f"--resume: {folder} holds no sound checkpoint to resume from. Leave --resume out to start afresh, "
+                "give the checkpoint's path (--resume PATH), or the --workdir / --checkpoint-uri of the launch that "
+                "left it.",
+                parameter="resume",
+                value=args.resume,
+            )
+        return found
+    if resume:
+        _vet_resume(resume)
+    return resume
+
+
+def _terraform_provisioner(args: argparse.Namespace, plan: Any, script: list[str]) -> Any:
+    """``--provisioner terraform``: the Terraform fleets' provisioner, the code packed once for every fleet."""
+    from lightning_srifty.cli._common import code_options
+    from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
+    from lightning_srifty.provision.terraform.generate import Options
+    from predictor.exceptions import ConfigError
+
+    if not args.checkpoint_uri:
+        raise ConfigError(
+            "--provisioner terraform needs --checkpoint-uri s3://bucket/prefix (an existing bucket shared by "
+            "every fleet of the run).",
+            parameter="checkpoint_uri",
+        )
+    if args.aws_endpoint:
+        # one endpoint for every client of this process: terraform's provider, and the launcher's own S3 records
+        # and heartbeat, EC2 offerings and Auto Scaling calls (boto3 and s3fs read AWS_ENDPOINT_URL)
+        os.environ["AWS_ENDPOINT_URL"] = args.aws_endpoint
+    options = Options(
+        region=args.region,
+        train_command=shlex.join(script),
+        setup_command=args.setup_command,
+        mode=args.mode,
+        ami=args.ami,
+        aws_endpoint=args.aws_endpoint,
+        **code_options(args),
+        code_leave_out=(args.workdir,),
+    )
+    provisioner = TerraformProvisioner(args.workdir, args.checkpoint_uri, options)
+    if options.code is not None:  # packed once: every fleet of the run gets the same code
+        from lightning_srifty.provision.terraform.generate import make_snapshot
+
+        snapshot, notes = make_snapshot(plan, options, Path(args.workdir) / "code", (Path(args.workdir),))
+        for note in notes:
+            print(f"WARNING: {note}.", file=sys.stderr)
+        print(
+            f"srifty launch: code {Path(options.code).resolve()} packed: {len(snapshot.files)} files, sha256 "
+            f"{snapshot.sha256[:16]}... ({snapshot.path})"
+        )
+        provisioner.options = dataclasses.replace(provisioner.options, snapshot=str(snapshot.path))
+    return provisioner
 
 
 def _checkpoint_folder(args: argparse.Namespace) -> str:
@@ -234,6 +255,26 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "same --workdir / --checkpoint-uri left (an interrupted launch says so)",
     )
     p.add_argument("--max-local-processes", type=positive_int, default=8, help="local: at most this many processes")
+    _watch_flags(p)
+    p.add_argument(
+        "--simulate-notice-after", type=positive, metavar="S", help="local: a metadata service, spot notice after S s"
+    )
+    tf = p.add_argument_group("terraform provisioner")
+    tf.add_argument("--checkpoint-uri", help="s3://bucket/prefix shared by every fleet (an existing bucket)")
+    tf.add_argument("--region", help="default: the plan's region")
+    tf.add_argument("--ami", help="AMI id (default: the Deep Learning AMI from SSM)")
+    tf.add_argument("--setup-command", default="", help="what every instance runs before training")
+    tf.add_argument("--mode", choices=("asg", "fleet"), default="asg")
+    tf.add_argument("--aws-endpoint", help="an AWS API endpoint such as moto's (testing)")
+    add_code_arguments(tf)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- script.py [args]: what torchrun starts per GPU")
+    p.set_defaults(func=cmd_launch)
+
+
+def _watch_flags(p: argparse.ArgumentParser) -> None:
+    """How the launcher watches a fleet: its heartbeat, the start time-out, each fleet's life cap, the spot guard."""
+    from lightning_srifty.cli._common import positive
+
     p.add_argument(
         "--heartbeat-s",
         type=positive,
@@ -278,16 +319,3 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="S",
         help="the spot policy looks every S seconds (its tick; default 300)",
     )
-    p.add_argument(
-        "--simulate-notice-after", type=positive, metavar="S", help="local: a metadata service, spot notice after S s"
-    )
-    tf = p.add_argument_group("terraform provisioner")
-    tf.add_argument("--checkpoint-uri", help="s3://bucket/prefix shared by every fleet (an existing bucket)")
-    tf.add_argument("--region", help="default: the plan's region")
-    tf.add_argument("--ami", help="AMI id (default: the Deep Learning AMI from SSM)")
-    tf.add_argument("--setup-command", default="", help="what every instance runs before training")
-    tf.add_argument("--mode", choices=("asg", "fleet"), default="asg")
-    tf.add_argument("--aws-endpoint", help="an AWS API endpoint such as moto's (testing)")
-    add_code_arguments(tf)
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- script.py [args]: what torchrun starts per GPU")
-    p.set_defaults(func=cmd_launch)

@@ -36,8 +36,32 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     table.add_column(style="bold cyan")
     table.add_column()
+    for name, value in _rows(result, lo, hi, tlo, thi):
+        table.add_row(name, value)
+    for g in result.groups:
+        if not g.fits_memory:
+            table.add_row(
+                styled(("won't fit", "red")),
+                f"{g.instance_type}: about {g.memory_gib:.1f} GiB per GPU is needed. Use "
+                "a GPU with more memory, more GPUs (a smaller share of the global batch each), or "
+                "shard the model and optimizer state (--layout fsdp:full_shard, +ac to checkpoint activations).",
+            )
+    for note in result.assumptions:
+        if note != result.batch_split:  # the Batch row says it already
+            table.add_row("assumes", note)
+    for note in result.extrapolation:
+        table.add_row(styled(("extrapolates", "yellow")), note)
+    console().print(table)
+    return 0
+
+
+def _rows(result: Any, lo: float, hi: float, tlo: float, thi: float) -> list[tuple[str, Any]]:
+    """The prediction's table rows: its time and throughput with their intervals, the breakdown, the bottleneck,
+    the memory, the batch split and the model that made it."""
+    from lightning_srifty.console import styled
+
     b = result.breakdown
-    rows: list[tuple[str, Any]] = [
+    return [
         ("Iteration time", f"{result.iteration_time_s * 1e3:.1f} ms (80% interval {lo * 1e3:.1f}-{hi * 1e3:.1f} ms)"),
         (
             "Throughput",
@@ -81,23 +105,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
         ),
         ("Model", result.performance_model),
     ]
-    for name, value in rows:
-        table.add_row(name, value)
-    for g in result.groups:
-        if not g.fits_memory:
-            table.add_row(
-                styled(("won't fit", "red")),
-                f"{g.instance_type}: about {g.memory_gib:.1f} GiB per GPU is needed. Use "
-                "a GPU with more memory, more GPUs (a smaller share of the global batch each), or "
-                "shard the model and optimizer state (--layout fsdp:full_shard, +ac to checkpoint activations).",
-            )
-    for note in result.assumptions:
-        if note != result.batch_split:  # the Batch row says it already
-            table.add_row("assumes", note)
-    for note in result.extrapolation:
-        table.add_row(styled(("extrapolates", "yellow")), note)
-    console().print(table)
-    return 0
 
 
 def _ms(seconds: float) -> str:

@@ -17,7 +17,6 @@ ALL = "all"
 def cmd_replay(args: argparse.Namespace) -> int:
     from predictor.documents.atomic import check_distinct_outputs
     from predictor.documents.plan import load_plan
-    from predictor.exceptions import ConfigError
     from predictor.runs import deadline as dl
     from predictor.runs import traces
 
@@ -28,31 +27,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     read = [traces.read_trace(path, nodes=run.spot_nodes, values=args.trace_values) for path in args.trace]
     trace = traces.combine_traces([t for t, _ in read])
     notes = [n for _, ns in read for n in ns] + list(run.notes)
-    if not (args.start_h >= 0 and math.isfinite(args.start_h)):  # -5 replayed the trace's last 5 h (issue #36 M6)
-        raise ConfigError(
-            f"--start-h must be hours >= 0 into the trace. Got {args.start_h}: give where to start, e.g. --start-h 5.",
-            parameter="start_h",
-            value=args.start_h,
-        )
-    factor = 1
-    if args.tick is not None:  # 0 and a tick that is not a multiple of the trace's gap were ignored (issue #36 M6)
-        ratio = args.tick / trace.gap_s if math.isfinite(args.tick) else 0.0
-        if not (ratio >= 1 and abs(ratio - round(ratio)) < 1e-9):
-            raise ConfigError(
-                f"--tick must be a whole multiple of the trace's {trace.gap_s:g} s between samples. Got {args.tick:g}: "
-                f"give {trace.gap_s:g}, {2 * trace.gap_s:g}, ... or leave it out (one decision a sample).",
-                parameter="tick",
-                value=args.tick,
-            )
-        factor = round(ratio)
-    trace = trace.resample(factor)
-    start = round(args.start_h * 3600 / trace.gap_s)
-    if start >= trace.ticks:
-        raise ConfigError(
-            f"--start-h {args.start_h} is past the trace's end ({trace.hours:.1f} h).", parameter="start_h",
-            value=args.start_h,
-        )  # fmt: skip
-    trace = trace.window(start, trace.ticks - start)
+    trace = _window(args, trace)
     ticks = dl.Ticks.of(run.job, trace.gap_s)
     if ticks.deadline > trace.ticks:
         notes.append(
@@ -93,6 +68,37 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 0
     _table(doc)
     return 0
+
+
+def _window(args: argparse.Namespace, trace: Any) -> Any:
+    """The trace resampled to ``--tick`` and cut at ``--start-h``, each refused with the fix when it cannot be."""
+    from predictor.exceptions import ConfigError
+
+    if not (args.start_h >= 0 and math.isfinite(args.start_h)):  # -5 replayed the trace's last 5 h (issue #36 M6)
+        raise ConfigError(
+            f"--start-h must be hours >= 0 into the trace. Got {args.start_h}: give where to start, e.g. --start-h 5.",
+            parameter="start_h",
+            value=args.start_h,
+        )
+    factor = 1
+    if args.tick is not None:  # 0 and a tick that is not a multiple of the trace's gap were ignored (issue #36 M6)
+        ratio = args.tick / trace.gap_s if math.isfinite(args.tick) else 0.0
+        if not (ratio >= 1 and abs(ratio - round(ratio)) < 1e-9):
+            raise ConfigError(
+                f"--tick must be a whole multiple of the trace's {trace.gap_s:g} s between samples. Got {args.tick:g}: "
+                f"give {trace.gap_s:g}, {2 * trace.gap_s:g}, ... or leave it out (one decision a sample).",
+                parameter="tick",
+                value=args.tick,
+            )
+        factor = round(ratio)
+    trace = trace.resample(factor)
+    start = round(args.start_h * 3600 / trace.gap_s)
+    if start >= trace.ticks:
+        raise ConfigError(
+            f"--start-h {args.start_h} is past the trace's end ({trace.hours:.1f} h).", parameter="start_h",
+            value=args.start_h,
+        )  # fmt: skip
+    return trace.window(start, trace.ticks - start)
 
 
 def _table(doc: dict[str, Any]) -> None:

@@ -137,44 +137,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="SQLite file of observed runs (default: $SRIFTY_OBSERVATIONS or ~/.cache/srifty/observations.sqlite)",
     )
-    p.add_argument(
-        "--max-body", type=positive_int, default=1 << 20, metavar="BYTES", help="request size limit (413 above)"
-    )
-    p.add_argument(
-        "--max-concurrent",
-        type=positive_int,
-        default=2,
-        metavar="N",
-        help="rankings/predictions computed at once (default 2)",
-    )
-    p.add_argument(
-        "--max-queued",
-        type=nonneg_int,
-        default=64,
-        metavar="N",
-        help="requests waiting for them; one more is a 429 (64)",
-    )
-    p.add_argument(
-        "--request-timeout-s",
-        type=positive,
-        default=60.0,
-        metavar="S",
-        help="a ranking/prediction not answered by then is a 503 (default 60; the started work still finishes)",
-    )
-    p.add_argument(
-        "--read-timeout-s",
-        type=positive,
-        default=30.0,
-        metavar="S",
-        help="a request's head, then its body, must arrive within this (408, or the connection closed; default 30)",
-    )
-    p.add_argument(
-        "--max-connections",
-        type=positive_int,
-        default=256,
-        metavar="N",
-        help="connections open at once; one more is answered 503 and closed (default 256)",
-    )
+    _limit_flags(p)
     p.add_argument(
         "--token-file",
         metavar="PATH",
@@ -214,3 +177,45 @@ def _add_run_token(sub: Any, common: argparse.ArgumentParser) -> None:
         "--days", type=positive, default=30.0, metavar="D", help="how long the token is accepted (default 30)"
     )
     p.set_defaults(func=cmd_run_token)
+
+
+def _limit_flags(p: argparse.ArgumentParser) -> None:
+    """How much the service takes on at once: sizes, concurrency, queues, time-outs, connections."""
+    p.add_argument(
+        "--max-body", type=positive_int, default=1 << 20, metavar="BYTES", help="request size limit (413 above)"
+    )
+    p.add_argument(
+        "--max-concurrent",
+        type=positive_int,
+        default=2,
+        metavar="N",
+        help="rankings/predictions computed at once (default 2)",
+    )
+    p.add_argument(
+        "--max-queued",
+        type=nonneg_int,
+        default=64,
+        metavar="N",
+        help="requests waiting for them; one more is a 429 (64)",
+    )
+    p.add_argument(
+        "--request-timeout-s",
+        type=positive,
+        default=60.0,
+        metavar="S",
+        help="a ranking/prediction not answered by then is a 503 (default 60; the started work still finishes)",
+    )
+    p.add_argument(
+        "--read-timeout-s",
+        type=positive,
+        default=30.0,
+        metavar="S",
+        help="a request's head, then its body, must arrive within this (408, or the connection closed; default 30)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=256,
+        metavar="N",
+        help="connections open at once; one more is answered 503 and closed (default 256)",
+    )

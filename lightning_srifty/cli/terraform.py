@@ -68,12 +68,40 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
+def _environment_lines(result: Any, options: Any, values: dict[str, Any], snap: Any) -> list[str]:
+    """What a node builds its environment from: the packages pinned, the index, the Python, CUDA, and the code."""
+    from lightning_srifty.provision.terraform import cuda
+    from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, read_member
+
+    env = json.loads(read_member(snap, ENVIRONMENT_FILE))
+    lines: list[str] = []
+    pins = ", ".join(env["packages"])
+    if env.get("requirements"):
+        pins += f", -r {env['requirements']}"
+    lines.append(f"  environment  a new virtual environment: {pins}")
+    lines.append(
+        f"               from {env.get('index_url') or 'PyPI'}"
+        + "".join(f" + {u}" for u in env.get("extra_index_urls") or [])
+        + f"; lightning-srifty from the code archive ({env['wheel'].rsplit('/', 1)[-1]})"
+    )
+    profiled_python = (env.get("profiled") or {}).get("python")
+    python = "the image's python3" + (f", seeing {env['base_python']}'s packages" if env.get("base_python") else "")
+    if profiled_python:
+        python += f" (the profile ran Python {profiled_python}; a node whose minor version differs says so in its log)"
+    lines.append(f"  python       {python}")
+    lines += cuda.summary(env, values["ami"].get("id"), getattr(result, "gpus", ()))
+    where = options.snapshot or Path(options.code or ".").resolve()
+    lines.append(
+        f"  code         {where} ({SOURCE_WORDS.get(snap.source, snap.source)}): {len(snap.files)} files, "
+        f"{_size(snap.bytes_in)}, archive {_size(snap.bytes_out)}, sha256 {snap.sha256[:16]}..."
+    )
+    return lines
+
+
 def node_summary(result: Any, options: Any) -> str:
     """What every node will run, on one screen: image, environment, code, command, strategy."""
     from lightning_srifty.console import fmt_life
     from lightning_srifty.protocol import VARIABLES
-    from lightning_srifty.provision.terraform import cuda
-    from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, read_member
 
     values, train = result.values, result.values["train"]
     image = values["ami"].get("id") or "the Deep Learning AMI (PyTorch, Ubuntu 22.04) of each architecture"
@@ -82,29 +110,7 @@ def node_summary(result: Any, options: Any) -> str:
     if train.get("image"):
         lines.append(f"  container    {train['image']} (its Python; the snapshot's lightning-srifty installed in it)")
     if snap is not None and not train.get("image"):
-        env = json.loads(read_member(snap, ENVIRONMENT_FILE))
-        pins = ", ".join(env["packages"])
-        if env.get("requirements"):
-            pins += f", -r {env['requirements']}"
-        lines.append(f"  environment  a new virtual environment: {pins}")
-        lines.append(
-            f"               from {env.get('index_url') or 'PyPI'}"
-            + "".join(f" + {u}" for u in env.get("extra_index_urls") or [])
-            + f"; lightning-srifty from the code archive ({env['wheel'].rsplit('/', 1)[-1]})"
-        )
-        profiled_python = (env.get("profiled") or {}).get("python")
-        python = "the image's python3" + (f", seeing {env['base_python']}'s packages" if env.get("base_python") else "")
-        if profiled_python:
-            python += (
-                f" (the profile ran Python {profiled_python}; a node whose minor version differs says so in its log)"
-            )
-        lines.append(f"  python       {python}")
-        lines += cuda.summary(env, values["ami"].get("id"), getattr(result, "gpus", ()))
-        where = options.snapshot or Path(options.code or ".").resolve()
-        lines.append(
-            f"  code         {where} ({SOURCE_WORDS.get(snap.source, snap.source)}): {len(snap.files)} files, "
-            f"{_size(snap.bytes_in)}, archive {_size(snap.bytes_out)}, sha256 {snap.sha256[:16]}..."
-        )
+        lines += _environment_lines(result, options, values, snap)
     elif snap is None:
         lines.append("  environment  the image's /opt/pytorch, then --setup-command")
         lines.append("  code         none delivered (--no-code): --setup-command must fetch it")
@@ -164,7 +170,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    from lightning_srifty.cli._common import add_code_arguments, nonneg_int, positive, positive_int, whole
+    from lightning_srifty.cli._common import add_code_arguments, nonneg_int
 
     p = sub.add_parser("terraform", parents=[common], help="write a Terraform root module for a plan's fleet")
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON (srifty recommend --out)")
@@ -172,6 +178,31 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="folder to write (new, empty, or written by srifty before)")
     p.add_argument("--name", help="run name (3-40 of a-z, 0-9, -); default from the model and the plan")
     p.add_argument("--region", help="default: the plan's region for this fleet")
+    _access_flags(p)
+    p.add_argument(
+        "--train-command",
+        default="train.py",
+        help="what torchrun starts on every node: a script and its arguments ('python train.py ...' and "
+        "'python -m pkg ...' are accepted too)",
+    )
+    p.add_argument(
+        "--setup-command",
+        default="",
+        help="shell command that prepares the node at boot, in the shell that then starts torchrun (cd into your code "
+        "here); required with --ami",
+    )
+    add_code_arguments(p)
+    p.add_argument("--resume-from", help="checkpoint URI the training command resumes from")
+    p.add_argument("--mode", choices=["asg", "fleet"], default="asg", help="Auto Scaling group or EC2 Fleet")
+    _where_flags(p)
+    _limit_flags(p)
+    p.set_defaults(func=cmd_terraform)
+
+    _apply_and_destroy(sub, common)
+
+
+def _access_flags(p: argparse.ArgumentParser) -> None:
+    """Who may reach the instances, and the secrets they read at boot."""
     p.add_argument("--ssh-cidr", action="append", help="CIDR allowed to SSH (repeatable); default: no SSH port")
     p.add_argument(
         "--allow-wide-ssh",
@@ -190,21 +221,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="an environment variable the instances read at boot from SSM Parameter Store or Secrets Manager "
         "(repeatable); only the name reaches Terraform, the instance role may read exactly these",
     )
-    p.add_argument(
-        "--train-command",
-        default="train.py",
-        help="what torchrun starts on every node: a script and its arguments ('python train.py ...' and "
-        "'python -m pkg ...' are accepted too)",
-    )
-    p.add_argument(
-        "--setup-command",
-        default="",
-        help="shell command that prepares the node at boot, in the shell that then starts torchrun (cd into your code "
-        "here); required with --ami",
-    )
-    add_code_arguments(p)
-    p.add_argument("--resume-from", help="checkpoint URI the training command resumes from")
-    p.add_argument("--mode", choices=["asg", "fleet"], default="asg", help="Auto Scaling group or EC2 Fleet")
+
+
+def _where_flags(p: argparse.ArgumentParser) -> None:
+    """The machine image, the network, the bucket and the disk."""
+    from lightning_srifty.cli._common import whole
+
     p.add_argument("--ami", help="AMI id (default: the Deep Learning AMI from its public SSM parameter)")
     p.add_argument("--key-name", help="EC2 key pair for SSH")
     p.add_argument("--vpc-id", help="an existing VPC (with --subnet-ids); default: a minimal VPC is created")
@@ -217,6 +239,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket", help="an existing checkpoint bucket; default: one is created")
     p.add_argument("--root-volume-gb", type=whole, default=200)
     p.add_argument("--aws-endpoint", help="a local AWS-compatible endpoint (offline tests)")
+
+
+def _limit_flags(p: argparse.ArgumentParser) -> None:
+    """What the module refuses to create: a life past the cap, more instances, more per hour."""
+    from lightning_srifty.cli._common import positive, positive_int
+
     p.add_argument(
         "--max-life-h",
         type=positive,
@@ -233,7 +261,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="USD",
         help="refuse a fleet that costs more per hour at catalog prices (default: the plan's max_hourly_usd, if any)",
     )
-    p.set_defaults(func=cmd_terraform)
+
+
+def _apply_and_destroy(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``srifty apply`` and ``srifty destroy`` of a folder ``srifty terraform`` wrote."""
+    from lightning_srifty.cli._common import positive
 
     for name, func, text in (
         ("apply", cmd_apply, "terraform init/plan/apply a root module written by srifty terraform"),

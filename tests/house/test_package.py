@@ -473,8 +473,8 @@ def test_migrate_finds_the_profile_without_the_callback_class() -> None:
     assert SriftyCallback.PROVIDES_PROFILE is True
 
 
-# the rooms issue #39 reshaped: the provisioner, the job's migrate and profiling sides, the store and the protocol
-SHAPED = ("provision", "migrate", "profiling", "store.py", "protocol.py")
+# the rooms issue #39 reshaped: the provisioner, the job's migrate and profiling sides, the CLI, the store, the protocol
+SHAPED = ("provision", "migrate", "profiling", "cli", "store.py", "protocol.py")
 
 
 @pytest.mark.parametrize("room", SHAPED)
