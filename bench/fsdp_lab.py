@@ -165,7 +165,7 @@ def lightning_module(spec: ModelSpec, micro: int, steps: int, ddp_ac: bool) -> A
             torch.manual_seed(0)
             self.net = spec.build()
             if ddp_ac:
-                from lightning_srifty.ddp.strategy import apply_checkpointing  # what SriftyDDPStrategy applies
+                from lightning_srifty.strategies.ddp import apply_checkpointing  # what SriftyDDPStrategy applies
 
                 apply_checkpointing(self.net, [spec.block])
 
@@ -184,11 +184,11 @@ def lightning_module(spec: ModelSpec, micro: int, steps: int, ddp_ac: bool) -> A
 
 def strategy_for(layout_name: str, spec: ModelSpec, net_probe: nn.Module) -> Any:
     """Lightning's strategy for a layout, from predictor.model.layout's own arguments: the product's
-    :class:`~lightning_srifty.ddp.fsdp.SriftyFSDPStrategy` (block classes by name, FSDP1 on CPU/gloo), what
+    :class:`~lightning_srifty.strategies.fsdp.SriftyFSDPStrategy` (block classes by name, FSDP1 on CPU/gloo), what
     ``plan_strategy()`` starts under ``srifty launch``."""
     from lightning.pytorch.strategies import DDPStrategy
 
-    from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy
+    from lightning_srifty.strategies.fsdp import SriftyFSDPStrategy
     from predictor.model.layout import parse
 
     kind, kwargs = parse(layout_name).lightning(block=spec.block)

@@ -3,10 +3,11 @@
     from lightning_srifty import SriftyCallback
     trainer = Trainer(callbacks=[SriftyCallback()], strategy="srifty_ddp")
 
-Where things live (docs/architecture.md draws it): ``profiling/`` the callback and what it measures, ``ddp/`` the
-``srifty_ddp`` strategy, ``migrate/`` what moves a running job (spot notices, triggers, checkpoints), ``protocol``
-what the job and the launcher exchange, ``provision/`` the torch-free launcher and Terraform, ``cli/`` the ``srifty``
-commands, ``console`` the tables they print. The torch-free predictor is the ``predictor`` package.
+Where things live (docs/architecture.md draws it): ``profiling/`` the callback and what it measures, ``strategies/``
+every strategy (``srifty_ddp``, ``srifty_fsdp``, ``srifty_auto``), ``migrate/`` what moves a running job (spot
+notices, triggers, checkpoints), ``protocol`` what the job and the launcher exchange, ``store`` the checkpoint folder,
+``provision/`` the torch-free launcher and Terraform, ``cli/`` the ``srifty`` commands, ``console`` the tables they
+print. The torch-free predictor is the ``predictor`` package.
 
 Attributes load lazily so that the torch-free parts (``srifty recommend``, the service) start fast; importing
 ``SriftyCallback`` or ``SriftyDDPStrategy`` (or this package after ``lightning``) registers the ``"srifty_ddp"``
@@ -25,15 +26,15 @@ from lightning_srifty._version import __version__ as __version__
 # what the README and docs/ teach users to import from here (tests/house/test_package.py checks each one resolves)
 _LAZY = {
     "SriftyCallback": "lightning_srifty.profiling.callback",
-    "SriftyDDPStrategy": "lightning_srifty.ddp.strategy",
-    "SriftyFSDPStrategy": "lightning_srifty.ddp.fsdp",
-    "plan_strategy": "lightning_srifty.ddp.plan_strategy",
-    "launch_settings": "lightning_srifty.ddp.plan_strategy",
+    "SriftyDDPStrategy": "lightning_srifty.strategies.ddp",
+    "SriftyFSDPStrategy": "lightning_srifty.strategies.fsdp",
+    "plan_strategy": "lightning_srifty.strategies.plan_strategy",
+    "launch_settings": "lightning_srifty.strategies.plan_strategy",
     "SpotPreemption": "lightning_srifty.migrate.preemption",
     "MigrationTriggers": "lightning_srifty.migrate.triggers",
     "find_checkpoint": "lightning_srifty.migrate.preemption",
     "resume_checkpoint": "lightning_srifty.migrate.checkpoints",
-    "GlobalBatchSampler": "lightning_srifty.ddp.hetero",
+    "GlobalBatchSampler": "lightning_srifty.strategies.hetero",
     "capture_ops": "lightning_srifty.profiling.capture",
     "Constraints": "predictor.ranking.constraints",
     "ServiceClient": "predictor.service.client",
@@ -60,7 +61,7 @@ def __getattr__(name: str) -> Any:
         value = getattr(module, name)
         globals()[name] = value
         if "lightning.pytorch" in sys.modules:  # that import loaded lightning: register the strategies now
-            importlib.import_module("lightning_srifty.migrate.plan")
+            importlib.import_module("lightning_srifty.strategies.planned")
         return value
     raise AttributeError(f"module 'lightning_srifty' has no attribute {name!r}")
 
@@ -70,4 +71,4 @@ def __dir__() -> list[str]:
 
 
 if "lightning.pytorch" in sys.modules:  # lightning is loaded anyway: make strategy="srifty_ddp" work right away
-    importlib.import_module("lightning_srifty.migrate.plan")  # srifty_ddp and srifty_auto
+    importlib.import_module("lightning_srifty.strategies.planned")  # srifty_ddp and srifty_auto

@@ -22,9 +22,8 @@ MOVED = {
     "capture": "profiling.capture",
     "ops_capture": "profiling.ops_capture",
     "cuda_autocast": "profiling.cuda_autocast",
-    "strategy": "ddp.strategy",
-    "comm": "ddp.comm",
-    "hetero": "ddp.hetero",
+    "strategy": "strategies.ddp",
+    "hetero": "strategies.hetero",
     "preemption": "migrate.preemption",
     "spot_watcher": "migrate.spot_watcher",
     "triggers": "migrate.triggers",
@@ -57,6 +56,17 @@ MOVED = {
     "provision.local": "provision.launcher.local",
     "provision.terraform_fleet": "provision.launcher.terraform_fleet",
     "provision.imds_sim": "provision.aws",
+    # 0.3: every strategy in one folder (issue #39); the all-reduce timer, shared by the profiler and srifty_ddp,
+    # and the launch's checks of the Trainer, read by the profiler and SpotPreemption, below them
+    "ddp": "strategies",
+    "ddp.strategy": "strategies.ddp",
+    "ddp.fsdp": "strategies.fsdp",
+    "ddp.hetero": "strategies.hetero",
+    "ddp.nodes": "strategies.nodes",
+    "ddp.teardown": "strategies.teardown",
+    "ddp.plan_strategy": "strategies.plan_strategy",
+    "ddp.comm": "comm",
+    "migrate.plan": "strategies.planned",
 }
 PACKAGE = "lightning_srifty"
 

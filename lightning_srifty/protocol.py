@@ -314,7 +314,7 @@ RESUME_LATEST = "latest"  # LaunchEnv.resume: the newest sound checkpoint under 
 NODE_STATE = "SRIFTY_NODE_STATE"
 PREEMPTED_MARKER = "preempted"
 # "1": the job trains on the CPU on purpose although CUDA sees GPUs (a local trial, tests); else a job srifty started
-# with its Trainer on the CPU stops (plan_strategy.refuse_idle_gpus)
+# with its Trainer on the CPU stops (launch_checks.refuse_idle_gpus)
 ALLOW_CPU = "SRIFTY_ALLOW_CPU"
 DEPRECATED: dict[str, str] = {"SRIFTY_CHECKPOINT_DIR": "SRIFTY_CHECKPOINT_URI"}  # old name -> new (read until 0.3)
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _support import ROOT  # re-exported: tests do `from conftest import ROOT`
 
 # the suite's jobs train on the CPU on purpose: on a machine with GPUs, a job srifty started with a Trainer pinned to
-# the CPU is stopped (plan_strategy.refuse_idle_gpus); tests of that take this away themselves
+# the CPU is stopped (launch_checks.refuse_idle_gpus); tests of that take this away themselves
 os.environ.setdefault("SRIFTY_ALLOW_CPU", "1")
 
 # What makes a test slow whatever its module: a real external process that takes seconds. Tests using these are

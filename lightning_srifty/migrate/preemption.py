@@ -224,7 +224,7 @@ class SpotPreemption(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._stand_down(trainer):
             return
-        from lightning_srifty.ddp.plan_strategy import refuse_idle_gpus
+        from lightning_srifty.launch_checks import refuse_idle_gpus
 
         refuse_idle_gpus(trainer)  # before anything starts: a fleet paid for its GPUs never trains on its CPUs
         check_store(self.dirpath, self.periodic_deadline_s)  # a missing bucket: now, not at the first save

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lightning_srifty.ddp.comm import CommSeries
+from lightning_srifty.comm import CommSeries
 from lightning_srifty.profiling.recorder import StepSeries
 from lightning_srifty.profiling.sharded import ShardedSeries
 from predictor.documents.profile import PHASES, SCHEMA, Profile, profile_from_dict

@@ -177,7 +177,7 @@ class SriftyCallback(Callback):
 
     # ----------------------------------------------------------------- set-up
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        from lightning_srifty.ddp.plan_strategy import refuse_idle_gpus
+        from lightning_srifty.launch_checks import refuse_idle_gpus
 
         refuse_idle_gpus(trainer)  # on a srifty fleet a Trainer pinned to the CPU stops here, the GPUs paid for
 
@@ -384,7 +384,7 @@ def _check_output_and_batch_size_fn(owner: str, output: Any, batch_size_fn: Any)
 def _warn_launch_mismatches(trainer: pl.Trainer) -> None:
     """Under srifty launch: what the script does otherwise than the plan (never raises)."""
     try:
-        from lightning_srifty.ddp.plan_strategy import launch_mismatches
+        from lightning_srifty.launch_checks import launch_mismatches
 
         for line in launch_mismatches(trainer):
             rank_zero_warn(f"SriftyCallback: {line}.")

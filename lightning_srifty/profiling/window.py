@@ -18,7 +18,6 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from lightning_srifty.ddp.strategy import SriftyDDPStrategy
 from lightning_srifty.profiling import hardware as hw
 from lightning_srifty.profiling.assemble import RankPayload, assemble_profile
 from lightning_srifty.profiling.flops import StepFlopCounter
@@ -60,7 +59,8 @@ class ProfileWindow:
         self.count_flops = count_flops
         self.device = trainer.strategy.root_device
         self.recorder = StepRecorder(clock_for(self.device))
-        self.timer = trainer.strategy.allreduce_timer if isinstance(trainer.strategy, SriftyDDPStrategy) else None
+        # srifty_ddp's all-reduce timer (lightning_srifty.comm), read off the strategy: the profiler sits below them
+        self.timer = getattr(trainer.strategy, "allreduce_timer", None)
         # FSDP's all-gathers and reduce-scatters, on every rank (Lightning's FSDPStrategy and its subclasses)
         self.sharded = (
             ShardedCollectiveTimer() if fsdp_units(trainer.strategy.model or trainer.lightning_module) else None

@@ -184,7 +184,7 @@ def pinned_off_gpu(source: str, argv: list[str]) -> list[tuple[int, str, bool]]:
     train command does not override (likely: the flag's value usually reaches the Trainer); the train command's own
     ``--accelerator cpu`` (line 0, likely). A value computed at run time (``accelerator=args.accelerator``, ``"cpu" if
     ... else "gpu"``) is not flagged. Not seen: a Trainer built in another module or from a config (``Trainer(**cfg)``,
-    LightningCLI's YAML); the nodes' own check stops those (``plan_strategy.refuse_idle_gpus``)."""
+    LightningCLI's YAML); the nodes' own check stops those (``launch_checks.refuse_idle_gpus``)."""
     tree = ast.parse(source)
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 

@@ -68,7 +68,8 @@ def test_what_the_docs_teach_imports_from_the_top_or_a_current_module() -> None:
             assert hasattr(importlib.import_module(module), name), (module, name)
 
 
-TORCH_PACKAGES = ("profiling", "ddp", "migrate.preemption", "migrate.triggers")  # the new homes that import torch
+# the new homes that import torch
+TORCH_PACKAGES = ("profiling", "strategies", "migrate.preemption", "migrate.triggers")
 _OLD_PATHS_CHECK = """
 import importlib, sys, warnings
 for old, new_name, torch_free in MOVED:
@@ -118,9 +119,11 @@ CONTRACTS: dict[str, dict[str, set[str]]] = {
         "store": set(),
         "protocol": {"store"},
         "timing": set(),
-        "ddp": {"protocol", "store", "timing"},  # the profile's one clock is shared through timing
-        "profiling": {"_version", "console", "ddp", "imds", "protocol", "timing"},
-        "migrate": {"ddp", "imds", "profiling", "protocol", "store"},  # never the reverse: no circle
+        "comm": {"timing"},  # the all-reduce timer srifty_ddp installs and the profiler reads
+        "launch_checks": {"protocol", "store"},  # the Trainer against the launch: read by profiling and migrate
+        "profiling": {"_version", "comm", "console", "imds", "launch_checks", "protocol", "timing"},
+        "migrate": {"imds", "launch_checks", "profiling", "protocol", "store"},  # never the reverse: no circle
+        "strategies": {"comm", "migrate", "protocol", "store", "timing"},  # srifty_auto resumes through migrate
         "demo": {"profiling"},
         "provision": {"console", "protocol", "store"},
         "cli": {"_version", "console", "demo", "migrate", "profiling", "protocol", "provision", "store"},

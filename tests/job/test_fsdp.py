@@ -17,10 +17,10 @@ from torch import nn
 
 from _support import SCRIPTS, drift_plan, plan_layout
 from lightning_srifty import plan_strategy
-from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy, loss_weight, resolve_policy, scale_loss
-from lightning_srifty.ddp.strategy import SriftyDDPStrategy, apply_checkpointing
 from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, _TimedDist, layout_name, structure
 from lightning_srifty.protocol import LaunchEnv, entry_strategy, strategy_text
+from lightning_srifty.strategies.ddp import SriftyDDPStrategy, apply_checkpointing
+from lightning_srifty.strategies.fsdp import SriftyFSDPStrategy, loss_weight, resolve_policy, scale_loss
 from predictor.exceptions import ConfigError, MigrationError
 
 

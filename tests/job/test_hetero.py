@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from _support import MINIMAL, SCRIPTS, params_by_step, run_bounded, seen_samples
-from lightning_srifty.ddp.hetero import GlobalBatchSampler, rank_weights
+from lightning_srifty.strategies.hetero import GlobalBatchSampler, rank_weights
 from predictor.exceptions import ConfigError
 
 

@@ -1,7 +1,8 @@
 """Issue #35 H2: the README's script on a multi-node fleet. Every srifty fleet of more than one node runs
 ``torchrun --nnodes N --nproc_per_node <GPUs>`` on each node; Lightning took the node count from
 ``Trainer(num_nodes=...)`` (1) and stopped every such job at ``trainer.fit`` ("devices=1 and num_nodes=1 ... does not
-match the world size (2)"). The srifty strategies take the layout from torchrun (:mod:`lightning_srifty.ddp.nodes`).
+match the world size (2)"). The srifty strategies take the layout from torchrun
+(:mod:`lightning_srifty.strategies.nodes`).
 
 The slow tests start two real torchrun agents (two "nodes", a c10d rendezvous on 127.0.0.1, gloo), a few seconds
 apart, each training ``tests/scripts/readme_two_nodes.py``; the fast ones hold the rules on the environment alone."""
@@ -19,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_srifty.ddp.nodes import TorchrunEnvironment, torchrun_nodes
-from lightning_srifty.ddp.strategy import SriftyDDPStrategy
+from lightning_srifty.strategies.ddp import SriftyDDPStrategy
+from lightning_srifty.strategies.nodes import TorchrunEnvironment, torchrun_nodes
 from predictor.exceptions import ConfigError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "readme_two_nodes.py"

@@ -15,7 +15,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_srifty import GlobalBatchSampler, SriftyDDPStrategy, SriftyFSDPStrategy, launch_settings
-from lightning_srifty.ddp.plan_strategy import launch_mismatches
+from lightning_srifty.launch_checks import launch_mismatches
 from lightning_srifty.protocol import LaunchEnv, strategy_text
 
 
@@ -165,8 +165,8 @@ def _fit_plain(tmp_path, *, max_steps: int, loader=None, ckpt_path=None, save: d
 
 
 def test_srifty_auto_applies_the_plans_batch_and_accumulation_to_a_plain_script(monkeypatch, caplog, tmp_path) -> None:
-    from lightning_srifty.migrate.plan import PlannedDDPStrategy
     from lightning_srifty.migrate.preemption import SpotPreemption
+    from lightning_srifty.strategies.planned import PlannedDDPStrategy
 
     _clear(monkeypatch)
     _launch(monkeypatch, batch_sizes=(4,), accumulate_grad_batches=3, checkpoint_uri=str(tmp_path / "ck"))

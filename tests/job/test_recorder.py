@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_srifty.ddp.comm import AllReduceTimer
+from lightning_srifty.comm import AllReduceTimer
 from lightning_srifty.profiling.recorder import StepRecorder
 from predictor.exceptions import ProfileError
 from predictor.model.stats import merge_intervals, summarize

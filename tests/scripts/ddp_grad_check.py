@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from lightning_srifty.ddp.comm import AllReduceTimer
+from lightning_srifty.comm import AllReduceTimer
 
 
 def grads(rank: int, timed: bool) -> tuple[list[torch.Tensor], AllReduceTimer | None]:

@@ -23,9 +23,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_srifty.ddp.hetero import ExactResume, GlobalBatchSampler
 from lightning_srifty.migrate.checkpoints import consolidate, local_checkpoint
 from lightning_srifty.migrate.preemption import SpotPreemption, find_checkpoint
+from lightning_srifty.strategies.hetero import ExactResume, GlobalBatchSampler
 
 N, D = 96, 8
 
@@ -140,7 +140,7 @@ def main() -> None:
     preemption = SpotPreemption(args.ckpt_uri or str(out / "ckpt"), exit_process=False, every_s=args.every_s, keep=2)
     callbacks = [ExactResume(), Record(out, args.sigterm_at), preemption]
     if args.strategy == "fsdp":
-        from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy  # FSDP on CPU/gloo too, blocks by name
+        from lightning_srifty.strategies.fsdp import SriftyFSDPStrategy  # FSDP on CPU/gloo too, blocks by name
 
         strategy = SriftyFSDPStrategy(
             auto_wrap_policy=["Block"], state_dict_type="sharded", process_group_backend="gloo", batch_sizes=sizes

@@ -15,8 +15,8 @@ import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from lightning_srifty.ddp.fsdp import loss_weight, scale_loss
-from lightning_srifty.ddp.hetero import rank_weights, weighted_hook
+from lightning_srifty.strategies.fsdp import loss_weight, scale_loss
+from lightning_srifty.strategies.hetero import rank_weights, weighted_hook
 
 SIZES = [24, 8]  # a fast GPU's share and a slow one's
 

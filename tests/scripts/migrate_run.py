@@ -24,10 +24,10 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
-from lightning_srifty.ddp.hetero import ExactResume, GlobalBatchSampler  # noqa: E402
-from lightning_srifty.ddp.strategy import SriftyDDPStrategy  # noqa: E402
 from lightning_srifty.migrate.preemption import SpotPreemption, find_checkpoint  # noqa: E402
 from lightning_srifty.protocol import LaunchEnv  # noqa: E402
+from lightning_srifty.strategies.ddp import SriftyDDPStrategy  # noqa: E402
+from lightning_srifty.strategies.hetero import ExactResume, GlobalBatchSampler  # noqa: E402
 
 N = 96
 

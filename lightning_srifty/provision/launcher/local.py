@@ -60,7 +60,7 @@ class LocalProvisioner:
 
     def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
         # a local trial runs one process per planned GPU on this machine, on its CPU where it has fewer GPUs: a
-        # Trainer on the CPU is meant here, not GPUs paid for and left idle (plan_strategy.refuse_idle_gpus)
+        # Trainer on the CPU is meant here, not GPUs paid for and left idle (launch_checks.refuse_idle_gpus)
         full = {**os.environ, ALLOW_CPU: "1", **env}
         imds = None
         if self.simulate_notice_after is not None and self._started == 0:

@@ -489,7 +489,7 @@ def planned_batches(entry: PlanEntry) -> dict[str, str]:
     ranks take different batches the order matters, and torchrun numbers ranks in the order the nodes join its
     rendezvous: the plan's groups go instead (``LaunchEnv.batch_groups``, keyed by instance type), each node's boot
     script exports its own group (``LaunchEnv.node_group``), and the strategies gather every rank's group at set-up
-    (:class:`lightning_srifty.ddp.hetero.RankBatches`)."""
+    (:class:`lightning_srifty.strategies.hetero.RankBatches`)."""
     sizes = entry.rank_batches()
     if sizes is None:
         return {}

@@ -23,9 +23,9 @@ import torch
 from lightning.pytorch.strategies import FSDPStrategy, StrategyRegistry
 from torch import nn
 
-from lightning_srifty.ddp.hetero import RankBatches, rank_weights
-from lightning_srifty.ddp.nodes import TorchrunNodes
-from lightning_srifty.ddp.teardown import destroy_at_exit
+from lightning_srifty.strategies.hetero import RankBatches, rank_weights
+from lightning_srifty.strategies.nodes import TorchrunNodes
+from lightning_srifty.strategies.teardown import destroy_at_exit
 from predictor.exceptions import ConfigError
 
 # the arguments whose block classes may be given by name
@@ -88,8 +88,8 @@ def resolve_policy(policy: Any, module: nn.Module | None, parameter: str) -> Any
 def loss_weight(batch_sizes: Iterable[int] | None, rank: int) -> float:
     """What rank ``rank``'s mean loss is multiplied by so that FSDP's gradient reduction (a mean over the ranks) is
     the mean over the global batch when ranks take unequal batches: ``b_r x ranks / sum(b)`` (1 when they are equal).
-    DDP weights the gradient buckets instead (:mod:`lightning_srifty.ddp.hetero`); FSDP has no communication hook,
-    and scaling the loss is the same by linearity."""
+    DDP weights the gradient buckets instead (:mod:`lightning_srifty.strategies.hetero`); FSDP has no communication
+    hook, and scaling the loss is the same by linearity."""
     sizes = list(batch_sizes or ())
     if len(set(sizes)) <= 1:
         return 1.0

@@ -33,13 +33,13 @@ from lightning.pytorch.trainer.states import RunningStage, TrainerFn
 from lightning.pytorch.utilities.data import _is_dataloader_shuffled
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
-from lightning_srifty.ddp.fsdp import SriftyFSDPStrategy
-from lightning_srifty.ddp.hetero import ExactResume, GlobalBatchSampler
-from lightning_srifty.ddp.plan_strategy import build_layout
-from lightning_srifty.ddp.strategy import SriftyDDPStrategy
 from lightning_srifty.migrate.checkpoints import architecture_differences, resume_checkpoint
 from lightning_srifty.migrate.preemption import SpotPreemption
 from lightning_srifty.protocol import VARIABLES, LaunchEnv
+from lightning_srifty.strategies.ddp import SriftyDDPStrategy
+from lightning_srifty.strategies.fsdp import SriftyFSDPStrategy
+from lightning_srifty.strategies.hetero import ExactResume, GlobalBatchSampler
+from lightning_srifty.strategies.plan_strategy import build_layout
 from predictor.exceptions import ConfigError
 
 log = logging.getLogger(__name__)

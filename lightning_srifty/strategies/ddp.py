@@ -16,11 +16,11 @@ from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_srifty.ddp.comm import AllReduceTimer
-from lightning_srifty.ddp.fsdp import block_classes
-from lightning_srifty.ddp.hetero import RankBatches, check_batch_sizes, rank_weights, weighted_hook
-from lightning_srifty.ddp.nodes import TorchrunNodes
-from lightning_srifty.ddp.teardown import destroy_at_exit
+from lightning_srifty.comm import AllReduceTimer
+from lightning_srifty.strategies.fsdp import block_classes
+from lightning_srifty.strategies.hetero import RankBatches, check_batch_sizes, rank_weights, weighted_hook
+from lightning_srifty.strategies.nodes import TorchrunNodes
+from lightning_srifty.strategies.teardown import destroy_at_exit
 
 
 class SriftyDDPStrategy(RankBatches, TorchrunNodes, DDPStrategy):
@@ -30,7 +30,7 @@ class SriftyDDPStrategy(RankBatches, TorchrunNodes, DDPStrategy):
     rank when ranks take unequal batches (a heterogeneous fleet's speed-proportional split; or ``batch_groups`` and
     ``node_group`` where the rank order is known only after the rendezvous, :class:`RankBatches`); each rank's
     gradient is then weighted so that the all-reduced gradient is the global-batch mean
-    (:mod:`lightning_srifty.ddp.hetero`); and ``activation_checkpointing_policy``: block classes, or their names
+    (:mod:`lightning_srifty.strategies.hetero`); and ``activation_checkpointing_policy``: block classes, or their names
     (``["LlamaDecoderLayer"]``, resolved on the model at set-up), wrapped with torch's checkpoint wrapper before DDP
     (each keeps its input and recomputes the rest in backward).
     """

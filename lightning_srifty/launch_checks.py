@@ -1,0 +1,121 @@
+"""What a job srifty started checks of its own Trainer: GPUs paid for and left idle, and what the script does
+otherwise than the plan it was launched from (torch-light; read by the profiler and the preemption callback, which
+sit below the strategies)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.strategies import FSDPStrategy
+
+from lightning_srifty.protocol import ALLOW_CPU, RESUME_LATEST, VARIABLES, LaunchEnv
+from predictor.exceptions import ConfigError
+
+
+def refuse_idle_gpus(trainer: Any) -> None:
+    """Stop a job that srifty started on a GPU fleet (``srifty launch``, or a node of ``srifty terraform``'s module:
+    its checkpoint folder variable is set) when its Trainer runs on the CPU although CUDA sees GPUs: a script
+    profiled on a laptop often says ``accelerator="cpu"``, and the fleet would then be paid to train far slower than
+    predicted until its life cap. Outside a srifty fleet it is a warning. ``SRIFTY_ALLOW_CPU=1`` allows it (tests, a
+    local trial, a CPU job on purpose).
+
+    Raises:
+        ConfigError: on a srifty fleet, the GPUs are idle.
+    """
+    if os.environ.get(ALLOW_CPU) == "1" or not torch.cuda.is_available():
+        return
+    device = getattr(getattr(trainer, "strategy", None), "root_device", None)
+    if device is None or device.type != "cpu":
+        return
+    message = (
+        f"the Trainer runs on the CPU while CUDA sees {torch.cuda.device_count()} GPU(s) on this machine: the script "
+        'pins accelerator="cpu" (or "mps"), so the GPUs would sit idle. Use accelerator="auto" (Lightning\'s '
+        f'default) or "gpu"; set {ALLOW_CPU}=1 if the CPU is meant'
+    )
+    if os.environ.get(VARIABLES["checkpoint_uri"]) or LaunchEnv.from_env() is not None:
+        raise ConfigError(f"Stopped before training: {message}.", parameter="accelerator", value="cpu")
+    from lightning.pytorch.utilities import rank_zero_warn
+
+    rank_zero_warn(f"srifty: {message}.")
+
+
+def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str]:
+    """What the running Trainer does differently from what ``srifty launch`` planned for this fleet: the strategy
+    (sharded or not), the accumulation, this rank's batch per micro-step, the checkpoint to resume from. Empty
+    outside a launch or when they agree."""
+    launch = launch or LaunchEnv.from_env()
+    if launch is None:
+        return []
+    out = []
+    planned = _planned_model(launch)
+    module = type(getattr(trainer, "lightning_module", None)).__name__
+    if planned and module not in ("NoneType", planned) and _simple(planned) != _simple(module):
+        out.append(
+            f"the plan was made for the model {planned!r} (its profile), this Trainer trains {module}: if the plan is "
+            "another model's, its fleets, times and global batch are too (the job takes the plan's batch). Make the "
+            "plan from this script's profile (srifty recommend --profile srifty/profile.json)"
+        )
+    name, _ = launch.strategy_spec()
+    sharded = isinstance(trainer.strategy, FSDPStrategy)
+    if (name == "fsdp") != sharded:
+        out.append(
+            f"the plan trains this fleet with {name}, the Trainer's strategy is {type(trainer.strategy).__name__}: "
+            'pass Trainer(strategy="srifty_auto") (or plan_strategy())'
+        )
+    accumulate = getattr(trainer, "accumulate_grad_batches", 1)
+    if accumulate != launch.accumulate_grad_batches:
+        out.append(
+            f"the plan accumulates {launch.accumulate_grad_batches} micro-steps per optimizer step, the Trainer "
+            f'{accumulate}: pass Trainer(strategy="srifty_auto"), which applies it, or '
+            "accumulate_grad_batches=launch_settings().accumulate_grad_batches"
+        )
+    rank = getattr(trainer, "global_rank", 0)
+    sizes = list(launch.batch_sizes or getattr(trainer.strategy, "batch_sizes", None) or ())  # gathered on a mix
+    if sizes and rank < len(sizes):
+        batch = _batch_size(getattr(trainer, "train_dataloader", None))
+        if batch is not None and batch != sizes[rank]:
+            out.append(
+                f"the plan gives rank {rank} batches of {sizes[rank]} samples (global batch "
+                f"{sum(sizes) * launch.accumulate_grad_batches}), its DataLoader gives {batch}: pass "
+                'Trainer(strategy="srifty_auto"), which re-cuts it, or build it with '
+                "batch_size=launch_settings().batch_size (the same training as the profiled one)"
+            )
+    if launch.resume and launch.resume != RESUME_LATEST and not getattr(trainer, "ckpt_path", None):
+        out.append(
+            f"the launcher resumes this job from {launch.resume}, but fit() got no ckpt_path: the run starts over. "
+            'Pass Trainer(strategy="srifty_auto"), which resumes a fit() without ckpt_path, or '
+            "trainer.fit(model, ckpt_path=resume_checkpoint())"
+        )
+    return out
+
+
+def _planned_model(launch: LaunchEnv) -> str | None:
+    """The model the launch's plan was made for (its ``model``), or None when the plan cannot be read here."""
+    from lightning_srifty import store
+
+    try:
+        if "://" in launch.plan:
+            folder, _, name = launch.plan.rpartition("/")
+            data = store.read(folder, name)
+        else:
+            data = json.loads(Path(launch.plan).read_text()) if launch.plan else None
+    except Exception:  # noqa: BLE001 - a comparison, never a failure
+        return None
+    model = data.get("model") if isinstance(data, dict) else getattr(data, "model", None)
+    return str(model) if model else None
+
+
+def _simple(name: str) -> str:
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+def _batch_size(loader: Any) -> int | None:
+    for candidate in (loader, getattr(loader, "batch_sampler", None)):
+        size = getattr(candidate, "batch_size", None)
+        if isinstance(size, int):
+            return size
+    return None
