@@ -106,19 +106,7 @@ def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict
         memory = d.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024
     else:
         return None
-    gpu = ""
-    if kind == "cuda":
-        if old is not None and old.gpu:
-            gpu = old.gpu
-        else:
-            try:
-                gpu = previous.gpus.canonical(g.get("Name", ""), memory)
-            except UnknownNameError:
-                gpu = g.get("Name", "")
-                notes.append(
-                    f"{name}: GPU {accelerator!r} ({memory:.0f} GiB) is not in the GPU table; add its specs "
-                    "with --catalog-extra to predict on it"
-                )
+    gpu = _catalog_gpu(name, g.get("Name", ""), accelerator, memory, old, previous, notes) if kind == "cuda" else ""
     net = item.get("NetworkInfo", {})
     gbps, up_to = _network_gbps(net)
     interconnect = old.gpu_interconnect if old is not None else ("single" if count == 1 else "pcie")
@@ -151,6 +139,23 @@ def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict
         "spot_advisor_as_of": "",
         "specs_source": "ec2.describe_instance_types",
     }
+
+
+def _catalog_gpu(
+    name: str, gpu_name: str, accelerator: str, memory: float, old: InstanceType | None, previous: Catalog, notes: list
+) -> str:
+    """The type's GPU as the catalog names it: the previous copy's, else the GPU table's match (a GPU it does not
+    know keeps AWS's name, said in ``notes``)."""
+    if old is not None and old.gpu:
+        return old.gpu
+    try:
+        return previous.gpus.canonical(gpu_name, memory)
+    except UnknownNameError:
+        notes.append(
+            f"{name}: GPU {accelerator!r} ({memory:.0f} GiB) is not in the GPU table; add its specs "
+            "with --catalog-extra to predict on it"
+        )
+        return gpu_name
 
 
 def _paginate(client: Any, op: str, key: str, **kwargs: Any) -> list[dict[str, Any]]:
@@ -210,38 +215,12 @@ def refresh_catalog(
     prices: list[dict[str, Any]] = []
     steps = len(regions) * 3 + 1
     step = 0
+
+    def tick(what: str, at: int) -> None:
+        report(what, at, steps)
+
     for region in regions:
-        ec2 = make("ec2", region)
-        step += 1
-        report(f"{region}: instance types", step, steps)
-        try:
-            for item in _paginate(ec2, "describe_instance_types", "InstanceTypes"):
-                row = _spec_row(item, previous, result.notes)
-                if row is not None:
-                    specs[row["instance_type"]] = row
-        except Exception as exc:  # noqa: BLE001 - every AWS failure is reported, none aborts the others
-            result.failures.append(f"{region}: describe_instance_types: {_why(exc)}")
-            continue
-        step += 1
-        report(f"{region}: offerings", step, steps)
-        try:
-            offers = _paginate(
-                ec2,
-                "describe_instance_type_offerings",
-                "InstanceTypeOfferings",
-                LocationType="region",
-                Filters=[{"Name": "location", "Values": [region]}],
-            )
-            offered[region] = {o["InstanceType"] for o in offers} & set(specs)
-        except Exception as exc:  # noqa: BLE001
-            result.failures.append(f"{region}: describe_instance_type_offerings: {_why(exc)}")
-            offered[region] = set(specs)
-        step += 1
-        report(f"{region}: spot prices", step, steps)
-        try:
-            prices += _spot_prices(ec2, sorted(offered[region]), region, now)
-        except Exception as exc:  # noqa: BLE001
-            result.failures.append(f"{region}: describe_spot_price_history: {_why(exc)}")
+        step = _read_region(make("ec2", region), region, previous, now, result, (specs, offered, prices), tick, step)
     if not specs:
         raise CatalogError(
             "Catalog refresh failed, nothing was written and the previous catalog "
@@ -249,7 +228,70 @@ def refresh_catalog(
         )
     step += 1
     report("on-demand prices (pricing.get_products)", step, steps)
-    pricing = make("pricing", PRICING_REGION)
+    prices += _ondemand_prices(make("pricing", PRICING_REGION), regions, offered, result, today)
+    available = set().union(*offered.values()) if offered else set()
+    dropped = len(specs) - len(available & set(specs))
+    specs = {name: row for name, row in specs.items() if name in available}
+    if dropped:
+        result.notes.append(f"{dropped} accelerator types are not offered in {', '.join(regions)} and were left out")
+    prices += _carried_prices(prices, specs, offered, previous, result)
+    result.path = _write_copy(root or catalog_root(), stamp, specs, prices, regions, result, now)
+    result.instance_types, result.prices = len(specs), len(prices)
+    return result
+
+
+def _read_region(
+    ec2: Any,
+    region: str,
+    previous: Catalog,
+    now: dt.datetime,
+    result: RefreshResult,
+    into: tuple[dict[str, dict[str, Any]], dict[str, set[str]], list[dict[str, Any]]],
+    tick: Callable[[str, int], None],
+    step: int,
+) -> int:
+    """One region's instance types, offerings and spot prices, added to ``into`` (specs, offered, prices); every
+    failure is reported in ``result`` and none stops the others. Returns the progress step reached."""
+    specs, offered, prices = into
+    step += 1
+    tick(f"{region}: instance types", step)
+    try:
+        for item in _paginate(ec2, "describe_instance_types", "InstanceTypes"):
+            row = _spec_row(item, previous, result.notes)
+            if row is not None:
+                specs[row["instance_type"]] = row
+    except Exception as exc:  # noqa: BLE001 - every AWS failure is reported, none aborts the others
+        result.failures.append(f"{region}: describe_instance_types: {_why(exc)}")
+        return step
+    step += 1
+    tick(f"{region}: offerings", step)
+    try:
+        offers = _paginate(
+            ec2,
+            "describe_instance_type_offerings",
+            "InstanceTypeOfferings",
+            LocationType="region",
+            Filters=[{"Name": "location", "Values": [region]}],
+        )
+        offered[region] = {o["InstanceType"] for o in offers} & set(specs)
+    except Exception as exc:  # noqa: BLE001
+        result.failures.append(f"{region}: describe_instance_type_offerings: {_why(exc)}")
+        offered[region] = set(specs)
+    step += 1
+    tick(f"{region}: spot prices", step)
+    try:
+        prices += _spot_prices(ec2, sorted(offered[region]), region, now)
+    except Exception as exc:  # noqa: BLE001
+        result.failures.append(f"{region}: describe_spot_price_history: {_why(exc)}")
+    return step
+
+
+def _ondemand_prices(
+    pricing: Any, regions: Sequence[str], offered: dict[str, set[str]], result: RefreshResult, today: str
+) -> list[dict[str, Any]]:
+    """Each offered type's on-demand price from the Pricing API; the first failure stops the rest (one failure
+    usually means all will) and is reported in ``result``."""
+    out: list[dict[str, Any]] = []
     pricing_failed = False
     for region in regions:
         for name in sorted(offered.get(region, ())):
@@ -262,7 +304,7 @@ def refresh_catalog(
                 pricing_failed = True  # one failure usually means all will: stop hammering
                 break
             if usd is not None:
-                prices.append(
+                out.append(
                     {
                         "instance_type": name,
                         "region": region,
@@ -274,15 +316,7 @@ def refresh_catalog(
                         "source": "pricing.get_products",
                     }
                 )
-    available = set().union(*offered.values()) if offered else set()
-    dropped = len(specs) - len(available & set(specs))
-    specs = {name: row for name, row in specs.items() if name in available}
-    if dropped:
-        result.notes.append(f"{dropped} accelerator types are not offered in {', '.join(regions)} and were left out")
-    prices += _carried_prices(prices, specs, offered, previous, result)
-    result.path = _write_copy(root or catalog_root(), stamp, specs, prices, regions, result, now)
-    result.instance_types, result.prices = len(specs), len(prices)
-    return result
+    return out
 
 
 def _spot_prices(ec2: Any, types: list[str], region: str, now: dt.datetime) -> list[dict[str, Any]]:

@@ -258,19 +258,12 @@ def type_basis(
     # the optimizer step runs once per optimizer step (not per sample or micro-step), on the rank's shard
     optimizer = per_sample * src.per_device_batch * opt_share
     per_sample *= 1.0 - opt_share
-    cpus_src = (profile.hardware.cpu_count or 0) / max(1, profile.hardware.devices)
-    cpu_ratio = cpus_src / (it.vcpus / it.gpus) if cpus_src else 1.0
+    cpu_ratio = _cpu_ratio(profile, it)
     intra = allreduce_time(grad_bytes(profile), [(it, 1)], catalog.gpus, net=network).seconds
     link = intra_node_link(it, catalog.gpus, network)
     plain = inter_node_link(it, network)
     measured = measured_link(profile, it.name)
-    framework = framework_s(profile)
-    if framework:  # the rest of a small step's time, which the operator note's GPU work and launches do not show
-        notes.append(
-            f"the host's own time per micro-step, {framework * 1e3:.3g} ms as profiled (the step less its data, "
-            "forward, backward and optimizer phases: Lightning's loop, hooks, logging), plus launching the step's "
-            "kernels, bounds every micro-step from below, whatever the GPU"
-        )
+    _framework_note(profile, notes)
     link_note = (
         f"inter-node all-reduce calibrated from the profile's measured buckets on {it.name}: "
         f"{measured.gbps:.2f} GB/s effective"
@@ -305,6 +298,23 @@ def type_basis(
         extrapolation=tuple(extrapolation),
         blocking_collectives=it.process_group_backend == "gloo",
     )
+
+
+def _cpu_ratio(profile: Profile, it: InstanceType) -> float:
+    """The profiled host's CPUs per GPU over ``it``'s (1 when the profile does not say): the input pipeline's scale."""
+    cpus_src = (profile.hardware.cpu_count or 0) / max(1, profile.hardware.devices)
+    return cpus_src / (it.vcpus / it.gpus) if cpus_src else 1.0
+
+
+def _framework_note(profile: Profile, notes: list[str]) -> None:
+    """Says the host's own time per micro-step when the profile has one (a floor under every micro-step)."""
+    framework = framework_s(profile)
+    if framework:  # the rest of a small step's time, which the operator note's GPU work and launches do not show
+        notes.append(
+            f"the host's own time per micro-step, {framework * 1e3:.3g} ms as profiled (the step less its data, "
+            "forward, backward and optimizer phases: Lightning's loop, hooks, logging), plus launching the step's "
+            "kernels, bounds every micro-step from below, whatever the GPU"
+        )
 
 
 def measured_optimizer_share(profile: Profile) -> float:

@@ -89,3 +89,31 @@ def allreduce_latency(nodes: Array, node_gpus: Array, hop_intra_s: Array, hop_ne
     g = np.maximum(np.asarray(node_gpus, dtype=float), 1.0)
     net_hops = np.minimum(ring_steps(ALL_REDUCE, n), 2 * np.floor(np.log2(n)) * TREE_NET_HOP)  # ring, tree
     return ring_latency(ALL_REDUCE, g, hop_intra_s) + net_hops * np.asarray(hop_net_s, dtype=float)
+
+
+def hierarchical_s(
+    kind: str,
+    gb: Array,
+    *,
+    node_gpus: Array,
+    intra_gbps: Array,
+    intra_hop_s: Array,
+    nodes: Array,
+    ranks: Array,
+    net_gbps: Array,
+    net_hop_s: Array,
+    sockets: Array,
+    calls: Array = 1.0,
+    across: np.ndarray | None = None,
+) -> np.ndarray:
+    """One collective ``kind`` of ``gb`` GB over a fleet (0 for one rank), hierarchical as NCCL runs it: the
+    intra-node and network phases pipelined chunk by chunk, so the slower bandwidth term sets the pace, and each of
+    ``calls`` calls paying its ring's hop latencies inside the node and across nodes; over sockets the bytes cross
+    nodes as a flat ring of every rank (:func:`network_phase_s`). ``across``: whether it crosses nodes (default: more
+    than one node)."""
+    nodes_a = np.asarray(nodes, dtype=float)
+    crosses = nodes_a > 1 if across is None else across
+    intra = phase_s(kind, gb, node_gpus, intra_gbps)
+    inter = np.where(crosses, network_phase_s(gb, nodes_a, ranks, net_gbps, sockets, kind), 0.0)
+    hops = ring_latency(kind, node_gpus, intra_hop_s) + np.where(crosses, ring_latency(kind, nodes_a, net_hop_s), 0.0)
+    return np.where(np.asarray(ranks) > 1, np.maximum(intra, inter) + calls * hops, 0.0)

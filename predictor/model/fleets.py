@@ -29,9 +29,9 @@ from predictor.model.collectives import (
     ALL_GATHER,
     ALL_REDUCE,
     allreduce_latency,
+    hierarchical_s,
     network_phase_s,
     phase_s,
-    ring_latency,
 )
 from predictor.model.layout import DDP, Layout, parse
 from predictor.model.memory import USABLE_SHARE, memory_parts, profile_sizes
@@ -728,18 +728,13 @@ def _fsdp_comm(
     intra_lat = np.array([b.intra_latency_s for b in type_bases], dtype=float)[tidx]
     slow_intra = row_min(np.where(present, intra_gbps, np.inf))
     lat_intra = row_max(np.where(present, intra_lat, 0.0))
-    g = node_gpus
     hybrid = layout.sharding == "hybrid_shard"
     across = (nodes > 1) & ~hybrid
 
     def collective(gb: float) -> np.ndarray:  # one all-gather (a reduce-scatter moves as much) of gb gathered GB
-        # hierarchical, the intra-node and network phases pipelined chunk by chunk (as the all-reduce,
-        # predictor.model.network): the slower bandwidth term sets the pace, the per-unit hop latencies add; over
-        # NCCL's sockets the bytes cross nodes as in a flat ring of every rank (collectives.network_phase_s)
-        intra = phase_s(ALL_GATHER, gb, g, slow_intra)
-        inter = np.where(across, network_phase_s(gb, nodes, ranks, slow_gbps, sockets, ALL_GATHER), 0.0)
-        hops = ring_latency(ALL_GATHER, g, lat_intra) + np.where(across, ring_latency(ALL_GATHER, nodes, max_lat), 0.0)
-        return np.where(ranks > 1, np.maximum(intra, inter) + units * hops, 0.0)
+        return hierarchical_s(ALL_GATHER, gb, node_gpus=node_gpus, intra_gbps=slow_intra, intra_hop_s=lat_intra,
+                              nodes=nodes, ranks=ranks, net_gbps=slow_gbps, net_hop_s=max_lat, sockets=sockets,
+                              calls=units, across=across)  # fmt: skip
 
     blocking = row_max(np.where(present, np.array([b.blocking_collectives for b in type_bases], float)[tidx], 0)) > 0
     gather = collective(params_gb)

@@ -274,6 +274,23 @@ class MLP:
         )
 
 
+def _launch_floors(
+    cls: str, groups: list[tuple[Mapping[str, np.ndarray], GPU, np.ndarray]]
+) -> tuple[float, dict[str, float]]:
+    """The class's launch floor: each GPU's own (its 1st-percentile latency where its smallest kernels are
+    launch-bound), and over all GPUs the median of those (for GPUs without such kernels)."""
+    own: dict[str, float] = {}
+    for dims, gpu, lat in groups:
+        p1 = float(np.percentile(lat, 1))
+        _, t_roof, _ = features(cls, dims, gpu, p1)
+        smallest = lat <= p1
+        if np.median(t_roof[smallest] / lat[smallest]) < LAUNCH_BOUND_SHARE:
+            own[gpu.key] = p1
+    if not own:
+        raise PredictionError(f"no GPU has launch-bound {cls!r} kernels to measure a launch floor from")
+    return float(np.median(list(own.values()))), own
+
+
 @dataclass
 class KernelModel:
     """Per-operator latency model (scikit-learn estimator contract: ``fit`` returns self, learned attributes end
@@ -312,19 +329,7 @@ class KernelModel:
         for cls, groups in samples.items():
             if cls not in TRAINED_CLASSES:
                 raise PredictionError(f"cannot train class {cls!r}: trained classes are {', '.join(TRAINED_CLASSES)}")
-            # floors: each GPU's 1st-percentile latency of the class where its smallest kernels are launch-bound;
-            # over all GPUs, the median of those (for GPUs without such kernels)
-            own: dict[str, float] = {}
-            for dims, gpu, lat in groups:
-                p1 = float(np.percentile(lat, 1))
-                _, t_roof, _ = features(cls, dims, gpu, p1)
-                smallest = lat <= p1
-                if np.median(t_roof[smallest] / lat[smallest]) < LAUNCH_BOUND_SHARE:
-                    own[gpu.key] = p1
-            if not own:
-                raise PredictionError(f"no GPU has launch-bound {cls!r} kernels to measure a launch floor from")
-            self.floors_[cls] = float(np.median(list(own.values())))
-            self.gpu_floors_[cls] = own
+            self.floors_[cls], self.gpu_floors_[cls] = _launch_floors(cls, groups)
             xs, ys = [], []
             for dims, gpu, lat in groups:
                 floor = self.floor(cls, gpu)

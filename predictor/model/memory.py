@@ -245,34 +245,43 @@ def memory_parts(
         parts["activations"] = (z.measured_act or 0.0) * micro
         parts["transient"] = 0.0 * micro  # inside the measured peak
     else:
-        # bytes per sample: floats, arrays over the stage counts under pipeline
-        kept: float | np.ndarray
-        rest: float | np.ndarray
-        if layout.activation_checkpointing:
-            # each block keeps its input; the rest peaks in one of two phases that never meet: the head's
-            # (the saved tensors outside the blocks and the temporaries of the loss) or one block's recompute
-            kept = z.blocks * z.block_input
-            rest = np.maximum(max(0.0, z.saved - z.blocks * z.block_saved) + z.transient, z.block_saved)
-        else:
-            kept, rest = z.saved, z.transient
-        split: float | np.ndarray = 1.0  # an array over the stage counts under pipeline
-        if layout.strategy == "pipeline":  # one stage's share, the first stage holding up to p micro-batches
-            p = np.maximum(stages, 1)
-            split = p
-            in_flight = np.minimum(p, np.maximum(micro_steps, 1))
-            kept, rest = kept / p * in_flight, rest / p
-        # what does not grow with the batch (autocast's 16-bit weight copies): under FSDP only the gathered units'
-        # share (FSDP's mixed precision gathers 16-bit units; nothing else is copied); the optimizer step peaks on
-        # its own (its foreach temporaries scale with the state it holds)
-        fixed: float | np.ndarray = z.fixed  # an array over the shard sizes under FSDP
-        if layout.strategy == "fsdp":
-            fixed = z.fixed * np.where(np.maximum(shard, 1) > 1, z.gathered_share, 1.0)
-        optimizer_peak = z.optimizer_transient / (np.maximum(shard, 1) if layout.strategy == "fsdp" else split)
-        phase = fixed / split + (kept + rest) * micro
-        parts["activations"] = kept * micro
-        parts["transient"] = np.maximum(phase, optimizer_peak) - kept * micro
+        parts["activations"], parts["transient"] = _sized_activations(z, layout, micro, shard, stages, micro_steps)
     parts["context"] = float(CUDA_CONTEXT_BYTES)
     return parts
+
+
+def _sized_activations(
+    z: Sizes, layout: Layout, micro: Any, shard: Any, stages: Any, micro_steps: Any
+) -> tuple[Any, Any]:
+    """(activations kept, transient peak) per GPU from the model's structure: every block's input under activation
+    checkpointing (the rest peaks in the head or in one block's recompute), a pipeline stage's share with its
+    micro-batches in flight, the fixed 16-bit copies (FSDP: the gathered units' share), the optimizer's own peak."""
+    assert z.saved is not None  # the caller sizes from the structure only when the profile has it
+    # bytes per sample: floats, arrays over the stage counts under pipeline
+    kept: float | np.ndarray
+    rest: float | np.ndarray
+    if layout.activation_checkpointing:
+        # each block keeps its input; the rest peaks in one of two phases that never meet: the head's
+        # (the saved tensors outside the blocks and the temporaries of the loss) or one block's recompute
+        kept = z.blocks * z.block_input
+        rest = np.maximum(max(0.0, z.saved - z.blocks * z.block_saved) + z.transient, z.block_saved)
+    else:
+        kept, rest = z.saved, z.transient
+    split: float | np.ndarray = 1.0  # an array over the stage counts under pipeline
+    if layout.strategy == "pipeline":  # one stage's share, the first stage holding up to p micro-batches
+        p = np.maximum(stages, 1)
+        split = p
+        in_flight = np.minimum(p, np.maximum(micro_steps, 1))
+        kept, rest = kept / p * in_flight, rest / p
+    # what does not grow with the batch (autocast's 16-bit weight copies): under FSDP only the gathered units'
+    # share (FSDP's mixed precision gathers 16-bit units; nothing else is copied); the optimizer step peaks on
+    # its own (its foreach temporaries scale with the state it holds)
+    fixed: float | np.ndarray = z.fixed  # an array over the shard sizes under FSDP
+    if layout.strategy == "fsdp":
+        fixed = z.fixed * np.where(np.maximum(shard, 1) > 1, z.gathered_share, 1.0)
+    optimizer_peak = z.optimizer_transient / (np.maximum(shard, 1) if layout.strategy == "fsdp" else split)
+    phase = fixed / split + (kept + rest) * micro
+    return kept * micro, np.maximum(phase, optimizer_peak) - kept * micro
 
 
 _CACHE: dict[int, tuple[Profile, Sizes]] = {}

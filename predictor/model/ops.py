@@ -293,22 +293,7 @@ def classify(rec: OpRecord) -> Classified:
     except (IndexError, ValueError, ZeroDivisionError):
         pass  # a shape this classifier does not understand: bandwidth-bound below, with the others it cannot read
     if name in _NORM:
-        x = shapes[0] if shapes else []
-        if "batch" in name:  # per channel, over N x H x W
-            rows = float(x[1]) if len(x) > 1 else 1.0
-            cols = _numel(x) / max(rows, 1.0)
-            if half:
-                # cuDNN's batch-norm kernels read 16-bit activations but compute per element in fp32 (their template
-                # arguments: <__half, float, ...>), parallel over channels, and do not speed up with narrower input:
-                # on the lent H100 ResNet-50's took 114 G elements/s in FP32 and 128 in AMP (221.7 of the AMP step's
-                # 487 ms, bench/data/h100_kernel_breakdown_*.csv), so a 16-bit one is priced by its elements at the
-                # 4 bytes the FP32 ones move
-                total_bytes *= 4.0 / eb
-        else:  # over the normalised trailing size: the weight's (the 1-D tensor), else the last dimension
-            weights = [s for s in shapes[1:] if len(s) == 1]
-            cols = float(weights[-1][0]) if weights else float(x[-1] if x else 1)
-            rows = _numel(x) / max(cols, 1.0)
-        return Classified("norm", {"rows": rows, "cols": cols, "bytes": total_bytes}, rec.count, half, eb, rec.op)
+        return _norm(name, shapes, rec, half, eb, total_bytes)
     if name in _SOFTMAX:
         cols = float(shapes[0][-1]) if shapes and shapes[0] else 1.0
         rows = (_numel(shapes[0]) if shapes else 0.0) / max(cols, 1.0)
@@ -334,6 +319,26 @@ def classify(rec: OpRecord) -> Classified:
             rec.op,
         )
     return Classified("memory", {"bytes": total_bytes}, rec.count, half, eb, rec.op + "?")
+
+
+def _norm(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float, total_bytes: float) -> Classified:
+    """A normalisation: batch norm per channel over N x H x W, the others over the normalised trailing size."""
+    x = shapes[0] if shapes else []
+    if "batch" in name:  # per channel, over N x H x W
+        rows = float(x[1]) if len(x) > 1 else 1.0
+        cols = _numel(x) / max(rows, 1.0)
+        if half:
+            # cuDNN's batch-norm kernels read 16-bit activations but compute per element in fp32 (their template
+            # arguments: <__half, float, ...>), parallel over channels, and do not speed up with narrower input:
+            # on the lent H100 ResNet-50's took 114 G elements/s in FP32 and 128 in AMP (221.7 of the AMP step's
+            # 487 ms, bench/data/h100_kernel_breakdown_*.csv), so a 16-bit one is priced by its elements at the
+            # 4 bytes the FP32 ones move
+            total_bytes *= 4.0 / eb
+    else:  # over the normalised trailing size: the weight's (the 1-D tensor), else the last dimension
+        weights = [s for s in shapes[1:] if len(s) == 1]
+        cols = float(weights[-1][0]) if weights else float(x[-1] if x else 1)
+        rows = _numel(x) / max(cols, 1.0)
+    return Classified("norm", {"rows": rows, "cols": cols, "bytes": total_bytes}, rec.count, half, eb, rec.op)
 
 
 def _gemm(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
@@ -535,22 +540,8 @@ def ops_time(
             lat = gemm_step_time(dims, gpu, half, precision, matmul, eb, path)
         else:
             lat = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
-        fused = np.array([c.extra != () and base_name(c.op).startswith(_ATTENTION_PREFIX) for c in items])
-        if cls == "gemm" and half and fused.any() and peak:
-            # a fused attention kernel's matmuls run at its published share of the dense peak (attention_ceiling),
-            # not as the GEMM model's two batched matmuls: those write and read the s_q x s_k scores, which a fused
-            # kernel keeps on chip (its real traffic, q, k, v and the output, is priced in its softmax part)
-            dense = (gpu.bf16_tflops if precision.startswith("bf16") else gpu.fp16_tflops) or gpu.fp16_tflops
-            if dense:
-                share = attention_ceiling(gpu, attention)
-                at_share = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / (dense * 1e12 * share)
-                lat = np.where(fused, at_share, lat)
-        elif cls == "gemm" and fused.any() and not half:
-            # FP32 fused attention (the memory-efficient kernel, cutlass's Sm80 f32 code even on Hopper: the lent
-            # H100's BERT FP32 step ran fmha_cutlassF/B_f32, 116 of its 341 ms) multiplies on the CUDA cores, never
-            # on TF32 tensor cores: its matmuls are the kernel model's FP32 GEMMs
-            fp32 = model.step_time(cls, dims, gpu, peak_tflops=None, element_bytes=eb)
-            lat = np.where(fused, fp32, lat)
+        if cls == "gemm":
+            lat = _fused_attention(items, dims, lat, gpu, half, precision, attention, peak, model, eb)
         scale = np.array([c.scale for c in items])
         times = np.broadcast_to(lat * scale, (len(items),))
         by_class[cls] += float(np.sum(times))
@@ -570,6 +561,38 @@ def ops_time(
         unknown_dtypes(classified),
         dict(by_phase),
     )
+
+
+def _fused_attention(
+    items: list[Classified],
+    dims: dict[str, np.ndarray],
+    lat: np.ndarray,
+    gpu: GPU,
+    half: bool,
+    precision: str,
+    attention: str,
+    peak: float | None,
+    model: Any,
+    eb: float,
+) -> np.ndarray:
+    """The GEMM latencies with a fused attention kernel's matmuls priced as that kernel runs them."""
+    fused = np.array([c.extra != () and base_name(c.op).startswith(_ATTENTION_PREFIX) for c in items])
+    if half and fused.any() and peak:
+        # a fused attention kernel's matmuls run at its published share of the dense peak (attention_ceiling),
+        # not as the GEMM model's two batched matmuls: those write and read the s_q x s_k scores, which a fused
+        # kernel keeps on chip (its real traffic, q, k, v and the output, is priced in its softmax part)
+        dense = (gpu.bf16_tflops if precision.startswith("bf16") else gpu.fp16_tflops) or gpu.fp16_tflops
+        if dense:
+            share = attention_ceiling(gpu, attention)
+            at_share = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"] / (dense * 1e12 * share)
+            lat = np.where(fused, at_share, lat)
+    elif fused.any() and not half:
+        # FP32 fused attention (the memory-efficient kernel, cutlass's Sm80 f32 code even on Hopper: the lent
+        # H100's BERT FP32 step ran fmha_cutlassF/B_f32, 116 of its 341 ms) multiplies on the CUDA cores, never
+        # on TF32 tensor cores: its matmuls are the kernel model's FP32 GEMMs
+        fp32 = model.step_time("gemm", dims, gpu, peak_tflops=None, element_bytes=eb)
+        lat = np.where(fused, fp32, lat)
+    return lat
 
 
 def unknown_dtypes(classified: Sequence[Classified]) -> dict[str, int]:
@@ -705,22 +728,7 @@ def ops_compute(
     except PredictionError as exc:
         notes.append(f"operator table not used on {dst.key}: {exc}")
         return None
-    if (
-        profile.software is not None
-        and profile_attention(profile) == "fa1"
-        and any(base_name(c.op).startswith(_ATTENTION_PREFIX) for c in table.ops)
-    ):
-        notes.append(
-            f"fused attention priced as FlashAttention v1 (the profile's torch {profile.software.torch} predates "
-            f"torch 2.2's FlashAttention-2): {attention_ceiling(dst, 'fa1'):.2f} of {dst.key}'s 16-bit peak at best"
-        )
-    if target.unclassified:
-        calls = sum(target.unclassified.values())
-        names = ", ".join(sorted(target.unclassified)[:5])
-        notes.append(f"{calls} calls of operators the model does not classify ({names}): predicted bandwidth-bound")
-    if target.unknown_dtypes:
-        kinds = ", ".join(f"{d} ({n} calls)" for d, n in sorted(target.unknown_dtypes.items()))
-        notes.append(f"operator table: dtypes of unknown element size {kinds}: sized at 4 bytes per element")
+    _table_notes(profile, table, target, dst, notes)
     share = target.by_class.get("gemm", 0.0) + target.by_class.get("conv", 0.0)
     share /= max(target.seconds, 1e-12)
     if src.measured and src.gpu is not None:
@@ -755,6 +763,26 @@ def ops_compute(
     )
     extrapolation.append(f"no GPU step was measured: {dst.key}'s time is the operator model's alone")
     return target.seconds / table.samples, share, "ops-absolute", target.optimizer_share
+
+
+def _table_notes(profile: Profile, table: Any, target: OpsTime, dst: GPU, notes: list[str]) -> None:
+    """What the operator table's pricing assumed: FlashAttention v1, operators not classified, unknown dtypes."""
+    if (
+        profile.software is not None
+        and profile_attention(profile) == "fa1"
+        and any(base_name(c.op).startswith(_ATTENTION_PREFIX) for c in table.ops)
+    ):
+        notes.append(
+            f"fused attention priced as FlashAttention v1 (the profile's torch {profile.software.torch} predates "
+            f"torch 2.2's FlashAttention-2): {attention_ceiling(dst, 'fa1'):.2f} of {dst.key}'s 16-bit peak at best"
+        )
+    if target.unclassified:
+        calls = sum(target.unclassified.values())
+        names = ", ".join(sorted(target.unclassified)[:5])
+        notes.append(f"{calls} calls of operators the model does not classify ({names}): predicted bandwidth-bound")
+    if target.unknown_dtypes:
+        kinds = ", ".join(f"{d} ({n} calls)" for d, n in sorted(target.unknown_dtypes.items()))
+        notes.append(f"operator table: dtypes of unknown element size {kinds}: sized at 4 bytes per element")
 
 
 def framework_s(profile: Profile) -> float | None:

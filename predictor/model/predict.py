@@ -157,19 +157,8 @@ def predict(
         fleet = parse_fleet(fleet, catalog)
     layout = parse(layout) if isinstance(layout, str) else layout
     _check_layout(profile, fleet, layout)
-    names = sorted({g.instance.name for g in fleet.groups})
-    tidx = np.array([[names.index(g.instance.name) for g in fleet.groups]])
-    cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
-    src, type_bases = bases(profile, names, catalog, network, calibration)
-    many = combine(profile, src, type_bases, tidx, cnt, scaling, dp_model, layout)
-    row_bases = [type_bases[i] for i in tidx[0]]
+    src, many, row_bases = _one_row(profile, fleet, catalog, network, calibration, scaling, dp_model, layout)
     accumulation = int(many.accumulation[0])
-    if not many.splittable[0]:
-        raise PredictionError(
-            f"{fleet} has {fleet.gpus} GPUs, more than the {global_batch_of(profile)} samples of the profiled global "
-            "batch: every GPU needs at least one sample. Use fewer GPUs, or scaling='weak' to grow the global batch "
-            "(a different training)."
-        )
 
     groups = _group_predictions(profile, fleet, layout, many, row_bases)
     step = float(many.iteration_time_s[0])
@@ -188,13 +177,7 @@ def predict(
         iteration_time_s=step,
         throughput_samples_s=float(many.throughput_samples_s[0]),
         interval={"iteration_time_s": (lo, hi), "throughput_samples_s": (global_batch / hi, global_batch / lo)},
-        breakdown={
-            "compute_s": float(many.compute_s[0]),
-            "input_s": float(many.input_s[0]),
-            "allreduce_s": allreduce,
-            "exposed_comm_s": exposed,
-            "dp_loss_s": dp_loss,
-        },
+        breakdown=_breakdown(many),
         bottleneck=_bottleneck(groups, slowest, exposed, step, limiting, share),
         fits_memory=bool(many.fits_memory[0]),
         groups=tuple(groups),
@@ -205,11 +188,57 @@ def predict(
         allreduce_limiting=limiting,
         assumptions=tuple(dict.fromkeys(assumptions)),
         extrapolation=tuple(dict.fromkeys(extrapolation)),
-        layout=f"pipeline:{fleet.nodes}" + ("+ac" if layout.activation_checkpointing else "")
-        if layout.strategy == "pipeline"
-        else layout.name,
+        layout=_layout_name(fleet, layout),
         memory_known=activations_known(profile),
     )
+
+
+def _breakdown(many: Any) -> dict[str, float]:
+    """Where the one row's step time goes: compute, input, the all-reduce and its exposed part, data-parallel losses."""
+    return {
+        "compute_s": float(many.compute_s[0]),
+        "input_s": float(many.input_s[0]),
+        "allreduce_s": float(many.allreduce_s[0]),
+        "exposed_comm_s": float(many.exposed_comm_s[0]),
+        "dp_loss_s": float(many.dp_loss_s[0]),
+    }
+
+
+def _layout_name(fleet: Fleet, layout: Layout) -> str:
+    """The layout as run: a pipeline's stages are the fleet's nodes."""
+    if layout.strategy == "pipeline":
+        return f"pipeline:{fleet.nodes}" + ("+ac" if layout.activation_checkpointing else "")
+    return layout.name
+
+
+def _one_row(
+    profile: Profile,
+    fleet: Fleet,
+    catalog: Catalog,
+    network: NetworkModel,
+    calibration: Mapping[str, float] | None,
+    scaling: Scaling,
+    dp_model: ScalingModel | None,
+    layout: Layout,
+) -> tuple[Any, Any, list[Any]]:
+    """The fleet model (:func:`~predictor.model.fleets.combine`) on this one fleet: the source, the row of every
+    figure, and the type bases of its groups.
+
+    Raises:
+        PredictionError: more GPUs than the profiled global batch has samples (strong scaling).
+    """
+    names = sorted({g.instance.name for g in fleet.groups})
+    tidx = np.array([[names.index(g.instance.name) for g in fleet.groups]])
+    cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
+    src, type_bases = bases(profile, names, catalog, network, calibration)
+    many = combine(profile, src, type_bases, tidx, cnt, scaling, dp_model, layout)
+    if not many.splittable[0]:
+        raise PredictionError(
+            f"{fleet} has {fleet.gpus} GPUs, more than the {global_batch_of(profile)} samples of the profiled global "
+            "batch: every GPU needs at least one sample. Use fewer GPUs, or scaling='weak' to grow the global batch "
+            "(a different training)."
+        )
+    return src, many, [type_bases[i] for i in tidx[0]]
 
 
 def _group_predictions(

@@ -85,17 +85,9 @@ def entry_layout(layout: Layout, profile: Profile, groups: list[PlanGroup]) -> P
     )
 
 
-def entry(
-    scored: Scored,
-    i: int,
-    rank_no: int,
-    types: list[InstanceType],
-    profile: Profile,
-    current: CurrentFleet | None,
-    pareto: bool,
-) -> PlanEntry:
-    many, cand, spot = scored.many, scored.cand, scored.spot
-    sh = int(cand.shape[i])
+def _groups(scored: Scored, i: int, sh: int, types: list[InstanceType]) -> list[PlanGroup]:
+    """Candidate ``i``'s groups of equal instances: their market split, price, per-GPU batch and throughput."""
+    many, cand = scored.many, scored.cand
     accumulation = int(many.accumulation[sh])
     groups = []
     for k in range(many.counts.shape[1]):
@@ -122,6 +114,21 @@ def entry(
                 accumulate_grad_batches=accumulation,
             )
         )
+    return groups
+
+
+def entry(
+    scored: Scored,
+    i: int,
+    rank_no: int,
+    types: list[InstanceType],
+    profile: Profile,
+    current: CurrentFleet | None,
+    pareto: bool,
+) -> PlanEntry:
+    many, cand, spot = scored.many, scored.cand, scored.spot
+    sh = int(cand.shape[i])
+    groups = _groups(scored, i, sh, types)
     nodes = sum(g.count for g in groups)
     step = float(many.iteration_time_s[sh])
     lo, hi = float(many.iteration_time_lo_s[sh]) / step, float(many.iteration_time_hi_s[sh]) / step

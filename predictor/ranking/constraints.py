@@ -309,25 +309,10 @@ class Constraints:
                 value=None,
             )
         for name, spec in SPECS.items():
-            self._check(name, spec, getattr(self, name))
+            _check_field(name, spec, getattr(self, name))
         self.layout_list()
         if not self.regions:
             raise ConfigError("Give at least one region, e.g. regions=('us-east-1',).", parameter="regions", value=())
-
-    @staticmethod
-    def _check(name: str, spec: Spec, value: Any) -> None:
-        """``value`` against its :class:`Spec`: the kind, the bounds, the choices (texts are checked where used)."""
-        if value is None:
-            return
-        if spec.kind == "int":
-            low, high = (None if b is None else int(b) for b in (spec.minimum, spec.maximum))
-            check_int(OWNER, name, value, minimum=low, maximum=high)
-        elif spec.kind == "number":
-            check_number(OWNER, name, value, minimum=spec.minimum, maximum=spec.maximum, exclusive=spec.exclusive)
-        elif spec.kind == "choice":
-            check_choice(OWNER, name, value, spec.choices)
-        elif spec.kind == "bool" and not isinstance(value, bool):
-            raise refused(f"The {name!r} parameter of {OWNER}", "True or False", value, parameter=name, owner=OWNER)
 
     def layout_list(self) -> list[Layout]:
         """The layouts asked (all of :data:`LAYOUTS` when none), parsed; a pipeline's stages are set per fleet.
@@ -404,6 +389,21 @@ class Constraints:
             dataset_gb=self.dataset_gb or None,
             layouts=tuple(self.layouts) if self.layouts else tuple(LAYOUTS),  # as loaded back (a tuple)
         )
+
+
+def _check_field(name: str, spec: Spec, value: Any) -> None:
+    """``value`` against its :class:`Spec`: the kind, the bounds, the choices (texts are checked where used)."""
+    if value is None:
+        return
+    if spec.kind == "int":
+        low, high = (None if b is None else int(b) for b in (spec.minimum, spec.maximum))
+        check_int(OWNER, name, value, minimum=low, maximum=high)
+    elif spec.kind == "number":
+        check_number(OWNER, name, value, minimum=spec.minimum, maximum=spec.maximum, exclusive=spec.exclusive)
+    elif spec.kind == "choice":
+        check_choice(OWNER, name, value, spec.choices)
+    elif spec.kind == "bool" and not isinstance(value, bool):
+        raise refused(f"The {name!r} parameter of {OWNER}", "True or False", value, parameter=name, owner=OWNER)
 
 
 SPECS: dict[str, Spec] = {

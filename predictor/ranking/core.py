@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -95,20 +97,7 @@ def rank(
     markets = Market(constraints.market).markets()
     factors = dict(calibration.factors) if calibration else None
     r = _Ranking(profile, constraints, catalog, work, checkpoint_s, calibration, factors, spot_stats)
-    types = _instance_types(r)
-    names = [it.name for it in types]
-    efficient = (
-        cands.efficient_types(profile, names, types, catalog, factors, constraints)
-        if constraints.max_types >= 3
-        else []
-    )
-    tidx, cnt = _shapes(constraints, types, efficient, markets)
-    layouts = constraints.layout_list()
-    many = predict_mixes(
-        profile, names, tidx, cnt, catalog=catalog, calibration=factors, scaling=constraints.scaling,
-        layouts=_launchable(constraints, layouts),
-    )  # fmt: skip
-    cand = _priced(r, many, types, markets)
+    types, names, efficient, layouts, many, cand = _candidates(r, markets)
     known_startup = measured_startup()  # read once: the start-up figures and the plan's note
     current, current_note = _current(profile, constraints, catalog, work, factors)
     scored = _score(r, types, names, many, cand, current, known_startup)
@@ -134,17 +123,43 @@ def rank(
     caveats = [n for n in (unmeasured_note(profile), no_table_note(profile)) if n]
     notes = [*caveats, *notes]
 
-    def relaxed(name: str) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
-        """Priced without the deadline (its fallback to on-demand is in the spot fleets' prices); the other limits
-        change no price."""
-        if name != "deadline_h":
-            return None
-        free = dataclasses.replace(r, constraints=dataclasses.replace(constraints, deadline_h=None))
-        again = _score(free, types, names, many, cand, current, known_startup)
-        return _values(again), (again.time_h if constraints.objective == Objective.TIME else again.cost)
-
+    # priced without the deadline (its fallback to on-demand is in the spot fleets' prices): what binds, measured
+    relaxed = functools.partial(_without_deadline, r, scoring=(types, names, many, cand, current, known_startup))
     reason = why(constraints, entries[0], ok, _values(scored), key, relaxed)
     return _plan(r, scored, names, layouts, current, entries, front, reason, notes)
+
+
+def _without_deadline(
+    r: _Ranking, name: str, scoring: tuple[Any, ...]
+) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+    """The values and key of the candidates priced without the deadline (``scoring``: :func:`_score`'s arguments
+    after the ranking), for the counterfactual of a binding deadline; None for a limit that changes no price."""
+    if name != "deadline_h":
+        return None
+    free = dataclasses.replace(r, constraints=dataclasses.replace(r.constraints, deadline_h=None))
+    again = _score(free, *scoring)
+    return _values(again), (again.time_h if r.constraints.objective == Objective.TIME else again.cost)
+
+
+def _candidates(
+    r: _Ranking, markets: tuple[str, ...]
+) -> tuple[list[InstanceType], list[str], list[int], list[Layout], ManyPredictions, cands.Candidates]:
+    """The instance types, the candidate shapes over them (the most cost-efficient types for 3-type mixes), each
+    predicted under the launchable layouts and priced in the markets asked."""
+    types = _instance_types(r)
+    names = [it.name for it in types]
+    efficient = (
+        cands.efficient_types(r.profile, names, types, r.catalog, r.factors, r.constraints)
+        if r.constraints.max_types >= 3
+        else []
+    )
+    tidx, cnt = _shapes(r.constraints, types, efficient, markets)
+    layouts = r.constraints.layout_list()
+    many = predict_mixes(
+        r.profile, names, tidx, cnt, catalog=r.catalog, calibration=r.factors, scaling=r.constraints.scaling,
+        layouts=_launchable(r.constraints, layouts),
+    )  # fmt: skip
+    return types, names, efficient, layouts, many, _priced(r, many, types, markets)
 
 
 @dataclass(frozen=True)

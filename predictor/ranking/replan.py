@@ -124,18 +124,8 @@ def decide_move(
     unit = "h" if objective == "time" else "USD"
 
     def decision(move: bool, reason: str, **kw: Any) -> MoveDecision:
-        base = dict(go=None, savings=0.0, migration_cost_usd=0.0, migration_downtime_s=0.0, target=None, plan=None)
-        return MoveDecision(
-            move,
-            why,
-            reason,
-            entry.fleet,
-            remaining_samples,
-            measured_throughput,
-            entry.throughput_samples_s,
-            stay,
-            **{**base, **kw},
-        )
+        facts = (entry.fleet, remaining_samples, measured_throughput, entry.throughput_samples_s, stay)
+        return MoveDecision(move, why, reason, *facts, **{**_NO_MOVE, **kw})
 
     constraints = remaining_constraints(plan, remaining_samples, elapsed_h=elapsed_h, spent_usd=spent_usd)
     if constraints is None:
@@ -152,12 +142,7 @@ def decide_move(
     migration_usd, downtime_s = _migration(profile, entry, target)
     go = target.time_h + downtime_s / 3600 if objective == "time" else target.cost_usd + migration_usd
     savings = 1.0 - go / stay if stay > 0 else -math.inf
-    words = (
-        f"{target.fleet} ({target.market}): {go:,.2f} {unit} for the remaining work, the move included, against "
-        f"{stay:,.2f} {unit} on {entry.fleet} ({savings:+.0%})"
-    )
-    if measured_throughput is not None:
-        words += f"; measured {measured_throughput:,.1f} samples/s, predicted {entry.throughput_samples_s:,.1f}"
+    words = _move_words(target, go, stay, unit, entry, savings, measured_throughput)
     move = savings > threshold
     return decision(
         move,
@@ -169,6 +154,25 @@ def decide_move(
         target=target,
         plan=replanned,
     )
+
+
+# a decision's figures when there is no move to weigh
+_NO_MOVE: dict[str, Any] = dict(
+    go=None, savings=0.0, migration_cost_usd=0.0, migration_downtime_s=0.0, target=None, plan=None
+)
+
+
+def _move_words(
+    target: PlanEntry, go: float, stay: float, unit: str, entry: PlanEntry, savings: float, measured: float | None
+) -> str:
+    """The move's case in words: both totals for the remaining work, and the measurement when there is one."""
+    words = (
+        f"{target.fleet} ({target.market}): {go:,.2f} {unit} for the remaining work, the move included, against "
+        f"{stay:,.2f} {unit} on {entry.fleet} ({savings:+.0%})"
+    )
+    if measured is not None:
+        words += f"; measured {measured:,.1f} samples/s, predicted {entry.throughput_samples_s:,.1f}"
+    return words
 
 
 def _check_move(plan: Plan, current: int, remaining_samples: float, measured_throughput: float | None) -> None:

@@ -121,6 +121,30 @@ def _profiled(plan: Plan) -> str:
     return "Profiled on the CPU (no GPU step measured)"
 
 
+def _asked(plan: Plan) -> str:
+    """What the ranking was asked, in one line: the work, the scaling, the objective, the market and the limits."""
+    c = plan.constraints
+    return ", ".join(
+        x
+        for x in (
+            f"{c.work_samples:,.0f} samples",
+            f"strong scaling (global batch {c.global_batch} on every fleet)"
+            if c.scaling == "strong"
+            else "weak scaling (per-GPU batch kept; the global batch grows with the fleet)",
+            f"objective {c.objective}",
+            f"market {c.market}"
+            + (f" ({c.spot_share:.0%} spot above {c.on_demand_base} on-demand)" if c.spot_share is not None else ""),
+            f"up to {c.max_types} types per fleet" if c.max_types > 1 else "",
+            f"current fleet {c.current_fleet}" if c.current_fleet else "",
+            f"regions {', '.join(c.regions)}",
+            f"up to {c.max_instances} instances",
+            f"deadline {c.deadline_h:g} h" if c.deadline_h else "",
+            f"budget ${c.budget_usd:,.0f}" if c.budget_usd else "",
+        )
+        if x
+    )
+
+
 def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     """Write ``path`` (HTML, self-contained) and the PNG of the plot beside it; both atomically."""
     target = Path(path)
@@ -147,26 +171,7 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
         for why, n in (plan.excluded_types or {}).items()
     )
     notes = "".join(f"<li>{esc(n)}</li>" for n in plan.notes or ())
-    c = plan.constraints
-    asked = ", ".join(
-        x
-        for x in (
-            f"{c.work_samples:,.0f} samples",
-            f"strong scaling (global batch {c.global_batch} on every fleet)"
-            if c.scaling == "strong"
-            else "weak scaling (per-GPU batch kept; the global batch grows with the fleet)",
-            f"objective {c.objective}",
-            f"market {c.market}"
-            + (f" ({c.spot_share:.0%} spot above {c.on_demand_base} on-demand)" if c.spot_share is not None else ""),
-            f"up to {c.max_types} types per fleet" if c.max_types > 1 else "",
-            f"current fleet {c.current_fleet}" if c.current_fleet else "",
-            f"regions {', '.join(c.regions)}",
-            f"up to {c.max_instances} instances",
-            f"deadline {c.deadline_h:g} h" if c.deadline_h else "",
-            f"budget ${c.budget_usd:,.0f}" if c.budget_usd else "",
-        )
-        if x
-    )
+    asked = _asked(plan)
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>srifty plan: {esc(plan.model or "model")}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:1.5em;max-width:1400px}}img{{max-width:100%;height:auto}}
