@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -48,7 +48,7 @@ from lightning_srifty.migrate.launch_watch import LaunchWatch
 from lightning_srifty.migrate.spot_watcher import Notice, SpotWatcher
 from lightning_srifty.migrate.writer import CheckpointWriter, check_store, default_local_fallback
 from lightning_srifty.protocol import Failed, Finished, LaunchEnv, Preempted
-from predictor.documents.checks import check_choice
+from predictor.documents.checks import Setting, check_settings
 
 log = logging.getLogger("lightning_srifty")
 
@@ -93,6 +93,16 @@ class SpotPreemption(Callback):
             it (None: never).
     """
 
+    SETTINGS: ClassVar[dict[str, Setting]] = {  # declared once (predictor.documents.checks.Setting): checked when made
+        "interval_s": Setting("number", minimum=0, exclusive=True, optional=True),
+        "on_rebalance": Setting("choice", choices=("checkpoint", "ignore")),
+        "every_s": Setting("number", minimum=0, optional=True),  # 0: at every step
+        "keep": Setting("int", minimum=1),
+        "leave_deadline_s": Setting("number", minimum=0, exclusive=True),
+        "periodic_deadline_s": Setting("number", minimum=0, exclusive=True, optional=True),
+        "progress_s": Setting("number", minimum=0, exclusive=True, optional=True),
+    }
+
     def __init__(
         self,
         dirpath: str | None = None,
@@ -109,7 +119,7 @@ class SpotPreemption(Callback):
         local_fallback: str | None = None,
         progress_s: float | None = 60.0,
     ) -> None:
-        check_choice("SpotPreemption()", "on_rebalance", on_rebalance, ("checkpoint", "ignore"))
+        check_settings("SpotPreemption()", self.SETTINGS, locals())
         self.launch = LaunchEnv.from_env()  # None outside srifty launch; refuses another protocol version
         self._launch_id = self.launch.launch_id if self.launch is not None else ""
         if dirpath is None:

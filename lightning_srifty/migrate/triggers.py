@@ -30,7 +30,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -38,6 +38,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning_srifty import protocol as markers
 from lightning_srifty import store
 from lightning_srifty.protocol import LaunchEnv, Leave, MoveDeclined, MoveRequest
+from predictor.documents.checks import Setting, check_settings
 from predictor.documents.plan import load_plan
 from predictor.exceptions import ConfigError
 
@@ -69,6 +70,15 @@ class MigrationTriggers(Callback):
             ``"plan"`` (the work the plan was made for, when the Trainer runs only a part of it).
     """
 
+    SETTINGS: ClassVar[dict[str, Setting]] = {  # declared once (predictor.documents.checks.Setting): checked when made
+        "current": Setting("int", minimum=0, optional=True),
+        "drift_threshold": Setting("number", minimum=0, exclusive=True, maximum=10),  # a share such as 0.2
+        "savings_threshold": Setting("number", minimum=0, exclusive=True, maximum=10),
+        "check_every_s": Setting("number", minimum=0, exclusive=True, optional=True),
+        "first_check_steps": Setting("int", minimum=1),
+        "work_from": Setting("choice", choices=("trainer", "plan")),
+    }
+
     def __init__(
         self,
         plan: Any = None,
@@ -86,6 +96,7 @@ class MigrationTriggers(Callback):
         work_from: str = "trainer",
         predictor_token: str | None = None,
     ) -> None:
+        check_settings("MigrationTriggers()", self.SETTINGS, locals())
         self.launch = launch = LaunchEnv.from_env()
         self.plan = _launched_plan(plan, launch)
         env_choice = launch.choice if launch is not None else None
@@ -96,7 +107,6 @@ class MigrationTriggers(Callback):
                 parameter="current",
                 value=self.current,
             )
-        _check_settings(drift_threshold, savings_threshold, work_from)
         self.work_from = work_from
         self.dirpath = dirpath or (launch.checkpoint_uri if launch is not None else None)
         self.profile = profile
@@ -386,17 +396,3 @@ def _launched_plan(plan: Any, launch: LaunchEnv | None) -> Any:
             )
         plan = found
     return plan if hasattr(plan, "entries") else load_plan(plan)
-
-
-def _check_settings(drift_threshold: float, savings_threshold: float, work_from: str) -> None:
-    for name, value in (("drift_threshold", drift_threshold), ("savings_threshold", savings_threshold)):
-        if not 0 < value < 10:
-            raise ConfigError(
-                f"MigrationTriggers' {name} is a share such as 0.2. Got {value!r}.", parameter=name, value=value
-            )
-    if work_from not in ("trainer", "plan"):
-        raise ConfigError(
-            f"MigrationTriggers' work_from must be 'trainer' or 'plan'. Got {work_from!r}.",
-            parameter="work_from",
-            value=work_from,
-        )

@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
@@ -32,7 +32,7 @@ from lightning_srifty.profiling.recommendation import (  # noqa: F401 - lightnin
 from lightning_srifty.profiling.run_record import hardware_record, matmul_precision, model_record  # noqa: F401
 from lightning_srifty.profiling.window import DONE, ProfileWindow
 from predictor.documents.atomic import check_writable
-from predictor.documents.checks import check_int
+from predictor.documents.checks import Setting, check_settings
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError
 from predictor.ranking.constraints import Constraints
@@ -102,6 +102,11 @@ class SriftyCallback(Callback):
     """
 
     PROVIDES_PROFILE = True  # MigrationTriggers (and any other callback) find the run's profile by this, not by type
+    SETTINGS: ClassVar[dict[str, Setting]] = {  # the window's numbers, declared once (checks.Setting)
+        "warmup_steps": Setting("int", minimum=1, fix="The first batch carries one-off costs and is never profiled."),
+        "profile_steps": Setting("int", minimum=1),
+        "max_series": Setting("int", minimum=0),
+    }
 
     def __init__(
         self,
@@ -125,15 +130,8 @@ class SriftyCallback(Callback):
         **deprecated: Any,
     ) -> None:
         owner = "SriftyCallback()"
-        self.warmup_steps = check_int(
-            owner,
-            "warmup_steps",
-            warmup_steps,
-            minimum=1,
-            fix="The first batch carries one-off costs and is never profiled.",
-        )
-        self.profile_steps = check_int(owner, "profile_steps", profile_steps, minimum=1)
-        self.max_series = check_int(owner, "max_series", max_series, minimum=0)
+        check_settings(owner, self.SETTINGS, locals())
+        self.warmup_steps, self.profile_steps, self.max_series = int(warmup_steps), int(profile_steps), int(max_series)
         _check_output_and_batch_size_fn(owner, output, batch_size_fn)
         self.measure_checkpoint = bool(measure_checkpoint)
         self.recommend, self.report = bool(recommend), bool(report)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import difflib
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from predictor.exceptions import ConfigError
 
@@ -88,6 +89,48 @@ def check_choice(owner: str, name: str, value: object, choices: Iterable[str]) -
         if close:
             fix = f"Did you mean {close[0]!r}?"
     raise _fail(owner, name, "one of {" + ", ".join(repr(c) for c in options) + "}", value, fix)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a configuration object, declared once: its kind (``int``, ``number``, ``choice``), bounds and
+    choices; :func:`check_settings` checks values against the declarations with the one message shape, and each front
+    end names the setting its own way (Python the parameter, ``srifty`` the flag its parser has for it). A class's
+    declarations are its ``SETTINGS`` (``SriftyCallback``, ``SpotPreemption``, ``MigrationTriggers``,
+    ``LauncherSettings``); the tests try a refused value of every one."""
+
+    kind: str
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive: bool = False  # above the minimum, not at it
+    choices: tuple[str, ...] = ()
+    optional: bool = False  # None allowed (a default decided elsewhere)
+    fix: str = ""
+
+    def check(self, owner: str, name: str, value: object) -> None:
+        """Refuse ``value`` (ConfigError, its parts kept) unless it is of the declared kind, within the bounds."""
+        if value is None and self.optional:
+            return
+        if self.kind == "int":  # whole numbers: an exclusive bound is the next one (declare minimum=1, not >0)
+            low = None if self.minimum is None else int(self.minimum)
+            high = None if self.maximum is None else int(self.maximum)
+            check_int(owner, name, value, minimum=low, maximum=high, fix=self.fix)
+        elif self.kind == "number":
+            check_number(owner, name, value, minimum=self.minimum, exclusive=self.exclusive, maximum=self.maximum)
+        elif self.kind == "choice":
+            check_choice(owner, name, value, self.choices)
+        else:
+            raise ValueError(f"unknown setting kind {self.kind!r}")
+
+
+def check_settings(owner: str, declared: Mapping[str, Setting], values: Mapping[str, object]) -> None:
+    """Check every declared setting's value (:meth:`Setting.check`), in declaration order.
+
+    Raises:
+        ConfigError: the first refused one, naming the parameter of ``owner``, the value and what it must be.
+    """
+    for name, setting in declared.items():
+        setting.check(owner, name, values[name])
 
 
 def suggest(name: str, known: Iterable[str], n: int = 3, cutoff: float = 0.5) -> list[str]:

@@ -100,7 +100,7 @@ def test_setup_errors_name_the_fix(tmp_path, setting, monkeypatch) -> None:
         MigrationTriggers()
     with pytest.raises(ConfigError, match="current=7 is not a fleet of the plan"):
         MigrationTriggers(plan, 7)
-    with pytest.raises(ConfigError, match="work_from must be"):
+    with pytest.raises(ConfigError, match=r"The 'work_from' parameter of MigrationTriggers\(\) must be one of"):
         MigrationTriggers(plan, 0, work_from="epochs")
     with pytest.raises(ConfigError, match="add SpotPreemption"):
         trainer([MigrationTriggers(plan, 0, str(tmp_path), profile=profile)], max_steps=2).fit(

@@ -34,7 +34,7 @@ import os
 import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from lightning_srifty import protocol, store
 from lightning_srifty.protocol import (
@@ -53,6 +53,7 @@ from lightning_srifty.provision.launcher.legs import Legs, Migration, Run
 from lightning_srifty.provision.launcher.local import LocalProvisioner
 from lightning_srifty.provision.launcher.spot_guard import (
     DEFAULT_CHECK_S,
+    POLICY_NAMES,
     policy_for,
 )
 from lightning_srifty.provision.launcher.steering import Steering, set_up_steering
@@ -62,7 +63,7 @@ from lightning_srifty.provision.launcher.watches import (
     Silence,
     refuse_a_live_launch,
 )
-from predictor.documents.checks import check_number
+from predictor.documents.checks import Setting, check_settings
 from predictor.documents.plan import Plan, load_plan
 from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError, ProvisionError
 from predictor.model.batch import fleet_batches
@@ -110,8 +111,24 @@ class LauncherSettings:
     spot_check_s: float = DEFAULT_CHECK_S
     resume: str = ""
 
+    # the numbers and choices, declared once (predictor.documents.checks.Setting): srifty launch names their flags
+    SETTINGS: ClassVar[dict[str, Setting]] = {
+        "choice": Setting("int", minimum=0),
+        "max_migrations": Setting("int", minimum=0),
+        "max_local_processes": Setting("int", minimum=1),
+        "simulate_notice_after": Setting("number", minimum=0, exclusive=True, optional=True),
+        "poll_s": Setting("number", minimum=0, exclusive=True),
+        "heartbeat_s": Setting("number", minimum=0, exclusive=True),
+        "heartbeat_max_age_s": Setting("number", minimum=0, exclusive=True),
+        "max_life_h": Setting("number", minimum=0, exclusive=True, optional=True),
+        "start_timeout_s": Setting("number", minimum=0, exclusive=True, optional=True),
+        "spot_policy": Setting("choice", choices=POLICY_NAMES, optional=True),
+        "spot_check_s": Setting("number", minimum=0, exclusive=True),
+    }
+
     def __post_init__(self) -> None:
-        _check_settings(self.heartbeat_s, self.heartbeat_max_age_s, self.max_life_h, self.spot_check_s)
+        check_settings(OWNER, self.SETTINGS, {f.name: getattr(self, f.name) for f in fields(self)})
+        _check_together(self.heartbeat_s, self.heartbeat_max_age_s)
 
     def but(self, **changes: Any) -> LauncherSettings:
         """These settings with ``changes`` (field names; an unknown one is named with the fields there are).
@@ -198,17 +215,12 @@ def _announce(echo: Any, launch_id: str, ckpt: str, s: LauncherSettings) -> None
     )
 
 
-def _check_settings(
-    heartbeat_s: float, heartbeat_max_age_s: float, max_life_h: float | None, spot_check_s: float
-) -> None:
-    """Refuse, before anything starts, the settings a launch cannot work with: each error names the setting to
-    change (``srifty launch`` says its flag).
+def _check_together(heartbeat_s: float, heartbeat_max_age_s: float) -> None:
+    """Refuse a heartbeat whose max age is under twice its period: one late write would make the jobs leave.
 
     Raises:
-        ConfigError: a heartbeat setting, the life cap or the spot check's period cannot work.
+        ConfigError: naming both settings (srifty launch: both flags).
     """
-    for option, value in (("heartbeat_s", heartbeat_s), ("heartbeat_max_age_s", heartbeat_max_age_s)):
-        check_number(OWNER, option, value, minimum=0, exclusive=True)
     if heartbeat_max_age_s < 2 * heartbeat_s:
         raise ConfigError.between(
             f"{{heartbeat_max_age_s}} ({heartbeat_max_age_s} s) must be at least twice {{heartbeat_s}} ({heartbeat_s} "
@@ -216,9 +228,6 @@ def _check_settings(
             parameter="heartbeat_max_age_s",
             value=heartbeat_max_age_s,
         )
-    if max_life_h is not None:
-        check_number(OWNER, "max_life_h", max_life_h, minimum=0, exclusive=True)
-    check_number(OWNER, "spot_check_s", spot_check_s, minimum=0, exclusive=True)
 
 
 def _local_provisioner(
