@@ -11,6 +11,7 @@ import torch
 from lightning_srifty.demo.data import DigitsDataModule, TokensDataModule
 from lightning_srifty.demo.models import DigitsCNN, TinyLM
 from lightning_srifty.profiling.callback import SriftyCallback
+from lightning_srifty.strategies import planned  # noqa: F401 - registers srifty_ddp, srifty_fsdp and srifty_auto
 from predictor.ranking import Constraints
 
 MODELS = ("cnn", "lm")

@@ -124,7 +124,7 @@ CONTRACTS: dict[str, dict[str, set[str]]] = {
         "profiling": {"_version", "comm", "console", "imds", "launch_checks", "protocol", "timing"},
         "migrate": {"imds", "launch_checks", "profiling", "protocol", "store"},  # never the reverse: no circle
         "strategies": {"comm", "migrate", "protocol", "store", "timing"},  # srifty_auto resumes through migrate
-        "demo": {"profiling"},
+        "demo": {"profiling", "strategies"},  # the demo trains with srifty_ddp or srifty_auto: it registers them
         "provision": {"console", "protocol", "store"},
         "cli": {"_version", "console", "demo", "migrate", "profiling", "protocol", "provision", "store"},
     },
