@@ -73,6 +73,10 @@ class ConfigError(SriftyError, ValueError):
         names = {n: n for n in _fields(template)}
         return cls(template.format_map(names), parameter=parameter, value=value, template=template)
 
+    def template_names(self) -> list[str]:
+        """The parameters the template names (none without a template)."""
+        return _fields(self.template) if self.template is not None else []
+
     def in_words(self, front: str = "python", name_of: Callable[[str], str | None] | None = None) -> str:
         """The message for one front end: ``"python"`` (the message as raised), ``"cli"`` (``name_of``: a
         parameter's flag) or ``"service"`` (a parameter's JSON field), rebuilt from the refusal's parts or its

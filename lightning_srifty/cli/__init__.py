@@ -133,7 +133,9 @@ def error_words(exc: SriftyError, parser: argparse.ArgumentParser, args: argpars
     command's own translation when it has one (``srifty recommend``: the ranking's explanations), else as raised."""
     if isinstance(exc, ConfigError) and (exc.template is not None or (exc.expected is not None and exc.parameter)):
         command = command_parser(parser, args)
-        if exc.template is not None or flag_for(command, exc.parameter or "") is not None:
+        # every parameter the refusal names must be a flag of this command, else it is said as the library said it
+        named = exc.template_names() if exc.template is not None else [exc.parameter or ""]
+        if all(flag_for(command, name) is not None for name in named):
             return exc.in_words("cli", lambda name: flag_for(command, name))
     words = getattr(args, "words", None)
     return words(str(exc)) if callable(words) else str(exc)

@@ -113,3 +113,18 @@ def test_a_setting_refused_together_names_both_in_each_front_end() -> None:
     assert error.in_words("cli", flags.get) == "--heartbeat-max-age (6 s) must be at least twice --heartbeat-s (5 s)."
     assert error.in_words("service") == "'heartbeat_max_age_s' (6 s) must be at least twice 'heartbeat_s' (5 s)."
     assert json.loads(json.dumps({"msg": error.in_words("service")}))
+
+
+def test_the_cli_says_a_refusal_as_raised_when_a_name_is_no_flag_of_the_command() -> None:
+    """A parameter the command has no flag for is not given a made-up one: the library's words stand."""
+    import argparse
+
+    from lightning_srifty.cli import error_words
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--heartbeat-s", dest="heartbeat_s")
+    args = parser.parse_args([])
+    error = ConfigError.between("{heartbeat_max_age_s} must be twice {heartbeat_s}.", parameter="heartbeat_max_age_s")
+    assert error_words(error, parser, args) == "heartbeat_max_age_s must be twice heartbeat_s."
+    parser.add_argument("--heartbeat-max-age", dest="heartbeat_max_age_s")
+    assert error_words(error, parser, args) == "--heartbeat-max-age must be twice --heartbeat-s."
