@@ -57,11 +57,14 @@ AT_BOUND = {
     }
 }
 # Constants held at a shipped value rather than fitted here, with why. Since 2026-11-29 16-bit GEMMs are priced by
-# waves at measured ceilings (predictor/model/tensor_gemm.py), so the 16-bit efficiency acts on convolutions alone:
-# on the ratio path only ResNet-50's AMP cases inform it, and a constant fitted on one model has no held-out check
-# (its fold without ResNet-50 is indifferent to it). It keeps the value fitted when it also priced GEMMs until
-# convolutions are priced on their own (issue #40).
-HELD = {"ratio": {"half": (0.85, "acts on convolutions alone (one model, ResNet-50): kept at 0.85 until issue #40")}}
+# waves at measured ceilings (predictor/model/tensor_gemm.py), and since 2026-11-29 (issue #40) tensor-core
+# convolutions too, as implicit GEMMs: the 16-bit efficiency acts only on GPUs the wave model cannot price (no SM
+# count or bandwidth in the catalog, or no tensor cores), none of which is in these sets, so it is not fitted here.
+HELD = {
+    "ratio": {
+        "half": (0.85, "acts on no GPU of these sets since convolutions are implicit GEMMs (issue #40): not fitted")
+    }
+}
 
 
 def held_value(kind: str, name: str) -> float | None:

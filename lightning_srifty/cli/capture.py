@@ -320,6 +320,8 @@ def _capture(args: argparse.Namespace) -> int:
     module = _built_module(cls, args)
     batch, batch_name = _batch_for(args, module)
     _check_batch(batch, batch_name)
+    if args.channels_last:
+        module, batch = _to_channels_last(module, batch)
     optimizer = functools.partial(torch.optim.AdamW, lr=1e-4) if transformers_model else None
     accumulation = _accumulation(args.global_batch, args.batch_size)
     capture = capture_step(
@@ -339,6 +341,18 @@ def _capture(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _to_channels_last(module: Any, batch: Any) -> tuple[Any, Any]:
+    """The model and the batch's 4-D tensors in channels-last memory format, as a script does with
+    ``model.to(memory_format=torch.channels_last)`` and its inputs (the layout is recorded and priced)."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def nhwc(t: Any) -> Any:
+        return t.contiguous(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
+
+    return module.to(memory_format=torch.channels_last), tree_map(nhwc, batch)
 
 
 def _check_batch_kind(args: argparse.Namespace, transformers_model: bool) -> None:
@@ -470,6 +484,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "this global batch, split over its GPUs",
     )
     p.add_argument("--precision", choices=PRECISIONS, default="32-true", help="Lightning precision of the run")
+    p.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="the run puts the model and its images in channels-last memory format "
+        "(model.to(memory_format=torch.channels_last)): convolutions, batch norm and pooling are priced NHWC",
+    )
     p.add_argument("--name", default=None, help="model name in the profile (default: the class name)")
     p.add_argument("--out", default="srifty/profile.json", help="profile path ('-' prints the JSON)")
     p.set_defaults(func=cmd_capture)

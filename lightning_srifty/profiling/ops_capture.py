@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -83,6 +84,10 @@ _METADATA = (
     torch.ops.aten.dim,
     torch.ops.prim.device,
 )
+# Convolutions: cuDNN picks the memory format from the input *or* the weight (PyTorch's
+# ``cudnn_conv_suggest_memory_format``: channels-last when either is), and writes its output in it.
+_CONVOLUTIONS = frozenset({"aten.convolution", "aten._convolution", "aten.cudnn_convolution"})
+_CONVOLUTION_BACKWARDS = frozenset({"aten.convolution_backward", "aten.cudnn_convolution_backward"})
 
 
 def launches_no_kernel(func: Any) -> bool:
@@ -118,6 +123,31 @@ def _nbytes(t: torch.Tensor) -> int:
 
 def _tensors(value: Any) -> list[torch.Tensor]:
     return [v for v in tree_leaves(value) if isinstance(v, torch.Tensor)]
+
+
+def _is_4d(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() == 4
+
+
+def _nhwc(t: Any) -> bool:
+    """A 4-D tensor in channels-last (NHWC) memory format and not also plainly contiguous (N, C or H x W of 1)."""
+    return _is_4d(t) and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+
+def _conv_channels_last(args: Sequence[Any]) -> bool:
+    """A convolution runs channels-last when its input or its weight is (PyTorch's rule for cuDNN)."""
+    return any(_nhwc(a) for a in args[:2])
+
+
+def _channels_last(name: str, args: Sequence[Any]) -> bool:
+    """Whether a call runs on channels-last activations: a convolution by PyTorch's rule (its input or weight; the
+    backward's grad_output, input or weight), any other operator by its first 4-D tensor input."""
+    if name in _CONVOLUTIONS:
+        return _conv_channels_last(args)
+    if name in _CONVOLUTION_BACKWARDS:
+        return any(_nhwc(a) for a in args[:3])
+    first = next((a for a in args if _is_4d(a)), None)
+    return first is not None and _nhwc(first)
 
 
 def _param(value: Any) -> list[int] | None:
@@ -161,6 +191,10 @@ class OpRecorder(TorchDispatchMode):
             if out is not NotImplemented:
                 return out
         out = func(*args, **kwargs)
+        if _packet(func) in _CONVOLUTIONS and _conv_channels_last(args) and _is_4d(out):
+            # what CUDA returns (cuDNN writes the channels-last output the inputs asked for), where the meta kernel
+            # returns NCHW; so the batch norm, activations and pooling after it see the layout they do on the GPU
+            out = out.contiguous(memory_format=torch.channels_last)
         try:  # the bookkeeping must never fail the step (an exception here can abort the process)
             if launches_no_kernel(func) or not (_tensors(out) or _mutates(func)):
                 self.skipped[str(func)] += 1
@@ -208,6 +242,8 @@ class OpRecorder(TorchDispatchMode):
         op = str(func)
         if func._overloadpacket in attention.SPECS:
             params.update(attention.kernel_params(func, args, kwargs))
+        if _channels_last(name, args):
+            params["channels_last"] = [1]
         if self.cuda_attention and func._overloadpacket in (attention.CPU_FORWARD, attention.CPU_BACKWARD):
             op, shapes, dtypes, kernel = attention.cuda_record(func, args, kwargs, shapes, dtypes)
             self.attention_kernels[f"{kernel} ({self.phase})"] += 1

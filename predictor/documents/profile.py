@@ -370,7 +370,9 @@ class OpRecord:
     out_shapes: tuple[tuple[int, ...], ...] | None = doc_field("shapes of the tensor outputs", default=None)
     out_dtype: str | None = doc_field("dtype of the first tensor output", default=None)
     params: dict[str, tuple[int, ...]] | None = doc_field(
-        "non-tensor arguments that shape the kernel (convolution stride, padding, dilation, groups, transposed)",
+        "non-tensor arguments that shape the kernel (convolution stride, padding, dilation, groups, transposed), and "
+        "channels_last = [1] when the call ran on channels-last (NHWC) activations (a convolution: its input or "
+        "weight was, PyTorch's rule for cuDNN)",
         default=None,
     )
 

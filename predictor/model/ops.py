@@ -47,6 +47,18 @@ HOST_S_PER_KERNEL = 48e-6
 # the host's cost per kernel over the six fitted steps (35-63 us about 48: +-30 %)
 HOST_BOUND_BAND = 1.3
 HALF = {"float16", "bfloat16", "half"}
+# Element passes per SM per clock cycle of cuDNN's NCHW batch-norm kernels (batch_norm_time): fitted on the lent
+# H100's ResNet-50 steps (bench/layout_pooling.py fit: forward 3 and backward 5 passes, AMP at 1,280 and FP32 at
+# 640, the kernels' time); see BENCHMARKS.md "Batch norm, pooling and layout conversions". Bounds: above 0, below
+# the 4-8 single-precision loads an SM issues per cycle (its load/store units).
+BN_PASSES_PER_SM_CYCLE = 1.85
+# cuDNN's NCHW <-> NHWC conversions around a convolution whose algorithm wants the other layout
+# (tensor_core_convolution), per step, as conversions of every forward convolution's input and output elements:
+# fitted on the lent H100's two ResNet-50 steps (bench/layout_pooling.py; the conversion kernels' time, AMP at 1,280
+# and FP32 at 640, over the memory model's time for one conversion): see BENCHMARKS.md "Pooling and layout
+# conversions". Bounds: 0 (channels-last activations on tensor cores) to 6 (input and output converted in each of the
+# three passes: forward, data gradient, weight gradient).
+LAYOUT_CONVERSIONS = 0.97
 DTYPE_BYTES = {
     "float64": 8,
     "float32": 4,
@@ -148,12 +160,6 @@ _MEMORY = {
     "scatter",
     "scatter_add",
     "constant_pad_nd",
-    "max_pool2d_with_indices",
-    "max_pool2d_with_indices_backward",
-    "avg_pool2d",
-    "avg_pool2d_backward",
-    "_adaptive_avg_pool2d",
-    "_adaptive_avg_pool2d_backward",
     "masked_scatter",
     "slice_backward",
     "select_backward",
@@ -164,6 +170,15 @@ _MEMORY = {
     "triu",
     "arange",
     "randperm",
+}
+# Pooling, priced by the reads its kernels really make (:func:`_pool`), not by its tensors' bytes.
+_POOL = {
+    "max_pool2d_with_indices",
+    "max_pool2d_with_indices_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+    "_adaptive_avg_pool2d",
+    "_adaptive_avg_pool2d_backward",
 }
 _ELEMENTWISE_WORDS = frozenset(
     (
@@ -294,6 +309,8 @@ def classify(rec: OpRecord) -> Classified:
         pass  # a shape this classifier does not understand: bandwidth-bound below, with the others it cannot read
     if name in _NORM:
         return _norm(name, shapes, rec, half, eb, total_bytes)
+    if name in _POOL and shapes and len(shapes[0]) == 4:
+        return _pool(name, shapes, rec, half, eb)
     if name in _SOFTMAX:
         cols = float(shapes[0][-1]) if shapes and shapes[0] else 1.0
         rows = (_numel(shapes[0]) if shapes else 0.0) / max(cols, 1.0)
@@ -322,23 +339,78 @@ def classify(rec: OpRecord) -> Classified:
 
 
 def _norm(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float, total_bytes: float) -> Classified:
-    """A normalisation: batch norm per channel over N x H x W, the others over the normalised trailing size."""
+    """A normalisation: batch norm per channel over N x H x W (:func:`batch_norm_time`), the others over the
+    normalised trailing size (the kernel model's norm network)."""
     x = shapes[0] if shapes else []
-    if "batch" in name:  # per channel, over N x H x W
-        rows = float(x[1]) if len(x) > 1 else 1.0
-        cols = _numel(x) / max(rows, 1.0)
-        if half:
-            # cuDNN's batch-norm kernels read 16-bit activations but compute per element in fp32 (their template
-            # arguments: <__half, float, ...>), parallel over channels, and do not speed up with narrower input:
-            # on the lent H100 ResNet-50's took 114 G elements/s in FP32 and 128 in AMP (221.7 of the AMP step's
-            # 487 ms, bench/data/h100_kernel_breakdown_*.csv), so a 16-bit one is priced by its elements at the
-            # 4 bytes the FP32 ones move
-            total_bytes *= 4.0 / eb
-    else:  # over the normalised trailing size: the weight's (the 1-D tensor), else the last dimension
-        weights = [s for s in shapes[1:] if len(s) == 1]
-        cols = float(weights[-1][0]) if weights else float(x[-1] if x else 1)
-        rows = _numel(x) / max(cols, 1.0)
+    if "batch" in name:
+        # element passes: the forward reads x twice (statistics, then normalise) and writes y; the backward reads
+        # x and dy twice (the reductions, then dx) and writes dx; inference reads x and writes y
+        passes = 5.0 if "backward" in name else (2.0 if "no_training" in name else 3.0)
+        nhwc = 1.0 if (rec.params or {}).get("channels_last") else 0.0
+        dims = {"elements": _numel(x), "passes": passes, "nhwc": nhwc}
+        return Classified("batch_norm", dims, rec.count, half, eb, rec.op)
+    weights = [s for s in shapes[1:] if len(s) == 1]
+    cols = float(weights[-1][0]) if weights else float(x[-1] if x else 1)
+    rows = _numel(x) / max(cols, 1.0)
     return Classified("norm", {"rows": rows, "cols": cols, "bytes": total_bytes}, rec.count, half, eb, rec.op)
+
+
+def batch_norm_time(dims: Mapping[str, np.ndarray], gpu: GPU, eb: float, model: Any) -> np.ndarray:
+    """In-stream seconds of batch-norm calls: their element passes (:func:`_norm`) at the memory model's bandwidth
+    in the inputs' dtype, and on NCHW activations never faster than :data:`BN_PASSES_PER_SM_CYCLE` element passes
+    per SM per clock cycle. cuDNN's NCHW kernels (``bn_fw_tr_1C11_kernel_NCHW``, ``bn_bw_1C11_kernel_new``) reduce
+    one channel's N x H x W strided elements per thread block and compute in fp32 whatever the input: on the lent
+    H100 they moved the same elements per second in FP32 and in AMP (twice the batch, half the bytes, the same
+    time per element), so their bound is the SMs' issue rate, not the bandwidth. Channels-last activations run
+    PyTorch's / cuDNN's NHWC kernels, which vectorise over the contiguous channels: bandwidth-bound."""
+    moved = dims["elements"] * dims["passes"] * eb
+    memory = model.step_time("memory", {"bytes": moved}, gpu, element_bytes=eb)
+    if not gpu.sms or not gpu.clock_mhz:
+        return memory
+    issue = dims["elements"] * dims["passes"] / (BN_PASSES_PER_SM_CYCLE * gpu.sms * gpu.clock_mhz * 1e6)
+    return np.where(dims["nhwc"] == 1.0, memory, np.maximum(memory, issue))
+
+
+def _pair(value: Sequence[int] | None, default: int) -> tuple[int, int]:
+    """A pooling/convolution parameter as (height, width): one value for both, or none (``default``)."""
+    if not value:
+        return default, default
+    return (int(value[0]), int(value[0])) if len(value) == 1 else (int(value[0]), int(value[1]))
+
+
+def _pool(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
+    """Pooling by the reads its kernels make, at 4 bytes an element (they compute in fp32, as batch norm does):
+
+    - forward (max, average): every output element reads its k_h x k_w window and writes its value (max: and its
+      int64 index);
+    - backward of a strided pooling: every input element gathers the gradient (max: and the index) of each window
+      that covers it, ceil(k_h / s_h) x ceil(k_w / s_w) of them (PyTorch's NCHW kernels loop over the windows per
+      input element), and writes its own;
+    - adaptive average pooling (a network's head): its input read once and its output written.
+
+    On the lent H100 (ResNet-50's one 3x3 / 2 max pooling over 112 x 112 x 64, bench/data/h100_kernel_breakdown_*):
+    the forward measured 4.1 / 2.0 ms (AMP 1,280 / FP32 640) and the backward 11.4 / 5.7 ms: twice the elements,
+    twice the time in either precision, where their tensors' bytes at the bandwidth are 1.4 / 1.1 ms. BENCHMARKS.md
+    "Pooling and layout conversions" scores the rule."""
+    params = rec.params or {}
+    x = shapes[0]
+    out_numel = _numel(rec.out_shapes[0]) if rec.out_shapes else _numel(x)
+    if name.startswith("_adaptive_avg_pool2d"):
+        inputs = _numel(shapes[1]) if name.endswith("backward") and len(shapes) > 1 else _numel(x)
+        outputs = _numel(x) if name.endswith("backward") else out_numel
+        moved = 4.0 * (inputs + outputs)
+    else:
+        kh, kw = _pair(params.get("kernel_size"), 1)
+        sh, sw = _pair(params.get("stride"), 0)
+        sh, sw = sh or kh, sw or kw  # stride defaults to the kernel size
+        index = 8.0 if name.startswith("max_pool") else 0.0
+        if name.endswith("backward"):  # grad_output, input (, indices)
+            inputs = _numel(shapes[1]) if len(shapes) > 1 else out_numel
+            windows = math.ceil(kh / max(sh, 1)) * math.ceil(kw / max(sw, 1))
+            moved = inputs * (windows * (4.0 + index) + 4.0)
+        else:
+            moved = out_numel * (kh * kw * 4.0 + 4.0 + index)
+    return Classified("pooling", {"bytes": moved}, rec.count, half, eb, rec.op)
 
 
 def _gemm(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: float) -> Classified:
@@ -437,6 +509,15 @@ def _conv(backward: bool, shapes: list[list[int]], rec: OpRecord, half: bool, eb
         "groups": groups,
     }
     scale = float(rec.count)
+    if not backward:
+        # the layout conversions cuDNN makes around it, for the whole step (forward and backward), priced where the
+        # GPU's algorithm wants the other layout (ops_time): LAYOUT_CONVERSIONS x (input + output elements), each
+        # read and written at 4 bytes (the conversion kernels compute in fp32, as batch norm's do)
+        y = _numel(rec.out_shapes[0]) if rec.out_shapes else _numel(x)
+        moved = LAYOUT_CONVERSIONS * (_numel(x) + y) * 2 * 4.0
+        nhwc = 1.0 if (rec.params or {}).get("channels_last") else 0.0
+        layout = Classified("layout", {"bytes": moved, "nhwc": nhwc}, scale, half, eb, rec.op)
+        return Classified("conv", dims, scale, half, eb, rec.op, (layout,))
     if backward:
         oh = (h + 2 * padding - kh) // stride + 1
         ow = (wd + 2 * padding - kw) // stride + 1
@@ -538,6 +619,14 @@ def ops_time(
         eb = float(np.median([c.element_bytes for c in items]))
         if cls == "gemm":
             lat = gemm_step_time(dims, gpu, half, precision, matmul, eb, path)
+        elif cls == "batch_norm":
+            lat = batch_norm_time(dims, gpu, eb, model)
+        elif cls == "conv" and (dense := _convolution_dense(gpu, half, precision)):
+            lat = implicit_gemm_time(dims, gpu, dense, eb)
+        elif cls in ("layout", "pooling"):  # bandwidth-bound at 4 bytes an element (their classifiers)
+            lat = model.step_time("memory", {"bytes": dims["bytes"]}, gpu, element_bytes=4.0)
+            if cls == "layout":  # converted only where the GPU's algorithm wants the other layout
+                lat = lat * (dims["nhwc"] != float(tensor_core_convolution(gpu, half)))
         else:
             lat = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
         if cls == "gemm":
@@ -593,6 +682,50 @@ def _fused_attention(
         fp32 = model.step_time("gemm", dims, gpu, peak_tflops=None, element_bytes=eb)
         lat = np.where(fused, fp32, lat)
     return lat
+
+
+def _convolution_dense(gpu: GPU, half: bool, precision: str) -> float | None:
+    """The dense tensor-core peak a convolution of these inputs runs at on ``gpu`` (16-bit, or TF32 for FP32 from
+    Ampere: :func:`tensor_core_convolution`), when the GPU states it, its SMs and its bandwidth; None: the kernel
+    model prices it on the CUDA cores."""
+    if not tensor_core_convolution(gpu, half) or not gpu.sms or not gpu.memory_bw_gbps:
+        return None
+    if not half:
+        return gpu.tf32_tflops
+    return (gpu.bf16_tflops if precision.startswith("bf16") else gpu.fp16_tflops) or gpu.fp16_tflops
+
+
+def implicit_gemm_time(dims: Mapping[str, np.ndarray], gpu: GPU, dense_tflops: float, eb: float) -> np.ndarray:
+    """In-stream seconds of convolutions on tensor cores, priced as the implicit GEMMs cuDNN runs them as (its
+    ``*_implicit_gemm`` kernels on the lent H100): per group, the output pixels (``N x OH x OW``) by the output
+    channels, contracting input channels x kernel window, wave by wave at the GPU's measured GEMM ceiling
+    (:func:`predictor.model.tensor_gemm.tensor_gemm_time`; nothing fitted on convolutions), never faster than
+    reading the input and the weight and writing the output once. A backward record is its forward's GEMM scaled by
+    its FLOPs (the data- and weight-gradient GEMMs have the forward's FLOPs each). TF32 takes the 16-bit ceiling
+    on the TF32 peak: on the lent H100 ResNet-50's TF32 convolutions ran at 0.34 of the TF32 peak and its fp16 ones
+    at 0.36 of the fp16 peak (bench/layout_pooling.py)."""
+    groups = np.maximum(dims["groups"], 1.0)
+    oh = np.floor((dims["h"] + 2 * dims["padding"] - dims["kh"]) / dims["stride"]) + 1
+    ow = np.floor((dims["w"] + 2 * dims["padding"] - dims["kw"]) / dims["stride"]) + 1
+    m = dims["b"] * oh * ow
+    n = dims["cout"] / groups
+    k = dims["cin"] / groups * dims["kh"] * dims["kw"]
+    moved = eb * (dims["b"] * dims["cin"] * dims["h"] * dims["w"] + dims["cout"] * k + m * dims["cout"])
+    return tensor_gemm_time({"b": groups, "m": m, "n": n, "k": k}, gpu, dense_tflops, element_bytes=eb, moved=moved)
+
+
+def tensor_core_convolution(gpu: GPU, half: bool) -> bool:
+    """Whether cuDNN runs a convolution of these inputs on ``gpu``'s tensor cores, whose kernels take NHWC
+    activations (the others, FP32 on the CUDA cores, take NCHW): 16-bit inputs from compute capability 7.0 (Volta),
+    FP32 from 8.0 (Ampere's TF32, which PyTorch allows cuDNN by default: ``torch.backends.cudnn.allow_tf32 = True``,
+    docs.pytorch.org/docs/stable/notes/cuda.html#tf32-on-ampere). The lent H100's kernels say the same: every
+    convolution of ResNet-50's AMP and FP32 steps ran an ``nhwckrsc_nhwc`` implicit GEMM (tf32 in FP32), between
+    ``nchwToNhwc`` / ``nhwcToNchw`` conversions of the NCHW activations."""
+    try:
+        major = int((gpu.compute_capability or "0").split(".")[0])
+    except ValueError:
+        return False
+    return major >= (7 if half else 8)
 
 
 def unknown_dtypes(classified: Sequence[Classified]) -> dict[str, int]:

@@ -25,7 +25,9 @@ largest) and B200's largest 0.82x too fast. A tensor-core GEMM is priced here fr
 
 ``t = max(min over tiles of waves x tile time, bytes / bandwidth) + RAMP_S``, in-stream seconds (what a step pays;
 the isolated latency adds the class's dispatch, :meth:`KernelModel.dispatch`). Fused attention keeps its own
-published ceiling (:func:`predictor.model.ops.attention_ceiling`); convolutions keep the kernel model (issue #40).
+published ceiling (:func:`predictor.model.ops.attention_ceiling`); convolutions on tensor cores are priced here as
+the implicit GEMMs cuDNN runs (:func:`predictor.model.ops.implicit_gemm_time`), their FP32 CUDA-core ones by the
+kernel model.
 """
 
 from __future__ import annotations
@@ -80,7 +82,12 @@ def ceiling(gpu: GPU) -> tuple[float, str]:
 
 
 def tensor_gemm_time(
-    dims: dict[str, np.ndarray], gpu: GPU, dense_tflops: float, *, element_bytes: float = 2.0
+    dims: dict[str, np.ndarray],
+    gpu: GPU,
+    dense_tflops: float,
+    *,
+    element_bytes: float = 2.0,
+    moved: np.ndarray | None = None,
 ) -> np.ndarray:
     """In-stream seconds of 16-bit tensor-core GEMMs ``[b, m, k] @ [b, k, n]`` on ``gpu`` (see the module docstring).
 
@@ -89,6 +96,8 @@ def tensor_gemm_time(
         gpu: needs ``sms`` and ``memory_bw_gbps``.
         dense_tflops: the dense tensor-core peak of the inputs' type (bf16 or fp16).
         element_bytes: bytes per element of the operands.
+        moved: bytes the kernel really reads and writes, where they are not its GEMM's operands: an implicit-GEMM
+            convolution reads its input, not the im2col matrix it multiplies (default: the operands and result).
     """
     b, m, n, k = (np.asarray(dims[key], dtype=float) for key in "bmnk")
     sms = float(gpu.sms or 0)
@@ -100,6 +109,6 @@ def tensor_gemm_time(
         splits = np.clip(np.floor(sms / np.maximum(tiles, 1.0)), 1.0, np.maximum(np.floor(k / SPLIT_K_MIN), 1.0))
         waves = np.ceil(tiles * splits / sms)
         best = np.minimum(best, waves * 2.0 * tm * tn * (k / splits) / per_sm)
-    nbytes = element_bytes * b * (m * k + k * n + m * n)
+    nbytes = element_bytes * b * (m * k + k * n + m * n) if moved is None else np.asarray(moved, dtype=float)
     memory = nbytes / (float(gpu.memory_bw_gbps or 0) * 1e9)
     return np.where(b * m * n * k > 0, np.maximum(best, memory), 0.0) + RAMP_S

@@ -200,3 +200,28 @@ def test_cli_captures_a_transformers_image_classifier_from_its_size(tmp_path) ->
     convs = [o for o in profile.ops.ops if "convolution" in o.op]
     assert convs and profile.model.flops.per_sample > 0 and profile.batch.per_device == 4
     assert profile.hardware.accelerator == "meta"
+
+
+def test_cli_channels_last_is_recorded_and_priced(tmp_path) -> None:
+    """``srifty capture --channels-last`` captures the run a script with ``model.to(memory_format=channels_last)``
+    makes: its convolutions and batch norms recorded NHWC, and on a tensor-core GPU no layout conversions priced
+    where the NCHW capture of the same model pays them (issue #40 item 3)."""
+    from lightning_srifty.cli import main
+    from predictor.catalog.gpus import get_gpu
+    from predictor.model.ops import classify_table, ops_time
+
+    config = json.dumps({"num_labels": 10, "embedding_size": 16, "hidden_sizes": [32, 64], "depths": [1, 1]})
+    argv = ["capture", "transformers:ResNetForImageClassification", "--config", config, "--image-size", "224",
+            "--batch-size", "64", "--precision", "16-mixed"]  # fmt: skip
+    layouts = {}  # batch 64 at 224 px: large enough that no kernel sits at its in-stream floor
+    for flag in ([], ["--channels-last"]):
+        out = tmp_path / f"p{len(flag)}.json"
+        assert main([*argv, *flag, "--out", str(out)]) == 0
+        ops = load_profile(out).ops.ops
+        nhwc = {o.op for o in ops if (o.params or {}).get("channels_last")}
+        layouts[bool(flag)] = (nhwc, ops_time(classify_table(ops), get_gpu("A100-SXM-80GB"), "16-mixed", None,
+                                              "absolute").by_class)  # fmt: skip
+    assert not layouts[False][0] and layouts[False][1]["layout"] > 0
+    assert {"aten.convolution.default", "aten._native_batch_norm_legit.default"} <= layouts[True][0]
+    assert layouts[True][1].get("layout", 0.0) == 0.0
+    assert layouts[True][1]["batch_norm"] < layouts[False][1]["batch_norm"]  # NHWC kernels: bandwidth-bound

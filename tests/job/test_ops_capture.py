@@ -239,3 +239,27 @@ def test_a_data_dependent_step_fails_with_the_fix() -> None:
     with pytest.raises(ProfileError, match=r"forward .*device='cpu'"):
         capture_ops(ItemModel(), cnn_batch(), optimizer=ADAM)
     assert capture_ops(ItemModel(), cnn_batch(), optimizer=ADAM, device="cpu").ops
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_channels_last_is_recorded_on_the_convolutions_and_what_follows_them(device) -> None:
+    """A model and input in channels-last (``.to(memory_format=torch.channels_last)``, as the tutorials do): the
+    convolution runs NHWC by PyTorch's rule for cuDNN (its input or weight is), and the batch norm and activation
+    after it receive NHWC activations, as on CUDA, though the meta kernel writes the convolution's output NCHW (the
+    recorder restrides it). A plain model records no layout at all."""
+    batch = cnn_batch()
+    plain = capture_ops(SmallCNN(), batch, device=device, optimizer=ADAM)
+    assert not any((r.params or {}).get("channels_last") for r in plain.ops)
+    nhwc = SmallCNN().to(memory_format=torch.channels_last)
+    batch = {"x": batch["x"].to(memory_format=torch.channels_last), "y": batch["y"]}
+    table = capture_ops(nhwc, batch, device=device, optimizer=ADAM)
+    layout = {r.op: bool((r.params or {}).get("channels_last")) for r in table.ops if r.phase == "forward"}
+    assert layout["aten.convolution.default"] and layout["aten._native_batch_norm_legit.default"]
+    assert layout["aten.relu.default"]
+    backward = {r.op: bool((r.params or {}).get("channels_last")) for r in table.ops if r.phase == "backward"}
+    assert backward["aten.convolution_backward.default"]
+    # the weights alone make a convolution NHWC (PyTorch: input or weight)
+    weights_only = capture_ops(SmallCNN().to(memory_format=torch.channels_last), cnn_batch(), device=device,
+                               optimizer=ADAM)  # fmt: skip
+    conv = next(r for r in weights_only.ops if r.op == "aten.convolution.default")
+    assert tuple((conv.params or {}).get("channels_last", ())) == (1,)

@@ -136,7 +136,9 @@ def test_norms_softmax_reductions_elementwise_and_memory() -> None:
     ln = classify(rec("aten.native_layer_norm.default", [[4, 128, 768], [768], [768]]))
     assert ln.cls == "norm" and ln.dims["cols"] == 768 and ln.dims["rows"] == 4 * 128
     bn = classify(rec("aten._native_batch_norm_legit_functional.default", [[8, 64, 56, 56], [64], [64]]))
-    assert bn.cls == "norm" and bn.dims["rows"] == 64 and bn.dims["cols"] == 8 * 56 * 56
+    assert bn.cls == "batch_norm" and bn.dims == {"elements": 8 * 64 * 56 * 56, "passes": 3.0, "nhwc": 0.0}
+    bn_back = classify(rec("aten.native_batch_norm_backward.default", [[8, 64, 56, 56]] * 2, phase="backward"))
+    assert bn_back.dims["passes"] == 5.0
     assert classify(rec("aten._softmax.default", [[4, 12, 128, 128]])).dims["cols"] == 128
     assert classify(rec("aten.sum.dim_IntList", [[4, 1000]])).cls == "reduction"
     assert classify(rec("aten.gelu.default", [[4, 3072]])).cls == "elementwise"
@@ -315,17 +317,90 @@ def test_bad_shapes_are_refused_naming_the_record_and_unknown_dtypes_are_noted()
     assert empty.iteration_time_s > 0  # a zero-size operator costs its launch floor
 
 
-def test_a_16_bit_batch_norm_is_priced_by_its_elements_as_an_fp32_one() -> None:
-    """cuDNN's batch-norm kernels compute per element in fp32 whatever the input type: on the lent H100 ResNet-50's
-    ran at 114 G elements/s in FP32 and 128 in AMP (issue #40), so the same elements cost the same bytes."""
-    x = [64, 256, 56, 56]
-    fp32 = classify(rec("aten.cudnn_batch_norm.default", [x, [256], [256]], dtype="float32"))
-    half = rec("aten.cudnn_batch_norm.default", [x, [256], [256]], dtype="float16")
-    half = classify(
-        type(half)(**{**half.__dict__, "bytes_read": half.bytes_read / 2, "bytes_written": half.bytes_written / 2})
-    )
-    assert half.half and half.dims["rows"] == fp32.dims["rows"] == 256
-    assert half.dims["bytes"] == pytest.approx(fp32.dims["bytes"])
-    # a layer norm keeps its 16-bit bytes (its kernels are bandwidth-bound at the input's width)
+def test_an_nchw_batch_norm_costs_its_elements_an_nhwc_one_its_bytes() -> None:
+    """cuDNN's NCHW batch-norm kernels compute per element in fp32 whatever the input type and are bound by the SMs'
+    issue rate (the lent H100 moved the same elements per second in FP32 and AMP: issue #40): a 16-bit one costs
+    what an FP32 one does; channels-last runs bandwidth-bound kernels, where 16 bits move half the bytes."""
+    from predictor.catalog.gpus import get_gpu
+    from predictor.model.kernels import load_kernel_model
+    from predictor.model.ops import BN_PASSES_PER_SM_CYCLE, batch_norm_time
+
+    h100, model = get_gpu("H100-SXM"), load_kernel_model()
+    n = 64 * 256 * 56 * 56.0
+
+    def seconds(eb: float, nhwc: float, passes: float = 3.0) -> float:
+        dims = {"elements": np.array([n]), "passes": np.array([passes]), "nhwc": np.array([nhwc])}
+        return float(batch_norm_time(dims, h100, eb, model)[0])
+
+    issue = n * 3 / (BN_PASSES_PER_SM_CYCLE * h100.sms * h100.clock_mhz * 1e6)
+    assert seconds(2.0, 0.0) == pytest.approx(seconds(4.0, 0.0)) == pytest.approx(issue)
+    assert seconds(2.0, 1.0) < 0.6 * seconds(4.0, 1.0)  # NHWC: bandwidth-bound, half the bytes
+    assert seconds(2.0, 1.0) < seconds(2.0, 0.0)  # the NHWC kernels are the faster ones
+    assert seconds(4.0, 0.0, passes=5.0) == pytest.approx(issue * 5 / 3)
+    # a layer norm keeps its bytes and the norm network
     ln = rec("aten.native_layer_norm.default", [[8, 128, 768], [768], [768]], dtype="bfloat16")
-    assert classify(ln).dims["bytes"] == pytest.approx(ln.bytes_read + ln.bytes_written)
+    assert classify(ln).cls == "norm" and classify(ln).dims["bytes"] == pytest.approx(ln.bytes_read + ln.bytes_written)
+
+
+def test_pooling_is_priced_by_the_reads_its_kernels_make() -> None:
+    """A 3x3 / 2 max pooling: the forward reads each output's 9-element window and writes its value and index; the
+    backward gathers, for each input element, the ceil(3/2)^2 = 4 windows covering it (index and gradient)."""
+    params = {"kernel_size": (3, 3), "stride": (2, 2), "padding": (1, 1)}
+    x, y = [8, 64, 112, 112], [8, 64, 56, 56]
+    fwd = classify(rec("aten.max_pool2d_with_indices.default", [x], out=y, params=params))
+    assert fwd.cls == "pooling" and fwd.dims["bytes"] == pytest.approx(np.prod(y) * (9 * 4 + 4 + 8))
+    bwd = classify(rec("aten.max_pool2d_with_indices_backward.default", [y, x, y], phase="backward", out=x,
+                       params=params))  # fmt: skip
+    assert bwd.dims["bytes"] == pytest.approx(np.prod(x) * (4 * (4 + 8) + 4))
+    avg = classify(rec("aten.avg_pool2d.default", [x], out=y, params={"kernel_size": (2,)}))  # stride = kernel
+    assert avg.dims["bytes"] == pytest.approx(np.prod(y) * (4 * 4 + 4))
+    head = classify(rec("aten._adaptive_avg_pool2d.default", [[8, 2048, 7, 7]], out=[8, 2048, 1, 1]))
+    assert head.dims["bytes"] == pytest.approx(4 * (8 * 2048 * 49 + 8 * 2048))
+    # pooling of a tensor this classifier cannot read stays bandwidth-bound memory
+    assert classify(rec("aten.max_pool2d_with_indices.default", [[8, 64, 112]])).cls == "memory"
+
+
+def _conv_step(gpu: str, dtype: str, channels_last: bool) -> dict[str, float]:
+    from predictor.catalog.gpus import get_gpu
+    from predictor.model.ops import ops_time
+
+    params = {"stride": (1,), "padding": (1,), "groups": (1,)} | ({"channels_last": (1,)} if channels_last else {})
+    conv = rec("aten.convolution.default", [[64, 128, 28, 28], [128, 128, 3, 3], [128]], dtype=dtype,
+               out=[64, 128, 28, 28], flops=2.0 * 64 * 128 * 28 * 28 * 128 * 9, params=params)  # fmt: skip
+    precision = "16-mixed" if dtype == "float16" else "32-true"
+    return ops_time(classify_table([conv]), get_gpu(gpu), precision, "highest", "absolute").by_class
+
+
+def test_layout_conversions_where_the_gpu_s_algorithm_wants_the_other_layout() -> None:
+    """cuDNN's tensor-core convolutions (16-bit from Volta, TF32 from Ampere) take NHWC, its FP32 CUDA-core ones
+    NCHW: NCHW activations are converted on the former, channels-last ones on the latter, and nothing else."""
+    assert _conv_step("H100-SXM", "float16", False)["layout"] > 0  # tensor cores, NCHW: converted
+    assert _conv_step("H100-SXM", "float16", True)["layout"] == 0  # tensor cores, NHWC: as they want it
+    assert _conv_step("A100-SXM-80GB", "float32", False)["layout"] > 0  # TF32 from Ampere
+    assert _conv_step("V100-SXM2-16GB", "float32", False)["layout"] == 0  # FP32 on CUDA cores, NCHW
+    assert _conv_step("V100-SXM2-16GB", "float32", True)["layout"] > 0  # ... handed NHWC: converted back
+    assert _conv_step("V100-SXM2-16GB", "float16", False)["layout"] > 0  # Volta's fp16 tensor cores
+    assert _conv_step("P100-SXM2-16GB", "float16", False)["layout"] == 0  # no tensor cores
+
+
+def test_a_tensor_core_convolution_is_priced_as_its_implicit_gemm() -> None:
+    """On tensor cores a convolution is the implicit GEMM cuDNN runs (output pixels x output channels, contracting
+    input channels x window) at the GEMM wave model's measured ceiling; FP32 before Ampere keeps the kernel model."""
+    from predictor.catalog.gpus import get_gpu
+    from predictor.model.kernels import load_kernel_model
+    from predictor.model.tensor_gemm import RAMP_S, tensor_gemm_time
+
+    h100 = get_gpu("H100-SXM")
+    moved = 2.0 * (64 * 128 * 28 * 28 + 128 * 128 * 9 + 64 * 28 * 28 * 128)  # input, weight, output: not im2col
+    want = tensor_gemm_time({"b": np.array([1.0]), "m": np.array([64 * 28 * 28.0]), "n": np.array([128.0]),
+                             "k": np.array([128 * 9.0])}, h100, h100.fp16_tflops, element_bytes=2.0,
+                            moved=np.array([moved]))  # fmt: skip
+    assert _conv_step("H100-SXM", "float16", True)["conv"] == pytest.approx(float(want[0]))
+    tf32 = _conv_step("H100-SXM", "float32", True)["conv"]
+    assert tf32 - RAMP_S == pytest.approx(2 * (float(want[0]) - RAMP_S), rel=0.05)  # half the peak, same waves
+    v100 = get_gpu("V100-SXM2-16GB")
+    dims = {"b": np.array([64.0]), "cin": np.array([128.0]), "cout": np.array([128.0]), "kh": np.array([3.0]),
+            "kw": np.array([3.0]), "h": np.array([28.0]), "w": np.array([28.0]), "stride": np.array([1.0]),
+            "padding": np.array([1.0]), "groups": np.array([1.0])}  # fmt: skip
+    cuda_cores = float(load_kernel_model().step_time("conv", dims, v100, peak_tflops=None, element_bytes=4.0)[0])
+    assert _conv_step("V100-SXM2-16GB", "float32", False)["conv"] == pytest.approx(cuda_cores)
