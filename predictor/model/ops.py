@@ -35,14 +35,26 @@ from predictor.documents.profile import OpRecord, Profile
 from predictor.exceptions import PredictionError
 from predictor.model.tensor_gemm import tensor_gemm_time
 
+# Lightning's own host time per step besides the kernels it launches (its loop and hooks, the optimizer closure, the
+# precision plugin, self.log and the progress bar): bench/lightning_overhead.py trains a one-parameter module with
+# Trainer.fit (one self.log(prog_bar=True), as the demo logs) against the same operators in a plain loop, the batch in
+# hand to the step done: 1,117 us a step more on the project's 2-core build VM (Xeon, KVM; torch 2.13, Lightning
+# 2.6.6), 105 times that host's Python module call (nn.Linear's call less its operator: 16.3 - 5.7 us). Carried to the
+# H100 host the kernel cost below is fitted on by its own module call (38 - 17.5 us, bench/host_dispatch.py): 2.2 ms.
+# Bounds: >= 0; below the fastest host-bound step measured there (the demo CNN's 4.3 ms). Held out: the demo CNN and
+# LM on the H100 (bench/host_floor.py).
+LIGHTNING_STEP_MODULE_CALLS = 105.0
+HOST_MODULE_CALL_S = 38e-6 - 17.5e-6  # the H100 host's nn.Linear call less a bare add (bench/host_dispatch.py)
+LIGHTNING_STEP_S = LIGHTNING_STEP_MODULE_CALLS * HOST_MODULE_CALL_S
 # The host's seconds per kernel of an eager Lightning step (Python, modules, autocast, the dispatcher, the launch): a
 # step of many small kernels waits on the host, whatever the GPU. Measured (bench/host_floor.py) on an H100 whose host
 # is a 16-vCPU Intel Xeon (family 6 model 207, KVM guest), torch 2.11: the median over six batch-1 steps of BERT-base,
-# BERT-large and ResNet-50, FP32 and AMP (35-63 us per kernel; an upper bound, the GPU's few ms are in it); held out,
-# the same models at batch 4 come out at 15.5 % and the demo CNN and LM at 33 % (6 us, the judgement it replaced:
-# 89 % and 92 %). Bounds: a bare tensor add from Python costs 17.5 us on that host (bench/host_dispatch.py), the
-# least a kernel can cost; faster EC2 host cores take less, so on them the floor is conservative.
-HOST_S_PER_KERNEL = 48e-6
+# BERT-large and ResNet-50, FP32 and AMP, of the step less LIGHTNING_STEP_S per kernel (30-61 us; an upper bound, the
+# GPU's few ms are in it); held out, the same models at batch 4 come out at 16.5 % and the demo CNN and LM at 9 % and
+# 4 % (6 us and no Lightning term, the judgement it replaced: 89 % and 92 %; 48 us alone: 15.5 % and 33 %). Bounds: a
+# bare tensor add from Python costs 17.5 us on that host (bench/host_dispatch.py), the least a kernel can cost;
+# faster EC2 host cores take less, so on them the floor is conservative.
+HOST_S_PER_KERNEL = 44.6e-6
 # A measured step within this factor of the host's floor is taken as host-bound (its GPU share unknown): the spread of
 # the host's cost per kernel over the six fitted steps (35-63 us about 48: +-30 %)
 HOST_BOUND_BAND = 1.3
@@ -886,12 +898,13 @@ def ops_compute(
             )
         per_sample = gpu_part / src.per_device_batch * ratio
         return per_sample, share, ("same" if src.gpu.key == dst.key else "cross-ops"), target.optimizer_share
-    host = target.kernels * HOST_S_PER_KERNEL
+    host = LIGHTNING_STEP_S + target.kernels * HOST_S_PER_KERNEL
     where = "on the meta device" if table.device in ("meta", "fake") or not src.measured else "on CPU"
     notes.append(
         f"{dst.key}: {target.seconds * 1e3:.3g} ms of GPU work for the captured step ({table.samples:g} samples on "
         f"one GPU), predicted absolutely from the operator table captured {where} ({target.kernels} kernels; the host "
-        f"needs at least {host * 1e3:.3g} ms to launch them: the step's floor); scaled to each GPU's share of the "
+        f"needs at least {host * 1e3:.3g} ms to run Lightning's step and launch them: the step's floor); scaled to "
+        "each GPU's share of the "
         "batch"
     )
     extrapolation.append(f"no GPU step was measured: {dst.key}'s time is the operator model's alone")
@@ -942,9 +955,10 @@ def framework_s(profile: Profile) -> float | None:
 
 
 def host_floor(profile: Profile, classified: Sequence[Classified]) -> float:
-    """Seconds per micro-step the host needs whatever the GPU: the profile's own framework time (step less phases)
-    plus ``HOST_S_PER_KERNEL`` per kernel of the table (what :func:`predictor.model.basis.step_floor` bounds by)."""
-    return (framework_s(profile) or 0.0) + kernel_count(classified) * HOST_S_PER_KERNEL
+    """Seconds per micro-step the host needs whatever the GPU: the profile's own framework time (step less phases),
+    Lightning's own per-step time (``LIGHTNING_STEP_S``) and ``HOST_S_PER_KERNEL`` per kernel of the table (what
+    :func:`predictor.model.basis.step_floor` bounds by)."""
+    return (framework_s(profile) or 0.0) + LIGHTNING_STEP_S + kernel_count(classified) * HOST_S_PER_KERNEL
 
 
 def kernel_count(classified: Sequence[Classified]) -> int:
