@@ -138,7 +138,8 @@ def score(path: Path) -> int:
     gpu = get_gpu("H100-SXM")
     with devicecli.unpacked(devicecli.ARCHIVE) as folder:  # the tables the callback recorded on the same GPU
         profiles = {c: load_profile(folder / f"{c[0].split()[0]}-{c[1]}-{c[2]}.json") for c in CASES}
-    model_cls = {"memory": "copy"}  # the model's names for the classes this script names otherwise
+    # the model's names for the classes this script names otherwise (cuDNN's layout conversions are copies here)
+    model_cls = {"memory": "copy", "layout": "copy", "pooling": "pool", "batch_norm": "norm"}
     for model, precision, batch in CASES:
         mine = [r for r in rows if (r["model"], r["precision"], int(r["batch"])) == (model, precision, batch)]
         if not mine:

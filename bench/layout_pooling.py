@@ -167,6 +167,10 @@ def score() -> int:
             for cls in measured
         )
         print(f"  {precision}: {cells}")
+    h100_rows = []
+    for precision, prof in h100_profiles().items():
+        measured, modelled = measured_classes(precision), modelled_classes(prof, "H100-SXM")
+        h100_rows += [(f"H100 {precision}\n{cls}", measured[cls], modelled.get(cls, 0.0)) for cls in measured]
     print("\npublished steps, NCHW vs channels-last (bench/data/published_layout_steps.csv), capture only:")
     rows = published_rows()
     predicted: dict[tuple[str, str, str], float] = {}
@@ -184,6 +188,9 @@ def score() -> int:
         parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in sorted(classes.items()) if k != "total" and v > 0)
         print(f"  {r['gpu']} {r['precision']} {r['memory_format']} b={r['batch']}: measured {measured * 1e3:.1f} ms, "
               f"predicted {step * 1e3:.1f} ({step / measured:.2f}x) [{parts}]")  # fmt: skip
+    published = [(f"{r['gpu'].split('-')[0]} {r['precision']}\n{r['memory_format']}", float(r["step_ms"]) * 1e-3,
+                  predicted[(r["gpu"], r["precision"], r["memory_format"])]) for r in rows]  # fmt: skip
+    plot(h100_rows, published, ROOT / "docs" / "img" / "cnn_layout.png")
     for gpu, precision in sorted({(r["gpu"], r["precision"]) for r in rows}):
         m = {r["memory_format"]: float(r["step_ms"]) for r in rows if (r["gpu"], r["precision"]) == (gpu, precision)}
         if {"NCHW", "NHWC"} <= set(m):
@@ -191,6 +198,27 @@ def score() -> int:
             print(f"  {gpu} {precision}: channels-last / NCHW step measured {m['NHWC'] / m['NCHW']:.2f}, "
                   f"predicted {p:.2f}")  # fmt: skip
     return 0
+
+
+def plot(h100: list[tuple[str, float, float]], published: list[tuple[str, float, float]], png: Path) -> None:
+    """Measured beside predicted: the H100's per-class kernel time (left) and the published V100 steps (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    titles = ("lent H100, ResNet-50 per class (layout: fitted here)", "V100, ResNet-50 b=128 (published; held out)")
+    for ax, rows, title in zip(axes, (h100, published), titles, strict=True):
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], [m * 1e3 for _, m, _ in rows], 0.4, label="measured")
+        ax.bar([x + 0.2 for x in xs], [p * 1e3 for _, _, p in rows], 0.4, label="predicted")
+        ax.set_xticks(list(xs), [name for name, _, _ in rows], fontsize=8)
+        ax.set(title=title, ylabel="ms per step")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
 
 
 def main(argv: list[str] | None = None) -> int:
