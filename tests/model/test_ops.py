@@ -239,11 +239,13 @@ def test_a_host_bound_step_scales_only_its_gpu_time_and_the_host_floor_holds(roo
     slower = predict(host_bound, "p3.2xlarge:1", catalog=catalog, scaling="weak")
     assert slower.breakdown["compute_s"] == pytest.approx(floor, rel=1e-6)  # the V100 waits on the same host
     assert any("host-bound" in a for a in slower.assumptions)
+    assert slower.bottleneck.startswith("the host")  # said so: a faster GPU does not help
     # well above the floor the step is the GPU's: the measured time is what the ratio scales
     gpu_bound = predict(_small_kernels_profile("A100-SXM-40GB", 3 * floor), "p3.2xlarge:1", catalog=catalog,
                         scaling="weak")  # fmt: skip
     assert gpu_bound.breakdown["compute_s"] > 3 * floor
     assert not any("host-bound" in a for a in gpu_bound.assumptions)
+    assert not gpu_bound.bottleneck.startswith("the host")
 
 
 def test_the_host_floor_is_the_measured_median_of_the_h100_batch_one_steps() -> None:
