@@ -33,7 +33,7 @@ import numpy as np
 from predictor.catalog.gpus import GPU
 from predictor.documents.profile import OpRecord, Profile
 from predictor.exceptions import PredictionError
-from predictor.model.tensor_gemm import tensor_gemm_time
+from predictor.model.tensor_gemm import RAMP_S, ceiling, tensor_gemm_time
 
 # Lightning's own host time per step besides the kernels it launches (its loop and hooks, the optimizer closure, the
 # precision plugin, self.log and the progress bar): bench/lightning_overhead.py trains a one-parameter module with
@@ -723,7 +723,14 @@ def implicit_gemm_time(dims: Mapping[str, np.ndarray], gpu: GPU, dense_tflops: f
     n = dims["cout"] / groups
     k = dims["cin"] / groups * dims["kh"] * dims["kw"]
     moved = eb * (dims["b"] * dims["cin"] * dims["h"] * dims["w"] + dims["cout"] * k + m * dims["cout"])
-    return tensor_gemm_time({"b": groups, "m": m, "n": n, "k": k}, gpu, dense_tflops, element_bytes=eb, moved=moved)
+    gemm = tensor_gemm_time({"b": groups, "m": m, "n": n, "k": k}, gpu, dense_tflops, element_bytes=eb, moved=moved)
+    # a depthwise convolution (one input channel a group: EfficientNet's, MobileNet's) runs a direct kernel
+    # (PyTorch's conv_depthwise2d, cuDNN's depthwise ones), not GEMM tiles a 1-wide output would waste: its FLOPs at
+    # the ceiling or its bytes at the bandwidth, whichever takes longer
+    share, _ = ceiling(gpu)
+    bandwidth = float(gpu.memory_bw_gbps or 0.0) * 1e9  # stated: _convolution_dense checked it
+    direct = np.maximum(2 * groups * m * n * k / (dense_tflops * 1e12 * share), moved / bandwidth)
+    return np.where(dims["cin"] / groups <= 1.0, direct + RAMP_S, gemm)
 
 
 def tensor_core_convolution(gpu: GPU, half: bool) -> bool:

@@ -408,3 +408,19 @@ def test_a_tensor_core_convolution_is_priced_as_its_implicit_gemm() -> None:
             "padding": np.array([1.0]), "groups": np.array([1.0])}  # fmt: skip
     cuda_cores = float(load_kernel_model().step_time("conv", dims, v100, peak_tflops=None, element_bytes=4.0)[0])
     assert _conv_step("V100-SXM2-16GB", "float32", False)["conv"] == pytest.approx(cuda_cores)
+
+
+def test_a_depthwise_convolution_on_tensor_cores_is_bandwidth_bound() -> None:
+    """A depthwise convolution (groups = channels: EfficientNet's, MobileNet's) is a batch of thin GEMMs, one per
+    channel with a 9-long contraction: priced by its bytes (input, weight, output once) at the bandwidth."""
+    from predictor.catalog.gpus import get_gpu
+    from predictor.model.ops import implicit_gemm_time
+    from predictor.model.tensor_gemm import RAMP_S
+
+    a100 = get_gpu("A100-SXM-80GB")
+    shape = {"b": 64.0, "cin": 256.0, "cout": 256.0, "kh": 3.0, "kw": 3.0, "h": 56.0, "w": 56.0, "stride": 1.0,
+             "padding": 1.0, "groups": 256.0}  # fmt: skip
+    dims = {k: np.array([v]) for k, v in shape.items()}
+    moved = 2.0 * (64 * 256 * 56 * 56 + 256 * 9 + 64 * 56 * 56 * 256)
+    t = float(implicit_gemm_time(dims, a100, a100.fp16_tflops, 2.0)[0])
+    assert t == pytest.approx(moved / (a100.memory_bw_gbps * 1e9) + RAMP_S, rel=1e-6)
