@@ -7,7 +7,11 @@ Classes and the dimensions taken from the recorded shapes:
   scaled by the recorded FLOPs (their backward's, a causal mask's), or by the operator's name when none were recorded
   (backward 2.5 x the forward for the fused kernels);
 - ``conv``: convolution and its backward (``b, cin, cout, kh, kw, h, w, stride, padding, groups``; the backward as
-  the forward scaled by the recorded FLOPs);
+  the forward scaled by the recorded FLOPs); on tensor cores the implicit GEMM cuDNN runs (:func:`implicit_gemm_time`);
+- ``layout``: cuDNN's NCHW <-> NHWC conversions around a convolution whose algorithm wants the other layout
+  (``bytes``, ``nhwc``: the activations' layout as recorded; :func:`tensor_core_convolution` decides where);
+- ``batch_norm``: element passes (``elements, passes, nhwc``; :func:`batch_norm_time`);
+- ``pooling``: the bytes its kernels' window reads move (:func:`_pool`);
 - ``norm``, ``softmax``: rows x columns over the last dimension(s);
 - ``reduction``: sums, means, norms, losses;
 - ``elementwise``: pointwise maths and activations (and their backward);
@@ -16,8 +20,8 @@ Classes and the dimensions taken from the recorded shapes:
 
 Composition: on the profiled GPU, the measured compute is scaled by the ratio of the operator sums (target /
 profiled), so a systematic error of the latency model cancels; from a CPU or meta profile the sum is absolute, and
-the host's launch rate bounds it from below (eager PyTorch cannot launch faster than ``HOST_S_PER_KERNEL`` per
-kernel).
+the host bounds it from below (Lightning's own step, ``LIGHTNING_STEP_S``, and eager PyTorch cannot launch faster
+than ``HOST_S_PER_KERNEL`` per kernel).
 """
 
 from __future__ import annotations
@@ -50,25 +54,26 @@ LIGHTNING_STEP_S = LIGHTNING_STEP_MODULE_CALLS * HOST_MODULE_CALL_S
 # step of many small kernels waits on the host, whatever the GPU. Measured (bench/host_floor.py) on an H100 whose host
 # is a 16-vCPU Intel Xeon (family 6 model 207, KVM guest), torch 2.11: the median over six batch-1 steps of BERT-base,
 # BERT-large and ResNet-50, FP32 and AMP, of the step less LIGHTNING_STEP_S per kernel (30-61 us; an upper bound, the
-# GPU's few ms are in it); held out, the same models at batch 4 come out at 16.5 % and the demo CNN and LM at 9 % and
-# 4 % (6 us and no Lightning term, the judgement it replaced: 89 % and 92 %; 48 us alone: 15.5 % and 33 %). Bounds: a
+# GPU's few ms are in it); held out, the same models at batch 4 come out at 16.4 % and the demo CNN and LM at 4.1 %
+# (the CNN 4.7 ms against 4.8 in the profile's window, 4.28 after it; 6 us and no Lightning term, the judgement it
+# replaced: 89 % and 92 %; 48 us alone: 15.5 % and 33 %). Bounds: a
 # bare tensor add from Python costs 17.5 us on that host (bench/host_dispatch.py), the least a kernel can cost;
 # faster EC2 host cores take less, so on them the floor is conservative.
 HOST_S_PER_KERNEL = 44.6e-6
 # A measured step within this factor of the host's floor is taken as host-bound (its GPU share unknown): the spread of
-# the host's cost per kernel over the six fitted steps (35-63 us about 48: +-30 %)
+# the host's cost per kernel over the six fitted steps (30-61 us about 44.6: +-35 %; it was set on 35-63 about 48)
 HOST_BOUND_BAND = 1.3
 HALF = {"float16", "bfloat16", "half"}
 # Element passes per SM per clock cycle of cuDNN's NCHW batch-norm kernels (batch_norm_time): fitted on the lent
 # H100's ResNet-50 steps (bench/layout_pooling.py fit: forward 3 and backward 5 passes, AMP at 1,280 and FP32 at
-# 640, the kernels' time); see BENCHMARKS.md "Batch norm, pooling and layout conversions". Bounds: above 0, below
+# 640, the kernels' time); see BENCHMARKS.md "Convolutional steps priced as they run". Bounds: above 0, below
 # the 4-8 single-precision loads an SM issues per cycle (its load/store units).
 BN_PASSES_PER_SM_CYCLE = 1.85
 # cuDNN's NCHW <-> NHWC conversions around a convolution whose algorithm wants the other layout
 # (tensor_core_convolution), per step, as conversions of every forward convolution's input and output elements:
 # fitted on the lent H100's two ResNet-50 steps (bench/layout_pooling.py; the conversion kernels' time, AMP at 1,280
-# and FP32 at 640, over the memory model's time for one conversion): see BENCHMARKS.md "Pooling and layout
-# conversions". Bounds: 0 (channels-last activations on tensor cores) to 6 (input and output converted in each of the
+# and FP32 at 640, over the memory model's time for one conversion): see BENCHMARKS.md "Convolutional steps priced
+# as they run". Bounds: 0 (channels-last activations on tensor cores) to 6 (input and output converted in each of the
 # three passes: forward, data gradient, weight gradient).
 LAYOUT_CONVERSIONS = 0.97
 DTYPE_BYTES = {
@@ -403,7 +408,7 @@ def _pool(name: str, shapes: list[list[int]], rec: OpRecord, half: bool, eb: flo
     On the lent H100 (ResNet-50's one 3x3 / 2 max pooling over 112 x 112 x 64, bench/data/h100_kernel_breakdown_*):
     the forward measured 4.1 / 2.0 ms (AMP 1,280 / FP32 640) and the backward 11.4 / 5.7 ms: twice the elements,
     twice the time in either precision, where their tensors' bytes at the bandwidth are 1.4 / 1.1 ms. BENCHMARKS.md
-    "Pooling and layout conversions" scores the rule."""
+    "Convolutional steps priced as they run" scores the rule."""
     params = rec.params or {}
     x = shapes[0]
     out_numel = _numel(rec.out_shapes[0]) if rec.out_shapes else _numel(x)
@@ -530,11 +535,10 @@ def _conv(backward: bool, shapes: list[list[int]], rec: OpRecord, half: bool, eb
         nhwc = 1.0 if (rec.params or {}).get("channels_last") else 0.0
         layout = Classified("layout", {"bytes": moved, "nhwc": nhwc}, scale, half, eb, rec.op)
         return Classified("conv", dims, scale, half, eb, rec.op, (layout,))
-    if backward:
-        oh = (h + 2 * padding - kh) // stride + 1
-        ow = (wd + 2 * padding - kw) // stride + 1
-        forward_flops = 2 * n * cout * oh * ow * (cin // max(1, groups)) * kh * kw
-        scale *= rec.flops / forward_flops if rec.flops > 0 and forward_flops > 0 else 2.0
+    oh = (h + 2 * padding - kh) // stride + 1
+    ow = (wd + 2 * padding - kw) // stride + 1
+    forward_flops = 2 * n * cout * oh * ow * (cin // max(1, groups)) * kh * kw
+    scale *= rec.flops / forward_flops if rec.flops > 0 and forward_flops > 0 else 2.0
     return Classified("conv", dims, scale, half, eb, rec.op)
 
 
@@ -911,8 +915,7 @@ def ops_compute(
         f"{dst.key}: {target.seconds * 1e3:.3g} ms of GPU work for the captured step ({table.samples:g} samples on "
         f"one GPU), predicted absolutely from the operator table captured {where} ({target.kernels} kernels; the host "
         f"needs at least {host * 1e3:.3g} ms to run Lightning's step and launch them: the step's floor); scaled to "
-        "each GPU's share of the "
-        "batch"
+        "each GPU's share of the batch"
     )
     extrapolation.append(f"no GPU step was measured: {dst.key}'s time is the operator model's alone")
     return target.seconds / table.samples, share, "ops-absolute", target.optimizer_share
