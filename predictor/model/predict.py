@@ -171,16 +171,13 @@ def predict(
     allreduce, exposed = float(many.allreduce_s[0]), float(many.exposed_comm_s[0])
     limiting = _limiting(fleet, row_bases, allreduce)
     slowest = groups[int(many.slowest_group[0])]
-    slow_basis = row_bases[int(many.slowest_group[0])]
-    share = slow_basis.compute_share
-    host_bound = slow_basis.step_floor_s >= slow_basis.per_sample_s * slowest.micro_batch
     return Prediction(
         fleet=str(fleet),
         iteration_time_s=step,
         throughput_samples_s=float(many.throughput_samples_s[0]),
         interval={"iteration_time_s": (lo, hi), "throughput_samples_s": (global_batch / hi, global_batch / lo)},
         breakdown=_breakdown(many),
-        bottleneck=_bottleneck(groups, slowest, exposed, step, limiting, share, host_bound),
+        bottleneck=_bottleneck(groups, slowest, exposed, step, limiting, row_bases[int(many.slowest_group[0])]),
         fits_memory=bool(many.fits_memory[0]),
         groups=tuple(groups),
         global_batch=global_batch,
@@ -387,11 +384,12 @@ def _bottleneck(
     exposed: float,
     step: float,
     limiting: str,
-    compute_share: float | None,
-    host_bound: bool = False,
+    basis: TypeBasis,
 ) -> str:
-    """The one thing that limits the step, in words (``host_bound``: the slowest group's micro-step is the host's
-    floor, Lightning's step and the kernel launches, not its GPU work)."""
+    """The one thing that limits the step, in words; ``basis``: the slowest group's (its compute-bound share, and
+    whether its micro-step is the host's floor, Lightning's step and the kernel launches, not its GPU work)."""
+    compute_share = basis.compute_share
+    host_bound = basis.step_floor_s >= basis.per_sample_s * slowest.micro_batch
     fastest = min(g.compute_s + g.input_s for g in groups)
     if len(groups) > 1 and slowest.compute_s + slowest.input_s > 1.15 * fastest:
         return f"straggler group ({slowest.instance_type})"
