@@ -885,6 +885,8 @@ def ops_compute(
         notes.append(f"operator table not used on {dst.key}: {exc}")
         return None
     _table_notes(profile, table, target, dst, notes)
+    if (hint := channels_last_hint(prepared.classified, target, dst, precision, matmul, path)) is not None:
+        notes.append(hint)
     share = target.by_class.get("gemm", 0.0) + target.by_class.get("conv", 0.0)
     share /= max(target.seconds, 1e-12)
     if src.measured and src.gpu is not None:
@@ -919,6 +921,31 @@ def ops_compute(
     )
     extrapolation.append(f"no GPU step was measured: {dst.key}'s time is the operator model's alone")
     return target.seconds / table.samples, share, "ops-absolute", target.optimizer_share
+
+
+# a channels-last hint is given when it would save at least this share of the step's operator time
+CHANNELS_LAST_HINT_SHARE = 0.05
+
+
+def channels_last_hint(
+    classified: Sequence[Classified], target: OpsTime, dst: GPU, precision: str, matmul: str | None, path: str
+) -> str | None:
+    """What channels-last activations would save on ``dst``, where the table's convolutions run NCHW on tensor cores
+    (cuDNN's layout conversions and NCHW batch norm priced): the same table re-priced with every 4-D layout NHWC, as
+    ``model.to(memory_format=torch.channels_last)`` and channels-last inputs make it; None when it saves under
+    :data:`CHANNELS_LAST_HINT_SHARE` or does not apply."""
+    nchw = [c for c in classified if c.cls == "layout" and not c.dims["nhwc"]]
+    if not nchw or not tensor_core_convolution(dst, nchw[0].half) or target.seconds <= 0:
+        return None
+    flipped = [replace(c, dims={**c.dims, "nhwc": 1.0}) if "nhwc" in c.dims else c for c in classified]
+    saved = 1.0 - ops_time(flipped, dst, precision, matmul, path).seconds / target.seconds
+    if saved < CHANNELS_LAST_HINT_SHARE:
+        return None
+    return (
+        f"{dst.key}: the convolutions run NCHW, so cuDNN converts their activations to NHWC and back and batch norm "
+        f"runs its NCHW kernels; channels-last (model.to(memory_format=torch.channels_last) and channels-last "
+        f"inputs; srifty capture --channels-last to price it) would take about {saved:.0%} off the GPU's step"
+    )
 
 
 def _table_notes(profile: Profile, table: Any, target: OpsTime, dst: GPU, notes: list[str]) -> None:

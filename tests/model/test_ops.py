@@ -424,3 +424,31 @@ def test_a_depthwise_convolution_on_tensor_cores_is_bandwidth_bound() -> None:
     moved = 2.0 * (64 * 256 * 56 * 56 + 256 * 9 + 64 * 56 * 56 * 256)
     t = float(implicit_gemm_time(dims, a100, a100.fp16_tflops, 2.0)[0])
     assert t == pytest.approx(moved / (a100.memory_bw_gbps * 1e9) + RAMP_S, rel=1e-6)
+
+
+def test_an_nchw_convolutional_table_is_told_what_channels_last_would_save() -> None:
+    """On a tensor-core GPU an NCHW table pays cuDNN's conversions and NCHW batch norm: the prediction says what
+    channels-last would take off (the same table re-priced NHWC); a channels-last table, or FP32 on a V100 (NCHW is
+    what its algorithm wants), is told nothing."""
+    from predictor.catalog.gpus import get_gpu
+    from predictor.model.ops import channels_last_hint, ops_time
+
+    def table(dtype: str, nhwc: bool) -> list:
+        params = {"stride": (1,), "padding": (1,), "groups": (1,)} | ({"channels_last": (1,)} if nhwc else {})
+        x = [64, 128, 28, 28]
+        conv = rec("aten.convolution.default", [x, [128, 128, 3, 3], [128]], dtype=dtype, out=x,
+                   flops=2.0 * 64 * 128 * 28 * 28 * 128 * 9, params=params)  # fmt: skip
+        bn = rec("aten.cudnn_batch_norm.default", [x, [128], [128]], dtype=dtype,
+                 params={"channels_last": (1,)} if nhwc else None)  # fmt: skip
+        return classify_table([conv, bn])
+
+    def hint(gpu: str, dtype: str, nhwc: bool) -> str | None:
+        precision = "16-mixed" if dtype == "float16" else "32-true"
+        classified = table(dtype, nhwc)
+        target = ops_time(classified, get_gpu(gpu), precision, None, "absolute")
+        return channels_last_hint(classified, target, get_gpu(gpu), precision, None, "absolute")
+
+    said = hint("H100-SXM", "float16", False)
+    assert said is not None and "channels_last" in said and "off the GPU's step" in said
+    assert hint("H100-SXM", "float16", True) is None
+    assert hint("V100-SXM2-16GB", "float32", False) is None
