@@ -185,7 +185,8 @@ def score() -> int:
 
         classes = modelled_classes(prof, r["gpu"])
         # the step as the predictor prices a capture: the GPU's sum, never under the host's launch floor
-        host = ops.kernel_count(ops.classify_table(prof.ops.ops)) * ops.HOST_S_PER_KERNEL  # type: ignore[attr-defined]
+        kernels = ops.kernel_count(ops.classify_table(prof.ops.ops))  # type: ignore[attr-defined]
+        host = ops.LIGHTNING_STEP_S + kernels * ops.HOST_S_PER_KERNEL
         step = max(classes["total"], host)
         predicted[(r["gpu"], r["precision"], r["memory_format"])] = step
         measured = float(r["step_ms"]) * 1e-3

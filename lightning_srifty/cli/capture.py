@@ -488,7 +488,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--channels-last",
         action="store_true",
         help="the run puts the model and its images in channels-last memory format "
-        "(model.to(memory_format=torch.channels_last)): convolutions, batch norm and pooling are priced NHWC",
+        "(model.to(memory_format=torch.channels_last)): no NCHW<->NHWC conversions priced on tensor-core GPUs, and "
+        "batch norm's NHWC kernels",
     )
     p.add_argument("--name", default=None, help="model name in the profile (default: the class name)")
     p.add_argument("--out", default="srifty/profile.json", help="profile path ('-' prints the JSON)")

@@ -85,7 +85,8 @@ _METADATA = (
     torch.ops.prim.device,
 )
 # Convolutions: cuDNN picks the memory format from the input *or* the weight (PyTorch's
-# ``cudnn_conv_suggest_memory_format``: channels-last when either is), and writes its output in it.
+# ``cudnn_conv_suggest_memory_format``: channels-last when either is), and writes its output in it; the capture's
+# fake CPU convolution does the same (tested), so what follows a convolution records the layout it has on the GPU.
 _CONVOLUTIONS = frozenset({"aten.convolution", "aten._convolution", "aten.cudnn_convolution"})
 _CONVOLUTION_BACKWARDS = frozenset({"aten.convolution_backward", "aten.cudnn_convolution_backward"})
 
@@ -191,10 +192,6 @@ class OpRecorder(TorchDispatchMode):
             if out is not NotImplemented:
                 return out
         out = func(*args, **kwargs)
-        if _packet(func) in _CONVOLUTIONS and _conv_channels_last(args) and _is_4d(out):
-            # what CUDA returns (cuDNN writes the channels-last output the inputs asked for), where the meta kernel
-            # returns NCHW; so the batch norm, activations and pooling after it see the layout they do on the GPU
-            out = out.contiguous(memory_format=torch.channels_last)
         try:  # the bookkeeping must never fail the step (an exception here can abort the process)
             if launches_no_kernel(func) or not (_tensors(out) or _mutates(func)):
                 self.skipped[str(func)] += 1

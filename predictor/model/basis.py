@@ -183,8 +183,9 @@ def _ops_backward_share(profile: Profile) -> float:
 
 def step_floor(profile: Profile, src: Source, kind: str) -> float:
     """Seconds per micro-step that a GPU cannot take away, whatever the batch: the host runs the framework's Python
-    (measured: :func:`framework_s`) and launches every kernel of the step (``HOST_S_PER_KERNEL`` each, counted from
-    the operator table) before the GPU can finish. Without either, the FLOPs-only path keeps ``MIN_GPU_STEP_S``."""
+    (measured: :func:`framework_s`), runs Lightning's own step (``LIGHTNING_STEP_S``) and launches every kernel of the
+    step (``HOST_S_PER_KERNEL`` each, counted from the operator table) before the GPU can finish. Without either,
+    the FLOPs-only path keeps ``MIN_GPU_STEP_S``."""
     if src.ops is not None:
         return src.ops.host_s
     framework = framework_s(profile)

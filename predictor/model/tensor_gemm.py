@@ -15,8 +15,9 @@ largest) and B200's largest 0.82x too fast. A tensor-core GEMM is priced here fr
   (:data:`MATMUL_CEILING`: the Maximum Achievable Matmul FLOPS of each GPU, a brute-force search over shapes, bf16
   inputs: stas00/ml-engineering ``compute/accelerator/README.md``). A GPU without a published ceiling takes the
   best share of its FP32 peak the kernel model gives its large FP32 GEMMs (:func:`fp32_ceiling`): the same bound
-  measured on the other pipe; against the published ceilings it is within -11 % (H100) to +17 % (B300). TF32 is
-  not priced here (:func:`predictor.model.ops._tensor_dense` says why).
+  measured on the other pipe; against the published ceilings it is within -11 % (H100) to +17 % (B300). TF32
+  GEMMs are not priced here (:func:`predictor.model.ops._tensor_dense` says why); TF32 convolutions are, at the
+  16-bit ceiling on the TF32 peak (:func:`predictor.model.ops.implicit_gemm_time`).
 - **Memory**: never faster than moving the operands and the result once, ``bytes / bandwidth``.
 - **A kernel's fixed cost in a stream** (:data:`RAMP_S`): the prologue that fills the pipeline and the epilogue that
   writes the tile, which a queued kernel pays however small (XLA's smallest dots take 5-6 us on both GPUs). 6 us
@@ -94,7 +95,7 @@ def tensor_gemm_time(
     Args:
         dims: arrays ``b``, ``m``, ``n``, ``k`` (``k`` the contraction).
         gpu: needs ``sms`` and ``memory_bw_gbps``.
-        dense_tflops: the dense tensor-core peak of the inputs' type (bf16 or fp16).
+        dense_tflops: the dense tensor-core peak of the inputs' type (bf16 or fp16; TF32 for an FP32 convolution).
         element_bytes: bytes per element of the operands.
         moved: bytes the kernel really reads and writes, where they are not its GEMM's operands: an implicit-GEMM
             convolution reads its input, not the im2col matrix it multiplies (default: the operands and result).

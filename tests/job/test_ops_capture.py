@@ -245,8 +245,7 @@ def test_a_data_dependent_step_fails_with_the_fix() -> None:
 def test_channels_last_is_recorded_on_the_convolutions_and_what_follows_them(device) -> None:
     """A model and input in channels-last (``.to(memory_format=torch.channels_last)``, as the tutorials do): the
     convolution runs NHWC by PyTorch's rule for cuDNN (its input or weight is), and the batch norm and activation
-    after it receive NHWC activations, as on CUDA, though the meta kernel writes the convolution's output NCHW (the
-    recorder restrides it). A plain model records no layout at all."""
+    after it receive NHWC activations, as on CUDA. A plain model records no layout at all."""
     batch = cnn_batch()
     plain = capture_ops(SmallCNN(), batch, device=device, optimizer=ADAM)
     assert not any((r.params or {}).get("channels_last") for r in plain.ops)
@@ -261,5 +260,5 @@ def test_channels_last_is_recorded_on_the_convolutions_and_what_follows_them(dev
     # the weights alone make a convolution NHWC (PyTorch: input or weight)
     weights_only = capture_ops(SmallCNN().to(memory_format=torch.channels_last), cnn_batch(), device=device,
                                optimizer=ADAM)  # fmt: skip
-    conv = next(r for r in weights_only.ops if r.op == "aten.convolution.default")
-    assert tuple((conv.params or {}).get("channels_last", ())) == (1,)
+    nhwc = {r.op for r in weights_only.ops if r.phase == "forward" and (r.params or {}).get("channels_last")}
+    assert {"aten.convolution.default", "aten._native_batch_norm_legit.default", "aten.relu.default"} <= nhwc

@@ -360,8 +360,9 @@ def test_pooling_is_priced_by_the_reads_its_kernels_make() -> None:
     assert avg.dims["bytes"] == pytest.approx(np.prod(y) * (4 * 4 + 4))
     head = classify(rec("aten._adaptive_avg_pool2d.default", [[8, 2048, 7, 7]], out=[8, 2048, 1, 1]))
     assert head.dims["bytes"] == pytest.approx(4 * (8 * 2048 * 49 + 8 * 2048))
-    # pooling of a tensor this classifier cannot read stays bandwidth-bound memory
-    assert classify(rec("aten.max_pool2d_with_indices.default", [[8, 64, 112]])).cls == "memory"
+    # pooling of an unbatched (3-D) tensor: bandwidth-bound memory, a known operator (not reported as unclassified)
+    flat = classify(rec("aten.max_pool2d_with_indices.default", [[8, 64, 112]]))
+    assert flat.cls == "memory" and not flat.op.endswith("?")
 
 
 def _conv_step(gpu: str, dtype: str, channels_last: bool) -> dict[str, float]:
@@ -419,7 +420,7 @@ def test_a_depthwise_convolution_on_tensor_cores_is_bandwidth_bound() -> None:
 
     a100 = get_gpu("A100-SXM-80GB")
     shape = {"b": 64.0, "cin": 256.0, "cout": 256.0, "kh": 3.0, "kw": 3.0, "h": 56.0, "w": 56.0, "stride": 1.0,
-             "padding": 1.0, "groups": 256.0}  # fmt: skip
+             "padding": 1.0, "groups": 256.0, "oh": 56.0, "ow": 56.0, "transposed": 0.0}  # fmt: skip
     dims = {k: np.array([v]) for k, v in shape.items()}
     moved = 2.0 * (64 * 256 * 56 * 56 + 256 * 9 + 64 * 56 * 56 * 256)
     t = float(implicit_gemm_time(dims, a100, a100.fp16_tflops, 2.0)[0])
@@ -449,6 +450,54 @@ def test_an_nchw_convolutional_table_is_told_what_channels_last_would_save() -> 
         return channels_last_hint(classified, target, get_gpu(gpu), precision, None, "absolute")
 
     said = hint("H100-SXM", "float16", False)
-    assert said is not None and "channels_last" in said and "off the GPU's step" in said
+    assert said is not None and "channels_last" in said and "off the GPU's operator time" in said
     assert hint("H100-SXM", "float16", True) is None
     assert hint("V100-SXM2-16GB", "float32", False) is None
+
+
+def test_a_convolution_s_gemm_takes_its_output_pixels_as_recorded() -> None:
+    """The implicit GEMM's rows are the output's pixels as recorded (strides, dilation, uneven kernels and paddings
+    give them), a grouped convolution is a batch of per-group GEMMs, a one-channel input with groups = 1 is an
+    ordinary convolution (not depthwise), and a transposed convolution keeps the kernel model."""
+    from predictor.catalog.gpus import get_gpu
+    from predictor.model.ops import ops_time
+    from predictor.model.tensor_gemm import tensor_gemm_time
+
+    a100 = get_gpu("A100-SXM-80GB")
+
+    def conv_s(x, w, out, params) -> float:
+        flops = 2.0 * np.prod(out) * (w[1] * w[2] * w[3])
+        r = rec("aten.convolution.default", [x, w], dtype="float16", out=out, flops=flops, params=params)
+        return ops_time(classify_table([r]), a100, "16-mixed", None, "absolute").by_class["conv"]
+
+    def gemm_s(b, m, n, k, moved) -> float:
+        dims = {"b": np.array([b]), "m": np.array([m]), "n": np.array([n]), "k": np.array([k])}
+        return float(tensor_gemm_time(dims, a100, a100.fp16_tflops, element_bytes=2.0, moved=np.array([moved]))[0])
+
+    # a 3x3 with dilation 2 and padding 2 keeps 56 x 56 (the plain formula would say 58 x 58)
+    x, w, y = [32, 64, 56, 56], [64, 64, 3, 3], [32, 64, 56, 56]
+    moved = 2.0 * (np.prod(x) + 64 * 64 * 9 + np.prod(y))
+    dilated = conv_s(x, w, y, {"stride": (1,), "padding": (2,), "dilation": (2,), "groups": (1,)})
+    assert dilated == pytest.approx(gemm_s(1, 32 * 56 * 56, 64, 64 * 9, moved))
+    # stride 2: a quarter of the rows
+    y2 = [32, 64, 28, 28]
+    strided = conv_s(x, w, y2, {"stride": (2,), "padding": (1,), "groups": (1,)})
+    assert strided == pytest.approx(gemm_s(1, 32 * 28 * 28, 64, 64 * 9, 2.0 * (np.prod(x) + 64 * 64 * 9 + np.prod(y2))))
+    # 4 groups: a batch of 4 GEMMs of a quarter of the channels each
+    grouped = conv_s(x, [64, 16, 3, 3], y, {"stride": (1,), "padding": (1,), "groups": (4,)})
+    assert grouped == pytest.approx(gemm_s(4, 32 * 56 * 56, 16, 16 * 9, 2.0 * (np.prod(x) + 64 * 16 * 9 + np.prod(y))))
+    # one input channel, groups = 1 (a grayscale first layer): the GEMM, not the depthwise kernel
+    gray = conv_s([32, 1, 28, 28], [32, 1, 3, 3], [32, 32, 28, 28], {"stride": (1,), "padding": (1,), "groups": (1,)})
+    moved = 2.0 * (32 * 28 * 28 + 32 * 9 + 32 * 32 * 28 * 28)
+    assert gray == pytest.approx(gemm_s(1, 32 * 28 * 28, 32, 9, moved))
+    # a transposed convolution: the kernel model's conv, as before
+    from predictor.model.kernels import load_kernel_model
+
+    t = rec("aten.convolution.default", [[8, 64, 7, 7], [64, 32, 4, 4]], dtype="float16", out=[8, 32, 14, 14],
+            params={"stride": (2,), "padding": (1,), "groups": (1,), "transposed": (1,)})  # fmt: skip
+    c = classify_table([t])[0]
+    learned = load_kernel_model().step_time(
+        "conv", {k: np.array([v]) for k, v in c.dims.items()}, a100, peak_tflops=a100.fp16_tflops, element_bytes=2.0
+    )
+    got = ops_time(classify_table([t]), a100, "16-mixed", None, "absolute").by_class["conv"]
+    assert got == pytest.approx(float(learned[0]) * c.scale)
