@@ -648,19 +648,8 @@ def ops_time(
         eb = float(np.median([c.element_bytes for c in items]))
         if cls == "gemm":
             lat = gemm_step_time(dims, gpu, half, precision, matmul, eb, path)
-        elif cls == "batch_norm":
-            lat = batch_norm_time(dims, gpu, eb, model)
-        elif cls == "conv" and (dense := _convolution_dense(gpu, half, precision)):
-            lat = implicit_gemm_time(dims, gpu, dense, eb)
-            if dims["transposed"].any():  # a transposed convolution: the kernel model, as before (issue #40 left it)
-                learned = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
-                lat = np.where(dims["transposed"] == 1.0, learned, lat)
-        elif cls in ("layout", "pooling"):  # bandwidth-bound at 4 bytes an element (their classifiers)
-            lat = model.step_time("memory", {"bytes": dims["bytes"]}, gpu, element_bytes=4.0)
-            if cls == "layout":  # converted only where the GPU's algorithm wants the other layout
-                lat = lat * (dims["nhwc"] != float(tensor_core_convolution(gpu, half)))
         else:
-            lat = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
+            lat = _class_step_time(cls, dims, gpu, half, precision, eb, peak, model)
         if cls == "gemm":
             lat = _fused_attention(items, dims, lat, gpu, half, precision, attention, peak, model, eb)
         scale = np.array([c.scale for c in items])
@@ -682,6 +671,33 @@ def ops_time(
         unknown_dtypes(classified),
         dict(by_phase),
     )
+
+
+def _class_step_time(
+    cls: str,
+    dims: Mapping[str, np.ndarray],
+    gpu: GPU,
+    half: bool,
+    precision: str,
+    eb: float,
+    peak: float | None,
+    model: Any,
+) -> np.ndarray:
+    """In-stream seconds of the calls of one class other than GEMMs (:func:`ops_time`'s per-class pricing)."""
+    if cls == "batch_norm":
+        return batch_norm_time(dims, gpu, eb, model)
+    if cls == "conv" and (dense := _convolution_dense(gpu, half, precision)):
+        lat = implicit_gemm_time(dims, gpu, dense, eb)
+        if dims["transposed"].any():  # a transposed convolution: the kernel model, as before (issue #40 left it)
+            learned = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
+            lat = np.where(dims["transposed"] == 1.0, learned, lat)
+        return lat
+    if cls in ("layout", "pooling"):  # bandwidth-bound at 4 bytes an element (their classifiers)
+        lat = model.step_time("memory", {"bytes": dims["bytes"]}, gpu, element_bytes=4.0)
+        if cls == "layout":  # converted only where the GPU's algorithm wants the other layout
+            lat = lat * (dims["nhwc"] != float(tensor_core_convolution(gpu, half)))
+        return lat
+    return model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
 
 
 def _fused_attention(
