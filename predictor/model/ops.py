@@ -915,8 +915,7 @@ def ops_compute(
         notes.append(f"operator table not used on {dst.key}: {exc}")
         return None
     _table_notes(profile, table, target, dst, notes)
-    attention = profile_attention(profile)
-    if (hint := channels_last_hint(prepared.classified, target, dst, precision, matmul, path, attention)) is not None:
+    if (hint := channels_last_hint(prepared.classified, target, dst, precision, matmul, path)) is not None:
         notes.append(hint)
     share = target.by_class.get("gemm", 0.0) + target.by_class.get("conv", 0.0)
     share /= max(target.seconds, 1e-12)
@@ -959,23 +958,18 @@ CHANNELS_LAST_HINT_SHARE = 0.05
 
 
 def channels_last_hint(
-    classified: Sequence[Classified],
-    target: OpsTime,
-    dst: GPU,
-    precision: str,
-    matmul: str | None,
-    path: str,
-    attention: str = "fa2",
+    classified: Sequence[Classified], target: OpsTime, dst: GPU, precision: str, matmul: str | None, path: str
 ) -> str | None:
     """What channels-last activations would save on ``dst``, where the table's convolutions run NCHW on tensor cores
-    (cuDNN's layout conversions and NCHW batch norm priced): the same table re-priced with every 4-D layout NHWC, as
-    ``model.to(memory_format=torch.channels_last)`` and channels-last inputs make it; None when it saves under
-    :data:`CHANNELS_LAST_HINT_SHARE` or does not apply."""
+    (cuDNN's layout conversions and NCHW batch norm priced): the calls whose price depends on the layout (the
+    conversions, batch norm) re-priced NHWC, as ``model.to(memory_format=torch.channels_last)`` and channels-last
+    inputs make them; None when it saves under :data:`CHANNELS_LAST_HINT_SHARE` or does not apply."""
     nchw = [c for c in classified if c.cls == "layout" and not c.dims["nhwc"]]
     if not nchw or not tensor_core_convolution(dst, nchw[0].half) or target.seconds <= 0:
         return None
-    flipped = [replace(c, dims={**c.dims, "nhwc": 1.0}) if "nhwc" in c.dims else c for c in classified]
-    saved = 1.0 - ops_time(flipped, dst, precision, matmul, path, attention).seconds / target.seconds
+    flipped = [replace(c, dims={**c.dims, "nhwc": 1.0}) for c in classified if "nhwc" in c.dims]
+    before = sum(target.by_class.get(cls, 0.0) for cls in {c.cls for c in flipped})
+    saved = (before - ops_time(flipped, dst, precision, matmul, path).seconds) / target.seconds
     if saved < CHANNELS_LAST_HINT_SHARE:
         return None
     norm = " and batch norm runs its NCHW kernels" if any(c.cls == "batch_norm" for c in classified) else ""
