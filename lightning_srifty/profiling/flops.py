@@ -7,13 +7,54 @@ forward, from there to ``on_after_backward`` the backward. That step runs slower
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
+
+# convolution_backward's arguments in schema order (grad_output, input, weight, bias_sizes, stride, padding,
+# dilation, transposed, output_padding, groups, output_mask)
+_CONV_BACKWARD_ARGS = ("grad_output", "input", "weight", "bias_sizes", "stride", "padding", "dilation", "transposed",
+                       "output_padding", "groups", "output_mask")  # fmt: skip
+
+
+def _grouped_convolution_backward(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    """torch's ``convolution_backward`` FLOPs with the weight gradient divided by ``groups``: torch's formula
+    (``torch.utils.flop_counter.conv_backward_flop``, torch 2.13) ignores groups there, so a depthwise convolution's
+    weight gradient came out ``groups`` times its real work (960x for MobileNetV2's last blocks; the input gradient
+    is right, its weight shape carries the groups)."""
+    import torch
+    from torch.utils.flop_counter import flop_registry
+
+    formula = flop_registry[torch.ops.aten.convolution_backward]
+    flops = int(formula(*args, out_val=out_val, **kwargs))
+    bound = dict(zip(_CONV_BACKWARD_ARGS, args, strict=False)) | kwargs
+    groups, mask = int(bound.get("groups") or 1), list(bound.get("output_mask") or (True, True, True))
+    if groups > 1 and len(mask) > 1 and mask[1]:
+        only_weight = {**bound, "output_mask": [False, True, False]}
+        weight = int(formula(*(only_weight[name] for name in _CONV_BACKWARD_ARGS), out_val=out_val))
+        flops -= weight - weight // groups
+    return flops
+
+
+_grouped_convolution_backward._get_raw = True  # type: ignore[attr-defined]  # given the tensors, as torch's registry
+
+
+def flop_formulas() -> dict[Any, Callable[..., int]]:
+    """The formulas this package counts with over torch's registry: every attention operator's
+    (:func:`lightning_srifty.profiling.attention.flop_formulas`) and grouped convolutions' backward."""
+    import torch
+
+    from lightning_srifty.profiling.attention import flop_formulas as attention_formulas
+
+    return {**attention_formulas(), torch.ops.aten.convolution_backward: _grouped_convolution_backward}
 
 
 class StepFlopCounter:
     """Counts forward and backward FLOPs of one step; ``reason`` says why not when counting fails."""
 
-    method = "torch.utils.flop_counter.FlopCounterMode on one training step (attention: lightning_srifty's formulas)"
+    method = (
+        "torch.utils.flop_counter.FlopCounterMode on one training step (attention and grouped convolutions' "
+        "backward: lightning_srifty's formulas)"
+    )
 
     def __init__(self) -> None:
         self.forward: int | None = None
@@ -52,9 +93,8 @@ class StepFlopCounter:
         try:
             from torch.utils.flop_counter import FlopCounterMode
 
-            from lightning_srifty.profiling.attention import flop_formulas
-
-            # the operator table's attention formulas (every SDPA kernel, the CPU's included; causal masks)
+            # the operator table's formulas (every SDPA kernel, the CPU's included; causal masks; grouped
+            # convolutions' weight gradient)
             mode = FlopCounterMode(display=False, custom_mapping=flop_formulas())
             mode.__enter__()
         except Exception as exc:  # noqa: BLE001 - FLOPs are optional: record why

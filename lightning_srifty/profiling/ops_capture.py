@@ -3,11 +3,12 @@
 :class:`OpRecorder` is a ``TorchDispatchMode``: it sees every ATen call below autograd and autocast, i.e. the
 operators that launch kernels, with the dtypes autocast chose and the backward that autograd runs. Each call is
 recorded with its input and output shapes and dtypes, its FLOPs from torch's flop-counter registry (the formulas
-``FlopCounterMode`` uses; 0 where there is none) with this package's attention formulas over it (:mod:`.attention`:
-every SDPA kernel, causal masks), the bytes it reads and writes, and for convolutions, pooling and attention the
-non-tensor arguments that shape the kernel; the CPU's attention kernel is recorded as the one CUDA would run. Calls
-are aggregated by signature, so a step of a large transformer gives a few hundred records. Operators that launch no
-kernel (views, aliases, ``detach``, allocation) are left out and counted in ``skipped``; nothing is dropped silently.
+``FlopCounterMode`` uses; 0 where there is none) with this package's formulas over it (:mod:`.attention`: every SDPA
+kernel, causal masks; :mod:`.flops`: grouped convolutions' weight gradient), the bytes it reads and writes, and for
+convolutions, pooling and attention the non-tensor arguments that shape the kernel; the CPU's attention kernel is
+recorded as the one CUDA would run. Calls are aggregated by signature, so a step of a large transformer gives a few
+hundred records. Operators that launch no kernel (views, aliases, ``detach``, allocation) are left out and counted in
+``skipped``; nothing is dropped silently.
 
 :func:`lightning_srifty.profiling.capture.capture_ops` runs one whole step of a model under it without a GPU;
 ``SriftyCallback`` records one real warm-up step with it.
@@ -26,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from lightning_srifty.profiling import attention
+from lightning_srifty.profiling.flops import flop_formulas
 from predictor.documents.profile import OpRecord, OpTable
 
 # Shape the kernel without being tensors: kept in ``params`` (convolutions, pooling).
@@ -174,7 +176,7 @@ class OpRecorder(TorchDispatchMode):
         from torch.utils.flop_counter import flop_registry
 
         self.phase = phase
-        self.flop_registry = {**flop_registry, **attention.flop_formulas()}
+        self.flop_registry = {**flop_registry, **flop_formulas()}
         self.cuda_attention = cuda_attention  # record the CPU's SDPA kernel as the one CUDA would run
         self.attention_kernels: Counter[str] = Counter()
         self.records: dict[tuple[Any, ...], list[Any]] = {}

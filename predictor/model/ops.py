@@ -550,6 +550,13 @@ def _conv(backward: bool, shapes: list[list[int]], rec: OpRecord, half: bool, eb
         nhwc = 1.0 if (rec.params or {}).get("channels_last") else 0.0
         layout = Classified("layout", {"bytes": moved, "nhwc": nhwc}, scale, half, eb, rec.op)
         return Classified("conv", dims, scale, half, eb, rec.op, (layout,))
+    mask = params.get("output_mask")
+    if groups > 1 and mask:
+        # the input and the weight gradient take the forward's FLOPs each; the recorded FLOPs are not used: torch's
+        # formula counted a grouped weight gradient ``groups`` times over until the capture corrected it (tables
+        # recorded before 2026-11-29 carry 960x for MobileNetV2's last depthwise blocks)
+        scale *= float(sum(1 for m in mask[:2] if m)) or 2.0
+        return Classified("conv", dims, scale, half, eb, rec.op)
     forward_flops = 2 * n * cout * max(oh, 1) * max(ow, 1) * (cin // max(1, groups)) * kh * kw
     scale *= rec.flops / forward_flops if rec.flops > 0 and forward_flops > 0 else 2.0
     return Classified("conv", dims, scale, half, eb, rec.op)

@@ -262,3 +262,34 @@ def test_channels_last_is_recorded_on_the_convolutions_and_what_follows_them(dev
                                optimizer=ADAM)  # fmt: skip
     nhwc = {r.op for r in weights_only.ops if r.phase == "forward" and (r.params or {}).get("channels_last")}
     assert {"aten.convolution.default", "aten._native_batch_norm_legit.default", "aten.relu.default"} <= nhwc
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_a_grouped_convolution_s_backward_is_twice_its_forward(device) -> None:
+    """torch's formula counts a grouped convolution's weight gradient ``groups`` times over (MobileNet's depthwise
+    blocks came out 960x); the table and the step's FLOPs count the input and the weight gradient at the forward's
+    FLOPs each, as for a dense convolution."""
+
+    class Depthwise(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dw = nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False)
+            self.dense = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.dense(self.dw(x)).square().mean()
+
+    x = torch.randn(2, 16, 8, 8, requires_grad=False)
+    table = capture_ops(Depthwise(), x, device=device, optimizer=ADAM)
+    by_groups: dict[tuple[str, int], float] = {}
+    for r in table.ops:
+        if "convolution" in r.op:
+            by_groups[(r.phase, (r.params or {}).get("groups", [1])[0])] = r.flops
+    forward_dw = 2 * 2 * 16 * 8 * 8 * 1 * 9
+    assert by_groups[("forward", 16)] == forward_dw and by_groups[("forward", 1)] == 16 * forward_dw
+    # the input is not a leaf that needs a gradient: the first convolution's backward is its weight gradient alone
+    assert by_groups[("backward", 16)] == forward_dw
+    assert by_groups[("backward", 1)] == 2 * 16 * forward_dw
+    with FlopCounterMode(display=False) as torch_count:
+        Depthwise()(x).backward()
+    assert torch_count.get_total_flops() > table.total_flops  # torch's own registry still overcounts

@@ -56,6 +56,21 @@ def test_convolution_backward_is_the_forward_scaled_by_its_flops() -> None:
     assert bwd.cls == "conv" and bwd.dims == fwd.dims and bwd.scale == pytest.approx(2.0)
 
 
+def test_a_grouped_convolution_s_backward_takes_its_gradients_not_the_recorded_flops() -> None:
+    """Tables recorded before the capture corrected torch's formula carry a depthwise weight gradient ``groups``
+    times over: the backward is priced as one forward per gradient the record's output mask asks for."""
+    params = {"stride": [1, 1], "padding": [1, 1], "groups": [96], "transposed": [0], "output_mask": [1, 1, 0]}
+    shapes = [[12, 96, 14, 14], [12, 96, 14, 14], [96, 1, 3, 3]]
+    forward = 2 * 12 * 96 * 14 * 14 * 9
+    overcounted = forward + 96 * forward  # torch 2.13's count: the input gradient right, the weight's x groups
+    bwd = classify(rec("aten.convolution_backward.default", shapes, phase="backward", flops=overcounted, params=params))
+    assert bwd.cls == "conv" and bwd.dims["groups"] == 96 and bwd.scale == pytest.approx(2.0)
+    weight_only = {**params, "output_mask": [0, 1, 0]}
+    bwd = classify(rec("aten.convolution_backward.default", shapes, phase="backward", flops=96 * forward,
+                       params=weight_only))  # fmt: skip
+    assert bwd.scale == pytest.approx(1.0)
+
+
 def test_attention_is_two_batched_matmuls_and_a_softmax_on_chip() -> None:
     q = [2, 12, 384, 64]
     flops = 2 * 2 * 24 * 384 * 384 * 64
