@@ -264,7 +264,7 @@ def test_a_host_bound_step_scales_only_its_gpu_time_and_the_host_floor_holds(roo
 
 def test_a_step_its_gpu_time_cannot_explain_is_the_host_s(roofline, catalog) -> None:
     """Far above the floor but over GPU_EXPLAINS_AT_MOST times the model's GPU time (an old PyTorch, a slow CPU: the
-    published A100 steps of 2021 ran 70 us a kernel): the step is the host's, so a slower GPU is not predicted
+    published A100 steps of 2021 took 63 us a kernel): the step is the host's, so a slower GPU is not predicted
     slower by the ratio of the operator sums (it was: a ResNet-18 measured at 16 ms on an A100 came out at 133 ms on
     a TITAN V, measured 16.5), and the measured step floors every GPU; below that multiple the step is scaled."""
     from predictor.model.ops import GPU_EXPLAINS_AT_MOST, HOST_S_PER_KERNEL, LIGHTNING_STEP_S
