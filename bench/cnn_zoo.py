@@ -1,4 +1,4 @@
-"""Thirty torchvision CNNs on six GPUs, none of them fitted on: the operator path's held-out check for vision beyond
+"""Thirty-two torchvision CNNs on six GPUs, none of them fitted on: the operator path's held-out check for vision beyond
 ResNet-50 (issue #40's ResNet-18 / VGG / EfficientNet-class captures).
 
     python bench/cnn_zoo.py            # capture (cached in bench/results/tables), score both paths, plot
@@ -284,6 +284,33 @@ def summarise(cases: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def host_bound_steps() -> list[str]:
+    """The measured steps the model takes as the host's, per GPU (its time per kernel of the table), and the steps
+    over ``GPU_EXPLAINS_AT_MOST`` times the model's GPU time that are not (over ``HOST_S_PER_KERNEL_MAX``)."""
+    import ops_validation
+
+    from predictor.model import kernels, ops
+
+    per_gpu: dict[str, list[float]] = defaultdict(list)
+    refused = []
+    for r in rows():
+        excluded = tuple(sorted(CHIP.get(r["gpu"], ())))
+        kernels.load_kernel_model = lambda e=excluded: ops_validation.kernel_model(e, str(KERNEL_DATA))
+        prof = profile(r["model"], PRECISION[r["precision"]], r)
+        classified = ops.classify_table(prof.ops.ops)
+        gpu = ops.ops_time(classified, catalog().gpus.get(r["gpu"]), prof.model.precision, "high", "absolute").seconds
+        step, count = float(r["step_ms"]) * 1e-3, ops.kernel_count(classified)
+        if step > ops.GPU_EXPLAINS_AT_MOST * gpu:
+            if step / count <= ops.HOST_S_PER_KERNEL_MAX:
+                per_gpu[r["gpu"]].append(step / count * 1e6)
+            else:
+                refused.append(f"{r['model']} {r['precision']} on {r['gpu']} ({step / gpu:.2f}x, "
+                               f"{step / count * 1e6:.0f} us a kernel)")  # fmt: skip
+    lines = [f"host-bound by GPU_EXPLAINS_AT_MOST on {g}: {len(v)} steps, {statistics.median(v):.0f} us a kernel "
+             f"(median; {min(v):.0f}-{max(v):.0f})" for g, v in sorted(per_gpu.items())]  # fmt: skip
+    return [*lines, f"over the multiple but not a host's time a kernel: {', '.join(refused) or 'none'}"]
+
+
 def plot(cases: list[dict[str, Any]], png: Path) -> None:
     import matplotlib
 
@@ -323,20 +350,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", help="only these architectures (default: all in the data)")
     parser.add_argument("--no-plot", action="store_true")
-    parser.add_argument("--gpu-explains", type=float, help="a sensitivity check: ops.GPU_EXPLAINS_AT_MOST set to this "
-                        "(nothing written; the shipped value is what is scored otherwise)")  # fmt: skip
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a sensitivity check: a constant of predictor/model/ops.py set to VALUE (nothing "
+                        "written; what ships is scored otherwise), e.g. GPU_EXPLAINS_AT_MOST=3")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.gpu_explains:
+    if args.set:
         from predictor.model import ops
 
-        ops.GPU_EXPLAINS_AT_MOST = args.gpu_explains
-        result = score(set(args.models) if args.models else None)
-        ratio = [c for c in result["cases"] if c["path"] == "ratio"]
-        print(f"GPU_EXPLAINS_AT_MOST {args.gpu_explains:g}: ratio path MAPE "
-              f"{100 * statistics.mean(ape(c) for c in ratio):.1f} % over {len(ratio)} cases")  # fmt: skip
+        for item in args.set:
+            name, _, value = item.partition("=")
+            if not hasattr(ops, name):
+                parser.error(f"--set {item}: predictor/model/ops.py has no constant {name}")
+            setattr(ops, name, float(value))
+        ratio = [c for c in score(set(args.models) if args.models else None)["cases"] if c["path"] == "ratio"]
+        print(f"{', '.join(args.set)}: ratio path MAPE {100 * statistics.mean(ape(c) for c in ratio):.1f} % over "
+              f"{len(ratio)} cases")  # fmt: skip
         return 0
     result = score(set(args.models) if args.models else None)
-    lines = summarise(result["cases"])
+    lines = summarise(result["cases"]) + ([] if args.models else host_bound_steps())
     print("\n".join(lines))
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result | {"summary": lines}, indent=1))

@@ -17,21 +17,28 @@ _CONV_BACKWARD_ARGS = ("grad_output", "input", "weight", "bias_sizes", "stride",
 
 
 def _grouped_convolution_backward(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
-    """torch's ``convolution_backward`` FLOPs with the weight gradient divided by ``groups``: torch's formula
-    (``torch.utils.flop_counter.conv_backward_flop``, torch 2.13) ignores groups there, so a depthwise convolution's
-    weight gradient came out ``groups`` times its real work (960x for MobileNetV2's last blocks; the input gradient
-    is right, its weight shape carries the groups)."""
+    """torch's ``convolution_backward`` FLOPs with the weight gradient counted from the weight's own shape: torch's
+    formula (``torch.utils.flop_counter.conv_backward_flop``, torch 2.13) ignores groups there, so a depthwise
+    convolution's weight gradient came out ``groups`` times its real work (960x for MobileNetV2's last blocks; the
+    input gradient is right, its weight shape carries the groups). The weight gradient takes the forward's FLOPs:
+    2 x batch x the weight's elements (``groups`` already divided out) x the pixels each weight element meets (the
+    output's, the input's for a transposed convolution); torch's weight term is replaced by it, so a torch that
+    counts groups itself is not corrected twice. Autograd calls it with positional arguments (the schema's order)."""
+    import math
+
     import torch
     from torch.utils.flop_counter import flop_registry
 
     formula = flop_registry[torch.ops.aten.convolution_backward]
     flops = int(formula(*args, out_val=out_val, **kwargs))
-    bound = dict(zip(_CONV_BACKWARD_ARGS, args, strict=False)) | kwargs
+    bound = dict(zip(_CONV_BACKWARD_ARGS, args, strict=False))
     groups, mask = int(bound.get("groups") or 1), list(bound.get("output_mask") or (True, True, True))
-    if groups > 1 and len(mask) > 1 and mask[1]:
-        only_weight = {**bound, "output_mask": [False, True, False]}
-        weight = int(formula(*(only_weight[name] for name in _CONV_BACKWARD_ARGS), out_val=out_val))
-        flops -= weight - weight // groups
+    if groups > 1 and len(mask) > 1 and mask[1] and len(args) == len(_CONV_BACKWARD_ARGS):
+        weight_only = [*args[:-1], [False, True, False]]
+        torch_weight = int(formula(*weight_only, out_val=out_val))
+        grad_output, x, w = bound["grad_output"], bound["input"], bound["weight"]
+        pixels = math.prod((x if bound["transposed"] else grad_output).shape[2:])
+        flops += 2 * x.shape[0] * w.numel() * pixels - torch_weight
     return flops
 
 

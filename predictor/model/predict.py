@@ -33,6 +33,7 @@ from predictor.model.fleets import (
     applies,
     bases,
     combine,
+    recompute_share,
 )
 from predictor.model.layout import DDP, Layout, parse
 from predictor.model.memory import activations_known, estimate_memory
@@ -167,17 +168,16 @@ def predict(
     dp_loss = float(many.dp_loss_s[0])
     assumptions = _assumptions(profile, fleet, layout, row_bases, split_note, dp_loss, step)
     extrapolation = _extrapolation(fleet, row_bases, src.world)
-    lo, hi = float(many.iteration_time_lo_s[0]), float(many.iteration_time_hi_s[0])
     allreduce, exposed = float(many.allreduce_s[0]), float(many.exposed_comm_s[0])
     limiting = _limiting(fleet, row_bases, allreduce)
-    slowest = groups[int(many.slowest_group[0])]
+    recompute = 1.0 + recompute_share(profile, src) if layout.activation_checkpointing else 1.0
     return Prediction(
         fleet=str(fleet),
         iteration_time_s=step,
         throughput_samples_s=float(many.throughput_samples_s[0]),
-        interval={"iteration_time_s": (lo, hi), "throughput_samples_s": (global_batch / hi, global_batch / lo)},
+        interval=_interval(many, global_batch),
         breakdown=_breakdown(many),
-        bottleneck=_bottleneck(groups, slowest, exposed, step, limiting, row_bases[int(many.slowest_group[0])]),
+        bottleneck=_bottleneck(groups, int(many.slowest_group[0]), exposed, step, limiting, row_bases, recompute),
         fits_memory=bool(many.fits_memory[0]),
         groups=tuple(groups),
         global_batch=global_batch,
@@ -190,6 +190,12 @@ def predict(
         layout=_layout_name(fleet, layout),
         memory_known=activations_known(profile),
     )
+
+
+def _interval(many: Any, global_batch: float) -> dict[str, tuple[float, float]]:
+    """The one row's 80 % interval, of the step and of the throughput it gives."""
+    lo, hi = float(many.iteration_time_lo_s[0]), float(many.iteration_time_hi_s[0])
+    return {"iteration_time_s": (lo, hi), "throughput_samples_s": (global_batch / hi, global_batch / lo)}
 
 
 def _breakdown(many: Any) -> dict[str, float]:
@@ -380,16 +386,19 @@ def _limiting(fleet: Fleet, row_bases: list[TypeBasis], allreduce: float) -> str
 
 def _bottleneck(
     groups: list[GroupPrediction],
-    slowest: GroupPrediction,
+    index: int,
     exposed: float,
     step: float,
     limiting: str,
-    basis: TypeBasis,
+    bases: list[TypeBasis],
+    recompute: float = 1.0,
 ) -> str:
-    """The one thing that limits the step, in words; ``basis``: the slowest group's (its compute-bound share, and
-    whether its micro-step is the host's floor, Lightning's step and the kernel launches, not its GPU work)."""
+    """The one thing that limits the step, in words, from the slowest group (``groups[index]``) and its basis (its
+    compute-bound share, and whether its micro-step is the host's floor, Lightning's step and the kernel launches,
+    not its GPU work, which activation checkpointing's ``recompute`` factor lengthens, as the step's own time does)."""
+    slowest, basis = groups[index], bases[index]
     compute_share = basis.compute_share
-    host_bound = basis.step_floor_s >= basis.per_sample_s * slowest.micro_batch
+    host_bound = basis.step_floor_s >= basis.per_sample_s * recompute * slowest.micro_batch
     fastest = min(g.compute_s + g.input_s for g in groups)
     if len(groups) > 1 and slowest.compute_s + slowest.input_s > 1.15 * fastest:
         return f"straggler group ({slowest.instance_type})"

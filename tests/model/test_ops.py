@@ -281,6 +281,32 @@ def test_a_step_its_gpu_time_cannot_explain_is_the_host_s(roofline, catalog) -> 
     assert scaled.breakdown["compute_s"] < 0.15
 
 
+def test_the_host_rule_refuses_what_no_host_takes_and_gives_back_its_own_step(roofline, catalog) -> None:
+    """Over HOST_S_PER_KERNEL_MAX a kernel the step is a GPU the model prices too fast, not a host (the review's
+    ResNeXt-101 FP16 on a TITAN RTX, 166 us a kernel); a multi-GPU step is not put to the test (its data-parallel
+    costs are not in the one-GPU sum); and a host-bound step with an optimizer, predicted on its own GPU, is the step
+    measured (the floor leaves the optimizer out: it is added once per optimizer step on top)."""
+    from predictor.model.ops import HOST_S_PER_KERNEL_MAX
+
+    too_slow = _small_kernels_profile("A100-SXM-40GB", 4000 * 1.2 * HOST_S_PER_KERNEL_MAX)  # 2,000 x 2 kernels
+    on_v100 = predict(too_slow, "p3.2xlarge:1", catalog=catalog, scaling="weak")
+    assert not any("host-bound" in a for a in on_v100.assumptions)
+    data = too_slow.to_dict() | {"hardware": {"gpu": "A100-SXM-40GB", "devices": 2, "nodes": 1}}
+    data["timing"] = {"step_time_s": {"p50": 0.3}}
+    two = predict(load_profile(data), "p4d.24xlarge:2", catalog=catalog, scaling="weak")
+    assert not any("held-out error allows" in a for a in two.assumptions)
+
+    data = _small_kernels_profile("A100-SXM-40GB", 0.3).to_dict()
+    foreach = {"op": "aten._foreach_add_.List", "phase": "optimizer", "count": 1, "flops": 0.0,
+               "dtypes": ["float32"], "shapes": [[4096, 4096]], "bytes_read": 2 * 4096 * 4096 * 4,
+               "bytes_written": 4096 * 4096 * 4}  # fmt: skip
+    data["ops"]["ops"].append(foreach)
+    with_optimizer = load_profile(data)
+    same = predict(with_optimizer, "p4d.24xlarge:1", catalog=catalog, scaling="weak")
+    assert any("held-out error allows" in a for a in same.assumptions)
+    assert same.breakdown["compute_s"] == pytest.approx(0.3, rel=1e-9)  # its data-parallel losses on 8 GPUs apart
+
+
 def test_the_host_floor_is_the_measured_median_of_the_h100_batch_one_steps() -> None:
     """HOST_S_PER_KERNEL is what bench/host_floor.py fits on the archived H100 profiles, Lightning's own time per step
     (LIGHTNING_STEP_S, measured apart: bench/lightning_overhead.py) taken out (not a judgement)."""
@@ -534,3 +560,25 @@ def test_a_convolution_s_gemm_takes_its_output_pixels_as_recorded() -> None:
     )
     got = ops_time(classify_table([t]), a100, "16-mixed", None, "absolute").by_class["conv"]
     assert got == pytest.approx(float(learned[0]) * c.scale)
+
+
+def test_the_host_is_the_bottleneck_only_where_the_floor_binds_with_recompute(roofline, catalog, monkeypatch) -> None:
+    """Activation checkpointing lengthens the GPU's micro-step by its recompute: a floor between the step's GPU time
+    without it and with it binds the plain layout (the host is the bottleneck) but not the checkpointed one."""
+    from predictor.model import fleets, ops
+
+    profile = _profile_with_ops(None, 0.0)  # a capture: the GPU time is the operator model's
+    model = {
+        **profile.to_dict()["model"],
+        "structure": {"blocks": 10, "block": "Block", "block_parameters": 2_555_704, "saved_bytes_per_sample": 1e6},
+    }
+    profile = load_profile(profile.to_dict() | {"model": model})
+    plain = predict(profile, "p3.2xlarge:1", catalog=catalog, scaling="weak")
+    gpu = plain.breakdown["compute_s"]
+    monkeypatch.setattr(ops, "LIGHTNING_STEP_S", 1.15 * gpu)  # the floor above the plain step's GPU time
+    fleets._bases.cache_clear()  # the per-type quantities were computed with the shipped floor
+    plain = predict(profile, "p3.2xlarge:1", catalog=catalog, scaling="weak")
+    assert plain.bottleneck.startswith("the host")
+    checkpointed = predict(profile, "p3.2xlarge:1", catalog=catalog, scaling="weak", layout="ddp+ac")
+    assert checkpointed.breakdown["compute_s"] > plain.breakdown["compute_s"]  # the recompute is over the floor
+    assert not checkpointed.bottleneck.startswith("the host")
