@@ -39,7 +39,7 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         aws_endpoint=args.aws_endpoint,
         max_life_h=args.max_life_h,
         max_instances=args.max_instances,
-        max_hourly_usd=args.max_hourly,
+        max_hourly_usd=args.max_hourly_usd,
         allow_wide_ssh=args.allow_wide_ssh,
         ssm_session=args.ssm_session,
         secret_env=tuple(args.secret_env or ()),
@@ -258,6 +258,7 @@ def _limit_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-hourly",
         type=positive,
+        dest="max_hourly_usd",  # the option's own name: a refusal of it names this flag
         metavar="USD",
         help="refuse a fleet that costs more per hour at catalog prices (default: the plan's max_hourly_usd, if any)",
     )

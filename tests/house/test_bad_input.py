@@ -201,8 +201,8 @@ EXAMPLE_PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan
         (["--resume-from", "not-s3://x"], "--resume-from", "'not-s3://x'", "s3://bucket/"),
         (["--resume-from", "s3://Bad_Bucket/ckpt"], "--resume-from", "'s3://Bad_Bucket/ckpt'", "valid bucket name"),
         (["--resume-from", "s3://ckpts/a\nb"], "--resume-from", "'s3://ckpts/a\\nb'", "printable"),
-        (["--root-volume-gb", "-5"], "--root-volume-gb", "-5", "between 30 and 16384"),
-        (["--root-volume-gb", "100000"], "--root-volume-gb", "100000", "between 30 and 16384"),
+        (["--root-volume-gb", "-5"], "--root-volume-gb", "-5", ">= 30 and <= 16384"),
+        (["--root-volume-gb", "100000"], "--root-volume-gb", "100000", ">= 30 and <= 16384"),
     ],
 )
 def test_terraform_options_that_reach_the_instances(tmp_path, capsys, monkeypatch, flags, field, shown, fix) -> None:

@@ -29,12 +29,14 @@ def _owners() -> dict[str, type]:
     from lightning_srifty.migrate.triggers import MigrationTriggers
     from lightning_srifty.profiling.callback import SriftyCallback
     from lightning_srifty.provision.launcher.launch import LauncherSettings
+    from lightning_srifty.provision.terraform.generate import Options
 
     return {
         "SriftyCallback": SriftyCallback,
         "SpotPreemption": SpotPreemption,
         "MigrationTriggers": MigrationTriggers,
         "LauncherSettings": LauncherSettings,
+        "Options": Options,
     }
 
 
@@ -49,6 +51,8 @@ CASES = [
     *(("LauncherSettings", name) for name in (
         "choice", "max_migrations", "max_local_processes", "simulate_notice_after", "poll_s", "heartbeat_s",
         "heartbeat_max_age_s", "max_life_h", "start_timeout_s", "spot_policy", "spot_check_s")),
+    *(("Options", name) for name in (
+        "mode", "root_volume_gb", "max_life_h", "max_instances", "max_hourly_usd", "max_code_mb", "aws_max_retries")),
 ]  # fmt: skip
 
 
@@ -99,3 +103,30 @@ def test_srifty_launch_names_the_flag(name, plan, tmp_path, capsys) -> None:
         code = refused_by_argparse.code
     said = capsys.readouterr().err
     assert code == 2 and FLAGS[name] in said and f"'{name}'" not in said, said
+
+
+TERRAFORM_FLAGS = {"mode": "--mode", "root_volume_gb": "--root-volume-gb", "max_life_h": "--max-life-h",
+                   "max_instances": "--max-instances", "max_hourly_usd": "--max-hourly",
+                   "max_code_mb": "--max-code-mb"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(TERRAFORM_FLAGS))
+def test_srifty_terraform_names_the_flag(name, tmp_path, capsys, monkeypatch) -> None:
+    """The Terraform options' declarations refuse through the error's parts: srifty terraform names its flag, never
+    the parameter, and writes nothing (aws_max_retries has no flag: the module's variable)."""
+    from _support import ROOT
+    from lightning_srifty.cli import main
+    from lightning_srifty.provision.terraform.generate import Options
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    plan = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
+    value = _bad(Options.SETTINGS[name])
+    argv = ["terraform", "--plan", str(plan), "--out", str(tmp_path / "infra"), f"{TERRAFORM_FLAGS[name]}={value}"]
+    try:
+        code = main(argv)
+    except SystemExit as refused_by_argparse:
+        code = refused_by_argparse.code
+    said = capsys.readouterr().err
+    assert code == 2 and TERRAFORM_FLAGS[name] in said and f"'{name}'" not in said, said
+    assert not (tmp_path / "infra").exists()

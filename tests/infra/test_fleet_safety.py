@@ -391,8 +391,9 @@ def test_the_guards_default_to_the_plans_constraints_and_can_be_tightened(catalo
     assert info.value.value == pytest.approx(usd)
     ok = tfvars(plan, choice, dataclasses.replace(options, max_hourly_usd=usd + 1, max_life_h=2.5), catalog)
     assert ok["limits"]["max_hourly_usd"] == usd + 1 and ok["max_life_h"] == 2.5
-    with pytest.raises(ConfigError, match="--max-life-h must be between"):
-        tfvars(plan, choice, dataclasses.replace(options, max_life_h=0.0), catalog)
+    with pytest.raises(ConfigError, match=r"'max_life_h' parameter .* a number >= 0.25 and <= 720") as info:
+        dataclasses.replace(options, max_life_h=0.0)  # refused when the options are made
+    assert info.value.parameter == "max_life_h"
 
 
 def test_cli_guards_and_life_cap(tmp_path, capsys) -> None:

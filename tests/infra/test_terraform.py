@@ -89,7 +89,7 @@ def test_generate_is_idempotent_and_refuses_foreign_folders(tmp_path, catalog) -
         ({"name": "Bad_Name"}, "lower-case letters"),
         ({"ssh_cidr": ("0.0.0.0/0",)}, "every IPv4 address"),
         ({"vpc_id": "vpc-1"}, "both --vpc-id and --subnet-ids"),
-        ({"mode": "spot"}, "asg or fleet"),
+        ({"mode": "spot"}, "one of {'asg', 'fleet'}"),
     ],
 )
 def test_bad_options_are_refused(change, message, catalog) -> None:

@@ -129,19 +129,6 @@ def check_resume_from(uri: str) -> str:
     return uri
 
 
-def check_root_volume_gb(size: object) -> int:
-    """``size`` when it is a whole number of GiB within the module's bounds."""
-    low, high = ROOT_VOLUME_GB
-    if isinstance(size, bool) or not isinstance(size, int) or not low <= size <= high:
-        raise refused(
-            "--root-volume-gb",
-            f"a whole number of GiB between {low} and {high}",
-            size,
-            "The default, 200, holds the Deep Learning AMI (75 GiB) and a training environment.",
-        )
-    return size
-
-
 def check_bucket_name(name: str, parameter: str = "bucket") -> str:
     """``name`` when it follows S3's bucket naming rules
     (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html).

@@ -23,20 +23,20 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from lightning_srifty import protocol
 from lightning_srifty.provision.aws import ZONE_ID, plain_http_upload  # ZONE_ID: use1-az1
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.command import (
+    ROOT_VOLUME_GB,
     check_ami,
     check_bucket_name,
     check_key_name,
     check_prefix,
     check_resume_from,
-    check_root_volume_gb,
     check_secret_env,
     train_argv,
 )
@@ -54,7 +54,7 @@ from lightning_srifty.provision.terraform.snapshot import (
 from predictor.catalog import torch_builds
 from predictor.catalog.catalog import Catalog
 from predictor.documents.atomic import atomic_write_bytes, atomic_write_text
-from predictor.documents.checks import suggest
+from predictor.documents.checks import Setting, check_settings, suggest
 from predictor.documents.plan import Plan, PlanEntry, check_choice
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, ProvisionError
@@ -64,6 +64,7 @@ MARKER = GENERATED_MARKER
 CODE_DIR = "code"  # the snapshot's folder in the root module
 TFVARS = "srifty.auto.tfvars.json"
 MAX_LIFE_H = 720.0  # the module's upper bound for max_life_h (30 days)
+OPTIONS_OWNER = "the Terraform options (lightning_srifty.provision.terraform.generate.Options)"
 MAX_WEIGHT = 999  # an Auto Scaling group's largest weighted_capacity
 # families whose instances support cluster placement groups (current-generation GPU types all do)
 # SSH: the union of --ssh-cidr blocks may cover at most a /8 worth of IPv4 addresses without --allow-wide-ssh
@@ -130,6 +131,26 @@ class Options:
     aws_max_retries: int | None = None  # the AWS SDK's retries of a failed call (None: the provider's 25)
     availability_zone: str | None = None  # the subnet's zone (default: the zone of the plan's spot price)
     snapshot: str | None = None  # a snapshot packed before (srifty launch: once for every fleet of the run)
+
+    # the numbers and choices, declared once (predictor.documents.checks.Setting), checked when the options are made:
+    # the module's own bounds (variables.tf), and srifty terraform names their flags
+    SETTINGS: ClassVar[dict[str, Setting]] = {
+        "mode": Setting("choice", choices=("asg", "fleet")),
+        "root_volume_gb": Setting(
+            "int",
+            minimum=ROOT_VOLUME_GB[0],
+            maximum=ROOT_VOLUME_GB[1],
+            fix="The default, 200, holds the Deep Learning AMI (75 GiB) and a training environment.",
+        ),
+        "max_life_h": Setting("number", minimum=0.25, maximum=MAX_LIFE_H, optional=True),
+        "max_instances": Setting("int", minimum=1, optional=True),
+        "max_hourly_usd": Setting("number", minimum=0, exclusive=True, optional=True),
+        "max_code_mb": Setting("number", minimum=0, exclusive=True),
+        "aws_max_retries": Setting("int", minimum=0, optional=True),
+    }
+
+    def __post_init__(self) -> None:
+        check_settings(OPTIONS_OWNER, self.SETTINGS, {f.name: getattr(self, f.name) for f in fields(self)})
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$")
@@ -290,8 +311,6 @@ def _checked_access(options: Options) -> tuple[list[str], list[dict[str, str]], 
     Raises:
         ConfigError: naming the option and the fix.
     """
-    if options.mode not in ("asg", "fleet"):
-        raise ConfigError(f"--mode must be asg or fleet. Got {options.mode!r}.", parameter="mode", value=options.mode)
     ssh_cidr = ssh_cidr_blocks(options.ssh_cidr, options.allow_wide_ssh)
     secrets = check_secret_env(options.secret_env)
     if bool(options.vpc_id) != bool(options.subnet_ids):
@@ -308,7 +327,6 @@ def _checked_access(options: Options) -> tuple[list[str], list[dict[str, str]], 
     ):
         if value is not None:
             check(value)
-    check_root_volume_gb(options.root_volume_gb)
     if options.ami and not options.setup_command.strip():
         raise ConfigError(
             f"--ami {options.ami} is a custom image: srifty cannot know that it has PyTorch and torchrun (the default "
@@ -337,25 +355,8 @@ def _guards(
     )
     max_instances = options.max_instances if options.max_instances is not None else plan.constraints.max_instances
     max_hourly = options.max_hourly_usd if options.max_hourly_usd is not None else plan.constraints.max_hourly_usd
-    for field, value, low in (("max_instances", max_instances, 1), ("max_hourly_usd", max_hourly, 0)):
-        if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value <= low - 1):
-            raise ConfigError(
-                f"--{field.replace('_usd', '').replace('_', '-')} must be a positive number. Got {value!r}.",
-                parameter=field,
-                value=value,
-            )
-    if max_instances is not None and int(max_instances) != max_instances:
-        raise ConfigError(
-            f"--max-instances must be whole. Got {max_instances!r}.", parameter="max_instances", value=max_instances
-        )
     check_limits(entry.nodes, usd_per_hour, max_instances, max_hourly)
     max_life_h = options.max_life_h if options.max_life_h is not None else default_max_life_h(entry)
-    if not isinstance(max_life_h, (int, float)) or not 0.25 <= max_life_h <= MAX_LIFE_H:
-        raise ConfigError(
-            f"--max-life-h must be between 0.25 and {MAX_LIFE_H:g} hours. Got {max_life_h!r}.",
-            parameter="max_life_h",
-            value=max_life_h,
-        )
     return usd_per_hour, max_instances, max_hourly, max_life_h
 
 
