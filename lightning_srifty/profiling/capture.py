@@ -74,8 +74,8 @@ class StepCapture:
         samples = self.table.samples
         fwd, bwd = self.phase_flops.get("forward", 0.0), self.phase_flops.get("backward", 0.0)
         flops: dict[str, Any] = {
-            "method": f"torch.utils.flop_counter formulas, attention's from lightning_srifty.profiling.attention, over "
-            f"the operator table ({METHOD})"
+            "method": "torch.utils.flop_counter formulas, attention's and grouped convolutions' backward from "
+            f"lightning_srifty.profiling (attention, flops), over the operator table ({METHOD})"
         }
         if fwd:
             flops |= {"forward_per_sample": fwd / samples, "backward_per_sample": bwd / samples}

@@ -445,7 +445,8 @@ class StepOpCapture:
             return {"reason": "the flop counter found no matmul/convolution in the step"}
         out: dict[str, Any] = {
             "forward_per_sample": forward / samples,
-            "method": f"torch.utils.flop_counter formulas (attention: lightning_srifty's), {self.method}",
+            "method": "torch.utils.flop_counter formulas (attention, grouped convolutions' backward: "
+            f"lightning_srifty's), {self.method}",
         }
         if "backward" in self.flops:
             out["backward_per_sample"] = self.flops["backward"] / samples
