@@ -577,8 +577,11 @@ def test_the_host_is_the_bottleneck_only_where_the_floor_binds_with_recompute(ro
     gpu = plain.breakdown["compute_s"]
     monkeypatch.setattr(ops, "LIGHTNING_STEP_S", 1.15 * gpu)  # the floor above the plain step's GPU time
     fleets._bases.cache_clear()  # the per-type quantities were computed with the shipped floor
-    plain = predict(profile, "p3.2xlarge:1", catalog=catalog, scaling="weak")
-    assert plain.bottleneck.startswith("the host")
-    checkpointed = predict(profile, "p3.2xlarge:1", catalog=catalog, scaling="weak", layout="ddp+ac")
-    assert checkpointed.breakdown["compute_s"] > plain.breakdown["compute_s"]  # the recompute is over the floor
-    assert not checkpointed.bottleneck.startswith("the host")
+    try:
+        plain = predict(profile, "p3.2xlarge:1", catalog=catalog, scaling="weak")
+        assert plain.bottleneck.startswith("the host")
+        checkpointed = predict(profile, "p3.2xlarge:1", catalog=catalog, scaling="weak", layout="ddp+ac")
+        assert checkpointed.breakdown["compute_s"] > plain.breakdown["compute_s"]  # the recompute is over the floor
+        assert not checkpointed.bottleneck.startswith("the host")
+    finally:
+        fleets._bases.cache_clear()  # nothing priced with the patched floor outlives the test
