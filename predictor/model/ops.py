@@ -569,11 +569,16 @@ def _conv(backward: bool, shapes: list[list[int]], rec: OpRecord, half: bool, eb
         layout = Classified("layout", {"bytes": moved, "nhwc": nhwc}, scale, half, eb, rec.op)
         return Classified("conv", dims, scale, half, eb, rec.op, (layout,))
     mask = params.get("output_mask")
+    if mask and not any(mask[:2]):
+        # the bias gradient alone (the input and the weight need none: a frozen convolution with a trained bias): a
+        # per-channel sum of grad_output, no convolution
+        out = _numel(shapes[0])
+        return Classified("reduction", {"n": out, "bytes": out * eb}, scale, half, eb, rec.op)
     if groups > 1 and mask:
         # the input and the weight gradient take the forward's FLOPs each; the recorded FLOPs are not used: torch's
         # formula counted a grouped weight gradient ``groups`` times over until the capture corrected it (tables
         # recorded before 2026-11-29 carry 960x for MobileNetV2's last depthwise blocks)
-        scale *= float(sum(1 for m in mask[:2] if m)) or 2.0
+        scale *= float(sum(1 for m in mask[:2] if m))
         return Classified("conv", dims, scale, half, eb, rec.op)
     forward_flops = 2 * n * cout * max(oh, 1) * max(ow, 1) * (cin // max(1, groups)) * kh * kw
     scale *= rec.flops / forward_flops if rec.flops > 0 and forward_flops > 0 else 2.0

@@ -69,6 +69,11 @@ def test_a_grouped_convolution_s_backward_takes_its_gradients_not_the_recorded_f
     bwd = classify(rec("aten.convolution_backward.default", shapes, phase="backward", flops=96 * forward,
                        params=weight_only))  # fmt: skip
     assert bwd.scale == pytest.approx(1.0)
+    # the bias gradient alone is a per-channel sum of grad_output (it was priced as two convolutions)
+    for groups in ([96], [1]):
+        bias = {**params, "groups": groups, "output_mask": [0, 0, 1]}
+        bwd = classify(rec("aten.convolution_backward.default", shapes, phase="backward", params=bias))
+        assert bwd.cls == "reduction" and bwd.dims["n"] == 12 * 96 * 14 * 14
 
 
 def test_attention_is_two_batched_matmuls_and_a_softmax_on_chip() -> None:
