@@ -320,7 +320,7 @@ def combine(
     fleets = _Fleets.of(layout, type_bases, tidx, cnt)
     batch = _split_batch(profile, src, fleets, scaling)
     # activation checkpointing recomputes the blocks' forward in backward
-    recompute = 1.0 + recompute_share(profile, src) if layout.activation_checkpointing else 1.0
+    recompute = recompute_factor(profile, src, layout)
     compute, input_s, slowest = _slowest_group(fleets, batch, recompute)
     comm, exposed = _communication(profile, src, fleets, batch, recompute)
     dp_loss = _dp_loss(profile, src, fleets, batch, compute, np.maximum(0.0, comm - exposed), dp_model)
@@ -678,6 +678,12 @@ def structure_bytes(profile: Profile, name: str) -> float:
     """A byte count of ``model.structure`` (0 when absent)."""
     st = profile.model.structure
     return float(getattr(st, name) or 0.0) if st is not None else 0.0
+
+
+def recompute_factor(profile: Profile, src: Source, layout: Layout) -> float:
+    """How much longer a step's compute is under ``layout``: 1 + :func:`recompute_share` with activation
+    checkpointing, else 1."""
+    return 1.0 + recompute_share(profile, src) if layout.activation_checkpointing else 1.0
 
 
 def recompute_share(profile: Profile, src: Source) -> float:

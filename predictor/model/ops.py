@@ -36,6 +36,7 @@ import numpy as np
 
 from predictor.catalog.gpus import GPU
 from predictor.documents.profile import OpRecord, Profile
+from predictor.documents.work import profile_world
 from predictor.exceptions import PredictionError
 from predictor.model.tensor_gemm import RAMP_S, ceiling, tensor_gemm_time
 
@@ -925,7 +926,7 @@ def prepare(profile: Profile, src_gpu: GPU | None, compute_s: float = 0.0) -> Pr
             modelled = alone.seconds * profile.batch.per_device / max(table.samples, 1e-12)
             per_kernel = compute_s / max(kernel_count(classified), 1)
             # a multi-GPU step carries data-parallel costs the one-GPU operator sum does not price: not compared
-            one_gpu = profile.hardware.devices * profile.hardware.nodes == 1
+            one_gpu = profile_world(profile) == 1
             if modelled < compute_s and (
                 compute_s < HOST_BOUND_BAND * host
                 or (compute_s > GPU_EXPLAINS_AT_MOST * modelled and per_kernel <= HOST_S_PER_KERNEL_MAX and one_gpu)

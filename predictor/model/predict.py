@@ -33,7 +33,7 @@ from predictor.model.fleets import (
     applies,
     bases,
     combine,
-    recompute_share,
+    recompute_factor,
 )
 from predictor.model.layout import DDP, Layout, parse
 from predictor.model.memory import activations_known, estimate_memory
@@ -170,7 +170,7 @@ def predict(
     extrapolation = _extrapolation(fleet, row_bases, src.world)
     allreduce, exposed = float(many.allreduce_s[0]), float(many.exposed_comm_s[0])
     limiting = _limiting(fleet, row_bases, allreduce)
-    recompute = 1.0 + recompute_share(profile, src) if layout.activation_checkpointing else 1.0
+    recompute = recompute_factor(profile, src, layout)
     return Prediction(
         fleet=str(fleet),
         iteration_time_s=step,
