@@ -26,6 +26,8 @@ from predictor.catalog.catalog import Catalog  # noqa: E402
 from predictor.model.network import DEFAULT_NETWORK, NetworkModel, allreduce_time  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "nccl_tests_p5_allreduce.csv"
+# held out: never used to choose a constant (NVIDIA/nccl#527: 1-4 p4d.24xlarge, 1 GiB, NCCL 2.9.9 over EFA)
+P4D = ROOT / "bench" / "data" / "nccl_tests_p4d_allreduce.csv"
 
 
 def rows() -> list[dict]:
@@ -83,6 +85,20 @@ def folds() -> None:
     print(f"mean held-out MAPE {100 * statistics.mean(apes):.1f}%")
 
 
+def score_p4d(net: NetworkModel = DEFAULT_NETWORK) -> list[dict]:
+    """The p4d rows (A100 on NVSwitch without NVLink SHARP, four 100 Gbit/s EFA cards): the model's algorithm
+    bandwidth against the measured one. Nothing was chosen on them."""
+    cat = Catalog.load()
+    out = []
+    with P4D.open() as fh:
+        for r in csv.DictReader(fh):
+            nodes, size = int(r["nodes"]), float(r["size_bytes"])
+            it = cat.get(r["instance"])
+            est = allreduce_time(size, [(it, nodes)], cat.gpus, net=net)
+            out.append({"nodes": nodes, "measured": float(r["out_algbw_gbs"]), "predicted": size / est.seconds / 1e9})
+    return out
+
+
 def main() -> None:
     if "--folds" in sys.argv:
         folds()
@@ -98,6 +114,14 @@ def main() -> None:
     big = lambda r: r["mb"] >= 256  # noqa: E731
     for name, keep in (("all", lambda r: True), (">= 256 MB", big), ("< 256 MB", lambda r: not big(r))):
         print(f"{name}: MAPE pipelined {mape('predicted', keep):.1f}%, phases summed {mape('summed', keep):.1f}%")
+    print("\nheld out: p4d.24xlarge, 1 GiB (NVIDIA/nccl#527)")
+    print("nodes  measured algbw  predicted  GB/s  (predicted / measured)")
+    p4d = score_p4d()
+    for r in p4d:
+        print(f"{r['nodes']:>5} {r['measured']:>14.1f} {r['predicted']:>10.1f}  x{r['predicted'] / r['measured']:.2f}")
+    multi = [r for r in p4d if r["nodes"] > 1]
+    ape = statistics.mean(abs(r["predicted"] / r["measured"] - 1) for r in multi)
+    print(f"p4d across nodes: MAPE {100 * ape:.1f}%")
 
 
 if __name__ == "__main__":

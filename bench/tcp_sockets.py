@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor.model.collectives import allreduce_latency, network_phase_s  # noqa: E402
+from predictor.model.collectives import HIERARCHICAL, SOCKETS, allreduce_latency, network_phase_s  # noqa: E402
 from predictor.model.network import DEFAULT_NETWORK  # noqa: E402
 from predictor.validation import calibrated_sd  # noqa: E402
 
@@ -38,7 +38,7 @@ def model_busbw(nodes: int, g: int, nic_gbit: float, mib: float, sockets: bool) 
     n = nodes * g
     gb = mib * 2**20 / 1e9
     gbps = nic_gbit / 8 * DEFAULT_NETWORK.tcp_efficiency
-    t = float(network_phase_s(gb, nodes, n, gbps, 1.0 if sockets else 0.0))
+    t = float(network_phase_s(gb, nodes, n, gbps, SOCKETS if sockets else HIERARCHICAL))
     t += float(allreduce_latency(nodes, g, DEFAULT_NETWORK.latency_intra_s, DEFAULT_NETWORK.latency_tcp_s))
     return gb / t * 2 * (n - 1) / n * 8  # nccl-tests' busbw: algbw x 2 (n-1)/n
 

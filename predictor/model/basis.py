@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from predictor.catalog.catalog import Catalog
@@ -209,8 +209,9 @@ def bucket_sizes(profile: Profile) -> Buckets:
     return ddp_buckets(grad_bytes(profile))
 
 
-def measured_link(profile: Profile, instance_type: str) -> Link | None:
-    """The inter-node link measured by the profile, when it was measured across nodes of this very type."""
+def measured_link(profile: Profile, instance_type: str, crossing: float) -> Link | None:
+    """The inter-node link measured by the profile, when it was measured across nodes of this very type: its rate,
+    crossing nodes as the catalog's link of the type does (``crossing``)."""
     comm = profile.communication
     if not (
         profile.hardware.nodes > 1
@@ -220,9 +221,10 @@ def measured_link(profile: Profile, instance_type: str) -> Link | None:
         and (comm.world_size or 1) > 1
     ):
         return None
-    return calibrate(
+    link = calibrate(
         [b.bytes for b in comm.bucket_detail], [b.allreduce_s.p50 for b in comm.bucket_detail], comm.world_size or 2
     )
+    return replace(link, crossing=crossing) if link is not None else None
 
 
 def target_gpu(it: InstanceType, catalog: Catalog) -> GPU:
@@ -262,8 +264,8 @@ def type_basis(
     cpu_ratio = _cpu_ratio(profile, it)
     intra = allreduce_time(grad_bytes(profile), [(it, 1)], catalog.gpus, net=network).seconds
     link = intra_node_link(it, catalog.gpus, network)
-    plain = inter_node_link(it, network)
-    measured = measured_link(profile, it.name)
+    plain = inter_node_link(it, network, catalog.gpus)
+    measured = measured_link(profile, it.name, plain.crossing)
     _framework_note(profile, notes)
     link_note = (
         f"inter-node all-reduce calibrated from the profile's measured buckets on {it.name}: "

@@ -7,9 +7,13 @@ times a hop's. Across nodes NCCL's all-reduce is either the ring or a double bin
 each twice a ring hop's: :data:`TREE_NET_HOP`), whichever costs less (:func:`allreduce_latency`); its all-gather and
 reduce-scatter are rings.
 
-What crosses a node's network: over EFA (or RDMA) NCCL is hierarchical, one ring per GPU rail, so the network carries
-the node's share (``n`` = nodes); over its socket transport every byte crosses the node's one network as in a flat
-ring of every rank (``n`` = ranks: :func:`crossing_ranks`). The fleets' DDP, FSDP and hybrid-shard communication
+What crosses a node's network (:func:`crossing_ranks`, one of three :data:`CROSSINGS` per link): on nodes whose GPUs
+reduce inside the node through NVLink SHARP (NVSwitch with Hopper or later: NCCL's NVLS and NVLS-tree algorithms) the
+network carries the node's share, a ring of the nodes (``n`` = nodes, :data:`HIERARCHICAL`); elsewhere NCCL's ring runs
+through every rank and each node's network carries ``2 (n-1)/n`` of an all-reduce with ``n`` = ranks, except on two
+nodes, where its double binary tree sends each node's data across once (``n`` = nodes = 2: :data:`RING`); over its
+socket transport every byte crosses the node's one network as in a flat ring of every rank at any node count
+(:data:`SOCKETS`). The fleets' DDP, FSDP and hybrid-shard communication
 (:mod:`predictor.model.fleets`) and the link figures (:mod:`predictor.model.network`) are built from these; the
 evidence for each is in :mod:`predictor.model.network`'s docstring and BENCHMARKS.md.
 """
@@ -31,6 +35,13 @@ _RING_STEPS = {ALL_REDUCE: 2, ALL_GATHER: 1, REDUCE_SCATTER: 1}
 TREE_NET_HOP = 28 / 14
 
 Array = np.ndarray | float
+
+# How a collective's bytes cross nodes (a link's ``crossing``; a fleet takes its groups' largest): ordered so that the
+# larger code never moves fewer bytes through a node's network.
+HIERARCHICAL = 0.0  # NVLink SHARP inside the node (NVSwitch, Hopper or later), the nodes' ring across
+RING = 1.0  # NCCL's ring through every rank (its tree on two nodes, all-reduce only): RDMA/EFA without NVLS
+SOCKETS = 2.0  # NCCL's socket transport: a flat ring of every rank at any node count
+CROSSINGS = {"hierarchical": HIERARCHICAL, "ring": RING, "sockets": SOCKETS}
 
 
 def ring_steps(kind: str, n: Array) -> np.ndarray:
@@ -55,28 +66,34 @@ def ring_latency(kind: str, n: Array, hop_s: Array) -> np.ndarray:
     return ring_steps(kind, n) * np.asarray(hop_s, dtype=float)
 
 
-def crossing_ranks(nodes: Array, ranks: Array, sockets: Array) -> np.ndarray:
-    """The ring size across the network: the nodes (EFA, hierarchical) or, over NCCL's sockets (``sockets`` 1),
-    every rank (a flat ring)."""
+def crossing_ranks(nodes: Array, ranks: Array, crossing: Array, kind: str = ALL_REDUCE) -> np.ndarray:
+    """The ring size whose bus factor a node's network carries (``crossing``: :data:`CROSSINGS`): the nodes
+    (:data:`HIERARCHICAL`), every rank (:data:`SOCKETS`), or every rank except an all-reduce on two nodes, which NCCL
+    runs as its tree (:data:`RING`: each node's data crosses once, the two-node ring's ``2 (2-1)/2``)."""
     nodes_a, ranks_a = np.asarray(nodes, dtype=float), np.asarray(ranks, dtype=float)
-    return np.where(np.asarray(sockets, dtype=float) > 0, np.maximum(ranks_a, nodes_a), nodes_a)
+    c = np.asarray(crossing, dtype=float)
+    flat = np.maximum(ranks_a, nodes_a)
+    tree = (c == RING) & (nodes_a == 2) if kind == ALL_REDUCE else np.zeros(np.shape(c), dtype=bool)
+    return np.where((c > HIERARCHICAL) & ~tree, flat, nodes_a)
 
 
 def network_phase_s(
-    gb: Array, nodes: Array, ranks: Array, gbps: Array, sockets: Array, kind: str = ALL_REDUCE
+    gb: Array, nodes: Array, ranks: Array, gbps: Array, crossing: Array, kind: str = ALL_REDUCE
 ) -> np.ndarray:
     """The bandwidth time (s) of a collective ``kind`` of ``gb`` GB per rank across ``nodes`` nodes through a network
-    of ``gbps`` GB/s per node; 0 on one node.
+    of ``gbps`` GB/s per node; 0 on one node; ``crossing`` (:data:`CROSSINGS`) says how its bytes cross nodes.
 
-    Over EFA (or RDMA) NCCL reduces across nodes hierarchically, each node's network carrying ``2 (N-1)/N`` of an
-    all-reduce's data (checked on p5 nccl-tests, 2-32 nodes: :mod:`predictor.model.network`). Over its socket
-    transport (``sockets`` 1) every byte crosses the node's one network as in a flat ring of all ``n`` ranks,
-    ``2 (n-1)/n`` of the data: bus bandwidth never above the network's rate. NVIDIA/nccl#209 (nccl-tests over TCP on
-    32 GbE, NCCL 2.4.7) measured 30.6-31.4 Gbit/s with one GPU per node and 14.5-14.9 (2 nodes) / 22.2-22.9 (4 nodes)
-    with eight: the hierarchical form priced those at 57 and 39 Gbit/s, the flat ring at 30.4
-    (``bench/tcp_sockets.py``, BENCHMARKS.md). With one GPU per node the two forms agree."""
+    :data:`HIERARCHICAL` (NVLink SHARP nodes): each node's network carries ``2 (N-1)/N`` of an all-reduce's data
+    (p5 nccl-tests, 2-32 nodes, within 10 %: :mod:`predictor.model.network`). :data:`RING` (EFA without NVLS): NCCL's
+    ring through every rank, ``2 (n-1)/n``, its tree on two nodes (``1``): on p4d.24xlarge (NVIDIA/nccl#527, 1 GiB) the
+    hierarchical form was 1.14 / 1.57 / 1.51x the measured algorithm bandwidth at 2 / 3 / 4 nodes, this form 1.14 /
+    1.11 / 1.17x (``bench/collectives.py``; nothing chosen on them). :data:`SOCKETS`: a flat ring of all ``n`` ranks at
+    any node count, bus bandwidth never above the network's rate: NVIDIA/nccl#209 (nccl-tests over TCP on 32 GbE, NCCL
+    2.4.7) measured 30.6-31.4 Gbit/s with one GPU per node and 14.5-14.9 (2 nodes) / 22.2-22.9 (4 nodes) with eight:
+    the hierarchical form priced those at 57 and 39 Gbit/s, the flat ring at 30.4 (``bench/tcp_sockets.py``; the tree's
+    two-node gain is not seen over sockets). With one GPU per node the forms agree."""
     nodes_a = np.asarray(nodes, dtype=float)
-    n = crossing_ranks(nodes_a, ranks, sockets)
+    n = crossing_ranks(nodes_a, ranks, crossing, kind)
     return np.where(nodes_a > 1, bus_factor(kind, n) * np.asarray(gb, dtype=float) / gbps, 0.0)
 
 
@@ -102,18 +119,18 @@ def hierarchical_s(
     ranks: Array,
     net_gbps: Array,
     net_hop_s: Array,
-    sockets: Array,
+    crossing: Array,
     calls: Array = 1.0,
     across: np.ndarray | None = None,
 ) -> np.ndarray:
     """One collective ``kind`` of ``gb`` GB over a fleet (0 for one rank), hierarchical as NCCL runs it: the
     intra-node and network phases pipelined chunk by chunk, so the slower bandwidth term sets the pace, and each of
-    ``calls`` calls paying its ring's hop latencies inside the node and across nodes; over sockets the bytes cross
-    nodes as a flat ring of every rank (:func:`network_phase_s`). ``across``: whether it crosses nodes (default: more
+    ``calls`` calls paying its ring's hop latencies inside the node and across nodes; ``crossing`` says how the bytes
+    cross nodes (:func:`network_phase_s`). ``across``: whether it crosses nodes (default: more
     than one node)."""
     nodes_a = np.asarray(nodes, dtype=float)
     crosses = nodes_a > 1 if across is None else across
     intra = phase_s(kind, gb, node_gpus, intra_gbps)
-    inter = np.where(crosses, network_phase_s(gb, nodes_a, ranks, net_gbps, sockets, kind), 0.0)
+    inter = np.where(crosses, network_phase_s(gb, nodes_a, ranks, net_gbps, crossing, kind), 0.0)
     hops = ring_latency(kind, node_gpus, intra_hop_s) + np.where(crosses, ring_latency(kind, nodes_a, net_hop_s), 0.0)
     return np.where(np.asarray(ranks) > 1, np.maximum(intra, inter) + calls * hops, 0.0)

@@ -432,6 +432,13 @@ class _Fleets:
         col = np.where(single, self.link_col("sockets", False), self.link_col("sockets", True))
         return row_max(np.where(self.present, col, 0.0)) * (self.nodes > 1)
 
+    def crossing(self) -> np.ndarray:
+        """(N,) how each fleet's collectives cross nodes (``collectives.CROSSINGS``): its groups' largest code, the one
+        whose node network carries the most (a p5 group with a p4d group runs NCCL's ring, not NVLS)."""
+        single = self.single[:, None]
+        col = np.where(single, self.link_col("crossing", False), self.link_col("crossing", True))
+        return row_max(np.where(self.present, col, 0.0))
+
     def link_col(self, attr: str, plain: bool) -> np.ndarray:
         """(N, K) ``attr`` of each group's inter-node link (``plain``: the catalog's, not the profile's measured)."""
         links = [b.plain_inter if plain else b.inter for b in self.type_bases]
@@ -563,7 +570,7 @@ def _communication(
     inter_lat = np.where(single, fleets.link_col("latency_s", False), fleets.link_col("latency_s", True))
     slow_gbps = row_min(np.where(present, inter_gbps, np.inf))
     max_lat = row_max(np.where(present, inter_lat, 0.0))
-    sockets = fleets.sockets()  # NCCL's socket transport: traffic crosses nodes as a flat ring
+    crossing = fleets.crossing()  # how NCCL's collectives cross nodes (NVLS, ring / tree, sockets)
     fastest_micro = row_min(np.where(present, fleets.per_sample * batch.micro, np.inf))
     backward = fastest_micro * (src.backward_share + (recompute - 1.0))
     if fleets.layout.sharded:
@@ -581,9 +588,9 @@ def _communication(
             backward,
             slow_gbps,
             max_lat,
-            sockets,
+            crossing,
         )
-    return _ddp_comm(profile, fleets, batch, backward, slow_gbps, max_lat, sockets)
+    return _ddp_comm(profile, fleets, batch, backward, slow_gbps, max_lat, crossing)
 
 
 def _ddp_comm(
@@ -593,10 +600,10 @@ def _ddp_comm(
     backward: np.ndarray,
     slow_gbps: np.ndarray,
     max_lat: np.ndarray,
-    sockets: np.ndarray,
+    crossing: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(communication, exposed communication) per optimizer step of DDP: a hierarchical all-reduce of the
-    gradients over EFA (over NCCL's sockets a flat ring across nodes, ``collectives.network_phase_s``; a pipeline
+    """(communication, exposed communication) per optimizer step of DDP: an all-reduce of the gradients crossing
+    nodes as NCCL's algorithms do on the fleet's nodes (``crossing``: ``collectives.network_phase_s``; a pipeline
     stage's share, inside its node), the intra-node and network phases pipelined chunk by
     chunk (:mod:`predictor.model.network`: the slower one sets the pace), one call per bucket, each paying the
     latency of NCCL's ring or tree (``allreduce_latency``), behind the backward of the last micro-step;
@@ -604,7 +611,7 @@ def _ddp_comm(
     present, nodes, stages = fleets.present, fleets.nodes, fleets.stages
     gb = grad_bytes(profile) / 1e9 / stages
     across = (nodes > 1) & ~fleets.pipeline
-    inter_bw = np.where(across, network_phase_s(gb, nodes, fleets.ranks / stages, slow_gbps, sockets), 0.0)
+    inter_bw = np.where(across, network_phase_s(gb, nodes, fleets.ranks / stages, slow_gbps, crossing), 0.0)
     intra_bw = row_max(np.where(present, fleets.col("intra_s") - fleets.col("intra_lat_s"), 0.0)) / stages
     # one all-reduce call per bucket (a stage's share of them), each paying NCCL's ring or tree latency
     buckets = bucket_sizes(profile)
@@ -710,15 +717,15 @@ def _fsdp_comm(
     backward: np.ndarray,
     slow_gbps: np.ndarray,
     max_lat: np.ndarray,
-    sockets: np.ndarray,
+    crossing: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(communication, exposed communication) per optimizer step of FSDP.
 
     Per micro-step (Lightning's FSDPStrategy has no no_sync under gradient accumulation: every micro-step
     reduce-scatters): full_shard and hybrid_shard all-gather the compute-dtype parameters for forward and again for
     backward, shard_grad_op once; gradients are reduce-scattered. Each collective moves (n-1)/n of the bytes per GPU:
-    inside a node on the intra link, across nodes through the node's network (one copy per node, hierarchical as
-    NCCL does it over EFA; over its socket transport as a flat ring of every rank, ``collectives.network_phase_s``).
+    inside a node on the intra link, across nodes through the node's network (one copy per node on NVLink SHARP
+    nodes, else a ring of every rank: ``crossing``, ``collectives.network_phase_s``).
     hybrid_shard shards inside the node only and all-reduces its shard of the gradients across nodes,
     the node's GPUs sharing its network. Prefetch hides a collective behind the compute of the phase: exposed is
     the first unit's all-gather (the last unit's reduce-scatter in backward) plus what exceeds the phase's compute.
@@ -739,7 +746,7 @@ def _fsdp_comm(
 
     def collective(gb: float) -> np.ndarray:  # one all-gather (a reduce-scatter moves as much) of gb gathered GB
         return hierarchical_s(ALL_GATHER, gb, node_gpus=node_gpus, intra_gbps=slow_intra, intra_hop_s=lat_intra,
-                              nodes=nodes, ranks=ranks, net_gbps=slow_gbps, net_hop_s=max_lat, sockets=sockets,
+                              nodes=nodes, ranks=ranks, net_gbps=slow_gbps, net_hop_s=max_lat, crossing=crossing,
                               calls=units, across=across)  # fmt: skip
 
     blocking = row_max(np.where(present, np.array([b.blocking_collectives for b in type_bases], float)[tidx], 0)) > 0

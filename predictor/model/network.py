@@ -1,13 +1,18 @@
-"""Data-parallel gradient all-reduce time on a fleet: ring inside a node, hierarchical across nodes.
+"""Data-parallel gradient all-reduce time on a fleet: ring inside a node; across nodes as NCCL's algorithms cross.
 
 One node of g GPUs (ring): ``2 (g-1)/g * S / B_intra + 2 (g-1) * a_intra``.
-N nodes (hierarchical, as NCCL does with one ring per GPU rail): reduce-scatter inside each node, an all-reduce of
-every shard across nodes through the node's network, all-gather inside the node. NCCL pipelines the phases chunk by
-chunk, so the slower phase sets the bandwidth term and the latencies add:
-``max(2 (g-1)/g * S / B_intra, 2 (N-1)/N * S / B_net) + L``, with the slowest node's link limiting the ring and
-``L`` the call's latency (below). Checked against published nccl-tests all_reduce_perf figures of p5.48xlarge over
-EFA (2-32 nodes, 32 MB-8 GB; ``bench/collectives.py``, BENCHMARKS.md): the sum of the two phases was 1.8x too slow
-at 4-32 nodes, the pipelined form is within 10% there (nothing fitted on them).
+N nodes: NCCL pipelines the intra-node and network phases chunk by chunk, so the slower phase sets the bandwidth term
+and the latencies add: ``max(2 (g-1)/g * S / B_intra, f * S / B_net) + L``, with the slowest node's link limiting the
+ring, ``L`` the call's latency (below) and ``f`` what each node's network carries per byte
+(``collectives.network_phase_s``, by the link's ``crossing``): ``2 (N-1)/N`` on nodes that reduce inside through
+NVLink SHARP (NVSwitch, Hopper or later: :func:`nvls`), checked against published nccl-tests all_reduce_perf figures
+of p5.48xlarge over EFA (2-32 nodes, 32 MB-8 GB; ``bench/collectives.py``, BENCHMARKS.md: the sum of the two phases was
+1.8x too slow at 4-32 nodes, the pipelined form is within 10% there); ``2 (n-1)/n`` of all ``n`` ranks (NCCL's ring)
+on other EFA nodes, except 1 on two nodes (its tree), held out on p4d.24xlarge (NVIDIA/nccl#527, 2-4 nodes: 1.11-1.17x
+the measured algorithm bandwidth, the hierarchical form 1.14-1.57x; nothing chosen on it). NCCL's own guide to the
+figures says the same: a ring's bus bandwidth "should reflect the speed of the hardware bottleneck", the node's
+network (nccl-tests ``doc/PERFORMANCE.md``), and on two nodes the tree's "bus BW can get up to 2x the network
+bandwidth" (NVIDIA/nccl#209, sjeaugey).
 
 Latency, per collective call (DDP issues one all-reduce per gradient bucket, FSDP one all-gather and one
 reduce-scatter per unit): NCCL prices every algorithm it has for the call and runs the cheapest
@@ -46,6 +51,9 @@ from predictor.catalog.gpus import GpuTable
 from predictor.catalog.instances import InstanceType
 from predictor.model.collectives import (
     ALL_REDUCE,
+    HIERARCHICAL,
+    RING,
+    SOCKETS,
     allreduce_latency,
     bus_factor,
     network_phase_s,
@@ -85,6 +93,7 @@ class Link:
     gbps: float  # GB/s
     latency_s: float
     kind: str
+    crossing: float = RING  # how collectives cross nodes through it (collectives.CROSSINGS)
 
     @property
     def sockets(self) -> float:
@@ -104,16 +113,34 @@ def intra_node_link(instance: InstanceType, gpus: GpuTable, net: NetworkModel = 
     return Link(net.pcie_bus_gbps, net.latency_intra_s, "pcie")
 
 
-def inter_node_link(instance: InstanceType, net: NetworkModel = DEFAULT_NETWORK) -> Link:
+def nvls(instance: InstanceType, gpus: GpuTable | None) -> bool:
+    """Whether NCCL can run NVLink SHARP (its NVLS and NVLS-tree algorithms) on ``instance``: GPUs on an NVSwitch
+    with compute capability 9.0 or later ("NVLS ... is available on systems with third-generation NVSwitch (NVLink4)
+    with Hopper and later GPU architectures", NCCL's ``NCCL_NVLS_ENABLE``): p5, p5e, p5en, p6-b200, p6-b300, not
+    the A100s of p4d / p4de. Unknown architecture: False (the ring, the larger traffic)."""
+    if instance.gpu_interconnect != "nvswitch" or gpus is None:
+        return False
+    gpu = gpus.gpus.get(instance.gpu or "")
+    capability = gpu.compute_capability if gpu is not None else None
+    try:
+        return capability is not None and float(capability) >= 9.0
+    except ValueError:
+        return False
+
+
+def inter_node_link(instance: InstanceType, net: NetworkModel = DEFAULT_NETWORK, gpus: GpuTable | None = None) -> Link:
     """The instance's network as seen by an all-reduce between nodes: the interfaces a multi-node srifty fleet
     attaches (:meth:`InstanceType.network_interfaces`, what the Terraform module creates) times the per-card rate,
-    not the instance's headline figure."""
+    not the instance's headline figure; how collectives cross it (``crossing``): hierarchically on NVLink SHARP
+    nodes (:func:`nvls`, from ``gpus``), as NCCL's ring (its tree on two nodes) on other EFA nodes, as a flat ring
+    over sockets (:func:`~predictor.model.collectives.network_phase_s`)."""
     gbps = (instance.provisioned_network_gbps(multi_node=True) or 10.0) / 8.0
     if instance.network_up_to:
         gbps *= net.up_to_sustained
     if instance.efa:
-        return Link(gbps * net.efa_efficiency, net.latency_efa_s, "efa")
-    return Link(gbps * net.tcp_efficiency, net.latency_tcp_s, "tcp")
+        crossing = HIERARCHICAL if nvls(instance, gpus) else RING
+        return Link(gbps * net.efa_efficiency, net.latency_efa_s, "efa", crossing)
+    return Link(gbps * net.tcp_efficiency, net.latency_tcp_s, "tcp", SOCKETS)
 
 
 @dataclass(frozen=True)
@@ -149,9 +176,9 @@ def allreduce_time(
         hop_intra, node_gpus = max(hop_intra, link.latency_s), max(node_gpus, g)
     inter_s, inter_bw, inter_kind, hop_net = 0.0, 0.0, "", 0.0
     if nodes > 1:
-        links = [net_override or inter_node_link(it, net) for it, _ in groups]
+        links = [net_override or inter_node_link(it, net, gpus) for it, _ in groups]
         slow = min(links, key=lambda link: link.gbps)
-        inter_bw = float(network_phase_s(gb, nodes, ranks, slow.gbps, max(x.sockets for x in links)))
+        inter_bw = float(network_phase_s(gb, nodes, ranks, slow.gbps, max(x.crossing for x in links)))
         hop_net = max(x.latency_s for x in links)
         inter_s = inter_bw + float(ring_latency(ALL_REDUCE, nodes, hop_net))
         inter_kind = slow.kind

@@ -12,7 +12,7 @@ import pytest
 from _support import MINIMAL
 from predictor.catalog import Catalog
 from predictor.documents.profile import load_profile
-from predictor.model.collectives import network_phase_s
+from predictor.model.collectives import HIERARCHICAL, SOCKETS, network_phase_s
 from predictor.model.network import allreduce_time, inter_node_link
 from predictor.model.predict import predict
 from predictor.model.uncertainty import Z80, model_error
@@ -20,15 +20,15 @@ from predictor.model.uncertainty import Z80, model_error
 
 def test_the_flat_ring_over_sockets_and_the_hierarchy_over_efa_agree_with_one_gpu_per_node() -> None:
     gb, gbps = 1.0, 3.0
-    one = network_phase_s(gb, 4, 4, gbps, 1.0), network_phase_s(gb, 4, 4, gbps, 0.0)
+    one = network_phase_s(gb, 4, 4, gbps, SOCKETS), network_phase_s(gb, 4, 4, gbps, HIERARCHICAL)
     assert float(one[0]) == pytest.approx(float(one[1])) == pytest.approx(2 * 3 / 4 * gb / gbps)
     # 2 nodes of 8 GPUs: every byte of a 16-rank ring crosses the node's network over sockets, half of it over EFA
-    flat, hier = float(network_phase_s(gb, 2, 16, gbps, 1.0)), float(network_phase_s(gb, 2, 16, gbps, 0.0))
+    flat, hier = float(network_phase_s(gb, 2, 16, gbps, SOCKETS)), float(network_phase_s(gb, 2, 16, gbps, HIERARCHICAL))
     assert flat / hier == pytest.approx(2 * 15 / 16)
-    assert float(network_phase_s(gb, 1, 8, gbps, 1.0)) == 0.0  # one node: nothing crosses a network
+    assert float(network_phase_s(gb, 1, 8, gbps, SOCKETS)) == 0.0  # one node: nothing crosses a network
     # nccl-tests' bus bandwidth of the flat ring never exceeds the network's rate (the hierarchy's did, 1.875x)
     nodes, n = np.array([2.0, 2.0, 2.0, 4.0]), np.array([2.0, 8.0, 16.0, 32.0])  # 1, 4, 8 and 8 GPUs a node
-    busbw = gb / network_phase_s(gb, nodes, n, gbps, 1.0) * 2 * (n - 1) / n
+    busbw = gb / network_phase_s(gb, nodes, n, gbps, SOCKETS) * 2 * (n - 1) / n
     assert np.all(busbw <= gbps * (1 + 1e-9))
 
 

@@ -178,8 +178,14 @@ def test_a_spot_row_priced_with_the_deadlines_fallback_says_so_on_the_row(catalo
     profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
     # at the median (0.5): the fallback's label is under test here, not the confidence
     # (tests/model/test_deadline_odds.py)
-    plan = rank(profile, Constraints(steps=200_000, deadline_h=50 / 60, market="any", confidence=0.5), catalog=catalog)
-    shares = {e.fleet: e.on_demand_fallback for e in plan.entries if e.on_demand_fallback}
+    # the first deadline whose listed fleets include a spot fleet with a fallback share (which fleets make the list
+    # moves with the model: the label is what is under test)
+    for minutes in (50, 40, 60, 90):
+        c = Constraints(steps=200_000, deadline_h=minutes / 60, market="any", confidence=0.5)
+        plan = rank(profile, c, catalog=catalog)
+        shares = {e.fleet: e.on_demand_fallback for e in plan.entries if e.on_demand_fallback}
+        if shares:
+            break
     assert shares, [e.fleet for e in plan.entries]
     console = Console(width=170, record=True)
     console.print(plan_table(plan, "resnet50"))
