@@ -143,6 +143,28 @@ def inter_node_link(instance: InstanceType, net: NetworkModel = DEFAULT_NETWORK,
     return Link(gbps * net.tcp_efficiency, net.latency_tcp_s, "tcp", SOCKETS)
 
 
+def link_words(link: Link, instance_type: str) -> str:
+    """How a fleet's nodes are priced to meet, in words (a prediction's assumption): the transport, its effective
+    rate per node and how NCCL's collectives cross it (``crossing``), and what the transport needs on the node."""
+    rate = f"{link.gbps * 8:,.4g} Gbit/s effective per node"
+    if link.kind == "measured":
+        return f"across nodes: the all-reduce rate the profile measured on {instance_type}, {rate}"
+    if link.kind == "tcp":
+        return (
+            f"across nodes: TCP through NCCL's socket transport ({instance_type} has no EFA), {rate}, a flat ring "
+            "through every rank"
+        )
+    how = (
+        "NVLink SHARP inside each node (NCCL's NVLS), the nodes' ring across"
+        if link.crossing == HIERARCHICAL
+        else "NCCL's ring through every rank (its tree on two nodes)"
+    )
+    return (
+        f"across nodes: EFA, {rate}, {how}; it needs NCCL's aws-ofi-nccl plugin on the image (the Deep Learning AMI "
+        "has it; without it NCCL falls back to TCP sockets, slower than priced)"
+    )
+
+
 @dataclass(frozen=True)
 class AllReduceEstimate:
     seconds: float

@@ -10,7 +10,7 @@ memory from :mod:`predictor.model.memory`; intervals from :mod:`predictor.model.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from predictor.model.fleets import (
 )
 from predictor.model.layout import DDP, Layout, parse
 from predictor.model.memory import activations_known, estimate_memory
-from predictor.model.network import DEFAULT_NETWORK, NetworkModel
+from predictor.model.network import DEFAULT_NETWORK, NetworkModel, link_words
 from predictor.model.scaling import ScalingModel
 
 
@@ -298,6 +298,11 @@ def _assumptions(
         assumptions += basis.notes
     if len(row_bases) == 1 and fleet.nodes > 1 and row_bases[0].link_note:
         assumptions.append(row_bases[0].link_note)
+    if fleet.nodes > 1:  # the slowest group's network sets the pace, the groups' largest crossing the algorithm
+        slowest = min(row_bases, key=lambda b: b.plain_inter.gbps)
+        link = slowest.inter if len(row_bases) == 1 else slowest.plain_inter
+        crossing = max(b.plain_inter.crossing for b in row_bases)
+        assumptions.append(link_words(replace(link, crossing=crossing), slowest.name))
     if not profile.hardware.cpu_count:
         assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
     else:

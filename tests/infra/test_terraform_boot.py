@@ -116,6 +116,20 @@ def test_a_custom_image_needs_a_setup_command(catalog) -> None:
     }
 
 
+def test_a_custom_image_on_an_efa_fleet_is_told_what_the_plan_priced(catalog, tmp_path) -> None:
+    """The plan priced an EFA fleet's nodes meeting through NCCL's aws-ofi-nccl plugin (issue #38 item 3): a custom
+    image may not have it, and srifty terraform says so before the apply; the default image, or one node, is not."""
+    plan = load_plan(ROOT / "terraform" / "examples" / "multi-node-spot" / "plan.json")  # p4d.24xlarge:4
+    custom = Options(name="efa-custom", ami="ami-01234567", setup_command="true")
+    notes = generate(plan, tmp_path / "custom", options=custom, catalog=catalog).notes
+    assert any("aws-ofi-nccl" in n and "ami-01234567" in n for n in notes), notes
+    default = generate(plan, tmp_path / "default", options=Options(name="efa-default"), catalog=catalog).notes
+    assert not any("aws-ofi-nccl" in n for n in default)
+    single = load_plan(ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json")
+    one = generate(single, tmp_path / "one", options=custom, catalog=catalog).notes
+    assert not any("aws-ofi-nccl" in n for n in one)
+
+
 @pytest.mark.parametrize(
     ("itype", "cards", "card_gbit"),
     [("p4d.24xlarge", 4, 100), ("p5.48xlarge", 32, 100), ("p5en.48xlarge", 16, 200), ("g5.48xlarge", 1, 100)],

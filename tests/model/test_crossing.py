@@ -95,3 +95,21 @@ def test_a_fleet_mixing_nvls_and_ring_nodes_runs_the_ring(catalog: Catalog) -> N
     ring = predict(profile, "p4de.24xlarge:4", catalog=catalog)
     assert alone.breakdown["allreduce_s"] < mixed.breakdown["allreduce_s"]
     assert mixed.breakdown["allreduce_s"] == pytest.approx(ring.breakdown["allreduce_s"], rel=0.35)
+
+
+def test_a_multi_node_prediction_says_how_its_nodes_are_priced_to_meet(catalog: Catalog) -> None:
+    profile = load_profile(copy.deepcopy(MINIMAL))
+
+    def across(fleet) -> list[str]:
+        return [a for a in predict(profile, fleet, catalog=catalog).assumptions if a.startswith("across nodes")]
+
+    (efa,) = across("p4de.24xlarge:2")
+    assert "EFA" in efa and "ring through every rank" in efa and "aws-ofi-nccl" in efa
+    (nvls_words,) = across("p5.48xlarge:2")
+    assert "NVLS" in nvls_words
+    (tcp,) = across("p3.8xlarge:2")
+    assert "TCP" in tcp and "no EFA" in tcp
+    # a mix of an NVLS node and a ring node runs the ring, and says so
+    (mixed,) = across([("p5.48xlarge", 1), ("p4de.24xlarge", 1)])
+    assert "ring through every rank" in mixed and "NVLS" not in mixed
+    assert across("p5.48xlarge:1") == []  # one node: nothing crosses a network

@@ -627,6 +627,12 @@ def generate(
             )
         values = tfvars(plan, choice, options, catalog, code=snapshot)
         entry = plan.entries[choice]
+        if options.ami and any(g.get("efa") for g in values.get("groups", [])):
+            notes.append(
+                f"--ami {options.ami} on an EFA fleet: the plan priced its nodes meeting over EFA, through NCCL's "
+                "aws-ofi-nccl plugin (the Deep Learning AMI has it); an image without it runs NCCL over TCP sockets, "
+                "slower than the plan says (srifty status reports 'EFA assumed by the prediction, not in use')"
+            )
         if not options.handover and not planned_batches(entry):
             notes.append(
                 f"the plan's per-rank batches ({entry.batch_per_gpu()} per GPU on {entry.fleet}) are not passed to "
