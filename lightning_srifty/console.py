@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from predictor.documents.plan import Plan
+from predictor.documents.plan import Plan, PlanEntry
 from predictor.documents.profile import PHASES, Profile, Stats
 
 
@@ -107,69 +107,110 @@ def _stats_line(stats: Stats | None) -> str:
 
 
 def profile_tables(profile: Profile, path: Path | None = None) -> Group:
-    """The summary as rich renderables."""
-    hw, timing, model, batch = profile.hardware, profile.timing, profile.model, profile.batch
+    """The summary as rich renderables: the profile's rows (:func:`_timing_rows`, :func:`_model_rows`,
+    :func:`_system_rows`), the per-rank table, its notes."""
+    hw, model = profile.hardware, profile.model
     if hw.gpu or hw.accelerator != "cpu":
         where = hw.gpu or hw.device_name or hw.accelerator or "unknown device"
     else:
         where = f"cpu ({hw.cpu_model})" if hw.cpu_model else "cpu"
-    world = hw.world_size or hw.devices * hw.nodes
     main = Table(show_header=False, box=None, pad_edge=False)
     main.add_column(style="bold cyan", no_wrap=True)
     main.add_column()
+    for rows in (_timing_rows, _model_rows, _system_rows):
+        for name, value in rows(profile):
+            main.add_row(name, value)
+    parts: list[Any] = [main]
+    if profile.ranks:
+        parts.append(_ranks_table(profile))
+    for note in profile.notes or ():
+        parts.append(styled(("note:", "yellow"), f" {note}"))
+    if path is not None:
+        parts.append(styled("profile written to ", (str(path), "bold")))
+    title = Text(f"Srifty profile: {model.name or 'model'} on {where}")  # a Panel reads markup in a str title
+    return Group(Panel(Group(*parts), title=title, title_align="left"))
+
+
+Row = tuple[str, "str | Text"]
+
+
+def _timing_rows(profile: Profile) -> list[Row]:
+    """The window, the step time, the throughput, the batch and the phases."""
+    hw, timing, batch = profile.hardware, profile.timing, profile.batch
+    world = hw.world_size or hw.devices * hw.nodes
+    rows: list[Row] = []
     window = timing.window
     if window is not None:
         excluded = ", ".join(f"{n} {why}" for why, n in (window.excluded_steps or {}).items())
         last = window.first_step + window.steps - 1 + sum((window.excluded_steps or {}).values())
         span = f"steps {window.first_step}-{last}"
-        main.add_row(
-            "Window",
-            styled(
-                f"{span}: {window.steps} kept" + (f" ({excluded} excluded)" if excluded else ""),
-                (" (truncated)", "yellow") if window.truncated else "",
-                f", clock {window.clock}",
-            ),
+        rows.append(
+            (
+                "Window",
+                styled(
+                    f"{span}: {window.steps} kept" + (f" ({excluded} excluded)" if excluded else ""),
+                    (" (truncated)", "yellow") if window.truncated else "",
+                    f", clock {window.clock}",
+                ),
+            )
         )
-    main.add_row("Step time", _stats_line(timing.step_time_s))
+    rows.append(("Step time", _stats_line(timing.step_time_s)))
     if timing.samples_per_s is not None:
-        main.add_row("Throughput", f"{timing.samples_per_s.p50:,.1f} samples/s (all ranks, median)")
-    main.add_row(
-        "Batch", f"{batch.per_device}/device · {batch.all_devices or batch.per_device} all devices · {world} rank(s)"
+        rows.append(("Throughput", f"{timing.samples_per_s.p50:,.1f} samples/s (all ranks, median)"))
+    rows.append(
+        ("Batch", f"{batch.per_device}/device · {batch.all_devices or batch.per_device} all devices · {world} rank(s)")
     )
     if timing.phase_share and timing.phases_s:
-        main.add_row(
-            "Phases",
-            # the share is of the mean step (the sum of the phases' means), so the time beside it is the mean too
-            " · ".join(f"{p} {timing.phase_share[p] * 100:.1f}% ({fmt_s(timing.phases_s[p].mean)})" for p in PHASES)
-            + " (means)",
+        # the share is of the mean step (the sum of the phases' means), so the time beside it is the mean too
+        shares = " · ".join(
+            f"{p} {timing.phase_share[p] * 100:.1f}% ({fmt_s(timing.phases_s[p].mean)})" for p in PHASES
         )
-    main.add_row(
-        "Model",
-        f"{model.name or '-'}: {fmt_count(model.parameters)} parameters, {model.precision}"
-        + (f", matmul {model.float32_matmul_precision}" if model.float32_matmul_precision else ""),
-    )
-    main.add_row(
-        "Gradients",
-        f"{fmt_bytes(model.gradient_bytes)} · optimizer state "
-        f"{fmt_bytes(model.optimizer_state_bytes)} ({model.optimizer or '-'})",
-    )
+        rows.append(("Phases", shares + " (means)"))
+    return rows
+
+
+def _model_rows(profile: Profile) -> list[Row]:
+    """The model, its gradients and optimizer state, its FLOPs and its operator table."""
+    model = profile.model
+    rows: list[Row] = [
+        (
+            "Model",
+            f"{model.name or '-'}: {fmt_count(model.parameters)} parameters, {model.precision}"
+            + (f", matmul {model.float32_matmul_precision}" if model.float32_matmul_precision else ""),
+        ),
+        (
+            "Gradients",
+            f"{fmt_bytes(model.gradient_bytes)} · optimizer state "
+            f"{fmt_bytes(model.optimizer_state_bytes)} ({model.optimizer or '-'})",
+        ),
+    ]
     flops = model.flops
     if flops is not None and flops.per_sample is not None:
-        main.add_row(
-            "FLOPs/sample",
-            f"{fmt_count(flops.per_sample)}FLOP (forward {fmt_count(flops.forward_per_sample)}"
-            f", backward {fmt_count(flops.backward_per_sample)})",
+        rows.append(
+            (
+                "FLOPs/sample",
+                f"{fmt_count(flops.per_sample)}FLOP (forward {fmt_count(flops.forward_per_sample)}"
+                f", backward {fmt_count(flops.backward_per_sample)})",
+            )
         )
     elif flops is not None:
-        main.add_row("FLOPs/sample", styled(("not measured", "yellow"), f": {flops.reason}"))
+        rows.append(("FLOPs/sample", styled(("not measured", "yellow"), f": {flops.reason}")))
     if profile.ops is not None:
         ops = profile.ops
-        main.add_row(
-            "Operators",
-            f"{len(ops.ops)} ATen signatures, {sum(o.count for o in ops.ops)} calls per step "
-            f"({sum((ops.skipped or {}).values())} views skipped), captured on {ops.device}",
+        rows.append(
+            (
+                "Operators",
+                f"{len(ops.ops)} ATen signatures, {sum(o.count for o in ops.ops)} calls per step "
+                f"({sum((ops.skipped or {}).values())} views skipped), captured on {ops.device}",
+            )
         )
-    mem = profile.memory
+    return rows
+
+
+def _system_rows(profile: Profile) -> list[Row]:
+    """The peak memory, the all-reduce and the hardware."""
+    hw, mem, comm = profile.hardware, profile.memory, profile.communication
+    rows: list[Row] = []
     if mem is not None:
         held: list[str] = []
         if mem.peak_allocated_bytes is not None:
@@ -178,49 +219,47 @@ def profile_tables(profile: Profile, path: Path | None = None) -> Group:
             )
         if mem.peak_rss_bytes is not None:
             held.append(f"host RSS {fmt_bytes(mem.peak_rss_bytes)}")
-        main.add_row("Peak memory", " · ".join(held))
-    comm = profile.communication
+        rows.append(("Peak memory", " · ".join(held)))
     if comm is not None:
         if comm.allreduce_s is not None and comm.exposed_s is not None:
-            main.add_row(
-                "All-reduce",
-                f"{fmt_bytes(comm.bytes_per_step)}/step in {comm.buckets} bucket(s) over "
-                f"{comm.backend or '?'}: busy {fmt_s(comm.allreduce_s.p50)}, exposed "
-                f"{fmt_s(comm.exposed_s.p50)} ({(comm.share_of_step or 0) * 100:.1f}% of the "
-                f"step), {(comm.overlap_fraction or 0) * 100:.0f}% overlapped with backward",
+            rows.append(
+                (
+                    "All-reduce",
+                    f"{fmt_bytes(comm.bytes_per_step)}/step in {comm.buckets} bucket(s) over "
+                    f"{comm.backend or '?'}: busy {fmt_s(comm.allreduce_s.p50)}, exposed "
+                    f"{fmt_s(comm.exposed_s.p50)} ({(comm.share_of_step or 0) * 100:.1f}% of the "
+                    f"step), {(comm.overlap_fraction or 0) * 100:.0f}% overlapped with backward",
+                )
             )
         else:
-            main.add_row("All-reduce", f"not measured: {comm.reason}")
+            rows.append(("All-reduce", f"not measured: {comm.reason}"))
     place: list[str] = [hw.accelerator or "-"]
     if hw.device_name and hw.device_name != hw.cpu_model:
         place.append(hw.device_name)
     if hw.instance_type:
         place.append(f"{hw.instance_type} ({hw.lifecycle or 'EC2'}, {hw.availability_zone or '?'})")
     place.append(f"{hw.cpu_count or '?'} CPUs" + (f" ({hw.cpu_model})" if hw.cpu_model else ""))
-    main.add_row("Hardware", " · ".join(place))
-    parts: list[Any] = [main]
-    if profile.ranks:
-        ranks = Table(title="Per rank", title_justify="left")
-        for col in ("rank", "device", "step p50", "forward p50", "backward p50", "exposed comm p50", "samples"):
-            ranks.add_column(col, justify="right" if col != "device" else "left")
-        for r in profile.ranks:
-            phases = r.phases_s or {}
-            ranks.add_row(
-                str(r.rank),
-                r.device_name or "-",
-                fmt_s(r.step_time_s.p50),
-                fmt_s(phases["forward"].p50) if "forward" in phases else "-",
-                fmt_s(phases["backward"].p50) if "backward" in phases else "-",
-                fmt_s(r.exposed_comm_s.p50) if r.exposed_comm_s else "-",
-                str(r.samples_per_step or "-"),
-            )
-        parts.append(ranks)
-    for note in profile.notes or ():
-        parts.append(styled(("note:", "yellow"), f" {note}"))
-    if path is not None:
-        parts.append(styled("profile written to ", (str(path), "bold")))
-    title = Text(f"Srifty profile: {model.name or 'model'} on {where}")  # a Panel reads markup in a str title
-    return Group(Panel(Group(*parts), title=title, title_align="left"))
+    rows.append(("Hardware", " · ".join(place)))
+    return rows
+
+
+def _ranks_table(profile: Profile) -> Table:
+    """A multi-rank profile's per-rank step, phases, exposed communication and samples."""
+    ranks = Table(title="Per rank", title_justify="left")
+    for col in ("rank", "device", "step p50", "forward p50", "backward p50", "exposed comm p50", "samples"):
+        ranks.add_column(col, justify="right" if col != "device" else "left")
+    for r in profile.ranks or ():
+        phases = r.phases_s or {}
+        ranks.add_row(
+            str(r.rank),
+            r.device_name or "-",
+            fmt_s(r.step_time_s.p50),
+            fmt_s(phases["forward"].p50) if "forward" in phases else "-",
+            fmt_s(phases["backward"].p50) if "backward" in phases else "-",
+            fmt_s(r.exposed_comm_s.p50) if r.exposed_comm_s else "-",
+            str(r.samples_per_step or "-"),
+        )
+    return ranks
 
 
 def print_profile(profile: Profile, path: Path | None = None, console: Console | None = None) -> None:
@@ -289,28 +328,14 @@ def plan_table(
 
     By default the columns that decide (fleet, market, $/h, time, cost, risks; region and savings only when they
     differ or were asked for; ``*`` after the rank marks the Pareto front) so that it fits 100 columns; ``wide``
-    shows every column.
+    shows every column (:func:`_plan_columns`); each entry's cells (:func:`_plan_cells`) and what the columns mean
+    and what was left out below the table (:func:`_plan_footer`).
     """
     title = (
         f"Fleets for {model or plan.model or 'the model'}: {plan.constraints.work_samples:,.0f} samples, "
         f"objective {plan.constraints.objective} (catalog {plan.catalog_snapshot})"
     )
-    # layout and memory per GPU decide once some fleet runs a layout other than ddp (a model that needs sharding)
-    layouts = any(e.layout is not None and e.layout.name != "ddp" for e in plan.entries)
-    if wide:
-        savings = any(e.savings_vs_current is not None for e in plan.entries)  # only a re-plan has a current fleet
-        columns = [c for c in PLAN_COLUMNS if (layouts or c != "layout") and (savings or c != "savings")]
-    else:
-        columns = ["#", "fleet", "market", "$/h", "time", "time 80% interval", "cost", "batch/GPU", "spot risk"]
-        if layouts:
-            columns[7:7] = ["layout", "GiB/GPU"]
-        if len({e.region for e in plan.entries}) > 1:
-            columns.insert(3, "region")
-        if any(e.savings_vs_current is not None for e in plan.entries):
-            columns.append("savings")
-    deadline = plan.constraints.deadline_h
-    if deadline is not None and any(e.deadline_probability is not None for e in plan.entries):
-        columns.insert(columns.index("time 80% interval") + 1, "in time")  # the chance of meeting the deadline
+    columns, layouts = _plan_columns(plan, wide)
     table = Table(
         title=title,
         caption=plan.why,
@@ -331,37 +356,79 @@ def plan_table(
     fallback_shown = False
     widths = [max(len(part) for part in h.split("\n")) for h in header]
     for i, e in enumerate(plan.entries):
-        lo, hi = e.cost_interval_usd
-        market = e.market if e.market != "mixed" else f"mixed ({e.spot_share:.0%} spot)"
-        if e.on_demand_fallback and e.on_demand_fallback >= 0.005:  # why a spot row can cost more than on demand
-            market += f" +{e.on_demand_fallback:.0%} OD"  # (issue #37 M1: said only in the plan's notes before)
-            fallback_shown = True
-        cells = {
-            "#": str(e.rank) if wide else f"{e.rank}{'*' if e.pareto else ' '}",
-            # a space after each comma lets a fleet of several types wrap between types, never inside one
-            "fleet": e.fleet if wide else e.fleet.replace(",", ", "),
-            "GPUs": str(e.gpus),
-            "market": market if wide else market.replace(" spot)", ")"),
-            "region": e.region,
-            "$/h": f"{e.usd_per_hour:,.2f}" if e.usd_per_hour >= 0.1 else f"{e.usd_per_hour:.2g}",
-            "time": fmt_hours(e.time_h),
-            "cost": fmt_usd(e.cost_usd),
-            "time 80% interval": fmt_hours_range(*e.time_range_h()),
-            "cost 80% interval": f"{fmt_usd(lo)}-{fmt_usd(hi)}",
-            "spot risk": f"{e.risk} ({e.expected_interruptions:.2f})" if wide else e.risk,
-            "perf. risk": e.performance_risk,
-            "effort": e.migration_effort,
-            "savings": "" if e.savings_vs_current is None else f"{e.savings_vs_current:+.0%}",
-            "GiB/GPU": f"{e.memory_gib:.1f}" if e.memory_known is not False else f">={e.memory_gib:.1f} ?",
-            "batch/GPU": e.batch_per_gpu(),
-            "layout": e.layout.name if e.layout is not None else "ddp",
-            "Pareto": "*" if e.pareto else "",
-            "in time": _chance(e.deadline_probability),
-        }
+        cells = _plan_cells(e, wide)
+        fallback_shown = fallback_shown or bool(e.on_demand_fallback and e.on_demand_fallback >= FALLBACK_SHOWN)
         table.add_row(*(cells[c] for c in columns), style="bold green" if i == plan.chosen else None)
         widths = [max(w, len(cells[c]) if c != "fleet" else longest) for w, c in zip(widths, columns, strict=True)]
     if not wide and sum(widths) + 2 * (len(columns) - 1) > DEFAULT_WIDTH:
         table.collapse_padding = True  # one space between columns, not two, before a value is cut (B200-long names)
+    return Group(table, _plan_footer(plan, columns, wide, layouts, fallback_shown, words))
+
+
+FALLBACK_SHOWN = 0.005  # the on-demand fallback share a row's market shows (+N% OD)
+
+
+def _plan_columns(plan: Plan, wide: bool) -> tuple[list[str], bool]:
+    """(the plan table's columns, whether some fleet runs a layout other than ddp): by default those that decide,
+    region and savings only when they differ or were asked for, "in time" under a deadline; ``wide``: every column."""
+    # layout and memory per GPU decide once some fleet runs a layout other than ddp (a model that needs sharding)
+    layouts = any(e.layout is not None and e.layout.name != "ddp" for e in plan.entries)
+    if wide:
+        savings = any(e.savings_vs_current is not None for e in plan.entries)  # only a re-plan has a current fleet
+        columns = [c for c in PLAN_COLUMNS if (layouts or c != "layout") and (savings or c != "savings")]
+    else:
+        columns = ["#", "fleet", "market", "$/h", "time", "time 80% interval", "cost", "batch/GPU", "spot risk"]
+        if layouts:
+            columns[7:7] = ["layout", "GiB/GPU"]
+        if len({e.region for e in plan.entries}) > 1:
+            columns.insert(3, "region")
+        if any(e.savings_vs_current is not None for e in plan.entries):
+            columns.append("savings")
+    if plan.constraints.deadline_h is not None and any(e.deadline_probability is not None for e in plan.entries):
+        columns.insert(columns.index("time 80% interval") + 1, "in time")  # the chance of meeting the deadline
+    return columns, layouts
+
+
+def _plan_cells(e: PlanEntry, wide: bool) -> dict[str, str]:
+    """One entry's cell of every column (the table shows those of its columns)."""
+    lo, hi = e.cost_interval_usd
+    market = e.market if e.market != "mixed" else f"mixed ({e.spot_share:.0%} spot)"
+    if e.on_demand_fallback and e.on_demand_fallback >= FALLBACK_SHOWN:  # why a spot row can cost more than on demand
+        market += f" +{e.on_demand_fallback:.0%} OD"  # (issue #37 M1: said only in the plan's notes before)
+    return {
+        "#": str(e.rank) if wide else f"{e.rank}{'*' if e.pareto else ' '}",
+        # a space after each comma lets a fleet of several types wrap between types, never inside one
+        "fleet": e.fleet if wide else e.fleet.replace(",", ", "),
+        "GPUs": str(e.gpus),
+        "market": market if wide else market.replace(" spot)", ")"),
+        "region": e.region,
+        "$/h": f"{e.usd_per_hour:,.2f}" if e.usd_per_hour >= 0.1 else f"{e.usd_per_hour:.2g}",
+        "time": fmt_hours(e.time_h),
+        "cost": fmt_usd(e.cost_usd),
+        "time 80% interval": fmt_hours_range(*e.time_range_h()),
+        "cost 80% interval": f"{fmt_usd(lo)}-{fmt_usd(hi)}",
+        "spot risk": f"{e.risk} ({e.expected_interruptions:.2f})" if wide else e.risk,
+        "perf. risk": e.performance_risk,
+        "effort": e.migration_effort,
+        "savings": "" if e.savings_vs_current is None else f"{e.savings_vs_current:+.0%}",
+        "GiB/GPU": f"{e.memory_gib:.1f}" if e.memory_known is not False else f">={e.memory_gib:.1f} ?",
+        "batch/GPU": e.batch_per_gpu(),
+        "layout": e.layout.name if e.layout is not None else "ddp",
+        "Pareto": "*" if e.pareto else "",
+        "in time": _chance(e.deadline_probability),
+    }
+
+
+def _plan_footer(
+    plan: Plan,
+    columns: list[str],
+    wide: bool,
+    layouts: bool,
+    fallback_shown: bool,
+    words: Callable[[str], str] | None,
+) -> str:
+    """Below the plan table: the scaling, the candidates and what was left out (``words``: the ranking's parameter
+    names in the caller's words), and what the columns shown mean."""
     excluded = ", ".join(f"{n:,} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
     if words is not None:  # the ranking's parameter names in the caller's words (srifty recommend: its flags)
         excluded = words(excluded)
@@ -377,11 +444,11 @@ def plan_table(
     )
     if types:
         footer += f"\ninstance types left out: {types}"
-    if "in time" in columns and deadline is not None:
+    if "in time" in columns and c.deadline_h is not None:
         footer += (
-            f"\nin time: the chance of finishing within the {fmt_hours(deadline)} deadline (the prediction's held-out "
-            "spread, start-up, spot interruptions and the on-demand fallback); every fleet listed meets it at "
-            f"{plan.constraints.confidence or 0.5:.0%} or more (--confidence)"
+            f"\nin time: the chance of finishing within the {fmt_hours(c.deadline_h)} deadline (the prediction's "
+            "held-out spread, start-up, spot interruptions and the on-demand fallback); every fleet listed meets it "
+            f"at {c.confidence or 0.5:.0%} or more (--confidence)"
         )
     if fallback_shown:
         footer += (
@@ -394,4 +461,4 @@ def plan_table(
             "spot: interruption risk; --wide for every column (GPUs, region, cost interval, prediction risk, effort, "
             "memory)" + ("; GiB: memory per GPU" if layouts else "")
         )
-    return Group(table, footer)
+    return footer

@@ -327,22 +327,25 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
         if progress >= j.work:
             finished_at = k + 1
             break
-    h = j.tick_s / 3600.0
     out = Outcome(
         pol.name,
         finished_at is not None,
-        None if finished_at is None else finished_at * h,
+        None if finished_at is None else finished_at * j.tick_s / 3600.0,
         cost,
         finished_at is not None and finished_at <= j.deadline,
         preemptions,
-        {key: v * h for key, v in spent.items()},
-        lost * h,
+        {key: v * j.tick_s / 3600.0 for key, v in spent.items()},
+        lost * j.tick_s / 3600.0,
         starts,
     )
-    if prog_log is not None and mkt_log is not None:  # record
-        n = finished_at or trace.ticks
-        out.progress = prog_log[:n] * h
-        out.market = mkt_log[:n]
+    return _recorded(out, j, finished_at or trace.ticks, prog_log, mkt_log)
+
+
+def _recorded(out: Outcome, j: Ticks, ticks: int, progress: np.ndarray | None, market: np.ndarray | None) -> Outcome:
+    """``out`` with the recorded progress (hours trained) and market of its first ``ticks`` ticks, when recorded."""
+    if progress is not None and market is not None:
+        out.progress = progress[:ticks] * j.tick_s / 3600.0
+        out.market = market[:ticks]
     return out
 
 
@@ -373,31 +376,8 @@ def optimum(job: Job, trace: Trace) -> Outcome:
         any_state = np.minimum(wait, run.min(axis=(0, 1)))  # leave whatever runs (a preempted spot fleet too)
         new = np.full_like(run, inf)
         for m in range(M):
-            if not avail[m]:
-                continue
-            cont = run[m]
-            # continue: phase r > 0 -> r - 1 with no progress (r counted before the tick)
-            # start fresh from any state: R restart ticks, the first paid now
-            start = any_state
-            if R == 0:
-                trained = np.minimum(cont[0], start)
-                new[m, 0, 1:] = trained[:-1]
-                new[m, 0, W] = min(new[m, 0, W], trained[W])
-            else:
-                # phase after the tick: from a continuing fleet in phase r (r ticks left before), r-1 left after
-                stay = np.full((phases, W + 1), inf)
-                # training fleets (phase 0) train one more tick
-                stay[0, 1:] = cont[0, :-1]
-                stay[0, W] = min(stay[0, W], cont[0, W])
-                if R > 1:
-                    # phase r (r >= 1 ticks left) pays one: r - 1 left; phase 1 -> 0 (ready to train next tick)
-                    stay[0] = np.minimum(stay[0], cont[1]) if phases > 1 else stay[0]
-                    stay[1:-1] = np.minimum(stay[1:-1], cont[2:])
-                # a fresh start pays one restart tick now: R - 1 left
-                fresh = np.full((phases, W + 1), inf)
-                fresh[R - 1] = start
-                new[m] = np.minimum(stay, fresh)
-            new[m] += price[m]
+            if avail[m]:
+                new[m] = _market_tick(run[m], any_state, R) + price[m]
         run, wait = new, any_state
         done = run[:, 0, W].min()
         if done < best[0]:
@@ -415,6 +395,31 @@ def optimum(job: Job, trace: Trace) -> Outcome:
         0.0,
         0,
     )
+
+
+def _market_tick(cont: np.ndarray, start: np.ndarray, R: int) -> np.ndarray:
+    """One tick of one available market in :func:`optimum`'s programme, before its price: the cheapest cost of each
+    (phase, progress) after the tick, from ``cont`` (this market's states before it: phase r = restart ticks still
+    to pay, 0 = training) or a fresh start from ``start`` (any state, R restart ticks, the first paid now)."""
+    inf = np.inf
+    phases, W = cont.shape[0], cont.shape[1] - 1
+    out = np.full_like(cont, inf)
+    if R == 0:
+        trained = np.minimum(cont[0], start)
+        out[0, 1:] = trained[:-1]
+        out[0, W] = min(out[0, W], trained[W])
+        return out
+    # phase after the tick: from a continuing fleet in phase r (r ticks left before), r-1 left after; training fleets
+    # (phase 0) train one more tick
+    out[0, 1:] = cont[0, :-1]
+    out[0, W] = min(out[0, W], cont[0, W])
+    if R > 1:
+        # phase r (r >= 1 ticks left) pays one: r - 1 left; phase 1 -> 0 (ready to train next tick)
+        out[0] = np.minimum(out[0], cont[1]) if phases > 1 else out[0]
+        out[1:-1] = np.minimum(out[1:-1], cont[2:])
+    # a fresh start pays one restart tick now: R - 1 left
+    out[R - 1] = np.minimum(out[R - 1], start)
+    return out
 
 
 # ---------------------------------------------------------------- from a plan
@@ -458,13 +463,40 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
             "--deadline.",
             parameter="deadline",
         )
+    work_s, notes = _planned_work_s(plan, entry)
+    ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S
+    spot_nodes = sum(g.spot for g in entry.groups)
+    od, sp = _fleet_prices(entry, index, catalog or Catalog.load())
+    if entry.market == "on-demand" and spot_nodes == 0:
+        spot_nodes = entry.nodes  # an on-demand entry replayed as if bought on spot
+        notes.append(f"{entry.fleet} is an on-demand entry: replayed as the same fleet on spot")
+    job = Job(
+        work_s=work_s,
+        deadline_s=deadline * 3600.0,
+        restart_s=(entry.startup_s or 0.0) + 2 * ck,
+        spot_usd_hr=sp,
+        od_usd_hr=od,
+        checkpoint_interval_s=entry.checkpoint_interval_s,
+        save_on_notice=ck <= NOTICE_S - 10,
+    )
+    if not job.save_on_notice:
+        notes.append(
+            f"a checkpoint save takes {ck:.0f} s, more than the {NOTICE_S:.0f} s spot notice: a preemption loses the "
+            "work since the last periodic checkpoint"
+        )
+    return PlannedRun(job, entry.fleet, entry.market, spot_nodes, tuple(notes))
+
+
+def _planned_work_s(plan: Any, entry: Any) -> tuple[float, list[str]]:
+    """(the entry's work in seconds, notes): the plan's optimizer steps x the predicted step (a plan made before the
+    global batch was recorded: its predicted time less the start-up), at the plan's confidence
+    (:func:`confidence_factor`)."""
     notes: list[str] = []
     steps = plan.constraints.work_samples / entry.global_batch if entry.global_batch else None
-    startup = entry.startup_s or 0.0
     if steps is not None:
         work_s = steps * entry.iteration_time_s
     else:  # plans made before global_batch was recorded
-        work_s = max(1.0, entry.time_h * 3600 - startup)
+        work_s = max(1.0, entry.time_h * 3600 - (entry.startup_s or 0.0))
         notes.append("the plan does not record its global batch: the work is its predicted time less the start-up")
     factor = confidence_factor(entry, plan.constraints.confidence)
     if factor > 1.0:  # the deadline was asked at a confidence: the policy plans for the work at that quantile
@@ -473,10 +505,12 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
             f"the work is planned at the plan's {plan.constraints.confidence:.0%} confidence: x{factor:.2f} the "
             "predicted training time (the ranking's quantile; the launch's guard replaces it with the measured step)"
         )
-    ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S
-    spot_nodes = sum(g.spot for g in entry.groups)
-    if catalog is None:
-        catalog = Catalog.load()
+    return work_s, notes
+
+
+def _fleet_prices(entry: Any, index: int, catalog: Any) -> tuple[float, float]:
+    """($/h of the fleet all on-demand, $/h of it as bought): the on-demand fallback from the catalog; spot as the
+    plan priced it (an on-demand entry: its groups at the catalog's spot prices, as if bought on spot)."""
     od = sp = 0.0
     for g in entry.groups:
         it = catalog.get(g.instance_type)
@@ -491,23 +525,4 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
             )
         od += p_od * g.count
         sp += p_od * g.on_demand + (p_sp if p_sp is not None else p_od) * g.spot
-    if entry.market != "on-demand":
-        sp = entry.usd_per_hour  # what the plan priced
-    elif spot_nodes == 0:
-        spot_nodes = entry.nodes  # an on-demand entry replayed as if bought on spot
-        notes.append(f"{entry.fleet} is an on-demand entry: replayed as the same fleet on spot")
-    job = Job(
-        work_s=work_s,
-        deadline_s=deadline * 3600.0,
-        restart_s=startup + 2 * ck,
-        spot_usd_hr=sp,
-        od_usd_hr=od,
-        checkpoint_interval_s=entry.checkpoint_interval_s,
-        save_on_notice=ck <= NOTICE_S - 10,
-    )
-    if not job.save_on_notice:
-        notes.append(
-            f"a checkpoint save takes {ck:.0f} s, more than the {NOTICE_S:.0f} s spot notice: a preemption loses the "
-            "work since the last periodic checkpoint"
-        )
-    return PlannedRun(job, entry.fleet, entry.market, spot_nodes, tuple(notes))
+    return od, (entry.usd_per_hour if entry.market != "on-demand" else sp)  # what the plan priced

@@ -77,35 +77,57 @@ def read_trace(
     simulator reads them). ``metadata.values`` may say which; ``values`` overrides it. Spot is usable at a tick when at
     least ``nodes`` instances are available.
 
+    The steps: the document (:func:`_trace_document`), its gap and ticks checked (:func:`_trace_ticks`), the ticks
+    read as instance counts (:func:`_trace_counts`).
+
     Returns the trace and notes (how it was read). Raises :class:`ConfigError` naming the field, the value and the fix.
     """
     inline = not isinstance(source, (str, os.PathLike))
     path = "(inline)" if inline else str(source)
-    if inline:
-        doc = source
-    else:
-        try:  # a regular file of bounded size only: a FIFO, a device or a folder is refused before any byte is read
-            doc = json.loads(read_bounded(source, TRACE_BYTES))
-        except TooLarge:
-            raise ConfigError(
-                f"Spot trace {path} is over {TRACE_BYTES >> 20} MB: a trace of a zone's months at a sample every few "
-                "minutes is well under 1 MB; give one zone's trace, or resample it to a larger gap_seconds.",
-                parameter="trace",
-                value=path,
-            ) from None
-        except FileNotFoundError:
-            raise ConfigError(
-                f"Spot trace {path} does not exist: give the path of a JSON trace (skypilot-org/spot-traces format).",
-                parameter="trace",
-                value=path,
-            ) from None
-        except OSError as exc:
-            raise ConfigError(
-                f"Spot trace {path} cannot be read: {exc.strerror or exc}.", parameter="trace", value=path
-            ) from None
-        except (UnicodeDecodeError, RecursionError, ValueError) as exc:  # ValueError: JSON, or 4,300+ digits
-            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            raise ConfigError(f"Spot trace {path} is not JSON ({why}).", parameter="trace", value=path) from None
+    doc: Any = source if inline else _trace_document(source, path)
+    gap, arr = _trace_ticks(doc, path)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"nodes must be a whole number >= 1; got {nodes!r}.", parameter="nodes", value=nodes)
+    counts, notes = _trace_counts(arr, path, values or doc["metadata"].get("values"))
+    if nodes > 1 and counts.max() < nodes:
+        notes.append(
+            f"{os.path.basename(path)}: never {nodes} instances available (at most {int(counts.max())}): spot is "
+            "never usable for this fleet"
+        )
+    name = os.path.splitext(os.path.basename(path))[0]
+    return Trace(float(gap), (counts >= nodes)[None, :], (name,)), notes
+
+
+def _trace_document(source: str | os.PathLike[str], path: str) -> Any:
+    """The JSON document of a trace file: a regular file of bounded size only (a FIFO, a device or a folder is
+    refused before any byte is read)."""
+    try:
+        return json.loads(read_bounded(source, TRACE_BYTES))
+    except TooLarge:
+        raise ConfigError(
+            f"Spot trace {path} is over {TRACE_BYTES >> 20} MB: a trace of a zone's months at a sample every few "
+            "minutes is well under 1 MB; give one zone's trace, or resample it to a larger gap_seconds.",
+            parameter="trace",
+            value=path,
+        ) from None
+    except FileNotFoundError:
+        raise ConfigError(
+            f"Spot trace {path} does not exist: give the path of a JSON trace (skypilot-org/spot-traces format).",
+            parameter="trace",
+            value=path,
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"Spot trace {path} cannot be read: {exc.strerror or exc}.", parameter="trace", value=path
+        ) from None
+    except (UnicodeDecodeError, RecursionError, ValueError) as exc:  # ValueError: JSON, or 4,300+ digits
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ConfigError(f"Spot trace {path} is not JSON ({why}).", parameter="trace", value=path) from None
+
+
+def _trace_ticks(doc: Any, path: str) -> tuple[float, np.ndarray]:
+    """(gap_seconds, the ticks' values) of a trace document, each field checked: an object with a positive
+    ``metadata.gap_seconds`` and a non-empty ``data`` of at most :data:`TRACE_TICKS` whole numbers >= 0."""
     if not isinstance(doc, dict):
         raise _trace_error(path, "the document", type(doc).__name__, "must be an object with 'metadata' and 'data'.")
     meta = doc.get("metadata")
@@ -135,11 +157,13 @@ def read_trace(
     if (arr < 0).any() or (arr != np.floor(arr)).any():
         i = int(np.flatnonzero((arr < 0) | (arr != np.floor(arr)))[0])
         raise _trace_error(path, f"data[{i}]", data[i], f"must be a whole number of instances >= 0; got {data[i]!r}.")
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ConfigError(f"nodes must be a whole number >= 1; got {nodes!r}.", parameter="nodes", value=nodes)
+    return float(gap), arr
+
+
+def _trace_counts(arr: np.ndarray, path: str, how: str | None) -> tuple[np.ndarray, list[str]]:
+    """The instances available per tick, reading the ticks as ``how`` says (``available`` counts, or ``preempted``
+    flags; None: counts, with a note when the values are all 0/1), and the notes on how they were read."""
     notes: list[str] = []
-    declared = meta.get("values")
-    how = values or declared
     if how is None:
         how = "available"
         if set(np.unique(arr)) <= {0.0, 1.0}:
@@ -152,16 +176,8 @@ def read_trace(
     if how == "preempted":
         if not set(np.unique(arr)) <= {0.0, 1.0}:
             raise _trace_error(path, "data", "counts", "holds counts above 1: it cannot be read as preempted flags.")
-        counts = np.where(arr > 0, 0.0, 1.0)
-    else:
-        counts = arr
-    if nodes > 1 and counts.max() < nodes:
-        notes.append(
-            f"{os.path.basename(path)}: never {nodes} instances available (at most {int(counts.max())}): spot is "
-            "never usable for this fleet"
-        )
-    name = os.path.splitext(os.path.basename(path))[0]
-    return Trace(float(gap), (counts >= nodes)[None, :], (name,)), notes
+        return np.where(arr > 0, 0.0, 1.0), notes
+    return arr, notes
 
 
 def spells(available: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
