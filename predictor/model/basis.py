@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from predictor.catalog.catalog import Catalog
@@ -221,10 +221,9 @@ def measured_link(profile: Profile, instance_type: str, crossing: float) -> Link
         and (comm.world_size or 1) > 1
     ):
         return None
-    link = calibrate(
-        [b.bytes for b in comm.bucket_detail], [b.allreduce_s.p50 for b in comm.bucket_detail], comm.world_size or 2
-    )
-    return replace(link, crossing=crossing) if link is not None else None
+    seconds = [b.allreduce_s.p50 for b in comm.bucket_detail]
+    nodes = profile.hardware.nodes
+    return calibrate([b.bytes for b in comm.bucket_detail], seconds, comm.world_size or 2, nodes, crossing)
 
 
 def target_gpu(it: InstanceType, catalog: Catalog) -> GPU:

@@ -87,7 +87,7 @@ def network_phase_s(
     (p5 nccl-tests, 2-32 nodes, within 10 %: :mod:`predictor.model.network`). :data:`RING` (EFA without NVLS): NCCL's
     ring through every rank, ``2 (n-1)/n``, its tree on two nodes (``1``): on p4d.24xlarge (NVIDIA/nccl#527, 1 GiB) the
     hierarchical form was 1.14 / 1.57 / 1.51x the measured algorithm bandwidth at 2 / 3 / 4 nodes, this form 1.14 /
-    1.11 / 1.17x (``bench/collectives.py``; nothing chosen on them). :data:`SOCKETS`: a flat ring of all ``n`` ranks at
+    1.10 / 1.17x (``bench/collectives.py``; nothing chosen on them). :data:`SOCKETS`: a flat ring of all ``n`` ranks at
     any node count, bus bandwidth never above the network's rate: NVIDIA/nccl#209 (nccl-tests over TCP on 32 GbE, NCCL
     2.4.7) measured 30.6-31.4 Gbit/s with one GPU per node and 14.5-14.9 (2 nodes) / 22.2-22.9 (4 nodes) with eight:
     the hierarchical form priced those at 57 and 39 Gbit/s, the flat ring at 30.4 (``bench/tcp_sockets.py``; the tree's

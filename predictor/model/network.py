@@ -8,7 +8,7 @@ ring, ``L`` the call's latency (below) and ``f`` what each node's network carrie
 NVLink SHARP (NVSwitch, Hopper or later: :func:`nvls`), checked against published nccl-tests all_reduce_perf figures
 of p5.48xlarge over EFA (2-32 nodes, 32 MB-8 GB; ``bench/collectives.py``, BENCHMARKS.md: the sum of the two phases was
 1.8x too slow at 4-32 nodes, the pipelined form is within 10% there); ``2 (n-1)/n`` of all ``n`` ranks (NCCL's ring)
-on other EFA nodes, except 1 on two nodes (its tree), held out on p4d.24xlarge (NVIDIA/nccl#527, 2-4 nodes: 1.11-1.17x
+on other EFA nodes, except 1 on two nodes (its tree), held out on p4d.24xlarge (NVIDIA/nccl#527, 2-4 nodes: 1.10-1.17x
 the measured algorithm bandwidth, the hierarchical form 1.14-1.57x; nothing chosen on it). NCCL's own guide to the
 figures says the same: a ring's bus bandwidth "should reflect the speed of the hardware bottleneck", the node's
 network (nccl-tests ``doc/PERFORMANCE.md``), and on two nodes the tree's "bus BW can get up to 2x the network
@@ -56,6 +56,7 @@ from predictor.model.collectives import (
     SOCKETS,
     allreduce_latency,
     bus_factor,
+    crossing_ranks,
     network_phase_s,
     phase_s,
     ring_latency,
@@ -97,8 +98,9 @@ class Link:
 
     @property
     def sockets(self) -> float:
-        """1.0 for NCCL's socket transport (TCP through the instance's network, no EFA), else 0.0: it sets how the
-        all-reduce's traffic crosses the node's network (:func:`~predictor.model.collectives.network_phase_s`)."""
+        """1.0 for the catalog's socket transport (TCP through the instance's network, no EFA), else 0.0: the
+        prediction then carries the socket network's width (``net-sockets``); a link the profile measured carries
+        the calibrated links' width instead. How the traffic crosses nodes is ``crossing``."""
         return 1.0 if self.kind == "tcp" else 0.0
 
 
@@ -143,25 +145,24 @@ def inter_node_link(instance: InstanceType, net: NetworkModel = DEFAULT_NETWORK,
     return Link(gbps * net.tcp_efficiency, net.latency_tcp_s, "tcp", SOCKETS)
 
 
-def link_words(link: Link, instance_type: str) -> str:
-    """How a fleet's nodes are priced to meet, in words (a prediction's assumption): the transport, its effective
-    rate per node and how NCCL's collectives cross it (``crossing``), and what the transport needs on the node."""
-    rate = f"{link.gbps * 8:,.4g} Gbit/s effective per node"
-    if link.kind == "measured":
-        return f"across nodes: the all-reduce rate the profile measured on {instance_type}, {rate}"
-    if link.kind == "tcp":
+def link_words(crossing: float, rate: str, without_efa: list[str], how: str | None = None) -> str:
+    """How a fleet's nodes are priced to meet, in words (a prediction's assumption): the transport (``crossing``:
+    TCP sockets, naming the types ``without_efa``, or EFA with the plugin it needs), its ``rate``, and how the
+    collectives cross it (``how`` where the layout says otherwise: a pipeline's point-to-point sends, HSDP's rings
+    of nodes)."""
+    if crossing == SOCKETS:
         return (
-            f"across nodes: TCP through NCCL's socket transport ({instance_type} has no EFA), {rate}, a flat ring "
-            "through every rank"
+            f"across nodes: TCP through NCCL's socket transport ({', '.join(without_efa) or 'no EFA'}: no EFA), "
+            f"{rate}, {how or 'a flat ring through every rank'}"
         )
-    how = (
+    algorithm = (
         "NVLink SHARP inside each node (NCCL's NVLS), the nodes' ring across"
-        if link.crossing == HIERARCHICAL
+        if crossing == HIERARCHICAL
         else "NCCL's ring through every rank (its tree on two nodes)"
     )
     return (
-        f"across nodes: EFA, {rate}, {how}; it needs NCCL's aws-ofi-nccl plugin on the image (the Deep Learning AMI "
-        "has it; without it NCCL falls back to TCP sockets, slower than priced)"
+        f"across nodes: EFA, {rate}, {how or algorithm}; it needs NCCL's aws-ofi-nccl plugin on the image (the Deep "
+        "Learning AMI has it; without it NCCL falls back to TCP sockets, slower than priced)"
     )
 
 
@@ -210,15 +211,25 @@ def allreduce_time(
     return AllReduceEstimate(seconds, intra_s, inter_s, limiting)
 
 
-def calibrate(bucket_bytes: list[int], bucket_seconds: list[float], world: int) -> Link | None:
-    """Effective bandwidth and latency of the profiled link, fitted from measured bucket all-reduces.
+def calibrate(
+    bucket_bytes: list[int],
+    bucket_seconds: list[float],
+    world: int,
+    nodes: int | None = None,
+    crossing: float = SOCKETS,
+) -> Link | None:
+    """Effective bandwidth and latency of the profiled link, fitted from measured bucket all-reduces over ``world``
+    ranks on ``nodes`` nodes whose collectives cross as ``crossing`` says (:func:`collectives.crossing_ranks`; default:
+    a flat ring of every rank), so that the model prices the profiled fleet at the time it measured.
 
-    Each bucket of S bytes took ``t = 2 (n-1)/n * S / B + a``; a least-squares line through (volume, t) gives B and a.
-    With one bucket size only, the latency is taken as 0 and B = volume / t.
+    Each bucket of S bytes took ``t = f * S / B + a`` (``f``: the bytes the node's network carries per byte,
+    ``2 (n-1)/n`` of the crossing's ring size ``n``); a least-squares line through (volume, t) gives B and a. With one
+    bucket size only, the latency is taken as 0 and B = volume / t.
     """
     if world < 2 or not bucket_bytes:
         return None
-    factor = float(bus_factor(ALL_REDUCE, world))
+    across = float(crossing_ranks(nodes, world, crossing)) if nodes is not None and nodes > 1 else world
+    factor = float(bus_factor(ALL_REDUCE, across))
     xs = [factor * b / 1e9 for b in bucket_bytes]
     ys = list(bucket_seconds)
     if len(set(xs)) >= 2:
@@ -228,9 +239,10 @@ def calibrate(bucket_bytes: list[int], bucket_seconds: list[float], world: int) 
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
         intercept = my - slope * mx
         if slope > 0:
-            return Link(1 / slope, max(0.0, intercept) / max(1.0, float(ring_steps(ALL_REDUCE, world))), "measured")
+            hop_s = max(0.0, intercept) / max(1.0, float(ring_steps(ALL_REDUCE, world)))
+            return Link(1 / slope, hop_s, "measured", crossing)
     total_x, total_y = sum(xs), sum(ys)
-    return Link(total_x / total_y, 0.0, "measured") if total_y > 0 else None
+    return Link(total_x / total_y, 0.0, "measured", crossing) if total_y > 0 else None
 
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES

@@ -10,7 +10,7 @@ memory from :mod:`predictor.model.memory`; intervals from :mod:`predictor.model.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -298,11 +298,8 @@ def _assumptions(
         assumptions += basis.notes
     if len(row_bases) == 1 and fleet.nodes > 1 and row_bases[0].link_note:
         assumptions.append(row_bases[0].link_note)
-    if fleet.nodes > 1:  # the slowest group's network sets the pace, the groups' largest crossing the algorithm
-        slowest = min(row_bases, key=lambda b: b.plain_inter.gbps)
-        link = slowest.inter if len(row_bases) == 1 else slowest.plain_inter
-        crossing = max(b.plain_inter.crossing for b in row_bases)
-        assumptions.append(link_words(replace(link, crossing=crossing), slowest.name))
+    if fleet.nodes > 1:
+        assumptions.append(_network_words(layout, row_bases))
     if not profile.hardware.cpu_count:
         assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
     else:
@@ -325,6 +322,26 @@ def _assumptions(
             f"data-parallel losses (stragglers, communication contention): {dp_loss / step:.1%} of the step"
         )
     return assumptions
+
+
+def _network_words(layout: Layout, row_bases: list[TypeBasis]) -> str:
+    """How a multi-node fleet's nodes are priced to meet (:func:`~predictor.model.network.link_words`): the slowest
+    group's network sets the pace, the groups' largest crossing the algorithm (predictor.model.fleets)."""
+    measured = len(row_bases) == 1 and row_bases[0].inter.kind == "measured"
+    slowest = min(row_bases, key=lambda b: b.plain_inter.gbps)
+    rate = (
+        "at the rate the profile measured"
+        if measured
+        else f"{slowest.plain_inter.gbps * 8:,.4g} Gbit/s effective per node"
+    )
+    how = None
+    if layout.strategy == "pipeline":
+        how = "each stage's activations sent to the next point to point"
+    elif layout.sharding == "hybrid_shard":
+        how = "each GPU's gradient shard all-reduced over a ring of the nodes"
+    crossing = max(b.plain_inter.crossing for b in row_bases)
+    without_efa = [b.name for b in row_bases if b.plain_inter.kind == "tcp"]
+    return link_words(crossing, rate, without_efa, how)
 
 
 def _extrapolation(fleet: Fleet, row_bases: list[TypeBasis], src_world: int) -> list[str]:

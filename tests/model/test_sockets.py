@@ -18,11 +18,11 @@ from predictor.model.predict import predict
 from predictor.model.uncertainty import Z80, model_error
 
 
-def test_the_flat_ring_over_sockets_and_the_hierarchy_over_efa_agree_with_one_gpu_per_node() -> None:
+def test_the_flat_ring_over_sockets_and_the_nvls_hierarchy_agree_with_one_gpu_per_node() -> None:
     gb, gbps = 1.0, 3.0
     one = network_phase_s(gb, 4, 4, gbps, SOCKETS), network_phase_s(gb, 4, 4, gbps, HIERARCHICAL)
     assert float(one[0]) == pytest.approx(float(one[1])) == pytest.approx(2 * 3 / 4 * gb / gbps)
-    # 2 nodes of 8 GPUs: every byte of a 16-rank ring crosses the node's network over sockets, half of it over EFA
+    # 2 nodes of 8 GPUs: every byte of a 16-rank ring crosses the node's network over sockets, half of it on NVLS nodes
     flat, hier = float(network_phase_s(gb, 2, 16, gbps, SOCKETS)), float(network_phase_s(gb, 2, 16, gbps, HIERARCHICAL))
     assert flat / hier == pytest.approx(2 * 15 / 16)
     assert float(network_phase_s(gb, 1, 8, gbps, SOCKETS)) == 0.0  # one node: nothing crosses a network

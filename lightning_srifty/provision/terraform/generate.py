@@ -627,7 +627,8 @@ def generate(
             )
         values = tfvars(plan, choice, options, catalog, code=snapshot)
         entry = plan.entries[choice]
-        if options.ami and any(g.get("efa") for g in values.get("groups", [])):
+        groups = values.get("groups", [])
+        if options.ami and groups and all(g.get("efa") for g in groups):  # priced on EFA (a group on TCP: sockets)
             notes.append(
                 f"--ami {options.ami} on an EFA fleet: the plan priced its nodes meeting over EFA, through NCCL's "
                 "aws-ofi-nccl plugin (the Deep Learning AMI has it); an image without it runs NCCL over TCP sockets, "
