@@ -327,17 +327,11 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
         if progress >= j.work:
             finished_at = k + 1
             break
-    out = Outcome(
-        pol.name,
-        finished_at is not None,
-        None if finished_at is None else finished_at * j.tick_s / 3600.0,
-        cost,
-        finished_at is not None and finished_at <= j.deadline,
-        preemptions,
-        {key: v * j.tick_s / 3600.0 for key, v in spent.items()},
-        lost * j.tick_s / 3600.0,
-        starts,
-    )
+    h = j.tick_s / 3600.0
+    done_h = None if finished_at is None else finished_at * h
+    met = finished_at is not None and finished_at <= j.deadline
+    hours = {key: v * h for key, v in spent.items()}
+    out = Outcome(pol.name, finished_at is not None, done_h, cost, met, preemptions, hours, lost * h, starts)
     return _recorded(out, j, finished_at or trace.ticks, prog_log, mkt_log)
 
 

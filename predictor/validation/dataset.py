@@ -137,6 +137,26 @@ def load_points(path: str | Path, gpus: GpuTable | None = None) -> list[Point]:
 
 
 def _read_points(path: str | Path, gpus: GpuTable) -> list[Point]:
+    """The single-node measurements of ``path`` as points: rows of one configuration grouped
+    (:func:`_grouped_rows`), a row without a batch given the batch of its configuration when it has exactly one,
+    each group's median throughput and spread (:func:`_point`)."""
+    groups = _grouped_rows(path)
+    # rows without a batch inherit the batch of the same configuration when there is exactly one
+    batches: dict[tuple, set[str]] = defaultdict(set)
+    for key in groups:
+        if key[5]:
+            batches[key[:5]].add(key[5])
+    merged: dict[tuple, list[dict[str, str]]] = defaultdict(list)
+    for key, rows in groups.items():
+        batch = key[5] or (next(iter(batches[key[:5]])) if len(batches[key[:5]]) == 1 else "")
+        if batch:
+            batched = (*key[:5], int(batch))  # not inside merged[...]: mypy reads a starred subscript as 3.11 syntax
+            merged[batched].extend(rows)
+    return [_point(key, rows) for key, rows in merged.items()]
+
+
+def _grouped_rows(path: str | Path) -> dict[tuple, list[dict[str, str]]]:
+    """The Lambda and Gavel single-node rows of a measurements CSV, by (source, model, precision, GPU, GPUs, batch)."""
     groups: dict[tuple, list[dict[str, str]]] = defaultdict(list)
     with open(path, encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
@@ -154,51 +174,35 @@ def _read_points(path: str | Path, gpus: GpuTable) -> list[Point]:
                 continue
             if not row["gpus_per_node"] or int(row["nodes"] or 1) != 1:
                 continue  # Gavel "unconsolidated" rows: the per-server split is not recorded
-            groups[
-                (
-                    source,
-                    row["model"],
-                    row["precision"],
-                    GPU_NAMES[row["gpu"]],
-                    int(row["gpus_per_node"]),
-                    row["per_gpu_batch"],
-                )
-            ].append(row)
-    # rows without a batch inherit the batch of the same configuration when there is exactly one
-    batches: dict[tuple, set[str]] = defaultdict(set)
-    for key in groups:
-        if key[5]:
-            batches[key[:5]].add(key[5])
-    merged: dict[tuple, list[dict[str, str]]] = defaultdict(list)
-    for key, rows in groups.items():
-        batch = key[5] or (next(iter(batches[key[:5]])) if len(batches[key[:5]]) == 1 else "")
-        if batch:
-            batched = (*key[:5], int(batch))  # not inside merged[...]: mypy reads a starred subscript as 3.11 syntax
-            merged[batched].extend(rows)
-    points = []
-    for (source, model, precision, gpu, n, batch), rows in merged.items():
-        values = []
-        for r in rows:
-            value = float(r["throughput"])
-            values.append(value * batch * n if r["throughput_unit"] == "iterations/s" else value)
-        mid = statistics.median(values)
-        cv = statistics.pstdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
-        points.append(
-            Point(
-                source,
-                model,
-                "16-mixed" if precision == "AMP" else "32-true",
-                gpu,
-                n,
-                batch,
-                mid,
-                cv,
-                rows[0]["interconnect"],
-                len(values),
-                "samples/s" if rows[0]["throughput_unit"] == "iterations/s" else rows[0]["throughput_unit"],
-            )
-        )
-    return points
+            key = (source, row["model"], row["precision"], GPU_NAMES[row["gpu"]], int(row["gpus_per_node"]))
+            keyed = (*key, row["per_gpu_batch"])  # not inside groups[...]: mypy reads a starred subscript as 3.11
+            groups[keyed].append(row)
+    return groups
+
+
+def _point(key: tuple, rows: list[dict[str, str]]) -> Point:
+    """One configuration's point: the median of its rows' throughputs in samples/s (iterations/s x batch x GPUs)
+    and their coefficient of variation."""
+    source, model, precision, gpu, n, batch = key
+    values = []
+    for r in rows:
+        value = float(r["throughput"])
+        values.append(value * batch * n if r["throughput_unit"] == "iterations/s" else value)
+    mid = statistics.median(values)
+    cv = statistics.pstdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
+    return Point(
+        source,
+        model,
+        "16-mixed" if precision == "AMP" else "32-true",
+        gpu,
+        n,
+        batch,
+        mid,
+        cv,
+        rows[0]["interconnect"],
+        len(values),
+        "samples/s" if rows[0]["throughput_unit"] == "iterations/s" else rows[0]["throughput_unit"],
+    )
 
 
 @dataclass

@@ -477,11 +477,12 @@ def test_migrate_finds_the_profile_without_the_callback_class() -> None:
 
 
 # the rooms issue #39 reshaped: the provisioner, the job's migrate and profiling sides and strategies, the CLI, the
-# store, the protocol; the predictor's model, ranking, catalog, documents and service
+# store, the protocol, the console's tables; the predictor's model, ranking, catalog, documents, service, what a run
+# pays besides steps (runs) and the validation
 SHAPED = (
     *(f"lightning_srifty/{room}" for room in ("provision", "migrate", "profiling", "strategies", "cli")),
-    *(f"lightning_srifty/{room}.py" for room in ("store", "protocol", "comm", "launch_checks")),
-    *(f"predictor/{room}" for room in ("model", "ranking", "catalog", "documents", "service")),
+    *(f"lightning_srifty/{room}.py" for room in ("store", "protocol", "comm", "launch_checks", "console")),
+    *(f"predictor/{room}" for room in ("model", "ranking", "catalog", "documents", "service", "runs", "validation")),
 )
 
 
