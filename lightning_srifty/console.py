@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -321,9 +320,7 @@ def _chance(p: float | None) -> str:
     return f"{p:.0%}" if p >= 0.01 else "<1%"
 
 
-def plan_table(
-    plan: Plan, model: str | None = None, wide: bool = False, words: Callable[[str], str] | None = None
-) -> Group:
+def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Group:
     """The ranked fleets as a rich table, the chosen one highlighted, with what was left out.
 
     By default the columns that decide (fleet, market, $/h, time, cost, risks; region and savings only when they
@@ -362,7 +359,7 @@ def plan_table(
         widths = [max(w, len(cells[c]) if c != "fleet" else longest) for w, c in zip(widths, columns, strict=True)]
     if not wide and sum(widths) + 2 * (len(columns) - 1) > DEFAULT_WIDTH:
         table.collapse_padding = True  # one space between columns, not two, before a value is cut (B200-long names)
-    return Group(table, _plan_footer(plan, columns, wide, layouts, fallback_shown, words))
+    return Group(table, _plan_footer(plan, columns, wide, layouts, fallback_shown))
 
 
 FALLBACK_SHOWN = 0.005  # the on-demand fallback share a row's market shows (+N% OD)
@@ -425,13 +422,10 @@ def _plan_footer(
     wide: bool,
     layouts: bool,
     fallback_shown: bool,
-    words: Callable[[str], str] | None,
 ) -> str:
-    """Below the plan table: the scaling, the candidates and what was left out (``words``: the ranking's parameter
-    names in the caller's words), and what the columns shown mean."""
+    """Below the plan table: the scaling, the candidates and what was left out (in the words the ranking was asked
+    for: :mod:`predictor.ranking.words`), and what the columns shown mean."""
     excluded = ", ".join(f"{n:,} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
-    if words is not None:  # the ranking's parameter names in the caller's words (srifty recommend: its flags)
-        excluded = words(excluded)
     types = ", ".join(f"{n:,} {why}" for why, n in sorted((plan.excluded_types or {}).items(), key=lambda kv: -kv[1]))
     c = plan.constraints
     scaling = (

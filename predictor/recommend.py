@@ -14,6 +14,7 @@ from predictor.documents.plan import Plan
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError
 from predictor.ranking import Constraints, rank
+from predictor.ranking.words import PYTHON, Words
 
 if TYPE_CHECKING:
     from predictor.catalog import Catalog
@@ -39,11 +40,14 @@ def recommend(
     report_path: str | os.PathLike[str] | None = None,
     refine: Callable[[Plan], Plan] | None = None,
     spot_stats: SpotStats | None = None,
+    words: Words = PYTHON,
 ) -> Recommendation:
     """Rank fleets for ``profile`` under ``constraints`` (through ``service`` when given: its observations calibrate
     the ranking), ``refine`` the plan (``srifty recommend --launchable`` keeps what the account can start), then
     write the plan (atomically) and the report where asked. ``spot_stats``: spot capacity from traces
-    (:class:`predictor.runs.deadline.SpotStats`), in place of the catalog's rates (local ranking only)."""
+    (:class:`predictor.runs.deadline.SpotStats`), in place of the catalog's rates (local ranking only). ``words``:
+    the caller's words for the constraints in the plan's prose (:mod:`predictor.ranking.words`; the service is asked
+    for them too)."""
     outputs = {
         "plan_path": plan_path,
         "report_path": report_path,
@@ -59,9 +63,9 @@ def recommend(
             parameter="spot_trace",
         )
     plan = (
-        service.rank(profile, constraints)
+        service.rank(profile, constraints, words=words.vocabulary)
         if service is not None
-        else rank(profile, constraints, catalog=catalog, spot_stats=spot_stats)
+        else rank(profile, constraints, catalog=catalog, spot_stats=spot_stats, words=words)
     )
     if refine is not None:
         plan = refine(plan)

@@ -9,6 +9,7 @@ from typing import Any
 
 from lightning_srifty.cli._common import console, hours, load_catalog, number, whole
 from predictor.ranking.constraints import SPECS, constraint_defaults
+from predictor.ranking.words import FLAGS, doc
 
 DEFAULTS = constraint_defaults()
 # what a flag's help adds to the constraint's own words (predictor.ranking.constraints.SPECS declares the flags)
@@ -29,39 +30,6 @@ def flag_of(name: str) -> str:
     """The flag of constraint ``name`` (its :class:`~predictor.ranking.constraints.Spec`)."""
     flag = SPECS[name].flag
     return flag or "--" + name.replace("_", "-")
-
-
-def in_flags(message: str) -> str:
-    """The ranking's prose in this command's words (its explanations, a plan's reasons, the help): ``deadline_h=60``
-    reads ``--deadline 60h``, ``market='any'`` ``--market any``, ``max_instances`` ``--max-instances``. Names without
-    an underscore are translated only in ``name=value`` form, so that prose ("optimizer steps") stays prose. A refused
-    value is not prose: ``srifty`` says it from the error's parts with the flag its parser has
-    (:func:`lightning_srifty.cli.error_words`)."""
-    import dataclasses
-    import re
-
-    from predictor.ranking import Constraints
-
-    for f in dataclasses.fields(Constraints):
-        flag, unit = flag_of(f.name), SPECS[f.name].unit
-
-        def value(m: re.Match[str], flag: str = flag, unit: str = unit) -> str:
-            v = m.group(1) if m.group(1) is not None else m.group(2)
-            if v == "True":
-                return flag
-            if unit == "h":  # a duration as the user writes it: 10m, not 0.166667h
-                try:
-                    hours = float(v)
-                except ValueError:
-                    pass
-                else:
-                    return f"{flag} {hours * 60:.4g}m" if hours < 1 else f"{flag} {hours:.6g}h"
-            return f"{flag} {v}{unit}"
-
-        message = re.sub(rf"(?<![-\w]){f.name}=(?:'([^']*)'|([^\s,;)]+))", value, message)
-        if "_" in f.name:
-            message = re.sub(rf"(?<![-\w.]){f.name}\b", flag, message)
-    return message.replace("rank()", "srifty recommend")
 
 
 def _spot_stats(args: argparse.Namespace) -> Any:
@@ -125,6 +93,7 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
         report_path=args.report or None,
         refine=refine,
         spot_stats=_spot_stats(args),
+        words=FLAGS,  # the plan's prose and the ranking's errors name this command's flags
     )
     plan = result.plan
     if "plan" in result.written:
@@ -136,7 +105,7 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
         return 0
     from lightning_srifty.console import plan_table
 
-    console(260 if args.wide else 170).print(plan_table(plan, profile.model.name, wide=args.wide, words=in_flags))
+    console(260 if args.wide else 170).print(plan_table(plan, profile.model.name, wide=args.wide))
     from predictor.catalog.instances import SPOT_OUTLIER_HINT, SPOT_UNLISTED_HINT
     from predictor.ranking.core import RISK_NOTE, VALIDATION_NOTE
     from predictor.ranking.explain import no_table_note, unmeasured_note
@@ -204,7 +173,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
     p.add_argument("--report", help="write a self-contained HTML report here (and the plot as PNG beside it)")
-    p.set_defaults(func=cmd_recommend, words=in_flags)  # the ranking's prose in flags (refused values: their parts)
+    p.set_defaults(func=cmd_recommend)
 
 
 def _flag_options(name: str, spec: Any) -> dict[str, Any]:
@@ -213,12 +182,12 @@ def _flag_options(name: str, spec: Any) -> dict[str, Any]:
     default = DEFAULTS[name]
     hint = CLI_HINTS.get(name)
     shown = ",".join(default) if isinstance(default, tuple) else default
-    words = spec.doc + (f"; {hint}" if hint else "")  # a flag with a unit says it in its hint
+    words = doc(name, FLAGS) + (f"; {hint}" if hint else "")  # a flag with a unit says it in its hint
     if spec.kind == "texts":
         words += "; comma-separated, repeatable"
     if shown not in (None, "", False, 0.0):
         words += f" (default {shown})"
-    options: dict[str, Any] = {"help": in_flags(words).replace("%", "%%")}
+    options: dict[str, Any] = {"help": words.replace("%", "%%")}
     if spec.kind not in ("bool", "choice"):
         options["metavar"] = flag_of(name).lstrip("-").replace("-", "_").upper()
     if spec.kind == "bool":

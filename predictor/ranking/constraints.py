@@ -115,7 +115,7 @@ class Constraints:
         None, "training samples", "number", minimum=0, exclusive=True, service_max=1e15, plan=None
     )
     epochs: float | None = _c(
-        None, "epochs (with steps_per_epoch)", "number", minimum=0, exclusive=True, service_max=1e6, plan=None
+        None, "epochs (with {steps_per_epoch})", "number", minimum=0, exclusive=True, service_max=1e6, plan=None
     )
     steps_per_epoch: int | None = _c(
         None, "optimizer steps in one epoch", "int", minimum=1, service_max=10**12, plan=None
@@ -295,16 +295,15 @@ class Constraints:
         """Raise ConfigError naming the parameter, the value and the fix."""
         given = [name for name in ("steps", "samples", "epochs") if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ConfigError(
-                "Give the work as exactly one of 'steps' (optimizer steps), 'samples' or 'epochs' (with "
-                f"'steps_per_epoch'), e.g. steps=100000. Got {', '.join(given) or 'none'}.",
+            raise ConfigError.between(
+                "Give the work as exactly one of {steps} (optimizer steps, e.g. 100000), {samples} or {epochs} (with "
+                "{steps_per_epoch}). Got " + (", ".join(given) or "none") + ".",
                 parameter="steps",
                 value=self.steps,
             )
         if self.epochs is not None and self.steps_per_epoch is None:
-            raise ConfigError(
-                "'epochs' needs 'steps_per_epoch' (the optimizer steps in one epoch), e.g. epochs=3, "
-                "steps_per_epoch=5000.",
+            raise ConfigError.between(
+                "{epochs} needs {steps_per_epoch} (the optimizer steps in one epoch, e.g. 5000).",
                 parameter="steps_per_epoch",
                 value=None,
             )
@@ -312,7 +311,9 @@ class Constraints:
             _check_field(name, spec, getattr(self, name))
         self.layout_list()
         if not self.regions:
-            raise ConfigError("Give at least one region, e.g. regions=('us-east-1',).", parameter="regions", value=())
+            raise ConfigError.between(
+                "Give at least one region in {regions}, e.g. us-east-1.", parameter="regions", value=()
+            )
 
     def layout_list(self) -> list[Layout]:
         """The layouts asked (all of :data:`LAYOUTS` when none), parsed; a pipeline's stages are set per fleet.

@@ -39,6 +39,7 @@ from predictor.ranking.explain import (
 )
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
+from predictor.ranking.words import PYTHON, Words, names
 from predictor.runs.odds import DOWN_SPELL_S, Fallback, SpotStats, deadline_odds, expected_with_fallback
 from predictor.runs.spot import DEFAULT_CHECKPOINT_S, spot_cost
 from predictor.runs.startup import (
@@ -75,8 +76,10 @@ def rank(
     checkpoint_s: float | None = None,
     calibration: Calibration | None = None,
     spot_stats: SpotStats | None = None,
+    words: Words = PYTHON,
 ) -> Plan:
     """Rank fleets; raise NoFeasibleConfigError (with the binding constraint and hints) when none is feasible.
+    ``words``: the caller's names for the constraints in the plan's prose and the errors (:mod:`.words`).
 
     ``spot_stats``: spot capacity as traces recorded it (:class:`predictor.runs.deadline.SpotStats`): its interruption
     rate replaces the catalog's Spot Advisor rates and its wait for capacity the traces' default.
@@ -96,7 +99,7 @@ def rank(
     work = constraints.work(profile)
     markets = Market(constraints.market).markets()
     factors = dict(calibration.factors) if calibration else None
-    r = _Ranking(profile, constraints, catalog, work, checkpoint_s, calibration, factors, spot_stats)
+    r = _Ranking(profile, constraints, catalog, work, checkpoint_s, calibration, factors, spot_stats, words)
     types, names, efficient, layouts, many, cand = _candidates(r, markets)
     known_startup = measured_startup()  # read once: the start-up figures and the plan's note
     current, current_note = _current(profile, constraints, catalog, work, factors)
@@ -112,17 +115,15 @@ def rank(
     entries = [one(i, r + 1) for r, i in enumerate(order)]
     front = [one(int(i), int((keyed < keyed[i]).sum()) + 1) for i in pareto_idx]
     notes = (
-        _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
+        [n for n in (unmeasured_note(profile), no_table_note(profile)) if n]  # the caveats first
+        + _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
         + _spot_notes(constraints, spot_stats)
         + ([current_note] if current_note else [])
-        + _startup_notes(constraints, types, entries[0], current, known_startup)
+        + _startup_notes(constraints, types, entries[0], current, known_startup, words)
         + _outlier_notes(entries, types)
         + _risk_notes(constraints, scored, ok, key, entries, lambda i: one(i, 0))
         + _validation_notes(profile, work)
     )
-    caveats = [n for n in (unmeasured_note(profile), no_table_note(profile)) if n]
-    notes = [*caveats, *notes]
-
     # priced without the deadline (its fallback to on-demand is in the spot fleets' prices): what binds, measured
     relaxed = functools.partial(_without_deadline, r, scoring=(types, names, many, cand, current, known_startup))
     reason = why(constraints, entries[0], ok, _values(scored), key, relaxed)
@@ -175,6 +176,7 @@ class _Ranking:
     calibration: Calibration | None
     factors: dict[str, float] | None
     spot_stats: SpotStats | None
+    words: Words = PYTHON
     excluded: dict[str, int] = field(default_factory=dict)
     excluded_types: dict[str, int] = field(default_factory=dict)
 
@@ -204,7 +206,8 @@ def _instance_types(r: _Ranking) -> list:
         raise NoFeasibleConfigError(
             "No instance type is left to rank: "
             + (", ".join(f"{n} {why}" for why, n in excluded_types.items()) or "the catalog has no CUDA types")
-            + ". Check allow/deny, regions (prices are bundled for us-east-1 and a few more) and allow_arm64.",
+            + f". Check {names(r.words, 'allow', 'deny', 'regions')} (prices are bundled for us-east-1 and a few more) "
+            f"and {r.words.name('allow_arm64')}.",
             binding=("instance_types",),
             excluded=excluded_types,
             hints=("allow", "deny", "regions", "allow_arm64"),
@@ -223,9 +226,10 @@ def _shapes(
     """
     total = cands.shape_count(len(types), len(efficient), constraints) * len(markets) * len(constraints.regions)
     if total > cands.MAX_CANDIDATES:
-        raise ConfigError(
-            f"{total:,} candidate fleets is over the limit of {cands.MAX_CANDIDATES:,}: lower max_instances "
-            f"({constraints.max_instances}) or max_types ({constraints.max_types}), or narrow the types with allow.",
+        raise ConfigError.between(
+            f"{total:,} candidate fleets is over the limit of {cands.MAX_CANDIDATES:,}: lower {{max_instances}} "
+            f"({constraints.max_instances}) or {{max_types}} ({constraints.max_types}), or narrow the types with "
+            "{allow}.",
             parameter="max_instances",
             value=constraints.max_instances,
         )
@@ -261,7 +265,7 @@ def _priced(r: _Ranking, many: ManyPredictions, types: list, markets: tuple[str,
     if not len(cand.shape):
         raise NoFeasibleConfigError(
             f"No fleet has a {constraints.market} price in {', '.join(constraints.regions)}. "
-            "Try regions=('us-east-1',) or market='any'.",
+            f"Try {r.words.setting('regions', ('us-east-1',))} or {r.words.setting('market', 'any')}.",
             binding=("market",),
             excluded=excluded,
             hints=("regions", "market"),
@@ -365,11 +369,12 @@ def _feasible(r: _Ranking, scored: Scored) -> tuple[np.ndarray, np.ndarray]:
     for name, limit in constraints.limits().items():
         measure = values[LIMIT_OF[name]]
         over = keep & (measure > limit)
-        reason = f"under {constraints.confidence:.0%} to meet {name}" if name == "deadline_h" else f"over {name}"
+        said = r.words.name(name)
+        reason = f"under {constraints.confidence:.0%} to meet {said}" if name == "deadline_h" else f"over {said}"
         cands.count(excluded, reason, over)
         keep &= ~over
     if not keep.any():
-        raise infeasible(constraints, ok, values, excluded)
+        raise infeasible(constraints, ok, values, excluded, r.words)
     return ok, keep
 
 
@@ -649,8 +654,10 @@ def _startup_notes(
     best: PlanEntry,
     current: CurrentFleet | None,
     known: dict[str, float],
+    words: Words = PYTHON,
 ) -> list[str]:
-    """What start-up and billing assume, and "keep the fleet you have" when it finishes sooner and for less."""
+    """What start-up and billing assume (``words``: the caller's), and "keep the fleet you have" when it finishes
+    sooner and for less."""
     if constraints.startup_s is not None:
         how = f"{constraints.startup_s:.0f} s as given"
     else:
@@ -665,7 +672,8 @@ def _startup_notes(
         if ready:
             how += f"; boot to first step (boot, setup, warm-up) measured by srifty launch for {', '.join(ready)}"
     notes = [
-        f"every new fleet's time and cost include its start-up ({how}; override with startup_s) and EC2's per-second "
+        f"every new fleet's time and cost include its start-up ({how}; override with {words.name('startup_s')}) and "
+        "EC2's per-second "
         f"billing with a {BILLING_MINIMUM_S:.0f} s minimum per instance"
     ]
     if current is not None:

@@ -13,6 +13,7 @@ from predictor.documents.profile import Profile
 from predictor.exceptions import NoFeasibleConfigError, SriftyError
 from predictor.model.memory import estimate_memory
 from predictor.ranking.constraints import Constraints, Market, Objective
+from predictor.ranking.words import PYTHON, Words
 
 # performance risk from the prediction's relative sd: the 80% interval is within exp(+-1.28 sd)
 PERFORMANCE_RISK_SD = (0.10, 0.25)
@@ -23,30 +24,27 @@ GOALS = {
 # the measure each limit holds (the value it is compared with): a deadline holds the time at the confidence asked
 # (``Constraints.confidence``), not the predicted time
 LIMIT_OF = {"max_hourly_usd": "usd_per_hour", "deadline_h": "confident_time_h", "budget_usd": "cost_usd"}
-HINTS = {
-    "deadline_h": "raise deadline_h or lower confidence, or allow more instances (max_instances) and mixes of types "
-    "(max_types=2)",
-    "budget_usd": "raise budget_usd",
-    "max_hourly_usd": "raise max_hourly_usd",
-}
-# said with a money limit only where the ranking did not consider spot capacity already (market='on-demand')
-SPOT_HINT = "allow spot capacity (market='any')"
 
 
-def hint(name: str, constraints: Constraints, fastest_instances: int | None = None) -> str:
-    """What to change when limit ``name`` binds, in the ranking's words (the CLI translates them to flags).
+def hint(name: str, constraints: Constraints, fastest_instances: int | None = None, words: Words = PYTHON) -> str:
+    """What to change when limit ``name`` binds, in the caller's ``words`` (:mod:`predictor.ranking.words`).
     ``fastest_instances``: how many instances the fastest fleet has; below ``max_instances`` more would not be faster
     (the model does not speed up with them), and the deadline's hint does not suggest them (issue #37 L)."""
-    if name == "deadline_h" and fastest_instances is not None and fastest_instances < constraints.max_instances:
+    if name == "deadline_h":
+        confidence = words.setting("confidence", constraints.confidence)
+        if fastest_instances is not None and fastest_instances < constraints.max_instances:
+            return (
+                f"raise {words.name('deadline_h')} or lower {confidence} (more instances would not help: the fastest "
+                f"fleet has {fastest_instances}, below {words.setting('max_instances', constraints.max_instances)})"
+            )
         return (
-            f"raise deadline_h or lower confidence={constraints.confidence:g} (more instances would not help: the "
-            f"fastest fleet has {fastest_instances}, below max_instances={constraints.max_instances})"
+            f"raise {words.name('deadline_h')} or lower {confidence}, or allow more instances "
+            f"({words.name('max_instances')}) and mixes of types ({words.setting('max_types', 2)})"
         )
-    text = HINTS[name]
-    if name == "deadline_h":  # the confidence asked, as the user's words for it say (the CLI: --confidence 0.9)
-        text = text.replace("lower confidence", f"lower confidence={constraints.confidence:g}")
-    if name in ("budget_usd", "max_hourly_usd") and Market(constraints.market) is Market.ON_DEMAND:
-        text += f", or {SPOT_HINT}"
+    text = f"raise {words.name(name)}"
+    # said with a money limit only where the ranking did not consider spot capacity already (an on-demand market)
+    if Market(constraints.market) is Market.ON_DEMAND:
+        text += f", or allow spot capacity ({words.setting('market', 'any')})"
     return text
 
 
@@ -199,16 +197,20 @@ def layout_why(profile: Profile, best: PlanEntry, predict_ddp: Callable[[str], A
 
 
 def infeasible(
-    constraints: Constraints, ok: np.ndarray, values: Mapping[str, np.ndarray], excluded: Mapping[str, int]
+    constraints: Constraints,
+    ok: np.ndarray,
+    values: Mapping[str, np.ndarray],
+    excluded: Mapping[str, int],
+    words: Words = PYTHON,
 ) -> NoFeasibleConfigError:
-    """Why no fleet is left: the binding limits and the best values within the others."""
+    """Why no fleet is left, in the caller's ``words``: the binding limits and the best values within the others."""
     if not ok.any():
         return NoFeasibleConfigError(
             "No fleet holds the model in GPU memory (with the headroom asked"
             + (", even with gradient accumulation" if constraints.scaling == "strong" else "")
             + f", under the layouts {', '.join(x.name for x in constraints.layout_list())}). Use GPUs with more "
-            "memory, more instances (max_instances), a smaller batch, or more layouts (fsdp:full_shard+ac shards "
-            "the model and checkpoints activations).",
+            f"memory, more instances ({words.name('max_instances')}), a smaller batch, or more layouts "
+            f"({words.name('layouts')}: fsdp:full_shard+ac shards the model and checkpoints activations).",
             binding=("memory",),
             excluded=excluded,
             hints=("larger GPUs", "a smaller batch", "FSDP / DeepSpeed"),
@@ -232,14 +234,15 @@ def infeasible(
         best[key] = float(np.min(values[measure][among]))
         if measure == "confident_time_h" and "instances" in values:
             fastest_instances = int(values["instances"][among][np.argmin(values[measure][among])])
-        part = f"{name}={constraints.limits()[name]:g} binds: {what[measure]}{scope} is {fmt(measure, best[key])}"
+        part = f"{words.setting(name, constraints.limits()[name])} binds: {what[measure]}{scope} is "
+        part += fmt(measure, best[key])
         if measure == "confident_time_h" and "deadline_p" in values:
             best["deadline_probability"] = surest = float(np.max(values["deadline_p"][among]))
             part += f" (the surest meets the deadline at {surest:.0%}, under the {constraints.confidence:.0%} asked)"
         parts.append(part)
     if not alone and len(names) > 1:
         parts.append("relaxing one of them alone leaves no fleet either")
-    hints = tuple(hint(n, constraints, fastest_instances) for n in names)
+    hints = tuple(hint(n, constraints, fastest_instances, words) for n in names)
     return NoFeasibleConfigError(
         "No fleet meets the constraints: " + "; ".join(parts) + ". Hints: " + "; ".join(hints) + ".",
         binding=names,

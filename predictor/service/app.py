@@ -48,6 +48,7 @@ from predictor.exceptions import (
 from predictor.model.predict import Prediction, predict
 from predictor.ranking import Constraints, rank
 from predictor.ranking.constraints import SPECS, Spec, constraint_defaults
+from predictor.ranking.words import PYTHON, WORDS, Vocabulary, doc
 from predictor.service.answers import (
     ERRORS,
     GUARD,
@@ -159,8 +160,8 @@ def _constraint_field(name: str, spec: Spec) -> tuple[Any, Any]:
         kind = kind | None
     if isinstance(default, tuple):
         items = list(default)
-        return kind, Field(default_factory=lambda: list(items), description=spec.doc, **bounds)
-    return kind, Field(default, description=spec.doc, **bounds)
+        return kind, Field(default_factory=lambda: list(items), description=doc(name, PYTHON), **bounds)
+    return kind, Field(default, description=doc(name, PYTHON), **bounds)
 
 
 # the request's constraints: generated from the one declaration (predictor.ranking.constraints.SPECS); mypy sees
@@ -181,6 +182,11 @@ class RankRequest(_Strict):
     profile: dict[str, Any] = _PROFILE_FIELD
     constraints: RankConstraints
     use_observations: bool = Field(True, description="calibrate with observed runs of this model")
+    words: Vocabulary = Field(
+        "python",
+        description="the words of the plan's prose and errors for the constraints: 'python' (the constraints' names, "
+        "as these fields) or 'flags' (srifty recommend's flags)",
+    )
 
 
 class ObservationRequest(_Strict):
@@ -412,7 +418,9 @@ def _add_model_routes(app: FastAPI, catalog: Catalog, store: ObservationStore, h
             constraints = Constraints.build(**request.constraints.model_dump())
             calibration = store.calibration(profile, catalog) if request.use_observations else None
             # a JSONResponse skips FastAPI's jsonable_encoder (3.7 ms for a plan; the dict is plain JSON already)
-            return SafeJSONResponse(rank(profile, constraints, catalog=catalog, calibration=calibration).to_dict())
+            words = WORDS[request.words]
+            plan = rank(profile, constraints, catalog=catalog, calibration=calibration, words=words)
+            return SafeJSONResponse(plan.to_dict())
 
         return await heavy.run("ranking", work)
 

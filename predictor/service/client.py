@@ -96,9 +96,14 @@ class ServiceClient:
                 f"Cannot reach the predictor at {self.url} ({reason}). Is `srifty serve` running there?"
             ) from None
 
-    def rank(self, profile: Profile, constraints: Constraints | dict[str, Any]) -> Plan:
+    def rank(self, profile: Profile, constraints: Constraints | dict[str, Any], words: str = "python") -> Plan:
+        """The service's plan for ``profile`` under ``constraints``, its prose in ``words`` (``python``: the
+        constraints' names, as the JSON fields; ``flags``: ``srifty recommend``'s flags)."""
         asked = constraints if isinstance(constraints, dict) else constraints.to_request()
-        return load_plan(self._post("/v1/rank", {"profile": profile.to_dict(), "constraints": asked}))
+        body: dict[str, Any] = {"profile": profile.to_dict(), "constraints": asked}
+        if words != "python":  # a service from before the field refuses it; the default needs none
+            body["words"] = words
+        return load_plan(self._post("/v1/rank", body))
 
     def predict(self, profile: Profile, fleet: str, scaling: str = "strong") -> dict[str, Any]:
         return self._post("/v1/predict", {"profile": profile.to_dict(), "fleet": fleet, "scaling": scaling})

@@ -212,22 +212,35 @@ def test_a_mistyped_subcommand_or_flag_gets_did_you_mean(capsys) -> None:
 def test_ranking_errors_name_the_commands_flags(tmp_path, capsys) -> None:
     import dataclasses
 
-    from lightning_srifty.cli.recommend import flag_of, in_flags
+    from lightning_srifty.cli.recommend import flag_of
     from predictor.ranking import Constraints
+    from predictor.ranking.words import FLAGS, PYTHON, doc
 
-    # every constraint has a flag of srifty recommend (the table cannot drift from the parser)
+    # every constraint has a flag of srifty recommend (the table cannot drift from the parser), and the ranking's
+    # words for the command (predictor.ranking.words.FLAGS) are its flags
     parser = build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["recommend"]
     flags = {o for a in sub._actions for o in a.option_strings}
     assert {flag_of(f.name) for f in dataclasses.fields(Constraints)} <= flags
-    assert in_flags("deadline_h=60 binds; raise deadline_h (market='any', max_types=2)") == (
-        "--deadline 60h binds; raise --deadline (--market any, --max-types 2)"
+    assert all(FLAGS.name(f.name) == flag_of(f.name) for f in dataclasses.fields(Constraints))
+    said = [FLAGS.setting("deadline_h", 60.0), FLAGS.setting("market", "any"), FLAGS.setting("max_types", 2)]
+    assert said == ["--deadline 60h", "--market any", "--max-types 2"]
+    assert [PYTHON.setting("market", "any"), PYTHON.setting("regions", ("us-east-1",))] == [
+        "market='any'",
+        "regions=('us-east-1',)",
+    ]
+    assert [FLAGS.setting("regions", ("us-east-1", "us-west-2")), FLAGS.setting("allow_arm64", True)] == [
+        "--regions us-east-1,us-west-2",
+        "--allow-arm64",
+    ]
+    # a duration reads as the user writes it (srifty recommend --deadline 10m said "--deadline 0.166667h")
+    assert FLAGS.setting("deadline_h", 1 / 6) == "--deadline 10m"
+    assert FLAGS.setting("deadline_h", 36.5) == "--deadline 36.5h"
+    assert FLAGS.setting("deadline_h", 12000.0) == "--deadline 12000h"  # not 1.2e+04h, which does not parse
+    assert (
+        doc("epochs", FLAGS) == "epochs (with --steps-per-epoch)"
+        and doc("epochs", PYTHON) == "epochs (with steps_per_epoch)"
     )
-    assert in_flags("700,000 optimizer steps") == "700,000 optimizer steps"
-    # a duration reads as the user wrote it (srifty recommend --deadline 10m said "--deadline 0.166667h")
-    assert in_flags("deadline_h=0.166667 binds") == "--deadline 10m binds"
-    assert in_flags("deadline_h=36.5 binds") == "--deadline 36.5h binds"
-    assert in_flags("deadline_h=12000 binds") == "--deadline 12000h binds"  # not 1.2e+04h, which does not parse
     profile = tmp_path / "p.json"
     profile.write_text(json.dumps(MINIMAL))
     args = ["recommend", "--profile", str(profile), "--steps", "2000000", "--market", "spot", "--allow", "p3.2xlarge",

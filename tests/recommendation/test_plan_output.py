@@ -160,14 +160,20 @@ def test_the_report_shows_layout_and_memory_per_row_on_a_1400px_page(busy_plan, 
     assert "max-width:1400px" in page and "img{max-width:100%" in page
 
 
-def test_the_excluded_line_speaks_the_callers_words(busy_plan) -> None:
-    """srifty recommend passes its translation, so the footer reads "over --deadline", not "over deadline_h"."""
-    from lightning_srifty.cli.recommend import in_flags
+def test_the_excluded_line_speaks_the_callers_words(catalog) -> None:
+    """srifty recommend asks the ranking for its flags (predictor.ranking.words.FLAGS), so the footer reads "over
+    --deadline", not "over deadline_h"; Python keeps the names."""
+    from conftest import ROOT
+    from predictor.ranking.words import FLAGS
 
-    assert busy_plan.excluded, "the fixture excludes fleets"
-    text = "\n".join(render(plan_table(busy_plan, words=lambda t: "<" + t + ">"), 400))
-    assert "excluded: <" in text
-    assert in_flags("1334 over deadline_h, 80 no spot price") == "1334 over --deadline, 80 no spot price"
+    profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
+    c = Constraints(steps=200_000, deadline_h=50 / 60, market="on-demand", confidence=0.5)
+    flags, python = rank(profile, c, catalog=catalog, words=FLAGS), rank(profile, c, catalog=catalog)
+    assert any("to meet --deadline" in why for why in flags.excluded), flags.excluded
+    assert any("to meet deadline_h" in why for why in python.excluded), python.excluded
+    text = "\n".join(render(plan_table(flags), 400))
+    assert "to meet --deadline" in text and "deadline_h" not in text
+    assert "override with --startup" in " ".join(flags.notes) and "override with startup_s" in " ".join(python.notes)
 
 
 def test_a_spot_row_priced_with_the_deadlines_fallback_says_so_on_the_row(catalog) -> None:

@@ -55,6 +55,17 @@ def test_predict_and_rank_answer_what_the_library_answers(client, catalog) -> No
     assert plan.constraints.max_types == 2 and plan.entries[0].time_h <= 12
 
 
+def test_rank_answers_in_the_words_asked(client) -> None:
+    """The plan's prose names the constraints as the JSON fields by default, as srifty recommend's flags on asking
+    (issue #39: the ranking's words from its declared flags, not a regex on the answer)."""
+    asked = {"profile": MINIMAL, "constraints": {"steps": 100_000, "deadline_h": 0.5, "market": "on-demand"}}
+    fields = load_plan(client.post("/v1/rank", json=asked).json())
+    flags = load_plan(client.post("/v1/rank", json={**asked, "words": "flags"}).json())
+    assert any("override with startup_s" in n for n in fields.notes), fields.notes
+    assert any("override with --startup" in n for n in flags.notes), flags.notes
+    assert client.post("/v1/rank", json={**asked, "words": "yaml"}).status_code == 422
+
+
 @pytest.mark.parametrize(
     ("path", "body", "loc", "text"),
     [
