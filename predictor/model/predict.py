@@ -240,8 +240,8 @@ def _one_row(
     if not many.splittable[0]:
         raise PredictionError(
             f"{fleet} has {fleet.gpus} GPUs, more than the {global_batch_of(profile)} samples of the profiled global "
-            "batch: every GPU needs at least one sample. Use fewer GPUs, or scaling='weak' to grow the global batch "
-            "(a different training)."
+            "batch: every GPU needs at least one sample. Use fewer GPUs, or weak scaling to grow the global batch (a "
+            "different training)."
         )
     return src, many, [type_bases[i] for i in tidx[0]]
 

@@ -88,7 +88,7 @@ def instance_types(
     types: list[InstanceType] = []
     for it in catalog.filter(cuda_only=True):
         if not _allowed(it, constraints):
-            count(excluded, "not allowed by allow/deny", 1)
+            count(excluded, "not among the types allowed", 1)
         elif it.gpu not in catalog.gpus:
             count(excluded, f"GPU without specs ({it.gpu})", 1)
         elif not any(it.price_usd_hr(region, m) for region in constraints.regions for m in ("on-demand", "spot")):

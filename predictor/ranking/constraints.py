@@ -297,7 +297,7 @@ class Constraints:
         if len(given) != 1:
             raise ConfigError.between(
                 "Give the work as exactly one of {steps} (optimizer steps, e.g. 100000), {samples} or {epochs} (with "
-                "{steps_per_epoch}). Got " + (", ".join(given) or "none") + ".",
+                "{steps_per_epoch}). Got " + (", ".join("{" + name + "}" for name in given) or "none") + ".",
                 parameter="steps",
                 value=self.steps,
             )

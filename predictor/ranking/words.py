@@ -7,6 +7,8 @@ its parts on the :class:`~predictor.exceptions.ConfigError` and each front end s
 
 from __future__ import annotations
 
+import enum
+import numbers
 import string
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -16,16 +18,21 @@ from predictor.ranking.constraints import SPECS
 Vocabulary = Literal["python", "flags"]
 
 
+def plain(value: float) -> str:
+    """A number as a user types it, never in exponent form (which ``--deadline`` and the number flags refuse):
+    ``16``, ``0.95``, ``1234567``, ``0.000017``."""
+    x = float(value)
+    if x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    text = f"{x:.6f}".rstrip("0").rstrip(".")
+    return text if text not in ("", "0", "-0") else f"{x:.6g}"
+
+
 @dataclass(frozen=True)
 class Words:
     """A front end's words for the constraints: ``python`` (the library and the service) or ``flags`` (the CLI)."""
 
     vocabulary: Vocabulary = "python"
-
-    @property
-    def caller(self) -> str:
-        """What the user called: ``rank()`` or ``srifty recommend``."""
-        return "srifty recommend" if self.vocabulary == "flags" else "rank()"
 
     def name(self, field: str) -> str:
         """A constraint's name: ``max_instances``, or its flag ``--max-instances`` (a constraint without a flag keeps
@@ -38,20 +45,27 @@ class Words:
     def setting(self, field: str, value: Any) -> str:
         """A constraint set to ``value``: ``market='any'``, ``regions=('us-east-1',)``, ``deadline_h=0.5``; or as
         typed on the command line: ``--market any``, ``--regions us-east-1``, ``--deadline 30m`` (a duration with its
-        unit, never a number ``parse_duration`` refuses), ``--allow-arm64``."""
+        unit, a number never in exponent form), ``--allow-arm64``. Numpy numbers read as numbers, enums as their
+        values; an unset value (None, False, nothing) reads ``no --budget``."""
+        if isinstance(value, enum.Enum):
+            value = value.value
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
         spec = SPECS.get(field)
         if self.vocabulary == "python" or spec is None or spec.flag is None:
-            shown = f"{value:g}" if isinstance(value, float) else repr(value)
+            if number:
+                return f"{field}={plain(value)}"
+            shown = repr(tuple(value)) if isinstance(value, (tuple, list)) else repr(value)
             return f"{field}={shown}"
         flag = self.name(field)
         if value is True:
             return flag
+        if value is None or value is False or (isinstance(value, (tuple, list)) and not value):
+            return f"no {flag}"
         if isinstance(value, (tuple, list)):
             return f"{flag} {','.join(str(v) for v in value)}"
-        if spec.unit == "h" and isinstance(value, (int, float)):  # a duration as the user writes it: 10m, not 0.17h
-            return f"{flag} {value * 60:.4g}m" if value < 1 else f"{flag} {value:.6g}h"
-        shown = f"{value:g}" if isinstance(value, float) else str(value)
-        return f"{flag} {shown}{spec.unit}"
+        if spec.unit == "h" and number:  # a duration as the user writes it: 10m, not 0.17h
+            return f"{flag} {plain(value * 60)}m" if value < 1 else f"{flag} {plain(value)}h"
+        return f"{flag} {plain(value) if number else value}{spec.unit}"
 
 
 def doc(field: str, words: Words) -> str:

@@ -332,13 +332,14 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
     met = finished_at is not None and finished_at <= j.deadline
     hours = {key: v * h for key, v in spent.items()}
     out = Outcome(pol.name, finished_at is not None, done_h, cost, met, preemptions, hours, lost * h, starts)
-    return _recorded(out, j, finished_at or trace.ticks, prog_log, mkt_log)
+    return _recorded(out, h, finished_at or trace.ticks, prog_log, mkt_log)
 
 
-def _recorded(out: Outcome, j: Ticks, ticks: int, progress: np.ndarray | None, market: np.ndarray | None) -> Outcome:
-    """``out`` with the recorded progress (hours trained) and market of its first ``ticks`` ticks, when recorded."""
+def _recorded(out: Outcome, h: float, ticks: int, progress: np.ndarray | None, market: np.ndarray | None) -> Outcome:
+    """``out`` with the recorded progress (hours trained: ``h`` hours a tick) and market of its first ``ticks`` ticks,
+    when recorded."""
     if progress is not None and market is not None:
-        out.progress = progress[:ticks] * j.tick_s / 3600.0
+        out.progress = progress[:ticks] * h
         out.market = market[:ticks]
     return out
 
@@ -460,7 +461,7 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
     work_s, notes = _planned_work_s(plan, entry)
     ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S
     spot_nodes = sum(g.spot for g in entry.groups)
-    od, sp = _fleet_prices(entry, index, catalog or Catalog.load())
+    od, sp = _fleet_prices(entry, index, catalog if catalog is not None else Catalog.load())
     if entry.market == "on-demand" and spot_nodes == 0:
         spot_nodes = entry.nodes  # an on-demand entry replayed as if bought on spot
         notes.append(f"{entry.fleet} is an on-demand entry: replayed as the same fleet on spot")

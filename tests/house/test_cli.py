@@ -237,6 +237,22 @@ def test_ranking_errors_name_the_commands_flags(tmp_path, capsys) -> None:
     assert FLAGS.setting("deadline_h", 1 / 6) == "--deadline 10m"
     assert FLAGS.setting("deadline_h", 36.5) == "--deadline 36.5h"
     assert FLAGS.setting("deadline_h", 12000.0) == "--deadline 12000h"  # not 1.2e+04h, which does not parse
+    # never in exponent form, which the flags refuse; numpy numbers and enums as numbers and values (a review's finds)
+    assert FLAGS.setting("deadline_h", 1e6) == "--deadline 1000000h"
+    assert FLAGS.setting("budget_usd", 1234567.0) == "--budget 1234567"
+    assert [FLAGS.setting("budget_usd", None), FLAGS.setting("allow_arm64", False)] == [
+        "no --budget",
+        "no --allow-arm64",
+    ]
+    import numpy as np
+
+    from predictor.ranking.constraints import Market
+
+    assert PYTHON.setting("max_instances", np.int64(16)) == "max_instances=16"
+    assert PYTHON.setting("confidence", np.float32(0.95)) == "confidence=0.95"
+    assert (
+        PYTHON.setting("market", Market.ANY) == "market='any'" and FLAGS.setting("market", Market.ANY) == "--market any"
+    )
     assert (
         doc("epochs", FLAGS) == "epochs (with --steps-per-epoch)"
         and doc("epochs", PYTHON) == "epochs (with steps_per_epoch)"
