@@ -7,7 +7,7 @@ times a hop's. Across nodes NCCL's all-reduce is either the ring or a double bin
 each twice a ring hop's: :data:`TREE_NET_HOP`), whichever costs less (:func:`allreduce_latency`); its all-gather and
 reduce-scatter are rings.
 
-What crosses a node's network (:func:`crossing_ranks`, one of three :data:`CROSSINGS` per link): on nodes whose GPUs
+What crosses a node's network (:func:`crossing_ranks`, one crossing per link): on nodes whose GPUs
 reduce inside the node through NVLink SHARP (NVSwitch with Hopper or later: NCCL's NVLS and NVLS-tree algorithms) the
 network carries the node's share, a ring of the nodes (``n`` = nodes, :data:`HIERARCHICAL`); elsewhere NCCL's ring runs
 through every rank and each node's network carries ``2 (n-1)/n`` of an all-reduce with ``n`` = ranks, except on two
@@ -41,7 +41,6 @@ Array = np.ndarray | float
 HIERARCHICAL = 0.0  # NVLink SHARP inside the node (NVSwitch, Hopper or later), the nodes' ring across
 RING = 1.0  # NCCL's ring through every rank (its tree on two nodes, all-reduce only): RDMA/EFA without NVLS
 SOCKETS = 2.0  # NCCL's socket transport: a flat ring of every rank at any node count
-CROSSINGS = {"hierarchical": HIERARCHICAL, "ring": RING, "sockets": SOCKETS}
 
 
 def ring_steps(kind: str, n: Array) -> np.ndarray:
@@ -67,9 +66,9 @@ def ring_latency(kind: str, n: Array, hop_s: Array) -> np.ndarray:
 
 
 def crossing_ranks(nodes: Array, ranks: Array, crossing: Array, kind: str = ALL_REDUCE) -> np.ndarray:
-    """The ring size whose bus factor a node's network carries (``crossing``: :data:`CROSSINGS`): the nodes
-    (:data:`HIERARCHICAL`), every rank (:data:`SOCKETS`), or every rank except an all-reduce on two nodes, which NCCL
-    runs as its tree (:data:`RING`: each node's data crosses once, the two-node ring's ``2 (2-1)/2``)."""
+    """The ring size whose bus factor a node's network carries, by ``crossing``: the nodes (:data:`HIERARCHICAL`),
+    every rank (:data:`SOCKETS`), or every rank except an all-reduce on two nodes, which NCCL runs as its tree
+    (:data:`RING`: each node's data crosses once, the two-node ring's ``2 (2-1)/2``)."""
     nodes_a, ranks_a = np.asarray(nodes, dtype=float), np.asarray(ranks, dtype=float)
     c = np.asarray(crossing, dtype=float)
     flat = np.maximum(ranks_a, nodes_a)
@@ -81,7 +80,7 @@ def network_phase_s(
     gb: Array, nodes: Array, ranks: Array, gbps: Array, crossing: Array, kind: str = ALL_REDUCE
 ) -> np.ndarray:
     """The bandwidth time (s) of a collective ``kind`` of ``gb`` GB per rank across ``nodes`` nodes through a network
-    of ``gbps`` GB/s per node; 0 on one node; ``crossing`` (:data:`CROSSINGS`) says how its bytes cross nodes.
+    of ``gbps`` GB/s per node; 0 on one node; ``crossing`` (below) says how its bytes cross nodes.
 
     :data:`HIERARCHICAL` (NVLink SHARP nodes): each node's network carries ``2 (N-1)/N`` of an all-reduce's data
     (p5 nccl-tests, 2-32 nodes, within 10 %: :mod:`predictor.model.network`). :data:`RING` (EFA without NVLS): NCCL's

@@ -428,15 +428,17 @@ class _Fleets:
         """(N,) 1.0 where a group of the fleet reaches other nodes through NCCL's socket transport (TCP, no EFA): its
         collectives cross nodes as a flat ring (``collectives.network_phase_s``) and its prediction carries the socket
         network's width (``_model_sd``)."""
-        single = self.single[:, None]
-        col = np.where(single, self.link_col("sockets", False), self.link_col("sockets", True))
-        return row_max(np.where(self.present, col, 0.0)) * (self.nodes > 1)
+        return self.link_max("sockets") * (self.nodes > 1)
 
     def crossing(self) -> np.ndarray:
-        """(N,) how each fleet's collectives cross nodes (``collectives.CROSSINGS``): its groups' largest code, the one
-        whose node network carries the most (a p5 group with a p4d group runs NCCL's ring, not NVLS)."""
-        single = self.single[:, None]
-        col = np.where(single, self.link_col("crossing", False), self.link_col("crossing", True))
+        """(N,) how each fleet's collectives cross nodes (``collectives.HIERARCHICAL`` < ``RING`` < ``SOCKETS``): its
+        groups' largest code, the one whose node network carries the most (a p5 group with a p4d runs NCCL's ring)."""
+        return self.link_max("crossing")
+
+    def link_max(self, attr: str) -> np.ndarray:
+        """(N,) the largest ``attr`` over each fleet's groups' inter-node links (a one-type fleet's measured link, a
+        mix's catalog links)."""
+        col = np.where(self.single[:, None], self.link_col(attr, False), self.link_col(attr, True))
         return row_max(np.where(self.present, col, 0.0))
 
     def link_col(self, attr: str, plain: bool) -> np.ndarray:

@@ -94,7 +94,7 @@ class Link:
     gbps: float  # GB/s
     latency_s: float
     kind: str
-    crossing: float = RING  # how collectives cross nodes through it (collectives.CROSSINGS)
+    crossing: float = RING  # how collectives cross nodes through it (collectives.HIERARCHICAL, RING or SOCKETS)
 
     @property
     def sockets(self) -> float:

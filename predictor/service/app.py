@@ -184,8 +184,8 @@ class RankRequest(_Strict):
     use_observations: bool = Field(True, description="calibrate with observed runs of this model")
     words: Vocabulary = Field(
         "python",
-        description="the words of the plan's prose and errors for the constraints: 'python' (the constraints' names, "
-        "as these fields) or 'flags' (srifty recommend's flags)",
+        description="the names of the constraints in the plan's prose (reasons, notes, an infeasible ranking's hints): "
+        "'python' (these fields' names) or 'flags' (srifty recommend's flags); a refused field is named as sent",
     )
 
 
