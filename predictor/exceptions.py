@@ -47,6 +47,7 @@ class ConfigError(SriftyError, ValueError):
         got: the value as the message shows it.
         fix: what to do, when there is more to say.
         template: a message naming several parameters, each as ``{name}`` (:meth:`between`), when it has one.
+        facts: the template's fields that are values shown as given (a path, a count), the same in every front end.
     """
 
     def __init__(
@@ -60,22 +61,28 @@ class ConfigError(SriftyError, ValueError):
         got: str | None = None,
         fix: str = "",
         template: str | None = None,
+        facts: Mapping[str, object] | None = None,
     ) -> None:
         super().__init__(message)
         self.parameter = parameter
         self.value = value
         self.owner, self.expected, self.got, self.fix, self.template = owner, expected, got, fix, template
+        self.facts: dict[str, object] = dict(facts or {})
 
     @classmethod
-    def between(cls, template: str, *, parameter: str, value: object = None) -> ConfigError:
-        """A refusal of settings that cannot work together: ``template`` names each parameter as ``{name}``
-        (Python reads ``name``, ``srifty`` its flag, the service its field); ``parameter`` is the one to change."""
-        names = {n: n for n in _fields(template)}
-        return cls(template.format_map(names), parameter=parameter, value=value, template=template)
+    def between(cls, template: str, *, parameter: str, value: object = None, **facts: object) -> ConfigError:
+        """A refusal that names settings: ``template`` names each parameter as ``{name}`` (Python reads ``name``,
+        ``srifty`` its flag, the service its field); ``parameter`` is the one to change. ``facts`` fill the
+        template's other fields with what was given (``{path}``, ``{count!r}``), the same in every front end: a
+        value is never written into the template itself, where a brace in it would be read as a field."""
+        message = template.format_map({n: facts[n] if n in facts else n for n in _fields(template)})
+        return cls(message, parameter=parameter, value=value, template=template, facts=facts)
 
     def template_names(self) -> list[str]:
-        """The parameters the template names (none without a template)."""
-        return _fields(self.template) if self.template is not None else []
+        """The parameters the template names, its facts apart (none without a template)."""
+        if self.template is None:
+            return []
+        return [n for n in dict.fromkeys(_fields(self.template)) if n not in self.facts]
 
     def in_words(self, front: str = "python", name_of: Callable[[str], str | None] | None = None) -> str:
         """The message for one front end: ``"python"`` (the message as raised), ``"cli"`` (``name_of``: a
@@ -89,7 +96,9 @@ class ConfigError(SriftyError, ValueError):
             return given or (f"--{parameter.replace('_', '-')}" if front == "cli" else repr(parameter))
 
         if self.template is not None:
-            return self.template.format_map({n: name(n) for n in _fields(self.template)})
+            return self.template.format_map(
+                {n: self.facts[n] if n in self.facts else name(n) for n in _fields(self.template)}
+            )
         if self.expected is None or not self.parameter:
             return str(self)
         message = f"{name(self.parameter)} must be {self.expected}. Got {self.got}."

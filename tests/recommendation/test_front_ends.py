@@ -128,3 +128,14 @@ def test_the_cli_says_a_refusal_as_raised_when_a_name_is_no_flag_of_the_command(
     assert error_words(error, parser, args) == "heartbeat_max_age_s must be twice heartbeat_s."
     parser.add_argument("--heartbeat-max-age", dest="heartbeat_max_age_s")
     assert error_words(error, parser, args) == "--heartbeat-max-age must be twice --heartbeat-s."
+
+
+def test_a_template_shows_given_values_as_facts_the_same_in_every_front_end() -> None:
+    """Values a refusal shows (a path with braces in it, a count) are facts: never read as a field, never renamed."""
+    error = ConfigError.between(
+        "{choice} {index} is not an entry of the plan in {path!r}.", parameter="choice", index=7, path="/tmp/{x}"
+    )
+    assert str(error) == "choice 7 is not an entry of the plan in '/tmp/{x}'."
+    assert error.template_names() == ["choice"]
+    assert error.in_words("cli", {"choice": "--choice"}.get) == "--choice 7 is not an entry of the plan in '/tmp/{x}'."
+    assert error.in_words("service") == "'choice' 7 is not an entry of the plan in '/tmp/{x}'."
