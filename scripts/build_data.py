@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from predictor.catalog.fields import BY_NAME, from_shared  # noqa: E402
 from predictor.catalog.instances import INSTANCE_COLUMNS, PRICE_COLUMNS  # noqa: E402
 from predictor.documents.atomic import atomic_write_text  # noqa: E402
 
@@ -182,36 +183,17 @@ def build_instances(shared: Path) -> tuple[str, str]:
     for row in sorted(rows, key=lambda r: r["instance_type"]):
         kind = _prefix_lookup(KIND, row["accelerator_kind"], "accelerator kind")
         memory = float(row["accelerator_memory_gib"])
-        specs.writerow(
-            {
-                "instance_type": row["instance_type"],
-                "family": row["family"],
-                "accelerator": row["accelerator"],
-                "accelerator_kind": kind,
-                "gpu": instance_gpu(row["accelerator"], memory) if kind == "cuda" else "",
-                "gpus": row["accelerator_count"],
-                "gpu_memory_gib": row["accelerator_memory_gib"],
-                "vcpus": row["vcpus"],
-                "memory_gib": row["memory_gib"],
-                "network_gbps": row["network_gbps"],
-                "network_up_to": row["network_up_to"].lower(),
-                "network_cards": row["network_cards"],
-                "efa": row["efa"].lower(),
-                "efa_max_interfaces": row["efa_max_interfaces"] or "0",
-                "gpu_interconnect": next(
-                    (v for k, v in INTERCONNECT.items() if row["gpu_interconnect"].startswith(k)), "other"
-                ),
-                "gpu_interconnect_detail": row["gpu_interconnect"],
-                "local_nvme_gb": row["local_nvme_gb"] or "0",
-                "arch": row["arch"],
-                "placement_strategies": row["placement_strategies"],
-                "usage_classes": row["usage_classes"],
-                "spot_interruption_bucket": row["spot_interruption_bucket"],
-                "spot_savings_pct": row["spot_advisor_savings_pct_us_east_1"],
-                "spot_advisor_as_of": _date_in(row["spot_advisor_snapshot"], ""),
-                "specs_source": row["source_specs"],
-            }
-        )
+        # the fields copied as they are come from their declarations (predictor.catalog.fields, ``shared``)
+        copied = from_shared(row)
+        computed = {
+            "accelerator_kind": kind,
+            "gpu": instance_gpu(row["accelerator"], memory) if kind == "cuda" else "",
+            "gpu_interconnect": next(
+                (v for k, v in INTERCONNECT.items() if row["gpu_interconnect"].startswith(k)), "other"
+            ),
+            "spot_advisor_as_of": _date_in(row["spot_advisor_snapshot"], ""),
+        }
+        specs.writerow({BY_NAME[name].key("column"): value for name, value in {**copied, **computed}.items()})
         it = row["instance_type"]
 
         def price(

@@ -33,36 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from predictor.catalog.fields import ARCHES, BACKENDS, FIELDS, INTERCONNECTS, YamlField, normal_arch, yaml_fields
 from predictor.catalog.gpus import GPU
-from predictor.catalog.instances import ARCHES, INTERCONNECTS, InstanceType, Price, normal_arch
+from predictor.catalog.instances import InstanceType, Price
 from predictor.documents.atomic import TooLarge, read_bounded
 from predictor.documents.checks import suggest
 from predictor.documents.schema import yaml_number_hint
 from predictor.exceptions import CatalogError
-
-
-@dataclass(frozen=True)
-class YamlField:
-    """One field of a catalog extra, declared once: its YAML type, whether it is required, its bounds and choices.
-    The loader's checks and messages (:func:`_check`), the JSON Schema of the file (:func:`extra_schema`,
-    ``srifty catalog schema``) and the tests' negative case for every field are read from it.
-
-    ``kind``: str, float (any number), int (a whole number), bool, list. Numbers are never negative; ``positive``:
-    more than 0 too (a speed or size the predictor divides by); ``most``: the largest value, orders of magnitude
-    beyond any hardware (the bundled catalog's largest: 141 GB, 4.8 TB/s, 989 TFLOPS, 6400 Gbit/s, 4 TiB), so that a
-    wrong unit is caught. ``choices``: the values a text may take; ``pattern``: a regular expression a text must
-    match somewhere (the JSON Schema's ``pattern``); ``number_too``: a text that may be written as a number (YAML
-    reads an unquoted 8.0 as one)."""
-
-    kind: type
-    doc: str
-    required: bool = False
-    positive: bool = False
-    most: float | None = None
-    choices: tuple[str, ...] = ()
-    pattern: str | None = None
-    number_too: bool = False
-
 
 _F = YamlField
 _SPEED = 1_000_000  # the bound of a speed or bandwidth: TFLOPS, GB/s
@@ -84,32 +61,14 @@ GPU_FIELDS: dict[str, YamlField] = {
         str, 'CUDA compute capability MAJOR.MINOR, e.g. "9.0"', pattern=r"^\s*\d+\.\d+\s*$", number_too=True
     ),
 }
-BACKENDS = ("nccl", "gloo")
-INSTANCE_FIELDS: dict[str, YamlField] = {
-    "name": _F(str, "the instance type's name", required=True),
-    "gpu": _F(str, "its GPU: a name of the catalog or of this file's gpus", required=True),
-    "gpus": _F(int, "GPUs per instance", required=True, positive=True, most=1_024),
-    "vcpus": _F(int, "vCPUs", required=True, positive=True, most=100_000),
-    "memory_gib": _F(float, "host memory, GiB", required=True, positive=True, most=1_000_000),
-    "network_gbps": _F(float, "network bandwidth, Gbit/s", required=True, positive=True, most=1_000_000),
-    "efa": _F(bool, "Elastic Fabric Adapter support"),
-    "network_cards": _F(int, "network cards (NetworkInfo.MaximumNetworkCards)", positive=True, most=1_024),
-    "efa_interfaces": _F(int, "EFA interfaces (EfaInfo.MaximumEfaInterfaces)", most=1_024),
-    "gpu_interconnect": _F(str, "how its GPUs talk to each other", choices=INTERCONNECTS),
+# an instance type's fields are declared with its other forms (predictor.catalog.fields); its prices are the extra's
+PRICE_FIELDS: dict[str, YamlField] = {
     "price_usd_hr": _F(float, "on-demand price, USD per hour", most=100_000),
     "spot_price_usd_hr": _F(float, "spot price, USD per hour", most=100_000),
-    "interruption_rate_per_hr": _F(float, "spot interruptions per instance-hour", most=100),
     "region": _F(str, "the region its prices are for (default: user)"),
-    "local_nvme_gb": _F(float, "local NVMe storage, GB", most=100_000_000),
-    "arch": _F(
-        str,
-        "CPU architecture: x86_64 or arm64 (or AWS's comma-joined SupportedArchitectures that names one)",
-        pattern=r"^\s*$|(^|,)\s*(" + "|".join(ARCHES) + r")\s*(,|$)",
-    ),
-    "gpu_memory_gib": _F(float, "memory per GPU, GiB (default: the GPU's)", positive=True, most=10_000),
-    "family": _F(str, "the family (default: the name before the first dot)"),
-    "process_group_backend": _F(str, "nccl for CUDA GPUs; gloo for a CPU lab", choices=BACKENDS),
 }
+INSTANCE_FIELDS: dict[str, YamlField] = {**yaml_fields(), **PRICE_FIELDS}
+_BY_YAML = {key: f for f in FIELDS if f.yaml is not None and (key := f.key("yaml_key")) is not None}
 GPU_REQUIRED = tuple(k for k, f in GPU_FIELDS.items() if f.required)
 INSTANCE_REQUIRED = tuple(k for k, f in INSTANCE_FIELDS.items() if f.required)
 SECTIONS = {"gpus": GPU_FIELDS, "instance_types": INSTANCE_FIELDS}
@@ -466,25 +425,14 @@ def build_instance(fields: dict[str, Any], gpu: GPU, path: str) -> InstanceType:
     if "spot_price_usd_hr" in fields:
         prices.append(Price(region=region, market="spot", usd_hr=fields["spot_price_usd_hr"], source=f"user: {path}"))
     gpus = fields["gpus"]
-    return InstanceType(
-        name=fields["name"],
-        family=fields.get("family", fields["name"].split(".")[0]),
-        accelerator=gpu.key,
-        accelerator_kind="cuda",
-        gpu=gpu.key,
-        gpus=gpus,
-        gpu_memory_gib=fields.get("gpu_memory_gib", gpu.memory_gb),
-        vcpus=fields["vcpus"],
-        memory_gib=fields["memory_gib"],
-        network_gbps=fields["network_gbps"],
-        efa=fields.get("efa", False),
-        network_cards=fields.get("network_cards", 1),
-        efa_interfaces=fields.get("efa_interfaces", 1 if fields.get("efa", False) else 0),
-        gpu_interconnect=fields.get("gpu_interconnect", "single" if gpus == 1 else "pcie"),
-        local_nvme_gb=fields.get("local_nvme_gb", 0.0),
-        arch=normal_arch(fields.get("arch", "x86_64")),
-        interruption_rate_per_hr=fields.get("interruption_rate_per_hr"),
-        prices=tuple(prices),
-        origin=f"user: {path}",
-        process_group_backend=fields.get("process_group_backend", "nccl"),
-    )
+    given = {f.name: fields[key] for key, f in _BY_YAML.items() if key in fields}  # by field name
+    defaults = {  # the defaults that depend on the entry; the others are the declarations'
+        "family": fields["name"].split(".")[0],
+        "gpu_memory_gib": gpu.memory_gb,
+        "efa_interfaces": 1 if fields.get("efa", False) else 0,
+        "gpu_interconnect": "single" if gpus == 1 else "pcie",
+    }
+    declared = {f.name: f.default for f in _BY_YAML.values() if not f.optional and f.default is not None}
+    values = {**declared, **defaults, **given}
+    resolved = {"gpu": gpu.key, "accelerator": gpu.key, "accelerator_kind": "cuda", "arch": normal_arch(values["arch"])}
+    return InstanceType(**{**values, **resolved}, prices=tuple(prices), origin=f"user: {path}")

@@ -11,38 +11,13 @@ from typing import Literal, cast
 
 from typing_extensions import TypedDict  # typing's TypedDict has no __orig_bases__ before 3.12 (pydantic needs them)
 
+from predictor.catalog.fields import COLUMNS, JSON_FIELDS, read_row
+
 Market = Literal["on-demand", "spot"]
 
-# The fixed columns of a catalog copy (bundled predictor/data or a refreshed copy in the cache).
-INSTANCE_COLUMNS = [
-    "instance_type",
-    "family",
-    "accelerator",
-    "accelerator_kind",
-    "gpu",
-    "gpus",
-    "gpu_memory_gib",
-    "vcpus",
-    "memory_gib",
-    "network_gbps",
-    "network_up_to",
-    "network_cards",
-    "efa",
-    "efa_max_interfaces",
-    "gpu_interconnect",
-    "gpu_interconnect_detail",
-    "local_nvme_gb",
-    "arch",
-    "placement_strategies",
-    "usage_classes",
-    "spot_interruption_bucket",
-    "spot_savings_pct",
-    "spot_advisor_as_of",
-    "specs_source",
-]
+# The fixed columns of a catalog copy (bundled predictor/data or a refreshed copy in the cache): the declarations'
+INSTANCE_COLUMNS = COLUMNS
 PRICE_COLUMNS = ["instance_type", "region", "market", "availability_zone", "usd_hr", "estimated", "as_of", "source"]
-KINDS = ("cuda", "neuron", "gaudi", "amd", "other")
-INTERCONNECTS = ("single", "pcie", "nvlink", "nvswitch", "neuronlink", "other")
 
 # Spot Advisor "frequency of interruption" buckets: share of instances interrupted over the last month.
 # The midpoint (and 30% for ">20%") is turned into a constant hourly rate: -ln(1 - p) / 730 h.
@@ -192,24 +167,6 @@ def interruption_rate(bucket: str | None) -> float | None:
     return -math.log(1 - BUCKET_MONTHLY[bucket]) / HOURS_PER_MONTH
 
 
-ARCHES = ("x86_64", "arm64")
-
-
-def normal_arch(text: str | None) -> str:
-    """One architecture of ``ARCHES`` from a catalog cell or DescribeInstanceTypes' SupportedArchitectures joined
-    with commas ('i386,x86_64' -> 'x86_64', 'arm64' -> 'arm64'); empty means x86_64."""
-    parts = [p.strip() for p in (text or "").split(",") if p.strip()]
-    if not parts or "x86_64" in parts:
-        return "x86_64"
-    if "arm64" in parts:
-        return "arm64"
-    return parts[0]
-
-
-def _float(text: str) -> float | None:
-    return float(text) if text not in ("", None) else None
-
-
 def _bool(text: str) -> bool:
     return str(text).strip().lower() == "true"
 
@@ -234,30 +191,19 @@ def read_prices(rows: Iterable[dict[str, str]]) -> dict[str, list[Price]]:
 def read_instances(
     rows: Iterable[dict[str, str]], prices: dict[str, list[Price]], origin: str = "bundled"
 ) -> dict[str, InstanceType]:
+    """A catalog copy's rows as records, each cell read by its field's declaration (:mod:`predictor.catalog.fields`);
+    the interruption rate from the advisor's bucket.
+
+    Raises:
+        KeyError: a column a field needs, missing or empty; ValueError: a cell that is not its kind.
+    """
     out: dict[str, InstanceType] = {}
     for row in rows:
-        bucket = row.get("spot_interruption_bucket") or None
-        out[row["instance_type"]] = InstanceType(
-            name=row["instance_type"],
-            family=row["family"],
-            accelerator=row["accelerator"],
-            accelerator_kind=row["accelerator_kind"],
-            gpu=row["gpu"] or None,
-            gpus=int(row["gpus"]),
-            gpu_memory_gib=float(row["gpu_memory_gib"]),
-            vcpus=int(row["vcpus"]),
-            memory_gib=float(row["memory_gib"]),
-            network_gbps=_float(row["network_gbps"]),
-            network_up_to=_bool(row["network_up_to"]),
-            efa=_bool(row["efa"]),
-            network_cards=int(row.get("network_cards") or 1),
-            efa_interfaces=int(row.get("efa_max_interfaces") or 0),
-            gpu_interconnect=row["gpu_interconnect"],
-            local_nvme_gb=_float(row["local_nvme_gb"]) or 0.0,
-            arch=normal_arch(row["arch"]),
-            spot_interruption_bucket=bucket,
-            interruption_rate_per_hr=interruption_rate(bucket),
-            prices=tuple(prices.get(row["instance_type"], ())),
+        fields = read_row(row)
+        out[fields["name"]] = InstanceType(
+            **fields,
+            interruption_rate_per_hr=interruption_rate(fields["spot_interruption_bucket"]),
+            prices=tuple(prices.get(fields["name"], ())),
             origin=origin,
         )
     return out
@@ -274,8 +220,10 @@ def with_prices(instance: InstanceType, prices: Iterable[Price]) -> InstanceType
 
 class InstanceRow(TypedDict):
     """One instance type as JSON (:func:`instance_to_dict`): ``srifty catalog show --format json`` and the service's
-    ``GET /v1/catalog``, whose OpenAPI schema comes from this declaration. Prices are those of the region asked
-    (the lowest over regions when none was asked); None where the catalog has none."""
+    ``GET /v1/catalog``, whose OpenAPI schema comes from this declaration. The keys before the prices are the
+    fields' JSON keys (:data:`~predictor.catalog.fields.JSON_FIELDS`, the one declaration; the type checker's copy
+    here is held to it by tests/model/test_catalog_fields.py). Prices are those of the region asked (the lowest over
+    regions when none was asked); None where the catalog has none."""
 
     instance_type: str
     family: str
@@ -287,50 +235,33 @@ class InstanceRow(TypedDict):
     memory_gib: float
     network_gbps: float | None
     network_up_to: bool
-    efa: bool
     network_cards: int
+    efa: bool
     efa_interfaces: int
     gpu_interconnect: str
     local_nvme_gb: float
     arch: str
+    spot_interruption_bucket: str | None
+    interruption_rate_per_hr: float | None
+    process_group_backend: str
+    origin: str
     ondemand_usd_hr: float | None
     ondemand_as_of: str | None
     spot_usd_hr: float | None
     spot_estimated: bool | None
     spot_as_of: str | None
-    spot_interruption_bucket: str | None
-    interruption_rate_per_hr: float | None
-    process_group_backend: str
-    origin: str
 
 
 def instance_to_dict(it: InstanceType, region: str | None = None) -> InstanceRow:
-    """Stable JSON form used by ``srifty catalog show --format json`` (documented in docs/catalog.md)."""
+    """Stable JSON form used by ``srifty catalog show --format json`` (documented in docs/catalog.md): the fields
+    the declarations give a JSON key (:data:`~predictor.catalog.fields.JSON_FIELDS`), then the prices of ``region``."""
     od, spot = it.price(region, "on-demand"), it.price(region, "spot")
-    return {
-        "instance_type": it.name,
-        "family": it.family,
-        "accelerator_kind": it.accelerator_kind,
-        "gpu": it.gpu,
-        "gpus": it.gpus,
-        "gpu_memory_gib": it.gpu_memory_gib,
-        "vcpus": it.vcpus,
-        "memory_gib": it.memory_gib,
-        "network_gbps": it.network_gbps,
-        "network_up_to": it.network_up_to,
-        "efa": it.efa,
-        "network_cards": it.network_cards,
-        "efa_interfaces": it.efa_interfaces,
-        "gpu_interconnect": it.gpu_interconnect,
-        "local_nvme_gb": it.local_nvme_gb,
-        "arch": it.arch,
-        "ondemand_usd_hr": od.usd_hr if od else None,
-        "ondemand_as_of": od.as_of if od else None,
-        "spot_usd_hr": spot.usd_hr if spot else None,
-        "spot_estimated": spot.estimated if spot else None,
-        "spot_as_of": spot.as_of if spot else None,
-        "spot_interruption_bucket": it.spot_interruption_bucket,
-        "interruption_rate_per_hr": it.interruption_rate_per_hr,
-        "process_group_backend": it.process_group_backend,
-        "origin": it.origin,
-    }
+    row = {f.key("json"): getattr(it, f.name) for f in JSON_FIELDS}
+    row.update(
+        ondemand_usd_hr=od.usd_hr if od else None,
+        ondemand_as_of=od.as_of if od else None,
+        spot_usd_hr=spot.usd_hr if spot else None,
+        spot_estimated=spot.estimated if spot else None,
+        spot_as_of=spot.as_of if spot else None,
+    )
+    return cast(InstanceRow, row)

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from predictor.catalog.catalog import CATALOG_SCHEMA, Catalog, catalog_root
-from predictor.catalog.instances import INSTANCE_COLUMNS, PRICE_COLUMNS, InstanceType, Price, normal_arch
+from predictor.catalog.fields import from_aws, write_row
+from predictor.catalog.instances import INSTANCE_COLUMNS, PRICE_COLUMNS, InstanceType, Price
 from predictor.exceptions import CatalogError, UnknownNameError
 
 PRICING_REGION = "us-east-1"
@@ -88,57 +89,59 @@ def _network_gbps(info: dict[str, Any]) -> tuple[float | None, bool]:
     return (peak or None), up_to
 
 
-def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict[str, Any] | None:
-    name = item["InstanceType"]
-    old: InstanceType | None = previous.get(name) if name in previous else None
+def _accelerator(item: dict[str, Any]) -> tuple[str, str, int, float, str] | None:
+    """(AWS's accelerator name, its kind, the count, GiB each, the GPU's own name) of one item; None without one."""
     gpu_info, neuron = item.get("GpuInfo"), item.get("NeuronInfo")
     if gpu_info and gpu_info.get("Gpus"):
         g = gpu_info["Gpus"][0]
         maker = g.get("Manufacturer", "")
-        accelerator = f"{maker} {g.get('Name', '')}".strip()
+        kind = "cuda" if maker == "NVIDIA" else ("amd" if maker == "AMD" else "gaudi" if "Habana" in maker else "other")
         count = sum(x.get("Count", 0) for x in gpu_info["Gpus"])
         memory = g.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024
-        kind = "cuda" if maker == "NVIDIA" else ("amd" if maker == "AMD" else "gaudi" if "Habana" in maker else "other")
-    elif neuron and neuron.get("NeuronDevices"):
+        return f"{maker} {g.get('Name', '')}".strip(), kind, count, memory, g.get("Name", "")
+    if neuron and neuron.get("NeuronDevices"):
         d = neuron["NeuronDevices"][0]
-        accelerator, kind = f"AWS {d.get('Name', 'Neuron')}", "neuron"
         count = sum(x.get("Count", 0) for x in neuron["NeuronDevices"])
         memory = d.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024
-    else:
+        return f"AWS {d.get('Name', 'Neuron')}", "neuron", count, memory, ""
+    return None
+
+
+def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict[str, str] | None:
+    """One ``describe_instance_types`` item as a catalog row: the fields declared with an ``aws`` key copied
+    (:func:`~predictor.catalog.fields.from_aws`), the accelerator, the network's headline and what no API reports
+    (the interconnect, the advisor's bucket: the previous copy's) computed; None for a type without accelerators."""
+    found = _accelerator(item)
+    if found is None:
         return None
-    gpu = _catalog_gpu(name, g.get("Name", ""), accelerator, memory, old, previous, notes) if kind == "cuda" else ""
+    name = item["InstanceType"]
+    old: InstanceType | None = previous.get(name) if name in previous else None
+    accelerator, kind, count, memory, gpu_name = found
+    gpu = _catalog_gpu(name, gpu_name, accelerator, memory, old, previous, notes) if kind == "cuda" else ""
     net = item.get("NetworkInfo", {})
     gbps, up_to = _network_gbps(net)
-    interconnect = old.gpu_interconnect if old is not None else ("single" if count == 1 else "pcie")
     if old is None and count > 1:
         notes.append(f"{name}: GPU interconnect is in no AWS API; assumed 'pcie' (set it with --catalog-extra)")
-    return {
-        "instance_type": name,
-        "family": name.split(".")[0],
-        "accelerator": accelerator,
-        "accelerator_kind": kind,
-        "gpu": gpu,
-        "gpus": count,
-        "gpu_memory_gib": round(memory, 2),
-        "vcpus": item["VCpuInfo"]["DefaultVCpus"],
-        "memory_gib": item["MemoryInfo"]["SizeInMiB"] / 1024,
-        "network_gbps": "" if gbps is None else gbps,
-        "network_up_to": str(up_to).lower(),
-        # one EFA interface per network card at most: the fleet attaches efa_max_interfaces of them (docs/catalog.md)
-        "network_cards": net.get("MaximumNetworkCards") or len(net.get("NetworkCards") or []) or 1,
-        "efa": str(bool(net.get("EfaSupported"))).lower(),
-        "efa_max_interfaces": (net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0),
-        "gpu_interconnect": interconnect,
-        "gpu_interconnect_detail": "carried over" if old else "assumed",
-        "local_nvme_gb": (item.get("InstanceStorageInfo") or {}).get("TotalSizeInGB", 0),
-        "arch": normal_arch(",".join(item.get("ProcessorInfo", {}).get("SupportedArchitectures", []))),
-        "placement_strategies": ",".join((item.get("PlacementGroupInfo") or {}).get("SupportedStrategies", [])),
-        "usage_classes": ",".join(item.get("SupportedUsageClasses", [])),
-        "spot_interruption_bucket": (old.spot_interruption_bucket or "") if old else "",
-        "spot_savings_pct": "",
-        "spot_advisor_as_of": "",
-        "specs_source": "ec2.describe_instance_types",
-    }
+    return write_row(
+        {
+            **from_aws(item),
+            "family": name.split(".")[0],
+            "accelerator": accelerator,
+            "accelerator_kind": kind,
+            "gpu": gpu,
+            "gpus": count,
+            "gpu_memory_gib": round(memory, 2),
+            "memory_gib": item["MemoryInfo"]["SizeInMiB"] / 1024,
+            "network_gbps": gbps,
+            "network_up_to": up_to,
+            # one EFA interface per network card at most: the fleet attaches efa_interfaces of them (docs/catalog.md)
+            "network_cards": net.get("MaximumNetworkCards") or len(net.get("NetworkCards") or []) or 1,
+            "gpu_interconnect": old.gpu_interconnect if old is not None else ("single" if count == 1 else "pcie"),
+            "gpu_interconnect_detail": "carried over" if old else "assumed",
+            "spot_interruption_bucket": old.spot_interruption_bucket if old else None,
+            "specs_source": "ec2.describe_instance_types",
+        }
+    )
 
 
 def _catalog_gpu(
