@@ -75,7 +75,7 @@ class ConfigError(SriftyError, ValueError):
         ``srifty`` its flag, the service its field); ``parameter`` is the one to change. ``facts`` fill the
         template's other fields with what was given (``{path}``, ``{count!r}``), the same in every front end: a
         value is never written into the template itself, where a brace in it would be read as a field."""
-        message = template.format_map({n: facts[n] if n in facts else n for n in _fields(template)})
+        message = template.format_map({n: facts.get(n, n) for n in _fields(template)})
         return cls(message, parameter=parameter, value=value, template=template, facts=facts)
 
     def template_names(self) -> list[str]:
@@ -103,6 +103,12 @@ class ConfigError(SriftyError, ValueError):
             return str(self)
         message = f"{name(self.parameter)} must be {self.expected}. Got {self.got}."
         return f"{message} {self.fix}" if self.fix else message
+
+
+def did_you_mean(close: Sequence[str]) -> str:
+    """The sentence that offers the names closest to a mistyped one (``predictor.documents.checks.suggest``'s,
+    best first): "Did you mean 'a'?" or "Did you mean 'a' or 'b'?"; empty when none is close."""
+    return f"Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def _fields(template: str) -> list[str]:
@@ -147,7 +153,7 @@ class UnknownNameError(CatalogError, KeyError):
         self.suggestions = list(suggestions)
         message = f"Unknown {kind} {name!r}."
         if self.suggestions:
-            message += " Did you mean " + " or ".join(repr(s) for s in self.suggestions) + "?"
+            message += " " + did_you_mean(self.suggestions)
         if hint:
             message += " " + hint
         super().__init__(message)

@@ -24,7 +24,7 @@ from typing import Any
 
 from lightning_srifty.cli._common import positive_int
 from predictor.documents.atomic import read_bounded
-from predictor.exceptions import ConfigError
+from predictor.exceptions import ConfigError, did_you_mean
 
 PRECISIONS = ("32-true", "64-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
 _MAX_BYTES = 2**40  # a batch tensor above 1 TiB is a typo in a shape, not a batch
@@ -69,7 +69,7 @@ def resolve(path: str, flag: str) -> Any:
         if not hasattr(obj, part):
             names = [n for n in dir(obj) if not n.startswith("_")]
             close = difflib.get_close_matches(part, names, n=3)
-            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            hint = f" {did_you_mean(close)}" if close else ""
             raise ConfigError(
                 f"{flag} {path!r}: {module_name} has no attribute {part!r}.{hint}", parameter=flag, value=path
             )

@@ -10,7 +10,7 @@ from typing import Any
 from lightning_srifty.cli._common import console, load_catalog, nonneg
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.gpus import SPEC_FIELDS
-from predictor.exceptions import CatalogError
+from predictor.exceptions import CatalogError, did_you_mean
 
 LISTING_SCHEMA = "srifty.catalog-listing/v1"
 
@@ -32,9 +32,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
         close = suggest(args.region, regions, n=2, cutoff=0.85)
         raise ConfigError(
-            f"--region {args.region!r}: the catalog has no prices there"
-            + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ".")
-            + f" Regions with prices: {', '.join(regions)} (`srifty catalog refresh --regions ...` adds more).",
+            f"--region {args.region!r}: the catalog has no prices there. "
+            + (f"{did_you_mean(close)} " if close else "")
+            + f"Regions with prices: {', '.join(regions)} (`srifty catalog refresh --regions ...` adds more).",
             parameter="region",
             value=args.region,
         )

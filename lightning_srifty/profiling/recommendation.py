@@ -15,7 +15,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from predictor.documents.profile import Profile
-from predictor.exceptions import ConfigError, SriftyError
+from predictor.exceptions import ConfigError, SriftyError, did_you_mean
 from predictor.ranking.constraints import Constraints
 
 log = logging.getLogger("lightning_srifty")
@@ -140,7 +140,7 @@ def fold_deprecated(
         close = suggest(unknown[0], [*known, *_DEPRECATED], n=1)
         raise ConfigError(
             f"{owner} has no parameter {unknown[0]!r}."
-            + (f" Did you mean {close[0]!r}?" if close else "")
+            + (f" {did_you_mean(close)}" if close else "")
             + " The ranking's settings go in constraints=Constraints(...).",
             parameter=unknown[0],
             value=given[unknown[0]],

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictor.catalog.fields import ARCHES, BACKENDS, FIELDS, INTERCONNECTS, YamlField, normal_arch, yaml_fields
+from predictor.catalog.fields import ARCHES, FIELDS, YamlField, normal_arch, yaml_fields
 from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import InstanceType, Price
 from predictor.documents.atomic import TooLarge, read_bounded
 from predictor.documents.checks import suggest
 from predictor.documents.schema import yaml_number_hint
-from predictor.exceptions import CatalogError
+from predictor.exceptions import CatalogError, did_you_mean
 
 _F = YamlField
 _SPEED = 1_000_000  # the bound of a speed or bandwidth: TFLOPS, GB/s
@@ -134,13 +134,13 @@ def _err(path: str, where: str, message: str) -> CatalogError:
 
 def _check(path: str, where: str, entry: Any, fields: dict[str, YamlField]) -> dict[str, Any]:
     """``entry``'s fields against their declarations (:class:`YamlField`): known, the required ones given, each of its
-    kind and within its bounds; the choices and patterns are checked where the entry is read."""
+    kind, within its bounds and among its choices; the patterns are checked where the entry is read."""
     if not isinstance(entry, dict):
         raise _err(path, where, f"expected a mapping of fields, got {entry!r}")
     for key in entry:
         if key not in fields:
             close = suggest(str(key), list(fields), n=1)
-            hint = f"Did you mean {close[0]!r}?" if close else "Known fields: " + ", ".join(fields) + "."
+            hint = did_you_mean(close) or "Known fields: " + ", ".join(fields) + "."
             raise _err(path, f"{where}.{key}", f"unknown field. {hint}")
     for key, declared in fields.items():
         if declared.required and entry.get(key) in (None, ""):
@@ -174,6 +174,14 @@ def _check(path: str, where: str, entry: Any, fields: dict[str, YamlField]) -> d
                     f"must be at most {declared.most:,}, got {value!r}: beyond any hardware; check the unit "
                     "(docs/catalog.md)",
                 )
+        if declared.choices and value not in declared.choices:
+            close = suggest(str(value), declared.choices, n=1)
+            raise _err(
+                path,
+                f"{where}.{key}",
+                f"must be one of {', '.join(declared.choices)} ({declared.doc}), got {value!r}. {did_you_mean(close)}"
+                .rstrip(),
+            )  # fmt: skip
         out[key] = float(value) if kind is float else value
     return out
 
@@ -323,8 +331,7 @@ def _sections(name: str, data: Any) -> dict[str, Any]:
     unknown = [k for k in data if k not in ("gpus", "instance_types")]
     if unknown:
         close = suggest(str(unknown[0]), ["gpus", "instance_types"], n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise CatalogError(f"{name}: unknown section {unknown[0]!r}.{hint}")
+        raise CatalogError(f"{name}: unknown section {unknown[0]!r}. {did_you_mean(close)}".rstrip())
     for section in ("gpus", "instance_types"):
         if data.get(section) is not None and not isinstance(data[section], list):
             raise CatalogError(
@@ -373,8 +380,8 @@ def _extra_gpus(name: str, entries: list[Any]) -> list[GPU]:
 
 
 def _extra_instances(name: str, entries: list[Any]) -> list[dict[str, Any]]:
-    """The ``instance_types`` entries, each field checked (:func:`_check`), the interconnect, process-group backend
-    and architecture among those known; each keeps where it was (``_where``) for the errors of
+    """The ``instance_types`` entries, each field checked (:func:`_check`: its kind, bounds and choices), the
+    architecture one of those known; each keeps where it was (``_where``) for the errors of
     :func:`build_instance`.
 
     Raises:
@@ -388,24 +395,6 @@ def _extra_instances(name: str, entries: list[Any]) -> list[dict[str, Any]]:
             entry,
             INSTANCE_FIELDS,
         )
-        if "gpu_interconnect" in f and f["gpu_interconnect"] not in INTERCONNECTS:
-            close = suggest(f["gpu_interconnect"], list(INTERCONNECTS), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise _err(
-                name,
-                f"instance_types[{i}].gpu_interconnect",
-                f"must be one of {', '.join(INTERCONNECTS)}, got {f['gpu_interconnect']!r}.{hint}",
-            )
-        if (
-            "process_group_backend" in f
-            and f["process_group_backend"] not in INSTANCE_FIELDS["process_group_backend"].choices
-        ):
-            raise _err(
-                name,
-                f"instance_types[{i}].process_group_backend",
-                f"must be one of {', '.join(BACKENDS)} (nccl for CUDA GPUs; gloo for a CPU lab), got "
-                f"{f['process_group_backend']!r}.",
-            )
         if "arch" in f and normal_arch(f["arch"]) not in ARCHES:
             raise _err(
                 name,

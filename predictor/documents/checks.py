@@ -11,7 +11,7 @@ import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from predictor.exceptions import ConfigError
+from predictor.exceptions import ConfigError, did_you_mean
 
 
 def shown(value: object, limit: int = 80) -> str:
@@ -85,9 +85,7 @@ def check_choice(owner: str, name: str, value: object, choices: Iterable[str]) -
         return str(value)
     fix = ""
     if isinstance(value, str):
-        close = difflib.get_close_matches(value, options, n=1)
-        if close:
-            fix = f"Did you mean {close[0]!r}?"
+        fix = did_you_mean(difflib.get_close_matches(value, options, n=1))
     raise _fail(owner, name, "one of {" + ", ".join(repr(c) for c in options) + "}", value, fix)
 
 

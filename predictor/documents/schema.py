@@ -26,7 +26,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from predictor.documents.checks import shown, suggest
-from predictor.exceptions import NewerDocumentWarning, ProfileSchemaError
+from predictor.exceptions import NewerDocumentWarning, ProfileSchemaError, did_you_mean
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -131,7 +131,7 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], ign
         choices = typing.get_args(tp)
         if value not in choices:
             close = suggest(str(value), [str(c) for c in choices], n=1) if isinstance(value, str) else []
-            raise _error(path, _describe(tp), value, f"Did you mean {close[0]!r}?" if close else "")
+            raise _error(path, _describe(tp), value, did_you_mean(close))
         return value
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a type hint: a class, never an instance
         return from_dict(tp, value, path, ignored)
@@ -212,7 +212,7 @@ def from_dict(cls: type[T], data: Any, path: str = "", ignored: list[str] | None
         close = _typo_of(str(key), fields, data)
         if close:
             raise ProfileSchemaError(
-                f"{_join(path, str(key))}: unknown field. Did you mean {close[0]!r}?",
+                f"{_join(path, str(key))}: unknown field. {did_you_mean(close[:1])}",
                 field=_join(path, str(key)),
                 value=data[key],
             )

@@ -15,7 +15,7 @@ from predictor.documents.checks import check_choice, check_int, check_number, re
 from predictor.documents.plan import MARKETS, OBJECTIVES, FleetMarket, PlanConstraints
 from predictor.documents.profile import Profile
 from predictor.documents.work import Work, global_batch
-from predictor.exceptions import ConfigError
+from predictor.exceptions import ConfigError, did_you_mean
 from predictor.model.fleets import SCALINGS, Scaling
 from predictor.model.layout import Layout, parse
 
@@ -246,7 +246,7 @@ class Constraints:
 
             names = [f.name for f in dataclasses.fields(cls)]
             close = suggest(unknown[0], names, n=1) or [n for n in names if n.startswith(unknown[0])][:1]
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = f" {did_you_mean(close)}" if close else ""
             raise ConfigError(  # said to a user of SriftyCallback(constraints=...), the service, Constraints.build
                 f"There is no constraint {unknown[0]!r}.{hint} The constraints are {', '.join(names)} "
                 "(docs/plan-schema.md).",
@@ -327,9 +327,9 @@ class Constraints:
             if value not in LAYOUTS:
                 close = suggest(value, LAYOUTS, n=2)
                 raise ConfigError(
-                    f"The 'layouts' constraint names {name!r}, which is not a layout"
-                    + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ".")
-                    + f" Layouts: {', '.join(LAYOUTS)} (pipeline: one stage per node).",
+                    f"The 'layouts' constraint names {name!r}, which is not a layout. "
+                    + (f"{did_you_mean(close)} " if close else "")
+                    + f"Layouts: {', '.join(LAYOUTS)} (pipeline: one stage per node).",
                     parameter="layouts",
                     value=name,
                 )

@@ -221,7 +221,7 @@ def test_lora_is_not_sized_as_full_fine_tuning() -> None:
 
 
 def test_layouts_constraint_is_checked(catalog) -> None:
-    with pytest.raises(ConfigError, match="did you mean 'fsdp:full_shard'"):
+    with pytest.raises(ConfigError, match="Did you mean 'fsdp:full_shard'"):
         Constraints(steps=10, layouts=("fsdp:fullshard",)).validate()
     assert Constraints(steps=10, layouts="ddp, fsdp:full_shard+ac").layouts == ("ddp", "fsdp:full_shard+ac")
     with pytest.raises(ConfigError, match="no layout srifty launch can start"):
@@ -239,7 +239,7 @@ def test_cli_shows_layout_and_memory(capsys) -> None:
     out = capsys.readouterr().out
     assert "fsdp:full_shard+ac" in out and "gathered" in out and "fits" in out
     assert main(["recommend", "--profile", str(LLAMA), "--steps", "100", "--layouts", "ddp,fsdp:ful_shard"]) == 2
-    assert "did you mean 'fsdp:full_shard'" in capsys.readouterr().err
+    assert "Did you mean 'fsdp:full_shard'" in capsys.readouterr().err
     data = copy.deepcopy(json.loads(LLAMA.read_text()))
     assert data["model"]["structure"]["blocks"] == 32
 
@@ -272,7 +272,7 @@ def test_gloo_collectives_block_and_reduce_scatter_as_an_all_reduce(tmp_path) ->
     bad = tmp_path / "bad.yaml"
     bad.write_text(types.replace("gloo}", "mpi}").replace("  - ", "instance_types:\n  - ", 1))
     with pytest.raises(
-        Exception, match=r"instance_types\[1\]\.process_group_backend: must be one of nccl, gloo .*'mpi'"
+        Exception, match=r"instance_types\[1\] \(\S+\)\.process_group_backend: must be one of nccl, gloo .*'mpi'"
     ):
         Catalog.load(extra=[extra, bad], use_refreshed=False, use_env=False)
 
