@@ -58,9 +58,10 @@ def recommend(
         if output is not None:  # every output can be written before any is (or any ranking is spent)
             check_writable(output)
     if service is not None and spot_stats is not None:
-        raise ConfigError(
-            "Spot traces are used by the local ranking only: drop --service, or rank without --spot-trace.",
-            parameter="spot_trace",
+        raise ConfigError.between(
+            "Spot traces ({spot_stats}) are used by the local ranking only: drop {service}, or rank without "
+            "{spot_stats}.",
+            parameter="spot_stats",
         )
     plan = (
         service.rank(profile, constraints, words=words.vocabulary)

@@ -113,7 +113,12 @@ def add_code_arguments(p: Any) -> None:
         "--requirements", help="requirements file inside --code, installed on the nodes (default: requirements.txt)"
     )
     p.add_argument("--index-url", help="the package index the nodes install from (default: PyPI; a mirror)")
-    p.add_argument("--extra-index-url", action="append", help="another index (repeatable)")
+    p.add_argument(
+        "--extra-index-url",
+        action="append",
+        dest="extra_index_urls",  # the option's own name: a refusal of it names this flag
+        help="another index (repeatable)",
+    )
     p.add_argument(
         "--base-python",
         metavar="PATH",
@@ -124,6 +129,7 @@ def add_code_arguments(p: Any) -> None:
     p.add_argument(
         "--include-secret",
         action="append",
+        dest="include_secrets",  # the option's own name: a refusal of it names this flag
         metavar="PATH",
         help="pack this credential file (.env, a key: left out by default) all the same; repeatable",
     )
@@ -142,9 +148,9 @@ def code_options(args: argparse.Namespace) -> dict[str, Any]:
         "image": args.image,
         "requirements": args.requirements,
         "index_url": args.index_url,
-        "extra_index_urls": tuple(args.extra_index_url or ()),
+        "extra_index_urls": tuple(args.extra_index_urls or ()),
         "base_python": args.base_python,
         "max_code_mb": args.max_code_mb,
-        "include_secrets": tuple(args.include_secret or ()),
+        "include_secrets": tuple(args.include_secrets or ()),
         "any_model": bool(getattr(args, "any_model", False)),
     }

@@ -23,7 +23,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     inputs = {"--plan": args.plan, **{f"--trace {path}": path for path in args.trace}}
     check_distinct_outputs({"--plot": args.plot}, inputs=inputs)  # before anything is read (issue #36 L1)
     plan = load_plan(args.plan)
-    run = dl.job_from_plan(plan, args.choice, deadline_h=args.deadline, catalog=load_catalog(args))
+    run = dl.job_from_plan(plan, args.choice, deadline_h=args.deadline_h, catalog=load_catalog(args))
     read = [traces.read_trace(path, nodes=run.spot_nodes, values=args.trace_values) for path in args.trace]
     trace = traces.combine_traces([t for t, _ in read])
     notes = [n for _, ns in read for n in ns] + list(run.notes)
@@ -178,7 +178,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", choices=(*POLICIES, ALL), default=ALL, help="default: all, with the hindsight optimum")
     p.add_argument("--optimum", action="store_true", help="with one --policy: the hindsight optimum too")
     p.add_argument("--choice", type=nonneg_int, default=None, help="the plan entry (default: the plan's choice)")
-    p.add_argument("--deadline", type=hours, help="override the plan's deadline, e.g. 36h")
+    p.add_argument(
+        "--deadline",
+        type=hours,
+        dest="deadline_h",  # job_from_plan()'s parameter: a refusal of it names this flag
+        help="override the plan's deadline, e.g. 36h",
+    )
     p.add_argument(
         "--trace-values",
         choices=("available", "preempted"),

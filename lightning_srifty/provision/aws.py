@@ -128,11 +128,12 @@ def split_s3(uri: str) -> tuple[str, str]:
     """
     match = re.match(r"^s3a?://([^/]+)/?(.*)$", uri or "")
     if not match:
-        raise ConfigError(
-            f"The checkpoint URI {uri!r} is not an S3 folder (srifty keeps checkpoints in S3): give it as "
-            "s3://bucket/prefix/ (--checkpoint-uri, an existing bucket), as the root's output checkpoint_uri says.",
+        raise ConfigError.between(
+            "The checkpoint URI {uri!r} is not an S3 folder (srifty keeps checkpoints in S3): give it as "
+            "s3://bucket/prefix/ ({checkpoint_uri}, an existing bucket), as the root's output checkpoint_uri says.",
             parameter="checkpoint_uri",
             value=uri,
+            uri=uri,
         )
     prefix = match.group(2)
     return match.group(1), prefix if not prefix or prefix.endswith("/") else prefix + "/"

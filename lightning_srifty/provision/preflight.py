@@ -869,13 +869,17 @@ def launchable_plan(plan: Any, limits: dict[str, AccountLimits], vcpus: Callable
     unknown = sorted(r for r, lim in limits.items() if lim.headroom is None)
     if not entries:
         best = plan.entries[0]
-        raise ConfigError(
-            f"None of the {len(plan.entries)} ranked fleets can start in this account now; the best, {best.fleet} "
-            f"({best.market}, {best.region}), needs: {'; '.join(why[id(best)])}. File the quota request "
-            "(aws service-quotas request-service-quota-increase --service-code ec2 ... --region "
-            f"{best.region}), or widen --allow / --regions.",
+        raise ConfigError.between(
+            "None of the {count} ranked fleets can start in this account now; the best, {fleet} ({bought}, "
+            "{region}), needs: {needs}. File the quota request (aws service-quotas request-service-quota-increase "
+            "--service-code ec2 ... --region {region}), or widen {allow} / {regions}.",
             parameter="launchable",
             value=best.fleet,
+            count=len(plan.entries),
+            fleet=best.fleet,
+            bought=best.market,
+            region=best.region,
+            needs="; ".join(why[id(best)]),
         )
     notes = list(plan.notes or [])
     left_out = [e for e in plan.entries if why[id(e)]]

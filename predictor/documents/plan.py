@@ -95,17 +95,19 @@ class PlanLayout:
 
 
 def check_choice(plan: Plan, choice: int) -> None:
-    """Refuse a ``--choice`` outside the plan's ranked fleets, naming the range.
+    """Refuse a ``choice`` (``--choice``) outside the plan's ranked fleets, naming the range.
 
     Raises:
         ConfigError: ``choice`` is not an index of ``plan.entries``.
     """
     if not 0 <= choice < len(plan.entries):
-        raise ConfigError(
-            f"The plan has {len(plan.entries)} ranked fleets: --choice must be between 0 and {len(plan.entries) - 1}. "
-            f"Got {choice}.",
+        raise ConfigError.between(
+            "The plan has {count} ranked fleets: {choice} must be between 0 and {last}. Got {index}.",
             parameter="choice",
             value=choice,
+            count=len(plan.entries),
+            last=len(plan.entries) - 1,
+            index=choice,
         )
 
 

@@ -44,7 +44,8 @@ def check_names(constraints: Constraints, catalog: Catalog) -> None:
                     f"The '{name}' constraint names {value!r}, which is neither an instance type, a family nor a GPU "
                     f"of the catalog ({catalog.info.source}, {catalog.info.snapshot})."
                     + (f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else "")
-                    + " Add your own types with --catalog-extra.",
+                    + " Add your own types in a catalog extra file (srifty --catalog-extra, or "
+                    "Catalog.load(extra=...) in Python; docs/catalog.md).",
                     parameter=name,
                     value=value,
                 )

@@ -445,18 +445,20 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
 
     index = plan.chosen if choice is None else choice
     if not 0 <= index < len(plan.entries):
-        raise ConfigError(
-            f"--choice {index} is not an entry of the plan (0-{len(plan.entries) - 1}).",
+        raise ConfigError.between(
+            "{choice} {index} is not an entry of the plan (0-{last}).",
             parameter="choice",
             value=index,
+            index=index,
+            last=len(plan.entries) - 1,
         )
     entry = plan.entries[index]
     deadline = deadline_h if deadline_h is not None else plan.constraints.deadline_h
     if deadline is None:
-        raise ConfigError(
-            "The plan has no deadline: pass --deadline (e.g. --deadline 36h), or re-rank with srifty recommend "
-            "--deadline.",
-            parameter="deadline",
+        raise ConfigError.between(
+            "The plan has no deadline: give one ({deadline_h}), or rank again with a deadline (srifty recommend "
+            "--deadline).",
+            parameter="deadline_h",
         )
     work_s, notes = _planned_work_s(plan, entry)
     ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S
@@ -512,11 +514,13 @@ def _fleet_prices(entry: Any, index: int, catalog: Any) -> tuple[float, float]:
         p_od = it.price_usd_hr(entry.region, "on-demand")
         p_sp = it.price_usd_hr(entry.region, "spot")
         if p_od is None:
-            raise ConfigError(
-                f"{g.instance_type} has no on-demand price in {entry.region} in the catalog: the fallback cannot be "
-                "priced. Refresh the catalog (srifty catalog refresh) or pick another entry with --choice.",
+            raise ConfigError.between(
+                "{type} has no on-demand price in {region} in the catalog: the fallback cannot be priced. Refresh the "
+                "catalog (srifty catalog refresh) or pick another entry with {choice}.",
                 parameter="choice",
                 value=index,
+                type=g.instance_type,
+                region=entry.region,
             )
         od += p_od * g.count
         sp += p_od * g.on_demand + (p_sp if p_sp is not None else p_od) * g.spot

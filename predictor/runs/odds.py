@@ -47,10 +47,11 @@ class SpotStats:
                 there += int(row.sum())
                 total += row.size
         if not up:
-            raise ConfigError(
-                f"The spot traces {source or ''} never have spot available: there is nothing to rank spot on. Leave "
-                "them out, or rank on-demand only (--market on-demand).",
-                parameter="spot_trace",
+            raise ConfigError.between(
+                "The spot traces{source} never have spot available: there is nothing to rank spot on. Leave them "
+                "out, or rank on-demand only (set {market} to on-demand).",
+                parameter="traces",
+                source=f" {source}" if source else "",
             )
         return cls(3600.0 / float(np.mean(up)), float(np.mean(down)) if down else 0.0, there / total, source)
 

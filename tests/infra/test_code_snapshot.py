@@ -292,7 +292,7 @@ def test_run_outputs_are_never_code_and_a_script_path_is_read_as_a_user_types_it
                    train_command="./train.py"), catalog=catalog)  # fmt: skip
     assert got.values["train"]["argv"] == ["./train.py"]  # runs the same from the snapshot's folder
     absolute = str(project / "train.py")
-    with pytest.raises(ConfigError, match=r"is an absolute path: .* --train-command 'train.py'"):
+    with pytest.raises(ConfigError, match=r"is an absolute path: .* code folder: train_command 'train.py'"):
         generate(load_plan(PLAN), tmp_path / "b", options=Options(name="abs", code=str(project),
                  train_command=absolute), catalog=catalog)  # fmt: skip
 
@@ -430,6 +430,6 @@ def test_credentials_stay_out_of_the_archive_and_what_is_uncommitted_is_named(tm
         ".aws/credentials",
         "deploy.pem",
     )
-    with pytest.raises(ConfigError, match=r"--include-secret nope.env is not among the code's files"):
+    with pytest.raises(ConfigError, match=r"^include_secrets nope.env is not among the code's files"):
         generate(load_plan(PLAN), tmp_path / "infra3", options=Options(name="secrets", code=str(project),
                  include_secrets=("nope.env",)), catalog=catalog)  # fmt: skip

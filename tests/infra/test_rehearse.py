@@ -115,9 +115,9 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
 def test_the_rehearsal_refuses_what_it_cannot_play(tmp_path, catalog, monkeypatch) -> None:
     """Bad settings and roots it cannot play are named with the fix, before anything starts."""
     infra = spot_root(tmp_path, catalog)
-    with pytest.raises(ConfigError, match=r"--nodes must be a whole number >= 1\. Got 0"):
+    with pytest.raises(ConfigError, match=r"'nodes' parameter of .* must be a whole number >= 1\. Got 0"):
         walk.rehearse(infra, walk.Settings(nodes=0))
-    with pytest.raises(ConfigError, match=r"--stagger-s must be a number of seconds >= 0\. Got -1"):
+    with pytest.raises(ConfigError, match=r"'stagger_s' parameter of .* must be a number of seconds >= 0\. Got -1"):
         walk.rehearse(infra, walk.Settings(stagger_s=-1))
     with pytest.raises(ConfigError, match="is inside"):
         walk.rehearse(infra, walk.Settings(work=infra / "code" / "x"))

@@ -88,7 +88,7 @@ def test_generate_is_idempotent_and_refuses_foreign_folders(tmp_path, catalog) -
     [
         ({"name": "Bad_Name"}, "lower-case letters"),
         ({"ssh_cidr": ("0.0.0.0/0",)}, "every IPv4 address"),
-        ({"vpc_id": "vpc-1"}, "both --vpc-id and --subnet-ids"),
+        ({"vpc_id": "vpc-1"}, "both vpc_id and subnet_ids"),
         ({"mode": "spot"}, "one of {'asg', 'fleet'}"),
     ],
 )
@@ -96,7 +96,7 @@ def test_bad_options_are_refused(change, message, catalog) -> None:
     plan, choice, options = example(ROOT / "terraform" / "examples" / "single-node-on-demand")
     with pytest.raises(ConfigError, match=message):
         tfvars(plan, choice, Options(**{**options.__dict__, **change}), catalog)
-    with pytest.raises(ConfigError, match="--choice must be between 0 and"):
+    with pytest.raises(ConfigError, match="ranked fleets: choice must be between 0 and"):
         tfvars(plan, 99, options, catalog)
 
 

@@ -108,7 +108,7 @@ def test_each_group_carries_its_architecture_and_one_ami_serves_one_architecture
 
 def test_a_custom_image_needs_a_setup_command(catalog) -> None:
     plan = load_plan(ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json")
-    with pytest.raises(ConfigError, match=r"custom image.*--setup-command") as info:
+    with pytest.raises(ConfigError, match=r"custom image.*Give setup_command true") as info:
         tfvars(plan, 0, Options(name="custom-ami", ami="ami-0123456789abcdef0"), catalog)
     assert (info.value.parameter, info.value.value) == ("setup_command", "")
     assert tfvars(plan, 0, Options(name="custom-ami", ami="ami-01234567", setup_command="true"), catalog)["ami"] == {

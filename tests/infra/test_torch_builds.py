@@ -108,7 +108,7 @@ def test_terraform_refuses_a_torch_the_table_does_not_know(tmp_path, catalog) ->
     project.mkdir()
     (project / "train.py").write_text("print('train')\n")
     plan = dataclasses.replace(load_plan(PLAN), software=Software(torch="2.99.0", lightning="2.6.6"))
-    with pytest.raises(ConfigError, match=r"torch 2.99.0 is not in srifty's table .* --extra-index-url") as info:
+    with pytest.raises(ConfigError, match=r"torch 2.99.0 is not in srifty's table .*: extra_index_urls ") as info:
         generate(plan, tmp_path / "infra", options=Options(name="new-torch", code=str(project)), catalog=catalog)
     assert info.value.parameter == "torch" and not (tmp_path / "infra").exists()
     # the user's index says where torch comes from: accepted, and the pre-flight says so

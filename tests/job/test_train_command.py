@@ -44,4 +44,4 @@ def test_commands_torchrun_cannot_run_are_refused(command: str, message: str) ->
     with pytest.raises(ConfigError, match=message) as info:
         train_argv(command)
     assert (info.value.parameter, info.value.value) == ("train_command", command)
-    assert "--train-command 'train.py --epochs 90'" in str(info.value)
+    assert "e.g. train_command 'train.py --epochs 90'" in str(info.value)  # the option (srifty terraform: its flag)

@@ -33,6 +33,7 @@ import numpy as np
 
 from lightning_srifty.provision.terraform.money import group_usd_per_hour
 from predictor.catalog import Catalog
+from predictor.documents.checks import refused
 from predictor.documents.plan import Plan, PlanEntry, scaled_interval
 from predictor.exceptions import ConfigError
 from predictor.runs import deadline, odds
@@ -84,25 +85,26 @@ def policy_for(name: str | None, entry: PlanEntry, plan: Plan) -> str:
     if name is None:
         return "srifty" if entry.market != "on-demand" and plan.constraints.deadline_h else "off"
     if name not in POLICY_NAMES:
-        raise ConfigError(
-            f"The 'spot_policy' parameter of launch() (--spot-policy) must be one of {{{', '.join(POLICY_NAMES)}}}. "
-            f"Got {name!r}.",
-            parameter="spot_policy",
-            value=name,
+        expected = "one of {" + ", ".join(POLICY_NAMES) + "}"
+        raise refused(
+            "The 'spot_policy' parameter of launch()", expected, name, parameter="spot_policy", owner="launch()"
         )
     if name != "off" and entry.market == "on-demand":
-        raise ConfigError(
-            f"--spot-policy {name} steers a spot or mixed fleet, but the chosen entry {entry.fleet} is on-demand: "
-            "choose a spot or mixed entry (--choice) or leave --spot-policy off.",
+        raise ConfigError.between(
+            "{spot_policy} {name} steers a spot or mixed fleet, but the chosen entry {fleet} is on-demand: choose a "
+            "spot or mixed entry ({choice}) or leave {spot_policy} off.",
             parameter="spot_policy",
             value=name,
+            name=name,
+            fleet=entry.fleet,
         )
     if name != "off" and not plan.constraints.deadline_h:
-        raise ConfigError(
-            f"--spot-policy {name} weighs spot against a deadline, but the plan has none (constraints.deadline_h): "
-            "rank with srifty recommend --deadline H, or use --spot-policy off.",
+        raise ConfigError.between(
+            "{spot_policy} {name} weighs spot against a deadline, but the plan has none (constraints.deadline_h): "
+            "rank with srifty recommend --deadline H, or use {spot_policy} off.",
             parameter="spot_policy",
             value=name,
+            name=name,
         )
     return name
 

@@ -43,10 +43,12 @@ from lightning_srifty.provision.terraform.generate import TFVARS
 from lightning_srifty.provision.terraform.snapshot import load_snapshot, read_member
 from predictor.catalog.catalog import Catalog
 from predictor.documents.atomic import atomic_write_json
+from predictor.documents.checks import refused
 from predictor.exceptions import ConfigError, MissingExtraError, ProvisionError
 
 SCHEMA = "srifty.rehearsal/v1"
 MARKER = ".srifty-rehearsal-folder"  # a folder the rehearsal may replace
+OWNER = "the rehearsal's Settings (lightning_srifty.provision.rehearsal.walk.Settings)"  # srifty rehearse: its flags
 DESTROY_TIMEOUT_S = 300.0  # the local fleet's destroy takes 10-60 s; past this it is stopped (the local AWS goes too)
 TOOLS = ("terraform", "aws", "curl", "bash", "sha256sum", "base64", "setsid", "timeout", "tar")
 IMAGE_PARAMETERS = "/srifty-rehearsal/deeplearning-ami/{arch}"  # moto keeps /aws/ to itself
@@ -154,20 +156,7 @@ def rehearse(
     values = check_folder(root)
     _check_settings(settings, values)
     _check_machine()
-    work = (settings.work or root / ".srifty-rehearsal").resolve()
-    if work == root or (root in work.parents and work.parent != root):
-        raise ConfigError(
-            f"--work {work} is inside {root}: give a folder of its own (default {root}/.srifty-rehearsal)"
-        )
-    if work.exists() and any(work.iterdir()) and not (work / MARKER).exists():
-        raise ConfigError(
-            f"--work {work} is a folder with files that no rehearsal wrote: give an empty or new folder (a "
-            "rehearsal's folder is replaced by the next rehearsal)"
-        )
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    (work / MARKER).write_text("written by srifty rehearse: the next rehearsal replaces this folder\n")
+    work = _work_folder(settings, root)
     report = Rehearsal(
         fleet=values["name"],
         folder=str(root),
@@ -192,26 +181,61 @@ def rehearse(
     return report
 
 
+def _work_folder(settings: Settings, root: Path) -> Path:
+    """The rehearsal's folder (``settings.work``, default ``<root>/.srifty-rehearsal``), emptied and marked as the
+    rehearsal's.
+
+    Raises:
+        ConfigError: it is inside the root module, or holds files that no rehearsal wrote.
+    """
+    work = (settings.work or root / ".srifty-rehearsal").resolve()
+    if work == root or (root in work.parents and work.parent != root):
+        raise ConfigError.between(
+            "{work} {path} is inside {root}: give a folder of its own (default {root}/.srifty-rehearsal)",
+            parameter="work",
+            value=str(work),
+            path=str(work),
+            root=str(root),
+        )
+    if work.exists() and any(work.iterdir()) and not (work / MARKER).exists():
+        raise ConfigError.between(
+            "{work} {path} is a folder with files that no rehearsal wrote: give an empty or new folder (a "
+            "rehearsal's folder is replaced by the next rehearsal)",
+            parameter="work",
+            value=str(work),
+            path=str(work),
+        )
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    (work / MARKER).write_text("written by srifty rehearse: the next rehearsal replaces this folder\n")
+    return work
+
+
 def _check_settings(settings: Settings, values: dict[str, Any]) -> None:
     for name in ("notice_after_s", "stagger_s", "timeout_s"):
         value = getattr(settings, name)
         if not value >= 0 or value != value:
-            raise ConfigError(
-                f"--{name.replace('_', '-')} must be a number of seconds >= 0. Got {value!r}.",
-                parameter=name,
-                value=value,
+            raise refused(
+                f"The {name!r} parameter of {OWNER}", "a number of seconds >= 0", value, parameter=name, owner=OWNER
             )
     if settings.nodes is not None:
         if settings.nodes < 1:
-            raise ConfigError(
-                f"--nodes must be a whole number >= 1. Got {settings.nodes}.", parameter="nodes", value=settings.nodes
+            raise refused(
+                f"The 'nodes' parameter of {OWNER}",
+                "a whole number >= 1",
+                settings.nodes,
+                parameter="nodes",
+                owner=OWNER,
             )
         if len(values["groups"]) != 1:
-            raise ConfigError(
-                f"--nodes {settings.nodes}: the fleet mixes {len(values['groups'])} instance types, and the rehearsal "
-                "would not know which to scale: leave --nodes out (every node of the fleet is rehearsed)",
+            raise ConfigError.between(
+                "{nodes} {count}: the fleet mixes {types} instance types, and the rehearsal would not know which to "
+                "scale: leave {nodes} out (every node of the fleet is rehearsed)",
                 parameter="nodes",
                 value=settings.nodes,
+                count=settings.nodes,
+                types=len(values["groups"]),
             )
     if values["train"].get("handover"):
         raise ConfigError(

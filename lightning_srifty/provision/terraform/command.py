@@ -24,14 +24,18 @@ from predictor.exceptions import ConfigError
 
 _PYTHON = re.compile(r"^(.*/)?python(\d+(\.\d+)?)?$")
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+# whose parameters the options are (srifty terraform names their flags, read off its parser)
+OPTIONS_OWNER = "the Terraform options (lightning_srifty.provision.terraform.generate.Options)"
 
 
 def _refuse(command: str, why: str) -> ConfigError:
-    return ConfigError(
-        f"The train_command {command!r} {why} Give the script and its arguments, e.g. --train-command "
+    return ConfigError.between(
+        "The {train_command} {command!r} {why} Give the script and its arguments, e.g. {train_command} "
         "'train.py --epochs 90' or 'python -m pkg.train --lr 0.1'.",
         parameter="train_command",
         value=command,
+        command=command,
+        why=why,
     )
 
 
@@ -86,10 +90,12 @@ def check_ami(ami: str) -> str:
     """``ami`` when it is an AMI id, ``ami-`` and 8 or 17 lower-case hex digits."""
     if not isinstance(ami, str) or not _AMI.match(ami):
         raise refused(
-            "--ami",
+            f"The 'ami' parameter of {OPTIONS_OWNER}",
             "an AMI id: ami- and 8 or 17 lower-case hex digits",
             ami,
             "Copy it from the EC2 console or `aws ec2 describe-images`, e.g. ami-0123456789abcdef0.",
+            parameter="ami",
+            owner=OPTIONS_OWNER,
         )
     return ami
 
@@ -99,11 +105,13 @@ def check_key_name(name: str) -> str:
     no space)."""
     if not isinstance(name, str) or not _KEY_NAME.match(name):
         raise refused(
-            "--key-name",
+            f"The 'key_name' parameter of {OPTIONS_OWNER}",
             "an EC2 key pair name of 1 to 255 letters, digits and . _ + = , @ : - (no spaces or shell characters)",
             name,
             "Give the name of a key pair of the region (`aws ec2 describe-key-pairs`), or import the key under such a "
             "name.",
+            parameter="key_name",
+            owner=OPTIONS_OWNER,
         )
     return name
 
@@ -120,11 +128,13 @@ def check_resume_from(uri: str) -> str:
             bucket_ok = False
     if not match or not bucket_ok or not match.group(2).isprintable() or len(match.group(2).encode()) > 1024:
         raise refused(
-            "--resume-from",
+            f"The 'resume_from' parameter of {OPTIONS_OWNER}",
             "the S3 URI of a checkpoint, s3://bucket/key, with a valid bucket name and a key of at most 1024 "
             "printable characters",
             uri,
             "The nodes fetch it from S3, e.g. s3://my-team-checkpoints/run-1/last.ckpt.",
+            parameter="resume_from",
+            owner=OPTIONS_OWNER,
         )
     return uri
 
@@ -232,11 +242,14 @@ def check_secret_env(specs: tuple[str, ...] | list[str], parameter: str = "secre
         else:
             why = "the source must be ssm: (Parameter Store) or secretsmanager: (Secrets Manager)"
         if why:
-            raise ConfigError(
-                f"--secret-env {spec!r}: {why}. Give NAME=ssm:/path/param or NAME=secretsmanager:secret-id, e.g. "
-                "--secret-env HF_TOKEN=ssm:/team/hf-token (the name of the secret, never its value).",
+            field = "{" + parameter + "}"  # the parameter's name, said by each front end
+            raise ConfigError.between(
+                f"{field} {{spec!r}}: {{why}}. Give NAME=ssm:/path/param or NAME=secretsmanager:secret-id, e.g. "
+                f"{field} HF_TOKEN=ssm:/team/hf-token (the name of the secret, never its value).",
                 parameter=parameter,
                 value=spec,
+                spec=spec,
+                why=why,
             )
         seen.add(name)
         out.append({"name": name, "source": source, "id": ident})

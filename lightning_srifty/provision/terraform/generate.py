@@ -31,6 +31,7 @@ from lightning_srifty import protocol
 from lightning_srifty.provision.aws import ZONE_ID, plain_http_upload  # ZONE_ID: use1-az1
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.command import (
+    OPTIONS_OWNER,
     ROOT_VOLUME_GB,
     check_ami,
     check_bucket_name,
@@ -64,7 +65,6 @@ MARKER = GENERATED_MARKER
 CODE_DIR = "code"  # the snapshot's folder in the root module
 TFVARS = "srifty.auto.tfvars.json"
 MAX_LIFE_H = 720.0  # the module's upper bound for max_life_h (30 days)
-OPTIONS_OWNER = "the Terraform options (lightning_srifty.provision.terraform.generate.Options)"
 MAX_WEIGHT = 999  # an Auto Scaling group's largest weighted_capacity
 # families whose instances support cluster placement groups (current-generation GPU types all do)
 # SSH: the union of --ssh-cidr blocks may cover at most a /8 worth of IPv4 addresses without --allow-wide-ssh
@@ -178,11 +178,12 @@ def check_container_image(image: str) -> str:
         ConfigError: naming the value and the form expected.
     """
     if not isinstance(image, str) or not _IMAGE.match(image) or ".." in image or "//" in image:
-        raise ConfigError(
-            f"--image {image!r} is not a container image reference: give registry/name:tag or name@sha256:digest, "
+        raise ConfigError.between(
+            "{image} {given!r} is not a container image reference: give registry/name:tag or name@sha256:digest, "
             "e.g. nvcr.io/nvidia/pytorch:25.01-py3.",
             parameter="image",
             value=image,
+            given=image,
         )
     return image
 
@@ -294,11 +295,12 @@ def _chosen(plan: Plan, choice: int, options: Options) -> tuple[PlanEntry, str]:
     check_choice(plan, choice)
     name = options.name or default_name(plan, choice)
     if not _NAME.match(name):
-        raise ConfigError(
-            f"The run name {name!r} must be 3 to 40 characters of lower-case letters, digits and hyphens (it becomes "
-            "part of a bucket name), e.g. --name resnet-run-1.",
+        raise ConfigError.between(
+            "The run name {given!r} ({name}) must be 3 to 40 characters of lower-case letters, digits and hyphens (it "
+            "becomes part of a bucket name), e.g. resnet-run-1.",
             parameter="name",
             value=name,
+            given=name,
         )
     return plan.entries[choice], name
 
@@ -314,8 +316,8 @@ def _checked_access(options: Options) -> tuple[list[str], list[dict[str, str]], 
     ssh_cidr = ssh_cidr_blocks(options.ssh_cidr, options.allow_wide_ssh)
     secrets = check_secret_env(options.secret_env)
     if bool(options.vpc_id) != bool(options.subnet_ids):
-        raise ConfigError(
-            "Give both --vpc-id and --subnet-ids (an existing network), or neither (a minimal VPC is created).",
+        raise ConfigError.between(
+            "Give both {vpc_id} and {subnet_ids} (an existing network), or neither (a minimal VPC is created).",
             parameter="vpc_id",
             value=options.vpc_id,
         )
@@ -328,12 +330,13 @@ def _checked_access(options: Options) -> tuple[list[str], list[dict[str, str]], 
         if value is not None:
             check(value)
     if options.ami and not options.setup_command.strip():
-        raise ConfigError(
-            f"--ami {options.ami} is a custom image: srifty cannot know that it has PyTorch and torchrun (the default "
-            "Deep Learning AMI with PyTorch does). Give --setup-command true if the image has Python 3 and the NVIDIA "
+        raise ConfigError.between(
+            "{ami} {given} is a custom image: srifty cannot know that it has PyTorch and torchrun (the default Deep "
+            "Learning AMI with PyTorch does). Give {setup_command} true if the image has Python 3 and the NVIDIA "
             "driver (the code snapshot installs the profiled torch and lightning), or a command that prepares it.",
             parameter="setup_command",
             value=options.setup_command,
+            given=options.ami,
         )
     return ssh_cidr, secrets, argv
 
@@ -388,11 +391,14 @@ def _groups(entry: PlanEntry, options: Options, catalog: Catalog) -> tuple[list[
         )
     arches = sorted({str(g["arch"]) for g in groups})
     if options.ami and len(arches) > 1:
-        raise ConfigError(
-            f"--ami {options.ami} is one image, but fleet {entry.fleet} mixes {' and '.join(arches)} instance types: "
-            "leave --ami out (each architecture gets its Deep Learning AMI) or choose a fleet of one architecture.",
+        raise ConfigError.between(
+            "{ami} {given} is one image, but fleet {fleet} mixes {arches} instance types: leave {ami} out (each "
+            "architecture gets its Deep Learning AMI) or choose a fleet of one architecture.",
             parameter="ami",
             value=options.ami,
+            given=options.ami,
+            fleet=entry.fleet,
+            arches=" and ".join(arches),
         )
     return groups, unit
 
@@ -411,9 +417,9 @@ def _network(entry: PlanEntry, options: Options, catalog: Catalog, region: str) 
     )
     zone = options.availability_zone or (None if options.vpc_id else priced_zone(catalog, entry, region))
     if zone and options.vpc_id:
-        raise ConfigError(
-            "--availability-zone places the subnet srifty creates; with --vpc-id/--subnet-ids the zone is the one your "
-            "subnets are in: leave --availability-zone out.",
+        raise ConfigError.between(
+            "{availability_zone} places the subnet srifty creates; with {vpc_id}/{subnet_ids} the zone is the one "
+            "your subnets are in: leave {availability_zone} out.",
             parameter="availability_zone",
             value=zone,
         )
@@ -423,11 +429,13 @@ def _network(entry: PlanEntry, options: Options, catalog: Catalog, region: str) 
         elif zone.startswith(region) and re.match(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$", zone):
             network["availability_zone"] = zone
         else:
-            raise ConfigError(
-                f"--availability-zone {zone} is neither a zone of the fleet's region {region} (e.g. {region}a) nor a "
+            raise ConfigError.between(
+                "{availability_zone} {zone} is neither a zone of the fleet's region {region} (e.g. {region}a) nor a "
                 "zone ID (e.g. use1-az1).",
                 parameter="availability_zone",
                 value=zone,
+                zone=zone,
+                region=region,
             )
     return network
 
@@ -545,29 +553,34 @@ def ssh_cidr_blocks(blocks: tuple[str, ...] | list[str], allow_wide: bool = Fals
                 raise ValueError("no /prefix length")
             net = ipaddress.IPv4Network(text, strict=True)
         except ValueError as exc:
-            raise ConfigError(
-                f"--ssh-cidr {cidr!r} is not an IPv4 CIDR block with no host bits set ({exc}): give the network "
+            raise ConfigError.between(
+                "{ssh_cidr} {cidr!r} is not an IPv4 CIDR block with no host bits set ({why}): give the network "
                 "address and prefix length, e.g. 203.0.113.7/32 for one address or 203.0.113.0/24.",
                 parameter="ssh_cidr",
                 value=cidr,
+                cidr=cidr,
+                why=str(exc),
             ) from None
         networks.append(net)
     union = list(ipaddress.collapse_addresses(networks))
     total = sum(n.num_addresses for n in union)
     if total >= 2**32:
-        raise ConfigError(
-            f"--ssh-cidr {', '.join(blocks)} together cover every IPv4 address (0.0.0.0/0): SSH would be open to the "
-            "internet. Give your own networks, e.g. 203.0.113.7/32, or leave --ssh-cidr out and use --ssm-session.",
+        raise ConfigError.between(
+            "{ssh_cidr} {blocks} together cover every IPv4 address (0.0.0.0/0): SSH would be open to the internet. "
+            "Give your own networks, e.g. 203.0.113.7/32, or leave {ssh_cidr} out and use {ssm_session}.",
             parameter="ssh_cidr",
             value=list(blocks),
+            blocks=", ".join(blocks),
         )
     if total > SSH_MAX_ADDRESSES and not allow_wide:
-        raise ConfigError(
-            f"--ssh-cidr {', '.join(blocks)} together cover {total} IPv4 addresses, more than a /8 "
-            f"({SSH_MAX_ADDRESSES}): narrow them to your own networks (e.g. 203.0.113.7/32), or give "
-            "--allow-wide-ssh if that is intended.",
+        raise ConfigError.between(
+            "{ssh_cidr} {blocks} together cover {total} IPv4 addresses, more than a /8 ({most}): narrow them to your "
+            "own networks (e.g. 203.0.113.7/32), or give {allow_wide_ssh} if that is intended.",
             parameter="ssh_cidr",
             value=list(blocks),
+            blocks=", ".join(blocks),
+            total=total,
+            most=SSH_MAX_ADDRESSES,
         )
     return [str(n) for n in union]
 
@@ -701,12 +714,16 @@ def check_plan_model(plan: Plan, code: Path, any_model: bool = False) -> None:
     except Exception:  # noqa: BLE001 - a profile that does not read is the pre-flight's business, not a mismatch
         return
     if own and own != plan.model:
-        raise ConfigError(
-            f"the plan was made for the model {plan.model!r}, but this project's profile ({path}) measured "
-            f"{own!r}: rank this project's profile (srifty recommend --profile {PROJECT_PROFILE} --out plan.json) "
-            "and write that plan, or pass --any-model if the plan is meant for this code",
+        raise ConfigError.between(
+            "the plan was made for the model {planned!r}, but this project's profile ({path}) measured {own!r}: rank "
+            "this project's profile (srifty recommend --profile {profile} --out plan.json) and write that plan, or "
+            "pass {any_model} if the plan is meant for this code",
             parameter="plan",
             value=plan.model,
+            planned=plan.model,
+            path=str(path),
+            own=own,
+            profile=PROJECT_PROFILE,
         )
 
 
@@ -747,12 +764,13 @@ def _torch_release(plan: Plan, options: Options) -> str:
     own_torch = bool(options.image or options.index_url or options.extra_index_urls)
     unknown = torch_builds.unknown_release(torch_version) if torch_version else None
     if unknown and not own_torch:
-        raise ConfigError(
-            f"{unknown}. Upgrade lightning-srifty (its table lists the newest releases), profile with a listed "
-            "torch, or name where torch comes from: --extra-index-url https://download.pytorch.org/whl/cu<NNN> (a "
-            "build your nodes' driver and GPUs run) or --image a container that brings its own torch.",
+        raise ConfigError.between(
+            "{unknown}. Upgrade lightning-srifty (its table lists the newest releases), profile with a listed torch, "
+            "or name where torch comes from: {extra_index_urls} https://download.pytorch.org/whl/cu<NNN> (a build "
+            "your nodes' driver and GPUs run) or {image} a container that brings its own torch.",
             parameter="torch",
             value=torch_version,
+            unknown=unknown,
         )
     return torch_version
 
@@ -770,12 +788,14 @@ def _pack(plan: Plan, options: Options, staging: str, target: Path) -> tuple[Sna
     if code == target.resolve() or code.is_relative_to(target.resolve()):
         # the module's folder is left out of the code it packs: here that would be all of it (a new user's
         # `--out .` was told that a tracked requirements.txt was missing)
-        raise ConfigError(
-            f"--out {target} {'is' if code == target.resolve() else 'holds'} the code folder {code}: the root "
-            "module gets a folder of its own (its state, the code archive), left out of the code it packs. Give "
-            "one, e.g. --out infra.",
+        raise ConfigError.between(
+            "{out} {target} {verb} the code folder {folder}: the root module gets a folder of its own (its state, "
+            "the code archive), left out of the code it packs. Give one, e.g. {out} infra.",
             parameter="out",
             value=str(target),
+            target=str(target),
+            verb="is" if code == target.resolve() else "holds",
+            folder=str(code),
         )
     return make_snapshot(plan, options, staging, leave_out=(target,))
 
@@ -821,23 +841,28 @@ def _check_script_in(snapshot: Snapshot, options: Options, script: str, given: s
     if os.path.isabs(script) and options.code and not options.snapshot:
         inside = os.path.relpath(script, Path(options.code).resolve())
         if not inside.startswith(".."):
-            raise ConfigError(
-                f"The training script {given} is an absolute path: every node runs the code from its own folder. "
-                f"Give it relative to the code folder: --train-command {inside!r}.",
+            raise ConfigError.between(
+                "The training script {given} is an absolute path: every node runs the code from its own folder. "
+                "Give it relative to the code folder: {train_command} {inside!r}.",
                 parameter="train_command",
                 value=options.train_command,
+                given=given,
+                inside=inside,
             )
     if script not in snapshot.files:
         close = suggest(script, [f for f in snapshot.files if f.endswith(".py")], n=2)
         mean = f"Did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-        raise ConfigError(
-            f"The training script {given} is not in the code snapshot of {where} ({len(snapshot.files)} "
-            "files): every node runs torchrun from the snapshot's top folder, so it would end in \"can't open file\". "
-            + mean
-            + "Run srifty from your project's folder (or give --code), and give the script's path relative to it; a "
-            "file git ignores is left out.",
+        raise ConfigError.between(
+            "The training script {given} is not in the code snapshot of {where} ({count} files): every node runs "
+            "torchrun from the snapshot's top folder, so it would end in \"can't open file\". {mean}Run srifty from "
+            "your project's folder (or give {code}), and give the script's path relative to it; a file git ignores is "
+            "left out.",
             parameter="train_command",
             value=options.train_command,
+            given=given,
+            where=str(where),
+            count=len(snapshot.files),
+            mean=mean,
         )
 
 

@@ -44,11 +44,15 @@ def group_usd_per_hour(
         ConfigError: the type is unknown, or has no price in a market the group buys.
     """
     if instance_type not in catalog:
-        raise ConfigError(
-            f"The plan's {field} {instance_type!r} is not in the catalog ({catalog.info.source}), so its price cannot "
-            "be checked: give the catalog the plan was ranked with (--catalog / --catalog-extra).",
+        raise ConfigError.between(
+            "The plan's {field} {type!r} is not in the catalog ({source}), so its price cannot be checked: give the "
+            "catalog the plan was ranked with ({catalog}, with the same catalog extra files: srifty --catalog-extra, "
+            "or Catalog.load(extra=...) in Python).",
             parameter=field,
             value=instance_type,
+            field=field,
+            type=instance_type,
+            source=catalog.info.source,
         )
     it = catalog.get(instance_type)
     total = 0.0
@@ -116,18 +120,22 @@ def check_limits(nodes: int, usd_per_hour: float, max_instances: int | None, max
         ConfigError: naming the guard, the fleet's figure and the limit.
     """
     if max_instances is not None and nodes > max_instances:
-        raise ConfigError(
-            f"The fleet has {nodes} instances, more than max_instances = {max_instances}: choose a smaller fleet "
-            "(--choice) or raise the guard (--max-instances).",
+        raise ConfigError.between(
+            "The fleet has {nodes} instances, more than max_instances = {limit}: choose a smaller fleet ({choice}) or "
+            "raise the guard ({max_instances}).",
             parameter="max_instances",
             value=nodes,
+            nodes=nodes,
+            limit=max_instances,
         )
     if max_hourly_usd is not None and usd_per_hour > max_hourly_usd + ABS_TOL:
-        raise ConfigError(
-            f"The fleet costs ${usd_per_hour:,.4f}/h (catalog prices), more than max_hourly_usd = "
-            f"${max_hourly_usd:,.4f}/h: choose a cheaper fleet (--choice) or raise the guard (--max-hourly).",
+        raise ConfigError.between(
+            "The fleet costs ${usd:,.4f}/h (catalog prices), more than max_hourly_usd = ${limit:,.4f}/h: choose a "
+            "cheaper fleet ({choice}) or raise the guard ({max_hourly_usd}).",
             parameter="max_hourly_usd",
             value=usd_per_hour,
+            usd=usd_per_hour,
+            limit=max_hourly_usd,
         )
 
 

@@ -369,21 +369,24 @@ def _code_to_pack(
             more than ``max_mb`` (the largest named).
     """
     if not root.is_dir():
-        raise ConfigError(
-            f"The code folder {root} is not a folder: give --code the directory your training script runs from, or "
-            "--no-code if the image already has the code.",
+        raise ConfigError.between(
+            "The code folder {root} is not a folder: give {code} the directory your training script runs from, or "
+            "deliver no code if the image already has it.",
             parameter="code",
             value=str(root),
+            root=str(root),
         )
     files, source = code_files(root, leave_out)
     wanted = {PurePosixPath(p).as_posix() for p in include_secrets}
     unknown = sorted(wanted - set(files))
     if unknown:
-        raise ConfigError(
-            f"--include-secret {unknown[0]} is not among the code's files in {root} (give it relative to the code "
-            "folder, as the summary names it).",
-            parameter="include_secret",
+        raise ConfigError.between(
+            "{include_secrets} {path} is not among the code's files in {root} (give it relative to the code folder, "
+            "as the summary names it).",
+            parameter="include_secrets",
             value=unknown[0],
+            path=unknown[0],
+            root=str(root),
         )
     secrets = [rel for rel in files if is_secret(rel) and rel not in wanted]
     files = [rel for rel in files if rel not in secrets]
@@ -393,12 +396,17 @@ def _code_to_pack(
         largest = ", ".join(
             f"{rel} ({size / 2**20:.1f} MiB)" for rel, size in sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
         )
-        raise ConfigError(
-            f"The code in {root} is {total / 2**20:.1f} MiB, over the snapshot's limit of {max_mb:g} MiB; the largest "
-            f"files: {largest}. Leave data and checkpoints out ({' or '.join(IGNORE_FILES)}; in a git work tree, "
-            "what git ignores is left out), keep datasets in S3, or raise --max-code-mb.",
+        raise ConfigError.between(
+            "The code in {root} is {mib:.1f} MiB, over the snapshot's limit of {limit:g} MiB; the largest files: "
+            "{largest}. Leave data and checkpoints out ({ignore}; in a git work tree, what git ignores is left out), "
+            "keep datasets in S3, or raise {max_code_mb}.",
             parameter="max_code_mb",
             value=round(total / 2**20, 1),
+            root=str(root),
+            mib=total / 2**20,
+            limit=max_mb,
+            largest=largest,
+            ignore=" or ".join(IGNORE_FILES),
         )
     return files, source, secrets, total
 
@@ -413,11 +421,13 @@ def _srifty_folder(root: Path, files: list[str], environment: dict[str, Any]) ->
     wheel_name, wheel = repacked_wheel()
     environment = {**environment, "wheel": f"{SRIFTY_DIR}/wheels/{wheel_name}"}
     if environment.get("requirements") and environment["requirements"] not in files:
-        raise ConfigError(
-            f"The requirements file {environment['requirements']} is not among the code's files in {root} (missing, "
-            "or ignored): give --requirements a file inside the code folder, relative to it.",
+        raise ConfigError.between(
+            "The requirements file {path} is not among the code's files in {root} (missing, or ignored): give "
+            "{requirements} a file inside the code folder, relative to it.",
             parameter="requirements",
             value=environment["requirements"],
+            path=environment["requirements"],
+            root=str(root),
         )
     clash = [rel for rel in files if rel.split("/", 1)[0] == SRIFTY_DIR]
     if clash:
