@@ -292,3 +292,34 @@ def test_the_terraform_options_with_parts_name_the_option(catalog) -> None:
     assert "e.g. secret_env HF_TOKEN=ssm:/team/hf-token" in said
     words = _words_of(["terraform", "--plan", "p", "--out", "o"], secret.value)
     assert words.startswith("--secret-env 'HF_TOKEN=vault:{x}'") and "e.g. --secret-env HF_TOKEN=" in words
+
+
+def test_launch_refuses_a_choice_outside_the_plan_before_anything_starts(tmp_path) -> None:
+    """launch() read plan.entries[choice] unchecked: 40 raised a bare IndexError (a negative one its settings
+    refuse)."""
+    from lightning_srifty.provision.launcher.launch import launch
+
+    plan = load_plan(ON_DEMAND_PLAN)
+    with pytest.raises(
+        ConfigError, match=r"^The plan has 10 ranked fleets: choice must be between 0 and 9\. Got 40\.$"
+    ):
+        launch(plan, ["true"], workdir=str(tmp_path / "run"), choice=40)
+    with pytest.raises(ConfigError, match=r"'choice' parameter of launch\(\) must be an int >= 0"):
+        launch(plan, ["true"], workdir=str(tmp_path / "run"), choice=-1)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_region_without_a_price_names_the_region_or_the_flag(catalog) -> None:
+    """The Terraform writer's guard named the region as '(--region eu-west-9)' to Python too; a plan document's path
+    is still said as it is."""
+    from lightning_srifty.provision.terraform.money import group_usd_per_hour
+
+    with pytest.raises(ConfigError) as region:
+        group_usd_per_hour(catalog, "p4d.24xlarge", "eu-west-9", 1, 0, "region")
+    said = str(region.value)
+    assert "in eu-west-9, but the plan buys 1 there (region)." in said and "--" not in said, said
+    words = _words_of(["terraform", "--plan", "p", "--out", "o"], region.value)
+    assert "(--region)." in words, words
+    with pytest.raises(ConfigError) as path:
+        group_usd_per_hour(catalog, "p4d.24xlarge", "eu-west-9", 1, 0, "entries[0].groups[0].instance_type")
+    assert "(entries[0].groups[0].instance_type)." in str(path.value)

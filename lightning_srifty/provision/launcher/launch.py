@@ -64,7 +64,7 @@ from lightning_srifty.provision.launcher.watches import (
     refuse_a_live_launch,
 )
 from predictor.documents.checks import Setting, check_settings
-from predictor.documents.plan import Plan, load_plan
+from predictor.documents.plan import Plan, check_choice, load_plan
 from predictor.exceptions import ConfigError, LaunchInterrupted, MigrationError, ProvisionError
 from predictor.model.batch import fleet_batches
 
@@ -164,13 +164,15 @@ def launch(
     guard falls back to when the plan has none (default ``Catalog.load()``).
 
     Raises:
-        ConfigError: a heartbeat setting, the life cap or the spot policy cannot work.
+        ConfigError: the choice is not an entry of the plan; a heartbeat setting, the life cap or the spot policy
+            cannot work.
         MigrationError: the job failed, left for good, or no fleet is left.
         LaunchInterrupted: SIGINT, SIGTERM or SIGHUP (from the main thread); every fleet was released.
         TypeError: a keyword that is not a field of :class:`LauncherSettings`.
     """
     s = (settings or LauncherSettings()).but(**changes) if changes else (settings or LauncherSettings())
     choice = s.choice
+    check_choice(plan, choice)  # an index past the plan (IndexError) or a negative one (the last entry, silently)
     spot_policy = policy_for(s.spot_policy, plan.entries[choice], plan)
     if provisioner is None:
         provisioner = _local_provisioner(script, s.max_local_processes, s.simulate_notice_after, echo)

@@ -353,8 +353,7 @@ def _guards(
         ProvisionError / ConfigError: as :func:`check_limits` and :func:`group_usd_per_hour` do.
     """
     usd_per_hour = sum(
-        group_usd_per_hour(catalog, g.instance_type, region, g.on_demand, g.spot, f"--region {region}")
-        for g in entry.groups
+        group_usd_per_hour(catalog, g.instance_type, region, g.on_demand, g.spot, "region") for g in entry.groups
     )
     max_instances = options.max_instances if options.max_instances is not None else plan.constraints.max_instances
     max_hourly = options.max_hourly_usd if options.max_hourly_usd is not None else plan.constraints.max_hourly_usd

@@ -39,6 +39,8 @@ def group_usd_per_hour(
     catalog: Catalog, instance_type: str, region: str, on_demand: int, spot: int, field: str = "instance_type"
 ) -> float:
     """The catalog's price of ``on_demand`` + ``spot`` instances of ``instance_type`` in ``region``, per hour.
+    ``field`` is what set the type or the region: a parameter's name (said as the front end's), else a document's
+    path (said as it is).
 
     Raises:
         ConfigError: the type is unknown, or has no price in a market the group buys.
@@ -61,11 +63,19 @@ def group_usd_per_hour(
             continue
         price = it.price_usd_hr(region, market)  # type: ignore[arg-type]
         if not price:
-            raise ConfigError(
-                f"The catalog has no {market} price for {instance_type} in {region}, but the plan buys {n} there "
-                f"({field}). {_REDO}",
+            # a parameter (generate's region) is named in each front end's words; a document's path as it is
+            said = "{" + field + "}" if field.isidentifier() else "{field}"
+            raise ConfigError.between(
+                "The catalog has no {market} price for {type} in {where}, but the plan buys {n} there (" + said + "). "
+                "{redo}",
                 parameter=field,
                 value=instance_type,
+                market=market,
+                type=instance_type,
+                where=region,
+                n=n,
+                redo=_REDO,
+                **({} if field.isidentifier() else {"field": field}),
             )
         total += price * n
     return total
