@@ -503,8 +503,11 @@ def entry_strategy(entry: PlanEntry) -> str:
     if layout is None:
         return strategy_text("ddp")
     if not layout.launchable:
-        raise MigrationError(
-            f"{entry.fleet} runs the layout {layout.name}, which srifty launch cannot start"
-            f"{': ' + layout.needs if layout.needs else ''}. Launch another entry of the plan (--choice)."
+        raise MigrationError.named(
+            "{fleet} runs the layout {layout}, which srifty launch cannot start{needs}. Launch another entry of the "
+            "plan ({choice}).",
+            fleet=entry.fleet,
+            layout=layout.name,
+            needs=": " + layout.needs if layout.needs else "",
         )
     return strategy_text(layout.lightning_strategy, layout.lightning_args)

@@ -27,9 +27,49 @@ from __future__ import annotations
 import string
 from collections.abc import Callable, Mapping, Sequence
 
+from typing_extensions import Self
+
 
 class SriftyError(Exception):
-    """Base class of every error raised on purpose by lightning-srifty."""
+    """Base class of every error raised on purpose by lightning-srifty.
+
+    A message that names settings is raised from a template (:meth:`named`; :meth:`ConfigError.between` for a
+    refusal): each ``{name}`` a parameter, said by each front end in its own words (:meth:`in_words`: Python the
+    name, ``srifty`` the running command's flag, the service the JSON field); ``facts`` fill the other fields.
+    """
+
+    template: str | None = None
+    facts: Mapping[str, object] = {}
+
+    @classmethod
+    def named(cls, template: str, **facts: object) -> Self:
+        """The error raised from ``template`` (the class's constructor must take the message alone)."""
+        exc = cls(template.format_map({n: facts.get(n, n) for n in _fields(template)}))
+        exc.template, exc.facts = template, dict(facts)
+        return exc
+
+    def template_names(self) -> list[str]:
+        """The parameters the template names, its facts apart (none without a template)."""
+        if self.template is None:
+            return []
+        return [n for n in dict.fromkeys(_fields(self.template)) if n not in self.facts]
+
+    def in_words(self, front: str = "python", name_of: Callable[[str], str | None] | None = None) -> str:
+        """The message for one front end: ``"python"`` (the message as raised), ``"cli"`` (``name_of``: a
+        parameter's flag) or ``"service"`` (a parameter's JSON field), rebuilt from its template; a message without
+        one (prose) is the same for every front end."""
+        if front == "python" or self.template is None:
+            return str(self)
+        return self.template.format_map(
+            {n: self.facts[n] if n in self.facts else _front_name(n, front, name_of) for n in _fields(self.template)}
+        )
+
+
+def _front_name(parameter: str, front: str, name_of: Callable[[str], str | None] | None) -> str:
+    """A parameter as a front end says it: ``name_of``'s answer, else the flag spelt from it (cli) or the quoted
+    JSON field (service)."""
+    given = name_of(parameter) if name_of is not None else None
+    return given or (f"--{parameter.replace('_', '-')}" if front == "cli" else repr(parameter))
 
 
 class ConfigError(SriftyError, ValueError):
@@ -67,7 +107,7 @@ class ConfigError(SriftyError, ValueError):
         self.parameter = parameter
         self.value = value
         self.owner, self.expected, self.got, self.fix, self.template = owner, expected, got, fix, template
-        self.facts: dict[str, object] = dict(facts or {})
+        self.facts = dict(facts or {})
 
     @classmethod
     def between(cls, template: str, *, parameter: str, value: object = None, **facts: object) -> ConfigError:
@@ -78,30 +118,12 @@ class ConfigError(SriftyError, ValueError):
         message = template.format_map({n: facts.get(n, n) for n in _fields(template)})
         return cls(message, parameter=parameter, value=value, template=template, facts=facts)
 
-    def template_names(self) -> list[str]:
-        """The parameters the template names, its facts apart (none without a template)."""
-        if self.template is None:
-            return []
-        return [n for n in dict.fromkeys(_fields(self.template)) if n not in self.facts]
-
     def in_words(self, front: str = "python", name_of: Callable[[str], str | None] | None = None) -> str:
-        """The message for one front end: ``"python"`` (the message as raised), ``"cli"`` (``name_of``: a
-        parameter's flag) or ``"service"`` (a parameter's JSON field), rebuilt from the refusal's parts or its
-        template; a message with neither (prose) is the same for every front end."""
-        if front == "python":
-            return str(self)
-
-        def name(parameter: str) -> str:
-            given = name_of(parameter) if name_of is not None else None
-            return given or (f"--{parameter.replace('_', '-')}" if front == "cli" else repr(parameter))
-
-        if self.template is not None:
-            return self.template.format_map(
-                {n: self.facts[n] if n in self.facts else name(n) for n in _fields(self.template)}
-            )
-        if self.expected is None or not self.parameter:
-            return str(self)
-        message = f"{name(self.parameter)} must be {self.expected}. Got {self.got}."
+        """The message for one front end (see :meth:`SriftyError.in_words`), rebuilt from the refusal's parts or
+        its template; a message with neither (prose) is the same for every front end."""
+        if front == "python" or self.template is not None or self.expected is None or not self.parameter:
+            return super().in_words(front, name_of)
+        message = f"{_front_name(self.parameter, front, name_of)} must be {self.expected}. Got {self.got}."
         return f"{message} {self.fix}" if self.fix else message
 
 

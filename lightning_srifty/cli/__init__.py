@@ -128,13 +128,15 @@ def flag_for(parser: argparse.ArgumentParser, dest: str) -> str | None:
 
 
 def error_words(exc: SriftyError, parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
-    """An error in the command's words: a refused value (:class:`ConfigError` with its parts or its template) names
-    the flag that set it, read from the command's own parser (no flag is written in the library); prose is said as
-    raised (``srifty recommend`` asks the ranking for its flags: :mod:`predictor.ranking.words`)."""
-    if isinstance(exc, ConfigError) and (exc.template is not None or (exc.expected is not None and exc.parameter)):
+    """An error in the command's words: a refused value (:class:`ConfigError` with its parts) or any error raised
+    from a template names the flag that set each parameter, read from the command's own parser (no flag is written
+    in the library); prose is said as raised (``srifty recommend`` asks the ranking for its flags:
+    :mod:`predictor.ranking.words`)."""
+    parts = isinstance(exc, ConfigError) and exc.expected is not None and bool(exc.parameter)
+    if exc.template is not None or parts:
         command = command_parser(parser, args)
         # every parameter the refusal names must be a flag of this command, else it is said as the library said it
-        named = exc.template_names() if exc.template is not None else [exc.parameter or ""]
+        named = exc.template_names() if exc.template is not None else [getattr(exc, "parameter", None) or ""]
         if all(flag_for(command, name) is not None for name in named):
             return exc.in_words("cli", lambda name: flag_for(command, name))
     return str(exc)

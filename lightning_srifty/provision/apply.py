@@ -365,9 +365,10 @@ def _confirm(question: str, yes: bool, ask: Callable[[str], str] | None) -> None
         return
     if ask is None:
         if not sys.stdin.isatty():
-            raise ProvisionError(
-                f"Not confirmed: there is no terminal to ask on ({question}): nothing was changed. Pass --yes to go "
-                "ahead."
+            raise ProvisionError.named(
+                "Not confirmed: there is no terminal to ask on ({question}): nothing was changed. Give {yes} to go "
+                "ahead.",
+                question=question,
             )
         ask = input
     if ask(question + " Type 'yes' to go on: ").strip().lower() != "yes":
@@ -481,7 +482,8 @@ def _apply_or_clean_up(
         raise ProvisionError(
             f"terraform apply did not finish within {timeout_s / 60:,.0f} min in {root} (an Auto Scaling "
             "group that never filled: capacity, a quota, a placement group): it was stopped; "
-            f"{left} Raise --timeout-min if the fleet really takes longer.\n{err.strip()}"
+            f"{left} Raise the limit (timeout_s; `srifty apply --timeout-min`) if the fleet really takes longer.\n"
+            f"{err.strip()}"
         )
     raise ProvisionError(f"terraform apply failed in {root} (see the output above); {left}\n{err.strip()}")
 

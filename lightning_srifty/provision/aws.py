@@ -172,8 +172,8 @@ def aws_errors(what: str) -> Iterator[None]:
         if error.get("Code") == "NoSuchBucket":
             raise ProvisionError(
                 f"The bucket does not exist while {what} ({error.get('BucketName') or error.get('Message')}): check "
-                "the checkpoint folder (--checkpoint-uri, the fleet's srifty:checkpoints tag, the root's output "
-                "checkpoint_uri) and the account of your credentials."
+                "the checkpoint folder (the launch's checkpoint_uri, `srifty launch --checkpoint-uri`; the fleet's "
+                "srifty:checkpoints tag; the root's output checkpoint_uri) and the account of your credentials."
             ) from None
         raise ProvisionError(
             f"AWS refused {what}: {error.get('Code', '?')}: {error.get('Message', exc)}. Check that your credentials "

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from predictor.catalog.extra import Extra, build_instance, load_extra
-from predictor.catalog.gpus import GPU, GpuTable, bundled_gpus
+from predictor.catalog.gpus import CATALOG_EXTRA, GPU, GpuTable, bundled_gpus
 from predictor.catalog.instances import InstanceType, Market, bundled_rows, read_instances, read_prices
 from predictor.documents.checks import suggest
 from predictor.exceptions import CatalogError, UnknownNameError
@@ -141,7 +141,7 @@ class Catalog:
                 "instance type",
                 name,
                 suggest(name, self._instances),
-                hint=self._gpu_named_hint(name) or "Add your own with --catalog-extra (docs/catalog.md).",
+                hint=self._gpu_named_hint(name) or f"Add your own in {CATALOG_EXTRA}.",
             ) from None
 
     def _gpu_named_hint(self, name: str) -> str | None:

@@ -16,6 +16,9 @@ from importlib import resources
 from predictor.documents.checks import suggest
 from predictor.exceptions import UnknownNameError
 
+# where a user adds GPUs and instance types, said the same to every front end (the files are a setting of the
+# catalog, not a parameter of the call that found one missing)
+CATALOG_EXTRA = "a catalog extra file (srifty --catalog-extra FILE.yaml, or Catalog.load(extra=[...]); docs/catalog.md)"
 _VENDOR_WORDS = re.compile(r"\b(NVIDIA|TESLA|GEFORCE|QUADRO)\b")
 
 
@@ -100,7 +103,7 @@ class GpuTable:
         known = list(self.gpus)
         suggestions = family or suggest(norm, known) or suggest(name, known)
         raise UnknownNameError(
-            "GPU", name, suggestions, hint="Known GPUs: " + ", ".join(known) + ". Add a new one with --catalog-extra."
+            "GPU", name, suggestions, hint="Known GPUs: " + ", ".join(known) + f". Add a new one in {CATALOG_EXTRA}."
         )
 
     def get(self, name: str) -> GPU:

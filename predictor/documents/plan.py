@@ -402,7 +402,7 @@ class Plan:
             raise ProfileSchemaError(
                 f"chosen: expected the index of one of the plan's {len(self.entries)} entries (0 to "
                 f"{len(self.entries) - 1}), got {self.chosen}. Make the plan again with `srifty recommend --out "
-                "plan.json`, or pick a fleet with --choice.",
+                "plan.json`, or set chosen to the index of one of its entries.",
                 field="chosen",
                 value=self.chosen,
             )

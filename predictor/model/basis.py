@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from predictor.catalog.catalog import Catalog
-from predictor.catalog.gpus import GPU
+from predictor.catalog.gpus import CATALOG_EXTRA, GPU
 from predictor.catalog.instances import InstanceType
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
@@ -119,7 +119,7 @@ def _source_gpu(profile: Profile, catalog: Catalog) -> GPU | None:
         return catalog.gpu(key)
     except UnknownNameError as exc:
         raise PredictionError(
-            f"The profile's GPU {key!r} has no specs in the catalog: {exc} Add the GPU's specs with --catalog-extra."
+            f"The profile's GPU {key!r} has no specs in the catalog: {exc} Add the GPU's specs in {CATALOG_EXTRA}."
         ) from None
 
 
@@ -236,7 +236,7 @@ def target_gpu(it: InstanceType, catalog: Catalog) -> GPU:
         return catalog.gpu(it.gpu or "")
     except UnknownNameError:
         raise PredictionError(
-            f"{it.name}'s GPU {it.gpu!r} has no specs in the catalog. Add them with --catalog-extra (docs/catalog.md)."
+            f"{it.name}'s GPU {it.gpu!r} has no specs in the catalog. Add them in {CATALOG_EXTRA}."
         ) from None
 
 
@@ -357,7 +357,7 @@ def _per_sample(
             )
         peak = peak_tflops(dst, precision, matmul)
         if not peak:
-            raise PredictionError(f"{dst.key} has no peak FLOPS for {precision}: add them with --catalog-extra.")
+            raise PredictionError(f"{dst.key} has no peak FLOPS for {precision}: add them in {CATALOG_EXTRA}.")
         notes.append(
             f"GPU compute from FLOPs at {CPU_TO_GPU_UTILISATION:.0%} of peak, at least "
             f"{MIN_GPU_STEP_S * 1e3:.0f} ms per step (profile measured on CPU)"
@@ -367,7 +367,7 @@ def _per_sample(
     try:
         scale = compute_ratio(src.gpu, dst, precision, matmul, src.achieved_tflops)
     except ValueError as exc:
-        raise PredictionError(f"{exc}: add the GPUs' specs with --catalog-extra.") from None
+        raise PredictionError(f"{exc}: add the GPUs' specs in {CATALOG_EXTRA}.") from None
     share = scale.compute_share if src.achieved_tflops is not None else None
     if scale.basis == "same GPU":
         return per_sample_src, share, "same", opt_share

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from predictor.catalog.gpus import GPU
+from predictor.catalog.gpus import CATALOG_EXTRA, GPU
 from predictor.exceptions import PredictionError
 
 CLASSES = ("gemm", "conv", "elementwise", "norm", "softmax", "reduction", "memory")
@@ -91,7 +91,7 @@ def _gpu_facts(gpu: GPU, cls: str, peak_tflops: float | None) -> tuple[float, fl
         if value is None or not value > 0:
             raise PredictionError(
                 f"GPU {gpu.key!r} has no {name} (needed by the {cls!r} kernel latency model): add `{name}` to its "
-                "entry with --catalog-extra (docs/catalog.md)"
+                f"entry in {CATALOG_EXTRA}"
             )
         return value
 

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.catalog.catalog import Catalog
+from predictor.catalog.gpus import CATALOG_EXTRA
 from predictor.catalog.instances import InstanceType
 from predictor.documents.checks import suggest
 from predictor.documents.profile import Profile
-from predictor.exceptions import ConfigError
+from predictor.exceptions import ConfigError, did_you_mean
 from predictor.model.fleets import ManyPredictions, predict_many, row_all, row_sum
 from predictor.ranking.constraints import Constraints
 from predictor.ranking.feasible import exclusion
@@ -40,25 +41,29 @@ def check_names(constraints: Constraints, catalog: Catalog) -> None:
         for value in getattr(constraints, name):
             if value not in known and not any(gpu_matches(g, value) for g in gpus):
                 close = suggest(value, known | gpus, n=3)
-                raise ConfigError(
-                    f"The '{name}' constraint names {value!r}, which is neither an instance type, a family nor a GPU "
-                    f"of the catalog ({catalog.info.source}, {catalog.info.snapshot})."
-                    + (f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else "")
-                    + " Add your own types in a catalog extra file (srifty --catalog-extra, or "
-                    "Catalog.load(extra=...) in Python; docs/catalog.md).",
+                raise ConfigError.between(
+                    "The {" + name + "} constraint names {given!r}, which is neither an instance type, a family nor "
+                    "a GPU of the catalog ({source}, {snapshot}).{mean} Add your own types in {extra}.",
                     parameter=name,
                     value=value,
+                    given=value,
+                    source=catalog.info.source,
+                    snapshot=catalog.info.snapshot,
+                    mean=f" {did_you_mean(close)}" if close else "",
+                    extra=CATALOG_EXTRA,
                 )
     regions = sorted({r for it in types for r in it.regions})
     for region in constraints.regions:
         if region not in regions:
             close = suggest(region, regions, n=2, cutoff=0.85)
-            raise ConfigError(
-                f"The catalog has no prices in region {region!r}"
-                + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ".")
-                + f" Regions with prices: {', '.join(regions)} (`srifty catalog refresh` adds more).",
+            raise ConfigError.between(
+                "The catalog has no prices in region {given!r} ({regions}).{mean} Regions with prices: {known} "
+                "(`srifty catalog refresh` adds more).",
                 parameter="regions",
                 value=region,
+                given=region,
+                mean=f" {did_you_mean(close)}" if close else "",
+                known=", ".join(regions),
             )
 
 

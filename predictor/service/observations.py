@@ -149,7 +149,8 @@ class ObservationStore:
     def _unusable(self, exc: Exception) -> ServiceError:
         return ServiceError(
             f"The observations store {str(self.path)!r} cannot be used now ({exc}): it was replaced or damaged while "
-            "the service ran. Restore it, or restart the service with another --observations file.",
+            "the service ran. Restore it, or restart the service with another observations file (`srifty serve "
+            "--observations`).",
             status=503,
         )
 

@@ -176,11 +176,11 @@ def test_every_output_is_checked_before_any_is_written(tmp_path, capsys) -> None
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
-        (["--deny", "p4d.24xlarg"], "'deny' constraint names 'p4d.24xlarg'"),
+        (["--deny", "p4d.24xlarg"], "The --deny constraint names 'p4d.24xlarg'"),
         (["--allow", "g5.xlarg"], "Did you mean 'g5.xlarge'"),
-        (["--allow", "g5,g6x"], "'allow' constraint names 'g6x'"),  # a comma list: each name checked on its own
-        (["--regions", "us-east1"], "did you mean 'us-east-1'"),
-        (["--regions", "eu-west-3"], "no prices in region 'eu-west-3'. Regions with prices: us-east-1"),
+        (["--allow", "g5,g6x"], "The --allow constraint names 'g6x'"),  # a comma list: each name checked on its own
+        (["--regions", "us-east1"], "Did you mean 'us-east-1'"),
+        (["--regions", "eu-west-3"], "no prices in region 'eu-west-3' (--regions). Regions with prices: us-east-1"),
     ],
 )
 def test_a_typo_in_allow_deny_or_regions_is_named_not_silently_ignored(capsys, flags, expected) -> None:

@@ -21,18 +21,19 @@ EXAMPLES = ROOT / "terraform" / "examples"
 ON_DEMAND_PLAN = EXAMPLES / "single-node-on-demand" / "plan.json"  # 10 on-demand fleets, no deadline
 SPOT_PLAN = EXAMPLES / "multi-node-spot" / "plan.json"  # 4 spot fleets, no deadline
 
-# the calls whose first argument is a refusal's message (a template, or the parameter's words for refused())
-RAISERS = ("ConfigError", "NoFeasibleConfigError", "between", "refused")
+# the calls whose first argument is an error's message (a template, or the parameter's words for refused()): every
+# error class of predictor.exceptions the library raises with a message
+RAISERS = (
+    "ConfigError", "NoFeasibleConfigError", "between", "refused", "named", "SriftyError", "ProfileError",
+    "ProfileSchemaError", "CatalogError", "UnknownNameError", "PredictionError", "ServiceError", "ProvisionError",
+    "PreflightError", "MigrationError",
+)  # fmt: skip
 FLAG = re.compile(r"--[a-z{]")  # a long option, or one written from a name (f"--{name}")
 
 QUOTA_REQUEST = "aws service-quotas request-service-quota-increase --service-code ec2 ... --region {region}"
 # (file, words of the message): why the flag stays literal. Only another program's option, or another srifty
 # command's, named with that command: never a parameter of the function that raises.
 ALLOWED = {
-    ("predictor/ranking/candidates.py", "srifty --catalog-extra"): "the catalog extra files are no parameter of rank() "
-    "(a setting of the catalog): named as srifty's option beside Catalog.load(extra=...) for Python",
-    ("lightning_srifty/provision/terraform/money.py", "srifty --catalog-extra"): "as in candidates.py: the catalog's "
-    "extra files, srifty's option beside Catalog.load(extra=...)",
     ("predictor/runs/deadline.py", "srifty recommend --deadline"): "how a plan gets a deadline: another command "
     "(the replay's own parameter, deadline_h, is a field of the template)",
     ("lightning_srifty/provision/launcher/spot_guard.py", "srifty recommend --deadline H"): "how a plan gets a "
@@ -45,6 +46,25 @@ ALLOWED = {
         "an example training command: the user's script's own arguments"
     ),
     ("lightning_srifty/provision/terraform/snapshot.py", "pip install --force-reinstall -e ."): "pip's command line",
+    ("lightning_srifty/provision/terraform/generate.py", "pip install --force-reinstall lightning-srifty"): "pip's "
+    "command line",
+    ("predictor/documents/plan.py", "`srifty recommend --out plan.json`"): "a plan document that does not read: the "
+    "command that makes one, named with it",
+    ("predictor/service/observations.py", "`srifty serve --observations`"): "the service's start-up setting, named "
+    "with the command that starts it",
+    ("lightning_srifty/provision/apply.py", "`srifty terraform --plan plan.json --out DIR`"): "the command that "
+    "writes a root module, named with it",
+    ("lightning_srifty/provision/preflight.py", "`srifty terraform --plan plan.json --out DIR`"): "the command that "
+    "writes a root module, named with it",
+    ("lightning_srifty/provision/preflight.py", "`srifty check --dir DIR`"): "the command that checks it",
+    ("lightning_srifty/provision/apply.py", "`srifty apply --timeout-min`"): "the limit is timeout_s in Python and "
+    "minutes in srifty's flag (no one name for both): both said, the flag with its command",
+    ("lightning_srifty/provision/launcher/watches.py", "`srifty launch --start-timeout-min`"): "start_timeout_s in "
+    "Python, minutes in srifty's flag: both said, the flag with its command",
+    ("lightning_srifty/provision/aws.py", "`srifty launch --checkpoint-uri`"): "where a fleet's checkpoint folder was "
+    "set, among its tag and the root's output: the launch's parameter and its flag with the command",
+    ("lightning_srifty/provision/preflight.py", "--launchable"): "account_limits() is read for srifty recommend "
+    "--launchable alone (cli/recommend.py is its one caller): the refusal is of that flag",
     ("lightning_srifty/strategies/hetero.py", "srifty recommend --max-types 2"): "job side (inside the training "
     "script): where a plan with a per-GPU batch split comes from, another command named with it",
     ("lightning_srifty/strategies/nodes.py", "(--nproc_per_node)"): "job side: torchrun's option, another program's",

@@ -390,7 +390,7 @@ def test_down_destroys_then_sums_what_the_fleet_cost(aws, tmp_path, monkeypatch,
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # no terminal to ask on: refused, naming what and the flag
     assert main(["down", "--dir", str(root)]) == 2
     err = capfd.readouterr().err
-    assert "(Destroy every resource of ops-down?): nothing was changed. Pass --yes to go ahead." in err
+    assert "(Destroy every resource of ops-down?): nothing was changed. Give --yes to go ahead." in err
     assert "plan above" not in err  # down shows no plan
     assert main(["down", "--dir", str(root), "--yes"]) == 0  # terraform's output streams to the terminal (fd 1)
     out = capfd.readouterr().out.splitlines()

@@ -236,7 +236,8 @@ def test_an_apply_past_its_timeout_is_stopped_and_said(tmp_path, monkeypatch, ca
     monkeypatch.setattr(runner, "_state_resources", lambda tf: [])
     monkeypatch.setattr(runner, "_check_credentials", lambda values: None)
     monkeypatch.setattr(runner, "_apply_plan", lambda tf, echo, deadline: (time.sleep(1.2), (1, "Interrupt"))[1])
-    with pytest.raises(ProvisionError, match=r"did not finish within 0 min .* Raise --timeout-min"):
+    late = r"did not finish within 0 min .* Raise the limit \(timeout_s; `srifty apply --timeout-min`\)"
+    with pytest.raises(ProvisionError, match=late):
         runner.apply(root, yes=True, check=False, timeout_s=1.0, echo=lambda line: None)
 
 

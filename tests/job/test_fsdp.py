@@ -67,7 +67,7 @@ def test_the_launcher_passes_each_entrys_layout_and_refuses_a_pipeline(catalog, 
     assert spec[1]["sharding_strategy"] == "SHARD_GRAD_OP" and spec[1]["activation_checkpointing_policy"] == ["Block"]
     with pytest.raises(
         MigrationError,
-        match=r"pipeline:2, which srifty launch cannot start: Lightning has no pipeline strategy.*--choice",
+        match=r"pipeline:2, which srifty launch cannot start: Lightning has no pipeline strategy.*plan \(choice\)\.$",
     ):
         entry_strategy(dataclasses.replace(entry, layout=plan_layout("pipeline:2")))
     with pytest.raises(ConfigError, match=r"\$SRIFTY_STRATEGY must be a JSON object.*Got '\[1\]'"):

@@ -52,9 +52,12 @@ class LocalProvisioner:
         entry = plan.entries[index]
         ranks = sum(g.count * g.gpus_per_instance for g in entry.groups)
         if ranks > self.max_processes:
-            raise MigrationError(
-                f"{entry.fleet} has {ranks} GPUs: the local provisioner runs one process per GPU and is limited to "
-                f"{self.max_processes} (--max-local-processes)."
+            raise MigrationError.named(
+                "{fleet} has {ranks} GPUs: the local provisioner runs one process per GPU and is limited to {limit} "
+                "({max_local_processes}).",
+                fleet=entry.fleet,
+                ranks=ranks,
+                limit=self.max_processes,
             )
         return LaunchedFleet(plan, index, name, {"ranks": ranks})
 

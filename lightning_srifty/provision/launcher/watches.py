@@ -103,7 +103,8 @@ class Silence:
             raise MigrationError(
                 f"The job on {fleet.entry.fleet} ({fleet.name}) has not reported in {waited / 60:.0f} min (no first "
                 "step, no record): its boot or setup failed, it ran out of memory, or it cannot reach the checkpoint "
-                f"folder. The fleet is released; {why}. Raise --start-timeout-min if the setup really takes longer."
+                f"folder. The fleet is released; {why}. Raise the limit (start_timeout_s; `srifty launch "
+                "--start-timeout-min`) if the setup really takes longer."
             )
         if time.monotonic() >= self.next_note:
             self.next_note = time.monotonic() + 60

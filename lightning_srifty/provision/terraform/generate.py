@@ -911,7 +911,12 @@ class _Written:
 def _write_root(plan: Plan, choice: int, target: Path, values: dict[str, Any], snapshot: Snapshot | None) -> _Written:
     marker_path = target / MARKER
     if target.exists() and not target.is_dir():
-        raise ProvisionError(f"{target} exists and is not a folder: give --out a folder to write the root module in.")
+        raise ConfigError.between(
+            "{target} exists and is not a folder: give {out} a folder to write the root module in.",
+            parameter="out",
+            value=str(target),
+            target=str(target),
+        )
     if target.is_dir() and any(target.iterdir()) and not marker_path.is_file():
         raise ProvisionError(
             f"{target} is not empty and was not written by `srifty terraform` (no {MARKER}): refusing to overwrite it. "

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeGuard
 
 from predictor.catalog.catalog import Catalog
+from predictor.catalog.gpus import CATALOG_EXTRA
 from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import ConfigError
 
@@ -48,13 +49,13 @@ def group_usd_per_hour(
     if instance_type not in catalog:
         raise ConfigError.between(
             "The plan's {field} {type!r} is not in the catalog ({source}), so its price cannot be checked: give the "
-            "catalog the plan was ranked with ({catalog}, with the same catalog extra files: srifty --catalog-extra, "
-            "or Catalog.load(extra=...) in Python).",
+            "catalog the plan was ranked with ({catalog}, and the types it added from {extra}).",
             parameter=field,
             value=instance_type,
             field=field,
             type=instance_type,
             source=catalog.info.source,
+            extra=CATALOG_EXTRA,
         )
     it = catalog.get(instance_type)
     total = 0.0
