@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from predictor.catalog.catalog import Catalog
+from predictor.documents.plan import check_choice
 from predictor.exceptions import ConfigError
 from predictor.runs.odds import confidence_factor
 from predictor.runs.spot import DEFAULT_CHECKPOINT_S
@@ -444,14 +445,7 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
     """
 
     index = plan.chosen if choice is None else choice
-    if not 0 <= index < len(plan.entries):
-        raise ConfigError.between(
-            "{choice} {index} is not an entry of the plan (0-{last}).",
-            parameter="choice",
-            value=index,
-            index=index,
-            last=len(plan.entries) - 1,
-        )
+    check_choice(plan, index)
     entry = plan.entries[index]
     deadline = deadline_h if deadline_h is not None else plan.constraints.deadline_h
     if deadline is None:

@@ -221,12 +221,12 @@ def test_a_replay_of_a_plan_without_a_deadline_names_deadline_h_or_the_flag(tmp_
     assert "--" not in said.replace("srifty recommend --deadline", "")
     with pytest.raises(ConfigError) as out_of_range:
         job_from_plan(plan, 9, deadline_h=10, catalog=catalog)
-    assert str(out_of_range.value) == "choice 9 is not an entry of the plan (0-3)."
+    assert str(out_of_range.value) == "The plan has 4 ranked fleets: choice must be between 0 and 3. Got 9."
     trace = str(tmp_path / "trace.json")  # never read: the plan is refused first
     said = _cli(capsys, ["replay", "--plan", str(SPOT_PLAN), "--trace", trace])
     assert "The plan has no deadline: give one (--deadline)" in said and "deadline_h" not in said, said
     said = _cli(capsys, ["replay", "--plan", str(SPOT_PLAN), "--trace", trace, "--choice", "9", "--deadline", "10h"])
-    assert "--choice 9 is not an entry of the plan (0-3)." in said
+    assert "The plan has 4 ranked fleets: --choice must be between 0 and 3. Got 9." in said
 
 
 def test_a_checkpoint_uri_that_is_no_s3_folder_names_checkpoint_uri_or_the_flag(tmp_path, capsys, monkeypatch) -> None:
