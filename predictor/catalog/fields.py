@@ -98,7 +98,7 @@ class Field:
         Raises:
             ValueError: a number that is not one; KeyError: a cell the field must have, missing or empty.
         """
-        text = "" if cell is None else str(cell).strip()
+        text = cell.strip() if isinstance(cell, str) else "" if cell is None else str(cell).strip()
         if not text:
             if self.optional:
                 return None
@@ -210,9 +210,12 @@ def yaml_fields() -> dict[str, YamlField]:
     return {key: f.yaml for f in FIELDS if f.yaml is not None and (key := f.key("yaml_key")) is not None}
 
 
+_READERS = tuple((f.name, f.key("column") or "", f.read) for f in RECORD_COLUMNS)
+
+
 def read_row(row: Mapping[str, str]) -> dict[str, Any]:
     """A catalog copy's row as the record's fields (provenance columns left out), each cell read by its field."""
-    return {f.name: f.read(row.get(f.key("column") or "")) for f in RECORD_COLUMNS}
+    return {name: read(row.get(column)) for name, column, read in _READERS}
 
 
 def write_row(values: Mapping[str, Any]) -> dict[str, str]:
