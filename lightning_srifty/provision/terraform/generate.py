@@ -58,7 +58,7 @@ from predictor.documents.atomic import atomic_write_bytes, atomic_write_text
 from predictor.documents.checks import Setting, check_settings, suggest
 from predictor.documents.plan import Plan, PlanEntry, check_choice
 from predictor.documents.profile import load_profile
-from predictor.exceptions import ConfigError, ProvisionError
+from predictor.exceptions import ConfigError, ProvisionError, did_you_mean
 from predictor.runs.spot import shutdown_grace_s
 
 MARKER = GENERATED_MARKER
@@ -850,7 +850,7 @@ def _check_script_in(snapshot: Snapshot, options: Options, script: str, given: s
             )
     if script not in snapshot.files:
         close = suggest(script, [f for f in snapshot.files if f.endswith(".py")], n=2)
-        mean = f"Did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        mean = f"{did_you_mean(close)} " if close else ""
         raise ConfigError.between(
             "The training script {given} is not in the code snapshot of {where} ({count} files): every node runs "
             "torchrun from the snapshot's top folder, so it would end in \"can't open file\". {mean}Run srifty from "
