@@ -7,6 +7,7 @@ reading the source, apart from the few below that name another program's or anot
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -89,6 +90,7 @@ def _words(node: ast.expr) -> str:
     return "{}"
 
 
+@functools.cache
 def _messages() -> list[tuple[str, int, str]]:
     """(file, line, the message's words) of every refusal raised outside the CLI."""
     found = []

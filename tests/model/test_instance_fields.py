@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import typing
 
 import pytest
@@ -86,6 +87,7 @@ def test_a_cell_a_field_must_have_is_refused_and_a_defaulted_one_is_not() -> Non
         read_row({**row, "gpus": "eight"})
 
 
+@functools.cache
 def _ec2_model() -> ServiceModel:
     return ServiceModel(Loader().load_service_model("ec2", "service-2"), "ec2")
 
