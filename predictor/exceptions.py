@@ -134,8 +134,13 @@ def did_you_mean(close: Sequence[str]) -> str:
 
 
 def _fields(template: str) -> list[str]:
-    """The ``{name}`` fields of a message template."""
-    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+    """The ``{name}`` fields of a message template, each a name (``{a.b}``, ``{a[0]}`` or ``{0}`` would fail when
+    the error is raised, far from the mistake: refused where the template is read)."""
+    fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    bad = [f for f in fields if not f.isidentifier()]
+    if bad:
+        raise ValueError(f"a message template's fields are names, got {bad[0]!r} in {template!r}")
+    return fields
 
 
 class ProfileError(SriftyError):

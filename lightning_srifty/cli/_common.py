@@ -117,6 +117,7 @@ def add_code_arguments(p: Any) -> None:
         "--extra-index-url",
         action="append",
         dest="extra_index_urls",  # the option's own name: a refusal of it names this flag
+        metavar="EXTRA_INDEX_URL",
         help="another index (repeatable)",
     )
     p.add_argument(

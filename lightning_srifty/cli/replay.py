@@ -182,6 +182,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--deadline",
         type=hours,
         dest="deadline_h",  # job_from_plan()'s parameter: a refusal of it names this flag
+        metavar="DEADLINE",
         help="override the plan's deadline, e.g. 36h",
     )
     p.add_argument(

@@ -7,7 +7,7 @@ loader's checks and ``srifty catalog schema`` read it), the key of ``ec2.describ
 it from, and the column of shared/'s ``ec2_gpu_instances.csv`` that ``scripts/build_data.py`` copies it from. The
 readers and writers of those forms are loops over :data:`FIELDS`; what is computed rather than copied (a GPU's
 catalog name, the network's headline bandwidth, the interconnect no API reports) stays code beside them, and a test
-holds each form to the declarations (``tests/model/test_catalog_fields.py``).
+holds each form to the declarations (``tests/model/test_instance_fields.py``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,9 @@ class Field:
     name; None: not there). ``yaml``: its declaration in a catalog extra. ``aws``: the dotted key of an
     ``ec2.describe_instance_types`` item a refresh copies it from (a list is joined with commas), None when it is
     computed or in no API. ``shared``: the column of shared/'s ``ec2_gpu_instances.csv`` the bundled copy takes it
-    from as is, None when ``scripts/build_data.py`` computes it."""
+    from as is, None when ``scripts/build_data.py`` computes it. ``later``: a column added within
+    ``srifty.catalog/v1`` that a copy written before may lack (it then reads the default); any other missing column
+    makes the copy unreadable (a cut-down copy would price every p4d as PCIe)."""
 
     name: str
     kind: type
@@ -86,6 +88,7 @@ class Field:
     aws: str | None = None
     shared: str | None = None
     record: bool = True
+    later: bool = False
 
     def key(self, which: str) -> str | None:
         """Its name in ``column``, ``json`` or ``yaml_key``: the field's own where declared ``"="``."""
@@ -96,8 +99,11 @@ class Field:
         """A catalog cell as the record holds it: empty or missing is None (optional) or the default.
 
         Raises:
-            ValueError: a number that is not one; KeyError: a cell the field must have, missing or empty.
+            ValueError: a number that is not one; KeyError: a cell the field must have, missing or empty, or its
+                column missing (``None``) where it was not added later.
         """
+        if cell is None and not self.later:
+            raise KeyError(self.key("column") or self.name)
         text = cell.strip() if isinstance(cell, str) else "" if cell is None else str(cell).strip()
         if not text:
             if self.optional:
@@ -140,8 +146,8 @@ FIELDS: tuple[Field, ...] = (
        yaml=_Y(str, "the instance type's name", required=True), aws="InstanceType", shared="instance_type"),
     _F("family", str, "its family, the name before the first dot",
        yaml=_Y(str, "the family (default: the name before the first dot)"), shared="family"),
-    _F("accelerator", str, "the accelerator as AWS names it (GpuInfo or NeuronInfo)", json=None, yaml_key=None,
-       shared="accelerator"),
+    _F("accelerator", str, "the accelerator as AWS names it (GpuInfo or NeuronInfo)", default="", json=None,
+       yaml_key=None, shared="accelerator"),
     _F("accelerator_kind", str, f"what the accelerator is: {', '.join(KINDS)} (only cuda is ranked)",
        yaml_key=None),
     _F("gpu", str, "its GPU as the catalog's GPU table names it (empty: not a CUDA GPU)", optional=True,
@@ -159,13 +165,14 @@ FIELDS: tuple[Field, ...] = (
        yaml=_Y(float, "network bandwidth, Gbit/s", required=True, positive=True, most=1_000_000)),
     _F("network_up_to", bool, "the bandwidth is a burst ('Up to ...'), not sustained", default=False,
        yaml_key=None, shared="network_up_to"),
-    _F("network_cards", int, "network cards", default=1, aws="NetworkInfo.MaximumNetworkCards",
+    _F("network_cards", int, "network cards", default=1, aws="NetworkInfo.MaximumNetworkCards", later=True,
        shared="network_cards",
        yaml=_Y(int, "network cards (NetworkInfo.MaximumNetworkCards)", positive=True, most=1_024)),
     _F("efa", bool, "Elastic Fabric Adapter support", default=False, aws="NetworkInfo.EfaSupported", shared="efa",
        yaml=_Y(bool, "Elastic Fabric Adapter support")),
     _F("efa_interfaces", int, "EFA interfaces, at most one per network card", default=0,
        column="efa_max_interfaces", aws="NetworkInfo.EfaInfo.MaximumEfaInterfaces", shared="efa_max_interfaces",
+       later=True,
        yaml=_Y(int, "EFA interfaces (EfaInfo.MaximumEfaInterfaces)", most=1_024)),
     _F("gpu_interconnect", str, f"how its GPUs talk to each other: {', '.join(INTERCONNECTS)}; {_MANUAL}",
        default="pcie", yaml=_Y(str, "how its GPUs talk to each other", choices=INTERCONNECTS)),
@@ -183,7 +190,7 @@ FIELDS: tuple[Field, ...] = (
     _F("usage_classes", str, "on-demand and/or spot", default="", json=None, yaml_key=None,
        aws="SupportedUsageClasses", shared="usage_classes", record=False),
     _F("spot_interruption_bucket", str, "the Spot Instance Advisor's interruption frequency (no API)",
-       optional=True, yaml_key=None, shared="spot_interruption_bucket"),
+       optional=True, yaml_key=None, shared="spot_interruption_bucket", later=True),
     _F("spot_savings_pct", str, "the Spot Instance Advisor's savings over on-demand, %", default="", json=None,
        yaml_key=None, shared="spot_advisor_savings_pct_us_east_1", record=False),
     _F("spot_advisor_as_of", str, "the date of the advisor's figures", default="", json=None, yaml_key=None,

@@ -222,7 +222,7 @@ class InstanceRow(TypedDict):
     """One instance type as JSON (:func:`instance_to_dict`): ``srifty catalog show --format json`` and the service's
     ``GET /v1/catalog``, whose OpenAPI schema comes from this declaration. The keys before the prices are the
     fields' JSON keys (:data:`~predictor.catalog.fields.JSON_FIELDS`, the one declaration; the type checker's copy
-    here is held to it by tests/model/test_catalog_fields.py). Prices are those of the region asked (the lowest over
+    here is held to it by tests/model/test_instance_fields.py). Prices are those of the region asked (the lowest over
     regions when none was asked); None where the catalog has none."""
 
     instance_type: str

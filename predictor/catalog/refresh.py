@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.catalog.catalog import CATALOG_SCHEMA, Catalog, catalog_root
-from predictor.catalog.fields import from_aws, write_row
+from predictor.catalog.fields import from_aws, read_row, write_row
 from predictor.catalog.instances import INSTANCE_COLUMNS, PRICE_COLUMNS, InstanceType, Price
 from predictor.exceptions import CatalogError, UnknownNameError
 
@@ -110,7 +110,8 @@ def _accelerator(item: dict[str, Any]) -> tuple[str, str, int, float, str] | Non
 def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict[str, str] | None:
     """One ``describe_instance_types`` item as a catalog row: the fields declared with an ``aws`` key copied
     (:func:`~predictor.catalog.fields.from_aws`), the accelerator, the network's headline and what no API reports
-    (the interconnect, the advisor's bucket: the previous copy's) computed; None for a type without accelerators."""
+    (the interconnect, the advisor's bucket: the previous copy's) computed; None for a type without accelerators, or
+    one whose row the copy's reader would refuse (said in ``notes``)."""
     found = _accelerator(item)
     if found is None:
         return None
@@ -122,7 +123,7 @@ def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict
     gbps, up_to = _network_gbps(net)
     if old is None and count > 1:
         notes.append(f"{name}: GPU interconnect is in no AWS API; assumed 'pcie' (set it with --catalog-extra)")
-    return write_row(
+    row = write_row(
         {
             **from_aws(item),
             "family": name.split(".")[0],
@@ -142,6 +143,12 @@ def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict
             "specs_source": "ec2.describe_instance_types",
         }
     )
+    try:  # a row the copy's reader would refuse would make the whole copy unreadable: the type is left out instead
+        read_row(row)
+    except (KeyError, ValueError) as exc:
+        notes.append(f"{name}: left out: describe_instance_types gave no usable {exc} for it")
+        return None
+    return row
 
 
 def _catalog_gpu(

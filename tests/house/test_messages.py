@@ -27,7 +27,7 @@ SPOT_PLAN = EXAMPLES / "multi-node-spot" / "plan.json"  # 4 spot fleets, no dead
 RAISERS = (
     "ConfigError", "NoFeasibleConfigError", "between", "refused", "named", "SriftyError", "ProfileError",
     "ProfileSchemaError", "CatalogError", "UnknownNameError", "PredictionError", "ServiceError", "ProvisionError",
-    "PreflightError", "MigrationError",
+    "PreflightError", "MigrationError", "CapacityError", "RehearsalFailed", "fail",
 )  # fmt: skip
 FLAG = re.compile(r"--[a-z{]")  # a long option, or one written from a name (f"--{name}")
 
@@ -64,6 +64,14 @@ ALLOWED = {
     "Python, minutes in srifty's flag: both said, the flag with its command",
     ("lightning_srifty/provision/aws.py", "`srifty launch --checkpoint-uri`"): "where a fleet's checkpoint folder was "
     "set, among its tag and the root's output: the launch's parameter and its flag with the command",
+    ("lightning_srifty/provision/terraform/snapshot.py", "srifty terraform --no-code"): "no code at all has no "
+    "parameter of its own (code=None): both said, the flag with its command",
+    ("lightning_srifty/provision/rehearsal/walk.py", "srifty rehearse --timeout-s"): "the rehearsal's failure is also "
+    "a line of its report, one text for every reader: the setting and the flag with its command",
+    ("lightning_srifty/provision/rehearsal/walk.py", "srifty rehearse --notice-after-s"): "as the line above: the "
+    "report's one text, the setting and the flag with its command",
+    ("lightning_srifty/provision/launcher/legs.py", "srifty recommend --launchable"): "how a plan of fleets this "
+    "account can start is made: another command, named with it",
     ("lightning_srifty/provision/preflight.py", "--launchable"): "account_limits() is read for srifty recommend "
     "--launchable alone (cli/recommend.py is its one caller): the refusal is of that flag",
     ("lightning_srifty/strategies/hetero.py", "srifty recommend --max-types 2"): "job side (inside the training "
@@ -103,7 +111,7 @@ def _messages() -> list[tuple[str, int, str]]:
                 if isinstance(node, ast.Call) and node.args:
                     called = getattr(node.func, "id", getattr(node.func, "attr", ""))
                     if called in RAISERS:
-                        found.append((rel, node.lineno, _words(node.args[0])))
+                        found.append((rel, node.lineno, " ".join(_words(a) for a in node.args)))  # fail(name, detail)
     return found
 
 
@@ -345,3 +353,17 @@ def test_a_region_without_a_price_names_the_region_or_the_flag(catalog) -> None:
     with pytest.raises(ConfigError) as path:
         group_usd_per_hour(catalog, "p4d.24xlarge", "eu-west-9", 1, 0, "entries[0].groups[0].instance_type")
     assert "(entries[0].groups[0].instance_type)." in str(path.value)
+
+
+def test_a_guard_read_from_written_values_says_how_to_write_them_again() -> None:
+    """srifty apply sets neither guard: its refusal named `choice` and `max_instances` in Python's words (a review
+    found it); a guard read from a root module's values says the command that writes them, with its flags."""
+    from lightning_srifty.provision.terraform.money import check_limits
+
+    with pytest.raises(ConfigError) as many:
+        check_limits(4, 10.0, 3, None, written=True)
+    assert str(many.value).endswith(
+        "a limit of the written values: write the module again with `srifty terraform` for a smaller fleet "
+        "(--choice) or a higher --max-instances."
+    )
+    assert _words_of(["apply", "--dir", "d"], many.value) == str(many.value)

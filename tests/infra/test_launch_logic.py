@@ -482,7 +482,13 @@ def test_max_life_h_overrides_the_cap_and_a_job_that_left_on_it_ends_the_launch_
     rec, result = _run(plan, tmp_path, job, max_life_h=0.5)
     assert float(rec.envs["f-1"]["SRIFTY_MAX_LIFE_UNTIL_UNIX"]) == pytest.approx(t0 + 1800, abs=5)
     assert isinstance(result["error"], MigrationError) and "its checkpoint is c5" in str(result["error"])
-    assert "raise --max-life-h" in str(result["error"]) and ("up", "f-2") not in rec.calls
+    assert "raise max_life_h" in str(result["error"]) and ("up", "f-2") not in rec.calls
+    # srifty launch says its flags: the error is a template (the launch's parser renders it)
+    from lightning_srifty.cli import build_parser, error_words
+
+    parser = build_parser()
+    words = error_words(result["error"], parser, parser.parse_args(["launch", "--plan", "p", "--", "x.py"]))
+    assert "raise --max-life-h (the cap" in words, words
     assert rec.calls[-1] == ("down", "f-1")
 
 

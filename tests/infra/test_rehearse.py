@@ -304,3 +304,16 @@ def test_a_rehearsal_stopped_by_sigterm_leaves_nothing_running(tf_env, tmp_path,
     with pytest.raises(OSError), socket.create_connection((host, int(port)), timeout=2):
         pass  # moto is gone
     assert json.loads((work / "rehearsal.json").read_text())["schema"] == "srifty.rehearsal/v1"
+
+
+def test_a_rehearsal_folder_inside_the_root_module_is_not_copied_into_itself(tmp_path) -> None:
+    """`srifty rehearse --dir infra --work infra/x` recursed copying infra/ into infra/x/infra/... (a review found
+    it): the rehearsal's folder is left out of the copy wherever it sits in the root."""
+    from lightning_srifty.provision.rehearsal.walk import copy_root_module
+
+    root = tmp_path / "infra"
+    (root / "x" / "node1").mkdir(parents=True)
+    (root / "main.tf").write_text("# module\n")
+    (root / "terraform.tfstate").write_text("{}")
+    copy_root_module(root, root / "x" / "infra", root / "x")
+    assert sorted(p.name for p in (root / "x" / "infra").iterdir()) == ["main.tf"]

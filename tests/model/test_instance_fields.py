@@ -188,3 +188,33 @@ def fields_table() -> str:
             f"{code(f.shared)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def test_a_copy_missing_a_column_is_refused_unless_the_column_came_later() -> None:
+    """A cut-down copy without gpu_interconnect would price every NVSwitch type as PCIe: refused (the catalog's
+    loader reports an unreadable copy); network_cards, efa_max_interfaces and the advisor's bucket came within v1."""
+    with (ROOT / "predictor" / "data" / "instances.csv").open(encoding="utf-8") as handle:
+        row = next(csv.DictReader(handle))
+    for column in ("gpu_interconnect", "arch", "local_nvme_gb", "network_up_to", "gpu"):
+        with pytest.raises(KeyError, match=column):
+            read_row({k: v for k, v in row.items() if k != column})
+    later = {
+        k: v for k, v in row.items() if k not in ("network_cards", "efa_max_interfaces", "spot_interruption_bucket")
+    }
+    assert read_row(later)["spot_interruption_bucket"] is None
+
+
+def test_a_refresh_leaves_out_a_type_whose_row_would_not_read() -> None:
+    """An item without VCpuInfo wrote vcpus='' and made every later load of the copy fail (a review found it): the
+    type is left out with a note instead."""
+    item = {
+        "InstanceType": "g9.odd",
+        "MemoryInfo": {"SizeInMiB": 16384},
+        "GpuInfo": {"Gpus": [{"Name": "T4", "Manufacturer": "NVIDIA", "Count": 1, "MemoryInfo": {"SizeInMiB": 15360}}]},
+        "NetworkInfo": {"NetworkPerformance": "Up to 25 Gigabit"},
+    }
+    notes: list[str] = []
+    assert _spec_row(item, Catalog.load(), notes) is None
+    assert any("g9.odd: left out" in n and "vcpus" in n for n in notes), notes
+    item["VCpuInfo"] = {"DefaultVCpus": 4}
+    assert _spec_row(item, Catalog.load(), []) is not None

@@ -139,3 +139,9 @@ def test_a_template_shows_given_values_as_facts_the_same_in_every_front_end() ->
     assert error.template_names() == ["choice"]
     assert error.in_words("cli", {"choice": "--choice"}.get) == "--choice 7 is not an entry of the plan in '/tmp/{x}'."
     assert error.in_words("service") == "'choice' 7 is not an entry of the plan in '/tmp/{x}'."
+
+
+@pytest.mark.parametrize("template", ["{a.b} is wrong", "{a[0]} is wrong", "{0} is wrong", "{} is wrong"])
+def test_a_template_field_that_is_not_a_name_is_refused_where_it_is_written(template: str) -> None:
+    with pytest.raises(ValueError, match="fields are names"):
+        ConfigError.between(template, parameter="a")

@@ -232,6 +232,24 @@ def _check_together(heartbeat_s: float, heartbeat_max_age_s: float) -> None:
         )
 
 
+def left_for_good(fleet: str, left: Preempted) -> MigrationError:
+    """The job on ``fleet`` left on the launcher's heartbeat or the life cap: no move, the error with its fix (the
+    settings named in the caller's words: ``max_life_h`` in Python, ``--max-life-h`` from srifty launch)."""
+    fix = (
+        "raise {max_life_h} (the cap counts from each fleet's start)"
+        if left.trigger == "max-life"
+        else "the launcher's heartbeat did not reach it: check that the checkpoint folder is reachable "
+        "and that {heartbeat_max_age_s} is well above {heartbeat_s}"
+    )
+    return MigrationError.named(
+        "The job on {fleet} left at step {step}: {why}; its checkpoint is {checkpoint}: " + fix + ".",
+        fleet=fleet,
+        step=left.step,
+        why=left.why,
+        checkpoint=left.checkpoint or "(none)",
+    )
+
+
 def _local_provisioner(
     script: list[str] | None, max_processes: int, simulate_notice_after: float | None, echo: Any
 ) -> Provisioner:
@@ -501,7 +519,7 @@ class Launcher:
         gone = time.monotonic()
         protocol.clear_records(self.settings.ckpt, Preempted, Leave)
         if left.trigger in ("heartbeat", "max-life"):
-            raise self._left_for_good(left)
+            raise left_for_good(self.fleet.entry.fleet, left)
         resume = self._resume_from(left)
         if self.pending is not None and left.move:
             pending, self.pending = self.pending, None
@@ -512,19 +530,6 @@ class Launcher:
             raise MigrationError(f"Preempted again after {self.settings.max_migrations} migrations: giving up.")
         trigger = left.trigger if left.trigger in ("spot", "sigterm") else "spot"
         self._on_notice(_Leaving(left, gone, resume, self.fleet, trigger, False, 0.0))
-
-    def _left_for_good(self, left: Preempted) -> MigrationError:
-        """The job left on the launcher's heartbeat or the life cap: no move, the error with its fix."""
-        fix = (
-            "raise --max-life-h (the cap counts from each fleet's start)"
-            if left.trigger == "max-life"
-            else "the launcher's heartbeat did not reach it: check that the checkpoint folder is reachable "
-            "and that --heartbeat-max-age is well above --heartbeat-s"
-        )
-        return MigrationError(
-            f"The job on {self.fleet.entry.fleet} left at step {left.step}: {left.why}; its checkpoint is "
-            f"{left.checkpoint or '(none)'}: {fix}."
-        )
 
     def _resume_from(self, left: Preempted) -> str:
         """The checkpoint the next leg starts from: the one the job left, unless the store did not take it in time

@@ -181,6 +181,15 @@ def rehearse(
     return report
 
 
+def copy_root_module(root: Path, target: Path, work: Path) -> None:
+    """The root module copied to ``target`` for the rehearsal's apply, without Terraform's state and plans, nor the
+    rehearsal's own folder ``work`` when it sits in the root (its default, or ``--work DIR/x``: copying it into
+    itself recursed without end)."""
+    inside = [work.name] if work.resolve().parent == root.resolve() else []
+    patterns = (".terraform", "terraform.tfstate*", "tfplan", ".srifty-rehearsal", ".plan*", *inside)
+    shutil.copytree(root, target, ignore=shutil.ignore_patterns(*patterns))
+
+
 def _work_folder(settings: Settings, root: Path) -> Path:
     """The rehearsal's folder (``settings.work``, default ``<root>/.srifty-rehearsal``), emptied and marked as the
     rehearsal's.
@@ -386,11 +395,7 @@ class _Walk:
     def _apply(self) -> None:
 
         assert self.aws is not None
-        shutil.copytree(
-            self.root,
-            self.infra,
-            ignore=shutil.ignore_patterns(".terraform", "terraform.tfstate*", "tfplan", ".srifty-rehearsal", ".plan*"),
-        )
+        copy_root_module(self.root, self.infra, self.work)
         point_at_local_aws(self.infra, self.aws, self.settings, self.report.changed)
         started = time.monotonic()
         self.say(f"terraform apply of {self.infra} against the local AWS at {self.aws.url}")
@@ -504,7 +509,8 @@ class _Walk:
                     return None
                 raise self.fail(
                     what,
-                    f"not seen within the rehearsal's {self.settings.timeout_s:.0f} s (--timeout-s)",
+                    f"not seen within the rehearsal's {self.settings.timeout_s:.0f} s (timeout_s; srifty rehearse "
+                    "--timeout-s)",
                     next((n for n in reversed(self.nodes) if n.exit_code is None), None),
                 )
             time.sleep(0.5)
@@ -534,7 +540,7 @@ class _Walk:
                 f"leg {leg}: spot notice",
                 "the job ended before the notice"
                 + (f" (finished at step {finished.step})" if finished else "")
-                + ": give it more steps, or a shorter --notice-after-s",
+                + ": give it more steps, or a shorter notice_after_s (srifty rehearse --notice-after-s)",
                 next(n for n in nodes if n.exit_code is not None),
             )
         target = nodes[-1]  # not the first ready: the notice reaches the others through the job

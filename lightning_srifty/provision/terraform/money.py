@@ -124,25 +124,38 @@ def check_entry(plan: Plan, choice: int, catalog: Catalog) -> float:
     return total
 
 
-def check_limits(nodes: int, usd_per_hour: float, max_instances: int | None, max_hourly_usd: float | None) -> None:
-    """The guards: at most ``max_instances`` instances and ``max_hourly_usd`` $/h (None: no limit).
+# the fix when the guards were written into a root module (srifty apply, which sets neither): the command that writes
+WRITTEN_AGAIN = (
+    "a limit of the written values: write the module again with `srifty terraform` for {fleet} or a higher {flag}"
+)
+
+
+def check_limits(
+    nodes: int, usd_per_hour: float, max_instances: int | None, max_hourly_usd: float | None, written: bool = False
+) -> None:
+    """The guards: at most ``max_instances`` instances and ``max_hourly_usd`` $/h (None: no limit); ``written``:
+    they were read from a root module's values, and the fix is to write it again.
 
     Raises:
         ConfigError: naming the guard, the fleet's figure and the limit.
     """
     if max_instances is not None and nodes > max_instances:
+        fix = "choose a smaller fleet ({choice}) or raise the guard ({max_instances})"
         raise ConfigError.between(
-            "The fleet has {nodes} instances, more than max_instances = {limit}: choose a smaller fleet ({choice}) or "
-            "raise the guard ({max_instances}).",
+            "The fleet has {nodes} instances, more than max_instances = {limit}: "
+            + (WRITTEN_AGAIN.format(fleet="a smaller fleet (--choice)", flag="--max-instances") if written else fix)
+            + ".",
             parameter="max_instances",
             value=nodes,
             nodes=nodes,
             limit=max_instances,
         )
     if max_hourly_usd is not None and usd_per_hour > max_hourly_usd + ABS_TOL:
+        fix = "choose a cheaper fleet ({choice}) or raise the guard ({max_hourly_usd})"
         raise ConfigError.between(
-            "The fleet costs ${usd:,.4f}/h (catalog prices), more than max_hourly_usd = ${limit:,.4f}/h: choose a "
-            "cheaper fleet ({choice}) or raise the guard ({max_hourly_usd}).",
+            "The fleet costs ${usd:,.4f}/h (catalog prices), more than max_hourly_usd = ${limit:,.4f}/h: "
+            + (WRITTEN_AGAIN.format(fleet="a cheaper fleet (--choice)", flag="--max-hourly") if written else fix)
+            + ".",
             parameter="max_hourly_usd",
             value=usd_per_hour,
             usd=usd_per_hour,
@@ -202,5 +215,5 @@ def check_values(values: Mapping[str, Any], catalog: Catalog) -> float:
             "The written values have no limits.max_instances: write them again with `srifty terraform`.",
             parameter="limits.max_instances",
         )
-    check_limits(nodes, total, limits.get("max_instances"), limits.get("max_hourly_usd"))
+    check_limits(nodes, total, limits.get("max_instances"), limits.get("max_hourly_usd"), written=True)
     return total

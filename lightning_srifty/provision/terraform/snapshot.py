@@ -371,7 +371,7 @@ def _code_to_pack(
     if not root.is_dir():
         raise ConfigError.between(
             "The code folder {root} is not a folder: give {code} the directory your training script runs from, or "
-            "deliver no code if the image already has it.",
+            "no code if the image already has it (code=None; srifty terraform --no-code).",
             parameter="code",
             value=str(root),
             root=str(root),
