@@ -172,6 +172,7 @@ def test_a_spot_notice_is_described_with_its_time_or_says_there_was_none() -> No
     assert "(time given as 'in 2 minutes')" in Notice("interruption", "terminate", "in 2 minutes", 0.0).describe()
 
 
+@pytest.mark.slow  # two moto servers, one after the other: 10 s
 def test_the_s3_filesystem_follows_the_endpoint_of_the_moment(monkeypatch, tmp_path) -> None:
     """fsspec caches filesystems by their options: one made for an earlier endpoint (an earlier moto server, a
     checkpoint store moved) must never be handed out again. The full suite once read a dead server's port this way."""

@@ -123,6 +123,7 @@ def test_lora_trains_the_adapters_and_the_frozen_base_still_saves() -> None:
         add_lora(tiny_llama(), 4, targets=("query",))
 
 
+@pytest.mark.slow  # GPT-2's real steps on the CPU under the memory tracker: 13 s
 def test_predicted_peak_is_within_10_percent_of_memtracker_on_cpu() -> None:
     bench = _bench()
     with torch.device("meta"):
