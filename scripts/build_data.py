@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor.catalog.fields import BY_NAME, from_shared  # noqa: E402
+from predictor.catalog.fields import BY_NAME, GPU_SPECS, columns, from_shared  # noqa: E402
 from predictor.catalog.instances import INSTANCE_COLUMNS, PRICE_COLUMNS  # noqa: E402
 from predictor.documents.atomic import atomic_write_text  # noqa: E402
 
@@ -99,21 +99,7 @@ INTERCONNECT = {
     "NeuronLink": "neuronlink",
 }
 
-GPU_COLUMNS = [
-    "key",
-    "arch",
-    "memory_gb",
-    "memory_bw_gbps",
-    "fp32_tflops",
-    "tf32_tflops",
-    "fp16_tflops",
-    "bf16_tflops",
-    "nvlink_gbps",
-    "pcie",
-    "aliases",
-    "shared_name",
-    "source",
-]
+GPU_COLUMNS = columns(GPU_SPECS, "gpus.csv")  # the declarations' (predictor.catalog.fields)
 
 
 def leading_number(text: str) -> str:
@@ -134,23 +120,15 @@ def build_gpus(shared: Path) -> str:
     writer.writeheader()
     for row in rows:
         for key, memory, aliases in GPU_KEYS[row["gpu"]]:
-            writer.writerow(
-                {
-                    "key": key,
-                    "arch": row["arch"],
-                    "memory_gb": memory if memory is not None else leading_number(row["memory_gb"]),
-                    "memory_bw_gbps": leading_number(row["memory_bw_gbps"]),
-                    "fp32_tflops": leading_number(row["fp32_tflops"]),
-                    "tf32_tflops": leading_number(row["tf32_tflops"]),
-                    "fp16_tflops": leading_number(row["fp16_tflops"]),
-                    "bf16_tflops": leading_number(row["bf16_tflops"]),
-                    "nvlink_gbps": leading_number(row["nvlink_gbps"]),
-                    "pcie": row["pcie"],
-                    "aliases": ";".join(aliases),
-                    "shared_name": row["gpu"],
-                    "source": row["source"],
-                }
-            )
+            # copied from shared/ by the declarations (``shared``): the numbers' leading figure, the texts as they are
+            copied = {
+                f.key("column"): leading_number(row[f.shared]) if f.kind is float else row[f.shared]
+                for f in GPU_SPECS
+                if f.shared is not None
+            }
+            if memory is not None:
+                copied["memory_gb"] = memory
+            writer.writerow({**copied, "key": key, "aliases": ";".join(aliases)})
     return out.getvalue()
 
 

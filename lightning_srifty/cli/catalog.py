@@ -9,6 +9,7 @@ from typing import Any
 
 from lightning_srifty.cli._common import console, load_catalog, nonneg
 from predictor.catalog.catalog import Catalog
+from predictor.catalog.fields import GPU_SPECS
 from predictor.catalog.gpus import SPEC_FIELDS
 from predictor.exceptions import CatalogError, did_you_mean
 
@@ -111,8 +112,9 @@ def _types_table(args: argparse.Namespace, catalog: Any, items: list[Any]) -> An
 
 def cmd_gpus(args: argparse.Namespace) -> int:
     catalog = load_catalog(args)
+    shown = [f for f in GPU_SPECS if f.key("json") is not None]  # the declarations' JSON keys
     rows: list[dict[str, Any]] = [
-        {"key": g.key, "arch": g.arch, **{k: getattr(g, k) for k in SPEC_FIELDS}, "aliases": list(g.aliases)}
+        {f.key("json") or "": list(v) if isinstance(v := getattr(g, f.name), tuple) else v for f in shown}
         for g in catalog.gpus.gpus.values()
     ]
     if args.format == "json":

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictor.catalog.fields import ARCHES, FIELDS, YamlField, normal_arch, yaml_fields
+from predictor.catalog.fields import ARCHES, FIELDS, GPU_SPECS, YamlField, normal_arch, yaml_fields
 from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import InstanceType, Price
 from predictor.documents.atomic import TooLarge, read_bounded
@@ -42,25 +42,7 @@ from predictor.documents.schema import yaml_number_hint
 from predictor.exceptions import CatalogError, did_you_mean
 
 _F = YamlField
-_SPEED = 1_000_000  # the bound of a speed or bandwidth: TFLOPS, GB/s
-GPU_FIELDS: dict[str, YamlField] = {
-    "name": _F(str, "the GPU's name, as the catalog and torch's device name call it", required=True),
-    "memory_gb": _F(float, "memory per GPU, GB", required=True, positive=True, most=10_000),
-    "memory_bw_gbps": _F(float, "memory bandwidth, GB/s", positive=True, most=_SPEED),
-    "fp32_tflops": _F(float, "FP32 peak, TFLOPS (dense)", positive=True, most=_SPEED),
-    "tf32_tflops": _F(float, "TF32 tensor-core peak, TFLOPS (dense)", positive=True, most=_SPEED),
-    "fp16_tflops": _F(float, "FP16 tensor-core peak, TFLOPS (dense)", positive=True, most=_SPEED),
-    "bf16_tflops": _F(float, "BF16 tensor-core peak, TFLOPS (dense)", positive=True, most=_SPEED),
-    "nvlink_gbps": _F(float, "NVLink bandwidth per GPU, GB/s (bidirectional datasheet figure; 0: none)", most=_SPEED),
-    "arch": _F(str, "the architecture's name (Ampere, Hopper, ...)"),
-    "aliases": _F(list, "other names torch may report for it"),
-    "sms": _F(int, "streaming multiprocessors (the kernel model's waves)", positive=True, most=100_000),
-    "clock_mhz": _F(float, "boost clock, MHz", positive=True, most=100_000),
-    "l2_mb": _F(float, "L2 cache, MB", positive=True, most=_SPEED),
-    "compute_capability": _F(
-        str, 'CUDA compute capability MAJOR.MINOR, e.g. "9.0"', pattern=r"^\s*\d+\.\d+\s*$", number_too=True
-    ),
-}
+GPU_FIELDS: dict[str, YamlField] = yaml_fields(GPU_SPECS)  # a GPU's, declared with its other forms
 # an instance type's fields are declared with its other forms (predictor.catalog.fields); its prices are the extra's
 PRICE_FIELDS: dict[str, YamlField] = {
     "price_usd_hr": _F(float, "on-demand price, USD per hour", most=100_000),
@@ -68,6 +50,7 @@ PRICE_FIELDS: dict[str, YamlField] = {
     "region": _F(str, "the region its prices are for (default: user)"),
 }
 INSTANCE_FIELDS: dict[str, YamlField] = {**yaml_fields(), **PRICE_FIELDS}
+_GPU_BY_YAML = {key: f for f in GPU_SPECS if f.yaml is not None and (key := f.key("yaml_key")) is not None}
 _BY_YAML = {key: f for f in FIELDS if f.yaml is not None and (key := f.key("yaml_key")) is not None}
 GPU_REQUIRED = tuple(k for k, f in GPU_FIELDS.items() if f.required)
 INSTANCE_REQUIRED = tuple(k for k, f in INSTANCE_FIELDS.items() if f.required)
@@ -356,26 +339,10 @@ def _extra_gpus(name: str, entries: list[Any]) -> list[GPU]:
             if entry["compute_capability"] is None:
                 del entry["compute_capability"]
         f = _check(name, f"gpus[{i}]", entry, GPU_FIELDS)
-        gpus.append(
-            GPU(
-                key=f["name"],
-                arch=f.get("arch", "user-defined"),
-                memory_gb=f["memory_gb"],
-                memory_bw_gbps=f.get("memory_bw_gbps"),
-                fp32_tflops=f.get("fp32_tflops"),
-                tf32_tflops=f.get("tf32_tflops"),
-                fp16_tflops=f.get("fp16_tflops"),
-                bf16_tflops=f.get("bf16_tflops"),
-                nvlink_gbps=f.get("nvlink_gbps"),
-                pcie="",
-                aliases=tuple(str(a) for a in f.get("aliases", [])),
-                source=f"user: {name}",
-                sms=f.get("sms"),
-                clock_mhz=f.get("clock_mhz"),
-                l2_mb=f.get("l2_mb"),
-                compute_capability=f.get("compute_capability"),
-            )
-        )
+        given = {spec.name: f[key] for key, spec in _GPU_BY_YAML.items() if key in f}
+        unset = {spec.name: None if spec.optional else spec.default for spec in GPU_SPECS if spec.record}
+        aliases = tuple(str(a) for a in given.get("aliases", ()))
+        gpus.append(GPU(**{**unset, **given, "aliases": aliases, "source": f"user: {name}"}))
     return gpus
 
 

@@ -12,6 +12,7 @@ holds each form to the declarations (``tests/model/test_instance_fields.py``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,9 +72,10 @@ class Field:
     name; None: not there). ``yaml``: its declaration in a catalog extra. ``aws``: the dotted key of an
     ``ec2.describe_instance_types`` item a refresh copies it from (a list is joined with commas), None when it is
     computed or in no API. ``shared``: the column of shared/'s ``ec2_gpu_instances.csv`` the bundled copy takes it
-    from as is, None when ``scripts/build_data.py`` computes it. ``later``: a column added within
-    ``srifty.catalog/v1`` that a copy written before may lack (it then reads the default); any other missing column
-    makes the copy unreadable (a cut-down copy would price every p4d as PCIe)."""
+    from as is, None when ``scripts/build_data.py`` computes it. ``missing_ok``: a column a row may lack
+    (added within ``srifty.catalog/v1``, so a copy written before has none; or in a second table with no row for
+    every key): it then reads the default; any other missing column makes the copy unreadable (a cut-down copy would
+    price every p4d as PCIe). ``table``: the file of the column; ``sep``: how a list is joined in a cell."""
 
     name: str
     kind: type
@@ -88,7 +90,9 @@ class Field:
     aws: str | None = None
     shared: str | None = None
     record: bool = True
-    later: bool = False
+    missing_ok: bool = False
+    table: str = "instances.csv"
+    sep: str = ","
 
     def key(self, which: str) -> str | None:
         """Its name in ``column``, ``json`` or ``yaml_key``: the field's own where declared ``"="``."""
@@ -100,9 +104,9 @@ class Field:
 
         Raises:
             ValueError: a number that is not one; KeyError: a cell the field must have, missing or empty, or its
-                column missing (``None``) where it was not added later.
+                column missing (``None``) where the field is not ``missing_ok``.
         """
-        if cell is None and not self.later:
+        if cell is None and not self.missing_ok:
             raise KeyError(self.key("column") or self.name)
         text = cell.strip() if isinstance(cell, str) else "" if cell is None else str(cell).strip()
         if not text:
@@ -111,6 +115,8 @@ class Field:
             if self.default is None:
                 raise KeyError(self.key("column") or self.name)
             return self.default
+        if self.kind is tuple:
+            return tuple(part for part in text.split(self.sep) if part)
         value: Any = text.lower() == "true" if self.kind is bool else self.kind(text)
         return self.normal(value) if self.normal is not None else value
 
@@ -121,7 +127,7 @@ class Field:
         if isinstance(value, bool):
             return str(value).lower()
         if isinstance(value, (list, tuple)):
-            return ",".join(str(v) for v in value)
+            return self.sep.join(str(v) for v in value)
         return str(value)
 
     def from_aws(self, item: Mapping[str, Any]) -> Any:
@@ -165,14 +171,14 @@ FIELDS: tuple[Field, ...] = (
        yaml=_Y(float, "network bandwidth, Gbit/s", required=True, positive=True, most=1_000_000)),
     _F("network_up_to", bool, "the bandwidth is a burst ('Up to ...'), not sustained", default=False,
        yaml_key=None, shared="network_up_to"),
-    _F("network_cards", int, "network cards", default=1, aws="NetworkInfo.MaximumNetworkCards", later=True,
+    _F("network_cards", int, "network cards", default=1, aws="NetworkInfo.MaximumNetworkCards", missing_ok=True,
        shared="network_cards",
        yaml=_Y(int, "network cards (NetworkInfo.MaximumNetworkCards)", positive=True, most=1_024)),
     _F("efa", bool, "Elastic Fabric Adapter support", default=False, aws="NetworkInfo.EfaSupported", shared="efa",
        yaml=_Y(bool, "Elastic Fabric Adapter support")),
     _F("efa_interfaces", int, "EFA interfaces, at most one per network card", default=0,
        column="efa_max_interfaces", aws="NetworkInfo.EfaInfo.MaximumEfaInterfaces", shared="efa_max_interfaces",
-       later=True,
+       missing_ok=True,
        yaml=_Y(int, "EFA interfaces (EfaInfo.MaximumEfaInterfaces)", most=1_024)),
     _F("gpu_interconnect", str, f"how its GPUs talk to each other: {', '.join(INTERCONNECTS)}; {_MANUAL}",
        default="pcie", yaml=_Y(str, "how its GPUs talk to each other", choices=INTERCONNECTS)),
@@ -190,7 +196,7 @@ FIELDS: tuple[Field, ...] = (
     _F("usage_classes", str, "on-demand and/or spot", default="", json=None, yaml_key=None,
        aws="SupportedUsageClasses", shared="usage_classes", record=False),
     _F("spot_interruption_bucket", str, "the Spot Instance Advisor's interruption frequency (no API)",
-       optional=True, yaml_key=None, shared="spot_interruption_bucket", later=True),
+       optional=True, yaml_key=None, shared="spot_interruption_bucket", missing_ok=True),
     _F("spot_savings_pct", str, "the Spot Instance Advisor's savings over on-demand, %", default="", json=None,
        yaml_key=None, shared="spot_advisor_savings_pct_us_east_1", record=False),
     _F("spot_advisor_as_of", str, "the date of the advisor's figures", default="", json=None, yaml_key=None,
@@ -206,23 +212,79 @@ FIELDS: tuple[Field, ...] = (
        column=None, yaml_key=None),
 )  # fmt: skip
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
-COLUMNS: list[str] = [c for f in FIELDS if (c := f.key("column")) is not None]
 RECORD_COLUMNS: tuple[Field, ...] = tuple(f for f in FIELDS if f.record and f.key("column") is not None)
 JSON_FIELDS: tuple[Field, ...] = tuple(f for f in FIELDS if f.key("json") is not None)
 
 
-def yaml_fields() -> dict[str, YamlField]:
-    """The instance type's fields a catalog extra may set, by YAML key (the prices and their region are the
-    extra's own: ``predictor.catalog.extra``)."""
-    return {key: f.yaml for f in FIELDS if f.yaml is not None and (key := f.key("yaml_key")) is not None}
+_SPEED = 1_000_000  # the bound of a speed or bandwidth: TFLOPS, GB/s
+_PEAK = "peak, TFLOPS (dense)"
+_ARCH = "gpu_arch.csv"  # the architecture facts, hand-sourced per GPU (predictor/data/PROVENANCE.md)
+# a GPU's fields, in gpus.csv's column order, then gpu_arch.csv's (its bytes are in predictor/data/sources.json)
+GPU_SPECS: tuple[Field, ...] = (
+    _F("key", str, "the GPU's name, as the catalog and torch's device name call it", yaml_key="name",
+       yaml=_Y(str, "the GPU's name, as the catalog and torch's device name call it", required=True), table="gpus.csv"),
+    _F("arch", str, "the architecture's name (Ampere, Hopper, ...)", default="user-defined", shared="arch",
+       yaml=_Y(str, "the architecture's name (Ampere, Hopper, ...)"), table="gpus.csv"),
+    _F("memory_gb", float, "memory per GPU, GB", shared="memory_gb", table="gpus.csv",
+       yaml=_Y(float, "memory per GPU, GB", required=True, positive=True, most=10_000)),
+    _F("memory_bw_gbps", float, "memory bandwidth, GB/s", optional=True, shared="memory_bw_gbps", table="gpus.csv",
+       yaml=_Y(float, "memory bandwidth, GB/s", positive=True, most=_SPEED)),
+    _F("fp32_tflops", float, f"FP32 {_PEAK}", optional=True, shared="fp32_tflops", table="gpus.csv",
+       yaml=_Y(float, f"FP32 {_PEAK}", positive=True, most=_SPEED)),
+    _F("tf32_tflops", float, f"TF32 tensor-core {_PEAK}", optional=True, shared="tf32_tflops", table="gpus.csv",
+       yaml=_Y(float, f"TF32 tensor-core {_PEAK}", positive=True, most=_SPEED)),
+    _F("fp16_tflops", float, f"FP16 tensor-core {_PEAK}", optional=True, shared="fp16_tflops", table="gpus.csv",
+       yaml=_Y(float, f"FP16 tensor-core {_PEAK}", positive=True, most=_SPEED)),
+    _F("bf16_tflops", float, f"BF16 tensor-core {_PEAK}", optional=True, shared="bf16_tflops", table="gpus.csv",
+       yaml=_Y(float, f"BF16 tensor-core {_PEAK}", positive=True, most=_SPEED)),
+    _F("nvlink_gbps", float, "NVLink bandwidth per GPU, GB/s (bidirectional datasheet figure; 0: none)",
+       optional=True, shared="nvlink_gbps", table="gpus.csv",
+       yaml=_Y(float, "NVLink bandwidth per GPU, GB/s (bidirectional datasheet figure; 0: none)", most=_SPEED)),
+    _F("pcie", str, "the PCIe link as the datasheet says it", default="", json=None, yaml_key=None, shared="pcie",
+       table="gpus.csv"),
+    _F("aliases", tuple, "other names torch may report for it", default=(), sep=";", table="gpus.csv",
+       yaml=_Y(list, "other names torch may report for it")),
+    _F("shared_name", str, "its row's name in shared/'s gpu_specs.csv", default="", json=None, yaml_key=None,
+       shared="gpu", table="gpus.csv", record=False),
+    _F("source", str, "where its figures come from (user: FILE for a catalog extra's)", default="", json=None,
+       yaml_key=None, shared="source", table="gpus.csv"),
+    _F("sms", int, "streaming multiprocessors (the kernel model's waves)", optional=True, json=None, table=_ARCH,
+       missing_ok=True, yaml=_Y(int, "streaming multiprocessors (the kernel model's waves)", positive=True,
+                                most=100_000)),
+    _F("clock_mhz", float, "boost clock, MHz", optional=True, json=None, table=_ARCH, missing_ok=True,
+       yaml=_Y(float, "boost clock, MHz", positive=True, most=100_000)),
+    _F("l2_mb", float, "L2 cache, MB", optional=True, json=None, table=_ARCH, missing_ok=True,
+       yaml=_Y(float, "L2 cache, MB", positive=True, most=_SPEED)),
+    _F("compute_capability", str, "CUDA compute capability MAJOR.MINOR", optional=True, json=None, table=_ARCH,
+       missing_ok=True, yaml=_Y(str, 'CUDA compute capability MAJOR.MINOR, e.g. "9.0"', pattern=r"^\s*\d+\.\d+\s*$",
+                                number_too=True)),
+)  # fmt: skip
 
 
-_READERS = tuple((f.name, f.key("column") or "", f.read) for f in RECORD_COLUMNS)
+def yaml_fields(fields: tuple[Field, ...] = FIELDS) -> dict[str, YamlField]:
+    """The fields a catalog extra may set, by YAML key: an instance type's (the prices and their region are the
+    extra's own: ``predictor.catalog.extra``) or, given :data:`GPU_SPECS`, a GPU's."""
+    return {key: f.yaml for f in fields if f.yaml is not None and (key := f.key("yaml_key")) is not None}
 
 
-def read_row(row: Mapping[str, str]) -> dict[str, Any]:
-    """A catalog copy's row as the record's fields (provenance columns left out), each cell read by its field."""
-    return {name: read(row.get(column)) for name, column, read in _READERS}
+def columns(fields: tuple[Field, ...], table: str) -> list[str]:
+    """The columns of ``table`` (``instances.csv``, ``gpus.csv``; ``gpu_arch.csv``'s facts, beside its ``key`` and
+    ``source``), in order."""
+    return [c for f in fields if f.table == table and (c := f.key("column")) is not None]
+
+
+COLUMNS: list[str] = columns(FIELDS, "instances.csv")
+
+
+@functools.cache
+def _readers(fields: tuple[Field, ...]) -> tuple[tuple[str, str, Callable[[str | None], Any]], ...]:
+    return tuple((f.name, f.key("column") or "", f.read) for f in fields if f.record and f.key("column") is not None)
+
+
+def read_row(row: Mapping[str, str], fields: tuple[Field, ...] = FIELDS) -> dict[str, Any]:
+    """A catalog copy's row as the record's fields (provenance columns left out), each cell read by its field: an
+    instance type's, or given :data:`GPU_SPECS` a GPU's (``gpus.csv``'s row with its ``gpu_arch.csv`` facts)."""
+    return {name: read(row.get(column)) for name, column, read in _readers(fields)}
 
 
 def write_row(values: Mapping[str, Any]) -> dict[str, str]:

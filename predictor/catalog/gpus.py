@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
+from predictor.catalog.fields import GPU_SPECS, read_row
 from predictor.documents.checks import suggest
 from predictor.exceptions import UnknownNameError
 
@@ -22,10 +23,10 @@ CATALOG_EXTRA = "a catalog extra file (srifty --catalog-extra FILE.yaml, or Cata
 _VENDOR_WORDS = re.compile(r"\b(NVIDIA|TESLA|GEFORCE|QUADRO)\b")
 
 
-# the numeric spec columns of a GPU, in table order
-SPEC_FIELDS = ("memory_gb", "memory_bw_gbps", "fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops", "nvlink_gbps")
-# the architecture facts of a GPU (predictor/data/gpu_arch.csv), optional for user-defined GPUs
-ARCH_FIELDS = ("sms", "clock_mhz", "l2_mb", "compute_capability")
+# the numeric spec columns of a GPU, in table order, and its architecture facts (predictor/data/gpu_arch.csv, optional
+# for user-defined GPUs): from the declarations (predictor.catalog.fields.GPU_SPECS)
+SPEC_FIELDS = tuple(f.name for f in GPU_SPECS if f.table == "gpus.csv" and f.kind is float)
+ARCH_FIELDS = tuple(f.name for f in GPU_SPECS if f.table == "gpu_arch.csv")
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,6 @@ class GPU:
     clock_mhz: float | None = None
     l2_mb: float | None = None
     compute_capability: str | None = None
-
-
-def _num(text: str) -> float | None:
-    return float(text) if text else None
 
 
 def normalize(name: str) -> str:
@@ -126,25 +123,8 @@ def bundled_gpus() -> GpuTable:
     table: dict[str, GPU] = {}
     with resources.files("predictor.data").joinpath("gpus.csv").open(encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
-            facts = arch.get(row["key"], {})
-            table[row["key"]] = GPU(
-                key=row["key"],
-                arch=row["arch"],
-                memory_gb=float(row["memory_gb"]),
-                memory_bw_gbps=_num(row["memory_bw_gbps"]),
-                fp32_tflops=_num(row["fp32_tflops"]),
-                tf32_tflops=_num(row["tf32_tflops"]),
-                fp16_tflops=_num(row["fp16_tflops"]),
-                bf16_tflops=_num(row["bf16_tflops"]),
-                nvlink_gbps=_num(row["nvlink_gbps"]),
-                pcie=row["pcie"],
-                aliases=tuple(a for a in row["aliases"].split(";") if a),
-                source=row["source"],
-                sms=int(facts["sms"]) if facts.get("sms") else None,
-                clock_mhz=_num(facts.get("clock_mhz", "")),
-                l2_mb=_num(facts.get("l2_mb", "")),
-                compute_capability=facts.get("compute_capability") or None,
-            )
+            facts = {k: v for k, v in arch.get(row["key"], {}).items() if k in ARCH_FIELDS}
+            table[row["key"]] = GPU(**read_row({**row, **facts}, GPU_SPECS))
     return GpuTable(table)
 
 

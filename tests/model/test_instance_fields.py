@@ -7,6 +7,9 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import json
+import subprocess
+import sys
 import typing
 
 import pytest
@@ -15,19 +18,22 @@ from botocore.model import ServiceModel
 
 from conftest import ROOT
 from predictor.catalog import Catalog
-from predictor.catalog.extra import INSTANCE_FIELDS, PRICE_FIELDS
+from predictor.catalog.extra import GPU_FIELDS, INSTANCE_FIELDS, PRICE_FIELDS
 from predictor.catalog.fields import (
     BY_NAME,
     COLUMNS,
     FIELDS,
+    GPU_SPECS,
     JSON_FIELDS,
     Field,
+    columns,
     from_aws,
     from_shared,
     read_row,
     write_row,
     yaml_fields,
 )
+from predictor.catalog.gpus import GPU, gpu_table
 from predictor.catalog.instances import InstanceRow, InstanceType, instance_to_dict
 from predictor.catalog.refresh import _spec_row
 
@@ -162,30 +168,53 @@ def test_every_shared_column_is_one_of_the_shared_table() -> None:
         }
 
 
-def test_the_docs_table_is_the_declarations() -> None:
-    """docs/catalog.md's table of an instance type's fields is the declarations', row for row."""
+def test_the_docs_tables_are_the_declarations() -> None:
+    """docs/catalog.md's tables of an instance type's and a GPU's fields are the declarations', row for row."""
     doc = (ROOT / "docs" / "catalog.md").read_text()
     assert fields_table() in doc, "docs/catalog.md: paste fields_table()'s output (its docstring says how)"
+    assert fields_table(GPU_SPECS) in doc, "docs/catalog.md: paste fields_table(GPU_SPECS)'s output"
 
 
-def fields_table() -> str:
-    """The markdown table docs/catalog.md shows (print it: ``cd tests && python -c "from model.test_instance_fields
-    import fields_table; print(fields_table())"``)."""
+def test_a_gpus_fields_are_the_declarations_in_every_form() -> None:
+    """The bundled GPU tables' columns, the GPU record, the extra's YAML and srifty catalog gpus' JSON keys are the
+    declarations' (GPU_SPECS); every bundled GPU reads through them."""
+    with (ROOT / "predictor" / "data" / "gpus.csv").open(encoding="utf-8") as handle:
+        assert next(csv.reader(handle)) == columns(GPU_SPECS, "gpus.csv")
+    with (ROOT / "predictor" / "data" / "gpu_arch.csv").open(encoding="utf-8") as handle:
+        assert next(csv.reader(handle)) == ["key", *columns(GPU_SPECS, "gpu_arch.csv"), "source"]
+    assert {f.name for f in dataclasses.fields(GPU)} == {f.name for f in GPU_SPECS if f.record}
+    assert yaml_fields(GPU_SPECS) == GPU_FIELDS
+    assert GPU_FIELDS["name"] is GPU_SPECS[0].yaml and GPU_SPECS[0].name == "key"
+    assert len(gpu_table()) >= 25 and all(g.memory_gb > 0 for g in gpu_table().values())
+    out = subprocess.run(
+        [sys.executable, "-m", "lightning_srifty.cli", "catalog", "gpus", "--format", "json"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    row = json.loads(out)[0]
+    assert list(row) == [f.key("json") for f in GPU_SPECS if f.key("json") is not None]
+    assert isinstance(row["aliases"], list)
+
+
+def fields_table(fields: tuple[Field, ...] = FIELDS) -> str:
+    """The markdown table docs/catalog.md shows of an instance type's fields, or given GPU_SPECS a GPU's (print them:
+    ``cd tests && python -c "from model.test_instance_fields import *; print(fields_table());
+    print(fields_table(GPU_SPECS))"``)."""
 
     def code(text: str | None) -> str:
         return f"`{text}`" if text else "-"
 
-    lines = [
-        "| field | meaning | column | JSON | YAML (catalog extra) | DescribeInstanceTypes | shared/ column |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for f in FIELDS:
+    aws = fields is FIELDS  # a GPU is in no AWS API
+    head = "| field | meaning | column | JSON | YAML (catalog extra) |" + (" DescribeInstanceTypes |" if aws else "")
+    lines = [head + " shared/ column |", "|---" * (7 if aws else 6) + "|"]
+    for f in fields:
         yaml = code(f.key("yaml_key")) if f.yaml is not None else "-"
         if f.yaml is not None and f.yaml.required:
             yaml += " (required)"
+        column = code(f.key("column")) + (f" ({f.table})" if f.table == "gpu_arch.csv" else "")
         lines.append(
-            f"| `{f.name}` | {f.doc} | {code(f.key('column'))} | {code(f.key('json'))} | {yaml} | {code(f.aws)} | "
-            f"{code(f.shared)} |"
+            f"| `{f.name}` | {f.doc} | {column} | {code(f.key('json'))} | {yaml} |"
+            + (f" {code(f.aws)} |" if aws else "")
+            + f" {code(f.shared)} |"
         )
     return "\n".join(lines) + "\n"
 
