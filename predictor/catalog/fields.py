@@ -1,4 +1,4 @@
-"""An instance type's fields, declared once.
+"""An instance type's fields and a GPU's, declared once.
 
 Each :class:`Field` says what the field means and every place it crosses a boundary: the column of a catalog copy
 (``instances.csv``, bundled or refreshed) and how a cell reads and writes, the key of its JSON form (``srifty catalog
@@ -7,7 +7,9 @@ loader's checks and ``srifty catalog schema`` read it), the key of ``ec2.describ
 it from, and the column of shared/'s ``ec2_gpu_instances.csv`` that ``scripts/build_data.py`` copies it from. The
 readers and writers of those forms are loops over :data:`FIELDS`; what is computed rather than copied (a GPU's
 catalog name, the network's headline bandwidth, the interconnect no API reports) stays code beside them, and a test
-holds each form to the declarations (``tests/model/test_instance_fields.py``).
+holds each form to the declarations (``tests/model/test_instance_fields.py``). A GPU's fields (:data:`GPU_SPECS`)
+are declared the same way: ``gpus.csv``'s and ``gpu_arch.csv``'s columns, ``srifty catalog gpus``' JSON keys, the
+extra's GPU YAML and the columns of shared/'s ``gpu_specs.csv`` the build copies.
 """
 
 from __future__ import annotations
@@ -62,10 +64,11 @@ _SAME = "="  # a column, JSON key or YAML key named as the field
 
 @dataclass(frozen=True)
 class Field:
-    """One field of an instance type.
+    """One field of an instance type (:data:`FIELDS`) or a GPU (:data:`GPU_SPECS`).
 
-    ``name``: the attribute of :class:`~predictor.catalog.instances.InstanceType` (``record=False``: a column the
-    catalog keeps for provenance that the record does not carry). ``kind``: str, int, float or bool, what a cell
+    ``name``: the attribute of :class:`~predictor.catalog.instances.InstanceType` or
+    :class:`~predictor.catalog.gpus.GPU` (``record=False``: a column the catalog keeps for provenance that the record
+    does not carry). ``kind``: str, int, float, bool or tuple (a list in one cell, ``sep``-joined), what a cell
     reads as (``optional``: an empty cell is None; else an empty or missing cell is ``default``, and a field with
     neither must be given). ``normal``: a function a read value passes through (the architecture's name).
     ``column`` / ``json`` / ``yaml_key``: its name in the CSV, the JSON form and a catalog extra (``"="``: the field's
@@ -121,7 +124,7 @@ class Field:
         return self.normal(value) if self.normal is not None else value
 
     def cell(self, value: Any) -> str:
-        """A value as a catalog cell: booleans lower-case, None empty, a list joined with commas."""
+        """A value as a catalog cell: booleans lower-case, None empty, a list joined with ``sep``."""
         if value is None:
             return ""
         if isinstance(value, bool):
