@@ -44,7 +44,7 @@ class SriftyError(Exception):
     @classmethod
     def named(cls, template: str, **facts: object) -> Self:
         """The error raised from ``template`` (the class's constructor must take the message alone)."""
-        exc = cls(template.format_map({n: facts.get(n, n) for n in _fields(template)}))
+        exc = cls(_said(template, facts, str))
         exc.template, exc.facts = template, dict(facts)
         return exc
 
@@ -60,9 +60,12 @@ class SriftyError(Exception):
         one (prose) is the same for every front end."""
         if front == "python" or self.template is None:
             return str(self)
-        return self.template.format_map(
-            {n: self.facts[n] if n in self.facts else _front_name(n, front, name_of) for n in _fields(self.template)}
-        )
+        return _said(self.template, self.facts, lambda n: _front_name(n, front, name_of))
+
+
+def _said(template: str, facts: Mapping[str, object], name: Callable[[str], str]) -> str:
+    """``template`` filled in: its facts as given, every other field a parameter said as ``name`` says it."""
+    return template.format_map({n: facts[n] if n in facts else name(n) for n in _fields(template)})
 
 
 def _front_name(parameter: str, front: str, name_of: Callable[[str], str | None] | None) -> str:
@@ -115,7 +118,7 @@ class ConfigError(SriftyError, ValueError):
         ``srifty`` its flag, the service its field); ``parameter`` is the one to change. ``facts`` fill the
         template's other fields with what was given (``{path}``, ``{count!r}``), the same in every front end: a
         value is never written into the template itself, where a brace in it would be read as a field."""
-        message = template.format_map({n: facts.get(n, n) for n in _fields(template)})
+        message = _said(template, facts, str)
         return cls(message, parameter=parameter, value=value, template=template, facts=facts)
 
     def in_words(self, front: str = "python", name_of: Callable[[str], str | None] | None = None) -> str:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictor.catalog.fields import ARCHES, FIELDS, GPU_SPECS, YamlField, normal_arch, yaml_fields
+from predictor.catalog.fields import ARCHES, FIELDS, GPU_SPECS, YamlField, by_yaml_key, normal_arch, yaml_fields
 from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import InstanceType, Price
 from predictor.documents.atomic import TooLarge, read_bounded
@@ -50,8 +50,8 @@ PRICE_FIELDS: dict[str, YamlField] = {
     "region": _F(str, "the region its prices are for (default: user)"),
 }
 INSTANCE_FIELDS: dict[str, YamlField] = {**yaml_fields(), **PRICE_FIELDS}
-_GPU_BY_YAML = {key: f for f in GPU_SPECS if f.yaml is not None and (key := f.key("yaml_key")) is not None}
-_BY_YAML = {key: f for f in FIELDS if f.yaml is not None and (key := f.key("yaml_key")) is not None}
+_GPU_BY_YAML = by_yaml_key(GPU_SPECS)
+_BY_YAML = by_yaml_key(FIELDS)
 GPU_REQUIRED = tuple(k for k, f in GPU_FIELDS.items() if f.required)
 INSTANCE_REQUIRED = tuple(k for k, f in INSTANCE_FIELDS.items() if f.required)
 SECTIONS = {"gpus": GPU_FIELDS, "instance_types": INSTANCE_FIELDS}

@@ -215,7 +215,6 @@ FIELDS: tuple[Field, ...] = (
        column=None, yaml_key=None),
 )  # fmt: skip
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
-RECORD_COLUMNS: tuple[Field, ...] = tuple(f for f in FIELDS if f.record and f.key("column") is not None)
 JSON_FIELDS: tuple[Field, ...] = tuple(f for f in FIELDS if f.key("json") is not None)
 
 
@@ -264,10 +263,15 @@ GPU_SPECS: tuple[Field, ...] = (
 )  # fmt: skip
 
 
-def yaml_fields(fields: tuple[Field, ...] = FIELDS) -> dict[str, YamlField]:
+def by_yaml_key(fields: tuple[Field, ...] = FIELDS) -> dict[str, Field]:
     """The fields a catalog extra may set, by YAML key: an instance type's (the prices and their region are the
     extra's own: ``predictor.catalog.extra``) or, given :data:`GPU_SPECS`, a GPU's."""
-    return {key: f.yaml for f in fields if f.yaml is not None and (key := f.key("yaml_key")) is not None}
+    return {key: f for f in fields if f.yaml is not None and (key := f.key("yaml_key")) is not None}
+
+
+def yaml_fields(fields: tuple[Field, ...] = FIELDS) -> dict[str, YamlField]:
+    """Their YAML declarations (:func:`by_yaml_key`), by YAML key."""
+    return {key: f.yaml for key, f in by_yaml_key(fields).items() if f.yaml is not None}
 
 
 def columns(fields: tuple[Field, ...], table: str) -> list[str]:
