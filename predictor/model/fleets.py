@@ -424,11 +424,11 @@ class _Fleets:
         """(N, K) the per-type quantity ``attr`` of each group's instance type."""
         return np.array([getattr(b, attr) for b in self.type_bases], dtype=float)[self.tidx]
 
-    def sockets(self) -> np.ndarray:
-        """(N,) 1.0 where a group of the fleet reaches other nodes through NCCL's socket transport (TCP, no EFA): its
-        collectives cross nodes as a flat ring (``collectives.network_phase_s``) and its prediction carries the socket
-        network's width (``_model_sd``)."""
-        return self.link_max("sockets") * (self.nodes > 1)
+    def host_staged(self) -> np.ndarray:
+        """(N,) 1.0 where a group of the fleet reaches other nodes through host memory (NCCL's sockets, or EFA without
+        GPUDirect RDMA: ``network.gpudirect_rdma``): its prediction carries the host-staged regime's width
+        (``_model_sd``)."""
+        return self.link_max("host_staged") * (self.nodes > 1)
 
     def crossing(self) -> np.ndarray:
         """(N,) how each fleet's collectives cross nodes (``collectives.HIERARCHICAL`` < ``RING`` < ``SOCKETS``): its
@@ -666,8 +666,9 @@ def _dp_loss(
 
 def _model_sd(profile: Profile, fleets: _Fleets, comm: np.ndarray, exposed: np.ndarray, step: np.ndarray) -> np.ndarray:
     """The relative sd of each step prediction: the worst group's model error, at least the scaling model's on
-    more than one GPU, with the exposed communication's share of the step times its network's width (a tenth; over
-    NCCL's sockets across nodes the ``net-sockets`` width) added in quadrature, combined
+    more than one GPU, with the exposed communication's share of the step times its network's width (a tenth; where
+    the nodes meet through host memory, sockets or EFA without GPUDirect RDMA, the ``net-host-staged`` width) added
+    in quadrature, combined
     with the profile's run-to-run CV. Under a sharded layout, a kind calibrated on whole sharded multi-GPU steps
     (``uncertainty.SHARDED_KINDS``) takes that width instead, without the DDP-calibrated scaling floor."""
     model_err = row_max(np.where(fleets.present, fleets.col("model_error"), 0.0))
@@ -677,8 +678,9 @@ def _model_sd(profile: Profile, fleets: _Fleets, comm: np.ndarray, exposed: np.n
         calibrated = row_all(~fleets.present | ~np.isnan(sharded))
         model_err = np.where(calibrated, row_max(np.where(fleets.present, np.nan_to_num(sharded), 0.0)), model_err)
     # the exposed communication's share of the step, at the network's own width: a tenth where the link is calibrated
-    # (EFA on p5, NVLink, PCIe), the socket network's measured spread over NCCL's sockets (bench/tcp_sockets.py)
-    comm_sd = np.where(fleets.sockets() > 0, model_error("net-sockets"), 0.1)
+    # (EFA with GPUDirect RDMA on p5, held out on p4d; NVLink; PCIe), the host-staged regime's where the nodes meet
+    # through host memory (calibrated on sockets, scored on EFA without GPUDirect RDMA: bench/tcp_sockets.py)
+    comm_sd = np.where(fleets.host_staged() > 0, model_error("net-host-staged"), 0.1)
     model_err = np.where(comm > 0, np.hypot(model_err, comm_sd * exposed / step), model_err)
     return combined_sd(profile.timing.step_time_s.cv or 0.0, model_err)
 

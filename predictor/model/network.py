@@ -28,13 +28,16 @@ for both algorithms (NCCL rates the tree's bus bandwidth at 0.92 of the ring's a
 Over NCCL's socket transport (TCP through the instance's network: a type without EFA) the all-reduce is not
 hierarchical: every byte crosses the node's network as in a flat ring of every rank (``collectives.network_phase_s``; on
 nccl-tests over TCP the hierarchical form was 1.74-3.8x optimistic with 8 GPUs a node, the flat ring 1.35-2.04x,
-``bench/tcp_sockets.py``), and the prediction of such a fleet carries the socket network's own width on its exposed
-communication (``net-sockets``, calibrated there). AWS caps one TCP flow at 5 Gbit/s outside a cluster placement
-group and 10 inside ("Amazon EC2 instance network bandwidth",
-docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html);
-NCCL opens 2 threads x 8 sockets per connection on an ENA device (vendor 0x1d0f; NVIDIA/nccl
-``src/transport/net_socket.cc``), so 16 flows: 80 Gbit/s, above every non-EFA CUDA type's network (25 Gbit/s at most),
-so the per-flow cap never binds in the catalog and is not a term.
+``bench/tcp_sockets.py``), and the prediction of such a fleet carries the host-staged regime's width on its exposed
+communication (``net-host-staged``, calibrated there). So does a fleet on EFA without GPUDirect RDMA (every EFA type
+but the p4d, p5 and p6 families: :func:`gpudirect_rdma`): its plugin bounces every transfer through host memory as
+the sockets do, and the EFA constants below were fitted and held out on GPUDirect RDMA only; published nccl-tests of
+p3dn.24xlarge over EFA (NVIDIA/nccl#235) score that width there (``bench/tcp_sockets.py``). AWS caps one TCP flow at
+5 Gbit/s outside a cluster placement group and 10 inside ("Amazon EC2 instance network bandwidth",
+docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html); NCCL opens 2 threads x 8 sockets
+per connection on an ENA device (vendor 0x1d0f; NVIDIA/nccl ``src/transport/net_socket.cc``), so 16 flows:
+80 Gbit/s, above every non-EFA CUDA type's network (25 Gbit/s at most), so the per-flow cap never binds in the
+catalog and is not a term.
 
 Bandwidths are effective bus bandwidths in GB/s. The constants live in :class:`NetworkModel`; a profile
 that carries measured all-reduce timings replaces them for its own link kind (:func:`calibrate`).
@@ -43,6 +46,7 @@ that carries measured all-reduce timings replaces them for its own link kind (:f
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,13 +99,21 @@ class Link:
     latency_s: float
     kind: str
     crossing: float = RING  # how collectives cross nodes through it (collectives.HIERARCHICAL, RING or SOCKETS)
+    staged: bool = False  # EFA without GPUDirect RDMA: every transfer bounced through host memory (gpudirect_rdma)
 
     @property
     def sockets(self) -> float:
-        """1.0 for the catalog's socket transport (TCP through the instance's network, no EFA), else 0.0: the
-        prediction then carries the socket network's width (``net-sockets``); a link the profile measured carries
-        the calibrated links' width instead. How the traffic crosses nodes is ``crossing``."""
+        """1.0 for the catalog's socket transport (TCP through the instance's network, no EFA), else 0.0. How the
+        traffic crosses nodes is ``crossing``."""
         return 1.0 if self.kind == "tcp" else 0.0
+
+    @property
+    def host_staged(self) -> float:
+        """1.0 where the catalog's link stages every transfer through host memory (NCCL's sockets, or EFA without
+        GPUDirect RDMA), else 0.0: the prediction then carries the host-staged regime's width (``net-host-staged``,
+        calibrated on sockets, scored on EFA without GPUDirect RDMA: ``bench/tcp_sockets.py``), not the tenth the
+        links calibrated on GPUDirect RDMA and NVLink carry; a link the profile measured carries that tenth."""
+        return 1.0 if self.kind == "tcp" or self.staged else 0.0
 
 
 def intra_node_link(instance: InstanceType, gpus: GpuTable, net: NetworkModel = DEFAULT_NETWORK) -> Link | None:
@@ -130,6 +142,21 @@ def nvls(instance: InstanceType, gpus: GpuTable | None) -> bool:
         return False
 
 
+# The EC2 types on which AWS's NCCL plugin requires GPUDirect RDMA over EFA (``gdr_required`` in aws/aws-ofi-nccl
+# ``src/platform-aws.cpp``, ``platform_data_map``: p4d.24xlarge, p4de.24xlarge, p5/p5e, p5en.48xlarge, every p6 and
+# later, and Trainium / Inferentia's device memory; not p5.4xlarge, p3dn.24xlarge, g5.48xlarge or the g families it
+# does not list): the NIC reads and writes the accelerator's memory. On every other EFA type the plugin stages each
+# transfer through host memory, as the socket transport does, a regime the EFA constants (calibrated on p5, held out
+# on p4d) were never checked in.
+_GPUDIRECT_RDMA = re.compile(r"^(p4de?\.24xlarge|p5e?\.48xlarge|p5en\.48xlarge|p([6-9]|\d{2,})\D.*|trn[12].*|inf.*)$")
+
+
+def gpudirect_rdma(instance: InstanceType) -> bool:
+    """Whether NCCL's EFA plugin moves ``instance``'s inter-node traffic by GPUDirect RDMA (NIC to GPU memory, no
+    host copy): EFA on a type whose platform entry requires it (``_GPUDIRECT_RDMA``)."""
+    return bool(instance.efa and _GPUDIRECT_RDMA.match(instance.name))
+
+
 def inter_node_link(instance: InstanceType, net: NetworkModel = DEFAULT_NETWORK, gpus: GpuTable | None = None) -> Link:
     """The instance's network as seen by an all-reduce between nodes: the interfaces a multi-node srifty fleet
     attaches (:meth:`InstanceType.network_interfaces`, what the Terraform module creates) times the per-card rate,
@@ -141,15 +168,17 @@ def inter_node_link(instance: InstanceType, net: NetworkModel = DEFAULT_NETWORK,
         gbps *= net.up_to_sustained
     if instance.efa:
         crossing = HIERARCHICAL if nvls(instance, gpus) else RING
-        return Link(gbps * net.efa_efficiency, net.latency_efa_s, "efa", crossing)
+        return Link(gbps * net.efa_efficiency, net.latency_efa_s, "efa", crossing, not gpudirect_rdma(instance))
     return Link(gbps * net.tcp_efficiency, net.latency_tcp_s, "tcp", SOCKETS)
 
 
-def link_words(crossing: float, rate: str, without_efa: list[str], how: str | None = None) -> str:
+def link_words(
+    crossing: float, rate: str, without_efa: list[str], how: str | None = None, staged: list[str] | None = None
+) -> str:
     """How a fleet's nodes are priced to meet, in words (a prediction's assumption): the transport (``crossing``:
-    TCP sockets, naming the types ``without_efa``, or EFA with the plugin it needs), its ``rate``, and how the
-    collectives cross it (``how`` where the layout says otherwise: a pipeline's point-to-point sends, HSDP's rings
-    of nodes)."""
+    TCP sockets, naming the types ``without_efa``, or EFA with the plugin it needs, naming the types ``staged``
+    through host memory, without GPUDirect RDMA), its ``rate``, and how the collectives cross it (``how`` where the
+    layout says otherwise: a pipeline's point-to-point sends, HSDP's rings of nodes)."""
     if crossing == SOCKETS:
         return (
             f"across nodes: TCP through NCCL's socket transport ({', '.join(without_efa) or 'no EFA'}: no EFA), "
@@ -160,9 +189,15 @@ def link_words(crossing: float, rate: str, without_efa: list[str], how: str | No
         if crossing == HIERARCHICAL
         else "NCCL's ring through every rank (its tree on two nodes)"
     )
+    through = (
+        f" without GPUDirect RDMA ({', '.join(staged)}: every transfer staged through host memory, a regime priced "
+        "with the wider interval of host-staged networks)"
+        if staged
+        else ""
+    )
     return (
-        f"across nodes: EFA, {rate}, {how or algorithm}; it needs NCCL's aws-ofi-nccl plugin on the image (the Deep "
-        "Learning AMI has it; without it NCCL falls back to TCP sockets, slower than priced)"
+        f"across nodes: EFA{through}, {rate}, {how or algorithm}; it needs NCCL's aws-ofi-nccl plugin on the image "
+        "(the Deep Learning AMI has it; without it NCCL falls back to TCP sockets, slower than priced)"
     )
 
 

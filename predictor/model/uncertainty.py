@@ -29,7 +29,7 @@ DEFAULT_ERRORS = {
     "ops-absolute": 0.3,
     "ops-absolute-sharded": 0.3,
     "from_cpu": 0.5,
-    "net-sockets": 0.55,
+    "net-host-staged": 0.55,
 }
 # a kind whose width was also calibrated on whole sharded (FSDP) multi-GPU steps, under its own name: under a sharded
 # layout that width is the prediction's, in place of the kind's (one GPU, DDP) width and the DDP-calibrated "scaling"
