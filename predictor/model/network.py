@@ -102,12 +102,6 @@ class Link:
     staged: bool = False  # EFA without GPUDirect RDMA: every transfer bounced through host memory (gpudirect_rdma)
 
     @property
-    def sockets(self) -> float:
-        """1.0 for the catalog's socket transport (TCP through the instance's network, no EFA), else 0.0. How the
-        traffic crosses nodes is ``crossing``."""
-        return 1.0 if self.kind == "tcp" else 0.0
-
-    @property
     def host_staged(self) -> float:
         """1.0 where the catalog's link stages every transfer through host memory (NCCL's sockets, or EFA without
         GPUDirect RDMA), else 0.0: the prediction then carries the host-staged regime's width (``net-host-staged``,

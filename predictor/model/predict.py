@@ -341,7 +341,8 @@ def _network_words(layout: Layout, row_bases: list[TypeBasis]) -> str:
         how = "each GPU's gradient shard all-reduced over a ring of the nodes"
     crossing = max(b.plain_inter.crossing for b in row_bases)
     without_efa = [b.name for b in row_bases if b.plain_inter.kind == "tcp"]
-    staged = [b.name for b in row_bases if b.plain_inter.kind == "efa" and b.plain_inter.staged]
+    # a link the profile measured carries the calibrated links' width, not the host-staged one: nothing to say
+    staged = [] if measured else [b.name for b in row_bases if b.plain_inter.kind == "efa" and b.plain_inter.staged]
     return link_words(crossing, rate, without_efa, how, staged)
 
 

@@ -15,7 +15,7 @@ from _support import MINIMAL
 from predictor.catalog import Catalog
 from predictor.documents.profile import load_profile
 from predictor.model import fleets, network
-from predictor.model.collectives import HIERARCHICAL, SOCKETS, network_phase_s
+from predictor.model.collectives import HIERARCHICAL, RING, SOCKETS, network_phase_s
 from predictor.model.network import allreduce_time, gpudirect_rdma, inter_node_link
 from predictor.model.predict import predict
 from predictor.model.uncertainty import Z80, model_error
@@ -39,7 +39,7 @@ def test_a_multi_gpu_socket_fleet_pays_the_flat_ring_and_carries_the_socket_widt
     catalog = Catalog.load(use_refreshed=False, use_env=False)
     p3 = catalog.get("p3.8xlarge")  # 4 V100, 10 Gbit/s, no EFA: NCCL's sockets between nodes
     link = inter_node_link(p3)
-    assert link.kind == "tcp" and link.sockets == 1.0 and inter_node_link(catalog.get("p4d.24xlarge")).sockets == 0
+    assert link.kind == "tcp" and link.host_staged == 1.0 and inter_node_link(catalog.get("p4d.24xlarge")).kind == "efa"
     est = allreduce_time(1e9, [(p3, 2)], catalog.gpus)
     assert est.inter_s == pytest.approx(2 * 7 / 8 * 1.0 / link.gbps + 2 * link.latency_s, rel=1e-6)
     profile = load_profile(copy.deepcopy(MINIMAL))
@@ -69,7 +69,7 @@ def test_efa_moves_gpu_memory_only_where_the_plugin_requires_gpudirect_rdma() ->
         it = catalog.get(name)
         assert it.efa and not gpudirect_rdma(it), name
         link = inter_node_link(it)
-        assert (link.kind, link.staged, link.host_staged, link.sockets) == ("efa", True, 1.0, 0.0), name
+        assert (link.kind, link.staged, link.host_staged, link.crossing) == ("efa", True, 1.0, RING), name
     assert not gpudirect_rdma(catalog.get("p3.8xlarge"))  # no EFA at all: sockets
     assert inter_node_link(catalog.get("p3.8xlarge")).host_staged == 1.0
 
