@@ -30,8 +30,9 @@ hierarchical: every byte crosses the node's network as in a flat ring of every r
 nccl-tests over TCP the hierarchical form was 1.74-3.8x optimistic with 8 GPUs a node, the flat ring 1.35-2.04x,
 ``bench/tcp_sockets.py``), and the prediction of such a fleet carries the host-staged regime's width on its exposed
 communication (``net-host-staged``, calibrated there). So does a fleet on EFA without GPUDirect RDMA (every EFA type
-but the p4d, p5 and p6 families: :func:`gpudirect_rdma`): its plugin bounces every transfer through host memory as
-the sockets do, and the EFA constants below were fitted and held out on GPUDirect RDMA only; published nccl-tests of
+but p4d/p4de, p5/p5e/p5en bar p5.4xlarge, p6 onwards, Trainium and Inferentia: :func:`gpudirect_rdma`): its plugin
+is taken to stage transfers through host memory as the sockets do, and the EFA constants below were fitted and held
+out on GPUDirect RDMA only; published nccl-tests of
 p3dn.24xlarge over EFA (NVIDIA/nccl#235) score that width there (``bench/tcp_sockets.py``). AWS caps one TCP flow at
 5 Gbit/s outside a cluster placement group and 10 inside ("Amazon EC2 instance network bandwidth",
 docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html); NCCL opens 2 threads x 8 sockets
@@ -137,12 +138,16 @@ def nvls(instance: InstanceType, gpus: GpuTable | None) -> bool:
 
 
 # The EC2 types on which AWS's NCCL plugin requires GPUDirect RDMA over EFA (``gdr_required`` in aws/aws-ofi-nccl
-# ``src/platform-aws.cpp``, ``platform_data_map``: p4d.24xlarge, p4de.24xlarge, p5/p5e, p5en.48xlarge, every p6 and
-# later, and Trainium / Inferentia's device memory; not p5.4xlarge, p3dn.24xlarge, g5.48xlarge or the g families it
-# does not list): the NIC reads and writes the accelerator's memory. On every other EFA type the plugin stages each
-# transfer through host memory, as the socket transport does, a regime the EFA constants (calibrated on p5, held out
-# on p4d) were never checked in.
-_GPUDIRECT_RDMA = re.compile(r"^(p4de?\.24xlarge|p5e?\.48xlarge|p5en\.48xlarge|p([6-9]|\d{2,})\D.*|trn[12].*|inf.*)$")
+# ``src/platform-aws.cpp``, ``platform_data_map``, first match wins: p4d.24xlarge, p4de.24xlarge, p5/p5e but the
+# p5.4xlarge entry before them, p5en.48xlarge, every p6 and later, and Trainium / Inferentia's device memory; not
+# p5.4xlarge, p3dn.24xlarge, g5.48xlarge or the g families it does not list): the NIC reads and writes the
+# accelerator's memory. ``gdr_required`` is the plugin's refusal to run without it, not a statement that the others
+# lack it; on them the model assumes what the plugin does not promise, transfers staged through host memory as the
+# socket transport stages them, a regime the EFA constants (calibrated on p5, held out on p4d) were never checked in:
+# only the interval widens, never the step.
+_GPUDIRECT_RDMA = re.compile(
+    r"^(p4de?\.24xlarge|p5\.(?!4xlarge$).*|p5e\..*|p5en\.48xlarge|p([6-9]|\d{2,})\D.*|trn[12].*|inf.*)$"
+)
 
 
 def gpudirect_rdma(instance: InstanceType) -> bool:
@@ -184,8 +189,8 @@ def link_words(
         else "NCCL's ring through every rank (its tree on two nodes)"
     )
     through = (
-        f" without GPUDirect RDMA ({', '.join(staged)}: every transfer staged through host memory, a regime priced "
-        "with the wider interval of host-staged networks)"
+        f" without GPUDirect RDMA ({', '.join(staged)}: AWS's NCCL plugin does not require it there, so transfers "
+        "are taken to be staged through host memory, a regime priced with the wider interval of host-staged networks)"
         if staged
         else ""
     )

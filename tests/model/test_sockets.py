@@ -5,6 +5,7 @@ nccl-tests over TCP and scored on EFA without GPUDirect RDMA (bench/tcp_sockets.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 
@@ -71,6 +72,10 @@ def test_efa_moves_gpu_memory_only_where_the_plugin_requires_gpudirect_rdma() ->
         link = inter_node_link(it)
         assert (link.kind, link.staged, link.host_staged, link.crossing) == ("efa", True, 1.0, RING), name
     assert not gpudirect_rdma(catalog.get("p3.8xlarge"))  # no EFA at all: sockets
+    # the plugin's first match wins: p5.4xlarge's own entry, then p5/p5e of any other size
+    p5 = catalog.get("p5.48xlarge")
+    for name, expected in [("p5.4xlarge", False), ("p5.24xlarge", True), ("p5e.4xlarge", True), ("p50.8xlarge", True)]:
+        assert gpudirect_rdma(dataclasses.replace(p5, name=name)) is expected, name
     assert inter_node_link(catalog.get("p3.8xlarge")).host_staged == 1.0
 
 
@@ -88,7 +93,7 @@ def test_a_fleet_on_efa_without_gpudirect_rdma_carries_the_host_staged_width_and
     assert share > 0.2
     assert sd >= model_error("net-host-staged") * share * 0.999
     words = next(a for a in staged.assumptions if a.startswith("across nodes"))
-    assert "without GPUDirect RDMA (g4dn.12xlarge" in words and "host memory" in words
+    assert "without GPUDirect RDMA (g4dn.12xlarge" in words and "staged through host memory" in words
     assert "GPUDirect" not in next(a for a in predict(profile, "p4d.24xlarge:2", catalog=catalog).assumptions
                                    if a.startswith("across nodes"))  # fmt: skip
     # the same fleet as if its plugin moved GPU memory: the same step, the calibrated links' tenth on the same share
