@@ -16,15 +16,24 @@ from typing import Any
 
 
 def check_script(script: list[str]) -> None:
-    """Refuse, before any fleet starts, a script that is not there (torchrun would print 30 lines per rank).
+    """Refuse, before any fleet starts, a script that is not there (torchrun would print 30 lines per rank) or a
+    command torchrun cannot start (it runs Python itself: ``python train.py`` is its ``train.py``).
 
     Raises:
-        ConfigError: naming the path and where it was looked for.
+        ConfigError: naming the path and where it was looked for, or why torchrun cannot start the command.
     """
+    from lightning_srifty.provision.terraform.command import torchrun_argv
     from predictor.exceptions import ConfigError
 
-    words = script[1:] if Path(script[0]).name.startswith("python") else script
-    if not words or words[0] == "-m" or words[0].startswith("-"):
+    words, why = torchrun_argv(shlex.join(script))  # what torchrun starts: "python train.py" is "train.py"
+    if why:
+        raise ConfigError(
+            f"The training command {shlex.join(script)!r} {why} Give the script and its arguments after --, e.g. "
+            "srifty launch --plan plan.json -- train.py --epochs 3, or -- python -m pkg.train.",
+            parameter="command",
+            value=shlex.join(script),
+        )
+    if words[0] == "-m":
         return  # a module (-m pkg.train) is found by Python on the nodes
     if not Path(words[0]).is_file():
         raise ConfigError(

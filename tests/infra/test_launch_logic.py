@@ -898,3 +898,33 @@ def test_the_launcher_settings_are_one_public_object_checked_when_made() -> None
         settings.but(spot_check_s=0)
     with pytest.raises(TypeError, match=r"'poll'.*poll_s"):
         launch(object(), ["train.py"], poll=1)  # refused before the plan is read
+
+
+def test_a_command_written_as_one_runs_it_by_hand_is_what_torchrun_starts(plan, tmp_path, capsys, monkeypatch) -> None:
+    """`srifty launch -- python train.py` ran torchrun on a script named "python" ("can't open file .../python") on
+    the local provisioner, where the Terraform provisioner already read it as the nodes do (train_argv)."""
+    from lightning_srifty.cli import main
+    from lightning_srifty.cli.launch import check_script
+    from lightning_srifty.provision.launcher.local import LocalProvisioner, local_argv
+    from predictor.exceptions import ConfigError
+
+    assert local_argv(["python", "train.py", "--epochs", "3"]) == ["train.py", "--epochs", "3"]
+    assert local_argv(["/usr/bin/python3", "-u", "-m", "pkg.train"]) == ["-m", "pkg.train"]
+    assert local_argv(["train.py", "a b"]) == ["train.py", "a b"]  # a word with a space stays one word
+    assert LocalProvisioner(["python3.11", "train.py"], echo=lambda line: None).script == ["train.py"]
+    for bad, why in [(["python", "-c", "x"], "Python option '-c'"), (["torchrun", "t.py"], "starts a launcher"),
+                     (["python"], "no script")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=why) as refused:
+            local_argv(bad)
+        assert refused.value.parameter == "script"
+        with pytest.raises(ConfigError, match=f"after --.*{why}|{why}.*after --"):
+            check_script(bad)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    check_script(["python", "train.py"])  # there: nothing to say
+    with pytest.raises(ConfigError, match=r"The training script nothere\.py does not exist"):
+        check_script(["python", "nothere.py"])
+    plan.save(tmp_path / "plan.json")
+    assert main(["launch", "--plan", str(tmp_path / "plan.json"), "--", "python", "-c", "print(1)"]) == 2
+    said = capsys.readouterr().err
+    assert "The training command \"python -c 'print(1)'\" passes the Python option '-c'" in said, said

@@ -84,13 +84,16 @@ def _alive(pids: set[int]) -> set[int]:
     return alive
 
 
-def _start_launch(tmp_path, subprocess_env, catalog, *extra: str):
+def _start_launch(tmp_path, subprocess_env, catalog, *extra: str, python: bool = False):
+    """`srifty launch` of the migration script on the local provisioner; ``python``: the command written as one runs
+    it by hand (``python migrate_run.py ...``: torchrun starts Python itself and must not open a file "python")."""
     import subprocess
     import time
 
     plan = _plan(catalog, tmp_path)
     plan.save(tmp_path / "plan.json")
     script = [str(SCRIPTS / "migrate_run.py"), str(tmp_path / "run"), "--max-steps", "100000", "--from-env"]
+    script = ["python", *script] if python else script
     cmd = [sys.executable, "-m", "lightning_srifty.cli", "launch", "--plan", str(tmp_path / "plan.json")]
     cmd += ["--workdir", str(tmp_path / "w"), *extra, "--", *script, "--step-sleep", "0.1"]
     env = {**subprocess_env, "SRIFTY_SPOT_POLL_S": "0.1"}
@@ -124,7 +127,9 @@ def test_a_launcher_killed_outright_leaves_nothing_running_and_a_checkpoint(tmp_
 
     from lightning_srifty.protocol import Preempted, read_record
 
-    launcher, job = _start_launch(tmp_path, subprocess_env, catalog, "--heartbeat-s", "0.5", "--heartbeat-max-age", "3")
+    launcher, job = _start_launch(
+        tmp_path, subprocess_env, catalog, "--heartbeat-s", "0.5", "--heartbeat-max-age", "3", python=True
+    )
     try:
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait(10)

@@ -12,6 +12,7 @@ and in a session of its own: a Ctrl-C in the terminal reaches the launcher only,
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -20,14 +21,36 @@ from typing import Any
 from lightning_srifty.protocol import ALLOW_CPU, VARIABLES
 from lightning_srifty.provision.aws import LocalIMDS
 from lightning_srifty.provision.base import LaunchedFleet
+from lightning_srifty.provision.terraform.command import torchrun_argv
 from predictor.documents.plan import Plan
-from predictor.exceptions import MigrationError
+from predictor.exceptions import ConfigError, MigrationError
 from predictor.runs.spot import shutdown_grace_s
 
 # what the local trial's stand-in metadata service answers: a spot instance (its notice comes later), and no instance
 # type: the processes run on this machine, and a profile or an observation must not claim the plan's type for them
 # (issue #37 L: a local launch's profile said g4dn.xlarge)
 SIMULATED_METADATA = {"meta-data/instance-life-cycle": "spot"}
+
+
+def local_argv(script: list[str]) -> list[str]:
+    """What torchrun starts for ``script``, read as the fleet's nodes read a training command
+    (:func:`~lightning_srifty.provision.terraform.command.torchrun_argv`): torchrun runs Python itself, so
+    ``["python", "train.py"]`` is torchrun's ``["train.py"]``, not a file named ``python``.
+
+    Raises:
+        ConfigError: a script torchrun cannot start (a launcher, a Python option such as ``-c``, no script).
+    """
+    argv, why = torchrun_argv(shlex.join(script))
+    if why:
+        raise ConfigError.between(
+            "The {script} {given} {why} Give the script and its arguments, e.g. ['train.py', 'config.yaml'] or "
+            "['python', '-m', 'pkg.train'].",
+            parameter="script",
+            value=script,
+            given=script,
+            why=why,
+        )
+    return argv
 
 
 class LocalProvisioner:
@@ -41,7 +64,7 @@ class LocalProvisioner:
         simulate_notice_after: float | None = None,
         echo: Any = print,
     ) -> None:
-        self.script, self.max_processes, self.echo = list(script), max_processes, echo
+        self.script, self.max_processes, self.echo = local_argv(script), max_processes, echo
         self.simulate_notice_after = simulate_notice_after
         self._started = 0
 

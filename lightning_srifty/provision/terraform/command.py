@@ -46,30 +46,39 @@ def train_argv(command: str) -> list[str]:
         ConfigError: the command is empty, cannot be split, is a launcher itself, or uses a Python option torchrun
             cannot pass on (``-c``, ``-O``, ``-X`` ...).
     """
+    argv, why = torchrun_argv(command)
+    if why:
+        raise _refuse(command, why)
+    return argv
+
+
+def torchrun_argv(command: str) -> tuple[list[str], str]:
+    """``(argv, "")``: what torchrun starts for ``command``; or ``([], why)``: why torchrun cannot start it, for the
+    caller to say in its own words (:func:`train_argv` for the Terraform options, ``srifty launch`` for its
+    command)."""
     try:
         words = shlex.split(command)
     except ValueError as exc:
-        raise _refuse(command, f"cannot be split into words ({exc}).") from None
+        return [], f"cannot be split into words ({exc})."
     if not words:
-        raise _refuse(command, "is empty: torchrun needs a script to start on every node.")
+        return [], "is empty: torchrun needs a script to start on every node."
+    launcher = "starts a launcher: srifty runs torchrun with the fleet's rendezvous itself."
     if words[0].rsplit("/", 1)[-1] in _LAUNCHERS:
-        raise _refuse(command, "starts a launcher: srifty runs torchrun with the fleet's rendezvous itself.")
+        return [], launcher
     if not _PYTHON.match(words[0]):
-        return words
+        return words, ""
     rest = words[1:]
     while rest and rest[0] == "-u":  # unbuffered output: user_data exports PYTHONUNBUFFERED=1
         rest = rest[1:]
     if not rest:
-        raise _refuse(command, "names the interpreter but no script.")
+        return [], "names the interpreter but no script."
     if rest[0] == "-m":
         if len(rest) < 2:
-            raise _refuse(command, "has -m without a module.")
-        if rest[1] in _LAUNCHERS:
-            raise _refuse(command, "starts a launcher: srifty runs torchrun with the fleet's rendezvous itself.")
-        return rest
+            return [], "has -m without a module."
+        return ([], launcher) if rest[1] in _LAUNCHERS else (rest, "")
     if rest[0].startswith("-"):
-        raise _refuse(command, f"passes the Python option {rest[0]!r}, which torchrun cannot pass on.")
-    return rest
+        return [], f"passes the Python option {rest[0]!r}, which torchrun cannot pass on."
+    return rest, ""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
