@@ -32,9 +32,9 @@ nccl-tests over TCP the hierarchical form was 1.74-3.8x optimistic with 8 GPUs a
 communication (``net-host-staged``, calibrated there). So does a fleet on EFA without GPUDirect RDMA (every EFA type
 but p4d/p4de, p5/p5e/p5en bar p5.4xlarge, p6 onwards, Trainium and Inferentia: :func:`gpudirect_rdma`): its plugin
 is taken to stage transfers through host memory as the sockets do, and the EFA constants below were fitted and held
-out on GPUDirect RDMA only; published nccl-tests of
-p3dn.24xlarge over EFA (NVIDIA/nccl#235) score that width there (``bench/tcp_sockets.py``). AWS caps one TCP flow at
-5 Gbit/s outside a cluster placement group and 10 inside ("Amazon EC2 instance network bandwidth",
+out on GPUDirect RDMA only; published nccl-tests of p3dn.24xlarge over EFA (NVIDIA/nccl#235) score that width there
+(``bench/tcp_sockets.py``). AWS caps one TCP flow at 5 Gbit/s outside a cluster placement group and 10 inside
+("Amazon EC2 instance network bandwidth",
 docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html); NCCL opens 2 threads x 8 sockets
 per connection on an ENA device (vendor 0x1d0f; NVIDIA/nccl ``src/transport/net_socket.cc``), so 16 flows:
 80 Gbit/s, above every non-EFA CUDA type's network (25 Gbit/s at most), so the per-flow cap never binds in the
@@ -100,14 +100,15 @@ class Link:
     latency_s: float
     kind: str
     crossing: float = RING  # how collectives cross nodes through it (collectives.HIERARCHICAL, RING or SOCKETS)
-    staged: bool = False  # EFA without GPUDirect RDMA: every transfer bounced through host memory (gpudirect_rdma)
+    staged: bool = False  # EFA without GPUDirect RDMA: transfers taken to be staged in host memory (gpudirect_rdma)
 
     @property
     def host_staged(self) -> float:
-        """1.0 where the catalog's link stages every transfer through host memory (NCCL's sockets, or EFA without
-        GPUDirect RDMA), else 0.0: the prediction then carries the host-staged regime's width (``net-host-staged``,
-        calibrated on sockets, scored on EFA without GPUDirect RDMA: ``bench/tcp_sockets.py``), not the tenth the
-        links calibrated on GPUDirect RDMA and NVLink carry; a link the profile measured carries that tenth."""
+        """1.0 where the catalog's link is taken to stage transfers through host memory (NCCL's sockets, or EFA
+        without GPUDirect RDMA), else 0.0: the prediction then carries the host-staged regime's width
+        (``net-host-staged``, calibrated on sockets, scored on EFA without GPUDirect RDMA: ``bench/tcp_sockets.py``),
+        not the tenth the links calibrated on GPUDirect RDMA and NVLink carry; a link the profile measured carries
+        that tenth."""
         return 1.0 if self.kind == "tcp" or self.staged else 0.0
 
 

@@ -165,7 +165,8 @@ def launch(
 
     Raises:
         ConfigError: the choice is not an entry of the plan; a heartbeat setting, the life cap or the spot policy
-            cannot work.
+            cannot work; the local provisioner's ``script`` is one torchrun cannot start (``["python", "-c", ...]``,
+            a launcher, the interpreter alone).
         MigrationError: the job failed, left for good, or no fleet is left.
         LaunchInterrupted: SIGINT, SIGTERM or SIGHUP (from the main thread); every fleet was released.
         TypeError: a keyword that is not a field of :class:`LauncherSettings`.
