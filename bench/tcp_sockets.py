@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from predictor.catalog import Catalog  # noqa: E402
 from predictor.model.collectives import HIERARCHICAL, SOCKETS, allreduce_latency, network_phase_s  # noqa: E402
-from predictor.model.network import DEFAULT_NETWORK, inter_node_link  # noqa: E402
+from predictor.model.network import DEFAULT_NETWORK, Link, inter_node_link  # noqa: E402
 from predictor.model.uncertainty import Z80, model_error  # noqa: E402
 from predictor.validation import calibrated_sd  # noqa: E402
 
@@ -54,10 +54,9 @@ def model_busbw(nodes: int, g: int, nic_gbit: float, mib: float, sockets: bool) 
     return gb / t * 2 * (n - 1) / n * 8  # nccl-tests' busbw: algbw x 2 (n-1)/n
 
 
-def efa_busbw(instance_type: str, nodes: int, g: int, gb: float = 1.0) -> float:
-    """The model's bus bandwidth (Gbit/s) of a ``gb`` GB all-reduce over ``nodes`` x ``g`` ranks of
-    ``instance_type`` over EFA, as the catalog's link prices it (its crossing: the ring, its tree on two nodes)."""
-    link = inter_node_link(Catalog.load(use_refreshed=False, use_env=False).get(instance_type))
+def efa_busbw(link: Link, nodes: int, g: int, gb: float = 1.0) -> float:
+    """The model's bus bandwidth (Gbit/s) of a ``gb`` GB all-reduce over ``nodes`` x ``g`` ranks over an EFA
+    ``link`` as the catalog prices it (its crossing: the ring, its tree on two nodes)."""
     n = nodes * g
     t = float(network_phase_s(gb, nodes, n, link.gbps, link.crossing))
     t += float(allreduce_latency(nodes, g, DEFAULT_NETWORK.latency_intra_s, link.latency_s))
@@ -68,6 +67,7 @@ def score_staged(sd: float) -> list[float]:
     """The held-out EFA-without-GPUDirect-RDMA rows: the model against each, and its 80 % interval at the host-staged
     width ``sd`` and at the calibrated links' tenth; the log residuals (model / measured, at the range's middle)."""
     rows = list(csv.DictReader(STAGED.open(encoding="utf-8")))
+    catalog = Catalog.load(use_refreshed=False, use_env=False)
     print("\nHeld out: EFA without GPUDirect RDMA (nothing chosen on it)")
     print("| type, nodes x GPUs | measured busbw, Gbit/s | model | model / measured | inside the 80 % interval at "
           f"the host-staged width {sd:.2f} / at {CALIBRATED_LINK_SD} |")  # fmt: skip
@@ -77,7 +77,7 @@ def score_staged(sd: float) -> list[float]:
         g, lo, hi = int(r["gpus_per_node"]), float(r["busbw_gbit_min"]), float(r["busbw_gbit_max"])
         mid = (lo + hi) / 2
         for nodes in sorted({int(r["nodes_min"]), int(r["nodes_max"])}):
-            model = efa_busbw(r["instance_type"], nodes, g)
+            model = efa_busbw(inter_node_link(catalog.get(r["instance_type"])), nodes, g)
             res = math.log(model / mid)
             residuals.append(res)
             inside = ["yes" if abs(res) <= Z80 * w else "no" for w in (sd, CALIBRATED_LINK_SD)]
