@@ -202,6 +202,19 @@ def moto_endpoint():
         yield endpoint
 
 
+@pytest.fixture
+def aws_rules(moto_endpoint):
+    """``moto_endpoint`` behind the proxy that keeps real AWS's rules moto does not (tests/fault_proxy.py): the proxy,
+    whose ``url`` is the endpoint to give terraform. A test whose fleet terraform may update in place (a second apply,
+    an apply retried after a transient error) needs it: moto alone drops an Auto Scaling group's mixed instances
+    policy on such an update."""
+    from fault_proxy import FaultProxy
+
+    proxy = FaultProxy(moto_endpoint)
+    with proxy:
+        yield proxy
+
+
 @pytest.fixture(scope="session")
 def checkov() -> str:
     """The checkov executable, in its own venv (checkov pins an older boto3 than ours): $SRIFTY_CHECKOV, else one on

@@ -266,18 +266,24 @@ def test_fmt_and_validate_module_and_generated_root(tf_env, tmp_path, catalog) -
     assert result.returncode != 0 and "more than a /8 worth" in result.stderr.replace("\n", " ")
 
 
-def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(
+    tf_env, moto_endpoint, aws_rules, tmp_path, catalog
+) -> None:
+    """Through the AWS-rules proxy: an apply retried after a transient error (which CI met, 2026-11-30) updates the
+    group in place (moto echoes no desired_capacity_type), and moto alone then drops the group's mixed instances
+    policy, which AWS keeps (the proxy's UpdateAutoScalingGroup rule, tested on its own in test_terraform_boot.py;
+    a second apply here, checked once, puts the policy back through the provider's own update: +37 s, not kept)."""
     plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
     ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     opts = Options(
-        **{**options.__dict__, "aws_endpoint": moto_endpoint, "ami": ami, "name": "e2e-mixed", "setup_command": "true"}
+        **{**options.__dict__, "aws_endpoint": aws_rules.url, "ami": ami, "name": "e2e-mixed", "setup_command": "true"}
     )
     infra = generate(plan, tmp_path / "infra", choice=choice, options=opts, catalog=catalog).out
     values = json.loads((infra / TFVARS).read_text())
     lines: list[str] = []
     out = apply(infra, yes=True, echo=lines.append)
-    assert any(line.startswith("Terraform will add") for line in lines)
+    assert any(line.startswith("Terraform will add") for line in lines) and not aws_rules.policy_failures
     fleet = out["fleet"]
     client = {
         s: boto3.client(s, endpoint_url=moto_endpoint, region_name="us-east-1") for s in ("autoscaling", "s3", "iam")
@@ -442,7 +448,7 @@ def test_module_readme_documents_every_input_and_output() -> None:
 
 
 def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
-    tf_env, moto_endpoint, tmp_path, catalog, monkeypatch
+    tf_env, moto_endpoint, aws_rules, tmp_path, catalog, monkeypatch
 ) -> None:
     """srifty launch's terraform provisioner against moto: fleet 1 applied and handed over; a drift move request
     (what MigrationTriggers writes); fleet 2 applied while fleet 1 still stands, then LEAVE; the job's checkpoint;
@@ -474,7 +480,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     options = Options(
         region="us-east-1",
         ami=ami,
-        aws_endpoint=moto_endpoint,
+        aws_endpoint=aws_rules.url,  # terraform through the AWS-rules proxy: a retried apply keeps the group's policy
         vpc_id=vpc_id,
         subnet_ids=subnet_ids,
         train_command="train.py --epochs 3",

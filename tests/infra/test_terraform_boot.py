@@ -674,12 +674,95 @@ def test_the_fault_proxy_refuses_user_data_over_ec2s_limit(moto_endpoint) -> Non
         assert proxy.too_long == [f"RunInstances:{USER_DATA_LIMIT + 1}", f"CreateLaunchTemplate:{USER_DATA_LIMIT + 1}"]
 
 
-def _as_node(endpoint: str, policy: str) -> dict[str, str]:
+def test_the_fault_proxy_keeps_a_groups_mixed_policy_through_an_update_that_names_none(moto_endpoint) -> None:
+    """The rule written into the tests' Auto Scaling: an UpdateAutoScalingGroup that names no launch specification
+    leaves the group's mixed instances policy as it was ("Any properties that you don't specify are not changed",
+    the API reference of UpdateAutoScalingGroup); moto's server drops it. CI met it on 2026-11-30: an apply retried
+    after a transient error updated the heterogeneous fleet's group in place (desired_capacity_type, which moto does
+    not echo), and the group was left without its instance types. Here the update is the node's watchdog's
+    (--min-size 0), made with credentials that hold only that action while moto enforces IAM; the proxy's own call
+    is signed by an administrator."""
+    from fault_proxy import FaultProxy
+
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    template = ec2.create_launch_template(
+        LaunchTemplateName="mixed", LaunchTemplateData={"ImageId": image, "InstanceType": "g5.48xlarge"}
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    admin = _as_node(
+        moto_endpoint,
+        json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}),
+        user="admin",
+    )
+    node = _as_node(
+        moto_endpoint,
+        json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "autoscaling:UpdateAutoScalingGroup", "Resource": "*"}],
+            }
+        ),
+    )
+    policy = {
+        "LaunchTemplate": {
+            "LaunchTemplateSpecification": {"LaunchTemplateId": template, "Version": "$Latest"},
+            "Overrides": [
+                {"InstanceType": "g5.48xlarge", "WeightedCapacity": "3"},
+                {"InstanceType": "g6.48xlarge", "WeightedCapacity": "2"},
+            ],
+        },
+        "InstancesDistribution": {"OnDemandBaseCapacity": 3, "SpotAllocationStrategy": "price-capacity-optimized"},
+    }
+    proxy = FaultProxy(moto_endpoint, keep_host=True)  # the clients' signed Host passes: moto checks signatures
+    proxy.credentials = (admin["AWS_ACCESS_KEY_ID"], admin["AWS_SECRET_ACCESS_KEY"])
+
+    def overrides(client) -> list[str]:
+        (group,) = client.describe_auto_scaling_groups(AutoScalingGroupNames=["fleet-a"])["AutoScalingGroups"]
+        return [
+            o["InstanceType"]
+            for o in group.get("MixedInstancesPolicy", {}).get("LaunchTemplate", {}).get("Overrides", [])
+        ]
+
+    with proxy as url:
+
+        def client(keys: dict[str, str]):
+            return boto3.client(
+                "autoscaling",
+                endpoint_url=url,
+                region_name="us-east-1",
+                aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
+            )
+
+        client(admin).create_auto_scaling_group(
+            AutoScalingGroupName="fleet-a",
+            MinSize=0,
+            MaxSize=12,
+            DesiredCapacity=0,
+            MixedInstancesPolicy=policy,
+            AvailabilityZones=["us-east-1a"],
+        )
+        _enforce_iam(moto_endpoint, True)
+        try:
+            client(node).update_auto_scaling_group(AutoScalingGroupName="fleet-a", MinSize=0)  # the watchdog's call
+            assert overrides(client(admin)) == ["g5.48xlarge", "g6.48xlarge"]
+            assert proxy.policies_kept == ["fleet-a"] and not proxy.policy_failures
+            # a group given a single launch template instead is left with it: nothing is put back
+            client(admin).update_auto_scaling_group(
+                AutoScalingGroupName="fleet-a", LaunchTemplate={"LaunchTemplateId": template, "Version": "$Latest"}
+            )
+            client(node).update_auto_scaling_group(AutoScalingGroupName="fleet-a", MaxSize=6)
+            assert overrides(client(admin)) == [] and proxy.policies_kept == ["fleet-a"]
+        finally:
+            _enforce_iam(moto_endpoint, False)
+
+
+def _as_node(endpoint: str, policy: str, user: str = "node") -> dict[str, str]:
     """An IAM user in moto holding exactly ``policy`` (the instance role's), and its credentials as environment."""
     iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1")
-    iam.create_user(UserName="node")
-    iam.put_user_policy(UserName="node", PolicyName="instance", PolicyDocument=policy)
-    key = iam.create_access_key(UserName="node")["AccessKey"]
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="instance", PolicyDocument=policy)
+    key = iam.create_access_key(UserName=user)["AccessKey"]
     return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
 
 

@@ -14,6 +14,15 @@ tests): every request is passed through unchanged, except
   the IAM API reference lists it: https://docs.aws.amazon.com/IAM/latest/APIReference/API_RemoveRoleFromInstanceProfile.html),
   which the AWS provider takes as done; moto's server answers 500 (a ValueError), which the SDK retries for minutes:
   on a loaded machine a removal whose answer came late was retried, and the rehearsal's destroy hung 8.5 min;
+- an Auto Scaling UpdateAutoScalingGroup that names no launch specification (no MixedInstancesPolicy,
+  LaunchTemplate or LaunchConfigurationName) leaves the group's mixed instances policy as it was ("Any properties that
+  you don't specify are not changed by this update request",
+  https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_UpdateAutoScalingGroup.html); moto's server sets it to
+  none, so the proxy puts it back with a second UpdateAutoScalingGroup, carrying the policy the group was last given
+  through it, as soon as moto has answered the first. Every in-place update of the group the AWS provider makes
+  without a change to its policy (a desired capacity; a second apply after a transient error, which re-sends what
+  moto does not echo back) and the nodes' watchdog (``--min-size 0``) would otherwise leave a mixed fleet without its
+  instance types (CI, 2026-11-30: an apply retried under load lost the heterogeneous fleet's policy);
 - calls that carry a ClientToken are idempotent, as on EC2 (a repeated token gets the first call's answer, nothing is
   made twice), which moto's server is not: an SDK retry of a launch, or of a CreateLaunchTemplate, whose answer was
   lost or slow on a loaded machine would otherwise make a second fleet or template outside terraform's state.
@@ -31,6 +40,7 @@ import binascii
 import http.client
 import threading
 import urllib.parse
+import urllib.request
 from collections.abc import Set as AbstractSet
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -71,6 +81,35 @@ S3_DENIED = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message>'
     "<RequestId>srifty-fault-proxy</RequestId></Error>"
 )
+
+
+#: The query-API fields of an Auto Scaling group's launch specification (UpdateAutoScalingGroup's rule, module
+#: docstring); ``MixedInstancesPolicy.`` fields are what the proxy keeps
+LAUNCH_SPECIFICATION = ("MixedInstancesPolicy.", "LaunchTemplate.", "LaunchConfigurationName", "InstanceId")
+ASG_POLICY = "MixedInstancesPolicy."
+
+
+def signed_form(
+    url: str, form: dict[str, str], service: str, region: str, keys: tuple[str, str]
+) -> urllib.request.Request:
+    """A query-API POST of ``form`` to ``url``, signed (SigV4) with ``keys``: moto checks signatures once its IAM
+    enforcement is on."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    body = urllib.parse.urlencode(form)
+    request = AWSRequest(
+        method="POST", url=url, data=body, headers={"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}
+    )
+    SigV4Auth(Credentials(*keys), service, region).add_auth(request)
+    return urllib.request.Request(url, body.encode(), headers=dict(request.headers.items()), method="POST")
+
+
+def signed_region(authorization: str, default: str = "us-east-1") -> str:
+    """The region of a SigV4 Authorization header's credential scope (``Credential=KEY/DATE/REGION/SERVICE/...``)."""
+    scope = authorization.split("Credential=", 1)[-1].split(",", 1)[0].split("/")
+    return scope[2] if len(scope) > 3 else default
 
 
 LOST = (
@@ -195,6 +234,8 @@ class _Handler(BaseHTTPRequestHandler):
             conn.close()
             self._send_error(404, NO_SUCH_ROLE_IN_PROFILE.encode())
             return
+        if answer.status < 300 and action.endswith("AutoScalingGroup"):
+            self.outer.group_called(action, form, signed_region(self.headers.get("Authorization", "")))
         if action in self.outer.lose:  # carried out upstream; the client sees a server error instead
             self.outer.lose.discard(action)
             self.outer.lost.append(action)
@@ -252,8 +293,45 @@ class AwsRulesProxy:
         self.answered: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}  # by ClientToken
         self.replayed: list[str] = []  # launches answered from an earlier call's token
         self.replayed_other: list[str] = []  # other calls so answered (CreateLaunchTemplate retried by the SDK ...)
+        # UpdateAutoScalingGroup's rule: each group's mixed instances policy as last given (its query-API fields),
+        # the groups whose policy was put back, and the keys that sign that call (LocalAWS's administrator once
+        # moto enforces IAM; any before)
+        self.group_policies: dict[str, dict[str, str]] = {}
+        self.policies_kept: list[str] = []
+        self.policy_failures: list[str] = []
+        self.credentials: tuple[str, str] = ("srifty-aws-rules", "srifty-aws-rules")
+        self._lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.proxy = self
+
+    def group_called(self, action: str, form: dict[str, list[str]], region: str) -> None:
+        """After moto carried out ``action`` on an Auto Scaling group: remember the launch specification it named,
+        or, for an update that named none, give the group back the mixed instances policy moto just dropped; forget
+        a deleted group's."""
+        name = (form.get("AutoScalingGroupName") or [""])[0]
+        if action == "DeleteAutoScalingGroup":
+            with self._lock:
+                self.group_policies.pop(name, None)
+            return
+        if any(k.startswith(LAUNCH_SPECIFICATION) for k in form):
+            with self._lock:
+                self.group_policies[name] = {k: v[0] for k, v in form.items() if k.startswith(ASG_POLICY)}
+            return
+        with self._lock:
+            policy = self.group_policies.get(name)
+        if action != "UpdateAutoScalingGroup" or not policy:
+            return
+        upstream = f"{self.upstream.scheme}://{self.upstream.netloc}/"
+        version = (form.get("Version") or ["2011-01-01"])[0]
+        restore = {"Action": action, "Version": version, "AutoScalingGroupName": name, **policy}
+        try:
+            urllib.request.urlopen(
+                signed_form(upstream, restore, "autoscaling", region, self.credentials), timeout=120
+            ).close()
+        except OSError as e:  # the client's own call succeeded and is answered; what failed is recorded
+            self.policy_failures.append(f"{name}: {e}")
+            return
+        self.policies_kept.append(name)
 
     def __enter__(self) -> str:
 

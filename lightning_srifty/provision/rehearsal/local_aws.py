@@ -129,6 +129,8 @@ class LocalAWS:
         caller's policies, or none is. Before it is on, the administrator gets a user of its own."""
         if on and self.admin == BOOT_KEYS:
             self.admin = self.principal("srifty-rehearsal-admin", ADMIN_POLICY)
+        if self.proxy is not None:  # the calls the proxy makes itself (UpdateAutoScalingGroup's rule) are signed so
+            self.proxy.credentials = (self.admin["AWS_ACCESS_KEY_ID"], self.admin["AWS_SECRET_ACCESS_KEY"])
         request = urllib.request.Request(
             f"{self.moto_url}/moto-api/reset-auth", b"0" if on else b"inf", headers={"Content-Type": "text/plain"}
         )
