@@ -111,6 +111,11 @@ class Link:
         that tenth."""
         return 1.0 if self.kind == "tcp" or self.staged else 0.0
 
+    @property
+    def label(self) -> str:
+        """The link in a prediction's words: its kind, and for EFA without GPUDirect RDMA that it lacks it."""
+        return f"{self.kind} without GPUDirect RDMA" if self.staged else self.kind
+
 
 def intra_node_link(instance: InstanceType, gpus: GpuTable, net: NetworkModel = DEFAULT_NETWORK) -> Link | None:
     """The GPU-to-GPU link inside one instance (None for single-GPU types)."""
@@ -239,7 +244,7 @@ def allreduce_time(
         inter_bw = float(network_phase_s(gb, nodes, ranks, slow.gbps, max(x.crossing for x in links)))
         hop_net = max(x.latency_s for x in links)
         inter_s = inter_bw + float(ring_latency(ALL_REDUCE, nodes, hop_net))
-        inter_kind = slow.kind
+        inter_kind = slow.label
     limiting = f"network {inter_kind}" if inter_bw >= intra_bw else f"intra-node {intra_kind}"
     latency = float(allreduce_latency(nodes, node_gpus, hop_intra, hop_net))
     seconds = max(intra_bw, inter_bw) + latency

@@ -403,7 +403,7 @@ def _limiting(fleet: Fleet, row_bases: list[TypeBasis], allreduce: float) -> str
     if fleet.nodes > 1 and allreduce > intra:  # the phases are pipelined: the network phase is the slower one
         single = len(row_bases) == 1
         links = [b.inter if single else b.plain_inter for b in row_bases]
-        return f"network {min(links, key=lambda link: link.gbps).kind}"
+        return f"network {min(links, key=lambda link: link.gbps).label}"
     kind = max(row_bases, key=lambda b: b.intra_s).intra_kind
     return f"intra-node {kind}"
 

@@ -94,8 +94,11 @@ def test_a_fleet_on_efa_without_gpudirect_rdma_carries_the_host_staged_width_and
     assert sd >= model_error("net-host-staged") * share * 0.999
     words = next(a for a in staged.assumptions if a.startswith("across nodes"))
     assert "without GPUDirect RDMA (g4dn.12xlarge" in words and "staged through host memory" in words
-    assert "GPUDirect" not in next(a for a in predict(profile, "p4d.24xlarge:2", catalog=catalog).assumptions
-                                   if a.startswith("across nodes"))  # fmt: skip
+    rdma_node = predict(profile, "p4d.24xlarge:2", catalog=catalog)
+    assert "GPUDirect" not in next(a for a in rdma_node.assumptions if a.startswith("across nodes"))
+    # srifty predict's Breakdown names the link that limits the all-reduce, and says which EFA it is
+    assert staged.allreduce_limiting == "network efa without GPUDirect RDMA"
+    assert rdma_node.allreduce_limiting == "network efa"
     # the same fleet as if its plugin moved GPU memory: the same step, the calibrated links' tenth on the same share
     monkeypatch.setattr(network, "_GPUDIRECT_RDMA", re.compile(".*"))
     fleets._bases.cache_clear()  # the per-type bases were built with the catalog's links
