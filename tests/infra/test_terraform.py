@@ -272,7 +272,8 @@ def test_apply_and_destroy_a_heterogeneous_spot_fleet_against_moto(
     """Through the AWS-rules proxy: an apply retried after a transient error (which CI met, 2026-11-30) updates the
     group in place (moto echoes no desired_capacity_type), and moto alone then drops the group's mixed instances
     policy, which AWS keeps (the proxy's UpdateAutoScalingGroup rule, tested on its own in test_terraform_boot.py;
-    a second apply here, checked once, puts the policy back through the provider's own update: +37 s, not kept)."""
+    a second apply here, checked once, had the proxy keep the policy through the provider's in-place update, which
+    names none: +37 s, not kept)."""
     plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
     ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]

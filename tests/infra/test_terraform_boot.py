@@ -679,9 +679,9 @@ def test_the_fault_proxy_keeps_a_groups_mixed_policy_through_an_update_that_name
     leaves the group's mixed instances policy as it was ("Any properties that you don't specify are not changed",
     the API reference of UpdateAutoScalingGroup); moto's server drops it. CI met it on 2026-11-30: an apply retried
     after a transient error updated the heterogeneous fleet's group in place (desired_capacity_type, which moto does
-    not echo), and the group was left without its instance types. Here the update is the node's watchdog's
-    (--min-size 0), made with credentials that hold only that action while moto enforces IAM; the proxy's own call
-    is signed by an administrator."""
+    not echo), and the group was left without its instance types. Here an update while moto checks no signatures
+    (the policy rides the call), then the node's watchdog's (--min-size 0), made with credentials that hold only that
+    action while moto enforces IAM (the proxy's own call, signed by an administrator, puts the policy back)."""
     from fault_proxy import FaultProxy
 
     ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
@@ -714,7 +714,6 @@ def test_the_fault_proxy_keeps_a_groups_mixed_policy_through_an_update_that_name
         "InstancesDistribution": {"OnDemandBaseCapacity": 3, "SpotAllocationStrategy": "price-capacity-optimized"},
     }
     proxy = FaultProxy(moto_endpoint, keep_host=True)  # the clients' signed Host passes: moto checks signatures
-    proxy.credentials = (admin["AWS_ACCESS_KEY_ID"], admin["AWS_SECRET_ACCESS_KEY"])
 
     def overrides(client) -> list[str]:
         (group,) = client.describe_auto_scaling_groups(AutoScalingGroupNames=["fleet-a"])["AutoScalingGroups"]
@@ -742,17 +741,22 @@ def test_the_fault_proxy_keeps_a_groups_mixed_policy_through_an_update_that_name
             MixedInstancesPolicy=policy,
             AvailabilityZones=["us-east-1a"],
         )
+        # moto checks no signatures (terraform's applies in the tests): the policy rides the update itself
+        client(admin).update_auto_scaling_group(AutoScalingGroupName="fleet-a", MaxSize=9)
+        assert overrides(client(admin)) == ["g5.48xlarge", "g6.48xlarge"] and proxy.policies_kept == ["fleet-a"]
+        # IAM enforced (a rehearsal's nodes): the client's signed call passes as sent, the proxy's own puts it back
+        proxy.credentials = (admin["AWS_ACCESS_KEY_ID"], admin["AWS_SECRET_ACCESS_KEY"])
         _enforce_iam(moto_endpoint, True)
         try:
             client(node).update_auto_scaling_group(AutoScalingGroupName="fleet-a", MinSize=0)  # the watchdog's call
             assert overrides(client(admin)) == ["g5.48xlarge", "g6.48xlarge"]
-            assert proxy.policies_kept == ["fleet-a"] and not proxy.policy_failures
+            assert proxy.policies_kept == ["fleet-a", "fleet-a"] and not proxy.policy_failures
             # a group given a single launch template instead is left with it: nothing is put back
             client(admin).update_auto_scaling_group(
                 AutoScalingGroupName="fleet-a", LaunchTemplate={"LaunchTemplateId": template, "Version": "$Latest"}
             )
             client(node).update_auto_scaling_group(AutoScalingGroupName="fleet-a", MaxSize=6)
-            assert overrides(client(admin)) == [] and proxy.policies_kept == ["fleet-a"]
+            assert overrides(client(admin)) == [] and proxy.policies_kept == ["fleet-a", "fleet-a"]
         finally:
             _enforce_iam(moto_endpoint, False)
 

@@ -18,11 +18,15 @@ tests): every request is passed through unchanged, except
   LaunchTemplate or LaunchConfigurationName) leaves the group's mixed instances policy as it was ("Any properties that
   you don't specify are not changed by this update request",
   https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_UpdateAutoScalingGroup.html); moto's server sets it to
-  none, so the proxy puts it back with a second UpdateAutoScalingGroup, carrying the policy the group was last given
-  through it, as soon as moto has answered the first. Every in-place update of the group the AWS provider makes
-  without a change to its policy (a desired capacity; a second apply after a transient error, which re-sends what
-  moto does not echo back) and the nodes' watchdog (``--min-size 0``) would otherwise leave a mixed fleet without its
-  instance types (CI, 2026-11-30: an apply retried under load lost the heterogeneous fleet's policy);
+  none. While moto checks no signatures the proxy adds the policy the group was last given through it to the update
+  itself (one call: a capacity the update also sets is met with the fleet's types and weights); once it does (IAM
+  enforced: the client's signed body cannot change) it puts the policy back with a second UpdateAutoScalingGroup,
+  signed with :attr:`AwsRulesProxy.credentials`, before it answers the first (an update that also resizes the group
+  is then met by moto without the policy, and a call between the two sees none: the rehearsal's nodes only lower
+  the minimum). Every in-place update of the group the AWS provider makes without a change to its policy (a second
+  apply after a transient error re-sends what moto does not echo back) and the nodes' watchdog (``--min-size 0``)
+  would otherwise leave a mixed fleet without its instance types (CI, 2026-11-30: an apply retried under load lost
+  the heterogeneous fleet's policy);
 - calls that carry a ClientToken are idempotent, as on EC2 (a repeated token gets the first call's answer, nothing is
   made twice), which moto's server is not: an SDK retry of a launch, or of a CreateLaunchTemplate, whose answer was
   lost or slow on a loaded machine would otherwise make a second fleet or template outside terraform's state.
@@ -109,7 +113,7 @@ def signed_form(
 def signed_region(authorization: str, default: str = "us-east-1") -> str:
     """The region of a SigV4 Authorization header's credential scope (``Credential=KEY/DATE/REGION/SERVICE/...``)."""
     scope = authorization.split("Credential=", 1)[-1].split(",", 1)[0].split("/")
-    return scope[2] if len(scope) > 3 else default
+    return scope[2] if len(scope) == 5 else default
 
 
 LOST = (
@@ -210,6 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
         conn = http.client.HTTPConnection(
             self.outer.upstream.hostname or "127.0.0.1", self.outer.upstream.port, timeout=120
         )
+        body = self.outer.with_group_policy(action, body)  # UpdateAutoScalingGroup's rule, while unsigned
         dropped = ("transfer-encoding",) if self.outer.keep_host else ("transfer-encoding", "host")
         headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
         headers["Content-Length"] = str(len(body))
@@ -234,8 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
             conn.close()
             self._send_error(404, NO_SUCH_ROLE_IN_PROFILE.encode())
             return
-        if answer.status < 300 and action.endswith("AutoScalingGroup"):
-            self.outer.group_called(action, form, signed_region(self.headers.get("Authorization", "")))
+        self.outer.group_called(action, body, answer.status, self.headers.get("Authorization", ""))
         if action in self.outer.lose:  # carried out upstream; the client sees a server error instead
             self.outer.lose.discard(action)
             self.outer.lost.append(action)
@@ -293,40 +297,61 @@ class AwsRulesProxy:
         self.answered: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}  # by ClientToken
         self.replayed: list[str] = []  # launches answered from an earlier call's token
         self.replayed_other: list[str] = []  # other calls so answered (CreateLaunchTemplate retried by the SDK ...)
-        # UpdateAutoScalingGroup's rule: each group's mixed instances policy as last given (its query-API fields),
-        # the groups whose policy was put back, and the keys that sign that call (LocalAWS's administrator once
-        # moto enforces IAM; any before)
+        # UpdateAutoScalingGroup's rule: each group's mixed instances policy as last given through the proxy (its
+        # query-API fields), the groups whose policy was kept, and the keys that sign the call that puts it back
+        # once moto checks signatures (LocalAWS's administrator while it enforces IAM; None: moto checks none, and
+        # the policy rides the update itself)
         self.group_policies: dict[str, dict[str, str]] = {}
         self.policies_kept: list[str] = []
         self.policy_failures: list[str] = []
-        self.credentials: tuple[str, str] = ("srifty-aws-rules", "srifty-aws-rules")
+        self.credentials: tuple[str, str] | None = None
         self._lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.proxy = self
 
-    def group_called(self, action: str, form: dict[str, list[str]], region: str) -> None:
-        """After moto carried out ``action`` on an Auto Scaling group: remember the launch specification it named,
-        or, for an update that named none, give the group back the mixed instances policy moto just dropped; forget
-        a deleted group's."""
-        name = (form.get("AutoScalingGroupName") or [""])[0]
-        if action == "DeleteAutoScalingGroup":
-            with self._lock:
-                self.group_policies.pop(name, None)
-            return
-        if any(k.startswith(LAUNCH_SPECIFICATION) for k in form):
-            with self._lock:
-                self.group_policies[name] = {k: v[0] for k, v in form.items() if k.startswith(ASG_POLICY)}
-            return
+    def _group_policy(self, action: str, fields: dict[str, list[str]]) -> tuple[str, dict[str, str] | None]:
+        """The group an update names, and the policy to keep for it: None unless ``action`` is an update that names
+        no launch specification of a group given a mixed instances policy through the proxy."""
+        name = (fields.get("AutoScalingGroupName") or [""])[0]
+        if action != "UpdateAutoScalingGroup" or any(k.startswith(LAUNCH_SPECIFICATION) for k in fields):
+            return name, None
         with self._lock:
-            policy = self.group_policies.get(name)
-        if action != "UpdateAutoScalingGroup" or not policy:
+            return name, self.group_policies.get(name) or None
+
+    def with_group_policy(self, action: str, body: bytes) -> bytes:
+        """The body to forward: while moto checks no signatures, an update that names no launch specification
+        carries the group's policy as well (UpdateAutoScalingGroup's rule), so moto keeps it in the same call."""
+        if self.credentials is not None or action != "UpdateAutoScalingGroup":
+            return body
+        name, policy = self._group_policy(action, urllib.parse.parse_qs(body.decode("latin-1")))
+        if policy is None:
+            return body
+        self.policies_kept.append(name)
+        return body + b"&" + urllib.parse.urlencode(policy).encode("latin-1")
+
+    def group_called(self, action: str, body: bytes, status: int, authorization: str) -> None:
+        """After moto answered ``action`` (``status``): for an Auto Scaling group's it carried out, remember the
+        policy the call named (blank fields too: the AWS provider sends ``SpotMaxPrice=``), forget a deleted group's,
+        and, once moto checks signatures, give an update that named no launch specification the policy back with a
+        call of its own (signed for the region of the client's ``authorization``)."""
+        if status >= 300 or not action.endswith("AutoScalingGroup"):
+            return
+        fields = urllib.parse.parse_qs(body.decode("latin-1"), keep_blank_values=True)
+        name, policy = self._group_policy(action, fields)
+        with self._lock:
+            if action == "DeleteAutoScalingGroup":
+                self.group_policies.pop(name, None)
+            elif any(k.startswith(LAUNCH_SPECIFICATION) for k in fields):
+                self.group_policies[name] = {k: v[0] for k, v in fields.items() if k.startswith(ASG_POLICY)}
+        if policy is None or self.credentials is None:
             return
         upstream = f"{self.upstream.scheme}://{self.upstream.netloc}/"
-        version = (form.get("Version") or ["2011-01-01"])[0]
+        version = (fields.get("Version") or ["2011-01-01"])[0]
         restore = {"Action": action, "Version": version, "AutoScalingGroupName": name, **policy}
         try:
             urllib.request.urlopen(
-                signed_form(upstream, restore, "autoscaling", region, self.credentials), timeout=120
+                signed_form(upstream, restore, "autoscaling", signed_region(authorization), self.credentials),
+                timeout=120,
             ).close()
         except OSError as e:  # the client's own call succeeded and is answered; what failed is recorded
             self.policy_failures.append(f"{name}: {e}")

@@ -1,9 +1,10 @@
 """A local AWS for ``srifty rehearse``: moto's server (EC2, Auto Scaling, S3, IAM, SSM, Secrets Manager, STS) in its
 own process on 127.0.0.1, behind :class:`~.aws_rules.AwsRulesProxy`, which keeps the rules of real AWS that moto does
 not (user data over 16,384 bytes refused, a conditioned s3:ListBucket answered as AWS answers it, idempotent client
-tokens). moto checks every call against IAM once :meth:`LocalAWS.enforce_iam` is on; the nodes then call with the
-credentials of a user that holds exactly the instance role's policy (:meth:`LocalAWS.principal`), the rehearsal itself
-with an administrator's."""
+tokens, IAM's RemoveRoleFromInstanceProfile of an absent role, an Auto Scaling update that keeps the group's mixed
+instances policy). moto checks every call against IAM once :meth:`LocalAWS.enforce_iam` is on; the nodes then call
+with the credentials of a user that holds exactly the instance role's policy (:meth:`LocalAWS.principal`), the
+rehearsal itself with an administrator's."""
 
 from __future__ import annotations
 
@@ -129,8 +130,9 @@ class LocalAWS:
         caller's policies, or none is. Before it is on, the administrator gets a user of its own."""
         if on and self.admin == BOOT_KEYS:
             self.admin = self.principal("srifty-rehearsal-admin", ADMIN_POLICY)
-        if self.proxy is not None:  # the calls the proxy makes itself (UpdateAutoScalingGroup's rule) are signed so
-            self.proxy.credentials = (self.admin["AWS_ACCESS_KEY_ID"], self.admin["AWS_SECRET_ACCESS_KEY"])
+        if self.proxy is not None:  # the call the proxy makes itself (UpdateAutoScalingGroup's rule) is signed so
+            keys = (self.admin["AWS_ACCESS_KEY_ID"], self.admin["AWS_SECRET_ACCESS_KEY"])
+            self.proxy.credentials = keys if on else None
         request = urllib.request.Request(
             f"{self.moto_url}/moto-api/reset-auth", b"0" if on else b"inf", headers={"Content-Type": "text/plain"}
         )
