@@ -205,6 +205,21 @@ def test_removing_a_role_whose_answer_was_lost_is_no_such_entity_not_a_retry_loo
     assert iam.get_instance_profile(InstanceProfileName="lost")["InstanceProfile"]["Roles"] == []
 
 
+def test_a_rule_the_local_aws_could_not_keep_fails_the_rehearsal() -> None:
+    """The proxy's UpdateAutoScalingGroup rule (aws_rules): a policy it could not put back is a failed check in the
+    report, not a silent difference from AWS; nothing when it kept every rule."""
+    from lightning_srifty.provision.rehearsal.aws_rules import AwsRulesProxy
+
+    proxy = AwsRulesProxy("http://127.0.0.1:9")
+    try:
+        assert walk.local_aws_findings(proxy) == [] and walk.local_aws_findings(None) == []
+        proxy.policy_failures.append("fleet-a: <urlopen error [Errno 111] Connection refused>")
+        ((name, ok, detail),) = walk.local_aws_findings(proxy)
+        assert name == "local AWS" and not ok and "fleet-a: <urlopen error" in detail and "mixed instances" in detail
+    finally:
+        proxy.server.server_close()
+
+
 def test_the_cli_lists_rehearse_after_check() -> None:
     from lightning_srifty.cli import COMMANDS
 

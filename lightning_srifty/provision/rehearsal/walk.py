@@ -36,6 +36,7 @@ from lightning_srifty import protocol
 from lightning_srifty.provision.apply import apply, check_folder, destroy
 from lightning_srifty.provision.base import Interrupts
 from lightning_srifty.provision.preflight import ENVIRONMENT_FILE
+from lightning_srifty.provision.rehearsal.aws_rules import AwsRulesProxy
 from lightning_srifty.provision.rehearsal.local_aws import LocalAWS, free_port, port_free
 from lightning_srifty.provision.rehearsal.node import Node, base_python
 from lightning_srifty.provision.terraform import cuda
@@ -613,6 +614,8 @@ class _Walk:
         if self.aws is not None:
             with contextlib.suppress(OSError):
                 self.aws.enforce_iam(False)
+            for name, ok, detail in local_aws_findings(self.aws.proxy):
+                self.check(name, ok, detail)
         if self.applied and self.aws is not None:
             log = self.work / "terraform-destroy.log"
             try:
@@ -781,6 +784,21 @@ def wrong_status_records(s3: Any, bucket: str, prefix: str, fleet: str, nodes: l
         if status.get("exit_code") != 75 or status.get("preempted") is not True:
             wrong.append(f"{node.instance_id}: {status}")
     return wrong
+
+
+def local_aws_findings(proxy: AwsRulesProxy | None) -> list[tuple[str, bool, str]]:
+    """A failed check where the local AWS could not keep a rule of real AWS's that the rehearsal relies on (none
+    when it kept them all): an Auto Scaling group's mixed instances policy that moto dropped and the proxy could not
+    put back leaves a fleet that launches what AWS would not."""
+    if proxy is None or not proxy.policy_failures:
+        return []
+    detail = (
+        "the local AWS could not put back an Auto Scaling group's mixed instances policy after an update that named "
+        "none (AWS keeps it; moto drops it): what the group launched afterwards is not what AWS would launch ("
+        + "; ".join(proxy.policy_failures)[-600:]
+        + ")"
+    )
+    return [("local AWS", False, detail)]
 
 
 def resume_findings(before: Any, started: Any, logs: list[str]) -> list[tuple[str, bool, str]]:
