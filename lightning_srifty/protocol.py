@@ -7,7 +7,7 @@ and the ``launch_id`` of the ``srifty launch`` it belongs to, and is read and wr
 :func:`write_record` / :func:`read_record`:
 
     file                   record       from -> to        what
-    MOVE_REQUEST.json      MoveRequest  job -> launcher   a trigger (drift, price) advises a move: why, reason, plan
+    MOVE_REQUEST.json      MoveRequest  job -> launcher   a trigger (drift, price, deadline) asks a move: why, plan
     LEAVE.json             Leave        launcher -> job   the new fleet is up: checkpoint at the next step and leave
     MOVE_DECLINED.json     MoveDeclined launcher -> job   the move will not happen (its fleet could not be brought
                                                           up, or --max-migrations): train on; ``again``: may ask later
@@ -123,7 +123,7 @@ class Record:
 @dataclass(frozen=True, kw_only=True)
 class MoveRequest(Record):
     FILE: ClassVar[str] = MOVE_REQUEST
-    why: str = ""  # drift, price
+    why: str = ""  # drift, price, deadline (the job's, or the spot guard's)
     reason: str = ""
     from_fleet: str = ""
     to_fleet: str = ""
@@ -157,7 +157,7 @@ class Preempted(Record):
     step: int | None = None
     checkpoint: str = ""
     why: str = ""  # in words, e.g. "spot interruption notice: terminate at 14:02:00 UTC (in 118 s)"
-    trigger: str = "spot"  # spot, sigterm, heartbeat, max-life, drift, price
+    trigger: str = "spot"  # spot, sigterm, heartbeat, max-life, drift, price, deadline
     move: bool = False  # a voluntary move the launcher granted (LEAVE)
     to_fleet: str | None = None
     last_step_unix: float | None = None  # the end of the last step trained before the checkpoint

@@ -8,14 +8,18 @@ validation pause does not count) and, in a background thread so that training ne
 - *drift*: when the measurement is more than ``drift_threshold`` off the plan's prediction for this fleet, the
   measurement calibrates a re-ranking of the remaining work (``predictor.ranking.replan``); with ``predictor_url`` it is
   also posted to ``srifty serve`` as an observation;
+- *deadline*: when, at the measured speed, the current fleet would finish the remaining work after the plan's deadline
+  (a drift under the threshold can do it when the plan had little to spare), the remaining work is re-ranked under
+  what is left of the deadline, and a fleet that meets it is asked for whatever it costs;
 - *price*: when the catalog (``Catalog.load()``: the newest ``srifty catalog refresh`` copy) is not the one the plan was
   made from, the remaining work is re-ranked at today's prices.
 
-When moving saves more than ``savings_threshold`` after the cost of the move, rank 0 writes ``MOVE_REQUEST.json``
-(why, the reason in words, the re-ranked plan) beside the checkpoints and goes on training. ``srifty launch`` brings
-the new fleet up and answers with ``LEAVE.json``; the next step boundary then checkpoints and leaves, as on a spot
-notice. Nobody answering (no launcher) costs nothing: the run just goes on. One request per run; factors measured on
-earlier fleets are kept in ``calibration.json`` so that a job does not move back to a GPU it found slow.
+When moving saves more than ``savings_threshold`` after the cost of the move (or staying misses the deadline), rank 0
+writes ``MOVE_REQUEST.json`` (why, the reason in words, the re-ranked plan) beside the checkpoints and goes on
+training. ``srifty launch`` brings the new fleet up and answers with ``LEAVE.json``; the next step boundary then
+checkpoints and leaves, as on a spot notice. Nobody answering (no launcher) costs nothing: the run just goes on. One
+request per run; factors measured on earlier fleets are kept in ``calibration.json`` so that a job does not move back
+to a GPU it found slow.
 
 Settings from ``srifty launch``: its :class:`~lightning_srifty.protocol.LaunchEnv` (the plan, the fleet of it this
 run is on, the checkpoint folder, the per-rank batches and accumulation that make the global batch, when the plan
@@ -199,7 +203,7 @@ class MigrationTriggers(Callback):
 
     def _check(self, trainer: pl.Trainer, step_s: float, remaining_steps: int | None) -> None:
         from predictor.catalog import Catalog
-        from predictor.ranking.replan import decide_move, drift
+        from predictor.ranking.replan import decide_move, drift, late
 
         profile = self._profile(trainer)
         if profile is None:
@@ -217,17 +221,6 @@ class MigrationTriggers(Callback):
         off = drift(measured, entry.throughput_samples_s)
         catalog = self.catalog_loader() if self.catalog_loader else Catalog.load()
         known = store.read(self._folder, markers.CALIBRATION) or {}
-        why = self._why_replan(off, catalog)
-        if why is None:
-            log.info(
-                "MigrationTriggers: %s at %.1f samples/s, %+.0f%% of the prediction; prices unchanged: no re-plan",
-                entry.fleet,
-                measured,
-                100 * off,
-            )
-            return
-        if why == "drift":
-            _post_observation(self.predictor_url, self._predictor_token, profile, entry.fleet, measured, step_s)
         remaining = (
             Work.of_steps(remaining_steps, gb, accumulation).samples
             if remaining_steps is not None
@@ -235,6 +228,14 @@ class MigrationTriggers(Callback):
         )
         if remaining <= 0:
             return
+        behind = late(self.plan, entry, remaining, measured, self._elapsed_h())
+        why = self._why_replan(off, catalog, behind is not None)
+        if why is None:
+            said = "%s at %.1f samples/s, %+.0f%% of the prediction; prices unchanged; on time: no re-plan"
+            log.info("MigrationTriggers: " + said, entry.fleet, measured, 100 * off)
+            return
+        if why == "drift":
+            _post_observation(self.predictor_url, self._predictor_token, profile, entry.fleet, measured, step_s)
         decision = decide_move(
             profile,
             self.plan,
@@ -256,11 +257,14 @@ class MigrationTriggers(Callback):
             return
         self._ask_launcher(trainer, decision, why, measured)
 
-    def _why_replan(self, off: float, catalog: Any) -> Literal["drift", "price"] | None:
-        """``"drift"`` (the measurement is off the prediction by more than the threshold), ``"price"`` (today's
-        catalog is not the plan's), or None."""
+    def _why_replan(self, off: float, catalog: Any, behind: bool) -> Literal["drift", "price", "deadline"] | None:
+        """``"drift"`` (the measurement is off the prediction by more than the threshold), ``"deadline"`` (``behind``:
+        at the measured speed this fleet finishes after the plan's deadline, a drift under the threshold included),
+        ``"price"`` (today's catalog is not the plan's), or None."""
         if abs(off) > self.drift_threshold:
             return "drift"
+        if behind:
+            return "deadline"
         made_from = (self.plan.catalog_source, self.plan.catalog_snapshot)
         return "price" if (catalog.info.source, catalog.info.snapshot) != made_from else None
 

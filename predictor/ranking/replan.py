@@ -1,8 +1,9 @@
 """Should a running job move to another fleet? Re-rank the work that is left with what the run has measured.
 
-Two triggers of a voluntary move use this (issue #7): *drift* (the measured throughput on the current fleet is off the
-plan's prediction: the observation calibrates the ranking, which may now prefer another fleet) and *price* (a
-refreshed catalog makes another fleet cheaper for the remaining work). Both come down to the same comparison:
+Three triggers of a voluntary move use this (issue #7): *drift* (the measured throughput on the current fleet is off the
+plan's prediction: the observation calibrates the ranking, which may now prefer another fleet), *price* (a
+refreshed catalog makes another fleet cheaper for the remaining work) and *deadline* (at the measured speed the current
+fleet finishes the remaining work after the plan's deadline). They come down to the same comparison:
 
     stay:  the remaining samples at the measured (else predicted) throughput of the current fleet, at its price
     move:  the best fleet of a re-ranking of the remaining samples + what moving costs
@@ -10,7 +11,10 @@ refreshed catalog makes another fleet cheaper for the remaining work). Both come
 Moving is voluntary, so the new fleet is brought up while the old one still trains (see ``srifty launch``): the move
 costs the new fleet's provisioning and restart time (paid, not yet training), one checkpoint save on the old fleet and
 one load on the new, and no lost work. A move is advised only when it saves more than ``threshold`` of the cost (or,
-with the time objective, the time) of staying: a small gain is not worth the risk of a move.
+with the time objective, the time) of staying: a small gain is not worth the risk of a move. The deadline comes
+first: when staying finishes after it and the re-ranking (under what is left of the deadline, at the plan's confidence)
+found a fleet that meets it, the move is advised whatever it costs; a plan's deadline is a promise, its cost a
+preference.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from predictor.exceptions import ConfigError, NoFeasibleConfigError, SriftyError
 from predictor.ranking import Calibration, Constraints, rank
 from predictor.runs.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S, RESTART_S
 
-Why = Literal["drift", "price"]
+Why = Literal["drift", "price", "deadline"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,39 @@ class MoveDecision:
 def drift(measured_throughput: float, predicted_throughput: float) -> float:
     """Relative deviation of the measurement from the prediction (+0.2: 20 % faster than predicted)."""
     return measured_throughput / predicted_throughput - 1.0
+
+
+@dataclass(frozen=True)
+class Late:
+    """Staying finishes after the plan's deadline: the hours the remaining work takes on ``fleet`` (at the measured
+    speed, else the predicted one) and the hours left of the deadline."""
+
+    fleet: str
+    stay_h: float
+    left_h: float
+    measured: bool
+
+    def __str__(self) -> str:
+        speed = "the measured" if self.measured else "the predicted"
+        return (
+            f"at {speed} speed {self.fleet} needs {self.stay_h:,.3g} h for the remaining work and {self.left_h:,.3g} h "
+            "are left of the deadline"
+        )
+
+
+def late(
+    plan: Plan, entry: PlanEntry, remaining_samples: float, measured_throughput: float | None, elapsed_h: float
+) -> Late | None:
+    """Whether staying on ``entry``'s fleet finishes the remaining work after the plan's deadline (None: it does not,
+    or the plan has none). The fleet is running: its start-up is not counted again; a spot fleet's expected
+    interruptions stay in, in proportion."""
+    if plan.constraints.deadline_h is None:
+        return None
+    throughput = measured_throughput or entry.throughput_samples_s
+    training_h = entry.time_h - (entry.startup_s or 0.0) / 3600
+    stay_h = training_h * remaining_samples / plan.constraints.work_samples * entry.throughput_samples_s / throughput
+    left_h = plan.constraints.deadline_h - elapsed_h
+    return Late(entry.fleet, stay_h, left_h, measured_throughput is not None) if stay_h > left_h else None
 
 
 def remaining_constraints(plan: Plan, remaining_samples: float, *, elapsed_h: float = 0.0, spent_usd: float = 0.0):
@@ -113,8 +150,9 @@ def decide_move(
     ``measured_throughput`` (samples/s on the current fleet) calibrates the re-ranking: the factor measured/predicted
     applies to the current fleet's GPU (homogeneous fleets; a mix cannot tell which GPU was off), exactly as an
     observation posted to ``srifty serve`` would. ``known``: factors by GPU measured earlier (on the fleets the job
-    ran on before), applied too, so that a job does not move back to a GPU it already found slow.
-    """
+    ran on before), applied too, so that a job does not move back to a GPU it already found slow. When staying
+    finishes after the deadline (:func:`late`), the re-ranking's target (it meets what is left of the deadline at the
+    plan's confidence) is a move whatever the savings."""
     _check_move(plan, current, remaining_samples, measured_throughput)
     entry = plan.entries[current]
     objective = plan.constraints.objective
@@ -130,30 +168,27 @@ def decide_move(
     constraints = remaining_constraints(plan, remaining_samples, elapsed_h=elapsed_h, spent_usd=spent_usd)
     if constraints is None:
         return decision(False, "the deadline or the budget is already used up: moving cannot help")
-    constraints = replace(constraints, current_fleet=entry.fleet)
     calibration = _calibration(plan, entry, measured_throughput, known)
+    behind = late(plan, entry, remaining_samples, measured_throughput, elapsed_h)
     try:
-        replanned = rank(profile, constraints, catalog=catalog, calibration=calibration)
+        replanned = rank(
+            profile, replace(constraints, current_fleet=entry.fleet), catalog=catalog, calibration=calibration
+        )
     except NoFeasibleConfigError as exc:
-        return decision(False, f"no fleet meets the constraints for the remaining work ({exc}): staying")
+        missed = f"{behind}, and " if behind else ""
+        return decision(False, f"{missed}no fleet meets the constraints for the remaining work ({exc}): staying")
     target = replanned.entries[replanned.chosen]
     if target.fleet == entry.fleet and target.market == entry.market:
-        return decision(False, f"{entry.fleet} is still the best fleet for the remaining work", plan=replanned)
+        still = f"{entry.fleet} is still the best fleet for the remaining work"
+        return decision(False, still + (f" (though {behind})" if behind else ""), plan=replanned)
     migration_usd, downtime_s = _migration(profile, entry, target)
     go = target.time_h + downtime_s / 3600 if objective == "time" else target.cost_usd + migration_usd
     savings = 1.0 - go / stay if stay > 0 else -math.inf
     words = _move_words(target, go, stay, unit, entry, savings, measured_throughput)
-    move = savings > threshold
-    return decision(
-        move,
-        ("move: " if move else f"stay (under the {threshold:.0%} threshold): ") + words,
-        go=go,
-        savings=savings,
-        migration_cost_usd=migration_usd,
-        migration_downtime_s=downtime_s,
-        target=target,
-        plan=replanned,
-    )
+    move = savings > threshold or behind is not None  # the re-ranking's target meets what is left of the deadline
+    said = f"move: {behind}; " if behind else "move: " if move else f"stay (under the {threshold:.0%} threshold): "
+    figures = dict(go=go, savings=savings, migration_cost_usd=migration_usd, migration_downtime_s=downtime_s)
+    return decision(move, said + words, target=target, plan=replanned, **figures)
 
 
 # a decision's figures when there is no move to weigh

@@ -178,3 +178,38 @@ def test_a_declined_move_ends_the_wait_and_the_triggers_check_again_or_stop_aski
     assert not waiting.is_alive()  # the answer ended the wait
     assert read_record(str(tmp_path), MoveDeclined) is None  # taken
     assert (triggers.requested is None) is again  # asks again after the next check, or never in this launch
+
+
+def test_a_fleet_behind_its_deadline_asks_to_move_though_its_drift_is_under_the_threshold(tmp_path, catalog) -> None:
+    """10 % slower than predicted is no drift at the 20 % threshold, but on a plan with little to spare it finishes
+    after the deadline: the deadline trigger re-ranks what is left and asks for a fleet that meets it."""
+    profile = load_profile(
+        {**copy.deepcopy(MINIMAL), "batch": {"per_device": 8}, "timing": {"step_time_s": {"p50": 0.01}}}
+    )
+    c = dict(steps=2_000_000, market="on-demand", allow=("g4dn.xlarge", "g5.xlarge"), max_instances=2, confidence=0.5)
+    free = rank(profile, Constraints(**c), catalog=catalog).entries[0]
+    plan = rank(profile, Constraints(**c, deadline_h=free.time_h * 1.02), catalog=catalog)
+    entry = plan.entries[0]
+    same = Catalog(
+        {it.name: it for it in catalog}, catalog.gpus, CatalogInfo(plan.catalog_source, plan.catalog_snapshot)
+    )
+    triggers = MigrationTriggers(plan, 0, str(tmp_path), profile=profile, catalog_loader=lambda: same, work_from="plan")
+
+    class Trainer:
+        global_step, accumulate_grad_batches, callbacks = 0, 1, []
+
+    triggers.poll_s = 0.01
+    triggers._stop.set()  # do not wait for the launcher's answer
+    step_s = entry.global_batch / (0.9 * entry.throughput_samples_s)
+    triggers._check(Trainer(), step_s, None)
+    (decision,) = triggers.decisions
+    request = markers.read_record(str(tmp_path), markers.MoveRequest)
+    assert decision.why == "deadline" and decision.move and "are left of the deadline" in decision.reason
+    assert request is not None and request.why == "deadline" and request.to_fleet != entry.fleet
+    # on time at the same speed (a deadline with room): nothing asked
+    roomy = replace(plan, constraints=replace(plan.constraints, deadline_h=free.time_h * 2))
+    calm = MigrationTriggers(
+        roomy, 0, str(tmp_path / "calm"), profile=profile, catalog_loader=lambda: same, work_from="plan"
+    )
+    calm._check(Trainer(), step_s, None)
+    assert calm.decisions == []

@@ -14,7 +14,7 @@ from predictor.catalog.instances import with_prices
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
 from predictor.ranking import Constraints, rank
-from predictor.ranking.replan import decide_move, drift
+from predictor.ranking.replan import decide_move, drift, late
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +85,37 @@ def test_no_move_once_the_deadline_is_spent_and_bad_input_is_named(setting, cata
         decide_move(profile, plan, 0, 100.0, why="drift", measured_throughput=0.0, catalog=catalog)
     with pytest.raises(ConfigError, match="remaining_samples"):
         decide_move(profile, plan, 0, 0.0, why="drift", catalog=catalog)
+
+
+def test_a_fleet_that_would_finish_after_the_deadline_moves_whatever_the_move_costs(catalog) -> None:
+    """The deadline is a promise and the cost a preference: a drift that leaves the current fleet finishing after the
+    deadline moves to a fleet the re-ranking found for what is left of it, even a dearer one (before: "stay (under the
+    15% threshold)", and the deadline missed)."""
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    c = dict(steps=200_000, market="on-demand", max_instances=4, allow=("g4dn.xlarge", "p3.2xlarge"))
+    free = rank(profile, Constraints(**c), catalog=catalog).entries[0]
+    plan = rank(profile, Constraints(**c, deadline_h=free.time_h * 1.25), catalog=catalog)
+    entry = plan.entries[0]
+    half = plan.constraints.work_samples / 2
+    slow = 0.4 * entry.throughput_samples_s  # the first half took 2.5x the prediction
+    elapsed = half / slow / 3600
+    behind = late(plan, entry, half, slow, elapsed)
+    assert behind is not None and behind.stay_h > behind.left_h > 0
+    d = decide_move(profile, plan, 0, half, why="drift", measured_throughput=slow, catalog=catalog, elapsed_h=elapsed)
+    assert d.move and d.reason.startswith(f"move: {behind}") and "are left of the deadline" in d.reason
+    assert d.target is not None and d.target.fleet != entry.fleet
+    assert d.target.time_h <= behind.left_h  # the target meets what is left of the deadline
+    assert d.savings < 0.15  # not worth it by cost alone: the rule of savings would have stayed
+    # the same drift with time to spare: the savings decide, as before
+    roomy = replace(plan, constraints=replace(plan.constraints, deadline_h=plan.constraints.deadline_h * 3))
+    assert late(roomy, entry, half, slow, elapsed) is None
+    kept = decide_move(
+        profile, roomy, 0, half, why="drift", measured_throughput=slow, catalog=catalog, elapsed_h=elapsed
+    )
+    assert kept.move == (kept.savings > 0.15)
+    # no fleet meets what is left: staying, and the miss said
+    tight = replace(plan, constraints=replace(plan.constraints, deadline_h=elapsed + 0.01))
+    stuck = decide_move(
+        profile, tight, 0, half, why="drift", measured_throughput=slow, catalog=catalog, elapsed_h=elapsed
+    )
+    assert not stuck.move and "are left of the deadline, and no fleet meets" in stuck.reason

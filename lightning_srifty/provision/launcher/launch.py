@@ -454,7 +454,7 @@ class Launcher:
             return
 
     def _answer_move_request(self, request: MoveRequest) -> None:
-        """The job asks to move (drift, prices) with a re-ranked plan: declined past ``max_migrations``; else the new
+        """The job asks to move (drift, price, deadline) with a new plan: declined past ``max_migrations``; else the new
         fleet is brought up first, while the job trains, and only then is the job told to leave. A new fleet that
         cannot be brought up (no capacity, a failed pre-flight or apply, values over the launcher's own limits: what
         it made is already released) declines the move: the job's fleet is healthy, so the job trains on there. A

@@ -27,7 +27,7 @@ TRIGGER_WORDS = {
     "sigterm": "SIGTERM",
     "drift": "a drift from the prediction",
     "price": "a price change",
-    "deadline": "the spot policy's deadline check",
+    "deadline": "a deadline check (the spot policy's, or the job's at its measured speed)",
 }
 
 
@@ -35,7 +35,7 @@ TRIGGER_WORDS = {
 class Migration:
     when: str
     why: str  # in words, from the job
-    trigger: str  # spot (a notice), sigterm, drift, price
+    trigger: str  # spot (a notice), sigterm, drift, price, deadline
     voluntary: bool
     from_fleet: str
     to_fleet: str
