@@ -25,6 +25,9 @@ from predictor.catalog import Catalog  # noqa: E402
 from predictor.documents.profile import profile_from_dict  # noqa: E402
 from predictor.exceptions import NoFeasibleConfigError  # noqa: E402
 from predictor.ranking import Constraints, rank  # noqa: E402
+from predictor.ranking.replan import decide_move  # noqa: E402
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S  # noqa: E402
+from predictor.runs.spot import RESTART_S as RESTART_S_  # noqa: E402
 from predictor.validation import FLOPS_PER_ITEM, PARAMETERS, SUPERLINEAR_LIMIT, load_points  # noqa: E402
 
 # instance type -> (GPU key in the measurements, GPUs)
@@ -63,19 +66,28 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def sweep() -> None:
-    """Misses and cost at each confidence, over the deadline scenarios of every model and precision."""
-    print("| confidence | deadline scenarios | deadline missed | no fleet found | cost over the oracle's (mean) "
-          "| within 5% of the oracle | worst |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
-    for q in (0.5, 0.8, 0.9, 0.95):
-        rows = [r for r in scenarios(q, SWEEP) if r["scenario"].startswith("cheapest, deadline")]
-        chosen = [r for r in rows if r["chosen"]]
-        regrets = [r["regret"] for r in chosen]
-        print(
-            f"| {q:g} | {len(rows)} | {sum(r['missed_deadline'] for r in rows)} | {len(rows) - len(chosen)} | "
-            f"{statistics.fmean(regrets):.1%} | {sum(x <= 0.05 + 1e-9 for x in regrets)} | x{1 + max(regrets):.2f} |",
-            flush=True,
-        )
+    """Misses and cost at each confidence, over the deadline scenarios of every model and precision: the chosen fleet
+    run as planned, and run with MigrationTriggers (:func:`with_triggers`: measured at its check, moved when
+    ``decide_move`` says so), ranked without and with ``move_if_late`` (the ranking counting that move)."""
+    print("| ranked | confidence | deadline scenarios | no fleet found | as planned: missed | cost over the oracle's "
+          "(mean) | within 5% of the oracle | worst | with MigrationTriggers: missed | moved | cost over the oracle's "
+          "(mean) | within 5% | worst |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for late in (False, True):
+        for q in (0.5, 0.8, 0.9, 0.95):
+            rows = [r for r in scenarios(q, SWEEP, move_if_late=late) if r["scenario"].startswith("cheapest, deadline")]
+            chosen = [r for r in rows if r["chosen"]]
+            regrets = [r["regret"] for r in chosen]
+            steered = [r["triggers_regret"] for r in chosen]
+            print(
+                f"| {'move_if_late' if late else 'as planned'} | {q:g} | {len(rows)} | {len(rows) - len(chosen)} | "
+                f"{sum(r['missed_deadline'] for r in rows)} | {statistics.fmean(regrets):.1%} | "
+                f"{sum(x <= 0.05 + 1e-9 for x in regrets)} | x{1 + max(regrets):.2f} | "
+                f"{sum(r['triggers_missed'] for r in chosen)} | {sum(bool(r['moved_to']) for r in chosen)} | "
+                f"{statistics.fmean(steered):.1%} | {sum(x <= 0.05 + 1e-9 for x in steered)} | "
+                f"x{1 + max(steered):.2f} |",
+                flush=True,
+            )
 
 
 # the sweep's deadlines, each a factor of one candidate's true time: every candidate in turn is just inside (1.05x)
@@ -84,7 +96,10 @@ SWEEP = tuple((it, f) for it in CANDIDATES for f in (1.05, 1.25))
 
 
 def scenarios(
-    confidence: float | None, deadlines: tuple[tuple[str | None, float], ...], say=lambda line: None
+    confidence: float | None,
+    deadlines: tuple[tuple[str | None, float], ...],
+    say=lambda line: None,
+    move_if_late: bool = False,
 ) -> list[dict]:
     """Every model and precision's scenarios: cheapest, cheapest under each deadline (``(candidate, factor)``: the
     factor times that candidate's true time; candidate None: the true fastest time), fastest; ``confidence`` None:
@@ -160,13 +175,14 @@ def scenarios(
                         # the truth is the training alone (published throughput): rank it without the start-up a
                         # new fleet pays, or every short scenario's deadline is missed by the start-up alone
                         startup_s=0,
+                        move_if_late=move_if_late,
                         **({} if confidence is None else {"confidence": confidence}),
                     ),
                     catalog=catalog,
                 )
                 chosen = plan.entries[0].groups[0].instance_type
             except NoFeasibleConfigError:
-                chosen = None  # predicted: no fleet meets the deadline
+                chosen, plan = None, None  # predicted: no fleet meets the deadline
             row = {
                 "model": f"{model} {precision}",
                 "scenario": scenario,
@@ -175,6 +191,9 @@ def scenarios(
                 "regret": (score[chosen] / score[oracle] - 1) if chosen else float("nan"),
                 "missed_deadline": bool(chosen and deadline is not None and true_h[chosen] > deadline),
             }
+            if chosen and deadline is not None:  # the run as MigrationTriggers' first check would steer it
+                h, usd, row["moved_to"] = with_triggers(profile, plan, chosen, tput, price, work, catalog)
+                row["triggers_missed"], row["triggers_regret"] = h > deadline, usd / score[oracle] - 1
             for label, it in NAIVE.items():
                 row[label] = score[it] / score[oracle] - 1
                 row[label + " misses"] = bool(deadline is not None and true_h[it] > deadline)
@@ -184,6 +203,37 @@ def scenarios(
                 f"regret {row['regret']:6.1%}" + ("  (misses the deadline)" if row["missed_deadline"] else "")
             )
     return rows
+
+
+# MigrationTriggers' check after its first steps (``check_every_s``'s default, 600 s: the first check comes after 30
+# steps, the next 600 s on; a step here is well under a second, so the check that matters is 600 s in) and what a
+# voluntary move costs (predictor.runs.spot: the new fleet up while the old trains, then a save, a restart, a load)
+CHECK_S, UP_S, SAVE_S, RESTART_S = 600.0, REPROVISION_S, DEFAULT_CHECKPOINT_S, RESTART_S_
+
+
+def with_triggers(
+    profile, plan, chosen: str, tput: dict, price: dict, work: float, catalog
+) -> tuple[float, float, str]:
+    """(hours, USD, the fleet moved to or "") of the chosen fleet's run as the product steers it when the job carries
+    MigrationTriggers: at the check ``CHECK_S`` in, the true speed is measured and ``decide_move`` (the same function
+    the job calls) weighs staying against the re-ranked remaining work; a move brings the new fleet up while the old
+    trains, then saves, restarts and loads; the new fleet trains the rest at its true speed. One move, as the job asks
+    one; the truth is the published throughput."""
+    speed = tput[chosen]
+    true_s = work / speed
+    if true_s <= CHECK_S:
+        return true_s / 3600, true_s * price[chosen] / 3600, ""
+    remaining = work - speed * CHECK_S
+    d = decide_move(profile, plan, 0, remaining, why="drift", measured_throughput=speed, catalog=catalog,
+                    elapsed_h=CHECK_S / 3600)  # fmt: skip
+    if not d.move or d.target is None:
+        return true_s / 3600, true_s * price[chosen] / 3600, ""
+    to = d.target.groups[0].instance_type
+    left = max(0.0, remaining - speed * UP_S)  # trained while the new fleet comes up
+    new_s = SAVE_S + RESTART_S + SAVE_S + left / tput[to]  # save, restart, load, the rest
+    old_s = CHECK_S + UP_S + SAVE_S
+    hours = (CHECK_S + UP_S + new_s) / 3600
+    return hours, (old_s * price[chosen] + (UP_S + new_s) * price[to]) / 3600, to
 
 
 def summary(rows: list[dict]) -> None:

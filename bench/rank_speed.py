@@ -38,6 +38,17 @@ CASES = [
         Constraints(steps=100_000, max_types=2, max_instances=24, regions=("us-east-1", "us-west-2"), deadline_h=2.0),
     ),
     (
+        "the same, moves when late counted (move_if_late)",
+        Constraints(
+            steps=100_000,
+            max_types=2,
+            max_instances=24,
+            regions=("us-east-1", "us-west-2"),
+            deadline_h=2.0,
+            move_if_late=True,
+        ),
+    ),
+    (
         "3-type mixes (12 most cost-efficient types), 1-8 instances",
         Constraints(steps=100_000, max_types=3, max_instances=8),
     ),

@@ -412,7 +412,8 @@ def _plan_cells(e: PlanEntry, wide: bool) -> dict[str, str]:
         "batch/GPU": e.batch_per_gpu(),
         "layout": e.layout.name if e.layout is not None else "ddp",
         "Pareto": "*" if e.pareto else "",
-        "in time": _chance(e.deadline_probability),
+        # a fleet ranked with its move when late (move_if_late): its chance counts the move
+        "in time": _chance(e.deadline_probability) + (" (moves)" if e.late_move_to else ""),
     }
 
 

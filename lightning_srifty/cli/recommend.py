@@ -22,6 +22,7 @@ CLI_HINTS = {
     "startup_s": "the per-type figure is srifty launch's measurement where it has launched the type",
     "layouts": "pipeline: one stage per node, evaluated and shown, never chosen",
     "allow_arm64": "the training image must be built for arm64",
+    "move_if_late": "add SpotPreemption() and MigrationTriggers() to the Trainer's callbacks (docs/migration.md)",
 }
 WORK = ("steps", "samples", "epochs")  # one of them, required
 

@@ -249,6 +249,18 @@ class PlanEntry:
         min=0,
         max=1,
     )
+    late_move_to: str | None = doc_field(
+        "with move_if_late: the fleet the job moves to when its measured speed says this one misses the deadline (a "
+        "fleet that meets it at the confidence after the check); time_h, cost_usd and deadline_probability count the "
+        "move; absent when the fleet meets the deadline at the confidence on its own",
+        default=None,
+    )
+    late_move_chance: float | None = doc_field(
+        "with late_move_to: the chance the move is made (this fleet's own chance of missing the deadline)",
+        default=None,
+        min=0,
+        max=1,
+    )
     time_interval_h: tuple[float, ...] | None = doc_field(
         "80% interval of time_h from the step-time interval (the start-up is fixed: not scaled with it); absent in "
         "plans made before it was recorded",
@@ -329,6 +341,11 @@ class PlanConstraints:
         default=None,
         min=0.5,
         max=0.999,
+    )
+    move_if_late: bool | None = doc_field(
+        "the job carries MigrationTriggers: on-demand fleets under the confidence on their own were ranked with the "
+        "move its deadline trigger makes when the measured speed is late (absent: not counted)",
+        default=None,
     )
     budget_usd: float | None = doc_field("cost limit", default=None, exclusive_min=0)
     max_hourly_usd: float | None = doc_field("limit on the fleet's price per hour", default=None, exclusive_min=0)

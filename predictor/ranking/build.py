@@ -4,7 +4,7 @@ accumulation), and the plan's notes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -35,6 +35,8 @@ class Scored:
     od_share: np.ndarray | None = None  # per candidate: the deadline policy's expected on-demand share of the work
     deadline_p: np.ndarray | None = None  # per candidate, under a deadline: the chance of finishing by it
     confident_time_h: np.ndarray | None = None  # per candidate, under a deadline: the time at the confidence asked
+    late_target: np.ndarray | None = None  # per candidate, with move_if_late: the candidate moved to when late (-1)
+    late_p: np.ndarray | None = None  # per candidate, with move_if_late: the chance that move is made
 
 
 PIPELINE_NEEDS = (
@@ -166,4 +168,15 @@ def entry(
         on_demand_fallback=(float(scored.od_share[i]) if scored.od_share is not None and cand.market[i] != 0 else None),
         deadline_probability=None if scored.deadline_p is None else round(float(scored.deadline_p[i]), 4),
         layout=entry_layout(layout_of(many, sh), profile, groups),
+        **_late_move(scored, i, types),
     )
+
+
+def _late_move(scored: Scored, i: int, types: list[InstanceType]) -> dict[str, Any]:
+    """Candidate ``i``'s move when measured late (``late_move_to``, ``late_move_chance``); empty when none counted."""
+    j = -1 if scored.late_target is None else int(scored.late_target[i])
+    if j < 0 or scored.late_p is None:
+        return {}
+    groups = _groups(scored, j, int(scored.cand.shape[j]), types)
+    fleet = ",".join(f"{g.instance_type}:{g.count}" for g in groups)
+    return {"late_move_to": fleet, "late_move_chance": round(float(scored.late_p[i]), 4)}

@@ -93,6 +93,13 @@ def _c(default: Any, doc: str, kind: str, *, plan: str | None = "", **spec: Any)
     return field(default=default, metadata={"spec": Spec(doc, kind, plan=plan, **spec)})
 
 
+MOVE_IF_LATE = (
+    "the job carries MigrationTriggers (under srifty launch): an on-demand fleet under the confidence on its own is "
+    "ranked with the move its deadline trigger makes when the measured speed is late, where a surer fleet can still "
+    "finish the work after the check"
+)
+
+
 @dataclass(frozen=True)
 class Constraints:
     """What the user wants.
@@ -137,6 +144,7 @@ class Constraints:
         minimum=0.5,
         maximum=0.999,
     )
+    move_if_late: bool = _c(False, MOVE_IF_LATE, "bool")
     budget_usd: float | None = _c(
         None, "cost limit, US dollars", "number", minimum=0, exclusive=True, service_max=1e12, flag="--budget"
     )
@@ -268,6 +276,7 @@ class Constraints:
             "deadline_h": plan.deadline_h,
             # a plan that does not say held the predicted time (the median) to the deadline
             "confidence": plan.confidence if plan.confidence is not None else 0.5,
+            "move_if_late": bool(plan.move_if_late),
             "budget_usd": plan.budget_usd,
             "objective": "cost" if plan.objective == "cost_per_sample" else plan.objective,  # the same ranking
             "regions": tuple(plan.regions),
@@ -380,6 +389,7 @@ class Constraints:
             deny=tuple(self.deny) or None,
             deadline_h=self.deadline_h,
             confidence=self.confidence,
+            move_if_late=self.move_if_late or None,
             budget_usd=self.budget_usd,
             max_hourly_usd=self.max_hourly_usd,
             min_memory_headroom=self.min_memory_headroom,

@@ -40,8 +40,17 @@ from predictor.ranking.explain import (
 from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
 from predictor.ranking.words import PYTHON, Words, names
-from predictor.runs.odds import DOWN_SPELL_S, Fallback, SpotStats, deadline_odds, expected_with_fallback
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, spot_cost
+from predictor.runs.odds import (
+    DOWN_SPELL_S,
+    LATE_CHECK_S,
+    DeadlineOdds,
+    Fallback,
+    SpotStats,
+    deadline_odds,
+    expected_with_fallback,
+    late_moves,
+)
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, RESTART_S, spot_cost
 from predictor.runs.startup import (
     BILLING_MINIMUM_S,
     BOOT_S,
@@ -121,7 +130,7 @@ def rank(
         + ([current_note] if current_note else [])
         + _startup_notes(constraints, types, entries[0], current, known_startup, words)
         + _outlier_notes(entries, types)
-        + _risk_notes(constraints, scored, ok, key, entries, lambda i: one(i, 0))
+        + _deadline_notes(constraints, scored, ok, key, entries, lambda i: one(i, 0))
         + _validation_notes(profile, work)
     )
     # priced without the deadline (its fallback to on-demand is in the spot fleets' prices): what binds, measured
@@ -323,10 +332,29 @@ def _score(
         wall_s = np.where(guarded, fb.time_s, wall_s)
         cost = np.where(guarded, np.maximum(fb.cost_usd, usd_hr * billed_hours(np.zeros(len(s)))), cost)
         od_share = np.where(guarded, fb.od_share, 0.0)
-    return Scored(
+    scored = Scored(
         many, cand, spot, wall_s / 3600, cost, usd_hr, tuple(constraints.regions), startup, od_share,
         deadline_p=None if odds is None else odds.probability,
         confident_time_h=None if odds is None else odds.time_s / 3600,
+    )  # fmt: skip
+    return _with_late_moves(r, scored, odds, run_s) if odds is not None and constraints.move_if_late else scored
+
+
+def _with_late_moves(r: _Ranking, scored: Scored, odds: DeadlineOdds, run_s: np.ndarray) -> Scored:
+    """The on-demand fleets under the confidence on their own, ranked with the move the job's deadline trigger makes
+    when its measured speed is late (:func:`predictor.runs.odds.late_moves`): their expected time and cost, and
+    their chance of finishing in time, the move counted."""
+    c = r.constraints
+    moves = late_moves(
+        float(c.deadline_h or 0.0) * 3600, c.confidence, odds,
+        sd=scored.many.model_sd[scored.cand.shape], startup_s=scored.startup_s, train_s=run_s,
+        wall_s=scored.time_h * 3600, cost_usd=scored.cost, usd_hr=scored.usd_hr, movable=scored.cand.market == 0,
+        group=scored.cand.region, save_s=r.checkpoint_s, resume_s=RESTART_S + r.checkpoint_s,
+        by_time=c.objective == Objective.TIME,
+    )  # fmt: skip
+    return dataclasses.replace(
+        scored, time_h=moves.time_s / 3600, cost=moves.cost_usd, deadline_p=moves.probability,
+        confident_time_h=moves.confident_time_s / 3600, late_target=moves.target, late_p=moves.move_p,
     )  # fmt: skip
 
 
@@ -542,9 +570,38 @@ def _risk_notes(
             f"{e.fleet} ({e.market}, {fmt('time_h', e.time_h)}, ${e.cost_usd:,.2f}) meets "
             f"{fmt('time_h', constraints.deadline_h)} at {float(scored.deadline_p[i]):.0%}"
         )
+    lower = "--confidence lowers it" + ("" if constraints.move_if_late else "; --move-if-late counts a late move")
+    return [f"{RISK_NOTE} (under the {constraints.confidence:.0%} confidence asked; {lower}): " + "; ".join(said)]
+
+
+def _percent(p: float) -> str:
+    """A chance in whole percents, never a certainty the model cannot give."""
+    return ">99%" if p >= 0.995 else f"{p:.0%}"
+
+
+def _deadline_notes(
+    constraints: Constraints,
+    scored: Scored,
+    ok: np.ndarray,
+    key: np.ndarray,
+    entries: list[PlanEntry],
+    entry_of: Callable[[int], PlanEntry],
+) -> list[str]:
+    """Under a deadline: the fleets left out for risk (:func:`_risk_notes`), the choice's move when late."""
+    return _risk_notes(constraints, scored, ok, key, entries, entry_of) + _late_move_notes(constraints, entries)
+
+
+def _late_move_notes(constraints: Constraints, entries: list[PlanEntry]) -> list[str]:
+    """The choice's move when late (``move_if_late``), in words: its own chance, the move's, what it needs."""
+    e = entries[0] if entries else None
+    if e is None or e.late_move_to is None or e.late_move_chance is None or constraints.deadline_h is None:
+        return []
     return [
-        f"{RISK_NOTE} (under the {constraints.confidence:.0%} confidence asked; --confidence lowers it): "
-        + "; ".join(said)
+        f"move_if_late: {e.fleet} meets {fmt('time_h', constraints.deadline_h)} at {1 - e.late_move_chance:.0%} on "
+        f"its own; when MigrationTriggers measures it late (by {LATE_CHECK_S / 60:.0f} min of training) the job "
+        f"moves to {e.late_move_to}, which meets what is left: {_percent(e.deadline_probability or 0)} with the "
+        "move. Its time and cost are the expectation of the two ways. The Trainer must carry SpotPreemption() and "
+        "MigrationTriggers(), run by srifty launch (docs/migration.md)"
     ]
 
 

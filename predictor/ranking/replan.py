@@ -90,7 +90,9 @@ def late(
     if plan.constraints.deadline_h is None:
         return None
     throughput = measured_throughput or entry.throughput_samples_s
-    training_h = entry.time_h - (entry.startup_s or 0.0) / 3600
+    training_h = plan.constraints.work_samples / entry.throughput_samples_s / 3600
+    if entry.late_move_to is None:  # its time is its own (not the expectation of a move): interruptions and all
+        training_h = max(training_h, entry.time_h - (entry.startup_s or 0.0) / 3600)
     stay_h = training_h * remaining_samples / plan.constraints.work_samples * entry.throughput_samples_s / throughput
     left_h = plan.constraints.deadline_h - elapsed_h
     return Late(entry.fleet, stay_h, left_h, measured_throughput is not None) if stay_h > left_h else None
@@ -98,14 +100,22 @@ def late(
 
 def remaining_constraints(plan: Plan, remaining_samples: float, *, elapsed_h: float = 0.0, spent_usd: float = 0.0):
     """The plan's constraints for the work that is left: the same objective, markets and limits; what is left of
-    the deadline and the budget; savings measured against the current fleet."""
+    the deadline and the budget; savings measured against the current fleet. No move when late is counted: the
+    re-ranking is that move (the run's speed is measured)."""
     c = plan.constraints
     deadline = None if c.deadline_h is None else c.deadline_h - elapsed_h
     budget = None if c.budget_usd is None else c.budget_usd - spent_usd
     if (deadline is not None and deadline <= 0) or (budget is not None and budget <= 0):
         return None
+    # move_if_late off: the speed is measured now, and this is the move it counted on
     return Constraints.from_plan(
-        c, samples=remaining_samples, deadline_h=deadline, budget_usd=budget, current_fleet=None, top=5
+        c,
+        samples=remaining_samples,
+        deadline_h=deadline,
+        budget_usd=budget,
+        current_fleet=None,
+        top=5,
+        move_if_late=False,
     )
 
 

@@ -158,3 +158,112 @@ def confidence_factor(entry: Any, confidence: float | None) -> float:
         return 1.0
     sd = max(0.0, math.log(max(interval[1], entry.iteration_time_s) / entry.iteration_time_s) / Z80)
     return math.exp(z_of(confidence) * sd)
+
+
+# When a job that carries MigrationTriggers has measured its speed: its first check comes after 30 steps, the next
+# ``check_every_s`` (default 600 s) on; the later one is counted (a first check of a few seconds' steps may be noisy).
+LATE_CHECK_S = 600.0
+# The least expected saving over its target a late move must bring to be counted: a preference, not physics (a move
+# disrupts a run; MigrationTriggers asks 15 % of a voluntary one). On the decision scenarios 0 / 5 / 10 % gave 66 /
+# 64 / 62 of 85 picks within 5 % of the oracle with the move made, and 7 / 5 / 3 runs relying on it.
+LATE_MOVE_GAIN = 0.05
+
+
+@dataclass(frozen=True)
+class LateMoves:
+    """Arrays aligned with the candidates; ``target`` is -1 where no move is counted (the fleet meets the deadline
+    at the confidence on its own, or no move is expected to be worth it)."""
+
+    target: np.ndarray  # the candidate the job moves to when measured late
+    move_p: np.ndarray  # the chance the move is made: the fleet's own chance of missing the deadline
+    probability: np.ndarray  # the chance of finishing by the deadline, the move counted
+    time_s: np.ndarray  # expected wall time, the move counted
+    cost_usd: np.ndarray  # expected cost, the move counted
+    confident_time_s: np.ndarray  # the time at the confidence, the move counted
+
+
+def late_moves(
+    deadline_s: float,
+    confidence: float,
+    odds: DeadlineOdds,
+    *,
+    sd: np.ndarray,
+    startup_s: np.ndarray,
+    train_s: np.ndarray,
+    wall_s: np.ndarray,
+    cost_usd: np.ndarray,
+    usd_hr: np.ndarray,
+    movable: np.ndarray,
+    group: np.ndarray,
+    save_s: float,
+    resume_s: float,
+    by_time: bool,
+) -> LateMoves:
+    """What a deadline is worth to a job that moves when its measured speed says it will be late (MigrationTriggers'
+    deadline trigger, :func:`predictor.ranking.replan.late`): an on-demand fleet whose own chance is under
+    ``confidence`` is tried first when a surer fleet can still finish all of the work after the check.
+
+    The move, in time: the fleet's start-up, :data:`LATE_CHECK_S` of training, the target's start-up (the fleet
+    trains on meanwhile), a save (``save_s``), a restart and a load (``resume_s``), then the whole work on the target
+    (what was trained before the move is not counted: conservative). The target is, among the ``movable`` candidates
+    of the same ``group`` (the region), the cheapest (``by_time``: the fastest) whose time at the confidence fits
+    that; the job's own re-ranking at the check may find a better one. The chance of finishing is at least the larger
+    of the fleet's own chance and the target's in that room, whatever the two predictions' errors have in common: the
+    run ends in time when the fleet meets the deadline, and when it does not the job moves to a target that meets it;
+    so ``max`` is a lower bound, with no assumption of independence. Expected time and cost: the fleet's own with its
+    chance, the move's otherwise (the fleet billed to its save, the target from its request). A move is counted only
+    on a ``movable`` fleet under the confidence on its own and expected to beat its target by the objective by
+    :data:`LATE_MOVE_GAIN`; the time at the confidence is then the lesser of the two ways (each at the quantile of
+    its own prediction), within the deadline exactly when the probability is at least ``confidence``. The chance
+    assumes the move goes to the target named (the job's re-ranking moves to one that meets what is left)."""
+    n = len(train_s)
+    sd = np.minimum(np.nan_to_num(np.asarray(sd, float), nan=MAX_SD), MAX_SD)
+    own_q = startup_s + train_s * np.exp(z_of(confidence) * sd)  # a target's time at the confidence, from its request
+    lead = startup_s + LATE_CHECK_S + save_s + resume_s  # the fleet's part before the target's own time counts
+    target = _cheapest_within(deadline_s - lead, own_q, wall_s if by_time else cost_usd, movable, group)
+    t = np.maximum(target, 0)
+    p_own = np.asarray(odds.probability, float)
+    room = deadline_s - lead - startup_s[t]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.log(np.where(room > 0, room, np.nan) / train_s[t]) / sd[t]
+    x = np.where(room > 0, np.where(sd[t] > 0, x, np.where(train_s[t] <= room, np.inf, -np.inf)), -np.inf)
+    miss = 1.0 - p_own
+    time = (1 - miss) * wall_s + miss * (lead + startup_s[t] + train_s[t])
+    moved_cost = usd_hr * (startup_s + LATE_CHECK_S + startup_s[t] + save_s) / 3600 + cost_usd[t]
+    cost = (1 - miss) * cost_usd + miss * moved_cost
+    gain = 1 - LATE_MOVE_GAIN
+    better = (time < wall_s[t] * gain) if by_time else (cost < cost_usd[t] * gain)
+    counted = (target >= 0) & movable & (target != np.arange(n)) & (p_own < confidence) & better
+    return LateMoves(
+        np.where(counted, target, -1),
+        np.where(counted, miss, 0.0),
+        np.where(counted, np.maximum(p_own, normal_cdf(x)), p_own),
+        np.where(counted, time, wall_s),
+        np.where(counted, cost, cost_usd),
+        np.where(counted, np.minimum(odds.time_s, lead + own_q[t]), odds.time_s),
+    )
+
+
+def _cheapest_within(room: np.ndarray, need: np.ndarray, key: np.ndarray, movable: np.ndarray, group: np.ndarray):
+    """For each candidate, the ``movable`` candidate of its ``group`` with the least ``key`` among those whose
+    ``need`` is within the candidate's ``room`` (-1: none). A running minimum over the targets sorted by need, looked
+    up by the room: O(n log n) for a million candidates."""
+    out = np.full(len(room), -1)
+    for g in np.unique(group):
+        mine = group == g
+        pool = np.flatnonzero(movable & mine)
+        if not len(pool):
+            continue
+        pool = pool[np.argsort(need[pool], kind="stable")]
+        keys = key[pool]
+        best = pool[_running_argmin(keys)]
+        at = np.searchsorted(need[pool], room[mine], side="right") - 1
+        out[mine] = np.where(at >= 0, best[np.maximum(at, 0)], -1)
+    return out
+
+
+def _running_argmin(values: np.ndarray) -> np.ndarray:
+    """Index of the least value of ``values[: i + 1]`` for every ``i`` (the first of equals)."""
+    running = np.minimum.accumulate(values)
+    is_new = np.concatenate(([True], values[1:] < running[:-1]))
+    return np.maximum.accumulate(np.where(is_new, np.arange(len(values)), 0))

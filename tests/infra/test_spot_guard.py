@@ -292,7 +292,7 @@ def test_as_the_deadline_nears_a_spot_fleet_is_moved_to_on_demand_up_first(spot_
     assert rec.calls[:5] == [("up", "f-1"), ("start", "f-1"), ("up", "f-2"), ("start", "f-2"), ("down", "f-1")]
     (move,) = result["moves"]
     assert (move.trigger, move.voluntary) == ("deadline", True)
-    assert "the spot policy's deadline check" in move.describe()
+    assert "a deadline check (the spot policy's" in move.describe()
     assert any("(the hard rule): on-demand" in line for line in result["echo"]), result["echo"]
 
 
