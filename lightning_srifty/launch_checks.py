@@ -45,8 +45,8 @@ def refuse_idle_gpus(trainer: Any) -> None:
 
 def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str]:
     """What the running Trainer does differently from what ``srifty launch`` planned for this fleet: the strategy
-    (sharded or not), the accumulation, this rank's batch per micro-step, the checkpoint to resume from. Empty
-    outside a launch or when they agree."""
+    (sharded or not), the accumulation, this rank's batch per micro-step, the move when late the plan counted on,
+    the checkpoint to resume from. Empty outside a launch or when they agree."""
     launch = launch or LaunchEnv.from_env()
     if launch is None:
         return []
@@ -84,6 +84,9 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
                 'Trainer(strategy="srifty_auto"), which re-cuts it, or build it with '
                 "batch_size=launch_settings().batch_size (the same training as the profiled one)"
             )
+    unwatched = _late_move_unwatched(trainer, launch)
+    if unwatched:
+        out.append(unwatched)
     if launch.resume and launch.resume != RESUME_LATEST and not getattr(trainer, "ckpt_path", None):
         out.append(
             f"the launcher resumes this job from {launch.resume}, but fit() got no ckpt_path: the run starts over. "
@@ -93,20 +96,45 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
     return out
 
 
-def _planned_model(launch: LaunchEnv) -> str | None:
-    """The model the launch's plan was made for (its ``model``), or None when the plan cannot be read here."""
+def _plan_data(launch: LaunchEnv) -> Any:
+    """The launch's plan as its JSON (a dict), or None when it cannot be read here."""
     from lightning_srifty import store
 
     try:
         if "://" in launch.plan:
             folder, _, name = launch.plan.rpartition("/")
-            data = store.read(folder, name)
-        else:
-            data = json.loads(Path(launch.plan).read_text()) if launch.plan else None
+            return store.read(folder, name)
+        return json.loads(Path(launch.plan).read_text()) if launch.plan else None
     except Exception:  # noqa: BLE001 - a comparison, never a failure
         return None
+
+
+def _planned_model(launch: LaunchEnv) -> str | None:
+    """The model the launch's plan was made for (its ``model``), or None when the plan cannot be read here."""
+    data = _plan_data(launch)
     model = data.get("model") if isinstance(data, dict) else getattr(data, "model", None)
     return str(model) if model else None
+
+
+def _late_move_unwatched(trainer: Any, launch: LaunchEnv) -> str | None:
+    """The plan counted on a move when this fleet is late (``move_if_late``) and the Trainer carries no
+    MigrationTriggers to make it: what to do, or None."""
+    data = _plan_data(launch)
+    entries = data.get("entries") if isinstance(data, dict) else None
+    choice = launch.choice if launch.choice is not None else (data or {}).get("chosen", 0)
+    if not isinstance(entries, list) or not 0 <= int(choice) < len(entries):
+        return None
+    entry = entries[int(choice)]
+    target, chance = entry.get("late_move_to"), entry.get("late_move_chance")
+    names = {type(cb).__name__ for cb in getattr(trainer, "callbacks", None) or ()}
+    if not target or "MigrationTriggers" in names:
+        return None
+    own = f" ({1 - float(chance):.0%})" if isinstance(chance, (int, float)) else ""
+    return (
+        f"the plan meets its deadline on this fleet by moving to {target} if it is measured late (move_if_late), and "
+        f"the Trainer carries no MigrationTriggers to make that move: add MigrationTriggers() beside SpotPreemption() "
+        f"to its callbacks, or the deadline rests on this fleet's own chance{own}"
+    )
 
 
 def _simple(name: str) -> str:

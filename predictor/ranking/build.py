@@ -37,6 +37,7 @@ class Scored:
     confident_time_h: np.ndarray | None = None  # per candidate, under a deadline: the time at the confidence asked
     late_target: np.ndarray | None = None  # per candidate, with move_if_late: the candidate moved to when late (-1)
     late_p: np.ndarray | None = None  # per candidate, with move_if_late: the chance that move is made
+    late_ranges: tuple[np.ndarray, np.ndarray] | None = None  # with move_if_late: the (N, 2) time (s), cost intervals
 
 
 PIPELINE_NEEDS = (
@@ -151,8 +152,13 @@ def entry(
         throughput_samples_s=float(many.throughput_samples_s[sh]),
         time_h=float(scored.time_h[i]),
         cost_usd=cost,
-        time_interval_h=scaled_interval(float(scored.time_h[i]), float(scored.startup_s[i]) / 3600, lo, hi),
-        cost_interval_usd=scaled_interval(cost, float(scored.usd_hr[i]) * float(scored.startup_s[i]) / 3600, lo, hi),
+        **{
+            "time_interval_h": scaled_interval(float(scored.time_h[i]), float(scored.startup_s[i]) / 3600, lo, hi),
+            "cost_interval_usd": scaled_interval(
+                cost, float(scored.usd_hr[i]) * float(scored.startup_s[i]) / 3600, lo, hi
+            ),
+            **_late_move(scored, i, types),
+        },
         expected_interruptions=float(spot.expected_interruptions[i]),
         interruption_overhead_s=float(spot.per_interruption_s[i]),
         risk=cast(Risk, str(risk_label(spot.expected_interruptions[i : i + 1])[0])),  # its labels are Risk values
@@ -168,7 +174,6 @@ def entry(
         on_demand_fallback=(float(scored.od_share[i]) if scored.od_share is not None and cand.market[i] != 0 else None),
         deadline_probability=None if scored.deadline_p is None else round(float(scored.deadline_p[i]), 4),
         layout=entry_layout(layout_of(many, sh), profile, groups),
-        **_late_move(scored, i, types),
     )
 
 
@@ -179,4 +184,8 @@ def _late_move(scored: Scored, i: int, types: list[InstanceType]) -> dict[str, A
         return {}
     groups = _groups(scored, j, int(scored.cand.shape[j]), types)
     fleet = ",".join(f"{g.instance_type}:{g.count}" for g in groups)
-    return {"late_move_to": fleet, "late_move_chance": round(float(scored.late_p[i]), 4)}
+    out: dict[str, Any] = {"late_move_to": fleet, "late_move_chance": round(float(scored.late_p[i]), 4)}
+    if scored.late_ranges is not None:  # the run's intervals, the move counted (not the fleet's own)
+        (t_lo, t_hi), (c_lo, c_hi) = (tuple(float(v) for v in r[i]) for r in scored.late_ranges)
+        out.update(time_interval_h=(t_lo / 3600, t_hi / 3600), cost_interval_usd=(c_lo, c_hi))
+    return out

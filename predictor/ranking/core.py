@@ -355,6 +355,7 @@ def _with_late_moves(r: _Ranking, scored: Scored, odds: DeadlineOdds, run_s: np.
     return dataclasses.replace(
         scored, time_h=moves.time_s / 3600, cost=moves.cost_usd, deadline_p=moves.probability,
         confident_time_h=moves.confident_time_s / 3600, late_target=moves.target, late_p=moves.move_p,
+        late_ranges=(moves.time_range_s, moves.cost_range_usd),
     )  # fmt: skip
 
 
@@ -538,6 +539,7 @@ def _validation_notes(profile: Profile, work: Work) -> list[str]:
     return [text + "; the times above are training only: validation is not in them"]
 
 
+LATE_MOVE_NOTE = "move_if_late:"  # how the note of the choice's move when late begins (the CLI shows it)
 RISK_NOTE = "left out for risk"  # how the note of the fleets the confidence alone left out begins (the CLI shows it)
 
 
@@ -597,7 +599,7 @@ def _late_move_notes(constraints: Constraints, entries: list[PlanEntry]) -> list
     if e is None or e.late_move_to is None or e.late_move_chance is None or constraints.deadline_h is None:
         return []
     return [
-        f"move_if_late: {e.fleet} meets {fmt('time_h', constraints.deadline_h)} at {1 - e.late_move_chance:.0%} on "
+        f"{LATE_MOVE_NOTE} {e.fleet} meets {fmt('time_h', constraints.deadline_h)} at {1 - e.late_move_chance:.0%} on "
         f"its own; when MigrationTriggers measures it late (by {LATE_CHECK_S / 60:.0f} min of training) the job "
         f"moves to {e.late_move_to}, which meets what is left: {_percent(e.deadline_probability or 0)} with the "
         "move. Its time and cost are the expectation of the two ways. The Trainer must carry SpotPreemption() and "

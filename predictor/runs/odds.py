@@ -180,6 +180,8 @@ class LateMoves:
     time_s: np.ndarray  # expected wall time, the move counted
     cost_usd: np.ndarray  # expected cost, the move counted
     confident_time_s: np.ndarray  # the time at the confidence, the move counted
+    time_range_s: np.ndarray  # (N, 2) the run's 80% interval of time, the move counted (nan: no move counted)
+    cost_range_usd: np.ndarray  # (N, 2) the same of its cost
 
 
 def late_moves(
@@ -234,6 +236,7 @@ def late_moves(
     gain = 1 - LATE_MOVE_GAIN
     better = (time < wall_s[t] * gain) if by_time else (cost < cost_usd[t] * gain)
     counted = (target >= 0) & movable & (target != np.arange(n)) & (p_own < confidence) & better
+    ranges = _ranges(deadline_s, sd, startup_s, train_s, wall_s, cost_usd, usd_hr, t, lead, moved_cost, time, cost)
     return LateMoves(
         np.where(counted, target, -1),
         np.where(counted, miss, 0.0),
@@ -241,7 +244,26 @@ def late_moves(
         np.where(counted, time, wall_s),
         np.where(counted, cost, cost_usd),
         np.where(counted, np.minimum(odds.time_s, lead + own_q[t]), odds.time_s),
+        *(np.where(counted[:, None], r, np.nan) for r in ranges),
     )
+
+
+def _ranges(deadline_s, sd, startup_s, train_s, wall_s, cost_usd, usd_hr, t, lead, moved_cost, time, cost):
+    """The 80% intervals of a run that moves when late (arrays of :func:`late_moves`): it is at its p10 no later than
+    the fleet's own p10 (a fast fleet does not move), and at its p90 no later than the deadline or the move's p90,
+    whichever is later (the fleet is on time, or the job moves and the target is within its p90: one of the two
+    happens with at least 90 %, whatever they share); its cost likewise, the fleet billed to the deadline on time. Each
+    contains its expectation."""
+    spread = np.exp(Z80 * sd)
+    own_lo = startup_s + train_s / spread
+    target_hi = startup_s[t] + train_s[t] * spread[t]
+    moved_hi = lead + target_hi
+    moved_cost_hi = moved_cost + cost_usd[t] * (target_hi / np.maximum(wall_s[t], 1e-9) - 1)
+    time_range = np.stack([np.minimum(own_lo, time), np.maximum(np.maximum(deadline_s, moved_hi), time)], axis=1)
+    on_time_cost = usd_hr * deadline_s / 3600
+    cost_lo = np.minimum(cost_usd * own_lo / np.maximum(wall_s, 1e-9), cost)
+    cost_range = np.stack([cost_lo, np.maximum(np.maximum(on_time_cost, moved_cost_hi), cost)], axis=1)
+    return time_range, cost_range
 
 
 def _cheapest_within(room: np.ndarray, need: np.ndarray, key: np.ndarray, movable: np.ndarray, group: np.ndarray):

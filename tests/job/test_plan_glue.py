@@ -4,6 +4,7 @@ and accumulation; what a script does otherwise is named at the start of training
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import types
@@ -357,3 +358,26 @@ def test_a_plan_made_for_another_model_is_named_under_a_launch(tmp_path) -> None
     assert "'resnet50' (its profile), this Trainer trains MLP" in said and "srifty recommend --profile" in said
     plan.write_text(json.dumps({"schema": "srifty.plan/v1", "model": "MLP"}))
     assert not [m for m in launch_mismatches(trainer, launch) if "the plan was made for" in m]
+
+
+def test_a_plan_that_counts_a_move_when_late_names_the_missing_migration_triggers(tmp_path) -> None:
+    """A plan made with move_if_late meets its deadline on this fleet by moving if it is measured late: a Trainer
+    without MigrationTriggers would never move, so the launch says so (with the fleet's own chance); with it, or on
+    an entry that counts no move, nothing is said."""
+    from lightning_srifty.migrate.preemption import SpotPreemption
+    from lightning_srifty.migrate.triggers import MigrationTriggers
+
+    plan = tmp_path / "plan.json"
+    moving = {"late_move_to": "g4dn.xlarge:2", "late_move_chance": 0.5}
+    plan.write_text(json.dumps({"schema": "srifty.plan/v1", "chosen": 0, "entries": [moving, {}]}))
+    launch = LaunchEnv(launch_id="L1", checkpoint_uri=str(tmp_path), plan=str(plan), choice=0)
+    bare = types.SimpleNamespace(strategy=DDPStrategy(), accumulate_grad_batches=1, callbacks=[SpotPreemption()])
+    (said,) = [m for m in launch_mismatches(bare, launch) if "move_if_late" in m]
+    assert "moving to g4dn.xlarge:2 if it is measured late" in said and "own chance (50%)" in said
+    assert "add MigrationTriggers()" in said
+    watched = types.SimpleNamespace(
+        **{**vars(bare), "callbacks": [SpotPreemption(), MigrationTriggers.__new__(MigrationTriggers)]}
+    )
+    assert not [m for m in launch_mismatches(watched, launch) if "move_if_late" in m]
+    second = dataclasses.replace(launch, choice=1)  # an entry that counts no move
+    assert not [m for m in launch_mismatches(bare, second) if "move_if_late" in m]

@@ -72,11 +72,16 @@ def test_the_chance_is_a_lower_bound_whatever_the_errors_share() -> None:
     _, moves, startup, train, sd, _ = _two(deadline)
     lead = 300 + LATE_CHECK_S + SAVE_S + RESUME_S
     z = np.random.default_rng(7).standard_normal((2, 200_000))
+    lo, hi = moves.time_range_s[0]
+    assert np.isnan(moves.time_range_s[1]).all()  # no move counted: the fleet's own interval stands
     for shared in (z[0], z[1], -z[0]):
         own = startup[0] + train[0] * np.exp(sd[0] * z[0])
         moved = lead + startup[1] + train[1] * np.exp(sd[1] * shared)
         in_time = (own <= deadline) | (moved <= deadline)
         assert in_time.mean() >= moves.probability[0] - 0.005
+        run = np.where(own <= deadline, own, moved)  # the policy's time
+        assert np.mean(run <= hi) >= 0.9 - 0.005 and np.mean(run <= lo) >= 0.1 - 0.005  # an 80% interval, bounded
+        assert lo <= moves.time_s[0] <= hi
 
 
 def test_the_time_at_the_confidence_meets_the_deadline_exactly_when_the_chance_does() -> None:
@@ -131,6 +136,13 @@ def test_the_ranking_tries_the_cheap_fleet_first_and_the_plan_names_the_move(pla
     assert chosen.fleet == free.fleet and chosen.late_move_to == sure.fleet
     assert chosen.late_move_chance == pytest.approx(0.5, abs=0.01)
     assert chosen.deadline_probability >= 0.9 and chosen.cost_usd < sure.cost_usd
+    # the run's interval, the move counted: by the deadline at its p90 (the fleet's own p90 is past it)
+    assert (
+        chosen.time_interval_h[0]
+        < chosen.time_h
+        < chosen.time_interval_h[1]
+        == pytest.approx(plain.constraints.deadline_h)
+    )
     assert moving.constraints.move_if_late is True and plain.constraints.move_if_late is None
     note = next(n for n in moving.notes if n.startswith("move_if_late:"))
     assert f"moves to {sure.fleet}" in note and "MigrationTriggers()" in note and "at 50% on its own" in note

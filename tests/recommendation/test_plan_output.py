@@ -200,3 +200,21 @@ def test_a_spot_row_priced_with_the_deadlines_fallback_says_so_on_the_row(catalo
     row = next(line for line in text.splitlines() if f" {fleet} " in line)
     assert f"+{share:.0%} OD" in row, row
     assert "+N% OD: the expected share of the work the deadline policy runs on demand" in text
+
+
+def test_recommend_takes_move_if_late_and_the_table_says_which_fleet_moves(tmp_path, capsys) -> None:
+    import json
+
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps(MINIMAL))
+    argv = ["recommend", "--profile", str(profile), "--steps", "200000", "--market", "on-demand", "--deadline", "41h"]
+    argv += ["--allow", "g4dn.xlarge,p3.2xlarge", "--max-instances", "4"]
+    assert main([*argv, "--out", str(tmp_path / "sure.json")]) == 0
+    sure = capsys.readouterr().out
+    assert "(moves)" not in sure and "--move-if-late counts a late move" in sure
+    assert main([*argv, "--move-if-late", "--out", str(tmp_path / "moving.json")]) == 0
+    out = capsys.readouterr().out
+    assert "(moves)" in out and "move_if_late: g4dn.xlarge:1 meets 41 h" in out
+    plan = json.loads((tmp_path / "moving.json").read_text())
+    assert plan["constraints"]["move_if_late"] is True and plan["entries"][0]["late_move_to"]
+    assert json.loads((tmp_path / "sure.json").read_text())["entries"][0]["fleet"] == plan["entries"][0]["late_move_to"]
