@@ -350,7 +350,7 @@ def _with_late_moves(r: _Ranking, scored: Scored, odds: DeadlineOdds, run_s: np.
         sd=scored.many.model_sd[scored.cand.shape], startup_s=scored.startup_s, train_s=run_s,
         wall_s=scored.time_h * 3600, cost_usd=scored.cost, usd_hr=scored.usd_hr, movable=scored.cand.market == 0,
         group=scored.cand.region, save_s=r.checkpoint_s, resume_s=RESTART_S + r.checkpoint_s,
-        by_time=c.objective == Objective.TIME,
+        by_time=c.objective == Objective.TIME, cost_cap=c.budget_usd if c.budget_usd is not None else math.inf,
     )  # fmt: skip
     return dataclasses.replace(
         scored, time_h=moves.time_s / 3600, cost=moves.cost_usd, deadline_p=moves.probability,

@@ -200,6 +200,7 @@ def late_moves(
     save_s: float,
     resume_s: float,
     by_time: bool,
+    cost_cap: float = math.inf,
 ) -> LateMoves:
     """What a deadline is worth to a job that moves when its measured speed says it will be late (MigrationTriggers'
     deadline trigger, :func:`predictor.ranking.replan.late`): an on-demand fleet whose own chance is under
@@ -215,37 +216,42 @@ def late_moves(
     so ``max`` is a lower bound, with no assumption of independence. Expected time and cost: the fleet's own with its
     chance, the move's otherwise (the fleet billed to its save, the target from its request). A move is counted only
     on a ``movable`` fleet under the confidence on its own and expected to beat its target by the objective by
-    :data:`LATE_MOVE_GAIN`; the time at the confidence is then the lesser of the two ways (each at the quantile of
-    its own prediction), within the deadline exactly when the probability is at least ``confidence``. The chance
-    assumes the move goes to the target named (the job's re-ranking moves to one that meets what is left)."""
-    n = len(train_s)
+    :data:`LATE_MOVE_GAIN`, and where the move's own cost fits ``cost_cap`` (a budget); the time at the confidence
+    is then the lesser of the two ways (each at the quantile of its own prediction), within the deadline exactly when
+    the probability is at least ``confidence``. The chance assumes the move goes to the target named (the job's
+    re-ranking moves to one that meets what is left)."""
     sd = np.minimum(np.nan_to_num(np.asarray(sd, float), nan=MAX_SD), MAX_SD)
     own_q = startup_s + train_s * np.exp(z_of(confidence) * sd)  # a target's time at the confidence, from its request
     lead = startup_s + LATE_CHECK_S + save_s + resume_s  # the fleet's part before the target's own time counts
     target = _cheapest_within(deadline_s - lead, own_q, wall_s if by_time else cost_usd, movable, group)
     t = np.maximum(target, 0)
     p_own = np.asarray(odds.probability, float)
-    room = deadline_s - lead - startup_s[t]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = np.log(np.where(room > 0, room, np.nan) / train_s[t]) / sd[t]
-    x = np.where(room > 0, np.where(sd[t] > 0, x, np.where(train_s[t] <= room, np.inf, -np.inf)), -np.inf)
+    p_target = _within(deadline_s - lead - startup_s[t], train_s[t], sd[t])
     miss = 1.0 - p_own
     time = (1 - miss) * wall_s + miss * (lead + startup_s[t] + train_s[t])
     moved_cost = usd_hr * (startup_s + LATE_CHECK_S + startup_s[t] + save_s) / 3600 + cost_usd[t]
     cost = (1 - miss) * cost_usd + miss * moved_cost
-    gain = 1 - LATE_MOVE_GAIN
-    better = (time < wall_s[t] * gain) if by_time else (cost < cost_usd[t] * gain)
-    counted = (target >= 0) & movable & (target != np.arange(n)) & (p_own < confidence) & better
+    better = (time < wall_s[t] * (1 - LATE_MOVE_GAIN)) if by_time else (cost < cost_usd[t] * (1 - LATE_MOVE_GAIN))
+    counted = (target >= 0) & (target != np.arange(len(t))) & movable & better & (p_own < confidence)
+    counted &= moved_cost <= cost_cap
     ranges = _ranges(deadline_s, sd, startup_s, train_s, wall_s, cost_usd, usd_hr, t, lead, moved_cost, time, cost)
     return LateMoves(
         np.where(counted, target, -1),
         np.where(counted, miss, 0.0),
-        np.where(counted, np.maximum(p_own, normal_cdf(x)), p_own),
+        np.where(counted, np.maximum(p_own, p_target), p_own),
         np.where(counted, time, wall_s),
         np.where(counted, cost, cost_usd),
         np.where(counted, np.minimum(odds.time_s, lead + own_q[t]), odds.time_s),
         *(np.where(counted[:, None], r, np.nan) for r in ranges),
     )
+
+
+def _within(room: np.ndarray, train_s: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """The chance a log-normal training time (median ``train_s``, relative ``sd``) fits in ``room``; none without
+    room, a certainty either way without spread."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.log(np.where(room > 0, room, np.nan) / train_s) / sd
+    return normal_cdf(np.where(room > 0, np.where(sd > 0, x, np.where(train_s <= room, np.inf, -np.inf)), -np.inf))
 
 
 def _ranges(deadline_s, sd, startup_s, train_s, wall_s, cost_usd, usd_hr, t, lead, moved_cost, time, cost):

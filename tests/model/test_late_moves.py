@@ -23,7 +23,7 @@ from predictor.runs.odds import LATE_CHECK_S, LATE_MOVE_GAIN, _cheapest_within, 
 SAVE_S, RESUME_S = 30.0, 150.0
 
 
-def _two(deadline_s: float = 36_000.0, sd=(0.3, 0.1), train=(35_000.0, 20_000.0), usd_hr=(1.0, 2.0)):
+def _two(deadline_s: float = 36_000.0, sd=(0.3, 0.1), train=(35_000.0, 20_000.0), usd_hr=(1.0, 2.0), cap=np.inf):
     startup = np.array([300.0, 300.0])
     train_s, sd_a = np.array(train), np.array(sd)
     wall = startup + train_s
@@ -32,7 +32,7 @@ def _two(deadline_s: float = 36_000.0, sd=(0.3, 0.1), train=(35_000.0, 20_000.0)
     moves = late_moves(
         deadline_s, 0.9, odds, sd=sd_a, startup_s=startup, train_s=train_s, wall_s=wall, cost_usd=cost,
         usd_hr=np.array(usd_hr), movable=np.array([True, True]), group=np.zeros(2, int), save_s=SAVE_S,
-        resume_s=RESUME_S, by_time=False,
+        resume_s=RESUME_S, by_time=False, cost_cap=cap,
     )  # fmt: skip
     return odds, moves, startup, train_s, sd_a, cost
 
@@ -62,6 +62,12 @@ def test_no_move_is_counted_where_it_is_not_worth_it_or_no_fleet_can_take_the_re
     # no room after the check for the surer one
     _, tight, *_ = _two(deadline_s=21_000.0)
     assert (tight.target == -1).all()
+    # under a budget the move's own cost must fit it (not only the expectation)
+    _, counted, *_ = _two()
+    moved = 1.0 * (300 + LATE_CHECK_S + 300 + SAVE_S) / 3600 + 2.0 * 20_300 / 3600
+    assert counted.target[0] == 1 and counted.cost_usd[0] < moved
+    _, capped, *_ = _two(cap=0.5 * (counted.cost_usd[0] + moved))
+    assert capped.target[0] == -1
 
 
 def test_the_chance_is_a_lower_bound_whatever_the_errors_share() -> None:
