@@ -25,7 +25,7 @@ from predictor.catalog import Catalog  # noqa: E402
 from predictor.documents.profile import profile_from_dict  # noqa: E402
 from predictor.exceptions import NoFeasibleConfigError  # noqa: E402
 from predictor.ranking import Constraints, rank  # noqa: E402
-from predictor.ranking.replan import decide_move  # noqa: E402
+from predictor.ranking.replan import decide_move, drift, late  # noqa: E402
 from predictor.runs.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S  # noqa: E402
 from predictor.runs.spot import RESTART_S as RESTART_S_  # noqa: E402
 from predictor.validation import FLOPS_PER_ITEM, PARAMETERS, SUPERLINEAR_LIMIT, load_points  # noqa: E402
@@ -73,14 +73,15 @@ def sweep() -> None:
           "(mean) | within 5% of the oracle | worst | with MigrationTriggers: missed | moved | cost over the oracle's "
           "(mean) | within 5% | worst |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for late in (False, True):
+    for moving in (False, True):
         for q in (0.5, 0.8, 0.9, 0.95):
-            rows = [r for r in scenarios(q, SWEEP, move_if_late=late) if r["scenario"].startswith("cheapest, deadline")]
+            ranked = scenarios(q, SWEEP, move_if_late=moving)
+            rows = [r for r in ranked if r["scenario"].startswith("cheapest, deadline")]
             chosen = [r for r in rows if r["chosen"]]
             regrets = [r["regret"] for r in chosen]
             steered = [r["triggers_regret"] for r in chosen]
             print(
-                f"| {'move_if_late' if late else 'as planned'} | {q:g} | {len(rows)} | {len(rows) - len(chosen)} | "
+                f"| {'move_if_late' if moving else 'as planned'} | {q:g} | {len(rows)} | {len(rows) - len(chosen)} | "
                 f"{sum(r['missed_deadline'] for r in rows)} | {statistics.fmean(regrets):.1%} | "
                 f"{sum(x <= 0.05 + 1e-9 for x in regrets)} | x{1 + max(regrets):.2f} | "
                 f"{sum(r['triggers_missed'] for r in chosen)} | {sum(bool(r['moved_to']) for r in chosen)} | "
@@ -209,14 +210,16 @@ def scenarios(
 # steps, the next 600 s on; a step here is well under a second, so the check that matters is 600 s in) and what a
 # voluntary move costs (predictor.runs.spot: the new fleet up while the old trains, then a save, a restart, a load)
 CHECK_S, UP_S, SAVE_S, RESTART_S = 600.0, REPROVISION_S, DEFAULT_CHECKPOINT_S, RESTART_S_
+DRIFT_THRESHOLD = 0.2  # MigrationTriggers' default drift_threshold
 
 
 def with_triggers(
     profile, plan, chosen: str, tput: dict, price: dict, work: float, catalog
 ) -> tuple[float, float, str]:
     """(hours, USD, the fleet moved to or "") of the chosen fleet's run as the product steers it when the job carries
-    MigrationTriggers: at the check ``CHECK_S`` in, the true speed is measured and ``decide_move`` (the same function
-    the job calls) weighs staying against the re-ranked remaining work; a move brings the new fleet up while the old
+    MigrationTriggers: at the check ``CHECK_S`` in, the true speed is measured and, where the triggers would re-plan
+    (a drift over their threshold, or a finish after the deadline), ``decide_move`` (the same function the job calls)
+    weighs staying against the re-ranked remaining work; a move brings the new fleet up while the old
     trains, then saves, restarts and loads; the new fleet trains the rest at its true speed. One move, as the job asks
     one; the truth is the published throughput."""
     speed = tput[chosen]
@@ -224,8 +227,14 @@ def with_triggers(
     if true_s <= CHECK_S:
         return true_s / 3600, true_s * price[chosen] / 3600, ""
     remaining = work - speed * CHECK_S
-    d = decide_move(profile, plan, 0, remaining, why="drift", measured_throughput=speed, catalog=catalog,
-                    elapsed_h=CHECK_S / 3600)  # fmt: skip
+    # MigrationTriggers' gate: a re-plan only on a drift over its threshold or a finish after the deadline (prices
+    # are the plan's here)
+    off = drift(speed, plan.entries[0].throughput_samples_s)
+    behind = late(plan, plan.entries[0], remaining, speed, CHECK_S / 3600)
+    if abs(off) <= DRIFT_THRESHOLD and behind is None:
+        return true_s / 3600, true_s * price[chosen] / 3600, ""
+    d = decide_move(profile, plan, 0, remaining, why="drift" if abs(off) > DRIFT_THRESHOLD else "deadline",
+                    measured_throughput=speed, catalog=catalog, elapsed_h=CHECK_S / 3600)  # fmt: skip
     if not d.move or d.target is None:
         return true_s / 3600, true_s * price[chosen] / 3600, ""
     to = d.target.groups[0].instance_type

@@ -121,10 +121,10 @@ def _late_move_unwatched(trainer: Any, launch: LaunchEnv) -> str | None:
     MigrationTriggers to make it: what to do, or None."""
     data = _plan_data(launch)
     entries = data.get("entries") if isinstance(data, dict) else None
-    choice = launch.choice if launch.choice is not None else (data or {}).get("chosen", 0)
-    if not isinstance(entries, list) or not 0 <= int(choice) < len(entries):
+    choice = launch.choice if launch.choice is not None else (data or {}).get("chosen")
+    if not isinstance(entries, list) or not isinstance(choice, int) or not 0 <= choice < len(entries):
         return None
-    entry = entries[int(choice)]
+    entry = entries[choice] if isinstance(entries[choice], dict) else {}
     target, chance = entry.get("late_move_to"), entry.get("late_move_chance")
     names = {type(cb).__name__ for cb in getattr(trainer, "callbacks", None) or ()}
     if not target or "MigrationTriggers" in names:

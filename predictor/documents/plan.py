@@ -276,6 +276,14 @@ class PlanEntry:
         _check_contains("time_interval_h", self.time_interval_h, self.time_h)
         _check_contains("cost_interval_usd", self.cost_interval_usd, self.cost_usd)
 
+    def life_basis_h(self) -> float:
+        """The hours a fleet's life cap is reckoned from: its predicted time; for an entry that moves when late, the
+        later of that expectation and its interval's end (the deadline or later), the fleet training on until then
+        when it is on time."""
+        if self.late_move_to is not None and self.time_interval_h:
+            return max(self.time_h, self.time_interval_h[1])
+        return self.time_h
+
     def time_range_h(self) -> tuple[float, float]:
         """The time's 80% interval: ``time_interval_h``, or for a plan written before it was recorded, the same rule
         from the step-time interval (:func:`scaled_interval`, the start-up fixed where the plan has it)."""

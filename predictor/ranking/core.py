@@ -344,11 +344,14 @@ def _with_late_moves(r: _Ranking, scored: Scored, odds: DeadlineOdds, run_s: np.
     """The on-demand fleets under the confidence on their own, ranked with the move the job's deadline trigger makes
     when its measured speed is late (:func:`predictor.runs.odds.late_moves`): their expected time and cost, and
     their chance of finishing in time, the move counted."""
-    c = r.constraints
+    c, many, s = r.constraints, scored.many, scored.cand.shape
+    # a fleet moved to must be one the ranking could choose: it trains the model, and within the price per hour
+    trains = many.splittable[s] & many.fits_memory[s] & (many.memory_share[s] <= 1 - c.min_memory_headroom)
+    movable = (scored.cand.market == 0) & trains & (scored.usd_hr <= (c.max_hourly_usd or math.inf))
     moves = late_moves(
         float(c.deadline_h or 0.0) * 3600, c.confidence, odds,
-        sd=scored.many.model_sd[scored.cand.shape], startup_s=scored.startup_s, train_s=run_s,
-        wall_s=scored.time_h * 3600, cost_usd=scored.cost, usd_hr=scored.usd_hr, movable=scored.cand.market == 0,
+        sd=many.model_sd[s], startup_s=scored.startup_s, train_s=run_s,
+        wall_s=scored.time_h * 3600, cost_usd=scored.cost, usd_hr=scored.usd_hr, movable=movable,
         group=scored.cand.region, save_s=r.checkpoint_s, resume_s=RESTART_S + r.checkpoint_s,
         by_time=c.objective == Objective.TIME, cost_cap=c.budget_usd if c.budget_usd is not None else math.inf,
     )  # fmt: skip
@@ -601,9 +604,10 @@ def _late_move_notes(constraints: Constraints, entries: list[PlanEntry]) -> list
     return [
         f"{LATE_MOVE_NOTE} {e.fleet} meets {fmt('time_h', constraints.deadline_h)} at {1 - e.late_move_chance:.0%} on "
         f"its own; when MigrationTriggers measures it late (by {LATE_CHECK_S / 60:.0f} min of training) the job "
-        f"moves to {e.late_move_to}, which meets what is left: {_percent(e.deadline_probability or 0)} with the "
-        "move. Its time and cost are the expectation of the two ways. The Trainer must carry SpotPreemption() and "
-        "MigrationTriggers(), run by srifty launch (docs/migration.md)"
+        f"re-ranks what is left and moves to a fleet that meets it at the {constraints.confidence:.0%} asked "
+        f"({e.late_move_to} does): {_percent(e.deadline_probability or 0)} with the move. Its time and cost are the "
+        "expectation of the two ways. The Trainer must carry SpotPreemption() and MigrationTriggers(), run by srifty "
+        "launch (docs/migration.md)"
     ]
 
 

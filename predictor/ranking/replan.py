@@ -138,6 +138,9 @@ def _stay(entry: PlanEntry, plan: Plan, remaining: float, throughput: float, obj
     """The plan's own cost (time) of the entry, scaled to the remaining work, the measured speed and today's price
     (spot interruptions and checkpoints stay in, in proportion)."""
     scale = remaining / plan.constraints.work_samples * entry.throughput_samples_s / throughput
+    if entry.late_move_to is not None:  # its figures are the expectation of a move: staying is the fleet's own
+        own_h = plan.constraints.work_samples / entry.throughput_samples_s / 3600 + (entry.startup_s or 0.0) / 3600
+        return own_h * scale if objective == "time" else own_h * scale * usd_hr
     return entry.time_h * scale if objective == "time" else entry.cost_usd * scale * usd_hr / entry.usd_per_hour
 
 

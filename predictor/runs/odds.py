@@ -160,6 +160,7 @@ def confidence_factor(entry: Any, confidence: float | None) -> float:
     return math.exp(z_of(confidence) * sd)
 
 
+Z95 = 1.6449  # p95 of a normal: a p5 is a median x exp(-Z95 sd)
 # When a job that carries MigrationTriggers has measured its speed: its first check comes after 30 steps, the next
 # ``check_every_s`` (default 600 s) on; the later one is counted (a first check of a few seconds' steps may be noisy).
 LATE_CHECK_S = 600.0
@@ -210,23 +211,21 @@ def late_moves(
     trains on meanwhile), a save (``save_s``), a restart and a load (``resume_s``), then the whole work on the target
     (what was trained before the move is not counted: conservative). The target is, among the ``movable`` candidates
     of the same ``group`` (the region), the cheapest (``by_time``: the fastest) whose time at the confidence fits
-    that; the job's own re-ranking at the check may find a better one. The chance of finishing is at least the larger
-    of the fleet's own chance and the target's in that room, whatever the two predictions' errors have in common: the
-    run ends in time when the fleet meets the deadline, and when it does not the job moves to a target that meets it;
-    so ``max`` is a lower bound, with no assumption of independence. Expected time and cost: the fleet's own with its
-    chance, the move's otherwise (the fleet billed to its save, the target from its request). A move is counted only
-    on a ``movable`` fleet under the confidence on its own and expected to beat its target by the objective by
-    :data:`LATE_MOVE_GAIN`, and where the move's own cost fits ``cost_cap`` (a budget); the time at the confidence
-    is then the lesser of the two ways (each at the quantile of its own prediction), within the deadline exactly when
-    the probability is at least ``confidence``. The chance assumes the move goes to the target named (the job's
-    re-ranking moves to one that meets what is left)."""
+    that: a move is possible. The chance of finishing: the fleet's own, and when it is late the job's re-ranking at
+    the check moves to a fleet that meets what is left at ``confidence`` (the named target is one; the re-ranking,
+    with the speed measured, may prefer another), so ``own + (1 - own) x confidence``. Expected time and cost: the
+    fleet's predicted (median) figures with its chance, the move's with the other (the fleet billed to its save, the
+    target from its request): conservative, a fleet on time being faster than its median. A move is counted only on
+    a ``movable`` fleet under the confidence on its own, expected to beat its target by the objective by
+    :data:`LATE_MOVE_GAIN`, and whose move's cost fits ``cost_cap`` (a budget); the time at the confidence is then
+    the lesser of the two ways (each at the quantile of its own prediction), within the deadline exactly when the
+    probability is at least ``confidence``."""
     sd = np.minimum(np.nan_to_num(np.asarray(sd, float), nan=MAX_SD), MAX_SD)
     own_q = startup_s + train_s * np.exp(z_of(confidence) * sd)  # a target's time at the confidence, from its request
     lead = startup_s + LATE_CHECK_S + save_s + resume_s  # the fleet's part before the target's own time counts
     target = _cheapest_within(deadline_s - lead, own_q, wall_s if by_time else cost_usd, movable, group)
     t = np.maximum(target, 0)
     p_own = np.asarray(odds.probability, float)
-    p_target = _within(deadline_s - lead - startup_s[t], train_s[t], sd[t])
     miss = 1.0 - p_own
     time = (1 - miss) * wall_s + miss * (lead + startup_s[t] + train_s[t])
     moved_cost = usd_hr * (startup_s + LATE_CHECK_S + startup_s[t] + save_s) / 3600 + cost_usd[t]
@@ -238,7 +237,7 @@ def late_moves(
     return LateMoves(
         np.where(counted, target, -1),
         np.where(counted, miss, 0.0),
-        np.where(counted, np.maximum(p_own, p_target), p_own),
+        np.where(counted, p_own + miss * confidence, p_own),
         np.where(counted, time, wall_s),
         np.where(counted, cost, cost_usd),
         np.where(counted, np.minimum(odds.time_s, lead + own_q[t]), odds.time_s),
@@ -246,30 +245,22 @@ def late_moves(
     )
 
 
-def _within(room: np.ndarray, train_s: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """The chance a log-normal training time (median ``train_s``, relative ``sd``) fits in ``room``; none without
-    room, a certainty either way without spread."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = np.log(np.where(room > 0, room, np.nan) / train_s) / sd
-    return normal_cdf(np.where(room > 0, np.where(sd > 0, x, np.where(train_s <= room, np.inf, -np.inf)), -np.inf))
-
-
 def _ranges(deadline_s, sd, startup_s, train_s, wall_s, cost_usd, usd_hr, t, lead, moved_cost, time, cost):
-    """The 80% intervals of a run that moves when late (arrays of :func:`late_moves`): it is at its p10 no later than
-    the fleet's own p10 (a fast fleet does not move), and at its p90 no later than the deadline or the move's p90,
-    whichever is later (the fleet is on time, or the job moves and the target is within its p90: one of the two
-    happens with at least 90 %, whatever they share); its cost likewise, the fleet billed to the deadline on time. Each
-    contains its expectation."""
-    spread = np.exp(Z80 * sd)
-    own_lo = startup_s + train_s / spread
-    target_hi = startup_s[t] + train_s[t] * spread[t]
-    moved_hi = lead + target_hi
-    moved_cost_hi = moved_cost + cost_usd[t] * (target_hi / np.maximum(wall_s[t], 1e-9) - 1)
-    time_range = np.stack([np.minimum(own_lo, time), np.maximum(np.maximum(deadline_s, moved_hi), time)], axis=1)
-    on_time_cost = usd_hr * deadline_s / 3600
-    cost_lo = np.minimum(cost_usd * own_lo / np.maximum(wall_s, 1e-9), cost)
-    cost_range = np.stack([cost_lo, np.maximum(np.maximum(on_time_cost, moved_cost_hi), cost)], axis=1)
-    return time_range, cost_range
+    """The 80% intervals of a run that moves when late (arrays of :func:`late_moves`), the move to the named target,
+    whatever the two predictions' errors share: below the lesser of the fleet's own p5 and the move's p5 with at most
+    10 % (one of the two ways at its p5 or lower), above the later of the deadline and the move's p90 with at most
+    10 % (the fleet on time, or the move within its p90: one of the two happens with at least 90 %); the cost's
+    likewise, the fleet billed to the deadline when on time. Each contains its expectation."""
+    train_t, wall_t, cost_t = train_s[t], np.maximum(wall_s[t], 1e-9), cost_usd[t]
+    low, high = np.exp(-Z95 * sd), np.exp(Z80 * sd)  # a p5 and a p90 over the median
+    own_lo = startup_s + train_s * low
+    moved_lo, moved_hi = lead + startup_s[t] + train_t * low[t], lead + startup_s[t] + train_t * high[t]
+    moved_cost_at = lambda end: moved_cost + cost_t * ((end - lead) / wall_t - 1)  # noqa: E731 - the target to ``end``
+    time_lo = np.minimum(np.minimum(own_lo, moved_lo), time)
+    time_hi = np.maximum(np.maximum(deadline_s, moved_hi), time)
+    cost_lo = np.minimum(np.minimum(cost_usd * own_lo / np.maximum(wall_s, 1e-9), moved_cost_at(moved_lo)), cost)
+    cost_hi = np.maximum(np.maximum(usd_hr * deadline_s / 3600, moved_cost_at(moved_hi)), cost)
+    return np.stack([time_lo, time_hi], axis=1), np.stack([cost_lo, cost_hi], axis=1)
 
 
 def _cheapest_within(room: np.ndarray, need: np.ndarray, key: np.ndarray, movable: np.ndarray, group: np.ndarray):

@@ -178,8 +178,8 @@ def _timed_up(
 
 def life_until(entry: PlanEntry, max_life_h: float | None, now: float | None = None) -> float:
     """The hard cap on a fleet's life (unix seconds): ``max_life_h`` from now, else the plan's predicted time for the
-    fleet x 1.5 + 1 h."""
-    hours = max_life_h if max_life_h is not None else entry.time_h * 1.5 + 1.0
+    fleet (:meth:`~predictor.documents.plan.PlanEntry.life_basis_h`) x 1.5 + 1 h."""
+    hours = max_life_h if max_life_h is not None else entry.life_basis_h() * 1.5 + 1.0
     return (time.time() if now is None else now) + hours * 3600
 
 

@@ -164,7 +164,8 @@ def default_name(plan: Plan, choice: int) -> str:
 
 def default_max_life_h(entry: PlanEntry) -> float:
     """The life cap for a fleet: the predicted hours x 1.5 + 1, rounded up to a minute, within the module's 0.25-720."""
-    hours = entry.time_h * 1.5 + 1 if math.isfinite(entry.time_h) else MAX_LIFE_H
+    basis = entry.life_basis_h()  # an entry that moves when late: at least its deadline
+    hours = basis * 1.5 + 1 if math.isfinite(basis) else MAX_LIFE_H
     return min(MAX_LIFE_H, max(0.25, math.ceil(hours * 60) / 60))
 
 
