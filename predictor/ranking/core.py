@@ -43,6 +43,7 @@ from predictor.ranking.words import PYTHON, Words, names
 from predictor.runs.odds import (
     DOWN_SPELL_S,
     LATE_CHECK_S,
+    LATE_MOVE_GAIN,
     DeadlineOdds,
     Fallback,
     SpotStats,
@@ -575,7 +576,12 @@ def _risk_notes(
             f"{e.fleet} ({e.market}, {fmt('time_h', e.time_h)}, ${e.cost_usd:,.2f}) meets "
             f"{fmt('time_h', constraints.deadline_h)} at {float(scored.deadline_p[i]):.0%}"
         )
-    lower = "--confidence lowers it" + ("" if constraints.move_if_late else "; --move-if-late counts a late move")
+    lower = "--confidence lowers it" + (
+        "; no move when late is counted for them: no fleet could take the rest in time, or the move is not expected "
+        f"to save {LATE_MOVE_GAIN:.0%} over that fleet"
+        if constraints.move_if_late
+        else "; --move-if-late counts a late move"
+    )
     return [f"{RISK_NOTE} (under the {constraints.confidence:.0%} confidence asked; {lower}): " + "; ".join(said)]
 
 

@@ -203,3 +203,15 @@ def test_staying_on_a_fleet_that_moves_when_late_is_priced_at_its_own_figures(pl
     assert d.stay == pytest.approx(own_h / 2 * entry.usd_per_hour, rel=1e-6)
     assert d.stay == pytest.approx(free.cost_usd / 2, rel=0.01)  # the fleet's own cost, not the expectation
     assert entry.life_basis_h() >= moving.constraints.deadline_h > entry.time_h
+
+
+def test_a_fleet_left_out_for_risk_under_move_if_late_says_why_no_move_was_counted(plans, catalog) -> None:
+    """All on-demand types: the cheap fleet at 50 % would move to one that costs 1 % more than its own figure, so
+    the expected saving is under the least gain and no move is counted; the risk note says why, not "lowers it"
+    alone."""
+    profile, free, _, _ = plans
+    c = dict(steps=200_000, market="on-demand", max_instances=4, deadline_h=free.time_h, move_if_late=True)
+    plan = rank(profile, Constraints(**c), catalog=catalog)
+    assert plan.entries[0].fleet != free.fleet and all(e.late_move_to is None for e in plan.entries)
+    note = next(n for n in plan.notes if n.startswith("left out for risk"))
+    assert f"{free.fleet} (on-demand" in note and "not expected to save 5% over that fleet" in note
