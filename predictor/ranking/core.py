@@ -131,7 +131,7 @@ def rank(
         + ([current_note] if current_note else [])
         + _startup_notes(constraints, types, entries[0], current, known_startup, words)
         + _outlier_notes(entries, types)
-        + _deadline_notes(constraints, scored, ok, key, entries, lambda i: one(i, 0))
+        + _risk_notes(constraints, scored, ok, key, entries, lambda i: one(i, 0))
         + _validation_notes(profile, work)
     )
     # priced without the deadline (its fallback to on-demand is in the spot fleets' prices): what binds, measured
@@ -557,16 +557,18 @@ def _risk_notes(
     shown: int = 3,
 ) -> list[str]:
     """Under a deadline, the fleets better by the objective than the choice whose predicted time meets the deadline
-    but whose chance of it is under the confidence asked: what the confidence costs, and what it avoids."""
+    but whose chance of it is under the confidence asked: what the confidence costs, and what it avoids; then the
+    choice's move when late (:func:`_late_move_notes`)."""
+    late = _late_move_notes(constraints, entries)
     if scored.deadline_p is None or constraints.deadline_h is None or not entries:
-        return []
+        return late
     values = _values(scored)
     others = within(constraints, ok, values, leave_out="deadline_h")
     risky = others & (scored.time_h <= constraints.deadline_h) & (scored.deadline_p < constraints.confidence)
     best = entries[0].time_h if constraints.objective == Objective.TIME else entries[0].cost_usd
     risky &= key < best
     if not risky.any():
-        return []
+        return late
     idx = np.flatnonzero(risky)
     idx = idx[np.argsort(key[idx], kind="stable")][:shown]
     said = []
@@ -582,24 +584,15 @@ def _risk_notes(
         if constraints.move_if_late
         else "; --move-if-late counts a late move"
     )
-    return [f"{RISK_NOTE} (under the {constraints.confidence:.0%} confidence asked; {lower}): " + "; ".join(said)]
+    return [
+        f"{RISK_NOTE} (under the {constraints.confidence:.0%} confidence asked; {lower}): " + "; ".join(said),
+        *late,
+    ]
 
 
 def _percent(p: float) -> str:
     """A chance in whole percents, never a certainty the model cannot give."""
     return ">99%" if p >= 0.995 else f"{p:.0%}"
-
-
-def _deadline_notes(
-    constraints: Constraints,
-    scored: Scored,
-    ok: np.ndarray,
-    key: np.ndarray,
-    entries: list[PlanEntry],
-    entry_of: Callable[[int], PlanEntry],
-) -> list[str]:
-    """Under a deadline: the fleets left out for risk (:func:`_risk_notes`), the choice's move when late."""
-    return _risk_notes(constraints, scored, ok, key, entries, entry_of) + _late_move_notes(constraints, entries)
 
 
 def _late_move_notes(constraints: Constraints, entries: list[PlanEntry]) -> list[str]:
