@@ -224,19 +224,20 @@ def with_triggers(
     one; the truth is the published throughput."""
     speed = tput[chosen]
     true_s = work / speed
+    stay = (true_s / 3600, true_s * price[chosen] / 3600, "")
     if true_s <= CHECK_S:
-        return true_s / 3600, true_s * price[chosen] / 3600, ""
+        return stay
     remaining = work - speed * CHECK_S
     # MigrationTriggers' gate: a re-plan only on a drift over its threshold or a finish after the deadline (prices
     # are the plan's here)
     off = drift(speed, plan.entries[0].throughput_samples_s)
     behind = late(plan, plan.entries[0], remaining, speed, CHECK_S / 3600)
     if abs(off) <= DRIFT_THRESHOLD and behind is None:
-        return true_s / 3600, true_s * price[chosen] / 3600, ""
+        return stay
     d = decide_move(profile, plan, 0, remaining, why="drift" if abs(off) > DRIFT_THRESHOLD else "deadline",
                     measured_throughput=speed, catalog=catalog, elapsed_h=CHECK_S / 3600)  # fmt: skip
     if not d.move or d.target is None:
-        return true_s / 3600, true_s * price[chosen] / 3600, ""
+        return stay
     to = d.target.groups[0].instance_type
     left = max(0.0, remaining - speed * UP_S)  # trained while the new fleet comes up
     new_s = SAVE_S + RESTART_S + SAVE_S + left / tput[to]  # save, restart, load, the rest

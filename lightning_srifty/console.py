@@ -13,6 +13,7 @@ from rich.text import Text
 
 from predictor.documents.plan import Plan, PlanEntry
 from predictor.documents.profile import PHASES, Profile, Stats
+from predictor.ranking.explain import chance
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -311,15 +312,6 @@ _WIDE = {
 DEFAULT_WIDTH = 100  # the default table's width budget (tests/recommendation/test_plan_output.py holds it)
 
 
-def _chance(p: float | None) -> str:
-    """A probability as the table shows it: whole percents, never a certainty the model cannot give."""
-    if p is None:
-        return ""
-    if p >= 0.995:
-        return ">99%"
-    return f"{p:.0%}" if p >= 0.01 else "<1%"
-
-
 def plan_table(plan: Plan, model: str | None = None, wide: bool = False) -> Group:
     """The ranked fleets as a rich table, the chosen one highlighted, with what was left out.
 
@@ -413,7 +405,7 @@ def _plan_cells(e: PlanEntry, wide: bool) -> dict[str, str]:
         "layout": e.layout.name if e.layout is not None else "ddp",
         "Pareto": "*" if e.pareto else "",
         # a fleet ranked with its move when late (move_if_late): its chance counts the move
-        "in time": _chance(e.deadline_probability) + (" (moves)" if e.late_move_to else ""),
+        "in time": chance(e.deadline_probability) + (" (moves)" if e.late_move_to else ""),
     }
 
 

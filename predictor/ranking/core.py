@@ -29,6 +29,7 @@ from predictor.ranking.constraints import Constraints, Market, Objective
 from predictor.ranking.explain import (
     LIMIT_OF,
     CurrentFleet,
+    chance,
     fmt,
     infeasible,
     layout_why,
@@ -590,11 +591,6 @@ def _risk_notes(
     ]
 
 
-def _percent(p: float) -> str:
-    """A chance in whole percents, never a certainty the model cannot give."""
-    return ">99%" if p >= 0.995 else f"{p:.0%}"
-
-
 def _late_move_notes(constraints: Constraints, entries: list[PlanEntry]) -> list[str]:
     """The choice's move when late (``move_if_late``), in words: its own chance, the move's, what it needs."""
     e = entries[0] if entries else None
@@ -604,7 +600,7 @@ def _late_move_notes(constraints: Constraints, entries: list[PlanEntry]) -> list
         f"{LATE_MOVE_NOTE} {e.fleet} meets {fmt('time_h', constraints.deadline_h)} at {1 - e.late_move_chance:.0%} on "
         f"its own; when MigrationTriggers measures it late (by {LATE_CHECK_S / 60:.0f} min of training) the job "
         f"re-ranks what is left and moves to a fleet that meets it at the {constraints.confidence:.0%} asked "
-        f"({e.late_move_to} does): {_percent(e.deadline_probability or 0)} with the move. Its time and cost are the "
+        f"({e.late_move_to} does): {chance(e.deadline_probability)} with the move. Its time and cost are the "
         "expectation of the two ways. The Trainer must carry SpotPreemption() and MigrationTriggers(), run by srifty "
         "launch (docs/migration.md)"
     ]

@@ -87,6 +87,13 @@ def no_table_note(profile: Profile) -> str | None:
     )
 
 
+def chance(p: float | None) -> str:
+    """A chance of meeting the deadline in whole percents, never a certainty ('>99%'); empty without a deadline."""
+    if p is None:
+        return ""
+    return ">99%" if p >= 0.995 else "<1%" if p < 0.01 else f"{p:.0%}"
+
+
 def fmt(name: str, value: float) -> str:
     """A value the way its parameter reads: a time in hours, minutes under an hour and seconds under a minute (so that
     a deadline given in minutes is answered in minutes: issue #37 L), dollars, dollars per hour."""

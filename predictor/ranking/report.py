@@ -12,6 +12,7 @@ from typing import Any
 
 from predictor.documents.atomic import atomic_write_bytes, atomic_write_text, check_writable
 from predictor.documents.plan import Plan, PlanEntry
+from predictor.ranking.explain import chance
 
 
 def pareto_png(plan: Plan) -> bytes:
@@ -99,13 +100,6 @@ def _pct(share: float | None) -> str:
     return "" if share is None else f"{share:+.0%}"
 
 
-def _chance(p: float | None) -> str:
-    """A chance of meeting the deadline in whole percents, never a certainty ('>99%'); empty without a deadline."""
-    if p is None:
-        return ""
-    return ">99%" if p >= 0.995 else "<1%" if p < 0.01 else f"{p:.0%}"
-
-
 def _gib(e: PlanEntry) -> str:
     """Memory per GPU as the console shows it: a floor marked '?' when the profile has no activation memory."""
     return f"{e.memory_gib:.1f}" if e.memory_known is not False else f"&ge;{e.memory_gib:.1f} ?"
@@ -157,7 +151,7 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     rows = "\n".join(
         f"<tr{' class=chosen' if i == plan.chosen else ''}><td>{e.rank}</td><td>{esc(e.fleet)}</td><td>{e.gpus}</td>"
         f"<td>{esc(e.market)}</td><td>{esc(e.region)}</td><td>{num(e.usd_per_hour)}</td><td>{num(e.time_h)}</td>"
-        f"<td>{_chance(e.deadline_probability)}</td>"
+        f"<td>{chance(e.deadline_probability)}</td>"
         f"<td>{num(e.cost_usd)}</td><td>{num(e.cost_interval_usd[0])}-{num(e.cost_interval_usd[1])}</td>"
         f"<td>{esc(e.risk)} ({e.expected_interruptions:.2f})</td><td>{esc(e.performance_risk)}</td>"
         f"<td>{esc(e.migration_effort)}</td><td>{_pct(e.savings_vs_current)}</td><td>{esc(e.batch_per_gpu())}</td>"
