@@ -151,7 +151,7 @@ def node_type(row: dict) -> dict:
         "gpu_interconnect": link,
     }
     if rdma:
-        entry.update(efa=True, efa_interfaces=nics, network_cards=nics)
+        entry.update(efa=True, efa_interfaces=nics, network_cards=nics, gpudirect_rdma=True)
     return entry
 
 

@@ -211,6 +211,10 @@ FIELDS: tuple[Field, ...] = (
        column=None, yaml=_Y(float, "spot interruptions per instance-hour", most=100)),
     _F("process_group_backend", str, "the process-group backend a job on it runs", default="nccl", column=None,
        yaml=_Y(str, "nccl for CUDA GPUs; gloo for a CPU lab", choices=BACKENDS)),
+    _F("gpudirect_rdma", bool, "its EFA moves GPU memory by GPUDirect RDMA, not through the host (empty: as AWS's NCCL "
+       "plugin requires it per type)", optional=True, column=None,
+       yaml=_Y(bool, "its EFA (or RDMA network) moves GPU memory by GPUDirect RDMA, not staged through host memory "
+               "(default: as AWS's NCCL plugin requires it for the type's name; false for any other name)")),
     _F("origin", str, "where the entry comes from: bundled, refreshed TIME, user: FILE", default="bundled",
        column=None, yaml_key=None),
 )  # fmt: skip

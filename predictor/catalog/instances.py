@@ -66,6 +66,9 @@ class InstanceType:
     # the process-group backend a job on it runs: nccl on CUDA GPUs (collectives on their own streams, overlapping
     # compute); gloo where the "GPU" is the host CPU (a lab): FSDP's collectives then block the training thread
     process_group_backend: str = "nccl"
+    # whether its EFA moves GPU memory by GPUDirect RDMA; None: as AWS's NCCL plugin requires it for the type's name
+    # (predictor.model.network.gpudirect_rdma). A catalog extra of non-EC2 nodes (RoCE or InfiniBand RDMA) says true
+    gpudirect_rdma: bool | None = None
 
     @property
     def cuda(self) -> bool:
@@ -244,6 +247,7 @@ class InstanceRow(TypedDict):
     spot_interruption_bucket: str | None
     interruption_rate_per_hr: float | None
     process_group_backend: str
+    gpudirect_rdma: bool | None
     origin: str
     ondemand_usd_hr: float | None
     ondemand_as_of: str | None

@@ -329,10 +329,17 @@ def _network_words(layout: Layout, row_bases: list[TypeBasis]) -> str:
     group's network sets the pace, the groups' largest crossing the algorithm (predictor.model.fleets)."""
     measured = len(row_bases) == 1 and row_bases[0].inter.kind == "measured"
     slowest = min(row_bases, key=lambda b: b.plain_inter.gbps)
+    staging = slowest.plain_inter.staging
     rate = (
         "at the rate the profile measured"
         if measured
         else f"{slowest.plain_inter.gbps * 8:,.4g} Gbit/s effective per node"
+        + (
+            f" ({slowest.name}'s {slowest.gpus} GPUs' transfers staged through host memory: {staging:.0%} of the "
+            "transport's rate, as nccl-tests of such nodes measured)"
+            if staging < 1.0
+            else ""
+        )
     )
     how = None
     if layout.strategy == "pipeline":

@@ -34,7 +34,7 @@ from lightning_srifty.provision.terraform.money import group_usd_per_hour
 from predictor.documents.plan import Plan, load_plan
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
-from predictor.model.network import DEFAULT_NETWORK, inter_node_link
+from predictor.model.network import DEFAULT_NETWORK, gpudirect_rdma, host_staging, inter_node_link
 from predictor.ranking import Constraints, rank
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,7 +140,8 @@ def test_multi_node_fleets_get_every_efa_interface_the_predictor_assumes(catalog
     it = catalog.get(itype)
     link = inter_node_link(it)
     assert link.kind == "efa"
-    assert link.gbps == pytest.approx(cards * card_gbit / 8 * DEFAULT_NETWORK.efa_efficiency)
+    staging = 1.0 if gpudirect_rdma(it) else host_staging(it.gpus)  # g5.48xlarge: 8 GPUs staged through the host
+    assert link.gbps == pytest.approx(cards * card_gbit / 8 * DEFAULT_NETWORK.efa_efficiency * staging)
     plan = load_plan(ROOT / "terraform" / "examples" / "multi-node-spot" / "plan.json")  # p4d.24xlarge:4
     entry = plan.entries[0]
     # the same fleet of another type, priced from the catalog (srifty terraform refuses figures that are not)

@@ -236,6 +236,7 @@ def test_catalog_show_json_is_stable(monkeypatch, tmp_path, capsys) -> None:
             "spot_interruption_bucket",
             "interruption_rate_per_hr",
             "process_group_backend",
+            "gpudirect_rdma",  # added in issue #38 item 3 (null: as AWS's NCCL plugin requires it per type)
             "origin",
         ]
     )
