@@ -228,9 +228,12 @@ def link_words(
         if staged
         else ""
     )
+    # without the plugin NCCL runs its sockets: slower than GPUDirect RDMA; on staged nodes another host-staged
+    # transport, priced alike (the same staging and width; its own per-byte constant)
+    fallback = "another host-staged transport" if staged else "slower than priced"
     return (
         f"across nodes: EFA{through}, {rate}, {how or algorithm}; it needs NCCL's aws-ofi-nccl plugin on the image "
-        "(the Deep Learning AMI has it; without it NCCL falls back to TCP sockets, slower than priced)"
+        f"(the Deep Learning AMI has it; without it NCCL falls back to TCP sockets, {fallback})"
     )
 
 
