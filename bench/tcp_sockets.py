@@ -82,43 +82,53 @@ def _catalog() -> Catalog:
     return _CATALOG[0]
 
 
-def tcp_cases(net: NetworkModel) -> list[tuple[str, int, float, float]]:
-    """NVIDIA/nccl#209's runs: (configuration, GPUs a node, model busbw, measured busbw), the model at ``net``."""
+# a case: (the measurement it belongs to, its own label, GPUs a node, model busbw, measured busbw); the fit and the
+# scores weigh every measurement once (its runs, or the node counts of one published range, averaged in logs)
+Case = tuple[str, str, int, float, float]
+
+
+def tcp_cases(net: NetworkModel) -> list[Case]:
+    """NVIDIA/nccl#209's runs (three a configuration), the model at ``net``."""
     out = []
     for r in csv.DictReader(DATA.read_text(encoding="utf-8").splitlines()):
         nodes, g, nic, mib = int(r["nodes"]), int(r["gpus_per_node"]), float(r["nic_gbit"]), float(r["message_min_mib"])
-        out.append((f"{nodes} x {g}", g, model_busbw(nodes, g, nic, mib, True, net), float(r["busbw_gbit"])))
+        label = f"{nodes} x {g}"
+        out.append((label, label, g, model_busbw(nodes, g, nic, mib, True, net), float(r["busbw_gbit"])))
     return out
 
 
-def staged_cases(net: NetworkModel) -> list[tuple[str, int, float, float]]:
-    """NVIDIA/nccl#235's rows, one per node count of the range (the middle of the measured range)."""
+def staged_cases(net: NetworkModel) -> list[Case]:
+    """NVIDIA/nccl#235's rows against the middle of each measured range; a range of node counts ("8 to 32 nodes")
+    is one measurement, scored at both its ends."""
     out = []
     for r in csv.DictReader(STAGED.read_text(encoding="utf-8").splitlines()):
         g, mid = int(r["gpus_per_node"]), (float(r["busbw_gbit_min"]) + float(r["busbw_gbit_max"])) / 2
-        for nodes in sorted({int(r["nodes_min"]), int(r["nodes_max"])}):
-            out.append((f"{r['instance_type']}, {nodes} x {g}", g, efa_busbw(r["instance_type"], nodes, g, net), mid))
+        ends = sorted({int(r["nodes_min"]), int(r["nodes_max"])})
+        row = f"{r['instance_type']}, {'-'.join(str(n) for n in ends)} x {g}"
+        for nodes in ends:
+            label = f"{r['instance_type']}, {nodes} x {g}"
+            out.append((row, label, g, efa_busbw(r["instance_type"], nodes, g, net), mid))
     return out
 
 
 SOURCES = {"nccl#209 (TCP)": tcp_cases, "nccl#235 (p3dn EFA, staged)": staged_cases}
 
 
-def fit_staging(cases: list[tuple[str, int, float, float]]) -> float:
-    """The host staging that makes the multi-GPU configurations right on average (geometric mean of measured / model
-    without the term, each configuration once, its runs averaged in logs), within the term's bound (0, 1]."""
+def fit_staging(cases: list[Case]) -> float:
+    """The host staging that makes the multi-GPU measurements right on average (geometric mean of measured / model
+    without the term, each measurement once, its runs averaged in logs), within the term's bound (0, 1]."""
     by_config: dict[str, list[float]] = {}
-    for config, g, model, measured in cases:
+    for config, _, g, model, measured in cases:
         if g > 1:
             by_config.setdefault(config, []).append(math.log(measured / model))
     means = [sum(v) / len(v) for v in by_config.values()]
     return min(1.0, math.exp(sum(means) / len(means)))
 
 
-def mean_abs_log(cases: list[tuple[str, int, float, float]]) -> float:
-    """Mean |log(model / measured)| over the multi-GPU configurations (runs of one configuration averaged)."""
+def mean_abs_log(cases: list[Case]) -> float:
+    """Mean |log(model / measured)| over the multi-GPU measurements (runs of one measurement averaged)."""
     by_config: dict[str, list[float]] = {}
-    for config, g, model, measured in cases:
+    for config, _, g, model, measured in cases:
         if g > 1:
             by_config.setdefault(config, []).append(abs(math.log(model / measured)))
     means = [sum(v) / len(v) for v in by_config.values()]
@@ -129,7 +139,7 @@ def staging_folds() -> dict[str, float]:
     """Leave one source out: the staging fitted on each source scored on the other; returns the fits and the pooled."""
     unstaged = {name: cases(UNSTAGED) for name, cases in SOURCES.items()}
     fits = {name: fit_staging(c) for name, c in unstaged.items()}
-    print("\nHost staging of multi-GPU nodes, leave one source out (8-GPU configurations; mean |log model/measured|)")
+    print("\nHost staging of multi-GPU nodes, leave one source out (8-GPU measurements; mean |log model/measured|)")
     print("| held out | staging fitted on the other source | without the term | with the other's fit |")
     print("|---|---|---|---|")
     for held, cases in SOURCES.items():
@@ -137,7 +147,7 @@ def staging_folds() -> dict[str, float]:
         net = dataclasses.replace(DEFAULT_NETWORK, host_staged_efficiency=fits[other])
         print(f"| {held} | {fits[other]:.2f} | {mean_abs_log(unstaged[held]):.3f} | {mean_abs_log(cases(net)):.3f} |")
     pooled = fit_staging([c for cases in unstaged.values() for c in cases])
-    print(f"pooled over both (shipped as NetworkModel.host_staged_efficiency): {pooled:.3f}; in the model: "
+    print(f"pooled over both (shipped as NetworkModel.host_staged_efficiency, --write): {pooled:.3f}; in the model: "
           f"{DEFAULT_NETWORK.host_staged_efficiency}")  # fmt: skip
     return {**fits, "pooled": pooled}
 
@@ -151,7 +161,7 @@ def score_staged(sd: float) -> list[float]:
           f"inside the 80 % interval at the host-staged width {sd:.2f} / at {CALIBRATED_LINK_SD} |")  # fmt: skip
     print("|---|---|---|---|---|---|")
     residuals = []
-    for (config, _, model, mid), (_, _, staged, _) in zip(staged_cases(UNSTAGED), staged_cases(DEFAULT_NETWORK)):
+    for (_, config, _, model, mid), (*_, staged, _) in zip(staged_cases(UNSTAGED), staged_cases(DEFAULT_NETWORK)):
         res = math.log(model / mid)
         residuals.append(res)
         inside = ["yes" if abs(res) <= Z80 * w else "no" for w in (sd, CALIBRATED_LINK_SD)]
@@ -166,7 +176,9 @@ def score_staged(sd: float) -> list[float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="store the width as net-host-staged in model_v3.json")
+    parser.add_argument(
+        "--write", action="store_true", help="store the width (net-host-staged) and the host staging in model_v3.json"
+    )
     args = parser.parse_args(argv)
     rows = list(csv.DictReader(DATA.read_text(encoding="utf-8").splitlines()))
     residuals = {"hierarchical": [], "flat ring (sockets)": []}
@@ -193,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: mean |log residual| {mean:.3f}, width holding 80 %: relative sd {calibrated_sd(res):.3f}")
     sd = round(calibrated_sd(residuals["flat ring (sockets)"]), 6)
     score_staged(sd if args.write else model_error("net-host-staged"))
-    staging_folds()
+    folds = staging_folds()
     held_out = held_out_width()
     print(f"the width the held-out residuals of the staged form would hold 80 % at: {held_out:.3f} (not shipped: "
           f"collectives only; shipped {model_error('net-host-staged')})")  # fmt: skip
@@ -209,8 +221,15 @@ def main(argv: list[str] | None = None) -> int:
             "NVIDIA/nccl#209's nccl-tests bus bandwidths over TCP (1 and 8 GPUs per node, 2 and 4 nodes); "
             "calibrated there, scored on EFA without GPUDirect RDMA (NVIDIA/nccl#235, p3dn.24xlarge)"
         )
+        staging = round(folds["pooled"], 4)
+        artefact.setdefault("network", {})["host_staged_efficiency"] = staging
+        artefact.setdefault("network_from", {})["host_staged_efficiency"] = (
+            "bench/tcp_sockets.py: geometric mean of measured / model without the term over the 8-GPU measurements "
+            "of NVIDIA/nccl#209 (TCP) and NVIDIA/nccl#235 (p3dn.24xlarge over EFA without GPUDirect RDMA), each "
+            "source also fitted alone and scored on the other"
+        )
         atomic_write_json(path, artefact)
-        print(f"wrote net-host-staged = {sd} into {path}")
+        print(f"wrote net-host-staged = {sd} and host_staged_efficiency = {staging} into {path}")
     return 0
 
 
@@ -222,7 +241,7 @@ def held_out_width() -> float:
     for held, cases in SOURCES.items():
         other = next(n for n in SOURCES if n != held)
         net = dataclasses.replace(DEFAULT_NETWORK, host_staged_efficiency=fit_staging(unstaged[other]))
-        res += [math.log(model / measured) for _, _, model, measured in cases(net)]
+        res += [math.log(model / measured) for *_, model, measured in cases(net)]
     return calibrated_sd(res)
 
 

@@ -368,6 +368,14 @@ def _extra_instances(name: str, entries: list[Any]) -> list[dict[str, Any]]:
                 f"instance_types[{i}].arch",
                 f"must be one of {', '.join(ARCHES)} (it picks the machine image), got {f['arch']!r}.",
             )
+        if f.get("gpudirect_rdma") and not f.get("efa"):
+            raise _err(
+                name,
+                f"instance_types[{i}].gpudirect_rdma",
+                "is true, but the entry has no RDMA network (efa: false): the predictor prices its nodes over TCP "
+                "sockets. Set efa: true for an EFA, RoCE or InfiniBand network whose NIC reads GPU memory, or leave "
+                "gpudirect_rdma out.",
+            )
         instances.append({**f, "_where": f"instance_types[{i}]"})
     return instances
 

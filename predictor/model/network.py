@@ -51,12 +51,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from predictor.catalog.gpus import GpuTable
 from predictor.catalog.instances import InstanceType
+from predictor.documents.checks import check_number
+from predictor.model.artefact import model_artefact
 from predictor.model.collectives import (
     ALL_REDUCE,
     HIERARCHICAL,
@@ -70,6 +72,13 @@ from predictor.model.collectives import (
     ring_latency,
     ring_steps,
 )
+
+
+def _fitted(name: str, default: float) -> float:
+    """A network constant the model artefact carries (``network``: written by the bench that fits it), else
+    ``default``: so that the model's version (``artefact.model_version``) changes when it is refitted."""
+    fitted = model_artefact().get("network", {})
+    return float(fitted.get(name, default)) if isinstance(fitted, dict) else default
 
 
 @dataclass(frozen=True)
@@ -94,9 +103,20 @@ class NetworkModel:
     # transport's rate they reach, every byte copied GPU -> host -> NIC and back by the proxies, the GPUs' copies and
     # the network sharing the host's memory and PCIe root. Pooled over two independent published nccl-tests sources
     # of 8-GPU nodes (NVIDIA/nccl#209 over TCP, NVIDIA/nccl#235 over p3dn's EFA), each held out of the other's fit
-    # (bench/tcp_sockets.py: 0.60 / 0.72 fitted, held-out mean |log| 0.51 -> 0.21 and 0.32 -> 0.19); one-GPU nodes
-    # reach the rate (0.97-0.98 of it on nccl#209), so they never pay it. Bound: (0, 1].
-    host_staged_efficiency: float = 0.67
+    # (bench/tcp_sockets.py, which writes it into the model artefact: fitted 0.60 / 0.69, held-out mean |log|
+    # 0.51 -> 0.21 and 0.37 -> 0.14); one-GPU nodes reach the rate (0.97-0.98 of it on nccl#209), so they never pay
+    # it. Bound: (0, 1].
+    host_staged_efficiency: float = field(default_factory=lambda: _fitted("host_staged_efficiency", 0.65))
+
+    def __post_init__(self) -> None:
+        """Every efficiency is a share of a rate: in (0, 1] (a zero would divide a transfer by nothing).
+
+        Raises:
+            ConfigError: an efficiency out of (0, 1].
+        """
+        for name in ("nvlink_efficiency", "efa_efficiency", "tcp_efficiency", "up_to_sustained",
+                     "host_staged_efficiency"):  # fmt: skip
+            check_number("NetworkModel", name, getattr(self, name), minimum=0.0, exclusive=True, maximum=1.0)
 
 
 DEFAULT_NETWORK = NetworkModel()
@@ -224,7 +244,8 @@ def link_words(
     )
     through = (
         f" without GPUDirect RDMA ({', '.join(staged)}: AWS's NCCL plugin does not require it there, so transfers "
-        "are taken to be staged through host memory, a regime priced with the wider interval of host-staged networks)"
+        "are taken to be staged through host memory, a regime priced at its nodes' host staging and with the wider "
+        "interval of host-staged networks)"
         if staged
         else ""
     )

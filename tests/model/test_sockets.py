@@ -15,6 +15,7 @@ import pytest
 from _support import MINIMAL, bench_module
 from predictor.catalog import Catalog
 from predictor.documents.profile import load_profile
+from predictor.exceptions import CatalogError, ConfigError
 from predictor.model import fleets, network
 from predictor.model.collectives import HIERARCHICAL, RING, SOCKETS, network_phase_s
 from predictor.model.network import allreduce_time, gpudirect_rdma, host_staging, inter_node_link
@@ -167,5 +168,17 @@ def test_a_catalog_extra_says_its_nodes_move_gpu_memory_by_rdma(tmp_path) -> Non
     )
     bad = tmp_path / "bad.yaml"
     bad.write_text(types.replace("gpudirect_rdma: true", "gpudirect_rdma: maybe").join(["instance_types:\n", ""]))
-    with pytest.raises(Exception, match=r"rdma-yes\)\.gpudirect_rdma"):
+    with pytest.raises(CatalogError, match=r"rdma-yes\)\.gpudirect_rdma"):
         Catalog.load(extra=[bad], use_refreshed=False, use_env=False)
+    # RDMA without an RDMA network would be priced over sockets all the same: refused, saying what to set
+    no_net = tmp_path / "no-net.yaml"
+    no_net.write_text(types.replace("efa: true", "efa: false").join(["instance_types:\n", ""]))
+    with pytest.raises(CatalogError, match=r"instance_types\[0\]\.gpudirect_rdma: is true, but .* Set efa: true"):
+        Catalog.load(extra=[no_net], use_refreshed=False, use_env=False)
+
+
+def test_network_efficiencies_are_shares_of_a_rate() -> None:
+    """NetworkModel refuses an efficiency out of (0, 1], naming it (a zero divided transfers by nothing)."""
+    for name, value in [("host_staged_efficiency", 0.0), ("host_staged_efficiency", 1.5), ("tcp_efficiency", -0.1)]:
+        with pytest.raises(ConfigError, match=rf"'{name}' parameter of NetworkModel must be a number > 0.0"):
+            dataclasses.replace(network.DEFAULT_NETWORK, **{name: value})
