@@ -87,6 +87,10 @@ class NetworkModel:
     calibration and tests can vary them without touching module state."""
 
     pcie_bus_gbps: float = 10.0  # GPU-to-GPU through the PCIe host bridge (no NVLink)
+    # GPU-to-GPU on a VM without PCIe peer-to-peer (no_pcie_p2p): NCCL's shared-memory transport through host memory.
+    # Bus bandwidth fitted on a published all-reduce of 4 T4s on g4dn.12xlarge (bench/t4_allreduce.py --write, which
+    # keeps it in the model artefact; three models, each held out of the others' fit)
+    pcie_shm_gbps: float = field(default_factory=lambda: _fitted("pcie_shm_gbps", 4.3))
     nvlink_efficiency: float = 0.7  # share of the per-GPU NVLink figure (bidirectional datasheet / 2) NCCL reaches
     latency_intra_s: float = 10e-6
     # EFA: calibrated on nccl-tests all_reduce_perf of 2-32 p5.48xlarge with the ring-or-tree latency
@@ -117,6 +121,8 @@ class NetworkModel:
         for name in ("nvlink_efficiency", "efa_efficiency", "tcp_efficiency", "up_to_sustained",
                      "host_staged_efficiency"):  # fmt: skip
             check_number("NetworkModel", name, getattr(self, name), minimum=0.0, exclusive=True, maximum=1.0)
+        for name in ("pcie_bus_gbps", "pcie_shm_gbps"):
+            check_number("NetworkModel", name, getattr(self, name), minimum=0.0, exclusive=True)
 
 
 DEFAULT_NETWORK = NetworkModel()
@@ -156,14 +162,31 @@ def host_staging(gpus_per_node: int, net: NetworkModel = DEFAULT_NETWORK) -> flo
 
 
 def intra_node_link(instance: InstanceType, gpus: GpuTable, net: NetworkModel = DEFAULT_NETWORK) -> Link | None:
-    """The GPU-to-GPU link inside one instance (None for single-GPU types)."""
+    """The GPU-to-GPU link inside one instance (None for single-GPU types): NVLink, PCIe peer-to-peer, or on a VM
+    without PCIe peer-to-peer (:func:`no_pcie_p2p`) NCCL's shared-memory transport through host memory."""
     if instance.gpus <= 1:
         return None
     if instance.gpu_interconnect in ("nvlink", "nvswitch"):
         gpu = gpus.gpus.get(instance.gpu or "")
         nvlink = gpu.nvlink_gbps if gpu and gpu.nvlink_gbps else 300.0
         return Link(nvlink / 2 * net.nvlink_efficiency, net.latency_intra_s, instance.gpu_interconnect)
+    if no_pcie_p2p(instance):
+        return Link(net.pcie_shm_gbps, net.latency_intra_s, "pcie without P2P")
     return Link(net.pcie_bus_gbps, net.latency_intra_s, "pcie")
+
+
+# The EC2 types whose GPUs cannot reach each other by PCIe peer-to-peer, so that NCCL moves intra-node traffic through
+# host memory (its SHM transport), measured here: g4dn's virtualised sizes (4 T4 on g4dn.12xlarge; NCCL needed P2P
+# disabled there, ray-project/ray#15495; bench/t4_allreduce.py measures 3.6-4.7 GB/s of bus bandwidth). g5 and g6 are
+# reported the same ("peer access is not supported between these two devices" on g5.48xlarge, NVIDIA/TensorRT-LLM#1034;
+# "AWS g6 series does not have NVLink/NVSwitch or PCIe P2P", llm-d-incubation/llm-d-infra#181), but their PCIe 4.0
+# GPUs were not measured: the T4's figure is not carried to them, and they keep the peer-to-peer constant.
+_NO_PCIE_P2P = re.compile(r"^g4dn\.(?!metal$)")
+
+
+def no_pcie_p2p(instance: InstanceType) -> bool:
+    """Whether ``instance``'s GPUs meet through host memory, not PCIe peer-to-peer (``_NO_PCIE_P2P``)."""
+    return bool(instance.gpus > 1 and _NO_PCIE_P2P.match(instance.name))
 
 
 def nvls(instance: InstanceType, gpus: GpuTable | None) -> bool:

@@ -182,3 +182,24 @@ def test_network_efficiencies_are_shares_of_a_rate() -> None:
     for name, value in [("host_staged_efficiency", 0.0), ("host_staged_efficiency", 1.5), ("tcp_efficiency", -0.1)]:
         with pytest.raises(ConfigError, match=rf"'{name}' parameter of NetworkModel must be a number > 0.0"):
             dataclasses.replace(network.DEFAULT_NETWORK, **{name: value})
+
+
+def test_g4dn_gpus_meet_through_host_memory_at_the_measured_rate() -> None:
+    """g4dn's virtualised multi-GPU sizes have no PCIe peer-to-peer: NCCL's shared-memory transport, priced at the
+    bus bandwidth a published all-reduce of 4 T4s measured (bench/t4_allreduce.py); bare metal, NVLink and the
+    unmeasured g5 / g6 keep their links. The fit holds out each model and the constant is the fit over all three."""
+    catalog = Catalog.load(use_refreshed=False, use_env=False)
+    link = network.intra_node_link(catalog.get("g4dn.12xlarge"), catalog.gpus)
+    assert link is not None and link.kind == "pcie without P2P"
+    assert link.gbps == network.DEFAULT_NETWORK.pcie_shm_gbps < network.DEFAULT_NETWORK.pcie_bus_gbps
+    for name, kind in [("g4dn.metal", "pcie"), ("g5.12xlarge", "pcie"), ("p3.8xlarge", "nvlink")]:
+        assert network.intra_node_link(catalog.get(name), catalog.gpus).kind == kind, name
+    assert network.intra_node_link(catalog.get("g4dn.xlarge"), catalog.gpus) is None
+    bench = bench_module("t4_allreduce")
+    shm = [r for r in bench.rows() if r["shm"]]
+    assert len(shm) == 3 and all(r["limiting"] == "intra-node pcie without P2P" for r in shm)
+    for i, r in enumerate(shm):  # each model priced by the others' fit: within 30 % (the P2P constant: 2.1-2.8x off)
+        fit = bench.fit_shm([x["busbw"] for j, x in enumerate(shm) if j != i])
+        held = [x for x in bench.rows(dataclasses.replace(network.DEFAULT_NETWORK, pcie_shm_gbps=fit)) if x["shm"]][i]
+        assert abs(math.log(held["model_s"] / r["measured_s"])) < math.log(1.3), r["model"]
+    assert network.DEFAULT_NETWORK.pcie_shm_gbps == pytest.approx(bench.fit_shm([r["busbw"] for r in shm]), abs=1e-3)
