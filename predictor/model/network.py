@@ -177,7 +177,9 @@ def intra_node_link(instance: InstanceType, gpus: GpuTable, net: NetworkModel = 
 
 # The EC2 types whose GPUs cannot reach each other by PCIe peer-to-peer, so that NCCL moves intra-node traffic through
 # host memory (its SHM transport), measured here: g4dn's virtualised sizes (4 T4 on g4dn.12xlarge; NCCL needed P2P
-# disabled there, ray-project/ray#15495; bench/t4_allreduce.py measures 3.6-4.7 GB/s of bus bandwidth). g5 and g6 are
+# disabled there, ray-project/ray#15495; bench/t4_allreduce.py measures 3.6-4.7 GB/s of bus bandwidth: "on PCI
+# systems, the performance you get is usually determined by the bandwidth your CPU and memory can deliver", NCCL's
+# maintainer in NVIDIA/nccl#1639). g5 and g6 are
 # reported the same ("peer access is not supported between these two devices" on g5.48xlarge, NVIDIA/TensorRT-LLM#1034;
 # "AWS g6 series does not have NVLink/NVSwitch or PCIe P2P", llm-d-incubation/llm-d-infra#181), but their PCIe 4.0
 # GPUs were not measured: the T4's figure is not carried to them, and they keep the peer-to-peer constant.
