@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -37,9 +38,14 @@ DATA = ROOT / "bench" / "data" / "minicolossal_t4_dp.csv"
 GRADIENT_PASSES = 3  # the benchmark's own copies of the gradients: concatenate into buckets, copy back, divide
 
 
+@functools.cache
+def _catalog() -> Catalog:
+    return Catalog.load(use_refreshed=False, use_env=False)
+
+
 def rows(net: NetworkModel = DEFAULT_NETWORK) -> list[dict]:
     """Every row with its measured all-reduce (s) and the model's at ``net`` (s)."""
-    catalog = Catalog.load(use_refreshed=False, use_env=False)
+    catalog = _catalog()
     out = []
     for r in csv.DictReader(DATA.read_text(encoding="utf-8").splitlines()):
         it = catalog.get(r["instance_type"])

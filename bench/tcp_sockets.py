@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -40,9 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor.catalog import Catalog  # noqa: E402
+from predictor.catalog import Catalog, InstanceType  # noqa: E402
 from predictor.model.collectives import HIERARCHICAL, SOCKETS, allreduce_latency, network_phase_s  # noqa: E402
-from predictor.model.network import DEFAULT_NETWORK, NetworkModel, host_staging, inter_node_link  # noqa: E402
+from predictor.model.network import DEFAULT_NETWORK, NetworkModel, inter_node_link  # noqa: E402
 from predictor.model.uncertainty import Z80, model_error  # noqa: E402
 from predictor.validation import calibrated_sd  # noqa: E402
 
@@ -52,14 +53,24 @@ CALIBRATED_LINK_SD = 0.1  # the width a link calibrated on GPUDirect RDMA / NVLi
 UNSTAGED = dataclasses.replace(DEFAULT_NETWORK, host_staged_efficiency=1.0)  # the model without the term
 
 
+def tcp_node(g: int, nic_gbit: float) -> InstanceType:
+    """A node of ``g`` GPUs on one ``nic_gbit`` network card without EFA (nccl#209's GCP nodes), as a catalog type,
+    so that its link is the one the predictor prices (``network.inter_node_link``)."""
+    return dataclasses.replace(
+        _catalog().get("p3.16xlarge"), name="gcp-32gbe", gpus=g, network_gbps=nic_gbit, network_up_to=False,
+        network_cards=1, efa=False, efa_interfaces=0,
+    )  # fmt: skip
+
+
 def model_busbw(nodes: int, g: int, nic_gbit: float, mib: float, sockets: bool, net: NetworkModel = UNSTAGED) -> float:
     """The model's bus bandwidth (Gbit/s) of an all-reduce of ``mib`` MiB over ``nodes`` x ``g`` ranks over TCP at
-    ``nic_gbit``, the node's host staging (``net``) included."""
+    ``nic_gbit``, the node's host staging (``net``) included; ``sockets`` False: the hierarchical form the model used
+    for every network until 2026-11-29."""
     n = nodes * g
     gb = mib * 2**20 / 1e9
-    gbps = nic_gbit / 8 * net.tcp_efficiency * host_staging(g, net)
-    t = float(network_phase_s(gb, nodes, n, gbps, SOCKETS if sockets else HIERARCHICAL))
-    t += float(allreduce_latency(nodes, g, net.latency_intra_s, net.latency_tcp_s))
+    link = inter_node_link(tcp_node(g, nic_gbit), net)
+    t = float(network_phase_s(gb, nodes, n, link.gbps, SOCKETS if sockets else HIERARCHICAL))
+    t += float(allreduce_latency(nodes, g, net.latency_intra_s, link.latency_s))
     return gb / t * 2 * (n - 1) / n * 8  # nccl-tests' busbw: algbw x 2 (n-1)/n
 
 
@@ -73,13 +84,9 @@ def efa_busbw(instance_type: str, nodes: int, g: int, net: NetworkModel = UNSTAG
     return gb / t * 2 * (n - 1) / n * 8
 
 
-_CATALOG: list[Catalog] = []
-
-
+@functools.cache
 def _catalog() -> Catalog:
-    if not _CATALOG:
-        _CATALOG.append(Catalog.load(use_refreshed=False, use_env=False))
-    return _CATALOG[0]
+    return Catalog.load(use_refreshed=False, use_env=False)
 
 
 # a case: (the measurement it belongs to, its own label, GPUs a node, model busbw, measured busbw); the fit and the
@@ -206,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     sd = round(calibrated_sd(residuals["flat ring (sockets)"]), 6)
     score_staged(sd if args.write else model_error("net-host-staged"))
     folds = staging_folds()
-    held_out = held_out_width()
+    held_out = held_out_width(folds)
     print(f"the width the held-out residuals of the staged form would hold 80 % at: {held_out:.3f} (not shipped: "
           f"collectives only; shipped {model_error('net-host-staged')})")  # fmt: skip
     if args.write:
@@ -233,14 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def held_out_width() -> float:
-    """The relative sd holding 80 % of both sources' log residuals, each source priced with the staging fitted on
-    the other (every run and node count: what the width would be if calibrated on the staged form, held out)."""
-    unstaged = {name: cases(UNSTAGED) for name, cases in SOURCES.items()}
+def held_out_width(fits: dict[str, float]) -> float:
+    """The relative sd holding 80 % of both sources' log residuals, each source priced with the staging ``fits``
+    gives the other (every run and node count: what the width would be if calibrated on the staged form, held
+    out)."""
     res = []
     for held, cases in SOURCES.items():
         other = next(n for n in SOURCES if n != held)
-        net = dataclasses.replace(DEFAULT_NETWORK, host_staged_efficiency=fit_staging(unstaged[other]))
+        net = dataclasses.replace(DEFAULT_NETWORK, host_staged_efficiency=fits[other])
         res += [math.log(model / measured) for *_, model, measured in cases(net)]
     return calibrated_sd(res)
 
