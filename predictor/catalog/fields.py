@@ -174,6 +174,9 @@ FIELDS: tuple[Field, ...] = (
        yaml=_Y(float, "network bandwidth, Gbit/s", required=True, positive=True, most=1_000_000)),
     _F("network_up_to", bool, "the bandwidth is a burst ('Up to ...'), not sustained", default=False,
        yaml_key=None, shared="network_up_to"),
+    _F("network_baseline_gbps", float, "the bandwidth an 'Up to' network sustains once its burst credits are spent, "
+       "Gbit/s (NetworkInfo.NetworkCards[].BaselineBandwidthInGbps, summed); empty: not given", optional=True,
+       missing_ok=True, yaml_key=None, shared="network_baseline_gbps_sum"),
     _F("network_cards", int, "network cards", default=1, aws="NetworkInfo.MaximumNetworkCards", missing_ok=True,
        shared="network_cards",
        yaml=_Y(int, "network cards (NetworkInfo.MaximumNetworkCards)", positive=True, most=1_024)),

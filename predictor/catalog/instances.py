@@ -53,6 +53,9 @@ class InstanceType:
     memory_gib: float
     network_gbps: float | None
     network_up_to: bool = False
+    # Gbit/s an "up to" network sustains once its burst credits are spent (DescribeInstanceTypes'
+    # BaselineBandwidthInGbps); None: not given (a sustained network, or a copy without the column)
+    network_baseline_gbps: float | None = None
     efa: bool = False
     network_cards: int = 1  # NetworkInfo.MaximumNetworkCards
     efa_interfaces: int = 0  # EfaInfo.MaximumEfaInterfaces: at most one EFA interface per network card
@@ -238,6 +241,7 @@ class InstanceRow(TypedDict):
     memory_gib: float
     network_gbps: float | None
     network_up_to: bool
+    network_baseline_gbps: float | None
     network_cards: int
     efa: bool
     efa_interfaces: int

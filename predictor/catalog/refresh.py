@@ -135,6 +135,12 @@ def _spec_row(item: dict[str, Any], previous: Catalog, notes: list[str]) -> dict
             "memory_gib": item["MemoryInfo"]["SizeInMiB"] / 1024,
             "network_gbps": gbps,
             "network_up_to": up_to,
+            # what an "up to" network sustains once its burst credits are spent (absent before 2023's API)
+            "network_baseline_gbps": (
+                sum(c.get("BaselineBandwidthInGbps") or 0 for c in net.get("NetworkCards") or []) or None
+            )
+            if up_to
+            else None,
             # one EFA interface per network card at most: the fleet attaches efa_interfaces of them (docs/catalog.md)
             "network_cards": net.get("MaximumNetworkCards") or len(net.get("NetworkCards") or []) or 1,
             "gpu_interconnect": old.gpu_interconnect if old is not None else ("single" if count == 1 else "pcie"),

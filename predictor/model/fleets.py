@@ -70,6 +70,9 @@ class ManyPredictions:
     allreduce_s: np.ndarray
     exposed_comm_s: np.ndarray
     dp_loss_s: np.ndarray  # stragglers and communication contention (predictor.model.scaling)
+    # the step's wait for an "up to" network's burst credits: what its nodes send a step over the baseline rate the
+    # credits refill at, beyond the step at the burst's rate (included in exposed_comm_s and allreduce_s)
+    baseline_wait_s: np.ndarray
     global_batch: np.ndarray  # samples per optimizer step
     fits_memory: np.ndarray
     memory_gib: np.ndarray  # the largest need of any group, per GPU
@@ -315,16 +318,21 @@ def combine(
 
     The steps, in order: the fleets' shape (:class:`_Fleets`), the batch split and its memory (:func:`_split_batch`),
     the slowest group's compute (:func:`_slowest_group`), the communication (:func:`_communication`), the
-    data-parallel losses (:func:`_dp_loss`) and the prediction's sd (:func:`_model_sd`)."""
+    data-parallel losses (:func:`_dp_loss`), the wait for an "up to" network's baseline and the prediction's sd
+    (:func:`_model_sd`)."""
     layout = parse(layout) if isinstance(layout, str) else layout
     fleets = _Fleets.of(layout, type_bases, tidx, cnt)
     batch = _split_batch(profile, src, fleets, scaling)
     # activation checkpointing recomputes the blocks' forward in backward
     recompute = recompute_factor(profile, src, layout)
     compute, input_s, slowest = _slowest_group(fleets, batch, recompute)
-    comm, exposed = _communication(profile, src, fleets, batch, recompute)
+    comm, exposed, sustained_s = _communication(profile, src, fleets, batch, recompute)
     dp_loss = _dp_loss(profile, src, fleets, batch, compute, np.maximum(0.0, comm - exposed), dp_model)
     step = compute + input_s + exposed + dp_loss
+    # an "up to" network, its burst credits spent, carries no more a step than its baseline refills in one: a step
+    # whose nodes send more waits for it (network.Link.sustained_gbps), however fast each burst
+    wait = np.maximum(0.0, sustained_s - step)
+    comm, exposed, step = comm + wait, exposed + wait, step + wait
     sd = _model_sd(profile, fleets, comm, exposed, step)
     step_lo, step_hi = interval(step, sd)
     present = fleets.present
@@ -342,6 +350,7 @@ def combine(
         allreduce_s=comm,
         exposed_comm_s=exposed,
         dp_loss_s=dp_loss,
+        baseline_wait_s=wait,
         global_batch=batch.global_batch,
         fits_memory=batch.fits,
         memory_gib=row_max(np.where(present, batch.need, 0.0)) / 2**30,
@@ -562,13 +571,17 @@ def _slowest_group(fleets: _Fleets, batch: _Batch, recompute: float) -> tuple[np
 
 def _communication(
     profile: Profile, src: Source, fleets: _Fleets, batch: _Batch, recompute: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """(communication, exposed communication) per optimizer step: FSDP's collectives (:func:`_fsdp_comm`) or DDP's
-    all-reduce (:func:`_ddp_comm`), over the slowest inter-node link of the fleet; the exposed part is what the
-    backward of the fastest group's micro-step (recomputation included) does not hide."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(communication, exposed communication, the least step the networks sustain) per optimizer step: FSDP's
+    collectives (:func:`_fsdp_comm`) or DDP's all-reduce (:func:`_ddp_comm`), over the slowest inter-node link of the
+    fleet; the exposed part is what the backward of the fastest group's micro-step (recomputation included) does not
+    hide; the least step is the GB each node sends a step over the slowest rate a group's network sustains
+    (``Link.sustained_gbps``: an "up to" network's baseline; 0 where every network sustains its rate)."""
     present = fleets.present
     single = fleets.single[:, None]
     inter_gbps = np.where(single, fleets.link_col("gbps", False), fleets.link_col("gbps", True))
+    sustained = np.where(single, fleets.link_col("sustained_gbps", False), fleets.link_col("sustained_gbps", True))
+    slow_sustained = row_min(np.where(present, sustained, np.inf))
     inter_lat = np.where(single, fleets.link_col("latency_s", False), fleets.link_col("latency_s", True))
     slow_gbps = row_min(np.where(present, inter_gbps, np.inf))
     max_lat = row_max(np.where(present, inter_lat, 0.0))
@@ -576,7 +589,7 @@ def _communication(
     fastest_micro = row_min(np.where(present, fleets.per_sample * batch.micro, np.inf))
     backward = fastest_micro * (src.backward_share + (recompute - 1.0))
     if fleets.layout.sharded:
-        return _fsdp_comm(
+        comm, exposed, sent_gb = _fsdp_comm(
             profile,
             fleets.layout,
             fleets.type_bases,
@@ -592,7 +605,9 @@ def _communication(
             max_lat,
             crossing,
         )
-    return _ddp_comm(profile, fleets, batch, backward, slow_gbps, max_lat, crossing)
+    else:
+        comm, exposed, sent_gb = _ddp_comm(profile, fleets, batch, backward, slow_gbps, max_lat, crossing)
+    return comm, exposed, sent_gb / slow_sustained
 
 
 def _ddp_comm(
@@ -603,8 +618,9 @@ def _ddp_comm(
     slow_gbps: np.ndarray,
     max_lat: np.ndarray,
     crossing: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(communication, exposed communication) per optimizer step of DDP: an all-reduce of the gradients crossing
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(communication, exposed communication, GB each node sends) per optimizer step of DDP: an all-reduce of the
+    gradients crossing
     nodes as NCCL's algorithms do on the fleet's nodes (``crossing``: ``collectives.network_phase_s``; a pipeline
     stage's share, inside its node), the intra-node and network phases pipelined chunk by
     chunk (:mod:`predictor.model.network`: the slower one sets the pace), one call per bucket, each paying the
@@ -613,7 +629,8 @@ def _ddp_comm(
     present, nodes, stages = fleets.present, fleets.nodes, fleets.stages
     gb = grad_bytes(profile) / 1e9 / stages
     across = (nodes > 1) & ~fleets.pipeline
-    inter_bw = np.where(across, network_phase_s(gb, nodes, fleets.ranks / stages, slow_gbps, crossing), 0.0)
+    sent_gb = np.where(across, network_phase_s(gb, nodes, fleets.ranks / stages, 1.0, crossing), 0.0)
+    inter_bw = sent_gb / slow_gbps
     intra_bw = row_max(np.where(present, fleets.col("intra_s") - fleets.col("intra_lat_s"), 0.0)) / stages
     # one all-reduce call per bucket (a stage's share of them), each paying NCCL's ring or tree latency
     buckets = bucket_sizes(profile)
@@ -629,7 +646,9 @@ def _ddp_comm(
         node_share = slow_gbps / fleets.node_gpus  # the node's GPUs (one replica each) share its network
         hops = 2 * (batch.accumulation + stages - 1) * (boundary / node_share + max_lat)
         comm, exposed = comm + hops, exposed + hops
-    return comm, exposed
+        # each micro-batch's activations forward and their gradients back, every GPU of the node's
+        sent_gb = np.where(nodes > 1, 2 * batch.accumulation * boundary * fleets.node_gpus, 0.0)
+    return comm, exposed, sent_gb
 
 
 def _dp_loss(
@@ -722,8 +741,8 @@ def _fsdp_comm(
     slow_gbps: np.ndarray,
     max_lat: np.ndarray,
     crossing: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(communication, exposed communication) per optimizer step of FSDP.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(communication, exposed communication, GB each node sends) per optimizer step of FSDP.
 
     Per micro-step (Lightning's FSDPStrategy has no no_sync under gradient accumulation: every micro-step
     reduce-scatters): full_shard and hybrid_shard all-gather the compute-dtype parameters for forward and again for
@@ -766,7 +785,11 @@ def _fsdp_comm(
     back = gathers_backward * gather + scatter + cross
     exposed_bwd = scatter / units + np.maximum(0.0, back - scatter / units - backward)
     comm = accumulation * (gather + back)
-    return comm, np.where(blocking, comm, accumulation * (exposed_fwd + exposed_bwd))
+    # what each node's network carries: every all-gather and reduce-scatter across nodes, hybrid's all-reduce
+    gathered = np.where(across, network_phase_s(params_gb, nodes, ranks, 1.0, crossing, ALL_GATHER), 0.0)
+    crossed = np.where(hybrid & (nodes > 1), phase_s(ALL_REDUCE, params_gb, nodes, 1.0), 0.0)
+    sent_gb = accumulation * ((1.0 + gathers_backward + np.where(blocking, 2.0, 1.0)) * gathered + crossed)
+    return comm, np.where(blocking, comm, accumulation * (exposed_fwd + exposed_bwd)), sent_gb
 
 
 # reductions over the few groups of each candidate: a loop over the K columns is ~10x faster than numpy's reduce

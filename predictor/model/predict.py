@@ -9,6 +9,7 @@ memory from :mod:`predictor.model.memory`; intervals from :mod:`predictor.model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -167,6 +168,8 @@ def predict(
     split_note = _split_note(fleet, groups, scaling, global_batch)
     dp_loss = float(many.dp_loss_s[0])
     assumptions = _assumptions(profile, fleet, layout, row_bases, split_note, dp_loss, step)
+    if fleet.nodes > 1:
+        assumptions += _baseline_words(fleet, row_bases, float(many.baseline_wait_s[0]), step)
     extrapolation = _extrapolation(fleet, row_bases, src.world)
     allreduce, exposed = float(many.allreduce_s[0]), float(many.exposed_comm_s[0])
     limiting = _limiting(fleet, row_bases, allreduce)
@@ -351,6 +354,34 @@ def _network_words(layout: Layout, row_bases: list[TypeBasis]) -> str:
     # a link the profile measured carries the calibrated links' width, not the host-staged one: nothing to say
     staged = [] if measured else [b.name for b in row_bases if b.plain_inter.kind == "efa" and b.plain_inter.staged]
     return link_words(crossing, rate, without_efa, how, staged)
+
+
+def _baseline_words(fleet: Fleet, row_bases: list[TypeBasis], wait: float, step: float) -> list[str]:
+    """What an "up to" network sustains (``Link.sustained_gbps``): the baseline of the fleet's slowest, and whether
+    the step waits for it; nothing where every group's network sustains its rate."""
+    unknown = {g.instance for g in fleet.groups if g.instance.network_up_to and not g.instance.network_baseline_gbps}
+    words = [
+        f"{it.name}'s network is rated 'up to {it.network_gbps:g} Gigabit' and the catalog has no baseline for it: "
+        "the burst's rate is taken for the whole run, though AWS holds such a network to its baseline once its "
+        "burst credits are spent (5-60 minutes); a long run may be slower"
+        for it in sorted(unknown, key=lambda it: it.name)
+    ]
+    capped = [(g.instance, b) for g, b in zip(fleet.groups, row_bases) if math.isfinite(b.plain_inter.sustained_gbps)]
+    if not capped:
+        return words
+    it, slowest = min(capped, key=lambda pair: pair[1].plain_inter.sustained_gbps)
+    held = (
+        f"this step's traffic needs more: {wait * 1e3:,.3g} ms a step ({wait / step:.0%}) of waiting for it is "
+        "priced in"
+        if wait > 0
+        else "this step's traffic stays under it, so the rate above holds for the whole run"
+    )
+    return [
+        *words,
+        f"{it.name}'s network is rated 'up to {it.network_gbps:g} Gigabit': the rate above holds while its burst "
+        f"credits last (5-60 minutes, AWS); then it sustains its {it.network_baseline_gbps:g} Gbit/s baseline "
+        f"({slowest.plain_inter.sustained_gbps * 8:,.3g} effective), and {held}",
+    ]
 
 
 def _extrapolation(fleet: Fleet, row_bases: list[TypeBasis], src_world: int) -> list[str]:
