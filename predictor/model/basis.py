@@ -264,17 +264,8 @@ def type_basis(
     cpu_ratio = _cpu_ratio(profile, it)
     intra = allreduce_time(grad_bytes(profile), [(it, 1)], catalog.gpus, net=network).seconds
     link = intra_node_link(it, catalog.gpus, network)
-    plain = inter_node_link(it, network, catalog.gpus)
-    measured = measured_link(profile, it.name, plain.crossing)
-    if measured is not None:  # a window of the run measured the burst at most: the baseline still holds a long run
-        measured = dataclasses.replace(measured, sustained_gbps=plain.sustained_gbps)
+    plain, measured, link_note = _inter_links(profile, it, catalog, network)
     _framework_note(profile, notes)
-    link_note = (
-        f"inter-node all-reduce calibrated from the profile's measured buckets on {it.name}: "
-        f"{measured.gbps:.2f} GB/s effective"
-        if measured is not None
-        else ""
-    )
     return TypeBasis(
         name=it.name,
         gpu=dst.key,
@@ -303,6 +294,21 @@ def type_basis(
         extrapolation=tuple(extrapolation),
         blocking_collectives=it.process_group_backend == "gloo",
     )
+
+
+def _inter_links(
+    profile: Profile, it: InstanceType, catalog: Catalog, network: NetworkModel
+) -> tuple[Link, Link | None, str]:
+    """``it``'s inter-node link from the catalog, the one the profile measured across nodes of it (None when it did
+    not), and the words for the measured one."""
+    plain = inter_node_link(it, network, catalog.gpus)
+    measured = measured_link(profile, it.name, plain.crossing)
+    if measured is None:
+        return plain, None, ""
+    # a window of the run measured the burst at most: the baseline still holds a long run
+    measured = dataclasses.replace(measured, sustained_gbps=plain.sustained_gbps)
+    words = f"inter-node all-reduce calibrated from the profile's measured buckets on {it.name}: "
+    return plain, measured, f"{words}{measured.gbps:.2f} GB/s effective"
 
 
 def _cpu_ratio(profile: Profile, it: InstanceType) -> float:

@@ -316,10 +316,9 @@ def combine(
     with numpy. A pipeline layout has one stage per node (its ``pipeline_stages`` is taken from each fleet); it
     needs a homogeneous fleet of at least two nodes (other rows do not fit).
 
-    The steps, in order: the fleets' shape (:class:`_Fleets`), the batch split and its memory (:func:`_split_batch`),
-    the slowest group's compute (:func:`_slowest_group`), the communication (:func:`_communication`), the
-    data-parallel losses (:func:`_dp_loss`), the wait for an "up to" network's baseline and the prediction's sd
-    (:func:`_model_sd`)."""
+    The steps: the fleets' shape (:class:`_Fleets`), the batch split and its memory (:func:`_split_batch`), the
+    slowest group's compute (:func:`_slowest_group`), the communication (:func:`_communication`), the data-parallel
+    losses (:func:`_dp_loss`), an "up to" network's wait (:func:`baseline_wait`), the sd (:func:`_model_sd`)."""
     layout = parse(layout) if isinstance(layout, str) else layout
     fleets = _Fleets.of(layout, type_bases, tidx, cnt)
     batch = _split_batch(profile, src, fleets, scaling)
@@ -328,13 +327,9 @@ def combine(
     compute, input_s, slowest = _slowest_group(fleets, batch, recompute)
     comm, exposed, sustained_s = _communication(profile, src, fleets, batch, recompute)
     dp_loss = _dp_loss(profile, src, fleets, batch, compute, np.maximum(0.0, comm - exposed), dp_model)
-    step = compute + input_s + exposed + dp_loss
-    # an "up to" network, its burst credits spent, carries no more a step than its baseline refills in one: a step
-    # whose nodes send more waits for it (network.Link.sustained_gbps), however fast each burst
-    wait = np.maximum(0.0, sustained_s - step)
-    comm, exposed, step = comm + wait, exposed + wait, step + wait
-    sd = _model_sd(profile, fleets, comm, exposed, step)
-    step_lo, step_hi = interval(step, sd)
+    wait = baseline_wait(compute + input_s + exposed + dp_loss, sustained_s)
+    comm, exposed, step = comm + wait, exposed + wait, compute + input_s + exposed + dp_loss + wait
+    step_lo, step_hi = interval(step, sd := _model_sd(profile, fleets, comm, exposed, step))
     present = fleets.present
     return ManyPredictions(
         names=tuple(b.name for b in type_bases),
@@ -367,6 +362,14 @@ def combine(
         layout_names=(layout.name,) if not fleets.pipeline else ("pipeline",),
         stages=fleets.stages.astype(int),
     )
+
+
+def baseline_wait(step: np.ndarray, sustained_s: np.ndarray) -> np.ndarray:
+    """What a step waits for an "up to" network's burst credits: once they are spent the network carries no more a
+    step than its baseline refills in one (``sustained_s``: the step's traffic over the sustained rate,
+    ``network.Link.sustained_gbps``), however fast each burst. A token bucket refilled at the baseline: the bursts
+    spend what the compute's time refilled, so the step is the longer of its own and ``sustained_s``."""
+    return np.maximum(0.0, sustained_s - step)
 
 
 @dataclass(frozen=True)
@@ -760,10 +763,8 @@ def _fsdp_comm(
     sizes = profile_sizes(profile)
     params_gb = sizes.parameters * sizes.compute / 1e9
     units = max(1.0, sizes.parameters / max(sizes.unit, 1.0))
-    intra_gbps = np.array([b.intra_gbps for b in type_bases], dtype=float)[tidx]
-    intra_lat = np.array([b.intra_latency_s for b in type_bases], dtype=float)[tidx]
-    slow_intra = row_min(np.where(present, intra_gbps, np.inf))
-    lat_intra = row_max(np.where(present, intra_lat, 0.0))
+    slow_intra = row_min(np.where(present, np.array([b.intra_gbps for b in type_bases], dtype=float)[tidx], np.inf))
+    lat_intra = row_max(np.where(present, np.array([b.intra_latency_s for b in type_bases], dtype=float)[tidx], 0.0))
     hybrid = layout.sharding == "hybrid_shard"
     across = (nodes > 1) & ~hybrid
 
@@ -785,11 +786,25 @@ def _fsdp_comm(
     back = gathers_backward * gather + scatter + cross
     exposed_bwd = scatter / units + np.maximum(0.0, back - scatter / units - backward)
     comm = accumulation * (gather + back)
-    # what each node's network carries: every all-gather and reduce-scatter across nodes, hybrid's all-reduce
+    sent = _fsdp_sent_gb(params_gb, nodes, ranks, crossing, across, hybrid, 2.0 + gathers_backward + blocking)
+    return comm, np.where(blocking, comm, accumulation * (exposed_fwd + exposed_bwd)), accumulation * sent
+
+
+def _fsdp_sent_gb(
+    params_gb: float,
+    nodes: np.ndarray,
+    ranks: np.ndarray,
+    crossing: np.ndarray,
+    across: np.ndarray,
+    hybrid: bool,
+    collectives: np.ndarray,
+) -> np.ndarray:
+    """GB each node's network sends per micro-step of FSDP: ``collectives`` all-gathers and reduce-scatters (as
+    many bytes each; gloo's reduce-scatter is an all-reduce, two) of the gathered parameters across nodes, or
+    hybrid_shard's all-reduce of the shard's gradients over the nodes."""
     gathered = np.where(across, network_phase_s(params_gb, nodes, ranks, 1.0, crossing, ALL_GATHER), 0.0)
     crossed = np.where(hybrid & (nodes > 1), phase_s(ALL_REDUCE, params_gb, nodes, 1.0), 0.0)
-    sent_gb = accumulation * ((1.0 + gathers_backward + np.where(blocking, 2.0, 1.0)) * gathered + crossed)
-    return comm, np.where(blocking, comm, accumulation * (exposed_fwd + exposed_bwd)), sent_gb
+    return collectives * gathered + crossed
 
 
 # reductions over the few groups of each candidate: a loop over the K columns is ~10x faster than numpy's reduce

@@ -223,6 +223,7 @@ def test_catalog_show_json_is_stable(monkeypatch, tmp_path, capsys) -> None:
             "network_gbps",
             "network_up_to",
             "efa",
+            "network_baseline_gbps",  # added in issue #38 (an "up to" network's baseline)
             "network_cards",  # added in issue #12 (new keys may be added within the schema)
             "efa_interfaces",
             "gpu_interconnect",
