@@ -62,7 +62,8 @@ def rows() -> list[dict]:
 def main() -> None:
     data = rows()
     print("| type | headline ('up to'), Gbit/s | AWS baseline | sustained, measured | model before (burst share) "
-          "| / measured | model now (baseline) | / measured | burst measured |")  # fmt: skip
+          "| / measured | model now (the baseline, at most the burst's rate) | / measured "
+          "| burst measured |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
     for r in data:
         m = float(r["sustained_gbps"])

@@ -71,7 +71,9 @@ def _rows(result: Any, lo: float, hi: float, tlo: float, thi: float) -> list[tup
         (
             "Breakdown",
             f"compute {_ms(b['compute_s'])} · input {_ms(b['input_s'])} · all-reduce {_ms(b['allreduce_s'])} of "
-            f"which exposed {_ms(b['exposed_comm_s'])} ({result.allreduce_limiting})"
+            f"which exposed {_ms(b['exposed_comm_s'])} ({result.allreduce_limiting}"
+            + (f"; {_ms(b['baseline_wait_s'])} waiting for its baseline" if b.get("baseline_wait_s", 0.0) > 0 else "")
+            + ")"
             + (f" · data-parallel losses {_ms(b['dp_loss_s'])}" if b.get("dp_loss_s", 0.0) > 0 else ""),
         ),
         ("Bottleneck", result.bottleneck),

@@ -649,8 +649,9 @@ def _ddp_comm(
         node_share = slow_gbps / fleets.node_gpus  # the node's GPUs (one replica each) share its network
         hops = 2 * (batch.accumulation + stages - 1) * (boundary / node_share + max_lat)
         comm, exposed = comm + hops, exposed + hops
-        # each micro-batch's activations forward and their gradients back, every GPU of the node's
-        sent_gb = np.where(nodes > 1, 2 * batch.accumulation * boundary * fleets.node_gpus, 0.0)
+        # each micro-batch's activations forward and their gradients back, every GPU of the node's: an inner stage
+        # sends both, an end stage one (AWS limits what a node sends and what it receives apart)
+        sent_gb = np.where(nodes > 1, np.minimum(2, stages - 1) * batch.accumulation * boundary * fleets.node_gpus, 0)
     return comm, exposed, sent_gb
 
 

@@ -47,7 +47,7 @@ A network AWS rates "up to" N Gigabit (4xlarge and smaller) sustains its baselin
 (``InstanceType.network_baseline_gbps``: DescribeInstanceTypes' ``BaselineBandwidthInGbps``) once its burst credits
 are spent, "typically from 5 to 60 minutes" (the page above). Measured over an hour with 10 iperf3 streams
 (cloudonaut.io, "EC2 Network Performance Cheat Sheet", 2018: m5.large-4xlarge, t3.nano-2xlarge) and by an S3 download
-loop (c5.xlarge, c5.2xlarge: throttled after 13 / 26 minutes), the sustained rate was 0.91-1.0 of that baseline
+loop (c5.xlarge, c5.2xlarge: throttled after 13 / 26 minutes), the sustained rate was 0.91-1.02 of that baseline
 (``bench/burst_baseline.py``). A training step whose nodes send more than the baseline carries in a step is held to
 it (:attr:`Link.sustained_gbps`, ``fleets.combine``): over a run of hours the average rate cannot exceed the rate the
 credits refill at, however fast the bursts.
