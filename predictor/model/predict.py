@@ -170,8 +170,7 @@ def predict(
     if fleet.nodes > 1:
         assumptions += _baseline_words(fleet, row_bases, float(many.baseline_wait_s[0]), step)
     extrapolation = _extrapolation(fleet, row_bases, src.world)
-    allreduce, exposed = float(many.allreduce_s[0]), float(many.exposed_comm_s[0])
-    limiting = _limiting(fleet, row_bases, allreduce)
+    limiting = _limiting(fleet, row_bases, float(many.allreduce_s[0]))
     recompute = recompute_factor(profile, src, layout)
     return Prediction(
         fleet=str(fleet),
@@ -179,9 +178,7 @@ def predict(
         throughput_samples_s=float(many.throughput_samples_s[0]),
         interval=_interval(many, global_batch),
         breakdown=_breakdown(many),
-        bottleneck=_bottleneck(groups, int(many.slowest_group[0]), exposed, step, limiting, row_bases, recompute)
-        if not many.baseline_wait_s[0] > 0
-        else "network (an 'up to' network's baseline, once its burst credits are spent)",
+        bottleneck=_bottleneck(groups, many, limiting, row_bases, recompute),
         fits_memory=bool(many.fits_memory[0]),
         groups=tuple(groups),
         global_batch=global_batch,
@@ -454,17 +451,15 @@ def _limiting(fleet: Fleet, row_bases: list[TypeBasis], allreduce: float) -> str
 
 
 def _bottleneck(
-    groups: list[GroupPrediction],
-    index: int,
-    exposed: float,
-    step: float,
-    limiting: str,
-    bases: list[TypeBasis],
-    recompute: float = 1.0,
+    groups: list[GroupPrediction], many: ManyPredictions, limiting: str, bases: list[TypeBasis], recompute: float
 ) -> str:
-    """The one thing that limits the step, in words, from the slowest group (``groups[index]``) and its basis (its
+    """The one thing that limits the one-row ``many``'s step, in words, from the slowest group and its basis (its
     compute-bound share, and whether its micro-step is the host's floor, Lightning's step and the kernel launches,
-    not its GPU work, which activation checkpointing's ``recompute`` factor lengthens, as the step's own time does)."""
+    not its GPU work, which activation checkpointing's ``recompute`` factor lengthens, as the step's own time does);
+    a step held by an "up to" network's baseline names it."""
+    if many.baseline_wait_s[0] > 0:
+        return "network (an 'up to' network's baseline, once its burst credits are spent)"
+    index, exposed, step = int(many.slowest_group[0]), float(many.exposed_comm_s[0]), float(many.iteration_time_s[0])
     slowest, basis = groups[index], bases[index]
     compute_share = basis.compute_share
     host_bound = basis.step_floor_s >= basis.per_sample_s * recompute * slowest.micro_batch
