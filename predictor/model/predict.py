@@ -33,6 +33,7 @@ from predictor.model.fleets import (
     applies,
     bases,
     combine,
+    predict_mixes,
     recompute_factor,
 )
 from predictor.model.layout import DDP, Layout, parse
@@ -99,11 +100,15 @@ def predict_auto(
     catalog: Catalog | None = None,
     **options: Any,
 ) -> Prediction:
-    """:func:`predict` under the layout ``srifty recommend`` would run this fleet with: of the layouts srifty launch
-    can start (:data:`AUTO_LAYOUTS`), the simplest that fits in memory unless a more complex one is faster by more
-    than :data:`~predictor.model.fleets.PREFER_SIMPLER`; none fits: plain DDP's prediction, which says what it needs.
-    ``srifty predict`` with no ``--layout`` (issue #37 M2: it answered "does not fit: 604.9 GiB/GPU" for the LoRA
-    profile on g5.xlarge, which recommend runs at 18.5 GiB with activation checkpointing and accumulation).
+    """:func:`predict` under the layout ``srifty recommend`` runs this fleet with, chosen by the ranking's own rule
+    (:func:`~predictor.model.fleets.choose_layouts` over the layouts srifty launch can start, :data:`AUTO_LAYOUTS`):
+    plain DDP where it fits without gradient accumulation, else the simplest that fits unless a more complex one is
+    faster by more than :data:`~predictor.model.fleets.PREFER_SIMPLER`; none fits: plain DDP's prediction, which says
+    what it needs. ``srifty predict`` with no ``--layout`` (issue #37 M2: it answered "does not fit: 604.9 GiB/GPU"
+    for the LoRA profile on g5.xlarge, which recommend runs at 18.5 GiB with activation checkpointing and
+    accumulation). Until 2026-11-30 this chose by its own rule, which lacked the first clause: it said FSDP for
+    ResNet-50 on four g5.xlarge (258 ms) where recommend ran DDP (517 ms), calling FSDP "the one srifty recommend
+    runs".
 
     Raises:
         PredictionError, UnknownNameError, ConfigError: as :func:`predict` with plain DDP.
@@ -111,22 +116,18 @@ def predict_auto(
     import dataclasses
 
     catalog = catalog or Catalog.load()
-    tried: list[Prediction] = []
-    for name in AUTO_LAYOUTS:
-        try:
-            tried.append(predict(profile, fleet, catalog=catalog, layout=name, **options))
-        except (ConfigError, PredictionError):  # a layout this fleet or profile cannot run
-            continue
-    fitting = [p for p in tried if p.fits_memory]
-    if not fitting:
+    if not isinstance(fleet, Fleet):
+        fleet = parse_fleet(fleet, catalog)
+    names = sorted({g.instance.name for g in fleet.groups})
+    tidx = np.array([[names.index(g.instance.name) for g in fleet.groups]])
+    cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
+    many = predict_mixes(profile, names, tidx, cnt, catalog=catalog, layouts=AUTO_LAYOUTS, **options)
+    if not (many.fits_memory[0] and many.splittable[0]):
         return predict(profile, fleet, catalog=catalog, layout=DDP, **options)
-    best = fitting[0]
-    for other in fitting[1:]:
-        if other.iteration_time_s < best.iteration_time_s * (1 - PREFER_SIMPLER):
-            best = other
+    best = predict(profile, fleet, catalog=catalog, layout=many.layout_names[int(many.layout_index[0])], **options)
     why = (
-        f"layout {best.layout}: the one srifty recommend runs this fleet with (the simplest of "
-        f"{', '.join(p.layout for p in fitting)} that fit, unless another is {PREFER_SIMPLER:.0%} faster); "
+        f"layout {best.layout}: the one srifty recommend runs this fleet with (plain DDP where it fits without "
+        f"gradient accumulation; else the simplest layout that fits, unless another is {PREFER_SIMPLER:.0%} faster); "
         "--layout NAME predicts another"
     )
     return dataclasses.replace(best, assumptions=(why, *best.assumptions))

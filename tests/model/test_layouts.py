@@ -317,3 +317,32 @@ def test_a_sharded_capture_takes_the_width_calibrated_on_sharded_steps(catalog, 
     errors["ops-absolute"], errors["scaling"] = 0.02, 0.1
     monkeypatch.delitem(uncertainty.SHARDED_KINDS, "ops-absolute")
     assert sd("fsdp:full_shard", "p4d.24xlarge:2") == pytest.approx(np.hypot(0.1, exposed[0]), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("profile_name", "fleet"),
+    [
+        ("resnet50-v100", "g5.xlarge:4"),  # DDP fits without accumulation: recommend keeps it (FSDP is faster)
+        ("resnet50-v100", "g4dn.12xlarge:4"),
+        ("resnet50-v100", "g5.12xlarge:2"),
+        ("llama-1b-meta", "g5.xlarge:2"),
+        ("llama-7b-bf16-captured", "p4d.24xlarge:2"),
+        ("llama-7b-bf16-captured", "g5.48xlarge:2"),
+    ],
+)
+def test_srifty_predict_runs_the_layout_recommend_runs(profile_name: str, fleet: str) -> None:
+    """`srifty predict` without --layout says "the one srifty recommend runs this fleet with": it is, at the same
+    step. Until 2026-11-30 it chose by a rule of its own and said FSDP (258 ms) for ResNet-50 on 4 g5.xlarge, which
+    recommend runs with DDP (517 ms)."""
+    from predictor.catalog import Catalog
+    from predictor.model.predict import predict_auto
+
+    catalog = Catalog.load(use_refreshed=False, use_env=False)
+    profile = load_profile(ROOT / "examples" / "profiles" / f"{profile_name}.json")
+    name, count = fleet.split(":")
+    plan = rank(profile, Constraints(steps=1000, allow=(name,), max_instances=int(count), top=50), catalog=catalog)
+    entry = next(e for e in plan.entries if e.fleet == fleet and e.market == "on-demand")
+    auto = predict_auto(profile, fleet, catalog=catalog)
+    assert auto.layout == entry.layout.name
+    assert auto.iteration_time_s == pytest.approx(entry.iteration_time_s, rel=1e-9)
+    assert auto.assumptions[0].startswith(f"layout {entry.layout.name}: the one srifty recommend runs")
