@@ -274,12 +274,19 @@ def inter_node_link(instance: InstanceType, net: NetworkModel = DEFAULT_NETWORK,
 
 
 def link_words(
-    crossing: float, rate: str, without_efa: list[str], how: str | None = None, staged: list[str] | None = None
+    crossing: float,
+    rate: str,
+    without_efa: list[str],
+    how: str | None = None,
+    staged: list[str] | None = None,
+    declared: list[str] | None = None,
 ) -> str:
     """How a fleet's nodes are priced to meet, in words (a prediction's assumption): the transport (``crossing``:
     TCP sockets, naming the types ``without_efa``, or EFA with the plugin it needs, naming the types ``staged``
     through host memory, without GPUDirect RDMA), its ``rate``, and how the collectives cross it (``how`` where the
-    layout says otherwise: a pipeline's point-to-point sends, HSDP's rings of nodes)."""
+    layout says otherwise: a pipeline's point-to-point sends, HSDP's rings of nodes). Where every group is a catalog
+    extra's RDMA node (``declared``: ``gpudirect_rdma: true``, RoCE or InfiniBand, not EC2), its fabric is named as
+    such: NCCL's own InfiniBand / RoCE transport carries it, not AWS's EFA plugin."""
     if crossing == SOCKETS:
         return (
             f"across nodes: TCP through NCCL's socket transport ({', '.join(without_efa) or 'no EFA'}: no EFA), "
@@ -297,6 +304,12 @@ def link_words(
         if staged
         else ""
     )
+    if declared:
+        return (
+            f"across nodes: RDMA with GPUDirect ({', '.join(declared)}: as the catalog extra declares, RoCE or "
+            f"InfiniBand), {rate}, {how or algorithm}; NCCL's own InfiniBand / RoCE transport carries it (without "
+            "working RDMA NCCL falls back to TCP sockets, slower than priced)"
+        )
     # without the plugin NCCL runs its sockets: slower than GPUDirect RDMA; on staged nodes another host-staged
     # transport, priced alike (the same staging and width; its own per-byte constant)
     fallback = "another host-staged transport" if staged else "slower than priced"

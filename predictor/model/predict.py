@@ -302,7 +302,7 @@ def _assumptions(
     if len(row_bases) == 1 and fleet.nodes > 1 and row_bases[0].link_note:
         assumptions.append(row_bases[0].link_note)
     if fleet.nodes > 1:
-        assumptions.append(_network_words(layout, row_bases))
+        assumptions.append(_network_words(layout, row_bases, fleet))
     if not profile.hardware.cpu_count:
         assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
     else:
@@ -327,9 +327,10 @@ def _assumptions(
     return assumptions
 
 
-def _network_words(layout: Layout, row_bases: list[TypeBasis]) -> str:
+def _network_words(layout: Layout, row_bases: list[TypeBasis], fleet: Fleet) -> str:
     """How a multi-node fleet's nodes are priced to meet (:func:`~predictor.model.network.link_words`): the slowest
-    group's network sets the pace, the groups' largest crossing the algorithm (predictor.model.fleets)."""
+    group's network sets the pace, the groups' largest crossing the algorithm (predictor.model.fleets); a fleet of
+    catalog extras' RDMA nodes is named as such."""
     measured = len(row_bases) == 1 and row_bases[0].inter.kind == "measured"
     slowest = min(row_bases, key=lambda b: b.plain_inter.gbps)
     staging = slowest.plain_inter.staging
@@ -353,7 +354,9 @@ def _network_words(layout: Layout, row_bases: list[TypeBasis]) -> str:
     without_efa = [b.name for b in row_bases if b.plain_inter.kind == "tcp"]
     # a link the profile measured carries the calibrated links' width, not the host-staged one: nothing to say
     staged = [] if measured else [b.name for b in row_bases if b.plain_inter.kind == "efa" and b.plain_inter.staged]
-    return link_words(crossing, rate, without_efa, how, staged)
+    extras = [g.instance for g in fleet.groups if g.instance.efa and g.instance.gpudirect_rdma]
+    declared = [it.name for it in extras if it.origin != "bundled"] if len(extras) == len(fleet.groups) else []
+    return link_words(crossing, rate, without_efa, how, staged, declared if len(declared) == len(extras) else None)
 
 
 def _baseline_words(fleet: Fleet, row_bases: list[TypeBasis], wait: float, step: float) -> list[str]:

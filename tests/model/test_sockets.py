@@ -166,6 +166,11 @@ def test_a_catalog_extra_says_its_nodes_move_gpu_memory_by_rdma(tmp_path) -> Non
     assert (unsaid.staged, unsaid.host_staged) == (True, 1.0) and unsaid.gbps == pytest.approx(
         rdma.gbps * unsaid.staging
     )
+    # said as the fabric it is: RDMA the extra declares, NCCL's own InfiniBand / RoCE transport, not AWS's EFA plugin
+    words = " ".join(predict(load_profile(copy.deepcopy(MINIMAL)), "rdma-yes:2", catalog=catalog).assumptions)
+    assert "RDMA with GPUDirect (rdma-yes: as the catalog extra declares" in words and "aws-ofi-nccl" not in words
+    unsaid_words = " ".join(predict(load_profile(copy.deepcopy(MINIMAL)), "rdma-unsaid:2", catalog=catalog).assumptions)
+    assert "across nodes: EFA without GPUDirect RDMA (rdma-unsaid" in unsaid_words
     bad = tmp_path / "bad.yaml"
     bad.write_text(types.replace("gpudirect_rdma: true", "gpudirect_rdma: maybe").join(["instance_types:\n", ""]))
     with pytest.raises(CatalogError, match=r"rdma-yes\)\.gpudirect_rdma"):
