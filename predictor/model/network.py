@@ -280,13 +280,15 @@ def link_words(
     how: str | None = None,
     staged: list[str] | None = None,
     declared: list[str] | None = None,
+    staged_declared: bool = False,
 ) -> str:
     """How a fleet's nodes are priced to meet, in words (a prediction's assumption): the transport (``crossing``:
     TCP sockets, naming the types ``without_efa``, or EFA with the plugin it needs, naming the types ``staged``
     through host memory, without GPUDirect RDMA), its ``rate``, and how the collectives cross it (``how`` where the
     layout says otherwise: a pipeline's point-to-point sends, HSDP's rings of nodes). Where every group is a catalog
     extra's RDMA node (``declared``: ``gpudirect_rdma: true``, RoCE or InfiniBand, not EC2), its fabric is named as
-    such: NCCL's own InfiniBand / RoCE transport carries it, not AWS's EFA plugin."""
+    such: NCCL's own InfiniBand / RoCE transport carries it, not AWS's EFA plugin; ``staged_declared``: the staged
+    types are so because their catalog entries say ``gpudirect_rdma: false``, not by AWS's plugin table."""
     if crossing == SOCKETS:
         return (
             f"across nodes: TCP through NCCL's socket transport ({', '.join(without_efa) or 'no EFA'}: no EFA), "
@@ -298,9 +300,10 @@ def link_words(
         else "NCCL's ring through every rank (its tree on two nodes)"
     )
     through = (
-        f" without GPUDirect RDMA ({', '.join(staged)}: AWS's NCCL plugin does not require it there, so transfers "
-        "are taken to be staged through host memory, a regime priced at its nodes' host staging and with the wider "
-        "interval of host-staged networks)"
+        f" without GPUDirect RDMA ({', '.join(staged)}: "
+        + ("as the catalog entry declares" if staged_declared else "AWS's NCCL plugin does not require it there")
+        + ", so transfers are taken to be staged through host memory, a regime priced at its nodes' host staging and "
+        "with the wider interval of host-staged networks)"
         if staged
         else ""
     )

@@ -356,7 +356,10 @@ def _network_words(layout: Layout, row_bases: list[TypeBasis], fleet: Fleet) -> 
     staged = [] if measured else [b.name for b in row_bases if b.plain_inter.kind == "efa" and b.plain_inter.staged]
     extras = [g.instance for g in fleet.groups if g.instance.efa and g.instance.gpudirect_rdma]
     declared = [it.name for it in extras if it.origin != "bundled"] if len(extras) == len(fleet.groups) else []
-    return link_words(crossing, rate, without_efa, how, staged, declared if len(declared) == len(extras) else None)
+    said = bool(staged) and all(g.instance.gpudirect_rdma is False for g in fleet.groups if g.instance.name in staged)
+    return link_words(
+        crossing, rate, without_efa, how, staged, declared if len(declared) == len(extras) else None, said
+    )
 
 
 def _baseline_words(fleet: Fleet, row_bases: list[TypeBasis], wait: float, step: float) -> list[str]:

@@ -155,7 +155,7 @@ def test_a_catalog_extra_says_its_nodes_move_gpu_memory_by_rdma(tmp_path) -> Non
     types = "".join(
         f"  - {{name: rdma-{flag}, gpu: A100-SXM-80GB, gpus: 8, vcpus: 96, memory_gib: 1024, network_gbps: 800, "
         f"efa: true, efa_interfaces: 8, network_cards: 8, gpu_interconnect: nvswitch{rdma}}}\n"
-        for flag, rdma in (("yes", ", gpudirect_rdma: true"), ("unsaid", ""))
+        for flag, rdma in (("yes", ", gpudirect_rdma: true"), ("unsaid", ""), ("no", ", gpudirect_rdma: false"))
     )
     extra = tmp_path / "cluster.yaml"
     extra.write_text(f"instance_types:\n{types}")
@@ -170,7 +170,10 @@ def test_a_catalog_extra_says_its_nodes_move_gpu_memory_by_rdma(tmp_path) -> Non
     words = " ".join(predict(load_profile(copy.deepcopy(MINIMAL)), "rdma-yes:2", catalog=catalog).assumptions)
     assert "RDMA with GPUDirect (rdma-yes: as the catalog extra declares" in words and "aws-ofi-nccl" not in words
     unsaid_words = " ".join(predict(load_profile(copy.deepcopy(MINIMAL)), "rdma-unsaid:2", catalog=catalog).assumptions)
-    assert "across nodes: EFA without GPUDirect RDMA (rdma-unsaid" in unsaid_words
+    assert "across nodes: EFA without GPUDirect RDMA (rdma-unsaid: AWS's NCCL plugin does not require" in unsaid_words
+    # a catalog entry that says it has none is staged because it says so, not by AWS's plugin table
+    no_words = " ".join(predict(load_profile(copy.deepcopy(MINIMAL)), "rdma-no:2", catalog=catalog).assumptions)
+    assert "EFA without GPUDirect RDMA (rdma-no: as the catalog entry declares, so transfers" in no_words
     bad = tmp_path / "bad.yaml"
     bad.write_text(types.replace("gpudirect_rdma: true", "gpudirect_rdma: maybe").join(["instance_types:\n", ""]))
     with pytest.raises(CatalogError, match=r"rdma-yes\)\.gpudirect_rdma"):
