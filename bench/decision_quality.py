@@ -28,7 +28,13 @@ from predictor.ranking import Constraints, rank  # noqa: E402
 from predictor.ranking.replan import decide_move, drift, late  # noqa: E402
 from predictor.runs.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S  # noqa: E402
 from predictor.runs.spot import RESTART_S as RESTART_S_  # noqa: E402
-from predictor.validation import FLOPS_PER_ITEM, PARAMETERS, SUPERLINEAR_LIMIT, load_points  # noqa: E402
+from predictor.validation import (  # noqa: E402
+    FLOPS_PER_ITEM,
+    PARAMETERS,
+    SUPERLINEAR_LIMIT,
+    load_points,
+    published_matmul_precision,
+)
 
 # instance type -> (GPU key in the measurements, GPUs)
 CANDIDATES = {
@@ -137,10 +143,8 @@ def scenarios(
                     "name": model,
                     "parameters": int(PARAMETERS[model]),
                     "precision": precision,
-                    # Lambda ran NVIDIA's scripts in NGC containers, whose FP32 matmuls use TF32 on Ampere and newer
-                    # (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1): the profile says so, as `srifty eval`'s do
-                    # (predictor.validation.dataset); until 2026-11-30 this bench's said nothing ("highest")
-                    "float32_matmul_precision": "high" if precision == "32-true" else "highest",
+                    # as Lambda ran them, as `srifty eval`'s profiles say (until 2026-11-30 this bench's said nothing)
+                    "float32_matmul_precision": published_matmul_precision(precision),
                     **({"flops": {"per_sample": FLOPS_PER_ITEM[model]}} if model in FLOPS_PER_ITEM else {}),
                 },
                 "batch": {"per_device": src.batch},

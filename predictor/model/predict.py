@@ -354,12 +354,11 @@ def _network_words(layout: Layout, row_bases: list[TypeBasis], fleet: Fleet) -> 
     without_efa = [b.name for b in row_bases if b.plain_inter.kind == "tcp"]
     # a link the profile measured carries the calibrated links' width, not the host-staged one: nothing to say
     staged = [] if measured else [b.name for b in row_bases if b.plain_inter.kind == "efa" and b.plain_inter.staged]
-    extras = [g.instance for g in fleet.groups if g.instance.efa and g.instance.gpudirect_rdma]
-    declared = [it.name for it in extras if it.origin != "bundled"] if len(extras) == len(fleet.groups) else []
+    # every group a catalog extra's RDMA node: named as its fabric; staged nodes whose entries say they are
+    rdma = all(g.instance.efa and g.instance.gpudirect_rdma and g.instance.origin != "bundled" for g in fleet.groups)
     said = bool(staged) and all(g.instance.gpudirect_rdma is False for g in fleet.groups if g.instance.name in staged)
-    return link_words(
-        crossing, rate, without_efa, how, staged, declared if len(declared) == len(extras) else None, said
-    )
+    declared = [g.instance.name for g in fleet.groups] if rdma else None
+    return link_words(crossing, rate, without_efa, how, staged, declared, said)
 
 
 def _baseline_words(fleet: Fleet, row_bases: list[TypeBasis], wait: float, step: float) -> list[str]:

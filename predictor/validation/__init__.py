@@ -30,6 +30,7 @@ from predictor.validation.dataset import (
     data_sha256,
     load_points,
     profile_for,
+    published_matmul_precision,
 )
 from predictor.validation.harness import (
     DP_GRIDS,
@@ -74,6 +75,7 @@ __all__ = [
     "nested_coverage",
     "predict_scaling_case",
     "profile_for",
+    "published_matmul_precision",
     "scaling_leave_one_model_out",
     "summarize_cases",
     "train_correction",

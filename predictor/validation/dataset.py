@@ -298,6 +298,12 @@ def cached_profile(case: Case) -> Profile:
 _PROFILES: dict[tuple, Profile] = {}
 
 
+def published_matmul_precision(precision: str) -> str:
+    """How the published FP32 figures ran their matmuls: in NGC containers, whose ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``
+    makes them TF32 on Ampere and newer ("high"); other precisions "highest" (no TF32 to speak of)."""
+    return "high" if precision == "32-true" else "highest"
+
+
 def profile_for(case: Case) -> Profile:
     """The profile the case starts from: the source point, at the target's per-GPU batch (in batch items; for
     cross-GPU cases of other units the step time is nominal, which a ratio does not see)."""
@@ -312,7 +318,7 @@ def profile_for(case: Case) -> Profile:
                 "parameters": int(params),
                 "precision": src.precision,
                 "gradient_bytes": int(params * 4),
-                "float32_matmul_precision": "high" if src.precision == "32-true" else "highest",
+                "float32_matmul_precision": published_matmul_precision(src.precision),
             },
             "batch": {"per_device": dst.batch},
             "hardware": {"gpu": src.gpu, "devices": 1, "nodes": 1},
