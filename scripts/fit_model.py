@@ -41,6 +41,7 @@ from predictor.validation import (  # noqa: E402
     scaling_leave_one_model_out,
     train_correction,
 )
+from predictor.validation.harness import flops_kind  # noqa: E402
 
 
 def fit(say=print) -> tuple[dict, dict]:
@@ -52,13 +53,17 @@ def fit(say=print) -> tuple[dict, dict]:
     catalog = case_catalog(cases)
     scaling_cases = [c for c in cases if c.kind == "scaling"]
     cross = [c for c in cases if c.kind == "cross"]
+    with_flops = [c for c in cross if c.model in FLOPS_PER_ITEM]
     t = time.perf_counter()
     dp = fit_dp_model(scaling_cases, catalog)
     say(f"data-parallel constants {dp} ({time.perf_counter() - t:.1f} s)")
     held_out = {
         "scaling": log_residuals(scaling_leave_one_model_out(scaling_cases, catalog)),
         "cross": log_residuals(analytic_cross(c, gpus) for c in cross),
-        "cross-flops": log_residuals(analytic_cross(c, gpus, True) for c in cross if c.model in FLOPS_PER_ITEM),
+        **{
+            kind: log_residuals(analytic_cross(c, gpus, True) for c in with_flops if flops_kind(c, gpus) == kind)
+            for kind in ("cross-flops", "cross-flops-tf32")
+        },
         "cross-corrected": log_residuals(cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)),
     }
     errors = {kind: round(calibrated_sd(r), 6) for kind, r in held_out.items()}
@@ -72,7 +77,10 @@ def fit(say=print) -> tuple[dict, dict]:
         "errors_from": {
             "scaling": "leave-one-model-out residuals of the same-GPU scaling cases",
             "cross": "residuals of the analytic split (nothing fitted)",
-            "cross-flops": "residuals of the split from FLOPs (nothing fitted)",
+            "cross-flops": "residuals of the split from FLOPs where the step stays on one side of the TF32 line "
+            "(nothing fitted)",
+            "cross-flops-tf32": "residuals of the split from FLOPs of FP32 steps across the TF32 line: one GPU runs "
+            "convolutions (and allowed matmuls) on TF32 tensor cores, the other on CUDA cores (nothing fitted)",
             "cross-corrected": "leave-one-GPU-out residuals of the learned correction",
         },
         "cases": {kind: len(r) for kind, r in held_out.items()},

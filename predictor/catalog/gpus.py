@@ -55,6 +55,23 @@ class GPU:
     l2_mb: float | None = None
     compute_capability: str | None = None
 
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """(major, minor) of the compute capability, None where unknown or unreadable."""
+        major, _, minor = str(self.compute_capability or "").partition(".")
+        try:
+            return int(major), int(minor or 0)
+        except ValueError:
+            return None
+
+    @property
+    def tf32_convolutions(self) -> bool:
+        """Whether FP32 convolutions run on TF32 tensor cores here: compute capability 8.0 (Ampere) or later, where
+        PyTorch lets cuDNN use TF32 by default (``torch.backends.cudnn.allow_tf32 = True``,
+        docs.pytorch.org/docs/stable/notes/cuda.html#tf32-on-ampere); matmuls join them only when
+        ``torch.set_float32_matmul_precision`` allows ("high" / "medium")."""
+        return (self.capability or (0, 0)) >= (8, 0)
+
 
 def normalize(name: str) -> str:
     """Upper-case, vendor words dropped, separators unified: 'Tesla V100-SXM2-16GB' -> 'V100-SXM2-16GB'."""

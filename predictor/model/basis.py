@@ -27,7 +27,7 @@ from predictor.catalog.instances import InstanceType
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
 from predictor.model.collectives import ALL_REDUCE, ring_latency
-from predictor.model.compute import compute_ratio, peak_tflops
+from predictor.model.compute import compute_ratio, crosses_tf32, peak_tflops
 from predictor.model.correction import features, load_correction
 from predictor.model.layout import parse
 from predictor.model.network import (
@@ -42,7 +42,7 @@ from predictor.model.network import (
 )
 from predictor.model.ops import framework_s, ops_compute, prepare
 from predictor.model.scaling import contention_bound
-from predictor.model.uncertainty import model_error, sharded_error
+from predictor.model.uncertainty import Z80, model_error, sharded_error
 
 CPU_TO_GPU_UTILISATION = 0.35  # assumed share of the GPU's peak a step reaches when only FLOPs are known
 # eager PyTorch + Lightning spend a few ms per step on the host (kernel launches, hooks, optimizer loop) whatever the
@@ -337,6 +337,27 @@ def measured_optimizer_share(profile: Profile) -> float:
     return phases["optimizer"].p50 / total if total > 0 else 0.0
 
 
+def tf32_words(src: GPU, dst: GPU, matmul: str | None) -> str:
+    """What a FLOPs-only prediction across the TF32 line (:func:`predictor.model.compute.crosses_tf32`) cannot
+    know, its width, and how to do better."""
+    tensor, cuda = (dst, src) if dst.tf32_convolutions else (src, dst)
+    allowed = matmul in ("high", "medium")
+    which = (
+        "convolutions and matmuls"
+        if allowed
+        else "convolutions (cuDNN's default; its matmuls stay FP32 under float32_matmul_precision 'highest')"
+    )
+    factor = math.exp(Z80 * model_error("cross-flops-tf32"))
+    return (
+        f"FP32 across the TF32 line: the {tensor.key} runs {which} on TF32 tensor cores, the {cuda.key} on its "
+        "FP32 CUDA cores, at shares of their peaks that differ by operator (ResNet-50's TF32 convolutions 0.34 of the "
+        "H100's TF32 peak, large TF32 GEMMs 0.64-0.81); the profile's FLOPs do not say which operators the step runs, "
+        f"so this time carries that regime's held-out width (x{factor:.2f} either way at 80%). An operator table "
+        "prices each operator on its own pipe: SriftyCallback records one by default (capture_ops=True), or `srifty "
+        "capture` builds one without a GPU"
+    )
+
+
 def _per_sample(
     profile: Profile, src: Source, dst: GPU, notes: list[str], extrapolation: list[str]
 ) -> tuple[float, float | None, str, float]:
@@ -380,20 +401,29 @@ def _per_sample(
     share = scale.compute_share if src.achieved_tflops is not None else None
     if scale.basis == "same GPU":
         return per_sample_src, share, "same", opt_share
-    ratio = scale.ratio
-    correction = load_correction()
-    if src.achieved_tflops is not None:  # FLOPs give the split directly; the correction was learned for the neutral
-        kind, note = "cross-flops", "split from the profile's FLOPs, no learned correction"
-    elif not correction.covers(src.gpu.key, dst.key):
-        unseen = [k for k in (src.gpu.key, dst.key) if not correction.covers(k)]
-        kind, note = "cross", f"no learned correction: {', '.join(unseen)} not in its training data"
-        extrapolation.append(f"{', '.join(unseen)} never measured in the validation data: analytic scaling only")
-    else:
-        try:
-            factor = math.exp(correction.predict_one(features(src.gpu, dst, precision, matmul, 1.0)))
-            ratio *= factor
-            kind, note = "cross-corrected", f"learned correction x{factor:.2f}"
-        except ValueError:
-            kind, note = "cross", "no learned correction (a spec is missing)"
+    ratio, kind, note = _cross_gpu(src, src.gpu, dst, precision, matmul, scale.ratio, extrapolation)
     notes.append(f"{src.gpu.key} -> {dst.key}: time x{ratio:.2f} ({scale.basis}; {note})")
     return per_sample_src * ratio, share, kind, opt_share
+
+
+def _cross_gpu(
+    src: Source, src_gpu: GPU, dst: GPU, precision: str, matmul: str | None, ratio: float, extrapolation: list[str]
+) -> tuple[float, str, str]:
+    """(time ratio, kind of prediction, what it rests on) of a measured step scaled to another GPU without an
+    operator table: the split from the profile's FLOPs (its own kind across the TF32 line), else the analytic split
+    with the learned correction where it covers both GPUs."""
+    correction = load_correction()
+    if src.achieved_tflops is not None and crosses_tf32(src_gpu, dst, precision):
+        extrapolation.append(tf32_words(src_gpu, dst, matmul))
+        return ratio, "cross-flops-tf32", "split from the profile's FLOPs across the TF32 line, no learned correction"
+    if src.achieved_tflops is not None:  # FLOPs give the split directly; the correction was learned for the neutral
+        return ratio, "cross-flops", "split from the profile's FLOPs, no learned correction"
+    if not correction.covers(src_gpu.key, dst.key):
+        unseen = [k for k in (src_gpu.key, dst.key) if not correction.covers(k)]
+        extrapolation.append(f"{', '.join(unseen)} never measured in the validation data: analytic scaling only")
+        return ratio, "cross", f"no learned correction: {', '.join(unseen)} not in its training data"
+    try:
+        factor = math.exp(correction.predict_one(features(src_gpu, dst, precision, matmul, 1.0)))
+    except ValueError:
+        return ratio, "cross", "no learned correction (a spec is missing)"
+    return ratio * factor, "cross-corrected", f"learned correction x{factor:.2f}"

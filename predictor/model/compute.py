@@ -27,6 +27,18 @@ def peak_tflops(gpu: GPU, precision: str, matmul_precision: str | None = None) -
     return gpu.fp32_tflops
 
 
+def crosses_tf32(src: GPU, dst: GPU, precision: str) -> bool:
+    """Whether an FP32 step moves between a GPU that runs its convolutions (and, where allowed, its matmuls) on TF32
+    tensor cores and one that runs them on the FP32 CUDA cores (:attr:`GPU.tf32_convolutions`). Its FLOPs then go
+    to another pipe at a share of its peak that depends on the operator: on the lent H100 ResNet-50's TF32
+    convolutions ran at 0.34 of the TF32 peak, XLA's TF32 dots at 0.64-0.81, against large FP32 GEMMs at 0.7-0.9 of
+    the FP32 peak (NeuSight's kernels). A step's FLOPs alone do not say which operators they are, so a prediction
+    across this line has its own held-out width (``cross-flops-tf32``)."""
+    if precision.startswith(("bf16", "16", "transformer-engine", "64")):  # 16-bit, FP8 or FP64: no TF32 either side
+        return False
+    return src.tf32_convolutions != dst.tf32_convolutions
+
+
 @dataclass(frozen=True)
 class ComputeScale:
     ratio: float  # target time / source time

@@ -216,11 +216,7 @@ def nvls(instance: InstanceType, gpus: GpuTable | None) -> bool:
     if instance.gpu_interconnect != "nvswitch" or gpus is None:
         return False
     gpu = gpus.gpus.get(instance.gpu or "")
-    capability = gpu.compute_capability if gpu is not None else None
-    try:
-        return capability is not None and float(capability) >= 9.0
-    except ValueError:
-        return False
+    return gpu is not None and (gpu.capability or (0, 0)) >= (9, 0)
 
 
 # The EC2 types on which AWS's NCCL plugin requires GPUDirect RDMA over EFA (``gdr_required`` in aws/aws-ofi-nccl

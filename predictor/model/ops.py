@@ -648,7 +648,7 @@ def attention_ceiling(gpu: GPU, generation: str = "fa2") -> float:
         raise PredictionError(
             f"unknown attention kernel generation {generation!r}: one of {', '.join(ATTENTION_GENERATIONS)}"
         )
-    major = (gpu.compute_capability or "").split(".")[0]
+    major = str(gpu.capability[0]) if gpu.capability else ""
     return ATTENTION_PEAK_SHARE[generation].get(major, ATTENTION_PEAK_SHARE_DEFAULT[generation])
 
 
@@ -805,11 +805,7 @@ def tensor_core_convolution(gpu: GPU, half: bool) -> bool:
     docs.pytorch.org/docs/stable/notes/cuda.html#tf32-on-ampere). The lent H100's kernels say the same: every
     convolution of ResNet-50's AMP and FP32 steps ran an ``nhwckrsc_nhwc`` implicit GEMM (tf32 in FP32), between
     ``nchwToNhwc`` / ``nhwcToNchw`` conversions of the NCHW activations."""
-    try:
-        major = int((gpu.compute_capability or "0").split(".")[0])
-    except ValueError:
-        return False
-    return major >= (7 if half else 8)
+    return gpu.tf32_convolutions or (half and (gpu.capability or (0, 0)) >= (7, 0))
 
 
 def unknown_dtypes(classified: Sequence[Classified]) -> dict[str, int]:
@@ -847,11 +843,7 @@ def _tensor_dense(gpu: GPU, half: bool, precision: str) -> float | None:
     (:mod:`predictor.model.tensor_gemm`): 16-bit inputs on a GPU of compute capability 7.0 or later (Volta's tensor
     cores) that states the peak, its SM count and its bandwidth. None: the kernel model prices it (FP32 on the CUDA
     cores, or TF32 with the fitted efficiency, below)."""
-    try:
-        major = int((gpu.compute_capability or "0").split(".")[0])
-    except ValueError:
-        major = 0
-    if major < 7 or not gpu.sms or not gpu.memory_bw_gbps or not half:
+    if (gpu.capability or (0, 0)) < (7, 0) or not gpu.sms or not gpu.memory_bw_gbps or not half:
         # TF32 stays on the kernel model's FP32-learned utilisation with its end-to-end-fitted efficiency: XLA's
         # TF32 dots reach 0.64-0.81 of the H100's TF32 peak, but PyTorch's (cuBLAS's sm90_xmma tf32 kernels) ran
         # BERT-base's large GEMMs at about 0.3 of it on the lent H100 (bench/data/h100_kernel_breakdown_*.csv: 24

@@ -24,6 +24,7 @@ DEFAULT_ERRORS = {
     "scaling": 0.12,
     "cross": 0.32,
     "cross-flops": 0.15,
+    "cross-flops-tf32": 0.3,
     "cross-corrected": 0.27,
     "cross-ops": 0.15,
     "ops-absolute": 0.3,

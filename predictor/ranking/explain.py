@@ -78,10 +78,15 @@ def no_table_note(profile: Profile) -> str | None:
         return None
     from predictor.model.uncertainty import model_error
 
+    split = (
+        f"its roofline split from the profile's FLOPs (held-out relative error {model_error('cross-flops'):.0%}, "
+        f"{model_error('cross-flops-tf32'):.0%} for an FP32 step across the TF32 line"
+        if profile.model.flops is not None
+        else f"its roofline split (held-out relative error {model_error('cross'):.0%}"
+    )
     return (
         f"{NO_TABLE_NOTE}: other GPUs' times are scaled from the step measured on the {profile.hardware.gpu} by "
-        f"its roofline split (held-out relative error {model_error('cross'):.0%}; "
-        f"{model_error('cross-ops'):.0%} operator by operator). SriftyCallback records a table by default "
+        f"{split}; {model_error('cross-ops'):.0%} operator by operator). SriftyCallback records a table by default "
         "(capture_ops=True), or `srifty capture` builds one without a GPU from the LightningModule class, a "
         "transformers architecture (--config) or image classifier (--image-size)"
     )

@@ -42,18 +42,6 @@ NO_TORCH = "GPU without any torch build (compute capability < 3.7)"
 OLD_FOR_TORCH2 = "GPU older than torch 2.x CUDA wheels support (compute capability < 5.0)"
 
 
-def capability(gpu: GPU | None) -> tuple[int, int] | None:
-    """(major, minor) of the GPU's compute capability, None where unknown."""
-    text = gpu.compute_capability if gpu is not None else None
-    if not text:
-        return None
-    major, _, minor = str(text).partition(".")
-    try:
-        return int(major), int(minor or 0)
-    except ValueError:
-        return None
-
-
 def torch_major(profile: Profile) -> int | None:
     """The major version of the torch the profile was made with ("2.4.1+cu121" -> 2), None where unknown."""
     version = profile.software.torch if profile.software else None
@@ -71,7 +59,7 @@ def exclusion(it: InstanceType, gpu: GPU | None, profile: Profile, *, allow_arm6
     """Why ``it`` cannot run the profiled training (a reason to count), or None when it can."""
     if it.arch.lower() in ARM and not (allow_arm64 or profile_on_arm(profile)):
         return ARM64
-    cc = capability(gpu)
+    cc = gpu.capability if gpu is not None else None
     if cc is None:
         return None
     if cc < MIN_CC_ANY_TORCH:

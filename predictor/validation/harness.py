@@ -170,8 +170,17 @@ def analytic_cross(case: Case, gpus: GpuTable, with_flops: bool = False) -> Case
     matmul = "high" if case.src.precision == "32-true" else None
     achieved = FLOPS_PER_ITEM[case.model] * case.src.throughput / 1e12 if with_flops else None
     pred = case.src.throughput / compute_ratio(src, dst, case.src.precision, matmul, achieved).ratio
-    sd = math.hypot(model_error("cross-flops" if with_flops else "cross"), case.src.cv)
+    sd = math.hypot(model_error(flops_kind(case, gpus) if with_flops else "cross"), case.src.cv)
     return Case("cross", case.model, case.src, case.dst, pred, *interval(pred, sd))
+
+
+def flops_kind(case: Case, gpus: GpuTable) -> str:
+    """The kind a prediction of ``case`` from its FLOPs is (as :func:`predictor.model.basis.type_basis` names it):
+    ``cross-flops-tf32`` for an FP32 step across the TF32 line, else ``cross-flops``."""
+    from predictor.model.compute import crosses_tf32
+
+    src, dst = gpus.gpus[case.src.gpu], gpus.gpus[case.dst.gpu]
+    return "cross-flops-tf32" if crosses_tf32(src, dst, case.src.precision) else "cross-flops"
 
 
 def log_residuals(cases: Iterable[Case]) -> list[float]:
@@ -203,6 +212,12 @@ def nested_coverage(cases: list[Case], group_of: Callable[[Case], str], cv_floor
     return inside / len(cases) if cases else float("nan")
 
 
+FLOPS_ROW = "cross-GPU, split from FLOPs per sample (ResNet-50, BERT-base, BERT-large)"
+# the FLOPs path's two regimes (predictor.model.compute.crosses_tf32), each with its own width
+ACROSS_TF32 = "  of which FP32 across the TF32 line (TF32 tensor cores on one GPU, FP32 CUDA cores on the other)"
+WITHIN_TF32 = "  of which the rest (16-bit, or FP32 on the same side of the TF32 line)"
+
+
 def validate(data: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, object]:
     """Every held-out validation of the model on the published measurements: rows of figures, and the cases.
 
@@ -225,13 +240,17 @@ def validate(data: str | Path, progress: Callable[[str], None] | None = None) ->
     say("cross-GPU")
     cross_analytic = [analytic_cross(c, gpus) for c in cross]
     flops_cases = [analytic_cross(c, gpus, with_flops=True) for c in cross if c.model in FLOPS_PER_ITEM]
+    across = [c for c in flops_cases if flops_kind(c, gpus) == "cross-flops-tf32"]
+    within = [c for c in flops_cases if flops_kind(c, gpus) == "cross-flops"]
     lomo = cross_validate(cases, lambda c: [c.model], gpus)
     logo = cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)
     rows = {
         "same-GPU scaling, no data-parallel losses (perfect overlap)": summarize_cases(perfect),
         "same-GPU scaling, data-parallel losses fitted leave-one-model-out": summarize_cases(scaling_lomo),
         "cross-GPU, analytic compute/bandwidth split only": summarize_cases(cross_analytic),
-        "cross-GPU, split from FLOPs per sample (ResNet-50, BERT-base, BERT-large)": summarize_cases(flops_cases),
+        FLOPS_ROW: summarize_cases(flops_cases),
+        ACROSS_TF32: summarize_cases(across),
+        WITHIN_TF32: summarize_cases(within),
         "cross-GPU + learned correction, leave-one-model-out": summarize_cases(lomo),
         "cross-GPU + learned correction, leave-one-GPU-out": summarize_cases(logo),
     }
@@ -239,11 +258,13 @@ def validate(data: str | Path, progress: Callable[[str], None] | None = None) ->
     nested = {
         "same-GPU scaling, data-parallel losses fitted leave-one-model-out": nested_coverage(scaling_lomo, by_model),
         "cross-GPU, analytic compute/bandwidth split only": nested_coverage(cross_analytic, by_model),
-        "cross-GPU, split from FLOPs per sample (ResNet-50, BERT-base, BERT-large)": nested_coverage(
-            flops_cases, by_model
-        ),
+        ACROSS_TF32: nested_coverage(across, by_model),
+        WITHIN_TF32: nested_coverage(within, by_model),
         "cross-GPU + learned correction, leave-one-GPU-out": nested_coverage(logo, lambda c: c.dst.gpu),
     }
+    # the FLOPs path's intervals are each regime's own width (uncertainty: cross-flops, cross-flops-tf32)
+    regimes = ((ACROSS_TF32, across), (WITHIN_TF32, within))
+    nested[FLOPS_ROW] = sum(nested[name] * len(part) for name, part in regimes) / max(1, len(flops_cases))
     for name, value in nested.items():
         rows[name]["coverage_80_nested"] = value
     return {

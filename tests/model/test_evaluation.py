@@ -19,6 +19,7 @@ from predictor.validation import (
     summarize_cases,
     train_correction,
 )
+from predictor.validation.harness import ACROSS_TF32, FLOPS_ROW, WITHIN_TF32
 
 DATA = ROOT / "predictor" / "data" / "measurements.csv"
 
@@ -145,11 +146,15 @@ def test_eval_command_prints_and_plots(tmp_path, capsys, monkeypatch) -> None:
         "same-GPU scaling, no data-parallel losses (perfect overlap)",
         "same-GPU scaling, data-parallel losses fitted leave-one-model-out",
         "cross-GPU, analytic compute/bandwidth split only",
-        "cross-GPU, split from FLOPs per sample (ResNet-50, BERT-base, BERT-large)",
+        FLOPS_ROW,
+        ACROSS_TF32,
+        WITHIN_TF32,
         "cross-GPU + learned correction, leave-one-model-out",
         "cross-GPU + learned correction, leave-one-GPU-out",
     }
-    assert all(r["cases"] > 100 for r in rows.values())
+    # the FLOPs path's two regimes part its cases
+    assert rows[ACROSS_TF32]["cases"] + rows[WITHIN_TF32]["cases"] == rows[FLOPS_ROW]["cases"]
+    assert rows[ACROSS_TF32]["cases"] >= 30 and all(r["cases"] > 100 for n, r in rows.items() if n != ACROSS_TF32)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

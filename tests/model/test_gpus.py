@@ -94,3 +94,17 @@ def test_architecture_facts_reproduce_the_fp32_peak(key: str) -> None:
     gpu = get_gpu(key)
     peak = gpu.sms * FP32_PER_SM[gpu.compute_capability] * 2 * gpu.clock_mhz / 1e6
     assert peak == pytest.approx(gpu.fp32_tflops, rel=0.015)
+
+
+@pytest.mark.parametrize(
+    ("text", "capability", "tf32"),
+    [("8.6", (8, 6), True), ("7.5", (7, 5), False), ("10.0", (10, 0), True), ("9", (9, 0), True), (None, None, False),
+     ("x.y", None, False)],
+)  # fmt: skip
+def test_compute_capability_is_read_once_for_every_rule(text, capability, tf32) -> None:
+    """The one reading of a GPU's compute capability (torch builds, tensor cores, TF32, NVLS all ask it)."""
+    import dataclasses
+
+    gpu = dataclasses.replace(get_gpu("A10G"), compute_capability=text)
+    assert gpu.capability == capability and gpu.tf32_convolutions is tf32
+    assert get_gpu("V100-SXM2-16GB").tf32_convolutions is False and get_gpu("A100-SXM-80GB").tf32_convolutions

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import pytest
 
@@ -242,6 +243,39 @@ def test_flops_in_the_profile_set_the_compute_bound_share(catalog) -> None:
     ratio = share * 125 / 312 + (1 - share) * 900 / 1555  # peak ratio and bandwidth ratio, V100 -> A100
     assert r.breakdown["compute_s"] == pytest.approx(0.31 * ratio)
     assert any("split from the profile's FLOPs" in a for a in r.assumptions)
+
+
+@pytest.mark.parametrize(
+    ("precision", "matmul", "fleet", "kind"),
+    [
+        ("32-true", "high", "g5.xlarge:1", "cross-flops-tf32"),  # V100 CUDA cores -> A10G TF32 tensor cores
+        ("32-true", "highest", "g6e.xlarge:1", "cross-flops-tf32"),  # convolutions still TF32 (cuDNN's default)
+        ("32-true", "high", "g4dn.xlarge:1", "cross-flops"),  # T4: CUDA cores too (compute capability 7.5)
+        ("16-mixed", None, "g5.xlarge:1", "cross-flops"),  # tensor cores on both sides
+    ],
+)
+def test_fp32_flops_across_the_tf32_line_carry_their_own_width(catalog, precision, matmul, fleet, kind) -> None:
+    """An FP32 step's FLOPs moved between CUDA cores and TF32 tensor cores cannot say which operators they are (the
+    two reach shares of the peak 2x apart): the prediction carries that regime's held-out width, says why and how
+    to narrow it; 16-bit steps and FP32 steps that stay on CUDA cores keep the FLOPs path's own width."""
+    from predictor.model.uncertainty import Z80, model_error
+
+    data = copy.deepcopy(MINIMAL)
+    data["model"].update(flops={"per_sample": 24.6e9}, precision=precision)
+    if matmul:
+        data["model"]["float32_matmul_precision"] = matmul
+    r = predict(load_profile(data), fleet, catalog=catalog)
+    lo, hi = r.interval["iteration_time_s"]
+    assert math.log(hi / lo) / (2 * Z80) == pytest.approx(model_error(kind), rel=1e-6)  # the profile has no CV
+    assert model_error("cross-flops-tf32") > 1.5 * model_error("cross-flops")
+    words = [e for e in r.extrapolation if e.startswith("FP32 across the TF32 line")]
+    assert bool(words) == (kind == "cross-flops-tf32")
+    if words:
+        assert (
+            "SriftyCallback records one by default" in words[0]
+            and f"x{math.exp(Z80 * model_error(kind)):.2f}" in words[0]
+        )
+        assert ("convolutions and matmuls" in words[0]) == (matmul == "high")
 
 
 def test_every_prediction_and_plan_names_the_model_that_made_it(minimal, catalog, tmp_path, monkeypatch, capsys):

@@ -468,6 +468,14 @@ def test_a_gpu_profile_without_an_operator_table_is_told_its_path_and_how_to_get
     plan = rank(profile, Constraints(steps=1000), catalog=catalog)
     (note,) = [n for n in plan.notes if n.startswith(NO_TABLE_NOTE)]
     assert f"{model_error('cross'):.0%}" in note and "srifty capture" in note and "SriftyCallback" in note
+    # with FLOPs per sample the split is the FLOPs path's, whose two regimes have their own widths
+    with_flops = load_profile(
+        {**profile.to_dict(), "model": {**profile.to_dict()["model"], "flops": {"per_sample": 1e9}}}
+    )
+    (note,) = [
+        n for n in rank(with_flops, Constraints(steps=1000), catalog=catalog).notes if n.startswith(NO_TABLE_NOTE)
+    ]
+    assert f"error {model_error('cross-flops'):.0%}, {model_error('cross-flops-tf32'):.0%} for an FP32 step" in note
     from conftest import ROOT
 
     captured = load_profile(ROOT / "examples" / "profiles" / "llama-1b-meta.json")
