@@ -36,6 +36,18 @@ from predictor.validation import (  # noqa: E402
     published_matmul_precision,
 )
 
+
+def table_for(model: str, precision: str, batch: int) -> dict:
+    """The operator table of one step of ``model``, captured on the meta device (cached; needs torch and
+    transformers)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import ops_validation
+
+    return ops_validation.table_for(model, precision, batch)
+
+
+# the models whose published architecture bench/ops_validation.py captures
+TABLE_MODELS = ("ResNet-50", "BERT-base finetune-SQuAD", "BERT-large finetune-SQuAD")
 # instance type -> (GPU key in the measurements, GPUs)
 CANDIDATES = {
     "p3.2xlarge": ("V100-SXM2-16GB", 1),
@@ -63,15 +75,22 @@ def main(argv: list[str] | None = None) -> None:
         help="the cost of confidence: deadline scenarios at 1.1 / 1.25 / 1.5 x the true fastest time, ranked at "
         "confidence 0.5 / 0.8 / 0.9 / 0.95 (misses, cost over the oracle's, no fleet found)",
     )
+    parser.add_argument(
+        "--tables",
+        action="store_true",
+        help="profiles as SriftyCallback records them by default: with the operator table of one step (captured on "
+        "the meta device from the published architecture, bench/ops_validation.py's) for ResNet-50, BERT-base and "
+        "BERT-large; the other models as without",
+    )
     args = parser.parse_args(argv)
     if args.sweep:
-        sweep()
+        sweep(args.tables)
         return
-    rows = scenarios(args.confidence, ((None, 1.5),), say=print)
+    rows = scenarios(args.confidence, ((None, 1.5),), say=print, tables=args.tables)
     summary(rows)
 
 
-def sweep() -> None:
+def sweep(tables: bool = False) -> None:
     """Misses and cost at each confidence, over the deadline scenarios of every model and precision: the chosen fleet
     run as planned, and run with MigrationTriggers (:func:`with_triggers`: measured at its check, moved when
     ``decide_move`` says so), ranked without and with ``move_if_late`` (the ranking counting that move)."""
@@ -81,7 +100,7 @@ def sweep() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for moving in (False, True):
         for q in (0.5, 0.8, 0.9, 0.95):
-            ranked = scenarios(q, SWEEP, move_if_late=moving)
+            ranked = scenarios(q, SWEEP, move_if_late=moving, tables=tables)
             rows = [r for r in ranked if r["scenario"].startswith("cheapest, deadline")]
             chosen = [r for r in rows if r["chosen"]]
             regrets = [r["regret"] for r in chosen]
@@ -107,6 +126,7 @@ def scenarios(
     deadlines: tuple[tuple[str | None, float], ...],
     say=lambda line: None,
     move_if_late: bool = False,
+    tables: bool = False,
 ) -> list[dict]:
     """Every model and precision's scenarios: cheapest, cheapest under each deadline (``(candidate, factor)``: the
     factor times that candidate's true time; candidate None: the true fastest time), fastest; ``confidence`` None:
@@ -152,6 +172,8 @@ def scenarios(
                 "timing": {"step_time_s": {"p50": src.batch / src.items_per_s}},
             }
         )
+        if tables and model in TABLE_MODELS:  # the step's operator table, as the callback records it
+            profile = profile_from_dict({**profile.to_dict(), "ops": table_for(model, precision, src.batch)})
         work = 3600 * tput["p3.2xlarge"] * 10  # batch items: ten hours of one V100
         price = {it: catalog.get(it).price_usd_hr("us-east-1") for it in CANDIDATES}
         true_h = {it: work / tput[it] / 3600 for it in CANDIDATES}
