@@ -34,8 +34,10 @@ def model_artefact() -> dict[str, Any]:
 @functools.cache
 def model_version() -> str:
     """Which performance model made a prediction: the schema and the first 12 hex digits of the sha256 over the
-    fitted-constant files (``CONSTANT_FILES``), e.g. ``srifty.model/v3+1a2b3c4d5e6f``. Two predictions with the same
-    version came from the same numbers; a refit changes it. ``+missing`` when a file is absent (defaults in use)."""
+    fitted-constant files (``CONSTANT_FILES``) and the model's own code (``predictor/model/*.py``, by name), e.g.
+    ``srifty.model/v3+1a2b3c4d5e6f``. Two predictions with the same version came from the same numbers and the same
+    formulas; a refit or a changed term changes it (until 2026-11-30 the code was not in it, so a term changed
+    without a constant moving kept the version). ``+missing`` when a constant file is absent (defaults in use)."""
     digest = hashlib.sha256()
     folder = resources.files("predictor.data")
     for name in CONSTANT_FILES:
@@ -43,4 +45,7 @@ def model_version() -> str:
             digest.update(folder.joinpath(name).read_bytes())
         except FileNotFoundError:
             return f"{SCHEMA}+missing"
+    code = resources.files("predictor.model")
+    for name in sorted(f.name for f in code.iterdir() if f.name.endswith(".py")):
+        digest.update(name.encode() + b"\0" + code.joinpath(name).read_bytes())
     return f"{SCHEMA}+{digest.hexdigest()[:12]}"

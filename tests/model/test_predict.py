@@ -285,8 +285,10 @@ def test_every_prediction_and_plan_names_the_model_that_made_it(minimal, catalog
     from predictor.model import artefact
     from predictor.ranking import Constraints, rank
 
-    folder = resources.files("predictor.data")
+    folder, code = resources.files("predictor.data"), resources.files("predictor.model")
     digest = hashlib.sha256(b"".join(folder.joinpath(n).read_bytes() for n in artefact.CONSTANT_FILES))
+    for name in sorted(f.name for f in code.iterdir() if f.name.endswith(".py")):  # the formulas too
+        digest.update(name.encode() + b"\0" + code.joinpath(name).read_bytes())
     version = artefact.model_version()
     assert version == f"srifty.model/v3+{digest.hexdigest()[:12]}"
     assert artefact.model_artefact()["schema"] == "srifty.model/v3"  # the bundled constants are read, not defaults
@@ -329,3 +331,23 @@ def test_srifty_predict_runs_the_layout_recommend_would(catalog, capsys) -> None
     assert main([*args, "--layout", "ddp"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert plain["layout"] == "ddp" and not plain["fits_memory"]
+
+
+def test_a_changed_formula_changes_the_model_version(tmp_path) -> None:
+    """The version names the formulas, not only the fitted constants: a term edited in predictor/model (no constant
+    moved) gives another version; the same code gives the same."""
+    import shutil
+    import subprocess
+    import sys
+
+    def version(root) -> str:
+        code = "from predictor.model.artefact import model_version; print(model_version())"
+        return subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
+                              env={"PYTHONPATH": str(root), "PATH": ""}).stdout.strip()  # fmt: skip
+
+    shutil.copytree(ROOT / "predictor", tmp_path / "predictor", ignore=shutil.ignore_patterns("__pycache__"))
+    before = version(tmp_path)
+    assert before == version(ROOT) and before.startswith("srifty.model/v3+")
+    fleets = tmp_path / "predictor" / "model" / "fleets.py"
+    fleets.write_text(fleets.read_text() + "\n# a term changed\n")
+    assert version(tmp_path) != before
