@@ -10,12 +10,17 @@ in batch items being unknown) and us-east-1 on-demand prices. For every model an
 three scenarios: cheapest (no deadline), cheapest meeting a deadline of 1.5x the true fastest time, fastest.
 Regret = the chosen fleet's true cost (or time) / the oracle's - 1; deadline misses are counted. Naive picks for
 comparison: the fastest GPU (p5.48xlarge), the cheapest $/h (g5.xlarge), and "A100:8" (p4de.24xlarge).
+
+Lambda ran the A100 and H100 at 5-8x the V100's per-GPU batch, so those truths are of another training than the one
+the ranking keeps. ``--same-batch`` is the set without that: a profile of the one-A100 figure, candidates
+p4de.24xlarge (8 A100), p5.48xlarge (8 H100) and p5.4xlarge (1 H100), all measured at that per-GPU batch.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,20 +53,43 @@ def table_for(model: str, precision: str, batch: int) -> dict:
 
 # the models whose published architecture bench/ops_validation.py captures
 TABLE_MODELS = ("ResNet-50", "BERT-base finetune-SQuAD", "BERT-large finetune-SQuAD")
-# instance type -> (GPU key in the measurements, GPUs)
-CANDIDATES = {
-    "p3.2xlarge": ("V100-SXM2-16GB", 1),
-    "p3.8xlarge": ("V100-SXM2-16GB", 4),
-    "p3.16xlarge": ("V100-SXM2-16GB", 8),
-    "p4de.24xlarge": ("A100-SXM-80GB", 8),
-    "p5.48xlarge": ("H100-SXM", 8),
-    "g5.xlarge": ("A10", 1),
-}
-NAIVE = {
-    "fastest GPU (p5.48xlarge)": "p5.48xlarge",
-    "cheapest $/h (g5.xlarge)": "g5.xlarge",
-    "A100:8 (p4de.24xlarge)": "p4de.24xlarge",
-}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One decision set: the GPU whose one-GPU figure the profile is built from, the candidates (instance type ->
+    (GPU key in the measurements, GPUs)) and the naive picks to compare with (label -> instance type)."""
+
+    source: str
+    candidates: dict[str, tuple[str, int]]
+    naive: dict[str, str]
+
+
+# the V100 set: the candidates' published figures ran the A100 / H100 at 5-8x the V100's per-GPU batch, the A10 at
+# 1.5-3x, so the truths of those candidates are of another training than the one the ranking keeps (BENCHMARKS)
+V100_SET = Setup(
+    "V100-SXM2-16GB",
+    {
+        "p3.2xlarge": ("V100-SXM2-16GB", 1),
+        "p3.8xlarge": ("V100-SXM2-16GB", 4),
+        "p3.16xlarge": ("V100-SXM2-16GB", 8),
+        "p4de.24xlarge": ("A100-SXM-80GB", 8),
+        "p5.48xlarge": ("H100-SXM", 8),
+        "g5.xlarge": ("A10", 1),
+    },
+    {
+        "fastest GPU (p5.48xlarge)": "p5.48xlarge",
+        "cheapest $/h (g5.xlarge)": "g5.xlarge",
+        "A100:8 (p4de.24xlarge)": "p4de.24xlarge",
+    },
+)
+# the same-batch set: Lambda ran its A100 and H100 servers at one per-GPU batch, so a profile of the one-A100 figure
+# and these candidates price the same training as their truths
+A100_SET = Setup(
+    "A100-SXM-80GB",
+    {"p4de.24xlarge": ("A100-SXM-80GB", 8), "p5.48xlarge": ("H100-SXM", 8), "p5.4xlarge": ("H100-SXM", 1)},
+    {"fastest GPU (p5.48xlarge)": "p5.48xlarge", "A100:8 (p4de.24xlarge)": "p4de.24xlarge"},
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -82,15 +110,22 @@ def main(argv: list[str] | None = None) -> None:
         "the meta device from the published architecture, bench/ops_validation.py's) for ResNet-50, BERT-base and "
         "BERT-large; the other models as without",
     )
+    parser.add_argument(
+        "--same-batch",
+        action="store_true",
+        help="the set whose truths ran at the profile's per-GPU batch: a profile of the one-A100 figure, candidates "
+        "p4de.24xlarge, p5.48xlarge and p5.4xlarge (Lambda's A100 and H100 runs share their batch)",
+    )
     args = parser.parse_args(argv)
+    setup = A100_SET if args.same_batch else V100_SET
     if args.sweep:
-        sweep(args.tables)
+        sweep(args.tables, setup)
         return
-    rows = scenarios(args.confidence, ((None, 1.5),), say=print, tables=args.tables)
-    summary(rows)
+    rows = scenarios(args.confidence, ((None, 1.5),), say=print, tables=args.tables, setup=setup)
+    summary(rows, setup)
 
 
-def sweep(tables: bool = False) -> None:
+def sweep(tables: bool = False, setup: Setup = V100_SET) -> None:
     """Misses and cost at each confidence, over the deadline scenarios of every model and precision: the chosen fleet
     run as planned, and run with MigrationTriggers (:func:`with_triggers`: measured at its check, moved when
     ``decide_move`` says so), ranked without and with ``move_if_late`` (the ranking counting that move)."""
@@ -100,7 +135,7 @@ def sweep(tables: bool = False) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for moving in (False, True):
         for q in (0.5, 0.8, 0.9, 0.95):
-            ranked = scenarios(q, SWEEP, move_if_late=moving, tables=tables)
+            ranked = scenarios(q, deadlines(setup), move_if_late=moving, tables=tables, setup=setup)
             rows = [r for r in ranked if r["scenario"].startswith("cheapest, deadline")]
             chosen = [r for r in rows if r["chosen"]]
             regrets = [r["regret"] for r in chosen]
@@ -118,7 +153,8 @@ def sweep(tables: bool = False) -> None:
 
 # the sweep's deadlines, each a factor of one candidate's true time: every candidate in turn is just inside (1.05x)
 # or comfortably inside (1.25x) the deadline, so whether the ranking keeps it is decided by the model's error
-SWEEP = tuple((it, f) for it in CANDIDATES for f in (1.05, 1.25))
+def deadlines(setup: Setup) -> tuple[tuple[str | None, float], ...]:
+    return tuple((it, f) for it in setup.candidates for f in (1.05, 1.25))
 
 
 def scenarios(
@@ -127,6 +163,7 @@ def scenarios(
     say=lambda line: None,
     move_if_late: bool = False,
     tables: bool = False,
+    setup: Setup = V100_SET,
 ) -> list[dict]:
     """Every model and precision's scenarios: cheapest, cheapest under each deadline (``(candidate, factor)``: the
     factor times that candidate's true time; candidate None: the true fastest time), fastest; ``confidence`` None:
@@ -135,26 +172,24 @@ def scenarios(
     points = [p for p in load_points(ROOT / "predictor" / "data" / "measurements.csv") if p.source == "lambdal"]
     truth: dict[tuple[str, str], dict[str, float]] = {}
     for p in points:
-        for it, (gpu, n) in CANDIDATES.items():
+        for it, (gpu, n) in setup.candidates.items():
             # tokens/s and mels/s have no fixed size per batch item
             if p.gpu == gpu and p.gpus == n and p.items_per_s is not None:
                 truth.setdefault((p.model, p.precision), {})[it] = p.items_per_s
     single = {(p.model, p.precision, p.gpu): p.items_per_s for p in points if p.gpus == 1 and p.items_per_s}
     rows = []
     for (model, precision), tput in sorted(truth.items()):
-        if set(tput) != set(CANDIDATES) or model not in PARAMETERS:
+        if set(tput) != set(setup.candidates) or model not in PARAMETERS:
             continue
         # the rule of `srifty eval`: a server above 1.25x linear of its own 1-GPU figure is inconsistent data (NCF)
         if any(
             tput[it] > SUPERLINEAR_LIMIT * n * single.get((model, precision, gpu), float("inf"))
-            for it, (gpu, n) in CANDIDATES.items()
+            for it, (gpu, n) in setup.candidates.items()
         ):
             print(f"{model} {precision}: left out (multi-GPU figures above {SUPERLINEAR_LIMIT}x linear)")
             continue
         src = next(
-            p
-            for p in points
-            if p.model == model and p.precision == precision and p.gpu == "V100-SXM2-16GB" and p.gpus == 1
+            p for p in points if p.model == model and p.precision == precision and p.gpu == setup.source and p.gpus == 1
         )
         profile = profile_from_dict(
             {
@@ -168,16 +203,16 @@ def scenarios(
                     **({"flops": {"per_sample": FLOPS_PER_ITEM[model]}} if model in FLOPS_PER_ITEM else {}),
                 },
                 "batch": {"per_device": src.batch},
-                "hardware": {"gpu": "V100-SXM2-16GB"},
+                "hardware": {"gpu": setup.source},
                 "timing": {"step_time_s": {"p50": src.batch / src.items_per_s}},
             }
         )
         if tables and model in TABLE_MODELS:  # the step's operator table, as the callback records it
             profile = profile_from_dict({**profile.to_dict(), "ops": table_for(model, precision, src.batch)})
-        work = 3600 * tput["p3.2xlarge"] * 10  # batch items: ten hours of one V100
-        price = {it: catalog.get(it).price_usd_hr("us-east-1") for it in CANDIDATES}
-        true_h = {it: work / tput[it] / 3600 for it in CANDIDATES}
-        true_cost = {it: true_h[it] * price[it] for it in CANDIDATES}
+        work = 3600 * src.items_per_s * 10  # batch items: ten hours of one GPU of the source
+        price = {it: catalog.get(it).price_usd_hr("us-east-1") for it in setup.candidates}
+        true_h = {it: work / tput[it] / 3600 for it in setup.candidates}
+        true_cost = {it: true_h[it] * price[it] for it in setup.candidates}
         fastest = min(true_h.values())
         limits = [
             (
@@ -188,7 +223,7 @@ def scenarios(
             for it, f in deadlines
         ]
         for scenario, objective, deadline in (("cheapest", "cost", None), *limits, ("fastest", "time", None)):
-            ok = [it for it in CANDIDATES if deadline is None or true_h[it] <= deadline]
+            ok = [it for it in setup.candidates if deadline is None or true_h[it] <= deadline]
             score = true_h if objective == "time" else true_cost
             oracle = min(ok, key=lambda it: score[it])
             try:
@@ -200,7 +235,7 @@ def scenarios(
                         deadline_h=deadline,
                         market="on-demand",
                         max_instances=1,
-                        allow=tuple(CANDIDATES),
+                        allow=tuple(setup.candidates),
                         # the published server figures keep the per-GPU batch: rank the same training they measured
                         scaling="weak",
                         # the truth is the training alone (published throughput): rank it without the start-up a
@@ -225,7 +260,7 @@ def scenarios(
             if chosen and deadline is not None:  # the run as MigrationTriggers' first check would steer it
                 h, usd, row["moved_to"] = with_triggers(profile, plan, chosen, tput, price, work, catalog)
                 row["triggers_missed"], row["triggers_regret"] = h > deadline, usd / score[oracle] - 1
-            for label, it in NAIVE.items():
+            for label, it in setup.naive.items():
                 row[label] = score[it] / score[oracle] - 1
                 row[label + " misses"] = bool(deadline is not None and true_h[it] > deadline)
             rows.append(row)
@@ -276,16 +311,18 @@ def with_triggers(
     return hours, (old_s * price[chosen] + (UP_S + new_s) * price[to]) / 3600, to
 
 
-def summary(rows: list[dict]) -> None:
+def summary(rows: list[dict], setup: Setup = V100_SET) -> None:
     print(f"\n{len(rows)} scenarios over {len(rows) // 3} models x precisions")
     infeasible = sum(1 for r in rows if r["chosen"] is None)
     print(f"rank() found no fleet predicted to meet the deadline in {infeasible} scenario(s) (a feasible one existed)")
     print("| pick | mean regret | median regret | same as oracle | deadline misses |")
     print("|---|---|---|---|---|")
-    picks = {"rank()": "regret", **{label: label for label in NAIVE}}
+    picks = {"rank()": "regret", **{label: label for label in setup.naive}}
     for label, key in picks.items():
         regrets = [r[key] for r in rows if r[key] == r[key]]
-        same = sum(1 for r in rows if (r["chosen"] == r["oracle"] if key == "regret" else NAIVE[key] == r["oracle"]))
+        same = sum(
+            1 for r in rows if (r["chosen"] == r["oracle"] if key == "regret" else setup.naive[key] == r["oracle"])
+        )
         misses = sum(1 for r in rows if r["missed_deadline" if key == "regret" else key + " misses"])
         print(
             f"| {label} | {statistics.fmean(regrets):.1%} | {statistics.median(regrets):.1%} | {same}/{len(rows)} | "
