@@ -412,8 +412,8 @@ class Plan:
     written_by: str | None = doc_field("the release that made the plan, e.g. 'lightning-srifty 0.2.0'", default=None)
     performance_model: str | None = doc_field(
         "the performance model that predicted the entries: its schema and the first 12 hex digits of the sha256 of "
-        "its fitted constants and its code, e.g. 'srifty.model/v3+1a2b3c4d5e6f' (the same for every plan made with "
-        "the same numbers and formulas); absent in plans made before it was recorded",
+        "its fitted constants and of predictor/model's code, e.g. 'srifty.model/v3+1a2b3c4d5e6f' (the same for every "
+        "plan made with the same numbers and that code); absent in plans made before it was recorded",
         default=None,
     )
     software: Software | None = doc_field(

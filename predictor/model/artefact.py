@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from importlib import resources
 from typing import Any
 
@@ -36,8 +37,9 @@ def model_version() -> str:
     """Which performance model made a prediction: the schema and the first 12 hex digits of the sha256 over the
     fitted-constant files (``CONSTANT_FILES``) and the model's own code (``predictor/model/*.py``, by name), e.g.
     ``srifty.model/v3+1a2b3c4d5e6f``. Two predictions with the same version came from the same numbers and the same
-    formulas; a refit or a changed term changes it (until 2026-11-30 the code was not in it, so a term changed
-    without a constant moving kept the version). ``+missing`` when a constant file is absent (defaults in use)."""
+    model code (the catalog's GPU facts are the catalog's, recorded apart); a refit or a changed term changes it
+    (until 2026-11-30 the code was not in it, so a term changed without a constant moving kept the version).
+    ``+missing`` when a constant file is absent (defaults in use)."""
     digest = hashlib.sha256()
     folder = resources.files("predictor.data")
     for name in CONSTANT_FILES:
@@ -45,7 +47,19 @@ def model_version() -> str:
             digest.update(folder.joinpath(name).read_bytes())
         except FileNotFoundError:
             return f"{SCHEMA}+missing"
-    code = resources.files("predictor.model")
-    for name in sorted(f.name for f in code.iterdir() if f.name.endswith(".py")):
-        digest.update(name.encode() + b"\0" + code.joinpath(name).read_bytes())
+    for name, text in model_code():
+        digest.update(name.encode() + b"\0" + text)
     return f"{SCHEMA}+{digest.hexdigest()[:12]}"
+
+
+def model_code() -> list[tuple[str, bytes]]:
+    """(name, bytes) of the model's modules, ``predictor/model/*.py`` by name: module names only (an editor's lock or
+    backup file is not the model), a file that cannot be read left out rather than failing a prediction."""
+    code = resources.files("predictor.model")
+    out = []
+    for name in sorted(f.name for f in code.iterdir() if re.fullmatch(r"[A-Za-z_]\w*\.py", f.name)):
+        try:
+            out.append((name, code.joinpath(name).read_bytes()))
+        except OSError:
+            continue
+    return out

@@ -27,7 +27,7 @@ from predictor.catalog.instances import InstanceType
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
 from predictor.model.collectives import ALL_REDUCE, ring_latency
-from predictor.model.compute import compute_ratio, crosses_tf32, peak_tflops
+from predictor.model.compute import compute_ratio, crosses_tf32, peak_tflops, runs_tf32
 from predictor.model.correction import features, load_correction
 from predictor.model.layout import parse
 from predictor.model.network import (
@@ -340,19 +340,20 @@ def measured_optimizer_share(profile: Profile) -> float:
 def tf32_words(src: GPU, dst: GPU, matmul: str | None) -> str:
     """What a FLOPs-only prediction across the TF32 line (:func:`predictor.model.compute.crosses_tf32`) cannot
     know, its width, and how to do better."""
-    tensor, cuda = (dst, src) if dst.tf32_convolutions else (src, dst)
-    allowed = matmul in ("high", "medium")
-    which = (
-        "convolutions and matmuls"
-        if allowed
-        else "convolutions (cuDNN's default; its matmuls stay FP32 under float32_matmul_precision 'highest')"
-    )
+    tensor, cuda = (dst, src) if runs_tf32(dst) else (src, dst)
+    if matmul in ("high", "medium"):
+        which, width = "convolutions and matmuls", "held-out width"
+    else:
+        said = f"under float32_matmul_precision {matmul!r}" if matmul else "by PyTorch's default ('highest')"
+        which = f"convolutions (cuDNN's default; its matmuls stay FP32 {said})"
+        # every published FP32 run the width was calibrated on ran its matmuls on TF32 too
+        width = "held-out width, calibrated on runs whose matmuls ran TF32 too (none at 'highest' is in the data)"
     factor = math.exp(Z80 * model_error("cross-flops-tf32"))
     return (
         f"FP32 across the TF32 line: the {tensor.key} runs {which} on TF32 tensor cores, the {cuda.key} on its "
         "FP32 CUDA cores, at shares of their peaks that differ by operator (ResNet-50's TF32 convolutions 0.34 of the "
         "H100's TF32 peak, large TF32 GEMMs 0.64-0.81); the profile's FLOPs do not say which operators the step runs, "
-        f"so this time carries that regime's held-out width (x{factor:.2f} either way at 80%). An operator table "
+        f"so this time carries that regime's {width} (x{factor:.2f} either way at 80%). An operator table "
         "prices each operator on its own pipe: SriftyCallback records one by default (capture_ops=True), or `srifty "
         "capture` builds one without a GPU"
     )

@@ -36,7 +36,13 @@ def crosses_tf32(src: GPU, dst: GPU, precision: str) -> bool:
     across this line has its own held-out width (``cross-flops-tf32``)."""
     if precision.startswith(("bf16", "16", "transformer-engine", "64")):  # 16-bit, FP8 or FP64: no TF32 either side
         return False
-    return src.tf32_convolutions != dst.tf32_convolutions
+    return runs_tf32(src) != runs_tf32(dst)
+
+
+def runs_tf32(gpu: GPU) -> bool:
+    """Whether ``gpu`` runs FP32 convolutions on TF32 tensor cores: by its compute capability, or where a user-defined
+    GPU does not state one, by whether it states a TF32 peak (what :func:`peak_tflops` prices it at)."""
+    return gpu.tf32_convolutions if gpu.capability is not None else bool(gpu.tf32_tflops)
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ def no_table_note(profile: Profile) -> str | None:
     split = (
         f"its roofline split from the profile's FLOPs (held-out relative error {model_error('cross-flops'):.0%}, "
         f"{model_error('cross-flops-tf32'):.0%} for an FP32 step across the TF32 line"
-        if profile.model.flops is not None
+        if profile.model.flops is not None and profile.model.flops.per_sample  # counted, not only why they are not
         else f"its roofline split (held-out relative error {model_error('cross'):.0%}"
     )
     return (

@@ -155,6 +155,13 @@ def test_eval_command_prints_and_plots(tmp_path, capsys, monkeypatch) -> None:
     # the FLOPs path's two regimes part its cases
     assert rows[ACROSS_TF32]["cases"] + rows[WITHIN_TF32]["cases"] == rows[FLOPS_ROW]["cases"]
     assert rows[ACROSS_TF32]["cases"] >= 30 and all(r["cases"] > 100 for n, r in rows.items() if n != ACROSS_TF32)
+    # each regime's interval is its own width (80 % of its cases inside), and the FLOPs row's held-out coverage is the
+    # two regimes' together
+    assert all(abs(rows[n]["coverage_80"] - 0.8) < 0.04 for n in (ACROSS_TF32, WITHIN_TF32))
+    parts = [(rows[n]["coverage_80_nested"], rows[n]["cases"]) for n in (ACROSS_TF32, WITHIN_TF32)]
+    assert rows[FLOPS_ROW]["coverage_80_nested"] == pytest.approx(
+        sum(c * n for c, n in parts) / rows[FLOPS_ROW]["cases"]
+    )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -252,6 +252,9 @@ def test_flops_in_the_profile_set_the_compute_bound_share(catalog) -> None:
         ("32-true", "highest", "g6e.xlarge:1", "cross-flops-tf32"),  # convolutions still TF32 (cuDNN's default)
         ("32-true", "high", "g4dn.xlarge:1", "cross-flops"),  # T4: CUDA cores too (compute capability 7.5)
         ("16-mixed", None, "g5.xlarge:1", "cross-flops"),  # tensor cores on both sides
+        ("32-true", "medium", "g5.xlarge:1", "cross-flops-tf32"),  # "medium" is TF32 on CUDA, as "high"
+        ("32-true", None, "g5.xlarge:1", "cross-flops-tf32"),  # not recorded: PyTorch's default, "highest"
+        ("64-true", None, "g5.xlarge:1", "cross-flops"),  # FP64: no TF32 on either side
     ],
 )
 def test_fp32_flops_across_the_tf32_line_carry_their_own_width(catalog, precision, matmul, fleet, kind) -> None:
@@ -275,7 +278,52 @@ def test_fp32_flops_across_the_tf32_line_carry_their_own_width(catalog, precisio
             "SriftyCallback records one by default" in words[0]
             and f"x{math.exp(Z80 * model_error(kind)):.2f}" in words[0]
         )
-        assert ("convolutions and matmuls" in words[0]) == (matmul == "high")
+        assert ("convolutions and matmuls" in words[0]) == (matmul in ("high", "medium"))
+        assert ("none at 'highest' is in the data" in words[0]) == (matmul not in ("high", "medium"))
+        assert ("by PyTorch's default ('highest')" in words[0]) == (matmul is None)
+        gpu = {"g5.xlarge:1": "A10G", "g6e.xlarge:1": "L40S"}[fleet]  # the target has the tensor cores
+        assert f"the {gpu} runs convolutions" in words[0] and "the V100-SXM2-16GB on its FP32 CUDA cores" in words[0]
+
+
+def test_the_tf32_regime_names_each_gpu_s_pipe_and_leaves_the_no_flops_path_alone(catalog) -> None:
+    """From a GPU with TF32 to one without, the words name the source's tensor cores; without FLOPs per sample the
+    step is scaled by the analytic split and the learned correction, with that path's width and no TF32 words."""
+    from predictor.model.uncertainty import Z80, model_error
+
+    data = copy.deepcopy(MINIMAL)
+    data["model"].update(precision="32-true", float32_matmul_precision="high", flops={"per_sample": 24.6e9})
+    data["hardware"]["gpu"] = "A10G"
+    r = predict(load_profile(data), "g4dn.xlarge:1", catalog=catalog)  # A10G (TF32) -> T4 (CUDA cores)
+    (words,) = [e for e in r.extrapolation if e.startswith("FP32 across the TF32 line")]
+    assert "the A10G runs convolutions and matmuls on TF32" in words and "the T4 on its FP32 CUDA cores" in words
+    del data["model"]["flops"]
+    data["hardware"]["gpu"] = "V100-SXM2-16GB"
+    r = predict(load_profile(data), "g5.xlarge:1", catalog=catalog)
+    lo, hi = r.interval["iteration_time_s"]
+    width = math.log(hi / lo) / (2 * Z80)  # the A10G is not in the correction's data: the analytic split's width
+    assert width == pytest.approx(model_error("cross"), rel=1e-6) and any(
+        "learned correction" in a for a in r.assumptions
+    )
+    assert not [e for e in r.extrapolation if e.startswith("FP32 across the TF32 line")]
+
+
+@pytest.mark.parametrize(
+    ("precision", "capability", "tf32", "crosses"),
+    [("32-true", "8.0", None, True), ("32-true", "7.0", None, False), ("32-true", None, 156.0, True),
+     ("32-true", None, None, False), ("64-true", "8.0", None, False), ("16-mixed", "8.0", None, False),
+     ("bf16-mixed", "8.0", None, False), ("16-true", "8.0", None, False), ("bf16-true", "8.0", None, False),
+     ("transformer-engine", "8.9", None, False), ("transformer-engine-float16", "8.9", None, False)],
+)  # fmt: skip
+def test_which_steps_cross_the_tf32_line(precision, capability, tf32, crosses) -> None:
+    """FP32 only; a GPU by its compute capability, or, where a user-defined one states none, by its TF32 peak."""
+    import dataclasses
+
+    from predictor.catalog import get_gpu
+    from predictor.model.compute import crosses_tf32
+
+    v100 = get_gpu("V100-SXM2-16GB")
+    other = dataclasses.replace(v100, key="X", compute_capability=capability, tf32_tflops=tf32)
+    assert crosses_tf32(v100, other, precision) is crosses and crosses_tf32(other, v100, precision) is crosses
 
 
 def test_every_prediction_and_plan_names_the_model_that_made_it(minimal, catalog, tmp_path, monkeypatch, capsys):
@@ -285,10 +333,10 @@ def test_every_prediction_and_plan_names_the_model_that_made_it(minimal, catalog
     from predictor.model import artefact
     from predictor.ranking import Constraints, rank
 
-    folder, code = resources.files("predictor.data"), resources.files("predictor.model")
+    folder = resources.files("predictor.data")
     digest = hashlib.sha256(b"".join(folder.joinpath(n).read_bytes() for n in artefact.CONSTANT_FILES))
-    for name in sorted(f.name for f in code.iterdir() if f.name.endswith(".py")):  # the formulas too
-        digest.update(name.encode() + b"\0" + code.joinpath(name).read_bytes())
+    for name, text in artefact.model_code():  # the formulas too
+        digest.update(name.encode() + b"\0" + text)
     version = artefact.model_version()
     assert version == f"srifty.model/v3+{digest.hexdigest()[:12]}"
     assert artefact.model_artefact()["schema"] == "srifty.model/v3"  # the bundled constants are read, not defaults
@@ -348,6 +396,10 @@ def test_a_changed_formula_changes_the_model_version(tmp_path) -> None:
     shutil.copytree(ROOT / "predictor", tmp_path / "predictor", ignore=shutil.ignore_patterns("__pycache__"))
     before = version(tmp_path)
     assert before == version(ROOT) and before.startswith("srifty.model/v3+")
-    fleets = tmp_path / "predictor" / "model" / "fleets.py"
+    model = tmp_path / "predictor" / "model"
+    (model / ".#fleets.py").symlink_to(model / "gone")  # an editor's lock file (dangling): not the model, no crash
+    (model / "fleets.py~").write_text("backup")
+    assert version(tmp_path) == before
+    fleets = model / "fleets.py"
     fleets.write_text(fleets.read_text() + "\n# a term changed\n")
     assert version(tmp_path) != before
