@@ -25,16 +25,18 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5))
     panels = (
         ("same-GPU scaling (1 GPU -> 2/4/8), leave-one-model-out", result["cases"]["scaling"], "scaling"),
         ("cross-GPU, leave-one-GPU-out", result["cases"]["logo"], "logo"),
+        ("cross-GPU from FLOPs per sample\n(red: FP32 across the TF32 line)", result["cases"]["cross-flops"], "flops"),
     )
+    across = {id(c) for c in result["cases"].get("cross-flops-tf32", [])}
     for ax, (title, cases, _) in zip(axes, panels):
         # normalise by the source figure so that every model and unit shares one axis
         xs = [c.dst.throughput / c.src.throughput for c in cases]
         ys = [c.predicted / c.src.throughput for c in cases]
-        ax.scatter(xs, ys, s=8, alpha=0.5)
+        ax.scatter(xs, ys, s=8, alpha=0.5, c=["tab:red" if id(c) in across else "tab:blue" for c in cases])
         lo, hi = min(xs + ys), max(xs + ys)
         ax.plot([lo, hi], [lo, hi], color="black", lw=1)
         ax.plot([lo, hi], [lo * 1.1, hi * 1.1], color="gray", lw=0.8, ls="--")

@@ -274,6 +274,7 @@ def validate(data: str | Path, progress: Callable[[str], None] | None = None) ->
             "scaling-perfect": perfect,
             "cross": cross_analytic,
             "cross-flops": flops_cases,
+            "cross-flops-tf32": across,
             "lomo": lomo,
             "logo": logo,
         },
