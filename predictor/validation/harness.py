@@ -218,6 +218,23 @@ ACROSS_TF32 = "  of which FP32 across the TF32 line (TF32 tensor cores on one GP
 WITHIN_TF32 = "  of which the rest (16-bit, or FP32 on the same side of the TF32 line)"
 
 
+def flops_path(cross: list[Case], gpus: GpuTable) -> tuple[dict[str, dict[str, float]], list[Case], list[Case]]:
+    """The FLOPs path's rows (all its cases, and each regime with its own width, :func:`flops_kind`) with their
+    coverage held out by model; its cases, and those across the TF32 line."""
+    flops_cases = [analytic_cross(c, gpus, with_flops=True) for c in cross if c.model in FLOPS_PER_ITEM]
+    regimes = {
+        ACROSS_TF32: [c for c in flops_cases if flops_kind(c, gpus) == "cross-flops-tf32"],
+        WITHIN_TF32: [c for c in flops_cases if flops_kind(c, gpus) == "cross-flops"],
+    }
+    rows = {FLOPS_ROW: summarize_cases(flops_cases)} | {name: summarize_cases(part) for name, part in regimes.items()}
+    for name, part in regimes.items():
+        rows[name]["coverage_80_nested"] = nested_coverage(part, lambda c: c.model)
+    # the FLOPs path's intervals are each regime's own width (uncertainty: cross-flops, cross-flops-tf32)
+    inside = sum(rows[name]["coverage_80_nested"] * len(part) for name, part in regimes.items())
+    rows[FLOPS_ROW]["coverage_80_nested"] = inside / max(1, len(flops_cases))
+    return rows, flops_cases, regimes[ACROSS_TF32]
+
+
 def validate(data: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, object]:
     """Every held-out validation of the model on the published measurements: rows of figures, and the cases.
 
@@ -239,18 +256,14 @@ def validate(data: str | Path, progress: Callable[[str], None] | None = None) ->
     scaling_lomo = scaling_leave_one_model_out(scaling_cases, catalog)
     say("cross-GPU")
     cross_analytic = [analytic_cross(c, gpus) for c in cross]
-    flops_cases = [analytic_cross(c, gpus, with_flops=True) for c in cross if c.model in FLOPS_PER_ITEM]
-    across = [c for c in flops_cases if flops_kind(c, gpus) == "cross-flops-tf32"]
-    within = [c for c in flops_cases if flops_kind(c, gpus) == "cross-flops"]
+    flops_rows, flops_cases, across = flops_path(cross, gpus)
     lomo = cross_validate(cases, lambda c: [c.model], gpus)
     logo = cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)
     rows = {
         "same-GPU scaling, no data-parallel losses (perfect overlap)": summarize_cases(perfect),
         "same-GPU scaling, data-parallel losses fitted leave-one-model-out": summarize_cases(scaling_lomo),
         "cross-GPU, analytic compute/bandwidth split only": summarize_cases(cross_analytic),
-        FLOPS_ROW: summarize_cases(flops_cases),
-        ACROSS_TF32: summarize_cases(across),
-        WITHIN_TF32: summarize_cases(within),
+        **flops_rows,
         "cross-GPU + learned correction, leave-one-model-out": summarize_cases(lomo),
         "cross-GPU + learned correction, leave-one-GPU-out": summarize_cases(logo),
     }
@@ -258,13 +271,8 @@ def validate(data: str | Path, progress: Callable[[str], None] | None = None) ->
     nested = {
         "same-GPU scaling, data-parallel losses fitted leave-one-model-out": nested_coverage(scaling_lomo, by_model),
         "cross-GPU, analytic compute/bandwidth split only": nested_coverage(cross_analytic, by_model),
-        ACROSS_TF32: nested_coverage(across, by_model),
-        WITHIN_TF32: nested_coverage(within, by_model),
         "cross-GPU + learned correction, leave-one-GPU-out": nested_coverage(logo, lambda c: c.dst.gpu),
     }
-    # the FLOPs path's intervals are each regime's own width (uncertainty: cross-flops, cross-flops-tf32)
-    regimes = ((ACROSS_TF32, across), (WITHIN_TF32, within))
-    nested[FLOPS_ROW] = sum(nested[name] * len(part) for name, part in regimes) / max(1, len(flops_cases))
     for name, value in nested.items():
         rows[name]["coverage_80_nested"] = value
     return {
