@@ -41,7 +41,13 @@ from predictor.validation import (  # noqa: E402
     scaling_leave_one_model_out,
     train_correction,
 )
-from predictor.validation.harness import flops_kind  # noqa: E402
+from predictor.validation.harness import case_kind  # noqa: E402
+
+# the regime of FP32 steps whose convolutions (and allowed matmuls) change pipe between the two GPUs
+ACROSS = (
+    "of FP32 steps across the TF32 line: one GPU runs convolutions (and allowed matmuls) on TF32 tensor cores, the "
+    "other on CUDA cores"
+)
 
 
 def fit(say=print) -> tuple[dict, dict]:
@@ -57,15 +63,16 @@ def fit(say=print) -> tuple[dict, dict]:
     t = time.perf_counter()
     dp = fit_dp_model(scaling_cases, catalog)
     say(f"data-parallel constants {dp} ({time.perf_counter() - t:.1f} s)")
-    held_out = {
-        "scaling": log_residuals(scaling_leave_one_model_out(scaling_cases, catalog)),
-        "cross": log_residuals(analytic_cross(c, gpus) for c in cross),
-        **{
-            kind: log_residuals(analytic_cross(c, gpus, True) for c in with_flops if flops_kind(c, gpus) == kind)
-            for kind in ("cross-flops", "cross-flops-tf32")
-        },
-        "cross-corrected": log_residuals(cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)),
+    # each path without an operator table, and its regime across the TF32 line (its own width)
+    paths = {
+        "cross": [analytic_cross(c, gpus) for c in cross],
+        "cross-flops": [analytic_cross(c, gpus, True) for c in with_flops],
+        "cross-corrected": cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus),
     }
+    held_out = {"scaling": log_residuals(scaling_leave_one_model_out(scaling_cases, catalog))}
+    for base, predicted in paths.items():
+        for kind in (base, f"{base}-tf32"):
+            held_out[kind] = log_residuals(c for c in predicted if case_kind(base, c, gpus) == kind)
     errors = {kind: round(calibrated_sd(r), 6) for kind, r in held_out.items()}
     say(f"held-out errors (relative sd for an 80% interval): {errors}")
     model = {
@@ -76,12 +83,12 @@ def fit(say=print) -> tuple[dict, dict]:
         "errors": errors,
         "errors_from": {
             "scaling": "leave-one-model-out residuals of the same-GPU scaling cases",
-            "cross": "residuals of the analytic split (nothing fitted)",
-            "cross-flops": "residuals of the split from FLOPs where the step stays on one side of the TF32 line "
-            "(nothing fitted)",
-            "cross-flops-tf32": "residuals of the split from FLOPs of FP32 steps across the TF32 line: one GPU runs "
-            "convolutions (and allowed matmuls) on TF32 tensor cores, the other on CUDA cores (nothing fitted)",
-            "cross-corrected": "leave-one-GPU-out residuals of the learned correction",
+            "cross": "residuals of the analytic split on one side of the TF32 line (nothing fitted)",
+            "cross-tf32": f"residuals of the analytic split {ACROSS} (nothing fitted)",
+            "cross-flops": "residuals of the split from FLOPs on one side of the TF32 line (nothing fitted)",
+            "cross-flops-tf32": f"residuals of the split from FLOPs {ACROSS} (nothing fitted)",
+            "cross-corrected": "leave-one-GPU-out residuals of the learned correction on one side of the TF32 line",
+            "cross-corrected-tf32": f"leave-one-GPU-out residuals of the learned correction {ACROSS}",
         },
         "cases": {kind: len(r) for kind, r in held_out.items()},
         "median_abs_log_residual": {

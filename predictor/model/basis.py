@@ -27,7 +27,7 @@ from predictor.catalog.instances import InstanceType
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
 from predictor.model.collectives import ALL_REDUCE, ring_latency
-from predictor.model.compute import compute_ratio, crosses_tf32, peak_tflops, runs_tf32
+from predictor.model.compute import compute_ratio, crosses_tf32, peak_tflops, runs_tf32, tf32_kind
 from predictor.model.correction import features, load_correction
 from predictor.model.layout import parse
 from predictor.model.network import (
@@ -337,9 +337,9 @@ def measured_optimizer_share(profile: Profile) -> float:
     return phases["optimizer"].p50 / total if total > 0 else 0.0
 
 
-def tf32_words(src: GPU, dst: GPU, matmul: str | None) -> str:
-    """What a FLOPs-only prediction across the TF32 line (:func:`predictor.model.compute.crosses_tf32`) cannot
-    know, its width, and how to do better."""
+def tf32_words(src: GPU, dst: GPU, matmul: str | None, kind: str = "cross-flops") -> str:
+    """What a prediction without an operator table across the TF32 line (:func:`predictor.model.compute.crosses_tf32`)
+    cannot know, its width (``kind``'s TF32 regime), and how to do better."""
     tensor, cuda = (dst, src) if runs_tf32(dst) else (src, dst)
     if matmul in ("high", "medium"):
         which, width = "convolutions and matmuls", "held-out width"
@@ -348,11 +348,12 @@ def tf32_words(src: GPU, dst: GPU, matmul: str | None) -> str:
         which = f"convolutions (cuDNN's default; its matmuls stay FP32 {said})"
         # every published FP32 run the width was calibrated on ran its matmuls on TF32 too
         width = "held-out width, calibrated on runs whose matmuls ran TF32 too (none at 'highest' is in the data)"
-    factor = math.exp(Z80 * model_error("cross-flops-tf32"))
+    factor = math.exp(Z80 * model_error(f"{kind}-tf32"))
+    unknown = "the profile's FLOPs do not say" if kind == "cross-flops" else "a profile without FLOPs does not say"
     return (
         f"FP32 across the TF32 line: the {tensor.key} runs {which} on TF32 tensor cores, the {cuda.key} on its "
         "FP32 CUDA cores, at shares of their peaks that differ by operator (ResNet-50's TF32 convolutions 0.34 of the "
-        "H100's TF32 peak, large TF32 GEMMs 0.64-0.81); the profile's FLOPs do not say which operators the step runs, "
+        f"H100's TF32 peak, large TF32 GEMMs 0.64-0.81); {unknown} which operators the step runs, "
         f"so this time carries that regime's {width} (x{factor:.2f} either way at 80%). An operator table "
         "prices each operator on its own pipe: SriftyCallback records one by default (capture_ops=True), or `srifty "
         "capture` builds one without a GPU"
@@ -411,12 +412,18 @@ def _cross_gpu(
     src: Source, src_gpu: GPU, dst: GPU, precision: str, matmul: str | None, ratio: float, extrapolation: list[str]
 ) -> tuple[float, str, str]:
     """(time ratio, kind of prediction, what it rests on) of a measured step scaled to another GPU without an
-    operator table: the split from the profile's FLOPs (its own kind across the TF32 line), else the analytic split
-    with the learned correction where it covers both GPUs."""
+    operator table: the split from the profile's FLOPs, else the analytic split with the learned correction where
+    it covers both GPUs; each kind has its own regime across the TF32 line (:func:`tf32_kind`), said so."""
+    ratio, kind, note = _cross_path(src, src_gpu, dst, precision, matmul, ratio, extrapolation)
+    if crosses_tf32(src_gpu, dst, precision):
+        extrapolation.append(tf32_words(src_gpu, dst, matmul, kind))
+    return ratio, tf32_kind(kind, src_gpu, dst, precision), note
+
+
+def _cross_path(
+    src: Source, src_gpu: GPU, dst: GPU, precision: str, matmul: str | None, ratio: float, extrapolation: list[str]
+) -> tuple[float, str, str]:
     correction = load_correction()
-    if src.achieved_tflops is not None and crosses_tf32(src_gpu, dst, precision):
-        extrapolation.append(tf32_words(src_gpu, dst, matmul))
-        return ratio, "cross-flops-tf32", "split from the profile's FLOPs across the TF32 line, no learned correction"
     if src.achieved_tflops is not None:  # FLOPs give the split directly; the correction was learned for the neutral
         return ratio, "cross-flops", "split from the profile's FLOPs, no learned correction"
     if not correction.covers(src_gpu.key, dst.key):

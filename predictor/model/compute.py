@@ -39,6 +39,12 @@ def crosses_tf32(src: GPU, dst: GPU, precision: str) -> bool:
     return runs_tf32(src) != runs_tf32(dst)
 
 
+def tf32_kind(kind: str, src: GPU, dst: GPU, precision: str) -> str:
+    """The kind of a prediction without an operator table (``cross``, ``cross-flops``, ``cross-corrected``), or its
+    ``-tf32`` regime when the step crosses the TF32 line (:func:`crosses_tf32`): each has its own held-out width."""
+    return f"{kind}-tf32" if crosses_tf32(src, dst, precision) else kind
+
+
 def runs_tf32(gpu: GPU) -> bool:
     """Whether ``gpu`` runs FP32 convolutions on TF32 tensor cores: by its compute capability, or where a user-defined
     GPU does not state one, by whether it states a TF32 peak (what :func:`peak_tflops` prices it at)."""

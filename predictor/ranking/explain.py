@@ -82,7 +82,8 @@ def no_table_note(profile: Profile) -> str | None:
         f"its roofline split from the profile's FLOPs (held-out relative error {model_error('cross-flops'):.0%}, "
         f"{model_error('cross-flops-tf32'):.0%} for an FP32 step across the TF32 line"
         if profile.model.flops is not None and profile.model.flops.per_sample  # counted, not only why they are not
-        else f"its roofline split (held-out relative error {model_error('cross'):.0%}"
+        else f"its roofline split (held-out relative error {model_error('cross'):.0%}, "
+        f"{model_error('cross-tf32'):.0%} for an FP32 step across the TF32 line"
     )
     return (
         f"{NO_TABLE_NOTE}: other GPUs' times are scaled from the step measured on the {profile.hardware.gpu} by "

@@ -74,7 +74,7 @@ def cross_validate(
     ``fold_of(case)`` names the groups a case belongs to (its model; or both of its GPUs): the correction that
     predicts it is trained only on cases sharing none of them (for a GPU pair: neither GPU was seen in training).
     """
-    from predictor.model.compute import compute_ratio
+    from predictor.model.compute import compute_ratio, tf32_kind
     from predictor.model.correction import CrossGpuCorrection
     from predictor.model.uncertainty import interval, model_error
 
@@ -94,7 +94,9 @@ def cross_validate(
             matmul = "high" if c.src.precision == "32-true" else None
             log_ratio = math.log(compute_ratio(src, dst, c.src.precision, matmul, None).ratio) + model.predict_one(X[i])
             pred = c.src.throughput / math.exp(log_ratio)
-            sd = math.hypot(model_error("cross-corrected"), max(c.src.cv, cv_floor))
+            sd = math.hypot(
+                model_error(tf32_kind("cross-corrected", src, dst, c.src.precision)), max(c.src.cv, cv_floor)
+            )
             out.append(Case("cross", c.model, c.src, c.dst, pred, *interval(pred, sd)))
     return out
 
@@ -170,17 +172,16 @@ def analytic_cross(case: Case, gpus: GpuTable, with_flops: bool = False) -> Case
     matmul = "high" if case.src.precision == "32-true" else None
     achieved = FLOPS_PER_ITEM[case.model] * case.src.throughput / 1e12 if with_flops else None
     pred = case.src.throughput / compute_ratio(src, dst, case.src.precision, matmul, achieved).ratio
-    sd = math.hypot(model_error(flops_kind(case, gpus) if with_flops else "cross"), case.src.cv)
+    sd = math.hypot(model_error(case_kind("cross-flops" if with_flops else "cross", case, gpus)), case.src.cv)
     return Case("cross", case.model, case.src, case.dst, pred, *interval(pred, sd))
 
 
-def flops_kind(case: Case, gpus: GpuTable) -> str:
-    """The kind a prediction of ``case`` from its FLOPs is (as :func:`predictor.model.basis.type_basis` names it):
-    ``cross-flops-tf32`` for an FP32 step across the TF32 line, else ``cross-flops``."""
-    from predictor.model.compute import crosses_tf32
+def case_kind(kind: str, case: Case, gpus: GpuTable) -> str:
+    """The kind a prediction of ``case`` by the path ``kind`` is, as :func:`predictor.model.basis.type_basis` names
+    it: ``kind``, or its ``-tf32`` regime for an FP32 step across the TF32 line."""
+    from predictor.model.compute import tf32_kind
 
-    src, dst = gpus.gpus[case.src.gpu], gpus.gpus[case.dst.gpu]
-    return "cross-flops-tf32" if crosses_tf32(src, dst, case.src.precision) else "cross-flops"
+    return tf32_kind(kind, gpus.gpus[case.src.gpu], gpus.gpus[case.dst.gpu], case.src.precision)
 
 
 def log_residuals(cases: Iterable[Case]) -> list[float]:
@@ -213,26 +214,29 @@ def nested_coverage(cases: list[Case], group_of: Callable[[Case], str], cv_floor
 
 
 FLOPS_ROW = "cross-GPU, split from FLOPs per sample (ResNet-50, BERT-base, BERT-large)"
-# the FLOPs path's two regimes (predictor.model.compute.crosses_tf32), each with its own width
-ACROSS_TF32 = "  of which FP32 across the TF32 line (TF32 tensor cores on one GPU, FP32 CUDA cores on the other)"
-WITHIN_TF32 = "  of which the rest (16-bit, or FP32 on the same side of the TF32 line)"
+ANALYTIC_ROW = "cross-GPU, analytic compute/bandwidth split only"
+LOGO_ROW = "cross-GPU + learned correction, leave-one-GPU-out"
+# each path without an operator table has two regimes (predictor.model.compute.tf32_kind), each with its own width
+ACROSS_TF32 = ", FP32 across the TF32 line (TF32 tensor cores on one GPU, CUDA cores on the other)"
+WITHIN_TF32 = ", the rest (16-bit, or FP32 on one side of the TF32 line)"
 
 
-def flops_path(cross: list[Case], gpus: GpuTable) -> tuple[dict[str, dict[str, float]], list[Case], list[Case]]:
-    """The FLOPs path's rows (all its cases, and each regime with its own width, :func:`flops_kind`) with their
-    coverage held out by model; its cases, and those across the TF32 line."""
-    flops_cases = [analytic_cross(c, gpus, with_flops=True) for c in cross if c.model in FLOPS_PER_ITEM]
-    regimes = {
-        ACROSS_TF32: [c for c in flops_cases if flops_kind(c, gpus) == "cross-flops-tf32"],
-        WITHIN_TF32: [c for c in flops_cases if flops_kind(c, gpus) == "cross-flops"],
+def regime_rows(
+    title: str, kind: str, cases: list[Case], gpus: GpuTable, group_of: Callable[[Case], str]
+) -> dict[str, dict[str, float]]:
+    """A path's row and its two regimes' (``title`` + ``ACROSS_TF32``, ``title`` + ``WITHIN_TF32``),
+    each regime's coverage held out by ``group_of`` with its own width, the path's the two together."""
+    parts = {
+        title + ACROSS_TF32: [c for c in cases if case_kind(kind, c, gpus) != kind],
+        title + WITHIN_TF32: [c for c in cases if case_kind(kind, c, gpus) == kind],
     }
-    rows = {FLOPS_ROW: summarize_cases(flops_cases)} | {name: summarize_cases(part) for name, part in regimes.items()}
-    for name, part in regimes.items():
-        rows[name]["coverage_80_nested"] = nested_coverage(part, lambda c: c.model)
-    # the FLOPs path's intervals are each regime's own width (uncertainty: cross-flops, cross-flops-tf32)
-    inside = sum(rows[name]["coverage_80_nested"] * len(part) for name, part in regimes.items())
-    rows[FLOPS_ROW]["coverage_80_nested"] = inside / max(1, len(flops_cases))
-    return rows, flops_cases, regimes[ACROSS_TF32]
+    parts = {name: part for name, part in parts.items() if part}
+    rows = {title: summarize_cases(cases)} | {name: summarize_cases(part) for name, part in parts.items()}
+    for name, part in parts.items():
+        rows[name]["coverage_80_nested"] = nested_coverage(part, group_of)
+    inside = sum(rows[name]["coverage_80_nested"] * len(part) for name, part in parts.items())
+    rows[title]["coverage_80_nested"] = inside / max(1, len(cases))
+    return rows
 
 
 def validate(data: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, object]:
@@ -256,25 +260,21 @@ def validate(data: str | Path, progress: Callable[[str], None] | None = None) ->
     scaling_lomo = scaling_leave_one_model_out(scaling_cases, catalog)
     say("cross-GPU")
     cross_analytic = [analytic_cross(c, gpus) for c in cross]
-    flops_rows, flops_cases, across = flops_path(cross, gpus)
+    flops_cases = [analytic_cross(c, gpus, with_flops=True) for c in cross if c.model in FLOPS_PER_ITEM]
     lomo = cross_validate(cases, lambda c: [c.model], gpus)
     logo = cross_validate(cases, lambda c: [c.src.gpu, c.dst.gpu], gpus)
+    by_model = lambda c: c.model  # noqa: E731
     rows = {
         "same-GPU scaling, no data-parallel losses (perfect overlap)": summarize_cases(perfect),
         "same-GPU scaling, data-parallel losses fitted leave-one-model-out": summarize_cases(scaling_lomo),
-        "cross-GPU, analytic compute/bandwidth split only": summarize_cases(cross_analytic),
-        **flops_rows,
+        **regime_rows(ANALYTIC_ROW, "cross", cross_analytic, gpus, by_model),
+        **regime_rows(FLOPS_ROW, "cross-flops", flops_cases, gpus, by_model),
         "cross-GPU + learned correction, leave-one-model-out": summarize_cases(lomo),
-        "cross-GPU + learned correction, leave-one-GPU-out": summarize_cases(logo),
+        **regime_rows(LOGO_ROW, "cross-corrected", logo, gpus, lambda c: c.dst.gpu),
     }
-    by_model = lambda c: c.model  # noqa: E731
-    nested = {
-        "same-GPU scaling, data-parallel losses fitted leave-one-model-out": nested_coverage(scaling_lomo, by_model),
-        "cross-GPU, analytic compute/bandwidth split only": nested_coverage(cross_analytic, by_model),
-        "cross-GPU + learned correction, leave-one-GPU-out": nested_coverage(logo, lambda c: c.dst.gpu),
-    }
-    for name, value in nested.items():
-        rows[name]["coverage_80_nested"] = value
+    rows["same-GPU scaling, data-parallel losses fitted leave-one-model-out"]["coverage_80_nested"] = nested_coverage(
+        scaling_lomo, by_model
+    )
     return {
         "rows": rows,
         "cases": {
@@ -282,7 +282,7 @@ def validate(data: str | Path, progress: Callable[[str], None] | None = None) ->
             "scaling-perfect": perfect,
             "cross": cross_analytic,
             "cross-flops": flops_cases,
-            "cross-flops-tf32": across,
+            "cross-flops-tf32": [c for c in flops_cases if case_kind("cross-flops", c, gpus) != "cross-flops"],
             "lomo": lomo,
             "logo": logo,
         },

@@ -19,7 +19,7 @@ from predictor.validation import (
     summarize_cases,
     train_correction,
 )
-from predictor.validation.harness import ACROSS_TF32, FLOPS_ROW, WITHIN_TF32
+from predictor.validation.harness import ACROSS_TF32, ANALYTIC_ROW, FLOPS_ROW, LOGO_ROW, WITHIN_TF32
 
 DATA = ROOT / "predictor" / "data" / "measurements.csv"
 
@@ -142,26 +142,22 @@ def test_eval_command_prints_and_plots(tmp_path, capsys, monkeypatch) -> None:
     assert main(["eval", "--format", "json", "--plot", "fig.png"]) == 0
     out = capsys.readouterr().out
     rows = json.loads(out[: out.rindex("}") + 1])
+    paths = (ANALYTIC_ROW, FLOPS_ROW, LOGO_ROW)  # every path without an operator table, and its two regimes
     assert set(rows) == {
         "same-GPU scaling, no data-parallel losses (perfect overlap)",
         "same-GPU scaling, data-parallel losses fitted leave-one-model-out",
-        "cross-GPU, analytic compute/bandwidth split only",
-        FLOPS_ROW,
-        ACROSS_TF32,
-        WITHIN_TF32,
         "cross-GPU + learned correction, leave-one-model-out",
-        "cross-GPU + learned correction, leave-one-GPU-out",
+        *paths,
+        *(path + regime for path in paths for regime in (ACROSS_TF32, WITHIN_TF32)),
     }
-    # the FLOPs path's two regimes part its cases
-    assert rows[ACROSS_TF32]["cases"] + rows[WITHIN_TF32]["cases"] == rows[FLOPS_ROW]["cases"]
-    assert rows[ACROSS_TF32]["cases"] >= 30 and all(r["cases"] > 100 for n, r in rows.items() if n != ACROSS_TF32)
-    # each regime's interval is its own width (80 % of its cases inside), and the FLOPs row's held-out coverage is the
-    # two regimes' together
-    assert all(abs(rows[n]["coverage_80"] - 0.8) < 0.04 for n in (ACROSS_TF32, WITHIN_TF32))
-    parts = [(rows[n]["coverage_80_nested"], rows[n]["cases"]) for n in (ACROSS_TF32, WITHIN_TF32)]
-    assert rows[FLOPS_ROW]["coverage_80_nested"] == pytest.approx(
-        sum(c * n for c, n in parts) / rows[FLOPS_ROW]["cases"]
-    )
+    for path in paths:
+        across, within = rows[path + ACROSS_TF32], rows[path + WITHIN_TF32]
+        assert across["cases"] + within["cases"] == rows[path]["cases"] and across["cases"] >= 30
+        # each regime's interval is its own width (80 % of its cases inside), and the path's held-out coverage is
+        # the two regimes' together
+        assert abs(across["coverage_80"] - 0.8) < 0.04 and abs(within["coverage_80"] - 0.8) < 0.04
+        inside = across["coverage_80_nested"] * across["cases"] + within["coverage_80_nested"] * within["cases"]
+        assert rows[path]["coverage_80_nested"] == pytest.approx(inside / rows[path]["cases"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

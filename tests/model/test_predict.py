@@ -285,9 +285,9 @@ def test_fp32_flops_across_the_tf32_line_carry_their_own_width(catalog, precisio
         assert f"the {gpu} runs convolutions" in words[0] and "the V100-SXM2-16GB on its FP32 CUDA cores" in words[0]
 
 
-def test_the_tf32_regime_names_each_gpu_s_pipe_and_leaves_the_no_flops_path_alone(catalog) -> None:
+def test_the_tf32_regime_names_each_gpu_s_pipe_and_holds_without_flops_too(catalog) -> None:
     """From a GPU with TF32 to one without, the words name the source's tensor cores; without FLOPs per sample the
-    step is scaled by the analytic split and the learned correction, with that path's width and no TF32 words."""
+    analytic split (the A10G is not in the learned correction's data) has its own TF32 regime and width too."""
     from predictor.model.uncertainty import Z80, model_error
 
     data = copy.deepcopy(MINIMAL)
@@ -296,15 +296,20 @@ def test_the_tf32_regime_names_each_gpu_s_pipe_and_leaves_the_no_flops_path_alon
     r = predict(load_profile(data), "g4dn.xlarge:1", catalog=catalog)  # A10G (TF32) -> T4 (CUDA cores)
     (words,) = [e for e in r.extrapolation if e.startswith("FP32 across the TF32 line")]
     assert "the A10G runs convolutions and matmuls on TF32" in words and "the T4 on its FP32 CUDA cores" in words
+    assert "the profile's FLOPs do not say" in words
     del data["model"]["flops"]
-    data["hardware"]["gpu"] = "V100-SXM2-16GB"
-    r = predict(load_profile(data), "g5.xlarge:1", catalog=catalog)
-    lo, hi = r.interval["iteration_time_s"]
-    width = math.log(hi / lo) / (2 * Z80)  # the A10G is not in the correction's data: the analytic split's width
-    assert width == pytest.approx(model_error("cross"), rel=1e-6) and any(
-        "learned correction" in a for a in r.assumptions
-    )
-    assert not [e for e in r.extrapolation if e.startswith("FP32 across the TF32 line")]
+    for gpu, kind in (("V100-SXM2-16GB", "cross-tf32"), ("T4", "cross")):  # across the line, and not
+        data["hardware"]["gpu"] = gpu
+        r = predict(load_profile(data), "g5.xlarge:1" if gpu != "T4" else "p3.2xlarge:1", catalog=catalog)
+        lo, hi = r.interval["iteration_time_s"]
+        assert math.log(hi / lo) / (2 * Z80) == pytest.approx(model_error(kind), rel=1e-6)
+        words = [e for e in r.extrapolation if e.startswith("FP32 across the TF32 line")]
+        assert bool(words) == (kind == "cross-tf32")
+        if words:
+            assert "a profile without FLOPs does not say" in words[0]
+            assert f"x{math.exp(Z80 * model_error('cross-tf32')):.2f}" in words[0]
+    assert model_error("cross-tf32") > 1.5 * model_error("cross")
+    assert model_error("cross-corrected-tf32") > 1.5 * model_error("cross-corrected")
 
 
 @pytest.mark.parametrize(
