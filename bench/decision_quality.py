@@ -45,7 +45,8 @@ from predictor.validation import (  # noqa: E402
 def table_for(model: str, precision: str, batch: int) -> dict:
     """The operator table of one step of ``model``, captured on the meta device (cached; needs torch and
     transformers)."""
-    sys.path.insert(0, str(ROOT / "bench"))
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
     import ops_validation
 
     return ops_validation.table_for(model, precision, batch)
