@@ -27,7 +27,7 @@ from predictor.catalog.instances import InstanceType
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
 from predictor.model.collectives import ALL_REDUCE, ring_latency
-from predictor.model.compute import compute_ratio, crosses_tf32, peak_tflops, runs_tf32, tf32_kind
+from predictor.model.compute import compute_ratio, peak_tflops, runs_tf32, tf32_kind
 from predictor.model.correction import features, load_correction
 from predictor.model.layout import parse
 from predictor.model.network import (
@@ -414,10 +414,11 @@ def _cross_gpu(
     """(time ratio, kind of prediction, what it rests on) of a measured step scaled to another GPU without an
     operator table: the split from the profile's FLOPs, else the analytic split with the learned correction where
     it covers both GPUs; each kind has its own regime across the TF32 line (:func:`tf32_kind`), said so."""
-    ratio, kind, note = _cross_path(src, src_gpu, dst, precision, matmul, ratio, extrapolation)
-    if crosses_tf32(src_gpu, dst, precision):
-        extrapolation.append(tf32_words(src_gpu, dst, matmul, kind))
-    return ratio, tf32_kind(kind, src_gpu, dst, precision), note
+    ratio, path, note = _cross_path(src, src_gpu, dst, precision, matmul, ratio, extrapolation)
+    kind = tf32_kind(path, src_gpu, dst, precision)
+    if kind != path:
+        extrapolation.append(tf32_words(src_gpu, dst, matmul, path))
+    return ratio, kind, note
 
 
 def _cross_path(

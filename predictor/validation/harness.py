@@ -21,6 +21,7 @@ from predictor.validation.dataset import (
     case_catalog,
     interconnect,
     load_points,
+    published_matmul_precision,
 )
 from predictor.validation.training import correction_training_set
 
@@ -91,7 +92,7 @@ def cross_validate(
         for i in test_idx:
             c = kept[i]
             src, dst = gpus.gpus[c.src.gpu], gpus.gpus[c.dst.gpu]
-            matmul = "high" if c.src.precision == "32-true" else None
+            matmul = published_matmul_precision(c.src.precision)
             log_ratio = math.log(compute_ratio(src, dst, c.src.precision, matmul, None).ratio) + model.predict_one(X[i])
             pred = c.src.throughput / math.exp(log_ratio)
             sd = math.hypot(
@@ -169,7 +170,7 @@ def analytic_cross(case: Case, gpus: GpuTable, with_flops: bool = False) -> Case
     from predictor.model.uncertainty import interval, model_error
 
     src, dst = gpus.gpus[case.src.gpu], gpus.gpus[case.dst.gpu]
-    matmul = "high" if case.src.precision == "32-true" else None
+    matmul = published_matmul_precision(case.src.precision)
     achieved = FLOPS_PER_ITEM[case.model] * case.src.throughput / 1e12 if with_flops else None
     pred = case.src.throughput / compute_ratio(src, dst, case.src.precision, matmul, achieved).ratio
     sd = math.hypot(model_error(case_kind("cross-flops" if with_flops else "cross", case, gpus)), case.src.cv)
@@ -226,9 +227,10 @@ def regime_rows(
 ) -> dict[str, dict[str, float]]:
     """A path's row and its two regimes' (``title`` + ``ACROSS_TF32``, ``title`` + ``WITHIN_TF32``),
     each regime's coverage held out by ``group_of`` with its own width, the path's the two together."""
+    across = {id(c) for c in cases if case_kind(kind, c, gpus) != kind}
     parts = {
-        title + ACROSS_TF32: [c for c in cases if case_kind(kind, c, gpus) != kind],
-        title + WITHIN_TF32: [c for c in cases if case_kind(kind, c, gpus) == kind],
+        title + ACROSS_TF32: [c for c in cases if id(c) in across],
+        title + WITHIN_TF32: [c for c in cases if id(c) not in across],
     }
     parts = {name: part for name, part in parts.items() if part}
     rows = {title: summarize_cases(cases)} | {name: summarize_cases(part) for name, part in parts.items()}

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from predictor.catalog.gpus import GpuTable, bundled_gpus
-from predictor.validation.dataset import Case, build_cases, data_path, load_points
+from predictor.validation.dataset import Case, build_cases, data_path, load_points, published_matmul_precision
 
 
 def correction_training_set(cases: list[Case], gpus: GpuTable) -> tuple[list[list[float]], list[float], list[Case]]:
@@ -20,7 +20,7 @@ def correction_training_set(cases: list[Case], gpus: GpuTable) -> tuple[list[lis
         if c.kind != "cross":
             continue
         src, dst = gpus.gpus[c.src.gpu], gpus.gpus[c.dst.gpu]
-        matmul = "high" if c.src.precision == "32-true" else None
+        matmul = published_matmul_precision(c.src.precision)
         try:
             x = features(src, dst, c.src.precision, matmul, c.dst.batch / c.src.batch)
         except ValueError:
