@@ -38,7 +38,7 @@ from predictor.catalog.gpus import GPU
 from predictor.documents.profile import OpRecord, Profile
 from predictor.documents.work import profile_world
 from predictor.exceptions import PredictionError
-from predictor.model.tensor_gemm import RAMP_S, ceiling, tensor_gemm_time
+from predictor.model.tensor_gemm import RAMP_S, ceiling, fp32_ceiling, tensor_gemm_time
 
 # Lightning's own host time per step besides the kernels it launches (its loop and hooks, the optimizer closure, the
 # precision plugin, self.log and the progress bar): bench/lightning_overhead.py trains a one-parameter module with
@@ -723,6 +723,8 @@ def _class_step_time(
             learned = model.step_time(cls, dims, gpu, peak_tflops=peak, element_bytes=eb)
             lat = np.where(dims["transposed"] == 1.0, learned, lat)
         return lat
+    if cls == "conv":
+        return cuda_core_convolution_time(dims, gpu, eb, peak, model)
     if cls in ("layout", "pooling"):  # bandwidth-bound at 4 bytes an element (their classifiers)
         lat = model.step_time("memory", {"bytes": dims["bytes"]}, gpu, element_bytes=4.0)
         if cls == "layout":  # converted only where the GPU's algorithm wants the other layout
@@ -783,19 +785,50 @@ def implicit_gemm_time(dims: Mapping[str, np.ndarray], gpu: GPU, dense_tflops: f
     its FLOPs (the data- and weight-gradient GEMMs have the forward's FLOPs each). TF32 takes the 16-bit ceiling
     on the TF32 peak: on the lent H100 ResNet-50's TF32 convolutions ran at 0.34 of the TF32 peak and its fp16 ones
     at 0.36 of the fp16 peak (bench/layout_pooling.py)."""
+    groups, m, n, k, moved = _conv_shape(dims, eb)
+    gemm = tensor_gemm_time({"b": groups, "m": m, "n": n, "k": k}, gpu, dense_tflops, element_bytes=eb, moved=moved)
+    share, _ = ceiling(gpu)
+    return np.where(depthwise(dims), direct_depthwise_time(dims, gpu, dense_tflops * share, eb), gemm)
+
+
+def _conv_shape(dims: Mapping[str, np.ndarray], eb: float) -> tuple[np.ndarray, ...]:
+    """(groups, m, n, k, bytes moved) of convolutions as implicit GEMMs: per group, the output pixels by the output
+    channels, contracting input channels x kernel window; the input, the weight and the output once."""
     groups = np.maximum(dims["groups"], 1.0)
     m = dims["b"] * dims["oh"] * dims["ow"]
     n = dims["cout"] / groups
     k = dims["cin"] / groups * dims["kh"] * dims["kw"]
     moved = eb * (dims["b"] * dims["cin"] * dims["h"] * dims["w"] + dims["cout"] * k + m * dims["cout"])
-    gemm = tensor_gemm_time({"b": groups, "m": m, "n": n, "k": k}, gpu, dense_tflops, element_bytes=eb, moved=moved)
-    # a depthwise convolution (one input channel a group: EfficientNet's, MobileNet's) runs a direct kernel
-    # (PyTorch's conv_depthwise2d, cuDNN's depthwise ones), not GEMM tiles a 1-wide output would waste: its FLOPs at
-    # the ceiling or its bytes at the bandwidth, whichever takes longer
-    share, _ = ceiling(gpu)
-    bandwidth = float(gpu.memory_bw_gbps or 0.0) * 1e9  # stated: _convolution_dense checked it
-    direct = np.maximum(2 * groups * m * n * k / (dense_tflops * 1e12 * share), moved / bandwidth)
-    return np.where((groups > 1.0) & (dims["cin"] / groups <= 1.0), direct + RAMP_S, gemm)
+    return groups, m, n, k, moved
+
+
+def depthwise(dims: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Which convolutions are depthwise (one input channel a group: EfficientNet's, MobileNet's)."""
+    return (np.maximum(dims["groups"], 1.0) > 1.0) & (dims["cin"] / np.maximum(dims["groups"], 1.0) <= 1.0)
+
+
+def direct_depthwise_time(dims: Mapping[str, np.ndarray], gpu: GPU, tflops: float, eb: float) -> np.ndarray:
+    """In-stream seconds of depthwise convolutions, which run a direct kernel (PyTorch's ``conv_depthwise2d``,
+    cuDNN's depthwise ones), not GEMM tiles a 1-wide output would waste, on tensor-core and CUDA-core GPUs alike:
+    their FLOPs at ``tflops`` (the sustained peak of the units that run them) or their bytes at the memory
+    bandwidth, whichever takes longer, plus a kernel's fixed cost. Needs ``gpu.memory_bw_gbps``."""
+    groups, m, n, k, moved = _conv_shape(dims, eb)
+    bandwidth = float(gpu.memory_bw_gbps or 0.0) * 1e9
+    return np.maximum(2 * groups * m * n * k / (tflops * 1e12), moved / bandwidth) + RAMP_S
+
+
+def cuda_core_convolution_time(
+    dims: Mapping[str, np.ndarray], gpu: GPU, eb: float, peak: float | None, model: Any
+) -> np.ndarray:
+    """In-stream seconds of convolutions on the CUDA cores (FP32 before Ampere; 16-bit before Volta): the kernel
+    model's, learned from NeuSight's convolutions, which are all dense (no groups), except the depthwise ones, which
+    run a direct kernel (:func:`direct_depthwise_time`) at the FP32 units' sustained share (:func:`fp32_ceiling`)
+    where the kernel model would price a batch of one-channel GEMMs it never saw."""
+    lat = model.step_time("conv", dims, gpu, peak_tflops=peak, element_bytes=eb)
+    direct = (dims["transposed"] != 1.0) & depthwise(dims)
+    if direct.any() and gpu.memory_bw_gbps and gpu.fp32_tflops:
+        lat = np.where(direct, direct_depthwise_time(dims, gpu, gpu.fp32_tflops * fp32_ceiling(gpu), eb), lat)
+    return lat
 
 
 def tensor_core_convolution(gpu: GPU, half: bool) -> bool:

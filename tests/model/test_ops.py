@@ -491,6 +491,48 @@ def test_a_depthwise_convolution_on_tensor_cores_is_bandwidth_bound() -> None:
     assert t == pytest.approx(moved / (a100.memory_bw_gbps * 1e9) + RAMP_S, rel=1e-6)
 
 
+def test_a_depthwise_convolution_on_cuda_cores_is_its_direct_kernel_not_the_kernel_model() -> None:
+    """FP32 before Ampere (and 16-bit on Pascal) a depthwise convolution runs PyTorch's / cuDNN's direct kernel too:
+    its bytes at the bandwidth or its FLOPs at the FP32 units' sustained share, whichever is longer. The kernel
+    model never saw a grouped convolution (NeuSight's are all dense 3x3 ones) and priced EfficientNet-B0's FP32
+    V100 step 1.9x the published one through them (bench/dle_convnets.py). A dense convolution, a grouped one with
+    several channels a group and a transposed one keep the kernel model."""
+    from predictor.catalog.gpus import get_gpu
+    from predictor.model.kernels import load_kernel_model
+    from predictor.model.ops import ops_time
+    from predictor.model.tensor_gemm import RAMP_S, fp32_ceiling
+
+    v100, p100 = get_gpu("V100-SXM2-16GB"), get_gpu("P100-SXM2-16GB")
+
+    def conv_s(gpu, w, groups, dtype="float32", transposed=False) -> tuple[float, float]:
+        x, y = [64, 256, 56, 56], [64, 256, 56, 56]
+        params = {"stride": (1,), "padding": (1,), "groups": (groups,)} | ({"transposed": (1,)} if transposed else {})
+        r = rec("aten.convolution.default", [x, w], dtype=dtype, out=y, flops=2.0 * np.prod(y) * np.prod(w[1:]),
+                params=params)  # fmt: skip
+        c = classify_table([r])[0]
+        precision = "16-true" if dtype == "float16" else "32-true"
+        got = ops_time([c], gpu, precision, None, "absolute").by_class["conv"]
+        eb = 2.0 if dtype == "float16" else 4.0
+        learned = load_kernel_model().step_time(
+            "conv", {k: np.array([v]) for k, v in c.dims.items()}, gpu, peak_tflops=None, element_bytes=eb
+        )
+        return got, float(learned[0]) * c.scale
+
+    moved = 4.0 * (64 * 256 * 56 * 56 + 256 * 9 + 64 * 56 * 56 * 256)
+    flops = 2.0 * 64 * 56 * 56 * 256 * 9
+    want = max(flops / (v100.fp32_tflops * 1e12 * fp32_ceiling(v100)), moved / (v100.memory_bw_gbps * 1e9)) + RAMP_S
+    got, learned = conv_s(v100, [256, 1, 3, 3], 256)
+    assert got == pytest.approx(want, rel=1e-6) and got != pytest.approx(learned, rel=0.05)
+    assert moved / (v100.memory_bw_gbps * 1e9) <= got < 1.5 * moved / (v100.memory_bw_gbps * 1e9)  # a streaming kernel
+    half, _ = conv_s(p100, [256, 1, 3, 3], 256, dtype="float16")  # Pascal's fp16: the same kernel, half the bytes
+    assert half == pytest.approx(max(flops / (p100.fp32_tflops * 1e12 * fp32_ceiling(p100)),
+                                     moved / 2 / (p100.memory_bw_gbps * 1e9)) + RAMP_S, rel=1e-6)  # fmt: skip
+    for w, groups, transposed in (([256, 256, 3, 3], 1, False), ([256, 8, 3, 3], 32, False),
+                                  ([256, 1, 3, 3], 256, True)):  # fmt: skip
+        got, learned = conv_s(v100, w, groups, transposed=transposed)
+        assert got == pytest.approx(learned), (w, groups, transposed)
+
+
 def test_an_nchw_convolutional_table_is_told_what_channels_last_would_save() -> None:
     """On a tensor-core GPU an NCHW table pays cuDNN's conversions and NCHW batch norm: the prediction says what
     channels-last would take off (the same table re-priced NHWC); a channels-last table, or FP32 on a V100 (NCHW is
