@@ -135,11 +135,9 @@ def torchvision_models() -> Any:
     return models
 
 
-def table_for(model: str, precision: str) -> dict[str, Any]:
-    """The operator table of one step (forward, loss, backward) at batch 12, cached."""
-    path = TABLES / f"zoo-{model}-{precision}-12.json"
-    if path.exists():
-        return json.loads(path.read_text())
+def capture_classifier(net: Any, images: Any, precision: str, optimizer: Any, label_smoothing: float = 0.0) -> dict:
+    """The operator table (as a dict) of one training step of an image classifier ``net`` on ``images``: forward,
+    cross-entropy over 1,000 classes, backward and ``optimizer``'s step, captured on the meta device."""
     import torch
     import torch.nn.functional as F
 
@@ -152,13 +150,23 @@ def table_for(model: str, precision: str) -> dict[str, Any]:
             self.net = net
 
         def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(self.net(images), labels)
+            return F.cross_entropy(self.net(images), labels, label_smoothing=label_smoothing)
+
+    batch = {"images": images, "labels": torch.zeros(images.shape[0], dtype=torch.long)}
+    return to_dict(capture_ops(WithLoss(net), batch, precision=precision, device="meta", optimizer=optimizer))
+
+
+def table_for(model: str, precision: str) -> dict[str, Any]:
+    """The operator table of one step (forward, loss, backward) at batch 12, cached."""
+    path = TABLES / f"zoo-{model}-{precision}-12.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    import torch
 
     t = time.perf_counter()
-    net = WithLoss(getattr(torchvision_models(), model)())
-    batch = {"images": torch.randn(12, 3, 224, 224), "labels": torch.randint(0, 1000, (12,))}
+    net = getattr(torchvision_models(), model)()
     sgd = functools.partial(torch.optim.SGD, lr=0.1)  # required by capture_ops; its records are dropped below
-    table = to_dict(capture_ops(net, batch, precision=precision, device="meta", optimizer=sgd))
+    table = capture_classifier(net, torch.randn(12, 3, 224, 224), precision, sgd)
     table["ops"] = [r for r in table["ops"] if r["phase"] != "optimizer"]
     data = {"table": table, "parameters": sum(p.numel() for p in net.parameters())}
     TABLES.mkdir(parents=True, exist_ok=True)

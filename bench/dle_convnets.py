@@ -110,21 +110,10 @@ def table_for(model: str, precision: str, batch: int, size: int, channels_last: 
     if path.exists():
         return json.loads(path.read_text())
     import torch
-    import torch.nn.functional as F
-
-    from lightning_srifty import capture_ops
-    from predictor.documents.schema import to_dict
-
-    class WithLoss(torch.nn.Module):
-        def __init__(self, net: torch.nn.Module) -> None:
-            super().__init__()
-            self.net = net
-
-        def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(self.net(images), labels, label_smoothing=0.1)
+    from cnn_zoo import capture_classifier
 
     t = time.perf_counter()
-    net = WithLoss(build(model))
+    net = build(model)
     images = torch.zeros(batch, 3, size, size)
     if channels_last:
         net, images = net.to(memory_format=torch.channels_last), images.to(memory_format=torch.channels_last)
@@ -132,8 +121,7 @@ def table_for(model: str, precision: str, batch: int, size: int, channels_last: 
         opt = functools.partial(torch.optim.RMSprop, lr=0.08, alpha=0.9, eps=0.01, momentum=0.9, weight_decay=1e-5)
     else:
         opt = functools.partial(torch.optim.SGD, lr=0.256, momentum=0.875, weight_decay=3.0517578125e-05)
-    batch_dict = {"images": images, "labels": torch.zeros(batch, dtype=torch.long)}
-    table = to_dict(capture_ops(net, batch_dict, precision=precision, device="meta", optimizer=opt))
+    table = capture_classifier(net, images, precision, opt, label_smoothing=0.1)
     data = {"table": table, "parameters": sum(p.numel() for p in net.parameters())}
     TABLES.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
