@@ -5,7 +5,10 @@ device too, and one training step is captured with fake tensors (:func:`~lightni
 A transformers model class is built from its configuration instead (``srifty capture transformers:LlamaForCausalLM
 --config '{"num_hidden_layers": 32, ...}' --seq-len 2048 --batch-size 1``, no weights, nothing downloaded), trained
 with AdamW on ``input_ids = labels`` (an image classifier, ``transformers:ResNetForImageClassification --image-size
-224``, on ``pixel_values`` and class labels); ``--lora-rank 16`` freezes it and trains adapters on q/v projections. The
+224``, on ``pixel_values`` and class labels); ``--lora-rank 16`` freezes it and trains adapters on q/v projections. A
+torchvision model (``srifty capture torchvision:resnet50 --image-size 224 --batch-size 256``) is built by its builder
+(``--init-args`` its keyword arguments, no weights) and trained as torchvision's reference recipe trains it: cross
+entropy, SGD with momentum 0.9 and weight decay 1e-4 (``references/classification/train.py``). The
 profile has the operator table, the model's sizes, FLOPs and structure (repeated block, activation bytes per sample),
 ``hardware.accelerator = "meta"`` and ``timing.step_time_s.p50 = 0``: the time is not measured, the predictor predicts
 it from the table."""
@@ -16,10 +19,12 @@ import argparse
 import difflib
 import functools
 import importlib
+import importlib.util
 import json
 import os
 import re
 import sys
+import types
 from typing import Any
 
 from lightning_srifty.cli._common import positive_int
@@ -154,6 +159,78 @@ def _is_transformers_model(cls: Any) -> bool:
     return isinstance(cls, type) and hasattr(cls, "config_class") and hasattr(cls, "from_pretrained")
 
 
+TORCHVISION = "torchvision:"
+
+
+def _torchvision_models() -> Any:
+    """``torchvision.models``. Where torchvision's compiled operators do not load against the installed torch (PyPI's
+    CUDA torchvision beside a CPU torch: "operator torchvision::nms does not exist"), the package is entered without
+    its ``__init__``: the model builders are plain Python, and a meta-device capture runs none of those operators."""
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or spec.submodule_search_locations is None:
+        raise ConfigError(
+            "MODEL torchvision:...: torchvision is not installed. pip install torchvision (the build that goes with "
+            "your torch: pytorch.org/get-started/previous-versions lists the pairs).",
+            parameter="MODEL",
+            value="torchvision",
+        )
+    try:
+        return importlib.import_module("torchvision.models")
+    except Exception as exc:  # noqa: BLE001 - RuntimeError / ImportError / OSError of its compiled operators
+        print(
+            f"torchvision's compiled operators do not load against this torch ({type(exc).__name__}: {exc}); its "
+            "model builders are used without them (a meta-device capture runs none).",
+            file=sys.stderr,
+        )
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        package = types.ModuleType("torchvision")
+        package.__path__ = list(spec.submodule_search_locations)
+        package.__spec__ = spec
+        sys.modules["torchvision"] = package
+        return importlib.import_module("torchvision.models")
+
+
+def _torchvision_builder(model: str) -> Any:
+    """The builder ``torchvision.models.NAME`` of MODEL ``torchvision:NAME``."""
+    name = model[len(TORCHVISION) :]
+    models = _torchvision_models()
+    builder = getattr(models, name, None) if name.isidentifier() and not name.startswith("_") else None
+    if not callable(builder) or isinstance(builder, type):
+        listed = getattr(models, "list_models", None)
+        names = sorted(listed()) if callable(listed) else [n for n in dir(models) if n.islower() and n[0] != "_"]
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f" {did_you_mean(close)}" if close else ""
+        raise ConfigError(
+            f"MODEL {model!r}: torchvision.models has no model builder {name!r}.{hint} Give a builder's name "
+            "(torchvision.models.list_models() lists them: resnet50, efficientnet_b0, vit_b_16, ...).",
+            parameter="MODEL",
+            value=model,
+        )
+    return builder
+
+
+def _vision_classifier(net: Any) -> Any:
+    """``net`` (images -> logits) as a module whose forward is the training loss: cross entropy on class labels.
+    Its ``config`` says what its batch is (3-channel images), as a transformers classifier's does."""
+    import torch
+    import torch.nn.functional as F
+
+    class Classifier(torch.nn.Module):
+        def __init__(self, net: torch.nn.Module) -> None:
+            super().__init__()
+            self.net = net
+            classes = getattr(net, "num_classes", None) or 1000
+            self.config = types.SimpleNamespace(num_channels=3, num_labels=classes)
+
+        def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            out = self.net(pixel_values)
+            logits = out.logits if hasattr(out, "logits") else out  # GoogLeNet / Inception's training outputs
+            return F.cross_entropy(logits, labels)
+
+    return Classifier(net)
+
+
 def _transformers_config(cls: Any, text: str | None) -> Any:
     """The configuration of ``cls`` from ``--config``: a JSON object of its keyword arguments or a config.json."""
     from pathlib import Path
@@ -210,6 +287,19 @@ def _build(cls: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The model on the meta device, and what describes it (its init arguments or configuration)."""
     import torch
 
+    if args.model.startswith(TORCHVISION):
+        init_args = _init_args(args.init_args)
+        try:
+            with torch.device("meta"):
+                return _vision_classifier(cls(**init_args)), {"init_args": init_args}
+        except Exception as exc:  # noqa: BLE001 - re-worded with the fix
+            raise ConfigError(
+                f"MODEL {args.model!r} could not be built on the meta device with --init-args {init_args}: "
+                f"{type(exc).__name__}: {exc}. Check the builder's arguments (no weights are loaded: leave weights "
+                "unset).",
+                parameter="--init-args",
+                value=args.init_args,
+            ) from None
     if _is_transformers_model(cls):
         config = _transformers_config(cls, args.config)
         try:
@@ -314,15 +404,20 @@ def _capture(args: argparse.Namespace) -> int:
     from lightning_srifty.profiling.assemble import capture_profile
     from lightning_srifty.profiling.capture import capture_step
 
-    cls = resolve(args.model, "MODEL")
+    vision = args.model.startswith(TORCHVISION)
+    cls = _torchvision_builder(args.model) if vision else resolve(args.model, "MODEL")
     transformers_model = _is_transformers_model(cls)
-    _check_batch_kind(args, transformers_model)
+    _check_batch_kind(args, transformers_model, vision)
     module = _built_module(cls, args)
     batch, batch_name = _batch_for(args, module)
     _check_batch(batch, batch_name)
     if args.channels_last:
         module, batch = _to_channels_last(module, batch)
-    optimizer = functools.partial(torch.optim.AdamW, lr=1e-4) if transformers_model else None
+    optimizer: Any = None
+    if transformers_model:
+        optimizer = functools.partial(torch.optim.AdamW, lr=1e-4)
+    elif vision:  # torchvision's reference classification recipe (references/classification/train.py defaults)
+        optimizer = functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9, weight_decay=1e-4)
     accumulation = _accumulation(args.global_batch, args.batch_size)
     capture = capture_step(
         module, batch, precision=args.precision, device="meta", batch_size=args.batch_size, optimizer=optimizer
@@ -355,8 +450,11 @@ def _to_channels_last(module: Any, batch: Any) -> tuple[Any, Any]:
     return module.to(memory_format=torch.channels_last), tree_map(nhwc, batch)
 
 
-def _check_batch_kind(args: argparse.Namespace, transformers_model: bool) -> None:
+def _check_batch_kind(args: argparse.Namespace, transformers_model: bool, vision: bool = False) -> None:
     """One kind of batch, and the flags that go with MODEL's kind."""
+    if vision:
+        _check_vision_flags(args)
+        return
     if args.config is not None and not transformers_model:
         raise ConfigError(
             f"--config is for a transformers model class (e.g. transformers:LlamaForCausalLM); MODEL {args.model!r} "
@@ -391,6 +489,25 @@ def _check_batch_kind(args: argparse.Namespace, transformers_model: bool) -> Non
             "training's sequence length.",
             parameter="--seq-len",
             value=args.seq_len,
+        )
+
+
+def _check_vision_flags(args: argparse.Namespace) -> None:
+    """A torchvision MODEL takes images: --image-size (or its own --batch), no --config, no --seq-len."""
+    for flag, value in (("--config", args.config), ("--seq-len", args.seq_len)):
+        if value is not None:
+            raise ConfigError(
+                f"{flag} is not for a torchvision model ({args.model!r}): pass the builder's arguments with "
+                "--init-args (e.g. '{\"num_classes\": 10}') and its image size with --image-size.",
+                parameter=flag,
+                value=value,
+            )
+    if args.batch is None and args.image_size is None:
+        raise ConfigError(
+            f"--image-size is required for a torchvision model ({args.model!r}) without --batch: pixels a side of its "
+            "square training crops (224 for ImageNet).",
+            parameter="--image-size",
+            value=None,
         )
 
 
@@ -455,8 +572,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model",
         metavar="MODEL",
-        help="the LightningModule class, as package.module:ClassName, or a transformers model class built from "
-        "--config and trained with AdamW (e.g. transformers:LlamaForCausalLM)",
+        help="the LightningModule class, as package.module:ClassName, a transformers model class built from "
+        "--config and trained with AdamW (e.g. transformers:LlamaForCausalLM), or a torchvision model builder "
+        "trained with SGD as torchvision's reference recipe trains it (e.g. torchvision:resnet50 --image-size 224)",
     )
     p.add_argument("--init-args", default=None, metavar="JSON", help="keyword arguments of MODEL, e.g. '{\"n\": 2}'")
     p.add_argument(
@@ -508,7 +626,7 @@ def _model_kind_flags(p: argparse.ArgumentParser) -> None:
         "--image-size",
         type=positive_int,
         default=None,
-        help="a transformers image classifier without --batch (e.g. transformers:ResNetForImageClassification): "
+        help="an image classifier without --batch (transformers:ResNetForImageClassification, torchvision:resnet50): "
         "pixels a side of its square inputs (the batch is pixel_values and class labels)",
     )
     p.add_argument(

@@ -89,7 +89,8 @@ def no_table_note(profile: Profile) -> str | None:
         f"{NO_TABLE_NOTE}: other GPUs' times are scaled from the step measured on the {profile.hardware.gpu} by "
         f"{split}; {model_error('cross-ops'):.0%} operator by operator). SriftyCallback records a table by default "
         "(capture_ops=True), or `srifty capture` builds one without a GPU from the LightningModule class, a "
-        "transformers architecture (--config) or image classifier (--image-size)"
+        "transformers architecture (--config) or image classifier (--image-size), or a torchvision model "
+        "(torchvision:resnet50 --image-size 224)"
     )
 
 

@@ -1,0 +1,134 @@
+"""``srifty capture torchvision:NAME``: a torchvision model builder by name (issue #38 item 6's "torchvision and
+transformers names"), trained as torchvision's reference recipe trains it (cross entropy, SGD with momentum). The
+tests build a small torchvision package of their own (the real one is not a dependency, and PyPI's CUDA torchvision
+does not load against the CPU torch this project tests with); the real one is tried where it is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+
+import pytest
+
+from predictor.documents.profile import load_profile
+
+MODELS = '''
+import torch
+from torch import nn
+
+
+def tiny_cnn(num_classes=1000, weights=None):
+    """A builder as torchvision writes them: keyword arguments, no weights unless asked."""
+    if weights is not None:
+        raise ValueError("no weights here")
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes),
+    )
+    net.num_classes = num_classes
+    return net
+
+
+class TinyNet(nn.Module):  # a class, not a builder
+    pass
+
+
+def list_models():
+    return ["tiny_cnn"]
+'''
+
+
+def _package(root, init: str = "") -> None:
+    (root / "torchvision" / "models").mkdir(parents=True)
+    (root / "torchvision" / "__init__.py").write_text(init)
+    (root / "torchvision" / "models" / "__init__.py").write_text(textwrap.dedent(MODELS))
+
+
+@pytest.fixture
+def torchvision_here(tmp_path, monkeypatch):
+    """A torchvision of the test's own, first on the path; any other unloaded for the test."""
+    _package(tmp_path)
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def _capture(tmp_path, *args: str) -> int:
+    from lightning_srifty.cli import main
+
+    return main(["capture", *args, "--out", str(tmp_path / "p.json")])
+
+
+def test_a_torchvision_builder_is_captured_with_sgd_on_images(torchvision_here, tmp_path) -> None:
+    argv = ["torchvision:tiny_cnn", "--init-args", '{"num_classes": 10}', "--image-size", "32", "--batch-size", "4"]
+    assert _capture(tmp_path, *argv, "--precision", "16-mixed") == 0
+    profile = load_profile(tmp_path / "p.json")
+    assert profile.model.name == "tiny_cnn" and profile.batch.per_device == 4
+    assert profile.hardware.accelerator == "meta" and profile.model.precision == "16-mixed"
+    convs = [o for o in profile.ops.ops if "convolution" in o.op and o.phase == "forward"]
+    assert {tuple(o.shapes[0]) for o in convs} == {(4, 3, 32, 32), (4, 8, 32, 32)}  # 32 px, 3-channel images
+    assert any((o.params or {}).get("groups") == (8,) for o in convs)  # the depthwise one, as recorded
+    linear = [o for o in profile.ops.ops if o.phase == "forward" and o.op == "aten.addmm.default"]
+    assert linear and linear[0].shapes[-1][-1] == 10  # --init-args reached the builder: 10 classes
+    optimizer = [o for o in profile.ops.ops if o.phase == "optimizer"]
+    assert optimizer  # SGD with momentum and weight decay: the reference recipe's step is captured
+    assert profile.model.parameters == sum(
+        n for n in (3 * 8 * 9 + 8, 8 + 8, 8 * 9 + 8, 8 + 8, 8 * 10 + 10)
+    )  # conv, bn, depthwise conv, bn, linear
+
+
+def test_channels_last_and_a_global_batch_apply_to_a_torchvision_model(torchvision_here, tmp_path) -> None:
+    argv = ["torchvision:tiny_cnn", "--image-size", "32", "--batch-size", "4", "--global-batch", "16"]
+    assert _capture(tmp_path, *argv, "--channels-last") == 0
+    profile = load_profile(tmp_path / "p.json")
+    assert any((o.params or {}).get("channels_last") for o in profile.ops.ops if "convolution" in o.op)
+    assert profile.batch.accumulate_grad_batches == 4  # 16 a step: four micro-steps of the captured 4
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["torchvision:tiny_cnnn", "--image-size", "32"], "Did you mean 'tiny_cnn'"),
+        (["torchvision:TinyNet", "--image-size", "32"], "no model builder 'TinyNet'"),
+        (["torchvision:tiny_cnn"], "--image-size is required for a torchvision model"),
+        (["torchvision:tiny_cnn", "--seq-len", "8"], "--seq-len is not for a torchvision model"),
+        (["torchvision:tiny_cnn", "--image-size", "32", "--config", "{}"], "--config is not for a torchvision"),
+        (["torchvision:tiny_cnn", "--image-size", "32", "--init-args", '{"weights": "DEFAULT"}'],
+         "could not be built on the meta device"),
+    ],
+)  # fmt: skip
+def test_bad_torchvision_input_names_the_flag(args, expected, torchvision_here, tmp_path, capsys) -> None:
+    assert _capture(tmp_path, *args, "--batch-size", "2") == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_torchvision_not_installed_says_how_to_install_it(tmp_path, monkeypatch, capsys) -> None:
+    from lightning_srifty.cli import capture
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(capture.importlib.util, "find_spec", lambda n, *a: None if n == "torchvision" else real(n, *a))
+    assert _capture(tmp_path, "torchvision:resnet50", "--image-size", "32", "--batch-size", "2") == 2
+    assert "torchvision is not installed. pip install torchvision" in capsys.readouterr().err
+
+
+def test_compiled_operators_that_do_not_load_leave_the_builders(tmp_path, monkeypatch, capsys) -> None:
+    """PyPI's CUDA torchvision beside a CPU torch fails in its ``__init__`` ("operator torchvision::nms does not
+    exist"); the builders are plain Python and a meta-device capture runs none of those operators."""
+    _package(tmp_path, init='raise RuntimeError("operator torchvision::nms does not exist")\n')
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _capture(tmp_path, "torchvision:tiny_cnn", "--image-size", "16", "--batch-size", "2") == 0
+    err = capsys.readouterr().err
+    assert "compiled operators do not load against this torch" in err and "tiny_cnn:" in err
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        monkeypatch.delitem(sys.modules, name)  # the stand-in package leaves with the test
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason="torchvision is not installed")
+def test_a_real_torchvision_resnet18_is_captured(tmp_path) -> None:
+    assert _capture(tmp_path, "torchvision:resnet18", "--image-size", "64", "--batch-size", "2") == 0
+    assert load_profile(tmp_path / "p.json").model.parameters == 11_689_512
