@@ -47,11 +47,22 @@ def _package(root, init: str = "") -> None:
 
 
 @pytest.fixture
-def torchvision_here(tmp_path, monkeypatch):
-    """A torchvision of the test's own, first on the path; any other unloaded for the test."""
-    _package(tmp_path)
+def no_torchvision_loaded():
+    """No torchvision in ``sys.modules`` during the test, and afterwards what was there before (never the test's own
+    stand-in, nor the stub package a fallback installs)."""
+    saved = {m: mod for m, mod in sys.modules.items() if m == "torchvision" or m.startswith("torchvision.")}
+    for name in saved:
+        del sys.modules[name]
+    yield
     for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-        monkeypatch.delitem(sys.modules, name)
+        del sys.modules[name]
+    sys.modules.update(saved)
+
+
+@pytest.fixture
+def torchvision_here(tmp_path, monkeypatch, no_torchvision_loaded):
+    """A torchvision of the test's own, first on the path."""
+    _package(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
 
@@ -114,18 +125,17 @@ def test_torchvision_not_installed_says_how_to_install_it(tmp_path, monkeypatch,
     assert "torchvision is not installed. pip install torchvision" in capsys.readouterr().err
 
 
-def test_compiled_operators_that_do_not_load_leave_the_builders(tmp_path, monkeypatch, capsys) -> None:
+def test_compiled_operators_that_do_not_load_leave_the_builders(
+    tmp_path, monkeypatch, capsys, no_torchvision_loaded
+) -> None:
     """PyPI's CUDA torchvision beside a CPU torch fails in its ``__init__`` ("operator torchvision::nms does not
     exist"); the builders are plain Python and a meta-device capture runs none of those operators."""
     _package(tmp_path, init='raise RuntimeError("operator torchvision::nms does not exist")\n')
-    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-        monkeypatch.delitem(sys.modules, name)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert _capture(tmp_path, "torchvision:tiny_cnn", "--image-size", "16", "--batch-size", "2") == 0
     err = capsys.readouterr().err
     assert "compiled operators do not load against this torch" in err and "tiny_cnn:" in err
-    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-        monkeypatch.delitem(sys.modules, name)  # the stand-in package leaves with the test
+    assert not hasattr(sys.modules["torchvision"], "__file__")  # the stub the fallback entered the package by
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason="torchvision is not installed")
