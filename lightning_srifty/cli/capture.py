@@ -179,7 +179,9 @@ def _torchvision_models() -> Any:
     except Exception as exc:  # noqa: BLE001 - RuntimeError / ImportError / OSError of its compiled operators
         print(
             f"torchvision's compiled operators do not load against this torch ({type(exc).__name__}: {exc}); its "
-            "model builders are used without them (a meta-device capture runs none).",
+            "model builders are used without them (a meta-device capture runs none). Lightning imports torchvision "
+            "and fails the same way: install the torchvision built for this torch (a CPU torch: pip install "
+            "torchvision --index-url https://download.pytorch.org/whl/cpu).",
             file=sys.stderr,
         )
         for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
