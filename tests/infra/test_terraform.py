@@ -394,9 +394,10 @@ def test_an_apply_that_meets_a_lost_answer_is_applied_once_more(
         # moto can lose a second answer on its own, which the runner's second retry meets: APPLY_RETRIES)
         summaries = [line for line in lines if line.startswith("Terraform will add")]
         assert 2 <= len(summaries) <= 1 + APPLY_RETRIES, summaries
-        # the first retry replaces the half-made group alone; a later one (a second lost answer) also what that
-        # left tainted
-        assert "destroy 1 " in summaries[1] and all(re.search(r"destroy [1-9]", s) for s in summaries[2:]), summaries
+        # every retry replaces what the apply before it left tainted: the half-made group, and whatever a loaded moto
+        # failed beside it in the same apply (a clean-clone CI run on 2026-11-30 saw the first retry destroy 2); that
+        # the group was replaced, not kept, is checked below
+        assert all(re.search(r"destroy [1-9]", s) for s in summaries[1:]), summaries
         groups = ec2.describe_security_groups(Filters=[{"Name": "tag:srifty:fleet", "Values": ["lost-answer"]}])
         (sg,) = groups["SecurityGroups"]  # the half-made group was replaced, not kept beside the new one
         assert sg["GroupId"] == out["fleet"]["security_group_id"]
