@@ -495,19 +495,20 @@ def _check_batch_kind(args: argparse.Namespace, transformers_model: bool, vision
 
 
 def _check_vision_flags(args: argparse.Namespace) -> None:
-    """A torchvision MODEL takes images: --image-size (or its own --batch), no --config, no --seq-len."""
-    for flag, value in (("--config", args.config), ("--seq-len", args.seq_len)):
+    """A torchvision MODEL takes the images --image-size makes; no --config, --seq-len or --batch."""
+    for flag, value in (("--config", args.config), ("--seq-len", args.seq_len), ("--batch", args.batch)):
         if value is not None:
             raise ConfigError(
-                f"{flag} is not for a torchvision model ({args.model!r}): pass the builder's arguments with "
-                "--init-args (e.g. '{\"num_classes\": 10}') and its image size with --image-size.",
+                f"{flag} is not for a torchvision model ({args.model!r}): its batch is --image-size's 3-channel "
+                "square images and class labels, its arguments --init-args (e.g. '{\"num_classes\": 10}'). For "
+                "another batch or loss, capture the LightningModule that trains it (package.module:Class --batch ...).",
                 parameter=flag,
                 value=value,
             )
-    if args.batch is None and args.image_size is None:
+    if args.image_size is None:
         raise ConfigError(
-            f"--image-size is required for a torchvision model ({args.model!r}) without --batch: pixels a side of its "
-            "square training crops (224 for ImageNet).",
+            f"--image-size is required for a torchvision model ({args.model!r}): pixels a side of its square "
+            "training crops (224 for ImageNet).",
             parameter="--image-size",
             value=None,
         )

@@ -107,6 +107,7 @@ def test_channels_last_and_a_global_batch_apply_to_a_torchvision_model(torchvisi
         (["torchvision:tiny_cnn"], "--image-size is required for a torchvision model"),
         (["torchvision:tiny_cnn", "--seq-len", "8"], "--seq-len is not for a torchvision model"),
         (["torchvision:tiny_cnn", "--image-size", "32", "--config", "{}"], "--config is not for a torchvision"),
+        (["torchvision:tiny_cnn", "--batch", "pkg.data:make_batch"], "capture the LightningModule that trains it"),
         (["torchvision:tiny_cnn", "--image-size", "32", "--init-args", '{"weights": "DEFAULT"}'],
          "could not be built on the meta device"),
     ],
