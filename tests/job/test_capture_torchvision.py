@@ -35,8 +35,14 @@ class TinyNet(nn.Module):  # a class, not a builder
     pass
 
 
+def widths_from_tensors(num_classes=1000):
+    """As RegNet's builders do: widths computed with tensor ops, which have no values on the meta device."""
+    width = int(torch.arange(4).sum().item()) + 2  # 8
+    return nn.Sequential(nn.Conv2d(3, width, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, num_classes))
+
+
 def list_models():
-    return ["tiny_cnn"]
+    return ["tiny_cnn", "widths_from_tensors"]
 '''
 
 
@@ -89,6 +95,14 @@ def test_a_torchvision_builder_is_captured_with_sgd_on_images(torchvision_here, 
     assert profile.model.parameters == sum(
         n for n in (3 * 8 * 9 + 8, 8 + 8, 8 * 9 + 8, 8 + 8, 8 * 10 + 10)
     )  # conv, bn, depthwise conv, bn, linear
+
+
+def test_a_builder_that_computes_its_widths_is_built_on_the_cpu_then_captured_on_meta(
+    torchvision_here, tmp_path
+) -> None:
+    assert _capture(tmp_path, "torchvision:widths_from_tensors", "--image-size", "16", "--batch-size", "2") == 0
+    profile = load_profile(tmp_path / "p.json")
+    assert profile.model.parameters == 3 * 8 * 9 + 8 + 8 * 1000 + 1000 and profile.hardware.accelerator == "meta"
 
 
 def test_channels_last_and_a_global_batch_apply_to_a_torchvision_model(torchvision_here, tmp_path) -> None:
