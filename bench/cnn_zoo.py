@@ -28,12 +28,10 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
-import importlib.util
 import json
 import statistics
 import sys
 import time
-import types
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -116,23 +114,15 @@ def family(model: str) -> str:
 
 
 def torchvision_models() -> Any:
-    """torchvision's model builders. Its models are plain Python; on a machine whose torch is not the build
-    torchvision's compiled operators were made for (this project's CPU wheel), importing the package fails on those
-    operators, so the package is entered without its ``__init__`` (the builders need none of them)."""
+    """torchvision's model builders, as ``srifty capture torchvision:NAME`` finds them (its plain-Python builders where
+    its compiled operators do not load against this project's CPU torch)."""
+    from lightning_srifty.cli.capture import torchvision_models as product_torchvision_models
+    from predictor.exceptions import ConfigError
+
     try:
-        from torchvision import models
-    except (RuntimeError, ImportError, OSError):
-        spec = importlib.util.find_spec("torchvision")
-        if spec is None or spec.submodule_search_locations is None:
-            raise SystemExit("bench/cnn_zoo.py needs torchvision: pip install torchvision") from None
-        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-            del sys.modules[name]
-        package = types.ModuleType("torchvision")
-        package.__path__ = list(spec.submodule_search_locations)
-        package.__spec__ = spec
-        sys.modules["torchvision"] = package
-        from torchvision import models
-    return models
+        return product_torchvision_models()
+    except ConfigError as exc:
+        raise SystemExit(f"bench/cnn_zoo.py needs torchvision: {exc}") from None
 
 
 def capture_classifier(net: Any, images: Any, precision: str, optimizer: Any, label_smoothing: float = 0.0) -> dict:

@@ -162,7 +162,7 @@ def _is_transformers_model(cls: Any) -> bool:
 TORCHVISION = "torchvision:"
 
 
-def _torchvision_models() -> Any:
+def torchvision_models() -> Any:
     """``torchvision.models``. Where torchvision's compiled operators do not load against the installed torch (PyPI's
     CUDA torchvision beside a CPU torch: "operator torchvision::nms does not exist"), the package is entered without
     its ``__init__``: the model builders are plain Python, and a meta-device capture runs none of those operators."""
@@ -196,7 +196,7 @@ def _torchvision_models() -> Any:
 def _torchvision_builder(model: str) -> Any:
     """The builder ``torchvision.models.NAME`` of MODEL ``torchvision:NAME``."""
     name = model[len(TORCHVISION) :]
-    models = _torchvision_models()
+    models = torchvision_models()
     builder = getattr(models, name, None) if name.isidentifier() and not name.startswith("_") else None
     if not callable(builder) or isinstance(builder, type):
         listed = getattr(models, "list_models", None)
