@@ -174,9 +174,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"srifty: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except Exception as exc:
+        from lightning_srifty.cli.capture import TORCHVISION_FIX, torchvision_mismatch
         from lightning_srifty.provision.aws import aws_words
 
         words = aws_words(exc)
+        if words is None and torchvision_mismatch(exc):  # Lightning imports torchvision: a build for another torch
+            words = f"torchvision's compiled operators do not load against this torch ({exc}): {TORCHVISION_FIX}."
         if words is None:
             raise
         print(f"srifty: error: {words}", file=sys.stderr)

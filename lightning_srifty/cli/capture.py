@@ -63,6 +63,13 @@ def resolve(path: str, flag: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - ImportError, or whatever the module's own code raised on import
+        if torchvision_mismatch(exc):
+            raise ConfigError(
+                f"{flag} {path!r}: module {module_name!r} imports torchvision, whose compiled operators do not load "
+                f"against this torch ({exc}): {TORCHVISION_FIX}.",
+                parameter=flag,
+                value=path,
+            ) from None
         raise ConfigError(
             f"{flag} {path!r}: module {module_name!r} cannot be imported ({type(exc).__name__}: {exc}). Check the "
             "spelling, and that its folder is on PYTHONPATH (run from the project root or pip install -e it).",
@@ -160,19 +167,27 @@ def _is_transformers_model(cls: Any) -> bool:
 
 
 TORCHVISION = "torchvision:"
+# PyPI's torchvision is a CUDA build; beside a CPU torch its compiled operators do not register, and every import of
+# it (Lightning's among them) fails with "operator torchvision::nms does not exist"
+TORCHVISION_FIX = (
+    "install the torchvision built for this torch: for a CPU torch, pip install torchvision --index-url "
+    "https://download.pytorch.org/whl/cpu (pytorch.org/get-started/previous-versions lists the version pairs)"
+)
 
 
-def torchvision_models() -> Any:
+def torchvision_mismatch(exc: BaseException) -> bool:
+    """Whether ``exc`` is a torchvision whose compiled operators do not load against the installed torch."""
+    return "torchvision::" in str(exc) and "does not exist" in str(exc)
+
+
+def torchvision_models(model: str = "torchvision:NAME") -> Any:
     """``torchvision.models``. Where torchvision's compiled operators do not load against the installed torch (PyPI's
     CUDA torchvision beside a CPU torch: "operator torchvision::nms does not exist"), the package is entered without
     its ``__init__``: the model builders are plain Python, and a meta-device capture runs none of those operators."""
     spec = importlib.util.find_spec("torchvision")
     if spec is None or spec.submodule_search_locations is None:
         raise ConfigError(
-            "MODEL torchvision:...: torchvision is not installed. pip install torchvision (the build that goes with "
-            "your torch: pytorch.org/get-started/previous-versions lists the pairs).",
-            parameter="MODEL",
-            value="torchvision",
+            f"MODEL {model!r}: torchvision is not installed: {TORCHVISION_FIX}.", parameter="MODEL", value=model
         )
     try:
         return importlib.import_module("torchvision.models")
@@ -180,8 +195,7 @@ def torchvision_models() -> Any:
         print(
             f"torchvision's compiled operators do not load against this torch ({type(exc).__name__}: {exc}); its "
             "model builders are used without them (a meta-device capture runs none). Lightning imports torchvision "
-            "and fails the same way: install the torchvision built for this torch (a CPU torch: pip install "
-            "torchvision --index-url https://download.pytorch.org/whl/cpu).",
+            f"and fails the same way: {TORCHVISION_FIX}.",
             file=sys.stderr,
         )
         for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
@@ -196,12 +210,20 @@ def torchvision_models() -> Any:
 def _torchvision_builder(model: str) -> Any:
     """The builder ``torchvision.models.NAME`` of MODEL ``torchvision:NAME``."""
     name = model[len(TORCHVISION) :]
-    models = torchvision_models()
+    models = torchvision_models(model)
     builder = getattr(models, name, None) if name.isidentifier() and not name.startswith("_") else None
     if not callable(builder) or isinstance(builder, type):
         listed = getattr(models, "list_models", None)
-        names = sorted(listed()) if callable(listed) else [n for n in dir(models) if n.islower() and n[0] != "_"]
-        close = difflib.get_close_matches(name, names, n=3)
+        if callable(listed) and name in listed():  # detection, segmentation, video, optical flow
+            raise ConfigError(
+                f"MODEL {model!r} is not a classification model: torchvision:NAME takes torchvision.models' image "
+                "classifiers (images in, class logits out). Capture the LightningModule that trains it "
+                "(package.module:Class --batch package.module:make_batch).",
+                parameter="MODEL",
+                value=model,
+            )
+        names = sorted(listed(module=models)) if callable(listed) else [n for n in dir(models) if n.islower()]
+        close = difflib.get_close_matches(name, [n for n in names if not n.startswith("_")], n=3)
         hint = f" {did_you_mean(close)}" if close else ""
         raise ConfigError(
             f"MODEL {model!r}: torchvision.models has no model builder {name!r}.{hint} Give a builder's name "
@@ -306,6 +328,13 @@ def _build(cls: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
     if args.model.startswith(TORCHVISION):
         init_args = _init_args(args.init_args)
+        if weights := [k for k in ("weights", "weights_backbone") if init_args.get(k) is not None]:
+            raise ConfigError(
+                f"--init-args {weights[0]}={init_args[weights[0]]!r}: a capture needs no weights (it runs on the meta "
+                f"device) and would download them: leave {weights[0]} out.",
+                parameter="--init-args",
+                value=args.init_args,
+            )
         try:
             return _vision_classifier(_built_on_meta(cls, init_args)), {"init_args": init_args}
         except Exception as exc:  # noqa: BLE001 - re-worded with the fix
@@ -422,6 +451,13 @@ def _capture(args: argparse.Namespace) -> int:
 
     vision = args.model.startswith(TORCHVISION)
     cls = _torchvision_builder(args.model) if vision else resolve(args.model, "MODEL")
+    if not vision and callable(cls) and str(getattr(cls, "__module__", "")).startswith("torchvision.models"):
+        raise ConfigError(
+            f"MODEL {args.model!r} is a torchvision builder: give it as torchvision:{cls.__name__} (with "
+            "--image-size).",
+            parameter="MODEL",
+            value=args.model,
+        )
     transformers_model = _is_transformers_model(cls)
     _check_batch_kind(args, transformers_model, vision)
     module = _built_module(cls, args)
@@ -510,7 +546,9 @@ def _check_batch_kind(args: argparse.Namespace, transformers_model: bool, vision
 
 def _check_vision_flags(args: argparse.Namespace) -> None:
     """A torchvision MODEL takes the images --image-size makes; no --config, --seq-len or --batch."""
-    for flag, value in (("--config", args.config), ("--seq-len", args.seq_len), ("--batch", args.batch)):
+    refused = (("--config", args.config), ("--seq-len", args.seq_len), ("--batch", args.batch),
+               ("--lora-rank", args.lora_rank))  # fmt: skip
+    for flag, value in refused:
         if value is not None:
             raise ConfigError(
                 f"{flag} is not for a torchvision model ({args.model!r}): its batch is --image-size's 3-channel "
@@ -593,7 +631,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--config and trained with AdamW (e.g. transformers:LlamaForCausalLM), or a torchvision model builder "
         "trained with SGD as torchvision's reference recipe trains it (e.g. torchvision:resnet50 --image-size 224)",
     )
-    p.add_argument("--init-args", default=None, metavar="JSON", help="keyword arguments of MODEL, e.g. '{\"n\": 2}'")
+    p.add_argument(
+        "--init-args",
+        default=None,
+        metavar="JSON",
+        help="keyword arguments of MODEL (a torchvision builder's too), e.g. '{\"num_classes\": 10}'",
+    )
     p.add_argument(
         "--config",
         default=None,
@@ -607,7 +650,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         default=None,
         metavar="CALLABLE",
         help="package.module:make_batch, called as make_batch(batch_size) under torch.device('meta'); returns one "
-        "batch as the DataLoader yields it (required unless a transformers MODEL gets --seq-len)",
+        "batch as the DataLoader yields it (required unless a transformers MODEL gets --seq-len or --image-size, or "
+        "a torchvision MODEL --image-size)",
     )
     p.add_argument("--batch-size", type=positive_int, required=True, help="samples per step on one device")
     p.add_argument(

@@ -41,8 +41,9 @@ def widths_from_tensors(num_classes=1000):
     return nn.Sequential(nn.Conv2d(3, width, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, num_classes))
 
 
-def list_models():
-    return ["tiny_cnn", "widths_from_tensors"]
+def list_models(module=None):
+    classifiers = ["tiny_cnn", "widths_from_tensors"]
+    return classifiers if module is not None else [*classifiers, "fasterrcnn_resnet50_fpn"]  # every kind
 '''
 
 
@@ -122,7 +123,12 @@ def test_channels_last_and_a_global_batch_apply_to_a_torchvision_model(torchvisi
         (["torchvision:tiny_cnn", "--seq-len", "8"], "--seq-len is not for a torchvision model"),
         (["torchvision:tiny_cnn", "--image-size", "32", "--config", "{}"], "--config is not for a torchvision"),
         (["torchvision:tiny_cnn", "--batch", "pkg.data:make_batch"], "capture the LightningModule that trains it"),
-        (["torchvision:tiny_cnn", "--image-size", "32", "--init-args", '{"weights": "DEFAULT"}'],
+        (["torchvision:tiny_cnn", "--image-size", "32", "--lora-rank", "4"], "--lora-rank is not for a torchvision"),
+        (["torchvision:fasterrcnn_resnet50_fpn", "--image-size", "32"], "is not a classification model"),
+        (["torchvision:tiny_cnn", "--image-size", "32", "--init-args", '{"weights": "IMAGENET1K_V1"}'],
+         "would download them: leave weights out"),
+        (["torchvision.models:tiny_cnn", "--image-size", "32"], "give it as torchvision:tiny_cnn"),
+        (["torchvision:tiny_cnn", "--image-size", "32", "--init-args", '{"num_classes": "ten"}'],
          "could not be built on the meta device"),
     ],
 )  # fmt: skip
@@ -137,7 +143,9 @@ def test_torchvision_not_installed_says_how_to_install_it(tmp_path, monkeypatch,
     real = importlib.util.find_spec
     monkeypatch.setattr(capture.importlib.util, "find_spec", lambda n, *a: None if n == "torchvision" else real(n, *a))
     assert _capture(tmp_path, "torchvision:resnet50", "--image-size", "32", "--batch-size", "2") == 2
-    assert "torchvision is not installed. pip install torchvision" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "MODEL 'torchvision:resnet50': torchvision is not installed" in err
+    assert "--index-url https://download.pytorch.org/whl/cpu" in err
 
 
 def test_compiled_operators_that_do_not_load_leave_the_builders(
@@ -151,6 +159,26 @@ def test_compiled_operators_that_do_not_load_leave_the_builders(
     err = capsys.readouterr().err
     assert "compiled operators do not load against this torch" in err and "tiny_cnn:" in err
     assert not hasattr(sys.modules["torchvision"], "__file__")  # the stub the fallback entered the package by
+
+
+def test_a_module_that_imports_a_mismatched_torchvision_is_said_as_such(tmp_path, monkeypatch, capsys) -> None:
+    """Lightning (and any module of the user's) imports torchvision: a CUDA torchvision beside a CPU torch fails
+    there with "operator torchvision::nms does not exist", which is not a spelling or PYTHONPATH problem."""
+    (tmp_path / "brokenvision.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _capture(tmp_path, "brokenvision:Model", "--batch", "brokenvision:make", "--batch-size", "2") == 2
+    err = capsys.readouterr().err
+    assert "imports torchvision, whose compiled operators do not load" in err and "whl/cpu" in err
+    # any command that imports Lightning meets it (srifty demo did, with a 50-line traceback): one line, the fix
+    from lightning_srifty.cli import capture
+
+    def lightning_import(args):
+        raise RuntimeError("operator torchvision::nms does not exist")
+
+    monkeypatch.setattr(capture, "cmd_capture", lightning_import)
+    assert _capture(tmp_path, "pkg.mod:Model", "--batch-size", "2") == 2
+    assert "torchvision's compiled operators do not load against this torch" in capsys.readouterr().err
+    assert not capture.torchvision_mismatch(RuntimeError("CUDA out of memory"))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason="torchvision is not installed")
