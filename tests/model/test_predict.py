@@ -408,3 +408,18 @@ def test_a_changed_formula_changes_the_model_version(tmp_path) -> None:
     fleets = model / "fleets.py"
     fleets.write_text(fleets.read_text() + "\n# a term changed\n")
     assert version(tmp_path) != before
+
+
+def test_a_fleet_that_cannot_train_as_profiled_says_so(tmp_path, capsys) -> None:
+    """srifty recommend leaves out a type whose GPU cannot run the profiled training (bf16 before Ampere); srifty
+    predict of it still prices the step, but says it cannot run there (a new user's trial: a bf16 ConvNeXt got 190
+    img/s on a V100 without a word)."""
+    raw = copy.deepcopy(MINIMAL)
+    raw["model"]["precision"] = "bf16-mixed"
+    path = tmp_path / "bf16.json"
+    path.write_text(json.dumps(raw))
+    assert main(["predict", "--profile", str(path), "--fleet", "p3.2xlarge:1"]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())  # the table may wrap the row at any width
+    assert "cannot run" in out and "p3.2xlarge: no bf16 on the GPU (compute capability < 8.0)" in out
+    assert main(["predict", "--profile", str(path), "--fleet", "g5.xlarge:1"]) == 0  # A10G: Ampere
+    assert "cannot run" not in capsys.readouterr().out
