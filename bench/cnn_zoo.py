@@ -127,23 +127,16 @@ def torchvision_models() -> Any:
 
 def capture_classifier(net: Any, images: Any, precision: str, optimizer: Any, label_smoothing: float = 0.0) -> dict:
     """The operator table (as a dict) of one training step of an image classifier ``net`` on ``images``: forward,
-    cross-entropy over 1,000 classes, backward and ``optimizer``'s step, captured on the meta device."""
+    cross-entropy over its classes (``srifty capture``'s classifier), backward and ``optimizer``'s step, on meta."""
     import torch
-    import torch.nn.functional as F
 
     from lightning_srifty import capture_ops
+    from lightning_srifty.cli.capture import vision_classifier
     from predictor.documents.schema import to_dict
 
-    class WithLoss(torch.nn.Module):
-        def __init__(self, net: torch.nn.Module) -> None:
-            super().__init__()
-            self.net = net
-
-        def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(self.net(images), labels, label_smoothing=label_smoothing)
-
-    batch = {"images": images, "labels": torch.zeros(images.shape[0], dtype=torch.long)}
-    return to_dict(capture_ops(WithLoss(net), batch, precision=precision, device="meta", optimizer=optimizer))
+    batch = {"pixel_values": images, "labels": torch.zeros(images.shape[0], dtype=torch.long)}
+    module = vision_classifier(net, label_smoothing)
+    return to_dict(capture_ops(module, batch, precision=precision, device="meta", optimizer=optimizer))
 
 
 def table_for(model: str, precision: str) -> dict[str, Any]:

@@ -249,9 +249,10 @@ def _built_on_meta(builder: Any, init_args: dict[str, Any]) -> Any:
     return builder(**init_args).to("meta")
 
 
-def _vision_classifier(net: Any) -> Any:
-    """``net`` (images -> logits) as a module whose forward is the training loss: cross entropy on class labels.
-    Its ``config`` says what its batch is (3-channel images), as a transformers classifier's does."""
+def vision_classifier(net: Any, label_smoothing: float = 0.0) -> Any:
+    """``net`` (images -> logits) as a module whose forward is the training loss: cross entropy on class labels
+    (``pixel_values``, ``labels``). Its ``config`` says what its batch is (3-channel images), as a transformers
+    classifier's does."""
     import torch
     import torch.nn.functional as F
 
@@ -265,7 +266,7 @@ def _vision_classifier(net: Any) -> Any:
         def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             out = self.net(pixel_values)
             logits = out.logits if hasattr(out, "logits") else out  # GoogLeNet / Inception's training outputs
-            return F.cross_entropy(logits, labels)
+            return F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
 
     return Classifier(net)
 
@@ -336,15 +337,9 @@ def _build(cls: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
                 value=args.init_args,
             )
         try:
-            return _vision_classifier(_built_on_meta(cls, init_args)), {"init_args": init_args}
+            return vision_classifier(_built_on_meta(cls, init_args)), {"init_args": init_args}
         except Exception as exc:  # noqa: BLE001 - re-worded with the fix
-            raise ConfigError(
-                f"MODEL {args.model!r} could not be built on the meta device with --init-args {init_args}: "
-                f"{type(exc).__name__}: {exc}. Check the builder's arguments (no weights are loaded: leave weights "
-                "unset).",
-                parameter="--init-args",
-                value=args.init_args,
-            ) from None
+            raise _init_args_error(args, init_args, exc, "Check the builder's arguments.") from None
     if _is_transformers_model(cls):
         config = _transformers_config(cls, args.config)
         try:
@@ -372,13 +367,19 @@ def _build(cls: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         with torch.device("meta"):
             return cls(**init_args), {"init_args": init_args}
     except Exception as exc:  # noqa: BLE001 - re-worded with the fix
-        raise ConfigError(
-            f"MODEL {args.model!r} could not be built on the meta device with --init-args {init_args}: "
-            f"{type(exc).__name__}: {exc}. Check the arguments; code in __init__ that reads tensor values (or loads "
-            "weights) cannot run without memory.",
-            parameter="--init-args",
-            value=args.init_args,
-        ) from None
+        fix = "Check the arguments; code in __init__ that reads tensor values (or loads weights) cannot run without "
+        fix += "memory."
+        raise _init_args_error(args, init_args, exc, fix) from None
+
+
+def _init_args_error(args: argparse.Namespace, init_args: dict[str, Any], exc: Exception, fix: str) -> ConfigError:
+    """MODEL could not be built with ``init_args``: what it raised, and ``fix``."""
+    return ConfigError(
+        f"MODEL {args.model!r} could not be built on the meta device with --init-args {init_args}: "
+        f"{type(exc).__name__}: {exc}. {fix}",
+        parameter="--init-args",
+        value=args.init_args,
+    )
 
 
 def _accumulation(global_batch: int | None, batch_size: int) -> int:
