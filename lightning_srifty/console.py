@@ -157,9 +157,15 @@ def _timing_rows(profile: Profile) -> list[Row]:
     rows.append(("Step time", _stats_line(timing.step_time_s)))
     if timing.samples_per_s is not None:
         rows.append(("Throughput", f"{timing.samples_per_s.p50:,.1f} samples/s (all ranks, median)"))
+    step = batch.accumulate_grad_batches or 1
     rows.append(
-        ("Batch", f"{batch.per_device}/device · {batch.all_devices or batch.per_device} all devices · {world} rank(s)")
-    )
+        (
+            "Batch",
+            f"{batch.per_device}/device · {batch.all_devices or batch.per_device} all devices · {world} rank(s)"
+            + (f" · {step} batches accumulated: {(batch.all_devices or batch.per_device) * step} samples an "
+               "optimizer step" if step > 1 else ""),
+        )
+    )  # fmt: skip
     if timing.phase_share and timing.phases_s:
         # the share is of the mean step (the sum of the phases' means), so the time beside it is the mean too
         shares = " · ".join(

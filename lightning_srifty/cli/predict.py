@@ -49,30 +49,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     for note in result.assumptions:
         if note != result.batch_split:  # the Batch row says it already
             table.add_row("assumes", note)
-    for note in cannot_train(profile, result.fleet, catalog):
-        table.add_row(styled(("cannot run", "red")), note)
+    for note in result.cannot_run:  # the rule srifty recommend leaves such types out by
+        table.add_row(styled(("cannot run", "red")), f"{note}. srifty recommend leaves it out; the time above is what "
+                      "this training would take if it could run there")  # fmt: skip
     for note in result.extrapolation:
         table.add_row(styled(("extrapolates", "yellow")), note)
     console().print(table)
     return 0
-
-
-def cannot_train(profile: Any, fleet: str, catalog: Any) -> list[str]:
-    """Why srifty recommend would leave each of the fleet's types out (its GPU cannot run the profiled training:
-    bf16 or fp8 before the GPUs that have them, no torch build for it; :func:`predictor.ranking.feasible.exclusion`):
-    the prediction prices the step all the same, for a run that cannot start as profiled."""
-    from predictor.catalog.fleet import parse_fleet
-    from predictor.ranking.feasible import exclusion
-
-    out = []
-    for g in parse_fleet(fleet, catalog).groups:
-        name = g.instance.gpu
-        gpu = catalog.gpu(name) if name is not None and name in catalog.gpus else None
-        why = exclusion(g.instance, gpu, profile, allow_arm64=True)  # an arm64 type the user named is a choice
-        if why:
-            out.append(f"{g.instance.name}: {why}. srifty recommend leaves it out; the time above is what this "
-                       "training would take if it could run there")  # fmt: skip
-    return out
 
 
 def _rows(result: Any, lo: float, hi: float, tlo: float, thi: float) -> list[tuple[str, Any]]:

@@ -7,7 +7,8 @@ CUDA C++ Programming Guide, "Binary Compatibility" and "PTX Compatibility". The 
 driver, its GPU) is ``lightning_srifty/provision/bootstrap.py``'s; this module answers the workstation's question:
 can *any* published build of the profiled torch run this GPU, and if not, which torch would.
 
-Standard library only, no torch: the ranking (``predictor.ranking.feasible``) and ``srifty terraform`` read it.
+Standard library only, no torch: the catalog's rule of what a type can run (``predictor.catalog.feasible``) and
+``srifty terraform`` read it.
 """
 
 from __future__ import annotations

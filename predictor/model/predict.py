@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from predictor.catalog.catalog import Catalog
+from predictor.catalog.feasible import exclusion
 from predictor.catalog.fleet import Fleet, parse_fleet
 from predictor.documents.checks import check_choice
 from predictor.documents.profile import Profile
@@ -80,6 +81,10 @@ class Prediction:
     extrapolation: tuple[str, ...] = field(default=())
     layout: str = "ddp"  # predictor.model.layout name (pipeline:<stages>: one stage per node)
     memory_known: bool = True  # False: the profile has no activation memory; memory_gib is a floor (state only)
+    # "TYPE: reason" for each of the fleet's types whose GPU cannot run the profiled training as profiled (bf16 or FP8
+    # before the GPUs that have them, no build of the profiled torch for it: predictor.catalog.feasible.exclusion,
+    # the rule srifty recommend leaves such types out by); the step is priced all the same, for a run that cannot start
+    cannot_run: tuple[str, ...] = field(default=())
     # the performance model that made it: schema + digest of the fitted constants (artefact.model_version)
     performance_model: str = field(default_factory=model_version)
 
@@ -87,6 +92,7 @@ class Prediction:
         out = asdict(self)
         out["interval"] = {k: list(v) for k, v in self.interval.items()}
         out["assumptions"], out["extrapolation"] = list(self.assumptions), list(self.extrapolation)
+        out["cannot_run"] = list(self.cannot_run)
         return out
 
 
@@ -191,7 +197,22 @@ def predict(
         extrapolation=tuple(dict.fromkeys(extrapolation)),
         layout=_layout_name(fleet, layout),
         memory_known=activations_known(profile),
+        cannot_run=cannot_run(profile, fleet, catalog),
     )
+
+
+def cannot_run(profile: Profile, fleet: Fleet, catalog: Catalog) -> tuple[str, ...]:
+    """ "TYPE: reason" for each of ``fleet``'s types that cannot run the profiled training as profiled, by the rule
+    srifty recommend leaves types out by (:func:`~predictor.catalog.feasible.exclusion`); an arm64 type named in the
+    fleet is the caller's choice, not a reason."""
+    out = []
+    for g in fleet.groups:
+        name = g.instance.gpu
+        gpu = catalog.gpu(name) if name is not None and name in catalog.gpus else None
+        why = exclusion(g.instance, gpu, profile, allow_arm64=True)
+        if why:
+            out.append(f"{g.instance.name}: {why}")
+    return tuple(dict.fromkeys(out))
 
 
 def _interval(many: Any, global_batch: float) -> dict[str, tuple[float, float]]:

@@ -1,8 +1,6 @@
 """Ranking fleets for a profile under constraints, by concept:
 
 - :mod:`~predictor.ranking.constraints`: what is asked (:class:`Constraints`, :class:`Objective`, :class:`Market`);
-- :mod:`~predictor.ranking.feasible`: whether an instance type can run the training at all (CPU architecture, the
-  GPU in the profiled torch build, the precision on the GPU);
 - :mod:`~predictor.ranking.candidates`: the feasible types, the fleet shapes over them, each priced per region and
   market (an on-demand base plus a spot share for the mixed market);
 - :mod:`~predictor.ranking.pareto`: the time-cost front;

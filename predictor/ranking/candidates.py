@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.catalog.catalog import Catalog
+from predictor.catalog.feasible import exclusion
 from predictor.catalog.gpus import CATALOG_EXTRA
 from predictor.catalog.instances import InstanceType
 from predictor.documents.checks import suggest
@@ -17,7 +18,6 @@ from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, did_you_mean
 from predictor.model.fleets import ManyPredictions, predict_many, row_all, row_sum
 from predictor.ranking.constraints import Constraints
-from predictor.ranking.feasible import exclusion
 
 MAX_CANDIDATES = 5_000_000  # ~2 s and ~2 GB of arrays; above it the request is almost surely a mistake
 MIX3_TYPES = 12  # 3-type mixes are formed from this many most cost-efficient types (C(12,3) x counts)

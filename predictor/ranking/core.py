@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from predictor.catalog.catalog import Catalog
+from predictor.catalog.feasible import exclusion
 from predictor.catalog.fleet import parse_fleet
 from predictor.catalog.instances import InstanceType
 from predictor.documents.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry, writer
@@ -38,7 +39,6 @@ from predictor.ranking.explain import (
     why,
     within,
 )
-from predictor.ranking.feasible import exclusion
 from predictor.ranking.pareto import pareto
 from predictor.ranking.words import PYTHON, Words, names
 from predictor.runs.odds import (

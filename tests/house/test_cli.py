@@ -33,6 +33,21 @@ def test_profile_show_prints_the_summary(tmp_path, capsys) -> None:
     assert "resnet50" in out and "V100-SXM2-16GB" in out and "310.00 ms" in out
 
 
+def test_profile_show_prints_the_accumulation_an_optimizer_step_takes(tmp_path, capsys) -> None:
+    """A profile of --batch-size 4 --global-batch 16 carries its training's batch in accumulate_grad_batches: the
+    summary says so (it read "4/device" alone, a new user's trial)."""
+    raw = copy.deepcopy(MINIMAL)
+    raw["batch"] = {"per_device": 4, "all_devices": 4, "accumulate_grad_batches": 4}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(raw))
+    assert main(["profile", "show", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "4 batches accumulated: 16 samples an optimizer step" in out
+    path.write_text(json.dumps(MINIMAL))
+    assert main(["profile", "show", str(path)]) == 0
+    assert "accumulated" not in capsys.readouterr().out
+
+
 def test_profile_show_json_is_the_validated_profile(tmp_path, capsys) -> None:
     path = tmp_path / "p.json"
     path.write_text(json.dumps(MINIMAL))

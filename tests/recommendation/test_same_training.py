@@ -10,13 +10,13 @@ import copy
 import pytest
 
 from _support import MINIMAL
+from predictor.catalog.feasible import ARM64, OLD_FOR_TORCH2
 from predictor.documents.profile import load_profile
 from predictor.documents.work import Work
 from predictor.exceptions import NoFeasibleConfigError
 from predictor.model.batch import fleet_batches
 from predictor.model.predict import predict
 from predictor.ranking import Constraints, global_batch, rank
-from predictor.ranking.feasible import ARM64, OLD_FOR_TORCH2
 
 
 def _profile(**changes):

@@ -55,6 +55,21 @@ def test_predict_and_rank_answer_what_the_library_answers(client, catalog) -> No
     assert plan.constraints.max_types == 2 and plan.entries[0].time_h <= 12
 
 
+def test_predict_says_which_types_cannot_run_the_training(client) -> None:
+    """The service's answer carries the same "cannot run" reasons srifty predict prints and srifty recommend leaves
+    types out by (bf16 before Ampere; a mixed fleet names only its type that cannot), priced all the same."""
+    raw = copy.deepcopy(MINIMAL)
+    raw["model"]["precision"] = "bf16-mixed"
+    r = client.post("/v1/predict", json={"profile": raw, "fleet": "p3.2xlarge:1,g5.xlarge:1"})
+    assert r.status_code == 200, r.text
+    assert r.json()["cannot_run"] == ["p3.2xlarge: no bf16 on the GPU (compute capability < 8.0)"]
+    assert r.json()["iteration_time_s"] > 0
+    r = client.post("/v1/predict", json={"profile": raw, "fleet": "g5.xlarge:2"})
+    assert r.json()["cannot_run"] == []
+    r = client.post("/v1/predict", json={"profile": MINIMAL, "fleet": "p3.2xlarge:1"})  # its own precision: runs
+    assert r.json()["cannot_run"] == []
+
+
 def test_rank_answers_in_the_words_asked(client) -> None:
     """The plan's prose names the constraints as the JSON fields by default, as srifty recommend's flags on asking
     (issue #39: the ranking's words from its declared flags, not a regex on the answer)."""

@@ -1,5 +1,8 @@
 """Can this instance type run the profiled training at all? CPU architecture, the GPU's support in the profiled torch
-build, and the profiled precision on the GPU. Each "no" is a reason, counted in the plan's ``excluded_types``.
+build, and the profiled precision on the GPU. Each "no" is a reason, counted in the plan's ``excluded_types`` (the
+ranking leaves such types out) and named in a prediction's ``cannot_run`` (a fleet the caller chose is priced all the
+same: ``predictor.model.predict``). It lives with the catalog, below the model and the ranking, so both read one rule
+(until 2026-12-01 it was the ranking's, and only ``srifty predict``'s table said it, not the service's answer).
 
 The rules (docs/catalog.md, "Which instance types are ranked"):
 
