@@ -9,16 +9,20 @@ Data: ``bench/data/horovod_tcp_scaling.csv`` (``scripts/build_horovod_tcp_data.p
 d54e3a88, 2017-09-05): Inception V3, ResNet-101 and VGG-16, FP32, batch 64 a GPU, synthetic data, on 4 servers of 4
 Pascal GPUs over a 25 Gbit/s network (16 GPUs) and 16 such servers over a plain 40 Gbit/s one (64 GPUs), NCCL 2's
 all-reduce over its socket transport ("TCP Horovod, allreduce on GPU with NCCL"), each with the one-GPU throughput of
-its own hardware.
+its own hardware. FP32 and synthetic data are tf_cnn_benchmarks' defaults (no --use_fp16, no --data_dir) in the
+command Horovod's author posted for these benchmarks (horovod/horovod#21: ``tf_cnn_benchmarks.py --model resnet101
+--batch_size 64 --horovod_device gpu``); its optimizer default is plain SGD.
 
 Each row is priced as a user with a one-GPU profile would have it priced: the operator table of the network
-(torchvision's builder on the meta device, FP32, batch 64, SGD: ``cnn_zoo.capture_classifier``), the row's own
-measured one-GPU step on a P100-PCIe-16GB (the GPUs are "Pascal"; the baselines, 134-150 img/s of Inception V3, are a
-P100's), and ``predict`` on a catalog extra of the cluster's nodes: 4 GPUs on PCIe, the row's network, no EFA (so
-NCCL's sockets: a flat ring, each node's transfers staged through host memory), weak scaling (the batch a GPU fixed,
-as the benchmark ran it). Horovod all-reduces 64 MB fusion buffers as gradients become ready in the backward pass, as
-DDP's 25 MB buckets do. Forms compared: the shipped model, and the same without its host-staging term (fitted on
-8-GPU nodes' nccl-tests; these are 4-GPU nodes, which the term takes the 8-GPU figure for).
+(torchvision's builder on the meta device, FP32, batch 64, plain SGD: ``cnn_zoo.capture_classifier``), the row's own
+measured one-GPU step on a GPU taken as a P100-PCIe-16GB (the README says "Pascal"; 134-150 img/s of Inception V3 is
+a P100's rate, and a GP102 card's too), and
+``predict`` on a catalog extra of the cluster's nodes: 4 GPUs on PCIe, the row's network, no EFA (so NCCL's sockets:
+a flat ring, each node's transfers staged through host memory), weak scaling (the batch a GPU fixed, as the
+benchmark ran it). Horovod all-reduces 64 MB fusion buffers as gradients become ready in the backward pass; the rows
+are priced with DDP's 25 MB buckets, as the model prices every data-parallel step. Forms compared: the shipped
+model, and the same without its host-staging term (fitted on 8-GPU nodes' nccl-tests; these are 4-GPU nodes, which
+the term takes the 8-GPU figure for).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def rows() -> list[dict[str, Any]]:
 
 def table_for(model: str, batch: int) -> dict[str, Any]:
     """The operator table of one FP32 training step at ``batch`` (forward, loss, backward, SGD), cached."""
-    path = TABLES / f"horovod-{model}-32-true-{batch}.json"
+    path = TABLES / f"horovod-{model}-32-true-{batch}-sgd.json"
     if path.exists():
         return json.loads(path.read_text())
     import torch
@@ -73,7 +77,7 @@ def table_for(model: str, batch: int) -> dict[str, Any]:
     t = time.perf_counter()
     net = getattr(torchvision_models(), model)(**INIT.get(model, {}))
     size = IMAGE[model]
-    sgd = functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9)  # tf_cnn_benchmarks' default: momentum 0.9
+    sgd = functools.partial(torch.optim.SGD, lr=0.1)  # tf_cnn_benchmarks' default --optimizer=sgd: no momentum
     table = capture_classifier(net, torch.zeros(batch, 3, size, size), "32-true", sgd)
     data = {"table": table, "parameters": sum(p.numel() for p in net.parameters())}
     TABLES.mkdir(parents=True, exist_ok=True)
@@ -207,7 +211,9 @@ def plot(scored: dict[str, list[dict[str, Any]]], png: Path) -> None:
 
 def implied_rate(row: dict[str, Any]) -> float | None:
     """The per-node network rate (Gbit/s, taken whole: no host staging, no TCP efficiency) at which the model's step
-    of ``row`` (an AWS 2018 row: nodes of p3.16xlarge) is the measured one; None where even 400 Gbit/s is slower."""
+    of ``row`` (an AWS 2018 row: nodes of p3.16xlarge) is the measured one; None outside 0.25-400 Gbit/s. The
+    one-GPU step is the node's per-GPU rate, which already holds the node's own all-reduce and 8-rank losses that
+    the model adds again: the implied rate is biased up by that much."""
     from predictor.catalog.catalog import Catalog, CatalogInfo
     from predictor.model import ops
     from predictor.model.network import DEFAULT_NETWORK
@@ -226,8 +232,8 @@ def implied_rate(row: dict[str, Any]) -> float | None:
         return predict(prof, f"aws-2018:{row['nodes']}", catalog=cat, scaling="weak", network=net).throughput_samples_s
 
     lo, hi = 0.25, 400.0
-    if throughput(hi) < row["dp_img_s"]:
-        return None
+    if throughput(hi) < row["dp_img_s"] or throughput(lo) > row["dp_img_s"]:
+        return None  # outside the bracket: no rate in it explains the step
     for _ in range(40):  # bisection in log space: throughput rises with the rate
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if throughput(mid) < row["dp_img_s"] else (lo, mid)

@@ -157,15 +157,14 @@ def _timing_rows(profile: Profile) -> list[Row]:
     rows.append(("Step time", _stats_line(timing.step_time_s)))
     if timing.samples_per_s is not None:
         rows.append(("Throughput", f"{timing.samples_per_s.p50:,.1f} samples/s (all ranks, median)"))
-    step = batch.accumulate_grad_batches or 1
+    step, every = batch.accumulate_grad_batches or 1, batch.all_devices or batch.per_device * world
     rows.append(
         (
             "Batch",
-            f"{batch.per_device}/device · {batch.all_devices or batch.per_device} all devices · {world} rank(s)"
-            + (f" · {step} batches accumulated: {(batch.all_devices or batch.per_device) * step} samples an "
-               "optimizer step" if step > 1 else ""),
+            f"{batch.per_device}/device · {every} all devices · {world} rank(s)"
+            + (f" · {step} batches accumulated: {every * step} samples an optimizer step" if step > 1 else ""),
         )
-    )  # fmt: skip
+    )
     if timing.phase_share and timing.phases_s:
         # the share is of the mean step (the sum of the phases' means), so the time beside it is the mean too
         shares = " · ".join(
@@ -437,6 +436,13 @@ def _plan_footer(
     )
     if types:
         footer += f"\ninstance types left out: {types}"
+    first = plan.entries[0] if plan.entries else None
+    if first is not None and first.startup_s:  # a short training's time is mostly its start-up: say so
+        footer += (
+            f"\ntime: wall clock, start-up included (the first fleet's {fmt_hours(first.startup_s / 3600)} from "
+            f"launch to its first step, then {fmt_hours(max(first.time_h - first.startup_s / 3600, 0.0))} of "
+            "training)"
+        )
     if "in time" in columns and c.deadline_h is not None:
         footer += (
             f"\nin time: the chance of finishing within the {fmt_hours(c.deadline_h)} deadline (the prediction's "

@@ -60,6 +60,8 @@ MOVED = {
     "model.spot": "runs.spot",
     "model.startup": "runs.startup",
     "model.deadline": "runs.deadline",
+    # 2026-12-01: what a type can run at all is the catalog's rule, read by the model's predictions and the ranking
+    "ranking.feasible": "catalog.feasible",
     "perf": "model",
     **{
         f"perf.{name}": f"model.{name}"

@@ -4,12 +4,13 @@
     python scripts/build_horovod_tcp_data.py /tmp/horovod   # reads the pinned commit's README with git show
 
 Uber's published data parallelism over TCP: TensorFlow's tf_cnn_benchmarks (their fork with Horovod), Inception V3,
-ResNet-101 and VGG-16, batch 64 a GPU, synthetic data, FP32, on servers of 4 Pascal GPUs, "TCP Horovod (allreduce on
-GPU with NCCL)": NCCL 2 over its socket transport. Two clusters, each with its own one-GPU baseline measured on its
-hardware: 4 servers "connected by RoCE-capable 25 Gbit/s network" (16 GPUs) and 16 servers "connected by plain 40
-Gbit/s network" (64 GPUs). The README gives throughput (img/s) and the speedup over its one-GPU baseline; the rows
-keep both and are checked to agree. The other rows of the tables (distributed TensorFlow's parameter servers,
-Horovod's CPU all-reduce, RDMA) are not this regime and are left out.
+ResNet-101 and VGG-16, batch 64 a GPU, on servers of 4 Pascal GPUs (FP32 and synthetic data are tf_cnn_benchmarks'
+defaults in the command Horovod's author posted for them, horovod/horovod#21; the README does not say), "TCP Horovod
+(allreduce on GPU with NCCL)": NCCL 2 over its socket transport. Two clusters, each with its own one-GPU baseline
+measured on its hardware: 4 servers "connected by RoCE-capable 25 Gbit/s network" (16 GPUs) and 16 servers
+"connected by plain 40 Gbit/s network" (64 GPUs). The README gives throughput (img/s) and the speedup over its
+one-GPU baseline; the rows keep both and are checked to agree. The other rows of the tables (distributed
+TensorFlow's parameter servers, Horovod's CPU all-reduce, RDMA) are not this regime and are left out.
 """
 
 from __future__ import annotations

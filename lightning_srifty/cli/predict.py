@@ -36,6 +36,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     table.add_column(style="bold cyan")
     table.add_column()
+    for note in result.cannot_run:  # first: the rule srifty recommend leaves such types out by
+        table.add_row(styled(("cannot run", "red")), f"{note}. srifty recommend leaves it out; the time below is what "
+                      "this training would take if it could run there")  # fmt: skip
     for name, value in _rows(result, lo, hi, tlo, thi):
         table.add_row(name, value)
     for g in result.groups:
@@ -49,9 +52,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     for note in result.assumptions:
         if note != result.batch_split:  # the Batch row says it already
             table.add_row("assumes", note)
-    for note in result.cannot_run:  # the rule srifty recommend leaves such types out by
-        table.add_row(styled(("cannot run", "red")), f"{note}. srifty recommend leaves it out; the time above is what "
-                      "this training would take if it could run there")  # fmt: skip
     for note in result.extrapolation:
         table.add_row(styled(("extrapolates", "yellow")), note)
     console().print(table)
@@ -92,7 +92,8 @@ def _rows(result: Any, lo: float, hi: float, tlo: float, thi: float) -> list[tup
                     if result.memory_known
                     else f"{g.instance_type}: weights, gradients, optimizer state and the CUDA context alone "
                     f"{g.memory_gib:.1f} GiB/GPU; "
-                    "the profile has no activation memory (a CUDA profile measures it; srifty capture sizes it)"
+                    "the profile has no activation memory (a CUDA profile measures it; srifty capture sizes it), "
+                    "so micro-batches are held to the profiled one, the largest known to fit"
                     for g in result.groups
                 ),
             ),

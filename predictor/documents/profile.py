@@ -11,7 +11,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from predictor.documents.atomic import atomic_write_json, read_json_document
 from predictor.documents.schema import doc_field, from_dict, json_schema, to_dict
@@ -26,6 +26,9 @@ MAX_STEP_S = 86400.0  # one measured step (or phase, or all-reduce, or checkpoin
 MIN_STEP_S = 1e-6
 PHASES = ("data", "forward", "backward", "optimizer")
 
+# Lightning 1.x's precision names, as Lightning 2 reads them
+# (lightning.fabric.plugins.precision.precision._PRECISION_INPUT_STR_ALIAS_CONVERSION)
+LEGACY_PRECISION = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
 Precision = Literal[
     "64-true",
     "32-true",
@@ -487,6 +490,23 @@ class Profile:
                     field=field,
                     value=value,
                 )
+        self._check_table_precision()
+
+    def _check_table_precision(self) -> None:
+        """The operator table's precision is the step's: a table captured at another precision than
+        ``model.precision`` would price the capture's dtypes while the GPU rules read the model's (a hand-edited
+        precision, a new user's trial: bf16-mixed over a 32-true table got FP32 times and a bf16 'cannot run')."""
+        ops, model = self.ops, self.model.precision
+        table = LEGACY_PRECISION.get(str(ops.precision), ops.precision) if ops is not None else None
+        if table is None or table not in get_args(Precision) or table == model:
+            return
+        raise ProfileSchemaError(
+            f"ops.precision: the operator table was captured at {table!r} but model.precision is {model!r}: the "
+            f"step would be priced at the table's dtypes. Capture it again at {model!r} (srifty capture at that "
+            f"precision, or SriftyCallback in a {model} run), or set model.precision back to {table!r}.",
+            field="ops.precision",
+            value=ops.precision if ops is not None else None,
+        )
 
     def _seconds(self) -> Any:
         """(dotted path, value) of every time in seconds the profile measured."""

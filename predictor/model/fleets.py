@@ -34,7 +34,7 @@ from predictor.model.collectives import (
     phase_s,
 )
 from predictor.model.layout import DDP, Layout, parse
-from predictor.model.memory import USABLE_SHARE, memory_parts, profile_sizes
+from predictor.model.memory import USABLE_SHARE, activations_known, memory_parts, profile_sizes
 from predictor.model.network import DEFAULT_NETWORK, NetworkModel, exposed_many
 from predictor.model.scaling import (
     DDP_GRAD_PASSES,
@@ -483,10 +483,13 @@ def _split(
     rows: np.ndarray | slice = slice(None),
 ) -> tuple[np.ndarray, ...]:
     """One micro-step's samples ``micro_global`` split over the ``rows`` fleets in proportion to speed, with the
-    memory it needs over ``steps`` micro-steps: (lo, plus, splittable, micro, need, fits in memory)."""
+    memory it needs over ``steps`` micro-steps: (lo, plus, splittable, micro, need, fits in memory). Where the profile
+    does not say what its activations take (:func:`~predictor.model.memory.activations_known`), the memory is a floor
+    and a micro-batch above the profiled one (:func:`known_micro_batch`) is not known to fit: it does not."""
     present = fleets.present[rows]
     lo, plus, ok = split_micro(micro_global, 1.0 / fleets.per_sample[rows], fleets.replicas[rows], present)
     micro = lo + (plus > 0)
+    cap = known_micro_batch(profile)
     parts = memory_parts(
         profile,
         fleets.layout,
@@ -497,7 +500,15 @@ def _split(
         ranks=fleets.ranks[rows, None],
     )
     need = functools.reduce(np.add, parts.values())
-    return lo, plus, ok, micro, need, row_all(~present | (need <= fleets.usable[rows]))
+    return lo, plus, ok, micro, need, row_all(~present | ((need <= fleets.usable[rows]) & (micro <= cap)))
+
+
+def known_micro_batch(profile: Profile) -> float:
+    """The largest micro-batch a GPU is known to hold: unbounded where the profile says what its activations take
+    (the memory model decides), else the profiled micro-batch a device (it ran). Without it a profile of
+    ``accumulate_grad_batches`` 4 at 64 a device was ranked on one GPU at 256 without accumulation, the memory
+    estimate being weights and optimizer state alone (a new user's trial, 2026-12-01)."""
+    return np.inf if activations_known(profile) else float(profile.batch.per_device)
 
 
 def _split_batch(profile: Profile, src: Source, fleets: _Fleets, scaling: Scaling) -> _Batch:

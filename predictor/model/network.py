@@ -41,11 +41,14 @@ AWS caps one TCP flow at 5 Gbit/s outside a cluster placement group and 10 insid
 docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html); NCCL opens 2 threads x 8 sockets
 per connection on an ENA device (vendor 0x1d0f; NVIDIA/nccl ``src/transport/net_socket.cc``), so 16 flows:
 80 Gbit/s, above every non-EFA CUDA type's network (25 Gbit/s at most), so the per-flow cap never binds in the
-catalog and is not a term. It did before NCCL 2.4.8 (June 2019, "Fix #209: ... Split transfers over multiple sockets
-... Detect AWS NICs"), which opened one socket a connection: Horovod's p3.16xlarge runs over TCP in 2018
-(horovod/horovod#396, ResNet-50 and ResNet-101 on 2-16 nodes) imply 5.8-6.5 Gbit/s a node at every node count, about
-one capped flow, and the model prices them 1.5x fast (``bench/horovod_tcp.py``). Every torch release a fleet
-installs (1.13 on: ``predictor/data/cuda_builds.json``) bundles a later NCCL, so the cap is documented, not priced.
+catalog and is not a term. Before NCCL 2.4.8 (June 2019, "Fix #209: improve socket transport performance. Split
+transfers over multiple sockets. Launch multiple threads to drive sockets. Detect AWS NICs ...") a connection was one
+socket driven by one thread: Horovod's p3.16xlarge runs over TCP in 2018 (horovod/horovod#396, ResNet-50 and
+ResNet-101 on 2-16 nodes) imply about 6 Gbit/s a node at every node count (5.8-6.5, the rate taken whole), a fixed
+per-node ceiling the model, pricing today's sockets, puts 1.5x fast (``bench/horovod_tcp.py``); what set it (the one
+thread, AWS's 5 Gbit/s a flow, the runs' Kubernetes overlay) the data do not say, and a placement group gave those
+runs +13 % only. Every torch release a fleet installs (1.13 on: ``predictor/data/cuda_builds.json``) bundles a later
+NCCL, so that regime is documented, not priced.
 
 A network AWS rates "up to" N Gigabit (4xlarge and smaller) sustains its baseline
 (``InstanceType.network_baseline_gbps``: DescribeInstanceTypes' ``BaselineBandwidthInGbps``) once its burst credits

@@ -19,7 +19,7 @@ from predictor.catalog.catalog import Catalog
 from predictor.catalog.feasible import exclusion
 from predictor.catalog.fleet import Fleet, parse_fleet
 from predictor.documents.checks import check_choice
-from predictor.documents.profile import Profile
+from predictor.documents.profile import Profile, load_profile
 from predictor.documents.work import global_batch as global_batch_of
 from predictor.exceptions import ConfigError, PredictionError
 from predictor.model.artefact import model_version
@@ -89,18 +89,24 @@ class Prediction:
     performance_model: str = field(default_factory=model_version)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["interval"] = {k: list(v) for k, v in self.interval.items()}
-        out["assumptions"], out["extrapolation"] = list(self.assumptions), list(self.extrapolation)
-        out["cannot_run"] = list(self.cannot_run)
-        return out
+        """The prediction as JSON reads it back: every tuple a list (``json.loads(json.dumps(d)) == d``)."""
+        return _lists(asdict(self))
+
+
+def _lists(value: Any) -> Any:
+    """``value`` with every tuple, at any depth, a list."""
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists(v) for v in value]
+    return value
 
 
 AUTO_LAYOUTS = tuple(f"{name}{ac}" for name in SIMPLICITY for ac in ("", "+ac"))  # simplest first, as ranked
 
 
 def predict_auto(
-    profile: Profile,
+    profile: Profile | Mapping[str, Any],
     fleet: Fleet | str | Iterable[tuple[str, int]],
     *,
     catalog: Catalog | None = None,
@@ -121,7 +127,7 @@ def predict_auto(
     """
     import dataclasses
 
-    catalog = catalog or Catalog.load()
+    profile, catalog = as_profile(profile), catalog or Catalog.load()
     if not isinstance(fleet, Fleet):
         fleet = parse_fleet(fleet, catalog)
     names = sorted({g.instance.name for g in fleet.groups})
@@ -140,7 +146,7 @@ def predict_auto(
 
 
 def predict(
-    profile: Profile,
+    profile: Profile | Mapping[str, Any],
     fleet: Fleet | str | Iterable[tuple[str, int]],
     *,
     catalog: Catalog | None = None,
@@ -160,7 +166,7 @@ def predict(
         UnknownNameError, ConfigError: a bad fleet, or a layout that does not apply to it or to the profile.
     """
     check_choice("predict()", "scaling", scaling, SCALINGS)
-    catalog = catalog or Catalog.load()
+    profile, catalog = as_profile(profile), catalog or Catalog.load()
     if not isinstance(fleet, Fleet):
         fleet = parse_fleet(fleet, catalog)
     layout = parse(layout) if isinstance(layout, str) else layout
@@ -198,6 +204,24 @@ def predict(
         layout=_layout_name(fleet, layout),
         memory_known=activations_known(profile),
         cannot_run=cannot_run(profile, fleet, catalog),
+    )
+
+
+def as_profile(profile: Profile | Mapping[str, Any]) -> Profile:
+    """A :class:`Profile`, or a parsed srifty.profile/v1 document (a dict, as the service takes it) validated into
+    one (:func:`~predictor.documents.profile.load_profile`: ProfileSchemaError names the field).
+
+    Raises:
+        ProfileSchemaError: a malformed document.
+        TypeError: neither.
+    """
+    if isinstance(profile, Profile):
+        return profile
+    if isinstance(profile, Mapping):
+        return load_profile(dict(profile))
+    raise TypeError(
+        f"profile: expected a Profile or a srifty.profile/v1 dict, got {type(profile).__name__}: "
+        "load one with predictor.documents.profile.load_profile(path)"
     )
 
 

@@ -193,7 +193,8 @@ def layout_why(profile: Profile, best: PlanEntry, predict_ddp: Callable[[str], A
     if best.memory_known is False:
         text = (
             f"; layout {layout.name}: memory per GPU unknown (the profile has no activation memory: weights, "
-            f"gradients and optimizer state alone take {best.memory_gib:.1f} GiB of {gpu_gib:g})"
+            f"gradients, optimizer state and the CUDA context alone take {best.memory_gib:.1f} GiB of {gpu_gib:g}; "
+            f"micro-batches are held to the profiled {profile.batch.per_device} a GPU, the largest known to fit)"
         )
     else:
         text = f"; layout {layout.name}: {best.memory_gib:.1f} GiB/GPU of {gpu_gib:g}"

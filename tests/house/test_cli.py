@@ -43,6 +43,12 @@ def test_profile_show_prints_the_accumulation_an_optimizer_step_takes(tmp_path, 
     assert main(["profile", "show", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.replace("│", " ").split())
     assert "4 batches accumulated: 16 samples an optimizer step" in out
+    raw["batch"] = {"per_device": 4, "accumulate_grad_batches": 4}  # two ranks, all_devices not recorded
+    raw["hardware"]["devices"] = 2
+    path.write_text(json.dumps(raw))
+    assert main(["profile", "show", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "8 all devices" in out and "4 batches accumulated: 32 samples an optimizer step" in out
     path.write_text(json.dumps(MINIMAL))
     assert main(["profile", "show", str(path)]) == 0
     assert "accumulated" not in capsys.readouterr().out

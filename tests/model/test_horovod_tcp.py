@@ -70,6 +70,11 @@ def test_the_data_is_the_readme_as_built() -> None:
         aws = list(csv.DictReader(fh))
     assert {r["instance_type"] for r in aws} == {"p3.16xlarge"} and len(aws) == 7
     assert all("horovod/horovod#396" in r["source"] for r in aws)
+    assert {(r["model"], int(r["nodes"])): (float(r["node_img_s"]), float(r["dp_img_s"])) for r in aws} == {
+        ("resnet50", 2): (2697.29, 2632.95), ("resnet50", 4): (2697.29, 4772.04), ("resnet50", 8): (2697.29, 9745.38),
+        ("resnet101", 2): (1523, 1529), ("resnet101", 4): (1523, 2958), ("resnet101", 8): (1523, 5806),
+        ("resnet101", 16): (1523, 11384),
+    }  # fmt: skip
 
 
 def test_the_bench_prices_four_gpu_nodes_over_host_staged_sockets() -> None:

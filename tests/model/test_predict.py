@@ -423,3 +423,47 @@ def test_a_fleet_that_cannot_train_as_profiled_says_so(tmp_path, capsys) -> None
     assert "cannot run" in out and "p3.2xlarge: no bf16 on the GPU (compute capability < 8.0)" in out
     assert main(["predict", "--profile", str(path), "--fleet", "g5.xlarge:1"]) == 0  # A10G: Ampere
     assert "cannot run" not in capsys.readouterr().out
+
+
+def test_without_activation_memory_a_gpu_is_held_to_the_profiled_micro_batch(catalog) -> None:
+    """A profile that does not say what its activations take gives a memory floor, not a fit: the micro-batch it ran
+    is the largest known to fit, so the profiled global batch (64 x 4 accumulated) stays accumulated on one GPU
+    instead of becoming one micro-batch of 256 (a new user's trial: the ranking put 1,024 on one V100 of a profile that
+    ran 256 there). A profile with its measured peak lets the memory model decide."""
+    raw = copy.deepcopy(MINIMAL)
+    raw["batch"] = {"per_device": 64, "accumulate_grad_batches": 4}
+    held = predict(load_profile(raw), "p3.2xlarge:1", catalog=catalog)
+    assert held.global_batch == 256 and held.accumulate_grad_batches == 4
+    assert held.groups[0].rank_batches == (64,)
+    four = predict(load_profile(raw), "p3.8xlarge:1", catalog=catalog)  # 4 GPUs: 64 each, nothing to accumulate
+    assert four.accumulate_grad_batches == 1 and four.groups[0].rank_batches == (64, 64, 64, 64)
+    raw["memory"] = {"peak_allocated_bytes": 2 * 2**30}  # 2 GiB at 64: 256 fits a 16 GB V100
+    free = predict(load_profile(raw), "p3.2xlarge:1", catalog=catalog)
+    assert free.accumulate_grad_batches == 1 and free.groups[0].rank_batches == (256,)
+
+
+def test_predict_takes_a_parsed_profile_and_its_dict_reads_back_from_json(catalog) -> None:
+    """Python's predict() takes the srifty.profile/v1 dict the service takes (validated as load_profile does), a
+    clear TypeError otherwise; to_dict() is what JSON gives back, every tuple a list (a new user's trial)."""
+    one = predict(copy.deepcopy(MINIMAL), "p3.8xlarge:2", catalog=catalog)
+    assert one.iteration_time_s == predict(load_profile(copy.deepcopy(MINIMAL)), "p3.8xlarge:2", catalog=catalog)\
+        .iteration_time_s  # fmt: skip
+    with pytest.raises(TypeError, match="load_profile"):
+        predict("profile.json", "p3.8xlarge:2", catalog=catalog)  # type: ignore[arg-type]
+    d = one.to_dict()
+    assert json.loads(json.dumps(d)) == d and isinstance(d["groups"][0]["rank_batches"], list)
+
+
+def test_an_operator_table_of_another_precision_is_refused_naming_both() -> None:
+    """model.precision edited over a table captured at another precision would price the table's dtypes while the GPU
+    rules read the model's: refused, naming the field and both ways out; Lightning 1.x's names read as Lightning 2's."""
+    from predictor.exceptions import ProfileSchemaError
+
+    raw = copy.deepcopy(MINIMAL)
+    raw["ops"] = {"device": "meta", "samples": 256, "ops": [], "precision": "32-true"}
+    raw["model"]["precision"] = "bf16-mixed"
+    with pytest.raises(ProfileSchemaError, match=r"ops\.precision: the operator table was captured at '32-true'") as e:
+        load_profile(raw)
+    assert e.value.field == "ops.precision" and "set model.precision back to '32-true'" in str(e.value)
+    raw["ops"]["precision"], raw["model"]["precision"] = "16", "16-mixed"
+    assert load_profile(raw).model.precision == "16-mixed"
