@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -42,51 +42,94 @@ from predictor.model.memory import activations_known, estimate_memory
 from predictor.model.network import DEFAULT_NETWORK, NetworkModel, link_words
 from predictor.model.scaling import ScalingModel
 
+# pydantic (the service's OpenAPI document, predictor.service.answers) reads the string under each field as its
+# description; a plain dict, so that the model imports no pydantic
+_DOCUMENTED: dict[str, Any] = {"use_attribute_docstrings": True}
+
 
 @dataclass(frozen=True)
 class GroupPrediction:
+    """One group of the fleet (one instance type): its share of the batch, its step and its memory per GPU."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _DOCUMENTED
     instance_type: str
+    """the EC2 instance type (or catalog extra) of the group"""
     count: int
+    """instances of it in the fleet"""
     gpu: str | None
-    per_device_batch: float  # samples per GPU per optimizer step (the group's mean)
-    micro_batch: int  # the largest batch a GPU of the group takes per micro-step
+    """its GPU, as the catalog names it"""
+    per_device_batch: float
+    """samples per GPU per optimizer step (the group's mean: a mixed fleet splits in proportion to speed)"""
+    micro_batch: int
+    """the largest batch a GPU of the group takes per micro-step"""
     accumulate_grad_batches: int
-    rank_batches: tuple[int, ...]  # each GPU's micro-batch (they differ by one sample at most)
+    """micro-steps per optimizer step"""
+    rank_batches: tuple[int, ...]
+    """each GPU's micro-batch (they differ by one sample at most)"""
     compute_s: float
+    """seconds of compute per optimizer step on one of its GPUs (its micro-steps and its share of the optimizer step)"""
     input_s: float
+    """seconds of input pipeline per optimizer step not hidden behind the compute"""
     memory_gib: float
+    """GiB a GPU needs (a floor, weights, gradients, optimizer state and the CUDA context, where memory_known is
+    false)"""
     fits_memory: bool
+    """whether that fits the GPU's usable memory"""
     memory_margin: float
-    memory_parts_gib: dict[str, float] = field(default_factory=dict)  # weights, gradients, optimizer, gathered, ...
+    """(usable - needed) / usable: negative when it does not fit"""
+    memory_parts_gib: dict[str, float] = field(default_factory=dict)
+    """GiB per GPU by part: weights, gradients, optimizer state, activations, gathered shards, ..."""
 
 
 @dataclass(frozen=True)
 class Prediction:
     """What one fleet is predicted to do."""
 
+    __pydantic_config__: ClassVar[dict[str, Any]] = _DOCUMENTED
     fleet: str
+    """the fleet, instance_type:count[,instance_type:count]"""
     iteration_time_s: float
+    """seconds per optimizer step"""
     throughput_samples_s: float
+    """samples per second over the fleet (global_batch / iteration_time_s)"""
     interval: dict[str, tuple[float, float]]
+    """80 % interval (low, high) of iteration_time_s and throughput_samples_s, from the held-out errors of the path
+    and regime that priced it"""
     breakdown: dict[str, float]
+    """where an optimizer step's seconds go: compute_s, input_s, allreduce_s (all of it), exposed_comm_s (the part
+    not hidden behind the backward pass), dp_loss_s (stragglers, contention, gradient copies), baseline_wait_s (an
+    'up to' network held to its baseline)"""
     bottleneck: str
+    """what limits the step, in words"""
     fits_memory: bool
+    """whether every group fits its GPUs' memory"""
     groups: tuple[GroupPrediction, ...]
-    global_batch: float  # samples per optimizer step
+    """one entry per instance type of the fleet"""
+    global_batch: float
+    """samples per optimizer step over the fleet"""
     accumulate_grad_batches: int
+    """micro-steps per optimizer step"""
     scaling: str
+    """strong (the profiled global batch kept) or weak (the profiled per-GPU batch kept)"""
     batch_split: str
+    """how the global batch splits over the GPUs, in words"""
     allreduce_limiting: str
+    """which link limits the gradient all-reduce: none, intra-node KIND or network KIND"""
     assumptions: tuple[str, ...] = field(default=())
+    """what the prediction takes for granted (the layout, the network's transport and rate, the batch split, ...)"""
     extrapolation: tuple[str, ...] = field(default=())
-    layout: str = "ddp"  # predictor.model.layout name (pipeline:<stages>: one stage per node)
-    memory_known: bool = True  # False: the profile has no activation memory; memory_gib is a floor (state only)
-    # "TYPE: reason" for each of the fleet's types whose GPU cannot run the profiled training as profiled (bf16 or FP8
-    # before the GPUs that have them, no build of the profiled torch for it: predictor.catalog.feasible.exclusion,
-    # the rule srifty recommend leaves such types out by); the step is priced all the same, for a run that cannot start
+    """where it goes beyond the data its terms were fitted or checked on"""
+    layout: str = "ddp"
+    """the parallel layout (predictor.model.layout; pipeline:STAGES has one stage a node)"""
+    memory_known: bool = True
+    """false where the profile has no activation memory: memory_gib is then a floor and micro-batches are held to the
+    profiled one"""
     cannot_run: tuple[str, ...] = field(default=())
-    # the performance model that made it: schema + digest of the fitted constants (artefact.model_version)
+    """'TYPE: reason' for each type whose GPU cannot run the profiled training as profiled (bf16 or FP8 before the
+    GPUs that have them, no build of the profiled torch for it: predictor.catalog.feasible, the rule srifty recommend
+    leaves types out by); the step is priced all the same, for a run that cannot start"""
     performance_model: str = field(default_factory=model_version)
+    """the model that made it: schema + digest of the fitted constants and the model's code"""
 
     def to_dict(self) -> dict[str, Any]:
         """The prediction as JSON reads it back: every tuple a list (``json.loads(json.dumps(d)) == d``)."""

@@ -44,6 +44,18 @@ def _resolve(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def test_a_predictions_fields_are_described(app) -> None:
+    """The prediction's answer documents every field it carries (the string under each field of the dataclass, one
+    declaration for Python's help and the document): a client generated from it reads what cannot_run or breakdown
+    mean (a new user's trial found none described)."""
+    spec = app.openapi()
+    for name in ("Prediction", "GroupPrediction"):
+        props = spec["components"]["schemas"][name]["properties"]
+        bare = sorted(field for field, schema in props.items() if not schema.get("description"))
+        assert not bare, f"{name}: fields without a description: {bare}"
+    assert "TYPE: reason" in spec["components"]["schemas"]["Prediction"]["properties"]["cannot_run"]["description"]
+
+
 def test_every_declared_answer_has_a_schema(app) -> None:
     spec = app.openapi()
     operations = _operations(spec)
