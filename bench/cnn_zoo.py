@@ -139,6 +139,17 @@ def capture_classifier(net: Any, images: Any, precision: str, optimizer: Any, la
     return to_dict(capture_ops(module, batch, precision=precision, device="meta", optimizer=optimizer))
 
 
+def store_capture(path: Path, table: dict, net: Any, what: str, started: float) -> dict[str, Any]:
+    """Keep a captured ``table`` of ``net`` at ``path`` (with its parameter count) and say so: every bench's cache of
+    a classifier's capture."""
+    data = {"table": table, "parameters": sum(p.numel() for p in net.parameters())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    print(f"  captured {what}: {len(table['ops'])} records, {time.perf_counter() - started:.1f} s", file=sys.stderr,
+          flush=True)  # fmt: skip
+    return data
+
+
 def table_for(model: str, precision: str) -> dict[str, Any]:
     """The operator table of one step (forward, loss, backward) at batch 12, cached."""
     path = TABLES / f"zoo-{model}-{precision}-12.json"
@@ -151,12 +162,7 @@ def table_for(model: str, precision: str) -> dict[str, Any]:
     sgd = functools.partial(torch.optim.SGD, lr=0.1)  # required by capture_ops; its records are dropped below
     table = capture_classifier(net, torch.randn(12, 3, 224, 224), precision, sgd)
     table["ops"] = [r for r in table["ops"] if r["phase"] != "optimizer"]
-    data = {"table": table, "parameters": sum(p.numel() for p in net.parameters())}
-    TABLES.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
-    print(f"  captured {model} {precision}: {len(table['ops'])} records, {time.perf_counter() - t:.1f} s",
-          file=sys.stderr, flush=True)  # fmt: skip
-    return data
+    return store_capture(path, table, net, f"{model} {precision}", t)
 
 
 def profile(model: str, precision: str, src: dict[str, str] | None) -> Any:

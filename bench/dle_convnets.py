@@ -113,7 +113,7 @@ def table_for(model: str, precision: str, batch: int, size: int, channels_last: 
     if path.exists():
         return json.loads(path.read_text())
     import torch
-    from cnn_zoo import capture_classifier
+    from cnn_zoo import capture_classifier, store_capture
 
     t = time.perf_counter()
     net = build(model)
@@ -125,12 +125,7 @@ def table_for(model: str, precision: str, batch: int, size: int, channels_last: 
     else:
         opt = functools.partial(torch.optim.SGD, lr=0.256, momentum=0.875, weight_decay=3.0517578125e-05)
     table = capture_classifier(net, images, precision, opt, label_smoothing=0.1)
-    data = {"table": table, "parameters": sum(p.numel() for p in net.parameters())}
-    TABLES.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
-    print(f"  captured {model} {precision} b={batch} {size}px {layout}: {len(table['ops'])} records, "
-          f"{time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)  # fmt: skip
-    return data
+    return store_capture(path, table, net, f"{model} {precision} b={batch} {size}px {layout}", t)
 
 
 def profile(row: dict[str, Any], timed: bool) -> Any:

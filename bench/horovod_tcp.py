@@ -70,7 +70,7 @@ def table_for(model: str, batch: int) -> dict[str, Any]:
     if path.exists():
         return json.loads(path.read_text())
     import torch
-    from cnn_zoo import capture_classifier
+    from cnn_zoo import capture_classifier, store_capture
 
     from lightning_srifty.cli.capture import torchvision_models
 
@@ -79,12 +79,7 @@ def table_for(model: str, batch: int) -> dict[str, Any]:
     size = IMAGE[model]
     sgd = functools.partial(torch.optim.SGD, lr=0.1)  # tf_cnn_benchmarks' default --optimizer=sgd: no momentum
     table = capture_classifier(net, torch.zeros(batch, 3, size, size), "32-true", sgd)
-    data = {"table": table, "parameters": sum(p.numel() for p in net.parameters())}
-    TABLES.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
-    print(f"  captured {model} b={batch}: {len(table['ops'])} records, {data['parameters'] / 1e6:.1f}M parameters, "
-          f"{time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)  # fmt: skip
-    return data
+    return store_capture(path, table, net, f"{model} b={batch}", t)
 
 
 def profile(row: dict[str, Any], gpu: str = GPU) -> Any:
