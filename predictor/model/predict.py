@@ -69,7 +69,8 @@ class GroupPrediction:
     compute_s: float
     """seconds of compute per optimizer step on one of its GPUs (its micro-steps and its share of the optimizer step)"""
     input_s: float
-    """seconds of input pipeline per optimizer step not hidden behind the compute"""
+    """seconds per optimizer step the training waits for its input (the profile's data phase, scaled to the
+    instance's CPUs)"""
     memory_gib: float
     """GiB a GPU needs (a floor, weights, gradients, optimizer state and the CUDA context, where memory_known is
     false)"""
@@ -269,9 +270,9 @@ def as_profile(profile: Profile | Mapping[str, Any]) -> Profile:
 
 
 def cannot_run(profile: Profile, fleet: Fleet, catalog: Catalog) -> tuple[str, ...]:
-    """ "TYPE: reason" for each of ``fleet``'s types that cannot run the profiled training as profiled, by the rule
-    srifty recommend leaves types out by (:func:`~predictor.catalog.feasible.exclusion`); an arm64 type named in the
-    fleet is the caller's choice, not a reason."""
+    """The reason, as "TYPE: reason", for each of ``fleet``'s types that cannot run the profiled training as profiled,
+    by the rule srifty recommend leaves types out by (:func:`~predictor.catalog.feasible.exclusion`); an arm64 type
+    named in the fleet is the caller's choice, not a reason."""
     out = []
     for g in fleet.groups:
         name = g.instance.gpu

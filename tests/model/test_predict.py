@@ -446,8 +446,8 @@ def test_predict_takes_a_parsed_profile_and_its_dict_reads_back_from_json(catalo
     """Python's predict() takes the srifty.profile/v1 dict the service takes (validated as load_profile does), a
     clear TypeError otherwise; to_dict() is what JSON gives back, every tuple a list (a new user's trial)."""
     one = predict(copy.deepcopy(MINIMAL), "p3.8xlarge:2", catalog=catalog)
-    assert one.iteration_time_s == predict(load_profile(copy.deepcopy(MINIMAL)), "p3.8xlarge:2", catalog=catalog)\
-        .iteration_time_s  # fmt: skip
+    loaded = predict(load_profile(copy.deepcopy(MINIMAL)), "p3.8xlarge:2", catalog=catalog)
+    assert one.iteration_time_s == loaded.iteration_time_s
     with pytest.raises(TypeError, match="load_profile"):
         predict("profile.json", "p3.8xlarge:2", catalog=catalog)  # type: ignore[arg-type]
     d = one.to_dict()
