@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from predictor.catalog.gpus import GPU
 from predictor.catalog.instances import InstanceType
-from predictor.catalog.torch_builds import unsupported
+from predictor.catalog.torch_builds import default_image, image_stops, unsupported
 from predictor.documents.profile import Profile
 
 MIN_CC_ANY_TORCH = (3, 7)
@@ -45,6 +45,17 @@ NO_TORCH = "GPU without any torch build (compute capability < 3.7)"
 OLD_FOR_TORCH2 = "GPU older than torch 2.x CUDA wheels support (compute capability < 5.0)"
 
 
+def image_words(driver: str | None) -> str:
+    """Which image a driver rule was read for, and how to rank for another."""
+    name, default = default_image()
+    if driver in (None, default):
+        return (
+            f"the driver of {name}, the image srifty terraform boots; for an image with a newer one rank with --driver "
+            "VERSION (driver= in Python) and give srifty terraform that image (--ami)"
+        )
+    return "the driver the ranking was given (--driver)"
+
+
 def torch_major(profile: Profile) -> int | None:
     """The major version of the torch the profile was made with ("2.4.1+cu121" -> 2), None where unknown."""
     version = profile.software.torch if profile.software else None
@@ -58,8 +69,12 @@ def profile_on_arm(profile: Profile) -> bool:
     return (profile.hardware.cpu_arch or "").lower() in ARM
 
 
-def exclusion(it: InstanceType, gpu: GPU | None, profile: Profile, *, allow_arm64: bool) -> str | None:
-    """Why ``it`` cannot run the profiled training (a reason to count), or None when it can."""
+def exclusion(
+    it: InstanceType, gpu: GPU | None, profile: Profile, *, allow_arm64: bool, driver: str | None = None
+) -> str | None:
+    """Why ``it`` cannot run the profiled training (a reason to count), or None when it can; with ``driver`` (the
+    NVIDIA driver of the image its nodes boot) also a GPU whose every build of the profiled torch needs a newer
+    driver (:func:`~predictor.catalog.torch_builds.image_stops`: the node would stop at boot)."""
     if it.arch.lower() in ARM and not (allow_arm64 or profile_on_arm(profile)):
         return ARM64
     cc = gpu.capability if gpu is not None else None
@@ -71,6 +86,9 @@ def exclusion(it: InstanceType, gpu: GPU | None, profile: Profile, *, allow_arm6
     why = unsupported(str(version), f"{cc[0]}.{cc[1]}") if version else None
     if why:
         return why
+    stops = image_stops(str(version), f"{cc[0]}.{cc[1]}", driver) if version and driver else None
+    if stops:
+        return f"{stops} ({image_words(driver)})"
     major = torch_major(profile)
     if major is not None and major >= 2 and cc < MIN_CC_TORCH2:
         return OLD_FOR_TORCH2

@@ -92,6 +92,33 @@ def unsupported(torch_version: str, cc: str) -> str | None:
     return f"no torch {release} build for its GPU (compute capability {cc}){would}"
 
 
+def default_image() -> tuple[str, str]:
+    """The name and NVIDIA driver of the image srifty terraform's module boots when given no --ami (the Deep Learning
+    AMI it resolves: ``images`` in ``predictor/data/cuda_builds.json``)."""
+    ((_, image),) = table()["images"].items()
+    return image["name"], image["driver"]
+
+
+def image_stops(torch_version: str, cc: str, driver: str) -> str | None:
+    """Why no published build of ``torch_version`` that runs a GPU of compute capability ``cc`` runs on NVIDIA driver
+    ``driver`` (a node of that image would stop at boot: the rule it applies, ``bootstrap.choose_torch_build``, takes
+    a build whose CUDA release the driver supports in full or through CUDA minor version compatibility), or None when
+    one does or the table cannot tell. Torch 2.13 on a B200 (compute capability 10.0) has only cu130 and cu132,
+    which need driver 580.65.06; the Deep Learning AMI's is 570.133.20."""
+    running = running_builds(torch_version, cc)
+    if not running:  # None: the table cannot tell; []: no build runs the GPU at all (unsupported() says so)
+        return None
+    compat = table()["minor_compatibility_driver"]
+    need = {build: compat[build[2:-1]] for build in running}  # cu130 -> CUDA 13's minimum driver
+    if any(numbers(driver) >= numbers(v) for v in need.values()):
+        return None
+    lowest = min(need.values(), key=numbers)
+    return (
+        f"no torch {release_of(torch_version)} build for its GPU (compute capability {cc}: {', '.join(running)}) runs "
+        f"on NVIDIA driver {driver}: they need >= {lowest}"
+    )
+
+
 def unknown_release(torch_version: str) -> str | None:
     """A sentence when the table does not know the release of ``torch_version`` (newer than the table, or unreadable),
     else None: a node could not choose a CUDA build that exists."""

@@ -368,6 +368,11 @@ class PlanConstraints:
         "strong scaling: the samples per optimizer step every fleet trains", default=None, min=1
     )
     allow_arm64: bool | None = doc_field("arm64 (Graviton) instance types were allowed", default=None)
+    driver: str | None = doc_field(
+        "the NVIDIA driver the nodes' image was taken to have (absent: the default image's, predictor/data/"
+        "cuda_builds.json images); GPUs no build of the profiled torch runs on it were left out",
+        default=None,
+    )
     startup_s: float | None = doc_field(
         "a new fleet's start-up as given (null: per instance type, predictor/runs/startup.py)", default=None, min=0
     )

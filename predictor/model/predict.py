@@ -18,6 +18,7 @@ import numpy as np
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.feasible import exclusion
 from predictor.catalog.fleet import Fleet, parse_fleet
+from predictor.catalog.torch_builds import default_image
 from predictor.documents.checks import check_choice
 from predictor.documents.profile import Profile, load_profile
 from predictor.documents.work import global_batch as global_batch_of
@@ -277,7 +278,7 @@ def cannot_run(profile: Profile, fleet: Fleet, catalog: Catalog) -> tuple[str, .
     for g in fleet.groups:
         name = g.instance.gpu
         gpu = catalog.gpu(name) if name is not None and name in catalog.gpus else None
-        why = exclusion(g.instance, gpu, profile, allow_arm64=True)
+        why = exclusion(g.instance, gpu, profile, allow_arm64=True, driver=default_image()[1])
         if why:
             out.append(f"{g.instance.name}: {why}")
     return tuple(dict.fromkeys(out))

@@ -13,6 +13,7 @@ from predictor.catalog.catalog import Catalog
 from predictor.catalog.feasible import exclusion
 from predictor.catalog.gpus import CATALOG_EXTRA
 from predictor.catalog.instances import InstanceType
+from predictor.catalog.torch_builds import default_image
 from predictor.documents.checks import suggest
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, did_you_mean
@@ -92,6 +93,7 @@ def instance_types(
     which a mixed market's on-demand base is filled, and the launch-template priority of the generated Terraform).
     Every type left out is counted in ``excluded`` by reason."""
     types: list[InstanceType] = []
+    driver = constraints.driver or default_image()[1]  # the nodes boot srifty terraform's image unless told
     for it in catalog.filter(cuda_only=True):
         if not _allowed(it, constraints):
             count(excluded, "not among the types allowed", 1)
@@ -100,7 +102,7 @@ def instance_types(
         elif not any(it.price_usd_hr(region, m) for region in constraints.regions for m in ("on-demand", "spot")):
             count(excluded, "no price in " + ", ".join(constraints.regions), 1)
         else:
-            why = exclusion(it, catalog.gpu(it.gpu or ""), profile, allow_arm64=constraints.allow_arm64)
+            why = exclusion(it, catalog.gpu(it.gpu or ""), profile, allow_arm64=constraints.allow_arm64, driver=driver)
             if why:
                 count(excluded, why, 1)
             else:

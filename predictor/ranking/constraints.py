@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -86,6 +87,8 @@ class Spec:
     flag: str | None = ""
     unit: str = ""
     plan: str | None = None
+    pattern: str = ""  # a text's form (re.fullmatch), with ``example`` saying it in words
+    example: str = ""
 
 
 def _c(default: Any, doc: str, kind: str, *, plan: str | None = "", **spec: Any) -> Any:
@@ -93,6 +96,11 @@ def _c(default: Any, doc: str, kind: str, *, plan: str | None = "", **spec: Any)
     return field(default=default, metadata={"spec": Spec(doc, kind, plan=plan, **spec)})
 
 
+DRIVER_DOC = (
+    "the NVIDIA driver of the image the nodes boot (default: the Deep Learning AMI's, the image srifty terraform boots "
+    "without --ami); a GPU no build of the profiled torch runs on it is left out"
+)
+DRIVER_EXAMPLE = "an NVIDIA driver version such as 580.65.06 (what nvidia-smi prints on the image)"
 MOVE_IF_LATE = (
     "the job carries MigrationTriggers (under srifty launch): an on-demand fleet under the confidence on its own is "
     "ranked with the move its deadline trigger makes when the measured speed is late, where a surer fleet can still "
@@ -202,6 +210,7 @@ class Constraints:
         choices=SCALINGS,
     )
     allow_arm64: bool = _c(False, "rank arm64 (Graviton) instance types too", "bool")
+    driver: str | None = _c(None, DRIVER_DOC, "text", pattern=r"\d{3}(\.\d+){0,2}", example=DRIVER_EXAMPLE)
     startup_s: float | None = _c(
         None,
         "a new fleet's whole start-up, seconds (default: per instance type)",
@@ -229,13 +238,7 @@ class Constraints:
             if not isinstance(value, kind) and value in [k.value for k in kind]:
                 object.__setattr__(self, name, kind(value))
         if self.objective is Objective.COST_PER_SAMPLE:
-            warnings.warn(
-                "objective 'cost_per_sample' ranks exactly as 'cost' (every fleet trains the same samples, so the "
-                "cost per sample is the cost over a constant): use 'cost'; 'cost_per_sample' goes in 0.3",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            object.__setattr__(self, "objective", Objective.COST)
+            object.__setattr__(self, "objective", _cost_per_sample())
         for name in ("regions", "allow", "deny", "layouts"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
@@ -293,6 +296,7 @@ class Constraints:
             # a plan that does not say was made when every ranking kept the per-GPU batch
             "scaling": plan.scaling or "weak",
             "allow_arm64": plan.allow_arm64,
+            "driver": plan.driver,
             "startup_s": plan.startup_s,
             "dataset_gb": plan.dataset_gb,
             # a plan that does not say was made when every fleet ran ddp
@@ -396,10 +400,22 @@ class Constraints:
             scaling=self.scaling,
             global_batch=work.global_batch if self.scaling == "strong" else None,
             allow_arm64=self.allow_arm64 or None,
+            driver=self.driver,
             startup_s=self.startup_s,
             dataset_gb=self.dataset_gb or None,
             layouts=tuple(self.layouts) if self.layouts else tuple(LAYOUTS),  # as loaded back (a tuple)
         )
+
+
+def _cost_per_sample() -> Objective:
+    """The objective 'cost_per_sample' asks for, with its deprecation said."""
+    warnings.warn(
+        "objective 'cost_per_sample' ranks exactly as 'cost' (every fleet trains the same samples, so the cost per "
+        "sample is the cost over a constant): use 'cost'; 'cost_per_sample' goes in 0.3",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    return Objective.COST
 
 
 def _check_field(name: str, spec: Spec, value: Any) -> None:
@@ -415,6 +431,8 @@ def _check_field(name: str, spec: Spec, value: Any) -> None:
         check_choice(OWNER, name, value, spec.choices)
     elif spec.kind == "bool" and not isinstance(value, bool):
         raise refused(f"The {name!r} parameter of {OWNER}", "True or False", value, parameter=name, owner=OWNER)
+    elif spec.kind == "text" and spec.pattern and not re.fullmatch(spec.pattern, str(value)):
+        raise refused(f"The {name!r} parameter of {OWNER}", spec.example, value, parameter=name, owner=OWNER)
 
 
 SPECS: dict[str, Spec] = {

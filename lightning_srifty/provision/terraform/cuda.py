@@ -9,7 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightning_srifty.provision.terraform.bootstrap import choose_torch_build, cuda_release, version_numbers
-from predictor.catalog.torch_builds import TABLE, release_of, table  # the one copy: predictor/data/cuda_builds.json
+from predictor.catalog.torch_builds import (  # the one copy: predictor/data/cuda_builds.json
+    TABLE,
+    default_image,
+    release_of,
+    table,
+)
 
 __all__ = ["TABLE", "default_image", "image_note", "ladder", "summary", "table", "torch_cuda"]
 
@@ -39,12 +44,6 @@ def torch_cuda(torch_version: str) -> tuple[dict[str, Any] | None, list[str]]:
         }
     profiled = local if local in rows else None
     return {"torch": release, "profiled": profiled, "index": data["torch_index"], "builds": rows}, []
-
-
-def default_image() -> tuple[str, str]:
-    """The default image's name and its NVIDIA driver (the Deep Learning AMI the module resolves by default)."""
-    ((_, image),) = table()["images"].items()
-    return image["name"], image["driver"]
 
 
 def ladder(spec: dict[str, Any], cc: str | None = None) -> str:
