@@ -154,7 +154,8 @@ def _timing_rows(profile: Profile) -> list[Row]:
                 ),
             )
         )
-    rows.append(("Step time", _stats_line(timing.step_time_s)))
+    measured = timing.step_time_s is not None and (timing.step_time_s.p50 or 0.0) > 0
+    rows.append(("Step time", _stats_line(timing.step_time_s) if measured else "not measured (0: a captured profile)"))
     if timing.samples_per_s is not None:
         rows.append(("Throughput", f"{timing.samples_per_s.p50:,.1f} samples/s (all ranks, median)"))
     step, every = batch.accumulate_grad_batches or 1, batch.all_devices or batch.per_device * world
@@ -456,7 +457,8 @@ def _plan_footer(
         )
     if not wide:
         footer += (
-            "\n* on the Pareto front (time vs cost); 80%: the time's 80% interval; batch: samples per GPU per step; "
+            "\n* on the Pareto front (time vs cost); 80%: the time's 80% interval; batch: samples per GPU per step "
+            "(4x2: micro-batches of 4, 2 accumulated; 3/2: GPUs a sample apart); "
             "spot: interruption risk; --wide for every column (GPUs, region, cost interval, prediction risk, effort, "
             "memory)" + ("; GiB: memory per GPU" if layouts else "")
         )

@@ -58,6 +58,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _limiting_words(result: Any) -> str:
+    """The link that limits the all-reduce; on several nodes, that an intra-node phase is the longer one (the
+    assumptions name the network across nodes: a reader took "intra-node nvswitch" for the transport priced)."""
+    nodes = sum(g.count for g in result.groups)
+    if nodes > 1 and result.allreduce_limiting.startswith("intra-node"):
+        return f"{result.allreduce_limiting}: its phase is longer than the network's"
+    return str(result.allreduce_limiting)
+
+
 def _rows(result: Any, lo: float, hi: float, tlo: float, thi: float) -> list[tuple[str, Any]]:
     """The prediction's table rows: its time and throughput with their intervals, the breakdown, the bottleneck,
     the memory, the batch split and the model that made it."""
@@ -74,7 +83,7 @@ def _rows(result: Any, lo: float, hi: float, tlo: float, thi: float) -> list[tup
         (
             "Breakdown",
             f"compute {_ms(b['compute_s'])} · input {_ms(b['input_s'])} · all-reduce {_ms(b['allreduce_s'])} of "
-            f"which exposed {_ms(b['exposed_comm_s'])} ({result.allreduce_limiting}"
+            f"which exposed {_ms(b['exposed_comm_s'])} ({_limiting_words(result)}"
             + (f"; {_ms(b['baseline_wait_s'])} waiting for its baseline" if b.get("baseline_wait_s", 0.0) > 0 else "")
             + ")"
             + (f" · data-parallel losses {_ms(b['dp_loss_s'])}" if b.get("dp_loss_s", 0.0) > 0 else ""),

@@ -1011,9 +1011,10 @@ def ops_compute(
     where = "on the meta device" if table.device in ("meta", "fake") or not src.measured else "on CPU"
     notes.append(
         f"{dst.key}: {target.seconds * 1e3:.3g} ms of GPU work for the captured step ({table.samples:g} samples on "
-        f"one GPU), predicted absolutely from the operator table captured {where} ({target.kernels} kernels; the host "
-        f"needs at least {host * 1e3:.3g} ms to run Lightning's step and launch them: the step's floor); scaled to "
-        "each GPU's share of the batch"
+        f"one GPU, {target.optimizer_share:.0%} of it the optimizer step, which a sharded layout divides over its "
+        f"shard group), predicted absolutely from the operator table captured {where} ({target.kernels} kernels; the "
+        f"host needs at least {host * 1e3:.3g} ms to run Lightning's step and launch them: the step's floor); scaled "
+        "to each GPU's share of the batch"
     )
     extrapolation.append(f"no GPU step was measured: {dst.key}'s time is the operator model's alone")
     return target.seconds / table.samples, share, "ops-absolute", target.optimizer_share

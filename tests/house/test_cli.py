@@ -285,3 +285,14 @@ def test_ranking_errors_name_the_commands_flags(tmp_path, capsys) -> None:
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "--deadline 60h binds" in err and "(--max-instances)" in err and "deadline_h" not in err
+
+
+def test_profile_show_says_a_captured_profiles_step_was_not_measured(tmp_path, capsys) -> None:
+    """A capture's step time is 0 (nothing ran): the summary says "not measured", not "0 us" (a new user's trial)."""
+    raw = copy.deepcopy(MINIMAL)
+    raw["timing"] = {"step_time_s": {"p50": 0.0}}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(raw))
+    assert main(["profile", "show", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "Step time not measured (0: a captured profile)" in out and "0 µs" not in out

@@ -332,3 +332,24 @@ def test_a_rehearsal_folder_inside_the_root_module_is_not_copied_into_itself(tmp
     (root / "terraform.tfstate").write_text("{}")
     copy_root_module(root, root / "x" / "infra", root / "x")
     assert sorted(p.name for p in (root / "x" / "infra").iterdir()) == ["main.tf"]
+
+
+def test_the_resume_note_tells_srifty_autos_exact_resume_from_lightnings_warning() -> None:
+    """srifty_auto's own log line quotes Lightning's "not resumable" warning to say it does not apply: the rehearsal
+    reported the opposite of what the nodes said (a new user's trial). Each is now read by its own sentence."""
+    from types import SimpleNamespace
+
+    before, started = SimpleNamespace(step=816, checkpoint="ckpt-816"), SimpleNamespace(step=817)
+    exact = [
+        "resumed from ckpt-816",
+        "srifty_auto: the resume is sample-exact: the position in the epoch (epoch 3, 512 samples) came back with "
+        "the checkpoint and the loader srifty_auto re-cut continues from it; Lightning's warning that the dataloader "
+        "is not resumable does not apply to it.",
+        "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable.",
+    ]
+    notes = [detail for name, _, detail in walk.resume_findings(before, started, exact) if not name]
+    assert len(notes) == 1 and "sample-exact" in notes[0] and "does not apply" in notes[0]
+    plain = [exact[0], exact[2]]  # a plain Lightning loader: the warning alone
+    notes = [detail for name, _, detail in walk.resume_findings(before, started, plain) if not name]
+    assert len(notes) == 1 and "is not resumable: the resumed run sees its samples again" in notes[0]
+    assert not [d for n, _, d in walk.resume_findings(before, started, [exact[0]]) if not n]

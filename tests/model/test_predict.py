@@ -467,3 +467,19 @@ def test_an_operator_table_of_another_precision_is_refused_naming_both() -> None
     assert e.value.field == "ops.precision" and "set model.precision back to '32-true'" in str(e.value)
     raw["ops"]["precision"], raw["model"]["precision"] = "16", "16-mixed"
     assert load_profile(raw).model.precision == "16-mixed"
+
+
+def test_the_breakdown_says_when_an_intra_node_phase_limits_a_multi_node_all_reduce() -> None:
+    """On several nodes the all-reduce's limit can be a node's NVSwitch phase while the assumptions name EFA across
+    nodes: the breakdown says the intra-node phase is the longer one (a new user's trial read "(intra-node nvswitch)"
+    as the transport priced)."""
+    from types import SimpleNamespace
+
+    from lightning_srifty.cli.predict import _limiting_words
+
+    group = SimpleNamespace(count=4)
+    multi = SimpleNamespace(groups=(group,), allreduce_limiting="intra-node nvswitch")
+    assert _limiting_words(multi) == "intra-node nvswitch: its phase is longer than the network's"
+    one = SimpleNamespace(groups=(SimpleNamespace(count=1),), allreduce_limiting="intra-node nvswitch")
+    assert _limiting_words(one) == "intra-node nvswitch"
+    assert _limiting_words(SimpleNamespace(groups=(group,), allreduce_limiting="network efa")) == "network efa"

@@ -813,9 +813,21 @@ def resume_findings(before: Any, started: Any, logs: list[str]) -> list[tuple[st
         ("leg 2: the replacements resumed where the fleet left", ok, where),
         ("leg 2: resumed from the notice's checkpoint", named, which),
     ]
-    if any("non-resumable" in text or "not resumable" in text for text in logs):
+    if any(SAMPLE_EXACT in text for text in logs):  # srifty_auto carried the epoch's position: the warning is moot
+        found.append((
+            "", True, "note: the resume was sample-exact: srifty_auto restored the position in the epoch, so "
+            "Lightning's warning that the DataLoader is not resumable does not apply (the nodes' logs say so)",
+        ))  # fmt: skip
+    elif any(LIGHTNING_NOT_RESUMABLE in text for text in logs):
         found.append((
             "", True, "note: the job's DataLoader is not resumable: the resumed run sees its samples again from the "
             "start of the epoch (Lightning's warning, in the nodes' logs)",
         ))  # fmt: skip
     return found
+
+
+# what srifty_auto logs on a resume it made sample-exact (lightning_srifty/strategies/planned.py), and Lightning's
+# warning on a resume from the middle of an epoch with a loader that has no state (training_epoch_loop.py): the
+# strategy's own sentence quotes the warning, so the two are told apart by these, not by "not resumable" alone
+SAMPLE_EXACT = "srifty_auto: the resume is sample-exact"
+LIGHTNING_NOT_RESUMABLE = "your dataloader is not resumable"
