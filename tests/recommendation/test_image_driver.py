@@ -73,3 +73,19 @@ def test_a_prediction_names_the_image_that_cannot_boot_it_and_a_bad_driver_is_re
     with pytest.raises(ConfigError, match=r"an NVIDIA driver version such as 580\.65\.06") as e:
         rank(_profile(), Constraints(steps=10, driver="latest"), catalog=catalog)
     assert e.value.parameter == "driver" and "'latest'" in str(e.value)
+
+
+def test_srifty_terraform_says_when_the_plan_was_ranked_for_another_image(catalog) -> None:
+    """A plan ranked with driver= keeps GPUs that need it: the module written without --ami (the default image) says
+    so, and says nothing once the image is given, or for a plan ranked for the default image."""
+    import dataclasses
+
+    from lightning_srifty.provision.terraform.generate import Options, _driver_notes
+
+    profile = _profile()
+    newer = rank(profile, Constraints(steps=20_000, allow=("p6-b200",), driver="580.65.06"), catalog=catalog)
+    (note,) = _driver_notes(newer, Options())
+    assert "ranked for an image with NVIDIA driver 580.65.06" in note and "--ami" in note
+    assert _driver_notes(newer, dataclasses.replace(Options(), ami="ami-0123456789abcdef0")) == []
+    plain = rank(profile, Constraints(steps=20_000, allow=("p5",)), catalog=catalog)
+    assert _driver_notes(plain, Options()) == []

@@ -750,7 +750,20 @@ def _snapshot(
                 parameter="torch",
                 value=torch_version,
             )
-    return snapshot, notes + _script_notes(plan.entries[choice], options, snapshot, env)
+    return snapshot, notes + _driver_notes(plan, options) + _script_notes(plan.entries[choice], options, snapshot, env)
+
+
+def _driver_notes(plan: Plan, options: Options) -> list[str]:
+    """Where the plan was ranked for an image of another NVIDIA driver (``srifty recommend --driver``) and the module
+    boots the default one (no --ami, no --image): the GPUs it kept may need the driver it was given."""
+    ranked = plan.constraints.driver
+    name, default = torch_builds.default_image()
+    if not ranked or ranked == default or options.ami or options.image:
+        return []
+    return [
+        f"the plan was ranked for an image with NVIDIA driver {ranked} (--driver), but without --ami the nodes boot "
+        f"{name} (driver {default}): give srifty terraform --ami the image the plan was ranked for"
+    ]
 
 
 def _torch_release(plan: Plan, options: Options) -> str:
