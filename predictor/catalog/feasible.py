@@ -15,6 +15,10 @@ The rules (docs/catalog.md, "Which instance types are ranked"):
   capability below 3.7, and from torch 2.0 the official CUDA wheels start at 5.0 (3.7 only in the CUDA 11.8 variant,
   not the default wheel: pytorch/builder ``manywheel/build_cuda.sh``), so a profile made with torch >= 2 excludes
   compute capability < 5.0 (the K80 of p2); an unknown torch version keeps only the 3.7 rule.
+- The nodes' image (given its NVIDIA driver: the ranking's ``driver``, else the default image's): a GPU whose every
+  build of the profiled torch needs a newer driver is excluded, the node's own rule
+  (:func:`~predictor.catalog.torch_builds.image_stops`; torch 2.13 on a B200 needs cu130: driver >= 580.65.06). A
+  fleet that already runs (the ranking's current fleet) is not asked.
 - Precision: bf16 (``bf16-mixed``, ``bf16-true``) needs compute capability >= 8.0 (Ampere), and transformer-engine
   FP8 needs >= 8.9 (Ada, Hopper): excluded below. fp16 (``16-mixed``, ``16-true``) runs on every supported GPU; below
   7.0 (no tensor cores, e.g. P100, M60) it is slower, which the compute model already prices from the GPU's fp16
