@@ -353,3 +353,10 @@ def test_the_resume_note_tells_srifty_autos_exact_resume_from_lightnings_warning
     notes = [detail for name, _, detail in walk.resume_findings(before, started, plain) if not name]
     assert len(notes) == 1 and "is not resumable: the resumed run sees its samples again" in notes[0]
     assert not [d for n, _, d in walk.resume_findings(before, started, [exact[0]]) if not n]
+
+
+def test_a_job_that_finishes_before_the_notice_is_told_to_run_longer() -> None:
+    """A node that leaves with 0 before the notice ran a script too short for a rehearsal: the failure says so (a walk
+    read only "exited with 0 first"); another exit code is reported as it is."""
+    assert walk.exited_first(1, "i-1", 0).startswith("node 1 (i-1) exited with 0 first: the training finished before")
+    assert walk.exited_first(2, "i-2", 1) == "node 2 (i-2) exited with 1 first"

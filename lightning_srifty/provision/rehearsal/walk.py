@@ -500,9 +500,7 @@ class _Walk:
                 return value
             for node in watch or []:
                 if node.exit_code is not None:
-                    raise self.fail(
-                        what, f"node {node.index} ({node.instance_id}) exited with {node.exit_code} first", node
-                    )
+                    raise self.fail(what, exited_first(node.index, node.instance_id, node.exit_code), node)
             if time.monotonic() >= until:
                 if seconds is not None and until < self.deadline:
                     return None
@@ -799,6 +797,18 @@ def local_aws_findings(proxy: AwsRulesProxy | None) -> list[tuple[str, bool, str
         + ")"
     )
     return [("local AWS", False, detail)]
+
+
+def exited_first(index: int, instance_id: str, code: int) -> str:
+    """Why a node that left before the rehearsal's next event fails it; a job that finished (exit 0) ran fewer steps
+    than a rehearsal takes (a walk ran the demo's 2,000-step script and read only "exited with 0 first")."""
+    why = f"node {index} ({instance_id}) exited with {code} first"
+    if code == 0:
+        why += (
+            ": the training finished before the rehearsal's spot notice; rehearse a script that runs longer than the "
+            "rehearsal (more steps: a max_steps the notices end)"
+        )
+    return why
 
 
 def resume_findings(before: Any, started: Any, logs: list[str]) -> list[tuple[str, bool, str]]:
