@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from lightning_srifty.cli._common import console, load_catalog
+from predictor.documents.plan import TRANSPORTS
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -15,10 +16,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     catalog = load_catalog(args)
+    options = {"catalog": catalog, "scaling": args.scaling, "transport": args.transport}
     if args.layout == "auto":
-        result = predict_auto(profile, args.fleet, catalog=catalog, scaling=args.scaling)
+        result = predict_auto(profile, args.fleet, **options)
     else:
-        result = predict(profile, args.fleet, catalog=catalog, scaling=args.scaling, layout=args.layout)
+        result = predict(profile, args.fleet, layout=args.layout, **options)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
         return 0
@@ -152,6 +154,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         default="auto",
         help="parallel layout: ddp, fsdp:full_shard, fsdp:shard_grad_op, fsdp:hybrid_shard, pipeline:<nodes>; "
         "+ac for activation checkpointing; auto (the default): the one srifty recommend runs this fleet with",
+    )
+    p.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="auto",
+        help="how a multi-node fleet's nodes meet: auto (the default), EFA on the types that have it, as srifty "
+        "terraform builds the fleet; tcp, NCCL's sockets on every type (a cluster without EFA)",
     )
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_predict)

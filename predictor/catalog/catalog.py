@@ -16,7 +16,7 @@ import csv
 import json
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from predictor.catalog.extra import Extra, build_instance, load_extra
@@ -64,10 +64,15 @@ class CatalogInfo:
 class Catalog:
     """Typed queries over instance types and GPUs. Build with :meth:`load`."""
 
-    def __init__(self, instances: dict[str, InstanceType], gpus: GpuTable, info: CatalogInfo) -> None:
+    def __init__(
+        self, instances: dict[str, InstanceType], gpus: GpuTable, info: CatalogInfo, transport: str = "auto"
+    ) -> None:
         self._instances = dict(sorted(instances.items()))
         self.gpus = gpus
         self.info = info
+        # how a multi-node fleet's nodes meet (predictor.documents.plan.TRANSPORTS): "auto", EFA on the types that
+        # have it; "tcp", every type as NCCL's sockets over its primary interface see it (:meth:`over_tcp`)
+        self.transport = transport
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -113,7 +118,13 @@ class Catalog:
                 ) from None
             instances[fields["name"]] = build_instance(fields, gpu, extra.path)
         info = CatalogInfo(self.info.source, self.info.snapshot, (*self.info.extras, extra.path), self.info.notes)
-        return Catalog(instances, gpus, info)
+        return Catalog(instances, gpus, info, self.transport)
+
+    def over_tcp(self) -> Catalog:
+        """This catalog as a cluster without EFA sees it (the ``tcp`` transport): every type's nodes meet through
+        NCCL's socket transport over the one interface on its first network card (:func:`over_tcp`)."""
+        instances = {name: over_tcp(it) for name, it in self._instances.items()}
+        return Catalog(instances, self.gpus, self.info, "tcp")
 
     # ---------------------------------------------------------------- queries
     def __len__(self) -> int:
@@ -217,6 +228,12 @@ class Catalog:
         if prefixed:
             return prefixed
         return {self.gpus.canonical(gpu)}  # raises UnknownNameError with suggestions
+
+
+def over_tcp(instance: InstanceType) -> InstanceType:
+    """``instance`` without EFA: one ENA interface (on the first network card, at its per-card rate,
+    :meth:`InstanceType.provisioned_network_gbps`) that NCCL's sockets carry the inter-node traffic over."""
+    return replace(instance, efa=False, efa_interfaces=0, gpudirect_rdma=None) if instance.efa else instance
 
 
 def _read_copy(folder: Path) -> tuple[dict[str, InstanceType], CatalogInfo]:

@@ -32,6 +32,11 @@ OBJECTIVES: tuple[str, ...] = tuple(o for o in get_args(ObjectiveName) if o not 
 FleetMarket = Literal["on-demand", "spot", "mixed"]  # the market one fleet is bought in
 MarketName = Literal["on-demand", "spot", "mixed", "any"]  # what a request asks: one, or any (each of the three)
 MARKETS: tuple[str, ...] = get_args(MarketName)
+# how a multi-node fleet's nodes meet: "auto", EFA on the types that have it (what srifty terraform attaches) and TCP
+# sockets on the others; "tcp", sockets on every type (a cluster without EFA: the user's own VPC or launch template,
+# Kubernetes without the EFA device plugin)
+TransportName = Literal["auto", "tcp"]
+TRANSPORTS: tuple[str, ...] = get_args(TransportName)
 
 
 @dataclass(frozen=True)
@@ -371,6 +376,11 @@ class PlanConstraints:
     driver: str | None = doc_field(
         "the NVIDIA driver the nodes' image was taken to have (absent: the default image's, predictor/data/"
         "cuda_builds.json images); GPUs no build of the profiled torch runs on it were left out",
+        default=None,
+    )
+    transport: TransportName | None = doc_field(
+        "how multi-node fleets were priced to meet: auto, EFA on the types that have it (absent: the same); tcp, "
+        "NCCL's sockets on every type (srifty terraform then attaches no EFA interface)",
         default=None,
     )
     startup_s: float | None = doc_field(

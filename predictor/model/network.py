@@ -132,6 +132,15 @@ class NetworkModel:
     # 0.51 -> 0.21 and 0.37 -> 0.14); one-GPU nodes reach the rate (0.97-0.98 of it on nccl#209), so they never pay
     # it. Bound: (0, 1].
     host_staged_efficiency: float = field(default_factory=lambda: _fitted("host_staged_efficiency", 0.65))
+    # the most bus bandwidth NCCL's socket transport has been seen to move a node, GB/s: its proxy threads copy every
+    # byte through the kernel's TCP stack, so a faster NIC stops paying off. Measured, not fitted: nccl-tests over
+    # 100 Gbit/s TCP between two p3dn.24xlarge, one GPU each, NCCL 2.4.8's AWS default of 2 threads x 8 sockets:
+    # 4.7 GB/s whatever NCCL_SOCKET_NTHREADS (NVIDIA/nccl#398); another 100 Gbit/s TCP network, tuned (4 channels,
+    # 2 threads), 4.5-5.2 GB/s at 8-16 MiB (NVIDIA/nccl#450). It binds only above ~40 Gbit/s of line rate: every
+    # socket measurement the model was checked on (<= 32 Gbit/s, nccl#209; Horovod's 25 and 40) lies below it, and
+    # so do the catalog's types without EFA (<= 25 Gbit/s); the tcp transport (no EFA) of a 50-3200 Gbit/s type
+    # reaches it. Bound: below the line rate.
+    socket_ceiling_gbps: float = 4.7
 
     def __post_init__(self) -> None:
         """Every efficiency is a share of a rate: in (0, 1] (a zero would divide a transfer by nothing).
@@ -142,7 +151,7 @@ class NetworkModel:
         for name in ("nvlink_efficiency", "efa_efficiency", "tcp_efficiency", "up_to_burst",
                      "host_staged_efficiency"):  # fmt: skip
             check_number("NetworkModel", name, getattr(self, name), minimum=0.0, exclusive=True, maximum=1.0)
-        for name in ("pcie_bus_gbps", "pcie_shm_gbps"):
+        for name in ("pcie_bus_gbps", "pcie_shm_gbps", "socket_ceiling_gbps"):
             check_number("NetworkModel", name, getattr(self, name), minimum=0.0, exclusive=True)
 
 
@@ -273,7 +282,15 @@ def inter_node_link(instance: InstanceType, net: NetworkModel = DEFAULT_NETWORK,
         return Link(gbps * eff, net.latency_efa_s, "efa", crossing, True, share, sustained * eff)
     share = host_staging(instance.gpus, net)
     eff = net.tcp_efficiency * share
-    return Link(gbps * eff, net.latency_tcp_s, "tcp", SOCKETS, staging=share, sustained_gbps=sustained * eff)
+    rate = min(gbps * eff, net.socket_ceiling_gbps)  # NCCL's sockets move a node no faster than their ceiling
+    return Link(
+        rate,
+        net.latency_tcp_s,
+        "tcp",
+        SOCKETS,
+        staging=share,
+        sustained_gbps=min(sustained * eff, rate) if math.isfinite(sustained) else sustained,
+    )
 
 
 def link_words(
@@ -284,6 +301,7 @@ def link_words(
     staged: list[str] | None = None,
     declared: list[str] | None = None,
     staged_declared: bool = False,
+    chosen: bool = False,
 ) -> str:
     """How a fleet's nodes are priced to meet, in words (a prediction's assumption): the transport (``crossing``:
     TCP sockets, naming the types ``without_efa``, or EFA with the plugin it needs, naming the types ``staged``
@@ -291,10 +309,12 @@ def link_words(
     layout says otherwise: a pipeline's point-to-point sends, HSDP's rings of nodes). Where every group is a catalog
     extra's RDMA node (``declared``: ``gpudirect_rdma: true``, RoCE or InfiniBand, not EC2), its fabric is named as
     such: NCCL's own InfiniBand / RoCE transport carries it, not AWS's EFA plugin; ``staged_declared``: the staged
-    types are so because their catalog entries say ``gpudirect_rdma: false``, not by AWS's plugin table."""
+    types are so because their catalog entries say ``gpudirect_rdma: false``, not by AWS's plugin table; ``chosen``:
+    sockets because the request said transport tcp (a cluster without EFA), whatever the types have."""
     if crossing == SOCKETS:
+        why = "transport tcp: EFA not used" if chosen else "no EFA"
         return (
-            f"across nodes: TCP through NCCL's socket transport ({', '.join(without_efa) or 'no EFA'}: no EFA), "
+            f"across nodes: TCP through NCCL's socket transport ({', '.join(without_efa) or 'no EFA'}: {why}), "
             f"{rate}, {how or 'a flat ring through every rank'}"
         )
     algorithm = (

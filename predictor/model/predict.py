@@ -15,11 +15,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from predictor.catalog.catalog import Catalog
+from predictor.catalog.catalog import Catalog, over_tcp
 from predictor.catalog.feasible import exclusion
-from predictor.catalog.fleet import Fleet, parse_fleet
+from predictor.catalog.fleet import Fleet, Group, parse_fleet
 from predictor.catalog.torch_builds import default_image
 from predictor.documents.checks import check_choice
+from predictor.documents.plan import TRANSPORTS
 from predictor.documents.profile import Profile, load_profile
 from predictor.documents.work import global_batch as global_batch_of
 from predictor.exceptions import ConfigError, PredictionError
@@ -172,9 +173,8 @@ def predict_auto(
     """
     import dataclasses
 
-    profile, catalog = as_profile(profile), catalog or Catalog.load()
-    if not isinstance(fleet, Fleet):
-        fleet = parse_fleet(fleet, catalog)
+    profile = as_profile(profile)
+    catalog, fleet = fleet_over(fleet, catalog, options.pop("transport", "auto"))
     names = sorted({g.instance.name for g in fleet.groups})
     tidx = np.array([[names.index(g.instance.name) for g in fleet.groups]])
     cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
@@ -200,20 +200,20 @@ def predict(
     calibration: Mapping[str, float] | None = None,
     dp_model: ScalingModel | None = None,
     layout: Layout | str = DDP,
+    transport: str = "auto",
 ) -> Prediction:
-    """Predict one fleet from a profile (``network``: the link constants, see :class:`NetworkModel`;
-    ``calibration``: measured/predicted throughput factors by GPU key, from observations of this model;
-    ``dp_model``: the data-parallel loss constants, default the fitted ones; ``layout``: the parallel layout, a
-    :class:`Layout` or its name, e.g. ``"fsdp:full_shard+ac"``; ``pipeline:<p>`` needs p nodes of one type).
+    """Predict one fleet from a profile (``network``: the link constants, see :class:`NetworkModel`; ``transport``:
+    "auto", EFA where the type has it, or "tcp", a cluster without EFA (:func:`fleet_over`); ``calibration``:
+    measured/predicted throughput factors by GPU key, from observations of this model; ``dp_model``: the
+    data-parallel loss constants, default the fitted ones; ``layout``: the parallel layout, a :class:`Layout` or its
+    name, e.g. ``"fsdp:full_shard+ac"``; ``pipeline:<p>`` needs p nodes of one type).
 
     Raises:
         PredictionError: the profile cannot be scaled to this fleet (e.g. CPU profile without FLOPs).
         UnknownNameError, ConfigError: a bad fleet, or a layout that does not apply to it or to the profile.
     """
     check_choice("predict()", "scaling", scaling, SCALINGS)
-    profile, catalog = as_profile(profile), catalog or Catalog.load()
-    if not isinstance(fleet, Fleet):
-        fleet = parse_fleet(fleet, catalog)
+    profile, (catalog, fleet) = as_profile(profile), fleet_over(fleet, catalog, transport)
     layout = parse(layout) if isinstance(layout, str) else layout
     _check_layout(profile, fleet, layout)
     src, many, row_bases = _one_row(profile, fleet, catalog, network, calibration, scaling, dp_model, layout)
@@ -224,7 +224,7 @@ def predict(
     global_batch = float(many.global_batch[0])
     split_note = _split_note(fleet, groups, scaling, global_batch)
     dp_loss = float(many.dp_loss_s[0])
-    assumptions = _assumptions(profile, fleet, layout, row_bases, split_note, dp_loss, step)
+    assumptions = _assumptions(profile, fleet, layout, row_bases, split_note, dp_loss, step, catalog.transport)
     if fleet.nodes > 1:
         assumptions += _baseline_words(fleet, row_bases, float(many.baseline_wait_s[0]), step)
     extrapolation = _extrapolation(fleet, row_bases, src.world)
@@ -250,6 +250,26 @@ def predict(
         memory_known=activations_known(profile),
         cannot_run=cannot_run(profile, fleet, catalog),
     )
+
+
+def fleet_over(
+    fleet: Fleet | str | Iterable[tuple[str, int]], catalog: Catalog | None, transport: str
+) -> tuple[Catalog, Fleet]:
+    """(the catalog, the fleet) as their nodes meet under ``transport`` (:data:`TRANSPORTS`): "tcp" prices every
+    type as a cluster without EFA sees it (:meth:`Catalog.over_tcp`), a parsed fleet's types included.
+
+    Raises:
+        ConfigError: an unknown transport, or a bad fleet (:func:`parse_fleet`).
+    """
+    check_choice("predict()", "transport", transport, TRANSPORTS)
+    catalog = catalog or Catalog.load()
+    if transport == "tcp" and catalog.transport != "tcp":
+        catalog = catalog.over_tcp()
+    if not isinstance(fleet, Fleet):
+        return catalog, parse_fleet(fleet, catalog)
+    if catalog.transport == "tcp":
+        fleet = Fleet(tuple(Group(over_tcp(g.instance), g.count) for g in fleet.groups))
+    return catalog, fleet
 
 
 def as_profile(profile: Profile | Mapping[str, Any]) -> Profile:
@@ -383,6 +403,7 @@ def _assumptions(
     split_note: str,
     dp_loss: float,
     step: float,
+    transport: str = "auto",
 ) -> list[str]:
     """What the prediction assumes, in words: the batch split, each type's notes and the measured link, the input
     pipeline, the memory estimate's basis, FSDP's collectives, and the data-parallel losses' share of the step."""
@@ -392,7 +413,7 @@ def _assumptions(
     if len(row_bases) == 1 and fleet.nodes > 1 and row_bases[0].link_note:
         assumptions.append(row_bases[0].link_note)
     if fleet.nodes > 1:
-        assumptions.append(_network_words(layout, row_bases, fleet))
+        assumptions.append(_network_words(layout, row_bases, fleet, transport))
     if not profile.hardware.cpu_count:
         assumptions.append("input pipeline time kept as profiled (no CPU count in the profile)")
     else:
@@ -417,10 +438,10 @@ def _assumptions(
     return assumptions
 
 
-def _network_words(layout: Layout, row_bases: list[TypeBasis], fleet: Fleet) -> str:
+def _network_words(layout: Layout, row_bases: list[TypeBasis], fleet: Fleet, transport: str = "auto") -> str:
     """How a multi-node fleet's nodes are priced to meet (:func:`~predictor.model.network.link_words`): the slowest
     group's network sets the pace, the groups' largest crossing the algorithm (predictor.model.fleets); a fleet of
-    catalog extras' RDMA nodes is named as such."""
+    catalog extras' RDMA nodes is named as such; ``transport`` "tcp": sockets by the user's choice."""
     measured = len(row_bases) == 1 and row_bases[0].inter.kind == "measured"
     slowest = min(row_bases, key=lambda b: b.plain_inter.gbps)
     staging = slowest.plain_inter.staging
@@ -432,6 +453,12 @@ def _network_words(layout: Layout, row_bases: list[TypeBasis], fleet: Fleet) -> 
             f" ({slowest.name}'s {slowest.gpus} GPUs' transfers staged through host memory: {staging:.0%} of the "
             "transport's rate, as nccl-tests of such nodes measured)"
             if staging < 1.0
+            else ""
+        )
+        + (
+            ": the most NCCL's socket transport has been seen to move a node (NVIDIA/nccl#398, #450), below the "
+            f"line rate of {slowest.name}'s interface"
+            if slowest.plain_inter.kind == "tcp" and slowest.plain_inter.gbps >= DEFAULT_NETWORK.socket_ceiling_gbps
             else ""
         )
     )
@@ -448,7 +475,7 @@ def _network_words(layout: Layout, row_bases: list[TypeBasis], fleet: Fleet) -> 
     rdma = all(g.instance.efa and g.instance.gpudirect_rdma and g.instance.origin != "bundled" for g in fleet.groups)
     said = bool(staged) and all(g.instance.gpudirect_rdma is False for g in fleet.groups if g.instance.name in staged)
     declared = [g.instance.name for g in fleet.groups] if rdma else None
-    return link_words(crossing, rate, without_efa, how, staged, declared, said)
+    return link_words(crossing, rate, without_efa, how, staged, declared, said, chosen=transport == "tcp")
 
 
 def _baseline_words(fleet: Fleet, row_bases: list[TypeBasis], wait: float, step: float) -> list[str]:

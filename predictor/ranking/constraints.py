@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from predictor.documents.checks import check_choice, check_int, check_number, refused, suggest
-from predictor.documents.plan import MARKETS, OBJECTIVES, FleetMarket, PlanConstraints
+from predictor.documents.plan import MARKETS, OBJECTIVES, TRANSPORTS, FleetMarket, PlanConstraints, TransportName
 from predictor.documents.profile import Profile
 from predictor.documents.work import Work, global_batch
 from predictor.exceptions import ConfigError, did_you_mean
@@ -101,6 +101,11 @@ DRIVER_DOC = (
     "without --ami); a GPU no build of the profiled torch runs on it is left out"
 )
 DRIVER_EXAMPLE = "an NVIDIA driver version such as 580.65.06 (what nvidia-smi prints on the image)"
+TRANSPORT_DOC = (
+    "how a multi-node fleet's nodes meet: auto, EFA on the types that have it (srifty terraform attaches it) and TCP "
+    "on the others; tcp, NCCL's sockets on every type (a cluster without EFA: your own VPC or launch template, "
+    "Kubernetes without the EFA device plugin), and srifty terraform attaches no EFA"
+)
 MOVE_IF_LATE = (
     "the job carries MigrationTriggers (under srifty launch): an on-demand fleet under the confidence on its own is "
     "ranked with the move its deadline trigger makes when the measured speed is late, where a surer fleet can still "
@@ -211,6 +216,7 @@ class Constraints:
     )
     allow_arm64: bool = _c(False, "rank arm64 (Graviton) instance types too", "bool")
     driver: str | None = _c(None, DRIVER_DOC, "text", pattern=r"\d{3}(\.\d+){0,2}", example=DRIVER_EXAMPLE)
+    transport: TransportName = _c("auto", TRANSPORT_DOC, "choice", choices=TRANSPORTS)
     startup_s: float | None = _c(
         None,
         "a new fleet's whole start-up, seconds (default: per instance type)",
@@ -297,6 +303,7 @@ class Constraints:
             "scaling": plan.scaling or "weak",
             "allow_arm64": plan.allow_arm64,
             "driver": plan.driver,
+            "transport": plan.transport or "auto",  # a plan that does not say was priced on EFA where the type has it
             "startup_s": plan.startup_s,
             "dataset_gb": plan.dataset_gb,
             # a plan that does not say was made when every fleet ran ddp
@@ -329,25 +336,8 @@ class Constraints:
             )
 
     def layout_list(self) -> list[Layout]:
-        """The layouts asked (all of :data:`LAYOUTS` when none), parsed; a pipeline's stages are set per fleet.
-
-        Raises:
-            ConfigError: a name that is not in LAYOUTS, with the closest ones.
-        """
-        out = []
-        for name in self.layouts or LAYOUTS:
-            value = str(name).strip().lower()
-            if value not in LAYOUTS:
-                close = suggest(value, LAYOUTS, n=2)
-                raise ConfigError(
-                    f"The 'layouts' constraint names {name!r}, which is not a layout. "
-                    + (f"{did_you_mean(close)} " if close else "")
-                    + f"Layouts: {', '.join(LAYOUTS)} (pipeline: one stage per node).",
-                    parameter="layouts",
-                    value=name,
-                )
-            out.append(parse(value.replace("pipeline", "pipeline:2")) if value.startswith("pipeline") else parse(value))
-        return out
+        """The layouts asked (all of :data:`LAYOUTS` when none), parsed (:func:`parse_layouts`)."""
+        return parse_layouts(self.layouts)
 
     def work(self, profile: Profile) -> Work:
         """The work in samples, optimizer steps and batches, in the profiled global batch
@@ -401,10 +391,33 @@ class Constraints:
             global_batch=work.global_batch if self.scaling == "strong" else None,
             allow_arm64=self.allow_arm64 or None,
             driver=self.driver,
+            transport=None if self.transport == "auto" else self.transport,
             startup_s=self.startup_s,
             dataset_gb=self.dataset_gb or None,
             layouts=tuple(self.layouts) if self.layouts else tuple(LAYOUTS),  # as loaded back (a tuple)
         )
+
+
+def parse_layouts(names: tuple[str, ...]) -> list[Layout]:
+    """The layouts ``names`` asks (all of :data:`LAYOUTS` when none), parsed; a pipeline's stages are set per fleet.
+
+    Raises:
+        ConfigError: a name that is not in LAYOUTS, with the closest ones.
+    """
+    out = []
+    for name in names or LAYOUTS:
+        value = str(name).strip().lower()
+        if value not in LAYOUTS:
+            close = suggest(value, LAYOUTS, n=2)
+            raise ConfigError(
+                f"The 'layouts' constraint names {name!r}, which is not a layout. "
+                + (f"{did_you_mean(close)} " if close else "")
+                + f"Layouts: {', '.join(LAYOUTS)} (pipeline: one stage per node).",
+                parameter="layouts",
+                value=name,
+            )
+        out.append(parse(value.replace("pipeline", "pipeline:2")) if value.startswith("pipeline") else parse(value))
+    return out
 
 
 def _cost_per_sample() -> Objective:

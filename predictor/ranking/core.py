@@ -105,7 +105,7 @@ def rank(
     """
     constraints.validate()
     checkpoint_s, checkpoint_note = _checkpoint_cost(profile, checkpoint_s)
-    catalog = catalog or Catalog.load()
+    catalog = _transported(catalog or Catalog.load(), constraints)
     cands.check_names(constraints, catalog)
     work = constraints.work(profile)
     markets = Market(constraints.market).markets()
@@ -139,6 +139,12 @@ def rank(
     relaxed = functools.partial(_without_deadline, r, scoring=(types, names, many, cand, current, known_startup))
     reason = why(constraints, entries[0], ok, _values(scored), key, relaxed)
     return _plan(r, scored, names, layouts, current, entries, front, reason, notes)
+
+
+def _transported(catalog: Catalog, constraints: Constraints) -> Catalog:
+    """The catalog as the fleets' nodes meet: with transport tcp, every type as a cluster without EFA sees it
+    (NCCL's sockets, :meth:`Catalog.over_tcp`)."""
+    return catalog.over_tcp() if constraints.transport == "tcp" else catalog
 
 
 def _without_deadline(
@@ -515,10 +521,16 @@ def _notes(
         )
     if current:
         notes.append(f"savings and migration effort against {current[0]} ({current[2]:,.2f} USD for the work)")
+    if constraints.transport == "tcp":
+        notes.append(
+            f"{TRANSPORT_NOTE}: multi-node fleets priced with NCCL's sockets over each node's primary interface, "
+            "EFA not used where a type has it (the Terraform srifty writes from this plan attaches none)"
+        )
     return notes
 
 
 VALIDATION_NOTE = "the profiled run validates"  # how the note begins (srifty recommend prints it)
+TRANSPORT_NOTE = "transport tcp (asked)"  # how the note begins (srifty recommend prints it)
 
 
 def _validation_notes(profile: Profile, work: Work) -> list[str]:

@@ -35,6 +35,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import instance_to_dict
+from predictor.documents.plan import TransportName
 from predictor.documents.profile import Profile, load_profile
 from predictor.exceptions import (
     ConfigError,
@@ -129,6 +130,7 @@ class PredictRequest(_Strict):
     )
     scaling: Literal["strong", "weak"] = _D["scaling"]
     layout: Text = Field("ddp", max_length=40, description="the parallel layout, e.g. fsdp:full_shard+ac")
+    transport: TransportName = Field(_D["transport"], description=doc("transport", PYTHON))
     use_observations: bool = Field(True, description="calibrate with observed runs of this model")
 
 
@@ -406,6 +408,7 @@ def _add_model_routes(app: FastAPI, catalog: Catalog, store: ObservationStore, h
                 scaling=request.scaling,
                 calibration=calibration.factors if calibration else None,
                 layout=request.layout,
+                transport=request.transport,
             )
             return SafeJSONResponse(prediction.to_dict())
 

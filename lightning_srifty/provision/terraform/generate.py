@@ -224,6 +224,8 @@ def tfvars(
     entry, name = _chosen(plan, choice, options)
     ssh_cidr, secrets, argv = _checked_access(options)
     catalog = catalog or Catalog.load()
+    if plan.constraints.transport == "tcp":  # ranked for a cluster without EFA: built without it, as priced
+        catalog = catalog.over_tcp()
     check_entry(plan, choice, catalog)  # the plan's counts, markets and $/h are the catalog's, or it is refused
     region = options.region or entry.region
     usd_per_hour, max_instances, max_hourly, max_life_h = _guards(plan, entry, options, catalog, region)
