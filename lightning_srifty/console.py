@@ -391,7 +391,9 @@ def _plan_cells(e: PlanEntry, wide: bool) -> dict[str, str]:
     if e.on_demand_fallback and e.on_demand_fallback >= FALLBACK_SHOWN:  # why a spot row can cost more than on demand
         market += f" +{e.on_demand_fallback:.0%} OD"  # (issue #37 M1: said only in the plan's notes before)
     return {
-        "#": str(e.rank) if wide else f"{e.rank}{'*' if e.pareto else ' '}",
+        # the entry's index, what srifty terraform / launch / replay --choice take (0: the recommendation), not its
+        # 1-based rank: a trial's `--choice 4` wrote the fifth row, p3dn.24xlarge:1, where the table said #4 p4d
+        "#": str(e.rank - 1) if wide else f"{e.rank - 1}{'*' if e.pareto else ' '}",
         # a space after each comma lets a fleet of several types wrap between types, never inside one
         "fleet": e.fleet if wide else e.fleet.replace(",", ", "),
         "GPUs": str(e.gpus),
@@ -455,11 +457,13 @@ def _plan_footer(
             "\n+N% OD: the expected share of the work the deadline policy runs on demand (spot capacity lost, the "
             "deadline kept), priced in the row's time and cost"
         )
+    footer += "\n#: the entry's number for --choice (srifty terraform, launch, replay; 0: the recommendation)"
     if not wide:
         footer += (
-            "\n* on the Pareto front (time vs cost); 80%: the time's 80% interval; batch: samples per GPU per step "
+            "; * on the Pareto front (time vs cost); 80%: the time's 80% interval; batch: samples per GPU per step "
             "(4x2: micro-batches of 4, 2 accumulated; 3/2: GPUs a sample apart); "
-            "spot: interruption risk; --wide for every column (GPUs, region, cost interval, prediction risk, effort, "
-            "memory)" + ("; GiB: memory per GPU" if layouts else "")
+            "spot: interruption risk over this run's hours (low: under 0.5 interruptions expected, medium: under 2; "
+            "a type's own rate: srifty catalog); --wide for every column (GPUs, region, cost interval, prediction "
+            "risk, effort, memory)" + ("; GiB: memory per GPU" if layouts else "")
         )
     return footer

@@ -59,10 +59,17 @@ def unmeasured_note(profile: Profile) -> str | None:
         if table is not None and table.device in ("meta", "fake") and not profile.timing.step_time_s.p50
         else "measured on the CPU"
     )
+    captured = where.startswith("captured")
     return (
         f"no GPU step was measured (the profile was {where}): every fleet's time is the performance model's alone "
-        "(its intervals carry the model's held-out error on published runs); a profile of a few steps on one GPU of "
-        "the chosen type narrows it"
+        "(its intervals carry the model's held-out error on published runs)"
+        + (
+            ", and the input pipeline is not in it (a capture runs no DataLoader: a loader that decodes on the CPU "
+            "can set the step on types with few vCPUs per GPU)"
+            if captured
+            else ""
+        )
+        + "; a profile of a few steps on one GPU of the chosen type narrows it"
     )
 
 

@@ -149,7 +149,8 @@ def write_report(plan: Plan, path: str | os.PathLike[str]) -> tuple[Path, Path]:
     atomic_write_bytes(png_path, png)
     esc = html.escape
     rows = "\n".join(
-        f"<tr{' class=chosen' if i == plan.chosen else ''}><td>{e.rank}</td><td>{esc(e.fleet)}</td><td>{e.gpus}</td>"
+        f"<tr{' class=chosen' if i == plan.chosen else ''}><td>{e.rank - 1}</td><td>{esc(e.fleet)}</td>"
+        f"<td>{e.gpus}</td>"
         f"<td>{esc(e.market)}</td><td>{esc(e.region)}</td><td>{num(e.usd_per_hour)}</td><td>{num(e.time_h)}</td>"
         f"<td>{chance(e.deadline_probability)}</td>"
         f"<td>{num(e.cost_usd)}</td><td>{num(e.cost_interval_usd[0])}-{num(e.cost_interval_usd[1])}</td>"
@@ -178,7 +179,8 @@ td,th{{border:1px solid #ccc;padding:.2em .45em;text-align:right}}td:nth-child(2
 (snapshot {esc(plan.catalog_snapshot)}); {plan.considered:,} candidate fleets.</p>
 <img alt="time vs cost" src="data:image/png;base64,{base64.b64encode(png).decode()}">
 <h2>Ranked fleets</h2>
-<table><tr><th>#</th><th>fleet</th><th>GPUs</th><th>market</th><th>region</th><th>$/h</th><th>time (h)</th>
+<table><tr><th title="--choice (0: the recommendation)">#</th><th>fleet</th><th>GPUs</th><th>market</th>
+<th>region</th><th>$/h</th><th>time (h)</th>
 <th>in time (chance of meeting the deadline)</th>
 <th>cost ($)</th><th>cost 80%</th><th>spot risk (interr.)</th><th>perf. risk</th>
 <th>effort</th><th>savings</th><th>batch/GPU (x accum.)</th><th>layout</th><th>GiB/GPU</th><th>Pareto</th></tr>

@@ -250,6 +250,17 @@ def test_the_input_pipeline_says_how_it_was_scaled(catalog) -> None:
 
     data = copy.deepcopy(MINIMAL)
     data["hardware"] = {**data["hardware"], "cpu_count": 8, "devices": 1}
+    # without a data phase the wait is inside the measured step, scaled with it (it said "scaled by CPUs per GPU" of
+    # a data time it did not have); a capture runs no DataLoader, and says the input pipeline is not in its time
+    inside = predict(load_profile(data), "g5.12xlarge:1", catalog=catalog)
+    assert "input pipeline: inside the measured step (its data wait not timed apart)" in " ".join(inside.assumptions)
+    data["timing"]["phases_s"] = {k: {"p50": v} for k, v in (("data", 0.01), ("forward", 0.1), ("backward", 0.18),
+                                                              ("optimizer", 0.02))}  # fmt: skip
     p = predict(load_profile(data), "g5.12xlarge:1", catalog=catalog)
     assert any("scaled by CPUs per GPU (8 profiled -> 12 on g5.12xlarge)" in n for n in p.assumptions), p.assumptions
+    from pathlib import Path
+
+    captured = load_profile(Path(__file__).resolve().parents[2] / "examples" / "profiles" / "llama-1b-meta.json")
+    words = " ".join(predict(captured, "g5.12xlarge:1", catalog=catalog).assumptions)
+    assert "input pipeline: not modelled (the capture ran no DataLoader: 0 ms a step)" in words
     assert [_ms(x) for x in (0.0, 3.3e-5, 0.0123)] == ["0.0 ms", "0.033 ms", "12.3 ms"]
