@@ -98,5 +98,17 @@ def exclusion(
         return OLD_FOR_TORCH2
     need = MIN_CC_PRECISION.get(profile.model.precision)
     if need is not None and cc < need[0]:
-        return f"no {need[1]} on the GPU (compute capability < {need[0][0]}.{need[0][1]})"
+        return f"no {need[1]} on the GPU (compute capability < {need[0][0]}.{need[0][1]})" + _cpu_bf16(profile)
     return None
+
+
+def _cpu_bf16(profile: Profile) -> str:
+    """Where a bf16-mixed profile was measured on the CPU: Lightning runs ``precision="16-mixed"`` there as
+    bf16-mixed (fp16 AMP is not supported on CPU) and the profile records what ran, so a script that asks 16-mixed
+    loses the GPUs without bf16 (a trial's V100s and T4s): say how to profile what the GPUs will run."""
+    if profile.model.precision != "bf16-mixed" or profile.hardware.gpu is not None:
+        return ""
+    return (
+        "; the profile ran on the CPU, where Lightning runs precision='16-mixed' as bf16-mixed: for a script that "
+        "asks 16-mixed, profile it on a GPU or capture it with srifty capture --precision 16-mixed"
+    )

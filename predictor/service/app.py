@@ -48,7 +48,7 @@ from predictor.exceptions import (
 )
 from predictor.model.predict import Prediction, predict
 from predictor.ranking import Constraints, rank
-from predictor.ranking.constraints import SPECS, Spec, constraint_defaults
+from predictor.ranking.constraints import SPECS, Spec, constraint_defaults, parse_market
 from predictor.ranking.words import PYTHON, WORDS, Vocabulary, doc
 from predictor.service.answers import (
     ERRORS,
@@ -134,6 +134,15 @@ class PredictRequest(_Strict):
     use_observations: bool = Field(True, description="calibrate with observed runs of this model")
 
 
+def _market(value: str) -> str:
+    """A market as the CLI takes it: one of MARKETS, or ``spot:SHARE`` (mixed with that spot share)."""
+    try:
+        parse_market(value)
+    except ConfigError as exc:
+        raise ValueError(exc.in_words("service")) from None
+    return value
+
+
 def _constraint_field(name: str, spec: Spec) -> tuple[Any, Any]:
     """(type, Field) of one constraint for the request model, from its :class:`Spec`: the library's bounds, the
     service's tighter ``service_max``, the library's default."""
@@ -158,6 +167,8 @@ def _constraint_field(name: str, spec: Spec) -> tuple[Any, Any]:
         "texts": list[Text],
         "choice": Literal[spec.choices] if spec.choices else str,
     }[spec.kind]
+    if name == "market":  # "spot:0.75" too, as its description and the CLI say: mixed with that spot share
+        kind = Annotated[str, Field(max_length=20, examples=["spot", "spot:0.75"]), AfterValidator(_market)]
     if default is None:
         kind = kind | None
     if isinstance(default, tuple):
@@ -327,13 +338,17 @@ def _add_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(ConfigError)
-    async def config_error(_: Request, exc: ConfigError) -> JSONResponse:
+    async def config_error(request: Request, exc: ConfigError) -> JSONResponse:
         # a refused value in the service's words: the JSON field, not a Python parameter (its parts, or its template)
-        return _error(["body", exc.parameter or "body"], exc.in_words("service"), "value_error")
+        return _error(_loc(request, exc.parameter or "body"), exc.in_words("service"), "value_error")
 
     @app.exception_handler(UnknownNameError)
-    async def unknown(_: Request, exc: UnknownNameError) -> JSONResponse:
-        return _error(["body"], str(exc), "unknown_name", name=exc.name, suggestions=exc.suggestions)
+    async def unknown(request: Request, exc: UnknownNameError) -> JSONResponse:
+        if exc.kind == "GPU":  # a catalog query's, else the profile's GPU
+            field = "gpu" if request.url.path == "/v1/catalog" else "profile.hardware.gpu"
+        else:  # an instance type: a prediction's fleet, a ranking's current fleet (its allow / deny: ConfigError)
+            field = "current_fleet" if request.url.path == "/v1/rank" else "fleet"
+        return _error(_loc(request, field), str(exc), "unknown_name", name=exc.name, suggestions=exc.suggestions)
 
     @app.exception_handler(PredictionError)
     async def cannot_predict(_: Request, exc: PredictionError) -> JSONResponse:
@@ -356,6 +371,17 @@ def _add_error_handlers(app: FastAPI) -> None:
                 error["msg"] = f"the body is not valid JSON: {e['ctx']['error']}"
             errors.append(error)
         return SafeJSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
+
+def _loc(request: Request, field: str) -> list[str]:
+    """Where a refused field is in the request, as pydantic's own errors say it: a catalog query's parameter, a
+    ranking's constraint under ``constraints``, else the body's field (a trial found them all at ``["body", name]``
+    or ``["body"]``: a generated client maps ``loc`` to its form's field)."""
+    if request.url.path == "/v1/catalog":
+        return ["query", field]
+    if request.url.path == "/v1/rank" and field in SPECS:
+        return ["body", "constraints", field]
+    return ["body", *field.split(".")]
 
 
 def _add_read_routes(app: FastAPI, catalog: Catalog, version: str) -> None:

@@ -118,6 +118,18 @@ def test_a_bf16_profile_never_ranks_a_t4_or_v100_and_torch2_never_a_k80(catalog)
     assert fp16.entries and OLD_FOR_TORCH2 not in (fp16.excluded_types or {})
 
 
+def test_a_bf16_profile_measured_on_the_cpu_says_how_to_profile_what_the_gpus_will_run(catalog) -> None:
+    """Lightning runs precision="16-mixed" on a CPU as bf16-mixed and the profile records what ran: a trial's CNN lost
+    the V100s and T4s without a word on why its 16-mixed script was taken for bf16."""
+    cpu = _profile(hardware__gpu=None, hardware__cpu_count=4, model__precision="bf16-mixed",
+                   model__flops__per_sample=1e10)  # fmt: skip
+    (why,) = [w for w in rank(cpu, Constraints(steps=1000), catalog=catalog).excluded_types or {} if "bf16" in w]
+    assert why.startswith("no bf16 on the GPU (compute capability < 8.0); the profile ran on the CPU, where")
+    assert "srifty capture --precision 16-mixed" in why
+    gpu = rank(_profile(**A100_16), Constraints(steps=1000), catalog=catalog)  # measured on a GPU: bf16 was asked
+    assert "no bf16 on the GPU (compute capability < 8.0)" in (gpu.excluded_types or {})
+
+
 def test_lora_memory_counts_gradients_and_optimizer_state_of_trainable_parameters_only(catalog) -> None:
     lora = {"model__parameters": 7_000_000_000, "model__precision": "bf16-true", "hardware__gpu": "A100-SXM-40GB"}
     full = predict(_profile(**lora), "g5.xlarge:1", catalog=catalog)

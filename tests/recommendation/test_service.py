@@ -118,6 +118,40 @@ def test_bad_input_is_a_422_naming_the_field(client, path, body, loc, text) -> N
         assert loc in [str(x) for x in detail["loc"]]
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "loc"),
+    [
+        ("post", "/v1/rank", {"profile": MINIMAL, "constraints": {}}, ["body", "constraints", "steps"]),
+        ("post", "/v1/rank", {"profile": MINIMAL, "constraints": {"steps": 9, "allow": ["p9"]}},
+         ["body", "constraints", "allow"]),
+        ("post", "/v1/rank", {"profile": MINIMAL, "constraints": {"steps": 9, "regions": ["mars-1"]}},
+         ["body", "constraints", "regions"]),
+        ("post", "/v1/rank", {"profile": MINIMAL, "constraints": {"steps": 9, "current_fleet": "p9.big:1"}},
+         ["body", "constraints", "current_fleet"]),
+        ("post", "/v1/predict", {"profile": MINIMAL, "fleet": "p3.2xlarg:1"}, ["body", "fleet"]),
+        ("get", "/v1/catalog?gpu=A1000", None, ["query", "gpu"]),
+    ],
+)  # fmt: skip
+def test_a_refused_value_is_located_where_the_request_has_it(client, method, path, body, loc) -> None:
+    """A trial found the library's refusals at ["body", name] or ["body"] whatever the field: a generated client
+    maps ``loc`` to its form's field, as it does pydantic's own errors."""
+    r = client.post(path, json=body) if method == "post" else client.get(path)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == loc
+
+
+def test_the_market_takes_a_spot_share_as_its_description_says(client) -> None:
+    """``spot:0.75`` (mixed, with that spot share) as srifty recommend --market takes it: the service refused what
+    its own schema's description offered."""
+    asked = {"profile": MINIMAL, "constraints": {"steps": 1000, "market": "spot:0.75"}}
+    plan = client.post("/v1/rank", json=asked).json()
+    assert (plan["constraints"]["market"], plan["constraints"]["spot_share"]) == ("mixed", 0.75)
+    for bad, words in (("spot:1.5", "write e.g. 'spot:0.75'"), ("spt", "Did you mean 'spot'?")):
+        r = client.post("/v1/rank", json={**asked, "constraints": {"steps": 1000, "market": bad}})
+        (detail,) = r.json()["detail"]
+        assert r.status_code == 422 and detail["loc"] == ["body", "constraints", "market"] and words in detail["msg"]
+
+
 def test_oversized_and_malformed_bodies(client) -> None:
     big = {"profile": {**MINIMAL, "notes": ["x" * 1000] * 300}, "fleet": "p3.2xlarge"}
     r = client.post("/v1/predict", json=big)
