@@ -265,6 +265,38 @@ def test_srifty_terraform_warns_of_missing_glue(tmp_path, catalog) -> None:
     assert bare.snapshot is None and any("nothing delivers your code" in n for n in bare.notes)
 
 
+def test_srifty_terraform_says_when_the_script_would_train_another_global_batch(tmp_path, catalog) -> None:
+    """A trial's 16 GPUs at 16 a GPU (the profiled 256) ran its script's own DataLoader batch of 32, 512 a step, and
+    the summary said "ddp (the script builds its Trainer)" as it does for srifty_auto: where the plan splits the
+    batch otherwise than the profiled run and the script never asks for the plan, srifty terraform says so."""
+    import copy
+
+    from _support import MINIMAL
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+
+    project = _project(tmp_path / "p")
+    (project / "train.py").write_text("import lightning\n")  # its own Trainer and DataLoader
+    (project / "srifty").mkdir()
+    (project / "srifty" / "profile.json").write_text(json.dumps(MINIMAL))  # 256 a GPU, one V100
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    plan = rank(profile, Constraints(steps=1000, allow=("g5.xlarge",), max_instances=4, market="on-demand",
+                                     objective="time"), catalog=catalog)  # fmt: skip
+    choice = next(i for i, e in enumerate(plan.entries) if e.gpus == 4)
+    options = Options(name="batch-a", code=str(project), train_command="train.py")
+    got = generate(plan, tmp_path / "a", choice=choice, options=options, catalog=catalog)
+    (note,) = [n for n in got.notes if "another training than the one ranked" in n]
+    assert "the plan trains 64 a GPU on 4 GPUs" in note and "(256 a GPU), 1024 samples a step" in note
+    one = next(i for i, e in enumerate(plan.entries) if e.gpus == 1)  # the profiled split: nothing to say
+    same = generate(plan, tmp_path / "b", choice=one, options=dataclasses.replace(options, name="batch-b"),
+                    catalog=catalog)  # fmt: skip
+    assert not any("another training" in n for n in same.notes)
+    (project / "train.py").write_text('Trainer(strategy="srifty_auto")\n')  # applies the plan's batch
+    glued = generate(plan, tmp_path / "c", choice=choice, options=dataclasses.replace(options, name="batch-c"),
+                     catalog=catalog)  # fmt: skip
+    assert not any("another training" in n for n in glued.notes)
+
+
 def test_a_plain_http_endpoint_gets_a_bucket_that_takes_the_applys_uploads(tmp_path, catalog) -> None:
     """The module's bucket denies requests without TLS; through an http:// endpoint (an emulator such as moto, which
     enforces the policy) the apply's own uploads (the boot scripts, always; the code) got 403. For such an endpoint

@@ -837,13 +837,43 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
     notes = _requirements_beside_the_script(snapshot, env, script)
     text = read_member(snapshot, script).decode(errors="replace")
     glue = ("plan_strategy", "srifty_auto")
-    if entry.layout is not None and entry.layout.strategy != "ddp" and not any(g in text for g in glue):
+    if any(g in text for g in glue):
+        return notes
+    if entry.layout is not None and entry.layout.strategy != "ddp":
         notes.append(
             f"the plan trains with {protocol.entry_strategy(entry)}, but {argv[0]} never asks for the plan's "
             "strategy: the Trainer starts with the script's own (plain DDP holds the whole model on every GPU). "
             'Pass Trainer(strategy="srifty_auto") (docs/launch.md)'
         )
-    return notes
+    return notes + _batch_notes(entry, options, argv[0])
+
+
+def _batch_notes(entry: PlanEntry, options: Options, script: str) -> list[str]:
+    """Where the plan splits the profiled global batch otherwise than the profiled run did (another GPU count, an
+    accumulation) and the script never asks for the plan (srifty_auto applies its per-rank batch): the script's
+    DataLoader keeps its own batch, and the fleet trains another global batch. A trial's 16 GPUs at 16 a GPU for the
+    profiled 256 ran its script's 32 a GPU, 512 a step, and the summary said nothing. The profile is the code
+    folder's own (``srifty/profile.json``); without it, nothing to compare."""
+    path = Path(options.code or ".") / PROJECT_PROFILE
+    sizes = entry.rank_batches()
+    if options.snapshot or sizes is None or not path.is_file():
+        return []
+    try:
+        batch = load_profile(path).batch
+    except Exception:  # noqa: BLE001 - a profile that does not read is the pre-flight's business
+        return []
+    own, accumulation = batch.per_device, int(batch.accumulate_grad_batches or 1)
+    if all(b == own for b in sizes) and entry.accumulate_grad_batches == accumulation:
+        return []
+    planned = f"{entry.batch_per_gpu()} a GPU on {entry.gpus} GPUs"
+    return [
+        f"the plan trains {planned} (the profiled global batch), but {script} never asks for the plan "
+        f'(Trainer(strategy="srifty_auto")): its DataLoader keeps the batch it was profiled with ({own:g} a GPU'
+        + (f", {accumulation} accumulated" if accumulation > 1 else "")
+        + f"), {own * accumulation * entry.gpus:g} samples a step on this fleet: another training than the one "
+        'ranked. Pass Trainer(strategy="srifty_auto") (docs/launch.md), or set the batch from '
+        + protocol.VARIABLES["batch_sizes"]
+    ]
 
 
 def _check_script_in(snapshot: Snapshot, options: Options, script: str, given: str, where: object) -> None:
