@@ -131,6 +131,11 @@ def node_summary(result: Any, options: Any) -> str:
     where = f"zone {zone} (the plan's spot price)" if zone else "a zone AWS picks"
     lines.append(
         f"  network      {'a new minimal VPC' if network.get('create_vpc') else network.get('vpc_id')}, {where}"
+        + (
+            NAT_WORDS
+            if network.get("create_vpc") and any(g["network_interfaces"] > 1 for g in values["groups"])
+            else ""
+        )
     )
     bucket = values["checkpoints"].get("bucket") or "a new bucket (created by the apply)"
     lines.append(f"  checkpoints  {bucket}, prefix {values['checkpoints']['prefix']}")
@@ -167,6 +172,14 @@ def cmd_destroy(args: argparse.Namespace) -> int:
     destroy(args.dir, yes=args.yes)
     print("destroyed")
     return 0
+
+
+# the minimal VPC of a fleet whose instances have several network interfaces (EFA): EC2 gives them no public IP, so
+# they run in a private subnet behind a NAT gateway, which the module creates and the plan's cost does not price
+NAT_WORDS = (
+    ", its instances in a private subnet behind a NAT gateway (several EFA interfaces get no public IP; billed by "
+    "the hour and the GB, not in the plan's cost; S3 goes through a gateway endpoint, free)"
+)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

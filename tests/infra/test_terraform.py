@@ -134,6 +134,21 @@ def test_cli_writes_the_golden_values(tmp_path, capsys, monkeypatch) -> None:
     assert json.loads(capsys.readouterr().out) == {"fleet": {"name": "resnet-single"}}
 
 
+def test_the_summary_names_the_nat_gateway_a_multi_interface_fleet_gets(tmp_path, capsys, monkeypatch) -> None:
+    """p4d.24xlarge:4 with its four EFA interfaces gets no public IP: the minimal VPC puts it behind a NAT gateway,
+    which costs by the hour and the GB and is not in the plan's cost (a new user's trial found it unsaid)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('training')\n")
+    monkeypatch.chdir(project)
+    for example, nat in (("multi-node-spot", True), ("single-node-on-demand", False)):
+        plan = ROOT / "terraform" / "examples" / example / "plan.json"
+        args = ["terraform", "--plan", str(plan), "--out", str(tmp_path / example), "--name", f"nat-{example}"]
+        assert main([*args, "--train-command", "python train.py"]) == 0
+        out = capsys.readouterr().out
+        assert ("behind a NAT gateway" in out and "S3 goes through a gateway endpoint" in out) is nat, out
+
+
 def test_plan_summary_counts_actions() -> None:
     plan = {
         "resource_changes": [

@@ -142,6 +142,20 @@ resource "aws_route_table_association" "private" {
   route_table_id = aws_route_table.private[0].id
 }
 
+# S3 through a gateway endpoint in the minimal VPC: the code snapshot, the training environment's wheels (some GB a
+# node) and every checkpoint go to and from S3, and through the NAT gateway of a private subnet each GB would cost
+# its processing charge; a gateway endpoint has none ("Amazon VPC pricing": NAT gateway data processing; "Gateway
+# endpoints for Amazon S3": "There is no additional charge for using gateway endpoints"), and S3 traffic leaves the
+# public subnet's internet gateway path too
+resource "aws_vpc_endpoint" "s3" {
+  count             = var.network.create_vpc ? 1 : 0
+  vpc_id            = aws_vpc.this[0].id
+  service_name      = "com.amazonaws.${data.aws_region.current.name}.s3"
+  vpc_endpoint_type = "Gateway"
+  route_table_ids   = concat([aws_route_table.this[0].id], aws_route_table.private[*].id)
+  tags              = merge(local.fleet_tags, { Name = "${var.name}-s3" })
+}
+
 resource "aws_security_group" "fleet" {
   name_prefix = "${var.name}-fleet-"
   description = "Training fleet ${var.name}: all traffic between members (NCCL, gloo, torchrun rendezvous), SSH only from the given CIDR blocks"
