@@ -115,7 +115,7 @@ def rank(
     known_startup = measured_startup()  # read once: the start-up figures and the plan's note
     current, current_note = _current(profile, constraints, catalog, work, factors)
     scored = _score(r, types, names, many, cand, current, known_startup)
-    ok, keep = _feasible(r, scored)
+    ok, keep = _feasible(r, scored, lambda i: _described(entry(scored, i, 1, types, profile, None, False)))
     key = scored.time_h if constraints.objective == Objective.TIME else scored.cost
     order, pareto_idx, keyed = _order(constraints, keep, key, scored)
     pareto_set = {int(i) for i in pareto_idx}
@@ -384,7 +384,14 @@ def _values(scored: Scored) -> dict[str, np.ndarray]:
     }
 
 
-def _feasible(r: _Ranking, scored: Scored) -> tuple[np.ndarray, np.ndarray]:
+def _described(e: PlanEntry) -> str:
+    """A fleet in a refusal's words: what it is, where bought, what it costs."""
+    return f"{e.fleet}, {e.market}, ${e.usd_per_hour:,.2f}/h, ${e.cost_usd:,.2f} for the work"
+
+
+def _feasible(
+    r: _Ranking, scored: Scored, describe: Callable[[int], str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(ok, keep) over the priced candidates: ok splits the global batch and fits in GPU memory with the headroom
     asked; keep is ok and within the limits (max_hourly_usd, deadline_h, budget_usd). The others are counted by
     reason in ``excluded``.
@@ -414,7 +421,7 @@ def _feasible(r: _Ranking, scored: Scored) -> tuple[np.ndarray, np.ndarray]:
         cands.count(excluded, reason, over)
         keep &= ~over
     if not keep.any():
-        raise infeasible(constraints, ok, values, excluded, r.words)
+        raise infeasible(constraints, ok, values, excluded, r.words, describe)
     return ok, keep
 
 

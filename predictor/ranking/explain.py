@@ -224,8 +224,11 @@ def infeasible(
     values: Mapping[str, np.ndarray],
     excluded: Mapping[str, int],
     words: Words = PYTHON,
+    describe: Callable[[int], str] | None = None,
 ) -> NoFeasibleConfigError:
-    """Why no fleet is left, in the caller's ``words``: the binding limits and the best values within the others."""
+    """Why no fleet is left, in the caller's ``words``: the binding limits and the best values within the others,
+    each with the fleet that reaches it where ``describe`` (candidate index -> its fleet, market and price) is
+    given."""
     if not ok.any():
         return NoFeasibleConfigError(
             "No fleet holds the model in GPU memory (with the headroom asked"
@@ -254,10 +257,11 @@ def infeasible(
         # the deadline's best is the fastest time at the confidence asked, under the key the service has answered with
         key = "time_h" if measure == "confident_time_h" else measure
         best[key] = float(np.min(values[measure][among]))
+        where = int(np.flatnonzero(among)[np.argmin(values[measure][among])])
         if measure == "confident_time_h" and "instances" in values:
-            fastest_instances = int(values["instances"][among][np.argmin(values[measure][among])])
+            fastest_instances = int(values["instances"][where])
         part = f"{words.setting(name, constraints.limits()[name])} binds: {what[measure]}{scope} is "
-        part += fmt(measure, best[key])
+        part += fmt(measure, best[key]) + (f" ({describe(where)})" if describe is not None else "")
         if measure == "confident_time_h" and "deadline_p" in values:
             best["deadline_probability"] = surest = float(np.max(values["deadline_p"][among]))
             part += f" (the surest meets the deadline at {surest:.0%}, under the {constraints.confidence:.0%} asked)"

@@ -88,6 +88,13 @@ def test_infeasible_names_the_binding_constraint_and_the_best_achievable(profile
     assert info.value.binding == ("deadline_h", "budget_usd") and "alone leaves no fleet" in text
     assert info.value.best["time_h"] > 0.01 and info.value.best["cost_usd"] > 1
     assert "--" not in text  # the library speaks of parameters, not CLI flags
+    # each best value with the fleet that reaches it, its market and price (a trial read "the fastest fleet at 90%
+    # confidence is 5.2 h" and had to re-rank without the deadline to learn which, where the README promises its cost)
+    fastest = re.search(
+        r"at 90% confidence is [^(]+\(([^,]+), (on-demand|spot|mixed), \$([\d,.]+)/h, \$([\d,.]+) for", text
+    )
+    assert fastest is not None, text
+    assert catalog.get(fastest.group(1).split(":")[0]).gpus > 0
     big = copy.deepcopy(MINIMAL)
     big["model"]["parameters"] = 200_000_000_000
     # 200B parameters fit fully sharded over 16 x 8 H100 (16 bytes each / 128 GPUs), never with ddp
