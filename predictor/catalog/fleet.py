@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import InstanceType
-from predictor.documents.checks import refused
+from predictor.documents.checks import shown
 from predictor.exceptions import ConfigError
 
 MAX_COUNT = 10_000  # instances of one type: far beyond any fleet one account can start
@@ -80,12 +80,14 @@ def parse_fleet(text: str | Iterable[tuple[str, int]], catalog: Catalog) -> Flee
     seen: set[str] = set()
     for name, count in pairs:
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
-            raise refused(
-                f"The count of {name!r} in the fleet",
-                f"a whole number from 1 to {MAX_COUNT:,}",
-                count,
-                "Give the number of instances of that type, e.g. 'p4d.24xlarge:2'.",
+            raise ConfigError.between(  # the count named in every front end's words ("--fleet must be" said less)
+                "The count of {kind} in {fleet} must be a whole number from 1 to {most}. Got {got}. Give the number "
+                "of instances of that type, e.g. 'p4d.24xlarge:2'.",
                 parameter="fleet",
+                value=count,
+                kind=repr(name),
+                most=f"{MAX_COUNT:,}",
+                got=shown(count),
             )
         instance = catalog.get(name)
         if instance.name in seen:

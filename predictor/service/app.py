@@ -20,7 +20,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib import metadata, resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -35,6 +35,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import instance_to_dict
+from predictor.documents.checks import suggest
 from predictor.documents.plan import TransportName
 from predictor.documents.profile import Profile, load_profile
 from predictor.exceptions import (
@@ -45,6 +46,7 @@ from predictor.exceptions import (
     ServiceError,
     SriftyError,
     UnknownNameError,
+    did_you_mean,
 )
 from predictor.model.predict import Prediction, predict
 from predictor.ranking import Constraints, rank
@@ -369,8 +371,35 @@ def _add_error_handlers(app: FastAPI) -> None:
             error = {k: v for k, v in e.items() if k in ("loc", "msg", "type")}
             if e.get("type") == "json_invalid" and e.get("ctx", {}).get("error"):
                 error["msg"] = f"the body is not valid JSON: {e['ctx']['error']}"
+            else:
+                error["msg"] = _explained(e)
             errors.append(error)
         return SafeJSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
+
+def _explained(error: Mapping[str, Any]) -> str:
+    """pydantic's message for a request that does not validate, with what was given and, for a constraint, what it
+    means and its unit; an unknown constraint with the closest name (a trial read "Input should be greater than 0"
+    for deadline_h -5 and "Extra inputs are not permitted" for deadline, where the CLI names the value and the fix)."""
+    msg, loc = str(error.get("msg", "")), list(error.get("loc", ()))
+    field = loc[-1] if loc and isinstance(loc[-1], str) else None
+    constraint = "constraints" in loc and field in SPECS
+    if error.get("type") == "extra_forbidden" and field is not None:
+        known = SPECS if "constraints" in loc else {n for m in _Strict.__subclasses__() for n in m.model_fields}
+        close = suggest(field, sorted(known), n=1)
+        return f"{msg}: there is no field {field!r}" + (f". {did_you_mean(close)}" if close else "")
+    if "input" in error and error.get("type") != "missing":
+        given = repr(error["input"])
+        msg += f"; got {given[:80] + '...' if len(given) > 80 else given}"
+    if constraint:
+        spec = SPECS[str(field)]
+        msg += f" ({field}: {spec.doc}" + (f", in {UNITS.get(spec.unit, spec.unit)}" if spec.unit else "") + ")"
+        if error.get("type") == "less_than_equal" and spec.service_max is not None and spec.maximum != spec.service_max:
+            msg += "; the service's limit, tighter than the library's (srifty recommend takes more)"
+    return msg
+
+
+UNITS = {"h": "hours"}
 
 
 def _loc(request: Request, field: str) -> list[str]:
@@ -410,6 +439,16 @@ def _add_read_routes(app: FastAPI, catalog: Catalog, version: str) -> None:
         gpu: Annotated[str | None, Query(max_length=64)] = None,
         cuda_only: bool = True,
     ) -> dict[str, Any]:
+        known = sorted({r for it in catalog for r in it.regions})
+        if region is not None and region not in known:  # as /v1/rank refuses it, not an empty listing
+            close = suggest(region, known, n=2)
+            raise ConfigError(
+                f"The catalog has no prices in region {region!r}."
+                + (f" {did_you_mean(close)}" if close else "")
+                + f" Regions with prices: {', '.join(known)} (`srifty catalog refresh` adds more).",
+                parameter="region",
+                value=region,
+            )
         types = catalog.filter(region=region, gpu=gpu, cuda_only=cuda_only)
         return {
             "source": catalog.info.source,

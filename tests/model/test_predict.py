@@ -168,7 +168,8 @@ def test_predict_cli(tmp_path, capsys) -> None:
     assert main(["predict", "--profile", str(path), "--fleet", "g4dn.xlarge:1"]) == 0
     assert "a GPU with more memory" in capsys.readouterr().out
     assert main(["predict", "--profile", str(path), "--fleet", "p4d.24xlarge:0"]) == 2
-    assert "must be a whole number from 1 to 10,000" in capsys.readouterr().err
+    # the count is what must be, in the flag's words (it read "--fleet must be a whole number")
+    assert "The count of 'p4d.24xlarge' in --fleet must be a whole number from 1 to 10,000" in capsys.readouterr().err
 
 
 def test_every_cuda_type_with_specs_predicts(minimal, catalog) -> None:

@@ -152,6 +152,32 @@ def test_the_market_takes_a_spot_share_as_its_description_says(client) -> None:
         assert r.status_code == 422 and detail["loc"] == ["body", "constraints", "market"] and words in detail["msg"]
 
 
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"steps": 9, "deadline_h": -5}, "greater than 0; got -5 (deadline_h: wall-time limit, in hours)"),
+        ({"steps": 9, "deadline_h": "24h"}, "got '24h' (deadline_h: wall-time limit, in hours)"),
+        ({"steps": 9, "deadline": 5}, "there is no field 'deadline'. Did you mean 'deadline_h'?"),
+        ({"steps": 9, "max_types": 3}, "got 3 (max_types: instance types per fleet: 1 = homogeneous only"),
+    ],
+)
+def test_a_request_that_does_not_validate_says_what_was_given_and_what_the_field_means(client, body, words) -> None:
+    """pydantic's own words named the field only ("Input should be greater than 0"; "Extra inputs are not
+    permitted"): the service adds the value, the constraint's meaning and unit, and the closest name."""
+    r = client.post("/v1/rank", json={"profile": MINIMAL, "constraints": body})
+    assert r.status_code == 422 and words in r.json()["detail"][0]["msg"], r.text
+    typo = client.post("/v1/predict", json={"profile": MINIMAL, "fleet": "g5.xlarge:1", "scalling": "weak"})
+    assert "there is no field 'scalling'. Did you mean 'scaling'?" in typo.json()["detail"][0]["msg"]
+
+
+def test_an_unknown_region_of_the_catalog_is_refused_as_the_ranking_refuses_it(client) -> None:
+    r = client.get("/v1/catalog?region=eu-west-9")  # an empty listing before, a 422 from /v1/rank
+    (detail,) = r.json()["detail"]
+    assert r.status_code == 422 and detail["loc"] == ["query", "region"]
+    assert "no prices in region 'eu-west-9'" in detail["msg"] and "us-east-1" in detail["msg"]
+    assert client.get("/v1/catalog?region=us-east-1").json()["instance_types"]
+
+
 def test_oversized_and_malformed_bodies(client) -> None:
     big = {"profile": {**MINIMAL, "notes": ["x" * 1000] * 300}, "fleet": "p3.2xlarge"}
     r = client.post("/v1/predict", json=big)
