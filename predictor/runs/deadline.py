@@ -46,10 +46,9 @@ from predictor.catalog.catalog import Catalog
 from predictor.documents.plan import check_choice
 from predictor.exceptions import ConfigError
 from predictor.runs.odds import confidence_factor
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, NOTICE_S, saves_on_notice
 from predictor.runs.traces import Trace
 
-NOTICE_S = 120.0  # the EC2 spot interruption notice
 WAIT, ON_DEMAND = -1, -2  # actions besides "spot in zone z" (z >= 0)
 
 
@@ -468,7 +467,7 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
         spot_usd_hr=sp,
         od_usd_hr=od,
         checkpoint_interval_s=entry.checkpoint_interval_s,
-        save_on_notice=ck <= NOTICE_S - 10,
+        save_on_notice=saves_on_notice(ck),
     )
     if not job.save_on_notice:
         notes.append(

@@ -3,7 +3,9 @@
 A fleet of n instances, each interrupted at rate r per hour, is interrupted at rate n r (any loss stops synchronous
 DDP). With a checkpoint every tau seconds costing C seconds, Young-Daly's interval tau = sqrt(2 C M) (M = mean time
 between interruptions) minimises the expected overhead; each interruption costs re-provisioning + restart +
-checkpoint load + the work lost since the last checkpoint (tau / 2 on average).
+checkpoint load, and either a save on the interruption notice, where the save fits EC2's two-minute notice
+(:func:`saves_on_notice`: what SpotPreemption does; nothing trained is lost), or the work lost since the last
+checkpoint (tau / 2 on average). The replay of a run (:mod:`predictor.runs.deadline`) reads the same rule.
 """
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ import numpy as np
 REPROVISION_S = 300.0  # new spot capacity found and booted
 RESTART_S = 120.0  # processes started, rendezvous, data loaders warm
 DEFAULT_CHECKPOINT_S = 30.0  # checkpoint save (and load) time when the profile has not measured it
+# EC2's spot interruption notice ("Spot Instance interruption notices", Amazon EC2 User Guide: "two minutes before")
+NOTICE_S = 120.0
+NOTICE_MARGIN_S = 10.0  # what the leaving job needs of the notice besides its save (the step in flight, the record)
+
+
+def saves_on_notice(checkpoint_s: float) -> bool:
+    """Whether a checkpoint save fits the spot notice (SpotPreemption saves on it): then an interruption loses
+    nothing trained, else the work since the last periodic checkpoint."""
+    return float(checkpoint_s) <= NOTICE_S - NOTICE_MARGIN_S
 
 
 @dataclass(frozen=True)
@@ -26,7 +37,8 @@ class SpotCost:
     checkpoint_interval_s: np.ndarray
     overhead_s: np.ndarray  # checkpoint writes + interruptions, in expectation
     expected_time_s: np.ndarray
-    per_interruption_s: np.ndarray  # re-provision + restart + checkpoint load + half an interval of lost work
+    # re-provision + restart + checkpoint load, and the save on the notice or half an interval of lost work
+    per_interruption_s: np.ndarray
 
 
 SHUTDOWN_GRACE_S = (60, 900)  # torchrun's wait for workers to leave, bounds (its own default is 30 s)
@@ -61,10 +73,11 @@ def spot_cost(
         tau = np.where(np.isfinite(mtbi), np.sqrt(2.0 * checkpoint_s * mtbi), np.inf)
         periodic = np.isfinite(tau) & (tau < work_s)
         tau = np.where(periodic, tau, np.inf)
-        # checkpoints slow the run by C / tau; each interruption costs the restart + a checkpoint load + the work
-        # lost since the last checkpoint (half an interval, or half the run when it takes none)
+        # checkpoints slow the run by C / tau (kept where the save fits the notice too: a notice can come late or
+        # not at all); each interruption costs the restart + a checkpoint load + the save on the notice, or, where
+        # the save does not fit it, the work lost since the last checkpoint (half an interval, or half the run)
         checkpoint_time = np.where(periodic, work_s * checkpoint_s / tau, 0.0)
-        lost = np.where(periodic, tau, work_s) / 2.0
+        lost = checkpoint_s if saves_on_notice(checkpoint_s) else np.where(periodic, tau, work_s) / 2.0
         per_interruption = restart_s + checkpoint_s + lost
     running = work_s + checkpoint_time
     interruptions = fleet_rate * running

@@ -113,15 +113,20 @@ def test_spot_economics_follow_young_daly() -> None:
     assert cost.checkpoint_interval_s[0] == pytest.approx(tau)
     running = 36_000 * (1 + 60 / tau)
     assert cost.expected_interruptions[0] == pytest.approx(running / mtbi)
-    per = REPROVISION_S + RESTART_S + 60 + tau / 2
+    # a 60 s save fits the two-minute notice: SpotPreemption saves on it and nothing trained is lost (the replay's
+    # rule, predictor.runs.deadline); the periodic checkpoints stay, for a notice that comes late or not at all
+    per = REPROVISION_S + RESTART_S + 60 + 60
     assert cost.expected_time_s[0] == pytest.approx(running + running / mtbi * per)
+    slow = spot_cost(np.array([36_000.0]), np.array([4]), np.array([rate]), checkpoint_s=200)  # over the notice
+    tau = math.sqrt(2 * 200 * mtbi)
+    assert slow.per_interruption_s[0] == pytest.approx(REPROVISION_S + RESTART_S + 200 + tau / 2)
     on_demand = spot_cost(np.array([36_000.0]), np.array([4]), np.array([0.0]))
     assert on_demand.expected_time_s[0] == 36_000 and on_demand.expected_interruptions[0] == 0
     # a 6-minute job: the interval (over an hour here) is capped by the run, no periodic checkpoint is taken, and
     # an interruption loses half the run on average, not half an hour-long interval
-    short = spot_cost(np.array([360.0]), np.array([4]), np.array([rate]), checkpoint_s=60, restart_s=360.0)
+    short = spot_cost(np.array([360.0]), np.array([4]), np.array([rate]), checkpoint_s=150, restart_s=360.0)
     assert not np.isfinite(short.checkpoint_interval_s[0])
-    assert short.per_interruption_s[0] == pytest.approx(360 + 60 + 180)
+    assert short.per_interruption_s[0] == pytest.approx(360 + 150 + 180)
     assert short.expected_time_s[0] - 360 < 5  # seconds of expected overhead, not hours
 
 
@@ -306,8 +311,8 @@ def test_plan_json_schema_and_reference_are_current(profile, catalog) -> None:
 def test_spot_entries_carry_the_cost_of_one_interruption(profile, catalog) -> None:
     plan = rank(profile, Constraints(steps=1_000_000, market="spot", allow=("p3.2xlarge",)), catalog=catalog)
     e = plan.entries[0]
-    # an interruption costs the fleet's start-up again, a checkpoint load and half an interval of lost work
-    assert e.interruption_overhead_s == pytest.approx(e.startup_s + 30 + e.checkpoint_interval_s / 2)
+    # an interruption costs the fleet's start-up again, a checkpoint load and the save on its notice (30 s fit it)
+    assert e.interruption_overhead_s == pytest.approx(e.startup_s + 30 + 30)
     on_demand = rank(profile, Constraints(steps=10, market="on-demand"), catalog=catalog).entries[0]
     assert on_demand.interruption_overhead_s == 0 and on_demand.checkpoint_interval_s is None
 
