@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -207,10 +208,22 @@ def _model_rows(profile: Profile) -> list[Row]:
             (
                 "Operators",
                 f"{len(ops.ops)} ATen signatures, {sum(o.count for o in ops.ops)} calls per step "
-                f"({sum((ops.skipped or {}).values())} views skipped), captured on {ops.device}",
+                f"({sum((ops.skipped or {}).values())} views skipped), captured on {ops.device}" + _layout_words(ops),
             )
         )
     return rows
+
+
+def _layout_words(ops: Any) -> str:
+    """The convolutions' memory layout as recorded (channels_last or NCHW), which the prediction prices (cuDNN's
+    layout conversions): a trial could not tell from the summary whether its channels_last was recorded."""
+    convs = [o for o in ops.ops if "convolution" in o.op]
+    if not convs:
+        return ""
+    nhwc = sum(o.count for o in convs if (o.params or {}).get("channels_last"))
+    total = sum(o.count for o in convs)
+    layout = "channels-last" if nhwc == total else "NCHW" if nhwc == 0 else f"{nhwc} of {total} channels-last"
+    return f"; convolutions: {total} calls, {layout}"
 
 
 def _system_rows(profile: Profile) -> list[Row]:
@@ -384,6 +397,17 @@ def _plan_columns(plan: Plan, wide: bool) -> tuple[list[str], bool]:
     return columns, layouts
 
 
+def _said_once(reasons: Iterable[str]) -> list[str]:
+    """Reasons with a parenthesised explanation they share (the image's driver rule of each GPU its torch cannot
+    boot, three lines each) given it once, on the last of them (a trial read it twice in one footer)."""
+    out = list(reasons)
+    tails = [r[r.index(" (the driver") :] if " (the driver" in r else None for r in out]
+    for i, tail in enumerate(tails):
+        if tail is not None and tail in tails[i + 1 :]:
+            out[i] = out[i][: -len(tail)]
+    return out
+
+
 def _plan_cells(e: PlanEntry, wide: bool) -> dict[str, str]:
     """One entry's cell of every column (the table shows those of its columns)."""
     lo, hi = e.cost_interval_usd
@@ -427,7 +451,8 @@ def _plan_footer(
     """Below the plan table: the scaling, the candidates and what was left out (in the words the ranking was asked
     for: :mod:`predictor.ranking.words`), and what the columns shown mean."""
     excluded = ", ".join(f"{n:,} {why}" for why, n in sorted(plan.excluded.items(), key=lambda kv: -kv[1]))
-    types = ", ".join(f"{n:,} {why}" for why, n in sorted((plan.excluded_types or {}).items(), key=lambda kv: -kv[1]))
+    types = ", ".join(_said_once(f"{n:,} {why}" for why, n in sorted((plan.excluded_types or {}).items(),
+                                                                      key=lambda kv: -kv[1])))  # fmt: skip
     c = plan.constraints
     scaling = (
         f"strong scaling: every fleet trains the global batch of {c.global_batch}"

@@ -106,7 +106,8 @@ def _cpu_bf16(profile: Profile) -> str:
     """Where a bf16-mixed profile was measured on the CPU: Lightning runs ``precision="16-mixed"`` there as
     bf16-mixed (fp16 AMP is not supported on CPU) and the profile records what ran, so a script that asks 16-mixed
     loses the GPUs without bf16 (a trial's V100s and T4s): say how to profile what the GPUs will run."""
-    if profile.model.precision != "bf16-mixed" or profile.hardware.gpu is not None:
+    ran_on_cpu = profile.hardware.gpu is None and profile.timing.step_time_s.p50 > 0  # a capture ran no step
+    if profile.model.precision != "bf16-mixed" or not ran_on_cpu:
         return ""
     return (
         "; the profile ran on the CPU, where Lightning runs precision='16-mixed' as bf16-mixed: for a script that "

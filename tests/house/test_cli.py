@@ -54,6 +54,24 @@ def test_profile_show_prints_the_accumulation_an_optimizer_step_takes(tmp_path, 
     assert "accumulated" not in capsys.readouterr().out
 
 
+def test_profile_show_says_the_convolutions_layout(tmp_path, capsys) -> None:
+    """channels_last is recorded per call and priced (cuDNN's layout conversions): the summary says which layout the
+    convolutions ran in (a trial could not tell from it whether its channels_last was recorded)."""
+    raw = copy.deepcopy(MINIMAL)
+    shapes = {"shapes": [[8, 3, 32, 32], [16, 3, 3, 3]], "dtypes": ["float16", "float16"], "phase": "forward"}
+    conv = {"op": "aten.convolution.default", "count": 3, "flops": 1e9, "bytes_read": 1e6, "bytes_written": 1e6,
+            **shapes}  # fmt: skip
+    relu = {"op": "aten.relu.default", "count": 3, "flops": 0, "bytes_read": 1e6, "bytes_written": 1e6, **shapes}
+    raw["ops"] = {"device": "meta", "samples": 256, "precision": "16-mixed", "ops": [conv, relu]}
+    path = tmp_path / "p.json"
+    for params, words in (({"channels_last": [1]}, "convolutions: 3 calls, channels-last"),
+                          ({}, "convolutions: 3 calls, NCHW")):  # fmt: skip
+        conv["params"] = params
+        path.write_text(json.dumps(raw))
+        assert main(["profile", "show", str(path)]) == 0
+        assert words in " ".join(capsys.readouterr().out.replace("│", " ").split())
+
+
 def test_profile_show_json_is_the_validated_profile(tmp_path, capsys) -> None:
     path = tmp_path / "p.json"
     path.write_text(json.dumps(MINIMAL))

@@ -218,3 +218,21 @@ def test_recommend_takes_move_if_late_and_the_table_says_which_fleet_moves(tmp_p
     plan = json.loads((tmp_path / "moving.json").read_text())
     assert plan["constraints"]["move_if_late"] is True and plan["entries"][0]["late_move_to"]
     assert json.loads((tmp_path / "sure.json").read_text())["entries"][0]["fleet"] == plan["entries"][0]["late_move_to"]
+
+
+def test_the_table_numbers_entries_as_choice_takes_them_and_says_a_shared_reason_once(catalog) -> None:
+    """A trial's `srifty terraform --choice 4` wrote the table's #5 (the # was the 1-based rank); and the image's
+    driver rule, shared by the two Blackwell GPUs a torch 2.13 profile cannot boot, was said twice in the footer."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    profile = load_profile(root / "examples" / "profiles" / "llama-7b-bf16-captured.json")
+    plan = rank(profile, Constraints(steps=1000), catalog=catalog)
+    text = "\n".join(render(plan_table(plan), 170))
+    first = next(line for line in text.splitlines() if plan.entries[0].fleet in line)
+    assert re.match(r"\s*0\*?\s", first), first  # the recommendation is --choice 0
+    assert "#: the entry's number for --choice (srifty terraform, launch, replay; 0: the recommendation)" in text
+    flat = " ".join(text.split())
+    assert flat.count("the image srifty terraform boots") == 1
+    assert "compute capability 10.0" in flat and "compute capability 10.3" in flat
+    assert "under 0.5 interruptions expected" in flat  # what the spot column's low means

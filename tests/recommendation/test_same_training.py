@@ -6,6 +6,7 @@ vocabulary for the work (optimizer steps, samples, batches, accumulation) and th
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -128,6 +129,12 @@ def test_a_bf16_profile_measured_on_the_cpu_says_how_to_profile_what_the_gpus_wi
     assert "srifty capture --precision 16-mixed" in why
     gpu = rank(_profile(**A100_16), Constraints(steps=1000), catalog=catalog)  # measured on a GPU: bf16 was asked
     assert "no bf16 on the GPU (compute capability < 8.0)" in (gpu.excluded_types or {})
+    captured = load_profile(
+        Path(__file__).resolve().parents[2] / "examples" / "profiles" / "llama-7b-bf16-captured.json"
+    )
+    assert "no bf16 on the GPU (compute capability < 8.0)" in (  # a capture is asked its precision: nothing to add
+        rank(captured, Constraints(steps=1000), catalog=catalog).excluded_types or {}
+    )
 
 
 def test_lora_memory_counts_gradients_and_optimizer_state_of_trainable_parameters_only(catalog) -> None:
