@@ -177,7 +177,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="every column (GPUs, region, cost interval, prediction risk, effort, memory)",
     )
     p.add_argument("--out", help="write the plan (srifty.plan/v1) here")
-    p.add_argument("--report", help="write a self-contained HTML report here (and the plot as PNG beside it)")
+    p.add_argument(
+        "--report",
+        "--html",
+        dest="report",
+        help="write a self-contained HTML report here (and the plot as PNG beside it)",
+    )
     p.set_defaults(func=cmd_recommend)
 
 

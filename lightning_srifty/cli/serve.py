@@ -55,18 +55,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise refused("--port", "a TCP port from 0 to 65535", args.port, "Give one such as 8000 (0: any free port).")
     token, source = read_token(args.token_file)
-    settings = ServiceSettings(
-        max_body_bytes=args.max_body,
-        max_concurrent=args.max_concurrent,
-        max_queued=args.max_queued,
-        request_timeout_s=args.request_timeout_s,
-        token=token,
-        allow_unauthenticated_writes=args.allow_unauthenticated_writes,
-        host=args.host,
-        allowed_hosts=tuple(args.allowed_host),
-        read_timeout_s=args.read_timeout_s,
-        max_connections=args.max_connections,
-    )
+    settings = _settings(ServiceSettings, args, token, source)
+    _check_port_free(args.host, args.port)
     if token is not None:
         writes = (
             f"writes (POST /v1/observations, /v1/runs) need 'Authorization: Bearer <token>' (token from {source}); "
@@ -98,6 +88,54 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = server_config(app, settings, args.host, args.port, log_level=args.log_level, access_log=args.access_log)
     uvicorn.Server(config).run()
     return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process holds, with the fix, before the server starts (uvicorn printed its own
+    "[Errno 98] error while attempting to bind" and exited 3, a trial found)."""
+    import socket
+
+    from predictor.exceptions import ConfigError
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"Port {port} on {host} is not free ({exc.strerror or exc}): another process listens there. Give "
+                "another with --port (0: any free port), or stop the other server.",
+                parameter="port",
+                value=port,
+            ) from None
+
+
+def _settings(settings_class: Any, args: argparse.Namespace, token: str | None, source: str) -> Any:
+    """The service's settings from the command line; a token refused is said where it came from (--token-file or
+    $SRIFTY_SERVICE_TOKEN), not as a parameter of a class the user never met."""
+    from predictor.exceptions import ConfigError
+
+    try:
+        return settings_class(
+            max_body_bytes=args.max_body,
+            max_concurrent=args.max_concurrent,
+            max_queued=args.max_queued,
+            request_timeout_s=args.request_timeout_s,
+            token=token,
+            allow_unauthenticated_writes=args.allow_unauthenticated_writes,
+            host=args.host,
+            allowed_hosts=tuple(args.allowed_host),
+            read_timeout_s=args.read_timeout_s,
+            max_connections=args.max_connections,
+        )
+    except ConfigError as exc:
+        if exc.parameter != "token":
+            raise
+        said = str(exc).split(" must be ", 1)[1]
+        raise ConfigError(f"The token in {source} must be {said}", parameter="token_file", value=source) from None
 
 
 def cmd_run_token(args: argparse.Namespace) -> int:

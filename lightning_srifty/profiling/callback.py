@@ -345,7 +345,8 @@ class SriftyCallback(Callback):
             from lightning_srifty.console import console, plan_table
 
             console().print(plan_table(self.plan))
-            for line in self.summary():
+            rest = {k: v for k, v in self.written.items() if k != "profile"}  # the profile's panel said where it went
+            for line in summary_lines(rest, self.plan, self.profile):
                 print(line)  # plain: a path must not be wrapped
 
     def summary(self) -> list[str]:

@@ -390,6 +390,24 @@ def test_serve_refuses_a_port_or_an_observations_store_it_cannot_use(tmp_path, c
         assert str(store) in line and kind in line and "--observations" in line
 
 
+def test_serve_refuses_a_port_another_process_holds_and_a_short_token_where_it_came_from(tmp_path, capsys) -> None:
+    """uvicorn's "[Errno 98] error while attempting to bind" (exit 3) and "The 'token' parameter of
+    ServiceSettings()" were what a trial read: both are said in the command line's words, before anything starts."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        line = _run(capsys, ["serve", "--port", str(port)])
+    assert f"Port {port} on 127.0.0.1 is not free" in line and "--port" in line
+    token = tmp_path / "token"
+    token.write_text("short\n")
+    token.chmod(0o600)
+    line = _run(capsys, ["serve", "--port", "0", "--token-file", str(token)])
+    assert f"The token in --token-file {token} must be at least 32 bytes" in line and "ServiceSettings" not in line
+
+
 def test_a_plan_group_with_throughput_0(tmp_path, capsys) -> None:
     """A ZeroDivisionError in the Auto Scaling weights."""
     plan = _plan(tmp_path, lambda d: d["entries"][0]["groups"][0].update(throughput_samples_s=0))

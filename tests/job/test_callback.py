@@ -318,6 +318,7 @@ def test_recommendation_after_profiling(tmp_path, capsys) -> None:
     assert f"plan written to {tmp_path / 'plan.json'}" in out
     assert f"report written to {tmp_path / 'report.html'} (open it in a browser)" in out
     assert "note: this profile ran on the CPU" in out
+    assert " ".join(out.replace("│", " ").split()).count("profile written to") == 1  # said once (a trial read it twice)
 
 
 def test_lightnings_default_length_is_named_when_it_is_the_work() -> None:
