@@ -19,7 +19,7 @@ from predictor.ranking.words import PYTHON, doc
 KINDS = {"int", "number", "text", "texts", "choice", "bool"}
 # the CLI's flags that are not constraints (what they are for is in their help)
 NOT_CONSTRAINTS = {"-h", "--help", "--profile", "--catalog", "--catalog-extra", "--spot-trace", "--trace-values",
-                   "--launchable", "--format", "--wide", "--out", "--report"}  # fmt: skip
+                   "--launchable", "--format", "--wide", "--out", "--report", "--html"}  # fmt: skip
 # PlanConstraints fields that record the request's consequences, not a constraint of its own
 DERIVED_IN_PLAN = {"work_samples": "the work, in samples (steps, samples or epochs)", "global_batch": "strong scaling"}
 
