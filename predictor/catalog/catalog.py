@@ -120,6 +120,34 @@ class Catalog:
         info = CatalogInfo(self.info.source, self.info.snapshot, (*self.info.extras, extra.path), self.info.notes)
         return Catalog(instances, gpus, info, self.transport)
 
+    @property
+    def regions(self) -> list[str]:
+        """The regions any of its types has a price in."""
+        return sorted({r for it in self for r in it.regions})
+
+    def check_region(self, region: str, parameter: str) -> None:
+        """Refuse a region without prices here, naming the closest and every known one (``parameter``: the request's
+        name for it: a ranking's ``regions``, a catalog query's ``region``).
+
+        Raises:
+            ConfigError: the region has no prices in this catalog.
+        """
+        from predictor.exceptions import ConfigError, did_you_mean
+
+        known = self.regions
+        if region in known:
+            return
+        close = suggest(region, known, n=2, cutoff=0.85)
+        raise ConfigError.between(
+            "The catalog has no prices in region {given!r} ({" + parameter + "}).{mean} Regions with prices: {known} "
+            "(`srifty catalog refresh` adds more).",
+            parameter=parameter,
+            value=region,
+            given=region,
+            mean=f" {did_you_mean(close)}" if close else "",
+            known=", ".join(known),
+        )
+
     def over_tcp(self) -> Catalog:
         """This catalog as a cluster without EFA sees it (the ``tcp`` transport): every type's nodes meet through
         NCCL's socket transport over the one interface on its first network card (:func:`over_tcp`)."""

@@ -53,19 +53,8 @@ def check_names(constraints: Constraints, catalog: Catalog) -> None:
                     mean=f" {did_you_mean(close)}" if close else "",
                     extra=CATALOG_EXTRA,
                 )
-    regions = sorted({r for it in types for r in it.regions})
     for region in constraints.regions:
-        if region not in regions:
-            close = suggest(region, regions, n=2, cutoff=0.85)
-            raise ConfigError.between(
-                "The catalog has no prices in region {given!r} ({regions}).{mean} Regions with prices: {known} "
-                "(`srifty catalog refresh` adds more).",
-                parameter="regions",
-                value=region,
-                given=region,
-                mean=f" {did_you_mean(close)}" if close else "",
-                known=", ".join(regions),
-            )
+        catalog.check_region(region, "regions")
 
 
 def gpu_matches(gpu: str, value: str) -> bool:

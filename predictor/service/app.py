@@ -439,16 +439,8 @@ def _add_read_routes(app: FastAPI, catalog: Catalog, version: str) -> None:
         gpu: Annotated[str | None, Query(max_length=64)] = None,
         cuda_only: bool = True,
     ) -> dict[str, Any]:
-        known = sorted({r for it in catalog for r in it.regions})
-        if region is not None and region not in known:  # as /v1/rank refuses it, not an empty listing
-            close = suggest(region, known, n=2)
-            raise ConfigError(
-                f"The catalog has no prices in region {region!r}."
-                + (f" {did_you_mean(close)}" if close else "")
-                + f" Regions with prices: {', '.join(known)} (`srifty catalog refresh` adds more).",
-                parameter="region",
-                value=region,
-            )
+        if region is not None:  # as /v1/rank refuses it, not an empty listing
+            catalog.check_region(region, "region")
         types = catalog.filter(region=region, gpu=gpu, cuda_only=cuda_only)
         return {
             "source": catalog.info.source,
