@@ -84,8 +84,8 @@ def _rows(result: Any, lo: float, hi: float, tlo: float, thi: float) -> list[tup
         ),
         (
             "Breakdown",
-            f"compute {_ms(b['compute_s'])} · input {_ms(b['input_s'])} · all-reduce {_ms(b['allreduce_s'])} of "
-            f"which exposed {_ms(b['exposed_comm_s'])} ({_limiting_words(result)}"
+            f"compute {_ms(b['compute_s'])} · input {_input(result, b['input_s'])} · all-reduce "
+            f"{_ms(b['allreduce_s'])} of which exposed {_ms(b['exposed_comm_s'])} ({_limiting_words(result)}"
             + (f"; {_ms(b['baseline_wait_s'])} waiting for its baseline" if b.get("baseline_wait_s", 0.0) > 0 else "")
             + ")"
             + (f" · data-parallel losses {_ms(b['dp_loss_s'])}" if b.get("dp_loss_s", 0.0) > 0 else ""),
@@ -136,6 +136,14 @@ def _part_name(name: str, result: Any) -> str:
     if name == "gradients" and result.layout.startswith("ddp") and ranks > 1:
         return "gradients (+ DDP's bucket copy)"
     return name
+
+
+def _input(result: Any, input_s: float) -> str:
+    """The input pipeline's time, or "not modelled" where the prediction says so (a capture runs no DataLoader: a
+    trial read "input 0.0 ms" as a measured zero)."""
+    from predictor.model.predict import INPUT_NOT_MODELLED
+
+    return "not modelled" if any(a.startswith(INPUT_NOT_MODELLED) for a in result.assumptions) else _ms(input_s)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

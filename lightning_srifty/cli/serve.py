@@ -91,8 +91,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _check_port_free(host: str, port: int) -> None:
-    """Refuse a port another process holds, with the fix, before the server starts (uvicorn printed its own
+    """Refuse an address the server could not listen on (a port another process holds, an address not this
+    machine's, a port below 1024 without root), with the fix, before the server starts (uvicorn printed its own
     "[Errno 98] error while attempting to bind" and exited 3, a trial found)."""
+    import errno
     import socket
 
     from predictor.exceptions import ConfigError
@@ -105,9 +107,15 @@ def _check_port_free(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
+            why = {
+                errno.EADDRINUSE: "another process listens there. Give another port with --port (0: any free "
+                "port), or stop the other server",
+                errno.EADDRNOTAVAIL: "the --host address is not one of this machine's. Give one of its addresses, "
+                "127.0.0.1 or 0.0.0.0",
+                errno.EACCES: "ports below 1024 need root. Give --port 1024 or above (8000 by default)",
+            }.get(exc.errno or 0, "the system refused it. Give another --host or --port")
             raise ConfigError(
-                f"Port {port} on {host} is not free ({exc.strerror or exc}): another process listens there. Give "
-                "another with --port (0: any free port), or stop the other server.",
+                f"srifty serve cannot listen on {host} port {port} ({exc.strerror or exc}): {why}.",
                 parameter="port",
                 value=port,
             ) from None

@@ -118,7 +118,8 @@ class Catalog:
                 ) from None
             instances[fields["name"]] = build_instance(fields, gpu, extra.path)
         info = CatalogInfo(self.info.source, self.info.snapshot, (*self.info.extras, extra.path), self.info.notes)
-        return Catalog(instances, gpus, info, self.transport)
+        merged = Catalog(instances, gpus, info)
+        return merged.over_tcp() if self.transport == "tcp" else merged  # the extra's EFA types meet over TCP too
 
     @property
     def regions(self) -> list[str]:
@@ -261,7 +262,8 @@ class Catalog:
 def over_tcp(instance: InstanceType) -> InstanceType:
     """``instance`` without EFA: one ENA interface (on the first network card, at its per-card rate,
     :meth:`InstanceType.provisioned_network_gbps`) that NCCL's sockets carry the inter-node traffic over."""
-    return replace(instance, efa=False, efa_interfaces=0, gpudirect_rdma=None) if instance.efa else instance
+    return replace(instance, efa=False, gpudirect_rdma=None) if instance.efa else instance  # its efa_interfaces say
+    # it has EFA (the words "EFA not used"); without ``efa`` nothing prices or attaches them
 
 
 def _read_copy(folder: Path) -> tuple[dict[str, InstanceType], CatalogInfo]:

@@ -49,8 +49,9 @@ class Fleet:
         return ",".join(f"{g.instance.name}:{g.count}" for g in self.groups)
 
 
-def parse_fleet(text: str | Iterable[tuple[str, int]], catalog: Catalog) -> Fleet:
-    """A fleet from ``"type:count,type:count"`` (count defaults to 1) or ``[(type, count), ...]``.
+def parse_fleet(text: str | Iterable[tuple[str, int]], catalog: Catalog, parameter: str = "fleet") -> Fleet:
+    """A fleet from ``"type:count,type:count"`` (count defaults to 1) or ``[(type, count), ...]``; ``parameter``: the
+    request's name for it, which a refusal names (a ranking's ``current_fleet``).
 
     Raises:
         ConfigError: the string does not parse, a count is not a positive whole number, or a type repeats.
@@ -61,7 +62,7 @@ def parse_fleet(text: str | Iterable[tuple[str, int]], catalog: Catalog) -> Flee
         if not text.strip():
             raise ConfigError(
                 "The fleet is empty. Give it as 'instance_type:count[,instance_type:count]', e.g. 'p4d.24xlarge:2'.",
-                parameter="fleet",
+                parameter=parameter,
                 value=text,
             )
         for part in text.split(","):
@@ -70,7 +71,7 @@ def parse_fleet(text: str | Iterable[tuple[str, int]], catalog: Catalog) -> Flee
                 raise ConfigError(
                     f"Cannot read fleet group {part.strip()!r} in {text!r}: expected "
                     "'instance_type:count', e.g. 'p3.8xlarge:2'.",
-                    parameter="fleet",
+                    parameter=parameter,
                     value=text,
                 )
             pairs.append((match.group(1), int(match.group(2)) if match.group(2) is not None else 1))
@@ -81,9 +82,11 @@ def parse_fleet(text: str | Iterable[tuple[str, int]], catalog: Catalog) -> Flee
     for name, count in pairs:
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
             raise ConfigError.between(  # the count named in every front end's words ("--fleet must be" said less)
-                "The count of {kind} in {fleet} must be a whole number from 1 to {most}. Got {got}. Give the number "
+                "The count of {kind} in {"
+                + parameter
+                + "} must be a whole number from 1 to {most}. Got {got}. Give the number "
                 "of instances of that type, e.g. 'p4d.24xlarge:2'.",
-                parameter="fleet",
+                parameter=parameter,
                 value=count,
                 kind=repr(name),
                 most=f"{MAX_COUNT:,}",
@@ -93,7 +96,7 @@ def parse_fleet(text: str | Iterable[tuple[str, int]], catalog: Catalog) -> Flee
         if instance.name in seen:
             raise ConfigError(
                 f"{instance.name!r} appears twice in the fleet: give it once with the total count.",
-                parameter="fleet",
+                parameter=parameter,
                 value=name,
             )
         seen.add(instance.name)

@@ -305,6 +305,17 @@ def _inter_links(
     measured = measured_link(profile, it.name, plain.crossing)
     if measured is None:
         return plain, None, ""
+    if catalog.transport == "tcp" and plain.kind == "tcp" and measured.gbps > network.socket_ceiling_gbps:
+        # faster than NCCL's sockets move a node: measured on another transport (the type's EFA), not this one's
+        return (
+            plain,
+            None,
+            (
+                f"the profile's all-reduce across {it.name} nodes ({measured.gbps:.2f} GB/s) is faster than NCCL's "
+                f"sockets move a node ({network.socket_ceiling_gbps:g} GB/s): it ran over EFA, so transport tcp prices "
+                "the sockets"
+            ),
+        )
     # a window of the run measured the burst at most: the baseline still holds a long run
     measured = dataclasses.replace(measured, sustained_gbps=plain.sustained_gbps)
     words = f"inter-node all-reduce calibrated from the profile's measured buckets on {it.name}: "

@@ -301,7 +301,7 @@ def link_words(
     staged: list[str] | None = None,
     declared: list[str] | None = None,
     staged_declared: bool = False,
-    chosen: bool = False,
+    unused: list[str] | None = None,
 ) -> str:
     """How a fleet's nodes are priced to meet, in words (a prediction's assumption): the transport (``crossing``:
     TCP sockets, naming the types ``without_efa``, or EFA with the plugin it needs, naming the types ``staged``
@@ -309,12 +309,16 @@ def link_words(
     layout says otherwise: a pipeline's point-to-point sends, HSDP's rings of nodes). Where every group is a catalog
     extra's RDMA node (``declared``: ``gpudirect_rdma: true``, RoCE or InfiniBand, not EC2), its fabric is named as
     such: NCCL's own InfiniBand / RoCE transport carries it, not AWS's EFA plugin; ``staged_declared``: the staged
-    types are so because their catalog entries say ``gpudirect_rdma: false``, not by AWS's plugin table; ``chosen``:
-    sockets because the request said transport tcp (a cluster without EFA), whatever the types have."""
+    types are so because their catalog entries say ``gpudirect_rdma: false``, not by AWS's plugin table; ``unused``:
+    the types of ``without_efa`` that have EFA, on sockets because the request said transport tcp (a cluster without
+    EFA)."""
     if crossing == SOCKETS:
-        why = "transport tcp: EFA not used" if chosen else "no EFA"
+        unused = [n for n in unused or () if n in without_efa]
+        none = [n for n in without_efa if n not in unused]
+        said = [f"{', '.join(none)}: no EFA"] if none else []
+        said += [f"{', '.join(unused)}: EFA not used, transport tcp"] if unused else []
         return (
-            f"across nodes: TCP through NCCL's socket transport ({', '.join(without_efa) or 'no EFA'}: {why}), "
+            f"across nodes: TCP through NCCL's socket transport ({'; '.join(said) or 'no EFA'}), "
             f"{rate}, {how or 'a flat ring through every rank'}"
         )
     algorithm = (

@@ -9,6 +9,7 @@ memory from :mod:`predictor.model.memory`; intervals from :mod:`predictor.model.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -41,7 +42,7 @@ from predictor.model.fleets import (
 )
 from predictor.model.layout import DDP, Layout, parse
 from predictor.model.memory import activations_known, estimate_memory
-from predictor.model.network import DEFAULT_NETWORK, NetworkModel, link_words
+from predictor.model.network import DEFAULT_NETWORK, NetworkModel, inter_node_link, link_words
 from predictor.model.scaling import ScalingModel
 
 # pydantic (the service's OpenAPI document, predictor.service.answers) reads the string under each field as its
@@ -171,8 +172,6 @@ def predict_auto(
     Raises:
         PredictionError, UnknownNameError, ConfigError: as :func:`predict` with plain DDP.
     """
-    import dataclasses
-
     profile = as_profile(profile)
     catalog, fleet = fleet_over(fleet, catalog, options.pop("transport", "auto"))
     names = sorted({g.instance.name for g in fleet.groups})
@@ -224,7 +223,7 @@ def predict(
     global_batch = float(many.global_batch[0])
     split_note = _split_note(fleet, groups, scaling, global_batch)
     dp_loss = float(many.dp_loss_s[0])
-    assumptions = _assumptions(profile, fleet, layout, row_bases, split_note, dp_loss, step, catalog.transport)
+    assumptions = _assumptions(profile, fleet, layout, row_bases, split_note, (dp_loss, step), catalog, network)
     if fleet.nodes > 1:
         assumptions += _baseline_words(fleet, row_bases, float(many.baseline_wait_s[0]), step)
     extrapolation = _extrapolation(fleet, row_bases, src.world)
@@ -401,9 +400,9 @@ def _assumptions(
     layout: Layout,
     row_bases: list[TypeBasis],
     split_note: str,
-    dp_loss: float,
-    step: float,
-    transport: str = "auto",
+    loss_and_step: tuple[float, float],
+    catalog: Catalog,
+    network: NetworkModel,
 ) -> list[str]:
     """What the prediction assumes, in words: the batch split, each type's notes and the measured link, the input
     pipeline, the memory estimate's basis, FSDP's collectives, and the data-parallel losses' share of the step."""
@@ -413,7 +412,7 @@ def _assumptions(
     if len(row_bases) == 1 and fleet.nodes > 1 and row_bases[0].link_note:
         assumptions.append(row_bases[0].link_note)
     if fleet.nodes > 1:
-        assumptions.append(_network_words(layout, row_bases, fleet, transport))
+        assumptions.append(_network_words(layout, row_bases, fleet, catalog.transport, network))
     assumptions.append(_input_words(profile, fleet))
     gpus_per_node = min(g.instance.gpus for g in fleet.groups)
     assumptions.append("memory: " + estimate_memory(profile, 1.0, 1.0, layout, fleet.gpus, gpus_per_node).basis)
@@ -422,6 +421,7 @@ def _assumptions(
             f"{layout.name}: FSDP collectives every micro-step (Lightning's FSDPStrategy does not skip them under "
             "gradient accumulation), overlapped with compute by prefetch"
         )
+    dp_loss, step = loss_and_step
     if dp_loss > 0:
         assumptions.append(
             f"data-parallel losses (stragglers, communication contention): {dp_loss / step:.1%} of the step"
@@ -456,27 +456,36 @@ def _input_words(profile: Profile, fleet: Fleet) -> str:
     )
 
 
-def _network_words(layout: Layout, row_bases: list[TypeBasis], fleet: Fleet, transport: str = "auto") -> str:
+def _network_words(
+    layout: Layout,
+    row_bases: list[TypeBasis],
+    fleet: Fleet,
+    transport: str = "auto",
+    net: NetworkModel = DEFAULT_NETWORK,
+) -> str:
     """How a multi-node fleet's nodes are priced to meet (:func:`~predictor.model.network.link_words`): the slowest
     group's network sets the pace, the groups' largest crossing the algorithm (predictor.model.fleets); a fleet of
-    catalog extras' RDMA nodes is named as such; ``transport`` "tcp": sockets by the user's choice."""
+    catalog extras' RDMA nodes is named as such; ``transport`` "tcp": sockets by the user's choice, where the socket
+    ceiling of ``net`` binds, the rate the line and the host staging alone would allow."""
     measured = len(row_bases) == 1 and row_bases[0].inter.kind == "measured"
     slowest = min(row_bases, key=lambda b: b.plain_inter.gbps)
-    staging = slowest.plain_inter.staging
+    staging, link = slowest.plain_inter.staging, slowest.plain_inter
+    instance = next(g.instance for g in fleet.groups if g.instance.name == slowest.name)
+    line = inter_node_link(instance, dataclasses.replace(net, socket_ceiling_gbps=1e12)).gbps  # the ceiling lifted
+    capped = link.kind == "tcp" and link.gbps < line
     rate = (
         "at the rate the profile measured"
         if measured
-        else f"{slowest.plain_inter.gbps * 8:,.4g} Gbit/s effective per node"
+        else f"{link.gbps * 8:,.4g} Gbit/s effective per node"
         + (
-            f" ({slowest.name}'s {slowest.gpus} GPUs' transfers staged through host memory: {staging:.0%} of the "
+            ": the most NCCL's socket transport has been seen to move a node (NVIDIA/nccl#398, #450); the line rate "
+            f"of {slowest.name}'s interface"
+            + (" with its host staging" if staging < 1.0 else "")
+            + f" would allow {line * 8:,.4g} Gbit/s"
+            if capped
+            else f" ({slowest.name}'s {slowest.gpus} GPUs' transfers staged through host memory: {staging:.0%} of the "
             "transport's rate, as nccl-tests of such nodes measured)"
             if staging < 1.0
-            else ""
-        )
-        + (
-            ": the most NCCL's socket transport has been seen to move a node (NVIDIA/nccl#398, #450), below the "
-            f"line rate of {slowest.name}'s interface"
-            if slowest.plain_inter.kind == "tcp" and slowest.plain_inter.gbps >= DEFAULT_NETWORK.socket_ceiling_gbps
             else ""
         )
     )
@@ -493,7 +502,8 @@ def _network_words(layout: Layout, row_bases: list[TypeBasis], fleet: Fleet, tra
     rdma = all(g.instance.efa and g.instance.gpudirect_rdma and g.instance.origin != "bundled" for g in fleet.groups)
     said = bool(staged) and all(g.instance.gpudirect_rdma is False for g in fleet.groups if g.instance.name in staged)
     declared = [g.instance.name for g in fleet.groups] if rdma else None
-    return link_words(crossing, rate, without_efa, how, staged, declared, said, chosen=transport == "tcp")
+    unused = [g.instance.name for g in fleet.groups if g.instance.efa_interfaces > 0] if transport == "tcp" else []
+    return link_words(crossing, rate, without_efa, how, staged, declared, said, unused)
 
 
 def _baseline_words(fleet: Fleet, row_bases: list[TypeBasis], wait: float, step: float) -> list[str]:

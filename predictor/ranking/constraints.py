@@ -354,7 +354,7 @@ class Constraints:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value is None:
+            if value is None or (f.name == "transport" and value == "auto"):  # a service before it takes the rest
                 continue
             out[f.name] = (
                 value.value if isinstance(value, enum.Enum) else list(value) if isinstance(value, tuple) else value

@@ -781,7 +781,7 @@ def _current(
     if text is None:
         return None, None
     try:
-        fleet = parse_fleet(text, catalog)
+        fleet = parse_fleet(text, catalog, "current_fleet" if constraints.current_fleet is not None else "fleet")
     except SriftyError:
         if constraints.current_fleet is not None:
             raise

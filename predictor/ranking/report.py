@@ -134,6 +134,7 @@ def _asked(plan: Plan) -> str:
             f"up to {c.max_instances} instances",
             f"deadline {c.deadline_h:g} h" if c.deadline_h else "",
             f"budget ${c.budget_usd:,.0f}" if c.budget_usd else "",
+            "transport tcp (no EFA)" if c.transport == "tcp" else "",
         )
         if x
     )

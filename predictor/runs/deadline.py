@@ -46,7 +46,7 @@ from predictor.catalog.catalog import Catalog
 from predictor.documents.plan import check_choice
 from predictor.exceptions import ConfigError
 from predictor.runs.odds import confidence_factor
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, NOTICE_S, saves_on_notice
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, NOTICE_MARGIN_S, NOTICE_S, saves_on_notice
 from predictor.runs.traces import Trace
 
 WAIT, ON_DEMAND = -1, -2  # actions besides "spot in zone z" (z >= 0)
@@ -471,8 +471,9 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
     )
     if not job.save_on_notice:
         notes.append(
-            f"a checkpoint save takes {ck:.0f} s, more than the {NOTICE_S:.0f} s spot notice: a preemption loses the "
-            "work since the last periodic checkpoint"
+            f"a checkpoint save takes {ck:.0f} s, more than the {NOTICE_S - NOTICE_MARGIN_S:.0f} s the "
+            f"{NOTICE_S:.0f} s spot notice leaves for it: a preemption loses the work since the last periodic "
+            "checkpoint"
         )
     return PlannedRun(job, entry.fleet, entry.market, spot_nodes, tuple(notes))
 

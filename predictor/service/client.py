@@ -105,8 +105,17 @@ class ServiceClient:
             body["words"] = words
         return load_plan(self._post("/v1/rank", body))
 
-    def predict(self, profile: Profile, fleet: str, scaling: str = "strong") -> dict[str, Any]:
-        return self._post("/v1/predict", {"profile": profile.to_dict(), "fleet": fleet, "scaling": scaling})
+    def predict(
+        self, profile: Profile, fleet: str, scaling: str = "strong", *, layout: str = "ddp", transport: str = "auto"
+    ) -> dict[str, Any]:
+        """``POST /v1/predict``: the fields a prediction takes (``layout``, ``transport``: sent only when not the
+        default, so a service from before them answers as it did)."""
+        body: dict[str, Any] = {"profile": profile.to_dict(), "fleet": fleet, "scaling": scaling}
+        if layout != "ddp":
+            body["layout"] = layout
+        if transport != "auto":
+            body["transport"] = transport
+        return self._post("/v1/predict", body)
 
     def issue_run(self, ttl_s: int | None = None) -> dict[str, Any]:
         """A new run and its token (``POST /v1/runs``; needs the service's own token): ``{"run_id", "token",

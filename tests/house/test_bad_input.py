@@ -400,7 +400,7 @@ def test_serve_refuses_a_port_another_process_holds_and_a_short_token_where_it_c
         holder.listen()
         port = holder.getsockname()[1]
         line = _run(capsys, ["serve", "--port", str(port)])
-    assert f"Port {port} on 127.0.0.1 is not free" in line and "--port" in line
+    assert f"cannot listen on 127.0.0.1 port {port}" in line and "another process listens there" in line
     token = tmp_path / "token"
     token.write_text("short\n")
     token.chmod(0o600)

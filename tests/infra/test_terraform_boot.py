@@ -180,6 +180,13 @@ def test_the_planned_launch_template_has_one_efa_interface_per_card(tf_env, moto
     assert all(n["associate_public_ip_address"] is None for n in nics)
     assert lt["image_id"] == images["x86_64"]
     assert {"aws_nat_gateway", "aws_subnet"} <= set(planned_types(tf_env, infra))
+    # S3 (code, wheels, checkpoints) through a gateway endpoint on both route tables, not the NAT gateway's per-GB
+    (endpoint,) = planned(tf_env, infra, "aws_vpc_endpoint").values()
+    assert endpoint["vpc_endpoint_type"] == "Gateway" and endpoint["service_name"] == "com.amazonaws.us-east-1.s3"
+    changes = _plan_json(tf_env, infra)["resource_changes"]
+    (s3,) = [c for c in changes if c["type"] == "aws_vpc_endpoint"]
+    tables = [c["address"] for c in changes if c["type"] == "aws_route_table"]
+    assert len(tables) == 2 and s3["change"]["after_unknown"].get("route_table_ids")  # both, ids known at apply
 
 
 def planned(env: dict[str, str], folder: Path, rtype: str) -> dict[str, dict]:

@@ -4,6 +4,7 @@ NCCL's sockets move a node no faster than they have been seen to (NVIDIA/nccl#39
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -33,7 +34,7 @@ def test_a_cluster_without_efa_is_priced_over_sockets_and_says_so(profile, catal
     tcp = predict(profile, "p4d.24xlarge:2", catalog=catalog, transport="tcp")
     assert tcp.iteration_time_s > 2 * efa.iteration_time_s  # 37.6 Gbit/s of sockets against 400 Gbit/s of EFA
     (words,) = [a for a in tcp.assumptions if a.startswith("across nodes")]
-    assert "(p4d.24xlarge: transport tcp: EFA not used)" in words
+    assert "(p4d.24xlarge: EFA not used, transport tcp)" in words
     assert "37.6 Gbit/s effective per node" in words and "NVIDIA/nccl#398" in words
     assert not any("across nodes: TCP" in a for a in efa.assumptions)
     # one node meets nobody: the transport changes nothing; nor on a type without EFA (its sockets either way)
@@ -135,10 +136,67 @@ def test_srifty_predict_takes_the_transport(profile, capsys) -> None:
     assert steps[1] > 2 * steps[0] and math.isfinite(steps[1])
 
 
-def test_minimal_profile_over_tcp_is_a_choice_of_the_request_not_of_the_profile(catalog) -> None:
-    """The transport is the request's: the same profile ranked twice gives two plans, and neither changes the
-    profile's global batch (the same training)."""
-    profile = load_profile(MINIMAL)
-    for transport in ("auto", "tcp"):
-        plan = rank(profile, Constraints(steps=1000, max_instances=4, transport=transport), catalog=catalog)
-        assert plan.constraints.global_batch == 256
+def test_a_link_measured_over_efa_is_not_taken_for_the_sockets(catalog) -> None:
+    """A profile measured across two p4d nodes over EFA (~10 GB/s) priced a tcp fleet of them at what EFA did, twice
+    the ceiling its words cited (a review): faster than NCCL's sockets move a node, the measurement is of another
+    transport, and transport tcp prices the sockets and says so. Under auto the measurement stands."""
+    data = copy.deepcopy(MINIMAL)
+    data["hardware"] = {"gpu": "A100-SXM4-40GB", "devices": 8, "nodes": 2, "instance_type": "p4d.24xlarge"}
+    sizes = [data["model"]["parameters"]] * 4
+    seconds = [2 * 15 / 16 * size / 10e9 + 1e-4 for size in sizes]
+    buckets = [{"index": i, "bytes": int(b), "allreduce_s": {"p50": t}} for i, (b, t) in enumerate(zip(sizes, seconds))]
+    data["communication"] = {"world_size": 16, "bucket_detail": buckets}
+    profile = load_profile(data)
+    auto = predict(profile, "p4d.24xlarge:2", catalog=catalog)
+    tcp = predict(profile, "p4d.24xlarge:2", catalog=catalog, transport="tcp")
+    assert any("rate the profile measured" in a for a in auto.assumptions)
+    assert tcp.iteration_time_s > auto.iteration_time_s
+    assert any("it ran over EFA, so transport tcp prices the sockets" in a for a in tcp.assumptions), tcp.assumptions
+    assert any("37.6 Gbit/s effective per node" in a for a in tcp.assumptions)
+
+
+def test_an_extra_merged_into_a_tcp_catalog_meets_over_tcp_too(catalog) -> None:
+    from predictor.catalog.extra import load_extra
+
+    extra = load_extra(ROOT / "tests" / "data" / "extra_example.yaml")
+    merged = catalog.over_tcp().merged(extra)
+    assert merged.transport == "tcp" and not any(it.efa for it in merged)
+    assert any(it.efa for it in catalog.merged(extra))  # the extra has EFA types: the label is not enough
+
+
+def test_the_words_name_the_ceiling_of_the_model_given_and_a_type_without_efa_as_such(catalog) -> None:
+    profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
+
+    def across(fleet: str, **kw) -> str:
+        (words,) = [a for a in predict(profile, fleet, catalog=catalog, transport="tcp", **kw).assumptions
+                    if a.startswith("across nodes")]  # fmt: skip
+        return words
+
+    looser = across("p4d.24xlarge:2", network=NetworkModel(socket_ceiling_gbps=10))  # 61.5 Gbit/s under 80
+    assert "61.48 Gbit/s effective per node" in looser and "NVIDIA/nccl#398" not in looser
+    tighter = across("p4d.24xlarge:2", network=NetworkModel(socket_ceiling_gbps=4.0))
+    assert "32 Gbit/s effective per node: the most NCCL's socket transport" in tighter
+    assert "would allow 61.48 Gbit/s" in tighter
+    assert "(g4dn.xlarge: no EFA)" in across("g4dn.xlarge:4")  # it has none to leave unused
+    assert "(p4d.24xlarge: EFA not used, transport tcp)" in across("p4d.24xlarge:2")
+
+
+def test_a_current_fleet_with_a_bad_count_is_named_as_the_current_fleet(profile, catalog, tmp_path) -> None:
+    """ "The count ... in 'fleet' must be" for a ranking that has no field fleet (a review)."""
+    with pytest.raises(ConfigError, match=r"in current_fleet must be a whole number") as e:
+        rank(profile, Constraints(steps=10, current_fleet="p4d.24xlarge:0"), catalog=catalog)
+    assert e.value.parameter == "current_fleet"
+
+
+def test_the_python_client_sends_the_transport_only_when_asked(profile) -> None:
+    from predictor.service.client import ServiceClient
+
+    sent = []
+    client = ServiceClient("http://127.0.0.1:9")
+    client._post = lambda path, body, **kw: sent.append(body) or {}  # type: ignore[method-assign]
+    client.predict(profile, "p4d.24xlarge:2")
+    client.predict(profile, "p4d.24xlarge:2", transport="tcp", layout="fsdp:full_shard")
+    assert "transport" not in sent[0] and "layout" not in sent[0]  # a service from before them answers as it did
+    assert (sent[1]["transport"], sent[1]["layout"]) == ("tcp", "fsdp:full_shard")
+    assert "transport" not in Constraints(steps=1).to_request()
+    assert Constraints(steps=1, transport="tcp").to_request()["transport"] == "tcp"

@@ -150,7 +150,7 @@ resource "aws_route_table_association" "private" {
 resource "aws_vpc_endpoint" "s3" {
   count             = var.network.create_vpc ? 1 : 0
   vpc_id            = aws_vpc.this[0].id
-  service_name      = "com.amazonaws.${data.aws_region.current.name}.s3"
+  service_name      = "${data.aws_partition.current.reverse_dns_prefix}.${data.aws_region.current.name}.s3"
   vpc_endpoint_type = "Gateway"
   route_table_ids   = concat([aws_route_table.this[0].id], aws_route_table.private[*].id)
   tags              = merge(local.fleet_tags, { Name = "${var.name}-s3" })
@@ -655,8 +655,8 @@ resource "aws_launch_template" "group" {
 
 resource "aws_autoscaling_group" "fleet" {
   count = var.capacity.mode == "asg" ? 1 : 0
-  # no instance boots before its code and boot script are in the bucket
-  depends_on = [aws_s3_object.code, aws_s3_object.boot]
+  # no instance boots before its code and boot script are in the bucket, nor before S3's route through its endpoint
+  depends_on = [aws_s3_object.code, aws_s3_object.boot, aws_vpc_endpoint.s3]
 
   name_prefix               = "${var.name}-"
   vpc_zone_identifier       = local.asg_subnets
@@ -709,7 +709,7 @@ resource "aws_autoscaling_group" "fleet" {
 
 resource "aws_ec2_fleet" "group" {
   for_each   = var.capacity.mode == "fleet" ? local.groups : {}
-  depends_on = [aws_s3_object.code, aws_s3_object.boot] # no instance boots before its code and boot script are in the bucket
+  depends_on = [aws_s3_object.code, aws_s3_object.boot, aws_vpc_endpoint.s3] # code and boot script in the bucket, S3's route
 
   type                = "instant"
   terminate_instances = true
