@@ -235,7 +235,9 @@ class MigrationTriggers(Callback):
             log.info("MigrationTriggers: " + said, entry.fleet, measured, 100 * off)
             return
         if why == "drift":
-            _post_observation(self.predictor_url, self._predictor_token, profile, entry.fleet, measured, step_s)
+            transport = self.plan.constraints.transport or "auto"  # the fleet's nodes meet as its plan priced them
+            _post_observation(self.predictor_url, self._predictor_token, profile, entry.fleet, measured, step_s,
+                              transport)  # fmt: skip
         decision = decide_move(
             profile,
             self.plan,
@@ -349,9 +351,10 @@ class MigrationTriggers(Callback):
 
 
 def _post_observation(
-    url: str | None, token: str | None, profile: Any, fleet: str, throughput: float, step_s: float
+    url: str | None, token: str | None, profile: Any, fleet: str, throughput: float, step_s: float, transport: str
 ) -> None:
-    """The drift measured, posted to the ``srifty serve`` service at ``url`` as an observation (never raises)."""
+    """The drift measured, posted to the ``srifty serve`` service at ``url`` as an observation, with the transport
+    its plan priced the fleet with (never raises)."""
     if not url:
         return
     try:
@@ -365,6 +368,7 @@ def _post_observation(
             iteration_time_s=step_s,
             source="srifty MigrationTriggers",
             run=run_identity(),
+            transport=transport,
         )
     except Exception as exc:  # noqa: BLE001 - the service being away must not matter to training
         log.warning("MigrationTriggers: the observation was not posted: %s", exc)

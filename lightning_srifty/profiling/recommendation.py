@@ -182,6 +182,21 @@ def service_client(owner: str, parameter: str, value: Any, token: str | None = N
     return ServiceClient(value, token=token)
 
 
+def launch_transport() -> str | None:
+    """How this fleet's nodes meet, as the plan it was launched from priced them (``transport``); None outside a
+    launch or where the plan cannot be read (the service then prices the fleet as "auto")."""
+    try:
+        from lightning_srifty.protocol import LaunchEnv
+        from predictor.documents.plan import load_plan
+
+        launch = LaunchEnv.from_env()
+        if launch is None or not launch.plan:
+            return None
+        return load_plan(launch.plan).constraints.transport or "auto"
+    except Exception:  # noqa: BLE001 - the observation goes without it, priced as before
+        return None
+
+
 def post_observation(client: Any, profile: Profile) -> None:
     """On EC2, tell the service what this fleet measured (the feedback loop); never raises."""
     hw = profile.hardware
@@ -204,6 +219,7 @@ def post_observation(client: Any, profile: Profile) -> None:
             iteration_time_s=step,
             source=f"SriftyCallback {profile.model.name} run {run_identity()}",
             run=run_identity(),
+            transport=launch_transport(),
         )
         log.info("SriftyCallback: observation of %s posted (%s samples/s): %s", fleet, f"{throughput:.1f}", answer)
     except SriftyError as exc:

@@ -215,6 +215,12 @@ class ObservationRequest(_Strict):
         description="a label (e.g. 'SriftyCallback run-42'); which run the observation counts under is the run token's "
         "(POST /v1/runs), never this",
     )
+    transport: TransportName | None = Field(
+        None,
+        description="how the fleet's nodes met, as its plan was ranked (auto: EFA where the type has it; tcp: NCCL's "
+        "sockets); absent: auto. The calibration predicts the fleet that way, so a run over TCP is not read as a slow "
+        "GPU",
+    )
 
 
 class RunRequest(_Strict):
@@ -507,6 +513,7 @@ def _add_observation_routes(app: FastAPI, catalog: Catalog, store: ObservationSt
             source=request.source,
             run_id=run_id,
             catalog=catalog,
+            transport=request.transport,
         )
         calibration = store.calibration(profile, catalog)
         if run_id is None:

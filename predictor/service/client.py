@@ -131,18 +131,22 @@ class ServiceClient:
         iteration_time_s: float | None,
         source: str,
         run: str | None = None,
+        transport: str | None = None,
     ) -> dict[str, Any]:
         """Post a measured throughput. With a run token it counts under that token's run. With the service's own
         token and a ``run`` (the caller's identity of its run: a launch id, a process), the client first has the
         service issue a run for it, once per process, and posts with that run's token; with neither it is stored
-        and counts toward no run (the answer's ``note`` says so)."""
-        body = {
+        and counts toward no run (the answer's ``note`` says so). ``transport``: how the fleet's nodes met (its
+        plan's), sent only when known."""
+        body: dict[str, Any] = {
             "profile": profile.to_dict(),
             "fleet": fleet,
             "throughput_samples_s": throughput_samples_s,
             "iteration_time_s": iteration_time_s,
             "source": source[:200],
         }
+        if transport is not None:
+            body["transport"] = transport
         token = None
         if run and self._token and not is_run_token(self._token):
             with _ISSUED_LOCK:

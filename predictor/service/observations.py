@@ -26,7 +26,8 @@ from pathlib import Path
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.fleet import parse_fleet
 from predictor.documents.atomic import file_kind
-from predictor.documents.checks import check_number
+from predictor.documents.checks import check_choice, check_number
+from predictor.documents.plan import TRANSPORTS
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, ServiceError, SriftyError
 from predictor.ranking import Calibration
@@ -85,6 +86,9 @@ class Observation:
     source: str
     created_at: str
     run_id: str | None = None  # the issued run it counts under (None: posted without a run token; counts nowhere)
+    # how its nodes met (predictor.documents.plan.TRANSPORTS: the plan's, where the job had one); None: not recorded,
+    # priced as "auto" (EFA where the type has it), as every observation before the field was
+    transport: str | None = None
 
 
 _COLUMNS = ", ".join(Observation.__dataclass_fields__)
@@ -138,8 +142,10 @@ class ObservationStore:
         try:
             with db:  # one transaction: committed on success, rolled back on error
                 db.executescript(_SCHEMA)
-                if "run_id" not in {row[1] for row in db.execute("PRAGMA table_info(observations)")}:
-                    db.execute("ALTER TABLE observations ADD COLUMN run_id TEXT")  # a store from before runs
+                columns = {row[1] for row in db.execute("PRAGMA table_info(observations)")}
+                for column in ("run_id", "transport"):  # a store from before runs, before transports
+                    if column not in columns:
+                        db.execute(f"ALTER TABLE observations ADD COLUMN {column} TEXT")
                 yield db
         except sqlite3.DatabaseError as exc:
             raise self._unusable(exc) from None
@@ -164,9 +170,13 @@ class ObservationStore:
         source: str = "",
         run_id: str | None = None,
         catalog: Catalog | None = None,
+        transport: str | None = None,
     ) -> Observation:
         """Record a measurement; the fleet must parse against the catalog (unknown types get "did you mean").
-        ``run_id``: the run a verified run token was issued for (the service passes it; None counts nowhere)."""
+        ``run_id``: the run a verified run token was issued for (the service passes it; None counts nowhere);
+        ``transport``: how the fleet's nodes met (its plan's; None: not said, priced as "auto")."""
+        if transport is not None:
+            check_choice("observation", "transport", transport, TRANSPORTS)
         check_number("observation", "throughput_samples_s", throughput_samples_s, minimum=0, exclusive=True)
         if iteration_time_s is not None:
             check_number("observation", "iteration_time_s", iteration_time_s, minimum=0, exclusive=True)
@@ -185,11 +195,11 @@ class ObservationStore:
         with self._connect() as db:
             cur = db.execute(
                 "INSERT INTO observations (model_key, model, fleet, gpu, throughput_samples_s, iteration_time_s, "
-                "source, created_at, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*row, iteration_time_s, source, created, run_id),
+                "source, created_at, run_id, transport) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*row, iteration_time_s, source, created, run_id, transport),
             )
             new_id = int(cur.lastrowid or 0)
-        return Observation(new_id, *row, iteration_time_s, source, created, run_id)
+        return Observation(new_id, *row, iteration_time_s, source, created, run_id, transport)
 
     def list(self, key: str | None = None, limit: int = 1000) -> list[Observation]:
         query = (
@@ -219,10 +229,12 @@ class ObservationStore:
             if "," in obs.gpu:
                 continue  # a mix: cannot tell which GPU was off
             try:
-                predicted = predict(profile, obs.fleet, catalog=catalog).throughput_samples_s
+                # as its nodes met: a multi-node run over TCP is not a slow GPU on EFA
+                predicted = predict(profile, obs.fleet, catalog=catalog, transport=obs.transport or "auto")
+                predicted_s = predicted.throughput_samples_s
             except SriftyError:
                 continue  # the fleet is no longer in this catalog, or this profile cannot predict it
-            ratio = obs.throughput_samples_s / predicted
+            ratio = obs.throughput_samples_s / predicted_s
             if FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:
                 runs.setdefault(obs.gpu, {}).setdefault(obs.run_id, []).append(math.log(ratio))
         factors, counts = {}, {}

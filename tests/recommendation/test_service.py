@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from _support import MINIMAL
 from predictor.documents.plan import load_plan
 from predictor.documents.profile import load_profile
+from predictor.exceptions import ConfigError
 from predictor.model.predict import predict
 from predictor.service.app import ServiceSettings, background_server, create_app
 from predictor.service.observations import ObservationStore, model_key
@@ -354,6 +355,23 @@ def test_a_store_from_before_runs_is_upgraded_and_its_rows_count_nowhere(tmp_pat
     for run in ("r-1", "r-2", "r-3"):
         store.add(profile, "g5.xlarge:1", 0.7 * predicted, run_id=run, catalog=catalog)
     assert store.calibration(profile, catalog).observations == {"A10G": 3}
+
+
+def test_a_run_over_tcp_is_not_read_as_a_slow_gpu(tmp_path, catalog) -> None:
+    """Three runs of p4d.24xlarge:2 over TCP (a tcp plan's fleet, as MigrationTriggers posts its drift) measure what
+    the sockets give: priced as they met, the A100 keeps its factor; priced on EFA, as every observation was before
+    the transport was recorded (a review), they read as an A100 at 0.3-0.5x and slowed every fleet of it."""
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    over_tcp = predict(profile, "p4d.24xlarge:2", catalog=catalog, transport="tcp").throughput_samples_s
+    recorded, unsaid = ObservationStore(tmp_path / "a.sqlite"), ObservationStore(tmp_path / "b.sqlite")
+    for run in ("r-1", "r-2", "r-3"):
+        recorded.add(profile, "p4d.24xlarge:2", over_tcp, run_id=run, catalog=catalog, transport="tcp")
+        unsaid.add(profile, "p4d.24xlarge:2", over_tcp, run_id=run, catalog=catalog)
+    assert recorded.calibration(profile, catalog).factors["A100-SXM-40GB"] == pytest.approx(1.0, abs=0.01)
+    assert unsaid.calibration(profile, catalog).factors["A100-SXM-40GB"] < 0.9
+    assert [o.transport for o in recorded.list()] == ["tcp"] * 3 and unsaid.list()[0].transport is None
+    with pytest.raises(ConfigError, match="transport"):
+        recorded.add(profile, "p4d.24xlarge:2", 1.0, catalog=catalog, transport="rdma")
 
 
 def test_store_ignores_mixes_and_absurd_ratios(tmp_path, catalog) -> None:

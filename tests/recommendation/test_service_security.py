@@ -105,7 +105,7 @@ def test_migration_triggers_post_observations_with_the_token(tmp_path, catalog) 
     app = create_app(catalog=catalog, observations=store, settings=ServiceSettings(token=TOKEN))
     with background_server(app) as url:
         triggers = MigrationTriggers(plan, 0, str(tmp_path), profile=profile, predictor_url=url, predictor_token=TOKEN)
-        _post_observation(triggers.predictor_url, triggers._predictor_token, profile, "g5.xlarge:1", 123.0, 0.5)
+        _post_observation(triggers.predictor_url, triggers._predictor_token, profile, "g5.xlarge:1", 123.0, 0.5, "auto")
     assert [(o.fleet, o.throughput_samples_s) for o in store.list()] == [("g5.xlarge:1", 123.0)]
 
 
