@@ -102,6 +102,8 @@ def node_summary(result: Any, options: Any) -> str:
     """What every node will run, on one screen: image, environment, code, command, strategy."""
     from lightning_srifty.console import fmt_life
     from lightning_srifty.protocol import VARIABLES
+    from lightning_srifty.provision.terraform.command import train_argv
+    from lightning_srifty.provision.terraform.generate import asks_for_the_plan
 
     values, train = result.values, result.values["train"]
     image = values["ami"].get("id") or "the Deep Learning AMI (PyTorch, Ubuntu 22.04) of each architecture"
@@ -124,8 +126,17 @@ def node_summary(result: Any, options: Any) -> str:
         lines.append(f"  setup        {options.setup_command}")
     argv = " ".join(shlex.quote(a) for a in train["argv"])
     lines.append(f"  command      torchrun --nnodes={train['nnodes']} --nproc_per_node=<GPUs per node> {argv}")
-    strategy = (train.get("env") or {}).get(VARIABLES["strategy"])
-    lines.append(f"  strategy     {strategy or 'ddp (the script builds its Trainer)'}")
+    strategy = (train.get("env") or {}).get(VARIABLES["strategy"]) or "ddp"
+    asks = asks_for_the_plan(snap, options.train_command) if snap is not None else None
+    lines.append(
+        f"  strategy     {strategy}"
+        + (
+            f" ({train_argv(options.train_command)[0]} asks for the plan: srifty_auto applies its layout and "
+            "per-GPU batch)"
+            if asks
+            else " (the script builds its Trainer: the plan's layout and batch reach it only through srifty_auto)"
+        )
+    )
     network = values["network"]
     zone = network.get("availability_zone") or network.get("availability_zone_id")
     where = f"zone {zone} (the plan's spot price)" if zone else "a zone AWS picks"

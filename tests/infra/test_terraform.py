@@ -149,6 +149,25 @@ def test_the_summary_names_the_nat_gateway_a_multi_interface_fleet_gets(tmp_path
         assert ("behind a NAT gateway" in out and "S3 goes through a gateway endpoint" in out) is nat, out
 
 
+def test_the_summary_tells_a_script_that_asks_for_the_plan_from_one_that_does_not(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """Both read "strategy ddp (the script builds its Trainer)" (a trial): the plan's batch reaches a script only
+    through srifty_auto, and the summary says which this one is."""
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    plan = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
+    for i, (text, words) in enumerate((
+        ("print('training')\n", "ddp (the script builds its Trainer: the plan's layout and batch reach it only"),
+        ("Trainer(strategy='srifty_auto')\n", "ddp (train.py asks for the plan: srifty_auto applies its layout"),
+    )):  # fmt: skip
+        (project / "train.py").write_text(text)
+        args = ["terraform", "--plan", str(plan), "--out", str(tmp_path / f"infra{i}"), "--name", f"glue-{i}"]
+        assert main([*args, "--train-command", "python -u train.py"]) == 0
+        assert words in " ".join(capsys.readouterr().out.split())
+
+
 def test_plan_summary_counts_actions() -> None:
     plan = {
         "resource_changes": [

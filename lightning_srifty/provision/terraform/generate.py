@@ -815,6 +815,20 @@ def _pack(plan: Plan, options: Options, staging: str, target: Path) -> tuple[Sna
     return make_snapshot(plan, options, staging, leave_out=(target,))
 
 
+PLAN_GLUE = ("plan_strategy", "srifty_auto")  # what a script names when it takes the plan's layout and batch
+
+
+def asks_for_the_plan(snapshot: Snapshot, train_command: str) -> bool | None:
+    """Whether the training script names the plan's strategy (srifty_auto, plan_strategy), which applies the plan's
+    layout and per-rank batch; None where it cannot be read (a module, or a script not in the snapshot)."""
+    argv = train_argv(train_command)
+    script = os.path.normpath(argv[0])
+    if argv[0] == "-m" or script not in snapshot.files:
+        return None
+    text = read_member(snapshot, script).decode(errors="replace")
+    return any(g in text for g in PLAN_GLUE)
+
+
 def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: dict[str, Any]) -> list[str]:
     """Notes on the training command against the snapshot: a module that must come from the requirements, the
     requirements file beside the script, a sharded plan whose script never applies the plan's strategy.
@@ -835,9 +849,7 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
     script = os.path.normpath(argv[0])
     _check_script_in(snapshot, options, script, argv[0], where)
     notes = _requirements_beside_the_script(snapshot, env, script)
-    text = read_member(snapshot, script).decode(errors="replace")
-    glue = ("plan_strategy", "srifty_auto")
-    if any(g in text for g in glue):
+    if asks_for_the_plan(snapshot, options.train_command):
         return notes
     if entry.layout is not None and entry.layout.strategy != "ddp":
         notes.append(
