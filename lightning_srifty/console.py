@@ -483,6 +483,11 @@ def _plan_footer(
             "deadline kept), priced in the row's time and cost"
         )
     footer += "\n#: the entry's number for --choice (srifty terraform, launch, replay; 0: the recommendation)"
+    if any(e.market == "mixed" for e in plan.entries):  # a trial read "mixed (33%)" for --market spot:0.75
+        footer += (
+            "; mixed (N%): the share of the fleet's instances on spot, the on-demand base included (--market "
+            "spot:0.75 puts 75% of those above the base on spot)"
+        )
     if not wide:
         footer += (
             "; * on the Pareto front (time vs cost); 80%: the time's 80% interval; batch: samples per GPU per step "

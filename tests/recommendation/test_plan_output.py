@@ -236,3 +236,13 @@ def test_the_table_numbers_entries_as_choice_takes_them_and_says_a_shared_reason
     assert flat.count("the image srifty terraform boots") == 1
     assert "compute capability 10.0" in flat and "compute capability 10.3" in flat
     assert "under 0.5 interruptions expected" in flat  # what the spot column's low means
+
+
+def test_the_legend_says_what_a_mixed_rows_share_is(catalog) -> None:
+    """A trial read "mixed (33%)" for --market spot:0.75: the share is of the whole fleet, the on-demand base in."""
+    plan = rank(load_profile(MINIMAL), Constraints(steps=100_000, market="spot:0.75", max_instances=4), catalog=catalog)
+    flat = " ".join("\n".join(render(plan_table(plan), 170)).split())
+    assert any(e.market == "mixed" for e in plan.entries)
+    assert "mixed (N%): the share of the fleet's instances on spot, the on-demand base included" in flat
+    on_demand = rank(load_profile(MINIMAL), Constraints(steps=1000, market="on-demand"), catalog=catalog)
+    assert "mixed (N%)" not in " ".join("\n".join(render(plan_table(on_demand), 170)).split())
