@@ -272,6 +272,16 @@ class Constraints:
             )
         if isinstance(values.get("market"), str):
             market, share = parse_market(values["market"])
+            asked_share = values.get("spot_share")
+            if share is not None and asked_share is not None and float(asked_share) != share:  # which was meant?
+                raise ConfigError.between(
+                    "{market} {asked} says a spot share of {share:g} and {spot_share} says {given:g}: give one.",
+                    parameter="spot_share",
+                    value=asked_share,
+                    asked=repr(values["market"]),
+                    share=share,
+                    given=float(asked_share),
+                )
             values["market"] = market
             if share is not None:
                 values["spot_share"] = share

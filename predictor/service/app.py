@@ -481,7 +481,7 @@ def _add_model_routes(app: FastAPI, catalog: Catalog, store: ObservationStore, h
     async def post_rank(request: Annotated[RankRequest, Body()]) -> JSONResponse:
         def work() -> JSONResponse:
             profile = _profile(request.profile)
-            constraints = Constraints.build(**request.constraints.model_dump())
+            constraints = Constraints.build(**request.constraints.model_dump(exclude_unset=True))
             calibration = store.calibration(profile, catalog) if request.use_observations else None
             # a JSONResponse skips FastAPI's jsonable_encoder (3.7 ms for a plan; the dict is plain JSON already)
             words = WORDS[request.words]

@@ -273,6 +273,12 @@ def test_parse_market() -> None:
         parse_market("spot:lots")
     with pytest.raises(ConfigError, match="Did you mean 'spot'"):
         parse_market("spto")
+    # two spot shares, "spot:0.75" and spot_share 0.5: the market's was taken silently (a review); one agreeing is fine
+    with pytest.raises(ConfigError, match=r"says a spot share of 0.75 and spot_share says 0.5: give one") as e:
+        Constraints.build(steps=1, market="spot:0.75", spot_share=0.5)
+    assert e.value.parameter == "spot_share"
+    assert Constraints.build(steps=1, market="spot:0.75", spot_share=0.75).spot_share == 0.75
+    assert Constraints.build(steps=1, market="spot:0.75").spot_share == 0.75
 
 
 def test_pareto_with_anchors_equals_the_exact_front() -> None:
