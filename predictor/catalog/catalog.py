@@ -261,9 +261,9 @@ class Catalog:
 
 def over_tcp(instance: InstanceType) -> InstanceType:
     """``instance`` without EFA: one ENA interface (on the first network card, at its per-card rate,
-    :meth:`InstanceType.provisioned_network_gbps`) that NCCL's sockets carry the inter-node traffic over."""
-    return replace(instance, efa=False, gpudirect_rdma=None) if instance.efa else instance  # its efa_interfaces say
-    # it has EFA (the words "EFA not used"); without ``efa`` nothing prices or attaches them
+    :meth:`InstanceType.provisioned_network_gbps`) that NCCL's sockets carry the inter-node traffic over. Its
+    ``efa_interfaces`` stay, so the words can say "EFA not used"; without ``efa`` nothing prices or attaches them."""
+    return replace(instance, efa=False, gpudirect_rdma=None) if instance.efa else instance
 
 
 def _read_copy(folder: Path) -> tuple[dict[str, InstanceType], CatalogInfo]:
