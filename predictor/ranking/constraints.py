@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import re
 import warnings
 from collections.abc import Mapping
@@ -106,6 +107,14 @@ TRANSPORT_DOC = (
     "on the others; tcp, NCCL's sockets on every type (a cluster without EFA: your own VPC or launch template, "
     "Kubernetes without the EFA device plugin), and srifty terraform attaches no EFA"
 )
+
+
+class _DefaultShare(float):
+    """The mixed market's default spot share (0.5): a float whose identity tells the default from a given 0.5, so a
+    market of ``"spot:0.75"`` beside a given ``spot_share`` can be refused however the constraints are built."""
+
+
+_DEFAULT_SPOT_SHARE = _DefaultShare(0.5)
 MOVE_IF_LATE = (
     "the job carries MigrationTriggers (under srifty launch): an on-demand fleet under the confidence on its own is "
     "ranked with the move its deadline trigger makes when the measured speed is late, where a surer fleet can still "
@@ -170,7 +179,7 @@ class Constraints:
         choices=MARKETS,
     )
     spot_share: float = _c(
-        0.5,
+        _DEFAULT_SPOT_SHARE,
         "mixed market: share of instances above the base bought on spot",
         "number",
         minimum=0,
@@ -237,6 +246,16 @@ class Constraints:
     def __post_init__(self) -> None:  # accept the enums' values (JSON, argparse) as well as the enums
         if isinstance(self.market, str) and str(self.market).strip().lower().startswith("spot:"):
             market, share = parse_market(self.market)  # "spot:0.75": mixed, with that spot share
+            given = self.spot_share
+            if given is not _DEFAULT_SPOT_SHARE and isinstance(given, (int, float)) and float(given) != share:
+                raise ConfigError.between(  # which was meant?
+                    "{market} {asked} says a spot share of {share:g} and {spot_share} says {given:g}: give one.",
+                    parameter="spot_share",
+                    value=given,
+                    asked=repr(self.market),
+                    share=share,
+                    given=float(given),
+                )
             object.__setattr__(self, "market", market)
             object.__setattr__(self, "spot_share", share)
         for name, kind in (("objective", Objective), ("market", Market)):
@@ -270,21 +289,9 @@ class Constraints:
                 parameter=unknown[0],
                 value=values[unknown[0]],
             )
-        if isinstance(values.get("market"), str):
-            market, share = parse_market(values["market"])
-            asked_share = values.get("spot_share")
-            if share is not None and asked_share is not None and float(asked_share) != share:  # which was meant?
-                raise ConfigError.between(
-                    "{market} {asked} says a spot share of {share:g} and {spot_share} says {given:g}: give one.",
-                    parameter="spot_share",
-                    value=asked_share,
-                    asked=repr(values["market"]),
-                    share=share,
-                    given=float(asked_share),
-                )
-            values["market"] = market
-            if share is not None:
-                values["spot_share"] = share
+        market = values.get("market")
+        if isinstance(market, str) and not market.strip().lower().startswith("spot:"):
+            values["market"] = parse_market(market)[0]  # "spot:0.75" and its share: __post_init__
         return cls(**values)
 
     @classmethod
@@ -356,7 +363,8 @@ class Constraints:
         gb = global_batch(profile)
         if self.samples is not None:
             return Work(float(self.samples), gb, accumulation)
-        steps = self.steps if self.steps is not None else (self.epochs or 0) * (self.steps_per_epoch or 0)
+        # a part of an epoch's last step is a whole optimizer step: --epochs 0.5 of 1,001 steps is 501 steps
+        steps = self.steps if self.steps is not None else math.ceil((self.epochs or 0) * (self.steps_per_epoch or 0))
         return Work.of_steps(steps, gb, accumulation)
 
     def to_request(self) -> dict[str, Any]:
@@ -496,5 +504,7 @@ def constraint_defaults() -> dict[str, Any]:
             value = f.default_factory()
         else:  # every constraint has a default
             raise TypeError(f"constraint {f.name!r} has no default")
-        out[f.name] = value.value if isinstance(value, enum.Enum) else value
+        out[f.name] = (
+            value.value if isinstance(value, enum.Enum) else float(value) if type(value) is _DefaultShare else value
+        )
     return out

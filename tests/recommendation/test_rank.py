@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import math
@@ -512,3 +513,16 @@ def test_a_gpu_profile_without_an_operator_table_is_told_its_path_and_how_to_get
     assert captured.ops is not None
     plan = rank(captured, Constraints(steps=1000), catalog=catalog)
     assert not [n for n in plan.notes if n.startswith(NO_TABLE_NOTE)]
+
+
+def test_two_spot_shares_are_refused_however_the_constraints_are_built() -> None:
+    # built directly (a library user), not through Constraints.build: the market's share was taken silently
+    with pytest.raises(ConfigError, match=r"says a spot share of 0.75 and spot_share says 0.5: give one"):
+        Constraints(steps=1, market="spot:0.75", spot_share=0.5)
+    with pytest.raises(ConfigError, match=r"says a spot share of 0.75 and spot_share says 0.6"):
+        Constraints(steps=1, market="spot:0.75", spot_share=0.6)
+    assert Constraints(steps=1, market="spot:0.75").spot_share == 0.75  # the default share is not a given one
+    assert Constraints(steps=1, market="spot:0.75", spot_share=0.75).spot_share == 0.75
+    assert Constraints(steps=1, market="mixed").spot_share == 0.5
+    assert dataclasses.replace(Constraints(steps=1), market="spot:0.25").spot_share == 0.25
+    assert Constraints.build(steps=1, market="Mixed").market.value == "mixed"

@@ -155,6 +155,9 @@ def test_accumulate_grad_batches_4_counts_the_work_in_samples(catalog) -> None:
     plan = rank(profile, Constraints(epochs=2, steps_per_epoch=100, market="on-demand"), catalog=catalog)
     assert plan.constraints.work_samples == 6400 and plan.constraints.global_batch == 32
     assert Work.of_batches(800, 32, 4).samples == 6400
+    # a part of an epoch is whole optimizer steps (a trial's --epochs 0.5 read 500.5 steps in the plan's work)
+    half = Constraints(epochs=0.5, steps_per_epoch=1001).work(profile)
+    assert (half.optimizer_steps, half.samples) == (501, 501 * 32)
 
 
 def test_a_hand_written_8_device_profile_has_one_global_batch_everywhere(catalog) -> None:
