@@ -40,7 +40,7 @@ from predictor.model.network import (
     inter_node_link,
     intra_node_link,
 )
-from predictor.model.ops import framework_s, ops_compute, prepare
+from predictor.model.ops import ComputeEstimate, framework_s, ops_compute, prepare
 from predictor.model.scaling import contention_bound
 from predictor.model.uncertainty import Z80, model_error, sharded_error
 
@@ -253,7 +253,7 @@ def type_basis(
     dst = target_gpu(it, catalog)
     notes: list[str] = []
     extrapolation: list[str] = []
-    per_sample, share, kind, opt_share = _per_sample(profile, src, dst, notes, extrapolation)
+    per_sample, share, kind, opt_share, reading_sd = _per_sample(profile, src, dst, notes, extrapolation)
     factor = (calibration or {}).get(dst.key)
     if factor:
         per_sample /= factor
@@ -284,7 +284,7 @@ def type_basis(
         inter=measured or plain,
         plain_inter=plain,
         kind=kind,
-        model_error=model_error(kind),
+        model_error=math.hypot(model_error(kind), reading_sd),
         sharded_error=sharded_error(kind),
         gpus=it.gpus,
         gpu_memory_gib=it.gpu_memory_gib,
@@ -371,11 +371,9 @@ def tf32_words(src: GPU, dst: GPU, matmul: str | None, kind: str = "cross-flops"
     )
 
 
-def _per_sample(
-    profile: Profile, src: Source, dst: GPU, notes: list[str], extrapolation: list[str]
-) -> tuple[float, float | None, str, float]:
-    """(compute seconds per sample on ``dst``, compute-bound share when known, kind of prediction, the optimizer
-    step's share of that compute)."""
+def _per_sample(profile: Profile, src: Source, dst: GPU, notes: list[str], extrapolation: list[str]) -> ComputeEstimate:
+    """The compute per sample on ``dst``, its compute-bound share when known, the kind of prediction, the optimizer
+    step's share of that compute."""
     per_sample_src = src.compute_s / src.per_device_batch
     if profile.ops is not None:
         result = ops_compute(profile, src, dst, notes, extrapolation)
@@ -406,17 +404,17 @@ def _per_sample(
             f"{MIN_GPU_STEP_S * 1e3:.0f} ms per step (profile measured on CPU)"
         )
         extrapolation.append("profiled on CPU: GPU compute time estimated from FLOPs alone")
-        return src.flops / (peak * 1e12 * CPU_TO_GPU_UTILISATION), 1.0, "from_cpu", 0.0
+        return ComputeEstimate(src.flops / (peak * 1e12 * CPU_TO_GPU_UTILISATION), 1.0, "from_cpu", 0.0)
     try:
         scale = compute_ratio(src.gpu, dst, precision, matmul, src.achieved_tflops)
     except ValueError as exc:
         raise PredictionError(f"{exc}: add the GPUs' specs in {CATALOG_EXTRA}.") from None
     share = scale.compute_share if src.achieved_tflops is not None else None
     if scale.basis == "same GPU":
-        return per_sample_src, share, "same", opt_share
+        return ComputeEstimate(per_sample_src, share, "same", opt_share)
     ratio, kind, note = _cross_gpu(src, src.gpu, dst, precision, matmul, scale.ratio, extrapolation)
     notes.append(f"{src.gpu.key} -> {dst.key}: time x{ratio:.2f} ({scale.basis}; {note})")
-    return per_sample_src * ratio, share, kind, opt_share
+    return ComputeEstimate(per_sample_src * ratio, share, kind, opt_share)
 
 
 def _cross_gpu(

@@ -30,7 +30,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -85,6 +85,15 @@ GPU_EXPLAINS_AT_MOST = 2.0
 # (HOST_S_PER_KERNEL 44.6 us); the slowest host-bound steps of that set (111 us on the 2021 A100, 130 on the TITAN
 # RTX's host, zero_grad's fills and the batch copy in the step) are under it. Bounds: >= HOST_S_PER_KERNEL.
 HOST_S_PER_KERNEL_MAX = 150e-6
+# How sharp the three thresholds above are. A measured step within a few per cent of one is no more the host's than
+# the GPU's: each threshold is a ramp of this factor either side of it (in log), across which the step is read as the
+# host's with a weight from 0 to 1 (:func:`host_bound_weight`), and the prediction moves between the two readings
+# continuously (the GPU time the ratio scales, geometric between the measured step and the operator model's GPU
+# time; the host's floor, linear). Set on the measured step's own spread, not fitted: a profile's run-to-run CV is
+# 1-3 % (the lent H100's steps), so x1.1 is about three of its sd. Before, a step 1.7 % longer crossed
+# HOST_S_PER_KERNEL_MAX and moved a T4 prediction 5.6x (a review's sweep). Bounds: > 1; below HOST_BOUND_BAND (a
+# ramp wider than the band would call a step at the floor partly the GPU's).
+HOST_BOUND_RAMP = 1.1
 HALF = {"float16", "bfloat16", "half"}
 # Element passes per SM per clock cycle of cuDNN's NCHW batch-norm kernels (batch_norm_time): fitted on the lent
 # H100's ResNet-50 steps (bench/layout_pooling.py fit: forward 3 and backward 5 passes, AMP at 1,280 and FP32 at
@@ -921,9 +930,26 @@ class PreparedTable:
     source_error: str | None
     host_s: float = 0.0  # the host's floor per micro-step (host_floor; a host-bound measured step where longer)
     # a measured step the host bounds (within HOST_BOUND_BAND of host_floor, or over GPU_EXPLAINS_AT_MOST times the
-    # model's own GPU time per step on the profiled GPU, absolute constants): that GPU time, the part of the step a
-    # GPU change scales; None otherwise
+    # model's own GPU time per step on the profiled GPU, absolute constants): the part of the step a GPU change
+    # scales, that GPU time where the step is wholly the host's (host_bound, 1), between it and the measured step
+    # where partly (:func:`host_bound_weight`); None when not the host's at all
     host_bound_gpu_s: float | None = None
+    host_bound: float = 0.0  # the weight of the host's reading, 0-1 (:func:`host_bound_weight`)
+    measured_s: float = 0.0  # the measured step it was read from
+    modelled_s: float = 0.0  # the operator model's GPU time for it on the profiled GPU
+    host_reading_s: float = 0.0  # the host's floor were the step wholly the host's
+
+
+class ComputeEstimate(NamedTuple):
+    """A GPU's compute per sample and what kind of prediction it is."""
+
+    per_sample_s: float
+    compute_share: float | None  # the GEMM and convolution share, when known
+    kind: str  # the kind of prediction (its interval width: predictor.model.uncertainty)
+    optimizer_share: float  # the optimizer step's share of the compute
+    # the relative sd of not knowing whether the measured step was the host's or the GPU's (a step near the
+    # thresholds: sqrt(w (1 - w)) times the log distance between the two readings' steps on this GPU); 0 elsewhere
+    reading_sd: float = 0.0
 
 
 def profile_attention(profile: Profile) -> str:
@@ -948,32 +974,67 @@ def prepare(profile: Profile, src_gpu: GPU | None, compute_s: float = 0.0) -> Pr
     )
     try:
         source = ops_time(classified, src_gpu, precision, matmul, attention=attention)
-        bound = None
+        bound, reading = None, 0.0
+        weight = modelled = 0.0
         if compute_s > 0:  # the model's own GPU time per step there, its absolute constants
             alone = ops_time(classified, src_gpu, precision, matmul, "absolute", attention)
             modelled = alone.seconds * profile.batch.per_device / max(table.samples, 1e-12)
-            per_kernel = compute_s / max(kernel_count(classified), 1)
             # a multi-GPU step carries data-parallel costs the one-GPU operator sum does not price: not compared
             one_gpu = profile_world(profile) == 1
-            if modelled < compute_s and (
-                compute_s < HOST_BOUND_BAND * host
-                or (compute_s > GPU_EXPLAINS_AT_MOST * modelled and per_kernel <= HOST_S_PER_KERNEL_MAX and one_gpu)
-            ):
-                bound = modelled
-                # the host took the measured micro-step, which no GPU takes away; the optimizer step (in the measured
-                # step, and added once per optimizer step on every GPU) is left out of it
-                host = max(host, compute_s - modelled * alone.optimizer_share)
+            weight = host_bound_weight(compute_s, modelled, host, kernel_count(classified), one_gpu)
+            if weight > 0:
+                # read as the host's, the host took the measured micro-step, which no GPU takes away (the optimizer
+                # step, in the measured step and added once per optimizer step on every GPU, left out of it); read
+                # as the GPU's, the floor is the host's own. Between the readings the floor is their geometric blend
+                reading = max(host, compute_s - modelled * alone.optimizer_share)
+                host = math.exp(weight * math.log(reading) + (1.0 - weight) * math.log(host))
+                bound = _blended_step(weight, reading, host_floor(profile, classified), modelled, compute_s, 1.0)
     except PredictionError as exc:
         return PreparedTable(classified, None, str(exc), host)
-    return PreparedTable(classified, source, None, host, bound)
+    return PreparedTable(classified, source, None, host, bound, weight, compute_s, modelled, reading)
+
+
+def host_bound_weight(step_s: float, modelled_s: float, floor_s: float, kernels: int, one_gpu: bool) -> float:
+    """How far a step measured at ``step_s`` is the host's (1) rather than the GPU's (0): within
+    :data:`HOST_BOUND_BAND` of the host's floor ``floor_s``, or (one GPU) over :data:`GPU_EXPLAINS_AT_MOST` times
+    the operator model's GPU time ``modelled_s`` at a time per kernel a host can take
+    (:data:`HOST_S_PER_KERNEL_MAX`); each threshold a log ramp of :data:`HOST_BOUND_RAMP` either side. 0 where the
+    model's GPU time is not below the step (nothing for the host to explain). Each ramp is read as the chance the step
+    is on the host's side of its line, and the rule's "or" and "and" combine them as chances."""
+    if not 0 < modelled_s < step_s:
+        return 0.0
+    band = _below(step_s, HOST_BOUND_BAND * floor_s)
+    if not one_gpu:
+        return band
+    slow = 1.0 - _below(step_s, GPU_EXPLAINS_AT_MOST * modelled_s)
+    hostlike = _below(step_s / max(kernels, 1), HOST_S_PER_KERNEL_MAX)
+    # each ramp's value read as the chance the step is on the host's side of that line, the lines independent: the
+    # rule's "or" and "and" as chances (crisp values give the crisp rule back)
+    return 1.0 - (1.0 - band) * (1.0 - slow * hostlike)
+
+
+def _blended_step(w: float, reading: float, plain: float, modelled: float, measured: float, ratio: float) -> float:
+    """The micro-step on a GPU ``ratio`` times the profiled one's time, the two readings of the measured step blended
+    with the host's weight ``w`` (geometric): read as the host's, the model's GPU time scaled at the host's floor
+    (``reading``); read as the GPU's, the measured step scaled at the plain floor (``plain``)."""
+    host_read = max(reading, modelled * ratio)
+    gpu_read = max(plain, measured * ratio)
+    return math.exp(w * math.log(host_read) + (1.0 - w) * math.log(gpu_read))
+
+
+def _below(value: float, threshold: float) -> float:
+    """1 well below ``threshold``, 0 well above, linear in log across x/÷ :data:`HOST_BOUND_RAMP` around it."""
+    if value <= 0 or threshold <= 0:
+        return 1.0 if value <= threshold else 0.0
+    half = math.log(HOST_BOUND_RAMP)
+    return min(1.0, max(0.0, (math.log(threshold) + half - math.log(value)) / (2.0 * half)))
 
 
 def ops_compute(
     profile: Profile, src: Any, dst: GPU, notes: list[str], extrapolation: list[str]
-) -> tuple[float, float | None, str, float] | None:
-    """(compute seconds per sample on ``dst``, compute-bound share, kind, the optimizer step's share of it) from the
-    operator table (prepared once in ``src.ops``), or None when it cannot be used (then the step-level path decides;
-    the reason is in ``notes``)."""
+) -> ComputeEstimate | None:
+    """The compute per sample on ``dst`` from the operator table (prepared once in ``src.ops``), or None when it
+    cannot be used (then the step-level path decides; the reason is in ``notes``)."""
     table, prepared = profile.ops, src.ops
     if table is None or prepared is None:
         return None
@@ -999,14 +1060,15 @@ def ops_compute(
             f"{src.gpu.key} -> {dst.key}: time x{ratio:.2f} from the operator table ({len(table.ops)} operators, "
             f"ratio of predicted operator sums applied to the measured step)"
         )
-        gpu_part = src.compute_s
+        gpu_step, reading_sd = src.compute_s * ratio, 0.0
         if prepared.host_bound_gpu_s is not None:
             # the GPU waited on the host: the measured step is the host's, and what a GPU change scales is at most
             # the GPU's own time, which only the operator model gives
-            gpu_part = prepared.host_bound_gpu_s
-            notes.append(_host_bound_note(profile, prepared, src.gpu.key, src.compute_s, gpu_part))
-        per_sample = gpu_part / src.per_device_batch * ratio
-        return per_sample, share, ("same" if src.gpu.key == dst.key else "cross-ops"), target.optimizer_share
+            notes.append(_host_bound_note(profile, prepared, src.gpu.key, src.compute_s, prepared.host_bound_gpu_s))
+            gpu_step, reading_sd = _host_bound_step(profile, prepared, ratio)
+        per_sample = gpu_step / src.per_device_batch
+        kind = "same" if src.gpu.key == dst.key else "cross-ops"
+        return ComputeEstimate(per_sample, share, kind, target.optimizer_share, reading_sd)
     host = LIGHTNING_STEP_S + target.kernels * HOST_S_PER_KERNEL
     where = "on the meta device" if table.device in ("meta", "fake") or not src.measured else "on CPU"
     notes.append(
@@ -1017,23 +1079,49 @@ def ops_compute(
         "to each GPU's share of the batch"
     )
     extrapolation.append(f"no GPU step was measured: {dst.key}'s time is the operator model's alone")
-    return target.seconds / table.samples, share, "ops-absolute", target.optimizer_share
+    return ComputeEstimate(target.seconds / table.samples, share, "ops-absolute", target.optimizer_share)
+
+
+def _host_bound_step(profile: Profile, prepared: PreparedTable, ratio: float) -> tuple[float, float]:
+    """(the GPU's part of the micro-step at the profiled batch on a GPU ``ratio`` times the profiled one's time, the
+    sd of its log from not knowing the reading). Wholly the host's (w = 1): the operator model's GPU time scaled. In
+    between, the GPU part makes the step at the profiled batch the two readings' blend (:func:`_blended_step`; the
+    floor, ``prepared.host_s``, is theirs too, so a smaller batch tends to the blended floor); the sd is the two-point
+    mixture's, sqrt(w (1 - w)) |log(host's reading / GPU's reading)|, 0 at w = 0 or 1."""
+    w = prepared.host_bound
+    if w >= 1:
+        return prepared.modelled_s * ratio, 0.0
+    plain = host_floor(profile, prepared.classified)
+    args = (prepared.host_reading_s, plain, prepared.modelled_s, prepared.measured_s, ratio)
+    host_read, gpu_read = _blended_step(1.0, *args), _blended_step(0.0, *args)
+    return _blended_step(w, *args), math.sqrt(w * (1.0 - w)) * abs(math.log(host_read / gpu_read))
 
 
 def _host_bound_note(profile: Profile, prepared: PreparedTable, gpu: str, step_s: float, gpu_part: float) -> str:
     """Why a step measured on ``gpu`` was taken as the host's, and what the ratio scales then."""
     floor = host_floor(profile, prepared.classified)
+    modelled = prepared.modelled_s or gpu_part
     why = (
-        f"is within x{HOST_BOUND_BAND:g} of the host's floor ({floor * 1e3:.3g} ms)"
-        if step_s < HOST_BOUND_BAND * floor
-        else f"is {step_s / gpu_part:.2g}x the operator model's GPU time there, more than the model's held-out error "
+        f"is x{step_s / floor:.2g} the host's floor ({floor * 1e3:.3g} ms; a step within x{HOST_BOUND_BAND:g} of it "
+        "is the host's)"
+        if _below(step_s, HOST_BOUND_BAND * floor) >= prepared.host_bound
+        else f"is {step_s / modelled:.2g}x the operator model's GPU time there, more than the model's held-out error "
         f"allows (x{GPU_EXPLAINS_AT_MOST:g}): the host's, slower than the floor's {HOST_S_PER_KERNEL * 1e6:.3g} us "
         "a kernel"
     )
+    if prepared.host_bound >= 1:
+        what = f"host-bound, so {gpu_part * 1e3:.3g} ms of it (the operator model's GPU time on the profiled GPU)"
+    else:  # near a threshold: read partly as the host's
+        what = (
+            f"host-bound at {prepared.host_bound:.0%} (it lies near the line, x{HOST_BOUND_RAMP:g} either side of "
+            f"it is read partly as the host's and partly as the GPU's, the interval widened for it), so "
+            f"{gpu_part * 1e3:.3g} ms of it (between the measurement and the operator model's GPU time on the "
+            f"profiled GPU, {modelled * 1e3:.3g} ms)"
+        )
     return (
-        f"the step measured on {gpu} ({step_s * 1e3:.3g} ms) {why}: host-bound, so {gpu_part * 1e3:.3g} ms of it (the "
-        f"operator model's GPU time on the profiled GPU) is what the ratio scales; the host holds every GPU's "
-        f"micro-step at {prepared.host_s * 1e3:.3g} ms or more (the profiled host's; the optimizer step apart)"
+        f"the step measured on {gpu} ({step_s * 1e3:.3g} ms) {why}: {what} is what the ratio scales; the host holds "
+        f"every GPU's micro-step at {prepared.host_s * 1e3:.3g} ms or more (the profiled host's; the optimizer step "
+        "apart)"
     )
 
 
