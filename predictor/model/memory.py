@@ -170,7 +170,8 @@ def _state(
         if layout.sharding == "shard_grad_op":  # gathered from forward to backward: the whole model, + a gradient unit
             gathered = params * compute + unit * compute
         else:  # full_shard, hybrid_shard: the root unit stays gathered; two units in flight + one unsharded gradient
-            gathered = rest * compute + (UNITS_IN_FLIGHT + 1) * unit * compute
+            # (no more gathered than the model has: a model of fewer units than in flight gathers itself once)
+            gathered = min(rest + UNITS_IN_FLIGHT * unit, params) * compute + unit * compute
         # one GPU (s = 1): FSDP keeps the flat parameter itself, nothing is gathered
         gathered = np.where(s > 1, gathered, 0.0)
         # use_orig_params=True (Lightning's default) flattens frozen and trainable parameters of a unit together:

@@ -80,6 +80,9 @@ def test_memory_of_each_layout_term_by_term() -> None:
     grad_op = parts(prof, "fsdp:shard_grad_op", 2, shard=4)
     assert grad_op["gathered"] == 4 * (P + UNIT)  # the whole model gathered from forward to backward
     assert parts(prof, "fsdp:full_shard", 2, shard=1)["gathered"] == 0  # one GPU gathers nothing
+    # a model of one unit gathers itself once (+ its gradient): it was 3x the model (a review's 1.5M-parameter model)
+    one_unit = small(structure={"blocks": 1, "block_parameters": P})
+    assert parts(one_unit, "fsdp:full_shard", 2, shard=4)["gathered"] == 4 * (P + P)
     ac = parts(prof, "ddp+ac", 2)
     # each block keeps its input; the head's phase (saved outside the blocks + the loss temporaries) and one block's
     # recompute peak at different times: the larger of the two
