@@ -281,8 +281,20 @@ def write_errors(ok: list[dict]) -> str:
             f"{kind}: relative sd {sd:.3f} from {len(pool)} held-out cases; coverage with the width held out "
             f"(leave-one-model-out) {100 * inside / len(pool):.0f}%"
         )
+    # the GPUs the sharded width was calibrated on: a sharded prediction on another GPU keeps the one-GPU width and
+    # the scaling floor (predictor.model.uncertainty.sharded_error)
+    artefact.setdefault("errors_gpus", {})["ops-absolute-sharded"] = calibrated_gpus(ok)
+    lines.append(f"ops-absolute-sharded calibrated on {', '.join(calibrated_gpus(ok))}")
     atomic_write_json(path, artefact)
     return "\n".join(lines)
+
+
+def calibrated_gpus(ok: list[dict]) -> list[str]:
+    """The catalog's GPU keys of the rows' fleets."""
+    from predictor.catalog.catalog import Catalog
+
+    catalog = Catalog.load(extra=[str(NODES)])
+    return sorted({catalog.get(FLEET_TYPE[s["gpu"]]).gpu for s in ok})
 
 
 def plot(scores: list[dict], path: Path) -> None:

@@ -102,8 +102,9 @@ def fit(say=print) -> tuple[dict, dict]:
     kept = json.loads(current.read_text()) if current.exists() else {}
     if "tensor_core" in kept:
         model["tensor_core"] = kept["tensor_core"]
-    # the host staging of multi-GPU nodes (`python bench/tcp_sockets.py --write`, on nccl-tests): kept as it is
-    for key in ("network", "network_from"):
+    # the host staging of multi-GPU nodes (`python bench/tcp_sockets.py --write`, on nccl-tests), and the GPUs an
+    # operator path's width was calibrated on (`bench/mpt_fsdp.py --write-errors`): kept as they are
+    for key in ("network", "network_from", "errors_gpus"):
         if key in kept:
             model[key] = kept[key]
     # the operator paths' errors come from their benches (`bench/mpt_fsdp.py --write-errors`): kept as they are

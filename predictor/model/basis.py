@@ -285,7 +285,7 @@ def type_basis(
         plain_inter=plain,
         kind=kind,
         model_error=math.hypot(model_error(kind), reading_sd),
-        sharded_error=sharded_error(kind),
+        sharded_error=sharded_error(kind, dst.key),
         gpus=it.gpus,
         gpu_memory_gib=it.gpu_memory_gib,
         compute_share=share,

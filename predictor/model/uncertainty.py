@@ -40,9 +40,17 @@ DEFAULT_ERRORS = {
 SHARDED_KINDS = {"ops-absolute": "ops-absolute-sharded"}
 
 
-def sharded_error(kind: str) -> float:
-    """The width of ``kind`` on whole sharded multi-GPU steps (NaN: none was calibrated for that kind)."""
-    return model_error(SHARDED_KINDS[kind]) if kind in SHARDED_KINDS else float("nan")
+def sharded_error(kind: str, gpu: str | None = None) -> float:
+    """The width of ``kind`` on whole sharded multi-GPU steps on ``gpu`` (NaN: none was calibrated for that kind, or
+    not on that GPU: the artefact's ``errors_gpus`` names the GPUs a width was calibrated on, and a GPU outside them
+    keeps the one-GPU width and the scaling floor, as wide or wider; none named: any GPU)."""
+    if kind not in SHARDED_KINDS:
+        return float("nan")
+    sharded = SHARDED_KINDS[kind]
+    gpus = model_artefact().get("errors_gpus", {}).get(sharded)
+    if gpu is not None and gpus is not None and gpu not in gpus:
+        return float("nan")
+    return model_error(sharded)
 
 
 def model_error(kind: str) -> float:

@@ -316,6 +316,15 @@ def test_a_sharded_capture_takes_the_width_calibrated_on_sharded_steps(catalog, 
     assert sd("fsdp:full_shard", "p4d.24xlarge:2") == pytest.approx(np.hypot(0.05, exposed[0]), rel=1e-6)
     # DDP on 16 GPUs keeps the one-GPU width, floored by the scaling width
     assert sd("ddp", "p4d.24xlarge:2") == pytest.approx(np.hypot(0.2, exposed[1]), rel=1e-6)
+    # on a GPU the sharded width was not calibrated on (the MPT set: A100s and H100s), the one-GPU width and the
+    # scaling floor: a capture's FSDP on A10Gs was given the narrowest interval of all (a review)
+    artefact = {"errors": errors, "errors_gpus": {"ops-absolute-sharded": ["A100-SXM-40GB", "H100-SXM"]}}
+    monkeypatch.setattr(uncertainty, "model_artefact", lambda: artefact)
+    assert sd("fsdp:full_shard", "p4d.24xlarge:2") == pytest.approx(np.hypot(0.05, exposed[0]), rel=1e-6)
+    a10g = predict(prof, "g5.48xlarge:2", catalog=catalog, layout="fsdp:full_shard", scaling="weak")
+    staged = uncertainty.model_error("net-host-staged")  # g5's EFA has no GPUDirect RDMA: the host-staged width
+    a10g_exposed = staged * a10g.breakdown["exposed_comm_s"] / a10g.iteration_time_s
+    assert sd("fsdp:full_shard", "g5.48xlarge:2") == pytest.approx(np.hypot(0.2, a10g_exposed), rel=1e-6)
     # a kind without a sharded calibration keeps its own width and the scaling floor under FSDP too
     errors["ops-absolute"], errors["scaling"] = 0.02, 0.1
     monkeypatch.delitem(uncertainty.SHARDED_KINDS, "ops-absolute")
