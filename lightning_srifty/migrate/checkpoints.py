@@ -570,6 +570,48 @@ def architecture_differences(path: str, module: Any, limit: int = 3) -> list[str
     return out
 
 
+def install_resume(trainer: Any, who: str) -> None:
+    """A ``fit()`` the script started without ``ckpt_path`` resumes from the checkpoint the launcher names
+    (:func:`resume_checkpoint`); a ``ckpt_path`` the script passes wins. Lightning picks the checkpoint before any
+    strategy or callback hook runs, so the one place left is the connector's ``resume_start`` (Lightning 2.x, called
+    after the setup hooks), wrapped for this Trainer only, once (``srifty_auto`` and every Trainer's
+    :class:`SpotPreemption` under a launch call it; ``who`` names the caller in the log). Outside a launch, or on a
+    first start, nothing changes. Before, a plain Trainer under ``srifty launch`` started over from step 0 on every
+    move while the launcher said it resumed (a new user's trial)."""
+    from lightning.pytorch.trainer.states import TrainerFn
+
+    from lightning_srifty.protocol import VARIABLES, LaunchEnv
+    from predictor.exceptions import ConfigError
+
+    launch = LaunchEnv.from_env()
+    connector = trainer._checkpoint_connector
+    if launch is None or not launch.resume or getattr(connector, "_srifty_resume", False):
+        return
+    original = type(connector).resume_start.__get__(connector)
+
+    def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING:
+            checkpoint_path = resume_checkpoint()
+            module = trainer.lightning_module
+            strict = getattr(module, "strict_loading", True) is not False  # a module that loads loosely: its call
+            differences = architecture_differences(checkpoint_path, module) if checkpoint_path and strict else []
+            if differences:  # another model's checkpoint in this folder: Lightning would stop with a traceback
+                raise ConfigError(
+                    f"The launcher's checkpoint {launch.resume} ({checkpoint_path}) was not written by this model "
+                    f"({type(module).__name__}): {'; '.join(differences)}. Give this run a checkpoint folder of its "
+                    f"own (srifty terraform --name, or ${VARIABLES['checkpoint_uri']}), or pass fit(ckpt_path=...) "
+                    "of this model.",
+                    parameter="resume",
+                    value=checkpoint_path,
+                )
+            if checkpoint_path is not None:
+                log.warning("%s: resuming from the launcher's checkpoint %s (%s).", who, launch.resume, checkpoint_path)
+        return original(checkpoint_path, *args, **kwargs)
+
+    connector.resume_start = resume_start
+    connector._srifty_resume = True
+
+
 def resume_checkpoint(cache_dir: str | None = None, *, timeout_s: float = 1800.0, poll_s: float = 0.5) -> str | None:
     """The checkpoint ``srifty launch`` says to resume from (``LaunchEnv.resume``), as a path Lightning can load, or
     None on a first start or outside a launch: ``trainer.fit(model, ckpt_path=resume_checkpoint(), ...)``.

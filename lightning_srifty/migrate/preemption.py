@@ -34,6 +34,7 @@ from lightning_srifty import protocol
 from lightning_srifty.migrate.checkpoints import (  # noqa: F401 - re-exported: their home before sharded checkpoints
     DIGEST_SUFFIX,
     find_checkpoint,
+    install_resume,
     owned_files,
     read_digest,
     rm_checkpoint,
@@ -230,6 +231,11 @@ class SpotPreemption(Callback):
         if self._auto and any(isinstance(c, SpotPreemption) and not c._auto for c in callbacks):
             self._inactive = True
         return self._inactive
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # under a launch, a fit() without ckpt_path resumes from the launcher's checkpoint, whatever the strategy
+        if stage == "fit" and not self._stand_down(trainer):
+            install_resume(trainer, "srifty")
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._stand_down(trainer):

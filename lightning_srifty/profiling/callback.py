@@ -328,14 +328,15 @@ class SriftyCallback(Callback):
         if not self.recommend:
             return
         beside = self.output is not None and self._output_ok
+        plan_path = _not_the_launchs_plan(self.output.with_name("plan.json")) if beside and self.output else None
         result = recommend_for_run(
             self.profile,
             self.constraints,
             trainer,
             service=self.service,
             post=self._post_observation,
-            plan_path=self.output.with_name("plan.json") if beside and self.output else None,
-            report_path=self.output.with_name("report.html") if beside and self.output and self.report else None,
+            plan_path=plan_path,
+            report_path=plan_path.with_name("report.html") if plan_path is not None and self.report else None,
         )
         if result is None:
             return
@@ -378,6 +379,25 @@ def _check_output_and_batch_size_fn(owner: str, output: Any, batch_size_fn: Any)
             parameter="batch_size_fn",
             value=batch_size_fn,
         )
+
+
+def _not_the_launchs_plan(path: Path) -> Path:
+    """``path``, or under ``srifty launch`` the launch's own folder's plan where ``path`` is the plan the launch runs:
+    a script that gives ``output="srifty/x.json"`` wrote its run's plan over ``srifty/plan.json``, the launch's (a new
+    user's trial: a resume or a replay then read another plan)."""
+    from lightning_srifty.protocol import LaunchEnv
+
+    try:
+        launch = LaunchEnv.from_env()
+    except Exception:  # noqa: BLE001 - another protocol version: SpotPreemption says so
+        return path
+    if launch is None or not launch.plan or "://" in launch.plan or not launch.launch_id:
+        return path
+    try:
+        same = path.resolve() == Path(launch.plan).resolve()
+    except OSError:
+        return path
+    return Path(f"srifty/launch-{launch.launch_id}/plan.json") if same else path
 
 
 def _warn_launch_mismatches(trainer: pl.Trainer) -> None:

@@ -29,18 +29,17 @@ from typing import Any
 
 import torch
 from lightning.pytorch.strategies import Strategy, StrategyRegistry
-from lightning.pytorch.trainer.states import RunningStage, TrainerFn
+from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.data import _is_dataloader_shuffled
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
-from lightning_srifty.migrate.checkpoints import architecture_differences, resume_checkpoint
+from lightning_srifty.migrate.checkpoints import install_resume
 from lightning_srifty.migrate.preemption import SpotPreemption
-from lightning_srifty.protocol import VARIABLES, LaunchEnv
+from lightning_srifty.protocol import LaunchEnv
 from lightning_srifty.strategies.ddp import SriftyDDPStrategy
 from lightning_srifty.strategies.fsdp import SriftyFSDPStrategy
 from lightning_srifty.strategies.hetero import ExactResume, GlobalBatchSampler
 from lightning_srifty.strategies.plan_strategy import build_layout
-from predictor.exceptions import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +164,7 @@ class _AppliesThePlan:
         if not any(isinstance(c, SpotPreemption) for c in trainer.callbacks):
             # the launcher moves the job on a spot notice, a drift or a price: it checkpoints and leaves (exit 75)
             trainer.callbacks.append(SpotPreemption())
-        self._install_resume(trainer)
+        install_resume(trainer, "srifty_auto")  # a fit() without ckpt_path resumes from the launcher's checkpoint
 
     def _say_the_batch(self) -> None:
         """Once (rank 0): the per-rank batches, accumulation and global batch this fleet trains with; on a mix whose
@@ -188,40 +187,6 @@ class _AppliesThePlan:
             f"srifty_auto: the plan's batch{where}: per rank {runs(sizes)} samples per micro-step{gathered} x {a} "
             f"accumulated = global batch {sum(sizes) * a} on {len(sizes)} rank(s)."
         )
-
-    def _install_resume(self, trainer: Any) -> None:
-        """A fit() the script started without ``ckpt_path`` resumes from the launcher's checkpoint. Lightning picks
-        the checkpoint before any strategy or callback hook runs, so the one place left is the connector's
-        ``resume_start`` (Lightning 2.x), wrapped for this Trainer only."""
-        if not self.launch.resume:
-            return
-        connector = trainer._checkpoint_connector
-        original = type(connector).resume_start.__get__(connector)
-
-        def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING:
-                checkpoint_path = resume_checkpoint()
-                module = trainer.lightning_module
-                strict = getattr(module, "strict_loading", True) is not False  # a module that loads loosely: its call
-                differences = architecture_differences(checkpoint_path, module) if checkpoint_path and strict else []
-                if differences:  # another model's checkpoint in this folder: Lightning would stop with a traceback
-                    raise ConfigError(
-                        f"The launcher's checkpoint {self.launch.resume} ({checkpoint_path}) was not written by this "
-                        f"model ({type(trainer.lightning_module).__name__}): {'; '.join(differences)}. Give this run "
-                        f"a checkpoint folder of its own (srifty terraform --name, or ${VARIABLES['checkpoint_uri']}), "
-                        "or pass fit(ckpt_path=...) of this model.",
-                        parameter="resume",
-                        value=checkpoint_path,
-                    )
-                if checkpoint_path is not None:
-                    log.warning(
-                        "srifty_auto: resuming from the launcher's checkpoint %s (%s).",
-                        self.launch.resume,
-                        checkpoint_path,
-                    )
-            return original(checkpoint_path, *args, **kwargs)
-
-        connector.resume_start = resume_start
 
     def _apply_to_loader(self, dataloader: Any, trainer: Any) -> Any:
         sizes = list(self.launch.batch_sizes or getattr(self, "batch_sizes", None) or ())  # gathered on a mix

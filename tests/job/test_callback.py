@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
@@ -533,3 +534,21 @@ def test_a_profile_on_a_busy_machine_predicts_what_an_idle_one_does(tmp_path, ca
     for fleet in ("g4dn.xlarge:1", "g5.xlarge:1", "p3.2xlarge:1", "p4d.24xlarge:1"):
         idle, loaded = (predict(profiles[k], fleet, catalog=catalog).iteration_time_s for k in ("idle", "loaded"))
         assert abs(loaded / idle - 1) <= 0.20, (fleet, idle, loaded)
+
+
+def test_the_runs_plan_never_goes_over_the_plan_the_launch_runs(tmp_path, monkeypatch) -> None:
+    """A new user's trial: a script giving output="srifty/digits-profile.json" wrote its run's plan over
+    srifty/plan.json, the plan `srifty launch --plan srifty/plan.json` ran (a resume or a replay then read another
+    plan). Under a launch that path goes to the launch's own folder; any other path, and outside a launch, as given."""
+    from lightning_srifty.profiling.callback import _not_the_launchs_plan
+
+    monkeypatch.chdir(tmp_path)
+    for name in [v for v in os.environ if v.startswith("SRIFTY_")]:
+        monkeypatch.delenv(name)
+    beside = Path("srifty/plan.json")
+    assert _not_the_launchs_plan(beside) == beside  # outside a launch
+    monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", str(tmp_path / "launch"))
+    monkeypatch.setenv("SRIFTY_LAUNCH_ID", "l1")
+    monkeypatch.setenv("SRIFTY_PLAN", str(tmp_path / "srifty" / "plan.json"))
+    assert _not_the_launchs_plan(beside) == Path("srifty/launch-l1/plan.json")
+    assert _not_the_launchs_plan(Path("elsewhere/plan.json")) == Path("elsewhere/plan.json")

@@ -211,6 +211,38 @@ def test_srifty_auto_resumes_a_fit_without_ckpt_path_from_the_launchers_checkpoi
     assert again.global_step == 3 and model.batches == [order[2]]
 
 
+def test_a_plain_trainer_under_a_launch_resumes_too(monkeypatch, caplog, tmp_path) -> None:
+    """A new user's trial: a script with a plain Trainer (SriftyCallback alone, the README's quick start) started over
+    from step 0 on every move while the launcher said it resumed. The SpotPreemption every Trainer gets under a launch
+    (Lightning's callbacks_factory) makes a fit() without ckpt_path resume from the launcher's checkpoint."""
+    from lightning_srifty.migrate.preemption import SpotPreemption
+
+    _clear(monkeypatch)
+    _launch(monkeypatch, batch_sizes=(8,), accumulate_grad_batches=1, checkpoint_uri=str(tmp_path / "ck"))
+    _fit_plain(tmp_path, max_steps=6, save={2: str(tmp_path / "step2.ckpt"), 4: str(tmp_path / "step4.ckpt")})
+    _launch(
+        monkeypatch,
+        batch_sizes=(8,),
+        accumulate_grad_batches=1,
+        checkpoint_uri=str(tmp_path / "ck"),
+        resume=str(tmp_path / "step4.ckpt"),
+    )
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=7, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    assert any(isinstance(c, SpotPreemption) for c in trainer.callbacks)  # added by the package, not the script
+    model = _Seen()
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        trainer.fit(model, DataLoader(TensorDataset(torch.arange(96)), batch_size=8))
+    assert f"srifty: resuming from the launcher's checkpoint {tmp_path / 'step4.ckpt'}" in caplog.text
+    assert trainer.global_step == 7 and len(model.batches) == 3  # on from the checkpoint's 4 steps, not from 0
+    # a ckpt_path the script passes still wins
+    again = pl.Trainer(accelerator="cpu", devices=1, max_steps=4, logger=False, enable_checkpointing=False,
+                       enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    model = _Seen()
+    again.fit(model, DataLoader(TensorDataset(torch.arange(96)), batch_size=8), ckpt_path=str(tmp_path / "step2.ckpt"))
+    assert again.global_step == 4 and len(model.batches) == 2
+
+
 def test_a_checkpoint_of_another_model_is_refused_by_name_not_loaded(monkeypatch, tmp_path) -> None:
     """Issue #36 L9: the newest checkpoint in the folder was another architecture's (two runs sharing a folder); the
     resume handed it to Lightning, which stopped with a state_dict traceback. It is refused, naming the differences
