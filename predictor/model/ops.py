@@ -1048,8 +1048,11 @@ def ops_compute(
     _table_notes(profile, table, target, dst, notes)
     if (hint := channels_last_hint(prepared.classified, target, dst, precision, matmul, path)) is not None:
         notes.append(hint)
+    # the GEMMs' and convolutions' share of the forward and backward work: the optimizer step, once per optimizer
+    # step (and divided over a shard group), is left out (a capture at batch 1 made Adam half of a Llama step, and
+    # every LLM fleet's bottleneck read "memory bandwidth": a new user's trial)
     share = target.by_class.get("gemm", 0.0) + target.by_class.get("conv", 0.0)
-    share /= max(target.seconds, 1e-12)
+    share /= max(target.seconds * (1.0 - target.optimizer_share), 1e-12)
     if src.measured and src.gpu is not None:
         source = prepared.source
         if source is None or source.seconds <= 0:

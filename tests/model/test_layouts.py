@@ -358,3 +358,11 @@ def test_srifty_predict_runs_the_layout_recommend_runs(profile_name: str, fleet:
     assert auto.layout == entry.layout.name
     assert auto.iteration_time_s == pytest.approx(entry.iteration_time_s, rel=1e-9)
     assert auto.assumptions[0].startswith(f"layout {entry.layout.name}: the one srifty recommend runs")
+
+
+def test_a_captured_llms_bottleneck_is_its_gemms_not_the_captures_optimizer(catalog) -> None:
+    """A new user's trial: every LLM fleet's bottleneck read "memory bandwidth": the GEMMs' share was taken over the
+    capture's batch-1 step, half of it the unsharded Adam step, which runs once per optimizer step and is divided
+    over the shard group. The share is the forward and backward work's."""
+    prof = load_profile(ROOT / "examples" / "profiles" / "llama-7b-bf16-captured.json")
+    assert predict(prof, "p4d.24xlarge:1", catalog=catalog, layout="fsdp:full_shard").bottleneck == "compute"
