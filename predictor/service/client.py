@@ -11,7 +11,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from predictor.documents.plan import Plan, load_plan
-from predictor.documents.profile import Profile
+from predictor.documents.profile import Profile, load_profile
 from predictor.exceptions import ServiceError
 from predictor.service.runs import is_run_token
 
@@ -96,21 +96,21 @@ class ServiceClient:
                 f"Cannot reach the predictor at {self.url} ({reason}). Is `srifty serve` running there?"
             ) from None
 
-    def rank(self, profile: Profile, constraints: Constraints | dict[str, Any], words: str = "python") -> Plan:
+    def rank(self, profile: ProfileLike, constraints: Constraints | dict[str, Any], words: str = "python") -> Plan:
         """The service's plan for ``profile`` under ``constraints``, its prose in ``words`` (``python``: the
         constraints' names, as the JSON fields; ``flags``: ``srifty recommend``'s flags)."""
         asked = constraints if isinstance(constraints, dict) else constraints.to_request()
-        body: dict[str, Any] = {"profile": profile.to_dict(), "constraints": asked}
+        body: dict[str, Any] = {"profile": _profile_body(profile), "constraints": asked}
         if words != "python":  # a service from before the field refuses it; the default needs none
             body["words"] = words
         return load_plan(self._post("/v1/rank", body))
 
     def predict(
-        self, profile: Profile, fleet: str, scaling: str = "strong", *, layout: str = "ddp", transport: str = "auto"
+        self, profile: ProfileLike, fleet: str, scaling: str = "strong", *, layout: str = "ddp", transport: str = "auto"
     ) -> dict[str, Any]:
         """``POST /v1/predict``: the fields a prediction takes (``layout``, ``transport``: sent only when not the
         default, so a service from before them answers as it did)."""
-        body: dict[str, Any] = {"profile": profile.to_dict(), "fleet": fleet, "scaling": scaling}
+        body: dict[str, Any] = {"profile": _profile_body(profile), "fleet": fleet, "scaling": scaling}
         if layout != "ddp":
             body["layout"] = layout
         if transport != "auto":
@@ -124,7 +124,7 @@ class ServiceClient:
 
     def observe(
         self,
-        profile: Profile,
+        profile: ProfileLike,
         fleet: str,
         throughput_samples_s: float,
         *,
@@ -139,7 +139,7 @@ class ServiceClient:
         and counts toward no run (the answer's ``note`` says so). ``transport``: how the fleet's nodes met (its
         plan's), sent only when known."""
         body: dict[str, Any] = {
-            "profile": profile.to_dict(),
+            "profile": _profile_body(profile),
             "fleet": fleet,
             "throughput_samples_s": throughput_samples_s,
             "iteration_time_s": iteration_time_s,
@@ -162,3 +162,13 @@ def _seconds(retry_after: str | None) -> float:
         return max(0.0, float(retry_after or 1))
     except ValueError:
         return 1.0
+
+
+ProfileLike = Profile | dict[str, Any] | str | os.PathLike[str]
+
+
+def _profile_body(profile: ProfileLike) -> dict[str, Any]:
+    """A profile as the service takes it: a :class:`Profile`, its JSON as a dict (``json.load``) or a file path, read
+    and checked here (a bad one is refused in the CLI's words before anything is sent). A dict was sent to
+    ``.to_dict()`` and failed with an AttributeError (a new user's trial)."""
+    return (profile if isinstance(profile, Profile) else load_profile(profile)).to_dict()

@@ -200,3 +200,25 @@ def test_the_python_client_sends_the_transport_only_when_asked(profile) -> None:
     assert (sent[1]["transport"], sent[1]["layout"]) == ("tcp", "fsdp:full_shard")
     assert "transport" not in Constraints(steps=1).to_request()
     assert Constraints(steps=1, transport="tcp").to_request()["transport"] == "tcp"
+
+
+def test_the_python_client_takes_a_profile_as_a_dict_or_a_path(profile, tmp_path) -> None:
+    """A new user's trial: ServiceClient(url).rank(json.load(f), ...) failed with "'dict' object has no attribute
+    'to_dict'"; docs/service.md never said the profile must come from load_profile. A dict or a path is read and
+    checked here; a bad one is refused in the library's words before anything is sent."""
+    import json
+
+    from predictor.exceptions import ProfileSchemaError
+    from predictor.service.client import ServiceClient
+
+    sent = []
+    client = ServiceClient("http://127.0.0.1:9")
+    client._post = lambda path, body, **kw: sent.append(body) or {}  # type: ignore[method-assign]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile.to_dict()))
+    for given in (profile, profile.to_dict(), str(path), path):
+        client.predict(given, "g5.xlarge:1")
+    assert all(body["profile"] == sent[0]["profile"] for body in sent)
+    with pytest.raises(ProfileSchemaError):
+        client.predict({"schema": "srifty.profile/v1"}, "g5.xlarge:1")
+    assert len(sent) == 4
