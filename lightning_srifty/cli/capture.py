@@ -29,9 +29,16 @@ from typing import Any
 
 from lightning_srifty.cli._common import positive_int
 from predictor.documents.atomic import read_bounded
+from predictor.documents.profile import LEGACY_PRECISION
 from predictor.exceptions import ConfigError, did_you_mean
 
 PRECISIONS = ("32-true", "64-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
+
+
+def _lightning_precision(value: str) -> str:
+    """Lightning's short precision names as ``Trainer(precision=...)`` reads them (``bf16`` is ``bf16-mixed``): the
+    parser's closest-name hint offered bf16-true for bf16, a different training (no FP32 master weights)."""
+    return LEGACY_PRECISION.get(value.strip(), value)
 _MAX_BYTES = 2**40  # a batch tensor above 1 TiB is a typo in a shape, not a batch
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # bounds on what a capture may be asked (issue #23 item 9: 100,000 layers ran for minutes): the time grows with the
@@ -663,7 +670,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "profile records it as gradient accumulation over the captured batch, so every fleet is ranked training "
         "this global batch, split over its GPUs",
     )
-    p.add_argument("--precision", choices=PRECISIONS, default="32-true", help="Lightning precision of the run")
+    p.add_argument(
+        "--precision",
+        type=_lightning_precision,
+        choices=PRECISIONS,
+        default="32-true",
+        help="Lightning precision of the run (Lightning's short names are taken as Lightning takes them: bf16 is "
+        "bf16-mixed, 16 is 16-mixed, 32 is 32-true)",
+    )
     p.add_argument(
         "--channels-last",
         action="store_true",
