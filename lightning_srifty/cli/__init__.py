@@ -142,11 +142,28 @@ def error_words(exc: SriftyError, parser: argparse.ArgumentParser, args: argpars
     return str(exc)
 
 
+def _negative_values_joined(argv: Sequence[str]) -> list[str]:
+    """``--deadline -3h`` as ``--deadline=-3h``: argparse reads a value starting with a dash as an option ("expected
+    one argument"), so the value's own check never said what was wrong with it. A token of a dash and a digit after
+    a long option (no srifty option looks like that) is joined to it; nothing after ``--`` (the script's own)."""
+    out: list[str] = []
+    for i, token in enumerate(argv):
+        if token == "--":
+            return out + list(argv[i:])
+        previous = out[-1] if out else ""
+        if re.match(r"-\d", token) and previous.startswith("--") and "=" not in previous and len(previous) > 2:
+            out[-1] = f"{previous}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``srifty`` console script; SriftyError becomes a one-line message and exit code 2, and so
     does a module an uninstalled extra would bring (the message names the extra and the pip command)."""
     parser = build_parser()
     Parser.argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _negative_values_joined(Parser.argv)
     args, extra = parser.parse_known_args(argv)
     if extra:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

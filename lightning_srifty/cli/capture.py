@@ -39,6 +39,8 @@ def _lightning_precision(value: str) -> str:
     """Lightning's short precision names as ``Trainer(precision=...)`` reads them (``bf16`` is ``bf16-mixed``): the
     parser's closest-name hint offered bf16-true for bf16, a different training (no FP32 master weights)."""
     return LEGACY_PRECISION.get(value.strip(), value)
+
+
 _MAX_BYTES = 2**40  # a batch tensor above 1 TiB is a typo in a shape, not a batch
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # bounds on what a capture may be asked (issue #23 item 9: 100,000 layers ran for minutes): the time grows with the

@@ -177,10 +177,13 @@ class Catalog:
             lowered = {n.lower(): n for n in self._instances}
             if name.lower() in lowered:
                 return self._instances[lowered[name.lower()]]
+            # a family without its size (p4d, g5): its types, smallest first (difflib finds none that short)
+            family = [n for n in self._instances if n.split(".")[0] == name.strip().lower()]
+            family.sort(key=lambda n: (self._instances[n].gpus, self._instances[n].vcpus, n))
             raise UnknownNameError(
                 "instance type",
                 name,
-                suggest(name, self._instances),
+                family[:4] or suggest(name, self._instances),
                 hint=self._gpu_named_hint(name) or f"Add your own in {CATALOG_EXTRA}.",
             ) from None
 

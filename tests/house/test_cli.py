@@ -315,3 +315,16 @@ def test_profile_show_says_a_captured_profiles_step_was_not_measured(tmp_path, c
     assert main(["profile", "show", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.replace("│", " ").split())
     assert "Step time not measured (0: a captured profile)" in out and "0 µs" not in out
+
+
+def test_a_negative_value_is_refused_by_its_own_check(capsys) -> None:
+    """A new user's --deadline -3h got argparse's "expected one argument" (a value with a dash read as an option); the
+    value's own check says what is wrong. The script's arguments after -- are left alone."""
+    from lightning_srifty.cli import _negative_values_joined
+
+    with pytest.raises(SystemExit):
+        main(["recommend", "--profile", "p.json", "--steps", "100", "--deadline", "-3h"])
+    assert "expected a positive duration like 12h, 90m or 2d, got '-3h'" in capsys.readouterr().err
+    argv = ["launch", "--plan", "p.json", "--", "python", "train.py", "--lr", "-3e-4"]
+    assert _negative_values_joined(argv) == argv
+    assert _negative_values_joined(["x", "--budget", "-5", "-v"]) == ["x", "--budget=-5", "-v"]

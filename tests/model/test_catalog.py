@@ -73,6 +73,13 @@ def test_unknown_names_suggest(bundled: Catalog) -> None:
     with pytest.raises(UnknownNameError, match="Did you mean 'H100-SXM'"):
         bundled.gpu("H100-SXN")
     assert "--catalog-extra" in str(info.value)  # a name that is no GPU keeps the generic hint
+    # a family without its size (a new user's --current p4d:1) names its types, smallest first
+    with pytest.raises(UnknownNameError) as family:
+        bundled.get("p4d")
+    assert family.value.suggestions == ["p4d.24xlarge"]
+    with pytest.raises(UnknownNameError) as family:
+        bundled.get("g5")
+    assert family.value.suggestions[0] == "g5.xlarge" and len(family.value.suggestions) == 4
 
 
 def test_a_gpu_given_as_an_instance_type_names_the_types_that_carry_it(bundled: Catalog) -> None:
