@@ -92,14 +92,20 @@ def cmd_launch(args: argparse.Namespace) -> int:
     except LaunchInterrupted as exc:
         released = ", ".join(exc.released) or "none"
         print(
-            f"srifty launch: stopped by {exc.signal_name}; released {len(exc.released)} fleet(s) ({released}); "
-            f"log: {args.workdir}/migrations.jsonl",
+            f"srifty launch: stopped by {exc.signal_name}; released {len(exc.released)} fleet(s) ({released})"
+            f"{_move_log(args.workdir)}",
             file=sys.stderr,
         )
         print(_how_to_continue(args), file=sys.stderr)
         return exc.exit_code
-    print(f"{len(migrations)} migration(s); log: {args.workdir}/migrations.jsonl")
+    print(f"{len(migrations)} migration(s){_move_log(args.workdir)}")
     return 0
+
+
+def _move_log(workdir: str) -> str:
+    """"; log: WORKDIR/migrations.jsonl" where a move wrote it ("" before any: a trial was sent to a missing file)."""
+    log = Path(workdir) / "migrations.jsonl"
+    return f"; log: {log}" if log.exists() else ""
 
 
 def _workdir(args: argparse.Namespace) -> Path:

@@ -328,3 +328,12 @@ def test_a_negative_value_is_refused_by_its_own_check(capsys) -> None:
     argv = ["launch", "--plan", "p.json", "--", "python", "train.py", "--lr", "-3e-4"]
     assert _negative_values_joined(argv) == argv
     assert _negative_values_joined(["x", "--budget", "-5", "-v"]) == ["x", "--budget=-5", "-v"]
+
+
+def test_launch_names_its_move_log_only_when_a_move_wrote_it(tmp_path) -> None:
+    """A trial was sent to "log: wd1/migrations.jsonl" after a launch with no move, a file never written."""
+    from lightning_srifty.cli.launch import _move_log
+
+    assert _move_log(str(tmp_path)) == ""
+    (tmp_path / "migrations.jsonl").write_text("{}\n")
+    assert _move_log(str(tmp_path)) == f"; log: {tmp_path / 'migrations.jsonl'}"
