@@ -103,7 +103,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def _move_log(workdir: str) -> str:
-    """"; log: WORKDIR/migrations.jsonl" where a move wrote it ("" before any: a trial was sent to a missing file)."""
+    """ "; log: WORKDIR/migrations.jsonl" where a move wrote it ("" before any: a trial was sent to a missing file)."""
     log = Path(workdir) / "migrations.jsonl"
     return f"; log: {log}" if log.exists() else ""
 

@@ -318,8 +318,16 @@ def test_run_outputs_are_never_code_and_a_script_path_is_read_as_a_user_types_it
     for out in ("srifty/profile.json", "srifty/launch/checkpoints/plans/plan-1.json", "lightning_logs/v0/x.ckpt"):
         (project / out).parent.mkdir(parents=True, exist_ok=True)
         (project / out).write_text("{}")
+    # a local launch's --workdir (its move log, its checkpoints with the heartbeat): a trial's archive carried 12.6 MiB
+    for out in ("wd1/migrations.jsonl", "wd1/checkpoints/HEARTBEAT.json", "wd1/checkpoints/preempt-step=9.ckpt",
+                "wd2/checkpoints/HEARTBEAT.json", "wd2/checkpoints/last.ckpt", "wd2/notes.txt"):  # fmt: skip
+        (project / out).parent.mkdir(parents=True, exist_ok=True)
+        (project / out).write_text("{}")
     files, _ = code_files(project)
-    assert not [f for f in files if f.startswith(("srifty/", "lightning_logs/"))], files
+    assert not [f for f in files if f.startswith(("srifty/", "lightning_logs/", "wd1/", "wd2/checkpoints/"))], files
+    assert "wd2/notes.txt" in files and "train.py" in files  # a folder beside a launch's checkpoints is the user's
+    (project / "migrations.jsonl").write_text("{}")  # a launch with --workdir . : the project itself stays code
+    assert "train.py" in code_files(project)[0]
     got = generate(load_plan(PLAN), tmp_path / "a", options=Options(name="dot-slash", code=str(project),
                    train_command="./train.py"), catalog=catalog)  # fmt: skip
     assert got.values["train"]["argv"] == ["./train.py"]  # runs the same from the snapshot's folder

@@ -120,8 +120,9 @@ def code_files(workdir: Path, leave_out: tuple[Path, ...] = ()) -> tuple[list[st
     In a git work tree: what ``git ls-files --cached --others --exclude-standard`` lists (git's own reading of every
     .gitignore, .git/info/exclude and the global excludes), less deleted files. Elsewhere: a walk that leaves out
     what the top-level .gitignore and .sriftyignore match (gitignore patterns). Both leave out ALWAYS_LEFT_OUT
-    folders, LEFT_OUT_SUFFIXES, symlinks that lead outside ``workdir``, and ``leave_out`` (the root module being
-    written, when it lies inside).
+    folders, LEFT_OUT_SUFFIXES, symlinks that lead outside ``workdir``, ``leave_out`` (the root module being
+    written, when it lies inside), the root modules srifty terraform wrote, and the folders a ``srifty launch``
+    wrote (``--workdir``: its move log and its checkpoints).
     """
     root = workdir.resolve()
     skip = tuple(p.resolve() for p in leave_out)
@@ -142,6 +143,8 @@ def code_files(workdir: Path, leave_out: tuple[Path, ...] = ()) -> tuple[list[st
             continue  # deleted, a folder (a submodule), or a link out of the directory
         if any(resolved == s or s in resolved.parents for s in skip) or _in_generated_root(root, parts):
             continue
+        if _in_launch_output(root, parts):
+            continue
         files.append(rel)
     return files, source
 
@@ -150,6 +153,17 @@ def _in_generated_root(root: Path, parts: tuple[str, ...]) -> bool:
     """Whether a file lies in a root module ``srifty terraform`` wrote (its marker file beside it or above): those
     hold code archives and Terraform state, never the job's code."""
     return any((root.joinpath(*parts[:i]) / GENERATED_MARKER).is_file() for i in range(len(parts)))
+
+
+# what a `srifty launch --workdir FOLDER` leaves in its folder (the move log; the checkpoint folder's heartbeat): run
+# output, never code (a trial's archive carried 12.6 MiB of a local launch's checkpoints)
+LAUNCH_OUTPUT_MARKERS = ("migrations.jsonl", "HEARTBEAT.json")
+
+
+def _in_launch_output(root: Path, parts: tuple[str, ...]) -> bool:
+    """Whether a file lies in a folder below ``root`` that a ``srifty launch`` wrote (its move log or its checkpoint
+    folder's heartbeat in it or above; ``root`` itself is the project, whatever it holds)."""
+    return any((root.joinpath(*parts[:i]) / m).is_file() for i in range(1, len(parts)) for m in LAUNCH_OUTPUT_MARKERS)
 
 
 def _git_files(root: Path) -> list[str] | None:
