@@ -137,8 +137,8 @@ def add_code_arguments(p: Any) -> None:
     p.add_argument(
         "--any-model",
         action="store_true",
-        help="write the fleet although the plan's model is not the one the code's own profile (srifty/profile.json) "
-        "measured",
+        help="write (or launch) the fleet although the plan's model is not one the code's own profiles "
+        "(srifty/profile.json, else srifty/*.json) measured",
     )
 
 

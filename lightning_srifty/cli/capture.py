@@ -672,14 +672,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "profile records it as gradient accumulation over the captured batch, so every fleet is ranked training "
         "this global batch, split over its GPUs",
     )
-    p.add_argument(
-        "--precision",
-        type=_lightning_precision,
-        choices=PRECISIONS,
-        default="32-true",
-        help="Lightning precision of the run (Lightning's short names are taken as Lightning takes them: bf16 is "
-        "bf16-mixed, 16 is 16-mixed, 32 is 32-true)",
-    )
+    p.add_argument("--precision", type=_lightning_precision, choices=PRECISIONS, default="32-true",
+                   help="Lightning precision of the run (bf16, 16, 32: read as Lightning reads them)")  # fmt: skip
     p.add_argument(
         "--channels-last",
         action="store_true",

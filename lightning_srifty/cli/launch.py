@@ -59,6 +59,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
         )
     check_script(script)
     check_choice(plan, args.choice)
+    from lightning_srifty.provision.terraform.generate import check_plan_model
+
+    # a plan for another model than this project's profiles measured: refused before a process starts (a trial's
+    # 7B plan started eight FSDP processes for the digits example)
+    check_plan_model(plan, Path(args.code or "."), bool(args.any_model))
     workdir = _workdir(args)
     if args.checkpoint_uri and args.provisioner == "local":
         print(

@@ -172,12 +172,7 @@ class SpotPreemption(Callback):
         return self.writer.stored
 
     def save(
-        self,
-        trainer: pl.Trainer,
-        reason: str = "manual",
-        deadline_s: float | None = None,
-        *,
-        interrupt: threading.Event | None = None,
+        self, trainer: pl.Trainer, reason: str = "manual", deadline_s: float | None = None, *, interrupt: Any = None
     ) -> str:
         """Save a checkpoint now (every rank): see :meth:`CheckpointWriter.save`."""
         return self.writer.save(trainer, reason, deadline_s, interrupt=interrupt)
@@ -233,8 +228,7 @@ class SpotPreemption(Callback):
         return self._inactive
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # under a launch, a fit() without ckpt_path resumes from the launcher's checkpoint, whatever the strategy
-        if stage == "fit" and not self._stand_down(trainer):
+        if stage == "fit" and not self._stand_down(trainer):  # a fit() without ckpt_path resumes from the launch's
             install_resume(trainer, "srifty")
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -79,7 +79,7 @@ ALLOWED = {
     ("lightning_srifty/strategies/nodes.py", "(--nproc_per_node)"): "job side: torchrun's option, another program's",
     ("lightning_srifty/strategies/nodes.py", "torchrun with --nproc_per_node="): "job side: torchrun's option",
     ("lightning_srifty/strategies/nodes.py", "(--nnodes)"): "job side: torchrun's option, another program's",
-    ("lightning_srifty/strategies/planned.py", "srifty terraform --name"): "job side (inside the training script): "
+    ("lightning_srifty/migrate/checkpoints.py", "srifty terraform --name"): "job side (inside the training script): "
     "how a run gets a checkpoint folder of its own, another command named with it",
 }
 

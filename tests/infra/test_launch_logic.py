@@ -928,3 +928,28 @@ def test_a_command_written_as_one_runs_it_by_hand_is_what_torchrun_starts(plan, 
     assert main(["launch", "--plan", str(tmp_path / "plan.json"), "--", "python", "-c", "print(1)"]) == 2
     said = capsys.readouterr().err
     assert "The training command \"python -c 'print(1)'\" passes the Python option '-c'" in said, said
+
+
+def test_srifty_launch_refuses_a_plan_for_another_model_before_any_process(tmp_path, monkeypatch, catalog, capsys):
+    """A new user's trial: a 7B plan given to srifty launch with the digits example started eight FSDP processes; the
+    mismatch showed only as job-side warnings. The example writes srifty/digits-profile.json, not the default
+    srifty/profile.json: the profiles a script wrote there are compared too (the plan must be for one of them)."""
+    from _support import MINIMAL
+    from lightning_srifty.cli import main
+    from predictor.documents.profile import load_profile
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "srifty").mkdir()
+    (tmp_path / "train.py").write_text("print('train')\n")
+    (tmp_path / "srifty" / "digits-profile.json").write_text(
+        json.dumps({**MINIMAL, "model": {**MINIMAL["model"], "name": "DigitsNet"}})
+    )
+    (tmp_path / "srifty" / "notes.json").write_text('{"not": "a profile"}')
+    plan = rank(load_profile(MINIMAL), Constraints(steps=1000), catalog=catalog)
+    assert plan.model == "resnet50"
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_dict()))
+    assert main(["launch", "--plan", "plan.json", "--", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "made for the model 'resnet50', but this project's profile (srifty/digits-profile.json) measured " in err
+    assert "'DigitsNet'" in err and "--any-model" in err
+    assert not (tmp_path / "srifty" / "launch").exists()  # nothing started, no work folder

@@ -700,22 +700,21 @@ PROJECT_PROFILE = "srifty/profile.json"  # where SriftyCallback (and srifty demo
 
 def check_plan_model(plan: Plan, code: Path, any_model: bool = False) -> None:
     """Refuse a plan made for another model than the one this code's own profile measured (``srifty/profile.json``
-    in the code folder, SriftyCallback's default output): the 7B plan (2 x g6e.24xlarge spot) went from an MLP
-    project all the way to apply, and the mismatch showed only when the job started (issue #37 H4). Nothing to
-    compare (no profile there, or a plan without its model's name) passes.
+    in the code folder, SriftyCallback's default output; without it, the profiles a script wrote beside it, as
+    ``srifty/NAME.json``: the plan must be for one of them): the 7B plan (2 x g6e.24xlarge spot) went from an MLP
+    project all the way to apply, and the mismatch showed only when the job started (issue #37 H4); ``srifty launch``
+    started a 7B plan's eight processes for the digits example, whose script writes ``srifty/digits-profile.json``
+    (a new user's trial). Nothing to compare (no profile there, or a plan without its model's name) passes.
 
     Raises:
         ConfigError: the names differ (``any_model``: allowed).
     """
 
-    path = code / PROJECT_PROFILE
-    if any_model or not plan.model or not path.is_file():
+    if any_model or not plan.model:
         return
-    try:
-        own = load_profile(path).model.name
-    except Exception:  # noqa: BLE001 - a profile that does not read is the pre-flight's business, not a mismatch
-        return
-    if own and own != plan.model:
+    own = _project_models(code)
+    if own and plan.model not in own:
+        path, name = next(iter(own.values())), next(iter(own))
         raise ConfigError.between(
             "the plan was made for the model {planned!r}, but this project's profile ({path}) measured {own!r}: rank "
             "this project's profile (srifty recommend --profile {profile} --out plan.json) and write that plan, or "
@@ -723,10 +722,30 @@ def check_plan_model(plan: Plan, code: Path, any_model: bool = False) -> None:
             parameter="plan",
             value=plan.model,
             planned=plan.model,
-            path=str(path),
-            own=own,
-            profile=PROJECT_PROFILE,
+            path=str(path) + (f" and {len(own) - 1} more" if len(own) > 1 else ""),
+            own=name,
+            profile=path.relative_to(code) if path.is_relative_to(code) else path,
         )
+
+
+def _project_models(code: Path) -> dict[str, Path]:
+    """The model names this project's own profiles measured, with a profile of each: ``srifty/profile.json`` when
+    there is one, else every ``srifty/*.json`` that reads as a profile (those that do not read are not compared)."""
+    folder = code / PROJECT_PROFILE.rsplit("/", 1)[0] if "/" in PROJECT_PROFILE else code
+    default = code / PROJECT_PROFILE
+    candidates = [default] if default.is_file() else sorted(folder.glob("*.json")) if folder.is_dir() else []
+    own: dict[str, Path] = {}
+    for path in candidates:
+        try:
+            text = path.read_text(errors="replace")
+            if '"srifty.profile/' not in text[:4096]:
+                continue
+            name = load_profile(path).model.name
+        except Exception:  # noqa: BLE001 - a profile that does not read is the pre-flight's business, not a mismatch
+            continue
+        if name:
+            own.setdefault(name, path)
+    return own
 
 
 def _snapshot(
