@@ -45,12 +45,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         table.add_row(name, value)
     for g in result.groups:
         if not g.fits_memory:
-            table.add_row(
-                styled(("won't fit", "red")),
-                f"{g.instance_type}: about {g.memory_gib:.1f} GiB per GPU is needed. Use "
-                "a GPU with more memory, more GPUs (a smaller share of the global batch each), or "
-                "shard the model and optimizer state (--layout fsdp:full_shard, +ac to checkpoint activations).",
-            )
+            table.add_row(styled(("won't fit", "red")), _wont_fit(profile, result, g, catalog))
     for note in result.assumptions:
         if note != result.batch_split:  # the Batch row says it already
             table.add_row("assumes", note)
@@ -58,6 +53,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
         table.add_row(styled(("extrapolates", "yellow")), note)
     console().print(table)
     return 0
+
+
+def _wont_fit(profile: Any, result: Any, group: Any, catalog: Any) -> str:
+    """What a group that cannot hold its share needs, and the ways out: where it trains more than one sample a
+    micro-step, what it needs at one (accumulating the rest: the same global batch), as srifty recommend says it
+    (a trial read 271 GiB here and 129 GiB "even at 1 sample per micro-step" from srifty recommend)."""
+    from predictor.model.layout import parse
+    from predictor.model.memory import estimate_memory
+
+    text = f"{group.instance_type}: about {group.memory_gib:.1f} GiB per GPU is needed"
+    if group.micro_batch > 1:
+        it = catalog.get(group.instance_type)
+        ranks = sum(g.count * catalog.get(g.instance_type).gpus for g in result.groups)
+        least = estimate_memory(profile, 1.0, it.gpu_memory_gib, parse(result.layout), ranks, it.gpus)
+        text += f" at {group.micro_batch} samples a micro-step, {least.bytes_per_gpu / 2**30:.1f} even at 1"
+    return (
+        f"{text}. Use a GPU with more memory, more GPUs (a smaller share of the global batch each), or shard the model "
+        "and optimizer state (--layout fsdp:full_shard, +ac to checkpoint activations)."
+    )
 
 
 def _limiting_words(result: Any) -> str:

@@ -212,7 +212,9 @@ def layout_why(profile: Profile, best: PlanEntry, predict_ddp: Callable[[str], A
     except SriftyError:
         return text
     if not ddp.fits_memory:
-        need = estimate_memory(profile, 1.0, gpu_gib).bytes_per_gpu / 2**30
+        per_node = max(g.gpus_per_instance for g in best.groups) if best.groups else 1
+        # on the fleet's GPUs: DDP's bucket copy of the gradients on more than one (as srifty predict says it)
+        need = estimate_memory(profile, 1.0, gpu_gib, "ddp", best.gpus, per_node).bytes_per_gpu / 2**30
         return text + f"; ddp would need {need:.1f} GiB/GPU even at 1 sample per micro-step"
     slower = ddp.iteration_time_s / best.iteration_time_s - 1
     return text + (f"; ddp fits but is {slower:.0%} slower" if slower > 0 else "")

@@ -366,3 +366,22 @@ def test_a_captured_llms_bottleneck_is_its_gemms_not_the_captures_optimizer(cata
     over the shard group. The share is the forward and backward work's."""
     prof = load_profile(ROOT / "examples" / "profiles" / "llama-7b-bf16-captured.json")
     assert predict(prof, "p4d.24xlarge:1", catalog=catalog, layout="fsdp:full_shard").bottleneck == "compute"
+
+
+def test_predict_and_recommend_say_the_same_least_memory_of_a_fleet_ddp_cannot_hold(catalog) -> None:
+    """A trial read 263 GiB from srifty predict (8 samples a micro-step) and "129 GiB even at 1 sample per
+    micro-step" from srifty recommend (one GPU's, without DDP's bucket copy): predict says both, recommend the
+    fleet's."""
+    import re
+
+    from lightning_srifty.cli.predict import _wont_fit
+
+    prof = load_profile(ROOT / "examples" / "profiles" / "llama-7b-bf16-captured.json")
+    result = predict(prof, "p4d.24xlarge:1", catalog=catalog, layout="ddp")
+    (group,) = result.groups
+    words = _wont_fit(prof, result, group, catalog)
+    least = float(re.search(r"micro-step, ([\d.]+) even at 1", words).group(1))
+    assert group.micro_batch == 8 and least < group.memory_gib
+    plan = rank(prof, Constraints(steps=100, allow=("p4d.24xlarge",), market="on-demand"), catalog=catalog)
+    said = re.search(r"ddp would need ([\d.]+) GiB/GPU even at 1 sample", plan.why)
+    assert said is not None and float(said.group(1)) == least
