@@ -385,8 +385,12 @@ def _values(scored: Scored) -> dict[str, np.ndarray]:
 
 
 def _described(e: PlanEntry) -> str:
-    """A fleet in a refusal's words: what it is, where bought, what it costs."""
-    return f"{e.fleet}, {e.market}, ${e.usd_per_hour:,.2f}/h, ${e.cost_usd:,.2f} for the work"
+    """A fleet in a refusal's words: what it is, where bought, what it costs (at its predicted time, which a
+    refusal at a confidence may not name: a trial read a 90 % time beside the median's cost)."""
+    return (
+        f"{e.fleet}, {e.market}, ${e.usd_per_hour:,.2f}/h, ${e.cost_usd:,.2f} for the work in its predicted "
+        f"{fmt('time_h', e.time_h)}"
+    )
 
 
 def _feasible(

@@ -96,6 +96,8 @@ def test_infeasible_names_the_binding_constraint_and_the_best_achievable(profile
     )
     assert fastest is not None, text
     assert catalog.get(fastest.group(1).split(":")[0]).gpus > 0
+    # the cost is the predicted time's, and says so beside a time at the confidence (a trial read them as one)
+    assert re.search(r"\$[\d,.]+ for the work in its predicted [\d,.]+ (h|min|s)\)", text), text
     big = copy.deepcopy(MINIMAL)
     big["model"]["parameters"] = 200_000_000_000
     # 200B parameters fit fully sharded over 16 x 8 H100 (16 bytes each / 128 GPUs), never with ddp
