@@ -250,3 +250,20 @@ def test_training_reads_neusights_n_as_the_contraction_and_k_as_the_output(tmp_p
     # linear: x[2, 8, 1024] @ W[1024, 16] is one [16, 1024] @ [1024, 16]: contraction 1024, output 16
     assert list(gemm["m"]) == [16, 8] and list(gemm["k"]) == [1024, 512] and list(gemm["n"]) == [16, 32]
     assert list(gemm["b"]) == [1, 3]
+
+
+def test_no_gemm_is_predicted_faster_than_its_flops_at_the_peak() -> None:
+    """A review's sweep: the utilisation multiplier's floor (1/4, for L2 reuse on the bytes) let 0.1 % of random FP32
+    GEMMs on a B200 run at 0.9x their FLOPs at the peak. No reuse beats the FLOPs' roofline."""
+    from predictor.catalog.gpus import gpu_table
+    from predictor.model.kernels import load_kernel_model
+
+    rng = np.random.default_rng(0)
+    dims = {k: np.exp(rng.uniform(np.log(16), np.log(16384), 4000)).round() for k in ("m", "n", "k")}
+    dims["b"] = np.exp(rng.uniform(0, np.log(64), 4000)).round()
+    model = load_kernel_model()
+    for key in ("B200-SXM", "H100-SXM", "A100-SXM-80GB", "T4"):
+        gpu = gpu_table()[key]
+        t = model.latency("gemm", dims, gpu)
+        flops = 2 * dims["b"] * dims["m"] * dims["n"] * dims["k"]
+        assert np.all(t >= flops / (gpu.fp32_tflops * 1e12) * (1 - 1e-9)), key
