@@ -48,6 +48,12 @@ BILLING_MINIMUM_S = 60.0  # per instance, per-second billing (Linux on-demand an
 SETUP_S = 120.0  # the setup command and the first import of torch
 WARMUP_S = 60.0  # processes, rendezvous, CUDA context, autotuning, data loaders
 S3_GBPS_PER_INSTANCE = 10.0  # a single instance's sustained S3 download with parallel requests (rough)
+# An "up to" network's I/O credits, in seconds of its baseline: a published S3 download loop (2019,
+# bench/data/ec2_network_baseline.csv) throttled c5.xlarge (up to 10, baseline 1.25 Gbit/s) after 13 minutes and
+# c5.2xlarge (baseline 2.5) after 26: (10 - baseline) x burst / baseline = 5,460 and 4,680 s, a bucket in proportion
+# to the baseline; their geometric mean. Bounds: a burst AWS says lasts "typically from 5 to 60 minutes" (EC2 User
+# Guide, "Amazon EC2 instance network bandwidth"): 6.8 min for m5.large's 0.75 Gbit/s, 28 for g5.xlarge's 2.5.
+UP_TO_CREDIT_S = (5460.0 * 4680.0) ** 0.5
 LARGE_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6", "trn1", "trn2")  # multi-card, EFA, scarce capacity
 PROVISION_S = {"large": 300.0, "default": 60.0}
 BOOT_S = 120.0  # the Deep Learning AMI from running to user_data (driver and services)
@@ -145,12 +151,28 @@ def type_startup(
     ready = measured_ready() if ready is None else ready
     provision = known.get(it.name)
     source = "measured by srifty launch" if provision is not None else "default"
-    rate_gbps = min(float(it.network_gbps or S3_GBPS_PER_INSTANCE), S3_GBPS_PER_INSTANCE)
-    data_s = float(dataset_gb) * 8.0 / rate_gbps if dataset_gb > 0 else 0.0
+    data_s = staging_s(it, dataset_gb)
     provision_s = provision if provision is not None else default_provision_s(it)
     if it.name in ready:  # boot, the environment's install and warm-up, as the fleet's nodes took them
         return TypeStartup(provision_s, ready[it.name], 0.0, data_s, 0.0, source + "; boot to first step measured")
     return TypeStartup(provision_s, BOOT_S, SETUP_S, data_s, WARMUP_S, source)
+
+
+def staging_s(it: InstanceType, dataset_gb: float) -> float:
+    """Seconds one instance of ``it`` takes to download ``dataset_gb`` from S3: at its network's rate, at most
+    :data:`S3_GBPS_PER_INSTANCE`; on an "up to" network, at that rate while its network I/O credits last, then at its
+    baseline (:data:`UP_TO_CREDIT_S`; a review: 2 TB on g5.xlarge was priced at the burst's rate whatever its size)."""
+    if dataset_gb <= 0:
+        return 0.0
+    bits = float(dataset_gb) * 8.0  # Gbit
+    rate = min(float(it.network_gbps or S3_GBPS_PER_INSTANCE), S3_GBPS_PER_INSTANCE)
+    baseline = float(it.network_baseline_gbps or 0.0) if it.network_up_to else 0.0
+    if not 0 < baseline < rate:
+        return bits / rate
+    burst_s = UP_TO_CREDIT_S * baseline / (rate - baseline)  # the bucket drains at the rate above the refill
+    if bits <= rate * burst_s:
+        return bits / rate
+    return burst_s + (bits - rate * burst_s) / baseline
 
 
 def fleet_startup_s(

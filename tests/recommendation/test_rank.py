@@ -337,6 +337,15 @@ def test_startup_billing_minimum_and_measured_provisioning(profile, catalog, mon
     assert startup.type_startup(p4d, known={}).total_s > startup.type_startup(g5, known={}).total_s
     staged = startup.type_startup(g5, dataset_gb=100, known={})
     assert staged.data_s == pytest.approx(100 * 8 / min(g5.network_gbps, startup.S3_GBPS_PER_INSTANCE))
+    # an "up to" network stages at its burst while its credits last, then at its baseline (a review: 2 TB and 10 TB on
+    # g5.xlarge, "up to 10" with a 2.5 Gbit/s baseline, were both priced at the burst's rate)
+    assert g5.network_up_to and g5.network_baseline_gbps == 2.5
+    burst_s = startup.UP_TO_CREDIT_S * 2.5 / (10 - 2.5)
+    assert 5 * 60 <= burst_s <= 60 * 60  # AWS: "typically from 5 to 60 minutes"
+    assert startup.staging_s(g5, 2000) == pytest.approx(2000 * 8 / 10)  # inside the burst
+    assert startup.staging_s(g5, 10_000) == pytest.approx(burst_s + (80_000 - 10 * burst_s) / 2.5)
+    steady = catalog.get("p4d.24xlarge")  # not "up to": its rate, capped at S3's
+    assert startup.staging_s(steady, 10_000) == pytest.approx(80_000 / startup.S3_GBPS_PER_INSTANCE)
     startup.record(["g5.xlarge"], 30.0)
     startup.record(["g5.xlarge"], 50.0)
     assert startup.measured() == {"g5.xlarge": 40.0}
