@@ -66,6 +66,7 @@ def assemble_profile(
     checkpoint: dict[str, Any] | None = None,
     layout: str | None = None,
     validation: dict[str, Any] | None = None,
+    loader_workers: int | None = None,
 ) -> Profile:
     """The srifty.profile/v1 document. Raises ProfileError when rank 0 measured nothing usable."""
     notes = list(notes)
@@ -83,6 +84,7 @@ def assemble_profile(
             "all_devices": global_batch,
             "accumulate_grad_batches": accumulate_grad_batches,
             "source": batch_source,
+            **({} if loader_workers is None else {"loader_workers": loader_workers}),
         },
         "hardware": hardware,
         "timing": timing,

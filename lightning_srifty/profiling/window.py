@@ -267,6 +267,7 @@ class ProfileWindow:
             hardware=hardware,
             batch_source=self.batch_source,
             accumulate_grad_batches=trainer.accumulate_grad_batches,
+            loader_workers=loader_workers(trainer),
             window={
                 "first_step": first,
                 "requested_steps": self.profile_steps,
@@ -297,3 +298,14 @@ class ProfileWindow:
 def _backend(timer: ShardedCollectiveTimer | None) -> str | None:
     dist = torch.distributed
     return str(dist.get_backend()) if timer is not None and dist.is_available() and dist.is_initialized() else None
+
+
+def loader_workers(trainer: Any) -> int | None:
+    """The training DataLoader's ``num_workers`` (Lightning's CombinedLoader: its first loader), None when not a
+    DataLoader or not set up."""
+    loader = getattr(trainer, "train_dataloader", None)
+    flat = getattr(loader, "flattened", None)  # CombinedLoader
+    if isinstance(flat, list) and flat:
+        loader = flat[0]
+    workers = getattr(loader, "num_workers", None)
+    return workers if isinstance(workers, int) and workers >= 0 else None

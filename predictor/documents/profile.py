@@ -204,6 +204,13 @@ class Batch:
     source: Literal["detected", "batch_size_fn", "manual"] | None = doc_field(
         "how the batch size was found", default=None
     )
+    loader_workers: int | None = doc_field(
+        "the training DataLoader's num_workers (rank 0): the processes that load batches beside the training "
+        "process, so more vCPUs per GPU than num_workers + 1 cannot load faster",
+        default=None,
+        min=0,
+        max=4096,
+    )
     global_batch: int | None = doc_field(
         "deprecated, the same number as all_devices: written for readers before 0.3 (which know only this name); "
         "0.3 stops writing it",

@@ -45,6 +45,7 @@ def test_profile_of_a_real_run(tmp_path) -> None:
     assert phase_mean == pytest.approx(profile.timing.step_time_s.mean, rel=1e-9)
     assert sum(profile.timing.phase_share.values()) == pytest.approx(1.0)
     assert profile.batch.per_device == 8 and profile.batch.all_devices == 8
+    assert profile.batch.loader_workers == 0  # the loader's processes: what more vCPUs can speed (a review)
     assert profile.timing.samples_per_s.p50 > 0
     assert profile.model.parameters == parameter_counts(model)[0] == 16 * 32 + 32 + 32 + 1
     assert profile.model.gradient_bytes == profile.model.parameters * 4

@@ -484,3 +484,25 @@ def test_the_breakdown_says_when_an_intra_node_phase_limits_a_multi_node_all_red
     one = SimpleNamespace(groups=(SimpleNamespace(count=1),), allreduce_limiting="intra-node nvswitch")
     assert _limiting_words(one) == "intra-node nvswitch"
     assert _limiting_words(SimpleNamespace(groups=(group,), allreduce_limiting="network efa")) == "network efa"
+
+
+def test_the_input_pipeline_scales_with_the_cores_its_loader_can_use(catalog) -> None:
+    """A review: the input time scaled with vCPUs per GPU without bound, so a loader of 4 workers loaded 12x faster on
+    a type of 48 vCPUs a GPU. A loader uses num_workers + 1 processes (batch.loader_workers); where the profile does
+    not say, no more cores than the profiled host gave a GPU are credited (fewer still slow it)."""
+    from predictor.model.basis import _cpu_ratio
+
+    data = copy.deepcopy(MINIMAL)
+    data["hardware"] = {**data["hardware"], "cpu_count": 8, "devices": 1}
+    unknown = load_profile(data)
+    big, small = catalog.get("g5.12xlarge"), catalog.get("g4dn.xlarge")  # 12 and 4 vCPUs a GPU
+    assert _cpu_ratio(unknown, big) == 1.0  # 8 -> 12 cores a GPU: not credited without the workers
+    assert _cpu_ratio(unknown, small) == pytest.approx(8 / 4)  # 8 -> 4: slower
+    data["batch"] = {**data["batch"], "loader_workers": 3}
+    four = load_profile(data)
+    assert _cpu_ratio(four, big) == 1.0  # 4 processes fit both hosts
+    assert _cpu_ratio(four, small) == 1.0
+    data["batch"]["loader_workers"] = 15
+    sixteen = load_profile(data)
+    assert _cpu_ratio(sixteen, big) == pytest.approx(8 / 12)  # it can use 12 there, 8 here
+    assert _cpu_ratio(sixteen, small) == pytest.approx(8 / 4)
