@@ -382,22 +382,20 @@ def _check_output_and_batch_size_fn(owner: str, output: Any, batch_size_fn: Any)
 
 
 def _not_the_launchs_plan(path: Path) -> Path:
-    """``path``, or under ``srifty launch`` the launch's own folder's plan where ``path`` is the plan the launch runs:
-    a script that gives ``output="srifty/x.json"`` wrote its run's plan over ``srifty/plan.json``, the launch's (a new
-    user's trial: a resume or a replay then read another plan)."""
+    """``path``, or under ``srifty launch`` (or on a srifty fleet) the launch's own folder's plan: a script that gives
+    ``output="srifty/x.json"`` wrote its run's plan over ``srifty/plan.json``, the plan the user launched with (the
+    launcher runs a copy of it, so the job cannot tell that file from another: a new user's trial's later
+    ``--resume --plan srifty/plan.json`` and ``srifty replay`` read another plan). Under a launch every run's plan goes
+    to ``srifty/launch-<launch id>/``, where its profile goes by default."""
     from lightning_srifty.protocol import LaunchEnv
 
     try:
         launch = LaunchEnv.from_env()
     except Exception:  # noqa: BLE001 - another protocol version: SpotPreemption says so
         return path
-    if launch is None or not launch.plan or "://" in launch.plan or not launch.launch_id:
+    if launch is None or not launch.launch_id:
         return path
-    try:
-        same = path.resolve() == Path(launch.plan).resolve()
-    except OSError:
-        return path
-    return Path(f"srifty/launch-{launch.launch_id}/plan.json") if same else path
+    return Path(f"srifty/launch-{launch.launch_id}/plan.json")
 
 
 def _warn_launch_mismatches(trainer: pl.Trainer) -> None:

@@ -540,7 +540,8 @@ def test_a_profile_on_a_busy_machine_predicts_what_an_idle_one_does(tmp_path, ca
 def test_the_runs_plan_never_goes_over_the_plan_the_launch_runs(tmp_path, monkeypatch) -> None:
     """A new user's trial: a script giving output="srifty/digits-profile.json" wrote its run's plan over
     srifty/plan.json, the plan `srifty launch --plan srifty/plan.json` ran (a resume or a replay then read another
-    plan). Under a launch that path goes to the launch's own folder; any other path, and outside a launch, as given."""
+    plan). The launcher runs a copy of it, so the job cannot tell the user's file: under a launch the run's plan goes
+    to the launch's own folder; outside a launch, as given."""
     from lightning_srifty.profiling.callback import _not_the_launchs_plan
 
     monkeypatch.chdir(tmp_path)
@@ -550,6 +551,6 @@ def test_the_runs_plan_never_goes_over_the_plan_the_launch_runs(tmp_path, monkey
     assert _not_the_launchs_plan(beside) == beside  # outside a launch
     monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", str(tmp_path / "launch"))
     monkeypatch.setenv("SRIFTY_LAUNCH_ID", "l1")
-    monkeypatch.setenv("SRIFTY_PLAN", str(tmp_path / "srifty" / "plan.json"))
+    monkeypatch.setenv("SRIFTY_PLAN", str(tmp_path / "ckpt" / "plans" / "plan-1.json"))  # the launcher's copy
     assert _not_the_launchs_plan(beside) == Path("srifty/launch-l1/plan.json")
-    assert _not_the_launchs_plan(Path("elsewhere/plan.json")) == Path("elsewhere/plan.json")
+    assert _not_the_launchs_plan(Path("elsewhere/plan.json")) == Path("srifty/launch-l1/plan.json")
