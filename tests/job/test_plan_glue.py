@@ -145,11 +145,13 @@ class _SaveAt(pl.Callback):
             trainer.save_checkpoint(self.at[trainer.global_step])
 
 
-def _fit_plain(tmp_path, *, max_steps: int, loader=None, ckpt_path=None, save: dict[int, str] | None = None):
+def _fit_plain(
+    tmp_path, *, max_steps: int, loader=None, ckpt_path=None, save: dict[int, str] | None = None, strategy="srifty_auto"
+):
     """A plain script: its own DataLoader (batch 8, in order), Trainer(strategy="srifty_auto"), fit()."""
     model = _Seen()
     trainer = pl.Trainer(
-        strategy="srifty_auto",
+        strategy=strategy,
         accelerator="cpu",
         devices=1,
         max_steps=max_steps,
@@ -220,26 +222,15 @@ def test_a_plain_trainer_under_a_launch_resumes_too(monkeypatch, caplog, tmp_pat
     _clear(monkeypatch)
     _launch(monkeypatch, batch_sizes=(8,), accumulate_grad_batches=1, checkpoint_uri=str(tmp_path / "ck"))
     _fit_plain(tmp_path, max_steps=6, save={2: str(tmp_path / "step2.ckpt"), 4: str(tmp_path / "step4.ckpt")})
-    _launch(
-        monkeypatch,
-        batch_sizes=(8,),
-        accumulate_grad_batches=1,
-        checkpoint_uri=str(tmp_path / "ck"),
-        resume=str(tmp_path / "step4.ckpt"),
-    )
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=7, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
-    assert any(isinstance(c, SpotPreemption) for c in trainer.callbacks)  # added by the package, not the script
-    model = _Seen()
+    ck, resume = str(tmp_path / "ck"), str(tmp_path / "step4.ckpt")
+    _launch(monkeypatch, batch_sizes=(8,), accumulate_grad_batches=1, checkpoint_uri=ck, resume=resume)
     with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
-        trainer.fit(model, DataLoader(TensorDataset(torch.arange(96)), batch_size=8))
-    assert f"srifty: resuming from the launcher's checkpoint {tmp_path / 'step4.ckpt'}" in caplog.text
+        trainer, model = _fit_plain(tmp_path, max_steps=7, strategy="auto")
+    assert any(isinstance(c, SpotPreemption) for c in trainer.callbacks)  # added by the package, not the script
+    assert f"srifty: resuming from the launcher's checkpoint {resume}" in caplog.text
     assert trainer.global_step == 7 and len(model.batches) == 3  # on from the checkpoint's 4 steps, not from 0
     # a ckpt_path the script passes still wins
-    again = pl.Trainer(accelerator="cpu", devices=1, max_steps=4, logger=False, enable_checkpointing=False,
-                       enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
-    model = _Seen()
-    again.fit(model, DataLoader(TensorDataset(torch.arange(96)), batch_size=8), ckpt_path=str(tmp_path / "step2.ckpt"))
+    again, model = _fit_plain(tmp_path, max_steps=4, ckpt_path=str(tmp_path / "step2.ckpt"), strategy="auto")
     assert again.global_step == 4 and len(model.batches) == 2
 
 
