@@ -142,16 +142,23 @@ def error_words(exc: SriftyError, parser: argparse.ArgumentParser, args: argpars
     return str(exc)
 
 
-def _negative_values_joined(argv: Sequence[str]) -> list[str]:
+def _negative_values_joined(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
     """``--deadline -3h`` as ``--deadline=-3h``: argparse reads a value starting with a dash as an option ("expected
     one argument"), so the value's own check never said what was wrong with it. A token of a dash and a digit after
-    a long option (no srifty option looks like that) is joined to it; nothing after ``--`` (the script's own)."""
-    out: list[str] = []
-    for i, token in enumerate(argv):
-        if token == "--":
-            return out + list(argv[i:])
-        previous = out[-1] if out else ""
-        if re.match(r"-\d", token) and previous.startswith("--") and "=" not in previous and len(previous) > 2:
+    one of the command's own options that takes one value is joined to it; nothing after ``--``, nor after the first
+    word of a command that passes the rest on (``srifty launch PLAN... train.py --shift -5m``: the script's own)."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    command = sub.choices.get(argv[0]) if sub is not None and argv else None
+    if command is None:
+        return list(argv)
+    valued = {o for a in command._actions if a.nargs is None and a.option_strings for o in a.option_strings}
+    passes_on = any(a.nargs == argparse.REMAINDER for a in command._actions)
+    out: list[str] = [argv[0]]
+    for i, token in enumerate(argv[1:], start=1):
+        previous = out[-1]
+        if token == "--" or (passes_on and not token.startswith("-") and previous not in valued):
+            return out + list(argv[i:])  # the script's own words from here
+        if re.match(r"-\d", token) and previous in valued:
             out[-1] = f"{previous}={token}"
         else:
             out.append(token)
@@ -163,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     does a module an uninstalled extra would bring (the message names the extra and the pip command)."""
     parser = build_parser()
     Parser.argv = list(sys.argv[1:] if argv is None else argv)
-    argv = _negative_values_joined(Parser.argv)
+    argv = _negative_values_joined(Parser.argv, parser)
     args, extra = parser.parse_known_args(argv)
     if extra:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -570,14 +570,23 @@ def architecture_differences(path: str, module: Any, limit: int = 3) -> list[str
     return out
 
 
-def install_resume(trainer: Any, who: str) -> None:
+# the launches whose resume a fit() of this process took: (launch id, checkpoint), one fit() each
+_RESUMED: set[tuple[str, str]] = set()
+
+
+def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True) -> None:
     """A ``fit()`` the script started without ``ckpt_path`` resumes from the checkpoint the launcher names
     (:func:`resume_checkpoint`); a ``ckpt_path`` the script passes wins. Lightning picks the checkpoint before any
     strategy or callback hook runs, so the one place left is the connector's ``resume_start`` (Lightning 2.x, called
     after the setup hooks), wrapped for this Trainer only, once (``srifty_auto`` and every Trainer's
     :class:`SpotPreemption` under a launch call it; ``who`` names the caller in the log). Outside a launch, or on a
     first start, nothing changes. Before, a plain Trainer under ``srifty launch`` started over from step 0 on every
-    move while the launcher said it resumed (a new user's trial)."""
+    move while the launcher said it resumed (a new user's trial).
+
+    The launcher's checkpoint is one fit()'s: the first ``fit()`` of the process without ``ckpt_path`` takes it, a
+    later one (a second stage, another model) starts as the script says. A checkpoint another model wrote is refused
+    by name (``refuse_another_model``: ``srifty_auto``, issue #36 L9), or, for the resume every Trainer gets under a
+    launch, said and not loaded (a script whose first Trainer trains another module is not stopped: a review)."""
     from lightning.pytorch.trainer.states import TrainerFn
 
     from lightning_srifty.protocol import VARIABLES, LaunchEnv
@@ -590,12 +599,24 @@ def install_resume(trainer: Any, who: str) -> None:
     original = type(connector).resume_start.__get__(connector)
 
     def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING:
+        key = (launch.launch_id, launch.resume)
+        if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING and key not in _RESUMED:
+            _RESUMED.add(key)
             checkpoint_path = resume_checkpoint()
             module = trainer.lightning_module
             strict = getattr(module, "strict_loading", True) is not False  # a module that loads loosely: its call
             differences = architecture_differences(checkpoint_path, module) if checkpoint_path and strict else []
-            if differences:  # another model's checkpoint in this folder: Lightning would stop with a traceback
+            if differences and not refuse_another_model:
+                log.warning(
+                    "%s: the launcher's checkpoint %s was not written by this model (%s: %s); this fit() starts as "
+                    "the script says.",
+                    who,
+                    checkpoint_path,
+                    type(module).__name__,
+                    "; ".join(differences),
+                )
+                checkpoint_path = None
+            elif differences:  # another model's checkpoint in this folder: Lightning would stop with a traceback
                 raise ConfigError(
                     f"The launcher's checkpoint {launch.resume} ({checkpoint_path}) was not written by this model "
                     f"({type(module).__name__}): {'; '.join(differences)}. Give this run a checkpoint folder of its "

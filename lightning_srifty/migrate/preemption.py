@@ -229,7 +229,7 @@ class SpotPreemption(Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and not self._stand_down(trainer):  # a fit() without ckpt_path resumes from the launch's
-            install_resume(trainer, "srifty")
+            install_resume(trainer, "srifty", refuse_another_model=False)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._stand_down(trainer):

@@ -293,6 +293,15 @@ def _launch_floors(
     return float(np.median(list(own.values()))), own
 
 
+def _flops_bound(cls: str, seconds: np.ndarray, size: np.ndarray, peak_tflops: float | None) -> np.ndarray:
+    """A GEMM is never faster than its FLOPs (``size``) at ``peak_tflops``: L2 reuse may beat the bytes' roofline (the
+    multiplier's floor), nothing beats the FLOPs'. A convolution may (cuDNN's Winograd and FFT algorithms do fewer
+    multiplies than its direct FLOPs)."""
+    if cls != "gemm" or not peak_tflops:
+        return seconds
+    return np.maximum(seconds, size / (peak_tflops * 1e12))
+
+
 @dataclass
 class KernelModel:
     """Per-operator latency model (scikit-learn estimator contract: ``fit`` returns self, learned attributes end
@@ -425,11 +434,7 @@ class KernelModel:
             x, _, _ = features(net_cls, arrays, gpu, floor)
         log_mult = np.mean([net(x) for net in self.nets_[net_cls]], axis=0)
         mult = np.exp(np.clip(log_mult, *np.log(MULTIPLIER_RANGE)))
-        out = (t_roof + floor) * mult
-        if net_cls == "gemm":  # L2 reuse may beat the bytes' roofline, nothing beats a GEMM's FLOPs' (size: FLOPs);
-            # a convolution's can be (cuDNN's Winograd and FFT algorithms do fewer multiplies than the direct FLOPs)
-            peak = (peak_tflops if peak_tflops is not None else gpu.fp32_tflops or 0.0) * 1e12
-            out = np.maximum(out, size / peak) if peak > 0 else out
+        out = _flops_bound(net_cls, (t_roof + floor) * mult, size, peak_tflops or gpu.fp32_tflops)
         return np.where(size > 0, out, floor).reshape(shape)
 
     def floor(self, cls: str, gpu: GPU) -> float:

@@ -88,8 +88,8 @@ HOST_S_PER_KERNEL_MAX = 150e-6
 # How sharp the three thresholds above are. A measured step within a few per cent of one is no more the host's than
 # the GPU's: each threshold is a ramp of this factor either side of it (in log), across which the step is read as the
 # host's with a weight from 0 to 1 (:func:`host_bound_weight`), and the prediction moves between the two readings
-# continuously (the GPU time the ratio scales, geometric between the measured step and the operator model's GPU
-# time; the host's floor, linear). Set on the measured step's own spread, not fitted: a profile's run-to-run CV is
+# continuously (the micro-step on a target, the two readings' geometric blend; the host's floor, theirs, geometric:
+# :func:`_gpu_part`). Set on the measured step's own spread, not fitted: a profile's run-to-run CV is
 # 1-3 % (the lent H100's steps), so x1.1 is about three of its sd. Before, a step 1.7 % longer crossed
 # HOST_S_PER_KERNEL_MAX and moved a T4 prediction 5.6x (a review's sweep). Bounds: > 1; below HOST_BOUND_BAND (a
 # ramp wider than the band would call a step at the floor partly the GPU's).
@@ -986,9 +986,10 @@ def prepare(profile: Profile, src_gpu: GPU | None, compute_s: float = 0.0) -> Pr
                 # read as the host's, the host took the measured micro-step, which no GPU takes away (the optimizer
                 # step, in the measured step and added once per optimizer step on every GPU, left out of it); read
                 # as the GPU's, the floor is the host's own. Between the readings the floor is their geometric blend
-                reading = max(host, compute_s - modelled * alone.optimizer_share)
+                plain, reading = host, max(host, compute_s - modelled * alone.optimizer_share)
                 host = math.exp(weight * math.log(reading) + (1.0 - weight) * math.log(host))
-                bound = _blended_step(weight, reading, host_floor(profile, classified), modelled, compute_s, 1.0)
+                floors, times = (reading, plain, host), (modelled, compute_s)
+                bound = _gpu_part(weight, floors, times, 1.0, alone.optimizer_share)[0]
     except PredictionError as exc:
         return PreparedTable(classified, None, str(exc), host)
     return PreparedTable(classified, source, None, host, bound, weight, compute_s, modelled, reading)
@@ -998,28 +999,45 @@ def host_bound_weight(step_s: float, modelled_s: float, floor_s: float, kernels:
     """How far a step measured at ``step_s`` is the host's (1) rather than the GPU's (0): within
     :data:`HOST_BOUND_BAND` of the host's floor ``floor_s``, or (one GPU) over :data:`GPU_EXPLAINS_AT_MOST` times
     the operator model's GPU time ``modelled_s`` at a time per kernel a host can take
-    (:data:`HOST_S_PER_KERNEL_MAX`); each threshold a log ramp of :data:`HOST_BOUND_RAMP` either side. 0 where the
-    model's GPU time is not below the step (nothing for the host to explain). Each ramp is read as the chance the step
-    is on the host's side of its line, and the rule's "or" and "and" combine them as chances."""
-    if not 0 < modelled_s < step_s:
+    (:data:`HOST_S_PER_KERNEL_MAX`); each threshold a log ramp of :data:`HOST_BOUND_RAMP` either side, and 0 where
+    the model's GPU time is not below the step (nothing for the host to explain; a ramp as well). Each ramp is read
+    as the chance the step is on the host's side of its line, and the rule's "or" and "and" combine them as
+    chances."""
+    if not modelled_s > 0:
         return 0.0
+    # a step the model's GPU time explains is the GPU's: that line (the model's time itself) is a ramp too
+    unexplained = 1.0 - _below(step_s, modelled_s)
     band = _below(step_s, HOST_BOUND_BAND * floor_s)
     if not one_gpu:
-        return band
+        return band * unexplained
     slow = 1.0 - _below(step_s, GPU_EXPLAINS_AT_MOST * modelled_s)
     hostlike = _below(step_s / max(kernels, 1), HOST_S_PER_KERNEL_MAX)
     # each ramp's value read as the chance the step is on the host's side of that line, the lines independent: the
     # rule's "or" and "and" as chances (crisp values give the crisp rule back)
-    return 1.0 - (1.0 - band) * (1.0 - slow * hostlike)
+    return (1.0 - (1.0 - band) * (1.0 - slow * hostlike)) * unexplained
 
 
-def _blended_step(w: float, reading: float, plain: float, modelled: float, measured: float, ratio: float) -> float:
-    """The micro-step on a GPU ``ratio`` times the profiled one's time, the two readings of the measured step blended
-    with the host's weight ``w`` (geometric): read as the host's, the model's GPU time scaled at the host's floor
-    (``reading``); read as the GPU's, the measured step scaled at the plain floor (``plain``)."""
-    host_read = max(reading, modelled * ratio)
-    gpu_read = max(plain, measured * ratio)
-    return math.exp(w * math.log(host_read) + (1.0 - w) * math.log(gpu_read))
+def _gpu_part(
+    w: float, floors: tuple[float, float, float], times: tuple[float, float], ratio: float, o: float
+) -> tuple[float, float]:
+    """(the GPU's part of the micro-step at the profiled batch, with its optimizer step, on a GPU ``ratio`` times the
+    profiled one's time; the sd of its log from not knowing the reading), the measured step read as the host's with
+    weight ``w``. ``floors``: the host's floor read as the host's (the measured micro-step less its optimizer step),
+    the plain floor (the host's own), their blend (the floor every micro-step gets); ``times``: the operator model's
+    GPU time and the measured step on the profiled GPU; ``o``: the optimizer step's share of the GPU part. Each
+    reading's micro-step is its floor or its GPU time less the optimizer step, whichever is longer, and the optimizer
+    step on top (as :func:`predictor.model.fleets` composes them); the prediction is their geometric blend, and the
+    GPU part is what gives it back over the blended floor (w = 1: the model's GPU time; w = 0: the measured step,
+    scaled). The sd is the two-point mixture's, sqrt(w (1 - w)) |log(host's / GPU's)|."""
+    reading, plain, floor = floors
+    m, measured = times[0] * ratio, times[1] * ratio
+    host_read = max(reading, m * (1.0 - o)) + m * o
+    gpu_read = max(plain, measured * (1.0 - o)) + measured * o
+    if w >= 1:
+        return m, 0.0
+    step = math.exp(w * math.log(host_read) + (1.0 - w) * math.log(gpu_read))
+    part = step if o <= 0 or step * (1.0 - o) >= floor else (step - floor) / o
+    return part, math.sqrt(w * (1.0 - w)) * abs(math.log(host_read / gpu_read))
 
 
 def _below(value: float, threshold: float) -> float:
@@ -1068,7 +1086,7 @@ def ops_compute(
             # the GPU waited on the host: the measured step is the host's, and what a GPU change scales is at most
             # the GPU's own time, which only the operator model gives
             notes.append(_host_bound_note(profile, prepared, src.gpu.key, src.compute_s, prepared.host_bound_gpu_s))
-            gpu_step, reading_sd = _host_bound_step(profile, prepared, ratio)
+            gpu_step, reading_sd = _host_bound_step(profile, prepared, ratio, target.optimizer_share)
         per_sample = gpu_step / src.per_device_batch
         kind = "same" if src.gpu.key == dst.key else "cross-ops"
         return ComputeEstimate(per_sample, share, kind, target.optimizer_share, reading_sd)
@@ -1085,19 +1103,12 @@ def ops_compute(
     return ComputeEstimate(target.seconds / table.samples, share, "ops-absolute", target.optimizer_share)
 
 
-def _host_bound_step(profile: Profile, prepared: PreparedTable, ratio: float) -> tuple[float, float]:
+def _host_bound_step(profile: Profile, prepared: PreparedTable, ratio: float, o: float) -> tuple[float, float]:
     """(the GPU's part of the micro-step at the profiled batch on a GPU ``ratio`` times the profiled one's time, the
-    sd of its log from not knowing the reading). Wholly the host's (w = 1): the operator model's GPU time scaled. In
-    between, the GPU part makes the step at the profiled batch the two readings' blend (:func:`_blended_step`; the
-    floor, ``prepared.host_s``, is theirs too, so a smaller batch tends to the blended floor); the sd is the two-point
-    mixture's, sqrt(w (1 - w)) |log(host's reading / GPU's reading)|, 0 at w = 0 or 1."""
-    w = prepared.host_bound
-    if w >= 1:
-        return prepared.modelled_s * ratio, 0.0
-    plain = host_floor(profile, prepared.classified)
-    args = (prepared.host_reading_s, plain, prepared.modelled_s, prepared.measured_s, ratio)
-    host_read, gpu_read = _blended_step(1.0, *args), _blended_step(0.0, *args)
-    return _blended_step(w, *args), math.sqrt(w * (1.0 - w)) * abs(math.log(host_read / gpu_read))
+    sd of its log from not knowing the reading): :func:`_gpu_part` of the prepared readings; ``o``: the optimizer
+    step's share of it there."""
+    floors = (prepared.host_reading_s, host_floor(profile, prepared.classified), prepared.host_s)
+    return _gpu_part(prepared.host_bound, floors, (prepared.modelled_s, prepared.measured_s), ratio, o)
 
 
 def _host_bound_note(profile: Profile, prepared: PreparedTable, gpu: str, step_s: float, gpu_part: float) -> str:

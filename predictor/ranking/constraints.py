@@ -247,7 +247,8 @@ class Constraints:
         if isinstance(self.market, str) and str(self.market).strip().lower().startswith("spot:"):
             market, share = parse_market(self.market)  # "spot:0.75": mixed, with that spot share
             given = self.spot_share
-            if given is not _DEFAULT_SPOT_SHARE and isinstance(given, (int, float)) and float(given) != share:
+            # the default told by its class, not its identity: a pickled or deep-copied Constraints keeps the class
+            if not isinstance(given, _DefaultShare) and isinstance(given, (int, float)) and float(given) != share:
                 raise ConfigError.between(  # which was meant?
                     "{market} {asked} says a spot share of {share:g} and {spot_share} says {given:g}: give one.",
                     parameter="spot_share",
@@ -364,7 +365,9 @@ class Constraints:
         if self.samples is not None:
             return Work(float(self.samples), gb, accumulation)
         # a part of an epoch's last step is a whole optimizer step: --epochs 0.5 of 1,001 steps is 501 steps
-        steps = self.steps if self.steps is not None else math.ceil((self.epochs or 0) * (self.steps_per_epoch or 0))
+        # (rounded to 1e-9 first: 0.07 x 100 is 7.000000000000001 in floating point, 7 steps, not 8)
+        epochs = round((self.epochs or 0) * (self.steps_per_epoch or 0), 9)
+        steps = self.steps if self.steps is not None else math.ceil(epochs)
         return Work.of_steps(steps, gb, accumulation)
 
     def to_request(self) -> dict[str, Any]:

@@ -320,14 +320,20 @@ def test_profile_show_says_a_captured_profiles_step_was_not_measured(tmp_path, c
 def test_a_negative_value_is_refused_by_its_own_check(capsys) -> None:
     """A new user's --deadline -3h got argparse's "expected one argument" (a value with a dash read as an option); the
     value's own check says what is wrong. The script's arguments after -- are left alone."""
-    from lightning_srifty.cli import _negative_values_joined
+    from lightning_srifty.cli import _negative_values_joined, build_parser
 
     with pytest.raises(SystemExit):
         main(["recommend", "--profile", "p.json", "--steps", "100", "--deadline", "-3h"])
     assert "expected a positive duration like 12h, 90m or 2d, got '-3h'" in capsys.readouterr().err
+    parser = build_parser()
     argv = ["launch", "--plan", "p.json", "--", "python", "train.py", "--lr", "-3e-4"]
-    assert _negative_values_joined(argv) == argv
-    assert _negative_values_joined(["x", "--budget", "-5", "-v"]) == ["x", "--budget=-5", "-v"]
+    assert _negative_values_joined(argv, parser) == argv
+    # the script's own words without -- (a review: --shift -5m became --shift=-5m), even one named like ours
+    argv = ["launch", "--plan", "p.json", "train.py", "--shift", "-5m", "--choice", "-1"]
+    assert _negative_values_joined(argv, parser) == argv
+    joined = _negative_values_joined(["recommend", "--budget", "-5", "--steps", "10"], parser)
+    assert joined == ["recommend", "--budget=-5", "--steps", "10"]
+    assert _negative_values_joined(["recommend", "--launchable", "-5"], parser)[1:] == ["--launchable", "-5"]
 
 
 def test_launch_names_its_move_log_only_when_a_move_wrote_it(tmp_path) -> None:

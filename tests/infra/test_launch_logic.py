@@ -953,3 +953,18 @@ def test_srifty_launch_refuses_a_plan_for_another_model_before_any_process(tmp_p
     assert "made for the model 'resnet50', but this project's profile (srifty/digits-profile.json) measured " in err
     assert "'DigitsNet'" in err and "--any-model" in err
     assert not (tmp_path / "srifty" / "launch").exists()  # nothing started, no work folder
+
+
+def test_a_plan_for_any_of_the_projects_profiled_models_is_launched(tmp_path) -> None:
+    """A review: after `srifty demo` (its CNN's profile at srifty/profile.json) a plan for the user's own model, from
+    srifty/mynet.json, was refused. The plan must be for one of the project's profiled models, any of them."""
+    from _support import MINIMAL
+    from lightning_srifty.provision.terraform.generate import check_plan_model
+
+    (tmp_path / "srifty").mkdir()
+    for file, name in (("profile.json", "DigitsCNN"), ("mynet.json", "MyNet")):
+        (tmp_path / "srifty" / file).write_text(json.dumps({**MINIMAL, "model": {**MINIMAL["model"], "name": name}}))
+    mine = types.SimpleNamespace(model="MyNet")
+    check_plan_model(mine, tmp_path)  # the user's own model: launched
+    with pytest.raises(ConfigError, match=r"measured 'DigitsCNN', 'MyNet' \(.*mynet.json\): rank"):
+        check_plan_model(types.SimpleNamespace(model="resnet50"), tmp_path)

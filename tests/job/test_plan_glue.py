@@ -232,6 +232,35 @@ def test_a_plain_trainer_under_a_launch_resumes_too(monkeypatch, caplog, tmp_pat
     # a ckpt_path the script passes still wins
     again, model = _fit_plain(tmp_path, max_steps=4, ckpt_path=str(tmp_path / "step2.ckpt"), strategy="auto")
     assert again.global_step == 4 and len(model.batches) == 2
+    # the launcher's checkpoint is one fit()'s: a later fit() of the process starts as the script says (a review)
+    later, model = _fit_plain(tmp_path, max_steps=2, strategy="auto")
+    assert later.global_step == 2 and len(model.batches) == 2
+
+
+def test_the_resume_every_trainer_gets_does_not_stop_a_trainer_of_another_model(monkeypatch, caplog, tmp_path):
+    """A review: with the resume on every Trainer under a launch, a script whose Trainer trains another module than
+    the checkpoint's stopped with srifty_auto's refusal. The automatic resume says so and starts that fit() fresh;
+    srifty_auto, which the script asked for, still refuses (test_a_checkpoint_of_another_model_is_refused_...)."""
+
+    class Wider(_Seen):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 3)
+            self.head = torch.nn.Linear(3, 1)
+
+    _clear(monkeypatch)
+    ck = str(tmp_path / "ck")
+    _launch(monkeypatch, batch_sizes=(8,), accumulate_grad_batches=1, checkpoint_uri=ck)
+    _fit_plain(tmp_path, max_steps=3, save={2: str(tmp_path / "step2.ckpt")})
+    _launch(
+        monkeypatch, batch_sizes=(8,), accumulate_grad_batches=1, checkpoint_uri=ck, resume=str(tmp_path / "step2.ckpt")
+    )
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=2, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        trainer.fit(Wider(), DataLoader(TensorDataset(torch.arange(96)), batch_size=8))
+    assert trainer.global_step == 2  # trained from the start, not stopped
+    assert "was not written by this model (Wider: missing from the checkpoint: head.weight, head.bias" in caplog.text
 
 
 def test_a_checkpoint_of_another_model_is_refused_by_name_not_loaded(monkeypatch, tmp_path) -> None:

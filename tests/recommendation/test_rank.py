@@ -537,3 +537,7 @@ def test_two_spot_shares_are_refused_however_the_constraints_are_built() -> None
     assert Constraints(steps=1, market="mixed").spot_share == 0.5
     assert dataclasses.replace(Constraints(steps=1), market="spot:0.25").spot_share == 0.25
     assert Constraints.build(steps=1, market="Mixed").market.value == "mixed"
+    import pickle  # the default kept through a copy (a review: identity was lost)
+
+    for copied in (pickle.loads(pickle.dumps(Constraints(steps=1))), copy.deepcopy(Constraints(steps=1))):
+        assert dataclasses.replace(copied, market="spot:0.75").spot_share == 0.75

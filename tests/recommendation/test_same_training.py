@@ -158,6 +158,7 @@ def test_accumulate_grad_batches_4_counts_the_work_in_samples(catalog) -> None:
     # a part of an epoch is whole optimizer steps (a trial's --epochs 0.5 read 500.5 steps in the plan's work)
     half = Constraints(epochs=0.5, steps_per_epoch=1001).work(profile)
     assert (half.optimizer_steps, half.samples) == (501, 501 * 32)
+    assert Constraints(epochs=0.07, steps_per_epoch=100).work(profile).optimizer_steps == 7  # not 8: 7.000000000000001
 
 
 def test_a_hand_written_8_device_profile_has_one_global_batch_everywhere(catalog) -> None:

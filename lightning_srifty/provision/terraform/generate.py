@@ -699,8 +699,8 @@ PROJECT_PROFILE = "srifty/profile.json"  # where SriftyCallback (and srifty demo
 
 
 def check_plan_model(plan: Plan, code: Path, any_model: bool = False) -> None:
-    """Refuse a plan made for another model than the one this code's own profile measured (``srifty/profile.json``
-    in the code folder, SriftyCallback's default output; without it, the profiles a script wrote beside it, as
+    """Refuse a plan made for another model than the ones this code's own profiles measured (``srifty/profile.json``
+    in the code folder, SriftyCallback's default output, and the profiles a script wrote beside it, as
     ``srifty/NAME.json``: the plan must be for one of them): the 7B plan (2 x g6e.24xlarge spot) went from an MLP
     project all the way to apply, and the mismatch showed only when the job started (issue #37 H4); ``srifty launch``
     started a 7B plan's eight processes for the digits example, whose script writes ``srifty/digits-profile.json``
@@ -715,25 +715,29 @@ def check_plan_model(plan: Plan, code: Path, any_model: bool = False) -> None:
     own = _project_models(code)
     if own and plan.model not in own:
         path, name = next(iter(own.values())), next(iter(own))
+        others = "".join(f", {n!r} ({p})" for n, p in list(own.items())[1:])
         raise ConfigError.between(
-            "the plan was made for the model {planned!r}, but this project's profile ({path}) measured {own!r}: rank "
-            "this project's profile (srifty recommend --profile {profile} --out plan.json) and write that plan, or "
-            "pass {any_model} if the plan is meant for this code",
+            "the plan was made for the model {planned!r}, but this project's profile ({path}) measured {own!r}"
+            "{others}: rank this project's profile (srifty recommend --profile {profile} --out plan.json) and write "
+            "that plan, or pass {any_model} if the plan is meant for this code",
             parameter="plan",
             value=plan.model,
             planned=plan.model,
-            path=str(path) + (f" and {len(own) - 1} more" if len(own) > 1 else ""),
+            path=str(path),
             own=name,
+            others=others,
             profile=path.relative_to(code) if path.is_relative_to(code) else path,
         )
 
 
 def _project_models(code: Path) -> dict[str, Path]:
-    """The model names this project's own profiles measured, with a profile of each: ``srifty/profile.json`` when
-    there is one, else every ``srifty/*.json`` that reads as a profile (those that do not read are not compared)."""
-    folder = code / PROJECT_PROFILE.rsplit("/", 1)[0] if "/" in PROJECT_PROFILE else code
+    """The model names this project's own profiles measured, with a profile of each: every ``srifty/*.json`` that
+    reads as a profile, ``srifty/profile.json`` first (those that do not read are not compared). All of them: a
+    ``srifty demo`` leaves its CNN's profile at ``srifty/profile.json`` beside the user's own (a review)."""
+    folder = (code / PROJECT_PROFILE).parent
     default = code / PROJECT_PROFILE
-    candidates = [default] if default.is_file() else sorted(folder.glob("*.json")) if folder.is_dir() else []
+    others = sorted(p for p in folder.glob("*.json") if p != default) if folder.is_dir() else []
+    candidates = ([default] if default.is_file() else []) + others
     own: dict[str, Path] = {}
     for path in candidates:
         try:
