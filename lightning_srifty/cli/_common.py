@@ -138,7 +138,7 @@ def add_code_arguments(p: Any) -> None:
         "--any-model",
         action="store_true",
         help="write (or launch) the fleet although the plan's model is not one the code's own profiles "
-        "(srifty/profile.json, else srifty/*.json) measured",
+        "(srifty/*.json) measured",
     )
 
 
