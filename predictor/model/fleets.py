@@ -487,7 +487,9 @@ def _split(
     does not say what its activations take (:func:`~predictor.model.memory.activations_known`), the memory is a floor
     and a micro-batch above the profiled one (:func:`known_micro_batch`) is not known to fit: it does not."""
     present = fleets.present[rows]
-    lo, plus, ok = split_micro(micro_global, 1.0 / fleets.per_sample[rows], fleets.replicas[rows], present)
+    # each group's speed weighs its share; a step without GPU work (per_sample 0) splits as the fastest can
+    speed = 1.0 / np.maximum(fleets.per_sample[rows], 1e-15)
+    lo, plus, ok = split_micro(micro_global, speed, fleets.replicas[rows], present)
     micro = lo + (plus > 0)
     cap = known_micro_batch(profile)
     parts = memory_parts(

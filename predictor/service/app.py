@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from importlib import metadata, resources
 from pathlib import Path
@@ -40,6 +42,7 @@ from predictor.documents.plan import TransportName
 from predictor.documents.profile import Profile, load_profile
 from predictor.exceptions import (
     ConfigError,
+    NewerDocumentWarning,
     NoFeasibleConfigError,
     PredictionError,
     ProfileSchemaError,
@@ -80,6 +83,8 @@ from predictor.service.observations import MIN_RUNS, ObservationStore, model_key
 from predictor.service.runs import DEFAULT_TTL_S, MAX_TTL_S, RunTokens
 
 API_VERSION = "v1"
+
+log = logging.getLogger(__name__)
 
 
 def _version() -> str:
@@ -267,10 +272,21 @@ def _error(loc: list[Any], message: str, kind: str, status: int = 422, **extra: 
 
 
 def _profile(data: dict[str, Any]) -> Profile:
+    """The request's profile; fields a newer release wrote are ignored and said in the service's log, not raised as
+    a warning of the service's process (where warnings are errors it answered 500; the Python client says it on the
+    client's side before sending)."""
     try:
-        return load_profile(data)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            profile = load_profile(data)
     except ProfileSchemaError as exc:
         raise _BadField(["body", "profile", *exc.field.split(".")], str(exc)) from None
+    for w in caught:
+        if issubclass(w.category, NewerDocumentWarning):
+            log.warning("srifty serve: %s", w.message)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return profile
 
 
 class _BadField(Exception):

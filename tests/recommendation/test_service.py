@@ -82,6 +82,25 @@ def test_rank_answers_in_the_words_asked(client) -> None:
     assert client.post("/v1/rank", json={**asked, "words": "yaml"}).status_code == 422
 
 
+def test_a_newer_releases_profile_is_answered_and_a_step_without_gpu_work_refused_in_words(client, caplog) -> None:
+    """The schemathesis run under another seed: a profile with a field of a newer release made the service raise its
+    own NewerDocumentWarning (warnings are errors in the tests: 500), and a profile whose only operator is an empty
+    optimizer step divided by its zero time a sample. The first is answered (the ignored field said in the service's
+    log), the second refused by the prediction's own words."""
+    import logging
+
+    newer = {**MINIMAL, "from_a_newer_release": 1}
+    with caplog.at_level(logging.WARNING, logger="predictor.service.app"):
+        r = client.post("/v1/predict", json={"profile": newer, "fleet": "g5.xlarge:1"})
+    assert r.status_code == 200 and "from_a_newer_release" in caplog.text
+    empty = {**MINIMAL, "batch": {"per_device": 1}, "timing": {"step_time_s": {"p50": 0.0}}, "hardware": {"devices": 1},
+             "ops": {"device": "cpu", "samples": 1, "ops": [{"op": "", "phase": "optimizer", "count": 1, "shapes": [],
+                                                            "dtypes": [], "flops": 0.0, "bytes_read": 0.0,
+                                                            "bytes_written": 0.0}]}}  # fmt: skip
+    r = client.post("/v1/predict", json={"profile": empty, "fleet": "p3.8xlarge:2"})
+    assert r.status_code == 422 and "every GPU needs at least one sample" in r.text
+
+
 @pytest.mark.parametrize(
     ("path", "body", "loc", "text"),
     [
