@@ -437,3 +437,27 @@ def test_srifty_waits_for_spot_when_the_deadline_has_slack_to_spare() -> None:
     # and when spot never comes, it still finishes in time, on-demand
     late = dl.replay(j, trace_of([0] * 220), dl.Srifty())
     assert late.deadline_met and late.hours["on-demand"] > 0
+
+
+def test_the_rankings_fallback_is_the_hard_rules_run_on_a_trace_of_spot_always_there() -> None:
+    """A new user's trial: a p4d spot plan under a 3 h deadline read $11.34 with 0.6 % on-demand, where the replay of
+    the same rule (the launcher's spot guard's) ran 97 % of it on-demand for $63: spot was taken to run until the
+    deadline less a restart and on-demand to do the rest after it, past the deadline. The hard rule keeps the slack an
+    on-demand finish needs; spot spends it; on-demand finishes at the deadline. On a trace where spot is always there
+    the ranking's expectation is the replay's, across the tight deadlines and the loose ones."""
+    work, restart, startup, spot_hr, od_hr = 2.66 * 3600, 660.0, 600.0, 4.93, 43.92
+    for deadline_h in (2.95, 3.0, 3.05, 3.4, 5.0):
+        job = dl.Job(work_s=work, deadline_s=deadline_h * 3600, restart_s=restart, spot_usd_hr=spot_hr,
+                           od_usd_hr=od_hr, checkpoint_interval_s=None, save_on_notice=True)  # fmt: skip
+        trace = traces.Trace(gap_s=60.0, available=np.ones((1, int(deadline_h * 60) + 200), bool))
+        replayed = dl.replay(job, trace, dl.policy("srifty"))
+        fb = odds.expected_with_fallback(
+            np.array([work]), np.array([work]), np.zeros(1), deadline_h * 3600, np.array([startup]),
+            np.array([restart]), np.array([spot_hr]), np.array([od_hr]),
+        )  # fmt: skip
+        assert float(fb.cost_usd[0]) == pytest.approx(replayed.cost_usd, rel=0.03), deadline_h
+    # with spot's overhead over the slack: on-demand finishes the rest at the deadline, never past it
+    fb = odds.expected_with_fallback(np.array([4.0 * 3600]), np.array([3.0 * 3600]), np.zeros(1), 3.6 * 3600,
+                                     np.zeros(1), np.array([600.0]), np.ones(1), np.full(1, 3.0))  # fmt: skip
+    assert 0 < fb.od_share[0] < 1 and fb.time_s[0] == pytest.approx(3.6 * 3600)
+    assert fb.od_share[0] == pytest.approx(1 - (3.6 * 3600 - 600 - 3 * 3600) / 3600)  # 1 - slack / overhead

@@ -187,7 +187,7 @@ def test_a_spot_row_priced_with_the_deadlines_fallback_says_so_on_the_row(catalo
     # the first deadline whose listed fleets include a spot fleet with a fallback share (which fleets make the list
     # moves with the model: the label is what is under test)
     for minutes in (50, 40, 60, 90):
-        c = Constraints(steps=200_000, deadline_h=minutes / 60, market="any", confidence=0.5)
+        c = Constraints(steps=200_000, deadline_h=minutes / 60, market="any", confidence=0.5, top=50)
         plan = rank(profile, c, catalog=catalog)
         shares = {e.fleet: e.on_demand_fallback for e in plan.entries if e.on_demand_fallback}
         if shares:
