@@ -347,6 +347,7 @@ class Constraints:
             )
         for name, spec in SPECS.items():
             _check_field(name, spec, getattr(self, name))
+        _check_spot_share(self.spot_share, str(self.market))
         self.layout_list()
         if not self.regions:
             raise ConfigError.between(
@@ -475,6 +476,20 @@ SPECS: dict[str, Spec] = {
     )
     for f in dataclasses.fields(Constraints)
 }
+
+
+def _check_spot_share(share: float, market: str) -> None:
+    """A spot share given for a market that buys no mixed fleet is refused (a trial's ``--market spot --spot-share
+    0.7`` was dropped without a word)."""
+    if not isinstance(share, _DefaultShare) and market in ("spot", "on-demand"):
+        raise ConfigError.between(
+            "{spot_share} is the mixed market's share of instances on spot; {market} {asked} buys no mixed fleet. "
+            "Give {market} mixed (or any, or spot:{share:g}), or leave {spot_share} out.",
+            parameter="spot_share",
+            value=float(share),
+            asked=market,
+            share=float(share),
+        )
 
 
 def parse_market(text: str) -> tuple[str, float | None]:

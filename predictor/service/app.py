@@ -79,7 +79,13 @@ from predictor.service.guard import (
     error_response,
     server_config,
 )
-from predictor.service.observations import MIN_RUNS, ObservationStore, model_key
+from predictor.service.observations import (
+    FACTOR_LIMITS,
+    MIN_RUNS,
+    ObservationStore,
+    measured_over_predicted,
+    model_key,
+)
 from predictor.service.runs import DEFAULT_TTL_S, MAX_TTL_S, RunTokens
 
 API_VERSION = "v1"
@@ -532,7 +538,14 @@ def _add_observation_routes(app: FastAPI, catalog: Catalog, store: ObservationSt
             transport=request.transport,
         )
         calibration = store.calibration(profile, catalog)
-        if run_id is None:
+        ratio = measured_over_predicted(profile, obs, catalog)
+        if ratio is not None and not FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:  # a trial read "counted under"
+            note = (
+                f"stored, but left out of every calibration: it is x{ratio:.3g} the model's throughput for "
+                f"{obs.fleet}, beyond the x{FACTOR_LIMITS[0]:g}-x{FACTOR_LIMITS[1]:g} an observation is read as (a "
+                "wrong fleet, or samples counted in another unit?)"
+            )
+        elif run_id is None:
             note = (
                 "stored, counted toward no run: it was not posted with a run token (POST /v1/runs issues one); "
                 f"a GPU's calibration moves when {MIN_RUNS} issued runs agree"

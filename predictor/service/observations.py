@@ -219,7 +219,6 @@ class ObservationStore:
         :data:`AGREE` of the median run; with at least :data:`MIN_RUNS` of them, their mean shrunk toward 0 (the
         model) as ``n / (n + PRIOR_RUNS)`` and bounded by ``n * log(STEP)``. One post, or many from one run, or runs
         that disagree, change nothing."""
-        from predictor.model.predict import predict
 
         catalog = catalog or Catalog.load()
         runs: dict[str, dict[str, list[float]]] = {}
@@ -228,14 +227,8 @@ class ObservationStore:
                 continue  # not posted with a run token: anybody's label, not evidence
             if "," in obs.gpu:
                 continue  # a mix: cannot tell which GPU was off
-            try:
-                # as its nodes met: a multi-node run over TCP is not a slow GPU on EFA
-                predicted = predict(profile, obs.fleet, catalog=catalog, transport=obs.transport or "auto")
-                predicted_s = predicted.throughput_samples_s
-            except SriftyError:
-                continue  # the fleet is no longer in this catalog, or this profile cannot predict it
-            ratio = obs.throughput_samples_s / predicted_s
-            if FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:
+            ratio = measured_over_predicted(profile, obs, catalog)
+            if ratio is not None and FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:
                 runs.setdefault(obs.gpu, {}).setdefault(obs.run_id, []).append(math.log(ratio))
         factors, counts = {}, {}
         for gpu, by_run in runs.items():
@@ -243,6 +236,18 @@ class ObservationStore:
             if found is not None:
                 factors[gpu], counts[gpu] = math.exp(found[0]), found[1]
         return Calibration(factors, counts) if factors else None
+
+
+def measured_over_predicted(profile: Profile, obs: Observation, catalog: Catalog) -> float | None:
+    """An observation's throughput over the model's for its fleet, as its nodes met (a multi-node run over TCP is not
+    a slow GPU on EFA); None when the fleet is no longer in the catalog or the profile cannot predict it."""
+    from predictor.model.predict import predict
+
+    try:
+        predicted = predict(profile, obs.fleet, catalog=catalog, transport=obs.transport or "auto")
+    except SriftyError:
+        return None
+    return obs.throughput_samples_s / predicted.throughput_samples_s
 
 
 def _median(values: list[float]) -> float:

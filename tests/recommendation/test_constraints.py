@@ -143,7 +143,7 @@ def _random_constraints(rng: random.Random) -> Constraints:
         objective=rng.choice(SPECS["objective"].choices),
         regions=tuple(rng.sample(["us-east-1", "us-west-2", "eu-west-1"], rng.randint(1, 3))),
         market=market,
-        spot_share=rng.uniform(0, 1),
+        **({"spot_share": rng.uniform(0, 1)} if market in ("mixed", "any") else {}),  # a mixed fleet's share only
         on_demand_base=rng.randint(0, 4),
         max_instances=rng.randint(1, 64),
         max_types=rng.randint(1, 3),

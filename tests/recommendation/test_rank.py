@@ -537,6 +537,10 @@ def test_two_spot_shares_are_refused_however_the_constraints_are_built() -> None
     assert Constraints(steps=1, market="mixed").spot_share == 0.5
     assert dataclasses.replace(Constraints(steps=1), market="spot:0.25").spot_share == 0.25
     assert Constraints.build(steps=1, market="Mixed").market.value == "mixed"
+    # a share given for a market that buys no mixed fleet is refused (a trial's --market spot --spot-share 0.7)
+    with pytest.raises(ConfigError, match=r"spot_share is the mixed market's share .* market spot buys no mixed"):
+        Constraints.build(steps=1, market="spot", spot_share=0.7).validate()
+    Constraints.build(steps=1, market="any", spot_share=0.7).validate()  # any ranks mixed fleets too
     import pickle  # the default kept through a copy (a review: identity was lost)
 
     for copied in (pickle.loads(pickle.dumps(Constraints(steps=1))), copy.deepcopy(Constraints(steps=1))):

@@ -248,7 +248,11 @@ def test_observations_calibrate_the_next_rank(client, tmp_path, catalog) -> None
         return r.json()
 
     ratios = (0.70, 0.72, 0.75)  # the A10G ran slower than predicted, in three runs
-    assert post(ratios[0], "run-a")["calibration"] == {}
+    first = post(ratios[0], "run-a")
+    assert first["calibration"] == {} and first["note"].startswith("counted under")
+    # one 10x off says it is left out (a trial read "counted under" and saw the factor never move)
+    off = post(0.1, "run-x")
+    assert off["note"].startswith("stored, but left out of every calibration: it is x0.1 the model's throughput")
     assert post(ratios[1], "run-b")["calibration"] == {}  # two runs: not yet
     factor = post(ratios[2], "run-c")["calibration"]["A10G"]
     geo = math.exp(sum(math.log(r) for r in ratios) / 3)
@@ -259,13 +263,14 @@ def test_observations_calibrate_the_next_rank(client, tmp_path, catalog) -> None
         before.entries[0].throughput_samples_s * factor, rel=0.02
     )
     listed = client.get("/v1/observations", params={"model_key": model_key(profile)}).json()["observations"]
-    assert [o["throughput_samples_s"] for o in listed] == pytest.approx([r * predicted for r in reversed(ratios)])
+    stored = [*reversed(ratios[1:]), 0.1, ratios[0]]  # newest first: the 10x-off one is stored and listed too
+    assert [o["throughput_samples_s"] for o in listed] == pytest.approx([r * predicted for r in stored])
     # a different model is not calibrated by these
     other = {**copy.deepcopy(MINIMAL), "model": {**MINIMAL["model"], "name": "vit"}}
     assert load_plan(client.post("/v1/rank", json={**body, "profile": other}).json()).calibration is None
     # the store is plain SQLite
     rows = sqlite3.connect(tmp_path / "obs.sqlite").execute("SELECT fleet, gpu FROM observations").fetchall()
-    assert rows == [("g5.xlarge:1", "A10G")] * 3
+    assert rows == [("g5.xlarge:1", "A10G")] * 4
 
 
 def test_one_post_many_posts_of_one_run_or_disagreeing_runs_steer_nothing(tmp_path, catalog) -> None:
