@@ -163,6 +163,17 @@ def cmd_run_token(args: argparse.Namespace) -> int:
             f"serve --token-file` reads) or set ${TOKEN_ENV} to the service's token.",
             parameter="token_file",
         )
+    from predictor.service.runs import MAX_TTL_S
+
+    if args.days * 86400 > MAX_TTL_S:  # the service's own refusal spoke in seconds (a trial's --days 400)
+        from predictor.exceptions import ConfigError
+
+        raise ConfigError(
+            f"--days {args.days:g} is longer than the {MAX_TTL_S // 86400} days a run token is accepted at most: give "
+            f"--days {MAX_TTL_S // 86400} or fewer, and issue a new token for a longer run.",
+            parameter="days",
+            value=args.days,
+        )
     issued = ServiceClient(args.service, token=token).issue_run(round(args.days * 86400))
     print(issued["token"])
     print(

@@ -345,6 +345,7 @@ class Constraints:
                 parameter="steps_per_epoch",
                 value=None,
             )
+        _check_percent(self.confidence)
         for name, spec in SPECS.items():
             _check_field(name, spec, getattr(self, name))
         _check_spot_share(self.spot_share, str(self.market))
@@ -476,6 +477,19 @@ SPECS: dict[str, Spec] = {
     )
     for f in dataclasses.fields(Constraints)
 }
+
+
+def _check_percent(confidence: Any) -> None:
+    """A confidence given in percent (a trial's ``--confidence 95``) is refused with the fraction it meant."""
+    if isinstance(confidence, (int, float)) and 50 <= confidence < 100:
+        raise ConfigError.between(
+            "{confidence} is a chance between 0.5 and 0.999, not a percentage: {given:g} % is {confidence} "
+            "{fraction:g}.",
+            parameter="confidence",
+            value=confidence,
+            given=confidence,
+            fraction=confidence / 100,
+        )
 
 
 def _check_spot_share(share: float, market: str) -> None:

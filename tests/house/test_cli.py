@@ -343,3 +343,13 @@ def test_launch_names_its_move_log_only_when_a_move_wrote_it(tmp_path) -> None:
     assert _move_log(str(tmp_path)) == ""
     (tmp_path / "migrations.jsonl").write_text("{}\n")
     assert _move_log(str(tmp_path)) == f"; log: {tmp_path / 'migrations.jsonl'}"
+
+
+def test_a_run_token_longer_than_the_service_takes_is_refused_in_days(monkeypatch, capsys) -> None:
+    """A trial's `srifty run-token --days 400` got the service's "less than or equal to 31536000; got 34560000"."""
+    from predictor.service.client import TOKEN_ENV
+
+    monkeypatch.setenv(TOKEN_ENV, "s" * 48)  # the service's own token (not a run token)
+    assert main(["run-token", "--service", "http://127.0.0.1:9", "--days", "400"]) == 2
+    err = capsys.readouterr().err
+    assert "--days 400 is longer than the 365 days a run token is accepted at most: give --days 365 or fewer" in err

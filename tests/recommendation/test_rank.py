@@ -541,6 +541,8 @@ def test_two_spot_shares_are_refused_however_the_constraints_are_built() -> None
     with pytest.raises(ConfigError, match=r"spot_share is the mixed market's share .* market spot buys no mixed"):
         Constraints.build(steps=1, market="spot", spot_share=0.7).validate()
     Constraints.build(steps=1, market="any", spot_share=0.7).validate()  # any ranks mixed fleets too
+    with pytest.raises(ConfigError, match=r"not a percentage: 95 % is confidence 0.95"):  # a trial's --confidence 95
+        Constraints.build(steps=1, confidence=95).validate()
     import pickle  # the default kept through a copy (a review: identity was lost)
 
     for copied in (pickle.loads(pickle.dumps(Constraints(steps=1))), copy.deepcopy(Constraints(steps=1))):
