@@ -393,12 +393,18 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error(["body"], str(exc), type(exc).__name__)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = []
+        json_sent = request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
         for e in exc.errors():
             error = {k: v for k, v in e.items() if k in ("loc", "msg", "type")}
             if e.get("type") == "json_invalid" and e.get("ctx", {}).get("error"):
                 error["msg"] = f"the body is not valid JSON: {e['ctx']['error']}"
+            elif list(e.get("loc", ())) == ["body"] and not json_sent:  # curl -d sends a form by default (a trial)
+                error["msg"] = (
+                    f"the body was sent as {request.headers.get('content-type') or 'no content type'}: send JSON "
+                    "with Content-Type: application/json (curl -H 'Content-Type: application/json' -d @request.json)"
+                )
             else:
                 error["msg"] = _explained(e)
             errors.append(error)

@@ -82,6 +82,15 @@ def test_rank_answers_in_the_words_asked(client) -> None:
     assert client.post("/v1/rank", json={**asked, "words": "yaml"}).status_code == 422
 
 
+def test_a_body_sent_as_a_form_is_told_to_send_json(client) -> None:
+    """A trial's `curl -X POST .../v1/rank -d '{...}'` (curl sends a form by default) got "Input should be a valid
+    dictionary or object ... got b'{...}'"."""
+    body = json.dumps({"profile": MINIMAL, "constraints": {"steps": 10}})
+    r = client.post("/v1/rank", content=body, headers={"content-type": "application/x-www-form-urlencoded"})
+    (detail,) = r.json()["detail"]
+    assert r.status_code == 422 and "send JSON with Content-Type: application/json" in detail["msg"]
+
+
 def test_a_newer_releases_profile_is_answered_and_a_step_without_gpu_work_refused_in_words(client, caplog) -> None:
     """The schemathesis run under another seed: a profile with a field of a newer release made the service raise its
     own NewerDocumentWarning (warnings are errors in the tests: 500), and a profile whose only operator is an empty
