@@ -395,20 +395,26 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = []
-        json_sent = request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
         for e in exc.errors():
             error = {k: v for k, v in e.items() if k in ("loc", "msg", "type")}
-            if e.get("type") == "json_invalid" and e.get("ctx", {}).get("error"):
-                error["msg"] = f"the body is not valid JSON: {e['ctx']['error']}"
-            elif list(e.get("loc", ())) == ["body"] and not json_sent:  # curl -d sends a form by default (a trial)
-                error["msg"] = (
-                    f"the body was sent as {request.headers.get('content-type') or 'no content type'}: send JSON "
-                    "with Content-Type: application/json (curl -H 'Content-Type: application/json' -d @request.json)"
-                )
-            else:
-                error["msg"] = _explained(e)
+            error["msg"] = _not_json(request, e) or _explained(e)
             errors.append(error)
         return SafeJSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
+
+def _not_json(request: Request, error: Mapping[str, Any]) -> str | None:
+    """What to say of a body that is not JSON: its parser's error, or, for a whole body that is not an object and
+    was not sent as JSON (curl -d sends a form by default: a trial got "a valid dictionary ... got b'{...}'"), to send
+    it as JSON; None otherwise."""
+    if error.get("type") == "json_invalid" and error.get("ctx", {}).get("error"):
+        return f"the body is not valid JSON: {error['ctx']['error']}"
+    sent = request.headers.get("content-type", "")
+    if list(error.get("loc", ())) == ["body"] and sent.split(";")[0].strip().lower() != "application/json":
+        return (
+            f"the body was sent as {sent or 'no content type'}: send JSON with Content-Type: application/json "
+            "(curl -H 'Content-Type: application/json' -d @request.json)"
+        )
+    return None
 
 
 def _explained(error: Mapping[str, Any]) -> str:
