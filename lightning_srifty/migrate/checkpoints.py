@@ -583,8 +583,8 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
     first start, nothing changes. Before, a plain Trainer under ``srifty launch`` started over from step 0 on every
     move while the launcher said it resumed (a new user's trial).
 
-    The launcher's checkpoint is one fit()'s: the first ``fit()`` of the process without ``ckpt_path`` takes it, a
-    later one (a second stage, another model) starts as the script says. A checkpoint another model wrote is refused
+    The launcher's checkpoint is one fit()'s: the first ``fit()`` of the process without ``ckpt_path`` that loads it
+    takes it, a later one (a second stage) starts as the script says. A checkpoint another model wrote is refused
     by name (``refuse_another_model``: ``srifty_auto``, issue #36 L9), or, for the resume every Trainer gets under a
     launch, said and not loaded (a script whose first Trainer trains another module is not stopped: a review)."""
     from lightning.pytorch.trainer.states import TrainerFn
@@ -601,7 +601,6 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
     def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
         key = (launch.launch_id, launch.resume)
         if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING and key not in _RESUMED:
-            _RESUMED.add(key)
             checkpoint_path = resume_checkpoint()
             module = trainer.lightning_module
             strict = getattr(module, "strict_loading", True) is not False  # a module that loads loosely: its call
@@ -625,7 +624,8 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
                     parameter="resume",
                     value=checkpoint_path,
                 )
-            if checkpoint_path is not None:
+            if checkpoint_path is not None:  # taken: a later fit() of the process starts as the script says
+                _RESUMED.add(key)
                 log.warning("%s: resuming from the launcher's checkpoint %s (%s).", who, launch.resume, checkpoint_path)
         return original(checkpoint_path, *args, **kwargs)
 

@@ -1041,7 +1041,8 @@ def _gpu_part(
 
 
 def _below(value: float, threshold: float) -> float:
-    """1 well below ``threshold``, 0 well above, linear in log across x/÷ :data:`HOST_BOUND_RAMP` around it."""
+    """1 well below ``threshold``, 0 well above, linear in log across a factor of :data:`HOST_BOUND_RAMP` either
+    side of it."""
     if value <= 0 or threshold <= 0:
         return 1.0 if value <= threshold else 0.0
     half = math.log(HOST_BOUND_RAMP)

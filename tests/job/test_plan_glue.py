@@ -261,6 +261,9 @@ def test_the_resume_every_trainer_gets_does_not_stop_a_trainer_of_another_model(
         trainer.fit(Wider(), DataLoader(TensorDataset(torch.arange(96)), batch_size=8))
     assert trainer.global_step == 2  # trained from the start, not stopped
     assert "was not written by this model (Wider: missing from the checkpoint: head.weight, head.bias" in caplog.text
+    # the checkpoint was not taken: the script's next fit() of the model that wrote it resumes from it
+    resumed, model = _fit_plain(tmp_path, max_steps=4, strategy="auto")
+    assert resumed.global_step == 4 and len(model.batches) == 2
 
 
 def test_a_checkpoint_of_another_model_is_refused_by_name_not_loaded(monkeypatch, tmp_path) -> None:
