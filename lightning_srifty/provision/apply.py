@@ -106,6 +106,11 @@ def check_folder(folder: Path) -> dict[str, Any]:
     Raises:
         ProvisionError: it is not.
     """
+    if not folder.exists():  # a trial read "is not a root module" for a folder that is not there
+        raise ProvisionError(
+            f"{folder} does not exist: give the folder `srifty terraform --plan plan.json --out DIR` wrote (it holds "
+            f"{TFVARS})."
+        )
     if not (folder / TFVARS).is_file() or not (folder / MARKER).is_file():
         raise ProvisionError(
             f"{folder} is not a root module written by `srifty terraform` (no {TFVARS}). Write one with "
@@ -585,7 +590,13 @@ def destroy(
     _check_credentials(values)
     code, _, err = _run(tf, "init", input=False, stream=False)
     if code != 0:
-        raise ProvisionError(f"terraform init failed in {root}:\n{err.strip()}")
+        never = (
+            ""
+            if (root / "terraform.tfstate").exists() or (root / ".terraform").exists()
+            else " It holds no local state and was never initialised here: if it was never applied, nothing was "
+            "created and there is nothing to destroy (a state kept in a remote backend is read only after init)."
+        )
+        raise ProvisionError(f"terraform init failed in {root}:\n{err.strip()}{never}")
     echo(f"Destroying fleet {values.get('name')} ({root}).")
     _confirm(f"Destroy every resource of {values.get('name')}?", yes, ask)
     # a teardown: an interruption waits for it to end (_run_shown's critical), terraform in a session of its own

@@ -119,9 +119,8 @@ def _source_gpu(profile: Profile, catalog: Catalog) -> GPU | None:
     try:
         return catalog.gpu(key)
     except UnknownNameError as exc:
-        raise PredictionError(
-            f"The profile's GPU {key!r} has no specs in the catalog: {exc} Add the GPU's specs in {CATALOG_EXTRA}."
-        ) from None
+        advice = "" if CATALOG_EXTRA in str(exc) else f" Add the GPU's specs in {CATALOG_EXTRA}."  # said once
+        raise PredictionError(f"The profile's GPU {key!r} has no specs in the catalog: {exc}{advice}") from None
 
 
 def source_times(profile: Profile) -> tuple[float, float, float, float]:

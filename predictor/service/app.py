@@ -428,7 +428,7 @@ def _explained(error: Mapping[str, Any]) -> str:
         known = SPECS if "constraints" in loc else {n for m in _Strict.__subclasses__() for n in m.model_fields}
         close = suggest(field, sorted(known), n=1)
         return f"{msg}: there is no field {field!r}" + (f". {did_you_mean(close)}" if close else "")
-    if "input" in error and error.get("type") != "missing":
+    if "input" in error and error.get("type") != "missing" and "got " not in msg.lower():  # said once
         given = repr(error["input"])
         msg += f"; got {given[:80] + '...' if len(given) > 80 else given}"
     if constraint:

@@ -712,3 +712,25 @@ def test_a_vpc_left_outside_the_state_is_found_by_its_tag_and_named(aws) -> None
     assert line.startswith(f"VPC {vpc} of fleet killed-apply is still in {REGION}, outside terraform's state")
     assert f"aws ec2 delete-vpc --vpc-id {vpc} --region {REGION}" in line
     assert fleets.leftover_networks(ec2, REGION, "another-fleet") == []
+
+
+def test_a_missing_folder_and_a_module_never_applied_are_said_as_such(tmp_path, monkeypatch) -> None:
+    """A trial: `srifty status/logs/down --dir infra` of a folder that does not exist said it "is not a root module",
+    and `srifty down` of a module written and never applied failed on terraform init's registry download without a
+    word on what that means. Nothing is skipped: a state kept in a remote backend is read only after init."""
+    from lightning_srifty.provision import apply
+    from lightning_srifty.provision.terraform.generate import MARKER, TFVARS
+    from predictor.exceptions import ProvisionError
+
+    with pytest.raises(
+        ProvisionError, match=r"does not exist: give the folder `srifty terraform --plan plan.json --out DIR` wrote"
+    ):
+        apply.check_folder(tmp_path / "infra")
+    root = tmp_path / "written"
+    root.mkdir()
+    (root / TFVARS).write_text(json.dumps({"name": "n", "aws_endpoint": "http://127.0.0.1:9"}))
+    (root / MARKER).write_text("")
+    monkeypatch.setattr(apply, "_terraform", lambda folder: None)
+    monkeypatch.setattr(apply, "_run", lambda *a, **k: (1, "", "Failed to query available provider packages"))
+    with pytest.raises(ProvisionError, match=r"never initialised here: if it was never applied, nothing was created"):
+        apply.destroy(root, yes=True)

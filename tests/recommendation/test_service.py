@@ -82,6 +82,17 @@ def test_rank_answers_in_the_words_asked(client) -> None:
     assert client.post("/v1/rank", json={**asked, "words": "yaml"}).status_code == 422
 
 
+def test_a_refusal_says_the_value_and_the_advice_once(client) -> None:
+    """A trial: market "spotty" read "Got 'spotty'. ... ; got 'spotty'", and an unknown GPU the catalog-extra advice
+    twice."""
+    r = client.post("/v1/rank", json={"profile": MINIMAL, "constraints": {"steps": 10, "market": "spotty"}})
+    msg = r.json()["detail"][0]["msg"]
+    assert msg.lower().count("got 'spotty'") == 1 and "Did you mean 'spot'?" in msg
+    gpu = {**MINIMAL, "hardware": {"gpu": "H200X", "devices": 1}}
+    msg = client.post("/v1/predict", json={"profile": gpu, "fleet": "g5.xlarge:1"}).json()["detail"][0]["msg"]
+    assert msg.count("catalog extra file") == 1 and "Did you mean 'H200-SXM'" in msg
+
+
 def test_a_body_sent_as_a_form_is_told_to_send_json(client) -> None:
     """A trial's `curl -X POST .../v1/rank -d '{...}'` (curl sends a form by default) got "Input should be a valid
     dictionary or object ... got b'{...}'"."""
