@@ -110,8 +110,9 @@ TRANSPORT_DOC = (
 
 
 class _DefaultShare(float):
-    """The mixed market's default spot share (0.5): a float whose identity tells the default from a given 0.5, so a
-    market of ``"spot:0.75"`` beside a given ``spot_share`` can be refused however the constraints are built."""
+    """The mixed market's default spot share (0.5): a float whose class tells the default from a given 0.5 (and
+    survives a pickle or a deep copy), so a market of ``"spot:0.75"`` beside a given ``spot_share`` can be refused
+    however the constraints are built."""
 
 
 _DEFAULT_SPOT_SHARE = _DefaultShare(0.5)
@@ -368,8 +369,8 @@ class Constraints:
             return Work(float(self.samples), gb, accumulation)
         # a part of an epoch's last step is a whole optimizer step: --epochs 0.5 of 1,001 steps is 501 steps
         # (rounded to 1e-9 first: 0.07 x 100 is 7.000000000000001 in floating point, 7 steps, not 8)
-        epochs = round((self.epochs or 0) * (self.steps_per_epoch or 0), 9)
-        steps = self.steps if self.steps is not None else math.ceil(epochs)
+        epoch_steps = round((self.epochs or 0) * (self.steps_per_epoch or 0), 9)
+        steps = self.steps if self.steps is not None else math.ceil(epoch_steps)
         return Work.of_steps(steps, gb, accumulation)
 
     def to_request(self) -> dict[str, Any]:
