@@ -45,7 +45,7 @@ import numpy as np
 from predictor.catalog.catalog import Catalog
 from predictor.documents.plan import check_choice
 from predictor.exceptions import ConfigError
-from predictor.runs.odds import confidence_factor
+from predictor.runs.odds import HEAD_START, TAIL, confidence_factor
 from predictor.runs.spot import DEFAULT_CHECKPOINT_S, NOTICE_MARGIN_S, NOTICE_S, saves_on_notice
 from predictor.runs.traces import Trace
 
@@ -222,8 +222,8 @@ class Srifty(UniformProgress):
     """
 
     name = "srifty"
-    head_start = 0.25
-    tail = 1.0
+    head_start = HEAD_START  # defined with the ranking's fluid run of this policy (predictor.runs.odds)
+    tail = TAIL
     hysteresis = 0.0
 
 
