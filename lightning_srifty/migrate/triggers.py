@@ -236,7 +236,8 @@ class MigrationTriggers(Callback):
             return
         if why == "drift":
             transport = self.plan.constraints.transport or "auto"  # the fleet's nodes meet as its plan priced them
-            _post_observation(self.predictor_url, self._predictor_token, profile, entry.fleet, measured, step_s,
+            step = step_s * accumulation  # an observation's iteration is an optimizer step
+            _post_observation(self.predictor_url, self._predictor_token, profile, entry.fleet, measured, step,
                               transport)  # fmt: skip
         decision = decide_move(
             profile,

@@ -209,14 +209,16 @@ def post_observation(client: Any, profile: Profile) -> None:
         measured = timing.samples_per_s.p50 if timing.samples_per_s else None
         from predictor.documents.work import global_batch
 
-        # step_time_s is per batch: a batch is global_batch / accumulation samples over the ranks
-        throughput = measured or global_batch(profile) / (batch.accumulate_grad_batches or 1) / step
+        # step_time_s is per batch: a batch is global_batch / accumulation samples over the ranks; the observation's
+        # iteration is an optimizer step (the service's vocabulary: throughput x it is the global batch)
+        accumulation = batch.accumulate_grad_batches or 1
+        throughput = measured or global_batch(profile) / accumulation / step
         fleet = f"{hw.instance_type}:{max(1, hw.nodes)}"
         answer = client.observe(
             profile,
             fleet,
             throughput,
-            iteration_time_s=step,
+            iteration_time_s=step * accumulation,
             source=f"SriftyCallback {profile.model.name} run {run_identity()}",
             run=run_identity(),
             transport=launch_transport(),

@@ -41,15 +41,20 @@ def check_int(
     owner: str, name: str, value: object, *, minimum: int | None = None, maximum: int | None = None, fix: str = ""
 ) -> int:
     """Return ``value`` if it is an int (not a bool) in [``minimum``, ``maximum``]; raise ConfigError otherwise."""
-    expected = "an int" + (f" >= {minimum}" if minimum is not None else "")
+    expected = "an int" + (f" >= {bound_text(minimum)}" if minimum is not None else "")
     if maximum is not None:
-        expected += (" and" if minimum is not None else "") + f" <= {maximum}"
+        expected += (" and" if minimum is not None else "") + f" <= {bound_text(maximum)}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _fail(owner, name, expected, value, fix)
     number = int(value)  # exact for an Integral (numbers.Integral declares no __gt__ to compare with)
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         raise _fail(owner, name, expected, value, fix)
     return number
+
+
+def bound_text(x: float) -> str:
+    """A bound as a reader writes it: 0.25, 16384, 1000000, 1e+12 (not 1000000000000000.0)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) <= 1e6 else f"{x:g}"
 
 
 def check_number(
@@ -64,9 +69,9 @@ def check_number(
     """Return ``value`` as float if it is a finite real number above (or at) ``minimum`` and at most ``maximum``."""
     bound = ""
     if minimum is not None:
-        bound = f" {'>' if exclusive else '>='} {minimum}"
+        bound = f" {'>' if exclusive else '>='} {bound_text(minimum)}"
     if maximum is not None:
-        bound += (" and" if bound else "") + f" <= {maximum}"
+        bound += (" and" if bound else "") + f" <= {bound_text(maximum)}"
     expected = "a number" + bound
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value or abs(value) == float("inf"):
         raise _fail(owner, name, expected, value)

@@ -164,7 +164,12 @@ class Model:
     parameters: int = doc_field(
         "number of parameters (at most 10^13: beyond any model that is trained)", min=1, max=10**13
     )
-    name: str | None = doc_field("a name for the model (class name by default)", default=None)
+    name: str | None = doc_field(
+        "a name for the model (class name by default; it names the plan, the service's observations and the fleet's "
+        "srifty:model tag, where AWS takes at most 256 characters)",
+        default=None,
+        max_length=200,
+    )
     trainable_parameters: int | None = doc_field(
         "parameters with requires_grad (frozen ones, e.g. a LoRA base model, have no gradients or optimizer state)",
         default=None,

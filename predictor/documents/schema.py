@@ -2,9 +2,9 @@
 
 A document class is a frozen dataclass whose fields use plain types (``int``, ``float``, ``str``, ``bool``),
 ``X | None``, ``tuple[X, ...]`` (a JSON array; documents are immutable, so the loader builds tuples),
-``dict[str, X]``, ``Literal[...]`` and nested document classes. Field metadata may
-carry ``doc`` (a one-line description), ``min`` / ``exclusive_min`` / ``max`` (numeric bounds). From that one
-declaration come the loader (:func:`from_dict`, errors naming the dotted field path, the value and the fix),
+``dict[str, X]``, ``Literal[...]`` and nested document classes. Field metadata may carry ``doc`` (a one-line
+description), ``min`` / ``exclusive_min`` / ``max`` (numeric bounds) and ``max_length`` (a text's characters). From
+that one declaration come the loader (:func:`from_dict`, errors naming the dotted field path, the value and the fix),
 the dumper (:func:`to_dict`) and the published JSON Schema (:func:`json_schema`).
 
 Forward compatibility: within one major version (``srifty.plan/v1``, ``srifty.profile/v1``) fields are only ever
@@ -38,7 +38,8 @@ MAX_INT = 2**63  # integers at or beyond are refused (int64, what JSON tools sha
 def doc_field(
     doc: str, *, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING, **bounds: float
 ) -> Any:
-    """A dataclass field with a description and optional numeric bounds (``min``, ``exclusive_min``, ``max``)."""
+    """A dataclass field with a description and optional bounds (numbers: ``min``, ``exclusive_min``, ``max``; text:
+    ``max_length`` in characters)."""
     metadata = {"doc": doc, **bounds}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
@@ -154,9 +155,7 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], ign
         _check_bounds(value, path, meta)
         return float(value)
     if tp is str:
-        if not isinstance(value, str):
-            raise _error(path, "a string", value)
-        return _text(value, path)
+        return _string(value, path, meta)
     if tp is Any:
         return value
     raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in a document class, not in the input
@@ -165,6 +164,15 @@ def _convert(tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], ign
 # terminal control characters: C0 but tab, newline and carriage return, DEL, and C1 (CSI is \x9b). A name holding
 # ESC reached the terminal raw ("\x1b]0;PWN\x07" retitles it; issue #36 L6) through every command that shows it
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _string(value: Any, path: str, meta: typing.Mapping[str, Any]) -> str:
+    """A text field: a string, within its ``max_length``, of text (:func:`_text`)."""
+    if not isinstance(value, str):
+        raise _error(path, "a string", value)
+    if "max_length" in meta and len(value) > meta["max_length"]:
+        raise _error(path, f"text of at most {meta['max_length']} characters", f"{len(value):,} characters")
+    return _text(value, path)
 
 
 def _text(value: str, path: str) -> str:
@@ -294,7 +302,13 @@ def _object_schema(cls: type) -> dict[str, Any]:
         prop = _type_schema(hints[f.name])
         if "doc" in f.metadata:
             prop["description"] = f.metadata["doc"]
-        for key, schema_key in (("min", "minimum"), ("exclusive_min", "exclusiveMinimum"), ("max", "maximum")):
+        bounds = (
+            ("min", "minimum"),
+            ("exclusive_min", "exclusiveMinimum"),
+            ("max", "maximum"),
+            ("max_length", "maxLength"),
+        )
+        for key, schema_key in bounds:
             if key in f.metadata:
                 prop[schema_key] = f.metadata[key]
         props[f.name] = prop

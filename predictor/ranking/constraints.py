@@ -138,18 +138,15 @@ class Constraints:
     the plan's record come from there.
     """
 
+    # the work's bounds hold everywhere (no training has come within 1,000x of them: a value past one is a typo)
     steps: int | None = _c(
-        None, "optimizer steps of the profiled global batch", "int", minimum=1, service_max=10**12, plan=None
+        None, "optimizer steps of the profiled global batch", "int", minimum=1, maximum=10**12, plan=None
     )
-    samples: float | None = _c(
-        None, "training samples", "number", minimum=0, exclusive=True, service_max=1e15, plan=None
-    )
+    samples: float | None = _c(None, "training samples", "number", minimum=0, exclusive=True, maximum=1e15, plan=None)
     epochs: float | None = _c(
-        None, "epochs (with {steps_per_epoch})", "number", minimum=0, exclusive=True, service_max=1e6, plan=None
+        None, "epochs (with {steps_per_epoch})", "number", minimum=0, exclusive=True, maximum=1e6, plan=None
     )
-    steps_per_epoch: int | None = _c(
-        None, "optimizer steps in one epoch", "int", minimum=1, service_max=10**12, plan=None
-    )
+    steps_per_epoch: int | None = _c(None, "optimizer steps in one epoch", "int", minimum=1, maximum=10**12, plan=None)
     deadline_h: float | None = _c(
         None,
         "wall-time limit",

@@ -40,6 +40,7 @@ from predictor.catalog.instances import instance_to_dict
 from predictor.documents.checks import suggest
 from predictor.documents.plan import TransportName
 from predictor.documents.profile import Profile, load_profile
+from predictor.documents.work import global_batch
 from predictor.exceptions import (
     ConfigError,
     NewerDocumentWarning,
@@ -82,9 +83,12 @@ from predictor.service.guard import (
 from predictor.service.observations import (
     FACTOR_LIMITS,
     MIN_RUNS,
+    STEP_SAMPLES_LIMIT,
+    Observation,
     ObservationStore,
     measured_over_predicted,
     model_key,
+    step_samples,
 )
 from predictor.service.runs import DEFAULT_TTL_S, MAX_TTL_S, RunTokens
 
@@ -550,20 +554,7 @@ def _add_observation_routes(app: FastAPI, catalog: Catalog, store: ObservationSt
             transport=request.transport,
         )
         calibration = store.calibration(profile, catalog)
-        ratio = measured_over_predicted(profile, obs, catalog)
-        if ratio is not None and not FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:  # a trial read "counted under"
-            note = (
-                f"stored, but left out of every calibration: it is x{ratio:.3g} the model's throughput for "
-                f"{obs.fleet}, beyond the x{FACTOR_LIMITS[0]:g}-x{FACTOR_LIMITS[1]:g} an observation is read as (a "
-                "wrong fleet, or samples counted in another unit?)"
-            )
-        elif run_id is None:
-            note = (
-                "stored, counted toward no run: it was not posted with a run token (POST /v1/runs issues one); "
-                f"a GPU's calibration moves when {MIN_RUNS} issued runs agree"
-            )
-        else:
-            note = f"counted under {run_id}; a GPU's calibration moves when {MIN_RUNS} issued runs agree"
+        note = _observation_note(profile, obs, catalog, run_id)
         return {
             "id": obs.id,
             "model_key": obs.model_key,
@@ -673,3 +664,30 @@ def background_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> I
 
 
 __all__ = ["MAX_BODY_BYTES", "ServiceSettings", "background_server", "create_app", "model_key"]
+
+
+def _observation_note(profile: Profile, obs: Observation, catalog: Catalog, run_id: str | None) -> str:
+    """What became of an observation: left out of every calibration (a step that is not the profiled training's, or
+    a throughput beyond what an observation is read as), or counted under its run, or under none."""
+    samples = step_samples(profile, obs)
+    if samples is not None and not 1 / STEP_SAMPLES_LIMIT <= samples <= STEP_SAMPLES_LIMIT:
+        implied = obs.throughput_samples_s * (obs.iteration_time_s or 0.0)
+        return (
+            f"stored, but left out of every calibration: throughput x iteration_time_s is {implied:,.4g} samples a "
+            f"step, where the profiled training's global batch is {global_batch(profile):,}: throughput_samples_s is "
+            "the whole fleet's samples per second (every GPU's together) and iteration_time_s one optimizer step "
+            "(its accumulated batches); a run with another global batch is another profile"
+        )
+    ratio = measured_over_predicted(profile, obs, catalog)
+    if ratio is not None and not FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:  # a trial read "counted under"
+        return (
+            f"stored, but left out of every calibration: it is x{ratio:.3g} the model's throughput for "
+            f"{obs.fleet}, beyond the x{FACTOR_LIMITS[0]:g}-x{FACTOR_LIMITS[1]:g} an observation is read as (a "
+            "wrong fleet, or samples counted in another unit?)"
+        )
+    if run_id is None:
+        return (
+            "stored, counted toward no run: it was not posted with a run token (POST /v1/runs issues one); "
+            f"a GPU's calibration moves when {MIN_RUNS} issued runs agree"
+        )
+    return f"counted under {run_id}; a GPU's calibration moves when {MIN_RUNS} issued runs agree"

@@ -128,8 +128,8 @@ class ServiceClient:
         fleet: str,
         throughput_samples_s: float,
         *,
-        iteration_time_s: float | None,
-        source: str,
+        iteration_time_s: float | None = None,
+        source: str = "",
         run: str | None = None,
         transport: str | None = None,
     ) -> dict[str, Any]:
@@ -137,7 +137,9 @@ class ServiceClient:
         token and a ``run`` (the caller's identity of its run: a launch id, a process), the client first has the
         service issue a run for it, once per process, and posts with that run's token; with neither it is stored
         and counts toward no run (the answer's ``note`` says so). ``transport``: how the fleet's nodes met (its
-        plan's), sent only when known."""
+        plan's), sent only when known. ``throughput_samples_s``: the whole fleet's samples per second;
+        ``iteration_time_s``: one optimizer step (its accumulated batches): their product is the run's global batch,
+        and an observation whose product is not the profile's is stored and counted in no calibration."""
         body: dict[str, Any] = {
             "profile": _profile_body(profile),
             "fleet": fleet,

@@ -29,10 +29,16 @@ from predictor.documents.atomic import file_kind
 from predictor.documents.checks import check_choice, check_number
 from predictor.documents.plan import TRANSPORTS
 from predictor.documents.profile import Profile
+from predictor.documents.work import global_batch
 from predictor.exceptions import ConfigError, ServiceError, SriftyError
 from predictor.ranking import Calibration
 
 FACTOR_LIMITS = (0.2, 5.0)  # an observation further off than 5x is a mistake (wrong fleet, wrong unit), not a signal
+# Throughput x the optimizer step's time is the samples of a step, the run's global batch: an integer the training
+# fixes, measured here through two figures (a mean and a median of the same steps agree to a few %). Further off than
+# this, one of them is of another training or in another unit (a GPU's throughput, not the fleet's; a batch's time,
+# not the step's): the observation is stored, said, and counted in no calibration.
+STEP_SAMPLES_LIMIT = 1.5
 # Observations cannot steer alone (issue #23 item 5): a GPU's factor moves only when MIN_RUNS distinct runs agree
 # within AGREE of their median; the factor is shrunk toward the model as if the model were PRIOR_RUNS runs at 1.0, and
 # moves at most STEP per agreeing run. A run is one the service issued (issue #36 M5): an observation posted with a
@@ -228,7 +234,7 @@ class ObservationStore:
             if "," in obs.gpu:
                 continue  # a mix: cannot tell which GPU was off
             ratio = measured_over_predicted(profile, obs, catalog)
-            if ratio is not None and FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:
+            if ratio is not None and FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1] and step_samples_agree(profile, obs):
                 runs.setdefault(obs.gpu, {}).setdefault(obs.run_id, []).append(math.log(ratio))
         factors, counts = {}, {}
         for gpu, by_run in runs.items():
@@ -248,6 +254,21 @@ def measured_over_predicted(profile: Profile, obs: Observation, catalog: Catalog
     except SriftyError:
         return None
     return obs.throughput_samples_s / predicted.throughput_samples_s
+
+
+def step_samples(profile: Profile, obs: Observation) -> float | None:
+    """The samples of a step the observation implies (throughput x its optimizer step's time) over the profile's
+    global batch; None without a step time."""
+    if obs.iteration_time_s is None:
+        return None
+    return obs.throughput_samples_s * obs.iteration_time_s / global_batch(profile)
+
+
+def step_samples_agree(profile: Profile, obs: Observation) -> bool:
+    """The observation's throughput and step time describe the profiled training's step, within
+    :data:`STEP_SAMPLES_LIMIT` (or it has no step time)."""
+    ratio = step_samples(profile, obs)
+    return ratio is None or 1 / STEP_SAMPLES_LIMIT <= ratio <= STEP_SAMPLES_LIMIT
 
 
 def _median(values: list[float]) -> float:

@@ -188,7 +188,8 @@ def test_a_catalog_extra_says_its_nodes_move_gpu_memory_by_rdma(tmp_path) -> Non
 def test_network_efficiencies_are_shares_of_a_rate() -> None:
     """NetworkModel refuses an efficiency out of (0, 1], naming it (a zero divided transfers by nothing)."""
     for name, value in [("host_staged_efficiency", 0.0), ("host_staged_efficiency", 1.5), ("tcp_efficiency", -0.1)]:
-        with pytest.raises(ConfigError, match=rf"'{name}' parameter of NetworkModel must be a number > 0.0"):
+        said = rf"'{name}' parameter of NetworkModel must be a number > 0 and <= 1\. Got"
+        with pytest.raises(ConfigError, match=said):
             dataclasses.replace(network.DEFAULT_NETWORK, **{name: value})
 
 

@@ -227,3 +227,20 @@ def test_allow_and_deny_name_a_gpu_as_the_catalog_knows_it(catalog) -> None:
     assert all(catalog.get(g.instance_type).gpu != "T4" for e in no_t4.entries for g in e.groups)
     with pytest.raises(ConfigError, match="neither an instance type, a family nor a GPU of the catalog"):
         rank(profile, Constraints(steps=1000, allow=("A1000",)), catalog=catalog)
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"steps": 10**30}, "'steps' parameter of rank() must be an int >= 1 and <= 1e+12. Got 1000000000000000000000"),
+        ({"samples": 1e30}, "'samples' parameter of rank() must be a number > 0 and <= 1e+15. Got 1e+30."),
+        ({"epochs": 1e7, "steps_per_epoch": 10}, "'epochs' parameter of rank() must be a number > 0 and <= 1000000."),
+        ({"steps": 100, "steps_per_epoch": 10**13}, "'steps_per_epoch' parameter of rank() must be an int >= 1 and"),
+    ],
+)
+def test_the_works_bounds_hold_in_the_library_too(given: dict, says: str) -> None:
+    """A trial's ``steps: 1e30`` was ranked in Python (5.9e24 h on the cheapest fleet) where the service refused it:
+    the work's bounds (no training within 1,000x of them) hold everywhere, said in a reader's numbers."""
+    with pytest.raises(ConfigError) as info:
+        Constraints(**given).validate()
+    assert says in str(info.value)

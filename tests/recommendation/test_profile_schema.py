@@ -103,3 +103,12 @@ def test_every_field_is_documented_and_the_reference_is_current() -> None:
     assert markdown_reference(Profile, shared=(Stats,)) in doc, (
         "regenerate the reference: srifty schema profile --format markdown"
     )
+
+
+def test_a_models_name_fits_the_tag_it_becomes() -> None:
+    """A trial's model name had no length limit: it becomes the fleet's ``srifty:model`` tag, where AWS takes at most
+    256 characters (moto any), and the service's observations. 200 are taken; one more is refused with its length."""
+    named = lambda name: {**MINIMAL, "model": {**MINIMAL["model"], "name": name}}  # noqa: E731
+    assert load_profile(named("m" * 200)).model.name == "m" * 200
+    with pytest.raises(ProfileSchemaError, match=r"model\.name.*text of at most 200 characters.*201 characters"):
+        load_profile(named("m" * 201))

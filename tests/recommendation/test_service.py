@@ -440,3 +440,30 @@ def test_real_socket_on_localhost(tmp_path, catalog) -> None:
         with urllib.request.urlopen(request, timeout=30) as response:
             assert response.status == 200
             assert json.load(response)["schema"] == "srifty.plan/v1"
+
+
+def test_an_observation_whose_step_is_not_the_profiled_trainings_is_said_and_counted_nowhere(client, catalog) -> None:
+    """A trial's observation had its ``iteration_time_s`` taken on trust. Throughput x the optimizer step's time is
+    the run's global batch (MINIMAL's 256): a GPU's throughput posted for a fleet of 8 (or a batch's time for a
+    step's) implies 32 samples a step, and is stored, said, and left out of the calibration, as the x0.2-5 rule does;
+    one that agrees is counted."""
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    predicted = predict(profile, "p3.16xlarge:1", catalog=catalog).throughput_samples_s
+
+    def post(throughput: float, step_s: float) -> dict:
+        run = client.post("/v1/runs", json={}).json()
+        body = {"profile": MINIMAL, "fleet": "p3.16xlarge:1", "throughput_samples_s": throughput,
+                "iteration_time_s": step_s}  # fmt: skip
+        r = client.post("/v1/observations", json=body, headers={"authorization": f"Bearer {run['token']}"})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    per_gpu = predicted / 8
+    said = post(per_gpu, 256 / predicted)["note"]  # one GPU's samples per second, the fleet's step
+    assert said.startswith("stored, but left out of every calibration: throughput x iteration_time_s is 32 samples")
+    assert "global batch is 256" in said and "whole fleet's samples per second" in said
+    # three runs that agree at 0.75x, each posting a batch's time of 8 accumulated for the step's: counted nowhere
+    for _ in range(3):
+        answer = post(0.75 * predicted, 256 / (0.75 * predicted) / 8)
+    assert answer["calibration"] == {} and "left out of every calibration" in answer["note"]
+    assert post(0.8 * predicted, 256 / (0.8 * predicted))["note"].startswith("counted under")

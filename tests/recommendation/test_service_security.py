@@ -109,6 +109,29 @@ def test_migration_triggers_post_observations_with_the_token(tmp_path, catalog) 
     assert [(o.fleet, o.throughput_samples_s) for o in store.list()] == [("g5.xlarge:1", 123.0)]
 
 
+def test_the_callbacks_observation_is_of_an_optimizer_step(monkeypatch) -> None:
+    """SriftyCallback posted a batch's time as ``iteration_time_s``, where the service's vocabulary (and the plan's)
+    is an optimizer step: with 4 batches accumulated, throughput x it was a quarter of the global batch, the case the
+    service now leaves out of its calibration."""
+    from lightning_srifty.profiling.recommendation import post_observation
+    from predictor.documents.work import global_batch
+
+    doc = copy.deepcopy(MINIMAL)
+    doc["batch"] = {"per_device": 64, "accumulate_grad_batches": 4}
+    doc["hardware"] = {**doc["hardware"], "instance_type": "p3.2xlarge"}
+    profile = load_profile(doc)
+    sent: dict = {}
+
+    class Client:
+        def observe(self, profile, fleet, throughput, **kw):
+            sent.update(kw, fleet=fleet, throughput=throughput)
+            return {"note": "counted"}
+
+    post_observation(Client(), profile)
+    assert sent["fleet"] == "p3.2xlarge:1" and sent["iteration_time_s"] == pytest.approx(4 * 0.31)
+    assert sent["throughput"] * sent["iteration_time_s"] == pytest.approx(global_batch(profile)) == 256
+
+
 # ------------------------------------------------------------------ Host check (DNS rebinding)
 
 
