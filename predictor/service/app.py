@@ -83,12 +83,11 @@ from predictor.service.guard import (
 from predictor.service.observations import (
     FACTOR_LIMITS,
     MIN_RUNS,
-    STEP_SAMPLES_LIMIT,
     Observation,
     ObservationStore,
     measured_over_predicted,
     model_key,
-    step_samples,
+    step_samples_agree,
 )
 from predictor.service.runs import DEFAULT_TTL_S, MAX_TTL_S, RunTokens
 
@@ -663,14 +662,10 @@ def background_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> I
         thread.join(timeout=10)
 
 
-__all__ = ["MAX_BODY_BYTES", "ServiceSettings", "background_server", "create_app", "model_key"]
-
-
 def _observation_note(profile: Profile, obs: Observation, catalog: Catalog, run_id: str | None) -> str:
     """What became of an observation: left out of every calibration (a step that is not the profiled training's, or
     a throughput beyond what an observation is read as), or counted under its run, or under none."""
-    samples = step_samples(profile, obs)
-    if samples is not None and not 1 / STEP_SAMPLES_LIMIT <= samples <= STEP_SAMPLES_LIMIT:
+    if not step_samples_agree(profile, obs):
         implied = obs.throughput_samples_s * (obs.iteration_time_s or 0.0)
         return (
             f"stored, but left out of every calibration: throughput x iteration_time_s is {implied:,.4g} samples a "
@@ -691,3 +686,6 @@ def _observation_note(profile: Profile, obs: Observation, catalog: Catalog, run_
             f"a GPU's calibration moves when {MIN_RUNS} issued runs agree"
         )
     return f"counted under {run_id}; a GPU's calibration moves when {MIN_RUNS} issued runs agree"
+
+
+__all__ = ["MAX_BODY_BYTES", "ServiceSettings", "background_server", "create_app", "model_key"]
