@@ -35,7 +35,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
             "deadline: a run still going when it ends is reported unfinished"
         )
     if not ticks.feasible:
-        notes.append("even all on-demand the run cannot meet the deadline: every policy misses it")
+        notes.append(
+            "even all on-demand the run cannot meet the deadline: every policy misses it and runs on-demand as soon as "
+            "it can; the optimum is the cheapest run finishing as early as any can"
+        )
     names = list(dl.POLICIES) if args.policy == ALL else [args.policy]
     outcomes = [dl.replay(run.job, trace, dl.policy(n), record=bool(args.plot)) for n in names]
     if args.policy == ALL or args.optimum:

@@ -351,7 +351,9 @@ def optimum(job: Job, trace: Trace) -> Outcome:
     """The cheapest run that meets the deadline knowing the whole trace: an exact dynamic programme over the tick
     model (states: progress x {waiting, on-demand or spot in each zone with the restart ticks left}), forward in
     time, vectorised over progress. It never loses work (it would save before a preemption it knows of). When the
-    deadline cannot be met even on-demand, the cheapest run finishing at all within the trace is returned."""
+    deadline cannot be met even on-demand, it is the cheapest run finishing as early as any can (a start and the work,
+    on-demand or on spot that stays), what every policy then does: the cheapest run finishing at all within the trace
+    had read $0.76 in 73 h beside the policies' $6.30 in 2.1 h (a trial)."""
     j = Ticks.of(job, trace.gap_s)
     zones, horizon = trace.available.shape
     W, R = j.work, j.restart
@@ -365,7 +367,7 @@ def optimum(job: Job, trace: Trace) -> Outcome:
     wait[0] = 0.0
     price = np.array([j.od_usd] + [j.spot_usd] * zones)
     best = (inf, -1)
-    deadline = j.deadline if j.feasible else horizon
+    deadline = j.deadline if j.feasible else R + W  # infeasible: the earliest finish
     for k in range(min(horizon, deadline)):
         avail = np.concatenate([[True], trace.available[:, k]])
         any_state = np.minimum(wait, run.min(axis=(0, 1)))  # leave whatever runs (a preempted spot fleet too)
