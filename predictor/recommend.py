@@ -45,7 +45,7 @@ def recommend(
     """Rank fleets for ``profile`` under ``constraints`` (through ``service`` when given: its observations calibrate
     the ranking), ``refine`` the plan (``srifty recommend --launchable`` keeps what the account can start), then
     write the plan (atomically) and the report where asked. ``spot_stats``: spot capacity from traces
-    (:class:`predictor.runs.deadline.SpotStats`), in place of the catalog's rates (local ranking only). ``words``:
+    (:class:`predictor.runs.odds.SpotStats`), in place of the catalog's rates (local ranking only). ``words``:
     the caller's words for the constraints in the plan's prose (:mod:`predictor.ranking.words`; the service is asked
     for them too)."""
     outputs = {

@@ -67,7 +67,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "notes": notes,
     }
     if args.format == "json":
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(doc, indent=2, allow_nan=False))
         return 0
     _table(doc)
     return 0
@@ -124,7 +124,7 @@ def _table(doc: dict[str, Any]) -> None:
         table.add_row(
             r["policy"],
             "-" if r["finished_h"] is None else f"{r['finished_h']:.1f}",
-            f"{r['cost_usd']:,.2f}",
+            "-" if r["cost_usd"] is None else f"{r['cost_usd']:,.2f}",
             "met" if r["deadline_met"] else "MISSED",
             str(r["preemptions"]) if r["policy"] != "optimum" else "-",
             f"{h['spot']:.1f}" if h else "-",

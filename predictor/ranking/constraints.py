@@ -337,6 +337,13 @@ class Constraints:
                 parameter="steps",
                 value=self.steps,
             )
+        if self.epochs is None and self.steps_per_epoch is not None:  # a trial's --steps 100 --steps-per-epoch 50
+            raise ConfigError.between(
+                "{steps_per_epoch} counts {epochs} in steps, and the work is given as {" + given[0] + "}: leave "
+                "{steps_per_epoch} out, or give the work as {epochs}.",
+                parameter="steps_per_epoch",
+                value=self.steps_per_epoch,
+            )
         if self.epochs is not None and self.steps_per_epoch is None:
             raise ConfigError.between(
                 "{epochs} needs {steps_per_epoch} (the optimizer steps in one epoch, e.g. 5000).",
@@ -514,8 +521,8 @@ def parse_market(text: str) -> tuple[str, float | None]:
             share = -1.0
         if not 0 <= share <= 1:
             raise ConfigError(
-                f"Cannot read the spot share in market {text!r}: write e.g. 'spot:0.75' (75% of the instances above "
-                "the on-demand base on spot).",
+                f"The spot share in market {text!r} must be a number from 0 to 1: write e.g. 'spot:0.75' (75% of the "
+                "instances above the on-demand base on spot).",
                 parameter="market",
                 value=text,
             )

@@ -92,7 +92,7 @@ def rank(
     """Rank fleets; raise NoFeasibleConfigError (with the binding constraint and hints) when none is feasible.
     ``words``: the caller's names for the constraints in the plan's prose and the errors (:mod:`.words`).
 
-    ``spot_stats``: spot capacity as traces recorded it (:class:`predictor.runs.deadline.SpotStats`): its interruption
+    ``spot_stats``: spot capacity as traces recorded it (:class:`predictor.runs.odds.SpotStats`): its interruption
     rate replaces the catalog's Spot Advisor rates and its wait for capacity the traces' default.
 
     ``checkpoint_s``: what one checkpoint costs (save, and load after an interruption); default: the profile's
@@ -127,7 +127,7 @@ def rank(
     front = [one(int(i), int((keyed < keyed[i]).sum()) + 1) for i in pareto_idx]
     notes = (
         [n for n in (unmeasured_note(profile), no_table_note(profile)) if n]  # the caveats first
-        + _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current)
+        + _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current, spot_stats)
         + _spot_notes(constraints, spot_stats)
         + ([current_note] if current_note else [])
         + _startup_notes(constraints, types, entries[0], current, known_startup, words)
@@ -500,7 +500,11 @@ def _notes(
     efficient: list[int],
     calibration: Calibration | None,
     current: CurrentFleet | None,
+    spot_stats: SpotStats | None,
 ) -> list[str]:
+    """The plan's notes on its scaling, work, spot overhead (the traces' interruption rates where ``spot_stats``,
+    else the Spot Advisor's), mixes, calibration and the current fleet."""
+    rates = "the spot traces'" if spot_stats is not None else "Spot Advisor"
     if constraints.scaling == "strong":
         scaling = (
             f"strong scaling: every fleet trains the profiled global batch of {work.global_batch} samples per "
@@ -515,8 +519,8 @@ def _notes(
     notes = [
         scaling,
         f"work: {work.samples:,.0f} samples ({work.optimizer_steps:,.0f} optimizer steps of the profiled global batch "
-        f"of {work.global_batch}); spot overhead with a {checkpoint_s:.3g} s checkpoint ({checkpoint_note}) and Spot "
-        "Advisor interruption rates; any lost instance stops a synchronous DDP step until it is replaced",
+        f"of {work.global_batch}); spot overhead with a {checkpoint_s:.3g} s checkpoint ({checkpoint_note}) and "
+        f"{rates} interruption rates; any lost instance stops a synchronous DDP step until it is replaced",
     ]
     if constraints.max_types >= 3 and len(names) > cands.MIX3_TYPES:
         notes.append(
@@ -645,6 +649,11 @@ def _outlier_notes(entries: list[PlanEntry], types: list[InstanceType]) -> list[
     return [note for note in said.values() if note]
 
 
+# Fewer spells with spot than this and the traces' interruption rate is uncertain by more than a third (Poisson:
+# 1 / sqrt(n)): said in the plan's notes (a trial's 4-tick trace priced 8 interruptions an hour without a word).
+FEW_SPELLS = 10
+
+
 def _spot_notes(constraints: Constraints, stats: SpotStats | None) -> list[str]:
     notes = []
     if stats is not None and constraints.market != "on-demand":
@@ -652,6 +661,12 @@ def _spot_notes(constraints: Constraints, stats: SpotStats | None) -> list[str]:
             f"spot capacity from the traces {stats.source}: spot there {stats.availability:.0%} of the time, "
             f"{stats.rate_per_hr:.3g} interruptions per instance-hour (in place of the Spot Advisor rates), "
             f"{stats.down_s / 3600:.2f} h without spot on average after one"
+            + (
+                f"; from {stats.spells} spell{'s' if stats.spells != 1 else ''} with spot, so the rate is uncertain "
+                f"by about x{1 + 1 / math.sqrt(stats.spells):.2g} (a longer trace narrows it)"
+                if stats.spells < FEW_SPELLS
+                else ""
+            )
         )
     if constraints.deadline_h is not None and constraints.market != "on-demand":
         wait = DOWN_SPELL_S / 3600 if stats is None else stats.down_s / 3600

@@ -265,7 +265,7 @@ class Outcome:
             "policy": self.policy,
             "finished": self.finished,
             "finished_h": None if self.finished_h is None else round(self.finished_h, 4),
-            "cost_usd": round(self.cost_usd, 4),
+            "cost_usd": round(self.cost_usd, 4) if math.isfinite(self.cost_usd) else None,  # none: no run finished
             "deadline_met": self.deadline_met,
             "preemptions": self.preemptions,
             "starts": self.starts,

@@ -32,6 +32,7 @@ class SpotStats:
     down_s: float  # the mean spell without spot: the wait for capacity after an interruption
     availability: float
     source: str
+    spells: int = 0  # spells with spot the traces hold: the rate's sample (its relative error ~ 1 / sqrt(spells))
 
     @classmethod
     def of(cls, traces: Sequence[Trace], source: str = "") -> SpotStats:
@@ -53,7 +54,8 @@ class SpotStats:
                 parameter="traces",
                 source=f" {source}" if source else "",
             )
-        return cls(3600.0 / float(np.mean(up)), float(np.mean(down)) if down else 0.0, there / total, source)
+        mean_down = float(np.mean(down)) if down else 0.0
+        return cls(3600.0 / float(np.mean(up)), mean_down, there / total, source, len(up))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from lightning_srifty.cli import main
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
 from predictor.ranking import Constraints, rank
+from predictor.ranking.core import FEW_SPELLS as odds_spells_enough
 from predictor.runs import deadline as dl
 from predictor.runs import odds, traces
 from predictor.runs.spot import spot_cost
@@ -308,6 +309,19 @@ def test_replay_prints_every_policy_and_the_optimum_in_json(planned, capsys) -> 
     assert doc["job"]["deadline_h"] == 30 and doc["fleet"] == "p3.2xlarge:1"
 
 
+
+def test_replay_of_a_trace_too_short_to_finish_writes_json_a_parser_reads(planned, tmp_path, capsys) -> None:
+    """A trial: a 4-tick trace left the optimum unfinished and ``--format json`` wrote ``"cost_usd": NaN``, which
+    JSON parsers refuse; it writes null (and the table "-")."""
+    plan, _ = planned
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1, 1, 0, 1]}))
+    assert main(["replay", "--plan", str(plan), "--trace", str(short), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    assert doc["results"][-1]["policy"] == "optimum" and doc["results"][-1]["cost_usd"] is None
+    assert main(["replay", "--plan", str(plan), "--trace", str(short)]) == 0
+    assert "optimum" in capsys.readouterr().out
+
 def test_replay_table_and_plot(planned, tmp_path, capsys) -> None:
     plan, trace = planned
     png = tmp_path / "p.png"
@@ -410,6 +424,15 @@ def test_spot_traces_replace_the_catalog_rates_in_the_ranking(catalog, tmp_path,
     before = next(e for e in plain.entries if e.market == "spot")
     assert spot.expected_interruptions > 10 * before.expected_interruptions and spot.cost_usd > before.cost_usd
     assert spot.time_h <= 70 and any("spot capacity from the traces trace.json" in n for n in traced.notes)
+    # whose rates the overhead used, said once (a trial read "Spot Advisor rates" beside "in place of" them)
+    assert any("the spot traces' interruption rates" in n for n in traced.notes)
+    assert not any("Spot Advisor interruption rates" in n for n in traced.notes)
+    assert any("Spot Advisor interruption rates" in n for n in plain.notes)
+    assert stats.spells >= odds_spells_enough and not any("uncertain by about" in n for n in traced.notes)
+    # a trace of a few spells says how uncertain its rate is (a trial's 4-tick trace: 8 an hour, without a word)
+    few = odds.SpotStats.of([trace_of([1, 1, 0, 1])], source="short.json")
+    said = " ".join(rank(profile, c, catalog=catalog, spot_stats=few).notes)
+    assert "from 2 spells with spot, so the rate is uncertain by about x1.7" in said
     with pytest.raises(ConfigError, match="never have spot available"):
         odds.SpotStats.of([trace_of([0, 0, 0])])
     # the same from the command line, and the replay of the plan keeps the deadline

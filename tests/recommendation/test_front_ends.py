@@ -42,9 +42,11 @@ def _flag(name: str) -> str:
 
 
 def _constraints(name: str, value: object) -> dict[str, object]:
-    base: dict[str, object] = {"steps": 10} if name not in ("steps", "samples", "epochs") else {}
+    base: dict[str, object] = {"steps": 10} if name not in ("steps", "samples", "epochs", "steps_per_epoch") else {}
     if name == "epochs":
         base["steps_per_epoch"] = 10
+    if name == "steps_per_epoch":  # it counts epochs: with steps it is refused for that (tests/.../test_constraints)
+        base["epochs"] = 1
     return {**base, name: value}
 
 
