@@ -110,6 +110,7 @@ def run_set(spec, restart: float, policies, values: str | None = None, fallback:
                 row[o.policy] = {"cost": o.cost_usd, "met": o.deadline_met, "preemptions": o.preemptions}
             if fallback:
                 row["expected"] = expected_cost(job, window)
+                row["expected_whole"] = expected_cost(job, window, whole=trace)
             rows.append(row)
     return summarise(rows, [m().name for m in policies]) | {"rows": rows}
 
@@ -135,12 +136,12 @@ def spells(trace: tr.Trace) -> tuple[float, float, float]:
     return float(a.mean()), float(up.mean()) if up.size else 0.0, float(down.mean()) if down.size else 0.0
 
 
-def expected_cost(job: dl.Job, trace: tr.Trace) -> float:
-    """The ranking's first-order expectation (predictor.runs.odds.expected_with_fallback) with the trace's own
-    spell statistics in place of the catalog's."""
+def expected_cost(job: dl.Job, trace: tr.Trace, whole: tr.Trace | None = None) -> float:
+    """The ranking's first-order expectation (predictor.runs.odds.expected_with_fallback) with the window's own
+    spell statistics in place of the catalog's; with ``whole``, the whole trace's (what --spot-trace gives a user)."""
     from predictor.runs.spot import spot_cost
 
-    _, up_h, down_h = spells(trace)
+    _, up_h, down_h = spells(whole if whole is not None else trace)
     if up_h == 0:  # no spot in the window: the ranking refuses spot on such traces (SpotStats.of); on-demand runs
         return (job.work_s + job.restart_s) * job.od_usd_hr / 3600
     rate = 1.0 / up_h
@@ -151,6 +152,26 @@ def expected_cost(job: dl.Job, trace: tr.Trace) -> float:
         down_s=down_h * 3600,
     )  # fmt: skip
     return float(fb.cost_usd[0])
+
+
+def whole_trace(rows: list[dict]) -> dict:
+    """The expectation a user gets (each trace's whole statistics, --spot-trace) against the replays: its error, the
+    10th / 90th percentiles of ln(replayed / expected) (odds.CAPACITY_LOG_WIDTH is the development set's) and how
+    many replays that width holds."""
+    ratio = np.array([r["srifty"]["cost"] / r["expected_whole"] for r in rows])
+    lo, hi = odds.CAPACITY_LOG_WIDTH
+    inside = float(np.mean((np.log(ratio) >= lo - 1e-12) & (np.log(ratio) <= hi + 1e-12)))
+    out = {
+        "mape": float(np.mean(np.abs(1 / ratio - 1))),
+        "bias": float(np.mean(1 / ratio - 1)),
+        "log_p10": float(np.percentile(np.log(ratio), 10)),
+        "log_p90": float(np.percentile(np.log(ratio), 90)),
+        "inside_capacity_width": inside,
+    }
+    print(f"  the same from each whole trace's statistics (--spot-trace): MAPE {out['mape']:.1%}, bias "
+          f"{out['bias']:+.1%}; ln(replayed / expected) p10 {out['log_p10']:+.3f}, p90 {out['log_p90']:+.3f}; "
+          f"inside CAPACITY_LOG_WIDTH {lo:+.3f}..{hi:+.3f}: {inside:.0%}")  # fmt: skip
+    return out
 
 
 def grid(restart: float) -> list[dict]:
@@ -260,6 +281,7 @@ def main() -> None:
             result[group]["ranking_expectation"] = {"mape": float(np.mean(err)), "bias": float(np.mean(bias))}
             print(f"  ranking's expected cost vs srifty's replayed cost: MAPE {np.mean(err):.1%}, bias "
                   f"{np.mean(bias):+.1%}")  # fmt: skip
+            result[group]["whole_trace"] = whole_trace(with_exp)
     if args.grid:
         print("\ngrid on the development set (srifty's constants):")
         result["grid"] = grid(restart)

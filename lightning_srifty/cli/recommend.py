@@ -108,7 +108,7 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
 
     console(260 if args.wide else 170).print(plan_table(plan, profile.model.name, wide=args.wide))
     from predictor.catalog.instances import SPOT_OUTLIER_HINT, SPOT_UNLISTED_HINT
-    from predictor.ranking.core import LATE_MOVE_NOTE, RISK_NOTE, TRANSPORT_NOTE, VALIDATION_NOTE
+    from predictor.ranking.core import BUDGET_NOTE, LATE_MOVE_NOTE, RISK_NOTE, TRANSPORT_NOTE, VALIDATION_NOTE
     from predictor.ranking.explain import no_table_note, unmeasured_note
 
     caveat = unmeasured_note(profile) or no_table_note(profile)
@@ -116,7 +116,8 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
     shown = [
         n
         for n in plan.notes or ()
-        if any(t in n for t in tagged) or n.startswith((RISK_NOTE, LATE_MOVE_NOTE, VALIDATION_NOTE, TRANSPORT_NOTE))
+        if any(t in n for t in tagged)
+        or n.startswith((RISK_NOTE, LATE_MOVE_NOTE, VALIDATION_NOTE, TRANSPORT_NOTE, BUDGET_NOTE))
     ]
     for note in [caveat, *shown]:
         if note:

@@ -38,6 +38,9 @@ class Scored:
     late_target: np.ndarray | None = None  # per candidate, with move_if_late: the candidate moved to when late (-1)
     late_p: np.ndarray | None = None  # per candidate, with move_if_late: the chance that move is made
     late_ranges: tuple[np.ndarray, np.ndarray] | None = None  # with move_if_late: the (N, 2) time (s), cost intervals
+    # under a deadline: the (N, 2) time (s), cost intervals of the guarded fleets as the policy runs them (nan: not
+    # guarded), spot capacity's width in the cost (predictor.runs.odds.guarded_ranges)
+    guarded_ranges: tuple[np.ndarray, np.ndarray] | None = None
 
 
 PIPELINE_NEEDS = (
@@ -157,6 +160,7 @@ def entry(
             "cost_interval_usd": scaled_interval(
                 cost, float(scored.usd_hr[i]) * float(scored.startup_s[i]) / 3600, lo, hi
             ),
+            **_guarded(scored, i),
             **_late_move(scored, i, types),
         },
         expected_interruptions=float(spot.expected_interruptions[i]),
@@ -175,6 +179,15 @@ def entry(
         deadline_probability=None if scored.deadline_p is None else round(float(scored.deadline_p[i]), 4),
         layout=entry_layout(layout_of(many, sh), profile, groups),
     )
+
+
+def _guarded(scored: Scored, i: int) -> dict[str, Any]:
+    """A guarded fleet's intervals as the deadline policy runs it (an on-demand finish, spot capacity's width in the
+    cost); empty for the others (their intervals scale with the prediction's)."""
+    if scored.guarded_ranges is None or not np.isfinite(scored.guarded_ranges[0][i]).all():
+        return {}
+    (t_lo, t_hi), (c_lo, c_hi) = (tuple(float(v) for v in r[i]) for r in scored.guarded_ranges)
+    return {"time_interval_h": (t_lo / 3600, t_hi / 3600), "cost_interval_usd": (c_lo, c_hi)}
 
 
 def _late_move(scored: Scored, i: int, types: list[InstanceType]) -> dict[str, Any]:

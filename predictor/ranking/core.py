@@ -50,6 +50,7 @@ from predictor.runs.odds import (
     SpotStats,
     deadline_odds,
     expected_with_fallback,
+    guarded_ranges,
     late_moves,
 )
 from predictor.runs.spot import DEFAULT_CHECKPOINT_S, RESTART_S, spot_cost
@@ -320,7 +321,7 @@ def _score(
     usd_hr = row_sum(cand.group_usd)
     cost = usd_hr * billed_hours(wall_s)
     od_share = np.zeros(len(s))
-    odds = None
+    odds, ranges = None, None
     if constraints.deadline_h is not None:  # spot and mixed under a deadline: the policy's on-demand fallback
         guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
         deadline_s = constraints.deadline_h * 3600
@@ -340,10 +341,14 @@ def _score(
         wall_s = np.where(guarded, fb.time_s, wall_s)
         cost = np.where(guarded, np.maximum(fb.cost_usd, usd_hr * billed_hours(np.zeros(len(s)))), cost)
         od_share = np.where(guarded, fb.od_share, 0.0)
+        speeds = (many.iteration_time_lo_s[s], many.iteration_time_hi_s[s])
+        times, costs = guarded_ranges(fb, *(fallback_at(t / many.iteration_time_s[s]) for t in speeds))
+        ranges = (np.where(guarded[:, None], times, np.nan), np.where(guarded[:, None], costs, np.nan))
     scored = Scored(
         many, cand, spot, wall_s / 3600, cost, usd_hr, tuple(constraints.regions), startup, od_share,
         deadline_p=None if odds is None else odds.probability,
         confident_time_h=None if odds is None else odds.time_s / 3600,
+        guarded_ranges=ranges,
     )  # fmt: skip
     return _with_late_moves(r, scored, odds, run_s) if odds is not None and constraints.move_if_late else scored
 
@@ -572,6 +577,7 @@ def _validation_notes(profile: Profile, work: Work) -> list[str]:
 
 
 LATE_MOVE_NOTE = "move_if_late:"  # how the note of the choice's move when late begins (the CLI shows it)
+BUDGET_NOTE = "budget at risk"  # how the note of a choice whose cost interval passes the budget begins (CLI shows it)
 RISK_NOTE = "left out for risk"  # how the note of the fleets the confidence alone left out begins (the CLI shows it)
 
 
@@ -586,8 +592,9 @@ def _risk_notes(
 ) -> list[str]:
     """Under a deadline, the fleets better by the objective than the choice whose predicted time meets the deadline
     but whose chance of it is under the confidence asked: what the confidence costs, and what it avoids; then the
-    choice's move when late (:func:`_late_move_notes`)."""
-    late = _late_move_notes(constraints, entries)
+    choice's move when late (:func:`_late_move_notes`) and its cost interval against the budget
+    (:func:`_budget_notes`)."""
+    late = _late_move_notes(constraints, entries) + _budget_notes(constraints, entries)
     if scored.deadline_p is None or constraints.deadline_h is None or not entries:
         return late
     values = _values(scored)
@@ -615,6 +622,23 @@ def _risk_notes(
     return [
         f"{RISK_NOTE} (under the {constraints.confidence:.0%} confidence asked; {lower}): " + "; ".join(said),
         *late,
+    ]
+
+
+def _budget_notes(constraints: Constraints, entries: list[PlanEntry]) -> list[str]:
+    """The choice's 80 % cost interval past the budget, said: the budget holds its expected cost (a trial's spot plan
+    listed at $9.06 under a $15 budget replayed at $26-52 in windows with little spot)."""
+    e = entries[0] if entries else None
+    if e is None or constraints.budget_usd is None or e.cost_interval_usd[1] <= constraints.budget_usd:
+        return []
+    why = (
+        "spot capacity over the run's hours: a window with less spot than the mean runs more of it on-demand"
+        if e.market != "on-demand"
+        else "the prediction's spread"
+    )
+    return [
+        f"{BUDGET_NOTE}: {e.fleet} ({e.market}) is within the ${constraints.budget_usd:,.2f} budget at its expected "
+        f"${e.cost_usd:,.2f}; its 80% cost interval reaches ${e.cost_interval_usd[1]:,.2f} ({why})"
     ]
 
 

@@ -3,8 +3,10 @@ checked against brute force, the replay's accounting, the ranking's fallback and
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import math
 import os
 import re
 
@@ -309,7 +311,6 @@ def test_replay_prints_every_policy_and_the_optimum_in_json(planned, capsys) -> 
     assert doc["job"]["deadline_h"] == 30 and doc["fleet"] == "p3.2xlarge:1"
 
 
-
 def test_replay_of_a_trace_too_short_to_finish_writes_json_a_parser_reads(planned, tmp_path, capsys) -> None:
     """A trial: a 4-tick trace left the optimum unfinished and ``--format json`` wrote ``"cost_usd": NaN``, which
     JSON parsers refuse; it writes null (and the table "-")."""
@@ -321,6 +322,7 @@ def test_replay_of_a_trace_too_short_to_finish_writes_json_a_parser_reads(planne
     assert doc["results"][-1]["policy"] == "optimum" and doc["results"][-1]["cost_usd"] is None
     assert main(["replay", "--plan", str(plan), "--trace", str(short)]) == 0
     assert "optimum" in capsys.readouterr().out
+
 
 def test_replay_table_and_plot(planned, tmp_path, capsys) -> None:
     plan, trace = planned
@@ -523,3 +525,32 @@ def test_the_optimum_of_a_deadline_no_run_meets_finishes_as_early_as_any_can() -
     assert best.finished_h == pytest.approx(11 * 600 / 3600) and best.cost_usd == pytest.approx(11 * 600 / 3600 * 3.0)
     for name in dl.POLICIES:  # every policy finishes then too
         assert dl.replay(j, never, dl.policy(name)).finished_h == pytest.approx(best.finished_h)
+
+
+def test_a_guarded_fleets_intervals_are_the_policys_and_carry_spot_capacitys_width(catalog, tmp_path) -> None:
+    """A trial: a guarded spot entry's time interval ran past the deadline its "in time" said it meets (31.9 h,
+    30-34 h, >99 % for 32 h), and its cost interval ($8.41-9.76) held only the speed's spread, where replays in
+    windows with less spot cost 3-5x. The intervals are the policy's run at the speed's 10th / 90th percentiles (an
+    on-demand finish keeps the time by the deadline) and the cost's adds spot capacity's width
+    (``odds.CAPACITY_LOG_WIDTH``, measured on the traces); a choice whose interval passes the budget says so."""
+    trace = tmp_path / "trace.json"
+    data = random_trace(np.random.default_rng(5), 1000).available[0].astype(int).tolist()
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data}))
+    stats = odds.SpotStats.of([traces.read_trace(trace)[0]], source="trace.json")
+    profile = load_profile(MINIMAL)
+    c = Constraints(steps=700_000, market="any", allow=("p3.2xlarge",), max_instances=1, deadline_h=70, budget_usd=1000)
+    plan = rank(profile, c, catalog=catalog, spot_stats=stats)
+    spot = next(e for e in plan.entries if e.market == "spot")
+    od = next(e for e in plan.entries if e.market == "on-demand")
+    assert spot.deadline_probability >= 0.9 and spot.time_interval_h[1] <= 70 + 1e-9
+    lo, hi = spot.cost_interval_usd
+    assert lo <= spot.cost_usd * math.exp(odds.CAPACITY_LOG_WIDTH[0]) + 1e-6
+    assert hi >= spot.cost_usd * math.exp(odds.CAPACITY_LOG_WIDTH[1]) - 1e-6
+    _, step_hi = od.iteration_time_interval_s
+    assert od.cost_interval_usd[1] / od.cost_usd < hi / spot.cost_usd  # on-demand: the speed's spread alone
+    assert od.cost_interval_usd[1] / od.cost_usd == pytest.approx(step_hi / od.iteration_time_s, rel=0.05)
+    tight = rank(profile, dataclasses.replace(c, budget_usd=(spot.cost_usd + hi) / 2, market="spot"),
+                 catalog=catalog, spot_stats=stats)  # fmt: skip
+    said = [n for n in tight.notes if n.startswith("budget at risk")]
+    assert said and f"its 80% cost interval reaches ${tight.entries[0].cost_interval_usd[1]:,.2f}" in said[0]
+    assert not any(n.startswith("budget at risk") for n in plan.notes)
