@@ -3,6 +3,7 @@ accumulation), and the plan's notes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -38,9 +39,9 @@ class Scored:
     late_target: np.ndarray | None = None  # per candidate, with move_if_late: the candidate moved to when late (-1)
     late_p: np.ndarray | None = None  # per candidate, with move_if_late: the chance that move is made
     late_ranges: tuple[np.ndarray, np.ndarray] | None = None  # with move_if_late: the (N, 2) time (s), cost intervals
-    # under a deadline: the (N, 2) time (s), cost intervals of the guarded fleets as the policy runs them (nan: not
-    # guarded), spot capacity's width in the cost (predictor.runs.odds.guarded_ranges)
-    guarded_ranges: tuple[np.ndarray, np.ndarray] | None = None
+    # under a deadline: candidates' (n, 2) time (s) and cost intervals as the policy runs the guarded fleets (nan:
+    # not guarded), spot capacity's width in the cost (predictor.runs.odds.guarded_ranges); computed per entry
+    guarded_ranges: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
 
 
 PIPELINE_NEEDS = (
@@ -184,9 +185,12 @@ def entry(
 def _guarded(scored: Scored, i: int) -> dict[str, Any]:
     """A guarded fleet's intervals as the deadline policy runs it (an on-demand finish, spot capacity's width in the
     cost); empty for the others (their intervals scale with the prediction's)."""
-    if scored.guarded_ranges is None or not np.isfinite(scored.guarded_ranges[0][i]).all():
+    if scored.guarded_ranges is None:
         return {}
-    (t_lo, t_hi), (c_lo, c_hi) = (tuple(float(v) for v in r[i]) for r in scored.guarded_ranges)
+    times, costs = scored.guarded_ranges(np.array([i]))
+    if not np.isfinite(times).all():
+        return {}
+    (t_lo, t_hi), (c_lo, c_hi) = (tuple(float(v) for v in r[0]) for r in (times, costs))
     return {"time_interval_h": (t_lo / 3600, t_hi / 3600), "cost_interval_usd": (c_lo, c_hi)}
 
 

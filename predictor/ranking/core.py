@@ -326,12 +326,22 @@ def _score(
         guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
         deadline_s = constraints.deadline_h * 3600
 
-        def fallback_at(factor: np.ndarray | float = 1.0) -> Fallback:
-            """The guarded fleets as the policy runs them, the work (and what it exposes to spot) x ``factor``."""
+        def fallback_at(factor: np.ndarray | float = 1.0, at: Any = slice(None)) -> Fallback:
+            """The guarded fleets (``at``: those candidates) as the policy runs them, the work (and what it exposes
+            to spot) x ``factor``."""
             return expected_with_fallback(
-                spot.expected_time_s * factor, run_s * factor, spot.expected_interruptions * factor,
-                deadline_s, startup, startup + 2 * checkpoint_s, usd_hr, cand.od_usd, down_s=down_s,
+                spot.expected_time_s[at] * factor, run_s[at] * factor, spot.expected_interruptions[at] * factor,
+                deadline_s, startup[at], startup[at] + 2 * checkpoint_s, usd_hr[at], cand.od_usd[at], down_s=down_s,
             )  # fmt: skip
+
+        def ranges_of(i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """Candidates ``i``'s intervals as the policy runs them (:func:`guarded_ranges`): for the entries
+            only, a million candidates need none."""
+            step = many.iteration_time_s[s[i]]
+            speeds = (many.iteration_time_lo_s[s[i]] / step, many.iteration_time_hi_s[s[i]] / step)
+            times, costs = guarded_ranges(fallback_at(1.0, i), *(fallback_at(f, i) for f in speeds))
+            keep = guarded[i][:, None]
+            return np.where(keep, times, np.nan), np.where(keep, costs, np.nan)
 
         fb = fallback_at()
         odds = deadline_odds(
@@ -341,9 +351,7 @@ def _score(
         wall_s = np.where(guarded, fb.time_s, wall_s)
         cost = np.where(guarded, np.maximum(fb.cost_usd, usd_hr * billed_hours(np.zeros(len(s)))), cost)
         od_share = np.where(guarded, fb.od_share, 0.0)
-        speeds = (many.iteration_time_lo_s[s], many.iteration_time_hi_s[s])
-        times, costs = guarded_ranges(fb, *(fallback_at(t / many.iteration_time_s[s]) for t in speeds))
-        ranges = (np.where(guarded[:, None], times, np.nan), np.where(guarded[:, None], costs, np.nan))
+        ranges = ranges_of
     scored = Scored(
         many, cand, spot, wall_s / 3600, cost, usd_hr, tuple(constraints.regions), startup, od_share,
         deadline_p=None if odds is None else odds.probability,

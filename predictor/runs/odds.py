@@ -122,47 +122,46 @@ def expected_with_fallback(
     replay's (development / held out; bias +19.5 / +12.5 %), now 17.6 / 18.1 % (+6.9 / -7.4 %). First order: the
     policy also stays on-demand, spot or not, until the run is back on its line, which a deadline within ~1.1x of
     the work pays for and this does not see (BENCHMARKS.md)."""
-    spot_wall = np.asarray(spot_wall_s, float)
-    work = np.asarray(work_s, float)
-    start = np.asarray(startup_s, float)
-    restart = np.asarray(restart_s, float)
-    waits = np.asarray(interruptions, float) * down_s
-    greedy = spot_wall + waits  # spot whenever there, waiting when not
+    spot_wall, work = np.asarray(spot_wall_s, float), np.asarray(work_s, float)
+    shape = np.broadcast(spot_wall, work).shape
+    start = np.broadcast_to(np.asarray(startup_s, float), shape)
+    restart = np.broadcast_to(np.asarray(restart_s, float), shape)
+    n = np.broadcast_to(np.asarray(interruptions, float), shape)
+    greedy = spot_wall + n * down_s  # spot whenever there, waiting when not
     line_end = deadline_s - start - restart
-    slack = line_end - work
-    from_start = slack <= 0
+    from_start = line_end <= work  # no slack
     behind = ~from_start & (greedy > line_end)
-    od_work, spells_od, forced = _behind_the_line(work, greedy, np.asarray(interruptions, float), down_s, restart,
-                                                  line_end, behind)  # fmt: skip
-    share = np.where(from_start, 1.0, od_work / np.maximum(work, 1e-9))
+    share = from_start.astype(float)
+    time = start + np.where(from_start, work, greedy)
+    od_billed = np.where(from_start, work, 0.0)
+    at = np.flatnonzero(behind)  # the rest, computed for those only (a million candidates, most ahead)
+    if at.size:
+        od_work, billed, forced = _behind_the_line(work[at], greedy[at], n[at], down_s, restart[at], line_end[at])
+        share[at] = od_work / np.maximum(work[at], 1e-9)
+        time[at] = start[at] + line_end[at] + np.where(forced, restart[at], 0.0)
+        od_billed[at] = billed
     spot_billed = np.where(from_start, 0.0, spot_wall * (1 - share))
-    od_billed = np.where(from_start, work, od_work + (spells_od + forced) * restart)
-    time = start + np.where(from_start, work, np.where(behind, np.where(forced, line_end + restart, line_end), greedy))
     cost = (
-        start * np.where(from_start, od_usd_hr, spot_usd_hr) / 3600
-        + spot_billed * spot_usd_hr / 3600
-        + od_billed * od_usd_hr / 3600
-    )
+        start * np.where(from_start, od_usd_hr, spot_usd_hr) + spot_billed * spot_usd_hr + od_billed * od_usd_hr
+    ) / 3600
     return Fallback(share, time, cost)
 
 
-def _behind_the_line(work, greedy, interruptions, down_s, restart, line_end, behind):
-    """For :func:`expected_with_fallback`'s runs that fall ``behind`` the policy's line: the work on-demand does,
-    the on-demand spells it starts (each a restart) and whether the hard rule takes over (arrays)."""
-    safe = lambda x: np.where(behind, x, 1.0)  # noqa: E731 - a denominator where the run falls behind
+def _behind_the_line(work, greedy, interruptions, down_s, restart, line_end):
+    """For :func:`expected_with_fallback`'s runs that fall behind the policy's line (arrays of those only): the
+    work on-demand does, what it is billed (each on-demand spell starts a fleet: a restart; the hard rule's switch
+    one more) and whether the hard rule takes over."""
     slack = line_end - work
     # the share of the time spot is away that on-demand can train in: each spell behind starts a fleet (a restart)
-    away = interruptions * np.maximum(down_s - restart, 0.0)
-    g, phi = np.where(behind, work, 0.0) / safe(greedy), np.where(behind, away, 0.0) / safe(greedy)
-    x0 = np.clip(np.maximum(HEAD_START * slack, slack - TAIL * work), 0.0, np.maximum(slack, 0.0))
-    slope = np.where(behind, work, 0.0) / safe(line_end - x0)
-    t1 = x0 + g * x0 / safe(slope - g)  # where spot alone meets the line
+    g, phi = work / greedy, interruptions * np.maximum(down_s - restart, 0.0) / greedy
+    x0 = np.clip(np.maximum(HEAD_START * slack, slack - TAIL * work), 0.0, slack)
+    slope = work / (line_end - x0)
+    t1 = x0 + g * x0 / (slope - g)  # where spot alone meets the line (behind: g < slope)
     holds = g + phi >= slope
     t_hard = np.where(holds, line_end, (slack - phi * t1) / np.where(holds, 1.0, 1 - g - phi))  # the rule's switch
-    od_work = np.where(holds, work - g * line_end, phi * (t_hard - t1) + (line_end - t_hard))
-    od_work = np.where(behind, np.clip(od_work, 0.0, work), 0.0)
-    spells_od = np.where(behind, interruptions * (t_hard - t1) / safe(greedy), 0.0)
-    return od_work, spells_od, behind & ~holds
+    od_work = np.clip(np.where(holds, work - g * line_end, phi * (t_hard - t1) + (line_end - t_hard)), 0.0, work)
+    spells = interruptions * (t_hard - t1) / greedy
+    return od_work, od_work + (spells + ~holds) * restart, ~holds
 
 
 def guarded_ranges(mid: Fallback, low: Fallback, high: Fallback) -> tuple[np.ndarray, np.ndarray]:
