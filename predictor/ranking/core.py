@@ -315,50 +315,56 @@ def _score(
     startup = startup_by_shape[s]
     run_s = r.work.samples / many.throughput_samples_s[s]
     rate = cand.rate_per_hr if spot_stats is None else row_sum(cand.spot) * spot_stats.rate_per_hr
-    down_s = DOWN_SPELL_S if spot_stats is None else spot_stats.down_s
     spot = spot_cost(run_s, np.ones(len(s)), rate, checkpoint_s, restart_s=startup)
     wall_s = startup + spot.expected_time_s
     usd_hr = row_sum(cand.group_usd)
-    cost = usd_hr * billed_hours(wall_s)
-    od_share = np.zeros(len(s))
-    odds, ranges = None, None
-    if constraints.deadline_h is not None:  # spot and mixed under a deadline: the policy's on-demand fallback
-        guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
-        deadline_s = constraints.deadline_h * 3600
-
-        def fallback_at(factor: np.ndarray | float = 1.0, at: Any = slice(None)) -> Fallback:
-            """The guarded fleets (``at``: those candidates) as the policy runs them, the work (and what it exposes
-            to spot) x ``factor``."""
-            return expected_with_fallback(
-                spot.expected_time_s[at] * factor, run_s[at] * factor, spot.expected_interruptions[at] * factor,
-                deadline_s, startup[at], startup[at] + 2 * checkpoint_s, usd_hr[at], cand.od_usd[at], down_s=down_s,
-            )  # fmt: skip
-
-        def ranges_of(i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            """Candidates ``i``'s intervals as the policy runs them (:func:`guarded_ranges`): for the entries
-            only, a million candidates need none."""
-            step = many.iteration_time_s[s[i]]
-            speeds = (many.iteration_time_lo_s[s[i]] / step, many.iteration_time_hi_s[s[i]] / step)
-            times, costs = guarded_ranges(fallback_at(1.0, i), *(fallback_at(f, i) for f in speeds))
-            keep = guarded[i][:, None]
-            return np.where(keep, times, np.nan), np.where(keep, costs, np.nan)
-
-        fb = fallback_at()
-        odds = deadline_odds(
-            deadline_s, constraints.confidence, many.model_sd[s], startup,
-            np.where(guarded, run_s, wall_s - startup), guarded, fallback_at,
-        )  # fmt: skip
-        wall_s = np.where(guarded, fb.time_s, wall_s)
-        cost = np.where(guarded, np.maximum(fb.cost_usd, usd_hr * billed_hours(np.zeros(len(s)))), cost)
-        od_share = np.where(guarded, fb.od_share, 0.0)
-        ranges = ranges_of
     scored = Scored(
-        many, cand, spot, wall_s / 3600, cost, usd_hr, tuple(constraints.regions), startup, od_share,
-        deadline_p=None if odds is None else odds.probability,
-        confident_time_h=None if odds is None else odds.time_s / 3600,
-        guarded_ranges=ranges,
+        many, cand, spot, wall_s / 3600, usd_hr * billed_hours(wall_s), usd_hr, tuple(constraints.regions), startup,
+        np.zeros(len(s)),
     )  # fmt: skip
-    return _with_late_moves(r, scored, odds, run_s) if odds is not None and constraints.move_if_late else scored
+    if constraints.deadline_h is None:
+        return scored
+    scored, odds = _under_deadline(r, scored, run_s, DOWN_SPELL_S if spot_stats is None else spot_stats.down_s)
+    return _with_late_moves(r, scored, odds, run_s) if constraints.move_if_late else scored
+
+
+def _under_deadline(r: _Ranking, scored: Scored, run_s: np.ndarray, down_s: float) -> tuple[Scored, DeadlineOdds]:
+    """Under the deadline: each candidate's chance of meeting it, and the spot and mixed fleets (guarded) as srifty
+    launch's policy runs them (:func:`expected_with_fallback`), with their intervals (for the entries only)."""
+    many, cand, spot, startup, usd_hr = scored.many, scored.cand, scored.spot, scored.startup_s, scored.usd_hr
+    c, s = r.constraints, cand.shape
+    guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
+    deadline_s = float(c.deadline_h or 0.0) * 3600
+
+    def fallback_at(factor: np.ndarray | float = 1.0, at: Any = slice(None)) -> Fallback:
+        """The guarded fleets (``at``: those candidates) as the policy runs them, the work (and what it exposes to
+        spot) x ``factor``."""
+        return expected_with_fallback(
+            spot.expected_time_s[at] * factor, run_s[at] * factor, spot.expected_interruptions[at] * factor,
+            deadline_s, startup[at], startup[at] + 2 * r.checkpoint_s, usd_hr[at], cand.od_usd[at], down_s=down_s,
+        )  # fmt: skip
+
+    def ranges_of(i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Candidates ``i``'s intervals as the policy runs them (:func:`guarded_ranges`): for the entries only, a
+        million candidates need none."""
+        step = many.iteration_time_s[s[i]]
+        speeds = (many.iteration_time_lo_s[s[i]] / step, many.iteration_time_hi_s[s[i]] / step)
+        times, costs = guarded_ranges(fallback_at(1.0, i), *(fallback_at(f, i) for f in speeds))
+        keep = guarded[i][:, None]
+        return np.where(keep, times, np.nan), np.where(keep, costs, np.nan)
+
+    fb = fallback_at()
+    wall_s = scored.time_h * 3600
+    odds = deadline_odds(
+        deadline_s, c.confidence, many.model_sd[s], startup, np.where(guarded, run_s, wall_s - startup), guarded,
+        fallback_at,
+    )  # fmt: skip
+    return dataclasses.replace(
+        scored, time_h=np.where(guarded, fb.time_s, wall_s) / 3600,
+        cost=np.where(guarded, np.maximum(fb.cost_usd, usd_hr * billed_hours(np.zeros(len(s)))), scored.cost),
+        od_share=np.where(guarded, fb.od_share, 0.0), deadline_p=odds.probability,
+        confident_time_h=odds.time_s / 3600, guarded_ranges=ranges_of,
+    ), odds  # fmt: skip
 
 
 def _with_late_moves(r: _Ranking, scored: Scored, odds: DeadlineOdds, run_s: np.ndarray) -> Scored:

@@ -115,13 +115,12 @@ def expected_with_fallback(
     - no slack (``S <= 0``): on-demand from the first tick, no spot start and no restart (the rule's first decision).
 
     Each spell on-demand behind the line costs a restart billed on-demand (one per interruption while behind); spot
-    is billed for its share of the work at its own overhead; waiting is not billed. On a trace with spot always there
-    this is the hard rule's run (spot spends the slack, on-demand finishes at the deadline). Before, the run was
+    is billed for its share of the work at its own overhead; waiting is not billed. With spot always there this is
+    the hard rule's run (spot spends the slack, on-demand finishes at the deadline). Before, the run was
     priced as the hard rule alone: each wait for capacity spent slack until on-demand finished the run, where the
     policy runs on-demand only while behind and returns: on the traces the ranking's cost was 23.9 / 24.8 % from the
-    replay's (development / held out; bias +19.5 / +12.5 %), now 17.6 / 18.1 % (+6.9 / -7.4 %). First order: the
-    policy also stays on-demand, spot or not, until the run is back on its line, which a deadline within ~1.1x of
-    the work pays for and this does not see (BENCHMARKS.md)."""
+    replay's (development / held out; bias +19.5 / +12.5 %), now 17.6 / 18.1 % (+6.9 / -7.4 %). Not seen: the policy
+    stays on-demand until the run is back on its line, which a deadline within ~1.1x of the work pays for."""
     spot_wall, work = np.asarray(spot_wall_s, float), np.asarray(work_s, float)
     shape = np.broadcast(spot_wall, work).shape
     start = np.broadcast_to(np.asarray(startup_s, float), shape)
