@@ -52,7 +52,7 @@ from lightning_srifty.provision.aws import (
 )
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
-from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, terraform_root
+from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, tag_value, terraform_root
 from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
 from predictor.catalog.catalog import Catalog
 from predictor.documents.profile import load_profile
@@ -329,7 +329,7 @@ def check_model(planned: str | None, snapshot: Snapshot | None, project: Path) -
         return []
     if not own:
         return []
-    if own != planned:
+    if tag_value(own) != planned:  # the tag holds the name as AWS takes it ("llama (LoRA)" is "llama _LoRA_")
         return [
             Finding(
                 "model",

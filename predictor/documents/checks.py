@@ -53,8 +53,11 @@ def check_int(
 
 
 def bound_text(x: float) -> str:
-    """A bound as a reader writes it: 0.25, 16384, 1000000, 1e+12 (not 1000000000000000.0)."""
-    return str(int(x)) if float(x).is_integer() and abs(x) <= 1e6 else f"{x:g}"
+    """A bound as a reader writes it: 0.25, 16384, 1000000, 1e+12, 1234567.5 (not 1000000000000000.0)."""
+    if float(x).is_integer() and abs(x) <= 1e6:
+        return str(int(x))
+    short = f"{x:g}"
+    return short if float(short) == x else f"{x:.15g}"
 
 
 def check_number(

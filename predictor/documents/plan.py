@@ -414,9 +414,7 @@ class Plan:
     calibration: tuple[PlanCalibration, ...] | None = doc_field(
         "measured corrections from observed runs of this model (srifty serve's feedback loop)", default=None
     )
-    # the fleet's srifty:model tag: an AWS tag value holds at most 256 Unicode characters (AWS's "Tag naming limits
-    # and requirements"; moto takes any), and the profile's name is held to 200
-    model: str | None = doc_field("model name from the profile", default=None, max_length=200)
+    model: str | None = doc_field("model name from the profile", default=None)
     profile_gpu: str | None = doc_field("GPU the profile was measured on", default=None)
     created_at: str | None = doc_field("UTC time the plan was made", default=None)
     notes: tuple[str, ...] | None = doc_field("assumptions and warnings", default=None)

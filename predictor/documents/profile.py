@@ -157,6 +157,9 @@ class Structure:
     method: str | None = doc_field("how it was measured", default=None)
 
 
+MODEL_NAME_MAX = 200  # characters of model.name the service stores and the fleet's tag takes (AWS: 256)
+
+
 @dataclass(frozen=True)
 class Model:
     """The model and its training state sizes."""
@@ -164,11 +167,12 @@ class Model:
     parameters: int = doc_field(
         "number of parameters (at most 10^13: beyond any model that is trained)", min=1, max=10**13
     )
+    # v1 only grows (a bound added to a field would refuse a document it read before): the name's length is checked
+    # where it is kept, the service's observations (MODEL_NAME_MAX); the fleet's tag takes it as AWS does
     name: str | None = doc_field(
-        "a name for the model (class name by default; it names the plan, the service's observations and the fleet's "
-        "srifty:model tag, where AWS takes at most 256 characters)",
+        "a name for the model (class name by default; it names the plan, the fleet's srifty:model tag and the "
+        "service's observations, which take at most 200 characters)",
         default=None,
-        max_length=200,
     )
     trainable_parameters: int | None = doc_field(
         "parameters with requires_grad (frozen ones, e.g. a LoRA base model, have no gradients or optimizer state)",

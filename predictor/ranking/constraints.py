@@ -63,6 +63,9 @@ LAYOUTS = (
     "pipeline+ac",
 )
 OWNER = "rank()"
+# optimizer steps of any one training, however given (steps, or epochs x steps_per_epoch): the work's bounds hold
+# everywhere (no training has come within 1,000x of them: a value past one is a typo)
+MAX_STEPS = 10**12
 
 
 @dataclass(frozen=True)
@@ -138,11 +141,12 @@ class Constraints:
     the plan's record come from there.
     """
 
-    # the work's bounds hold everywhere (no training has come within 1,000x of them: a value past one is a typo)
     steps: int | None = _c(
-        None, "optimizer steps of the profiled global batch", "int", minimum=1, maximum=10**12, plan=None
+        None, "optimizer steps of the profiled global batch", "int", minimum=1, maximum=MAX_STEPS, plan=None
     )
-    samples: float | None = _c(None, "training samples", "number", minimum=0, exclusive=True, maximum=1e15, plan=None)
+    samples: float | None = _c(
+        None, "training samples", "number", minimum=0, exclusive=True, maximum=1e18, service_max=1e15, plan=None
+    )
     epochs: float | None = _c(
         None, "epochs (with {steps_per_epoch})", "number", minimum=0, exclusive=True, maximum=1e6, plan=None
     )
@@ -337,22 +341,11 @@ class Constraints:
                 parameter="steps",
                 value=self.steps,
             )
-        if self.epochs is None and self.steps_per_epoch is not None:  # a trial's --steps 100 --steps-per-epoch 50
-            raise ConfigError.between(
-                "{steps_per_epoch} counts {epochs} in steps, and the work is given as {" + given[0] + "}: leave "
-                "{steps_per_epoch} out, or give the work as {epochs}.",
-                parameter="steps_per_epoch",
-                value=self.steps_per_epoch,
-            )
-        if self.epochs is not None and self.steps_per_epoch is None:
-            raise ConfigError.between(
-                "{epochs} needs {steps_per_epoch} (the optimizer steps in one epoch, e.g. 5000).",
-                parameter="steps_per_epoch",
-                value=None,
-            )
+        _check_epochs(self.epochs, self.steps_per_epoch, given[0])
         _check_percent(self.confidence)
         for name, spec in SPECS.items():
             _check_field(name, spec, getattr(self, name))
+        _check_epoch_steps(self.epochs, self.steps_per_epoch)
         _check_spot_share(self.spot_share, str(self.market))
         self.layout_list()
         if not self.regions:
@@ -482,6 +475,36 @@ SPECS: dict[str, Spec] = {
     )
     for f in dataclasses.fields(Constraints)
 }
+
+
+def _check_epochs(epochs: float | None, steps_per_epoch: int | None, given: str) -> None:
+    """``steps_per_epoch`` with ``epochs`` and only with them (``given``: the work's one parameter)."""
+    if epochs is None and steps_per_epoch is not None:  # a trial's --steps 100 --steps-per-epoch 50
+        raise ConfigError.between(
+            "{steps_per_epoch} counts {epochs} in steps, and the work is given as {" + given + "}: leave "
+            "{steps_per_epoch} out, or give the work as {epochs}.",
+            parameter="steps_per_epoch",
+            value=steps_per_epoch,
+        )
+    if epochs is not None and steps_per_epoch is None:
+        raise ConfigError.between(
+            "{epochs} needs {steps_per_epoch} (the optimizer steps in one epoch, e.g. 5000).",
+            parameter="steps_per_epoch",
+            value=None,
+        )
+
+
+def _check_epoch_steps(epochs: float | None, steps_per_epoch: int | None) -> None:
+    """The work given in epochs within the bound of the work given in steps (:data:`MAX_STEPS`)."""
+    if epochs is not None and steps_per_epoch is not None and epochs * steps_per_epoch > MAX_STEPS:
+        raise ConfigError.between(
+            "{epochs} x {steps_per_epoch} is {total:.3g} optimizer steps, past the {limit:g} the work is bounded by "
+            "(the bound of {steps}): check both.",
+            parameter="epochs",
+            value=epochs,
+            total=float(epochs) * float(steps_per_epoch),
+            limit=float(MAX_STEPS),
+        )
 
 
 def _check_percent(confidence: Any) -> None:

@@ -349,7 +349,9 @@ def _under_deadline(r: _Ranking, scored: Scored, run_s: np.ndarray, down_s: floa
         million candidates need none."""
         step = many.iteration_time_s[s[i]]
         speeds = (many.iteration_time_lo_s[s[i]] / step, many.iteration_time_hi_s[s[i]] / step)
-        times, costs = guarded_ranges(fallback_at(1.0, i), *(fallback_at(f, i) for f in speeds))
+        floor = usd_hr[i] * billed_hours(np.zeros(len(i)))  # the minimum bill, as the point's cost
+        runs = (fallback_at(f, i) for f in (1.0, *speeds))
+        times, costs = guarded_ranges(*(dataclasses.replace(f, cost_usd=np.maximum(f.cost_usd, floor)) for f in runs))
         keep = guarded[i][:, None]
         return np.where(keep, times, np.nan), np.where(keep, costs, np.nan)
 
@@ -702,7 +704,7 @@ def _spot_notes(constraints: Constraints, stats: SpotStats | None) -> list[str]:
             + (
                 f"; from {stats.spells} spell{'s' if stats.spells != 1 else ''} with spot, so the rate is uncertain "
                 f"by about x{1 + 1 / math.sqrt(stats.spells):.2g} (a longer trace narrows it)"
-                if stats.spells < FEW_SPELLS
+                if stats.spells is not None and stats.spells < FEW_SPELLS
                 else ""
             )
         )

@@ -32,7 +32,7 @@ class SpotStats:
     down_s: float  # the mean spell without spot: the wait for capacity after an interruption
     availability: float
     source: str
-    spells: int = 0  # spells with spot the traces hold: the rate's sample (its relative error ~ 1 / sqrt(spells))
+    spells: int | None = None  # spells with spot the traces hold: the rate's sample (relative error ~ 1/sqrt(spells))
 
     @classmethod
     def of(cls, traces: Sequence[Trace], source: str = "") -> SpotStats:
@@ -77,9 +77,9 @@ class Fallback:
 
 
 # The deadline policy's line (predictor.runs.deadline.Srifty): a run first takes spot whenever it is there for
-# HEAD_START of its slack (and until TAIL x its work before the deadline, where the slack is larger), then keeps a
-# straight line to the work at the deadline less a restart; defined here, where the ranking reads them, and used by
-# the policy itself (one definition).
+# HEAD_START of its slack (and until (1 + TAIL) x its work before the deadline, where the slack is larger), then
+# keeps a straight line to the work at the deadline less a restart; defined here, where the ranking reads them, and
+# used by the policy itself (one definition).
 HEAD_START = 0.25
 TAIL = 1.0
 
@@ -105,8 +105,8 @@ def expected_with_fallback(
     restart each on-demand spell starts with). From the end of the start-up, with ``L = deadline - start-up -
     restart`` (where the policy's line reaches the work) and the slack ``S = L - work``:
 
-    - spot alone until the line starts (:data:`HEAD_START` of the slack, no earlier than :data:`TAIL` x the work
-      before ``L``) and after it while the run is ahead of the line: no on-demand where spot alone finishes by
+    - spot alone until the line starts (:data:`HEAD_START` of the slack, no earlier than (1 + :data:`TAIL`) x the
+      work before ``L``) and after it while the run is ahead of the line: no on-demand where spot alone finishes by
       ``L`` (``spot_wall + waits <= L``);
     - behind the line (from where spot's progress meets it), on-demand runs while spot is away and spot while it is
       there: where that holds the line (``g + phi >= the line's slope``) on-demand does ``work - g L`` and the run
@@ -119,10 +119,10 @@ def expected_with_fallback(
     the hard rule's run (spot spends the slack, on-demand finishes at the deadline). Before, the run was
     priced as the hard rule alone: each wait for capacity spent slack until on-demand finished the run, where the
     policy runs on-demand only while behind and returns: on the traces the ranking's cost was 23.9 / 24.8 % from the
-    replay's (development / held out; bias +19.5 / +12.5 %), now 17.6 / 18.1 % (+6.9 / -7.4 %). Not seen: the policy
-    stays on-demand until the run is back on its line, which a deadline within ~1.1x of the work pays for."""
+    replay's (+19.5 / +12.5 % high), now 17.6 / 18.1 % (+6.9 / -7.4 %; BENCHMARKS.md) on development / held out."""
     spot_wall, work = np.asarray(spot_wall_s, float), np.asarray(work_s, float)
     shape = np.broadcast(spot_wall, work).shape
+    spot_wall, work = np.broadcast_to(spot_wall, shape), np.broadcast_to(work, shape)
     start = np.broadcast_to(np.asarray(startup_s, float), shape)
     restart = np.broadcast_to(np.asarray(restart_s, float), shape)
     n = np.broadcast_to(np.asarray(interruptions, float), shape)
@@ -137,7 +137,7 @@ def expected_with_fallback(
     if at.size:
         od_work, billed, forced = _behind_the_line(work[at], greedy[at], n[at], down_s, restart[at], line_end[at])
         share[at] = od_work / np.maximum(work[at], 1e-9)
-        time[at] = start[at] + line_end[at] + np.where(forced, restart[at], 0.0)
+        time[at] = start[at] + line_end[at] + forced * restart[at]
         od_billed[at] = billed
     spot_billed = np.where(from_start, 0.0, spot_wall * (1 - share))
     cost = (
@@ -149,7 +149,7 @@ def expected_with_fallback(
 def _behind_the_line(work, greedy, interruptions, down_s, restart, line_end):
     """For :func:`expected_with_fallback`'s runs that fall behind the policy's line (arrays of those only): the
     work on-demand does, what it is billed (each on-demand spell starts a fleet: a restart; the hard rule's switch
-    one more) and whether the hard rule takes over."""
+    one more) and the share of that switch's restart the run pays (0 where the line holds)."""
     slack = line_end - work
     # the share of the time spot is away that on-demand can train in: each spell behind starts a fleet (a restart)
     g, phi = work / greedy, interruptions * np.maximum(down_s - restart, 0.0) / greedy
@@ -160,7 +160,10 @@ def _behind_the_line(work, greedy, interruptions, down_s, restart, line_end):
     t_hard = np.where(holds, line_end, (slack - phi * t1) / np.where(holds, 1.0, 1 - g - phi))  # the rule's switch
     od_work = np.clip(np.where(holds, work - g * line_end, phi * (t_hard - t1) + (line_end - t_hard)), 0.0, work)
     spells = interruptions * (t_hard - t1) / greedy
-    return od_work, od_work + (spells + ~holds) * restart, ~holds
+    # the hard rule's switch starts one more fleet; continuous where it comes with the rest nearly done (the fluid
+    # run's boundary: a restart billed for no work made the cost jump there)
+    switch = np.where(holds, 0.0, np.minimum(1.0, (line_end - t_hard) / np.maximum(restart, 1e-9)))
+    return od_work, od_work + (spells + switch) * restart, switch
 
 
 def guarded_ranges(mid: Fallback, low: Fallback, high: Fallback) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ from predictor.catalog.fleet import parse_fleet
 from predictor.documents.atomic import file_kind
 from predictor.documents.checks import check_choice, check_number
 from predictor.documents.plan import TRANSPORTS
-from predictor.documents.profile import Profile
+from predictor.documents.profile import MODEL_NAME_MAX, Profile
 from predictor.documents.work import global_batch
 from predictor.exceptions import ConfigError, ServiceError, SriftyError
 from predictor.ranking import Calibration
@@ -193,6 +193,13 @@ class ObservationStore:
                 "The profile has no model.name: observations are matched to later profiles by the model's name. "
                 "Name it (SriftyCallback(model_name=...)).",
                 parameter="profile.model.name",
+            )
+        if len(profile.model.name) > MODEL_NAME_MAX:  # a trial's name had no limit: the store keeps it for good
+            raise ConfigError(
+                f"The profile's model.name is {len(profile.model.name):,} characters; observations keep at most "
+                f"{MODEL_NAME_MAX}. Name it shorter (SriftyCallback(model_name=...)).",
+                parameter="profile.model.name",
+                value=f"{len(profile.model.name):,} characters",
             )
         parsed = parse_fleet(fleet, catalog or Catalog.load())
         gpu = ",".join(sorted({g.instance.gpu or g.instance.name for g in parsed.groups}))

@@ -266,6 +266,25 @@ def test_a_plan_for_another_model_is_refused_before_anything_is_written(tmp_path
     assert check_model("TinyMLP", None, project)[0].status == "ok" and check_model("resnet50", None, tmp_path) == []
 
 
+def test_a_model_named_outside_the_tags_alphabet_is_the_same_model_to_the_preflight(tmp_path) -> None:
+    """The module's srifty:model tag holds the name as AWS takes it (letters, digits, spaces and _ . : / = + - @;
+    256 characters): the pre-flight compared it with the profile's raw name, so a model named "llama-7b (LoRA)"
+    failed `srifty check` against its own plan (the review of a trial's model-name finding)."""
+    from lightning_srifty.provision.preflight import check_model
+    from lightning_srifty.provision.terraform.generate import sanitize_tags, tag_value
+
+    project = tmp_path / "project"
+    (project / "srifty").mkdir(parents=True)
+    for name in ("llama-7b (LoRA)", "m" * 300, "TinyMLP"):
+        (project / "srifty" / "profile.json").write_text(
+            json.dumps({**MINIMAL, "model": {**MINIMAL["model"], "name": name}})
+        )
+        tagged = sanitize_tags({"srifty:model": name})["srifty:model"]
+        assert tagged == tag_value(name) and len(tagged) <= 256
+        assert check_model(tagged, None, project)[0].status == "ok", name
+        assert check_model("resnet50", None, project)[0].status == "fail"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_rehearsal_stopped_by_sigterm_leaves_nothing_running(tf_env, tmp_path, catalog) -> None:

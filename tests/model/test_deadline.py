@@ -554,3 +554,34 @@ def test_a_guarded_fleets_intervals_are_the_policys_and_carry_spot_capacitys_wid
     said = [n for n in tight.notes if n.startswith("budget at risk")]
     assert said and f"its 80% cost interval reaches ${tight.entries[0].cost_interval_usd[1]:,.2f}" in said[0]
     assert not any(n.startswith("budget at risk") for n in plan.notes)
+
+
+def test_the_review_of_the_fluid_run_and_its_intervals() -> None:
+    """A review's findings, each a case: a guarded fleet's interval holds its point where the minimum bill raises it
+    (rank() refused its own plan for 100 steps); SpotStats made by hand (no spells counted) ranks; the fluid run's
+    cost is continuous where the hard rule's switch comes with the run nearly done (a restart billed for no work made
+    $22.00 -> $22.50 across 0.02 s of wait); a scalar work broadcasts over many runs."""
+    from predictor.catalog import Catalog
+
+    catalog = Catalog.load(use_refreshed=False, use_env=False)
+    profile = load_profile(MINIMAL)
+    for c in (Constraints(steps=100, market="spot", deadline_h=5, startup_s=0),
+              Constraints(steps=50, market="any", deadline_h=5, current_fleet="p3.2xlarge:1")):  # fmt: skip
+        for e in rank(profile, c, catalog=catalog).entries:
+            assert e.cost_interval_usd[0] <= e.cost_usd <= e.cost_interval_usd[1], e.fleet
+            assert e.time_interval_h[0] <= e.time_h <= e.time_interval_h[1], e.fleet
+    hand = odds.SpotStats(0.2, 3600.0, 0.8, "mine")
+    assert rank(profile, Constraints(steps=100_000, market="spot", deadline_h=50), catalog=catalog, spot_stats=hand)
+
+    def cost(down_s: float) -> float:
+        fb = odds.expected_with_fallback(np.array([20 * 3600.0]), np.array([20 * 3600.0]), np.array([20.0]),
+                                         (20 + 20 * 729 / 3600) * 3600 + 600, np.zeros(1), np.array([600.0]),
+                                         np.ones(1), np.full(1, 3.0), down_s=down_s)  # fmt: skip
+        return float(fb.cost_usd[0])
+
+    walls = [cost(d) for d in np.linspace(700.0, 760.0, 601)]  # across 729 s: spot alone just fits, then not
+    assert max(abs(b - a) for a, b in itertools.pairwise(walls)) < 0.05  # no restart's jump ($0.50) anywhere
+    three = np.ones(3)
+    many = odds.expected_with_fallback(np.array([10.0, 11.0, 30.0]) * 3600, np.array([9.0 * 3600]), three,
+                                       20 * 3600.0, 0 * three, 600 * three, three, 3 * three)  # fmt: skip
+    assert many.cost_usd.shape == (3,) and np.isfinite(many.cost_usd).all()

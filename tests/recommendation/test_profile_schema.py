@@ -13,7 +13,7 @@ from _support import MINIMAL
 from conftest import ROOT
 from predictor.documents.profile import SCHEMA, Profile, Stats, load_profile, profile_json_schema
 from predictor.documents.schema import iter_field_paths, markdown_reference
-from predictor.exceptions import ProfileError, ProfileSchemaError
+from predictor.exceptions import ConfigError, ProfileError, ProfileSchemaError
 
 
 def test_minimal_hand_written_profile_is_accepted() -> None:
@@ -105,10 +105,15 @@ def test_every_field_is_documented_and_the_reference_is_current() -> None:
     )
 
 
-def test_a_models_name_fits_the_tag_it_becomes() -> None:
-    """A trial's model name had no length limit: it becomes the fleet's ``srifty:model`` tag, where AWS takes at most
-    256 characters (moto any), and the service's observations. 200 are taken; one more is refused with its length."""
-    named = lambda name: {**MINIMAL, "model": {**MINIMAL["model"], "name": name}}  # noqa: E731
-    assert load_profile(named("m" * 200)).model.name == "m" * 200
-    with pytest.raises(ProfileSchemaError, match=r"model\.name.*text of at most 200 characters.*201 characters"):
-        load_profile(named("m" * 201))
+def test_a_long_model_name_still_loads_and_the_service_says_its_limit(tmp_path) -> None:
+    """A trial's model name had no length limit. v1 only grows, so a profile with a long name still loads (a bound on
+    the field would refuse a document it read before); the service, which keeps the name in its observations, takes
+    at most 200 characters and says so (the fleet's tag takes it as AWS does: tests/infra/test_rehearse.py)."""
+    from predictor.service.observations import ObservationStore
+
+    named = lambda name: load_profile({**MINIMAL, "model": {**MINIMAL["model"], "name": name}})  # noqa: E731
+    assert named("m" * 1000).model.name == "m" * 1000
+    store = ObservationStore(tmp_path / "o.sqlite")
+    assert store.add(named("m" * 200), "p3.2xlarge:1", 100.0).model == "m" * 200
+    with pytest.raises(ConfigError, match=r"model\.name is 201 characters; observations keep at most 200"):
+        store.add(named("m" * 201), "p3.2xlarge:1", 100.0)

@@ -591,6 +591,11 @@ def _tag_text(text: str) -> str:
     return "".join(c if c.isalnum() or c in " _.:/=+-@" else "_" for c in text)
 
 
+def tag_value(text: str) -> str:
+    """``text`` as a tag value AWS accepts (:func:`sanitize_tags`): what a tag read back holds for it."""
+    return _tag_text(str(text))[:TAG_VALUE_MAX]
+
+
 def sanitize_tags(tags: dict[str, str]) -> dict[str, str]:
     """Tags that AWS accepts: keys and values of letters, digits, spaces and ``_ . : / = + - @`` (anything else
     becomes ``_``), keys of 1-128 characters not starting with ``aws:``, values of at most 256."""
@@ -600,7 +605,7 @@ def sanitize_tags(tags: dict[str, str]) -> dict[str, str]:
         while k.lower().startswith("aws:"):
             k = k[4:]
         if k:
-            out[k] = _tag_text(str(value))[:TAG_VALUE_MAX]
+            out[k] = tag_value(str(value))
     return out
 
 
