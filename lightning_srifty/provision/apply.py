@@ -557,8 +557,16 @@ def _clean_up(tf: Any, root: Path, values: dict[str, Any], fresh: bool, echo: Ca
             f"--dir {root}`."
         )
     echo(f"Destroying the {len(left)} resources the apply created, so that nothing is left billing.")
-    code, _, err = _run(tf, "destroy", input=False, auto_approve=True, lock_timeout="300s", stream=True, critical=True)
-    remaining = _state_resources(tf)
+    for attempt in range(2):  # a second pass: what the first found already gone (an answer lost and retried, EC2's
+        # eventual consistency) is read as gone on its refresh and dropped from the state
+        code, _, err = _run(
+            tf, "destroy", input=False, auto_approve=True, lock_timeout="300s", stream=True, critical=True
+        )
+        remaining = _state_resources(tf)
+        if code == 0 and not remaining:
+            break
+        if attempt == 0:
+            echo(f"Destroying failed with {len(remaining)} resources still in the state: once more.")
     if code != 0 or remaining:
         return (
             f"destroying what it created failed too ({len(remaining)} resources still in the state, which may be "

@@ -25,9 +25,15 @@ def test_capacity_codes_are_read_from_terraforms_error_text() -> None:
     assert capacity_code("Error: creating IAM Role: AccessDenied") is None
 
 
+@pytest.mark.parametrize("lost", [("CreateFleet",), ("CreateFleet", "DeleteLaunchTemplate")])
 def test_no_capacity_for_the_first_fleet_moves_to_the_next_and_leaves_nothing_behind(
-    tf_env, moto_endpoint, tmp_path, catalog
+    tf_env, moto_endpoint, tmp_path, catalog, lost
 ) -> None:
+    """With the clean-up's DeleteLaunchTemplate answer lost too (a CI run's flake, made deterministic here): the
+    SDK's retry finds the template gone. The AWS provider's delete takes EC2's InvalidLaunchTemplateId.NotFound as
+    done, but moto answers InvalidLaunchTemplateName.NotFoundException, which only the provider's read takes as gone
+    (hashicorp/terraform-provider-aws, internal/service/ec2: resourceLaunchTemplateDelete, findLaunchTemplates), so the
+    destroy stopped. The clean-up destroys once more: the second pass's refresh drops the template, nothing is left."""
     from _support import MINIMAL
 
     profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})
@@ -42,7 +48,7 @@ def test_no_capacity_for_the_first_fleet_moves_to_the_next_and_leaves_nothing_be
     echo: list[str] = []
     # and the second fleet's launch loses its first answer (EC2's 500 after the fleet started): the SDK's retry carries
     # the same ClientToken, which EC2 (and the proxy, for moto) answers with the first launch: one fleet, not two
-    faults = FaultProxy(moto_endpoint, {refused_type}, lose={"CreateFleet"})
+    faults = FaultProxy(moto_endpoint, {refused_type}, lose=set(lost))
     with faults as proxy:
         options = Options(
             aws_endpoint=proxy,
@@ -70,7 +76,7 @@ def test_no_capacity_for_the_first_fleet_moves_to_the_next_and_leaves_nothing_be
                 Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
             )["Reservations"]
             types = sorted(i["InstanceType"] for r in running for i in r["Instances"])
-            assert faults.lost == ["CreateFleet"] and faults.replayed == ["CreateFleet"], (faults.lost, faults.replayed)
+            assert sorted(faults.lost) == sorted(lost) and "CreateFleet" in faults.replayed, (faults.lost, faults.replayed)
             assert types == [second.split(":")[0]], (types, echo)
             templates = ec2.describe_launch_templates()["LaunchTemplates"]
             assert [t["LaunchTemplateName"].startswith("failover-2") for t in templates] == [True]
