@@ -76,7 +76,8 @@ def test_no_capacity_for_the_first_fleet_moves_to_the_next_and_leaves_nothing_be
                 Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
             )["Reservations"]
             types = sorted(i["InstanceType"] for r in running for i in r["Instances"])
-            assert sorted(faults.lost) == sorted(lost) and "CreateFleet" in faults.replayed, (faults.lost, faults.replayed)
+            said = (faults.lost, faults.replayed)
+            assert sorted(faults.lost) == sorted(lost) and "CreateFleet" in faults.replayed, said
             assert types == [second.split(":")[0]], (types, echo)
             templates = ec2.describe_launch_templates()["LaunchTemplates"]
             assert [t["LaunchTemplateName"].startswith("failover-2") for t in templates] == [True]
