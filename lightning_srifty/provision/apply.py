@@ -607,13 +607,19 @@ def destroy(
         raise ProvisionError(f"terraform init failed in {root}:\n{err.strip()}{never}")
     echo(f"Destroying fleet {values.get('name')} ({root}).")
     _confirm(f"Destroy every resource of {values.get('name')}?", yes, ask)
-    # a teardown: an interruption waits for it to end (_run_shown's critical), terraform in a session of its own
-    code, err = _run_shown(
-        tf,
-        ["destroy", "-input=false", "-no-color", "-auto-approve"],
-        echo,
-        critical=f"srifty down --dir {root}",
-        timeout_s=timeout_s,
-    )
+    # a teardown: an interruption waits for it to end (_run_shown's critical), terraform in a session of its own;
+    # a failed pass is run once more within the time given: what it found already gone (an answer lost and retried,
+    # EC2's eventual consistency) is dropped from the state by the second pass's refresh
+    started = time.monotonic()
+    for attempt in range(2):
+        left = None if timeout_s is None else timeout_s - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            break
+        argv = ["destroy", "-input=false", "-no-color", "-auto-approve"]
+        code, err = _run_shown(tf, argv, echo, critical=f"srifty down --dir {root}", timeout_s=left)
+        if code == 0:
+            break
+        if attempt == 0:
+            echo("terraform destroy failed: once more (a resource found already gone is dropped on the second pass).")
     if code != 0:
         raise ProvisionError(f"terraform destroy failed in {root} (see the output above). {err.strip()[-2000:]}")
