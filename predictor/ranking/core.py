@@ -652,9 +652,10 @@ def _budget_notes(constraints: Constraints, entries: list[PlanEntry]) -> list[st
         if e.market != "on-demand"
         else "the prediction's spread"
     )
+    usd = lambda v: f"${v:,.2f}" if v >= 1 else f"${v:.3g}"  # noqa: E731 - cents as the table shows them ($0.0194)
     return [
-        f"{BUDGET_NOTE}: {e.fleet} ({e.market}) is within the ${constraints.budget_usd:,.2f} budget at its expected "
-        f"${e.cost_usd:,.2f}; its 80% cost interval reaches ${e.cost_interval_usd[1]:,.2f} ({why})"
+        f"{BUDGET_NOTE}: {e.fleet} ({e.market}) is within the {usd(constraints.budget_usd)} budget at its expected "
+        f"{usd(e.cost_usd)}; its 80% cost interval reaches {usd(e.cost_interval_usd[1])} ({why})"
     ]
 
 
