@@ -613,7 +613,7 @@ def destroy(
     started = time.monotonic()
     for attempt in range(2):
         left = None if timeout_s is None else timeout_s - (time.monotonic() - started)
-        if left is not None and left <= 0:
+        if attempt and left is not None and left <= 0:  # the first pass always runs (and sets code)
             break
         argv = ["destroy", "-input=false", "-no-color", "-auto-approve"]
         code, err = _run_shown(tf, argv, echo, critical=f"srifty down --dir {root}", timeout_s=left)
