@@ -31,9 +31,10 @@ def test_no_capacity_for_the_first_fleet_moves_to_the_next_and_leaves_nothing_be
 ) -> None:
     """With the clean-up's DeleteLaunchTemplate answer lost too (a CI run's flake, made deterministic here): the
     SDK's retry finds the template gone. The AWS provider's delete takes EC2's InvalidLaunchTemplateId.NotFound as
-    done, but moto answers InvalidLaunchTemplateName.NotFoundException, which only the provider's read takes as gone
+    done, but moto answered InvalidLaunchTemplateName.NotFoundException, which only the provider's read takes as gone
     (hashicorp/terraform-provider-aws, internal/service/ec2: resourceLaunchTemplateDelete, findLaunchTemplates), so the
-    destroy stopped. The clean-up destroys once more: the second pass's refresh drops the template, nothing is left."""
+    destroy stopped. The proxy now answers as EC2 does (aws_rules), and the clean-up destroys once more where a first
+    pass fails (tests/infra/test_operations.py): nothing is left."""
     from _support import MINIMAL
 
     profile = load_profile({**MINIMAL, "batch": {"per_device": 8}})

@@ -205,6 +205,31 @@ def test_removing_a_role_whose_answer_was_lost_is_no_such_entity_not_a_retry_loo
     assert iam.get_instance_profile(InstanceProfileName="lost")["InstanceProfile"]["Roles"] == []
 
 
+@pytest.mark.slow  # moto's server
+def test_deleting_a_launch_template_whose_answer_was_lost_is_ec2s_not_found_by_id(moto_endpoint) -> None:
+    """Two CI runs stopped in a destroy: a DeleteLaunchTemplate carried out whose answer was lost under load, and the
+    SDK's retry answered with moto's InvalidLaunchTemplateName.NotFoundException, which the AWS provider's delete
+    does not take as done. EC2 answers a template ID that does not exist with InvalidLaunchTemplateId.NotFound, which
+    it does; the proxy keeps that rule."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+    from fault_proxy import FaultProxy
+
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
+    made = ec2.create_launch_template(LaunchTemplateName="lost-answer", LaunchTemplateData={"InstanceType": "t3.micro"})
+    template_id = made["LaunchTemplate"]["LaunchTemplateId"]
+    with FaultProxy(moto_endpoint, lose={"DeleteLaunchTemplate"}) as url:
+        config = Config(retries={"max_attempts": 3, "mode": "standard"})
+        through = boto3.client("ec2", endpoint_url=url, region_name="us-east-1", config=config)
+        with pytest.raises(ClientError) as error:  # the first answer lost (500), the retry: gone
+            through.delete_launch_template(LaunchTemplateId=template_id)
+        assert error.value.response["Error"]["Code"] == "InvalidLaunchTemplateId.NotFound"
+        assert template_id in error.value.response["Error"]["Message"]
+        assert error.value.response["ResponseMetadata"]["RetryAttempts"] == 1
+    assert ec2.describe_launch_templates()["LaunchTemplates"] == []
+
+
 def test_a_rule_the_local_aws_could_not_keep_fails_the_rehearsal() -> None:
     """The proxy's UpdateAutoScalingGroup rule (aws_rules): a policy it could not put back is a failed check in the
     report, not a silent difference from AWS; nothing when it kept every rule."""

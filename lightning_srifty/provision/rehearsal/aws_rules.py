@@ -14,6 +14,12 @@ tests): every request is passed through unchanged, except
   the IAM API reference lists it: https://docs.aws.amazon.com/IAM/latest/APIReference/API_RemoveRoleFromInstanceProfile.html),
   which the AWS provider takes as done; moto's server answers 500 (a ValueError), which the SDK retries for minutes:
   on a loaded machine a removal whose answer came late was retried, and the rehearsal's destroy hung 8.5 min;
+- EC2's DeleteLaunchTemplate of a template ID that does not exist (or no longer does) is
+  InvalidLaunchTemplateId.NotFound ("The specified launch template ID does not exist",
+  https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html), which the AWS provider's delete takes
+  as done (hashicorp/terraform-provider-aws, internal/service/ec2: resourceLaunchTemplateDelete); moto answers
+  InvalidLaunchTemplateName.NotFoundException, which the provider's delete does not take: a deletion whose answer was
+  lost under load was retried, and the destroy stopped on the retry's answer (two CI runs, 2026-12-01);
 - an Auto Scaling UpdateAutoScalingGroup that names no launch specification (no MixedInstancesPolicy,
   LaunchTemplate or LaunchConfigurationName) leaves the group's mixed instances policy as it was ("Any properties that
   you don't specify are not changed by this update request",
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import html
 import http.client
 import threading
 import urllib.parse
@@ -60,6 +67,11 @@ NO_SUCH_ROLE_IN_PROFILE = (
     '<ErrorResponse xmlns="https://iam.amazonaws.com/doc/2010-05-08/"><Error><Type>Sender</Type><Code>NoSuchEntity'
     "</Code><Message>The role is not in the instance profile.</Message></Error><RequestId>srifty-fault-proxy"
     "</RequestId></ErrorResponse>"
+)
+NO_SUCH_TEMPLATE_ID = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>InvalidLaunchTemplateId.NotFound</Code>'
+    "<Message>The specified launch template, with template ID {id}, does not exist.</Message></Error></Errors>"
+    "<RequestID>srifty-fault-proxy</RequestID></Response>"
 )
 USER_DATA_LIMIT = 16_384  # bytes of raw user data (before base64), EC2's documented limit (module docstring)
 TOO_LONG = (
@@ -230,14 +242,8 @@ class _Handler(BaseHTTPRequestHandler):
         data = answer.read()
         if token and answer.status < 300:  # carried out: a retry gets this answer
             self.outer.answered[key] = (answer.status, answer.getheaders(), data)
-        if self._s3_rule_binds(action) and answer.status == 404 and self._is_key():
-            conn.close()  # a missing key, to a role without an unconditioned s3:ListBucket: 403
-            self.outer.s3_refused.append(f"{self.command} {self.path}")
-            self._send_error(403, S3_DENIED.encode(), body=self.command != "HEAD")
-            return
-        if action == "RemoveRoleFromInstanceProfile" and answer.status == 500:  # the role is not in the profile
+        if self._answered_as_aws(action, form, answer.status, data):
             conn.close()
-            self._send_error(404, NO_SUCH_ROLE_IN_PROFILE.encode())
             return
         self.outer.group_called(action, body, answer.status, self.headers.get("Authorization", ""))
         if action in self.outer.lose:  # carried out upstream; the client sees a server error instead
@@ -248,6 +254,24 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(answer.status, answer.getheaders(), data)
         conn.close()
+
+    def _answered_as_aws(self, action: str, form: dict[str, list[str]], status: int, data: bytes) -> bool:
+        """Where moto's answer is not AWS's (module docstring), answer as AWS does; whether it did."""
+        if self._s3_rule_binds(action) and status == 404 and self._is_key():
+            # a missing key, to a role without an unconditioned s3:ListBucket: 403
+            self.outer.s3_refused.append(f"{self.command} {self.path}")
+            self._send_error(403, S3_DENIED.encode(), body=self.command != "HEAD")
+        elif action == "RemoveRoleFromInstanceProfile" and status == 500:  # the role is not in the profile
+            self._send_error(404, NO_SUCH_ROLE_IN_PROFILE.encode())
+        elif (
+            action == "DeleteLaunchTemplate"
+            and b"InvalidLaunchTemplateName.NotFound" in data
+            and form.get("LaunchTemplateId")
+        ):  # EC2's code for a template ID that does not exist
+            self._send_error(400, NO_SUCH_TEMPLATE_ID.format(id=html.escape(form["LaunchTemplateId"][0])).encode())
+        else:
+            return False
+        return True
 
     def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
         self.send_response(status)
