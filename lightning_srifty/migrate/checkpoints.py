@@ -25,7 +25,7 @@ import pickle
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -601,7 +601,7 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
     def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
         key = (launch.launch_id, launch.resume)
         if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING and key not in _RESUMED:
-            checkpoint_path = resume_checkpoint()
+            checkpoint_path = resume_checkpoint(agree=lambda find: _from_rank_zero(trainer, find))
             module = trainer.lightning_module
             strict = getattr(module, "strict_loading", True) is not False  # a module that loads loosely: its call
             differences = architecture_differences(checkpoint_path, module) if checkpoint_path and strict else []
@@ -633,9 +633,27 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
     connector._srifty_resume = True
 
 
-def resume_checkpoint(cache_dir: str | None = None, *, timeout_s: float = 1800.0, poll_s: float = 0.5) -> str | None:
+def _from_rank_zero(trainer: Any, find: Callable[[], str | None]) -> str | None:
+    """``find()`` on global rank 0, and what it found on every rank (the Trainer's processes are connected)."""
+    found = find() if trainer.is_global_zero else None
+    return trainer.strategy.broadcast(found, src=0)
+
+
+def resume_checkpoint(
+    cache_dir: str | None = None,
+    *,
+    timeout_s: float = 1800.0,
+    poll_s: float = 0.5,
+    agree: Callable[[Callable[[], str | None]], str | None] | None = None,
+) -> str | None:
     """The checkpoint ``srifty launch`` says to resume from (``LaunchEnv.resume``), as a path Lightning can load, or
     None on a first start or outside a launch: ``trainer.fit(model, ckpt_path=resume_checkpoint(), ...)``.
+
+    On a srifty terraform fleet's node the launch says "latest": the fleet's newest sound checkpoint. With ``agree``
+    (given the search, it runs it on global rank 0 alone and broadcasts what it found: what every Trainer under a
+    launch does once its processes are connected), every rank resumes the one rank 0 found; without it,
+    each rank looks on its own (before the Trainer there is no process group), and one that cannot read the newest
+    (a transient store error) would resume an older one than its peers.
 
     A sharded checkpoint (a directory) on a remote store is downloaded once per node, by local rank 0, into
     ``cache_dir`` (default ``$TMPDIR/srifty-resume/<launch id>``) and checked against its manifest; the node's other
@@ -654,7 +672,11 @@ def resume_checkpoint(cache_dir: str | None = None, *, timeout_s: float = 1800.0
         return None
     path = launch.resume
     if path == RESUME_LATEST:  # a srifty terraform fleet's node: the fleet's newest sound checkpoint, if any
-        newest = find_checkpoint(launch.checkpoint_uri)
+
+        def find() -> str | None:
+            return find_checkpoint(launch.checkpoint_uri)
+
+        newest = find() if agree is None else agree(find)
         if newest is None:
             log.warning("srifty: no checkpoint in %s yet: a first start", launch.checkpoint_uri)
             return None

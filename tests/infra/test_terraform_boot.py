@@ -535,6 +535,12 @@ for flag, value in opts:
                 env[k] = v
 mounts = dict(v.split(":", 1)[::-1] for f, v in opts if f == "-v")
 cwd = mounts.get(dict(opts).get("-w"), os.getcwd())
+# the container sees the host's files only where they are mounted: a node state folder that is not is the
+# container's own (gone with it), as on a real host
+state = env.get("SRIFTY_NODE_STATE")
+if state and not any(state == t or state.startswith(t.rstrip("/") + "/") for t in mounts):
+    import tempfile
+    env["SRIFTY_NODE_STATE"] = tempfile.mkdtemp(prefix="container-own-")
 home = os.path.join(os.environ["SRIFTY_HARNESS_IMAGE_DIR"], "image-venv")
 venv.EnvBuilder(with_pip=True, clear=True).create(home)
 site = subprocess.run([home + "/bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -545,16 +551,31 @@ sys.exit(subprocess.run(command, cwd=cwd, env=env).returncode)
 """
 
 
-def test_a_container_image_runs_the_users_code_with_the_gpus_and_efa(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+LEAVE_ON_A_NOTICE = """import sys
+from lightning_srifty.migrate.preemption import mark_preempted
+mark_preempted("s3://image-ckpt/checkpoints/image-run/preempt-step=3.ckpt")  # what SpotPreemption does on a notice
+sys.exit(75)
+"""
+
+
+@pytest.mark.parametrize("job", ["trains", "leaves on a notice"])
+def test_a_container_image_runs_the_users_code_with_the_gpus_and_efa(
+    tf_env, moto_endpoint, tmp_path, catalog, job
+) -> None:
     """--image: user_data pulls the image and runs the job in it (docker run with every GPU, the EFA devices, the
     host's network, the code snapshot at /workspace), where the snapshot's lightning-srifty is installed into the
     image's Python before torchrun starts the user's train.py (docker faked: it records its arguments and runs the
-    command in a fresh virtual environment standing for the image)."""
+    command in a fresh virtual environment standing for the image, which sees the host's files where they are
+    mounted only). A job that leaves on a notice marks it in the node's state folder, which the container must see:
+    it was not mounted, the host saw torchrun's 1, and every node of an --image fleet left its group for good (a
+    review)."""
     import sysconfig
 
     dlami_parameters(moto_endpoint)
     plan, i = fleet_plan(catalog, ("g5.xlarge",), "g5.xlarge:1")
     project = user_project(tmp_path / "project")
+    (project / "leave.py").write_text(LEAVE_ON_A_NOTICE)
+    leaves = job == "leaves on a notice"
     s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
     s3.create_bucket(Bucket="image-ckpt")
     options = Options(
@@ -563,7 +584,7 @@ def test_a_container_image_runs_the_users_code_with_the_gpus_and_efa(tf_env, mot
         bucket="image-ckpt",
         code=str(project),
         image="nvcr.io/nvidia/pytorch:25.01-py3",
-        train_command="python -u train.py --accelerator cpu --max-steps 2",
+        train_command="python -u leave.py" if leaves else "python -u train.py --accelerator cpu --max-steps 2",
     )
     generated = generate(plan, tmp_path / "infra", choice=i, options=options, catalog=catalog)
     infra = use_test_parameters(generated.out)
@@ -599,11 +620,17 @@ def test_a_container_image_runs_the_users_code_with_the_gpus_and_efa(tf_env, mot
             SRIFTY_HARNESS_IMAGE_DIR=str(tmp_path),
         )
     log = (tmp_path / "user-data.log").read_text() if (tmp_path / "user-data.log").exists() else ""
+    if leaves:  # the node's status: preempted with its checkpoint, so the group replaces it (the watchdog)
+        assert run.returncode == 75, log[-3000:] + run.stderr[-3000:]
+        assert "srifty: the job left on a notice with its checkpoint (s3://image-ckpt/checkpoints/image-run/" in log
+        return
     assert run.returncode == 0, log[-3000:] + run.stderr[-3000:]
     pull, docker_run = json.loads(calls.read_text())
     assert pull == ["pull", "nvcr.io/nvidia/pytorch:25.01-py3"]
     code = home / f"code-{snapshot.sha256}"
-    for flag in (["--gpus", "all"], ["--network", "host"], ["--ipc", "host"], ["-v", f"{code}:/workspace"]):
+    state = str(tmp_path / "state")  # run_user_data's SRIFTY_STATE_DIR
+    for flag in (["--gpus", "all"], ["--network", "host"], ["--ipc", "host"], ["-v", f"{code}:/workspace"],
+                 ["-v", f"{state}:{state}"]):  # fmt: skip
         assert any(docker_run[k : k + 2] == flag for k in range(len(docker_run))), (flag, docker_run)
     assert "nvcr.io/nvidia/pytorch:25.01-py3" in docker_run and docker_run[-5:] == [
         "train.py", "--accelerator", "cpu", "--max-steps", "2",

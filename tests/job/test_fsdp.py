@@ -269,6 +269,41 @@ def test_resume_checkpoint_under_a_launch(monkeypatch, tmp_path) -> None:
         resume_checkpoint(str(tmp_path / "other"), timeout_s=0.1, poll_s=0.05)
 
 
+def test_every_rank_resumes_the_latest_checkpoint_rank_zero_found(monkeypatch, tmp_path) -> None:
+    """A review: on a srifty terraform fleet (SRIFTY_RESUME=latest) each rank looked for the newest sound checkpoint on
+    its own, so a rank that could not read the newest (a transient store error) resumed an older one than its peers:
+    another step, optimizer state and data position, and a hang at the end. Under a Trainer, global rank 0 looks and
+    every rank resumes what it found (the strategy's broadcast); the other ranks do not read the store at all."""
+    from types import SimpleNamespace
+
+    from lightning_srifty import resume_checkpoint
+    from lightning_srifty.migrate import checkpoints
+
+    for name in [v for v in os.environ if v.startswith("SRIFTY_")]:
+        monkeypatch.delenv(name)
+    env = LaunchEnv(launch_id="L1", checkpoint_uri=str(tmp_path / "ckpt"), resume="latest").to_env()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    newest = str(tmp_path / "ckpt" / "preempt-step=9.ckpt")
+    sent: list[object] = []
+
+    def broadcast(obj: object, src: int = 0) -> object:
+        sent.append(obj)
+        return newest  # what rank 0 found, on every rank
+
+    def unreadable(uri: str) -> str:
+        raise AssertionError("only global rank 0 reads the store")
+
+    monkeypatch.setattr(checkpoints, "find_checkpoint", unreadable)
+    rank1 = SimpleNamespace(is_global_zero=False, strategy=SimpleNamespace(broadcast=broadcast))
+    agree = lambda find: checkpoints._from_rank_zero(rank1, find)  # noqa: E731
+    assert resume_checkpoint(agree=agree) == newest and sent == [None]
+    monkeypatch.setattr(checkpoints, "find_checkpoint", lambda uri: newest if uri == str(tmp_path / "ckpt") else None)
+    rank0 = SimpleNamespace(is_global_zero=True, strategy=SimpleNamespace(broadcast=lambda obj, src=0: obj))
+    assert resume_checkpoint(agree=lambda find: checkpoints._from_rank_zero(rank0, find)) == newest
+    assert resume_checkpoint() == newest  # without a Trainer: each rank looks on its own
+
+
 def test_ranks_fetching_one_remote_directory_at_once_all_get_the_sound_copy(
     tmp_path, moto_endpoint, monkeypatch
 ) -> None:
