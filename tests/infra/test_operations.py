@@ -326,8 +326,36 @@ def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_p
     run = run_user_data(tmp_path, script, fakes, extra_env={"AWS_ENDPOINT_URL": endpoint})
     assert run.returncode == 75, read(tmp_path / "user-data.log")[-3000:]
     record = json.loads(s3.get_object(Bucket="ops-pre", Key="ckpt/status/preempt-i-0abc.json")["Body"].read())
-    assert record["exit_code"] == 75 and record["preempted"] is True
+    assert record["exit_code"] == 75 and record["preempted"] is True and record["stopped_by_watchdog"] is None
     assert "exit 75, preempted" in read(tmp_path / "user-data.log")
+
+
+STOPPED_TORCHRUN = """#!/bin/bash
+# the watchdog's stop (its reason first), then the job's SIGTERM: SpotPreemption marks the node as on a notice
+echo "the fleet's life cap has passed" >"$SRIFTY_NODE_STATE/watchdog.stop"
+echo "s3://ops-stop/ckpt/preempt-step=40.ckpt" >"$SRIFTY_NODE_STATE/preempted"
+exit 1
+"""
+
+
+def test_a_job_the_watchdog_stopped_is_not_reported_preempted(tf_env, aws, tmp_path) -> None:
+    """A review: the life cap's stop was read as a notice (the job marks any SIGTERM), so the node's status record
+    said preempted and the watchdog kept the node in its group. The record says the watchdog's reason instead."""
+    real_aws = shutil.which("aws")
+    if real_aws is None:
+        pytest.skip("the harness needs the aws CLI on PATH")
+    _, s3, endpoint = aws
+    s3.create_bucket(Bucket="ops-stop")
+    uri = "s3://ops-stop/ckpt/"
+    values = template_values(name="stopped", checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
+    script = render(tf_env, tmp_path / "console", values)
+    fakes = node_fakes(tmp_path, real_aws, torchrun=STOPPED_TORCHRUN)
+    run = run_user_data(tmp_path, script, fakes, extra_env={"AWS_ENDPOINT_URL": endpoint})
+    assert run.returncode == 1, read(tmp_path / "user-data.log")[-3000:]
+    record = json.loads(s3.get_object(Bucket="ops-stop", Key="ckpt/status/stopped-i-0abc.json")["Body"].read())
+    assert record["exit_code"] == 1 and record["preempted"] is False
+    assert record["stopped_by_watchdog"] == "the fleet's life cap has passed"
+    assert "srifty: the watchdog stopped the job: the fleet's life cap has passed" in read(tmp_path / "user-data.log")
 
 
 def test_the_watchdog_keeps_a_preempted_node_in_its_group_without_a_launcher(tmp_path) -> None:
@@ -363,6 +391,50 @@ def test_the_watchdog_keeps_a_preempted_node_in_its_group_without_a_launcher(tmp
     (tmp_path / "shutdown.log").unlink()
     done = subprocess.run(["bash", str(watchdog)], env=env, capture_output=True, text=True, timeout=30, check=False)
     assert "--should-decrement-desired-capacity" in read(tmp_path / "aws.log")
+
+
+def test_the_life_cap_ends_a_fleet_without_a_launcher_though_the_job_marks_a_notice(tmp_path) -> None:
+    """A review: the life cap's SIGTERM makes the job checkpoint and mark the node "preempted" as on a notice, and the
+    watchdog then kept the node in its group: every node was replaced, each with a life cap of its own, for as long as
+    the job had work (a runaway job billed until srifty down). A stop the watchdog makes leaves the group, and says
+    why in the state folder, which the boot script's status record reports."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe(bin_dir / "aws", '#!/bin/bash\necho "$*" >>"$FAKE_DIR/aws.log"\necho fleet-asg\n')
+    exe(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n')
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_DIR": str(tmp_path),
+        "SRIFTY_WD_STATE_DIR": str(state),
+        "SRIFTY_WD_INTERVAL_S": "1",
+        "SRIFTY_WD_GRACE_S": "5",
+        "SRIFTY_WD_LIFE_UNTIL": str(int(time.time()) + 2),
+        "SRIFTY_WD_ASG": "1",
+        "SRIFTY_WD_INSTANCE_ID": "i-0123456789abcdef0",
+        "SRIFTY_WD_HEARTBEAT_URI": "",
+    }
+    # the job as SpotPreemption leaves on a SIGTERM: the checkpoint's marker, exit 75
+    job = subprocess.Popen(
+        ["bash", "-c", f'trap \'echo s3://b/ck/preempt-step=7.ckpt >"{state}/preempted"; exit 75\' TERM; '
+                       "while :; do sleep 0.1; done"],
+    )  # fmt: skip
+    try:
+        (state / "job.pid").write_text(f"{job.pid}\n")
+        watchdog = MODULE / "templates" / "watchdog.sh"
+        done = subprocess.run(["bash", str(watchdog)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    finally:
+        job.kill()
+        job.wait()
+    assert "stopping: the fleet's life cap has passed" in done.stdout, done.stdout
+    assert (state / "preempted").exists()  # the job did mark it
+    assert "staying in the Auto Scaling group" not in done.stdout
+    calls = read(tmp_path / "aws.log")
+    assert "--scaling-processes Launch" in calls and "--should-decrement-desired-capacity" in calls, calls
+    assert read(state / "watchdog.stop") == "the fleet's life cap has passed\n"
+    assert read(tmp_path / "shutdown.log") == "-h now\n"
 
 
 # ---------------------------------------------------------------------------------------------------------------------

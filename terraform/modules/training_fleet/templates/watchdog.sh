@@ -9,9 +9,12 @@
 #     its max_age_s, now is past its max_life_until_unix, or no record could be read for SRIFTY_WD_MAX_AGE_S.
 # Stopping: SIGTERM to the job (it checkpoints and exits 75), SRIFTY_WD_GRACE_S seconds to do so, SIGKILL, then (asg
 # mode) the group's launches are suspended and the instance leaves it with the desired capacity decremented so that
-# nothing replaces it, then (after the boot script's status record, bounded) `shutdown -h now`: the launch template's instance_initiated_shutdown_behavior is terminate. A job that
-# left on a spot notice with a checkpoint (the marker "preempted" in the state folder) on a fleet no launcher
-# watches (no heartbeat) stays in its group instead: the group starts a replacement, which resumes.
+# nothing replaces it, then (after the boot script's status record, bounded) `shutdown -h now`: the launch template's
+# instance_initiated_shutdown_behavior is terminate. A job that left by itself on a spot notice with a checkpoint (the
+# marker "preempted" in the state folder) on a fleet no launcher watches (no heartbeat) stays in its group instead:
+# the group starts a replacement, which resumes. A stop the watchdog makes (the life cap, the heartbeat) is never
+# that: the job checkpoints on its SIGTERM and marks it as on a notice, and the fleet had restarted itself for as long
+# as the job had work (a review); the watchdog writes why in "watchdog.stop" first, which user_data reports.
 #
 # Settings (environment): SRIFTY_WD_STATE_DIR (job.pid and user_data.exited are written there by user_data),
 # SRIFTY_WD_REGION, SRIFTY_WD_INTERVAL_S, SRIFTY_WD_GRACE_S, SRIFTY_WD_LIFE_UNTIL, SRIFTY_WD_HEARTBEAT_URI (empty:
@@ -60,10 +63,12 @@ print(int(w), int(a) if a is not None else "-", int(u) if u is not None else "-"
 '
 }
 
+# stop_instance REASON [exited]: "exited" when the job ended by itself (not stopped here)
 stop_instance() {
   log "stopping: $1"
   local pid
   pid=$(job_pid)
+  if [ "${2:-}" != exited ]; then echo "$1" >"$STATE/watchdog.stop"; fi
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     log "SIGTERM to the training job ($pid): it checkpoints and exits; ${GRACE}s grace"
     kill -TERM "$pid" 2>/dev/null
@@ -71,7 +76,7 @@ stop_instance() {
     while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$GRACE" ]; do sleep 1; waited=$((waited + 1)); done
     if kill -0 "$pid" 2>/dev/null; then log "the job is still running after ${GRACE}s: SIGKILL"; kill -KILL "$pid"; fi
   fi
-  if [ "${SRIFTY_WD_ASG:-0}" = 1 ] && [ -e "$STATE/preempted" ] && [ -z "$HEARTBEAT" ]; then
+  if [ "${SRIFTY_WD_ASG:-0}" = 1 ] && [ "${2:-}" = exited ] && [ -e "$STATE/preempted" ] && [ -z "$HEARTBEAT" ]; then
     # no launcher moves this job: the group replaces the instance, and the replacement resumes from the checkpoint
     # the job just wrote (user_data: SRIFTY_RESUME=latest)
     log "the job left on a notice with a checkpoint: staying in the Auto Scaling group, which starts a replacement"
@@ -114,7 +119,7 @@ max_loops=$(((LIFE_UNTIL - now) / INTERVAL + 2))
 log "watching (every ${INTERVAL}s, at most $max_loops checks; life cap at $LIFE_UNTIL; heartbeat ${HEARTBEAT:-off})"
 for ((i = 0; i < max_loops; i++)); do
   now=$(date +%s)
-  if job_gone; then stop_instance "the training job has exited"; fi
+  if job_gone; then stop_instance "the training job has exited" exited; fi
   if [ "$now" -ge "$LIFE_UNTIL" ]; then stop_instance "the fleet's life cap has passed"; fi
   if [ -n "$HEARTBEAT" ]; then
     if beat=$(read_heartbeat); then
