@@ -655,3 +655,6 @@ def test_an_efa_fleet_stays_in_one_subnet(example_name, efa, tf_env, moto_endpoi
     ]
     # vpc_zone_identifier is a set in the provider's schema: its order is not kept
     assert sorted(asg["values"]["vpc_zone_identifier"]) == ([subnets[0]] if efa else sorted(subnets))
+    # no capacity rebalancing: it replaces a training node while it trains, then terminates it without a spot notice
+    # ("After launching a new instance, it then terminates an old instance", the Auto Scaling user guide; a review)
+    assert asg["values"]["capacity_rebalance"] is False

@@ -120,13 +120,13 @@ variable "groups" {
 }
 
 variable "capacity" {
-  description = "How the fleet is bought. mode asg: an Auto Scaling group with a mixed instances policy whose capacity is counted in throughput units; mode fleet: a one-shot EC2 Fleet of type instant with exact counts per type. The on-demand base and percentage apply to asg mode."
+  description = "How the fleet is bought. mode asg: an Auto Scaling group with a mixed instances policy whose capacity is counted in throughput units; mode fleet: a one-shot EC2 Fleet of type instant with exact counts per type. The on-demand base and percentage apply to asg mode. capacity_rebalance (default false) lets the group replace a spot node on a rebalance recommendation while it trains: a synchronous job's nodes then meet a stranger at the rendezvous and lose a node with no spot notice; off, the job checkpoints on the recommendation and leaves on the two-minute notice."
   type = object({
     mode                            = optional(string, "asg")
     spot_allocation_strategy        = optional(string, "price-capacity-optimized")
     on_demand_base_capacity         = optional(number, 0)
     on_demand_percentage_above_base = optional(number, 0)
-    capacity_rebalance              = optional(bool, true)
+    capacity_rebalance              = optional(bool, false)
     placement_group                 = optional(bool, false)
   })
   default = {}
