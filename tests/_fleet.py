@@ -90,10 +90,11 @@ def template_values(**overrides: object) -> dict:
     return {**values, **overrides}
 
 
-def render(env: dict[str, str], folder: Path, values: dict) -> str:
-    """templatefile() of the module's user_data, by `terraform console` (no provider, no cloud)."""
+def render(env: dict[str, str], folder: Path, values: dict, template_name: str = "user_data.sh.tftpl") -> str:
+    """templatefile() of the module's user_data (or another of its templates), by `terraform console` (no provider,
+    no cloud)."""
     folder.mkdir(parents=True, exist_ok=True)
-    template = json.dumps(str(MODULE / "templates" / "user_data.sh.tftpl"))
+    template = json.dumps(str(MODULE / "templates" / template_name))
     expr = f"templatefile({template}, jsondecode({json.dumps(json.dumps(values))}))"
     run = subprocess.run(
         ["terraform", f"-chdir={folder}", "console"], input=expr, env=env, capture_output=True, text=True, timeout=120

@@ -330,6 +330,52 @@ def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_p
     assert "exit 75, preempted" in read(tmp_path / "user-data.log")
 
 
+FAILING_AWS = """#!/bin/bash
+echo "$*" >>"$FAKE_DIR/aws.log"
+case "$1 $2" in
+  "s3 cp") [ -n "${FAKE_BOOT_TEXT:-}" ] && { printf '%s' "$FAKE_BOOT_TEXT" >"$4"; exit 0; }
+    echo "fatal error: An error occurred (403) when calling the HeadObject operation: Forbidden" >&2; exit 1 ;;
+  "autoscaling describe-auto-scaling-instances") echo fleet-asg-20261201 ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("failure", ["denied", "changed"])
+def test_a_boot_that_cannot_succeed_leaves_its_group_instead_of_relaunching_for_ever(tf_env, tmp_path, failure) -> None:
+    """A review: the first stage (boot.sh.tftpl) shut down when it could not fetch its boot script (a bucket policy
+    that denies the role, a missing object) or the script did not match its sha256, without leaving its group, which
+    started another instance that failed the same way, for ever. After its attempts (here 2, none between) or at once
+    on a changed script, it leaves the group (launches suspended, min 0, detached with the decrement) and shuts down."""
+    import hashlib
+
+    script = "echo booted\n"
+    values = {
+        "name": "bootfail",
+        "max_life_min": 90,
+        "boot_uri_b64": base64.b64encode(b"s3://b/checkpoints/boot/g5.xlarge-abc.sh").decode(),
+        "boot_sha256": hashlib.sha256(script.encode()).hexdigest(),
+    }
+    text = render(tf_env, tmp_path / "console", values, template_name="boot.sh.tftpl")
+    fakes = {
+        "curl": FAKE_CURL,
+        "aws": FAILING_AWS,
+        "shutdown": f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n',
+    }
+    env = {"SRIFTY_BOOT_ATTEMPTS": "2", "SRIFTY_BOOT_RETRY_S": "0"}
+    if failure == "changed":
+        env["FAKE_BOOT_TEXT"] = "echo somebody else's script\n"
+    run = run_user_data(tmp_path, text, fakes, extra_env=env)
+    assert run.returncode == 1, run.stderr.decode()[-2000:]
+    calls = read(tmp_path / "aws.log").splitlines()
+    assert sum(c.startswith("s3 cp ") for c in calls) == (2 if failure == "denied" else 1), calls
+    assert [c.split()[1] for c in calls if c.startswith("autoscaling")] == [
+        "describe-auto-scaling-instances", "suspend-processes", "update-auto-scaling-group", "detach-instances",
+    ]  # fmt: skip
+    assert "--instance-ids i-0abc --should-decrement-desired-capacity" in calls[-1]
+    assert read(tmp_path / "shutdown.log").splitlines()[-1].startswith("-h now")
+    assert "left Auto Scaling group fleet-asg-20261201" in run.stderr.decode()
+
+
 STOPPED_TORCHRUN = """#!/bin/bash
 # the watchdog's stop (its reason first), then the job's SIGTERM: SpotPreemption marks the node as on a notice
 echo "the fleet's life cap has passed" >"$SRIFTY_NODE_STATE/watchdog.stop"
