@@ -56,6 +56,7 @@ class CheckpointWriter:
         self.stored = "durable"  # or "local <host>:<path>": where the newest checkpoint went
         self.checkpoints: list[str] = []
         self.last_save = time.monotonic()
+        self.last_save_s: float | None = None  # how long the last save took (seconds), once one was made
         self._interrupt: threading.Event | None = None
 
     def save(
@@ -80,6 +81,7 @@ class CheckpointWriter:
 
         A sharded strategy (FSDP ``state_dict_type="sharded"``) writes a directory: see :meth:`_directory`."""
         final = f"{self.dirpath}/{reason}-step={trainer.global_step}.ckpt"
+        started = time.monotonic()
         self.stored = "durable"
         self._interrupt = interrupt
         if writes_directory(trainer.strategy):
@@ -97,6 +99,7 @@ class CheckpointWriter:
             final = self._remote(trainer, final, deadline_s)
         self.checkpoints.append(final)
         self.last_save = time.monotonic()
+        self.last_save_s = self.last_save - started
         return final
 
     def _directory(self, trainer: pl.Trainer, final: str, deadline_s: float | None) -> str:

@@ -102,6 +102,36 @@ def test_sigterm_is_a_notice_too(tmp_path) -> None:
     assert find_checkpoint(str(tmp_path)).endswith("preempt-step=3.ckpt")
 
 
+def test_a_notice_between_micro_batches_checkpoints_at_the_steps_end(tmp_path) -> None:
+    """A review: with gradient accumulation the notice was acted on between the micro-batches of a step; Lightning
+    keeps no accumulated gradient in a checkpoint while the data position counts those micro-batches as consumed, so
+    the resumed step took the rest only. Where the window allows, the step's remaining micro-batches run first and
+    the checkpoint is at its end (4 micro-batches a step, SIGTERM on the 2nd of step 3); a periodic checkpoint
+    always waits for the step's end."""
+    from lightning.pytorch.callbacks import Callback
+
+    class TermAt(Callback):
+        def __init__(self, batch: int) -> None:
+            self.batch = batch
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            if batch_idx == self.batch:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    handler = SpotPreemption(str(tmp_path / "leave"), endpoint=None, exit_process=False)
+    t = trainer([TermAt(9), handler], max_steps=30, accumulate_grad_batches=4)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert handler.preempted and t.global_step == 3  # batches 8-11 are step 3: it ended, then the checkpoint
+    saved = torch.load(find_checkpoint(str(tmp_path / "leave")), weights_only=False)
+    progress = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]
+    assert saved["global_step"] == 3 and progress["processed"] == 12, progress
+    # a periodic checkpoint: every 0 s is due at every batch, and is made at the steps' ends only
+    periodic = SpotPreemption(str(tmp_path / "periodic"), endpoint=None, exit_process=False, every_s=1e-9, keep=10)
+    t = trainer([periodic], max_steps=3, accumulate_grad_batches=4)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert [os.path.basename(p) for p in periodic.checkpoints] == [f"periodic-step={k}.ckpt" for k in (1, 2, 3)]
+
+
 def test_a_truncated_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplog) -> None:
     handler = SpotPreemption(str(tmp_path), exit_process=False)
     t = trainer([], max_steps=4)
