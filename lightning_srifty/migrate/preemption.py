@@ -24,6 +24,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -62,6 +63,43 @@ RECORD_MARGIN_S = 5.0  # the PREEMPTED.json record, after the upload
 # a leaving save's time before any save was timed (a checkpoint of a few GB to S3 at a few hundred MB/s, with its
 # hashing): what finishing a step's micro-batches before leaving must leave room for
 LEAVING_SAVE_S = 30.0
+
+
+class StepPace:
+    """Where an optimizer step ends, and how long its micro-batches take.
+
+    A checkpoint between the micro-batches of a step loses their gradients (Lightning keeps none in it) while the
+    data position counts them as consumed, so the resumed step takes the rest only: not the same training (a
+    review). :class:`SpotPreemption` makes its checkpoints at a step's end: a periodic or rebalance one always, a
+    leaving one when the step's other micro-batches and a save (the last one's time, else :data:`LEAVING_SAVE_S`)
+    fit in the notice's window; else at once, as before."""
+
+    def __init__(self) -> None:
+        self.ended_at: float | None = None  # monotonic, the last batch's end
+        self.micro_s: float | None = None  # a micro-batch's time, smoothed
+
+    def batch_ended(self, trainer: pl.Trainer) -> bool:
+        """Called at each batch's end: whether it ended an optimizer step (Lightning's own test: the accumulation is
+        done, or the epoch's last batch)."""
+        now = time.monotonic()
+        if self.ended_at is not None:
+            took = now - self.ended_at
+            self.micro_s = took if self.micro_s is None else 0.7 * self.micro_s + 0.3 * took
+        self.ended_at = now
+        loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        should_accumulate = getattr(loop, "_should_accumulate", None)
+        return True if should_accumulate is None else not should_accumulate()
+
+    def finishes_first(self, trainer: pl.Trainer, save_s: float | None, leave_by: Callable[[float], float]) -> bool:
+        """Whether every rank can train the step's remaining micro-batches and still save (``save_s``) by
+        ``leave_by(now)`` (a collective: every rank calls it at the same batch)."""
+        now = time.monotonic()
+        fits = self.micro_s is not None
+        if fits:
+            k = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+            left = k - trainer.fit_loop.epoch_loop.batch_progress.current.ready % k
+            fits = now + left * (self.micro_s or 0.0) + (save_s or LEAVING_SAVE_S) + RECORD_MARGIN_S <= leave_by(now)
+        return bool(trainer.strategy.reduce_boolean_decision(fits, all=True))
 
 
 class SpotPreemption(Callback):
@@ -166,8 +204,7 @@ class SpotPreemption(Callback):
         self.preempted = False
         self.timings: dict[str, float] = {}
         self._leave_details: dict[str, Any] = {}
-        self._batch_ended_at: float | None = None  # monotonic, the last on_train_batch_end
-        self._micro_s: float | None = None  # a micro-batch's time, smoothed
+        self._pace = StepPace()
 
     # --- the writer's state, where scripts read it -------------------------------------------------------------------
 
@@ -291,17 +328,12 @@ class SpotPreemption(Callback):
         step_end = time.time()
         if self.watch is not None and trainer.is_global_zero:
             self.watch.step_ended(trainer.global_step, step_end)
-        boundary = self._paced(trainer)
-        due = self.every_s is not None and time.monotonic() - self.writer.last_save >= self.every_s
+        boundary = self._pace.batch_ended(trainer)
         stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
-        if stop and not boundary and trainer.strategy.reduce_boolean_decision(self._can_finish_step(trainer), all=True):
-            return  # the step's last micro-batches first, while the window allows (see _paced)
-        # a checkpoint that is not leaving waits for the step's end (every rank reaches it at the same batch)
-        rebalance = (
-            not stop
-            and boundary
-            and trainer.strategy.reduce_boolean_decision(self._rebalance.is_set() or due, all=False)
-        )
+        if stop and not boundary and self._pace.finishes_first(trainer, self.writer.last_save_s, self._leave_by):
+            return  # the step's last micro-batches first, while the window allows; one not leaving waits for its end
+        wants = self._rebalance.is_set() or self.writer.due(self.every_s)
+        rebalance = not stop and boundary and trainer.strategy.reduce_boolean_decision(wants, all=False)
         if not (stop or rebalance):
             return
         if not self._rebalance.is_set() and not stop:  # a periodic checkpoint, not a notice
@@ -314,31 +346,6 @@ class SpotPreemption(Callback):
                 return
         self._rebalance.clear()
         self._checkpoint_on_notice(trainer, stop, step_end)
-
-    def _paced(self, trainer: pl.Trainer) -> bool:
-        """Whether this batch ended an optimizer step (Lightning's own test: the accumulation is done, or the epoch's
-        last batch), and the micro-batch's pace (seconds, smoothed). A checkpoint between the micro-batches of a step
-        loses their gradients (Lightning keeps none in it) while the data position counts them as consumed, so the
-        resumed step takes the rest only: not the same training (a review). Checkpoints are made at a step's end: a
-        periodic or rebalance one always, a leaving one when the step's other micro-batches and a save (the last
-        one's time) fit in the notice's window (:meth:`_can_finish_step`); else at once, as before."""
-        now = time.monotonic()
-        if self._batch_ended_at is not None:
-            took = now - self._batch_ended_at
-            self._micro_s = took if self._micro_s is None else 0.7 * self._micro_s + 0.3 * took
-        self._batch_ended_at = now
-        loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
-        should_accumulate = getattr(loop, "_should_accumulate", None)
-        return True if should_accumulate is None else not should_accumulate()
-
-    def _can_finish_step(self, trainer: pl.Trainer) -> bool:
-        """Whether this rank can train the step's remaining micro-batches and still save within the window."""
-        k = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
-        loop = trainer.fit_loop.epoch_loop
-        left = k - loop.batch_progress.current.ready % k
-        now = time.monotonic()
-        needed = left * (self._micro_s or 0.0) + (self.writer.last_save_s or LEAVING_SAVE_S) + RECORD_MARGIN_S
-        return self._micro_s is not None and now + needed <= self._leave_by(now)
 
     def _checkpoint_on_notice(self, trainer: pl.Trainer, stop: bool, step_end: float) -> None:
         """The notice's checkpoint within its window; on a stop (not a rebalance) the record, and leave."""

@@ -59,6 +59,10 @@ class CheckpointWriter:
         self.last_save_s: float | None = None  # how long the last save took (seconds), once one was made
         self._interrupt: threading.Event | None = None
 
+    def due(self, every_s: float | None) -> bool:
+        """Whether a periodic checkpoint every ``every_s`` seconds (None: none) is due."""
+        return every_s is not None and time.monotonic() - self.last_save >= every_s
+
     def save(
         self,
         trainer: pl.Trainer,
