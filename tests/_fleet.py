@@ -121,6 +121,8 @@ def run_user_data(
         "FAKE_DIR": str(tmp_path),
         "SRIFTY_USER_DATA_LOG": str(tmp_path / "user-data.log"),
         "SRIFTY_STATE_DIR": str(tmp_path / "state"),
+        "SRIFTY_PER_BOOT_DIR": str(tmp_path / "per-boot"),  # never this machine's cloud-init
+        "SRIFTY_CLOUD_INSTANCE_ID_FILE": str(tmp_path / "cloud-instance-id"),
         "SRIFTY_WATCHDOG_LOG": str(tmp_path / "watchdog.log"),
         "SRIFTY_WATCHDOG_INTERVAL_S": "1",
         **(extra_env or {}),

@@ -330,6 +330,31 @@ def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_p
     assert "exit 75, preempted" in read(tmp_path / "user-data.log")
 
 
+def test_a_rebooted_node_ends_itself_instead_of_idling_in_its_group(tf_env, tmp_path) -> None:
+    """A review: user data runs at an instance's first boot only, so after a reboot (a maintenance event, a recovery)
+    the node had no job, no watchdog and no life cap (scheduled in /run), and stayed in its group, billed, for ever.
+    The boot script leaves cloud-init a per-boot script that shuts the instance down (it terminates; the group
+    replaces it), which acts only where cloud-init's own instance id is this instance's: on any other machine (this
+    one, running the test) it does nothing."""
+    script = render(tf_env, tmp_path / "console", template_values(name="reboot"))
+    (tmp_path / "per-boot").mkdir()
+    fakes = {"curl": FAKE_CURL, "aws": "#!/bin/bash\nexit 0\n", "torchrun": "#!/bin/bash\nexit 0\n"}
+    fakes["shutdown"] = f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n'
+    run = run_user_data(tmp_path, script, fakes)
+    assert run.returncode == 0, read(tmp_path / "user-data.log")[-3000:]
+    guard = tmp_path / "per-boot" / "srifty-rebooted.sh"
+    assert os.access(guard, os.X_OK), read(tmp_path / "user-data.log")[-2000:]
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    (tmp_path / "shutdown.log").write_text("")
+    (tmp_path / "cloud-instance-id").write_text("i-0fffffffffffffff0\n")  # another instance (an image built from it)
+    assert subprocess.run(["bash", str(guard)], env=env, timeout=30).returncode == 0
+    assert read(tmp_path / "shutdown.log") == ""
+    (tmp_path / "cloud-instance-id").write_text("i-0abc\n")  # this instance, rebooted
+    assert subprocess.run(["bash", str(guard)], env=env, timeout=30).returncode == 0
+    assert read(tmp_path / "shutdown.log") == "-h now srifty: rebooted\n"
+    assert "srifty: rebooted: the job is gone" in read(tmp_path / "user-data.log")
+
+
 FAILING_AWS = """#!/bin/bash
 echo "$*" >>"$FAKE_DIR/aws.log"
 case "$1 $2" in

@@ -281,6 +281,7 @@ def run_user_data(
         "SRIFTY_USER_DATA_LOG": str(work / "user-data.log"),
         "SRIFTY_HARNESS_RECORD": str(work / "torchrun.json"),
         "SRIFTY_STATE_DIR": str(work / "state"),
+        "SRIFTY_PER_BOOT_DIR": str(work / "per-boot"),  # never this machine's cloud-init
         "SRIFTY_WATCHDOG_LOG": str(work / "watchdog.log"),
         "SRIFTY_WATCHDOG_INTERVAL_S": "1",
         **extra_env,

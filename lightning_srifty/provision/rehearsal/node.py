@@ -91,6 +91,7 @@ class Node:
                 # where this "instance" keeps its files (on EC2: /opt/srifty, /run/srifty and /var/log)
                 "SRIFTY_HOME": str(self.work / "opt-srifty"),
                 "SRIFTY_STATE_DIR": str(self.work / "run-srifty"),
+                "SRIFTY_PER_BOOT_DIR": str(self.work / "per-boot"),  # never this machine's cloud-init
                 "SRIFTY_USER_DATA_LOG": str(self.log_path),
                 "SRIFTY_WATCHDOG_LOG": str(self.work / "watchdog.log"),
                 "SRIFTY_WATCHDOG_INTERVAL_S": "1",
