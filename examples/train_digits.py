@@ -6,6 +6,7 @@ torchrun --nproc_per_node 2 examples/train_digits.py  # the same under torchrun 
 """
 
 import argparse
+import os
 
 import lightning.pytorch as pl
 
@@ -15,7 +16,8 @@ from lightning_srifty.demo.models import DigitsCNN
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--devices", type=int, default=1)
+    # under torchrun: its processes on this machine (nproc_per_node); a fleet sets the nodes (PL_TRAINER_NUM_NODES)
+    parser.add_argument("--devices", type=int, default=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     parser.add_argument("--accelerator", default="auto")
     parser.add_argument("--max-steps", type=int, default=300, help="the profile needs 220 (20 warm-up + 200)")
     args = parser.parse_args()
@@ -25,7 +27,7 @@ if __name__ == "__main__":
         max_steps=args.max_steps,
         accelerator=args.accelerator,
         devices=args.devices,
-        strategy="srifty_ddp" if args.devices > 1 else "auto",
+        strategy="srifty_ddp" if args.devices > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1 else "auto",
         callbacks=[SriftyCallback(warmup_steps=20, profile_steps=200, output="srifty/digits-profile.json")],
         logger=False,
         enable_checkpointing=False,

@@ -16,6 +16,13 @@ from lightning_srifty.protocol import ALLOW_CPU, RESUME_LATEST, VARIABLES, Launc
 from predictor.exceptions import ConfigError
 
 
+def refuse_a_wasted_fleet(trainer: Any) -> None:
+    """What a job on a srifty fleet checks before its first step: GPUs paid for and left idle
+    (:func:`refuse_idle_gpus`), ranks that would each train a copy (:func:`refuse_lone_ranks`)."""
+    refuse_idle_gpus(trainer)
+    refuse_lone_ranks(trainer)
+
+
 def refuse_idle_gpus(trainer: Any) -> None:
     """Stop a job that srifty started on a GPU fleet (``srifty launch``, or a node of ``srifty terraform``'s module:
     its checkpoint folder variable is set) when its Trainer runs on the CPU although CUDA sees GPUs: a script
@@ -38,6 +45,38 @@ def refuse_idle_gpus(trainer: Any) -> None:
     )
     if os.environ.get(VARIABLES["checkpoint_uri"]) or LaunchEnv.from_env() is not None:
         raise ConfigError(f"Stopped before training: {message}.", parameter="accelerator", value="cpu")
+    from lightning.pytorch.utilities import rank_zero_warn
+
+    rank_zero_warn(f"srifty: {message}.")
+
+
+def refuse_lone_ranks(trainer: Any) -> None:
+    """Stop a job on a srifty fleet whose Trainer trains on fewer processes than torchrun started (``WORLD_SIZE``):
+    every process would train its own copy of the model and write the same checkpoints, where the plan priced one
+    data-parallel job. The module sets the fleet's node count as the Trainer's default (``PL_TRAINER_NUM_NODES``), so
+    this is a script that passes ``num_nodes`` or ``devices`` of its own that disagree (Lightning refuses a multi-GPU
+    node's such mismatch itself; one GPU a node it trains alone). Outside a srifty fleet it is a warning.
+
+    Raises:
+        ConfigError: on a srifty fleet, the ranks would train apart.
+    """
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    except ValueError:
+        return
+    trains = int(getattr(trainer, "world_size", world) or 1)
+    if world <= trains:
+        return
+    nodes = getattr(trainer, "num_nodes", 1)
+    devices = getattr(getattr(trainer, "strategy", None), "parallel_devices", None)
+    message = (
+        f"torchrun started {world} processes for this job, and this Trainer trains on {trains} of them "
+        f"(num_nodes={nodes}, {len(devices) if devices else 1} device(s), {type(trainer.strategy).__name__}): each "
+        f"process would train its own copy and write the same checkpoints. Leave num_nodes and devices out on a "
+        f'srifty fleet (the fleet sets num_nodes: PL_TRAINER_NUM_NODES), or pass Trainer(strategy="srifty_auto")'
+    )
+    if os.environ.get(VARIABLES["checkpoint_uri"]) or LaunchEnv.from_env() is not None:
+        raise ConfigError(f"Stopped before training: {message}.", parameter="num_nodes", value=nodes)
     from lightning.pytorch.utilities import rank_zero_warn
 
     rank_zero_warn(f"srifty: {message}.")

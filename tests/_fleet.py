@@ -28,7 +28,7 @@ esac
 
 FAKE_TORCHRUN = """#!{python}
 import json, os, sys
-env = {{k: v for k, v in os.environ.items() if k.startswith("SRIFTY_") or k == "AWS_DEFAULT_REGION"}}
+env = {{k: v for k, v in os.environ.items() if k.startswith(("SRIFTY_", "PL_TRAINER_")) or k == "AWS_DEFAULT_REGION"}}
 json.dump({{"argv": sys.argv[1:], "env": env}}, open(os.environ["FAKE_DIR"] + "/torchrun.json", "w"))
 """
 

@@ -276,9 +276,9 @@ class SpotPreemption(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._stand_down(trainer):
             return
-        from lightning_srifty.launch_checks import refuse_idle_gpus
+        from lightning_srifty.launch_checks import refuse_a_wasted_fleet
 
-        refuse_idle_gpus(trainer)  # before anything starts: a fleet paid for its GPUs never trains on its CPUs
+        refuse_a_wasted_fleet(trainer)  # before anything starts: its GPUs never idle, its ranks never apart
         check_store(self.dirpath, self.periodic_deadline_s)  # a missing bucket: now, not at the first save
         self._watcher = SpotWatcher(self._notice, endpoint=self.endpoint, interval_s=self.interval_s)
         self._watcher.start()

@@ -175,9 +175,11 @@ class SriftyCallback(Callback):
 
     # ----------------------------------------------------------------- set-up
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        from lightning_srifty.launch_checks import refuse_idle_gpus
+        from lightning_srifty.launch_checks import refuse_a_wasted_fleet
 
-        refuse_idle_gpus(trainer)  # on a srifty fleet a Trainer pinned to the CPU stops here, the GPUs paid for
+        # on a srifty fleet a Trainer pinned to the CPU stops here (the GPUs paid for), and one whose ranks would
+        # each train a copy
+        refuse_a_wasted_fleet(trainer)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._window = None

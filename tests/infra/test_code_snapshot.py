@@ -111,6 +111,33 @@ def test_the_repacked_wheel_is_this_installation(tmp_path) -> None:
     assert repacked_wheel()[1] == data  # reproducible
 
 
+def test_the_repacked_wheel_keeps_every_entry_point(tmp_path) -> None:
+    """A trial: the wheel a fleet installs had the console script alone, without Lightning's callbacks_factory entry
+    point, so no Trainer on a node got SpotPreemption and a plain script trained through a spot notice (the README
+    says it leaves). The repack carries the installation's entry points, each group as pyproject.toml declares it."""
+    import configparser
+    import importlib.metadata
+
+    from lightning_srifty.provision.terraform.snapshot import ENTRY_POINTS
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    name, data = repacked_wheel()
+    (tmp_path / name).write_bytes(data)
+    with zipfile.ZipFile(tmp_path / name) as wheel:
+        text = wheel.read(next(n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt"))).decode()
+    shipped = configparser.ConfigParser()
+    shipped.read_string(text)
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    declared = {"console_scripts": project["scripts"], **project["entry-points"]}
+    assert {g: dict(shipped[g]) for g in shipped.sections()} == declared
+    fallback = configparser.ConfigParser()
+    fallback.read_string(ENTRY_POINTS)
+    assert {g: dict(fallback[g]) for g in fallback.sections()} == declared
+    factories = importlib.metadata.entry_points(group="lightning.pytorch.callbacks_factory")
+    assert "lightning_srifty.migrate.preemption:launch_callbacks" in {e.value for e in factories}
+
+
 def test_a_snapshot_over_its_bound_names_the_largest_files(tmp_path) -> None:
     project = _project(tmp_path / "p")
     (project / "weights.pt").write_bytes(b"\0" * 300_000)

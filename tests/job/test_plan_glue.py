@@ -436,3 +436,36 @@ def test_a_plan_that_counts_a_move_when_late_names_the_missing_migration_trigger
     assert not [m for m in launch_mismatches(watched, launch) if "move_if_late" in m]
     second = dataclasses.replace(launch, choice=1)  # an entry that counts no move
     assert not [m for m in launch_mismatches(bare, second) if "move_if_late" in m]
+
+
+@pytest.mark.parametrize("callback", ["SpotPreemption", "SriftyCallback"])
+def test_ranks_that_would_each_train_a_copy_stop_on_a_fleet(tmp_path, monkeypatch, callback) -> None:
+    """A trial: on a fleet of one-GPU nodes the example (Trainer(devices=1), no num_nodes) trained a copy on each node,
+    each writing the same checkpoints, where the plan priced one data-parallel job. The module now sets the fleet's
+    node count as the Trainer's default (Lightning reads PL_TRAINER_NUM_NODES for an argument the script leaves
+    out); a Trainer that still trains on fewer processes than torchrun started (WORLD_SIZE) stops on a srifty fleet,
+    naming the fix, and is a warning elsewhere."""
+    from helpers import TinyModel, loader, trainer
+    from lightning_srifty import SriftyCallback
+    from lightning_srifty.migrate.preemption import SpotPreemption
+    from predictor.exceptions import ConfigError
+
+    def make() -> pl.Callback:
+        if callback == "SpotPreemption":
+            return SpotPreemption(str(tmp_path / "ckpt"), exit_process=False, handle_sigterm=False)
+        return SriftyCallback(output=None, recommend=False)
+
+    monkeypatch.setenv("PL_TRAINER_NUM_NODES", "2")  # what user_data exports on a 2-node fleet
+    assert pl.Trainer(accelerator="cpu", devices=1, logger=False).num_nodes == 2  # Lightning's env default
+    monkeypatch.delenv("PL_TRAINER_NUM_NODES")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun's two ranks, this one's Trainer alone
+    monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", str(tmp_path / "ckpt"))
+    t = trainer([make()], max_steps=3)
+    with pytest.raises(ConfigError, match=r"torchrun started 2 processes .* trains on 1 of them") as refused:
+        t.fit(TinyModel(), train_dataloaders=loader())
+    assert refused.value.parameter == "num_nodes" and t.global_step == 0
+    monkeypatch.delenv("SRIFTY_CHECKPOINT_URI")  # not on a srifty fleet: trained, with a warning
+    t = trainer([make()], max_steps=3)
+    with pytest.warns(UserWarning, match="each process would train its own copy"):
+        t.fit(TinyModel(), train_dataloaders=loader())
+    assert t.global_step == 3

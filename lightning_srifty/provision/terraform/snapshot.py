@@ -205,6 +205,13 @@ def _walked_files(root: Path) -> list[str]:
     return out
 
 
+# pyproject.toml's entry points, for an installation whose own are unreadable
+ENTRY_POINTS = (
+    "[console_scripts]\nsrifty = lightning_srifty.cli:main\n\n"
+    "[lightning.pytorch.callbacks_factory]\nlightning_srifty = lightning_srifty.migrate.preemption:launch_callbacks\n"
+)
+
+
 def repacked_wheel() -> tuple[str, bytes]:
     """This installation of lightning-srifty as a wheel (name, bytes): the installed packages (``lightning_srifty``,
     ``predictor``, their data) and the installed METADATA, so ``pip install`` on a node pulls the same declared
@@ -241,7 +248,10 @@ def repacked_wheel() -> tuple[str, bytes]:
     members[f"{dist_info}/WHEEL"] = (
         f"Wheel-Version: 1.0\nGenerator: lightning-srifty (repacked)\nRoot-Is-Purelib: true\nTag: {tag}\n"
     ).encode()
-    members[f"{dist_info}/entry_points.txt"] = b"[console_scripts]\nsrifty = lightning_srifty.cli:main\n"
+    # the installed entry points whole: the console script and Lightning's callbacks_factory, through which every
+    # Trainer on a fleet gets SpotPreemption (a trial: the repack wrote the console script alone, and a plain script
+    # on a fleet srifty terraform wrote trained through a spot notice)
+    members[f"{dist_info}/entry_points.txt"] = (dist.read_text("entry_points.txt") or ENTRY_POINTS).encode()
     record = [
         f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
         for name, data in sorted(members.items())
