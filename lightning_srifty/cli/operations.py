@@ -320,7 +320,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         fleet = found[0] if found else ops.Fleet(root.name, region, ())
     except ProvisionError as exc:
         print(f"WARNING: {exc} The fleet is destroyed all the same; its cost is not summed.", file=sys.stderr)
-    destroy(args.dir, yes=args.yes)
+    destroy(args.dir, yes=args.yes, delete_checkpoints=args.delete_checkpoints)
     try:  # what an apply killed before it saved its state left outside it (the VPC): found by its tag, named
         with aws.aws_errors(f"looking for what {root.name} left outside terraform's state in {region}"):
             for line in ops.leftover_networks(aws.client("ec2", region, root.endpoint), region, root.name):
@@ -367,5 +367,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     d.add_argument("--dir", required=True, metavar="ROOT", help="the folder srifty terraform wrote")
     d.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    d.add_argument(
+        "--delete-checkpoints",
+        action="store_true",
+        help="delete the checkpoint bucket the module created, with every object (default: kept, out of the state)",
+    )
     d.add_argument("--region", help="default: the root's region")
     d.set_defaults(func=cmd_down)

@@ -180,7 +180,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def cmd_destroy(args: argparse.Namespace) -> int:
     from lightning_srifty.provision.apply import destroy
 
-    destroy(args.dir, yes=args.yes)
+    destroy(args.dir, yes=args.yes, delete_checkpoints=args.delete_checkpoints)
     print("destroyed")
     return 0
 
@@ -299,6 +299,13 @@ def _apply_and_destroy(sub: Any, common: argparse.ArgumentParser) -> None:
         q = sub.add_parser(name, parents=[common] if func is cmd_apply else [], help=text)
         q.add_argument("--dir", required=True, help="the folder srifty terraform wrote")
         q.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        if func is cmd_destroy:
+            q.add_argument(
+                "--delete-checkpoints",
+                action="store_true",
+                help="delete the checkpoint bucket the module created, with every object (default: kept, out of the "
+                "state)",
+            )
         if func is cmd_apply:
             q.add_argument(
                 "--skip-check", action="store_true", help="apply without the pre-flight (srifty check) first"

@@ -131,6 +131,47 @@ def _check_credentials(values: dict[str, Any]) -> None:
         )
 
 
+def _keep_checkpoint_bucket(tf: Any, values: dict[str, Any], echo: Callable[[str], None], delete: bool) -> str | None:
+    """Before a destroy (see :func:`destroy`): the module's checkpoint bucket out of the state when it holds
+    anything (its name), or emptied when ``delete``; None when there is none, it is empty, or its force_destroy is
+    on (terraform empties it)."""
+    from lightning_srifty.provision import aws
+
+    if (values.get("checkpoints") or {}).get("force_destroy"):
+        return None
+    code, listed, _ = _run(tf, "state list", stream=False)
+    addresses = [a for a in listed.split() if _bucket_part(a)]
+    if code != 0 or not addresses:
+        return None
+    code, out, _ = _run(tf, "output", "-json", stream=False)
+    try:
+        bucket = (json.loads(out)["fleet"]["value"] or {}).get("checkpoint_bucket") if code == 0 else None
+    except (ValueError, KeyError, TypeError):
+        bucket = None
+    if not bucket:
+        return None
+    s3 = aws.client("s3", values.get("region"), values.get("aws_endpoint"))
+    with aws.aws_errors(f"looking into the checkpoint bucket {bucket}"):
+        held = s3.list_object_versions(Bucket=bucket, MaxKeys=1)
+        if not (held.get("Versions") or held.get("DeleteMarkers")):
+            return None
+        if delete:
+            echo(f"Deleting every object (and old version) of the checkpoint bucket {bucket}.")
+            aws.empty_bucket(s3, bucket)
+            return None
+    for address in addresses:
+        code, _, err = _run(tf, "state rm", address, stream=False)
+        if code != 0:
+            raise ProvisionError(f"Could not keep the checkpoint bucket {bucket} out of the destroy: {err.strip()}")
+    return str(bucket)
+
+
+def _bucket_part(address: str) -> bool:
+    """Whether a state address is the checkpoint bucket or one of its settings (``aws_s3_bucket*.checkpoints``)."""
+    parts = address.rsplit(".", 2)
+    return len(parts) >= 2 and parts[-2].startswith("aws_s3_bucket") and parts[-1].split("[")[0] == "checkpoints"
+
+
 def _run(tf: Any, *args: str, stream: bool = True, critical: bool = False, **options: Any) -> tuple[int, str, str]:
     """terraform ``args`` with python-terraform's flags (``options``), in a session of its own: an interruption of
     this process (Ctrl-C, the launcher's SIGTERM/SIGHUP) gives it one SIGINT and at most a minute to end, then kills
@@ -590,8 +631,16 @@ def destroy(
     ask: Callable[[str], str] | None = None,
     echo: Callable[[str], None] = print,
     timeout_s: float | None = None,
-) -> None:
-    """Destroy everything the root module created, after a confirmation (``timeout_s``: see :func:`_run_shown`)."""
+    delete_checkpoints: bool = False,
+) -> str | None:
+    """Destroy everything the root module created, after a confirmation (``timeout_s``: see :func:`_run_shown`).
+
+    A checkpoint bucket the module created that holds anything (checkpoints, the nodes' logs and status records:
+    every fleet that ran) is kept as it is, its protections with it, and leaves terraform's state; its name is
+    returned (None: nothing kept). Terraform's own destroy of it fails (no force_destroy: BucketNotEmpty) after it
+    removed the bucket's public access block, lifecycle, versioning and TLS-only policy, which left a bucket of
+    checkpoints unprotected and the destroy failed (a trial). ``delete_checkpoints`` empties it (every version) and
+    destroys it with the rest."""
     root = Path(folder)
     values = check_folder(root)
     tf = _terraform(root)
@@ -607,6 +656,7 @@ def destroy(
         raise ProvisionError(f"terraform init failed in {root}:\n{err.strip()}{never}")
     echo(f"Destroying fleet {values.get('name')} ({root}).")
     _confirm(f"Destroy every resource of {values.get('name')}?", yes, ask)
+    kept = _keep_checkpoint_bucket(tf, values, echo, delete=delete_checkpoints)
     # a teardown: an interruption waits for it to end (_run_shown's critical), terraform in a session of its own;
     # a failed pass is run once more within the time given: what it found already gone (an answer lost and retried,
     # EC2's eventual consistency) is dropped from the state by the second pass's refresh
@@ -623,3 +673,11 @@ def destroy(
             echo("terraform destroy failed: once more (a resource found already gone is dropped on the second pass).")
     if code != 0:
         raise ProvisionError(f"terraform destroy failed in {root} (see the output above). {err.strip()[-2000:]}")
+    if kept:
+        echo(
+            f"Kept the checkpoint bucket s3://{kept}: it holds the run's checkpoints and logs, encrypted, versioned "
+            "and private as it was, and is no longer in this folder's terraform state. When its checkpoints are no "
+            "longer needed, delete every object version and then the bucket (the S3 console's Empty and Delete); "
+            "`srifty down --delete-checkpoints` deletes it with the fleet."
+        )
+    return kept

@@ -139,6 +139,15 @@ def split_s3(uri: str) -> tuple[str, str]:
     return match.group(1), prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
 
+def empty_bucket(s3: Any, bucket: str) -> None:
+    """Every version of every object of ``bucket`` deleted."""
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        items = page.get("Versions", []) + page.get("DeleteMarkers", [])
+        for start in range(0, len(items), 1000):  # DeleteObjects takes 1,000 keys a call
+            chunk = [{"Key": i["Key"], "VersionId": i["VersionId"]} for i in items[start : start + 1000]]
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
+
+
 def client(service: str, region: str | None, endpoint: str | None = None) -> Any:
     """A boto3 client with short timeouts (``endpoint``: a local AWS-compatible endpoint; else boto3's own, which
     honours ``AWS_ENDPOINT_URL``)."""

@@ -537,12 +537,58 @@ def test_down_destroys_then_sums_what_the_fleet_cost(aws, tmp_path, monkeypatch,
     assert "plan above" not in err  # down shows no plan
     assert main(["down", "--dir", str(root), "--yes"]) == 0  # terraform's output streams to the terminal (fd 1)
     out = capfd.readouterr().out.splitlines()
-    assert [c.split()[0] for c in read(root / "calls.log").splitlines()] == ["init", "init", "destroy"]
+    assert [c.split()[0] for c in read(root / "calls.log").splitlines()] == ["init", "init", "state", "destroy"]
     usd = 3 * price(catalog, "g5.xlarge", "on-demand")
     assert out[-1] == (
         f"Fleet ops-down cost about ${usd:,.2f} at catalog prices: 1 x g5.xlarge (1 on-demand) in {REGION}, "
         "3.00 h of instance time in all (the first launched 3.00 h ago)."
     )
+
+
+STATEFUL_TERRAFORM = """#!{python}
+import json, os, sys
+with open(os.path.join(os.getcwd(), "calls.log"), "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+if sys.argv[1:3] == ["state", "list"]:  # python-terraform writes: terraform state list -no-color
+    print("module.fleet.aws_iam_role.node\\nmodule.fleet.aws_s3_bucket.checkpoints[0]\\n"
+          "module.fleet.aws_s3_bucket_versioning.checkpoints[0]\\nmodule.fleet.data.aws_caller_identity.current")
+elif sys.argv[1] == "output":
+    print(json.dumps({{"fleet": {{"value": {{"checkpoint_bucket": "ops-kept"}}}}}}))
+"""
+
+
+@pytest.mark.parametrize("delete", [False, True])
+def test_down_keeps_a_bucket_of_checkpoints_unless_told_to_delete_it(aws, tmp_path, monkeypatch, catalog, delete):
+    """A trial: srifty down of any fleet that ran failed on BucketNotEmpty (its nodes' logs, status records and
+    checkpoints; no force_destroy) after terraform had removed the bucket's protections. The bucket and its settings
+    leave the state before the destroy and stay as they are; --delete-checkpoints empties it (every version) and
+    the destroy takes it. (tests/infra/test_terraform.py keeps one with the real terraform.)"""
+    _, s3, _ = aws
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe(bin_dir / "terraform", STATEFUL_TERRAFORM.format(python=sys.executable))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    plan, choice, options = example("single-node-on-demand")
+    root = generate(plan, tmp_path / "infra", choice=choice, options=dataclasses.replace(options, name="ops-kept"),
+                    catalog=catalog).out  # fmt: skip
+    s3.create_bucket(Bucket="ops-kept")
+    s3.put_bucket_versioning(Bucket="ops-kept", VersioningConfiguration={"Status": "Enabled"})
+    for _ in range(2):  # two versions
+        s3.put_object(Bucket="ops-kept", Key="checkpoints/ops-kept/logs/i-1.log", Body=b"log")
+    args = ["down", "--dir", str(root), "--yes", *(["--delete-checkpoints"] if delete else [])]
+    assert main(args) == 0
+    calls = [c for c in read(root / "calls.log").splitlines() if not c.startswith("init")]
+    rm = [
+        f"state rm -no-color module.fleet.{kind}.checkpoints[0]"
+        for kind in ("aws_s3_bucket", "aws_s3_bucket_versioning")
+    ]
+    held = s3.list_object_versions(Bucket="ops-kept").get("Versions", [])
+    asked = ["state list -no-color", "output -no-color -json"]
+    if delete:
+        assert calls == [*asked, "destroy -input=false -no-color -auto-approve"] and held == []
+    else:
+        assert calls == [*asked, *rm, "destroy -input=false -no-color -auto-approve"], calls
+        assert len(held) == 2  # as it was
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -239,11 +239,12 @@ FAKE_TORCHRUN = """#!{python}
 # torchrun as the harness sees it: records its argv, then starts the real torch.distributed.run on this machine
 # (standalone rendezvous, one process: the fleet's c10d endpoint is a moto address that nothing listens on)
 import json, os, sys
-env = {{k: v for k, v in os.environ.items() if k.startswith(("SRIFTY_", "PYTHON"))}}
+env = {{k: v for k, v in os.environ.items() if k.startswith(("SRIFTY_", "PYTHON", "PL_TRAINER_"))}}
 with open(os.environ["SRIFTY_HARNESS_RECORD"], "w") as f:
     json.dump({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": env}}, f)
 if os.environ.get("SRIFTY_HARNESS_RECORD_ONLY"):
     sys.exit(0)
+os.environ["PL_TRAINER_NUM_NODES"] = "1"  # this one node stands for the fleet: its job trains alone
 args = [a for a in sys.argv[1:] if not a.startswith(("--nnodes", "--nproc_per_node", "--rdzv_"))]
 launcher = ["-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=1"]
 # the environment user_data activated (the node's own, from the code snapshot), else this test's interpreter
@@ -451,6 +452,7 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
         assert record["env"]["SRIFTY_CHECKPOINT_URI"] == out["checkpoint_uri"]
         assert record["env"]["SRIFTY_RESUME"] == "latest"  # a replacement node resumes where the fleet was (#35 H4)
         assert record["env"]["PYTHONUNBUFFERED"] == "1"
+        assert record["env"]["PL_TRAINER_NUM_NODES"] == "2"  # the Trainer's default: one job across the nodes
         assert "`Trainer.fit` stopped: `max_steps=5` reached" in log  # the example trained under torchrun
         # the life cap was scheduled at boot, and the watchdog stopped the instance once the job had exited
         shutdowns = (tmp_path / "shutdown.log").read_text().splitlines()

@@ -34,6 +34,7 @@ from typing import Any
 
 from lightning_srifty import protocol
 from lightning_srifty.provision.apply import apply, check_folder, destroy
+from lightning_srifty.provision.aws import empty_bucket
 from lightning_srifty.provision.base import Interrupts
 from lightning_srifty.provision.preflight import ENVIRONMENT_FILE
 from lightning_srifty.provision.rehearsal.aws_rules import AwsRulesProxy
@@ -617,12 +618,21 @@ class _Walk:
         if self.applied and self.aws is not None:
             log = self.work / "terraform-destroy.log"
             try:
-                # the module keeps a bucket with checkpoints (no force_destroy): here, let it go
-                empty_bucket(self.aws.client("s3"), self.bucket)
                 with log.open("w") as out:  # terraform's words, for a destroy that fails (bounded: local AWS only)
-                    destroy(self.infra, yes=True, echo=lambda line: print(line, file=out, flush=True),
-                            timeout_s=DESTROY_TIMEOUT_S)  # fmt: skip
-                self.check("teardown", True, "terraform destroy of the rehearsal's fleet in the local AWS")
+                    kept = destroy(self.infra, yes=True, echo=lambda line: print(line, file=out, flush=True),
+                                   timeout_s=DESTROY_TIMEOUT_S)  # fmt: skip
+                # srifty down keeps a bucket that holds checkpoints, protections and all; the local AWS lets it go
+                s3 = self.aws.client("s3")
+                if kept:
+                    empty_bucket(s3, kept)
+                    s3.delete_bucket(Bucket=kept)
+                self.check(
+                    "teardown",
+                    kept == self.bucket,
+                    "terraform destroy of the rehearsal's fleet in the local AWS, its checkpoint bucket kept"
+                    if kept == self.bucket
+                    else f"the destroy did not keep the checkpoint bucket {self.bucket} (kept: {kept})",
+                )
             except Exception as exc:  # noqa: BLE001 - the local AWS goes with this process anyway
                 self.check(
                     "teardown", False, f"terraform destroy in the local AWS failed (its log: {log}): {str(exc)[-600:]}"
@@ -735,13 +745,6 @@ def read_record(s3: Any, bucket: str, prefix: str, cls: Any, after_unix: float, 
         return None
     when = getattr(record, stamp, None)
     return record if when is not None and when >= after_unix else None
-
-
-def empty_bucket(s3: Any, bucket: str) -> None:
-    """Every version of every object of ``bucket`` deleted (the module keeps a bucket with checkpoints)."""
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-        for item in page.get("Versions", []) + page.get("DeleteMarkers", []):
-            s3.delete_object(Bucket=bucket, Key=item["Key"], VersionId=item["VersionId"])
 
 
 def fleet_instances(ec2: Any, fleet: str) -> list[dict[str, Any]]:
