@@ -24,8 +24,11 @@ locals {
   # EC2 User Guide, Elastic Fabric Adapter, limitations; AWS ParallelCluster: "with other instances in the same
   # subnet"): a fleet with EFA groups is launched into the first subnet only, so NCCL's EFA transport, which the
   # prediction prices, reaches every node; without EFA the group may spread over every subnet given
-  efa         = anytrue([for g in var.groups : g.efa])
-  asg_subnets = local.efa ? slice(local.subnet_ids, 0, 1) : local.subnet_ids
+  efa = anytrue([for g in var.groups : g.efa])
+  # a cluster placement group is in one Availability Zone: an Auto Scaling group given one with subnets of several
+  # zones is refused ("You cannot specify multiple Availability Zones and a cluster placement group",
+  # CreateAutoScalingGroup's PlacementGroup, Amazon EC2 Auto Scaling API reference): the first subnet only then too
+  asg_subnets = local.efa || var.capacity.placement_group ? slice(local.subnet_ids, 0, 1) : local.subnet_ids
   # the training command as shell words: every argument single-quoted (a quote inside becomes '\'')
   train_argv = join(" ", [for a in var.train.argv : "'${replace(a, "'", "'\\''")}'"])
   bucket     = var.checkpoints.create_bucket ? aws_s3_bucket.checkpoints[0].bucket : var.checkpoints.bucket
@@ -579,6 +582,15 @@ resource "aws_launch_template" "group" {
 
   monitoring {
     enabled = true
+  }
+
+  # an EC2 Fleet takes its instances' placement group from the launch template (its overrides have none); an Auto
+  # Scaling group is given its own (placement_group below)
+  dynamic "placement" {
+    for_each = var.capacity.mode == "fleet" && var.capacity.placement_group ? [aws_placement_group.this[0].name] : []
+    content {
+      group_name = placement.value
+    }
   }
 
   block_device_mappings {
