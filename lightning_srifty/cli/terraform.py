@@ -60,7 +60,8 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         for finding in check_imports(result.snapshot, result.values["train"]["argv"]):
             if finding.status != "ok":
                 print(finding.line(), file=sys.stderr)
-    print(f"Review it, then: srifty apply --dir {result.out}  (or terraform -chdir={result.out} init/plan/apply)")
+    out = shlex.quote(str(result.out))  # a folder with spaces pastes as one word
+    print(f"Review it, then: srifty apply --dir {out}  (or terraform -chdir={out} init/plan/apply)")
     return 0
 
 
@@ -170,9 +171,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if args.json:  # terraform printed the outputs already, for people
         print(json.dumps(outputs, indent=2, default=str))
     else:
+        folder = shlex.quote(args.dir)
         print(
-            f"Applied. Next: srifty status --dir {args.dir} (the fleet, its cost so far), srifty logs --dir {args.dir} "
-            f"(the nodes' output), srifty down --dir {args.dir} (destroy it, and what it cost)"
+            f"Applied. Next: srifty status --dir {folder} (the fleet, its cost so far), srifty logs --dir {folder} "
+            f"(the nodes' output), srifty down --dir {folder} (destroy it, and what it cost)"
         )
     return 0
 

@@ -18,6 +18,7 @@ import collections
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -595,7 +596,7 @@ def _clean_up(tf: Any, root: Path, values: dict[str, Any], fresh: bool, echo: Ca
         return (
             f"the folder held fleet {values.get('name')} before this apply, so nothing was destroyed ({len(left)} "
             f"resources in the state, which may be billing): fix the cause and apply again, or run `srifty destroy "
-            f"--dir {root}`."
+            f"--dir {shlex.quote(str(root))}`."
         )
     echo(f"Destroying the {len(left)} resources the apply created, so that nothing is left billing.")
     for attempt in range(2):  # a second pass: what the first found already gone (an answer lost and retried, EC2's
@@ -611,7 +612,7 @@ def _clean_up(tf: Any, root: Path, values: dict[str, Any], fresh: bool, echo: Ca
     if code != 0 or remaining:
         return (
             f"destroying what it created failed too ({len(remaining)} resources still in the state, which may be "
-            f"billing): run `srifty destroy --dir {root}` until it succeeds. {err.strip()}"
+            f"billing): run `srifty destroy --dir {shlex.quote(str(root))}` until it succeeds. {err.strip()}"
         )
     return "everything it had created was destroyed; nothing is left billing."
 
@@ -666,7 +667,7 @@ def destroy(
         if attempt and left is not None and left <= 0:  # the first pass always runs (and sets code)
             break
         argv = ["destroy", "-input=false", "-no-color", "-auto-approve"]
-        code, err = _run_shown(tf, argv, echo, critical=f"srifty down --dir {root}", timeout_s=left)
+        code, err = _run_shown(tf, argv, echo, critical=f"srifty down --dir {shlex.quote(str(root))}", timeout_s=left)
         if code == 0:
             break
         if attempt == 0:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shlex
 import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -293,7 +294,7 @@ def _release(provisioner: Provisioner, up: list[LaunchedFleet], echo: Any) -> No
             folder = half.data.get("folder", "?")
             echo(
                 f"srifty launch: the partly applied {half.name} could not be destroyed ({exc}): it may still be "
-                f"billing; release it with: srifty down --dir {folder}"
+                f"billing; release it with: srifty down --dir {shlex.quote(str(folder))}"
             )
 
 

@@ -11,6 +11,7 @@ resume from and the per-rank batch sizes. So a new fleet can be brought up while
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,7 @@ class TerraformProvisioner:
             # fleet here, since the launcher never gets it back to release
             self.echo(
                 f"srifty launch: {plan.entries[index].fleet} ({name}) is up; if this launcher dies, release it at "
-                f"once with: srifty down --dir {folder}"
+                f"once with: srifty down --dir {shlex.quote(str(folder))}"
             )
         except PreflightError as exc:  # nothing was started
             failed = [f["check"] for f in exc.report.get("findings", []) if f["status"] == "fail"]
@@ -200,7 +201,7 @@ class TerraformProvisioner:
                 self.leftovers.append(LaunchedFleet(plan, index, name, {"folder": folder, "outputs": {}}))
                 self.echo(
                     f"srifty launch: destroying {name} failed ({gone!r}); tried again when the launch ends, or at "
-                    f"once with: srifty down --dir {folder}"
+                    f"once with: srifty down --dir {shlex.quote(str(folder))}"
                 )
                 if not isinstance(gone, Exception):
                     raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import shlex
 import threading
 import time
 from typing import Any
@@ -96,7 +97,7 @@ class Silence:
             elif folder:
                 why = (
                     "what its nodes logged (boot, setup, training) stays beside the checkpoints: "
-                    f"srifty logs --dir {folder}"
+                    f"srifty logs --dir {shlex.quote(str(folder))}"
                 )
             else:
                 why = "the instances' console output and /var/log/srifty-user-data.log on them say why"

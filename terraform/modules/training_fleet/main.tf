@@ -11,6 +11,16 @@ data "aws_ssm_parameter" "ami" {
   name     = var.ami.ssm_parameters[each.key]
 }
 
+# each image the groups boot, for its root device's name (an image not visible to the account fails the plan here)
+data "aws_ami" "image" {
+  for_each = toset([for g in var.groups : var.ami.id != null ? var.ami.id : local.ami_ids[g.arch]])
+
+  filter {
+    name   = "image-id"
+    values = [each.value]
+  }
+}
+
 locals {
   fleet_tags = merge(var.tags, { "srifty:fleet" = var.name })
   ami_ids    = { for arch, p in data.aws_ssm_parameter.ami : arch => p.insecure_value }
@@ -193,7 +203,7 @@ resource "aws_security_group" "fleet" {
   }
 
   egress {
-    # checkov:skip=CKV_AWS_382:Training nodes download packages and datasets and write checkpoints to S3 over HTTPS; restrict with a VPC endpoint policy or proxy where required.
+    # checkov:skip=CKV_AWS_382:The only all-protocol egress is to the fleet's own members (self: EFA requires it); egress to the internet is TCP 443 and 80 only (packages, datasets, S3), restrict it further with a VPC endpoint policy or a proxy where required.
     description = "HTTPS to package indexes, S3 and the AWS APIs"
     from_port   = 443
     to_port     = 443
@@ -230,7 +240,7 @@ resource "aws_s3_bucket" "checkpoints" {
   bucket        = coalesce(var.checkpoints.bucket, "${var.name}-checkpoints-${data.aws_caller_identity.current.account_id}")
   force_destroy = var.checkpoints.force_destroy
   tags          = local.fleet_tags
-  # checkov:skip=CKV_AWS_18:Access logs need a second, long-lived log bucket; the checkpoint bucket is reached only by the fleet's role.
+  # checkov:skip=CKV_AWS_18:Access logs need a second, long-lived log bucket; the fleet's role reaches only its prefix, and other principals of the account only as their own IAM policies grant S3 (CloudTrail data events log object access where required).
   # checkov:skip=CKV_AWS_144:Checkpoints are reproducible training state, not data of record; cross-region replication doubles their cost.
   # checkov:skip=CKV2_AWS_62:No consumer of bucket events; the orchestrator polls the checkpoint prefix.
 }
@@ -593,8 +603,11 @@ resource "aws_launch_template" "group" {
     }
   }
 
+  # the image's own root device (the Ubuntu Deep Learning AMIs' /dev/sda1, Amazon Linux's /dev/xvda): a mapping of
+  # another name adds a volume and leaves the root at the image's size and encryption ("Block device mappings",
+  # Amazon EC2 User Guide: the root's entry takes the AMI's root device name; a trial's --ami)
   block_device_mappings {
-    device_name = "/dev/sda1"
+    device_name = data.aws_ami.image[var.ami.id != null ? var.ami.id : local.ami_ids[each.value.arch]].root_device_name
 
     ebs {
       volume_size           = var.root_volume_gb
