@@ -227,7 +227,7 @@ def tfvars(
     if plan.constraints.transport == "tcp":  # ranked for a cluster without EFA: built without it, as priced
         catalog = catalog.over_tcp()
     check_entry(plan, choice, catalog)  # the plan's counts, markets and $/h are the catalog's, or it is refused
-    region = options.region or entry.region
+    region = _region(options, entry, choice, catalog)
     usd_per_hour, max_instances, max_hourly, max_life_h = _guards(plan, entry, options, catalog, region)
     groups, unit = _groups(entry, options, catalog)
     network = _network(entry, options, catalog, region)
@@ -261,6 +261,24 @@ def tfvars(
     if options.aws_max_retries is not None:
         values["aws_max_retries"] = options.aws_max_retries
     return values
+
+
+def _region(options: Options, entry: PlanEntry, choice: int, catalog: Catalog) -> str:
+    """The fleet's region: the entry's, which its prices and times are of. Another ``--region`` is refused by name
+    (an unknown one with the catalog's, one the plan was not ranked in with the way to rank it there): a trial's
+    read "the plan is stale or was edited"."""
+    if not options.region or options.region == entry.region:
+        return entry.region
+    catalog.check_region(options.region, "region")
+    raise ConfigError.between(
+        "The plan's entry {choice} was ranked in {ranked} ({region} is {given!r}): its prices, times and capacity are "
+        "that region's. Rank again for {given} (srifty recommend --regions {given}), or leave {region} out.",
+        parameter="region",
+        value=options.region,
+        choice=choice,
+        ranked=entry.region,
+        given=options.region,
+    )
 
 
 def _capacity(entry: PlanEntry, options: Options, groups: list[dict[str, Any]]) -> dict[str, Any]:
