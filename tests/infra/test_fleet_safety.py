@@ -424,6 +424,9 @@ def test_apply_rechecks_the_written_values_before_running_terraform(tmp_path, ca
         (lambda v: v["limits"].update(max_hourly_usd=1.0), "max_hourly_usd"),
         (lambda v: v.pop("limits"), "limits.max_instances"),
         (lambda v: v.update(groups=[]), "groups"),  # was a TypeError (a positional to ConfigError; mypy found it)
+        # a trial: a group's GPUs and EFA interfaces left as another type's (price and count mended by hand)
+        (lambda v: v["groups"][0].update(gpus_per_instance=1), "groups[0].gpus_per_instance"),
+        (lambda v: v["groups"][0].update(network_interfaces=64), "groups[0].network_interfaces"),
     ):
         bad = json.loads(json.dumps(values))
         edit(bad)
@@ -431,6 +434,7 @@ def test_apply_rechecks_the_written_values_before_running_terraform(tmp_path, ca
         with pytest.raises(ConfigError) as info:
             runner.apply(infra, yes=True, catalog=catalog, check=False)
         assert info.value.parameter == field, str(info.value)
+        assert "The plan's" not in str(info.value)  # the written values are what was checked (a trial)
 
 
 def test_the_module_refuses_a_fleet_over_its_limits_at_plan(tf_env, moto_endpoint, tmp_path, catalog) -> None:

@@ -22,15 +22,22 @@ REL_TOL = 1e-6
 ABS_TOL = 1e-5  # the written values round $/h to 6 decimals
 
 _REDO = "The plan is stale (the catalog changed since) or was edited: rank again with `srifty recommend`."
+_REWRITE = (
+    "The written values are stale (the catalog changed since) or were edited: write them again with `srifty "
+    "terraform` (a fleet of other types: rank again with `srifty recommend`)."
+)
 
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
 
 
-def _mismatch(field: str, plan_value: object, catalog_value: object, what: str) -> ConfigError:
+def _mismatch(
+    field: str, plan_value: object, catalog_value: object, what: str, *, written: bool = False
+) -> ConfigError:
+    source, fix = ("The written values'", _REWRITE) if written else ("The plan's", _REDO)
     return ConfigError(
-        f"The plan's {field} is {plan_value!r}, but the catalog gives {catalog_value!r} ({what}). {_REDO}",
+        f"{source} {field} is {plan_value!r}, but the catalog gives {catalog_value!r} ({what}). {fix}",
         parameter=field,
         value=plan_value,
     )
@@ -179,6 +186,23 @@ def _groups(values: Mapping[str, Any]) -> Iterable[tuple[int, dict[str, Any]]]:
     return enumerate(groups)
 
 
+def _check_written_type(k: int, group: Mapping[str, Any], catalog: Catalog) -> None:
+    """A written group's GPUs a node and its EFA interfaces are its type's (a trial: a group edited to p4d.24xlarge
+    kept gpus_per_instance 1, one process on an 8-GPU node, and went to terraform plan)."""
+    itype = catalog.get(str(group.get("instance_type")))
+    if itype is None:  # group_usd_per_hour has named it
+        return
+    if group.get("gpus_per_instance") != itype.gpus:
+        raise _mismatch(f"groups[{k}].gpus_per_instance", group.get("gpus_per_instance"), itype.gpus,
+                        f"GPUs of one {itype.name}", written=True)  # fmt: skip
+    if group.get("efa") and not itype.efa:
+        raise _mismatch(f"groups[{k}].efa", True, False, f"{itype.name} has no EFA", written=True)
+    cards = group.get("network_interfaces", 1)
+    if group.get("efa") and not (isinstance(cards, int) and 1 <= cards <= max(1, itype.efa_interfaces)):
+        raise _mismatch(f"groups[{k}].network_interfaces", cards, itype.efa_interfaces,
+                        f"EFA interfaces of one {itype.name}", written=True)  # fmt: skip
+
+
 def check_values(values: Mapping[str, Any], catalog: Catalog) -> float:
     """Check the values ``srifty terraform`` wrote (``srifty.auto.tfvars.json``) before an apply: the groups' $/h from
     the catalog against ``predicted.usd_per_hour``, and the guards in ``limits``; returns the $/h.
@@ -199,6 +223,7 @@ def check_values(values: Mapping[str, Any], catalog: Catalog) -> float:
             )
         total += group_usd_per_hour(catalog, str(g.get("instance_type")), str(region), od, sp, f"groups[{k}]")
         nodes += od + sp
+        _check_written_type(k, g, catalog)
     predicted = values.get("predicted") or {}
     if "usd_per_hour" not in predicted:
         raise ConfigError(
@@ -206,9 +231,11 @@ def check_values(values: Mapping[str, Any], catalog: Catalog) -> float:
             parameter="predicted.usd_per_hour",
         )
     if not _close(float(predicted["usd_per_hour"]), total):
-        raise _mismatch("predicted.usd_per_hour", predicted["usd_per_hour"], round(total, 6), f"the groups in {region}")
+        where = f"the groups in {region}"
+        raise _mismatch("predicted.usd_per_hour", predicted["usd_per_hour"], round(total, 6), where, written=True)
     if nodes != (values.get("train") or {}).get("nnodes"):
-        raise _mismatch("train.nnodes", (values.get("train") or {}).get("nnodes"), nodes, "the groups' counts")
+        nnodes = (values.get("train") or {}).get("nnodes")
+        raise _mismatch("train.nnodes", nnodes, nodes, "the groups' counts", written=True)
     limits = values.get("limits") or {}
     if "max_instances" not in limits:
         raise ConfigError(
