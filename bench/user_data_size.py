@@ -41,6 +41,7 @@ def stage2_values(**overrides: object) -> dict:
         "group": "g5.xlarge",
         "weights_json": "{}",
         "units": 1,
+        "efa": False,
         "rdzv_port": 29400,
         "rendezvous_timeout_s": 1800,
         "checkpoint_uri_b64": b64(prefix),
