@@ -442,8 +442,12 @@ def test_the_module_refuses_a_fleet_over_its_limits_at_plan(tf_env, moto_endpoin
     limits.max_instances and a predicted $/h above limits.max_hourly_usd; a plan within them has
     instance_initiated_shutdown_behavior = terminate on every launch template and lets the role leave only its
     fleet's Auto Scaling group."""
+    import boto3
+
     plan, choice, options = example("heterogeneous-mixed")
-    opts = dataclasses.replace(options, aws_endpoint=moto_endpoint, ami="ami-12345678", setup_command="true")
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]  # the module looks its root device up
+    opts = dataclasses.replace(options, aws_endpoint=moto_endpoint, ami=image, setup_command="true")
     root = generate(plan, tmp_path / "root", choice=choice, options=opts, catalog=catalog).out
     assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
     good = json.loads((root / TFVARS).read_text())

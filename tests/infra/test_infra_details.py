@@ -223,6 +223,14 @@ def test_secret_env_is_parsed_to_names_only(catalog) -> None:
     assert values["secrets"] == [{"name": "HF_TOKEN", "source": "ssm", "id": "/team/hf-token"}]
 
 
+def _moto_image(endpoint: str) -> str:
+    """An image moto has (the module looks its root device up: a made-up id fails the plan, as on AWS)."""
+    import boto3
+
+    ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name="us-east-1")
+    return ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+
+
 def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, moto_endpoint, tmp_path, catalog):
     plan, choice, options = example("single-node-on-demand")
     options = dataclasses.replace(
@@ -234,7 +242,7 @@ def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, mo
     assert SECRET_VALUE not in (root / TFVARS).read_text()
     assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
     ami = json.loads((root / TFVARS).read_text())
-    ami["ami"] = {"id": "ami-12345678"}  # moto has no DLAMI parameter
+    ami["ami"] = {"id": _moto_image(moto_endpoint)}  # moto has no DLAMI parameter; the module reads the image
     (root / TFVARS).write_text(json.dumps(ami))
     result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
     assert result.returncode == 0, result.stderr
@@ -299,7 +307,9 @@ def _user_data_values(secrets: list[dict]) -> dict:
 
 
 def _run_user_data(tmp_path: Path, script: str, extra_env: dict[str, str]) -> subprocess.CompletedProcess:
-    torchrun = FAKE_TORCHRUN.format(python=sys.executable).replace('k.startswith("SRIFTY_")', 'k in ("HF_TOKEN", "WB")')
+    recorded = 'k.startswith(("SRIFTY_", "PL_TRAINER_")) or k == "AWS_DEFAULT_REGION"'  # FAKE_TORCHRUN's filter
+    assert recorded in FAKE_TORCHRUN
+    torchrun = FAKE_TORCHRUN.format(python=sys.executable).replace(recorded, 'k in ("HF_TOKEN", "WB")')
     fakes = {"curl": FAKE_CURL, "aws": FAKE_AWS_SECRETS, "torchrun": torchrun, "shutdown": "#!/bin/bash\ntrue\n"}
     return run_user_data(tmp_path, script, fakes, extra_env=extra_env)
 
