@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_srifty.provision import aws
 from lightning_srifty.provision.preflight import preflight_root
 from lightning_srifty.provision.terraform.generate import MARKER, TFVARS
 from lightning_srifty.provision.terraform.money import check_values
@@ -136,8 +137,6 @@ def _keep_checkpoint_bucket(tf: Any, values: dict[str, Any], echo: Callable[[str
     """Before a destroy (see :func:`destroy`): the module's checkpoint bucket out of the state when it holds
     anything (its name), or emptied when ``delete``; None when there is none, it is empty, or its force_destroy is
     on (terraform empties it)."""
-    from lightning_srifty.provision import aws
-
     if (values.get("checkpoints") or {}).get("force_destroy"):
         return None
     code, listed, _ = _run(tf, "state list", stream=False)

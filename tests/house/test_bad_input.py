@@ -205,7 +205,7 @@ EXAMPLE_PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan
         (["--root-volume-gb", "100000"], "--root-volume-gb", "100000", ">= 30 and <= 16384"),
         # a trial: both read "the plan is stale or was edited"
         (["--region", "us-east-9"], "--region", "'us-east-9'", "Regions with prices: "),
-        (["--region", "us-west-2"], "--region", "'us-west-2'", "srifty recommend --regions us-west-2"),
+        (["--region", "us-west-2"], "--region", "'us-west-2'", "again with us-west-2 among its regions"),
     ],
 )
 def test_terraform_options_that_reach_the_instances(tmp_path, capsys, monkeypatch, flags, field, shown, fix) -> None:

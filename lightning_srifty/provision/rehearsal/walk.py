@@ -621,22 +621,22 @@ class _Walk:
                 with log.open("w") as out:  # terraform's words, for a destroy that fails (bounded: local AWS only)
                     kept = destroy(self.infra, yes=True, echo=lambda line: print(line, file=out, flush=True),
                                    timeout_s=DESTROY_TIMEOUT_S)  # fmt: skip
-                # srifty down keeps a bucket that holds checkpoints, protections and all; the local AWS lets it go
-                s3 = self.aws.client("s3")
-                if kept:
-                    empty_bucket(s3, kept)
-                    s3.delete_bucket(Bucket=kept)
-                self.check(
-                    "teardown",
-                    kept == self.bucket,
-                    "terraform destroy of the rehearsal's fleet in the local AWS, its checkpoint bucket kept"
-                    if kept == self.bucket
-                    else f"the destroy did not keep the checkpoint bucket {self.bucket} (kept: {kept})",
-                )
+                self.check("teardown", *_bucket_kept(self.aws.client("s3"), self.bucket, kept))
             except Exception as exc:  # noqa: BLE001 - the local AWS goes with this process anyway
                 self.check(
                     "teardown", False, f"terraform destroy in the local AWS failed (its log: {log}): {str(exc)[-600:]}"
                 )
+
+
+def _bucket_kept(s3: Any, bucket: str, kept: str | None) -> tuple[bool, str]:
+    """The teardown's check: srifty down keeps a bucket that holds checkpoints, protections and all (then the local
+    AWS lets it go)."""
+    if kept:
+        empty_bucket(s3, kept)
+        s3.delete_bucket(Bucket=kept)
+    if kept == bucket:
+        return True, "terraform destroy of the rehearsal's fleet in the local AWS, its checkpoint bucket kept"
+    return False, f"the destroy did not keep the checkpoint bucket {bucket} (kept: {kept})"
 
 
 def _listing_prefixes(policy: str) -> tuple[str, ...]:

@@ -272,7 +272,7 @@ def _region(options: Options, entry: PlanEntry, choice: int, catalog: Catalog) -
     catalog.check_region(options.region, "region")
     raise ConfigError.between(
         "The plan's entry {choice} was ranked in {ranked} ({region} is {given!r}): its prices, times and capacity are "
-        "that region's. Rank again for {given} (srifty recommend --regions {given}), or leave {region} out.",
+        "that region's. Rank the plan again with {given} among its regions, or leave {region} out.",
         parameter="region",
         value=options.region,
         choice=choice,
