@@ -310,10 +310,20 @@ echo "s3://ops-pre/ckpt/preempt-step=40.ckpt" >"$SRIFTY_NODE_STATE/preempted"
 exit 1
 """
 
+STOPPED_TORCHRUN = """#!/bin/bash
+# the watchdog's stop (its reason first), then the job's SIGTERM: SpotPreemption marks the node as on a notice
+echo "the fleet's life cap has passed" >"$SRIFTY_NODE_STATE/watchdog.stop"
+echo "s3://ops-pre/ckpt/preempt-step=40.ckpt" >"$SRIFTY_NODE_STATE/preempted"
+exit 1
+"""
 
-def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_path) -> None:
+
+@pytest.mark.parametrize("stop", ["a notice", "the watchdog"])
+def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_path, stop) -> None:
     """Issue #35 L/item 10: a preemption's status record said exit 1 (torchrun's), not 75: nothing told a
-    preemption from a crash. The job's marker turns the node's exit into 75 and the record says preempted."""
+    preemption from a crash. The job's marker turns the node's exit into 75 and the record says preempted. A review:
+    the life cap's stop was read as a notice too (the job marks any SIGTERM), so the record said preempted and the
+    watchdog kept the node in its group; a stop the watchdog made says its reason instead."""
     real_aws = shutil.which("aws")
     if real_aws is None:
         pytest.skip("the harness needs the aws CLI on PATH")
@@ -322,12 +332,20 @@ def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_p
     uri = "s3://ops-pre/ckpt/"
     values = template_values(name="preempt", checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
     script = render(tf_env, tmp_path / "console", values)
-    fakes = node_fakes(tmp_path, real_aws, torchrun=PREEMPTED_TORCHRUN)
+    torchrun = PREEMPTED_TORCHRUN if stop == "a notice" else STOPPED_TORCHRUN
+    fakes = node_fakes(tmp_path, real_aws, torchrun=torchrun)
     run = run_user_data(tmp_path, script, fakes, extra_env={"AWS_ENDPOINT_URL": endpoint})
-    assert run.returncode == 75, read(tmp_path / "user-data.log")[-3000:]
+    log = read(tmp_path / "user-data.log")
     record = json.loads(s3.get_object(Bucket="ops-pre", Key="ckpt/status/preempt-i-0abc.json")["Body"].read())
-    assert record["exit_code"] == 75 and record["preempted"] is True and record["stopped_by_watchdog"] is None
-    assert "exit 75, preempted" in read(tmp_path / "user-data.log")
+    if stop == "a notice":
+        assert run.returncode == 75, log[-3000:]
+        assert record["exit_code"] == 75 and record["preempted"] is True and record["stopped_by_watchdog"] is None
+        assert "exit 75, preempted" in log
+    else:
+        assert run.returncode == 1, log[-3000:]
+        assert record["exit_code"] == 1 and record["preempted"] is False
+        assert record["stopped_by_watchdog"] == "the fleet's life cap has passed"
+        assert "srifty: the watchdog stopped the job: the fleet's life cap has passed" in log
 
 
 def test_a_rebooted_node_ends_itself_instead_of_idling_in_its_group(tf_env, tmp_path) -> None:
@@ -401,32 +419,15 @@ def test_a_boot_that_cannot_succeed_leaves_its_group_instead_of_relaunching_for_
     assert "left Auto Scaling group fleet-asg-20261201" in run.stderr.decode()
 
 
-STOPPED_TORCHRUN = """#!/bin/bash
-# the watchdog's stop (its reason first), then the job's SIGTERM: SpotPreemption marks the node as on a notice
-echo "the fleet's life cap has passed" >"$SRIFTY_NODE_STATE/watchdog.stop"
-echo "s3://ops-stop/ckpt/preempt-step=40.ckpt" >"$SRIFTY_NODE_STATE/preempted"
-exit 1
-"""
-
-
-def test_a_job_the_watchdog_stopped_is_not_reported_preempted(tf_env, aws, tmp_path) -> None:
-    """A review: the life cap's stop was read as a notice (the job marks any SIGTERM), so the node's status record
-    said preempted and the watchdog kept the node in its group. The record says the watchdog's reason instead."""
-    real_aws = shutil.which("aws")
-    if real_aws is None:
-        pytest.skip("the harness needs the aws CLI on PATH")
-    _, s3, endpoint = aws
-    s3.create_bucket(Bucket="ops-stop")
-    uri = "s3://ops-stop/ckpt/"
-    values = template_values(name="stopped", checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
-    script = render(tf_env, tmp_path / "console", values)
-    fakes = node_fakes(tmp_path, real_aws, torchrun=STOPPED_TORCHRUN)
-    run = run_user_data(tmp_path, script, fakes, extra_env={"AWS_ENDPOINT_URL": endpoint})
-    assert run.returncode == 1, read(tmp_path / "user-data.log")[-3000:]
-    record = json.loads(s3.get_object(Bucket="ops-stop", Key="ckpt/status/stopped-i-0abc.json")["Body"].read())
-    assert record["exit_code"] == 1 and record["preempted"] is False
-    assert record["stopped_by_watchdog"] == "the fleet's life cap has passed"
-    assert "srifty: the watchdog stopped the job: the fleet's life cap has passed" in read(tmp_path / "user-data.log")
+def _watchdog_fakes(tmp_path: Path) -> Path:
+    """A fake aws (calls logged, the group fleet-asg) and shutdown (logged) in tmp_path/bin; the state folder."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe(bin_dir / "aws", '#!/bin/bash\necho "$*" >>"$FAKE_DIR/aws.log"\necho fleet-asg\n')
+    exe(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n')
+    state = tmp_path / "state"
+    state.mkdir()
+    return state
 
 
 def test_the_watchdog_keeps_a_preempted_node_in_its_group_without_a_launcher(tmp_path) -> None:
@@ -434,17 +435,12 @@ def test_the_watchdog_keeps_a_preempted_node_in_its_group_without_a_launcher(tmp
     desired capacity decremented, so after a spot notice nothing replaced it and the run stopped for good. A node
     whose job left with a checkpoint (the marker) on a fleet no launcher watches stays in the group: the group starts
     a replacement, which resumes (SRIFTY_RESUME=latest)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe(bin_dir / "aws", '#!/bin/bash\necho "$*" >>"$FAKE_DIR/aws.log"\necho fleet-asg\n')
-    exe(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n')
-    state = tmp_path / "state"
-    state.mkdir()
+    state = _watchdog_fakes(tmp_path)
     (state / "preempted").write_text("s3://b/ckpt/preempt-step=40.ckpt\n")
     (state / "user_data.exited").write_text("75\n")
     env = {
         **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
         "FAKE_DIR": str(tmp_path),
         "SRIFTY_WD_STATE_DIR": str(state),
         "SRIFTY_WD_INTERVAL_S": "1",
@@ -469,15 +465,10 @@ def test_the_life_cap_ends_a_fleet_without_a_launcher_though_the_job_marks_a_not
     watchdog then kept the node in its group: every node was replaced, each with a life cap of its own, for as long as
     the job had work (a runaway job billed until srifty down). A stop the watchdog makes leaves the group, and says
     why in the state folder, which the boot script's status record reports."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe(bin_dir / "aws", '#!/bin/bash\necho "$*" >>"$FAKE_DIR/aws.log"\necho fleet-asg\n')
-    exe(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >>{tmp_path / "shutdown.log"}\n')
-    state = tmp_path / "state"
-    state.mkdir()
+    state = _watchdog_fakes(tmp_path)
     env = {
         **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
         "FAKE_DIR": str(tmp_path),
         "SRIFTY_WD_STATE_DIR": str(state),
         "SRIFTY_WD_INTERVAL_S": "1",
@@ -519,15 +510,20 @@ with open(os.path.join(os.getcwd(), "calls.log"), "a") as f:
 """
 
 
-def test_down_destroys_then_sums_what_the_fleet_cost(aws, tmp_path, monkeypatch, capfd, catalog) -> None:
-    ec2, _, _ = aws
+def _root_with_a_fake_terraform(tmp_path: Path, monkeypatch, catalog, fake: str, name: str) -> Path:
+    """The single-node example's root module named ``name``, with ``fake`` as terraform first on PATH."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    exe(bin_dir / "terraform", FAKE_TERRAFORM.format(python=sys.executable))
+    exe(bin_dir / "terraform", fake.format(python=sys.executable))
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     plan, choice, options = example("single-node-on-demand")
-    options = dataclasses.replace(options, name="ops-down")
-    root = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
+    options = dataclasses.replace(options, name=name)
+    return generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
+
+
+def test_down_destroys_then_sums_what_the_fleet_cost(aws, tmp_path, monkeypatch, capfd, catalog) -> None:
+    ec2, _, _ = aws
+    root = _root_with_a_fake_terraform(tmp_path, monkeypatch, catalog, FAKE_TERRAFORM, "ops-down")
     instance = launch(ec2, "ops-down", "g5.xlarge")
     monkeypatch.setattr(fleets, "now", lambda: instance["LaunchTime"].timestamp() + 3 * 3600)
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # no terminal to ask on: refused, naming what and the flag
@@ -564,13 +560,7 @@ def test_down_keeps_a_bucket_of_checkpoints_unless_told_to_delete_it(aws, tmp_pa
     leave the state before the destroy and stay as they are; --delete-checkpoints empties it (every version) and
     the destroy takes it. (tests/infra/test_terraform.py keeps one with the real terraform.)"""
     _, s3, _ = aws
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe(bin_dir / "terraform", STATEFUL_TERRAFORM.format(python=sys.executable))
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    plan, choice, options = example("single-node-on-demand")
-    root = generate(plan, tmp_path / "infra", choice=choice, options=dataclasses.replace(options, name="ops-kept"),
-                    catalog=catalog).out  # fmt: skip
+    root = _root_with_a_fake_terraform(tmp_path, monkeypatch, catalog, STATEFUL_TERRAFORM, "ops-kept")
     s3.create_bucket(Bucket="ops-kept")
     s3.put_bucket_versioning(Bucket="ops-kept", VersioningConfiguration={"Status": "Enabled"})
     for _ in range(2):  # two versions

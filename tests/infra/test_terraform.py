@@ -630,6 +630,27 @@ def rank_other(plan, catalog):
     )
 
 
+def _two_zone_network(endpoint: str, octet: int) -> tuple[str, str, tuple[str, ...]]:
+    """An image, a VPC 10.<octet>.0.0/16 and a subnet in each of two zones, in moto."""
+    ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name="us-east-1")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    vpc = ec2.create_vpc(CidrBlock=f"10.{octet}.0.0/16")["Vpc"]["VpcId"]
+    subnets = tuple(
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.{octet}.{16 * i}.0/20", AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        for i, zone in enumerate(("us-east-1a", "us-east-1b"))
+    )
+    return ami, vpc, subnets
+
+
+def _planned_resources(tf_env, root) -> list[dict]:
+    """init, plan and show of ``root`` (against moto's API: nothing is created): the module's planned resources."""
+    assert _tf(tf_env, root, "init", "-input=false", "-no-color").returncode == 0
+    planned = _tf(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
+    assert planned.returncode == 0, planned.stderr
+    shown = json.loads(_tf(tf_env, root, "show", "-json", "tfplan").stdout)
+    return shown["planned_values"]["root_module"]["child_modules"][0]["resources"]
+
+
 def test_the_root_volume_is_the_images_own_root_device(tf_env, moto_endpoint, tmp_path, catalog) -> None:
     """A trial: the launch template mapped /dev/sda1 whatever the image; an --ami whose root device is /dev/xvda
     (Amazon Linux) got an extra 200 GiB volume and kept its own root unencrypted at its own size, where the module
@@ -644,11 +665,7 @@ def test_the_root_volume_is_the_images_own_root_device(tf_env, moto_endpoint, tm
         opts = Options(**{**options.__dict__, "aws_endpoint": moto_endpoint, "ami": ami, "name": "root-dev",
                           "bucket": "root-dev-runs", "setup_command": "true"})  # fmt: skip
         root = generate(plan, tmp_path / root_device.split("/")[-1], choice=choice, options=opts, catalog=catalog).out
-        assert _tf(tf_env, root, "init", "-input=false", "-no-color").returncode == 0
-        planned = _tf(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
-        assert planned.returncode == 0, planned.stderr
-        shown = json.loads(_tf(tf_env, root, "show", "-json", "tfplan").stdout)
-        resources = shown["planned_values"]["root_module"]["child_modules"][0]["resources"]
+        resources = _planned_resources(tf_env, root)
         (template,) = [r for r in resources if r["type"] == "aws_launch_template"]
         (mapping,) = template["values"]["block_device_mappings"]
         assert mapping["device_name"] == root_device
@@ -663,13 +680,7 @@ def test_a_cluster_placement_group_is_where_the_fleet_launches(mode, tf_env, mot
     ("You cannot specify multiple Availability Zones and a cluster placement group", CreateAutoScalingGroup's
     PlacementGroup, Amazon EC2 Auto Scaling API reference; moto takes it). Planned against moto's API: nothing is
     created."""
-    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
-    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    vpc = ec2.create_vpc(CidrBlock="10.44.0.0/16")["Vpc"]["VpcId"]
-    subnets = tuple(
-        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.44.{16 * i}.0/20", AvailabilityZone=zone)["Subnet"]["SubnetId"]
-        for i, zone in enumerate(("us-east-1a", "us-east-1b"))
-    )
+    ami, vpc, subnets = _two_zone_network(moto_endpoint, 44)
     plan, choice, options = example(ROOT / "terraform" / "examples" / "multi-node-spot")
     opts = Options(**{**options.__dict__, "aws_endpoint": moto_endpoint, "ami": ami, "name": f"cluster-{mode}",
                       "vpc_id": vpc, "subnet_ids": subnets, "bucket": "cluster-runs", "setup_command": "true",
@@ -680,11 +691,7 @@ def test_a_cluster_placement_group_is_where_the_fleet_launches(mode, tf_env, mot
     # without EFA (a g5.xlarge pair, as the trial's), which alone kept a fleet in one subnet before
     values["groups"] = [{**g, "efa": False, "network_interfaces": 1} for g in values["groups"]]
     (root / TFVARS).write_text(json.dumps(values))
-    assert _tf(tf_env, root, "init", "-input=false", "-no-color").returncode == 0
-    planned = _tf(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
-    assert planned.returncode == 0, planned.stderr
-    shown = json.loads(_tf(tf_env, root, "show", "-json", "tfplan").stdout)
-    resources = shown["planned_values"]["root_module"]["child_modules"][0]["resources"]
+    resources = _planned_resources(tf_env, root)
     (group,) = [r for r in resources if r["type"] == "aws_placement_group"]
     assert group["values"]["strategy"] == "cluster"
     templates = [r for r in resources if r["type"] == "aws_launch_template"]
@@ -703,13 +710,7 @@ def test_an_efa_fleet_stays_in_one_subnet(example_name, efa, tf_env, moto_endpoi
     limitations). moto accepts an EFA group spread over two zones' subnets; AWS would launch it, and NCCL's EFA
     transport, which the prediction priced, would not reach across. The module keeps an EFA fleet in the first subnet
     given and lets a fleet without EFA spread (the plan, against moto's API: nothing is created)."""
-    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name="us-east-1")
-    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    vpc = ec2.create_vpc(CidrBlock="10.43.0.0/16")["Vpc"]["VpcId"]
-    subnets = tuple(
-        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.43.{16 * i}.0/20", AvailabilityZone=zone)["Subnet"]["SubnetId"]
-        for i, zone in enumerate(("us-east-1a", "us-east-1b"))
-    )
+    ami, vpc, subnets = _two_zone_network(moto_endpoint, 43)
     plan, choice, options = example(ROOT / "terraform" / "examples" / example_name)
     opts = Options(
         **{
@@ -726,15 +727,7 @@ def test_an_efa_fleet_stays_in_one_subnet(example_name, efa, tf_env, moto_endpoi
     root = generate(plan, tmp_path / "root", choice=choice, options=opts, catalog=catalog).out
     values = json.loads((root / TFVARS).read_text())
     assert any(g["efa"] for g in values["groups"]) is efa
-    assert _tf(tf_env, root, "init", "-input=false", "-no-color").returncode == 0
-    planned = _tf(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
-    assert planned.returncode == 0, planned.stderr
-    shown = json.loads(_tf(tf_env, root, "show", "-json", "tfplan").stdout)
-    (asg,) = [
-        r
-        for r in shown["planned_values"]["root_module"]["child_modules"][0]["resources"]
-        if r["type"] == "aws_autoscaling_group"
-    ]
+    (asg,) = [r for r in _planned_resources(tf_env, root) if r["type"] == "aws_autoscaling_group"]
     # vpc_zone_identifier is a set in the provider's schema: its order is not kept
     assert sorted(asg["values"]["vpc_zone_identifier"]) == ([subnets[0]] if efa else sorted(subnets))
     # no capacity rebalancing: it replaces a training node while it trains, then terminates it without a spot notice
