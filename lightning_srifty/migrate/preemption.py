@@ -24,7 +24,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -90,15 +89,17 @@ class StepPace:
         should_accumulate = getattr(loop, "_should_accumulate", None)
         return True if should_accumulate is None else not should_accumulate()
 
-    def finishes_first(self, trainer: pl.Trainer, save_s: float | None, leave_by: Callable[[float], float]) -> bool:
-        """Whether every rank can train the step's remaining micro-batches and still save (``save_s``) by
-        ``leave_by(now)`` (a collective: every rank calls it at the same batch)."""
+    def finishes_first(self, trainer: pl.Trainer, leaving: SpotPreemption) -> bool:
+        """Whether every rank can train the step's remaining micro-batches and still save (the last save's time) by
+        when ``leaving`` must have left (a collective: every rank calls it at the same batch). A rank that may not
+        wait (a SIGTERM: its sender's grace is not known here, the watchdog's may be 40 s) says no for all."""
         now = time.monotonic()
-        fits = self.micro_s is not None
+        fits = leaving._trigger != "sigterm" and self.micro_s is not None
         if fits:
             k = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
             left = k - trainer.fit_loop.epoch_loop.batch_progress.current.ready % k
-            fits = now + left * (self.micro_s or 0.0) + (save_s or LEAVING_SAVE_S) + RECORD_MARGIN_S <= leave_by(now)
+            save = leaving.writer.last_save_s or LEAVING_SAVE_S
+            fits = now + left * (self.micro_s or 0.0) + save + RECORD_MARGIN_S <= leaving._leave_by(now)
         return bool(trainer.strategy.reduce_boolean_decision(fits, all=True))
 
 
@@ -330,7 +331,7 @@ class SpotPreemption(Callback):
             self.watch.step_ended(trainer.global_step, step_end)
         boundary = self._pace.batch_ended(trainer)
         stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
-        if stop and not boundary and self._pace.finishes_first(trainer, self.writer.last_save_s, self._leave_by):
+        if stop and not boundary and self._pace.finishes_first(trainer, self):
             return  # the step's last micro-batches first, while the window allows; one not leaving waits for its end
         wants = self._rebalance.is_set() or self.writer.due(self.every_s)
         rebalance = not stop and boundary and trainer.strategy.reduce_boolean_decision(wants, all=False)

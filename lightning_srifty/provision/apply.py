@@ -151,14 +151,17 @@ def _keep_checkpoint_bucket(tf: Any, values: dict[str, Any], echo: Callable[[str
     if not bucket:
         return None
     s3 = aws.client("s3", values.get("region"), values.get("aws_endpoint"))
-    with aws.aws_errors(f"looking into the checkpoint bucket {bucket}"):
-        held = s3.list_object_versions(Bucket=bucket, MaxKeys=1)
-        if not (held.get("Versions") or held.get("DeleteMarkers")):
-            return None
-        if delete:
-            echo(f"Deleting every object (and old version) of the checkpoint bucket {bucket}.")
-            aws.empty_bucket(s3, bucket)
-            return None
+    try:  # a bucket that cannot be looked into never holds the fleet's destroy up: it is kept, as if it held some
+        with aws.aws_errors(f"looking into the checkpoint bucket {bucket}"):
+            held = s3.list_object_versions(Bucket=bucket, MaxKeys=1)
+            if not (held.get("Versions") or held.get("DeleteMarkers")):
+                return None
+            if delete:
+                echo(f"Deleting every object (and old version) of the checkpoint bucket {bucket}.")
+                aws.empty_bucket(s3, bucket)
+                return None
+    except ProvisionError as exc:
+        echo(f"WARNING: {exc} The bucket is kept out of the destroy.")
     for address in addresses:
         code, _, err = _run(tf, "state rm", address, stream=False)
         if code != 0:
@@ -672,7 +675,8 @@ def destroy(
         if attempt == 0:
             echo("terraform destroy failed: once more (a resource found already gone is dropped on the second pass).")
     if code != 0:
-        raise ProvisionError(f"terraform destroy failed in {root} (see the output above). {err.strip()[-2000:]}")
+        also = f" The checkpoint bucket {kept} was kept, out of the state." if kept else ""
+        raise ProvisionError(f"terraform destroy failed in {root} (see the output above).{also} {err.strip()[-2000:]}")
     if kept:
         echo(
             f"Kept the checkpoint bucket s3://{kept}: it holds the run's checkpoints and logs, encrypted, versioned "

@@ -105,26 +105,37 @@ def test_sigterm_is_a_notice_too(tmp_path) -> None:
 def test_a_notice_between_micro_batches_checkpoints_at_the_steps_end(tmp_path) -> None:
     """A review: with gradient accumulation the notice was acted on between the micro-batches of a step; Lightning
     keeps no accumulated gradient in a checkpoint while the data position counts those micro-batches as consumed, so
-    the resumed step took the rest only. Where the window allows, the step's remaining micro-batches run first and
-    the checkpoint is at its end (4 micro-batches a step, SIGTERM on the 2nd of step 3); a periodic checkpoint
-    always waits for the step's end."""
+    the resumed step took the rest only. Where the notice's window allows, the step's remaining micro-batches run
+    first and the checkpoint is at its end (4 micro-batches a step, the spot notice during step 3); a SIGTERM, whose
+    sender's grace is not known (the watchdog's may be 40 s), is left at once as before; a periodic checkpoint always
+    waits for the step's end."""
     from lightning.pytorch.callbacks import Callback
 
-    class TermAt(Callback):
-        def __init__(self, batch: int) -> None:
-            self.batch = batch
+    class NoticeAtBatch(Callback):
+        def __init__(self, imds: FakeIMDS | None, batch: int) -> None:
+            self.imds, self.batch = imds, batch
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            if batch_idx == self.batch:
+            time.sleep(0.03)  # the watcher polls in between
+            if batch_idx == self.batch and self.imds is not None:
+                self.imds.metadata[ACTION] = json.dumps({"action": "terminate", "time": "soon"})
+            elif batch_idx == self.batch:
                 os.kill(os.getpid(), signal.SIGTERM)
 
-    handler = SpotPreemption(str(tmp_path / "leave"), endpoint=None, exit_process=False)
-    t = trainer([TermAt(9), handler], max_steps=30, accumulate_grad_batches=4)
+    def progress(path: str) -> tuple[int, int]:
+        saved = torch.load(path, weights_only=False)
+        return saved["global_step"], saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]["processed"]
+
+    with FakeIMDS({}) as imds:
+        handler = SpotPreemption(str(tmp_path / "leave"), endpoint=imds.endpoint, interval_s=0.01, exit_process=False)
+        t = trainer([NoticeAtBatch(imds, 9), handler], max_steps=30, accumulate_grad_batches=4)
+        t.fit(TinyModel(), train_dataloaders=loader())
+    step, processed = progress(find_checkpoint(str(tmp_path / "leave")))
+    assert handler.preempted and 3 <= step <= 4 and processed == 4 * step, (step, processed)  # at a step's end
+    handler = SpotPreemption(str(tmp_path / "term"), endpoint=None, exit_process=False)
+    t = trainer([NoticeAtBatch(None, 9), handler], max_steps=30, accumulate_grad_batches=4)
     t.fit(TinyModel(), train_dataloaders=loader())
-    assert handler.preempted and t.global_step == 3  # batches 8-11 are step 3: it ended, then the checkpoint
-    saved = torch.load(find_checkpoint(str(tmp_path / "leave")), weights_only=False)
-    progress = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]
-    assert saved["global_step"] == 3 and progress["processed"] == 12, progress
+    assert handler.preempted and progress(find_checkpoint(str(tmp_path / "term"))) == (2, 10)  # at once
     # a periodic checkpoint: every 0 s is due at every batch, and is made at the steps' ends only
     periodic = SpotPreemption(str(tmp_path / "periodic"), endpoint=None, exit_process=False, every_s=1e-9, keep=10)
     t = trainer([periodic], max_steps=3, accumulate_grad_batches=4)
