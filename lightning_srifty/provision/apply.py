@@ -133,7 +133,9 @@ def _check_credentials(values: dict[str, Any]) -> None:
         )
 
 
-def _keep_checkpoint_bucket(tf: Any, values: dict[str, Any], echo: Callable[[str], None], delete: bool) -> str | None:
+def _keep_checkpoint_bucket(
+    tf: Any, root: Path, values: dict[str, Any], echo: Callable[[str], None], delete: bool
+) -> str | None:
     """Before a destroy (see :func:`destroy`): the module's checkpoint bucket out of the state when it holds
     anything (its name), or emptied when ``delete``; None when there is none, it is empty, or its force_destroy is
     on (terraform empties it)."""
@@ -143,10 +145,9 @@ def _keep_checkpoint_bucket(tf: Any, values: dict[str, Any], echo: Callable[[str
     addresses = [a for a in listed.split() if _bucket_part(a)]
     if code != 0 or not addresses:
         return None
-    code, out, _ = _run(tf, "output", "-json", stream=False)
     try:
-        bucket = (json.loads(out)["fleet"]["value"] or {}).get("checkpoint_bucket") if code == 0 else None
-    except (ValueError, KeyError, TypeError):
+        bucket = (outputs(root).get("fleet") or {}).get("checkpoint_bucket")
+    except (ProvisionError, ValueError, AttributeError):
         bucket = None
     if not bucket:
         return None
@@ -659,7 +660,7 @@ def destroy(
         raise ProvisionError(f"terraform init failed in {root}:\n{err.strip()}{never}")
     echo(f"Destroying fleet {values.get('name')} ({root}).")
     _confirm(f"Destroy every resource of {values.get('name')}?", yes, ask)
-    kept = _keep_checkpoint_bucket(tf, values, echo, delete=delete_checkpoints)
+    kept = _keep_checkpoint_bucket(tf, root, values, echo, delete=delete_checkpoints)
     # a teardown: an interruption waits for it to end (_run_shown's critical), terraform in a session of its own;
     # a failed pass is run once more within the time given: what it found already gone (an answer lost and retried,
     # EC2's eventual consistency) is dropped from the state by the second pass's refresh

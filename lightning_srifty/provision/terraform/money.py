@@ -189,9 +189,7 @@ def _groups(values: Mapping[str, Any]) -> Iterable[tuple[int, dict[str, Any]]]:
 def _check_written_type(k: int, group: Mapping[str, Any], catalog: Catalog) -> None:
     """A written group's GPUs a node and its EFA interfaces are its type's (a trial: a group edited to p4d.24xlarge
     kept gpus_per_instance 1, one process on an 8-GPU node, and went to terraform plan)."""
-    itype = catalog.get(str(group.get("instance_type")))
-    if itype is None:  # group_usd_per_hour has named it
-        return
+    itype = catalog.get(str(group.get("instance_type")))  # known: group_usd_per_hour has refused an unknown one
     if group.get("gpus_per_instance") != itype.gpus:
         raise _mismatch(f"groups[{k}].gpus_per_instance", group.get("gpus_per_instance"), itype.gpus,
                         f"GPUs of one {itype.name}", written=True)  # fmt: skip
