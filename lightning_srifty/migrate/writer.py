@@ -149,7 +149,7 @@ class CheckpointWriter:
         self.stored = trainer.strategy.broadcast(self.stored)
         if where == final:  # durable in the store: the local copy is not needed any more
             trainer.strategy.barrier("srifty-sharded-uploaded")
-            if trainer.is_global_zero:
+            if trainer.local_rank == 0:  # every node's copy (its own disk)
                 shutil.rmtree(local, ignore_errors=True)
                 with contextlib.suppress(OSError):
                     os.remove(local + DIGEST_SUFFIX)
@@ -161,8 +161,8 @@ class CheckpointWriter:
         import torch.distributed as dist
 
         partial = final + ".partial"
-        if trainer.is_global_zero:  # a save cut short earlier (maybe on another world size) leaves stale shards
-            shutil.rmtree(partial, ignore_errors=True)
+        if trainer.local_rank == 0:  # a save cut short earlier (maybe on another world size) leaves stale shards
+            shutil.rmtree(partial, ignore_errors=True)  # on every node: each has its own disk (or shares this one)
         trainer.strategy.barrier("srifty-sharded-clean")
         trainer.save_checkpoint(partial, weights_only=False)
         trainer.strategy.barrier("srifty-preempt-save")
@@ -175,10 +175,11 @@ class CheckpointWriter:
         digests = {rel: h for part in gathered for rel, h in (part or {}).items()}
         if trainer.is_global_zero:
             write_manifest(fs, final, digests)  # before the rename: a published directory always has it
-            if os.path.isdir(final):
-                shutil.rmtree(final)
-            os.replace(partial, final)
+            _into_place(partial, final)
         trainer.strategy.barrier("srifty-preempt-renamed")
+        if trainer.local_rank == 0 and not trainer.is_global_zero and os.path.isdir(partial):
+            _into_place(partial, final)  # another node's own disk: its ranks' shards (on a shared disk, none left)
+        trainer.strategy.barrier("srifty-node-renamed")
         return digests
 
     def _remote(self, trainer: pl.Trainer, final: str, deadline_s: float | None) -> str:
@@ -263,11 +264,14 @@ class CheckpointWriter:
         """Keep the newest ``keep`` periodic checkpoints in the store and, apart, the newest ``keep`` of those an
         upload left on local disk: a checkpoint kept locally in an outage never costs the store one of its durable
         ones (the local ones die with the instance). A removal that fails is said and tried again at the next prune;
-        it never stops the training."""
-        if not trainer.is_global_zero:
+        it never stops the training.
+
+        Global rank 0 removes from the store; the local rank 0 of every node removes the node's own local copies (a
+        sharded one is on every node's disk)."""
+        if trainer.local_rank != 0:
             return
         periodic = [p for p in self.checkpoints if "/periodic-step=" in p]
-        stored = [p for p in periodic if p.startswith(self.dirpath + "/")]
+        stored = [p for p in periodic if p.startswith(self.dirpath + "/")] if trainer.is_global_zero else []
         local = [p for p in periodic if not p.startswith(self.dirpath + "/")]
         for old in stored[: -self.keep] + local[: -self.keep]:
             try:
@@ -276,6 +280,13 @@ class CheckpointWriter:
                 log.warning("SpotPreemption: could not remove the old checkpoint %s (%s); tried again later", old, exc)
                 continue
             self.checkpoints.remove(old)
+
+
+def _into_place(partial: str, final: str) -> None:
+    """Rename a saved directory into place, over an older one of the same name."""
+    if os.path.isdir(final):
+        shutil.rmtree(final)
+    os.replace(partial, final)
 
 
 def default_local_fallback(dirpath: str) -> str:

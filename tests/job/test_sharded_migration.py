@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -134,6 +136,76 @@ def test_checkpoints_on_s3_are_published_with_a_manifest_and_pruned(moved) -> No
     assert sorted(manifest) == [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
     assert find_checkpoint(URL) == f"{URL}/preempt-step=5.ckpt"
     assert not (Path(os.environ.get("TMPDIR", "/tmp")) / "srifty-checkpoints" / "preempt-step=5.ckpt").exists()
+
+
+TWO_NODES = "s3://ckpts/fsdp-two-nodes"
+
+
+def _private_disks() -> str | None:
+    """Why each node cannot get a disk of its own here (None: it can): a tmpfs in a mount namespace of its own."""
+    if shutil.which("unshare") is None:
+        return "no unshare(1)"
+    probe = subprocess.run(["unshare", "-m", "mount", "-t", "tmpfs", "tmpfs", "/mnt"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"unshare -m cannot mount a tmpfs ({probe.stderr.strip()[:120]})"
+
+
+def _two_torchrun_nodes(out: Path, env: dict[str, str], *args: str) -> None:
+    """The leg on two torchrun agents of one process each, node 1 started 2 s after node 0. Each agent runs in a mount
+    namespace of its own with a tmpfs at the same path, its TMPDIR: two nodes with local disks of their own under one
+    name, as every instance of a fleet has /tmp (Lightning saves every rank's shards under global rank 0's path)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    disk = out / "disk"
+    disk.mkdir(parents=True)
+    cmd = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=256m tmpfs "$TMPDIR" && exec "$@"', "node"]
+    cmd += [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1"]
+    cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"fsdp-{port}"]
+    cmd += [str(SCRIPTS / "fsdp_migrate_run.py"), str(out), "--max-steps", str(STEPS), "--node-disk", *args]
+    agents = []
+    for node in (0, 1):
+        with open(out / f"node{node}.log", "w") as log:  # the agent writes through its own copy
+            agents.append(subprocess.Popen(cmd, env={**env, "TMPDIR": str(disk)}, stdout=log, stderr=subprocess.STDOUT))
+        time.sleep(2)
+    try:
+        codes = [agent.wait(timeout=300) for agent in agents]
+    finally:
+        for agent in agents:  # only after a timeout: nothing of the test is left running
+            if agent.poll() is None:
+                agent.kill()
+    for node, rc in enumerate(codes):
+        assert rc == 0, (out / f"node{node}.log").read_text()[-4000:]
+
+
+def test_two_nodes_with_their_own_disks_publish_a_sound_sharded_checkpoint(moved, tmp_path) -> None:
+    """A fleet of two nodes, FSDP sharded across them (a 7B plan's layout), checkpoints to S3 on a notice. Each node
+    saves its ranks' shards on its own disk first. Only global rank 0 renamed the saved directory into place, so node
+    1's shard stayed under its temporary name and was never uploaded: the manifest named a shard the store did not
+    have and the run had no checkpoint to resume. Each node publishes and uploads its own shards, and keeps no copy."""
+    why = _private_disks()
+    if why is not None:
+        pytest.skip(f"two nodes with disks of their own need a mount namespace: {why}")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SCRIPTS.parents[1]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    leave = tmp_path / "two-nodes"
+    _two_torchrun_nodes(leave, env, "--batch-sizes", "6,6", "--sigterm-at", str(LEAVE_AT), "--ckpt-uri", TWO_NODES)
+    ref = _seen(moved / "ref")
+    assert sorted(_seen(leave)) == sorted(ref)[:LEAVE_AT]
+    fs = store.filesystem(TWO_NODES)
+    newest = f"{TWO_NODES}/preempt-step={LEAVE_AT}.ckpt"
+    shards = [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(newest)) == shards
+    assert find_checkpoint(TWO_NODES) == newest
+    # each node's local copies went once the store held them (every step took a periodic checkpoint: keep=2)
+    for rank in (0, 1):
+        assert (leave / f"disk-rank{rank}.txt").read_text().split() == [], f"rank {rank}'s node kept a copy"
+    # and a fleet of two new nodes resumes from it (each node downloads it to its own disk, under one path) at the
+    # next sample, with the uninterrupted run's parameters
+    resumed = tmp_path / "resumed"
+    _two_torchrun_nodes(resumed, env, "--batch-sizes", "6,6", "--resume-from", TWO_NODES)
+    assert sorted(_seen(resumed)) == sorted(ref)[LEAVE_AT:]
+    p_ref, p_run = _params(moved / "ref"), _params(resumed)
+    assert max(abs(a - b) for s in p_run for a, b in zip(p_ref[s], p_run[s], strict=True)) < ATOL
 
 
 def _copy(moved: Path, tmp_path: Path) -> tuple[Path, Path]:

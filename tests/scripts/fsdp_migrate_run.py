@@ -3,6 +3,9 @@
 python tests/scripts/fsdp_migrate_run.py OUT --batch-sizes 6,6 --max-steps 12 [--strategy fsdp|single|ddp]
     [--sigterm-at K] [--resume-from CKPT_DIR] [--ckpt-uri URI]
 
+Under torchrun (``--nnodes 2 --nproc_per_node 1``: two nodes) each agent's processes are the devices and the sampler
+takes the global rank.
+
 A small model of repeated blocks (each its own FSDP unit), Adam. Every rank appends the sample ids of each step to
 OUT/seen-rank<r>.txt ("epoch step id id ..."); rank 0 appends the full (gathered) parameters after each step to
 OUT/params.txt; a resumed run saves what it restored (model and Adam state, with its own strategy: a directory
@@ -14,6 +17,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -130,11 +134,18 @@ def main() -> None:
     p.add_argument("--resume-from", help="a checkpoint folder: resume from the newest sound checkpoint in it")
     p.add_argument("--ckpt-uri", help="where this leg's checkpoints go (default OUT/ckpt)")
     p.add_argument("--every-s", type=float, help="periodic checkpoints this often (keep 2)")
+    p.add_argument(
+        "--node-disk",
+        action="store_true",
+        help="TMPDIR is the node's own disk: a resume downloads there; what is left is listed in OUT/disk-rank<r>.txt",
+    )
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
-    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # under torchrun (the two-node leg) each agent starts its own processes: the sampler takes the global rank
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    rank = int(os.environ["RANK"] if torchrun else os.environ.get("LOCAL_RANK", "0"))
     sampler = GlobalBatchSampler(N, sizes, rank, shuffle=True, seed=7)
     loader = DataLoader(Indexed(), batch_sampler=sampler)
     preemption = SpotPreemption(args.ckpt_uri or str(out / "ckpt"), exit_process=False, every_s=args.every_s, keep=2)
@@ -153,7 +164,7 @@ def main() -> None:
         strategy = "auto"
     trainer = pl.Trainer(
         accelerator="cpu",
-        devices=len(sizes),
+        devices=int(os.environ["LOCAL_WORLD_SIZE"]) if torchrun else len(sizes),
         strategy=strategy,
         max_steps=args.max_steps,
         use_distributed_sampler=False,
@@ -167,12 +178,16 @@ def main() -> None:
     if args.resume_from:
         found = find_checkpoint(args.resume_from)
         assert found is not None, f"no sound checkpoint in {args.resume_from}"
-        ckpt = local_checkpoint(found, str(out / "download"))  # a remote directory: fetched and checked first
+        cache = os.path.join(tempfile.gettempdir(), "download") if args.node_disk else str(out / "download")
+        ckpt = local_checkpoint(found, cache)  # a remote directory: fetched and checked first
         if args.strategy != "fsdp" and os.path.isdir(ckpt):  # one device / DDP read files only
             ckpt = consolidate(ckpt, str(out / f"consolidated-rank{rank}.ckpt"))
     trainer.fit(Model(out), train_dataloaders=loader, ckpt_path=ckpt, weights_only=True)
     if preemption.preempted and trainer.is_global_zero:
         (out / "preempted.json").write_text(json.dumps({"step": trainer.global_step, "checkpoint": ckpt}))
+    if args.node_disk and not args.resume_from:  # the node's disk is gone with its mount namespace: what it kept
+        left = sorted(str(p.relative_to(tempfile.gettempdir())) for p in Path(tempfile.gettempdir()).rglob("*step=*"))
+        (out / f"disk-rank{trainer.global_rank}.txt").write_text("\n".join(left))
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 
