@@ -18,7 +18,11 @@ CHECKPOINT_SHARE = 0.5  # the measurement may use at most half of the free disk,
 
 def measure_checkpoint(trainer: pl.Trainer, notes: list[str]) -> dict[str, Any] | None:
     """Save one full checkpoint to local disk (every rank takes part) and read it back on rank 0, as far as the
-    host allows; what was skipped goes in ``notes``. Never raises."""
+    host allows; what was skipped goes in ``notes``. Never raises.
+
+    On a fleet of several nodes each has its own disk: a sharded checkpoint's shards are then on the disks of the
+    nodes whose ranks wrote them. Its size is every rank's files, summed; rank 0 reads it back only where it sees every
+    shard (one node, or a shared disk); each node removes its own copy."""
     # what the checkpoint will hold, before writing a byte of it: a 7B model with Adam is ~84 GB, which must
     # neither fill the disk nor be read back into a host of 16 GiB (an OOM kill nobody can catch)
     need = state_bytes(trainer)
@@ -34,38 +38,75 @@ def measure_checkpoint(trainer: pl.Trainer, notes: list[str]) -> dict[str, Any] 
         return None
     folder = tempfile.mkdtemp(prefix="srifty-ckpt-") if trainer.is_global_zero else ""
     try:
-        folder = trainer.strategy.broadcast(folder)
+        folder = trainer.strategy.broadcast(folder)  # one path on every node (Lightning saves under rank 0's)
         path = os.path.join(folder, "measure.ckpt")
         start = time.perf_counter()
         trainer.save_checkpoint(path, weights_only=False)  # the full checkpoint a resume needs (said: no log line)
         trainer.strategy.barrier("srifty-measure-checkpoint")
         save_s = time.perf_counter() - start
-        if not trainer.is_global_zero:
+        files = _files_by_rank(trainer, path)  # rank 0's: what every rank wrote, and how large
+        result = None
+        if trainer.is_global_zero:
+            try:
+                result = _read_back(path, plan, files, notes)
+            except Exception as exc:  # noqa: BLE001 - the other ranks wait at the barrier below
+                notes.append(f"checkpoint cost not measured: {type(exc).__name__}: {exc}")
+        trainer.strategy.barrier("srifty-measure-read")  # a shared disk: nobody removes what rank 0 still reads
+        if result is None:
             return None
-        load_s = None
-        sharded = os.path.isdir(path)  # FSDP's sharded state: a torch.distributed.checkpoint directory
-        if plan["load"]:
-            start = time.perf_counter()
-            if sharded:  # every shard read back into one process, as a resume on another world size reads them
-                from pathlib import Path
-
-                from lightning.fabric.utilities.load import _load_distributed_checkpoint
-
-                _load_distributed_checkpoint(Path(path))
-            else:
-                torch.load(path, map_location="cpu", weights_only=True)
-            load_s = time.perf_counter() - start
-        else:
-            notes.append(plan["why_no_load"])
-        size = sum(e.stat().st_size for e in os.scandir(path) if e.is_file()) if sharded else os.path.getsize(path)
-        where = "local disk, sharded directory read back by one process" if sharded else "local disk"
-        return {"save_s": save_s, "load_s": load_s, "bytes": size, "where": where}
+        return {"save_s": save_s, **result}
     except Exception as exc:  # noqa: BLE001 - a measurement, never a reason to stop training
         notes.append(f"checkpoint cost not measured: {type(exc).__name__}: {exc}")
         return None
     finally:
-        if trainer.is_global_zero and folder:
+        if trainer.local_rank == 0 and folder:  # every node's copy (its own disk)
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _files_by_rank(trainer: pl.Trainer, path: str) -> dict[int, dict[str, int]]:
+    """Each rank's files of the saved checkpoint (a directory: the shards it wrote; a file: rank 0's) and their
+    sizes, gathered on every rank."""
+    from lightning_srifty.migrate.checkpoints import owned_files
+
+    if os.path.isdir(path):
+        mine = {rel: os.path.getsize(os.path.join(path, rel)) for rel in owned_files(path, trainer.global_rank)}
+    else:
+        mine = {os.path.basename(path): os.path.getsize(path)} if trainer.is_global_zero else {}
+    gathered: list[Any] = [mine]
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and trainer.world_size > 1:
+        gathered = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(gathered, mine)
+    return {rank: part or {} for rank, part in enumerate(gathered)}
+
+
+def _read_back(path: str, plan: dict[str, Any], files: dict[int, dict[str, int]], notes: list[str]) -> dict[str, Any]:
+    """Rank 0: the checkpoint's size and, where the host allows and rank 0 sees every file, its read-back time."""
+    sharded = os.path.isdir(path)  # FSDP's sharded state: a torch.distributed.checkpoint directory
+    size = sum(n for part in files.values() for n in part.values())
+    where = "local disk, sharded directory read back by one process" if sharded else "local disk"
+    named = [os.path.join(path, rel) if sharded else path for part in files.values() for rel in part]
+    missing = [name for name in named if not os.path.exists(name)]
+    load_s = None
+    if not plan["load"]:
+        notes.append(plan["why_no_load"])
+    elif missing:
+        where = "local disks of the nodes, sharded directory (not read back)"
+        notes.append(
+            f"checkpoint read-back not measured: {len(missing)} of its {sum(map(len, files.values()))} files are on "
+            "other nodes' disks (a resume reads them from the checkpoint store)"
+        )
+    else:
+        start = time.perf_counter()
+        if sharded:  # every shard read back into one process, as a resume on another world size reads them
+            from pathlib import Path
+
+            from lightning.fabric.utilities.load import _load_distributed_checkpoint
+
+            _load_distributed_checkpoint(Path(path))
+        else:
+            torch.load(path, map_location="cpu", weights_only=True)
+        load_s = time.perf_counter() - start
+    return {"load_s": load_s, "bytes": size, "where": where}
 
 
 def state_bytes(trainer: pl.Trainer) -> int:

@@ -5,6 +5,7 @@ checkpoints are damaged in every way find_checkpoint must notice."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -206,6 +207,29 @@ def test_two_nodes_with_their_own_disks_publish_a_sound_sharded_checkpoint(moved
     assert sorted(_seen(resumed)) == sorted(ref)[LEAVE_AT:]
     p_ref, p_run = _params(moved / "ref"), _params(resumed)
     assert max(abs(a - b) for s in p_run for a, b in zip(p_ref[s], p_run[s], strict=True)) < ATOL
+
+
+def test_the_profiler_measures_a_checkpoint_sharded_over_two_nodes_disks(moved, tmp_path) -> None:
+    """A review: SriftyCallback's checkpoint measurement (on by default) saved under rank 0's temporary folder, whose
+    shards then lay on each node's own disk, and rank 0 read the whole checkpoint back from its own: torch raised
+    CheckpointException (a BaseException, past the measurement's guard) and the run died at the end of the profile
+    window on every multi-node sharded fleet. Its size now counts every rank's files, the read-back is left out where
+    rank 0 does not see every shard (said in the notes), and each node removes its copy."""
+    why = _private_disks()
+    if why is not None:
+        pytest.skip(f"two nodes with disks of their own need a mount namespace: {why}")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SCRIPTS.parents[1]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out = tmp_path / "profiled"
+    _two_torchrun_nodes(out, env, "--batch-sizes", "6,6", "--profile")
+    assert len(_seen(out)) == STEPS  # trained past the window
+    profile = json.loads((out / "profile.json").read_text())
+    shards = store.filesystem(URL).du(f"{URL}/preempt-step={LEAVE_AT}.ckpt", total=False)  # the same model's shards
+    shard_bytes = sum(n for name, n in shards.items() if name.endswith(".distcp"))
+    assert profile["checkpoint"]["bytes"] >= shard_bytes and profile["checkpoint"].get("load_s") is None
+    assert any("files are on other nodes' disks" in note for note in profile["notes"])
+    for rank in (0, 1):
+        assert (out / f"disk-rank{rank}.txt").read_text().split() == [], f"rank {rank}'s node kept the measured one"
 
 
 def _copy(moved: Path, tmp_path: Path) -> tuple[Path, Path]:

@@ -1,7 +1,7 @@
 """One leg of a moved sharded run: FSDP (sharded checkpoints) + GlobalBatchSampler + ExactResume + SpotPreemption.
 
 python tests/scripts/fsdp_migrate_run.py OUT --batch-sizes 6,6 --max-steps 12 [--strategy fsdp|single|ddp]
-    [--sigterm-at K] [--resume-from CKPT_DIR] [--ckpt-uri URI]
+    [--sigterm-at K] [--resume-from CKPT_DIR] [--ckpt-uri URI] [--profile] [--node-disk]
 
 Under torchrun (``--nnodes 2 --nproc_per_node 1``: two nodes) each agent's processes are the devices and the sampler
 takes the global rank.
@@ -134,6 +134,7 @@ def main() -> None:
     p.add_argument("--resume-from", help="a checkpoint folder: resume from the newest sound checkpoint in it")
     p.add_argument("--ckpt-uri", help="where this leg's checkpoints go (default OUT/ckpt)")
     p.add_argument("--every-s", type=float, help="periodic checkpoints this often (keep 2)")
+    p.add_argument("--profile", action="store_true", help="SriftyCallback's window (1 + 3 steps) to OUT/profile.json")
     p.add_argument(
         "--node-disk",
         action="store_true",
@@ -150,6 +151,11 @@ def main() -> None:
     loader = DataLoader(Indexed(), batch_sampler=sampler)
     preemption = SpotPreemption(args.ckpt_uri or str(out / "ckpt"), exit_process=False, every_s=args.every_s, keep=2)
     callbacks = [ExactResume(), Record(out, args.sigterm_at), preemption]
+    if args.profile:  # the profiler's defaults (the checkpoint measured) but a short window
+        from lightning_srifty import SriftyCallback
+
+        profiler = SriftyCallback(warmup_steps=1, profile_steps=3, output=str(out / "profile.json"), recommend=False)
+        callbacks.append(profiler)
     if args.strategy == "fsdp":
         from lightning_srifty.strategies.fsdp import SriftyFSDPStrategy  # FSDP on CPU/gloo too, blocks by name
 
@@ -186,7 +192,8 @@ def main() -> None:
     if preemption.preempted and trainer.is_global_zero:
         (out / "preempted.json").write_text(json.dumps({"step": trainer.global_step, "checkpoint": ckpt}))
     if args.node_disk and not args.resume_from:  # the node's disk is gone with its mount namespace: what it kept
-        left = sorted(str(p.relative_to(tempfile.gettempdir())) for p in Path(tempfile.gettempdir()).rglob("*step=*"))
+        tmp = Path(tempfile.gettempdir())  # a checkpoint's copies, and the profiler's measured checkpoint
+        left = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if "step=" in p.name or "srifty-ckpt" in p.name)
         (out / f"disk-rank{trainer.global_rank}.txt").write_text("\n".join(left))
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
