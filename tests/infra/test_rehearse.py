@@ -404,3 +404,24 @@ def test_a_job_that_finishes_before_the_notice_is_told_to_run_longer() -> None:
     read only "exited with 0 first"); another exit code is reported as it is."""
     assert walk.exited_first(1, "i-1", 0).startswith("node 1 (i-1) exited with 0 first: the training finished before")
     assert walk.exited_first(2, "i-2", 1) == "node 2 (i-2) exited with 1 first"
+
+
+def test_each_rehearsal_node_has_a_disk_of_its_own_at_one_path(tmp_path) -> None:
+    """A fleet's instances each have their own /tmp under one name. The rehearsal's nodes shared this machine's, which
+    hid a job leaving on one node a file another needs (a multi-node sharded checkpoint's shards, ccd391a). Each node
+    now runs in a mount namespace with a tmpfs at one path, its TMPDIR: what one writes there the other never sees,
+    and nothing is left on this machine's disk."""
+    from lightning_srifty.provision.rehearsal.node import _on_its_own_disk, private_disk
+
+    why = private_disk()
+    if why is not None:
+        pytest.skip(f"the nodes share this machine's TMPDIR here: {why}")
+    disk, seen = tmp_path / "node-tmp", []
+    for node in ("node1", "node2"):
+        env = {"PATH": os.environ["PATH"]}
+        script = f'ls "$TMPDIR"; echo {node} > "$TMPDIR/shard"; cat "$TMPDIR/shard"'
+        command = _on_its_own_disk(["sh", "-c", script], env, disk)
+        assert env["TMPDIR"] == str(disk)
+        seen.append(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.split())
+    assert seen == [["node1"], ["node2"]]  # the second found nothing of the first's on "its" disk
+    assert list(disk.iterdir()) == []

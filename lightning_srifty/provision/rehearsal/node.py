@@ -12,7 +12,9 @@ process the node starts carries its token in the environment (``setsid`` does no
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -106,7 +108,7 @@ class Node:
         self.started = time.monotonic()
         with open(self.work / "console.log", "wb") as console:
             self.proc = subprocess.Popen(
-                ["bash", str(self.work / "user_data.sh")],
+                _on_its_own_disk(["bash", str(self.work / "user_data.sh")], env, self.work.parent / "node-tmp"),
                 cwd="/",
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -168,6 +170,30 @@ class Node:
         if self.imds is not None:
             self.imds.__exit__()
             self.imds = None
+
+
+def _on_its_own_disk(command: list[str], env: dict[str, str], disk: Path) -> list[str]:
+    """``command`` run with a disk of its own at ``disk`` (the same path on every node), its TMPDIR, where
+    :func:`private_disk` allows; else as it is."""
+    if private_disk() is not None:
+        return command
+    disk.mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(disk)
+    return ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=8g tmpfs "$TMPDIR" && exec "$@"', "node", *command]
+
+
+@functools.cache
+def private_disk() -> str | None:
+    """Why the nodes cannot have local disks of their own here (None: they can). Each node then runs in a mount
+    namespace of its own with a tmpfs at one path, its TMPDIR, as every instance has its own /tmp under one name: a
+    job that leaves on one node a file another node needs (a sharded checkpoint's shards) fails here as on a fleet.
+    That takes root (``unshare -m``); without it the nodes share this machine's TMPDIR."""
+    if os.geteuid() != 0:
+        return "not root: unshare -m needs it"
+    if shutil.which("unshare") is None:
+        return "no unshare(1)"
+    probe = subprocess.run(["unshare", "-m", "mount", "-t", "tmpfs", "tmpfs", "/mnt"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"unshare -m cannot mount a tmpfs: {probe.stderr.strip()[:120]}"
 
 
 def pids_with(entry: str) -> set[int]:

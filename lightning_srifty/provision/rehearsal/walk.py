@@ -39,7 +39,7 @@ from lightning_srifty.provision.base import Interrupts
 from lightning_srifty.provision.preflight import ENVIRONMENT_FILE
 from lightning_srifty.provision.rehearsal.aws_rules import AwsRulesProxy
 from lightning_srifty.provision.rehearsal.local_aws import LocalAWS, free_port, port_free
-from lightning_srifty.provision.rehearsal.node import Node, base_python
+from lightning_srifty.provision.rehearsal.node import Node, base_python, private_disk
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.generate import TFVARS
 from lightning_srifty.provision.terraform.snapshot import load_snapshot, read_member
@@ -426,6 +426,7 @@ class _Walk:
         self.aws.enforce_iam(True)
         os.environ.update(self.aws.admin)
         self.say(f"IAM enforced: the nodes hold exactly the policy of role {roles[0]}")
+        self.say(_disks_note())
         self._start_new(leg=1)
 
     def _start_new(self, leg: int) -> None:
@@ -637,6 +638,14 @@ def _bucket_kept(s3: Any, bucket: str, kept: str | None) -> tuple[bool, str]:
     if kept == bucket:
         return True, "terraform destroy of the rehearsal's fleet in the local AWS, its checkpoint bucket kept"
     return False, f"the destroy did not keep the checkpoint bucket {bucket} (kept: {kept})"
+
+
+def _disks_note() -> str:
+    """What the rehearsal says of the nodes' local disks (:func:`.node.private_disk`)."""
+    why = private_disk()
+    if why is None:
+        return "each node has a disk of its own at one path, its TMPDIR (a tmpfs in a mount namespace of its own)"
+    return f"the nodes share this machine's TMPDIR ({why}): a job needing a file on another node's disk passes here"
 
 
 def _listing_prefixes(policy: str) -> tuple[str, ...]:
