@@ -462,6 +462,22 @@ _FORMATS = {
 }
 
 
+def rank_batch_fields(entry: PlanEntry, sizes: list[int]) -> dict[str, Any]:
+    """The :class:`LaunchEnv` fields that give a fleet's ranks ``sizes`` (per-rank batches in the entry's group order)
+    where torchrun numbers the ranks in the order the nodes join: ``batch_sizes`` on one GPU type or where every rank
+    takes the same batch, else ``batch_groups`` (each group's slice of ``sizes``, keyed by its instance type), which
+    the strategies match to every rank's node group at set-up (``srifty terraform``'s planned batches, and
+    ``srifty launch``'s handover to a fleet)."""
+    if not (entry.heterogeneous and len(set(sizes)) > 1):
+        return {"batch_sizes": tuple(sizes)}
+    groups, at = [], 0
+    for group in entry.groups:
+        ranks = group.count * group.gpus_per_instance
+        groups.append((group.instance_type, tuple(sizes[at : at + ranks])))
+        at += ranks
+    return {"batch_groups": tuple(groups)}
+
+
 def batch_groups_text(groups: Sequence[tuple[str, Sequence[int]]]) -> str:
     """``LaunchEnv.batch_groups`` as its variable holds it (:func:`parse_batch_groups` reads it back)."""
     return ";".join(f"{key}={','.join(map(str, sizes))}" for key, sizes in groups)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 from typing import Any
 
 from predictor.exceptions import MigrationError
 
+_SHARD = re.compile(r"__(\d+)_\d+\.distcp$")  # torch.distributed.checkpoint's file of a rank
 DIGEST_SUFFIX = ".sha256"  # beside every checkpoint SpotPreemption publishes, in sha256sum's format (its manifest)
 
 
@@ -134,3 +136,17 @@ def clear(dirpath: str, *names: str) -> None:
     for name in names:
         if fs.exists(path(dirpath, name)):
             fs.rm(path(dirpath, name))
+
+
+def owned_files(directory: str, rank: int) -> list[str]:
+    """The files of a local checkpoint directory that ``rank`` wrote (its ``__<rank>_<n>.distcp``); rank 0 also owns
+    the rest (``.metadata``, ``meta.pt``). Each rank hashes and uploads its own: no file twice, and on a multi-node
+    fleet with node-local disks each file is handled on the node that has it."""
+    mine = []
+    for root, _, files in os.walk(directory):
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), directory).replace(os.sep, "/")
+            shard = _SHARD.search(name)
+            if (int(shard.group(1)) if shard else 0) == rank:
+                mine.append(rel)
+    return sorted(mine)

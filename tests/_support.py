@@ -143,6 +143,7 @@ class Recorder:
     ``fail_up`` as a failed terraform apply does."""
 
     kind = "recorder"
+    ranks_in_join_order = True  # as a fleet's nodes
 
     def __init__(self, spot_refusals: int = 0, fail_up: frozenset[str] = frozenset()) -> None:
         self.calls: list[tuple[str, str]] = []

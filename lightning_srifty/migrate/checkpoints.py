@@ -29,14 +29,13 @@ from collections.abc import Callable, Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
-from lightning_srifty.store import DIGEST_SUFFIX, filesystem, no_manifest, put_text
+from lightning_srifty.store import DIGEST_SUFFIX, filesystem, no_manifest, owned_files, put_text  # noqa: F401 - owned_files re-exported
 
 log = logging.getLogger("lightning_srifty")
 
 DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's index (filesystem._metadata_fn)
 LIGHTNING_META = "meta.pt"  # Lightning's non-tensor state in a sharded checkpoint (strategies.fsdp._METADATA_FILENAME)
 _STEP = re.compile(r"step=(\d+)")
-_SHARD = re.compile(r"__(\d+)_\d+\.distcp$")
 
 # What a DCP .metadata pickle may construct: the index's own dataclasses, torch.Size, dtypes and layouts, a path.
 _METADATA_GLOBALS = {
@@ -167,20 +166,6 @@ def writes_directory(strategy: Any) -> bool:
     return getattr(strategy, "_state_dict_type", None) == "sharded" or bool(
         getattr(strategy, "_save_distributed_checkpoint", False)
     )
-
-
-def owned_files(directory: str, rank: int) -> list[str]:
-    """The files of a local checkpoint directory that ``rank`` wrote (its ``__<rank>_<n>.distcp``); rank 0 also owns
-    the rest (``.metadata``, ``meta.pt``). Each rank hashes and uploads its own: no file twice, and on a multi-node
-    fleet with node-local disks each file is handled on the node that has it."""
-    mine = []
-    for root, _, files in os.walk(directory):
-        for name in files:
-            rel = os.path.relpath(os.path.join(root, name), directory).replace(os.sep, "/")
-            shard = _SHARD.search(name)
-            if (int(shard.group(1)) if shard else 0) == rank:
-                mine.append(rel)
-    return sorted(mine)
 
 
 class _MetadataUnpickler(pickle.Unpickler):

@@ -66,7 +66,7 @@ def measure_checkpoint(trainer: pl.Trainer, notes: list[str]) -> dict[str, Any] 
 def _files_by_rank(trainer: pl.Trainer, path: str) -> dict[int, dict[str, int]]:
     """Each rank's files of the saved checkpoint (a directory: the shards it wrote; a file: rank 0's) and their
     sizes, gathered on every rank."""
-    from lightning_srifty.migrate.checkpoints import owned_files
+    from lightning_srifty.store import owned_files
 
     if os.path.isdir(path):
         mine = {rel: os.path.getsize(os.path.join(path, rel)) for rel in owned_files(path, trainer.global_rank)}

@@ -42,6 +42,9 @@ class Provisioner(Protocol):
     half-made and could not release then: the launcher releases them with ``down`` when the launch ends."""
 
     kind: str
+    # torchrun numbers the job's ranks in the order the fleet's nodes join its rendezvous (instances that boot apart),
+    # not in the plan's group order: a mix whose ranks take different batches then gets them by node group
+    ranks_in_join_order: bool
 
     def up(self, plan: Plan, index: int, name: str, zone: str | None = None) -> LaunchedFleet:
         """Bring the capacity of ``plan.entries[index]`` up (nothing runs on it yet), in ``zone`` when given (else

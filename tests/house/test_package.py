@@ -121,7 +121,8 @@ CONTRACTS: dict[str, dict[str, set[str]]] = {
         "timing": set(),
         "comm": {"timing"},  # the all-reduce timer srifty_ddp installs and the profiler reads
         "launch_checks": {"protocol", "store"},  # the Trainer against the launch: read by profiling and migrate
-        "profiling": {"_version", "comm", "console", "imds", "launch_checks", "protocol", "timing"},
+        # the checkpoint-cost measurement reads a sharded checkpoint's files by rank as the store names them
+        "profiling": {"_version", "comm", "console", "imds", "launch_checks", "protocol", "store", "timing"},
         "migrate": {"imds", "launch_checks", "profiling", "protocol", "store"},  # never the reverse: no circle
         "strategies": {"comm", "migrate", "protocol", "store", "timing"},  # srifty_auto resumes through migrate
         "demo": {"profiling", "strategies"},  # the demo trains with srifty_ddp or srifty_auto: it registers them

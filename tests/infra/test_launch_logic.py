@@ -968,3 +968,33 @@ def test_a_plan_for_any_of_the_projects_profiled_models_is_launched(tmp_path) ->
     check_plan_model(mine, tmp_path)  # the user's own model: launched
     with pytest.raises(ConfigError, match=r"measured 'DigitsCNN', 'MyNet' \(.*mynet.json\): rank"):
         check_plan_model(types.SimpleNamespace(model="resnet50"), tmp_path)
+
+
+def test_a_mixed_fleets_handover_gives_each_gpu_type_its_batch_whatever_order_the_nodes_join(plan, tmp_path) -> None:
+    """A review: srifty launch handed a fleet of two GPU types whose ranks take different batches the per-rank list in
+    the plan's group order; torchrun numbers ranks in the order the nodes join, so a slower GPU could take the faster
+    one's larger batch (the step follows the slowest rank; a batch sized for the larger GPU's memory). A fleet's
+    handover now carries the plan's groups, which the job matches to each node's group at set-up (as srifty
+    terraform's values do); local processes, numbered in the plan's order, keep the list."""
+    import dataclasses
+
+    entry = plan.entries[0]
+    first = dataclasses.replace(entry.groups[0], instance_type="g4dn.xlarge", gpu="T4", count=1, micro_batches=(3,))
+    second = dataclasses.replace(entry.groups[0], instance_type="g5.xlarge", gpu="A10G", count=1, micro_batches=(5,))
+    mixed = dataclasses.replace(entry, groups=(first, second))  # the global batch (8) kept
+    assert mixed.heterogeneous and mixed.rank_batches() == [3, 5]
+    mixed_plan = dataclasses.replace(plan, entries=(mixed, *plan.entries[1:]))
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    for in_join_order, expected in ((True, ("SRIFTY_BATCH_GROUPS", "g4dn.xlarge=3;g5.xlarge=5")),
+                                    (False, ("SRIFTY_BATCH_SIZES", "3,5"))):  # fmt: skip
+        recorder = Recorder()
+        recorder.ranks_in_join_order = in_join_order
+        rec, result = _run(mixed_plan, tmp_path / str(in_join_order), job, recorder=recorder)
+        assert "error" not in result, result.get("error")
+        env = rec.envs["f-1"]
+        name, value = expected
+        assert env[name] == value and {"SRIFTY_BATCH_GROUPS", "SRIFTY_BATCH_SIZES"} & set(env) == {name}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty import store
-from lightning_srifty.protocol import LaunchEnv, entry_strategy
+from lightning_srifty.protocol import LaunchEnv, entry_strategy, rank_batch_fields
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import CapacityError
@@ -239,6 +239,12 @@ class Legs:
         until = life_until(fleet.entry, self.run.max_life_h)
         self.heartbeat.max_life_until_unix = until
         sizes, accumulation = fleet_batches(fleet.entry, self.global_batch)
+        # a fleet's nodes: on a mix whose ranks take different batches, by node group (ranks number in join order)
+        batches = (
+            rank_batch_fields(fleet.entry, sizes)
+            if self.provisioner.ranks_in_join_order
+            else {"batch_sizes": tuple(sizes)}
+        )
         env = LaunchEnv(
             launch_id=self.run.launch_id,
             checkpoint_uri=self.run.ckpt,
@@ -246,7 +252,7 @@ class Legs:
             fleet=fleet.entry.fleet,
             plan=plan_uri,
             choice=fleet.index,
-            batch_sizes=tuple(sizes),
+            **batches,
             accumulate_grad_batches=accumulation,
             strategy=entry_strategy(fleet.entry),  # a move to another entry may change the layout
             # when the run began working to this plan (its deadline counts from then; a re-ranked plan's from the move)

@@ -55,6 +55,7 @@ def local_argv(script: list[str]) -> list[str]:
 
 class LocalProvisioner:
     kind = "local"
+    ranks_in_join_order = False  # one torchrun on this machine: ranks in the plan's group order
 
     def __init__(
         self,

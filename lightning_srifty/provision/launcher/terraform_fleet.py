@@ -98,6 +98,7 @@ def capacity_code(text: str) -> str | None:
 
 class TerraformProvisioner:
     kind = "terraform"
+    ranks_in_join_order = True  # each node's torchrun joins the rendezvous when it has booted
 
     def __init__(
         self,

@@ -522,11 +522,12 @@ def planned_batches(entry: PlanEntry) -> dict[str, str]:
     sizes = entry.rank_batches()
     if sizes is None:
         return {}
-    if entry.heterogeneous and len(set(sizes)) > 1:
-        groups = [(g.instance_type, g.micro_batches or ()) for g in entry.groups]
-        batches = {protocol.VARIABLES["batch_groups"]: protocol.batch_groups_text(groups)}
-    else:
-        batches = {protocol.VARIABLES["batch_sizes"]: ",".join(str(b) for b in sizes)}
+    sizes_or_groups = protocol.rank_batch_fields(entry, sizes)
+    batches = (
+        {protocol.VARIABLES["batch_groups"]: protocol.batch_groups_text(sizes_or_groups["batch_groups"])}
+        if "batch_groups" in sizes_or_groups
+        else {protocol.VARIABLES["batch_sizes"]: ",".join(str(b) for b in sizes)}
+    )
     return {
         **batches,
         protocol.VARIABLES["accumulate_grad_batches"]: str(entry.accumulate_grad_batches),
