@@ -9,15 +9,19 @@ notices, triggers, checkpoints), ``protocol`` what the job and the launcher exch
 ``provision/`` the torch-free launcher and Terraform, ``cli/`` the ``srifty`` commands, ``console`` the tables they
 print. The torch-free predictor is the ``predictor`` package.
 
-Attributes load lazily so that the torch-free parts (``srifty recommend``, the service) start fast; importing
-``SriftyCallback`` or ``SriftyDDPStrategy`` (or this package after ``lightning``) registers the ``"srifty_ddp"``
-strategy with Lightning.
+Attributes load lazily so that the torch-free parts (``srifty recommend``, the service) start fast; importing this
+package, before or after ``lightning``, registers the ``"srifty_ddp"``, ``"srifty_fsdp"`` and ``"srifty_auto"``
+strategies with Lightning (once ``lightning.pytorch`` is loaded: :class:`_AfterLightning`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import sys
+import warnings
 from typing import Any
 
 from lightning_srifty import _compat
@@ -70,5 +74,35 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
+class _AfterLightning(importlib.abc.MetaPathFinder):
+    """Registers the srifty strategies (``srifty_ddp``, ``srifty_fsdp``, ``srifty_auto``) as soon as
+    ``lightning.pytorch`` has loaded, when this package was imported first: ``import lightning_srifty`` and then
+    ``Trainer(strategy="srifty_auto")`` work in either order, and this package stays torch-free until then.
+    Lightning checks a strategy's name in ``Trainer()``, before it loads any entry point (``callbacks_factory``): a
+    script that names ``srifty_auto`` must import this package (a trial's script without it stopped on every node)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "lightning.pytorch":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)  # once, and not for the lookup below
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loaded = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            loaded(module)
+            try:
+                importlib.import_module("lightning_srifty.strategies.planned")
+            except Exception as exc:  # noqa: BLE001 - never break the user's import of lightning
+                warnings.warn(f"lightning-srifty could not register its strategies: {exc}", stacklevel=2)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
 if "lightning.pytorch" in sys.modules:  # lightning is loaded anyway: make strategy="srifty_ddp" work right away
     importlib.import_module("lightning_srifty.strategies.planned")  # srifty_ddp and srifty_auto
+elif not any(isinstance(finder, _AfterLightning) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _AfterLightning())

@@ -53,6 +53,7 @@ from lightning_srifty.provision.aws import (
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, tag_value, terraform_root
+from lightning_srifty.provision.terraform.glue import read_glue
 from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
 from predictor.catalog.catalog import Catalog
 from predictor.documents.profile import load_profile
@@ -398,6 +399,9 @@ def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
         )
     else:
         findings.append(Finding("imports", "ok", f"its {len(names)} imports resolve in the nodes' environment"))
+    glue = read_glue(snapshot, script)
+    if glue is not None and (unregistered := glue.unregistered_note(script)) is not None:
+        findings.append(Finding("imports", "fail", unregistered, f"add `import lightning_srifty` to {script}"))
     return findings + check_device(script, source, argv[2:] if argv[0] == "-m" else argv[1:])
 
 

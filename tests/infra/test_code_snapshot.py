@@ -500,3 +500,41 @@ def test_credentials_stay_out_of_the_archive_and_what_is_uncommitted_is_named(tm
     with pytest.raises(ConfigError, match=r"^include_secrets nope.env is not among the code's files"):
         generate(load_plan(PLAN), tmp_path / "infra3", options=Options(name="secrets", code=str(project),
                  include_secrets=("nope.env",)), catalog=catalog)  # fmt: skip
+
+
+def test_the_scripts_glue_is_read_from_its_code_not_its_comments(tmp_path, catalog) -> None:
+    """A trial: a script whose docstring and comment named srifty_auto but whose Trainer took "ddp" was said to ask for
+    the plan (a substring search), so an FSDP plan's sharded layout went silently unused; and a script naming
+    strategy="srifty_auto" without importing lightning_srifty (which registers the name) stopped on every node with
+    no word from srifty terraform or srifty check. Both are read from the code (ast); an import through a module of
+    the code counts."""
+    from lightning_srifty.provision.preflight import check_imports
+    from lightning_srifty.provision.terraform.command import train_argv
+
+    plan = load_plan(PLAN)
+    sharded = dataclasses.replace(
+        plan, entries=[dataclasses.replace(e, layout=plan_layout("fsdp:full_shard", "Block")) for e in plan.entries]
+    )
+    trainer = "import lightning.pytorch as pl\ntrainer = pl.Trainer(strategy={!r})\n"
+    scripts = {
+        "mentions": '"""Uses srifty_auto? Not yet."""\n# strategy="srifty_auto" later\n' + trainer.format("ddp"),
+        "unregistered": trainer.format("srifty_auto"),
+        "imported": "import lightning_srifty\n" + trainer.format("srifty_auto"),
+        "through-a-module": "from helpers import setup\n" + trainer.format("srifty_auto"),
+    }
+    said = {}
+    for i, (case, text) in enumerate(scripts.items()):
+        project = _project(tmp_path / case)
+        (project / "train.py").write_text(text)
+        (project / "helpers.py").write_text("from lightning_srifty import SpotPreemption\n\ndef setup(): ...\n")
+        options = Options(name=f"glue-{i}", code=str(project))
+        got = generate(sharded, tmp_path / f"infra-{case}", options=options, catalog=catalog)
+        never = any("never asks for the plan's strategy" in n for n in got.notes)
+        unregistered = [n for n in got.notes if "Add `import lightning_srifty` to train.py" in n]
+        assert never is (case == "mentions"), (case, got.notes)
+        assert bool(unregistered) is (case == "unregistered"), (case, got.notes)
+        said[case] = unregistered
+        failed = [f for f in check_imports(got.snapshot, train_argv(options.train_command)) if f.status == "fail"]
+        assert [f.check for f in failed] == (["imports"] if case == "unregistered" else []), (case, failed)
+    words = 'names the strategy "srifty_auto" but neither it nor a module of its code imports'
+    assert words in said["unregistered"][0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import types
 
 import lightning.pytorch as pl
@@ -469,3 +470,28 @@ def test_ranks_that_would_each_train_a_copy_stop_on_a_fleet(tmp_path, monkeypatc
     with pytest.warns(UserWarning, match="each process would train its own copy"):
         t.fit(TinyModel(), train_dataloaders=loader())
     assert t.global_step == 3
+
+
+@pytest.mark.parametrize("lightning_import", ["import lightning.pytorch as pl", "import lightning as pl"])
+def test_srifty_auto_works_when_the_package_is_imported_before_lightning(lightning_import, tmp_path) -> None:
+    """A trial: Lightning checks a strategy's name in Trainer(), before any entry point loads, so the strategies exist
+    only once this package registered them; imported before lightning, it did not (every node stopped on "invalid
+    strategy name 'srifty_auto'"). Imported first, it registers them as lightning.pytorch loads, still torch-free."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\n"
+        "import lightning_srifty\n"
+        "assert 'torch' not in sys.modules, 'the package imported torch'\n"
+        f"{lightning_import}\n"
+        "t = pl.Trainer(strategy='srifty_auto', accelerator='cpu', devices=1, logger=False)\n"
+        "print('strategy', type(t.strategy).__name__)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SRIFTY_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "strategy SriftyDDPStrategy" in done.stdout  # srifty_auto outside a launch

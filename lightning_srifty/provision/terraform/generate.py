@@ -41,6 +41,7 @@ from lightning_srifty.provision.terraform.command import (
     check_secret_env,
     train_argv,
 )
+from lightning_srifty.provision.terraform.glue import read_glue
 from lightning_srifty.provision.terraform.money import check_entry, check_limits, group_usd_per_hour
 from lightning_srifty.provision.terraform.snapshot import (
     DEFAULT_MAX_MB,
@@ -862,18 +863,20 @@ def _pack(plan: Plan, options: Options, staging: str, target: Path) -> tuple[Sna
     return make_snapshot(plan, options, staging, leave_out=(target,))
 
 
-PLAN_GLUE = ("plan_strategy", "srifty_auto")  # what a script names when it takes the plan's layout and batch
-
-
 def asks_for_the_plan(snapshot: Snapshot, train_command: str) -> bool | None:
-    """Whether the training script names the plan's strategy (srifty_auto, plan_strategy), which applies the plan's
-    layout and per-rank batch; None where it cannot be read (a module, or a script not in the snapshot)."""
+    """Whether the training script's code uses the plan's strategy (``srifty_auto``, ``plan_strategy()``), which
+    applies the plan's layout and per-rank batch (:mod:`.glue`: a comment or a docstring asks for nothing); None where
+    it cannot be read (a module, a script not in the snapshot or that does not parse)."""
     argv = train_argv(train_command)
-    script = os.path.normpath(argv[0])
-    if argv[0] == "-m" or script not in snapshot.files:
-        return None
-    text = read_member(snapshot, script).decode(errors="replace")
-    return any(g in text for g in PLAN_GLUE)
+    glue = None if argv[0] == "-m" else read_glue(snapshot, os.path.normpath(argv[0]))
+    return None if glue is None else glue.asks_for_the_plan
+
+
+def unregistered_strategy_note(snapshot: Snapshot, train_command: str) -> str | None:
+    """What to say of a script that names a srifty strategy nothing of its code registers (None: nothing)."""
+    argv = train_argv(train_command)
+    glue = None if argv[0] == "-m" else read_glue(snapshot, os.path.normpath(argv[0]))
+    return None if glue is None else glue.unregistered_note(argv[0])
 
 
 def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: dict[str, Any]) -> list[str]:
@@ -896,6 +899,8 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
     script = os.path.normpath(argv[0])
     _check_script_in(snapshot, options, script, argv[0], where)
     notes = _requirements_beside_the_script(snapshot, env, script)
+    if (unregistered := unregistered_strategy_note(snapshot, options.train_command)) is not None:
+        notes.append(unregistered)
     if asks_for_the_plan(snapshot, options.train_command):
         return notes
     if entry.layout is not None and entry.layout.strategy != "ddp":
