@@ -176,6 +176,11 @@ class Started(Record):
     step: int | None = None  # the global step after the leg's first step
     first_step_unix: float | None = None
     resumed_from: str = ""
+    # how the job trains (rank 0's Trainer at that step): its ranks, its strategy ("fsdp", "ddp" or the class's name)
+    # and what it does otherwise than the plan (launch_checks.launch_mismatches; the rehearsal checks them)
+    world_size: int | None = None
+    strategy: str = ""
+    mismatches: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -559,6 +559,14 @@ def architecture_differences(path: str, module: Any, limit: int = 3) -> list[str
 _RESUMED: set[tuple[str, str]] = set()
 
 
+def _resume_words(resume: str) -> str:
+    """What a resume is called in the job's log: "latest" is the fleet's newest sound checkpoint (a trial read
+    "resuming from the launcher's checkpoint latest")."""
+    from lightning_srifty.protocol import RESUME_LATEST
+
+    return "the fleet's newest sound checkpoint" if resume == RESUME_LATEST else f"the launcher's checkpoint {resume}"
+
+
 def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True) -> None:
     """A ``fit()`` the script started without ``ckpt_path`` resumes from the checkpoint the launcher names
     (:func:`resume_checkpoint`); a ``ckpt_path`` the script passes wins. Lightning picks the checkpoint before any
@@ -611,7 +619,7 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
                 )
             if checkpoint_path is not None:  # taken: a later fit() of the process starts as the script says
                 _RESUMED.add(key)
-                log.warning("%s: resuming from the launcher's checkpoint %s (%s).", who, launch.resume, checkpoint_path)
+                log.warning("%s: resuming from %s (%s).", who, _resume_words(launch.resume), checkpoint_path)
         return original(checkpoint_path, *args, **kwargs)
 
     connector.resume_start = resume_start

@@ -15,8 +15,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from lightning_srifty import protocol
+from lightning_srifty.launch_checks import launch_mismatches
 from lightning_srifty.protocol import Heartbeat, LaunchEnv, Leave, Started
 
 log = logging.getLogger("lightning_srifty")
@@ -58,8 +60,9 @@ class LaunchWatch:
 
     # --- rank 0's reports --------------------------------------------------------------------------------------------
 
-    def step_ended(self, step: int, unix: float) -> None:
-        """Rank 0's step hook: ``STARTED.json`` at the leg's first step, then the progress noted for the thread."""
+    def step_ended(self, step: int, unix: float, trainer: Any = None) -> None:
+        """Rank 0's step hook: ``STARTED.json`` at the leg's first step (with how ``trainer`` trains), then the
+        progress noted for the thread."""
         if not self._started_written:
             self._started_written = True  # the end of a move's downtime, for the launcher's report
             started = Started(
@@ -68,6 +71,7 @@ class LaunchWatch:
                 step=step,
                 first_step_unix=unix,
                 resumed_from=self.launch.resume,
+                **({} if trainer is None else trained_as(trainer, self.launch)),
             )
             try:
                 protocol.write_record(self.dirpath, started)
@@ -178,3 +182,21 @@ class LaunchWatch:
     def _on_own(self, trigger: str, why: str) -> None:
         log.warning("SpotPreemption: %s: checkpoint and leave", why)
         self._leave(why, trigger, False, None)
+
+
+def trained_as(trainer: Any, launch: LaunchEnv) -> dict[str, Any]:
+    """How ``trainer`` trains, for ``STARTED.json``: its world size, its strategy and what it does otherwise than the
+    plan (never raises: a report)."""
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+
+    strategy = trainer.strategy
+    name = "fsdp" if isinstance(strategy, FSDPStrategy) else "ddp" if isinstance(strategy, DDPStrategy) else ""
+    try:
+        mismatches = tuple(launch_mismatches(trainer, launch))
+    except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop training
+        mismatches = (f"not checked: {type(exc).__name__}: {exc}",)
+    return {
+        "world_size": int(trainer.world_size),
+        "strategy": name or type(strategy).__name__,
+        "mismatches": mismatches,
+    }

@@ -328,7 +328,7 @@ class SpotPreemption(Callback):
             return
         step_end = time.time()
         if self.watch is not None and trainer.is_global_zero:
-            self.watch.step_ended(trainer.global_step, step_end)
+            self.watch.step_ended(trainer.global_step, step_end, trainer)
         boundary = self._pace.batch_ended(trainer)
         stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
         if stop and not boundary and self._pace.finishes_first(trainer, self):
@@ -352,7 +352,7 @@ class SpotPreemption(Callback):
         """The notice's checkpoint within its window; on a stop (not a rebalance) the record, and leave."""
         start = time.monotonic()
         # the window counts from the first rank's notice, whichever node had it
-        self._notice_at = earliest_notice(trainer, self._notice_at)
+        self._notice_at, self._acts_at = earliest_notice(trainer, self._notice_at, self._acts_at)
         leave_by = self._leave_by(start)
         # the upload gets what is left before the record's margin (nothing when it is gone: the save stays local)
         path = self.save(
@@ -405,24 +405,30 @@ class SpotPreemption(Callback):
         return cls(dirpath, every_s=entry.checkpoint_interval_s, **kwargs)
 
 
-def earliest_notice(trainer: pl.Trainer, notice_at: float | None) -> float | None:
-    """The earliest notice of any rank (monotonic, on this rank's clock; wall clock all-reduced): only the noticed
-    node's rank knows when its notice came, and rank 0 uploads the leaving checkpoint within what is left of that
-    window. ``notice_at`` unchanged outside a process group of two or more."""
+def earliest_notice(
+    trainer: pl.Trainer, notice_at: float | None, acts_at: float | None = None
+) -> tuple[float | None, float | None]:
+    """The earliest notice of any rank and the earliest time AWS acts on any rank's node (monotonic, on this rank's
+    clock; wall clock all-reduced): only the noticed node's rank knows when its notice came and when its instance
+    goes, and rank 0 uploads the leaving checkpoint and writes the record within what is left of that window (a
+    review: rank 0 budgeted a full window when another node was reclaimed sooner). Unchanged outside a process
+    group of two or more."""
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return notice_at
+        return notice_at, acts_at
     now_unix, now = time.time(), time.monotonic()
-    mine = now_unix - (now - notice_at) if notice_at is not None else float("inf")
+    mine = [now_unix - (now - t) if t is not None else float("inf") for t in (notice_at, acts_at)]
     device = getattr(trainer.strategy, "root_device", torch.device("cpu"))
-    earliest = torch.tensor([mine], dtype=torch.float64, device=device)
+    earliest = torch.tensor(mine, dtype=torch.float64, device=device)
     dist.all_reduce(earliest, op=dist.ReduceOp.MIN)
-    first = float(earliest.item())
-    if first == float("inf"):
-        return notice_at
-    return min(notice_at or now, now - max(0.0, now_unix - first))
+    first_notice, first_acts = (float(v) for v in earliest.tolist())
+    if first_notice != float("inf"):
+        notice_at = min(notice_at or now, now - max(0.0, now_unix - first_notice))
+    if first_acts != float("inf"):
+        acts_at = now + (first_acts - now_unix)
+    return notice_at, acts_at
 
 
 def mark_preempted(checkpoint: str) -> None:

@@ -120,14 +120,15 @@ def rebuild_loader(loader: Any, sizes: list[int], rank: int, accumulate: int, se
 
 
 def runs(sizes: list[int]) -> str:
-    """Per-rank batches in rank order, equal neighbours counted: [24, 24, 9] -> "24 x2, 9"."""
+    """Per-rank batches in rank order, equal neighbours counted: [24, 24, 9] -> "24 (2 ranks), 9" (a trial read "2 x2"
+    as a product)."""
     out: list[list[int]] = []
     for b in sizes:
         if out and out[-1][0] == b:
             out[-1][1] += 1
         else:
             out.append([b, 1])
-    return ", ".join(f"{b} x{n}" if n > 1 else str(b) for b, n in out)
+    return ", ".join(f"{b} ({n} ranks)" if n > 1 else str(b) for b, n in out)
 
 
 class _AppliesThePlan:

@@ -425,3 +425,23 @@ def test_each_rehearsal_node_has_a_disk_of_its_own_at_one_path(tmp_path) -> None
         seen.append(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.split())
     assert seen == [["node1"], ["node2"]]  # the second found nothing of the first's on "its" disk
     assert list(disk.iterdir()) == []
+
+
+def test_the_rehearsal_checks_that_the_job_trains_as_the_plan_says() -> None:
+    """A trial: a DDP script rehearsed on an FSDP plan passed every check (28 PASS lines), having stepped and left
+    with a checkpoint; on the GPUs it was planned for it would not have fitted. The first step's record says how the
+    job trains and what it does otherwise than the plan; the rehearsal checks both and the world size."""
+    from lightning_srifty.protocol import Started
+
+    values = {"train": {"nnodes": 2}, "groups": [{"gpus_per_instance": 1}]}
+    ok = Started(world_size=2, strategy="fsdp", mismatches=())
+    assert walk._as_planned(ok, values) == (True, "2 rank(s), fsdp, the plan's batch and accumulation")
+    wrong = Started(
+        world_size=1, strategy="ddp", mismatches=("the plan trains this fleet with fsdp, the Trainer's ...",)
+    )
+    passed, detail = walk._as_planned(wrong, values)
+    assert (
+        not passed
+        and detail.startswith("the plan trains this fleet with fsdp")
+        and "1 rank(s) train, the plan has 2" in detail
+    )

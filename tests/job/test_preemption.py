@@ -397,6 +397,22 @@ def test_a_lost_launcher_heartbeat_is_a_notice_checkpoint_and_leave(tmp_path, mo
     assert left.last_step_unix <= left.durable_unix and left.save_s is not None
     started = read_record(str(tmp_path), Started, "L1")
     assert (started.step, started.fleet, started.resumed_from) == (1, "g4dn.xlarge:1", "")
+    assert (started.world_size, started.strategy, tuple(started.mismatches)) == (1, "SingleDeviceStrategy", ())
+
+
+def test_the_first_step_record_says_what_the_job_trains_otherwise_than_the_plan(tmp_path, monkeypatch) -> None:
+    """A trial: a DDP script on a sharded plan passed every check of the rehearsal, which saw only that it stepped and
+    left. STARTED.json now says how the job trains (its ranks, its strategy) and what it does otherwise than the
+    plan, which the rehearsal checks."""
+    from lightning_srifty.protocol import Started, read_record
+
+    _under_launch(monkeypatch, tmp_path, resume="", batch_sizes=(5,), accumulate_grad_batches=3)
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False)
+    trainer([cb], max_steps=2).fit(TinyModel(), train_dataloaders=loader(batch_size=8))
+    started = read_record(str(tmp_path), Started, "L1")
+    assert started.world_size == 1 and len(started.mismatches) == 2
+    assert "accumulates 3 micro-steps per optimizer step, the Trainer 1" in started.mismatches[0]
+    assert "gives rank 0 batches of 5 samples (global batch 15), its DataLoader gives 8" in started.mismatches[1]
 
 
 def test_a_fresh_heartbeat_keeps_the_job_training(tmp_path, monkeypatch) -> None:
@@ -762,12 +778,12 @@ def _share_notice_rank(rank: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         handler = SpotPreemption("unused", exit_process=False)
-        if rank == 1:  # only this node got the notice, 30 s ago
-            handler._notice_at = time.monotonic() - 30.0
+        if rank == 1:  # only this node got the notice, 30 s ago, and its instance goes in 40 s
+            handler._notice_at, handler._acts_at = time.monotonic() - 30.0, time.monotonic() + 40.0
         fake = types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cpu")))
-        handler._notice_at = earliest_notice(fake, handler._notice_at)
+        handler._notice_at, handler._acts_at = earliest_notice(fake, handler._notice_at, handler._acts_at)
         with open(f"{out}/rank{rank}", "w") as f:
-            f.write(str(time.monotonic() - handler._notice_at))
+            f.write(f"{time.monotonic() - handler._notice_at} {handler._acts_at - time.monotonic()}")
     finally:
         dist.destroy_process_group()
 
@@ -776,7 +792,8 @@ def _share_notice_rank(rank: int, port: int, out: str) -> None:
 def test_the_leave_window_counts_from_the_first_notice_of_any_rank(tmp_path) -> None:
     """Issue #36 M2: only the noticed node's rank knew when its notice came; rank 0, which uploads the leaving
     checkpoint, budgeted the upload from its own step (a full window more than AWS gives). The ranks now take the
-    earliest notice, all-reduced (two gloo processes; rank 1 was noticed 30 s ago)."""
+    earliest notice, all-reduced (two gloo processes; rank 1 was noticed 30 s ago), and the earliest time AWS acts
+    on a node (rank 1's, in 40 s), which only the noticed node knew."""
     import socket
 
     import torch.multiprocessing as mp
@@ -785,5 +802,7 @@ def test_the_leave_window_counts_from_the_first_notice_of_any_rank(tmp_path) -> 
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.start_processes(_share_notice_rank, args=(port, str(tmp_path)), nprocs=2, start_method="spawn")
-    ages = [float((tmp_path / f"rank{r}").read_text()) for r in (0, 1)]
-    assert all(29.0 < age < 40.0 for age in ages), ages
+    seen = [tuple(map(float, (tmp_path / f"rank{r}").read_text().split())) for r in (0, 1)]
+    assert all(29.0 < age < 40.0 for age, _ in seen), seen
+    # and when AWS acts on the noticed node (a review: rank 0 wrote the record after it, to a peer already gone)
+    assert all(30.0 < acts_in < 40.5 for _, acts_in in seen), seen

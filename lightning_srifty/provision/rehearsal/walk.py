@@ -532,6 +532,7 @@ class _Walk:
             watch=nodes,
         )
         self.say(f"leg {leg}: the job took its first step: step {started.step}")
+        self.check(f"leg {leg}: the job trains as the plan says", *_as_planned(started, self.values))
         if leg == 2:
             self._check_resume(started, nodes)
         self._wait(lambda: any(n.exit_code is not None for n in nodes), self.settings.notice_after_s, "", quiet=True)
@@ -638,6 +639,21 @@ def _bucket_kept(s3: Any, bucket: str, kept: str | None) -> tuple[bool, str]:
     if kept == bucket:
         return True, "terraform destroy of the rehearsal's fleet in the local AWS, its checkpoint bucket kept"
     return False, f"the destroy did not keep the checkpoint bucket {bucket} (kept: {kept})"
+
+
+def _as_planned(started: Any, values: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the job's first step (``STARTED.json``) trained as the module's plan says: its world size (one GPU
+    type: the nodes times their GPUs) and nothing the job itself found otherwise than the plan (sharded or not, its
+    batch, accumulation, resume: ``launch_checks.launch_mismatches``). A DDP job on a sharded plan passed every other
+    check (a trial), and would not have fitted the GPUs it was planned for."""
+    groups = values["groups"]
+    ranks = values["train"]["nnodes"] * groups[0]["gpus_per_instance"] if len(groups) == 1 else None
+    found = list(started.mismatches)
+    if ranks is not None and started.world_size is not None and started.world_size != ranks:
+        found.append(f"{started.world_size} rank(s) train, the plan has {ranks}")
+    if found:
+        return False, "; ".join(found)
+    return True, f"{started.world_size} rank(s), {started.strategy}, the plan's batch and accumulation"
 
 
 def _disks_note() -> str:
