@@ -114,7 +114,7 @@ class MigrationTriggers(Callback):
         self.work_from = work_from
         self.dirpath = dirpath or (launch.checkpoint_uri if launch is not None else None)
         self.profile = profile
-        sizes = launch.batch_sizes if launch is not None else ()
+        sizes = launch_sizes(launch)
         accumulation = launch.accumulate_grad_batches if launch is not None else 1
         entry = self.plan.entries[self.current]
         planned = entry.rank_batches()
@@ -405,3 +405,11 @@ def _launched_plan(plan: Any, launch: LaunchEnv | None) -> Any:
             )
         plan = found
     return plan if hasattr(plan, "entries") else load_plan(plan)
+
+
+def launch_sizes(launch: LaunchEnv | None) -> tuple[int, ...]:
+    """The launch's per-rank batches: its list, or on a fleet of a mix its groups' (a review: MigrationTriggers took
+    the plan's there, which a launch with another global batch does not train)."""
+    if launch is None:
+        return ()
+    return launch.batch_sizes or tuple(b for _, group in launch.batch_groups for b in group)

@@ -399,9 +399,9 @@ def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
         )
     else:
         findings.append(Finding("imports", "ok", f"its {len(names)} imports resolve in the nodes' environment"))
-    glue = read_glue(snapshot, script)
+    glue = read_glue(snapshot, script, module=argv[0] == "-m")
     if glue is not None and (unregistered := glue.unregistered_note(script)) is not None:
-        findings.append(Finding("imports", "fail", unregistered, f"add `import lightning_srifty` to {script}"))
+        findings.append(Finding("imports", "warn", unregistered, f"add `import lightning_srifty` to {script}"))
     return findings + check_device(script, source, argv[2:] if argv[0] == "-m" else argv[1:])
 
 

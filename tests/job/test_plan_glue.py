@@ -495,3 +495,13 @@ def test_srifty_auto_works_when_the_package_is_imported_before_lightning(lightni
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "strategy SriftyDDPStrategy" in done.stdout  # srifty_auto outside a launch
+
+
+def test_migration_triggers_take_a_mixed_fleets_batch_from_its_groups() -> None:
+    """A review: a fleet's handover to a mix carries the plan's groups, not the per-rank list; MigrationTriggers then
+    took the global batch from the plan, which a launch with another global batch does not train."""
+    from lightning_srifty.migrate.triggers import launch_sizes
+
+    mix = LaunchEnv(launch_id="L1", checkpoint_uri="/c", batch_groups=(("g5.xlarge", (5,)), ("g4dn.xlarge", (3, 3))))
+    assert launch_sizes(mix) == (5, 3, 3) and launch_sizes(None) == ()
+    assert launch_sizes(LaunchEnv(launch_id="L1", checkpoint_uri="/c", batch_sizes=(4, 4))) == (4, 4)

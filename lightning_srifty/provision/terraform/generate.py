@@ -41,7 +41,7 @@ from lightning_srifty.provision.terraform.command import (
     check_secret_env,
     train_argv,
 )
-from lightning_srifty.provision.terraform.glue import read_glue
+from lightning_srifty.provision.terraform.glue import command_glue
 from lightning_srifty.provision.terraform.money import check_entry, check_limits, group_usd_per_hour
 from lightning_srifty.provision.terraform.snapshot import (
     DEFAULT_MAX_MB,
@@ -866,17 +866,16 @@ def _pack(plan: Plan, options: Options, staging: str, target: Path) -> tuple[Sna
 def asks_for_the_plan(snapshot: Snapshot, train_command: str) -> bool | None:
     """Whether the training script's code uses the plan's strategy (``srifty_auto``, ``plan_strategy()``), which
     applies the plan's layout and per-rank batch (:mod:`.glue`: a comment or a docstring asks for nothing); None where
-    it cannot be read (a module, a script not in the snapshot or that does not parse)."""
-    argv = train_argv(train_command)
-    glue = None if argv[0] == "-m" else read_glue(snapshot, os.path.normpath(argv[0]))
+    it cannot be read (a script not in the snapshot or that does not parse)."""
+    glue = command_glue(snapshot, train_argv(train_command))
     return None if glue is None else glue.asks_for_the_plan
 
 
 def unregistered_strategy_note(snapshot: Snapshot, train_command: str) -> str | None:
     """What to say of a script that names a srifty strategy nothing of its code registers (None: nothing)."""
     argv = train_argv(train_command)
-    glue = None if argv[0] == "-m" else read_glue(snapshot, os.path.normpath(argv[0]))
-    return None if glue is None else glue.unregistered_note(argv[0])
+    glue = command_glue(snapshot, argv)
+    return None if glue is None else glue.unregistered_note(argv[1] if argv[0] == "-m" else argv[0])
 
 
 def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: dict[str, Any]) -> list[str]:
@@ -895,7 +894,8 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
                 f"the module {argv[1]} is not in the code snapshot of {where} ({module}.py or {module}/__main__.py): "
                 "it must come from the requirements file"
             ]
-        return []
+        unregistered = unregistered_strategy_note(snapshot, options.train_command)
+        return [unregistered] if unregistered else []
     script = os.path.normpath(argv[0])
     _check_script_in(snapshot, options, script, argv[0], where)
     notes = _requirements_beside_the_script(snapshot, env, script)

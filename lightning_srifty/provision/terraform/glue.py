@@ -11,23 +11,26 @@ docstring that mentions ``srifty_auto`` asks for nothing (a trial's script said 
 from __future__ import annotations
 
 import ast
+import functools
 import os
+import tarfile
 from dataclasses import dataclass
 
-from lightning_srifty.provision.terraform.snapshot import Snapshot, read_member
+from lightning_srifty.provision.terraform.snapshot import Snapshot
 
 SRIFTY_STRATEGIES = frozenset({"srifty_auto", "srifty_ddp", "srifty_ddp_spawn", "srifty_fsdp"})
 PLAN_STRATEGY = "srifty_auto"  # the strategy that applies the plan's layout and per-rank batch
 PLAN_CALL = "plan_strategy"  # the function that does the same
 PACKAGE = "lightning_srifty"
-MAX_MODULES = 200  # of the code read for the import, at most
+MAX_MODULES = 500  # of the code read for the import, at most (beyond: unknown)
+MAX_SOURCE_BYTES = 2_000_000  # a Python file larger than this is data, not read
 
 
 @dataclass(frozen=True)
 class ScriptGlue:
     strategies: frozenset[str]  # the srifty strategy names the script uses as values
-    plan_strategy: bool  # it calls plan_strategy()
-    imports_srifty: bool  # it, or a module of the code it imports, imports lightning_srifty
+    plan_strategy: bool  # it calls plan_strategy() (under any name it imported it as)
+    imports_srifty: bool | None  # it, or a module of the code it imports, imports lightning_srifty (None: unknown)
 
     @property
     def asks_for_the_plan(self) -> bool:
@@ -35,37 +38,76 @@ class ScriptGlue:
 
     @property
     def unregistered(self) -> bool:
-        """It names a srifty strategy that nothing of its code registers: Trainer() refuses it."""
-        return bool(self.strategies) and not self.imports_srifty
+        """It names a srifty strategy that nothing of its code is seen to register: Trainer() would refuse it."""
+        return bool(self.strategies) and self.imports_srifty is False
 
     def unregistered_note(self, script: str) -> str | None:
-        """What to say of ``script`` when it names a srifty strategy nothing of its code registers (else None)."""
+        """What to say of ``script`` when it names a srifty strategy nothing of its code registers (else None). A
+        package from the requirements may import it unseen: a warning, not a refusal."""
         if not self.unregistered:
             return None
         names = " and ".join(f'"{n}"' for n in sorted(self.strategies))
         return (
             f"{script} names the strategy {names} but neither it nor a module of its code imports {PACKAGE}, which "
-            f'registers the name: Trainer() refuses it on every node (Lightning\'s "invalid strategy name"). Add '
-            f"`import {PACKAGE}` to {script}"
+            f"registers the name: unless a package of its requirements imports it, Trainer() refuses it on every node "
+            f'(Lightning\'s "invalid strategy name"). Add `import {PACKAGE}` to {script}'
         )
 
 
-def read_glue(snapshot: Snapshot, script: str) -> ScriptGlue | None:
-    """The glue of ``script`` (a path in the snapshot); None where it is not there or does not parse."""
-    if script not in snapshot.files:
+def read_glue(snapshot: Snapshot, script: str, *, module: bool = False) -> ScriptGlue | None:
+    """The glue of ``script`` (a path in the snapshot; ``module``: run as ``python -m``, which first runs its
+    packages' ``__init__.py``); None where it is not there or does not parse."""
+    sources = python_sources(snapshot)
+    if script not in sources:
         return None
     try:
-        tree = ast.parse(read_member(snapshot, script).decode(errors="replace"))
+        tree = ast.parse(sources[script])
     except SyntaxError:
         return None
     strategies, calls = set(), False
+    aliases = {PLAN_CALL} | {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == PACKAGE
+        for alias in node.names
+        if alias.name == PLAN_CALL
+    }
     for node in _code_nodes(tree):
         if isinstance(node, ast.Constant) and node.value in SRIFTY_STRATEGIES:
             strategies.add(str(node.value))
         elif isinstance(node, ast.Call):
             func = node.func
-            calls |= (func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)) == PLAN_CALL
-    return ScriptGlue(frozenset(strategies), calls, _imports_package(snapshot, script, tree))
+            calls |= (func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)) in aliases
+    first = [script] + (_package_inits(sources, script) if module else [])
+    imports = _imports_package(sources, first) if strategies else None  # only asked of a script that names one
+    return ScriptGlue(frozenset(strategies), calls, imports)
+
+
+def command_glue(snapshot: Snapshot, argv: list[str]) -> ScriptGlue | None:
+    """The glue of the training command's script (torchrun's argv: ``train.py ...`` or ``-m pkg.train ...``)."""
+    if argv[0] != "-m":
+        return read_glue(snapshot, os.path.normpath(argv[0]))
+    stem = argv[1].replace(".", "/")
+    sources = python_sources(snapshot)
+    script = f"{stem}.py" if f"{stem}.py" in sources else f"{stem}/__main__.py"
+    return read_glue(snapshot, script, module=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _sources_of(archive: str, sha256: str) -> dict[str, str]:
+    with tarfile.open(archive, "r:gz") as tar:  # one pass: a member's own read would decompress from the start
+        out = {}
+        for member in tar:
+            handle = tar.extractfile(member) if member.isfile() and member.name.endswith(".py") else None
+            if handle is not None and member.size <= MAX_SOURCE_BYTES:
+                out[member.name] = handle.read().decode(errors="replace")
+        return out
+
+
+def python_sources(snapshot: Snapshot) -> dict[str, str]:
+    """Every Python file of the snapshot (path -> source), read in one pass of its archive and kept for the next
+    caller (srifty terraform reads the script's glue three times)."""
+    return _sources_of(str(snapshot.path), snapshot.sha256)
 
 
 def _code_nodes(tree: ast.AST) -> list[ast.AST]:
@@ -74,23 +116,36 @@ def _code_nodes(tree: ast.AST) -> list[ast.AST]:
     return [n for n in ast.walk(tree) if id(n) not in bare]
 
 
-def _imports_package(snapshot: Snapshot, script: str, tree: ast.AST) -> bool:
-    """Whether ``script`` or a module of the code it imports (found from the script's folder or the code's root, as
-    the node's ``sys.path[0]`` and working folder find them) imports lightning_srifty."""
-    seen, queue = {script}, [(script, tree)]
-    while queue and len(seen) <= MAX_MODULES:
-        path, node = queue.pop()
-        for name, level in _imported(node):
+def _package_inits(sources: dict[str, str], script: str) -> list[str]:
+    """The ``__init__.py`` of each package ``python -m`` imports before ``script``."""
+    out, folder = [], os.path.dirname(script)
+    while folder:
+        if (init := os.path.join(folder, "__init__.py")) in sources:
+            out.append(init)
+        folder = os.path.dirname(folder)
+    return out
+
+
+def _imports_package(sources: dict[str, str], first: list[str]) -> bool | None:
+    """Whether the files ``first`` or a module of the code they import (found from the importer's folder or the
+    code's root, as the node's ``sys.path[0]`` and working folder find them) import lightning_srifty; None when
+    more than :data:`MAX_MODULES` were read without an answer."""
+    seen, queue = set(first), list(first)
+    while queue:
+        if len(seen) > MAX_MODULES:
+            return None
+        path = queue.pop()
+        try:
+            tree = ast.parse(sources[path])
+        except SyntaxError:
+            continue
+        for name, level in _imported(tree):
             if name.split(".")[0] == PACKAGE and level == 0:
                 return True
-            for found in _local_files(snapshot, path, name, level):
-                if found in seen:
-                    continue
-                seen.add(found)
-                try:
-                    queue.append((found, ast.parse(read_member(snapshot, found).decode(errors="replace"))))
-                except SyntaxError:
-                    continue
+            for found in _local_files(sources, path, name, level):
+                if found not in seen:
+                    seen.add(found)
+                    queue.append(found)
     return False
 
 
@@ -107,7 +162,7 @@ def _imported(tree: ast.AST) -> list[tuple[str, int]]:
     return out
 
 
-def _local_files(snapshot: Snapshot, importer: str, name: str, level: int) -> list[str]:
+def _local_files(sources: dict[str, str], importer: str, name: str, level: int) -> list[str]:
     """The snapshot's files that ``import name`` (at ``level``) in ``importer`` loads: each package's
     ``__init__.py`` on the way and the module itself."""
     folder = os.path.dirname(importer)
@@ -122,5 +177,5 @@ def _local_files(snapshot: Snapshot, importer: str, name: str, level: int) -> li
     for root in roots:
         for depth in range(1, len(parts) + 1):
             stem = os.path.join(root, *parts[:depth])
-            found += [f for f in (f"{stem}.py", os.path.join(stem, "__init__.py")) if f in snapshot.files]
+            found += [f for f in (f"{stem}.py", os.path.join(stem, "__init__.py")) if f in sources]
     return found
