@@ -182,6 +182,9 @@ class Started(Record):
     strategy: str = ""
     mismatches: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mismatches", tuple(self.mismatches))  # JSON reads back a list
+
 
 @dataclass(frozen=True, kw_only=True)
 class Progress(Record):
