@@ -11,6 +11,7 @@ import copy
 import hashlib
 import importlib.util
 import re
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -258,3 +259,23 @@ def boot_script(user_data: str, s3) -> str:
     text = s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
     assert hashlib.sha256(text.encode()).hexdigest() in user_data
     return text
+
+
+def run_nodes(out: Path, nodes: list[tuple[list[str], dict[str, str]]], timeout_s: float = 300) -> None:
+    """Start each node's command (a torchrun agent: its argv and environment) 2 s after the previous one, as a fleet's
+    nodes never boot together, its output in ``out/node<i>.log``; wait for all, kill what a timeout leaves running,
+    and fail with a node's log tail when it did not exit 0."""
+    agents = []
+    for i, (argv, env) in enumerate(nodes):
+        if i:
+            time.sleep(2)
+        with (out / f"node{i}.log").open("w") as log:  # the agent writes through its own copy
+            agents.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT))
+    try:
+        codes = [agent.wait(timeout=timeout_s) for agent in agents]
+    finally:
+        for agent in agents:  # only after a timeout: nothing of the test is left running
+            if agent.poll() is None:
+                agent.kill()
+    for i, rc in enumerate(codes):
+        assert rc == 0, (out / f"node{i}.log").read_text()[-4000:]

@@ -13,13 +13,12 @@ import dataclasses
 import json
 import os
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from _support import run_nodes
 from lightning_srifty.strategies.ddp import SriftyDDPStrategy
 from lightning_srifty.strategies.nodes import TorchrunEnvironment, torchrun_nodes
 from predictor.exceptions import ConfigError
@@ -47,26 +46,12 @@ def _two_nodes(
     """Two torchrun agents (node 1 started 2 s after node 0, as nodes never boot together; ``node_env``: each one's
     own variables); each rank's record."""
     port, base = _free_port(), {**os.environ, "SRIFTY_ALLOW_CPU": "1", "OMP_NUM_THREADS": "1", **env_extra}
-    agents = []
+    nodes = []
     for node, nproc in enumerate(procs):
-        env = {**base, **node_env[node]}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", str(nproc)]
         cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"readme-{port}"]
-        with (tmp_path / f"node{node}.log").open("w") as log:  # the agent writes through its own copy
-            agents.append(
-                subprocess.Popen(
-                    [*cmd, str(SCRIPT), str(tmp_path), *extra], stdout=log, stderr=subprocess.STDOUT, env=env
-                )
-            )
-        time.sleep(2)
-    try:
-        codes = [agent.wait(timeout=240) for agent in agents]
-    finally:
-        for agent in agents:  # only after a timeout: nothing of the test is left running
-            if agent.poll() is None:
-                agent.kill()
-    for node, rc in enumerate(codes):
-        assert rc == 0, (tmp_path / f"node{node}.log").read_text()[-3000:]
+        nodes.append(([*cmd, str(SCRIPT), str(tmp_path), *extra], {**base, **node_env[node]}))
+    run_nodes(tmp_path, nodes, timeout_s=240)
     return [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
 
 

@@ -11,13 +11,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from _support import SCRIPTS
+from _support import SCRIPTS, run_nodes
 from _support import params_by_step as _params
 from _support import seen_samples as _seen
 from conftest import moto_server
@@ -65,8 +64,7 @@ def moved(tmp_path_factory):
     with moto_server() as endpoint, pytest.MonkeyPatch.context() as mp:
         for name, value in {**aws, "AWS_ENDPOINT_URL": endpoint, "AWS_EC2_METADATA_DISABLED": "true"}.items():
             mp.setenv(name, value)  # for the legs, and for the tests reading the store in this process
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        env["PYTHONPATH"] = os.pathsep.join([str(SCRIPTS.parents[1]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env = _job_env()
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
         ref = _start(root / "ref", env, "--batch-sizes", "6,6")
         leave = ["--batch-sizes", "6,6", "--sigterm-at", str(LEAVE_AT), "--ckpt-uri", URL, "--every-s", "0"]
@@ -163,19 +161,14 @@ def _two_torchrun_nodes(out: Path, env: dict[str, str], *args: str) -> None:
     cmd += [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1"]
     cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"fsdp-{port}"]
     cmd += [str(SCRIPTS / "fsdp_migrate_run.py"), str(out), "--max-steps", str(STEPS), "--node-disk", *args]
-    agents = []
-    for node in (0, 1):
-        with open(out / f"node{node}.log", "w") as log:  # the agent writes through its own copy
-            agents.append(subprocess.Popen(cmd, env={**env, "TMPDIR": str(disk)}, stdout=log, stderr=subprocess.STDOUT))
-        time.sleep(2)
-    try:
-        codes = [agent.wait(timeout=300) for agent in agents]
-    finally:
-        for agent in agents:  # only after a timeout: nothing of the test is left running
-            if agent.poll() is None:
-                agent.kill()
-    for node, rc in enumerate(codes):
-        assert rc == 0, (out / f"node{node}.log").read_text()[-4000:]
+    run_nodes(out, [(cmd, {**env, "TMPDIR": str(disk)})] * 2)
+
+
+def _job_env() -> dict[str, str]:
+    """The legs' environment: one thread, this checkout's package and scripts first."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SCRIPTS.parents[1]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
 
 
 def test_two_nodes_with_their_own_disks_publish_a_sound_sharded_checkpoint(moved, tmp_path) -> None:
@@ -186,8 +179,7 @@ def test_two_nodes_with_their_own_disks_publish_a_sound_sharded_checkpoint(moved
     why = _private_disks()
     if why is not None:
         pytest.skip(f"two nodes with disks of their own need a mount namespace: {why}")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join([str(SCRIPTS.parents[1]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = _job_env()
     leave = tmp_path / "two-nodes"
     _two_torchrun_nodes(leave, env, "--batch-sizes", "6,6", "--sigterm-at", str(LEAVE_AT), "--ckpt-uri", TWO_NODES)
     ref = _seen(moved / "ref")
@@ -218,8 +210,7 @@ def test_the_profiler_measures_a_checkpoint_sharded_over_two_nodes_disks(moved, 
     why = _private_disks()
     if why is not None:
         pytest.skip(f"two nodes with disks of their own need a mount namespace: {why}")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join([str(SCRIPTS.parents[1]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = _job_env()
     out = tmp_path / "profiled"
     _two_torchrun_nodes(out, env, "--batch-sizes", "6,6", "--profile")
     assert len(_seen(out)) == STEPS  # trained past the window
