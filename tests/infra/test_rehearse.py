@@ -445,3 +445,18 @@ def test_the_rehearsal_checks_that_the_job_trains_as_the_plan_says() -> None:
         and detail.startswith("the plan trains this fleet with fsdp")
         and "1 rank(s) train, the plan has 2" in detail
     )
+
+
+def test_a_rehearsal_of_fewer_nodes_splits_the_plans_batch_over_them() -> None:
+    """The session's re-read: ``--nodes`` changed the node count but not the plan's per-rank batches, so the job
+    trained its own batch (srifty_auto re-cuts only a list of its world size) and the check that it trains as the plan
+    says failed a correct script. The global batch is split again over the rehearsal's ranks, as srifty_auto takes
+    it."""
+    train = {"env": {"SRIFTY_BATCH_SIZES": "8,8,8,7"}}
+    assert walk._batch_for_nodes(train, 2) == [
+        "SRIFTY_BATCH_SIZES: the plan's 31 samples a micro-step over 2 rank(s): 16,15"
+    ]
+    assert train["env"]["SRIFTY_BATCH_SIZES"] == "16,15"
+    assert walk._batch_for_nodes({"env": {}}, 2) == []
+    few = {"env": {"SRIFTY_BATCH_SIZES": "1"}}
+    assert "left out" in walk._batch_for_nodes(few, 2)[0] and "SRIFTY_BATCH_SIZES" not in few["env"]

@@ -733,7 +733,25 @@ def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: 
                 if predicted.get(key) is not None:
                     predicted[key] = predicted[key] * settings.nodes / planned
             changed.append(f"nodes: {settings.nodes} of the fleet's {planned} (--nodes)")
+            changed += _batch_for_nodes(train, settings.nodes * group["gpus_per_instance"])
     path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+
+
+def _batch_for_nodes(train: dict[str, Any], ranks: int) -> list[str]:
+    """The plan's per-rank batches split again over ``ranks`` (``--nodes``): the same global batch, as srifty_auto
+    takes it; the job (and the check that it trains as the plan says) would else see the plan's list for another
+    world size. What changed, for the report."""
+    env = train.get("env") or {}
+    name = protocol.VARIABLES["batch_sizes"]
+    if not env.get(name):
+        return []
+    total = sum(int(b) for b in env[name].split(","))
+    if total < ranks:
+        del env[name]
+        return [f"{name}: left out ({total} samples a micro-step for {ranks} ranks)"]
+    sizes = [total // ranks + (1 if r < total % ranks else 0) for r in range(ranks)]
+    env[name] = ",".join(map(str, sizes))
+    return [f"{name}: the plan's {total} samples a micro-step over {ranks} rank(s): {env[name]}"]
 
 
 def _local_network(values: dict[str, Any], ec2: Any, changed: list[str]) -> None:
