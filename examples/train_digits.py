@@ -3,6 +3,10 @@
 python examples/train_digits.py                      # 1 process (GPU if there is one)
 python examples/train_digits.py --devices 2          # 2 DDP processes with all-reduce timing (srifty_ddp)
 torchrun --nproc_per_node 2 examples/train_digits.py  # the same under torchrun (what srifty terraform's fleets run)
+
+With several processes the strategy is srifty_auto: srifty_ddp here, and on a fleet srifty launch or srifty terraform
+started, the plan's layout and per-rank batch, so that the fleet trains the profiled global batch (64) rather than 64
+on every rank (the rehearsal checks it).
 """
 
 import argparse
@@ -27,7 +31,7 @@ if __name__ == "__main__":
         max_steps=args.max_steps,
         accelerator=args.accelerator,
         devices=args.devices,
-        strategy="srifty_ddp" if args.devices > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1 else "auto",
+        strategy="srifty_auto" if args.devices > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1 else "auto",
         callbacks=[SriftyCallback(warmup_steps=20, profile_steps=200, output="srifty/digits-profile.json")],
         logger=False,
         enable_checkpointing=False,
