@@ -60,16 +60,19 @@ def _moto() -> tuple[subprocess.Popen, str]:
 
 def two_nodes(tree: Path, out: Path, env: dict[str, str], *args: str) -> list[int]:
     """Two torchrun agents, 2 s apart, each on a private tmpfs at ``out/disk``; their exit codes."""
-    disk, port = out / "disk", _port()
-    disk.mkdir(parents=True)
-    cmd = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=256m tmpfs "$TMPDIR" && exec "$@"', "node"]
-    cmd += [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1"]
+    from lightning_srifty.provision.rehearsal.node import on_its_own_disk
+
+    port = _port()
+    out.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1"]
     cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"b{port}"]
     cmd += [str(tree / SCRIPT), str(out), "--max-steps", str(STEPS), "--node-disk", *args]
+    env = dict(env)
+    cmd = on_its_own_disk(cmd, env, out / "disk")
     agents = []
     for node in (0, 1):
         with open(out / f"node{node}.log", "w") as log:
-            agents.append(subprocess.Popen(cmd, env={**env, "TMPDIR": str(disk)}, stdout=log, stderr=subprocess.STDOUT))
+            agents.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
         time.sleep(2)
     return [a.wait(timeout=600) for a in agents]
 
@@ -111,8 +114,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--against", help="another revision, run the same way (a temporary git worktree)")
     args = p.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("two nodes with disks of their own need a mount namespace: run as root")
+    from lightning_srifty.provision.rehearsal.node import private_disk
+
+    if (why := private_disk()) is not None:
+        raise SystemExit(f"two nodes with disks of their own need a mount namespace: {why}")
     for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
         os.environ.setdefault(name, value)
     os.environ.update(AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")

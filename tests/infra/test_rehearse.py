@@ -411,7 +411,7 @@ def test_each_rehearsal_node_has_a_disk_of_its_own_at_one_path(tmp_path) -> None
     hid a job leaving on one node a file another needs (a multi-node sharded checkpoint's shards, ccd391a). Each node
     now runs in a mount namespace with a tmpfs at one path, its TMPDIR: what one writes there the other never sees,
     and nothing is left on this machine's disk."""
-    from lightning_srifty.provision.rehearsal.node import _on_its_own_disk, private_disk
+    from lightning_srifty.provision.rehearsal.node import on_its_own_disk, private_disk
 
     why = private_disk()
     if why is not None:
@@ -420,7 +420,7 @@ def test_each_rehearsal_node_has_a_disk_of_its_own_at_one_path(tmp_path) -> None
     for node in ("node1", "node2"):
         env = {"PATH": os.environ["PATH"]}
         script = f'ls "$TMPDIR"; echo {node} > "$TMPDIR/shard"; cat "$TMPDIR/shard"'
-        command = _on_its_own_disk(["sh", "-c", script], env, disk)
+        command = on_its_own_disk(["sh", "-c", script], env, disk)
         assert env["TMPDIR"] == str(disk)
         seen.append(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.split())
     assert seen == [["node1"], ["node2"]]  # the second found nothing of the first's on "its" disk

@@ -28,6 +28,7 @@ from lightning_srifty.migrate.checkpoints import (
     local_checkpoint,
     read_manifest,
 )
+from lightning_srifty.provision.rehearsal.node import on_its_own_disk, private_disk
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
@@ -140,14 +141,6 @@ def test_checkpoints_on_s3_are_published_with_a_manifest_and_pruned(moved) -> No
 TWO_NODES = "s3://ckpts/fsdp-two-nodes"
 
 
-def _private_disks() -> str | None:
-    """Why each node cannot get a disk of its own here (None: it can): a tmpfs in a mount namespace of its own."""
-    if shutil.which("unshare") is None:
-        return "no unshare(1)"
-    probe = subprocess.run(["unshare", "-m", "mount", "-t", "tmpfs", "tmpfs", "/mnt"], capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"unshare -m cannot mount a tmpfs ({probe.stderr.strip()[:120]})"
-
-
 def _two_torchrun_nodes(out: Path, env: dict[str, str], *args: str) -> None:
     """The leg on two torchrun agents of one process each, node 1 started 2 s after node 0. Each agent runs in a mount
     namespace of its own with a tmpfs at the same path, its TMPDIR: two nodes with local disks of their own under one
@@ -155,13 +148,11 @@ def _two_torchrun_nodes(out: Path, env: dict[str, str], *args: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    disk = out / "disk"
-    disk.mkdir(parents=True)
-    cmd = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=256m tmpfs "$TMPDIR" && exec "$@"', "node"]
-    cmd += [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1"]
     cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"fsdp-{port}"]
     cmd += [str(SCRIPTS / "fsdp_migrate_run.py"), str(out), "--max-steps", str(STEPS), "--node-disk", *args]
-    run_nodes(out, [(cmd, {**env, "TMPDIR": str(disk)})] * 2)
+    env = dict(env)
+    run_nodes(out, [(on_its_own_disk(cmd, env, out / "disk"), env)] * 2)
 
 
 def _job_env() -> dict[str, str]:
@@ -176,7 +167,7 @@ def test_two_nodes_with_their_own_disks_publish_a_sound_sharded_checkpoint(moved
     saves its ranks' shards on its own disk first. Only global rank 0 renamed the saved directory into place, so node
     1's shard stayed under its temporary name and was never uploaded: the manifest named a shard the store did not
     have and the run had no checkpoint to resume. Each node publishes and uploads its own shards, and keeps no copy."""
-    why = _private_disks()
+    why = private_disk()
     if why is not None:
         pytest.skip(f"two nodes with disks of their own need a mount namespace: {why}")
     env = _job_env()
@@ -207,7 +198,7 @@ def test_the_profiler_measures_a_checkpoint_sharded_over_two_nodes_disks(moved, 
     CheckpointException (a BaseException, past the measurement's guard) and the run died at the end of the profile
     window on every multi-node sharded fleet. Its size now counts every rank's files, the read-back is left out where
     rank 0 does not see every shard (said in the notes), and each node removes its copy."""
-    why = _private_disks()
+    why = private_disk()
     if why is not None:
         pytest.skip(f"two nodes with disks of their own need a mount namespace: {why}")
     env = _job_env()

@@ -108,7 +108,7 @@ class Node:
         self.started = time.monotonic()
         with open(self.work / "console.log", "wb") as console:
             self.proc = subprocess.Popen(
-                _on_its_own_disk(["bash", str(self.work / "user_data.sh")], env, self.work.parent / "node-tmp"),
+                on_its_own_disk(["bash", str(self.work / "user_data.sh")], env, self.work.parent / "node-tmp"),
                 cwd="/",
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -172,9 +172,10 @@ class Node:
             self.imds = None
 
 
-def _on_its_own_disk(command: list[str], env: dict[str, str], disk: Path) -> list[str]:
+def on_its_own_disk(command: list[str], env: dict[str, str], disk: Path) -> list[str]:
     """``command`` run with a disk of its own at ``disk`` (the same path on every node), its TMPDIR, where
-    :func:`private_disk` allows; else as it is."""
+    :func:`private_disk` allows; else as it is. ``env`` gets the TMPDIR. The rehearsal's nodes, and the tests' and
+    ``bench/two_node_disks.py``'s two-node fleets."""
     if private_disk() is not None:
         return command
     disk.mkdir(parents=True, exist_ok=True)

@@ -899,9 +899,10 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
     script = os.path.normpath(argv[0])
     _check_script_in(snapshot, options, script, argv[0], where)
     notes = _requirements_beside_the_script(snapshot, env, script)
-    if (unregistered := unregistered_strategy_note(snapshot, options.train_command)) is not None:
+    glue = command_glue(snapshot, argv)  # read once: in the snapshot (checked above)
+    if glue is not None and (unregistered := glue.unregistered_note(argv[0])) is not None:
         notes.append(unregistered)
-    if asks_for_the_plan(snapshot, options.train_command):
+    if glue is not None and glue.asks_for_the_plan:
         return notes
     if entry.layout is not None and entry.layout.strategy != "ddp":
         notes.append(
