@@ -43,6 +43,22 @@ def _no_region(command: str) -> Exception:
 # --- srifty status ----------------------------------------------------------------------------------------------------
 
 
+def _life_born(fleet: Any, uri: str | None, endpoint: str | None) -> float | None:
+    """When the fleet's life began, from its nodes' record beside the checkpoints (None: unknown; the record is a
+    refinement, without it the cap counts from the first live instance's launch)."""
+    from lightning_srifty.provision import aws
+    from lightning_srifty.provision.operations import fleets as ops
+    from predictor.exceptions import SriftyError
+
+    if not uri:
+        return None
+    try:
+        with aws.aws_errors(f"reading {uri}{ops.LIFE.format(name=fleet.name)}"):
+            return ops.read_life_born(aws.client("s3", fleet.region, endpoint), uri, fleet.name)
+    except SriftyError:
+        return None
+
+
 def _fleet_record(fleet: Any, catalog: Any, at: float, root: Any, endpoint: str | None) -> dict:
     """Everything ``srifty status`` says of one fleet (``root``: the root module it came from, or None)."""
     from lightning_srifty.provision import aws
@@ -69,7 +85,7 @@ def _fleet_record(fleet: Any, catalog: Any, at: float, root: Any, endpoint: str 
                 network = ops.network_note(ops.read_network(aws.client("s3", fleet.region, endpoint), uri, fleet.name))
         except (SriftyError, ValueError) as exc:
             network = f"the nodes' network records could not be read ({exc})"
-    ends = fleet.life_ends_unix(cap)
+    ends = fleet.life_ends_unix(cap, _life_born(fleet, uri, endpoint))
     return {
         "network_note": network,
         "name": fleet.name,

@@ -176,7 +176,7 @@ variable "train" {
 }
 
 variable "max_life_h" {
-  description = "Hard cap on every instance's life, in hours from boot."
+  description = "Hard cap on the fleet's life, in hours from its first launch (each instance's own shutdown at this long after its boot holds whatever else fails)."
   type        = number
   default     = 72
 }

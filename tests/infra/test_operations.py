@@ -128,6 +128,19 @@ def test_status_shows_each_fleet_its_market_cost_life_cap_and_heartbeat(aws, mon
     flagged = {r["name"]: r for r in json.loads(capsys.readouterr().out)["fleets"]}["ops-a"]
     assert flagged["states"] == {"running": 2} and flagged["heartbeat"]["found"] is True
 
+    # the nodes' life record: the fleet was born before its live instances (they replaced spot nodes), and its cap
+    # counts from then; a record that has ended belongs to an earlier life and is not read
+    life = {"fleet": "ops-a", "born_unix": first - 5 * 3600, "ended_unix": None}
+    s3.put_object(Bucket="ops-status", Key="checkpoints/ops-a/life/ops-a.json", Body=json.dumps(life).encode())
+    assert main(["status", "--region", REGION, "--json", "--aws-endpoint", aws[2]]) == 0
+    born = {r["name"]: r for r in json.loads(capsys.readouterr().out)["fleets"]}["ops-a"]
+    assert born["life_ends_unix"] == pytest.approx(first + 7 * 3600)
+    life["ended_unix"] = first - 3600
+    s3.put_object(Bucket="ops-status", Key="checkpoints/ops-a/life/ops-a.json", Body=json.dumps(life).encode())
+    assert main(["status", "--region", REGION, "--json", "--aws-endpoint", aws[2]]) == 0
+    ended = {r["name"]: r for r in json.loads(capsys.readouterr().out)["fleets"]}["ops-a"]
+    assert ended["life_ends_unix"] == pytest.approx(first + 12 * 3600)
+
 
 def test_status_of_a_root_reads_the_checkpoint_folder_from_its_state(aws, tmp_path, monkeypatch, capsys, catalog):
     """A root whose bucket the module created: the folder comes from the output in its state, the cap from its
@@ -317,13 +330,25 @@ echo "s3://ops-pre/ckpt/preempt-step=40.ckpt" >"$SRIFTY_NODE_STATE/preempted"
 exit 1
 """
 
+# another node's watchdog stops the fleet while this node's job runs (its life cap: the end in the fleet's life record
+# first, then its job's SIGTERM), and every rank leaves with a checkpoint as on a notice
+FLEET_STOPPED_TORCHRUN = """#!/bin/bash
+why="the fleet's life cap has passed"
+printf '{"fleet": "preempt", "born_unix": 1, "ended_unix": %s, "ended_by": "i-0other", "why": "%s"}' "$(date +%s)" \
+  "$why" | aws s3 cp - s3://ops-pre/ckpt/life/preempt.json --only-show-errors
+echo "s3://ops-pre/ckpt/preempt-step=40.ckpt" >"$SRIFTY_NODE_STATE/preempted"
+exit 1
+"""
 
-@pytest.mark.parametrize("stop", ["a notice", "the watchdog"])
+
+@pytest.mark.parametrize("stop", ["a notice", "the watchdog", "another node's watchdog"])
 def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_path, stop) -> None:
     """Issue #35 L/item 10: a preemption's status record said exit 1 (torchrun's), not 75: nothing told a
     preemption from a crash. The job's marker turns the node's exit into 75 and the record says preempted. A review:
     the life cap's stop was read as a notice too (the job marks any SIGTERM), so the record said preempted and the
-    watchdog kept the node in its group; a stop the watchdog made says its reason instead."""
+    watchdog kept the node in its group; a stop the watchdog made says its reason instead. A review again: only the
+    node whose watchdog stopped the fleet said so; the others' jobs left as on a notice and their records said
+    preempted (their groups replaced them): the stop is in the fleet's life record, which they read."""
     real_aws = shutil.which("aws")
     if real_aws is None:
         pytest.skip("the harness needs the aws CLI on PATH")
@@ -332,7 +357,7 @@ def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_p
     uri = "s3://ops-pre/ckpt/"
     values = template_values(name="preempt", checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
     script = render(tf_env, tmp_path / "console", values)
-    torchrun = PREEMPTED_TORCHRUN if stop == "a notice" else STOPPED_TORCHRUN
+    torchrun = {"a notice": PREEMPTED_TORCHRUN, "the watchdog": STOPPED_TORCHRUN}.get(stop, FLEET_STOPPED_TORCHRUN)
     fakes = node_fakes(tmp_path, real_aws, torchrun=torchrun)
     run = run_user_data(tmp_path, script, fakes, extra_env={"AWS_ENDPOINT_URL": endpoint})
     log = read(tmp_path / "user-data.log")
@@ -341,11 +366,70 @@ def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_p
         assert run.returncode == 75, log[-3000:]
         assert record["exit_code"] == 75 and record["preempted"] is True and record["stopped_by_watchdog"] is None
         assert "exit 75, preempted" in log
+    elif stop == "another node's watchdog":
+        assert run.returncode == 1, log[-3000:]
+        assert record["preempted"] is False, record
+        assert record["stopped_by_watchdog"] == "the fleet was stopped: the fleet's life cap has passed (i-0other)"
+        assert "the job left with its checkpoint because the fleet was stopped" in log
     else:
         assert run.returncode == 1, log[-3000:]
         assert record["exit_code"] == 1 and record["preempted"] is False
         assert record["stopped_by_watchdog"] == "the fleet's life cap has passed"
         assert "srifty: the watchdog stopped the job: the fleet's life cap has passed" in log
+
+
+@pytest.mark.parametrize("life", ["none", "alive", "ended before the launch", "ended after the launch"])
+def test_a_fleets_life_cap_counts_from_its_first_launch_not_each_replacements(tf_env, aws, tmp_path, life) -> None:
+    """A review: the life cap counted from each instance's boot, so a fleet no launcher watches, whose spot nodes
+    kept being replaced, ran past max_life_h for as long as the job had work (each replacement with a cap of its own).
+    The nodes keep the fleet's life beside the checkpoints: the first starts it, a replacement's cap counts from its
+    start, one launched before the fleet's end ends itself without training, one launched after it (a later apply
+    resumed the group) starts a new life."""
+    real_aws = shutil.which("aws")
+    if real_aws is None:
+        pytest.skip("the harness needs the aws CLI on PATH")
+    _, s3, endpoint = aws
+    bucket = f"ops-life-{life.split()[0]}-{len(life)}"
+    s3.create_bucket(Bucket=bucket)
+    uri = f"s3://{bucket}/ckpt/"
+    now = int(time.time())
+    born = now - 3000
+    record = {"fleet": "lifer", "born_unix": born, "born_by": "i-0first", "ended_unix": None}
+    if life.startswith("ended"):
+        ended = now - 600 if life == "ended before the launch" else now + 600
+        record.update(ended_unix=ended, ended_by="i-0first", why="the fleet's life cap has passed")
+    if life != "none":
+        s3.put_object(Bucket=bucket, Key="ckpt/life/lifer.json", Body=json.dumps(record).encode())
+    values = template_values(name="lifer", checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
+    fakes = node_fakes(tmp_path, real_aws, torchrun=TORCHRUN)
+    run = run_user_data(
+        tmp_path, render(tf_env, tmp_path / "console", values), fakes, extra_env={"AWS_ENDPOINT_URL": endpoint}
+    )
+    log = read(tmp_path / "user-data.log")
+    written = json.loads(s3.get_object(Bucket=bucket, Key="ckpt/life/lifer.json")["Body"].read())
+    if life == "ended after the launch":  # launched before the fleet's end: it leaves without training
+        assert run.returncode == 1, log[-3000:]
+        assert "epoch 1" not in log and "the fleet had ended before this instance joined" in log
+        status = json.loads(s3.get_object(Bucket=bucket, Key="ckpt/status/lifer-i-0abc.json")["Body"].read())
+        assert status["stopped_by_watchdog"] == (
+            "the fleet had ended before this instance joined: the fleet's life cap has passed"
+        )
+        assert written == record  # the first end is kept
+        return
+    assert run.returncode == 0, log[-3000:]
+    assert "epoch 2 loss 0.25" in log and "the training job exited with 0" in log
+    # the job's end (exit 0) ends the fleet's life, in the record (the watchdog, in the background: bounded wait)
+    deadline = time.time() + 20
+    while written.get("ended_unix") is None and time.time() < deadline:
+        time.sleep(0.5)
+        written = json.loads(s3.get_object(Bucket=bucket, Key="ckpt/life/lifer.json")["Body"].read())
+    assert written["why"] == "the training job exited with 0" and written["ended_by"] == "i-0abc", written
+    if life == "alive":  # a replacement: the cap counts from the fleet's birth, which the record keeps
+        assert f"the fleet's life: born at {born} (alive), its cap at {born + 5400}" in log, log[-2000:]
+        assert (written["born_unix"], written["born_by"]) == (born, "i-0first"), written
+    else:  # the first node of a (new) life: born now, recorded
+        assert "(new), its cap at" in log, log[-2000:]
+        assert abs(written["born_unix"] - now) < 60 and written["born_by"] == "i-0abc", written
 
 
 def test_a_rebooted_node_ends_itself_instead_of_idling_in_its_group(tf_env, tmp_path) -> None:
@@ -450,11 +534,13 @@ def test_the_watchdog_keeps_a_preempted_node_in_its_group_without_a_launcher(tmp
         "SRIFTY_WD_ASG": "1",
         "SRIFTY_WD_INSTANCE_ID": "i-0123456789abcdef0",
         "SRIFTY_WD_HEARTBEAT_URI": "",
+        "SRIFTY_WD_LIFE_URI": "s3://b/ckpt/life/f.json",
     }
     watchdog = MODULE / "templates" / "watchdog.sh"
     done = subprocess.run(["bash", str(watchdog)], env=env, capture_output=True, text=True, timeout=30, check=False)
     assert "staying in the Auto Scaling group, which starts a replacement" in done.stdout, done.stdout
     assert "autoscaling" not in read(tmp_path / "aws.log")  # no detach, no decrement
+    assert "life/f.json" not in read(tmp_path / "aws.log")  # a notice does not end the fleet's life
     assert read(tmp_path / "shutdown.log") == "-h now\n"
     (state / "preempted").unlink()  # a job that ended (not preempted): it leaves the group, decremented, as before
     (tmp_path / "shutdown.log").unlink()
@@ -479,12 +565,13 @@ def test_the_life_cap_ends_a_fleet_without_a_launcher_though_the_job_marks_a_not
         "SRIFTY_WD_ASG": "1",
         "SRIFTY_WD_INSTANCE_ID": "i-0123456789abcdef0",
         "SRIFTY_WD_HEARTBEAT_URI": "",
+        "SRIFTY_WD_LIFE_URI": "s3://b/ckpt/life/f.json",
+        "SRIFTY_WD_BORN": "1764000000",
+        "SRIFTY_WD_FLEET": "f",
     }
-    # the job as SpotPreemption leaves on a SIGTERM: the checkpoint's marker, exit 75
-    job = subprocess.Popen(
-        ["bash", "-c", f'trap \'echo s3://b/ck/preempt-step=7.ckpt >"{state}/preempted"; exit 75\' TERM; '
-                       "while :; do sleep 0.1; done"],
-    )  # fmt: skip
+    # the job as SpotPreemption leaves on a SIGTERM: the checkpoint's marker, exit 75 (its SIGTERM in the call log)
+    leave = f'echo SIGTERM >>"{tmp_path}/aws.log"; echo s3://b/ck/preempt-step=7.ckpt >"{state}/preempted"; exit 75'
+    job = subprocess.Popen(["bash", "-c", f"trap '{leave}' TERM; while :; do sleep 0.1; done"])
     try:
         (state / "job.pid").write_text(f"{job.pid}\n")
         watchdog = MODULE / "templates" / "watchdog.sh"
@@ -499,6 +586,15 @@ def test_the_life_cap_ends_a_fleet_without_a_launcher_though_the_job_marks_a_not
     assert "--scaling-processes Launch" in calls and "--should-decrement-desired-capacity" in calls, calls
     assert read(state / "watchdog.stop") == "the fleet's life cap has passed\n"
     assert read(tmp_path / "shutdown.log") == "-h now\n"
+    # the fleet's end in its life record before the job's SIGTERM: the other nodes' jobs, which leave as on a notice,
+    # find it when theirs exit (and leave their groups too)
+    lines = calls.splitlines()
+    life_put = " s3://b/ckpt/life/f.json --region us-east-1 --only-show-errors"
+    written = [i for i, c in enumerate(lines) if c.startswith("s3 cp ") and c.endswith(life_put)]
+    assert written and written[0] < lines.index("SIGTERM"), lines
+    ended = json.loads(read(state / "life.ended"))
+    assert ended["born_unix"] == 1764000000 and ended["why"] == "the fleet's life cap has passed", ended
+    assert ended["ended_by"] == "i-0123456789abcdef0" and ended["ended_unix"] >= int(time.time()) - 60
 
 
 # ---------------------------------------------------------------------------------------------------------------------

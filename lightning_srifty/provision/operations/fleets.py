@@ -10,6 +10,7 @@ its ``LaunchTime`` (until the end time EC2 gives a terminated one): the catalog'
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import time
@@ -144,13 +145,14 @@ class Fleet:
     def age_h(self, at: float) -> float:
         return max(0.0, at - min(i.launched_unix for i in self.instances)) / 3600 if self.instances else 0.0
 
-    def life_ends_unix(self, cap: float | None = None) -> float | None:
-        """When the first instance billing now stops itself (its launch + the life cap: its tag, else ``cap``); None:
-        no cap known."""
+    def life_ends_unix(self, cap: float | None = None, born_unix: float | None = None) -> float | None:
+        """When the fleet stops itself: its life's start (``born_unix``, the nodes' record of the fleet's first launch,
+        else the first live instance's launch) + the life cap (its tag, else ``cap``); None: no cap known."""
         cap = self.max_life_h if self.max_life_h is not None else cap
         if cap is None or not self.live:
             return None
-        return min(i.launched_unix for i in self.live) + cap * 3600
+        first = min(i.launched_unix for i in self.live)
+        return (first if born_unix is None else min(first, born_unix)) + cap * 3600
 
     def cost(self, catalog: Any, at: float) -> Cost:
         usd = hourly = 0.0
@@ -245,6 +247,24 @@ def read_heartbeat(s3: Any, checkpoint_uri: str) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # newer fields: the age is all that is shown
         return protocol.parse(protocol.Heartbeat, json.loads(body), f"{checkpoint_uri}{protocol.HEARTBEAT}")
+
+
+LIFE = "life/{name}.json"  # the nodes' record of the fleet's life (the module's user_data and watchdog write it)
+
+
+def read_life_born(s3: Any, checkpoint_uri: str, name: str) -> float | None:
+    """When the fleet's life began (``born_unix`` of its nodes' record ``life/<name>.json``, which the life cap counts
+    from), or None: no record, one that has ended (instances up now belong to a later life) or one that cannot be
+    read."""
+    bucket, prefix = split_s3(checkpoint_uri)
+    try:
+        record = json.loads(s3.get_object(Bucket=bucket, Key=prefix + LIFE.format(name=name))["Body"].read())
+        born = float(record["born_unix"])
+    except s3.exceptions.NoSuchKey:
+        return None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return born if record.get("ended_unix") is None and math.isfinite(born) else None
 
 
 def summary(fleet: Fleet, cost: Cost, at: float) -> str:

@@ -31,6 +31,36 @@ REGION="${SRIFTY_WD_REGION:-us-east-1}"
 
 log() { echo "srifty-watchdog $(date -u +%FT%TZ): $*"; }
 
+# the fleet's life record (SRIFTY_WD_LIFE_URI, written by user_data at boot): a stop that ends the fleet (not a spot
+# notice) says when and why in it before the job is stopped, so that the other nodes, whose jobs leave with a
+# checkpoint as on a notice, leave their groups too, and a replacement launched before it ends itself
+LIFE_URI="${SRIFTY_WD_LIFE_URI:-}"
+end_life() {
+  [ -n "$LIFE_URI" ] || return 0
+  local now
+  now=$(date +%s)
+  # an end already recorded is kept (the first node's reason); the born time is the record's own
+  timeout 30 aws s3 cp "$LIFE_URI" - --region "$REGION" --only-show-errors 2>/dev/null |
+    python3 -c '
+import json, sys
+try:
+    r = json.load(sys.stdin)
+except ValueError:
+    r = {}
+if r.get("ended_unix") is not None:
+    sys.exit(3)
+fleet, born, now, by, why = sys.argv[1:6]
+print(json.dumps({"fleet": fleet, "born_unix": int(r.get("born_unix") or born), "born_by": r.get("born_by"),
+                  "ended_unix": int(now), "ended_by": by, "why": why[:300]}))
+' "${SRIFTY_WD_FLEET:-}" "${SRIFTY_WD_BORN:-$now}" "$now" "${SRIFTY_WD_INSTANCE_ID:-}" "$1" >"$STATE/life.ended"
+  case "${PIPESTATUS[1]}" in
+    0) timeout 30 aws s3 cp "$STATE/life.ended" "$LIFE_URI" --region "$REGION" --only-show-errors &&
+      log "the fleet's life ended: $1 ($LIFE_URI)" || log "could not record the fleet's end at $LIFE_URI" ;;
+    3) log "the fleet's life had already ended ($LIFE_URI)" ;;
+    *) log "could not record the fleet's end at $LIFE_URI" ;;
+  esac
+}
+
 for v in "$INTERVAL" "$GRACE" "$LIFE_UNTIL" "$DEFAULT_MAX_AGE"; do
   [[ "$v" =~ ^[0-9]+$ ]] || { log "bad setting '$v' (whole seconds expected): stopping now"; LIFE_UNTIL=0; }
 done
@@ -69,6 +99,24 @@ stop_instance() {
   local pid
   pid=$(job_pid)
   if [ "${2:-}" != exited ]; then echo "$1" >"$STATE/watchdog.stop"; fi
+  # a job that left on a spot notice with its checkpoint (its marker, no stop of the watchdog's or another node's):
+  # the fleet goes on (a replacement, or the launcher's next fleet); every other stop ends the fleet's life
+  local notice=0 waited=0
+  # the boot script decides what the job's exit was (a notice, or the fleet stopped by another node): its verdict first
+  while [ "${2:-}" = exited ] && [ ! -e "$STATE/user_data.exited" ] && [ "$waited" -lt 60 ]; do
+    sleep 1
+    waited=$((waited + 1))
+  done
+  if [ "${2:-}" = exited ] && [ -e "$STATE/preempted" ] && [ ! -e "$STATE/watchdog.stop" ]; then notice=1; fi
+  if [ "$notice" = 0 ]; then
+    if [ "${2:-}" != exited ]; then
+      end_life "$1"
+    elif [ -e "$STATE/watchdog.stop" ]; then
+      end_life "$(head -c 300 "$STATE/watchdog.stop")"
+    else
+      end_life "the training job exited with $(head -c 20 "$STATE/user_data.exited" 2>/dev/null | tr -cd '0-9')"
+    fi
+  fi
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     log "SIGTERM to the training job ($pid): it checkpoints and exits; ${GRACE}s grace"
     kill -TERM "$pid" 2>/dev/null
@@ -76,7 +124,7 @@ stop_instance() {
     while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$GRACE" ]; do sleep 1; waited=$((waited + 1)); done
     if kill -0 "$pid" 2>/dev/null; then log "the job is still running after ${GRACE}s: SIGKILL"; kill -KILL "$pid"; fi
   fi
-  if [ "${SRIFTY_WD_ASG:-0}" = 1 ] && [ "${2:-}" = exited ] && [ -e "$STATE/preempted" ] && [ -z "$HEARTBEAT" ]; then
+  if [ "${SRIFTY_WD_ASG:-0}" = 1 ] && [ "$notice" = 1 ] && [ -z "$HEARTBEAT" ]; then
     # no launcher moves this job: the group replaces the instance, and the replacement resumes from the checkpoint
     # the job just wrote (user_data: SRIFTY_RESUME=latest)
     log "the job left on a notice with a checkpoint: staying in the Auto Scaling group, which starts a replacement"
