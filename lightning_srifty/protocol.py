@@ -315,6 +315,7 @@ VARIABLES: dict[str, str] = {
     "plan_started_unix": "SRIFTY_PLAN_STARTED_UNIX",
     "heartbeat_max_age_s": "SRIFTY_HEARTBEAT_MAX_AGE_S",
     "max_life_until_unix": "SRIFTY_MAX_LIFE_UNTIL_UNIX",
+    "checkpoint_every_s": "SRIFTY_CHECKPOINT_EVERY_S",
 }
 RESUME_LATEST = "latest"  # LaunchEnv.resume: the newest sound checkpoint under checkpoint_uri, if any
 # a srifty fleet node's state folder (user_data exports it): a job that leaves on a notice writes PREEMPTED_MARKER
@@ -353,6 +354,9 @@ class LaunchEnv:
         plan_started_unix: when the run began working to this plan (its deadline counts from then).
         heartbeat_max_age_s: the job leaves when ``HEARTBEAT.json`` is older than this (None: no heartbeat).
         max_life_until_unix: the job leaves at this time, the fleet's life cap (None: no cap).
+        checkpoint_every_s: the plan's checkpoint interval for the fleet (Young-Daly, spot fleets), which a
+            ``SpotPreemption`` without its own ``every_s`` takes: a node lost without a notice costs at most this much
+            work (None: no periodic checkpoint).
     """
 
     launch_id: str
@@ -369,6 +373,7 @@ class LaunchEnv:
     plan_started_unix: float | None = None
     heartbeat_max_age_s: float | None = None
     max_life_until_unix: float | None = None
+    checkpoint_every_s: float | None = None
     protocol: str = PROTOCOL
 
     def to_env(self) -> dict[str, str]:

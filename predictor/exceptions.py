@@ -286,6 +286,7 @@ EXTRA_OF_MODULE = {
     "botocore": "infra",
     "python_terraform": "infra",
     "pathspec": "infra",
+    "packaging": "infra",
     "fsspec": "infra",
     "s3fs": "infra",
     "aiobotocore": "infra",

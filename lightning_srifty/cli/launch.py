@@ -323,7 +323,7 @@ def _watch_flags(p: argparse.ArgumentParser) -> None:
         type=positive,
         metavar="H",
         help="hard cap on each fleet's life: the job checkpoints and leaves after H hours (default: the plan's "
-        "predicted time x 1.5 + 1 h)",
+        "predicted time x 1.5 or the time's 99th percentile, the later, + 1 h)",
     )
     p.add_argument(
         "--spot-policy",

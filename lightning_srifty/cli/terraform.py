@@ -152,7 +152,7 @@ def node_summary(result: Any, options: Any) -> str:
     bucket = values["checkpoints"].get("bucket") or "a new bucket (created by the apply)"
     lines.append(f"  checkpoints  {bucket}, prefix {values['checkpoints']['prefix']}")
     lines.append(
-        f"  life cap     every instance terminates itself {fmt_life(values['max_life_h'])} after boot (--max-life-h)"
+        f"  life cap     the fleet stops itself {fmt_life(values['max_life_h'])} after its first launch (--max-life-h)"
     )
     return "\n".join(lines)
 
@@ -274,7 +274,8 @@ def _limit_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-life-h",
         type=positive,
-        help="every instance terminates itself after this many hours (default: predicted hours x 1.5 + 1)",
+        help="the fleet stops itself this many hours after its first launch (default: the later of the predicted "
+        "hours x 1.5 and the time's 99th percentile, + 1)",
     )
     p.add_argument(
         "--max-instances",

@@ -117,7 +117,7 @@ class SpotPreemption(Callback):
         exit_process: raise ``SystemExit(75)`` after the checkpoint (False: stop the Trainer and return normally,
             with ``callback.preempted`` set).
         every_s: also checkpoint every this many seconds (the plan's Young-Daly interval: :meth:`from_plan`),
-            keeping the newest ``keep`` periodic checkpoints.
+            keeping the newest ``keep`` periodic checkpoints (default: on a fleet, the plan's, else none).
         leave_deadline_s: a leaving checkpoint and its record must be written this many seconds after the notice,
             and, for a spot notice that names when AWS acts, :data:`EXIT_MARGIN_S` before that time: with a remote
             ``dirpath`` it is saved to local disk first and uploaded within what is left less
@@ -171,7 +171,7 @@ class SpotPreemption(Callback):
         self.endpoint = endpoint
         self.interval_s = interval_s if interval_s is not None else float(os.environ.get("SRIFTY_SPOT_POLL_S", "5"))
         self.on_rebalance, self.handle_sigterm, self.exit_process = on_rebalance, handle_sigterm, exit_process
-        self.every_s = every_s
+        self.every_s = _default_every_s(every_s, self.launch)
         # a leaving save must be durable within leave_deadline_s of the notice (AWS gives 120 s): a remote store
         # that does not take it by then is given up on, and the checkpoint stays on local disk (said in the record)
         self.leave_deadline_s = float(leave_deadline_s)
@@ -403,6 +403,13 @@ class SpotPreemption(Callback):
         plan = plan if hasattr(plan, "entries") else load_plan(plan)
         entry = plan.entries[choice]
         return cls(dirpath, every_s=entry.checkpoint_interval_s, **kwargs)
+
+
+def _default_every_s(every_s: float | None, launch: LaunchEnv | None) -> float | None:
+    """``every_s`` as given, else under ``srifty launch`` or on a fleet ``srifty terraform`` wrote the plan's checkpoint
+    interval for the fleet (``LaunchEnv.checkpoint_every_s``; a trial: the SpotPreemption every Trainer gets on a fleet
+    saved only on a notice, so a node lost without one lost everything since the start), else None."""
+    return every_s if every_s is not None or launch is None else launch.checkpoint_every_s
 
 
 def earliest_notice(

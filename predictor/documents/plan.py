@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,9 @@ from predictor.documents.atomic import atomic_write_json, read_json_document
 from predictor.documents.profile import MAX_SAMPLES_PER_STEP, Software
 from predictor.documents.schema import doc_field, from_dict, json_schema, to_dict
 from predictor.exceptions import ConfigError, ProfileSchemaError
+
+# a log-normal's 99th percentile over its 90th, in log distance from the median: z(0.99) / z(0.90)
+LIFE_Z_RATIO: Final = 2.3263 / 1.2816
 
 PLAN_SCHEMA: Final = "srifty.plan/v1"
 Risk = Literal["none", "low", "medium", "high"]  # a ranked fleet's spot risk and migration effort
@@ -288,6 +292,19 @@ class PlanEntry:
         if self.late_move_to is not None and self.time_interval_h:
             return max(self.time_h, self.time_interval_h[1])
         return self.time_h
+
+    def life_cap_h(self) -> float:
+        """The default life cap of this entry's fleet (hours): the later of :meth:`life_basis_h` x 1.5 and the time's
+        99th percentile, plus an hour. The percentile reads the 80% interval's upper end as a log-normal's 90th
+        (z 2.326 / 1.282 of its log distance from ``time_h``): a wide interval (a profile without an operator table,
+        a regime the model knows little of) widens the cap with it, so that a run inside its own prediction is not
+        cut short (a trial: 1.41 h predicted, 0.50-4.4 h, capped at 3.1 h). Infinite for an infinite basis."""
+        basis = self.life_basis_h()
+        if not math.isfinite(basis):
+            return math.inf
+        high = self.time_range_h()[1]
+        p99 = self.time_h * (high / self.time_h) ** LIFE_Z_RATIO if high > self.time_h > 0 else self.time_h
+        return max(basis * 1.5, p99) + 1.0
 
     def time_range_h(self) -> tuple[float, float]:
         """The time's 80% interval: ``time_interval_h``, or for a plan written before it was recorded, the same rule

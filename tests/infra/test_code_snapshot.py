@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import tarfile
 import zipfile
@@ -151,6 +152,33 @@ def test_a_requirements_file_must_be_in_the_snapshot(tmp_path) -> None:
     project = _project(tmp_path / "p")
     with pytest.raises(ConfigError, match=r"requirements file data/req.txt is not among the code's files"):
         build_snapshot(project, tmp_path / "out", {**SPEC, "requirements": "data/req.txt"})
+
+
+@pytest.mark.parametrize(
+    ("line", "refused"),
+    [
+        ("torch==2.5.1", "line 2 asks for 'torch==2.5.1', but every node installs the profiled torch 2.13.0"),
+        ("torch>=2.1,<3  # any 2.x", None),
+        ("lightning==2.4.0", "asks for 'lightning==2.4.0', but every node installs the profiled lightning 2.6.6"),
+        ("torchvision==0.20.1", "this release of torchvision is built for another torch"),
+        ("torchvision==0.28.0", None),
+        ("torchaudio~=2.13.0", None),
+        ("torch==2.5.1; sys_platform == 'darwin'", None),  # not on a Linux node
+        ("-r other.txt", None),
+    ],
+)
+def test_a_requirements_pin_the_nodes_cannot_install_beside_the_profiled_torch_is_refused(tmp_path, line, refused):
+    """A trial: a requirements file pinning torch==2.5.1 beside the profiled 2.13.0 passed srifty terraform and
+    srifty check, and every node stopped at boot on pip's ResolutionImpossible, after the fleet was paid for."""
+    project = _project(tmp_path / "p")
+    (project / "requirements.txt").write_text(f"pyyaml\n{line}\n")
+    spec = {**SPEC, "packages": ["torch==2.13.0", "lightning==2.6.6"], "requirements": "requirements.txt"}
+    if refused is None:
+        assert build_snapshot(project, tmp_path / "out", spec).sha256
+        return
+    with pytest.raises(ConfigError, match=re.escape(refused)) as info:
+        build_snapshot(project, tmp_path / "out", spec)
+    assert info.value.parameter == "requirements" and "Remove the pin from requirements.txt" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import math
 import os
 import re
 import subprocess
@@ -378,12 +379,30 @@ def test_an_unknown_type_cannot_be_priced(catalog) -> None:
     assert info.value.parameter == "entries[0].groups[0].instance_type"
 
 
+def test_the_default_life_cap_lets_a_run_inside_its_own_interval_finish(catalog) -> None:
+    """A trial: a fleet predicted at 1.41 h with an 80 % interval of 0.50-4.4 h (a wide one: a profile without an
+    operator table) was capped at 1.41 x 1.5 + 1 = 3.1 h, so a run well inside its own prediction was stopped before
+    it finished. The cap is the later of that and the time's 99th percentile (the interval's end read as a log-normal's
+    90th), + 1 h; a narrow interval keeps the x 1.5 rule."""
+    plan, choice, _ = example("multi-node-spot")
+    entry = plan.entries[choice]
+    wide = dataclasses.replace(entry, time_h=1.41, time_interval_h=(0.50, 4.4))
+    p99 = 1.41 * (4.4 / 1.41) ** (2.3263 / 1.2816)  # 11.2 h
+    assert wide.life_cap_h() == pytest.approx(p99 + 1) and wide.life_cap_h() > 4.4 * 2
+    assert default_max_life_h(wide) == pytest.approx(math.ceil((p99 + 1) * 60) / 60)
+    narrow = dataclasses.replace(entry, time_h=1.41, time_interval_h=(1.30, 1.55))
+    assert narrow.life_cap_h() == pytest.approx(1.41 * 1.5 + 1)
+
+
 def test_the_guards_default_to_the_plans_constraints_and_can_be_tightened(catalog) -> None:
     plan, choice, options = example("multi-node-spot")  # 4 x p4d.24xlarge spot
     values = tfvars(plan, choice, options, catalog)
     assert values["limits"] == {"max_instances": plan.constraints.max_instances, "max_hourly_usd": None}
     assert values["max_life_h"] == default_max_life_h(plan.entries[choice])
-    assert values["max_life_h"] == pytest.approx(plan.entries[choice].time_h * 1.5 + 1, abs=1 / 60)
+    entry = plan.entries[choice]
+    high = entry.time_range_h()[1]
+    p99 = entry.time_h * (high / entry.time_h) ** (2.3263 / 1.2816)
+    assert values["max_life_h"] == pytest.approx(max(entry.time_h * 1.5, p99) + 1, abs=1 / 60)
     with pytest.raises(ConfigError, match="4 instances, more than max_instances = 3") as info:
         tfvars(plan, choice, dataclasses.replace(options, max_instances=3), catalog)
     assert info.value.parameter == "max_instances"

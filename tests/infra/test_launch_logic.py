@@ -463,7 +463,7 @@ def test_the_heartbeat_is_refreshed_with_the_fleets_life_cap_and_removed_at_the_
     rec, result = _run(plan, tmp_path, job, heartbeat_s=0.1, heartbeat_max_age_s=0.5)
     assert "moves" in result, result
     assert beats[1].written_unix > beats[0].written_unix and beats[0].max_age_s == 0.5
-    predicted = plan.entries[0].time_h * 1.5 + 1.0  # hours: the default cap
+    predicted = plan.entries[0].life_cap_h()  # hours: the default cap
     assert beats[0].max_life_until_unix == pytest.approx(t0 + predicted * 3600, abs=5)
     env = rec.envs["f-1"]
     assert float(env["SRIFTY_MAX_LIFE_UNTIL_UNIX"]) == pytest.approx(beats[0].max_life_until_unix, abs=0.01)

@@ -346,6 +346,28 @@ def test_periodic_checkpoints_at_the_plans_interval_keep_the_newest(tmp_path, ca
     assert not handler.preempted
 
 
+def test_on_a_fleet_the_plans_checkpoint_interval_is_every_spotpreemptions_default(tmp_path, monkeypatch) -> None:
+    """A trial: the SpotPreemption every Trainer gets on a fleet (and srifty_auto's) saved only on a notice, though
+    the plan computes a checkpoint interval for the fleet: a node lost without a notice (a hardware fault, a crash)
+    lost everything since the start. The launch's variables carry the plan's interval, which a SpotPreemption
+    without an every_s of its own takes; one the script gives wins, and outside a launch there is none."""
+    from lightning_srifty import protocol as markers
+    from lightning_srifty.migrate.preemption import launch_callbacks
+
+    assert SpotPreemption(str(tmp_path)).every_s is None  # no launch
+    monkeypatch.setenv(markers.VARIABLES["checkpoint_uri"], str(tmp_path / "ckpt"))
+    assert SpotPreemption().every_s is None  # a launch without the interval (an on-demand fleet)
+    monkeypatch.setenv(markers.VARIABLES["checkpoint_every_s"], "204")
+    (auto,) = launch_callbacks()
+    assert auto.every_s == 204.0 and SpotPreemption().every_s == 204.0
+    assert SpotPreemption(every_s=30).every_s == 30
+    # it saves: a fleet's run of 20 steps at 20 ms takes periodic checkpoints at the variable's interval
+    monkeypatch.setenv(markers.VARIABLES["checkpoint_every_s"], "0.05")
+    handler = SpotPreemption(keep=2, exit_process=False)
+    trainer([_Slow(), handler], max_steps=12).fit(TinyModel(), train_dataloaders=loader())
+    assert [p.name.split("-")[0] for p in (tmp_path / "ckpt").glob("*.ckpt")] == ["periodic"] * 2
+
+
 def test_a_run_that_raises_leaves_a_failed_marker_for_the_launcher(tmp_path) -> None:
     from lightning_srifty import protocol as markers
     from lightning_srifty import store

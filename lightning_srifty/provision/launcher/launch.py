@@ -23,7 +23,8 @@ global batch of the first fleet (samples per optimizer step) is kept on every la
 
 Reliability: the launcher rewrites ``HEARTBEAT.json`` every ``heartbeat_s``; a job (and the instances) whose heartbeat
 is older than ``heartbeat_max_age_s`` checkpoints and leaves, so a launcher killed outright leaves nothing running
-for long. Each fleet has a life cap (the plan's predicted time x 1.5 + 1 h, or ``max_life_h``). SIGINT, SIGTERM and
+for long. Each fleet has a life cap (``max_life_h``, else the plan's: the later of its predicted time x 1.5 and the
+time's 99th percentile, + 1 h). SIGINT, SIGTERM and
 SIGHUP release every fleet brought up and end with :class:`~predictor.exceptions.LaunchInterrupted`.
 """
 
@@ -83,7 +84,7 @@ class LauncherSettings:
     - ``max_migrations``: moves before giving up; ``max_local_processes``, ``simulate_notice_after``: the default
       (local) provisioner's; ``poll_s``: how often the launcher looks at the job.
     - ``heartbeat_s`` / ``heartbeat_max_age_s``: the launcher's heartbeat, and the age at which a job whose launcher
-      died checkpoints and leaves; ``max_life_h``: each fleet's life cap (default: the plan's time x 1.5 + 1 h);
+      died checkpoints and leaves; ``max_life_h``: each fleet's life cap (default: ``PlanEntry.life_cap_h``);
       ``start_timeout_s``: a cloud fleet that has not started the job by then is given up (default 30 min).
     - ``spot_policy`` (``srifty``, ``greedy``, ``uniform``, ``off``; None: ``srifty`` for a spot or mixed entry of a
       plan with a deadline, else ``off``) steers the fleet between spot and the same fleet on-demand against the

@@ -177,9 +177,10 @@ def _timed_up(
 
 
 def life_until(entry: PlanEntry, max_life_h: float | None, now: float | None = None) -> float:
-    """The hard cap on a fleet's life (unix seconds): ``max_life_h`` from now, else the plan's predicted time for the
-    fleet (:meth:`~predictor.documents.plan.PlanEntry.life_basis_h`) x 1.5 + 1 h."""
-    hours = max_life_h if max_life_h is not None else entry.life_basis_h() * 1.5 + 1.0
+    """The hard cap on a fleet's life (unix seconds): ``max_life_h`` from now, else the plan's default for the fleet
+    (:meth:`~predictor.documents.plan.PlanEntry.life_cap_h`: the later of its predicted time x 1.5 and the time's
+    99th percentile, + 1 h)."""
+    hours = max_life_h if max_life_h is not None else entry.life_cap_h()
     return (time.time() if now is None else now) + hours * 3600
 
 
@@ -259,6 +260,7 @@ class Legs:
             plan_started_unix=self.plan_started[plan_uri],
             heartbeat_max_age_s=self.heartbeat.max_age_s,
             max_life_until_unix=until,
+            checkpoint_every_s=fleet.entry.checkpoint_interval_s or None,
         )
         self.heartbeat.beat()  # the new cap, now
         self.provisioner.start(fleet, env.to_env())

@@ -109,7 +109,7 @@ class Options:
     aws_endpoint: str | None = None
     checkpoint_prefix: str | None = None  # default checkpoints/<name>/; srifty launch shares one across fleets
     handover: bool = False  # instances wait for HANDOVER-<name>.json (srifty launch); the watchdog reads HEARTBEAT.json
-    max_life_h: float | None = None  # every instance's life cap; default: predicted hours x 1.5 + 1
+    max_life_h: float | None = None  # the fleet's life cap; default: default_max_life_h
     max_instances: int | None = None  # guard; default: the plan's constraints.max_instances
     max_hourly_usd: float | None = None  # guard; default: the plan's constraints.max_hourly_usd (None: no limit)
     allow_wide_ssh: bool = False  # let --ssh-cidr blocks cover more than a /8 worth of addresses (never 0.0.0.0/0)
@@ -164,9 +164,10 @@ def default_name(plan: Plan, choice: int) -> str:
 
 
 def default_max_life_h(entry: PlanEntry) -> float:
-    """The life cap for a fleet: the predicted hours x 1.5 + 1, rounded up to a minute, within the module's 0.25-720."""
-    basis = entry.life_basis_h()  # an entry that moves when late: at least its deadline
-    hours = basis * 1.5 + 1 if math.isfinite(basis) else MAX_LIFE_H
+    """The life cap for a fleet (:meth:`~predictor.documents.plan.PlanEntry.life_cap_h`: the later of the predicted
+    hours x 1.5 and the time's 99th percentile, + 1 h), rounded up to a minute, within the module's 0.25-720."""
+    hours = entry.life_cap_h()
+    hours = hours if math.isfinite(hours) else MAX_LIFE_H
     return min(MAX_LIFE_H, max(0.25, math.ceil(hours * 60) / 60))
 
 
@@ -505,6 +506,8 @@ def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot |
         env[protocol.VARIABLES["strategy"]] = protocol.entry_strategy(entry)
     if not options.handover:  # srifty launch's handover carries its own
         env.update(planned_batches(entry))
+        if entry.checkpoint_interval_s:  # the plan's periodic checkpoint (spot fleets): SpotPreemption's every_s
+            env[protocol.VARIABLES["checkpoint_every_s"]] = f"{max(1.0, entry.checkpoint_interval_s):.0f}"
     if env:
         train["env"] = env
     return train

@@ -453,6 +453,9 @@ def _srifty_folder(root: Path, files: list[str], environment: dict[str, Any]) ->
             path=environment["requirements"],
             root=str(root),
         )
+    if environment.get("requirements"):
+        text = (root / environment["requirements"]).read_text(errors="replace")
+        check_requirement_pins(text, environment["requirements"], environment.get("packages") or [])
     clash = [rel for rel in files if rel.split("/", 1)[0] == SRIFTY_DIR]
     if clash:
         raise ConfigError(
@@ -470,6 +473,74 @@ def _srifty_folder(root: Path, files: list[str], environment: dict[str, Any]) ->
         ).encode(),
         f"{SRIFTY_DIR}/wheels/{wheel_name}": wheel,
     }
+
+
+def _companion_releases(torch: str) -> dict[str, list[str]]:
+    """The releases of torch's companion libraries built for torch ``torch`` (2.x): torchvision 0.(x+15) and torchaudio
+    2.x, each with its patch releases (PyTorch's compatibility tables: pytorch/vision's README, torch 2.13 with
+    torchvision 0.28; pytorch/audio's, torchaudio's releases follow torch's); {} for another major release."""
+    parts = torch.split(".")
+    if len(parts) < 2 or parts[0] != "2" or not parts[1].isdigit():
+        return {}
+    minor = int(parts[1])
+    return {
+        "torchvision": [f"0.{minor + 15}.{p}" for p in range(10)],
+        "torchaudio": [f"2.{minor}.{p}" for p in range(10)],
+    }
+
+
+def check_requirement_pins(text: str, path: str, packages: list[str]) -> None:
+    """Refuse a requirements file that pins torch or lightning otherwise than the environment the nodes install
+    (``packages``: the profiled ``torch==X``, ``lightning==Y``), or a torchvision / torchaudio built for another torch:
+    pip on every node would find no version that satisfies both and stop at boot (``ResolutionImpossible``, a trial's
+    ``torch==2.5.1`` beside the profiled 2.13.0), after the fleet was paid for. A line with an environment marker that
+    does not hold on a Linux node, an option line (``-r``, ``--index-url``) or one pip would not parse is left to pip.
+
+    Raises:
+        ConfigError: naming the file, the line, the pin and the fix.
+    """
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    fixed: dict[str, str] = {str(canonicalize_name(n)): v for n, _, v in (p.partition("==") for p in packages) if v}
+    allowed: dict[str, list[str]] = {name: [version] for name, version in fixed.items()}
+    allowed.update(_companion_releases(fixed.get("torch", "")))
+    node: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    node.update(sys_platform="linux", platform_system="Linux")  # every node runs Linux, whatever runs this
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        name = str(canonicalize_name(req.name))
+        if name not in allowed or not req.specifier or (req.marker is not None and not req.marker.evaluate(node)):
+            continue
+        if any(req.specifier.contains(v, prereleases=True) for v in allowed[name]):
+            continue
+        profiled = f"torch {fixed['torch']}" if name not in fixed else f"{name} {fixed[name]}"
+        raise ConfigError.between(
+            "{path} line {number} asks for {line!r}, but every node installs the profiled {profiled}"
+            + (" (with the CUDA build its driver runs)" if name == "torch" else "")
+            + (", and this release of {name} is built for another torch" if name not in fixed else "")
+            + ": pip would find nothing that satisfies both and stop the node at boot. Remove the pin from {path} "
+            + (
+                "(or leave it unversioned: the nodes take the release built for that torch), "
+                if name not in fixed
+                else ""
+            )
+            + "or profile again under the release you want.",
+            parameter="requirements",
+            value=line,
+            path=path,
+            number=number,
+            line=line,
+            profiled=profiled,
+            name=name,
+        )
 
 
 def _archive(root: Path, files: list[str], extra: dict[str, bytes]) -> bytes:

@@ -303,7 +303,7 @@ variable "train" {
 }
 
 variable "max_life_h" {
-  description = "Hard cap on the fleet's life, in hours: the watchdog stops the job grace_s before it, counted from the fleet's first launch (the nodes' record life/<name>.json beside the checkpoints: a spot replacement does not start a cap of its own), and user_data schedules `shutdown -h` (the instance terminates) this long after each instance's boot, whatever else fails. srifty terraform sets the plan's predicted hours x 1.5 + 1."
+  description = "Hard cap on the fleet's life, in hours: the watchdog stops the job grace_s before it, counted from the fleet's first launch (the nodes' record life/<name>.json beside the checkpoints: a spot replacement does not start a cap of its own), and user_data schedules `shutdown -h` (the instance terminates) this long after each instance's boot, whatever else fails. srifty terraform sets the later of the plan's predicted hours x 1.5 and the time's 99th percentile, + 1."
   type        = number
   default     = 72
 

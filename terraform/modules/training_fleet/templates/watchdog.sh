@@ -101,9 +101,12 @@ stop_instance() {
   if [ "${2:-}" != exited ]; then echo "$1" >"$STATE/watchdog.stop"; fi
   # a job that left on a spot notice with its checkpoint (its marker, no stop of the watchdog's or another node's):
   # the fleet goes on (a replacement, or the launcher's next fleet); every other stop ends the fleet's life
-  local notice=0 waited=0
-  # the boot script decides what the job's exit was (a notice, or the fleet stopped by another node): its verdict first
-  while [ "${2:-}" = exited ] && [ ! -e "$STATE/user_data.exited" ] && [ "$waited" -lt 60 ]; do
+  local notice=0 waited=0 boot
+  # the boot script decides what the job's exit was (a notice, or the fleet stopped by another node): while it runs,
+  # its verdict first (bounded)
+  boot=$(tr -cd '0-9' <"$STATE/user_data.pid" 2>/dev/null)
+  while [ "${2:-}" = exited ] && [ ! -e "$STATE/user_data.exited" ] && [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null &&
+    [ "$waited" -lt 60 ]; do
     sleep 1
     waited=$((waited + 1))
   done
@@ -149,8 +152,7 @@ stop_instance() {
   fi
   # the boot script's last words (its log and status record beside the checkpoints: bounded, 5 + 60 + 30 s) before
   # the power goes: shutdown stops every process, an upload in flight included
-  local boot waited=0
-  boot=$(tr -cd '0-9' <"$STATE/user_data.pid" 2>/dev/null)
+  waited=0
   while [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null && [ ! -e "$STATE/user_data.done" ] && [ "$waited" -lt 120 ]; do
     sleep 1
     waited=$((waited + 1))
