@@ -28,7 +28,8 @@ esac
 
 FAKE_TORCHRUN = """#!{python}
 import json, os, sys
-env = {{k: v for k, v in os.environ.items() if k.startswith(("SRIFTY_", "PL_TRAINER_")) or k == "AWS_DEFAULT_REGION"}}
+kept = ("SRIFTY_", "PL_TRAINER_", "LT_")
+env = {{k: v for k, v in os.environ.items() if k.startswith(kept) or k == "AWS_DEFAULT_REGION"}}
 json.dump({{"argv": sys.argv[1:], "env": env}}, open(os.environ["FAKE_DIR"] + "/torchrun.json", "w"))
 """
 

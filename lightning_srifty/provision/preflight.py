@@ -53,7 +53,7 @@ from lightning_srifty.provision.aws import (
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, tag_value, terraform_root
-from lightning_srifty.provision.terraform.glue import read_glue
+from lightning_srifty.provision.terraform.glue import command_glue
 from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
 from predictor.catalog.catalog import Catalog
 from predictor.documents.profile import load_profile
@@ -390,7 +390,7 @@ def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
                 f"{script} imports {', '.join(missing)}, which neither the code, the standard library, torch, "
                 "lightning, lightning-srifty nor the requirements file provides"
                 + (
-                    f" (unless {' or '.join(blind)} brings it: not installed here, so what they depend on is unknown)"
+                    f" (unless {' or '.join(blind)} brings it: not installed here, its dependencies unknown)"
                     if blind
                     else ""
                 ),
@@ -399,10 +399,19 @@ def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
         )
     else:
         findings.append(Finding("imports", "ok", f"its {len(names)} imports resolve in the nodes' environment"))
-    glue = read_glue(snapshot, script, module=argv[0] == "-m")
+    args = argv[2:] if argv[0] == "-m" else argv[1:]
+    return [*findings, *_glue_findings(snapshot, argv, script), *check_device(script, source, args)]
+
+
+def _glue_findings(snapshot: Snapshot, argv: list[str], script: str) -> list[Finding]:
+    """What the script's glue warns of: a srifty strategy nothing registers, a Fabric script (no Trainer)."""
+    glue = command_glue(snapshot, argv)
+    out = []
     if glue is not None and (unregistered := glue.unregistered_note(script)) is not None:
-        findings.append(Finding("imports", "warn", unregistered, f"add `import lightning_srifty` to {script}"))
-    return findings + check_device(script, source, argv[2:] if argv[0] == "-m" else argv[1:])
+        out.append(Finding("imports", "warn", unregistered, f"add `import lightning_srifty` to {script}"))
+    if glue is not None and (fabric := glue.fabric_note(script)) is not None:
+        out.append(Finding("script", "warn", fabric, "train with a Trainer (docs/launch.md)"))
+    return out
 
 
 def _top_name(rel: str) -> str:

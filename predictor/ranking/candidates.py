@@ -211,8 +211,16 @@ def price(
                 before = np.cumsum(cnt, axis=1) - cnt
                 on = np.clip(n_od[:, None] - before, 0, cnt).astype(int)
                 off = cnt - on
-                ok = priced & distinct
+                # one Auto Scaling group gives its whole on-demand base to its first type ("prioritized", AWS's Auto
+                # Scaling user guide): an on-demand part over two types is a fleet no group buys (a trial)
+                one_type = row_sum((on > 0).astype(int)) <= 1
+                ok = priced & distinct & one_type
                 count(excluded, "mixed market same as all on-demand or all spot (fleet too small)", priced & ~distinct)
+                count(
+                    excluded,
+                    "mixed market: the on-demand part over two types (an Auto Scaling group gives its base to one)",
+                    priced & distinct & ~one_type,
+                )
             count(excluded, f"no {market} price in {region}", ~priced)
             keep = np.flatnonzero(ok)
             usd = np.nan_to_num(od[keep]) * on[keep] + np.nan_to_num(sp[keep]) * off[keep]

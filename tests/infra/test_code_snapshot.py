@@ -568,6 +568,50 @@ def test_the_scripts_glue_is_read_from_its_code_not_its_comments(tmp_path, catal
     assert words in said["unregistered"][0]
 
 
+def test_a_lightning_cli_strategy_and_a_fabric_script_are_read_as_they_train(tmp_path, catalog) -> None:
+    """A trial: a LightningCLI script whose config.yaml set trainer.strategy: srifty_auto was told it never asked for
+    the plan (only Python was read), and a Fabric script (no Trainer) trained as a separate job on each node, with
+    no checkpoint on the notice and no word from srifty terraform or srifty check. The CLI's --config files and
+    --trainer.strategy are read; a Fabric script gets a note and a warning (the nodes set LT_NUM_NODES)."""
+    from lightning_srifty.provision.preflight import check_imports
+    from lightning_srifty.provision.terraform.command import train_argv
+    from lightning_srifty.provision.terraform.glue import command_glue
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "main.py").write_text(
+        "import lightning_srifty\nfrom lightning.pytorch.cli import LightningCLI\nLightningCLI(save_config_kwargs={})\n"
+    )
+    (project / "bare.py").write_text("from lightning.pytorch.cli import LightningCLI\nLightningCLI()\n")
+    (project / "config.yaml").write_text("trainer:\n  strategy: srifty_auto\n  max_steps: 600\n")
+    (project / "ddp.yaml").write_text("trainer:\n  strategy: ddp\n")
+    (project / "fabric.py").write_text(
+        "import lightning as L\nfabric = L.Fabric(accelerator='auto')\nfabric.launch()\n"
+    )
+    snapshot = build_snapshot(project, tmp_path / "stage", SPEC)
+    for argv, asks in (
+        (["main.py", "fit", "--config", "config.yaml"], True),
+        (["main.py", "fit", "--config=config.yaml"], True),
+        (["main.py", "fit", "-c", "ddp.yaml"], False),
+        (["main.py", "fit", "--trainer.strategy=srifty_auto"], True),
+        (["main.py", "fit", "--config", "missing.yaml"], False),
+    ):
+        glue = command_glue(snapshot, argv)
+        assert glue is not None and glue.asks_for_the_plan is asks and not glue.unregistered, argv
+    bare = command_glue(snapshot, ["bare.py", "fit", "--config", "config.yaml"])
+    assert bare is not None and bare.unregistered  # the YAML names it; nothing imports the package that registers it
+    fabric = command_glue(snapshot, ["fabric.py"])
+    assert fabric is not None and fabric.fabric_only and not command_glue(snapshot, ["main.py"]).fabric_only
+    got = generate(
+        load_plan(PLAN), tmp_path / "infra", options=Options(name="fab", code=str(project), train_command="fabric.py"),
+        catalog=catalog,
+    )  # fmt: skip
+    (note,) = [n for n in got.notes if "trains with Lightning Fabric, not a Trainer" in n]
+    assert "LT_NUM_NODES" in note and "Train with a Trainer" in note
+    warned = [f for f in check_imports(got.snapshot, train_argv("fabric.py")) if f.status == "warn"]
+    assert [f.check for f in warned] == ["script"]
+
+
 def test_the_glue_of_a_module_an_alias_and_a_large_code_base(tmp_path) -> None:
     """A review of the glue reader: ``python -m pkg.train`` runs ``pkg/__init__.py`` first (an import there
     registers the strategies); ``plan_strategy`` imported under another name still asks for the plan; a code base

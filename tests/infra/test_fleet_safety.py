@@ -258,6 +258,7 @@ def test_rendered_user_data_passes_odd_values_intact_and_starts_the_safety_net(t
     assert record["env"]["SRIFTY_CHECKPOINT_URI"] == odd_uri
     assert record["env"]["AWS_DEFAULT_REGION"] == "us-east-1"  # the instance's (IMDS), for the job's S3 calls
     assert record["env"]["PL_TRAINER_NUM_NODES"] == "1"  # the fleet's nodes, the Trainer's default num_nodes
+    assert record["env"]["LT_NUM_NODES"] == "1"  # and Lightning Fabric's
     assert record["argv"][-3:] == [odd_arg, "--resume-from", odd_arg]
     assert {k: record["env"][k] for k in odd_env} == odd_env  # train.env reached the job, byte for byte
     assert not list(work.iterdir()) and not (Path("/") / "pwned").exists()  # nothing ran

@@ -356,7 +356,7 @@ def test_tags_from_the_model_name_and_fleet_spec_follow_aws_rules(catalog) -> No
             assert TAG.match(value) and len(value) <= 256, value
     tags = tfvars(dataclasses.replace(plan, model="llama<3>\"x'y"), choice, options, catalog)["tags"]
     assert tags["srifty:model"] == "llama_3__x_y"
-    assert tags["srifty:fleet-spec"] == "g6.48xlarge:1 g5.48xlarge:2"
+    assert tags["srifty:fleet-spec"] == "g6.48xlarge:2 g5.48xlarge:1"
     assert (
         len(tfvars(dataclasses.replace(plan, model="m" * 300), choice, options, catalog)["tags"]["srifty:model"]) == 256
     )

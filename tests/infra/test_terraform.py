@@ -64,6 +64,73 @@ def test_the_heterogeneous_example_weighs_types_by_predicted_throughput(catalog)
     assert values["network"] == {"create_vpc": True, "availability_zone_id": zone} and values["ssh_cidr_blocks"] == []
 
 
+def test_a_mix_one_auto_scaling_group_cannot_buy_as_planned_is_refused_before_any_money(catalog) -> None:
+    """A trial (an infra team's, on a mixed fleet): the plan's on-demand instances were of two types, which one Auto
+    Scaling group cannot buy (it gives its whole on-demand base to its first type: 3 x g6.xlarge for g6 + g5), and the
+    group's spot units could be filled with the smaller type past max_instances (10 x g6.4xlarge for a 4-node plan,
+    the guard 3), though the module's precondition checked the plan's counts only. The ranking no longer writes such
+    a mix (its on-demand part is one type, listed first); srifty terraform refuses an older plan's, and a mix whose
+    worst fill passes the guards, naming the fill and the fixes."""
+    import dataclasses
+
+    plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
+    entry = plan.entries[choice]  # g6.48xlarge:2 on demand + g5.48xlarge:1 spot
+    values = tfvars(plan, choice, options, catalog)
+    assert [g["on_demand"] > 0 for g in values["groups"]] == [True, False]  # the on-demand type first
+    assert options.max_instances == 4
+    # the plan's guard (3) is passed by the worst fill: the g5's spot units filled with g6.48xlarge
+    with pytest.raises(ConfigError, match=r"at worst 2 x g6\.48xlarge \(4 instances in all") as info:
+        tfvars(plan, choice, dataclasses.replace(options, max_instances=None), catalog)
+    assert info.value.parameter == "max_instances" and "--mode fleet" in str(info.value)
+    assert tfvars(plan, choice, dataclasses.replace(options, max_instances=None, mode="fleet"), catalog)
+    # an older plan's mix with its on-demand part on both types
+    from lightning_srifty.provision.terraform.generate import check_mixed_group
+
+    spread = [dict(values["groups"][0], on_demand=1, spot=1), dict(values["groups"][1], on_demand=1, spot=0)]
+    with pytest.raises(ConfigError, match=r"on-demand instances of g6\.48xlarge and g5\.48xlarge") as info:
+        check_mixed_group(entry, spread, catalog, entry.region, None, None)
+    assert "it would launch g6.48xlarge alone" in str(info.value)
+
+
+def test_the_ranking_puts_a_mixed_market_mixs_on_demand_part_on_one_type(catalog) -> None:
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+
+    profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
+    constraints = Constraints(
+        steps=2_000_000, market="mixed", max_types=2, max_instances=4, allow=("g5", "g6"), top=200
+    )
+    plan = rank(profile, constraints, catalog=catalog)
+    mixes = [e for e in plan.entries if len(e.groups) > 1]
+    assert mixes and all(sum(g.on_demand > 0 for g in e.groups) <= 1 for e in mixes)
+    assert any("on-demand part over two types" in reason for reason in plan.excluded), plan.excluded
+
+
+def test_a_mix_of_an_efa_type_and_one_without_runs_every_node_on_sockets(catalog) -> None:
+    """A trial: a mix of g6.4xlarge (no EFA) and g5.12xlarge (EFA) gave the g5 node EFA and its plugin while the g6
+    nodes took sockets: NCCL's ranks on two transports, and the prediction priced sockets. EFA only where every
+    node has it."""
+    import dataclasses
+
+    plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
+    entry = plan.entries[choice]
+    g6, g5 = entry.groups
+    assert not catalog.get("g6.4xlarge").efa and catalog.get("g5.12xlarge").efa
+    mixed = dataclasses.replace(
+        entry,
+        groups=(
+            dataclasses.replace(g6, instance_type="g6.4xlarge"),
+            dataclasses.replace(g5, instance_type="g5.12xlarge"),
+        ),
+    )
+    from lightning_srifty.provision.terraform.generate import _groups
+
+    groups, _ = _groups(mixed, options, catalog)
+    assert [(g["efa"], g["network_interfaces"]) for g in groups] == [(False, 1), (False, 1)]
+    alone = dataclasses.replace(entry, groups=(dataclasses.replace(g5, instance_type="g5.12xlarge", count=2),))
+    assert _groups(alone, options, catalog)[0][0]["efa"] is True
+
+
 def test_generate_is_idempotent_and_refuses_foreign_folders(tmp_path, catalog) -> None:
     plan, choice, options = example(ROOT / "terraform" / "examples" / "multi-node-spot")
     first = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog)

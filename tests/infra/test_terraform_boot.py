@@ -101,6 +101,9 @@ def test_each_group_carries_its_architecture_and_one_ami_serves_one_architecture
     values = tfvars(plan, i, Options(name="mixed-arch"), catalog)
     assert {g["instance_type"]: g["arch"] for g in values["groups"]} == {"g5g.xlarge": "arm64", "g5.xlarge": "x86_64"}
     assert values["ami"] == {}  # one Deep Learning AMI per architecture, resolved by the module
+    # all on demand: one Auto Scaling group would give its whole base to its first type (a trial), so EC2 Fleets of the
+    # plan's exact counts; a mix with spot stays an Auto Scaling group
+    assert values["capacity"]["mode"] == "fleet"
     with pytest.raises(ConfigError, match="mixes arm64 and x86_64") as info:
         tfvars(plan, i, Options(name="mixed-arch", ami="ami-12345678", setup_command="true"), catalog)
     assert info.value.parameter == "ami"

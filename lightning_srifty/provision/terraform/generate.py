@@ -232,6 +232,10 @@ def tfvars(
     region = _region(options, entry, choice, catalog)
     usd_per_hour, max_instances, max_hourly, max_life_h = _guards(plan, entry, options, catalog, region)
     groups, unit = _groups(entry, options, catalog)
+    if options.mode == "asg" and on_demand_mix(entry):  # one group would buy its first type alone: exact counts
+        options = dataclasses.replace(options, mode="fleet")
+    if options.mode == "asg" and len(groups) > 1:  # a mix the group's units may fill otherwise than planned
+        check_mixed_group(entry, groups, catalog, region, max_instances, max_hourly)
     network = _network(entry, options, catalog, region)
     prefix, checkpoints = _checkpoints(options, name)
     values: dict[str, Any] = {
@@ -296,6 +300,72 @@ def _capacity(entry: PlanEntry, options: Options, groups: list[dict[str, Any]]) 
         "on_demand_percentage_above_base": 0,
         "placement_group": placement,
     }
+
+
+def on_demand_mix(entry: PlanEntry) -> bool:
+    """A fleet of two or more types all on demand: an Auto Scaling group would give its whole base to its first type,
+    and nothing needs replacing, so it is written as EC2 Fleets of the exact counts (``capacity.mode`` fleet)."""
+    return len(entry.groups) > 1 and all(g.spot == 0 for g in entry.groups)
+
+
+def check_mixed_group(
+    entry: PlanEntry,
+    groups: list[dict[str, Any]],
+    catalog: Catalog,
+    region: str,
+    max_instances: int | None,
+    max_hourly: float | None,
+) -> None:
+    """Refuse a mix one Auto Scaling group cannot buy as planned, or may fill past the guards. Its on-demand base goes
+    to its first type ("prioritized", AWS's Auto Scaling user guide, "Allocation strategies for multiple instance
+    types"; a trial: 3 x g6.xlarge for g6.xlarge + g5.xlarge on demand); its spot units to any of its types, up to
+    ceil(spot units / the smallest weight) instances, which must fit the guards (a trial: 10 x g6.4xlarge, guard 3).
+
+    Raises:
+        ConfigError: on-demand instances of more than one type, or a worst fill past a guard, with the fixes.
+    """
+    od_types = [g["instance_type"] for g in groups if g["on_demand"]]
+    if len(od_types) > 1:
+        raise ConfigError.between(
+            "Fleet {fleet} buys on-demand instances of {types}, but an Auto Scaling group gives its on-demand base "
+            "to its first type (AWS's prioritized allocation): it would launch {first} alone for all of it, another "
+            "fleet at another price. Choose an entry whose on-demand part is one type, or {mode} (EC2 Fleet: the "
+            "exact counts, but no replacement after a spot interruption).",
+            parameter="mode",
+            value="asg",
+            fleet=entry.fleet,
+            types=" and ".join(od_types),
+            first=od_types[0],
+            mode="--mode fleet",
+        )
+    spot_units = sum(g["spot"] * g["weighted_capacity"] for g in groups)
+    if not spot_units:
+        return
+    od = [(g["instance_type"], g["on_demand"]) for g in groups if g["on_demand"]]
+    od_usd = sum(group_usd_per_hour(catalog, t, region, n, 0, "region") for t, n in od)
+    fills = [(math.ceil(spot_units / g["weighted_capacity"]), g["instance_type"]) for g in groups]
+    most, most_type = max(fills)
+    worst_usd = od_usd + max(group_usd_per_hour(catalog, t, region, 0, n, "region") for n, t in fills)
+    worst_nodes = sum(n for _, n in od) + most
+    too_many = max_instances is not None and worst_nodes > max_instances
+    if too_many or (max_hourly is not None and worst_usd > max_hourly + 1e-9):
+        raise ConfigError.between(
+            "Fleet {fleet} is one Auto Scaling group whose {spot} spot capacity units AWS may fill with any of its "
+            "types: at worst {most} x {most_type} ({nodes} instances in all, ${usd:,.2f}/h), past the guards "
+            "({max_instances} = {limit_n}, {max_hourly_usd} = {limit_usd}). Raise the guard, choose a fleet of one "
+            "type, or {mode} (EC2 Fleet: the exact counts, but no replacement after a spot interruption).",
+            parameter="max_instances" if too_many else "max_hourly_usd",
+            value=worst_nodes,
+            fleet=entry.fleet,
+            spot=spot_units,
+            most=most,
+            most_type=most_type,
+            nodes=worst_nodes,
+            usd=worst_usd,
+            limit_n=max_instances,
+            limit_usd="none" if max_hourly is None else f"${max_hourly:,.2f}/h",
+            mode="--mode fleet",
+        )
 
 
 def _predicted(entry: PlanEntry, usd_per_hour: float, unit: float) -> dict[str, float]:
@@ -395,9 +465,12 @@ def _groups(entry: PlanEntry, options: Options, catalog: Catalog) -> tuple[list[
     w, unit = weights(entry)
     groups = []
     multi_node = entry.nodes > 1
+    # NCCL needs one transport across the fleet: EFA only where every node has it (a mix with a type without EFA is
+    # priced over sockets, and a node on EFA beside nodes on sockets would not meet them, a trial)
+    all_efa = multi_node and all(g.instance_type in catalog and catalog.get(g.instance_type).efa for g in entry.groups)
     for g, weight in zip(entry.groups, w):
         it = catalog.get(g.instance_type) if g.instance_type in catalog else None
-        efa = bool(it and it.efa and multi_node)
+        efa = bool(it and it.efa and all_efa)
         groups.append(
             {
                 "instance_type": g.instance_type,
@@ -408,9 +481,12 @@ def _groups(entry: PlanEntry, options: Options, catalog: Catalog) -> tuple[list[
                 "arch": it.arch if it else "x86_64",
                 "efa": efa,
                 # one EFA interface per network card: the bandwidth the predictor's inter-node link assumes
-                "network_interfaces": it.network_interfaces(multi_node) if it else 1,
+                "network_interfaces": it.network_interfaces(efa) if it else 1,
             }
         )
+    # AWS fills an Auto Scaling group's on-demand base with its first override ("prioritized"): the type that carries
+    # the plan's on-demand instances goes first (check_mixed_group refuses a base over two types)
+    groups.sort(key=lambda group: group["on_demand"] == 0)
     arches = sorted({str(g["arch"]) for g in groups})
     if options.ami and len(arches) > 1:
         raise ConfigError.between(
@@ -671,6 +747,12 @@ def generate(
         values = tfvars(plan, choice, options, catalog, code=snapshot)
         entry = plan.entries[choice]
         groups = values.get("groups", [])
+        if options.mode == "asg" and values["capacity"]["mode"] == "fleet":
+            notes.append(
+                f"{entry.fleet} is a mix all on demand: written as EC2 Fleets of the plan's exact counts (mode fleet), "
+                "since one Auto Scaling group gives its whole on-demand base to its first type, and on-demand "
+                "instances need no replacement"
+            )
         if options.ami and groups and all(g.get("efa") for g in groups):  # priced on EFA (a group on TCP: sockets)
             notes.append(
                 f"--ami {options.ami} on an EFA fleet: the plan priced its nodes meeting over EFA, through NCCL's "
@@ -905,6 +987,8 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
     glue = command_glue(snapshot, argv)  # read once: in the snapshot (checked above)
     if glue is not None and (unregistered := glue.unregistered_note(argv[0])) is not None:
         notes.append(unregistered)
+    if glue is not None and (fabric := glue.fabric_note(argv[0])) is not None:
+        return [*notes, fabric]  # no Trainer: the plan's strategy and batch notes speak of one
     if glue is not None and glue.asks_for_the_plan:
         return notes
     if entry.layout is not None and entry.layout.strategy != "ddp":

@@ -11,12 +11,14 @@ docstring that mentions ``srifty_auto`` asks for nothing (a trial's script said 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import os
 import tarfile
 from dataclasses import dataclass
 
-from lightning_srifty.provision.terraform.snapshot import Snapshot
+from lightning_srifty.protocol import VARIABLES
+from lightning_srifty.provision.terraform.snapshot import Snapshot, read_member
 
 SRIFTY_STRATEGIES = frozenset({"srifty_auto", "srifty_ddp", "srifty_ddp_spawn", "srifty_fsdp"})
 PLAN_STRATEGY = "srifty_auto"  # the strategy that applies the plan's layout and per-rank batch
@@ -31,6 +33,21 @@ class ScriptGlue:
     strategies: frozenset[str]  # the srifty strategy names the script uses as values
     plan_strategy: bool  # it calls plan_strategy() (under any name it imported it as)
     imports_srifty: bool | None  # it, or a module of the code it imports, imports lightning_srifty (None: unknown)
+    fabric_only: bool = False  # it builds a Lightning Fabric and no Trainer (nor LightningCLI) of its own
+
+    def fabric_note(self, script: str) -> str | None:
+        """What to say of a script that trains with Fabric (else None): srifty's notice, checkpoint and resume are a
+        Trainer's callbacks (a trial: a Fabric script trained through the notice and started over on the
+        replacements, and the rehearsal waited minutes for a first step no callback reported)."""
+        if not self.fabric_only:
+            return None
+        return (
+            f"{script} trains with Lightning Fabric, not a Trainer: the nodes train it as one job (LT_NUM_NODES), but "
+            "lightning-srifty's spot-notice checkpoint, periodic checkpoints and resume are Trainer callbacks, so on "
+            "this fleet a notice ends it without a checkpoint, the replacements start it over, and srifty rehearse "
+            f"sees no step. Train with a Trainer, or save to ${VARIABLES['checkpoint_uri']} and resume from it in the "
+            "script (SIGTERM is the notice)"
+        )
 
     @property
     def asks_for_the_plan(self) -> bool:
@@ -64,7 +81,7 @@ def read_glue(snapshot: Snapshot, script: str, *, module: bool = False) -> Scrip
         tree = ast.parse(sources[script])
     except SyntaxError:
         return None
-    strategies, calls = set(), False
+    strategies, calls, names = set(), False, set()
     aliases = {PLAN_CALL} | {
         alias.asname or alias.name
         for node in ast.walk(tree)
@@ -77,20 +94,58 @@ def read_glue(snapshot: Snapshot, script: str, *, module: bool = False) -> Scrip
             strategies.add(str(node.value))
         elif isinstance(node, ast.Call):
             func = node.func
-            calls |= (func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)) in aliases
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            calls |= called in aliases
+            names.add(called)
     first = [script] + (_package_inits(sources, script) if module else [])
     imports = _imports_package(sources, first) if strategies else None  # only asked of a script that names one
-    return ScriptGlue(frozenset(strategies), calls, imports)
+    fabric_only = "Fabric" in names and not names & {"Trainer", "LightningCLI"}
+    return ScriptGlue(frozenset(strategies), calls, imports, fabric_only)
 
 
 def command_glue(snapshot: Snapshot, argv: list[str]) -> ScriptGlue | None:
-    """The glue of the training command's script (torchrun's argv: ``train.py ...`` or ``-m pkg.train ...``)."""
+    """The glue of the training command's script (torchrun's argv: ``train.py ...`` or ``-m pkg.train ...``), with a
+    LightningCLI's strategy from its arguments: ``--trainer.strategy X`` or a ``--config`` / ``-c`` file of the code
+    that sets ``trainer: {strategy: X}`` (a trial: ``main.py fit --config config.yaml`` naming srifty_auto there was
+    told it never asked for the plan)."""
     if argv[0] != "-m":
-        return read_glue(snapshot, os.path.normpath(argv[0]))
-    stem = argv[1].replace(".", "/")
-    sources = python_sources(snapshot)
-    script = f"{stem}.py" if f"{stem}.py" in sources else f"{stem}/__main__.py"
-    return read_glue(snapshot, script, module=True)
+        glue = read_glue(snapshot, os.path.normpath(argv[0]))
+        args = argv[1:]
+    else:
+        stem = argv[1].replace(".", "/")
+        sources = python_sources(snapshot)
+        script = f"{stem}.py" if f"{stem}.py" in sources else f"{stem}/__main__.py"
+        glue, args = read_glue(snapshot, script, module=True), argv[2:]
+    named = cli_strategies(snapshot, args) & SRIFTY_STRATEGIES
+    if glue is None or not named - glue.strategies:
+        return glue
+    first = [os.path.normpath(argv[0])] if argv[0] != "-m" else []
+    imports = glue.imports_srifty if glue.strategies else _imports_package(python_sources(snapshot), first)
+    return dataclasses.replace(glue, strategies=glue.strategies | named, imports_srifty=imports)
+
+
+def cli_strategies(snapshot: Snapshot, args: list[str]) -> set[str]:
+    """The Trainer strategies a LightningCLI command names: ``--trainer.strategy[=]X`` and ``trainer.strategy`` of
+    each ``--config[=]`` / ``-c`` YAML file of the code (a file it cannot read names nothing)."""
+    import yaml
+
+    out: set[str] = set()
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if key == "--trainer.strategy":
+            out.add(value)
+        elif key in ("--config", "-c") and value:
+            try:
+                config = yaml.safe_load(read_member(snapshot, os.path.normpath(value)))
+            except (KeyError, OSError, yaml.YAMLError):
+                continue
+            trainer = config.get("trainer") if isinstance(config, dict) else None
+            strategy = trainer.get("strategy") if isinstance(trainer, dict) else None
+            if isinstance(strategy, str):
+                out.add(strategy)
+    return out
 
 
 @functools.lru_cache(maxsize=8)
