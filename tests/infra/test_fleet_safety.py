@@ -482,10 +482,17 @@ def test_the_module_refuses_a_fleet_over_its_limits_at_plan(tf_env, moto_endpoin
     assert sorted(leave["Action"]) == [
         "autoscaling:DetachInstances",
         "autoscaling:SuspendProcesses",  # the group launches nothing more (weighted units: issue #35 row L)
-        "autoscaling:UpdateAutoScalingGroup",
     ]
     assert leave["Resource"].endswith(f"autoScalingGroupName/{good['name']}-*")
     assert leave["Condition"] == {"StringEquals": {"autoscaling:ResourceTag/srifty:fleet": good["name"]}}
+    # a trial: the role could raise its own group's size (any code on a node); it may only lower the minimum to 0
+    (lower,) = [s for s in policy["Statement"] if s.get("Sid") == "LowerOwnAutoScalingGroupMinimum"]
+    assert lower["Action"] == "autoscaling:UpdateAutoScalingGroup" and lower["Resource"] == leave["Resource"]
+    assert lower["Condition"] == {
+        "StringEquals": {"autoscaling:ResourceTag/srifty:fleet": good["name"]},
+        "NumericEquals": {"autoscaling:MinSize": "0"},
+        "Null": {"autoscaling:MaxSize": "true", "autoscaling:DesiredCapacity": "true"},
+    }
     for limits, sentence in (
         ({"max_instances": 2}, "more than limits.max_instances (2)"),
         ({"max_instances": 3, "max_hourly_usd": 10}, "than limits.max_hourly_usd: choose a cheaper fleet"),

@@ -445,6 +445,17 @@ def test_the_rehearsal_checks_that_the_job_trains_as_the_plan_says() -> None:
         and detail.startswith("the plan trains this fleet with fsdp")
         and "1 rank(s) train, the plan has 2" in detail
     )
+    # a mixed group the local AWS filled otherwise than the plan's counts: said, not "the plan's batch" (a trial)
+    mix = {"train": {"nnodes": 3}, "groups": [
+        {"instance_type": "g6.xlarge", "on_demand": 2, "spot": 0, "gpus_per_instance": 1},
+        {"instance_type": "g5.xlarge", "on_demand": 0, "spot": 1, "gpus_per_instance": 1},
+    ]}  # fmt: skip
+    three = Started(world_size=3, strategy="ddp", mismatches=())
+    passed, detail = walk._as_planned(three, mix, ["g6.xlarge"] * 3)
+    assert passed and "filled as 3 x g6.xlarge, not the plan's 2 x g6.xlarge + 1 x g5.xlarge" in detail
+    assert "the plan's batch" not in detail and "split the global batch again" in detail
+    as_planned = walk._as_planned(three, mix, ["g5.xlarge", "g6.xlarge", "g6.xlarge"])
+    assert as_planned == (True, "3 rank(s), ddp, the plan's batch and accumulation")
 
 
 def test_a_rehearsal_of_fewer_nodes_splits_the_plans_batch_over_them() -> None:

@@ -450,7 +450,10 @@ class _Walk:
                 index=len(self.nodes) + 1,
                 work=self.work / f"node{len(self.nodes) + 1}",
                 user_data=user_data,
-                market=markets.get(instance["InstanceType"], "on-demand"),
+                # as launched where EC2 says (a mix's type may be bought both ways), else as the plan buys its type
+                market="spot"
+                if instance.get("InstanceLifecycle") == "spot"
+                else markets.get(instance["InstanceType"], "on-demand"),
             )
             self.nodes.append(node)
             if k:
@@ -532,7 +535,8 @@ class _Walk:
             watch=nodes,
         )
         self.say(f"leg {leg}: the job took its first step: step {started.step}")
-        self.check(f"leg {leg}: the job trains as the plan says", *_as_planned(started, self.values))
+        filled = [n.group for n in nodes]
+        self.check(f"leg {leg}: the job trains as the plan says", *_as_planned(started, self.values, filled))
         if leg == 2:
             self._check_resume(started, nodes)
         self._wait(lambda: any(n.exit_code is not None for n in nodes), self.settings.notice_after_s, "", quiet=True)
@@ -641,11 +645,13 @@ def _bucket_kept(s3: Any, bucket: str, kept: str | None) -> tuple[bool, str]:
     return False, f"the destroy did not keep the checkpoint bucket {bucket} (kept: {kept})"
 
 
-def _as_planned(started: Any, values: dict[str, Any]) -> tuple[bool, str]:
+def _as_planned(started: Any, values: dict[str, Any], filled: list[str] | None = None) -> tuple[bool, str]:
     """Whether the job's first step (``STARTED.json``) trained as the module's plan says: its world size (one GPU
     type: the nodes times their GPUs) and nothing the job itself found otherwise than the plan (sharded or not, its
     batch, accumulation, resume: ``launch_checks.launch_mismatches``). A DDP job on a sharded plan passed every other
-    check (a trial), and would not have fitted the GPUs it was planned for."""
+    check (a trial), and would not have fitted the GPUs it was planned for. ``filled``: the instance types the leg's
+    nodes are; a mixed group filled otherwise than the plan's counts is said (a trial: "the plan's batch" was reported
+    while every node had split the batch again over another mix)."""
     groups = values["groups"]
     ranks = values["train"]["nnodes"] * groups[0]["gpus_per_instance"] if len(groups) == 1 else None
     found = list(started.mismatches)
@@ -653,6 +659,17 @@ def _as_planned(started: Any, values: dict[str, Any]) -> tuple[bool, str]:
         found.append(f"{started.world_size} rank(s) train, the plan has {ranks}")
     if found:
         return False, "; ".join(found)
+    planned = {g["instance_type"]: g["on_demand"] + g["spot"] for g in groups} if len(groups) > 1 else {}
+    got = {t: filled.count(t) for t in dict.fromkeys(filled)} if filled and planned else planned
+    if got != planned:
+        words = " + ".join(f"{n} x {t}" for t, n in got.items())
+        plan = " + ".join(f"{n} x {t}" for t, n in planned.items())
+        return True, (
+            f"{started.world_size} rank(s), {started.strategy}; the group was filled as {words}, not the plan's {plan} "
+            "(the local AWS fills a group's spot units with its first type; AWS may fill them otherwise too, within "
+            "the worst fill srifty terraform checked): the job split the global batch again over the ranks present, "
+            "at another step time than the plan's"
+        )
     return True, f"{started.world_size} rank(s), {started.strategy}, the plan's batch and accumulation"
 
 

@@ -471,13 +471,50 @@ data "aws_iam_policy_document" "instance" {
     for_each = var.capacity.mode == "asg" ? [1] : []
     content {
       sid       = "LeaveOwnAutoScalingGroup"
-      actions   = ["autoscaling:SuspendProcesses", "autoscaling:UpdateAutoScalingGroup", "autoscaling:DetachInstances"]
+      actions   = ["autoscaling:SuspendProcesses", "autoscaling:DetachInstances"]
       resources = ["arn:${data.aws_partition.current.partition}:autoscaling:*:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.name}-*"]
 
       condition {
         test     = "StringEquals"
         variable = "autoscaling:ResourceTag/srifty:fleet"
         values   = [var.name]
+      }
+    }
+  }
+
+  # the watchdog's one update is the minimum size to 0 (so that it may leave): nothing on the node (the job's own
+  # code, its dependencies) may raise the group's size with the role. The Service Authorization Reference lists
+  # autoscaling:MinSize, MaxSize and DesiredCapacity as numeric condition keys of UpdateAutoScalingGroup; Null true:
+  # the request does not set them
+  dynamic "statement" {
+    for_each = var.capacity.mode == "asg" ? [1] : []
+    content {
+      sid       = "LowerOwnAutoScalingGroupMinimum"
+      actions   = ["autoscaling:UpdateAutoScalingGroup"]
+      resources = ["arn:${data.aws_partition.current.partition}:autoscaling:*:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.name}-*"]
+
+      condition {
+        test     = "StringEquals"
+        variable = "autoscaling:ResourceTag/srifty:fleet"
+        values   = [var.name]
+      }
+
+      condition {
+        test     = "NumericEquals"
+        variable = "autoscaling:MinSize"
+        values   = ["0"]
+      }
+
+      condition {
+        test     = "Null"
+        variable = "autoscaling:MaxSize"
+        values   = ["true"]
+      }
+
+      condition {
+        test     = "Null"
+        variable = "autoscaling:DesiredCapacity"
+        values   = ["true"]
       }
     }
   }
