@@ -40,7 +40,7 @@ from predictor.ranking.explain import (
     within,
 )
 from predictor.ranking.pareto import pareto
-from predictor.ranking.words import PYTHON, Words, names
+from predictor.ranking.words import PYTHON, Words, chance_beside, names
 from predictor.runs.odds import (
     DOWN_SPELL_S,
     LATE_CHECK_S,
@@ -625,9 +625,10 @@ def _risk_notes(
     said = []
     for i in idx:
         e = entry_of(int(i))
+        p = chance_beside(float(scored.deadline_p[i]), constraints.confidence)
         said.append(
             f"{e.fleet} ({e.market}, {fmt('time_h', e.time_h)}, ${e.cost_usd:,.2f}) meets "
-            f"{fmt('time_h', constraints.deadline_h)} at {float(scored.deadline_p[i]):.0%}"
+            f"{fmt('time_h', constraints.deadline_h)} at {p}"
         )
     lower = "--confidence lowers it" + (
         "; no move when late is counted for them: no fleet could take the rest in time, or the move is not expected "

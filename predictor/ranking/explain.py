@@ -13,7 +13,7 @@ from predictor.documents.profile import Profile
 from predictor.exceptions import NoFeasibleConfigError, SriftyError
 from predictor.model.memory import estimate_memory
 from predictor.ranking.constraints import Constraints, Market, Objective
-from predictor.ranking.words import PYTHON, Words
+from predictor.ranking.words import PYTHON, Words, chance_beside
 
 # performance risk from the prediction's relative sd: the 80% interval is within exp(+-1.28 sd)
 PERFORMANCE_RISK_SD = (0.10, 0.25)
@@ -267,7 +267,8 @@ def infeasible(
         part += fmt(measure, best[key]) + (f" ({describe(where)})" if describe is not None else "")
         if measure == "confident_time_h" and "deadline_p" in values:
             best["deadline_probability"] = surest = float(np.max(values["deadline_p"][among]))
-            part += f" (the surest meets the deadline at {surest:.0%}, under the {constraints.confidence:.0%} asked)"
+            said = chance_beside(surest, constraints.confidence)
+            part += f" (the surest meets the deadline at {said}, under the {constraints.confidence:.0%} asked)"
         parts.append(part)
     if not alone and len(names) > 1:
         parts.append("relaxing one of them alone leaves no fleet either")

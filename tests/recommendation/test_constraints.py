@@ -245,3 +245,11 @@ def test_the_works_bounds_hold_in_the_library_too(given: dict, says: str) -> Non
     with pytest.raises(ConfigError) as info:
         Constraints(**given).validate()
     assert says in str(info.value)
+
+
+def test_a_chance_under_the_confidence_asked_never_reads_as_the_confidence_itself() -> None:
+    """A trial: a fleet left out for risk at 89.6 % read "meets 12 h at 90%" beside "under the 90% asked"."""
+    from predictor.ranking.words import chance_beside
+
+    assert chance_beside(0.896, 0.9) == "89.6%" and chance_beside(0.8999, 0.9) == "89.99%"
+    assert chance_beside(0.62, 0.9) == "62%" and chance_beside(0.95, 0.9) == "95%" and chance_beside(0.9, 0.9) == "90%"

@@ -450,10 +450,7 @@ class _Walk:
                 index=len(self.nodes) + 1,
                 work=self.work / f"node{len(self.nodes) + 1}",
                 user_data=user_data,
-                # as launched where EC2 says (a mix's type may be bought both ways), else as the plan buys its type
-                market="spot"
-                if instance.get("InstanceLifecycle") == "spot"
-                else markets.get(instance["InstanceType"], "on-demand"),
+                market=_market(instance, markets),
             )
             self.nodes.append(node)
             if k:
@@ -643,6 +640,12 @@ def _bucket_kept(s3: Any, bucket: str, kept: str | None) -> tuple[bool, str]:
     if kept == bucket:
         return True, "terraform destroy of the rehearsal's fleet in the local AWS, its checkpoint bucket kept"
     return False, f"the destroy did not keep the checkpoint bucket {bucket} (kept: {kept})"
+
+
+def _market(instance: dict[str, Any], markets: dict[str, str]) -> str:
+    """A node's market: as launched where EC2 says (a mix's type may be bought both ways), else as the plan buys its
+    type."""
+    return "spot" if instance.get("InstanceLifecycle") == "spot" else markets.get(instance["InstanceType"], "on-demand")
 
 
 def _as_planned(started: Any, values: dict[str, Any], filled: list[str] | None = None) -> tuple[bool, str]:
