@@ -108,6 +108,12 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
         for n in nodes
         if n["leg"] == 2
     )
+    # the fleet's life record under the instance role's policy (S3 answers a missing key's read with 403 there, not
+    # 404: the first rehearsal of the record found every node unable to start it): the first node starts the fleet's
+    # life, the replacements count their cap from it
+    lives = [(Path(n["work"]) / "user-data.log").read_text() for n in nodes]
+    assert not any("life record" in log and "could not be" in log for log in lives), lives[0][-2000:]
+    assert "(new), its cap at" in lives[0] and all("(alive), its cap at" in log for log in lives[2:])
     assert any(line.startswith("aws_endpoint") for line in report["changed"])
     assert any("EFA" in line for line in report["not_checked"])
 
