@@ -307,7 +307,7 @@ def _user_data_values(secrets: list[dict]) -> dict:
 
 
 def _run_user_data(tmp_path: Path, script: str, extra_env: dict[str, str]) -> subprocess.CompletedProcess:
-    recorded = 'k.startswith(("SRIFTY_", "PL_TRAINER_")) or k == "AWS_DEFAULT_REGION"'  # FAKE_TORCHRUN's filter
+    recorded = 'k.startswith(kept) or k == "AWS_DEFAULT_REGION"'  # FAKE_TORCHRUN's filter
     assert recorded in FAKE_TORCHRUN
     torchrun = FAKE_TORCHRUN.format(python=sys.executable).replace(recorded, 'k in ("HF_TOKEN", "WB")')
     fakes = {"curl": FAKE_CURL, "aws": FAKE_AWS_SECRETS, "torchrun": torchrun, "shutdown": "#!/bin/bash\ntrue\n"}

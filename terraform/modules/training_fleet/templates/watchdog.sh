@@ -105,8 +105,8 @@ stop_instance() {
   # the boot script decides what the job's exit was (a notice, or the fleet stopped by another node): while it runs,
   # its verdict first (bounded)
   boot=$(tr -cd '0-9' <"$STATE/user_data.pid" 2>/dev/null)
-  while [ "${2:-}" = exited ] && [ ! -e "$STATE/user_data.exited" ] && [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null &&
-    [ "$waited" -lt 60 ]; do
+  while [ "${2:-}" = exited ] && [ ! -e "$STATE/user_data.exited" ] && [ ! -e "$STATE/user_data.done" ] &&
+    [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null && [ "$waited" -lt 60 ]; do
     sleep 1
     waited=$((waited + 1))
   done
