@@ -7,9 +7,13 @@ import json
 import os
 import stat
 import subprocess
+import urllib.request
 from pathlib import Path
 
-from lightning_srifty.provision.terraform.generate import Options
+import boto3
+
+from conftest import tf_run
+from lightning_srifty.provision.terraform.generate import TFVARS, Options
 from predictor.documents.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,6 +89,7 @@ def template_values(**overrides: object) -> dict:
         "watchdog_max_age_s": 300,
         "watchdog_asg": 0,
         "secrets": [],
+        "data": [],
     }
     unknown = set(overrides) - set(values)
     assert not unknown, f"not template variables: {unknown}"
@@ -131,3 +136,90 @@ def run_user_data(
     return subprocess.run(
         ["bash", str(tmp_path / "user_data.sh")], cwd=cwd or tmp_path, env=env, capture_output=True, timeout=60
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A root against moto: the Deep Learning AMI's parameters, terraform's planned values, the instance role's credentials
+# ---------------------------------------------------------------------------------------------------------------------
+
+PARAMS = {
+    "x86_64": "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
+    "arm64": "/aws/service/deeplearning/ami/arm64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
+}
+TEST_PREFIX = "/srifty-test"
+
+
+def dlami_parameters(endpoint: str) -> dict[str, str]:
+    """The Deep Learning AMI's SSM parameters, in moto: an x86_64 and an arm64 image of moto's catalog. moto refuses
+    to write names under /aws/ (reserved for AWS), so they live under /srifty-test/aws/... and
+    :func:`use_test_parameters` points a generated root at them."""
+    ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name="us-east-1")
+    ssm = boto3.client("ssm", endpoint_url=endpoint, region_name="us-east-1")
+    images = {}
+    for arch, name in PARAMS.items():
+        image = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": [arch]}])
+        images[arch] = image["Images"][0]["ImageId"]
+        ssm.put_parameter(Name=TEST_PREFIX + name, Value=images[arch], Type="String", Overwrite=True)
+    return images
+
+
+def use_test_parameters(folder: Path, placement_group: bool | None = None) -> Path:
+    """Point a generated root's ami.ssm_parameters at the copies of :func:`dlami_parameters` (and, for an apply,
+    drop the cluster placement group: moto's server never reports one available, so terraform waits for it
+    until it gives up)."""
+    values = json.loads((folder / TFVARS).read_text())
+    assert values["ami"] == {}, values["ami"]
+    values["ami"] = {"ssm_parameters": {arch: TEST_PREFIX + name for arch, name in PARAMS.items()}}
+    if placement_group is not None:
+        values["capacity"]["placement_group"] = placement_group
+    (folder / TFVARS).write_text(json.dumps(values, indent=2, sort_keys=True))
+    return folder
+
+
+def planned(env: dict[str, str], folder: Path, rtype: str) -> dict[str, dict]:
+    """The planned values of every ``rtype`` resource (terraform init, plan -out, show -json)."""
+    show = plan_json(env, folder)
+    return {
+        r["address"]: r["values"]
+        for m in [
+            show["planned_values"]["root_module"],
+            *show["planned_values"]["root_module"].get("child_modules", []),
+        ]
+        for r in m.get("resources", [])
+        if r["type"] == rtype
+    }
+
+
+def planned_types(env: dict[str, str], folder: Path) -> list[str]:
+    return [r["type"] for r in plan_json(env, folder)["resource_changes"]]
+
+
+def plan_json(env: dict[str, str], folder: Path) -> dict:
+    cached = folder / ".plan.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    init = tf_run(env, folder, "init", "-backend=false", "-input=false", "-no-color")
+    assert init.returncode == 0, init.stderr
+    result = tf_run(env, folder, "plan", "-input=false", "-no-color", "-out=tfplan")
+    assert result.returncode == 0, result.stdout + result.stderr
+    show = tf_run(env, folder, "show", "-json", "tfplan")
+    assert show.returncode == 0, show.stderr
+    cached.write_text(show.stdout)
+    return json.loads(show.stdout)
+
+
+def node_credentials(endpoint: str, policy: str, user: str = "node") -> dict[str, str]:
+    """An IAM user in moto holding exactly ``policy`` (the instance role's), and its credentials as environment."""
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1")
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="instance", PolicyDocument=policy)
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+
+
+def enforce_iam(endpoint: str, on: bool) -> None:
+    """moto's IAM enforcement (its /moto-api/reset-auth): every request from now on is checked, or none is."""
+    request = urllib.request.Request(
+        f"{endpoint}/moto-api/reset-auth", b"0" if on else b"inf", headers={"Content-Type": "text/plain"}
+    )
+    urllib.request.urlopen(request, timeout=30).close()

@@ -94,7 +94,8 @@ def console(width: int = 170) -> Any:
 
 
 def add_code_arguments(p: Any) -> None:
-    """The flags of the code and environment every node runs (``srifty terraform`` and ``srifty launch``)."""
+    """The flags of the code and environment every node runs and the training data it reads (``srifty terraform``
+    and ``srifty launch``)."""
     p.add_argument(
         "--code",
         default=".",
@@ -140,6 +141,32 @@ def add_code_arguments(p: Any) -> None:
         help="write (or launch) the fleet although the plan's model is not one the code's own profiles "
         "(srifty/*.json) measured",
     )
+    add_data_arguments(p)
+
+
+def add_data_arguments(p: Any) -> None:
+    """The flags of the training data every node reads from S3, read-only (``srifty terraform``, ``srifty launch``)."""
+    p.add_argument(
+        "--data",
+        action="append",
+        metavar="NAME=s3://bucket/prefix/",
+        help="training data the job reads from S3 itself (repeatable): the instance role may list and read that "
+        "folder, never write it; every node exports NAME as the folder's URI once its boot has listed it",
+    )
+    p.add_argument(
+        "--data-copy",
+        action="append",
+        metavar="NAME=s3://bucket/prefix/",
+        help="training data every node copies to its own disk while its environment installs (repeatable; read-only, "
+        "as --data): NAME is the local folder, and the node is ready to train once its copy is whole",
+    )
+    p.add_argument(
+        "--data-kms-key",
+        action="append",
+        metavar="KEY_ARN",
+        help="a customer-managed KMS key a data bucket encrypts with (repeatable): the role may decrypt through S3 "
+        "only",
+    )
 
 
 def code_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -154,4 +181,7 @@ def code_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_code_mb": args.max_code_mb,
         "include_secrets": tuple(args.include_secrets or ()),
         "any_model": bool(getattr(args, "any_model", False)),
+        "data": tuple(args.data or ()),
+        "data_copy": tuple(args.data_copy or ()),
+        "data_kms_keys": tuple(args.data_kms_key or ()),
     }

@@ -21,6 +21,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         stagger_s=args.stagger_s,
         timeout_s=args.timeout_s,
         work=Path(args.work) if args.work else None,
+        data_samples=tuple(args.data_sample or ()),
     )
     work = settings.work or Path(args.dir).resolve() / ".srifty-rehearsal"
     try:
@@ -66,6 +67,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--timeout-s", type=float, default=1800.0, help="the whole rehearsal's limit, in seconds (default 1800)"
+    )
+    p.add_argument(
+        "--data-sample",
+        action="append",
+        metavar="NAME=DIR",
+        help="local files the rehearsal puts in the fleet's data folder NAME (srifty terraform --data, --data-copy) "
+        "for the script to read (repeatable; default: a placeholder file)",
     )
     p.add_argument("--work", help="the rehearsal's folder: the nodes' files and logs (default DIR/.srifty-rehearsal)")
     p.add_argument("--json", action="store_true", help="the report as JSON (srifty.rehearsal/v1)")

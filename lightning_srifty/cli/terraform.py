@@ -151,6 +151,9 @@ def node_summary(result: Any, options: Any) -> str:
     )
     bucket = values["checkpoints"].get("bucket") or "a new bucket (created by the apply)"
     lines.append(f"  checkpoints  {bucket}, prefix {values['checkpoints']['prefix']}")
+    for entry in values.get("data") or []:  # read-only; copied ones ready before the node is
+        how = "copied to each node's disk before it is ready" if entry["copy"] else "read by the job from S3"
+        lines.append(f"  data         {entry['name']}={entry['uri']} (read-only, {how})")
     lines.append(
         f"  life cap     the fleet stops itself {fmt_life(values['max_life_h'])} after its first launch (--max-life-h)"
     )

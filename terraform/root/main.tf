@@ -44,6 +44,8 @@ module "fleet" {
   enable_ssm         = var.enable_ssm
   enable_cloudwatch  = var.enable_cloudwatch
   secrets            = var.secrets
+  data               = var.data
+  data_kms_key_arns  = var.data_kms_key_arns
   train              = var.train
   max_life_h         = var.max_life_h
   watchdog           = var.watchdog

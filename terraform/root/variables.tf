@@ -150,6 +150,22 @@ variable "secrets" {
   default = []
 }
 
+variable "data" {
+  description = "Training data the instances read from S3, read-only, each as an environment variable (srifty terraform --data, --data-copy)."
+  type = list(object({
+    name        = string
+    uri         = string
+    copy = optional(bool, false)
+  }))
+  default = []
+}
+
+variable "data_kms_key_arns" {
+  description = "The customer-managed KMS keys the data buckets encrypt with (srifty terraform --data-kms-key)."
+  type        = list(string)
+  default     = []
+}
+
 variable "enable_cloudwatch" {
   description = "Allow the CloudWatch agent."
   type        = bool

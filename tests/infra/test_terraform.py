@@ -533,7 +533,12 @@ def test_checkov_finds_no_unexplained_failure(tmp_path, catalog, checkov) -> Non
     module = ROOT / "terraform" / "modules" / "training_fleet"
     # once parsed, variables.tf's defaults count: the opt-in parts (count = 0 by default) are scanned with them on
     opt_in = tmp_path / "opt-in.tfvars"
-    opt_in.write_text("enable_ssm = true\nenable_cloudwatch = true\n")
+    opt_in.write_text(
+        "enable_ssm = true\nenable_cloudwatch = true\n"
+        'data = [{ name = "TRAIN", uri = "s3://team-data/train/" },\n'
+        '  { name = "ALL", uri = "s3://shards/", copy = true }]\n'
+        'data_kms_key_arns = ["arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"]\n'
+    )
     for folder, extra in ((module, []), (module, ["--var-file", str(opt_in)]), (root, [])):
         run = subprocess.run(
             [checkov, "-d", str(folder), "--framework", "terraform", "--skip-download", "-o", "json", *extra],

@@ -24,6 +24,9 @@ from pathlib import Path
 import boto3
 import pytest
 
+from _fleet import PARAMS, dlami_parameters, plan_json, planned, planned_types, use_test_parameters
+from _fleet import enforce_iam as _enforce_iam
+from _fleet import node_credentials as _as_node
 from _support import MINIMAL, moto_network, plan_layout
 from conftest import tf_run
 from imds_server import FakeIMDS
@@ -38,11 +41,6 @@ from predictor.model.network import DEFAULT_NETWORK, gpudirect_rdma, host_stagin
 from predictor.ranking import Constraints, rank
 
 ROOT = Path(__file__).resolve().parents[2]
-PARAMS = {
-    "x86_64": "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
-    "arm64": "/aws/service/deeplearning/ami/arm64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
-}
-TEST_PREFIX = "/srifty-test"
 
 
 def fleet_plan(catalog, allow: tuple[str, ...], fleet: str) -> tuple[Plan, int]:
@@ -61,33 +59,6 @@ def fleet_plan(catalog, allow: tuple[str, ...], fleet: str) -> tuple[Plan, int]:
     )
     plan = rank(profile, constraints, catalog=catalog)
     return plan, [e.fleet for e in plan.entries].index(fleet)
-
-
-def dlami_parameters(endpoint: str) -> dict[str, str]:
-    """The Deep Learning AMI's SSM parameters, in moto: an x86_64 and an arm64 image of moto's catalog. moto refuses
-    to write names under /aws/ (reserved for AWS), so they live under /srifty-test/aws/... and
-    :func:`use_test_parameters` points a generated root at them."""
-    ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name="us-east-1")
-    ssm = boto3.client("ssm", endpoint_url=endpoint, region_name="us-east-1")
-    images = {}
-    for arch, name in PARAMS.items():
-        image = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": [arch]}])
-        images[arch] = image["Images"][0]["ImageId"]
-        ssm.put_parameter(Name=TEST_PREFIX + name, Value=images[arch], Type="String", Overwrite=True)
-    return images
-
-
-def use_test_parameters(folder: Path, placement_group: bool | None = None) -> Path:
-    """Point a generated root's ami.ssm_parameters at the copies of :func:`dlami_parameters` (and, for an apply,
-    drop the cluster placement group: moto's server never reports one available, so terraform waits for it
-    until it gives up)."""
-    values = json.loads((folder / TFVARS).read_text())
-    assert values["ami"] == {}, values["ami"]
-    values["ami"] = {"ssm_parameters": {arch: TEST_PREFIX + name for arch, name in PARAMS.items()}}
-    if placement_group is not None:
-        values["capacity"]["placement_group"] = placement_group
-    (folder / TFVARS).write_text(json.dumps(values, indent=2, sort_keys=True))
-    return folder
 
 
 def test_the_module_defaults_to_the_pytorch_dlami_of_each_architecture() -> None:
@@ -186,42 +157,10 @@ def test_the_planned_launch_template_has_one_efa_interface_per_card(tf_env, moto
     # S3 (code, wheels, checkpoints) through a gateway endpoint on both route tables, not the NAT gateway's per-GB
     (endpoint,) = planned(tf_env, infra, "aws_vpc_endpoint").values()
     assert endpoint["vpc_endpoint_type"] == "Gateway" and endpoint["service_name"] == "com.amazonaws.us-east-1.s3"
-    changes = _plan_json(tf_env, infra)["resource_changes"]
+    changes = plan_json(tf_env, infra)["resource_changes"]
     (s3,) = [c for c in changes if c["type"] == "aws_vpc_endpoint"]
     tables = [c["address"] for c in changes if c["type"] == "aws_route_table"]
     assert len(tables) == 2 and s3["change"]["after_unknown"].get("route_table_ids")  # both, ids known at apply
-
-
-def planned(env: dict[str, str], folder: Path, rtype: str) -> dict[str, dict]:
-    """The planned values of every ``rtype`` resource (terraform init, plan -out, show -json)."""
-    show = _plan_json(env, folder)
-    return {
-        r["address"]: r["values"]
-        for m in [
-            show["planned_values"]["root_module"],
-            *show["planned_values"]["root_module"].get("child_modules", []),
-        ]
-        for r in m.get("resources", [])
-        if r["type"] == rtype
-    }
-
-
-def planned_types(env: dict[str, str], folder: Path) -> list[str]:
-    return [r["type"] for r in _plan_json(env, folder)["resource_changes"]]
-
-
-def _plan_json(env: dict[str, str], folder: Path) -> dict:
-    cached = folder / ".plan.json"
-    if cached.exists():
-        return json.loads(cached.read_text())
-    init = tf_run(env, folder, "init", "-backend=false", "-input=false", "-no-color")
-    assert init.returncode == 0, init.stderr
-    result = tf_run(env, folder, "plan", "-input=false", "-no-color", "-out=tfplan")
-    assert result.returncode == 0, result.stdout + result.stderr
-    show = tf_run(env, folder, "show", "-json", "tfplan")
-    assert show.returncode == 0, show.stderr
-    cached.write_text(show.stdout)
-    return json.loads(show.stdout)
 
 
 def put_boot_scripts(env: dict[str, str], folder: Path, endpoint: str) -> None:
@@ -800,25 +739,6 @@ def test_the_fault_proxy_keeps_a_groups_mixed_policy_through_an_update_that_name
             assert overrides(client(admin)) == [] and proxy.policies_kept == ["fleet-a", "fleet-a"]
         finally:
             _enforce_iam(moto_endpoint, False)
-
-
-def _as_node(endpoint: str, policy: str, user: str = "node") -> dict[str, str]:
-    """An IAM user in moto holding exactly ``policy`` (the instance role's), and its credentials as environment."""
-    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1")
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="instance", PolicyDocument=policy)
-    key = iam.create_access_key(UserName=user)["AccessKey"]
-    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
-
-
-def _enforce_iam(endpoint: str, on: bool) -> None:
-    """moto's IAM enforcement (its /moto-api/reset-auth): every request from now on is checked, or none is."""
-    import urllib.request
-
-    request = urllib.request.Request(
-        f"{endpoint}/moto-api/reset-auth", b"0" if on else b"inf", headers={"Content-Type": "text/plain"}
-    )
-    urllib.request.urlopen(request, timeout=30).close()
 
 
 def test_a_node_finds_and_resumes_its_checkpoint_under_the_instance_roles_policy(

@@ -173,6 +173,12 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         return f"Credential={self.outer.s3_principal}/" in self.headers.get("Authorization", "")
 
+    def _open_bucket(self) -> bool:
+        """The request is to a bucket whose s3:ListBucket the role holds without a condition (a whole bucket of
+        training data): any listing of it, and a missing key's 404, are AWS's answers."""
+        bucket = urllib.parse.urlsplit(self.path).path.lstrip("/").split("/", 1)[0]
+        return bucket in self.outer.s3_open_buckets
+
     def _s3_list_refused(self) -> bool:
         """Refuse (and answer) a bucket listing whose prefix the conditioned s3:ListBucket does not grant."""
         parts = urllib.parse.urlsplit(self.path)
@@ -182,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not ({"list-type", "prefix", "delimiter"} & set(query)) and query:
             return False  # another bucket sub-resource (?location, ?policy...)
         prefix = (query.get("prefix") or [""])[0]
-        if any(prefix.startswith(p) for p in self.outer.s3_list_prefixes or ()):
+        if any(prefix.startswith(p) for p in self.outer.s3_list_prefixes or ()) or self._open_bucket():
             return False
         self.outer.s3_refused.append(f"LIST {prefix!r}")
         self._send_error(403, S3_DENIED.encode())
@@ -257,7 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answered_as_aws(self, action: str, form: dict[str, list[str]], status: int, data: bytes) -> bool:
         """Where moto's answer is not AWS's (module docstring), answer as AWS does; whether it did."""
-        if self._s3_rule_binds(action) and status == 404 and self._is_key():
+        if self._s3_rule_binds(action) and status == 404 and self._is_key() and not self._open_bucket():
             # a missing key, to a role without an unconditioned s3:ListBucket: 403
             self.outer.s3_refused.append(f"{self.command} {self.path}")
             self._send_error(403, S3_DENIED.encode(), body=self.command != "HEAD")
@@ -316,6 +322,7 @@ class AwsRulesProxy:
         self.refused: list[str] = []
         self.too_long: list[str] = []  # calls refused for their user data's size: "Action:bytes"
         self.s3_list_prefixes = s3_list_prefixes
+        self.s3_open_buckets: tuple[str, ...] = ()  # buckets whose s3:ListBucket the role holds unconditioned
         self.s3_refused: list[str] = []  # S3 requests answered 403 by the conditioned-ListBucket rule
         self.lost: list[str] = []
         self.answered: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}  # by ClientToken

@@ -137,6 +137,9 @@ class Settings:
     stagger_s: float = 20.0
     timeout_s: float = 1800.0
     work: Path | None = None  # default: <dir>/.srifty-rehearsal
+    # NAME=DIR: a local folder uploaded as the sample of the fleet's data folder NAME (--data, --data-copy); a folder
+    # without one gets a placeholder file
+    data_samples: tuple[str, ...] = ()
 
 
 def rehearse(
@@ -248,6 +251,7 @@ def _check_settings(settings: Settings, values: dict[str, Any]) -> None:
                 count=settings.nodes,
                 types=len(values["groups"]),
             )
+    _data_samples(settings, values)
     if values["train"].get("handover"):
         raise ConfigError(
             "this root waits for srifty launch's handover (train.handover): srifty launch brings it up and hands the "
@@ -422,6 +426,7 @@ class _Walk:
         self.credentials = self.aws.principal("srifty-rehearsal-node", policy)
         assert self.aws.proxy is not None
         self.aws.proxy.s3_list_prefixes = _listing_prefixes(policy)
+        self.aws.proxy.s3_open_buckets = _open_buckets(policy)
         self.aws.proxy.s3_principal = self.credentials["AWS_ACCESS_KEY_ID"]
         self.aws.enforce_iam(True)
         os.environ.update(self.aws.admin)
@@ -696,6 +701,77 @@ def _listing_prefixes(policy: str) -> tuple[str, ...]:
     return tuple(p.rstrip("*") for p in prefixes)
 
 
+def _data_samples(settings: Settings, values: dict[str, Any]) -> dict[str, Path]:
+    """``--data-sample NAME=DIR``, by name: each a data folder of the fleet and a local folder of files.
+
+    Raises:
+        ConfigError: a name the fleet reads no data as, or a folder that is not one, with the fix.
+    """
+    names = [d["name"] for d in values.get("data") or []]
+    out: dict[str, Path] = {}
+    for spec in settings.data_samples:
+        name, _, folder = spec.partition("=")
+        if name not in names:
+            raise ConfigError.between(
+                "{data_samples} {spec!r}: the fleet reads no data folder named {name!r} ({known}). Give "
+                "NAME=DIR with a NAME of srifty terraform's {data} or {data_copy}.",
+                parameter="data_samples",
+                value=spec,
+                spec=spec,
+                name=name,
+                known=", ".join(names) or "it reads none",
+            )
+        if not Path(folder).is_dir():
+            raise ConfigError.between(
+                "{data_samples} {spec!r}: {folder!r} is not a folder here. Give NAME=DIR, a local folder of sample "
+                "files the rehearsal puts where the fleet reads {name}.",
+                parameter="data_samples",
+                value=spec,
+                spec=spec,
+                folder=folder,
+                name=name,
+            )
+        out[name] = Path(folder)
+    return out
+
+
+def _sample_data(values: dict[str, Any], aws: LocalAWS, samples: dict[str, Path], changed: list[str]) -> None:
+    """Every data folder the fleet reads, in the local AWS: its bucket, and the sample given for it
+    (``--data-sample``) or a placeholder file, put there as the operator (the nodes may only read it)."""
+    s3 = aws.client("s3")
+    for entry in values.get("data") or []:
+        bucket, _, prefix = entry["uri"][len("s3://") :].partition("/")
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+            s3.create_bucket(Bucket=bucket)
+        folder = samples.get(entry["name"])
+        if folder is None:
+            s3.put_object(
+                Bucket=bucket,
+                Key=prefix + "srifty-rehearsal-placeholder.txt",
+                Body=b"a placeholder of the rehearsal: give --data-sample NAME=DIR for files your script can read\n",
+            )
+            changed.append(f"data {entry['name']}: {entry['uri']} holds a placeholder file (no --data-sample)")
+            continue
+        files = sorted(p for p in folder.rglob("*") if p.is_file())
+        for path in files:
+            s3.upload_file(str(path), bucket, prefix + path.relative_to(folder).as_posix())
+        what = f"{len(files)} sample file(s) from {folder}"
+        changed.append(f"data {entry['name']}: {entry['uri']} holds {what}")
+
+
+def _open_buckets(policy: str) -> tuple[str, ...]:
+    """The buckets a policy's unconditioned s3:ListBucket grants (a whole bucket of training data)."""
+    buckets: list[str] = []
+    for statement in json.loads(policy).get("Statement", []):
+        actions = statement.get("Action")
+        actions = [actions] if isinstance(actions, str) else actions or []
+        if "s3:ListBucket" in actions and not statement.get("Condition"):
+            resources = statement.get("Resource")
+            resources = [resources] if isinstance(resources, str) else resources or []
+            buckets += [r.rsplit(":", 1)[-1] for r in resources if r.startswith("arn:") and ":s3:::" in r]
+    return tuple(buckets)
+
+
 def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: list[str]) -> None:
     """The copy's values (``infra``), changed where the rehearsal must, each change named in ``changed``."""
 
@@ -732,6 +808,7 @@ def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: 
         changed.append(f"bucket {checkpoints['bucket']}: created in the local AWS")
     _local_network(values, ec2, changed)
     _placeholder_secrets(values, aws, changed)
+    _sample_data(values, aws, _data_samples(settings, values), changed)
     train = values["train"]
     port = int(train.get("rdzv_port") or 29400)
     if not port_free(port):

@@ -217,10 +217,17 @@ def check_env_names(env: Mapping[str, object], parameter: str = "env") -> Mappin
 _SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")  # SSM parameter names (no ARN, no version)
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}$")
-# names the instances' shell or srifty itself relies on
-_RESERVED_ENV = re.compile(
-    r"^(PATH|HOME|IFS|SHELL|USER|PWD|TOKEN|IMDS|REGION|STATE|JOB|CODE|LD_.*|BASH.*|AWS_.*|SRIFTY_.*)$"
+# names the instances' boot script, AWS's and NVIDIA's tools, torch, Lightning or srifty itself rely on: a secret or a
+# data folder exported under one of them would change what the node does (the module's data validation holds the same
+# pattern, and tests/infra/test_data.py every variable the boot script assigns to it)
+RESERVED_ENV = (
+    r"^(PATH|HOME|IFS|SHELL|USER|PWD|OLDPWD|HOSTNAME|TERM|LANG|LC_.*|TMPDIR|TOKEN|IMDS|REGION|STATE|JOB|CODE|LOG|LOG_URI|"
+    r"URI|BOOT|ATTEMPTS|APT|BORN|CHECKPOINT_URI|DATA_HOME|DATA_JOBS|DEBIAN_FRONTEND|DEVICES|EFA_.*|ENDED|EXPORTS|FS|"
+    r"HANDOVER|HOUSE|IMAGE|INSTANCE_ID|LAUNCHED|LIFE_.*|LISTED|LIVE|MY_IP|NET|NNODES|OFI|PER_BOOT|PICK|RDZV_HOST|"
+    r"READY_URI|REQ|SELF|SHIP_PID|TEE_PID|VENV|WAIT_UNTIL|WHEEL|WHEELHOUSE.*|LD_.*|BASH.*|AWS_.*|SRIFTY_.*|PL_.*|LT_.*|"
+    r"TORCH_.*|NCCL_.*|FI_.*|CUDA_.*|PYTHON.*)$"
 )
+_RESERVED_ENV = re.compile(RESERVED_ENV)
 
 
 def check_secret_env(specs: tuple[str, ...] | list[str], parameter: str = "secret_env") -> list[dict[str, str]]:
@@ -263,3 +270,88 @@ def check_secret_env(specs: tuple[str, ...] | list[str], parameter: str = "secre
         seen.add(name)
         out.append({"name": name, "source": source, "id": ident})
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Training data by S3 folder, read-only: NAME=s3://bucket/prefix/, streamed (--data) or copied (--data-copy)
+# ---------------------------------------------------------------------------------------------------------------------
+
+# S3's bucket names and a folder of its safe characters and = + @ , (partitions such as year=2026/), ending with a
+# slash: no * or ?, which the instance role's policy reads as wildcards, no $ (a policy variable). The module's
+# variables.tf holds the same pattern (tests/infra/test_data.py compares them)
+DATA_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/([A-Za-z0-9!_.()'=+@,-]+/)*$"
+_DATA_URI = re.compile(DATA_URI)
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$")
+
+
+def check_data(
+    streamed: tuple[str, ...] | list[str],
+    copied: tuple[str, ...] | list[str] = (),
+    taken: tuple[str, ...] = (),
+) -> list[dict[str, object]]:
+    """``NAME=s3://bucket/prefix/`` folders of training data as the module's ``data`` entries ``{"name", "uri",
+    "copy"}``: ``streamed`` the job reads from S3 itself (NAME holds the URI), ``copied`` every node copies to its own
+    disk before it is ready (NAME holds the local path). ``taken``: names already exported (the secrets).
+
+    Raises:
+        ConfigError: naming the entry, what is wrong and the fix.
+    """
+    out: list[dict[str, object]] = []
+    seen = set(taken)
+    for parameter, specs, copy in (("data", streamed, False), ("data_copy", copied, True)):
+        for spec in specs:
+            name, _, uri = spec.partition("=") if isinstance(spec, str) else ("", "", "")
+            why = None
+            if not _ENV_NAME.match(name):
+                why = f"the variable name {name!r} is not [A-Z_][A-Z0-9_]*"
+            elif _RESERVED_ENV.match(name):
+                why = f"the variable name {name} is used by the instances' boot script, AWS, torch or srifty; pick "
+                why += "another"
+            elif name in seen:
+                why = f"the variable name {name} is given twice (a secret or another data folder)"
+            elif uri.startswith("s3://") and not uri.endswith("/") and _DATA_URI.match(uri + "/"):
+                why = f"{uri!r} is not a folder: end it with a slash ({uri}/), as the role is granted the keys under it"
+            elif len(uri) > 1024 or not _DATA_URI.match(uri):
+                why = (
+                    f"{uri!r} is not an S3 folder: s3://bucket/ or s3://bucket/prefix/, of letters, digits and "
+                    "! _ . ( ) ' = + @ , - (no * or ?, which the instance role's policy reads as wildcards)"
+                )
+            if why:
+                field = "{" + parameter + "}"
+                raise ConfigError.between(
+                    f"{field} {{spec!r}}: {{why}}. Give NAME=s3://bucket/prefix/, e.g. {field} "
+                    "TRAIN_DATA=s3://team-datasets/imagenet/train/ (the fleet may read it, never write it).",
+                    parameter=parameter,
+                    value=spec,
+                    spec=spec,
+                    why=why,
+                )
+            seen.add(name)
+            out.append({"name": name, "uri": uri, "copy": copy})
+    return out
+
+
+def check_kms_keys(arns: tuple[str, ...] | list[str], data: list[dict[str, object]]) -> list[str]:
+    """The KMS key ARNs the data buckets encrypt with (``--data-kms-key``), each a key ARN (an alias cannot be granted),
+    and only with data to read.
+
+    Raises:
+        ConfigError: naming the key and the fix.
+    """
+    for arn in arns:
+        if not isinstance(arn, str) or not _KMS_KEY_ARN.match(arn):
+            raise ConfigError.between(
+                "{data_kms_key} {arn!r} is not a KMS key ARN: give arn:aws:kms:<region>:<account>:key/<key id> (an "
+                "alias cannot be granted; aws kms describe-key of the alias prints its key's ARN).",
+                parameter="data_kms_key",
+                value=arn,
+                arn=arn,
+            )
+    if arns and not data:
+        raise ConfigError.between(
+            "{data_kms_key} is for the buckets of {data} or {data_copy}: give the data folders too, or leave the "
+            "key out.",
+            parameter="data_kms_key",
+            value=list(arns),
+        )
+    return list(dict.fromkeys(arns))

@@ -35,7 +35,9 @@ from lightning_srifty.provision.terraform.command import (
     ROOT_VOLUME_GB,
     check_ami,
     check_bucket_name,
+    check_data,
     check_key_name,
+    check_kms_keys,
     check_prefix,
     check_resume_from,
     check_secret_env,
@@ -115,6 +117,11 @@ class Options:
     allow_wide_ssh: bool = False  # let --ssh-cidr blocks cover more than a /8 worth of addresses (never 0.0.0.0/0)
     ssm_session: bool = False  # let the instances register with SSM Session Manager (off: no SSM permission at all)
     secret_env: tuple[str, ...] = ()  # NAME=ssm:/param or NAME=secretsmanager:id, read by the instances at boot
+    # training data the instances read, read-only: NAME=s3://bucket/prefix/ the job reads from S3 (data) or every node
+    # copies to its disk first (data_copy), and the KMS keys of those buckets
+    data: tuple[str, ...] = ()
+    data_copy: tuple[str, ...] = ()
+    data_kms_keys: tuple[str, ...] = ()
     # the code and environment the nodes run (issue #22): the folder snapshotted (None: nothing is delivered, the
     # setup command must), its requirements file (relative; default requirements.txt when there is one), the package
     # index and extra indexes pip uses on the nodes, an interpreter of the image whose packages the node's
@@ -246,6 +253,7 @@ def tfvars(
         "allow_wide_ssh": options.allow_wide_ssh,
         "enable_ssm": options.ssm_session,
         "secrets": secrets,
+        **_data(options, secrets),
         "groups": groups,
         "capacity": _capacity(entry, options, groups),
         "ami": {"id": options.ami} if options.ami else {},
@@ -432,6 +440,17 @@ def _checked_access(options: Options) -> tuple[list[str], list[dict[str, str]], 
             given=options.ami,
         )
     return ssh_cidr, secrets, argv
+
+
+def _data(options: Options, secrets: list[dict[str, str]]) -> dict[str, Any]:
+    """The module's ``data`` and ``data_kms_key_arns`` values (none when no data is read), checked.
+
+    Raises:
+        ConfigError: a bad folder, name or key (:func:`check_data`, :func:`check_kms_keys`).
+    """
+    data = check_data(options.data, options.data_copy, taken=tuple(s["name"] for s in secrets))
+    keys = check_kms_keys(options.data_kms_keys, data)
+    return {"data": data, "data_kms_key_arns": keys} if data else {}
 
 
 def _guards(

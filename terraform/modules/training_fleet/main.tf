@@ -59,6 +59,11 @@ locals {
   account_region  = "${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}"
   ssm_secret_arns = [for s in var.secrets : "${local.arn_prefix}:ssm:${local.account_region}:parameter/${trimprefix(s.id, "/")}" if s.source == "ssm"]
   sm_secret_arns  = [for s in var.secrets : startswith(s.id, "arn:") ? s.id : "${local.arn_prefix}:secretsmanager:${local.account_region}:secret:${s.id}-??????" if s.source == "secretsmanager"]
+  # the training data (srifty terraform --data, --data-copy): each folder's bucket and prefix, read-only
+  data = [for d in var.data : merge(d, {
+    bucket = split("/", trimprefix(d.uri, "s3://"))[0]
+    prefix = join("/", slice(split("/", trimprefix(d.uri, "s3://")), 1, length(split("/", trimprefix(d.uri, "s3://")))))
+  })]
 }
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -394,6 +399,7 @@ locals {
     watchdog_max_age_s   = var.watchdog.max_age_s
     watchdog_asg         = var.capacity.mode == "asg" ? 1 : 0
     secrets              = var.secrets
+    data                 = var.data
   }) }
   # one object per group (groups of the same GPU count have the same script, under their own keys)
   boot_keys = { for k, text in local.boot_scripts : k => "${var.checkpoints.prefix}boot/${var.name}/${k}-${sha256(text)}.sh" }
@@ -535,6 +541,52 @@ data "aws_iam_policy_document" "instance" {
       sid       = "ReadNamedSecrets"
       actions   = ["secretsmanager:GetSecretValue"]
       resources = local.sm_secret_arns
+    }
+  }
+
+  # --data / --data-copy: list exactly each data folder (a whole bucket: the bucket) and read the objects under it; no
+  # write, no delete. S3 authorizes a ListObjectsV2 of the folder by s3:prefix (the S3 User Guide's "Amazon S3
+  # condition key examples"), which the boot's check and copy send as the folder itself
+  dynamic "statement" {
+    for_each = { for i, d in local.data : i => d }
+    content {
+      sid       = "ListData${statement.key}"
+      actions   = ["s3:ListBucket"]
+      resources = ["arn:${data.aws_partition.current.partition}:s3:::${statement.value.bucket}"]
+
+      dynamic "condition" {
+        for_each = statement.value.prefix == "" ? [] : [1]
+        content {
+          test     = "StringLike"
+          variable = "s3:prefix"
+          values   = [statement.value.prefix, "${statement.value.prefix}*"]
+        }
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(local.data) > 0 ? [1] : []
+    content {
+      sid       = "ReadData"
+      actions   = ["s3:GetObject"]
+      resources = distinct([for d in local.data : "arn:${data.aws_partition.current.partition}:s3:::${d.bucket}/${d.prefix}*"])
+    }
+  }
+
+  # a data bucket encrypted with a customer-managed key: decrypt with it, through S3 only
+  dynamic "statement" {
+    for_each = length(var.data_kms_key_arns) > 0 ? [1] : []
+    content {
+      sid       = "DecryptData"
+      actions   = ["kms:Decrypt"]
+      resources = var.data_kms_key_arns
+
+      condition {
+        test     = "StringLike"
+        variable = "kms:ViaService"
+        values   = ["s3.*.amazonaws.com"]
+      }
     }
   }
 

@@ -251,6 +251,40 @@ variable "secrets" {
   }
 }
 
+variable "data" {
+  description = "Training data the instances read from S3, read-only: name (an environment variable every instance exports, [A-Z_][A-Z0-9_]*, not one the boot script or AWS's tools use), uri (an S3 folder, s3://bucket/prefix/, or a whole bucket, s3://bucket/), copy (false: the job reads from S3 itself and name holds the uri, after the boot checks that the role can list it; true: every instance copies the folder to its own disk, /opt/srifty/data/<name>, while its environment installs, and is ready to train only once the copy is whole; name then holds that path). The instance role may list exactly these folders and read the objects under them; it may write nothing there. A bucket of another account must also grant the role in its bucket policy. A copy must fit on the root volume (root_volume_gb) and within train.rendezvous_timeout_s of the first node's readiness, or the nodes that were ready first give up."
+  type = list(object({
+    name        = string
+    uri         = string
+    copy = optional(bool, false)
+  }))
+  default = []
+
+  validation {
+    condition     = alltrue([for d in var.data : can(regex("^[A-Z_][A-Z0-9_]*$", d.name)) && !can(regex("^(PATH|HOME|IFS|SHELL|USER|PWD|OLDPWD|HOSTNAME|TERM|LANG|LC_.*|TMPDIR|TOKEN|IMDS|REGION|STATE|JOB|CODE|LOG|LOG_URI|URI|BOOT|ATTEMPTS|APT|BORN|CHECKPOINT_URI|DATA_HOME|DATA_JOBS|DEBIAN_FRONTEND|DEVICES|EFA_.*|ENDED|EXPORTS|FS|HANDOVER|HOUSE|IMAGE|INSTANCE_ID|LAUNCHED|LIFE_.*|LISTED|LIVE|MY_IP|NET|NNODES|OFI|PER_BOOT|PICK|RDZV_HOST|READY_URI|REQ|SELF|SHIP_PID|TEE_PID|VENV|WAIT_UNTIL|WHEEL|WHEELHOUSE.*|LD_.*|BASH.*|AWS_.*|SRIFTY_.*|PL_.*|LT_.*|TORCH_.*|NCCL_.*|FI_.*|CUDA_.*|PYTHON.*)$", d.name))]) && length(distinct([for d in var.data : d.name])) == length(var.data)
+    error_message = "Every data entry needs a distinct name of [A-Z_][A-Z0-9_]* (it is exported on the instances), not one the boot script, AWS's tools or srifty use (PATH, REGION, LOG, AWS_*, SRIFTY_*, ...): such as TRAIN_DATA."
+  }
+
+  validation {
+    # a folder of S3's safe characters and = + @ , (partitions such as year=2026/), ending with a slash: no * or ?,
+    # which the instance role's policy would read as wildcards, no $ (an IAM policy variable)
+    condition     = alltrue([for d in var.data : length(d.uri) <= 1024 && can(regex("^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/([A-Za-z0-9!_.()'=+@,-]+/)*$", d.uri))])
+    error_message = "Every data uri must be an S3 folder, s3://bucket/ or s3://bucket/prefix/ ending with a slash, of letters, digits and ! _ . ( ) ' = + @ , - (no * or ?, which the instance role's policy reads as wildcards)."
+  }
+
+}
+
+variable "data_kms_key_arns" {
+  description = "The customer-managed KMS keys the data buckets encrypt with (SSE-KMS), if any: the instance role may decrypt with them through S3 only (kms:ViaService s3.*), never directly."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for k in var.data_kms_key_arns : can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$", k))])
+    error_message = "Every data_kms_key_arns entry must be a KMS key ARN, arn:aws:kms:<region>:<account>:key/<key id> (an alias cannot be granted)."
+  }
+}
+
 variable "enable_cloudwatch" {
   description = "Attach CloudWatchAgentServerPolicy so that the CloudWatch agent can ship logs and GPU metrics."
   type        = bool

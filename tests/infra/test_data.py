@@ -1,0 +1,310 @@
+"""Training data in S3 (``srifty terraform --data`` / ``--data-copy``): the instance role may list and read exactly
+those folders and write none of them (moto enforcing the role's policy as terraform plans it, the fault proxy
+answering S3 as AWS answers a role whose s3:ListBucket carries an s3:prefix condition); the node's boot script,
+byte for byte as the plan uploads it, checks a streamed folder, copies a copied one to its own disk and exports
+both before torchrun starts; a folder it cannot read ends the node before it trains, with the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from _fleet import MODULE, dlami_parameters, enforce_iam, node_credentials, planned, use_test_parameters
+from imds_server import FakeIMDS
+from lightning_srifty.provision.rehearsal.aws_rules import AwsRulesProxy
+from lightning_srifty.provision.terraform.command import DATA_URI, RESERVED_ENV, check_data, check_kms_keys
+from lightning_srifty.provision.terraform.generate import Options, generate, tfvars
+from predictor.documents.plan import load_plan
+from predictor.exceptions import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES = MODULE / "templates"
+PLAN = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The options, refused with the fix
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_data_folders_become_the_modules_entries() -> None:
+    got = check_data(["TRAIN=s3://team-data/imagenet/train/", "ALL=s3://team-data/"], ["SHARDS=s3://b-1/x=2026/"])
+    assert got == [
+        {"name": "TRAIN", "uri": "s3://team-data/imagenet/train/", "copy": False},
+        {"name": "ALL", "uri": "s3://team-data/", "copy": False},
+        {"name": "SHARDS", "uri": "s3://b-1/x=2026/", "copy": True},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("streamed", "copied", "said"),
+    [
+        (["train=s3://bkt/x/"], [], "'train' is not [A-Z_][A-Z0-9_]*"),
+        (["REGION=s3://bkt/x/"], [], "REGION is used by the instances' boot script"),
+        (["LOG=s3://bkt/x/"], [], "LOG is used by the instances' boot script"),
+        (["NCCL_X=s3://bkt/x/"], [], "NCCL_X is used"),
+        (["HF_TOKEN=s3://bkt/x/"], [], "HF_TOKEN is given twice"),  # a secret's name
+        (["D=s3://bkt/x/"], ["D=s3://bkt/y/"], "D is given twice"),
+        (["D=s3://bucket/imagenet"], [], "is not a folder: end it with a slash (s3://bucket/imagenet/)"),
+        (["D=s3://bucket/image*/"], [], "no * or ?"),
+        (["D=s3://Bucket/x/"], [], "is not an S3 folder"),
+        (["D=/data/imagenet/"], [], "is not an S3 folder"),
+        (["D"], [], "is not an S3 folder"),
+    ],
+)
+def test_a_bad_data_folder_is_refused_with_the_fix(streamed, copied, said) -> None:
+    with pytest.raises(ConfigError) as refused:
+        check_data(streamed, copied, taken=("HF_TOKEN",))
+    assert said in str(refused.value)
+    assert "Give NAME=s3://bucket/prefix/" in str(refused.value)
+    assert refused.value.parameter in ("data", "data_copy")
+
+
+def test_a_data_key_is_a_key_arn_and_needs_data() -> None:
+    data = check_data(["D=s3://bkt/x/"])
+    key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    assert check_kms_keys([key, key], data) == [key]
+    with pytest.raises(ConfigError, match=r"is not a KMS key ARN.*an alias cannot be granted"):
+        check_kms_keys(["alias/team-data"], data)
+    with pytest.raises(ConfigError, match="give the data folders too"):
+        check_kms_keys([key], [])
+
+
+def test_the_terraform_values_carry_the_data_only_when_given(catalog) -> None:
+    plan = load_plan(PLAN)
+    plain = tfvars(plan, 0, Options(name="d-run", train_command="python train.py"), catalog)
+    assert "data" not in plain and "data_kms_key_arns" not in plain
+    options = Options(
+        name="d-run",
+        train_command="python train.py",
+        secret_env=("HF_TOKEN=ssm:/team/hf",),
+        data=("TRAIN=s3://team-data/train/",),
+        data_copy=("VAL=s3://team-data/val/",),
+    )
+    values = tfvars(plan, 0, options, catalog)
+    assert values["data"] == [
+        {"name": "TRAIN", "uri": "s3://team-data/train/", "copy": False},
+        {"name": "VAL", "uri": "s3://team-data/val/", "copy": True},
+    ]
+    assert values["data_kms_key_arns"] == []
+    with pytest.raises(ConfigError, match="HF_TOKEN is given twice"):
+        tfvars(plan, 0, Options(name="d-run", secret_env=("HF_TOKEN=ssm:/a",), data=("HF_TOKEN=s3://bkt/x/",)), catalog)
+
+
+def test_the_reserved_names_cover_every_variable_the_boot_scripts_set() -> None:
+    """A data folder or a secret exported under a name the boot script assigns would be overwritten by it (or change
+    what it does): every such name is reserved, and the module refuses the same names and folders as srifty."""
+    text = "".join(p.read_text() for p in TEMPLATES.glob("*.tftpl"))
+    assigned = set(re.findall(r"(?:^|[\s;(])([A-Z_][A-Z0-9_]*)=", text, flags=re.M))
+    for names in re.findall(r"read -r ([A-Z_ ]+)", text):
+        assigned |= set(names.split())
+    assigned |= set(re.findall(r"local ([a-z_ ]+)", text))  # none upper-case: locals cannot shadow an export
+    assert {"LOG", "REGION", "DATA_HOME", "BORN", "RDZV_HOST"} <= assigned
+    reserved = re.compile(RESERVED_ENV)
+    assert sorted(n for n in assigned if n.isupper() and not reserved.match(n)) == []
+    variables = (MODULE / "variables.tf").read_text()
+    assert f'!can(regex("{RESERVED_ENV}", d.name))' in variables
+    assert f'can(regex("{DATA_URI}", d.uri))' in variables
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The role and the boot, against moto with the role's policy enforced
+# ---------------------------------------------------------------------------------------------------------------------
+
+FAKE_TORCHRUN = """#!{python}
+# records the data variables and what the copied folder holds, as the job would see them
+import json, os, sys
+env = {{k: os.environ.get(k) for k in ("TRAIN_DATA", "SHARDS")}}
+top = env["SHARDS"] or "/nonexistent"
+files = sorted(os.path.relpath(os.path.join(d, f), top) for d, _, fs in os.walk(top) for f in fs)
+json.dump({{"env": env, "files": files}}, open(os.environ["SRIFTY_HARNESS_RECORD"], "w"))
+"""
+
+
+def _root(tmp_path: Path, moto: str, catalog, data: tuple[str, ...], copy: tuple[str, ...]) -> Path:
+    dlami_parameters(moto)
+    boto3.client("s3", endpoint_url=moto, region_name="us-east-1").create_bucket(Bucket="d-ckpt")
+    options = Options(
+        name="d-run",
+        aws_endpoint=moto,
+        bucket="d-ckpt",
+        train_command="python train.py",
+        setup_command="true",
+        data=data,
+        data_copy=copy,
+    )
+    return use_test_parameters(generate(load_plan(PLAN), tmp_path / "infra", options=options, catalog=catalog).out)
+
+
+def _boot(script: str, endpoint: str, work: Path, node: dict[str, str]) -> subprocess.CompletedProcess:
+    """The boot script (the plan's own text) under bash with the node's credentials, a fake torchrun and shutdown."""
+    if shutil.which("aws") is None or shutil.which("curl") is None:
+        pytest.skip("the harness needs the aws CLI and curl on PATH")
+    bin_dir = work / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, text in {
+        "torchrun": FAKE_TORCHRUN.format(python=sys.executable),
+        "shutdown": f'#!/bin/bash\necho "$*" >>{work / "shutdown.log"}\n',
+    }.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod((bin_dir / name).stat().st_mode | stat.S_IEXEC)
+    (work / "boot.sh").write_text(script)
+    metadata = {"meta-data/placement/region": "us-east-1", "meta-data/instance-id": "i-0d47a0000000001"}
+    with FakeIMDS(metadata) as imds:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+            **node,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.endpoint,
+            "AWS_ENDPOINT_URL": endpoint,
+            "SRIFTY_HOME": str(work / "opt-srifty"),
+            "SRIFTY_STATE_DIR": str(work / "state"),
+            "SRIFTY_PER_BOOT_DIR": str(work / "per-boot"),
+            "SRIFTY_USER_DATA_LOG": str(work / "user-data.log"),
+            "SRIFTY_WATCHDOG_LOG": str(work / "watchdog.log"),
+            "SRIFTY_WATCHDOG_INTERVAL_S": "1",
+            "SRIFTY_HARNESS_RECORD": str(work / "torchrun.json"),
+            "SRIFTY_DATA_RETRY_S": "0",
+        }
+        return subprocess.run(["bash", str(work / "boot.sh")], cwd="/", env=env, capture_output=True, timeout=240)
+
+
+def _as(moto: str, node: dict[str, str]):
+    return boto3.client(
+        "s3",
+        endpoint_url=moto,
+        region_name="us-east-1",
+        aws_access_key_id=node["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=node["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def test_a_node_reads_its_data_under_the_roles_policy_and_writes_none(tf_env, moto_endpoint, tmp_path, catalog):
+    infra = _root(
+        tmp_path, moto_endpoint, catalog, ("TRAIN_DATA=s3://team-data/imagenet/train/",), ("SHARDS=s3://shards/",)
+    )
+    (policy,) = planned(tf_env, infra, "aws_iam_role_policy").values()
+    statements = {st["Sid"]: st for st in json.loads(policy["policy"])["Statement"]}
+    assert statements["ListData0"]["Resource"] == "arn:aws:s3:::team-data"
+    assert statements["ListData0"]["Condition"]["StringLike"]["s3:prefix"] == ["imagenet/train/", "imagenet/train/*"]
+    assert statements["ListData1"]["Resource"] == "arn:aws:s3:::shards" and "Condition" not in statements["ListData1"]
+    read = ["arn:aws:s3:::shards/*", "arn:aws:s3:::team-data/imagenet/train/*"]
+    assert sorted(statements["ReadData"]["Resource"]) == read
+    assert statements["ReadData"]["Action"] == "s3:GetObject"
+    (script,) = [v["content"] for k, v in planned(tf_env, infra, "aws_s3_object").items() if ".boot[" in k]
+
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    for bucket in ("team-data", "shards"):
+        s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket="team-data", Key="imagenet/train/n01440764/0.JPEG", Body=b"jpeg")
+    s3.put_object(Bucket="team-data", Key="imagenet/val/0.JPEG", Body=b"not granted")
+    s3.put_object(Bucket="shards", Key="train-000.tar", Body=os.urandom(2048))
+    s3.put_object(Bucket="shards", Key="sub/train-001.tar", Body=os.urandom(1024))
+    node = node_credentials(moto_endpoint, policy["policy"], "data-node")
+    prefixes = ("checkpoints/d-run/", "imagenet/train/")
+    proxy = AwsRulesProxy(moto_endpoint, s3_list_prefixes=prefixes, s3_principal=node["AWS_ACCESS_KEY_ID"])
+    proxy.s3_open_buckets = ("shards",)
+    with proxy as url:
+        enforce_iam(moto_endpoint, True)
+        try:
+            run = _boot(script, url, tmp_path / "node", node)
+            log = (tmp_path / "node" / "user-data.log").read_text()
+            assert run.returncode == 0, log[-3000:]
+            record = json.loads((tmp_path / "node" / "torchrun.json").read_text())
+            shards = str(tmp_path / "node" / "opt-srifty" / "data" / "SHARDS")
+            assert record["env"] == {"TRAIN_DATA": "s3://team-data/imagenet/train/", "SHARDS": shards}
+            assert record["files"] == ["sub/train-001.tar", "train-000.tar"]
+            assert "srifty: TRAIN_DATA: s3://team-data/imagenet/train/ is readable" in log
+            assert re.search(r"srifty: SHARDS: 2 files, 0 MiB copied from s3://shards/ to \S+ in \d+ s", log)
+            # the role reads, never writes; nothing outside the granted folders
+            client = _as(url, node)
+            assert client.get_object(Bucket="team-data", Key="imagenet/train/n01440764/0.JPEG")["Body"].read()
+            for call in (
+                lambda: client.put_object(Bucket="team-data", Key="imagenet/train/x", Body=b"x"),
+                lambda: client.delete_object(Bucket="shards", Key="train-000.tar"),
+                lambda: client.get_object(Bucket="team-data", Key="imagenet/val/0.JPEG"),
+                lambda: client.list_objects_v2(Bucket="team-data", Prefix="imagenet/val/"),
+            ):
+                with pytest.raises(ClientError) as denied:
+                    call()
+                assert denied.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+        finally:
+            enforce_iam(moto_endpoint, False)
+
+
+def test_a_node_that_cannot_read_its_data_ends_before_it_trains(tf_env, moto_endpoint, tmp_path, catalog):
+    infra = _root(tmp_path, moto_endpoint, catalog, ("TRAIN_DATA=s3://empty-data/train/",), ())
+    (policy,) = planned(tf_env, infra, "aws_iam_role_policy").values()
+    (script,) = [v["content"] for k, v in planned(tf_env, infra, "aws_s3_object").items() if ".boot[" in k]
+    node = node_credentials(moto_endpoint, policy["policy"], "data-node")
+    enforce_iam(moto_endpoint, True)
+    try:
+        # the bucket does not exist yet (a typo, another region or account): retried, then the node ends itself
+        run = _boot(script, moto_endpoint, tmp_path / "missing", node)
+        log = (tmp_path / "missing" / "user-data.log").read_text()
+        assert run.returncode == 1, log[-3000:]
+        assert "TRAIN_DATA: s3://empty-data/train/ could not be read (attempt 6 of 6)" in log
+        assert "may this instance role read it?" in log
+        assert "the training data TRAIN_DATA is not ready (above): this node cannot train" in log
+        assert not (tmp_path / "missing" / "torchrun.json").exists()
+        # the bucket, and nothing in the folder
+        enforce_iam(moto_endpoint, False)
+        boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="empty-data")
+        enforce_iam(moto_endpoint, True)
+        run = _boot(script, moto_endpoint, tmp_path / "empty", node)
+        log = (tmp_path / "empty" / "user-data.log").read_text()
+        assert run.returncode == 1, log[-3000:]
+        assert "TRAIN_DATA: no objects under s3://empty-data/train/: is the folder right?" in log
+        assert not (tmp_path / "empty" / "torchrun.json").exists()
+    finally:
+        enforce_iam(moto_endpoint, False)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The rehearsal: the data folders in the local AWS, and the role's listing as AWS answers it
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_rehearsals_data_samples_name_the_fleets_folders(tmp_path) -> None:
+    from lightning_srifty.provision.rehearsal.walk import Settings, _data_samples
+
+    values = {"data": [{"name": "TRAIN", "uri": "s3://team-data/train/", "copy": True}]}
+    (tmp_path / "sample").mkdir()
+    assert _data_samples(Settings(data_samples=(f"TRAIN={tmp_path / 'sample'}",)), values) == {
+        "TRAIN": tmp_path / "sample"
+    }
+    with pytest.raises(ConfigError, match=r"reads no data folder named 'VAL' \(TRAIN\)"):
+        _data_samples(Settings(data_samples=(f"VAL={tmp_path}",)), values)
+    with pytest.raises(ConfigError, match="is not a folder here"):
+        _data_samples(Settings(data_samples=(f"TRAIN={tmp_path / 'nowhere'}",)), values)
+
+
+def test_a_whole_bucket_of_data_is_listed_as_aws_lists_it() -> None:
+    from lightning_srifty.provision.rehearsal.walk import _listing_prefixes, _open_buckets
+
+    policy = json.dumps(
+        {
+            "Statement": [
+                {"Sid": "ListData0", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::shards"},
+                {
+                    "Sid": "ListData1",
+                    "Action": "s3:ListBucket",
+                    "Resource": "arn:aws:s3:::team-data",
+                    "Condition": {"StringLike": {"s3:prefix": ["train/", "train/*"]}},
+                },
+                {"Sid": "ReadData", "Action": "s3:GetObject", "Resource": ["arn:aws:s3:::shards/*"]},
+            ]
+        }
+    )
+    assert _open_buckets(policy) == ("shards",)
+    assert _listing_prefixes(policy) == ("train/", "train/")
