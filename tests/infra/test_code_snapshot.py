@@ -638,3 +638,26 @@ def test_the_glue_of_a_module_an_alias_and_a_large_code_base(tmp_path) -> None:
     assert wide is not None and wide.imports_srifty is None and not wide.unregistered
     sources = glue.python_sources(snapshot)  # read in one pass of the archive
     assert {"pkg/__init__.py", "pkg/train.py", "alias.py", "wide.py", "big/m599.py"} <= set(sources)
+
+
+def test_a_lightning_cli_module_whose_package_imports_srifty_is_not_told_nothing_does(tmp_path) -> None:
+    """``python -m pkg.main fit --config config.yaml``: the YAML names srifty_auto, the script names no strategy and
+    ``pkg/__init__.py`` imports lightning_srifty (python -m runs it first). The import was looked for in no file
+    at all (the script and its package's inits were read only for a strategy the script names), so the command was
+    told nothing imports the package that registers the name."""
+    from lightning_srifty.provision.terraform.glue import command_glue
+
+    project = tmp_path / "p"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "__init__.py").write_text("import lightning_srifty\n")
+    (project / "pkg" / "main.py").write_text("from lightning.pytorch.cli import LightningCLI\nLightningCLI()\n")
+    (project / "bare").mkdir()
+    (project / "bare" / "__init__.py").write_text("")
+    (project / "bare" / "main.py").write_text("from lightning.pytorch.cli import LightningCLI\nLightningCLI()\n")
+    (project / "config.yaml").write_text("trainer:\n  strategy: srifty_auto\n")
+    snapshot = build_snapshot(project, tmp_path / "stage", SPEC)
+    glue = command_glue(snapshot, ["-m", "pkg.main", "fit", "--config", "config.yaml"])
+    assert glue is not None and glue.asks_for_the_plan and glue.imports_srifty is True and not glue.unregistered
+    assert glue.unregistered_note("pkg/main.py") is None
+    bare = command_glue(snapshot, ["-m", "bare.main", "fit", "--config", "config.yaml"])
+    assert bare is not None and bare.asks_for_the_plan and bare.unregistered  # nothing of its code imports it

@@ -108,19 +108,19 @@ def command_glue(snapshot: Snapshot, argv: list[str]) -> ScriptGlue | None:
     LightningCLI's strategy from its arguments: ``--trainer.strategy X`` or a ``--config`` / ``-c`` file of the code
     that sets ``trainer: {strategy: X}`` (a trial: ``main.py fit --config config.yaml`` naming srifty_auto there was
     told it never asked for the plan)."""
+    sources = python_sources(snapshot)
     if argv[0] != "-m":
-        glue = read_glue(snapshot, os.path.normpath(argv[0]))
-        args = argv[1:]
+        script = os.path.normpath(argv[0])
+        glue, args, first = read_glue(snapshot, script), argv[1:], [script]
     else:
         stem = argv[1].replace(".", "/")
-        sources = python_sources(snapshot)
         script = f"{stem}.py" if f"{stem}.py" in sources else f"{stem}/__main__.py"
         glue, args = read_glue(snapshot, script, module=True), argv[2:]
+        first = [script, *_package_inits(sources, script)]  # python -m runs its packages' __init__.py first
     named = cli_strategies(snapshot, args) & SRIFTY_STRATEGIES
     if glue is None or not named - glue.strategies:
         return glue
-    first = [os.path.normpath(argv[0])] if argv[0] != "-m" else []
-    imports = glue.imports_srifty if glue.strategies else _imports_package(python_sources(snapshot), first)
+    imports = glue.imports_srifty if glue.strategies else _imports_package(sources, first)
     return dataclasses.replace(glue, strategies=glue.strategies | named, imports_srifty=imports)
 
 
