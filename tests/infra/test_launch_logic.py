@@ -555,6 +555,43 @@ def test_the_torchrun_wrapper_says_a_planned_leave_in_one_line_and_keeps_real_fa
     assert failed.returncode == 1 and "exit3.py FAILED" in failed.stderr and "exitcode  : 3" in failed.stderr
 
 
+def test_a_planned_leave_of_several_ranks_hides_torchruns_stop_of_the_others_and_real_failures_show(tmp_path) -> None:
+    """A trial of srifty launch --provider local: on a planned leave, the first rank out exited 75 and torchrun
+    stopped the others (SIGTERM), which it counts as failures: the wrapper raised, and torchrun's ChildFailedError
+    traceback and FAILED report reached the terminal though the move worked. A rank torchrun stopped that ended by
+    its signal is part of the leave; one that crashed, or ended otherwise when stopped, is a failure, shown whole."""
+    import subprocess
+    import sys
+
+    head = "import os, signal, sys, time\nrank = int(os.environ['RANK'])\n"
+    scripts = {
+        # rank 0 leaves with its checkpoint; rank 1 is still at work when torchrun stops it
+        "leave": "if rank == 0:\n    time.sleep(1)\n    sys.exit(75)\ntime.sleep(60)\n",
+        # rank 1 crashes; torchrun stops rank 0
+        "crash": "if rank == 1:\n    time.sleep(1)\n    sys.exit(3)\ntime.sleep(60)\n",
+        # rank 0 leaves; rank 1, stopped by torchrun, fails on the way out
+        "stopped_badly": "signal.signal(signal.SIGTERM, lambda *a: os._exit(3))\n"
+        "if rank == 0:\n    time.sleep(1)\n    sys.exit(75)\ntime.sleep(60)\n",
+    }
+    out = {}
+    for name, body in scripts.items():
+        (tmp_path / f"{name}.py").write_text(head + body)
+        cmd = [sys.executable, "-m", "lightning_srifty.migrate.torchrun", "--standalone", "--nproc_per_node=2"]
+        out[name] = subprocess.run([*cmd, str(tmp_path / f"{name}.py")], capture_output=True, text=True, timeout=180)
+    leave = out["leave"]
+    assert leave.returncode == 75, leave.stderr
+    for shown in ("Traceback", "FAILED", "exitcode", "closing signal", "ChildFailedError"):
+        assert shown not in leave.stderr, leave.stderr
+    assert "(exit 75 on 1 rank(s), after its checkpoint; torchrun stopped the other 1): a planned preemption" in (
+        leave.stderr
+    )
+    for name in ("crash", "stopped_badly"):
+        failed = out[name]
+        assert failed.returncode == 1 and f"{name}.py FAILED" in failed.stderr, failed.stderr
+        assert "exitcode  : 3" in failed.stderr and "closing signal SIGTERM" in failed.stderr, failed.stderr
+        assert "Traceback" in failed.stderr and "planned preemption" not in failed.stderr
+
+
 def test_a_fleet_that_never_reports_is_detected_reported_and_released(plan, tmp_path) -> None:
     """#14 item 3: a failed boot or setup writes nothing; the launcher gives up after the timeout and releases."""
     recorder, result = _run(plan, tmp_path, lambda ckpt, rec: None, start_timeout_s=1.0)

@@ -5,9 +5,9 @@
 after that many seconds (what :class:`~lightning_srifty.migrate.preemption.SpotPreemption` reacts to on EC2).
 
 torchrun runs as ``python -m lightning_srifty.migrate.torchrun`` (torchrun itself, with the same arguments), which
-reports a planned leave (every worker exited 75) in one line instead of torchrun's ``FAILED`` report and traceback,
-and in a session of its own: a Ctrl-C in the terminal reaches the launcher only, which then stops the job in order
-(SIGTERM: the job checkpoints and leaves) and releases the fleet."""
+reports a planned leave (a worker exited 75, the others with it or stopped by torchrun) in one line instead of
+torchrun's ``FAILED`` report and traceback, and in a session of its own: a Ctrl-C in the terminal reaches the launcher
+only, which then stops the job in order (SIGTERM: the job checkpoints and leaves) and releases the fleet."""
 
 from __future__ import annotations
 
