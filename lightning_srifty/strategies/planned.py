@@ -200,16 +200,18 @@ class _AppliesThePlan:
         rebuilt, why = rebuild_loader(dataloader, sizes, rank, self.launch.accumulate_grad_batches, seed)
         if why:
             log.warning(
-                "srifty_auto: the plan gives rank %d batches of %d samples, but this DataLoader cannot be re-cut "
-                "(%s): build it with batch_size=launch_settings().batch_size.",
+                "srifty_auto: rank %d's share of the plan's global batch is %d samples per batch, but this DataLoader "
+                "cannot be re-cut (%s): build it with batch_size=launch_settings().batch_size.",
                 rank,
                 sizes[rank],
                 why,
             )
         elif rebuilt is not dataloader and before is not None and before != sizes[rank]:
+            # the rank's batch is its share of the plan's global batch, split again where the fleet is not the
+            # plan's (a mix filled otherwise, srifty rehearse --nodes, a move): the global batch is what is the plan's
             log.warning(
-                "srifty_auto: rank %d takes the plan's %d samples per batch (the script's DataLoader gave %d): the "
-                "global batch is the plan's, %d on %d rank(s) x %d accumulated.",
+                "srifty_auto: rank %d takes %d samples per batch (the script's DataLoader gave %d): its share of the "
+                "plan's global batch, %d on %d rank(s) x %d accumulated.",
                 rank,
                 sizes[rank],
                 before,

@@ -182,10 +182,32 @@ def test_srifty_auto_applies_the_plans_batch_and_accumulation_to_a_plain_script(
     assert model.batches == _order(accumulate=3)[:6]
     assert "the plan accumulates 3 micro-steps per optimizer step" in caplog.text
     assert (
-        "takes the plan's 4 samples per batch (the script's DataLoader gave 8): the global batch is the plan's, 12"
-        in caplog.text
+        "rank 0 takes 4 samples per batch (the script's DataLoader gave 8): its share of the plan's global batch, "
+        "12 on 1 rank(s) x 3 accumulated." in caplog.text
     )
     assert any(isinstance(c, SpotPreemption) for c in trainer.callbacks)  # the move on a spot notice, too
+
+
+def test_a_rank_batch_split_again_over_another_world_size_is_not_called_the_plans(monkeypatch, caplog, tmp_path):
+    """A plan of 2 ranks of 8 rehearsed on one (``srifty rehearse --nodes 1``: the global batch of 16 split again
+    over the ranks present) said "rank 0 takes the plan's 16 samples per batch", though the plan gives each rank 8:
+    16 is the rank's share of the plan's global batch, which is what the plan fixes and what is named as the plan's."""
+    from lightning_srifty.provision.rehearsal.walk import _batch_for_nodes
+
+    train = {"env": {"SRIFTY_BATCH_SIZES": "8,8"}}
+    _batch_for_nodes(train, 1)
+    sizes = tuple(int(b) for b in train["env"]["SRIFTY_BATCH_SIZES"].split(","))
+    assert sizes == (16,)
+    _clear(monkeypatch)
+    _launch(monkeypatch, batch_sizes=sizes, accumulate_grad_batches=1, checkpoint_uri=str(tmp_path / "ck"))
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        _, model = _fit_plain(tmp_path, max_steps=1)  # the script's own loader: the plan's 8 a rank
+    assert len(model.batches[0]) == 16
+    assert "the plan's 16" not in caplog.text
+    assert (
+        "rank 0 takes 16 samples per batch (the script's DataLoader gave 8): its share of the plan's global batch, "
+        "16 on 1 rank(s) x 1 accumulated." in caplog.text
+    )
 
 
 def test_srifty_auto_resumes_a_fit_without_ckpt_path_from_the_launchers_checkpoint(monkeypatch, caplog, tmp_path):
@@ -311,8 +333,9 @@ def test_srifty_auto_names_a_loader_it_cannot_re_cut(monkeypatch, caplog, tmp_pa
     with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
         _, model = _fit_plain(tmp_path, max_steps=1, loader=DataLoader(Stream(), batch_size=8))
     assert len(model.batches[0]) == 8  # left as it was
-    assert "the plan gives rank 0 batches of 4 samples, but this DataLoader cannot be re-cut (its dataset is " in (
-        caplog.text
+    assert (
+        "rank 0's share of the plan's global batch is 4 samples per batch, but this DataLoader cannot be re-cut (its "
+        "dataset is " in caplog.text
     )
     assert "build it with batch_size=launch_settings().batch_size" in caplog.text
 
