@@ -1,5 +1,6 @@
-"""``srifty status`` (the fleets that are up, their cost so far), ``srifty logs`` (the nodes' logs) and ``srifty down``
-(destroy a root module, then what its fleet cost): torch-free; boto3 is imported when a command runs."""
+"""``srifty status`` (the fleets that are up, their cost so far), ``srifty logs`` (the nodes' logs), ``srifty outputs``
+(what the nodes' jobs wrote) and ``srifty down`` (destroy a root module, then what its fleet cost): torch-free; boto3 is
+imported when a command runs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -231,7 +233,7 @@ class _Prefixed:
         self.out.flush()
 
 
-def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | None]:
+def _logs_source(args: argparse.Namespace, command: str = "logs") -> tuple[str, str, str | None, str | None]:
     """(fleet, checkpoint uri, region, endpoint) from --dir, or from FLEET with --checkpoint-uri or its tags."""
     from lightning_srifty.provision import aws
     from lightning_srifty.provision.operations import fleets as ops
@@ -251,8 +253,8 @@ def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | 
         return root.name, uri, args.region or root.region, args.aws_endpoint or root.endpoint
     if not args.fleet:
         raise ConfigError(
-            "srifty logs needs a fleet: give --dir ROOT (a folder srifty terraform wrote), or the fleet's name with "
-            "--checkpoint-uri s3://bucket/prefix/.",
+            f"srifty {command} needs a fleet: give --dir ROOT (a folder srifty terraform wrote), or the fleet's name "
+            "with --checkpoint-uri s3://bucket/prefix/.",
             parameter="fleet",
             value=None,
         )
@@ -260,7 +262,7 @@ def _logs_source(args: argparse.Namespace) -> tuple[str, str, str | None, str | 
     if args.checkpoint_uri:
         return args.fleet, args.checkpoint_uri, region, args.aws_endpoint
     if region is None:
-        raise _no_region("logs")
+        raise _no_region(command)
     with aws.aws_errors(f"looking up fleet {args.fleet} in {region} (ec2:DescribeInstances)"):
         found = ops.find_fleets(aws.client("ec2", region, args.aws_endpoint), region, [args.fleet])
     uri = next((f.checkpoint_uri for f in found if f.checkpoint_uri), None)
@@ -314,6 +316,47 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return 130
     write.close()
     return 0
+
+
+def cmd_outputs(args: argparse.Namespace) -> int:
+    from lightning_srifty.provision import aws
+    from lightning_srifty.provision.operations.outputs import FleetOutputs
+    from predictor.exceptions import ConfigError
+
+    fleet, uri, region, endpoint = _logs_source(args, "outputs")
+    outputs = FleetOutputs(aws.client("s3", region, endpoint), uri, fleet)
+    with aws.aws_errors(f"listing {outputs.uri}"):
+        found = outputs.list(args.instance)
+    if not found:
+        print(
+            f"No outputs under {outputs.uri}{args.instance + '/' if args.instance else ''} yet: every node copies the "
+            "files its job writes in its code folder there every 10 minutes and when the job ends (a fleet with a "
+            "code snapshot)."
+        )
+        return 0
+    nodes = sorted({o.instance_id for o in found})
+    if args.list:
+        for obj in found:
+            print(f"{obj.instance_id}/{obj.path}  {obj.size:,} bytes  {_ago(_now() - obj.modified_unix)} ago")
+        print(f"{len(found)} files of {len(nodes)} node(s) under {outputs.uri}")
+        return 0
+    to = Path(args.to or Path("srifty-outputs") / fleet)
+    try:
+        with aws.aws_errors(f"fetching the outputs under {outputs.uri}"):
+            written, kept = outputs.fetch(found, to)
+    except ValueError as exc:
+        raise ConfigError(f"{exc}: the folder {outputs.uri} holds a key srifty did not write.", parameter="to") from exc
+    print(
+        f"{written} files fetched, {kept} already here, of {len(nodes)} node(s), into {to}/<instance id>/ "
+        "(the files each node's job wrote in its code folder)"
+    )
+    return 0
+
+
+def _now() -> float:
+    from lightning_srifty.provision.operations import fleets as ops
+
+    return ops.now()
 
 
 # --- srifty down ------------------------------------------------------------------------------------------------------
@@ -377,6 +420,20 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     q.add_argument("--region", help="default: --dir's region, else $AWS_DEFAULT_REGION")
     q.add_argument("--aws-endpoint", help=ENDPOINT_HELP)
     q.set_defaults(func=cmd_logs)
+
+    o = sub.add_parser(
+        "outputs",
+        help="fetch what each node's job wrote in its code folder (logs, models), from beside the checkpoints",
+    )
+    o.add_argument("fleet", nargs="?", help="the fleet's name (or give --dir)")
+    o.add_argument("--dir", metavar="ROOT", help="a root module written by srifty terraform")
+    o.add_argument("--checkpoint-uri", metavar="S3_URI", help="the fleet's checkpoint folder (default: from its tags)")
+    o.add_argument("--instance", metavar="ID", help="only this node's outputs")
+    o.add_argument("--to", metavar="DIR", help="where to put them (default srifty-outputs/<fleet>), a folder per node")
+    o.add_argument("--list", action="store_true", help="list the files (node, path, size, age), fetch nothing")
+    o.add_argument("--region", help="default: --dir's region, else $AWS_DEFAULT_REGION")
+    o.add_argument("--aws-endpoint", help=ENDPOINT_HELP)
+    o.set_defaults(func=cmd_outputs)
 
     d = sub.add_parser(
         "down", parents=[common], help="terraform destroy a root module, then what its fleet cost at catalog prices"

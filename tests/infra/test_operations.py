@@ -214,6 +214,41 @@ def test_logs_lists_prints_and_finds_the_folder_by_tag(aws, capsys) -> None:
     assert capsys.readouterr().out == "boot\nepoch 1\n"
 
 
+def test_outputs_lists_and_fetches_each_nodes_files_whole_and_only_its_own(aws, capsys, tmp_path) -> None:
+    """srifty outputs: what each node's job wrote (user_data copies it to outputs/<fleet>/<instance id>/), listed and
+    fetched into a folder per node, each file written whole; a second fetch keeps what is there; a key that would
+    climb out of its node's folder is refused, nothing written outside."""
+    _, s3, _ = aws
+    s3.create_bucket(Bucket="ops-out")
+    uri = "s3://ops-out/runs/x/"
+    files = {
+        "i-1/lightning_logs/version_0/metrics.csv": b"step,loss\n1,0.5\n",
+        "i-1/outputs/model.pt": b"weights" * 100,
+        "i-2/srifty/profile.json": b"{}",
+    }
+    for path, body in files.items():
+        s3.put_object(Bucket="ops-out", Key=f"runs/x/outputs/ops-o/{path}", Body=body)
+    s3.put_object(Bucket="ops-out", Key="runs/x/outputs/other/i-9/x.txt", Body=b"another fleet's")
+
+    assert main(["outputs", "ops-o", "--checkpoint-uri", uri, "--list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in listed[:-1]] == sorted(files)
+    assert listed[-1] == "3 files of 2 node(s) under s3://ops-out/runs/x/outputs/ops-o/"
+    to = tmp_path / "got"
+    assert main(["outputs", "ops-o", "--checkpoint-uri", uri, "--to", str(to)]) == 0
+    assert "3 files fetched, 0 already here, of 2 node(s)" in capsys.readouterr().out
+    assert {p.relative_to(to).as_posix(): p.read_bytes() for p in to.rglob("*") if p.is_file()} == files
+    assert main(["outputs", "ops-o", "--checkpoint-uri", uri, "--to", str(to), "--instance", "i-2"]) == 0
+    assert "0 files fetched, 1 already here, of 1 node(s)" in capsys.readouterr().out
+
+    s3.put_object(Bucket="ops-out", Key="runs/x/outputs/ops-o/i-3/../../../evil.txt", Body=b"x")
+    assert main(["outputs", "ops-o", "--checkpoint-uri", uri, "--to", str(to), "--instance", "i-3"]) == 2
+    assert "has a path outside its node's folder" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("evil.txt"))
+    assert main(["outputs", "ops-nothing", "--checkpoint-uri", "s3://ops-out/none/"]) == 0
+    assert "No outputs under s3://ops-out/none/outputs/ops-nothing/ yet" in capsys.readouterr().out
+
+
 def test_follow_prints_only_new_bytes_and_ends_with_the_status_record(aws) -> None:
     _, s3, _ = aws
     s3.create_bucket(Bucket="ops-follow")

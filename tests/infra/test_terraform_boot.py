@@ -251,6 +251,9 @@ with open(os.environ["SRIFTY_HARNESS_REPORT"], "w") as f:
     json.dump({"lightning_srifty": lightning_srifty.__file__, "cwd": os.getcwd(), "executable": sys.executable}, f)
 sys.argv = ["train_digits.py", *sys.argv[1:]]
 runpy.run_path("train_digits.py", run_name="__main__")
+os.makedirs("outputs", exist_ok=True)  # what a script saves at the end: an output of the job
+with open("outputs/model.txt", "w") as f:
+    f.write("trained")
 """
 
 
@@ -396,6 +399,16 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
         assert record["env"]["PYTHONUNBUFFERED"] == "1"
         assert record["env"]["PL_TRAINER_NUM_NODES"] == "2"  # the Trainer's default: one job across the nodes
         assert "`Trainer.fit` stopped: `max_steps=5` reached" in log  # the example trained under torchrun
+        # what the job wrote in its folder outlives the instance: beside the checkpoints, under this instance's id
+        outputs = f"checkpoints/{options.name}/outputs/{options.name}/{me['InstanceId']}/"
+        assert out["outputs_uri"] == f"s3://boot-checkpoints/checkpoints/{options.name}/outputs/{options.name}/"
+        shipped = [
+            o["Key"][len(outputs) :] for o in s3.list_objects_v2(Bucket="boot-checkpoints", Prefix=outputs)["Contents"]
+        ]
+        # the model the script saved, and the profile SriftyCallback measured on the node (not the code, nor the
+        # setup command's setup.txt, nor .srifty/)
+        assert sorted(shipped) == ["outputs/model.txt", "srifty/digits-profile.json"], shipped
+        assert f"srifty: the job's outputs ({len(shipped)} files) are in s3://boot-checkpoints/{outputs}" in log
         # the life cap was scheduled at boot, and the watchdog stopped the instance once the job had exited
         shutdowns = (tmp_path / "shutdown.log").read_text().splitlines()
         max_life_min = math.ceil(json.loads((infra / TFVARS).read_text())["max_life_h"] * 60)

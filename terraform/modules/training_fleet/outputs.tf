@@ -48,6 +48,11 @@ output "checkpoint_uri" {
   value       = "s3://${local.bucket}/${var.checkpoints.prefix}"
 }
 
+output "outputs_uri" {
+  description = "Where each instance's job outputs go: every file the job created or changed in its code folder (Lightning's lightning_logs/, its ModelCheckpoint files, a model the script saves), under <instance id>/, every 10 minutes while it trains and when it ends. Only with a code snapshot (train.code)."
+  value       = var.train.code == null ? null : "s3://${local.bucket}/${var.checkpoints.prefix}outputs/${var.name}/"
+}
+
 output "capacity_units" {
   description = "The fleet's capacity in weighted units (the sum of instances x weighted_capacity); one unit is predicted.samples_per_capacity_unit samples per second."
   value       = local.capacity_units

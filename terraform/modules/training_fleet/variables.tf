@@ -261,7 +261,7 @@ variable "data" {
   default = []
 
   validation {
-    condition     = alltrue([for d in var.data : can(regex("^[A-Z_][A-Z0-9_]*$", d.name)) && !can(regex("^(PATH|HOME|IFS|SHELL|USER|PWD|OLDPWD|HOSTNAME|TERM|LANG|LC_.*|TMPDIR|TOKEN|IMDS|REGION|STATE|JOB|CODE|LOG|LOG_URI|URI|BOOT|ATTEMPTS|APT|BORN|CHECKPOINT_URI|DATA_HOME|DATA_JOBS|DEBIAN_FRONTEND|DEVICES|EFA_.*|ENDED|EXPORTS|FS|HANDOVER|HOUSE|IMAGE|INSTANCE_ID|LAUNCHED|LIFE_.*|LISTED|LIVE|MY_IP|NET|NNODES|OFI|PER_BOOT|PICK|RDZV_HOST|READY_URI|REQ|SELF|SHIP_PID|TEE_PID|VENV|WAIT_UNTIL|WHEEL|WHEELHOUSE.*|LD_.*|BASH.*|AWS_.*|SRIFTY_.*|PL_.*|LT_.*|TORCH_.*|NCCL_.*|FI_.*|CUDA_.*|PYTHON.*)$", d.name))]) && length(distinct([for d in var.data : d.name])) == length(var.data)
+    condition     = alltrue([for d in var.data : can(regex("^[A-Z_][A-Z0-9_]*$", d.name)) && !can(regex("^(PATH|HOME|IFS|SHELL|USER|PWD|OLDPWD|HOSTNAME|TERM|LANG|LC_.*|TMPDIR|TOKEN|IMDS|REGION|STATE|JOB|CODE|LOG|LOG_URI|URI|BOOT|ATTEMPTS|APT|BORN|CHECKPOINT_URI|DATA_HOME|DATA_JOBS|DEBIAN_FRONTEND|DEVICES|EFA_.*|ENDED|EXPORTS|FS|HANDOVER|HOUSE|IMAGE|INSTANCE_ID|LAUNCHED|LIFE_.*|LISTED|LIVE|MY_IP|NET|NNODES|OFI|OUTPUTS_.*|PER_BOOT|PICK|RDZV_HOST|READY_URI|REQ|SELF|SHIP_PID|TEE_PID|VENV|WAIT_UNTIL|WHEEL|WHEELHOUSE.*|LD_.*|BASH.*|AWS_.*|SRIFTY_.*|PL_.*|LT_.*|TORCH_.*|NCCL_.*|FI_.*|CUDA_.*|PYTHON.*)$", d.name))]) && length(distinct([for d in var.data : d.name])) == length(var.data)
     error_message = "Every data entry needs a distinct name of [A-Z_][A-Z0-9_]* (it is exported on the instances), not one the boot script, AWS's tools or srifty use (PATH, REGION, LOG, AWS_*, SRIFTY_*, ...): such as TRAIN_DATA."
   }
 
