@@ -154,6 +154,8 @@ def node_summary(result: Any, options: Any) -> str:
     for entry in values.get("data") or []:  # read-only; copied ones ready before the node is
         how = "copied to each node's disk before it is ready" if entry["copy"] else "read by the job from S3"
         lines.append(f"  data         {entry['name']}={entry['uri']} (read-only, {how})")
+    for key in values.get("data_kms_key_arns") or []:
+        lines.append(f"  data key     {key} (kms:Decrypt through S3 only)")
     lines.append(
         f"  life cap     the fleet stops itself {fmt_life(values['max_life_h'])} after its first launch (--max-life-h)"
     )

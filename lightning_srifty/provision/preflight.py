@@ -17,6 +17,10 @@
   parameter of each architecture resolves (an emulator has none: give --ami).
 - **bucket**: the checkpoint bucket answers (``head_bucket``), when it exists already; the code upload to the bucket
   the module creates is not refused for want of TLS (an emulator's ``http://`` endpoint: a warning).
+- **data**: each folder of ``--data`` / ``--data-copy`` answers with at least one object (one key listed, with the
+  operator's credentials: a refusal is a warning, the nodes' role is granted it); the folders the nodes copy fit on the
+  disk they go to (the type's instance store, else the root volume less the Deep Learning AMI's own ~80 GB), their
+  size summed for at most 10 s of listing.
 - **credentials**: the credentials are valid (``sts get-caller-identity``). Whether they may do everything the module
   does is not simulated: ``terraform plan`` reads, ``apply`` writes.
 
@@ -678,6 +682,85 @@ def check_bucket_answers(
     return [Finding("bucket", "ok", f"the checkpoint bucket {bucket} answers")]
 
 
+DATA_LIST_BOUND_S = 10.0  # how long srifty check lists a folder to copy for its size
+DLAMI_ROOT_GB = 80  # what the Deep Learning AMI and the node's environment take of the root volume (it needs >= 75)
+
+
+def data_room_gb(groups: Iterable[dict[str, Any]], root_volume_gb: float, catalog: Any) -> float:
+    """The disk the nodes copy data to, in GB, on the smallest node: its instance store (the Deep Learning AMI
+    mounts it at /opt/dlami/nvme; 95 % usable), else the root volume less :data:`DLAMI_ROOT_GB`."""
+    rooms = []
+    for g in groups:
+        nvme = catalog.get(g["instance_type"]).local_nvme_gb if g["instance_type"] in catalog else 0.0
+        rooms.append(nvme * 0.95 if nvme > 0 else root_volume_gb - DLAMI_ROOT_GB)
+    return min(rooms) if rooms else root_volume_gb - DLAMI_ROOT_GB
+
+
+def check_data_folders(
+    s3: Any, data: list[dict[str, Any]], room_gb: float, clock: Callable[[], float] = time.monotonic
+) -> list[Finding]:
+    """Each data folder answers with an object; the copied ones fit in ``room_gb`` (see the module docstring)."""
+    findings: list[Finding] = []
+    copied_gb, whole = 0.0, True
+    for entry in data:
+        name, uri = entry["name"], entry["uri"]
+        bucket, _, prefix = uri[len("s3://") :].partition("/")
+        try:
+            first = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+        except Exception as exc:  # noqa: BLE001
+            denied = "AccessDenied" in str(exc)
+            findings.append(_data_unread(name, uri, exc, denied))
+            continue
+        if not first.get("KeyCount"):
+            findings.append(Finding("data", "fail", f"{name}: no objects under {uri}", "is the folder right?"))
+            continue
+        if not entry.get("copy"):
+            findings.append(Finding("data", "ok", f"{name}: {uri} answers (the job reads it from S3)"))
+            continue
+        size, count, done = _folder_size(s3, bucket, prefix, clock)
+        copied_gb += size / 1e9
+        whole = whole and done
+        findings.append(
+            Finding("data", "ok", f"{name}: {'' if done else 'at least '}{size / 1e9:,.1f} GB in {count:,} objects")
+        )
+    if copied_gb > room_gb:
+        findings.append(
+            Finding(
+                "data",
+                "fail",
+                f"the copied folders hold {'at least ' if not whole else ''}{copied_gb:,.1f} GB, more than the "
+                f"{room_gb:,.0f} GB the nodes have for them",
+                "a larger root volume (srifty terraform --root-volume-gb), a type with more instance store, or read "
+                "the folder from S3 (--data) instead of copying it",
+            )
+        )
+    return findings
+
+
+def _data_unread(name: str, uri: str, exc: Exception, denied: bool) -> Finding:
+    if denied:  # the operator's credentials, not the nodes' role: which is granted the folder by the module
+        return Finding("data", "warn", f"{name}: your credentials may not list {uri} ({why(exc)}): not checked", None)
+    return Finding(
+        "data",
+        "fail",
+        f"{name}: {uri} does not answer ({why(exc)})",
+        "check the bucket's name, and that it exists (a bucket of another account must grant the nodes' role)",
+    )
+
+
+def _folder_size(s3: Any, bucket: str, prefix: str, clock: Callable[[], float]) -> tuple[int, int, bool]:
+    """(bytes, objects, whether the listing finished) under the folder, listed for at most DATA_LIST_BOUND_S."""
+    size = count = 0
+    until = clock() + DATA_LIST_BOUND_S
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            size += obj["Size"]
+            count += 1
+        if clock() > until:
+            return size, count, not page.get("IsTruncated")
+    return size, count, True
+
+
 def check_credentials(sts: Any) -> list[Finding]:
     try:
         who = sts.get_caller_identity()
@@ -724,6 +807,8 @@ def preflight(
     tls_only: bool = True,
     model: str | None = None,
     project: Path | None = None,
+    data: list[dict[str, Any]] | None = None,
+    data_room_gb: float = math.inf,
 ) -> Report:
     """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``); ``endpoint``:
     the root's AWS endpoint (an emulator's), for what its scheme means to the upload."""
@@ -739,6 +824,7 @@ def preflight(
     need = required_vcpus(groups, vcpus)
     if credentials[0].status == "fail":  # every other call would fail the same way: one cause, said once (#37 L)
         skipped = ["quota", "offering", *(["image"] if ami is not None and arches else []), "bucket"]
+        skipped += ["data"] if data else []
         findings += [Finding(c, "warn", "not checked: no working AWS credentials (above)") for c in skipped]
         return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
     findings += check_quotas(aws["quotas"], aws["ec2"], region, need, vcpus)
@@ -746,6 +832,8 @@ def preflight(
     if ami is not None and arches:
         findings += check_machine_image(aws["ec2"], aws["ssm"], ami, arches)
     findings += check_bucket_answers(aws["s3"], bucket, endpoint, uploads=tls_only)  # the boot scripts always upload
+    if data:
+        findings += check_data_folders(aws["s3"], data, data_room_gb)
     return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
 
 
@@ -783,6 +871,8 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         arches=sorted({g.get("arch", "x86_64") for g in values["groups"]}),
         aws=aws or clients(values["region"], endpoint),
         endpoint=endpoint,
+        data=values.get("data") or [],
+        data_room_gb=data_room_gb(values["groups"], values.get("root_volume_gb", 200), catalog),
         gpus=cuda.fleet_gpus(
             [
                 (g["instance_type"], catalog.get(g["instance_type"]).gpu if g["instance_type"] in catalog else None)

@@ -53,6 +53,9 @@ def test_data_folders_become_the_modules_entries() -> None:
         (["REGION=s3://bkt/x/"], [], "REGION is used by the instances' boot script"),
         (["LOG=s3://bkt/x/"], [], "LOG is used by the instances' boot script"),
         (["NCCL_X=s3://bkt/x/"], [], "NCCL_X is used"),
+        (["RANK=s3://bkt/x/"], [], "RANK is used"),  # torchrun sets it in every worker, over the node's
+        (["MASTER_ADDR=s3://bkt/x/"], [], "MASTER_ADDR is used"),
+        (["OMP_NUM_THREADS=s3://bkt/x/"], [], "OMP_NUM_THREADS is used"),
         (["HF_TOKEN=s3://bkt/x/"], [], "HF_TOKEN is given twice"),  # a secret's name
         (["D=s3://bkt/x/"], ["D=s3://bkt/y/"], "D is given twice"),
         (["D=s3://bucket/imagenet"], [], "is not a folder: end it with a slash (s3://bucket/imagenet/)"),
@@ -225,7 +228,7 @@ def test_a_node_reads_its_data_under_the_roles_policy_and_writes_none(tf_env, mo
             assert record["env"] == {"TRAIN_DATA": "s3://team-data/imagenet/train/", "SHARDS": shards}
             assert record["files"] == ["sub/train-001.tar", "train-000.tar"]
             assert "srifty: TRAIN_DATA: s3://team-data/imagenet/train/ is readable" in log
-            assert re.search(r"srifty: SHARDS: 2 files, 0 MiB copied from s3://shards/ to \S+ in \d+ s", log)
+            assert re.search(r"srifty: SHARDS: 2 files, 0\.0 MiB copied from s3://shards/ to \S+ in \d+ s", log)
             # the role reads, never writes; nothing outside the granted folders
             client = _as(url, node)
             assert client.get_object(Bucket="team-data", Key="imagenet/train/n01440764/0.JPEG")["Body"].read()
@@ -255,7 +258,9 @@ def test_a_node_that_cannot_read_its_data_ends_before_it_trains(tf_env, moto_end
         assert run.returncode == 1, log[-3000:]
         assert "TRAIN_DATA: s3://empty-data/train/ could not be read (attempt 6 of 6)" in log
         assert "may this instance role read it?" in log
-        assert "the training data TRAIN_DATA is not ready (above): this node cannot train" in log
+        # the reason, again where the node ends (the check ran in the background, its lines far above)
+        said = "the training data TRAIN_DATA is not ready: TRAIN_DATA: s3://empty-data/train/ could not be read ("
+        assert said in log and "this node cannot train" in log
         assert not (tmp_path / "missing" / "torchrun.json").exists()
         # the bucket, and nothing in the folder
         enforce_iam(moto_endpoint, False)
@@ -287,6 +292,19 @@ def test_the_rehearsals_data_samples_name_the_fleets_folders(tmp_path) -> None:
         _data_samples(Settings(data_samples=(f"VAL={tmp_path}",)), values)
     with pytest.raises(ConfigError, match="is not a folder here"):
         _data_samples(Settings(data_samples=(f"TRAIN={tmp_path / 'nowhere'}",)), values)
+    for spec in ("TRAIN", "TRAIN=", "TRAIN= "):  # never this folder by default (a trial uploaded its venv)
+        with pytest.raises(ConfigError, match="names the local folder of sample files after the ="):
+            _data_samples(Settings(data_samples=(spec,)), values)
+
+
+def test_the_rehearsals_refusal_names_its_flag(tmp_path, capsys, catalog) -> None:
+    from lightning_srifty.cli import main
+
+    options = Options(name="d-run", train_command="python train.py", data=("META=s3://team-data/meta/",))
+    infra = generate(load_plan(PLAN), tmp_path / "infra", options=options, catalog=catalog).out
+    assert main(["rehearse", "--dir", str(infra), "--data-sample", "META"]) == 2
+    err = capsys.readouterr().err
+    assert "--data-sample 'META': NAME=DIR names the local folder of sample files after the =" in err, err
 
 
 def test_a_whole_bucket_of_data_is_listed_as_aws_lists_it() -> None:
@@ -308,3 +326,140 @@ def test_a_whole_bucket_of_data_is_listed_as_aws_lists_it() -> None:
     )
     assert _open_buckets(policy) == ("shards",)
     assert _listing_prefixes(policy) == ("train/", "train/")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The boot's data step with a fake aws: the one-key listing, a disk too small, the instance store
+# ---------------------------------------------------------------------------------------------------------------------
+
+FAKE_AWS_DATA = """#!/bin/bash
+echo "$*" >>"$FAKE_DIR/aws.calls"
+case "$1 $2" in
+  "s3api list-objects-v2") echo "imagenet/train/n01/0.JPEG" ;;
+  "s3 sync")
+    if [ -n "${FAKE_DISK_FULL:-}" ]; then
+      echo "download failed: s3://bkt/shards/a.tar to $4a.tar [Errno 28] No space left on device" >&2; exit 1
+    fi
+    mkdir -p "$4" && echo shard >"$4/a.tar" ;;
+  *) exit 0 ;;
+esac
+"""
+
+FAKE_TORCHRUN_DATA = """#!/bin/bash
+printf '%s\\n' "$TRAIN_DATA" "$SHARDS" >"$FAKE_DIR/torchrun.env"
+"""
+
+
+def _boot_with_fakes(tf_env, tmp_path: Path, **env: str):
+    from _fleet import FAKE_CURL, render, run_user_data, template_values
+
+    data = [
+        {"name": "TRAIN_DATA", "uri": "s3://bkt/imagenet/train/", "copy": False},
+        {"name": "SHARDS", "uri": "s3://bkt/shards/", "copy": True},
+    ]
+    script = render(tf_env, tmp_path / "console", template_values(name="data", watchdog_grace_s=1, data=data))
+    fakes = {"curl": FAKE_CURL, "aws": FAKE_AWS_DATA, "torchrun": FAKE_TORCHRUN_DATA, "shutdown": "#!/bin/bash\n"}
+    extra = {"SRIFTY_HOME": str(tmp_path / "home"), "SRIFTY_DATA_RETRY_S": "0", **env}
+    run = run_user_data(tmp_path, script, fakes, extra_env=extra)
+    calls = (tmp_path / "aws.calls").read_text().splitlines()
+    return run, (tmp_path / "user-data.log").read_text(), calls
+
+
+def test_the_boot_asks_s3_for_one_key_and_copies_to_the_instance_store(tf_env, tmp_path) -> None:
+    nvme = Path("/dev/shm")  # a mounted, writable folder stands for /opt/dlami/nvme
+    if not os.path.ismount(nvme) or not os.access(nvme, os.W_OK):
+        pytest.skip("no writable tmpfs at /dev/shm to stand for the instance store")
+    run, log, calls = _boot_with_fakes(tf_env, tmp_path, SRIFTY_NVME_DIR=str(nvme))
+    assert run.returncode == 0, log[-3000:]
+    (listing,) = [c for c in calls if c.startswith("s3api list-objects-v2")]
+    assert "--bucket bkt --prefix imagenet/train/ --max-items 1 --page-size 1" in listing  # never the whole folder
+    assert (tmp_path / "torchrun.env").read_text().splitlines() == [
+        "s3://bkt/imagenet/train/",
+        f"{nvme}/srifty-data/SHARDS",
+    ]
+    assert f"srifty: SHARDS: 1 files, 0.0 MiB copied from s3://bkt/shards/ to {nvme}/srifty-data/SHARDS in" in log
+    shutil.rmtree(nvme / "srifty-data")
+
+
+def test_a_disk_too_small_for_the_copy_is_said_so_at_once(tf_env, tmp_path) -> None:
+    run, log, calls = _boot_with_fakes(tf_env, tmp_path, FAKE_DISK_FULL="1", SRIFTY_NVME_DIR=str(tmp_path / "none"))
+    assert run.returncode == 1, log[-3000:]
+    assert len([c for c in calls if c.startswith("s3 sync")]) == 1  # no retries: it is not the role's doing
+    said = "the training data SHARDS is not ready: SHARDS: the copy of s3://bkt/shards/ does not fit in "
+    assert said in log and "give the nodes a larger disk (srifty terraform --root-volume-gb)" in log
+    assert "may this instance role read it" not in log
+    assert not (tmp_path / "torchrun.env").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# srifty check: the folders answer, and the copies fit
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class _FakeS3:
+    """list_objects_v2 and its paginator over {bucket: {key: size}}; a bucket named in ``refuse`` answers that code."""
+
+    def __init__(self, buckets: dict[str, dict[str, int]], refuse: dict[str, str] | None = None, page: int = 2):
+        self.buckets, self.refuse, self.page = buckets, refuse or {}, page
+
+    def _keys(self, bucket: str, prefix: str) -> list[tuple[str, int]]:
+        if bucket in self.refuse:
+            code = self.refuse[bucket]
+            raise ClientError({"Error": {"Code": code, "Message": code}}, "ListObjectsV2")
+        return sorted((k, s) for k, s in self.buckets[bucket].items() if k.startswith(prefix))
+
+    def list_objects_v2(self, Bucket: str, Prefix: str, MaxKeys: int) -> dict:
+        return {"KeyCount": min(MaxKeys, len(self._keys(Bucket, Prefix)))}
+
+    def get_paginator(self, _name: str):
+        keys = self._keys
+
+        class Pages:
+            def paginate(inner, Bucket: str, Prefix: str):
+                found = keys(Bucket, Prefix)
+                for i in range(0, len(found), self.page):
+                    chunk = found[i : i + self.page]
+                    yield {
+                        "Contents": [{"Key": k, "Size": s} for k, s in chunk],
+                        "IsTruncated": i + self.page < len(found),
+                    }
+
+        return Pages()
+
+
+def test_srifty_check_finds_a_missing_or_empty_folder_and_a_copy_that_does_not_fit(catalog) -> None:
+    from lightning_srifty.provision.preflight import check_data_folders, data_room_gb
+
+    s3 = _FakeS3(
+        {"team-data": {"train/a": 40 * 10**9, "train/b": 30 * 10**9, "meta/m.json": 10}, "empty-data": {}},
+        refuse={"missing-data": "NoSuchBucket", "other-account": "AccessDenied"},
+    )
+    data = [
+        {"name": "META", "uri": "s3://team-data/meta/", "copy": False},
+        {"name": "TRAIN", "uri": "s3://team-data/train/", "copy": True},
+        {"name": "NONE", "uri": "s3://empty-data/x/", "copy": False},
+        {"name": "GONE", "uri": "s3://missing-data/x/", "copy": False},
+        {"name": "THEIRS", "uri": "s3://other-account/x/", "copy": False},
+    ]
+    found = [(f.status, f.message) for f in check_data_folders(s3, data, room_gb=120.0)]
+    assert found == [
+        ("ok", "META: s3://team-data/meta/ answers (the job reads it from S3)"),
+        ("ok", "TRAIN: 70.0 GB in 2 objects"),
+        ("fail", "NONE: no objects under s3://empty-data/x/"),
+        ("fail", "GONE: s3://missing-data/x/ does not answer (NoSuchBucket: NoSuchBucket)"),
+        (
+            "warn",
+            "THEIRS: your credentials may not list s3://other-account/x/ (AccessDenied: AccessDenied): not checked",
+        ),
+    ], found
+    too_big = check_data_folders(s3, data[1:2], room_gb=60.0)[-1]
+    assert too_big.status == "fail" and "70.0 GB, more than the 60 GB the nodes have for them" in too_big.message
+    assert "--root-volume-gb" in too_big.fix
+    # a folder too large to list in 10 s: what was listed, said as a lower bound
+    ticks = iter(range(0, 1000, 20))
+    bounded = check_data_folders(_FakeS3(s3.buckets, page=1), data[1:2], room_gb=120.0, clock=lambda: next(ticks))
+    assert bounded[0].message == "TRAIN: at least 40.0 GB in 1 objects"
+    # the room: the instance store where the type has one (p4d.24xlarge: 8 TB), else the root volume less the AMI's
+    assert data_room_gb([{"instance_type": "g4dn.xlarge"}], 200, catalog) == pytest.approx(125 * 0.95)
+    assert data_room_gb([{"instance_type": "g5.xlarge"}, {"instance_type": "p3.2xlarge"}], 300, catalog) == 220
+    assert data_room_gb([{"instance_type": "p3.2xlarge"}], 200, catalog) == 120

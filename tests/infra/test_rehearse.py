@@ -34,6 +34,9 @@ from lightning_srifty.demo.data import DigitsDataModule
 from lightning_srifty.demo.models import DigitsCNN
 
 pl.seed_everything(0)
+import json, os  # noqa: E401, E402 - what a script writes beside its code: an output of the job
+os.makedirs("run", exist_ok=True)
+json.dump({"batch_size": 16}, open("run/config.json", "w"))
 trainer = pl.Trainer(max_steps=1_000_000, strategy="srifty_auto", callbacks=[SpotPreemption()], logger=False,
                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 trainer.fit(DigitsCNN(), datamodule=DigitsDataModule(batch_size=16))
@@ -92,8 +95,12 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
         "leg 2: the replacements resumed where the fleet left",
         "leg 2: resumed from the notice's checkpoint",
         "leg 2: every node left with exit 75",
+        "leg 1: the jobs' outputs are beside the checkpoints",
+        "leg 2: the jobs' outputs are beside the checkpoints",
         "teardown",
     } <= set(checks)
+    # each node's run/config.json, copied to outputs/<fleet>/<instance id>/ when its job left (under the role's policy)
+    assert checks["leg 1: the jobs' outputs are beside the checkpoints"]["detail"].startswith("2 file(s)")
     nodes = report["nodes"]
     assert [(n["leg"], n["exit_code"]) for n in nodes] == [(1, 75), (1, 75), (2, 75), (2, 75)]
     assert len({n["instance_id"] for n in nodes}) == 4  # the replacements are new instances

@@ -31,6 +31,7 @@ TOKEN_VARIABLE = "SRIFTY_REHEARSAL_NODE"
 MARKS = {
     "code": "srifty: the code ",
     "environment": "srifty bootstrap: ready:",
+    "data": " MiB copied from s3://",  # the first folder of --data-copy on this node's disk
     "waiting": "waiting for the fleet's",
     "rendezvous": "nodes are ready; the c10d host is",
     "exited": "srifty: the training job exited with",

@@ -569,31 +569,8 @@ class _Walk:
             f"the notice ({preempted.stored})",
         )
         self._wait(lambda: all(n.exit_code is not None for n in nodes), 300, f"leg {leg}: the nodes leave")
-        self._check_left(leg, nodes)
+        check_left(self, leg, nodes)
         self.preempted[leg] = preempted
-
-    def _check_left(self, leg: int, nodes: list[Node]) -> None:
-        codes = {n.instance_id: n.exit_code for n in nodes}
-        self.check(
-            f"leg {leg}: every node left with exit 75",
-            set(codes.values()) == {75},
-            ", ".join(f"{i}: {c}" for i, c in codes.items()),
-        )
-        assert self.aws is not None
-        wrong = wrong_status_records(self.aws.client("s3"), self.bucket, self.prefix, self.values["name"], nodes)
-        self.check(
-            f"leg {leg}: status records say 75, preempted",
-            not wrong,
-            "; ".join(wrong) or f"{len(nodes)} record(s) at s3://{self.bucket}/{self.prefix}status/",
-        )
-        self._wait(lambda: all(n.terminated for n in nodes), 60, "")
-        if self.report.mode == "asg":
-            stayed = [n for n in nodes if STAYED in (n.work / "watchdog.log").read_text(errors="replace")]
-            self.check(
-                f"leg {leg}: the watchdog kept every node in its Auto Scaling group",
-                len(stayed) == len(nodes),
-                f"{len(stayed)} of {len(nodes)} stayed (a preempted node leaves its place to a replacement)",
-            )
 
     def _replace(self) -> None:
         """The group starts replacements for the instances that shut down; the rehearsal plays them."""
@@ -705,31 +682,28 @@ def _data_samples(settings: Settings, values: dict[str, Any]) -> dict[str, Path]
     """``--data-sample NAME=DIR``, by name: each a data folder of the fleet and a local folder of files.
 
     Raises:
-        ConfigError: a name the fleet reads no data as, or a folder that is not one, with the fix.
+        ConfigError: a spec without its folder, a name the fleet reads no data as, or a folder that is not one, with
+            the fix.
     """
     names = [d["name"] for d in values.get("data") or []]
     out: dict[str, Path] = {}
     for spec in settings.data_samples:
-        name, _, folder = spec.partition("=")
-        if name not in names:
+        name, eq, folder = spec.partition("=")
+        why = None
+        if not eq or not folder.strip():
+            why = "NAME=DIR names the local folder of sample files after the ="
+        elif name not in names:
+            why = f"the fleet reads no data folder named {name!r} ({', '.join(names) or 'it reads none'})"
+        elif not Path(folder).is_dir():
+            why = f"{folder!r} is not a folder here"
+        if why:
             raise ConfigError.between(
-                "{data_samples} {spec!r}: the fleet reads no data folder named {name!r} ({known}). Give "
-                "NAME=DIR with a NAME of srifty terraform's {data} or {data_copy}.",
-                parameter="data_samples",
+                "{data_sample} {spec!r}: {why}. Give NAME=DIR: NAME one of the fleet's data folders, DIR a local "
+                "folder of sample files the rehearsal puts where the fleet reads them.",
+                parameter="data_sample",
                 value=spec,
                 spec=spec,
-                name=name,
-                known=", ".join(names) or "it reads none",
-            )
-        if not Path(folder).is_dir():
-            raise ConfigError.between(
-                "{data_samples} {spec!r}: {folder!r} is not a folder here. Give NAME=DIR, a local folder of sample "
-                "files the rehearsal puts where the fleet reads {name}.",
-                parameter="data_samples",
-                value=spec,
-                spec=spec,
-                folder=folder,
-                name=name,
+                why=why,
             )
         out[name] = Path(folder)
     return out
@@ -925,6 +899,68 @@ def wrong_status_records(s3: Any, bucket: str, prefix: str, fleet: str, nodes: l
         if status.get("exit_code") != 75 or status.get("preempted") is not True:
             wrong.append(f"{node.instance_id}: {status}")
     return wrong
+
+
+def check_left(walk: _Walk, leg: int, nodes: list[Node]) -> None:
+    """The checks of a leg's end: every node left with 75 and its status record says so, the jobs' outputs went
+    beside the checkpoints, the watchdog kept each node in its group."""
+    codes = {n.instance_id: n.exit_code for n in nodes}
+    walk.check(
+        f"leg {leg}: every node left with exit 75",
+        set(codes.values()) == {75},
+        ", ".join(f"{i}: {c}" for i, c in codes.items()),
+    )
+    assert walk.aws is not None
+    s3 = walk.aws.client("s3")
+    wrong = wrong_status_records(s3, walk.bucket, walk.prefix, walk.values["name"], nodes)
+    walk.check(
+        f"leg {leg}: status records say 75, preempted",
+        not wrong,
+        "; ".join(wrong) or f"{len(nodes)} record(s) at s3://{walk.bucket}/{walk.prefix}status/",
+    )
+    walk._wait(lambda: all(n.terminated for n in nodes), 60, "")
+    missing, shipped = outputs_missing(s3, walk.bucket, walk.prefix, walk.values["name"], nodes)
+    where = f"s3://{walk.bucket}/{walk.prefix}outputs/"
+    walk.check(
+        f"leg {leg}: the jobs' outputs are beside the checkpoints",
+        not missing,
+        "; ".join(missing)[:600] or f"{shipped} file(s) the jobs wrote in their folders, at {where}",
+    )
+    if walk.report.mode == "asg":
+        stayed = [n for n in nodes if STAYED in (n.work / "watchdog.log").read_text(errors="replace")]
+        walk.check(
+            f"leg {leg}: the watchdog kept every node in its Auto Scaling group",
+            len(stayed) == len(nodes),
+            f"{len(stayed)} of {len(nodes)} stayed (a preempted node leaves its place to a replacement)",
+        )
+
+
+def outputs_missing(s3: Any, bucket: str, prefix: str, fleet: str, nodes: list[Node]) -> tuple[list[str], int]:
+    """(what each node's job wrote in its code folder that is not under ``outputs/<fleet>/<instance id>/`` beside the
+    checkpoints, how many files are there): the node copies them when its job ends (the module's user_data)."""
+    missing: list[str] = []
+    shipped = 0
+    for node in nodes:
+        since = node.work / "run-srifty" / "outputs.since"
+        if not since.exists():
+            continue
+        wrote = {
+            path.relative_to(code).as_posix()
+            for code in (node.work / "opt-srifty").glob("code-*")
+            if code.is_dir() and not code.name.endswith((".partial", ".tar.gz"))
+            for path in code.rglob("*")
+            if path.is_file()
+            and path.stat().st_mtime > since.stat().st_mtime
+            and not {".srifty", "__pycache__"} & set(path.relative_to(code).parts)
+            and path.suffix != ".pyc"
+        }
+        where = f"{prefix}outputs/{fleet}/{node.instance_id}/"
+        listed = set()
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=where):
+            listed |= {o["Key"][len(where) :] for o in page.get("Contents", [])}
+        shipped += len(listed)
+        missing += [f"{node.instance_id}: {path} not at s3://{bucket}/{where}" for path in sorted(wrote - listed)]
+    return missing, shipped
 
 
 def local_aws_findings(proxy: AwsRulesProxy | None) -> list[tuple[str, bool, str]]:

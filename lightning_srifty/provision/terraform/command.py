@@ -217,15 +217,18 @@ def check_env_names(env: Mapping[str, object], parameter: str = "env") -> Mappin
 _SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")  # SSM parameter names (no ARN, no version)
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}$")
-# names the instances' boot script, AWS's and NVIDIA's tools, torch, Lightning or srifty itself rely on: a secret or a
-# data folder exported under one of them would change what the node does (the module's data validation holds the same
-# pattern, and tests/infra/test_data.py every variable the boot script assigns to it)
+# names the instances' boot script, AWS's and NVIDIA's tools, torch and torchrun (which sets RANK, WORLD_SIZE,
+# MASTER_ADDR... in every worker, over what the node exported), OpenMP, Lightning or srifty itself rely on: a secret
+# or a data folder exported under one of them would change what the node does, or never reach the job (the module's
+# data validation holds the same pattern, and tests/infra/test_data.py every variable the boot script assigns to it)
 RESERVED_ENV = (
     r"^(PATH|HOME|IFS|SHELL|USER|PWD|OLDPWD|HOSTNAME|TERM|LANG|LC_.*|TMPDIR|TOKEN|IMDS|REGION|STATE|JOB|CODE|LOG|LOG_URI|"
     r"URI|BOOT|ATTEMPTS|APT|BORN|CHECKPOINT_URI|DATA_HOME|DATA_JOBS|DEBIAN_FRONTEND|DEVICES|EFA_.*|ENDED|EXPORTS|FS|"
-    r"HANDOVER|HOUSE|IMAGE|INSTANCE_ID|LAUNCHED|LIFE_.*|LISTED|LIVE|MY_IP|NET|NNODES|OFI|OUTPUTS_.*|PER_BOOT|PICK|RDZV_HOST|"
-    r"READY_URI|REQ|SELF|SHIP_PID|TEE_PID|VENV|WAIT_UNTIL|WHEEL|WHEELHOUSE.*|LD_.*|BASH.*|AWS_.*|SRIFTY_.*|PL_.*|LT_.*|"
-    r"TORCH_.*|NCCL_.*|FI_.*|CUDA_.*|PYTHON.*)$"
+    r"HANDOVER|HOUSE|IMAGE|INSTANCE_ID|LAUNCHED|LIFE_.*|LISTED|LIVE|MY_IP|NET|NNODES|NVME|OFI|OUTPUTS_.*|PER_BOOT|PICK|"
+    r"RDZV_HOST|READY_URI|REQ|SELF|SHIP_PID|TEE_PID|VENV|WAIT_UNTIL|WHEEL|WHEELHOUSE.*|LD_.*|BASH.*|AWS_.*|SRIFTY_.*|"
+    r"PL_.*|LT_.*|TORCH_.*|TORCHELASTIC_.*|NCCL_.*|FI_.*|CUDA_.*|NVIDIA_.*|PYTHON.*|OMP_.*|MKL_.*|KMP_.*|RANK|"
+    r"LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|ROLE_WORLD_SIZE|"
+    r"MASTER_ADDR|MASTER_PORT|NODE_RANK)$"
 )
 _RESERVED_ENV = re.compile(RESERVED_ENV)
 
@@ -305,8 +308,8 @@ def check_data(
             if not _ENV_NAME.match(name):
                 why = f"the variable name {name!r} is not [A-Z_][A-Z0-9_]*"
             elif _RESERVED_ENV.match(name):
-                why = f"the variable name {name} is used by the instances' boot script, AWS, torch or srifty; pick "
-                why += "another"
+                why = f"the variable name {name} is used by the instances' boot script, AWS, torchrun or srifty; "
+                why += "pick another"
             elif name in seen:
                 why = f"the variable name {name} is given twice (a secret or another data folder)"
             elif uri.startswith("s3://") and not uri.endswith("/") and _DATA_URI.match(uri + "/"):
