@@ -151,15 +151,22 @@ def node_summary(result: Any, options: Any) -> str:
     )
     bucket = values["checkpoints"].get("bucket") or "a new bucket (created by the apply)"
     lines.append(f"  checkpoints  {bucket}, prefix {values['checkpoints']['prefix']}")
-    for entry in values.get("data") or []:  # read-only; copied ones ready before the node is
-        how = "copied to each node's disk before it is ready" if entry["copy"] else "read by the job from S3"
-        lines.append(f"  data         {entry['name']}={entry['uri']} (read-only, {how})")
-    for key in values.get("data_kms_key_arns") or []:
-        lines.append(f"  data key     {key} (kms:Decrypt through S3 only)")
+    lines += _data_lines(values)
     lines.append(
         f"  life cap     the fleet stops itself {fmt_life(values['max_life_h'])} after its first launch (--max-life-h)"
     )
     return "\n".join(lines)
+
+
+def _data_lines(values: dict[str, Any]) -> list[str]:
+    """The training data the nodes read (read-only; the copied folders are whole before a node is ready)."""
+    lines = []
+    for entry in values.get("data") or []:
+        how = "copied to each node's disk before it is ready" if entry["copy"] else "read by the job from S3"
+        lines.append(f"  data         {entry['name']}={entry['uri']} (read-only, {how})")
+    for key in values.get("data_kms_key_arns") or []:
+        lines.append(f"  data key     {key} (kms:Decrypt through S3 only)")
+    return lines
 
 
 def cmd_apply(args: argparse.Namespace) -> int:

@@ -155,7 +155,7 @@ variable "data" {
   type = list(object({
     name        = string
     uri         = string
-    copy = optional(bool, false)
+    copy = optional(bool)
   }))
   default = []
 }
