@@ -687,8 +687,9 @@ DLAMI_ROOT_GB = 80  # what the Deep Learning AMI and the node's environment take
 
 
 def data_room_gb(groups: Iterable[dict[str, Any]], root_volume_gb: float, catalog: Any) -> float:
-    """The disk the nodes copy data to, in GB, on the smallest node: its instance store (the Deep Learning AMI
-    mounts it at /opt/dlami/nvme; 95 % usable), else the root volume less :data:`DLAMI_ROOT_GB`."""
+    """The disk the nodes copy data to, in GB, on the smallest node: its instance store (95 % usable; the boot
+    copies there when it is mounted at /opt/dlami/nvme, as on the Deep Learning AMIs users run, and falls back to the
+    root volume otherwise, which this estimate then overstates), else the root volume less :data:`DLAMI_ROOT_GB`."""
     rooms = []
     for g in groups:
         nvme = catalog.get(g["instance_type"]).local_nvme_gb if g["instance_type"] in catalog else 0.0
