@@ -713,7 +713,8 @@ def check_data_folders(
             findings.append(_data_unread(name, uri, exc, denied))
             continue
         if not first.get("KeyCount"):
-            findings.append(Finding("data", "fail", f"{name}: no objects under {uri}", "is the folder right?"))
+            fix = f"is the folder right? (aws s3 ls {uri}: the nodes would stop at boot, finding nothing to train on)"
+            findings.append(Finding("data", "fail", f"{name}: no objects under {uri}", fix))
             continue
         if not entry.get("copy"):
             findings.append(Finding("data", "ok", f"{name}: {uri} answers (the job reads it from S3)"))
