@@ -153,8 +153,8 @@ variable "secrets" {
 variable "data" {
   description = "Training data the instances read from S3, read-only, each as an environment variable (srifty terraform --data, --data-copy)."
   type = list(object({
-    name        = string
-    uri         = string
+    name = string
+    uri  = string
     copy = optional(bool)
   }))
   default = []

@@ -252,10 +252,10 @@ variable "secrets" {
 }
 
 variable "data" {
-  description = "Training data the instances read from S3, read-only: name (an environment variable every instance exports, [A-Z_][A-Z0-9_]*, not one the boot script or AWS's tools use), uri (an S3 folder, s3://bucket/prefix/, or a whole bucket, s3://bucket/), copy (false: the job reads from S3 itself and name holds the uri, after the boot checks that the role can list it; true: every instance copies the folder to its own disk, /opt/srifty/data/<name>, while its environment installs, and is ready to train only once the copy is whole; name then holds that path). The instance role may list exactly these folders and read the objects under them; it may write nothing there. A bucket of another account must also grant the role in its bucket policy. A copy must fit on the root volume (root_volume_gb) and within train.rendezvous_timeout_s of the first node's readiness, or the nodes that were ready first give up."
+  description = "Training data the instances read from S3, read-only: name (an environment variable every instance exports, [A-Z_][A-Z0-9_]*, not one the boot script or AWS's tools use), uri (an S3 folder, s3://bucket/prefix/, or a whole bucket, s3://bucket/), copy (false: the job reads from S3 itself and name holds the uri, after the boot checks that the role can list it; true: every instance copies the folder to its own disk (the instance store when it is mounted at /opt/dlami/nvme, else /opt/srifty/data/<name>) while its environment installs, and is ready to train only once the copy is whole; name then holds that path). The instance role may list exactly these folders and read the objects under them; it may write nothing there. A bucket of another account must also grant the role in its bucket policy. A copy must fit on that disk (the root volume: root_volume_gb) and within train.rendezvous_timeout_s of the first node's readiness, or the nodes that were ready first give up."
   type = list(object({
-    name        = string
-    uri         = string
+    name = string
+    uri  = string
     copy = optional(bool, false)
   }))
   default = []
