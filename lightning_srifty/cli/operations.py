@@ -320,6 +320,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_outputs(args: argparse.Namespace) -> int:
     from lightning_srifty.provision import aws
+    from lightning_srifty.provision.operations import fleets as ops
     from lightning_srifty.provision.operations.outputs import FleetOutputs
     from predictor.exceptions import ConfigError
 
@@ -337,7 +338,7 @@ def cmd_outputs(args: argparse.Namespace) -> int:
     nodes = sorted({o.instance_id for o in found})
     if args.list:
         for obj in found:
-            print(f"{obj.instance_id}/{obj.path}  {obj.size:,} bytes  {_ago(_now() - obj.modified_unix)} ago")
+            print(f"{obj.instance_id}/{obj.path}  {obj.size:,} bytes  {_ago(ops.now() - obj.modified_unix)} ago")
         print(f"{len(found)} files of {len(nodes)} node(s) under {outputs.uri}")
         return 0
     to = Path(args.to or Path("srifty-outputs") / fleet)
@@ -351,12 +352,6 @@ def cmd_outputs(args: argparse.Namespace) -> int:
         "(the files each node's job wrote in its code folder)"
     )
     return 0
-
-
-def _now() -> float:
-    from lightning_srifty.provision.operations import fleets as ops
-
-    return ops.now()
 
 
 # --- srifty down ------------------------------------------------------------------------------------------------------
