@@ -22,6 +22,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         timeout_s=args.timeout_s,
         work=Path(args.work) if args.work else None,
         data_samples=tuple(args.data_sample or ()),
+        lose_node=args.lose_node,
     )
     work = settings.work or Path(args.dir).resolve() / ".srifty-rehearsal"
     try:
@@ -74,6 +75,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="NAME=DIR",
         help="local files the rehearsal puts in the fleet's data folder NAME (srifty terraform --data, --data-copy) "
         "for the script to read (repeatable; default: a placeholder file)",
+    )
+    p.add_argument(
+        "--lose-node",
+        action="store_true",
+        help="a third leg: the replacements' c10d host is lost without a notice (every process killed, the instance "
+        "terminated), the other nodes leave and the group's new replacements resume from the newest periodic "
+        "checkpoint (the fleet's checkpoint interval set to 5 s in the rehearsal's copy; multi-node Auto Scaling "
+        "group fleets)",
     )
     p.add_argument("--work", help="the rehearsal's folder: the nodes' files and logs (default DIR/.srifty-rehearsal)")
     p.add_argument("--json", action="store_true", help="the report as JSON (srifty.rehearsal/v1)")

@@ -801,11 +801,14 @@ def test_a_job_leaving_on_a_notice_marks_its_node(tmp_path, monkeypatch) -> None
 RENDEZVOUS_AWS = """#!/bin/bash
 echo "$*" >>"$FAKE_DIR/aws.log"
 case "$1 $2" in
-  "ec2 describe-instances") printf "${FAKE_LIVE:-i-0abc\\t10.0.0.5\\ni-0def\\t10.0.0.6\\n}" ;;
+  "ec2 describe-instances")  # $FAKE_DIR/live once the job has changed what EC2 lists
+    if [ -e "$FAKE_DIR/live" ]; then cat "$FAKE_DIR/live"; else printf "${FAKE_LIVE:-i-0abc\\t10.0.0.5\\ni-0def\\t10.0.0.6\\n}"; fi ;;
   "s3 cp")
-    if [[ "$*" == *"/ready/"* && "$3" == - ]]; then cat >"$FAKE_DIR/ready/$(basename "$4")"
-    elif [[ "$*" == *"/ready/"* && "$*" == *--recursive* ]]; then cp "$FAKE_DIR"/ready/*.json "$4" 2>/dev/null; true
-    else cat >/dev/null 2>&1 || true; fi ;;
+    for kind in ready exited; do
+      if [[ "$*" == *"/$kind/"* && "$3" == - ]]; then mkdir -p "$FAKE_DIR/$kind"; cat >"$FAKE_DIR/$kind/$(basename "$4")"; exit 0
+      elif [[ "$*" == *"/$kind/"* && "$*" == *--recursive* ]]; then cp "$FAKE_DIR/$kind"/*.json "$4" 2>/dev/null; exit 0; fi
+    done
+    cat >/dev/null 2>&1 || true ;;
   *) exit 0 ;;
 esac
 """
@@ -865,6 +868,73 @@ def test_a_node_that_never_comes_ends_the_wait_naming_it(tf_env, tmp_path) -> No
     assert run.returncode == 3, log[-3000:]
     assert "the rendezvous waited 1 s for the fleet's nodes: 1 of 2 ready (i-0abc); live, not ready: i-0def" in log
     assert not (tmp_path / "torchrun.args").exists()  # nothing trained, nothing waits on
+
+
+# the job on node i-0abc fails as a survivor's does when a peer goes (the lost connection, the c10d host gone):
+# FAKE_AFTER is what EC2 lists then, FAKE_PEER_EXIT a peer's recorded exit (its job ended too, its machine up)
+FAILING_TORCHRUN = """#!/bin/bash
+echo "$*" >"$FAKE_DIR/torchrun.args"
+if [ -n "${FAKE_AFTER:-}" ]; then printf "$FAKE_AFTER" >"$FAKE_DIR/live"; fi
+if [ -n "${FAKE_PEER_EXIT:-}" ]; then mkdir -p "$FAKE_DIR/exited"; echo "$FAKE_PEER_EXIT" >"$FAKE_DIR/exited/i-0def.json"; fi
+exit 1
+"""
+
+
+def _job_fails(tmp_path: Path, tf_env, ready: dict[str, float], extra: dict[str, str], **values: object) -> tuple:
+    """Node i-0abc of a 2-node fleet (the ``ready`` records already there, by instance id: seconds ago) meets at once
+    and its job fails; ``extra``: the fakes' settings. The run, its log."""
+    (tmp_path / "ready").mkdir()
+    for k, (instance, ago) in enumerate(ready.items()):
+        peer = {"instance_id": instance, "ip": f"10.0.0.{6 + k}", "ready_unix": time.time() - ago}
+        (tmp_path / "ready" / f"{instance}.json").write_text(json.dumps(peer))
+    script = render(tf_env, tmp_path / "console", template_values(name="lost", nnodes=2, **values))
+    fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": FAILING_TORCHRUN, "shutdown": "#!/bin/bash\n"}
+    run = run_user_data(tmp_path, script, fakes, extra_env={"SRIFTY_PEER_WAIT_S": "3", **extra})
+    return run, read(tmp_path / "user-data.log")
+
+
+def test_a_node_lost_without_a_notice_sends_the_others_away_to_be_replaced(tf_env, tmp_path) -> None:
+    """A peer's instance went away before its job ended (a reclaim without its notice, a failed host): the job here
+    fails on the lost connection. Before, that exit ended the fleet's life, and the training with it; now the node
+    sees the peer gone (EC2 no longer lists it, and it recorded no exit of its own) and leaves as on a notice, exit
+    75 with the marker the watchdog reads (it stays in its group, which replaces it, and the replacements resume
+    from the newest checkpoint). Its own exit is recorded first, for the others to read."""
+    run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, {"FAKE_AFTER": "i-0abc\\t10.0.0.5\\n"})
+    assert run.returncode == 75, log[-3000:]
+    assert "srifty: the fleet lost i-0def without a notice" in log
+    assert read(tmp_path / "state" / "preempted") == "the fleet lost i-0def without a notice\n"
+    assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["exit_code"] == 1
+    assert "--rdzv_endpoint=10.0.0.6:29400" in read(tmp_path / "torchrun.args")  # the peer was ready first
+
+
+def test_a_job_that_failed_on_every_node_still_ends_the_fleet(tf_env, tmp_path) -> None:
+    """The peer recorded its own exit (its machine is up: the job failed everywhere, a bug in the script), so nothing
+    was lost: the exit stands and the fleet's life ends as before (no replacement runs the bug again)."""
+    peer = json.dumps({"instance_id": "i-0def", "exit_code": 1, "unix": 1})
+    run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, {"FAKE_PEER_EXIT": peer})
+    assert run.returncode == 1, log[-3000:]
+    assert "without a notice" not in log and not (tmp_path / "state" / "preempted").exists()
+
+
+def test_a_peer_that_neither_went_nor_said_leaves_the_exit_as_it_is(tf_env, tmp_path) -> None:
+    """A peer still listed by EC2 that has recorded no exit within SRIFTY_PEER_WAIT_S: nothing is known, so the exit
+    stands (a bounded wait), and the log says why."""
+    run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, {})
+    assert run.returncode == 1, log[-3000:]
+    assert "could not tell within 3 s whether a node of the fleet was lost" in log
+
+
+def test_a_node_whose_job_has_ended_is_neither_waited_for_nor_the_host(tf_env, tmp_path) -> None:
+    """A replacement that boots while an old member is still leaving (listed by EC2, its ready record the oldest)
+    met at the leaving node's address and failed; a member that recorded its job's exit is no longer counted."""
+    (tmp_path / "exited").mkdir()
+    (tmp_path / "exited" / "i-0old.json").write_text(json.dumps({"instance_id": "i-0old", "exit_code": 1}))
+    live = "i-0abc\\t10.0.0.5\\ni-0old\\t10.0.0.6\\ni-0def\\t10.0.0.7\\n"
+    run, log = _job_fails(
+        tmp_path, tf_env, {"i-0old": 60, "i-0def": 5}, {"FAKE_LIVE": live, "FAKE_AFTER": "i-0abc\\t10.0.0.5\\n"}
+    )
+    assert "the c10d host is 10.0.0.7 (the first ready)" in log, log[-3000:]
+    assert "the fleet lost i-0def without a notice" in log  # the old member is not one of this rendezvous
 
 
 MIXED = {"weights_json": json.dumps({"g4dn.xlarge": 100, "g5.xlarge": 167}), "units": 267}

@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +44,7 @@ from lightning_srifty.provision.rehearsal.node import Node, base_python, private
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.generate import TFVARS
 from lightning_srifty.provision.terraform.snapshot import load_snapshot, read_member
+from lightning_srifty.store import DIGEST_SUFFIX
 from predictor.catalog.catalog import Catalog
 from predictor.documents.atomic import atomic_write_json
 from predictor.documents.checks import refused
@@ -140,6 +142,9 @@ class Settings:
     # NAME=DIR: a local folder uploaded as the sample of the fleet's data folder NAME (--data, --data-copy); a folder
     # without one gets a placeholder file
     data_samples: tuple[str, ...] = ()
+    # a third leg: the second leg's c10d host is lost without a notice, its replacements resume from the newest
+    # periodic checkpoint (the copy's checkpoint interval: LOSE_EVERY_S)
+    lose_node: bool = False
 
 
 def rehearse(
@@ -252,6 +257,18 @@ def _check_settings(settings: Settings, values: dict[str, Any]) -> None:
                 types=len(values["groups"]),
             )
     _data_samples(settings, values)
+    if settings.lose_node:
+        nodes = settings.nodes or sum(g["on_demand"] + g["spot"] for g in values["groups"])
+        mode = values.get("capacity", {}).get("mode", "asg")
+        if nodes < 2 or mode != "asg":
+            raise ConfigError.between(
+                "{lose_node} needs a fleet of two nodes or more in an Auto Scaling group (capacity mode asg), which "
+                "replaces a lost node; this one has {count} node(s), mode {mode}: leave {lose_node} out",
+                parameter="lose_node",
+                value=True,
+                count=nodes,
+                mode=mode,
+            )
     if values["train"].get("handover"):
         raise ConfigError(
             "this root waits for srifty launch's handover (train.handover): srifty launch brings it up and hands the "
@@ -360,6 +377,7 @@ class _Walk:
         self.credentials: dict[str, str] = {}
         self.applied = False
         self.preempted: dict[int, Any] = {}  # leg -> its Preempted record
+        self.lost: tuple[str, int] | None = None  # the newest checkpoint (its URI, step) when a node was lost
 
     # --- reporting ---------------------------------------------------------------------------------------------------
 
@@ -394,7 +412,10 @@ class _Walk:
                     )
                     return
                 self._replace()
-                self._leg(2)
+                self._leg(2, lose=self.settings.lose_node)
+                if self.settings.lose_node:
+                    self._replace(leg=3)
+                    self._leg(3)
             finally:
                 self._tear_down()
 
@@ -525,8 +546,9 @@ class _Walk:
         assert self.aws is not None
         return read_record(self.aws.client("s3"), self.bucket, self.prefix, cls, after_unix, stamp)
 
-    def _leg(self, leg: int) -> None:
-        """The leg's nodes train, one gets a spot notice, all leave with a checkpoint."""
+    def _leg(self, leg: int, lose: bool = False) -> None:
+        """The leg's nodes train, one gets a spot notice, all leave with a checkpoint; with ``lose``, the leg's c10d
+        host is lost without a notice instead (:func:`lose_a_node`)."""
 
         nodes = [n for n in self.nodes if n.leg == leg]
         since = time.time() - 1
@@ -539,8 +561,8 @@ class _Walk:
         self.say(f"leg {leg}: the job took its first step: step {started.step}")
         filled = [n.group for n in nodes]
         self.check(f"leg {leg}: the job trains as the plan says", *_as_planned(started, self.values, filled))
-        if leg == 2:
-            self._check_resume(started, nodes)
+        if leg >= 2:
+            self._check_resume(leg, started, nodes)
         self._wait(lambda: any(n.exit_code is not None for n in nodes), self.settings.notice_after_s, "", quiet=True)
         if any(n.exit_code is not None for n in nodes):
             finished = self._record(protocol.Finished, 0, "step")
@@ -551,6 +573,9 @@ class _Walk:
                 + ": give it more steps, or a shorter notice_after_s (srifty rehearse --notice-after-s)",
                 next(n for n in nodes if n.exit_code is not None),
             )
+        if lose:
+            self.lost = lose_a_node(self, leg, nodes, started)
+            return
         target = nodes[-1]  # not the first ready: the notice reaches the others through the job
         noticed = time.time()
         target.notice()
@@ -572,7 +597,7 @@ class _Walk:
         check_left(self, leg, nodes)
         self.preempted[leg] = preempted
 
-    def _replace(self) -> None:
+    def _replace(self, leg: int = 2) -> None:
         """The group starts replacements for the instances that shut down; the rehearsal plays them."""
         assert self.aws is not None
         group = self.aws.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[self.group_name])
@@ -582,10 +607,16 @@ class _Walk:
             desired >= 1,
             f"desired capacity {desired} (units) after every node left",
         )
-        self._start_new(leg=2)
+        self._start_new(leg=leg)
 
-    def _check_resume(self, started: Any, nodes: list[Node]) -> None:
-        for name, ok, detail in resume_findings(self.preempted[1], started, [n.log() for n in nodes]):
+    def _check_resume(self, leg: int, started: Any, nodes: list[Node]) -> None:
+        logs = [n.log() for n in nodes]
+        found = (
+            lost_resume_findings(leg, self.lost, started, logs)
+            if leg - 1 not in self.preempted
+            else resume_findings(leg, self.preempted[leg - 1], started, logs)
+        )
+        for name, ok, detail in found:
             if name:
                 self.check(name, ok, detail)
             else:
@@ -784,6 +815,11 @@ def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: 
     _placeholder_secrets(values, aws, changed)
     _sample_data(values, aws, _data_samples(settings, values), changed)
     train = values["train"]
+    if settings.lose_node:  # a periodic checkpoint every few steps, for the lost node's replacements to resume from
+        every = protocol.VARIABLES["checkpoint_every_s"]
+        was = (train.get("env") or {}).get(every, "none")
+        train.setdefault("env", {})[every] = str(LOSE_EVERY_S)
+        changed.append(f"train.env {every} {was}: {LOSE_EVERY_S} (--lose-node: a periodic checkpoint to resume from)")
     port = int(train.get("rdzv_port") or 29400)
     if not port_free(port):
         train["rdzv_port"] = free_port()
@@ -901,12 +937,12 @@ def wrong_status_records(s3: Any, bucket: str, prefix: str, fleet: str, nodes: l
     return wrong
 
 
-def check_left(walk: _Walk, leg: int, nodes: list[Node]) -> None:
+def check_left(walk: _Walk, leg: int, nodes: list[Node], who: str = "every node") -> None:
     """The checks of a leg's end: every node left with 75 and its status record says so, the jobs' outputs went
     beside the checkpoints, the watchdog kept each node in its group."""
     codes = {n.instance_id: n.exit_code for n in nodes}
     walk.check(
-        f"leg {leg}: every node left with exit 75",
+        f"leg {leg}: {who} left with exit 75",
         set(codes.values()) == {75},
         ", ".join(f"{i}: {c}" for i, c in codes.items()),
     )
@@ -933,6 +969,90 @@ def check_left(walk: _Walk, leg: int, nodes: list[Node]) -> None:
             len(stayed) == len(nodes),
             f"{len(stayed)} of {len(nodes)} stayed (a preempted node leaves its place to a replacement)",
         )
+
+
+def lose_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple[str, int]:
+    """The leg's c10d host (its first ready node) is lost without a notice, once a periodic checkpoint of this leg is
+    in the bucket: every process of it killed, its instance terminated as EC2 reclaims one (its group replaces it).
+    The other nodes must see it lost and leave as on a notice (exit 75, kept in the group), so that the group's
+    replacements resume from that checkpoint. Returns the newest checkpoint (its URI, step) when the node was lost."""
+    assert walk.aws is not None
+    s3 = walk.aws.client("s3")
+    what = f"leg {leg}: a periodic checkpoint"
+    newest = walk._wait(lambda: newest_checkpoint(s3, walk.bucket, walk.prefix, started.step), 120, what, watch=nodes)
+    if newest is None:
+        raise walk.fail(what, f"none after step {started.step} within 120 s (every {LOSE_EVERY_S} s here)", nodes[0])
+    host = c10d_host(s3, walk.bucket, walk.prefix, walk.values["name"], nodes)
+    host.power_off()
+    host.terminated = True
+    asg = walk.aws.client("autoscaling")  # a reclaimed instance: EC2 terminates it, its group replaces it
+    asg.terminate_instance_in_auto_scaling_group(InstanceId=host.instance_id, ShouldDecrementDesiredCapacity=False)
+    walk.say(
+        f"leg {leg}: node {host.index} ({host.instance_id}), the c10d host, lost without a notice: every process "
+        f"killed, the instance terminated (the newest checkpoint: {newest[0]}, step {newest[1]})"
+    )
+    others = [n for n in nodes if n is not host]
+    walk._wait(lambda: all(n.exit_code is not None for n in others), 420, f"leg {leg}: the other nodes leave")
+    saw = [n for n in others if f"the fleet lost {host.instance_id} without a notice" in n.log()]
+    walk.check(
+        f"leg {leg}: the other nodes saw a node lost without a notice",
+        len(saw) == len(others),
+        f"{len(saw)} of {len(others)} said that the fleet lost {host.instance_id} (their logs)",
+    )
+    check_left(walk, leg, others, who="the other nodes")
+    return newest
+
+
+LOSE_EVERY_S = 5  # the rehearsal copy's checkpoint interval with lose_node: a periodic checkpoint every few steps
+
+
+def newest_checkpoint(s3: Any, bucket: str, prefix: str, after_step: int | None) -> tuple[str, int] | None:
+    """The checkpoint written last under ``prefix`` (its URI and step) if its step is past ``after_step``, else None:
+    a file ``<reason>-step=<N>.ckpt`` (or a sharded checkpoint's folder of that name) with its ``.sha256`` digest,
+    which SpotPreemption writes before it publishes the checkpoint."""
+    written: dict[str, float] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for o in page.get("Contents", []):
+            written[o["Key"]] = o["LastModified"].timestamp()
+    found = []
+    for key, when in written.items():
+        name = key.split(".ckpt/", 1)[0] + ".ckpt" if ".ckpt/" in key else key
+        step = re.search(r"step=(\d+)\.ckpt$", name)
+        if step and name + DIGEST_SUFFIX in written:
+            found.append((when, int(step.group(1)), name))
+    if not found:
+        return None
+    _, step, name = max(found)
+    return (f"s3://{bucket}/{name}", step) if after_step is None or step > after_step else None
+
+
+def c10d_host(s3: Any, bucket: str, prefix: str, fleet: str, nodes: list[Node]) -> Node:
+    """The node the others met at: the first ready (then the lowest instance id), as the boot script picks it from the
+    ready records beside the checkpoints."""
+    ready = {}
+    for node in nodes:
+        key = f"{prefix}ready/{fleet}/{node.instance_id}.json"
+        with contextlib.suppress(Exception):  # a node without a record cannot be the host
+            ready[node.instance_id] = float(
+                json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())["ready_unix"]
+            )
+    first = min(ready, key=lambda i: (ready[i], i)) if ready else nodes[0].instance_id
+    return next(n for n in nodes if n.instance_id == first)
+
+
+def lost_resume_findings(
+    leg: int, lost: tuple[str, int] | None, started: Any, logs: list[str]
+) -> list[tuple[str, bool, str]]:
+    """The checks of a leg's start after a node was lost without a notice: the replacements resumed from the newest
+    checkpoint at the time (``lost``: its URI and step), the periodic one, and where it left."""
+    uri, step = lost or ("(none)", None)
+    first = started.step
+    ok = step is not None and first is not None and step <= first <= step + 1
+    named = started.resumed_from == uri or any(uri in text for text in logs)
+    return [
+        (f"leg {leg}: the replacements resumed from the last periodic checkpoint", ok and named,
+         f"first step {first} after {uri} (step {step}), the newest when the node was lost"),
+    ]  # fmt: skip
 
 
 def outputs_missing(s3: Any, bucket: str, prefix: str, fleet: str, nodes: list[Node]) -> tuple[list[str], int]:
@@ -990,17 +1110,17 @@ def exited_first(index: int, instance_id: str, code: int) -> str:
     return why
 
 
-def resume_findings(before: Any, started: Any, logs: list[str]) -> list[tuple[str, bool, str]]:
-    """The checks of the second leg's start against the first leg's notice checkpoint (``before``): it resumed
-    where the fleet left and from that checkpoint; a note (no name) when the job's DataLoader is not resumable."""
+def resume_findings(leg: int, before: Any, started: Any, logs: list[str]) -> list[tuple[str, bool, str]]:
+    """The checks of a leg's start against the previous leg's notice checkpoint (``before``): it resumed where the
+    fleet left and from that checkpoint; a note (no name) when the job's DataLoader is not resumable."""
     first = started.step
     ok = before.step is not None and first is not None and before.step <= first <= before.step + 1
     named = any(before.checkpoint in text for text in logs)
     where = f"first step {first} after the checkpoint of step {before.step}"
     which = f"{before.checkpoint} {'named' if named else 'not named'} in the replacements' logs"
     found = [
-        ("leg 2: the replacements resumed where the fleet left", ok, where),
-        ("leg 2: resumed from the notice's checkpoint", named, which),
+        (f"leg {leg}: the replacements resumed where the fleet left", ok, where),
+        (f"leg {leg}: resumed from the notice's checkpoint", named, which),
     ]
     if any(SAMPLE_EXACT in text for text in logs):  # srifty_auto carried the epoch's position: the warning is moot
         found.append((

@@ -103,10 +103,12 @@ stop_instance() {
   # the fleet goes on (a replacement, or the launcher's next fleet); every other stop ends the fleet's life
   local notice=0 waited=0 boot
   # the boot script decides what the job's exit was (a notice, or the fleet stopped by another node): while it runs,
-  # its verdict first (bounded)
+  # its verdict first (bounded: a failed job on a fleet of several nodes first asks whether a peer was lost without a
+  # notice, for up to SRIFTY_PEER_WAIT_S seconds, each round's calls bounded at 30 s)
   boot=$(tr -cd '0-9' <"$STATE/user_data.pid" 2>/dev/null)
+  local verdict_s=$((120 + ${SRIFTY_PEER_WAIT_S:-120}))
   while [ "${2:-}" = exited ] && [ ! -e "$STATE/user_data.exited" ] && [ ! -e "$STATE/user_data.done" ] &&
-    [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null && [ "$waited" -lt 60 ]; do
+    [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null && [ "$waited" -lt "$verdict_s" ]; do
     sleep 1
     waited=$((waited + 1))
   done
