@@ -802,11 +802,15 @@ RENDEZVOUS_AWS = """#!/bin/bash
 echo "$*" >>"$FAKE_DIR/aws.log"
 case "$1 $2" in
   "ec2 describe-instances")  # $FAKE_DIR/live once the job has changed what EC2 lists
-    if [ -e "$FAKE_DIR/live" ]; then cat "$FAKE_DIR/live"; else printf "${FAKE_LIVE:-i-0abc\\t10.0.0.5\\ni-0def\\t10.0.0.6\\n}"; fi ;;
+    if [ -e "$FAKE_DIR/live" ]; then cat "$FAKE_DIR/live"
+    else printf "${FAKE_LIVE:-i-0abc\\t10.0.0.5\\ni-0def\\t10.0.0.6\\n}"; fi ;;
   "s3 cp")
     for kind in ready exited; do
-      if [[ "$*" == *"/$kind/"* && "$3" == - ]]; then mkdir -p "$FAKE_DIR/$kind"; cat >"$FAKE_DIR/$kind/$(basename "$4")"; exit 0
-      elif [[ "$*" == *"/$kind/"* && "$*" == *--recursive* ]]; then cp "$FAKE_DIR/$kind"/*.json "$4" 2>/dev/null; exit 0; fi
+      if [[ "$*" == *"/$kind/"* && "$3" == - ]]; then
+        mkdir -p "$FAKE_DIR/$kind" && cat >"$FAKE_DIR/$kind/$(basename "$4")"; exit 0
+      elif [[ "$*" == *"/$kind/"* && "$*" == *--recursive* ]]; then
+        cp "$FAKE_DIR/$kind"/*.json "$4" 2>/dev/null; exit 0
+      fi
     done
     cat >/dev/null 2>&1 || true ;;
   *) exit 0 ;;
@@ -875,7 +879,9 @@ def test_a_node_that_never_comes_ends_the_wait_naming_it(tf_env, tmp_path) -> No
 FAILING_TORCHRUN = """#!/bin/bash
 echo "$*" >"$FAKE_DIR/torchrun.args"
 if [ -n "${FAKE_AFTER:-}" ]; then printf "$FAKE_AFTER" >"$FAKE_DIR/live"; fi
-if [ -n "${FAKE_PEER_EXIT:-}" ]; then mkdir -p "$FAKE_DIR/exited"; echo "$FAKE_PEER_EXIT" >"$FAKE_DIR/exited/i-0def.json"; fi
+if [ -n "${FAKE_PEER_EXIT:-}" ]; then
+  mkdir -p "$FAKE_DIR/exited" && echo "$FAKE_PEER_EXIT" >"$FAKE_DIR/exited/i-0def.json"
+fi
 exit 1
 """
 
@@ -930,7 +936,7 @@ def test_a_node_whose_job_has_ended_is_neither_waited_for_nor_the_host(tf_env, t
     (tmp_path / "exited").mkdir()
     (tmp_path / "exited" / "i-0old.json").write_text(json.dumps({"instance_id": "i-0old", "exit_code": 1}))
     live = "i-0abc\\t10.0.0.5\\ni-0old\\t10.0.0.6\\ni-0def\\t10.0.0.7\\n"
-    run, log = _job_fails(
+    _, log = _job_fails(
         tmp_path, tf_env, {"i-0old": 60, "i-0def": 5}, {"FAKE_LIVE": live, "FAKE_AFTER": "i-0abc\\t10.0.0.5\\n"}
     )
     assert "the c10d host is 10.0.0.7 (the first ready)" in log, log[-3000:]

@@ -135,7 +135,7 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
     assert any("EFA" in line for line in report["not_checked"])
 
 
-def test_the_rehearsal_refuses_what_it_cannot_play(tmp_path, catalog, monkeypatch) -> None:
+def test_the_rehearsal_refuses_what_it_cannot_play(tmp_path, catalog, monkeypatch, capsys) -> None:
     """Bad settings and roots it cannot play are named with the fix, before anything starts."""
     infra = spot_root(tmp_path, catalog)
     with pytest.raises(ConfigError, match=r"'nodes' parameter of .* must be a whole number >= 1\. Got 0"):
@@ -144,6 +144,10 @@ def test_the_rehearsal_refuses_what_it_cannot_play(tmp_path, catalog, monkeypatc
         walk.rehearse(infra, walk.Settings(stagger_s=-1))
     with pytest.raises(ConfigError, match="is inside"):
         walk.rehearse(infra, walk.Settings(work=infra / "code" / "x"))
+    with pytest.raises(ConfigError, match=r"lose_node needs a fleet of two nodes or more .* has 1 node\(s\), mode asg"):
+        walk.rehearse(infra, walk.Settings(nodes=1, lose_node=True))
+    assert main(["rehearse", "--dir", str(infra), "--nodes", "1", "--lose-node"]) == 2
+    assert "srifty: error: --lose-node needs a fleet of two nodes or more" in capsys.readouterr().err
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match="files that no rehearsal wrote"):

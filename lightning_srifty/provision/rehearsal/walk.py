@@ -815,15 +815,7 @@ def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: 
     _placeholder_secrets(values, aws, changed)
     _sample_data(values, aws, _data_samples(settings, values), changed)
     train = values["train"]
-    if settings.lose_node:  # a periodic checkpoint every few steps, for the lost node's replacements to resume from
-        every = protocol.VARIABLES["checkpoint_every_s"]
-        was = (train.get("env") or {}).get(every, "none")
-        train.setdefault("env", {})[every] = str(LOSE_EVERY_S)
-        changed.append(f"train.env {every} {was}: {LOSE_EVERY_S} (--lose-node: a periodic checkpoint to resume from)")
-    port = int(train.get("rdzv_port") or 29400)
-    if not port_free(port):
-        train["rdzv_port"] = free_port()
-        changed.append(f"train.rdzv_port {port} (in use here): {train['rdzv_port']}")
+    changed += _train_here(train, settings)
     if settings.nodes is not None:
         (group,) = values["groups"]
         planned = group["on_demand"] + group["spot"]
@@ -842,6 +834,23 @@ def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: 
             changed.append(f"nodes: {settings.nodes} of the fleet's {planned} (--nodes)")
             changed += _batch_for_nodes(train, settings.nodes * group["gpus_per_instance"])
     path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+
+
+def _train_here(train: dict[str, Any], settings: Settings) -> list[str]:
+    """The job's settings changed for this machine: another rendezvous port where this one is in use, and with
+    ``lose_node`` a periodic checkpoint every few steps, for the lost node's replacements to resume from. What
+    changed, for the report."""
+    changed = []
+    port = int(train.get("rdzv_port") or 29400)
+    if not port_free(port):
+        train["rdzv_port"] = free_port()
+        changed.append(f"train.rdzv_port {port} (in use here): {train['rdzv_port']}")
+    if settings.lose_node:
+        every = protocol.VARIABLES["checkpoint_every_s"]
+        was = (train.get("env") or {}).get(every, "none")
+        train.setdefault("env", {})[every] = str(LOSE_EVERY_S)
+        changed.append(f"train.env {every} {was}: {LOSE_EVERY_S} (--lose-node: a periodic checkpoint to resume from)")
+    return changed
 
 
 def _batch_for_nodes(train: dict[str, Any], ranks: int) -> list[str]:
@@ -1017,13 +1026,13 @@ def newest_checkpoint(s3: Any, bucket: str, prefix: str, after_step: int | None)
     found = []
     for key, when in written.items():
         name = key.split(".ckpt/", 1)[0] + ".ckpt" if ".ckpt/" in key else key
-        step = re.search(r"step=(\d+)\.ckpt$", name)
-        if step and name + DIGEST_SUFFIX in written:
-            found.append((when, int(step.group(1)), name))
+        match = re.search(r"step=(\d+)\.ckpt$", name)
+        if match and name + DIGEST_SUFFIX in written:
+            found.append((when, int(match.group(1)), name))
     if not found:
         return None
-    _, step, name = max(found)
-    return (f"s3://{bucket}/{name}", step) if after_step is None or step > after_step else None
+    _, step, newest = max(found)
+    return (f"s3://{bucket}/{newest}", step) if after_step is None or step > after_step else None
 
 
 def c10d_host(s3: Any, bucket: str, prefix: str, fleet: str, nodes: list[Node]) -> Node:
