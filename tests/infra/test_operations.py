@@ -909,17 +909,31 @@ def test_a_node_lost_without_a_notice_sends_the_others_away_to_be_replaced(tf_en
     assert run.returncode == 75, log[-3000:]
     assert "srifty: the fleet lost i-0def without a notice" in log
     assert read(tmp_path / "state" / "preempted") == "the fleet lost i-0def without a notice\n"
-    assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["exit_code"] == 1
+    record = json.loads(read(tmp_path / "exited" / "i-0abc.json"))  # torchrun's exit, then the node's verdict
+    assert (record["exit_code"], record["final"]) == (1, 75)
     assert "--rdzv_endpoint=10.0.0.6:29400" in read(tmp_path / "torchrun.args")  # the peer was ready first
 
 
 def test_a_job_that_failed_on_every_node_still_ends_the_fleet(tf_env, tmp_path) -> None:
     """The peer recorded its own exit (its machine is up: the job failed everywhere, a bug in the script), so nothing
     was lost: the exit stands and the fleet's life ends as before (no replacement runs the bug again)."""
-    peer = json.dumps({"instance_id": "i-0def", "exit_code": 1, "unix": 1})
+    peer = json.dumps({"instance_id": "i-0def", "exit_code": 1, "final": None, "unix": 1})  # its verdict to come
     run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, {"FAKE_PEER_EXIT": peer})
     assert run.returncode == 1, log[-3000:]
     assert "without a notice" not in log and not (tmp_path / "state" / "preempted").exists()
+    assert "could not tell" not in log  # the peer's machine is up and its job ended: known at once
+    assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["final"] == 1
+
+
+def test_a_node_whose_peers_all_left_to_be_replaced_leaves_too(tf_env, tmp_path) -> None:
+    """A replacement that met at a host already gone (the old members were still listed when it booted) fails once
+    they have left: every peer's verdict was 75 and their machines are gone, so it leaves to be replaced as they did,
+    instead of ending the fleet's life."""
+    peer = json.dumps({"instance_id": "i-0def", "exit_code": 1, "final": 75, "unix": 1})
+    after = {"FAKE_PEER_EXIT": peer, "FAKE_AFTER": "i-0abc\\t10.0.0.5\\n"}
+    run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, after)
+    assert run.returncode == 75, log[-3000:]
+    assert "srifty: the fleet's other nodes left to be replaced" in log
 
 
 def test_a_peer_that_neither_went_nor_said_leaves_the_exit_as_it_is(tf_env, tmp_path) -> None:
