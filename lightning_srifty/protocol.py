@@ -22,6 +22,11 @@ and the ``launch_id`` of the ``srifty launch`` it belongs to, and is read and wr
                                                           fleet has left (a fleet that boots earlier waits for it)
     HEARTBEAT.json         Heartbeat    launcher -> job,  the launcher is alive (see below)
                                         instances
+    exited/<fleet>/<id>.json            node -> nodes,    a node's job has ended (``exit_code``, torchrun's) and the
+                                        launcher          node's verdict on it (``final``: null while it decides; 75
+                                                          when it leaves to be replaced, a node lost without a notice
+                                                          included): the module's boot script writes it, plain JSON
+                                                          without ``protocol`` (:func:`node_verdicts`)
 
 ``HEARTBEAT.json`` (also read by the instances' watchdog in ``terraform/modules/training_fleet``) has exactly the
 fields ``{"protocol", "launch_id", "written_unix", "max_age_s", "max_life_until_unix"}``: the launcher rewrites it
@@ -540,3 +545,26 @@ def entry_strategy(entry: PlanEntry) -> str:
             needs=": " + layout.needs if layout.needs else "",
         )
     return strategy_text(layout.lightning_strategy, layout.lightning_args)
+
+
+def node_verdicts(dirpath: str, fleet: str) -> list[int | None]:
+    """The ``final`` word of each node of ``fleet`` whose job has ended (``exited/<fleet>/<instance id>.json`` in the
+    checkpoint folder, written by the training_fleet module's boot script on a fleet of several nodes): None while
+    the node decides, 75 when it left to be replaced (a spot notice, or a node of the fleet lost without one), else
+    its job's exit. An unreadable record counts as undecided."""
+    folder = store.path(dirpath, f"exited/{fleet}")
+    fs = store.filesystem(folder)
+    fs.invalidate_cache()
+    try:
+        names = [str(n) for n in fs.ls(folder.rstrip("/"), detail=False) if str(n).endswith(".json")]
+    except FileNotFoundError:
+        return []
+    finals: list[int | None] = []
+    for name in names:
+        try:
+            with fs.open(name, "r") as f:
+                final = json.load(f).get("final")
+            finals.append(int(final) if final is not None else None)
+        except (OSError, ValueError, TypeError, AttributeError):
+            finals.append(None)
+    return finals

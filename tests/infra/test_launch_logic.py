@@ -143,6 +143,70 @@ def test_a_failed_job_stops_the_launch_and_releases_every_fleet(plan, tmp_path) 
     ), result["echo"]
 
 
+class LosingNodes(Recorder):
+    """A fleet whose nodes' boot scripts say how their job ended (the Terraform fleets: exited/<fleet>/<id>.json)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.verdicts: dict[str, list] = {}
+
+    def node_verdicts(self, fleet):
+        return self.verdicts.get(fleet.name, [])
+
+
+def test_a_job_failed_by_a_node_lost_without_a_notice_moves_on_from_the_newest_checkpoint(plan, tmp_path) -> None:
+    """Rank 0 wrote FAILED.json (its collective lost the node); the launcher stopped the launch. The fleet's nodes
+    now say, once they have decided, that they left to be replaced (75): the launch moves on as on a notice, the next
+    leg resuming from the newest checkpoint; while they decide, nothing is concluded."""
+    rec = LosingNodes()
+
+    def job(ckpt, _) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        rec.verdicts["f-1"] = [None]  # the survivor decides
+        write_record(ckpt, Failed(launch_id=LID, step=9, error="RuntimeError: Connection reset by peer"))
+        time.sleep(0.3)  # polls while it decides: the launch goes on
+        assert ("up", "f-2") not in rec.calls
+        rec.verdicts["f-1"] = [75]
+        _until(lambda: ("start", "f-2") in rec.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(plan, tmp_path, job, rec)
+    assert "error" not in result, result.get("error")
+    (move,) = result["moves"]
+    assert (move.trigger, move.voluntary, move.step) == ("spot", False, 9)
+    assert rec.envs["f-2"]["SRIFTY_RESUME"] == "latest"  # the newest checkpoint: the job left none of its own
+
+
+def test_a_checkpoint_the_store_did_not_take_resumes_the_newest_not_a_fresh_start(plan, tmp_path) -> None:
+    """The leave's checkpoint stayed on the old fleet's disk: the launcher said it resumed from the newest checkpoint
+    and handed the next leg an empty resume, which the job reads as a first start (step 0, every step lost)."""
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        left = Preempted(launch_id=LID, step=7, checkpoint="c7", why="spot", stored="local host-1:/tmp/c7")
+        write_record(ckpt, left)
+        _until(lambda: ("start", "f-2") in rec.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(plan, tmp_path, job)
+    assert "error" not in result, result.get("error")
+    assert rec.envs["f-2"]["SRIFTY_RESUME"] == "latest"
+    assert any("resuming from the newest checkpoint there" in line for line in result["echo"])
+
+
+def test_a_job_that_failed_on_every_node_still_stops_the_launch(plan, tmp_path) -> None:
+    rec = LosingNodes()
+
+    def job(ckpt, _) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        rec.verdicts["f-1"] = [1, 1]
+        write_record(ckpt, Failed(launch_id=LID, step=3, error="ValueError: a bug"))
+
+    rec, result = _run(plan, tmp_path, job, rec)
+    assert isinstance(result["error"], MigrationError) and "step 3: ValueError: a bug" in str(result["error"])
+    assert ("up", "f-2") not in rec.calls
+
+
 def test_a_request_beyond_max_migrations_is_declined_and_the_job_trains_on(plan, tmp_path, catalog) -> None:
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)

@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 from lightning_srifty import protocol, store
 from lightning_srifty.protocol import (
+    RESUME_LATEST,
     Failed,
     Finished,
     Leave,
@@ -360,6 +361,7 @@ class Launcher:
         self.awaiting: list[tuple[Migration, str]] = []  # moves whose new leg has not stepped, and its checkpoint
         self.steer: Steering | None = None
         self.pending: _Pending | None = None  # a voluntary move's new fleet, up
+        self.failed_since: float | None = None  # when a failure was first read (its nodes' verdicts may follow)
         self.waiting: _Leaving | None = None  # the guard waits for spot: no fleet; what the next one resumes from
 
     def run(self) -> list[Migration]:
@@ -412,8 +414,11 @@ class Launcher:
         finished, left, failed = poll.read(Finished), poll.read(Preempted), poll.read(Failed)
         if poll.code is None and not (finished or left or failed or poll.has(MoveRequest)):
             self.legs.silent.check(self.fleet, poll.read(Started))
-        if failed is not None:
-            raise MigrationError(f"The job failed on {self.fleet.entry.fleet} at step {failed.step}: {failed.error}")
+        if failed is not None:  # a fleet that lost a node without a notice leaves to be replaced; else this raises
+            self.failed_since = self.failed_since or time.monotonic()
+            left = lost_a_node(self.provisioner, self.fleet, failed, self.failed_since, self.settings.launch_id)
+            if left is None:
+                return False  # its nodes are deciding
         busy = self.pending is not None or finished is not None or left is not None
         request = None if busy else poll.read(MoveRequest)
         if request is not None:
@@ -441,7 +446,8 @@ class Launcher:
         if started is None or started.first_step_unix is None:
             return
         for i, (move, resume) in enumerate(self.awaiting):
-            if started.resumed_from != resume:
+            newer = started.first_step_unix > (move.started_unix or 0.0)  # "latest": the leg's own, not the last one's
+            if started.resumed_from != resume and not (resume == RESUME_LATEST and newer):
                 continue
             move.first_step_unix = started.first_step_unix
             if move.last_step_unix is not None:
@@ -520,7 +526,8 @@ class Launcher:
         """
         _wait_exit(self.provisioner, self.fleet)
         gone = time.monotonic()
-        protocol.clear_records(self.settings.ckpt, Preempted, Leave)
+        protocol.clear_records(self.settings.ckpt, Preempted, Leave, Failed)
+        self.failed_since = None
         if left.trigger in ("heartbeat", "max-life"):
             raise left_for_good(self.fleet.entry.fleet, left)
         resume = self._resume_from(left)
@@ -535,18 +542,19 @@ class Launcher:
         self._on_notice(_Leaving(left, gone, resume, self.fleet, trigger, False, 0.0))
 
     def _resume_from(self, left: Preempted) -> str:
-        """The checkpoint the next leg starts from: the one the job left, unless the store did not take it in time
-        (then "": the newest there). One without its manifest fails now, before a fleet starts (the nodes refuse
-        it too)."""
-        resume = left.checkpoint or ""
+        """The checkpoint the next leg starts from: the one the job left, unless the store did not take it in time or
+        it left none (a node lost without a notice): then the newest there (:data:`RESUME_LATEST`; an empty resume
+        is a fresh start to the job, which this said it resumed until a review). One without its manifest fails now,
+        before a fleet starts (the nodes refuse it too)."""
+        resume = left.checkpoint or RESUME_LATEST
         if left.stored != "durable":
             self.echo(
                 f"srifty launch: the last checkpoint did not reach {self.settings.ckpt} before the deadline; it is on "
                 f"the old fleet's disk ({left.stored.removeprefix('local ')}); resuming from the newest checkpoint "
                 "there"
             )
-            resume = ""
-        if resume:
+            resume = RESUME_LATEST
+        if resume != RESUME_LATEST:
             store.require_manifest(resume)
         return resume
 
@@ -627,6 +635,33 @@ class Launcher:
         """The run ends before a new leg's first step: report what was measured."""
         while self.awaiting:
             self.legs.report(self.awaiting.pop(0)[0])
+
+
+LOST_NODE_WAIT_S = 300.0  # a failed job's nodes say within this whether their fleet lost one (their boot: 2-4 min)
+
+
+def lost_a_node(
+    provisioner: Provisioner, fleet: LaunchedFleet, failed: Failed, since: float, launch_id: str
+) -> Preempted | None:
+    """A job that failed because its fleet lost a node without a spot notice (the other ranks fail on the lost
+    connection; rank 0 writes ``FAILED.json``) is a leave like a notice's, resumed from the newest checkpoint: the
+    nodes' boot scripts tell it (their verdict 75, :func:`protocol.node_verdicts`). None while they decide (at most
+    :data:`LOST_NODE_WAIT_S` after ``since``, monotonic).
+
+    Raises:
+        MigrationError: the job failed (every node's verdict is its exit, the wait is over, or the provisioner's
+            nodes give none: a local fleet, one node).
+    """
+    verdicts = getattr(provisioner, "node_verdicts", lambda _: None)(fleet)
+    failure = MigrationError(f"The job failed on {fleet.entry.fleet} at step {failed.step}: {failed.error}")
+    if verdicts is None:
+        raise failure
+    if 75 in verdicts:
+        why = "a node of the fleet was lost without a spot notice: resuming from the newest checkpoint"
+        return Preempted(launch_id=launch_id, step=failed.step, why=why, trigger="spot")
+    if (verdicts and None not in verdicts) or time.monotonic() - since > LOST_NODE_WAIT_S:
+        raise failure
+    return None
 
 
 def _wait_exit(provisioner: Provisioner, fleet: LaunchedFleet, timeout: float = 120.0) -> None:

@@ -230,6 +230,13 @@ class TerraformProvisioner:
     def poll(self, fleet: LaunchedFleet) -> int | None:
         return None  # the job runs on the instances: the markers beside the checkpoints tell
 
+    def node_verdicts(self, fleet: LaunchedFleet) -> list[int | None] | None:
+        """What each node of a fleet of several said of its job's end (:func:`protocol.node_verdicts`); None for a
+        fleet of one node, whose boot script writes none."""
+        if fleet.entry.nodes < 2:
+            return None
+        return protocol.node_verdicts(self.checkpoint_uri, fleet.name)
+
     def stop(self, fleet: LaunchedFleet) -> None:
         pass  # destroying the fleet stops it
 
