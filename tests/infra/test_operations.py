@@ -944,6 +944,49 @@ def test_a_peer_that_neither_went_nor_said_leaves_the_exit_as_it_is(tf_env, tmp_
     assert "could not tell within 3 s whether a node of the fleet was lost" in log
 
 
+# the job on node i-0abc hangs on the lost peer (NCCL waits for its process group's timeout), the peer's instance gone;
+# with FAKE_DEAF it ignores SIGTERM too (torchrun's agent blocked on a store that does not answer)
+HANGING_TORCHRUN = """#!/bin/bash
+echo "$*" >"$FAKE_DIR/torchrun.args"
+printf "i-0abc\\t10.0.0.5\\n" >"$FAKE_DIR/live"
+if [ -z "${FAKE_DEAF:-}" ]; then exec sleep 50; fi
+trap '' TERM
+sleep 50 &
+wait
+wait
+"""
+
+
+def _job_hangs(tmp_path: Path, tf_env, extra: dict[str, str], **values: object) -> tuple:
+    (tmp_path / "ready").mkdir()
+    peer = {"instance_id": "i-0def", "ip": "10.0.0.6", "ready_unix": time.time() - 5}
+    (tmp_path / "ready" / "i-0def.json").write_text(json.dumps(peer))
+    script = render(tf_env, tmp_path / "console", template_values(name="lost", nnodes=2, **values))
+    fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": HANGING_TORCHRUN, "shutdown": "#!/bin/bash\n"}
+    started = time.monotonic()
+    run = run_user_data(tmp_path, script, fakes, extra_env={"SRIFTY_PEER_CHECK_S": "1", **extra})
+    return run, read(tmp_path / "user-data.log"), time.monotonic() - started
+
+
+def test_a_job_hung_on_a_lost_peer_is_stopped_and_leaves_to_be_replaced(tf_env, tmp_path) -> None:
+    """NCCL may wait on a vanished peer for the process group's timeout (30 min under Lightning) instead of failing,
+    and nothing ended the job: the node watches its rendezvous' peers while the job runs, and one gone without its
+    job's end stops the job, which then leaves as on a notice."""
+    run, log, took = _job_hangs(tmp_path, tf_env, {})
+    assert run.returncode == 75, log[-3000:]
+    assert "srifty: i-0def went away while the job ran (no exit of its job recorded): stopping the job" in log
+    assert "srifty: the fleet lost i-0def without a notice" in log
+    assert took < 40  # not the 50 s the job would have hung
+
+
+@pytest.mark.slow  # the job's grace and 30 s pass before the kill
+def test_a_hung_job_deaf_to_sigterm_is_killed_after_its_grace(tf_env, tmp_path) -> None:
+    run, log, took = _job_hangs(tmp_path, tf_env, {"FAKE_DEAF": "1"}, watchdog_grace_s=0)
+    assert run.returncode == 75, log[-3000:]
+    assert "went away while the job ran" in log and "the fleet lost i-0def without a notice" in log
+    assert 29 < took < 50
+
+
 def test_a_node_whose_job_has_ended_is_neither_waited_for_nor_the_host(tf_env, tmp_path) -> None:
     """A replacement that boots while an old member is still leaving (listed by EC2, its ready record the oldest)
     met at the leaving node's address and failed; a member that recorded its job's exit is no longer counted."""

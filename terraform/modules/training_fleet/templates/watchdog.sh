@@ -93,6 +93,13 @@ print(int(w), int(a) if a is not None else "-", int(u) if u is not None else "-"
 '
 }
 
+# whether the boot script is still within the deadline of its verdict on a failed job (verdict.until, unix seconds)
+deciding() {
+  local until
+  until=$(tr -cd '0-9' <"$STATE/verdict.until" 2>/dev/null)
+  [ -n "$until" ] && [ "$(date +%s)" -lt $((until + 90)) ]
+}
+
 # stop_instance REASON [exited]: "exited" when the job ended by itself (not stopped here)
 stop_instance() {
   log "stopping: $1"
@@ -103,12 +110,11 @@ stop_instance() {
   # the fleet goes on (a replacement, or the launcher's next fleet); every other stop ends the fleet's life
   local notice=0 waited=0 boot
   # the boot script decides what the job's exit was (a notice, or the fleet stopped by another node): while it runs,
-  # its verdict first (bounded: a failed job on a fleet of several nodes first asks whether a peer was lost without a
-  # notice, for up to SRIFTY_PEER_WAIT_S seconds, each round's calls bounded at 30 s)
+  # its verdict first (bounded: 60 s, or on a fleet of several nodes, whose failed job first asks whether a peer was
+  # lost without a notice, until the deadline it wrote in verdict.until and 90 s for its last round's calls)
   boot=$(tr -cd '0-9' <"$STATE/user_data.pid" 2>/dev/null)
-  local verdict_s=$((120 + ${SRIFTY_PEER_WAIT_S:-120}))
   while [ "${2:-}" = exited ] && [ ! -e "$STATE/user_data.exited" ] && [ ! -e "$STATE/user_data.done" ] &&
-    [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null && [ "$waited" -lt "$verdict_s" ]; do
+    [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null && { [ "$waited" -lt 60 ] || deciding; }; do
     sleep 1
     waited=$((waited + 1))
   done
