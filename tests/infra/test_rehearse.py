@@ -70,9 +70,9 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
     node boots 10 s after the first; after the first steps a spot notice reaches one node; both leave with the
     checkpoint (exit 75, status records "preempted"); the watchdog keeps them in the group, which starts two
     replacements; they resume from that checkpoint (their first step follows it). With --lose-node their c10d host is
-    then lost without a notice (killed, terminated): the other node sees it, leaves with 75, and the group's third
-    pair resumes from the newest periodic checkpoint and leaves on a second notice; all is torn down and no process
-    of a node is left."""
+    then lost without a notice (frozen, its instance terminated): the other node's watch sees it gone and stops its
+    stuck job, which leaves with 75, and the group's third pair resumes from the newest periodic checkpoint and leaves
+    on a second notice; all is torn down and no process of a node is left."""
     missing = [tool for tool in walk.TOOLS if shutil.which(tool) is None]
     if missing:  # what the nodes' user_data runs; CI has them all, and there a missing one is a failure
         reason = f"srifty rehearse needs {', '.join(missing)} on PATH"
@@ -114,6 +114,10 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
     assert codes[:2] == [(1, 75), (1, 75)] and sorted(codes[2:4]) == [(2, -9), (2, 75)] and codes[4:] == [(3, 75)] * 2
     assert len({n["instance_id"] for n in nodes}) == 6  # the replacements are new instances
     assert any(line.startswith("train.env SRIFTY_CHECKPOINT_EVERY_S") for line in report["changed"])
+    assert any(line.startswith("watchdog.grace_s") for line in report["changed"])
+    # the lost host was frozen (its connections open): the other node's watch saw it gone and stopped its job
+    survivor = next(n for n in nodes if n["leg"] == 2 and n["exit_code"] == 75)
+    assert "went away while the job ran" in (Path(survivor["work"]) / "user-data.log").read_text()
     assert "waiting" in nodes[0]["marks_s"]  # the first node waited for the second, which booted 10 s later
     assert max(report["user_data_bytes"].values()) < 14_000  # the issue's bound for every variant
     for node in nodes:

@@ -98,6 +98,7 @@ class Node:
                 "SRIFTY_USER_DATA_LOG": str(self.log_path),
                 "SRIFTY_WATCHDOG_LOG": str(self.work / "watchdog.log"),
                 "SRIFTY_WATCHDOG_INTERVAL_S": "1",
+                "SRIFTY_PEER_CHECK_S": "2",  # a lost peer seen within seconds, not the fleet's 30
                 "SRIFTY_LOG_INTERVAL_S": "5",
                 "SRIFTY_BOOTSTRAP_BASE_PYTHON": base_python,
                 "SRIFTY_ALLOW_CPU": "1",  # the GPUs are this machine's cores
@@ -151,6 +152,13 @@ class Node:
         assert self.imds is not None
         self.imds.notify(action)
         self.noticed = True
+
+    def freeze(self) -> None:
+        """Every process of this node stops where it is (SIGSTOP), its sockets left open: a machine that vanished,
+        whose peers see no connection closed (a failed host; NCCL then waits on it). :meth:`power_off` ends them."""
+        for pid in pids_with(f"{TOKEN_VARIABLE}={self.token}") | ({self.proc.pid} if self.proc is not None else set()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
 
     def power_off(self) -> None:
         """Every process of this node ends (SIGKILL, as when an instance's power goes), its metadata server too."""

@@ -816,6 +816,8 @@ def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: 
     _sample_data(values, aws, _data_samples(settings, values), changed)
     train = values["train"]
     changed += _train_here(train, settings)
+    if settings.lose_node:
+        changed.append(_shorter_grace(values))
     if settings.nodes is not None:
         (group,) = values["groups"]
         planned = group["on_demand"] + group["spot"]
@@ -851,6 +853,15 @@ def _train_here(train: dict[str, Any], settings: Settings) -> list[str]:
         train.setdefault("env", {})[every] = str(LOSE_EVERY_S)
         changed.append(f"train.env {every} {was}: {LOSE_EVERY_S} (--lose-node: a periodic checkpoint to resume from)")
     return changed
+
+
+def _shorter_grace(values: dict[str, Any]) -> str:
+    """``lose_node``: the watchdog's grace (the job's, after a SIGTERM) at LOSE_GRACE_S, so that a job stuck on the
+    lost node is killed within a minute here; what changed, for the report."""
+    watchdog = values.setdefault("watchdog", {})
+    was = watchdog.get("grace_s", 120)
+    watchdog["grace_s"] = min(int(was), LOSE_GRACE_S)
+    return f"watchdog.grace_s {was}: {watchdog['grace_s']} (--lose-node: a job stuck on the lost node is killed sooner)"
 
 
 def _batch_for_nodes(train: dict[str, Any], ranks: int) -> list[str]:
@@ -982,9 +993,10 @@ def check_left(walk: _Walk, leg: int, nodes: list[Node], who: str = "every node"
 
 def lose_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple[str, int]:
     """The leg's c10d host (its first ready node) is lost without a notice, once a periodic checkpoint of this leg is
-    in the bucket: every process of it killed, its instance terminated as EC2 reclaims one (its group replaces it).
-    The other nodes must see it lost and leave as on a notice (exit 75, kept in the group), so that the group's
-    replacements resume from that checkpoint. Returns the newest checkpoint (its URI, step) when the node was lost."""
+    in the bucket: every process of it frozen (SIGSTOP: its connections stay open, as a vanished machine's, so the
+    others' collectives and torchrun's store wait on it instead of failing), its instance terminated (its group
+    replaces it). The other nodes must see it gone and leave as on a notice (exit 75, kept in the group), so that the
+    group's replacements resume from the newest checkpoint. Returns it (its URI, step), read once they have left."""
     assert walk.aws is not None
     s3 = walk.aws.client("s3")
     what = f"leg {leg}: a periodic checkpoint"
@@ -992,16 +1004,18 @@ def lose_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple
     if newest is None:
         raise walk.fail(what, f"none after step {started.step} within 120 s (every {LOSE_EVERY_S} s here)", nodes[0])
     host = c10d_host(s3, walk.bucket, walk.prefix, walk.values["name"], nodes)
-    host.power_off()
+    host.freeze()
     host.terminated = True
-    asg = walk.aws.client("autoscaling")  # a reclaimed instance: EC2 terminates it, its group replaces it
+    asg = walk.aws.client("autoscaling")  # a vanished instance: EC2 terminates it, its group replaces it
     asg.terminate_instance_in_auto_scaling_group(InstanceId=host.instance_id, ShouldDecrementDesiredCapacity=False)
     walk.say(
         f"leg {leg}: node {host.index} ({host.instance_id}), the c10d host, lost without a notice: every process "
-        f"killed, the instance terminated (the newest checkpoint: {newest[0]}, step {newest[1]})"
+        f"frozen (its connections left open, as a vanished machine's), the instance terminated"
     )
     others = [n for n in nodes if n is not host]
     walk._wait(lambda: all(n.exit_code is not None for n in others), 420, f"leg {leg}: the other nodes leave")
+    host.power_off()
+    newest = newest_checkpoint(s3, walk.bucket, walk.prefix, None) or newest  # one the others finished counts too
     saw = [n for n in others if f"the fleet lost {host.instance_id} without a notice" in n.log()]
     walk.check(
         f"leg {leg}: the other nodes saw a node lost without a notice",
@@ -1013,6 +1027,7 @@ def lose_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple
 
 
 LOSE_EVERY_S = 5  # the rehearsal copy's checkpoint interval with lose_node: a periodic checkpoint every few steps
+LOSE_GRACE_S = 20  # and its watchdog's grace: the kill of a job stuck on the lost node comes after it and 30 s
 
 
 def newest_checkpoint(s3: Any, bucket: str, prefix: str, after_step: int | None) -> tuple[str, int] | None:
