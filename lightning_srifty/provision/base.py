@@ -42,7 +42,7 @@ class Provisioner(Protocol):
     half-made and could not release then: the launcher releases them with ``down`` when the launch ends; and have
     ``node_verdicts(fleet)``, what each node of a fleet said of its job's end (the Terraform fleets' boot scripts:
     :func:`lightning_srifty.protocol.node_verdicts`), which tells a job that failed because the fleet lost a node
-    without a notice from one that failed (:func:`lightning_srifty.provision.launcher.launch.lost_a_node`)."""
+    without a notice from one that failed (:class:`lightning_srifty.provision.launcher.launch.LostNodeWatch`)."""
 
     kind: str
     # torchrun numbers the job's ranks in the order the fleet's nodes join its rendezvous (instances that boot apart),

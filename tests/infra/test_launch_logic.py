@@ -194,6 +194,28 @@ def test_a_checkpoint_the_store_did_not_take_resumes_the_newest_not_a_fresh_star
     assert any("resuming from the newest checkpoint there" in line for line in result["echo"])
 
 
+def test_a_fleet_that_lost_rank_0s_node_writes_no_record_and_still_moves_on(plan, tmp_path, monkeypatch) -> None:
+    """Rank 0 was on the lost node: no FAILED.json, no PREEMPTED.json, and the other nodes left (their verdict 75)
+    while the launcher waited for a record that never came. A verdict 75 with no record for SILENT_LEAVE_S (a notice's
+    PREEMPTED.json comes well before its nodes' verdicts) is a leave."""
+    from lightning_srifty.provision.launcher import launch as launch_module
+
+    monkeypatch.setattr(launch_module, "SILENT_LEAVE_S", 0.2)
+    rec = LosingNodes()
+
+    def job(ckpt, _) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        rec.verdicts["f-1"] = [75]
+        _until(lambda: ("start", "f-2") in rec.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(plan, tmp_path, job, rec)
+    assert "error" not in result, result.get("error")
+    (move,) = result["moves"]
+    assert (move.trigger, move.step) == ("spot", None)
+    assert rec.envs["f-2"]["SRIFTY_RESUME"] == "latest"
+
+
 def test_a_job_that_failed_on_every_node_still_stops_the_launch(plan, tmp_path) -> None:
     rec = LosingNodes()
 

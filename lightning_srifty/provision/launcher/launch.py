@@ -361,7 +361,7 @@ class Launcher:
         self.awaiting: list[tuple[Migration, str]] = []  # moves whose new leg has not stepped, and its checkpoint
         self.steer: Steering | None = None
         self.pending: _Pending | None = None  # a voluntary move's new fleet, up
-        self.failed_since: float | None = None  # when a failure was first read (its nodes' verdicts may follow)
+        self.lost = LostNodeWatch()  # a node lost without a notice, from the nodes' verdicts
         self.waiting: _Leaving | None = None  # the guard waits for spot: no fleet; what the next one resumes from
 
     def run(self) -> list[Migration]:
@@ -414,11 +414,11 @@ class Launcher:
         finished, left, failed = poll.read(Finished), poll.read(Preempted), poll.read(Failed)
         if poll.code is None and not (finished or left or failed or poll.has(MoveRequest)):
             self.legs.silent.check(self.fleet, poll.read(Started))
-        if failed is not None:  # a fleet that lost a node without a notice leaves to be replaced; else this raises
-            self.failed_since = self.failed_since or time.monotonic()
-            left = lost_a_node(self.provisioner, self.fleet, failed, self.failed_since, self.settings.launch_id)
-            if left is None:
+        if failed is not None or not (finished or left):  # a fleet that lost a node leaves; a failure raises
+            lost = self.lost.check(self.provisioner, self.fleet, failed, self.settings.launch_id)
+            if lost is None and failed is not None:
                 return False  # its nodes are deciding
+            left = left or lost
         busy = self.pending is not None or finished is not None or left is not None
         request = None if busy else poll.read(MoveRequest)
         if request is not None:
@@ -527,7 +527,7 @@ class Launcher:
         _wait_exit(self.provisioner, self.fleet)
         gone = time.monotonic()
         protocol.clear_records(self.settings.ckpt, Preempted, Leave, Failed)
-        self.failed_since = None
+        self.lost = LostNodeWatch()
         if left.trigger in ("heartbeat", "max-life"):
             raise left_for_good(self.fleet.entry.fleet, left)
         resume = self._resume_from(left)
@@ -638,30 +638,43 @@ class Launcher:
 
 
 LOST_NODE_WAIT_S = 300.0  # a failed job's nodes say within this whether their fleet lost one (their boot: 2-4 min)
+SILENT_LEAVE_S = 60.0  # a node's verdict 75 with no record of the job's: a notice's PREEMPTED.json comes well before
 
 
-def lost_a_node(
-    provisioner: Provisioner, fleet: LaunchedFleet, failed: Failed, since: float, launch_id: str
-) -> Preempted | None:
-    """A job that failed because its fleet lost a node without a spot notice (the other ranks fail on the lost
-    connection; rank 0 writes ``FAILED.json``) is a leave like a notice's, resumed from the newest checkpoint: the
-    nodes' boot scripts tell it (their verdict 75, :func:`protocol.node_verdicts`). None while they decide (at most
-    :data:`LOST_NODE_WAIT_S` after ``since``, monotonic).
+class LostNodeWatch:
+    """Whether the job's fleet lost a node without a spot notice, from what its nodes' boot scripts say of their jobs'
+    ends (their verdict 75, :func:`protocol.node_verdicts`; the Terraform fleets of several nodes): a job that failed
+    (rank 0's ``FAILED.json``: its collective lost the node) or that left no record at all (rank 0 was on that node)
+    is then a leave like a notice's, resumed from the newest checkpoint."""
 
-    Raises:
-        MigrationError: the job failed (every node's verdict is its exit, the wait is over, or the provisioner's
-            nodes give none: a local fleet, one node).
-    """
-    verdicts = getattr(provisioner, "node_verdicts", lambda _: None)(fleet)
-    failure = MigrationError(f"The job failed on {fleet.entry.fleet} at step {failed.step}: {failed.error}")
-    if verdicts is None:
-        raise failure
-    if 75 in verdicts:
-        why = "a node of the fleet was lost without a spot notice: resuming from the newest checkpoint"
-        return Preempted(launch_id=launch_id, step=failed.step, why=why, trigger="spot")
-    if (verdicts and None not in verdicts) or time.monotonic() - since > LOST_NODE_WAIT_S:
-        raise failure
-    return None
+    def __init__(self) -> None:
+        self.since: float | None = None  # monotonic: when a verdict or a failure was first seen
+
+    def check(
+        self, provisioner: Provisioner, fleet: LaunchedFleet, failed: Failed | None, launch_id: str
+    ) -> Preempted | None:
+        """The leave, or None: the job runs on, or (``failed``) its nodes are deciding, at most
+        :data:`LOST_NODE_WAIT_S`.
+
+        Raises:
+            MigrationError: the job failed (every node's verdict is its exit, the wait is over, or the
+                provisioner's nodes give none: a local fleet, one node).
+        """
+        verdicts = getattr(provisioner, "node_verdicts", lambda _: None)(fleet)
+        now = time.monotonic()
+        if verdicts is not None and 75 in verdicts:
+            self.since = self.since or now
+            if failed is not None or now - self.since > SILENT_LEAVE_S:
+                why = "a node of the fleet was lost without a spot notice: resuming from the newest checkpoint"
+                step = failed.step if failed is not None else None
+                return Preempted(launch_id=launch_id, step=step, why=why, trigger="spot")
+            return None
+        if failed is None:
+            return None
+        self.since = self.since or now
+        if verdicts is None or (verdicts and None not in verdicts) or now - self.since > LOST_NODE_WAIT_S:
+            raise MigrationError(f"The job failed on {fleet.entry.fleet} at step {failed.step}: {failed.error}")
+        return None
 
 
 def _wait_exit(provisioner: Provisioner, fleet: LaunchedFleet, timeout: float = 120.0) -> None:
