@@ -377,7 +377,7 @@ class _Walk:
         self.credentials: dict[str, str] = {}
         self.applied = False
         self.preempted: dict[int, Any] = {}  # leg -> its Preempted record
-        self.lost: tuple[str, int] | None = None  # the newest checkpoint (its URI, step) when a node was lost
+        self.lost: tuple[str, int] | None = None  # the newest checkpoint (its URI, step) after a node was lost
 
     # --- reporting ---------------------------------------------------------------------------------------------------
 
@@ -1075,7 +1075,7 @@ def lost_resume_findings(
     named = started.resumed_from == uri or any(uri in text for text in logs)
     return [
         (f"leg {leg}: the replacements resumed from the last periodic checkpoint", ok and named,
-         f"first step {first} after {uri} (step {step}), the newest when the node was lost"),
+         f"first step {first} after {uri} (step {step}), the newest once the other nodes had left"),
     ]  # fmt: skip
 
 
