@@ -861,7 +861,7 @@ def test_nodes_ready_minutes_apart_meet_and_the_first_ready_hosts(tf_env, tmp_pa
     run, log = _rendezvous(tmp_path, tf_env, timeout_s=60, late_peer_s=3)
     assert run.returncode == 0, log[-3000:]
     assert "waiting for the fleet's nodes: 1 of 2 ready (i-0abc); live, not ready: i-0def" in log
-    assert "the c10d host is 10.0.0.5 (the first ready)" in log
+    assert "the c10d host is 10.0.0.5 (i-0abc, the first ready)" in log
     args = read(tmp_path / "torchrun.args")
     assert "--rdzv_endpoint=10.0.0.5:29400" in args and "--rdzv_conf=join_timeout=60,read_timeout=300" in args
     assert json.loads(read(tmp_path / "ready" / "i-0abc.json"))["instance_id"] == "i-0abc"
@@ -996,7 +996,7 @@ def test_a_node_whose_job_has_ended_is_neither_waited_for_nor_the_host(tf_env, t
     _, log = _job_fails(
         tmp_path, tf_env, {"i-0old": 60, "i-0def": 5}, {"FAKE_LIVE": live, "FAKE_AFTER": "i-0abc\\t10.0.0.5\\n"}
     )
-    assert "the c10d host is 10.0.0.7 (the first ready)" in log, log[-3000:]
+    assert "the c10d host is 10.0.0.7 (i-0def, the first ready)" in log, log[-3000:]
     assert "the fleet lost i-0def without a notice" in log  # the old member is not one of this rendezvous
 
 

@@ -122,7 +122,7 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
     assert max(report["user_data_bytes"].values()) < 14_000  # the bound for every variant
     for node in nodes:
         log = (Path(node["work"]) / "user-data.log").read_text()
-        assert "the c10d host is 127.0.0.1 (the first ready)" in log
+        assert "the c10d host is 127.0.0.1 (i-" in log and ", the first ready)" in log
         assert not pids_with(f"{TOKEN_VARIABLE}={Path(node['work']).name}-{node['instance_id']}")
     assert any(
         "resuming from the fleet's newest sound checkpoint" in (Path(n["work"]) / "user-data.log").read_text()
