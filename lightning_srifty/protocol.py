@@ -547,11 +547,12 @@ def entry_strategy(entry: PlanEntry) -> str:
     return strategy_text(layout.lightning_strategy, layout.lightning_args)
 
 
-def node_verdicts(dirpath: str, fleet: str) -> list[int | None]:
+def node_verdicts(dirpath: str, fleet: str, since_unix: float | None = None) -> list[int | None]:
     """The ``final`` word of each node of ``fleet`` whose job has ended (``exited/<fleet>/<instance id>.json`` in the
     checkpoint folder, written by the training_fleet module's boot script on a fleet of several nodes): None while
     the node decides, 75 when it left to be replaced (a spot notice, or a node of the fleet lost without one), else
-    its job's exit. An unreadable record counts as undecided."""
+    its job's exit. An unreadable record counts as undecided; one written before ``since_unix`` (its ``unix``: a
+    fleet of the same name an earlier launch brought up in the folder) is not this fleet's."""
     folder = store.path(dirpath, f"exited/{fleet}")
     fs = store.filesystem(folder)
     fs.invalidate_cache()
@@ -563,7 +564,10 @@ def node_verdicts(dirpath: str, fleet: str) -> list[int | None]:
     for name in names:
         try:
             with fs.open(name, "r") as f:
-                final = json.load(f).get("final")
+                record = json.load(f)
+            if since_unix is not None and float(record.get("unix") or 0) < since_unix:
+                continue
+            final = record.get("final")
             finals.append(int(final) if final is not None else None)
         except (OSError, ValueError, TypeError, AttributeError):
             finals.append(None)

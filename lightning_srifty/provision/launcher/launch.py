@@ -445,8 +445,8 @@ class Launcher:
         started = poll.read(Started) if self.awaiting else None
         if started is None or started.first_step_unix is None:
             return
-        for i, (move, resume) in enumerate(self.awaiting):
-            newer = started.first_step_unix > (move.started_unix or 0.0)  # "latest": the leg's own, not the last one's
+        for i, (move, resume) in reversed(list(enumerate(self.awaiting))):  # "latest": the newest move's leg first
+            newer = started.first_step_unix > (move.started_unix or 0.0)  # and the leg's own, not the last one's
             if started.resumed_from != resume and not (resume == RESUME_LATEST and newer):
                 continue
             move.first_step_unix = started.first_step_unix
@@ -638,7 +638,9 @@ class Launcher:
 
 
 LOST_NODE_WAIT_S = 300.0  # a failed job's nodes say within this whether their fleet lost one (their boot: 2-4 min)
-SILENT_LEAVE_S = 60.0  # a node's verdict 75 with no record of the job's: a notice's PREEMPTED.json comes well before
+# a node's verdict 75 with no record of the job's: a notice's PREEMPTED.json comes within the job's leave deadline
+# (SpotPreemption's leave_deadline_s, 100 s at most after the notice), its other nodes' verdicts within seconds
+SILENT_LEAVE_S = 180.0
 
 
 class LostNodeWatch:

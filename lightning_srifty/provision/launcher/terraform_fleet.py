@@ -169,6 +169,7 @@ class TerraformProvisioner:
 
     def up(self, plan: Plan, index: int, name: str, zone: str | None = None) -> LaunchedFleet:
         folder = self.root / name
+        born = time.time()  # the nodes' exit records of an earlier launch's fleet of this name are older
         opts = dataclasses.replace(self.options, name=name)
         if zone is not None:
             opts = dataclasses.replace(opts, availability_zone=zone)
@@ -214,7 +215,7 @@ class TerraformProvisioner:
             if code:
                 raise CapacityError(f"EC2 could not start {plan.entries[index].fleet}: {code}", code=code) from exc
             raise
-        return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
+        return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs, "born_unix": born})
 
     def _autoscaling(self, region: str) -> Any:
         return client("autoscaling", region, self.options.aws_endpoint)
@@ -235,7 +236,7 @@ class TerraformProvisioner:
         fleet of one node, whose boot script writes none."""
         if fleet.entry.nodes < 2:
             return None
-        return protocol.node_verdicts(self.checkpoint_uri, fleet.name)
+        return protocol.node_verdicts(self.checkpoint_uri, fleet.name, since_unix=fleet.data.get("born_unix"))
 
     def stop(self, fleet: LaunchedFleet) -> None:
         pass  # destroying the fleet stops it

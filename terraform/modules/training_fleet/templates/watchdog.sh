@@ -97,7 +97,7 @@ print(int(w), int(a) if a is not None else "-", int(u) if u is not None else "-"
 deciding() {
   local until
   until=$(tr -cd '0-9' <"$STATE/verdict.until" 2>/dev/null)
-  [ -n "$until" ] && [ "$(date +%s)" -lt $((until + 90)) ]
+  [ -n "$until" ] && [ "$(date +%s)" -lt $((until + 150)) ]
 }
 
 # stop_instance REASON [exited]: "exited" when the job ended by itself (not stopped here)
@@ -111,7 +111,8 @@ stop_instance() {
   local notice=0 waited=0 boot
   # the boot script decides what the job's exit was (a notice, or the fleet stopped by another node): while it runs,
   # its verdict first (bounded: 60 s, or on a fleet of several nodes, whose failed job first asks whether a peer was
-  # lost without a notice, until the deadline it wrote in verdict.until and 90 s for its last round's calls)
+  # lost without a notice, until the deadline it wrote in verdict.until and 150 s for its last round's calls, the
+  # life record's read and its exit record)
   boot=$(tr -cd '0-9' <"$STATE/user_data.pid" 2>/dev/null)
   while [ "${2:-}" = exited ] && [ ! -e "$STATE/user_data.exited" ] && [ ! -e "$STATE/user_data.done" ] &&
     [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null && { [ "$waited" -lt 60 ] || deciding; }; do
