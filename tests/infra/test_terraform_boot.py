@@ -474,7 +474,7 @@ json.dump(calls, open(record, "w"))
 if args[0] == "pull":
     sys.exit(0)
 assert args[0] == "run", args
-valued = {{"--env-file", "-e", "-v", "-w", "--ulimit", "--device", "--gpus", "--network", "--ipc"}}
+valued = {{"--env-file", "-e", "-v", "-w", "--ulimit", "--device", "--gpus", "--network", "--ipc", "--cidfile"}}
 i, opts = 1, []
 while args[i].startswith("-"):
     if args[i] in valued:
