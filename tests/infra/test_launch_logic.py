@@ -170,11 +170,17 @@ def test_a_job_failed_by_a_node_lost_without_a_notice_moves_on_from_the_newest_c
         _until(lambda: ("start", "f-2") in rec.calls)
         write_record(ckpt, Finished(launch_id=LID, step=20))
 
+    move = _moved_to_the_newest(plan, tmp_path, job, rec)
+    assert (move.trigger, move.voluntary, move.step) == ("spot", False, 9)
+
+
+def _moved_to_the_newest(plan, tmp_path: Path, job, rec: Recorder):
+    """The launch's one move, whose next leg resumed from the newest checkpoint (the job left none of its own)."""
     rec, result = _run(plan, tmp_path, job, rec)
     assert "error" not in result, result.get("error")
     (move,) = result["moves"]
-    assert (move.trigger, move.voluntary, move.step) == ("spot", False, 9)
-    assert rec.envs["f-2"]["SRIFTY_RESUME"] == "latest"  # the newest checkpoint: the job left none of its own
+    assert rec.envs["f-2"]["SRIFTY_RESUME"] == "latest"
+    return move
 
 
 def test_a_checkpoint_the_store_did_not_take_resumes_the_newest_not_a_fresh_start(plan, tmp_path) -> None:
@@ -209,11 +215,8 @@ def test_a_fleet_that_lost_rank_0s_node_writes_no_record_and_still_moves_on(plan
         _until(lambda: ("start", "f-2") in rec.calls)
         write_record(ckpt, Finished(launch_id=LID, step=20))
 
-    rec, result = _run(plan, tmp_path, job, rec)
-    assert "error" not in result, result.get("error")
-    (move,) = result["moves"]
+    move = _moved_to_the_newest(plan, tmp_path, job, rec)
     assert (move.trigger, move.step) == ("spot", None)
-    assert rec.envs["f-2"]["SRIFTY_RESUME"] == "latest"
 
 
 def test_a_job_that_failed_on_every_node_still_stops_the_launch(plan, tmp_path) -> None:
