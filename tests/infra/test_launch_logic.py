@@ -219,6 +219,23 @@ def test_a_fleet_that_lost_rank_0s_node_writes_no_record_and_still_moves_on(plan
     assert (move.trigger, move.step) == ("spot", None)
 
 
+def test_a_fleet_whose_nodes_all_ended_without_a_record_stops_the_launch(plan, tmp_path, monkeypatch) -> None:
+    """Every node said its job ended (none to be replaced) and rank 0 wrote nothing: the launcher waited for a record
+    until its heartbeat's life cap, with no instance left; it now says so once SILENT_LEAVE_S has passed."""
+    from lightning_srifty.provision.launcher import launch as launch_module
+
+    monkeypatch.setattr(launch_module, "SILENT_LEAVE_S", 0.2)
+    rec = LosingNodes()
+
+    def job(ckpt, _) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        rec.verdicts["f-1"] = [143]
+
+    rec, result = _run(plan, tmp_path, job, rec)
+    assert isinstance(result["error"], MigrationError) and "without a record of its own" in str(result["error"])
+    assert "[143]" in str(result["error"]) and ("up", "f-2") not in rec.calls
+
+
 def test_a_job_that_failed_on_every_node_still_stops_the_launch(plan, tmp_path) -> None:
     rec = LosingNodes()
 

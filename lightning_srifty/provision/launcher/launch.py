@@ -671,10 +671,17 @@ class LostNodeWatch:
                 step = failed.step if failed is not None else None
                 return Preempted(launch_id=launch_id, step=step, why=why, trigger="spot")
             return None
-        if failed is None:
+        decided = bool(verdicts) and None not in (verdicts or [None])
+        if failed is None:  # every node that said has ended its job, none to be replaced, and no record came
+            self.since = (self.since or now) if decided else None
+            if decided and now - (self.since or now) > SILENT_LEAVE_S:
+                raise MigrationError(
+                    f"The job ended on {fleet.entry.fleet} without a record of its own (its nodes' exits: "
+                    f"{sorted(set(verdicts or []))}): see its nodes' logs (srifty logs)."
+                )
             return None
         self.since = self.since or now
-        if verdicts is None or (verdicts and None not in verdicts) or now - self.since > LOST_NODE_WAIT_S:
+        if verdicts is None or decided or now - self.since > LOST_NODE_WAIT_S:
             raise MigrationError(f"The job failed on {fleet.entry.fleet} at step {failed.step}: {failed.error}")
         return None
 
