@@ -49,6 +49,7 @@ checkpoints' digests.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -547,12 +548,12 @@ def entry_strategy(entry: PlanEntry) -> str:
     return strategy_text(layout.lightning_strategy, layout.lightning_args)
 
 
-def node_verdicts(dirpath: str, fleet: str, since_unix: float | None = None) -> list[int | None]:
+def node_verdicts(dirpath: str, fleet: str) -> list[int | None]:
     """The ``final`` word of each node of ``fleet`` whose job has ended (``exited/<fleet>/<instance id>.json`` in the
     checkpoint folder, written by the training_fleet module's boot script on a fleet of several nodes): None while
     the node decides, 75 when it left to be replaced (a spot notice, or a node of the fleet lost without one), else
-    its job's exit. An unreadable record counts as undecided; one written before ``since_unix`` (its ``unix``: a
-    fleet of the same name an earlier launch brought up in the folder) is not this fleet's."""
+    its job's exit. An unreadable record counts as undecided. A launch clears the folder before it brings a fleet of
+    that name the job (:func:`clear_node_verdicts`): names repeat from one launch to the next."""
     folder = store.path(dirpath, f"exited/{fleet}")
     fs = store.filesystem(folder)
     fs.invalidate_cache()
@@ -564,11 +565,19 @@ def node_verdicts(dirpath: str, fleet: str, since_unix: float | None = None) -> 
     for name in names:
         try:
             with fs.open(name, "r") as f:
-                record = json.load(f)
-            if since_unix is not None and float(record.get("unix") or 0) < since_unix:
-                continue
-            final = record.get("final")
+                final = json.load(f).get("final")
             finals.append(int(final) if final is not None else None)
         except (OSError, ValueError, TypeError, AttributeError):
             finals.append(None)
     return finals
+
+
+def clear_node_verdicts(dirpath: str, fleet: str) -> None:
+    """Remove what an earlier fleet named ``fleet`` said of its nodes' ends (``exited/<fleet>/``): by the launcher,
+    before it hands a fleet of that name the job (a stale 75 would read as a node of the new one lost; a review). No
+    clock is compared: the nodes' and the launcher's may differ."""
+    folder = store.path(dirpath, f"exited/{fleet}").rstrip("/")
+    fs = store.filesystem(folder)
+    fs.invalidate_cache()
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(folder, recursive=True)

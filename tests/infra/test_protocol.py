@@ -232,20 +232,21 @@ def test_records_and_digests_on_s3_are_one_put_of_their_final_key(monkeypatch) -
         assert keys == [f"job/{record.file}", "job/last.ckpt.sha256"], keys
 
 
-def test_node_verdicts_read_each_nodes_final_word_and_not_an_earlier_fleets(tmp_path) -> None:
-    """exited/<fleet>/<id>.json as the boot script writes them: null while the node decides, its exit code after; a
-    record of an earlier launch's fleet of the same name (older than the fleet) is not this one's (a review: a stale
-    75 moved a healthy new launch on)."""
+def test_node_verdicts_read_each_nodes_final_word_and_an_earlier_fleets_are_cleared(tmp_path) -> None:
+    """exited/<fleet>/<id>.json as the boot script writes them: null while the node decides, its exit code after; the
+    launcher clears an earlier launch's fleet of the same name before it brings one up (a review: a stale 75 moved a
+    healthy new launch on)."""
     import json
 
-    from lightning_srifty.protocol import node_verdicts
+    from lightning_srifty.protocol import clear_node_verdicts, node_verdicts
 
     folder = tmp_path / "exited" / "srifty-1"
     folder.mkdir(parents=True)
-    (folder / "i-old.json").write_text(json.dumps({"instance_id": "i-old", "exit_code": 1, "final": 75, "unix": 100}))
     (folder / "i-a.json").write_text(json.dumps({"instance_id": "i-a", "exit_code": 1, "final": None, "unix": 500}))
-    (folder / "i-b.json").write_text(json.dumps({"instance_id": "i-b", "exit_code": 1, "final": 1, "unix": 501}))
+    (folder / "i-b.json").write_text(json.dumps({"instance_id": "i-b", "exit_code": 1, "final": 75, "unix": 501}))
     (folder / "i-c.json").write_text("{not json")
-    assert sorted(node_verdicts(str(tmp_path), "srifty-1"), key=str) == sorted([75, None, 1, None], key=str)
-    assert sorted(node_verdicts(str(tmp_path), "srifty-1", since_unix=200), key=str) == sorted([None, 1, None], key=str)
+    assert sorted(node_verdicts(str(tmp_path), "srifty-1"), key=str) == sorted([75, None, None], key=str)
     assert node_verdicts(str(tmp_path), "srifty-2") == []
+    clear_node_verdicts(str(tmp_path), "srifty-1")
+    clear_node_verdicts(str(tmp_path), "srifty-2")  # none there: nothing to do
+    assert node_verdicts(str(tmp_path), "srifty-1") == [] and (tmp_path / "exited").exists()

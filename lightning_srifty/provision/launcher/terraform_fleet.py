@@ -169,7 +169,6 @@ class TerraformProvisioner:
 
     def up(self, plan: Plan, index: int, name: str, zone: str | None = None) -> LaunchedFleet:
         folder = self.root / name
-        born = time.time()  # the nodes' exit records of an earlier launch's fleet of this name are older
         opts = dataclasses.replace(self.options, name=name)
         if zone is not None:
             opts = dataclasses.replace(opts, availability_zone=zone)
@@ -215,7 +214,7 @@ class TerraformProvisioner:
             if code:
                 raise CapacityError(f"EC2 could not start {plan.entries[index].fleet}: {code}", code=code) from exc
             raise
-        return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs, "born_unix": born})
+        return LaunchedFleet(plan, index, name, {"folder": folder, "outputs": outputs})
 
     def _autoscaling(self, region: str) -> Any:
         return client("autoscaling", region, self.options.aws_endpoint)
@@ -223,6 +222,8 @@ class TerraformProvisioner:
     def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
         check_env_names(env, "the handover's env")  # exported on every instance (which checks again)
         launch_id = env.get(protocol.VARIABLES["launch_id"], "")
+        # what an earlier launch's fleet of this name said of its nodes' ends: its nodes train only after the handover
+        protocol.clear_node_verdicts(self.checkpoint_uri, fleet.name)
         written = protocol.write_record(
             self.checkpoint_uri, protocol.Handover(launch_id=launch_id, fleet=fleet.name, env=env)
         )
@@ -236,7 +237,7 @@ class TerraformProvisioner:
         fleet of one node, whose boot script writes none."""
         if fleet.entry.nodes < 2:
             return None
-        return protocol.node_verdicts(self.checkpoint_uri, fleet.name, since_unix=fleet.data.get("born_unix"))
+        return protocol.node_verdicts(self.checkpoint_uri, fleet.name)
 
     def stop(self, fleet: LaunchedFleet) -> None:
         pass  # destroying the fleet stops it
