@@ -502,3 +502,19 @@ def test_a_rehearsal_of_fewer_nodes_splits_the_plans_batch_over_them() -> None:
     assert walk._batch_for_nodes({"env": {}}, 2) == []
     few = {"env": {"SRIFTY_BATCH_SIZES": "1"}}
     assert "left out" in walk._batch_for_nodes(few, 2)[0] and "SRIFTY_BATCH_SIZES" not in few["env"]
+
+
+def test_the_lost_node_is_the_c10d_host_the_nodes_named(tmp_path) -> None:
+    """--lose-node loses the node the others met at: the one every node's boot named ("the c10d host is <ip>
+    (<instance id>, the first ready)"), whatever order the rehearsal started them in; the first without a word."""
+    from lightning_srifty.provision.rehearsal.node import Node
+
+    nodes = []
+    for k, iid in enumerate(("i-0aaa", "i-0bbb")):
+        (tmp_path / iid).mkdir()
+        nodes.append(Node(iid, "g5.xlarge", 2, k + 1, tmp_path / iid, "", "spot"))
+    assert walk.c10d_host(nodes).instance_id == "i-0aaa"  # no log yet
+    line = "srifty: the fleet's 2 nodes are ready; the c10d host is 127.0.0.1 (i-0bbb, the first ready)\n"
+    for node in nodes:
+        node.log_path.write_text(line)
+    assert walk.c10d_host(nodes).instance_id == "i-0bbb"

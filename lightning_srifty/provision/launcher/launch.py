@@ -671,7 +671,7 @@ class LostNodeWatch:
                 step = failed.step if failed is not None else None
                 return Preempted(launch_id=launch_id, step=step, why=why, trigger="spot")
             return None
-        decided = bool(verdicts) and None not in (verdicts or [None])
+        decided = verdicts is not None and bool(verdicts) and None not in verdicts
         if failed is None:  # every node that said has ended its job, none to be replaced, and no record came
             self.since = (self.since or now) if decided else None
             if decided and now - (self.since or now) > SILENT_LEAVE_S:

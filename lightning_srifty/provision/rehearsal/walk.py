@@ -1003,7 +1003,7 @@ def lose_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple
     newest = walk._wait(lambda: newest_checkpoint(s3, walk.bucket, walk.prefix, started.step), 120, what, watch=nodes)
     if newest is None:
         raise walk.fail(what, f"none after step {started.step} within 120 s (every {LOSE_EVERY_S} s here)", nodes[0])
-    host = c10d_host(s3, walk.bucket, walk.prefix, walk.values["name"], nodes)
+    host = c10d_host(nodes)
     host.freeze()
     host.terminated = True
     asg = walk.aws.client("autoscaling")  # a vanished instance: EC2 terminates it, its group replaces it
@@ -1050,18 +1050,11 @@ def newest_checkpoint(s3: Any, bucket: str, prefix: str, after_step: int | None)
     return (f"s3://{bucket}/{newest}", step) if after_step is None or step > after_step else None
 
 
-def c10d_host(s3: Any, bucket: str, prefix: str, fleet: str, nodes: list[Node]) -> Node:
-    """The node the others met at: the first ready (then the lowest instance id), as the boot script picks it from the
-    ready records beside the checkpoints."""
-    ready = {}
-    for node in nodes:
-        key = f"{prefix}ready/{fleet}/{node.instance_id}.json"
-        with contextlib.suppress(Exception):  # a node without a record cannot be the host
-            ready[node.instance_id] = float(
-                json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())["ready_unix"]
-            )
-    first = min(ready, key=lambda i: (ready[i], i)) if ready else nodes[0].instance_id
-    return next(n for n in nodes if n.instance_id == first)
+def c10d_host(nodes: list[Node]) -> Node:
+    """The node the others met at, as the boot script named it in every node's log ("the c10d host is <ip> (<instance
+    id>, the first ready)"); the first node when no log says."""
+    said = {m.group(1) for n in nodes for m in re.finditer(r"the c10d host is \S+ \((i-[0-9a-f]+), the first", n.log())}
+    return next((n for n in nodes if n.instance_id in said), nodes[0])
 
 
 def lost_resume_findings(
