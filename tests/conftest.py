@@ -7,6 +7,7 @@ import fcntl
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -110,6 +111,30 @@ def _no_launcher_variables_left() -> Iterator[None]:
         # fsspec caches an s3fs instance per set of options, not per environment: one that Lightning made for a
         # plain s3:// path (no options) under this test's moto would send the next test's calls to a closed port
         sys.modules["s3fs"].S3FileSystem.clear_instance_cache()
+
+
+# A suite started in the background (``cmd &`` in a non-interactive shell, as a CI script or ``nohup ... &`` starts
+# it) has SIGINT ignored (POSIX, Shell Command Language 2.9.3: an asynchronous list's commands ignore SIGINT and
+# SIGQUIT), and every process it starts inherits that through exec. The product does not care (terraform, a Go
+# program, and srifty, through its own handlers, take SIGINT back), but a stand-in terraform written in bash cannot
+# trap a signal it was started ignoring: four tests of Ctrl-C's path failed in a suite started with ``nohup ... &``.
+# The worker takes Python's own handler back, as if started from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions_restored() -> Iterator[None]:
+    """Each test leaves this worker's SIGINT, SIGTERM and SIGHUP handlers as it found them: a Lightning fit that
+    ends by an exception (the suite's refusals, preemptions and failed resumes) leaves its SIGTERM handler installed
+    (``_HandlersCompose``, holding the trainer), and a fit that meets a KeyboardInterrupt ignores SIGINT for the rest
+    of the process (``lightning.pytorch.trainer.call._call_and_handle_interrupt``), which every process the worker
+    starts later would inherit."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for signum, handler in before.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
 
 
 @pytest.fixture(autouse=True)
