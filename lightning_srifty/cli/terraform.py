@@ -54,13 +54,25 @@ def cmd_terraform(args: argparse.Namespace) -> int:
     print(node_summary(result, options))
     for note in result.notes:
         print(f"WARNING: {note}.", file=sys.stderr)
+    failed = 0
     if result.snapshot is not None:  # the script's offline checks (check and apply: all)
         from lightning_srifty.provision.preflight import check_imports
 
-        for finding in check_imports(result.snapshot, result.values["train"]["argv"]):
+        train = result.values["train"]
+        for finding in check_imports(result.snapshot, train["argv"], train.get("setup_command")):
             if finding.status != "ok":
                 print(finding.line(), file=sys.stderr)
+            failed += finding.status == "fail"
     out = shlex.quote(str(result.out))  # a folder with spaces pastes as one word
+    if failed:
+        # the root is written for review, but a pipeline that goes on to `terraform apply` must stop here: every
+        # node would boot, install and fail the same way (srifty apply and srifty check refuse it too)
+        print(
+            f"srifty terraform: {failed} check(s) of the script failed (above): its nodes would not train. The root "
+            f"is written for review; fix the script, then run srifty terraform again.",
+            file=sys.stderr,
+        )
+        return 1
     print(f"Review it, then: srifty apply --dir {out}  (or terraform -chdir={out} init/plan/apply)")
     return 0
 

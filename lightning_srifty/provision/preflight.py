@@ -163,16 +163,65 @@ def _on_demand_key(cls: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def imported_modules(source: str) -> set[str]:
-    """Top-level names of the absolute imports in ``source`` (``import a.b`` -> a; relative imports left out)."""
+def imported_modules(source: str) -> dict[str, bool]:
+    """Top-level names of the absolute imports in ``source`` (``import a.b`` -> a; relative imports left out), each
+    with whether the script runs without it: True when every import of the name is guarded by a ``try`` whose
+    handlers take an ``ImportError`` (``ModuleNotFoundError``, ``Exception``, a bare ``except``), the way optional
+    loggers and accelerators are imported. Imports under ``if TYPE_CHECKING:`` never run and are left out."""
     tree = ast.parse(source)
-    names: set[str] = set()
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    optional: dict[str, bool] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names = [alias.name.split(".")[0] for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return names
+            names = [node.module.split(".")[0]]
+        else:
+            continue
+        guard = _import_guard(node, parents)
+        if guard == "never":
+            continue
+        for name in names:
+            optional[name] = optional.get(name, True) and guard == "optional"
+    return optional
+
+
+_CATCHES_IMPORT_ERROR = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+
+
+def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
+    """``never`` (under ``if TYPE_CHECKING:``), ``optional`` (in a ``try`` body whose handlers take an ImportError)
+    or ``required``."""
+    child = node
+    while child in parents:
+        parent = parents[child]
+        if isinstance(parent, ast.If) and child in parent.body and _names_type_checking(parent.test):
+            return "never"
+        if (
+            isinstance(parent, ast.Try)
+            and child in parent.body
+            and any(_catches_import_error(h) for h in parent.handlers)
+        ):
+            return "optional"
+        child = parent
+    return "required"
+
+
+def _names_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(
+        (isinstance(c, ast.Name) and c.id in _CATCHES_IMPORT_ERROR)
+        or (isinstance(c, ast.Attribute) and c.attr in _CATCHES_IMPORT_ERROR)
+        for c in caught
+    )
 
 
 # the keyword that pins a Lightning Trainer / Fabric to a device; these values leave a GPU fleet's GPUs idle
@@ -347,8 +396,11 @@ def check_model(planned: str | None, snapshot: Snapshot | None, project: Path) -
     return [Finding("model", "ok", f"the plan is for {own!r}, the model {where} measured")]
 
 
-def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
-    """Every module the script imports resolves on the nodes (see the module docstring)."""
+def check_imports(snapshot: Snapshot, argv: list[str], setup_command: str | None = None) -> list[Finding]:
+    """Every module the script imports resolves on the nodes (see the module docstring). One that does not fails the
+    check, unless what is missing may come another way (a pinned package not installed here, the ``--setup-command``:
+    a warning that says so) or the script runs without it (an import under ``try: ... except ImportError``: a
+    warning naming what the nodes will run without)."""
     if argv[0] == "-m":
         script = argv[1].replace(".", "/") + ".py"
         if script not in snapshot.files:
@@ -384,25 +436,35 @@ def check_imports(snapshot: Snapshot, argv: list[str]) -> list[Finding]:
         provided = {_normal(d) for d in providers.get(name, [])} or {_normal(name)}
         if not provided & dists:
             missing.append(name)
+    required = [n for n in missing if not names[n]]
     findings = [Finding("script", "ok", f"{script} is in the code snapshot")]
+    fix = f"add the package(s) to {env.get('requirements') or 'a requirements.txt in the code folder'}"
     blind = sorted(unknown & pinned)  # not installed here (the 'infra' extra only): what they bring is not known
-    if missing:
+    if required:
+        unless = [f"{' or '.join(blind)} brings it: not installed here, its dependencies unknown"] if blind else []
+        unless += ["the --setup-command installs it"] if setup_command else []
         findings.append(
             Finding(
                 "imports",
-                "warn" if blind else "fail",
-                f"{script} imports {', '.join(missing)}, which neither the code, the standard library, torch, "
+                "warn" if unless else "fail",
+                f"{script} imports {', '.join(required)}, which neither the code, the standard library, torch, "
                 "lightning, lightning-srifty nor the requirements file provides"
-                + (
-                    f" (unless {' or '.join(blind)} brings it: not installed here, its dependencies unknown)"
-                    if blind
-                    else ""
-                ),
-                f"add the package(s) to {env.get('requirements') or 'a requirements.txt in the code folder'}",
+                + (f" (unless {'; or '.join(unless)})" if unless else ""),
+                fix,
             )
         )
     else:
         findings.append(Finding("imports", "ok", f"its {len(names)} imports resolve in the nodes' environment"))
+    if optional := [n for n in missing if names[n]]:
+        findings.append(
+            Finding(
+                "imports",
+                "warn",
+                f"{script} imports {', '.join(optional)} only under try/except ImportError, and the nodes' "
+                "environment does not provide it: the nodes will train without it",
+                fix + " if the nodes should have it",
+            )
+        )
     args = argv[2:] if argv[0] == "-m" else argv[1:]
     return [*findings, *_glue_findings(snapshot, argv, script), *check_device(script, source, args)]
 
@@ -801,6 +863,7 @@ def preflight(
     zone: str | None = None,
     snapshot: Snapshot | None = None,
     argv: list[str] | None = None,
+    setup_command: str | None = None,
     ami: dict[str, Any] | None = None,
     arches: list[str] | None = None,
     aws: dict[str, Any] | None = None,
@@ -813,11 +876,12 @@ def preflight(
     data_room_gb: float = math.inf,
 ) -> Report:
     """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``); ``endpoint``:
-    the root's AWS endpoint (an emulator's), for what its scheme means to the upload."""
+    the root's AWS endpoint (an emulator's), for what its scheme means to the upload; ``setup_command``: what the
+    nodes run before the script (it may install what the script imports)."""
     started = time.perf_counter()
     findings: list[Finding] = check_model(model, snapshot, project or Path.cwd())
     if snapshot is not None and argv:
-        findings += check_imports(snapshot, argv)
+        findings += check_imports(snapshot, argv, setup_command)
     if snapshot is not None:
         findings += check_torch_build(json.loads(read_member(snapshot, ENVIRONMENT_FILE)), ami or {}, gpus or [])
     aws = aws or clients(region)
@@ -869,6 +933,7 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         zone=values["network"].get("availability_zone") or values["network"].get("availability_zone_id"),
         snapshot=snapshot,
         argv=values["train"]["argv"],
+        setup_command=values["train"].get("setup_command"),
         ami=values.get("ami") or {},
         arches=sorted({g.get("arch", "x86_64") for g in values["groups"]}),
         aws=aws or clients(values["region"], endpoint),

@@ -483,9 +483,12 @@ def test_srifty_terraform_says_when_the_script_keeps_the_training_off_the_gpus(t
     project = _project(tmp_path / "p")
     (project / "train.py").write_text('import lightning as L\n\ntrainer = L.Trainer(accelerator="cpu", max_steps=5)\n')
     monkeypatch.chdir(project)
-    assert main(["terraform", "--plan", str(PLAN), "--out", str(tmp_path / "infra"), "--name", "cpu-pinned"]) == 0
+    # the root is written for review, and the command fails: a pipeline going on to terraform apply stops here
+    assert main(["terraform", "--plan", str(PLAN), "--out", str(tmp_path / "infra"), "--name", "cpu-pinned"]) == 1
     err = capsys.readouterr().err
     assert "[FAIL] device: train.py:3: Trainer(accelerator='cpu')" in err and 'accelerator="auto"' in err, err
+    assert "1 check(s) of the script failed (above): its nodes would not train" in err
+    assert (tmp_path / "infra" / "srifty.auto.tfvars.json").is_file()
     (project / "train.py").write_text("import lightning as L\n\ntrainer = L.Trainer(max_steps=5)\n")
     assert main(["terraform", "--plan", str(PLAN), "--out", str(tmp_path / "infra"), "--name", "cpu-pinned"]) == 0
     assert "device:" not in capsys.readouterr().err
