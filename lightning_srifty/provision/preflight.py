@@ -421,6 +421,18 @@ def check_imports(snapshot: Snapshot, argv: list[str], setup_command: str | None
         names = imported_modules(source)
     except SyntaxError as exc:
         return [Finding("script", "fail", f"{script} does not parse: {exc}", "fix the syntax error before paying")]
+    findings = [
+        Finding("script", "ok", f"{script} is in the code snapshot"),
+        *_import_findings(snapshot, script, names, setup_command),
+    ]
+    args = argv[2:] if argv[0] == "-m" else argv[1:]
+    return [*findings, *_glue_findings(snapshot, argv, script), *check_device(script, source, args)]
+
+
+def _import_findings(
+    snapshot: Snapshot, script: str, names: dict[str, bool], setup_command: str | None
+) -> list[Finding]:
+    """The ``imports`` findings of :func:`check_imports`: what of ``names`` (name -> optional) the nodes lack."""
     env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
     requirements: set[str] = set()
     if env.get("requirements"):
@@ -436,11 +448,10 @@ def check_imports(snapshot: Snapshot, argv: list[str], setup_command: str | None
         provided = {_normal(d) for d in providers.get(name, [])} or {_normal(name)}
         if not provided & dists:
             missing.append(name)
-    required = [n for n in missing if not names[n]]
-    findings = [Finding("script", "ok", f"{script} is in the code snapshot")]
     fix = f"add the package(s) to {env.get('requirements') or 'a requirements.txt in the code folder'}"
-    blind = sorted(unknown & pinned)  # not installed here (the 'infra' extra only): what they bring is not known
-    if required:
+    findings = []
+    if required := [n for n in missing if not names[n]]:
+        blind = sorted(unknown & pinned)  # not installed here (the 'infra' extra only): what they bring is not known
         unless = [f"{' or '.join(blind)} brings it: not installed here, its dependencies unknown"] if blind else []
         unless += ["the --setup-command installs it"] if setup_command else []
         findings.append(
@@ -465,8 +476,7 @@ def check_imports(snapshot: Snapshot, argv: list[str], setup_command: str | None
                 fix + " if the nodes should have it",
             )
         )
-    args = argv[2:] if argv[0] == "-m" else argv[1:]
-    return [*findings, *_glue_findings(snapshot, argv, script), *check_device(script, source, args)]
+    return findings
 
 
 def _glue_findings(snapshot: Snapshot, argv: list[str], script: str) -> list[Finding]:

@@ -25,7 +25,9 @@ def test_capacity_codes_are_read_from_terraforms_error_text() -> None:
     assert capacity_code("Error: creating IAM Role: AccessDenied") is None
 
 
-@pytest.mark.parametrize("lost", [("CreateFleet",), ("CreateFleet", "DeleteLaunchTemplate")])
+# one case: the clean-up's answer lost too walks every step of the plain failover (its assertions are the same) and
+# the destroy's second pass; the plain case alone cost the suite 177 s of a worker's time (BENCHMARKS, CI's time)
+@pytest.mark.parametrize("lost", [("CreateFleet", "DeleteLaunchTemplate")])
 def test_no_capacity_for_the_first_fleet_moves_to_the_next_and_leaves_nothing_behind(
     tf_env, moto_endpoint, tmp_path, catalog, lost
 ) -> None:

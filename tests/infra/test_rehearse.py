@@ -139,6 +139,27 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
     assert any("EFA" in line for line in report["not_checked"])
 
 
+def test_a_rehearsal_run_again_keeps_the_last_ones_report_and_logs(tmp_path) -> None:
+    """A trial's note: a rehearsal run again on the same folder wiped the last one's node logs, the evidence of what
+    failed. Its report and logs are kept in the new folder's previous/ (one generation); the nodes' disks are not."""
+    root = tmp_path / "infra"
+    root.mkdir()
+    work = walk._work_folder(walk.Settings(), root)
+    (work / "rehearsal.json").write_text('{"ok": false}')
+    (work / "node1" / "opt-srifty").mkdir(parents=True)
+    (work / "node1" / "console.log").write_text("leg 1: exit 1")
+    (work / "node1" / "opt-srifty" / "venv.bin").write_bytes(b"x" * 1000)
+    (work / "previous" / "node9").mkdir(parents=True)
+    (work / "previous" / "node9" / "console.log").write_text("two rehearsals ago")
+    again = walk._work_folder(walk.Settings(), root)
+    assert again == work and (work / walk.MARKER).exists()
+    assert (work / "previous" / "node1" / "console.log").read_text() == "leg 1: exit 1"
+    assert (work / "previous" / "rehearsal.json").read_text() == '{"ok": false}'
+    assert not (work / "node1").exists() and not (work / "previous" / "node1" / "opt-srifty").exists()
+    assert not (work / "previous" / "node9").exists()  # one generation
+    assert sorted(p.name for p in root.iterdir()) == [".srifty-rehearsal"]  # nothing left beside it
+
+
 def test_the_rehearsal_refuses_what_it_cannot_play(tmp_path, catalog, monkeypatch, capsys) -> None:
     """Bad settings and roots it cannot play are named with the fix, before anything starts."""
     infra = spot_root(tmp_path, catalog)

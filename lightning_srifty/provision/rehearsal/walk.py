@@ -202,7 +202,7 @@ def copy_root_module(root: Path, target: Path, work: Path) -> None:
 
 def _work_folder(settings: Settings, root: Path) -> Path:
     """The rehearsal's folder (``settings.work``, default ``<root>/.srifty-rehearsal``), emptied and marked as the
-    rehearsal's.
+    rehearsal's; the last rehearsal's report and logs are kept in its ``previous/``.
 
     Raises:
         ConfigError: it is inside the root module, or holds files that no rehearsal wrote.
@@ -224,11 +224,33 @@ def _work_folder(settings: Settings, root: Path) -> Path:
             value=str(work),
             path=str(work),
         )
+    old = work.with_name(work.name + ".replaced")  # the last rehearsal, until its logs are kept
+    if old.exists():
+        shutil.rmtree(old)
     if work.exists():
-        shutil.rmtree(work)
+        work.rename(old)
     work.mkdir(parents=True)
-    (work / MARKER).write_text("written by srifty rehearse: the next rehearsal replaces this folder\n")
+    (work / MARKER).write_text(
+        f"written by srifty rehearse: the next rehearsal replaces this folder (its logs kept in {PREVIOUS}/)\n"
+    )
+    if old.exists():
+        _keep_logs(old, work / PREVIOUS)
+        shutil.rmtree(old)
     return work
+
+
+PREVIOUS = "previous"  # the last rehearsal's report and logs, inside the new rehearsal's folder (one generation)
+KEPT = ("rehearsal.json", "terraform-destroy.log", "node*/*.log", "node*/user_data.sh")
+
+
+def _keep_logs(old: Path, to: Path) -> None:
+    """The report and the logs of the rehearsal in ``old`` (its nodes' disks, environments and the root's copy are
+    not kept: gigabytes), copied to ``to``: a rehearsal run again must not take the evidence of the last one."""
+    for pattern in KEPT:
+        for path in old.glob(pattern):
+            target = to / path.relative_to(old)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
 
 
 def _check_settings(settings: Settings, values: dict[str, Any]) -> None:
