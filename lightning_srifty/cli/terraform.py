@@ -59,7 +59,7 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         from lightning_srifty.provision.preflight import check_imports
 
         train = result.values["train"]
-        for finding in check_imports(result.snapshot, train["argv"], train.get("setup_command")):
+        for finding in check_imports(result.snapshot, train["argv"], train.get("setup_command"), train.get("image")):
             if finding.status != "ok":
                 print(finding.line(), file=sys.stderr)
             failed += finding.status == "fail"

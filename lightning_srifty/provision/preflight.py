@@ -187,24 +187,32 @@ def imported_modules(source: str) -> dict[str, bool]:
 
 
 _CATCHES_IMPORT_ERROR = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+# try, and try with except* (Python 3.11+)
+TRIES: tuple[type, ...] = tuple(t for t in (getattr(ast, name, None) for name in ("Try", "TryStar")) if t)
 
 
 def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
-    """``never`` (under ``if TYPE_CHECKING:``), ``optional`` (in a ``try`` body whose handlers take an ImportError)
-    or ``required``."""
-    child = node
+    """``never`` (under ``if TYPE_CHECKING:``, wherever in its ancestors), ``optional`` (in the body of a ``try``
+    whose handler takes an ImportError and goes on: a handler that raises or exits makes the import required, with a
+    message) or ``required``. A function's body runs later, outside the ``try`` around its ``def``: the walk for the
+    ``try`` stops there."""
+    guard, child, in_function = "required", node, False
     while child in parents:
         parent = parents[child]
         if isinstance(parent, ast.If) and child in parent.body and _names_type_checking(parent.test):
             return "never"
-        if (
-            isinstance(parent, ast.Try)
-            and child in parent.body
-            and any(_catches_import_error(h) for h in parent.handlers)
-        ):
-            return "optional"
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            in_function = True
+        if not in_function and _guards(parent, child):
+            guard = "optional"
         child = parent
-    return "required"
+    return guard
+
+
+def _guards(parent: ast.AST, child: ast.AST) -> bool:
+    """``child`` is in the body of the ``try`` ``parent``, one of whose handlers takes an ImportError and goes on."""
+    tried: Any = parent
+    return isinstance(parent, TRIES) and child in tried.body and any(_catches_import_error(h) for h in tried.handlers)
 
 
 def _names_type_checking(test: ast.expr) -> bool:
@@ -214,6 +222,17 @@ def _names_type_checking(test: ast.expr) -> bool:
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    """The handler takes an ImportError and lets the script go on (its last statement neither raises nor exits)."""
+    last = handler.body[-1] if handler.body else None
+    if isinstance(last, ast.Raise) or (
+        isinstance(last, ast.Expr)
+        and isinstance(last.value, ast.Call)
+        and (
+            (isinstance(last.value.func, ast.Name) and last.value.func.id in ("exit", "quit"))
+            or (isinstance(last.value.func, ast.Attribute) and last.value.func.attr in ("exit", "_exit"))
+        )
+    ):
+        return False
     if handler.type is None:
         return True
     caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
@@ -222,6 +241,11 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
         or (isinstance(c, ast.Attribute) and c.attr in _CATCHES_IMPORT_ERROR)
         for c in caught
     )
+
+
+# what a --setup-command that installs packages says (pip install, uv pip, conda, apt-get...): only such a command
+# may provide an import the nodes' environment lacks; `true` (the fix for a custom AMI's missing setup) does not
+INSTALLS = re.compile(r"\b(pip3?|uv|conda|mamba|micromamba|poetry|pdm|pipenv|pipx|apt(-get)?|yum|dnf|install)\b")
 
 
 # the keyword that pins a Lightning Trainer / Fabric to a device; these values leave a GPU fleet's GPUs idle
@@ -396,11 +420,13 @@ def check_model(planned: str | None, snapshot: Snapshot | None, project: Path) -
     return [Finding("model", "ok", f"the plan is for {own!r}, the model {where} measured")]
 
 
-def check_imports(snapshot: Snapshot, argv: list[str], setup_command: str | None = None) -> list[Finding]:
+def check_imports(
+    snapshot: Snapshot, argv: list[str], setup_command: str | None = None, image: str | None = None
+) -> list[Finding]:
     """Every module the script imports resolves on the nodes (see the module docstring). One that does not fails the
-    check, unless what is missing may come another way (a pinned package not installed here, the ``--setup-command``:
-    a warning that says so) or the script runs without it (an import under ``try: ... except ImportError``: a
-    warning naming what the nodes will run without)."""
+    check, unless what is missing may come another way (a pinned package not installed here, a ``--setup-command``
+    that installs packages, the container ``image``: a warning that says so) or the script runs without it (an
+    import under ``try: ... except ImportError``: a warning naming what the nodes will run without)."""
     if argv[0] == "-m":
         script = argv[1].replace(".", "/") + ".py"
         if script not in snapshot.files:
@@ -423,14 +449,14 @@ def check_imports(snapshot: Snapshot, argv: list[str], setup_command: str | None
         return [Finding("script", "fail", f"{script} does not parse: {exc}", "fix the syntax error before paying")]
     findings = [
         Finding("script", "ok", f"{script} is in the code snapshot"),
-        *_import_findings(snapshot, script, names, setup_command),
+        *_import_findings(snapshot, script, names, setup_command, image),
     ]
     args = argv[2:] if argv[0] == "-m" else argv[1:]
     return [*findings, *_glue_findings(snapshot, argv, script), *check_device(script, source, args)]
 
 
 def _import_findings(
-    snapshot: Snapshot, script: str, names: dict[str, bool], setup_command: str | None
+    snapshot: Snapshot, script: str, names: dict[str, bool], setup_command: str | None, image: str | None
 ) -> list[Finding]:
     """The ``imports`` findings of :func:`check_imports`: what of ``names`` (name -> optional) the nodes lack."""
     env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
@@ -453,7 +479,8 @@ def _import_findings(
     if required := [n for n in missing if not names[n]]:
         blind = sorted(unknown & pinned)  # not installed here (the 'infra' extra only): what they bring is not known
         unless = [f"{' or '.join(blind)} brings it: not installed here, its dependencies unknown"] if blind else []
-        unless += ["the --setup-command installs it"] if setup_command else []
+        unless += ["the --setup-command installs it"] if setup_command and INSTALLS.search(setup_command) else []
+        unless += [f"the container image {image} provides it"] if image else []
         findings.append(
             Finding(
                 "imports",
@@ -465,7 +492,8 @@ def _import_findings(
             )
         )
     else:
-        findings.append(Finding("imports", "ok", f"its {len(names)} imports resolve in the nodes' environment"))
+        needed = sum(not optional for optional in names.values())
+        findings.append(Finding("imports", "ok", f"its {needed} required imports resolve in the nodes' environment"))
     if optional := [n for n in missing if names[n]]:
         findings.append(
             Finding(
@@ -874,6 +902,7 @@ def preflight(
     snapshot: Snapshot | None = None,
     argv: list[str] | None = None,
     setup_command: str | None = None,
+    image: str | None = None,
     ami: dict[str, Any] | None = None,
     arches: list[str] | None = None,
     aws: dict[str, Any] | None = None,
@@ -891,7 +920,7 @@ def preflight(
     started = time.perf_counter()
     findings: list[Finding] = check_model(model, snapshot, project or Path.cwd())
     if snapshot is not None and argv:
-        findings += check_imports(snapshot, argv, setup_command)
+        findings += check_imports(snapshot, argv, setup_command, image)
     if snapshot is not None:
         findings += check_torch_build(json.loads(read_member(snapshot, ENVIRONMENT_FILE)), ami or {}, gpus or [])
     aws = aws or clients(region)
@@ -944,6 +973,7 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         snapshot=snapshot,
         argv=values["train"]["argv"],
         setup_command=values["train"].get("setup_command"),
+        image=values["train"].get("image"),
         ami=values.get("ami") or {},
         arches=sorted({g.get("arch", "x86_64") for g in values["groups"]}),
         aws=aws or clients(values["region"], endpoint),

@@ -204,8 +204,25 @@ def test_the_scripts_imports_must_resolve_in_the_nodes_environment(tmp_path) -> 
             "fail",
             "imports wandb,",
         ),  # the fallback runs
-        # the setup command may install it: not refused, but said
+        # a handler that re-raises or exits with a message makes the import required
+        (
+            "try:\n    import wandb\nexcept ImportError as e:\n    raise SystemExit('pip install wandb') from e\n",
+            None,
+            "fail",
+            "imports wandb,",
+        ),
+        (
+            "import sys\ntry:\n    import wandb\nexcept ImportError:\n    sys.exit('no wandb')\n",
+            None,
+            "fail",
+            "imports wandb,",
+        ),
+        # a function's body runs later, outside the try around its def; TYPE_CHECKING wins over a try inside it
+        ("try:\n    def log():\n        import wandb\nexcept ImportError:\n    pass\n", None, "fail", "imports wandb,"),
+        ("if TYPE_CHECKING:\n    try:\n        import wandb\n    except ImportError:\n        pass\n", None, "ok", ""),
+        # a setup command that installs packages may provide it: not refused, but said; `true` installs nothing
         ("import wandb\n", "pip install wandb", "warn", "unless the --setup-command installs it"),
+        ("import wandb\n", "true", "fail", "imports wandb,"),
     ],
 )
 def test_an_import_the_script_can_run_without_is_not_refused(tmp_path, script, setup, status, said) -> None:

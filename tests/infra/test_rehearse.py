@@ -158,6 +158,17 @@ def test_a_rehearsal_run_again_keeps_the_last_ones_report_and_logs(tmp_path) -> 
     assert not (work / "node1").exists() and not (work / "previous" / "node1" / "opt-srifty").exists()
     assert not (work / "previous" / "node9").exists()  # one generation
     assert sorted(p.name for p in root.iterdir()) == [".srifty-rehearsal"]  # nothing left beside it
+    # interrupted while the old folder was being emptied (its logs copied, its node disks half removed): the next
+    # rehearsal keeps the copy, not what is left
+    (work / "node2").mkdir()
+    (work / "node2" / "console.log").write_text("leg 2: exit 75")
+    staged = work / walk.STAGED
+    walk._keep_logs(work, staged)
+    (staged / ".done").write_text("")
+    shutil.rmtree(work / "node2")
+    walk._work_folder(walk.Settings(), root)
+    assert (work / "previous" / "node2" / "console.log").read_text() == "leg 2: exit 75"
+    assert not staged.exists() and not (work / "node2").exists()
 
 
 def test_the_rehearsal_refuses_what_it_cannot_play(tmp_path, catalog, monkeypatch, capsys) -> None:

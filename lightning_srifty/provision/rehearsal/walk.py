@@ -224,28 +224,41 @@ def _work_folder(settings: Settings, root: Path) -> Path:
             value=str(work),
             path=str(work),
         )
-    old = work.with_name(work.name + ".replaced")  # the last rehearsal, until its logs are kept
-    if old.exists():
-        shutil.rmtree(old)
     if work.exists():
-        work.rename(old)
-    work.mkdir(parents=True)
+        _empty_keeping_logs(work)
+    else:
+        work.mkdir(parents=True)
     (work / MARKER).write_text(
         f"written by srifty rehearse: the next rehearsal replaces this folder (its logs kept in {PREVIOUS}/)\n"
     )
-    if old.exists():
-        _keep_logs(old, work / PREVIOUS)
-        shutil.rmtree(old)
     return work
 
 
 PREVIOUS = "previous"  # the last rehearsal's report and logs, inside the new rehearsal's folder (one generation)
 KEPT = ("rehearsal.json", "terraform-destroy.log", "node*/*.log", "node*/user_data.sh")
+STAGED = ".previous-staged"  # the logs being kept, complete once STAGED/.done is written
+
+
+def _empty_keeping_logs(work: Path) -> None:
+    """Empty ``work`` of the last rehearsal but for its report and logs, kept in ``work/previous``. They are copied
+    inside the folder first and nothing is removed before the copy is complete, so a rehearsal interrupted here
+    (Ctrl-C while gigabytes of node disks are removed) leaves them to the next one."""
+    staged = work / STAGED
+    if not (staged / ".done").exists():  # a copy interrupted before it was complete: made again
+        if staged.exists():
+            shutil.rmtree(staged)
+        _keep_logs(work, staged)
+        (staged / ".done").write_text("")
+    for entry in work.iterdir():
+        if entry.name != STAGED:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    staged.rename(work / PREVIOUS)
 
 
 def _keep_logs(old: Path, to: Path) -> None:
     """The report and the logs of the rehearsal in ``old`` (its nodes' disks, environments and the root's copy are
     not kept: gigabytes), copied to ``to``: a rehearsal run again must not take the evidence of the last one."""
+    to.mkdir(parents=True, exist_ok=True)
     for pattern in KEPT:
         for path in old.glob(pattern):
             target = to / path.relative_to(old)
