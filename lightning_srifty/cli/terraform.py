@@ -69,7 +69,7 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         # node would boot, install and fail the same way (srifty apply and srifty check refuse it too)
         print(
             f"srifty terraform: {failed} check(s) of the script failed (above): its nodes would not train. The root "
-            f"is written for review; fix the script, then run srifty terraform again.",
+            "is written for review; fix the script, then run srifty terraform again.",
             file=sys.stderr,
         )
         return 1

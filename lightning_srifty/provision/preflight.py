@@ -915,8 +915,9 @@ def preflight(
     data_room_gb: float = math.inf,
 ) -> Report:
     """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``); ``endpoint``:
-    the root's AWS endpoint (an emulator's), for what its scheme means to the upload; ``setup_command``: what the
-    nodes run before the script (it may install what the script imports)."""
+    the root's AWS endpoint (an emulator's), for what its scheme means to the upload; ``setup_command`` and
+    ``image``: what the nodes run before the script and the container it runs in (either may provide what the
+    script imports)."""
     started = time.perf_counter()
     findings: list[Finding] = check_model(model, snapshot, project or Path.cwd())
     if snapshot is not None and argv:

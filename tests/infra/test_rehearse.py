@@ -166,6 +166,7 @@ def test_a_rehearsal_run_again_keeps_the_last_ones_report_and_logs(tmp_path) -> 
     walk._keep_logs(work, staged)
     (staged / ".done").write_text("")
     shutil.rmtree(work / "node2")
+    shutil.rmtree(work / "previous")  # swept: only the marker (never removed) and the copy are left
     walk._work_folder(walk.Settings(), root)
     assert (work / "previous" / "node2" / "console.log").read_text() == "leg 2: exit 75"
     assert not staged.exists() and not (work / "node2").exists()

@@ -250,7 +250,7 @@ def _empty_keeping_logs(work: Path) -> None:
         _keep_logs(work, staged)
         (staged / ".done").write_text("")
     for entry in work.iterdir():
-        if entry.name != STAGED:
+        if entry.name not in (STAGED, MARKER):  # the marker stays: an interrupted folder is still the rehearsal's
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     staged.rename(work / PREVIOUS)
 
