@@ -397,7 +397,7 @@ class SpotPreemption(Callback):
 
     @classmethod
     def from_plan(cls, plan: Any, choice: int = 0, dirpath: str | None = None, **kwargs: Any) -> SpotPreemption:
-        """Checkpoint at the interval the plan recommends for its chosen fleet (spot fleets only)."""
+        """Checkpoint at the interval the plan recommends for its chosen fleet (None where its run is shorter)."""
         from predictor.documents.plan import load_plan
 
         plan = plan if hasattr(plan, "entries") else load_plan(plan)

@@ -220,7 +220,11 @@ class PlanEntry:
     )
     memory_gib: float = doc_field("predicted memory per GPU (the fullest group)", min=0)
     pareto: bool = doc_field("on the time-cost Pareto front")
-    checkpoint_interval_s: float | None = doc_field("Young-Daly checkpoint interval (spot only)", default=None, min=0)
+    checkpoint_interval_s: float | None = doc_field(
+        "Young-Daly checkpoint interval, from spot interruptions and node failures (none: the run is shorter than it)",
+        default=None,
+        min=0,
+    )
     savings_vs_current: float | None = doc_field(
         "cost saved vs the current fleet for the same work, as a share (negative: dearer); null when unknown or "
         "when the current fleet cannot train the model",

@@ -114,7 +114,7 @@ def rank(
     r = _Ranking(profile, constraints, catalog, work, checkpoint_s, calibration, factors, spot_stats, words)
     types, names, efficient, layouts, many, cand = _candidates(r, markets)
     known_startup = measured_startup()  # read once: the start-up figures and the plan's note
-    current, current_note = _current(profile, constraints, catalog, work, factors)
+    current, current_note = _current(profile, constraints, catalog, work, factors, checkpoint_s)
     scored = _score(r, types, names, many, cand, current, known_startup)
     ok, keep = _feasible(r, scored, lambda i: _described(entry(scored, i, 1, types, profile, None, False)))
     key = scored.time_h if constraints.objective == Objective.TIME else scored.cost
@@ -315,7 +315,8 @@ def _score(
     startup = startup_by_shape[s]
     run_s = r.work.samples / many.throughput_samples_s[s]
     rate = cand.rate_per_hr if spot_stats is None else row_sum(cand.spot) * spot_stats.rate_per_hr
-    spot = spot_cost(run_s, np.ones(len(s)), rate, checkpoint_s, restart_s=startup)
+    gpus = many.group_gpus[s].sum(axis=1)  # every fleet, on-demand too, loses a node without a notice now and then
+    spot = spot_cost(run_s, np.ones(len(s)), rate, checkpoint_s, restart_s=startup, gpus=gpus)
     wall_s = startup + spot.expected_time_s
     usd_hr = row_sum(cand.group_usd)
     scored = Scored(
@@ -832,7 +833,12 @@ def _startup_notes(
 
 
 def _current(
-    profile: Profile, constraints: Constraints, catalog: Catalog, work: Work, factors: dict[str, float] | None
+    profile: Profile,
+    constraints: Constraints,
+    catalog: Catalog,
+    work: Work,
+    factors: dict[str, float] | None,
+    checkpoint_s: float,
 ) -> tuple[CurrentFleet | None, str | None]:
     """((fleet, GPU, on-demand cost of the work) of the current hardware when known, priced and able to train the
     model; else None), and a note when it is known but cannot be compared."""
@@ -869,5 +875,8 @@ def _current(
     if not math.isfinite(usd):
         return None, None
     gpus = ",".join(sorted({g.instance.gpu or "" for g in fleet.groups}))
-    hours = work.samples / pred.throughput_samples_s / 3600  # already running: no start-up
-    return CurrentFleet(str(fleet), gpus, usd * float(billed_hours(np.array(hours * 3600))), hours), None
+    n_gpus = sum(g.instance.gpus * g.count for g in fleet.groups)
+    # already running: no start-up; on-demand, its node failures and periodic checkpoints as any fleet's (_score)
+    run_s = np.array([work.samples / pred.throughput_samples_s])
+    wall_s = spot_cost(run_s, np.ones(1), np.zeros(1), checkpoint_s, restart_s=0.0, gpus=n_gpus).expected_time_s
+    return CurrentFleet(str(fleet), gpus, usd * float(billed_hours(wall_s)[0]), float(wall_s[0]) / 3600), None

@@ -1,11 +1,14 @@
-"""What spot interruptions cost a data-parallel run, in expectation (numpy, vectorised over candidates).
+"""What spot interruptions and hardware failures cost a data-parallel run, in expectation (numpy, vectorised over
+candidates).
 
 A fleet of n instances, each interrupted at rate r per hour, is interrupted at rate n r (any loss stops synchronous
-DDP). With a checkpoint every tau seconds costing C seconds, Young-Daly's interval tau = sqrt(2 C M) (M = mean time
-between interruptions) minimises the expected overhead; each interruption costs re-provisioning + restart +
-checkpoint load, and either a save on the interruption notice, where the save fits EC2's two-minute notice
-(:func:`saves_on_notice`: what SpotPreemption does; nothing trained is lost), or the work lost since the last
-checkpoint (tau / 2 on average). The replay of a run (:mod:`predictor.runs.deadline`) reads the same rule.
+DDP). Every fleet, on-demand too, also loses a node without a notice at the hardware failure rate of its GPUs
+(:data:`FAILURES_PER_GPU_HR` x its GPUs). With a checkpoint every tau seconds costing C seconds, Young-Daly's interval
+tau = sqrt(2 C M) (M = mean time between interruptions and failures) minimises the expected overhead; each
+interruption costs re-provisioning + restart + checkpoint load, and either a save on the interruption notice, where
+the save fits EC2's two-minute notice (:func:`saves_on_notice`: what SpotPreemption does; nothing trained is lost),
+or the work lost since the last checkpoint (tau / 2 on average); a failure always loses that work. The replay of a
+run (:mod:`predictor.runs.deadline`) reads the same rule.
 """
 
 from __future__ import annotations
@@ -21,6 +24,15 @@ DEFAULT_CHECKPOINT_S = 30.0  # checkpoint save (and load) time when the profile 
 # EC2's spot interruption notice ("Spot Instance interruption notices", Amazon EC2 User Guide: "two minutes before")
 NOTICE_S = 120.0
 NOTICE_MARGIN_S = 10.0  # what the leaving job needs of the notice besides its save (the step in flight, the record)
+# Failures without a notice (a GPU, its memory, a host, a link), per GPU-hour, on-demand and spot alike: Meta's
+# OPT-175B run on 992 cloud A100s was interrupted every 7.5 h (its logbook; G. Lockwood's table of job interruption
+# rates, glennklockwood.com/garden/job-reliability): 1 / (7.5 x 992). Held out, Llama 3 405B's 419 unexpected
+# interruptions in 54 days on 16,384 H100s ("The Llama 3 Herd of Models", Table 5) are 2.0e-5 per GPU-hour, 6.8x
+# fewer; tau follows 1/sqrt(rate), and an interval set for a rate k x off costs (sqrt(k) + 1/sqrt(k)) / 2 of the
+# optimum's overhead: 1.5x there (BENCHMARKS.md, "On-demand fleets checkpoint too"). Bounds: a rate per GPU-hour in
+# [1e-6, 1e-2] (a GPU-century to a failure every 100 h of one GPU).
+FAILURES_PER_GPU_HR = 1.0 / (7.5 * 992)
+FAILURE_RATE_BOUNDS = (1e-6, 1e-2)
 
 
 def saves_on_notice(checkpoint_s: float) -> bool:
@@ -59,29 +71,37 @@ def spot_cost(
     rate_per_hr: np.ndarray,
     checkpoint_s: float = DEFAULT_CHECKPOINT_S,
     restart_s: np.ndarray | float = REPROVISION_S + RESTART_S,
+    gpus: np.ndarray | float = 0.0,
 ) -> SpotCost:
     """Expected interruptions and total time of ``work_s`` seconds of training on spot capacity.
 
     ``rate_per_hr`` is each instance's interruption rate (0 for on-demand); ``restart_s`` what bringing the fleet
-    back costs after an interruption (its start-up: :mod:`predictor.runs.startup`). The Young-Daly interval is capped
-    by the run: a run shorter than the interval takes no periodic checkpoint and loses, on average, half of itself.
+    back costs after an interruption (its start-up: :mod:`predictor.runs.startup`); ``gpus`` the fleet's GPUs, which
+    fail without a notice at :data:`FAILURES_PER_GPU_HR` each (0: failures left out). The Young-Daly interval is
+    capped by the run: a run shorter than the interval takes no periodic checkpoint and loses, on average, half of
+    itself. ``expected_interruptions`` counts spot interruptions only (0 on-demand); failures are in the overhead.
     """
     work_s = np.asarray(work_s, dtype=float)
     fleet_rate = np.asarray(instances, dtype=float) * np.asarray(rate_per_hr, dtype=float) / 3600.0  # per second
+    failure_rate = np.asarray(gpus, dtype=float) * FAILURES_PER_GPU_HR / 3600.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        mtbi = np.where(fleet_rate > 0, 1.0 / fleet_rate, np.inf)
+        both = fleet_rate + failure_rate
+        mtbi = np.where(both > 0, 1.0 / both, np.inf)
         tau = np.where(np.isfinite(mtbi), np.sqrt(2.0 * checkpoint_s * mtbi), np.inf)
         periodic = np.isfinite(tau) & (tau < work_s)
         tau = np.where(periodic, tau, np.inf)
         # checkpoints slow the run by C / tau (kept where the save fits the notice too: a notice can come late or
         # not at all); each interruption costs the restart + a checkpoint load + the save on the notice, or, where
-        # the save does not fit it, the work lost since the last checkpoint (half an interval, or half the run)
+        # the save does not fit it, the work lost since the last checkpoint (half an interval, or half the run),
+        # which a failure (no notice) always loses
         checkpoint_time = np.where(periodic, work_s * checkpoint_s / tau, 0.0)
-        lost = checkpoint_s if saves_on_notice(checkpoint_s) else np.where(periodic, tau, work_s) / 2.0
+        unsaved = np.where(periodic, tau, work_s) / 2.0
+        lost = checkpoint_s if saves_on_notice(checkpoint_s) else unsaved
         per_interruption = restart_s + checkpoint_s + lost
+        per_failure = restart_s + checkpoint_s + unsaved
     running = work_s + checkpoint_time
     interruptions = fleet_rate * running
-    overhead = checkpoint_time + interruptions * per_interruption
+    overhead = checkpoint_time + interruptions * per_interruption + failure_rate * running * per_failure
     return SpotCost(interruptions, tau, overhead, work_s + overhead, np.where(fleet_rate > 0, per_interruption, 0.0))
 
 

@@ -36,7 +36,16 @@ def test_ranked_by_cost_with_times_and_costs_that_add_up(profile, catalog) -> No
     samples = 100_000 * 256
     # a new fleet: its start-up (provisioning, boot, setup, warm-up) comes first, and is billed
     assert best.startup_s == pytest.approx(180 + 120 + 60)
-    assert best.time_h == pytest.approx((samples / one.throughput_samples_s + best.startup_s) / 3600)
+    # on-demand too, a node fails now and then without a notice (1 / (7.5 h x 992) per GPU-hour, OPT-175B's cloud
+    # run): this 20 h run checkpoints every sqrt(2 C / rate) s (Young-Daly, C = 30 s), and each failure costs the
+    # replacement's start-up, a checkpoint load and half an interval of work, in expectation
+    work_s, rate_s = samples / one.throughput_samples_s, best.gpus / (7.5 * 992) / 3600
+    tau = math.sqrt(2 * 30 / rate_s)
+    assert tau < work_s and best.checkpoint_interval_s == pytest.approx(tau)
+    running = work_s * (1 + 30 / tau)
+    failures = rate_s * running * (best.startup_s + 30 + tau / 2)
+    assert 0 < running + failures - work_s < 0.01 * work_s
+    assert best.time_h == pytest.approx((running + failures + best.startup_s) / 3600)
     assert best.cost_usd == pytest.approx(best.time_h * best.usd_per_hour)
     (group,) = best.groups
     assert best.usd_per_hour == pytest.approx(catalog.get(group.instance_type).price_usd_hr("us-east-1") * group.count)
@@ -210,7 +219,11 @@ def test_mixed_market_buys_the_on_demand_base_and_prices_only_spot_risk(profile,
         # only the spot instances are interrupted
         work_s = 100_000 * 256 / e.throughput_samples_s
         expected = spot_cost(
-            np.array([work_s]), np.array([g.spot]), np.array([it.interruption_rate_per_hr]), restart_s=e.startup_s
+            np.array([work_s]),
+            np.array([g.spot]),
+            np.array([it.interruption_rate_per_hr]),
+            restart_s=e.startup_s,
+            gpus=np.array([e.gpus]),
         )
         assert e.expected_interruptions == pytest.approx(expected.expected_interruptions[0])
     # 1 and 2 instances: the base + 25% of the rest rounds up to every instance, the same as all on-demand
@@ -547,3 +560,30 @@ def test_two_spot_shares_are_refused_however_the_constraints_are_built() -> None
 
     for copied in (pickle.loads(pickle.dumps(Constraints(steps=1))), copy.deepcopy(Constraints(steps=1))):
         assert dataclasses.replace(copied, market="spot:0.75").spot_share == 0.75
+
+
+def test_an_on_demand_fleet_checkpoints_for_the_node_failures_it_meets(profile, catalog) -> None:
+    """A trial's note: on-demand fleets had no periodic checkpoint (the interval came from spot interruptions alone),
+    so a node lost without a notice (a GPU, its memory, its host: on-demand gives no warning) cost the whole run
+    since its start. Every fleet now fails at 1 / (7.5 h x 992) per GPU-hour (OPT-175B's cloud run): a run longer
+    than Young-Daly's interval sqrt(2 C / rate) checkpoints at it, more often on more GPUs, and srifty terraform
+    hands the interval to the job; a run shorter than it takes none, as before."""
+    from lightning_srifty.provision.terraform.generate import Options, tfvars
+
+    c = Constraints(steps=2_000_000, market="on-demand", allow=("p3.2xlarge", "p3.16xlarge"), max_instances=4, top=8)
+    plan = rank(profile, c, catalog=catalog)
+    intervals = {}
+    for e in plan.entries:
+        work_s = plan.constraints.work_samples / e.throughput_samples_s
+        tau = math.sqrt(2 * 30 / (e.gpus / (7.5 * 992) / 3600))
+        assert e.risk == "none" and e.expected_interruptions == 0  # no spot: failures are not interruptions
+        assert e.checkpoint_interval_s == (pytest.approx(tau) if tau < work_s else None), (e.fleet, work_s)
+        intervals[e.gpus] = e.checkpoint_interval_s
+    periodic = sorted((g, t) for g, t in intervals.items() if t is not None)
+    assert len(periodic) >= 2 and [t for _, t in periodic] == sorted((t for _, t in periodic), reverse=True)
+    choice = next(i for i, e in enumerate(plan.entries) if e.checkpoint_interval_s is not None)
+    env = tfvars(plan, choice, Options(name="od-run"), catalog)["train"]["env"]
+    assert env["SRIFTY_CHECKPOINT_EVERY_S"] == f"{plan.entries[choice].checkpoint_interval_s:.0f}"
+    short = rank(profile, Constraints(steps=1_000, market="on-demand", allow=("p3.16xlarge",), top=3), catalog=catalog)
+    assert all(e.checkpoint_interval_s is None for e in short.entries)
+    assert "SRIFTY_CHECKPOINT_EVERY_S" not in tfvars(short, 0, Options(name="od-run"), catalog)["train"].get("env", {})

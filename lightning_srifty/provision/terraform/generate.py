@@ -601,7 +601,7 @@ def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot |
         env[protocol.VARIABLES["strategy"]] = protocol.entry_strategy(entry)
     if not options.handover:  # srifty launch's handover carries its own
         env.update(planned_batches(entry))
-        if entry.checkpoint_interval_s:  # the plan's periodic checkpoint (spot fleets): SpotPreemption's every_s
+        if entry.checkpoint_interval_s:  # the periodic checkpoint (spot or on-demand): SpotPreemption every_s
             env[protocol.VARIABLES["checkpoint_every_s"]] = f"{max(1.0, entry.checkpoint_interval_s):.0f}"
     if env:
         train["env"] = env
