@@ -84,7 +84,7 @@ def main() -> int:
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(out, indent=2) + "\n")
     tmp.replace(args.out)
-    print(f"\nwrote {args.out.relative_to(ROOT)}")
+    print(f"\nwrote {args.out}")
     return 0
 
 

@@ -53,7 +53,7 @@ from predictor.runs.odds import (
     guarded_ranges,
     late_moves,
 )
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, RESTART_S, spot_cost
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, FAILURES_PER_GPU_HR, RESTART_S, spot_cost
 from predictor.runs.startup import (
     BILLING_MINIMUM_S,
     BOOT_S,
@@ -325,8 +325,13 @@ def _score(
     )  # fmt: skip
     if constraints.deadline_h is None:
         return scored
-    scored, odds = _under_deadline(r, scored, run_s, DOWN_SPELL_S if spot_stats is None else spot_stats.down_s)
-    return _with_late_moves(r, scored, odds, run_s) if constraints.move_if_late else scored
+    # the work as an on-demand fleet trains it: its node failures priced (spot's interruptions not), what the
+    # deadline's on-demand spells and moves take, as every on-demand fleet's own time does (a review: a guarded spot
+    # fleet running all on-demand outranked the same fleet bought on-demand, whose failures alone were priced)
+    on_demand = spot_cost(run_s, np.ones(len(s)), np.zeros(len(s)), checkpoint_s, restart_s=startup, gpus=gpus)
+    od_run_s = on_demand.expected_time_s
+    scored, odds = _under_deadline(r, scored, od_run_s, DOWN_SPELL_S if spot_stats is None else spot_stats.down_s)
+    return _with_late_moves(r, scored, odds, od_run_s) if constraints.move_if_late else scored
 
 
 def _under_deadline(r: _Ranking, scored: Scored, run_s: np.ndarray, down_s: float) -> tuple[Scored, DeadlineOdds]:
@@ -542,7 +547,9 @@ def _notes(
         scaling,
         f"work: {work.samples:,.0f} samples ({work.optimizer_steps:,.0f} optimizer steps of the profiled global batch "
         f"of {work.global_batch}); spot overhead with a {checkpoint_s:.3g} s checkpoint ({checkpoint_note}) and "
-        f"{rates} interruption rates; any lost instance stops a synchronous DDP step until it is replaced",
+        f"{rates} interruption rates, and node failures without a notice at {FAILURES_PER_GPU_HR:.2g} per "
+        "GPU-hour on every fleet (checkpointed at Young-Daly's interval); any lost instance stops a synchronous DDP "
+        "step until it is replaced",
     ]
     if constraints.max_types >= 3 and len(names) > cands.MIX3_TYPES:
         notes.append(

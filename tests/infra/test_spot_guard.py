@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import threading
 import time
 
@@ -184,7 +185,18 @@ def test_the_on_demand_fallback_is_the_same_fleet_priced_from_the_catalog(spot_p
     spot, od = spot_plan.entries[1], od_plan.entries[i]
     assert i == len(spot_plan.entries) and list(od_plan.entries[:i]) == list(spot_plan.entries)  # appended only
     assert [(g.instance_type, g.count) for g in od.groups] == [(g.instance_type, g.count) for g in spot.groups]
-    assert (od.market, od.spot_share, od.expected_interruptions, od.checkpoint_interval_s) == ("on-demand", 0, 0, None)
+    assert (od.market, od.spot_share, od.expected_interruptions, od.risk) == ("on-demand", 0, 0, "none")
+    # the same work without spot's interruptions but with its node failures (a trial: the fallback had no periodic
+    # checkpoint, so a node lost on it cost everything since the leg began): Young-Daly's interval for them, the
+    # replacement's start-up, a load and the unsaved work in expectation
+    work_s = spot_plan.constraints.work_samples / spot.throughput_samples_s
+    rate_s, c = od.gpus / (7.5 * 992) / 3600, spot_plan.checkpoint_s or 30.0
+    tau = math.sqrt(2 * c / rate_s)
+    periodic = tau < work_s
+    assert od.checkpoint_interval_s == (pytest.approx(tau) if periodic else None)
+    running = work_s * (1 + c / tau) if periodic else work_s
+    failures = rate_s * running * (od.startup_s + c + (tau if periodic else work_s) / 2)
+    assert od.time_h == pytest.approx((od.startup_s + running + failures) / 3600)
     assert od.usd_per_hour == pytest.approx(2 * catalog.get("g4dn.xlarge").price_usd_hr("us-east-1"))
     assert check_entry(od_plan, i, catalog) == pytest.approx(od.usd_per_hour)  # what srifty terraform will accept
     # its intervals by the plan's one rule (the start-up fixed), around its own time and cost
@@ -193,6 +205,21 @@ def test_the_on_demand_fallback_is_the_same_fleet_priced_from_the_catalog(spot_p
     assert od.startup_s / 3600 <= t_lo <= od.time_h <= t_hi and c_lo <= od.cost_usd <= c_hi
     assert c_lo == pytest.approx(od.usd_per_hour * t_lo) and c_hi == pytest.approx(od.usd_per_hour * t_hi)
     assert on_demand_fleet(od_plan, i, catalog) == (od_plan, i)  # on-demand already
+
+
+def test_a_long_runs_on_demand_fallback_checkpoints_for_its_node_failures(catalog) -> None:
+    """The fallback of a day-long spot run on 8 GPUs runs longer than Young-Daly's interval for its node failures:
+    it checkpoints at that interval, which srifty launch gives its leg's job."""
+    from _support import MINIMAL
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+
+    c = Constraints(steps=2_000_000, market="spot", allow=("p3.16xlarge",), max_instances=1)
+    plan = rank(load_profile(copy.deepcopy(MINIMAL)), c, catalog=catalog)
+    od_plan, i = on_demand_fleet(plan, 0, catalog)
+    od = od_plan.entries[i]
+    tau = math.sqrt(2 * (plan.checkpoint_s or 30.0) / (8 / (7.5 * 992) / 3600))
+    assert od.gpus == 8 and od.time_h > tau / 3600 and od.checkpoint_interval_s == pytest.approx(tau)
     again, j = on_demand_fleet(od_plan, 1, catalog)  # the plan has the fleet on-demand now: that entry
     assert (again, j) == (od_plan, i)
 

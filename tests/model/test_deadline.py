@@ -270,13 +270,15 @@ def test_spot_entries_under_a_deadline_carry_the_fallback_and_keep_it(catalog) -
     od_h = rank(profile, Constraints(steps=700_000, market="on-demand", allow=("p3.2xlarge",), max_instances=1),
                 catalog=catalog).entries[0].time_h  # fmt: skip
     assert od_h < e.time_h  # spot's interruptions cost it time (restarts, and the saves on their notices)
-    tight_h = (od_h + e.time_h) / 2  # below the spot-only time, above the on-demand one
+    # 100 s of slack past the on-demand time and one restart (start-up + a save and a load): too little for spot's
+    # waits for capacity, enough for some spot (the two times are 2 min apart: this p3 is seldom interrupted)
+    tight_h = od_h + (e.startup_s + 2 * 30 + 100) / 3600
     # the fallback's pricing at the predicted (median) time: confidence 0.5 (the confidence is tests/test_deadline_odds)
     plan = rank(profile, Constraints(steps=700_000, market="any", allow=("p3.2xlarge",), max_instances=1,
                                      deadline_h=tight_h, confidence=0.5), catalog=catalog)  # fmt: skip
     spot = next(x for x in plan.entries if x.market == "spot")
     od = next(x for x in plan.entries if x.market == "on-demand")
-    assert spot.time_h <= tight_h and spot.on_demand_fallback is not None and spot.on_demand_fallback > 0
+    assert spot.time_h <= tight_h + 1e-9 and spot.on_demand_fallback is not None and 0 < spot.on_demand_fallback < 1
     assert e.cost_usd < spot.cost_usd < od.cost_usd and od.on_demand_fallback is None
     assert any("on-demand fallback" in n for n in plan.notes)
 

@@ -37,6 +37,7 @@ from predictor.documents.checks import refused
 from predictor.documents.plan import Plan, PlanEntry, scaled_interval
 from predictor.exceptions import ConfigError
 from predictor.runs import deadline, odds
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, spot_cost
 
 Running = Literal["spot", "on-demand"] | None
 Action = Literal["spot", "wait", "on-demand"]
@@ -113,7 +114,8 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
     """The fleet of ``plan.entries[index]`` all on-demand, as ``(plan, index)``: the entry itself when it is
     on-demand, the plan's entry with the same instance types, counts and region on-demand when it has one, else the
     plan with an on-demand copy of the entry appended (priced from ``catalog``, default ``Catalog.load()``; its
-    predicted time without the spot interruptions, no checkpoint interval, no spot risk).
+    predicted time without the spot interruptions but with its node failures, and the checkpoint interval for those
+    by the plan's one rule, :func:`~predictor.runs.spot.spot_cost`; no spot risk).
 
     Raises:
         ConfigError: the catalog has no on-demand price for a type of the fleet in its region.
@@ -130,8 +132,14 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
         ):
             return plan, i
 
-    if catalog is None:
-        catalog = Catalog.load()
+    od = _on_demand_copy(plan, index, Catalog.load() if catalog is None else catalog)
+    entries = type(plan.entries)((*plan.entries, od))  # the plan's own sequence type (tuple or list)
+    return dataclasses.replace(plan, entries=entries), len(plan.entries)
+
+
+def _on_demand_copy(plan: Plan, index: int, catalog: Any) -> PlanEntry:
+    """``plan.entries[index]`` bought on-demand (:func:`on_demand_fleet`), ranked after the plan's entries."""
+    entry = plan.entries[index]
     groups = type(entry.groups)(
         dataclasses.replace(
             g,
@@ -144,11 +152,17 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
         for k, g in enumerate(entry.groups)
     )
     usd = sum(g.usd_per_hour for g in groups)
-    time_h = max(entry.time_h - entry.expected_interruptions * entry.interruption_overhead_s / 3600, 0.0)
+    # the same work on the same GPUs, without spot's interruptions: its node failures and their checkpoint interval
+    start_s = entry.startup_s or 0.0
+    work_s = np.array([plan.constraints.work_samples / entry.throughput_samples_s])
+    checkpoint_s = DEFAULT_CHECKPOINT_S if plan.checkpoint_s is None else plan.checkpoint_s
+    priced = spot_cost(work_s, np.ones(1), np.zeros(1), checkpoint_s, restart_s=start_s, gpus=np.array([entry.gpus]))
+    time_h = (start_s + float(priced.expected_time_s[0])) / 3600
+    tau = float(priced.checkpoint_interval_s[0])
     # the intervals by the plan's one rule (the start-up fixed), on the on-demand time and price
     step = entry.iteration_time_s or 1.0
     lo, hi = (t / step for t in entry.iteration_time_interval_s)
-    start_h = (entry.startup_s or 0.0) / 3600
+    start_h = start_s / 3600
     od = dataclasses.replace(
         entry,
         rank=len(plan.entries) + 1,
@@ -164,11 +178,10 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
         interruption_overhead_s=0.0,
         risk="none",
         pareto=False,
-        checkpoint_interval_s=None,
+        checkpoint_interval_s=tau if math.isfinite(tau) else None,
         savings_vs_current=None,
     )
-    entries = type(plan.entries)((*plan.entries, od))  # the plan's own sequence type (tuple or list)
-    return dataclasses.replace(plan, entries=entries), len(plan.entries)
+    return od
 
 
 def total_steps(plan: Plan, global_batch: int) -> int:

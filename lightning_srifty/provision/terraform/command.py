@@ -218,16 +218,17 @@ _SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")  # SSM pa
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}$")
 # names the instances' boot script, AWS's and NVIDIA's tools, torch and torchrun (which sets RANK, WORLD_SIZE,
-# MASTER_ADDR... in every worker, over what the node exported), OpenMP, Lightning or srifty itself rely on: a secret
-# or a data folder exported under one of them would change what the node does, or never reach the job (the module's
-# data validation holds the same pattern, and tests/infra/test_data.py every variable the boot script assigns to it)
+# MASTER_ADDR... in every worker, over what the node exported, and takes PET_<ARGUMENT> for its arguments), OpenMP,
+# Lightning or srifty itself rely on: a secret or a data folder exported under one of them would change what the node
+# does, or never reach the job (the module's data validation holds the same pattern, and tests/infra/test_data.py
+# every variable the boot script assigns to it)
 RESERVED_ENV = (
     r"^(PATH|HOME|IFS|SHELL|USER|PWD|OLDPWD|HOSTNAME|TERM|LANG|LC_.*|TMPDIR|TOKEN|IMDS|REGION|STATE|JOB|CODE|LOG|LOG_URI|"
     r"URI|BOOT|ATTEMPTS|APT|BORN|CHECKPOINT_URI|DATA_HOME|DATA_JOBS|DEBIAN_FRONTEND|DEVICES|EFA_.*|ENDED|EXITED_URI|"
     r"EXPORTS|FS|GONE|HANDOVER|HOUSE|IMAGE|INSTANCE_ID|LAUNCHED|LIFE_.*|LISTED|LIVE|MY_IP|NET|NNODES|NVME|OFI|"
     r"OUTPUTS_.*|PEERS|PEERWATCH_PID|PER_BOOT|PICK|RAW|RDZV_HOST|RDZV_ID|READY_URI|REQ|SELF|SHIP_PID|TEE_PID|VENV|VERDICT|"
     r"WAIT_UNTIL|WHY|WHEEL|WHEELHOUSE.*|LD_.*|BASH.*|AWS_.*|SRIFTY_.*|"
-    r"PL_.*|LT_.*|TORCH_.*|TORCHELASTIC_.*|NCCL_.*|FI_.*|CUDA_.*|NVIDIA_.*|PYTHON.*|OMP_.*|MKL_.*|KMP_.*|RANK|"
+    r"PL_.*|LT_.*|TORCH_.*|TORCHELASTIC_.*|PET_.*|NCCL_.*|FI_.*|CUDA_.*|NVIDIA_.*|PYTHON.*|OMP_.*|MKL_.*|KMP_.*|RANK|"
     r"LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|ROLE_WORLD_SIZE|"
     r"MASTER_ADDR|MASTER_PORT|NODE_RANK)$"
 )
