@@ -23,13 +23,15 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
+import numpy as np
+
 from predictor.catalog import Catalog
 from predictor.documents.plan import Plan, PlanEntry
 from predictor.documents.profile import Profile
 from predictor.documents.schema import to_dict
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, SriftyError
 from predictor.ranking import Calibration, Constraints, rank
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S, RESTART_S
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S, RESTART_S, spot_cost
 
 Why = Literal["drift", "price", "deadline"]
 
@@ -90,12 +92,22 @@ def late(
     if plan.constraints.deadline_h is None:
         return None
     throughput = measured_throughput or entry.throughput_samples_s
-    training_h = plan.constraints.work_samples / entry.throughput_samples_s / 3600
+    training_h = _own_training_h(plan, entry)
     if entry.late_move_to is None:  # its time is its own (not the expectation of a move): interruptions and all
         training_h = max(training_h, entry.time_h - (entry.startup_s or 0.0) / 3600)
     stay_h = training_h * remaining_samples / plan.constraints.work_samples * entry.throughput_samples_s / throughput
     left_h = plan.constraints.deadline_h - elapsed_h
     return Late(entry.fleet, stay_h, left_h, measured_throughput is not None) if stay_h > left_h else None
+
+
+def _own_training_h(plan: Plan, entry: PlanEntry) -> float:
+    """The entry's fleet's own training time for the plan's work, start-up excluded: its node failures and periodic
+    checkpoints priced as the ranking prices them (:func:`~predictor.runs.spot.spot_cost`; an entry with a late move
+    is on-demand, whose figures are the move's expectation, not the fleet's own)."""
+    work_s = np.array([plan.constraints.work_samples / entry.throughput_samples_s])
+    checkpoint_s = DEFAULT_CHECKPOINT_S if plan.checkpoint_s is None else plan.checkpoint_s
+    own = spot_cost(work_s, np.ones(1), np.zeros(1), checkpoint_s, restart_s=entry.startup_s or 0.0, gpus=entry.gpus)
+    return float(own.expected_time_s[0]) / 3600
 
 
 def remaining_constraints(plan: Plan, remaining_samples: float, *, elapsed_h: float = 0.0, spent_usd: float = 0.0):
@@ -139,7 +151,7 @@ def _stay(entry: PlanEntry, plan: Plan, remaining: float, throughput: float, obj
     (spot interruptions and checkpoints stay in, in proportion)."""
     scale = remaining / plan.constraints.work_samples * entry.throughput_samples_s / throughput
     if entry.late_move_to is not None:  # its figures are the expectation of a move: staying is the fleet's own
-        own_h = plan.constraints.work_samples / entry.throughput_samples_s / 3600 + (entry.startup_s or 0.0) / 3600
+        own_h = _own_training_h(plan, entry) + (entry.startup_s or 0.0) / 3600
         return own_h * scale if objective == "time" else own_h * scale * usd_hr
     return entry.time_h * scale if objective == "time" else entry.cost_usd * scale * usd_hr / entry.usd_per_hour
 

@@ -166,15 +166,20 @@ def test_the_ranking_tries_the_cheap_fleet_first_and_the_plan_names_the_move(pla
 
 
 def test_the_jobs_re_ranking_at_the_check_counts_no_second_move(plans) -> None:
-    profile, _, _, moving = plans
+    profile, free, _, moving = plans
     entry = moving.entries[0]
+    assert entry.fleet == free.fleet  # the same fleet ranked without the deadline: its own figures
     assert remaining_constraints(moving, 1000.0).move_if_late is False
     # measured 20 % slow at the check, 10 minutes in: late, and the move goes to a fleet that meets what is left
     slow = 0.8 * entry.throughput_samples_s
     remaining = moving.constraints.work_samples - slow * LATE_CHECK_S
     elapsed = (entry.startup_s + LATE_CHECK_S) / 3600
     behind = late(moving, entry, remaining, slow, elapsed)
-    assert behind is not None and behind.stay_h == pytest.approx(remaining / slow / 3600)
+    # staying: the fleet's own training time (its node failures and checkpoints priced, as ranked without the
+    # deadline), for what is left at the measured speed
+    own_h = free.time_h - free.startup_s / 3600
+    stay_h = own_h * remaining / moving.constraints.work_samples * entry.throughput_samples_s / slow
+    assert behind is not None and behind.stay_h == pytest.approx(stay_h) and stay_h > remaining / slow / 3600
     d = decide_move(profile, moving, 0, remaining, why="deadline", measured_throughput=slow, elapsed_h=elapsed)
     assert d.move and d.target is not None and d.target.late_move_to is None and d.target.fleet != entry.fleet
 
@@ -199,8 +204,8 @@ def test_staying_on_a_fleet_that_moves_when_late_is_priced_at_its_own_figures(pl
     entry = moving.entries[0]
     half = moving.constraints.work_samples / 2
     d = decide_move(profile, moving, 0, half, why="price", catalog=catalog)
-    own_h = moving.constraints.work_samples / entry.throughput_samples_s / 3600 + entry.startup_s / 3600
-    assert d.stay == pytest.approx(own_h / 2 * entry.usd_per_hour, rel=1e-6)
+    own_h = free.time_h  # the same fleet ranked without the deadline: start-up, work, its failures and checkpoints
+    assert entry.fleet == free.fleet and d.stay == pytest.approx(own_h / 2 * entry.usd_per_hour, rel=1e-6)
     assert d.stay == pytest.approx(free.cost_usd / 2, rel=0.01)  # the fleet's own cost, not the expectation
     assert entry.life_basis_h() >= moving.constraints.deadline_h > entry.time_h
 
