@@ -205,6 +205,8 @@ def test_the_on_demand_fallback_is_the_same_fleet_priced_from_the_catalog(spot_p
     assert od.startup_s / 3600 <= t_lo <= od.time_h <= t_hi and c_lo <= od.cost_usd <= c_hi
     assert c_lo == pytest.approx(od.usd_per_hour * t_lo) and c_hi == pytest.approx(od.usd_per_hour * t_hi)
     assert on_demand_fleet(od_plan, i, catalog) == (od_plan, i)  # on-demand already
+    again, j = on_demand_fleet(od_plan, 1, catalog)  # the plan has the fleet on-demand now: that entry
+    assert (again, j) == (od_plan, i)
 
 
 def test_a_long_runs_on_demand_fallback_checkpoints_for_its_node_failures(catalog) -> None:
@@ -220,8 +222,6 @@ def test_a_long_runs_on_demand_fallback_checkpoints_for_its_node_failures(catalo
     od = od_plan.entries[i]
     tau = math.sqrt(2 * (plan.checkpoint_s or 30.0) / (8 / (7.5 * 992) / 3600))
     assert od.gpus == 8 and od.time_h > tau / 3600 and od.checkpoint_interval_s == pytest.approx(tau)
-    again, j = on_demand_fleet(od_plan, 1, catalog)  # the plan has the fleet on-demand now: that entry
-    assert (again, j) == (od_plan, i)
 
 
 # --- srifty launch with a recording provisioner ---------------------------------------------------------------------

@@ -77,13 +77,15 @@ def _unresolvable_name(node: int) -> tuple[list[str], str | None]:
     """A command prefix that runs a node in a UTS namespace of its own, named ``node-N.srifty.invalid`` (a name no
     resolver knows, RFC 6761), and why it cannot be had here (None: it can)."""
     prefix = ["unshare", "--uts", "sh", "-c", f'hostname node-{node}.srifty.invalid && exec "$@"', "sh"]
-    if shutil.which("unshare") is None:
-        return prefix, "no unshare (util-linux)"
+    if shutil.which("unshare") is None or shutil.which("hostname") is None:
+        return prefix, "no unshare or hostname (util-linux, hostname)"
     probe = "import socket; name = socket.getfqdn(); socket.getaddrinfo(name, None)"
     run = subprocess.run([*prefix, sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     if "Operation not permitted" in run.stderr or "unshare failed" in run.stderr:
         return prefix, f"no UTS namespace for this user: {run.stderr.strip()[-200:]}"
-    assert run.returncode != 0 and "gaierror" in run.stderr, (run.returncode, run.stderr)  # the name resolves nowhere
+    if run.returncode == 0:  # nsswitch's myhostname answers for the machine's own name, whatever it is
+        return prefix, "the namespace's host name resolves on this machine (nsswitch.conf: myhostname?)"
+    assert "gaierror" in run.stderr, (run.returncode, run.stderr)  # the name resolves nowhere
     return prefix, None
 
 
