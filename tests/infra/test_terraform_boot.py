@@ -181,12 +181,14 @@ FAKE_TORCHRUN = """#!{python}
 # torchrun as the harness sees it: records its argv, then starts the real torch.distributed.run on this machine
 # (standalone rendezvous, one process: the fleet's c10d endpoint is a moto address that nothing listens on)
 import json, os, sys
-env = {{k: v for k, v in os.environ.items() if k.startswith(("SRIFTY_", "PYTHON", "PL_TRAINER_"))}}
+env = {{k: v for k, v in os.environ.items() if k.startswith(("SRIFTY_", "PYTHON", "PL_TRAINER_", "PET_"))}}
 with open(os.environ["SRIFTY_HARNESS_RECORD"], "w") as f:
     json.dump({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": env}}, f)
 if os.environ.get("SRIFTY_HARNESS_RECORD_ONLY"):
     sys.exit(0)
 os.environ["PL_TRAINER_NUM_NODES"] = "1"  # this one node stands for the fleet: its job trains alone
+# the node's address (torchrun's --local-addr) is moto's, which is not this machine's: recorded above, not used here
+os.environ.pop("PET_LOCAL_ADDR", None)
 args = [a for a in sys.argv[1:] if not a.startswith(("--nnodes", "--nproc_per_node", "--rdzv_"))]
 launcher = ["-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=1"]
 # the environment user_data activated (the node's own, from the code snapshot), else this test's interpreter
@@ -371,6 +373,8 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
         log = (tmp_path / "user-data.log").read_text() if (tmp_path / "user-data.log").exists() else ""
         assert run.returncode == 0, log[-3000:] + run.stderr[-3000:]
         print(f"user_data harness: {time.perf_counter() - started:.1f} s")
+        # torchrun is told the node's own address, not its name (a VPC may not resolve names: pytorch#150532)
+        assert record["env"]["PET_LOCAL_ADDR"] == me["PrivateIpAddress"], record["env"]
         code = home / f"code-{snapshot.sha256}"
         assert (code / "setup.txt").read_text() == "setup ran\n"
         assert ("PUT", "/latest/api/token") in imds.requests
