@@ -53,7 +53,7 @@ from predictor.runs.odds import (
     guarded_ranges,
     late_moves,
 )
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, FAILURES_PER_GPU_HR, RESTART_S, spot_cost
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, FAILURES_PER_GPU_HR, RESTART_S, on_demand_cost, spot_cost
 from predictor.runs.startup import (
     BILLING_MINIMUM_S,
     BOOT_S,
@@ -328,8 +328,7 @@ def _score(
     # the work as an on-demand fleet trains it: its node failures priced (spot's interruptions not), what the
     # deadline's on-demand spells and moves take, as every on-demand fleet's own time does (a review: a guarded spot
     # fleet running all on-demand outranked the same fleet bought on-demand, whose failures alone were priced)
-    on_demand = spot_cost(run_s, np.ones(len(s)), np.zeros(len(s)), checkpoint_s, restart_s=startup, gpus=gpus)
-    od_run_s = on_demand.expected_time_s
+    od_run_s = on_demand_cost(run_s, checkpoint_s, restart_s=startup, gpus=gpus).expected_time_s
     scored, odds = _under_deadline(r, scored, od_run_s, DOWN_SPELL_S if spot_stats is None else spot_stats.down_s)
     return _with_late_moves(r, scored, odds, od_run_s) if constraints.move_if_late else scored
 
@@ -885,5 +884,5 @@ def _current(
     n_gpus = sum(g.instance.gpus * g.count for g in fleet.groups)
     # already running: no start-up; on-demand, its node failures and periodic checkpoints as any fleet's (_score)
     run_s = np.array([work.samples / pred.throughput_samples_s])
-    wall_s = spot_cost(run_s, np.ones(1), np.zeros(1), checkpoint_s, restart_s=0.0, gpus=n_gpus).expected_time_s
+    wall_s = on_demand_cost(run_s, checkpoint_s, restart_s=0.0, gpus=n_gpus).expected_time_s
     return CurrentFleet(str(fleet), gpus, usd * float(billed_hours(wall_s)[0]), float(wall_s[0]) / 3600), None

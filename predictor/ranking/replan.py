@@ -23,15 +23,13 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-import numpy as np
-
 from predictor.catalog import Catalog
 from predictor.documents.plan import Plan, PlanEntry
 from predictor.documents.profile import Profile
 from predictor.documents.schema import to_dict
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, SriftyError
 from predictor.ranking import Calibration, Constraints, rank
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S, RESTART_S, spot_cost
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S, RESTART_S, on_demand_cost
 
 Why = Literal["drift", "price", "deadline"]
 
@@ -102,11 +100,10 @@ def late(
 
 def _own_training_h(plan: Plan, entry: PlanEntry) -> float:
     """The entry's fleet's own training time for the plan's work, start-up excluded: its node failures and periodic
-    checkpoints priced as the ranking prices them (:func:`~predictor.runs.spot.spot_cost`; an entry with a late move
-    is on-demand, whose figures are the move's expectation, not the fleet's own)."""
-    work_s = np.array([plan.constraints.work_samples / entry.throughput_samples_s])
-    checkpoint_s = DEFAULT_CHECKPOINT_S if plan.checkpoint_s is None else plan.checkpoint_s
-    own = spot_cost(work_s, np.ones(1), np.zeros(1), checkpoint_s, restart_s=entry.startup_s or 0.0, gpus=entry.gpus)
+    checkpoints priced as the ranking prices them (:func:`~predictor.runs.spot.on_demand_cost`; an entry with a late
+    move is on-demand, whose figures are the move's expectation, not the fleet's own)."""
+    work_s = plan.constraints.work_samples / entry.throughput_samples_s
+    own = on_demand_cost(work_s, plan.checkpoint_s, restart_s=entry.startup_s or 0.0, gpus=entry.gpus)
     return float(own.expected_time_s[0]) / 3600
 
 

@@ -105,6 +105,22 @@ def spot_cost(
     return SpotCost(interruptions, tau, overhead, work_s + overhead, np.where(fleet_rate > 0, per_interruption, 0.0))
 
 
+def on_demand_cost(
+    work_s: np.ndarray | float,
+    checkpoint_s: float | None,
+    restart_s: np.ndarray | float,
+    gpus: np.ndarray | float,
+) -> SpotCost:
+    """``work_s`` seconds of training on an on-demand fleet of ``gpus`` GPUs: no spot interruptions, its node failures
+    (:data:`FAILURES_PER_GPU_HR`) and the periodic checkpoints they call for, each failure costing ``restart_s``.
+    ``checkpoint_s`` None is a plan that measured no save (:data:`DEFAULT_CHECKPOINT_S`). The one rule the ranking,
+    the deadline's on-demand spells, the current fleet, the runtime replan and srifty launch's fallback share."""
+    work = np.atleast_1d(np.asarray(work_s, dtype=float))
+    none = np.zeros(work.shape)
+    save = DEFAULT_CHECKPOINT_S if checkpoint_s is None else float(checkpoint_s)
+    return spot_cost(work, none + 1.0, none, save, restart_s=restart_s, gpus=gpus)
+
+
 def risk_label(expected_interruptions: np.ndarray) -> np.ndarray:
     """'none' (on-demand), 'low' (< 0.5 expected), 'medium' (< 2), 'high'."""
     e = np.asarray(expected_interruptions, dtype=float)

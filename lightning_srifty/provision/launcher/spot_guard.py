@@ -37,7 +37,7 @@ from predictor.documents.checks import refused
 from predictor.documents.plan import Plan, PlanEntry, scaled_interval
 from predictor.exceptions import ConfigError
 from predictor.runs import deadline, odds
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, spot_cost
+from predictor.runs.spot import on_demand_cost
 
 Running = Literal["spot", "on-demand"] | None
 Action = Literal["spot", "wait", "on-demand"]
@@ -115,7 +115,7 @@ def on_demand_fleet(plan: Plan, index: int, catalog: Any = None) -> tuple[Plan, 
     on-demand, the plan's entry with the same instance types, counts and region on-demand when it has one, else the
     plan with an on-demand copy of the entry appended (priced from ``catalog``, default ``Catalog.load()``; its
     predicted time without the spot interruptions but with its node failures, and the checkpoint interval for those
-    by the plan's one rule, :func:`~predictor.runs.spot.spot_cost`; no spot risk).
+    by the plan's one rule, :func:`~predictor.runs.spot.on_demand_cost`; no spot risk).
 
     Raises:
         ConfigError: the catalog has no on-demand price for a type of the fleet in its region.
@@ -154,9 +154,8 @@ def _on_demand_copy(plan: Plan, index: int, catalog: Any) -> PlanEntry:
     usd = sum(g.usd_per_hour for g in groups)
     # the same work on the same GPUs, without spot's interruptions: its node failures and their checkpoint interval
     start_s = entry.startup_s or 0.0
-    work_s = np.array([plan.constraints.work_samples / entry.throughput_samples_s])
-    checkpoint_s = DEFAULT_CHECKPOINT_S if plan.checkpoint_s is None else plan.checkpoint_s
-    priced = spot_cost(work_s, np.ones(1), np.zeros(1), checkpoint_s, restart_s=start_s, gpus=np.array([entry.gpus]))
+    work_s = plan.constraints.work_samples / entry.throughput_samples_s
+    priced = on_demand_cost(work_s, plan.checkpoint_s, restart_s=start_s, gpus=entry.gpus)
     time_h = (start_s + float(priced.expected_time_s[0])) / 3600
     tau = float(priced.checkpoint_interval_s[0])
     # the intervals by the plan's one rule (the start-up fixed), on the on-demand time and price
