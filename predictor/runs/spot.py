@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -119,6 +120,63 @@ def on_demand_cost(
     none = np.zeros(work.shape)
     save = DEFAULT_CHECKPOINT_S if checkpoint_s is None else float(checkpoint_s)
     return spot_cost(work, none + 1.0, none, save, restart_s=restart_s, gpus=gpus)
+
+
+def on_demand_time_s(
+    work_s: float,
+    checkpoint_s: float | None,
+    restart_s: float,
+    gpus: float,
+    confidence: float | None = None,
+) -> float:
+    """An on-demand finish of ``work_s`` seconds of training (:func:`on_demand_cost`'s fleet): its expected wall time
+    when ``confidence`` is None, else the time it stays within with probability ``confidence``.
+
+    The same run as :func:`on_demand_cost` prices, drawn: the training and its periodic saves take a fixed time; node
+    failures arrive as a Poisson process over it (mean: the fleet's failure rate x that time), and each costs the
+    restart, a checkpoint load and the training since the last save, uniform over the interval (the whole run where
+    it takes no periodic save). The extra time's distribution is a Poisson mixture of Irwin-Hall sums, exact up to 12
+    failures and normal beyond, its quantile found by bisection. Its mean is :func:`on_demand_cost`'s overhead.
+    """
+    priced = on_demand_cost(work_s, checkpoint_s, restart_s=restart_s, gpus=gpus)
+    expected = float(priced.expected_time_s[0])
+    if confidence is None:
+        return expected
+    work = float(work_s)
+    save = DEFAULT_CHECKPOINT_S if checkpoint_s is None else float(checkpoint_s)
+    tau = float(priced.checkpoint_interval_s[0])
+    window = tau if math.isfinite(tau) else work  # the training a failure can lose: up to an interval, or the run
+    running = work + (work * save / tau if math.isfinite(tau) else 0.0)
+    mean_failures = float(gpus) * FAILURES_PER_GPU_HR / 3600.0 * running
+    if mean_failures <= 0 or window <= 0:
+        return running
+    fixed = float(restart_s) + save  # each failure's restart and load
+    last = int(mean_failures + 12 * math.sqrt(mean_failures) + 12)  # the Poisson tail past it is below 1e-9
+
+    def below(extra: float) -> float:  # P(the failures' extra time <= extra)
+        total, pmf = 0.0, math.exp(-mean_failures)
+        for n in range(last + 1):
+            if n:
+                pmf *= mean_failures / n
+            total += pmf * _irwin_hall_cdf(n, (extra - n * fixed) / window)
+        return total
+
+    lo, hi = 0.0, last * (fixed + window)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if below(mid) >= confidence else (mid, hi)
+    return running + hi
+
+
+def _irwin_hall_cdf(n: int, x: float) -> float:
+    """P(the sum of ``n`` independent uniforms on [0, 1] <= ``x``): exact to 12 terms, normal beyond."""
+    if n == 0 or x >= n:
+        return 1.0 if x >= 0 else 0.0
+    if x <= 0:
+        return 0.0
+    if n > 12:
+        return NormalDist(n / 2, math.sqrt(n / 12)).cdf(x)
+    return sum((-1) ** k * math.comb(n, k) * (x - k) ** n for k in range(int(x) + 1)) / math.factorial(n)
 
 
 def risk_label(expected_interruptions: np.ndarray) -> np.ndarray:

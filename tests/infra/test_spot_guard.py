@@ -21,6 +21,7 @@ from lightning_srifty.provision.launcher.spot_guard import SpotGuard, on_demand_
 from lightning_srifty.provision.terraform.money import check_entry
 from predictor.exceptions import ConfigError
 from predictor.runs import deadline
+from predictor.runs.spot import on_demand_time_s
 
 LID = "L1"
 T0 = 1_000_000.0  # the scripted clock's start (unix seconds)
@@ -106,6 +107,45 @@ def test_progress_and_measured_times_move_the_point_of_no_return() -> None:
     g.progress(None, step_time_s=36.0)
     g.restarted(4 * 3600.0)  # a measured restart of 4 h
     assert g.restart_s == 4 * 3600.0 and g.decide(T0 + 15 * 3600, None).forced
+
+
+def test_the_hard_rule_leaves_room_for_an_on_demand_finishs_node_failures_and_saves(spot_plan, catalog) -> None:
+    """64 GPUs and a 120 s save: the on-demand finish of 10 h of steps takes its periodic saves and its node failures
+    (OPT-175B's rate, 1 / (7.5 h x 992 GPUs)) on top, worked out here by hand in expectation, so the hard rule fires
+    two checks before it would for the bare work, and an on-demand fleet started then still finishes in time. At a
+    confidence, the failures are held at its quantile. The guard srifty launch builds prices the fleet's own GPUs,
+    the plan's save and its confidence."""
+    g, bare = guard(AlwaysWait(), gpus=64.0, checkpoint_s=120.0), guard(AlwaysWait())
+    rate = 64 / (7.5 * 992) / 3600  # failures per second
+    tau = math.sqrt(2 * 120 / rate)  # Young-Daly, under the run's 36,000 s: periodic
+    saves = 36_000 * 120 / tau
+    failures = rate * (36_000 + saves)
+    finish_s = 36_000 + saves + failures * (1800 + 120 + tau / 2)  # each: the restart, a load, half an interval lost
+    assert g.decide(T0, None).work_left_h == pytest.approx(finish_s / 3600)
+    assert bare.decide(T0, None).work_left_h == pytest.approx(10.0)
+
+    def first_forced(x: SpotGuard) -> int:
+        x.observe(False, now=T0)
+        return next(k for k in range(24 * 4) if x.decide(T0 + k * x.check_s, None).forced)
+
+    k_bare, k = first_forced(bare), first_forced(g)
+    assert (k_bare, k) == (54, 54 - (math.ceil(finish_s / 900) - 40))
+    assert k < k_bare and T0 + k * 900 + 1800 + finish_s <= T0 + 24 * 3600
+    # at a confidence: the failures' quantile (no room for them at 0.9, where none comes 92 times in 100; more than
+    # their expectation at 0.95), as the steps are done
+    for confidence, room in ((0.9, 36_000 + saves), (0.95, on_demand_time_s(36_000, 120.0, 1800.0, 64.0, 0.95))):
+        held = guard(AlwaysWait(), gpus=64.0, checkpoint_s=120.0, confidence=confidence)
+        assert held.decide(T0, None).work_left_h == pytest.approx(room / 3600)
+    assert on_demand_time_s(36_000, 120.0, 1800.0, 64.0, 0.95) > finish_s
+    held.progress(900)
+    assert held.work_left_s == pytest.approx(on_demand_time_s(3600, 120.0, 1800.0, 64.0, 0.95))
+
+    from lightning_srifty.provision.launcher.spot_guard import guard_for
+
+    od_plan, i = on_demand_fleet(spot_plan, 0, catalog)
+    built = guard_for("srifty", spot_plan, 0, od_plan, i, started_unix=T0, global_batch=8, check_s=300.0)
+    expected = (od_plan.entries[i].gpus, spot_plan.checkpoint_s, spot_plan.constraints.confidence)
+    assert built is not None and (built.gpus, built.checkpoint_s, built.confidence) == expected
 
 
 def test_on_demand_stays_under_greedy_and_returns_to_spot_under_srifty_when_it_pays() -> None:

@@ -142,6 +142,34 @@ def test_spot_economics_follow_young_daly() -> None:
     assert short.expected_time_s[0] - 360 < 5  # seconds of expected overhead, not hours
 
 
+@pytest.mark.parametrize(("gpus", "work_h"), [(8, 72.0), (64, 24.0), (256, 6.0), (2048, 48.0)])
+def test_an_on_demand_finish_at_a_confidence_is_the_quantile_of_its_drawn_failures(gpus, work_h) -> None:
+    """The on-demand finish's time at a confidence against 20,000 runs drawn here: failures as a Poisson process over
+    the training and its saves, each losing the training since the last save (uniform over the interval) and costing
+    the restart and a load. Its expectation is the ranking's (spot_cost's) figure; a fleet whose failures are rarer
+    than 1 - confidence gets no room for them at that confidence."""
+    from predictor.runs.spot import FAILURES_PER_GPU_HR, on_demand_cost, on_demand_time_s
+
+    work, save, restart = work_h * 3600, 60.0, 900.0
+    priced = on_demand_cost(work, save, restart_s=restart, gpus=gpus)
+    tau = float(priced.checkpoint_interval_s[0])
+    running = work + work * save / tau
+    mean_failures = gpus * FAILURES_PER_GPU_HR / 3600 * running
+    rng = np.random.default_rng(gpus)
+    n = rng.poisson(mean_failures, 20_000)
+    lost = np.array([rng.uniform(0, tau, k).sum() for k in n])
+    drawn = running + n * (restart + save) + lost
+    assert on_demand_time_s(work, save, restart, gpus) == pytest.approx(priced.expected_time_s[0])
+    assert drawn.mean() == pytest.approx(priced.expected_time_s[0], rel=2e-3)
+    for confidence in (0.5, 0.9, 0.95):
+        at = on_demand_time_s(work, save, restart, gpus, confidence)
+        if math.exp(-mean_failures) >= confidence:  # 8 GPUs for 72 h: no failure 9 times in 10
+            assert at == pytest.approx(running)
+        else:
+            assert np.mean(drawn <= at) == pytest.approx(confidence, abs=0.01)
+    assert on_demand_time_s(work, save, restart, 0, 0.9) == work  # no failures: no periodic save either
+
+
 def test_allow_deny_and_bad_constraints(profile, catalog) -> None:
     plan = rank(profile, Constraints(steps=1000, allow=("g5",), deny=("g5.48xlarge",)), catalog=catalog)
     assert {g.instance_type.split(".")[0] for e in plan.entries for g in e.groups} == {"g5"}

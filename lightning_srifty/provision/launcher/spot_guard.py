@@ -37,7 +37,7 @@ from predictor.documents.checks import refused
 from predictor.documents.plan import Plan, PlanEntry, scaled_interval
 from predictor.exceptions import ConfigError
 from predictor.runs import deadline, odds
-from predictor.runs.spot import on_demand_cost
+from predictor.runs.spot import on_demand_cost, on_demand_time_s
 
 Running = Literal["spot", "on-demand"] | None
 Action = Literal["spot", "wait", "on-demand"]
@@ -201,6 +201,17 @@ class SpotGuard:
         restart_s: a new fleet's start-up and a checkpoint save and load, as predicted (replaced by the measured one).
         check_s: seconds between checks: the tick of the policy's model.
         spot_usd_hr, od_usd_hr: the fleet on its spot (or mixed) market and all on-demand, per hour.
+        gpus: the fleet's GPUs, whose node failures an on-demand finish meets (0: none priced).
+        checkpoint_s: the plan's checkpoint save (None: :data:`~predictor.runs.spot.DEFAULT_CHECKPOINT_S`), which sets
+            the on-demand finish's periodic checkpoints for those failures.
+        confidence: the plan's (``constraints.confidence``): the on-demand finish's node failures are held at that
+            quantile (None, a plan made before confidences: their expectation).
+
+    The work left is what an on-demand finish of the steps left takes (:func:`~predictor.runs.spot.on_demand_time_s`:
+    its periodic saves, and its node failures, each costing the restart, a load and the work since the last save), so
+    the hard rule leaves room for them. A measured step time already holds the saves its leg made, so they are counted
+    twice once measured: at most the save's share of a step (``checkpoint_s`` over the interval, under 1 % for the
+    plan's intervals), on the deadline's safe side; until then the predicted step is at the confidence too.
     """
 
     def __init__(
@@ -215,6 +226,9 @@ class SpotGuard:
         check_s: float,
         spot_usd_hr: float,
         od_usd_hr: float,
+        gpus: float = 0.0,
+        checkpoint_s: float | None = None,
+        confidence: float | None = None,
     ) -> None:
         for name, value in (("deadline_h", deadline_h), ("step_s", step_s), ("check_s", check_s)):
             if not (math.isfinite(value) and value > 0):
@@ -225,6 +239,7 @@ class SpotGuard:
         self.measured_step_s: float | None = None  # the job's, once it reports
         self.measured_restart_s: float | None = None
         self.check_s, self.spot_usd_hr, self.od_usd_hr = check_s, spot_usd_hr, od_usd_hr
+        self.gpus, self.checkpoint_s, self.confidence = gpus, checkpoint_s, confidence
         self.step = 0
         self.available = True  # until seen otherwise: the plan priced spot as there
         self._seen: list[bool] = []  # spot availability at each tick passed
@@ -261,6 +276,15 @@ class SpotGuard:
     def restart_s(self) -> float:
         return self.predicted_restart_s if self.measured_restart_s is None else self.measured_restart_s
 
+    @property
+    def work_left_s(self) -> float:
+        """An on-demand finish of the steps left: their training at :attr:`step_s`, the periodic saves and the node
+        failures it meets, at the plan's confidence (:func:`~predictor.runs.spot.on_demand_time_s`)."""
+        left_s = max(0, self.steps - self.step) * self.step_s
+        if left_s <= 0:
+            return 0.0
+        return on_demand_time_s(left_s, self.checkpoint_s, self.restart_s, self.gpus, self.confidence)
+
     def _tick(self, now: float) -> int:
         """Ticks passed since the start, rounded up (time counts as spent: conservative for the deadline)."""
         return max(0, math.ceil((now - self.started_unix) / self.check_s - 1e-9))
@@ -271,11 +295,12 @@ class SpotGuard:
         self._seen.extend([self.available] * (tick - len(self._seen)))
 
     def ticks(self, now: float) -> deadline.Ticks:
-        """The run in ticks as of ``now``: the work is the steps done (rounded down) plus the steps left (rounded
-        up), the restart rounded up and the deadline down, all against the deadline."""
+        """The run in ticks as of ``now``: the work is the steps done (rounded down) plus an on-demand finish of the
+        steps left (:attr:`work_left_s`, rounded up), the restart rounded up and the deadline down, all against the
+        deadline."""
         t = self.check_s
         done = math.floor(self.step * self.step_s / t + 1e-9)
-        left = math.ceil(max(0, self.steps - self.step) * self.step_s / t - 1e-9)
+        left = math.ceil(self.work_left_s / t - 1e-9)
         return deadline.Ticks(
             tick_s=t,
             work=max(1, done + left),
@@ -310,12 +335,11 @@ class SpotGuard:
         action: Action = "on-demand" if act == deadline.ON_DEMAND else "wait" if act == deadline.WAIT else "spot"
         if action == "spot" and not s.available[0]:
             action = "wait"  # a policy never picks a zone without spot; kept safe all the same
-        left_s = max(0, self.steps - self.step) * self.step_s
         return Decision(
             action,
             forced,
             time_left_h=(self.started_unix + self.deadline_s - now) / 3600.0,
-            work_left_h=left_s / 3600.0,
+            work_left_h=self.work_left_s / 3600.0,
             restart_h=self.restart_s / 3600.0,
         )
 
@@ -348,4 +372,7 @@ def guard_for(
         check_s=check_s,
         spot_usd_hr=entry.usd_per_hour,
         od_usd_hr=od.usd_per_hour,
+        gpus=float(od.gpus),
+        checkpoint_s=plan.checkpoint_s,
+        confidence=plan.constraints.confidence,
     )
