@@ -875,26 +875,45 @@ def test_a_node_that_never_comes_ends_the_wait_naming_it(tf_env, tmp_path) -> No
 
 
 # the job on node i-0abc fails as a survivor's does when a peer goes (the lost connection, the c10d host gone):
-# FAKE_AFTER is what EC2 lists then, FAKE_PEER_EXIT a peer's recorded exit (its job ended too, its machine up)
+# FAKE_AFTER is what EC2 lists then, FAKE_PEER_EXIT a peer's recorded exit (its job ended too, its machine up);
+# FAKE_GPUS_AFTER what nvidia-smi lists then ("fail": it fails), FAKE_DMESG what the kernel logged
 FAILING_TORCHRUN = """#!/bin/bash
 echo "$*" >"$FAKE_DIR/torchrun.args"
 if [ -n "${FAKE_AFTER:-}" ]; then printf "$FAKE_AFTER" >"$FAKE_DIR/live"; fi
 if [ -n "${FAKE_PEER_EXIT:-}" ]; then
   mkdir -p "$FAKE_DIR/exited" && echo "$FAKE_PEER_EXIT" >"$FAKE_DIR/exited/i-0def.json"
 fi
+if [ -n "${FAKE_GPUS_AFTER:-}" ]; then printf "$FAKE_GPUS_AFTER" >"$FAKE_DIR/gpus"; fi
+if [ -n "${FAKE_DMESG:-}" ]; then echo "$FAKE_DMESG" >"$FAKE_DIR/dmesg"; fi
 exit 1
 """
 
+# a node of two GPUs (nvidia-smi's bus ids, as the DLAMI's driver lists them), and the kernel's log
+GPU_FAKES = {
+    "nvidia-smi": """#!/bin/bash
+if [ "$(cat "$FAKE_DIR/gpus" 2>/dev/null)" = fail ]; then
+  echo "Unable to determine the device handle for GPU0000:00:1F.0: Unknown Error" >&2; exit 15
+elif [ -e "$FAKE_DIR/gpus" ]; then cat "$FAKE_DIR/gpus"
+else printf '00000000:00:1E.0\\n00000000:00:1F.0\\n'; fi
+""",
+    "dmesg": '#!/bin/bash\ncat "$FAKE_DIR/dmesg" 2>/dev/null\nexit 0\n',
+}
 
-def _job_fails(tmp_path: Path, tf_env, ready: dict[str, float], extra: dict[str, str], **values: object) -> tuple:
+
+def _job_fails(
+    tmp_path: Path, tf_env, ready: dict[str, float], extra: dict[str, str], gpus: bool = False, **values: object
+) -> tuple:
     """Node i-0abc of a 2-node fleet (the ``ready`` records already there, by instance id: seconds ago) meets at once
-    and its job fails; ``extra``: the fakes' settings. The run, its log."""
+    and its job fails; ``extra``: the fakes' settings; ``gpus``: nvidia-smi and dmesg on PATH (:data:`GPU_FAKES`).
+    The run, its log."""
     (tmp_path / "ready").mkdir()
     for k, (instance, ago) in enumerate(ready.items()):
         peer = {"instance_id": instance, "ip": f"10.0.0.{6 + k}", "ready_unix": time.time() - ago}
         (tmp_path / "ready" / f"{instance}.json").write_text(json.dumps(peer))
     script = render(tf_env, tmp_path / "console", template_values(name="lost", nnodes=2, **values))
     fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": FAILING_TORCHRUN, "shutdown": "#!/bin/bash\n"}
+    if gpus:
+        fakes.update(GPU_FAKES)
     run = run_user_data(tmp_path, script, fakes, extra_env={"SRIFTY_PEER_WAIT_S": "3", **extra})
     return run, read(tmp_path / "user-data.log")
 
@@ -944,6 +963,84 @@ def test_a_peer_that_neither_went_nor_said_leaves_the_exit_as_it_is(tf_env, tmp_
     assert "could not tell within 3 s whether a node of the fleet was lost" in log
 
 
+XID_79 = "NVRM: Xid (PCI:0000:00:1f): 79, pid=1896, name=python, GPU has fallen off the bus."
+
+
+@pytest.mark.parametrize(
+    ("after", "says"),
+    [
+        ({"FAKE_GPUS_AFTER": "00000000:00:1E.0\\n"}, "GPUs no longer listed: 00000000:00:1F.0"),
+        ({"FAKE_GPUS_AFTER": "fail"}, "GPUs no longer listed: 00000000:00:1E.0 00000000:00:1F.0"),
+        ({"FAKE_DMESG": XID_79}, "logged Xid (PCI:0000:00:1f): 79"),
+    ],
+    ids=["one-gone", "nvidia-smi-fails", "xid-79"],
+)
+def test_a_node_whose_gpu_failed_under_the_job_leaves_to_be_replaced(tf_env, tmp_path, after, says) -> None:
+    """A GPU that fell off the bus (nvidia-smi no longer lists it, or fails) or logged a fatal Xid while the job ran
+    fails the job, and EC2 still lists the instance, so nothing saw a lost node: the fleet's life ended with the
+    job's exit, though the periodic checkpoint was there to resume from. Now the node leaves as on a notice (exit 75,
+    the marker the watchdog reads: it stays in its group, which replaces it) at once, without waiting for its peers,
+    and its first exit record names the fault for them."""
+    run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, after, gpus=True)
+    assert run.returncode == 75, log[-3000:]
+    assert "srifty: 2 GPUs at the job's start" in log
+    assert f"srifty: this node's GPUs failed while the job ran ({says}" in log
+    assert "could not tell" not in log and "lost i-0def" not in log  # its own fault: no verdict of the peers waited for
+    assert read(tmp_path / "state" / "preempted").startswith(f"this node's GPUs failed while the job ran: {says}")
+    record = json.loads(read(tmp_path / "exited" / "i-0abc.json"))
+    assert (record["exit_code"], record["final"]) == (1, 75) and record["gpu_fault"].startswith(says)
+
+
+def test_a_job_that_failed_on_healthy_gpus_still_ends_the_fleet(tf_env, tmp_path) -> None:
+    """Both GPUs still listed and only a non-fatal Xid logged (13, an illegal memory access: the script's own bug),
+    the peer's job ended too: the exit stands, as with no GPU check, and no record names a fault."""
+    peer = json.dumps({"instance_id": "i-0def", "exit_code": 1, "final": None, "gpu_fault": None, "unix": 1})
+    xid_13 = "NVRM: Xid (PCI:0000:00:1e): 13, pid=1896, Graphics Exception: ESR 0x505648=0x4000000"
+    run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, {"FAKE_PEER_EXIT": peer, "FAKE_DMESG": xid_13}, gpus=True)
+    assert run.returncode == 1, log[-3000:]
+    assert "srifty: 2 GPUs at the job's start" in log and "GPUs failed" not in log
+    assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["gpu_fault"] is None
+
+
+def test_a_node_whose_peers_gpus_failed_leaves_to_be_replaced_too(tf_env, tmp_path) -> None:
+    """The peer's first exit record names its GPUs' fault while its machine is up (it leaves to be replaced, its
+    final verdict not yet written): this node's job failed on the lost connection, and it leaves too, at once."""
+    peer = json.dumps({"instance_id": "i-0def", "exit_code": 1, "final": None, "gpu_fault": "logged Xid (x): 79"})
+    run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, {"FAKE_PEER_EXIT": peer})
+    assert run.returncode == 75, log[-3000:]
+    assert "srifty: the fleet lost i-0def without a notice (its GPUs failed while the job ran)" in log
+    assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["final"] == 75
+
+
+def test_a_one_node_fleet_whose_gpu_fell_off_the_bus_leaves_to_be_replaced(tf_env, tmp_path) -> None:
+    script = render(tf_env, tmp_path / "console", template_values(name="one"))
+    fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": FAILING_TORCHRUN, "shutdown": "#!/bin/bash\n"}
+    run = run_user_data(tmp_path, script, {**fakes, **GPU_FAKES}, extra_env={"FAKE_GPUS_AFTER": "fail"})
+    log = read(tmp_path / "user-data.log")
+    assert run.returncode == 75, log[-3000:]
+    assert "srifty: this node's GPUs failed while the job ran (GPUs no longer listed" in log
+
+
+# a peer's GPUs fail while this node's job hangs on the collective it never joins; the peer's machine stays up
+FAULT_HANGING_TORCHRUN = """#!/bin/bash
+echo "$*" >"$FAKE_DIR/torchrun.args"
+mkdir -p "$FAKE_DIR/exited"
+echo '{"instance_id": "i-0def", "exit_code": 1, "final": null, "gpu_fault": "logged Xid (x): 79"}' \\
+  >"$FAKE_DIR/exited/i-0def.json"
+exec sleep 50
+"""
+
+
+def test_a_job_hung_on_a_peer_whose_gpus_failed_is_stopped_and_leaves(tf_env, tmp_path) -> None:
+    """NCCL waits on the peer for the process group's timeout; the peer's machine is up (EC2 lists it), so the watch
+    for lost instances saw nothing: its exit record's fault stops the job here too."""
+    run, log, took = _job_hangs(tmp_path, tf_env, {}, torchrun=FAULT_HANGING_TORCHRUN)
+    assert run.returncode == 75, log[-3000:]
+    assert "srifty: i-0def's GPUs failed while the job ran (its exit record): stopping the job" in log
+    assert "the fleet lost i-0def without a notice (its GPUs failed while the job ran)" in log
+    assert took < 40
+
+
 # the job on node i-0abc hangs on the lost peer (NCCL waits for its process group's timeout), the peer's instance gone;
 # with FAKE_DEAF it ignores SIGTERM too (torchrun's agent blocked on a store that does not answer)
 HANGING_TORCHRUN = """#!/bin/bash
@@ -957,12 +1054,14 @@ wait
 """
 
 
-def _job_hangs(tmp_path: Path, tf_env, extra: dict[str, str], **values: object) -> tuple:
+def _job_hangs(
+    tmp_path: Path, tf_env, extra: dict[str, str], torchrun: str = HANGING_TORCHRUN, **values: object
+) -> tuple:
     (tmp_path / "ready").mkdir()
     peer = {"instance_id": "i-0def", "ip": "10.0.0.6", "ready_unix": time.time() - 5}
     (tmp_path / "ready" / "i-0def.json").write_text(json.dumps(peer))
     script = render(tf_env, tmp_path / "console", template_values(name="lost", nnodes=2, **values))
-    fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": HANGING_TORCHRUN, "shutdown": "#!/bin/bash\n"}
+    fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": torchrun, "shutdown": "#!/bin/bash\n", **GPU_FAKES}
     started = time.monotonic()
     run = run_user_data(tmp_path, script, fakes, extra_env={"SRIFTY_PEER_CHECK_S": "1", **extra})
     return run, read(tmp_path / "user-data.log"), time.monotonic() - started
