@@ -891,9 +891,13 @@ exit 1
 # a node of two GPUs (nvidia-smi's bus ids, as the DLAMI's driver lists them), and the kernel's log
 GPU_FAKES = {
     "nvidia-smi": """#!/bin/bash
-if [ "$(cat "$FAKE_DIR/gpus" 2>/dev/null)" = fail ]; then
-  echo "Unable to determine the device handle for GPU0000:00:1F.0: Unknown Error" >&2; exit 15
-elif [ -e "$FAKE_DIR/gpus" ]; then cat "$FAKE_DIR/gpus"
+case "$(cat "$FAKE_DIR/gpus" 2>/dev/null)" in
+  lost) echo "Unable to determine the device handle for GPU0000:00:1F.0: GPU is lost.  Reboot the system to recover \\
+this GPU" >&2; exit 15 ;;
+  mismatch) echo "Failed to initialize NVML: Driver/library version mismatch" >&2; exit 18 ;;
+  hang) exec sleep 90 ;;
+esac
+if [ -e "$FAKE_DIR/gpus" ]; then cat "$FAKE_DIR/gpus"
 else printf '00000000:00:1E.0\\n00000000:00:1F.0\\n'; fi
 """,
     "dmesg": '#!/bin/bash\ncat "$FAKE_DIR/dmesg" 2>/dev/null\nexit 0\n',
@@ -970,10 +974,10 @@ XID_79 = "NVRM: Xid (PCI:0000:00:1f): 79, pid=1896, name=python, GPU has fallen 
     ("after", "says"),
     [
         ({"FAKE_GPUS_AFTER": "00000000:00:1E.0\\n"}, "GPUs no longer listed: 00000000:00:1F.0"),
-        ({"FAKE_GPUS_AFTER": "fail"}, "GPUs no longer listed: 00000000:00:1E.0 00000000:00:1F.0"),
-        ({"FAKE_DMESG": XID_79}, "logged Xid (PCI:0000:00:1f): 79"),
+        ({"FAKE_GPUS_AFTER": "lost"}, "nvidia-smi: GPU is lost.  Reboot the system to recover this GPU"),
+        ({"FAKE_DMESG": XID_79, "FAKE_GPUS_AFTER": "hang"}, "logged Xid (PCI:0000:00:1f): 79"),
     ],
-    ids=["one-gone", "nvidia-smi-fails", "xid-79"],
+    ids=["one-gone", "gpu-is-lost", "xid-79-and-a-stuck-nvidia-smi"],
 )
 def test_a_node_whose_gpu_failed_under_the_job_leaves_to_be_replaced(tf_env, tmp_path, after, says) -> None:
     """A GPU that fell off the bus (nvidia-smi no longer lists it, or fails) or logged a fatal Xid while the job ran
@@ -991,15 +995,20 @@ def test_a_node_whose_gpu_failed_under_the_job_leaves_to_be_replaced(tf_env, tmp
     assert (record["exit_code"], record["final"]) == (1, 75) and record["gpu_fault"].startswith(says)
 
 
-def test_a_job_that_failed_on_healthy_gpus_still_ends_the_fleet(tf_env, tmp_path) -> None:
+@pytest.mark.parametrize("gpus_after", [None, "mismatch"], ids=["listed", "nvidia-smi-mismatch"])
+def test_a_job_that_failed_on_healthy_gpus_still_ends_the_fleet(tf_env, tmp_path, gpus_after) -> None:
     """Both GPUs still listed and only a non-fatal Xid logged (13, an illegal memory access: the script's own bug),
-    the peer's job ended too: the exit stands, as with no GPU check, and no record names a fault."""
+    the peer's job ended too: the exit stands, as with no GPU check, and no record names a fault. So it does when
+    nvidia-smi fails for a reason of its own (the driver's libraries updated under the run): unknown is not lost."""
     peer = json.dumps({"instance_id": "i-0def", "exit_code": 1, "final": None, "gpu_fault": None, "unix": 1})
     xid_13 = "NVRM: Xid (PCI:0000:00:1e): 13, pid=1896, Graphics Exception: ESR 0x505648=0x4000000"
-    run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, {"FAKE_PEER_EXIT": peer, "FAKE_DMESG": xid_13}, gpus=True)
+    fakes = {"FAKE_PEER_EXIT": peer, "FAKE_DMESG": xid_13, **({"FAKE_GPUS_AFTER": gpus_after} if gpus_after else {})}
+    run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, fakes, gpus=True)
     assert run.returncode == 1, log[-3000:]
     assert "srifty: 2 GPUs at the job's start" in log and "GPUs failed" not in log
     assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["gpu_fault"] is None
+    if gpus_after:
+        assert "nvidia-smi did not list the GPUs after the job (Failed to initialize NVML" in log
 
 
 def test_a_node_whose_peers_gpus_failed_leaves_to_be_replaced_too(tf_env, tmp_path) -> None:
@@ -1015,10 +1024,12 @@ def test_a_node_whose_peers_gpus_failed_leaves_to_be_replaced_too(tf_env, tmp_pa
 def test_a_one_node_fleet_whose_gpu_fell_off_the_bus_leaves_to_be_replaced(tf_env, tmp_path) -> None:
     script = render(tf_env, tmp_path / "console", template_values(name="one"))
     fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": FAILING_TORCHRUN, "shutdown": "#!/bin/bash\n"}
-    run = run_user_data(tmp_path, script, {**fakes, **GPU_FAKES}, extra_env={"FAKE_GPUS_AFTER": "fail"})
+    run = run_user_data(tmp_path, script, {**fakes, **GPU_FAKES}, extra_env={"FAKE_GPUS_AFTER": "lost"})
     log = read(tmp_path / "user-data.log")
     assert run.returncode == 75, log[-3000:]
-    assert "srifty: this node's GPUs failed while the job ran (GPUs no longer listed" in log
+    assert "srifty: this node's GPUs failed while the job ran (nvidia-smi: GPU is lost" in log
+    # the watchdog waits for the verdict (its 60 s would otherwise end the fleet's life under a slow check)
+    assert int(read(tmp_path / "state" / "verdict.until")) > time.time() - 60
 
 
 # a peer's GPUs fail while this node's job hangs on the collective it never joins; the peer's machine stays up
