@@ -88,6 +88,9 @@ class Ticks:
     spot_usd: float  # per tick
     od_usd: float
     save_on_notice: bool
+    # what an on-demand finish of the work left takes beyond it (its periodic saves and node failures: srifty
+    # launch's guard, :func:`~predictor.runs.spot.on_demand_time_s`), for the hard rule alone; the replay's 0
+    finish_extra: int = 0
 
     @classmethod
     def of(cls, job: Job, tick_s: float) -> Ticks:
@@ -129,8 +132,8 @@ def must_run_on_demand(s: State, j: Ticks) -> bool:
 
     Worst case of one more tick off on-demand: no committed progress, then a fresh on-demand fleet (``restart``)
     for the remaining work. The rule held a tick ago, so an on-demand fleet started (or kept) now finishes in time:
-    ``tick + restart + left <= deadline``."""
-    return s.tick + 1 + j.restart + (j.work - s.done) > j.deadline
+    ``tick + restart + left <= deadline``, the left work with what its finish adds (``finish_extra``)."""
+    return s.tick + 1 + j.restart + (j.work - s.done) + j.finish_extra > j.deadline
 
 
 class Policy:

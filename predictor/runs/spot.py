@@ -151,15 +151,13 @@ def on_demand_time_s(
     if mean_failures <= 0 or window <= 0:
         return running
     fixed = float(restart_s) + save  # each failure's restart and load
-    last = int(mean_failures + 12 * math.sqrt(mean_failures) + 12)  # the Poisson tail past it is below 1e-9
+    spread = 12 * math.sqrt(mean_failures) + 12  # the Poisson tails beyond it are below 1e-9
+    first, last = max(0, int(mean_failures - spread)), int(mean_failures + spread)
+    # each count's probability in log space: exp(-mean) alone underflows past about 745 failures
+    pmf = [math.exp(n * math.log(mean_failures) - mean_failures - math.lgamma(n + 1)) for n in range(first, last + 1)]
 
     def below(extra: float) -> float:  # P(the failures' extra time <= extra)
-        total, pmf = 0.0, math.exp(-mean_failures)
-        for n in range(last + 1):
-            if n:
-                pmf *= mean_failures / n
-            total += pmf * _irwin_hall_cdf(n, (extra - n * fixed) / window)
-        return total
+        return sum(p * _irwin_hall_cdf(n, (extra - n * fixed) / window) for n, p in enumerate(pmf, start=first))
 
     lo, hi = 0.0, last * (fixed + window)
     for _ in range(60):

@@ -131,10 +131,15 @@ def test_the_hard_rule_leaves_room_for_an_on_demand_finishs_node_failures_and_sa
     k_bare, k = first_forced(bare), first_forced(g)
     assert (k_bare, k) == (54, 54 - (math.ceil(finish_s / 900) - 40))
     assert k < k_bare and T0 + k * 900 + 1800 + finish_s <= T0 + 24 * 3600
-    # at a confidence: the failures' quantile (no room for them at 0.9, where none comes 92 times in 100; more than
-    # their expectation at 0.95), as the steps are done
+    # the room is the hard rule's alone: the policy's line is drawn on the steps, as before
+    assert g.ticks(T0).work == bare.ticks(T0).work == 40 and g.ticks(T0).finish_extra == math.ceil(finish_s / 900) - 40
+    # at a confidence: the failures' expectation while the step is predicted (the step is at the confidence then),
+    # their quantile once the job has measured it (no room for them at 0.9, where none comes 92 times in 100; more
+    # than their expectation at 0.95), as the steps are done
     for confidence, room in ((0.9, 36_000 + saves), (0.95, on_demand_time_s(36_000, 120.0, 1800.0, 64.0, 0.95))):
         held = guard(AlwaysWait(), gpus=64.0, checkpoint_s=120.0, confidence=confidence)
+        assert held.decide(T0, None).work_left_h == pytest.approx(finish_s / 3600)
+        held.progress(None, step_time_s=36.0)
         assert held.decide(T0, None).work_left_h == pytest.approx(room / 3600)
     assert on_demand_time_s(36_000, 120.0, 1800.0, 64.0, 0.95) > finish_s
     held.progress(900)

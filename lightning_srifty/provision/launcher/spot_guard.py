@@ -207,11 +207,14 @@ class SpotGuard:
         confidence: the plan's (``constraints.confidence``): the on-demand finish's node failures are held at that
             quantile (None, a plan made before confidences: their expectation).
 
-    The work left is what an on-demand finish of the steps left takes (:func:`~predictor.runs.spot.on_demand_time_s`:
-    its periodic saves, and its node failures, each costing the restart, a load and the work since the last save), so
-    the hard rule leaves room for them. A measured step time already holds the saves its leg made, so they are counted
-    twice once measured: at most the save's share of a step (``checkpoint_s`` over the interval, under 1 % for the
-    plan's intervals), on the deadline's safe side; until then the predicted step is at the confidence too.
+    The hard rule leaves room for what an on-demand finish of the steps left takes beyond them
+    (:func:`~predictor.runs.spot.on_demand_time_s`: its periodic saves, and its node failures, each costing the
+    restart, a load and the work since the last save); the policy's own line is drawn on the steps as before. The
+    plan's one quantile is held once: while the step is predicted, at the confidence (its factor) with the failures
+    at their expectation, as the ranking holds it; once the job has measured its step, the failures at the
+    confidence. A measured step time already holds the saves its leg made, so they are counted twice then: at most
+    the save's share of a step (``checkpoint_s`` over the interval, under 1 % for the plan's intervals), on the
+    deadline's safe side.
     """
 
     def __init__(
@@ -279,11 +282,13 @@ class SpotGuard:
     @property
     def work_left_s(self) -> float:
         """An on-demand finish of the steps left: their training at :attr:`step_s`, the periodic saves and the node
-        failures it meets, at the plan's confidence (:func:`~predictor.runs.spot.on_demand_time_s`)."""
+        failures it meets (:func:`~predictor.runs.spot.on_demand_time_s`), the failures at the plan's confidence once
+        the step is measured (before, the step is at it)."""
         left_s = max(0, self.steps - self.step) * self.step_s
         if left_s <= 0:
             return 0.0
-        return on_demand_time_s(left_s, self.checkpoint_s, self.restart_s, self.gpus, self.confidence)
+        confidence = self.confidence if self.measured_step_s is not None else None
+        return on_demand_time_s(left_s, self.checkpoint_s, self.restart_s, self.gpus, confidence)
 
     def _tick(self, now: float) -> int:
         """Ticks passed since the start, rounded up (time counts as spent: conservative for the deadline)."""
@@ -295,12 +300,13 @@ class SpotGuard:
         self._seen.extend([self.available] * (tick - len(self._seen)))
 
     def ticks(self, now: float) -> deadline.Ticks:
-        """The run in ticks as of ``now``: the work is the steps done (rounded down) plus an on-demand finish of the
-        steps left (:attr:`work_left_s`, rounded up), the restart rounded up and the deadline down, all against the
-        deadline."""
+        """The run in ticks as of ``now``: the work is the steps done (rounded down) plus the steps left (rounded
+        up), the restart rounded up and the deadline down, all against the deadline; ``finish_extra`` what an
+        on-demand finish adds to the steps left (:attr:`work_left_s`), for the hard rule."""
         t = self.check_s
         done = math.floor(self.step * self.step_s / t + 1e-9)
-        left = math.ceil(self.work_left_s / t - 1e-9)
+        left = math.ceil(max(0, self.steps - self.step) * self.step_s / t - 1e-9)
+        finish = math.ceil(self.work_left_s / t - 1e-9)
         return deadline.Ticks(
             tick_s=t,
             work=max(1, done + left),
@@ -310,6 +316,7 @@ class SpotGuard:
             spot_usd=self.spot_usd_hr * t / 3600.0,
             od_usd=self.od_usd_hr * t / 3600.0,
             save_on_notice=True,
+            finish_extra=max(0, finish - left),
         )
 
     def state(self, now: float, running: Running, available: bool | None = None) -> deadline.State:
