@@ -550,8 +550,8 @@ def entry_strategy(entry: PlanEntry) -> str:
 
 def node_verdicts(dirpath: str, fleet: str) -> list[int | None]:
     """The ``final`` word of each node of ``fleet`` whose job has ended (``exited/<fleet>/<instance id>.json`` in the
-    checkpoint folder, written by the training_fleet module's boot script on a fleet of several nodes): None while
-    the node decides, 75 when it left to be replaced (a spot notice, or a node of the fleet lost without one), else
+    checkpoint folder, written by the training_fleet module's boot script): None while the node decides, 75 when it
+    left to be replaced (a spot notice, a node of the fleet lost without one, its own GPU failed under the job), else
     its job's exit. An unreadable record counts as undecided. A launch clears the folder before it brings a fleet of
     that name the job (:func:`clear_node_verdicts`): names repeat from one launch to the next."""
     folder = store.path(dirpath, f"exited/{fleet}")

@@ -610,3 +610,30 @@ def test_the_heartbeat_names_are_checked_before_the_handover(tmp_path) -> None:
     provisioner = TerraformProvisioner(tmp_path, "s3://runs/job-1")
     with pytest.raises(ConfigError, match="not \\[A-Z_\\]"):
         provisioner.start(None, {"SRIFTY_RESUME": "", "X;touch /tmp/y": "1"})  # type: ignore[arg-type]
+
+
+def test_a_one_node_fleets_verdict_is_read_for_the_launch(tmp_path, moto_endpoint, monkeypatch, catalog) -> None:
+    """A one-node fleet's node writes its exit record too (its own GPU failed under the job: 75, to be replaced), and
+    srifty launch reads it: before, the launcher asked no verdict of one node and a GPU's failure ended the launch."""
+    import copy
+    import json
+
+    import boto3
+
+    from _support import MINIMAL
+    from lightning_srifty.provision.base import LaunchedFleet
+    from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="runs")
+    plan = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=10, max_instances=1), catalog=catalog)
+    fleet = LaunchedFleet(plan, 0, "f-1")
+    assert fleet.entry.nodes == 1
+    provisioner = TerraformProvisioner(tmp_path, "s3://runs/job-1")
+    assert provisioner.node_verdicts(fleet) == []
+    record = {"instance_id": "i-1", "exit_code": 1, "final": 75, "gpu_fault": "nvidia-smi: GPU is lost."}
+    s3.put_object(Bucket="runs", Key="job-1/exited/f-1/i-1.json", Body=json.dumps(record).encode())
+    assert provisioner.node_verdicts(fleet) == [75]

@@ -1028,6 +1028,9 @@ def test_a_one_node_fleet_whose_gpu_fell_off_the_bus_leaves_to_be_replaced(tf_en
     log = read(tmp_path / "user-data.log")
     assert run.returncode == 75, log[-3000:]
     assert "srifty: this node's GPUs failed while the job ran (nvidia-smi: GPU is lost" in log
+    # its exit record, for srifty launch (a one-node fleet's too: LostNodeWatch reads the 75 as a leave)
+    record = json.loads(read(tmp_path / "exited" / "i-0abc.json"))
+    assert (record["exit_code"], record["final"]) == (1, 75) and record["gpu_fault"].startswith("nvidia-smi: GPU is")
     # the watchdog waits for the verdict (its 60 s would otherwise end the fleet's life under a slow check)
     assert int(read(tmp_path / "state" / "verdict.until")) > time.time() - 60
 

@@ -645,9 +645,9 @@ SILENT_LEAVE_S = 180.0
 
 class LostNodeWatch:
     """Whether the job's fleet lost a node without a spot notice, from what its nodes' boot scripts say of their jobs'
-    ends (their verdict 75, :func:`protocol.node_verdicts`; the Terraform fleets of several nodes): a job that failed
-    (rank 0's ``FAILED.json``: its collective lost the node) or that left no record at all (rank 0 was on that node)
-    is then a leave like a notice's, resumed from the newest checkpoint."""
+    ends (their verdict 75, :func:`protocol.node_verdicts`; the Terraform fleets): a job that failed (rank 0's
+    ``FAILED.json``: its collective lost the node, or its own GPU failed, a one-node fleet's too) or that left no
+    record at all (rank 0 was on that node) is then a leave like a notice's, resumed from the newest checkpoint."""
 
     def __init__(self) -> None:
         self.since: float | None = None  # monotonic: when a verdict or a failure was first seen
@@ -660,7 +660,7 @@ class LostNodeWatch:
 
         Raises:
             MigrationError: the job failed (every node's verdict is its exit, the wait is over, or the
-                provisioner's nodes give none: a local fleet, one node).
+                provisioner's nodes give none: a local fleet).
         """
         verdicts = getattr(provisioner, "node_verdicts", lambda _: None)(fleet)
         now = time.monotonic()

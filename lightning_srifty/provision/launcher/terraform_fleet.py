@@ -233,10 +233,8 @@ class TerraformProvisioner:
         return None  # the job runs on the instances: the markers beside the checkpoints tell
 
     def node_verdicts(self, fleet: LaunchedFleet) -> list[int | None] | None:
-        """What each node of a fleet of several said of its job's end (:func:`protocol.node_verdicts`); None for a
-        fleet of one node, whose boot script writes none."""
-        if fleet.entry.nodes < 2:
-            return None
+        """What each node of the fleet said of its job's end (:func:`protocol.node_verdicts`): a one-node fleet's
+        node too, which leaves to be replaced when its own GPU failed under the job."""
         return protocol.node_verdicts(self.checkpoint_uri, fleet.name)
 
     def stop(self, fleet: LaunchedFleet) -> None:
