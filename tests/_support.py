@@ -186,6 +186,17 @@ class Recorder:
         self.calls.append(("down", fleet.name))
 
 
+class LosingNodes(Recorder):
+    """A fleet whose nodes' boot scripts say how their job ended (the Terraform fleets: exited/<fleet>/<id>.json)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.verdicts: dict[str, list] = {}
+
+    def node_verdicts(self, fleet):
+        return self.verdicts.get(fleet.name, [])
+
+
 def run_bounded(cmd: list[str], timeout: float, **kwargs):
     """``subprocess.run(cmd, capture_output=True, text=True)`` in a session of its own, bounded by ``timeout``: past
     it the whole process group is killed (a DDP run's other ranks too, which would otherwise keep a core busy for the

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import Recorder
+from _support import LosingNodes, Recorder
 from lightning_srifty import protocol as markers
 from lightning_srifty import store
 from lightning_srifty.protocol import (
@@ -143,21 +143,12 @@ def test_a_failed_job_stops_the_launch_and_releases_every_fleet(plan, tmp_path) 
     ), result["echo"]
 
 
-class LosingNodes(Recorder):
-    """A fleet whose nodes' boot scripts say how their job ended (the Terraform fleets: exited/<fleet>/<id>.json)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.verdicts: dict[str, list] = {}
-
-    def node_verdicts(self, fleet):
-        return self.verdicts.get(fleet.name, [])
-
-
 def test_a_job_failed_by_a_node_lost_without_a_notice_moves_on_from_the_newest_checkpoint(plan, tmp_path) -> None:
     """Rank 0 wrote FAILED.json (its collective lost the node); the launcher stopped the launch. The fleet's nodes
-    now say, once they have decided, that they left to be replaced (75): the launch moves on as on a notice, the next
-    leg resuming from the newest checkpoint; while they decide, nothing is concluded."""
+    now say, once they have decided, that they left to be replaced (75): the launch moves on, the next leg resuming
+    from the newest checkpoint; while they decide, nothing is concluded. The move is a lost node's ("node", not a
+    spot notice's: a review), and its next leg is the same entry again (one machine failed, not the market's
+    capacity), not the plan's next one."""
     rec = LosingNodes()
 
     def job(ckpt, _) -> None:
@@ -171,7 +162,9 @@ def test_a_job_failed_by_a_node_lost_without_a_notice_moves_on_from_the_newest_c
         write_record(ckpt, Finished(launch_id=LID, step=20))
 
     move = _moved_to_the_newest(plan, tmp_path, job, rec)
-    assert (move.trigger, move.voluntary, move.step) == ("spot", False, 9)
+    assert (move.trigger, move.voluntary, move.step) == ("node", False, 9)
+    assert move.from_fleet == move.to_fleet == plan.entries[0].fleet
+    assert "after a node lost without a notice (its host or its GPU) at step 9" in move.describe()
 
 
 def _moved_to_the_newest(plan, tmp_path: Path, job, rec: Recorder):
@@ -216,7 +209,7 @@ def test_a_fleet_that_lost_rank_0s_node_writes_no_record_and_still_moves_on(plan
         write_record(ckpt, Finished(launch_id=LID, step=20))
 
     move = _moved_to_the_newest(plan, tmp_path, job, rec)
-    assert (move.trigger, move.step) == ("spot", None)
+    assert (move.trigger, move.step) == ("node", None)
 
 
 def test_a_fleet_whose_nodes_all_ended_without_a_record_stops_the_launch(plan, tmp_path, monkeypatch) -> None:

@@ -538,7 +538,7 @@ class Launcher:
             return
         if len(self.migrations) >= self.settings.max_migrations:
             raise MigrationError(f"Preempted again after {self.settings.max_migrations} migrations: giving up.")
-        trigger = left.trigger if left.trigger in ("spot", "sigterm") else "spot"
+        trigger = left.trigger if left.trigger in ("spot", "sigterm", "node") else "spot"
         self._on_notice(_Leaving(left, gone, resume, self.fleet, trigger, False, 0.0))
 
     def _resume_from(self, left: Preempted) -> str:
@@ -560,7 +560,9 @@ class Launcher:
 
     def _on_notice(self, leaving: _Leaving) -> None:
         """An involuntary move: the fleet of a move granted just before (it is up: use it); the spot guard's choice
-        when the fleet was its spot one (:meth:`_after_spot_loss`); else the plan's next entry.
+        when the fleet was its spot one (:meth:`_after_spot_loss`); after a node lost without a notice (its host,
+        its GPU: trigger ``node``), the same entry again, as its Auto Scaling group would replace the node (the plan's
+        next ones if it cannot start); else the plan's next entry.
 
         Raises:
             MigrationError: no entry of the plan left to move to.
@@ -571,6 +573,10 @@ class Launcher:
             return
         if self.steer is not None and self.steer.kind(self.fleet) == "spot":
             self._after_spot_loss(self.steer, leaving)
+            return
+        if leaving.trigger == "node":  # the fleet's market and capacity are as they were: one machine failed
+            new, up_s = self.legs.bring_up(self.fleet.plan, self.fleet.index)
+            self._arrive(new, self.plan_uri, up_s, leaving)
             return
         nxt = self.fleet.index + 1
         if nxt >= len(self.fleet.plan.entries):
@@ -583,8 +589,9 @@ class Launcher:
     def _after_spot_loss(self, steer: Steering, leaving: _Leaving) -> None:
         """Spot is gone under the guard's fleet: the guard decides between its on-demand twin and spot again; if it
         waits for spot (or spot is refused), the old fleet is released now and :meth:`_wait_for_spot` tries at each
-        check."""
-        got = steer.after_loss(leaving.left.step)
+        check. A node lost without a notice (``node``) says nothing of spot's capacity: the guard decides with spot
+        there."""
+        got = steer.after_loss(leaving.left.step, spot_gone=leaving.trigger != "node")
         if got is None:
             self.legs.release(self.fleet)
             steer.next_check = time.monotonic() + self.settings.spot_check_s
@@ -669,7 +676,7 @@ class LostNodeWatch:
             if failed is not None or now - self.since > SILENT_LEAVE_S:
                 why = "a node of the fleet was lost without a spot notice: resuming from the newest checkpoint"
                 step = failed.step if failed is not None else None
-                return Preempted(launch_id=launch_id, step=step, why=why, trigger="spot")
+                return Preempted(launch_id=launch_id, step=step, why=why, trigger="node")
             return None
         decided = verdicts is not None and bool(verdicts) and None not in verdicts
         if failed is None:  # every node that said has ended its job, none to be replaced, and no record came

@@ -25,6 +25,7 @@ from predictor.runs import startup
 TRIGGER_WORDS = {
     "spot": "a spot notice",
     "sigterm": "SIGTERM",
+    "node": "a node lost without a notice (its host or its GPU)",
     "drift": "a drift from the prediction",
     "price": "a price change",
     "deadline": "a deadline check (the spot policy's, or the job's at its measured speed)",

@@ -103,13 +103,15 @@ class Steering:
             self.refused = 0
         return new, target[2], up_s, d
 
-    def after_loss(self, step: int | None) -> tuple[LaunchedFleet, str, float] | None:
-        """Spot is gone under the guard's fleet at ``step``: the fleet the guard chooses, up (its on-demand twin or
-        spot again), or None when it waits for spot or spot was refused."""
+    def after_loss(self, step: int | None, spot_gone: bool = True) -> tuple[LaunchedFleet, str, float] | None:
+        """The guard's fleet is gone at ``step``: the fleet the guard chooses, up (its on-demand twin or spot again),
+        or None when it waits for spot or spot was refused. ``spot_gone`` False: a node was lost without a notice (its
+        host, its GPU), which says nothing of spot's capacity: the guard decides as with spot there."""
         self.guard.progress(step)
-        self.guard.observe(False)
+        self.guard.observe(not spot_gone)
         d = self.guard.decide(time.time(), None)
-        self.echo(f"srifty launch: spot gone at step {step}; {d.describe()}")
+        what = "spot gone" if spot_gone else "a node lost without a notice"
+        self.echo(f"srifty launch: {what} at step {step}; {d.describe()}")
         return self.choose(d)
 
     def while_waiting(self) -> tuple[LaunchedFleet, str, float] | None:
