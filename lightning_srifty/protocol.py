@@ -555,6 +555,19 @@ def node_verdicts(dirpath: str, fleet: str) -> list[int | None]:
     left to be replaced (a spot notice, a node of the fleet lost without one, its own GPU failed under the job), else
     its job's exit. An unreadable record counts as undecided. A launch clears the folder before it brings a fleet of
     that name the job (:func:`clear_node_verdicts`): names repeat from one launch to the next."""
+    finals: list[int | None] = []
+    for record in node_records(dirpath, fleet):
+        try:
+            final = record.get("final")
+            finals.append(int(final) if final is not None else None)
+        except (ValueError, TypeError):
+            finals.append(None)
+    return finals
+
+
+def node_records(dirpath: str, fleet: str) -> list[dict[str, Any]]:
+    """Each node's exit record of ``fleet`` as it wrote it (``instance_id``, ``exit_code``, ``final``, ``gpu_fault``:
+    what failed on its GPUs under the job, or None); an unreadable one is ``{}``."""
     folder = store.path(dirpath, f"exited/{fleet}")
     fs = store.filesystem(folder)
     fs.invalidate_cache()
@@ -562,15 +575,15 @@ def node_verdicts(dirpath: str, fleet: str) -> list[int | None]:
         names = [str(n) for n in fs.ls(folder.rstrip("/"), detail=False) if str(n).endswith(".json")]
     except FileNotFoundError:
         return []
-    finals: list[int | None] = []
+    records: list[dict[str, Any]] = []
     for name in names:
         try:
             with fs.open(name, "r") as f:
-                final = json.load(f).get("final")
-            finals.append(int(final) if final is not None else None)
-        except (OSError, ValueError, TypeError, AttributeError):
-            finals.append(None)
-    return finals
+                record = json.load(f)
+            records.append(record if isinstance(record, dict) else {})
+        except (OSError, ValueError):
+            records.append({})
+    return records
 
 
 def clear_node_verdicts(dirpath: str, fleet: str) -> None:

@@ -187,14 +187,19 @@ class Recorder:
 
 
 class LosingNodes(Recorder):
-    """A fleet whose nodes' boot scripts say how their job ended (the Terraform fleets: exited/<fleet>/<id>.json)."""
+    """A fleet whose nodes' boot scripts say how their job ended (the Terraform fleets: exited/<fleet>/<id>.json):
+    their verdicts, and what failed on their GPUs."""
 
     def __init__(self) -> None:
         super().__init__()
         self.verdicts: dict[str, list] = {}
+        self.faults: dict[str, list[str]] = {}
 
     def node_verdicts(self, fleet):
         return self.verdicts.get(fleet.name, [])
+
+    def node_faults(self, fleet):
+        return self.faults.get(fleet.name, [])
 
 
 def run_bounded(cmd: list[str], timeout: float, **kwargs):

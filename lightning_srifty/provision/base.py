@@ -42,7 +42,8 @@ class Provisioner(Protocol):
     half-made and could not release then: the launcher releases them with ``down`` when the launch ends; and have
     ``node_verdicts(fleet)``, what each node of a fleet said of its job's end (the Terraform fleets' boot scripts:
     :func:`lightning_srifty.protocol.node_verdicts`), which tells a job that failed because the fleet lost a node
-    without a notice from one that failed (:class:`lightning_srifty.provision.launcher.launch.LostNodeWatch`)."""
+    without a notice from one that failed (:class:`lightning_srifty.provision.launcher.launch.LostNodeWatch`), and
+    ``node_faults(fleet)``, what failed on its nodes' GPUs (a machine's fault, not the market's)."""
 
     kind: str
     # torchrun numbers the job's ranks in the order the fleet's nodes join its rendezvous (instances that boot apart),

@@ -167,6 +167,29 @@ def test_a_job_failed_by_a_node_lost_without_a_notice_moves_on_from_the_newest_c
     assert "after a node lost without a notice (its host or its GPU) at step 9" in move.describe()
 
 
+def test_a_node_whose_gpu_failed_moves_at_once_and_again_without_progress_takes_the_next_entry(plan, tmp_path) -> None:
+    """A node's exit record names its GPUs' fault: no notice is on its way, so the launcher moves at once (not after
+    SILENT_LEAVE_S), to the same entry. That fleet's node fails the same way before the job got past the step: a
+    fault that follows the entry (its type's driver, its image) takes the plan's next entry, not the same one again
+    until --max-migrations (a review)."""
+    rec = LosingNodes()
+
+    def job(ckpt, _) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        rec.faults["f-1"], rec.verdicts["f-1"] = ["logged Xid (PCI:0000:00:1e): 79"], [75]
+        _until(lambda: ("start", "f-2") in rec.calls)
+        rec.faults["f-2"], rec.verdicts["f-2"] = ["nvidia-smi: GPU is lost."], [75]
+        _until(lambda: ("start", "f-3") in rec.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(plan, tmp_path, job, rec)
+    assert "error" not in result, result.get("error")
+    first, second = result["moves"]
+    assert (first.trigger, first.from_fleet, first.to_fleet) == ("node", plan.entries[0].fleet, plan.entries[0].fleet)
+    assert "a node's GPUs failed under the job (logged Xid (PCI:0000:00:1e): 79)" in first.why
+    assert (second.trigger, second.to_fleet) == ("node", plan.entries[1].fleet)
+
+
 def _moved_to_the_newest(plan, tmp_path: Path, job, rec: Recorder):
     """The launch's one move, whose next leg resumed from the newest checkpoint (the job left none of its own)."""
     rec, result = _run(plan, tmp_path, job, rec)

@@ -895,6 +895,7 @@ case "$(cat "$FAKE_DIR/gpus" 2>/dev/null)" in
   lost) echo "Unable to determine the device handle for GPU0000:00:1F.0: GPU is lost.  Reboot the system to recover \\
 this GPU" >&2; exit 15 ;;
   mismatch) echo "Failed to initialize NVML: Driver/library version mismatch" >&2; exit 18 ;;
+  none) echo "No devices were found"; exit 6 ;;
   hang) exec sleep 90 ;;
 esac
 if [ -e "$FAKE_DIR/gpus" ]; then cat "$FAKE_DIR/gpus"
@@ -975,9 +976,10 @@ XID_79 = "NVRM: Xid (PCI:0000:00:1f): 79, pid=1896, name=python, GPU has fallen 
     [
         ({"FAKE_GPUS_AFTER": "00000000:00:1E.0\\n"}, "GPUs no longer listed: 00000000:00:1F.0"),
         ({"FAKE_GPUS_AFTER": "lost"}, "nvidia-smi: GPU is lost.  Reboot the system to recover this GPU"),
+        ({"FAKE_GPUS_AFTER": "none"}, "nvidia-smi: No devices were found"),
         ({"FAKE_DMESG": XID_79, "FAKE_GPUS_AFTER": "hang"}, "logged Xid (PCI:0000:00:1f): 79"),
     ],
-    ids=["one-gone", "gpu-is-lost", "xid-79-and-a-stuck-nvidia-smi"],
+    ids=["one-gone", "gpu-is-lost", "no-device-left", "xid-79-and-a-stuck-nvidia-smi"],
 )
 def test_a_node_whose_gpu_failed_under_the_job_leaves_to_be_replaced(tf_env, tmp_path, after, says) -> None:
     """A GPU that fell off the bus (nvidia-smi no longer lists it, or fails) or logged a fatal Xid while the job ran

@@ -347,26 +347,37 @@ def test_a_spot_notice_waits_for_spot_then_the_hard_rule_starts_the_same_fleet_o
                                                                                "g4dn.xlarge:1")  # fmt: skip
 
 
-def test_a_node_lost_under_the_guards_spot_fleet_is_not_spot_gone(spot_plan, tmp_path, catalog) -> None:
-    """A node of the spot fleet lost without a notice (its GPU failed: its nodes' verdict 75, rank 0's FAILED.json)
-    says nothing of spot's capacity. It was read as a spot notice, so the guard marked spot gone and waited or went
-    on-demand; now it decides with spot there and starts spot again, at once."""
+@pytest.mark.parametrize("fault", [True, False], ids=["its-gpu-failed", "gone-without-a-notice"])
+def test_a_node_whose_gpu_failed_under_the_guards_spot_fleet_is_not_spot_gone(
+    spot_plan, tmp_path, catalog, fault
+) -> None:
+    """A node of the spot fleet whose GPU failed (its exit record says so; its nodes' verdict 75, rank 0's
+    FAILED.json) says nothing of spot's capacity. It was read as a spot notice, so the guard marked spot gone and
+    waited or went on-demand; now it decides with spot there and starts spot again, at once. A spot node gone
+    without a notice and without a fault is most likely a reclaim whose notice did not come: spot gone, as before."""
     plan = _tight(spot_plan, deadline_s=60.0)
     rec = LosingNodes()
 
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
+        if fault:
+            rec.faults["f-1"] = ["logged Xid (PCI:0000:00:1e): 79"]
+        else:
+            rec.spot_refusals = 1  # the reclaim's market: the first spot start again is refused
         rec.verdicts["f-1"] = [75]
         write_record(ckpt, Failed(launch_id=LID, step=0, error="RuntimeError: CUDA error: unknown error"))
-        _until(lambda: ("start", "f-2") in rec.calls)
+        _until(lambda: ("start", "f-2") in rec.calls or ("start", "f-3") in rec.calls)
         write_record(ckpt, Finished(launch_id=LID, step=1))
 
     result = _launch(plan, tmp_path, rec, job, catalog, spot_check_s=0.2)
     echo = "\n".join(result["echo"])
-    assert "srifty launch: a node lost without a notice at step 0; slack" in echo and ": spot" in echo
-    assert rec.markets["f-2"] != "on-demand" and not any(c[0] == "refused" for c in rec.calls)
     (move,) = result["moves"]
-    assert (move.trigger, move.from_fleet, move.to_fleet) == ("node", "g4dn.xlarge:1", "g4dn.xlarge:1")
+    if fault:
+        assert "srifty launch: a node lost without a notice at step 0; slack" in echo and ": spot" in echo
+        assert rec.markets["f-2"] != "on-demand" and not any(c[0] == "refused" for c in rec.calls)
+        assert (move.trigger, move.from_fleet, move.to_fleet) == ("node", "g4dn.xlarge:1", "g4dn.xlarge:1")
+    else:
+        assert "srifty launch: spot gone at step 0; slack" in echo and move.trigger == "spot"
 
 
 def test_as_the_deadline_nears_a_spot_fleet_is_moved_to_on_demand_up_first(spot_plan, tmp_path, catalog) -> None:

@@ -10,7 +10,9 @@ left in the folder are ignored.
 Two kinds of move:
 
 - *involuntary* (a spot notice or SIGTERM): the job checkpoints and leaves (``PREEMPTED.json``); the launcher brings
-  the next fleet of the current plan up, starts the job there from the checkpoint, and releases the old fleet;
+  the next fleet of the current plan up, starts the job there from the checkpoint, and releases the old fleet (after
+  a node lost without a notice on an on-demand fleet, or a node's GPU failed: the same entry again, once per step
+  reached);
 - *voluntary* (:class:`~lightning_srifty.migrate.MigrationTriggers`: drift from the prediction, cheaper prices): the
   job asks (``MOVE_REQUEST.json`` with a re-ranked plan) and keeps training; the launcher brings the new fleet up
   first, then answers ``LEAVE.json``; the job checkpoints and leaves; the new fleet starts from that checkpoint; the
@@ -574,8 +576,11 @@ class Launcher:
         if self.steer is not None and self.steer.kind(self.fleet) == "spot":
             self._after_spot_loss(self.steer, leaving)
             return
-        if leaving.trigger == "node":  # the fleet's market and capacity are as they were: one machine failed
-            new, up_s = self.legs.bring_up(self.fleet.plan, self.fleet.index)
+        if leaving.trigger == "node" and not self._node_restarted_without_progress(leaving):
+            # the fleet's market and capacity are as they were: one machine failed. The guard's on-demand twin only
+            # (a refusal is an error, as at a check); another entry's fleet may fall forward to the plan's next
+            twin = self.steer is not None and self.steer.kind(self.fleet) == "on-demand"
+            new, up_s = self.legs.bring_up(self.fleet.plan, self.fleet.index, only=twin)
             self._arrive(new, self.plan_uri, up_s, leaving)
             return
         nxt = self.fleet.index + 1
@@ -585,6 +590,16 @@ class Launcher:
             )
         new, up_s = self.legs.bring_up(self.fleet.plan, nxt)
         self._arrive(new, self.plan_uri, up_s, leaving)
+
+    def _node_restarted_without_progress(self, leaving: _Leaving) -> bool:
+        """Whether the last move already restarted this entry after a lost node, and the job has not got past that
+        move's step since: a fault that follows the entry (its type's driver, its AMI) goes to the plan's next entry,
+        not round the same one until ``max_migrations`` (a review)."""
+        if not self.migrations:
+            return False
+        last = self.migrations[-1]
+        same = last.trigger == "node" and last.to_fleet == self.fleet.entry.fleet
+        return same and (leaving.left.step is None or last.step is None or leaving.left.step <= last.step)
 
     def _after_spot_loss(self, steer: Steering, leaving: _Leaving) -> None:
         """Spot is gone under the guard's fleet: the guard decides between its on-demand twin and spot again; if it
@@ -673,10 +688,17 @@ class LostNodeWatch:
         now = time.monotonic()
         if verdicts is not None and 75 in verdicts:
             self.since = self.since or now
+            faults: list[str] = getattr(provisioner, "node_faults", lambda _: [])(fleet)
+            step = failed.step if failed is not None else None
+            if faults:  # a node's own GPU failed: its record says so, no notice is on its way
+                why = f"a node's GPUs failed under the job ({faults[0]}): resuming from the newest checkpoint"
+                return Preempted(launch_id=launch_id, step=step, why=why, trigger="node")
             if failed is not None or now - self.since > SILENT_LEAVE_S:
                 why = "a node of the fleet was lost without a spot notice: resuming from the newest checkpoint"
-                step = failed.step if failed is not None else None
-                return Preempted(launch_id=launch_id, step=step, why=why, trigger="node")
+                # on spot, an instance gone without a notice is most likely a reclaim whose notice did not come
+                # (AWS: "best effort"): the market's; on-demand, a machine's (a review)
+                trigger = "node" if fleet.entry.market == "on-demand" else "spot"
+                return Preempted(launch_id=launch_id, step=step, why=why, trigger=trigger)
             return None
         decided = verdicts is not None and bool(verdicts) and None not in verdicts
         if failed is None:  # every node that said has ended its job, none to be replaced, and no record came

@@ -36,7 +36,7 @@ TRIGGER_WORDS = {
 class Migration:
     when: str
     why: str  # in words, from the job
-    trigger: str  # spot (a notice), sigterm, drift, price, deadline
+    trigger: str  # spot (a notice), sigterm, node (a machine lost without a notice), drift, price, deadline
     voluntary: bool
     from_fleet: str
     to_fleet: str

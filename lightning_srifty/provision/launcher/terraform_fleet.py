@@ -237,6 +237,11 @@ class TerraformProvisioner:
         node too, which leaves to be replaced when its own GPU failed under the job."""
         return protocol.node_verdicts(self.checkpoint_uri, fleet.name)
 
+    def node_faults(self, fleet: LaunchedFleet) -> list[str]:
+        """What failed on the GPUs of the fleet's nodes that left for it (their exit records' ``gpu_fault``)."""
+        records = protocol.node_records(self.checkpoint_uri, fleet.name)
+        return [str(r["gpu_fault"]) for r in records if r.get("gpu_fault")]
+
     def stop(self, fleet: LaunchedFleet) -> None:
         pass  # destroying the fleet stops it
 
