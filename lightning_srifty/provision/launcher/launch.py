@@ -562,9 +562,8 @@ class Launcher:
 
     def _on_notice(self, leaving: _Leaving) -> None:
         """An involuntary move: the fleet of a move granted just before (it is up: use it); the spot guard's choice
-        when the fleet was its spot one (:meth:`_after_spot_loss`); after a node lost without a notice (its host,
-        its GPU: trigger ``node``), the same entry again, as its Auto Scaling group would replace the node (the plan's
-        next ones if it cannot start); else the plan's next entry.
+        when the fleet was its spot one (:meth:`_after_spot_loss`); after a machine's fault (``node``) the same entry
+        (:func:`restarted_without_progress`); else the plan's next entry.
 
         Raises:
             MigrationError: no entry of the plan left to move to.
@@ -576,36 +575,20 @@ class Launcher:
         if self.steer is not None and self.steer.kind(self.fleet) == "spot":
             self._after_spot_loss(self.steer, leaving)
             return
-        if leaving.trigger == "node" and not self._node_restarted_without_progress(leaving):
-            # the fleet's market and capacity are as they were: one machine failed. The guard's on-demand twin only
-            # (a refusal is an error, as at a check); another entry's fleet may fall forward to the plan's next
-            twin = self.steer is not None and self.steer.kind(self.fleet) == "on-demand"
-            new, up_s = self.legs.bring_up(self.fleet.plan, self.fleet.index, only=twin)
-            self._arrive(new, self.plan_uri, up_s, leaving)
-            return
-        nxt = self.fleet.index + 1
+        nxt, twin = self.fleet.index + 1, self.steer is not None and self.steer.kind(self.fleet) == "on-demand"
+        if leaving.trigger == "node" and not restarted_without_progress(self.migrations, self.fleet, leaving.left):
+            nxt = self.fleet.index  # one machine failed, not the market (the guard's twin alone: refused is an error)
         if nxt >= len(self.fleet.plan.entries):
             raise MigrationError(
                 f"No fleet left in the plan after {len(self.migrations)} migration(s): re-plan with srifty recommend."
             )
-        new, up_s = self.legs.bring_up(self.fleet.plan, nxt)
+        new, up_s = self.legs.bring_up(self.fleet.plan, nxt, only=twin and nxt == self.fleet.index)
         self._arrive(new, self.plan_uri, up_s, leaving)
 
-    def _node_restarted_without_progress(self, leaving: _Leaving) -> bool:
-        """Whether the last move already restarted this entry after a lost node, and the job has not got past that
-        move's step since: a fault that follows the entry (its type's driver, its AMI) goes to the plan's next entry,
-        not round the same one until ``max_migrations`` (a review)."""
-        if not self.migrations:
-            return False
-        last = self.migrations[-1]
-        same = last.trigger == "node" and last.to_fleet == self.fleet.entry.fleet
-        return same and (leaving.left.step is None or last.step is None or leaving.left.step <= last.step)
-
     def _after_spot_loss(self, steer: Steering, leaving: _Leaving) -> None:
-        """Spot is gone under the guard's fleet: the guard decides between its on-demand twin and spot again; if it
-        waits for spot (or spot is refused), the old fleet is released now and :meth:`_wait_for_spot` tries at each
-        check. A node lost without a notice (``node``) says nothing of spot's capacity: the guard decides with spot
-        there."""
+        """Spot is gone under the guard's fleet (a ``node`` fault: it is there): the guard decides between its
+        on-demand twin and spot again; if it waits for spot (or spot is refused), the old fleet is released now and
+        :meth:`_wait_for_spot` tries at each check."""
         got = steer.after_loss(leaving.left.step, spot_gone=leaving.trigger != "node")
         if got is None:
             self.legs.release(self.fleet)
@@ -663,6 +646,17 @@ LOST_NODE_WAIT_S = 300.0  # a failed job's nodes say within this whether their f
 # a node's verdict 75 with no record of the job's: a notice's PREEMPTED.json comes within the job's leave deadline
 # (SpotPreemption's leave_deadline_s, 100 s at most after the notice), its other nodes' verdicts within seconds
 SILENT_LEAVE_S = 180.0
+
+
+def restarted_without_progress(migrations: list[Migration], fleet: LaunchedFleet, left: Preempted) -> bool:
+    """Whether the last move already restarted ``fleet``'s entry after a lost node and the job has not got past that
+    move's step since: a fault that follows the entry (its type's driver, its image) then goes to the plan's next
+    entry, not round the same one until ``max_migrations`` (a review)."""
+    if not migrations:
+        return False
+    last = migrations[-1]
+    same = last.trigger == "node" and last.to_fleet == fleet.entry.fleet
+    return same and (left.step is None or last.step is None or left.step <= last.step)
 
 
 class LostNodeWatch:
