@@ -167,11 +167,16 @@ def test_a_job_failed_by_a_node_lost_without_a_notice_moves_on_from_the_newest_c
     assert "after a node lost without a notice (its host or its GPU) at step 9" in move.describe()
 
 
-def test_a_node_whose_gpu_failed_moves_at_once_and_again_without_progress_takes_the_next_entry(plan, tmp_path) -> None:
+def test_a_node_whose_gpu_failed_moves_at_once_and_again_without_progress_takes_the_next_entry(
+    plan, tmp_path, monkeypatch
+) -> None:
     """A node's exit record names its GPUs' fault: no notice is on its way, so the launcher moves at once (not after
     SILENT_LEAVE_S), to the same entry. That fleet's node fails the same way before the job got past the step: a
     fault that follows the entry (its type's driver, its image) takes the plan's next entry, not the same one again
     until --max-migrations (a review)."""
+    from lightning_srifty.provision.launcher import launch as launch_module
+
+    monkeypatch.setattr(launch_module, "VERDICT_READ_S", 0.0)  # the records are listed at every poll here
     rec = LosingNodes()
 
     def job(ckpt, _) -> None:
@@ -223,6 +228,7 @@ def test_a_fleet_that_lost_rank_0s_node_writes_no_record_and_still_moves_on(plan
     from lightning_srifty.provision.launcher import launch as launch_module
 
     monkeypatch.setattr(launch_module, "SILENT_LEAVE_S", 0.2)
+    monkeypatch.setattr(launch_module, "VERDICT_READ_S", 0.0)
     rec = LosingNodes()
 
     def job(ckpt, _) -> None:
@@ -241,6 +247,7 @@ def test_a_fleet_whose_nodes_all_ended_without_a_record_stops_the_launch(plan, t
     from lightning_srifty.provision.launcher import launch as launch_module
 
     monkeypatch.setattr(launch_module, "SILENT_LEAVE_S", 0.2)
+    monkeypatch.setattr(launch_module, "VERDICT_READ_S", 0.0)
     rec = LosingNodes()
 
     def job(ckpt, _) -> None:
@@ -1157,3 +1164,29 @@ def test_a_mixed_fleets_handover_gives_each_gpu_type_its_batch_whatever_order_th
         env = rec.envs["f-1"]
         name, value = expected
         assert env[name] == value and {"SRIFTY_BATCH_GROUPS", "SRIFTY_BATCH_SIZES"} & set(env) == {name}
+
+
+def test_a_running_jobs_node_records_are_listed_every_verdict_read_s_not_at_every_poll(plan) -> None:
+    """Every Terraform fleet's nodes write exit records now (one-node fleets too), and the launcher listed them in S3
+    at every poll of a running job: a CI run's launch through terraform grew past its timeout. While the job runs
+    they are listed every VERDICT_READ_S; once it failed, at every poll."""
+    from lightning_srifty.provision.base import LaunchedFleet
+    from lightning_srifty.provision.launcher.launch import VERDICT_READ_S, LostNodeWatch
+
+    class Counting(LosingNodes):
+        reads = 0
+
+        def node_verdicts(self, fleet):
+            self.reads += 1
+            return super().node_verdicts(fleet)
+
+    rec, watch, fleet = Counting(), LostNodeWatch(), LaunchedFleet(plan, 0, "f-1")
+    assert VERDICT_READ_S >= 10
+    for _ in range(5):
+        assert watch.check(rec, fleet, None, LID) is None
+    assert rec.reads == 1
+    rec.verdicts["f-1"] = [None]  # deciding
+    failed = Failed(launch_id=LID, step=3, error="RuntimeError: NCCL error")
+    for _ in range(3):
+        assert watch.check(rec, fleet, failed, LID) is None
+    assert rec.reads == 4

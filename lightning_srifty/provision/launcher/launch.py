@@ -646,6 +646,10 @@ LOST_NODE_WAIT_S = 300.0  # a failed job's nodes say within this whether their f
 # a node's verdict 75 with no record of the job's: a notice's PREEMPTED.json comes within the job's leave deadline
 # (SpotPreemption's leave_deadline_s, 100 s at most after the notice), its other nodes' verdicts within seconds
 SILENT_LEAVE_S = 180.0
+# while the job runs (no FAILED.json), its nodes' exit records are listed this often, not at every poll: one S3 list
+# each, on every Terraform fleet (one-node fleets too since they write records); a leave without a record waits
+# SILENT_LEAVE_S anyway
+VERDICT_READ_S = 15.0
 
 
 def restarted_without_progress(migrations: list[Migration], fleet: LaunchedFleet, left: Preempted) -> bool:
@@ -667,6 +671,7 @@ class LostNodeWatch:
 
     def __init__(self) -> None:
         self.since: float | None = None  # monotonic: when a verdict or a failure was first seen
+        self.read_at: float | None = None  # monotonic: the last read of the verdicts while the job runs
 
     def check(
         self, provisioner: Provisioner, fleet: LaunchedFleet, failed: Failed | None, launch_id: str
@@ -678,8 +683,11 @@ class LostNodeWatch:
             MigrationError: the job failed (every node's verdict is its exit, the wait is over, or the
                 provisioner's nodes give none: a local fleet).
         """
-        verdicts = getattr(provisioner, "node_verdicts", lambda _: None)(fleet)
         now = time.monotonic()
+        if failed is None and self.read_at is not None and now - self.read_at < VERDICT_READ_S:
+            return None  # the job runs: its nodes' records are listed every VERDICT_READ_S, not at every poll
+        self.read_at = now if failed is None else self.read_at
+        verdicts = getattr(provisioner, "node_verdicts", lambda _: None)(fleet)
         if verdicts is not None and 75 in verdicts:
             self.since = self.since or now
             faults: list[str] = getattr(provisioner, "node_faults", lambda _: [])(fleet)
