@@ -570,6 +570,8 @@ def test_module_readme_documents_every_input_and_output() -> None:
         assert names and all(f"| `{n}` |" in readme for n in names), [n for n in names if f"| `{n}` |" not in readme]
 
 
+# 96 s alone; under CI's other worker (a rehearsal, a boot) it ran past the suite's 300 s twice in its final destroy
+@pytest.mark.timeout(900)
 def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     tf_env, moto_endpoint, aws_rules, tmp_path, catalog, monkeypatch
 ) -> None:
@@ -674,7 +676,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     assert second["env"]["SRIFTY_FLEET"] == moved.entries[0].fleet and second["env"]["SRIFTY_PLAN"].startswith(uri)
     wait_for(lambda: not groups("mig-1"))  # the old fleet goes once the new one has its job
     markers.write_record(uri, markers.Finished(launch_id="T1", step=400))
-    thread.join(300)
+    thread.join(840)
     assert "error" not in result, result.get("error")
     (move,) = result["migrations"]
     assert (move.trigger, move.voluntary, move.step) == ("drift", True, 120)
