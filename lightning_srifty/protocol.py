@@ -19,7 +19,8 @@ and the ``launch_id`` of the ``srifty launch`` it belongs to, and is read and wr
     FINISHED.json          Finished     job -> launcher   training ended normally: the last step
     FAILED.json            Failed       job -> launcher   training raised: the step and the error
     HANDOVER-<fleet>.json  Handover     launcher -> fleet a remote fleet's ``LaunchEnv`` (``env``), once the previous
-                                                          fleet has left (a fleet that boots earlier waits for it)
+                                                          fleet has left (a fleet that boots earlier waits for it);
+                                                          its write time opens the leg (``resume_after``)
     HEARTBEAT.json         Heartbeat    launcher -> job,  the launcher is alive (see below)
                                         instances
     exited/<fleet>/<id>.json            node -> nodes,    a node's job has ended (``exit_code``, torchrun's) and the
@@ -311,6 +312,7 @@ VARIABLES: dict[str, str] = {
     "launch_id": "SRIFTY_LAUNCH_ID",
     "checkpoint_uri": "SRIFTY_CHECKPOINT_URI",
     "resume": "SRIFTY_RESUME",
+    "resume_after": "SRIFTY_RESUME_AFTER",
     "fleet": "SRIFTY_FLEET",
     "plan": "SRIFTY_PLAN",
     "choice": "SRIFTY_CHOICE",
@@ -346,6 +348,12 @@ class LaunchEnv:
             ``"latest"`` (:data:`RESUME_LATEST`; what a ``srifty terraform`` fleet's nodes set, which no launcher
             tells): the newest sound checkpoint in ``checkpoint_uri`` when there is one, else a first start; a
             replacement node resumes from where the fleet was.
+        resume_after: a record in ``checkpoint_uri`` whose write time opens this leg (a remote fleet's handover,
+            ``HANDOVER-<fleet>.json``; ``""``: none): the newest sound checkpoint written after it, when there is one,
+            wins over ``resume``. A node that replaces one of the leg's (an Auto Scaling group's replacement of an
+            instance lost without a notice, which re-reads the handover) resumes where the fleet was, not where the
+            leg began: from step 0 on a first leg, before. The times compared are the store's own (one listing), not
+            a node's clock.
         fleet: the fleet, e.g. ``"g4dn.xlarge:2"``.
         plan: where the plan this fleet comes from is kept; choice: its index in the plan's entries.
         batch_sizes: per-rank batches per micro-step; accumulate_grad_batches: micro-steps per optimizer step.
@@ -369,6 +377,7 @@ class LaunchEnv:
     launch_id: str
     checkpoint_uri: str
     resume: str = ""
+    resume_after: str = ""
     fleet: str = ""
     plan: str = ""
     choice: int | None = None

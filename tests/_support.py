@@ -188,15 +188,19 @@ class Recorder:
 
 class LosingNodes(Recorder):
     """A fleet whose nodes' boot scripts say how their job ended (the Terraform fleets: exited/<fleet>/<id>.json):
-    their verdicts, and what failed on their GPUs."""
+    their verdicts, what failed on their GPUs, and which of its instances went away without a word."""
 
     def __init__(self) -> None:
         super().__init__()
         self.verdicts: dict[str, list] = {}
         self.faults: dict[str, list[str]] = {}
+        self.gone: dict[str, list[str]] = {}  # instances EC2 lists no more, that recorded no end
 
     def node_verdicts(self, fleet):
         return self.verdicts.get(fleet.name, [])
+
+    def vanished(self, fleet):
+        return self.gone.get(fleet.name, [])
 
     def node_faults(self, fleet):
         return self.faults.get(fleet.name, [])

@@ -267,8 +267,11 @@ def _is_directory(fs: Any, entry: dict[str, Any]) -> bool:
     return entry.get("type") == "directory"
 
 
-def find_checkpoint(dirpath: str) -> str | None:
+def find_checkpoint(dirpath: str, *, written_after: str | None = None) -> str | None:
     """The newest sound checkpoint in ``dirpath`` (the one written last; the step in the name breaks a tie), or None.
+
+    ``written_after``: the name of a file in ``dirpath`` (a leg's handover): only checkpoints written after it count,
+    its time read from the same listing (the store's clock on both sides); None when it is not there.
 
     Written last, not the highest step: a folder can hold checkpoints of more than one run (a finished launch's step
     527, then an interrupted launch's step 160 in the same default folder), and a resume must never go back in time
@@ -304,6 +307,11 @@ def find_checkpoint(dirpath: str) -> str | None:
         name = _bare(str(entry["name"]))
         return max(written.get(name, 0.0), written.get(name + DIGEST_SUFFIX, 0.0)), step(entry)
 
+    if written_after is not None:
+        opened = [t for name, t in written.items() if PurePosixPath(name).name == written_after]
+        if not opened:
+            return None
+        entries = [e for e in entries if key(e)[0] > opened[0]]
     protocol = dirpath.split("://", 1)[0] + "://" if "://" in dirpath else ""
     ordered = sorted(entries, key=key, reverse=True)
     if ordered and max(step(e) for e in ordered) > step(ordered[0]):
@@ -564,7 +572,9 @@ def _resume_words(resume: str) -> str:
     "resuming from the launcher's checkpoint latest")."""
     from lightning_srifty.protocol import RESUME_LATEST
 
-    return "the fleet's newest sound checkpoint" if resume == RESUME_LATEST else f"the launcher's checkpoint {resume}"
+    if resume == RESUME_LATEST:
+        return "the fleet's newest sound checkpoint"
+    return f"the launcher's checkpoint {resume}" if resume else "the newest checkpoint this fleet wrote"
 
 
 def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True) -> None:
@@ -587,7 +597,7 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
 
     launch = LaunchEnv.from_env()
     connector = trainer._checkpoint_connector
-    if launch is None or not launch.resume or getattr(connector, "_srifty_resume", False):
+    if launch is None or not (launch.resume or launch.resume_after) or getattr(connector, "_srifty_resume", False):
         return
     original = type(connector).resume_start.__get__(connector)
 
@@ -642,7 +652,9 @@ def resume_checkpoint(
     """The checkpoint ``srifty launch`` says to resume from (``LaunchEnv.resume``), as a path Lightning can load, or
     None on a first start or outside a launch: ``trainer.fit(model, ckpt_path=resume_checkpoint(), ...)``.
 
-    On a srifty terraform fleet's node the launch says "latest": the fleet's newest sound checkpoint. With ``agree``
+    On a srifty terraform fleet's node the launch says "latest": the fleet's newest sound checkpoint. Under srifty
+    launch a remote fleet's nodes are also told the leg's handover (``LaunchEnv.resume_after``): a checkpoint written
+    since then is the leg's own, and the newest of them wins (a node that replaces a lost one). With ``agree``
     (given the search, it runs it on global rank 0 alone and broadcasts what it found: what every Trainer under a
     launch does once its processes are connected), every rank resumes the one rank 0 found; without it,
     each rank looks on its own (before the Trainer there is no process group), and one that cannot read the newest
@@ -661,9 +673,25 @@ def resume_checkpoint(
     from predictor.exceptions import MigrationError
 
     launch = LaunchEnv.from_env()
-    if launch is None or not launch.resume:
+    if launch is None or not (launch.resume or launch.resume_after):
         return None
     path = launch.resume
+    if launch.resume_after:  # a node that replaces one of the leg's: where the fleet was, if it got further
+
+        def find_newer() -> str | None:
+            return find_checkpoint(launch.checkpoint_uri, written_after=launch.resume_after)
+
+        newer = find_newer() if agree is None else agree(find_newer)
+        if newer is not None:
+            log.warning(
+                "srifty: resuming from %s, written by this fleet since its start (%s): not from %s",
+                newer,
+                launch.resume_after,
+                launch.resume or "the start",
+            )
+            path = newer
+    if not path:
+        return None
     if path == RESUME_LATEST:  # a srifty terraform fleet's node: the fleet's newest sound checkpoint, if any
 
         def find() -> str | None:

@@ -637,3 +637,62 @@ def test_a_one_node_fleets_verdict_is_read_for_the_launch(tmp_path, moto_endpoin
     record = {"instance_id": "i-1", "exit_code": 1, "final": 75, "gpu_fault": "nvidia-smi: GPU is lost."}
     s3.put_object(Bucket="runs", Key="job-1/exited/f-1/i-1.json", Body=json.dumps(record).encode())
     assert provisioner.node_verdicts(fleet) == [75]
+
+
+def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_endpoint, monkeypatch, catalog) -> None:
+    """A one-node fleet's instance that goes away without a word (no notice, no record) has no peer to say so, and
+    the launch waited with no end (a review). The provisioner now lists the fleet's instances (its srifty:fleet tag,
+    pending or running, against moto's EC2): one it listed since the handover, listed no more on two reads
+    VANISHED_CONFIRM_S apart, that wrote neither an exit record nor its boot script's status, is gone. One that
+    recorded its end is not; an instance of another fleet is not looked at; EC2 unreadable says so once and finds
+    none."""
+    import copy
+    import json
+
+    import boto3
+
+    from _support import MINIMAL
+    from lightning_srifty.provision.base import LaunchedFleet
+    from lightning_srifty.provision.launcher import terraform_fleet
+    from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
+    from lightning_srifty.provision.terraform.generate import Options
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="runs")
+    plan = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=10, max_instances=1), catalog=catalog)
+    fleet = LaunchedFleet(plan, 0, "f-1")
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name=fleet.entry.region)
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+
+    def launch(name: str) -> str:
+        tags = [{"ResourceType": "instance", "Tags": [{"Key": "srifty:fleet", "Value": name}]}]
+        made = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="t3.micro", TagSpecifications=tags)
+        return made["Instances"][0]["InstanceId"]
+
+    node, said, failed_setup, other = launch("f-1"), launch("f-1"), launch("f-1"), launch("f-10")
+    echo: list[str] = []
+    provisioner = TerraformProvisioner(tmp_path, "s3://runs/job-1", Options(aws_endpoint=moto_endpoint), echo=echo.append)
+    assert provisioner.vanished(fleet) == []  # all listed: the fleet's members
+    record = {"instance_id": said, "exit_code": 0, "final": 0}
+    s3.put_object(Bucket="runs", Key=f"job-1/exited/f-1/{said}.json", Body=json.dumps(record).encode())
+    s3.put_object(Bucket="runs", Key=f"job-1/status/f-1-{failed_setup}.json", Body=b'{"exit_code": 1}')
+    ec2.terminate_instances(InstanceIds=[node, said, failed_setup, other])
+    assert provisioner.vanished(fleet) == []  # not listed once: EC2 is eventually consistent, not yet concluded
+    monkeypatch.setattr(terraform_fleet, "VANISHED_CONFIRM_S", 0.0)
+    assert provisioner.vanished(fleet) == [node]
+    # a launcher whose credentials may not list instances: EC2's refusal, said once
+    from botocore.stub import Stubber
+
+    refusing = boto3.client("ec2", endpoint_url=moto_endpoint, region_name=fleet.entry.region)
+    stub = Stubber(refusing)
+    for _ in range(2):
+        stub.add_client_error("describe_instances", "UnauthorizedOperation", "not authorized: ec2:DescribeInstances")
+    stub.activate()
+    monkeypatch.setattr(terraform_fleet, "client", lambda *a, **k: refusing)
+    gone = LaunchedFleet(plan, 0, "f-2")
+    assert provisioner.vanished(gone) == [] and provisioner.vanished(gone) == []
+    assert len([line for line in echo if "could not be listed" in line]) == 1, echo
+    assert "UnauthorizedOperation" in echo[-1] and "ec2:DescribeInstances" in echo[-1]

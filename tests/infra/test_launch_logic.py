@@ -241,6 +241,31 @@ def test_a_fleet_that_lost_rank_0s_node_writes_no_record_and_still_moves_on(plan
     assert (move.trigger, move.step) == ("node", None)
 
 
+def test_a_fleet_whose_nodes_all_went_away_without_a_word_moves_on(plan, tmp_path, monkeypatch) -> None:
+    """A review: a one-node fleet whose instance went away without a word (no notice, no record: a host that failed,
+    a reclaim whose notice did not come) left srifty launch waiting with no end, since no peer was there to say it
+    (the same when every node of a fleet goes at once). EC2 no longer listing an instance that recorded no end is
+    now a leave like a lost node's, resumed from the newest checkpoint; a GPU fault's record, when there is one,
+    names the move instead."""
+    from lightning_srifty.provision.launcher import launch as launch_module
+
+    monkeypatch.setattr(launch_module, "VERDICT_READ_S", 0.0)
+    rec = LosingNodes()
+
+    def job(ckpt, _) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        time.sleep(0.2)  # the job trains: nothing is concluded
+        assert ("up", "f-2") not in rec.calls
+        rec.gone["f-1"] = ["i-0123456789abcdef0"]
+        _until(lambda: ("start", "f-2") in rec.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    move = _moved_to_the_newest(plan, tmp_path, job, rec)
+    assert plan.entries[0].market == "on-demand" and (move.trigger, move.step) == ("node", None)
+    assert "went away without a word (i-0123456789abcdef0: EC2 no longer lists them" in move.why
+    assert move.from_fleet == move.to_fleet  # one machine failed, not the market: the same entry again
+
+
 def test_a_fleet_whose_nodes_all_ended_without_a_record_stops_the_launch(plan, tmp_path, monkeypatch) -> None:
     """Every node said its job ended (none to be replaced) and rank 0 wrote nothing: the launcher waited for a record
     until its heartbeat's life cap, with no instance left; it now says so once SILENT_LEAVE_S has passed."""
@@ -1190,3 +1215,21 @@ def test_a_running_jobs_node_records_are_listed_every_verdict_read_s_not_at_ever
     for _ in range(3):
         assert watch.check(rec, fleet, failed, LID) is None
     assert rec.reads == 4
+
+
+def test_a_spot_fleets_node_gone_without_a_word_is_the_markets_and_a_gpu_fault_names_the_move(plan, catalog) -> None:
+    """An instance of a spot fleet gone without a word is most likely a reclaim whose notice did not come: a spot
+    move (the guard then decides with spot gone), as for a peer's verdict `lost`. A node that recorded its GPUs'
+    fault while another vanished: the fault's record names the move."""
+    from lightning_srifty.provision.base import LaunchedFleet
+    from lightning_srifty.provision.launcher.launch import LostNodeWatch
+
+    spot = rank(plan_profile(), Constraints(steps=1000, market="spot", max_instances=1), catalog=catalog)
+    rec, fleet = LosingNodes(), LaunchedFleet(spot, 0, "f-1")
+    assert fleet.entry.market == "spot" and LostNodeWatch().check(rec, fleet, None, LID) is None
+    rec.gone["f-1"] = ["i-1", "i-2", "i-3", "i-4"]
+    left = LostNodeWatch().check(rec, fleet, None, LID)
+    assert left is not None and left.trigger == "spot" and "4 node(s)" in left.why and "i-4" not in left.why
+    rec.verdicts["f-1"], rec.faults["f-1"] = [75], ["nvidia-smi: GPU is lost."]
+    left = LostNodeWatch().check(rec, fleet, None, LID)
+    assert left is not None and left.trigger == "node" and "GPU is lost" in left.why

@@ -828,3 +828,64 @@ def test_the_leave_window_counts_from_the_first_notice_of_any_rank(tmp_path) -> 
     assert all(29.0 < age < 40.0 for age, _ in seen), seen
     # and when AWS acts on the noticed node (a review: rank 0 wrote the record after it, to a peer already gone)
     assert all(30.0 < acts_in < 40.5 for _, acts_in in seen), seen
+
+
+def test_a_node_that_replaces_a_lost_one_resumes_where_the_fleet_was(tmp_path, moto_endpoint, monkeypatch) -> None:
+    """A one-node fleet under srifty launch whose instance went away without a word: its Auto Scaling group's
+    replacement re-reads the leg's handover, which names the checkpoint the leg began from ("" on a first leg). Before,
+    it resumed from there (a first leg: from step 0, while the fleet had trained on and saved). Now a checkpoint
+    written since the handover (S3's own clock, one listing) is the leg's own and the newest of them wins; one written
+    before it (another run's, left in the folder) never does. Against moto's S3."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    from lightning_srifty import protocol, resume_checkpoint, store
+    from lightning_srifty.protocol import LaunchEnv
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
+    url = "s3://ckpts/run-1"
+    for name in [v for v in os.environ if v.startswith("SRIFTY_")]:
+        monkeypatch.delenv(name)
+
+    def save(steps: int) -> str:
+        handler = SpotPreemption(url, exit_process=False)
+        t = trainer([], max_steps=steps)
+        t.fit(TinyModel(), train_dataloaders=loader())
+        return handler.save(t, reason="periodic")
+
+    earlier = save(8)  # another run's, in the same folder, before this leg
+    time.sleep(1.1)  # S3 lists times to the second
+    protocol.write_record(url, protocol.Handover(launch_id="L1", fleet="f-1", env={}))
+    handover = protocol.handover("f-1")
+
+    def under(resume: str) -> None:
+        env = LaunchEnv(launch_id="L1", checkpoint_uri=url, resume=resume, resume_after=handover).to_env()
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+
+    class FirstStep(pl.Callback):
+        def on_train_start(self, trainer, *args) -> None:
+            self.step = trainer.global_step
+
+    # the leg's first node, a first leg: nothing written since the handover, a fresh start (not the other run's 8)
+    under("")
+    assert resume_checkpoint(cache_dir=str(tmp_path / "c0")) is None
+    first = FirstStep()
+    t = trainer([first], max_steps=2)  # the package's SpotPreemption under the launch: install_resume
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert first.step == 0
+    time.sleep(1.1)
+    own = save(5)  # the leg's own periodic checkpoint, then the node goes
+    # its replacement, same handover: from the leg's own step 5, in a fit() without ckpt_path too
+    found = resume_checkpoint(cache_dir=str(tmp_path / "c1"))
+    assert found is not None and os.path.basename(found) == os.path.basename(own) == "periodic-step=5.ckpt"
+    again = FirstStep()
+    t = trainer([again], max_steps=7)
+    t.fit(TinyModel(), train_dataloaders=loader())
+    assert again.step == 5 and t.global_step == 7
+    # a later leg told to resume from a given checkpoint: that one until the leg writes its own
+    under(earlier)
+    assert os.path.basename(resume_checkpoint(cache_dir=str(tmp_path / "c2"))) == "periodic-step=5.ckpt"
+    store.clear(url, handover)  # no handover record to date the leg: the launcher's checkpoint, as before
+    assert os.path.basename(resume_checkpoint(cache_dir=str(tmp_path / "c3"))) == "periodic-step=8.ckpt"

@@ -667,7 +667,9 @@ class LostNodeWatch:
     """Whether the job's fleet lost a node without a spot notice, from what its nodes' boot scripts say of their jobs'
     ends (their verdict 75, :func:`protocol.node_verdicts`; the Terraform fleets): a job that failed (rank 0's
     ``FAILED.json``: its collective lost the node, or its own GPU failed, a one-node fleet's too) or that left no
-    record at all (rank 0 was on that node) is then a leave like a notice's, resumed from the newest checkpoint."""
+    record at all (rank 0 was on that node) is then a leave like a notice's, resumed from the newest checkpoint. So
+    is a node that EC2 lists no more and that recorded no end (the provisioner's ``vanished``): no peer says it when
+    the fleet had one node or lost every node at once."""
 
     def __init__(self) -> None:
         self.since: float | None = None  # monotonic: when a verdict or a failure was first seen
@@ -688,19 +690,25 @@ class LostNodeWatch:
             return None  # the job runs: its nodes' records are listed every VERDICT_READ_S, not at every poll
         self.read_at = now if failed is None else self.read_at
         verdicts = getattr(provisioner, "node_verdicts", lambda _: None)(fleet)
-        if verdicts is not None and 75 in verdicts:
+        leaving = verdicts is not None and 75 in verdicts
+        gone: list[str] = getattr(provisioner, "vanished", lambda _: [])(fleet)
+        faults: list[str] = getattr(provisioner, "node_faults", lambda _: [])(fleet) if leaving else []
+        if gone and not faults:  # no peer left to say it (one node, or all at once): EC2 lists them no more
+            why = (
+                f"{len(gone)} node(s) of the fleet went away without a word ({', '.join(gone[:3])}: EC2 no longer "
+                "lists them, and they recorded no end): resuming from the newest checkpoint"
+            )
+            step = failed.step if failed is not None else None
+            return Preempted(launch_id=launch_id, step=step, why=why, trigger=_lost_trigger(fleet))
+        if leaving:
             self.since = self.since or now
-            faults: list[str] = getattr(provisioner, "node_faults", lambda _: [])(fleet)
             step = failed.step if failed is not None else None
             if faults:  # a node's own GPU failed: its record says so, no notice is on its way
                 why = f"a node's GPUs failed under the job ({faults[0]}): resuming from the newest checkpoint"
                 return Preempted(launch_id=launch_id, step=step, why=why, trigger="node")
             if failed is not None or now - self.since > SILENT_LEAVE_S:
                 why = "a node of the fleet was lost without a spot notice: resuming from the newest checkpoint"
-                # on spot, an instance gone without a notice is most likely a reclaim whose notice did not come
-                # (AWS: "best effort"): the market's; on-demand, a machine's (a review)
-                trigger = "node" if fleet.entry.market == "on-demand" else "spot"
-                return Preempted(launch_id=launch_id, step=step, why=why, trigger=trigger)
+                return Preempted(launch_id=launch_id, step=step, why=why, trigger=_lost_trigger(fleet))
             return None
         decided = verdicts is not None and bool(verdicts) and None not in verdicts
         if failed is None:  # every node that said has ended its job, none to be replaced, and no record came
@@ -715,6 +723,12 @@ class LostNodeWatch:
         if verdicts is None or decided or now - self.since > LOST_NODE_WAIT_S:
             raise MigrationError(f"The job failed on {fleet.entry.fleet} at step {failed.step}: {failed.error}")
         return None
+
+
+def _lost_trigger(fleet: LaunchedFleet) -> str:
+    """Why a node lost without a notice moves the job: on spot, an instance gone without a notice is most likely a
+    reclaim whose notice did not come (AWS: "best effort"): the market's; on-demand, a machine's (a review)."""
+    return "node" if fleet.entry.market == "on-demand" else "spot"
 
 
 def _wait_exit(provisioner: Provisioner, fleet: LaunchedFleet, timeout: float = 120.0) -> None:

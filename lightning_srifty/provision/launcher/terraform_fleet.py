@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from lightning_srifty import protocol
+from lightning_srifty import protocol, store
 from lightning_srifty.provision.apply import apply, destroy
 from lightning_srifty.provision.aws import client, offered_zones, split_s3
 from lightning_srifty.provision.base import LaunchedFleet, ZoneChoice
@@ -60,6 +60,10 @@ ZONE_RETRIES = 2  # other zones tried per fleet before the plan's next entry
 LAUNCH_MAX_RETRIES = 4
 CAPACITY_TIMEOUT_S = 600.0  # an Auto Scaling group that has not launched the fleet by then is given up
 LIVE = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
+# an instance of a fleet EC2 no longer lists is taken for gone when it is still not listed this much later: EC2's API
+# is eventually consistent ("the results of an API command you run might not be immediately visible to all subsequent
+# commands", docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html)
+VANISHED_CONFIRM_S = 10.0
 
 
 def wait_for_capacity(
@@ -221,6 +225,9 @@ class TerraformProvisioner:
 
     def start(self, fleet: LaunchedFleet, env: dict[str, str]) -> None:
         check_env_names(env, "the handover's env")  # exported on every instance (which checks again)
+        # a node that replaces one of this leg's (its group's, after a loss without a notice) re-reads this handover:
+        # the newest checkpoint written since it, if any, is where the fleet was (LaunchEnv.resume_after)
+        env = {**env, protocol.VARIABLES["resume_after"]: protocol.handover(fleet.name)}
         launch_id = env.get(protocol.VARIABLES["launch_id"], "")
         # what an earlier launch's fleet of this name said of its nodes' ends: its nodes train only after the handover
         protocol.clear_node_verdicts(self.checkpoint_uri, fleet.name)
@@ -236,6 +243,56 @@ class TerraformProvisioner:
         """What each node of the fleet said of its job's end (:func:`protocol.node_verdicts`): a one-node fleet's
         node too, which leaves to be replaced when its own GPU failed under the job."""
         return protocol.node_verdicts(self.checkpoint_uri, fleet.name)
+
+    def vanished(self, fleet: LaunchedFleet) -> list[str]:
+        """The fleet's instances that EC2 listed (pending or running) since its handover and lists no more, on two
+        reads :data:`VANISHED_CONFIRM_S` apart (EC2's API is eventually consistent), that recorded no exit: nodes
+        lost without a word, a spot reclaim whose notice did not come or a host that failed. Their peers report such
+        a loss (verdict ``lost``) unless there are none: a one-node fleet, or every node gone at once (a spot pool
+        reclaimed). Before, the launch then waited with no end. [] when EC2 cannot be read (said once)."""
+        seen = fleet.data.setdefault("members", set())  # every instance of the fleet listed since the handover
+        first_gone: dict[str, float] = fleet.data.setdefault("gone_since", {})
+        try:
+            ec2 = client("ec2", fleet.entry.region, self.options.aws_endpoint)
+            pages = ec2.get_paginator("describe_instances").paginate(
+                Filters=[
+                    {"Name": "tag:srifty:fleet", "Values": [fleet.name]},
+                    {"Name": "instance-state-name", "Values": ["pending", "running"]},
+                ]
+            )
+            live = {i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]}
+        except Exception as exc:  # noqa: BLE001 - the nodes' own verdicts still tell most losses
+            if not fleet.data.get("ec2_unread"):
+                fleet.data["ec2_unread"] = True
+                self.echo(
+                    f"srifty launch: the instances of {fleet.name} could not be listed ({exc}); a node lost "
+                    "without a notice is seen only by its peers (ec2:DescribeInstances for the launcher's role)"
+                )
+            return []
+        seen |= live
+        recorded = {str(r.get("instance_id")) for r in protocol.node_records(self.checkpoint_uri, fleet.name)}
+        recorded |= self._statuses(fleet.name)  # a boot script that ended (a failed setup, a job's end) said so
+        now = time.monotonic()
+        gone = seen - live - recorded
+        for instance in list(first_gone):
+            if instance not in gone:
+                del first_gone[instance]  # listed again (or its record came): not gone
+        for instance in gone:
+            first_gone.setdefault(instance, now)
+        return sorted(i for i in gone if now - first_gone[i] >= VANISHED_CONFIRM_S)
+
+    def _statuses(self, fleet: str) -> set[str]:
+        """The instances of ``fleet`` whose boot script wrote its exit status (``status/<fleet>-<instance id>.json``
+        beside the checkpoints, whatever ended it)."""
+        folder = store.path(self.checkpoint_uri, "status")
+        fs = store.filesystem(folder)
+        fs.invalidate_cache()
+        try:
+            names = [PurePosixPath(str(n)).name for n in fs.ls(folder.rstrip("/"), detail=False)]
+        except FileNotFoundError:
+            return set()
+        head = f"{fleet}-"
+        return {n[len(head) : -len(".json")] for n in names if n.startswith(head + "i-") and n.endswith(".json")}
 
     def node_faults(self, fleet: LaunchedFleet) -> list[str]:
         """What failed on the GPUs of the fleet's nodes that left for it (their exit records' ``gpu_fault``)."""
