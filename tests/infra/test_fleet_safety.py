@@ -674,7 +674,9 @@ def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_en
 
     node, said, failed_setup, other = launch("f-1"), launch("f-1"), launch("f-1"), launch("f-10")
     echo: list[str] = []
-    provisioner = TerraformProvisioner(tmp_path, "s3://runs/job-1", Options(aws_endpoint=moto_endpoint), echo=echo.append)
+    provisioner = TerraformProvisioner(
+        tmp_path, "s3://runs/job-1", Options(aws_endpoint=moto_endpoint), echo=echo.append
+    )
     assert provisioner.vanished(fleet) == []  # all listed: the fleet's members
     record = {"instance_id": said, "exit_code": 0, "final": 0}
     s3.put_object(Bucket="runs", Key=f"job-1/exited/f-1/{said}.json", Body=json.dumps(record).encode())
