@@ -291,40 +291,8 @@ def find_checkpoint(dirpath: str, *, written_after: str | None = None) -> str | 
     fs = filesystem(dirpath)
     listing = list_folder(fs, dirpath)  # no HEAD of the folder's own key: an instance role may not read it
     listed = {_bare(str(e["name"])) for e in listing}
-    entries = [e for e in listing if str(e["name"]).rstrip("/").endswith(".ckpt")]
-
-    def when(entry: dict[str, Any]) -> float:
-        mtime = entry.get("mtime") or entry.get("LastModified") or 0
-        return mtime.timestamp() if hasattr(mtime, "timestamp") else float(mtime)
-
-    written = {_bare(str(e["name"])): when(e) for e in listing}
-
-    def step(entry: dict[str, Any]) -> int:
-        match = _STEP.search(PurePosixPath(str(entry["name"])).name)
-        return int(match.group(1)) if match else -1
-
-    def key(entry: dict[str, Any]) -> tuple[float, int]:
-        name = _bare(str(entry["name"]))
-        return max(written.get(name, 0.0), written.get(name + DIGEST_SUFFIX, 0.0)), step(entry)
-
-    if written_after is not None:
-        opened = [t for name, t in written.items() if PurePosixPath(name).name == written_after]
-        if not opened:
-            return None
-        entries = [e for e in entries if key(e)[0] > opened[0]]
+    ordered = _newest_first(dirpath, listing, written_after)
     protocol = dirpath.split("://", 1)[0] + "://" if "://" in dirpath else ""
-    ordered = sorted(entries, key=key, reverse=True)
-    if ordered and max(step(e) for e in ordered) > step(ordered[0]):
-        higher = max(ordered, key=step)
-        log.warning(
-            "srifty: %s holds %s (step %d), written before the newest checkpoint %s (step %d): another run's? The "
-            "newest is resumed; pass the other one explicitly to resume from it",
-            dirpath,
-            PurePosixPath(str(higher["name"]).rstrip("/")).name,
-            step(higher),
-            PurePosixPath(str(ordered[0]["name"]).rstrip("/")).name,
-            step(ordered[0]),
-        )
     for entry in ordered:
         name = str(entry["name"]).rstrip("/")
         path = name if "://" in name or not protocol else protocol + name
@@ -334,6 +302,45 @@ def find_checkpoint(dirpath: str, *, written_after: str | None = None) -> str | 
         except Exception as exc:  # noqa: BLE001 - any failure means: not this one
             log.warning("SriftyCallback: skipping checkpoint %s: %s; trying an older one", path, exc)
     return None
+
+
+def _step_of(entry: dict[str, Any]) -> int:
+    match = _STEP.search(PurePosixPath(str(entry["name"])).name)
+    return int(match.group(1)) if match else -1
+
+
+def _newest_first(dirpath: str, listing: list[dict[str, Any]], written_after: str | None) -> list[dict[str, Any]]:
+    """The checkpoints of a folder's ``listing``, the one written last first (its digest's time, else its own; the
+    step breaks a tie), only those written after the file ``written_after`` when given ([] when it is not there); a
+    warning names a checkpoint of a higher step written earlier (:func:`find_checkpoint`)."""
+
+    def when(entry: dict[str, Any]) -> float:
+        mtime = entry.get("mtime") or entry.get("LastModified") or 0
+        return mtime.timestamp() if hasattr(mtime, "timestamp") else float(mtime)
+
+    written = {_bare(str(e["name"])): when(e) for e in listing}
+
+    def key(entry: dict[str, Any]) -> tuple[float, int]:
+        name = _bare(str(entry["name"]))
+        return max(written.get(name, 0.0), written.get(name + DIGEST_SUFFIX, 0.0)), _step_of(entry)
+
+    entries = [e for e in listing if str(e["name"]).rstrip("/").endswith(".ckpt")]
+    if written_after is not None:
+        opened = [t for name, t in written.items() if PurePosixPath(name).name == written_after]
+        entries = [e for e in entries if opened and key(e)[0] > opened[0]]
+    ordered = sorted(entries, key=key, reverse=True)
+    if ordered and max(_step_of(e) for e in ordered) > _step_of(ordered[0]):
+        higher = max(ordered, key=_step_of)
+        log.warning(
+            "srifty: %s holds %s (step %d), written before the newest checkpoint %s (step %d): another run's? The "
+            "newest is resumed; pass the other one explicitly to resume from it",
+            dirpath,
+            PurePosixPath(str(higher["name"]).rstrip("/")).name,
+            _step_of(higher),
+            PurePosixPath(str(ordered[0]["name"]).rstrip("/")).name,
+            _step_of(ordered[0]),
+        )
+    return ordered
 
 
 def vet_checkpoint(fs: Any, path: str, listed: set[str] | None = None, *, directory: bool | None = None) -> None:
@@ -642,6 +649,38 @@ def _from_rank_zero(trainer: Any, find: Callable[[], str | None]) -> str | None:
     return trainer.strategy.broadcast(found, src=0)
 
 
+def _resume_path(launch: Any, agree: Callable[[Callable[[], str | None]], str | None] | None) -> str | None:
+    """Where ``launch`` resumes from, before any download (:func:`resume_checkpoint`): the newest checkpoint written
+    since the leg's handover (``resume_after``), else ``resume`` ("latest": the folder's newest sound one), or None."""
+    from lightning_srifty.protocol import RESUME_LATEST
+
+    def search(**kw: Any) -> str | None:
+        def find() -> str | None:
+            return find_checkpoint(launch.checkpoint_uri, **kw)
+
+        return find() if agree is None else agree(find)
+
+    path = launch.resume
+    if launch.resume_after:  # a node that replaces one of the leg's: where the fleet was, if it got further
+        newer = search(written_after=launch.resume_after)
+        if newer is not None:
+            log.warning(
+                "srifty: resuming from %s, written by this fleet since its start (%s): not from %s",
+                newer,
+                launch.resume_after,
+                launch.resume or "the start",
+            )
+            return str(newer)
+    if path == RESUME_LATEST:  # a srifty terraform fleet's node: the fleet's newest sound checkpoint, if any
+        newest = search()
+        if newest is None:
+            log.warning("srifty: no checkpoint in %s yet: a first start", launch.checkpoint_uri)
+            return None
+        log.warning("srifty: resuming from the fleet's newest sound checkpoint %s", newest)
+        return str(newest)
+    return path or None
+
+
 def resume_checkpoint(
     cache_dir: str | None = None,
     *,
@@ -669,40 +708,15 @@ def resume_checkpoint(
     """
     import time
 
-    from lightning_srifty.protocol import RESUME_LATEST, LaunchEnv
+    from lightning_srifty.protocol import LaunchEnv
     from predictor.exceptions import MigrationError
 
     launch = LaunchEnv.from_env()
-    if launch is None or not (launch.resume or launch.resume_after):
+    if launch is None:
         return None
-    path = launch.resume
-    if launch.resume_after:  # a node that replaces one of the leg's: where the fleet was, if it got further
-
-        def find_newer() -> str | None:
-            return find_checkpoint(launch.checkpoint_uri, written_after=launch.resume_after)
-
-        newer = find_newer() if agree is None else agree(find_newer)
-        if newer is not None:
-            log.warning(
-                "srifty: resuming from %s, written by this fleet since its start (%s): not from %s",
-                newer,
-                launch.resume_after,
-                launch.resume or "the start",
-            )
-            path = newer
-    if not path:
+    path = _resume_path(launch, agree)
+    if path is None:
         return None
-    if path == RESUME_LATEST:  # a srifty terraform fleet's node: the fleet's newest sound checkpoint, if any
-
-        def find() -> str | None:
-            return find_checkpoint(launch.checkpoint_uri)
-
-        newest = find() if agree is None else agree(find)
-        if newest is None:
-            log.warning("srifty: no checkpoint in %s yet: a first start", launch.checkpoint_uri)
-            return None
-        log.warning("srifty: resuming from the fleet's newest sound checkpoint %s", newest)
-        path = newest
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "srifty-resume", launch.launch_id or "run")
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         os.makedirs(cache, exist_ok=True)

@@ -266,6 +266,40 @@ def test_a_fleet_whose_nodes_all_went_away_without_a_word_moves_on(plan, tmp_pat
     assert move.from_fleet == move.to_fleet  # one machine failed, not the market: the same entry again
 
 
+def test_a_node_gone_without_a_word_again_after_progress_restarts_the_same_entry(plan, tmp_path, monkeypatch) -> None:
+    """A leave without a record has no step of its own, and a second lost node on the same entry read as a repeat
+    without progress (the plan's next entry) even hours of training later. It now carries the job's last progress:
+    past the last move's step, the same entry again; not past it, the next."""
+    from lightning_srifty.protocol import Progress
+    from lightning_srifty.provision.launcher import launch as launch_module
+
+    monkeypatch.setattr(launch_module, "VERDICT_READ_S", 0.0)
+    rec = LosingNodes()
+
+    def job(ckpt, _) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        write_record(ckpt, Progress(launch_id=LID, fleet="x", step=40, unix=time.time()))
+        rec.gone["f-1"] = ["i-1"]
+        _until(lambda: ("start", "f-2") in rec.calls)
+        write_record(ckpt, Progress(launch_id=LID, fleet="x", step=90, unix=time.time()))
+        rec.gone["f-2"] = ["i-2"]  # trained on from 40 to 90: the machine, again
+        _until(lambda: ("start", "f-3") in rec.calls)
+        rec.gone["f-3"] = ["i-3"]  # no step past 90: the entry's
+        _until(lambda: ("start", "f-4") in rec.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=200))
+
+    rec, result = _run(plan, tmp_path, job, rec)
+    assert "error" not in result, result.get("error")
+    moves = result["moves"]
+    assert [m.step for m in moves] == [40, 90, 90]
+    first = plan.entries[0].fleet
+    assert [(m.from_fleet, m.to_fleet) for m in moves] == [
+        (first, first),
+        (first, first),
+        (first, plan.entries[1].fleet),
+    ]
+
+
 def test_a_fleet_whose_nodes_all_ended_without_a_record_stops_the_launch(plan, tmp_path, monkeypatch) -> None:
     """Every node said its job ended (none to be replaced) and rank 0 wrote nothing: the launcher waited for a record
     until its heartbeat's life cap, with no instance left; it now says so once SILENT_LEAVE_S has passed."""

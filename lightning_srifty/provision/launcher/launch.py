@@ -36,6 +36,7 @@ import datetime as dt
 import os
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -417,7 +418,9 @@ class Launcher:
         if poll.code is None and not (finished or left or failed or poll.has(MoveRequest)):
             self.legs.silent.check(self.fleet, poll.read(Started))
         if failed is not None or not (finished or left):  # a fleet that lost a node leaves; a failure raises
-            lost = self.lost.check(self.provisioner, self.fleet, failed, self.settings.launch_id)
+            lost = self.lost.check(
+                self.provisioner, self.fleet, failed, self.settings.launch_id, lambda: poll.read(Progress)
+            )
             if lost is None and failed is not None:
                 return False  # its nodes are deciding
             left = left or lost
@@ -676,10 +679,16 @@ class LostNodeWatch:
         self.read_at: float | None = None  # monotonic: the last read of the verdicts while the job runs
 
     def check(
-        self, provisioner: Provisioner, fleet: LaunchedFleet, failed: Failed | None, launch_id: str
+        self,
+        provisioner: Provisioner,
+        fleet: LaunchedFleet,
+        failed: Failed | None,
+        launch_id: str,
+        progress: Callable[[], Progress | None] = lambda: None,
     ) -> Preempted | None:
         """The leave, or None: the job runs on, or (``failed``) its nodes are deciding, at most
-        :data:`LOST_NODE_WAIT_S`.
+        :data:`LOST_NODE_WAIT_S`. A leave without ``failed``'s step has the job's last ``progress()``: a second
+        lost node on the same entry is then told from a repeat without progress (:func:`restarted_without_progress`).
 
         Raises:
             MigrationError: the job failed (every node's verdict is its exit, the wait is over, or the
@@ -698,11 +707,10 @@ class LostNodeWatch:
                 f"{len(gone)} node(s) of the fleet went away without a word ({', '.join(gone[:3])}: EC2 no longer "
                 "lists them, and they recorded no end): resuming from the newest checkpoint"
             )
-            step = failed.step if failed is not None else None
-            return Preempted(launch_id=launch_id, step=step, why=why, trigger=_lost_trigger(fleet))
+            return Preempted(launch_id=launch_id, step=_step(failed, progress), why=why, trigger=_lost_trigger(fleet))
         if leaving:
             self.since = self.since or now
-            step = failed.step if failed is not None else None
+            step = _step(failed, progress)
             if faults:  # a node's own GPU failed: its record says so, no notice is on its way
                 why = f"a node's GPUs failed under the job ({faults[0]}): resuming from the newest checkpoint"
                 return Preempted(launch_id=launch_id, step=step, why=why, trigger="node")
@@ -723,6 +731,15 @@ class LostNodeWatch:
         if verdicts is None or decided or now - self.since > LOST_NODE_WAIT_S:
             raise MigrationError(f"The job failed on {fleet.entry.fleet} at step {failed.step}: {failed.error}")
         return None
+
+
+def _step(failed: Failed | None, progress: Callable[[], Progress | None]) -> int | None:
+    """The step a job left at without a record of its leave: its failure's, else its last progress report's (or
+    None)."""
+    if failed is not None:
+        return failed.step
+    last = progress()
+    return last.step if last is not None else None
 
 
 def _lost_trigger(fleet: LaunchedFleet) -> str:
