@@ -289,6 +289,7 @@ def find_checkpoint(dirpath: str, *, written_after: str | None = None) -> str | 
     directory: through :func:`local_checkpoint` first, Lightning reads sharded checkpoints from local disk only).
     """
     fs = filesystem(dirpath)
+    fs.invalidate_cache(dirpath)  # a long-lived process: what is there now, not what s3fs listed before
     listing = list_folder(fs, dirpath)  # no HEAD of the folder's own key: an instance role may not read it
     listed = {_bare(str(e["name"])) for e in listing}
     ordered = _newest_first(dirpath, listing, written_after)
@@ -612,6 +613,8 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
         key = (launch.launch_id, launch.resume)
         if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING and key not in _RESUMED:
             checkpoint_path = resume_checkpoint(agree=lambda find: _from_rank_zero(trainer, find))
+            if checkpoint_path is None:  # nothing to resume: this process's later fit()s start as the script says
+                _RESUMED.add(key)
             module = trainer.lightning_module
             strict = getattr(module, "strict_loading", True) is not False  # a module that loads loosely: its call
             differences = architecture_differences(checkpoint_path, module) if checkpoint_path and strict else []

@@ -642,10 +642,11 @@ def test_a_one_node_fleets_verdict_is_read_for_the_launch(tmp_path, moto_endpoin
 def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_endpoint, monkeypatch, catalog) -> None:
     """A one-node fleet's instance that goes away without a word (no notice, no record) has no peer to say so, and
     the launch waited with no end (a review). The provisioner now lists the fleet's instances (its srifty:fleet tag,
-    pending or running, against moto's EC2): one it listed since the handover, listed no more on two reads
-    VANISHED_CONFIRM_S apart, that wrote neither an exit record nor its boot script's status, is gone. One that
-    recorded its end is not; an instance of another fleet is not looked at; EC2 unreadable says so once and finds
-    none."""
+    pending or running, against moto's EC2): one it listed at its first look after the handover, listed no more on
+    two looks VANISHED_CONFIRM_S apart, that wrote neither an exit record nor its boot script's status, is gone,
+    once no other member is up without a record (a survivor's own verdict comes first). One that recorded its end
+    is not; nor is a replacement started after the first look, nor an instance of another fleet; EC2 unreadable
+    says so once and finds none."""
     import copy
     import json
 
@@ -672,19 +673,47 @@ def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_en
         made = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="t3.micro", TagSpecifications=tags)
         return made["Instances"][0]["InstanceId"]
 
-    node, said, failed_setup, other = launch("f-1"), launch("f-1"), launch("f-1"), launch("f-10")
+    node, said, failed_setup, survivor, other = (launch(n) for n in ("f-1", "f-1", "f-1", "f-1", "f-10"))
     echo: list[str] = []
     provisioner = TerraformProvisioner(
         tmp_path, "s3://runs/job-1", Options(aws_endpoint=moto_endpoint), echo=echo.append
     )
-    assert provisioner.vanished(fleet) == []  # all listed: the fleet's members
+    assert provisioner.vanished(fleet) == []  # the first look: the leg's members
+    replacement = launch("f-1")  # its group's replacement, started later: not a member
     record = {"instance_id": said, "exit_code": 0, "final": 0}
     s3.put_object(Bucket="runs", Key=f"job-1/exited/f-1/{said}.json", Body=json.dumps(record).encode())
     s3.put_object(Bucket="runs", Key=f"job-1/status/f-1-{failed_setup}.json", Body=b'{"exit_code": 1}')
     ec2.terminate_instances(InstanceIds=[node, said, failed_setup, other])
-    assert provisioner.vanished(fleet) == []  # not listed once: EC2 is eventually consistent, not yet concluded
     monkeypatch.setattr(terraform_fleet, "VANISHED_CONFIRM_S", 0.0)
+    # a member still up that has not ended its job: its own verdict ("lost") tells, and its job's record
+    assert provisioner.vanished(fleet) == []
+    record = {"instance_id": survivor, "exit_code": 1, "final": None}  # deciding
+    s3.put_object(Bucket="runs", Key=f"job-1/exited/f-1/{survivor}.json", Body=json.dumps(record).encode())
     assert provisioner.vanished(fleet) == [node]
+    assert replacement not in fleet.data["members"]
+    # gone for less than VANISHED_CONFIRM_S (EC2's API is eventually consistent): not yet concluded
+    monkeypatch.setattr(terraform_fleet, "VANISHED_CONFIRM_S", 10.0)
+    later = LaunchedFleet(plan, 0, "f-1")
+    fresh = TerraformProvisioner(tmp_path, "s3://runs/job-1", Options(aws_endpoint=moto_endpoint))
+    later.data["members"] = {node}
+    assert fresh.vanished(later) == [] and node in later.data["gone_since"]
+    later.data["gone_since"][node] -= 11
+    assert fresh.vanished(later) == [node]
+    # the fleet's own security group, when the apply gave it: a fleet of the same name elsewhere is not this one
+    group = ec2.create_security_group(GroupName="f-3", Description="f-3's")["GroupId"]
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "srifty:fleet", "Value": "f-3"}]}]
+    ours = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SecurityGroupIds=[group], TagSpecifications=tags)[
+        "Instances"
+    ][0]["InstanceId"]
+    launch("f-3")  # another launch's
+    scoped = LaunchedFleet(plan, 0, "f-3", {"outputs": {"fleet": {"security_group_id": group}}})
+    assert provisioner.vanished(scoped) == [] and scoped.data["members"] == {ours}
+    # the job left a fleet: its handover is withdrawn (a replacement of its nodes then waits, never trains)
+    from lightning_srifty import protocol, store
+
+    protocol.write_record("s3://runs/job-1", protocol.Handover(launch_id="L1", fleet="f-1", env={}))
+    provisioner.retire(fleet)
+    assert not store.exists("s3://runs/job-1", protocol.handover("f-1"))
     # a launcher whose credentials may not list instances: EC2's refusal, said once
     from botocore.stub import Stubber
 
@@ -694,7 +723,7 @@ def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_en
         stub.add_client_error("describe_instances", "UnauthorizedOperation", "not authorized: ec2:DescribeInstances")
     stub.activate()
     monkeypatch.setattr(terraform_fleet, "client", lambda *a, **k: refusing)
-    gone = LaunchedFleet(plan, 0, "f-2")
-    assert provisioner.vanished(gone) == [] and provisioner.vanished(gone) == []
+    gone, refused = LaunchedFleet(plan, 0, "f-2"), TerraformProvisioner(tmp_path, "s3://runs/job-1", echo=echo.append)
+    assert refused.vanished(gone) == [] and refused.vanished(gone) == []
     assert len([line for line in echo if "could not be listed" in line]) == 1, echo
     assert "UnauthorizedOperation" in echo[-1] and "ec2:DescribeInstances" in echo[-1]

@@ -264,6 +264,9 @@ def test_a_fleet_whose_nodes_all_went_away_without_a_word_moves_on(plan, tmp_pat
     assert plan.entries[0].market == "on-demand" and (move.trigger, move.step) == ("node", None)
     assert "went away without a word (i-0123456789abcdef0: EC2 no longer lists them" in move.why
     assert move.from_fleet == move.to_fleet  # one machine failed, not the market: the same entry again
+    # the old fleet's handover was withdrawn as the job left it, before the next fleet came up: a node its group
+    # starts in place of the lost one waits, and never trains beside the next leg
+    assert rec.retired[0] == ("f-1", rec.calls.index(("up", "f-2")))
 
 
 def test_a_node_gone_without_a_word_again_after_progress_restarts_the_same_entry(plan, tmp_path, monkeypatch) -> None:

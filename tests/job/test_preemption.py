@@ -840,6 +840,7 @@ def test_a_node_that_replaces_a_lost_one_resumes_where_the_fleet_was(tmp_path, m
     import boto3
 
     from lightning_srifty import protocol, resume_checkpoint, store
+    from lightning_srifty.migrate import checkpoints
     from lightning_srifty.protocol import LaunchEnv
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
@@ -848,11 +849,15 @@ def test_a_node_that_replaces_a_lost_one_resumes_where_the_fleet_was(tmp_path, m
     for name in [v for v in os.environ if v.startswith("SRIFTY_")]:
         monkeypatch.delenv(name)
 
-    def save(steps: int) -> str:
-        handler = SpotPreemption(url, exit_process=False)
-        t = trainer([], max_steps=steps)
-        t.fit(TinyModel(), train_dataloaders=loader())
-        return handler.save(t, reason="periodic")
+    def save(steps: int) -> str:  # a run of that many steps from scratch, outside the launch, and its checkpoint
+        launch = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SRIFTY_")}
+        try:
+            handler = SpotPreemption(url, exit_process=False)
+            t = trainer([], max_steps=steps)
+            t.fit(TinyModel(), train_dataloaders=loader())
+            return handler.save(t, reason="periodic")
+        finally:
+            os.environ.update(launch)
 
     earlier = save(8)  # another run's, in the same folder, before this leg
     time.sleep(1.1)  # S3 lists times to the second
@@ -877,15 +882,27 @@ def test_a_node_that_replaces_a_lost_one_resumes_where_the_fleet_was(tmp_path, m
     assert first.step == 0
     time.sleep(1.1)
     own = save(5)  # the leg's own periodic checkpoint, then the node goes
-    # its replacement, same handover: from the leg's own step 5, in a fit() without ckpt_path too
+    # a second fit() of the same process (a second stage) starts as the script says, not from the first's checkpoints
+    stage = FirstStep()
+    trainer([stage], max_steps=3).fit(TinyModel(), train_dataloaders=loader())
+    assert stage.step == 0
+    # its replacement (a new process), same handover: from the leg's own step 5, in a fit() without ckpt_path too
+    checkpoints._RESUMED.clear()
     found = resume_checkpoint(cache_dir=str(tmp_path / "c1"))
     assert found is not None and os.path.basename(found) == os.path.basename(own) == "periodic-step=5.ckpt"
     again = FirstStep()
     t = trainer([again], max_steps=7)
     t.fit(TinyModel(), train_dataloaders=loader())
     assert again.step == 5 and t.global_step == 7
-    # a later leg told to resume from a given checkpoint: that one until the leg writes its own
+    # a later leg told to resume from a given checkpoint: that one while the leg has written none of its own ...
+    time.sleep(1.1)
+    protocol.write_record(url, protocol.Handover(launch_id="L1", fleet="f-2", env={}))
+    handover = protocol.handover("f-2")
     under(earlier)
-    assert os.path.basename(resume_checkpoint(cache_dir=str(tmp_path / "c2"))) == "periodic-step=5.ckpt"
+    assert os.path.basename(resume_checkpoint(cache_dir=str(tmp_path / "c4"))) == "periodic-step=8.ckpt"
+    # ... and the leg's own once it has
+    time.sleep(1.1)
+    save(6)
+    assert os.path.basename(resume_checkpoint(cache_dir=str(tmp_path / "c2"))) == "periodic-step=6.ckpt"
     store.clear(url, handover)  # no handover record to date the leg: the launcher's checkpoint, as before
     assert os.path.basename(resume_checkpoint(cache_dir=str(tmp_path / "c3"))) == "periodic-step=8.ckpt"

@@ -531,6 +531,7 @@ class Launcher:
         """
         _wait_exit(self.provisioner, self.fleet)
         gone = time.monotonic()
+        getattr(self.provisioner, "retire", lambda _: None)(self.fleet)  # no node of it takes the job up again
         protocol.clear_records(self.settings.ckpt, Preempted, Leave, Failed)
         self.lost = LostNodeWatch()
         if left.trigger in ("heartbeat", "max-life"):

@@ -136,6 +136,7 @@ class TerraformProvisioner:
         # partly applied fleets whose destroy failed where the apply failed: the launcher's release destroys them
         # again at its end, whatever ended it (launch._release), so that nothing it made is left billing unnamed
         self.leftovers: list[LaunchedFleet] = []
+        self._ec2: dict[str, Any] = {}  # region -> client, for vanished()
 
     def zones_after(self, plan: Plan, index: int, code: str, tried: list[str | None]) -> list[ZoneChoice]:
         """The zones (IDs) of the entry's region that offer every type of the fleet and were not tried, the spot
@@ -245,41 +246,65 @@ class TerraformProvisioner:
         return protocol.node_verdicts(self.checkpoint_uri, fleet.name)
 
     def vanished(self, fleet: LaunchedFleet) -> list[str]:
-        """The fleet's instances that EC2 listed (pending or running) since its handover and lists no more, on two
-        reads :data:`VANISHED_CONFIRM_S` apart (EC2's API is eventually consistent), that recorded no exit: nodes
-        lost without a word, a spot reclaim whose notice did not come or a host that failed. Their peers report such
-        a loss (verdict ``lost``) unless there are none: a one-node fleet, or every node gone at once (a spot pool
-        reclaimed). Before, the launch then waited with no end. [] when EC2 cannot be read (said once)."""
-        seen = fleet.data.setdefault("members", set())  # every instance of the fleet listed since the handover
+        """The leg's nodes that went away without a word, once no other node of it is left to say so: the instances
+        of the fleet EC2 listed at the first look after the handover (its members; a replacement started later is
+        not one), that EC2 no longer lists (pending or running) on two looks at least :data:`VANISHED_CONFIRM_S`
+        apart (its API is eventually consistent), and that wrote neither an exit record nor their boot script's
+        status: a spot reclaim whose notice did not come, a host that failed. While a member is still listed that
+        has not recorded its end, [] (its own verdict tells: ``lost``, within its peer watch). So a one-node fleet,
+        or one that lost every node at once (a spot pool reclaimed), is seen: before, the launch waited for it with
+        no end. [] when EC2 or the records cannot be read (said once)."""
         first_gone: dict[str, float] = fleet.data.setdefault("gone_since", {})
         try:
-            ec2 = client("ec2", fleet.entry.region, self.options.aws_endpoint)
-            pages = ec2.get_paginator("describe_instances").paginate(
-                Filters=[
-                    {"Name": "tag:srifty:fleet", "Values": [fleet.name]},
-                    {"Name": "instance-state-name", "Values": ["pending", "running"]},
-                ]
-            )
-            live = {i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]}
+            live = self._live(fleet)
+            members: set[str] = fleet.data.setdefault("members", set())
+            if not members:  # the first look that lists any: the leg's nodes
+                members |= live
+            records = protocol.node_records(self.checkpoint_uri, fleet.name)
+            recorded = {str(r.get("instance_id")) for r in records} | self._statuses(fleet.name)
         except Exception as exc:  # noqa: BLE001 - the nodes' own verdicts still tell most losses
-            if not fleet.data.get("ec2_unread"):
-                fleet.data["ec2_unread"] = True
+            if not fleet.data.get("unread"):
+                fleet.data["unread"] = True
                 self.echo(
-                    f"srifty launch: the instances of {fleet.name} could not be listed ({exc}); a node lost "
-                    "without a notice is seen only by its peers (ec2:DescribeInstances for the launcher's role)"
+                    f"srifty launch: the instances of {fleet.name} could not be listed, or their records read ({exc}); "
+                    "a node lost without a notice is seen only by its peers until they can (ec2:DescribeInstances "
+                    "for the launcher's credentials)"
                 )
             return []
-        seen |= live
-        recorded = {str(r.get("instance_id")) for r in protocol.node_records(self.checkpoint_uri, fleet.name)}
-        recorded |= self._statuses(fleet.name)  # a boot script that ended (a failed setup, a job's end) said so
         now = time.monotonic()
-        gone = seen - live - recorded
+        gone = members - live - recorded
         for instance in list(first_gone):
             if instance not in gone:
-                del first_gone[instance]  # listed again (or its record came): not gone
+                del first_gone[instance]  # listed again, or its record came: not gone
         for instance in gone:
             first_gone.setdefault(instance, now)
+        if (members & live) - recorded:
+            return []  # a node of the leg is still up and has not ended its job: its verdict comes from it
         return sorted(i for i in gone if now - first_gone[i] >= VANISHED_CONFIRM_S)
+
+    def _live(self, fleet: LaunchedFleet) -> set[str]:
+        """The fleet's instances EC2 lists pending or running: its ``srifty:fleet`` tag, and its own security group
+        when the apply said which (another launch's fleet of the same name in the region is not this one)."""
+        region = fleet.entry.region
+        if region not in self._ec2:
+            self._ec2[region] = client("ec2", region, self.options.aws_endpoint)
+        filters = [
+            {"Name": "tag:srifty:fleet", "Values": [fleet.name]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+        group = ((fleet.data.get("outputs") or {}).get("fleet") or {}).get("security_group_id")
+        if group:
+            filters.append({"Name": "instance.group-id", "Values": [group]})
+        pages = self._ec2[region].get_paginator("describe_instances").paginate(Filters=filters)
+        return {i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]}
+
+    def retire(self, fleet: LaunchedFleet) -> None:
+        """The job left ``fleet``: its handover is withdrawn, so that a node its group starts in place of a lost one
+        waits (until the fleet is destroyed) instead of taking up the job beside the next leg."""
+        try:
+            store.clear(self.checkpoint_uri, protocol.handover(fleet.name))
+        except Exception as exc:  # noqa: BLE001 - the fleet is destroyed soon anyway
+            self.echo(f"srifty launch: {protocol.handover(fleet.name)} could not be withdrawn ({exc})")
 
     def _statuses(self, fleet: str) -> set[str]:
         """The instances of ``fleet`` whose boot script wrote its exit status (``status/<fleet>-<instance id>.json``
