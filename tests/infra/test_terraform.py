@@ -675,20 +675,48 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     assert second["env"]["SRIFTY_RESUME"] == f"{uri}/move-step=120.ckpt"
     assert second["env"]["SRIFTY_FLEET"] == moved.entries[0].fleet and second["env"]["SRIFTY_PLAN"].startswith(uri)
     wait_for(lambda: not groups("mig-1"))  # the old fleet goes once the new one has its job
+    # the one node of fleet 2 goes away without a word (no notice, no record: a failed host): no peer is there to say
+    # it, and the launcher waited with no end. It sees EC2 list it no more and moves; the old handover is withdrawn
+    markers.write_record(uri, markers.Progress(launch_id="T1", fleet=moved.entries[0].fleet, step=300))
+    (node,) = wait_for(lambda: _instances(ec2, "mig-2"))
+    time.sleep(16)  # the launcher's first look after the handover (every VERDICT_READ_S = 15 s) has listed it
+    ec2.terminate_instances(InstanceIds=[node])
+    gone = time.monotonic()
+    wait_for(lambda: not store.exists(uri, markers.handover("mig-2")), timeout=120)
+    seen_s = time.monotonic() - gone
+    third = wait_for(lambda: store.read(uri, markers.handover("mig-3")))
+    assert third["env"]["SRIFTY_RESUME"] == "latest" and third["env"]["SRIFTY_RESUME_AFTER"] == "HANDOVER-mig-3.json"
+    wait_for(lambda: not groups("mig-2"))
     markers.write_record(uri, markers.Finished(launch_id="T1", step=400))
     thread.join(840)
     assert "error" not in result, result.get("error")
-    (move,) = result["migrations"]
+    move, lost = result["migrations"]
     assert (move.trigger, move.voluntary, move.step) == ("drift", True, 120)
     assert (move.from_fleet, move.to_fleet) == (plan.entries[0].fleet, moved.entries[0].fleet)
-    assert not groups("mig-2")
+    assert (lost.trigger, lost.voluntary, lost.step) == ("node", False, 300)
+    assert lost.from_fleet == lost.to_fleet == moved.entries[0].fleet and node in lost.why
+    print(f"the lost node seen and its fleet's handover withdrawn {seen_s:.1f} s after EC2 terminated it")
+    assert not groups("mig-2") and not groups("mig-3")
     assert [line for line in lines if line.startswith("srifty launch: terraform")] == [
         f"srifty launch: terraform apply of {plan.entries[0].fleet} (mig-1) in {tmp_path / 'w' / 'fleets' / 'mig-1'}",
         f"srifty launch: terraform apply of {moved.entries[0].fleet} (mig-2) in {tmp_path / 'w' / 'fleets' / 'mig-2'}",
         f"srifty launch: terraform destroy of {plan.entries[0].fleet} (mig-1)",
+        f"srifty launch: terraform apply of {moved.entries[0].fleet} (mig-3) in {tmp_path / 'w' / 'fleets' / 'mig-3'}",
         f"srifty launch: terraform destroy of {moved.entries[0].fleet} (mig-2)",
+        f"srifty launch: terraform destroy of {moved.entries[0].fleet} (mig-3)",
     ]
     assert s3.head_object(Bucket="runs", Key="job-1/move-step=120.ckpt")  # the checkpoints outlive every fleet
+
+
+def _instances(ec2, fleet: str) -> list[str]:
+    """The fleet's instances EC2 lists pending or running."""
+    found = ec2.describe_instances(
+        Filters=[
+            {"Name": "tag:srifty:fleet", "Values": [fleet]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )
+    return [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]]
 
 
 def rank_other(plan, catalog):
