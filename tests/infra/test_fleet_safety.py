@@ -642,11 +642,11 @@ def test_a_one_node_fleets_verdict_is_read_for_the_launch(tmp_path, moto_endpoin
 def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_endpoint, monkeypatch, catalog) -> None:
     """A one-node fleet's instance that goes away without a word (no notice, no record) has no peer to say so, and
     the launch waited with no end (a review). The provisioner now lists the fleet's instances (its srifty:fleet tag,
-    pending or running, against moto's EC2): one it listed at its first look after the handover, listed no more on
+    pending or running, against moto's EC2): one it listed since the handover, listed no more on
     two looks VANISHED_CONFIRM_S apart, that wrote neither an exit record nor its boot script's status, is gone,
-    once no other member is up without a record (a survivor's own verdict comes first). One that recorded its end
-    is not; nor is a replacement started after the first look, nor an instance of another fleet; EC2 unreadable
-    says so once and finds none."""
+    once no other member is up without a record (a survivor's own verdict comes first; a group's replacement carries
+    the job). One that recorded its end is not gone, nor is an instance of another fleet; EC2 unreadable says so
+    once and finds none."""
     import copy
     import json
 
@@ -678,8 +678,7 @@ def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_en
     provisioner = TerraformProvisioner(
         tmp_path, "s3://runs/job-1", Options(aws_endpoint=moto_endpoint), echo=echo.append
     )
-    assert provisioner.vanished(fleet) == []  # the first look: the leg's members
-    replacement = launch("f-1")  # its group's replacement, started later: not a member
+    assert provisioner.vanished(fleet) == []  # every node listed: the fleet's members
     record = {"instance_id": said, "exit_code": 0, "final": 0}
     s3.put_object(Bucket="runs", Key=f"job-1/exited/f-1/{said}.json", Body=json.dumps(record).encode())
     s3.put_object(Bucket="runs", Key=f"job-1/status/f-1-{failed_setup}.json", Body=b'{"exit_code": 1}')
@@ -690,7 +689,11 @@ def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_en
     record = {"instance_id": survivor, "exit_code": 1, "final": None}  # deciding
     s3.put_object(Bucket="runs", Key=f"job-1/exited/f-1/{survivor}.json", Body=json.dumps(record).encode())
     assert provisioner.vanished(fleet) == [node]
-    assert replacement not in fleet.data["members"]
+    # the group's replacement, up: it carries the job (from the newest checkpoint since the handover), no move
+    replacement = launch("f-1")
+    assert provisioner.vanished(fleet) == [] and replacement in fleet.data["members"]
+    s3.put_object(Bucket="runs", Key=f"job-1/status/f-1-{replacement}.json", Body=b'{"exit_code": 1}')
+    assert provisioner.vanished(fleet) == [node]  # its setup failed: nothing carries the job
     # gone for less than VANISHED_CONFIRM_S (EC2's API is eventually consistent): not yet concluded
     monkeypatch.setattr(terraform_fleet, "VANISHED_CONFIRM_S", 10.0)
     later = LaunchedFleet(plan, 0, "f-1")
@@ -699,14 +702,19 @@ def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_en
     assert fresh.vanished(later) == [] and node in later.data["gone_since"]
     later.data["gone_since"][node] -= 11
     assert fresh.vanished(later) == [node]
-    # the fleet's own security group, when the apply gave it: a fleet of the same name elsewhere is not this one
-    group = ec2.create_security_group(GroupName="f-3", Description="f-3's")["GroupId"]
-    tags = [{"ResourceType": "instance", "Tags": [{"Key": "srifty:fleet", "Value": "f-3"}]}]
-    ours = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SecurityGroupIds=[group], TagSpecifications=tags)[
-        "Instances"
-    ][0]["InstanceId"]
-    launch("f-3")  # another launch's
-    scoped = LaunchedFleet(plan, 0, "f-3", {"outputs": {"fleet": {"security_group_id": group}}})
+
+    # the fleet's own Auto Scaling group, when the apply made one: a fleet of the same name elsewhere is not this one
+    def tagged(name: str, group: str | None) -> str:
+        tags = [{"Key": "srifty:fleet", "Value": name}] + (
+            [{"Key": "aws:autoscaling:groupName", "Value": group}] if group else []
+        )
+        spec = [{"ResourceType": "instance", "Tags": tags}]
+        made = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=spec)
+        return made["Instances"][0]["InstanceId"]
+
+    ours = tagged("f-3", "f-3-20261202")
+    tagged("f-3", "f-3-another")  # another launch's
+    scoped = LaunchedFleet(plan, 0, "f-3", {"outputs": {"fleet": {"autoscaling_group_name": "f-3-20261202"}}})
     assert provisioner.vanished(scoped) == [] and scoped.data["members"] == {ours}
     # the job left a fleet: its handover is withdrawn (a replacement of its nodes then waits, never trains)
     from lightning_srifty import protocol, store

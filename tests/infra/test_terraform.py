@@ -676,11 +676,17 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     assert second["env"]["SRIFTY_FLEET"] == moved.entries[0].fleet and second["env"]["SRIFTY_PLAN"].startswith(uri)
     wait_for(lambda: not groups("mig-1"))  # the old fleet goes once the new one has its job
     # the one node of fleet 2 goes away without a word (no notice, no record: a failed host): no peer is there to say
-    # it, and the launcher waited with no end. It sees EC2 list it no more and moves; the old handover is withdrawn
+    # it, and the launcher waited with no end. Its group starts a replacement at once (moto as AWS), which would
+    # resume from the newest checkpoint since the handover: the launcher lets it carry the job (two looks and more)
     markers.write_record(uri, markers.Progress(launch_id="T1", fleet=moved.entries[0].fleet, step=300))
-    (node,) = wait_for(lambda: _instances(ec2, "mig-2"))
-    time.sleep(16)  # the launcher's first look after the handover (every VERDICT_READ_S = 15 s) has listed it
+    (node,) = wait_for(lambda: _instances(ec2, "mig-2"))  # the launcher listed it at the handover
     ec2.terminate_instances(InstanceIds=[node])
+    (replacement,) = wait_for(lambda: [i for i in _instances(ec2, "mig-2") if i != node])
+    time.sleep(35)
+    assert store.exists(uri, markers.handover("mig-2")) and not store.exists(uri, markers.handover("mig-3"))
+    # the replacement's setup fails (its boot script's status): nothing carries the job. The launcher moves, and
+    # the old handover is withdrawn
+    s3.put_object(Bucket="runs", Key=f"job-1/status/mig-2-{replacement}.json", Body=b'{"exit_code": 1}')
     gone = time.monotonic()
     wait_for(lambda: not store.exists(uri, markers.handover("mig-2")), timeout=120)
     seen_s = time.monotonic() - gone
@@ -695,7 +701,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     assert (move.from_fleet, move.to_fleet) == (plan.entries[0].fleet, moved.entries[0].fleet)
     assert (lost.trigger, lost.voluntary, lost.step) == ("node", False, 300)
     assert lost.from_fleet == lost.to_fleet == moved.entries[0].fleet and node in lost.why
-    print(f"the lost node seen and its fleet's handover withdrawn {seen_s:.1f} s after EC2 terminated it")
+    print(f"the lost node seen and its fleet's handover withdrawn {seen_s:.1f} s after its replacement's status")
     assert not groups("mig-2") and not groups("mig-3")
     assert [line for line in lines if line.startswith("srifty launch: terraform")] == [
         f"srifty launch: terraform apply of {plan.entries[0].fleet} (mig-1) in {tmp_path / 'w' / 'fleets' / 'mig-1'}",

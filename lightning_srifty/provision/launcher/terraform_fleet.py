@@ -10,6 +10,7 @@ resume from and the per-rank batch sizes. So a new fleet can be brought up while
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shlex
 import time
@@ -229,6 +230,8 @@ class TerraformProvisioner:
         # a node that replaces one of this leg's (its group's, after a loss without a notice) re-reads this handover:
         # the newest checkpoint written since it, if any, is where the fleet was (LaunchEnv.resume_after)
         env = {**env, protocol.VARIABLES["resume_after"]: protocol.handover(fleet.name)}
+        with contextlib.suppress(Exception):  # the nodes at the handover: vanished() knows them from the start
+            fleet.data.setdefault("members", set()).update(self._live(fleet))
         launch_id = env.get(protocol.VARIABLES["launch_id"], "")
         # what an earlier launch's fleet of this name said of its nodes' ends: its nodes train only after the handover
         protocol.clear_node_verdicts(self.checkpoint_uri, fleet.name)
@@ -246,20 +249,20 @@ class TerraformProvisioner:
         return protocol.node_verdicts(self.checkpoint_uri, fleet.name)
 
     def vanished(self, fleet: LaunchedFleet) -> list[str]:
-        """The leg's nodes that went away without a word, once no other node of it is left to say so: the instances
-        of the fleet EC2 listed at the first look after the handover (its members; a replacement started later is
-        not one), that EC2 no longer lists (pending or running) on two looks at least :data:`VANISHED_CONFIRM_S`
-        apart (its API is eventually consistent), and that wrote neither an exit record nor their boot script's
-        status: a spot reclaim whose notice did not come, a host that failed. While a member is still listed that
-        has not recorded its end, [] (its own verdict tells: ``lost``, within its peer watch). So a one-node fleet,
-        or one that lost every node at once (a spot pool reclaimed), is seen: before, the launch waited for it with
-        no end. [] when EC2 or the records cannot be read (said once)."""
+        """The fleet's nodes that went away without a word, once no other node of it is up to say so or to carry the
+        job: the instances EC2 listed since the handover (its members: those at the handover, and any its group
+        started since), that EC2 no longer lists (pending or running) on two looks at least
+        :data:`VANISHED_CONFIRM_S` apart (its API is eventually consistent), and that wrote neither an exit record
+        nor their boot script's status: a spot reclaim whose notice did not come, a host that failed. While a member
+        is listed that has not recorded its end, [] (a peer's own verdict tells, ``lost``; or its group's
+        replacement, which resumes from the newest checkpoint written since the handover, carries the job). So a
+        one-node fleet, or one that lost every node at once (a spot pool reclaimed), is seen when nothing replaces
+        it: before, the launch waited for it with no end. [] when EC2 or the records cannot be read (said once)."""
         first_gone: dict[str, float] = fleet.data.setdefault("gone_since", {})
         try:
             live = self._live(fleet)
             members: set[str] = fleet.data.setdefault("members", set())
-            if not members:  # the first look that lists any: the leg's nodes
-                members |= live
+            members |= live
             records = protocol.node_records(self.checkpoint_uri, fleet.name)
             recorded = {str(r.get("instance_id")) for r in records} | self._statuses(fleet.name)
         except Exception as exc:  # noqa: BLE001 - the nodes' own verdicts still tell most losses
@@ -279,12 +282,14 @@ class TerraformProvisioner:
         for instance in gone:
             first_gone.setdefault(instance, now)
         if (members & live) - recorded:
-            return []  # a node of the leg is still up and has not ended its job: its verdict comes from it
+            return []  # a node is up that has not ended its job: its verdict, or the job on it, comes from it
         return sorted(i for i in gone if now - first_gone[i] >= VANISHED_CONFIRM_S)
 
     def _live(self, fleet: LaunchedFleet) -> set[str]:
-        """The fleet's instances EC2 lists pending or running: its ``srifty:fleet`` tag, and its own security group
-        when the apply said which (another launch's fleet of the same name in the region is not this one)."""
+        """The fleet's instances EC2 lists pending or running: its ``srifty:fleet`` tag, and its Auto Scaling group's
+        (``aws:autoscaling:groupName``) when the apply made one: another launch's fleet of the same name in the region
+        is not this one. (Not its security group: moto does not give an Auto Scaling group's instances the groups of
+        their launch template's network interfaces, which AWS does.)"""
         region = fleet.entry.region
         if region not in self._ec2:
             self._ec2[region] = client("ec2", region, self.options.aws_endpoint)
@@ -292,9 +297,9 @@ class TerraformProvisioner:
             {"Name": "tag:srifty:fleet", "Values": [fleet.name]},
             {"Name": "instance-state-name", "Values": ["pending", "running"]},
         ]
-        group = ((fleet.data.get("outputs") or {}).get("fleet") or {}).get("security_group_id")
-        if group:
-            filters.append({"Name": "instance.group-id", "Values": [group]})
+        group = ((fleet.data.get("outputs") or {}).get("fleet") or {}).get("autoscaling_group_name")
+        if group:  # the tag EC2 Auto Scaling gives every instance it launches
+            filters.append({"Name": "tag:aws:autoscaling:groupName", "Values": [group]})
         pages = self._ec2[region].get_paginator("describe_instances").paginate(Filters=filters)
         return {i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]}
 
