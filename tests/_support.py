@@ -195,13 +195,14 @@ class LosingNodes(Recorder):
         self.verdicts: dict[str, list] = {}
         self.faults: dict[str, list[str]] = {}
         self.gone: dict[str, list[str]] = {}  # instances EC2 lists no more, that recorded no end
+        self.still_up: dict[str, list[str]] = {}  # and those up without a record (a survivor, a replacement)
         self.retired: list[tuple[str, int]] = []  # fleets whose handover was withdrawn once the job left
 
     def node_verdicts(self, fleet):
         return self.verdicts.get(fleet.name, [])
 
     def vanished(self, fleet):
-        return self.gone.get(fleet.name, [])
+        return self.gone.get(fleet.name, []), self.still_up.get(fleet.name, [])
 
     def retire(self, fleet) -> None:
         self.retired.append((fleet.name, len(self.calls)))  # and how many calls came before

@@ -630,7 +630,8 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
                 checkpoint_path = None
             elif differences:  # another model's checkpoint in this folder: Lightning would stop with a traceback
                 raise ConfigError(
-                    f"The launcher's checkpoint {launch.resume} ({checkpoint_path}) was not written by this model "
+                    f"The launcher's checkpoint {launch.resume or 'of this fleet'} ({checkpoint_path}) was not written "
+                    "by this model "
                     f"({type(module).__name__}): {'; '.join(differences)}. Give this run a checkpoint folder of its "
                     f"own (srifty terraform --name, or ${VARIABLES['checkpoint_uri']}), or pass fit(ckpt_path=...) "
                     "of this model.",
@@ -639,7 +640,10 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
                 )
             if checkpoint_path is not None:  # taken: a later fit() of the process starts as the script says
                 _RESUMED.add(key)
-                log.warning("%s: resuming from %s (%s).", who, _resume_words(launch.resume), checkpoint_path)
+                words = _resume_words(launch.resume) + (
+                    ", or one this fleet wrote since" if launch.resume_after else ""
+                )
+                log.warning("%s: resuming from %s (%s).", who, words, checkpoint_path)
         return original(checkpoint_path, *args, **kwargs)
 
     connector.resume_start = resume_start

@@ -678,30 +678,31 @@ def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_en
     provisioner = TerraformProvisioner(
         tmp_path, "s3://runs/job-1", Options(aws_endpoint=moto_endpoint), echo=echo.append
     )
-    assert provisioner.vanished(fleet) == []  # every node listed: the fleet's members
+    # every node listed: the fleet's members, up
+    assert provisioner.vanished(fleet) == ([], sorted([node, said, failed_setup, survivor]))
     record = {"instance_id": said, "exit_code": 0, "final": 0}
     s3.put_object(Bucket="runs", Key=f"job-1/exited/f-1/{said}.json", Body=json.dumps(record).encode())
     s3.put_object(Bucket="runs", Key=f"job-1/status/f-1-{failed_setup}.json", Body=b'{"exit_code": 1}')
     ec2.terminate_instances(InstanceIds=[node, said, failed_setup, other])
     monkeypatch.setattr(terraform_fleet, "VANISHED_CONFIRM_S", 0.0)
-    # a member still up that has not ended its job: its own verdict ("lost") tells, and its job's record
-    assert provisioner.vanished(fleet) == []
+    # gone: the one that recorded nothing; up: a member still listed that has not ended its job (its verdict tells)
+    assert provisioner.vanished(fleet) == ([node], [survivor])
     record = {"instance_id": survivor, "exit_code": 1, "final": None}  # deciding
     s3.put_object(Bucket="runs", Key=f"job-1/exited/f-1/{survivor}.json", Body=json.dumps(record).encode())
-    assert provisioner.vanished(fleet) == [node]
-    # the group's replacement, up: it carries the job (from the newest checkpoint since the handover), no move
+    assert provisioner.vanished(fleet) == ([node], [])
+    # the group's replacement, up: it may carry the job (from the newest checkpoint since the handover)
     replacement = launch("f-1")
-    assert provisioner.vanished(fleet) == [] and replacement in fleet.data["members"]
+    assert provisioner.vanished(fleet) == ([node], [replacement]) and replacement in fleet.data["members"]
     s3.put_object(Bucket="runs", Key=f"job-1/status/f-1-{replacement}.json", Body=b'{"exit_code": 1}')
-    assert provisioner.vanished(fleet) == [node]  # its setup failed: nothing carries the job
-    # gone for less than VANISHED_CONFIRM_S (EC2's API is eventually consistent): not yet concluded
+    assert provisioner.vanished(fleet) == ([node], [])  # its setup failed: nothing is up
+    # gone for less than VANISHED_CONFIRM_S (EC2's API is eventually consistent): not yet concluded, still up
     monkeypatch.setattr(terraform_fleet, "VANISHED_CONFIRM_S", 10.0)
     later = LaunchedFleet(plan, 0, "f-1")
     fresh = TerraformProvisioner(tmp_path, "s3://runs/job-1", Options(aws_endpoint=moto_endpoint))
     later.data["members"] = {node}
-    assert fresh.vanished(later) == [] and node in later.data["gone_since"]
+    assert fresh.vanished(later) == ([], [node]) and node in later.data["gone_since"]
     later.data["gone_since"][node] -= 11
-    assert fresh.vanished(later) == [node]
+    assert fresh.vanished(later).gone == [node]
 
     # the fleet's own Auto Scaling group, when the apply made one: a fleet of the same name elsewhere is not this one
     def tagged(name: str, group: str | None) -> str:
@@ -715,7 +716,7 @@ def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_en
     ours = tagged("f-3", "f-3-20261202")
     tagged("f-3", "f-3-another")  # another launch's
     scoped = LaunchedFleet(plan, 0, "f-3", {"outputs": {"fleet": {"autoscaling_group_name": "f-3-20261202"}}})
-    assert provisioner.vanished(scoped) == [] and scoped.data["members"] == {ours}
+    assert provisioner.vanished(scoped).gone == [] and scoped.data["members"] == {ours}
     # the job left a fleet: its handover is withdrawn (a replacement of its nodes then waits, never trains)
     from lightning_srifty import protocol, store
 
@@ -732,6 +733,6 @@ def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_en
     stub.activate()
     monkeypatch.setattr(terraform_fleet, "client", lambda *a, **k: refusing)
     gone, refused = LaunchedFleet(plan, 0, "f-2"), TerraformProvisioner(tmp_path, "s3://runs/job-1", echo=echo.append)
-    assert refused.vanished(gone) == [] and refused.vanished(gone) == []
+    assert refused.vanished(gone) == ([], []) and refused.vanished(gone) == ([], [])
     assert len([line for line in echo if "could not be listed" in line]) == 1, echo
     assert "UnauthorizedOperation" in echo[-1] and "ec2:DescribeInstances" in echo[-1]

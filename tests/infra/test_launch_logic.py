@@ -1270,3 +1270,32 @@ def test_a_spot_fleets_node_gone_without_a_word_is_the_markets_and_a_gpu_fault_n
     rec.verdicts["f-1"], rec.faults["f-1"] = [75], ["nvidia-smi: GPU is lost."]
     left = LostNodeWatch().check(rec, fleet, None, LID)
     assert left is not None and left.trigger == "node" and "GPU is lost" in left.why
+
+
+def test_what_is_up_of_a_fleet_that_lost_a_node_carries_the_job_only_if_it_trains(plan, monkeypatch) -> None:
+    """A node gone without a word while others of its fleet are up without a record: a survivor deciding its verdict,
+    or a replacement its group started, which resumes from the newest checkpoint since the handover. A review: one
+    whose boot or setup hangs held the launch until the fleet's life cap. Now what is up gets replace_s (the start-up
+    timeout) to move the job's progress; once it has, it carries the job; once nothing is up, the leave is at once."""
+    from lightning_srifty.protocol import Progress
+    from lightning_srifty.provision.launcher import launch as launch_module
+    from lightning_srifty.provision.launcher.launch import LostNodeWatch
+
+    monkeypatch.setattr(launch_module, "VERDICT_READ_S", 0.0)
+    rec, fleet = LosingNodes(), LaunchedFleet(plan, 0, "f-1")
+    rec.gone["f-1"], rec.still_up["f-1"] = ["i-1"], ["i-2"]
+    progress = [Progress(launch_id=LID, fleet="x", step=40, unix=100.0)]
+    watch = LostNodeWatch(replace_s=0.3)
+    assert watch.check(rec, fleet, None, LID, lambda: progress[-1]) is None  # its replacement boots
+    time.sleep(0.4)
+    left = watch.check(rec, fleet, None, LID, lambda: progress[-1])
+    assert left is not None and "what is up of it has not trained in" in left.why and left.step == 40
+    # the same, and the job trains on the replacement (from its checkpoint at 30: a step below the last progress)
+    watch = LostNodeWatch(replace_s=0.3)
+    assert watch.check(rec, fleet, None, LID, lambda: progress[-1]) is None
+    progress.append(Progress(launch_id=LID, fleet="x", step=31, unix=400.0))
+    time.sleep(0.4)
+    assert watch.check(rec, fleet, None, LID, lambda: progress[-1]) is None  # it carries the job, for good
+    rec.gone["f-1"], rec.still_up["f-1"] = ["i-1", "i-2"], []  # and then it goes too: nothing up, at once
+    left = watch.check(rec, fleet, None, LID, lambda: progress[-1])
+    assert left is not None and "i-2" in left.why and "has not trained" not in left.why

@@ -364,7 +364,7 @@ class Launcher:
         self.awaiting: list[tuple[Migration, str]] = []  # moves whose new leg has not stepped, and its checkpoint
         self.steer: Steering | None = None
         self.pending: _Pending | None = None  # a voluntary move's new fleet, up
-        self.lost = LostNodeWatch()  # a node lost without a notice, from the nodes' verdicts
+        self.lost = LostNodeWatch(self.settings.start_timeout_s)  # a node lost without a notice
         self.waiting: _Leaving | None = None  # the guard waits for spot: no fleet; what the next one resumes from
 
     def run(self) -> list[Migration]:
@@ -533,7 +533,7 @@ class Launcher:
         gone = time.monotonic()
         getattr(self.provisioner, "retire", lambda _: None)(self.fleet)  # no node of it takes the job up again
         protocol.clear_records(self.settings.ckpt, Preempted, Leave, Failed)
-        self.lost = LostNodeWatch()
+        self.lost = LostNodeWatch(self.settings.start_timeout_s)
         if left.trigger in ("heartbeat", "max-life"):
             raise left_for_good(self.fleet.entry.fleet, left)
         resume = self._resume_from(left)
@@ -675,9 +675,27 @@ class LostNodeWatch:
     is a node that EC2 lists no more and that recorded no end (the provisioner's ``vanished``): no peer says it when
     the fleet had one node or lost every node at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, replace_s: float | None = None) -> None:
         self.since: float | None = None  # monotonic: when a verdict or a failure was first seen
         self.read_at: float | None = None  # monotonic: the last read of the verdicts while the job runs
+        # what is up of a fleet that lost a node without a word gets this long to train (its replacement's boot)
+        self.replace_s = DEFAULT_START_TIMEOUT_S if replace_s is None else replace_s
+        self.lost_at: tuple[float, tuple[Any, ...] | None] | None = None  # when, and the job's progress then
+        self.carried_on = False  # the job trained on there since
+
+    def _carried(self, up: list[str], progress: Callable[[], Progress | None], now: float) -> bool:
+        """Whether a node gone without a word is left to what is up of its fleet: a survivor deciding its verdict
+        (``lost``, which moves the job), or a replacement its group started, which resumes from the newest checkpoint
+        since the handover. Once the job's progress changed since the loss it carries the job; else it gets
+        ``replace_s`` (a boot or a setup that hangs would hold the launch until the fleet's life cap, a review)."""
+        if not up:
+            return False
+        last = progress()
+        mark = None if last is None else (last.step, last.unix)
+        if self.lost_at is None:
+            self.lost_at = (now, mark)
+        self.carried_on = self.carried_on or mark != self.lost_at[1]
+        return self.carried_on or now - self.lost_at[0] <= self.replace_s
 
     def check(
         self,
@@ -701,12 +719,14 @@ class LostNodeWatch:
         self.read_at = now if failed is None else self.read_at
         verdicts = getattr(provisioner, "node_verdicts", lambda _: None)(fleet)
         leaving = verdicts is not None and 75 in verdicts
-        gone: list[str] = getattr(provisioner, "vanished", lambda _: [])(fleet)
-        faults: list[str] = getattr(provisioner, "node_faults", lambda _: [])(fleet) if leaving else []
-        if gone and not faults:  # no peer left to say it (one node, or all at once): EC2 lists them no more
+        gone, up = getattr(provisioner, "vanished", lambda _: ([], []))(fleet)
+        faults: list[str] = getattr(provisioner, "node_faults", lambda _: [])(fleet) if leaving or gone else []
+        if gone and not faults and not self._carried(up, progress, now):  # EC2 lists them no more
             why = (
                 f"{len(gone)} node(s) of the fleet went away without a word ({', '.join(gone[:3])}: EC2 no longer "
-                "lists them, and they recorded no end): resuming from the newest checkpoint"
+                "lists them, and they recorded no end)"
+                + (f"; what is up of it has not trained in {self.replace_s / 60:.0f} min" if up else "")
+                + ": resuming from the newest checkpoint"
             )
             return Preempted(launch_id=launch_id, step=_step(failed, progress), why=why, trigger=_lost_trigger(fleet))
         if leaving:

@@ -15,7 +15,7 @@ import dataclasses
 import shlex
 import time
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from lightning_srifty import protocol, store
 from lightning_srifty.provision.apply import apply, destroy
@@ -99,6 +99,13 @@ def capacity_code(text: str) -> str | None:
     """The first of CAPACITY_CODES that an error's text names, or None."""
     found = [(text.find(code), code) for code in CAPACITY_CODES if code in text]
     return min(found)[1] if found else None
+
+
+class Vanished(NamedTuple):
+    """:meth:`TerraformProvisioner.vanished`'s answer: instance ids."""
+
+    gone: list[str]  # gone without a word, on two looks
+    up: list[str]  # listed, or not yet gone on two looks, and without a record of their end
 
 
 class TerraformProvisioner:
@@ -248,16 +255,16 @@ class TerraformProvisioner:
         node too, which leaves to be replaced when its own GPU failed under the job."""
         return protocol.node_verdicts(self.checkpoint_uri, fleet.name)
 
-    def vanished(self, fleet: LaunchedFleet) -> list[str]:
-        """The fleet's nodes that went away without a word, once no other node of it is up to say so or to carry the
-        job: the instances EC2 listed since the handover (its members: those at the handover, and any its group
-        started since), that EC2 no longer lists (pending or running) on two looks at least
-        :data:`VANISHED_CONFIRM_S` apart (its API is eventually consistent), and that wrote neither an exit record
-        nor their boot script's status: a spot reclaim whose notice did not come, a host that failed. While a member
-        is listed that has not recorded its end, [] (a peer's own verdict tells, ``lost``; or its group's
-        replacement, which resumes from the newest checkpoint written since the handover, carries the job). So a
-        one-node fleet, or one that lost every node at once (a spot pool reclaimed), is seen when nothing replaces
-        it: before, the launch waited for it with no end. [] when EC2 or the records cannot be read (said once)."""
+    def vanished(self, fleet: LaunchedFleet) -> Vanished:
+        """The fleet's nodes that went away without a word, and those still up (:class:`Vanished`). Its members are
+        the instances EC2 listed since the handover (at the handover, and any its group started since); one is gone
+        when EC2 no longer lists it (pending or running) on two looks at least :data:`VANISHED_CONFIRM_S` apart (its
+        API is eventually consistent) and it wrote neither an exit record (a node whose job ended writes one at once,
+        deciding) nor its boot script's status: a spot reclaim whose notice did not come, a host that failed. The
+        others without a record are up: a survivor still running its job, or a replacement its group started. So a
+        one-node fleet, or one that lost every node at once (a spot pool reclaimed), is seen (:class:`LostNodeWatch`
+        decides): before, the launch waited for it with no end. Nothing gone when EC2 or the records cannot be read
+        (said once)."""
         first_gone: dict[str, float] = fleet.data.setdefault("gone_since", {})
         try:
             live = self._live(fleet)
@@ -273,7 +280,7 @@ class TerraformProvisioner:
                     "a node lost without a notice is seen only by its peers until they can (ec2:DescribeInstances "
                     "for the launcher's credentials)"
                 )
-            return []
+            return Vanished([], [])
         now = time.monotonic()
         gone = members - live - recorded
         for instance in list(first_gone):
@@ -281,15 +288,17 @@ class TerraformProvisioner:
                 del first_gone[instance]  # listed again, or its record came: not gone
         for instance in gone:
             first_gone.setdefault(instance, now)
-        if (members & live) - recorded:
-            return []  # a node is up that has not ended its job: its verdict, or the job on it, comes from it
-        return sorted(i for i in gone if now - first_gone[i] >= VANISHED_CONFIRM_S)
+        confirmed = {i for i in gone if now - first_gone[i] >= VANISHED_CONFIRM_S}
+        # up: every member that has not recorded an end and is not confirmed gone (one listing without it is not
+        # enough: the same eventual consistency)
+        return Vanished(sorted(confirmed), sorted(members - recorded - confirmed))
 
     def _live(self, fleet: LaunchedFleet) -> set[str]:
         """The fleet's instances EC2 lists pending or running: its ``srifty:fleet`` tag, and its Auto Scaling group's
-        (``aws:autoscaling:groupName``) when the apply made one: another launch's fleet of the same name in the region
-        is not this one. (Not its security group: moto does not give an Auto Scaling group's instances the groups of
-        their launch template's network interfaces, which AWS does.)"""
+        (``aws:autoscaling:groupName``) when the apply made one, so that another launch's fleet of the same name in
+        the region is not this one (an EC2 Fleet's, ``capacity.mode = fleet``, is told by its name alone). Not its
+        security group: moto does not give an Auto Scaling group's instances the groups of their launch template's
+        network interfaces, which AWS does."""
         region = fleet.entry.region
         if region not in self._ec2:
             self._ec2[region] = client("ec2", region, self.options.aws_endpoint)
