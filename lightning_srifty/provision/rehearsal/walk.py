@@ -616,10 +616,20 @@ class _Walk:
         target.notice()
         self.say(f"leg {leg}: spot interruption notice to node {target.index} ({target.instance_id})")
         preempted = self._wait(
-            lambda: self._record(protocol.Preempted, noticed - 1, "durable_unix"),
+            lambda: (
+                self._record(protocol.Preempted, noticed - 1, "durable_unix")
+                or self._record(protocol.Finished, 0, "step")
+            ),
             300,
             f"leg {leg}: the checkpoint on the notice",
         )
+        if isinstance(preempted, protocol.Finished):  # its last steps outran the notice's watcher (a new user's walk)
+            raise self.fail(
+                f"leg {leg}: checkpoint on the notice",
+                f"the job finished (step {preempted.step}) before it acted on the notice: give it more steps (the "
+                "train command's own option), or a shorter notice_after_s (srifty rehearse --notice-after-s)",
+                target,
+            )
         if preempted is None:
             raise self.fail(f"leg {leg}: checkpoint on the notice", "no PREEMPTED.json within 300 s", target)
         self.check(
