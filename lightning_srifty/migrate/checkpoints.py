@@ -575,14 +575,16 @@ def architecture_differences(path: str, module: Any, limit: int = 3) -> list[str
 _RESUMED: set[tuple[str, str]] = set()
 
 
-def _resume_words(resume: str) -> str:
+def _resume_words(launch: Any) -> str:
     """What a resume is called in the job's log: "latest" is the fleet's newest sound checkpoint (a trial read
-    "resuming from the launcher's checkpoint latest")."""
+    "resuming from the launcher's checkpoint latest"), and one the fleet wrote since its handover may be taken."""
     from lightning_srifty.protocol import RESUME_LATEST
 
+    resume = launch.resume
     if resume == RESUME_LATEST:
         return "the fleet's newest sound checkpoint"
-    return f"the launcher's checkpoint {resume}" if resume else "the newest checkpoint this fleet wrote"
+    words = f"the launcher's checkpoint {resume}" if resume else "the newest checkpoint this fleet wrote"
+    return words + (", or one this fleet wrote since" if resume and launch.resume_after else "")
 
 
 def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True) -> None:
@@ -631,19 +633,15 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
             elif differences:  # another model's checkpoint in this folder: Lightning would stop with a traceback
                 raise ConfigError(
                     f"The launcher's checkpoint {launch.resume or 'of this fleet'} ({checkpoint_path}) was not written "
-                    "by this model "
-                    f"({type(module).__name__}): {'; '.join(differences)}. Give this run a checkpoint folder of its "
-                    f"own (srifty terraform --name, or ${VARIABLES['checkpoint_uri']}), or pass fit(ckpt_path=...) "
-                    "of this model.",
+                    f"by this model ({type(module).__name__}): {'; '.join(differences)}. Give this run a checkpoint "
+                    f"folder of its own (srifty terraform --name, or ${VARIABLES['checkpoint_uri']}), or pass "
+                    "fit(ckpt_path=...) of this model.",
                     parameter="resume",
                     value=checkpoint_path,
                 )
             if checkpoint_path is not None:  # taken: a later fit() of the process starts as the script says
                 _RESUMED.add(key)
-                words = _resume_words(launch.resume) + (
-                    ", or one this fleet wrote since" if launch.resume_after else ""
-                )
-                log.warning("%s: resuming from %s (%s).", who, words, checkpoint_path)
+                log.warning("%s: resuming from %s (%s).", who, _resume_words(launch), checkpoint_path)
         return original(checkpoint_path, *args, **kwargs)
 
     connector.resume_start = resume_start
