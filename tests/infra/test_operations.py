@@ -969,6 +969,14 @@ def test_a_peer_that_neither_went_nor_said_leaves_the_exit_as_it_is(tf_env, tmp_
 
 
 XID_79 = "NVRM: Xid (PCI:0000:00:1f): 79, pid=1896, name=python, GPU has fallen off the bus."
+# a GSP timeout the driver then says needs a GPU reset (an H100's kernel log in a public report of 2026-04-06, its bus
+# id ours; NVIDIA's Xid catalog, Xid 154: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)")
+XID_119_154 = (
+    "[Mon Apr  6 07:25:23 2026] NVRM: Xid (PCI:0000:00:1f): 119, pid=5220, name=python, Timeout after 45s of waiting"
+    " for RPC response from GPU1 GSP! Expected function 76 (GSP_RM_CONTROL) sequence 3661611 (0x208f1105 0x8).\n"
+    "[Mon Apr  6 07:25:24 2026] NVRM: Xid (PCI:0000:00:1f): 154, GPU recovery action changed from 0x0 (None) to 0x1"
+    " (GPU Reset Required)"
+)
 
 
 @pytest.mark.parametrize(
@@ -978,8 +986,9 @@ XID_79 = "NVRM: Xid (PCI:0000:00:1f): 79, pid=1896, name=python, GPU has fallen 
         ({"FAKE_GPUS_AFTER": "lost"}, "nvidia-smi: GPU is lost.  Reboot the system to recover this GPU"),
         ({"FAKE_GPUS_AFTER": "none"}, "nvidia-smi: No devices were found"),
         ({"FAKE_DMESG": XID_79, "FAKE_GPUS_AFTER": "hang"}, "logged Xid (PCI:0000:00:1f): 79"),
+        ({"FAKE_DMESG": XID_119_154}, "logged Xid (PCI:0000:00:1f): 154 0x1 (GPU Reset Required)"),
     ],
-    ids=["one-gone", "gpu-is-lost", "no-device-left", "xid-79-and-a-stuck-nvidia-smi"],
+    ids=["one-gone", "gpu-is-lost", "no-device-left", "xid-79-and-a-stuck-nvidia-smi", "gsp-timeout-needs-a-reset"],
 )
 def test_a_node_whose_gpu_failed_under_the_job_leaves_to_be_replaced(tf_env, tmp_path, after, says) -> None:
     """A GPU that fell off the bus (nvidia-smi no longer lists it, or fails) or logged a fatal Xid while the job ran
@@ -997,14 +1006,27 @@ def test_a_node_whose_gpu_failed_under_the_job_leaves_to_be_replaced(tf_env, tmp
     assert (record["exit_code"], record["final"]) == (1, 75) and record["gpu_fault"].startswith(says)
 
 
-@pytest.mark.parametrize("gpus_after", [None, "mismatch"], ids=["listed", "nvidia-smi-mismatch"])
-def test_a_job_that_failed_on_healthy_gpus_still_ends_the_fleet(tf_env, tmp_path, gpus_after) -> None:
+XID_13 = "NVRM: Xid (PCI:0000:00:1e): 13, pid=1896, Graphics Exception: ESR 0x505648=0x4000000"
+# the driver's verdict taken back: a GPU reset asked for, then nothing needed (the last word of each GPU counts)
+XID_154_BACK = (
+    f"{XID_13}\nNVRM: Xid (PCI:0000:00:1e): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset"
+    " Required)\nNVRM: Xid (PCI:0000:00:1e): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0"
+    " (None)"
+)
+
+
+@pytest.mark.parametrize(
+    ("dmesg", "gpus_after"),
+    [(XID_13, None), (XID_13, "mismatch"), (XID_154_BACK, None)],
+    ids=["listed", "nvidia-smi-mismatch", "recovery-action-back-to-none"],
+)
+def test_a_job_that_failed_on_healthy_gpus_still_ends_the_fleet(tf_env, tmp_path, dmesg, gpus_after) -> None:
     """Both GPUs still listed and only a non-fatal Xid logged (13, an illegal memory access: the script's own bug),
     the peer's job ended too: the exit stands, as with no GPU check, and no record names a fault. So it does when
-    nvidia-smi fails for a reason of its own (the driver's libraries updated under the run): unknown is not lost."""
+    nvidia-smi fails for a reason of its own (the driver's libraries updated under the run): unknown is not lost; and
+    when the driver's recovery action (Xid 154) went back to None: the GPU needs nothing now."""
     peer = json.dumps({"instance_id": "i-0def", "exit_code": 1, "final": None, "gpu_fault": None, "unix": 1})
-    xid_13 = "NVRM: Xid (PCI:0000:00:1e): 13, pid=1896, Graphics Exception: ESR 0x505648=0x4000000"
-    fakes = {"FAKE_PEER_EXIT": peer, "FAKE_DMESG": xid_13, **({"FAKE_GPUS_AFTER": gpus_after} if gpus_after else {})}
+    fakes = {"FAKE_PEER_EXIT": peer, "FAKE_DMESG": dmesg, **({"FAKE_GPUS_AFTER": gpus_after} if gpus_after else {})}
     run, log = _job_fails(tmp_path, tf_env, {"i-0def": 5}, fakes, gpus=True)
     assert run.returncode == 1, log[-3000:]
     assert "srifty: 2 GPUs at the job's start" in log and "GPUs failed" not in log
