@@ -61,6 +61,7 @@ def stage2_values(**overrides: object) -> dict:
         "watchdog_max_age_s": 300,
         "watchdog_asg": 1,
         "secrets": [],
+        "data": [],
     }
     values.update(overrides)
     return values
@@ -73,11 +74,16 @@ FSDP_ARGS = {
 }
 FSDP = {"SRIFTY_STRATEGY": json.dumps({"name": "fsdp", "args": FSDP_ARGS})}
 SECRETS = [{"name": f"SECRET_{k}", "source": "ssm", "id": f"/team/a-rather-long-parameter-name-{k}"} for k in range(8)]
+DATA = [
+    {"name": "TRAIN_DATA", "uri": "s3://a-team-datasets/imagenet/train/", "copy": True},
+    {"name": "VAL_DATA", "uri": "s3://a-team-datasets/imagenet/val/", "copy": False},
+]
 VARIANTS = {
     "default (code snapshot, asg)": {},
     "srifty launch (handover, heartbeat)": {"handover": True, "heartbeat": True},
     "one --secret-env": {"secrets": SECRETS[:1]},
     "an FSDP plan (strategy in env)": {"env_count": 1, "env_b64": b64(json.dumps(FSDP))},
+    "two data folders, one copied": {"data": DATA},
     "a 40-character --name": {"name": "a" * 40},
     "a 170-character --setup-command": {"setup_command": "pip install " + "x" * 158},
     "everything at once (8 secrets, 5 KB setup)": {

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from _fleet import FAKE_CURL, FAKE_TORCHRUN, example, read, render, run_user_data, template_values
+from _support import bench_module
 from conftest import tf_run
 from lightning_srifty.cli import main
 from lightning_srifty.provision.terraform.command import check_secret_env
@@ -372,3 +373,20 @@ def test_the_module_refuses_tags_aws_would_refuse(tf_env, tmp_path, catalog) -> 
         (root / TFVARS).write_text(json.dumps({**values, "tags": tags}))
         result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
         assert result.returncode != 0 and "AWS's tag rules" in " ".join(result.stderr.split()), result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The boot script's variables: what the tests and bench/user_data_size.py render it with is what main.tf passes
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_boot_scripts_renderings_pass_every_variable_main_tf_passes() -> None:
+    """templatefile() fails on a variable the template uses and the map lacks, so a rendering (the tests' fake nodes,
+    the user data size bench) that lags main.tf fails or measures a script no node runs: bench/user_data_size.py had
+    stopped rendering when `data` came in, and nothing said so."""
+    main_tf = (MODULE / "main.tf").read_text()
+    call = main_tf.split('templatefile("${path.module}/templates/user_data.sh.tftpl", {', 1)[1].split("\n  }) }", 1)[0]
+    passed = set(re.findall(r"^    ([a-z_0-9]+)\s*=", call, flags=re.MULTILINE))
+    assert {"name", "data", "secrets", "watchdog_b64"} <= passed, passed
+    assert set(template_values()) == passed
+    assert set(bench_module("user_data_size").stage2_values()) == passed
