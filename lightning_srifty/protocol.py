@@ -196,15 +196,20 @@ class Started(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Progress(Record):
-    """Where training is, rewritten by rank 0 at most every ``SpotPreemption(progress_s=...)`` seconds: the launcher's
-    spot guard weighs the work left against the deadline from it (a spot leg may run for hours without another
-    record)."""
+    """Where training is, rewritten by rank 0 every ``SpotPreemption(progress_s=...)`` seconds (by a thread of its
+    own, so a record keeps coming while the training loop is stuck): the launcher's spot guard weighs the work left
+    against the deadline from it (a spot leg may run for hours without another record), and the launcher's stall
+    watch sees a job that stopped moving (:class:`~lightning_srifty.provision.launcher.watches.StallWatch`)."""
 
     FILE: ClassVar[str] = PROGRESS
     fleet: str = ""
     step: int | None = None  # the global step (optimizer steps) after the last step trained
     unix: float | None = None  # when that step ended (the job's clock)
     step_time_s: float | None = None  # measured mean seconds per step on this leg since its first step (None: <2)
+    # the last sign of life of the training loop (the job's clock): a step, a validation batch, an epoch's start, a
+    # checkpoint saved; and how often rank 0 writes this record (its progress_s). None: a job before 0.2
+    active_unix: float | None = None
+    every_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

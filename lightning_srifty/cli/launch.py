@@ -83,6 +83,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         heartbeat_max_age_s=args.heartbeat_max_age_s,
         max_life_h=args.max_life_h,
         start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
+        stall_timeout_s=args.stall_timeout_min * 60 if args.stall_timeout_min else None,
         spot_policy=args.spot_policy,
         spot_check_s=args.spot_check_s,
         resume=_resume_from(args),
@@ -293,7 +294,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _watch_flags(p: argparse.ArgumentParser) -> None:
     """How the launcher watches a fleet: its heartbeat, the start time-out, each fleet's life cap, the spot guard."""
-    from lightning_srifty.cli._common import positive
+    from lightning_srifty.cli._common import nonneg, positive
 
     p.add_argument(
         "--heartbeat-s",
@@ -317,6 +318,17 @@ def _watch_flags(p: argparse.ArgumentParser) -> None:
         help="a remote fleet whose job has not taken its first step (or written any record) after this many minutes "
         "is reported and released: failed boot or setup, OOM, an unreachable checkpoint folder (default 30; local "
         "processes are watched directly)",
+    )
+    p.add_argument(
+        "--stall-timeout-min",
+        type=nonneg,
+        default=30.0,  # watches.DEFAULT_STALL_TIMEOUT_S (not imported: the parser is built without the launcher)
+        metavar="MIN",
+        help="a job that trained and then showed no sign of life (no step, validation batch or checkpoint saved) for "
+        "this many minutes hangs (a GPU that stopped answering, a collective or a read that never returns): its "
+        "fleet is released and the job restarts on new machines of the same entry from the newest checkpoint; the "
+        "same hang again past the same step ends the launch (default 30, or longer where the job's steps need it; "
+        "0: not watched)",
     )
     p.add_argument(
         "--max-life-h",

@@ -54,6 +54,7 @@ class LaunchWatch:
         self._leg_first: tuple[int, float] | None = None  # (global step, unix) at this leg's first step end
         self._progress_at: float | None = None  # monotonic time of the last PROGRESS.json
         self._latest: tuple[int, float] | None = None  # (global step, unix) of the newest step end, for the watch
+        self._active: float | None = None  # unix: the training loop's last sign of life (a step, a validation batch)
         self._started_written = False
         self._thread: threading.Thread | None = None
         self.stop_event = threading.Event()
@@ -85,6 +86,12 @@ class LaunchWatch:
         if self._leg_first is None:
             self._leg_first = (step, unix)
         self._latest = (step, unix)
+        self.note_active(unix)
+
+    def note_active(self, unix: float) -> None:
+        """The training loop is alive without a step ending (a validation batch, an epoch's start, a checkpoint
+        saved): the launcher's stall watch must not take a long validation or save for a hung job."""
+        self._active = unix if self._active is None else max(self._active, unix)
 
     def report_progress(self, step: int, unix: float, now: float | None = None) -> bool:
         """Rewrite ``PROGRESS.json`` when ``progress_s`` has passed since the last one (the first step of a leg
@@ -101,7 +108,13 @@ class LaunchWatch:
         first_step, first_unix = self._leg_first
         step_time = (unix - first_unix) / (step - first_step) if step > first_step else None
         record = protocol.Progress(
-            launch_id=self.launch.launch_id, fleet=self.launch.fleet, step=step, unix=unix, step_time_s=step_time
+            launch_id=self.launch.launch_id,
+            fleet=self.launch.fleet,
+            step=step,
+            unix=unix,
+            step_time_s=step_time,
+            active_unix=max(unix, self._active or unix),
+            every_s=self.progress_s,
         )
         try:
             protocol.write_record(self.dirpath, record)

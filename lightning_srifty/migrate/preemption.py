@@ -321,6 +321,18 @@ class SpotPreemption(Callback):
             except Exception as exc:  # noqa: BLE001 - the original exception is what matters
                 log.warning("SpotPreemption: could not write %s: %s", protocol.FAILED, exc)
 
+    # --- signs of life between steps (the launcher's stall watch reads them in PROGRESS.json) ------------------------
+
+    def _alive(self, trainer: pl.Trainer) -> None:
+        if not self._inactive and self.watch is not None and trainer.is_global_zero:
+            self.watch.note_active(time.time())
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._alive(trainer)
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        self._alive(trainer)
+
     # --- the step boundary -------------------------------------------------------------------------------------------
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
@@ -342,6 +354,7 @@ class SpotPreemption(Callback):
             # notice or SIGTERM on this rank: the leave below comes first, within its window
             self.save(trainer, reason="periodic", deadline_s=self.periodic_deadline_s, interrupt=self._stop)
             self.writer.prune(trainer)
+            self._alive(trainer)  # a long save is not a hang to the launcher's stall watch
             stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
             if not stop:
                 return

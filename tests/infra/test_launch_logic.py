@@ -1299,3 +1299,143 @@ def test_what_is_up_of_a_fleet_that_lost_a_node_carries_the_job_only_if_it_train
     rec.gone["f-1"], rec.still_up["f-1"] = ["i-1", "i-2"], []  # and then it goes too: nothing up, at once
     left = watch.check(rec, fleet, None, LID, lambda: progress[-1])
     assert left is not None and "i-2" in left.why and "has not trained" not in left.why
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A job that trained and then stopped moving: the stall watch
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _stalls(monkeypatch) -> None:
+    from lightning_srifty.provision.launcher import watches
+
+    monkeypatch.setattr(watches, "STALL_READ_S", 0.0)
+
+
+def _training(ckpt: str, fleet: str, steps: range, *, active_for_s: float = 0.0) -> None:
+    """The job's records on one leg: its first step, a progress record per step (every 0.05 s), then, for
+    ``active_for_s``, records whose step stays while the loop shows life (a validation)."""
+    from lightning_srifty.protocol import Progress
+
+    write_record(ckpt, Started(launch_id=LID, fleet=fleet, step=steps[0], first_step_unix=time.time()))
+    for step in steps:
+        now = time.time()
+        write_record(ckpt, Progress(launch_id=LID, fleet=fleet, step=step, unix=now, active_unix=now, every_s=0.05))
+        time.sleep(0.05)
+    end = time.monotonic() + active_for_s
+    last = time.time()
+    while time.monotonic() < end:
+        progress = Progress(
+            launch_id=LID, fleet=fleet, step=steps[-1], unix=last, active_unix=time.time(), every_s=0.05
+        )
+        write_record(ckpt, progress)
+        time.sleep(0.05)
+
+
+def test_a_job_that_stops_moving_is_released_and_restarted_on_new_machines_of_the_same_entry(
+    plan, tmp_path, monkeypatch
+) -> None:
+    """A job that trained, then hung (its progress record keeps coming from its thread, or stops, and shows neither
+    a step nor a validation batch) waited until the fleet's life cap: a one-GPU job hung in the driver has no NCCL
+    timeout. Past --stall-timeout-min its fleet is released first (nothing to wait for; a job that woke up must not
+    train beside the next leg), and new machines of the same entry resume from the newest checkpoint. A validation
+    longer than the limit (the step stays, the loop shows life) is not a hang."""
+    _stalls(monkeypatch)
+    first = plan.entries[0].fleet
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        _training(ckpt, first, range(1, 13), active_for_s=1.2)  # a validation of twice the limit, then the hang
+        assert ("down", "f-1") not in rec.calls
+        _until(lambda: ("start", "f-2") in rec.calls)
+        _training(ckpt, first, range(10, 20))
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(plan, tmp_path, job, stall_timeout_s=0.6)
+    assert "error" not in result, result.get("error")
+    (move,) = result["moves"]
+    assert (move.trigger, move.voluntary, move.step) == ("node", False, 12)
+    assert (move.from_fleet, move.to_fleet) == (first, first)
+    assert "shown no progress past step 12" in move.why and "--stall-timeout-min" in move.why
+    # released before the new machines are asked for; the next leg resumes the newest checkpoint there
+    assert rec.calls[:4] == [("up", "f-1"), ("start", "f-1"), ("down", "f-1"), ("up", "f-2")]
+    assert rec.envs["f-2"]["SRIFTY_RESUME"] == markers.RESUME_LATEST
+    assert any("releasing f-1" in line for line in result["echo"])
+
+
+def test_a_job_that_hangs_past_the_same_step_again_is_the_jobs_and_ends_the_launch(plan, tmp_path, monkeypatch):
+    """The same hang past the same step on the next leg is the job's (a deadlock, a read that never returns), not a
+    machine's: the launch ends with what to do, every fleet released, rather than going round the plan."""
+    _stalls(monkeypatch)
+    first = plan.entries[0].fleet
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        _training(ckpt, first, range(1, 13))
+        _until(lambda: ("start", "f-2") in rec.calls)
+        _training(ckpt, first, range(10, 13))
+
+    rec, result = _run(plan, tmp_path, job, stall_timeout_s=0.4)
+    error = result["error"]
+    assert isinstance(error, MigrationError) and "hung past step 12 again" in str(error)
+    assert "raise --stall-timeout-min" in str(error)
+    assert rec.calls[-1] == ("down", "f-2") and ("up", "f-3") not in rec.calls
+
+
+def test_no_stall_watch_without_a_limit_or_before_the_legs_first_step(plan, tmp_path, monkeypatch) -> None:
+    """stall_timeout_s=None watches nothing; and a leg whose job has not stepped is the start-up timeout's."""
+    _stalls(monkeypatch)
+    first = plan.entries[0].fleet
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        _training(ckpt, first, range(1, 5))
+        time.sleep(1.0)  # five times the limit below, had it one
+        write_record(ckpt, Finished(launch_id=LID, step=5))
+
+    _, result = _run(plan, tmp_path, job, stall_timeout_s=None)
+    assert "error" not in result and result["moves"] == []
+
+
+def _fleet_of(plan, name: str = "f-1") -> LaunchedFleet:
+    return LaunchedFleet(plan, 0, name)
+
+
+def test_the_stall_limit_follows_the_jobs_own_period_and_step_time(plan) -> None:
+    """The limit is the setting, or three of the job's record periods, or four of its measured steps, the longest: a
+    job that writes its progress every 10 min, or whose step takes 20 min, is not hung at 30 min. Only the launcher's
+    clock measures the silence; a leg's first step older than its start (an earlier leg's record) arms nothing, and a
+    progress record from before this leg's first step is not this leg's."""
+    from lightning_srifty.protocol import Progress
+    from lightning_srifty.provision.launcher.watches import StallWatch
+
+    fleet = _fleet_of(plan)
+    records: dict = {}
+    watch = StallWatch(1800.0, read_s=0.0)
+    watch.started(fleet)
+    t = time.time()
+
+    def look(now: float):
+        return watch.check(fleet, records.get, now=now)
+
+    records[Started] = Started(launch_id=LID, first_step_unix=t - 3600)  # an earlier leg's
+    records[Progress] = Progress(launch_id=LID, step=3, unix=t - 3500, every_s=60.0)
+    assert look(0.0) is None and look(10_000.0) is None  # not armed
+    records[Started] = Started(launch_id=LID, first_step_unix=t + 1)
+    assert look(20_000.0) is None and look(30_000.0) is None  # its progress is from before this leg's first step
+    records[Progress] = Progress(launch_id=LID, step=4, unix=t + 2, every_s=700.0, step_time_s=5.0)
+    assert look(40_000.0) is None  # the mark is taken now
+    assert look(40_000.0 + 1801) is None and look(40_000.0 + 2099) is None  # 3 x 700 s = 2,100 s
+    assert "past step 4 for 35 min" in look(40_000.0 + 2101.0)
+    records[Progress] = Progress(launch_id=LID, step=4, unix=t + 2, active_unix=t + 900, every_s=700.0)
+    assert look(50_000.0) is None and look(50_000.0 + 2000.0) is None  # a sign of life: counted from here
+
+    slow = StallWatch(1800.0, read_s=0.0)
+    slow.started(fleet)
+    records[Progress] = Progress(launch_id=LID, step=4, unix=t + 2, every_s=60.0, step_time_s=1200.0)
+    assert slow.check(fleet, records.get, now=0.0) is None
+    assert slow.check(fleet, records.get, now=4799.0) is None  # 4 x 20 min
+    assert "limit: 80 min" in slow.check(fleet, records.get, now=4801.0)
+    assert StallWatch(None, read_s=0.0).check(fleet, records.get, now=1e9) is None
+    other = _fleet_of(plan, "f-2")
+    assert watch.check(other, records.get, now=1e9) is None  # another leg's fleet: not the one watched

@@ -470,6 +470,44 @@ def test_a_fresh_heartbeat_keeps_the_job_training(tmp_path, monkeypatch) -> None
     assert len(written) > 20  # the beats ran through the 3.5 s of training
 
 
+class _SlowValidation(TinyModel):
+    def validation_step(self, batch, batch_idx):
+        time.sleep(0.05)
+        return super().validation_step(batch, batch_idx)
+
+
+def test_the_progress_record_shows_a_long_validation_as_life_not_a_hang(tmp_path, monkeypatch) -> None:
+    """The launcher's stall watch takes a job whose PROGRESS.json shows neither a new step nor any other sign of life
+    for --stall-timeout-min for hung. A validation holds the step where it is for as long as it runs: the record now
+    carries the loop's last sign of life (its validation batches) and how often it is written."""
+    import threading
+
+    from lightning_srifty.protocol import Progress, read_record
+
+    _under_launch(monkeypatch, tmp_path, resume="")
+    seen: list[Progress] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            record = read_record(str(tmp_path), Progress, "L1")
+            if record is not None:
+                seen.append(record)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False, interval_s=0.05, progress_s=0.1)
+    t = trainer([cb], max_steps=4, limit_val_batches=30, val_check_interval=2)  # 30 x 0.05 s after step 2 and 4
+    try:
+        t.fit(_SlowValidation(), train_dataloaders=loader(), val_dataloaders=loader(n=240))
+    finally:
+        done.set()
+        sampler.join()
+    during = [r for r in seen if r.step == 2 and r.active_unix is not None and r.unix is not None]
+    assert during and max(r.active_unix - r.unix for r in during) > 0.8, [(r.step, r.unix, r.active_unix) for r in seen]
+    assert {r.every_s for r in seen} == {0.1}
+
+
 def test_the_fleets_life_cap_is_a_notice_too(tmp_path, monkeypatch) -> None:
     from lightning_srifty.protocol import Preempted, read_record
 

@@ -81,6 +81,19 @@ class SigtermAt(pl.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class HangAt(pl.Callback):
+    """Rank 0 stops in its step ``step`` and never comes back (a GPU that stopped answering): SIGTERM does not end
+    it, the watch thread (PROGRESS.json) goes on."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, *args) -> None:
+        if trainer.global_step == self.step and trainer.is_global_zero:
+            while True:
+                time.sleep(3600)
+
+
 class Sleep(pl.Callback):
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -98,6 +111,9 @@ def main() -> None:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--from-env", action="store_true", help="batch sizes, checkpoints and resume from srifty launch")
     p.add_argument("--step-sleep", type=float, default=0.0)
+    p.add_argument("--hang-at", type=int, help="a first leg (nothing resumed) hangs at this step, for good")
+    p.add_argument("--progress-s", type=float, default=60.0, help="SpotPreemption's progress_s")
+    p.add_argument("--every-s", type=float, help="SpotPreemption's every_s (periodic checkpoints)")
     p.add_argument("--triggers-profile", help="add MigrationTriggers with this profile (under srifty launch)")
     p.add_argument("--triggers-after", type=int, default=10, help="steps measured before the first check")
     p.add_argument("--seed", type=int, default=7, help="the sampler's seed (--plain: Lightning's, 0 unless set)")
@@ -123,8 +139,10 @@ def main() -> None:
     sampler = GlobalBatchSampler(N, sizes, rank, shuffle=True, seed=args.seed, accumulate_grad_batches=accumulation)
     loader = DataLoader(Indexed(), batch_sampler=sampler)
     ckpt_dir = launch.checkpoint_uri if launch is not None else str(out / "ckpt")
-    preemption = SpotPreemption(ckpt_dir, exit_process=False)
+    preemption = SpotPreemption(ckpt_dir, exit_process=False, progress_s=args.progress_s, every_s=args.every_s)
     callbacks = [ExactResume(), preemption]
+    if args.hang_at is not None and not (launch is not None and launch.resume):
+        callbacks.append(HangAt(args.hang_at))
     if args.sigterm_at is not None:
         callbacks.append(SigtermAt(args.sigterm_at))
     if args.step_sleep:

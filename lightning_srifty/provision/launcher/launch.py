@@ -64,9 +64,11 @@ from lightning_srifty.provision.launcher.spot_guard import (
 )
 from lightning_srifty.provision.launcher.steering import Steering, set_up_steering
 from lightning_srifty.provision.launcher.watches import (
+    DEFAULT_STALL_TIMEOUT_S,
     DEFAULT_START_TIMEOUT_S,
     HeartbeatWriter,
     Silence,
+    StallWatch,
     refuse_a_live_launch,
 )
 from predictor.documents.checks import Setting, check_settings
@@ -89,7 +91,10 @@ class LauncherSettings:
       (local) provisioner's; ``poll_s``: how often the launcher looks at the job.
     - ``heartbeat_s`` / ``heartbeat_max_age_s``: the launcher's heartbeat, and the age at which a job whose launcher
       died checkpoints and leaves; ``max_life_h``: each fleet's life cap (default: ``PlanEntry.life_cap_h``);
-      ``start_timeout_s``: a cloud fleet that has not started the job by then is given up (default 30 min).
+      ``start_timeout_s``: a cloud fleet that has not started the job by then is given up (default 30 min);
+      ``stall_timeout_s``: a job that trained and then showed no sign of life (no step, validation batch or checkpoint
+      in its ``PROGRESS.json``) for this long hangs, and is restarted from the newest checkpoint on new machines of
+      the same entry (default 30 min; None: not watched; :class:`~.watches.StallWatch`).
     - ``spot_policy`` (``srifty``, ``greedy``, ``uniform``, ``off``; None: ``srifty`` for a spot or mixed entry of a
       plan with a deadline, else ``off``) steers the fleet between spot and the same fleet on-demand against the
       plan's deadline, checking every ``spot_check_s`` seconds (:mod:`lightning_srifty.provision.launcher.spot_guard`).
@@ -113,6 +118,7 @@ class LauncherSettings:
     max_life_h: float | None = None
     launch_id: str | None = None
     start_timeout_s: float | None = None
+    stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
     spot_policy: str | None = None
     spot_check_s: float = DEFAULT_CHECK_S
     resume: str = ""
@@ -128,6 +134,7 @@ class LauncherSettings:
         "heartbeat_max_age_s": Setting("number", minimum=0, exclusive=True),
         "max_life_h": Setting("number", minimum=0, exclusive=True, optional=True),
         "start_timeout_s": Setting("number", minimum=0, exclusive=True, optional=True),
+        "stall_timeout_s": Setting("number", minimum=0, exclusive=True, optional=True),
         "spot_policy": Setting("choice", choices=POLICY_NAMES, optional=True),
         "spot_check_s": Setting("number", minimum=0, exclusive=True),
     }
@@ -196,9 +203,10 @@ def launch(
         ckpt=ckpt, launch_id=launch_id, log_path=root / "migrations.jsonl", name=s.name,
         max_migrations=s.max_migrations, poll_s=s.poll_s, max_life_h=s.max_life_h, start_timeout_s=start_timeout_s,
         spot_policy=spot_policy, spot_check_s=s.spot_check_s, catalog=catalog, resume=s.resume,
+        stall_timeout_s=s.stall_timeout_s,
     )  # fmt: skip
     heartbeat = HeartbeatWriter(ckpt, launch_id, s.heartbeat_s, s.heartbeat_max_age_s, echo)
-    legs = Legs(provisioner, heartbeat, run, echo, Silence(run.start_timeout_s, echo))
+    legs = Legs(provisioner, heartbeat, run, echo, Silence(run.start_timeout_s, echo), StallWatch(run.stall_timeout_s))
     launcher = Launcher(plan, choice, legs)
     with Interrupts(echo, "srifty launch", "still releasing the fleets, please wait"):
         heartbeat.start()
@@ -366,6 +374,7 @@ class Launcher:
         self.pending: _Pending | None = None  # a voluntary move's new fleet, up
         self.lost = LostNodeWatch(self.settings.start_timeout_s)  # a node lost without a notice
         self.waiting: _Leaving | None = None  # the guard waits for spot: no fleet; what the next one resumes from
+        self.hung_at: list[int | None] = []  # the steps past which the job hung, one per stall
 
     def run(self) -> list[Migration]:
         """Bring the first fleet up and start the job there, then poll every ``poll_s`` until it finishes; whatever
@@ -424,6 +433,8 @@ class Launcher:
             if lost is None and failed is not None:
                 return False  # its nodes are deciding
             left = left or lost
+        if poll.code is None and not (finished or left or failed):
+            left = self._hung(poll)
         busy = self.pending is not None or finished is not None or left is not None
         request = None if busy else poll.read(MoveRequest)
         if request is not None:
@@ -442,6 +453,32 @@ class Launcher:
                 f"The job failed on {self.fleet.entry.fleet} with exit status {poll.code} (not a preemption)."
             )
         return False
+
+    def _hung(self, poll: _Poll) -> Preempted | None:
+        """A job that trained on this leg and then stopped moving (:class:`~.watches.StallWatch`): its fleet is
+        released at once (the job is stuck: nothing of it is worth waiting for, and a job that woke up later must not
+        train beside the next leg), and the job moves as after a lost node: new machines of the same entry, from the
+        newest checkpoint (the plan's next entry when it hung there before without getting past the step).
+
+        Raises:
+            MigrationError: it hung past the same step as before, on another fleet too: the job, not a machine.
+        """
+        stall = self.legs.stall
+        why = None if stall is None else stall.check(self.fleet, poll.read)
+        if why is None:
+            return None
+        step, fleet = stall.step, self.fleet
+        self.echo(f"srifty launch: {why}; releasing {fleet.name}")
+        self.legs.release(fleet)
+        if step in self.hung_at:
+            raise MigrationError(
+                f"The job hung past step {step} again ({why}): it did so on another leg too, so it is the job (a "
+                "deadlock, a read that never returns), not a machine. Its fleets are released; see what its "
+                "processes were doing in its logs (srifty logs), and raise --stall-timeout-min if a step, a "
+                "validation or a save really takes that long."
+            )
+        self.hung_at.append(step)
+        return Preempted(launch_id=self.settings.launch_id, step=step, why=why, trigger="node")
 
     def _on_started(self, poll: _Poll) -> None:
         """A move is measured once its new leg took its first step (``STARTED.json`` naming the checkpoint it resumed

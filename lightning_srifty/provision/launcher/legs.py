@@ -202,6 +202,7 @@ class Run:
     spot_check_s: float
     catalog: Any
     resume: str = ""  # the first fleet's checkpoint to resume from ("": a fresh start)
+    stall_timeout_s: float | None = None  # a job that trained and then showed no sign of life this long hangs
 
 
 class Legs:
@@ -211,8 +212,9 @@ class Legs:
     reported. ``global_batch`` (samples per optimizer step) is fixed by the first fleet and kept on every later one.
     """
 
-    def __init__(self, provisioner: Any, heartbeat: Any, run: Run, echo: Any, silent: Any) -> None:
+    def __init__(self, provisioner: Any, heartbeat: Any, run: Run, echo: Any, silent: Any, stall: Any = None) -> None:
         self.provisioner, self.heartbeat, self.run, self.echo, self.silent = provisioner, heartbeat, run, echo, silent
+        self.stall = stall  # the StallWatch of the leg running (None: none)
         self.up: list[LaunchedFleet] = []  # every fleet brought up and not released yet
         self.plan_started: dict[str, float] = {}  # each kept plan -> when the run began working to it
         self.names = (f"{run.name}-{n}" for n in itertools.count(1))  # unique for the whole launch
@@ -224,7 +226,9 @@ class Legs:
         return up_or_next(self.provisioner, plan, index, self.names, self.echo, up=self.up, only=only)
 
     def release(self, fleet: LaunchedFleet) -> None:
-        """Take ``fleet`` down now (not at the launch's end)."""
+        """Take ``fleet`` down now (not at the launch's end); one released already is left as it is."""
+        if fleet not in self.up:
+            return
         self.provisioner.down(fleet)
         self.up.remove(fleet)
 
@@ -266,6 +270,8 @@ class Legs:
         self.heartbeat.beat()  # the new cap, now
         self.provisioner.start(fleet, env.to_env())
         self.silent.started(fleet)
+        if self.stall is not None:
+            self.stall.started(fleet)
 
     def report(self, move: Migration) -> None:
         """A move in words, and appended to ``migrations.jsonl``."""

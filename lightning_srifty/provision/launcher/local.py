@@ -11,8 +11,10 @@ only, which then stops the job in order (SIGTERM: the job checkpoints and leaves
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -135,7 +137,11 @@ class LocalProvisioner:
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:
+                # torchrun and its ranks (its own session: a rank stuck where SIGTERM cannot end it is not orphaned)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
                 process.kill()
+                process.wait(30)
         self.poll(fleet)
 
     def down(self, fleet: LaunchedFleet) -> None:

@@ -1,6 +1,7 @@
 """What the launcher watches while the job runs: its own heartbeat, which the jobs read (a launcher killed outright
 leaves nothing running for long: :class:`HeartbeatWriter`), another launch live in the same folder
-(:func:`refuse_a_live_launch`), and a fleet that never reports (:class:`Silence`).
+(:func:`refuse_a_live_launch`), a fleet that never reports (:class:`Silence`), and a job that stopped moving after it
+did (:class:`StallWatch`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from typing import Any
 
 from lightning_srifty import protocol, store
-from lightning_srifty.protocol import Heartbeat
+from lightning_srifty.protocol import Heartbeat, Progress, Started
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.exceptions import MigrationError
 from predictor.runs import startup
@@ -113,6 +114,75 @@ class Silence:
                 f"srifty launch: waiting for the job on {fleet.entry.fleet} to take its first step: "
                 f"{waited / 60:.0f} of at most {self.timeout_s / 60:.0f} min"
             )
+
+
+DEFAULT_STALL_TIMEOUT_S = 1800.0  # a job that trained, then showed no sign of life for this long, is hung
+STALL_READ_S = 15.0  # the job's records are read for it this often, not at every poll (an S3 GET each)
+CLOCK_SLACK_S = 300.0  # the job's clock may differ from the launcher's by minutes (as in Silence)
+
+
+class StallWatch:
+    """A job that took its first step on a leg and then stopped moving: its ``PROGRESS.json`` (rank 0's thread
+    rewrites it every ``every_s`` whatever the training loop does) shows neither a new step nor any other sign of life
+    (a validation batch, an epoch's start, a checkpoint saved: ``active_unix``), or stops coming, for longer than the
+    limit. What hangs a job that way: a GPU that stopped answering without a fault its node can see (a kernel that
+    never completes holds the process in the driver), a collective waiting on a rank that hangs, a data read or a
+    store call that never returns. NCCL's own timeout (the process group's 30 min) is there only with more than one
+    rank, and ends the job as a failure; a one-GPU job hung in the driver runs until the fleet's life cap.
+
+    The limit is ``timeout_s``, or longer where the job's own numbers need it: three of its record's periods, and four
+    of its measured steps (a model whose step takes minutes). Only the launcher's clock measures the silence; the job's
+    ``first_step_unix`` only tells this leg's first step from an earlier leg's (with :data:`CLOCK_SLACK_S`).
+    """
+
+    def __init__(self, timeout_s: float | None, read_s: float | None = None) -> None:
+        self.timeout_s, self.read_s = timeout_s, STALL_READ_S if read_s is None else read_s
+        self.fleet: str | None = None  # the leg watched (LaunchedFleet.name)
+        self.wall = 0.0  # the launcher's clock when that leg was started
+        self.mark: tuple[Any, ...] | None = None  # what the job last showed: first step, step, its end, last sign
+        self.changed = 0.0  # monotonic: when the mark last changed (or the leg's first step was seen)
+        self.read_at: float | None = None
+        self.limit_s = timeout_s or 0.0
+
+    def started(self, fleet: LaunchedFleet) -> None:
+        """A leg starts on ``fleet``: nothing is watched until its first step."""
+        self.fleet, self.wall, self.mark, self.read_at = fleet.name, time.time(), None, None
+
+    def check(self, fleet: LaunchedFleet, read: Any, now: float | None = None) -> str | None:
+        """Why the job on ``fleet`` is taken for hung (a line), or None. ``read(cls)`` reads one of the launch's
+        records (None when absent)."""
+        now = time.monotonic() if now is None else now
+        if self.timeout_s is None or fleet.name != self.fleet:
+            return None
+        if self.read_at is not None and now - self.read_at < self.read_s:
+            return None
+        self.read_at = now
+        started: Started | None = read(Started)
+        first = None if started is None else started.first_step_unix
+        if first is None or first < self.wall - CLOCK_SLACK_S:
+            return None  # no first step on this leg yet: the start-up's (Silence's) to watch
+        progress: Progress | None = read(Progress)
+        if progress is None or progress.unix is None or progress.unix < first:
+            return None  # none of this leg's (the same clock, the job's): a job that writes none is not watched
+        mark = (first, progress.step, progress.unix, progress.active_unix)
+        self.limit_s = max(self.timeout_s, 3 * (progress.every_s or 0.0), 4 * (progress.step_time_s or 0.0))
+        if mark != self.mark:
+            self.mark, self.changed = mark, now
+            return None
+        quiet = now - self.changed
+        if quiet <= self.limit_s:
+            return None
+        step = "" if mark[1] is None else f" past step {mark[1]}"
+        return (
+            f"the job on {fleet.entry.fleet} ({fleet.name}) has shown no progress{step} for {quiet / 60:.0f} min "
+            f"(no step, validation batch or checkpoint; the limit: {self.limit_s / 60:.0f} min, "
+            "--stall-timeout-min): it hangs (a GPU that stopped answering, a collective or a read that never returns)"
+        )
+
+    @property
+    def step(self) -> int | None:
+        """The step the watched job last reported (None: none on this leg)."""
+        return None if self.mark is None else self.mark[1]
 
 
 def refuse_a_live_launch(ckpt: str, launch_id: str) -> None:
