@@ -167,3 +167,39 @@ def test_sigint_or_sigterm_to_the_launcher_releases_the_fleet_in_one_line(
     finally:
         for pid in _alive(job):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.ddp
+@pytest.mark.timeout(400)
+def test_a_job_that_hangs_is_restarted_from_its_newest_checkpoint_and_finishes(tmp_path, subprocess_env, catalog):
+    """srifty launch, the local provisioner, a real Lightning job whose step 15 never ends on its first leg (rank 0
+    sleeps in it for good, SIGTERM cannot end it: a GPU that stopped answering; its progress thread goes on). Past
+    --stall-timeout-min the launcher kills it, and the job restarts on the same entry from the newest periodic
+    checkpoint and finishes at step 40, once, with the parameters of a run that never hung."""
+    import subprocess
+
+    plan = _plan(catalog, tmp_path)
+    first = plan.entries[0]
+    plan.save(tmp_path / "plan.json")
+    ref = [sys.executable, str(SCRIPTS / "migrate_run.py"), str(tmp_path / "ref"), "--max-steps", "40"]
+    subprocess.run([*ref, "--batch-sizes", "8"], check=True, env=subprocess_env, capture_output=True, timeout=300)
+    script = [str(SCRIPTS / "migrate_run.py"), str(tmp_path / "run"), "--max-steps", "40", "--from-env"]
+    script += ["--hang-at", "15", "--progress-s", "0.5", "--every-s", "0"]  # a checkpoint at every step
+    cmd = [sys.executable, "-m", "lightning_srifty.cli", "launch", "--plan", str(tmp_path / "plan.json")]
+    cmd += ["--workdir", str(tmp_path / "w"), "--max-migrations", "1", "--stall-timeout-min", "0.1", "--", *script]
+    launched = subprocess.run(cmd, env=subprocess_env, capture_output=True, text=True, timeout=380)
+    assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
+    assert "has shown no progress past step 15" in launched.stdout, launched.stdout[-3000:]
+    (move,) = [json.loads(line) for line in (tmp_path / "w" / "migrations.jsonl").read_text().splitlines()]
+    assert (move["trigger"], move["step"], move["from_fleet"], move["to_fleet"]) == (
+        "node",
+        15,
+        first.fleet,
+        first.fleet,
+    )
+    assert move["downtime_s"] is not None  # the new leg stepped
+    # the newest checkpoint was step 15's: steps 1-15 once, then 16-40 on the new leg, each once
+    run = _seen(tmp_path / "run")
+    assert sorted(run) == sorted(_seen(tmp_path / "ref")) and len(run) == 40
+    p_ref, p_run = _params(tmp_path / "ref"), _params(tmp_path / "run")
+    assert max(abs(a - b) for s in p_ref for a, b in zip(p_ref[s], p_run[s])) < 1e-5

@@ -25,7 +25,7 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from lightning_srifty.migrate.preemption import SpotPreemption, find_checkpoint  # noqa: E402
-from lightning_srifty.protocol import LaunchEnv  # noqa: E402
+from lightning_srifty.protocol import RESUME_LATEST, LaunchEnv  # noqa: E402
 from lightning_srifty.strategies.ddp import SriftyDDPStrategy  # noqa: E402
 from lightning_srifty.strategies.hetero import ExactResume, GlobalBatchSampler  # noqa: E402
 
@@ -173,8 +173,9 @@ def main() -> None:
         callbacks=callbacks,
     )
     ckpt = find_checkpoint(str(out / "ckpt")) if args.resume else None
-    if launch is not None:
-        ckpt = launch.resume or None
+    if launch is not None:  # "latest": fit() without ckpt_path, and SpotPreemption resumes the newest there
+        ckpt = launch.resume if launch.resume != RESUME_LATEST else None
+        ckpt = ckpt or None
     (out / "first-step.json").unlink(missing_ok=True)
     trainer.fit(Model(out), train_dataloaders=loader, ckpt_path=ckpt, weights_only=True)
     if preemption.preempted and trainer.is_global_zero:

@@ -467,7 +467,7 @@ class Launcher:
         why = None if stall is None else stall.check(self.fleet, poll.read)
         if why is None:
             return None
-        step, fleet = stall.step, self.fleet
+        step, step_unix, fleet = stall.step, stall.step_unix, self.fleet
         self.echo(f"srifty launch: {why}; releasing {fleet.name}")
         self.legs.release(fleet)
         if step in self.hung_at:
@@ -478,7 +478,9 @@ class Launcher:
                 "validation or a save really takes that long."
             )
         self.hung_at.append(step)
-        return Preempted(launch_id=self.settings.launch_id, step=step, why=why, trigger="node")
+        return Preempted(
+            launch_id=self.settings.launch_id, step=step, why=why, trigger="node", last_step_unix=step_unix
+        )
 
     def _on_started(self, poll: _Poll) -> None:
         """A move is measured once its new leg took its first step (``STARTED.json`` naming the checkpoint it resumed

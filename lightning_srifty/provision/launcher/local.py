@@ -131,18 +131,42 @@ class LocalProvisioner:
         return self.poll(fleet)
 
     def stop(self, fleet: LaunchedFleet) -> None:
+        """SIGTERM to torchrun (it passes it to the ranks), and after 30 s SIGKILL to torchrun and every process
+        below it. torchrun starts each rank in a session of its own and waits its shutdown grace (90 s at least)
+        before it kills them, so killing torchrun alone left a rank that SIGTERM could not end (one hung in its step)
+        running, orphaned, beside the next leg."""
         process = fleet.data.get("process")
         if process is not None and process.poll() is None:
+            ranks = _descendants(process.pid)  # now: once torchrun is gone, they are no longer found below it
             process.terminate()
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:
-                # torchrun and its ranks (its own session: a rank stuck where SIGTERM cannot end it is not orphaned)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
+                for pid in (_descendants(process.pid) | ranks) - {process.pid}:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
                 process.kill()
                 process.wait(30)
         self.poll(fleet)
 
     def down(self, fleet: LaunchedFleet) -> None:
         self.stop(fleet)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, whatever session it started (Linux's /proc; elsewhere none is found)."""
+    parents: dict[int, int] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    with open(os.path.join(entry.path, "stat")) as f:
+                        parents[int(entry.name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found

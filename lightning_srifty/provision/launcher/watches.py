@@ -174,8 +174,8 @@ class StallWatch:
             return None
         step = "" if mark[1] is None else f" past step {mark[1]}"
         return (
-            f"the job on {fleet.entry.fleet} ({fleet.name}) has shown no progress{step} for {quiet / 60:.0f} min "
-            f"(no step, validation batch or checkpoint; the limit: {self.limit_s / 60:.0f} min, "
+            f"the job on {fleet.entry.fleet} ({fleet.name}) has shown no progress{step} for {_span(quiet)} "
+            f"(no step, validation batch or checkpoint; the limit: {_span(self.limit_s)}, "
             "--stall-timeout-min): it hangs (a GPU that stopped answering, a collective or a read that never returns)"
         )
 
@@ -183,6 +183,15 @@ class StallWatch:
     def step(self) -> int | None:
         """The step the watched job last reported (None: none on this leg)."""
         return None if self.mark is None else self.mark[1]
+
+    @property
+    def step_unix(self) -> float | None:
+        """When that step ended (the job's clock): a move's downtime counts from it."""
+        return None if self.mark is None else self.mark[2]
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def refuse_a_live_launch(ckpt: str, launch_id: str) -> None:
