@@ -45,8 +45,30 @@ def check_script(script: list[str]) -> None:
         )
 
 
+def _settings(args: argparse.Namespace) -> Any:
+    """``srifty launch``'s flags as the launcher's :class:`LauncherSettings` (checked as they are made)."""
+    from lightning_srifty.provision.launcher.launch import LauncherSettings
+
+    return LauncherSettings(
+        choice=args.choice,
+        workdir=args.workdir,
+        max_migrations=args.max_migrations,
+        simulate_notice_after=args.simulate_notice_after,
+        max_local_processes=args.max_local_processes,
+        name=args.name,
+        heartbeat_s=args.heartbeat_s,
+        heartbeat_max_age_s=args.heartbeat_max_age_s,
+        max_life_h=args.max_life_h,
+        start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
+        stall_timeout_s=args.stall_timeout_min * 60 if args.stall_timeout_min else None,
+        spot_policy=args.spot_policy,
+        spot_check_s=args.spot_check_s,
+        resume=_resume_from(args),
+    )
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
-    from lightning_srifty.provision.launcher.launch import LauncherSettings, launch
+    from lightning_srifty.provision.launcher.launch import launch
     from predictor.documents.plan import check_choice, load_plan
     from predictor.exceptions import ConfigError, LaunchInterrupted
 
@@ -71,23 +93,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             f"in {workdir / 'checkpoints'}.",
             file=sys.stderr,
         )
-    # the launcher's own settings, checked before any code is packed or fleet started
-    settings = LauncherSettings(
-        choice=args.choice,
-        workdir=args.workdir,
-        max_migrations=args.max_migrations,
-        simulate_notice_after=args.simulate_notice_after,
-        max_local_processes=args.max_local_processes,
-        name=args.name,
-        heartbeat_s=args.heartbeat_s,
-        heartbeat_max_age_s=args.heartbeat_max_age_s,
-        max_life_h=args.max_life_h,
-        start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
-        stall_timeout_s=args.stall_timeout_min * 60 if args.stall_timeout_min else None,
-        spot_policy=args.spot_policy,
-        spot_check_s=args.spot_check_s,
-        resume=_resume_from(args),
-    )
+    settings = _settings(args)  # the launcher's own, checked before any code is packed or fleet started
     provisioner = _terraform_provisioner(args, plan, script) if args.provisioner == "terraform" else None
     from lightning_srifty.provision.aws import aws_errors
 

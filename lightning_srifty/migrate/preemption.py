@@ -103,7 +103,26 @@ class StepPace:
         return bool(trainer.strategy.reduce_boolean_decision(fits, all=True))
 
 
-class SpotPreemption(Callback):
+class SignsOfLife(Callback):
+    """The training loop's signs of life between its steps (an epoch's start, a validation batch), noted for rank 0's
+    ``PROGRESS.json`` (``active_unix``): the launcher's stall watch must not take a long validation for a hung job.
+    :class:`SpotPreemption`'s part, in a class of its own."""
+
+    _inactive = False  # an automatic SpotPreemption that found the script's own: it does nothing
+    watch: LaunchWatch | None = None
+
+    def _alive(self, trainer: pl.Trainer) -> None:
+        if not self._inactive and self.watch is not None and trainer.is_global_zero:
+            self.watch.note_active(time.time())
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._alive(trainer)
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        self._alive(trainer)
+
+
+class SpotPreemption(SignsOfLife):
     """Checkpoint at the next step on a spot notice (or SIGTERM), then exit with code 75.
 
     Args:
@@ -261,7 +280,6 @@ class SpotPreemption(Callback):
     # --- added by the package to every Trainer under a launch (launch_callbacks) -----------------------------------
 
     _auto = False  # made by launch_callbacks(), not by the script
-    _inactive = False  # an automatic one that found the script's own SpotPreemption: it does nothing
 
     def _stand_down(self, trainer: pl.Trainer) -> bool:
         """An automatic SpotPreemption steps aside for one the script configured (its options win)."""
@@ -320,18 +338,6 @@ class SpotPreemption(Callback):
                 protocol.write_record(self.dirpath, record)
             except Exception as exc:  # noqa: BLE001 - the original exception is what matters
                 log.warning("SpotPreemption: could not write %s: %s", protocol.FAILED, exc)
-
-    # --- signs of life between steps (the launcher's stall watch reads them in PROGRESS.json) ------------------------
-
-    def _alive(self, trainer: pl.Trainer) -> None:
-        if not self._inactive and self.watch is not None and trainer.is_global_zero:
-            self.watch.note_active(time.time())
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._alive(trainer)
-
-    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        self._alive(trainer)
 
     # --- the step boundary -------------------------------------------------------------------------------------------
 

@@ -60,6 +60,8 @@ ALLOWED = {
     ("lightning_srifty/provision/preflight.py", "`srifty check --dir DIR`"): "the command that checks it",
     ("lightning_srifty/provision/apply.py", "`srifty apply --timeout-min`"): "the limit is timeout_s in Python and "
     "minutes in srifty's flag (no one name for both): both said, the flag with its command",
+    ("lightning_srifty/provision/launcher/watches.py", "`srifty launch --stall-timeout-min`"): "stall_timeout_s in "
+    "Python and minutes in srifty's flag (no one name for both): both said, the flag with its command",
     ("lightning_srifty/provision/launcher/watches.py", "`srifty launch --start-timeout-min`"): "start_timeout_s in "
     "Python, minutes in srifty's flag: both said, the flag with its command",
     ("lightning_srifty/provision/aws.py", "`srifty launch --checkpoint-uri`"): "where a fleet's checkpoint folder was "

@@ -1378,7 +1378,7 @@ def test_a_job_that_hangs_past_the_same_step_again_is_the_jobs_and_ends_the_laun
     rec, result = _run(plan, tmp_path, job, stall_timeout_s=0.4)
     error = result["error"]
     assert isinstance(error, MigrationError) and "hung past step 12 again" in str(error)
-    assert "raise --stall-timeout-min" in str(error)
+    assert "raise stall_timeout_s (`srifty launch --stall-timeout-min`)" in str(error)
     assert rec.calls[-1] == ("down", "f-2") and ("up", "f-3") not in rec.calls
 
 

@@ -327,6 +327,9 @@ class _Poll:
     def read(self, cls: Any) -> Any:
         return protocol.read_record(self.ckpt, cls, self.launch_id) if self.has(cls) else None
 
+    def progress(self) -> Progress | None:
+        return self.read(Progress)
+
 
 @dataclass(frozen=True)
 class _Pending:
@@ -374,7 +377,6 @@ class Launcher:
         self.pending: _Pending | None = None  # a voluntary move's new fleet, up
         self.lost = LostNodeWatch(self.settings.start_timeout_s)  # a node lost without a notice
         self.waiting: _Leaving | None = None  # the guard waits for spot: no fleet; what the next one resumes from
-        self.hung_at: list[int | None] = []  # the steps past which the job hung, one per stall
 
     def run(self) -> list[Migration]:
         """Bring the first fleet up and start the job there, then poll every ``poll_s`` until it finishes; whatever
@@ -420,21 +422,18 @@ class Launcher:
 
     def _answer(self, poll: _Poll) -> bool:
         """Answer one poll; True once the job finished. In order: a move's new leg stepping is measured; a silent
-        fleet is caught; a failure ends the run; a move request is answered (not while a move or an end is under
-        way); a spot guard's check is due; the end; and last the job leaving."""
+        fleet is caught; a failure ends the run; a lost node or a stuck job leaves; a move request is answered (not
+        while a move or an end is under way); a spot guard's check is due; the end; and last the job leaving."""
         self._on_started(poll)
         finished, left, failed = poll.read(Finished), poll.read(Preempted), poll.read(Failed)
         if poll.code is None and not (finished or left or failed or poll.has(MoveRequest)):
             self.legs.silent.check(self.fleet, poll.read(Started))
         if failed is not None or not (finished or left):  # a fleet that lost a node leaves; a failure raises
-            lost = self.lost.check(
-                self.provisioner, self.fleet, failed, self.settings.launch_id, lambda: poll.read(Progress)
-            )
+            lost = self.lost.check(self.provisioner, self.fleet, failed, self.settings.launch_id, poll.progress)
             if lost is None and failed is not None:
                 return False  # its nodes are deciding
             left = left or lost
-        if poll.code is None and not (finished or left or failed):
-            left = self._hung(poll)
+        left = left or (None if finished or failed else self.legs.hung(self.fleet, poll))  # trained, then stuck
         busy = self.pending is not None or finished is not None or left is not None
         request = None if busy else poll.read(MoveRequest)
         if request is not None:
@@ -453,34 +452,6 @@ class Launcher:
                 f"The job failed on {self.fleet.entry.fleet} with exit status {poll.code} (not a preemption)."
             )
         return False
-
-    def _hung(self, poll: _Poll) -> Preempted | None:
-        """A job that trained on this leg and then stopped moving (:class:`~.watches.StallWatch`): its fleet is
-        released at once (the job is stuck: nothing of it is worth waiting for, and a job that woke up later must not
-        train beside the next leg), and the job moves as after a lost node: new machines of the same entry, from the
-        newest checkpoint (the plan's next entry when it hung there before without getting past the step).
-
-        Raises:
-            MigrationError: it hung past the same step as before, on another fleet too: the job, not a machine.
-        """
-        stall = self.legs.stall
-        why = None if stall is None else stall.check(self.fleet, poll.read)
-        if why is None:
-            return None
-        step, step_unix, fleet = stall.step, stall.step_unix, self.fleet
-        self.echo(f"srifty launch: {why}; releasing {fleet.name}")
-        self.legs.release(fleet)
-        if step in self.hung_at:
-            raise MigrationError(
-                f"The job hung past step {step} again ({why}): it did so on another leg too, so it is the job (a "
-                "deadlock, a read that never returns), not a machine. Its fleets are released; see what its "
-                "processes were doing in its logs (srifty logs), and raise --stall-timeout-min if a step, a "
-                "validation or a save really takes that long."
-            )
-        self.hung_at.append(step)
-        return Preempted(
-            launch_id=self.settings.launch_id, step=step, why=why, trigger="node", last_step_unix=step_unix
-        )
 
     def _on_started(self, poll: _Poll) -> None:
         """A move is measured once its new leg took its first step (``STARTED.json`` naming the checkpoint it resumed

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_srifty import store
-from lightning_srifty.protocol import LaunchEnv, entry_strategy, rank_batch_fields
+from lightning_srifty.protocol import LaunchEnv, Preempted, entry_strategy, rank_batch_fields
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import CapacityError
@@ -231,6 +231,24 @@ class Legs:
             return
         self.provisioner.down(fleet)
         self.up.remove(fleet)
+
+    def hung(self, fleet: LaunchedFleet, poll: Any) -> Preempted | None:
+        """The leave of a job still running on ``fleet`` (``poll``, the launcher's look: its exit status and its
+        records) that trained and then stopped moving (:meth:`.watches.StallWatch.leave`),
+        its fleet released at once: the job is stuck, nothing of it is worth waiting for, and a job that woke up
+        later must not train beside the next leg. The launcher moves it as after a lost node (``node``): new machines
+        of the same entry, from the newest checkpoint.
+
+        Raises:
+            MigrationError: it hung past the same step on an earlier leg too: the job, not a machine.
+        """
+        if self.stall is None or poll.code is not None:
+            return None
+        left = self.stall.leave(fleet, poll.read, self.run.launch_id)
+        if left is not None:
+            self.echo(f"srifty launch: {left.why}; releasing {fleet.name}")
+            self.release(fleet)
+        return left
 
     def keep_plan(self, plan: Plan, started_unix: float | None = None) -> str:
         """Write ``plan`` where the job reads it and note when the run began working to it (default: now)."""

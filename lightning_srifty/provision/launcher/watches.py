@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from lightning_srifty import protocol, store
-from lightning_srifty.protocol import Heartbeat, Progress, Started
+from lightning_srifty.protocol import Heartbeat, Preempted, Progress, Started
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.exceptions import MigrationError
 from predictor.runs import startup
@@ -143,6 +143,7 @@ class StallWatch:
         self.changed = 0.0  # monotonic: when the mark last changed (or the leg's first step was seen)
         self.read_at: float | None = None
         self.limit_s = timeout_s or 0.0
+        self.hung_at: list[int | None] = []  # the steps past which the job hung, one per leave
 
     def started(self, fleet: LaunchedFleet) -> None:
         """A leg starts on ``fleet``: nothing is watched until its first step."""
@@ -179,6 +180,26 @@ class StallWatch:
             "--stall-timeout-min): it hangs (a GPU that stopped answering, a collective or a read that never returns)"
         )
 
+    def leave(self, fleet: LaunchedFleet, read: Any, launch_id: str, now: float | None = None) -> Preempted | None:
+        """The job's leave when it hangs (:meth:`check`), a ``node`` leave from its last step.
+
+        Raises:
+            MigrationError: it hung past the same step on an earlier leg too: the job, not a machine (a deadlock, a
+                read that never returns), so not round the plan's fleets.
+        """
+        why = self.check(fleet, read, now)
+        if why is None:
+            return None
+        if self.step in self.hung_at:
+            raise MigrationError(
+                f"The job hung past step {self.step} again ({why}): it did so on an earlier leg too, so it is the "
+                "job (a deadlock, a read that never returns), not a machine. Its fleets are released; see what its "
+                "processes were doing in its logs (srifty logs), and raise stall_timeout_s (`srifty launch "
+                "--stall-timeout-min`) if a step, a validation or a save really takes that long."
+            )
+        self.hung_at.append(self.step)
+        return Preempted(launch_id=launch_id, step=self.step, why=why, trigger="node", last_step_unix=self.step_unix)
+
     @property
     def step(self) -> int | None:
         """The step the watched job last reported (None: none on this leg)."""
@@ -191,7 +212,7 @@ class StallWatch:
 
 
 def _span(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def refuse_a_live_launch(ckpt: str, launch_id: str) -> None:
