@@ -14,8 +14,9 @@ and the ``launch_id`` of the ``srifty launch`` it belongs to, and is read and wr
     PREEMPTED.json         Preempted    job -> launcher   the job left (spot notice, SIGTERM, granted move, lost
                                                           heartbeat, life cap): step, checkpoint, why, timings
     STARTED.json           Started      job -> launcher   a leg took its first step (the end of a move's downtime)
-    PROGRESS.json          Progress     job -> launcher   the global step while training, at most every
-                                                          ``progress_s`` (the spot guard's measured progress)
+    PROGRESS.json          Progress     job -> launcher   the global step while training and the loop's last sign
+                                                          of life, every ``progress_s`` (the spot guard's measured
+                                                          progress; the stall watch's evidence)
     FINISHED.json          Finished     job -> launcher   training ended normally: the last step
     FAILED.json            Failed       job -> launcher   training raised: the step and the error
     HANDOVER-<fleet>.json  Handover     launcher -> fleet a remote fleet's ``LaunchEnv`` (``env``), once the previous
