@@ -208,7 +208,7 @@ class Progress(Record):
     unix: float | None = None  # when that step ended (the job's clock)
     step_time_s: float | None = None  # measured mean seconds per step on this leg since its first step (None: <2)
     # the last sign of life of the training loop (the job's clock): a step, a validation batch, an epoch's start, a
-    # checkpoint saved; and how often rank 0 writes this record (its progress_s). None: a job before 0.2
+    # checkpoint save started or ended; and how often rank 0 writes this record (its progress_s). None: a job before 0.2
     active_unix: float | None = None
     every_s: float | None = None
 

@@ -104,9 +104,9 @@ class StepPace:
 
 
 class SignsOfLife(Callback):
-    """The training loop's signs of life between its steps (an epoch's start, a validation batch), noted for rank 0's
-    ``PROGRESS.json`` (``active_unix``): the launcher's stall watch must not take a long validation for a hung job.
-    :class:`SpotPreemption`'s part, in a class of its own."""
+    """The training loop's signs of life between its steps (an epoch's start, a validation batch, a save's start),
+    noted for rank 0's ``PROGRESS.json`` (``active_unix``): the launcher's stall watch must not take a long validation
+    or save for a hung job. :class:`SpotPreemption`'s part, in a class of its own."""
 
     _inactive = False  # an automatic SpotPreemption that found the script's own: it does nothing
     watch: LaunchWatch | None = None
@@ -120,6 +120,9 @@ class SignsOfLife(Callback):
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         self._alive(trainer)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: Any) -> None:
+        self._alive(trainer)  # any save's (ModelCheckpoint's too) start: the write that follows gets a whole limit
 
 
 class SpotPreemption(SignsOfLife):

@@ -124,7 +124,7 @@ CLOCK_SLACK_S = 300.0  # the job's clock may differ from the launcher's by minut
 class StallWatch:
     """A job that took its first step on a leg and then stopped moving: its ``PROGRESS.json`` (rank 0's thread
     rewrites it every ``every_s`` whatever the training loop does) shows neither a new step nor any other sign of life
-    (a validation batch, an epoch's start, a checkpoint saved: ``active_unix``), or stops coming, for longer than the
+    (a validation batch, an epoch's start, a checkpoint save: ``active_unix``), or stops coming, for longer than the
     limit. What hangs a job that way: a GPU that stopped answering without a fault its node can see (a kernel that
     never completes holds the process in the driver), a collective waiting on a rank that hangs, a data read or a
     store call that never returns. NCCL's own timeout (the process group's 30 min) is there only with more than one
