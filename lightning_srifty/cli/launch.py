@@ -328,13 +328,13 @@ def _watch_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--stall-timeout-min",
         type=nonneg,
-        default=30.0,  # watches.DEFAULT_STALL_TIMEOUT_S (not imported: the parser is built without the launcher)
+        default=20.0,  # watches.DEFAULT_STALL_TIMEOUT_S (not imported: the parser is built without the launcher)
         metavar="MIN",
         help="a job that trained and then showed no sign of life (no step, validation batch or checkpoint save) for "
         "this many minutes hangs (a GPU that stopped answering, a collective or a read that never returns): its "
         "fleet is released and the job restarts on new machines of the same entry from the newest checkpoint; the "
-        "same hang again past the same step ends the launch (default 30, or longer where the job's steps need it; "
-        "0: not watched)",
+        "same hang again past the same step ends the launch (default 20, under the process group's 30-minute timeout; "
+        "longer where the job's steps need it; 0: not watched)",
     )
     p.add_argument(
         "--max-life-h",

@@ -55,6 +55,7 @@ class LaunchWatch:
         self._progress_at: float | None = None  # monotonic time of the last PROGRESS.json
         self._latest: tuple[int, float] | None = None  # (global step, unix) of the newest step end, for the watch
         self._active: float | None = None  # unix: the training loop's last sign of life (a step, a validation batch)
+        self.training_over = False  # the last step is done: what runs until fit() ends is not a hang (an export)
         self._started_written = False
         self._thread: threading.Thread | None = None
         self.stop_event = threading.Event()
@@ -113,7 +114,7 @@ class LaunchWatch:
             step=step,
             unix=unix,
             step_time_s=step_time,
-            active_unix=max(unix, self._active or unix),
+            active_unix=time.time() if self.training_over else max(unix, self._active or unix),
             every_s=self.progress_s,
         )
         try:
@@ -150,16 +151,21 @@ class LaunchWatch:
         period = max(0.05, min(self.interval_s, max_age / 4 if max_age else 30.0, 30.0))
         last_seen = time.time()  # the job's start counts as a sighting: a launcher gone before it is noticed too
         warned = False
+        acted = False  # a leave asked for: from then on the thread only reports (the leave's save shows life)
         while not self.stop_event.wait(period):
             if rank_zero and self._latest is not None:  # the progress the step hook noted, written off the step
                 self.report_progress(*self._latest)
             now = time.time()
+            if acted:
+                continue
             if launch.max_life_until_unix is not None and now >= launch.max_life_until_unix:
                 cap = time.strftime("%H:%M:%S UTC", time.gmtime(launch.max_life_until_unix))
                 self._on_own("max-life", f"the fleet's life cap was reached ({cap}; srifty launch --max-life-h)")
-                return
+                acted = True
+                continue
             if rank_zero and self.says_leave():
-                return
+                acted = True
+                continue
             if not heartbeat:
                 continue
             try:
@@ -176,7 +182,7 @@ class LaunchWatch:
                     f"launcher heartbeat lost: {protocol.HEARTBEAT} last written {now - last_seen:.1f} s ago "
                     f"(max age {max_age:g} s)",
                 )
-                return
+                acted = True
 
     def says_leave(self) -> bool:
         """A ``LEAVE.json`` of this launch: checkpoint at the next step and leave as a granted move."""

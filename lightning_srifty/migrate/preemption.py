@@ -104,9 +104,10 @@ class StepPace:
 
 
 class SignsOfLife(Callback):
-    """The training loop's signs of life between its steps (an epoch's start, a validation batch, a save's start),
-    noted for rank 0's ``PROGRESS.json`` (``active_unix``): the launcher's stall watch must not take a long validation
-    or save for a hung job. :class:`SpotPreemption`'s part, in a class of its own."""
+    """The training loop's signs of life between its steps (an epoch's start and end, a validation batch, a full
+    save), noted for rank 0's ``PROGRESS.json`` (``active_unix``), and the end of training, after which the job is
+    alive while its process is: the launcher's stall watch must not take a long validation, save or export for a hung
+    job. :class:`SpotPreemption`'s part, in a class of its own."""
 
     _inactive = False  # an automatic SpotPreemption that found the script's own: it does nothing
     watch: LaunchWatch | None = None
@@ -122,7 +123,17 @@ class SignsOfLife(Callback):
         self._alive(trainer)
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: Any) -> None:
-        self._alive(trainer)  # any save's (ModelCheckpoint's too) start: the write that follows gets a whole limit
+        self._alive(trainer)  # a full save's (ModelCheckpoint's too), its state gathered: the write gets a whole limit
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._alive(trainer)
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._alive(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.watch is not None:  # the rest until fit() ends (an export, an upload) is alive as long as it runs
+            self.watch.training_over = True
 
 
 class SpotPreemption(SignsOfLife):

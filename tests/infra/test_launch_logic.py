@@ -1354,7 +1354,7 @@ def test_a_job_that_stops_moving_is_released_and_restarted_on_new_machines_of_th
     rec, result = _run(plan, tmp_path, job, stall_timeout_s=0.6)
     assert "error" not in result, result.get("error")
     (move,) = result["moves"]
-    assert (move.trigger, move.voluntary, move.step) == ("node", False, 12)
+    assert (move.trigger, move.voluntary, move.step) == ("stall", False, 12)
     assert (move.from_fleet, move.to_fleet) == (first, first)
     assert "shown no progress past step 12" in move.why and "--stall-timeout-min" in move.why
     # released before the new machines are asked for; the next leg resumes the newest checkpoint there
@@ -1380,6 +1380,45 @@ def test_a_job_that_hangs_past_the_same_step_again_is_the_jobs_and_ends_the_laun
     assert isinstance(error, MigrationError) and "hung past step 12 again" in str(error)
     assert "raise stall_timeout_s (`srifty launch --stall-timeout-min`)" in str(error)
     assert rec.calls[-1] == ("down", "f-2") and ("up", "f-3") not in rec.calls
+
+
+def test_a_new_leg_is_not_judged_on_the_last_legs_records(plan, tmp_path, monkeypatch) -> None:
+    """A review: the next leg on the same entry found the last leg's STARTED and PROGRESS (the same fleet in them,
+    written minutes before) and took them for its own: a new leg whose start-up outlasted the limit was "hung past
+    step 12 again", and the launch ended. They are cleared as a leg starts: a leg that has not stepped is the
+    start-up's to watch."""
+    _stalls(monkeypatch)
+    first = plan.entries[0].fleet
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        _training(ckpt, first, range(1, 13))
+        _until(lambda: ("start", "f-2") in rec.calls)
+        time.sleep(1.5)  # the next leg's start-up: almost four limits
+        assert ("up", "f-3") not in rec.calls and not store.exists(ckpt, markers.STARTED)
+        _training(ckpt, first, range(13, 16))
+        write_record(ckpt, Finished(launch_id=LID, step=16))
+
+    _, result = _run(plan, tmp_path, job, stall_timeout_s=0.4)
+    assert "error" not in result, result.get("error")
+    (move,) = result["moves"]
+    assert move.trigger == "stall" and move.downtime_s is not None  # the new leg's own first step measured it
+
+
+def test_a_job_that_hangs_past_its_fleets_life_cap_is_not_restarted(plan, tmp_path, monkeypatch) -> None:
+    """The life cap asks the job to leave; one that hangs on its way out is not moved to new machines (a review: a
+    hang's leave restarted the job past the cap it was leaving for): the launch ends as at the cap."""
+    _stalls(monkeypatch)
+    first = plan.entries[0].fleet
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        _training(ckpt, first, range(1, 20))  # about 1 s: past the 0.72 s cap
+
+    rec, result = _run(plan, tmp_path, job, stall_timeout_s=0.4, max_life_h=0.0002)
+    error = result["error"]
+    assert isinstance(error, MigrationError) and "life cap was reached, and then" in str(error), error
+    assert ("up", "f-2") not in rec.calls and rec.calls[-1] == ("down", "f-1")
 
 
 def test_no_stall_watch_without_a_limit_or_before_the_legs_first_step(plan, tmp_path, monkeypatch) -> None:
@@ -1437,5 +1476,23 @@ def test_the_stall_limit_follows_the_jobs_own_period_and_step_time(plan) -> None
     assert slow.check(fleet, records.get, now=4799.0) is None  # 4 x 20 min
     assert "limit: 80 min" in slow.check(fleet, records.get, now=4801.0)
     assert StallWatch(None, read_s=0.0).check(fleet, records.get, now=1e9) is None
+    slow.hung_at.append(4)  # a second hang past the same step: the job's
+    with pytest.raises(MigrationError, match="hung past step 4 again"):
+        slow.leave(fleet, records.get, LID, now=9000.0)
     other = _fleet_of(plan, "f-2")
     assert watch.check(other, records.get, now=1e9) is None  # another leg's fleet: not the one watched
+
+
+def test_what_is_up_of_a_fleet_that_lost_a_node_is_not_taken_for_a_hang_while_it_has_its_time(monkeypatch) -> None:
+    """A review: while a node its group started in place of a lost one boots (LostNodeWatch gives it the start-up
+    timeout), the job does not move, and a stall limit under that timeout destroyed the fleet as hung."""
+    from lightning_srifty.provision.launcher.launch import LostNodeWatch
+
+    lost = LostNodeWatch(replace_s=100.0)
+    assert not lost.replacing()
+    assert lost._carried(["i-2"], lambda: None, time.monotonic())
+    assert lost.replacing()
+    lost.lost_at = (time.monotonic() - 101.0, None)
+    assert not lost.replacing()
+    lost.lost_at, lost.carried_on = (time.monotonic(), None), True  # it trained: watched again
+    assert not lost.replacing()

@@ -191,12 +191,7 @@ def test_a_job_that_hangs_is_restarted_from_its_newest_checkpoint_and_finishes(t
     assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
     assert "has shown no progress past step 15" in launched.stdout, launched.stdout[-3000:]
     (move,) = [json.loads(line) for line in (tmp_path / "w" / "migrations.jsonl").read_text().splitlines()]
-    assert (move["trigger"], move["step"], move["from_fleet"], move["to_fleet"]) == (
-        "node",
-        15,
-        first.fleet,
-        first.fleet,
-    )
+    assert (move["trigger"], move["step"]) == ("stall", 15) and move["from_fleet"] == move["to_fleet"] == first.fleet
     assert move["downtime_s"] is not None  # the new leg stepped
     # the newest checkpoint was step 15's: steps 1-15 once, then 16-40 on the new leg, each once
     run = _seen(tmp_path / "run")

@@ -508,6 +508,43 @@ def test_the_progress_record_shows_a_long_validation_as_life_not_a_hang(tmp_path
     assert {r.every_s for r in seen} == {0.1}
 
 
+def test_the_progress_record_keeps_coming_after_a_leave_is_asked_and_past_the_last_step(tmp_path) -> None:
+    """A review: the watch thread stopped once it asked the job to leave (the launcher's LEAVE, the life cap), so
+    PROGRESS.json froze while the job finished its step and saved, and a long save read as a hang. It now goes on
+    reporting; and once training is over (what runs until fit() ends: an export), the job is alive while it runs."""
+    from lightning_srifty.migrate.launch_watch import LaunchWatch
+    from lightning_srifty.protocol import LaunchEnv, Progress, read_record
+
+    asked: list[str] = []
+    launch = LaunchEnv(launch_id="L1", checkpoint_uri=str(tmp_path), max_life_until_unix=time.time() - 1)
+    watch = LaunchWatch(
+        str(tmp_path), launch, interval_s=0.02, progress_s=0.02, leave=lambda why, *_: asked.append(why),
+        leaving=lambda: bool(asked),
+    )  # fmt: skip
+    t0 = time.time()
+    watch.note_progress(7, t0)
+    watch.start(rank_zero=True)
+    try:
+        deadline = time.monotonic() + 5
+        while not asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert asked and "life cap" in asked[0]
+        time.sleep(0.1)
+        os.remove(tmp_path / "PROGRESS.json")  # written again after the leave was asked
+        deadline = time.monotonic() + 5
+        while not (tmp_path / "PROGRESS.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert read_record(str(tmp_path), Progress, "L1").active_unix == t0  # no new sign: the loop did nothing
+        watch.training_over = True
+        record = None
+        while time.monotonic() < deadline and not (record and record.active_unix > t0):
+            time.sleep(0.01)
+            record = read_record(str(tmp_path), Progress, "L1")
+    finally:
+        watch.stop()
+    assert record is not None and record.step == 7 and record.active_unix > t0 and len(asked) == 1
+
+
 def test_the_fleets_life_cap_is_a_notice_too(tmp_path, monkeypatch) -> None:
     from lightning_srifty.protocol import Preempted, read_record
 

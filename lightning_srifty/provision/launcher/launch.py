@@ -94,7 +94,7 @@ class LauncherSettings:
       ``start_timeout_s``: a cloud fleet that has not started the job by then is given up (default 30 min);
       ``stall_timeout_s``: a job that trained and then showed no sign of life (no step, validation batch or checkpoint
       in its ``PROGRESS.json``) for this long hangs, and is restarted from the newest checkpoint on new machines of
-      the same entry (default 30 min; None: not watched; :class:`~.watches.StallWatch`).
+      the same entry (default 20 min, under the process group's 30; None: not watched; :class:`~.watches.StallWatch`).
     - ``spot_policy`` (``srifty``, ``greedy``, ``uniform``, ``off``; None: ``srifty`` for a spot or mixed entry of a
       plan with a deadline, else ``off``) steers the fleet between spot and the same fleet on-demand against the
       plan's deadline, checking every ``spot_check_s`` seconds (:mod:`lightning_srifty.provision.launcher.spot_guard`).
@@ -433,7 +433,7 @@ class Launcher:
             if lost is None and failed is not None:
                 return False  # its nodes are deciding
             left = left or lost
-        left = left or (None if finished or failed else self.legs.hung(self.fleet, poll))  # trained, then stuck
+        left = left or (None if finished or failed else self.legs.hung(self.fleet, poll, self.lost))
         busy = self.pending is not None or finished is not None or left is not None
         request = None if busy else poll.read(MoveRequest)
         if request is not None:
@@ -553,8 +553,8 @@ class Launcher:
             self._arrive(pending.fleet, pending.plan_uri, pending.up_s, leaving)
             return
         if len(self.migrations) >= self.settings.max_migrations:
-            raise MigrationError(f"Preempted again after {self.settings.max_migrations} migrations: giving up.")
-        trigger = left.trigger if left.trigger in ("spot", "sigterm", "node") else "spot"
+            raise MigrationError(f"The job left again ({left.why}) after {len(self.migrations)} moves: max_migrations")
+        trigger = left.trigger if left.trigger in ("spot", "sigterm", "node", "stall") else "spot"
         self._on_notice(_Leaving(left, gone, resume, self.fleet, trigger, False, 0.0))
 
     def _resume_from(self, left: Preempted) -> str:
@@ -590,7 +590,7 @@ class Launcher:
             self._after_spot_loss(self.steer, leaving)
             return
         nxt, twin = self.fleet.index + 1, self.steer is not None and self.steer.kind(self.fleet) == "on-demand"
-        if leaving.trigger == "node" and not restarted_without_progress(self.migrations, self.fleet, leaving.left):
+        if leaving.trigger in MACHINE and not restarted_without_progress(self.migrations, self.fleet, leaving.left):
             nxt = self.fleet.index  # one machine failed, not the market (the guard's twin alone: refused is an error)
         if nxt >= len(self.fleet.plan.entries):
             raise MigrationError(
@@ -603,7 +603,7 @@ class Launcher:
         """Spot is gone under the guard's fleet (a ``node`` fault: it is there): the guard decides between its
         on-demand twin and spot again; if it waits for spot (or spot is refused), the old fleet is released now and
         :meth:`_wait_for_spot` tries at each check."""
-        got = steer.after_loss(leaving.left.step, spot_gone=leaving.trigger != "node")
+        got = steer.after_loss(leaving.left.step, spot_gone=leaving.trigger not in MACHINE)
         if got is None:
             self.legs.release(self.fleet)
             steer.next_check = time.monotonic() + self.settings.spot_check_s
@@ -656,6 +656,7 @@ class Launcher:
             self.legs.report(self.awaiting.pop(0)[0])
 
 
+MACHINE = ("node", "stall")  # moves for one machine's fault (a lost node, a hung job), not the market's
 LOST_NODE_WAIT_S = 300.0  # a failed job's nodes say within this whether their fleet lost one (their boot: 2-4 min)
 # a node's verdict 75 with no record of the job's: a notice's PREEMPTED.json comes within the job's leave deadline
 # (SpotPreemption's leave_deadline_s, 100 s at most after the notice), its other nodes' verdicts within seconds
@@ -673,7 +674,7 @@ def restarted_without_progress(migrations: list[Migration], fleet: LaunchedFleet
     if not migrations:
         return False
     last = migrations[-1]
-    same = last.trigger == "node" and last.to_fleet == fleet.entry.fleet
+    same = last.trigger in MACHINE and last.to_fleet == fleet.entry.fleet
     return same and (left.step is None or last.step is None or left.step <= last.step)
 
 
@@ -692,6 +693,10 @@ class LostNodeWatch:
         self.replace_s = DEFAULT_START_TIMEOUT_S if replace_s is None else replace_s
         self.lost_at: tuple[float, tuple[Any, ...] | None] | None = None  # when, and the job's progress then
         self.carried_on = False  # the job trained on there since
+
+    def replacing(self) -> bool:
+        """Whether what is up of a fleet that lost a node still has its time to carry the job (not yet trained)."""
+        return self.lost_at is not None and not self.carried_on and time.monotonic() - self.lost_at[0] <= self.replace_s
 
     def _carried(self, up: list[str], progress: Callable[[], Progress | None], now: float) -> bool:
         """Whether a node gone without a word is left to what is up of its fleet: a survivor deciding its verdict

@@ -10,12 +10,12 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from lightning_srifty import store
-from lightning_srifty.protocol import LaunchEnv, Preempted, entry_strategy, rank_batch_fields
+from lightning_srifty import protocol, store
+from lightning_srifty.protocol import LaunchEnv, Preempted, Started, entry_strategy, rank_batch_fields
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import CapacityError
@@ -26,6 +26,7 @@ TRIGGER_WORDS = {
     "spot": "a spot notice",
     "sigterm": "SIGTERM",
     "node": "a node lost without a notice (its host or its GPU)",
+    "stall": "a hung job (no progress within --stall-timeout-min)",
     "drift": "a drift from the prediction",
     "price": "a price change",
     "deadline": "a deadline check (the spot policy's, or the job's at its measured speed)",
@@ -232,9 +233,10 @@ class Legs:
         self.provisioner.down(fleet)
         self.up.remove(fleet)
 
-    def hung(self, fleet: LaunchedFleet, poll: Any) -> Preempted | None:
+    def hung(self, fleet: LaunchedFleet, poll: Any, lost: Any = None) -> Preempted | None:
         """The leave of a job still running on ``fleet`` (``poll``, the launcher's look: its exit status and its
-        records) that trained and then stopped moving (:meth:`.watches.StallWatch.leave`),
+        records) that trained and then stopped moving (:meth:`.watches.StallWatch.leave`; not while a node its group
+        started in place of a lost one has its time to carry the job: ``lost``, the launcher's LostNodeWatch),
         its fleet released at once: the job is stuck, nothing of it is worth waiting for, and a job that woke up
         later must not train beside the next leg. The launcher moves it as after a lost node (``node``): new machines
         of the same entry, from the newest checkpoint.
@@ -242,12 +244,17 @@ class Legs:
         Raises:
             MigrationError: it hung past the same step on an earlier leg too: the job, not a machine.
         """
-        if self.stall is None or poll.code is not None:
+        if self.stall is None or poll.code is not None or (lost is not None and lost.replacing()):
             return None
         left = self.stall.leave(fleet, poll.read, self.run.launch_id)
-        if left is not None:
-            self.echo(f"srifty launch: {left.why}; releasing {fleet.name}")
-            self.release(fleet)
+        if left is None:
+            return None
+        self.echo(f"srifty launch: {left.why}; releasing {fleet.name}")
+        getattr(self.provisioner, "kill", lambda _: None)(fleet)  # local: at once (a hung rank ignores SIGTERM)
+        self.release(fleet)
+        cap = self.heartbeat.max_life_until_unix
+        if cap is not None and time.time() >= cap:  # it hung leaving at the fleet's life cap: no new machines
+            return replace(left, trigger="max-life", why=f"the fleet's life cap was reached, and then {left.why}")
         return left
 
     def keep_plan(self, plan: Plan, started_unix: float | None = None) -> str:
@@ -286,6 +293,9 @@ class Legs:
             checkpoint_every_s=fleet.entry.checkpoint_interval_s or None,
         )
         self.heartbeat.beat()  # the new cap, now
+        # the last leg's first step is not this one's (the same entry's fleet has the same name in it: the watches
+        # took it for the new leg's, and its progress with it); every leg before has left or been stopped by now
+        protocol.clear_records(self.run.ckpt, Started)
         self.provisioner.start(fleet, env.to_env())
         self.silent.started(fleet)
         if self.stall is not None:

@@ -131,30 +131,58 @@ class LocalProvisioner:
         return self.poll(fleet)
 
     def stop(self, fleet: LaunchedFleet) -> None:
-        """SIGTERM to torchrun (it passes it to the ranks), and after 30 s SIGKILL to torchrun and every process
-        below it. torchrun starts each rank in a session of its own and waits its shutdown grace (90 s at least)
-        before it kills them, so killing torchrun alone left a rank that SIGTERM could not end (one hung in its step)
-        running, orphaned, beside the next leg."""
+        """SIGTERM to torchrun (it passes it to the ranks, which checkpoint and leave), waited for as long as torchrun
+        waits for its ranks (its shutdown grace, from the plan's save) and a little more; then SIGKILL to torchrun and
+        to every process below it. The ranks run in sessions of their own: killing torchrun alone left a rank that
+        SIGTERM could not end (one hung in its step) running, orphaned, beside the next leg."""
         process = fleet.data.get("process")
         if process is not None and process.poll() is None:
-            ranks = _descendants(process.pid)  # now: once torchrun is gone, they are no longer found below it
+            ranks = _tree(process.pid)  # now: once torchrun is gone, they are no longer found below it
             process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                for pid in (_descendants(process.pid) | ranks) - {process.pid}:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, signal.SIGKILL)
-                process.kill()
-                process.wait(30)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(shutdown_grace_s(fleet.plan.checkpoint_s) + 15)
+            self._kill(process, ranks)
         self.poll(fleet)
+
+    def kill(self, fleet: LaunchedFleet) -> None:
+        """SIGKILL to torchrun and every process below it at once: a hung job has nothing to save."""
+        process = fleet.data.get("process")
+        if process is not None and process.poll() is None:
+            self._kill(process, _tree(process.pid))
+        self.poll(fleet)
+
+    @staticmethod
+    def _kill(process: subprocess.Popen[bytes], ranks: dict[int, str]) -> None:
+        """SIGKILL to what is left of ``process`` and ``ranks`` (each still the process it was: its start time)."""
+        if process.poll() is None:
+            ranks.update(_tree(process.pid))
+        for pid, started in ranks.items():
+            if _started(pid) == started:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(30)
 
     def down(self, fleet: LaunchedFleet) -> None:
         self.stop(fleet)
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every process below ``pid``, whatever session it started (Linux's /proc; elsewhere none is found)."""
+def _started(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot, /proc/<pid>/stat's 22nd field): a pid reused by another process
+    has another one. None: gone, or no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[19] if len(fields) > 19 and fields[0] != "Z" else None
+
+
+def _tree(pid: int) -> dict[int, str]:
+    """Every process below ``pid``, whatever session it started, with its start time (Linux's /proc; elsewhere none
+    is found)."""
     parents: dict[int, int] = {}
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
@@ -169,4 +197,4 @@ def _descendants(pid: int) -> set[int]:
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier} - found
         found |= frontier
-    return found
+    return {child: started for child in found if (started := _started(child)) is not None}

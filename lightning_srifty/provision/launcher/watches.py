@@ -116,7 +116,9 @@ class Silence:
             )
 
 
-DEFAULT_STALL_TIMEOUT_S = 1800.0  # a job that trained, then showed no sign of life for this long, is hung
+# a job that trained, then showed no sign of life for this long, is hung: below the process group's timeout
+# (Lightning's default, 30 min), so that a collective waiting on a hung rank is found before NCCL ends the job
+DEFAULT_STALL_TIMEOUT_S = 1200.0
 STALL_READ_S = 15.0  # the job's records are read for it this often, not at every poll (an S3 GET each)
 CLOCK_SLACK_S = 300.0  # the job's clock may differ from the launcher's by minutes (as in Silence)
 
@@ -198,7 +200,7 @@ class StallWatch:
                 "--stall-timeout-min`) if a step, a validation or a save really takes that long."
             )
         self.hung_at.append(self.step)
-        return Preempted(launch_id=launch_id, step=self.step, why=why, trigger="node", last_step_unix=self.step_unix)
+        return Preempted(launch_id=launch_id, step=self.step, why=why, trigger="stall", last_step_unix=self.step_unix)
 
     @property
     def step(self) -> int | None:
