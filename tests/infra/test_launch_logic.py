@@ -1363,6 +1363,12 @@ def test_a_job_that_stops_moving_is_released_and_restarted_on_new_machines_of_th
     assert any("releasing f-1" in line for line in result["echo"])
 
 
+def _hangs_past_12_then_the_next_leg_starts(ckpt: str, rec: Recorder, fleet: str) -> None:
+    _until(lambda: ("start", "f-1") in rec.calls)
+    _training(ckpt, fleet, range(1, 13))
+    _until(lambda: ("start", "f-2") in rec.calls)
+
+
 def test_a_job_that_hangs_past_the_same_step_again_is_the_jobs_and_ends_the_launch(plan, tmp_path, monkeypatch):
     """The same hang past the same step on the next leg is the job's (a deadlock, a read that never returns), not a
     machine's: the launch ends with what to do, every fleet released, rather than going round the plan."""
@@ -1370,9 +1376,7 @@ def test_a_job_that_hangs_past_the_same_step_again_is_the_jobs_and_ends_the_laun
     first = plan.entries[0].fleet
 
     def job(ckpt, rec) -> None:
-        _until(lambda: ("start", "f-1") in rec.calls)
-        _training(ckpt, first, range(1, 13))
-        _until(lambda: ("start", "f-2") in rec.calls)
+        _hangs_past_12_then_the_next_leg_starts(ckpt, rec, first)
         _training(ckpt, first, range(10, 13))
 
     rec, result = _run(plan, tmp_path, job, stall_timeout_s=0.4)
@@ -1385,15 +1389,13 @@ def test_a_job_that_hangs_past_the_same_step_again_is_the_jobs_and_ends_the_laun
 def test_a_new_leg_is_not_judged_on_the_last_legs_records(plan, tmp_path, monkeypatch) -> None:
     """A review: the next leg on the same entry found the last leg's STARTED and PROGRESS (the same fleet in them,
     written minutes before) and took them for its own: a new leg whose start-up outlasted the limit was "hung past
-    step 12 again", and the launch ended. They are cleared as a leg starts: a leg that has not stepped is the
-    start-up's to watch."""
+    step 12 again", and the launch ended. The first-step record is cleared as a leg starts (and a progress record
+    older than the leg's first step is not its own): a leg that has not stepped is the start-up's to watch."""
     _stalls(monkeypatch)
     first = plan.entries[0].fleet
 
     def job(ckpt, rec) -> None:
-        _until(lambda: ("start", "f-1") in rec.calls)
-        _training(ckpt, first, range(1, 13))
-        _until(lambda: ("start", "f-2") in rec.calls)
+        _hangs_past_12_then_the_next_leg_starts(ckpt, rec, first)
         time.sleep(1.5)  # the next leg's start-up: almost four limits
         assert ("up", "f-3") not in rec.calls and not store.exists(ckpt, markers.STARTED)
         _training(ckpt, first, range(13, 16))
