@@ -165,8 +165,8 @@ class Preempted(Record):
     step: int | None = None
     checkpoint: str = ""
     why: str = ""  # in words, e.g. "spot interruption notice: terminate at 14:02:00 UTC (in 118 s)"
-    trigger: str = "spot"  # spot, sigterm, node (lost without a notice: the launcher's), heartbeat, max-life, drift,
-    # price, deadline
+    trigger: str = "spot"  # spot, sigterm, node (lost without a notice: the launcher's), stall (a hung job: the
+    # launcher's), heartbeat, max-life, drift, price, deadline
     move: bool = False  # a voluntary move the launcher granted (LEAVE)
     to_fleet: str | None = None
     last_step_unix: float | None = None  # the end of the last step trained before the checkpoint

@@ -1363,6 +1363,13 @@ def test_a_job_that_stops_moving_is_released_and_restarted_on_new_machines_of_th
     assert any("releasing f-1" in line for line in result["echo"])
 
 
+class Killing(Recorder):
+    """A provisioner with the local one's kill(): a hung job stopped at once."""
+
+    def kill(self, fleet) -> None:
+        self.calls.append(("kill", fleet.name))
+
+
 def _hangs_past_12_then_the_next_leg_starts(ckpt: str, rec: Recorder, fleet: str) -> None:
     _until(lambda: ("start", "f-1") in rec.calls)
     _training(ckpt, fleet, range(1, 13))
@@ -1379,11 +1386,13 @@ def test_a_job_that_hangs_past_the_same_step_again_is_the_jobs_and_ends_the_laun
         _hangs_past_12_then_the_next_leg_starts(ckpt, rec, first)
         _training(ckpt, first, range(10, 13))
 
-    rec, result = _run(plan, tmp_path, job, stall_timeout_s=0.4)
+    rec, result = _run(plan, tmp_path, job, Killing(), stall_timeout_s=0.4)
     error = result["error"]
     assert isinstance(error, MigrationError) and "hung past step 12 again" in str(error)
     assert "raise stall_timeout_s (`srifty launch --stall-timeout-min`)" in str(error)
-    assert rec.calls[-1] == ("down", "f-2") and ("up", "f-3") not in rec.calls
+    # killed at once both times (a review: the repeat went to the launch's end, whose stop gives a SIGTERM grace)
+    assert rec.calls[-2:] == [("kill", "f-2"), ("down", "f-2")] and ("kill", "f-1") in rec.calls
+    assert ("up", "f-3") not in rec.calls
 
 
 def test_a_new_leg_is_not_judged_on_the_last_legs_records(plan, tmp_path, monkeypatch) -> None:
@@ -1498,3 +1507,30 @@ def test_what_is_up_of_a_fleet_that_lost_a_node_is_not_taken_for_a_hang_while_it
     assert not lost.replacing()
     lost.lost_at, lost.carried_on = (time.monotonic(), None), True  # it trained: watched again
     assert not lost.replacing()
+
+
+def test_the_stall_watch_measures_afresh_once_a_lost_nodes_replacement_had_its_time(plan) -> None:
+    """A second review: while a lost node's replacement has its time (the start-up timeout, longer than the stall
+    limit), the stall watch stood aside but kept its clock, so at the window's end it fired at once, a `stall` where
+    the lost-node watch decides. The silence is now measured afresh after it."""
+    from lightning_srifty.protocol import Progress
+    from lightning_srifty.provision.launcher.legs import Legs
+    from lightning_srifty.provision.launcher.watches import StallWatch
+
+    fleet = _fleet_of(plan)
+    stall = StallWatch(0.2, read_s=0.0)
+    run = types.SimpleNamespace(name="f", launch_id=LID, ckpt="unused")
+    legs = Legs(Killing(), types.SimpleNamespace(max_life_until_unix=None), run, print, None, stall)
+    legs.up.append(fleet)
+    stall.started(fleet)
+    t = time.time()
+    records = {Started: Started(launch_id=LID, first_step_unix=t), Progress: Progress(launch_id=LID, step=3, unix=t)}
+    poll = types.SimpleNamespace(code=None, read=records.get)
+    replacing = types.SimpleNamespace(replacing=lambda: True)
+    assert legs.hung(fleet, poll) is None  # marked
+    time.sleep(0.3)
+    assert legs.hung(fleet, poll, replacing) is None  # past the limit, but a replacement boots
+    assert legs.hung(fleet, poll, types.SimpleNamespace(replacing=lambda: False)) is None  # afresh: not at once
+    time.sleep(0.3)
+    left = legs.hung(fleet, poll)
+    assert left is not None and left.trigger == "stall" and legs.provisioner.calls == [("kill", "f-1"), ("down", "f-1")]

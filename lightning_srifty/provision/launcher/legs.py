@@ -18,7 +18,7 @@ from lightning_srifty import protocol, store
 from lightning_srifty.protocol import LaunchEnv, Preempted, Started, entry_strategy, rank_batch_fields
 from lightning_srifty.provision.base import LaunchedFleet
 from predictor.documents.plan import Plan, PlanEntry
-from predictor.exceptions import CapacityError
+from predictor.exceptions import CapacityError, MigrationError
 from predictor.model.batch import fleet_batches
 from predictor.runs import startup
 
@@ -37,7 +37,8 @@ TRIGGER_WORDS = {
 class Migration:
     when: str
     why: str  # in words, from the job
-    trigger: str  # spot (a notice), sigterm, node (a machine lost without a notice), drift, price, deadline
+    trigger: str  # spot (a notice), sigterm, node (a machine lost without a notice), stall (a hung job), drift, price,
+    # deadline
     voluntary: bool
     from_fleet: str
     to_fleet: str
@@ -235,27 +236,38 @@ class Legs:
 
     def hung(self, fleet: LaunchedFleet, poll: Any, lost: Any = None) -> Preempted | None:
         """The leave of a job still running on ``fleet`` (``poll``, the launcher's look: its exit status and its
-        records) that trained and then stopped moving (:meth:`.watches.StallWatch.leave`; not while a node its group
-        started in place of a lost one has its time to carry the job: ``lost``, the launcher's LostNodeWatch),
-        its fleet released at once: the job is stuck, nothing of it is worth waiting for, and a job that woke up
-        later must not train beside the next leg. The launcher moves it as after a lost node (``node``): new machines
-        of the same entry, from the newest checkpoint.
+        records) that trained and then stopped moving (:meth:`.watches.StallWatch.leave`), its fleet released at once:
+        the job is stuck, nothing of it is worth waiting for, and a job that woke up later must not train beside the
+        next leg. The launcher moves it as after a lost node (``stall``): new machines of the same entry, from the
+        newest checkpoint. Not while a node its group started in place of a lost one has its time to carry the job
+        (``lost``, the launcher's LostNodeWatch, decides then; the silence is measured afresh after it).
 
         Raises:
-            MigrationError: it hung past the same step on an earlier leg too: the job, not a machine.
+            MigrationError: it hung past the same step on an earlier leg too: the job, not a machine (its fleet is
+                killed and released first).
         """
-        if self.stall is None or poll.code is not None or (lost is not None and lost.replacing()):
+        if self.stall is None or poll.code is not None:
             return None
-        left = self.stall.leave(fleet, poll.read, self.run.launch_id)
+        if lost is not None and lost.replacing():
+            self.stall.mark = None  # what happens while the replacement boots is the lost-node watch's
+            return None
+        try:
+            left = self.stall.leave(fleet, poll.read, self.run.launch_id)
+        except MigrationError:
+            self._stop_hung(fleet)
+            raise
         if left is None:
             return None
         self.echo(f"srifty launch: {left.why}; releasing {fleet.name}")
-        getattr(self.provisioner, "kill", lambda _: None)(fleet)  # local: at once (a hung rank ignores SIGTERM)
-        self.release(fleet)
+        self._stop_hung(fleet)
         cap = self.heartbeat.max_life_until_unix
         if cap is not None and time.time() >= cap:  # it hung leaving at the fleet's life cap: no new machines
             return replace(left, trigger="max-life", why=f"the fleet's life cap was reached, and then {left.why}")
         return left
+
+    def _stop_hung(self, fleet: LaunchedFleet) -> None:
+        getattr(self.provisioner, "kill", lambda _: None)(fleet)  # local: at once (a hung rank ignores SIGTERM)
+        self.release(fleet)
 
     def keep_plan(self, plan: Plan, started_unix: float | None = None) -> str:
         """Write ``plan`` where the job reads it and note when the run began working to it (default: now)."""
@@ -294,8 +306,11 @@ class Legs:
         )
         self.heartbeat.beat()  # the new cap, now
         # the last leg's first step is not this one's (the same entry's fleet has the same name in it: the watches
-        # took it for the new leg's, and its progress with it); every leg before has left or been stopped by now
-        protocol.clear_records(self.run.ckpt, Started)
+        # took it for the new leg's, and its progress with it); its job has left or been stopped by now
+        try:
+            protocol.clear_records(self.run.ckpt, Started)
+        except Exception as exc:  # noqa: BLE001 - a store's hiccup must not fail the move (its start-up watch is late)
+            self.echo(f"srifty launch: could not clear the last leg's {protocol.STARTED}: {exc}")
         self.provisioner.start(fleet, env.to_env())
         self.silent.started(fleet)
         if self.stall is not None:

@@ -110,7 +110,7 @@ class Steering:
         self.guard.progress(step)
         self.guard.observe(not spot_gone)
         d = self.guard.decide(time.time(), None)
-        what = "spot gone" if spot_gone else "a node lost without a notice"
+        what = "spot gone" if spot_gone else "a machine's fault (a node lost without a notice, or a hung job)"
         self.echo(f"srifty launch: {what} at step {step}; {d.describe()}")
         return self.choose(d)
 

@@ -183,7 +183,7 @@ class StallWatch:
         )
 
     def leave(self, fleet: LaunchedFleet, read: Any, launch_id: str, now: float | None = None) -> Preempted | None:
-        """The job's leave when it hangs (:meth:`check`), a ``node`` leave from its last step.
+        """The job's leave when it hangs (:meth:`check`), a ``stall`` leave from its last step.
 
         Raises:
             MigrationError: it hung past the same step on an earlier leg too: the job, not a machine (a deadlock, a
