@@ -373,7 +373,8 @@ def test_a_node_whose_gpu_failed_under_the_guards_spot_fleet_is_not_spot_gone(
     echo = "\n".join(result["echo"])
     (move,) = result["moves"]
     if fault:
-        assert "srifty launch: a node lost without a notice at step 0; slack" in echo and ": spot" in echo
+        said = "srifty launch: a machine's fault (a node lost without a notice, or a hung job) at step 0; slack"
+        assert said in echo and ": spot" in echo
         assert rec.markets["f-2"] != "on-demand" and not any(c[0] == "refused" for c in rec.calls)
         assert (move.trigger, move.from_fleet, move.to_fleet) == ("node", "g4dn.xlarge:1", "g4dn.xlarge:1")
     else:
