@@ -90,8 +90,9 @@ class LaunchWatch:
         self.note_active(unix)
 
     def note_active(self, unix: float) -> None:
-        """The training loop is alive without a step ending (a validation batch, an epoch's start, a checkpoint
-        saved): the launcher's stall watch must not take a long validation or save for a hung job."""
+        """The training loop is alive without a step ending (a validation batch, an epoch's start or end, a full
+        save's start, a periodic save's end): the launcher's stall watch must not take a long validation or save for
+        a hung job."""
         self._active = unix if self._active is None else max(self._active, unix)
 
     def report_progress(self, step: int, unix: float, now: float | None = None) -> bool:
