@@ -60,6 +60,7 @@ def stage2_values(**overrides: object) -> dict:
         "watchdog_grace_s": 110,
         "watchdog_max_age_s": 300,
         "watchdog_asg": 1,
+        "stall_s": 1200,
         "secrets": [],
         "data": [],
     }

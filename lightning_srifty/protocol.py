@@ -337,6 +337,15 @@ RESUME_LATEST = "latest"  # LaunchEnv.resume: the newest sound checkpoint under 
 # there, since torchrun reports a worker's exit 75 as its own 1; the node's status record and watchdog read it
 NODE_STATE = "SRIFTY_NODE_STATE"
 PREEMPTED_MARKER = "preempted"
+# and the node's stall watch reads ALIVE_MARKER there: one line "<global step> <step time s, or -> <0|1>", rewritten by
+# each node's local rank 0 at most every ALIVE_EVERY_S on a sign of life after the job's first step (its mtime is the
+# sign's time; 1: training is over, what runs until the process ends is not a hang) (lightning_srifty.migrate.alive)
+ALIVE_MARKER = "alive"
+ALIVE_EVERY_S = 5.0
+# a job that trained, then showed no sign of life for this long, is hung, to the launcher's stall watch and to a
+# fleet node's alike: below the process group's timeout (Lightning's default, 30 min), so that a collective waiting on
+# a hung rank is found before NCCL ends the job as a failure
+STALL_TIMEOUT_S = 1200.0
 # "1": the job trains on the CPU on purpose although CUDA sees GPUs (a local trial, tests); else a job srifty started
 # with its Trainer on the CPU stops (launch_checks.refuse_idle_gpus)
 ALLOW_CPU = "SRIFTY_ALLOW_CPU"

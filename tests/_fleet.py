@@ -88,6 +88,7 @@ def template_values(**overrides: object) -> dict:
         "watchdog_grace_s": 5,
         "watchdog_max_age_s": 300,
         "watchdog_asg": 0,
+        "stall_s": 1200,
         "secrets": [],
         "data": [],
     }

@@ -38,6 +38,7 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         root_volume_gb=args.root_volume_gb,
         aws_endpoint=args.aws_endpoint,
         max_life_h=args.max_life_h,
+        stall_timeout_s=args.stall_timeout_min * 60 if args.stall_timeout_min else None,
         max_instances=args.max_instances,
         max_hourly_usd=args.max_hourly_usd,
         allow_wide_ssh=args.allow_wide_ssh,
@@ -167,7 +168,31 @@ def node_summary(result: Any, options: Any) -> str:
     lines.append(
         f"  life cap     the fleet stops itself {fmt_life(values['max_life_h'])} after its first launch (--max-life-h)"
     )
+    lines.append(_hang_line(values["watchdog"]))
     return "\n".join(lines)
+
+
+def _hang_line(watchdog: dict[str, Any]) -> str:
+    """What becomes of a job that hangs on the fleet (the module's watchdog.stall_s)."""
+    stall = watchdog.get("stall_s") or 0
+    if watchdog.get("heartbeat"):
+        return "  hang watch   srifty launch's (--stall-timeout-min)"
+    if stall:
+        return (
+            f"  hang watch   a job silent {stall / 60:g} min after its first step (no step, validation batch or save) "
+            "is killed, its node replaced, the job resumed (--stall-timeout-min)"
+        )
+    return "  hang watch   off (--stall-timeout-min 0): a hung job bills until the life cap"
+
+
+def stall_minutes(text: str) -> float:
+    """``--stall-timeout-min``: 0 (off), or the module's bounds of watchdog.stall_s in minutes (1 to 1440)."""
+    from lightning_srifty.cli._common import nonneg
+
+    minutes = nonneg(text)
+    if 0 < minutes < 1 or minutes > 1440:
+        raise argparse.ArgumentTypeError(f"{text}: 0 (not watched) or from 1 to 1440 minutes")
+    return minutes
 
 
 def _data_lines(values: dict[str, Any]) -> list[str]:
@@ -292,7 +317,8 @@ def _where_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _limit_flags(p: argparse.ArgumentParser) -> None:
-    """What the module refuses to create: a life past the cap, more instances, more per hour."""
+    """What the module refuses to create (a life past the cap, more instances, more per hour), and the hang watch
+    that ends a silent job's machines."""
     from lightning_srifty.cli._common import positive, positive_int
 
     p.add_argument(
@@ -300,6 +326,17 @@ def _limit_flags(p: argparse.ArgumentParser) -> None:
         type=positive,
         help="the fleet stops itself this many hours after its first launch (default: the later of the predicted "
         "hours x 1.5 and the time's 99th percentile, + 1)",
+    )
+    p.add_argument(
+        "--stall-timeout-min",
+        type=stall_minutes,
+        default=20.0,  # protocol.STALL_TIMEOUT_S (not imported: the parser starts fast)
+        metavar="MIN",
+        help="a job that trained and then showed no sign of life (no step, validation batch or checkpoint save) for "
+        "this many minutes hangs (a GPU that stopped answering, a collective or a read that never returns): each "
+        "node kills it and leaves to be replaced, and the job resumes from the newest checkpoint; a hang again "
+        "before passing an earlier hang's step ends the fleet (default 20, under the process group's 30-minute "
+        "timeout; longer where the job's steps or saves need it; 0: not watched; under srifty launch its own flag)",
     )
     p.add_argument(
         "--max-instances",

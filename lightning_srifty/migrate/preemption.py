@@ -31,6 +31,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from lightning_srifty import protocol
+from lightning_srifty.migrate.alive import NodeAlive
 from lightning_srifty.migrate.checkpoints import (  # noqa: F401 - re-exported: their home before sharded checkpoints
     DIGEST_SUFFIX,
     find_checkpoint,
@@ -105,16 +106,35 @@ class StepPace:
 
 class SignsOfLife(Callback):
     """The training loop's signs of life between its steps (an epoch's start and end, a validation batch, a full
-    save), noted for rank 0's ``PROGRESS.json`` (``active_unix``), and the end of training, after which the job is
-    alive while its process is: the launcher's stall watch must not take a long validation, save or export for a hung
-    job. :class:`SpotPreemption`'s part, in a class of its own."""
+    save), noted for rank 0's ``PROGRESS.json`` (``active_unix``) and, on a srifty fleet node, by each node's local
+    rank 0 in the node's alive file (:mod:`.alive`, its boot script's stall watch), and the end of training, after
+    which the job is alive while its process is: neither stall watch must take a long validation, save or export for
+    a hung job. :class:`SpotPreemption`'s part, in a class of its own."""
 
     _inactive = False  # an automatic SpotPreemption that found the script's own: it does nothing
     watch: LaunchWatch | None = None
+    _node: NodeAlive | None = None  # this node's alive file (local rank 0 on a srifty fleet node), made at first use
+
+    def _on_node(self, trainer: pl.Trainer) -> NodeAlive | None:
+        """The node's alive file, for its stall watch (:mod:`.alive`): local rank 0's, None on the other ranks."""
+        if self._inactive or trainer.local_rank != 0:
+            return None
+        if self._node is None:
+            self._node = NodeAlive.from_env()
+        return self._node
 
     def _alive(self, trainer: pl.Trainer) -> None:
         if not self._inactive and self.watch is not None and trainer.is_global_zero:
             self.watch.note_active(time.time())
+        if (node := self._on_node(trainer)) is not None:
+            node.sign()
+
+    def _stepped(self, trainer: pl.Trainer, step_end: float) -> None:
+        """A step ended: rank 0's report to the launcher, and the node's alive file."""
+        if self.watch is not None and trainer.is_global_zero:
+            self.watch.step_ended(trainer.global_step, step_end, trainer)
+        if (node := self._on_node(trainer)) is not None:
+            node.step(trainer.global_step)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._alive(trainer)
@@ -134,6 +154,8 @@ class SignsOfLife(Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.watch is not None:  # the rest until fit() ends (an export, an upload) is alive as long as it runs
             self.watch.training_over = True
+        if (node := self._on_node(trainer)) is not None:
+            node.over()
 
 
 class SpotPreemption(SignsOfLife):
@@ -359,8 +381,7 @@ class SpotPreemption(SignsOfLife):
         if self._inactive:
             return
         step_end = time.time()
-        if self.watch is not None and trainer.is_global_zero:
-            self.watch.step_ended(trainer.global_step, step_end, trainer)
+        self._stepped(trainer, step_end)
         boundary = self._pace.batch_ended(trainer)
         stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
         if stop and not boundary and self._pace.finishes_first(trainer, self):

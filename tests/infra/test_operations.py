@@ -1349,3 +1349,138 @@ def test_a_destroy_that_fails_once_runs_once_more(tmp_path, monkeypatch) -> None
     monkeypatch.setattr(apply, "_run", lambda *a, **k: next(passes))
     monkeypatch.setattr(apply, "_state_resources", lambda tf: next(states))
     assert apply._clean_up(None, root, {"name": "n"}, True, said.append).startswith("everything it had created")
+
+
+# a job that trains, marks its node's alive file (lightning_srifty.migrate.alive) and then hangs: no fault, no exit;
+# FAKE_ALIVE is what it writes, FAKE_KEEP_ALIVE that it goes on rewriting it, FAKE_RUN_S how long it runs (then exit 0)
+ALIVE_TORCHRUN = """#!/bin/bash
+echo "$*" >"$FAKE_DIR/torchrun.args"
+echo "${FAKE_ALIVE:-12 0.500 0}" >"$SRIFTY_NODE_STATE/alive"
+if [ -n "${FAKE_PEER_EXIT:-}" ]; then
+  mkdir -p "$FAKE_DIR/exited" && echo "$FAKE_PEER_EXIT" >"$FAKE_DIR/exited/i-0def.json"
+fi
+end=$(($(date +%s) + ${FAKE_RUN_S:-50}))
+while [ "$(date +%s)" -lt "$end" ]; do
+  sleep 1
+  if [ -n "${FAKE_KEEP_ALIVE:-}" ]; then echo "${FAKE_ALIVE:-12 0.500 0}" >"$SRIFTY_NODE_STATE/alive"; fi
+done
+"""
+
+
+def _one_node_job(tmp_path: Path, tf_env, extra: dict[str, str], earlier: dict | None = None) -> tuple:
+    """A one-node fleet (stall_s 2, looked at every second) whose job runs :data:`ALIVE_TORCHRUN`; ``earlier``: an
+    exit record of an earlier node of the fleet. The run, its log, its time."""
+    if earlier is not None:
+        (tmp_path / "exited").mkdir()
+        (tmp_path / "exited" / f"{earlier['instance_id']}.json").write_text(json.dumps(earlier))
+    script = render(tf_env, tmp_path / "console", template_values(name="one", stall_s=2))
+    fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": ALIVE_TORCHRUN, "shutdown": "#!/bin/bash\n"}
+    started = time.monotonic()
+    run = run_user_data(tmp_path, script, fakes, extra_env={"SRIFTY_STALL_CHECK_S": "1", **extra})
+    return run, read(tmp_path / "user-data.log"), time.monotonic() - started
+
+
+def test_a_job_that_trained_and_then_hung_is_killed_and_its_node_replaced(tf_env, tmp_path) -> None:
+    """A job that stopped moving after step 12 with no fault its node can see (a GPU that stopped answering, a read
+    that never returns) neither failed nor ended: on a fleet without a launcher it billed until the life cap. The
+    node's stall watch finds it (no sign of life for its limit), kills it, and the node leaves as on a notice (exit
+    75, the marker the watchdog reads: its group replaces it, and the replacement resumes from the newest checkpoint);
+    its exit record names the step, for its peers and for a later hang."""
+    run, log, took = _one_node_job(tmp_path, tf_env, {})
+    assert run.returncode == 75, log[-3000:]
+    assert "srifty: the job has shown no sign of life for " in log
+    assert "s after step 12 (its limit 2 s): it hangs" in log
+    assert read(tmp_path / "state" / "preempted").startswith("the job showed no sign of life for ")
+    record = json.loads(read(tmp_path / "exited" / "i-0abc.json"))
+    assert (record["exit_code"], record["final"], record["hung_step"]) == (137, 75, 12)
+    assert took < 30  # not the 50 s the job would have hung
+
+
+def test_a_job_that_hangs_again_before_passing_its_last_hang_ends_the_fleet(tf_env, tmp_path) -> None:
+    """An earlier node's job hung at step 15; the replacement resumed from a checkpoint before it and hangs at 12: the
+    hang follows the job, not a machine (a deadlock, a data loader that never returns), and replacing machines would
+    loop until the life cap. Its exit stands and the fleet ends; one that hangs past the earlier step is replaced."""
+    earlier = {"instance_id": "i-0old", "exit_code": 137, "final": 75, "gpu_fault": None, "hung_step": 15, "unix": 1}
+    run, log, _ = _one_node_job(tmp_path, tf_env, {}, earlier=earlier)
+    assert run.returncode == 137, log[-3000:]
+    assert "srifty: the job hung again at step 12, not past where it had hung before (i-0old's job, at step 15)" in log
+    assert not (tmp_path / "state" / "preempted").exists()
+    assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["final"] == 137
+
+
+def test_a_hang_past_an_earlier_hangs_step_is_a_machines_again(tf_env, tmp_path) -> None:
+    earlier = {"instance_id": "i-0old", "exit_code": 137, "final": 75, "gpu_fault": None, "hung_step": 9, "unix": 1}
+    run, log, _ = _one_node_job(tmp_path, tf_env, {}, earlier=earlier)
+    assert run.returncode == 75, log[-3000:]
+    assert "hung again" not in log and "s after step 12 (its limit 2 s): it hangs" in log
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"FAKE_KEEP_ALIVE": "1", "FAKE_RUN_S": "6"},  # alive throughout: a step or a validation batch every second
+        {"FAKE_ALIVE": "12 0.500 1", "FAKE_RUN_S": "6"},  # training over: an export or an upload after the last step
+        {"FAKE_ALIVE": "12 2.000 0", "FAKE_RUN_S": "6"},  # steps of 2 s: four of them (8 s) before a hang
+    ],
+    ids=["signs-of-life", "training-over", "long-steps"],
+)
+def test_a_job_that_shows_life_or_has_finished_training_is_not_a_hang(tf_env, tmp_path, extra) -> None:
+    run, log, _ = _one_node_job(tmp_path, tf_env, extra)
+    assert run.returncode == 0, log[-3000:]
+    assert "no sign of life" not in log and not (tmp_path / "state" / "hung").exists()
+    assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["hung_step"] is None
+
+
+@pytest.mark.parametrize(
+    ("final", "code", "says"),
+    [
+        (75, 75, "the fleet's job hung on i-0def (no sign of life for its stall limit): this node leaves too"),
+        (137, 143, "the training job exited with 143"),  # the peer found the hang the job's: the fleet ends
+    ],
+    ids=["peer-replaced", "the-jobs-own-hang"],
+)
+def test_a_job_stuck_on_a_peer_whose_job_hung_follows_the_peers_verdict(tf_env, tmp_path, final, code, says) -> None:
+    """The peer's stall watch found its job hung and recorded it (its machine is up): this node's job is stuck on the
+    same collective, so the peer watch stops it at once, and the node does what the peer's verdict says: leaves to be
+    replaced with it, or ends with it when the hang was the job's own."""
+    peer = {"instance_id": "i-0def", "exit_code": 137, "final": final, "gpu_fault": None, "hung_step": 12, "unix": 1}
+    extra = {"FAKE_ALIVE": "", "FAKE_PEER_EXIT": json.dumps(peer), "SRIFTY_PEER_WAIT_S": "3"}
+    run, log, took = _job_hangs(tmp_path, tf_env, extra, torchrun=ALIVE_TORCHRUN)
+    assert run.returncode == code, log[-3000:]
+    assert "srifty: i-0def's job hung (its exit record): stopping the job" in log and says in log
+    assert took < 40
+
+
+@pytest.mark.parametrize(
+    ("flag", "stall_s", "says"),
+    [
+        ([], 1200, "hang watch   a job silent 20 min after its first step"),  # as srifty launch's
+        (["--stall-timeout-min", "45"], 2700, "hang watch   a job silent 45 min after its first step"),
+        (["--stall-timeout-min", "0"], 0, "hang watch   off (--stall-timeout-min 0): a hung job bills until the life"),
+    ],
+    ids=["default", "45-min", "off"],
+)
+def test_srifty_terraform_sets_the_nodes_hang_watch_and_says_it(tmp_path, monkeypatch, capsys, flag, stall_s, says):
+    from _support import ROOT
+    from lightning_srifty.cli import main
+
+    plan = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import lightning as L\n\ntrainer = L.Trainer(max_steps=5)\n")
+    assert main(["terraform", "--plan", str(plan), "--out", str(tmp_path / "infra"), *flag]) == 0
+    assert says in capsys.readouterr().out
+    assert json.loads(read(tmp_path / "infra" / "srifty.auto.tfvars.json"))["watchdog"]["stall_s"] == stall_s
+
+
+def test_a_hang_watch_outside_the_modules_bounds_is_refused_naming_the_flag(tmp_path, monkeypatch, capsys) -> None:
+    from _support import ROOT
+    from lightning_srifty.cli import main
+
+    plan = ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json"
+    monkeypatch.chdir(tmp_path)
+    for minutes in ("0.5", "2000", "-1"):
+        with pytest.raises(SystemExit) as refused:
+            main(["terraform", "--plan", str(plan), "--out", str(tmp_path / "infra"), f"--stall-timeout-min={minutes}"])
+        said = capsys.readouterr().err
+        assert refused.value.code == 2 and "argument --stall-timeout-min" in said, said
+    assert not (tmp_path / "infra").exists()

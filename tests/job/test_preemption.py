@@ -3,6 +3,7 @@ next step and exits 75, resume from that checkpoint to the exact step, and a cor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -981,3 +982,64 @@ def test_a_node_that_replaces_a_lost_one_resumes_where_the_fleet_was(tmp_path, m
     assert os.path.basename(resume_checkpoint(cache_dir=str(tmp_path / "c2"))) == "periodic-step=6.ckpt"
     store.clear(url, handover)  # no handover record to date the leg: the launcher's checkpoint, as before
     assert os.path.basename(resume_checkpoint(cache_dir=str(tmp_path / "c3"))) == "periodic-step=8.ckpt"
+
+
+def test_the_nodes_alive_file_shows_steps_and_validation_as_life_and_the_end_of_training(tmp_path, monkeypatch):
+    """On a srifty fleet node (SRIFTY_NODE_STATE) each node's local rank 0 rewrites its alive file on every sign of
+    life from the first step on, for the boot script's stall watch: a validation holds the step where it is and the
+    file's time moves on; at the end of training it says so (what runs until the process ends is not a hang)."""
+    import threading
+
+    from lightning_srifty import protocol
+
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("SRIFTY_NODE_STATE", str(state))
+    monkeypatch.setattr(protocol, "ALIVE_EVERY_S", 0.05)
+    alive = state / "alive"
+    seen: list[tuple[str, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            with contextlib.suppress(OSError):
+                seen.append((alive.read_text(), alive.stat().st_mtime))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False, dirpath=str(tmp_path / "ckpt"))
+    t = trainer([cb], max_steps=4, limit_val_batches=30, val_check_interval=2)  # 30 x 0.05 s after step 2 and 4
+    try:
+        t.fit(_SlowValidation(), train_dataloaders=loader(), val_dataloaders=loader(n=240))
+    finally:
+        done.set()
+        sampler.join()
+    steps = [line.split() for line, _ in seen]
+    assert all(len(s) == 3 for s in steps) and steps[0][0] in {"1", "2"}, steps[:3]  # from the first step on
+    during = [mtime for line, mtime in seen if line.split()[0] == "2" and line.split()[2] == "0"]
+    assert during and max(during) - min(during) > 0.8, seen[:40]  # the validation after step 2: life
+    assert alive.read_text().split()[0::2] == ["4", "1"]  # the last step, and training is over
+    assert float(alive.read_text().split()[1]) > 0  # the measured seconds a step
+
+
+def test_the_alive_file_waits_for_the_first_step_is_throttled_and_never_fatal(tmp_path, caplog) -> None:
+    from lightning_srifty.migrate.alive import NodeAlive
+
+    node = NodeAlive(tmp_path, every_s=10.0)
+    node.sign(now=1.0)  # an epoch's start before any step: not yet
+    node.over()
+    assert not (tmp_path / "alive").exists()
+    node.step(5, now=2.0)
+    assert (tmp_path / "alive").read_text() == "5 - 0\n"
+    node.step(6, now=3.0)  # within every_s: not written
+    assert (tmp_path / "alive").read_text() == "5 - 0\n"
+    node.step(9, now=14.0)  # 4 steps in 12 s
+    assert (tmp_path / "alive").read_text() == "9 3.000 0\n"
+    node.over()  # always written
+    assert (tmp_path / "alive").read_text().endswith(" 1\n")
+    NodeAlive(None).step(1)  # off a fleet: nothing, no error
+    broken = NodeAlive(tmp_path / "missing")
+    broken.step(1, now=0.0)
+    broken.step(2, now=100.0)
+    said = [r.message for r in caplog.records if "could not mark the node's job alive" in r.message]
+    assert len(said) == 1 and str(tmp_path / "missing" / "alive") in said[0]  # once, not at every step

@@ -116,9 +116,7 @@ class Silence:
             )
 
 
-# a job that trained, then showed no sign of life for this long, is hung: below the process group's timeout
-# (Lightning's default, 30 min), so that a collective waiting on a hung rank is found before NCCL ends the job
-DEFAULT_STALL_TIMEOUT_S = 1200.0
+DEFAULT_STALL_TIMEOUT_S = protocol.STALL_TIMEOUT_S  # a job that trained, then showed no sign of life this long, hangs
 STALL_READ_S = 15.0  # the job's records are read for it this often, not at every poll (an S3 GET each)
 CLOCK_SLACK_S = 300.0  # the job's clock may differ from the launcher's by minutes (as in Silence)
 

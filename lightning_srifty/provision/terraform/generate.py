@@ -112,6 +112,9 @@ class Options:
     checkpoint_prefix: str | None = None  # default checkpoints/<name>/; srifty launch shares one across fleets
     handover: bool = False  # instances wait for HANDOVER-<name>.json (srifty launch); the watchdog reads HEARTBEAT.json
     max_life_h: float | None = None  # the fleet's life cap; default: default_max_life_h
+    # a job that shows no sign of life this long after its first step hangs: the node kills it and leaves to be
+    # replaced (the module's watchdog.stall_s; None: off; under srifty launch the launcher watches instead)
+    stall_timeout_s: float | None = protocol.STALL_TIMEOUT_S
     max_instances: int | None = None  # guard; default: the plan's constraints.max_instances
     max_hourly_usd: float | None = None  # guard; default: the plan's constraints.max_hourly_usd (None: no limit)
     allow_wide_ssh: bool = False  # let --ssh-cidr blocks cover more than a /8 worth of addresses (never 0.0.0.0/0)
@@ -151,6 +154,7 @@ class Options:
             fix="The default, 200, holds the Deep Learning AMI (75 GiB) and a training environment.",
         ),
         "max_life_h": Setting("number", minimum=0.25, maximum=MAX_LIFE_H, optional=True),
+        "stall_timeout_s": Setting("number", minimum=60, maximum=86400, optional=True),
         "max_instances": Setting("int", minimum=1, optional=True),
         "max_hourly_usd": Setting("number", minimum=0, exclusive=True, optional=True),
         "max_code_mb": Setting("number", minimum=0, exclusive=True),
@@ -263,7 +267,11 @@ def tfvars(
         "max_life_h": max_life_h,
         # the job's grace after SIGTERM, from the watchdog and from torchrun alike: the plan's checkpoint save x 2
         # + 30 s, so that a leaving save is never cut by SIGKILL
-        "watchdog": {"heartbeat": options.handover, "grace_s": shutdown_grace_s(plan.checkpoint_s)},
+        "watchdog": {
+            "heartbeat": options.handover,
+            "grace_s": shutdown_grace_s(plan.checkpoint_s),
+            "stall_s": 0 if options.stall_timeout_s is None else round(options.stall_timeout_s),
+        },
         "limits": {"max_instances": max_instances, "max_hourly_usd": max_hourly},
         "predicted": _predicted(entry, usd_per_hour, unit),
         "tags": _tags(plan, choice, entry, options, prefix, max_life_h),

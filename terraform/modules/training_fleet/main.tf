@@ -397,6 +397,7 @@ locals {
     watchdog_interval_s  = var.watchdog.interval_s
     watchdog_grace_s     = var.watchdog.grace_s
     watchdog_max_age_s   = var.watchdog.max_age_s
+    stall_s              = var.watchdog.heartbeat ? 0 : var.watchdog.stall_s
     watchdog_asg         = var.capacity.mode == "asg" ? 1 : 0
     secrets              = var.secrets
     data                 = var.data
