@@ -1389,30 +1389,44 @@ def test_a_job_that_trained_and_then_hung_is_killed_and_its_node_replaced(tf_env
     run, log, took = _one_node_job(tmp_path, tf_env, {})
     assert run.returncode == 75, log[-3000:]
     assert "srifty: the job has shown no sign of life for " in log
-    assert "s after step 12 (its limit 2 s): it hangs" in log
+    assert "s after step 12 (its last recorded; its limit 2 s): it hangs" in log
     assert read(tmp_path / "state" / "preempted").startswith("the job showed no sign of life for ")
     record = json.loads(read(tmp_path / "exited" / "i-0abc.json"))
     assert (record["exit_code"], record["final"], record["hung_step"]) == (137, 75, 12)
     assert took < 30  # not the 50 s the job would have hung
 
 
-def test_a_job_that_hangs_again_before_passing_its_last_hang_ends_the_fleet(tf_env, tmp_path) -> None:
-    """An earlier node's job hung at step 15; the replacement resumed from a checkpoint before it and hangs at 12: the
-    hang follows the job, not a machine (a deadlock, a data loader that never returns), and replacing machines would
-    loop until the life cap. Its exit stands and the fleet ends; one that hangs past the earlier step is replaced."""
-    earlier = {"instance_id": "i-0old", "exit_code": 137, "final": 75, "gpu_fault": None, "hung_step": 15, "unix": 1}
-    run, log, _ = _one_node_job(tmp_path, tf_env, {}, earlier=earlier)
-    assert run.returncode == 137, log[-3000:]
-    assert "srifty: the job hung again at step 12, not past where it had hung before (i-0old's job, at step 15)" in log
-    assert not (tmp_path / "state" / "preempted").exists()
-    assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["final"] == 137
-
-
-def test_a_hang_past_an_earlier_hangs_step_is_a_machines_again(tf_env, tmp_path) -> None:
-    earlier = {"instance_id": "i-0old", "exit_code": 137, "final": 75, "gpu_fault": None, "hung_step": 9, "unix": 1}
-    run, log, _ = _one_node_job(tmp_path, tf_env, {}, earlier=earlier)
-    assert run.returncode == 75, log[-3000:]
-    assert "hung again" not in log and "s after step 12 (its limit 2 s): it hangs" in log
+@pytest.mark.parametrize(
+    ("earlier_step", "alive", "again"),
+    [
+        (15, "12 0.500 0", True),  # resumed from a checkpoint before 15, hung at 12
+        (9, "12 0.500 0", True),  # 3 steps past 9: within the 5 s of steps the alive file may lag by (steps of 0.5 s)
+        (9, "400 0.500 0", False),  # far past the earlier hang: a machine's again
+        (9, "12 - 0", False),  # one step measured: no lag to allow for
+    ],
+    ids=["before-it", "within-the-files-lag", "past-it", "no-step-time"],
+)
+def test_a_job_that_hangs_again_before_passing_its_last_hang_ends_the_fleet(
+    tf_env, tmp_path, earlier_step, alive, again
+) -> None:
+    """An earlier node's job hung; the replacement resumed from a checkpoint before that and hangs again before
+    passing it: the hang follows the job, not a machine (a deadlock, a data loader that never returns), and replacing
+    machines would loop until the life cap. Its exit stands and the fleet ends. A hang past the earlier one is a
+    machine's again, and the node is replaced."""
+    earlier = {"instance_id": "i-0old", "exit_code": 137, "final": 75, "gpu_fault": None, "hung_step": earlier_step}
+    run, log, _ = _one_node_job(tmp_path, tf_env, {"FAKE_ALIVE": alive}, earlier=earlier)
+    step = alive.split()[0]
+    assert f"s after step {step} (its last recorded; its limit 2 s): it hangs" in log, log[-3000:]
+    if again:
+        assert run.returncode == 137, log[-3000:]
+        assert (
+            f"srifty: the job hung again at step {step}, not past where it had hung before (i-0old's job, at step "
+            f"{earlier_step})" in log
+        )
+        assert not (tmp_path / "state" / "preempted").exists()
+        assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["final"] == 137
+    else:
+        assert run.returncode == 75 and "hung again" not in log, log[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -1484,3 +1498,36 @@ def test_a_hang_watch_outside_the_modules_bounds_is_refused_naming_the_flag(tmp_
         said = capsys.readouterr().err
         assert refused.value.code == 2 and "argument --stall-timeout-min" in said, said
     assert not (tmp_path / "infra").exists()
+
+
+# the node's torchrun starts a real Lightning job (tests/scripts/migrate_run.py: SpotPreemption, DDP's sampler) whose
+# rank 0 never returns from its step 6, SIGTERM included (a GPU that stopped answering); outside a launch and with no
+# bucket, so its SpotPreemption is the script's own and its checkpoints stay in FAKE_DIR
+REAL_HANGING_TORCHRUN = f"""#!/bin/bash
+echo "$*" >"$FAKE_DIR/torchrun.args"
+exec env -u SRIFTY_CHECKPOINT_URI -u SRIFTY_RESUME {sys.executable} -m torch.distributed.run --standalone \\
+  --nproc_per_node=1 {Path(__file__).resolve().parents[1] / "scripts" / "migrate_run.py"} "$FAKE_DIR/out" \\
+  --hang-at 6 --step-sleep 0.3 --max-steps 40
+"""
+
+
+@pytest.mark.slow  # a real Lightning job: torch and lightning imported twice (torchrun, its worker)
+def test_a_real_lightning_job_that_hangs_is_found_by_its_node_and_killed(tf_env, tmp_path) -> None:
+    """The contract end to end: the real job's SpotPreemption marks the node alive from its first step; rank 0 then
+    stops in step 6 for good; the boot script's stall watch sees the file go stale, kills torchrun and its worker, and
+    the node leaves to be replaced (exit 75), its exit record naming the last recorded step."""
+    script = render(tf_env, tmp_path / "console", template_values(name="one", stall_s=3))
+    fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": REAL_HANGING_TORCHRUN, "shutdown": "#!/bin/bash\n"}
+    started = time.monotonic()
+    run = run_user_data(tmp_path, script, fakes, extra_env={"SRIFTY_STALL_CHECK_S": "1"})
+    took = time.monotonic() - started
+    log = read(tmp_path / "user-data.log")
+    assert run.returncode == 75, log[-3000:]
+    trained = [line.split()[1] for line in read(tmp_path / "out" / "seen-rank0.txt").splitlines()]
+    assert trained == ["0", "1", "2", "3", "4", "5"]  # step 6 never ran
+    record = json.loads(read(tmp_path / "exited" / "i-0abc.json"))
+    assert record["final"] == 75 and 1 <= record["hung_step"] <= 6, record  # the file's last step (every 5 s)
+    assert "srifty: the job has shown no sign of life for " in log and "it hangs; killing it" in log
+    left = subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True, text=True).stdout.split()
+    assert not left, left  # torchrun and its worker, killed
+    assert took < 55, took
