@@ -81,7 +81,11 @@ DATA = [
 ]
 VARIANTS = {
     "default (code snapshot, asg)": {},
-    "srifty launch (handover, heartbeat)": {"handover": True, "heartbeat": True},
+    "srifty launch (handover, heartbeat)": {
+        "handover": True,
+        "heartbeat": True,
+        "stall_s": 0,
+    },  # main.tf: the launcher watches,
     "one --secret-env": {"secrets": SECRETS[:1]},
     "an FSDP plan (strategy in env)": {"env_count": 1, "env_b64": b64(json.dumps(FSDP))},
     "two data folders, one copied": {"data": DATA},
@@ -91,6 +95,7 @@ VARIANTS = {
         "name": "a" * 40,
         "handover": True,
         "heartbeat": True,
+        "stall_s": 0,
         "secrets": SECRETS,
         "env_count": 1,
         "env_b64": b64(json.dumps(FSDP)),
