@@ -198,12 +198,13 @@ variable "max_life_h" {
 }
 
 variable "watchdog" {
-  description = "The instance-side watchdog: heartbeat, interval_s, grace_s, max_age_s."
+  description = "The instance-side watchdog: heartbeat, interval_s, grace_s, max_age_s, stall_s (the hang watch; 0: off)."
   type = object({
     heartbeat  = optional(bool)
     interval_s = optional(number)
     grace_s    = optional(number)
     max_age_s  = optional(number)
+    stall_s    = optional(number)
   })
   default = {}
 }
