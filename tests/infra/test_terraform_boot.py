@@ -651,6 +651,11 @@ def test_user_data_stays_small_whatever_the_options(tf_env, moto_endpoint, tmp_p
         assert hashlib.sha256(boots[key].encode()).hexdigest() in first.decode() and "/boot/" in key
     if variant == "everything":  # what user_data would have been: past EC2's limit, refused at the apply
         assert min(len(text.encode()) for text in boots.values()) > 16_384
+    # the nodes' hang watch, through the root and the module: 20 min by default, none under srifty launch (handover
+    # and heartbeat), whose launcher watches
+    for text in boots.values():
+        watched = 'limit=$(awk -v s="${SRIFTY_STALL_S:-1200}"' in text
+        assert watched == (variant == "default") and ("STALLWATCH_PID=$!" in text) == watched
 
 
 def test_the_fault_proxy_refuses_user_data_over_ec2s_limit(moto_endpoint) -> None:
