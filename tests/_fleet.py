@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import urllib.request
 from pathlib import Path
 
 import boto3
+import pytest
 
 from conftest import tf_run
+from imds_server import FakeIMDS
 from lightning_srifty.provision.terraform.generate import TFVARS, Options
 from predictor.documents.plan import load_plan
 
@@ -224,3 +227,38 @@ def enforce_iam(endpoint: str, on: bool) -> None:
         f"{endpoint}/moto-api/reset-auth", b"0" if on else b"inf", headers={"Content-Type": "text/plain"}
     )
     urllib.request.urlopen(request, timeout=30).close()
+
+
+def boot_as_node(
+    script: str, endpoint: str, work: Path, node: dict[str, str], torchrun: str, **env: str
+) -> subprocess.CompletedProcess:
+    """A planned boot script (its own text) under bash as instance i-0d47a0000000001 holding the role's credentials
+    ``node``: the AWS CLI at ``endpoint`` (moto, or the AWS-rules proxy before it), a fake metadata service, the
+    ``torchrun`` given (a script's text) and a recording shutdown first on PATH, the node's folders under ``work``,
+    the watchdog looking every second; ``env``: more settings."""
+    if shutil.which("aws") is None or shutil.which("curl") is None:
+        pytest.skip("the harness needs the aws CLI and curl on PATH")
+    bin_dir = work / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, text in {"torchrun": torchrun, "shutdown": f'#!/bin/bash\necho "$*" >>{work / "shutdown.log"}\n'}.items():
+        exe(bin_dir / name, text)
+    (work / "boot.sh").write_text(script)
+    metadata = {"meta-data/placement/region": "us-east-1", "meta-data/instance-id": "i-0d47a0000000001"}
+    with FakeIMDS(metadata) as imds:
+        environment = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+            **node,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.endpoint,
+            "AWS_ENDPOINT_URL": endpoint,
+            "SRIFTY_HOME": str(work / "opt-srifty"),
+            "SRIFTY_STATE_DIR": str(work / "state"),
+            "SRIFTY_PER_BOOT_DIR": str(work / "per-boot"),
+            "SRIFTY_USER_DATA_LOG": str(work / "user-data.log"),
+            "SRIFTY_WATCHDOG_LOG": str(work / "watchdog.log"),
+            "SRIFTY_WATCHDOG_INTERVAL_S": "1",
+            "SRIFTY_HARNESS_RECORD": str(work / "torchrun.json"),
+            **env,
+        }
+        boot = ["bash", str(work / "boot.sh")]
+        return subprocess.run(boot, cwd="/", env=environment, capture_output=True, timeout=240)

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +18,15 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from _fleet import MODULE, dlami_parameters, enforce_iam, node_credentials, planned, use_test_parameters
-from imds_server import FakeIMDS
+from _fleet import (
+    MODULE,
+    boot_as_node,
+    dlami_parameters,
+    enforce_iam,
+    node_credentials,
+    planned,
+    use_test_parameters,
+)
 from lightning_srifty.provision.rehearsal.aws_rules import AwsRulesProxy
 from lightning_srifty.provision.terraform.command import DATA_URI, RESERVED_ENV, check_data, check_kms_keys
 from lightning_srifty.provision.terraform.generate import Options, generate, tfvars
@@ -151,35 +157,8 @@ def _root(tmp_path: Path, moto: str, catalog, data: tuple[str, ...], copy: tuple
 
 def _boot(script: str, endpoint: str, work: Path, node: dict[str, str]) -> subprocess.CompletedProcess:
     """The boot script (the plan's own text) under bash with the node's credentials, a fake torchrun and shutdown."""
-    if shutil.which("aws") is None or shutil.which("curl") is None:
-        pytest.skip("the harness needs the aws CLI and curl on PATH")
-    bin_dir = work / "bin"
-    bin_dir.mkdir(parents=True)
-    for name, text in {
-        "torchrun": FAKE_TORCHRUN.format(python=sys.executable),
-        "shutdown": f'#!/bin/bash\necho "$*" >>{work / "shutdown.log"}\n',
-    }.items():
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod((bin_dir / name).stat().st_mode | stat.S_IEXEC)
-    (work / "boot.sh").write_text(script)
-    metadata = {"meta-data/placement/region": "us-east-1", "meta-data/instance-id": "i-0d47a0000000001"}
-    with FakeIMDS(metadata) as imds:
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
-            **node,
-            "PATH": f"{bin_dir}:{os.environ['PATH']}",
-            "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.endpoint,
-            "AWS_ENDPOINT_URL": endpoint,
-            "SRIFTY_HOME": str(work / "opt-srifty"),
-            "SRIFTY_STATE_DIR": str(work / "state"),
-            "SRIFTY_PER_BOOT_DIR": str(work / "per-boot"),
-            "SRIFTY_USER_DATA_LOG": str(work / "user-data.log"),
-            "SRIFTY_WATCHDOG_LOG": str(work / "watchdog.log"),
-            "SRIFTY_WATCHDOG_INTERVAL_S": "1",
-            "SRIFTY_HARNESS_RECORD": str(work / "torchrun.json"),
-            "SRIFTY_DATA_RETRY_S": "0",
-        }
-        return subprocess.run(["bash", str(work / "boot.sh")], cwd="/", env=env, capture_output=True, timeout=240)
+    torchrun = FAKE_TORCHRUN.format(python=sys.executable)
+    return boot_as_node(script, endpoint, work, node, torchrun, SRIFTY_DATA_RETRY_S="0")
 
 
 def _as(moto: str, node: dict[str, str]):

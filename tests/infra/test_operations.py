@@ -1531,3 +1531,61 @@ def test_a_real_lightning_job_that_hangs_is_found_by_its_node_and_killed(tf_env,
     left = subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True, text=True).stdout.split()
     assert not left, left  # torchrun and its worker, killed
     assert took < 55, took
+
+
+HANGING_AFTER_STEP_12 = """#!/bin/bash
+echo "12 0.500 0" >"$SRIFTY_NODE_STATE/alive"
+exec sleep 60
+"""
+
+
+@pytest.mark.parametrize("earlier", [None, 15], ids=["a-machines-hang", "the-jobs-hang-again"])
+def test_the_hang_watch_reads_and_writes_the_fleets_records_under_the_roles_policy(
+    tf_env, moto_endpoint, tmp_path, catalog, earlier
+) -> None:
+    """The planned boot script of a one-node root, under the instance role's policy (moto's IAM enforced, S3's
+    listing rule by the AWS-rules proxy): its job hangs after step 12; the node reads the fleet's exit records (a
+    one-node fleet had never read them before) and writes its own with the step. With an earlier node's hang at step
+    15 the hang is the job's, and the node ends the fleet."""
+    from _fleet import boot_as_node, dlami_parameters, enforce_iam, node_credentials, planned, use_test_parameters
+    from _support import ROOT
+    from lightning_srifty.provision.rehearsal.aws_rules import AwsRulesProxy
+    from lightning_srifty.provision.terraform.generate import Options
+    from predictor.documents.plan import load_plan
+
+    dlami_parameters(moto_endpoint)
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name=REGION)
+    bucket = f"hang-ckpt-{earlier or 0}"  # the module's moto server: each case its own bucket and principal
+    s3.create_bucket(Bucket=bucket)
+    options = Options(
+        name="h-run", aws_endpoint=moto_endpoint, bucket=bucket, train_command="train.py", setup_command="true"
+    )
+    plan = load_plan(ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json")
+    infra = use_test_parameters(generate(plan, tmp_path / "infra", options=options, catalog=catalog).out)
+    (policy,) = planned(tf_env, infra, "aws_iam_role_policy").values()
+    (script,) = [v["content"] for k, v in planned(tf_env, infra, "aws_s3_object").items() if ".boot[" in k]
+    exited = "checkpoints/h-run/exited/h-run/"
+    if earlier is not None:
+        record = {"instance_id": "i-0old", "exit_code": 137, "final": 75, "gpu_fault": None, "hung_step": earlier}
+        s3.put_object(Bucket=bucket, Key=f"{exited}i-0old.json", Body=json.dumps(record).encode())
+    node = node_credentials(moto_endpoint, policy["policy"], f"hang-node-{earlier or 0}")
+    listing = ("checkpoints/h-run/",)
+    proxy = AwsRulesProxy(moto_endpoint, s3_list_prefixes=listing, s3_principal=node["AWS_ACCESS_KEY_ID"])
+    with proxy as url:
+        enforce_iam(moto_endpoint, True)
+        try:
+            stall = {"SRIFTY_STALL_S": "2", "SRIFTY_STALL_CHECK_S": "1"}
+            run = boot_as_node(script, url, tmp_path / "node", node, HANGING_AFTER_STEP_12, **stall)
+        finally:
+            enforce_iam(moto_endpoint, False)
+    log = read(tmp_path / "node" / "user-data.log")
+    mine = json.loads(s3.get_object(Bucket=bucket, Key=f"{exited}i-0d47a0000000001.json")["Body"].read())
+    assert "s after step 12 (its last recorded; its limit 2 s): it hangs; killing it" in log, log[-3000:]
+    assert "exit records could not be read" not in log and "could not record this node's exit" not in log
+    if earlier is None:
+        assert run.returncode == 75, log[-3000:]
+        assert (mine["final"], mine["hung_step"]) == (75, 12)
+    else:
+        assert run.returncode == 137, log[-3000:]
+        assert "not past where it had hung before (i-0old's job, at step 15)" in log
+        assert (mine["final"], mine["hung_step"]) == (137, 12)
