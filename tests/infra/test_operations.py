@@ -1442,6 +1442,8 @@ def test_a_job_that_shows_life_or_has_finished_training_is_not_a_hang(tf_env, tm
     run, log, _ = _one_node_job(tmp_path, tf_env, extra)
     assert run.returncode == 0, log[-3000:]
     assert "no sign of life" not in log and not (tmp_path / "state" / "hung").exists()
+    # nothing of the watch's files said when there is no hang (a first version's log: "hung.step: No such file")
+    assert "No such file" not in log and "No such file" not in read(tmp_path / "watchdog.log"), log[-3000:]
     assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["hung_step"] is None
 
 

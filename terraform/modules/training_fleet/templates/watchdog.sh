@@ -96,7 +96,7 @@ print(int(w), int(a) if a is not None else "-", int(u) if u is not None else "-"
 # whether the boot script is still within the deadline of its verdict on a failed job (verdict.until, unix seconds)
 deciding() {
   local until
-  until=$(tr -cd '0-9' <"$STATE/verdict.until" 2>/dev/null)
+  until=$(tr -cd '0-9' 2>/dev/null <"$STATE/verdict.until")
   [ -n "$until" ] && [ "$(date +%s)" -lt $((until + 150)) ]
 }
 
@@ -113,7 +113,7 @@ stop_instance() {
   # its verdict first (bounded: 60 s, or on a fleet of several nodes, whose failed job first asks whether a peer was
   # lost without a notice, until the deadline it wrote in verdict.until and 150 s for its last round's calls, the
   # life record's read and its exit record)
-  boot=$(tr -cd '0-9' <"$STATE/user_data.pid" 2>/dev/null)
+  boot=$(tr -cd '0-9' 2>/dev/null <"$STATE/user_data.pid")
   while [ "${2:-}" = exited ] && [ ! -e "$STATE/user_data.exited" ] && [ ! -e "$STATE/user_data.done" ] &&
     [ -n "$boot" ] && kill -0 "$boot" 2>/dev/null && { [ "$waited" -lt 60 ] || deciding; }; do
     sleep 1
