@@ -174,7 +174,7 @@ def node_summary(result: Any, options: Any) -> str:
 
 def _hang_line(watchdog: dict[str, Any]) -> str:
     """What becomes of a job that hangs on the fleet (the module's watchdog.stall_s)."""
-    stall = watchdog.get("stall_s") or 0
+    stall = max(watchdog.get("stall_s") or 0, watchdog.get("grace_s") or 0) if watchdog.get("stall_s") else 0
     if watchdog.get("heartbeat"):
         return "  hang watch   srifty launch's (--stall-timeout-min)"
     if stall:
@@ -335,7 +335,7 @@ def _limit_flags(p: argparse.ArgumentParser) -> None:
         help="a job that trained and then showed no sign of life (no step, validation batch or checkpoint save) for "
         "this many minutes hangs (a GPU that stopped answering, a collective or a read that never returns): each "
         "node kills it and leaves to be replaced, and the job resumes from the newest checkpoint; a hang again "
-        "before passing an earlier hang's step ends the fleet (default 20, under the process group's 30-minute "
+        "at an earlier hang's step ends the fleet (default 20, under the process group's 30-minute "
         "timeout; longer where the job's steps or saves need it; 0: not watched; under srifty launch its own flag)",
     )
     p.add_argument(

@@ -46,10 +46,11 @@ class NodeAlive:
         self._step = step
         self._write(now, over=False)
 
-    def sign(self, now: float | None = None) -> None:
-        """A sign of life between steps (a validation batch, a save): counted once the job has stepped."""
+    def sign(self, now: float | None = None, *, force: bool = False) -> None:
+        """A sign of life between steps (a validation batch; a save, ``force``: written whatever the last write's
+        time, since a save is where a long silence begins): counted once the job has stepped."""
         if self._first is not None:
-            self._write(time.monotonic() if now is None else now, over=False)
+            self._write(time.monotonic() if now is None else now, over=False, force=force)
 
     def over(self) -> None:
         """Training has ended: what runs until the process exits (an export, an upload) is not a hang."""

@@ -123,11 +123,11 @@ class SignsOfLife(Callback):
             self._node = NodeAlive.from_env()
         return self._node
 
-    def _alive(self, trainer: pl.Trainer) -> None:
+    def _alive(self, trainer: pl.Trainer, *, save: bool = False) -> None:
         if not self._inactive and self.watch is not None and trainer.is_global_zero:
             self.watch.note_active(time.time())
         if (node := self._on_node(trainer)) is not None:
-            node.sign()
+            node.sign(force=save)  # a save's always written: the silence it may start counts from it
 
     def _stepped(self, trainer: pl.Trainer, step_end: float) -> None:
         """A step ended: rank 0's report to the launcher, and the node's alive file."""
@@ -143,7 +143,7 @@ class SignsOfLife(Callback):
         self._alive(trainer)
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: Any) -> None:
-        self._alive(trainer)  # a full save's (ModelCheckpoint's too), its state gathered: the write gets a whole limit
+        self._alive(trainer, save=True)  # a full save's (ModelCheckpoint's too), state gathered: the write, a limit
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._alive(trainer)
@@ -395,7 +395,7 @@ class SpotPreemption(SignsOfLife):
             # notice or SIGTERM on this rank: the leave below comes first, within its window
             self.save(trainer, reason="periodic", deadline_s=self.periodic_deadline_s, interrupt=self._stop)
             self.writer.prune(trainer)
-            self._alive(trainer)  # a long save is not a hang to the launcher's stall watch
+            self._alive(trainer, save=True)  # a long save is not a hang to the launcher's stall watch
             stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
             if not stop:
                 return

@@ -800,6 +800,12 @@ def test_a_job_leaving_on_a_notice_marks_its_node(tmp_path, monkeypatch) -> None
 
 RENDEZVOUS_AWS = """#!/bin/bash
 echo "$*" >>"$FAKE_DIR/aws.log"
+if [[ "$*" == *"/life/"* && -e "$FAKE_DIR/life.json" ]]; then  # the fleet's life record, when a test gives one
+  case "$1 $2" in
+    "s3 ls") echo "2026-12-03 00:00:00        80 $(basename "$3")"; exit 0 ;;
+    "s3 cp") if [ "$4" = - ]; then cat "$FAKE_DIR/life.json"; exit 0; fi ;;
+  esac
+fi
 case "$1 $2" in
   "ec2 describe-instances")  # $FAKE_DIR/live once the job has changed what EC2 lists
     if [ -e "$FAKE_DIR/live" ]; then cat "$FAKE_DIR/live"
@@ -1373,6 +1379,9 @@ def _one_node_job(tmp_path: Path, tf_env, extra: dict[str, str], earlier: dict |
     if earlier is not None:
         (tmp_path / "exited").mkdir()
         (tmp_path / "exited" / f"{earlier['instance_id']}.json").write_text(json.dumps(earlier))
+        # the fleet's life, born an hour ago (the earlier node's), for this node to read
+        life = {"fleet": "one", "born_unix": int(time.time()) - 3600, "born_by": "i-0first", "ended_unix": None}
+        (tmp_path / "life.json").write_text(json.dumps(life))
     script = render(tf_env, tmp_path / "console", template_values(name="one", stall_s=2))
     fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": ALIVE_TORCHRUN, "shutdown": "#!/bin/bash\n"}
     started = time.monotonic()
@@ -1397,30 +1406,37 @@ def test_a_job_that_trained_and_then_hung_is_killed_and_its_node_replaced(tf_env
 
 
 @pytest.mark.parametrize(
-    ("earlier_step", "alive", "again"),
+    ("earlier_step", "alive", "again", "record"),
     [
-        (15, "12 0.500 0", True),  # resumed from a checkpoint before 15, hung at 12
-        (9, "12 0.500 0", True),  # 3 steps past 9: within the 5 s of steps the alive file may lag by (steps of 0.5 s)
-        (9, "400 0.500 0", False),  # far past the earlier hang: a machine's again
-        (9, "12 - 0", False),  # one step measured: no lag to allow for
+        (15, "12 0.500 0", True, {}),  # resumed before 15, hung at 12: 3 steps apart, within the file's lag (11)
+        (9, "12 0.500 0", True, {}),  # 3 steps past 9: the same
+        (9, "400 0.500 0", False, {}),  # far past the earlier hang: a machine's again
+        (400, "12 0.500 0", False, {}),  # far before it (a review: once any hang before it ended the fleet)
+        (12, "12 - 0", True, {}),  # one step measured: no lag, the same step
+        (9, "12 - 0", False, {}),  # one step measured, another step
+        (12, "12 0.500 0", False, {"gpu_fault": "logged Xid (x): 79"}),  # that hang was its GPUs' (a review)
+        (12, "12 0.500 0", False, {"unix": 1}),  # of an earlier life of the fleet (a review)
     ],
-    ids=["before-it", "within-the-files-lag", "past-it", "no-step-time"],
-)
-def test_a_job_that_hangs_again_before_passing_its_last_hang_ends_the_fleet(
-    tf_env, tmp_path, earlier_step, alive, again
+    ids=["before-it", "within-the-files-lag", "past-it", "far-before-it", "no-step-time-same", "no-step-time-other",
+         "its-gpus-fault", "an-earlier-life"],
+)  # fmt: skip
+def test_a_job_that_hangs_again_where_it_hung_before_ends_the_fleet(
+    tf_env, tmp_path, earlier_step, alive, again, record
 ) -> None:
-    """An earlier node's job hung; the replacement resumed from a checkpoint before that and hangs again before
-    passing it: the hang follows the job, not a machine (a deadlock, a data loader that never returns), and replacing
-    machines would loop until the life cap. Its exit stands and the fleet ends. A hang past the earlier one is a
-    machine's again, and the node is replaced."""
+    """An earlier node's job hung; the replacement resumed from a checkpoint before that and hangs again at the same
+    step (within the 5 s of steps the alive file may lag by): the hang follows the job, not a machine (a deadlock, a
+    data loader that never returns), and replacing machines would loop until the life cap. Its exit stands and the
+    fleet ends. A hang elsewhere, one its GPUs' fault explained, or one of an earlier life of the fleet is a
+    machine's, and the node is replaced."""
     earlier = {"instance_id": "i-0old", "exit_code": 137, "final": 75, "gpu_fault": None, "hung_step": earlier_step}
+    earlier.update({"unix": int(time.time()) - 60, **record})
     run, log, _ = _one_node_job(tmp_path, tf_env, {"FAKE_ALIVE": alive}, earlier=earlier)
     step = alive.split()[0]
     assert f"s after step {step} (its last recorded; its limit 2 s): it hangs" in log, log[-3000:]
     if again:
         assert run.returncode == 137, log[-3000:]
         assert (
-            f"srifty: the job hung again at step {step}, not past where it had hung before (i-0old's job, at step "
+            f"srifty: the job hung again at step {step}, where it had hung before (i-0old's job, at step "
             f"{earlier_step})" in log
         )
         assert not (tmp_path / "state" / "preempted").exists()
@@ -1452,8 +1468,9 @@ def test_a_job_that_shows_life_or_has_finished_training_is_not_a_hang(tf_env, tm
     [
         (75, 75, "the fleet's job hung on i-0def (no sign of life for its stall limit): this node leaves too"),
         (137, 143, "the training job exited with 143"),  # the peer found the hang the job's: the fleet ends
+        (None, 75, "the fleet's job hung on i-0def (no sign of life"),  # not said in time: a machine's (a review)
     ],
-    ids=["peer-replaced", "the-jobs-own-hang"],
+    ids=["peer-replaced", "the-jobs-own-hang", "peer-undecided"],
 )
 def test_a_job_stuck_on_a_peer_whose_job_hung_follows_the_peers_verdict(tf_env, tmp_path, final, code, says) -> None:
     """The peer's stall watch found its job hung and recorded it (its machine is up): this node's job is stuck on the
@@ -1569,6 +1586,9 @@ def test_the_hang_watch_reads_and_writes_the_fleets_records_under_the_roles_poli
     exited = "checkpoints/h-run/exited/h-run/"
     if earlier is not None:
         record = {"instance_id": "i-0old", "exit_code": 137, "final": 75, "gpu_fault": None, "hung_step": earlier}
+        record["unix"] = int(time.time()) - 60  # this life of the fleet, born an hour ago
+        life = {"fleet": "h-run", "born_unix": int(time.time()) - 3600, "born_by": "i-0first", "ended_unix": None}
+        s3.put_object(Bucket=bucket, Key="checkpoints/h-run/life/h-run.json", Body=json.dumps(life).encode())
         s3.put_object(Bucket=bucket, Key=f"{exited}i-0old.json", Body=json.dumps(record).encode())
     node = node_credentials(moto_endpoint, policy["policy"], f"hang-node-{earlier or 0}")
     listing = ("checkpoints/h-run/",)
@@ -1589,5 +1609,28 @@ def test_the_hang_watch_reads_and_writes_the_fleets_records_under_the_roles_poli
         assert (mine["final"], mine["hung_step"]) == (75, 12)
     else:
         assert run.returncode == 137, log[-3000:]
-        assert "not past where it had hung before (i-0old's job, at step 15)" in log
+        assert "where it had hung before (i-0old's job, at step 15)" in log
         assert (mine["final"], mine["hung_step"]) == (137, 12)
+
+
+# a peer goes while this node's job is silent: the peer watch stops the job (SIGTERM: it takes 6 s to leave, the alive
+# file stale all along), and the stall watch, whose limit passes meanwhile, leaves it to the peer watch
+SILENT_ON_A_LOST_PEER = """#!/bin/bash
+echo "$*" >"$FAKE_DIR/torchrun.args"
+echo "12 0.500 0" >"$SRIFTY_NODE_STATE/alive"
+printf "i-0abc\\t10.0.0.5\\n" >"$FAKE_DIR/live"
+trap 'sleep 6; exit 143' TERM
+sleep 50 &
+wait
+"""
+
+
+def test_a_silent_job_stopped_for_a_lost_peer_is_the_peers_loss_not_a_hang(tf_env, tmp_path) -> None:
+    """A review: the stall watch could kill a job the peer watch was already stopping for a lost peer (its SIGTERM
+    grace), and the node then said "hung" (and might end the fleet on an earlier hang) where a peer was lost."""
+    run, log, _ = _job_hangs(tmp_path, tf_env, {"SRIFTY_STALL_S": "3", "SRIFTY_STALL_CHECK_S": "1"},
+                             torchrun=SILENT_ON_A_LOST_PEER)  # fmt: skip
+    assert run.returncode == 75, log[-3000:]
+    assert "srifty: i-0def went away while the job ran" in log and "the fleet lost i-0def without a notice" in log
+    assert "no sign of life" not in log
+    assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["hung_step"] is None

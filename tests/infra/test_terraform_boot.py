@@ -622,7 +622,7 @@ def test_user_data_stays_small_whatever_the_options(tf_env, moto_endpoint, tmp_p
     dlami_parameters(moto_endpoint)
     plan = load_plan(ROOT / "terraform" / "examples" / "single-node-on-demand" / "plan.json")
     if variant == "default":
-        options, choice = Options(aws_endpoint=moto_endpoint, bucket="size-ckpt"), 0
+        options, choice = Options(aws_endpoint=moto_endpoint, bucket="size-ckpt", stall_timeout_s=60), 0
     else:
         plan, choice = fleet_plan(catalog, ("g5g.xlarge", "g5.xlarge"), "g5g.xlarge:1,g5.xlarge:1")
         entries = [
@@ -651,10 +651,12 @@ def test_user_data_stays_small_whatever_the_options(tf_env, moto_endpoint, tmp_p
         assert hashlib.sha256(boots[key].encode()).hexdigest() in first.decode() and "/boot/" in key
     if variant == "everything":  # what user_data would have been: past EC2's limit, refused at the apply
         assert min(len(text.encode()) for text in boots.values()) > 16_384
-    # the nodes' hang watch, through the root and the module: 20 min by default, none under srifty launch (handover
-    # and heartbeat), whose launcher watches
+    # the nodes' hang watch, through the root and the module: none under srifty launch (handover and heartbeat),
+    # whose launcher watches; never shorter than the job's grace (1 min asked for here), which bounds a save
+    grace = json.loads((infra / TFVARS).read_text())["watchdog"]["grace_s"]
+    assert grace > 60
     for text in boots.values():
-        watched = 'limit=$(awk -v s="${SRIFTY_STALL_S:-1200}"' in text
+        watched = f'limit=$(awk -v s="${{SRIFTY_STALL_S:-{grace}}}"' in text
         assert watched == (variant == "default") and ("STALLWATCH_PID=$!" in text) == watched
 
 

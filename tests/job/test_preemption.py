@@ -1035,6 +1035,10 @@ def test_the_alive_file_waits_for_the_first_step_is_throttled_and_never_fatal(tm
     assert (tmp_path / "alive").read_text() == "5 - 0\n"
     node.step(9, now=14.0)  # 4 steps in 12 s
     assert (tmp_path / "alive").read_text() == "9 3.000 0\n"
+    node.step(10, now=15.0)  # within every_s again: not written
+    assert (tmp_path / "alive").read_text() == "9 3.000 0\n"
+    node.sign(now=15.5, force=True)  # a save's start: written whatever the last write's time (a review: dropped)
+    assert (tmp_path / "alive").read_text().startswith("10 ")
     node.over()  # always written
     assert (tmp_path / "alive").read_text().endswith(" 1\n")
     NodeAlive(None).step(1)  # off a fleet: nothing, no error

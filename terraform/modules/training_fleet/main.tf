@@ -370,6 +370,9 @@ data "aws_iam_policy_document" "assume" {
 # fetches it and checks its sha256. Values reach the shell base64-encoded in single quotes (checkpoint URI, the
 # watchdog script), single-quoted word by word (argv, resume_from), or validated to a safe alphabet (name, numbers)
 locals {
+  # the nodes' hang watch: none under srifty launch (the launcher watches), never shorter than the job's grace (which
+  # bounds a save: a save that fits in it is not a hang)
+  stall_s = var.watchdog.heartbeat || var.watchdog.stall_s == 0 ? 0 : max(var.watchdog.stall_s, var.watchdog.grace_s)
   boot_scripts = { for k, g in local.groups : k => templatefile("${path.module}/templates/user_data.sh.tftpl", {
     name                 = var.name
     setup_command        = var.train.setup_command
@@ -397,7 +400,7 @@ locals {
     watchdog_interval_s  = var.watchdog.interval_s
     watchdog_grace_s     = var.watchdog.grace_s
     watchdog_max_age_s   = var.watchdog.max_age_s
-    stall_s              = var.watchdog.heartbeat ? 0 : var.watchdog.stall_s
+    stall_s              = local.stall_s
     watchdog_asg         = var.capacity.mode == "asg" ? 1 : 0
     secrets              = var.secrets
     data                 = var.data
