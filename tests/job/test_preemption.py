@@ -477,33 +477,44 @@ class _SlowValidation(TinyModel):
         return super().validation_step(batch, batch_idx)
 
 
-def test_the_progress_record_shows_a_long_validation_as_life_not_a_hang(tmp_path, monkeypatch) -> None:
-    """The launcher's stall watch takes a job whose PROGRESS.json shows neither a new step nor any other sign of life
-    for --stall-timeout-min for hung. A validation holds the step where it is for as long as it runs: the record now
-    carries the loop's last sign of life (its validation batches) and how often it is written."""
+def _fit_with_a_slow_validation(cb: SpotPreemption, sample, every_s: float) -> None:
+    """Four steps with 30 validation batches of 0.05 s after steps 2 and 4, ``sample()`` called every ``every_s`` on a
+    thread of its own meanwhile."""
     import threading
 
-    from lightning_srifty.protocol import Progress, read_record
-
-    _under_launch(monkeypatch, tmp_path, resume="")
-    seen: list[Progress] = []
     done = threading.Event()
 
-    def sample() -> None:
-        while not done.wait(0.05):
-            record = read_record(str(tmp_path), Progress, "L1")
-            if record is not None:
-                seen.append(record)
+    def loop() -> None:
+        while not done.wait(every_s):
+            sample()
 
-    sampler = threading.Thread(target=sample, daemon=True)
+    sampler = threading.Thread(target=loop, daemon=True)
     sampler.start()
-    cb = SpotPreemption(exit_process=False, handle_sigterm=False, interval_s=0.05, progress_s=0.1)
-    t = trainer([cb], max_steps=4, limit_val_batches=30, val_check_interval=2)  # 30 x 0.05 s after step 2 and 4
+    t = trainer([cb], max_steps=4, limit_val_batches=30, val_check_interval=2)
     try:
         t.fit(_SlowValidation(), train_dataloaders=loader(), val_dataloaders=loader(n=240))
     finally:
         done.set()
         sampler.join()
+
+
+def test_the_progress_record_shows_a_long_validation_as_life_not_a_hang(tmp_path, monkeypatch) -> None:
+    """The launcher's stall watch takes a job whose PROGRESS.json shows neither a new step nor any other sign of life
+    for --stall-timeout-min for hung. A validation holds the step where it is for as long as it runs: the record now
+    carries the loop's last sign of life (its validation batches) and how often it is written."""
+
+    from lightning_srifty.protocol import Progress, read_record
+
+    _under_launch(monkeypatch, tmp_path, resume="")
+    seen: list[Progress] = []
+
+    def sample() -> None:
+        record = read_record(str(tmp_path), Progress, "L1")
+        if record is not None:
+            seen.append(record)
+
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False, interval_s=0.05, progress_s=0.1)
+    _fit_with_a_slow_validation(cb, sample, every_s=0.05)
     during = [r for r in seen if r.step == 2 and r.active_unix is not None and r.unix is not None]
     assert during and max(r.active_unix - r.unix for r in during) > 0.8, [(r.step, r.unix, r.active_unix) for r in seen]
     assert {r.every_s for r in seen} == {0.1}
@@ -988,7 +999,6 @@ def test_the_nodes_alive_file_shows_steps_and_validation_as_life_and_the_end_of_
     """On a srifty fleet node (SRIFTY_NODE_STATE) each node's local rank 0 rewrites its alive file on every sign of
     life from the first step on, for the boot script's stall watch: a validation holds the step where it is and the
     file's time moves on; at the end of training it says so (what runs until the process ends is not a hang)."""
-    import threading
 
     from lightning_srifty import protocol
 
@@ -998,22 +1008,13 @@ def test_the_nodes_alive_file_shows_steps_and_validation_as_life_and_the_end_of_
     monkeypatch.setattr(protocol, "ALIVE_EVERY_S", 0.05)
     alive = state / "alive"
     seen: list[tuple[str, float]] = []
-    done = threading.Event()
 
     def sample() -> None:
-        while not done.wait(0.02):
-            with contextlib.suppress(OSError):
-                seen.append((alive.read_text(), alive.stat().st_mtime))
+        with contextlib.suppress(OSError):
+            seen.append((alive.read_text(), alive.stat().st_mtime))
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     cb = SpotPreemption(exit_process=False, handle_sigterm=False, dirpath=str(tmp_path / "ckpt"))
-    t = trainer([cb], max_steps=4, limit_val_batches=30, val_check_interval=2)  # 30 x 0.05 s after step 2 and 4
-    try:
-        t.fit(_SlowValidation(), train_dataloaders=loader(), val_dataloaders=loader(n=240))
-    finally:
-        done.set()
-        sampler.join()
+    _fit_with_a_slow_validation(cb, sample, every_s=0.02)
     steps = [line.split() for line, _ in seen]
     assert all(len(s) == 3 for s in steps) and steps[0][0] in {"1", "2"}, steps[:3]  # from the first step on
     during = [mtime for line, mtime in seen if line.split()[0] == "2" and line.split()[2] == "0"]
