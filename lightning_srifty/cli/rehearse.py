@@ -23,6 +23,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         work=Path(args.work) if args.work else None,
         data_samples=tuple(args.data_sample or ()),
         lose_node=args.lose_node,
+        hang_node=args.hang_node,
     )
     work = settings.work or Path(args.dir).resolve() / ".srifty-rehearsal"
     try:
@@ -83,6 +84,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "terminated), the other nodes leave and the group's new replacements resume from the newest periodic "
         "checkpoint (the fleet's checkpoint interval set to 5 s in the rehearsal's copy; multi-node Auto Scaling "
         "group fleets)",
+    )
+    p.add_argument(
+        "--hang-node",
+        action="store_true",
+        help="one more leg: the job's ranks on one node are frozen, the node running (a GPU that stops answering); "
+        "the boot script's hang watch (its limit set to 30 s in the nodes' environment) must find it, kill the job "
+        "and let the group's replacements resume from the newest periodic checkpoint (after --lose-node's leg, "
+        "with both; Auto Scaling group fleets whose hang watch is on)",
     )
     p.add_argument("--work", help="the rehearsal's folder: the nodes' files and logs (default DIR/.srifty-rehearsal)")
     p.add_argument("--json", action="store_true", help="the report as JSON (srifty.rehearsal/v1)")

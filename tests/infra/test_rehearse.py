@@ -63,7 +63,7 @@ def spot_root(folder: Path, catalog, **options) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # an apply, 2 + 2 + 2 nodes each installing its environment: 5-7 min alone on 2 cores
+@pytest.mark.timeout(1800)  # an apply, 4 x 2 nodes each installing its environment: 7-9 min alone on 2 cores
 def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacements(tf_env, tmp_path, catalog) -> None:
     """The Done-means of issue #35: srifty rehearse on a 2-node spot plan, from the CLI, as a user runs it on the root
     srifty terraform wrote for real AWS. Every node's user_data is the launch template's, byte-for-byte; the second
@@ -71,8 +71,11 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
     checkpoint (exit 75, status records "preempted"); the watchdog keeps them in the group, which starts two
     replacements; they resume from that checkpoint (their first step follows it). With --lose-node their c10d host is
     then lost without a notice (frozen, its instance terminated): the other node's watch sees it gone and stops its
-    stuck job, which leaves with 75, and the group's third pair resumes from the newest periodic checkpoint and leaves
-    on a second notice; all is torn down and no process of a node is left."""
+    stuck job, which leaves with 75, and the group's third pair resumes from the newest periodic checkpoint. With
+    --hang-node that pair's job then hangs (one node's ranks frozen, the node running): the boot script's hang watch
+    finds it and kills it, both nodes leave with 75, their exit records say where it hung, and the fourth pair resumes
+    from the newest periodic checkpoint and leaves on a second notice; all is torn down and no process of a node is
+    left."""
     missing = [tool for tool in walk.TOOLS if shutil.which(tool) is None]
     if missing:  # what the nodes' user_data runs; CI has them all, and there a missing one is a failure
         reason = f"srifty rehearse needs {', '.join(missing)} on PATH"
@@ -81,7 +84,8 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
         pytest.skip(reason)
     infra = spot_root(tmp_path, catalog)
     before = (infra / TFVARS).read_text()
-    code = main(["rehearse", "--dir", str(infra), "--stagger-s", "10", "--notice-after-s", "5", "--lose-node"])
+    flags = ["--stagger-s", "10", "--notice-after-s", "5", "--lose-node", "--hang-node"]
+    code = main(["rehearse", "--dir", str(infra), *flags])
     report = json.loads((infra / ".srifty-rehearsal" / "rehearsal.json").read_text())
     checks = {c["name"]: c for c in report["checks"]}
     failed = {name: c["detail"] for name, c in checks.items() if not c["ok"]}
@@ -101,7 +105,13 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
         "leg 2: status records say 75, preempted",
         "leg 2: the watchdog kept every node in its Auto Scaling group",
         "leg 3: the replacements resumed from the last periodic checkpoint",
+        "leg 3: the fleet found the hung job and killed it",
+        "leg 3: the exit records say where the job hung",
         "leg 3: every node left with exit 75",
+        "leg 3: status records say 75, preempted",
+        "leg 3: the watchdog kept every node in its Auto Scaling group",
+        "leg 4: the replacements resumed from the last periodic checkpoint",
+        "leg 4: every node left with exit 75",
         "leg 1: the jobs' outputs are beside the checkpoints",
         "leg 2: the jobs' outputs are beside the checkpoints",
         "teardown",
@@ -111,10 +121,15 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
     nodes = report["nodes"]
     # leg 2's c10d host was lost without a notice (every process killed: -9); the other node left with 75
     codes = [(n["leg"], n["exit_code"]) for n in nodes]
-    assert codes[:2] == [(1, 75), (1, 75)] and sorted(codes[2:4]) == [(2, -9), (2, 75)] and codes[4:] == [(3, 75)] * 2
-    assert len({n["instance_id"] for n in nodes}) == 6  # the replacements are new instances
+    assert codes[:2] == [(1, 75), (1, 75)] and sorted(codes[2:4]) == [(2, -9), (2, 75)]
+    assert codes[4:] == [(3, 75)] * 2 + [(4, 75)] * 2
+    assert len({n["instance_id"] for n in nodes}) == 8  # the replacements are new instances
     assert any(line.startswith("train.env SRIFTY_CHECKPOINT_EVERY_S") for line in report["changed"])
     assert any(line.startswith("watchdog.grace_s") for line in report["changed"])
+    assert any(line.startswith("the nodes' stall limit 30 s") for line in report["changed"])
+    # leg 3's hang was found by a node's stall watch (its verdict in the log), not only by a peer's
+    hung_logs = [(Path(n["work"]) / "user-data.log").read_text() for n in nodes if n["leg"] == 3]
+    assert any("): it hangs; killing it" in log for log in hung_logs), hung_logs[-1][-3000:]
     # the lost host was frozen (its connections open): the other node's watch saw it gone and stopped its job
     survivor = next(n for n in nodes if n["leg"] == 2 and n["exit_code"] == 75)
     assert "went away while the job ran" in (Path(survivor["work"]) / "user-data.log").read_text()
@@ -196,6 +211,16 @@ def test_the_rehearsal_refuses_what_it_cannot_play(tmp_path, catalog, monkeypatc
     with pytest.raises(ConfigError, match="waits for srifty launch's handover"):
         walk.rehearse(infra)
     values["train"].pop("handover")
+    # --hang-node plays the boot script's hang watch: a root with it off, or one the launcher watches, cannot play it
+    for watchdog, said in (({"stall_s": 0}, "stall_s 0, heartbeat False"), ({"heartbeat": True}, "heartbeat True")):
+        (infra / TFVARS).write_text(json.dumps({**values, "watchdog": {**values["watchdog"], **watchdog}}))
+        with pytest.raises(ConfigError, match=rf"hang_node plays the boot script's hang watch.*{said}\)"):
+            walk.rehearse(infra, walk.Settings(hang_node=True))
+    assert main(["rehearse", "--dir", str(infra), "--hang-node"]) == 2
+    assert "--stall-timeout-min 20, the default) or leave --hang-node out" in capsys.readouterr().err
+    (infra / TFVARS).write_text(json.dumps({**values, "capacity": {**values["capacity"], "mode": "fleet"}}))
+    with pytest.raises(ConfigError, match="hang_node needs a fleet in an Auto Scaling group .* mode fleet"):
+        walk.rehearse(infra, walk.Settings(hang_node=True))
     values["groups"].append({**values["groups"][0], "instance_type": "g5.2xlarge"})
     (infra / TFVARS).write_text(json.dumps(values))
     with pytest.raises(ConfigError, match="mixes 2 instance types"):

@@ -35,6 +35,7 @@ MARKS = {
     "waiting": "waiting for the fleet's",
     "rendezvous": "nodes are ready; the c10d host is",
     "exited": "srifty: the training job exited with",
+    "hung": "): it hangs; killing it",  # the stall watch's verdict
 }
 
 
@@ -54,6 +55,7 @@ class Node:
     marks: dict[str, float] = field(default_factory=dict)  # seconds after its start
     terminated: bool = False
     noticed: bool = False
+    env: dict[str, str] = field(default_factory=dict)  # more of the node's environment (the boot script's overrides)
 
     @property
     def token(self) -> str:
@@ -105,6 +107,7 @@ class Node:
                 "OMP_NUM_THREADS": "1",
                 "PIP_DISABLE_PIP_VERSION_CHECK": "1",
                 TOKEN_VARIABLE: self.token,
+                **self.env,
             }
         )
         self.started = time.monotonic()
@@ -160,6 +163,17 @@ class Node:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGSTOP)
 
+    def freeze_job(self) -> list[int]:
+        """The job's rank processes stop where they are (SIGSTOP; those torchrun started, which carry LOCAL_RANK,
+        not their own children, such as a DataLoader's workers, which see their rank gone once it is killed): a job
+        that hangs in a call that never returns, its node running. Returns their ids."""
+        job = pids_with(f"{TOKEN_VARIABLE}={self.token}") & pids_with("LOCAL_RANK=", prefix=True)
+        ranks = sorted(pid for pid in job if _parent(pid) not in job)
+        for pid in ranks:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        return ranks
+
     def power_off(self) -> None:
         """Every process of this node ends (SIGKILL, as when an instance's power goes), its metadata server too."""
         for _ in range(3):
@@ -206,19 +220,28 @@ def private_disk() -> str | None:
     return None if probe.returncode == 0 else f"unshare -m cannot mount a tmpfs: {probe.stderr.strip()[:120]}"
 
 
-def pids_with(entry: str) -> set[int]:
-    """The processes of this user whose environment holds ``entry`` (``NAME=value``)."""
-    needle = entry.encode() + b"\0"
+def pids_with(entry: str, prefix: bool = False) -> set[int]:
+    """The processes of this user whose environment holds ``entry`` (``NAME=value``; with ``prefix``, a variable
+    whose ``NAME=value`` starts with it)."""
+    needle = (b"\0" + entry.encode()) if prefix else (entry.encode() + b"\0")
     found = set()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if needle in (proc / "environ").read_bytes():
+            if needle in b"\0" + (proc / "environ").read_bytes() + b"\0":
                 found.add(int(proc.name))
         except OSError:
             pass
     return found
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of process ``pid`` (None once it has gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _script(path: Path, text: str) -> None:

@@ -8,13 +8,16 @@ step (``STARTED.json``); post a spot interruption notice to one node; see every 
 status records that say "preempted"); terminate the instances as EC2 does, so that the Auto Scaling group starts
 replacements; see the replacements boot, meet, and resume from that checkpoint (their first step follows it); post a
 second notice, and tear it all down (``terraform destroy``, every process of every node, the local AWS), whatever
-happened. Each check is reported as passed or failed with what was seen; what this machine cannot check (the real
+happened. Before that second notice, ``--lose-node`` adds a leg whose c10d host is lost without a notice
+(:func:`lose_a_node`) and ``--hang-node`` one whose job hangs (:func:`hang_a_node`), each resumed from the newest
+periodic checkpoint by the next leg. Each check is reported as passed or failed with what was seen; what this machine cannot check (the real
 driver and torch build, EFA, capacity and quotas, placement groups) is named with the reason.
 
 What is changed in the copy for the rehearsal, and only there, is listed in the report (``changed``): the AWS endpoint,
 the image (moto has no Deep Learning AMI), the placement group (moto never reports one available), the bucket policy's
 TLS rule (moto speaks plain HTTP), a network of the user's own account, the rendezvous port when this machine has it in
-use, and the node count with ``--nodes``.
+use, the node count with ``--nodes``, and with ``--lose-node`` or ``--hang-node`` the job's checkpoint interval and
+the watchdog's grace (and the nodes' stall limit, in their environment).
 """
 
 from __future__ import annotations
@@ -145,6 +148,10 @@ class Settings:
     # a third leg: the second leg's c10d host is lost without a notice, its replacements resume from the newest
     # periodic checkpoint (the copy's checkpoint interval: LOSE_EVERY_S)
     lose_node: bool = False
+    # a leg whose job hangs: one node's ranks frozen (SIGSTOP), the node itself running, as when a GPU stops
+    # answering; the boot script's stall watch (at HANG_STALL_S here) must find it, kill it and leave to be replaced,
+    # and the group's replacements resume from the newest periodic checkpoint (after the lost node's leg, with both)
+    hang_node: bool = False
 
 
 def rehearse(
@@ -304,10 +311,37 @@ def _check_settings(settings: Settings, values: dict[str, Any]) -> None:
                 count=nodes,
                 mode=mode,
             )
+    if settings.hang_node:
+        _check_hang(values)
     if values["train"].get("handover"):
         raise ConfigError(
             "this root waits for srifty launch's handover (train.handover): srifty launch brings it up and hands the "
             "job over; rehearse a root written by srifty terraform"
+        )
+
+
+def _check_hang(values: dict[str, Any]) -> None:
+    """``hang_node`` needs what finds and replaces a hung job: the boot script's stall watch (on unless the root
+    turned it off, or the launcher watches) and an Auto Scaling group to start the replacements."""
+    mode = values.get("capacity", {}).get("mode", "asg")
+    watchdog = values.get("watchdog") or {}
+    if mode != "asg":
+        raise ConfigError.between(
+            "{hang_node} needs a fleet in an Auto Scaling group (capacity mode asg), which replaces the node that "
+            "left; this one has mode {mode}: leave {hang_node} out",
+            parameter="hang_node",
+            value=True,
+            mode=mode,
+        )
+    if watchdog.get("heartbeat") or watchdog.get("stall_s", protocol.STALL_TIMEOUT_S) == 0:
+        raise ConfigError.between(
+            "{hang_node} plays the boot script's hang watch, which this root has off (watchdog.stall_s {stall}, "
+            "heartbeat {heartbeat}): write the root again with it on (srifty terraform --stall-timeout-min 20, the "
+            "default) or leave {hang_node} out",
+            parameter="hang_node",
+            value=True,
+            stall=watchdog.get("stall_s", protocol.STALL_TIMEOUT_S),
+            heartbeat=bool(watchdog.get("heartbeat")),
         )
 
 
@@ -412,7 +446,8 @@ class _Walk:
         self.credentials: dict[str, str] = {}
         self.applied = False
         self.preempted: dict[int, Any] = {}  # leg -> its Preempted record
-        self.lost: tuple[str, int] | None = None  # the newest checkpoint (its URI, step) after a node was lost
+        # the newest checkpoint (its URI, step) after a node was lost or the job hung, for the next leg's resume
+        self.lost: tuple[str, int] | None = None
 
     # --- reporting ---------------------------------------------------------------------------------------------------
 
@@ -446,11 +481,11 @@ class _Walk:
                         "an Auto Scaling group, mode asg, replaces it): the resume is not rehearsed"
                     )
                     return
-                self._replace()
-                self._leg(2, lose=self.settings.lose_node)
-                if self.settings.lose_node:
-                    self._replace(leg=3)
-                    self._leg(3)
+                # the replacements' legs: a node lost (--lose-node), a job that hangs (--hang-node), then a notice
+                events = [e for e, on in (("lose", self.settings.lose_node), ("hang", self.settings.hang_node)) if on]
+                for leg, event in enumerate([*events, "notice"], start=2):
+                    self._replace(leg=leg)
+                    self._leg(leg, event=event)
             finally:
                 self._tear_down()
 
@@ -459,6 +494,13 @@ class _Walk:
         assert self.aws is not None
         copy_root_module(self.root, self.infra, self.work)
         point_at_local_aws(self.infra, self.aws, self.settings, self.report.changed)
+        if self.settings.hang_node:
+            self.report.changed.append(
+                f"the nodes' stall limit {HANG_STALL_S} s, looked at every {HANG_CHECK_S} s (SRIFTY_STALL_S, "
+                f"SRIFTY_STALL_CHECK_S in their environment; the module's watchdog.stall_s is "
+                f"{self.values.get('watchdog', {}).get('stall_s', protocol.STALL_TIMEOUT_S)} s, looked at every 15 s; "
+                "--hang-node: a hang found within a minute)"
+            )
         started = time.monotonic()
         self.say(f"terraform apply of {self.infra} against the local AWS at {self.aws.url}")
         outputs = apply(self.infra, yes=True, echo=lambda line: None, check=False)["fleet"]
@@ -512,6 +554,7 @@ class _Walk:
                 work=self.work / f"node{len(self.nodes) + 1}",
                 user_data=user_data,
                 market=_market(instance, markets),
+                env=_stall_env(self.settings),
             )
             self.nodes.append(node)
             if k:
@@ -581,9 +624,10 @@ class _Walk:
         assert self.aws is not None
         return read_record(self.aws.client("s3"), self.bucket, self.prefix, cls, after_unix, stamp)
 
-    def _leg(self, leg: int, lose: bool = False) -> None:
-        """The leg's nodes train, one gets a spot notice, all leave with a checkpoint; with ``lose``, the leg's c10d
-        host is lost without a notice instead (:func:`lose_a_node`)."""
+    def _leg(self, leg: int, event: str = "notice") -> None:
+        """The leg's nodes train, one gets a spot notice, all leave with a checkpoint; with ``event`` "lose" the
+        leg's c10d host is lost without a notice instead (:func:`lose_a_node`), with "hang" one node's job hangs
+        (:func:`hang_a_node`)."""
 
         nodes = [n for n in self.nodes if n.leg == leg]
         since = time.time() - 1
@@ -608,8 +652,8 @@ class _Walk:
                 + ": give it more steps, or a shorter notice_after_s (srifty rehearse --notice-after-s)",
                 next(n for n in nodes if n.exit_code is not None),
             )
-        if lose:
-            self.lost = lose_a_node(self, leg, nodes, started)
+        if event in ("lose", "hang"):
+            self.lost = (lose_a_node if event == "lose" else hang_a_node)(self, leg, nodes, started)
             return
         target = nodes[-1]  # not the first ready: the notice reaches the others through the job
         noticed = time.time()
@@ -861,8 +905,8 @@ def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: 
     _sample_data(values, aws, _data_samples(settings, values), changed)
     train = values["train"]
     changed += _train_here(train, settings)
-    if settings.lose_node:
-        changed.append(_shorter_grace(values))
+    if settings.lose_node or settings.hang_node:
+        changed.append(_shorter_grace(values, settings))
     if settings.nodes is not None:
         (group,) = values["groups"]
         planned = group["on_demand"] + group["spot"]
@@ -885,28 +929,45 @@ def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: 
 
 def _train_here(train: dict[str, Any], settings: Settings) -> list[str]:
     """The job's settings changed for this machine: another rendezvous port where this one is in use, and with
-    ``lose_node`` a periodic checkpoint every few steps, for the lost node's replacements to resume from. What
+    ``lose_node`` or ``hang_node`` a periodic checkpoint every few steps, for the replacements to resume from. What
     changed, for the report."""
     changed = []
     port = int(train.get("rdzv_port") or 29400)
     if not port_free(port):
         train["rdzv_port"] = free_port()
         changed.append(f"train.rdzv_port {port} (in use here): {train['rdzv_port']}")
-    if settings.lose_node:
+    if settings.lose_node or settings.hang_node:
         every = protocol.VARIABLES["checkpoint_every_s"]
         was = (train.get("env") or {}).get(every, "none")
         train.setdefault("env", {})[every] = str(LOSE_EVERY_S)
-        changed.append(f"train.env {every} {was}: {LOSE_EVERY_S} (--lose-node: a periodic checkpoint to resume from)")
+        why = _flags(settings)
+        changed.append(f"train.env {every} {was}: {LOSE_EVERY_S} ({why}: a periodic checkpoint to resume from)")
     return changed
 
 
-def _shorter_grace(values: dict[str, Any]) -> str:
-    """``lose_node``: the watchdog's grace (the job's, after a SIGTERM) at LOSE_GRACE_S, so that a job stuck on the
-    lost node is killed within a minute here; what changed, for the report."""
+def _shorter_grace(values: dict[str, Any], settings: Settings) -> str:
+    """``lose_node`` or ``hang_node``: the watchdog's grace (the job's, after a SIGTERM) at LOSE_GRACE_S, so that a
+    job stuck on a lost node or on a hung peer is killed within a minute here; what changed, for the report."""
     watchdog = values.setdefault("watchdog", {})
     was = watchdog.get("grace_s", 120)
     watchdog["grace_s"] = min(int(was), LOSE_GRACE_S)
-    return f"watchdog.grace_s {was}: {watchdog['grace_s']} (--lose-node: a job stuck on the lost node is killed sooner)"
+    return (
+        f"watchdog.grace_s {was}: {watchdog['grace_s']} ({_flags(settings)}: a job stuck on a lost node or a hung "
+        "peer is killed sooner)"
+    )
+
+
+def _stall_env(settings: Settings) -> dict[str, str]:
+    """The nodes' stall limit and its look's period with ``hang_node`` (the boot script's overrides for tests): a
+    hang found within a minute, not the module's 20."""
+    if not settings.hang_node:
+        return {}
+    return {"SRIFTY_STALL_S": str(HANG_STALL_S), "SRIFTY_STALL_CHECK_S": str(HANG_CHECK_S)}
+
+
+def _flags(settings: Settings) -> str:
+    """The flags that asked for a change of the copy, as the report names them."""
+    return " and ".join(f for f, on in (("--lose-node", settings.lose_node), ("--hang-node", settings.hang_node)) if on)
 
 
 def _batch_for_nodes(train: dict[str, Any], ranks: int) -> list[str]:
@@ -1073,6 +1134,77 @@ def lose_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple
 
 LOSE_EVERY_S = 5  # the rehearsal copy's checkpoint interval with lose_node: a periodic checkpoint every few steps
 LOSE_GRACE_S = 20  # and its watchdog's grace: the kill of a job stuck on the lost node comes after it and 30 s
+HANG_STALL_S = 30  # with hang_node, the nodes' stall limit (the module's is 20 min) and the period of its looks
+HANG_CHECK_S = 2
+HANG_LEAVE_S = 300  # the hang's leg: the limit, a peer's grace and the nodes' verdicts, well within this
+
+
+def hang_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple[str, int]:
+    """One node's job hangs once a periodic checkpoint of this leg is in the bucket: the ranks of its last node
+    frozen (SIGSTOP), the node itself (its boot script, watches and torchrun's agent) running, as when a GPU stops
+    answering with no fault the driver logs. The others' ranks wait in the step's collective. The boot script's
+    stall watch must find it (on that node, or on a peer whose own job stopped with it), kill the job, and every node
+    leave as on a notice (exit 75, kept in the group), its exit record saying where the job hung; the group's
+    replacements resume from the newest checkpoint. Returns it (its URI, step), read once the nodes have left."""
+    assert walk.aws is not None
+    s3 = walk.aws.client("s3")
+    what = f"leg {leg}: a periodic checkpoint"
+    newest = walk._wait(lambda: newest_checkpoint(s3, walk.bucket, walk.prefix, started.step), 120, what, watch=nodes)
+    if newest is None:
+        raise walk.fail(what, f"none after step {started.step} within 120 s (every {LOSE_EVERY_S} s here)", nodes[0])
+    target = nodes[-1]
+    ranks = target.freeze_job()
+    frozen = time.monotonic()
+    if not ranks:
+        raise walk.fail(f"leg {leg}: a job that hangs", f"node {target.index} runs no rank of the job to hang", target)
+    walk.say(
+        f"leg {leg}: node {target.index} ({target.instance_id})'s job hangs: its {len(ranks)} rank process(es) frozen "
+        "(SIGSTOP), the node, its watches and torchrun's agent running, as when a GPU stops answering"
+    )
+    walk._wait(lambda: all(n.exit_code is not None for n in nodes), HANG_LEAVE_S, f"leg {leg}: the nodes leave")
+    left = [pid for pid in ranks if _alive(pid)]
+    found = {n.index: n.started + n.marks["hung"] - frozen for n in nodes if "hung" in n.marks}
+    walk.check(
+        f"leg {leg}: the fleet found the hung job and killed it",
+        bool(found) and not left,
+        (
+            ", ".join(f"node {i} found it {t:.1f} s after the freeze" for i, t in sorted(found.items()))
+            + f" (its limit {HANG_STALL_S} s from the last sign of life, looked at every {HANG_CHECK_S} s); "
+            + (f"frozen rank(s) {left} still running" if left else f"the {len(ranks)} frozen rank(s) killed")
+        )
+        if found
+        else 'no node said the job hangs ("it hangs; killing it" in none of the logs)',
+    )
+    records = exit_records(s3, walk.bucket, walk.prefix, walk.values["name"], nodes)
+    hung = {i: r.get("hung_step") for i, r in records.items() if r.get("hung_step") is not None}
+    steps = ", ".join(sorted({str(v) for v in hung.values()}, key=lambda v: (len(v), v)))
+    walk.check(
+        f"leg {leg}: the exit records say where the job hung",
+        bool(hung) and all(isinstance(v, int) and v >= started.step for v in hung.values()),
+        f"hung_step {steps or 'none'} in {len(hung)} of {len(nodes)} record(s) (the last step the job's alive file recorded; "
+        f"the leg's first step was {started.step}, its newest checkpoint step {newest[1]})",
+    )
+    check_left(walk, leg, nodes)
+    return newest_checkpoint(s3, walk.bucket, walk.prefix, None) or newest
+
+
+def exit_records(s3: Any, bucket: str, prefix: str, fleet: str, nodes: list[Node]) -> dict[str, dict[str, Any]]:
+    """Each node's exit record (``exited/<fleet>/<instance id>.json`` beside the checkpoints), by instance id; a
+    node without one is left out."""
+    found = {}
+    for node in nodes:
+        with contextlib.suppress(Exception):
+            body = s3.get_object(Bucket=bucket, Key=f"{prefix}exited/{fleet}/{node.instance_id}.json")["Body"].read()
+            found[node.instance_id] = json.loads(body)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, reaped by no one yet, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def newest_checkpoint(s3: Any, bucket: str, prefix: str, after_step: int | None) -> tuple[str, int] | None:
@@ -1113,7 +1245,7 @@ def lost_resume_findings(
     named = started.resumed_from == uri or any(uri in text for text in logs)
     return [
         (f"leg {leg}: the replacements resumed from the last periodic checkpoint", ok and named,
-         f"first step {first} after {uri} (step {step}), the newest once the other nodes had left"),
+         f"first step {first} after {uri} (step {step}), the newest once the nodes had left"),
     ]  # fmt: skip
 
 
