@@ -10,8 +10,9 @@ replacements; see the replacements boot, meet, and resume from that checkpoint (
 second notice, and tear it all down (``terraform destroy``, every process of every node, the local AWS), whatever
 happened. Before that second notice, ``--lose-node`` adds a leg whose c10d host is lost without a notice
 (:func:`lose_a_node`) and ``--hang-node`` one whose job hangs (:func:`hang_a_node`), each resumed from the newest
-periodic checkpoint by the next leg. Each check is reported as passed or failed with what was seen; what this machine cannot check (the real
-driver and torch build, EFA, capacity and quotas, placement groups) is named with the reason.
+periodic checkpoint by the next leg. Each check is reported as passed or failed with what was seen; what this
+machine cannot check (the real driver and torch build, EFA, capacity and quotas, placement groups) is named with the
+reason.
 
 What is changed in the copy for the rehearsal, and only there, is listed in the report (``changed``): the AWS endpoint,
 the image (moto has no Deep Learning AMI), the placement group (moto never reports one available), the bucket policy's
@@ -1181,8 +1182,8 @@ def hang_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple
     walk.check(
         f"leg {leg}: the exit records say where the job hung",
         bool(hung) and all(isinstance(v, int) and v >= started.step for v in hung.values()),
-        f"hung_step {steps or 'none'} in {len(hung)} of {len(nodes)} record(s) (the last step the job's alive file recorded; "
-        f"the leg's first step was {started.step}, its newest checkpoint step {newest[1]})",
+        f"hung_step {steps or 'none'} in {len(hung)} of {len(nodes)} record(s) (the last step the job's alive file "
+        f"recorded; the leg's first step was {started.step}, its newest checkpoint step {newest[1]})",
     )
     check_left(walk, leg, nodes)
     return newest_checkpoint(s3, walk.bucket, walk.prefix, None) or newest
