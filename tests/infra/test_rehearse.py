@@ -3,12 +3,14 @@ instance role's policy enforced, the AWS-rules proxy) to the first steps, a spot
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 
@@ -576,3 +578,70 @@ def test_the_lost_node_is_the_c10d_host_the_nodes_named(tmp_path) -> None:
     for node in nodes:
         node.log_path.write_text(line)
     assert walk.c10d_host(nodes).instance_id == "i-0bbb"
+
+
+def test_the_hung_job_is_its_ranks_frozen_not_the_node_nor_the_ranks_children(tmp_path) -> None:
+    """--hang-node freezes the processes torchrun started (they carry LOCAL_RANK) and nothing else of the node: not
+    the agent and boot script that must find the hang, not a rank's own children (a DataLoader's workers, which end
+    once their rank is killed), not another node's ranks. A killed rank that no one has reaped yet is not running."""
+    from lightning_srifty.provision.rehearsal.node import Node
+
+    node = Node("i-0hang", "g5.xlarge", 2, 1, tmp_path, "", "spot")
+    other = Node("i-0other", "g5.xlarge", 2, 2, tmp_path / "other", "", "spot")
+    sleep = "import time; time.sleep(60)"
+    rank_code = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {sleep!r}]); {sleep}"
+    started: list[subprocess.Popen[bytes]] = []
+    children: list[int] = []
+
+    def start(who: Node, rank: bool, code: str = sleep) -> subprocess.Popen[bytes]:
+        env = {**os.environ, TOKEN_VARIABLE: who.token}
+        env.pop("LOCAL_RANK", None)
+        if rank:
+            env["LOCAL_RANK"] = "0"
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+        started.append(proc)
+        return proc
+
+    agent, rank, theirs = start(node, False), start(node, True, rank_code), start(other, True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not _children(rank.pid):
+            time.sleep(0.1)
+        children = _children(rank.pid)
+        assert children, "the rank's child did not start"
+        assert node.freeze_job() == [rank.pid]
+        deadline = time.monotonic() + 10  # a signal is delivered when the process is next scheduled
+        while time.monotonic() < deadline and _state(rank.pid) != "T":
+            time.sleep(0.05)
+        assert _state(rank.pid) == "T"
+        assert all(_state(pid) not in ("T", "") for pid in (agent.pid, theirs.pid, *children))
+        rank.kill()  # killed, not yet reaped: a zombie
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and walk._alive(rank.pid):
+            time.sleep(0.05)
+        assert not walk._alive(rank.pid) and walk._alive(agent.pid)
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+
+
+def _state(pid: int) -> str:
+    """Process ``pid``'s state letter (T: stopped), or "" once it has gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
