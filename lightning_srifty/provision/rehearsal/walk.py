@@ -653,39 +653,10 @@ class _Walk:
                 + ": give it more steps, or a shorter notice_after_s (srifty rehearse --notice-after-s)",
                 next(n for n in nodes if n.exit_code is not None),
             )
-        if event in ("lose", "hang"):
+        if event == "notice":
+            self.preempted[leg] = notice_a_node(self, leg, nodes)
+        else:
             self.lost = (lose_a_node if event == "lose" else hang_a_node)(self, leg, nodes, started)
-            return
-        target = nodes[-1]  # not the first ready: the notice reaches the others through the job
-        noticed = time.time()
-        target.notice()
-        self.say(f"leg {leg}: spot interruption notice to node {target.index} ({target.instance_id})")
-        preempted = self._wait(
-            lambda: (
-                self._record(protocol.Preempted, noticed - 1, "durable_unix")
-                or self._record(protocol.Finished, 0, "step")
-            ),
-            300,
-            f"leg {leg}: the checkpoint on the notice",
-        )
-        if isinstance(preempted, protocol.Finished):  # its last steps outran the notice's watcher (a new user's walk)
-            raise self.fail(
-                f"leg {leg}: checkpoint on the notice",
-                f"the job finished (step {preempted.step}) before it acted on the notice: give it more steps (the "
-                "train command's own option), or a shorter notice_after_s (srifty rehearse --notice-after-s)",
-                target,
-            )
-        if preempted is None:
-            raise self.fail(f"leg {leg}: checkpoint on the notice", "no PREEMPTED.json within 300 s", target)
-        self.check(
-            f"leg {leg}: checkpoint on the notice",
-            bool(preempted.checkpoint) and preempted.stored == "durable",
-            f"step {preempted.step}, {preempted.checkpoint}, durable {preempted.notice_to_durable_s:.2f} s after "
-            f"the notice ({preempted.stored})",
-        )
-        self._wait(lambda: all(n.exit_code is not None for n in nodes), 300, f"leg {leg}: the nodes leave")
-        check_left(self, leg, nodes)
-        self.preempted[leg] = preempted
 
     def _replace(self, leg: int = 2) -> None:
         """The group starts replacements for the instances that shut down; the rehearsal plays them."""
@@ -1096,6 +1067,40 @@ def check_left(walk: _Walk, leg: int, nodes: list[Node], who: str = "every node"
             len(stayed) == len(nodes),
             f"{len(stayed)} of {len(nodes)} stayed (a preempted node leaves its place to a replacement)",
         )
+
+
+def notice_a_node(walk: _Walk, leg: int, nodes: list[Node]) -> Any:
+    """A spot interruption notice to the leg's last node: the job must write its checkpoint (``PREEMPTED.json``,
+    durable) and every node leave with 75, kept in its group (:func:`check_left`). Returns the job's record."""
+    target = nodes[-1]  # not the first ready: the notice reaches the others through the job
+    noticed = time.time()
+    target.notice()
+    walk.say(f"leg {leg}: spot interruption notice to node {target.index} ({target.instance_id})")
+    preempted = walk._wait(
+        lambda: (
+            walk._record(protocol.Preempted, noticed - 1, "durable_unix") or walk._record(protocol.Finished, 0, "step")
+        ),
+        300,
+        f"leg {leg}: the checkpoint on the notice",
+    )
+    if isinstance(preempted, protocol.Finished):  # its last steps outran the notice's watcher (a new user's walk)
+        raise walk.fail(
+            f"leg {leg}: checkpoint on the notice",
+            f"the job finished (step {preempted.step}) before it acted on the notice: give it more steps (the "
+            "train command's own option), or a shorter notice_after_s (srifty rehearse --notice-after-s)",
+            target,
+        )
+    if preempted is None:
+        raise walk.fail(f"leg {leg}: checkpoint on the notice", "no PREEMPTED.json within 300 s", target)
+    walk.check(
+        f"leg {leg}: checkpoint on the notice",
+        bool(preempted.checkpoint) and preempted.stored == "durable",
+        f"step {preempted.step}, {preempted.checkpoint}, durable {preempted.notice_to_durable_s:.2f} s after "
+        f"the notice ({preempted.stored})",
+    )
+    walk._wait(lambda: all(n.exit_code is not None for n in nodes), 300, f"leg {leg}: the nodes leave")
+    check_left(walk, leg, nodes)
+    return preempted
 
 
 def lose_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple[str, int]:
