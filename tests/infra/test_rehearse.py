@@ -219,7 +219,7 @@ def test_the_rehearsal_refuses_what_it_cannot_play(tmp_path, catalog, monkeypatc
         with pytest.raises(ConfigError, match=rf"hang_node plays the boot script's hang watch.*{said}\)"):
             walk.rehearse(infra, walk.Settings(hang_node=True))
     assert main(["rehearse", "--dir", str(infra), "--hang-node"]) == 2
-    assert "--stall-timeout-min 20, the default) or leave --hang-node out" in capsys.readouterr().err
+    assert "20 minutes by default, and no handover) or leave --hang-node out" in capsys.readouterr().err
     (infra / TFVARS).write_text(json.dumps({**values, "capacity": {**values["capacity"], "mode": "fleet"}}))
     with pytest.raises(ConfigError, match=r"hang_node needs a fleet in an Auto Scaling group .* mode fleet"):
         walk.rehearse(infra, walk.Settings(hang_node=True))

@@ -337,8 +337,8 @@ def _check_hang(values: dict[str, Any]) -> None:
     if watchdog.get("heartbeat") or watchdog.get("stall_s", protocol.STALL_TIMEOUT_S) == 0:
         raise ConfigError.between(
             "{hang_node} plays the boot script's hang watch, which this root has off (watchdog.stall_s {stall}, "
-            "heartbeat {heartbeat}): write the root again with it on (srifty terraform --stall-timeout-min 20, the "
-            "default) or leave {hang_node} out",
+            "heartbeat {heartbeat}): write the root again with it on (srifty terraform's stall timeout, 20 minutes by "
+            "default, and no handover) or leave {hang_node} out",
             parameter="hang_node",
             value=True,
             stall=watchdog.get("stall_s", protocol.STALL_TIMEOUT_S),
