@@ -1103,6 +1103,18 @@ def notice_a_node(walk: _Walk, leg: int, nodes: list[Node]) -> Any:
     return preempted
 
 
+def periodic_checkpoint(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple[str, int]:
+    """The leg's first periodic checkpoint past its first step (its URI, step), waited for (at most 120 s): what the
+    next leg resumes from when no notice's checkpoint comes."""
+    assert walk.aws is not None
+    s3 = walk.aws.client("s3")
+    what = f"leg {leg}: a periodic checkpoint"
+    newest = walk._wait(lambda: newest_checkpoint(s3, walk.bucket, walk.prefix, started.step), 120, what, watch=nodes)
+    if newest is None:
+        raise walk.fail(what, f"none after step {started.step} within 120 s (every {LOSE_EVERY_S} s here)", nodes[0])
+    return newest
+
+
 def lose_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple[str, int]:
     """The leg's c10d host (its first ready node) is lost without a notice, once a periodic checkpoint of this leg is
     in the bucket: every process of it frozen (SIGSTOP: its connections stay open, as a vanished machine's, so the
@@ -1111,10 +1123,7 @@ def lose_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple
     group's replacements resume from the newest checkpoint. Returns it (its URI, step), read once they have left."""
     assert walk.aws is not None
     s3 = walk.aws.client("s3")
-    what = f"leg {leg}: a periodic checkpoint"
-    newest = walk._wait(lambda: newest_checkpoint(s3, walk.bucket, walk.prefix, started.step), 120, what, watch=nodes)
-    if newest is None:
-        raise walk.fail(what, f"none after step {started.step} within 120 s (every {LOSE_EVERY_S} s here)", nodes[0])
+    newest = periodic_checkpoint(walk, leg, nodes, started)
     host = c10d_host(nodes)
     host.freeze()
     host.terminated = True
@@ -1154,10 +1163,7 @@ def hang_a_node(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple
     replacements resume from the newest checkpoint. Returns it (its URI, step), read once the nodes have left."""
     assert walk.aws is not None
     s3 = walk.aws.client("s3")
-    what = f"leg {leg}: a periodic checkpoint"
-    newest = walk._wait(lambda: newest_checkpoint(s3, walk.bucket, walk.prefix, started.step), 120, what, watch=nodes)
-    if newest is None:
-        raise walk.fail(what, f"none after step {started.step} within 120 s (every {LOSE_EVERY_S} s here)", nodes[0])
+    newest = periodic_checkpoint(walk, leg, nodes, started)
     target = nodes[-1]
     ranks = target.freeze_job()
     frozen = time.monotonic()
