@@ -5,7 +5,8 @@
   the code snapshot, else in the folder the check runs in), not another one's plan.
 - **script**: the training script is in the code snapshot, and every module it imports resolves in the environment
   the nodes install (the standard library, the code itself, torch / lightning / lightning-srifty and what they
-  depend on, the requirements file).
+  depend on, the requirements file), and so does every module the project's own modules it imports import in turn
+  (:mod:`lightning_srifty.provision.script_imports`).
 - **device**: the script does not pin its Trainer (or Fabric) to the CPU, as a script profiled on a laptop often does
   (``accelerator="cpu"``: the fleet's GPUs would sit idle), nor defaults an ``--accelerator`` flag to it that the
   train command leaves unset.
@@ -54,11 +55,18 @@ from lightning_srifty.provision.aws import (
     plain_http_upload,
     why,
 )
+from lightning_srifty.provision.script_imports import Needed, ProjectImports, project_imports
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, tag_value, terraform_root
 from lightning_srifty.provision.terraform.glue import command_glue
-from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
+from lightning_srifty.provision.terraform.snapshot import (
+    ENVIRONMENT_FILE,
+    Snapshot,
+    load_snapshot,
+    read_member,
+    read_members,
+)
 from predictor.catalog.catalog import Catalog
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, ProvisionError
@@ -161,86 +169,6 @@ def _on_demand_key(cls: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 # The script and its imports (no AWS)
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-def imported_modules(source: str) -> dict[str, bool]:
-    """Top-level names of the absolute imports in ``source`` (``import a.b`` -> a; relative imports left out), each
-    with whether the script runs without it: True when every import of the name is guarded by a ``try`` whose
-    handlers take an ``ImportError`` (``ModuleNotFoundError``, ``Exception``, a bare ``except``), the way optional
-    loggers and accelerators are imported. Imports under ``if TYPE_CHECKING:`` never run and are left out."""
-    tree = ast.parse(source)
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    optional: dict[str, bool] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name.split(".")[0] for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module.split(".")[0]]
-        else:
-            continue
-        guard = _import_guard(node, parents)
-        if guard == "never":
-            continue
-        for name in names:
-            optional[name] = optional.get(name, True) and guard == "optional"
-    return optional
-
-
-_CATCHES_IMPORT_ERROR = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
-# try, and try with except* (Python 3.11+)
-TRIES: tuple[type, ...] = tuple(t for t in (getattr(ast, name, None) for name in ("Try", "TryStar")) if t)
-
-
-def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
-    """``never`` (under ``if TYPE_CHECKING:``, wherever in its ancestors), ``optional`` (in the body of a ``try``
-    whose handler takes an ImportError and goes on: a handler that raises or exits makes the import required, with a
-    message) or ``required``. A function's body runs later, outside the ``try`` around its ``def``: the walk for the
-    ``try`` stops there."""
-    guard, child, in_function = "required", node, False
-    while child in parents:
-        parent = parents[child]
-        if isinstance(parent, ast.If) and child in parent.body and _names_type_checking(parent.test):
-            return "never"
-        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            in_function = True
-        if not in_function and _guards(parent, child):
-            guard = "optional"
-        child = parent
-    return guard
-
-
-def _guards(parent: ast.AST, child: ast.AST) -> bool:
-    """``child`` is in the body of the ``try`` ``parent``, one of whose handlers takes an ImportError and goes on."""
-    tried: Any = parent
-    return isinstance(parent, TRIES) and child in tried.body and any(_catches_import_error(h) for h in tried.handlers)
-
-
-def _names_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _catches_import_error(handler: ast.ExceptHandler) -> bool:
-    """The handler takes an ImportError and lets the script go on (its last statement neither raises nor exits)."""
-    last = handler.body[-1] if handler.body else None
-    if isinstance(last, ast.Raise) or (
-        isinstance(last, ast.Expr)
-        and isinstance(last.value, ast.Call)
-        and (
-            (isinstance(last.value.func, ast.Name) and last.value.func.id in ("exit", "quit"))
-            or (isinstance(last.value.func, ast.Attribute) and last.value.func.attr in ("exit", "_exit"))
-        )
-    ):
-        return False
-    if handler.type is None:
-        return True
-    caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return any(
-        (isinstance(c, ast.Name) and c.id in _CATCHES_IMPORT_ERROR)
-        or (isinstance(c, ast.Attribute) and c.attr in _CATCHES_IMPORT_ERROR)
-        for c in caught
-    )
 
 
 # what a --setup-command that installs packages says (pip install, uv pip, conda, apt-get...): only such a command
@@ -443,22 +371,24 @@ def check_imports(
             )
         ]
     source = read_member(snapshot, script).decode(errors="replace")
-    try:
-        names = imported_modules(source)
-    except SyntaxError as exc:
-        return [Finding("script", "fail", f"{script} does not parse: {exc}", "fix the syntax error before paying")]
+    sources = read_members(snapshot, [f for f in snapshot.files if f.endswith(".py")])
+    found = project_imports(snapshot.files, lambda f: sources[f].decode(errors="replace"), script, argv[0] == "-m")
+    if script in found.unparsed:
+        error = found.unparsed[script][0]
+        return [Finding("script", "fail", f"{script} does not parse: {error}", "fix the syntax error before paying")]
     findings = [
         Finding("script", "ok", f"{script} is in the code snapshot"),
-        *_import_findings(snapshot, script, names, setup_command, image),
+        *_import_findings(snapshot, script, found, setup_command, image),
     ]
     args = argv[2:] if argv[0] == "-m" else argv[1:]
     return [*findings, *_glue_findings(snapshot, argv, script), *check_device(script, source, args)]
 
 
 def _import_findings(
-    snapshot: Snapshot, script: str, names: dict[str, bool], setup_command: str | None, image: str | None
+    snapshot: Snapshot, script: str, found: ProjectImports, setup_command: str | None, image: str | None
 ) -> list[Finding]:
-    """The ``imports`` findings of :func:`check_imports`: what of ``names`` (name -> optional) the nodes lack."""
+    """The ``imports`` findings of :func:`check_imports`: what of the names ``found`` needs the nodes lack, and the
+    project modules on the way that do not parse."""
     env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
     requirements: set[str] = set()
     if env.get("requirements"):
@@ -466,17 +396,17 @@ def _import_findings(
     pinned = {_normal(p.split("==")[0]) for p in env.get("packages", [])}
     dists, unknown = _closure([*pinned, f"lightning-srifty[{NODE_EXTRA}]", *requirements])
     providers = importlib.metadata.packages_distributions()
-    local = {_top_name(f) for f in snapshot.files}
+    names = found.needed
     missing = []
     for name in sorted(names):
-        if name in sys.stdlib_module_names or name in local or name in ("lightning_srifty", "predictor", "__future__"):
+        if name in sys.stdlib_module_names or name in ("lightning_srifty", "predictor", "__future__"):
             continue
         provided = {_normal(d) for d in providers.get(name, [])} or {_normal(name)}
         if not provided & dists:
             missing.append(name)
     fix = f"add the package(s) to {env.get('requirements') or 'a requirements.txt in the code folder'}"
-    findings = []
-    if required := [n for n in missing if not names[n]]:
+    findings = _unparsed_findings(script, found)
+    if required := [n for n in missing if not names[n].optional]:
         blind = sorted(unknown & pinned)  # not installed here (the 'infra' extra only): what they bring is not known
         unless = [f"{' or '.join(blind)} brings it: not installed here, its dependencies unknown"] if blind else []
         unless += ["the --setup-command installs it"] if setup_command and INSTALLS.search(setup_command) else []
@@ -485,26 +415,56 @@ def _import_findings(
             Finding(
                 "imports",
                 "warn" if unless else "fail",
-                f"{script} imports {', '.join(required)}, which neither the code, the standard library, torch, "
-                "lightning, lightning-srifty nor the requirements file provides"
-                + (f" (unless {'; or '.join(unless)})" if unless else ""),
+                _who_imports(script, required, names)
+                + "neither the code, the standard library, torch, lightning, lightning-srifty nor the requirements "
+                "file provides" + (f" (unless {'; or '.join(unless)})" if unless else ""),
                 fix,
             )
         )
     else:
-        needed = sum(not optional for optional in names.values())
-        findings.append(Finding("imports", "ok", f"its {needed} required imports resolve in the nodes' environment"))
-    if optional := [n for n in missing if names[n]]:
+        needed = sum(not n.optional for n in names.values())
+        through = f", with those of the {len(found.modules) - 1} project modules it imports" * (len(found.modules) > 1)
+        findings.append(
+            Finding("imports", "ok", f"its {needed} required imports resolve in the nodes' environment{through}")
+        )
+    if optional := [n for n in missing if names[n].optional]:
         findings.append(
             Finding(
                 "imports",
                 "warn",
-                f"{script} imports {', '.join(optional)} only under try/except ImportError, and the nodes' "
-                "environment does not provide it: the nodes will train without it",
+                _who_imports(script, optional, names, guarded=True)
+                + "the nodes' environment does not provide it: the nodes will train without it",
                 fix + " if the nodes should have it",
             )
         )
     return findings
+
+
+def _who_imports(script: str, missing: list[str], names: dict[str, Needed], guarded: bool = False) -> str:
+    """The start of an imports finding: which file imports which of ``missing``, reached how from ``script``
+    ("train.py imports wandb, which " / "models/net.py (train.py -> models/__init__.py -> models/net.py) imports
+    timm, which "; a clause a file, the script's first)."""
+    by_file: dict[str, list[str]] = {}
+    for name in missing:
+        by_file.setdefault(names[name].where, []).append(name)
+    clauses = []
+    for where, these in sorted(by_file.items(), key=lambda item: (item[0] != script, item[0])):
+        chain = "" if where == script else f" ({' -> '.join(names[these[0]].via)})"
+        clauses.append(f"{where}{chain} imports {', '.join(these)}")
+    if guarded:
+        on_the_way = "" if set(by_file) == {script} else " (its own, or one on the way to it)"
+        return f"{'; '.join(clauses)} only under try/except ImportError{on_the_way}, and "
+    return f"{'; '.join(clauses)}, which " if len(clauses) == 1 else f"{'; '.join(clauses)}: what "
+
+
+def _unparsed_findings(script: str, found: ProjectImports) -> list[Finding]:
+    """A project module the script imports that does not parse: every node fails importing it (a SyntaxError is no
+    ImportError: a guard for a missing package does not catch it)."""
+    return [
+        Finding("imports", "fail", f"{path} ({' -> '.join(via)}) does not parse: {error}", "fix the syntax error first")
+        for path, (error, via, _optional) in found.unparsed.items()
+        if path != script
+    ]
 
 
 def _glue_findings(snapshot: Snapshot, argv: list[str], script: str) -> list[Finding]:
@@ -516,12 +476,6 @@ def _glue_findings(snapshot: Snapshot, argv: list[str], script: str) -> list[Fin
     if glue is not None and (fabric := glue.fabric_note(script)) is not None:
         out.append(Finding("script", "warn", fabric, "train with a Trainer (docs/launch.md)"))
     return out
-
-
-def _top_name(rel: str) -> str:
-    """The importable name a code file provides at the top folder: ``pkg/x.py`` -> pkg, ``mod.py`` -> mod."""
-    top = rel.split("/", 1)[0]
-    return top[:-3] if top.endswith(".py") else top
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -18,11 +18,11 @@ from lightning_srifty.provision.preflight import (
     check_bucket_answers,
     check_imports,
     clients,
-    imported_modules,
     preflight,
     preflight_root,
     quota_class,
 )
+from lightning_srifty.provision.script_imports import imported_modules
 from lightning_srifty.provision.terraform.generate import TFVARS, Options, generate
 from lightning_srifty.provision.terraform.snapshot import build_snapshot
 from predictor.documents.plan import load_plan
@@ -302,6 +302,132 @@ def test_a_script_that_pins_its_training_to_the_cpu_does_not_reach_a_gpu_fleet(
             where if where.startswith("the train") else f"train.py{where}"
         ) in device.message and "far slower than predicted" in device.message
         assert "auto" in device.fix
+
+
+TRAINS = "import lightning\n"  # a module that needs nothing the nodes lack
+
+
+@pytest.mark.parametrize(
+    ("files", "argv", "status", "said"),
+    [
+        # a helper module's package, reached through the script's import: what the script never names
+        (
+            {"train.py": "from models.net import Net\n", "models/__init__.py": "", "models/net.py": "import timm\n"},
+            ["train.py"],
+            "fail",
+            "models/net.py (train.py -> models/net.py) imports timm, which neither",
+        ),
+        # a package's __init__ runs, and its relative imports bring their modules in
+        (
+            {
+                "train.py": "import models\n",
+                "models/__init__.py": "from .net import Net\n",
+                "models/net.py": "import timm\n",
+            },
+            ["train.py"],
+            "fail",
+            "models/net.py (train.py -> models/__init__.py -> models/net.py) imports timm,",
+        ),
+        # the script's own and a module's, each said with its file (the script's first)
+        (
+            {"train.py": "import wandb\nimport helpers\n", "helpers.py": "from albumentations import Compose\n"},
+            ["train.py"],
+            "fail",
+            "train.py imports wandb; helpers.py (train.py -> helpers.py) imports albumentations: what neither",
+        ),
+        # a module only a guarded import reaches: the script runs without it
+        (
+            {
+                "train.py": "try:\n    import extras\nexcept ImportError:\n    extras = None\n",
+                "extras.py": "import wandb\n",
+            },
+            ["train.py"],
+            "warn",
+            "extras.py (train.py -> extras.py) imports wandb only under try/except ImportError (its own, or one on",
+        ),
+        # ...unless another import reaches it unguarded
+        (
+            {
+                "train.py": "try:\n    import extras\nexcept ImportError:\n    pass\nimport helpers\n",
+                "helpers.py": "import extras\n",
+                "extras.py": "import wandb\n",
+            },
+            ["train.py"],
+            "fail",
+            "extras.py (train.py -> helpers.py -> extras.py) imports wandb, which",
+        ),
+        # a script in a folder finds its neighbours first (sys.path[0] is its folder)
+        (
+            {"scripts/train.py": "import utils\n", "scripts/utils.py": "import timm\n", "utils/__init__.py": ""},
+            ["scripts/train.py"],
+            "fail",
+            "scripts/utils.py (scripts/train.py -> scripts/utils.py) imports timm,",
+        ),
+        # python -m runs the packages' __init__ first
+        (
+            {"pkg/__init__.py": "import timm\n", "pkg/train.py": TRAINS},
+            ["-m", "pkg.train"],
+            "fail",
+            "pkg/__init__.py (python -m pkg.train -> pkg/__init__.py) imports timm,",
+        ),
+        # from a package import a module of it; a namespace package (no __init__.py)
+        (
+            {"train.py": "from pkg import sub\n", "pkg/__init__.py": "", "pkg/sub.py": "import timm\n"},
+            ["train.py"],
+            "fail",
+            "pkg/sub.py (train.py -> pkg/sub.py) imports timm,",
+        ),
+        (
+            {"train.py": "from space.mod import f\n", "space/mod.py": "import timm\n"},
+            ["train.py"],
+            "fail",
+            "space/mod.py (train.py -> space/mod.py) imports timm,",
+        ),
+        # a module of the project that does not parse fails every node's import of it
+        (
+            {"train.py": "import helpers\n", "helpers.py": "def f(:\n"},
+            ["train.py"],
+            "fail",
+            "helpers.py (train.py -> helpers.py) does not parse",
+        ),
+        # what is never imported at run time, a cycle, a module nothing imports, a requirement: nothing missing
+        (
+            {
+                "train.py": "from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import typed\n",
+                "a.py": "import b\n" + TRAINS,
+                "b.py": "import a\nfrom . import c\n",
+                "c.py": "import numpy\n",
+                "typed.py": "import timm\n",
+                "unused.py": "import timm\n",
+            },
+            ["train.py"],
+            "ok",
+            "with those of the 3 project modules it imports",
+        ),
+    ],
+)
+def test_the_imports_of_the_project_modules_the_script_imports_are_checked_too(
+    tmp_path, files, argv, status, said
+) -> None:
+    """The check read the script alone: a package a helper module imports (`train.py` -> `models/net.py` -> `import
+    timm`), which the requirements lack, passed, and every node of the fleet failed importing it. It now follows the
+    project's modules the script imports, as Python runs them (the script's folder first, packages' `__init__.py`,
+    relative imports, `from package import module`, namespace packages, guards carried along the way)."""
+    project = tmp_path / "project"
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    snapshot = build_snapshot(project, tmp_path / "out", {"packages": ["torch==2.13.0", "lightning==2.6.6"]})
+    findings = [f for f in check_imports(snapshot, argv) if f.check == "imports"]
+    worst = (
+        "fail"
+        if any(f.status == "fail" for f in findings)
+        else "warn"
+        if any(f.status == "warn" for f in findings)
+        else "ok"
+    )
+    assert worst == status, findings
+    assert any(said in f.message for f in findings), findings
 
 
 def test_check_repeats_what_srifty_terraform_said_of_a_plain_http_upload() -> None:

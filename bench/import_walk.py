@@ -1,0 +1,89 @@
+"""What following the project's modules costs the import check (``srifty check``, ``srifty terraform``,
+``srifty apply``'s pre-flight; lightning_srifty.provision.script_imports).
+
+The check now reads the script and every project module it imports, transitively, from the code snapshot. This
+times ``check_imports`` on real projects, medians of several runs, against the script's own imports alone (what the
+check read before): this repository (a script that imports ``lightning_srifty``, whose modules are then the
+project's: about 200 of them), and a project whose code is a copy of an installed package's source (``--package``,
+e.g. ``transformers``: a few thousand files, a script that imports it).
+
+    python bench/import_walk.py [--runs 5] [--package transformers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lightning_srifty.provision.preflight import check_imports
+from lightning_srifty.provision.script_imports import imported_modules, project_imports
+from lightning_srifty.provision.terraform.snapshot import build_snapshot, read_member, read_members
+
+SPEC = {"packages": ["torch==2.13.0", "lightning==2.6.6"], "requirements": None}
+
+
+def median_s(call, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(name: str, project: Path, script: str, work: Path, runs: int) -> None:
+    snapshot = build_snapshot(project, work / f"out-{name}", SPEC)
+    python = [f for f in snapshot.files if f.endswith(".py")]
+    sources = read_members(snapshot, python)
+    found = project_imports(snapshot.files, lambda f: sources[f].decode(errors="replace"), script)
+    alone = median_s(lambda: imported_modules(read_member(snapshot, script).decode()), runs)
+    read = median_s(lambda: read_members(snapshot, python), runs)
+    walk = median_s(lambda: project_imports(snapshot.files, lambda f: sources[f].decode(), script), runs)
+    total = median_s(lambda: check_imports(snapshot, [script]), runs)
+    print(
+        f"| {name} | {len(snapshot.files):,} ({len(python):,} .py) | {len(found.modules):,} | {len(found.needed)} | "
+        f"{alone * 1e3:.0f} ms | {read * 1e3:.0f} ms | {walk * 1e3:.0f} ms | {total * 1e3:.0f} ms |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--package", default="transformers", help="an installed package whose source is a project")
+    args = parser.parse_args()
+    root = Path(__file__).resolve().parents[1]
+    print(
+        "| project | files in the snapshot | project modules walked | names from outside | the script alone (before) "
+        "| reading the .py files (one pass) | the walk (parse, resolve) | check_imports in all |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        own = work / "own"
+        for part in ("lightning_srifty", "predictor", "examples"):
+            shutil.copytree(root / part, own / part, ignore=shutil.ignore_patterns("__pycache__"))
+        measure("this repository, examples/train_digits.py", own, "examples/train_digits.py", work, args.runs)
+        spec = importlib.util.find_spec(args.package)
+        if spec is None or not spec.submodule_search_locations:
+            print(f"({args.package} is not installed: its row is left out)")
+            return
+        other = work / "other"
+        shutil.copytree(
+            Path(next(iter(spec.submodule_search_locations))),
+            other / args.package,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        (other / "train.py").write_text(f"import {args.package}\nimport lightning\n")
+        measure(f"{args.package}'s source as the code, train.py imports it", other, "train.py", work, args.runs)
+
+
+if __name__ == "__main__":
+    main()
