@@ -55,7 +55,7 @@ from lightning_srifty.provision.aws import (
     plain_http_upload,
     why,
 )
-from lightning_srifty.provision.script_imports import Needed, ProjectImports, project_imports
+from lightning_srifty.provision.script_imports import DEFERRED, OPTIONAL, RUNS, Needed, ProjectImports, project_imports
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, tag_value, terraform_root
@@ -406,9 +406,12 @@ def _import_findings(
             missing.append(name)
     fix = f"add the package(s) to {env.get('requirements') or 'a requirements.txt in the code folder'}"
     findings = _unparsed_findings(script, found)
-    if required := [n for n in missing if not names[n].optional]:
-        blind = sorted(unknown & pinned)  # not installed here (the 'infra' extra only): what they bring is not known
-        unless = [f"{' or '.join(blind)} brings it: not installed here, its dependencies unknown"] if blind else []
+    if required := [n for n in missing if names[n].level == RUNS]:
+        # not installed here (the 'infra' extra only; a requirement the machine that checks lacks): what they bring is
+        # not known, their import names included (hydra-core's hydra, PyYAML's yaml) and their dependencies
+        blind = sorted(unknown & (pinned | requirements))
+        blind_said = " or ".join(blind[:4]) + (f" (or {len(blind) - 4} more)" if len(blind) > 4 else "")
+        unless = [f"{blind_said} brings it: not installed here, its modules and dependencies unknown"] if blind else []
         unless += ["the --setup-command installs it"] if setup_command and INSTALLS.search(setup_command) else []
         unless += [f"the container image {image} provides it"] if image else []
         findings.append(
@@ -422,28 +425,27 @@ def _import_findings(
             )
         )
     else:
-        needed = sum(not n.optional for n in names.values())
+        needed = sum(n.level == RUNS for n in names.values())
         through = f", with those of the {len(found.modules) - 1} project modules it imports" * (len(found.modules) > 1)
         findings.append(
             Finding("imports", "ok", f"its {needed} required imports resolve in the nodes' environment{through}")
         )
-    if optional := [n for n in missing if names[n].optional]:
-        findings.append(
-            Finding(
-                "imports",
-                "warn",
-                _who_imports(script, optional, names, guarded=True)
-                + "the nodes' environment does not provide it: the nodes will train without it",
-                fix + " if the nodes should have it",
+    for level, then, unless_so in (
+        (DEFERRED, "a node fails when the job calls it", " if the job calls it"),
+        (OPTIONAL, "the nodes will train without it", " if the nodes should have it"),
+    ):
+        if these := [n for n in missing if names[n].level == level]:
+            said = _who_imports(script, these, names, level)
+            findings.append(
+                Finding("imports", "warn", f"{said}the nodes' environment does not provide it: {then}", fix + unless_so)
             )
-        )
     return findings
 
 
-def _who_imports(script: str, missing: list[str], names: dict[str, Needed], guarded: bool = False) -> str:
+def _who_imports(script: str, missing: list[str], names: dict[str, Needed], level: int = RUNS) -> str:
     """The start of an imports finding: which file imports which of ``missing``, reached how from ``script``
     ("train.py imports wandb, which " / "models/net.py (train.py -> models/__init__.py -> models/net.py) imports
-    timm, which "; a clause a file, the script's first)."""
+    timm, which "; a clause a file, the script's first), and at ``level`` how it is imported."""
     by_file: dict[str, list[str]] = {}
     for name in missing:
         by_file.setdefault(names[name].where, []).append(name)
@@ -451,18 +453,26 @@ def _who_imports(script: str, missing: list[str], names: dict[str, Needed], guar
     for where, these in sorted(by_file.items(), key=lambda item: (item[0] != script, item[0])):
         chain = "" if where == script else f" ({' -> '.join(names[these[0]].via)})"
         clauses.append(f"{where}{chain} imports {', '.join(these)}")
-    if guarded:
-        on_the_way = "" if set(by_file) == {script} else " (its own, or one on the way to it)"
+    on_the_way = "" if set(by_file) == {script} else " (its own, or one on the way to it)"
+    if level == OPTIONAL:
         return f"{'; '.join(clauses)} only under try/except ImportError{on_the_way}, and "
+    if level == DEFERRED:
+        return f"{'; '.join(clauses)} only in a function's body{on_the_way}, which runs when it is called, and "
     return f"{'; '.join(clauses)}, which " if len(clauses) == 1 else f"{'; '.join(clauses)}: what "
 
 
 def _unparsed_findings(script: str, found: ProjectImports) -> list[Finding]:
     """A project module the script imports that does not parse: every node fails importing it (a SyntaxError is no
-    ImportError: a guard for a missing package does not catch it)."""
+    ImportError: a guard for a missing package does not catch it); a warning where only a function's body of a project
+    module imports it (the nodes fail when it is called)."""
     return [
-        Finding("imports", "fail", f"{path} ({' -> '.join(via)}) does not parse: {error}", "fix the syntax error first")
-        for path, (error, via, _optional) in found.unparsed.items()
+        Finding(
+            "imports",
+            "warn" if level == DEFERRED else "fail",
+            f"{path} ({' -> '.join(via)}) does not parse: {error}",
+            "fix the syntax error first",
+        )
+        for path, (error, via, level) in found.unparsed.items()
         if path != script
     ]
 

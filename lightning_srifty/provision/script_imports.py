@@ -34,6 +34,14 @@ class ImportStatement:
     level: int  # 0: absolute; n: relative, from n - 1 packages above the importing module's
     names: tuple[str, ...]  # ``from m import a, b``: a and b (each may be a submodule); () for ``import m``
     optional: bool  # the module runs without it: guarded by a try whose handler takes an ImportError and goes on
+    deferred: bool = False  # in a function's body: it runs when the function is called, not on import
+
+
+# How sure it is that an import runs, along the way from the script (the greatest level on the way, the least over
+# the ways): when the script runs; only when a project module's function that makes it is called (a lazy import, the
+# way a library defers an optional package: the script's own functions are taken to run); or only where a guard
+# lets the script go on without it.
+RUNS, DEFERRED, OPTIONAL = 0, 1, 2
 
 
 def import_statements(source: str) -> list[ImportStatement]:
@@ -44,14 +52,15 @@ def import_statements(source: str) -> list[ImportStatement]:
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
-        guard = _import_guard(node, parents)
+        guard, deferred = _import_guard(node, parents)
         if guard == "never":
             continue
         optional = guard == "optional"
         if isinstance(node, ast.Import):
-            out += [ImportStatement(alias.name, 0, (), optional) for alias in node.names]
+            out += [ImportStatement(alias.name, 0, (), optional, deferred) for alias in node.names]
         else:
-            out.append(ImportStatement(node.module or "", node.level, tuple(a.name for a in node.names), optional))
+            names = tuple(a.name for a in node.names)
+            out.append(ImportStatement(node.module or "", node.level, names, optional, deferred))
     return out
 
 
@@ -68,22 +77,22 @@ def imported_modules(source: str) -> dict[str, bool]:
     return optional
 
 
-def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
+def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> tuple[str, bool]:
     """``never`` (under ``if TYPE_CHECKING:``, wherever in its ancestors), ``optional`` (in the body of a ``try``
     whose handler takes an ImportError and goes on: a handler that raises or exits makes the import required, with a
-    message) or ``required``. A function's body runs later, outside the ``try`` around its ``def``: the walk for the
-    ``try`` stops there."""
+    message) or ``required``; and whether it is in a function's body. A function's body runs later, outside the
+    ``try`` around its ``def``: the walk for the ``try`` stops there."""
     guard, child, in_function = "required", node, False
     while child in parents:
         parent = parents[child]
         if isinstance(parent, ast.If) and child in parent.body and _names_type_checking(parent.test):
-            return "never"
+            return "never", in_function
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             in_function = True
         if not in_function and _guards(parent, child):
             guard = "optional"
         child = parent
-    return guard
+    return guard, in_function
 
 
 def _guards(parent: ast.AST, child: ast.AST) -> bool:
@@ -129,9 +138,9 @@ def top_name(rel: str) -> str:
 @dataclass(frozen=True)
 class Needed:
     """A name from outside the project that the script needs, and where: the first module (in the walk from the
-    script, breadth first) that imports it where it is required, else the first that imports it at all."""
+    script, breadth first) that imports it at its surest level."""
 
-    optional: bool  # every way to it is guarded: the script runs without it
+    level: int  # RUNS, DEFERRED or OPTIONAL: the surest way to it
     where: str  # the project file whose import it is
     via: tuple[str, ...]  # the files the script's imports pass through to ``where`` (the script first)
 
@@ -142,8 +151,8 @@ class ProjectImports:
 
     needed: dict[str, Needed] = field(default_factory=dict)  # top-level names from outside the project
     modules: list[str] = field(default_factory=list)  # the project files read, the script first
-    # a project file that does not parse: file -> (the error, via, optional), as last walked
-    unparsed: dict[str, tuple[str, tuple[str, ...], bool]] = field(default_factory=dict)
+    # a project file that does not parse: file -> (the error, via, level), as last walked
+    unparsed: dict[str, tuple[str, tuple[str, ...], int]] = field(default_factory=dict)
 
 
 def project_imports(
@@ -151,42 +160,42 @@ def project_imports(
 ) -> ProjectImports:
     """The imports of ``script`` and of every project module it imports, transitively (``files``: the code
     snapshot's, relative POSIX paths; ``read``: a file's text). ``run_as_module``: the command is ``-m pkg.train``,
-    so ``script`` is ``pkg/train.py`` and its packages' ``__init__.py`` run first. An import is optional when its own
-    ``try`` guards it or the import that brought its module in was optional."""
+    so ``script`` is ``pkg/train.py`` and its packages' ``__init__.py`` run first. An import's level (:data:`RUNS`,
+    :data:`DEFERRED`, :data:`OPTIONAL`) is its own, or that of the import that brought its module in if greater."""
     found = ProjectImports()
     finder = _Finder(set(files), script, run_as_module)
-    walked: dict[str, bool] = {}  # file -> optional, as last walked: a file walked as optional is walked again if
-    queue: deque[tuple[str, bool, tuple[str, ...]]] = deque()  # it is then reached as required
+    walked: dict[str, int] = {}  # file -> level, as last walked: walked again when reached at a surer level
+    queue: deque[tuple[str, int, tuple[str, ...]]] = deque()
     command = "python -m " + script[: -len(".py")].replace("/", ".").removesuffix(".__main__")
     for path in finder.packages_of(script) if run_as_module else []:  # what python -m runs before the script
-        queue.append((path, False, (command, path)))
-    queue.append((script, False, (script,)))
+        queue.append((path, RUNS, (command, path)))
+    queue.append((script, RUNS, (script,)))
     while queue:
-        path, optional, via = queue.popleft()
-        if path in walked and (not walked[path] or optional):
+        path, level, via = queue.popleft()
+        if path in walked and walked[path] <= level:
             continue
         if path not in walked:
             found.modules.append(path)
-        walked[path] = optional
+        walked[path] = level
         try:
             statements = import_statements(read(path))
         except (SyntaxError, ValueError) as exc:  # ValueError: source with a NUL byte
-            found.unparsed[path] = (str(exc), via, optional)
+            found.unparsed[path] = (str(exc), via, level)
             continue
         for s in statements:
-            either = optional or s.optional
+            own = OPTIONAL if s.optional else DEFERRED if s.deferred and path != script else RUNS
             targets = finder.resolve(s, path)
             if targets is None:
-                _need(found.needed, s.module.split(".")[0], either, path, via)
+                _need(found.needed, s.module.split(".")[0], max(level, own), path, via)
             for target in targets or ():
-                queue.append((target, either, via if target in via else (*via, target)))
+                queue.append((target, max(level, own), via if target in via else (*via, target)))
     return found
 
 
-def _need(needed: dict[str, Needed], name: str, optional: bool, where: str, via: tuple[str, ...]) -> None:
+def _need(needed: dict[str, Needed], name: str, level: int, where: str, via: tuple[str, ...]) -> None:
     known = needed.get(name)
-    if known is None or (known.optional and not optional):
-        needed[name] = Needed(optional, where, via)
+    if known is None or level < known.level:
+        needed[name] = Needed(level, where, via)
 
 
 class _Finder:
