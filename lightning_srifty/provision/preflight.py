@@ -455,7 +455,8 @@ def _who_imports(script: str, missing: list[str], names: dict[str, Needed], leve
         clauses.append(f"{where}{chain} imports {', '.join(these)}")
     on_the_way = "" if set(by_file) == {script} else " (its own, or one on the way to it)"
     if level == OPTIONAL:
-        return f"{'; '.join(clauses)} only under try/except ImportError{on_the_way}, and "
+        guards = "try/except ImportError or an if that asks whether it is installed"
+        return f"{'; '.join(clauses)} only under {guards}{on_the_way}, and "
     if level == DEFERRED:
         return f"{'; '.join(clauses)} only in a function's body{on_the_way}, which runs when it is called, and "
     return f"{'; '.join(clauses)}, which " if len(clauses) == 1 else f"{'; '.join(clauses)}: what "

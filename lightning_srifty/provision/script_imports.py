@@ -89,7 +89,7 @@ def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> tuple[str, 
             return "never", in_function
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             in_function = True
-        if not in_function and _guards(parent, child):
+        if not in_function and (_guards(parent, child) or _if_available(parent, child)):
             guard = "optional"
         child = parent
     return guard, in_function
@@ -99,6 +99,24 @@ def _guards(parent: ast.AST, child: ast.AST) -> bool:
     """``child`` is in the body of the ``try`` ``parent``, one of whose handlers takes an ImportError and goes on."""
     tried: Any = parent
     return isinstance(parent, TRIES) and child in tried.body and any(_catches_import_error(h) for h in tried.handlers)
+
+
+# what a test that asks whether a package can be imported calls: importlib's, lightning_utilities' (Lightning's own
+# flags, e.g. _WANDB_AVAILABLE = RequirementCache("wandb")), pkgutil's
+_PROBES = {"find_spec", "find_loader", "module_available", "package_available", "RequirementCache"}
+
+
+def _if_available(parent: ast.AST, child: ast.AST) -> bool:
+    """``child`` is in the body of an ``if`` that asks whether a package is there, the way libraries import an
+    optional one: ``if _LITSERVE_AVAILABLE:``, ``if is_wandb_available():``, ``if find_spec("wandb"):``. Its
+    ``else`` runs when it is not: an import there is required."""
+    if not (isinstance(parent, ast.If) and child in parent.body):
+        return False
+    for node in ast.walk(parent.test):
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        if "available" in name.lower() or name in _PROBES:
+            return True
+    return False
 
 
 def _names_type_checking(test: ast.expr) -> bool:

@@ -343,7 +343,7 @@ TRAINS = "import lightning\n"  # a module that needs nothing the nodes lack
             },
             ["train.py"],
             "warn",
-            "extras.py (train.py -> extras.py) imports wandb only under try/except ImportError (its own, or one on",
+            "extras.py (train.py -> extras.py) imports wandb only under try/except ImportError or an if that asks whether",
         ),
         # ...unless another import reaches it unguarded
         (
@@ -382,6 +382,29 @@ TRAINS = "import lightning\n"  # a module that needs nothing the nodes lack
             ["train.py"],
             "fail",
             "space/mod.py (train.py -> space/mod.py) imports timm,",
+        ),
+        # an import under a test of whether the package is there (Lightning's and transformers' idiom): optional; the
+        # else branch runs when it is not there
+        (
+            {
+                "train.py": "import helpers\n",
+                "helpers.py": "from flags import _SERVE_AVAILABLE\nif _SERVE_AVAILABLE:\n    import litserve\n",
+                "flags.py": "from lightning_utilities.core.imports import RequirementCache\n"
+                "_SERVE_AVAILABLE = RequirementCache('litserve')\n",
+            },
+            ["train.py"],
+            "warn",
+            "helpers.py (train.py -> helpers.py) imports litserve only under try/except ImportError or an if that asks",
+        ),
+        (
+            {
+                "train.py": "import helpers\n",
+                "helpers.py": "import importlib.util\nif importlib.util.find_spec('wandb') is not None:\n"
+                "    import wandb\nelse:\n    import timm\n",
+            },
+            ["train.py"],
+            "fail",
+            "helpers.py (train.py -> helpers.py) imports timm, which",
         ),
         # a library's lazy import, in a project module's function: the nodes fail only if the job calls it
         (
