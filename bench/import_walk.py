@@ -1,5 +1,5 @@
 """What following the project's modules costs the import check (``srifty check``, ``srifty terraform``,
-``srifty apply``'s pre-flight; lightning_srifty.provision.script_imports).
+``srifty apply``'s pre-flight; lightning_srifty.provision.terraform.script_imports).
 
 The check now reads the script and every project module it imports, transitively, from the code snapshot. This
 times ``check_imports`` on real projects, medians of several runs, against the script's own imports alone (what the
@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lightning_srifty.provision.preflight import check_imports
-from lightning_srifty.provision.script_imports import imported_modules, project_imports
+from lightning_srifty.provision.terraform.script_imports import imported_modules, project_imports
 from lightning_srifty.provision.terraform.snapshot import build_snapshot, read_member, read_members
 
 SPEC = {"packages": ["torch==2.13.0", "lightning==2.6.6"], "requirements": None}

@@ -6,7 +6,7 @@
 - **script**: the training script is in the code snapshot, and every module it imports resolves in the environment
   the nodes install (the standard library, the code itself, torch / lightning / lightning-srifty and what they
   depend on, the requirements file), and so does every module the project's own modules it imports import in turn
-  (:mod:`lightning_srifty.provision.script_imports`).
+  (:mod:`lightning_srifty.provision.terraform.script_imports`).
 - **device**: the script does not pin its Trainer (or Fabric) to the CPU, as a script profiled on a laptop often does
   (``accelerator="cpu"``: the fleet's GPUs would sit idle), nor defaults an ``--accelerator`` flag to it that the
   train command leaves unset.
@@ -55,11 +55,18 @@ from lightning_srifty.provision.aws import (
     plain_http_upload,
     why,
 )
-from lightning_srifty.provision.script_imports import DEFERRED, OPTIONAL, RUNS, Needed, ProjectImports, project_imports
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, tag_value, terraform_root
 from lightning_srifty.provision.terraform.glue import command_glue
+from lightning_srifty.provision.terraform.script_imports import (
+    DEFERRED,
+    OPTIONAL,
+    RUNS,
+    Needed,
+    ProjectImports,
+    project_imports,
+)
 from lightning_srifty.provision.terraform.snapshot import (
     ENVIRONMENT_FILE,
     Snapshot,

@@ -22,8 +22,8 @@ from lightning_srifty.provision.preflight import (
     preflight_root,
     quota_class,
 )
-from lightning_srifty.provision.script_imports import imported_modules
 from lightning_srifty.provision.terraform.generate import TFVARS, Options, generate
+from lightning_srifty.provision.terraform.script_imports import imported_modules
 from lightning_srifty.provision.terraform.snapshot import build_snapshot
 from predictor.documents.plan import load_plan
 from predictor.exceptions import PreflightError
@@ -343,7 +343,7 @@ TRAINS = "import lightning\n"  # a module that needs nothing the nodes lack
             },
             ["train.py"],
             "warn",
-            "extras.py (train.py -> extras.py) imports wandb only under try/except ImportError or an if that asks whether",
+            "extras.py (train.py -> extras.py) imports wandb only under try/except ImportError or an if that asks",
         ),
         # ...unless another import reaches it unguarded
         (
