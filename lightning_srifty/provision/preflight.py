@@ -37,6 +37,7 @@ import importlib.metadata
 import json
 import math
 import os
+import posixpath
 import re
 import sys
 import time
@@ -377,31 +378,68 @@ def check_imports(
                 "run srifty from your project's folder (or give --code) and name the script relative to it",
             )
         ]
-    source = read_member(snapshot, script).decode(errors="replace")
     sources = read_members(snapshot, [f for f in snapshot.files if f.endswith(".py")])
+    source = sources[script].decode(errors="replace")
     found = project_imports(snapshot.files, lambda f: sources[f].decode(errors="replace"), script, argv[0] == "-m")
     if script in found.unparsed:
         error = found.unparsed[script][0]
         return [Finding("script", "fail", f"{script} does not parse: {error}", "fix the syntax error before paying")]
+    env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
+    lines = read_member(snapshot, env["requirements"]).decode().splitlines() if env.get("requirements") else []
     findings = [
         Finding("script", "ok", f"{script} is in the code snapshot"),
-        *_import_findings(snapshot, script, found, setup_command, image),
+        *_unparsed_findings(script, found),
+        *_import_findings(env, lines, script, found, setup_command, image),
+        *_from_top_findings(script, found, lines, setup_command, image),
     ]
     args = argv[2:] if argv[0] == "-m" else argv[1:]
     return [*findings, *_glue_findings(snapshot, argv, script), *check_device(script, source, args)]
 
 
+# import names whose distribution is named otherwise, from each project's own install instructions: what an
+# uninstalled requirement of that name is taken to bring (a word of its name and a py- or python- prefix are read too:
+# hydra-core's hydra, PyYAML's yaml, python-dateutil's dateutil)
+IMPORT_NAMES = {
+    "PIL": ("pillow",),
+    "sklearn": ("scikit-learn",),
+    "skimage": ("scikit-image",),
+    "cv2": ("opencv-python", "opencv-python-headless", "opencv-contrib-python", "opencv-contrib-python-headless"),
+    "bs4": ("beautifulsoup4",),
+    "attr": ("attrs",),
+    "google": ("protobuf",),
+    "jwt": ("pyjwt",),
+    "git": ("gitpython",),
+    "fitz": ("pymupdf",),
+    "Crypto": ("pycryptodome",),
+}
+
+
+def _named_by(name: str, requirement: str) -> bool:
+    """Whether ``requirement`` (normalised) is by its name the distribution that brings the module ``name``."""
+    n = _normal(name)
+    return (
+        n in (requirement, f"py{requirement}")
+        or requirement in (f"py{n}", f"python-{n}")
+        or requirement.startswith(f"{n}-")
+        or requirement.endswith(f"-{n}")
+        or requirement in IMPORT_NAMES.get(name, ())
+    )
+
+
 def _import_findings(
-    snapshot: Snapshot, script: str, found: ProjectImports, setup_command: str | None, image: str | None
+    env: dict[str, Any],
+    lines: list[str],
+    script: str,
+    found: ProjectImports,
+    setup_command: str | None,
+    image: str | None,
 ) -> list[Finding]:
-    """The ``imports`` findings of :func:`check_imports`: what of the names ``found`` needs the nodes lack, and the
-    project modules on the way that do not parse."""
-    env = json.loads(read_member(snapshot, ENVIRONMENT_FILE))
-    requirements: set[str] = set()
-    if env.get("requirements"):
-        requirements = _requirement_names(read_member(snapshot, env["requirements"]).decode().splitlines())
+    """The ``imports`` findings of :func:`check_imports`: what of the names ``found`` needs the nodes lack (``env``:
+    the snapshot's environment, ``lines``: its requirements file's)."""
+    requirements = _requirement_names(lines)
     pinned = {_normal(p.split("==")[0]) for p in env.get("packages", [])}
     dists, unknown = _closure([*pinned, f"lightning-srifty[{NODE_EXTRA}]", *requirements])
+    absent = sorted(unknown & requirements)  # requirements not installed here: each taken to bring its own name
     providers = importlib.metadata.packages_distributions()
     names = found.needed
     missing = []
@@ -409,16 +447,17 @@ def _import_findings(
         if name in sys.stdlib_module_names or name in ("lightning_srifty", "predictor", "__future__"):
             continue
         provided = {_normal(d) for d in providers.get(name, [])} or {_normal(name)}
-        if not provided & dists:
+        if not provided & dists and not any(_named_by(name, r) for r in absent):
             missing.append(name)
     fix = f"add the package(s) to {env.get('requirements') or 'a requirements.txt in the code folder'}"
-    findings = _unparsed_findings(script, found)
+    if absent:
+        listed = ", ".join(absent[:4]) + (f" and {len(absent) - 4} more" if len(absent) > 4 else "")
+        fix += f", or install the requirements here ({listed} not installed) so that the check sees what they bring"
+    findings = []
     if required := [n for n in missing if names[n].level == RUNS]:
-        # not installed here (the 'infra' extra only; a requirement the machine that checks lacks): what they bring is
-        # not known, their import names included (hydra-core's hydra, PyYAML's yaml) and their dependencies
-        blind = sorted(unknown & (pinned | requirements))
-        blind_said = " or ".join(blind[:4]) + (f" (or {len(blind) - 4} more)" if len(blind) > 4 else "")
-        unless = [f"{blind_said} brings it: not installed here, its modules and dependencies unknown"] if blind else []
+        # torch / lightning not installed here (the 'infra' extra only): what they bring is not known
+        blind = sorted(unknown & pinned)
+        unless = [f"{' or '.join(blind)} brings it: not installed here, its dependencies unknown"] if blind else []
         unless += ["the --setup-command installs it"] if setup_command and INSTALLS.search(setup_command) else []
         unless += [f"the container image {image} provides it"] if image else []
         findings.append(
@@ -438,15 +477,79 @@ def _import_findings(
             Finding("imports", "ok", f"its {needed} required imports resolve in the nodes' environment{through}")
         )
     for level, then, unless_so in (
-        (DEFERRED, "a node fails when the job calls it", " if the job calls it"),
-        (OPTIONAL, "the nodes will train without it", " if the nodes should have it"),
+        (DEFERRED, "a node fails when the job calls {it}", " if the job calls it"),
+        (OPTIONAL, "the nodes will train without {it}", " if the nodes should have it"),
     ):
         if these := [n for n in missing if names[n].level == level]:
+            it = "it" if len(these) == 1 else "them"
             said = _who_imports(script, these, names, level)
+            then_said = then.format(it=it)
             findings.append(
-                Finding("imports", "warn", f"{said}the nodes' environment does not provide it: {then}", fix + unless_so)
+                Finding(
+                    "imports",
+                    "warn",
+                    f"{said}the nodes' environment does not provide {it}: {then_said}",
+                    fix + unless_so,
+                )
             )
     return findings
+
+
+def _from_top_findings(
+    script: str, found: ProjectImports, lines: list[str], setup_command: str | None, image: str | None
+) -> list[Finding]:
+    """A script run from a subfolder (``python scripts/train.py``) whose imports are found only at the code folder's
+    top: Python looks in the script's folder (``sys.path[0]``), and the nodes set no PYTHONPATH, so they resolve
+    only if the job puts the top on the path itself (a module on the way names sys.path or rootutils) or installs
+    the project (``-e .`` or ``.`` in the requirements, a setup command, an image). A warning: the check cannot see
+    what the script does at run time."""
+    installs = any(re.fullmatch(r"(-e\s+)?\.(\[[^\]]*\])?/?", line.split("#", 1)[0].strip()) for line in lines)
+    if (
+        not found.from_top
+        or found.adjusts_path
+        or installs
+        or image
+        or (setup_command and INSTALLS.search(setup_command))
+    ):
+        return []
+    where = posixpath.dirname(script)
+    said = "; ".join(
+        f"{importer}{_chain(via, importer == script)} imports {name}"
+        for name, (importer, via) in sorted(found.from_top.items())
+    )
+    module = script[: -len(".py")].replace("/", ".")
+    return [
+        Finding(
+            "imports",
+            "warn",
+            f"{said}, found at the code folder's top, not in {where}/ where Python looks for {script}'s imports: the "
+            "nodes fail importing it unless the job adds the top to sys.path or installs the project",
+            f"run it as a module from the top (--train-command 'python -m {module}'), or add '-e .' to the "
+            "requirements with the project's pyproject.toml",
+        )
+    ]
+
+
+def _chain(via: tuple[str, ...], mute: bool = False) -> str:
+    """How the script reaches a file, for a finding: " (train.py -> models/net.py)"; "" where ``mute``."""
+    return "" if mute else f" ({' -> '.join(via)})"
+
+
+def _unparsed_findings(script: str, found: ProjectImports) -> list[Finding]:
+    """A project module the script imports that does not parse with this machine's Python: the nodes fail
+    importing it if theirs cannot either, but they may run a newer Python (a warning naming both)."""
+    here = ".".join(map(str, sys.version_info[:2]))
+    return [
+        Finding(
+            "imports",
+            "warn",
+            f"{path}{_chain(via)} does not parse with this machine's Python {here}: {error}. The nodes run "
+            "the image's Python: if it cannot parse it either, every node fails importing it",
+            "fix the syntax error, or check it with the nodes' Python version",
+        )
+        for path, (error, via, _level) in found.unparsed.items()
+        if path != script
+    ]
 
 
 def _who_imports(script: str, missing: list[str], names: dict[str, Needed], level: int = RUNS) -> str:
@@ -458,31 +561,14 @@ def _who_imports(script: str, missing: list[str], names: dict[str, Needed], leve
         by_file.setdefault(names[name].where, []).append(name)
     clauses = []
     for where, these in sorted(by_file.items(), key=lambda item: (item[0] != script, item[0])):
-        chain = "" if where == script else f" ({' -> '.join(names[these[0]].via)})"
-        clauses.append(f"{where}{chain} imports {', '.join(these)}")
-    on_the_way = "" if set(by_file) == {script} else " (its own, or one on the way to it)"
+        clauses.append(f"{where}{_chain(names[these[0]].via, where == script)} imports {', '.join(these)}")
+    on_the_way = "" if set(by_file) == {script} else " (there, or on the way to it)"
     if level == OPTIONAL:
-        guards = "try/except ImportError or an if that asks whether it is installed"
+        guards = "try/except ImportError, an if asking whether it is installed, or a branch on the Python version"
         return f"{'; '.join(clauses)} only under {guards}{on_the_way}, and "
     if level == DEFERRED:
         return f"{'; '.join(clauses)} only in a function's body{on_the_way}, which runs when it is called, and "
     return f"{'; '.join(clauses)}, which " if len(clauses) == 1 else f"{'; '.join(clauses)}: what "
-
-
-def _unparsed_findings(script: str, found: ProjectImports) -> list[Finding]:
-    """A project module the script imports that does not parse: every node fails importing it (a SyntaxError is no
-    ImportError: a guard for a missing package does not catch it); a warning where only a function's body of a project
-    module imports it (the nodes fail when it is called)."""
-    return [
-        Finding(
-            "imports",
-            "warn" if level == DEFERRED else "fail",
-            f"{path} ({' -> '.join(via)}) does not parse: {error}",
-            "fix the syntax error first",
-        )
-        for path, (error, via, level) in found.unparsed.items()
-        if path != script
-    ]
 
 
 def _glue_findings(snapshot: Snapshot, argv: list[str], script: str) -> list[Finding]:

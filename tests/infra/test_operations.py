@@ -1358,7 +1358,8 @@ def test_a_destroy_that_fails_once_runs_once_more(tmp_path, monkeypatch) -> None
 
 
 # a job that trains, marks its node's alive file (lightning_srifty.migrate.alive) and then hangs: no fault, no exit;
-# FAKE_ALIVE is what it writes, FAKE_KEEP_ALIVE that it goes on rewriting it, FAKE_RUN_S how long it runs (then exit 0)
+# FAKE_ALIVE is what it writes, FAKE_KEEP_ALIVE that it goes on rewriting it (every FAKE_TICK_S, 1 s by default),
+# FAKE_RUN_S how long it runs (then exit 0)
 ALIVE_TORCHRUN = """#!/bin/bash
 echo "$*" >"$FAKE_DIR/torchrun.args"
 echo "${FAKE_ALIVE:-12 0.500 0}" >"$SRIFTY_NODE_STATE/alive"
@@ -1367,7 +1368,7 @@ if [ -n "${FAKE_PEER_EXIT:-}" ]; then
 fi
 end=$(($(date +%s) + ${FAKE_RUN_S:-50}))
 while [ "$(date +%s)" -lt "$end" ]; do
-  sleep 1
+  sleep "${FAKE_TICK_S:-1}"
   if [ -n "${FAKE_KEEP_ALIVE:-}" ]; then echo "${FAKE_ALIVE:-12 0.500 0}" >"$SRIFTY_NODE_STATE/alive"; fi
 done
 """
@@ -1448,7 +1449,9 @@ def test_a_job_that_hangs_again_where_it_hung_before_ends_the_fleet(
 @pytest.mark.parametrize(
     "extra",
     [
-        {"FAKE_KEEP_ALIVE": "1", "FAKE_RUN_S": "6"},  # alive throughout: a step or a validation batch every second
+        # alive throughout: a step or a validation batch five times a second. Once a second failed once in CI: the
+        # watch reads the file's age in whole seconds, so a rewrite a second apart, late under load, read as 2 s
+        {"FAKE_KEEP_ALIVE": "1", "FAKE_TICK_S": "0.2", "FAKE_RUN_S": "6"},
         {"FAKE_ALIVE": "12 0.500 1", "FAKE_RUN_S": "6"},  # training over: an export or an upload after the last step
         {"FAKE_ALIVE": "12 2.000 0", "FAKE_RUN_S": "6"},  # steps of 2 s: four of them (8 s) before a hang
     ],

@@ -343,7 +343,7 @@ TRAINS = "import lightning\n"  # a module that needs nothing the nodes lack
             },
             ["train.py"],
             "warn",
-            "extras.py (train.py -> extras.py) imports wandb only under try/except ImportError or an if that asks",
+            "extras.py (train.py -> extras.py) imports wandb only under try/except ImportError, an if asking whether",
         ),
         # ...unless another import reaches it unguarded
         (
@@ -394,7 +394,7 @@ TRAINS = "import lightning\n"  # a module that needs nothing the nodes lack
             },
             ["train.py"],
             "warn",
-            "helpers.py (train.py -> helpers.py) imports litserve only under try/except ImportError or an if that asks",
+            "helpers.py (train.py -> helpers.py) imports litserve only under try/except ImportError, an if asking",
         ),
         (
             {
@@ -411,7 +411,7 @@ TRAINS = "import lightning\n"  # a module that needs nothing the nodes lack
             {"train.py": "import helpers\n", "helpers.py": "def export():\n    import onnx\n"},
             ["train.py"],
             "warn",
-            "helpers.py (train.py -> helpers.py) imports onnx only in a function's body (its own, or one on the way",
+            "helpers.py (train.py -> helpers.py) imports onnx only in a function's body (there, or on the way",
         ),
         (
             {
@@ -440,8 +440,82 @@ TRAINS = "import lightning\n"  # a module that needs nothing the nodes lack
         (
             {"train.py": "import helpers\n", "helpers.py": "def f(:\n"},
             ["train.py"],
+            "warn",
+            "helpers.py (train.py -> helpers.py) does not parse with this machine's Python",
+        ),
+        # a module's own test block never runs when it is imported (the script's does: it is __main__)
+        (
+            {"train.py": "import net\n", "net.py": "X = 1\nif __name__ == '__main__':\n    import torchsummary\n"},
+            ["train.py"],
+            "ok",
+            "with those of the 1 project modules it imports",
+        ),
+        # a device's availability is no package's: on the GPU nodes that branch runs
+        (
+            {
+                "train.py": "import helpers\n",
+                "helpers.py": "import torch\nif torch.cuda.is_available():\n    import apex\n",
+            },
+            ["train.py"],
             "fail",
-            "helpers.py (train.py -> helpers.py) does not parse",
+            "helpers.py (train.py -> helpers.py) imports apex, which",
+        ),
+        # a branch on the Python version or the platform: which one runs is the nodes' Python's
+        (
+            {
+                "train.py": "import cfg\n",
+                "cfg.py": "import sys\nif sys.version_info >= (3, 11):\n    import tomllib\nelse:\n    import tomli\n",
+            },
+            ["train.py"],
+            "warn",
+            "cfg.py (train.py -> cfg.py) imports tomli only under",
+        ),
+        # a method's import too: a LightningModule's run, but a library's many DataModules (litgpt's) run one
+        (
+            {
+                "train.py": "from model import Net\n",
+                "model.py": "import lightning as L\nclass Net(L.LightningModule):\n    def configure_model(self):\n"
+                "        import timm\n",
+            },
+            ["train.py"],
+            "warn",
+            "model.py (train.py -> model.py) imports timm only in a function's body",
+        ),
+        # a data folder (no Python beneath) is no package: an installed one of that name wins (wandb's run folder); a
+        # folder of data in the script's folder does not hide the top's regular package either
+        (
+            {"train.py": "import wandb\n", "wandb/run-1/files/config.yaml": "a: 1\n"},
+            ["train.py"],
+            "fail",
+            "train.py imports wandb, which",
+        ),
+        (
+            {
+                "scripts/train.py": "import sys\nsys.path.insert(0, '.')\nimport data\n",
+                "scripts/data/x.csv": "1\n",
+                "data/__init__.py": "import timm\n",
+            },
+            ["scripts/train.py"],
+            "fail",
+            "data/__init__.py (scripts/train.py -> data/__init__.py) imports timm,",
+        ),
+        # a script in a subfolder whose imports are at the code folder's top: Python does not look there
+        (
+            {"scripts/train.py": "from mypkg.model import Net\n", "mypkg/__init__.py": "", "mypkg/model.py": TRAINS},
+            ["scripts/train.py"],
+            "warn",
+            "scripts/train.py imports mypkg, found at the code folder's top, not in scripts/ where Python looks",
+        ),
+        # ...unless the script puts the top on sys.path itself (rootutils' setup_root, sys.path.insert)
+        (
+            {
+                "scripts/train.py": "import sys\nsys.path.insert(0, '.')\nfrom mypkg.model import Net\n",
+                "mypkg/__init__.py": "",
+                "mypkg/model.py": TRAINS,
+            },
+            ["scripts/train.py"],
+            "ok",
+            "with those of the 2 project modules it imports",
         ),
         # what is never imported at run time, a cycle, a module nothing imports, a requirement: nothing missing
         (
@@ -507,18 +581,18 @@ def test_an_import_a_pinned_package_not_installed_here_may_bring_is_a_warning(tm
     (imports,) = [f for f in findings if f.check == "imports"]
     assert imports.status == "warn", imports
     assert "unless srifty-not-installed-here brings it: not installed here" in imports.message
-    # a requirement the checking machine lacks: its import name may differ from its name (hydra-core's hydra,
-    # PyYAML's yaml) and its dependencies are unknown (hydra-core's omegaconf): an infra team's srifty apply with the
-    # 'infra' extra refused the lightning-hydra-template's train.py for `import hydra` and `from omegaconf import`
-    (project / "requirements.txt").write_text("srifty-absent-core==1.3.2\n")
+    # a requirement the checking machine lacks brings the module its name names (hydra-core's hydra, PyYAML's yaml,
+    # Pillow's PIL): the lightning-hydra-template's train.py was refused for `import hydra`. What it brings besides
+    # (hydra-core's omegaconf) is not known here: still a failure, whose fix says to install the requirements here
+    (project / "requirements.txt").write_text("srifty-absent-core==1.3.2\npyyaml-srifty-absent\nPillow-srifty\n")
     spec = {"packages": ["torch==2.13.0"], "requirements": "requirements.txt"}
     (project / "train.py").write_text("import srifty_absent\nfrom srifty_absent_dependency import Config\n")
     findings = check_imports(build_snapshot(project, tmp_path / "out2", spec), ["train.py"])
     (imports,) = [f for f in findings if f.check == "imports"]
-    assert imports.status == "warn", imports
-    assert "imports srifty_absent, srifty_absent_dependency, which neither" in imports.message
-    assert "unless srifty-absent-core brings it: not installed here, its modules and dependencies unknown" in (
-        imports.message
+    assert imports.status == "fail", imports
+    assert "train.py imports srifty_absent_dependency, which neither" in imports.message
+    assert (
+        "or install the requirements here (pillow-srifty, pyyaml-srifty-absent, srifty-absent-core not " in imports.fix
     )
 
 

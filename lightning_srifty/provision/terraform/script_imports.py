@@ -44,15 +44,17 @@ class ImportStatement:
 RUNS, DEFERRED, OPTIONAL = 0, 1, 2
 
 
-def import_statements(source: str) -> list[ImportStatement]:
-    """The imports of ``source`` that run, in the order ``ast.walk`` meets them. Raises SyntaxError."""
-    tree = ast.parse(source)
+def import_statements(source: str, filename: str = "<unknown>", imported: bool = False) -> list[ImportStatement]:
+    """The imports of ``source`` that run, in the order ``ast.walk`` meets them. ``imported``: the source is a
+    module the script imports, not the script, so its ``if __name__ == "__main__":`` block never runs. Raises
+    SyntaxError (naming ``filename``)."""
+    tree = ast.parse(source, filename=filename)
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     out = []
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
-        guard, deferred = _import_guard(node, parents)
+        guard, deferred = _import_guard(node, parents, imported)
         if guard == "never":
             continue
         optional = guard == "optional"
@@ -77,22 +79,51 @@ def imported_modules(source: str) -> dict[str, bool]:
     return optional
 
 
-def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> tuple[str, bool]:
-    """``never`` (under ``if TYPE_CHECKING:``, wherever in its ancestors), ``optional`` (in the body of a ``try``
-    whose handler takes an ImportError and goes on: a handler that raises or exits makes the import required, with a
-    message) or ``required``; and whether it is in a function's body. A function's body runs later, outside the
-    ``try`` around its ``def``: the walk for the ``try`` stops there."""
-    guard, child, in_function = "required", node, False
+def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST], imported: bool) -> tuple[str, bool]:
+    """``never`` (under ``if TYPE_CHECKING:``, wherever in its ancestors; in an imported module's ``if __name__ ==
+    "__main__":``), ``optional`` (in the body of a ``try`` whose handler takes an ImportError and goes on: a handler
+    that raises or exits makes the import required, with a message; under an ``if`` that asks whether a package is
+    installed; in a branch on the Python version or the platform) or ``required``; and whether it is deferred: in a
+    function's body, a method's included (a LightningModule's run, but a library's many DataModules run one). A
+    function's body runs later, outside the ``try`` around its ``def``: the walk for the ``try`` stops there."""
+    guard, child, in_function, deferred = "required", node, False, False
     while child in parents:
         parent = parents[child]
         if isinstance(parent, ast.If) and child in parent.body and _names_type_checking(parent.test):
-            return "never", in_function
+            return "never", deferred
+        if imported and isinstance(parent, ast.If) and child in parent.body and _names_main(parent.test):
+            return "never", deferred
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            in_function = True
-        if not in_function and (_guards(parent, child) or _if_available(parent, child)):
+            in_function = deferred = True
+        if not in_function and (_guards(parent, child) or _if_available(parent, child) or _if_version(parent)):
             guard = "optional"
         child = parent
-    return guard, in_function
+    return guard, deferred
+
+
+def _names_main(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    return isinstance(test, ast.Compare) and {
+        n.id if isinstance(n, ast.Name) else n.value if isinstance(n, ast.Constant) else None
+        for n in (test.left, *test.comparators)
+    } >= {"__name__", "__main__"}
+
+
+def _if_version(parent: ast.AST) -> bool:
+    """An ``if`` on the Python version or the platform (``sys.version_info``, ``sys.platform``,
+    ``platform.system()``): which branch runs on the nodes is their Python's, not known here; both are optional
+    (``tomllib`` on 3.11, ``tomli`` before)."""
+    if not isinstance(parent, ast.If):
+        return False
+    for node in ast.walk(parent.test):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("sys", "platform")
+            and node.attr in ("version_info", "platform", "system", "python_version")
+        ):
+            return True
+    return False
 
 
 def _guards(parent: ast.AST, child: ast.AST) -> bool:
@@ -108,15 +139,27 @@ _PROBES = {"find_spec", "find_loader", "module_available", "package_available", 
 
 def _if_available(parent: ast.AST, child: ast.AST) -> bool:
     """``child`` is in the body of an ``if`` that asks whether a package is there, the way libraries import an
-    optional one: ``if _LITSERVE_AVAILABLE:``, ``if is_wandb_available():``, ``if find_spec("wandb"):``. Its
-    ``else`` runs when it is not: an import there is required."""
+    optional one: ``if _LITSERVE_AVAILABLE:``, ``if is_wandb_available():``, ``if find_spec("wandb"):`` (a probe with
+    the package's name). Not a device's (``torch.cuda.is_available()``: true on the nodes). Its ``else`` runs when
+    it is not: an import there is required."""
     if not (isinstance(parent, ast.If) and child in parent.body):
         return False
     for node in ast.walk(parent.test):
-        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
-        if "available" in name.lower() or name in _PROBES:
+        if (
+            isinstance(node, ast.Call)
+            and _call_name(node.func) in _PROBES
+            and any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args)
+        ):
+            return True
+        name = _call_name(node) if isinstance(node, (ast.Name, ast.Attribute)) else ""
+        package = name.lower().replace("available", "").replace("is_", "").strip("_")
+        if "available" in name.lower() and package:
             return True
     return False
+
+
+def _call_name(node: ast.AST) -> str:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
 
 
 def _names_type_checking(test: ast.expr) -> bool:
@@ -147,10 +190,9 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     )
 
 
-def top_name(rel: str) -> str:
-    """The importable name a code file provides at the top folder: ``pkg/x.py`` -> pkg, ``mod.py`` -> mod."""
-    top = rel.split("/", 1)[0]
-    return top[:-3] if top.endswith(".py") else top
+# what a module that puts a folder on the import path names (the script's own sys.path.insert, rootutils'
+# setup_root(pythonpath=True), a PYTHONPATH it sets for itself, site.addsitedir)
+PATH_CHANGES = ("sys.path", "PYTHONPATH", "addsitedir", "rootutils")
 
 
 @dataclass(frozen=True)
@@ -168,9 +210,13 @@ class ProjectImports:
     """What :func:`project_imports` found."""
 
     needed: dict[str, Needed] = field(default_factory=dict)  # top-level names from outside the project
-    modules: list[str] = field(default_factory=list)  # the project files read, the script first
+    modules: list[str] = field(default_factory=list)  # the project files read, in the walk's order
     # a project file that does not parse: file -> (the error, via, level), as last walked
     unparsed: dict[str, tuple[str, tuple[str, ...], int]] = field(default_factory=dict)
+    # a script run from a subfolder: top names found at the code folder's top alone -> (the importer, via); Python
+    # looks in the script's folder, so they resolve only if the script puts the top on sys.path or installs it
+    from_top: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    adjusts_path: bool = False  # a module on the way names sys.path, PYTHONPATH, site.addsitedir or rootutils
 
 
 def project_imports(
@@ -195,14 +241,19 @@ def project_imports(
         if path not in walked:
             found.modules.append(path)
         walked[path] = level
+        text = read(path)
+        found.adjusts_path |= any(k in text for k in PATH_CHANGES)
         try:
-            statements = import_statements(read(path))
+            statements = import_statements(text, path, imported=path != script)
         except (SyntaxError, ValueError) as exc:  # ValueError: source with a NUL byte
             found.unparsed[path] = (str(exc), via, level)
             continue
         for s in statements:
             own = OPTIONAL if s.optional else DEFERRED if s.deferred and path != script else RUNS
             targets = finder.resolve(s, path)
+            top = s.module.split(".")[0]
+            if targets is not None and s.level == 0 and finder.from_top.get(top) == path:
+                found.from_top.setdefault(top, (path, via))
             if targets is None:
                 _need(found.needed, s.module.split(".")[0], max(level, own), path, via)
             for target in targets or ():
@@ -221,13 +272,11 @@ class _Finder:
 
     def __init__(self, files: set[str], script: str, run_as_module: bool) -> None:
         self.files = files
-        self.folders = {posixpath.dirname(f) for f in files}
-        for f in list(self.folders):
-            while f:
-                f = posixpath.dirname(f)
-                self.folders.add(f)
+        self.folders = _ancestors(files)  # every folder of the snapshot
+        self.code_folders = _ancestors(f for f in files if f.endswith(".py"))  # those with Python code beneath
         own = "" if run_as_module else posixpath.dirname(script)
         self.roots = [own, ""] if own else [""]
+        self.from_top: dict[str, str] = {}  # top names found only at the code folder's top, not in the script's folder
 
     def packages_of(self, script: str) -> list[str]:
         """The ``__init__.py`` files ``python -m`` runs before ``script`` (``a/b/train.py``: a's, then b's)."""
@@ -242,20 +291,30 @@ class _Finder:
             for _ in range(s.level - 1):
                 base = posixpath.dirname(base)
             parts = s.module.split(".") if s.module else []
-            return self._with_names(self._walk(base, parts, first=False) or [], base, parts, s.names)
+            return self._with_names(self._walk(base, parts), base, parts, s.names)
         parts = s.module.split(".")
-        for root in self.roots:
-            ran = self._walk(root, parts, first=True)
-            if ran is not None:
-                return self._with_names(ran, root, parts, s.names)
-        return None
+        root = self._root_of(parts[0])
+        if root is None:
+            return None
+        if root != self.roots[0]:
+            self.from_top.setdefault(parts[0], importer)
+        return self._with_names(self._walk(root, parts), root, parts, s.names)
 
-    def _walk(self, base: str, parts: list[str], *, first: bool) -> list[str] | None:
-        """The files importing ``parts`` under ``base`` runs; None when the first part is not there (``first``: an
-        absolute import, which then looks elsewhere)."""
+    def _root_of(self, top: str) -> str | None:
+        """The first root with ``top`` as a module or a regular package; else the first with it as a namespace
+        package (a folder with Python code beneath: one without is data, and an installed package wins over it, as
+        CPython's path search lets a regular package anywhere on ``sys.path`` win over a namespace portion)."""
+        for root in self.roots:
+            here = posixpath.join(root, top)
+            if f"{here}/__init__.py" in self.files or f"{here}.py" in self.files:
+                return root
+        return next((r for r in self.roots if posixpath.join(r, top) in self.code_folders), None)
+
+    def _walk(self, base: str, parts: list[str]) -> list[str]:
+        """The files importing ``parts`` under ``base`` runs (a package's ``__init__.py``, the module's file)."""
         ran: list[str] = []
         here = base
-        for i, part in enumerate(parts):
+        for part in parts:
             here = posixpath.join(here, part)
             if f"{here}/__init__.py" in self.files:
                 ran.append(f"{here}/__init__.py")
@@ -263,7 +322,7 @@ class _Finder:
                 ran.append(f"{here}.py")
                 break  # a module: the rest are its attributes
             elif here not in self.folders:
-                return None if (first and i == 0) else ran
+                break
         return ran
 
     def _with_names(self, ran: list[str], base: str, parts: list[str], names: tuple[str, ...]) -> list[str]:
@@ -277,3 +336,13 @@ class _Finder:
                     ran.append(candidate)
                     break
         return ran
+
+
+def _ancestors(files: Iterable[str]) -> set[str]:
+    """Every folder above ``files`` (relative POSIX paths; the top is "")."""
+    out: set[str] = set()
+    for f in files:
+        while f:
+            f = posixpath.dirname(f)
+            out.add(f)
+    return out
