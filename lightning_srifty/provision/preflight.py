@@ -436,27 +436,10 @@ def _import_findings(
 ) -> list[Finding]:
     """The ``imports`` findings of :func:`check_imports`: what of the names ``found`` needs the nodes lack (``env``:
     the snapshot's environment, ``lines``: its requirements file's)."""
-    requirements = _requirement_names(lines)
-    pinned = {_normal(p.split("==")[0]) for p in env.get("packages", [])}
-    dists, unknown = _closure([*pinned, f"lightning-srifty[{NODE_EXTRA}]", *requirements])
-    absent = sorted(unknown & requirements)  # requirements not installed here: each taken to bring its own name
-    providers = importlib.metadata.packages_distributions()
     names = found.needed
-    missing = []
-    for name in sorted(names):
-        if name in sys.stdlib_module_names or name in ("lightning_srifty", "predictor", "__future__"):
-            continue
-        provided = {_normal(d) for d in providers.get(name, [])} or {_normal(name)}
-        if not provided & dists and not any(_named_by(name, r) for r in absent):
-            missing.append(name)
-    fix = f"add the package(s) to {env.get('requirements') or 'a requirements.txt in the code folder'}"
-    if absent:
-        listed = ", ".join(absent[:4]) + (f" and {len(absent) - 4} more" if len(absent) > 4 else "")
-        fix += f", or install the requirements here ({listed} not installed) so that the check sees what they bring"
+    missing, blind, fix = _missing(env, lines, names)
     findings = []
     if required := [n for n in missing if names[n].level == RUNS]:
-        # torch / lightning not installed here (the 'infra' extra only): what they bring is not known
-        blind = sorted(unknown & pinned)
         unless = [f"{' or '.join(blind)} brings it: not installed here, its dependencies unknown"] if blind else []
         unless += ["the --setup-command installs it"] if setup_command and INSTALLS.search(setup_command) else []
         unless += [f"the container image {image} provides it"] if image else []
@@ -493,6 +476,28 @@ def _import_findings(
                 )
             )
     return findings
+
+
+def _missing(env: dict[str, Any], lines: list[str], names: dict[str, Needed]) -> tuple[list[str], list[str], str]:
+    """Of ``names``, those the nodes' environment does not provide; the pinned packages not installed here (torch
+    and lightning on a machine with the 'infra' extra only: what they bring is not known); and the fix to say."""
+    requirements = _requirement_names(lines)
+    pinned = {_normal(p.split("==")[0]) for p in env.get("packages", [])}
+    dists, unknown = _closure([*pinned, f"lightning-srifty[{NODE_EXTRA}]", *requirements])
+    absent = sorted(unknown & requirements)  # requirements not installed here: each taken to bring its own name
+    providers = importlib.metadata.packages_distributions()
+    missing = []
+    for name in sorted(names):
+        if name in sys.stdlib_module_names or name in ("lightning_srifty", "predictor", "__future__"):
+            continue
+        provided = {_normal(d) for d in providers.get(name, [])} or {_normal(name)}
+        if not provided & dists and not any(_named_by(name, r) for r in absent):
+            missing.append(name)
+    fix = f"add the package(s) to {env.get('requirements') or 'a requirements.txt in the code folder'}"
+    if absent:
+        listed = ", ".join(absent[:4]) + (f" and {len(absent) - 4} more" if len(absent) > 4 else "")
+        fix += f", or install the requirements here ({listed} not installed) so that the check sees what they bring"
+    return missing, sorted(unknown & pinned), fix
 
 
 def _from_top_findings(
