@@ -397,8 +397,8 @@ def check_imports(
 
 
 # import names whose distribution is named otherwise, from each project's own install instructions: what an
-# uninstalled requirement of that name is taken to bring (a word of its name and a py- or python- prefix are read too:
-# hydra-core's hydra, PyYAML's yaml, python-dateutil's dateutil)
+# uninstalled requirement of that name is taken to bring (its name, its first word and a py- or python- prefix are read
+# too: flash-attn's flash_attn, hydra-core's hydra, PyYAML's yaml, python-dateutil's dateutil)
 IMPORT_NAMES = {
     "PIL": ("pillow",),
     "sklearn": ("scikit-learn",),
@@ -418,10 +418,9 @@ def _named_by(name: str, requirement: str) -> bool:
     """Whether ``requirement`` (normalised) is by its name the distribution that brings the module ``name``."""
     n = _normal(name)
     return (
-        n in (requirement, f"py{requirement}")
+        n == requirement
         or requirement in (f"py{n}", f"python-{n}")
         or requirement.startswith(f"{n}-")
-        or requirement.endswith(f"-{n}")
         or requirement in IMPORT_NAMES.get(name, ())
     )
 
@@ -523,12 +522,13 @@ def _from_top_findings(
         for name, (importer, via) in sorted(found.from_top.items())
     )
     module = script[: -len(".py")].replace("/", ".")
+    it = "it" if len(found.from_top) == 1 else "them"
     return [
         Finding(
             "imports",
             "warn",
             f"{said}, found at the code folder's top, not in {where}/ where Python looks for {script}'s imports: the "
-            "nodes fail importing it unless the job adds the top to sys.path or installs the project",
+            f"nodes fail importing {it} unless the job adds the top to sys.path or installs the project",
             f"run it as a module from the top (--train-command 'python -m {module}'), or add '-e .' to the "
             "requirements with the project's pyproject.toml",
         )

@@ -7,9 +7,11 @@ Where a project module is found: a name the script imports is looked up in the s
 of ``python sub/train.py``), then at the code folder's top (where the nodes ``cd`` and run the command; ``-m`` puts
 it on the path); a relative import in the folder of the module that makes it. Importing ``a.b.c`` runs
 ``a/__init__.py`` and ``a/b/__init__.py`` before ``a/b/c.py`` (a folder without ``__init__.py`` is a namespace
-package: nothing of its own runs), and ``from a import b`` runs ``a/b.py`` too when it is a module there. What
-Python cannot see statically is not followed: ``importlib.import_module`` of a computed name, a path a script adds to
-``sys.path`` itself, ``__import__``.
+package: nothing of its own runs; one with no Python beneath is data, not a package), and ``from a import b`` runs
+``a/b.py`` too when it is a module there; an imported module's ``if __name__ == "__main__":`` block does not run.
+What Python cannot see statically is not followed: ``importlib.import_module`` of a computed name, ``__import__``,
+code ``exec``'d from a file; a module that names ``sys.path`` (or rootutils) is taken to put the code folder's top on
+the path (:attr:`ProjectImports.adjusts_path`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class ImportStatement:
     module: str  # as written: "a.b" ("" for ``from . import x``)
     level: int  # 0: absolute; n: relative, from n - 1 packages above the importing module's
     names: tuple[str, ...]  # ``from m import a, b``: a and b (each may be a submodule); () for ``import m``
-    optional: bool  # the module runs without it: guarded by a try whose handler takes an ImportError and goes on
+    optional: bool  # the module runs without it: a guard (:func:`_import_guard`) lets it go on
     deferred: bool = False  # in a function's body: it runs when the function is called, not on import
 
 
