@@ -29,8 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lightning_srifty.provision.preflight import check_imports
+from lightning_srifty.provision.terraform import glue
 from lightning_srifty.provision.terraform.script_imports import imported_modules, project_imports
-from lightning_srifty.provision.terraform.snapshot import build_snapshot, read_member, read_members
+from lightning_srifty.provision.terraform.snapshot import build_snapshot, read_member
 
 SPEC = {"packages": ["torch==2.13.0", "lightning==2.6.6"], "requirements": None}
 
@@ -70,15 +71,21 @@ def before_s(tree: Path | None, project: Path, script: str, out: Path, runs: int
     return f"{float(done.stdout.split()[-1]) * 1e3:.0f} ms"
 
 
+def _cold() -> None:
+    """Forget what an earlier call read and walked (the check keeps both for its next caller)."""
+    glue._sources_of.cache_clear()
+    glue._walk_of.cache_clear()
+
+
 def measure(name: str, project: Path, script: str, work: Path, runs: int, before: Path | None = None) -> None:
     snapshot = build_snapshot(project, work / f"out-{name}", SPEC)
     python = [f for f in snapshot.files if f.endswith(".py")]
-    sources = read_members(snapshot, python)
-    found = project_imports(snapshot.files, lambda f: sources[f].decode(errors="replace"), script)
+    sources = glue.python_sources(snapshot)
+    found = project_imports(sources, lambda f: sources.get(f, ""), script)
     alone = median_s(lambda: imported_modules(read_member(snapshot, script).decode()), runs)
-    read = median_s(lambda: read_members(snapshot, python), runs)
-    walk = median_s(lambda: project_imports(snapshot.files, lambda f: sources[f].decode(), script), runs)
-    total = median_s(lambda: check_imports(snapshot, [script]), runs)
+    read = median_s(lambda: (glue._sources_of.cache_clear(), glue.python_sources(snapshot)), runs)
+    walk = median_s(lambda: project_imports(sources, lambda f: sources.get(f, ""), script), runs)
+    total = median_s(lambda: (_cold(), check_imports(snapshot, [script])), runs)
     earlier = before_s(before, project, script, work / f"before-{name}", runs)
     print(
         f"| {name} | {len(snapshot.files):,} ({len(python):,} .py) | {len(found.modules):,} | {len(found.needed)} | "

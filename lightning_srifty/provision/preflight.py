@@ -59,22 +59,15 @@ from lightning_srifty.provision.aws import (
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, tag_value, terraform_root
-from lightning_srifty.provision.terraform.glue import command_glue
+from lightning_srifty.provision.terraform.glue import command_glue, project_walk, python_sources
 from lightning_srifty.provision.terraform.script_imports import (
     DEFERRED,
     OPTIONAL,
     RUNS,
     Needed,
     ProjectImports,
-    project_imports,
 )
-from lightning_srifty.provision.terraform.snapshot import (
-    ENVIRONMENT_FILE,
-    Snapshot,
-    load_snapshot,
-    read_member,
-    read_members,
-)
+from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, Snapshot, load_snapshot, read_member
 from predictor.catalog.catalog import Catalog
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, ProvisionError
@@ -378,9 +371,8 @@ def check_imports(
                 "run srifty from your project's folder (or give --code) and name the script relative to it",
             )
         ]
-    sources = read_members(snapshot, [f for f in snapshot.files if f.endswith(".py")])
-    source = sources[script].decode(errors="replace")
-    found = project_imports(snapshot.files, lambda f: sources[f].decode(errors="replace"), script, argv[0] == "-m")
+    source = python_sources(snapshot).get(script) or read_member(snapshot, script).decode(errors="replace")
+    found = project_walk(snapshot, script, argv[0] == "-m")
     if script in found.unparsed:
         error = found.unparsed[script][0]
         return [Finding("script", "fail", f"{script} does not parse: {error}", "fix the syntax error before paying")]

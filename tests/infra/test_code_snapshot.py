@@ -617,8 +617,9 @@ def test_a_lightning_cli_strategy_and_a_fabric_script_are_read_as_they_train(tmp
 
 def test_the_glue_of_a_module_an_alias_and_a_large_code_base(tmp_path) -> None:
     """A review of the glue reader: ``python -m pkg.train`` runs ``pkg/__init__.py`` first (an import there
-    registers the strategies); ``plan_strategy`` imported under another name still asks for the plan; a code base
-    larger than the reader reads gives no answer rather than a false "not imported"."""
+    registers the strategies); ``plan_strategy`` imported under another name still asks for the plan; a code base of
+    600 modules is read whole (the script check's walk, shared since the fortieth session: it gave no answer past
+    500 modules before), so an import in its last module is found and its absence is said."""
     from lightning_srifty.provision.terraform import glue
     from lightning_srifty.provision.terraform.glue import command_glue
 
@@ -632,13 +633,21 @@ def test_the_glue_of_a_module_an_alias_and_a_large_code_base(tmp_path) -> None:
     for i in range(600):
         (project / "big" / f"m{i}.py").write_text("x = 1\n")
     (project / "wide.py").write_text("import big\nTrainer(strategy='srifty_auto')\n")
+    (project / "deep").mkdir()
+    (project / "deep" / "__init__.py").write_text("".join(f"from deep import m{i}\n" for i in range(600)))
+    for i in range(599):
+        (project / "deep" / f"m{i}.py").write_text("x = 1\n")
+    (project / "deep" / "m599.py").write_text("import lightning_srifty\n")
+    (project / "far.py").write_text("import deep\nTrainer(strategy='srifty_auto')\n")
     snapshot = build_snapshot(project, tmp_path / "stage", SPEC)
     module = command_glue(snapshot, ["-m", "pkg.train"])
     assert module is not None and module.imports_srifty is True and not module.unregistered
     alias = command_glue(snapshot, ["alias.py"])
     assert alias is not None and alias.asks_for_the_plan
     wide = command_glue(snapshot, ["wide.py"])
-    assert wide is not None and wide.imports_srifty is None and not wide.unregistered
+    assert wide is not None and wide.imports_srifty is False and wide.unregistered
+    far = command_glue(snapshot, ["far.py"])
+    assert far is not None and far.imports_srifty is True and not far.unregistered
     sources = glue.python_sources(snapshot)  # read in one pass of the archive
     assert {"pkg/__init__.py", "pkg/train.py", "alias.py", "wide.py", "big/m599.py"} <= set(sources)
 

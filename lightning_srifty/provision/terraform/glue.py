@@ -18,13 +18,13 @@ import tarfile
 from dataclasses import dataclass
 
 from lightning_srifty.protocol import VARIABLES
+from lightning_srifty.provision.terraform.script_imports import ProjectImports, project_imports
 from lightning_srifty.provision.terraform.snapshot import Snapshot, read_member
 
 SRIFTY_STRATEGIES = frozenset({"srifty_auto", "srifty_ddp", "srifty_ddp_spawn", "srifty_fsdp"})
 PLAN_STRATEGY = "srifty_auto"  # the strategy that applies the plan's layout and per-rank batch
 PLAN_CALL = "plan_strategy"  # the function that does the same
 PACKAGE = "lightning_srifty"
-MAX_MODULES = 500  # of the code read for the import, at most (beyond: unknown)
 MAX_SOURCE_BYTES = 2_000_000  # a Python file larger than this is data, not read
 
 
@@ -32,7 +32,7 @@ MAX_SOURCE_BYTES = 2_000_000  # a Python file larger than this is data, not read
 class ScriptGlue:
     strategies: frozenset[str]  # the srifty strategy names the script uses as values
     plan_strategy: bool  # it calls plan_strategy() (under any name it imported it as)
-    imports_srifty: bool | None  # it, or a module of the code it imports, imports lightning_srifty (None: unknown)
+    imports_srifty: bool | None  # it, or a module of the code it imports, imports lightning_srifty (None: not asked)
     fabric_only: bool = False  # it builds a Lightning Fabric and no Trainer (nor LightningCLI) of its own
 
     def fabric_note(self, script: str) -> str | None:
@@ -97,8 +97,7 @@ def read_glue(snapshot: Snapshot, script: str, *, module: bool = False) -> Scrip
             called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
             calls |= called in aliases
             names.add(called)
-    first = [script] + (_package_inits(sources, script) if module else [])
-    imports = _imports_package(sources, first) if strategies else None  # only asked of a script that names one
+    imports = _imports_srifty(snapshot, script, module) if strategies else None  # only asked of one that names one
     fabric_only = "Fabric" in names and not names & {"Trainer", "LightningCLI"}
     return ScriptGlue(frozenset(strategies), calls, imports, fabric_only)
 
@@ -111,16 +110,15 @@ def command_glue(snapshot: Snapshot, argv: list[str]) -> ScriptGlue | None:
     sources = python_sources(snapshot)
     if argv[0] != "-m":
         script = os.path.normpath(argv[0])
-        glue, args, first = read_glue(snapshot, script), argv[1:], [script]
+        glue, args = read_glue(snapshot, script), argv[1:]
     else:
         stem = argv[1].replace(".", "/")
         script = f"{stem}.py" if f"{stem}.py" in sources else f"{stem}/__main__.py"
         glue, args = read_glue(snapshot, script, module=True), argv[2:]
-        first = [script, *_package_inits(sources, script)]  # python -m runs its packages' __init__.py first
     named = cli_strategies(snapshot, args) & SRIFTY_STRATEGIES
     if glue is None or not named - glue.strategies:
         return glue
-    imports = glue.imports_srifty if glue.strategies else _imports_package(sources, first)
+    imports = glue.imports_srifty if glue.strategies else _imports_srifty(snapshot, script, argv[0] == "-m")
     return dataclasses.replace(glue, strategies=glue.strategies | named, imports_srifty=imports)
 
 
@@ -171,66 +169,19 @@ def _code_nodes(tree: ast.AST) -> list[ast.AST]:
     return [n for n in ast.walk(tree) if id(n) not in bare]
 
 
-def _package_inits(sources: dict[str, str], script: str) -> list[str]:
-    """The ``__init__.py`` of each package ``python -m`` imports before ``script``."""
-    out, folder = [], os.path.dirname(script)
-    while folder:
-        if (init := os.path.join(folder, "__init__.py")) in sources:
-            out.append(init)
-        folder = os.path.dirname(folder)
-    return out
+@functools.lru_cache(maxsize=16)
+def _walk_of(archive: str, sha256: str, script: str, module: bool) -> ProjectImports:
+    sources = _sources_of(archive, sha256)
+    return project_imports(sources, lambda f: sources.get(f, ""), script, module)
 
 
-def _imports_package(sources: dict[str, str], first: list[str]) -> bool | None:
-    """Whether the files ``first`` or a module of the code they import (found from the importer's folder or the
-    code's root, as the node's ``sys.path[0]`` and working folder find them) import lightning_srifty; None when
-    more than :data:`MAX_MODULES` were read without an answer."""
-    seen, queue = set(first), list(first)
-    while queue:
-        if len(seen) > MAX_MODULES:
-            return None
-        path = queue.pop()
-        try:
-            tree = ast.parse(sources[path])
-        except SyntaxError:
-            continue
-        for name, level in _imported(tree):
-            if name.split(".")[0] == PACKAGE and level == 0:
-                return True
-            for found in _local_files(sources, path, name, level):
-                if found not in seen:
-                    seen.add(found)
-                    queue.append(found)
-    return False
+def project_walk(snapshot: Snapshot, script: str, module: bool = False) -> ProjectImports:
+    """The imports of ``script`` and of the project modules it imports, transitively, as the nodes' Python runs them
+    (:func:`~lightning_srifty.provision.terraform.script_imports.project_imports`; ``module``: ``python -m``), over
+    the snapshot's Python files; kept for the next caller (the script check and the glue read the same walk)."""
+    return _walk_of(str(snapshot.path), snapshot.sha256, script, module)
 
 
-def _imported(tree: ast.AST) -> list[tuple[str, int]]:
-    """(module, level) of every import in ``tree``; ``from a import b`` gives a and a.b (b may be a module)."""
-    out: list[tuple[str, int]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [(alias.name, 0) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            out.append((base, node.level))
-            out += [(f"{base}.{alias.name}".lstrip("."), node.level) for alias in node.names]
-    return out
-
-
-def _local_files(sources: dict[str, str], importer: str, name: str, level: int) -> list[str]:
-    """The snapshot's files that ``import name`` (at ``level``) in ``importer`` loads: each package's
-    ``__init__.py`` on the way and the module itself."""
-    folder = os.path.dirname(importer)
-    if level:
-        for _ in range(level - 1):
-            folder = os.path.dirname(folder)
-        roots = [folder]
-    else:
-        roots = list(dict.fromkeys([folder, ""]))
-    parts = [p for p in name.split(".") if p]
-    found = []
-    for root in roots:
-        for depth in range(1, len(parts) + 1):
-            stem = os.path.join(root, *parts[:depth])
-            found += [f for f in (f"{stem}.py", os.path.join(stem, "__init__.py")) if f in sources]
-    return found
+def _imports_srifty(snapshot: Snapshot, script: str, module: bool) -> bool:
+    """Whether ``script`` or a module of the code it imports imports lightning_srifty (guarded or lazily too)."""
+    return PACKAGE in project_walk(snapshot, script, module).needed

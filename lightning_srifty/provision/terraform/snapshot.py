@@ -30,7 +30,6 @@ import os
 import subprocess
 import tarfile
 import zipfile
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -594,17 +593,6 @@ def read_member(snapshot: Snapshot, name: str) -> bytes:
         if member is None:
             raise KeyError(name)
         return member.read()
-
-
-def read_members(snapshot: Snapshot, names: Iterable[str]) -> dict[str, bytes]:
-    """Those of ``names`` the snapshot holds, read in one pass over the archive (:func:`read_member` reads it
-    from the start for each file)."""
-    wanted, out = set(names), {}
-    with tarfile.open(snapshot.path, "r:gz") as tar:
-        for info in tar:
-            if info.name in wanted and (member := tar.extractfile(info)) is not None:
-                out[info.name] = member.read()
-    return out
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
