@@ -381,6 +381,7 @@ def check_imports(
     findings = [
         Finding("script", "ok", f"{script} is in the code snapshot"),
         *_unparsed_findings(script, found),
+        *_relative_findings(script, argv[0] == "-m", found),
         *_import_findings(env, lines, script, found, setup_command, image),
         *_from_top_findings(script, found, lines, setup_command, image),
     ]
@@ -547,6 +548,48 @@ def _unparsed_findings(script: str, found: ProjectImports) -> list[Finding]:
         for path, (error, via, _level) in found.unparsed.items()
         if path != script
     ]
+
+
+def _relative_findings(script: str, as_module: bool, found: ProjectImports) -> list[Finding]:
+    """A relative import Python refuses where it runs (:class:`Relative`): the script's own, run by its path (it
+    has no package), or a module's above the top package it was imported in. Every node fails there with an
+    ImportError: a failure where it runs on import, a warning in a project module's function (if the job calls it).
+    Not where the module's import may come another way: a module on the way changes sys.path (a warning then)."""
+    out = []
+    for path, bad in found.relative.items():
+        ran = f"{path}{_chain(bad.via, path == script)}"
+        if path == script and not as_module:
+            why = f"python runs {script} by its path, as a script in no package"
+            folders = script.split("/")[:-1]
+            module = script[: -len(".py")].replace("/", ".")
+            absolute = (
+                "import " + bad.statement.removeprefix("from . import ")
+                if bad.statement.startswith("from . import ")
+                else bad.statement.replace("from .", "from ", 1)
+            )
+            fix = (
+                f"run it as a module from the top (--train-command 'python -m {module}'), or import absolutely"
+                if len(folders) >= bad.dots
+                else f"import absolutely ('{absolute}': the script's folder is on the path)"
+                if bad.dots == 1
+                else "import absolutely"
+            )
+        else:
+            why = "it is in no package where it runs" if bad.depth == 0 else f"it is in {bad.depth} package(s) there"
+            fix = "import absolutely, or import the module as part of its package (a folder with __init__.py)"
+        error = "with no known parent package" if bad.depth == 0 else "beyond top-level package"
+        sure = bad.level == RUNS and (path == script or not found.adjusts_path)
+        then = "every node fails" if bad.level == RUNS else "a node fails if the job calls the function that makes it"
+        out.append(
+            Finding(
+                "imports",
+                "fail" if sure else "warn",
+                f"{ran} runs '{bad.statement}', a relative import, but {why}: {then} with 'ImportError: attempted "
+                f"relative import {error}'",
+                fix,
+            )
+        )
+    return out
 
 
 def _who_imports(script: str, missing: list[str], names: dict[str, Needed], level: int = RUNS) -> str:

@@ -307,232 +307,327 @@ def test_a_script_that_pins_its_training_to_the_cpu_does_not_reach_a_gpu_fleet(
 TRAINS = "import lightning\n"  # a module that needs nothing the nodes lack
 
 
-@pytest.mark.parametrize(
-    ("files", "argv", "status", "said"),
-    [
-        # a helper module's package, reached through the script's import: what the script never names
-        (
-            {"train.py": "from models.net import Net\n", "models/__init__.py": "", "models/net.py": "import timm\n"},
-            ["train.py"],
-            "fail",
-            "models/net.py (train.py -> models/net.py) imports timm, which neither",
-        ),
-        # a package's __init__ runs, and its relative imports bring their modules in
-        (
-            {
-                "train.py": "import models\n",
-                "models/__init__.py": "from .net import Net\n",
-                "models/net.py": "import timm\n",
-            },
-            ["train.py"],
-            "fail",
-            "models/net.py (train.py -> models/__init__.py -> models/net.py) imports timm,",
-        ),
-        # the script's own and a module's, each said with its file (the script's first)
-        (
-            {"train.py": "import wandb\nimport helpers\n", "helpers.py": "from albumentations import Compose\n"},
-            ["train.py"],
-            "fail",
-            "train.py imports wandb; helpers.py (train.py -> helpers.py) imports albumentations: what neither",
-        ),
-        # a module only a guarded import reaches: the script runs without it
-        (
-            {
-                "train.py": "try:\n    import extras\nexcept ImportError:\n    extras = None\n",
-                "extras.py": "import wandb\n",
-            },
-            ["train.py"],
-            "warn",
-            "extras.py (train.py -> extras.py) imports wandb only under try/except ImportError, an if asking whether",
-        ),
-        # ...unless another import reaches it unguarded
-        (
-            {
-                "train.py": "try:\n    import extras\nexcept ImportError:\n    pass\nimport helpers\n",
-                "helpers.py": "import extras\n",
-                "extras.py": "import wandb\n",
-            },
-            ["train.py"],
-            "fail",
-            "extras.py (train.py -> helpers.py -> extras.py) imports wandb, which",
-        ),
-        # a script in a folder finds its neighbours first (sys.path[0] is its folder)
-        (
-            {"scripts/train.py": "import utils\n", "scripts/utils.py": "import timm\n", "utils/__init__.py": ""},
-            ["scripts/train.py"],
-            "fail",
-            "scripts/utils.py (scripts/train.py -> scripts/utils.py) imports timm,",
-        ),
-        # python -m runs the packages' __init__ first
-        (
-            {"pkg/__init__.py": "import timm\n", "pkg/train.py": TRAINS},
-            ["-m", "pkg.train"],
-            "fail",
-            "pkg/__init__.py (python -m pkg.train -> pkg/__init__.py) imports timm,",
-        ),
-        # from a package import a module of it; a namespace package (no __init__.py)
-        (
-            {"train.py": "from pkg import sub\n", "pkg/__init__.py": "", "pkg/sub.py": "import timm\n"},
-            ["train.py"],
-            "fail",
-            "pkg/sub.py (train.py -> pkg/sub.py) imports timm,",
-        ),
-        (
-            {"train.py": "from space.mod import f\n", "space/mod.py": "import timm\n"},
-            ["train.py"],
-            "fail",
-            "space/mod.py (train.py -> space/mod.py) imports timm,",
-        ),
-        # an import under a test of whether the package is there (Lightning's and transformers' idiom): optional; the
-        # else branch runs when it is not there
-        (
-            {
-                "train.py": "import helpers\n",
-                "helpers.py": "from flags import _SERVE_AVAILABLE\nif _SERVE_AVAILABLE:\n    import litserve\n",
-                "flags.py": "from lightning_utilities.core.imports import RequirementCache\n"
-                "_SERVE_AVAILABLE = RequirementCache('litserve')\n",
-            },
-            ["train.py"],
-            "warn",
-            "helpers.py (train.py -> helpers.py) imports litserve only under try/except ImportError, an if asking",
-        ),
-        (
-            {
-                "train.py": "import helpers\n",
-                "helpers.py": "import importlib.util\nif importlib.util.find_spec('wandb') is not None:\n"
-                "    import wandb\nelse:\n    import timm\n",
-            },
-            ["train.py"],
-            "fail",
-            "helpers.py (train.py -> helpers.py) imports timm, which",
-        ),
-        # a library's lazy import, in a project module's function: the nodes fail only if the job calls it
-        (
-            {"train.py": "import helpers\n", "helpers.py": "def export():\n    import onnx\n"},
-            ["train.py"],
-            "warn",
-            "helpers.py (train.py -> helpers.py) imports onnx only in a function's body (there, or on the way",
-        ),
-        (
-            {
-                "train.py": "import helpers\n",
-                "helpers.py": "def plot():\n    from viz import draw\n",
-                "viz.py": "import matplotlib_srifty_absent\n",
-            },
-            ["train.py"],
-            "warn",
-            "viz.py (train.py -> helpers.py -> viz.py) imports matplotlib_srifty_absent only in a function's body",
-        ),
-        # ...the script's own functions run (its main), and a module-level import of the same name wins
-        (
-            {"train.py": "def main():\n    import helpers\n", "helpers.py": "import timm\n"},
-            ["train.py"],
-            "fail",
-            "helpers.py (train.py -> helpers.py) imports timm, which",
-        ),
-        (
-            {"train.py": "import helpers\n", "helpers.py": "import timm\ndef f():\n    import timm.layers\n"},
-            ["train.py"],
-            "fail",
-            "helpers.py (train.py -> helpers.py) imports timm, which",
-        ),
-        # a module of the project this machine's Python cannot parse (the nodes' may be newer): a warning
-        (
-            {"train.py": "import helpers\n", "helpers.py": "def f(:\n"},
-            ["train.py"],
-            "warn",
-            "helpers.py (train.py -> helpers.py) does not parse with this machine's Python",
-        ),
-        # a module's own test block never runs when it is imported (the script's does: it is __main__)
-        (
-            {"train.py": "import net\n", "net.py": "X = 1\nif __name__ == '__main__':\n    import torchsummary\n"},
-            ["train.py"],
-            "ok",
-            "with those of the 1 project modules it imports",
-        ),
-        # a device's availability is no package's: on the GPU nodes that branch runs
-        (
-            {
-                "train.py": "import helpers\n",
-                "helpers.py": "import torch\nif torch.cuda.is_available():\n    import apex\n",
-            },
-            ["train.py"],
-            "fail",
-            "helpers.py (train.py -> helpers.py) imports apex, which",
-        ),
-        # a branch on the Python version or the platform: which one runs is the nodes' Python's
-        (
-            {
-                "train.py": "import cfg\n",
-                "cfg.py": "import sys\nif sys.version_info >= (3, 11):\n    import tomllib\nelse:\n    import tomli\n",
-            },
-            ["train.py"],
-            "warn",
-            "cfg.py (train.py -> cfg.py) imports tomli only under",
-        ),
-        # a method's import too: a LightningModule's run, but a library's many DataModules (litgpt's) run one
-        (
-            {
-                "train.py": "from model import Net\n",
-                "model.py": "import lightning as L\nclass Net(L.LightningModule):\n    def configure_model(self):\n"
-                "        import timm\n",
-            },
-            ["train.py"],
-            "warn",
-            "model.py (train.py -> model.py) imports timm only in a function's body",
-        ),
-        # a data folder (no Python beneath) is no package: an installed one of that name wins (wandb's run folder); a
-        # folder of data in the script's folder does not hide the top's regular package either
-        (
-            {"train.py": "import wandb\n", "wandb/run-1/files/config.yaml": "a: 1\n"},
-            ["train.py"],
-            "fail",
-            "train.py imports wandb, which",
-        ),
-        (
-            {
-                "scripts/train.py": "import sys\nsys.path.insert(0, '.')\nimport data\n",
-                "scripts/data/x.csv": "1\n",
-                "data/__init__.py": "import timm\n",
-            },
-            ["scripts/train.py"],
-            "fail",
-            "data/__init__.py (scripts/train.py -> data/__init__.py) imports timm,",
-        ),
-        # a script in a subfolder whose imports are at the code folder's top: Python does not look there
-        (
-            {"scripts/train.py": "from mypkg.model import Net\n", "mypkg/__init__.py": "", "mypkg/model.py": TRAINS},
-            ["scripts/train.py"],
-            "warn",
-            "scripts/train.py imports mypkg, found at the code folder's top, not in scripts/ where Python looks",
-        ),
-        # ...unless the script puts the top on sys.path itself (rootutils' setup_root, sys.path.insert)
-        (
-            {
-                "scripts/train.py": "import sys\nsys.path.insert(0, '.')\nfrom mypkg.model import Net\n",
-                "mypkg/__init__.py": "",
-                "mypkg/model.py": TRAINS,
-            },
-            ["scripts/train.py"],
-            "ok",
-            "with those of the 2 project modules it imports",
-        ),
-        # what is never imported at run time, a cycle, a module nothing imports, a requirement: nothing missing
-        (
-            {
-                "train.py": "from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import typed\n",
-                "a.py": "import b\n" + TRAINS,
-                "b.py": "import a\nfrom . import c\n",
-                "c.py": "import numpy\n",
-                "typed.py": "import timm\n",
-                "unused.py": "import timm\n",
-            },
-            ["train.py"],
-            "ok",
-            "with those of the 3 project modules it imports",
-        ),
-    ],
-)
+# each: the project's files, the command's argv, the check's worst status, a part of what it says
+WALK_CASES = [
+    # a helper module's package, reached through the script's import: what the script never names
+    (
+        {"train.py": "from models.net import Net\n", "models/__init__.py": "", "models/net.py": "import timm\n"},
+        ["train.py"],
+        "fail",
+        "models/net.py (train.py -> models/net.py) imports timm, which neither",
+    ),
+    # a package's __init__ runs, and its relative imports bring their modules in
+    (
+        {
+            "train.py": "import models\n",
+            "models/__init__.py": "from .net import Net\n",
+            "models/net.py": "import timm\n",
+        },
+        ["train.py"],
+        "fail",
+        "models/net.py (train.py -> models/__init__.py -> models/net.py) imports timm,",
+    ),
+    # the script's own and a module's, each said with its file (the script's first)
+    (
+        {"train.py": "import wandb\nimport helpers\n", "helpers.py": "from albumentations import Compose\n"},
+        ["train.py"],
+        "fail",
+        "train.py imports wandb; helpers.py (train.py -> helpers.py) imports albumentations: what neither",
+    ),
+    # a module only a guarded import reaches: the script runs without it
+    (
+        {
+            "train.py": "try:\n    import extras\nexcept ImportError:\n    extras = None\n",
+            "extras.py": "import wandb\n",
+        },
+        ["train.py"],
+        "warn",
+        "extras.py (train.py -> extras.py) imports wandb only under try/except ImportError, an if asking whether",
+    ),
+    # ...unless another import reaches it unguarded
+    (
+        {
+            "train.py": "try:\n    import extras\nexcept ImportError:\n    pass\nimport helpers\n",
+            "helpers.py": "import extras\n",
+            "extras.py": "import wandb\n",
+        },
+        ["train.py"],
+        "fail",
+        "extras.py (train.py -> helpers.py -> extras.py) imports wandb, which",
+    ),
+    # a script in a folder finds its neighbours first (sys.path[0] is its folder)
+    (
+        {"scripts/train.py": "import utils\n", "scripts/utils.py": "import timm\n", "utils/__init__.py": ""},
+        ["scripts/train.py"],
+        "fail",
+        "scripts/utils.py (scripts/train.py -> scripts/utils.py) imports timm,",
+    ),
+    # python -m runs the packages' __init__ first
+    (
+        {"pkg/__init__.py": "import timm\n", "pkg/train.py": TRAINS},
+        ["-m", "pkg.train"],
+        "fail",
+        "pkg/__init__.py (python -m pkg.train -> pkg/__init__.py) imports timm,",
+    ),
+    # from a package import a module of it; a namespace package (no __init__.py)
+    (
+        {"train.py": "from pkg import sub\n", "pkg/__init__.py": "", "pkg/sub.py": "import timm\n"},
+        ["train.py"],
+        "fail",
+        "pkg/sub.py (train.py -> pkg/sub.py) imports timm,",
+    ),
+    (
+        {"train.py": "from space.mod import f\n", "space/mod.py": "import timm\n"},
+        ["train.py"],
+        "fail",
+        "space/mod.py (train.py -> space/mod.py) imports timm,",
+    ),
+    # an import under a test of whether the package is there (Lightning's and transformers' idiom): optional; the
+    # else branch runs when it is not there
+    (
+        {
+            "train.py": "import helpers\n",
+            "helpers.py": "from flags import _SERVE_AVAILABLE\nif _SERVE_AVAILABLE:\n    import litserve\n",
+            "flags.py": "from lightning_utilities.core.imports import RequirementCache\n"
+            "_SERVE_AVAILABLE = RequirementCache('litserve')\n",
+        },
+        ["train.py"],
+        "warn",
+        "helpers.py (train.py -> helpers.py) imports litserve only under try/except ImportError, an if asking",
+    ),
+    (
+        {
+            "train.py": "import helpers\n",
+            "helpers.py": "import importlib.util\nif importlib.util.find_spec('wandb') is not None:\n"
+            "    import wandb\nelse:\n    import timm\n",
+        },
+        ["train.py"],
+        "fail",
+        "helpers.py (train.py -> helpers.py) imports timm, which",
+    ),
+    # a library's lazy import, in a project module's function: the nodes fail only if the job calls it
+    (
+        {"train.py": "import helpers\n", "helpers.py": "def export():\n    import onnx\n"},
+        ["train.py"],
+        "warn",
+        "helpers.py (train.py -> helpers.py) imports onnx only in a function's body (there, or on the way",
+    ),
+    (
+        {
+            "train.py": "import helpers\n",
+            "helpers.py": "def plot():\n    from viz import draw\n",
+            "viz.py": "import matplotlib_srifty_absent\n",
+        },
+        ["train.py"],
+        "warn",
+        "viz.py (train.py -> helpers.py -> viz.py) imports matplotlib_srifty_absent only in a function's body",
+    ),
+    # ...the script's own functions run (its main), and a module-level import of the same name wins
+    (
+        {"train.py": "def main():\n    import helpers\n", "helpers.py": "import timm\n"},
+        ["train.py"],
+        "fail",
+        "helpers.py (train.py -> helpers.py) imports timm, which",
+    ),
+    (
+        {"train.py": "import helpers\n", "helpers.py": "import timm\ndef f():\n    import timm.layers\n"},
+        ["train.py"],
+        "fail",
+        "helpers.py (train.py -> helpers.py) imports timm, which",
+    ),
+    # a module of the project this machine's Python cannot parse (the nodes' may be newer): a warning
+    (
+        {"train.py": "import helpers\n", "helpers.py": "def f(:\n"},
+        ["train.py"],
+        "warn",
+        "helpers.py (train.py -> helpers.py) does not parse with this machine's Python",
+    ),
+    # a module's own test block never runs when it is imported (the script's does: it is __main__)
+    (
+        {"train.py": "import net\n", "net.py": "X = 1\nif __name__ == '__main__':\n    import torchsummary\n"},
+        ["train.py"],
+        "ok",
+        "with those of the 1 project modules it imports",
+    ),
+    # a device's availability is no package's: on the GPU nodes that branch runs
+    (
+        {
+            "train.py": "import helpers\n",
+            "helpers.py": "import torch\nif torch.cuda.is_available():\n    import apex\n",
+        },
+        ["train.py"],
+        "fail",
+        "helpers.py (train.py -> helpers.py) imports apex, which",
+    ),
+    # a branch on the Python version or the platform: which one runs is the nodes' Python's
+    (
+        {
+            "train.py": "import cfg\n",
+            "cfg.py": "import sys\nif sys.version_info >= (3, 11):\n    import tomllib\nelse:\n    import tomli\n",
+        },
+        ["train.py"],
+        "warn",
+        "cfg.py (train.py -> cfg.py) imports tomli only under",
+    ),
+    # a method's import too: a LightningModule's run, but a library's many DataModules (litgpt's) run one
+    (
+        {
+            "train.py": "from model import Net\n",
+            "model.py": "import lightning as L\nclass Net(L.LightningModule):\n    def configure_model(self):\n"
+            "        import timm\n",
+        },
+        ["train.py"],
+        "warn",
+        "model.py (train.py -> model.py) imports timm only in a function's body",
+    ),
+    # a data folder (no Python beneath) is no package: an installed one of that name wins (wandb's run folder); a
+    # folder of data in the script's folder does not hide the top's regular package either
+    (
+        {"train.py": "import wandb\n", "wandb/run-1/files/config.yaml": "a: 1\n"},
+        ["train.py"],
+        "fail",
+        "train.py imports wandb, which",
+    ),
+    (
+        {
+            "scripts/train.py": "import sys\nsys.path.insert(0, '.')\nimport data\n",
+            "scripts/data/x.csv": "1\n",
+            "data/__init__.py": "import timm\n",
+        },
+        ["scripts/train.py"],
+        "fail",
+        "data/__init__.py (scripts/train.py -> data/__init__.py) imports timm,",
+    ),
+    # a script in a subfolder whose imports are at the code folder's top: Python does not look there
+    (
+        {"scripts/train.py": "from mypkg.model import Net\n", "mypkg/__init__.py": "", "mypkg/model.py": TRAINS},
+        ["scripts/train.py"],
+        "warn",
+        "scripts/train.py imports mypkg, found at the code folder's top, not in scripts/ where Python looks",
+    ),
+    # ...unless the script puts the top on sys.path itself (rootutils' setup_root, sys.path.insert)
+    (
+        {
+            "scripts/train.py": "import sys\nsys.path.insert(0, '.')\nfrom mypkg.model import Net\n",
+            "mypkg/__init__.py": "",
+            "mypkg/model.py": TRAINS,
+        },
+        ["scripts/train.py"],
+        "ok",
+        "with those of the 2 project modules it imports",
+    ),
+    # what is never imported at run time, a cycle, a module nothing imports, a requirement: nothing missing
+    (
+        {
+            "train.py": "from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import typed\n",
+            "a.py": "import b\n" + TRAINS,
+            "b.py": "import a\nimport c\n",
+            "c.py": "import numpy\n",
+            "typed.py": "import timm\n",
+            "unused.py": "import timm\n",
+        },
+        ["train.py"],
+        "ok",
+        "with those of the 3 project modules it imports",
+    ),
+    # a relative import in a script run by its path: it has no package (Python: "attempted relative import with
+    # no known parent package"); as a module from the top it has one
+    (
+        {"train.py": "from .model import Net\n", "model.py": TRAINS},
+        ["train.py"],
+        "fail",
+        "train.py runs 'from .model import Net', a relative import, but python runs train.py by its path",
+    ),
+    (
+        {"pkg/__init__.py": "", "pkg/train.py": "from .model import Net\n", "pkg/model.py": TRAINS},
+        ["pkg/train.py"],
+        "fail",
+        "pkg/train.py runs 'from .model import Net', a relative import",
+    ),
+    (
+        {"pkg/__init__.py": "", "pkg/train.py": "from .model import Net\n", "pkg/model.py": TRAINS},
+        ["-m", "pkg.train"],
+        "ok",
+        "with those of the 2 project modules it imports",
+    ),
+    # ...and above the top package, or in a top-level module a script imports
+    (
+        {"pkg/__init__.py": "", "pkg/train.py": "from ..common import f\n", "common.py": TRAINS},
+        ["-m", "pkg.train"],
+        "fail",
+        "a relative import, but it is in 1 package(s) there: every node fails with 'ImportError: attempted "
+        "relative import beyond top-level package'",
+    ),
+    (
+        {"train.py": "import helpers\n", "helpers.py": "from .util import f\n", "util.py": TRAINS},
+        ["train.py"],
+        "fail",
+        "helpers.py (train.py -> helpers.py) runs 'from .util import f', a relative import, but it is in no",
+    ),
+    # ...but not the dual-use idiom: the relative import guarded, its absolute fallback followed
+    (
+        {
+            "train.py": "try:\n    from .model import Net\nexcept ImportError:\n    from model import Net\n",
+            "model.py": "import timm\n",
+        },
+        ["train.py"],
+        "fail",
+        "model.py (train.py -> model.py) imports timm, which",
+    ),
+    # from a package import a name its __init__.py binds: the submodule of that name does not run...
+    (
+        {
+            "train.py": "from pkg import build\n",
+            "pkg/__init__.py": "def build():\n    pass\n",
+            "pkg/build.py": "import timm\n",
+        },
+        ["train.py"],
+        "ok",
+        "with those of the 1 project modules it imports",
+    ),
+    # ...bound by an import of another name too; one it does not bind is imported (a PEP 562 __getattr__ or not)
+    (
+        {
+            "train.py": "from pkg import build\n",
+            "pkg/__init__.py": "from .impl import build\n",
+            "pkg/impl.py": "def build():\n    pass\n",
+            "pkg/build.py": "import timm\n",
+        },
+        ["train.py"],
+        "ok",
+        "with those of the 2 project modules it imports",
+    ),
+    (
+        {
+            "train.py": "from pkg import build\n",
+            "pkg/__init__.py": "def __getattr__(name):\n    raise AttributeError(name)\n",
+            "pkg/build.py": "import timm\n",
+        },
+        ["train.py"],
+        "fail",
+        "pkg/build.py (train.py -> pkg/build.py) imports timm,",
+    ),
+    # from a package import *: the submodules its __all__ names run; without an __all__, none
+    (
+        {
+            "train.py": "from pkg import *\n",
+            "pkg/__init__.py": "__all__ = ['net']\n",
+            "pkg/net.py": "import timm\n",
+        },
+        ["train.py"],
+        "fail",
+        "pkg/net.py (train.py -> pkg/net.py) imports timm,",
+    ),
+    (
+        {"train.py": "from pkg import *\n", "pkg/__init__.py": "", "pkg/net.py": "import timm\n"},
+        ["train.py"],
+        "ok",
+        "with those of the 1 project modules it imports",
+    ),
+]
+
+
+@pytest.mark.parametrize(("files", "argv", "status", "said"), WALK_CASES)
 def test_the_imports_of_the_project_modules_the_script_imports_are_checked_too(
     tmp_path, files, argv, status, said
 ) -> None:
@@ -555,6 +650,44 @@ def test_the_imports_of_the_project_modules_the_script_imports_are_checked_too(
     )
     assert worst == status, findings
     assert any(said in f.message for f in findings), findings
+
+
+# the cases where the check differs from what this machine's Python does, on purpose: a part of the case's files (as
+# repr() writes them) -> why
+DIFFERS_FROM_HERE = {
+    "def main():\\n    import helpers": "the script's own functions are taken to run (its main); the case calls none",
+    "torch.cuda.is_available()": "a CUDA-only branch runs on the GPU nodes, not on this machine",
+    "def f(:": "a warning: the nodes' Python may be newer and parse it",
+    "wandb/run-1/files": "a data folder imports as an empty namespace package where the package is not installed: "
+    "the job fails at its first use, not its import",
+    "'scripts/train.py': 'from mypkg.model": "a warning: the job may add the code folder's top to sys.path",
+}
+
+
+def test_the_walk_agrees_with_python_on_every_case(tmp_path) -> None:
+    """The import walk is static; each case above is run by this machine's Python too (each case's stand-in for a
+    module that trains, `import lightning`, left out: a case needs no more than that), and its ImportError or its
+    lack matches the check's failure or its lack, but where the check differs on purpose (:data:`DIFFERS_FROM_HERE`,
+    each said why). A walk that strays from CPython's rules (a relative import that cannot run, a submodule a
+    package's own name hides) fails here, not on the nodes."""
+    import subprocess
+    import sys
+
+    strayed = []
+    for n, (files, argv, status, _said) in enumerate(WALK_CASES):
+        project = tmp_path / f"case{n}"
+        for name, text in files.items():
+            (project / name).parent.mkdir(parents=True, exist_ok=True)
+            here = text.replace(TRAINS, "Net = None\n").replace("import lightning as L\n", "")
+            (project / name).write_text(here.replace("L.LightningModule", "object"))
+        run = subprocess.run([sys.executable, *argv], cwd=project, capture_output=True, text=True, timeout=60)
+        fails_here = run.returncode != 0
+        differs = next((why for key, why in DIFFERS_FROM_HERE.items() if key in repr(files)), None)
+        if fails_here != (status == "fail") and differs is None:
+            strayed.append((argv, files, status, run.stderr.strip().splitlines()[-1:]))
+        elif differs is not None and fails_here == (status == "fail"):
+            strayed.append((argv, files, "no longer differs", differs))
+    assert not strayed, strayed
 
 
 def test_check_repeats_what_srifty_terraform_said_of_a_plain_http_upload() -> None:

@@ -38,6 +38,12 @@ class ImportStatement:
     optional: bool  # the module runs without it: a guard (:func:`_import_guard`) lets it go on
     deferred: bool = False  # in a function's body: it runs when the function is called, not on import
 
+    def written(self) -> str:
+        """The statement as the source has it, near enough: "from .models import Net", "import a.b"."""
+        if not self.names:
+            return f"import {self.module}"
+        return f"from {'.' * self.level}{self.module} import {', '.join(self.names)}"
+
 
 # How sure it is that an import runs, along the way from the script (the greatest level on the way, the least over
 # the ways): when the script runs; only when a project module's function that makes it is called (a lazy import, the
@@ -219,6 +225,23 @@ class ProjectImports:
     # looks in the script's folder, so they resolve only if the script puts the top on sys.path or installs it
     from_top: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     adjusts_path: bool = False  # a module on the way names sys.path, PYTHONPATH, site.addsitedir or rootutils
+    # a relative import Python refuses where the file runs (a plain script's: it has no package; one above the top
+    # package the file was imported in): file -> its first such, as last walked
+    relative: dict[str, Relative] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Relative:
+    """A relative import that raises ImportError where it runs: ``from .models import Net`` in ``python train.py``
+    ("attempted relative import with no known parent package", Python's reference, "The import system", 5.7: a
+    main module run by its path has no package) or ``from .. import x`` in a top package's module ("beyond
+    top-level package")."""
+
+    statement: str  # as written, e.g. "from .models import Net"
+    dots: int  # how many packages up it goes (the statement's dots)
+    depth: int  # how many packages the importing module is in where it runs (0: none)
+    level: int  # RUNS or DEFERRED: the surest way to it (a guarded one, the dual-use idiom, is not recorded)
+    via: tuple[str, ...]
 
 
 def project_imports(
@@ -229,15 +252,16 @@ def project_imports(
     so ``script`` is ``pkg/train.py`` and its packages' ``__init__.py`` run first. An import's level (:data:`RUNS`,
     :data:`DEFERRED`, :data:`OPTIONAL`) is its own, or that of the import that brought its module in if greater."""
     found = ProjectImports()
-    finder = _Finder(set(files), script, run_as_module)
+    finder = _Finder(set(files), read, script, run_as_module)
     walked: dict[str, int] = {}  # file -> level, as last walked: walked again when reached at a surer level
-    queue: deque[tuple[str, int, tuple[str, ...]]] = deque()
+    # the queue's files, each with the folder on the path it was found under (its package is the folders between)
+    queue: deque[tuple[str, int, tuple[str, ...], str]] = deque()
     command = "python -m " + script[: -len(".py")].replace("/", ".").removesuffix(".__main__")
     for path in finder.packages_of(script) if run_as_module else []:  # what python -m runs before the script
-        queue.append((path, RUNS, (command, path)))
-    queue.append((script, RUNS, (script,)))
+        queue.append((path, RUNS, (command, path), ""))
+    queue.append((script, RUNS, (script,), "" if run_as_module else posixpath.dirname(script)))
     while queue:
-        path, level, via = queue.popleft()
+        path, level, via, root = queue.popleft()
         if path in walked and walked[path] <= level:
             continue
         if path not in walked:
@@ -250,17 +274,32 @@ def project_imports(
         except (SyntaxError, ValueError) as exc:  # ValueError: source with a NUL byte
             found.unparsed[path] = (str(exc), via, level)
             continue
+        # PEP 366: a main module that sets __package__ itself may import relatively
+        depth = 1_000 if path == script and "__package__" in text else _depth(path, root)
         for s in statements:
             own = OPTIONAL if s.optional else DEFERRED if s.deferred and path != script else RUNS
-            targets = finder.resolve(s, path)
+            if s.level > depth:  # Python raises ImportError there; a guarded one falls back (the dual-use idiom)
+                if max(level, own) != OPTIONAL and path not in found.relative:
+                    found.relative[path] = Relative(s.written(), s.level, depth, max(level, own), via)
+                continue
+            resolved = finder.resolve(s, path, root)
             top = s.module.split(".")[0]
-            if targets is not None and s.level == 0 and finder.from_top.get(top) == path:
+            if resolved is not None and s.level == 0 and finder.from_top.get(top) == path:
                 found.from_top.setdefault(top, (path, via))
-            if targets is None:
+            if resolved is None:
                 _need(found.needed, s.module.split(".")[0], max(level, own), path, via)
-            for target in targets or ():
-                queue.append((target, max(level, own), via if target in via else (*via, target)))
+                continue
+            targets, under = resolved
+            for target in targets:
+                queue.append((target, max(level, own), via if target in via else (*via, target), under))
     return found
+
+
+def _depth(path: str, root: str) -> int:
+    """How many packages the module ``path``, found under the path entry ``root``, is in (``a/b/c.py`` or
+    ``a/b/__init__.py`` under "": 2, a.b's): how far up its relative imports may go."""
+    folder = posixpath.dirname(path)
+    return 0 if folder == root else len(posixpath.relpath(folder, root or ".").split("/"))
 
 
 def _need(needed: dict[str, Needed], name: str, level: int, where: str, via: tuple[str, ...]) -> None:
@@ -272,35 +311,38 @@ def _need(needed: dict[str, Needed], name: str, level: int, where: str, via: tup
 class _Finder:
     """Where the project's files answer an import (see the module docstring)."""
 
-    def __init__(self, files: set[str], script: str, run_as_module: bool) -> None:
+    def __init__(self, files: set[str], read: Callable[[str], str], script: str, run_as_module: bool) -> None:
         self.files = files
+        self.read = read
         self.folders = _ancestors(files)  # every folder of the snapshot
         self.code_folders = _ancestors(f for f in files if f.endswith(".py"))  # those with Python code beneath
         own = "" if run_as_module else posixpath.dirname(script)
         self.roots = [own, ""] if own else [""]
         self.from_top: dict[str, str] = {}  # top names found only at the code folder's top, not in the script's folder
+        self._namespaces: dict[str, _Namespace] = {}  # a package's __init__.py -> what it binds
 
     def packages_of(self, script: str) -> list[str]:
         """The ``__init__.py`` files ``python -m`` runs before ``script`` (``a/b/train.py``: a's, then b's)."""
         parts = script.split("/")[:-1]
         return [p for i in range(1, len(parts) + 1) if (p := "/".join(parts[:i]) + "/__init__.py") in self.files]
 
-    def resolve(self, s: ImportStatement, importer: str) -> list[str] | None:
+    def resolve(self, s: ImportStatement, importer: str, root: str) -> tuple[list[str], str] | None:
         """The project files ``s`` runs, in order ([] when it is the project's but runs nothing of it: a namespace
-        package, a relative import of a name defined in its package); None when it is not the project's."""
+        package, a relative import of a name defined in its package), with the path entry they are found under
+        (``root``, the importer's, for a relative import); None when it is not the project's."""
         if s.level:
             base = posixpath.dirname(importer)
             for _ in range(s.level - 1):
                 base = posixpath.dirname(base)
             parts = s.module.split(".") if s.module else []
-            return self._with_names(self._walk(base, parts), base, parts, s.names)
+            return self._with_names(self._walk(base, parts), base, parts, s.names), root
         parts = s.module.split(".")
-        root = self._root_of(parts[0])
-        if root is None:
+        found = self._root_of(parts[0])
+        if found is None:
             return None
-        if root != self.roots[0]:
+        if found != self.roots[0]:
             self.from_top.setdefault(parts[0], importer)
-        return self._with_names(self._walk(root, parts), root, parts, s.names)
+        return self._with_names(self._walk(found, parts), found, parts, s.names), found
 
     def _root_of(self, top: str) -> str | None:
         """The first root with ``top`` as a module or a regular package; else the first with it as a namespace
@@ -328,16 +370,71 @@ class _Finder:
         return ran
 
     def _with_names(self, ran: list[str], base: str, parts: list[str], names: tuple[str, ...]) -> list[str]:
-        """``from package import name`` runs ``package/name.py`` (or its ``__init__.py``) when it is a module."""
+        """``from package import name`` runs ``package/name.py`` (or its ``__init__.py``) when it is a module there
+        and the package's ``__init__.py`` has not bound ``name`` itself (CPython's ``_handle_fromlist`` imports the
+        submodule only for a name the package lacks); ``from package import *`` runs the modules its ``__all__``
+        names (none without one)."""
         if ran and ran[-1].endswith(".py") and not ran[-1].endswith("/__init__.py"):
             return ran
         package = posixpath.join(base, *parts) if parts else base
+        init = posixpath.join(package, "__init__.py")
+        namespace = self._namespace(init) if init in self.files else _Namespace()
+        if "*" in names:
+            names = tuple(n for n in names if n != "*") + namespace.all
         for name in names:
+            if name in namespace.bound:
+                continue
             for candidate in (posixpath.join(package, name, "__init__.py"), posixpath.join(package, f"{name}.py")):
                 if candidate in self.files:
                     ran.append(candidate)
                     break
         return ran
+
+    def _namespace(self, init: str) -> _Namespace:
+        if init not in self._namespaces:
+            self._namespaces[init] = _namespace_of(self.read(init), init)
+        return self._namespaces[init]
+
+
+@dataclass(frozen=True)
+class _Namespace:
+    """What a package's ``__init__.py`` binds when it runs (names, not what they are) and its ``__all__`` (a
+    literal list or tuple of strings; () without one, or when computed). A name it does not bind is imported as a
+    submodule, a module ``__getattr__`` (PEP 562) or not: a lazy loader's is the way it imports one."""
+
+    bound: frozenset[str] = frozenset()
+    all: tuple[str, ...] = ()
+
+
+def _namespace_of(source: str, filename: str) -> _Namespace:
+    try:
+        tree = ast.parse(source, filename=filename)
+    except (SyntaxError, ValueError):
+        return _Namespace()  # read as binding nothing: every submodule named is taken to run
+    bound: set[str] = set()
+    every: list[str] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and _names_type_checking(node.test):
+            pending += node.orelse  # its body never runs
+            continue
+        if isinstance(node, (ast.If, ast.With, ast.AsyncWith, ast.For, ast.While, *TRIES)):
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                for child in getattr(node, name, []):
+                    pending += child.body if isinstance(child, ast.ExceptHandler) else [child]
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            bound |= names
+            if "__all__" in names and isinstance(node.value, (ast.List, ast.Tuple)):
+                every += [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return _Namespace(frozenset(bound), tuple(every))
 
 
 def _ancestors(files: Iterable[str]) -> set[str]:
