@@ -59,8 +59,9 @@ from lightning_srifty.provision.aws import (
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, tag_value, terraform_root
-from lightning_srifty.provision.terraform.glue import command_glue, project_walk, python_sources
+from lightning_srifty.provision.terraform.glue import cli_configs, command_glue, project_walk, python_sources
 from lightning_srifty.provision.terraform.script_imports import (
+    CONFIGURED,
     DEFERRED,
     OPTIONAL,
     RUNS,
@@ -372,7 +373,8 @@ def check_imports(
             )
         ]
     source = python_sources(snapshot).get(script) or read_member(snapshot, script).decode(errors="replace")
-    found = project_walk(snapshot, script, argv[0] == "-m")
+    args = argv[2:] if argv[0] == "-m" else argv[1:]
+    found = project_walk(snapshot, script, argv[0] == "-m", tuple(cli_configs(args)))
     if script in found.unparsed:
         error = found.unparsed[script][0]
         return [Finding("script", "fail", f"{script} does not parse: {error}", "fix the syntax error before paying")]
@@ -385,7 +387,6 @@ def check_imports(
         *_import_findings(env, lines, script, found, setup_command, image),
         *_from_top_findings(script, found, lines, setup_command, image),
     ]
-    args = argv[2:] if argv[0] == "-m" else argv[1:]
     return [*findings, *_glue_findings(snapshot, argv, script), *check_device(script, source, args)]
 
 
@@ -453,6 +454,7 @@ def _import_findings(
         )
     for level, then, unless_so in (
         (DEFERRED, "a node fails when the job calls {it}", " if the job calls it"),
+        (CONFIGURED, "a node fails if the job's config names {it}", " if a config the job uses names it"),
         (OPTIONAL, "the nodes will train without {it}", " if the nodes should have it"),
     ):
         if these := [n for n in missing if names[n].level == level]:
@@ -601,11 +603,14 @@ def _who_imports(script: str, missing: list[str], names: dict[str, Needed], leve
         by_file.setdefault(names[name].where, []).append(name)
     clauses = []
     for where, these in sorted(by_file.items(), key=lambda item: (item[0] != script, item[0])):
-        clauses.append(f"{where}{_chain(names[these[0]].via, where == script)} imports {', '.join(these)}")
+        via = names[these[0]].via
+        clauses.append(f"{where}{_chain(via, where == script or via == (where,))} imports {', '.join(these)}")
     on_the_way = "" if set(by_file) == {script} else " (there, or on the way to it)"
     if level == OPTIONAL:
         guards = "try/except ImportError, an if asking whether it is installed, or a branch on the Python version"
         return f"{'; '.join(clauses)} only under {guards}{on_the_way}, and "
+    if level == CONFIGURED:
+        return f"{'; '.join(clauses)} only through a config file's _target_ or class_path{on_the_way}, and "
     if level == DEFERRED:
         return f"{'; '.join(clauses)} only in a function's body{on_the_way}, which runs when it is called, and "
     return f"{'; '.join(clauses)}, which " if len(clauses) == 1 else f"{'; '.join(clauses)}: what "

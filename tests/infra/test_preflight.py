@@ -624,6 +624,47 @@ WALK_CASES = [
         "ok",
         "with those of the 1 project modules it imports",
     ),
+    # an import by a name written out, as importlib's
+    (
+        {
+            "train.py": "import importlib\nnet = importlib.import_module('models.net')\n",
+            "models/__init__.py": "",
+            "models/net.py": "import timm\n",
+        },
+        ["train.py"],
+        "fail",
+        "models/net.py (train.py -> models/net.py) imports timm,",
+    ),
+    # a Hydra _target_ in a config file: runs if the job's config names it; a LightningCLI class_path in the
+    # command's --config file: runs
+    (
+        {
+            "train.py": TRAINS,
+            "configs/model/net.yaml": "_target_: models.net.Net\nlr: 0.1\n",
+            "models/__init__.py": "",
+            "models/net.py": "import timm\n",
+        },
+        ["train.py"],
+        "warn",
+        "models/net.py (configs/model/net.yaml -> models/net.py) imports timm only through a config file's",
+    ),
+    (
+        {"train.py": TRAINS, "conf/optim.yaml": "optimizer:\n  _target_: timm.optim.Lamb\n"},
+        ["train.py"],
+        "warn",
+        "conf/optim.yaml imports timm only through a config file's _target_ or class_path",
+    ),
+    (
+        {
+            "main.py": TRAINS,
+            "config.yaml": "model:\n  class_path: models.net.Net\n",
+            "models/__init__.py": "",
+            "models/net.py": "import timm\n",
+        },
+        ["main.py", "fit", "--config", "config.yaml"],
+        "fail",
+        "models/net.py (config.yaml -> models/net.py) imports timm, which",
+    ),
 ]
 
 
@@ -661,6 +702,8 @@ DIFFERS_FROM_HERE = {
     "wandb/run-1/files": "a data folder imports as an empty namespace package where the package is not installed: "
     "the job fails at its first use, not its import",
     "'scripts/train.py': 'from mypkg.model": "a warning: the job may add the code folder's top to sys.path",
+    "'config.yaml': 'model:\\n  class_path": "LightningCLI reads the --config file at run time; the case's main.py "
+    "stands in for it",
 }
 
 

@@ -26,6 +26,7 @@ PLAN_STRATEGY = "srifty_auto"  # the strategy that applies the plan's layout and
 PLAN_CALL = "plan_strategy"  # the function that does the same
 PACKAGE = "lightning_srifty"
 MAX_SOURCE_BYTES = 2_000_000  # a Python file larger than this is data, not read
+CONFIGS = (".yaml", ".yml")  # the config files whose _target_ / class_path the import walk follows
 
 
 @dataclass(frozen=True)
@@ -147,14 +148,21 @@ def cli_strategies(snapshot: Snapshot, args: list[str]) -> set[str]:
 
 
 @functools.lru_cache(maxsize=8)
-def _sources_of(archive: str, sha256: str) -> dict[str, str]:
+def _texts_of(archive: str, sha256: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The snapshot's Python files and its YAML files (path -> text), in one pass of its archive."""
     with tarfile.open(archive, "r:gz") as tar:  # one pass: a member's own read would decompress from the start
-        out = {}
+        sources: dict[str, str] = {}
+        configs: dict[str, str] = {}
         for member in tar:
-            handle = tar.extractfile(member) if member.isfile() and member.name.endswith(".py") else None
-            if handle is not None and member.size <= MAX_SOURCE_BYTES:
-                out[member.name] = handle.read().decode(errors="replace")
-        return out
+            kind = sources if member.name.endswith(".py") else configs if member.name.endswith(CONFIGS) else None
+            handle = tar.extractfile(member) if member.isfile() and kind is not None else None
+            if handle is not None and kind is not None and member.size <= MAX_SOURCE_BYTES:
+                kind[member.name] = handle.read().decode(errors="replace")
+        return sources, configs
+
+
+def _sources_of(archive: str, sha256: str) -> dict[str, str]:
+    return _texts_of(archive, sha256)[0]
 
 
 def python_sources(snapshot: Snapshot) -> dict[str, str]:
@@ -170,16 +178,31 @@ def _code_nodes(tree: ast.AST) -> list[ast.AST]:
 
 
 @functools.lru_cache(maxsize=16)
-def _walk_of(archive: str, sha256: str, script: str, module: bool) -> ProjectImports:
-    sources = _sources_of(archive, sha256)
-    return project_imports(sources, lambda f: sources.get(f, ""), script, module)
+def _walk_of(archive: str, sha256: str, script: str, module: bool, used: tuple[str, ...]) -> ProjectImports:
+    sources, configs = _texts_of(archive, sha256)
+    return project_imports(sources, lambda f: sources.get(f, ""), script, module, configs, used)
 
 
-def project_walk(snapshot: Snapshot, script: str, module: bool = False) -> ProjectImports:
+def project_walk(
+    snapshot: Snapshot, script: str, module: bool = False, configs_used: tuple[str, ...] = ()
+) -> ProjectImports:
     """The imports of ``script`` and of the project modules it imports, transitively, as the nodes' Python runs them
     (:func:`~lightning_srifty.provision.terraform.script_imports.project_imports`; ``module``: ``python -m``), over
-    the snapshot's Python files; kept for the next caller (the script check and the glue read the same walk)."""
-    return _walk_of(str(snapshot.path), snapshot.sha256, script, module)
+    the snapshot's Python files, with the targets its YAML files name (``configs_used``: the command's ``--config``
+    files, whose targets surely run); kept for the next caller (the script check and the glue read the same walk)."""
+    return _walk_of(str(snapshot.path), snapshot.sha256, script, module, configs_used)
+
+
+def cli_configs(args: list[str]) -> list[str]:
+    """The config files a LightningCLI command names (``--config[=]X``, ``-c X``), as paths of the code folder."""
+    out = []
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if key in ("--config", "-c") and value:
+            out.append(os.path.normpath(value))
+    return out
 
 
 def _imports_srifty(snapshot: Snapshot, script: str, module: bool) -> bool:

@@ -9,17 +9,20 @@ it on the path); a relative import in the folder of the module that makes it. Im
 ``a/__init__.py`` and ``a/b/__init__.py`` before ``a/b/c.py`` (a folder without ``__init__.py`` is a namespace
 package: nothing of its own runs; one with no Python beneath is data, not a package), and ``from a import b`` runs
 ``a/b.py`` too when it is a module there; an imported module's ``if __name__ == "__main__":`` block does not run.
-What Python cannot see statically is not followed: ``importlib.import_module`` of a computed name, ``__import__``,
-code ``exec``'d from a file; a module that names ``sys.path`` (or rootutils) is taken to put the code folder's top on
-the path (:attr:`ProjectImports.adjusts_path`).
+``importlib.import_module("a.b")`` and ``__import__("a.b")`` with the name written out run as ``import a.b``, and a
+Hydra ``_target_`` or a LightningCLI ``class_path`` in the project's YAML files as one that runs if the job's config
+names it (:func:`config_targets`; surely in a ``--config`` file of the command). What Python cannot see statically is
+not followed: an import of a computed name, code ``exec``'d from a file; a module that names ``sys.path`` (or
+rootutils) is taken to put the code folder's top on the path (:attr:`ProjectImports.adjusts_path`).
 """
 
 from __future__ import annotations
 
 import ast
 import posixpath
+import re
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +52,20 @@ class ImportStatement:
 # the ways): when the script runs; only when a project module's function that makes it is called (a lazy import, the
 # way a library defers an optional package: the script's own functions are taken to run); or only where a guard
 # lets the script go on without it.
-RUNS, DEFERRED, OPTIONAL = 0, 1, 2
+RUNS, DEFERRED, CONFIGURED, OPTIONAL = 0, 1, 2, 3  # CONFIGURED: only through a config file's target
+
+
+# a Hydra ``_target_: a.b.C`` or a LightningCLI / jsonargparse ``class_path: a.b.C`` (YAML, or JSON's quoted keys):
+# a dotted name the job imports when it builds what the config describes
+_CONFIG_TARGET = re.compile(
+    r"""^[ \t-]*["']?(?:_target_|class_path)["']?[ \t]*:[ \t]*["']?([A-Za-z_]\w*(?:\.\w+)+)["']?[ \t]*(?:#.*)?$""",
+    re.MULTILINE,
+)
+
+
+def config_targets(text: str) -> list[str]:
+    """The dotted names a config file's ``_target_`` / ``class_path`` keys name, in order, each once."""
+    return list(dict.fromkeys(_CONFIG_TARGET.findall(text)))
 
 
 def import_statements(source: str, filename: str = "<unknown>", imported: bool = False) -> list[ImportStatement]:
@@ -60,18 +76,32 @@ def import_statements(source: str, filename: str = "<unknown>", imported: bool =
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     out = []
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        named = _imported_by_call(node)
+        if not (named or isinstance(node, (ast.Import, ast.ImportFrom))):
             continue
         guard, deferred = _import_guard(node, parents, imported)
         if guard == "never":
             continue
         optional = guard == "optional"
-        if isinstance(node, ast.Import):
+        if named:
+            out.append(ImportStatement(named, 0, (), optional, deferred))
+        elif isinstance(node, ast.Import):
             out += [ImportStatement(alias.name, 0, (), optional, deferred) for alias in node.names]
-        else:
+        elif isinstance(node, ast.ImportFrom):
             names = tuple(a.name for a in node.names)
             out.append(ImportStatement(node.module or "", node.level, names, optional, deferred))
     return out
+
+
+def _imported_by_call(node: ast.AST) -> str:
+    """The module ``importlib.import_module("a.b")`` or ``__import__("a.b")`` imports when its name is written out
+    (an absolute one; "" otherwise: a computed name, a relative one, not such a call). It runs as ``import a.b``."""
+    if not (isinstance(node, ast.Call) and node.args and _call_name(node.func) in ("import_module", "__import__")):
+        return ""
+    first = node.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value[:1].isidentifier():
+        return first.value
+    return ""
 
 
 def imported_modules(source: str) -> dict[str, bool]:
@@ -208,7 +238,7 @@ class Needed:
     """A name from outside the project that the script needs, and where: the first module (in the walk from the
     script, breadth first) that imports it at its surest level."""
 
-    level: int  # RUNS, DEFERRED or OPTIONAL: the surest way to it
+    level: int  # RUNS, DEFERRED, CONFIGURED or OPTIONAL: the surest way to it
     where: str  # the project file whose import it is
     via: tuple[str, ...]  # the files the script's imports pass through to ``where`` (the script first)
 
@@ -240,17 +270,25 @@ class Relative:
     statement: str  # as written, e.g. "from .models import Net"
     dots: int  # how many packages up it goes (the statement's dots)
     depth: int  # how many packages the importing module is in where it runs (0: none)
-    level: int  # RUNS or DEFERRED: the surest way to it (a guarded one, the dual-use idiom, is not recorded)
+    level: int  # RUNS, DEFERRED or CONFIGURED: the surest way to it (a guarded one, the dual-use idiom, is not)
     via: tuple[str, ...]
 
 
 def project_imports(
-    files: Iterable[str], read: Callable[[str], str], script: str, run_as_module: bool = False
+    files: Iterable[str],
+    read: Callable[[str], str],
+    script: str,
+    run_as_module: bool = False,
+    configs: Mapping[str, str] | None = None,
+    configs_used: Iterable[str] = (),
 ) -> ProjectImports:
     """The imports of ``script`` and of every project module it imports, transitively (``files``: the code
     snapshot's, relative POSIX paths; ``read``: a file's text). ``run_as_module``: the command is ``-m pkg.train``,
-    so ``script`` is ``pkg/train.py`` and its packages' ``__init__.py`` run first. An import's level (:data:`RUNS`,
-    :data:`DEFERRED`, :data:`OPTIONAL`) is its own, or that of the import that brought its module in if greater."""
+    so ``script`` is ``pkg/train.py`` and its packages' ``__init__.py`` run first. ``configs``: the project's config
+    files (path -> text), whose targets (:func:`config_targets`) are imported at :data:`CONFIGURED`, or :data:`RUNS`
+    for those of ``configs_used`` (the command's ``--config`` files). An import's level (:data:`RUNS`,
+    :data:`DEFERRED`, :data:`CONFIGURED`, :data:`OPTIONAL`) is its own, or that of the import that brought its module
+    in if greater."""
     found = ProjectImports()
     finder = _Finder(set(files), read, script, run_as_module)
     walked: dict[str, int] = {}  # file -> level, as last walked: walked again when reached at a surer level
@@ -260,6 +298,32 @@ def project_imports(
     for path in finder.packages_of(script) if run_as_module else []:  # what python -m runs before the script
         queue.append((path, RUNS, (command, path), ""))
     queue.append((script, RUNS, (script,), "" if run_as_module else posixpath.dirname(script)))
+    _drain(queue, walked, found, finder, script, read)
+    used = set(configs_used)
+    for config, text in sorted((configs or {}).items()):
+        level = RUNS if config in used else CONFIGURED
+        for target in config_targets(text):
+            heard = dict(finder.from_top)  # a config's target is no import of the script's to warn of
+            resolved = finder.resolve(ImportStatement(target, 0, (), False), config, "")
+            finder.from_top = heard
+            if resolved is None:
+                _need(found.needed, target.split(".")[0], level, config, (config,))
+                continue
+            for path in resolved[0]:
+                queue.append((path, level, (config, path), resolved[1]))
+        _drain(queue, walked, found, finder, script, read)
+    return found
+
+
+def _drain(
+    queue: deque[tuple[str, int, tuple[str, ...], str]],
+    walked: dict[str, int],
+    found: ProjectImports,
+    finder: _Finder,
+    script: str,
+    read: Callable[[str], str],
+) -> None:
+    """Walk the files of ``queue`` and those their imports run, into ``found`` (see :func:`project_imports`)."""
     while queue:
         path, level, via, root = queue.popleft()
         if path in walked and walked[path] <= level:
@@ -279,7 +343,7 @@ def project_imports(
         for s in statements:
             own = OPTIONAL if s.optional else DEFERRED if s.deferred and path != script else RUNS
             if s.level > depth:  # Python raises ImportError there; a guarded one falls back (the dual-use idiom)
-                if max(level, own) != OPTIONAL and path not in found.relative:
+                if max(level, own) < OPTIONAL and path not in found.relative:
                     found.relative[path] = Relative(s.written(), s.level, depth, max(level, own), via)
                 continue
             resolved = finder.resolve(s, path, root)
@@ -292,7 +356,6 @@ def project_imports(
             targets, under = resolved
             for target in targets:
                 queue.append((target, max(level, own), via if target in via else (*via, target), under))
-    return found
 
 
 def _depth(path: str, root: str) -> int:
@@ -406,6 +469,15 @@ class _Namespace:
     all: tuple[str, ...] = ()
 
 
+def _from_itself(node: ast.ImportFrom, init: str) -> bool:
+    """``from . import x`` or ``from pkg import x`` in ``pkg/__init__.py``: an import of the package's own
+    submodules (or of names an earlier one bound), not a binding that hides one."""
+    package = posixpath.basename(posixpath.dirname(init))
+    if node.level:
+        return node.level == 1 and not node.module
+    return bool(node.module) and (node.module or "").split(".")[-1] == package
+
+
 def _namespace_of(source: str, filename: str) -> _Namespace:
     try:
         tree = ast.parse(source, filename=filename)
@@ -426,6 +498,8 @@ def _namespace_of(source: str, filename: str) -> _Namespace:
             continue
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
+        elif isinstance(node, ast.ImportFrom) and _from_itself(node, filename):
+            continue  # ``from . import x`` binds the submodule it runs: the walk follows it there
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
