@@ -7,7 +7,7 @@ check read before): this repository (a script that imports ``lightning_srifty``,
 project's: about 200 of them), and a project whose code is a copy of an installed package's source (``--package``,
 e.g. ``transformers``: a few thousand files, a script that imports it).
 
-    python bench/import_walk.py [--runs 5] [--package transformers] [--before PATH]
+    python bench/import_walk.py [--runs 5] [--package transformers] [--before PATH] [--project FOLDER:SCRIPT ...]
 
 ``--before PATH``: a checkout of an earlier commit (``git worktree add /tmp/before 7e5a243``): its
 ``check_imports``, which read the script alone, is timed on the same projects in a process of its own.
@@ -73,22 +73,23 @@ def before_s(tree: Path | None, project: Path, script: str, out: Path, runs: int
 
 def _cold() -> None:
     """Forget what an earlier call read and walked (the check keeps both for its next caller)."""
-    glue._sources_of.cache_clear()
+    glue._texts_of.cache_clear()
     glue._walk_of.cache_clear()
 
 
 def measure(name: str, project: Path, script: str, work: Path, runs: int, before: Path | None = None) -> None:
     snapshot = build_snapshot(project, work / f"out-{name}", SPEC)
     python = [f for f in snapshot.files if f.endswith(".py")]
-    sources = glue.python_sources(snapshot)
-    found = project_imports(sources, lambda f: sources.get(f, ""), script)
+    sources, configs = glue._texts_of(str(snapshot.path), snapshot.sha256)
+    found = project_imports(sources, lambda f: sources.get(f, ""), script, False, configs)
     alone = median_s(lambda: imported_modules(read_member(snapshot, script).decode()), runs)
-    read = median_s(lambda: (glue._sources_of.cache_clear(), glue.python_sources(snapshot)), runs)
-    walk = median_s(lambda: project_imports(sources, lambda f: sources.get(f, ""), script), runs)
+    read = median_s(lambda: (glue._texts_of.cache_clear(), glue.python_sources(snapshot)), runs)
+    walk = median_s(lambda: project_imports(sources, lambda f: sources.get(f, ""), script, False, configs), runs)
     total = median_s(lambda: (_cold(), check_imports(snapshot, [script])), runs)
     earlier = before_s(before, project, script, work / f"before-{name}", runs)
     print(
-        f"| {name} | {len(snapshot.files):,} ({len(python):,} .py) | {len(found.modules):,} | {len(found.needed)} | "
+        f"| {name} | {len(snapshot.files):,} ({len(python):,} .py, {len(configs)} YAML) | {len(found.modules):,} | "
+        f"{len(found.needed)} | "
         f"{alone * 1e3:.0f} ms | {earlier} | {read * 1e3:.0f} ms | {walk * 1e3:.0f} ms | {total * 1e3:.0f} ms |"
     )
 
@@ -98,11 +99,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--package", default="transformers", help="an installed package whose source is a project")
     parser.add_argument("--before", type=Path, help="a checkout of an earlier commit, timed on the same projects")
+    parser.add_argument(
+        "--project", action="append", default=[], help="FOLDER:SCRIPT, a project of your own to time too (repeatable)"
+    )
     args = parser.parse_args()
     root = Path(__file__).resolve().parents[1]
     print(
         "| project | files in the snapshot | project modules walked | names from outside | the script's imports alone "
-        "| check_imports before (--before) | reading the .py files (one pass) | the walk (parse, resolve) | "
+        "| check_imports before (--before) | reading the .py and YAML files (one pass) | the walk (parse, resolve) | "
         "check_imports now |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -114,6 +118,9 @@ def main() -> None:
         measure(
             "this repository, examples/train_digits.py", own, "examples/train_digits.py", work, args.runs, args.before
         )
+        for n, given in enumerate(args.project):
+            folder, _, script = given.rpartition(":")
+            measure(f"{Path(folder).name}, {script}", Path(folder), script, work / f"p{n}", args.runs, args.before)
         spec = importlib.util.find_spec(args.package)
         if spec is None or not spec.submodule_search_locations:
             print(f"({args.package} is not installed: its row is left out)")
