@@ -576,12 +576,19 @@ def _relative_findings(script: str, as_module: bool, found: ProjectImports) -> l
                 if bad.dots == 1
                 else "import absolutely"
             )
-        else:
-            why = "it is in no package where it runs" if bad.depth == 0 else f"it is in {bad.depth} package(s) there"
+        elif bad.depth == 0:
+            why = "it is imported as a top-level module, in no package"
             fix = "import absolutely, or import the module as part of its package (a folder with __init__.py)"
+        else:
+            why = f"it goes above the top package it is imported in ({bad.depth} package(s) deep)"
+            fix = "import absolutely (from the code folder's top)"
         error = "with no known parent package" if bad.depth == 0 else "beyond top-level package"
         sure = bad.level == RUNS and (path == script or not found.adjusts_path)
-        then = "every node fails" if bad.level == RUNS else "a node fails if the job calls the function that makes it"
+        then = {
+            RUNS: "every node fails" if sure else "the nodes fail, unless the job's sys.path imports it otherwise,",
+            DEFERRED: "a node fails if the job calls the function that makes it",
+            CONFIGURED: "a node fails if the job's config names it",
+        }.get(bad.level, "a node fails")
         out.append(
             Finding(
                 "imports",

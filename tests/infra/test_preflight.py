@@ -555,14 +555,14 @@ WALK_CASES = [
         {"pkg/__init__.py": "", "pkg/train.py": "from ..common import f\n", "common.py": TRAINS},
         ["-m", "pkg.train"],
         "fail",
-        "a relative import, but it is in 1 package(s) there: every node fails with 'ImportError: attempted "
-        "relative import beyond top-level package'",
+        "a relative import, but it goes above the top package it is imported in (1 package(s) deep): every node fails "
+        "with 'ImportError: attempted relative import beyond top-level package'",
     ),
     (
         {"train.py": "import helpers\n", "helpers.py": "from .util import f\n", "util.py": TRAINS},
         ["train.py"],
         "fail",
-        "helpers.py (train.py -> helpers.py) runs 'from .util import f', a relative import, but it is in no",
+        "helpers.py (train.py -> helpers.py) runs 'from .util import f', a relative import, but it is imported as a",
     ),
     # ...but not the dual-use idiom: the relative import guarded, its absolute fallback followed
     (
@@ -624,6 +624,74 @@ WALK_CASES = [
         "ok",
         "with those of the 1 project modules it imports",
     ),
+    # a review's cases: the dual-use script that asks how it was run (the branch for __main__ runs; `if __package__:`
+    # either); a guard that takes ModuleNotFoundError only (a refused relative import raises a plain ImportError)
+    (
+        {
+            "train.py": "if __name__ == '__main__':\n    from model import Net\nelse:\n    from .model import Net\n",
+            "model.py": TRAINS,
+        },
+        ["train.py"],
+        "ok",
+        "with those of the 1 project modules it imports",
+    ),
+    (
+        {
+            "scripts/train.py": "import os, sys\nif __package__:\n    from ..utils import helper\nelse:\n"
+            "    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))\n"
+            "    from utils import helper\n",
+            "utils.py": "helper = 1\n",
+        },
+        ["scripts/train.py"],
+        "ok",
+        "with those of the 1 project modules it imports",
+    ),
+    (
+        {
+            "train.py": "try:\n    from .model import Net\nexcept ModuleNotFoundError:\n    from model import Net\n",
+            "model.py": TRAINS,
+        },
+        ["train.py"],
+        "fail",
+        "train.py runs 'from .model import Net', a relative import",
+    ),
+    # ...a package's __init__.py that imports its submodule, then rebinds the name: the submodule runs; one whose
+    # dotted name only ends like the package's is another package's
+    (
+        {
+            "train.py": "import pkg\n",
+            "pkg/__init__.py": "from . import version\nversion = version.V\n",
+            "pkg/version.py": "import timm\nV = 1\n",
+        },
+        ["train.py"],
+        "fail",
+        "pkg/version.py (train.py -> pkg/__init__.py -> pkg/version.py) imports timm,",
+    ),
+    (
+        {
+            "train.py": "from pkg import y\n",
+            "pkg/__init__.py": "from other.pkg import y\n",
+            "other/__init__.py": "",
+            "other/pkg.py": "y = 1\n",
+            "pkg/y.py": "import timm\n",
+        },
+        ["train.py"],
+        "ok",
+        "with those of the 3 project modules it imports",
+    ),
+    # ...the same relative import reached lazily and then for sure: said for sure
+    (
+        {
+            "train.py": "import a\nimport b\n",
+            "a.py": "def f():\n    import helpers\n",
+            "b.py": "import helpers\n",
+            "helpers.py": "from .x import y\n",
+            "x.py": "y = 1\n",
+        },
+        ["train.py"],
+        "fail",
+        "helpers.py (train.py -> b.py -> helpers.py) runs 'from .x import y'",
+    ),
     # an import by a name written out, as importlib's
     (
         {
@@ -654,10 +722,28 @@ WALK_CASES = [
         "warn",
         "conf/optim.yaml imports timm only through a config file's _target_ or class_path",
     ),
+    # ...a config's __main__ target is the script's own; a target the package binds is its attribute, not a module
+    (
+        {"main.py": TRAINS, "config.yaml": "model:\r\n  class_path: __main__.Net\r\n"},
+        ["main.py", "fit", "--config", "config.yaml"],
+        "ok",
+        "its 1 required imports resolve",
+    ),
     (
         {
             "main.py": TRAINS,
-            "config.yaml": "model:\n  class_path: models.net.Net\n",
+            "config.yaml": "model:\r\n  class_path: pkg.build\r\n",
+            "pkg/__init__.py": "def build():\n    pass\n",
+            "pkg/build.py": "import timm\n",
+        },
+        ["main.py", "fit", "--config", "config.yaml"],
+        "ok",
+        "with those of the 1 project modules it imports",
+    ),
+    (
+        {
+            "main.py": TRAINS,
+            "config.yaml": "\ufeffmodel:\r\n  class_path: models.net.Net\r\n",
             "models/__init__.py": "",
             "models/net.py": "import timm\n",
         },
@@ -702,7 +788,7 @@ DIFFERS_FROM_HERE = {
     "wandb/run-1/files": "a data folder imports as an empty namespace package where the package is not installed: "
     "the job fails at its first use, not its import",
     "'scripts/train.py': 'from mypkg.model": "a warning: the job may add the code folder's top to sys.path",
-    "'config.yaml': 'model:\\n  class_path": "LightningCLI reads the --config file at run time; the case's main.py "
+    "class_path: models.net.Net": "LightningCLI reads the --config file at run time; the case's main.py "
     "stands in for it",
 }
 

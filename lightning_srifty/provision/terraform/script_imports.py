@@ -58,14 +58,16 @@ RUNS, DEFERRED, CONFIGURED, OPTIONAL = 0, 1, 2, 3  # CONFIGURED: only through a 
 # a Hydra ``_target_: a.b.C`` or a LightningCLI / jsonargparse ``class_path: a.b.C`` (YAML, or JSON's quoted keys):
 # a dotted name the job imports when it builds what the config describes
 _CONFIG_TARGET = re.compile(
-    r"""^[ \t-]*["']?(?:_target_|class_path)["']?[ \t]*:[ \t]*["']?([A-Za-z_]\w*(?:\.\w+)+)["']?[ \t]*(?:#.*)?$""",
+    r"""^\ufeff?[ \t-]*["']?(?:_target_|class_path)["']?[ \t]*:[ \t]*["']?([A-Za-z_]\w*(?:\.\w+)+)["']?[ \t]*,?[ \t]*"""
+    r"""(?:#[^\r\n]*)?\r?$""",
     re.MULTILINE,
 )
 
 
 def config_targets(text: str) -> list[str]:
-    """The dotted names a config file's ``_target_`` / ``class_path`` keys name, in order, each once."""
-    return list(dict.fromkeys(_CONFIG_TARGET.findall(text)))
+    """The dotted names a config file's ``_target_`` / ``class_path`` keys name, in order, each once (``__main__.X``,
+    the running script's own, left out: the script is walked anyway)."""
+    return [t for t in dict.fromkeys(_CONFIG_TARGET.findall(text)) if not t.startswith("__main__.")]
 
 
 def import_statements(source: str, filename: str = "<unknown>", imported: bool = False) -> list[ImportStatement]:
@@ -96,7 +98,16 @@ def import_statements(source: str, filename: str = "<unknown>", imported: bool =
 def _imported_by_call(node: ast.AST) -> str:
     """The module ``importlib.import_module("a.b")`` or ``__import__("a.b")`` imports when its name is written out
     (an absolute one; "" otherwise: a computed name, a relative one, not such a call). It runs as ``import a.b``."""
-    if not (isinstance(node, ast.Call) and node.args and _call_name(node.func) in ("import_module", "__import__")):
+    if not (isinstance(node, ast.Call) and node.args):
+        return ""
+    func = node.func
+    importlib_s = (isinstance(func, ast.Name) and func.id in ("import_module", "__import__")) or (
+        isinstance(func, ast.Attribute)
+        and func.attr == "import_module"
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "importlib"
+    )  # importlib.import_module, one imported by name, the builtin: not another object's import_module
+    if not importlib_s:
         return ""
     first = node.args[0]
     if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value[:1].isidentifier():
@@ -129,22 +140,40 @@ def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST], imported: bool
         parent = parents[child]
         if isinstance(parent, ast.If) and child in parent.body and _names_type_checking(parent.test):
             return "never", deferred
-        if imported and isinstance(parent, ast.If) and child in parent.body and _names_main(parent.test):
-            return "never", deferred
+        if isinstance(parent, ast.If) and _names_main(parent.test):
+            # which branch runs: the one for __main__ in the script, the other in a module it imports
+            main_branch = parent.body if isinstance(parent.test.ops[0], ast.Eq) else parent.orelse  # type: ignore[attr-defined]
+            if (child in main_branch) == imported:
+                return "never", deferred
+        if isinstance(parent, ast.If) and _names_own_package(parent.test):
+            guard = "optional"  # `if __package__:` / `if __spec__ is None:`: how it was run picks the branch
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             in_function = deferred = True
-        if not in_function and (_guards(parent, child) or _if_available(parent, child) or _if_version(parent)):
+        relative = isinstance(node, ast.ImportFrom) and node.level > 0
+        if not in_function and (
+            _guards(parent, child, relative) or _if_available(parent, child) or _if_version(parent)
+        ):
             guard = "optional"
         child = parent
     return guard, deferred
 
 
+def _names_own_package(test: ast.expr) -> bool:
+    """A test of the module's own ``__package__`` or ``__spec__`` (the dual-use script's way to pick its imports)."""
+    return any(isinstance(n, ast.Name) and n.id in ("__package__", "__spec__") for n in ast.walk(test))
+
+
 def _names_main(test: ast.expr) -> bool:
-    """``__name__ == "__main__"`` (either way round)."""
-    return isinstance(test, ast.Compare) and {
-        n.id if isinstance(n, ast.Name) else n.value if isinstance(n, ast.Constant) else None
-        for n in (test.left, *test.comparators)
-    } >= {"__name__", "__main__"}
+    """``__name__ == "__main__"`` or ``!=`` (either way round)."""
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+        and {
+            n.id if isinstance(n, ast.Name) else n.value if isinstance(n, ast.Constant) else None
+            for n in (test.left, *test.comparators)
+        }
+        >= {"__name__", "__main__"}
+    )
 
 
 def _if_version(parent: ast.AST) -> bool:
@@ -164,10 +193,14 @@ def _if_version(parent: ast.AST) -> bool:
     return False
 
 
-def _guards(parent: ast.AST, child: ast.AST) -> bool:
+def _guards(parent: ast.AST, child: ast.AST, relative: bool = False) -> bool:
     """``child`` is in the body of the ``try`` ``parent``, one of whose handlers takes an ImportError and goes on."""
     tried: Any = parent
-    return isinstance(parent, TRIES) and child in tried.body and any(_catches_import_error(h) for h in tried.handlers)
+    return (
+        isinstance(parent, TRIES)
+        and child in tried.body
+        and any(_catches_import_error(h, relative) for h in tried.handlers)
+    )
 
 
 # what a test that asks whether a package can be imported calls: importlib's, lightning_utilities' (Lightning's own
@@ -206,7 +239,7 @@ def _names_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+def _catches_import_error(handler: ast.ExceptHandler, relative: bool = False) -> bool:
     """The handler takes an ImportError and lets the script go on (its last statement neither raises nor exits)."""
     last = handler.body[-1] if handler.body else None
     if isinstance(last, ast.Raise) or (
@@ -221,9 +254,10 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     if handler.type is None:
         return True
     caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    # a refused relative import raises a plain ImportError, which ``except ModuleNotFoundError`` does not take
+    takes = _CATCHES_IMPORT_ERROR - {"ModuleNotFoundError"} if relative else _CATCHES_IMPORT_ERROR
     return any(
-        (isinstance(c, ast.Name) and c.id in _CATCHES_IMPORT_ERROR)
-        or (isinstance(c, ast.Attribute) and c.attr in _CATCHES_IMPORT_ERROR)
+        (isinstance(c, ast.Name) and c.id in takes) or (isinstance(c, ast.Attribute) and c.attr in takes)
         for c in caught
     )
 
@@ -256,7 +290,7 @@ class ProjectImports:
     from_top: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     adjusts_path: bool = False  # a module on the way names sys.path, PYTHONPATH, site.addsitedir or rootutils
     # a relative import Python refuses where the file runs (a plain script's: it has no package; one above the top
-    # package the file was imported in): file -> its first such, as last walked
+    # package the file was imported in): file -> such an import at the surest level it is reached
     relative: dict[str, Relative] = field(default_factory=dict)
 
 
@@ -304,7 +338,8 @@ def project_imports(
         level = RUNS if config in used else CONFIGURED
         for target in config_targets(text):
             heard = dict(finder.from_top)  # a config's target is no import of the script's to warn of
-            resolved = finder.resolve(ImportStatement(target, 0, (), False), config, "")
+            module, _, name = target.rpartition(".")  # as `from a.b import C`: an attribute before a submodule
+            resolved = finder.resolve(ImportStatement(module, 0, (name,), False), config, "")
             finder.from_top = heard
             if resolved is None:
                 _need(found.needed, target.split(".")[0], level, config, (config,))
@@ -338,12 +373,15 @@ def _drain(
         except (SyntaxError, ValueError) as exc:  # ValueError: source with a NUL byte
             found.unparsed[path] = (str(exc), via, level)
             continue
-        # PEP 366: a main module that sets __package__ itself may import relatively
-        depth = 1_000 if path == script and "__package__" in text else _depth(path, root)
+        # PEP 366: a main module that sets __package__ itself imports relatively from the package it names (and
+        # whether that resolves is the job's sys.path): its relative imports are neither followed nor refused
+        own_package = path == script and _sets_package(text)
+        depth = _depth(path, root)
         for s in statements:
             own = OPTIONAL if s.optional else DEFERRED if s.deferred and path != script else RUNS
             if s.level > depth:  # Python raises ImportError there; a guarded one falls back (the dual-use idiom)
-                if max(level, own) < OPTIONAL and path not in found.relative:
+                known = found.relative.get(path)
+                if max(level, own) < OPTIONAL and not own_package and (known is None or max(level, own) < known.level):
                     found.relative[path] = Relative(s.written(), s.level, depth, max(level, own), via)
                 continue
             resolved = finder.resolve(s, path, root)
@@ -362,7 +400,20 @@ def _depth(path: str, root: str) -> int:
     """How many packages the module ``path``, found under the path entry ``root``, is in (``a/b/c.py`` or
     ``a/b/__init__.py`` under "": 2, a.b's): how far up its relative imports may go."""
     folder = posixpath.dirname(path)
-    return 0 if folder == root else len(posixpath.relpath(folder, root or ".").split("/"))
+    if root and folder != root and not folder.startswith(root + "/"):
+        root = ""  # not beneath it (never so for a file the walk found under it): from the code folder's top
+    return 0 if folder == root else len(folder.split("/")) - (len(root.split("/")) if root else 0)
+
+
+def _sets_package(source: str) -> bool:
+    """The module assigns its own ``__package__`` (PEP 366)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    return any(
+        isinstance(n, ast.Name) and n.id == "__package__" and isinstance(n.ctx, ast.Store) for n in ast.walk(tree)
+    )
 
 
 def _need(needed: dict[str, Needed], name: str, level: int, where: str, via: tuple[str, ...]) -> None:
@@ -398,14 +449,14 @@ class _Finder:
             for _ in range(s.level - 1):
                 base = posixpath.dirname(base)
             parts = s.module.split(".") if s.module else []
-            return self._with_names(self._walk(base, parts), base, parts, s.names), root
+            return self._with_names(self._walk(base, parts), base, parts, s.names, importer), root
         parts = s.module.split(".")
         found = self._root_of(parts[0])
         if found is None:
             return None
         if found != self.roots[0]:
             self.from_top.setdefault(parts[0], importer)
-        return self._with_names(self._walk(found, parts), found, parts, s.names), found
+        return self._with_names(self._walk(found, parts), found, parts, s.names, importer), found
 
     def _root_of(self, top: str) -> str | None:
         """The first root with ``top`` as a module or a regular package; else the first with it as a namespace
@@ -432,7 +483,9 @@ class _Finder:
                 break
         return ran
 
-    def _with_names(self, ran: list[str], base: str, parts: list[str], names: tuple[str, ...]) -> list[str]:
+    def _with_names(
+        self, ran: list[str], base: str, parts: list[str], names: tuple[str, ...], importer: str = ""
+    ) -> list[str]:
         """``from package import name`` runs ``package/name.py`` (or its ``__init__.py``) when it is a module there
         and the package's ``__init__.py`` has not bound ``name`` itself (CPython's ``_handle_fromlist`` imports the
         submodule only for a name the package lacks); ``from package import *`` runs the modules its ``__all__``
@@ -441,7 +494,10 @@ class _Finder:
             return ran
         package = posixpath.join(base, *parts) if parts else base
         init = posixpath.join(package, "__init__.py")
-        namespace = self._namespace(init) if init in self.files else _Namespace()
+        # what the package binds once its __init__.py has run; an import from inside the package (its __init__.py, a
+        # module that runs on the way) may meet it half-run: taken as binding nothing there
+        inside = not package or importer == init or importer.startswith(package + "/")
+        namespace = self._namespace(init) if init in self.files and not inside else _Namespace()
         if "*" in names:
             names = tuple(n for n in names if n != "*") + namespace.all
         for name in names:
@@ -472,10 +528,10 @@ class _Namespace:
 def _from_itself(node: ast.ImportFrom, init: str) -> bool:
     """``from . import x`` or ``from pkg import x`` in ``pkg/__init__.py``: an import of the package's own
     submodules (or of names an earlier one bound), not a binding that hides one."""
-    package = posixpath.basename(posixpath.dirname(init))
     if node.level:
         return node.level == 1 and not node.module
-    return bool(node.module) and (node.module or "").split(".")[-1] == package
+    folders = posixpath.dirname(init).split("/")  # pkg's dotted name is one of a.b.pkg, b.pkg, pkg (by its root)
+    return node.module in {".".join(folders[i:]) for i in range(len(folders))}
 
 
 def _namespace_of(source: str, filename: str) -> _Namespace:
@@ -491,7 +547,9 @@ def _namespace_of(source: str, filename: str) -> _Namespace:
         if isinstance(node, ast.If) and _names_type_checking(node.test):
             pending += node.orelse  # its body never runs
             continue
-        if isinstance(node, (ast.If, ast.With, ast.AsyncWith, ast.For, ast.While, *TRIES)):
+        if isinstance(node, (ast.If, ast.For, ast.While)):
+            continue  # a name bound in a branch or a loop may not be: its submodule is taken to run
+        if isinstance(node, (ast.With, ast.AsyncWith, *TRIES)):
             for name in ("body", "orelse", "finalbody", "handlers"):
                 for child in getattr(node, name, []):
                     pending += child.body if isinstance(child, ast.ExceptHandler) else [child]
