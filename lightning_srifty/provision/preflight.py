@@ -448,7 +448,10 @@ def _import_findings(
         )
     else:
         needed = sum(n.level == RUNS for n in names.values())
-        through = f", with those of the {len(found.modules) - 1} project modules it imports" * (len(found.modules) > 1)
+        imported = len(found.modules) - 1 - found.from_configs
+        parts = [f"the {imported} project modules it imports"] * (imported > 0)
+        parts += [f"the {found.from_configs} its config files name"] * (found.from_configs > 0)
+        through = f", with those of {' and '.join(parts)}" if parts else ""
         findings.append(
             Finding("imports", "ok", f"its {needed} required imports resolve in the nodes' environment{through}")
         )
@@ -513,7 +516,7 @@ def _from_top_findings(
         return []
     where = posixpath.dirname(script)
     said = "; ".join(
-        f"{importer}{_chain(via, importer == script)} imports {name}"
+        f"{importer}{_chain(via, importer == script or via == (importer,))} imports {name}"
         for name, (importer, via) in sorted(found.from_top.items())
     )
     module = script[: -len(".py")].replace("/", ".")

@@ -647,6 +647,12 @@ WALK_CASES = [
         "with those of the 1 project modules it imports",
     ),
     (
+        {"train.py": "from . import model as m\n", "model.py": TRAINS},
+        ["train.py"],
+        "fail",
+        "fix: import absolutely ('import model as m'",
+    ),
+    (
         {
             "train.py": "try:\n    from .model import Net\nexcept ModuleNotFoundError:\n    from model import Net\n",
             "model.py": TRAINS,
@@ -738,7 +744,14 @@ WALK_CASES = [
         },
         ["main.py", "fit", "--config", "config.yaml"],
         "ok",
-        "with those of the 1 project modules it imports",
+        "with those of the 1 its config files name",
+    ),
+    # ...a config's target found only at the code folder's top, for a script in a subfolder: as its own import would be
+    (
+        {"sub/main.py": TRAINS, "config.yaml": "model:\n  class_path: models.Net\n", "models/__init__.py": "Net = 1\n"},
+        ["sub/main.py", "fit", "--config", "config.yaml"],
+        "warn",
+        "config.yaml imports models, found at the code folder's top, not in sub/",
     ),
     (
         {
@@ -776,7 +789,7 @@ def test_the_imports_of_the_project_modules_the_script_imports_are_checked_too(
         else "ok"
     )
     assert worst == status, findings
-    assert any(said in f.message for f in findings), findings
+    assert any(said in f.message or said in f"fix: {f.fix}" for f in findings), findings  # the message, or its fix
 
 
 # the cases where the check differs from what this machine's Python does, on purpose: a part of the case's files (as

@@ -40,9 +40,12 @@ class ImportStatement:
     names: tuple[str, ...]  # ``from m import a, b``: a and b (each may be a submodule); () for ``import m``
     optional: bool  # the module runs without it: a guard (:func:`_import_guard`) lets it go on
     deferred: bool = False  # in a function's body: it runs when the function is called, not on import
+    source: str = ""  # the statement as written (``ast.unparse``: "from .models import Net as N")
 
     def written(self) -> str:
-        """The statement as the source has it, near enough: "from .models import Net", "import a.b"."""
+        """The statement as the source has it: "from .models import Net as N", "import a.b"."""
+        if self.source:
+            return self.source
         if not self.names:
             return f"import {self.module}"
         return f"from {'.' * self.level}{self.module} import {', '.join(self.names)}"
@@ -91,7 +94,7 @@ def import_statements(source: str, filename: str = "<unknown>", imported: bool =
             out += [ImportStatement(alias.name, 0, (), optional, deferred) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             names = tuple(a.name for a in node.names)
-            out.append(ImportStatement(node.module or "", node.level, names, optional, deferred))
+            out.append(ImportStatement(node.module or "", node.level, names, optional, deferred, ast.unparse(node)))
     return out
 
 
@@ -289,6 +292,7 @@ class ProjectImports:
     # looks in the script's folder, so they resolve only if the script puts the top on sys.path or installs it
     from_top: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     adjusts_path: bool = False  # a module on the way names sys.path, PYTHONPATH, site.addsitedir or rootutils
+    from_configs: int = 0  # of ``modules``, those (the last) only config files' targets reach
     # a relative import Python refuses where the file runs (a plain script's: it has no package; one above the top
     # package the file was imported in): file -> such an import at the surest level it is reached
     relative: dict[str, Relative] = field(default_factory=dict)
@@ -333,20 +337,23 @@ def project_imports(
         queue.append((path, RUNS, (command, path), ""))
     queue.append((script, RUNS, (script,), "" if run_as_module else posixpath.dirname(script)))
     _drain(queue, walked, found, finder, script, read)
+    from_script = len(found.modules)
     used = set(configs_used)
     for config, text in sorted((configs or {}).items()):
         level = RUNS if config in used else CONFIGURED
         for target in config_targets(text):
-            heard = dict(finder.from_top)  # a config's target is no import of the script's to warn of
             module, _, name = target.rpartition(".")  # as `from a.b import C`: an attribute before a submodule
             resolved = finder.resolve(ImportStatement(module, 0, (name,), False), config, "")
-            finder.from_top = heard
+            top = target.split(".")[0]
+            if resolved is not None and finder.from_top.get(top) == config:  # found at the top only, as imports are
+                found.from_top.setdefault(top, (config, (config,)))
             if resolved is None:
                 _need(found.needed, target.split(".")[0], level, config, (config,))
                 continue
             for path in resolved[0]:
                 queue.append((path, level, (config, path), resolved[1]))
         _drain(queue, walked, found, finder, script, read)
+    found.from_configs = len(found.modules) - from_script
     return found
 
 
