@@ -131,19 +131,17 @@ def cli_strategies(snapshot: Snapshot, args: list[str]) -> set[str]:
     out: set[str] = set()
     for i, arg in enumerate(args):
         key, eq, value = arg.partition("=")
-        if not eq:
-            value = args[i + 1] if i + 1 < len(args) else ""
         if key == "--trainer.strategy":
-            out.add(value)
-        elif key in ("--config", "-c") and value:
-            try:
-                config = yaml.safe_load(read_member(snapshot, os.path.normpath(value)))
-            except (KeyError, OSError, yaml.YAMLError):
-                continue
-            trainer = config.get("trainer") if isinstance(config, dict) else None
-            strategy = trainer.get("strategy") if isinstance(trainer, dict) else None
-            if isinstance(strategy, str):
-                out.add(strategy)
+            out.add(value if eq else args[i + 1] if i + 1 < len(args) else "")
+    for path in cli_configs(args):
+        try:
+            config = yaml.safe_load(read_member(snapshot, path))
+        except (KeyError, OSError, yaml.YAMLError):
+            continue
+        trainer = config.get("trainer") if isinstance(config, dict) else None
+        strategy = trainer.get("strategy") if isinstance(trainer, dict) else None
+        if isinstance(strategy, str):
+            out.add(strategy)
     return out
 
 

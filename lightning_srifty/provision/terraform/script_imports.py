@@ -139,6 +139,7 @@ def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST], imported: bool
     function's body, a method's included (a LightningModule's run, but a library's many DataModules run one). A
     function's body runs later, outside the ``try`` around its ``def``: the walk for the ``try`` stops there."""
     guard, child, in_function, deferred = "required", node, False, False
+    relative = isinstance(node, ast.ImportFrom) and node.level > 0  # its failure is a plain ImportError
     while child in parents:
         parent = parents[child]
         if isinstance(parent, ast.If) and child in parent.body and _names_type_checking(parent.test):
@@ -152,7 +153,6 @@ def _import_guard(node: ast.AST, parents: dict[ast.AST, ast.AST], imported: bool
             guard = "optional"  # `if __package__:` / `if __spec__ is None:`: how it was run picks the branch
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             in_function = deferred = True
-        relative = isinstance(node, ast.ImportFrom) and node.level > 0
         if not in_function and (
             _guards(parent, child, relative) or _if_available(parent, child) or _if_version(parent)
         ):
