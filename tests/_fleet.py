@@ -3,6 +3,7 @@ rendered by ``terraform console`` and run under bash with fakes on PATH."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -137,9 +138,43 @@ def run_user_data(
         "SRIFTY_WATCHDOG_INTERVAL_S": "1",
         **(extra_env or {}),
     }
-    return subprocess.run(
-        ["bash", str(tmp_path / "user_data.sh")], cwd=cwd or tmp_path, env=env, capture_output=True, timeout=60
-    )
+    try:
+        return subprocess.run(
+            ["bash", str(tmp_path / "user_data.sh")], cwd=cwd or tmp_path, env=env, capture_output=True, timeout=60
+        )
+    finally:
+        end_watchdogs(Path(env["SRIFTY_STATE_DIR"]))
+
+
+def _watchdogs(state: Path) -> list[int]:
+    """The pids of the watchdogs a boot script under ``state`` started (``setsid nohup bash $STATE/watchdog.sh``:
+    a session of their own, so no process group of the script's holds them)."""
+    mine = str(state / "watchdog.sh").encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if mine in (proc / "cmdline").read_bytes().split(b"\0"):
+                    pids.append(int(proc.name))
+            except OSError:  # gone since the listing
+                pass
+    return pids
+
+
+def end_watchdogs(state: Path, within_s: float = 30.0) -> None:
+    """Let the node's watchdog finish as on an instance (the job has exited: it records the fleet's end where it
+    should, leaves its group, calls shutdown and exits), within ``within_s``; then kill what is left. A watchdog
+    outliving its test wrote into the next test's records: stop 77's CI failure, where a module-wide moto server
+    held a fleet's life record that the previous test's watchdog ended after the next test's node had booted."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + within_s
+    while (left := _watchdogs(state)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):  # it ended since the listing
+            os.kill(pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

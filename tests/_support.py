@@ -286,6 +286,30 @@ def boot_script(user_data: str, s3) -> str:
     return text
 
 
+# torch's gloo teardown can abort a rank after its work is done (std::terminate from a worker thread as the process
+# exits: pytorch/pytorch#190489, and the atexit fix proposed and withdrawn in #179291). CI saw it once in ~80 runs
+# (stop 77: an FSDP leg's rank 0 exited -6 after "`Trainer.fit` stopped: `max_steps=12` reached", its
+# destroy_process_group() already called); never reproduced here (24 legs under a CPU hog).
+TEARDOWN_ABORT = "terminate called without an active exception"
+DONE = "srifty-leg: done"  # what a test script prints when its work is written, before it tears the process group down
+
+
+def ended_after_its_work(returncode: int, log: str) -> bool:
+    """Whether a run's exit is a success: 0, or torch's teardown abort (SIGABRT, with its message) after the script
+    said its work was written (:data:`DONE`). The callers' tests check everything the run wrote besides; the abort is
+    said on stderr."""
+    import signal
+    import sys
+
+    if returncode == 0:
+        return True
+    ended = log.rfind(DONE)
+    if returncode in (-signal.SIGABRT, 128 + signal.SIGABRT) and ended >= 0 and log.rfind(TEARDOWN_ABORT) > ended:
+        print(f"torch's teardown aborted the run after its work (exit {returncode}): taken as done", file=sys.stderr)
+        return True
+    return False
+
+
 def run_nodes(out: Path, nodes: list[tuple[list[str], dict[str, str]]], timeout_s: float = 300) -> None:
     """Start each node's command (a torchrun agent: its argv and environment) 2 s after the previous one, as a fleet's
     nodes never boot together, its output in ``out/node<i>.log``; wait for all, kill what a timeout leaves running,

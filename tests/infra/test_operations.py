@@ -390,14 +390,18 @@ def test_a_preempted_jobs_status_record_says_75_and_preempted(tf_env, aws, tmp_p
         pytest.skip("the harness needs the aws CLI on PATH")
     _, s3, endpoint = aws
     s3.create_bucket(Bucket="ops-pre")
-    uri = "s3://ops-pre/ckpt/"
+    # a folder of its own per case: the module's moto server keeps the fleet's life record, which "the watchdog"
+    # ends (stop 77: the next case's node, booting in the same second, read it as a fleet ended before it joined)
+    prefix = {"a notice": "ckpt", "the watchdog": "ckpt-wd", "another node's watchdog": "ckpt-other"}[stop]
+    uri = f"s3://ops-pre/{prefix}/"
     values = template_values(name="preempt", checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
     script = render(tf_env, tmp_path / "console", values)
     torchrun = {"a notice": PREEMPTED_TORCHRUN, "the watchdog": STOPPED_TORCHRUN}.get(stop, FLEET_STOPPED_TORCHRUN)
+    torchrun = torchrun.replace("s3://ops-pre/ckpt/", uri)
     fakes = node_fakes(tmp_path, real_aws, torchrun=torchrun)
     run = run_user_data(tmp_path, script, fakes, extra_env={"AWS_ENDPOINT_URL": endpoint})
     log = read(tmp_path / "user-data.log")
-    record = json.loads(s3.get_object(Bucket="ops-pre", Key="ckpt/status/preempt-i-0abc.json")["Body"].read())
+    record = json.loads(s3.get_object(Bucket="ops-pre", Key=f"{prefix}/status/preempt-i-0abc.json")["Body"].read())
     if stop == "a notice":
         assert run.returncode == 75, log[-3000:]
         assert record["exit_code"] == 75 and record["preempted"] is True and record["stopped_by_watchdog"] is None
