@@ -24,7 +24,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from _fleet import PARAMS, dlami_parameters, plan_json, planned, planned_types, use_test_parameters
+from _fleet import PARAMS, dlami_parameters, end_watchdogs, plan_json, planned, planned_types, use_test_parameters
 from _fleet import enforce_iam as _enforce_iam
 from _fleet import node_credentials as _as_node
 from _support import MINIMAL, moto_network, plan_layout
@@ -233,15 +233,10 @@ def run_user_data(
     }
     run = subprocess.run(["bash", str(script)], cwd="/", env=env, capture_output=True, text=True, timeout=240)
     record = json.loads((work / "torchrun.json").read_text()) if (work / "torchrun.json").exists() else {}
-    # the watchdog (in the background) sees the job gone within a second or two and calls the fake shutdown
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and "-h now" not in _read(work / "shutdown.log"):
-        time.sleep(0.2)
+    # the watchdog (in the background) sees the job gone within a second or two, calls the fake shutdown and exits;
+    # one still running after 20 s is killed (none outlives its test)
+    end_watchdogs(Path(env["SRIFTY_STATE_DIR"]), within_s=20)
     return run, record
-
-
-def _read(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
 
 
 USER_TRAIN = """import json, os, runpy, sys
