@@ -61,6 +61,7 @@ from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, tag_value, terraform_root
 from lightning_srifty.provision.terraform.glue import cli_configs, command_glue, project_walk, python_sources
 from lightning_srifty.provision.terraform.script_imports import (
+    CONFIG_KEYS,
     CONFIGURED,
     DEFERRED,
     OPTIONAL,
@@ -620,7 +621,7 @@ def _who_imports(script: str, missing: list[str], names: dict[str, Needed], leve
         guards = "try/except ImportError, an if asking whether it is installed, or a branch on the Python version"
         return f"{'; '.join(clauses)} only under {guards}{on_the_way}, and "
     if level == CONFIGURED:
-        return f"{'; '.join(clauses)} only through a config file's _target_ or class_path{on_the_way}, and "
+        return f"{'; '.join(clauses)} only through a config file's {CONFIG_KEYS}{on_the_way}, and "
     if level == DEFERRED:
         return f"{'; '.join(clauses)} only in a function's body{on_the_way}, which runs when it is called, and "
     return f"{'; '.join(clauses)}, which " if len(clauses) == 1 else f"{'; '.join(clauses)}: what "

@@ -726,7 +726,27 @@ WALK_CASES = [
         {"train.py": TRAINS, "conf/optim.yaml": "optimizer:\n  _target_: timm.optim.Lamb\n"},
         ["train.py"],
         "warn",
-        "conf/optim.yaml imports timm only through a config file's _target_ or class_path",
+        "conf/optim.yaml imports timm only through a config file's _target_, class_path or target",
+    ),
+    # a latent-diffusion config's target (CompVis/stable-diffusion's instantiate_from_config) is followed as well; a
+    # target of one dot is a word of the config's own (a metric, a file), not followed
+    (
+        {
+            "main.py": TRAINS,
+            "configs/ldm.yaml": "model:\n  target: ldm.models.net.Net\n  params:\n    depth: 2\n",
+            "ldm/__init__.py": "",
+            "ldm/models/__init__.py": "",
+            "ldm/models/net.py": "import timm\n",
+        },
+        ["main.py"],
+        "warn",
+        "ldm/models/net.py (configs/ldm.yaml -> ldm/models/net.py) imports timm only through a config file's",
+    ),
+    (
+        {"main.py": TRAINS, "conf.yaml": "early_stop:\n  target: val.loss\ndata:\n  target: labels.csv\n"},
+        ["main.py"],
+        "ok",
+        "its 1 required imports resolve",
     ),
     # ...a config's __main__ target is the script's own; a target the package binds is its attribute, not a module
     (
@@ -1007,3 +1027,27 @@ def test_quotas_behind_an_unreachable_endpoint_say_to_check_the_network() -> Non
     (finding,) = check_quotas(Unreachable(), None, "us-east-1", {("G", "on-demand"): 4}, VCPUS.__getitem__)
     assert finding.status == "warn" and "EndpointConnectionError" in finding.message
     assert finding.fix.startswith("check the network") and "does not serve" not in finding.fix
+
+
+def test_config_targets_reads_the_three_keys_and_leaves_a_words_target() -> None:
+    """The keys a config names a class or function to build by: Hydra's _target_, LightningCLI's class_path, and the
+    latent-diffusion target (CompVis/stable-diffusion's configs/*.yaml); a bare target needs two dots, so a metric or
+    a file named by a config (``target: val.loss``, ``target: labels.csv``) is not taken for a module."""
+    from lightning_srifty.provision.terraform.script_imports import config_targets
+
+    text = (
+        "model:\n  target: ldm.models.diffusion.ddpm.LatentDiffusion\n  params:\n"
+        "    first_stage_config:\n      target: ldm.models.autoencoder.AutoencoderKL\n"
+        "    cond_stage_config:\n      target: torch.nn.Identity\n"
+        "data:\n  target: main.DataModuleFromConfig\n"  # one dot: the script's own module, walked anyway
+        "loss:\n  target: val.loss\nlabels:\n  target: labels.csv\n"
+        "optim:\n  _target_: torch.optim.AdamW\ntrainer:\n  class_path: lightning.pytorch.Trainer\n"
+        "target: ldm.models.diffusion.ddpm.LatentDiffusion\n"  # the same target again: once
+    )
+    assert config_targets(text) == [
+        "ldm.models.diffusion.ddpm.LatentDiffusion",
+        "ldm.models.autoencoder.AutoencoderKL",
+        "torch.nn.Identity",
+        "torch.optim.AdamW",
+        "lightning.pytorch.Trainer",
+    ]

@@ -26,7 +26,7 @@ PLAN_STRATEGY = "srifty_auto"  # the strategy that applies the plan's layout and
 PLAN_CALL = "plan_strategy"  # the function that does the same
 PACKAGE = "lightning_srifty"
 MAX_SOURCE_BYTES = 2_000_000  # a Python file larger than this is data, not read
-CONFIGS = (".yaml", ".yml")  # the config files whose _target_ / class_path the import walk follows
+CONFIGS = (".yaml", ".yml")  # the config files whose _target_ / class_path / target the import walk follows
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ it on the path); a relative import in the folder of the module that makes it. Im
 package: nothing of its own runs; one with no Python beneath is data, not a package), and ``from a import b`` runs
 ``a/b.py`` too when it is a module there; an imported module's ``if __name__ == "__main__":`` block does not run.
 ``importlib.import_module("a.b")`` and ``__import__("a.b")`` with the name written out run as ``import a.b``, and a
-Hydra ``_target_`` or a LightningCLI ``class_path`` in the project's YAML files as one that runs if the job's config
-names it (:func:`config_targets`; surely in a ``--config`` file of the command). What Python cannot see statically is
-not followed: an import of a computed name, code ``exec``'d from a file; a module that names ``sys.path`` (or
-rootutils) is taken to put the code folder's top on the path (:attr:`ProjectImports.adjusts_path`).
+Hydra ``_target_``, a LightningCLI ``class_path`` or a latent-diffusion ``target`` in the project's YAML files as one
+that runs if the job's config names it (:func:`config_targets`; surely in a ``--config`` file of the command). What
+Python cannot see statically is not followed: an import of a computed name, code ``exec``'d from a file; a module
+that names ``sys.path`` (or rootutils) is taken to put the code folder's top on the path
+(:attr:`ProjectImports.adjusts_path`).
 """
 
 from __future__ import annotations
@@ -58,19 +59,29 @@ class ImportStatement:
 RUNS, DEFERRED, CONFIGURED, OPTIONAL = 0, 1, 2, 3  # CONFIGURED: only through a config file's target
 
 
-# a Hydra ``_target_: a.b.C`` or a LightningCLI / jsonargparse ``class_path: a.b.C`` (YAML, or JSON's quoted keys):
-# a dotted name the job imports when it builds what the config describes
+# a Hydra ``_target_: a.b.C``, a LightningCLI / jsonargparse ``class_path: a.b.C`` or a latent-diffusion style
+# ``target: a.b.C`` (its ``instantiate_from_config``: CompVis/stable-diffusion, ldm; YAML, or JSON's quoted keys): a
+# dotted name the job imports when it builds what the config describes
 _CONFIG_TARGET = re.compile(
-    r"""^\ufeff?[ \t-]*["']?(?:_target_|class_path)["']?[ \t]*:[ \t]*["']?([A-Za-z_]\w*(?:\.\w+)+)["']?[ \t]*,?[ \t]*"""
-    r"""(?:#[^\r\n]*)?\r?$""",
+    r"""^\ufeff?[ \t-]*["']?(_target_|class_path|target)["']?[ \t]*:[ \t]*["']?([A-Za-z_]\w*(?:\.\w+)+)["']?[ \t]*,?"""
+    r"""[ \t]*(?:#[^\r\n]*)?\r?$""",
     re.MULTILINE,
 )
+# ``target`` is a common word in configs (a metric, a column, a file: ``target: labels.csv``), so its value counts only
+# as module.attribute at least (two dots and more: ``ldm.models.diffusion.ddpm.LatentDiffusion``, ``torch.nn.Identity``)
+_BARE_TARGET_DOTS = 2
+# the keys, as the check's findings name them
+CONFIG_KEYS = "_target_, class_path or target"
 
 
 def config_targets(text: str) -> list[str]:
-    """The dotted names a config file's ``_target_`` / ``class_path`` keys name, in order, each once (``__main__.X``,
-    the running script's own, left out: the script is walked anyway)."""
-    return [t for t in dict.fromkeys(_CONFIG_TARGET.findall(text)) if not t.startswith("__main__.")]
+    """The dotted names a config file's ``_target_`` / ``class_path`` / ``target`` keys name, in order, each once
+    (``__main__.X``, the running script's own, left out: the script is walked anyway; a ``target`` with fewer than
+    two dots left out: see :data:`_BARE_TARGET_DOTS`)."""
+    names = (
+        name for key, name in _CONFIG_TARGET.findall(text) if key != "target" or name.count(".") >= _BARE_TARGET_DOTS
+    )
+    return [t for t in dict.fromkeys(names) if not t.startswith("__main__.")]
 
 
 def import_statements(source: str, filename: str = "<unknown>", imported: bool = False) -> list[ImportStatement]:
