@@ -4,7 +4,8 @@
 ``srifty terraform`` wrote (a copy, pointed at a local AWS as the rehearsal points it: moto's server behind the rules
 proxy), reads terraform's own lines ("X: Creating...", "X: Creation complete after Ns") as they come, destroys what
 it made, and prints each resource's start and end (seconds since the apply began), the resource that ended last and
-the apply's wall time. With ``--runs N`` the figures are medians of N applies.
+the apply's wall time. With ``--runs N`` the figures are medians of N applies. An apply that met a transient error
+and was run again (``srifty apply``'s retry) shows a resource retried from its first start.
 
     python bench/apply_timeline.py INFRA [--runs 3] [--region us-east-1]
 
@@ -33,7 +34,9 @@ from lightning_srifty.provision.rehearsal.walk import (
     point_at_local_aws,
 )
 
-LINE = re.compile(r"^(?P<address>\S+): (?P<what>Creating\.\.\.|Creation complete after|Read complete after)")
+LINE = re.compile(
+    r"^(?P<address>\S+): (?P<what>Creating\.\.\.|Reading\.\.\.|Creation complete after|Read complete after)"
+)
 
 
 def one_apply(root: Path, region: str) -> tuple[dict[str, tuple[float, float]], float]:
@@ -50,7 +53,7 @@ def one_apply(root: Path, region: str) -> tuple[dict[str, tuple[float, float]], 
             if match:
                 at = time.monotonic() - started
                 span = spans.setdefault(match["address"], [at, at])
-                if match["what"] != "Creating...":
+                if match["what"] not in ("Creating...", "Reading..."):
                     span[1] = at
 
         try:

@@ -148,7 +148,7 @@ def run_user_data(
 
 def _watchdogs(state: Path) -> list[int]:
     """The pids of the watchdogs a boot script under ``state`` started (``setsid nohup bash $STATE/watchdog.sh``:
-    a session of their own, so no process group of the script's holds them)."""
+    each the leader of a session of its own, so no process group of the script's holds them)."""
     mine = str(state / "watchdog.sh").encode()
     pids = []
     for proc in Path("/proc").iterdir():
@@ -161,18 +161,40 @@ def _watchdogs(state: Path) -> list[int]:
     return pids
 
 
+def _in_sessions(leaders: set[int]) -> list[int]:
+    """Every process whose session is one of ``leaders``: a watchdog's children too (its ``timeout 30 aws s3 cp``,
+    which GNU timeout puts in a process group of its own, so a kill of the watchdog's group would miss it)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[3]) in leaders:  # after "pid (comm)": state, ppid, pgrp, session
+                pids.append(int(proc.name))
+    return pids
+
+
 def end_watchdogs(state: Path, within_s: float = 30.0) -> None:
     """Let the node's watchdog finish as on an instance (the job has exited: it records the fleet's end where it
-    should, leaves its group, calls shutdown and exits), within ``within_s``; then kill what is left. A watchdog
-    outliving its test wrote into the next test's records: stop 77's CI failure, where a module-wide moto server
-    held a fleet's life record that the previous test's watchdog ended after the next test's node had booted."""
+    should, leaves its group, calls shutdown and exits), within ``within_s``; then kill what is left of it, its
+    children included. A watchdog outliving its test wrote into the next test's records: stop 77's CI failure, where
+    a module-wide moto server held a fleet's life record that the previous test's watchdog ended after the next
+    test's node had booted. No watchdog is taken for none until two looks 0.3 s apart find none (one may be between
+    its fork and its exec)."""
     import signal
     import time
 
     deadline = time.monotonic() + within_s
-    while (left := _watchdogs(state)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in left:
+    seen: set[int] = set()
+    empty = 0
+    while empty < 2 and time.monotonic() < deadline:
+        left = _watchdogs(state)
+        seen.update(left)
+        empty = 0 if left else empty + 1
+        time.sleep(0.3 if not left else 0.2)
+    for pid in _in_sessions(seen):
         with contextlib.suppress(ProcessLookupError):  # it ended since the listing
             os.kill(pid, signal.SIGKILL)
 
@@ -296,4 +318,7 @@ def boot_as_node(
             **env,
         }
         boot = ["bash", str(work / "boot.sh")]
-        return subprocess.run(boot, cwd="/", env=environment, capture_output=True, timeout=240)
+        try:
+            return subprocess.run(boot, cwd="/", env=environment, capture_output=True, timeout=240)
+        finally:
+            end_watchdogs(Path(environment["SRIFTY_STATE_DIR"]))

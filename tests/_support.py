@@ -291,19 +291,21 @@ def boot_script(user_data: str, s3) -> str:
 # (stop 77: an FSDP leg's rank 0 exited -6 after "`Trainer.fit` stopped: `max_steps=12` reached", its
 # destroy_process_group() already called); never reproduced here (24 legs under a CPU hog).
 TEARDOWN_ABORT = "terminate called without an active exception"
-DONE = "srifty-leg: done"  # what a test script prints when its work is written, before it tears the process group down
+# what a test script's rank prints when its work is written, before it tears the process group down ("... rank 0")
+DONE = "srifty-leg: done rank"
 
 
 def ended_after_its_work(returncode: int, log: str) -> bool:
-    """Whether a run's exit is a success: 0, or torch's teardown abort (SIGABRT, with its message) after the script
-    said its work was written (:data:`DONE`). The callers' tests check everything the run wrote besides; the abort is
-    said on stderr."""
+    """Whether a run's exit is a success: 0, or torch's teardown abort (SIGABRT, with its message) after the script's
+    rank 0, whose exit ``returncode`` is (Lightning starts the other ranks from it), said its work was written
+    (:data:`DONE`; every rank writes to the one log, so another rank's line does not count). The callers' tests check
+    everything the run wrote besides; the abort is said on stderr."""
     import signal
     import sys
 
     if returncode == 0:
         return True
-    ended = log.rfind(DONE)
+    ended = log.rfind(f"{DONE} 0\n")
     if returncode in (-signal.SIGABRT, 128 + signal.SIGABRT) and ended >= 0 and log.rfind(TEARDOWN_ABORT) > ended:
         print(f"torch's teardown aborted the run after its work (exit {returncode}): taken as done", file=sys.stderr)
         return True

@@ -748,6 +748,14 @@ WALK_CASES = [
         "ok",
         "its 1 required imports resolve",
     ),
+    # ...nor one of two dots that names no module of the project nor one installed here (a host, a versioned file),
+    # even in the command's --config file: a value of the config's own is never a package the nodes lack
+    (
+        {"main.py": TRAINS, "cfg.yaml": "serve:\n  target: api.example.com\nckpt:\n  target: labels.v2.csv\n"},
+        ["main.py", "fit", "--config", "cfg.yaml"],
+        "ok",
+        "its 1 required imports resolve",
+    ),
     # ...a config's __main__ target is the script's own; a target the package binds is its attribute, not a module
     (
         {"main.py": TRAINS, "config.yaml": "model:\r\n  class_path: __main__.Net\r\n"},

@@ -231,11 +231,13 @@ def run_user_data(
         "SRIFTY_WATCHDOG_INTERVAL_S": "1",
         **extra_env,
     }
-    run = subprocess.run(["bash", str(script)], cwd="/", env=env, capture_output=True, text=True, timeout=240)
+    try:
+        run = subprocess.run(["bash", str(script)], cwd="/", env=env, capture_output=True, text=True, timeout=240)
+    finally:
+        # the watchdog (in the background) sees the job gone within a second or two, calls the fake shutdown and
+        # exits; one still running after 20 s is killed (none outlives its test)
+        end_watchdogs(Path(env["SRIFTY_STATE_DIR"]), within_s=20)
     record = json.loads((work / "torchrun.json").read_text()) if (work / "torchrun.json").exists() else {}
-    # the watchdog (in the background) sees the job gone within a second or two, calls the fake shutdown and exits;
-    # one still running after 20 s is killed (none outlives its test)
-    end_watchdogs(Path(env["SRIFTY_STATE_DIR"]), within_s=20)
     return run, record
 
 

@@ -195,7 +195,7 @@ def main() -> None:
         tmp = Path(tempfile.gettempdir())  # a checkpoint's copies, and the profiler's measured checkpoint
         left = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if "step=" in p.name or "srifty-ckpt" in p.name)
         (out / f"disk-rank{trainer.global_rank}.txt").write_text("\n".join(left))
-    print("srifty-leg: done", flush=True)  # tests/_support.py's DONE: everything above is written
+    print(f"srifty-leg: done rank {rank}", flush=True)  # tests/_support.py's DONE: everything above is written
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 

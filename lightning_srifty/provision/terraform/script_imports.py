@@ -20,6 +20,7 @@ that names ``sys.path`` (or rootutils) is taken to put the code folder's top on 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import posixpath
 import re
 from collections import deque
@@ -67,21 +68,34 @@ _CONFIG_TARGET = re.compile(
     r"""[ \t]*(?:#[^\r\n]*)?\r?$""",
     re.MULTILINE,
 )
-# ``target`` is a common word in configs (a metric, a column, a file: ``target: labels.csv``), so its value counts only
-# as module.attribute at least (two dots and more: ``ldm.models.diffusion.ddpm.LatentDiffusion``, ``torch.nn.Identity``)
+# ``target`` is a common word in configs (a metric, a file, a host: ``target: labels.v2.csv``), so its value counts
+# only with two dots at least (``ldm.models.diffusion.ddpm.LatentDiffusion``, ``torch.nn.Identity``), and then only
+# where it names a module of the project or one installed here (:func:`project_imports`): a value of a config's own
+# is never reported as a package the nodes lack
 _BARE_TARGET_DOTS = 2
 # the keys, as the check's findings name them
 CONFIG_KEYS = "_target_, class_path or target"
 
 
-def config_targets(text: str) -> list[str]:
+def config_targets(text: str, bare: bool = True) -> list[str]:
     """The dotted names a config file's ``_target_`` / ``class_path`` / ``target`` keys name, in order, each once
     (``__main__.X``, the running script's own, left out: the script is walked anyway; a ``target`` with fewer than
-    two dots left out: see :data:`_BARE_TARGET_DOTS`)."""
+    two dots left out: see :data:`_BARE_TARGET_DOTS`). ``bare=False``: those of the ``_target_`` and ``class_path``
+    keys only."""
     names = (
-        name for key, name in _CONFIG_TARGET.findall(text) if key != "target" or name.count(".") >= _BARE_TARGET_DOTS
+        name
+        for key, name in _CONFIG_TARGET.findall(text)
+        if key != "target" or (bare and name.count(".") >= _BARE_TARGET_DOTS)
     )
     return [t for t in dict.fromkeys(names) if not t.startswith("__main__.")]
+
+
+def _installed_here(top: str) -> bool:
+    """Whether this machine's Python finds a top-level module ``top`` (nothing is imported)."""
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):  # a module in sys.modules without a spec, a name find_spec refuses
+        return False
 
 
 def import_statements(source: str, filename: str = "<unknown>", imported: bool = False) -> list[ImportStatement]:
@@ -352,10 +366,13 @@ def project_imports(
     used = set(configs_used)
     for config, text in sorted((configs or {}).items()):
         level = RUNS if config in used else CONFIGURED
+        keyed = set(config_targets(text, bare=False))
         for target in config_targets(text):
             module, _, name = target.rpartition(".")  # as `from a.b import C`: an attribute before a submodule
             resolved = finder.resolve(ImportStatement(module, 0, (name,), False), config, "")
             top = target.split(".")[0]
+            if resolved is None and target not in keyed and not _installed_here(top):
+                continue  # a bare target naming neither a project module nor one installed here: a config's own value
             if resolved is not None and finder.from_top.get(top) == config:  # found at the top only, as imports are
                 found.from_top.setdefault(top, (config, (config,)))
             if resolved is None:
