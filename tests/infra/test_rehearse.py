@@ -645,3 +645,24 @@ def _children(pid: int) -> list[int]:
             if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(stat.parent.name))
     return found
+
+
+def test_moto_servers_html_500_is_retried_as_a_generic_server_error() -> None:
+    """CI (eace7a7): a rehearsal failed on "ResponseParserError: Unable to parse response ... invalid XML received"
+    from moto's Werkzeug 500 page (``<!doctype html>``), which botocore neither recognises as a generic error nor
+    retries. The local AWS's clients read it as the 500 it is: retried (status 500 is in botocore's retry rules)."""
+    from lightning_srifty.provision.rehearsal.local_aws import server_error_page_as_generic
+
+    page = b"<!doctype html>\n<html lang=en>\n<title>500 Internal Server Error</title>\n"
+    response = {"status_code": 500, "body": page, "headers": {}}
+    server_error_page_as_generic(response)
+    assert response["body"] == b""
+    for kept in ({"status_code": 200, "body": page}, {"status_code": 500, "body": b"<Error><Code>X</Code></Error>"}):
+        before = dict(kept)
+        server_error_page_as_generic(kept)
+        assert kept == before
+    # and botocore then parses it as a generic 500, which its retry rules retry
+    from botocore.parsers import QueryParser
+
+    parsed = QueryParser().parse({"status_code": 500, "body": b"", "headers": {}}, None)
+    assert parsed["Error"]["Code"] == "500"
