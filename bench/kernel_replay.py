@@ -1,18 +1,24 @@
-"""NeuSight's H100 GEMM shapes timed again on a lent GPU: how well its published kernel latencies reproduce on today's
-PyTorch and cuBLAS, the floor under any kernel model scored on them (issue #21 item 2).
+"""NeuSight's H100 GEMM shapes timed again on a lent GPU, in NeuSight's orientation and transposed: which reading of
+its columns its latencies follow, how well they reproduce on today's PyTorch and cuBLAS (issue #38 item 2), and the
+kernel model's error on a GPU it was not trained on.
 
-    python bench/kernel_replay.py measure --out DIR [--rows 300] [--budget-s 90]   # on a CUDA machine
+    python bench/kernel_replay.py measure --out DIR [--rows 200] [--budget-s 90]   # on a CUDA machine
     python bench/kernel_replay.py score DIR|CSV                                     # here, no GPU
-    python bench/kernel_replay.py score bench/data/h100_kernel_replay_2026-11-27.csv  # the H100 session's
+    python bench/kernel_replay.py score bench/data/h100_kernel_replay_2026-11-27.csv  # the H100 session's (transposed)
 
-``measure``: a fixed-seed sample of the ``test``-split H100 rows of ``linear.csv`` (``F.linear(x[b,m,k], w[n,k])``)
-and ``bmm.csv`` (``torch.bmm(a[b,m,k], c[b,k,n])``), FP32 with TF32 off as NeuSight measured them; each shape timed
-with CUDA events around single launches after two warm-ups, the median of up to 25 (fewer where a launch is long).
-Writes ``DIR/kernel_replay.csv``.
+``measure``: a fixed-seed sample of the ``test``-split H100 rows of ``linear.csv`` and ``bmm.csv``, FP32 with TF32 off
+as NeuSight measured them, each shape timed two ways: NeuSight's orientation (its collector: ``nn.Linear(n, k)`` on
+``x[b, m, n]``, i.e. ``F.linear(x[b,m,n], w[k,n])``; ``torch.bmm([b,m,n], [b,n,k])``: ``n`` the contraction, ``k`` the
+output) and the transposed one the 2026-11-27 session timed (``k`` the contraction). CUDA events around single
+launches after two warm-ups, the median of up to 25 (fewer where a launch is long). Writes ``DIR/kernel_replay.csv``
+(one row per shape and orientation). ``--data`` is the folder holding NeuSight's ``linear.csv`` and ``bmm.csv`` (on the
+GPU machine, a copy carried with the tree: ``../shared`` does not travel).
 
-``score``: per operator, the measured latency against NeuSight's (mean absolute percentage difference, the median
-ratio), and the shipped kernel model's leave-H100-out prediction against both: if the model is nearer to the GPU
-timed here than NeuSight's figures are, the published figures carry their own error.
+``score``: per operator and orientation, the measured latency against NeuSight's (mean absolute percentage difference,
+the median ratio), and the kernel model trained without NeuSight's H100 rows (the same GH100 chip as an H200)
+predicting the GPU timed here, in the orientation timed: per-kernel error unweighted and time-weighted (sum |pred -
+measured| / sum measured), issue #38's two kernel measures. A CSV without an ``orientation`` column is the
+2026-11-27 session's, which timed the transposed problem.
 """
 
 from __future__ import annotations
@@ -46,6 +52,27 @@ def sample(data: Path, rows: int, seed: int = 0) -> list[dict]:
     return out
 
 
+ORIENTATIONS = ("neusight", "transposed")
+
+
+def operands(op: str, orientation: str, b: int, m: int, n: int, k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The two operands' shapes of one row timed in one orientation. NeuSight's: ``F.linear(x[b,m,n], w[k,n])``,
+    ``bmm([b,m,n], [b,n,k])`` (``n`` the contraction); transposed: ``k`` the contraction."""
+    c, o = (n, k) if orientation == "neusight" else (k, n)
+    if op == "linear":
+        return (b, m, c), (o, c)
+    return (b, m, c), (b, c, o)
+
+
+def aten_dims(op: str, orientation: str, d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The kernel model's dims (ATen's ``[m, k] @ [k, n]``: ``k`` the contraction) of rows timed in ``orientation``;
+    a linear row is one ``[b*m, k] @ [k, n]`` GEMM, as scripts/train_kernel_model.py reads it."""
+    c, o = (d["n"], d["k"]) if orientation == "neusight" else (d["k"], d["n"])
+    if op == "linear":
+        return {"b": np.ones_like(d["b"]), "m": d["b"] * d["m"], "n": o, "k": c}
+    return {"b": d["b"], "m": d["m"], "n": o, "k": c}
+
+
 def measure(out: Path, rows: int, budget_s: float, data: Path) -> int:
     import torch
 
@@ -55,7 +82,7 @@ def measure(out: Path, rows: int, budget_s: float, data: Path) -> int:
     done = 0
     with (out / "kernel_replay.csv").open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["op", "b", "m", "n", "k", "neusight_ms", "measured_ms", "reps", "device"])
+        writer.writerow(["op", "orientation", "b", "m", "n", "k", "neusight_ms", "measured_ms", "reps", "device"])
         for r in sample(data, rows):
             if time.perf_counter() - started > budget_s:
                 print(f"budget spent after {done} shapes", flush=True)
@@ -63,38 +90,40 @@ def measure(out: Path, rows: int, budget_s: float, data: Path) -> int:
             b, m, n, k = (int(r[c]) for c in "bmnk")
             if 4 * (b * m * k + (b if r["op"] == "bmm" else 1) * k * n + b * m * n) > 40e9:
                 continue
-            if r["op"] == "linear":
-                x, w = torch.randn(b, m, k, device="cuda"), torch.randn(n, k, device="cuda")
+            for orientation in ORIENTATIONS:
+                xs, ws = operands(r["op"], orientation, b, m, n, k)
+                x, w = torch.randn(*xs, device="cuda"), torch.randn(*ws, device="cuda")
+                fn = torch.nn.functional.linear if r["op"] == "linear" else torch.bmm
 
-                def run(x=x, w=w):
-                    return torch.nn.functional.linear(x, w)
-            else:
-                x, w = torch.randn(b, m, k, device="cuda"), torch.randn(b, k, n, device="cuda")
+                def run(x=x, w=w, fn=fn):
+                    return fn(x, w)
 
-                def run(x=x, w=w):
-                    return torch.bmm(x, w)
-
-            run()
-            run()
-            reps = int(max(3, min(25, 0.05 / max(float(r["latency_ms"]) * 1e-3, 1e-6))))
-            times = []
-            for _ in range(reps):
-                a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
                 run()
-                z.record()
-                z.synchronize()
-                times.append(a.elapsed_time(z))
-            writer.writerow([r["op"], b, m, n, k, r["latency_ms"], f"{statistics.median(times):.6g}", reps,
-                             torch.cuda.get_device_name()])  # fmt: skip
+                run()
+                reps = int(max(3, min(25, 0.05 / max(float(r["latency_ms"]) * 1e-3, 1e-6))))
+                times = []
+                for _ in range(reps):
+                    a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    run()
+                    z.record()
+                    z.synchronize()
+                    times.append(a.elapsed_time(z))
+                writer.writerow([r["op"], orientation, b, m, n, k, r["latency_ms"], f"{statistics.median(times):.6g}",
+                                 reps, torch.cuda.get_device_name()])  # fmt: skip
+                del x, w
+            fh.flush()
             done += 1
-            del x, w
     print(f"{done} shapes in {time.perf_counter() - started:.0f} s", flush=True)
     return 0
 
 
 def mape(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.mean(np.abs(pred / true - 1)))
+
+
+def weighted(pred: np.ndarray, true: np.ndarray) -> float:
+    return float(np.sum(np.abs(pred - true)) / np.sum(true))
 
 
 def score(folder: Path, data: Path) -> int:
@@ -104,27 +133,31 @@ def score(folder: Path, data: Path) -> int:
 
     with (folder if folder.is_file() else folder / "kernel_replay.csv").open() as fh:
         rows = list(csv.DictReader(fh))
+    for r in rows:
+        r.setdefault("orientation", "transposed")  # the 2026-11-27 CSV: the transposed problem, no column
     model = ov.kernel_model(("H100-SXM",), str(data))  # trained without every H100 row
-    gpu = get_gpu("H100-SXM")
-    print(f"device: {rows[0]['device']}; {len(rows)} shapes")
+    gpu = get_gpu(rows[0]["device"])
+    print(f"device: {rows[0]['device']} (the model's {gpu.key}); {len({tuple(r[c] for c in 'bmnk') for r in rows})} "
+          f"shapes; kernel model trained without NeuSight's H100 rows")  # fmt: skip
     for op in ("linear", "bmm"):
-        rs = [r for r in rows if r["op"] == op]
-        if not rs:
-            continue
-        neu = np.array([float(r["neusight_ms"]) for r in rs])
-        here = np.array([float(r["measured_ms"]) for r in rs])
-        d = {c: np.array([float(r[c]) for r in rs]) for c in "bmnk"}
-        if op == "linear":  # one [B*M,K] @ [K,N] GEMM, as scripts/train_kernel_model.py reads it
-            d = {"b": np.ones_like(d["b"]), "m": d["b"] * d["m"], "n": d["n"], "k": d["k"]}
-        pred = model.latency("gemm", d, gpu) * 1e3
-        print(f"{op} ({len(rs)}): here vs NeuSight {mape(here, neu):.1%} (median ratio {np.median(here / neu):.3f}); "
-              f"model (H100 held out) vs NeuSight {mape(pred, neu):.1%}, vs here {mape(pred, here):.1%}")  # fmt: skip
+        for orientation in ORIENTATIONS:
+            rs = [r for r in rows if r["op"] == op and r["orientation"] == orientation]
+            if not rs:
+                continue
+            neu = np.array([float(r["neusight_ms"]) for r in rs])
+            here = np.array([float(r["measured_ms"]) for r in rs])
+            d = aten_dims(op, orientation, {c: np.array([float(r[c]) for r in rs]) for c in "bmnk"})
+            pred = model.latency("gemm", d, gpu) * 1e3
+            print(f"{op} {orientation} ({len(rs)}): here vs NeuSight {mape(here, neu):.1%} (median ratio "
+                  f"{np.median(here / neu):.3f}, time-weighted {weighted(here, neu):.1%}); model vs here "
+                  f"{mape(pred, here):.1%} unweighted, {weighted(pred, here):.1%} time-weighted (median ratio "
+                  f"{np.median(pred / here):.3f})")  # fmt: skip
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     def measure_options(m: argparse.ArgumentParser) -> None:
-        m.add_argument("--rows", type=int, default=300, help="shapes per operator")
+        m.add_argument("--rows", type=int, default=200, help="shapes per operator")
         m.add_argument("--data", type=Path, default=DATA)
 
     def score_options(s: argparse.ArgumentParser) -> None:
