@@ -19,6 +19,8 @@ the script, not a measurement.
 from __future__ import annotations
 
 import csv
+import json
+import re
 import statistics
 import sys
 import time
@@ -275,14 +277,149 @@ def main(argv: list[str] | None = None) -> int:
         m.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a dry run of the script")
         m.add_argument("--cap", type=int, default=0, help="dry run: batch at most this, sides at most 4x it")
 
-    args = devicecli.parse(__doc__ or "", argv, 90.0, measure_options)
+    def score_options(s) -> None:
+        s.add_argument("--gpu", default="H200-SXM", help="the catalog key of the GPU the cases ran on")
+
+    args = devicecli.parse(__doc__ or "", argv, 90.0, measure_options, score_options)
     if args.cmd == "measure":
         return measure(args.out, args.budget_s, args.device, args.cap)
-    return score(args.path)
+    return score(args.path, args.gpu)
 
 
-def score(path: Path) -> int:
-    raise SystemExit("score: not written yet")
+# a measured kernel's class, as the model names them: cuDNN's layout conversions by name, the rest as the step's
+# breakdown sorts them (bench/kernel_breakdown.py)
+LAYOUT = re.compile(r"nchwtonhwc|nhwctonchw", re.I)
+MODEL_CLASS = {"norm": "batch_norm", "pool": "pooling", "copy": "memory", "layout": "layout", "conv": "conv"}
+# the classes each kind of case is scored on (the rest are the harness's own kernels: the loss, x.grad's sum)
+SCORED = {
+    "batch_norm": ("batch_norm",),
+    "to_nhwc": ("memory",),
+    "to_nchw": ("memory",),
+    "max_pool": ("pooling",),
+    "adaptive_avg_pool": ("pooling",),
+    "conv": ("conv", "layout"),
+}
+PRECISION = {"fp32": "32-true", "fp32-strict": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
+
+
+def read(folder: Path) -> tuple[list[dict], dict[str, dict[str, float]], str]:
+    """The cases, each case's measured GPU ms per model class (both phases), and the header's versions."""
+    import kernel_breakdown as kb
+
+    lines = (folder / "cases.csv").read_text().splitlines()
+    versions = next((ln.lstrip("# ") for ln in lines if ln.startswith("#")), "")
+    cases_ = [r for r in csv.DictReader(ln for ln in lines if not ln.startswith("#")) if not r["error"]]
+    measured: dict[str, dict[str, float]] = {}
+    with (folder / "kernels.csv").open() as fh:
+        for r in csv.DictReader(fh):
+            if r["phase"] == "bwd" and "CUDAFunctor_add" in r["kernel"]:
+                continue  # the harness's x.grad accumulating over repetitions
+            cls = "layout" if LAYOUT.search(r["kernel"]) else kb.classify(r["kernel"])
+            cls = MODEL_CLASS.get(cls, cls)
+            per = measured.setdefault(r["case"], {})
+            per[cls] = per.get(cls, 0.0) + float(r["gpu_us"]) / 1e3
+    return cases_, measured, versions
+
+
+def modelled(case: dict, gpu_key: str) -> dict[str, float]:
+    """The operator model's ms per class for the case's operator, captured on the meta device as the product
+    captures a user's step (one forward and backward; the loss's and the optimizer's records left out)."""
+    import torch
+
+    from lightning_srifty import capture_ops
+    from predictor.catalog.gpus import get_gpu
+    from predictor.documents.profile import profile_from_dict
+    from predictor.documents.schema import to_dict
+    from predictor.model import ops
+
+    class One(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            kind, cin = case["kind"], int(case["cin"])
+            self.kind = kind
+            if kind == "batch_norm":
+                self.op = torch.nn.BatchNorm2d(cin)
+            elif kind == "conv":
+                k, s = int(case["kernel"]), int(case["stride"])
+                self.op = torch.nn.Conv2d(cin, int(case["cout"]), k, s, k // 2, bias=False)
+            else:
+                self.op = None
+            # the batch needs no gradient, an activation does: a scale makes the input one (an elementwise record,
+            # not in the classes scored), as the harness's input with requires_grad
+            self.w = torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, x):
+            x = x * self.w.to(x.dtype)
+            if self.kind == "to_nhwc":
+                y = x.contiguous(memory_format=torch.channels_last)
+            elif self.kind == "to_nchw":
+                y = x.contiguous()
+            elif self.kind == "max_pool":
+                k, s = int(case["kernel"]), int(case["stride"])
+                y = torch.nn.functional.max_pool2d(x, k, s, k // 2 if k == 3 else 0)
+            elif self.kind == "adaptive_avg_pool":
+                y = torch.nn.functional.adaptive_avg_pool2d(x, 1)
+            else:
+                y = self.op(x)
+            return y.float().sum()
+
+    n, cin, side = int(case["batch"]), int(case["cin"]), int(case["side"])
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(case["dtype"])
+    dtype = half if half is not None and case["kind"] != "conv" else torch.float32
+    x = torch.zeros(n, cin, side, side, dtype=dtype, requires_grad=True)
+    net = One()
+    if case["layout"] == "nhwc":
+        x = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_(True)
+        net = net.to(memory_format=torch.channels_last)
+    table = capture_ops(net, x, precision=PRECISION[case["dtype"]], optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    prof = profile_from_dict({
+        "schema": "srifty.profile/v1",
+        "model": {"name": "one-op", "parameters": 1, "precision": PRECISION[case["dtype"]]},
+        "batch": {"per_device": n},
+        "hardware": {"devices": 1, "accelerator": "meta"},
+        "timing": {"step_time_s": {"p50": 0.0}},
+        "ops": to_dict(table),
+    })  # fmt: skip
+    classified = [c for c in ops.classify_table(prof.ops.ops) if c.phase != "optimizer"]
+    matmul = "highest" if case["dtype"] == "fp32-strict" else "high"
+    t = ops.ops_time(classified, get_gpu(gpu_key), PRECISION[case["dtype"]], matmul, "absolute", "fa2")
+    return {cls: sec * 1e3 for cls, sec in t.by_class.items()}
+
+
+def score(path: Path, gpu_key: str = "H200-SXM") -> int:
+    """Each case's measured GPU time per class against the operator model's, on the GPU timed (not fitted on)."""
+    import numpy as np
+
+    with devicecli.unpacked(path) as folder:
+        cases_, measured, versions = read(folder)
+    print(f"{cases_[0]['device']}; {versions}; {len(cases_)} cases; model: as it ships, on {gpu_key}")
+    rows = []
+    for c in cases_:
+        if c["kind"] == "conv" and c["mode"] == "bench":
+            continue  # cudnn.benchmark's choices: reported beside, not scored (the model prices the default's)
+        got = measured.get(c["case"], {})
+        want = modelled(c, gpu_key)
+        for cls in SCORED[c["kind"]]:
+            m, p = got.get(cls, 0.0), want.get(cls, 0.0)
+            rows.append({**c, "cls": cls, "measured_ms": m, "model_ms": p})
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["kind"], r["cls"], r["dtype"], r["layout"]), []).append(r)
+    print("kind | class | dtype | layout | cases | measured ms (sum) | model ms (sum) | model/measured (sum) | "
+          "median ratio | time-weighted error")  # fmt: skip
+    for (kind, cls, dtype, layout), rs in sorted(groups.items()):
+        m = np.array([r["measured_ms"] for r in rs])
+        p = np.array([r["model_ms"] for r in rs])
+        ok = m > 0
+        ratio = float(np.median(p[ok] / m[ok])) if ok.any() else float("nan")
+        err = float(np.sum(np.abs(p - m)) / np.sum(m)) if m.sum() > 0 else float("nan")
+        print(f"{kind} | {cls} | {dtype} | {layout} | {len(rs)} | {m.sum():.2f} | {p.sum():.2f} | "
+              f"{p.sum() / max(m.sum(), 1e-9):.2f} | {ratio:.2f} | {err:.1%}")  # fmt: skip
+    out = ROOT / "bench" / "results" / "cnn_kernels_score.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=1))
+    print(f"rows: {out.relative_to(ROOT)}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Where a training step's GPU time goes, per kernel, on a lent GPU, against the operator model's per-class sums.
 
     python bench/kernel_breakdown.py measure --out DIR [--budget-s 90]   # on a CUDA machine (needs transformers)
-    python bench/kernel_breakdown.py score DIR|CSV                        # here, no GPU
+    python bench/kernel_breakdown.py score DIR|CSV                        # here, no GPU (the H100's, 2026-11-27)
+    python bench/kernel_breakdown.py score bench/data/h200_kernel_breakdown_2026-12-04.csv \
+        --profiles bench/data/h200_profiles_2026-12-04.tar.xz --gpu H200-SXM   # the H200's, 2026-12-04
 
 ``measure``: Lambda models at their H100 batch (``bench/ops_validation.py``'s ``build``), a plain PyTorch step (AMP
 with GradScaler, or FP32 with TF32 matmuls as NGC ran them), three warm-up steps, then torch's profiler (CUDA activity)
@@ -120,7 +122,7 @@ def measure(out: Path, budget_s: float) -> int:
     return 0
 
 
-def score(path: Path) -> int:
+def score(path: Path, archive: Path = devicecli.ARCHIVE, gpu_key: str = "H100-SXM") -> int:
     import json
 
     import ops_validation as ov
@@ -135,8 +137,8 @@ def score(path: Path) -> int:
     kernels.load_kernel_model = lambda: ov.kernel_model(("H100-SXM",), str(ROOT.parent / "shared" / "data" / "kernels"))
     folds = json.loads((ROOT / "bench" / "results" / "ops_validation.json").read_text())
     eff = {r["model"]: r["efficiency"] for r in folds["absolute"]["rows"]}
-    gpu = get_gpu("H100-SXM")
-    with devicecli.unpacked(devicecli.ARCHIVE) as folder:  # the tables the callback recorded on the same GPU
+    gpu = get_gpu(gpu_key)
+    with devicecli.unpacked(archive) as folder:  # the tables the callback recorded on the same GPU
         profiles = {c: load_profile(folder / f"{c[0].split()[0]}-{c[1]}-{c[2]}.json") for c in CASES}
     # the model's names for the classes this script names otherwise (cuDNN's layout conversions are copies here)
     model_cls = {"memory": "copy", "layout": "copy", "pooling": "pool", "batch_norm": "norm"}
@@ -164,10 +166,14 @@ def score(path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = devicecli.parse(__doc__ or "", argv, 90.0)
+    def score_options(s) -> None:
+        s.add_argument("--profiles", type=Path, default=devicecli.ARCHIVE, help="the same GPU's profiles (archive)")
+        s.add_argument("--gpu", default="H100-SXM", help="the catalog key of the GPU the kernels ran on")
+
+    args = devicecli.parse(__doc__ or "", argv, 90.0, score_options=score_options)
     if args.cmd == "measure":
         return measure(args.out, args.budget_s)
-    return score(args.path)
+    return score(args.path, args.profiles, args.gpu)
 
 
 if __name__ == "__main__":

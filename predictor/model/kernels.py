@@ -86,6 +86,38 @@ MULTIPLIER_RANGE = (0.25, 64.0)
 _TINY = 1e-12
 
 
+@functools.lru_cache(maxsize=256)
+def _twin(
+    key: str,
+    sms: int | None,
+    clock_mhz: float | None,
+    l2_mb: float | None,
+    fp32_tflops: float | None,
+    bandwidth: float | None,
+    trained: tuple[str, ...],
+) -> GPU | None:
+    """:meth:`KernelModel.twin`, cached on the GPU's facts."""
+    from predictor.catalog.gpus import get_gpu
+
+    mine = (sms, clock_mhz, l2_mb, fp32_tflops)
+    if None in mine or not bandwidth:
+        return None
+    best: tuple[float, GPU] | None = None
+    for name in trained:
+        try:
+            other = get_gpu(name)
+        except Exception:  # noqa: BLE001 -- a training GPU the catalog no longer names has no twin to give
+            continue
+        theirs = (other.sms, other.clock_mhz, other.l2_mb, other.fp32_tflops)
+        if None in theirs or not other.memory_bw_gbps or other.key == key:
+            continue
+        if all(abs(float(a) / float(b) - 1.0) <= 0.01 for a, b in zip(mine, theirs, strict=True)):
+            gap = abs(np.log(float(bandwidth) / float(other.memory_bw_gbps)))
+            if best is None or gap < best[0]:
+                best = (gap, other)
+    return best[1] if best else None
+
+
 def _gpu_facts(gpu: GPU, cls: str, peak_tflops: float | None) -> tuple[float, float, float, float]:
     """(SMs, peak FLOP/s, bandwidth B/s, L2 bytes) of ``gpu``; PredictionError naming a missing field and the fix."""
 
@@ -429,13 +461,32 @@ class KernelModel:
             raise PredictionError(f"the kernel model has no network for {net_cls!r}: retrain it")
         floor = self.floor(net_cls, gpu)
         x, t_roof, size = features(net_cls, arrays, gpu, floor, peak_tflops=peak_tflops, element_bytes=element_bytes)
-        if net_cls in ("gemm", "conv") and (peak_tflops is not None or element_bytes != 4.0):
+        twin = self.twin(gpu)
+        if twin is not None:
+            # the same die with other memory: its utilisation is the trained twin's (features as the twin sees the
+            # call), the roofline this GPU's own (module docstring, "A GPU the data has the die of")
+            x, _, _ = features(net_cls, arrays, twin, self.floor(net_cls, twin))
+        elif net_cls in ("gemm", "conv") and (peak_tflops is not None or element_bytes != 4.0):
             # the networks learned FP32 kernels: utilisation from the FP32 features, the roofline from the real ones
             x, _, _ = features(net_cls, arrays, gpu, floor)
         log_mult = np.mean([net(x) for net in self.nets_[net_cls]], axis=0)
         mult = np.exp(np.clip(log_mult, *np.log(MULTIPLIER_RANGE)))
         out = _flops_bound(net_cls, (t_roof + floor) * mult, size, peak_tflops or gpu.fp32_tflops)
         return np.where(size > 0, out, floor).reshape(shape)
+
+    def twin(self, gpu: GPU) -> GPU | None:
+        """A GPU of the training data with this GPU's die and clocks (SMs, boost clock, L2, FP32 peak, each within
+        1 %) but other memory, the nearest in bandwidth; None for a trained GPU or one without such a twin.
+
+        The networks read the memory bandwidth through the roofline and the ridge point (``t_compute / t_memory``),
+        and across NeuSight's GPUs the ridge point also tells a 70 W part from a 250-700 W one: the H200 (the H100's
+        die with 4.8 TB/s of HBM3e) got FP32 GEMMs 0.82x the time measured on a lent H200, which ran NeuSight's H100
+        shapes at 1.03-1.07x NeuSight's H100 latencies (bench/kernel_replay.py). A twin's utilisation, on this GPU's
+        roofline, moves only what the memory moves."""
+        trained = tuple(self.meta_.get("training_gpus", ()))
+        if gpu.key in trained:
+            return None
+        return _twin(gpu.key, gpu.sms, gpu.clock_mhz, gpu.l2_mb, gpu.fp32_tflops, gpu.memory_bw_gbps, trained)
 
     def floor(self, cls: str, gpu: GPU) -> float:
         """Seconds of the smallest ``cls`` kernels on ``gpu`` (a trained class): its own measured launch floor, else
