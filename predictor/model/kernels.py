@@ -463,10 +463,16 @@ class KernelModel:
         x, t_roof, size = features(net_cls, arrays, gpu, floor, peak_tflops=peak_tflops, element_bytes=element_bytes)
         twin = self.twin(gpu)
         if twin is not None:
-            # the same die with other memory: its utilisation is the trained twin's (features as the twin sees the
-            # call), the roofline this GPU's own (module docstring, "A GPU the data has the die of")
-            x, _, _ = features(net_cls, arrays, twin, self.floor(net_cls, twin))
-        elif net_cls in ("gemm", "conv") and (peak_tflops is not None or element_bytes != 4.0):
+            # the same die with other memory: the trained twin's execution (its latency above its launch floor,
+            # which is its host's) at this GPU's roofline, on this GPU's floor
+            options = {"peak_tflops": peak_tflops, "element_bytes": element_bytes}
+            theirs = self.latency(cls, dims, twin, **options).ravel()
+            twin_floor = self.floor(net_cls, twin)
+            _, twin_roof, _ = features(net_cls, arrays, twin, twin_floor, **options)
+            run = np.maximum(theirs - twin_floor, 0.0) * t_roof / np.maximum(twin_roof, _TINY)
+            out = _flops_bound(net_cls, floor + run, size, peak_tflops or gpu.fp32_tflops)
+            return np.where(size > 0, out, floor).reshape(shape)
+        if net_cls in ("gemm", "conv") and (peak_tflops is not None or element_bytes != 4.0):
             # the networks learned FP32 kernels: utilisation from the FP32 features, the roofline from the real ones
             x, _, _ = features(net_cls, arrays, gpu, floor)
         log_mult = np.mean([net(x) for net in self.nets_[net_cls]], axis=0)
@@ -481,8 +487,9 @@ class KernelModel:
         The networks read the memory bandwidth through the roofline and the ridge point (``t_compute / t_memory``),
         and across NeuSight's GPUs the ridge point also tells a 70 W part from a 250-700 W one: the H200 (the H100's
         die with 4.8 TB/s of HBM3e) got FP32 GEMMs 0.82x the time measured on a lent H200, which ran NeuSight's H100
-        shapes at 1.03-1.07x NeuSight's H100 latencies (bench/kernel_replay.py). A twin's utilisation, on this GPU's
-        roofline, moves only what the memory moves."""
+        shapes at 1.03-1.07x NeuSight's H100 latencies (bench/kernel_replay.py). A call on such a GPU takes the twin's
+        time above the twin's launch floor, scaled by the two rooflines (the same where the arithmetic bounds it, the
+        bandwidths' ratio where the memory does), on this GPU's own floor (the host's, :meth:`floor`)."""
         trained = tuple(self.meta_.get("training_gpus", ()))
         if gpu.key in trained:
             return None
