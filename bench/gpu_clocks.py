@@ -38,9 +38,10 @@ def measure(out: Path, seconds: float) -> int:
     import torch
 
     out.mkdir(parents=True, exist_ok=True)
+    log = (out / "clocks.csv").open("w")
     smi = subprocess.Popen(
         ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-lms", "200"],
-        stdout=(out / "clocks.csv").open("w"),
+        stdout=log,
         stderr=subprocess.STDOUT,
     )
     rows = []
@@ -72,6 +73,7 @@ def measure(out: Path, seconds: float) -> int:
         time.sleep(0.5)
         smi.terminate()
         smi.wait(timeout=10)
+        log.close()
     with (out / "phases.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(("phase", "start_unix", "end_unix", "tflops", "gemms", "device"))
@@ -87,7 +89,8 @@ def score(path: Path) -> int:
 
     with devicecli.unpacked(path) as folder:
         base = folder / "clocks" if (folder / "clocks").is_dir() else folder
-        phases = list(csv.DictReader((base / "phases.csv").open()))
+        with (base / "phases.csv").open() as fh:
+            phases = list(csv.DictReader(fh))
         samples = []
         for line in (base / "clocks.csv").read_text().splitlines():
             parts = [p.strip() for p in line.split(",")]
@@ -102,7 +105,7 @@ def score(path: Path) -> int:
     peaks = {"fp32": gpu.fp32_tflops, "tf32": gpu.tf32_tflops, "bf16": gpu.bf16_tflops, "idle": None}
     # nvidia-smi's timestamps are the machine's local time; the phases' are Unix: line them up on the offset that
     # puts the samples inside the run (the first sample is taken as the idle phase's start)
-    offset = phases[0]["start_unix"] and (samples[0][0] - float(phases[0]["start_unix"]))
+    offset = samples[0][0] - float(phases[0]["start_unix"])
     print(f"{phases[0]['device']} (the catalog's {gpu.key}: boost {gpu.clock_mhz} MHz); {len(samples)} samples")
     print("phase | SM clock MHz (median) | power W (median) / limit | TFLOP/s | datasheet peak | achieved/peak")
     for p in phases:
