@@ -126,7 +126,7 @@ def weighted(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.sum(np.abs(pred - true)) / np.sum(true))
 
 
-def score(folder: Path, data: Path) -> int:
+def score(folder: Path, data: Path, png: Path | None = None) -> int:
     import ops_validation as ov
 
     from predictor.catalog.gpus import get_gpu
@@ -139,6 +139,7 @@ def score(folder: Path, data: Path) -> int:
     gpu = get_gpu(rows[0]["device"])
     print(f"device: {rows[0]['device']} (the model's {gpu.key}); {len({tuple(r[c] for c in 'bmnk') for r in rows})} "
           f"shapes; kernel model trained without NeuSight's H100 rows")  # fmt: skip
+    panels: dict[tuple[str, str], tuple[np.ndarray, ...]] = {}
     for op in ("linear", "bmm"):
         for orientation in ORIENTATIONS:
             rs = [r for r in rows if r["op"] == op and r["orientation"] == orientation]
@@ -148,11 +149,41 @@ def score(folder: Path, data: Path) -> int:
             here = np.array([float(r["measured_ms"]) for r in rs])
             d = aten_dims(op, orientation, {c: np.array([float(r[c]) for r in rs]) for c in "bmnk"})
             pred = model.latency("gemm", d, gpu) * 1e3
+            panels[(op, orientation)] = (here, neu, pred)
             print(f"{op} {orientation} ({len(rs)}): here vs NeuSight {mape(here, neu):.1%} (median ratio "
                   f"{np.median(here / neu):.3f}, time-weighted {weighted(here, neu):.1%}); model vs here "
                   f"{mape(pred, here):.1%} unweighted, {weighted(pred, here):.1%} time-weighted (median ratio "
                   f"{np.median(pred / here):.3f})")  # fmt: skip
+    if png is not None and panels:
+        plot(panels, rows[0]["device"], png)
     return 0
+
+
+def plot(panels: dict[tuple[str, str], tuple[np.ndarray, ...]], device: str, png: Path) -> None:
+    """Per operator: the GPU's time against NeuSight's H100 latency in both orientations (left), and the kernel model
+    trained without the H100 against the same time (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for (op, orientation), (here, neu, pred) in panels.items():
+        marker = "o" if op == "linear" else "^"
+        axes[0].scatter(neu, here, s=9, marker=marker, alpha=0.6, label=f"{op}, {orientation}")
+        if orientation == "neusight":
+            axes[1].scatter(here, pred, s=9, marker=marker, alpha=0.6, label=f"{op} (NeuSight's orientation)")
+    for ax, (xlabel, ylabel, title) in zip(axes, (
+        ("NeuSight's H100 latency (ms)", f"{device} (ms)", "NeuSight's GEMM shapes timed again"),
+        (f"{device} (ms)", "kernel model, H100 rows held out (ms)", "the model on a GPU it never saw"),
+    ), strict=True):  # fmt: skip
+        lo, hi = 1e-2, 1e3
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=title, xlim=(lo, hi), ylim=(lo, hi))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,11 +193,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def score_options(s: argparse.ArgumentParser) -> None:
         s.add_argument("--data", type=Path, default=DATA)
+        s.add_argument("--plot", type=Path, default=None, help="write the figure here (e.g. docs/img/h200_gemms.png)")
 
     args = devicecli.parse(__doc__ or "", argv, 90.0, measure_options, score_options)
     if args.cmd == "measure":
         return measure(args.out, args.rows, args.budget_s, args.data)
-    return score(args.path, args.data)
+    return score(args.path, args.data, args.plot)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,17 @@ def main() -> None:
         t = time.perf_counter()
         predict(fresh, parse_fleet("p5.4xlarge:1", catalog), catalog=catalog)
         table_times.append(time.perf_counter() - t)
+    # the same table's operator sum on an H100 and on an H200 (whose kernels the twin rule prices through the H100's)
+    from predictor.catalog.gpus import get_gpu
+    from predictor.model import ops
+
+    classified = ops.classify_table(load_profile(table_profile).ops.ops)
+    sums: dict[str, list[float]] = {"H100-SXM": [], "H200-SXM": []}
+    for _ in range(30):
+        for key, into in sums.items():
+            t = time.perf_counter()
+            ops.ops_time(classified, get_gpu(key), "bf16-mixed", "high", "absolute")
+            into.append(time.perf_counter() - t)
     every = [it for it in catalog.filter() if it.gpu in catalog.gpus]
     t = time.perf_counter()
     for it in every:
@@ -67,6 +78,10 @@ def main() -> None:
         print(f"| predict one fleet `{fleet_text}` | {t_one * 1e6:.0f} µs |")
     print(f"| predict one fleet `p5.4xlarge:1` from the operator table of a 1.2B transformer, fresh profile | "
           f"{statistics.median(table_times) * 1e3:.1f} ms |")  # fmt: skip
+    print(
+        f"| that table's operator sum on an H100 / on an H200 (priced through its twin, the H100) | "
+        f"{statistics.median(sums['H100-SXM']) * 1e3:.2f} / {statistics.median(sums['H200-SXM']) * 1e3:.2f} ms |"
+    )
     print(f"| {len(every) * 4} fleets (every CUDA type with specs x 1/2/4/8), one by one | {sweep * 1e3:.0f} ms |")
     import numpy as np
 

@@ -99,9 +99,9 @@ def _twin(
     """:meth:`KernelModel.twin`, cached on the GPU's facts."""
     from predictor.catalog.gpus import get_gpu
 
-    mine = (sms, clock_mhz, l2_mb, fp32_tflops)
-    if None in mine or not bandwidth:
+    if sms is None or clock_mhz is None or l2_mb is None or fp32_tflops is None or not bandwidth:
         return None
+    mine = (float(sms), float(clock_mhz), float(l2_mb), float(fp32_tflops))
     best: tuple[float, GPU] | None = None
     for name in trained:
         try:
@@ -109,9 +109,9 @@ def _twin(
         except Exception:  # noqa: BLE001 -- a training GPU the catalog no longer names has no twin to give
             continue
         theirs = (other.sms, other.clock_mhz, other.l2_mb, other.fp32_tflops)
-        if None in theirs or not other.memory_bw_gbps or other.key == key:
+        if any(v is None for v in theirs) or not other.memory_bw_gbps or other.key == key:
             continue
-        if all(abs(float(a) / float(b) - 1.0) <= 0.01 for a, b in zip(mine, theirs, strict=True)):
+        if all(b and abs(a / float(b) - 1.0) <= 0.01 for a, b in zip(mine, theirs, strict=True)):
             gap = abs(np.log(float(bandwidth) / float(other.memory_bw_gbps)))
             if best is None or gap < best[0]:
                 best = (gap, other)
@@ -463,15 +463,7 @@ class KernelModel:
         x, t_roof, size = features(net_cls, arrays, gpu, floor, peak_tflops=peak_tflops, element_bytes=element_bytes)
         twin = self.twin(gpu)
         if twin is not None:
-            # the same die with other memory: the trained twin's execution (its latency above its launch floor,
-            # which is its host's) at this GPU's roofline, on this GPU's floor
-            options = {"peak_tflops": peak_tflops, "element_bytes": element_bytes}
-            theirs = self.latency(cls, dims, twin, **options).ravel()
-            twin_floor = self.floor(net_cls, twin)
-            _, twin_roof, _ = features(net_cls, arrays, twin, twin_floor, **options)
-            run = np.maximum(theirs - twin_floor, 0.0) * t_roof / np.maximum(twin_roof, _TINY)
-            out = _flops_bound(net_cls, floor + run, size, peak_tflops or gpu.fp32_tflops)
-            return np.where(size > 0, out, floor).reshape(shape)
+            return self._as_twin(cls, dims, arrays, gpu, twin, peak_tflops, element_bytes).reshape(shape)
         if net_cls in ("gemm", "conv") and (peak_tflops is not None or element_bytes != 4.0):
             # the networks learned FP32 kernels: utilisation from the FP32 features, the roofline from the real ones
             x, _, _ = features(net_cls, arrays, gpu, floor)
@@ -479,6 +471,28 @@ class KernelModel:
         mult = np.exp(np.clip(log_mult, *np.log(MULTIPLIER_RANGE)))
         out = _flops_bound(net_cls, (t_roof + floor) * mult, size, peak_tflops or gpu.fp32_tflops)
         return np.where(size > 0, out, floor).reshape(shape)
+
+    def _as_twin(
+        self,
+        cls: str,
+        dims: Mapping[str, np.ndarray],
+        arrays: Mapping[str, np.ndarray],
+        gpu: GPU,
+        twin: GPU,
+        peak_tflops: float | None,
+        element_bytes: float,
+    ) -> np.ndarray:
+        """:meth:`latency` on a GPU with a trained twin (:meth:`twin`): the twin's execution (its latency above its
+        launch floor, which is its host's) at this GPU's roofline, on this GPU's floor; flat like ``arrays``."""
+        net_cls = BORROWED.get(cls, cls)
+        floor, twin_floor = self.floor(net_cls, gpu), self.floor(net_cls, twin)
+        options: dict[str, Any] = {"peak_tflops": peak_tflops, "element_bytes": element_bytes}
+        _, t_roof, size = features(net_cls, arrays, gpu, floor, **options)
+        _, twin_roof, _ = features(net_cls, arrays, twin, twin_floor, **options)
+        theirs = self.latency(cls, dims, twin, **options).ravel()
+        run = np.maximum(theirs - twin_floor, 0.0) * t_roof / np.maximum(twin_roof, _TINY)
+        out = _flops_bound(net_cls, floor + run, size, peak_tflops or gpu.fp32_tflops)
+        return np.where(size > 0, out, floor)
 
     def twin(self, gpu: GPU) -> GPU | None:
         """A GPU of the training data with this GPU's die and clocks (SMs, boost clock, L2, FP32 peak, each within
