@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -158,3 +160,27 @@ def canonical_gpu(name: str, memory_gb: float | None = None) -> str:
 def get_gpu(name: str) -> GPU:
     """Specs of a bundled GPU by key or by any name :func:`canonical_gpu` understands."""
     return bundled_gpus().get(name)
+
+
+def same_die(a: GPU, b: GPU, tolerance: float = 0.01) -> bool:
+    """Whether two GPUs have the same die and clocks: SMs, boost clock, L2 and FP32 peak, each within ``tolerance``
+    (the H200 and the H100 SXM; the A100 SXM and PCIe parts). False where a fact is unknown."""
+    mine = (a.sms, a.clock_mhz, a.l2_mb, a.fp32_tflops)
+    theirs = (b.sms, b.clock_mhz, b.l2_mb, b.fp32_tflops)
+    if any(v is None or not v > 0 for v in (*mine, *theirs)):
+        return False
+    return all(abs(float(x) / float(y) - 1.0) <= tolerance for x, y in zip(mine, theirs, strict=True) if x and y)
+
+
+def die_twin(gpu: GPU, candidates: Iterable[GPU]) -> GPU | None:
+    """Of ``candidates`` (the GPUs a fitted model has seen), the one with ``gpu``'s die (:func:`same_die`) and the
+    nearest memory bandwidth; None for one of the candidates itself, or where none has its die. A model that has
+    seen the twin prices this GPU through it, on this GPU's own memory."""
+    pool = list(candidates)
+    bandwidth = gpu.memory_bw_gbps
+    if not bandwidth or any(c.key == gpu.key for c in pool):
+        return None
+    twins = [(c, c.memory_bw_gbps) for c in pool if c.memory_bw_gbps and same_die(gpu, c)]
+    if not twins:
+        return None
+    return min(twins, key=lambda t: abs(math.log(bandwidth / t[1])))[0]

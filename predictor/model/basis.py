@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from predictor.catalog.catalog import Catalog
-from predictor.catalog.gpus import CATALOG_EXTRA, GPU
+from predictor.catalog.gpus import CATALOG_EXTRA, GPU, die_twin, gpu_table
 from predictor.catalog.instances import InstanceType
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, PredictionError, UnknownNameError
@@ -446,12 +446,19 @@ def _cross_path(
     correction = load_correction()
     if src.achieved_tflops is not None:  # FLOPs give the split directly; the correction was learned for the neutral
         return ratio, "cross-flops", "split from the profile's FLOPs, no learned correction"
-    if not correction.covers(src_gpu.key, dst.key):
+    # a GPU the correction has not seen but whose die it has (the H200: the H100's) takes the twin pair's correction
+    seen = [g for g in gpu_table().values() if correction.covers(g.key)]
+    pair = [g if correction.covers(g.key) else (die_twin(g, seen) or g) for g in (src_gpu, dst)]
+    if not correction.covers(pair[0].key, pair[1].key):
         unseen = [k for k in (src_gpu.key, dst.key) if not correction.covers(k)]
         extrapolation.append(f"{', '.join(unseen)} never measured in the validation data: analytic scaling only")
         return ratio, "cross", f"no learned correction: {', '.join(unseen)} not in its training data"
     try:
-        factor = math.exp(correction.predict_one(features(src_gpu, dst, precision, matmul, 1.0)))
+        factor = math.exp(correction.predict_one(features(pair[0], pair[1], precision, matmul, 1.0)))
     except ValueError:
         return ratio, "cross", "no learned correction (a spec is missing)"
+    stand_ins = [f"{g.key} as {t.key} (its die)" for g, t in zip((src_gpu, dst), pair, strict=True) if g.key != t.key]
+    if stand_ins:
+        extrapolation.append(f"{', '.join(stand_ins)}: the learned correction of its twin, never measured itself")
+        return ratio * factor, "cross-corrected", f"learned correction x{factor:.2f}, {', '.join(stand_ins)}"
     return ratio * factor, "cross-corrected", f"learned correction x{factor:.2f}"

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from predictor.catalog.gpus import CATALOG_EXTRA, GPU
+from predictor.catalog.gpus import CATALOG_EXTRA, GPU, die_twin
 from predictor.exceptions import PredictionError
 
 CLASSES = ("gemm", "conv", "elementwise", "norm", "softmax", "reduction", "memory")
@@ -87,35 +87,12 @@ _TINY = 1e-12
 
 
 @functools.lru_cache(maxsize=256)
-def _twin(
-    key: str,
-    sms: int | None,
-    clock_mhz: float | None,
-    l2_mb: float | None,
-    fp32_tflops: float | None,
-    bandwidth: float | None,
-    trained: tuple[str, ...],
-) -> GPU | None:
-    """:meth:`KernelModel.twin`, cached on the GPU's facts."""
-    from predictor.catalog.gpus import get_gpu
+def _trained(trained: tuple[str, ...]) -> tuple[GPU, ...]:
+    """The catalog's entries of the training GPUs (one the catalog no longer names is left out)."""
+    from predictor.catalog.gpus import gpu_table
 
-    if sms is None or clock_mhz is None or l2_mb is None or fp32_tflops is None or not bandwidth:
-        return None
-    mine = (float(sms), float(clock_mhz), float(l2_mb), float(fp32_tflops))
-    best: tuple[float, GPU] | None = None
-    for name in trained:
-        try:
-            other = get_gpu(name)
-        except Exception:  # noqa: BLE001 -- a training GPU the catalog no longer names has no twin to give
-            continue
-        theirs = (other.sms, other.clock_mhz, other.l2_mb, other.fp32_tflops)
-        if any(v is None for v in theirs) or not other.memory_bw_gbps or other.key == key:
-            continue
-        if all(b and abs(a / float(b) - 1.0) <= 0.01 for a, b in zip(mine, theirs, strict=True)):
-            gap = abs(np.log(float(bandwidth) / float(other.memory_bw_gbps)))
-            if best is None or gap < best[0]:
-                best = (gap, other)
-    return best[1] if best else None
+    table = gpu_table()
+    return tuple(table[k] for k in trained if k in table)
 
 
 def _gpu_facts(gpu: GPU, cls: str, peak_tflops: float | None) -> tuple[float, float, float, float]:
@@ -504,10 +481,7 @@ class KernelModel:
         shapes at 1.03-1.07x NeuSight's H100 latencies (bench/kernel_replay.py). A call on such a GPU takes the twin's
         time above the twin's launch floor, scaled by the two rooflines (the same where the arithmetic bounds it, the
         bandwidths' ratio where the memory does), on this GPU's own floor (the host's, :meth:`floor`)."""
-        trained = tuple(self.meta_.get("training_gpus", ()))
-        if gpu.key in trained:
-            return None
-        return _twin(gpu.key, gpu.sms, gpu.clock_mhz, gpu.l2_mb, gpu.fp32_tflops, gpu.memory_bw_gbps, trained)
+        return die_twin(gpu, _trained(tuple(self.meta_.get("training_gpus", ()))))
 
     def floor(self, cls: str, gpu: GPU) -> float:
         """Seconds of the smallest ``cls`` kernels on ``gpu`` (a trained class): its own measured launch floor, else

@@ -506,3 +506,35 @@ def test_the_input_pipeline_scales_with_the_cores_its_loader_can_use(catalog) ->
     sixteen = load_profile(data)
     assert _cpu_ratio(sixteen, big) == pytest.approx(8 / 12)  # it can use 12 there, 8 here
     assert _cpu_ratio(sixteen, small) == pytest.approx(8 / 4)
+
+
+def test_a_gpu_the_correction_never_saw_takes_its_dies_twin_correction(catalog) -> None:
+    """Without FLOPs the learned correction applies only to GPUs it was fitted on; the H200 (not among them) has the
+    H100's die, so it takes the V100 -> H100 pair's correction on its own analytic ratio, and says so. Before, it was
+    priced x0.16 of the V100 against the H100's x0.30 (nearly twice the H100's speed; the lent H200 ran Lambda's
+    models at 0.85-0.97x the lent H100's times)."""
+    from predictor.catalog import get_gpu
+    from predictor.catalog.gpus import die_twin, same_die
+
+    data = copy.deepcopy(MINIMAL)
+    data["model"].update(precision="16-mixed")
+    data["model"].pop("flops", None)
+    data["hardware"]["gpu"] = "V100-SXM2-16GB"
+    data["batch"] = {"per_device": 256}
+    notes = {}
+    for fleet in ("p5.48xlarge:1", "p5e.48xlarge:1"):
+        r = predict(load_profile(data), fleet, catalog=catalog)
+        (notes[fleet],) = [a for a in r.assumptions if a.startswith("V100-SXM2-16GB -> H")]
+    h100 = float(notes["p5.48xlarge:1"].split("time x")[1].split()[0])
+    h200 = float(notes["p5e.48xlarge:1"].split("time x")[1].split()[0])
+    assert "learned correction x1.50" in notes["p5.48xlarge:1"]
+    assert "learned correction x1.50, H200-SXM as H100-SXM (its die)" in notes["p5e.48xlarge:1"]
+    assert 0.7 < h200 / h100 < 1.0  # the H200's bandwidth helps the memory-bound half, not the whole
+    assert same_die(get_gpu("H200-SXM"), get_gpu("H100-SXM")) and not same_die(
+        get_gpu("H100-PCIe"), get_gpu("H100-SXM")
+    )
+    pool = [get_gpu(k) for k in ("H100-SXM", "A100-PCIe-40GB", "A100-PCIe-80GB")]
+    assert die_twin(get_gpu("H200-SXM"), pool).key == "H100-SXM"
+    assert die_twin(get_gpu("A100-SXM-80GB"), pool).key == "A100-PCIe-80GB"  # the nearest bandwidth of two
+    assert die_twin(get_gpu("H100-SXM"), pool) is None  # one of the pool is its own
+    assert die_twin(get_gpu("L4"), pool) is None
