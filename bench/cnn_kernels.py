@@ -296,7 +296,7 @@ SCORED = {
     "to_nhwc": ("memory",),
     "to_nchw": ("memory",),
     "max_pool": ("pooling",),
-    "adaptive_avg_pool": ("pooling",),
+    "adaptive_avg_pool": ("reduction",),  # a mean over H x W: ATen's reduce kernel, a reduction to the model too
     "conv": ("conv", "layout"),
 }
 PRECISION = {"fp32": "32-true", "fp32-strict": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}

@@ -9,10 +9,10 @@
 GEMMs' FLOPs over CUDA-event time. Writes ``DIR/clocks.csv`` (nvidia-smi's samples) and ``DIR/phases.csv`` (each
 phase's wall-clock span and rate).
 
-``score``: per phase, the median SM clock and power draw over the phase's samples (its first second left out), the
-achieved rate against the catalog's datasheet peak, and the rate a clock-for-clock reading of the datasheet gives
-(peak x sustained clock / the datasheet's boost clock): whether the part holds its boost clock under load (a
-700 W SXM part should; issue #38 item 4 is about the 300 W / 72 W parts that do not).
+``score``: per phase, the median SM clock and power draw over the phase's samples (its first second left out) and the
+achieved rate against the catalog's datasheet peak: whether the part holds its boost clock under load (issue #38
+item 4 is about the 300 W / 72 W parts that do not). The samples are lined up on the phases by the first sample,
+taken at the idle phase's start.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import devicecli  # noqa: E402
 
 QUERY = "timestamp,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu"
+SMI_FORMAT = ("--format=csv,noheader,nounits", "-lms", "200")
 SIDE = 8192
 
 
@@ -40,7 +41,7 @@ def measure(out: Path, seconds: float) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log = (out / "clocks.csv").open("w")
     smi = subprocess.Popen(
-        ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-lms", "200"],
+        ["nvidia-smi", f"--id={torch.cuda.current_device()}", f"--query-gpu={QUERY}", *SMI_FORMAT],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

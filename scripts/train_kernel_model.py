@@ -184,10 +184,12 @@ def train(data: Path, exclude: set[str], max_iter: int = 60, seed: int = 0) -> K
         raise SystemExit(f"--exclude-gpu {sorted(exclude - known)}: not a GPU of the data; known: {sorted(known)}")
     samples = training_samples(kernels, exclude, seed)
     gpus = sorted({gpu.key for groups in samples.values() for _, gpu, _ in groups})
+    by_class = {cls: sorted(gpu.key for _, gpu, _ in groups) for cls, groups in samples.items()}
     meta = {
         "data": "NeuSight (ASPLOS'25) measured FP32 kernel latencies, sitar-lab/NeuSight @ 6945927 (MIT)",
         "data_sha256": data_sha256(data),
         "training_gpus": gpus,
+        "training_gpus_by_class": by_class,  # a GPU's twin prices a class only where it has rows of it
         "excluded_gpus": sorted(exclude),
         "rows_per_gpu": ROWS_PER_GPU,
         "numpy": np.__version__,

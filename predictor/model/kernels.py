@@ -438,7 +438,7 @@ class KernelModel:
             raise PredictionError(f"the kernel model has no network for {net_cls!r}: retrain it")
         floor = self.floor(net_cls, gpu)
         x, t_roof, size = features(net_cls, arrays, gpu, floor, peak_tflops=peak_tflops, element_bytes=element_bytes)
-        twin = self.twin(gpu)
+        twin = self.twin(gpu, cls)
         if twin is not None:
             return self._as_twin(cls, dims, arrays, gpu, twin, peak_tflops, element_bytes).reshape(shape)
         if net_cls in ("gemm", "conv") and (peak_tflops is not None or element_bytes != 4.0):
@@ -471,17 +471,23 @@ class KernelModel:
         out = _flops_bound(net_cls, floor + run, size, peak_tflops or gpu.fp32_tflops)
         return np.where(size > 0, out, floor)
 
-    def twin(self, gpu: GPU) -> GPU | None:
-        """A GPU of the training data with this GPU's die and clocks (SMs, boost clock, L2, FP32 peak, each within
-        1 %) but other memory, the nearest in bandwidth; None for a trained GPU or one without such a twin.
+    def twin(self, gpu: GPU, cls: str = "gemm") -> GPU | None:
+        """A GPU of the training data with this GPU's die, clocks and form factor (:func:`~predictor.catalog.gpus.
+        same_die`) but other memory, with rows of the class ``cls`` (a borrowed class: its network's), the nearest
+        in bandwidth; None for a trained GPU, one without such a twin, or an artefact that does not record its GPUs
+        per class.
 
         The networks read the memory bandwidth through the roofline and the ridge point (``t_compute / t_memory``),
         and across NeuSight's GPUs the ridge point also tells a 70 W part from a 250-700 W one: the H200 (the H100's
         die with 4.8 TB/s of HBM3e) got FP32 GEMMs 0.82x the time measured on a lent H200, which ran NeuSight's H100
         shapes at 1.03-1.07x NeuSight's H100 latencies (bench/kernel_replay.py). A call on such a GPU takes the twin's
         time above the twin's launch floor, scaled by the two rooflines (the same where the arithmetic bounds it, the
-        bandwidths' ratio where the memory does), on this GPU's own floor (the host's, :meth:`floor`)."""
-        return die_twin(gpu, _trained(tuple(self.meta_.get("training_gpus", ()))))
+        bandwidths' ratio where the memory does), on this GPU's own floor (the host's, :meth:`floor`). NeuSight
+        measured the H100 on GEMMs only, so the H200's other classes stay the networks' own."""
+        by_class = self.meta_.get("training_gpus_by_class")
+        if not by_class or gpu.key in self.meta_.get("training_gpus", ()):
+            return None
+        return die_twin(gpu, _trained(tuple(by_class.get(BORROWED.get(cls, cls), ()))))
 
     def floor(self, cls: str, gpu: GPU) -> float:
         """Seconds of the smallest ``cls`` kernels on ``gpu`` (a trained class): its own measured launch floor, else

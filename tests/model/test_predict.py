@@ -533,8 +533,9 @@ def test_a_gpu_the_correction_never_saw_takes_its_dies_twin_correction(catalog) 
     assert same_die(get_gpu("H200-SXM"), get_gpu("H100-SXM")) and not same_die(
         get_gpu("H100-PCIe"), get_gpu("H100-SXM")
     )
-    pool = [get_gpu(k) for k in ("H100-SXM", "A100-PCIe-40GB", "A100-PCIe-80GB")]
+    pool = [get_gpu(k) for k in ("H100-SXM", "A100-PCIe-40GB", "A100-PCIe-80GB", "A100-SXM-80GB")]
     assert die_twin(get_gpu("H200-SXM"), pool).key == "H100-SXM"
-    assert die_twin(get_gpu("A100-SXM-80GB"), pool).key == "A100-PCIe-80GB"  # the nearest bandwidth of two
+    assert die_twin(get_gpu("A100-SXM-40GB"), pool).key == "A100-SXM-80GB"  # its form factor, not the nearer memory
+    assert die_twin(get_gpu("A100-PCIe-80GB"), pool[:2]).key == "A100-PCIe-40GB"
     assert die_twin(get_gpu("H100-SXM"), pool) is None  # one of the pool is its own
     assert die_twin(get_gpu("L4"), pool) is None
