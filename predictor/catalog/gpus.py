@@ -164,8 +164,8 @@ def get_gpu(name: str) -> GPU:
 
 def form_factor(gpu: GPU) -> str:
     """``sxm``, ``pcie`` or ``nvl`` as the catalog key names it, else ``""`` (a card sold in one form)."""
-    tokens = set(re.split(r"[^a-z0-9]+", gpu.key.lower()))
-    return next((f for f in ("sxm", "sxm2", "sxm4", "sxm5", "pcie", "nvl") if f in tokens), "").rstrip("2345")
+    tokens = re.split(r"[^a-z0-9]+", gpu.key.lower())
+    return next((re.sub(r"\d+$", "", t) for t in tokens if re.fullmatch(r"sxm\d*|pcie|nvl", t)), "")
 
 
 def same_die(a: GPU, b: GPU, tolerance: float = 0.01) -> bool:

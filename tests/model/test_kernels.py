@@ -277,9 +277,14 @@ def test_a_gpu_with_a_trained_gpus_die_and_other_memory_takes_that_gpus_utilisat
     model = load_kernel_model()
     h100, h200 = get_gpu("H100-SXM"), get_gpu("H200-SXM")
     assert model.twin(h200, "gemm").key == "H100-SXM"
+    unruled = KernelModel.from_json({**model.to_json(), "meta": {**model.meta_, "training_gpus_by_class": {}}})
     for cls in ("conv", "elementwise", "norm", "softmax", "reduction", "memory"):
         assert model.twin(h200, cls) is None, cls
+        one = dims_of(cls, np.array([8.0]))  # latency asks for the class's own twin, not a GEMM's
+        assert model.latency(cls, one, h200)[0] == unruled.latency(cls, one, h200)[0], cls
     assert model.twin(h100, "gemm") is None  # a trained GPU is its own
+    # a trained GPU without rows of one class never borrows a sibling's (NeuSight has no A100-PCIe-40GB convolution)
+    assert model.twin(get_gpu("A100-PCIe-40GB"), "conv") is None
     assert model.twin(get_gpu("L40S"), "gemm") is None  # no trained GPU has its die
     assert model.twin(get_gpu("A100-SXM-80GB"), "gemm") is None  # the PCIe A100s' die, another power limit
     big = {"b": np.ones(1), "m": np.array([8192.0]), "n": np.array([8192.0]), "k": np.array([8192.0])}
@@ -293,9 +298,9 @@ def test_a_gpu_with_a_trained_gpus_die_and_other_memory_takes_that_gpus_utilisat
     skinny = {"b": np.ones(1), "m": np.array([1.0]), "n": np.array([16384.0]), "k": np.array([16384.0])}
     run = [model.latency("gemm", skinny, g)[0] - model.floor("gemm", g) for g in (h200, h100)]
     assert run[0] / run[1] == pytest.approx(3350 / 4800, rel=0.02)
-    # without the rule the networks gave the H200's large FP32 GEMMs 0.8x the H100's time
-    unruled = KernelModel.from_json({**model.to_json(), "meta": {**model.meta_, "training_gpus_by_class": {}}})
-    assert unruled.latency("gemm", big, h200)[0] < 0.9 * model.latency("gemm", big, h200)[0]
+    # without the rule the shipped networks give the H200's large FP32 GEMMs about 0.89x the time they give with it
+    # (the model trained without the H100's rows: 0.82x the measured)
+    assert unruled.latency("gemm", big, h200)[0] < 0.95 * model.latency("gemm", big, h200)[0]
     zero = {"b": np.zeros(1), "m": np.zeros(1), "n": np.zeros(1), "k": np.zeros(1)}
     assert model.latency("gemm", zero, h200)[0] == model.floor("gemm", h200)
 
