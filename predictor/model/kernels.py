@@ -436,11 +436,11 @@ class KernelModel:
             arrays = {"n": n, "bytes": arrays["bytes"], "flops": np.zeros_like(n)}
         if net_cls not in self.nets_:
             raise PredictionError(f"the kernel model has no network for {net_cls!r}: retrain it")
-        floor = self.floor(net_cls, gpu)
-        x, t_roof, size = features(net_cls, arrays, gpu, floor, peak_tflops=peak_tflops, element_bytes=element_bytes)
         twin = self.twin(gpu, cls)
         if twin is not None:
             return self._as_twin(cls, dims, arrays, gpu, twin, peak_tflops, element_bytes).reshape(shape)
+        floor = self.floor(net_cls, gpu)
+        x, t_roof, size = features(net_cls, arrays, gpu, floor, peak_tflops=peak_tflops, element_bytes=element_bytes)
         if net_cls in ("gemm", "conv") and (peak_tflops is not None or element_bytes != 4.0):
             # the networks learned FP32 kernels: utilisation from the FP32 features, the roofline from the real ones
             x, _, _ = features(net_cls, arrays, gpu, floor)
