@@ -342,6 +342,10 @@ PREEMPTED_MARKER = "preempted"
 # sign's time; 1: training is over, what runs until the process ends is not a hang) (lightning_srifty.migrate.alive)
 ALIVE_MARKER = "alive"
 ALIVE_EVERY_S = 5.0
+# and each rank writes EXIT_MARK.<local rank> there when its interpreter begins to exit after a fit that ended with no
+# exception since: the boot script takes a job whose every rank wrote one, and whose workers torchrun saw die only by a
+# signal (torch's teardown), for finished (lightning_srifty.migrate.exit_mark)
+EXIT_MARK = "exit"
 # a job that trained, then showed no sign of life for this long, is hung, to the launcher's stall watch and to a
 # fleet node's alike: below the process group's timeout (Lightning's default, 30 min), so that a collective waiting on
 # a hung rank is found before NCCL ends the job as a failure

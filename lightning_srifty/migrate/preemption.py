@@ -31,6 +31,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from lightning_srifty import protocol
+from lightning_srifty.migrate import exit_mark
 from lightning_srifty.migrate.alive import NodeAlive
 from lightning_srifty.migrate.checkpoints import (  # noqa: F401 - re-exported: their home before sharded checkpoints
     DIGEST_SUFFIX,
@@ -360,10 +361,13 @@ class SpotPreemption(SignsOfLife):
         if self._inactive:
             return
         self._restore()
+        if not (self.preempted or trainer.interrupted):  # the script's end, once reached, is marked on a fleet node
+            exit_mark.arm(trainer.global_rank, trainer.global_step)
         if trainer.is_global_zero and not self.preempted:  # what a launcher that cannot see the process waits for
             protocol.write_record(self.dirpath, Finished(launch_id=self._launch_id, step=trainer.global_step))
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        exit_mark.disarm()  # (an earlier fit's mark too: whichever callback it was, this process did not end well)
         if self._inactive:
             return
         self._restore()

@@ -1641,3 +1641,61 @@ def test_a_silent_job_stopped_for_a_lost_peer_is_the_peers_loss_not_a_hang(tf_en
     assert "srifty: i-0def went away while the job ran" in log and "the fleet lost i-0def without a notice" in log
     assert "no sign of life" not in log
     assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["hung_step"] is None
+
+
+# the real torchrun (one node, two ranks: --standalone, the boot script's rendezvous options left out) over a worker
+# that ends as FAKE_HOW says: "abort": both ranks reach their script's end after a fit, and rank 0 then dies of SIGABRT
+# in its teardown (torch's gloo exit, stop 77); "exit3": rank 0's script ends with sys.exit(3) after its fit; "killed":
+# rank 1 is killed (SIGKILL) before its fit ends, rank 0 aborts at exit as in "abort"
+MARKED_WORKER = """import atexit, os, signal, sys
+from lightning_srifty.migrate import exit_mark
+rank, how = int(os.environ["RANK"]), os.environ["FAKE_HOW"]
+print(f"rank {rank} epoch 1 loss 0.5", flush=True)
+if how in ("abort", "killed") and rank == 0:
+    atexit.register(os.abort)  # registered first: run after the mark's (last in, first out)
+if how == "killed" and rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+exit_mark.arm(rank, 40)  # what SpotPreemption.on_fit_end does
+if how == "exit3" and rank == 0:
+    sys.exit(3)
+"""
+MARKED_TORCHRUN = """#!/bin/bash
+exec {python} -m torch.distributed.run --standalone --nproc_per_node=2 "$FAKE_DIR/worker.py"
+"""
+
+
+@pytest.mark.parametrize("how", ["abort", "exit3", "killed"])
+def test_a_job_that_finished_and_then_died_in_its_teardown_is_recorded_finished(tf_env, aws, tmp_path, how) -> None:
+    """Noticed in stops 77 and 78: torch's teardown can abort a process after its work is done (gloo's joinable
+    threads, pytorch/pytorch#190489), torchrun reports any worker's death as its own 1, and the node recorded a failed
+    job whose training had finished (the fleet ended, as a failure). The job's ranks mark their script's end; where
+    every local rank did and torchrun's failure table lists deaths by a signal only, the node's exit is 0 (torchrun's
+    1 kept in its exit record's exit_code). An exit status after the fit, or a rank without its mark, stands."""
+    real_aws = shutil.which("aws")
+    if real_aws is None:
+        pytest.skip("the harness needs the aws CLI on PATH")
+    _, s3, endpoint = aws
+    bucket = f"ops-teardown-{how}"
+    s3.create_bucket(Bucket=bucket)
+    uri = f"s3://{bucket}/ckpt/"
+    values = template_values(
+        name="ender", nproc_per_node=2, checkpoint_uri_b64=base64.b64encode(uri.encode()).decode()
+    )
+    (tmp_path / "worker.py").write_text(MARKED_WORKER)
+    fakes = node_fakes(tmp_path, real_aws, torchrun=MARKED_TORCHRUN.format(python=sys.executable))
+    env = {"AWS_ENDPOINT_URL": endpoint, "FAKE_HOW": how}
+    run = run_user_data(tmp_path, render(tf_env, tmp_path / "console", values), fakes, extra_env=env)
+    log = read(tmp_path / "user-data.log")
+    status = json.loads(s3.get_object(Bucket=bucket, Key="ckpt/status/ender-i-0abc.json")["Body"].read())
+    exited = json.loads(s3.get_object(Bucket=bucket, Key="ckpt/exited/ender/i-0abc.json")["Body"].read())
+    assert "ChildFailedError" in log, log[-3000:]  # the real torchrun's failure table, which the verdict reads
+    assert exited["exit_code"] == 1, exited  # torchrun's own exit, whatever the verdict
+    if how == "abort":
+        assert run.returncode == 0, log[-3000:]
+        assert status["exit_code"] == 0 and exited["final"] == 0, (status, exited)
+        assert "and then rank 0 (SIGABRT) died in the process's teardown" in log, log[-3000:]
+        assert "the training job exited with 0" in log
+    else:
+        assert run.returncode == 1, log[-3000:]
+        assert status["exit_code"] == 1 and exited["final"] == 1, (status, exited)
+        assert "died in the process's teardown" not in log

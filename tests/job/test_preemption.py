@@ -1048,3 +1048,62 @@ def test_the_alive_file_waits_for_the_first_step_is_throttled_and_never_fatal(tm
     broken.step(2, now=100.0)
     said = [r.message for r in caplog.records if "could not mark the node's job alive" in r.message]
     assert len(said) == 1 and str(tmp_path / "missing" / "alive") in said[0]  # once, not at every step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["abort", "raise"])
+def test_a_rank_marks_its_scripts_end_after_a_finished_fit_and_nothing_else(tmp_path, how) -> None:
+    """On a srifty fleet node each rank marks that its script reached its end after a fit that ended (exit.<local
+    rank>, when the interpreter begins to exit): the boot script takes a job whose ranks all did, and that torchrun saw
+    die only by a signal, for finished (torch's teardown can abort a process after its work: stop 77 met it). A
+    process that dies of SIGABRT after its script's end has its mark; an exception after the fit, or in it, leaves
+    none."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    state = tmp_path / "state"
+    state.mkdir()
+    script = Path(__file__).resolve().parents[1] / "scripts" / "exit_mark_job.py"
+    env = {**os.environ, "SRIFTY_NODE_STATE": str(state), "LOCAL_RANK": "0"}
+    run = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ckpt"), how], env=env, capture_output=True, text=True, timeout=120
+    )
+    marks = sorted(p.name for p in state.glob("exit.*"))
+    if how == "abort":
+        assert run.returncode == -signal.SIGABRT, run.stderr[-2000:]
+        assert "fit ended" in run.stdout
+        assert marks == ["exit.0"] and (state / "exit.0").read_text() == "0 4\n"  # "<global rank> <global step>"
+    else:
+        assert run.returncode == 1, run.stderr[-2000:]
+        assert marks == [], marks
+        assert ("fit ended" in run.stdout) == (how == "raise")
+
+
+def test_the_exit_mark_is_disarmed_by_a_later_exception_and_off_a_fleet(tmp_path, monkeypatch) -> None:
+    """In one process: a fit that ends arms the mark; a later fit's exception (SpotPreemption.on_exception, whichever
+    instance) disarms it; off a fleet node (no SRIFTY_NODE_STATE) nothing is armed; a folder that cannot be written
+    is logged, never raised."""
+    import sys
+
+    from lightning_srifty.migrate import exit_mark
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # arm() wraps it: restored after the test
+    monkeypatch.setattr(exit_mark, "_hooked", True)  # (and no atexit handler left behind in the test process)
+    monkeypatch.delenv("SRIFTY_NODE_STATE", raising=False)
+    exit_mark.arm(0, 5)
+    assert exit_mark._armed is None  # off a fleet
+    monkeypatch.setenv("SRIFTY_NODE_STATE", str(tmp_path))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    exit_mark.arm(3, 7)
+    assert exit_mark._armed == "3 7"
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False, dirpath=str(tmp_path / "ckpt"))
+    cb._inactive = True  # an automatic one that stood aside still disarms: the process did not end well
+    cb.on_exception(None, None, RuntimeError("a later fit"))  # type: ignore[arg-type]
+    exit_mark._at_exit()
+    assert not (tmp_path / "exit.1").exists()
+    exit_mark.arm(3, 9)
+    exit_mark._at_exit()
+    assert (tmp_path / "exit.1").read_text() == "3 9\n"
+    exit_mark.write(tmp_path / "missing", "3 9")  # logged once, not raised
+    monkeypatch.setattr(exit_mark, "_armed", None)
