@@ -89,4 +89,3 @@ def write(folder: str | os.PathLike[str], line: str) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         log.warning("SpotPreemption: could not mark the script's end in %s: %s", path, exc)
-

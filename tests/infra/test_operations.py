@@ -1678,9 +1678,7 @@ def test_a_job_that_finished_and_then_died_in_its_teardown_is_recorded_finished(
     bucket = f"ops-teardown-{how}"
     s3.create_bucket(Bucket=bucket)
     uri = f"s3://{bucket}/ckpt/"
-    values = template_values(
-        name="ender", nproc_per_node=2, checkpoint_uri_b64=base64.b64encode(uri.encode()).decode()
-    )
+    values = template_values(name="ender", nproc_per_node=2, checkpoint_uri_b64=base64.b64encode(uri.encode()).decode())
     (tmp_path / "worker.py").write_text(MARKED_WORKER)
     fakes = node_fakes(tmp_path, real_aws, torchrun=MARKED_TORCHRUN.format(python=sys.executable))
     env = {"AWS_ENDPOINT_URL": endpoint, "FAKE_HOW": how}

@@ -15,8 +15,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from helpers import TinyModel, loader, trainer  # noqa: E402
-from lightning_srifty.migrate.preemption import SpotPreemption  # noqa: E402
+from helpers import TinyModel, loader, trainer
+from lightning_srifty.migrate.preemption import SpotPreemption
 
 ckpt, how = sys.argv[1], sys.argv[2]
 
