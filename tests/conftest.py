@@ -143,6 +143,18 @@ def _signal_dispositions_restored() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _no_exit_mark_armed() -> Iterator[None]:
+    """A fit in the worker's own process on a fleet node's folder (SRIFTY_NODE_STATE) arms the process's exit mark
+    (lightning_srifty.migrate.exit_mark, written at exit): each test leaves it disarmed, as a later one expects and so
+    that the worker's own exit writes nothing into a test's folder."""
+    from lightning_srifty.migrate import exit_mark
+
+    exit_mark.disarm()
+    yield
+    exit_mark.disarm()
+
+
+@pytest.fixture(autouse=True)
 def _offline_aws(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Fake credentials, no instance-metadata lookups unless a test points them at its own server, and a private
     catalog cache (a user's refreshed copies never leak into a test)."""

@@ -167,8 +167,7 @@ class SpotPreemption(SignsOfLife):
             launcher's ``LaunchEnv.checkpoint_uri``, else ``srifty/checkpoints``).
         endpoint: the instance metadata endpoint (default: the standard settings; off EC2 nothing is polled).
         interval_s: how often the metadata service is polled (default ``$SRIFTY_SPOT_POLL_S`` or 5 s).
-        on_rebalance: ``"checkpoint"`` also checkpoints (and keeps training) on a rebalance recommendation;
-            ``"ignore"`` only logs it.
+        on_rebalance: ``"checkpoint"`` checkpoints (training on) on a rebalance recommendation; ``"ignore"`` logs it.
         handle_sigterm: treat SIGTERM as a notice (the spot two-minute warning reaches containers this way).
         exit_process: raise ``SystemExit(75)`` after the checkpoint (False: stop the Trainer and return normally,
             with ``callback.preempted`` set).
@@ -250,8 +249,7 @@ class SpotPreemption(SignsOfLife):
                 leave=self._leave_asked,
                 leaving=lambda: self._stop.is_set(),
             )
-        self._stop = threading.Event()
-        self._rebalance = threading.Event()
+        self._stop, self._rebalance = threading.Event(), threading.Event()
         self._why: str | None = None
         self._trigger = "spot"
         self._notice_at: float | None = None
@@ -361,10 +359,10 @@ class SpotPreemption(SignsOfLife):
         if self._inactive:
             return
         self._restore()
-        if not (self.preempted or trainer.interrupted):  # the script's end, once reached, is marked on a fleet node
+        if not self.preempted:  # a fit that ended: the script's end, once reached, is marked on a fleet node
             exit_mark.arm(trainer.global_rank, trainer.global_step)
-        if trainer.is_global_zero and not self.preempted:  # what a launcher that cannot see the process waits for
-            protocol.write_record(self.dirpath, Finished(launch_id=self._launch_id, step=trainer.global_step))
+            if trainer.is_global_zero:  # what a launcher that cannot see the process waits for
+                protocol.write_record(self.dirpath, Finished(launch_id=self._launch_id, step=trainer.global_step))
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         exit_mark.disarm()  # (an earlier fit's mark too: whichever callback it was, this process did not end well)

@@ -1363,10 +1363,11 @@ def test_a_destroy_that_fails_once_runs_once_more(tmp_path, monkeypatch) -> None
 
 # a job that trains, marks its node's alive file (lightning_srifty.migrate.alive) and then hangs: no fault, no exit;
 # FAKE_ALIVE is what it writes, FAKE_KEEP_ALIVE that it goes on rewriting it (every FAKE_TICK_S, 1 s by default),
-# FAKE_RUN_S how long it runs (then exit 0)
+# FAKE_RUN_S how long it runs (then exit 0), FAKE_MARKS the local ranks that marked their script's end (exit_mark)
 ALIVE_TORCHRUN = """#!/bin/bash
 echo "$*" >"$FAKE_DIR/torchrun.args"
 echo "${FAKE_ALIVE:-12 0.500 0}" >"$SRIFTY_NODE_STATE/alive"
+for r in ${FAKE_MARKS:-}; do echo "$r 12" >"$SRIFTY_NODE_STATE/exit.$r"; done
 if [ -n "${FAKE_PEER_EXIT:-}" ]; then
   mkdir -p "$FAKE_DIR/exited" && echo "$FAKE_PEER_EXIT" >"$FAKE_DIR/exited/i-0def.json"
 fi
@@ -1378,7 +1379,9 @@ done
 """
 
 
-def _one_node_job(tmp_path: Path, tf_env, extra: dict[str, str], earlier: dict | None = None) -> tuple:
+def _one_node_job(
+    tmp_path: Path, tf_env, extra: dict[str, str], earlier: dict | None = None, **values: object
+) -> tuple:
     """A one-node fleet (stall_s 2, looked at every second) whose job runs :data:`ALIVE_TORCHRUN`; ``earlier``: an
     exit record of an earlier node of the fleet. The run, its log, its time."""
     if earlier is not None:
@@ -1387,7 +1390,7 @@ def _one_node_job(tmp_path: Path, tf_env, extra: dict[str, str], earlier: dict |
         # the fleet's life, born an hour ago (the earlier node's), for this node to read
         life = {"fleet": "one", "born_unix": int(time.time()) - 3600, "born_by": "i-0first", "ended_unix": None}
         (tmp_path / "life.json").write_text(json.dumps(life))
-    script = render(tf_env, tmp_path / "console", template_values(name="one", stall_s=2))
+    script = render(tf_env, tmp_path / "console", template_values(name="one", stall_s=2, **values))
     fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": ALIVE_TORCHRUN, "shutdown": "#!/bin/bash\n"}
     started = time.monotonic()
     run = run_user_data(tmp_path, script, fakes, extra_env={"SRIFTY_STALL_CHECK_S": "1", **extra})
@@ -1458,16 +1461,36 @@ def test_a_job_that_hangs_again_where_it_hung_before_ends_the_fleet(
         {"FAKE_KEEP_ALIVE": "1", "FAKE_TICK_S": "0.2", "FAKE_RUN_S": "6"},
         {"FAKE_ALIVE": "12 0.500 1", "FAKE_RUN_S": "6"},  # training over: an export or an upload after the last step
         {"FAKE_ALIVE": "12 2.000 0", "FAKE_RUN_S": "6"},  # steps of 2 s: four of them (8 s) before a hang
+        # one of the node's two ranks at its script's end: the other may still be exporting
+        {"FAKE_ALIVE": "12 0.500 1", "FAKE_RUN_S": "6", "FAKE_MARKS": "0"},
     ],
-    ids=["signs-of-life", "training-over", "long-steps"],
+    ids=["signs-of-life", "training-over", "long-steps", "one-rank-of-two-ended"],
 )
 def test_a_job_that_shows_life_or_has_finished_training_is_not_a_hang(tf_env, tmp_path, extra) -> None:
-    run, log, _ = _one_node_job(tmp_path, tf_env, extra)
+    run, log, _ = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2)
     assert run.returncode == 0, log[-3000:]
     assert "no sign of life" not in log and not (tmp_path / "state" / "hung").exists()
     # nothing of the watch's files said when there is no hang (a first version's log: "hung.step: No such file")
     assert "No such file" not in log and "No such file" not in read(tmp_path / "watchdog.log"), log[-3000:]
     assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["hung_step"] is None
+
+
+def test_a_job_whose_ranks_all_ended_but_whose_processes_hang_in_teardown_is_killed_as_finished(
+    tf_env, tmp_path
+) -> None:
+    """Training over, and every local rank at its script's end (its exit mark), but the processes do not exit: torch's
+    process-group teardown can hang there, and the node billed until the life cap (the stall watch took the job as
+    alive while its process ran, for an export). The limit after the last mark, the job is killed and taken as
+    finished: exit 0, the fleet ends (torchrun's kill in the exit record's exit_code)."""
+    extra = {"FAKE_ALIVE": "12 0.500 1", "FAKE_MARKS": "0 1"}
+    run, log, took = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2)
+    assert run.returncode == 0, log[-3000:]
+    assert "srifty: every rank of the job on this node reached its script's end " in log
+    assert "(their teardown hangs; the limit 2 s): killed, the job finished, exit 0" in log
+    record = json.loads(read(tmp_path / "exited" / "i-0abc.json"))
+    assert (record["exit_code"], record["final"], record["hung_step"]) == (137, 0, None), record
+    assert not (tmp_path / "state" / "preempted").exists()
+    assert took < 30  # not the 50 s the processes would have hung
 
 
 @pytest.mark.parametrize(
