@@ -24,6 +24,7 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
         data_samples=tuple(args.data_sample or ()),
         lose_node=args.lose_node,
         hang_node=args.hang_node,
+        finish=args.finish,
     )
     work = settings.work or Path(args.dir).resolve() / ".srifty-rehearsal"
     try:
@@ -77,6 +78,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="local files the rehearsal puts in the fleet's data folder NAME (srifty terraform --data, --data-copy) "
         "for the script to read (repeatable; default: a placeholder file)",
     )
+    _leg_options(p)
+    p.add_argument("--work", help="the rehearsal's folder: the nodes' files and logs (default DIR/.srifty-rehearsal)")
+    p.add_argument("--json", action="store_true", help="the report as JSON (srifty.rehearsal/v1)")
+    p.set_defaults(func=cmd_rehearse)
+
+
+def _leg_options(p: argparse.ArgumentParser) -> None:
+    """The legs played after the first notice's replacements resume."""
     p.add_argument(
         "--lose-node",
         action="store_true",
@@ -93,6 +102,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "and let the group's replacements resume from the newest periodic checkpoint (after --lose-node's leg, "
         "with both; Auto Scaling group fleets whose hang watch is on)",
     )
-    p.add_argument("--work", help="the rehearsal's folder: the nodes' files and logs (default DIR/.srifty-rehearsal)")
-    p.add_argument("--json", action="store_true", help="the report as JSON (srifty.rehearsal/v1)")
-    p.set_defaults(func=cmd_rehearse)
+    p.add_argument(
+        "--finish",
+        action="store_true",
+        help="a last leg, after the last notice: the group's replacements train to the job's end (its train command "
+        "must end within --timeout-s: give it a small step count), which must end the fleet: every node exits 0 with "
+        "every rank's exit mark, the fleet's life ends, every node leaves its Auto Scaling group and nothing replaces "
+        "them (Auto Scaling group fleets)",
+    )

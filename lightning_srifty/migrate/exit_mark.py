@@ -2,70 +2,94 @@
 
 torch's process-group teardown can kill a process after its work is done: gloo's threads destroyed while joinable
 ("terminate called without an active exception", SIGABRT; pytorch/pytorch#190489, the atexit fix proposed and
-withdrawn in #179291), NCCL's communicators torn down in a static destructor. torchrun reports any worker's death as
-its own exit 1, so a node whose training had finished recorded a failed job (the fleet still ended, as a failure).
+withdrawn in #179291), NCCL's communicators torn down in a static destructor; or keep it from exiting. torchrun
+reports any worker's death as its own exit 1, so a node whose training had finished recorded a failed job.
 
 On a srifty fleet node (``SRIFTY_NODE_STATE``, the boot script's state folder) every rank arms an exit mark once a
-``fit`` has ended (not on a notice, not interrupted). When the interpreter begins to exit (``atexit``: the script's
-end, reached with no exception left unhandled since), the rank writes :data:`~lightning_srifty.protocol.EXIT_MARK`
-``.<local rank>`` there: ``"<global rank> <global step>"``. What the boot script concludes from the marks, and from
-torchrun's failure table (every failure a signal, none an exit status), is in the module's user_data template.
+``fit`` has ended (not on a notice: :class:`~lightning_srifty.migrate.preemption.SpotPreemption`). When the
+interpreter exits, the rank writes :data:`~lightning_srifty.protocol.EXIT_MARK` ``.<local rank>`` there, ``"<global
+rank> <global step> <pid>"``, and holds an exclusive ``flock`` on it until the process is gone: the boot script tells
+a marked process that still runs (its teardown hangs) from one that has ended. What the boot script concludes from
+the marks and from torchrun's failure table is in the module's user_data template.
 
-What the marks cannot tell: a script that calls ``sys.exit(n)`` after its fit still reaches ``atexit`` (torchrun's table
-then says ``exitcode: n``, which the boot script never excuses), unless the process is also killed by a signal in its
-teardown. A ``fit`` in a later call that raises disarms the mark (``on_exception``), and so does an exception that
-reaches the top. Never fatal: a failed write is logged once.
+The mark is written last of the exit handlers registered after this module's import (``atexit`` runs them last in,
+first out: a logger's final upload, a user's ``atexit.register``), and not at all when:
+
+- an exception reached the top (``sys.last_value``/``sys.last_exc``, which the interpreter sets before any
+  ``sys.excepthook``, a replaced one included);
+- ``sys.exit`` was called with a failing status after the fit (a wrapper on ``sys.exit``, looked up at call time:
+  Hydra's ``sys.exit(1)`` after the exception it reported included; ``raise SystemExit(n)`` itself, and a ``from sys
+  import exit`` made before the fit, are not seen: torchrun's table then shows ``n`` unless a signal ends the process
+  first);
+- a later fit raised (``on_exception``: :func:`disarm`).
+
+Never fatal: a failed write is logged once.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import logging
 import os
 import sys
 from pathlib import Path
-from types import TracebackType
+from typing import Any
 
 from lightning_srifty import protocol
 
 log = logging.getLogger("lightning_srifty")
 
-# this process's mark: armed with "<global rank> <global step>" after a fit that ended, None otherwise (the process is
-# one rank: a module-level state, as atexit's is)
+# this process's mark: armed with "<global rank> <global step>" after a fit that ended, None otherwise (a process is
+# one rank: module-level state, as atexit's is)
 _armed: str | None = None
-_hooked = False
 _folder: str | None = None
+_unhandled_at_arm: tuple[Any, Any] = (None, None)  # sys.last_value / last_exc when armed: a newer one is a failure
+_held: list[int] = []  # the mark's open descriptor, locked until the process is gone
 
 
 def arm(global_rank: int, step: int, folder: str | None = None) -> None:
-    """A fit ended on this rank (not on a notice, not interrupted): its mark is written when the process exits, unless
-    something raises before that (``folder``: the node's state folder, default ``$SRIFTY_NODE_STATE``; none: off)."""
-    global _armed, _hooked, _folder
+    """A fit ended on this rank (not on a notice): its mark is written when the process exits, unless the script
+    then fails (``folder``: the node's state folder, default ``$SRIFTY_NODE_STATE``; none: off)."""
+    global _armed, _folder, _unhandled_at_arm
     folder = folder if folder is not None else os.environ.get(protocol.NODE_STATE)
     if not folder:
         return
     _armed, _folder = f"{int(global_rank)} {int(step)}", folder
-    if not _hooked:
-        _hooked = True
-        _previous = sys.excepthook
-
-        def _unhandled(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-            disarm()  # an exception reached the top: the script did not end well, whatever its fit did
-            _previous(kind, value, tb)
-
-        sys.excepthook = _unhandled
-        atexit.register(_at_exit)
+    _unhandled_at_arm = _unhandled()
+    if not getattr(sys.exit, "_srifty_exit_mark", False):
+        sys.exit = _exit_wrapper(sys.exit)
 
 
 def disarm() -> None:
-    """Something after the fit failed (a later fit's exception, one that reached the top): no mark at exit."""
+    """Something after the fit failed (a later fit's exception, a failing ``sys.exit``): no mark at exit."""
     global _armed
     _armed = None
 
 
+def _unhandled() -> tuple[Any, Any]:
+    return getattr(sys, "last_value", None), getattr(sys, "last_exc", None)
+
+
+def _exit_wrapper(original: Any) -> Any:
+    def exit(status: object = None) -> None:  # sys.exit's own name, as tracebacks show it
+        if status is not None and status is not False and status != 0:
+            disarm()  # the script's own failing status: never a finished job
+        original(status)
+
+    exit._srifty_exit_mark = True  # type: ignore[attr-defined]
+    return exit
+
+
 def _at_exit() -> None:
-    if _armed is not None and _folder is not None:
-        write(_folder, _armed)
+    if _armed is None or _folder is None:
+        return
+    if any(now is not None and now is not then for now, then in zip(_unhandled(), _unhandled_at_arm, strict=True)):
+        return  # an exception reached the top after the fit
+    write(_folder, f"{_armed} {os.getpid()}")
+
+
+atexit.register(_at_exit)  # at import: after every handler registered later (atexit is last in, first out)
 
 
 def local_rank() -> int:
@@ -81,11 +105,14 @@ def path_for(folder: str | os.PathLike[str], rank: int | None = None) -> Path:
 
 
 def write(folder: str | os.PathLike[str], line: str) -> None:
-    """The mark, written whole or not at all (a temporary name, then a rename)."""
+    """The mark, written whole or not at all (a temporary name, then a rename), then held locked by this process."""
     path = path_for(folder)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         tmp.write_text(line + "\n")
         os.replace(tmp, path)
+        fd = os.open(path, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _held.append(fd)  # released by the kernel when the process ends, however it ends
     except OSError as exc:
         log.warning("SpotPreemption: could not mark the script's end in %s: %s", path, exc)

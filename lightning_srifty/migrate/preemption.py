@@ -227,11 +227,7 @@ class SpotPreemption(SignsOfLife):
         self.interval_s = interval_s if interval_s is not None else float(os.environ.get("SRIFTY_SPOT_POLL_S", "5"))
         self.on_rebalance, self.handle_sigterm, self.exit_process = on_rebalance, handle_sigterm, exit_process
         self.every_s = _default_every_s(every_s, self.launch)
-        # a leaving save must be durable within leave_deadline_s of the notice (AWS gives 120 s): a remote store
-        # that does not take it by then is given up on, and the checkpoint stays on local disk (said in the record)
         self.leave_deadline_s = float(leave_deadline_s)
-        # a periodic upload may hold the training this long at most (default: a leave's own budget, so that a store
-        # that hangs costs no more than a notice allows); a notice on this rank ends the wait at once
         self.periodic_deadline_s = (
             float(periodic_deadline_s) if periodic_deadline_s is not None else self.leave_deadline_s - RECORD_MARGIN_S
         )
@@ -351,9 +347,12 @@ class SpotPreemption(SignsOfLife):
             self.watch.stop()
         if self._watcher is not None:
             self._watcher.stop()
-        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+        # ours still: at on_fit_end Lightning's teardown has put the original back, and a SIGTERM after the fit (the
+        # watchdog's stop, torchrun ending a rank) reached Lightning's stale handler, which never ended the process
+        ours = signal.getsignal(signal.SIGTERM) == self._sigterm
+        if self._previous_sigterm is not None and ours and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
+        self._previous_sigterm = None
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._inactive:

@@ -493,6 +493,23 @@ def test_the_module_refuses_a_fleet_over_its_limits_at_plan(tf_env, moto_endpoin
         "NumericEquals": {"autoscaling:MinSize": "0"},
         "Null": {"autoscaling:MaxSize": "true", "autoscaling:DesiredCapacity": "true"},
     }
+    # the policy as IAM decides the watchdog's calls (the rehearsal's Auto Scaling rule: moto denies every conditioned
+    # statement, and the rehearsal's nodes could never leave their group until --finish found it)
+    from lightning_srifty.provision.rehearsal.aws_rules import asg_allowed
+
+    arn = f"arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:0f1e:autoScalingGroupName/{good['name']}-2026"
+    ours = {"srifty:fleet": good["name"]}
+    for action in ("SuspendProcesses", "DetachInstances"):
+        assert asg_allowed(policy["Statement"], action, arn, ours, {}) == "LeaveOwnAutoScalingGroup"
+        assert asg_allowed(policy["Statement"], action, arn, {"srifty:fleet": "another"}, {}) is None
+        assert asg_allowed(policy["Statement"], action, arn.replace(good["name"], "another"), ours, {}) is None
+    assert asg_allowed(policy["Statement"], "ResumeProcesses", arn, ours, {}) is None
+    lowered = {"AutoScalingGroupName": f"{good['name']}-2026", "MinSize": "0"}
+    assert asg_allowed(policy["Statement"], "UpdateAutoScalingGroup", arn, ours, lowered) == (
+        "LowerOwnAutoScalingGroupMinimum"
+    )
+    for more in ({"MinSize": "1"}, {"DesiredCapacity": "9"}, {"MaxSize": "9"}):
+        assert asg_allowed(policy["Statement"], "UpdateAutoScalingGroup", arn, ours, {**lowered, **more}) is None
     for limits, sentence in (
         ({"max_instances": 2}, "more than limits.max_instances (2)"),
         ({"max_instances": 3, "max_hourly_usd": 10}, "than limits.max_hourly_usd: choose a cheaper fleet"),

@@ -1367,7 +1367,10 @@ def test_a_destroy_that_fails_once_runs_once_more(tmp_path, monkeypatch) -> None
 ALIVE_TORCHRUN = """#!/bin/bash
 echo "$*" >"$FAKE_DIR/torchrun.args"
 echo "${FAKE_ALIVE:-12 0.500 0}" >"$SRIFTY_NODE_STATE/alive"
-for r in ${FAKE_MARKS:-}; do echo "$r 12" >"$SRIFTY_NODE_STATE/exit.$r"; done
+for r in ${FAKE_MARKS:-}; do  # each held locked, as a rank's process holds its mark until it is gone
+  echo "$r 12 $$" >"$SRIFTY_NODE_STATE/exit.$r"
+  if [ -z "${FAKE_MARKS_GONE:-}" ]; then exec {fd}<"$SRIFTY_NODE_STATE/exit.$r" && flock -n "$fd"; fi
+done
 if [ -n "${FAKE_PEER_EXIT:-}" ]; then
   mkdir -p "$FAKE_DIR/exited" && echo "$FAKE_PEER_EXIT" >"$FAKE_DIR/exited/i-0def.json"
 fi
@@ -1463,8 +1466,10 @@ def test_a_job_that_hangs_again_where_it_hung_before_ends_the_fleet(
         {"FAKE_ALIVE": "12 2.000 0", "FAKE_RUN_S": "6"},  # steps of 2 s: four of them (8 s) before a hang
         # one of the node's two ranks at its script's end: the other may still be exporting
         {"FAKE_ALIVE": "12 0.500 1", "FAKE_RUN_S": "6", "FAKE_MARKS": "0"},
+        # both at their end and their processes gone: torchrun waits at its exit barrier for the other nodes (a review)
+        {"FAKE_ALIVE": "12 0.500 1", "FAKE_RUN_S": "6", "FAKE_MARKS": "0 1", "FAKE_MARKS_GONE": "1"},
     ],
-    ids=["signs-of-life", "training-over", "long-steps", "one-rank-of-two-ended"],
+    ids=["signs-of-life", "training-over", "long-steps", "one-rank-of-two-ended", "at-torchruns-exit-barrier"],
 )
 def test_a_job_that_shows_life_or_has_finished_training_is_not_a_hang(tf_env, tmp_path, extra) -> None:
     run, log, _ = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2)

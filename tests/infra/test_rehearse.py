@@ -86,7 +86,7 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
         pytest.skip(reason)
     infra = spot_root(tmp_path, catalog)
     before = (infra / TFVARS).read_text()
-    flags = ["--stagger-s", "10", "--notice-after-s", "5", "--lose-node", "--hang-node"]
+    flags = ["--stagger-s", "10", "--notice-after-s", "5", "--lose-node", "--hang-node", "--finish"]
     code = main(["rehearse", "--dir", str(infra), *flags])
     report = json.loads((infra / ".srifty-rehearsal" / "rehearsal.json").read_text())
     checks = {c["name"]: c for c in report["checks"]}
@@ -256,6 +256,60 @@ def test_the_rehearsal_reads_the_prefixes_a_conditioned_listing_grants() -> None
 
 
 @pytest.mark.slow  # moto's server
+def test_an_auto_scaling_call_is_decided_as_iam_decides_it() -> None:
+    """The rehearsal's Auto Scaling rule (aws_rules): an explicit Deny wins over an Allow; actions match without case
+    and with wildcards, resources with wildcards; a condition's operator or key the rule does not know makes its
+    statement not apply (a deny where AWS might allow: loud, never a silent pass)."""
+    from lightning_srifty.provision.rehearsal.aws_rules import asg_allowed
+
+    arn = "arn:aws:autoscaling:us-east-1:1:autoScalingGroup:x:autoScalingGroupName/fleet-1"
+    tags = {"team": "ml"}
+    allow = {"Sid": "A", "Effect": "Allow", "Action": "autoscaling:Detach*", "Resource": ["arn:*/fleet-*"]}
+    assert asg_allowed([allow], "DetachInstances", arn, tags, {}) == "A"
+    assert asg_allowed([{**allow, "Action": "AUTOSCALING:DETACHINSTANCES"}], "DetachInstances", arn, tags, {}) == "A"
+    assert asg_allowed([allow], "SuspendProcesses", arn, tags, {}) is None
+    assert asg_allowed([{**allow, "Resource": "arn:*/other-*"}], "DetachInstances", arn, tags, {}) is None
+    deny = {"Effect": "Deny", "Action": "autoscaling:*", "Resource": "*"}
+    assert asg_allowed([allow, deny], "DetachInstances", arn, tags, {}) is None
+    liked = {**allow, "Condition": {"StringLike": {"aws:ResourceTag/team": "m*"}}}
+    assert asg_allowed([liked], "DetachInstances", arn, tags, {}) == "A"
+    assert asg_allowed([liked], "DetachInstances", arn, {}, {}) is None  # no such tag: the condition fails
+    unknown = {**allow, "Condition": {"DateGreaterThan": {"aws:CurrentTime": "2020-01-01T00:00:00Z"}}}
+    assert asg_allowed([unknown], "DetachInstances", arn, tags, {}) is None
+    null = {**allow, "Condition": {"Null": {"autoscaling:MaxSize": "false"}}}  # the request must set it
+    assert asg_allowed([null], "DetachInstances", arn, tags, {"MaxSize": "3"}) == "A"
+    assert asg_allowed([null], "DetachInstances", arn, tags, {}) is None
+
+
+@pytest.mark.slow  # moto's server in its own process
+@pytest.mark.parametrize("suspended", [True, False], ids=["launch-suspended", "launch-on"])
+def test_a_group_whose_launches_are_suspended_launches_nothing_in_the_local_aws(suspended) -> None:
+    """The rehearsal's moto (rehearsal.moto_server): AWS starts no instance in a group whose Launch process is
+    suspended; moto launched to the desired capacity on any change, so a finished fleet's nodes, which suspend their
+    group's launches and leave it, were replaced at once (found by srifty rehearse --finish). The control: launches
+    on, a detached instance is replaced."""
+    from lightning_srifty.provision.rehearsal.local_aws import LocalAWS
+
+    with LocalAWS("us-east-1") as aws:
+        ec2, asg = aws.client("ec2"), aws.client("autoscaling")
+        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        ec2.create_launch_template(LaunchTemplateName="tpl", LaunchTemplateData={"ImageId": image,
+                                                                              "InstanceType": "t3.micro"})  # fmt: skip
+        asg.create_auto_scaling_group(
+            AutoScalingGroupName="g", LaunchTemplate={"LaunchTemplateName": "tpl"}, MinSize=0, MaxSize=2,
+            DesiredCapacity=2, AvailabilityZones=["us-east-1a"],
+        )  # fmt: skip
+        first = [i["InstanceId"] for i in asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["Instances"]]
+        assert len(first) == 2
+        if suspended:
+            asg.suspend_processes(AutoScalingGroupName="g", ScalingProcesses=["Launch"])
+        asg.detach_instances(AutoScalingGroupName="g", InstanceIds=first[:1], ShouldDecrementDesiredCapacity=False)
+        group = asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]
+        now = [i["InstanceId"] for i in group["Instances"]]
+        assert group["DesiredCapacity"] == 2
+        assert (now == first[1:]) if suspended else (len(now) == 2 and first[0] not in now), now
+
+
 def test_the_aws_rules_proxy_answers_head_with_the_objects_length(moto_endpoint) -> None:
     """A HEAD through the proxy said Content-Length 0 (the length of the empty body it relayed): s3fs sized its reads
     by it and read every checkpoint as empty (srifty rehearse's replacements failed torch.load with EOFError)."""

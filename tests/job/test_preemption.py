@@ -103,6 +103,32 @@ def test_sigterm_is_a_notice_too(tmp_path) -> None:
     assert find_checkpoint(str(tmp_path)).endswith("preempt-step=3.ckpt")
 
 
+@pytest.mark.parametrize("end", ["finished", "preempted"])
+def test_after_the_fit_sigterm_is_the_handler_the_script_had_not_lightnings_stale_one(tmp_path, end) -> None:
+    """A review (forty-fourth session): Lightning's teardown puts the original SIGTERM handler back before on_fit_end,
+    and SpotPreemption then put back the handler it had replaced at on_train_start, Lightning's own: a SIGTERM after
+    the fit (the watchdog's stop during an export, torchrun ending a rank) ran Lightning's stale notifier (a
+    broadcast) and never ended the process. After the fit, and after a leave on a notice, the handler is the one the
+    script had."""
+
+    class Term(pl.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:
+            if end == "preempted" and trainer.global_step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    def mine(signum, frame) -> None:  # the script's own
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        handler = SpotPreemption(str(tmp_path), endpoint=None, exit_process=False)
+        trainer([Term(), handler], max_steps=5).fit(TinyModel(), train_dataloaders=loader())
+        assert handler.preempted == (end == "preempted")
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_a_notice_between_micro_batches_checkpoints_at_the_steps_end(tmp_path) -> None:
     """A review: with gradient accumulation the notice was acted on between the micro-batches of a step; Lightning
     keeps no accumulated gradient in a checkpoint while the data position counts those micro-batches as consumed, so
@@ -1051,13 +1077,13 @@ def test_the_alive_file_waits_for_the_first_step_is_throttled_and_never_fatal(tm
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["abort", "raise"])
+@pytest.mark.parametrize("how", ["abort", "raise", "exit3"])
 def test_a_rank_marks_its_scripts_end_after_a_finished_fit_and_nothing_else(tmp_path, how) -> None:
     """On a srifty fleet node each rank marks that its script reached its end after a fit that ended (exit.<local
-    rank>, when the interpreter begins to exit): the boot script takes a job whose ranks all did, and that torchrun saw
-    die only by a signal, for finished (torch's teardown can abort a process after its work: stop 77 met it). A
-    process that dies of SIGABRT after its script's end has its mark; an exception after the fit, or in it, leaves
-    none."""
+    rank>, "<global rank> <step> <pid>", when the interpreter exits): the boot script takes a job whose ranks all did,
+    and that torchrun saw die only by a signal of those processes, for finished (torch's teardown can abort a process
+    after its work: stop 77 met it). A process that dies of SIGABRT after its script's end has its mark; an exception
+    after the fit that reaches the top (through a replaced excepthook), or a failing sys.exit, leaves none."""
     import subprocess
     import sys
     from pathlib import Path
@@ -1066,44 +1092,61 @@ def test_a_rank_marks_its_scripts_end_after_a_finished_fit_and_nothing_else(tmp_
     state.mkdir()
     script = Path(__file__).resolve().parents[1] / "scripts" / "exit_mark_job.py"
     env = {**os.environ, "SRIFTY_NODE_STATE": str(state), "LOCAL_RANK": "0"}
-    run = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "ckpt"), how], env=env, capture_output=True, text=True, timeout=120
-    )
+    cmd = [sys.executable, str(script), str(tmp_path / "ckpt"), how]
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        out, err = proc.communicate(timeout=120)
     marks = sorted(p.name for p in state.glob("exit.*"))
+    assert "fit ended" in out, err[-2000:]
     if how == "abort":
-        assert run.returncode == -signal.SIGABRT, run.stderr[-2000:]
-        assert "fit ended" in run.stdout
-        assert marks == ["exit.0"] and (state / "exit.0").read_text() == "0 4\n"  # "<global rank> <global step>"
+        assert proc.returncode == -signal.SIGABRT, err[-2000:]
+        assert marks == ["exit.0"] and (state / "exit.0").read_text() == f"0 4 {proc.pid}\n"
     else:
-        assert run.returncode == 1, run.stderr[-2000:]
+        assert proc.returncode == {"raise": 1, "exit3": 3}[how], err[-2000:]
         assert marks == [], marks
-        assert ("fit ended" in run.stdout) == (how == "raise")
 
 
-def test_the_exit_mark_is_disarmed_by_a_later_exception_and_off_a_fleet(tmp_path, monkeypatch) -> None:
+def test_the_exit_mark_is_disarmed_by_a_later_failure_and_off_a_fleet(tmp_path, monkeypatch) -> None:
     """In one process: a fit that ends arms the mark; a later fit's exception (SpotPreemption.on_exception, whichever
-    instance) disarms it; off a fleet node (no SRIFTY_NODE_STATE) nothing is armed; a folder that cannot be written
-    is logged, never raised."""
+    instance), a failing sys.exit, or an exception that reached the top (sys.last_value, set before any excepthook)
+    keeps it from being written; off a fleet node (no SRIFTY_NODE_STATE) nothing is armed; the mark is held locked
+    while its process runs; a folder that cannot be written is logged, never raised."""
+    import fcntl
     import sys
 
     from lightning_srifty.migrate import exit_mark
 
-    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # arm() wraps it: restored after the test
-    monkeypatch.setattr(exit_mark, "_hooked", True)  # (and no atexit handler left behind in the test process)
+    monkeypatch.setattr(sys, "exit", sys.exit)  # arm() wraps it: restored after the test
     monkeypatch.delenv("SRIFTY_NODE_STATE", raising=False)
     exit_mark.arm(0, 5)
     assert exit_mark._armed is None  # off a fleet
     monkeypatch.setenv("SRIFTY_NODE_STATE", str(tmp_path))
     monkeypatch.setenv("LOCAL_RANK", "1")
+    mark = tmp_path / "exit.1"
     exit_mark.arm(3, 7)
-    assert exit_mark._armed == "3 7"
     cb = SpotPreemption(exit_process=False, handle_sigterm=False, dirpath=str(tmp_path / "ckpt"))
     cb._inactive = True  # an automatic one that stood aside still disarms: the process did not end well
     cb.on_exception(None, None, RuntimeError("a later fit"))  # type: ignore[arg-type]
     exit_mark._at_exit()
-    assert not (tmp_path / "exit.1").exists()
+    assert not mark.exists()
+    exit_mark.arm(3, 8)
+    with pytest.raises(SystemExit):
+        sys.exit(0)  # a zero status is an end
+    assert exit_mark._armed == "3 8"
+    with pytest.raises(SystemExit):
+        sys.exit("failed")  # a message is status 1
+    exit_mark._at_exit()
+    assert not mark.exists()
+    exit_mark.arm(3, 9)
+    monkeypatch.setattr(sys, "last_value", RuntimeError("reached the top"), raising=False)
+    exit_mark._at_exit()
+    assert not mark.exists()
+    monkeypatch.delattr(sys, "last_value")
     exit_mark.arm(3, 9)
     exit_mark._at_exit()
-    assert (tmp_path / "exit.1").read_text() == "3 9\n"
+    assert mark.read_text() == f"3 9 {os.getpid()}\n"
+    with open(mark) as other, pytest.raises(BlockingIOError):  # held: another process (the boot script) sees it run
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    for fd in exit_mark._held:
+        os.close(fd)
+    exit_mark._held.clear()
     exit_mark.write(tmp_path / "missing", "3 9")  # logged once, not raised
-    monkeypatch.setattr(exit_mark, "_armed", None)

@@ -33,6 +33,17 @@ tests): every request is passed through unchanged, except
   apply after a transient error re-sends what moto does not echo back) and the nodes' watchdog (``--min-size 0``)
   would otherwise leave a mixed fleet without its instance types (CI, 2026-11-30: an apply retried under load lost
   the heterogeneous fleet's policy);
+- with ``asg_statements`` (the statements of the policy the ``s3_principal`` key holds), the Auto Scaling calls that
+  key signs on a group (``AutoScalingGroupName``: SuspendProcesses, DetachInstances, UpdateAutoScalingGroup...) are
+  decided as IAM decides them, on the group's ARN and tags and the request's own values, which moto does not evaluate
+  (it finds no value for ``autoscaling:ResourceTag/...`` and denies every such conditioned statement, so the
+  module's nodes could never leave their group in a rehearsal): an explicit Deny, or no Allow whose action, resource
+  and every condition match, is AccessDenied as AWS words it; an Allow is carried out with the administrator's keys.
+  The conditions the module's policy uses are evaluated (StringEquals, StringLike, NumericEquals, Null, on
+  ``autoscaling:``/``aws:ResourceTag/<key>`` and ``autoscaling:MinSize``/``MaxSize``/``DesiredCapacity``,
+  https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2autoscaling.html, and the
+  operators of https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html);
+  any other operator or key makes its statement not apply (a deny where AWS might allow: the rehearsal fails loud);
 - calls that carry a ClientToken are idempotent, as on EC2 (a repeated token gets the first call's answer, nothing is
   made twice), which moto's server is not: an SDK retry of a launch, or of a CreateLaunchTemplate, whose answer was
   lost or slow on a loaded machine would otherwise make a second fleet or template outside terraform's state.
@@ -47,13 +58,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fnmatch
 import html
 import http.client
 import threading
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Set as AbstractSet
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 LAUNCHES = ("CreateFleet", "RunInstances")
 ERROR = (
@@ -126,6 +140,73 @@ def signed_region(authorization: str, default: str = "us-east-1") -> str:
     """The region of a SigV4 Authorization header's credential scope (``Credential=KEY/DATE/REGION/SERVICE/...``)."""
     scope = authorization.split("Credential=", 1)[-1].split(",", 1)[0].split("/")
     return scope[2] if len(scope) == 5 else default
+
+
+ASG_DENIED = (
+    '<ErrorResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><Error><Type>Sender</Type><Code>'
+    "AccessDenied</Code><Message>User: {principal} is not authorized to perform: autoscaling:{action} on resource: "
+    "{resource} because no identity-based policy allows the autoscaling:{action} action</Message></Error>"
+    "<RequestId>srifty-fault-proxy</RequestId></ErrorResponse>"
+)
+ASG_NS = "{http://autoscaling.amazonaws.com/doc/2011-01-01/}"
+#: the request values an Auto Scaling call's condition keys read (autoscaling:MinSize is the request's MinSize)
+ASG_REQUEST_KEYS = {"autoscaling:minsize": "MinSize", "autoscaling:maxsize": "MaxSize",
+                    "autoscaling:desiredcapacity": "DesiredCapacity"}  # fmt: skip
+
+
+def _statement_list(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+def condition_holds(operator: str, key: str, expected: list[str], tags: dict[str, str], form: dict[str, str]) -> bool:
+    """One condition of an Auto Scaling call's statement, as IAM evaluates it (module docstring: the operators and
+    keys the module's policy uses; any other does not hold)."""
+    low = key.lower()
+    if low.startswith(("autoscaling:resourcetag/", "aws:resourcetag/")):
+        actual = tags.get(key.split("/", 1)[1])
+    elif low in ASG_REQUEST_KEYS:
+        actual = form.get(ASG_REQUEST_KEYS[low])
+    else:
+        return False
+    if operator == "Null":
+        return (actual is None) == (expected[0].lower() == "true")
+    if actual is None:
+        return False
+    if operator == "StringEquals":
+        return actual in expected
+    if operator == "StringLike":
+        return any(fnmatch.fnmatchcase(actual, e) for e in expected)
+    if operator == "NumericEquals":
+        try:
+            return any(float(actual) == float(e) for e in expected)
+        except ValueError:
+            return False
+    return False
+
+
+def asg_allowed(
+    statements: list[dict[str, Any]], action: str, arn: str, tags: dict[str, str], form: dict[str, str]
+) -> str | None:
+    """The Sid of the Allow that grants ``autoscaling:<action>`` on the group ``arn`` (its ``tags``, the request's
+    ``form``), or None: no Allow applies, or a Deny does (IAM: an explicit deny wins, else an allow, else deny)."""
+    allowed = None
+    for st in statements:
+        actions = [a.lower() for a in _statement_list(st.get("Action"))]
+        if not any(fnmatch.fnmatchcase(f"autoscaling:{action}".lower(), a) for a in actions):
+            continue
+        if not any(fnmatch.fnmatchcase(arn, r) for r in _statement_list(st.get("Resource"))):
+            continue
+        conditions = st.get("Condition") or {}
+        if not all(
+            condition_holds(op, key, _statement_list(values), tags, form)
+            for op, keys in conditions.items()
+            for key, values in keys.items()
+        ):
+            continue
+        if st.get("Effect") == "Deny":
+            return None
+        allowed = allowed or st.get("Sid") or "an unnamed statement"
+    return allowed
 
 
 LOST = (
@@ -223,6 +304,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self._s3_rule_binds(action) and self._s3_list_refused():
             return
+        if self.outer.asg_rule_binds(action, form, self.headers.get("Authorization", "")):
+            self._asg_as_iam(action, body, form)
+            return
         token = (form.get("ClientToken") or [""])[0]
         key = (action, token)
         if token and key in self.outer.answered:  # EC2's idempotency: a repeated token gets the first answer
@@ -260,6 +344,25 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(answer.status, answer.getheaders(), data)
         conn.close()
+
+    def _asg_as_iam(self, action: str, body: bytes, form: dict[str, list[str]]) -> None:
+        """An Auto Scaling call of the bound principal on a group, decided as IAM decides it (module docstring)."""
+        authorization = self.headers.get("Authorization", "")
+        region = signed_region(authorization)
+        fields = {k: v[0] for k, v in form.items()}
+        name = fields["AutoScalingGroupName"]
+        arn, tags = self.outer.group_arn_and_tags(name, region)
+        sid = asg_allowed(self.outer.asg_statements or [], action, arn, tags, fields) if arn else None
+        if sid is None:
+            self.outer.asg_decided.append(f"{action} {name}: denied")
+            principal = f"arn:aws:iam::123456789012:user/{self.outer.s3_principal}"
+            denied = ASG_DENIED.format(principal=principal, action=action, resource=html.escape(arn or name))
+            self._send_error(403, denied.encode())
+            return
+        self.outer.asg_decided.append(f"{action} {name}: allowed by {sid}")
+        status, headers, data = self.outer.as_administrator(fields, region)
+        self.outer.group_called(action, body, status, authorization)
+        self._reply(status, headers, data)
 
     def _answered_as_aws(self, action: str, form: dict[str, list[str]], status: int, data: bytes) -> bool:
         """Where moto's answer is not AWS's (module docstring), answer as AWS does; whether it did."""
@@ -336,6 +439,9 @@ class AwsRulesProxy:
         self.policies_kept: list[str] = []
         self.policy_failures: list[str] = []
         self.credentials: tuple[str, str] | None = None
+        # the Auto Scaling rule: the bound principal's policy statements (None: off), and what it decided
+        self.asg_statements: list[dict[str, Any]] | None = None
+        self.asg_decided: list[str] = []
         self._lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.proxy = self
@@ -388,6 +494,48 @@ class AwsRulesProxy:
             self.policy_failures.append(f"{name}: {e}")
             return
         self.policies_kept.append(name)
+
+    def asg_rule_binds(self, action: str, form: dict[str, list[str]], authorization: str) -> bool:
+        """The Auto Scaling rule decides this call: a query-API call on a group, signed by the bound principal, while
+        moto checks signatures (the administrator's keys carry out what it allows)."""
+        return (
+            self.asg_statements is not None
+            and self.credentials is not None
+            and self.s3_principal is not None
+            and bool(form.get("AutoScalingGroupName"))
+            and not action.startswith("Describe")
+            and f"Credential={self.s3_principal}/" in authorization
+        )
+
+    def as_administrator(self, fields: dict[str, str], region: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        """The query-API call ``fields`` to moto, signed with the administrator's keys: its status, headers, body."""
+        assert self.credentials is not None
+        upstream = f"{self.upstream.scheme}://{self.upstream.netloc}/"
+        try:
+            with urllib.request.urlopen(
+                signed_form(upstream, fields, "autoscaling", region, self.credentials), timeout=120
+            ) as answer:
+                return answer.status, list(answer.getheaders()), answer.read()
+        except urllib.error.HTTPError as e:
+            return e.code, list(e.headers.items()), e.read()
+
+    def group_arn_and_tags(self, name: str, region: str) -> tuple[str | None, dict[str, str]]:
+        """The group's ARN and tags, from moto (None: no such group)."""
+        import xml.etree.ElementTree as ET
+
+        query = {"Action": "DescribeAutoScalingGroups", "Version": "2011-01-01", "AutoScalingGroupNames.member.1": name}
+        status, _, data = self.as_administrator(query, region)
+        if status >= 300:
+            return None, {}
+        for group in ET.fromstring(data).iter(f"{ASG_NS}member"):
+            arn = group.findtext(f"{ASG_NS}AutoScalingGroupARN")
+            if arn and group.findtext(f"{ASG_NS}AutoScalingGroupName") == name:
+                tags = {
+                    t.findtext(f"{ASG_NS}Key") or "": t.findtext(f"{ASG_NS}Value") or ""
+                    for t in group.iterfind(f"{ASG_NS}Tags/{ASG_NS}member")
+                }
+                return arn, tags
+        return None, {}
 
     def __enter__(self) -> str:
 

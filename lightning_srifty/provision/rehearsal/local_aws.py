@@ -50,6 +50,9 @@ def server_error_page_as_generic(response_dict: dict[str, Any], **_: Any) -> Non
         response_dict["body"] = b""
 
 
+MOTO_SERVER = "lightning_srifty.provision.rehearsal.moto_server"  # moto.server with an AWS rule its models lack
+
+
 class LocalAWS:
     """``with LocalAWS(region) as aws:``; ``aws.url`` is the endpoint to give terraform and the nodes (the proxy),
     ``aws.client(service)`` a boto3 client with the administrator's credentials."""
@@ -66,7 +69,8 @@ class LocalAWS:
     def __enter__(self) -> LocalAWS:
         port = free_port()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            # moto's server, with the Auto Scaling rule its models do not keep (a suspended Launch launches nothing)
+            [sys.executable, "-m", MOTO_SERVER, "-H", "127.0.0.1", "-p", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C to the rehearsal reaches it through __exit__ only
@@ -80,7 +84,7 @@ class LocalAWS:
                 if self._proc.poll() is not None or time.monotonic() > deadline:
                     self.__exit__()
                     raise ProvisionError(
-                        f"moto's server did not start on 127.0.0.1:{port} ({sys.executable} -m moto.server): "
+                        f"moto's server did not start on 127.0.0.1:{port} ({sys.executable} -m {MOTO_SERVER}): "
                         "pip install 'lightning-srifty[rehearse]'"
                     ) from None
                 time.sleep(0.2)

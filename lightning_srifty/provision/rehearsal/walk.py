@@ -10,7 +10,9 @@ replacements; see the replacements boot, meet, and resume from that checkpoint (
 second notice, and tear it all down (``terraform destroy``, every process of every node, the local AWS), whatever
 happened. Before that second notice, ``--lose-node`` adds a leg whose c10d host is lost without a notice
 (:func:`lose_a_node`) and ``--hang-node`` one whose job hangs (:func:`hang_a_node`), each resumed from the newest
-periodic checkpoint by the next leg. Each check is reported as passed or failed with what was seen; what this
+periodic checkpoint by the next leg, and ``--finish`` ends the walk with a leg that trains to the job's end
+(:func:`finish_the_job`: every node exits 0, its ranks' exit marks, the fleet's life ended, every node out of its
+group and nothing replaced). Each check is reported as passed or failed with what was seen; what this
 machine cannot check (the real driver and torch build, EFA, capacity and quotas, placement groups) is named with the
 reason.
 
@@ -153,6 +155,9 @@ class Settings:
     # answering; the boot script's stall watch (at HANG_STALL_S here) must find it, kill it and leave to be replaced,
     # and the group's replacements resume from the newest periodic checkpoint (after the lost node's leg, with both)
     hang_node: bool = False
+    # a last leg after the last notice: the replacements train to the job's end, which must end the fleet (every node
+    # exits 0, the fleet's life ends, every node leaves its group, nothing replaces them)
+    finish: bool = False
 
 
 def rehearse(
@@ -314,6 +319,14 @@ def _check_settings(settings: Settings, values: dict[str, Any]) -> None:
             )
     if settings.hang_node:
         _check_hang(values)
+    if settings.finish and values.get("capacity", {}).get("mode", "asg") != "asg":
+        raise ConfigError.between(
+            "{finish} plays a last leg of the group's replacements to the job's end; a fleet in capacity mode {mode} "
+            "is not replaced (srifty launch moves its job), so the walk ends at its first notice: leave {finish} out",
+            parameter="finish",
+            value=True,
+            mode=values.get("capacity", {}).get("mode"),
+        )
     if values["train"].get("handover"):
         raise ConfigError(
             "this root waits for srifty launch's handover (train.handover): srifty launch brings it up and hands the "
@@ -420,6 +433,8 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 STAYED = "staying in the Auto Scaling group"  # the node watchdog's line for a preempted node that keeps its place
+LEFT = "left Auto Scaling group"  # and for a node whose fleet ends (the job's end, the life cap)
+FINISH_SETTLE_S = 15.0  # --finish: how long after the last node's end no new instance of the fleet may appear
 
 
 class _Walk:
@@ -487,6 +502,9 @@ class _Walk:
                 for leg, event in enumerate([*events, "notice"], start=2):
                     self._replace(leg=leg)
                     self._leg(leg, event=event)
+                if self.settings.finish:
+                    self._replace(leg=len(events) + 3)
+                    finish_the_job(self, len(events) + 3)
             finally:
                 self._tear_down()
 
@@ -527,6 +545,8 @@ class _Walk:
         self.aws.proxy.s3_list_prefixes = _listing_prefixes(policy)
         self.aws.proxy.s3_open_buckets = _open_buckets(policy)
         self.aws.proxy.s3_principal = self.credentials["AWS_ACCESS_KEY_ID"]
+        statements = json.loads(policy).get("Statement") or []  # the Auto Scaling rule: decided as IAM does
+        self.aws.proxy.asg_statements = [statements] if isinstance(statements, dict) else statements
         self.aws.enforce_iam(True)
         os.environ.update(self.aws.admin)
         self.say(f"IAM enforced: the nodes hold exactly the policy of role {roles[0]}")
@@ -631,18 +651,7 @@ class _Walk:
         (:func:`hang_a_node`)."""
 
         nodes = [n for n in self.nodes if n.leg == leg]
-        since = time.time() - 1
-        started = self._wait(
-            lambda: self._record(protocol.Started, since, "first_step_unix"),
-            None,
-            f"leg {leg}: first step",
-            watch=nodes,
-        )
-        self.say(f"leg {leg}: the job took its first step: step {started.step}")
-        filled = [n.group for n in nodes]
-        self.check(f"leg {leg}: the job trains as the plan says", *_as_planned(started, self.values, filled))
-        if leg >= 2:
-            self._check_resume(leg, started, nodes)
+        started = self._first_step(leg, nodes)
         self._wait(lambda: any(n.exit_code is not None for n in nodes), self.settings.notice_after_s, "", quiet=True)
         if any(n.exit_code is not None for n in nodes):
             finished = self._record(protocol.Finished, 0, "step")
@@ -657,6 +666,23 @@ class _Walk:
             self.preempted[leg] = notice_a_node(self, leg, nodes)
         else:
             self.lost = (lose_a_node if event == "lose" else hang_a_node)(self, leg, nodes, started)
+
+    def _first_step(self, leg: int, nodes: list[Node]) -> Any:
+        """The leg's first step (``STARTED.json``), trained as the plan says and, after the first leg, resumed where
+        the fleet left."""
+        since = time.time() - 1
+        started = self._wait(
+            lambda: self._record(protocol.Started, since, "first_step_unix"),
+            None,
+            f"leg {leg}: first step",
+            watch=nodes,
+        )
+        self.say(f"leg {leg}: the job took its first step: step {started.step}")
+        filled = [n.group for n in nodes]
+        self.check(f"leg {leg}: the job trains as the plan says", *_as_planned(started, self.values, filled))
+        if leg >= 2:
+            self._check_resume(leg, started, nodes)
+        return started
 
     def _replace(self, leg: int = 2) -> None:
         """The group starts replacements for the instances that shut down; the rehearsal plays them."""
@@ -1020,8 +1046,9 @@ def terminate_as_ec2_does(aws: LocalAWS, node: Node, say: Callable[[str], None])
         say(f"node {node.index} ({node.instance_id}) shut down: terminated")
 
 
-def wrong_status_records(s3: Any, bucket: str, prefix: str, fleet: str, nodes: list[Node]) -> list[str]:
-    """What is wrong with each node's status record beside the checkpoints (it must say exit 75, preempted)."""
+def wrong_status_records(s3: Any, bucket: str, prefix: str, fleet: str, nodes: list[Node], code: int = 75) -> list[str]:
+    """What is wrong with each node's status record beside the checkpoints (it must say exit ``code``, and preempted
+    for 75 only)."""
     wrong = []
     for node in nodes:
         key = f"{prefix}status/{fleet}-{node.instance_id}.json"
@@ -1030,7 +1057,7 @@ def wrong_status_records(s3: Any, bucket: str, prefix: str, fleet: str, nodes: l
         except Exception as exc:  # noqa: BLE001
             wrong.append(f"{node.instance_id}: no status record ({exc})")
             continue
-        if status.get("exit_code") != 75 or status.get("preempted") is not True:
+        if status.get("exit_code") != code or status.get("preempted") is not (code == 75):
             wrong.append(f"{node.instance_id}: {status}")
     return wrong
 
@@ -1101,6 +1128,89 @@ def notice_a_node(walk: _Walk, leg: int, nodes: list[Node]) -> Any:
     walk._wait(lambda: all(n.exit_code is not None for n in nodes), 300, f"leg {leg}: the nodes leave")
     check_left(walk, leg, nodes)
     return preempted
+
+
+def finish_the_job(walk: _Walk, leg: int) -> None:
+    """The last leg trains to the job's end, no notice: the job's ``FINISHED.json``; every node exits 0 and its
+    status record says so; every rank of each node marked its script's end (``exit.<local rank>``: what tells a job
+    that finished and then died in its teardown from one that failed); the fleet's life record ended by the job; and,
+    with no launcher to do it, every node's watchdog took its instance out of its Auto Scaling group, so that the
+    group replaces nothing and wants no capacity (a group that kept replacing a finished job's nodes would bill until
+    someone destroyed the fleet)."""
+    assert walk.aws is not None
+    nodes = [n for n in walk.nodes if n.leg == leg]
+    started = walk._first_step(leg, nodes)
+    walk._wait(lambda: all(n.exit_code is not None for n in nodes), None, f"leg {leg}: the job's end")
+    finished = walk._record(protocol.Finished, 0, "step")
+    codes = {n.instance_id: n.exit_code for n in nodes}
+    walk.check(
+        f"leg {leg}: the job trained to its end",
+        finished is not None and finished.step > started.step and set(codes.values()) == {0},
+        (f"FINISHED.json at step {finished.step}" if finished else "no FINISHED.json")
+        + "; the nodes' exits "
+        + ", ".join(f"{i}: {c}" for i, c in codes.items()),
+    )
+    s3 = walk.aws.client("s3")
+    wrong = wrong_status_records(s3, walk.bucket, walk.prefix, walk.values["name"], nodes, code=0)
+    walk.check(f"leg {leg}: status records say 0", not wrong, "; ".join(wrong) or f"{len(nodes)} record(s)")
+    marks = {n.index: _exit_marks(n) for n in nodes}
+    walk.check(
+        f"leg {leg}: every rank marked its script's end",
+        all(have == want and want > 0 for have, want in marks.values()),
+        ", ".join(f"node {i}: {have} of {want} rank(s)" for i, (have, want) in marks.items())
+        + " (exit.<local rank> in the node's state folder)",
+    )
+    life = read_json(s3, walk.bucket, f"{walk.prefix}life/{walk.values['name']}.json") or {}
+    walk.check(
+        f"leg {leg}: the job's end ended the fleet's life",
+        life.get("ended_unix") is not None and "exited with 0" in str(life.get("why")),
+        f"life/{walk.values['name']}.json: ended {life.get('ended_unix')}, why {life.get('why')!r}",
+    )
+    walk._wait(lambda: all(n.terminated for n in nodes), 180, f"leg {leg}: the nodes shut down")
+    walk._wait(lambda: False, FINISH_SETTLE_S, "", quiet=True)  # a replacement the group starts would show by now
+    left = [n for n in nodes if LEFT in (n.work / "watchdog.log").read_text(errors="replace")]
+    known = {n.instance_id for n in walk.nodes}
+    new = [i["InstanceId"] for i in fleet_instances(walk.aws.client("ec2"), walk.values["name"]) if i["InstanceId"]
+           not in known]  # fmt: skip
+    (group,) = walk.aws.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[walk.group_name])[
+        "AutoScalingGroups"
+    ]
+    # the group launches nothing more: its launches suspended (the watchdog's first call: a weighted group keeps
+    # desired units after its last instance's detach decrements one), or nothing wanted
+    suspended = sorted(p["ProcessName"] for p in group.get("SuspendedProcesses", []))
+    idle = "Launch" in suspended or group["DesiredCapacity"] == 0
+    decided = sorted(set(walk.aws.proxy.asg_decided)) if walk.aws.proxy is not None else []
+    walk.check(
+        f"leg {leg}: every node left its Auto Scaling group and nothing replaced them",
+        len(left) == len(nodes) and not new and idle and not group.get("Instances"),
+        f"{len(left)} of {len(nodes)} left; the group: {len(group.get('Instances', []))} instance(s), desired "
+        f"capacity {group['DesiredCapacity']}, suspended {', '.join(suspended) or 'nothing'}; "
+        + (f"new instance(s) {', '.join(new)}" if new else f"no new instance {FINISH_SETTLE_S:.0f} s after the last")
+        + (f"; the role's calls, as IAM decides them: {'; '.join(decided)}" if decided else ""),
+    )
+    missing, shipped = outputs_missing(s3, walk.bucket, walk.prefix, walk.values["name"], nodes)
+    walk.check(
+        f"leg {leg}: the jobs' outputs are beside the checkpoints",
+        not missing,
+        "; ".join(missing)[:600] or f"{shipped} file(s) at s3://{walk.bucket}/{walk.prefix}outputs/",
+    )
+
+
+def _exit_marks(node: Node) -> tuple[int, int]:
+    """(the exit marks the node's ranks wrote, its ranks: torchrun's --nproc_per_node in the boot script it ran)."""
+    state = node.work / "run-srifty"
+    ranks = 0
+    for boot in state.glob("boot-*.sh"):
+        found = re.search(r"--nproc_per_node=(\d+)", boot.read_text(errors="replace"))
+        ranks = int(found.group(1)) if found else ranks
+    return sum(1 for r in range(ranks) if (state / f"{protocol.EXIT_MARK}.{r}").is_file()), ranks
+
+
+def read_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except Exception:  # noqa: BLE001 - not there
+        return None
 
 
 def periodic_checkpoint(walk: _Walk, leg: int, nodes: list[Node], started: Any) -> tuple[str, int]:
