@@ -25,21 +25,23 @@ TEMPLATE = ROOT / "terraform" / "modules" / "training_fleet" / "templates" / "us
 
 # the worker: a 2-rank DDP fit of 4 steps, then the ending (EXIT_HOW, EXIT_RANK: which rank)
 WORKER = """import atexit, os, signal, sys
+how, rank = os.environ["EXIT_HOW"], int(os.environ["RANK"])
+me = rank == int(os.environ.get("EXIT_RANK", "0"))
+# before lightning_srifty's import, so run after the mark's (atexit is last in, first out): as torch's teardown, after
+# every handler
+if me and how == "abort at exit":
+    atexit.register(os.abort)
+if me and how == "segfault at exit":
+    atexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))
 sys.path.insert(0, {tests!r})
 from helpers import TinyModel, loader, trainer
 from lightning_srifty.migrate.preemption import SpotPreemption
-how, rank = os.environ["EXIT_HOW"], int(os.environ["RANK"])
-me = rank == int(os.environ.get("EXIT_RANK", "0"))
-if me and how == "abort at exit":
-    atexit.register(os.abort)  # registered first: run after the mark's (atexit is last in, first out)
-if me and how == "segfault at exit":
-    atexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))
 class Failing(TinyModel):
     def training_step(self, batch, batch_idx):
         if me and how == "fit raises" and batch_idx == 2:
             raise RuntimeError("a step that fails")
         return super().training_step(batch, batch_idx)
-cb = SpotPreemption(exit_process=False, handle_sigterm=False, dirpath=os.environ["EXIT_CKPT"])
+cb = SpotPreemption(dirpath=os.environ["EXIT_CKPT"])  # as every Trainer on a fleet gets it
 t = trainer(max_steps=4, callbacks=[cb], strategy="ddp", devices=2, accelerator="cpu")
 t.fit(Failing(), loader())
 if me and how == "raise after the fit":

@@ -1676,11 +1676,11 @@ def test_a_silent_job_stopped_for_a_lost_peer_is_the_peers_loss_not_a_hang(tf_en
 # in its teardown (torch's gloo exit, stop 77); "exit3": rank 0's script ends with sys.exit(3) after its fit; "killed":
 # rank 1 is killed (SIGKILL) before its fit ends, rank 0 aborts at exit as in "abort"
 MARKED_WORKER = """import atexit, os, signal, sys
-from lightning_srifty.migrate import exit_mark
 rank, how = int(os.environ["RANK"]), os.environ["FAKE_HOW"]
-print(f"rank {rank} epoch 1 loss 0.5", flush=True)
 if how in ("abort", "killed") and rank == 0:
-    atexit.register(os.abort)  # registered first: run after the mark's (last in, first out)
+    atexit.register(os.abort)  # before lightning_srifty's import: run after the mark's (last in, first out)
+from lightning_srifty.migrate import exit_mark
+print(f"rank {rank} epoch 1 loss 0.5", flush=True)
 if how == "killed" and rank == 1:
     os.kill(os.getpid(), signal.SIGKILL)
 exit_mark.arm(rank, 40)  # what SpotPreemption.on_fit_end does

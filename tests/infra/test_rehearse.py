@@ -27,8 +27,9 @@ from predictor.ranking import Constraints, rank
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# the user's script: the README's Trainer(strategy="srifty_auto") and SpotPreemption, more steps than a rehearsal
-# takes (the notices end it)
+# the user's script: the README's Trainer(strategy="srifty_auto") and SpotPreemption, more steps than a rehearsal's
+# notices leave it, and 75 s of training in all (Lightning's Timer, whose time the checkpoints carry: the legs before
+# the last take 30-45 s of it, whatever the machine's speed, for their fixed waits), so that --finish's leg ends
 TRAIN = """import lightning.pytorch as pl
 
 from lightning_srifty import SpotPreemption
@@ -39,7 +40,8 @@ pl.seed_everything(0)
 import json, os  # noqa: E401, E402 - what a script writes beside its code: an output of the job
 os.makedirs("run", exist_ok=True)
 json.dump({"batch_size": 16}, open("run/config.json", "w"))
-trainer = pl.Trainer(max_steps=1_000_000, strategy="srifty_auto", callbacks=[SpotPreemption()], logger=False,
+trainer = pl.Trainer(max_steps=1_000_000, max_time="00:00:01:15", strategy="srifty_auto",
+                     callbacks=[SpotPreemption()], logger=False,
                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 trainer.fit(DigitsCNN(), datamodule=DigitsDataModule(batch_size=16))
 """
@@ -65,7 +67,7 @@ def spot_root(folder: Path, catalog, **options) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # an apply, 4 x 2 nodes each installing its environment: 7-9 min alone on 2 cores
+@pytest.mark.timeout(1800)  # an apply, 5 x 2 nodes each installing its environment: 8-11 min alone on 2 cores
 def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacements(tf_env, tmp_path, catalog) -> None:
     """The Done-means of issue #35: srifty rehearse on a 2-node spot plan, from the CLI, as a user runs it on the root
     srifty terraform wrote for real AWS. Every node's user_data is the launch template's, byte-for-byte; the second
@@ -76,8 +78,9 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
     stuck job, which leaves with 75, and the group's third pair resumes from the newest periodic checkpoint. With
     --hang-node that pair's job then hangs (one node's ranks frozen, the node running): the boot script's hang watch
     finds it and kills it, both nodes leave with 75, their exit records say where it hung, and the fourth pair resumes
-    from the newest periodic checkpoint and leaves on a second notice; all is torn down and no process of a node is
-    left."""
+    from the newest periodic checkpoint and leaves on a second notice. With --finish a fifth pair trains to the job's
+    end: both exit 0 with every rank's exit mark, the fleet's life ends, both leave the group (their role's calls
+    decided as IAM decides them) and nothing replaces them; all is torn down and no process of a node is left."""
     missing = [tool for tool in walk.TOOLS if shutil.which(tool) is None]
     if missing:  # what the nodes' user_data runs; CI has them all, and there a missing one is a failure
         reason = f"srifty rehearse needs {', '.join(missing)} on PATH"
@@ -114,6 +117,11 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
         "leg 3: the watchdog kept every node in its Auto Scaling group",
         "leg 4: the replacements resumed from the last periodic checkpoint",
         "leg 4: every node left with exit 75",
+        "leg 5: the job trained to its end",
+        "leg 5: status records say 0",
+        "leg 5: every rank marked its script's end",
+        "leg 5: the job's end ended the fleet's life",
+        "leg 5: every node left its Auto Scaling group and nothing replaced them",
         "leg 1: the jobs' outputs are beside the checkpoints",
         "leg 2: the jobs' outputs are beside the checkpoints",
         "teardown",
@@ -124,8 +132,8 @@ def test_rehearse_trains_two_spot_nodes_is_preempted_and_resumes_on_the_replacem
     # leg 2's c10d host was lost without a notice (every process killed: -9); the other node left with 75
     codes = [(n["leg"], n["exit_code"]) for n in nodes]
     assert codes[:2] == [(1, 75), (1, 75)] and sorted(codes[2:4]) == [(2, -9), (2, 75)]
-    assert codes[4:] == [(3, 75)] * 2 + [(4, 75)] * 2
-    assert len({n["instance_id"] for n in nodes}) == 8  # the replacements are new instances
+    assert codes[4:] == [(3, 75)] * 2 + [(4, 75)] * 2 + [(5, 0)] * 2  # the last pair trained to the job's end
+    assert len({n["instance_id"] for n in nodes}) == 10  # the replacements are new instances
     assert any(line.startswith("train.env SRIFTY_CHECKPOINT_EVERY_S") for line in report["changed"])
     assert any(line.startswith("watchdog.grace_s") for line in report["changed"])
     assert any(line.startswith("the nodes' stall limit 30 s") for line in report["changed"])

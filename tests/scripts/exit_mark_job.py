@@ -31,7 +31,7 @@ class Failing(TinyModel):
         return super().training_step(batch, batch_idx)
 
 
-callback = SpotPreemption(exit_process=False, handle_sigterm=False, dirpath=ckpt)
+callback = SpotPreemption(dirpath=ckpt)  # as every Trainer on a fleet gets it
 model = Failing() if how == "fit-raises" else TinyModel()
 trainer(max_steps=4, callbacks=[callback]).fit(model, loader())
 print("fit ended", flush=True)

@@ -1166,6 +1166,19 @@ def finish_the_job(walk: _Walk, leg: int) -> None:
         life.get("ended_unix") is not None and "exited with 0" in str(life.get("why")),
         f"life/{walk.values['name']}.json: ended {life.get('ended_unix')}, why {life.get('why')!r}",
     )
+    _check_left_the_group(walk, leg, nodes)
+    missing, shipped = outputs_missing(s3, walk.bucket, walk.prefix, walk.values["name"], nodes)
+    walk.check(
+        f"leg {leg}: the jobs' outputs are beside the checkpoints",
+        not missing,
+        "; ".join(missing)[:600] or f"{shipped} file(s) at s3://{walk.bucket}/{walk.prefix}outputs/",
+    )
+
+
+def _check_left_the_group(walk: _Walk, leg: int, nodes: list[Node]) -> None:
+    """Once the finished leg's nodes are gone: each left its Auto Scaling group, which holds no instance and launches
+    nothing more, and no new instance of the fleet appears."""
+    assert walk.aws is not None
     walk._wait(lambda: all(n.terminated for n in nodes), 180, f"leg {leg}: the nodes shut down")
     walk._wait(lambda: False, FINISH_SETTLE_S, "", quiet=True)  # a replacement the group starts would show by now
     left = [n for n in nodes if LEFT in (n.work / "watchdog.log").read_text(errors="replace")]
@@ -1187,12 +1200,6 @@ def finish_the_job(walk: _Walk, leg: int) -> None:
         f"capacity {group['DesiredCapacity']}, suspended {', '.join(suspended) or 'nothing'}; "
         + (f"new instance(s) {', '.join(new)}" if new else f"no new instance {FINISH_SETTLE_S:.0f} s after the last")
         + (f"; the role's calls, as IAM decides them: {'; '.join(decided)}" if decided else ""),
-    )
-    missing, shipped = outputs_missing(s3, walk.bucket, walk.prefix, walk.values["name"], nodes)
-    walk.check(
-        f"leg {leg}: the jobs' outputs are beside the checkpoints",
-        not missing,
-        "; ".join(missing)[:600] or f"{shipped} file(s) at s3://{walk.bucket}/{walk.prefix}outputs/",
     )
 
 
