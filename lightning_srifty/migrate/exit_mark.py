@@ -46,17 +46,18 @@ _armed: str | None = None
 _folder: str | None = None
 _unhandled_at_arm: tuple[Any, Any] = (None, None)  # sys.last_value / last_exc when armed: a newer one is a failure
 _held: list[int] = []  # the mark's open descriptor, locked until the process is gone
+_armed_pid = 0  # the process that armed it: a child forked after the fit that exits through atexit writes nothing
 
 
 def arm(global_rank: int, step: int, folder: str | None = None) -> None:
     """A fit ended on this rank (not on a notice): its mark is written when the process exits, unless the script
     then fails (``folder``: the node's state folder, default ``$SRIFTY_NODE_STATE``; none: off)."""
-    global _armed, _folder, _unhandled_at_arm
+    global _armed, _folder, _unhandled_at_arm, _armed_pid
     folder = folder if folder is not None else os.environ.get(protocol.NODE_STATE)
     if not folder:
         return
     _armed, _folder = f"{int(global_rank)} {int(step)}", folder
-    _unhandled_at_arm = _unhandled()
+    _unhandled_at_arm, _armed_pid = _unhandled(), os.getpid()
     if not getattr(sys.exit, "_srifty_exit_mark", False):
         sys.exit = _exit_wrapper(sys.exit)
 
@@ -82,7 +83,7 @@ def _exit_wrapper(original: Any) -> Any:
 
 
 def _at_exit() -> None:
-    if _armed is None or _folder is None:
+    if _armed is None or _folder is None or os.getpid() != _armed_pid:
         return
     if any(now is not None and now is not then for now, then in zip(_unhandled(), _unhandled_at_arm, strict=True)):
         return  # an exception reached the top after the fit

@@ -1142,6 +1142,11 @@ def test_the_exit_mark_is_disarmed_by_a_later_failure_and_off_a_fleet(tmp_path, 
     assert not mark.exists()
     monkeypatch.delattr(sys, "last_value")
     exit_mark.arm(3, 9)
+    armed_by = exit_mark._armed_pid
+    exit_mark._armed_pid = armed_by + 1  # as a child forked after the fit sees it: not the process that armed it
+    exit_mark._at_exit()
+    assert not mark.exists()
+    exit_mark._armed_pid = armed_by
     exit_mark._at_exit()
     assert mark.read_text() == f"3 9 {os.getpid()}\n"
     with open(mark) as other, pytest.raises(BlockingIOError):  # held: another process (the boot script) sees it run
