@@ -110,10 +110,10 @@ def write(folder: str | os.PathLike[str], line: str) -> None:
     path = path_for(folder)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        tmp.write_text(line + "\n")
-        os.replace(tmp, path)
-        fd = os.open(path, os.O_RDONLY)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # locked before it has its name: the lock follows the file (a review)
         _held.append(fd)  # released by the kernel when the process ends, however it ends
+        os.write(fd, (line + "\n").encode())
+        os.replace(tmp, path)
     except OSError as exc:
         log.warning("SpotPreemption: could not mark the script's end in %s: %s", path, exc)

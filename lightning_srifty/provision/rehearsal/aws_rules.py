@@ -158,18 +158,21 @@ def _statement_list(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
 
 
-def condition_holds(operator: str, key: str, expected: list[str], tags: dict[str, str], form: dict[str, str]) -> bool:
+def condition_holds(
+    operator: str, key: str, expected: list[str], tags: dict[str, str], form: dict[str, str], action: str = ""
+) -> bool:
     """One condition of an Auto Scaling call's statement, as IAM evaluates it (module docstring: the operators and
     keys the module's policy uses; any other does not hold)."""
     low = key.lower()
-    if low.startswith(("autoscaling:resourcetag/", "aws:resourcetag/")):
-        actual = tags.get(key.split("/", 1)[1])
-    elif low in ASG_REQUEST_KEYS:
-        actual = form.get(ASG_REQUEST_KEYS[low])
+    if low.startswith(("autoscaling:resourcetag/", "aws:resourcetag/")):  # a tag key compares without case
+        wanted = key.split("/", 1)[1].lower()
+        actual = next((v for k, v in tags.items() if k.lower() == wanted), None)
+    elif low in ASG_REQUEST_KEYS and action in ("CreateAutoScalingGroup", "UpdateAutoScalingGroup"):
+        actual = form.get(ASG_REQUEST_KEYS[low])  # context of these two actions only
     else:
         return False
     if operator == "Null":
-        return (actual is None) == (expected[0].lower() == "true")
+        return any((actual is None) == (e.lower() == "true") for e in expected)
     if actual is None:
         return False
     if operator == "StringEquals":
@@ -191,6 +194,8 @@ def asg_allowed(
     ``form``), or None: no Allow applies, or a Deny does (IAM: an explicit deny wins, else an allow, else deny)."""
     allowed = None
     for st in statements:
+        if st.get("Effect") == "Deny" and ({"NotAction", "NotResource"} & set(st)):
+            return None  # a deny of a form this rule does not model: refused, never a silent allow (a review)
         actions = [a.lower() for a in _statement_list(st.get("Action"))]
         if not any(fnmatch.fnmatchcase(f"autoscaling:{action}".lower(), a) for a in actions):
             continue
@@ -198,7 +203,7 @@ def asg_allowed(
             continue
         conditions = st.get("Condition") or {}
         if not all(
-            condition_holds(op, key, _statement_list(values), tags, form)
+            condition_holds(op, key, _statement_list(values), tags, form, action)
             for op, keys in conditions.items()
             for key, values in keys.items()
         ):
@@ -353,6 +358,8 @@ class _Handler(BaseHTTPRequestHandler):
         name = fields["AutoScalingGroupName"]
         arn, tags = self.outer.group_arn_and_tags(name, region)
         sid = asg_allowed(self.outer.asg_statements or [], action, arn, tags, fields) if arn else None
+        if any(k.startswith(LAUNCH_SPECIFICATION) for k in fields):
+            sid = None  # a launch specification needs ec2:RunInstances and iam:PassRole too, which a node never holds
         if sid is None:
             self.outer.asg_decided.append(f"{action} {name}: denied")
             principal = f"arn:aws:iam::123456789012:user/{self.outer.s3_principal}"
