@@ -8,8 +8,8 @@
   (https://docs.aws.amazon.com/autoscaling/ec2/userguide/as-suspend-resume-processes.html). moto records the
   suspension and then launches to the desired capacity on every change (a DetachInstances included), so a fleet's
   finished nodes, which suspend their group's launches and leave it, were replaced at once: the group's desired
-  capacity is set and no instance is started; scale-in (the Terminate process, never suspended by the module) and
-  a group's deletion still terminate as moto does.
+  capacity is set and no instance is started (nor, while launches are suspended, terminated to meet it: scale-in
+  is left to the Terminate process, which the module never suspends but nothing here plays).
 
 Rules that need the request (the role's policy, user data's size, S3's answers) are the proxy's (:mod:`.aws_rules`).
 """
@@ -20,18 +20,19 @@ from typing import Any
 
 from moto.autoscaling.models import FakeAutoScalingGroup
 
-_moto_launch = FakeAutoScalingGroup.replace_autoscaling_group_instances
+_moto_set_desired_capacity = FakeAutoScalingGroup.set_desired_capacity
 
 
-def replace_autoscaling_group_instances(self: Any, count_needed: int, propagated_tags: dict[str, str]) -> None:
-    """moto's launch of ``count_needed`` instances into the group, unless its Launch process is suspended."""
+def set_desired_capacity(self: Any, new_capacity: int | None) -> None:
+    """moto's, unless the group's Launch process is suspended: then the capacity is recorded and nothing launched."""
     if "Launch" in {p["ProcessName"] for p in self.suspended_processes}:
+        self.desired_capacity = self.min_size if new_capacity is None else new_capacity
         return
-    _moto_launch(self, count_needed, propagated_tags)
+    _moto_set_desired_capacity(self, new_capacity)
 
 
 def main() -> None:
-    FakeAutoScalingGroup.replace_autoscaling_group_instances = replace_autoscaling_group_instances  # type: ignore[method-assign]
+    FakeAutoScalingGroup.set_desired_capacity = set_desired_capacity  # type: ignore[method-assign]
     from moto.server import main as serve
 
     serve()
