@@ -358,7 +358,7 @@ class _Handler(BaseHTTPRequestHandler):
         name = fields["AutoScalingGroupName"]
         arn, tags = self.outer.group_arn_and_tags(name, region)
         sid = asg_allowed(self.outer.asg_statements or [], action, arn, tags, fields) if arn else None
-        if any(k.startswith(LAUNCH_SPECIFICATION) for k in fields):
+        if action.endswith("AutoScalingGroup") and any(k.startswith(LAUNCH_SPECIFICATION) for k in fields):
             sid = None  # a launch specification needs ec2:RunInstances and iam:PassRole too, which a node never holds
         if sid is None:
             self.outer.asg_decided.append(f"{action} {name}: denied")
