@@ -10,6 +10,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -1675,14 +1676,27 @@ def test_a_silent_job_stopped_for_a_lost_peer_is_the_peers_loss_not_a_hang(tf_en
 # that ends as FAKE_HOW says: "abort": both ranks reach their script's end after a fit, and rank 0 then dies of SIGABRT
 # in its teardown (torch's gloo exit, stop 77); "exit3": rank 0's script ends with sys.exit(3) after its fit; "killed":
 # rank 1 is killed (SIGKILL) before its fit ends, rank 0 aborts at exit as in "abort"
-MARKED_WORKER = """import atexit, os, signal, sys
+MARKED_WORKER = """import atexit, os, pathlib, signal, sys, time
 rank, how = int(os.environ["RANK"]), os.environ["FAKE_HOW"]
-if how in ("abort", "killed") and rank == 0:
-    atexit.register(os.abort)  # before lightning_srifty's import: run after the mark's (last in, first out)
+def abort_after_peer():
+    # the ranks of a DDP job leave the fit together (its last collective); rank 0's teardown dies once its peer has
+    # reached its own end. Without this wait the peer could still be importing when rank 0 died (stop 79's CI: torchrun
+    # then SIGTERMs it before its mark, and the node rightly records a failure: the abort_before_peer case)
+    peer = pathlib.Path(os.environ["SRIFTY_NODE_STATE"], "exit.1")
+    deadline = time.monotonic() + 120
+    while not peer.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.abort()
+if how == "abort" and rank == 0:
+    atexit.register(abort_after_peer)  # before lightning_srifty's import: run after the mark's (last in, first out)
+if how in ("killed", "abort_before_peer") and rank == 0:
+    atexit.register(os.abort)
 from lightning_srifty.migrate import exit_mark
 print(f"rank {rank} epoch 1 loss 0.5", flush=True)
 if how == "killed" and rank == 1:
     os.kill(os.getpid(), signal.SIGKILL)
+if how == "abort_before_peer" and rank == 1:
+    time.sleep(300)  # a rank still at its script's work when its peer died: torchrun's SIGTERM ends it unmarked
 exit_mark.arm(rank, 40)  # what SpotPreemption.on_fit_end does
 if how == "exit3" and rank == 0:
     sys.exit(3)
@@ -1692,13 +1706,14 @@ exec {python} -m torch.distributed.run --standalone --nproc_per_node=2 "$FAKE_DI
 """
 
 
-@pytest.mark.parametrize("how", ["abort", "exit3", "killed"])
+@pytest.mark.parametrize("how", ["abort", "exit3", "killed", "abort_before_peer"])
 def test_a_job_that_finished_and_then_died_in_its_teardown_is_recorded_finished(tf_env, aws, tmp_path, how) -> None:
     """Noticed in stops 77 and 78: torch's teardown can abort a process after its work is done (gloo's joinable
     threads, pytorch/pytorch#190489), torchrun reports any worker's death as its own 1, and the node recorded a failed
     job whose training had finished (the fleet ended, as a failure). The job's ranks mark their script's end; where
     every local rank did and torchrun's failure table lists deaths by a signal only, the node's exit is 0 (torchrun's
-    1 kept in its exit record's exit_code). An exit status after the fit, or a rank without its mark, stands."""
+    1 kept in its exit record's exit_code). An exit status after the fit, or a rank without its mark (killed, or
+    SIGTERMed by torchrun before it reached its end: abort_before_peer), stands."""
     real_aws = shutil.which("aws")
     if real_aws is None:
         pytest.skip("the harness needs the aws CLI on PATH")
@@ -1725,3 +1740,6 @@ def test_a_job_that_finished_and_then_died_in_its_teardown_is_recorded_finished(
         assert run.returncode == 1, log[-3000:]
         assert status["exit_code"] == 1 and exited["final"] == 1, (status, exited)
         assert "died in the process's teardown" not in log
+    if how == "abort_before_peer":  # the lost race itself: rank 0's abort, then torchrun's SIGTERM to unmarked rank 1
+        assert re.search(r"local_rank: 1\)\s*\n\s*exitcode\s*:\s*-15 ", log), log[-3000:]
+        assert re.search(r"local_rank: 0\)\s*\n\s*exitcode\s*:\s*-6 ", log), log[-3000:]
