@@ -23,15 +23,24 @@ first out: a logger's final upload, a user's ``atexit.register``), and not at al
   first);
 - a later fit raised (``on_exception``: :func:`disarm`).
 
+Once the script has ended (its exit handlers run) an armed rank lets a SIGTERM pass: a peer that died in its own
+teardown makes torchrun SIGTERM every other worker at once (it waits ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, the boot
+script's grace, before its SIGKILL), and a rank still in its exit handlers (a logger's final upload) would die
+unmarked, its node recording a failed job whose training had finished (stop 79's CI lost that race). The handler,
+installed by the first exit handler to run (registered at :func:`arm`, so after a logger's), is Python's own, not
+``SIG_IGN``: a process an exit handler starts does not inherit it.
+
 Never fatal: a failed write is logged once.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,6 +56,7 @@ _folder: str | None = None
 _unhandled_at_arm: tuple[Any, Any] = (None, None)  # sys.last_value / last_exc when armed: a newer one is a failure
 _held: list[int] = []  # the mark's open descriptor, locked until the process is gone
 _armed_pid = 0  # the process that armed it: a child forked after the fit that exits through atexit writes nothing
+_deaf_registered = False  # _let_sigterm_pass is registered once per process, at its first arm
 
 
 def arm(global_rank: int, step: int, folder: str | None = None) -> None:
@@ -60,6 +70,10 @@ def arm(global_rank: int, step: int, folder: str | None = None) -> None:
     _unhandled_at_arm, _armed_pid = _unhandled(), os.getpid()
     if not getattr(sys.exit, "_srifty_exit_mark", False):
         sys.exit = _exit_wrapper(sys.exit)
+    global _deaf_registered
+    if not _deaf_registered:
+        atexit.register(_let_sigterm_pass)  # after the handlers registered before the fit ended: run before them
+        _deaf_registered = True
 
 
 def disarm() -> None:
@@ -82,12 +96,35 @@ def _exit_wrapper(original: Any) -> Any:
     return exit
 
 
-def _at_exit() -> None:
+def _will_mark() -> bool:
+    """This process armed a mark that its exit is to write: armed here, and no exception reached the top since."""
     if _armed is None or _folder is None or os.getpid() != _armed_pid:
-        return
-    if any(now is not None and now is not then for now, then in zip(_unhandled(), _unhandled_at_arm, strict=True)):
-        return  # an exception reached the top after the fit
-    write(_folder, f"{_armed} {os.getpid()}")
+        return False
+    since = zip(_unhandled(), _unhandled_at_arm, strict=True)
+    return not any(now is not None and now is not then for now, then in since)
+
+
+def _at_exit() -> None:
+    if _will_mark() and _folder is not None:
+        write(_folder, f"{_armed} {os.getpid()}")
+
+
+def _let_sigterm_pass() -> None:
+    """The first exit handler of an armed rank: the script has ended, so a SIGTERM now only cuts its exit handlers
+    short (the mark's last): it is told on stderr and let pass."""
+    if not _will_mark() or signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return  # a failed script ends as SIGTERM ends it; a handler the script installed is the script's to keep
+    with contextlib.suppress(ValueError, OSError):  # not the main thread's interpreter: nothing to do
+        signal.signal(signal.SIGTERM, _sigterm_at_exit)
+
+
+def _sigterm_at_exit(signum: int, frame: Any) -> None:
+    print(
+        "srifty: SIGTERM after the script's end (a peer ended, or the node is stopping): its exit handlers finish "
+        "first (torchrun's SIGKILL follows its shutdown timeout)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 atexit.register(_at_exit)  # at import: after every handler registered later (atexit is last in, first out)

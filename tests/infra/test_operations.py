@@ -1678,17 +1678,24 @@ def test_a_silent_job_stopped_for_a_lost_peer_is_the_peers_loss_not_a_hang(tf_en
 # rank 1 is killed (SIGKILL) before its fit ends, rank 0 aborts at exit as in "abort"
 MARKED_WORKER = """import atexit, os, pathlib, signal, sys, time
 rank, how = int(os.environ["RANK"]), os.environ["FAKE_HOW"]
-def abort_after_peer():
+state = pathlib.Path(os.environ["SRIFTY_NODE_STATE"])
+def abort_after_peer(sign):
     # the ranks of a DDP job leave the fit together (its last collective); rank 0's teardown dies once its peer has
-    # reached its own end. Without this wait the peer could still be importing when rank 0 died (stop 79's CI: torchrun
-    # then SIGTERMs it before its mark, and the node rightly records a failure: the abort_before_peer case)
-    peer = pathlib.Path(os.environ["SRIFTY_NODE_STATE"], "exit.1")
+    # reached its own end (its mark; in abort_slow_peer, its exit handlers). Without this wait the peer could still be
+    # importing when rank 0 died (stop 79's CI: torchrun then SIGTERMs it before its mark, and the node rightly records
+    # a failure: the abort_before_peer case)
     deadline = time.monotonic() + 120
-    while not peer.exists() and time.monotonic() < deadline:
+    while not (state / sign).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     os.abort()
+def slow_upload():  # a logger's final upload, registered before the fit ended: torchrun's SIGTERM comes meanwhile
+    (state / "in-exit.1").touch()
+    time.sleep(3)
+    print("rank 1 upload done", flush=True)
 if how == "abort" and rank == 0:
-    atexit.register(abort_after_peer)  # before lightning_srifty's import: run after the mark's (last in, first out)
+    atexit.register(abort_after_peer, "exit.1")  # before lightning_srifty's import: run after the mark's (LIFO)
+if how == "abort_slow_peer" and rank == 0:
+    atexit.register(abort_after_peer, "in-exit.1")
 if how in ("killed", "abort_before_peer") and rank == 0:
     atexit.register(os.abort)
 from lightning_srifty.migrate import exit_mark
@@ -1697,6 +1704,8 @@ if how == "killed" and rank == 1:
     os.kill(os.getpid(), signal.SIGKILL)
 if how == "abort_before_peer" and rank == 1:
     time.sleep(300)  # a rank still at its script's work when its peer died: torchrun's SIGTERM ends it unmarked
+if how == "abort_slow_peer" and rank == 1:
+    atexit.register(slow_upload)
 exit_mark.arm(rank, 40)  # what SpotPreemption.on_fit_end does
 if how == "exit3" and rank == 0:
     sys.exit(3)
@@ -1706,14 +1715,15 @@ exec {python} -m torch.distributed.run --standalone --nproc_per_node=2 "$FAKE_DI
 """
 
 
-@pytest.mark.parametrize("how", ["abort", "exit3", "killed", "abort_before_peer"])
+@pytest.mark.parametrize("how", ["abort", "abort_slow_peer", "exit3", "killed", "abort_before_peer"])
 def test_a_job_that_finished_and_then_died_in_its_teardown_is_recorded_finished(tf_env, aws, tmp_path, how) -> None:
     """Noticed in stops 77 and 78: torch's teardown can abort a process after its work is done (gloo's joinable
     threads, pytorch/pytorch#190489), torchrun reports any worker's death as its own 1, and the node recorded a failed
     job whose training had finished (the fleet ended, as a failure). The job's ranks mark their script's end; where
     every local rank did and torchrun's failure table lists deaths by a signal only, the node's exit is 0 (torchrun's
-    1 kept in its exit record's exit_code). An exit status after the fit, or a rank without its mark (killed, or
-    SIGTERMed by torchrun before it reached its end: abort_before_peer), stands."""
+    1 kept in its exit record's exit_code). A rank SIGTERMed by torchrun in its exit handlers lets them finish and
+    marks (abort_slow_peer: stop 79's race, lost after the script's end). An exit status after the fit, or a rank
+    without its mark (killed, or SIGTERMed before it reached its end: abort_before_peer), stands."""
     real_aws = shutil.which("aws")
     if real_aws is None:
         pytest.skip("the harness needs the aws CLI on PATH")
@@ -1731,7 +1741,7 @@ def test_a_job_that_finished_and_then_died_in_its_teardown_is_recorded_finished(
     exited = json.loads(s3.get_object(Bucket=bucket, Key="ckpt/exited/ender/i-0abc.json")["Body"].read())
     assert "ChildFailedError" in log, log[-3000:]  # the real torchrun's failure table, which the verdict reads
     assert exited["exit_code"] == 1, exited  # torchrun's own exit, whatever the verdict
-    if how == "abort":
+    if how in ("abort", "abort_slow_peer"):
         assert run.returncode == 0, log[-3000:]
         assert status["exit_code"] == 0 and exited["final"] == 0, (status, exited)
         assert "and then rank 0 (SIGABRT) died in the process's teardown" in log, log[-3000:]
@@ -1740,6 +1750,9 @@ def test_a_job_that_finished_and_then_died_in_its_teardown_is_recorded_finished(
         assert run.returncode == 1, log[-3000:]
         assert status["exit_code"] == 1 and exited["final"] == 1, (status, exited)
         assert "died in the process's teardown" not in log
+    if how == "abort_slow_peer":  # rank 1 took torchrun's SIGTERM in its upload, finished it, and left no row
+        assert "srifty: SIGTERM after the script's end" in log and "rank 1 upload done" in log, log[-3000:]
+        assert "local_rank: 1)" not in log, log[-3000:]
     if how == "abort_before_peer":  # the lost race itself: rank 0's abort, then torchrun's SIGTERM to unmarked rank 1
         assert re.search(r"local_rank: 1\)\s*\n\s*exitcode\s*:\s*-15 ", log), log[-3000:]
         assert re.search(r"local_rank: 0\)\s*\n\s*exitcode\s*:\s*-6 ", log), log[-3000:]

@@ -1105,6 +1105,48 @@ def test_a_rank_marks_its_scripts_end_after_a_finished_fit_and_nothing_else(tmp_
         assert marks == [], marks
 
 
+# a script on a fleet node whose fit ended (exit_mark.arm, as SpotPreemption.on_fit_end does) and whose exit handler
+# (a logger's final upload, registered before the fit ended) is SIGTERMed: torchrun's, when a peer died in its teardown
+SIGTERMED_IN_EXIT_HANDLER = """import atexit, os, signal, sys, time
+from lightning_srifty.migrate import exit_mark
+how = sys.argv[1]
+def upload():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    print("upload done", flush=True)
+atexit.register(upload)
+if how == "own-handler":
+    signal.signal(signal.SIGTERM, lambda *a: print("the script's own handler", flush=True))
+exit_mark.arm(0, 12)
+if how == "exit3":
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("how", ["end", "exit3", "own-handler"])
+def test_a_sigterm_in_an_armed_ranks_exit_handlers_lets_them_finish_and_mark(tmp_path, how) -> None:
+    """Stop 79's CI: rank 0 died in its teardown, torchrun SIGTERMed rank 1 before its mark, and the node recorded a
+    failed job whose training had finished. Once an armed rank's script has ended, a SIGTERM is told on stderr and let
+    pass: its exit handlers finish and the mark is written (exit 0). A script that failed after the fit dies of it as
+    before, unmarked; a SIGTERM handler the script installed is left to the script."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SRIFTY_NODE_STATE": str(tmp_path), "LOCAL_RANK": "0"}
+    cmd = [sys.executable, "-c", SIGTERMED_IN_EXIT_HANDLER, how]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    told = "srifty: SIGTERM after the script's end" in run.stderr
+    if how == "end":
+        assert run.returncode == 0 and "upload done" in run.stdout and told, (run.returncode, run.stderr[-2000:])
+        assert (tmp_path / "exit.0").read_text().split()[:2] == ["0", "12"]
+    elif how == "exit3":
+        assert run.returncode == -signal.SIGTERM and "upload done" not in run.stdout and not told, run.stderr[-2000:]
+        assert not (tmp_path / "exit.0").exists()
+    else:
+        assert run.returncode == 0 and "the script's own handler" in run.stdout and not told, run.stderr[-2000:]
+        assert (tmp_path / "exit.0").exists()
+
+
 def test_the_exit_mark_is_disarmed_by_a_later_failure_and_off_a_fleet(tmp_path, monkeypatch) -> None:
     """In one process: a fit that ends arms the mark; a later fit's exception (SpotPreemption.on_exception, whichever
     instance), a failing sys.exit, or an exception that reached the top (sys.last_value, set before any excepthook)
