@@ -28,7 +28,8 @@ teardown makes torchrun SIGTERM every other worker at once (it waits ``TORCH_ELA
 script's grace, before its SIGKILL), and a rank still in its exit handlers (a logger's final upload) would die
 unmarked, its node recording a failed job whose training had finished (stop 79's CI lost that race). The handler,
 installed by the first exit handler to run (registered at :func:`arm`, so after a logger's), is Python's own, not
-``SIG_IGN``: a process an exit handler starts does not inherit it.
+``SIG_IGN``: a process an exit handler starts does not inherit it. Once the mark is written the default is back: a
+teardown that then hangs dies of a SIGTERM at once, marked.
 
 Never fatal: a failed write is logged once.
 """
@@ -107,6 +108,9 @@ def _will_mark() -> bool:
 def _at_exit() -> None:
     if _will_mark() and _folder is not None:
         write(_folder, f"{_armed} {os.getpid()}")
+        if signal.getsignal(signal.SIGTERM) is _sigterm_at_exit:  # marked: a teardown that hangs dies of SIGTERM again
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _let_sigterm_pass() -> None:

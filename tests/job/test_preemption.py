@@ -1108,8 +1108,13 @@ def test_a_rank_marks_its_scripts_end_after_a_finished_fit_and_nothing_else(tmp_
 # a script on a fleet node whose fit ended (exit_mark.arm, as SpotPreemption.on_fit_end does) and whose exit handler
 # (a logger's final upload, registered before the fit ended) is SIGTERMed: torchrun's, when a peer died in its teardown
 SIGTERMED_IN_EXIT_HANDLER = """import atexit, os, signal, sys, time
-from lightning_srifty.migrate import exit_mark
 how = sys.argv[1]
+def hung_teardown():  # registered before exit_mark's import: run after the mark's (atexit is last in, first out)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+if how == "hung-after-mark":
+    atexit.register(hung_teardown)
+from lightning_srifty.migrate import exit_mark
 def upload():
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(0.2)
@@ -1123,12 +1128,13 @@ if how == "exit3":
 """
 
 
-@pytest.mark.parametrize("how", ["end", "exit3", "own-handler"])
+@pytest.mark.parametrize("how", ["end", "exit3", "own-handler", "hung-after-mark"])
 def test_a_sigterm_in_an_armed_ranks_exit_handlers_lets_them_finish_and_mark(tmp_path, how) -> None:
     """Stop 79's CI: rank 0 died in its teardown, torchrun SIGTERMed rank 1 before its mark, and the node recorded a
     failed job whose training had finished. Once an armed rank's script has ended, a SIGTERM is told on stderr and let
     pass: its exit handlers finish and the mark is written (exit 0). A script that failed after the fit dies of it as
-    before, unmarked; a SIGTERM handler the script installed is left to the script."""
+    before, unmarked; a SIGTERM handler the script installed is left to the script. Once marked, the process dies of a
+    SIGTERM again (a teardown that hangs after the mark)."""
     import subprocess
     import sys
 
@@ -1142,8 +1148,11 @@ def test_a_sigterm_in_an_armed_ranks_exit_handlers_lets_them_finish_and_mark(tmp
     elif how == "exit3":
         assert run.returncode == -signal.SIGTERM and "upload done" not in run.stdout and not told, run.stderr[-2000:]
         assert not (tmp_path / "exit.0").exists()
-    else:
+    elif how == "own-handler":
         assert run.returncode == 0 and "the script's own handler" in run.stdout and not told, run.stderr[-2000:]
+        assert (tmp_path / "exit.0").exists()
+    else:  # its upload's SIGTERM let pass, then the hung teardown's killed it at once: marked
+        assert run.returncode == -signal.SIGTERM and "upload done" in run.stdout and told, run.stderr[-2000:]
         assert (tmp_path / "exit.0").exists()
 
 
