@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "terraform" / "modules" / "training_fleet" / "templates" / "user_data.sh.tftpl"
 
 # the worker: a 2-rank DDP fit of 4 steps, then the ending (EXIT_HOW, EXIT_RANK: which rank)
-WORKER = """import atexit, os, signal, sys
+WORKER = """import atexit, os, signal, sys, time
 how, rank = os.environ["EXIT_HOW"], int(os.environ["RANK"])
 me = rank == int(os.environ.get("EXIT_RANK", "0"))
 # before lightning_srifty's import, so run after the mark's (atexit is last in, first out): as torch's teardown, after
@@ -33,6 +33,16 @@ if me and how == "abort at exit":
     atexit.register(os.abort)
 if me and how == "segfault at exit":
     atexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))
+state = os.environ["SRIFTY_NODE_STATE"]
+def abort_once_the_peer_uploads():  # stop 79's race: torchrun SIGTERMs the peer in its exit handlers
+    while not os.path.exists(os.path.join(state, "in-exit")):
+        time.sleep(0.05)
+    os.abort()
+def upload():  # a logger's final upload (registered before the fit ended, as a logger's is)
+    open(os.path.join(state, "in-exit"), "w").close()
+    time.sleep(3)
+if me and how == "abort at exit, the peer uploading":
+    atexit.register(abort_once_the_peer_uploads)
 sys.path.insert(0, {tests!r})
 from helpers import TinyModel, loader, trainer
 from lightning_srifty.migrate.preemption import SpotPreemption
@@ -41,6 +51,8 @@ class Failing(TinyModel):
         if me and how == "fit raises" and batch_idx == 2:
             raise RuntimeError("a step that fails")
         return super().training_step(batch, batch_idx)
+if not me and how == "abort at exit, the peer uploading":
+    atexit.register(upload)
 cb = SpotPreemption(dirpath=os.environ["EXIT_CKPT"])  # as every Trainer on a fleet gets it
 t = trainer(max_steps=4, callbacks=[cb], strategy="ddp", devices=2, accelerator="cpu")
 t.fit(Failing(), loader())
@@ -50,7 +62,15 @@ if me and how == "sys.exit(3) after the fit":
     sys.exit(3)
 """
 
-CASES = ["clean", "abort at exit", "segfault at exit", "sys.exit(3) after the fit", "raise after the fit", "fit raises"]
+CASES = [
+    "clean",
+    "abort at exit",
+    "abort at exit, the peer uploading",
+    "segfault at exit",
+    "sys.exit(3) after the fit",
+    "raise after the fit",
+    "fit raises",
+]
 
 
 def reader() -> str:
