@@ -1652,8 +1652,9 @@ def test_the_hang_watch_reads_and_writes_the_fleets_records_under_the_roles_poli
 # a peer goes while this node's job is silent: the peer watch stops the job (SIGTERM: it takes 6 s to leave, the alive
 # file stale all along), and the stall watch, whose limit passes meanwhile, leaves it to the peer watch
 # alive until the peer watch's SIGTERM (however long its two looks take on a loaded machine: the forty-fifth
-# session's first CI had the stall watch's 3 s run out first, a verdict of its own), then silent for an hour through its 6 s grace: the stall
-# watch, checking every second, would take it for hung unless it defers to the peer watch's stop
+# session's first CI had the stall watch's 3 s run out first, a verdict of its own), then silent for an hour
+# through its 6 s grace: the stall watch, checking every second, would take it for hung unless it defers to the
+# peer watch's stop
 SILENT_ON_A_LOST_PEER = """#!/bin/bash
 echo "$*" >"$FAKE_DIR/torchrun.args"
 echo "12 0.500 0" >"$SRIFTY_NODE_STATE/alive"
