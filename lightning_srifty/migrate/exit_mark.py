@@ -24,12 +24,15 @@ first out: a logger's final upload, a user's ``atexit.register``), and not at al
 - a later fit raised (``on_exception``: :func:`disarm`).
 
 Once the script has ended (its exit handlers run) an armed rank lets a SIGTERM pass: a peer that died in its own
-teardown makes torchrun SIGTERM every other worker at once (it waits ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, the boot
-script's grace, before its SIGKILL), and a rank still in its exit handlers (a logger's final upload) would die
-unmarked, its node recording a failed job whose training had finished (stop 79's CI lost that race). The handler,
-installed by the first exit handler to run (registered at :func:`arm`, so after a logger's), is Python's own, not
-``SIG_IGN``: a process an exit handler starts does not inherit it. Once the mark is written the default is back: a
-teardown that then hangs dies of a SIGTERM at once, marked.
+teardown makes torchrun SIGTERM every other worker at once (on a worker's failure torch 2.13's agent waits a fixed
+30 s before its SIGKILL; ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, the boot script's grace, applies when torchrun itself
+is signalled), and a rank still in its exit handlers (a logger's final upload) would die unmarked, its node
+recording a failed job whose training had finished (stop 79's CI lost that race). Handlers that take longer than
+that wait are still cut. The handler, installed by the first exit handler to run (registered again at every
+:func:`arm`, so after a logger's), is Python's own, not ``SIG_IGN``: a program an exit handler executes does not
+inherit it, but torchrun signals the worker's process group, so an upload run in a child process is cut; only work
+in the rank's own process is covered. The SIGTERM is taken, not held: once the mark is written (or a later exit
+handler disarmed it) the default is back, and a second SIGTERM ends the process at once.
 
 Never fatal: a failed write is logged once.
 """
@@ -57,7 +60,6 @@ _folder: str | None = None
 _unhandled_at_arm: tuple[Any, Any] = (None, None)  # sys.last_value / last_exc when armed: a newer one is a failure
 _held: list[int] = []  # the mark's open descriptor, locked until the process is gone
 _armed_pid = 0  # the process that armed it: a child forked after the fit that exits through atexit writes nothing
-_deaf_registered = False  # _let_sigterm_pass is registered once per process, at its first arm
 
 
 def arm(global_rank: int, step: int, folder: str | None = None) -> None:
@@ -71,10 +73,8 @@ def arm(global_rank: int, step: int, folder: str | None = None) -> None:
     _unhandled_at_arm, _armed_pid = _unhandled(), os.getpid()
     if not getattr(sys.exit, "_srifty_exit_mark", False):
         sys.exit = _exit_wrapper(sys.exit)
-    global _deaf_registered
-    if not _deaf_registered:
-        atexit.register(_let_sigterm_pass)  # after the handlers registered before the fit ended: run before them
-        _deaf_registered = True
+    atexit.unregister(_let_sigterm_pass)  # at every arm: after the handlers registered before this fit ended (a
+    atexit.register(_let_sigterm_pass)  # later fit's logger too), so run before them
 
 
 def disarm() -> None:
@@ -108,9 +108,9 @@ def _will_mark() -> bool:
 def _at_exit() -> None:
     if _will_mark() and _folder is not None:
         write(_folder, f"{_armed} {os.getpid()}")
-        if signal.getsignal(signal.SIGTERM) is _sigterm_at_exit:  # marked: a teardown that hangs dies of SIGTERM again
-            with contextlib.suppress(ValueError, OSError):
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGTERM) is _sigterm_at_exit:  # marked, or disarmed by a later exit handler's failing
+        with contextlib.suppress(ValueError, OSError):  # sys.exit: a second SIGTERM ends the process again
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _let_sigterm_pass() -> None:
@@ -125,7 +125,7 @@ def _let_sigterm_pass() -> None:
 def _sigterm_at_exit(signum: int, frame: Any) -> None:
     print(
         "srifty: SIGTERM after the script's end (a peer ended, or the node is stopping): its exit handlers finish "
-        "first (torchrun's SIGKILL follows its shutdown timeout)",
+        "first (torchrun's SIGKILL follows, 30 s after a worker's failure)",
         file=sys.stderr,
         flush=True,
     )

@@ -1112,14 +1112,18 @@ how = sys.argv[1]
 def hung_teardown():  # registered before exit_mark's import: run after the mark's (atexit is last in, first out)
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)
-if how == "hung-after-mark":
+if how in ("hung-after-mark", "disarmed-in-exit"):
     atexit.register(hung_teardown)
 from lightning_srifty.migrate import exit_mark
 def upload():
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(0.2)
     print("upload done", flush=True)
+if how == "late-upload":
+    exit_mark.arm(0, 5)  # an earlier fit's end; the upload registered after it (a later fit's logger)
 atexit.register(upload)
+if how == "disarmed-in-exit":
+    atexit.register(lambda: sys.exit(1))  # an exit handler's failing status, after the mark's SIGTERM handler
 if how == "own-handler":
     signal.signal(signal.SIGTERM, lambda *a: print("the script's own handler", flush=True))
 exit_mark.arm(0, 12)
@@ -1128,13 +1132,14 @@ if how == "exit3":
 """
 
 
-@pytest.mark.parametrize("how", ["end", "exit3", "own-handler", "hung-after-mark"])
+@pytest.mark.parametrize("how", ["end", "late-upload", "exit3", "own-handler", "hung-after-mark", "disarmed-in-exit"])
 def test_a_sigterm_in_an_armed_ranks_exit_handlers_lets_them_finish_and_mark(tmp_path, how) -> None:
     """Stop 79's CI: rank 0 died in its teardown, torchrun SIGTERMed rank 1 before its mark, and the node recorded a
     failed job whose training had finished. Once an armed rank's script has ended, a SIGTERM is told on stderr and let
     pass: its exit handlers finish and the mark is written (exit 0). A script that failed after the fit dies of it as
     before, unmarked; a SIGTERM handler the script installed is left to the script. Once marked, the process dies of a
-    SIGTERM again (a teardown that hangs after the mark)."""
+    SIGTERM again (a teardown that hangs after the mark), and so does one a later exit handler disarmed. The handler
+    is registered at every arm: an exit handler registered after an earlier fit is covered (a review)."""
     import subprocess
     import sys
 
@@ -1142,7 +1147,7 @@ def test_a_sigterm_in_an_armed_ranks_exit_handlers_lets_them_finish_and_mark(tmp
     cmd = [sys.executable, "-c", SIGTERMED_IN_EXIT_HANDLER, how]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
     told = "srifty: SIGTERM after the script's end" in run.stderr
-    if how == "end":
+    if how in ("end", "late-upload"):
         assert run.returncode == 0 and "upload done" in run.stdout and told, (run.returncode, run.stderr[-2000:])
         assert (tmp_path / "exit.0").read_text().split()[:2] == ["0", "12"]
     elif how == "exit3":
@@ -1151,9 +1156,9 @@ def test_a_sigterm_in_an_armed_ranks_exit_handlers_lets_them_finish_and_mark(tmp
     elif how == "own-handler":
         assert run.returncode == 0 and "the script's own handler" in run.stdout and not told, run.stderr[-2000:]
         assert (tmp_path / "exit.0").exists()
-    else:  # its upload's SIGTERM let pass, then the hung teardown's killed it at once: marked
+    else:  # its upload's SIGTERM let pass, then the hung teardown's killed it at once: marked unless disarmed
         assert run.returncode == -signal.SIGTERM and "upload done" in run.stdout and told, run.stderr[-2000:]
-        assert (tmp_path / "exit.0").exists()
+        assert (tmp_path / "exit.0").exists() == (how == "hung-after-mark")
 
 
 def test_the_exit_mark_is_disarmed_by_a_later_failure_and_off_a_fleet(tmp_path, monkeypatch) -> None:
