@@ -1649,12 +1649,11 @@ def test_the_hang_watch_reads_and_writes_the_fleets_records_under_the_roles_poli
         assert (mine["final"], mine["hung_step"]) == (137, 12)
 
 
-# a peer goes while this node's job is silent: the peer watch stops the job (SIGTERM: it takes 6 s to leave, the alive
-# file stale all along), and the stall watch, whose limit passes meanwhile, leaves it to the peer watch
-# alive until the peer watch's SIGTERM (however long its two looks take on a loaded machine: the forty-fifth
-# session's first CI had the stall watch's 3 s run out first, a verdict of its own), then silent for an hour
-# through its 6 s grace: the stall watch, checking every second, would take it for hung unless it defers to the
-# peer watch's stop
+# a peer goes while this node's job runs: the peer watch stops the job (SIGTERM: it takes 6 s to leave), and the
+# stall watch, whose limit passes meanwhile, leaves it to the peer watch. The job is alive until that SIGTERM (however
+# long the peer watch's two looks take on a loaded machine: the forty-fifth session's first CI had the stall watch's
+# 3 s run out first, a verdict of its own), then silent for an hour through its grace: the stall watch, checking every
+# second, would take it for hung unless it defers to the peer watch's stop
 SILENT_ON_A_LOST_PEER = """#!/bin/bash
 echo "$*" >"$FAKE_DIR/torchrun.args"
 echo "12 0.500 0" >"$SRIFTY_NODE_STATE/alive"
@@ -1681,7 +1680,8 @@ def test_a_silent_job_stopped_for_a_lost_peer_is_the_peers_loss_not_a_hang(tf_en
 # the real torchrun (one node, two ranks: --standalone, the boot script's rendezvous options left out) over a worker
 # that ends as FAKE_HOW says: "abort": both ranks reach their script's end after a fit, and rank 0 then dies of SIGABRT
 # in its teardown (torch's gloo exit, stop 77); "exit3": rank 0's script ends with sys.exit(3) after its fit; "killed":
-# rank 1 is killed (SIGKILL) before its fit ends, rank 0 aborts at exit as in "abort"
+# rank 1 is killed (SIGKILL) before its fit ends, rank 0 aborts at exit as in "abort"; "abort_slow_peer": rank 0
+# aborts while rank 1 is in a 3 s exit handler; "abort_before_peer": rank 0 aborts while rank 1 is still at its work
 MARKED_WORKER = """import atexit, os, pathlib, signal, sys, time
 rank, how = int(os.environ["RANK"]), os.environ["FAKE_HOW"]
 state = pathlib.Path(os.environ["SRIFTY_NODE_STATE"])
