@@ -116,6 +116,9 @@ S3_DENIED = (
 #: The query-API fields of an Auto Scaling group's launch specification (UpdateAutoScalingGroup's rule, module
 #: docstring); ``MixedInstancesPolicy.`` fields are what the proxy keeps
 LAUNCH_SPECIFICATION = ("MixedInstancesPolicy.", "LaunchTemplate.", "LaunchConfigurationName", "InstanceId")
+# the actions whose request carries a group's sizes and launch specification: the size condition keys
+# (ASG_REQUEST_KEYS) are context of these only, and a node-signed launch specification in them is refused
+GROUP_SPEC_ACTIONS = ("CreateAutoScalingGroup", "UpdateAutoScalingGroup")
 ASG_POLICY = "MixedInstancesPolicy."
 
 
@@ -167,7 +170,7 @@ def condition_holds(
     if low.startswith(("autoscaling:resourcetag/", "aws:resourcetag/")):  # a tag key compares without case
         wanted = key.split("/", 1)[1].lower()
         actual = next((v for k, v in tags.items() if k.lower() == wanted), None)
-    elif low in ASG_REQUEST_KEYS and action in ("CreateAutoScalingGroup", "UpdateAutoScalingGroup"):
+    elif low in ASG_REQUEST_KEYS and action in GROUP_SPEC_ACTIONS:
         actual = form.get(ASG_REQUEST_KEYS[low])  # context of these two actions only
     else:
         return False
@@ -358,7 +361,7 @@ class _Handler(BaseHTTPRequestHandler):
         name = fields["AutoScalingGroupName"]
         arn, tags = self.outer.group_arn_and_tags(name, region)
         sid = asg_allowed(self.outer.asg_statements or [], action, arn, tags, fields) if arn else None
-        if action.endswith("AutoScalingGroup") and any(k.startswith(LAUNCH_SPECIFICATION) for k in fields):
+        if action in GROUP_SPEC_ACTIONS and any(k.startswith(LAUNCH_SPECIFICATION) for k in fields):
             sid = None  # a launch specification needs ec2:RunInstances and iam:PassRole too, which a node never holds
         if sid is None:
             self.outer.asg_decided.append(f"{action} {name}: denied")
