@@ -3,8 +3,9 @@
 Each case trains ``tests/scripts/exit_mark_job.py``'s model under ``torch.distributed.run --standalone
 --nproc_per_node 2`` with a node state folder (``SRIFTY_NODE_STATE``), then ends as its name says; the node's verdict
 is the module's own (the ``finished_then_died`` reader, taken from ``templates/user_data.sh.tftpl``), run on what
-torchrun wrote. A row: torchrun's exit, the ranks' exit marks, what torchrun's failure table says, the verdict, and
-the verdict's time. Then the reader's time on a large log (it reads the last 256 KiB).
+torchrun wrote. A row: torchrun's exit, the ranks' exit marks, what torchrun's failure table says, the verdict, the
+verdict's time, and torchrun's whole run (a rank that outlives its peer's failure is SIGKILLed 30 s after it). Then
+the reader's time on a large log (it reads the last 256 KiB).
 
     python bench/teardown_verdict.py [--log-mb 100]
 """
@@ -41,8 +42,11 @@ def abort_once_the_peer_uploads():  # stop 79's race: torchrun SIGTERMs the peer
 def upload():  # a logger's final upload (registered before the fit ended, as a logger's is)
     open(os.path.join(state, "in-exit"), "w").close()
     time.sleep(3)
-if me and how == "abort at exit, the peer uploading":
+uploading = how.startswith("abort at exit, the peer uploading")
+if me and uploading:
     atexit.register(abort_once_the_peer_uploads)
+if not me and how == "abort at exit, the peer uploading, its teardown hanging":
+    atexit.register(time.sleep, 60)  # after its mark: a teardown that hangs (the SIGTERM held through the upload)
 sys.path.insert(0, {tests!r})
 from helpers import TinyModel, loader, trainer
 from lightning_srifty.migrate.preemption import SpotPreemption
@@ -51,7 +55,7 @@ class Failing(TinyModel):
         if me and how == "fit raises" and batch_idx == 2:
             raise RuntimeError("a step that fails")
         return super().training_step(batch, batch_idx)
-if not me and how == "abort at exit, the peer uploading":
+if not me and uploading:
     atexit.register(upload)
 cb = SpotPreemption(dirpath=os.environ["EXIT_CKPT"])  # as every Trainer on a fleet gets it
 t = trainer(max_steps=4, callbacks=[cb], strategy="ddp", devices=2, accelerator="cpu")
@@ -66,6 +70,7 @@ CASES = [
     "clean",
     "abort at exit",
     "abort at exit, the peer uploading",
+    "abort at exit, the peer uploading, its teardown hanging",
     "segfault at exit",
     "sys.exit(3) after the fit",
     "raise after the fit",
@@ -115,14 +120,15 @@ def main() -> None:
     code = reader()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        print("| ending (rank 0) | torchrun | exit marks | failure table's exit codes | node's verdict | its time |")
-        print("|---|---|---|---|---|---|")
+        print("| ending (rank 0) | torchrun | exit marks | failure table's exit codes | node's verdict | its time | "
+              "torchrun's run |")  # fmt: skip
+        print("|---|---|---|---|---|---|---:|")
         for case in CASES:
             r = one(case, work, code)
             finished = f"finished: {r['verdict']}" if r["verdict"] else ("finished (torchrun 0)" if r["rc"] == 0 else
                                                                            f"exit {r['rc']} stands")  # fmt: skip
             print(f"| {case} | {r['rc']} | {', '.join(r['marks']) or 'none'} | {', '.join(r['table']) or '-'} | "
-                  f"{finished} | {r['verdict_s'] * 1000:.0f} ms |", flush=True)  # fmt: skip
+                  f"{finished} | {r['verdict_s'] * 1000:.0f} ms | {r['ran_s']:.0f} s |", flush=True)  # fmt: skip
         big = work / "big.log"
         sample = (work / "abort-at-exit" / "job.log").read_bytes()
         line = b"[rank0]: Epoch 3: 100%|##########| 1000/1000 loss=0.123 Failures: not a table\n"

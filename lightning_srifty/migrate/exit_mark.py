@@ -31,8 +31,10 @@ recording a failed job whose training had finished (stop 79's CI lost that race)
 that wait are still cut. The handler, installed by the first exit handler to run (registered again at every
 :func:`arm`, so after a logger's), is Python's own, not ``SIG_IGN``: a program an exit handler executes does not
 inherit it, but torchrun signals the worker's process group, so an upload run in a child process is cut; only work
-in the rank's own process is covered. The SIGTERM is taken, not held: once the mark is written (or a later exit
-handler disarmed it) the default is back, and a second SIGTERM ends the process at once.
+in the rank's own process is covered. The SIGTERM is held, not taken: once the mark is written (or a later exit
+handler disarmed it) the default is back and a SIGTERM that came meanwhile is raised again, so the process ends of it
+then (``-15``, marked) rather than finishing a teardown its supervisor asked it to cut (torch's exit handlers,
+registered before this module's import, run after the mark).
 
 Never fatal: a failed write is logged once.
 """
@@ -60,6 +62,7 @@ _folder: str | None = None
 _unhandled_at_arm: tuple[Any, Any] = (None, None)  # sys.last_value / last_exc when armed: a newer one is a failure
 _held: list[int] = []  # the mark's open descriptor, locked until the process is gone
 _armed_pid = 0  # the process that armed it: a child forked after the fit that exits through atexit writes nothing
+_sigterm_held = False  # a SIGTERM came while the exit handlers ran: raised again once the mark is written
 
 
 def arm(global_rank: int, step: int, folder: str | None = None) -> None:
@@ -108,9 +111,14 @@ def _will_mark() -> bool:
 def _at_exit() -> None:
     if _will_mark() and _folder is not None:
         write(_folder, f"{_armed} {os.getpid()}")
-    if signal.getsignal(signal.SIGTERM) is _sigterm_at_exit:  # marked, or disarmed by a later exit handler's failing
-        with contextlib.suppress(ValueError, OSError):  # sys.exit: a second SIGTERM ends the process again
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGTERM) is not _sigterm_at_exit:
+        return
+    try:  # marked, or disarmed by a later exit handler's failing sys.exit: SIGTERM's default is back
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):  # not the main thread's interpreter: nothing was installed
+        return
+    if _sigterm_held:  # the one that came meanwhile ends the process now, its mark written
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _let_sigterm_pass() -> None:
@@ -123,9 +131,13 @@ def _let_sigterm_pass() -> None:
 
 
 def _sigterm_at_exit(signum: int, frame: Any) -> None:
+    global _sigterm_held
+    if _sigterm_held:
+        return  # told once
+    _sigterm_held = True
     print(
-        "srifty: SIGTERM after the script's end (a peer ended, or the node is stopping): its exit handlers finish "
-        "first (torchrun's SIGKILL follows, 30 s after a worker's failure)",
+        "srifty: SIGTERM after the script's end (a peer ended, or the node is stopping): held until its exit "
+        "handlers finish and its end is marked (torchrun's SIGKILL follows, 30 s after a worker's failure)",
         file=sys.stderr,
         flush=True,
     )

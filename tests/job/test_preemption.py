@@ -1110,13 +1110,16 @@ def test_a_rank_marks_its_scripts_end_after_a_finished_fit_and_nothing_else(tmp_
 SIGTERMED_IN_EXIT_HANDLER = """import atexit, os, signal, sys, time
 how = sys.argv[1]
 def hung_teardown():  # registered before exit_mark's import: run after the mark's (atexit is last in, first out)
+    print("teardown began", flush=True)
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)
-if how in ("hung-after-mark", "disarmed-in-exit"):
+if how in ("hung-after-mark", "quiet-then-hung", "disarmed-in-exit"):
     atexit.register(hung_teardown)
 from lightning_srifty.migrate import exit_mark
 def upload():
-    os.kill(os.getpid(), signal.SIGTERM)
+    if how != "quiet-then-hung":
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # a second one while held: told once, still held
     time.sleep(0.2)
     print("upload done", flush=True)
 if how == "late-upload":
@@ -1132,33 +1135,41 @@ if how == "exit3":
 """
 
 
-@pytest.mark.parametrize("how", ["end", "late-upload", "exit3", "own-handler", "hung-after-mark", "disarmed-in-exit"])
-def test_a_sigterm_in_an_armed_ranks_exit_handlers_lets_them_finish_and_mark(tmp_path, how) -> None:
+@pytest.mark.parametrize(
+    "how", ["end", "late-upload", "exit3", "own-handler", "hung-after-mark", "quiet-then-hung", "disarmed-in-exit"]
+)
+def test_a_sigterm_in_an_armed_ranks_exit_handlers_is_held_until_they_finish_and_mark(tmp_path, how) -> None:
     """Stop 79's CI: rank 0 died in its teardown, torchrun SIGTERMed rank 1 before its mark, and the node recorded a
-    failed job whose training had finished. Once an armed rank's script has ended, a SIGTERM is told on stderr and let
-    pass: its exit handlers finish and the mark is written (exit 0). A script that failed after the fit dies of it as
-    before, unmarked; a SIGTERM handler the script installed is left to the script. Once marked, the process dies of a
-    SIGTERM again (a teardown that hangs after the mark), and so does one a later exit handler disarmed. The handler
-    is registered at every arm: an exit handler registered after an earlier fit is covered (a review)."""
+    failed job whose training had finished. Once an armed rank's script has ended, a SIGTERM is told on stderr (once)
+    and held: its exit handlers finish, the mark is written, and the SIGTERM then ends the process (-15, marked),
+    before the handlers registered ahead of the mark's (torch's teardown, which may hang). A script that failed after
+    the fit dies of it as before, unmarked; a SIGTERM handler the script installed is left to the script. Once marked,
+    a SIGTERM that comes then ends the process at once (quiet-then-hung); one held while a later exit handler disarmed
+    the mark ends it unmarked. The handler is registered at every arm: an exit handler registered after an earlier fit
+    is covered (a review)."""
     import subprocess
     import sys
 
     env = {**os.environ, "SRIFTY_NODE_STATE": str(tmp_path), "LOCAL_RANK": "0"}
     cmd = [sys.executable, "-c", SIGTERMED_IN_EXIT_HANDLER, how]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
-    told = "srifty: SIGTERM after the script's end" in run.stderr
-    if how in ("end", "late-upload"):
-        assert run.returncode == 0 and "upload done" in run.stdout and told, (run.returncode, run.stderr[-2000:])
-        assert (tmp_path / "exit.0").read_text().split()[:2] == ["0", "12"]
-    elif how == "exit3":
+    told = run.stderr.count("srifty: SIGTERM after the script's end")
+    if how == "exit3":
         assert run.returncode == -signal.SIGTERM and "upload done" not in run.stdout and not told, run.stderr[-2000:]
         assert not (tmp_path / "exit.0").exists()
     elif how == "own-handler":
         assert run.returncode == 0 and "the script's own handler" in run.stdout and not told, run.stderr[-2000:]
         assert (tmp_path / "exit.0").exists()
-    else:  # its upload's SIGTERM let pass, then the hung teardown's killed it at once: marked unless disarmed
-        assert run.returncode == -signal.SIGTERM and "upload done" in run.stdout and told, run.stderr[-2000:]
-        assert (tmp_path / "exit.0").exists() == (how == "hung-after-mark")
+    elif how == "quiet-then-hung":  # no SIGTERM in its handlers: marked, then the hung teardown's ends it at once
+        assert run.returncode == -signal.SIGTERM and "teardown began" in run.stdout and not told, run.stderr[-2000:]
+        assert (tmp_path / "exit.0").read_text().split()[:2] == ["0", "12"]
+    else:  # the upload's SIGTERM held through it, then raised again: the handlers before the mark's never run
+        assert run.returncode == -signal.SIGTERM and "upload done" in run.stdout and told == 1, run.stderr[-2000:]
+        assert "teardown began" not in run.stdout, run.stdout
+        marked = (tmp_path / "exit.0").exists()
+        assert marked == (how != "disarmed-in-exit")
+        if marked:
+            assert (tmp_path / "exit.0").read_text().split()[:2] == ["0", "12"]
 
 
 def test_the_exit_mark_is_disarmed_by_a_later_failure_and_off_a_fleet(tmp_path, monkeypatch) -> None:
