@@ -23,7 +23,7 @@ first out: a logger's final upload, a user's ``atexit.register``), and not at al
   first);
 - a later fit raised (``on_exception``: :func:`disarm`).
 
-Once the script has ended (its exit handlers run) an armed rank lets a SIGTERM pass: a peer that died in its own
+Once the script has ended (its exit handlers run) an armed rank holds a SIGTERM: a peer that died in its own
 teardown makes torchrun SIGTERM every other worker at once (on a worker's failure torch 2.13's agent waits a fixed
 30 s before its SIGKILL; ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, the boot script's grace, applies when torchrun itself
 is signalled), and a rank still in its exit handlers (a logger's final upload) would die unmarked, its node
@@ -76,8 +76,8 @@ def arm(global_rank: int, step: int, folder: str | None = None) -> None:
     _unhandled_at_arm, _armed_pid = _unhandled(), os.getpid()
     if not getattr(sys.exit, "_srifty_exit_mark", False):
         sys.exit = _exit_wrapper(sys.exit)
-    atexit.unregister(_let_sigterm_pass)  # at every arm: after the handlers registered before this fit ended (a
-    atexit.register(_let_sigterm_pass)  # later fit's logger too), so run before them
+    atexit.unregister(_hold_sigterm)  # at every arm: after the handlers registered before this fit ended (a later
+    atexit.register(_hold_sigterm)  # fit's logger too), so run before them
 
 
 def disarm() -> None:
@@ -121,9 +121,9 @@ def _at_exit() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _let_sigterm_pass() -> None:
+def _hold_sigterm() -> None:
     """The first exit handler of an armed rank: the script has ended, so a SIGTERM now only cuts its exit handlers
-    short (the mark's last): it is told on stderr and let pass."""
+    short (the mark's last): it is told on stderr and held until the mark is written."""
     if not _will_mark() or signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
         return  # a failed script ends as SIGTERM ends it; a handler the script installed is the script's to keep
     with contextlib.suppress(ValueError, OSError):  # not the main thread's interpreter: nothing to do
