@@ -135,12 +135,13 @@ def _sigterm_at_exit(signum: int, frame: Any) -> None:
     if _sigterm_held:
         return  # told once
     _sigterm_held = True
-    print(
-        "srifty: SIGTERM after the script's end (a peer ended, or the node is stopping): held until its exit "
-        "handlers finish and its end is marked (torchrun's SIGKILL follows, 30 s after a worker's failure)",
-        file=sys.stderr,
-        flush=True,
-    )
+    with contextlib.suppress(OSError, ValueError):  # a closed stderr must not raise into the exit handler it cut
+        print(
+            "srifty: SIGTERM after the script's end (a peer ended, or the node is stopping): held until its exit "
+            "handlers finish and its end is marked (torchrun's SIGKILL follows, 30 s after a worker's failure)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 atexit.register(_at_exit)  # at import: after every handler registered later (atexit is last in, first out)

@@ -1136,7 +1136,17 @@ if how == "exit3":
 
 
 @pytest.mark.parametrize(
-    "how", ["end", "late-upload", "exit3", "own-handler", "hung-after-mark", "quiet-then-hung", "disarmed-in-exit"]
+    "how",
+    [
+        "end",
+        "late-upload",
+        "stderr-gone",
+        "exit3",
+        "own-handler",
+        "hung-after-mark",
+        "quiet-then-hung",
+        "disarmed-in-exit",
+    ],
 )
 def test_a_sigterm_in_an_armed_ranks_exit_handlers_is_held_until_they_finish_and_mark(tmp_path, how) -> None:
     """Stop 79's CI: rank 0 died in its teardown, torchrun SIGTERMed rank 1 before its mark, and the node recorded a
@@ -1146,14 +1156,20 @@ def test_a_sigterm_in_an_armed_ranks_exit_handlers_is_held_until_they_finish_and
     the fit dies of it as before, unmarked; a SIGTERM handler the script installed is left to the script. Once marked,
     a SIGTERM that comes then ends the process at once (quiet-then-hung); one held while a later exit handler disarmed
     the mark ends it unmarked. The handler is registered at every arm: an exit handler registered after an earlier fit
-    is covered (a review)."""
+    is covered (a review). A stderr that is gone (its reader closed) does not cut the handler the SIGTERM came in."""
     import subprocess
     import sys
 
     env = {**os.environ, "SRIFTY_NODE_STATE": str(tmp_path), "LOCAL_RANK": "0"}
     cmd = [sys.executable, "-c", SIGTERMED_IN_EXIT_HANDLER, how]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
-    told = run.stderr.count("srifty: SIGTERM after the script's end")
+    if how == "stderr-gone":  # its reader gone before the script's end: telling the SIGTERM meets a broken pipe
+        with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            proc.stderr.close()  # type: ignore[union-attr]
+            out, _ = proc.communicate(timeout=60)
+        run = subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+    else:
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    told = run.stderr.count("srifty: SIGTERM after the script's end") + (how == "stderr-gone")
     if how == "exit3":
         assert run.returncode == -signal.SIGTERM and "upload done" not in run.stdout and not told, run.stderr[-2000:]
         assert not (tmp_path / "exit.0").exists()
