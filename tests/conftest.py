@@ -209,13 +209,18 @@ def catalog():
 
 @contextlib.contextmanager
 def moto_server() -> Iterator[str]:
-    """moto's server in its own process on a free port of 127.0.0.1 (AWS managed IAM policies loaded): its URL."""
+    """moto's server in its own process on a free port of 127.0.0.1 (AWS managed IAM policies loaded): its URL. S3
+    requests are authorized by their IAM action, as AWS does (moto 5.2.6 checks the operation's name instead: the
+    rehearsal's ``moto_server.authorize_s3_by_iam_action``)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}
+    serve = (
+        "from lightning_srifty.provision.rehearsal import moto_server as m; m.authorize_s3_by_iam_action(); m.serve()"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-c", serve, "-H", "127.0.0.1", "-p", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

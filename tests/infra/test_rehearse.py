@@ -324,6 +324,87 @@ def test_a_group_whose_launches_are_suspended_launches_nothing_in_the_local_aws(
         assert (now == first[1:]) if suspended else (len(now) == 2 and first[0] not in now), now
 
 
+# an instance role's data grant, as the module writes it: the listing of one prefix, the reading of its objects
+S3_READ_POLICY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::iam-rule",
+         "Condition": {"StringLike": {"s3:prefix": ["data/", "data/*"]}}},
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::iam-rule/data/*"},
+    ],
+}  # fmt: skip
+
+
+def s3_calls_under(url: str, keys: dict[str, str]) -> dict[str, str]:
+    """Each S3 call of a node that reads its data, made with ``keys``: "ok" or the error's code."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    calls = {
+        "ListObjectsV2 data/": lambda: s3.list_objects_v2(Bucket="iam-rule", Prefix="data/"),
+        "ListObjects data/": lambda: s3.list_objects(Bucket="iam-rule", Prefix="data/"),
+        "HeadObject data/a": lambda: s3.head_object(Bucket="iam-rule", Key="data/a"),
+        "GetObject data/a": lambda: s3.get_object(Bucket="iam-rule", Key="data/a"),
+        "GetObject other/b": lambda: s3.get_object(Bucket="iam-rule", Key="other/b"),
+        "PutObject data/c": lambda: s3.put_object(Bucket="iam-rule", Key="data/c", Body=b"c"),
+    }
+    said = {}
+    for name, call in calls.items():
+        try:
+            call()
+            said[name] = "ok"
+        except ClientError as exc:
+            said[name] = exc.response["Error"]["Code"]
+    return said
+
+
+@pytest.mark.slow  # moto's server in its own process, twice
+@pytest.mark.parametrize("server", ["rehearsal", "tests"])
+def test_the_local_aws_authorizes_s3_calls_by_their_iam_action(server) -> None:
+    """AWS authorizes ListObjectsV2 and ListObjects by s3:ListBucket on the bucket (s3:prefix its condition key) and
+    HeadObject by s3:GetObject on the object (each operation's "Permissions" in the S3 API reference;
+    docs.aws.amazon.com/AmazonS3/latest/userguide/using-with-s3-policy-actions.html). moto 5.2.6 checked the policy
+    against the operation's name (s3:ListObjectsV2, s3:HeadObject: no IAM action has those names), so the module's
+    exact grant was refused its listing (stop 80's code failed 6 tests in this session's first clean clone). The
+    rehearsal's moto (moto_server) and the tests' (conftest) check the IAM action; the grant's limits still hold
+    (another prefix's object, a write). Not checked: the listing's s3:prefix condition, which moto does not evaluate
+    (nor, yet, the rules proxy): a listing of another prefix is allowed here and refused by AWS."""
+    from _fleet import enforce_iam, node_credentials
+    from conftest import moto_server
+    from lightning_srifty.provision.rehearsal.local_aws import LocalAWS
+
+    with contextlib.ExitStack() as stack:
+        if server == "rehearsal":
+            aws = stack.enter_context(LocalAWS("us-east-1"))
+            admin, url = aws.client("s3"), aws.url  # the nodes' endpoint: the rules proxy before moto
+        else:
+            import boto3
+
+            url = stack.enter_context(moto_server())
+            admin = boto3.client("s3", endpoint_url=url, region_name="us-east-1")
+        admin.create_bucket(Bucket="iam-rule")
+        for key in ("data/a", "other/b"):
+            admin.put_object(Bucket="iam-rule", Key=key, Body=b"x")
+        if server == "rehearsal":
+            keys = aws.principal("reader", json.dumps(S3_READ_POLICY))
+            aws.enforce_iam(True)
+        else:
+            keys = node_credentials(url, json.dumps(S3_READ_POLICY), "reader")
+            enforce_iam(url, True)
+            stack.callback(enforce_iam, url, False)
+        said = s3_calls_under(url, keys)
+    assert said == {
+        "ListObjectsV2 data/": "ok",
+        "ListObjects data/": "ok",
+        "HeadObject data/a": "ok",
+        "GetObject data/a": "ok",
+        "GetObject other/b": "AccessDenied",
+        "PutObject data/c": "AccessDenied",
+    }, said
+
+
 @pytest.mark.slow  # moto's server
 def test_the_aws_rules_proxy_answers_head_with_the_objects_length(moto_endpoint) -> None:
     """A HEAD through the proxy said Content-Length 0 (the length of the empty body it relayed): s3fs sized its reads
