@@ -322,3 +322,29 @@ def boot_as_node(
             return subprocess.run(boot, cwd="/", env=environment, capture_output=True, timeout=240)
         finally:
             end_watchdogs(Path(environment["SRIFTY_STATE_DIR"]))
+
+
+def s3_calls_under(url: str, keys: dict[str, str], bucket: str) -> dict[str, str]:
+    """Each S3 call of a node that reads its data (``data/a`` in ``bucket``; ``other/b`` beside it), made with
+    ``keys``: "ok" or the error's code (a HEAD's bare 403 is AccessDenied)."""
+    from botocore.exceptions import ClientError
+
+    s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    calls = {
+        "ListObjectsV2 data/": lambda: s3.list_objects_v2(Bucket=bucket, Prefix="data/"),
+        "ListObjects data/": lambda: s3.list_objects(Bucket=bucket, Prefix="data/"),
+        "HeadObject data/a": lambda: s3.head_object(Bucket=bucket, Key="data/a"),
+        "GetObject data/a": lambda: s3.get_object(Bucket=bucket, Key="data/a"),
+        "GetObject other/b": lambda: s3.get_object(Bucket=bucket, Key="other/b"),
+        "PutObject data/c": lambda: s3.put_object(Bucket=bucket, Key="data/c", Body=b"c"),
+    }
+    said = {}
+    for name, call in calls.items():
+        try:
+            call()
+            said[name] = "ok"
+        except ClientError as exc:
+            code = exc.response["Error"]["Code"]
+            said[name] = "AccessDenied" if code == "403" else code
+    return said

@@ -335,31 +335,6 @@ S3_READ_POLICY = {
 }  # fmt: skip
 
 
-def s3_calls_under(url: str, keys: dict[str, str]) -> dict[str, str]:
-    """Each S3 call of a node that reads its data, made with ``keys``: "ok" or the error's code."""
-    import boto3
-    from botocore.exceptions import ClientError
-
-    s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
-                      aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
-    calls = {
-        "ListObjectsV2 data/": lambda: s3.list_objects_v2(Bucket="iam-rule", Prefix="data/"),
-        "ListObjects data/": lambda: s3.list_objects(Bucket="iam-rule", Prefix="data/"),
-        "HeadObject data/a": lambda: s3.head_object(Bucket="iam-rule", Key="data/a"),
-        "GetObject data/a": lambda: s3.get_object(Bucket="iam-rule", Key="data/a"),
-        "GetObject other/b": lambda: s3.get_object(Bucket="iam-rule", Key="other/b"),
-        "PutObject data/c": lambda: s3.put_object(Bucket="iam-rule", Key="data/c", Body=b"c"),
-    }
-    said = {}
-    for name, call in calls.items():
-        try:
-            call()
-            said[name] = "ok"
-        except ClientError as exc:
-            said[name] = exc.response["Error"]["Code"]
-    return said
-
-
 @pytest.mark.slow  # moto's server in its own process, twice
 @pytest.mark.parametrize("server", ["rehearsal", "tests"])
 def test_the_local_aws_authorizes_s3_calls_by_their_iam_action(server) -> None:
@@ -371,7 +346,7 @@ def test_the_local_aws_authorizes_s3_calls_by_their_iam_action(server) -> None:
     rehearsal's moto (moto_server) and the tests' (conftest) check the IAM action; the grant's limits still hold
     (another prefix's object, a write). Not checked: the listing's s3:prefix condition, which moto does not evaluate
     (nor, yet, the rules proxy): a listing of another prefix is allowed here and refused by AWS."""
-    from _fleet import enforce_iam, node_credentials
+    from _fleet import enforce_iam, node_credentials, s3_calls_under
     from conftest import moto_server
     from lightning_srifty.provision.rehearsal.local_aws import LocalAWS
 
@@ -394,7 +369,7 @@ def test_the_local_aws_authorizes_s3_calls_by_their_iam_action(server) -> None:
             keys = node_credentials(url, json.dumps(S3_READ_POLICY), "reader")
             enforce_iam(url, True)
             stack.callback(enforce_iam, url, False)
-        said = s3_calls_under(url, keys)
+        said = s3_calls_under(url, keys, "iam-rule")
     assert said == {
         "ListObjectsV2 data/": "ok",
         "ListObjects data/": "ok",
