@@ -100,8 +100,11 @@ class Node:
                 "SRIFTY_USER_DATA_LOG": str(self.log_path),
                 "SRIFTY_WATCHDOG_LOG": str(self.work / "watchdog.log"),
                 "SRIFTY_WATCHDOG_INTERVAL_S": "1",
-                "SRIFTY_PEER_CHECK_S": "2",  # a lost peer seen within seconds, not the fleet's 30
-                "SRIFTY_LOG_INTERVAL_S": "5",
+                # a lost peer seen within seconds, not the fleet's 30, and the log shipped every 15 s, not 30: each
+                # look is two AWS CLI calls (0.5 CPU-s each here); at 2 s and 5 s the looks and uploads were 308 of
+                # a full rehearsal's 448 calls, 150 of its 540 CPU-s (BENCHMARKS, "CI's time", forty-seventh session)
+                "SRIFTY_PEER_CHECK_S": "6",
+                "SRIFTY_LOG_INTERVAL_S": "15",
                 "SRIFTY_BOOTSTRAP_BASE_PYTHON": base_python,
                 "SRIFTY_ALLOW_CPU": "1",  # the GPUs are this machine's cores
                 "OMP_NUM_THREADS": "1",
