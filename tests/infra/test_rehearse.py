@@ -344,8 +344,9 @@ def test_the_local_aws_authorizes_s3_calls_by_their_iam_action(server) -> None:
     against the operation's name (s3:ListObjectsV2, s3:HeadObject: no IAM action has those names), so the module's
     exact grant was refused its listing (stop 80's code failed 6 tests in this session's first clean clone). The
     rehearsal's moto (moto_server) and the tests' (conftest) check the IAM action; the grant's limits still hold
-    (another prefix's object, a write). Not checked: the listing's s3:prefix condition, which moto does not evaluate
-    (nor, yet, the rules proxy): a listing of another prefix is allowed here and refused by AWS."""
+    (another prefix's object, a write). Not checked here: the listing's s3:prefix condition, which moto does not
+    evaluate (a listing of another prefix is allowed here and refused by AWS); the rules proxy in front of moto keeps
+    it (aws_rules.py's s3_list_prefixes, which the rehearsal sets from the role's policy)."""
     from _fleet import enforce_iam, node_credentials, s3_calls_under
     from conftest import moto_server
     from lightning_srifty.provision.rehearsal.local_aws import LocalAWS
