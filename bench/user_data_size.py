@@ -61,6 +61,7 @@ def stage2_values(**overrides: object) -> dict:
         "watchdog_max_age_s": 300,
         "watchdog_asg": 1,
         "stall_s": 1200,
+        "after_fit_s": 1800,
         "secrets": [],
         "data": [],
     }
@@ -85,6 +86,7 @@ VARIANTS = {
         "handover": True,
         "heartbeat": True,
         "stall_s": 0,
+        "after_fit_s": 0,
     },  # main.tf: the launcher watches,
     "one --secret-env": {"secrets": SECRETS[:1]},
     "an FSDP plan (strategy in env)": {"env_count": 1, "env_b64": b64(json.dumps(FSDP))},
@@ -96,6 +98,7 @@ VARIANTS = {
         "handover": True,
         "heartbeat": True,
         "stall_s": 0,
+        "after_fit_s": 0,
         "secrets": SECRETS,
         "env_count": 1,
         "env_b64": b64(json.dumps(FSDP)),

@@ -350,6 +350,10 @@ EXIT_MARK = "exit"
 # fleet node's alike: below the process group's timeout (Lightning's default, 30 min), so that a collective waiting on
 # a hung rank is found before NCCL ends the job as a failure
 STALL_TIMEOUT_S = 1200.0
+# once a job's training has finished (FINISHED.json, at its fit's end), how long its script may still run on the fleet
+# (a test, an export, a model's upload after fit()) before the fleet is released anyway (srifty launch) and the work
+# cut: a script that hangs there bills no longer than this
+AFTER_FIT_TIMEOUT_S = 1800.0
 # "1": the job trains on the CPU on purpose although CUDA sees GPUs (a local trial, tests); else a job srifty started
 # with its Trainer on the CPU stops (launch_checks.refuse_idle_gpus)
 ALLOW_CPU = "SRIFTY_ALLOW_CPU"

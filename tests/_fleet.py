@@ -93,6 +93,7 @@ def template_values(**overrides: object) -> dict:
         "watchdog_max_age_s": 300,
         "watchdog_asg": 0,
         "stall_s": 1200,
+        "after_fit_s": 1800,
         "secrets": [],
         "data": [],
     }

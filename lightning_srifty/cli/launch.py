@@ -61,6 +61,7 @@ def _settings(args: argparse.Namespace) -> Any:
         max_life_h=args.max_life_h,
         start_timeout_s=args.start_timeout_min * 60 if args.start_timeout_min else None,
         stall_timeout_s=args.stall_timeout_min * 60 if args.stall_timeout_min else None,
+        after_fit_timeout_s=args.after_fit_timeout_min * 60,
         spot_policy=args.spot_policy,
         spot_check_s=args.spot_check_s,
         resume=_resume_from(args),
@@ -283,6 +284,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-local-processes", type=positive_int, default=8, help="local: at most this many processes")
     _watch_flags(p)
+    _timeout_flags(p)
     p.add_argument(
         "--simulate-notice-after", type=positive, metavar="S", help="local: a metadata service, spot notice after S s"
     )
@@ -299,8 +301,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _watch_flags(p: argparse.ArgumentParser) -> None:
-    """How the launcher watches a fleet: its heartbeat, the start time-out, each fleet's life cap, the spot guard."""
-    from lightning_srifty.cli._common import nonneg, positive
+    """How the launcher watches a fleet: its heartbeat, each fleet's life cap, the spot guard."""
+    from lightning_srifty.cli._common import positive
 
     p.add_argument(
         "--heartbeat-s",
@@ -317,24 +319,6 @@ def _watch_flags(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="a job (and the instances) whose heartbeat is older than S seconds checkpoints and leaves: a launcher "
         "killed outright leaves nothing running for long (default 600)",
-    )
-    p.add_argument(
-        "--start-timeout-min",
-        type=positive,
-        help="a remote fleet whose job has not taken its first step (or written any record) after this many minutes "
-        "is reported and released: failed boot or setup, OOM, an unreachable checkpoint folder (default 30; local "
-        "processes are watched directly)",
-    )
-    p.add_argument(
-        "--stall-timeout-min",
-        type=nonneg,
-        default=20.0,  # watches.DEFAULT_STALL_TIMEOUT_S (not imported: the parser is built without the launcher)
-        metavar="MIN",
-        help="a job that trained and then showed no sign of life (no step, validation batch or checkpoint save) for "
-        "this many minutes hangs (a GPU that stopped answering, a collective or a read that never returns): its "
-        "fleet is released and the job restarts on new machines of the same entry from the newest checkpoint; the "
-        "same hang again past the same step ends the launch (default 20, under the process group's 30-minute timeout; "
-        "longer where the job's steps need it; 0: not watched)",
     )
     p.add_argument(
         "--max-life-h",
@@ -356,4 +340,37 @@ def _watch_flags(p: argparse.ArgumentParser) -> None:
         default=300.0,
         metavar="S",
         help="the spot policy looks every S seconds (its tick; default 300)",
+    )
+
+
+def _timeout_flags(p: argparse.ArgumentParser) -> None:
+    """How long the launcher gives a fleet's job: to start, between signs of life, and after its training."""
+    from lightning_srifty.cli._common import nonneg, positive
+
+    p.add_argument(
+        "--start-timeout-min",
+        type=positive,
+        help="a remote fleet whose job has not taken its first step (or written any record) after this many minutes "
+        "is reported and released: failed boot or setup, OOM, an unreachable checkpoint folder (default 30; local "
+        "processes are watched directly)",
+    )
+    p.add_argument(
+        "--stall-timeout-min",
+        type=nonneg,
+        default=20.0,  # watches.DEFAULT_STALL_TIMEOUT_S (not imported: the parser is built without the launcher)
+        metavar="MIN",
+        help="a job that trained and then showed no sign of life (no step, validation batch or checkpoint save) for "
+        "this many minutes hangs (a GPU that stopped answering, a collective or a read that never returns): its "
+        "fleet is released and the job restarts on new machines of the same entry from the newest checkpoint; the "
+        "same hang again past the same step ends the launch (default 20, under the process group's 30-minute timeout; "
+        "longer where the job's steps need it; 0: not watched)",
+    )
+    p.add_argument(
+        "--after-fit-timeout-min",
+        type=positive,
+        default=30.0,  # protocol.AFTER_FIT_TIMEOUT_S (not imported: the parser is built without the launcher)
+        metavar="MIN",
+        help="once the job's training has finished, how long its script may still run on the fleet (a test, an "
+        "export, a model's upload after fit()) before the fleet is released anyway and the launch fails; the fleet is "
+        "released as soon as the script has ended on every node (default 30)",
     )

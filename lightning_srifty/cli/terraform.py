@@ -17,36 +17,12 @@ SOURCE_WORDS = {
 
 
 def cmd_terraform(args: argparse.Namespace) -> int:
-    from lightning_srifty.cli._common import code_options, load_catalog
-    from lightning_srifty.provision.terraform.generate import Options, generate
+    from lightning_srifty.cli._common import load_catalog
+    from lightning_srifty.provision.terraform.generate import generate
     from predictor.documents.plan import load_plan
 
     plan = load_plan(args.plan)
-    options = Options(
-        name=args.name,
-        region=args.region,
-        ssh_cidr=tuple(args.ssh_cidr or ()),
-        train_command=args.train_command,
-        setup_command=args.setup_command,
-        resume_from=args.resume_from,
-        mode=args.mode,
-        ami=args.ami,
-        key_name=args.key_name,
-        vpc_id=args.vpc_id,
-        subnet_ids=tuple(s for s in (args.subnet_ids or "").split(",") if s),
-        bucket=args.bucket,
-        root_volume_gb=args.root_volume_gb,
-        aws_endpoint=args.aws_endpoint,
-        max_life_h=args.max_life_h,
-        stall_timeout_s=args.stall_timeout_min * 60 if args.stall_timeout_min else None,
-        max_instances=args.max_instances,
-        max_hourly_usd=args.max_hourly_usd,
-        allow_wide_ssh=args.allow_wide_ssh,
-        ssm_session=args.ssm_session,
-        secret_env=tuple(args.secret_env or ()),
-        availability_zone=args.availability_zone,
-        **code_options(args),
-    )
+    options = _options(args)
     result = generate(plan, args.out, choice=args.choice, options=options, catalog=load_catalog(args))
     entry = plan.entries[args.choice]
     state = "written" if result.changed else "unchanged (already current)"
@@ -76,6 +52,39 @@ def cmd_terraform(args: argparse.Namespace) -> int:
         return 1
     print(f"Review it, then: srifty apply --dir {out}  (or terraform -chdir={out} init/plan/apply)")
     return 0
+
+
+def _options(args: argparse.Namespace) -> Any:
+    """``srifty terraform``'s flags as the generator's :class:`Options` (checked as they are made)."""
+    from lightning_srifty.cli._common import code_options
+    from lightning_srifty.provision.terraform.generate import Options
+
+    return Options(
+        name=args.name,
+        region=args.region,
+        ssh_cidr=tuple(args.ssh_cidr or ()),
+        train_command=args.train_command,
+        setup_command=args.setup_command,
+        resume_from=args.resume_from,
+        mode=args.mode,
+        ami=args.ami,
+        key_name=args.key_name,
+        vpc_id=args.vpc_id,
+        subnet_ids=tuple(s for s in (args.subnet_ids or "").split(",") if s),
+        bucket=args.bucket,
+        root_volume_gb=args.root_volume_gb,
+        aws_endpoint=args.aws_endpoint,
+        max_life_h=args.max_life_h,
+        stall_timeout_s=args.stall_timeout_min * 60 if args.stall_timeout_min else None,
+        after_fit_timeout_s=args.after_fit_timeout_min * 60 if args.after_fit_timeout_min else None,
+        max_instances=args.max_instances,
+        max_hourly_usd=args.max_hourly_usd,
+        allow_wide_ssh=args.allow_wide_ssh,
+        ssm_session=args.ssm_session,
+        secret_env=tuple(args.secret_env or ()),
+        availability_zone=args.availability_zone,
+        **code_options(args),
+    )
 
 
 def _size(n: int) -> str:
@@ -168,8 +177,24 @@ def node_summary(result: Any, options: Any) -> str:
     lines.append(
         f"  life cap     the fleet stops itself {fmt_life(values['max_life_h'])} after its first launch (--max-life-h)"
     )
-    lines.append(_hang_line(values["watchdog"]))
+    lines += _hang_lines(values["watchdog"])
     return "\n".join(lines)
+
+
+def _hang_lines(watchdog: dict[str, Any]) -> list[str]:
+    """The hang watch's line, and with it on a fleet without a launcher, what becomes of a script that hangs after its
+    training (the module's watchdog.after_fit_s)."""
+    lines = [_hang_line(watchdog)]
+    if (watchdog.get("stall_s") or 0) > 0 and not watchdog.get("heartbeat"):
+        after = watchdog.get("after_fit_s", 0)
+        lines.append(
+            f"  after fit    a script silent {after / 60:g} min after its training (a test, an export, an upload) is "
+            "killed and the fleet ends (--after-fit-timeout-min)"
+            if after
+            else "  after fit    no limit (--after-fit-timeout-min 0): a script that hangs after its training bills "
+            "until the life cap"
+        )
+    return lines
 
 
 def _hang_line(watchdog: dict[str, Any]) -> str:
@@ -186,7 +211,8 @@ def _hang_line(watchdog: dict[str, Any]) -> str:
 
 
 def stall_minutes(text: str) -> float:
-    """``--stall-timeout-min``: 0 (off), or the module's bounds of watchdog.stall_s in minutes (1 to 1440)."""
+    """``--stall-timeout-min`` and ``--after-fit-timeout-min``: 0 (off), or the module's bounds of watchdog.stall_s
+    and after_fit_s in minutes (1 to 1440)."""
     from lightning_srifty.cli._common import nonneg
 
     minutes = nonneg(text)
@@ -337,6 +363,16 @@ def _limit_flags(p: argparse.ArgumentParser) -> None:
         "node kills it and leaves to be replaced, and the job resumes from the newest checkpoint; a hang again "
         "at an earlier hang's step ends the fleet (default 20, under the process group's 30-minute "
         "timeout; longer where the job's steps or saves need it; 0: not watched; under srifty launch its own flag)",
+    )
+    p.add_argument(
+        "--after-fit-timeout-min",
+        type=stall_minutes,
+        default=30.0,  # protocol.AFTER_FIT_TIMEOUT_S (not imported: the parser starts fast)
+        metavar="MIN",
+        help="once the job's training has finished, a script that shows no sign of life for this many minutes (a "
+        "test, an export, an upload after fit() that never ends) is killed and the fleet ends, its training done "
+        "and kept in its checkpoints (default 30; 0: no limit; with the hang watch only; under srifty launch its "
+        "own flag)",
     )
     p.add_argument(
         "--max-instances",

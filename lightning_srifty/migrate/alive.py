@@ -32,6 +32,8 @@ class NodeAlive:
         self._first: tuple[int, float] | None = None  # (global step, monotonic) at the first step seen
         self._step = 0
         self._written: float | None = None  # monotonic time of the last write
+        self._over = False  # training has ended: a sign of life now is the script's after it (a test, a validation)
+        self._written_over = False  # what the last write said of it
         self._warned = False
 
     @classmethod
@@ -43,17 +45,21 @@ class NodeAlive:
         now = time.monotonic() if now is None else now
         if self._first is None:
             self._first = (step, now)
-        self._step = step
-        self._write(now, over=False)
+        self._step, self._over = step, False  # a later fit's steps: training again, said at once
+        self._write(now, over=False, force=self._written_over)
 
     def sign(self, now: float | None = None, *, force: bool = False) -> None:
         """A sign of life between steps (a validation batch; a save, ``force``: written whatever the last write's
-        time, since a save is where a long silence begins): counted once the job has stepped."""
+        time, since a save is where a long silence begins): counted once the job has stepped. After its training
+        (a test's or a validation's batches after the fit) it stays a sign of the script's work after training, which
+        the node allows its own limit (the module's ``watchdog.after_fit_s``), not the step's."""
         if self._first is not None:
-            self._write(time.monotonic() if now is None else now, over=False, force=force)
+            self._write(time.monotonic() if now is None else now, over=self._over, force=force)
 
     def over(self) -> None:
-        """Training has ended: what runs until the process exits (an export, an upload) is not a hang."""
+        """Training has ended: what runs until the process exits (a test, an export, an upload) is not a hang until
+        it has been silent for the node's limit after training."""
+        self._over = True
         if self._first is not None:
             self._write(time.monotonic(), over=True, force=True)
 
@@ -66,7 +72,7 @@ class NodeAlive:
     def _write(self, now: float, *, over: bool, force: bool = False) -> None:
         if self.path is None or (not force and self._written is not None and now - self._written < self.every_s):
             return
-        self._written = now
+        self._written, self._written_over = now, over
         step_time = self.step_time_s(now)
         line = f"{self._step} {'-' if step_time is None else f'{step_time:.3f}'} {int(over)}\n"
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")

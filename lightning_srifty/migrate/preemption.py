@@ -143,6 +143,12 @@ class SignsOfLife(Callback):
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         self._alive(trainer)
 
+    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        self._alive(trainer)  # a test after the fit: the script's work after training, alive (its node's own limit)
+
+    def on_predict_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        self._alive(trainer)
+
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: Any) -> None:
         self._alive(trainer, save=True)  # a full save's (ModelCheckpoint's too), state gathered: the write, a limit
 

@@ -198,13 +198,14 @@ variable "max_life_h" {
 }
 
 variable "watchdog" {
-  description = "The instance-side watchdog: heartbeat, interval_s, grace_s, max_age_s, stall_s (the hang watch; 0: off)."
+  description = "The instance-side watchdog: heartbeat, interval_s, grace_s, max_age_s, stall_s (the hang watch; 0: off), after_fit_s (a script silent this long after its training ends the fleet; 0: no limit)."
   type = object({
-    heartbeat  = optional(bool)
-    interval_s = optional(number)
-    grace_s    = optional(number)
-    max_age_s  = optional(number)
-    stall_s    = optional(number)
+    heartbeat   = optional(bool)
+    interval_s  = optional(number)
+    grace_s     = optional(number)
+    max_age_s   = optional(number)
+    stall_s     = optional(number)
+    after_fit_s = optional(number)
   })
   default = {}
 }

@@ -64,6 +64,8 @@ ALLOWED = {
     "Python and minutes in srifty's flag (no one name for both): both said, the flag with its command",
     ("lightning_srifty/provision/launcher/watches.py", "`srifty launch --start-timeout-min`"): "start_timeout_s in "
     "Python, minutes in srifty's flag: both said, the flag with its command",
+    ("lightning_srifty/provision/launcher/launch.py", "`srifty launch --after-fit-timeout-min`"): "after_fit_timeout_s "
+    "in Python, minutes in srifty's flag: both said, the flag with its command",
     ("lightning_srifty/provision/aws.py", "`srifty launch --checkpoint-uri`"): "where a fleet's checkpoint folder was "
     "set, among its tag and the root's output: the launch's parameter and its flag with the command",
     ("lightning_srifty/provision/terraform/snapshot.py", "srifty terraform --no-code"): "no code at all has no "

@@ -50,10 +50,11 @@ CASES = [
     ("MigrationTriggers", "first_check_steps"), ("MigrationTriggers", "work_from"),
     *(("LauncherSettings", name) for name in (
         "choice", "max_migrations", "max_local_processes", "simulate_notice_after", "poll_s", "heartbeat_s",
-        "heartbeat_max_age_s", "max_life_h", "start_timeout_s", "stall_timeout_s", "spot_policy", "spot_check_s")),
+        "heartbeat_max_age_s", "max_life_h", "start_timeout_s", "stall_timeout_s", "after_fit_timeout_s", "spot_policy",
+        "spot_check_s")),
     *(("Options", name) for name in (
         "mode", "root_volume_gb", "max_life_h", "max_instances", "max_hourly_usd", "max_code_mb", "aws_max_retries",
-        "stall_timeout_s")),
+        "stall_timeout_s", "after_fit_timeout_s")),
 ]  # fmt: skip
 
 

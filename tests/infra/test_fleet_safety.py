@@ -753,3 +753,70 @@ def test_the_launch_sees_a_fleets_instance_gone_without_a_word(tmp_path, moto_en
     assert refused.vanished(gone) == ([], []) and refused.vanished(gone) == ([], [])
     assert len([line for line in echo if "could not be listed" in line]) == 1, echo
     assert "UnauthorizedOperation" in echo[-1] and "ec2:DescribeInstances" in echo[-1]
+
+
+def test_the_launch_destroys_a_finished_fleet_only_once_every_nodes_script_has_ended(
+    tmp_path, moto_endpoint, monkeypatch, catalog
+) -> None:
+    """The job's FINISHED.json is written as its fit ends; what the script does after it (a test, an export, a model's
+    upload) and what the boot script does then (the job's outputs and its log beside the checkpoints, then its status
+    record, last) still run. The launch destroyed the fleet at FINISHED.json and cut them (a review): it now waits
+    (``TerraformProvisioner.wait``) until every member of the fleet EC2 still lists has written its status record,
+    bounded by the launch's after_fit_timeout_s. A member that goes away meanwhile is not waited for, nor an instance
+    its group starts after the handover's members are known; the worst exit is the answer; at the timeout the nodes
+    still running are named (None), and said while waited for."""
+    import copy
+
+    import boto3
+
+    from _support import MINIMAL
+    from lightning_srifty.provision.base import LaunchedFleet
+    from lightning_srifty.provision.launcher import terraform_fleet
+    from lightning_srifty.provision.launcher.terraform_fleet import TerraformProvisioner
+    from lightning_srifty.provision.terraform.generate import Options
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="runs")
+    plan = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=10, max_instances=1), catalog=catalog)
+    ec2 = boto3.client("ec2", endpoint_url=moto_endpoint, region_name=plan.entries[0].region)
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+
+    def launch(name: str) -> str:
+        tags = [{"ResourceType": "instance", "Tags": [{"Key": "srifty:fleet", "Value": name}]}]
+        made = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="t3.micro", TagSpecifications=tags)
+        return made["Instances"][0]["InstanceId"]
+
+    def status(fleet: str, instance: str, code: int) -> None:
+        s3.put_object(Bucket="runs", Key=f"job-1/status/{fleet}-{instance}.json", Body=f'{{"exit_code": {code}}}')
+
+    echo: list[str] = []
+    provisioner = TerraformProvisioner(
+        tmp_path, "s3://runs/job-1", Options(aws_endpoint=moto_endpoint), echo=echo.append
+    )
+    provisioner.finish_look_s = 0.05
+    monkeypatch.setattr(terraform_fleet, "FINISH_SAY_S", 0.2)
+    first, second, lost = launch("f-1"), launch("f-1"), launch("f-1")
+    launch("f-10")  # another fleet's: never waited for
+    fleet = LaunchedFleet(plan, 0, "f-1")
+    fleet.data["members"] = {first, second, lost}  # as the handover listed them
+    status("f-1", first, 0)
+    # one node still runs the script's end (an upload): not ended within the time given, named
+    ec2.terminate_instances(InstanceIds=[lost])  # gone meanwhile: nothing to wait for
+    started = time.monotonic()
+    assert provisioner.wait(fleet, 0.5) is None
+    assert time.monotonic() - started >= 0.5 and fleet.data["still_running"] == [second]
+    assert any(f"waiting for its script to end on 1 node(s) of f-1 ({second};" in line for line in echo), echo
+    # its status record comes: the wait ends at once with the worst exit; a member the group started later is not
+    # waited for (no handover's member)
+    launch("f-1")
+    status("f-1", second, 0)
+    assert provisioner.wait(fleet, 30.0) == 0
+    failed = LaunchedFleet(plan, 0, "f-1", {"members": {first, second}})
+    status("f-1", second, 1)
+    assert provisioner.wait(failed, 30.0) == 1
+    # a fleet whose members were never listed: the nodes up now
+    unlisted = LaunchedFleet(plan, 0, "f-1")
+    assert provisioner.wait(unlisted, 0.2) is None and len(unlisted.data["still_running"]) == 1

@@ -97,6 +97,51 @@ def test_a_spot_notice_moves_to_the_next_fleet_of_the_plan(plan, tmp_path) -> No
     assert rec.envs["f-2"]["SRIFTY_PLAN_STARTED_UNIX"] == rec.envs["f-1"]["SRIFTY_PLAN_STARTED_UNIX"]
 
 
+class _ScriptRunsOn(Recorder):
+    """A cloud fleet whose script may still run after the job's training finished: ``wait`` (the terraform
+    provisioner's: every node's status record) answers ``answer``, as the nodes' records would."""
+
+    def __init__(self, answer: int | None) -> None:
+        super().__init__()
+        self.answer = answer
+        self.timeouts: list[float] = []
+
+    def wait(self, fleet, timeout):
+        self.calls.append(("wait", fleet.name))
+        self.timeouts.append(timeout)
+        return self.answer
+
+
+@pytest.mark.parametrize("answer", [0, None], ids=["ended", "still-running"])
+def test_a_finished_job_is_waited_for_until_its_script_ends_and_no_longer(plan, tmp_path, answer) -> None:
+    """FINISHED.json is written as the job's fit ends; the script may still test, export or upload. The launch
+    destroyed the fleet at once and cut that work (a review): it now waits for the fleet (its provisioner's ``wait``)
+    for after_fit_timeout_s (30 min by default), and only then releases it. A script that had not ended by then is cut
+    by the release, and the launch fails, saying so with the step, the time and the setting; the fleet is still
+    released."""
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(
+        plan, tmp_path, job, _ScriptRunsOn(answer), **({} if answer == 0 else {"after_fit_timeout_s": 90})
+    )
+    assert rec.calls[:3] == [("up", "f-1"), ("start", "f-1"), ("wait", "f-1")]
+    assert rec.calls[-1] == ("down", "f-1")  # released either way, once the wait is over
+    if answer == 0:
+        assert rec.timeouts == [markers.AFTER_FIT_TIMEOUT_S] == [1800.0] and result["moves"] == []
+        assert any("srifty launch: finished on" in line for line in result["echo"])
+        return
+    assert rec.timeouts == [90]
+    error = result["error"]
+    assert isinstance(error, MigrationError), error
+    said = str(error)
+    assert "FINISHED.json at step 20" in said and "had not ended 90 s later on f-1" in said, said
+    assert "after_fit_timeout_s" in said and "--after-fit-timeout-min" in said, said
+    assert not any("srifty launch: finished on" in line for line in result["echo"])
+
+
 def test_a_voluntary_move_has_the_new_fleet_up_before_the_job_is_told_to_leave(plan, tmp_path, catalog) -> None:
     other = rank(
         plan_profile(),

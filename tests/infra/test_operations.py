@@ -1467,11 +1467,17 @@ def test_a_job_that_hangs_again_where_it_hung_before_ends_the_fleet(
         {"FAKE_ALIVE": "12 2.000 0", "FAKE_RUN_S": "6"},  # steps of 2 s: four of them (8 s) before a hang
         # one of the node's two ranks at its script's end: the other may still be exporting
         {"FAKE_ALIVE": "12 0.500 1", "FAKE_RUN_S": "6", "FAKE_MARKS": "0"},
-        # both at their end and their processes gone: torchrun waits at its exit barrier for the other nodes (a review)
-        {"FAKE_ALIVE": "12 0.500 1", "FAKE_RUN_S": "6", "FAKE_MARKS": "0 1", "FAKE_MARKS_GONE": "1"},
+        # both at their end and their processes gone: torchrun waits at its exit barrier for the other nodes (a review);
+        # past the limit after training too: the script has ended
+        {"FAKE_ALIVE": "12 0.500 1", "FAKE_RUN_S": "6", "FAKE_MARKS": "0 1", "FAKE_MARKS_GONE": "1",
+         "SRIFTY_AFTER_FIT_S": "2"},
+        # training over, and signs of life since (a test's batches, a validation) within the limit after training
+        {"FAKE_ALIVE": "12 0.500 1", "FAKE_KEEP_ALIVE": "1", "FAKE_TICK_S": "0.2", "FAKE_RUN_S": "6",
+         "SRIFTY_AFTER_FIT_S": "2"},
     ],
-    ids=["signs-of-life", "training-over", "long-steps", "one-rank-of-two-ended", "at-torchruns-exit-barrier"],
-)
+    ids=["signs-of-life", "training-over", "long-steps", "one-rank-of-two-ended", "at-torchruns-exit-barrier",
+         "alive-after-training"],
+)  # fmt: skip
 def test_a_job_that_shows_life_or_has_finished_training_is_not_a_hang(tf_env, tmp_path, extra) -> None:
     run, log, _ = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2)
     assert run.returncode == 0, log[-3000:]
@@ -1479,6 +1485,26 @@ def test_a_job_that_shows_life_or_has_finished_training_is_not_a_hang(tf_env, tm
     # nothing of the watch's files said when there is no hang (a first version's log: "hung.step: No such file")
     assert "No such file" not in log and "No such file" not in read(tmp_path / "watchdog.log"), log[-3000:]
     assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["hung_step"] is None
+
+
+@pytest.mark.parametrize("marks", ["", "0"], ids=["no-rank-ended", "one-rank-of-two-ended"])
+def test_a_script_silent_past_its_limit_after_training_is_killed_and_the_fleet_ends(tf_env, tmp_path, marks) -> None:
+    """Training over (its fit ended, FINISHED.json written), and the script neither ends nor shows a sign of life (a
+    test, an export, an upload that never returns): the stall watch took the job as alive while its process ran, and
+    a fleet without a launcher billed until its life cap. Past the module's watchdog.after_fit_s (here 2 s) the job is
+    killed and the fleet ends: not a hang to replace (its training is done; a replacement would train again to the
+    same end), and not a finished job (its script did not end): torchrun's exit stands, the exit record has no hang
+    step, and no notice marker makes the watchdog keep the node in its group."""
+    extra = {"FAKE_ALIVE": "12 0.500 1", "FAKE_MARKS": marks, "SRIFTY_AFTER_FIT_S": "2"}
+    run, log, took = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2)
+    assert run.returncode == 137, log[-3000:]
+    assert "srifty: the job's training finished at step 12, and its script has shown no sign of life for " in log
+    assert "(its limit after training 2 s: the module's watchdog.after_fit_s): it hangs after its training" in log
+    assert "what the script does after fit() did not end: exit 137 stands, and the fleet ends" in log
+    record = json.loads(read(tmp_path / "exited" / "i-0abc.json"))
+    assert (record["exit_code"], record["final"], record["hung_step"]) == (137, 137, None), record
+    assert not (tmp_path / "state" / "preempted").exists() and not (tmp_path / "state" / "hung").exists()
+    assert took < 30  # not the 50 s the script would have run
 
 
 def test_a_job_whose_ranks_all_ended_but_whose_processes_hang_in_teardown_is_killed_as_finished(

@@ -577,8 +577,9 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
 ) -> None:
     """srifty launch's terraform provisioner against moto: fleet 1 applied and handed over; a drift move request
     (what MigrationTriggers writes); fleet 2 applied while fleet 1 still stands, then LEAVE; the job's checkpoint;
-    fleet 2 handed over with it; fleet 1 destroyed; FINISHED; fleet 2 destroyed. This test plays the training job
-    (moto's instances run nothing): it reads and writes the markers in moto's S3, as the job would."""
+    fleet 2 handed over with it; fleet 1 destroyed; FINISHED; the last fleet destroyed once its nodes' status records
+    say that their script ended. This test plays the training job (moto's instances run nothing): it reads and writes
+    the markers in moto's S3, as the job would."""
     import base64
     import threading
     import time
@@ -694,6 +695,12 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     assert third["env"]["SRIFTY_RESUME"] == "latest" and third["env"]["SRIFTY_RESUME_AFTER"] == "HANDOVER-mig-3.json"
     wait_for(lambda: not groups("mig-2"))
     markers.write_record(uri, markers.Finished(launch_id="T1", step=400))
+    # the script still runs after its fit (a test, an upload): the fleet stands until every node's boot script has
+    # written its status record (last of all, after the job's outputs and log)
+    wait_for(lambda: any("waiting for its script to end on 1 node(s) of mig-3" in line for line in lines))
+    assert groups("mig-3")
+    for instance in _instances(ec2, "mig-3"):
+        s3.put_object(Bucket="runs", Key=f"job-1/status/mig-3-{instance}.json", Body=b'{"exit_code": 0}')
     thread.join(840)
     assert "error" not in result, result.get("error")
     move, lost = result["migrations"]

@@ -1049,6 +1049,40 @@ def test_the_nodes_alive_file_shows_steps_and_validation_as_life_and_the_end_of_
     assert float(alive.read_text().split()[1]) > 0  # the measured seconds a step
 
 
+class _SlowTest(TinyModel):
+    def test_step(self, batch, batch_idx):
+        time.sleep(0.05)
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+
+def test_a_test_after_the_fit_shows_life_after_training(tmp_path, monkeypatch) -> None:
+    """After the fit the node's alive file says training is over (1), and what the script does next has its node's
+    limit after training (the module's watchdog.after_fit_s) rather than a step's. A trainer.test() after the fit
+    shows life as its batches run (the file's time moves on) and keeps saying 1; so does a validate()."""
+    from lightning_srifty import protocol
+
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("SRIFTY_NODE_STATE", str(state))
+    monkeypatch.setattr(protocol, "ALIVE_EVERY_S", 0.05)
+    alive = state / "alive"
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False, dirpath=str(tmp_path / "ckpt"))
+    t = trainer([cb], max_steps=3, limit_test_batches=20, limit_val_batches=20)
+    model = _SlowTest()
+    t.fit(model, train_dataloaders=loader())
+    assert alive.read_text().split()[0::2] == ["3", "1"]
+    seen: list[tuple[str, float]] = []
+    runs = (lambda: t.test(model, dataloaders=loader(n=160), verbose=False), lambda: t.validate(model, loader(160)))
+    for run in runs:
+        before = alive.stat().st_mtime
+        time.sleep(0.05)
+        run()
+        seen.append((alive.read_text(), alive.stat().st_mtime - before))
+    assert [line.split()[0::2] for line, _ in seen] == [["3", "1"], ["3", "1"]], seen
+    assert seen[0][1] > 0.5, seen  # the test's batches (20 of 0.05 s): life, written as they ran
+
+
 def test_the_alive_file_waits_for_the_first_step_is_throttled_and_never_fatal(tmp_path, caplog) -> None:
     from lightning_srifty.migrate.alive import NodeAlive
 
@@ -1068,6 +1102,12 @@ def test_the_alive_file_waits_for_the_first_step_is_throttled_and_never_fatal(tm
     assert (tmp_path / "alive").read_text().startswith("10 ")
     node.over()  # always written
     assert (tmp_path / "alive").read_text().endswith(" 1\n")
+    # a test's or a validation's batch after the fit: the script's work after training, still said over (its node's
+    # limit after training, not a step's: a review found a validate() after the fit wrote 0)
+    node.sign(now=1e9, force=True)
+    assert (tmp_path / "alive").read_text().endswith(" 1\n")
+    node.step(11, now=1e9 + 1)  # a later fit's step, within every_s: training again, said at once
+    assert (tmp_path / "alive").read_text().startswith("11 ") and (tmp_path / "alive").read_text().endswith(" 0\n")
     NodeAlive(None).step(1)  # off a fleet: nothing, no error
     broken = NodeAlive(tmp_path / "missing")
     broken.step(1, now=0.0)

@@ -95,6 +95,11 @@ class LauncherSettings:
       ``stall_timeout_s``: a job that trained and then showed no sign of life (no step, validation batch or checkpoint
       in its ``PROGRESS.json``) for this long hangs, and is restarted from the newest checkpoint on new machines of
       the same entry (default 20 min, under the process group's 30; None: not watched; :class:`~.watches.StallWatch`).
+    - ``after_fit_timeout_s``: once the job's training has finished (``FINISHED.json``, written as its fit ends), how
+      long the script may still run on the fleet (a test, an export, a model's upload after ``fit()``) before the
+      fleet is released anyway, that work cut and the launch failed (default 30 min). The fleet is released as soon
+      as the script has ended on every node (a cloud fleet's nodes: their status records, written once the job's
+      outputs and log are beside the checkpoints).
     - ``spot_policy`` (``srifty``, ``greedy``, ``uniform``, ``off``; None: ``srifty`` for a spot or mixed entry of a
       plan with a deadline, else ``off``) steers the fleet between spot and the same fleet on-demand against the
       plan's deadline, checking every ``spot_check_s`` seconds (:mod:`lightning_srifty.provision.launcher.spot_guard`).
@@ -119,6 +124,7 @@ class LauncherSettings:
     launch_id: str | None = None
     start_timeout_s: float | None = None
     stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
+    after_fit_timeout_s: float = protocol.AFTER_FIT_TIMEOUT_S
     spot_policy: str | None = None
     spot_check_s: float = DEFAULT_CHECK_S
     resume: str = ""
@@ -135,6 +141,7 @@ class LauncherSettings:
         "max_life_h": Setting("number", minimum=0, exclusive=True, optional=True),
         "start_timeout_s": Setting("number", minimum=0, exclusive=True, optional=True),
         "stall_timeout_s": Setting("number", minimum=0, exclusive=True, optional=True),
+        "after_fit_timeout_s": Setting("number", minimum=0, exclusive=True),
         "spot_policy": Setting("choice", choices=POLICY_NAMES, optional=True),
         "spot_check_s": Setting("number", minimum=0, exclusive=True),
     }
@@ -203,7 +210,7 @@ def launch(
         ckpt=ckpt, launch_id=launch_id, log_path=root / "migrations.jsonl", name=s.name,
         max_migrations=s.max_migrations, poll_s=s.poll_s, max_life_h=s.max_life_h, start_timeout_s=start_timeout_s,
         spot_policy=spot_policy, spot_check_s=s.spot_check_s, catalog=catalog, resume=s.resume,
-        stall_timeout_s=s.stall_timeout_s,
+        stall_timeout_s=s.stall_timeout_s, after_fit_timeout_s=s.after_fit_timeout_s,
     )  # fmt: skip
     heartbeat = HeartbeatWriter(ckpt, launch_id, s.heartbeat_s, s.heartbeat_max_age_s, echo)
     legs = Legs(provisioner, heartbeat, run, echo, Silence(run.start_timeout_s, echo), StallWatch(run.stall_timeout_s))
@@ -262,6 +269,28 @@ def left_for_good(fleet: str, left: Preempted) -> MigrationError:
         step=left.step,
         why=left.why,
         checkpoint=left.checkpoint or "(none)",
+    )
+
+
+def wait_for_script(provisioner: Provisioner, fleet: LaunchedFleet, run: Run) -> None:
+    """Once the job's training has finished on ``fleet``: wait up to ``run.after_fit_timeout_s`` for its script to end
+    there, so that the release cuts nothing it does after its fit (a test, an export, an upload).
+
+    Raises:
+        MigrationError: it still ran then (the nodes named, when the provisioner knows them; the fleet is released,
+            and that work cut, by the launch's end), with where to look and the setting, in Python and as srifty's
+            flag.
+    """
+    if _wait_exit(provisioner, fleet, run.after_fit_timeout_s) is not _STILL_RUNNING:
+        return
+    finished = protocol.read_record(run.ckpt, Finished, run.launch_id)
+    running = fleet.data.get("still_running") or [fleet.name]
+    raise MigrationError(
+        f"The job's training finished on {fleet.entry.fleet} (FINISHED.json at step "
+        f"{finished.step if finished else '?'}), but its script had not ended {run.after_fit_timeout_s:.0f} s later "
+        f"on {', '.join(running)}: what it does after fit() (a test, an export, an upload) is cut as the fleet is "
+        "released. See where it waits in the nodes' logs (srifty logs), and raise after_fit_timeout_s (`srifty "
+        "launch --after-fit-timeout-min`) if that work really takes longer."
     )
 
 
@@ -525,9 +554,10 @@ class Launcher:
         )
 
     def _finish(self) -> None:
-        """The job finished: its processes are let go, the moves measured are reported and the run is said."""
-        _wait_exit(self.provisioner, self.fleet)
+        """The job finished: the moves measured are reported, its script's end is waited for (:func:`wait_for_script`,
+        which raises when it had not ended in time) and the run is said."""
         self._flush()
+        wait_for_script(self.provisioner, self.fleet, self.settings)
         self.echo(f"srifty launch: finished on {self.fleet.entry.fleet} after {len(self.migrations)} migration(s)")
 
     # --- the job left: the next leg ----------------------------------------------------------------------------
@@ -784,8 +814,15 @@ def _lost_trigger(fleet: LaunchedFleet) -> str:
     return "node" if fleet.entry.market == "on-demand" else "spot"
 
 
-def _wait_exit(provisioner: Provisioner, fleet: LaunchedFleet, timeout: float = 120.0) -> None:
-    """Local processes: wait for them to exit (the marker comes just before) so the next fleet has the machine."""
+_STILL_RUNNING = object()  # _wait_exit's answer for a fleet whose job still ran when its time was up
+
+
+def _wait_exit(provisioner: Provisioner, fleet: LaunchedFleet, timeout: float = 120.0) -> object:
+    """Wait for the fleet's job to exit (the record comes just before), so that the next fleet has the machine (local
+    processes) and the release cuts nothing (a cloud fleet's nodes); a provisioner that cannot tell is not waited
+    for. :data:`_STILL_RUNNING` (and the fleet stopped) when the job still ran ``timeout`` s later."""
     wait = getattr(provisioner, "wait", None)
     if wait is not None and wait(fleet, timeout) is None:
         provisioner.stop(fleet)
+        return _STILL_RUNNING
+    return None

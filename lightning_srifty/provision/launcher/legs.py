@@ -205,6 +205,7 @@ class Run:
     catalog: Any
     resume: str = ""  # the first fleet's checkpoint to resume from ("": a fresh start)
     stall_timeout_s: float | None = None  # a job that trained and then showed no sign of life this long hangs
+    after_fit_timeout_s: float = protocol.AFTER_FIT_TIMEOUT_S  # the script's time after its training finished
 
 
 class Legs:

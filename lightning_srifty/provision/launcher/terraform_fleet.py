@@ -65,6 +65,8 @@ LIVE = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
 # is eventually consistent ("the results of an API command you run might not be immediately visible to all subsequent
 # commands", docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html)
 VANISHED_CONFIRM_S = 10.0
+FINISH_LOOK_S = 5.0  # how often the launch looks for the nodes' status records once the job's training finished
+FINISH_SAY_S = 60.0  # and how often it says which nodes it still waits for
 
 
 def wait_for_capacity(
@@ -141,6 +143,7 @@ class TerraformProvisioner:
         )
         self.catalog, self.echo = catalog, echo
         self.capacity_timeout_s = CAPACITY_TIMEOUT_S
+        self.finish_look_s = FINISH_LOOK_S
         # partly applied fleets whose destroy failed where the apply failed: the launcher's release destroys them
         # again at its end, whatever ended it (launch._release), so that nothing it made is left billing unnamed
         self.leftovers: list[LaunchedFleet] = []
@@ -249,6 +252,48 @@ class TerraformProvisioner:
 
     def poll(self, fleet: LaunchedFleet) -> int | None:
         return None  # the job runs on the instances: the markers beside the checkpoints tell
+
+    def wait(self, fleet: LaunchedFleet, timeout: float) -> int | None:
+        """Once the job's training has finished (``FINISHED.json``, written as its fit ends): wait until the script
+        has ended on every node of the fleet, so that the destroy that follows cuts nothing the script does after its
+        fit (a test, an export, a model's upload) nor what the boot script does then (the job's outputs and its log
+        beside the checkpoints). Each node's boot script writes its status record (``status/<fleet>-<instance
+        id>.json``) last of all (the module's ``on_exit``). The nodes waited for are the fleet's members EC2 still
+        lists; one that goes away meanwhile is not waited for, nor one its group starts now. The worst of their exits
+        (0 when every one ended well); None when some still ran ``timeout`` s later, their ids in ``fleet.data``'s
+        ``still_running``."""
+        start = time.monotonic()
+        said = start - FINISH_SAY_S
+        codes: dict[str, int] = {}
+        while True:
+            waiting: list[str] = []
+            try:
+                members = fleet.data.setdefault("members", set())
+                live = self._live(fleet)
+                if not members:  # a fleet never listed since its handover: the nodes up now
+                    members.update(live)
+                for instance in sorted(members & live - set(codes)):
+                    status = store.read(self.checkpoint_uri, f"status/{fleet.name}-{instance}.json")
+                    if isinstance(status, dict):
+                        codes[instance] = int(status.get("exit_code") or 0)
+                    else:
+                        waiting.append(instance)
+            except Exception as exc:  # noqa: BLE001 - unread this time: looked at again until the timeout
+                waiting = waiting or [f"(the fleet's instances or records could not be read: {exc})"]
+            if not waiting:
+                return next((code for code in codes.values() if code), 0)
+            now = time.monotonic()
+            if now - start >= timeout:
+                fleet.data["still_running"] = waiting
+                return None
+            if now - said >= FINISH_SAY_S:
+                said = now
+                self.echo(
+                    f"srifty launch: the job's training finished; waiting for its script to end on {len(waiting)} "
+                    f"node(s) of {fleet.name} ({', '.join(waiting)}; {now - start:.0f} of {timeout:.0f} s), then the "
+                    "fleet is destroyed"
+                )
+            time.sleep(self.finish_look_s)
 
     def node_verdicts(self, fleet: LaunchedFleet) -> list[int | None] | None:
         """What each node of the fleet said of its job's end (:func:`protocol.node_verdicts`): a one-node fleet's

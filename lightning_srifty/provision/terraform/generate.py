@@ -115,6 +115,9 @@ class Options:
     # a job that shows no sign of life this long after its first step hangs: the node kills it and leaves to be
     # replaced (the module's watchdog.stall_s; None: off; under srifty launch the launcher watches instead)
     stall_timeout_s: float | None = protocol.STALL_TIMEOUT_S
+    # once the job's training has finished, a script silent this long (a test, an export, an upload that never ends) is
+    # killed and the fleet ends (the module's watchdog.after_fit_s, in the same watch; None: no limit)
+    after_fit_timeout_s: float | None = protocol.AFTER_FIT_TIMEOUT_S
     max_instances: int | None = None  # guard; default: the plan's constraints.max_instances
     max_hourly_usd: float | None = None  # guard; default: the plan's constraints.max_hourly_usd (None: no limit)
     allow_wide_ssh: bool = False  # let --ssh-cidr blocks cover more than a /8 worth of addresses (never 0.0.0.0/0)
@@ -155,6 +158,7 @@ class Options:
         ),
         "max_life_h": Setting("number", minimum=0.25, maximum=MAX_LIFE_H, optional=True),
         "stall_timeout_s": Setting("number", minimum=60, maximum=86400, optional=True),
+        "after_fit_timeout_s": Setting("number", minimum=60, maximum=86400, optional=True),
         "max_instances": Setting("int", minimum=1, optional=True),
         "max_hourly_usd": Setting("number", minimum=0, exclusive=True, optional=True),
         "max_code_mb": Setting("number", minimum=0, exclusive=True),
@@ -265,13 +269,7 @@ def tfvars(
         "checkpoints": checkpoints,
         "train": _train(entry, options, argv, code),
         "max_life_h": max_life_h,
-        # the job's grace after SIGTERM, from the watchdog and from torchrun alike: the plan's checkpoint save x 2
-        # + 30 s, so that a leaving save is never cut by SIGKILL
-        "watchdog": {
-            "heartbeat": options.handover,
-            "grace_s": shutdown_grace_s(plan.checkpoint_s),
-            "stall_s": 0 if options.stall_timeout_s is None else round(options.stall_timeout_s),
-        },
+        "watchdog": _watchdog(plan, options),
         "limits": {"max_instances": max_instances, "max_hourly_usd": max_hourly},
         "predicted": _predicted(entry, usd_per_hour, unit),
         "tags": _tags(plan, choice, entry, options, prefix, max_life_h),
@@ -581,6 +579,18 @@ def _checkpoints(options: Options, name: str) -> tuple[str, dict[str, Any]]:
         # boot scripts, the code); every AWS endpoint is https, where the policy stays
         checkpoints["tls_only"] = False
     return prefix, checkpoints
+
+
+def _watchdog(plan: Plan, options: Options) -> dict[str, Any]:
+    """The module's watchdog: the launcher's heartbeat (srifty launch), the job's grace after SIGTERM, from the
+    watchdog and from torchrun alike (the plan's checkpoint save x 2 + 30 s, so that a leaving save is never cut by
+    SIGKILL), the nodes' hang watch and their limit after training (0: off)."""
+    return {
+        "heartbeat": options.handover,
+        "grace_s": shutdown_grace_s(plan.checkpoint_s),
+        "stall_s": 0 if options.stall_timeout_s is None else round(options.stall_timeout_s),
+        "after_fit_s": 0 if options.after_fit_timeout_s is None else round(options.after_fit_timeout_s),
+    }
 
 
 def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot | None) -> dict[str, Any]:

@@ -373,6 +373,8 @@ locals {
   # the nodes' hang watch: none under srifty launch (the launcher watches), never shorter than the job's grace (which
   # bounds a save: a save that fits in it is not a hang)
   stall_s = var.watchdog.heartbeat || var.watchdog.stall_s == 0 ? 0 : max(var.watchdog.stall_s, var.watchdog.grace_s)
+  # and, in that watch, how long a script may stay silent once its training has finished (an export, an upload)
+  after_fit_s = local.stall_s == 0 ? 0 : var.watchdog.after_fit_s
   boot_scripts = { for k, g in local.groups : k => templatefile("${path.module}/templates/user_data.sh.tftpl", {
     name                 = var.name
     setup_command        = var.train.setup_command
@@ -401,6 +403,7 @@ locals {
     watchdog_grace_s     = var.watchdog.grace_s
     watchdog_max_age_s   = var.watchdog.max_age_s
     stall_s              = local.stall_s
+    after_fit_s          = local.after_fit_s
     watchdog_asg         = var.capacity.mode == "asg" ? 1 : 0
     secrets              = var.secrets
     data                 = var.data

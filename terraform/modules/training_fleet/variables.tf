@@ -348,19 +348,20 @@ variable "max_life_h" {
 }
 
 variable "watchdog" {
-  description = "The instance-side watchdog (templates/watchdog.sh): every interval_s seconds it stops the job (SIGTERM, grace_s seconds to checkpoint) and terminates the instance when the job has exited or the life cap has passed; with heartbeat = true (srifty launch) also when the launcher's HEARTBEAT.json under the checkpoint prefix is older than its max_age_s, past its max_life_until_unix, or unreadable for max_age_s seconds. Without heartbeat, the boot script's stall watch: a job that showed no sign of life for stall_s seconds (or four of its steps, or grace_s, the longest) after its first step hangs; it is killed and the node leaves to be replaced (its replacement resumes from the newest checkpoint), unless it hung again at an earlier node's hang step of this life of the fleet (the job's own hang: the fleet ends). 0: off. Under srifty launch the launcher watches instead (--stall-timeout-min)."
+  description = "The instance-side watchdog (templates/watchdog.sh): every interval_s seconds it stops the job (SIGTERM, grace_s seconds to checkpoint) and terminates the instance when the job has exited or the life cap has passed; with heartbeat = true (srifty launch) also when the launcher's HEARTBEAT.json under the checkpoint prefix is older than its max_age_s, past its max_life_until_unix, or unreadable for max_age_s seconds. Without heartbeat, the boot script's stall watch: a job that showed no sign of life for stall_s seconds (or four of its steps, or grace_s, the longest) after its first step hangs; it is killed and the node leaves to be replaced (its replacement resumes from the newest checkpoint), unless it hung again at an earlier node's hang step of this life of the fleet (the job's own hang: the fleet ends). 0: off. Once its training has finished (its fit ended), a script that shows no sign of life for after_fit_s seconds (a test, an export, an upload that never ends; 0: no limit) is killed and the fleet ends: its training is done and in its checkpoints. Under srifty launch the launcher watches instead (--stall-timeout-min, --after-fit-timeout-min)."
   type = object({
-    heartbeat  = optional(bool, false)
-    interval_s = optional(number, 60)
-    grace_s    = optional(number, 120)
-    max_age_s  = optional(number, 300)
-    stall_s    = optional(number, 1200)
+    heartbeat   = optional(bool, false)
+    interval_s  = optional(number, 60)
+    grace_s     = optional(number, 120)
+    max_age_s   = optional(number, 300)
+    stall_s     = optional(number, 1200)
+    after_fit_s = optional(number, 1800)
   })
   default = {}
 
   validation {
-    condition     = alltrue([for v in [var.watchdog.interval_s, var.watchdog.grace_s, var.watchdog.max_age_s, var.watchdog.stall_s] : floor(v) == v]) && var.watchdog.interval_s >= 5 && var.watchdog.interval_s <= 600 && var.watchdog.grace_s >= 0 && var.watchdog.grace_s <= 3600 && var.watchdog.max_age_s >= 60 && var.watchdog.max_age_s <= 86400 && (var.watchdog.stall_s == 0 || (var.watchdog.stall_s >= 60 && var.watchdog.stall_s <= 86400))
-    error_message = "The watchdog needs whole seconds: interval_s from 5 to 600, grace_s from 0 to 3600, max_age_s from 60 to 86400, stall_s 0 (off) or from 60 to 86400."
+    condition     = alltrue([for v in [var.watchdog.interval_s, var.watchdog.grace_s, var.watchdog.max_age_s, var.watchdog.stall_s, var.watchdog.after_fit_s] : floor(v) == v]) && var.watchdog.interval_s >= 5 && var.watchdog.interval_s <= 600 && var.watchdog.grace_s >= 0 && var.watchdog.grace_s <= 3600 && var.watchdog.max_age_s >= 60 && var.watchdog.max_age_s <= 86400 && (var.watchdog.stall_s == 0 || (var.watchdog.stall_s >= 60 && var.watchdog.stall_s <= 86400)) && (var.watchdog.after_fit_s == 0 || (var.watchdog.after_fit_s >= 60 && var.watchdog.after_fit_s <= 86400))
+    error_message = "The watchdog needs whole seconds: interval_s from 5 to 600, grace_s from 0 to 3600, max_age_s from 60 to 86400, stall_s and after_fit_s 0 (off) or from 60 to 86400."
   }
 }
 
