@@ -764,7 +764,8 @@ def test_the_launch_destroys_a_finished_fleet_only_once_every_nodes_script_has_e
     (``TerraformProvisioner.wait``) until every member of the fleet EC2 still lists has written its status record,
     bounded by the launch's after_fit_timeout_s. A member that goes away meanwhile is not waited for, nor an instance
     its group starts after the handover's members are known; the worst exit is the answer; at the timeout the nodes
-    still running are named (None), and said while waited for."""
+    still running are named (None), and said while waited for. Credentials that may not list instances: the members
+    known since the handover, said once."""
     import copy
 
     import boto3
@@ -820,3 +821,14 @@ def test_the_launch_destroys_a_finished_fleet_only_once_every_nodes_script_has_e
     # a fleet whose members were never listed: the nodes up now
     unlisted = LaunchedFleet(plan, 0, "f-1")
     assert provisioner.wait(unlisted, 0.2) is None and len(unlisted.data["still_running"]) == 1
+
+    # the launcher's credentials may not list instances: the members known since the handover are waited for, said
+    def refused(_fleet):
+        raise RuntimeError("UnauthorizedOperation: not authorized: ec2:DescribeInstances")
+
+    monkeypatch.setattr(provisioner, "_live", refused)
+    known = LaunchedFleet(plan, 0, "f-1", {"members": {first, lost}})
+    assert provisioner.wait(known, 0.3) is None and known.data["still_running"] == [lost]
+    assert sum("could not be listed (UnauthorizedOperation" in line for line in echo) == 1, echo
+    status("f-1", lost, 0)
+    assert provisioner.wait(known, 5.0) == 0

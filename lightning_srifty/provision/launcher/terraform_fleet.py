@@ -259,41 +259,53 @@ class TerraformProvisioner:
         fit (a test, an export, a model's upload) nor what the boot script does then (the job's outputs and its log
         beside the checkpoints). Each node's boot script writes its status record (``status/<fleet>-<instance
         id>.json``) last of all (the module's ``on_exit``). The nodes waited for are the fleet's members EC2 still
-        lists; one that goes away meanwhile is not waited for, nor one its group starts now. The worst of their exits
+        lists (all of them when EC2 refuses the listing, said once); one that goes away meanwhile is not waited for, nor
+        one its group starts now. The worst of their exits
         (0 when every one ended well); None when some still ran ``timeout`` s later, their ids in ``fleet.data``'s
         ``still_running``."""
         start = time.monotonic()
         said = start - FINISH_SAY_S
         codes: dict[str, int] = {}
+        unlisted = False
         while True:
             waiting: list[str] = []
+            members = fleet.data.setdefault("members", set())
             try:
-                members = fleet.data.setdefault("members", set())
-                live = self._live(fleet)
-                if not members:  # a fleet never listed since its handover: the nodes up now
-                    members.update(live)
-                for instance in sorted(members & live - set(codes)):
+                live: set[str] | None = self._live(fleet)
+            except Exception as exc:  # noqa: BLE001 - then the members known since the handover, all taken as up
+                live = None
+                if not unlisted:
+                    unlisted = True
+                    self.echo(
+                        f"srifty launch: the instances of {fleet.name} could not be listed ({exc}): waiting for the "
+                        "status records of the nodes known since the handover (ec2:DescribeInstances for the "
+                        "launcher's credentials)"
+                    )
+            if not members and live:  # a fleet never listed since its handover: the nodes up now
+                members.update(live)
+            try:
+                for instance in sorted((members if live is None else members & live) - set(codes)):
                     status = store.read(self.checkpoint_uri, f"status/{fleet.name}-{instance}.json")
                     if isinstance(status, dict):
                         codes[instance] = int(status.get("exit_code") or 0)
                     else:
                         waiting.append(instance)
             except Exception as exc:  # noqa: BLE001 - unread this time: looked at again until the timeout
-                waiting = waiting or [f"(the fleet's instances or records could not be read: {exc})"]
+                waiting = waiting or [f"(the fleet's status records could not be read: {exc})"]
             if not waiting:
                 return next((code for code in codes.values() if code), 0)
             now = time.monotonic()
-            if now - start >= timeout:
-                fleet.data["still_running"] = waiting
-                return None
-            if now - said >= FINISH_SAY_S:
+            if now - said >= FINISH_SAY_S:  # the first look's too, however long it took
                 said = now
                 self.echo(
                     f"srifty launch: the job's training finished; waiting for its script to end on {len(waiting)} "
                     f"node(s) of {fleet.name} ({', '.join(waiting)}; {now - start:.0f} of {timeout:.0f} s), then the "
                     "fleet is destroyed"
                 )
-            time.sleep(self.finish_look_s)
+            if now - start >= timeout:
+                fleet.data["still_running"] = waiting
+                return None
+            time.sleep(min(self.finish_look_s, max(0.0, timeout - (now - start))))  # a last look at the limit
 
     def node_verdicts(self, fleet: LaunchedFleet) -> list[int | None] | None:
         """What each node of the fleet said of its job's end (:func:`protocol.node_verdicts`): a one-node fleet's
