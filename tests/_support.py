@@ -312,10 +312,39 @@ def ended_after_its_work(returncode: int, log: str) -> bool:
     return False
 
 
+# torchrun's report when its one local process died of SIGABRT (elastic/multiprocessing/errors: the root cause first,
+# "<NO_OTHER_FAILURES>" when it is the only one); the agent itself then exits 1 (its ChildFailedError)
+TORCHRUN_ROOT_ABORT = re.compile(
+    r"Root Cause \(first observed failure\):\s*\[0\]:.*?rank\s*: (\d+) \(local_rank: \d+\)"
+    r"\s*exitcode\s*: -6 \(pid",
+    re.S,
+)
+
+
+def agent_ended_after_its_work(returncode: int, log: str) -> bool:
+    """Whether a torchrun agent of one process per node (its output in ``log``) ended after its work: exit 0, or exit
+    1 with torch's report naming one failure only, its process's SIGABRT, and the log saying torch's teardown abort
+    (:data:`TEARDOWN_ABORT`) after that process's rank said its work was written (:data:`DONE`): the abort of
+    :func:`ended_after_its_work`, seen through the agent (stop 80's clean-clone CI, a two-node FSDP leg)."""
+    if returncode == 0:
+        return True
+    root = TORCHRUN_ROOT_ABORT.search(log)
+    if returncode != 1 or root is None or "<NO_OTHER_FAILURES>" not in log:
+        return False
+    ended = log.rfind(f"{DONE} {root.group(1)}\n")
+    if ended >= 0 and log.rfind(TEARDOWN_ABORT) > ended:
+        print(
+            f"torch's teardown aborted rank {root.group(1)} after its work (its agent exit 1): taken as done",
+            file=sys.stderr,
+        )
+        return True
+    return False
+
+
 def run_nodes(out: Path, nodes: list[tuple[list[str], dict[str, str]]], timeout_s: float = 300) -> None:
     """Start each node's command (a torchrun agent: its argv and environment) 2 s after the previous one, as a fleet's
     nodes never boot together, its output in ``out/node<i>.log``; wait for all, kill what a timeout leaves running,
-    and fail with a node's log tail when it did not exit 0."""
+    and fail with a node's log tail when it did not end after its work (:func:`agent_ended_after_its_work`)."""
     agents = []
     for i, (argv, env) in enumerate(nodes):
         if i:
@@ -329,4 +358,5 @@ def run_nodes(out: Path, nodes: list[tuple[list[str], dict[str, str]]], timeout_
             if agent.poll() is None:
                 agent.kill()
     for i, rc in enumerate(codes):
-        assert rc == 0, (out / f"node{i}.log").read_text()[-4000:]
+        log = (out / f"node{i}.log").read_text()
+        assert agent_ended_after_its_work(rc, log), f"node {i}: exit {rc}\n{log[-4000:]}"

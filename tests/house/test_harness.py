@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from _support import DONE, TEARDOWN_ABORT, ended_after_its_work
+from _support import DONE, TEARDOWN_ABORT, agent_ended_after_its_work, ended_after_its_work
 
 FIT = "`Trainer.fit` stopped: `max_steps=12` reached.\n"
 
@@ -28,3 +28,43 @@ FIT = "`Trainer.fit` stopped: `max_steps=12` reached.\n"
 )
 def test_only_torchs_teardown_abort_after_the_work_passes_as_done(code, log, ok) -> None:
     assert ended_after_its_work(code, log) is ok
+
+
+def _report(rank: int = 0, code: int = -6, others: str = "  <NO_OTHER_FAILURES>") -> str:
+    """torchrun's report as stop 80's CI printed it (a node's agent, one local process)."""
+    return (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "========================================================\n"
+        "tests/scripts/fsdp_migrate_run.py FAILED\n"
+        "--------------------------------------------------------\n"
+        f"Failures:\n{others}\n"
+        "--------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n"
+        "[0]:\n"
+        "  time      : 2026-12-05_04:04:56\n"
+        "  host      : localhost\n"
+        f"  rank      : {rank} (local_rank: 0)\n"
+        f"  exitcode  : {code} (pid: 10354)\n"
+        "  error_file: <N/A>\n"
+        "========================================================\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "log", "ok"),
+    [
+        (0, "", True),
+        (1, f"{FIT}{DONE} 0\n{TEARDOWN_ABORT}\n{_report(0)}", True),  # stop 80's node 0: work written, then the abort
+        (1, f"{FIT}{DONE} 1\n{TEARDOWN_ABORT}\n{_report(1)}", True),  # the other node holds rank 1
+        (1, f"{FIT}{DONE} 1\n{TEARDOWN_ABORT}\n{_report(0)}", False),  # the report's rank never said it was done
+        (1, f"{FIT}{TEARDOWN_ABORT}\n{_report(0)}", False),  # aborted before its work was written
+        (1, f"{FIT}{DONE} 0\n{_report(0)}", False),  # SIGABRT without torch's message
+        (1, f"{FIT}{DONE} 0\n{TEARDOWN_ABORT}\n{_report(0, code=1)}", False),  # the process's own exit code
+        (1, f"{FIT}{DONE} 0\n{TEARDOWN_ABORT}\n{_report(0, code=-11)}", False),  # a segfault
+        (1, f"{FIT}{DONE} 0\n{TEARDOWN_ABORT}\n{_report(0, others='  [1]:')}", False),  # another failure besides
+        (2, f"{FIT}{DONE} 0\n{TEARDOWN_ABORT}\n{_report(0)}", False),  # the agent's exit is not ChildFailedError's
+        (1, f"{FIT}{DONE} 0\n{TEARDOWN_ABORT}\n", False),  # no report: the agent failed some other way
+    ],
+)
+def test_a_torchrun_agent_passes_as_done_only_after_its_processs_teardown_abort(code, log, ok) -> None:
+    assert agent_ended_after_its_work(code, log) is ok
