@@ -86,7 +86,7 @@ def main() -> int:
             threads = [threading.Thread(target=end_at, args=(name, i, e, start, when)) for i, e in zip(ids, ends)]
             for t in threads:
                 t.start()
-            answer = provisioner.wait(launched, 120.0)
+            answer = provisioner.wait_after_fit(launched, 120.0)
             returned = time.monotonic()
             for t in threads:
                 t.join()
@@ -98,7 +98,7 @@ def main() -> int:
         start = time.monotonic()
         when = {}
         end_at("hung", ids[0], 0.0, start, when)
-        answer = provisioner.wait(hung, args.limit_s)
+        answer = provisioner.wait_after_fit(hung, args.limit_s)
         print(
             f"a node that never ends: the wait returned {answer} after {time.monotonic() - start:.2f} s "
             f"(limit {args.limit_s} s), still running: {hung.data.get('still_running')} (of {ids})"

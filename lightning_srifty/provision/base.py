@@ -43,7 +43,11 @@ class Provisioner(Protocol):
     ``node_verdicts(fleet)``, what each node of a fleet said of its job's end (the Terraform fleets' boot scripts:
     :func:`lightning_srifty.protocol.node_verdicts`), which tells a job that failed because the fleet lost a node
     without a notice from one that failed (:class:`lightning_srifty.provision.launcher.launch.LostNodeWatch`), and
-    ``node_faults(fleet)``, what failed on its nodes' GPUs (a machine's fault, not the market's)."""
+    ``node_faults(fleet)``, what failed on its nodes' GPUs (a machine's fault, not the market's). ``wait(fleet,
+    timeout)``, where it has it, waits for the job's processes to exit (the local machine the next leg needs: after
+    every leave and at the end); ``wait_after_fit(fleet, timeout)`` only once the job's training finished, for its
+    script to end on every node (a cloud fleet: before its release). Each answers the job's exit status, or None when
+    it still ran ``timeout`` s later."""
 
     kind: str
     # torchrun numbers the job's ranks in the order the fleet's nodes join its rendezvous (instances that boot apart),

@@ -761,11 +761,11 @@ def test_the_launch_destroys_a_finished_fleet_only_once_every_nodes_script_has_e
     """The job's FINISHED.json is written as its fit ends; what the script does after it (a test, an export, a model's
     upload) and what the boot script does then (the job's outputs and its log beside the checkpoints, then its status
     record, last) still run. The launch destroyed the fleet at FINISHED.json and cut them (a review): it now waits
-    (``TerraformProvisioner.wait``) until every member of the fleet EC2 still lists has written its status record,
-    bounded by the launch's after_fit_timeout_s. A member that goes away meanwhile is not waited for, nor an instance
-    its group starts after the handover's members are known; the worst exit is the answer; at the timeout the nodes
-    still running are named (None), and said while waited for. Credentials that may not list instances: the members
-    known since the handover, said once."""
+    (``TerraformProvisioner.wait_after_fit``) until every member of the fleet EC2 still lists has written its status
+    record, bounded by the launch's after_fit_timeout_s. A member that goes away meanwhile is not waited for, nor an
+    instance its group starts after the handover's members are known; the worst exit is the answer; at the timeout
+    the nodes still running are named (None), and said while waited for. Credentials that may not list instances:
+    the members known since the handover, said once."""
     import copy
 
     import boto3
@@ -807,20 +807,20 @@ def test_the_launch_destroys_a_finished_fleet_only_once_every_nodes_script_has_e
     # one node still runs the script's end (an upload): not ended within the time given, named
     ec2.terminate_instances(InstanceIds=[lost])  # gone meanwhile: nothing to wait for
     started = time.monotonic()
-    assert provisioner.wait(fleet, 0.5) is None
+    assert provisioner.wait_after_fit(fleet, 0.5) is None
     assert time.monotonic() - started >= 0.5 and fleet.data["still_running"] == [second]
     assert any(f"waiting for its script to end on 1 node(s) of f-1 ({second};" in line for line in echo), echo
     # its status record comes: the wait ends at once with the worst exit; a member the group started later is not
     # waited for (no handover's member)
     launch("f-1")
     status("f-1", second, 0)
-    assert provisioner.wait(fleet, 30.0) == 0
+    assert provisioner.wait_after_fit(fleet, 30.0) == 0
     failed = LaunchedFleet(plan, 0, "f-1", {"members": {first, second}})
     status("f-1", second, 1)
-    assert provisioner.wait(failed, 30.0) == 1
+    assert provisioner.wait_after_fit(failed, 30.0) == 1
     # a fleet whose members were never listed: the nodes up now
     unlisted = LaunchedFleet(plan, 0, "f-1")
-    assert provisioner.wait(unlisted, 0.2) is None and len(unlisted.data["still_running"]) == 1
+    assert provisioner.wait_after_fit(unlisted, 0.2) is None and len(unlisted.data["still_running"]) == 1
 
     # the launcher's credentials may not list instances: the members known since the handover are waited for, said
     def refused(_fleet):
@@ -828,7 +828,7 @@ def test_the_launch_destroys_a_finished_fleet_only_once_every_nodes_script_has_e
 
     monkeypatch.setattr(provisioner, "_live", refused)
     known = LaunchedFleet(plan, 0, "f-1", {"members": {first, lost}})
-    assert provisioner.wait(known, 0.3) is None and known.data["still_running"] == [lost]
+    assert provisioner.wait_after_fit(known, 0.3) is None and known.data["still_running"] == [lost]
     assert sum("could not be listed (UnauthorizedOperation" in line for line in echo) == 1, echo
     status("f-1", lost, 0)
-    assert provisioner.wait(known, 5.0) == 0
+    assert provisioner.wait_after_fit(known, 5.0) == 0

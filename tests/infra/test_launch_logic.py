@@ -98,7 +98,7 @@ def test_a_spot_notice_moves_to_the_next_fleet_of_the_plan(plan, tmp_path) -> No
 
 
 class _ScriptRunsOn(Recorder):
-    """A cloud fleet whose script may still run after the job's training finished: ``wait`` (the terraform
+    """A cloud fleet whose script may still run after the job's training finished: ``wait_after_fit`` (the terraform
     provisioner's: every node's status record) answers ``answer``, as the nodes' records would."""
 
     def __init__(self, answer: int | None) -> None:
@@ -106,8 +106,8 @@ class _ScriptRunsOn(Recorder):
         self.answer = answer
         self.timeouts: list[float] = []
 
-    def wait(self, fleet, timeout):
-        self.calls.append(("wait", fleet.name))
+    def wait_after_fit(self, fleet, timeout):
+        self.calls.append(("wait_after_fit", fleet.name))
         self.timeouts.append(timeout)
         return self.answer
 
@@ -115,7 +115,7 @@ class _ScriptRunsOn(Recorder):
 @pytest.mark.parametrize("answer", [0, None], ids=["ended", "still-running"])
 def test_a_finished_job_is_waited_for_until_its_script_ends_and_no_longer(plan, tmp_path, answer) -> None:
     """FINISHED.json is written as the job's fit ends; the script may still test, export or upload. The launch
-    destroyed the fleet at once and cut that work (a review): it now waits for the fleet (its provisioner's ``wait``)
+    destroyed the fleet at once and cut that work (a review): it now waits for the fleet (``wait_after_fit``)
     for after_fit_timeout_s (30 min by default), and only then releases it. A script that had not ended by then is cut
     by the release, and the launch fails, saying so with the step, the time and the setting; the fleet is still
     released."""
@@ -127,7 +127,7 @@ def test_a_finished_job_is_waited_for_until_its_script_ends_and_no_longer(plan, 
     rec, result = _run(
         plan, tmp_path, job, _ScriptRunsOn(answer), **({} if answer == 0 else {"after_fit_timeout_s": 90})
     )
-    assert rec.calls[:3] == [("up", "f-1"), ("start", "f-1"), ("wait", "f-1")]
+    assert rec.calls[:3] == [("up", "f-1"), ("start", "f-1"), ("wait_after_fit", "f-1")]
     assert rec.calls[-1] == ("down", "f-1")  # released either way, once the wait is over
     if answer == 0:
         assert rec.timeouts == [markers.AFTER_FIT_TIMEOUT_S] == [1800.0] and result["moves"] == []
@@ -140,6 +140,37 @@ def test_a_finished_job_is_waited_for_until_its_script_ends_and_no_longer(plan, 
     assert "FINISHED.json at step 20" in said and "had not ended 90 s later on f-1" in said, said
     assert "after_fit_timeout_s" in said and "--after-fit-timeout-min" in said, said
     assert not any("srifty launch: finished on" in line for line in result["echo"])
+
+
+@pytest.mark.parametrize("why", ["price", "spot"])
+def test_a_fleet_the_job_left_is_not_waited_for_before_the_next_leg(plan, tmp_path, catalog, why) -> None:
+    """The terraform provisioner's wait for every node's status record is for a finished job's script only. Once it
+    had one, the launch waited for it after every leave too: the voluntary move's new fleet, up and billed, idled 120
+    s for the old fleet's records (the terraform launch test: 278-305 s instead of 168-184), and a spot notice's
+    next fleet was applied that much later, the launch saying "the job's training finished" meanwhile. The fleet the
+    job left stands until the next one has the job, and nothing waits for it."""
+    other = rank(
+        plan_profile(),
+        Constraints(steps=1000, market="on-demand", allow=("g5.xlarge",), max_instances=1),
+        catalog=catalog,
+    )
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        if why == "price":
+            request = MoveRequest(
+                launch_id=LID, why=why, reason="cheaper", to_fleet=other.entries[0].fleet, plan=other.to_dict()
+            )
+            write_record(ckpt, request)
+            _until(lambda: store.exists(ckpt, markers.LEAVE))
+        write_record(ckpt, Preempted(launch_id=LID, step=11, checkpoint="c11", why=why, move=why == "price"))
+        _until(lambda: ("start", "f-2") in rec.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(plan, tmp_path, job, _ScriptRunsOn(0))
+    assert "error" not in result, result["error"]
+    assert rec.calls[:5] == [("up", "f-1"), ("start", "f-1"), ("up", "f-2"), ("start", "f-2"), ("down", "f-1")]
+    assert [c for c in rec.calls if c[0] == "wait_after_fit"] == [("wait_after_fit", "f-2")]  # the finished one only
 
 
 def test_a_voluntary_move_has_the_new_fleet_up_before_the_job_is_told_to_leave(plan, tmp_path, catalog) -> None:

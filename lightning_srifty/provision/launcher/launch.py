@@ -281,7 +281,7 @@ def wait_for_script(provisioner: Provisioner, fleet: LaunchedFleet, run: Run) ->
             and that work cut, by the launch's end), with where to look and the setting, in Python and as srifty's
             flag.
     """
-    if _wait_exit(provisioner, fleet, run.after_fit_timeout_s) is not _STILL_RUNNING:
+    if _wait_exit(provisioner, fleet, run.after_fit_timeout_s, after_fit=True) is not _STILL_RUNNING:
         return
     finished = protocol.read_record(run.ckpt, Finished, run.launch_id)
     running = fleet.data.get("still_running") or [fleet.name]
@@ -817,11 +817,18 @@ def _lost_trigger(fleet: LaunchedFleet) -> str:
 _STILL_RUNNING = object()  # _wait_exit's answer for a fleet whose job still ran when its time was up
 
 
-def _wait_exit(provisioner: Provisioner, fleet: LaunchedFleet, timeout: float = 120.0) -> object:
-    """Wait for the fleet's job to exit (the record comes just before), so that the next fleet has the machine (local
-    processes) and the release cuts nothing (a cloud fleet's nodes); a provisioner that cannot tell is not waited
-    for. :data:`_STILL_RUNNING` (and the fleet stopped) when the job still ran ``timeout`` s later."""
-    wait = getattr(provisioner, "wait", None)
+def _wait_exit(
+    provisioner: Provisioner, fleet: LaunchedFleet, timeout: float = 120.0, *, after_fit: bool = False
+) -> object:
+    """Wait for the fleet's job to exit (the record comes just before), so that the next leg has the machine (local
+    processes: the provisioner's ``wait``); once its training finished (``after_fit``), for its script to end on every
+    node, so that the release cuts nothing it does after fit() (a cloud fleet's ``wait_after_fit``, else ``wait``). A
+    cloud fleet the job left is not waited for: it stands until the next fleet has the job, and the next leg's apply
+    must not wait on it (a review: the voluntary move's new fleet, up and billed, waited 120 s for the old one's
+    status records). A provisioner that cannot tell is not waited for. :data:`_STILL_RUNNING` (and the fleet
+    stopped) when the job still ran ``timeout`` s later."""
+    wait = getattr(provisioner, "wait_after_fit", None) if after_fit else None
+    wait = wait or getattr(provisioner, "wait", None)
     if wait is not None and wait(fleet, timeout) is None:
         provisioner.stop(fleet)
         return _STILL_RUNNING

@@ -253,7 +253,7 @@ class TerraformProvisioner:
     def poll(self, fleet: LaunchedFleet) -> int | None:
         return None  # the job runs on the instances: the markers beside the checkpoints tell
 
-    def wait(self, fleet: LaunchedFleet, timeout: float) -> int | None:
+    def wait_after_fit(self, fleet: LaunchedFleet, timeout: float) -> int | None:
         """Once the job's training has finished (``FINISHED.json``, written as its fit ends): wait until the script
         has ended on every node of the fleet, so that the destroy that follows cuts nothing the script does after its
         fit (a test, an export, a model's upload) nor what the boot script does then (the job's outputs and its log
