@@ -92,11 +92,12 @@ def template_values(**overrides: object) -> dict:
         "watchdog_grace_s": 5,
         "watchdog_max_age_s": 300,
         "watchdog_asg": 0,
-        "stall_s": 1200,
+        "stall_s": 1200,  # the training's stall limit (main.tf: 0 under srifty launch); watch_s follows it unless given
         "after_fit_s": 1800,
         "secrets": [],
         "data": [],
     }
+    values["watch_s"] = overrides.get("stall_s", values["stall_s"])  # main.tf's: the node's watch, its limit
     unknown = set(overrides) - set(values)
     assert not unknown, f"not template variables: {unknown}"
     return {**values, **overrides}

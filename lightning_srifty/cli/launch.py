@@ -189,6 +189,10 @@ def _terraform_provisioner(args: argparse.Namespace, plan: Any, script: list[str
         aws_endpoint=args.aws_endpoint,
         **code_options(args),
         code_leave_out=(args.workdir,),
+        # the nodes' own watch (the module's bounds: 60 s at least): a hung teardown past the stall limit, and a
+        # script silent after its training past this launch's limit after the fit (the launcher sees neither)
+        stall_timeout_s=max(60.0, args.stall_timeout_min * 60) if args.stall_timeout_min else None,
+        after_fit_timeout_s=max(60.0, args.after_fit_timeout_min * 60),
     )
     provisioner = TerraformProvisioner(args.workdir, args.checkpoint_uri, options)
     if options.code is not None:  # packed once: every fleet of the run gets the same code
@@ -372,5 +376,6 @@ def _timeout_flags(p: argparse.ArgumentParser) -> None:
         metavar="MIN",
         help="once the job's training has finished, how long its script may still run on the fleet (a test, an "
         "export, a model's upload after fit()) before the fleet is released anyway and the launch fails; the fleet is "
-        "released as soon as the script has ended on every node (default 30)",
+        "released as soon as the script has ended on every node, and a terraform fleet's nodes end a script silent "
+        "this long after its training themselves (default 30)",
     )

@@ -53,14 +53,18 @@ class NodeAlive:
         time, since a save is where a long silence begins): counted once the job has stepped. After its training
         (a test's or a validation's batches after the fit) it stays a sign of the script's work after training, which
         the node allows its own limit (the module's ``watchdog.after_fit_s``), not the step's."""
-        if self._first is not None:
+        if self._first is not None or self._written_over:
             self._write(time.monotonic() if now is None else now, over=self._over, force=force)
 
-    def over(self) -> None:
-        """Training has ended: what runs until the process exits (a test, an export, an upload) is not a hang until
-        it has been silent for the node's limit after training."""
+    def over(self, step: int | None = None) -> None:
+        """Training has ended (at global step ``step``): what runs until the process exits (a test, an export, an
+        upload) is not a hang until it has been silent for the node's limit after training. Written even by a job
+        that took no step (``step`` given): a leg resumed from its run's last checkpoint (Lightning skips the fit
+        loop) runs only its script's work after the fit, which the node then watches too (a review)."""
         self._over = True
-        if self._first is not None:
+        if self._first is None and step is not None:
+            self._step = step
+        if self._first is not None or step is not None:
             self._write(time.monotonic(), over=True, force=True)
 
     def step_time_s(self, now: float) -> float | None:

@@ -162,7 +162,7 @@ class SignsOfLife(Callback):
         if self.watch is not None:  # the rest until fit() ends (an export, an upload) is alive as long as it runs
             self.watch.training_over = True
         if (node := self._on_node(trainer)) is not None:
-            node.over()
+            node.over(trainer.global_step)
 
 
 class SpotPreemption(SignsOfLife):
@@ -366,6 +366,8 @@ class SpotPreemption(SignsOfLife):
         self._restore()
         if not self.preempted:  # a fit that ended: the script's end, once reached, is marked on a fleet node
             exit_mark.arm(trainer.global_rank, trainer.global_step)
+            if (node := self._on_node(trainer)) is not None:  # training over, where on_train_end did not run (a
+                node.over(trainer.global_step)  # fit resumed at its end: Lightning skips the loop and that hook)
             if trainer.is_global_zero:  # what a launcher that cannot see the process waits for
                 protocol.write_record(self.dirpath, Finished(launch_id=self._launch_id, step=trainer.global_step))
 

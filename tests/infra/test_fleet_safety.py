@@ -817,7 +817,7 @@ def test_the_launch_destroys_a_finished_fleet_only_once_every_nodes_script_has_e
     assert provisioner.wait_after_fit(fleet, 30.0) == 0
     failed = LaunchedFleet(plan, 0, "f-1", {"members": {first, second}})
     status("f-1", second, 1)
-    assert provisioner.wait_after_fit(failed, 30.0) == 1
+    assert provisioner.wait_after_fit(failed, 30.0) == 1 and failed.data["failed_after_fit"] == [second]
     # a fleet whose members were never listed: the nodes up now
     unlisted = LaunchedFleet(plan, 0, "f-1")
     assert provisioner.wait_after_fit(unlisted, 0.2) is None and len(unlisted.data["still_running"]) == 1
@@ -832,3 +832,10 @@ def test_the_launch_destroys_a_finished_fleet_only_once_every_nodes_script_has_e
     assert sum("could not be listed (UnauthorizedOperation" in line for line in echo) == 1, echo
     status("f-1", lost, 0)
     assert provisioner.wait_after_fit(known, 5.0) == 0
+    # nor any member known (never listed): as many status records as the fleet has nodes; before, none was looked
+    # for and the wait ended at once (a review)
+    blind = LaunchedFleet(plan, 0, "f-2")
+    assert provisioner.wait_after_fit(blind, 0.3) is None
+    assert blind.data["still_running"] == ["its 1 other node(s), whose ids could not be listed"]
+    status("f-2", "i-0123456789abcdef0", 3)
+    assert provisioner.wait_after_fit(blind, 5.0) == 3 and blind.data["failed_after_fit"] == ["i-0123456789abcdef0"]

@@ -112,26 +112,32 @@ class _ScriptRunsOn(Recorder):
         return self.answer
 
 
-@pytest.mark.parametrize("answer", [0, None], ids=["ended", "still-running"])
+@pytest.mark.parametrize("answer", [0, 3, None], ids=["ended", "ended-with-an-error", "still-running"])
 def test_a_finished_job_is_waited_for_until_its_script_ends_and_no_longer(plan, tmp_path, answer) -> None:
     """FINISHED.json is written as the job's fit ends; the script may still test, export or upload. The launch
     destroyed the fleet at once and cut that work (a review): it now waits for the fleet (``wait_after_fit``)
     for after_fit_timeout_s (30 min by default), and only then releases it. A script that had not ended by then is cut
     by the release, and the launch fails, saying so with the step, the time and the setting; the fleet is still
-    released."""
+    released. A script that ended with an error after its training is said (a review: the launch said "finished" and
+    nothing else), and the launch still finishes: the training is done and in its checkpoints."""
 
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
         write_record(ckpt, Finished(launch_id=LID, step=20))
 
     rec, result = _run(
-        plan, tmp_path, job, _ScriptRunsOn(answer), **({} if answer == 0 else {"after_fit_timeout_s": 90})
+        plan, tmp_path, job, _ScriptRunsOn(answer), **({} if answer is not None else {"after_fit_timeout_s": 90})
     )
     assert rec.calls[:3] == [("up", "f-1"), ("start", "f-1"), ("wait_after_fit", "f-1")]
     assert rec.calls[-1] == ("down", "f-1")  # released either way, once the wait is over
-    if answer == 0:
+    if answer is not None:
         assert rec.timeouts == [markers.AFTER_FIT_TIMEOUT_S] == [1800.0] and result["moves"] == []
         assert any("srifty launch: finished on" in line for line in result["echo"])
+        warned = [line for line in result["echo"] if "WARNING" in line]
+        assert warned == ([] if answer == 0 else [
+            "srifty launch: WARNING: the job's training finished, but its script then exited 3 on f-1: what it does "
+            "after fit() (a test, an export, an upload) may not have completed; see its log (srifty logs)"
+        ])  # fmt: skip
         return
     assert rec.timeouts == [90]
     error = result["error"]
@@ -171,6 +177,34 @@ def test_a_fleet_the_job_left_is_not_waited_for_before_the_next_leg(plan, tmp_pa
     assert "error" not in result, result["error"]
     assert rec.calls[:5] == [("up", "f-1"), ("start", "f-1"), ("up", "f-2"), ("start", "f-2"), ("down", "f-1")]
     assert [c for c in rec.calls if c[0] == "wait_after_fit"] == [("wait_after_fit", "f-2")]  # the finished one only
+
+
+def test_a_job_that_finishes_before_its_move_has_the_moves_fleet_released_before_the_wait(
+    plan, tmp_path, catalog
+) -> None:
+    """A move's new fleet is up and the job told to leave, but its training finishes first (its last steps before the
+    next checkpoint). The launch waited for the script's end (up to 30 min) with that unused fleet up and billed, and
+    released it only at the end (a review); it is released first now, and said."""
+    other = rank(
+        plan_profile(),
+        Constraints(steps=1000, market="on-demand", allow=("g5.xlarge",), max_instances=1),
+        catalog=catalog,
+    )
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        request = MoveRequest(
+            launch_id=LID, why="price", reason="cheaper", to_fleet=other.entries[0].fleet, plan=other.to_dict()
+        )
+        write_record(ckpt, request)
+        _until(lambda: store.exists(ckpt, markers.LEAVE))
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(plan, tmp_path, job, _ScriptRunsOn(0))
+    assert "error" not in result, result["error"]
+    assert rec.calls == [("up", "f-1"), ("start", "f-1"), ("up", "f-2"), ("down", "f-2"), ("wait_after_fit", "f-1"),
+                         ("stop", "f-1"), ("down", "f-1")]  # fmt: skip
+    assert "srifty launch: the job finished before its move: f-2 is released" in result["echo"]
 
 
 def test_a_voluntary_move_has_the_new_fleet_up_before_the_job_is_told_to_leave(plan, tmp_path, catalog) -> None:
@@ -511,6 +545,37 @@ def test_the_aws_endpoint_reaches_every_client_of_the_launcher(plan, tmp_path, m
     assert main([*args, "--aws-endpoint", "http://127.0.0.1:9", "--", "train.py"]) == 0
     assert seen == {"records": "http://127.0.0.1:9", "boto3": "http://127.0.0.1:9"}
     assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize(
+    ("flags", "limits"),
+    [
+        ([], (1200.0, 1800.0)),
+        (["--stall-timeout-min", "45", "--after-fit-timeout-min", "90"], (2700.0, 5400.0)),
+        (["--stall-timeout-min", "0.5", "--after-fit-timeout-min", "0.5"], (60.0, 60.0)),  # the module's least
+        (["--stall-timeout-min", "0"], (None, 1800.0)),  # no watch: the nodes' none either (the module: 0)
+    ],
+    ids=["default", "set", "under-the-modules-least", "stall-watch-off"],
+)
+def test_the_launchs_limits_reach_its_fleets_nodes(plan, tmp_path, monkeypatch, flags, limits) -> None:
+    """The launcher cannot see a node's hung teardown nor a script silent after its training: each fleet's nodes end
+    them with the launch's own limits (the module's watchdog.stall_s and after_fit_s), not the module's defaults."""
+    from lightning_srifty.cli import main
+
+    seen: dict = {}
+
+    def fake_launch(plan, script, **kwargs):
+        seen["options"] = kwargs["provisioner"].options
+        return []
+
+    monkeypatch.setattr("lightning_srifty.provision.launcher.launch.launch", fake_launch)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    plan.save(tmp_path / "plan.json")
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["launch", "--plan", "plan.json", "--provisioner", "terraform", "--checkpoint-uri", "s3://bucket/runs/a/"]
+    assert main([*args, *flags, "--", "train.py"]) == 0
+    assert (seen["options"].stall_timeout_s, seen["options"].after_fit_timeout_s) == limits
 
 
 class NoCapacity(Recorder):

@@ -1383,6 +1383,9 @@ done
 """
 
 
+LAUNCHED = {"stall_s": 0, "watch_s": 2}  # main.tf's watch under srifty launch: no training stall limit, the rest on
+
+
 def _one_node_job(
     tmp_path: Path, tf_env, extra: dict[str, str], earlier: dict | None = None, **values: object
 ) -> tuple:
@@ -1394,7 +1397,7 @@ def _one_node_job(
         # the fleet's life, born an hour ago (the earlier node's), for this node to read
         life = {"fleet": "one", "born_unix": int(time.time()) - 3600, "born_by": "i-0first", "ended_unix": None}
         (tmp_path / "life.json").write_text(json.dumps(life))
-    script = render(tf_env, tmp_path / "console", template_values(name="one", stall_s=2, **values))
+    script = render(tf_env, tmp_path / "console", template_values(**{"name": "one", "stall_s": 2, **values}))
     fakes = {"curl": FAKE_CURL, "aws": RENDEZVOUS_AWS, "torchrun": ALIVE_TORCHRUN, "shutdown": "#!/bin/bash\n"}
     started = time.monotonic()
     run = run_user_data(tmp_path, script, fakes, extra_env={"SRIFTY_STALL_CHECK_S": "1", **extra})
@@ -1474,12 +1477,16 @@ def test_a_job_that_hangs_again_where_it_hung_before_ends_the_fleet(
         # training over, and signs of life since (a test's batches, a validation) within the limit after training
         {"FAKE_ALIVE": "12 0.500 1", "FAKE_KEEP_ALIVE": "1", "FAKE_TICK_S": "0.2", "FAKE_RUN_S": "6",
          "SRIFTY_AFTER_FIT_S": "2"},
+        # a training silent past the limit under srifty launch: the launcher watches it (and moves the job), not the
+        # node (its SRIFTY_STALL_S is the teardown's limit there)
+        {"FAKE_ALIVE": "12 0.500 0", "FAKE_RUN_S": "6", "launched": "1"},
     ],
     ids=["signs-of-life", "training-over", "long-steps", "one-rank-of-two-ended", "at-torchruns-exit-barrier",
-         "alive-after-training"],
+         "alive-after-training", "silent-training-under-srifty-launch"],
 )  # fmt: skip
 def test_a_job_that_shows_life_or_has_finished_training_is_not_a_hang(tf_env, tmp_path, extra) -> None:
-    run, log, _ = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2)
+    launched = extra.pop("launched", None)
+    run, log, _ = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2, **(LAUNCHED if launched else {}))
     assert run.returncode == 0, log[-3000:]
     assert "no sign of life" not in log and not (tmp_path / "state" / "hung").exists()
     # nothing of the watch's files said when there is no hang (a first version's log: "hung.step: No such file")
@@ -1487,16 +1494,24 @@ def test_a_job_that_shows_life_or_has_finished_training_is_not_a_hang(tf_env, tm
     assert json.loads(read(tmp_path / "exited" / "i-0abc.json"))["hung_step"] is None
 
 
-@pytest.mark.parametrize("marks", ["", "0"], ids=["no-rank-ended", "one-rank-of-two-ended"])
-def test_a_script_silent_past_its_limit_after_training_is_killed_and_the_fleet_ends(tf_env, tmp_path, marks) -> None:
+@pytest.mark.parametrize(
+    ("marks", "launched"),
+    [("", False), ("0", False), ("", True)],
+    ids=["no-rank-ended", "one-rank-of-two-ended", "under-srifty-launch"],
+)
+def test_a_script_silent_past_its_limit_after_training_is_killed_and_the_fleet_ends(
+    tf_env, tmp_path, marks, launched
+) -> None:
     """Training over (its fit ended, FINISHED.json written), and the script neither ends nor shows a sign of life (a
     test, an export, an upload that never returns): the stall watch took the job as alive while its process ran, and
     a fleet without a launcher billed until its life cap. Past the module's watchdog.after_fit_s (here 2 s) the job is
     killed and the fleet ends: not a hang to replace (its training is done; a replacement would train again to the
     same end), and not a finished job (its script did not end): torchrun's exit stands, the exit record has no hang
-    step, and no notice marker makes the watchdog keep the node in its group."""
+    step, and no notice marker makes the watchdog keep the node in its group. Under srifty launch too: the launcher
+    cannot see the script's silence, and waited for the nodes' status records (a review) until its own limit, the
+    fleet billed meanwhile, and then failed the launch."""
     extra = {"FAKE_ALIVE": "12 0.500 1", "FAKE_MARKS": marks, "SRIFTY_AFTER_FIT_S": "2"}
-    run, log, took = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2)
+    run, log, took = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2, **(LAUNCHED if launched else {}))
     assert run.returncode == 137, log[-3000:]
     assert "srifty: the job's training finished at step 12, and its script has shown no sign of life for " in log
     assert "(its limit after training 2 s: the module's watchdog.after_fit_s): it hangs after its training" in log
@@ -1507,15 +1522,18 @@ def test_a_script_silent_past_its_limit_after_training_is_killed_and_the_fleet_e
     assert took < 30  # not the 50 s the script would have run
 
 
+@pytest.mark.parametrize("launched", [False, True], ids=["without-a-launcher", "under-srifty-launch"])
 def test_a_job_whose_ranks_all_ended_but_whose_processes_hang_in_teardown_is_killed_as_finished(
-    tf_env, tmp_path
+    tf_env, tmp_path, launched
 ) -> None:
     """Training over, and every local rank at its script's end (its exit mark), but the processes do not exit: torch's
     process-group teardown can hang there, and the node billed until the life cap (the stall watch took the job as
     alive while its process ran, for an export). The limit after the last mark, the job is killed and taken as
-    finished: exit 0, the fleet ends (torchrun's kill in the exit record's exit_code)."""
+    finished: exit 0, the fleet ends (torchrun's kill in the exit record's exit_code). Under srifty launch too, which
+    had no node watch at all: it destroyed the fleet at FINISHED.json, and once it waited for the nodes' status
+    records (a review) it waited for this job until its after-fit limit and failed the launch."""
     extra = {"FAKE_ALIVE": "12 0.500 1", "FAKE_MARKS": "0 1"}
-    run, log, took = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2)
+    run, log, took = _one_node_job(tmp_path, tf_env, extra, nproc_per_node=2, **(LAUNCHED if launched else {}))
     assert run.returncode == 0, log[-3000:]
     assert "srifty: every rank of the job on this node reached its script's end " in log
     assert "(their teardown hangs; the limit 2 s): killed, the job finished, exit 0" in log

@@ -665,6 +665,11 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     assert "HANDOVER-mig-2.json" in user_data and "torchrun" in user_data
     assert f"CHECKPOINT_URI=$(b64 '{base64.b64encode(b's3://runs/job-1/').decode()}')" in user_data
     assert 'SRIFTY_WD_HEARTBEAT_URI="$CHECKPOINT_URI""HEARTBEAT.json"' in user_data
+    # the nodes' watch: no training stall limit (the launcher watches the training), but a hung teardown and a script
+    # silent after its training are the node's to end (the launcher cannot see them; a review)
+    assert '[ "$over" = 0 ] && [ 0 -gt 0 ] || continue' in user_data
+    assert '[ "$age" -ge "${SRIFTY_STALL_S:-1200}" ] && running; then' in user_data
+    assert "after=${SRIFTY_AFTER_FIT_S:-1800}" in user_data
     assert data["LaunchTemplateData"]["InstanceInitiatedShutdownBehavior"] == "terminate"
     # the job checkpoints and leaves
     s3.put_object(Bucket="runs", Key="job-1/move-step=120.ckpt", Body=b"weights")

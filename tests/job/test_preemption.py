@@ -1083,12 +1083,38 @@ def test_a_test_after_the_fit_shows_life_after_training(tmp_path, monkeypatch) -
     assert seen[0][1] > 0.5, seen  # the test's batches (20 of 0.05 s): life, written as they ran
 
 
+def test_a_leg_resumed_at_its_runs_end_says_training_is_over(tmp_path, monkeypatch) -> None:
+    """A leg that resumes from the run's last checkpoint (its node lost during the script's work after the fit) takes
+    no step: Lightning skips the fit loop, and on_train_end with it. Its node's alive file was never written, so the
+    node's watch never watched what the script did next, and a test that hung there billed until the life cap (a
+    review). The fit's end says training is over at the checkpoint's step, and the test's batches are life after it."""
+    from lightning_srifty import protocol
+
+    monkeypatch.setattr(protocol, "ALIVE_EVERY_S", 0.05)
+    model = _SlowTest()
+    first = trainer([], max_steps=3)
+    first.fit(model, train_dataloaders=loader())
+    first.save_checkpoint(tmp_path / "last.ckpt")
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("SRIFTY_NODE_STATE", str(state))
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False, dirpath=str(tmp_path / "ckpt"))
+    t = trainer([cb], max_steps=3, limit_test_batches=20)
+    t.fit(model, train_dataloaders=loader(), ckpt_path=str(tmp_path / "last.ckpt"))
+    alive = state / "alive"
+    assert alive.read_text() == "3 - 1\n"  # no step taken: no step time
+    before = alive.stat().st_mtime
+    time.sleep(0.05)
+    t.test(model, dataloaders=loader(n=160), verbose=False)
+    assert alive.read_text() == "3 - 1\n" and alive.stat().st_mtime - before > 0.5
+
+
 def test_the_alive_file_waits_for_the_first_step_is_throttled_and_never_fatal(tmp_path, caplog) -> None:
     from lightning_srifty.migrate.alive import NodeAlive
 
     node = NodeAlive(tmp_path, every_s=10.0)
     node.sign(now=1.0)  # an epoch's start before any step: not yet
-    node.over()
+    node.over()  # (no step known: a fit that never started its loop's hooks)
     assert not (tmp_path / "alive").exists()
     node.step(5, now=2.0)
     assert (tmp_path / "alive").read_text() == "5 - 0\n"

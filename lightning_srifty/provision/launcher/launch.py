@@ -272,16 +272,25 @@ def left_for_good(fleet: str, left: Preempted) -> MigrationError:
     )
 
 
-def wait_for_script(provisioner: Provisioner, fleet: LaunchedFleet, run: Run) -> None:
+def wait_for_script(provisioner: Provisioner, fleet: LaunchedFleet, run: Run, echo: Any = print) -> None:
     """Once the job's training has finished on ``fleet``: wait up to ``run.after_fit_timeout_s`` for its script to end
-    there, so that the release cuts nothing it does after its fit (a test, an export, an upload).
+    there, so that the release cuts nothing it does after its fit (a test, an export, an upload). A script that ended
+    with an error then is said (the training is done and in its checkpoints: the launch still finished).
 
     Raises:
         MigrationError: it still ran then (the nodes named, when the provisioner knows them; the fleet is released,
             and that work cut, by the launch's end), with where to look and the setting, in Python and as srifty's
             flag.
     """
-    if _wait_exit(provisioner, fleet, run.after_fit_timeout_s, after_fit=True) is not _STILL_RUNNING:
+    code = _wait_exit(provisioner, fleet, run.after_fit_timeout_s, after_fit=True)
+    if code is not _STILL_RUNNING:
+        if code:
+            failed = fleet.data.get("failed_after_fit") or [fleet.name]
+            echo(
+                f"srifty launch: WARNING: the job's training finished, but its script then exited {code} on "
+                f"{', '.join(failed)}: what it does after fit() (a test, an export, an upload) may not have "
+                "completed; see its log (srifty logs)"
+            )
         return
     finished = protocol.read_record(run.ckpt, Finished, run.launch_id)
     running = fleet.data.get("still_running") or [fleet.name]
@@ -557,7 +566,11 @@ class Launcher:
         """The job finished: the moves measured are reported, its script's end is waited for (:func:`wait_for_script`,
         which raises when it had not ended in time) and the run is said."""
         self._flush()
-        wait_for_script(self.provisioner, self.fleet, self.settings)
+        if self.pending is not None:  # a move's new fleet, up for a job that will not come: not billed while waiting
+            pending, self.pending = self.pending, None
+            self.echo(f"srifty launch: the job finished before its move: {pending.fleet.name} is released")
+            self.legs.release(pending.fleet)
+        wait_for_script(self.provisioner, self.fleet, self.settings, self.echo)
         self.echo(f"srifty launch: finished on {self.fleet.entry.fleet} after {len(self.migrations)} migration(s)")
 
     # --- the job left: the next leg ----------------------------------------------------------------------------
@@ -826,10 +839,13 @@ def _wait_exit(
     cloud fleet the job left is not waited for: it stands until the next fleet has the job, and the next leg's apply
     must not wait on it (a review: the voluntary move's new fleet, up and billed, waited 120 s for the old one's
     status records). A provisioner that cannot tell is not waited for. :data:`_STILL_RUNNING` (and the fleet
-    stopped) when the job still ran ``timeout`` s later."""
+    stopped) when the job still ran ``timeout`` s later, else its exit status (None: not waited for)."""
     wait = getattr(provisioner, "wait_after_fit", None) if after_fit else None
     wait = wait or getattr(provisioner, "wait", None)
-    if wait is not None and wait(fleet, timeout) is None:
+    if wait is None:
+        return None
+    code = wait(fleet, timeout)
+    if code is None:
         provisioner.stop(fleet)
         return _STILL_RUNNING
-    return None
+    return code

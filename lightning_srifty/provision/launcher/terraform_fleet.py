@@ -284,7 +284,13 @@ class TerraformProvisioner:
             if not members and live:  # a fleet never listed since its handover: the nodes up now
                 members.update(live)
             try:
-                for instance in sorted((members if live is None else members & live) - set(codes)):
+                known = members if live is None else members & live
+                if live is None and not members:  # no node known at all: as many records as the fleet has nodes
+                    known = self._statuses(fleet.name)
+                    nodes = sum(g.count for g in fleet.entry.groups)
+                    if len(known) < nodes:
+                        waiting.append(f"its {nodes - len(known)} other node(s), whose ids could not be listed")
+                for instance in sorted(known - set(codes)):
                     status = store.read(self.checkpoint_uri, f"status/{fleet.name}-{instance}.json")
                     if isinstance(status, dict):
                         codes[instance] = int(status.get("exit_code") or 0)
@@ -293,6 +299,7 @@ class TerraformProvisioner:
             except Exception as exc:  # noqa: BLE001 - unread this time: looked at again until the timeout
                 waiting = waiting or [f"(the fleet's status records could not be read: {exc})"]
             if not waiting:
+                fleet.data["failed_after_fit"] = sorted(i for i, code in codes.items() if code)
                 return next((code for code in codes.values() if code), 0)
             now = time.monotonic()
             if now - said >= FINISH_SAY_S:  # the first look's too, however long it took

@@ -370,11 +370,14 @@ data "aws_iam_policy_document" "assume" {
 # fetches it and checks its sha256. Values reach the shell base64-encoded in single quotes (checkpoint URI, the
 # watchdog script), single-quoted word by word (argv, resume_from), or validated to a safe alphabet (name, numbers)
 locals {
-  # the nodes' hang watch: none under srifty launch (the launcher watches), never shorter than the job's grace (which
-  # bounds a save: a save that fits in it is not a hang)
-  stall_s = var.watchdog.heartbeat || var.watchdog.stall_s == 0 ? 0 : max(var.watchdog.stall_s, var.watchdog.grace_s)
-  # and, in that watch, how long a script may stay silent once its training has finished (an export, an upload)
-  after_fit_s = local.stall_s == 0 ? 0 : var.watchdog.after_fit_s
+  # the nodes' watch of their job (0: none), never shorter than the job's grace (which bounds a save: a save that fits
+  # in it is not a hang): how long a job's processes may outlive its script's end (a hung teardown)
+  watch_s = var.watchdog.stall_s == 0 ? 0 : max(var.watchdog.stall_s, var.watchdog.grace_s)
+  # and, in it, how long a training may stay silent (none under srifty launch: the launcher watches the training)
+  stall_s = var.watchdog.heartbeat ? 0 : local.watch_s
+  # and how long a script may stay silent once its training has finished (an export, an upload): the launcher cannot
+  # see that silence, so under srifty launch too
+  after_fit_s = local.watch_s == 0 ? 0 : var.watchdog.after_fit_s
   boot_scripts = { for k, g in local.groups : k => templatefile("${path.module}/templates/user_data.sh.tftpl", {
     name                 = var.name
     setup_command        = var.train.setup_command
@@ -402,6 +405,7 @@ locals {
     watchdog_interval_s  = var.watchdog.interval_s
     watchdog_grace_s     = var.watchdog.grace_s
     watchdog_max_age_s   = var.watchdog.max_age_s
+    watch_s              = local.watch_s
     stall_s              = local.stall_s
     after_fit_s          = local.after_fit_s
     watchdog_asg         = var.capacity.mode == "asg" ? 1 : 0
