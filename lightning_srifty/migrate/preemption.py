@@ -161,6 +161,10 @@ class SignsOfLife(Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.watch is not None:  # the rest until fit() ends (an export, an upload) is alive as long as it runs
             self.watch.training_over = True
+        self._node_over(trainer)
+
+    def _node_over(self, trainer: pl.Trainer) -> None:
+        """The node's alive file says training is over, at the trainer's step (:meth:`NodeAlive.over`)."""
         if (node := self._on_node(trainer)) is not None:
             node.over(trainer.global_step)
 
@@ -366,8 +370,7 @@ class SpotPreemption(SignsOfLife):
         self._restore()
         if not self.preempted:  # a fit that ended: the script's end, once reached, is marked on a fleet node
             exit_mark.arm(trainer.global_rank, trainer.global_step)
-            if (node := self._on_node(trainer)) is not None:  # training over, where on_train_end did not run (a
-                node.over(trainer.global_step)  # fit resumed at its end: Lightning skips the loop and that hook)
+            self._node_over(trainer)  # on_train_end's too, where it did not run (resumed at its end: no fit loop)
             if trainer.is_global_zero:  # what a launcher that cannot see the process waits for
                 protocol.write_record(self.dirpath, Finished(launch_id=self._launch_id, step=trainer.global_step))
 

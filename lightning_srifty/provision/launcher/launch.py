@@ -563,13 +563,9 @@ class Launcher:
         )
 
     def _finish(self) -> None:
-        """The job finished: the moves measured are reported, its script's end is waited for (:func:`wait_for_script`,
-        which raises when it had not ended in time) and the run is said."""
+        """The job finished: the moves reported, a move's fleet released, its script's end waited for, the run said."""
         self._flush()
-        if self.pending is not None:  # a move's new fleet, up for a job that will not come: not billed while waiting
-            pending, self.pending = self.pending, None
-            self.echo(f"srifty launch: the job finished before its move: {pending.fleet.name} is released")
-            self.legs.release(pending.fleet)
+        self.pending = _drop_pending(self.pending, self.legs, self.echo)
         wait_for_script(self.provisioner, self.fleet, self.settings, self.echo)
         self.echo(f"srifty launch: finished on {self.fleet.entry.fleet} after {len(self.migrations)} migration(s)")
 
@@ -828,6 +824,16 @@ def _lost_trigger(fleet: LaunchedFleet) -> str:
 
 
 _STILL_RUNNING = object()  # _wait_exit's answer for a fleet whose job still ran when its time was up
+
+
+def _drop_pending(pending: _Pending | None, legs: Legs, echo: Any) -> _Pending | None:
+    """The job finished with a move's new fleet up (the job told to leave): released now, not billed while the
+    finished job's script ends (:func:`wait_for_script`; a review: it stood until the launch's end). None: no move
+    pending any more."""
+    if pending is not None:
+        echo(f"srifty launch: the job finished before its move: {pending.fleet.name} is released")
+        legs.release(pending.fleet)
+    return None
 
 
 def _wait_exit(
