@@ -148,6 +148,25 @@ def test_a_finished_job_is_waited_for_until_its_script_ends_and_no_longer(plan, 
     assert not any("srifty launch: finished on" in line for line in result["echo"])
 
 
+def _g5_plan(catalog):
+    """A re-ranked plan for one on-demand g5.xlarge: where a voluntary move goes."""
+    return rank(
+        plan_profile(),
+        Constraints(steps=1000, market="on-demand", allow=("g5.xlarge",), max_instances=1),
+        catalog=catalog,
+    )
+
+
+def _ask_to_move(ckpt: str, other) -> None:
+    """The job asks to move to ``other``'s fleet (a price move, as MigrationTriggers writes it) and waits until the
+    launcher, its new fleet up, tells it to leave."""
+    request = MoveRequest(
+        launch_id=LID, why="price", reason="cheaper", to_fleet=other.entries[0].fleet, plan=other.to_dict()
+    )
+    write_record(ckpt, request)
+    _until(lambda: store.exists(ckpt, markers.LEAVE))
+
+
 @pytest.mark.parametrize("why", ["price", "spot"])
 def test_a_fleet_the_job_left_is_not_waited_for_before_the_next_leg(plan, tmp_path, catalog, why) -> None:
     """The terraform provisioner's wait for every node's status record is for a finished job's script only. Once it
@@ -155,20 +174,12 @@ def test_a_fleet_the_job_left_is_not_waited_for_before_the_next_leg(plan, tmp_pa
     s for the old fleet's records (the terraform launch test: 278-305 s instead of 168-184), and a spot notice's
     next fleet was applied that much later, the launch saying "the job's training finished" meanwhile. The fleet the
     job left stands until the next one has the job, and nothing waits for it."""
-    other = rank(
-        plan_profile(),
-        Constraints(steps=1000, market="on-demand", allow=("g5.xlarge",), max_instances=1),
-        catalog=catalog,
-    )
+    other = _g5_plan(catalog)
 
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
         if why == "price":
-            request = MoveRequest(
-                launch_id=LID, why=why, reason="cheaper", to_fleet=other.entries[0].fleet, plan=other.to_dict()
-            )
-            write_record(ckpt, request)
-            _until(lambda: store.exists(ckpt, markers.LEAVE))
+            _ask_to_move(ckpt, other)
         write_record(ckpt, Preempted(launch_id=LID, step=11, checkpoint="c11", why=why, move=why == "price"))
         _until(lambda: ("start", "f-2") in rec.calls)
         write_record(ckpt, Finished(launch_id=LID, step=20))
@@ -185,19 +196,11 @@ def test_a_job_that_finishes_before_its_move_has_the_moves_fleet_released_before
     """A move's new fleet is up and the job told to leave, but its training finishes first (its last steps before the
     next checkpoint). The launch waited for the script's end (up to 30 min) with that unused fleet up and billed, and
     released it only at the end (a review); it is released first now, and said."""
-    other = rank(
-        plan_profile(),
-        Constraints(steps=1000, market="on-demand", allow=("g5.xlarge",), max_instances=1),
-        catalog=catalog,
-    )
+    other = _g5_plan(catalog)
 
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
-        request = MoveRequest(
-            launch_id=LID, why="price", reason="cheaper", to_fleet=other.entries[0].fleet, plan=other.to_dict()
-        )
-        write_record(ckpt, request)
-        _until(lambda: store.exists(ckpt, markers.LEAVE))
+        _ask_to_move(ckpt, other)
         write_record(ckpt, Finished(launch_id=LID, step=20))
 
     rec, result = _run(plan, tmp_path, job, _ScriptRunsOn(0))
@@ -208,19 +211,11 @@ def test_a_job_that_finishes_before_its_move_has_the_moves_fleet_released_before
 
 
 def test_a_voluntary_move_has_the_new_fleet_up_before_the_job_is_told_to_leave(plan, tmp_path, catalog) -> None:
-    other = rank(
-        plan_profile(),
-        Constraints(steps=1000, market="on-demand", allow=("g5.xlarge",), max_instances=1),
-        catalog=catalog,
-    )
+    other = _g5_plan(catalog)
 
     def job(ckpt, rec) -> None:
         _until(lambda: ("start", "f-1") in rec.calls)
-        request = MoveRequest(
-            launch_id=LID, why="price", reason="cheaper", to_fleet=other.entries[0].fleet, plan=other.to_dict()
-        )
-        write_record(ckpt, request)
-        _until(lambda: store.exists(ckpt, markers.LEAVE))
+        _ask_to_move(ckpt, other)
         assert markers.read_record(ckpt, Leave, LID).to_fleet == other.entries[0].fleet
         assert rec.calls[-1] == ("up", "f-2")  # up, and nothing released or started yet
         write_record(ckpt, Preempted(launch_id=LID, step=11, checkpoint="c11", why="price", move=True))
