@@ -61,6 +61,7 @@ def stage2_values(**overrides: object) -> dict:
         "watchdog_max_age_s": 300,
         "watchdog_asg": 1,
         "watch_s": 1200,
+        "teardown_s": 300,
         "stall_s": 1200,
         "after_fit_s": 1800,
         "secrets": [],

@@ -97,7 +97,12 @@ def template_values(**overrides: object) -> dict:
         "secrets": [],
         "data": [],
     }
-    values["watch_s"] = overrides.get("stall_s", values["stall_s"])  # main.tf's: the node's watch, its limit
+    # main.tf's: the node's watch (its limit follows the stall limit given), its teardown limit (5 min at most), and
+    # no training-stall limit under the heartbeat (srifty launch's fleets) unless given
+    values["watch_s"] = overrides.get("stall_s", values["stall_s"])
+    values["teardown_s"] = min(int(overrides.get("watch_s", values["watch_s"])), 300)
+    if overrides.get("heartbeat"):
+        values["stall_s"] = 0
     unknown = set(overrides) - set(values)
     assert not unknown, f"not template variables: {unknown}"
     return {**values, **overrides}

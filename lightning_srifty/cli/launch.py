@@ -377,5 +377,5 @@ def _timeout_flags(p: argparse.ArgumentParser) -> None:
         help="once the job's training has finished, how long its script may still run on the fleet (a test, an "
         "export, a model's upload after fit()) before the fleet is released anyway and the launch fails; the fleet is "
         "released as soon as the script has ended on every node, and a terraform fleet's nodes end a script silent "
-        "this long after its training themselves (default 30)",
+        "this long after its training themselves, unless --stall-timeout-min 0 turns their watch off (default 30)",
     )

@@ -101,14 +101,16 @@ class _ScriptRunsOn(Recorder):
     """A cloud fleet whose script may still run after the job's training finished: ``wait_after_fit`` (the terraform
     provisioner's: every node's status record) answers ``answer``, as the nodes' records would."""
 
-    def __init__(self, answer: int | None) -> None:
+    def __init__(self, answer: int | None, hung: bool = False) -> None:
         super().__init__()
-        self.answer = answer
+        self.answer, self.hung = answer, hung
         self.timeouts: list[float] = []
 
     def wait_after_fit(self, fleet, timeout):
         self.calls.append(("wait_after_fit", fleet.name))
         self.timeouts.append(timeout)
+        if self.hung:  # a node's watch killed the script, silent after its training (its status record says so)
+            fleet.data["hung_after_fit"] = ["i-0abc"]
         return self.answer
 
 
@@ -146,6 +148,25 @@ def test_a_finished_job_is_waited_for_until_its_script_ends_and_no_longer(plan, 
     assert "FINISHED.json at step 20" in said and "had not ended 90 s later on f-1" in said, said
     assert "after_fit_timeout_s" in said and "--after-fit-timeout-min" in said, said
     assert not any("srifty launch: finished on" in line for line in result["echo"])
+
+
+def test_a_script_its_node_killed_silent_after_training_fails_the_launch_as_at_the_launchers_limit(
+    plan, tmp_path
+) -> None:
+    """The same hang after the fit, found first by a node's own watch (its status record's after_fit_hung) rather than
+    at the launcher's limit: the launch said "finished" with a warning, and failed when the launcher's limit came first
+    (a review). Either way it fails now, naming the node; the fleet is released."""
+
+    def job(ckpt, rec) -> None:
+        _until(lambda: ("start", "f-1") in rec.calls)
+        write_record(ckpt, Finished(launch_id=LID, step=20))
+
+    rec, result = _run(plan, tmp_path, job, _ScriptRunsOn(137, hung=True))
+    assert rec.calls[-1] == ("down", "f-1")
+    said = str(result["error"])
+    assert isinstance(result["error"], MigrationError) and "FINISHED.json at step 20" in said, said
+    assert "showed no sign of life for 1800 s on i-0abc, whose watch killed it" in said, said
+    assert not any("srifty launch: finished on" in line or "WARNING" in line for line in result["echo"])
 
 
 def _g5_plan(catalog):

@@ -816,7 +816,7 @@ case "$1 $2" in
     if [ -e "$FAKE_DIR/live" ]; then cat "$FAKE_DIR/live"
     else printf "${FAKE_LIVE:-i-0abc\\t10.0.0.5\\ni-0def\\t10.0.0.6\\n}"; fi ;;
   "s3 cp")
-    for kind in ready exited; do
+    for kind in ready exited status; do
       if [[ "$*" == *"/$kind/"* && "$3" == - ]]; then
         mkdir -p "$FAKE_DIR/$kind" && cat >"$FAKE_DIR/$kind/$(basename "$4")"; exit 0
       elif [[ "$*" == *"/$kind/"* && "$*" == *--recursive* ]]; then
@@ -1518,6 +1518,9 @@ def test_a_script_silent_past_its_limit_after_training_is_killed_and_the_fleet_e
     assert "what the script does after fit() did not end: exit 137 stands, and the fleet ends" in log
     record = json.loads(read(tmp_path / "exited" / "i-0abc.json"))
     assert (record["exit_code"], record["final"], record["hung_step"]) == (137, 137, None), record
+    # and its status record says why, for a launcher waiting for it (the launch fails as at its own limit)
+    status = json.loads(read(tmp_path / "status" / "one-i-0abc.json"))
+    assert (status["exit_code"], status["after_fit_hung"], status["preempted"]) == (137, True, False), status
     assert not (tmp_path / "state" / "preempted").exists() and not (tmp_path / "state" / "hung").exists()
     assert took < 30  # not the 50 s the script would have run
 
@@ -1539,6 +1542,8 @@ def test_a_job_whose_ranks_all_ended_but_whose_processes_hang_in_teardown_is_kil
     assert "(their teardown hangs; the limit 2 s): killed, the job finished, exit 0" in log
     record = json.loads(read(tmp_path / "exited" / "i-0abc.json"))
     assert (record["exit_code"], record["final"], record["hung_step"]) == (137, 0, None), record
+    status = json.loads(read(tmp_path / "status" / "one-i-0abc.json"))
+    assert (status["exit_code"], status["after_fit_hung"]) == (0, False), status
     assert not (tmp_path / "state" / "preempted").exists()
     assert took < 30  # not the 50 s the processes would have hung
 

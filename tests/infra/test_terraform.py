@@ -668,7 +668,7 @@ def test_launch_through_terraform_brings_the_new_fleet_up_before_the_old_goes(
     # the nodes' watch: no training stall limit (the launcher watches the training), but a hung teardown and a script
     # silent after its training are the node's to end (the launcher cannot see them; a review)
     assert '[ "$over" = 0 ] && [ 0 -gt 0 ] || continue' in user_data
-    assert '[ "$age" -ge "${SRIFTY_STALL_S:-1200}" ] && running; then' in user_data
+    assert '[ "$age" -ge "${SRIFTY_STALL_S:-300}" ] && running; then' in user_data  # the teardown's: 5 min at most
     assert "after=${SRIFTY_AFTER_FIT_S:-1800}" in user_data
     assert data["LaunchTemplateData"]["InstanceInitiatedShutdownBehavior"] == "terminate"
     # the job checkpoints and leaves

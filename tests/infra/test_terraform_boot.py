@@ -659,7 +659,7 @@ def test_user_data_stays_small_whatever_the_options(tf_env, moto_endpoint, tmp_p
     assert watch >= 1200 or variant == "default"
     for text in boots.values():
         assert "STALLWATCH_PID=$!" in text
-        assert f'[ "$age" -ge "${{SRIFTY_STALL_S:-{watch}}}" ] && running; then' in text  # the teardown's limit
+        assert f'[ "$age" -ge "${{SRIFTY_STALL_S:-{min(watch, 300)}}}" ] && running; then' in text  # the teardown's
         assert f'[ "$over" = 0 ] && [ {stall} -gt 0 ] || continue' in text  # the training's, or none
         assert f'limit=$(awk -v s="${{SRIFTY_STALL_S:-{stall}}}"' in text
 

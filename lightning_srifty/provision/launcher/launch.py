@@ -279,11 +279,13 @@ def wait_for_script(provisioner: Provisioner, fleet: LaunchedFleet, run: Run, ec
 
     Raises:
         MigrationError: it still ran then (the nodes named, when the provisioner knows them; the fleet is released,
-            and that work cut, by the launch's end), with where to look and the setting, in Python and as srifty's
-            flag.
+            and that work cut, by the launch's end), or a node's own watch killed it, silent after its training
+            (``hung_after_fit``: the same hang, found first by the node), with where to look and the setting, in
+            Python and as srifty's flag.
     """
     code = _wait_exit(provisioner, fleet, run.after_fit_timeout_s, after_fit=True)
-    if code is not _STILL_RUNNING:
+    hung = fleet.data.get("hung_after_fit")
+    if code is not _STILL_RUNNING and not hung:
         if code:
             failed = fleet.data.get("failed_after_fit") or [fleet.name]
             echo(
@@ -293,13 +295,17 @@ def wait_for_script(provisioner: Provisioner, fleet: LaunchedFleet, run: Run, ec
             )
         return
     finished = protocol.read_record(run.ckpt, Finished, run.launch_id)
-    running = fleet.data.get("still_running") or [fleet.name]
+    limit = f"{run.after_fit_timeout_s:.0f} s"
+    how = (
+        f"showed no sign of life for {limit} on {', '.join(hung)}, whose watch killed it"
+        if hung
+        else f"had not ended {limit} later on {', '.join(fleet.data.get('still_running') or [fleet.name])}"
+    )
     raise MigrationError(
         f"The job's training finished on {fleet.entry.fleet} (FINISHED.json at step "
-        f"{finished.step if finished else '?'}), but its script had not ended {run.after_fit_timeout_s:.0f} s later "
-        f"on {', '.join(running)}: what it does after fit() (a test, an export, an upload) is cut as the fleet is "
-        "released. See where it waits in the nodes' logs (srifty logs), and raise after_fit_timeout_s (`srifty "
-        "launch --after-fit-timeout-min`) if that work really takes longer."
+        f"{finished.step if finished else '?'}), but its script {how}: what it does after fit() (a test, an export, "
+        "an upload) is cut as the fleet is released. See where it waits in the nodes' logs (srifty logs), and raise "
+        "after_fit_timeout_s (`srifty launch --after-fit-timeout-min`) if that work really takes longer."
     )
 
 

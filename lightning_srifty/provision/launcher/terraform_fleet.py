@@ -268,7 +268,6 @@ class TerraformProvisioner:
         codes: dict[str, int] = {}
         unlisted = False
         while True:
-            waiting: list[str] = []
             members = fleet.data.setdefault("members", set())
             try:
                 live: set[str] | None = self._live(fleet)
@@ -284,20 +283,9 @@ class TerraformProvisioner:
             if not members and live:  # a fleet never listed since its handover: the nodes up now
                 members.update(live)
             try:
-                known = members if live is None else members & live
-                if live is None and not members:  # no node known at all: as many records as the fleet has nodes
-                    known = self._statuses(fleet.name)
-                    nodes = sum(g.count for g in fleet.entry.groups)
-                    if len(known) < nodes:
-                        waiting.append(f"its {nodes - len(known)} other node(s), whose ids could not be listed")
-                for instance in sorted(known - set(codes)):
-                    status = store.read(self.checkpoint_uri, f"status/{fleet.name}-{instance}.json")
-                    if isinstance(status, dict):
-                        codes[instance] = int(status.get("exit_code") or 0)
-                    else:
-                        waiting.append(instance)
+                waiting = _look_after_fit(self, fleet, live, codes)
             except Exception as exc:  # noqa: BLE001 - unread this time: looked at again until the timeout
-                waiting = waiting or [f"(the fleet's status records could not be read: {exc})"]
+                waiting = [f"(the fleet's status records could not be read: {exc})"]
             if not waiting:
                 fleet.data["failed_after_fit"] = sorted(i for i, code in codes.items() if code)
                 return next((code for code in codes.values() if code), 0)
@@ -408,3 +396,29 @@ class TerraformProvisioner:
     def down(self, fleet: LaunchedFleet) -> None:
         self.echo(f"srifty launch: terraform destroy of {fleet.entry.fleet} ({fleet.name})")
         destroy(fleet.data["folder"], yes=True, echo=self.echo)
+
+
+def _look_after_fit(
+    provisioner: TerraformProvisioner, fleet: LaunchedFleet, live: set[str] | None, codes: dict
+) -> list:
+    """One look of :meth:`TerraformProvisioner.wait_after_fit`: each node's exit (``codes``) from its status record,
+    once there, and what is still waited for: the fleet's members EC2 lists (``live``; None: not listed, then every
+    member known since the handover), or, none known at all, as many records as the fleet has nodes. A node whose own
+    watch killed its script, silent after its training, is named in ``fleet.data``'s ``hung_after_fit``."""
+    members = fleet.data["members"]
+    waiting: list[str] = []
+    known = members if live is None else members & live
+    if live is None and not members:
+        known = provisioner._statuses(fleet.name)
+        nodes = sum(g.count for g in fleet.entry.groups)
+        if len(known) < nodes:
+            waiting.append(f"its {nodes - len(known)} other node(s), whose ids could not be listed")
+    for instance in sorted(known - set(codes)):
+        status = store.read(provisioner.checkpoint_uri, f"status/{fleet.name}-{instance}.json")
+        if isinstance(status, dict):
+            codes[instance] = int(status.get("exit_code") or 0)
+            if status.get("after_fit_hung"):
+                fleet.data.setdefault("hung_after_fit", []).append(instance)
+        else:
+            waiting.append(instance)
+    return waiting

@@ -371,8 +371,12 @@ data "aws_iam_policy_document" "assume" {
 # watchdog script), single-quoted word by word (argv, resume_from), or validated to a safe alphabet (name, numbers)
 locals {
   # the nodes' watch of their job (0: none), never shorter than the job's grace (which bounds a save: a save that fits
-  # in it is not a hang): how long a job's processes may outlive its script's end (a hung teardown)
+  # in it is not a hang)
   watch_s = var.watchdog.stall_s == 0 ? 0 : max(var.watchdog.stall_s, var.watchdog.grace_s)
+  # and, in it, how long a job's processes may outlive every rank's script's end (a hung teardown): at most 5 min, since
+  # only the interpreter's own exit is left after the mark (the exit handlers ran before it; torchrun waits 30 s for a
+  # failed worker's peers), so that a launcher's after-fit limit (30 min) finds the job ended, not hung
+  teardown_s = min(local.watch_s, 300)
   # and, in it, how long a training may stay silent (none under srifty launch: the launcher watches the training)
   stall_s = var.watchdog.heartbeat ? 0 : local.watch_s
   # and how long a script may stay silent once its training has finished (an export, an upload): the launcher cannot
@@ -406,6 +410,7 @@ locals {
     watchdog_grace_s     = var.watchdog.grace_s
     watchdog_max_age_s   = var.watchdog.max_age_s
     watch_s              = local.watch_s
+    teardown_s           = local.teardown_s
     stall_s              = local.stall_s
     after_fit_s          = local.after_fit_s
     watchdog_asg         = var.capacity.mode == "asg" ? 1 : 0
