@@ -146,11 +146,78 @@ def run_user_data(
         **(extra_env or {}),
     }
     try:
-        return subprocess.run(
-            ["bash", str(tmp_path / "user_data.sh")], cwd=cwd or tmp_path, env=env, capture_output=True, timeout=60
-        )
+        return run_boot(["bash", str(tmp_path / "user_data.sh")], cwd=cwd or tmp_path, env=env, timeout=60)
     finally:
         end_watchdogs(Path(env["SRIFTY_STATE_DIR"]))
+
+
+LEFT_BEHIND_S = 5.0
+
+
+def run_boot(
+    command: list[str], *, cwd: Path | str, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """Run a boot script (its output captured) and fail if it left a process of its own behind: one of its session
+    (not the watchdog's, a session of its own that :func:`end_watchdogs` ends) still running :data:`LEFT_BEHIND_S` s
+    after the script exited. On an instance such a process outlives the boot script's last words (a watch's nap
+    holding the log's ``tee`` open cost every node's exit 5 s); here it held the captured output open, so the test
+    waited for it (30 s at most, a peer watch's nap)."""
+    import signal
+    import threading
+    import time
+
+    state = env["SRIFTY_STATE_DIR"].encode()
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out: dict[str, bytes] = {}
+
+    def read() -> None:
+        out["stdout"], out["stderr"] = process.communicate()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        reader.join(5)
+        raise
+    left = _left_behind(state)
+    deadline = time.monotonic() + LEFT_BEHIND_S
+    while left and time.monotonic() < deadline:  # tee, and what ends with the script, a moment to go
+        time.sleep(0.1)
+        left = _left_behind(state)
+    lines = [_cmdline(pid) for pid in left]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    reader.join(10)
+    run = subprocess.CompletedProcess(command, code, out.get("stdout", b""), out.get("stderr", b""))
+    assert not left, f"the boot script left {len(left)} process(es) of its own running after its exit: {lines}"
+    return run
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return f"{pid} (gone)"
+
+
+def _left_behind(state: bytes) -> list[int]:
+    """The processes of this session (the test's: the boot script ran in it) whose environment names the boot
+    script's state folder ``state``: the script's own, never the watchdog's (``setsid``) nor the test runner."""
+    session = os.getsid(0)
+    mine = b"SRIFTY_STATE_DIR=" + state
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if os.getsid(int(proc.name)) == session and mine in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except OSError:  # gone since the listing, or not ours to read
+            pass
+    return pids
 
 
 def _watchdogs(state: Path) -> list[int]:
@@ -326,7 +393,7 @@ def boot_as_node(
         }
         boot = ["bash", str(work / "boot.sh")]
         try:
-            return subprocess.run(boot, cwd="/", env=environment, capture_output=True, timeout=240)
+            return run_boot(boot, cwd="/", env=environment, timeout=240)
         finally:
             end_watchdogs(Path(environment["SRIFTY_STATE_DIR"]))
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +71,44 @@ def _report(rank: int = 0, code: int = -6, others: str = "  <NO_OTHER_FAILURES>"
 )
 def test_a_torchrun_agent_passes_as_done_only_after_its_processs_teardown_abort(code, log, ok) -> None:
     assert agent_ended_after_its_work(code, log) is ok
+
+
+@pytest.mark.parametrize(
+    ("script", "left"),
+    [
+        ("echo ready\n", False),
+        ("sleep 30 &\necho ready\n", True),  # a nap the script never stopped: its own, left running
+        (
+            "( trap 'kill $(jobs -p); exit 0' TERM; while :; do sleep 30 & wait $!; done ) &\nW=$!\nsleep 0.2\n"
+            "kill $W; wait $W\n",
+            False,
+        ),  # a watch stopped with its nap (the boot script's peer and stall watches)
+        ("( while :; do sleep 30; done ) &\nW=$!\nsleep 0.2\nkill $W; wait $W\n", True),  # stopped, its nap not
+        ("setsid nohup sleep 30 >/dev/null 2>&1 </dev/null &\necho ready\n", False),  # a session of its own: the
+        # watchdog's, which end_watchdogs ends
+    ],
+    ids=["nothing", "a-nap-left", "a-watch-stopped-with-its-nap", "a-watch-stopped-without-its-nap", "setsid"],
+)
+def test_a_boot_script_that_leaves_a_process_of_its_own_behind_fails(tmp_path, script, left) -> None:
+    """``_fleet.run_boot``, through which every boot-script test runs: a process of the script's session that
+    outlives it fails the test (a watch's nap left running held the log's tee, and the captured output, open)."""
+    import subprocess
+
+    from _fleet import _left_behind, run_boot
+
+    (tmp_path / "boot.sh").write_text(script)
+    env = {**os.environ, "SRIFTY_STATE_DIR": str(tmp_path / "state")}
+    try:
+        if left:
+            with pytest.raises(AssertionError, match=r"left 1 process\(es\) of its own running after its exit"):
+                run_boot(["bash", str(tmp_path / "boot.sh")], cwd=tmp_path, env=env, timeout=20)
+        else:
+            run = run_boot(["bash", str(tmp_path / "boot.sh")], cwd=tmp_path, env=env, timeout=20)
+            assert run.returncode == 0 and isinstance(run, subprocess.CompletedProcess)
+        assert not _left_behind(str(tmp_path / "state").encode())  # killed by the harness when found
+    finally:  # whatever the outcome, nothing of this case's left running (the setsid case's sleep: its own session)
+        mine = f"SRIFTY_STATE_DIR={tmp_path / 'state'}".encode()
+        for proc in Path("/proc").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                if proc.name.isdigit() and mine in (proc / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(proc.name), signal.SIGKILL)

@@ -1709,8 +1709,9 @@ echo "12 0.500 0" >"$SRIFTY_NODE_STATE/alive"
 printf "i-0abc\\t10.0.0.5\\n" >"$FAKE_DIR/live"
 ( while :; do touch "$SRIFTY_NODE_STATE/alive"; sleep 0.5; done ) &
 fresh=$!
-trap 'kill $fresh; wait $fresh; touch -d "-1 hour" "$SRIFTY_NODE_STATE/alive"; sleep 6; exit 143' TERM
+trap 'kill $fresh $nap; wait $fresh; touch -d "-1 hour" "$SRIFTY_NODE_STATE/alive"; sleep 6; exit 143' TERM
 sleep 50 &
+nap=$!
 wait
 """
 
