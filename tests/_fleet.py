@@ -175,24 +175,27 @@ def run_boot(
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    left: list[int] = []
     try:
         code = process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        reader.join(5)
-        raise
-    left = _left_behind(state)
-    deadline = time.monotonic() + LEFT_BEHIND_S
-    while left and time.monotonic() < deadline:  # tee, and what ends with the script, a moment to go
-        time.sleep(0.1)
         left = _left_behind(state)
-    lines = [_cmdline(pid) for pid in left]
-    for pid in left:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    reader.join(10)
+        deadline = time.monotonic() + LEFT_BEHIND_S
+        while left and time.monotonic() < deadline:  # tee, and what ends with the script, a moment to go
+            time.sleep(0.1)
+            left = _left_behind(state)
+        lines = [_cmdline(pid) for pid in left]
+    finally:  # a script past its time: killed, and everything of its own with it (never left to the next test)
+        process.kill()
+        for pid in _left_behind(state):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        reader.join(10)
     run = subprocess.CompletedProcess(command, code, out.get("stdout", b""), out.get("stderr", b""))
     assert not left, f"the boot script left {len(left)} process(es) of its own running after its exit: {lines}"
+    assert not reader.is_alive(), "the boot script's output was still held open 10 s after its exit and its leftovers"
+    log = Path(env.get("SRIFTY_USER_DATA_LOG", "/nonexistent"))
+    said = log.read_text(errors="replace") if log.is_file() else ""
+    assert "still had input 5 s after this script's end" not in said, said[-2000:]
     return run
 
 

@@ -73,17 +73,45 @@ def test_a_torchrun_agent_passes_as_done_only_after_its_processs_teardown_abort(
     assert agent_ended_after_its_work(code, log) is ok
 
 
+def test_a_boot_script_past_its_time_is_killed_with_everything_of_its_own(tmp_path) -> None:
+    import subprocess
+
+    from _fleet import _left_behind, run_boot
+
+    (tmp_path / "boot.sh").write_text("( sleep 60 ) &\nsleep 60 &\nsleep 60\n")
+    env = {**os.environ, "SRIFTY_STATE_DIR": str(tmp_path / "state")}
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_boot(["bash", str(tmp_path / "boot.sh")], cwd=tmp_path, env=env, timeout=1)
+    assert not _left_behind(str(tmp_path / "state").encode())
+
+
+def test_a_boot_script_whose_log_says_its_tee_was_held_fails(tmp_path) -> None:
+    from _fleet import run_boot
+
+    said = (
+        "srifty: the log's writer (tee) still had input 5 s after this script's end: a process it started outlives it"
+    )
+    (tmp_path / "boot.sh").write_text(f'echo "{said}" >>"$SRIFTY_USER_DATA_LOG"\n')
+    env = {**os.environ, "SRIFTY_STATE_DIR": str(tmp_path / "state"), "SRIFTY_USER_DATA_LOG": str(tmp_path / "u.log")}
+    with pytest.raises(AssertionError, match="still had input 5 s"):
+        run_boot(["bash", str(tmp_path / "boot.sh")], cwd=tmp_path, env=env, timeout=20)
+
+
+NAPPING = "until pgrep -P $W -x sleep >/dev/null; do sleep 0.05; done\n"  # the watch is in its nap (never before)
+
+
 @pytest.mark.parametrize(
     ("script", "left"),
     [
         ("echo ready\n", False),
         ("sleep 30 &\necho ready\n", True),  # a nap the script never stopped: its own, left running
         (
-            "( trap 'kill $(jobs -p); exit 0' TERM; while :; do sleep 30 & wait $!; done ) &\nW=$!\nsleep 0.2\n"
-            "kill $W; wait $W\n",
+            "( trap 'kill $(jobs -p); exit 0' TERM; while :; do sleep 30 & wait $!; done ) &\nW=$!\n"
+            + NAPPING
+            + "kill $W; wait $W\n",
             False,
         ),  # a watch stopped with its nap (the boot script's peer and stall watches)
-        ("( while :; do sleep 30; done ) &\nW=$!\nsleep 0.2\nkill $W; wait $W\n", True),  # stopped, its nap not
+        ("( while :; do sleep 30; done ) &\nW=$!\n" + NAPPING + "kill $W; wait $W\n", True),  # stopped, its nap not
         ("setsid nohup sleep 30 >/dev/null 2>&1 </dev/null &\necho ready\n", False),  # a session of its own: the
         # watchdog's, which end_watchdogs ends
     ],

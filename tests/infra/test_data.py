@@ -331,8 +331,11 @@ def test_a_whole_bucket_of_data_is_listed_as_aws_lists_it() -> None:
 FAKE_AWS_DATA = """#!/bin/bash
 echo "$*" >>"$FAKE_DIR/aws.calls"
 case "$1 $2" in
-  "s3api list-objects-v2") echo "imagenet/train/n01/0.JPEG" ;;
+  "s3api list-objects-v2") [ -n "${FAKE_EMPTY_LISTING:-}" ] && echo None || echo "imagenet/train/n01/0.JPEG" ;;
   "s3 sync")
+    if [ -n "${FAKE_SLOW_COPY_S:-}" ]; then  # a large folder: the copy takes long, and says so when it ends
+      sleep "$FAKE_SLOW_COPY_S" && touch "$FAKE_DIR/copy.ended"
+    fi
     if [ -n "${FAKE_DISK_FULL:-}" ]; then
       echo "download failed: s3://bkt/shards/a.tar to $4a.tar [Errno 28] No space left on device" >&2; exit 1
     fi
@@ -346,13 +349,15 @@ printf '%s\\n' "$TRAIN_DATA" "$SHARDS" >"$FAKE_DIR/torchrun.env"
 """
 
 
-def _boot_with_fakes(tf_env, tmp_path: Path, **env: str):
+def _boot_with_fakes(tf_env, tmp_path: Path, *, copy_first: bool = False, **env: str):
     from _fleet import FAKE_CURL, render, run_user_data, template_values
 
     data = [
         {"name": "TRAIN_DATA", "uri": "s3://bkt/imagenet/train/", "copy": False},
         {"name": "SHARDS", "uri": "s3://bkt/shards/", "copy": True},
     ]
+    if copy_first:
+        data.reverse()
     script = render(tf_env, tmp_path / "console", template_values(name="data", watchdog_grace_s=1, data=data))
     fakes = {"curl": FAKE_CURL, "aws": FAKE_AWS_DATA, "torchrun": FAKE_TORCHRUN_DATA, "shutdown": "#!/bin/bash\n"}
     extra = {"SRIFTY_HOME": str(tmp_path / "home"), "SRIFTY_DATA_RETRY_S": "0", **env}
@@ -385,6 +390,36 @@ def test_a_disk_too_small_for_the_copy_is_said_so_at_once(tf_env, tmp_path) -> N
     assert said in log and "give the nodes a larger disk (srifty terraform --root-volume-gb)" in log
     assert "may this instance role read it" not in log
     assert not (tmp_path / "torchrun.env").exists()
+
+
+def test_a_folder_that_fails_ends_the_node_at_once_and_stops_the_copies_still_running(tf_env, tmp_path) -> None:
+    """The copy listed first takes long (a large folder: hours on an instance); the streamed folder after it is empty.
+    The node says so as soon as the listing answers, not once the copy is done, and the copy still running is stopped
+    with the script (run_user_data fails a test on any process the script leaves behind)."""
+    run, log, _ = _boot_with_fakes(
+        tf_env,
+        tmp_path,
+        copy_first=True,
+        FAKE_EMPTY_LISTING="1",
+        FAKE_SLOW_COPY_S="40",
+        SRIFTY_NVME_DIR=str(tmp_path / "none"),
+    )
+    assert run.returncode == 1, log[-3000:]
+    assert "the training data TRAIN_DATA is not ready: TRAIN_DATA: no objects under s3://bkt/imagenet/train/" in log
+    assert not (tmp_path / "copy.ended").exists()  # stopped on the way out, never waited for
+    assert "SHARDS: 1 files" not in log and not (tmp_path / "torchrun.env").exists()
+
+
+def test_the_node_waits_for_every_folder_whatever_their_order(tf_env, tmp_path) -> None:
+    run, log, _ = _boot_with_fakes(
+        tf_env, tmp_path, copy_first=True, FAKE_SLOW_COPY_S="2", SRIFTY_NVME_DIR=str(tmp_path / "none")
+    )
+    assert run.returncode == 0, log[-3000:]
+    assert (tmp_path / "copy.ended").exists()
+    assert (tmp_path / "torchrun.env").read_text().splitlines() == [
+        "s3://bkt/imagenet/train/",
+        f"{tmp_path / 'home'}/data/SHARDS",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -24,7 +24,16 @@ from pathlib import Path
 import boto3
 import pytest
 
-from _fleet import PARAMS, dlami_parameters, end_watchdogs, plan_json, planned, planned_types, use_test_parameters
+from _fleet import (
+    PARAMS,
+    dlami_parameters,
+    end_watchdogs,
+    plan_json,
+    planned,
+    planned_types,
+    run_boot,
+    use_test_parameters,
+)
 from _fleet import enforce_iam as _enforce_iam
 from _fleet import node_credentials as _as_node
 from _support import MINIMAL, moto_network, plan_layout
@@ -231,8 +240,11 @@ def run_user_data(
         "SRIFTY_WATCHDOG_INTERVAL_S": "1",
         **extra_env,
     }
-    try:
-        run = subprocess.run(["bash", str(script)], cwd="/", env=env, capture_output=True, text=True, timeout=240)
+    try:  # failed by a process of its own the script leaves behind (run_boot), as every other boot-script test
+        raw = run_boot(["bash", str(script)], cwd="/", env=env, timeout=240)
+        run = subprocess.CompletedProcess(
+            raw.args, raw.returncode, raw.stdout.decode(errors="replace"), raw.stderr.decode(errors="replace")
+        )
     finally:
         # the watchdog (in the background) sees the job gone within a second or two, calls the fake shutdown and
         # exits; one still running after 20 s is killed (none outlives its test)
