@@ -4,6 +4,7 @@ instance role's policy enforced, the AWS-rules proxy) to the first steps, a spot
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import platform
@@ -792,3 +793,51 @@ def test_moto_servers_html_500_is_retried_as_a_generic_server_error() -> None:
 
     parsed = QueryParser().parse({"status_code": 500, "body": b"", "headers": {}}, None)
     assert parsed["Error"]["Code"] == "500"
+
+
+def test_the_life_record_is_waited_for_not_read_once_beside_the_status_records() -> None:
+    """The fifty-first session's rehearsal failed "the job's end ended the fleet's life" once: the check read the life
+    record as soon as the nodes' status records were there, and each node's watchdog writes the record beside the boot
+    script's last words (since the fiftieth session those take about a second, not five). The record is waited for
+    now, until the nodes are terminated; a record that never ends still fails the check."""
+    from types import SimpleNamespace
+
+    class FakeS3:
+        def __init__(self, ended_on_read: int | None) -> None:
+            self.reads, self.ended_on_read = 0, ended_on_read
+
+        def get_object(self, Bucket: str, Key: str) -> dict:
+            assert (Bucket, Key) == ("b", "p/life/f.json")
+            self.reads += 1
+            record = {"born_unix": 1}
+            if self.ended_on_read is not None and self.reads >= self.ended_on_read:
+                record |= {"ended_unix": 2, "why": "the training job exited with 0"}
+            return {"Body": io.BytesIO(json.dumps(record).encode())}
+
+    class FakeWalk:
+        prefix, bucket, values = "p/", "b", {"name": "f"}
+
+        def __init__(self, nodes) -> None:
+            self.checks, self.nodes = [], nodes
+
+        def _wait(self, done, seconds, what, **_):
+            for tick in range(50):  # the real walk ticks until done() is truthy or its time is up
+                if tick == 10:
+                    for node in self.nodes:
+                        node.terminated = True  # the watchdogs' shutdown, after their record
+                if value := done():
+                    return value
+            return None
+
+        def check(self, name: str, ok: bool, detail: str) -> bool:
+            self.checks.append((name, ok, detail))
+            return ok
+
+    for ended_on_read, ok in ((3, True), (None, False), (1, True)):
+        nodes = [SimpleNamespace(terminated=False), SimpleNamespace(terminated=False)]
+        fake = FakeWalk(nodes)
+        s3 = FakeS3(ended_on_read)
+        walk.check_life_ended(fake, 3, nodes, s3)
+        ((name, passed, detail),) = fake.checks
+        assert name == "leg 3: the job's end ended the fleet's life" and passed is ok, detail
+        assert s3.reads >= (ended_on_read or 11)  # read again until it ended, or until the nodes were gone

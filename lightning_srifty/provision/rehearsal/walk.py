@@ -1160,18 +1160,32 @@ def finish_the_job(walk: _Walk, leg: int) -> None:
         ", ".join(f"node {i}: {have} of {want} rank(s)" for i, (have, want) in marks.items())
         + " (exit.<local rank> in the node's state folder)",
     )
-    life = read_json(s3, walk.bucket, f"{walk.prefix}life/{walk.values['name']}.json") or {}
-    walk.check(
-        f"leg {leg}: the job's end ended the fleet's life",
-        life.get("ended_unix") is not None and "exited with 0" in str(life.get("why")),
-        f"life/{walk.values['name']}.json: ended {life.get('ended_unix')}, why {life.get('why')!r}",
-    )
+    check_life_ended(walk, leg, nodes, s3)
     _check_left_the_group(walk, leg, nodes)
     missing, shipped = outputs_missing(s3, walk.bucket, walk.prefix, walk.values["name"], nodes)
     walk.check(
         f"leg {leg}: the jobs' outputs are beside the checkpoints",
         not missing,
         "; ".join(missing)[:600] or f"{shipped} file(s) at s3://{walk.bucket}/{walk.prefix}outputs/",
+    )
+
+
+def check_life_ended(walk: _Walk, leg: int, nodes: list[Node], s3: Any) -> None:
+    """The fleet's life record ended by the job's end. Each node's watchdog ends it once its boot script says the job
+    exited, beside the script's own last words (its log, outputs and status record): the record may land after the
+    status records (it did, in the fifty-first session's rehearsal), never after the watchdog's shutdown. So it is
+    waited for, until every node is terminated or 180 s."""
+    key = f"{walk.prefix}life/{walk.values['name']}.json"
+    walk._wait(
+        lambda: (read_json(s3, walk.bucket, key) or {}).get("ended_unix") or all(n.terminated for n in nodes),
+        180,
+        f"leg {leg}: the fleet's life record",
+    )
+    life = read_json(s3, walk.bucket, key) or {}
+    walk.check(
+        f"leg {leg}: the job's end ended the fleet's life",
+        life.get("ended_unix") is not None and "exited with 0" in str(life.get("why")),
+        f"life/{walk.values['name']}.json: ended {life.get('ended_unix')}, why {life.get('why')!r}",
     )
 
 
