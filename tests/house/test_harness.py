@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -86,15 +87,44 @@ def test_a_boot_script_past_its_time_is_killed_with_everything_of_its_own(tmp_pa
 
 
 def test_a_boot_script_whose_log_says_its_tee_was_held_fails(tmp_path) -> None:
-    from _fleet import run_boot
+    """The boot script's own line (the template's text, whatever its words become) fails the test: run_boot looks for
+    :data:`_fleet.TEE_HELD` in it."""
+    from _fleet import MODULE, TEE_HELD, run_boot
 
-    said = (
-        "srifty: the log's writer (tee) still had input 5 s after this script's end: a process it started outlives it"
-    )
+    template = (MODULE / "templates" / "user_data.sh.tftpl").read_text()
+    (said,) = re.findall(r'echo "(srifty: the log.s writer[^"]*)"', template)
+    assert TEE_HELD in said
     (tmp_path / "boot.sh").write_text(f'echo "{said}" >>"$SRIFTY_USER_DATA_LOG"\n')
     env = {**os.environ, "SRIFTY_STATE_DIR": str(tmp_path / "state"), "SRIFTY_USER_DATA_LOG": str(tmp_path / "u.log")}
-    with pytest.raises(AssertionError, match="still had input 5 s"):
+    with pytest.raises(AssertionError, match=re.escape(TEE_HELD)):
         run_boot(["bash", str(tmp_path / "boot.sh")], cwd=tmp_path, env=env, timeout=20)
+
+
+def test_the_boot_scripts_kill_tree_kills_its_own_jobs_tree_and_nothing_else(tmp_path) -> None:
+    """``kill_tree`` (the template's, its text as bash gets it): a job of the script is killed with its children's
+    children (a copy's ``timeout``, its ``aws``, a nap); a process that is not the script's child (a number reused
+    since its own job ended) is left alone."""
+    import subprocess
+
+    from _fleet import MODULE
+
+    template = (MODULE / "templates" / "user_data.sh.tftpl").read_text()
+    (function,) = re.findall(r"^kill_tree\(\) \{\n.*?^\}\n", template, flags=re.M | re.S)
+    script = function.replace("$${", "${") + (
+        "( ( sleep 30; true ) & sleep 30; true ) &\nJOB=$!\n"  # a job, its nap, and a subshell with its own
+        "inner() { pgrep -P $JOB -x bash; }\n"
+        'until [ "$(pgrep -P $JOB | wc -l)" = 2 ] && pgrep -P "$(inner)" >/dev/null; do sleep 0.05; done\n'
+        'TREE="$JOB $(pgrep -P $JOB) $(pgrep -P "$(inner)")"\n'
+        "STRANGER=$(bash -c 'sleep 30 >/dev/null & echo $!')\n"  # its parent another shell, then init: not ours
+        "kill_tree $STRANGER; kill_tree $JOB; wait $JOB 2>/dev/null\n"
+        # a zombie is dead (this container's init may never reap the orphans)
+        "alive() { local st; st=$(sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -c1); "
+        '[ -n "$st" ] && [ "$st" != Z ]; }\n'
+        'for p in $TREE; do alive $p && echo "alive $p"; done; true\n'
+        "alive $STRANGER && echo stranger-alive; kill $STRANGER\n"
+    )
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0 and run.stdout.split() == ["stranger-alive"], (run.stdout, run.stderr)
 
 
 NAPPING = "until pgrep -P $W -x sleep >/dev/null; do sleep 0.05; done\n"  # the watch is in its nap (never before)

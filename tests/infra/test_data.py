@@ -124,6 +124,7 @@ def test_the_reserved_names_cover_every_variable_the_boot_scripts_set() -> None:
     assert sorted(n for n in assigned if n.isupper() and not reserved.match(n)) == []
     variables = (MODULE / "variables.tf").read_text()
     assert f'!can(regex("{RESERVED_ENV}", d.name))' in variables
+    assert f'!can(regex("{RESERVED_ENV}", s.name))' in variables  # a secret is exported the same way
     assert f'can(regex("{DATA_URI}", d.uri))' in variables
 
 

@@ -375,6 +375,23 @@ def test_the_module_refuses_tags_aws_would_refuse(tf_env, tmp_path, catalog) -> 
         assert result.returncode != 0 and "AWS's tag rules" in " ".join(result.stderr.split()), result.stderr
 
 
+def test_the_module_refuses_a_secret_or_data_folder_named_as_the_boot_scripts_own(tf_env, tmp_path, catalog) -> None:
+    """A secret or data folder is exported in the boot script's shell: one named as a variable the script assigns
+    (REGION, DATA_JOBS, ...) would be overwritten by it or change what it does. srifty refuses such names, and the
+    module does too for a root written by hand (the secrets' check was missing until the fifty-first session)."""
+    plan, choice, options = example("single-node-on-demand")
+    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    values = json.loads((root / TFVARS).read_text())
+    for extra, said in (
+        ({"secrets": [{"name": "REGION", "source": "ssm", "id": "/team/token"}]}, "Every secrets entry needs"),
+        ({"data": [{"name": "DATA_JOBS", "uri": "s3://team-data/x/"}]}, "Every data entry needs"),
+    ):
+        (root / TFVARS).write_text(json.dumps({**values, **extra}))
+        result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
+        assert result.returncode != 0 and said in " ".join(result.stderr.split()), result.stderr[-2000:]
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The boot script's variables: what the tests and bench/user_data_size.py render it with is what main.tf passes
 # ---------------------------------------------------------------------------------------------------------------------

@@ -239,8 +239,8 @@ variable "secrets" {
   default = []
 
   validation {
-    condition     = alltrue([for s in var.secrets : can(regex("^[A-Z_][A-Z0-9_]*$", s.name)) && contains(["ssm", "secretsmanager"], s.source)]) && length(distinct([for s in var.secrets : s.name])) == length(var.secrets)
-    error_message = "Every secrets entry needs a distinct name of [A-Z_][A-Z0-9_]* and a source of ssm or secretsmanager."
+    condition     = alltrue([for s in var.secrets : can(regex("^[A-Z_][A-Z0-9_]*$", s.name)) && !can(regex("^(PATH|HOME|IFS|SHELL|USER|PWD|OLDPWD|HOSTNAME|TERM|LANG|LC_.*|TMPDIR|TOKEN|IMDS|REGION|STATE|JOB|CODE|LOG|LOG_URI|URI|BOOT|ATTEMPTS|APT|BORN|CHECKPOINT_URI|DATA_HOME|DATA_JOBS|DEBIAN_FRONTEND|DEVICES|EFA_.*|ENDED|EXITED_URI|EXPORTS|FS|GONE|HANDOVER|HOUSE|HUNG_.*|IMAGE|INSTANCE_ID|LAUNCHED|LIFE_.*|LISTED|LIVE|MY_IP|NET|NNODES|NVME|OFI|OUTPUTS_.*|PEERS|PEERWATCH_PID|PER_BOOT|PICK|RAW|RDZV_HOST|RDZV_ID|READY_URI|REQ|SELF|SHIP_PID|STALLWATCH_PID|TEE_PID|VENV|VERDICT|WAIT_UNTIL|WHY|WHEEL|WHEELHOUSE.*|LD_.*|BASH.*|AWS_.*|SRIFTY_.*|PL_.*|LT_.*|TORCH_.*|TORCHELASTIC_.*|PET_.*|NCCL_.*|FI_.*|CUDA_.*|NVIDIA_.*|PYTHON.*|OMP_.*|MKL_.*|KMP_.*|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NODE_RANK)$", s.name)) && contains(["ssm", "secretsmanager"], s.source)]) && length(distinct([for s in var.secrets : s.name])) == length(var.secrets)
+    error_message = "Every secrets entry needs a distinct name of [A-Z_][A-Z0-9_]* (it is exported on the instances), not one the boot script, AWS's tools or srifty use (PATH, REGION, LOG, AWS_*, SRIFTY_*, ...), and a source of ssm or secretsmanager."
   }
 
   validation {
@@ -261,7 +261,7 @@ variable "data" {
   default = []
 
   validation {
-    condition     = alltrue([for d in var.data : can(regex("^[A-Z_][A-Z0-9_]*$", d.name)) && !can(regex("^(PATH|HOME|IFS|SHELL|USER|PWD|OLDPWD|HOSTNAME|TERM|LANG|LC_.*|TMPDIR|TOKEN|IMDS|REGION|STATE|JOB|CODE|LOG|LOG_URI|URI|BOOT|ATTEMPTS|APT|BORN|CHECKPOINT_URI|DATA_HOME|DATA_JOBS|DEBIAN_FRONTEND|DEVICES|EFA_.*|ENDED|EXITED_URI|EXPORTS|FS|GONE|HANDOVER|HOUSE|HUNG_.*|IMAGE|INSTANCE_ID|LAUNCHED|LIFE_.*|LISTED|LIVE|MY_IP|NET|NNODES|NVME|OFI|OUTPUTS_.*|PEERS|PEERWATCH_PID|PER_BOOT|PICK|RAW|RDZV_HOST|RDZV_ID|READY_URI|REQ|SELF|SHIP_PID|STALLWATCH_PID|TEE_PID|DATA_LEFT|VENV|VERDICT|WAIT_UNTIL|WHY|WHEEL|WHEELHOUSE.*|LD_.*|BASH.*|AWS_.*|SRIFTY_.*|PL_.*|LT_.*|TORCH_.*|TORCHELASTIC_.*|PET_.*|NCCL_.*|FI_.*|CUDA_.*|NVIDIA_.*|PYTHON.*|OMP_.*|MKL_.*|KMP_.*|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NODE_RANK)$", d.name))]) && length(distinct([for d in var.data : d.name])) == length(var.data)
+    condition     = alltrue([for d in var.data : can(regex("^[A-Z_][A-Z0-9_]*$", d.name)) && !can(regex("^(PATH|HOME|IFS|SHELL|USER|PWD|OLDPWD|HOSTNAME|TERM|LANG|LC_.*|TMPDIR|TOKEN|IMDS|REGION|STATE|JOB|CODE|LOG|LOG_URI|URI|BOOT|ATTEMPTS|APT|BORN|CHECKPOINT_URI|DATA_HOME|DATA_JOBS|DEBIAN_FRONTEND|DEVICES|EFA_.*|ENDED|EXITED_URI|EXPORTS|FS|GONE|HANDOVER|HOUSE|HUNG_.*|IMAGE|INSTANCE_ID|LAUNCHED|LIFE_.*|LISTED|LIVE|MY_IP|NET|NNODES|NVME|OFI|OUTPUTS_.*|PEERS|PEERWATCH_PID|PER_BOOT|PICK|RAW|RDZV_HOST|RDZV_ID|READY_URI|REQ|SELF|SHIP_PID|STALLWATCH_PID|TEE_PID|VENV|VERDICT|WAIT_UNTIL|WHY|WHEEL|WHEELHOUSE.*|LD_.*|BASH.*|AWS_.*|SRIFTY_.*|PL_.*|LT_.*|TORCH_.*|TORCHELASTIC_.*|PET_.*|NCCL_.*|FI_.*|CUDA_.*|NVIDIA_.*|PYTHON.*|OMP_.*|MKL_.*|KMP_.*|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|NODE_RANK)$", d.name))]) && length(distinct([for d in var.data : d.name])) == length(var.data)
     error_message = "Every data entry needs a distinct name of [A-Z_][A-Z0-9_]* (it is exported on the instances), not one the boot script, AWS's tools or srifty use (PATH, REGION, LOG, AWS_*, SRIFTY_*, ...): such as TRAIN_DATA."
   }
 
