@@ -152,8 +152,6 @@ def run_user_data(
 
 
 LEFT_BEHIND_S = 5.0
-# what the boot script's log says when its tee still had input 5 s after the script's end (on_exit)
-TEE_HELD = "still had input 5 s after this script's end"
 
 
 def run_boot(
@@ -199,9 +197,6 @@ def run_boot(
     run = subprocess.CompletedProcess(command, code, out.get("stdout", b""), out.get("stderr", b""))
     assert not left, f"the boot script left {len(left)} process(es) of its own running after its exit: {lines}"
     assert not reader.is_alive(), "the boot script's output was still held open 10 s after its exit and its leftovers"
-    log = Path(env.get("SRIFTY_USER_DATA_LOG", "/nonexistent"))
-    said = log.read_text(errors="replace") if log.is_file() else ""
-    assert TEE_HELD not in said, said[-2000:]
     return run
 
 

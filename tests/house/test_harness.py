@@ -86,20 +86,6 @@ def test_a_boot_script_past_its_time_is_killed_with_everything_of_its_own(tmp_pa
     assert not _left_behind(str(tmp_path / "state").encode())
 
 
-def test_a_boot_script_whose_log_says_its_tee_was_held_fails(tmp_path) -> None:
-    """The boot script's own line (the template's text, whatever its words become) fails the test: run_boot looks for
-    :data:`_fleet.TEE_HELD` in it."""
-    from _fleet import MODULE, TEE_HELD, run_boot
-
-    template = (MODULE / "templates" / "user_data.sh.tftpl").read_text()
-    (said,) = re.findall(r'echo "(srifty: the log.s writer[^"]*)"', template)
-    assert TEE_HELD in said
-    (tmp_path / "boot.sh").write_text(f'echo "{said}" >>"$SRIFTY_USER_DATA_LOG"\n')
-    env = {**os.environ, "SRIFTY_STATE_DIR": str(tmp_path / "state"), "SRIFTY_USER_DATA_LOG": str(tmp_path / "u.log")}
-    with pytest.raises(AssertionError, match=re.escape(TEE_HELD)):
-        run_boot(["bash", str(tmp_path / "boot.sh")], cwd=tmp_path, env=env, timeout=20)
-
-
 def test_the_boot_scripts_kill_tree_kills_its_own_jobs_tree_and_nothing_else(tmp_path) -> None:
     """``kill_tree`` (the template's, its text as bash gets it): a job of the script is killed with its children's
     children (a copy's ``timeout``, its ``aws``, a nap); a process that is not the script's child (a number reused
