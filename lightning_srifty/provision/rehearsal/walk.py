@@ -1176,12 +1176,14 @@ def check_life_ended(walk: _Walk, leg: int, nodes: list[Node], s3: Any) -> None:
     status records (it did, in the fifty-first session's rehearsal), never after the watchdog's shutdown. So it is
     waited for, until every node is terminated or 180 s."""
     key = f"{walk.prefix}life/{walk.values['name']}.json"
-    walk._wait(
-        lambda: (read_json(s3, walk.bucket, key) or {}).get("ended_unix") or all(n.terminated for n in nodes),
-        180,
-        f"leg {leg}: the fleet's life record",
-    )
-    life = read_json(s3, walk.bucket, key) or {}
+    life: dict[str, Any] = {}
+
+    def ended() -> bool:  # each look's record kept: the last one is the one checked (read after the nodes' end)
+        life.clear()
+        life.update(read_json(s3, walk.bucket, key) or {})
+        return life.get("ended_unix") is not None or all(n.terminated for n in nodes)
+
+    walk._wait(ended, 180, f"leg {leg}: the fleet's life record")
     walk.check(
         f"leg {leg}: the job's end ended the fleet's life",
         life.get("ended_unix") is not None and "exited with 0" in str(life.get("why")),
