@@ -40,6 +40,7 @@ module "fleet" {
   ami                = var.ami
   root_volume_gb     = var.root_volume_gb
   metadata_hop_limit = var.metadata_hop_limit
+  metadata_tags      = var.metadata_tags
   checkpoints        = var.checkpoints
   enable_ssm         = var.enable_ssm
   enable_cloudwatch  = var.enable_cloudwatch

@@ -172,6 +172,12 @@ variable "enable_cloudwatch" {
   default     = false
 }
 
+variable "metadata_tags" {
+  description = "Let each instance read its tags from the instance metadata; EC2 then restricts instance tag keys (letters, digits and + - = . , _ : @; the module refuses others at plan)."
+  type        = bool
+  default     = false
+}
+
 variable "train" {
   description = "Setup command, torchrun's argv, node count, rendezvous port, checkpoint to resume from, handover, environment, container image and code snapshot."
   type = object({

@@ -375,6 +375,57 @@ def test_the_module_refuses_tags_aws_would_refuse(tf_env, tmp_path, catalog) -> 
         assert result.returncode != 0 and "AWS's tag rules" in " ".join(result.stderr.split()), result.stderr
 
 
+def test_the_module_refuses_tags_ec2_would_refuse_on_its_instances(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+    """Two of EC2's tag rules that moto does not keep: at most 50 user tags on a resource ("Tag restrictions",
+    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/Using_Tags.html#tag-restrictions), and, where an instance's
+    tags are in its metadata, keys of letters, digits and + - = . , _ : @ only ("Non-compliance will result in failed
+    launches for new instances", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/work-with-tags-in-IMDS.html).
+    The module had the metadata tags on, for nothing it reads, so an infra team's "Cost Center" tag would have failed
+    every launch on AWS and none here. They are off unless asked for (metadata_tags), and then such keys are refused
+    at plan, by name."""
+    plan, choice, options = example("single-node-on-demand")
+    options = dataclasses.replace(options, aws_endpoint=moto_endpoint)
+    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    values = json.loads((root / TFVARS).read_text())
+    values["ami"] = {"id": _moto_image(moto_endpoint)}  # moto has no DLAMI parameter; the module reads the image
+    team = {**values["tags"], "Cost Center": "ml-42", "team/owner": "vision"}
+
+    def plan_with(**extra: object) -> subprocess.CompletedProcess[str]:
+        (root / TFVARS).write_text(json.dumps({**values, **extra}))
+        return tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false", "-out=tfplan")
+
+    many = {**values["tags"], **{f"team:k{i}": "v" for i in range(48 - len(values["tags"]))}}
+    result = plan_with(tags=many)
+    said = " ".join(result.stderr.split())
+    assert result.returncode != 0 and "The tags are 48" in said and "at most 47" in said, result.stderr[-2000:]
+
+    result = plan_with(tags=team, metadata_tags=True)
+    said = " ".join(result.stderr.split())
+    assert result.returncode != 0 and "With metadata_tags" in said, result.stderr[-2000:]
+    assert '"Cost Center", "team/owner"' in said and "srifty:" not in said.split("these are:")[1], said
+
+    result = plan_with(tags=team)  # the default: the same tags are fine, the metadata has no tags
+    assert result.returncode == 0, result.stderr[-2000:]
+    shown = json.loads(tf_run(tf_env, root, "show", "-json", "tfplan").stdout)
+    templates = [r for r in shown["resource_changes"] if r["type"] == "aws_launch_template"]
+    assert templates, "no launch template planned"
+    for template in templates:
+        after = template["change"]["after"]
+        assert after["metadata_options"][0]["instance_metadata_tags"] == "disabled"
+        assert after["metadata_options"][0]["http_tokens"] == "required"
+        assert after["tag_specifications"][0]["tags"]["Cost Center"] == "ml-42"
+
+    result = plan_with(tags={**values["tags"], "CostCenter": "ml-42"}, metadata_tags=True)  # keys it allows
+    assert result.returncode == 0, result.stderr[-2000:]
+    shown = json.loads(tf_run(tf_env, root, "show", "-json", "tfplan").stdout)
+    assert {
+        r["change"]["after"]["metadata_options"][0]["instance_metadata_tags"]
+        for r in shown["resource_changes"]
+        if r["type"] == "aws_launch_template"
+    } == {"enabled"}
+
+
 def test_the_module_refuses_a_secret_or_data_folder_named_as_the_boot_scripts_own(tf_env, tmp_path, catalog) -> None:
     """A secret or data folder is exported in the boot script's shell: one named as a variable the script assigns
     (REGION, DATA_JOBS, ...) would be overwritten by it or change what it does. srifty refuses such names, and the

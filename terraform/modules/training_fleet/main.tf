@@ -23,8 +23,10 @@ data "aws_ami" "image" {
 
 locals {
   fleet_tags = merge(var.tags, { "srifty:fleet" = var.name })
-  ami_ids    = { for arch, p in data.aws_ssm_parameter.ami : arch => p.insecure_value }
-  vpc_id     = var.network.create_vpc ? aws_vpc.this[0].id : var.network.vpc_id
+  # the instances' tag keys EC2 refuses when their tags are in the instance metadata (metadata_tags)
+  imds_bad_tag_keys = [for k in keys(local.fleet_tags) : k if !can(regex("^[A-Za-z0-9+=.,_:@-]+$", k)) || contains([".", "..", "_index"], k)]
+  ami_ids           = { for arch, p in data.aws_ssm_parameter.ami : arch => p.insecure_value }
+  vpc_id            = var.network.create_vpc ? aws_vpc.this[0].id : var.network.vpc_id
   # EC2 gives no public IP to an instance with several network interfaces (one EFA interface per card): in the
   # minimal VPC such a fleet runs in a private subnet behind a NAT gateway
   multi_nic  = anytrue([for g in var.groups : g.efa && g.network_interfaces > 1])
@@ -692,7 +694,7 @@ resource "aws_launch_template" "group" {
     http_endpoint               = "enabled"
     http_tokens                 = "required"
     http_put_response_hop_limit = var.metadata_hop_limit
-    instance_metadata_tags      = "enabled"
+    instance_metadata_tags      = var.metadata_tags ? "enabled" : "disabled"
   }
 
   monitoring {
@@ -766,6 +768,14 @@ resource "aws_launch_template" "group" {
   tags = local.fleet_tags
 
   lifecycle {
+    # with tags in the instance metadata, "instance tag keys are subject to specific restrictions. Non-compliance will
+    # result in failed launches for new instances" (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/work-with-tags-in-IMDS.html):
+    # letters, digits and + - = . , _ : @, no spaces or /, not . or .. or _index. moto launches them all
+    precondition {
+      condition     = !var.metadata_tags || length(local.imds_bad_tag_keys) == 0
+      error_message = "With metadata_tags, EC2 fails every launch of an instance whose tag key has a space or a / or a character other than letters, digits and + - = . , _ : @ (or is . or .. or _index), and these are: ${join(", ", [for k in local.imds_bad_tag_keys : format("%q", k)])}. Rename them in tags, or leave metadata_tags false."
+    }
+
     precondition {
       condition     = var.ami.id == null || length(distinct([for g in var.groups : g.arch])) == 1
       error_message = "The ami.id is one image for every group, but the groups mix x86_64 and arm64 types: leave ami.id null (the Deep Learning AMI of each architecture) or keep the fleet to one architecture."

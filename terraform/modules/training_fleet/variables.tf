@@ -392,7 +392,7 @@ variable "predicted" {
 }
 
 variable "tags" {
-  description = "Tags added to every resource: keys of 1 to 128 and values of up to 256 letters, digits, spaces and _ . : / = + - @ (AWS's tag rules), keys not starting with aws:."
+  description = "Tags added to every resource: at most 47 (AWS allows 50 on a resource and the module adds up to 3: srifty:fleet, Name, srifty:group), keys of 1 to 128 and values of up to 256 letters, digits, spaces and _ . : / = + - @ (AWS's tag rules), keys not starting with aws:. With metadata_tags, the instances' tag keys are restricted further."
   type        = map(string)
   default     = {}
 
@@ -400,4 +400,17 @@ variable "tags" {
     condition     = alltrue([for k, v in var.tags : can(regex("^[\\p{L}\\p{N} _.:/=+@-]{1,128}$", k)) && !startswith(lower(k), "aws:") && can(regex("^[\\p{L}\\p{N} _.:/=+@-]{0,256}$", v))])
     error_message = "Every tag key must be 1 to 128 and every value at most 256 letters, digits, spaces and _ . : / = + - @, and no key may start with aws: (AWS's tag rules)."
   }
+
+  # "Maximum number of tags per resource: 50" (tag restrictions, https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/Using_Tags.html#tag-restrictions;
+  # the same 50 for S3 buckets, IAM roles and Auto Scaling groups): EC2 refuses a launch whose instance would carry more
+  validation {
+    condition     = length(var.tags) <= 47
+    error_message = "The tags are ${length(var.tags)}, but AWS allows 50 user tags on a resource and the module adds up to 3 of its own to each instance (srifty:fleet, Name, srifty:group): give at most 47 (AWS's tag rules)."
+  }
+}
+
+variable "metadata_tags" {
+  description = "Let each instance read its tags from the instance metadata (IMDS tags/instance). Off by default: nothing the module runs reads them, and with it on EC2 allows instance tag keys of letters, digits and + - = . , _ : @ only (no spaces or /, not . or .. or _index) and fails every launch otherwise, so the module then refuses such keys at plan."
+  type        = bool
+  default     = false
 }
