@@ -277,7 +277,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON (srifty recommend --out)")
     p.add_argument("--choice", type=nonneg_int, default=0, help="index of the ranked fleet (0: the recommendation)")
     p.add_argument("--out", required=True, help="folder to write (new, empty, or written by srifty before)")
-    p.add_argument("--name", help="run name (3-40 of a-z, 0-9, -); default from the model and the plan")
+    p.add_argument(
+        "--name",
+        help="run name (3-40 of a-z, 0-9, -; at most 38 without --bucket: the bucket is named after it); default from "
+        "the model and the plan",
+    )
     p.add_argument("--region", help="default: the plan's region for this fleet")
     _access_flags(p)
     p.add_argument(

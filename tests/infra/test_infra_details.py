@@ -20,7 +20,10 @@ from lightning_srifty.cli import main
 from lightning_srifty.provision.terraform.command import check_secret_env
 from lightning_srifty.provision.terraform.generate import (
     MARKER,
+    NAME_MAX,
+    NAME_MAX_OWN_BUCKET,
     TFVARS,
+    default_name,
     generate,
     sanitize_tags,
     ssh_cidr_blocks,
@@ -441,6 +444,55 @@ def test_the_module_refuses_a_secret_or_data_folder_named_as_the_boot_scripts_ow
         (root / TFVARS).write_text(json.dumps({**values, **extra}))
         result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
         assert result.returncode != 0 and said in " ".join(result.stderr.split()), result.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 15. Names S3 accepts: the bucket the module creates is "<name>-checkpoints-<12-digit account id>"
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_default_name_leaves_room_for_the_bucket_named_after_it(catalog) -> None:
+    """S3 takes bucket names of 3 to 63 characters (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html).
+    The default name took 24 characters of the model, 40 in all: every LightningModule class name of 23 characters
+    or more ("ImageClassificationModule") gave a root whose plan the AWS provider refused (a 65-character bucket),
+    and a choice of 10 or more with such a model a name srifty itself refused."""
+    plan, _, options = example("single-node-on-demand")
+    plan = dataclasses.replace(plan, model="ImageClassificationModule")
+    own = dataclasses.replace(options, name=None, bucket=None)
+    for index in range(len(plan.entries)):
+        name = tfvars(plan, index, own, catalog)["name"]
+        assert name.startswith("srifty-imageclassificationmo") and len(name) <= 38, name
+    assert len(default_name(plan, 12, NAME_MAX_OWN_BUCKET)) == 38 and len(default_name(plan, 123, NAME_MAX)) == 40
+    # with an existing bucket the name keeps the 40 characters it always had (a fleet's name is its resources')
+    given = tfvars(plan, 0, dataclasses.replace(own, bucket="team-checkpoints"), catalog)["name"]
+    assert given.startswith("srifty-imageclassificationmodul-0-") and len(given) == 40, given
+    with pytest.raises(ConfigError, match=r"39 characters.*64 characters.*at most 38.*existing bucket") as refused:
+        tfvars(plan, 0, dataclasses.replace(own, name="a" * 39), catalog)
+    assert refused.value.parameter == "name"
+    assert tfvars(plan, 0, dataclasses.replace(own, name="a" * 39, bucket="team-checkpoints"), catalog)
+
+
+def test_the_module_refuses_a_name_its_own_bucket_cannot_carry(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+    """srifty's root for a model of a long class name plans (the AWS provider refused it before), and a root written
+    by hand with a name of 39 or 40 characters and no bucket of its own is refused in the module's words, not the
+    provider's ("expected length of bucket to be in the range (0 - 63)")."""
+    plan, choice, options = example("single-node-on-demand")
+    plan = dataclasses.replace(plan, model="ImageClassificationModule")
+    options = dataclasses.replace(options, name=None, aws_endpoint=moto_endpoint)
+    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    values = json.loads((root / TFVARS).read_text())
+    values["ami"] = {"id": _moto_image(moto_endpoint)}  # moto has no DLAMI parameter; the module reads the image
+    (root / TFVARS).write_text(json.dumps(values))
+    result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
+    assert result.returncode == 0, result.stderr[-2000:]
+    shown = json.loads(tf_run(tf_env, root, "show", "-json", "tfplan").stdout)
+    (bucket,) = [r["change"]["after"]["bucket"] for r in shown["resource_changes"] if r["type"] == "aws_s3_bucket"]
+    assert bucket.startswith(values["name"] + "-checkpoints-") and len(bucket) <= 63, bucket
+    (root / TFVARS).write_text(json.dumps({**values, "name": "a" * 39}))
+    result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
+    said = " ".join(result.stderr.split())
+    assert result.returncode != 0 and "64 characters, but S3 bucket names are at most 63" in said, said[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -170,12 +170,19 @@ class Options:
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$")
+# the checkpoint bucket the module creates is "<name>-checkpoints-<12-digit account id>", and "bucket names must be
+# between 3 (min) and 63 (max) characters long" (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html)
+NAME_MAX = 40
+NAME_MAX_OWN_BUCKET = 63 - len("-checkpoints-") - 12
 
 
-def default_name(plan: Plan, choice: int) -> str:
-    base = re.sub(r"[^a-z0-9-]+", "-", (plan.model or "run").lower()).strip("-")[:24] or "run"
+def default_name(plan: Plan, choice: int, most: int = NAME_MAX) -> str:
+    """``srifty-<model>-<choice>-<the plan's digest>``, the model cut to keep it within ``most`` characters."""
     digest = hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True).encode()).hexdigest()[:6]
-    return f"srifty-{base}-{choice}-{digest}"
+    tail = f"-{choice}-{digest}"
+    room = max(1, most - len("srifty-") - len(tail))
+    base = re.sub(r"[^a-z0-9-]+", "-", (plan.model or "run").lower()).strip("-")[:room] or "run"
+    return f"srifty-{base}{tail}"
 
 
 def default_max_life_h(entry: PlanEntry) -> float:
@@ -400,7 +407,8 @@ def _chosen(plan: Plan, choice: int, options: Options) -> tuple[PlanEntry, str]:
         ConfigError: a choice out of the plan's range, or a name that cannot be part of a bucket name.
     """
     check_choice(plan, choice)
-    name = options.name or default_name(plan, choice)
+    most = NAME_MAX if options.bucket else NAME_MAX_OWN_BUCKET
+    name = options.name or default_name(plan, choice, most)
     if not _NAME.match(name):
         raise ConfigError.between(
             "The run name {given!r} ({name}) must be 3 to 40 characters of lower-case letters, digits and hyphens (it "
@@ -408,6 +416,18 @@ def _chosen(plan: Plan, choice: int, options: Options) -> tuple[PlanEntry, str]:
             parameter="name",
             value=name,
             given=name,
+        )
+    if len(name) > most:
+        raise ConfigError.between(
+            "The run name {given!r} ({name}) is {length} characters, but the checkpoint bucket the fleet creates is "
+            "named {given}-checkpoints-<account id>, {bucket_length} characters, and S3 bucket names are at most 63: "
+            "give a name of at most {most} characters, or an existing bucket ({bucket}).",
+            parameter="name",
+            value=name,
+            given=name,
+            length=len(name),
+            bucket_length=len(name) + 25,
+            most=most,
         )
     return plan.entries[choice], name
 

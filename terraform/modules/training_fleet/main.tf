@@ -250,6 +250,16 @@ resource "aws_s3_bucket" "checkpoints" {
   # checkov:skip=CKV_AWS_18:Access logs need a second, long-lived log bucket; the fleet's role reaches only its prefix, and other principals of the account only as their own IAM policies grant S3 (CloudTrail data events log object access where required).
   # checkov:skip=CKV_AWS_144:Checkpoints are reproducible training state, not data of record; cross-region replication doubles their cost.
   # checkov:skip=CKV2_AWS_62:No consumer of bucket events; the orchestrator polls the checkpoint prefix.
+
+  lifecycle {
+    # "Bucket names must be between 3 (min) and 63 (max) characters long"
+    # (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html): the bucket named after the run
+    # adds 25 (-checkpoints- and the 12-digit account id) to the name's 3 to 40
+    precondition {
+      condition     = var.checkpoints.bucket != null || length(var.name) <= 38
+      error_message = "The checkpoint bucket the module creates is named ${var.name}-checkpoints-<account id>, ${length(var.name) + 25} characters, but S3 bucket names are at most 63: give a name of at most 38 characters, or name the bucket in checkpoints.bucket."
+    }
+  }
 }
 
 resource "aws_s3_bucket_versioning" "checkpoints" {

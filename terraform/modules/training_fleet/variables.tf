@@ -1,5 +1,5 @@
 variable "name" {
-  description = "Name of the training run; prefixes every resource and tags every instance (srifty:fleet = name)."
+  description = "Name of the training run; prefixes every resource and tags every instance (srifty:fleet = name). 3 to 40 characters, at most 38 when the module names the checkpoint bucket after it (<name>-checkpoints-<account id>: S3 takes 63)."
   type        = string
 
   validation {
