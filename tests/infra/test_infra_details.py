@@ -496,6 +496,34 @@ def test_the_module_refuses_a_name_its_own_bucket_cannot_carry(tf_env, moto_endp
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# 16. A role's policies IAM accepts
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_module_refuses_an_instance_policy_over_iams_size(tf_env, moto_endpoint, tmp_path, catalog) -> None:
+    """IAM allows a role's inline policies 10,240 characters together, white space not counted (IAM and AWS STS
+    quotas, https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html); moto takes any size. Each
+    data folder adds a listing statement and a resource, so 40 shards given one by one would fail the apply on AWS
+    after the network and the bucket were made: refused at plan, with the count and the fix."""
+    plan, choice, options = example("single-node-on-demand")
+    options = dataclasses.replace(options, aws_endpoint=moto_endpoint)
+    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    values = json.loads((root / TFVARS).read_text())
+    values["ami"] = {"id": _moto_image(moto_endpoint)}  # moto has no DLAMI parameter; the module reads the image
+    shards = [{"name": f"SHARD_{i}", "uri": f"s3://team-training-data/imagenet/shard-{i:04d}/"} for i in range(40)]
+    (root / TFVARS).write_text(json.dumps({**values, "data": shards}))
+    result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
+    said = " ".join(result.stderr.split())
+    assert result.returncode != 0 and "IAM allows a role 10,240 in all" in said, said[-2000:]
+    chars = int(re.search(r"come to (\d+) characters", said).group(1))
+    assert 10240 < chars < 20000, chars
+    (root / TFVARS).write_text(json.dumps({**values, "data": shards[:10]}))
+    result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The boot script's variables: what the tests and bench/user_data_size.py render it with is what main.tf passes
 # ---------------------------------------------------------------------------------------------------------------------
 

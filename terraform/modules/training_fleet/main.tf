@@ -632,6 +632,16 @@ resource "aws_iam_role_policy" "instance" {
   name_prefix = "checkpoints-"
   role        = aws_iam_role.instance.id
   policy      = data.aws_iam_policy_document.instance.json
+
+  lifecycle {
+    # "Role policy size cannot exceed 10,240 characters" for a role's inline policies together, white space not
+    # counted (IAM and AWS STS quotas, https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html);
+    # each data folder adds a statement and each secret a resource. moto takes any size
+    precondition {
+      condition     = local.inline_policy_chars <= 10240
+      error_message = "The instance role's inline policies come to ${local.inline_policy_chars} characters (white space not counted), but IAM allows a role 10,240 in all: give fewer data folders (a common parent folder lists and reads what they do) or fewer secrets."
+    }
+  }
 }
 
 # Session Manager only when asked (enable_ssm): the actions the SSM Agent needs to register and open a session,
@@ -659,6 +669,10 @@ data "aws_iam_policy_document" "ssm_session" {
     ]
     resources = ["*"] # these actions support no resource-level permissions
   }
+}
+
+locals {
+  inline_policy_chars = length(replace(data.aws_iam_policy_document.instance.json, "/\\s/", "")) + (var.enable_ssm ? length(replace(data.aws_iam_policy_document.ssm_session[0].json, "/\\s/", "")) : 0)
 }
 
 resource "aws_iam_role_policy" "ssm_session" {
