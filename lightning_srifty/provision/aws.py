@@ -199,19 +199,37 @@ def aws_errors(what: str) -> Iterator[None]:
 
 
 # A local IMDSv2-compatible metadata server, for trying spot interruptions without EC2 (``srifty launch
-# --simulate-notice-after``), the rehearsal's nodes and tests: a token endpoint, the token required on every read,
-# 404 on ``spot/instance-action`` until :meth:`LocalIMDS.notify` is called.
+# --simulate-notice-after``), the rehearsal's nodes and tests: a token endpoint, a token required on every read and
+# good for the seconds it was asked for, 404 on ``spot/instance-action`` until :meth:`LocalIMDS.notify` is called.
+# A token's "session duration ... can be a minimum of one second and a maximum of six hours. ... After the specified
+# duration expires, you must create a new session token" ("How Instance Metadata Service Version 2 works", Amazon EC2
+# User Guide: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instance-metadata-v2-how-it-works.html); a read with
+# an expired token is answered 401
+TOKEN_TTL_MAX_S = 21_600
 
 
 class LocalIMDS:
     """``metadata`` maps paths under ``/latest/`` (e.g. ``meta-data/instance-type``) to bodies; every request is
-    recorded in ``requests`` as (method, path)."""
+    recorded in ``requests`` as (method, path). ``token_life_s`` shortens every token's life to at most that many
+    seconds (a test of a client that keeps a token past its TTL); None: the TTL each token was asked for, as EC2."""
 
-    def __init__(self, metadata: dict[str, str] | None = None) -> None:
-        self.token = secrets.token_hex(16)
+    def __init__(self, metadata: dict[str, str] | None = None, token_life_s: float | None = None) -> None:
         self.metadata = dict(metadata if metadata is not None else {"meta-data/instance-life-cycle": "spot"})
         self.requests: list[tuple[str, str]] = []
+        self.tokens: dict[str, float] = {}  # each token issued: its monotonic expiry
         owner = self
+
+        def issue(ttl_text: str | None) -> str | None:
+            try:
+                ttl = int(ttl_text or "")
+            except ValueError:
+                return None
+            if not 1 <= ttl <= TOKEN_TTL_MAX_S:
+                return None
+            token = secrets.token_hex(16)
+            life = ttl if token_life_s is None else min(ttl, token_life_s)
+            owner.tokens[token] = time.monotonic() + life
+            return token
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
@@ -219,13 +237,16 @@ class LocalIMDS:
 
             def do_PUT(self) -> None:
                 owner.requests.append(("PUT", self.path))
-                ok = self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
-                self._reply(200 if ok else 400, owner.token if ok else "bad token request")
+                token = None
+                if self.path == "/latest/api/token":
+                    token = issue(self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"))
+                self._reply(200 if token else 400, token or "bad token request (a TTL of 1 to 21600 seconds)")
 
             def do_GET(self) -> None:
                 owner.requests.append(("GET", self.path))
-                if self.headers.get("X-aws-ec2-metadata-token") != owner.token:
-                    self._reply(401, "missing or wrong token")
+                expiry = owner.tokens.get(self.headers.get("X-aws-ec2-metadata-token") or "")
+                if expiry is None or time.monotonic() >= expiry:
+                    self._reply(401, "missing, wrong or expired token")
                     return
                 body = owner.metadata.get(self.path.removeprefix("/latest/"))
                 self._reply(200 if body is not None else 404, body if body is not None else "not found")

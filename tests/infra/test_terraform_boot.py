@@ -372,7 +372,10 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
             "meta-data/instance-id": me["InstanceId"],
             "meta-data/local-ipv4": me["PrivateIpAddress"],
         }
-        with FakeIMDS(metadata) as imds:
+        # every token the metadata service gives lives 5 s at most, however long it was asked for (EC2 keeps a token
+        # the seconds asked, at most six hours): the install takes longer, so a token kept from the boot's start is
+        # refused by the time the node reads its own address, as EC2 refuses one kept past its TTL
+        with FakeIMDS(metadata, token_life_s=5) as imds:
             run, record = run_user_data(
                 user_data,
                 moto_endpoint,
@@ -390,6 +393,7 @@ def test_apply_and_boot_an_arm64_and_x86_64_fleet_against_moto(tf_env, moto_endp
         code = home / f"code-{snapshot.sha256}"
         assert (code / "setup.txt").read_text() == "setup ran\n"
         assert ("PUT", "/latest/api/token") in imds.requests
+        assert [r for r in imds.requests if r == ("GET", "/latest/meta-data/local-ipv4")]
         argv = record["argv"]
         assert argv[:2] == ["--nnodes=2", "--nproc_per_node=1"]
         assert argv[-5:] == ["train.py", "--accelerator", "cpu", "--max-steps", "5"]

@@ -9,6 +9,8 @@ import os
 import re
 import signal
 import time
+import urllib.error
+import urllib.request
 
 import lightning.pytorch as pl
 import pytest
@@ -49,6 +51,40 @@ def test_watcher_sees_the_notice_and_the_rebalance_once(monkeypatch) -> None:
     notice = next(n for n in seen if n.kind == "interruption")
     assert notice.action == "terminate" and "terminate at 2026-11-22 14:02:00 UTC" in notice.describe()
     assert ("PUT", "/latest/api/token") in imds.requests  # IMDSv2
+
+
+def test_the_local_metadata_service_keeps_a_tokens_life_as_ec2_does() -> None:
+    """EC2's IMDSv2 tokens last the seconds asked for, 1 to 21,600, and a read with an expired one is refused
+    ("How Instance Metadata Service Version 2 works", Amazon EC2 User Guide); the local service (the rehearsal's and
+    the tests') keeps that, and the watcher, which keeps its token for the whole run, takes a new one on the 401 and
+    still sees a notice posted after its first token died."""
+    with FakeIMDS({"meta-data/instance-id": "i-1"}, token_life_s=0.3) as imds:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+        def call(method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
+            request = urllib.request.Request(imds.endpoint + path, method=method, headers=headers)
+            try:
+                with opener.open(request, timeout=5) as answer:
+                    return answer.status, answer.read().decode()
+            except urllib.error.HTTPError as exc:
+                return exc.code, ""
+
+        for ttl in ("0", "21601", "x"):
+            assert call("PUT", "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": ttl})[0] == 400, ttl
+        status, token = call("PUT", "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": "21600"})
+        assert status == 200 and call("GET", "/latest/meta-data/instance-id", {"X-aws-ec2-metadata-token": token}) == (
+            200,
+            "i-1",
+        )
+        seen = []
+        watcher = SpotWatcher(seen.append, endpoint=imds.endpoint, interval_s=0.05)
+        assert watcher.start()
+        time.sleep(0.5)  # both tokens have expired
+        assert call("GET", "/latest/meta-data/instance-id", {"X-aws-ec2-metadata-token": token})[0] == 401
+        imds.notify()
+        assert wait_for(lambda: len(seen) == 1)
+        watcher.stop()
+    assert sum(1 for r in imds.requests if r == ("PUT", "/latest/api/token")) >= 3  # the watcher's first, and anew
 
 
 def test_watcher_does_not_start_off_ec2(monkeypatch) -> None:
