@@ -22,9 +22,9 @@ provider "aws" {
     }
   }
 
-  default_tags {
-    tags = var.tags
-  }
+  # no default_tags: the module tags every resource it makes with var.tags itself, and default tags would reach its S3
+  # objects too, where S3 takes at most 10 ("You can associate up to 10 tags with an object",
+  # https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-tagging.html)
 }
 
 module "fleet" {

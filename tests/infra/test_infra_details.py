@@ -392,7 +392,7 @@ def test_the_module_refuses_tags_ec2_would_refuse_on_its_instances(tf_env, moto_
     assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
     values = json.loads((root / TFVARS).read_text())
     values["ami"] = {"id": _moto_image(moto_endpoint)}  # moto has no DLAMI parameter; the module reads the image
-    team = {**values["tags"], "Cost Center": "ml-42", "team/owner": "vision"}
+    team = {**values["tags"], "Cost Center": "ml-42", "team/owner": "vision", **{f"team:k{i}": "v" for i in range(10)}}
 
     def plan_with(**extra: object) -> subprocess.CompletedProcess[str]:
         (root / TFVARS).write_text(json.dumps({**values, **extra}))
@@ -418,6 +418,13 @@ def test_the_module_refuses_tags_ec2_would_refuse_on_its_instances(tf_env, moto_
         assert after["metadata_options"][0]["instance_metadata_tags"] == "disabled"
         assert after["metadata_options"][0]["http_tokens"] == "required"
         assert after["tag_specifications"][0]["tags"]["Cost Center"] == "ml-42"
+    # every resource carries the team's tags but the S3 objects, where S3 takes 10 ("You can associate up to 10 tags
+    # with an object", https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-tagging.html); moto keeps that
+    # one, at apply. The root once set them as the provider's default tags too, which reach every object
+    tagged = {r["address"]: r["change"]["after"].get("tags_all") or {} for r in shown["resource_changes"]}
+    objects = {a: t for a, t in tagged.items() if ".aws_s3_object." in a}
+    assert objects and all(t == {"srifty:fleet": values["name"]} for t in objects.values()), objects
+    assert tagged["module.fleet.aws_iam_role.instance"].items() >= team.items()
 
     result = plan_with(tags={**values["tags"], "CostCenter": "ml-42"}, metadata_tags=True)  # keys it allows
     assert result.returncode == 0, result.stderr[-2000:]

@@ -440,7 +440,9 @@ resource "aws_s3_object" "boot" {
   key          = local.boot_keys[each.key]
   content      = local.boot_scripts[each.key]
   content_type = "text/x-shellscript"
-  tags         = local.fleet_tags
+  # the fleet's tag only: S3 takes at most 10 tags on an object ("You can associate up to 10 tags with an object",
+  # https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-tagging.html), and tags may hold 47
+  tags = { "srifty:fleet" = var.name }
 
   depends_on = [aws_s3_bucket_server_side_encryption_configuration.checkpoints, aws_s3_bucket_policy.checkpoints]
 }
@@ -453,7 +455,7 @@ resource "aws_s3_object" "code" {
   key         = local.code_key
   source      = "${path.root}/${var.train.code.source}"
   source_hash = var.train.code.sha256
-  tags        = local.fleet_tags
+  tags        = { "srifty:fleet" = var.name } # S3 takes at most 10 tags on an object (above)
 
   depends_on = [aws_s3_bucket_server_side_encryption_configuration.checkpoints, aws_s3_bucket_policy.checkpoints]
 }

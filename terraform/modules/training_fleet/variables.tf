@@ -392,7 +392,7 @@ variable "predicted" {
 }
 
 variable "tags" {
-  description = "Tags added to every resource: at most 47 (AWS allows 50 on a resource and the module adds up to 3: srifty:fleet, Name, srifty:group), keys of 1 to 128 and values of up to 256 letters, digits, spaces and _ . : / = + - @ (AWS's tag rules), keys not starting with aws:. With metadata_tags, the instances' tag keys are restricted further."
+  description = "Tags added to every resource but the S3 objects it uploads (those carry srifty:fleet alone: S3 takes 10 tags on an object): at most 47 (AWS allows 50 on a resource and the module adds up to 3: srifty:fleet, Name, srifty:group), keys of 1 to 128 and values of up to 256 letters, digits, spaces and _ . : / = + - @ (AWS's tag rules), keys not starting with aws:. With metadata_tags, the instances' tag keys are restricted further."
   type        = map(string)
   default     = {}
 
