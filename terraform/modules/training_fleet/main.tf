@@ -22,11 +22,20 @@ data "aws_ami" "image" {
 }
 
 locals {
-  fleet_tags = merge(var.tags, { "srifty:fleet" = var.name })
+  # each group's image, and the size of its root snapshot in GiB (0 where the image says none)
+  group_image = { for k, g in local.groups : k => var.ami.id != null ? var.ami.id : local.ami_ids[g.arch] }
+  image_root_gb = { for k, id in local.group_image : k => max(0, [
+    for m in data.aws_ami.image[id].block_device_mappings : tonumber(lookup(m.ebs, "volume_size", "0"))
+    if m.device_name == data.aws_ami.image[id].root_device_name
+  ]...) }
   # the instances' tag keys EC2 refuses when their tags are in the instance metadata (metadata_tags)
   imds_bad_tag_keys = [for k in keys(local.fleet_tags) : k if !can(regex("^[A-Za-z0-9+=.,_:@-]+$", k)) || contains([".", "..", "_index"], k)]
-  ami_ids           = { for arch, p in data.aws_ssm_parameter.ami : arch => p.insecure_value }
-  vpc_id            = var.network.create_vpc ? aws_vpc.this[0].id : var.network.vpc_id
+}
+
+locals {
+  fleet_tags = merge(var.tags, { "srifty:fleet" = var.name })
+  ami_ids    = { for arch, p in data.aws_ssm_parameter.ami : arch => p.insecure_value }
+  vpc_id     = var.network.create_vpc ? aws_vpc.this[0].id : var.network.vpc_id
   # EC2 gives no public IP to an instance with several network interfaces (one EFA interface per card): in the
   # minimal VPC such a fleet runs in a private subnet behind a NAT gateway
   multi_nic  = anytrue([for g in var.groups : g.efa && g.network_interfaces > 1])
@@ -706,7 +715,7 @@ resource "aws_launch_template" "group" {
 
   name_prefix            = "${var.name}-${replace(each.key, ".", "-")}-"
   description            = "${var.name}: ${each.key}, ${each.value.gpus_per_instance} GPU(s) per node"
-  image_id               = var.ami.id != null ? var.ami.id : local.ami_ids[each.value.arch]
+  image_id               = local.group_image[each.key]
   instance_type          = each.key
   key_name               = var.key_name
   update_default_version = true
@@ -740,7 +749,7 @@ resource "aws_launch_template" "group" {
   # another name adds a volume and leaves the root at the image's size and encryption ("Block device mappings",
   # Amazon EC2 User Guide: the root's entry takes the AMI's root device name; a trial's --ami)
   block_device_mappings {
-    device_name = data.aws_ami.image[var.ami.id != null ? var.ami.id : local.ami_ids[each.value.arch]].root_device_name
+    device_name = data.aws_ami.image[local.group_image[each.key]].root_device_name
 
     ebs {
       volume_size           = var.root_volume_gb
@@ -794,6 +803,14 @@ resource "aws_launch_template" "group" {
   tags = local.fleet_tags
 
   lifecycle {
+    # "You can specify a volume size that is equal to or larger than the snapshot size" (EbsBlockDevice, Amazon EC2
+    # API Reference: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_EbsBlockDevice.html): a root volume
+    # smaller than the image's root snapshot fails every launch (InvalidBlockDeviceMapping), which moto launches
+    precondition {
+      condition     = var.root_volume_gb >= local.image_root_gb[each.key]
+      error_message = "The root volume (root_volume_gb = ${var.root_volume_gb} GiB) is smaller than the root snapshot of ${each.key}'s image ${local.group_image[each.key]} (${local.image_root_gb[each.key]} GiB): EC2 refuses every launch of it. Give a root_volume_gb of at least ${local.image_root_gb[each.key]} (srifty terraform --root-volume-gb)."
+    }
+
     # with tags in the instance metadata, "instance tag keys are subject to specific restrictions. Non-compliance will
     # result in failed launches for new instances" (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/work-with-tags-in-IMDS.html):
     # letters, digits and + - = . , _ : @, no spaces or /, not . or .. or _index. moto launches them all
