@@ -82,6 +82,7 @@ def _options(args: argparse.Namespace) -> Any:
         allow_wide_ssh=args.allow_wide_ssh,
         ssm_session=args.ssm_session,
         secret_env=tuple(args.secret_env or ()),
+        secret_kms_keys=tuple(args.secret_kms_key or ()),
         availability_zone=args.availability_zone,
         **code_options(args),
     )
@@ -229,6 +230,8 @@ def _data_lines(values: dict[str, Any]) -> list[str]:
         lines.append(f"  data         {entry['name']}={entry['uri']} (read-only, {how})")
     for key in values.get("data_kms_key_arns") or []:
         lines.append(f"  data key     {key} (kms:Decrypt through S3 only)")
+    for key in values.get("secret_kms_key_arns") or []:
+        lines.append(f"  secret key   {key} (kms:Decrypt through SSM and Secrets Manager only)")
     return lines
 
 
@@ -325,6 +328,13 @@ def _access_flags(p: argparse.ArgumentParser) -> None:
         metavar="NAME=ssm:/param|NAME=secretsmanager:id",
         help="an environment variable the instances read at boot from SSM Parameter Store or Secrets Manager "
         "(repeatable); only the name reaches Terraform, the instance role may read exactly these",
+    )
+    p.add_argument(
+        "--secret-kms-key",
+        action="append",
+        metavar="KEY_ARN",
+        help="a customer-managed KMS key a --secret-env parameter or secret is encrypted with (repeatable; AWS's own "
+        "aws/ssm and aws/secretsmanager keys need none): the role may decrypt through SSM and Secrets Manager only",
     )
 
 

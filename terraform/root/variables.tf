@@ -160,6 +160,12 @@ variable "data" {
   default = []
 }
 
+variable "secret_kms_key_arns" {
+  description = "Customer-managed KMS keys the secrets are encrypted with (srifty terraform --secret-kms-key)."
+  type        = list(string)
+  default     = []
+}
+
 variable "data_kms_key_arns" {
   description = "The customer-managed KMS keys the data buckets encrypt with (srifty terraform --data-kms-key)."
   type        = list(string)

@@ -236,12 +236,33 @@ def _moto_image(endpoint: str) -> str:
     return ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
 
 
+TEAM_KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def test_a_secrets_own_kms_key_is_a_key_arn_given_with_secrets(catalog) -> None:
+    """--secret-kms-key: a SecureString parameter or a secret under a key of the team's own (or a secret of another
+    account, which always is) cannot be read without kms:Decrypt on that key; before, nothing could grant it and every
+    node failed its boot on the read. An alias cannot be granted, and a key without secrets is a mistake."""
+    plan, choice, options = example("single-node-on-demand")
+    given = dataclasses.replace(options, secret_env=("HF_TOKEN=ssm:/team/hf-token",), secret_kms_keys=(TEAM_KEY,))
+    assert tfvars(plan, choice, given, catalog)["secret_kms_key_arns"] == [TEAM_KEY]
+    assert "secret_kms_key_arns" not in tfvars(plan, choice, dataclasses.replace(given, secret_kms_keys=()), catalog)
+    alias = "arn:aws:kms:us-east-1:123456789012:alias/team"
+    with pytest.raises(ConfigError, match="is not a KMS key ARN") as refused:
+        tfvars(plan, choice, dataclasses.replace(given, secret_kms_keys=(alias,)), catalog)
+    assert refused.value.parameter == "secret_kms_key" and "--secret-kms-key" in refused.value.in_words("cli")
+    with pytest.raises(ConfigError, match="give them too") as refused:
+        tfvars(plan, choice, dataclasses.replace(given, secret_env=()), catalog)
+    assert "--secret-env" in refused.value.in_words("cli")
+
+
 def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, moto_endpoint, tmp_path, catalog):
     plan, choice, options = example("single-node-on-demand")
     options = dataclasses.replace(
         options,
         aws_endpoint=moto_endpoint,
         secret_env=("HF_TOKEN=ssm:/team/hf-token", "WANDB_API_KEY=secretsmanager:team/wandb"),
+        secret_kms_keys=(TEAM_KEY,),
     )
     root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
     assert SECRET_VALUE not in (root / TFVARS).read_text()
@@ -266,6 +287,13 @@ def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, mo
     assert statements["ReadNamedSecrets"]["Resource"] == (
         "arn:aws:secretsmanager:us-east-1:123456789012:secret:team/wandb-??????"
     )
+    # the team's own key: decrypt through SSM and Secrets Manager only ("any principal that retrieves the decrypted
+    # value must have kms:Decrypt permission on that key", Systems Manager User Guide, ps-restrict-decryption.html)
+    decrypt = statements["DecryptSecrets"]
+    assert decrypt["Action"] == "kms:Decrypt" and decrypt["Resource"] == TEAM_KEY
+    assert decrypt["Condition"] == {
+        "StringLike": {"kms:ViaService": ["ssm.*.amazonaws.com", "secretsmanager.*.amazonaws.com"]}
+    }
     assert not [sid for sid in statements if sid and sid.startswith("SessionManager")]  # off by default
     # --ssm-session: Session Manager's own actions, no GetParameter* on the account's parameters
     (root / TFVARS).write_text(json.dumps({**ami, "enable_ssm": True}))

@@ -343,15 +343,7 @@ def check_kms_keys(arns: tuple[str, ...] | list[str], data: list[dict[str, objec
     Raises:
         ConfigError: naming the key and the fix.
     """
-    for arn in arns:
-        if not isinstance(arn, str) or not _KMS_KEY_ARN.match(arn):
-            raise ConfigError.between(
-                "{data_kms_key} {arn!r} is not a KMS key ARN: give arn:aws:kms:<region>:<account>:key/<key id> (an "
-                "alias cannot be granted; aws kms describe-key of the alias prints its key's ARN).",
-                parameter="data_kms_key",
-                value=arn,
-                arn=arn,
-            )
+    _check_key_arns(arns, "data_kms_key")
     if arns and not data:
         raise ConfigError.between(
             "{data_kms_key} is for the buckets of {data} or {data_copy}: give the data folders too, or leave the "
@@ -360,3 +352,36 @@ def check_kms_keys(arns: tuple[str, ...] | list[str], data: list[dict[str, objec
             value=list(arns),
         )
     return list(dict.fromkeys(arns))
+
+
+def check_secret_kms_keys(arns: tuple[str, ...] | list[str], secrets: list[dict[str, str]]) -> list[str]:
+    """The customer-managed KMS key ARNs the ``--secret-env`` parameters and secrets encrypt with
+    (``--secret-kms-key``), each a key ARN, and only with secrets to read. A SecureString parameter or a secret under
+    AWS's own key (aws/ssm, aws/secretsmanager) needs none; under a key of your own, "any principal that retrieves the
+    decrypted value must have kms:Decrypt permission on that key" (Systems Manager User Guide,
+    https://docs.aws.amazon.com/systems-manager/latest/userguide/ps-restrict-decryption.html), and a secret of
+    another account is always under one (Secrets Manager cannot share its AWS managed key across accounts).
+
+    Raises:
+        ConfigError: naming the key and the fix.
+    """
+    _check_key_arns(arns, "secret_kms_key")
+    if arns and not secrets:
+        raise ConfigError.between(
+            "{secret_kms_key} is for the parameters and secrets of {secret_env}: give them too, or leave the key out.",
+            parameter="secret_kms_key",
+            value=list(arns),
+        )
+    return list(dict.fromkeys(arns))
+
+
+def _check_key_arns(arns: tuple[str, ...] | list[str], parameter: str) -> None:
+    for arn in arns:
+        if not isinstance(arn, str) or not _KMS_KEY_ARN.match(arn):
+            raise ConfigError.between(
+                f"{{{parameter}}} {{arn!r}} is not a KMS key ARN: give arn:aws:kms:<region>:<account>:key/<key id> "
+                "(an alias cannot be granted; aws kms describe-key of the alias prints its key's ARN).",
+                parameter=parameter,
+                value=arn,
+                arn=arn,
+            )

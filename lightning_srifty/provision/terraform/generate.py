@@ -41,6 +41,7 @@ from lightning_srifty.provision.terraform.command import (
     check_prefix,
     check_resume_from,
     check_secret_env,
+    check_secret_kms_keys,
     train_argv,
 )
 from lightning_srifty.provision.terraform.glue import command_glue
@@ -123,6 +124,7 @@ class Options:
     allow_wide_ssh: bool = False  # let --ssh-cidr blocks cover more than a /8 worth of addresses (never 0.0.0.0/0)
     ssm_session: bool = False  # let the instances register with SSM Session Manager (off: no SSM permission at all)
     secret_env: tuple[str, ...] = ()  # NAME=ssm:/param or NAME=secretsmanager:id, read by the instances at boot
+    secret_kms_keys: tuple[str, ...] = ()  # the customer-managed KMS keys those are encrypted with
     # training data the instances read, read-only: NAME=s3://bucket/prefix/ the job reads from S3 (data) or every node
     # copies to its disk first (data_copy), and the KMS keys of those buckets
     data: tuple[str, ...] = ()
@@ -268,6 +270,7 @@ def tfvars(
         "allow_wide_ssh": options.allow_wide_ssh,
         "enable_ssm": options.ssm_session,
         "secrets": secrets,
+        **({"secret_kms_key_arns": keys} if (keys := check_secret_kms_keys(options.secret_kms_keys, secrets)) else {}),
         **_data(options, secrets),
         "groups": groups,
         "capacity": _capacity(entry, options, groups),

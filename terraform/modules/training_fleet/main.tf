@@ -613,6 +613,24 @@ data "aws_iam_policy_document" "instance" {
     }
   }
 
+  # --secret-env under a customer-managed key: "any principal that retrieves the decrypted value must have kms:Decrypt
+  # permission on that key" (https://docs.aws.amazon.com/systems-manager/latest/userguide/ps-restrict-decryption.html);
+  # through SSM and Secrets Manager only
+  dynamic "statement" {
+    for_each = length(var.secret_kms_key_arns) > 0 ? [1] : []
+    content {
+      sid       = "DecryptSecrets"
+      actions   = ["kms:Decrypt"]
+      resources = var.secret_kms_key_arns
+
+      condition {
+        test     = "StringLike"
+        variable = "kms:ViaService"
+        values   = ["ssm.*.amazonaws.com", "secretsmanager.*.amazonaws.com"]
+      }
+    }
+  }
+
   # a data bucket encrypted with a customer-managed key: decrypt with it, through S3 only
   dynamic "statement" {
     for_each = length(var.data_kms_key_arns) > 0 ? [1] : []

@@ -274,6 +274,17 @@ variable "data" {
 
 }
 
+variable "secret_kms_key_arns" {
+  description = "The customer-managed KMS keys the secrets' parameters and secrets are encrypted with, if any (AWS's own aws/ssm and aws/secretsmanager keys need none; a secret of another account always has one): the instance role may decrypt with them through SSM and Secrets Manager only (kms:ViaService), never directly."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for k in var.secret_kms_key_arns : can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$", k))])
+    error_message = "Every secret_kms_key_arns entry must be a KMS key ARN, arn:aws:kms:<region>:<account>:key/<key id> (an alias cannot be granted)."
+  }
+}
+
 variable "data_kms_key_arns" {
   description = "The customer-managed KMS keys the data buckets encrypt with (SSE-KMS), if any: the instance role may decrypt with them through S3 only (kms:ViaService s3.*), never directly."
   type        = list(string)
