@@ -256,6 +256,21 @@ def test_a_secrets_own_kms_key_is_a_key_arn_given_with_secrets(catalog) -> None:
     assert "--secret-env" in refused.value.in_words("cli")
 
 
+def test_the_module_refuses_a_checkpoint_key_alias(tf_env, tmp_path, catalog) -> None:
+    """The checkpoint key is the resource of the role's kms statement, where "the policy applies to the alias
+    resource, not to any KMS key" (https://docs.aws.amazon.com/kms/latest/developerguide/alias-authorization.html):
+    with an alias the nodes could neither read their boot script nor write a checkpoint. moto grants anything."""
+    plan, choice, options = example("single-node-on-demand")
+    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    values = json.loads((root / TFVARS).read_text())
+    alias = {**values["checkpoints"], "kms_key_arn": "arn:aws:kms:us-east-1:123456789012:alias/team"}
+    (root / TFVARS).write_text(json.dumps({**values, "checkpoints": alias}))
+    result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
+    said = " ".join(result.stderr.split())
+    assert result.returncode != 0 and "checkpoints.kms_key_arn must be a KMS key ARN" in said, said[-2000:]
+
+
 def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, moto_endpoint, tmp_path, catalog):
     plan, choice, options = example("single-node-on-demand")
     options = dataclasses.replace(

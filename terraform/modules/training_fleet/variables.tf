@@ -221,6 +221,14 @@ variable "checkpoints" {
     ])
     error_message = "The checkpoints.bucket must be a valid S3 bucket name: 3 to 63 lower-case letters, digits, dots and hyphens, starting and ending with a letter or digit, no two adjacent dots, not an IP address, not starting with xn--, sthree- or amzn-s3-demo-, not ending with -s3alias, --ol-s3, .mrap, --x-s3 or --table-s3."
   }
+
+  validation {
+    # the key is the resource of the instance role's kms statement, and "when an alias is the value of a resource
+    # element, the policy applies to the alias resource, not to any KMS key" (AWS KMS Developer Guide,
+    # https://docs.aws.amazon.com/kms/latest/developerguide/alias-authorization.html): the nodes could not use it
+    condition     = var.checkpoints.kms_key_arn == null ? true : can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$", var.checkpoints.kms_key_arn))
+    error_message = "The checkpoints.kms_key_arn must be a KMS key ARN, arn:aws:kms:<region>:<account>:key/<key id>: the instance role is granted the key, and a grant to an alias grants no key (aws kms describe-key of the alias prints its key's ARN)."
+  }
 }
 
 variable "enable_ssm" {
