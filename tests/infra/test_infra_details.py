@@ -569,6 +569,7 @@ def test_the_module_refuses_an_instance_policy_over_iams_size(tf_env, moto_endpo
     assert result.returncode != 0 and "IAM allows a role 10,240 in all" in said, said[-2000:]
     chars = int(re.search(r"come to (\d+) characters", said).group(1))
     assert 10240 < chars < 20000, chars
+    print(f"the instance role's inline policies with 40 data folders: {chars} characters")
     (root / TFVARS).write_text(json.dumps({**values, "data": shards[:10]}))
     result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")
     assert result.returncode == 0, result.stderr[-2000:]
