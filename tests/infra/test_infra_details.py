@@ -237,6 +237,7 @@ def _moto_image(endpoint: str) -> str:
 
 
 TEAM_KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+DATA_KEY = "arn:aws:kms:us-east-1:123456789012:key/5678abcd-12ab-34cd-56ef-1234567890ab"
 
 
 def test_a_secrets_own_kms_key_is_a_key_arn_given_with_secrets(catalog) -> None:
@@ -278,6 +279,8 @@ def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, mo
         aws_endpoint=moto_endpoint,
         secret_env=("HF_TOKEN=ssm:/team/hf-token", "WANDB_API_KEY=secretsmanager:team/wandb"),
         secret_kms_keys=(TEAM_KEY,),
+        data=("TRAIN=s3://team-data/train/",),
+        data_kms_keys=(DATA_KEY,),
     )
     root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
     assert SECRET_VALUE not in (root / TFVARS).read_text()
@@ -309,6 +312,9 @@ def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, mo
     assert decrypt["Condition"] == {
         "StringLike": {"kms:ViaService": ["ssm.*.amazonaws.com", "secretsmanager.*.amazonaws.com"]}
     }
+    # the data bucket's key, through S3 only: each key is decrypted through its own services, never directly
+    assert statements["DecryptData"]["Resource"] == DATA_KEY
+    assert statements["DecryptData"]["Condition"] == {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}}
     assert not [sid for sid in statements if sid and sid.startswith("SessionManager")]  # off by default
     # --ssm-session: Session Manager's own actions, no GetParameter* on the account's parameters
     (root / TFVARS).write_text(json.dumps({**ami, "enable_ssm": True}))
@@ -422,6 +428,20 @@ def test_the_module_refuses_tags_aws_would_refuse(tf_env, tmp_path, catalog) -> 
         assert result.returncode != 0 and "AWS's tag rules" in " ".join(result.stderr.split()), result.stderr
 
 
+def _moto_root(tf_env, endpoint: str, tmp_path: Path, catalog, model: str | None = None, **options: object):
+    """srifty terraform's root of the single-node example for moto's server at ``endpoint`` (``model``: the plan's
+    model; ``options``: Options changed), initialised, and its values with an image moto has (moto has no DLAMI
+    parameter; the module reads the image)."""
+    plan, choice, given = example("single-node-on-demand")
+    plan = dataclasses.replace(plan, model=model) if model else plan
+    given = dataclasses.replace(given, aws_endpoint=endpoint, **options)
+    root = generate(plan, tmp_path / "root", choice=choice, options=given, catalog=catalog).out
+    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
+    values = json.loads((root / TFVARS).read_text())
+    values["ami"] = {"id": _moto_image(endpoint)}
+    return root, values
+
+
 def test_the_module_refuses_tags_ec2_would_refuse_on_its_instances(tf_env, moto_endpoint, tmp_path, catalog) -> None:
     """Two of EC2's tag rules that moto does not keep: at most 50 user tags on a resource ("Tag restrictions",
     https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/Using_Tags.html#tag-restrictions), and, where an instance's
@@ -430,12 +450,7 @@ def test_the_module_refuses_tags_ec2_would_refuse_on_its_instances(tf_env, moto_
     The module had the metadata tags on, for nothing it reads, so an infra team's "Cost Center" tag would have failed
     every launch on AWS and none here. They are off unless asked for (metadata_tags), and then such keys are refused
     at plan, by name."""
-    plan, choice, options = example("single-node-on-demand")
-    options = dataclasses.replace(options, aws_endpoint=moto_endpoint)
-    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
-    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
-    values = json.loads((root / TFVARS).read_text())
-    values["ami"] = {"id": _moto_image(moto_endpoint)}  # moto has no DLAMI parameter; the module reads the image
+    root, values = _moto_root(tf_env, moto_endpoint, tmp_path, catalog)
     team = {**values["tags"], "Cost Center": "ml-42", "team/owner": "vision", **{f"team:k{i}": "v" for i in range(10)}}
 
     def plan_with(**extra: object) -> subprocess.CompletedProcess[str]:
@@ -527,13 +542,7 @@ def test_the_module_refuses_a_name_its_own_bucket_cannot_carry(tf_env, moto_endp
     """srifty's root for a model of a long class name plans (the AWS provider refused it before), and a root written
     by hand with a name of 39 or 40 characters and no bucket of its own is refused in the module's words, not the
     provider's ("expected length of bucket to be in the range (0 - 63)")."""
-    plan, choice, options = example("single-node-on-demand")
-    plan = dataclasses.replace(plan, model="ImageClassificationModule")
-    options = dataclasses.replace(options, name=None, aws_endpoint=moto_endpoint)
-    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
-    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
-    values = json.loads((root / TFVARS).read_text())
-    values["ami"] = {"id": _moto_image(moto_endpoint)}  # moto has no DLAMI parameter; the module reads the image
+    root, values = _moto_root(tf_env, moto_endpoint, tmp_path, catalog, model="ImageClassificationModule", name=None)
     (root / TFVARS).write_text(json.dumps(values))
     result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -556,12 +565,7 @@ def test_the_module_refuses_an_instance_policy_over_iams_size(tf_env, moto_endpo
     quotas, https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html); moto takes any size. Each
     data folder adds a listing statement and a resource, so 40 shards given one by one would fail the apply on AWS
     after the network and the bucket were made: refused at plan, with the count and the fix."""
-    plan, choice, options = example("single-node-on-demand")
-    options = dataclasses.replace(options, aws_endpoint=moto_endpoint)
-    root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
-    assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
-    values = json.loads((root / TFVARS).read_text())
-    values["ami"] = {"id": _moto_image(moto_endpoint)}  # moto has no DLAMI parameter; the module reads the image
+    root, values = _moto_root(tf_env, moto_endpoint, tmp_path, catalog)
     shards = [{"name": f"SHARD_{i}", "uri": f"s3://team-training-data/imagenet/shard-{i:04d}/"} for i in range(40)]
     (root / TFVARS).write_text(json.dumps({**values, "data": shards}))
     result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false")

@@ -613,36 +613,25 @@ data "aws_iam_policy_document" "instance" {
     }
   }
 
-  # --secret-env under a customer-managed key: "any principal that retrieves the decrypted value must have kms:Decrypt
-  # permission on that key" (https://docs.aws.amazon.com/systems-manager/latest/userguide/ps-restrict-decryption.html);
-  # through SSM and Secrets Manager only
+  # customer-managed keys, each decrypted through its service only: a data bucket's through S3, and --secret-env's
+  # through SSM and Secrets Manager ("any principal that retrieves the decrypted value must have kms:Decrypt permission
+  # on that key", https://docs.aws.amazon.com/systems-manager/latest/userguide/ps-restrict-decryption.html)
   dynamic "statement" {
-    for_each = length(var.secret_kms_key_arns) > 0 ? [1] : []
-    content {
-      sid       = "DecryptSecrets"
-      actions   = ["kms:Decrypt"]
-      resources = var.secret_kms_key_arns
-
-      condition {
-        test     = "StringLike"
-        variable = "kms:ViaService"
-        values   = ["ssm.*.amazonaws.com", "secretsmanager.*.amazonaws.com"]
-      }
+    for_each = {
+      for sid, d in {
+        DecryptData    = { keys = var.data_kms_key_arns, via = ["s3.*.amazonaws.com"] }
+        DecryptSecrets = { keys = var.secret_kms_key_arns, via = ["ssm.*.amazonaws.com", "secretsmanager.*.amazonaws.com"] }
+      } : sid => d if length(d.keys) > 0
     }
-  }
-
-  # a data bucket encrypted with a customer-managed key: decrypt with it, through S3 only
-  dynamic "statement" {
-    for_each = length(var.data_kms_key_arns) > 0 ? [1] : []
     content {
-      sid       = "DecryptData"
+      sid       = statement.key
       actions   = ["kms:Decrypt"]
-      resources = var.data_kms_key_arns
+      resources = statement.value.keys
 
       condition {
         test     = "StringLike"
         variable = "kms:ViaService"
-        values   = ["s3.*.amazonaws.com"]
+        values   = statement.value.via
       }
     }
   }
