@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lightning_srifty.provision.terraform.generate import (  # noqa: E402
+    BUCKET_SUFFIX,
     NAME_MAX,
     NAME_MAX_OWN_BUCKET,
     default_name,
 )
 
 BUCKET_MAX = 63
-BUCKET_SUFFIX = len("-checkpoints-") + 12  # the module's bucket after the run name (a 12-digit account id)
 
 
 def name_before(model: str, choice: int, digest: str) -> str:

@@ -175,7 +175,8 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,38}[a-z0-9]$")
 # the checkpoint bucket the module creates is "<name>-checkpoints-<12-digit account id>", and "bucket names must be
 # between 3 (min) and 63 (max) characters long" (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html)
 NAME_MAX = 40
-NAME_MAX_OWN_BUCKET = 63 - len("-checkpoints-") - 12
+BUCKET_SUFFIX = len("-checkpoints-") + 12
+NAME_MAX_OWN_BUCKET = 63 - BUCKET_SUFFIX
 
 
 def default_name(plan: Plan, choice: int, most: int = NAME_MAX) -> str:
@@ -429,7 +430,7 @@ def _chosen(plan: Plan, choice: int, options: Options) -> tuple[PlanEntry, str]:
             value=name,
             given=name,
             length=len(name),
-            bucket_length=len(name) + 25,
+            bucket_length=len(name) + BUCKET_SUFFIX,
             most=most,
         )
     return plan.entries[choice], name
