@@ -30,19 +30,31 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # the user's script: the README's Trainer(strategy="srifty_auto") and SpotPreemption, more steps than a rehearsal's
 # notices leave it, and 75 s of training in all (Lightning's Timer, whose time the checkpoints carry: the legs before
-# the last take 30-45 s of it, whatever the machine's speed, for their fixed waits), so that --finish's leg ends
-TRAIN = """import lightning.pytorch as pl
+# the last take 30-45 s of it, whatever the machine's speed, for their fixed waits), so that --finish's leg ends.
+# Its steps are paced (one per 25 ms at most, one thread): a leg lasts by the clock, so an unpaced job only spins the
+# cores for that time, 2 nodes x 75 s, most of the test's CPU and 19 % of the whole suite's (BENCHMARKS, "CI's time")
+TRAIN = """import time
+
+import lightning.pytorch as pl
+import torch
 
 from lightning_srifty import SpotPreemption
 from lightning_srifty.demo.data import DigitsDataModule
 from lightning_srifty.demo.models import DigitsCNN
 
+
+class Paced(pl.Callback):
+    def on_train_batch_end(self, *args):
+        time.sleep(0.025)
+
+
 pl.seed_everything(0)
+torch.set_num_threads(1)
 import json, os  # noqa: E401, E402 - what a script writes beside its code: an output of the job
 os.makedirs("run", exist_ok=True)
 json.dump({"batch_size": 16}, open("run/config.json", "w"))
 trainer = pl.Trainer(max_steps=1_000_000, max_time="00:00:01:15", strategy="srifty_auto",
-                     callbacks=[SpotPreemption()], logger=False,
+                     callbacks=[SpotPreemption(), Paced()], logger=False,
                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
 trainer.fit(DigitsCNN(), datamodule=DigitsDataModule(batch_size=16))
 """
