@@ -1,8 +1,9 @@
 """AWS as every room of the provisioner meets it: the boto3 clients (short timeouts, one local endpoint for tests
 and emulators), what botocore's errors mean for the user (and whether AWS answered at all), the zone facts (zone
 IDs, which zones offer a type), the S3 URIs of checkpoint folders, the TLS rule of the bucket the module creates,
-and a local stand-in for the instance metadata service (:class:`LocalIMDS`: ``srifty launch
---simulate-notice-after``, the rehearsal's nodes, tests).
+a local stand-in for the instance metadata service (:class:`LocalIMDS`: ``srifty launch
+--simulate-notice-after``, the rehearsal's nodes, tests), and IAM's condition operators with what a KMS key's policy
+and grants let EC2 Auto Scaling do (:func:`volume_key_verdict`: ``srifty check``'s ``volumes``).
 
 boto3 and botocore are imported inside the functions that call AWS, so that commands which never touch it
 (``srifty terraform --help``, ``srifty status --help``) start without them.
@@ -17,9 +18,11 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 from predictor.exceptions import ConfigError, ProvisionError
 
@@ -112,7 +115,14 @@ def clients(region: str, endpoint: str | None = None) -> dict[str, Any]:
     config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=15)
     kw: dict[str, Any] = {"region_name": region, "config": config}
     made = {}
-    for name, service in (("ec2", "ec2"), ("s3", "s3"), ("sts", "sts"), ("ssm", "ssm"), ("quotas", "service-quotas")):
+    for name, service in (
+        ("ec2", "ec2"),
+        ("s3", "s3"),
+        ("sts", "sts"),
+        ("ssm", "ssm"),
+        ("quotas", "service-quotas"),
+        ("kms", "kms"),
+    ):
         # a service's own endpoint variable (AWS_ENDPOINT_URL_SERVICE_QUOTAS ...) wins, as in every AWS SDK
         own = os.environ.get(f"AWS_ENDPOINT_URL_{service.upper().replace('-', '_')}")
         url = own or endpoint
@@ -275,3 +285,231 @@ class LocalIMDS:
     def __exit__(self, *exc: object) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Whether EC2 Auto Scaling may use the KMS key of a fleet's root volumes (srifty check's ``volumes``)
+# ---------------------------------------------------------------------------------------------------------------------
+#
+# Whether EC2 Auto Scaling may use the KMS key a fleet's root volumes are encrypted with (``srifty check``'s
+# ``volumes`` finding).
+#
+# The rule, AWS's: an Auto Scaling group launches with its service-linked role, ``AWSServiceRoleForAutoScaling``, whose
+# "predefined permissions also include access to your AWS managed keys. However, they do not include access to your
+# customer managed keys" ("Required AWS KMS key policy for use with encrypted volumes", EC2 Auto Scaling User Guide,
+# https://docs.aws.amazon.com/autoscaling/ec2/userguide/key-policy-requirements-EBS-encryption.html). The module's
+# launch templates encrypt every root volume: with ``checkpoints.kms_key_arn`` when a root gives one, else with the
+# account's default key for EBS encryption, which the same page names as a place a customer managed key comes from
+# ("or enable encryption by default"); an organisation that sets its own key as that default gives it to every fleet.
+# Unless the key's policy or a grant lets the role use it, every launch fails ("Client.InternalError: Client error on
+# launch", AWS re:Post, https://repost.aws/knowledge-center/kms-launch-ec2-instance) and the group stays empty. moto
+# launches it.
+#
+# What is read: the key's manager (``kms:DescribeKey``: an AWS managed key needs nothing), the grants to the role
+# (``kms:ListGrants``) and the key's policy (``kms:GetKeyPolicy``). The role must be let do each operation EBS makes to
+# create a volume under the key from an image's unencrypted snapshot (:data:`VOLUME_KEY_NEEDS`). A policy statement
+# counts when its principal is the role's ARN or ``*`` (the account's root principal is not the role: it delegates to
+# IAM policies, and the role's has no KMS), its actions cover the operation, and each of its conditions holds for such a
+# call, judged on the keys the call carries (:func:`autoscaling_call_context`); a condition on any other key, or an
+# operator not read here, makes the answer unknown, never a refusal: ``srifty apply`` stops only on what is certain.
+
+AUTOSCALING_ROLE = "role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"
+# what EBS asks of the key to create an encrypted volume from an unencrypted snapshot and attach it: the grant it
+# keeps for the volume, the volume's data key, that key decrypted at attachment ("How Amazon EBS uses AWS KMS", AWS
+# KMS Developer Guide, https://docs.aws.amazon.com/kms/latest/developerguide/services-ebs.html)
+VOLUME_KEY_NEEDS = ("kms:CreateGrant", "kms:GenerateDataKeyWithoutPlaintext", "kms:Decrypt")
+# the operations the fix grants: the AWS page's statements' actions, as grant operations
+GRANT_OPERATIONS = (
+    "Encrypt Decrypt ReEncryptFrom ReEncryptTo GenerateDataKey GenerateDataKeyWithoutPlaintext DescribeKey CreateGrant"
+)
+KEY_POLICY_PAGE = "https://docs.aws.amazon.com/autoscaling/ec2/userguide/key-policy-requirements-EBS-encryption.html"
+
+KeyAnswer = Literal["allowed", "denied", "missing", "unknown"]
+# the string condition operators :func:`iam_condition` reads, with "IfExists" and the ForAnyValue/ForAllValues
+# prefixes (on a single-valued key both prefixes reduce to the plain operator)
+_STRING_OPS = {"StringEquals", "StringEqualsIgnoreCase", "StringLike", "ArnEquals", "ArnLike", "Bool"}
+_NEGATED_OPS = {"StringNotEquals", "StringNotEqualsIgnoreCase", "StringNotLike", "ArnNotEquals", "ArnNotLike"}
+
+# the condition keys judged (lower-cased): those :func:`autoscaling_call_context` gives a value, on some operation
+AUTOSCALING_CALL_KEYS = frozenset(
+    {"kms:calleraccount", "kms:viaservice", "aws:principalarn", "aws:principalaccount", "kms:grantisforawsresource"}
+)
+
+
+def autoscaling_role_arn(partition: str, account: str) -> str:
+    return f"arn:{partition}:iam::{account}:{AUTOSCALING_ROLE}"
+
+
+def autoscaling_call_context(role: str, account: str, region: str, action: str) -> dict[str, str]:
+    """The condition keys a KMS call that EC2 makes for the Auto Scaling role carries, lower-cased: the role's
+    account calls (``kms:CallerAccount``, ``aws:PrincipalAccount``) through EC2 (``kms:ViaService``, as the AWS
+    managed ``aws/ebs`` key's own policy requires of every use), and a grant for a volume is for an AWS resource."""
+    context = {
+        "kms:calleraccount": account,
+        "kms:viaservice": f"ec2.{region}.amazonaws.com",
+        "aws:principalarn": role,
+        "aws:principalaccount": account,
+    }
+    if action.lower() == "kms:creategrant":
+        context["kms:grantisforawsresource"] = "true"
+    return context
+
+
+def _listed(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in (value if isinstance(value, list) else [value])]
+
+
+def _principal_is(principal: Any, role: str) -> bool:
+    if principal == "*":
+        return True
+    if not isinstance(principal, dict):
+        return False
+    return any(p == "*" or p == role for p in _listed(principal.get("AWS")))
+
+
+def iam_condition(operator: str, values: list[str], present: str | None) -> bool | None:
+    """One condition on one single-valued key whose value is ``present`` (None: the request has no such key), as IAM
+    evaluates it ("IAM JSON policy elements: Condition operators", IAM User Guide,
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html): the
+    string, ARN and Bool operators and their negations, ``NumericEquals``, ``Null``; ``...IfExists`` holds where the
+    key is absent, as a negated operator does. True, False, or None: an operator not read here (the rehearsal's Auto
+    Scaling rule takes that as not holding, ``srifty check`` as unknown)."""
+    op = operator.split(":", 1)[-1]  # ForAnyValue:/ForAllValues: on a single-valued key: the plain operator
+    if op == "Null":
+        return any((present is None) == (v.lower() == "true") for v in values)
+    if_exists = op.endswith("IfExists")
+    op = op.removesuffix("IfExists")
+    if op not in _STRING_OPS | _NEGATED_OPS | {"NumericEquals"}:
+        return None
+    if present is None:  # the key is absent: IfExists and the negated operators hold, the rest do not
+        return if_exists or op in _NEGATED_OPS
+    if op == "NumericEquals":
+        try:
+            return any(float(present) == float(v) for v in values)
+        except ValueError:
+            return False
+    fold = op.endswith("IgnoreCase") or op == "Bool"
+    like = op.endswith("Like") or op.startswith("Arn")  # ARN operators take wildcards as StringLike does
+    seen = present.lower() if fold else present
+
+    def matches(pattern: str) -> bool:
+        pattern = pattern.lower() if fold else pattern
+        return fnmatchcase(seen, pattern) if like else seen == pattern
+
+    hit = any(matches(v) for v in values)
+    return not hit if op in _NEGATED_OPS else hit
+
+
+def _conditions_hold(conditions: dict[str, Any], context: dict[str, str]) -> bool | None:
+    """Every condition of a statement holds (True), one does not (False), or one cannot be judged (None): a key
+    outside :data:`AUTOSCALING_CALL_KEYS` or an operator not read here."""
+    result: bool | None = True
+    for operator, keys in conditions.items():
+        for key, values in (keys or {}).items():
+            name = key.lower()
+            if name not in AUTOSCALING_CALL_KEYS:
+                result = None
+                continue
+            holds = iam_condition(operator, _listed(values), context.get(name))
+            if holds is False:
+                return False
+            if holds is None:
+                result = None
+    return result
+
+
+def _statement_applies(
+    statement: dict[str, Any], role: str, key_arn: str, action: str, context: dict[str, str]
+) -> bool | None:
+    """Whether a policy statement applies to the role's call of ``action`` on the key: True, False or None."""
+    if "NotPrincipal" in statement:
+        return None
+    if not _principal_is(statement.get("Principal"), role):
+        return False
+    act = action.lower()
+    if "Action" in statement:
+        if not any(fnmatchcase(act, a.lower()) for a in _listed(statement["Action"])):
+            return False
+    elif not _listed(statement.get("NotAction")) or any(
+        fnmatchcase(act, a.lower()) for a in _listed(statement.get("NotAction"))
+    ):
+        return False
+    if "Resource" in statement and not any(fnmatchcase(key_arn, r) for r in _listed(statement["Resource"])):
+        return False
+    return _conditions_hold(statement.get("Condition") or {}, context)
+
+
+def key_policy_answers(
+    policy: str | dict[str, Any], role: str, account: str, region: str, key_arn: str
+) -> dict[str, KeyAnswer]:
+    """For each operation of :data:`VOLUME_KEY_NEEDS`: whether the key policy lets the role do it (an explicit deny
+    wins)."""
+    document = json.loads(policy) if isinstance(policy, str) else policy
+    statements = _listed_statements(document.get("Statement"))
+    answers: dict[str, KeyAnswer] = {}
+    for action in VOLUME_KEY_NEEDS:
+        context = autoscaling_call_context(role, account, region, action)
+        allow: set[bool | None] = set()
+        deny: set[bool | None] = set()
+        for statement in statements:
+            applies = _statement_applies(statement, role, key_arn, action, context)
+            (deny if statement.get("Effect") == "Deny" else allow).add(applies)
+        if True in deny:
+            answers[action] = "denied"
+        elif None in deny or (True not in allow and None in allow):
+            answers[action] = "unknown"
+        else:
+            answers[action] = "allowed" if True in allow else "missing"
+    return answers
+
+
+def _listed_statements(value: Any) -> list[dict[str, Any]]:
+    return [s for s in (value if isinstance(value, list) else [value]) if isinstance(s, dict)]
+
+
+def granted_operations(grants: Iterable[dict[str, Any]], role: str) -> set[str]:
+    """The operations of :data:`VOLUME_KEY_NEEDS` that grants to the role allow without constraints (a grant's
+    encryption context constraint is not judged here: such a grant counts for nothing)."""
+    out: set[str] = set()
+    for grant in grants:
+        if grant.get("GranteePrincipal") == role and not grant.get("Constraints"):
+            out |= {f"kms:{op}" for op in grant.get("Operations", [])}
+    return out & set(VOLUME_KEY_NEEDS)
+
+
+@dataclass(frozen=True)
+class KeyVerdict:
+    """What the key's policy and grants say: ``answer`` over every needed operation, ``lacking`` those not allowed,
+    ``how`` what allowed it (``"the key's policy"``, ``"a grant"``, or both)."""
+
+    answer: KeyAnswer
+    lacking: tuple[str, ...]
+    how: str
+
+
+def volume_key_verdict(answers: dict[str, KeyAnswer] | None, grants: set[str] | None) -> KeyVerdict:
+    """The key's verdict from its policy's ``answers`` (None: unread) and the operations ``grants`` give (None:
+    unread): an explicit deny in the policy wins over a grant; an operation neither allows is lacking, which is
+    certain only when both were read and the policy's answer for it is certain."""
+    grants_known = grants is not None
+    grants = grants or set()
+    lacking, unknown, denied, via = [], False, False, set()
+    for action in VOLUME_KEY_NEEDS:
+        said = answers.get(action) if answers is not None else "unknown"
+        if said == "denied":
+            denied = True
+            lacking.append(action)
+        elif said == "allowed":
+            via.add("the key's policy")
+        elif action in grants:
+            via.add("a grant")
+        else:
+            lacking.append(action)
+            unknown = unknown or said == "unknown" or not grants_known
+    if denied:
+        return KeyVerdict("denied", tuple(lacking), "")
+    if not lacking:
+        return KeyVerdict("allowed", (), " and ".join(sorted(via)))
+    return KeyVerdict("unknown" if unknown else "missing", tuple(lacking), "")

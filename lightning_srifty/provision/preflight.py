@@ -22,6 +22,10 @@
   operator's credentials: a refusal is a warning, the nodes' role is granted it); the folders the nodes copy fit on the
   disk they go to (the type's instance store, else the root volume less the Deep Learning AMI's own ~80 GB), their
   size summed for at most 10 s of listing.
+- **volumes**: an Auto Scaling group's service-linked role may use the KMS key the root volumes are encrypted with
+  (the root's ``checkpoints.kms_key_arn``, else the account's default key for EBS encryption), as AWS requires of a
+  customer managed key: its policy or a grant allows the operations EBS needs
+  (:func:`~lightning_srifty.provision.aws.volume_key_verdict`); else the policy statements or the grant to add.
 - **credentials**: the credentials are valid (``sts get-caller-identity``). Whether they may do everything the module
   does is not simulated: ``terraform plan`` reads, ``apply`` writes.
 
@@ -47,13 +51,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lightning_srifty.provision.aws import (
+    GRANT_OPERATIONS,
+    KEY_POLICY_PAGE,
     PLAIN_HTTP_FIX,
     ZONE_ID,
+    autoscaling_role_arn,
     aws_unreachable,
     aws_words,
     clients,
+    granted_operations,
+    key_policy_answers,
     offered_zones,
     plain_http_upload,
+    volume_key_verdict,
     why,
 )
 from lightning_srifty.provision.terraform import cuda
@@ -104,7 +114,7 @@ _CLASS = re.compile(r"^(trn|inf|dl|vt|p|g|f|x)(\d*)", re.I)
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # script, imports, device, quota, offering, image, bucket, credentials
+    check: str  # script, imports, device, quota, offering, image, bucket, data, volumes, credentials
     status: Status
     message: str
     fix: str | None = None
@@ -977,6 +987,85 @@ def _folder_size(s3: Any, bucket: str, prefix: str, clock: Callable[[], float]) 
     return size, count, True
 
 
+def check_volume_key(aws: dict[str, Any], region: str, mode: str, key: str | None) -> list[Finding]:
+    """An Auto Scaling group's launches may use the key its root volumes are encrypted with: ``key`` (the root's
+    ``checkpoints.kms_key_arn``), else the account's default key for EBS encryption (the rule:
+    :func:`~lightning_srifty.provision.aws.volume_key_verdict`)."""
+    if mode != "asg":
+        return []  # an instant EC2 Fleet launches with terraform's own credentials, not a service-linked role
+    found = _volume_key(aws, key)
+    if isinstance(found, Finding):
+        return [found]
+    key_id, whose = found
+    try:
+        who = aws["sts"].get_caller_identity()
+        partition, account = who["Arn"].split(":")[1], who["Account"]
+    except Exception as exc:  # noqa: BLE001
+        return [Finding("volumes", "warn", f"the account could not be read ({why(exc)}): {key_id} not checked", None)]
+    role = autoscaling_role_arn(partition, account)
+    answers = grants = None
+    try:
+        policy = aws["kms"].get_key_policy(KeyId=key_id, PolicyName="default")["Policy"]
+        answers = key_policy_answers(policy, role, account, region, key_id)
+    except Exception:  # noqa: BLE001 - unread: the grants may still say, else the verdict is unknown
+        pass
+    try:
+        pages = aws["kms"].get_paginator("list_grants").paginate(KeyId=key_id)
+        grants = granted_operations([g for page in pages for g in page["Grants"]], role)
+    except Exception:  # noqa: BLE001
+        pass
+    said = volume_key_verdict(answers, grants)
+    what = f"the root volumes are encrypted with {whose}, {key_id}, which is customer managed"
+    if said.answer == "allowed":
+        return [Finding("volumes", "ok", f"{what}; {said.how} lets Auto Scaling's service-linked role use it")]
+    fix = _key_rule(key_id, role, region)
+    if said.answer == "unknown":
+        what += "; whether Auto Scaling's service-linked role may use it could not be told"
+        return [Finding("volumes", "warn", what, fix)]
+    verb = "denies" if said.answer == "denied" else "neither its policy nor a grant allows"
+    what += f", and {verb} Auto Scaling's service-linked role {', '.join(said.lacking)}: every launch would fail"
+    return [Finding("volumes", "fail", what, fix)]
+
+
+def _volume_key(aws: dict[str, Any], key: str | None) -> tuple[str, str] | Finding:
+    """(the customer managed key's ARN, whose key it is), or the finding when the key is AWS managed or unread."""
+    whose = (
+        "the key the root gives (checkpoints.kms_key_arn)" if key else "this account's default key for EBS encryption"
+    )
+    try:
+        key_id = key or aws["ec2"].get_ebs_default_kms_key_id()["KmsKeyId"]
+    except Exception as exc:  # noqa: BLE001 - any failure: not checked, said with the rule
+        return Finding("volumes", "warn", f"{whose} could not be read ({why(exc)}): not checked", _key_rule())
+    aws_managed = Finding(
+        "volumes", "ok", "the root volumes use the AWS managed key aws/ebs: Auto Scaling needs no grant"
+    )
+    if key_id.rsplit(":", 1)[-1] == "alias/aws/ebs":
+        return aws_managed
+    try:
+        described = aws["kms"].describe_key(KeyId=key_id)["KeyMetadata"]
+    except Exception as exc:  # noqa: BLE001
+        return Finding(
+            "volumes", "warn", f"{whose}, {key_id}, could not be described ({why(exc)}): not checked", _key_rule()
+        )
+    return aws_managed if described.get("KeyManager") == "AWS" else (described["Arn"], whose)
+
+
+def _key_rule(key_id: str | None = None, role: str | None = None, region: str | None = None) -> str:
+    """The rule and, for a key, its fix: the AWS page's key policy statements, or a grant made from this account."""
+    rule = (
+        "an Auto Scaling group launches with its service-linked role, which may use no customer managed key unless the "
+        f"key lets it ({KEY_POLICY_PAGE})"
+    )
+    if key_id is None:
+        return f"{rule}: aws ec2 get-ebs-default-kms-key-id names the key the volumes get"
+    return (
+        f"{rule}: add that page's two statements, principal {role}, to the key's policy, or grant it from this "
+        f"account: aws kms create-grant --region {region} --key-id {key_id} --grantee-principal {role} --operations "
+        f"{GRANT_OPERATIONS} (a new account creates the role first: aws iam create-service-linked-role "
+        "--aws-service-name autoscaling.amazonaws.com)"
+    )
+
+
 def check_credentials(sts: Any) -> list[Finding]:
     try:
         who = sts.get_caller_identity()
@@ -1027,6 +1116,8 @@ def preflight(
     project: Path | None = None,
     data: list[dict[str, Any]] | None = None,
     data_room_gb: float = math.inf,
+    mode: str = "asg",
+    volume_kms_key: str | None = None,
 ) -> Report:
     """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``); ``endpoint``:
     the root's AWS endpoint (an emulator's), for what its scheme means to the upload; ``setup_command`` and
@@ -1045,6 +1136,7 @@ def preflight(
     if credentials[0].status == "fail":  # every other call would fail the same way: one cause, said once (#37 L)
         skipped = ["quota", "offering", *(["image"] if ami is not None and arches else []), "bucket"]
         skipped += ["data"] if data else []
+        skipped += ["volumes"] if mode == "asg" else []
         findings += [Finding(c, "warn", "not checked: no working AWS credentials (above)") for c in skipped]
         return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
     findings += check_quotas(aws["quotas"], aws["ec2"], region, need, vcpus)
@@ -1054,6 +1146,7 @@ def preflight(
     findings += check_bucket_answers(aws["s3"], bucket, endpoint, uploads=tls_only)  # the boot scripts always upload
     if data:
         findings += check_data_folders(aws["s3"], data, data_room_gb)
+    findings += check_volume_key(aws, region, mode, volume_kms_key)
     return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
 
 
@@ -1095,6 +1188,8 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         endpoint=endpoint,
         data=values.get("data") or [],
         data_room_gb=data_room_gb(values["groups"], values.get("root_volume_gb", 200), catalog),
+        mode=(values.get("capacity") or {}).get("mode", "asg"),
+        volume_kms_key=values["checkpoints"].get("kms_key_arn"),
         gpus=cuda.fleet_gpus(
             [
                 (g["instance_type"], catalog.get(g["instance_type"]).gpu if g["instance_type"] in catalog else None)

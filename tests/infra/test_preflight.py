@@ -80,6 +80,7 @@ def test_a_fleet_over_the_accounts_quota_is_caught_with_the_request_to_file(aws,
         "credentials": "ok",
         "offering": "ok",
         "bucket": "ok",
+        "volumes": "warn",  # moto's server answers no GetEbsDefaultKmsKeyId (a 500): not checked, and said
     }
 
 
@@ -138,7 +139,7 @@ def test_a_type_missing_from_the_subnets_zone_names_the_zones_that_have_it(aws, 
         monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
         made = clients("us-east-1", aws)
         ok = preflight(region="us-east-1", groups=[Group("g5.xlarge", 1, 0)], vcpus=VCPUS.__getitem__, aws=made)
-        zones = ok.findings[-2].message  # "every type is offered in us-east-1a, ..."
+        zones = next(f.message for f in ok.findings if f.check == "offering")  # "every type is offered in ..."
         assert ok.ok and zones.startswith("every type is offered in us-east-1")
         bad = preflight(
             region="us-east-1",
@@ -1059,3 +1060,76 @@ def test_config_targets_reads_the_three_keys_and_leaves_a_words_target() -> None
         "torch.optim.AdamW",
         "lightning.pytorch.Trainer",
     ]
+
+
+def test_an_auto_scaling_fleet_whose_volume_key_the_group_may_not_use_is_refused_with_the_grant_to_make(
+    aws, tmp_path, monkeypatch, capsys
+) -> None:
+    """AWS's rule (lightning_srifty.provision.aws.volume_key_verdict): an Auto Scaling group launches with its service-
+    linked role, which may use no customer managed key unless the key lets it; the module's root volumes are encrypted
+    with the account's default key for EBS encryption, which an organisation may set to its own. moto launches such a
+    group; `srifty check` reads the key (through the rules proxy, which answers GetEbsDefaultKmsKeyId as EC2 does) and
+    `srifty apply` refuses before terraform runs; the grant the fix names is what makes it pass."""
+    import shlex
+
+    from lightning_srifty.provision.rehearsal.aws_rules import AwsRulesProxy
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import lightning\n")
+    ec2 = boto3.client("ec2", endpoint_url=aws, region_name="us-east-1")
+    ami = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["x86_64"]}])
+    boto3.client("s3", endpoint_url=aws, region_name="us-east-1").create_bucket(Bucket="ckpt-volumes")
+    with AwsRulesProxy(aws) as url, FakeServiceQuotas({"Running On-Demand G and VT instances": 64}) as quotas_url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
+        options = Options(
+            name="volumes", code=str(project), aws_endpoint=url, bucket="ckpt-volumes",
+            ami=ami["Images"][0]["ImageId"], setup_command="true",
+        )  # fmt: skip
+        root = generate(load_plan(PLAN), tmp_path / "infra", options=options).out
+        assert json.loads((root / TFVARS).read_text())["capacity"]["mode"] == "asg"
+        # a new account's default: the AWS managed key, which the group needs no grant for
+        (volumes,) = [f for f in preflight_root(root).findings if f.check == "volumes"]
+        assert volumes.status == "ok" and "AWS managed key aws/ebs" in volumes.message
+        # the organisation's own key as the default: the group's launches would all fail
+        kms = boto3.client("kms", endpoint_url=url, region_name="us-east-1")
+        key = kms.create_key(Description="the organisation's EBS key")["KeyMetadata"]["Arn"]
+        boto3.client("ec2", endpoint_url=url, region_name="us-east-1").modify_ebs_default_kms_key_id(KmsKeyId=key)
+        assert main(["check", "--dir", str(root)]) == 1
+        out = capsys.readouterr().out
+        said = "[FAIL] volumes: the root volumes are encrypted with this account's default key for EBS encryption"
+        assert f"{said}, {key}, which is customer managed, and neither its policy nor a grant allows" in out
+        assert "kms:CreateGrant, kms:GenerateDataKeyWithoutPlaintext, kms:Decrypt: every launch would fail" in out
+        with pytest.raises(PreflightError, match="volumes"):
+            apply(root, yes=True, echo=lambda line: None)
+        assert not (root / ".terraform").exists()  # terraform never ran
+        # the fix's grant, as its command says it
+        command = shlex.split(out.split("aws kms create-grant", 1)[1].split(" (a new account", 1)[0])
+        words = dict(zip(command[0:6:2], command[1:6:2]))
+        assert words == {"--region": "us-east-1", "--key-id": key, "--grantee-principal": volume_role(aws)}
+        assert command[6] == "--operations"
+        kms.create_grant(KeyId=key, GranteePrincipal=words["--grantee-principal"], Operations=command[7:])
+        report = preflight_root(root)
+        (volumes,) = [f for f in report.findings if f.check == "volumes"]
+        assert report.ok and volumes.status == "ok"
+        assert "a grant lets Auto Scaling's service-linked role use it" in volumes.message
+        # an instant EC2 Fleet launches with terraform's own credentials: no such rule, nothing said
+        fleet = generate(load_plan(PLAN), tmp_path / "fleet", options=dataclasses_replace(options, mode="fleet")).out
+        assert not [f for f in preflight_root(fleet).findings if f.check == "volumes"]
+        # the account's default set back: the AWS managed key again, as EC2 answers it
+        proxied = boto3.client("ec2", endpoint_url=url, region_name="us-east-1")
+        proxied.reset_ebs_default_kms_key_id()
+        assert proxied.get_ebs_default_kms_key_id()["KmsKeyId"] == "alias/aws/ebs"
+
+
+def volume_role(endpoint: str) -> str:
+    from lightning_srifty.provision.aws import autoscaling_role_arn as role_arn
+
+    sts = boto3.client("sts", endpoint_url=endpoint, region_name="us-east-1")
+    return role_arn("aws", sts.get_caller_identity()["Account"])
+
+
+def dataclasses_replace(options: Options, **changes) -> Options:
+    import dataclasses
+
+    return dataclasses.replace(options, **changes)

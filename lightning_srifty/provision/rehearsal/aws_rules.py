@@ -44,6 +44,13 @@ tests): every request is passed through unchanged, except
   https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2autoscaling.html, and the
   operators of https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html);
   any other operator or key makes its statement not apply (a deny where AWS might allow: the rehearsal fails loud);
+- EC2's GetEbsDefaultKmsKeyId (the key a volume encrypted without one of its own gets), which moto's server does not
+  implement (500), is answered as EC2 answers it: ``alias/aws/ebs`` (the AWS managed key, a new account's default,
+  "The AWS managed key is used for encryption unless you specify a customer managed key",
+  https://docs.aws.amazon.com/autoscaling/ec2/userguide/key-policy-requirements-EBS-encryption.html) until a
+  ModifyEbsDefaultKmsKeyId through the proxy sets another (moto checks the key and carries it out), and again after a
+  ResetEbsDefaultKmsKeyId: ``srifty check`` reads it to tell whether an Auto Scaling group may launch
+  (lightning_srifty.provision.aws.volume_key_verdict);
 - calls that carry a ClientToken are idempotent, as on EC2 (a repeated token gets the first call's answer, nothing is
   made twice), which moto's server is not: an SDK retry of a launch, or of a CreateLaunchTemplate, whose answer was
   lost or slow on a loaded machine would otherwise make a second fleet or template outside terraform's state.
@@ -61,6 +68,7 @@ import binascii
 import fnmatch
 import html
 import http.client
+import re
 import threading
 import urllib.error
 import urllib.parse
@@ -68,6 +76,8 @@ import urllib.request
 from collections.abc import Set as AbstractSet
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from lightning_srifty.provision.aws import iam_condition
 
 LAUNCHES = ("CreateFleet", "RunInstances")
 ERROR = (
@@ -87,6 +97,11 @@ NO_SUCH_TEMPLATE_ID = (
     "<Message>The specified launch template, with template ID {id}, does not exist.</Message></Error></Errors>"
     "<RequestID>srifty-fault-proxy</RequestID></Response>"
 )
+EBS_DEFAULT_KEY = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<{action}Response xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+    "<requestId>srifty-fault-proxy</requestId><kmsKeyId>{key}</kmsKeyId></{action}Response>"
+)
+AWS_EBS_KEY = "alias/aws/ebs"
 USER_DATA_LIMIT = 16_384  # bytes of raw user data (before base64), EC2's documented limit (module docstring)
 TOO_LONG = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>InvalidParameterValue</Code><Message>User '
@@ -153,6 +168,7 @@ ASG_DENIED = (
 )
 ASG_NS = "{http://autoscaling.amazonaws.com/doc/2011-01-01/}"
 #: the request values an Auto Scaling call's condition keys read (autoscaling:MinSize is the request's MinSize)
+ASG_RULE_OPERATORS = frozenset({"StringEquals", "StringLike", "NumericEquals", "Null"})  # what the module's policy uses
 ASG_REQUEST_KEYS = {"autoscaling:minsize": "MinSize", "autoscaling:maxsize": "MaxSize",
                     "autoscaling:desiredcapacity": "DesiredCapacity"}  # fmt: skip
 
@@ -174,20 +190,9 @@ def condition_holds(
         actual = form.get(ASG_REQUEST_KEYS[low])  # context of these two actions only
     else:
         return False
-    if operator == "Null":
-        return any((actual is None) == (e.lower() == "true") for e in expected)
-    if actual is None:
+    if operator not in ASG_RULE_OPERATORS:
         return False
-    if operator == "StringEquals":
-        return actual in expected
-    if operator == "StringLike":
-        return any(fnmatch.fnmatchcase(actual, e) for e in expected)
-    if operator == "NumericEquals":
-        try:
-            return any(float(actual) == float(e) for e in expected)
-        except ValueError:
-            return False
-    return False
+    return iam_condition(operator, expected, actual) is True
 
 
 def asg_allowed(
@@ -221,6 +226,12 @@ LOST = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>InternalError</Code><Message>An internal '
     "error has occurred</Message></Error></Errors><RequestID>srifty-fault-proxy</RequestID></Response>"
 )
+
+
+def _ebs_key_of(data: bytes) -> str | None:
+    """The key an EC2 answer about the default key for EBS encryption names (its kmsKeyId), or None."""
+    found = re.search(rb"<kmsKeyId>([^<]+)</kmsKeyId>", data, re.I)
+    return found.group(1).decode() if found else None
 
 
 class _Server(ThreadingHTTPServer):
@@ -315,6 +326,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.outer.asg_rule_binds(action, form, self.headers.get("Authorization", "")):
             self._asg_as_iam(action, body, form)
             return
+        if self._ebs_default_key_answered(action):
+            return
         token = (form.get("ClientToken") or [""])[0]
         key = (action, token)
         if token and key in self.outer.answered:  # EC2's idempotency: a repeated token gets the first answer
@@ -344,6 +357,7 @@ class _Handler(BaseHTTPRequestHandler):
             conn.close()
             return
         self.outer.group_called(action, body, answer.status, self.headers.get("Authorization", ""))
+        self.outer.ebs_default_set(action, answer.status, data)
         if action in self.outer.lose:  # carried out upstream; the client sees a server error instead
             self.outer.lose.discard(action)
             self.outer.lost.append(action)
@@ -352,6 +366,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(answer.status, answer.getheaders(), data)
         conn.close()
+
+    def _ebs_default_key_answered(self, action: str) -> bool:
+        """GetEbsDefaultKmsKeyId and ResetEbsDefaultKmsKeyId, which moto does not implement, answered as EC2
+        answers them (module docstring); whether it was one of them."""
+        if action not in ("GetEbsDefaultKmsKeyId", "ResetEbsDefaultKmsKeyId"):
+            return False
+        if action.startswith("Reset"):
+            self.outer.ebs_default_kms_key = None
+        ebs_key = html.escape(self.outer.ebs_default_kms_key or AWS_EBS_KEY)
+        self._reply(200, [("Content-Type", "text/xml")], EBS_DEFAULT_KEY.format(action=action, key=ebs_key).encode())
+        return True
 
     def _asg_as_iam(self, action: str, body: bytes, form: dict[str, list[str]]) -> None:
         """An Auto Scaling call of the bound principal on a group, decided as IAM decides it (module docstring)."""
@@ -452,9 +477,15 @@ class AwsRulesProxy:
         # the Auto Scaling rule: the bound principal's policy statements (None: off), and what it decided
         self.asg_statements: list[dict[str, Any]] | None = None
         self.asg_decided: list[str] = []
+        self.ebs_default_kms_key: str | None = None  # the account's default key for EBS encryption (None: aws/ebs)
         self._lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.proxy = self
+
+    def ebs_default_set(self, action: str, status: int, data: bytes) -> None:
+        """A ModifyEbsDefaultKmsKeyId moto carried out (it checks the key): the account's default from now on."""
+        if action == "ModifyEbsDefaultKmsKeyId" and status < 300:
+            self.ebs_default_kms_key = _ebs_key_of(data) or self.ebs_default_kms_key
 
     def _group_policy(self, action: str, fields: dict[str, list[str]]) -> tuple[str, dict[str, str] | None]:
         """The group an update names, and the policy to keep for it: None unless ``action`` is an update that names

@@ -1,0 +1,143 @@
+"""The KMS key of a fleet's root volumes, read as AWS decides whether EC2 Auto Scaling may launch with it: "The
+predefined permissions also include access to your AWS managed keys. However, they do not include access to your
+customer managed keys" (EC2 Auto Scaling User Guide, key-policy-requirements-EBS-encryption). moto launches a group
+whatever its key says; these are the key policies AWS documents and their near misses, judged by
+lightning_srifty.provision.aws (volume_key_verdict)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from lightning_srifty.provision.aws import VOLUME_KEY_NEEDS as NEEDED
+from lightning_srifty.provision.aws import autoscaling_role_arn as role_arn
+from lightning_srifty.provision.aws import granted_operations as granted
+from lightning_srifty.provision.aws import key_policy_answers as policy_answers
+from lightning_srifty.provision.aws import volume_key_verdict as verdict
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+ROLE = role_arn("aws", ACCOUNT)
+KEY = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+ROOT = {"Sid": "Enable IAM User Permissions", "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}}
+ROOT |= {"Action": "kms:*", "Resource": "*"}
+# the two statements the AWS page gives ("Example 1: Key policy sections that allow access to the customer managed
+# key"), the role named by its ARN
+USE = {
+    "Sid": "Allow service-linked role use of the customer managed key",
+    "Effect": "Allow",
+    "Principal": {"AWS": [ROLE]},
+    "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"],
+    "Resource": "*",
+}
+ATTACH = {
+    "Sid": "Allow attachment of persistent resources",
+    "Effect": "Allow",
+    "Principal": {"AWS": [ROLE]},
+    "Action": ["kms:CreateGrant"],
+    "Resource": "*",
+    "Condition": {"Bool": {"kms:GrantIsForAWSResource": True}},
+}
+# the shape of the AWS managed aws/ebs key's own policy: anyone of the account, through EC2
+THROUGH_EC2 = {
+    "Effect": "Allow",
+    "Principal": {"AWS": "*"},
+    "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:CreateGrant"],
+    "Resource": "*",
+    "Condition": {"StringEquals": {"kms:CallerAccount": ACCOUNT, "kms:ViaService": f"ec2.{REGION}.amazonaws.com"}},
+}
+
+
+def _policy(*statements: dict) -> dict:
+    return {"Version": "2012-10-17", "Statement": [copy.deepcopy(s) for s in statements]}
+
+
+def _answer(policy: dict, grants: list[dict] | None = ()) -> str:
+    answers = policy_answers(policy, ROLE, ACCOUNT, REGION, KEY)
+    return verdict(answers, None if grants is None else granted(grants, ROLE)).answer
+
+
+def _variant(statement: dict, **changes) -> dict:
+    out = copy.deepcopy(statement)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("statements", "expected"),
+    [
+        ((ROOT, USE, ATTACH), "allowed"),  # the AWS page's policy
+        ((ROOT,), "missing"),  # the default key policy: the account's root delegates to IAM; the role's IAM has no KMS
+        ((ROOT, USE), "missing"),  # no CreateGrant: EBS keeps a grant for every volume
+        ((ROOT, ATTACH), "missing"),  # CreateGrant alone: no data key
+        ((ROOT, THROUGH_EC2), "allowed"),  # aws/ebs's shape: the role calls from the account, through EC2
+        ((ROOT, _variant(THROUGH_EC2, Condition={"StringEquals": {"kms:ViaService": "s3.us-east-1.amazonaws.com"}})),
+         "missing"),  # through S3 only
+        ((ROOT, _variant(THROUGH_EC2, Condition={"StringEquals": {"kms:CallerAccount": "210987654321"}})),
+         "missing"),  # another account's callers
+        ((ROOT, _variant(THROUGH_EC2, Condition={"StringLike": {"kms:ViaService": "ec2.*.amazonaws.com"}})),
+         "allowed"),
+        ((ROOT, _variant(THROUGH_EC2, Condition={"StringEquals": {"aws:SourceVpce": "vpce-1a2b3c4d"}})),
+         "unknown"),  # a key this module does not judge: never a refusal
+        ((ROOT, _variant(THROUGH_EC2, Condition={"DateGreaterThan": {"kms:ViaService": "x"}})), "unknown"),
+        ((ROOT, USE, _variant(ATTACH, Condition={"BoolIfExists": {"kms:GrantIsForAWSResource": "true"}})), "allowed"),
+        ((ROOT, USE, _variant(ATTACH, Condition={"Bool": {"kms:GrantIsForAWSResource": "false"}})), "missing"),
+        ((ROOT, USE, ATTACH, {"Effect": "Deny", "Principal": "*", "Action": "kms:Decrypt", "Resource": "*"}),
+         "denied"),  # an explicit deny wins over every allow
+        ((ROOT, USE, ATTACH, {"Effect": "Deny", "Principal": "*", "Action": "kms:*", "Resource": "*",
+                              "Condition": {"StringNotEquals": {"kms:CallerAccount": ACCOUNT}}}),
+         "allowed"),  # a deny of other accounts does not bind the role
+        ((ROOT, USE, ATTACH, {"Effect": "Deny", "Principal": "*", "Action": "kms:*", "Resource": "*",
+                              "Condition": {"StringNotEquals": {"aws:SourceIp": "10.0.0.0/8"}}}),
+         "unknown"),  # a deny that might bind: not told
+        ((ROOT, _variant(USE, Principal={"AWS": f"arn:aws:iam::{ACCOUNT}:role/Admin"}), ATTACH), "missing"),
+        ((ROOT, _variant(USE, Action=None, NotAction=["kms:ScheduleKeyDeletion"]), ATTACH), "allowed"),
+        ((ROOT, _variant(USE, Action=None, NotAction=["kms:Decrypt"]), ATTACH), "missing"),
+        ((ROOT, _variant(USE, Resource="arn:aws:kms:us-east-1:123456789012:key/other"), ATTACH), "missing"),
+        ((ROOT, {"Effect": "Allow", "NotPrincipal": {"AWS": "arn:aws:iam::1:root"}, "Action": "kms:*",
+                 "Resource": "*"}), "unknown"),
+        ((ROOT, {"Effect": "Allow", "Principal": "*", "Action": "kms:*", "Resource": "*"}), "allowed"),
+    ],
+)  # fmt: skip
+def test_a_key_policy_is_read_as_aws_decides_for_the_auto_scaling_role(statements, expected) -> None:
+    assert _answer(_policy(*statements)) == expected
+
+
+def test_a_grant_to_the_role_stands_for_the_policy_and_is_certain_only_when_both_were_read() -> None:
+    full = [{"GranteePrincipal": ROLE, "Operations": ["Decrypt", "GenerateDataKeyWithoutPlaintext", "CreateGrant"]}]
+    assert _answer(_policy(ROOT), full) == "allowed"
+    said = verdict(policy_answers(_policy(ROOT), ROLE, ACCOUNT, REGION, KEY), granted(full, ROLE))
+    assert said.how == "a grant"
+    # a grant to another principal, or one held to an encryption context, counts for nothing
+    other = [{**full[0], "GranteePrincipal": f"arn:aws:iam::{ACCOUNT}:role/Admin"}]
+    assert _answer(_policy(ROOT), other) == "missing"
+    constrained = [{**full[0], "Constraints": {"EncryptionContextSubset": {"aws:ebs:id": "vol-1"}}}]
+    assert _answer(_policy(ROOT), constrained) == "missing"
+    # half from the policy, half from a grant
+    assert _answer(_policy(ROOT, USE), [{"GranteePrincipal": ROLE, "Operations": ["CreateGrant"]}]) == "allowed"
+    # an explicit deny in the policy wins over a grant
+    deny = {"Effect": "Deny", "Principal": "*", "Action": "kms:CreateGrant", "Resource": "*"}
+    assert _answer(_policy(ROOT, deny), full) == "denied"
+    # unread grants: a policy that lacks an operation may still be made whole by one; unread policy, full grants
+    assert _answer(_policy(ROOT), None) == "unknown"
+    assert verdict(None, granted(full, ROLE)).answer == "allowed"
+    assert verdict(None, set()).answer == "unknown"
+    lacking = verdict(policy_answers(_policy(ROOT, USE), ROLE, ACCOUNT, REGION, KEY), set()).lacking
+    assert lacking == ("kms:CreateGrant",)
+
+
+def test_the_role_is_the_partitions_and_every_needed_operation_is_judged() -> None:
+    assert role_arn("aws-cn", "1") == "arn:aws-cn:iam::1:role/aws-service-role/autoscaling.amazonaws.com/" + (
+        "AWSServiceRoleForAutoScaling"
+    )
+    answers = policy_answers(_policy(ROOT, USE, ATTACH), ROLE, ACCOUNT, REGION, KEY)
+    assert set(answers) == set(NEEDED) and set(answers.values()) == {"allowed"}
+    # a policy as GetKeyPolicy returns it (a JSON string), one statement not in a list
+    import json
+
+    assert policy_answers(json.dumps({"Statement": ROOT}), ROLE, ACCOUNT, REGION, KEY)["kms:Decrypt"] == "missing"
