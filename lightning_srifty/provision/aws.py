@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
@@ -344,9 +343,10 @@ def autoscaling_call_context(role: str, account: str, region: str, action: str) 
     """The condition keys a KMS call that EC2 makes for the Auto Scaling role carries, lower-cased: the role's
     account calls (``kms:CallerAccount``, ``aws:PrincipalAccount``) through EC2 (``kms:ViaService``, as the AWS
     managed ``aws/ebs`` key's own policy requires of every use), and a grant for a volume is for an AWS resource."""
+    domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"  # the China regions' own domain
     context = {
         "kms:calleraccount": account,
-        "kms:viaservice": f"ec2.{region}.amazonaws.com",
+        "kms:viaservice": f"ec2.{region}.{domain}",
         "aws:principalarn": role,
         "aws:principalaccount": account,
     }
@@ -361,12 +361,24 @@ def _listed(value: Any) -> list[str]:
     return [str(v) for v in (value if isinstance(value, list) else [value])]
 
 
-def _principal_is(principal: Any, role: str) -> bool:
+def _principal_is(principal: Any, role: str, deny: bool = False) -> bool:
+    """Whether a statement's principal is the role: its ARN or ``*``; for a Deny, the role's account too (an
+    account named in a resource policy stands for every principal of it: an Allow only delegates to the account's
+    IAM policies, which for this role hold no KMS, while a Deny binds them all)."""
     if principal == "*":
         return True
     if not isinstance(principal, dict):
         return False
-    return any(p == "*" or p == role for p in _listed(principal.get("AWS")))
+    account = role.split(":")[4]
+    mine = {"*", role, *([account, f"arn:{role.split(':')[1]}:iam::{account}:root"] if deny else [])}
+    return any(p in mine for p in _listed(principal.get("AWS")))
+
+
+def iam_like(value: str, pattern: str) -> bool:
+    """IAM's wildcard match: ``*`` any run of characters, ``?`` one; every other character, ``[`` included, itself
+    (fnmatch would read ``[...]`` as a class)."""
+    return re.fullmatch("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), value,
+                        re.S) is not None  # fmt: skip
 
 
 def iam_condition(operator: str, values: list[str], present: str | None) -> bool | None:
@@ -376,6 +388,7 @@ def iam_condition(operator: str, values: list[str], present: str | None) -> bool
     string, ARN and Bool operators and their negations, ``NumericEquals``, ``Null``; ``...IfExists`` holds where the
     key is absent, as a negated operator does. True, False, or None: an operator not read here (the rehearsal's Auto
     Scaling rule takes that as not holding, ``srifty check`` as unknown)."""
+    every = operator.startswith("ForAllValues:")  # over no values at all (an absent key), it holds
     op = operator.split(":", 1)[-1]  # ForAnyValue:/ForAllValues: on a single-valued key: the plain operator
     if op == "Null":
         return any((present is None) == (v.lower() == "true") for v in values)
@@ -383,8 +396,8 @@ def iam_condition(operator: str, values: list[str], present: str | None) -> bool
     op = op.removesuffix("IfExists")
     if op not in _STRING_OPS | _NEGATED_OPS | {"NumericEquals"}:
         return None
-    if present is None:  # the key is absent: IfExists and the negated operators hold, the rest do not
-        return if_exists or op in _NEGATED_OPS
+    if present is None:  # the key is absent: IfExists, ForAllValues and the negated operators hold, the rest do not
+        return if_exists or every or op in _NEGATED_OPS
     if op == "NumericEquals":
         try:
             return any(float(present) == float(v) for v in values)
@@ -396,7 +409,7 @@ def iam_condition(operator: str, values: list[str], present: str | None) -> bool
 
     def matches(pattern: str) -> bool:
         pattern = pattern.lower() if fold else pattern
-        return fnmatchcase(seen, pattern) if like else seen == pattern
+        return iam_like(seen, pattern) if like else seen == pattern
 
     hit = any(matches(v) for v in values)
     return not hit if op in _NEGATED_OPS else hit
@@ -424,19 +437,19 @@ def _statement_applies(
     statement: dict[str, Any], role: str, key_arn: str, action: str, context: dict[str, str]
 ) -> bool | None:
     """Whether a policy statement applies to the role's call of ``action`` on the key: True, False or None."""
-    if "NotPrincipal" in statement:
-        return None
-    if not _principal_is(statement.get("Principal"), role):
+    if "NotPrincipal" in statement or "NotResource" in statement:
+        return None  # forms not judged here
+    if not _principal_is(statement.get("Principal"), role, deny=statement.get("Effect") == "Deny"):
         return False
     act = action.lower()
     if "Action" in statement:
-        if not any(fnmatchcase(act, a.lower()) for a in _listed(statement["Action"])):
+        if not any(iam_like(act, a.lower()) for a in _listed(statement["Action"])):
             return False
     elif not _listed(statement.get("NotAction")) or any(
-        fnmatchcase(act, a.lower()) for a in _listed(statement.get("NotAction"))
+        iam_like(act, a.lower()) for a in _listed(statement.get("NotAction"))
     ):
         return False
-    if "Resource" in statement and not any(fnmatchcase(key_arn, r) for r in _listed(statement["Resource"])):
+    if "Resource" in statement and not any(iam_like(key_arn, r) for r in _listed(statement["Resource"])):
         return False
     return _conditions_hold(statement.get("Condition") or {}, context)
 
@@ -469,14 +482,18 @@ def _listed_statements(value: Any) -> list[dict[str, Any]]:
     return [s for s in (value if isinstance(value, list) else [value]) if isinstance(s, dict)]
 
 
-def granted_operations(grants: Iterable[dict[str, Any]], role: str) -> set[str]:
-    """The operations of :data:`VOLUME_KEY_NEEDS` that grants to the role allow without constraints (a grant's
-    encryption context constraint is not judged here: such a grant counts for nothing)."""
-    out: set[str] = set()
+def granted_operations(grants: Iterable[dict[str, Any]], role: str) -> dict[str, bool]:
+    """The operations of :data:`VOLUME_KEY_NEEDS` that grants to the role allow: True without constraints, False
+    where only a grant held to an encryption context does (not judged here: whether the volume's context meets it)."""
+    out: dict[str, bool] = {}
     for grant in grants:
-        if grant.get("GranteePrincipal") == role and not grant.get("Constraints"):
-            out |= {f"kms:{op}" for op in grant.get("Operations", [])}
-    return out & set(VOLUME_KEY_NEEDS)
+        if grant.get("GranteePrincipal") != role:
+            continue
+        for op in grant.get("Operations", []):
+            name = f"kms:{op}"
+            if name in VOLUME_KEY_NEEDS:
+                out[name] = out.get(name, False) or not grant.get("Constraints")
+    return out
 
 
 @dataclass(frozen=True)
@@ -489,12 +506,13 @@ class KeyVerdict:
     how: str
 
 
-def volume_key_verdict(answers: dict[str, KeyAnswer] | None, grants: set[str] | None) -> KeyVerdict:
-    """The key's verdict from its policy's ``answers`` (None: unread) and the operations ``grants`` give (None:
-    unread): an explicit deny in the policy wins over a grant; an operation neither allows is lacking, which is
-    certain only when both were read and the policy's answer for it is certain."""
+def volume_key_verdict(answers: dict[str, KeyAnswer] | None, grants: dict[str, bool] | None) -> KeyVerdict:
+    """The key's verdict from its policy's ``answers`` (None: unread) and the operations ``grants`` give
+    (:func:`granted_operations`; None: unread): an explicit deny in the policy wins over a grant; an operation neither
+    allows is lacking, which is certain only when both were read, the policy's answer for it is certain and no
+    constrained grant gives it."""
     grants_known = grants is not None
-    grants = grants or set()
+    grants = grants or {}
     lacking, unknown, denied, via = [], False, False, set()
     for action in VOLUME_KEY_NEEDS:
         said = answers.get(action) if answers is not None else "unknown"
@@ -503,11 +521,11 @@ def volume_key_verdict(answers: dict[str, KeyAnswer] | None, grants: set[str] | 
             lacking.append(action)
         elif said == "allowed":
             via.add("the key's policy")
-        elif action in grants:
+        elif grants.get(action):
             via.add("a grant")
         else:
             lacking.append(action)
-            unknown = unknown or said == "unknown" or not grants_known
+            unknown = unknown or said == "unknown" or not grants_known or action in grants
     if denied:
         return KeyVerdict("denied", tuple(lacking), "")
     if not lacking:

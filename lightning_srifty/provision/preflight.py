@@ -1015,7 +1015,7 @@ def check_volume_key(aws: dict[str, Any], region: str, mode: str, key: str | Non
     except Exception:  # noqa: BLE001
         pass
     said = volume_key_verdict(answers, grants)
-    what = f"the root volumes are encrypted with {whose}, {key_id}, which is customer managed"
+    what = f"the root volumes are encrypted with {whose}, {key_id}"
     if said.answer == "allowed":
         return [Finding("volumes", "ok", f"{what}; {said.how} lets Auto Scaling's service-linked role use it")]
     fix = _key_rule(key_id, role, region)
@@ -1028,26 +1028,40 @@ def check_volume_key(aws: dict[str, Any], region: str, mode: str, key: str | Non
 
 
 def _volume_key(aws: dict[str, Any], key: str | None) -> tuple[str, str] | Finding:
-    """(the customer managed key's ARN, whose key it is), or the finding when the key is AWS managed or unread."""
+    """(the key's ARN, whose key it is) to judge by its policy and grants, or the finding: the AWS managed key for
+    EBS (``aws/ebs``: "Amazon EC2 Auto Scaling does not need additional authorization" for it, the page says), a key
+    EBS cannot use (disabled, pending deletion, asymmetric: a launch under it fails whoever may use it), or unread."""
     whose = (
         "the key the root gives (checkpoints.kms_key_arn)" if key else "this account's default key for EBS encryption"
     )
     try:
-        key_id = key or aws["ec2"].get_ebs_default_kms_key_id()["KmsKeyId"]
+        key_id = key or aws["ec2"].get_ebs_default_kms_key_id().get("KmsKeyId") or "alias/aws/ebs"
     except Exception as exc:  # noqa: BLE001 - any failure: not checked, said with the rule
         return Finding("volumes", "warn", f"{whose} could not be read ({why(exc)}): not checked", _key_rule())
-    aws_managed = Finding(
-        "volumes", "ok", "the root volumes use the AWS managed key aws/ebs: Auto Scaling needs no grant"
-    )
+    aws_ebs = Finding("volumes", "ok", "the root volumes use the AWS managed key aws/ebs: Auto Scaling needs no grant")
     if key_id.rsplit(":", 1)[-1] == "alias/aws/ebs":
-        return aws_managed
+        return aws_ebs
     try:
         described = aws["kms"].describe_key(KeyId=key_id)["KeyMetadata"]
+        arn = described.get("Arn") or key_id
+        if described.get("KeyManager") == "AWS":
+            aliases = aws["kms"].list_aliases(KeyId=described.get("KeyId") or key_id).get("Aliases", [])
+            if any(a.get("AliasName") == "alias/aws/ebs" for a in aliases):
+                return aws_ebs
     except Exception as exc:  # noqa: BLE001
         return Finding(
             "volumes", "warn", f"{whose}, {key_id}, could not be described ({why(exc)}): not checked", _key_rule()
         )
-    return aws_managed if described.get("KeyManager") == "AWS" else (described["Arn"], whose)
+    state, spec = described.get("KeyState", "Enabled"), described.get("KeySpec", "SYMMETRIC_DEFAULT")
+    if state != "Enabled" or spec != "SYMMETRIC_DEFAULT":
+        why_not = f"is {state}" if state != "Enabled" else f"is {spec}: EBS takes symmetric keys only"
+        said = f"the root volumes are encrypted with {whose}, {arn}, which {why_not}: every launch fails"
+        return Finding(
+            "volumes", "fail", said,
+            "enable the key (aws kms enable-key; cancel-key-deletion first if it is pending deletion), or encrypt with "
+            "another (checkpoints.kms_key_arn; aws ec2 modify-ebs-default-kms-key-id for the account's default)",
+        )  # fmt: skip
+    return arn, whose
 
 
 def _key_rule(key_id: str | None = None, role: str | None = None, region: str | None = None) -> str:

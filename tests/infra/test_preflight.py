@@ -1098,7 +1098,7 @@ def test_an_auto_scaling_fleet_whose_volume_key_the_group_may_not_use_is_refused
         assert main(["check", "--dir", str(root)]) == 1
         out = capsys.readouterr().out
         said = "[FAIL] volumes: the root volumes are encrypted with this account's default key for EBS encryption"
-        assert f"{said}, {key}, which is customer managed, and neither its policy nor a grant allows" in out
+        assert f"{said}, {key}, and neither its policy nor a grant allows" in out
         assert "kms:CreateGrant, kms:GenerateDataKeyWithoutPlaintext, kms:Decrypt: every launch would fail" in out
         with pytest.raises(PreflightError, match="volumes"):
             apply(root, yes=True, echo=lambda line: None)
@@ -1116,6 +1116,11 @@ def test_an_auto_scaling_fleet_whose_volume_key_the_group_may_not_use_is_refused
         # an instant EC2 Fleet launches with terraform's own credentials: no such rule, nothing said
         fleet = generate(load_plan(PLAN), tmp_path / "fleet", options=dataclasses_replace(options, mode="fleet")).out
         assert not [f for f in preflight_root(fleet).findings if f.check == "volumes"]
+        # a disabled key: every launch fails, whoever may use it
+        kms.disable_key(KeyId=key.rsplit("/", 1)[1])  # by its id: moto 5.2.6 answers a key ARN here with a 500
+        (volumes,) = [f for f in preflight_root(root).findings if f.check == "volumes"]
+        assert volumes.status == "fail" and f"{key}, which is Disabled: every launch fails" in volumes.message
+        assert volumes.fix.startswith("enable the key (aws kms enable-key")
         # the account's default set back: the AWS managed key again, as EC2 answers it
         proxied = boto3.client("ec2", endpoint_url=url, region_name="us-east-1")
         proxied.reset_ebs_default_kms_key_id()

@@ -7,6 +7,7 @@ lightning_srifty.provision.aws (volume_key_verdict)."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -102,6 +103,22 @@ def _variant(statement: dict, **changes) -> dict:
         ((ROOT, {"Effect": "Allow", "NotPrincipal": {"AWS": "arn:aws:iam::1:root"}, "Action": "kms:*",
                  "Resource": "*"}), "unknown"),
         ((ROOT, {"Effect": "Allow", "Principal": "*", "Action": "kms:*", "Resource": "*"}), "allowed"),
+        # a deny naming the role's account binds every principal of it (an allow so named only delegates to IAM)
+        ((ROOT, USE, ATTACH, {"Effect": "Deny", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"},
+                              "Action": "kms:Decrypt", "Resource": "*"}), "denied"),
+        ((ROOT, USE, ATTACH, {"Effect": "Deny", "Principal": {"AWS": ACCOUNT}, "Action": "kms:Decrypt",
+                              "Resource": "*"}), "denied"),
+        ((ROOT, USE, ATTACH, {"Effect": "Deny", "Principal": {"AWS": "arn:aws:iam::210987654321:root"},
+                              "Action": "kms:*", "Resource": "*"}), "allowed"),
+        ((ROOT, _variant(USE, Resource=None, NotResource="arn:aws:kms:*:*:key/other"), ATTACH), "unknown"),
+        ((ROOT, USE, ATTACH, {"Effect": "Deny", "Principal": "*", "Action": "kms:*", "NotResource": KEY}), "unknown"),
+        # ForAllValues over an absent key holds (IAM: no values, nothing to fail), so this deny binds Decrypt
+        ((ROOT, USE, ATTACH, {"Effect": "Deny", "Principal": "*", "Action": "kms:*", "Resource": "*",
+                              "Condition": {"ForAllValues:StringEquals": {"kms:GrantIsForAWSResource": "false"}}}),
+         "denied"),
+        # IAM's wildcards are * and ? only: "[" is itself
+        ((ROOT, _variant(USE, Action=["kms:[DE]ecrypt", "kms:GenerateDataKey*"]), ATTACH), "missing"),
+        ((ROOT, _variant(USE, Action=["kms:?ecrypt", "kms:GenerateDataKey*"]), ATTACH), "allowed"),
     ],
 )  # fmt: skip
 def test_a_key_policy_is_read_as_aws_decides_for_the_auto_scaling_role(statements, expected) -> None:
@@ -117,7 +134,7 @@ def test_a_grant_to_the_role_stands_for_the_policy_and_is_certain_only_when_both
     other = [{**full[0], "GranteePrincipal": f"arn:aws:iam::{ACCOUNT}:role/Admin"}]
     assert _answer(_policy(ROOT), other) == "missing"
     constrained = [{**full[0], "Constraints": {"EncryptionContextSubset": {"aws:ebs:id": "vol-1"}}}]
-    assert _answer(_policy(ROOT), constrained) == "missing"
+    assert _answer(_policy(ROOT), constrained) == "unknown"  # whether the volume's context meets it: not judged
     # half from the policy, half from a grant
     assert _answer(_policy(ROOT, USE), [{"GranteePrincipal": ROLE, "Operations": ["CreateGrant"]}]) == "allowed"
     # an explicit deny in the policy wins over a grant
@@ -131,6 +148,13 @@ def test_a_grant_to_the_role_stands_for_the_policy_and_is_certain_only_when_both
     assert lacking == ("kms:CreateGrant",)
 
 
+def test_ec2_in_the_china_regions_is_under_their_own_domain() -> None:
+    role = role_arn("aws-cn", ACCOUNT)
+    through = _variant(THROUGH_EC2, Condition={"StringEquals": {"kms:ViaService": "ec2.cn-north-1.amazonaws.com.cn"}})
+    answers = policy_answers(_policy(ROOT, through), role, ACCOUNT, "cn-north-1", KEY)
+    assert set(answers.values()) == {"allowed"}
+
+
 def test_the_role_is_the_partitions_and_every_needed_operation_is_judged() -> None:
     assert role_arn("aws-cn", "1") == "arn:aws-cn:iam::1:role/aws-service-role/autoscaling.amazonaws.com/" + (
         "AWSServiceRoleForAutoScaling"
@@ -138,6 +162,67 @@ def test_the_role_is_the_partitions_and_every_needed_operation_is_judged() -> No
     answers = policy_answers(_policy(ROOT, USE, ATTACH), ROLE, ACCOUNT, REGION, KEY)
     assert set(answers) == set(NEEDED) and set(answers.values()) == {"allowed"}
     # a policy as GetKeyPolicy returns it (a JSON string), one statement not in a list
-    import json
-
     assert policy_answers(json.dumps({"Statement": ROOT}), ROLE, ACCOUNT, REGION, KEY)["kms:Decrypt"] == "missing"
+
+
+class _Fake:
+    """The few EC2, KMS and STS answers check_volume_key reads, as given."""
+
+    def __init__(self, **answers) -> None:
+        self.answers = answers
+
+    def __getattr__(self, name):
+        answer = self.answers[name]
+        if isinstance(answer, Exception):
+
+            def refuse(**kwargs):
+                raise answer
+
+            return refuse
+        return lambda **kwargs: answer
+
+    def get_paginator(self, name):
+        return _Fake(paginate=[self.answers[name]])
+
+
+def _clients(default_key, metadata, aliases=(), policy=None) -> dict:
+    identity = {"Account": ACCOUNT, "Arn": f"arn:aws:iam::{ACCOUNT}:user/infra"}
+    return {
+        "ec2": _Fake(get_ebs_default_kms_key_id={"KmsKeyId": default_key}),
+        "kms": _Fake(
+            describe_key={"KeyMetadata": metadata},
+            list_aliases={"Aliases": [{"AliasName": a} for a in aliases]},
+            get_key_policy={"Policy": json.dumps(policy)} if policy else RuntimeError("AccessDeniedException"),
+            list_grants={"Grants": []},
+        ),
+        "sts": _Fake(get_caller_identity=identity),
+    }
+
+
+def test_only_the_aws_managed_key_for_ebs_passes_unread_and_a_key_ebs_cannot_use_fails() -> None:
+    from lightning_srifty.provision.preflight import check_volume_key
+
+    ebs = {"Arn": KEY, "KeyId": "k", "KeyManager": "AWS", "KeyState": "Enabled", "KeySpec": "SYMMETRIC_DEFAULT"}
+    (said,) = check_volume_key(_clients(None, ebs), REGION, "asg", None)  # no KmsKeyId: EBS's own default
+    assert said.status == "ok" and "aws/ebs" in said.message
+    (said,) = check_volume_key(_clients(KEY, ebs, aliases=["alias/aws/ebs"]), REGION, "asg", None)
+    assert said.status == "ok" and "aws/ebs" in said.message
+    # another AWS managed key (aws/s3's, given as checkpoints.kms_key_arn): its policy decides, and it is S3's alone
+    through_s3 = _variant(THROUGH_EC2, Condition={"StringEquals": {"kms:ViaService": "s3.us-east-1.amazonaws.com"}})
+    s3_key = _clients(KEY, ebs, aliases=["alias/aws/s3"], policy=_policy(ROOT, through_s3))
+    (said,) = check_volume_key(s3_key, REGION, "asg", KEY)
+    assert said.status == "fail" and "every launch would fail" in said.message
+    # a policy that cannot be read and no grant: not told, never refused
+    mine = {**ebs, "KeyManager": "CUSTOMER"}
+    (said,) = check_volume_key(_clients(KEY, mine), REGION, "asg", None)
+    assert said.status == "warn" and "could not be told" in said.message
+    for field, value, words in (("KeyState", "PendingDeletion", "which is PendingDeletion"),
+                                ("KeySpec", "RSA_2048", "EBS takes symmetric keys only")):  # fmt: skip
+        (said,) = check_volume_key(_clients(KEY, {**mine, field: value}), REGION, "asg", None)
+        assert said.status == "fail" and words in said.message
+    # what cannot be read is a warning, never an exception
+    broken = _clients(KEY, mine)
+    broken["ec2"] = _Fake(get_ebs_default_kms_key_id=RuntimeError("UnauthorizedOperation"))
+    (said,) = check_volume_key(broken, REGION, "asg", None)
+    assert said.status == "warn" and "could not be read" in said.message
+    assert check_volume_key(broken, REGION, "fleet", None) == []
