@@ -62,6 +62,8 @@ def why(exc: Exception) -> str:
     code, message = error.get("Code"), str(error.get("Message") or "")
     if code and message.lstrip().startswith("<"):  # an HTML error page (a proxy, an emulator): the code is enough
         message = ""
+    if type(exc).__name__ == "ResponseParserError" and "<html" in str(exc).lower():  # no code to read at all
+        return "the endpoint answered with an error page, not AWS's answer (an emulator without the call?)"
     return f"{code}: {message[:200]}".strip(": ") if code else f"{type(exc).__name__}: {str(exc)[:300]}"
 
 

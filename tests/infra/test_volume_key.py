@@ -226,3 +226,16 @@ def test_only_the_aws_managed_key_for_ebs_passes_unread_and_a_key_ebs_cannot_use
     (said,) = check_volume_key(broken, REGION, "asg", None)
     assert said.status == "warn" and "could not be read" in said.message
     assert check_volume_key(broken, REGION, "fleet", None) == []
+
+
+def test_an_error_page_for_an_answer_is_said_in_one_line() -> None:
+    """moto's server answers a call it does not implement (GetEbsDefaultKmsKeyId) with an HTML page, which botocore
+    cannot parse: its text, the page itself, is not a reason a user can read."""
+    from botocore.parsers import ResponseParserError
+
+    from lightning_srifty.provision.aws import why
+
+    page = ResponseParserError("Unable to parse response (syntax error): invalid XML received:\nb'<!doctype html>\n"
+                               "<html lang=en>\n<title>500 Internal Server Error</title>'")  # fmt: skip
+    assert why(page) == "the endpoint answered with an error page, not AWS's answer (an emulator without the call?)"
+    assert why(ResponseParserError("Unable to parse response: truncated")).startswith("ResponseParserError: ")
