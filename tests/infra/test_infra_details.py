@@ -665,3 +665,59 @@ def test_the_boot_scripts_renderings_pass_every_variable_main_tf_passes() -> Non
     assert {"name", "data", "secrets", "watchdog_b64"} <= passed, passed
     assert set(template_values()) == passed
     assert set(bench_module("user_data_size").stage2_values()) == passed
+
+
+FAKE_AWS_HOUSE = """#!/bin/bash
+echo "$*" >>"$FAKE_DIR/aws.calls"
+case "$1 $2" in
+  "s3 cp") case "$3" in s3://*code*) cp "$FAKE_DIR/code.tar.gz" "$4" ;; esac ;;
+  "s3 sync") case "$3" in
+      s3://*) exit 1 ;;  # no wheelhouse yet: the first node builds it
+      *) sleep 40 && touch "$FAKE_DIR/upload.ended" ;;  # the wheels' upload: minutes on a real node
+    esac ;;
+esac
+exit 0
+"""
+# the environment's install as the code's .srifty/bootstrap.py does it, in a moment: a venv, and a wheelhouse it built
+FAKE_BOOTSTRAP = """import os, pathlib, sys
+venv = pathlib.Path(sys.argv[1]); (venv / "bin").mkdir(parents=True); (venv / "bin" / "activate").write_text("")
+house = pathlib.Path(os.environ["SRIFTY_WHEELHOUSE"]) / "cu126"; house.mkdir(parents=True)
+(house / "BUILT_HERE").write_text(""); (house / "MANIFEST.json").write_text("{}")
+"""
+
+
+def test_a_node_whose_setup_fails_stops_its_wheelhouse_upload_on_the_way_out(tf_env, tmp_path) -> None:
+    """The first node builds the fleet's wheelhouse and uploads it in the background (the wheels, then the manifest)
+    while its setup command runs; a setup that fails ends the node, and the upload still going is stopped with it,
+    never left to outlive the script (run_user_data fails a test on any process the script leaves behind) nor to
+    land its manifest after the node's last words."""
+    import base64
+    import hashlib
+    import io
+    import tarfile
+
+    from _fleet import FAKE_CURL, render, run_user_data, template_values
+
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        data = FAKE_BOOTSTRAP.encode()
+        info = tarfile.TarInfo(".srifty/bootstrap.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    (tmp_path / "code.tar.gz").write_bytes(archive.getvalue())
+    values = template_values(
+        name="house",
+        setup_command="false",  # the user's setup fails after the install
+        code_sha256=hashlib.sha256(archive.getvalue()).hexdigest(),
+        code_uri_b64=base64.b64encode(b"s3://b/code/code.tar.gz").decode(),
+    )
+    script = render(tf_env, tmp_path / "console", values)
+    fakes = {"curl": FAKE_CURL, "aws": FAKE_AWS_HOUSE, "shutdown": "#!/bin/bash\n"}
+    run = run_user_data(tmp_path, script, fakes, extra_env={"SRIFTY_HOME": str(tmp_path / "home")})
+    log = (tmp_path / "user-data.log").read_text()
+    assert run.returncode == 1, log[-3000:]
+    calls = (tmp_path / "aws.calls").read_text().splitlines()
+    assert [c for c in calls if c.startswith(f"s3 sync {tmp_path / 'home'}") and "/wheelhouse/" in c]  # begun
+    assert not [c for c in calls if c.startswith("s3 cp") and "MANIFEST.json" in c]  # the next node ignores it
+    assert not (tmp_path / "upload.ended").exists()
+    assert "a process it started outlives it" not in log  # nothing held the log past the script's end
