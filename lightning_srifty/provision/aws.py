@@ -292,9 +292,6 @@ class LocalIMDS:
 # Whether EC2 Auto Scaling may use the KMS key of a fleet's root volumes (srifty check's ``volumes``)
 # ---------------------------------------------------------------------------------------------------------------------
 #
-# Whether EC2 Auto Scaling may use the KMS key a fleet's root volumes are encrypted with (``srifty check``'s
-# ``volumes`` finding).
-#
 # The rule, AWS's: an Auto Scaling group launches with its service-linked role, ``AWSServiceRoleForAutoScaling``, whose
 # "predefined permissions also include access to your AWS managed keys. However, they do not include access to your
 # customer managed keys" ("Required AWS KMS key policy for use with encrypted volumes", EC2 Auto Scaling User Guide,
@@ -306,8 +303,9 @@ class LocalIMDS:
 # launch", AWS re:Post, https://repost.aws/knowledge-center/kms-launch-ec2-instance) and the group stays empty. moto
 # launches it.
 #
-# What is read: the key's manager (``kms:DescribeKey``: an AWS managed key needs nothing), the grants to the role
-# (``kms:ListGrants``) and the key's policy (``kms:GetKeyPolicy``). The role must be let do each operation EBS makes to
+# What is read (preflight.check_volume_key): the key (``kms:DescribeKey``: aws/ebs needs nothing; a disabled or
+# asymmetric key serves no launch), the grants to the role (``kms:ListGrants``) and the key's policy
+# (``kms:GetKeyPolicy``). The role must be let do each operation EBS makes to
 # create a volume under the key from an image's unencrypted snapshot (:data:`VOLUME_KEY_NEEDS`). A policy statement
 # counts when its principal is the role's ARN or ``*`` (the account's root principal is not the role: it delegates to
 # IAM policies, and the role's has no KMS), its actions cover the operation, and each of its conditions holds for such a
@@ -357,7 +355,8 @@ def autoscaling_call_context(role: str, account: str, region: str, action: str) 
     return context
 
 
-def _listed(value: Any) -> list[str]:
+def policy_values(value: Any) -> list[str]:
+    """A policy element's value as the list of strings IAM reads it as (one value or a list of them)."""
     if value is None:
         return []
     return [str(v) for v in (value if isinstance(value, list) else [value])]
@@ -373,7 +372,7 @@ def _principal_is(principal: Any, role: str, deny: bool = False) -> bool:
         return False
     account = role.split(":")[4]
     mine = {"*", role, *([account, f"arn:{role.split(':')[1]}:iam::{account}:root"] if deny else [])}
-    return any(p in mine for p in _listed(principal.get("AWS")))
+    return any(p in mine for p in policy_values(principal.get("AWS")))
 
 
 def iam_like(value: str, pattern: str) -> bool:
@@ -427,7 +426,7 @@ def _conditions_hold(conditions: dict[str, Any], context: dict[str, str]) -> boo
             if name not in AUTOSCALING_CALL_KEYS:
                 result = None
                 continue
-            holds = iam_condition(operator, _listed(values), context.get(name))
+            holds = iam_condition(operator, policy_values(values), context.get(name))
             if holds is False:
                 return False
             if holds is None:
@@ -445,13 +444,13 @@ def _statement_applies(
         return False
     act = action.lower()
     if "Action" in statement:
-        if not any(iam_like(act, a.lower()) for a in _listed(statement["Action"])):
+        if not any(iam_like(act, a.lower()) for a in policy_values(statement["Action"])):
             return False
-    elif not _listed(statement.get("NotAction")) or any(
-        iam_like(act, a.lower()) for a in _listed(statement.get("NotAction"))
+    elif not policy_values(statement.get("NotAction")) or any(
+        iam_like(act, a.lower()) for a in policy_values(statement.get("NotAction"))
     ):
         return False
-    if "Resource" in statement and not any(iam_like(key_arn, r) for r in _listed(statement["Resource"])):
+    if "Resource" in statement and not any(iam_like(key_arn, r) for r in policy_values(statement["Resource"])):
         return False
     return _conditions_hold(statement.get("Condition") or {}, context)
 

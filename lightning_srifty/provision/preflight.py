@@ -987,10 +987,13 @@ def _folder_size(s3: Any, bucket: str, prefix: str, clock: Callable[[], float]) 
     return size, count, True
 
 
-def check_volume_key(aws: dict[str, Any], region: str, mode: str, key: str | None) -> list[Finding]:
+def check_volume_key(
+    aws: dict[str, Any], region: str, mode: str, key: str | None, identity: dict[str, Any] | None = None
+) -> list[Finding]:
     """An Auto Scaling group's launches may use the key its root volumes are encrypted with: ``key`` (the root's
     ``checkpoints.kms_key_arn``), else the account's default key for EBS encryption (the rule:
-    :func:`~lightning_srifty.provision.aws.volume_key_verdict`)."""
+    :func:`~lightning_srifty.provision.aws.volume_key_verdict`); ``identity``: the caller's, as
+    :func:`check_credentials` read it (None: read here)."""
     if mode != "asg":
         return []  # an instant EC2 Fleet launches with terraform's own credentials, not a service-linked role
     found = _volume_key(aws, key)
@@ -998,7 +1001,7 @@ def check_volume_key(aws: dict[str, Any], region: str, mode: str, key: str | Non
         return [found]
     key_id, whose = found
     try:
-        who = aws["sts"].get_caller_identity()
+        who = identity or aws["sts"].get_caller_identity()
         partition, account = who["Arn"].split(":")[1], who["Account"]
     except Exception as exc:  # noqa: BLE001
         return [Finding("volumes", "warn", f"the account could not be read ({why(exc)}): {key_id} not checked", None)]
@@ -1080,9 +1083,12 @@ def _key_rule(key_id: str | None = None, role: str | None = None, region: str | 
     )
 
 
-def check_credentials(sts: Any) -> list[Finding]:
+def check_credentials(sts: Any, seen: dict[str, Any] | None = None) -> list[Finding]:
+    """``sts get-caller-identity``; what it answered goes into ``seen`` (for the checks after it)."""
     try:
         who = sts.get_caller_identity()
+        if seen is not None:
+            seen.update(who)
     except Exception as exc:  # noqa: BLE001
         if aws_unreachable(exc):
             return [
@@ -1144,7 +1150,8 @@ def preflight(
     if snapshot is not None:
         findings += check_torch_build(json.loads(read_member(snapshot, ENVIRONMENT_FILE)), ami or {}, gpus or [])
     aws = aws or clients(region)
-    credentials = check_credentials(aws["sts"])
+    identity: dict[str, Any] = {}
+    credentials = check_credentials(aws["sts"], identity)
     findings += credentials
     need = required_vcpus(groups, vcpus)
     if credentials[0].status == "fail":  # every other call would fail the same way: one cause, said once (#37 L)
@@ -1160,7 +1167,7 @@ def preflight(
     findings += check_bucket_answers(aws["s3"], bucket, endpoint, uploads=tls_only)  # the boot scripts always upload
     if data:
         findings += check_data_folders(aws["s3"], data, data_room_gb)
-    findings += check_volume_key(aws, region, mode, volume_kms_key)
+    findings += check_volume_key(aws, region, mode, volume_kms_key, identity)
     return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
 
 

@@ -77,7 +77,7 @@ from collections.abc import Set as AbstractSet
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from lightning_srifty.provision.aws import iam_condition
+from lightning_srifty.provision.aws import iam_condition, policy_values
 
 LAUNCHES = ("CreateFleet", "RunInstances")
 ERROR = (
@@ -173,10 +173,6 @@ ASG_REQUEST_KEYS = {"autoscaling:minsize": "MinSize", "autoscaling:maxsize": "Ma
                     "autoscaling:desiredcapacity": "DesiredCapacity"}  # fmt: skip
 
 
-def _statement_list(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else list(value or [])
-
-
 def condition_holds(
     operator: str, key: str, expected: list[str], tags: dict[str, str], form: dict[str, str], action: str = ""
 ) -> bool:
@@ -204,14 +200,14 @@ def asg_allowed(
     for st in statements:
         if st.get("Effect") == "Deny" and ({"NotAction", "NotResource"} & set(st)):
             return None  # a deny of a form this rule does not model: refused, never a silent allow (a review)
-        actions = [a.lower() for a in _statement_list(st.get("Action"))]
+        actions = [a.lower() for a in policy_values(st.get("Action"))]
         if not any(fnmatch.fnmatchcase(f"autoscaling:{action}".lower(), a) for a in actions):
             continue
-        if not any(fnmatch.fnmatchcase(arn, r) for r in _statement_list(st.get("Resource"))):
+        if not any(fnmatch.fnmatchcase(arn, r) for r in policy_values(st.get("Resource"))):
             continue
         conditions = st.get("Condition") or {}
         if not all(
-            condition_holds(op, key, _statement_list(values), tags, form, action)
+            condition_holds(op, key, policy_values(values), tags, form, action)
             for op, keys in conditions.items()
             for key, values in keys.items()
         ):
