@@ -178,9 +178,10 @@ def test_a_signal_during_the_teardown_waits_for_the_destroy_to_end(tmp_path, sig
 
 
 FAKE_TERRAFORM = """#!/bin/bash
-# a terraform whose plan takes long: records its pid and a SIGINT, then leaves
-echo $$ >"$FAKE_DIR/pid"
+# a terraform whose plan takes long: records its pid and a SIGINT, then leaves. The trap is set before the pid is
+# written: the test signals as soon as it sees the pid, and a SIGINT before the trap ended bash unrecorded (CI, 905d949)
 trap 'echo SIGINT >>"$FAKE_DIR/signals"; exit 1' INT
+echo $$ >"$FAKE_DIR/pid"
 for i in $(seq 600); do sleep 0.1; done
 """
 
