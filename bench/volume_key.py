@@ -8,6 +8,12 @@ key for EBS encryption (what the module's root volumes get), and read by ``check
 against AWS's documented one, and the median seconds of the check. The last case is moto's own server, without the
 proxy: it answers no GetEbsDefaultKmsKeyId.
 
+The second table is a fleet booting a team's own image, copied with ``Encrypted`` and ``KmsKeyId`` (as AWS's
+CopyImage encrypts an image's snapshots; the tests' moto keeps it): EC2 restores its root volume under the snapshot's
+key, or re-encrypts it from that key to the root's own (``checkpoints.kms_key_arn``), so the group's role needs those
+keys, not the account's default ("Use encryption with EBS-backed AMIs", EC2 User Guide). "without the image" is the
+check as it read before it read images (the account's default key, aws/ebs here, judged instead).
+
     python bench/volume_key.py
 """
 
@@ -64,14 +70,49 @@ CASES = [
 ]  # fmt: skip
 
 
-def timed(aws: dict, key: str | None, runs: int = 5) -> tuple[str, float]:
+# (case, the image key's statements, a grant on it?, the root's key's statements or None, AWS's verdict)
+IMAGE_CASES = [
+    ("the image's key, its default policy", [ROOT], False, None, "fail"),
+    ("the image's key with the page's two statements", [ROOT, *PAGE], False, None, "ok"),
+    ("the image's key, its default policy and the fix's grant", [ROOT], True, None, "ok"),
+    ("the image's key allowed, the root's own key its default policy", [ROOT, *PAGE], False, [ROOT], "fail"),
+    ("the image's key its default policy, the root's own key allowed", [ROOT], False, [ROOT, *PAGE], "fail"),
+    ("both keys with the page's two statements", [ROOT, *PAGE], False, [ROOT, *PAGE], "ok"),
+]
+
+
+def timed(aws: dict, key: str | None, runs: int = 5, image: str | None = None) -> tuple[str, float]:
+    """The worst of the check's findings (each key is one) and its median seconds."""
     seconds, status = [], ""
     for _ in range(runs):
         start = time.perf_counter()
-        (finding,) = check_volume_key(aws, "us-east-1", "asg", key)
+        found = check_volume_key(aws, "us-east-1", "asg", key, None, {"id": image} if image else None, ["x86_64"])
         seconds.append(time.perf_counter() - start)
-        status = finding.status
+        status = min((f.status for f in found), key=["fail", "warn", "ok"].index)
     return status, statistics.median(seconds)
+
+
+def image_rows(aws: dict, ec2) -> list[tuple[str, str, str, str, float]]:
+    """The second table: each case's image made by CopyImage under its key; the check without and with the image."""
+    ec2.reset_ebs_default_kms_key_id()
+    public = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["x86_64"]}])
+    rows = []
+    for case, statements, grant, root_statements, expected in IMAGE_CASES:
+        key = aws["kms"].create_key(Policy=json.dumps({"Version": "2012-10-17", "Statement": statements}))
+        arn = key["KeyMetadata"]["Arn"]
+        if grant:
+            operations = "Decrypt GenerateDataKeyWithoutPlaintext ReEncryptFrom ReEncryptTo CreateGrant"
+            aws["kms"].create_grant(KeyId=arn, GranteePrincipal=ROLE, Operations=operations.split())
+        image = ec2.copy_image(SourceImageId=public["Images"][0]["ImageId"], SourceRegion="us-east-1",
+                               Name=f"team-image-{len(rows)}", Encrypted=True, KmsKeyId=arn)["ImageId"]  # fmt: skip
+        root_key = None
+        if root_statements:
+            policy = json.dumps({"Version": "2012-10-17", "Statement": root_statements})
+            root_key = aws["kms"].create_key(Policy=policy)["KeyMetadata"]["Arn"]
+        before, _ = timed(aws, root_key, runs=1)
+        status, median = timed(aws, root_key, image=image)
+        rows.append((case, expected, before, status, median))
+    return rows
 
 
 def main() -> None:
@@ -95,12 +136,17 @@ def main() -> None:
                     aws["kms"].disable_key(KeyId=key["KeyMetadata"]["KeyId"])
             status, median = timed(aws, None)
             rows.append((case, expected, status, median))
+        images = image_rows(aws, ec2)
         bare = clients("us-east-1", moto)
         status, median = timed(bare, None, runs=3)
         rows.append(("moto's own server (no GetEbsDefaultKmsKeyId)", "(cannot tell: warn)", status, median))
     print("| case | AWS | srifty check | median ms |\n|---|---|---|---:|")
     for case, expected, status, median in rows:
         print(f"| {case} | {expected} | {status} | {median * 1e3:,.0f} |")
+    print("\n| a team's image (CopyImage) | AWS | without the image | srifty check | median ms |")
+    print("|---|---|---|---|---:|")
+    for case, expected, before, status, median in images:
+        print(f"| {case} | {expected} | {before} | {status} | {median * 1e3:,.0f} |")
 
 
 if __name__ == "__main__":

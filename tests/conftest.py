@@ -211,13 +211,15 @@ def catalog():
 def moto_server(s3_by_iam_action: bool = True) -> Iterator[str]:
     """moto's server in its own process on a free port of 127.0.0.1 (AWS managed IAM policies loaded): its URL. S3
     requests are authorized by their IAM action, as AWS does (moto 5.2.6 checks the operation's name instead: the
-    rehearsal's ``moto_server.authorize_s3_by_iam_action``); ``s3_by_iam_action=False``: moto's own server."""
+    rehearsal's ``moto_server.authorize_s3_by_iam_action``) and a copied image keeps its snapshots' encryption
+    (``moto_server.keep_image_encryption``); ``s3_by_iam_action=False``: moto's own server."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}
     serve = (
-        "from lightning_srifty.provision.rehearsal import moto_server as m; m.authorize_s3_by_iam_action(); m.serve()"
+        "from lightning_srifty.provision.rehearsal import moto_server as m; m.authorize_s3_by_iam_action(); "
+        "m.keep_image_encryption(); m.serve()"
     )
     command = [sys.executable, "-c", serve] if s3_by_iam_action else [sys.executable, "-m", "moto.server"]
     proc = subprocess.Popen(

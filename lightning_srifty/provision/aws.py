@@ -313,10 +313,18 @@ class LocalIMDS:
 # operator not read here, makes the answer unknown, never a refusal: ``srifty apply`` stops only on what is certain.
 
 AUTOSCALING_ROLE = "role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"
-# what EBS asks of the key to create an encrypted volume from an unencrypted snapshot and attach it: the grant it
-# keeps for the volume, the volume's data key, that key decrypted at attachment ("How Amazon EBS uses AWS KMS", AWS
-# KMS Developer Guide, https://docs.aws.amazon.com/kms/latest/developerguide/services-ebs.html)
-VOLUME_KEY_NEEDS = ("kms:CreateGrant", "kms:GenerateDataKeyWithoutPlaintext", "kms:Decrypt")
+# A need is an operation, or a tuple of operations any one of which serves. What EBS asks of the key to create an
+# encrypted volume from an unencrypted snapshot and attach it: the grant it keeps for the volume, the volume's data
+# key, that key decrypted at attachment ("How Amazon EBS uses AWS KMS", AWS KMS Developer Guide,
+# https://docs.aws.amazon.com/kms/latest/developerguide/services-ebs.html)
+Need = str | tuple[str, ...]
+VOLUME_KEY_NEEDS: tuple[Need, ...] = ("kms:CreateGrant", "kms:GenerateDataKeyWithoutPlaintext", "kms:Decrypt")
+# a volume restored from a snapshot under the same key, or re-encrypted to the key from another: its attachment (the
+# grant, the data key decrypted); whether a re-encryption also asks GenerateDataKeyWithoutPlaintext or ReEncryptTo of
+# it is not documented, so neither is asked (the fix's statements grant both)
+ATTACH_KEY_NEEDS: tuple[Need, ...] = ("kms:CreateGrant", "kms:Decrypt")
+# the key of an image's snapshot a launch re-encrypts to another: its data key read, by Decrypt or by ReEncrypt
+SOURCE_KEY_NEEDS: tuple[Need, ...] = (("kms:Decrypt", "kms:ReEncryptFrom"),)
 # the operations the fix grants: the AWS page's statements' actions, as grant operations
 GRANT_OPERATIONS = (
     "Encrypt Decrypt ReEncryptFrom ReEncryptTo GenerateDataKey GenerateDataKeyWithoutPlaintext DescribeKey CreateGrant"
@@ -455,15 +463,93 @@ def _statement_applies(
     return _conditions_hold(statement.get("Condition") or {}, context)
 
 
+@dataclass(frozen=True)
+class KeyUse:
+    """A KMS key a launch of the fleet uses: ``key`` (as read: an ARN or id; None: the account's default key for EBS
+    encryption, read where it is judged), said as ``f"{what} {whose}, <key>"``, and the ``needs`` of the Auto
+    Scaling role on it."""
+
+    key: str | None
+    what: str
+    whose: str
+    needs: tuple[Need, ...]
+
+
+DEFAULT_KEY_WORDS = "this account's default key for EBS encryption"
+LAUNCH_KEY_WORDS = "the key the root gives (checkpoints.kms_key_arn)"
+
+
+def launch_volume_keys(
+    launch_key: str | None,
+    images: Iterable[dict[str, Any]],
+    snapshots: dict[str, dict[str, Any]],
+    account: str,
+    by_default: bool,
+) -> list[KeyUse]:
+    """The keys the module's launches use, as EC2 restores an image's volumes ("Use encryption with EBS-backed AMIs",
+    Amazon EC2 User Guide, https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/AMIEncryption.html): the root volume
+    is given ``Encrypted`` and ``launch_key`` (None: none) by the module; the image's other volumes nothing. A snapshot
+    that is not encrypted becomes a volume under the key given, else the account's default (for another volume only
+    when encryption by default is on: ``by_default``); an encrypted one this account owns stays under its key unless a
+    key is given, when it is re-encrypted to that; an encrypted one shared with this account is re-encrypted to the
+    key given, else to the account's default. ``images``: DescribeImages's; ``snapshots``: DescribeSnapshots's, by id
+    (an encrypted snapshot missing from it: not judged here). Each key once, its needs joined."""
+    uses: dict[str | None, KeyUse] = {}
+
+    def use(key: str | None, what: str, whose: str, needs: tuple[Need, ...]) -> None:
+        seen = uses.get(key)
+        joined = needs if seen is None else tuple(dict.fromkeys((*seen.needs, *needs)))
+        uses[key] = KeyUse(key, seen.what if seen else what, seen.whose if seen else whose, joined)
+
+    for image in images:
+        for mapping in image.get("BlockDeviceMappings") or []:
+            ebs = mapping.get("Ebs")
+            if ebs is None:
+                continue  # an instance store volume
+            root = mapping.get("DeviceName") == image.get("RootDeviceName")
+            given = launch_key if root else None
+            volume = "the root volumes" if root else f"the {mapping.get('DeviceName')} volumes"
+            snapshot = snapshots.get(ebs.get("SnapshotId") or "", {})
+            if ebs.get("SnapshotId") and ebs.get("Encrypted") is not False and not snapshot:
+                if given:  # unread (the caller says so): under the key given either way
+                    use(given, f"{volume} are encrypted with", LAUNCH_KEY_WORDS, ATTACH_KEY_NEEDS)
+                continue
+            if not (snapshot.get("Encrypted") and snapshot.get("KmsKeyId")):
+                if root or by_default or ebs.get("Encrypted"):
+                    key = given or ebs.get("KmsKeyId")
+                    whose = LAUNCH_KEY_WORDS if given else "the key the image names" if key else DEFAULT_KEY_WORDS
+                    use(key, f"{volume} are encrypted with", whose, VOLUME_KEY_NEEDS)
+                continue
+            source = snapshot["KmsKeyId"]
+            of = f"the key of the image {image.get('ImageId')}'s snapshot {ebs['SnapshotId']}"
+            owned = snapshot.get("OwnerId") == account
+            if given in (None, source) and owned:
+                use(source, f"{volume} are encrypted with", of, ATTACH_KEY_NEEDS)
+                continue
+            use(source, f"{volume} are re-encrypted from", of, SOURCE_KEY_NEEDS)
+            use(given, f"{volume} are encrypted with", LAUNCH_KEY_WORDS if given else DEFAULT_KEY_WORDS,
+                ATTACH_KEY_NEEDS)  # fmt: skip
+    return list(uses.values())
+
+
+def need_operations(needs: Iterable[Need]) -> tuple[str, ...]:
+    """Every operation the needs name, once each, in order."""
+    return tuple(dict.fromkeys(op for need in needs for op in ((need,) if isinstance(need, str) else need)))
+
+
 def key_policy_answers(
-    policy: str | dict[str, Any], role: str, account: str, region: str, key_arn: str
+    policy: str | dict[str, Any],
+    role: str,
+    account: str,
+    region: str,
+    key_arn: str,
+    needs: Iterable[Need] = VOLUME_KEY_NEEDS,
 ) -> dict[str, KeyAnswer]:
-    """For each operation of :data:`VOLUME_KEY_NEEDS`: whether the key policy lets the role do it (an explicit deny
-    wins)."""
+    """For each operation of ``needs``: whether the key policy lets the role do it (an explicit deny wins)."""
     document = json.loads(policy) if isinstance(policy, str) else policy
     statements = _listed_statements(document.get("Statement"))
     answers: dict[str, KeyAnswer] = {}
-    for action in VOLUME_KEY_NEEDS:
+    for action in need_operations(needs):
         context = autoscaling_call_context(role, account, region, action)
         allow: set[bool | None] = set()
         deny: set[bool | None] = set()
@@ -483,16 +569,19 @@ def _listed_statements(value: Any) -> list[dict[str, Any]]:
     return [s for s in (value if isinstance(value, list) else [value]) if isinstance(s, dict)]
 
 
-def granted_operations(grants: Iterable[dict[str, Any]], role: str) -> dict[str, bool]:
-    """The operations of :data:`VOLUME_KEY_NEEDS` that grants to the role allow: True without constraints, False
-    where only a grant held to an encryption context does (not judged here: whether the volume's context meets it)."""
+def granted_operations(
+    grants: Iterable[dict[str, Any]], role: str, needs: Iterable[Need] = VOLUME_KEY_NEEDS
+) -> dict[str, bool]:
+    """The operations of ``needs`` that grants to the role allow: True without constraints, False where only a grant
+    held to an encryption context does (not judged here: whether the volume's context meets it)."""
+    wanted = need_operations(needs)
     out: dict[str, bool] = {}
     for grant in grants:
         if grant.get("GranteePrincipal") != role:
             continue
         for op in grant.get("Operations", []):
             name = f"kms:{op}"
-            if name in VOLUME_KEY_NEEDS:
+            if name in wanted:
                 out[name] = out.get(name, False) or not grant.get("Constraints")
     return out
 
@@ -507,26 +596,36 @@ class KeyVerdict:
     how: str
 
 
-def volume_key_verdict(answers: dict[str, KeyAnswer] | None, grants: dict[str, bool] | None) -> KeyVerdict:
+def volume_key_verdict(
+    answers: dict[str, KeyAnswer] | None, grants: dict[str, bool] | None, needs: Iterable[Need] = VOLUME_KEY_NEEDS
+) -> KeyVerdict:
     """The key's verdict from its policy's ``answers`` (None: unread) and the operations ``grants`` give
-    (:func:`granted_operations`; None: unread): an explicit deny in the policy wins over a grant; an operation neither
-    allows is lacking, which is certain only when both were read, the policy's answer for it is certain and no
-    constrained grant gives it."""
+    (:func:`granted_operations`; None: unread), over ``needs``: an explicit deny in the policy wins over a grant; a
+    need none of whose operations either allows is lacking, which is certain only when both were read, the policy's
+    answer for each of its operations is certain and no constrained grant gives one; it is denied when the policy
+    denies every one of them, and unknown when it denies one and another is allowed."""
     grants_known = grants is not None
     grants = grants or {}
     lacking, unknown, denied, via = [], False, False, set()
-    for action in VOLUME_KEY_NEEDS:
-        said = answers.get(action) if answers is not None else "unknown"
-        if said == "denied":
+    for need in needs:
+        ops = (need,) if isinstance(need, str) else need
+        said = {op: answers.get(op) if answers is not None else "unknown" for op in ops}
+        served = [
+            "the key's policy" if said[op] == "allowed" else "a grant"
+            for op in ops
+            if said[op] == "allowed" or (said[op] != "denied" and grants.get(op))
+        ]
+        if served and not any(said[op] == "denied" for op in ops):
+            via.add(served[0])
+            continue
+        lacking.append(" or ".join(ops))
+        if served:  # one allowed, another denied: which of them EBS calls is not documented
+            unknown = True
+            continue
+        if all(said[op] == "denied" for op in ops):
             denied = True
-            lacking.append(action)
-        elif said == "allowed":
-            via.add("the key's policy")
-        elif grants.get(action):
-            via.add("a grant")
         else:
-            lacking.append(action)
-            unknown = unknown or said == "unknown" or not grants_known or action in grants
+            unknown = unknown or not grants_known or any(said[op] == "unknown" or op in grants for op in ops)
     if denied:
         return KeyVerdict("denied", tuple(lacking), "")
     if not lacking:

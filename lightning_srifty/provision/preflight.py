@@ -22,10 +22,12 @@
   operator's credentials: a refusal is a warning, the nodes' role is granted it); the folders the nodes copy fit on the
   disk they go to (the type's instance store, else the root volume less the Deep Learning AMI's own ~80 GB), their
   size summed for at most 10 s of listing.
-- **volumes**: an Auto Scaling group's service-linked role may use the KMS key the root volumes are encrypted with
-  (the root's ``checkpoints.kms_key_arn``, else the account's default key for EBS encryption), as AWS requires of a
-  customer managed key: its policy or a grant allows the operations EBS needs
-  (:func:`~lightning_srifty.provision.aws.volume_key_verdict`); else the policy statements or the grant to add.
+- **volumes**: an Auto Scaling group's service-linked role may use every KMS key its launches encrypt or restore a
+  volume with, as AWS requires of a customer managed key: the root's ``checkpoints.kms_key_arn``, else the account's
+  default key for EBS encryption, and the keys of the image's encrypted snapshots, as EC2 restores an image's volumes
+  (:func:`~lightning_srifty.provision.aws.launch_volume_keys`); its policy or a grant allows the operations EBS needs
+  of each (:func:`~lightning_srifty.provision.aws.volume_key_verdict`); else the policy statements or the grant to
+  add.
 - **credentials**: the credentials are valid (``sts get-caller-identity``). Whether they may do everything the module
   does is not simulated: ``terraform plan`` reads, ``apply`` writes.
 
@@ -51,16 +53,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lightning_srifty.provision.aws import (
+    DEFAULT_KEY_WORDS,
     GRANT_OPERATIONS,
     KEY_POLICY_PAGE,
+    LAUNCH_KEY_WORDS,
     PLAIN_HTTP_FIX,
+    VOLUME_KEY_NEEDS,
     ZONE_ID,
+    KeyUse,
     autoscaling_role_arn,
     aws_unreachable,
     aws_words,
     clients,
     granted_operations,
     key_policy_answers,
+    launch_volume_keys,
     offered_zones,
     plain_http_upload,
     volume_key_verdict,
@@ -988,60 +995,121 @@ def _folder_size(s3: Any, bucket: str, prefix: str, clock: Callable[[], float]) 
 
 
 def check_volume_key(
-    aws: dict[str, Any], region: str, mode: str, key: str | None, identity: dict[str, Any] | None = None
+    aws: dict[str, Any],
+    region: str,
+    mode: str,
+    key: str | None,
+    identity: dict[str, Any] | None = None,
+    ami: dict[str, Any] | None = None,
+    arches: Iterable[str] = (),
 ) -> list[Finding]:
-    """An Auto Scaling group's launches may use the key its root volumes are encrypted with: ``key`` (the root's
-    ``checkpoints.kms_key_arn``), else the account's default key for EBS encryption (the rule:
-    :func:`~lightning_srifty.provision.aws.volume_key_verdict`); ``identity``: the caller's, as
-    :func:`check_credentials` read it (None: read here)."""
+    """An Auto Scaling group's launches may use every KMS key they encrypt or restore a volume with: the root's
+    ``checkpoints.kms_key_arn`` (``key``), else the account's default key for EBS encryption, and the keys of the
+    image's encrypted snapshots, as EC2 restores them (:func:`~lightning_srifty.provision.aws.launch_volume_keys`; the
+    rule: :func:`~lightning_srifty.provision.aws.volume_key_verdict`). ``identity``: the caller's, as
+    :func:`check_credentials` read it (None: read here); ``ami``, ``arches``: the images the fleet boots (None: not
+    read, the root volumes judged as restored from an unencrypted snapshot)."""
     if mode != "asg":
         return []  # an instant EC2 Fleet launches with terraform's own credentials, not a service-linked role
-    found = _volume_key(aws, key)
-    if isinstance(found, Finding):
-        return [found]
-    key_id, whose = found
     try:
         who = identity or aws["sts"].get_caller_identity()
         partition, account = who["Arn"].split(":")[1], who["Account"]
     except Exception as exc:  # noqa: BLE001
-        return [Finding("volumes", "warn", f"the account could not be read ({why(exc)}): {key_id} not checked", None)]
+        return [Finding("volumes", "warn", f"the account could not be read ({why(exc)}): the keys not checked", None)]
+    uses, findings = _launch_key_uses(aws, key, ami, list(arches), account)
     role = autoscaling_role_arn(partition, account)
+    default: dict[str, Any] = {}  # the account's default key, read once
+    return findings + [_judge_key_use(aws, use, role, account, region, default) for use in uses]
+
+
+def _launch_key_uses(
+    aws: dict[str, Any], key: str | None, ami: dict[str, Any] | None, arches: list[str], account: str
+) -> tuple[list[KeyUse], list[Finding]]:
+    """The keys the launches use, of the images the fleet boots, and a warning for what could not be read (an image
+    unread: its root volumes judged as restored from an unencrypted snapshot, as before any image is given)."""
+    assumed = [KeyUse(key, "the root volumes are encrypted with", LAUNCH_KEY_WORDS if key else DEFAULT_KEY_WORDS,
+                      VOLUME_KEY_NEEDS)]  # fmt: skip
+    if ami is None or not arches:
+        return assumed, []
+    try:
+        if ami.get("id"):
+            ids = [ami["id"]]
+        else:
+            names = {**default_image_parameters(), **(ami.get("ssm_parameters") or {})}
+            ids = sorted({aws["ssm"].get_parameter(Name=names[a])["Parameter"]["Value"] for a in arches})
+        images = aws["ec2"].describe_images(ImageIds=ids)["Images"]
+    except Exception as exc:  # noqa: BLE001
+        said = f"the image could not be read ({why(exc)}): the keys of its snapshots not checked"
+        return assumed, [Finding("volumes", "warn", said, None)]
+    volumes = [(i, m) for i in images for m in i.get("BlockDeviceMappings") or [] if m.get("Ebs")]
+    ebs = [m["Ebs"] for _, m in volumes]
+    wanted = sorted({e["SnapshotId"] for e in ebs if e.get("SnapshotId") and e.get("Encrypted") is not False})
+    notes, snapshots = [], {}
+    try:
+        if wanted:
+            snapshots = {s["SnapshotId"]: s for s in aws["ec2"].describe_snapshots(SnapshotIds=wanted)["Snapshots"]}
+    except Exception as exc:  # noqa: BLE001
+        said = f"the image's snapshots {', '.join(wanted)} could not be read ({why(exc)}): their keys not checked"
+        notes.append(Finding("volumes", "warn", said, None))
+    by_default = False  # read only for an image with other volumes not restored under a key of their own
+    if any(
+        m.get("DeviceName") != i.get("RootDeviceName")
+        and not snapshots.get(m["Ebs"].get("SnapshotId") or "", {}).get("Encrypted")
+        for i, m in volumes
+    ):
+        try:
+            by_default = bool(aws["ec2"].get_ebs_encryption_by_default().get("EbsEncryptionByDefault"))
+        except Exception as exc:  # noqa: BLE001
+            said = f"whether EBS encryption by default is on could not be read ({why(exc)}): the image's other volumes"
+            notes.append(Finding("volumes", "warn", f"{said} not checked", None))
+    return launch_volume_keys(key, images, snapshots, account, by_default), notes
+
+
+def _judge_key_use(
+    aws: dict[str, Any], use: KeyUse, role: str, account: str, region: str, default: dict[str, Any]
+) -> Finding:
+    """One key's finding: whether the key's policy or a grant lets the Auto Scaling role do what ``use`` needs."""
+    found = _usable_key(aws, use, default)
+    if isinstance(found, Finding):
+        return found
     answers = grants = None
     try:
-        policy = aws["kms"].get_key_policy(KeyId=key_id, PolicyName="default")["Policy"]
-        answers = key_policy_answers(policy, role, account, region, key_id)
-    except Exception:  # noqa: BLE001 - unread: the grants may still say, else the verdict is unknown
+        policy = aws["kms"].get_key_policy(KeyId=found, PolicyName="default")["Policy"]
+        answers = key_policy_answers(policy, role, account, region, found, use.needs)
+    except Exception:  # noqa: BLE001 - unread (another account's key, a caller not let read it): the grants may still say
         pass
     try:
-        pages = aws["kms"].get_paginator("list_grants").paginate(KeyId=key_id)
-        grants = granted_operations([g for page in pages for g in page["Grants"]], role)
+        pages = aws["kms"].get_paginator("list_grants").paginate(KeyId=found)
+        grants = granted_operations([g for page in pages for g in page["Grants"]], role, use.needs)
     except Exception:  # noqa: BLE001
         pass
-    said = volume_key_verdict(answers, grants)
-    what = f"the root volumes are encrypted with {whose}, {key_id}"
+    said = volume_key_verdict(answers, grants, use.needs)
+    what = f"{use.what} {use.whose}, {found}"
     if said.answer == "allowed":
-        return [Finding("volumes", "ok", f"{what}; {said.how} lets Auto Scaling's service-linked role use it")]
-    fix = _key_rule(key_id, role, region)
+        return Finding("volumes", "ok", f"{what}; {said.how} lets Auto Scaling's service-linked role use it")
+    fix = _key_rule(found, role, region)
     if said.answer == "unknown":
-        what += "; whether Auto Scaling's service-linked role may use it could not be told"
-        return [Finding("volumes", "warn", what, fix)]
+        return Finding("volumes", "warn", f"{what}; whether Auto Scaling's service-linked role may use it could not be "
+                       "told", fix)  # fmt: skip
     verb = "denies" if said.answer == "denied" else "neither its policy nor a grant allows"
     what += f", and {verb} Auto Scaling's service-linked role {', '.join(said.lacking)}: every launch would fail"
-    return [Finding("volumes", "fail", what, fix)]
+    return Finding("volumes", "fail", what, fix)
 
 
-def _volume_key(aws: dict[str, Any], key: str | None) -> tuple[str, str] | Finding:
-    """(the key's ARN, whose key it is) to judge by its policy and grants, or the finding: the AWS managed key for
-    EBS (``aws/ebs``: "Amazon EC2 Auto Scaling does not need additional authorization" for it, the page says), a key
-    EBS cannot use (disabled, pending deletion, asymmetric: a launch under it fails whoever may use it), or unread."""
-    whose = (
-        "the key the root gives (checkpoints.kms_key_arn)" if key else "this account's default key for EBS encryption"
-    )
-    try:
-        key_id = key or aws["ec2"].get_ebs_default_kms_key_id().get("KmsKeyId") or "alias/aws/ebs"
-    except Exception as exc:  # noqa: BLE001 - any failure: not checked, said with the rule
-        return Finding("volumes", "warn", f"{whose} could not be read ({why(exc)}): not checked", _key_rule())
-    aws_ebs = Finding("volumes", "ok", "the root volumes use the AWS managed key aws/ebs: Auto Scaling needs no grant")
+def _usable_key(aws: dict[str, Any], use: KeyUse, default: dict[str, Any]) -> str | Finding:
+    """The key's ARN to judge by its policy and grants, or the finding: the AWS managed key for EBS (``aws/ebs``:
+    "Amazon EC2 Auto Scaling does not need additional authorization" for it, the page says), a key EBS cannot use
+    (disabled, pending deletion, asymmetric: a launch under it fails whoever may use it), or unread. ``default``
+    keeps the account's default key once read."""
+    key_id = use.key
+    if key_id is None:
+        try:
+            if "id" not in default:
+                default["id"] = aws["ec2"].get_ebs_default_kms_key_id().get("KmsKeyId") or "alias/aws/ebs"
+            key_id = default["id"]
+        except Exception as exc:  # noqa: BLE001 - any failure: not checked, said with the rule
+            return Finding("volumes", "warn", f"{use.whose} could not be read ({why(exc)}): not checked", _key_rule())
+    aws_ebs = Finding("volumes", "ok", f"{use.what} the AWS managed key aws/ebs: Auto Scaling needs no grant")
     if key_id.rsplit(":", 1)[-1] == "alias/aws/ebs":
         return aws_ebs
     try:
@@ -1053,18 +1121,18 @@ def _volume_key(aws: dict[str, Any], key: str | None) -> tuple[str, str] | Findi
                 return aws_ebs
     except Exception as exc:  # noqa: BLE001
         return Finding(
-            "volumes", "warn", f"{whose}, {key_id}, could not be described ({why(exc)}): not checked", _key_rule()
+            "volumes", "warn", f"{use.whose}, {key_id}, could not be described ({why(exc)}): not checked", _key_rule()
         )
     state, spec = described.get("KeyState", "Enabled"), described.get("KeySpec", "SYMMETRIC_DEFAULT")
     if state != "Enabled" or spec != "SYMMETRIC_DEFAULT":
         why_not = f"is {state}" if state != "Enabled" else f"is {spec}: EBS takes symmetric keys only"
-        said = f"the root volumes are encrypted with {whose}, {arn}, which {why_not}: every launch fails"
+        said = f"{use.what} {use.whose}, {arn}, which {why_not}: every launch fails"
         return Finding(
             "volumes", "fail", said,
             "enable the key (aws kms enable-key; cancel-key-deletion first if it is pending deletion), or encrypt with "
             "another (checkpoints.kms_key_arn; aws ec2 modify-ebs-default-kms-key-id for the account's default)",
         )  # fmt: skip
-    return arn, whose
+    return arn
 
 
 def _key_rule(key_id: str | None = None, role: str | None = None, region: str | None = None) -> str:
@@ -1167,7 +1235,7 @@ def preflight(
     findings += check_bucket_answers(aws["s3"], bucket, endpoint, uploads=tls_only)  # the boot scripts always upload
     if data:
         findings += check_data_folders(aws["s3"], data, data_room_gb)
-    findings += check_volume_key(aws, region, mode, volume_kms_key, identity)
+    findings += check_volume_key(aws, region, mode, volume_kms_key, identity, ami, arches or [])
     return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
 
 

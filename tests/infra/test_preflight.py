@@ -1127,6 +1127,76 @@ def test_an_auto_scaling_fleet_whose_volume_key_the_group_may_not_use_is_refused
         assert proxied.get_ebs_default_kms_key_id()["KmsKeyId"] == "alias/aws/ebs"
 
 
+def test_a_fleet_booting_an_image_whose_snapshot_key_the_group_may_not_use_is_refused_until_the_grant_is_made(
+    aws, tmp_path, monkeypatch, capsys
+) -> None:
+    """AWS's rule for an image's encrypted snapshots ("Use encryption with EBS-backed AMIs", EC2 User Guide: an
+    encrypted snapshot this account owns is restored under its own key; with another key given it is re-encrypted to
+    that): an Auto Scaling group's launches use the snapshot's key, which its service-linked role may not use unless
+    the key lets it ("Amazon EC2 Auto Scaling failed to launch instances with encrypted AMI", AWS re:Post). moto
+    launches such a group. The image is made as a team makes one, by CopyImage with Encrypted and KmsKeyId (moto
+    keeps that encryption through the tests' moto_server); the account's default key is aws/ebs, which the check used
+    to judge, and passed."""
+    import shlex
+
+    from lightning_srifty.provision.rehearsal.aws_rules import AwsRulesProxy
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import lightning\n")
+    boto3.client("s3", endpoint_url=aws, region_name="us-east-1").create_bucket(Bucket="ckpt-image-key")
+    with AwsRulesProxy(aws) as url, FakeServiceQuotas({"Running On-Demand G and VT instances": 64}) as quotas_url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", quotas_url)
+        ec2 = boto3.client("ec2", endpoint_url=url, region_name="us-east-1")
+        kms = boto3.client("kms", endpoint_url=url, region_name="us-east-1")
+        public = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["x86_64"]}])
+        image_key = kms.create_key(Description="the team's image key")["KeyMetadata"]["Arn"]
+        copied = ec2.copy_image(SourceImageId=public["Images"][0]["ImageId"], SourceRegion="us-east-1",
+                                Name="team-dlami-encrypted", Encrypted=True, KmsKeyId=image_key)["ImageId"]  # fmt: skip
+        (mapping,) = ec2.describe_images(ImageIds=[copied])["Images"][0]["BlockDeviceMappings"]
+        assert mapping["Ebs"]["Encrypted"] is True
+        options = Options(
+            name="imagekey", code=str(project), aws_endpoint=url, bucket="ckpt-image-key", ami=copied,
+            setup_command="true",
+        )  # fmt: skip
+        root = generate(load_plan(PLAN), tmp_path / "infra", options=options).out
+        assert main(["check", "--dir", str(root)]) == 1
+        out = capsys.readouterr().out
+        said = (
+            f"[FAIL] volumes: the root volumes are encrypted with the key of the image {copied}'s snapshot "
+            f"{mapping['Ebs']['SnapshotId']}, {image_key}, and neither its policy nor a grant allows Auto Scaling's "
+            "service-linked role kms:CreateGrant, kms:Decrypt: every launch would fail"
+        )
+        assert said in out and "aws/ebs" not in out  # the account's default key is not what these volumes use
+        with pytest.raises(PreflightError, match="volumes"):
+            apply(root, yes=True, echo=lambda line: None)
+        assert not (root / ".terraform").exists()
+
+        def grant_as_printed(printed: str) -> str:
+            command = shlex.split(printed.split("aws kms create-grant", 1)[1].split(" (a new account", 1)[0])
+            kms.create_grant(KeyId=command[3], GranteePrincipal=command[5], Operations=command[7:])
+            return command[3]
+
+        assert grant_as_printed(out) == image_key
+        report = preflight_root(root)
+        (volumes,) = [f for f in report.findings if f.check == "volumes"]
+        assert report.ok and volumes.status == "ok" and "a grant lets" in volumes.message
+        # the root's own key given: the image's snapshot is re-encrypted from its key (the grant serves) to that one
+        values = json.loads((root / TFVARS).read_text())
+        root_key = kms.create_key(Description="the checkpoints' key")["KeyMetadata"]["Arn"]
+        values["checkpoints"]["kms_key_arn"] = root_key
+        (root / TFVARS).write_text(json.dumps(values, indent=2))
+        found = [f for f in preflight_root(root).findings if f.check == "volumes"]
+        assert [(f.status, f.message.split(", ")[0]) for f in found] == [
+            ("ok", f"the root volumes are re-encrypted from the key of the image {copied}'s snapshot "
+                   f"{mapping['Ebs']['SnapshotId']}"),
+            ("fail", "the root volumes are encrypted with the key the root gives (checkpoints.kms_key_arn)"),
+        ]  # fmt: skip
+        assert grant_as_printed(found[1].fix) == root_key
+        report = preflight_root(root)
+        assert report.ok and [f.status for f in report.findings if f.check == "volumes"] == ["ok", "ok"]
+
+
 def volume_role(endpoint: str) -> str:
     from lightning_srifty.provision.aws import autoscaling_role_arn as role_arn
 

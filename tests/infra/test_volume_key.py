@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from lightning_srifty.provision.aws import ATTACH_KEY_NEEDS, SOURCE_KEY_NEEDS, VOLUME_KEY_NEEDS, launch_volume_keys
 from lightning_srifty.provision.aws import VOLUME_KEY_NEEDS as NEEDED
 from lightning_srifty.provision.aws import autoscaling_role_arn as role_arn
 from lightning_srifty.provision.aws import granted_operations as granted
@@ -239,3 +240,161 @@ def test_an_error_page_for_an_answer_is_said_in_one_line() -> None:
                                "<html lang=en>\n<title>500 Internal Server Error</title>'")  # fmt: skip
     assert why(page) == "the endpoint answered with an error page, not AWS's answer (an emulator without the call?)"
     assert why(ResponseParserError("Unable to parse response: truncated")).startswith("ResponseParserError: ")
+
+
+# --- the keys a launch uses: EC2's rules for an image's volumes ("Use encryption with EBS-backed AMIs", Amazon EC2
+# User Guide, https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/AMIEncryption.html, "Instance-launching scenarios")
+
+OTHER = "210987654321"  # an account that shares its image
+K0 = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/the-snapshots-key"
+SHARED_KEY = f"arn:aws:kms:{REGION}:{OTHER}:key/their-key"
+FRESH, RESTORE, SOURCE = VOLUME_KEY_NEEDS, ATTACH_KEY_NEEDS, SOURCE_KEY_NEEDS
+
+
+def _image(*mappings: dict, root: str = "/dev/xvda") -> dict:
+    return {"ImageId": "ami-0abc", "RootDeviceName": root, "BlockDeviceMappings": list(mappings)}
+
+
+def _volume(device: str = "/dev/xvda", snapshot: str | None = "snap-root", encrypted: bool | None = None) -> dict:
+    ebs = {"SnapshotId": snapshot} if snapshot else {}
+    return {"DeviceName": device, "Ebs": ebs if encrypted is None else {**ebs, "Encrypted": encrypted}}
+
+
+def _snapshot(key: str | None, owner: str = ACCOUNT, sid: str = "snap-root") -> dict:
+    return {
+        sid: {"SnapshotId": sid, "Encrypted": key is not None, "OwnerId": owner, **({"KmsKeyId": key} if key else {})}
+    }
+
+
+@pytest.mark.parametrize(
+    ("given", "image", "snapshots", "by_default", "expected"),
+    [
+        # an unencrypted snapshot: the key given, else the account's default; a new data key under it
+        (None, _image(_volume(encrypted=False)), {}, False, [(None, FRESH)]),
+        (KEY, _image(_volume(encrypted=False)), {}, False, [(KEY, FRESH)]),
+        # an encrypted snapshot this account owns: "restored to a volume that is encrypted to the same CMK"
+        (None, _image(_volume()), _snapshot(K0), False, [(K0, RESTORE)]),
+        (K0, _image(_volume()), _snapshot(K0), False, [(K0, RESTORE)]),
+        # ... unless another key is given: "encrypted not to the original CMK, but instead to the specified CMK"
+        (KEY, _image(_volume()), _snapshot(K0), False, [(K0, SOURCE), (KEY, RESTORE)]),
+        # shared with this account: "encrypted by your AWS account's default CMK", or the key given
+        (None, _image(_volume()), _snapshot(SHARED_KEY, OTHER), False, [(SHARED_KEY, SOURCE), (None, RESTORE)]),
+        (KEY, _image(_volume()), _snapshot(SHARED_KEY, OTHER), False, [(SHARED_KEY, SOURCE), (KEY, RESTORE)]),
+        # the image's other volumes get nothing from the module: unencrypted stays so, unless encryption by default
+        (None, _image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data", False)), {}, False,
+         [(None, FRESH)]),
+        (KEY, _image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data", False)), {}, True,
+         [(KEY, FRESH), (None, FRESH)]),
+        (KEY, _image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data")), _snapshot(K0, sid="snap-data"),
+         False, [(KEY, FRESH), (K0, RESTORE)]),
+        # one key, two uses: its needs joined
+        (None, _image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data")),
+         _snapshot(SHARED_KEY, OTHER, "snap-data"), False, [(None, FRESH), (SHARED_KEY, SOURCE)]),
+        # an encrypted snapshot not read: the key given is used either way; without one, nothing is told here
+        (KEY, _image(_volume()), {}, False, [(KEY, RESTORE)]),
+        (None, _image(_volume()), {}, False, []),
+        # an instance store volume has no key
+        (None, _image(_volume(encrypted=False), {"DeviceName": "/dev/sdc", "VirtualName": "ephemeral0"}), {}, True,
+         [(None, FRESH)]),
+    ],
+)  # fmt: skip
+def test_the_keys_a_launch_uses_are_those_ec2_restores_the_images_volumes_under(
+    given, image, snapshots, by_default, expected
+) -> None:
+    uses = launch_volume_keys(given, [image], snapshots, ACCOUNT, by_default)
+    assert [(u.key, u.needs) for u in uses] == expected
+    for use in uses:
+        kind = "re-encrypted from" if use.needs == SOURCE else "encrypted with"
+        assert use.what.endswith(f"volumes are {kind}")
+        if use.key in (K0, SHARED_KEY):
+            assert "the image ami-0abc's snapshot snap-" in use.whose
+
+
+def test_the_key_a_launch_re_encrypts_from_is_read_by_decrypt_or_by_reencrypt() -> None:
+    reencrypt = _variant(USE, Action=["kms:ReEncrypt*"])
+    for statements, expected in (
+        ((ROOT, USE), "allowed"),  # Decrypt
+        ((ROOT, reencrypt), "allowed"),  # ReEncryptFrom
+        ((ROOT,), "missing"),
+        ((ROOT, _variant(USE, Action=["kms:GenerateDataKey*"])), "missing"),
+        # one allowed and the other denied: which of them EBS calls is not documented
+        ((ROOT, reencrypt, {"Effect": "Deny", "Principal": "*", "Action": "kms:Decrypt", "Resource": "*"}), "unknown"),
+        ((ROOT, USE, {"Effect": "Deny", "Principal": "*", "Action": ["kms:Decrypt", "kms:ReEncrypt*"],
+                      "Resource": "*"}), "denied"),
+    ):  # fmt: skip
+        answers = policy_answers(_policy(*statements), ROLE, ACCOUNT, REGION, K0, SOURCE)
+        said = verdict(answers, {}, SOURCE)
+        assert said.answer == expected, statements
+        assert said.lacking in ((), ("kms:Decrypt or kms:ReEncryptFrom",))
+    # a grant of either serves
+    assert verdict(None, granted([{"GranteePrincipal": ROLE, "Operations": ["ReEncryptFrom"]}], ROLE, SOURCE),
+                   SOURCE).answer == "allowed"  # fmt: skip
+    # the attachment of a restored volume asks no new data key of its key
+    answers = policy_answers(_policy(ROOT, _variant(USE, Action=["kms:Decrypt"]), ATTACH), ROLE, ACCOUNT, REGION, K0,
+                             ATTACH_KEY_NEEDS)  # fmt: skip
+    assert verdict(answers, {}, ATTACH_KEY_NEEDS).answer == "allowed"
+    assert verdict(policy_answers(_policy(ROOT, _variant(USE, Action=["kms:Decrypt"]), ATTACH), ROLE, ACCOUNT, REGION,
+                                  K0), {}).answer == "missing"  # fmt: skip
+
+
+def _image_clients(image: dict, snapshots: dict | Exception, key_policy=None, grants=(), by_default=False) -> dict:
+    """check_volume_key's clients for a fleet booting ``image``: the account's default key is aws/ebs."""
+    out = _clients("alias/aws/ebs", {"Arn": K0, "KeyId": "k0", "KeyManager": "CUSTOMER", "KeyState": "Enabled",
+                                     "KeySpec": "SYMMETRIC_DEFAULT"}, policy=key_policy)  # fmt: skip
+    out["kms"].answers["list_grants"] = {"Grants": list(grants)}
+    snapshot_answer = snapshots if isinstance(snapshots, Exception) else {"Snapshots": list(snapshots.values())}
+    out["ec2"].answers.update(
+        describe_images={"Images": [image]},
+        describe_snapshots=snapshot_answer,
+        get_ebs_encryption_by_default={"EbsEncryptionByDefault": by_default},
+    )
+    out["ssm"] = _Fake(get_parameter={"Parameter": {"Value": image["ImageId"]}})
+    return out
+
+
+def test_a_custom_images_encrypted_snapshot_is_judged_and_what_cannot_be_read_is_a_warning() -> None:
+    from lightning_srifty.provision.preflight import check_volume_key
+
+    ami, arches = {"id": "ami-0abc"}, ["x86_64"]
+    image = _image(_volume())
+    # the image's own key, which the role may not use: before, the check judged the account's default (aws/ebs: ok)
+    (said,) = check_volume_key(_image_clients(image, _snapshot(K0), _policy(ROOT)), REGION, "asg", None, None, ami,
+                               arches)  # fmt: skip
+    assert said.status == "fail"
+    assert said.message.startswith(f"the root volumes are encrypted with the key of the image ami-0abc's snapshot "
+                                   f"snap-root, {K0}, and neither its policy nor a grant allows")  # fmt: skip
+    assert said.message.endswith("kms:CreateGrant, kms:Decrypt: every launch would fail")
+    assert f"--key-id {K0}" in said.fix
+    (said,) = check_volume_key(_image_clients(image, _snapshot(K0), _policy(ROOT, USE, ATTACH)), REGION, "asg", None,
+                               None, ami, arches)  # fmt: skip
+    assert said.status == "ok"
+    # an image shared by another account: its key's policy cannot be read from here; a grant to the role tells
+    shared = _snapshot(SHARED_KEY, OTHER)
+    grant = {"GranteePrincipal": ROLE, "Operations": ["Decrypt", "CreateGrant"]}
+    found = check_volume_key(_image_clients(image, shared, grants=[grant]), REGION, "asg", None, None, ami, arches)
+    assert [(f.status, f.message.split(",")[0]) for f in found] == [
+        ("ok", "the root volumes are re-encrypted from the key of the image ami-0abc's snapshot snap-root"),
+        ("ok", "the root volumes are encrypted with the AWS managed key aws/ebs: Auto Scaling needs no grant"),
+    ]
+    (said, _) = check_volume_key(_image_clients(image, shared), REGION, "asg", None, None, ami, arches)
+    assert said.status == "warn" and "could not be told" in said.message and "aws kms create-grant" in said.fix
+    # the snapshots cannot be read: said, and the key given still judged (the default's use is not known)
+    found = check_volume_key(_image_clients(image, RuntimeError("UnauthorizedOperation")), REGION, "asg", None, None,
+                             ami, arches)  # fmt: skip
+    assert [f.status for f in found] == ["warn"]
+    assert found[0].message.startswith("the image's snapshots snap-root could not be read (")
+    # the image from the architecture's SSM parameter, as without --ami
+    (said,) = check_volume_key(_image_clients(image, _snapshot(K0), _policy(ROOT)), REGION, "asg", None, None, {},
+                               arches)  # fmt: skip
+    assert said.status == "fail" and "ami-0abc" in said.message
+    # an image that cannot be read: the root volumes judged as before (from an unencrypted snapshot), and said
+    broken = _image_clients(image, {})
+    broken["ec2"].answers["describe_images"] = RuntimeError("InvalidAMIID.NotFound")
+    found = check_volume_key(broken, REGION, "asg", None, None, ami, arches)
+    assert [f.status for f in found] == ["warn", "ok"] and "the image could not be read" in found[0].message
+    # encryption by default, unread, for an image with a second volume
+    two = _image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data", False))
+    unread = _image_clients(two, {})
+    unread["ec2"].answers["get_ebs_encryption_by_default"] = RuntimeError("UnauthorizedOperation")
+    found = check_volume_key(unread, REGION, "asg", None, None, ami, arches)
+    assert [f.status for f in found] == ["warn", "ok"] and "encryption by default" in found[0].message

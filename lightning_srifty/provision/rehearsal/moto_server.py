@@ -22,6 +22,14 @@
   capacity is set and no instance is started (nor, while launches are suspended, terminated to meet it: scale-in
   is left to the Terminate process, which the module never suspends but nothing here plays).
 
+- an image copied with ``Encrypted`` (and ``KmsKeyId``) has its snapshots encrypted, under the key given, else the
+  account's default key for EBS encryption, and a copy of an image whose snapshot is encrypted keeps its key, as
+  CopyImage does ("Image-copying scenarios", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/AMIEncryption.html);
+  DescribeImages says whether each snapshot is encrypted (``Ebs.Encrypted``, as EC2's ``EbsBlockDevice`` does). moto
+  5.2.6 gives every image a snapshot of its own, never encrypted, and says nothing of it, so no image with an
+  encrypted snapshot could be made: ``srifty check`` reads the keys of an image's snapshots an Auto Scaling group's
+  launches use (``keep_image_encryption`` applies this rule alone, for the tests' moto).
+
 Rules that need the request (the role's policy, user data's size, S3's answers) are the proxy's (:mod:`.aws_rules`).
 """
 
@@ -67,6 +75,50 @@ def authorize_s3_by_iam_action() -> None:
     S3IAMRequest.__init__ = __init__  # type: ignore[method-assign]
 
 
+def keep_image_encryption() -> None:
+    """CopyImage's encryption kept and DescribeImages's ``Ebs.Encrypted`` said (the module's docstring), once."""
+    from moto.ec2.models.amis import Ami
+    from moto.ec2.responses.amis import AmisResponse
+
+    original = AmisResponse.copy_image
+    if getattr(original, "_srifty_encryption", False):
+        return
+
+    @functools.wraps(original)
+    def copy_image(self: Any) -> Any:
+        backend = self.ec2_backend
+        before = set(backend.amis)
+        result = original(self)
+        source = backend.amis.get(self._get_param("SourceImageId"))
+        was = source.ebs_snapshot if source is not None else None
+        key = self._get_param("KmsKeyId")
+        if str(self._get_param("Encrypted")).lower() == "true" or key or (was is not None and was.encrypted):
+            if key:
+                from moto.kms import kms_backends
+
+                key = kms_backends[backend.account_id][backend.region_name].describe_key(key).arn
+            elif was is not None and was.encrypted and was.kms_key_id:
+                key = was.kms_key_id  # an encrypted snapshot this account owns: the same key
+            else:
+                key = backend.default_kms_key_id or backend._create_default_encryption_key()
+            for ami_id in set(backend.amis) - before:
+                backend.amis[ami_id].ebs_snapshot.encrypted = True
+                backend.amis[ami_id].ebs_snapshot.kms_key_id = key
+        return result
+
+    mappings = vars(Ami)["block_device_mappings"].fget
+
+    def block_device_mappings(self: Any) -> list[dict[str, Any]]:
+        out = mappings(self)
+        for mapping in out:
+            mapping["Ebs"]["Encrypted"] = bool(self.ebs_snapshot.encrypted)
+        return out
+
+    copy_image._srifty_encryption = True  # type: ignore[attr-defined]
+    AmisResponse.copy_image = copy_image  # type: ignore[method-assign]
+    Ami.block_device_mappings = property(block_device_mappings)  # type: ignore[method-assign,assignment]
+
+
 def serve() -> None:
     """moto's own server, on this process's command line (``-H``, ``-p``)."""
     from moto.server import main as moto_main
@@ -77,6 +129,7 @@ def serve() -> None:
 def main() -> None:
     FakeAutoScalingGroup.set_desired_capacity = set_desired_capacity  # type: ignore[method-assign]
     authorize_s3_by_iam_action()
+    keep_image_encryption()
     serve()
 
 
