@@ -12,6 +12,7 @@ boto3 and botocore are imported inside the functions that call AWS, so that comm
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -303,28 +304,38 @@ class LocalIMDS:
 # launch", AWS re:Post, https://repost.aws/knowledge-center/kms-launch-ec2-instance) and the group stays empty. moto
 # launches it.
 #
-# What is read (preflight.check_volume_key): the key (``kms:DescribeKey``: aws/ebs needs nothing; a disabled or
-# asymmetric key serves no launch), the grants to the role (``kms:ListGrants``) and the key's policy
-# (``kms:GetKeyPolicy``). The role must be let do each operation EBS makes to
-# create a volume under the key from an image's unencrypted snapshot (:data:`VOLUME_KEY_NEEDS`). A policy statement
-# counts when its principal is the role's ARN or ``*`` (the account's root principal is not the role: it delegates to
-# IAM policies, and the role's has no KMS), its actions cover the operation, and each of its conditions holds for such a
-# call, judged on the keys the call carries (:func:`autoscaling_call_context`); a condition on any other key, or an
-# operator not read here, makes the answer unknown, never a refusal: ``srifty apply`` stops only on what is certain.
+# The keys (:func:`launch_volume_keys`): the launch template gives the root volume ``Encrypted`` and the root's key;
+# EC2 restores an image's encrypted snapshot under its own key or re-encrypts it ("Use encryption with EBS-backed
+# AMIs", Amazon EC2 User Guide, https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/AMIEncryption.html), and each key
+# a launch touches must let the role in ("Amazon EC2 Auto Scaling failed to launch instances with encrypted AMI or
+# encrypted volumes", the re:Post page above).
+#
+# What is read of each key (preflight.check_volume_key): the key (``kms:DescribeKey``: aws/ebs needs nothing; a
+# disabled or asymmetric key serves no launch), the grants to the role (``kms:ListGrants``) and the key's policy
+# (``kms:GetKeyPolicy``). A policy statement counts when its principal is the role's ARN or ``*`` (the account's root
+# principal is not the role: it delegates to IAM policies, and the role's has no KMS), its actions cover the
+# operation, and each of its conditions holds for such a call, judged on the keys the call carries
+# (:func:`autoscaling_call_context`); a condition on any other key, or an operator not read here, makes the answer
+# unknown, never a refusal: ``srifty apply`` stops only on what is certain.
+#
+# What is asked of a key, by its use: what EBS is documented to ask (a need: an operation, or a tuple of operations
+# any one of which serves), whose lack fails; and what the page's statements also grant and EBS may ask there
+# (undocumented), whose lack is a warning, never a pass.
 
 AUTOSCALING_ROLE = "role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"
-# A need is an operation, or a tuple of operations any one of which serves. What EBS asks of the key to create an
-# encrypted volume from an unencrypted snapshot and attach it: the grant it keeps for the volume, the volume's data
-# key, that key decrypted at attachment ("How Amazon EBS uses AWS KMS", AWS KMS Developer Guide,
-# https://docs.aws.amazon.com/kms/latest/developerguide/services-ebs.html)
 Need = str | tuple[str, ...]
+# a new volume from an unencrypted snapshot: the grant EBS keeps for the volume, the volume's data key, that key
+# decrypted at attachment ("How Amazon EBS uses AWS KMS", AWS KMS Developer Guide,
+# https://docs.aws.amazon.com/kms/latest/developerguide/services-ebs.html)
 VOLUME_KEY_NEEDS: tuple[Need, ...] = ("kms:CreateGrant", "kms:GenerateDataKeyWithoutPlaintext", "kms:Decrypt")
-# a volume restored from a snapshot under the same key, or re-encrypted to the key from another: its attachment (the
-# grant, the data key decrypted); whether a re-encryption also asks GenerateDataKeyWithoutPlaintext or ReEncryptTo of
-# it is not documented, so neither is asked (the fix's statements grant both)
-ATTACH_KEY_NEEDS: tuple[Need, ...] = ("kms:CreateGrant", "kms:Decrypt")
-# the key of an image's snapshot a launch re-encrypts to another: its data key read, by Decrypt or by ReEncrypt
-SOURCE_KEY_NEEDS: tuple[Need, ...] = (("kms:Decrypt", "kms:ReEncryptFrom"),)
+# (needs, what it may also ask) of a key by its use:
+# a volume restored from a snapshot under the same key: its attachment (the grant, the data key decrypted)
+RESTORED = (("kms:CreateGrant", "kms:Decrypt"), ("kms:GenerateDataKeyWithoutPlaintext",))
+# a volume re-encrypted to the key from a snapshot's: its attachment, and its data key made or re-encrypted under it
+RE_ENCRYPTED_TO = (("kms:CreateGrant", "kms:Decrypt"), ("kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptTo"))
+# the snapshot's key a volume is re-encrypted from: its data key read, by Decrypt or by ReEncrypt
+RE_ENCRYPTED_FROM = ((("kms:Decrypt", "kms:ReEncryptFrom"),), ("kms:CreateGrant", "kms:Decrypt", "kms:ReEncryptFrom"))
+NEW_VOLUME: tuple[tuple[Need, ...], tuple[str, ...]] = (VOLUME_KEY_NEEDS, ())
 # the operations the fix grants: the AWS page's statements' actions, as grant operations
 GRANT_OPERATIONS = (
     "Encrypt Decrypt ReEncryptFrom ReEncryptTo GenerateDataKey GenerateDataKeyWithoutPlaintext DescribeKey CreateGrant"
@@ -466,17 +477,32 @@ def _statement_applies(
 @dataclass(frozen=True)
 class KeyUse:
     """A KMS key a launch of the fleet uses: ``key`` (as read: an ARN or id; None: the account's default key for EBS
-    encryption, read where it is judged), said as ``f"{what} {whose}, <key>"``, and the ``needs`` of the Auto
-    Scaling role on it."""
+    encryption, read where it is judged), said as ``f"{what} {whose}, <key>"``; ``needs`` of the Auto Scaling role
+    on it and what the launch ``may`` also ask (:data:`RESTORED`...); ``unread``: the snapshot whose key could not
+    be read (``key`` None then)."""
 
     key: str | None
     what: str
     whose: str
     needs: tuple[Need, ...]
+    may: tuple[str, ...] = ()
+    unread: str | None = None
 
 
 DEFAULT_KEY_WORDS = "this account's default key for EBS encryption"
 LAUNCH_KEY_WORDS = "the key the root gives (checkpoints.kms_key_arn)"
+
+
+def merge_key_uses(uses: Iterable[KeyUse]) -> list[KeyUse]:
+    """One use a key: the first's words, the needs joined (what one use needs, another may not ask as a maybe)."""
+    merged: dict[tuple[str | None, str | None], KeyUse] = {}
+    for use in uses:
+        seen = merged.get((use.key, use.unread))
+        if seen is not None:
+            needs = tuple(dict.fromkeys((*seen.needs, *use.needs)))
+            use = dataclasses.replace(seen, needs=needs, may=tuple(dict.fromkeys((*seen.may, *use.may))))
+        merged[(use.key, use.unread)] = use
+    return list(merged.values())
 
 
 def launch_volume_keys(
@@ -486,50 +512,58 @@ def launch_volume_keys(
     account: str,
     by_default: bool,
 ) -> list[KeyUse]:
-    """The keys the module's launches use, as EC2 restores an image's volumes ("Use encryption with EBS-backed AMIs",
-    Amazon EC2 User Guide, https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/AMIEncryption.html): the root volume
-    is given ``Encrypted`` and ``launch_key`` (None: none) by the module; the image's other volumes nothing. A snapshot
-    that is not encrypted becomes a volume under the key given, else the account's default (for another volume only
-    when encryption by default is on: ``by_default``); an encrypted one this account owns stays under its key unless a
-    key is given, when it is re-encrypted to that; an encrypted one shared with this account is re-encrypted to the
-    key given, else to the account's default. ``images``: DescribeImages's; ``snapshots``: DescribeSnapshots's, by id
-    (an encrypted snapshot missing from it: not judged here). Each key once, its needs joined."""
-    uses: dict[str | None, KeyUse] = {}
-
-    def use(key: str | None, what: str, whose: str, needs: tuple[Need, ...]) -> None:
-        seen = uses.get(key)
-        joined = needs if seen is None else tuple(dict.fromkeys((*seen.needs, *needs)))
-        uses[key] = KeyUse(key, seen.what if seen else what, seen.whose if seen else whose, joined)
-
+    """The keys the module's launches use, as EC2 restores an image's volumes ("Use encryption with EBS-backed AMIs"):
+    the root volume is given ``Encrypted`` and ``launch_key`` (None: none) by the module, the image's other volumes
+    nothing. A snapshot that is not encrypted becomes a volume under the key given, else the account's default (for
+    another volume only when encryption by default is on: ``by_default``); an encrypted one this account owns stays
+    under its key unless a key is given, when it is re-encrypted to that; an encrypted one shared with this account is
+    re-encrypted to the key given, else to the account's default. ``images``: DescribeImages's; ``snapshots``:
+    DescribeSnapshots's, by id; a snapshot not in it is read from its image (``Ebs.Encrypted``, the image's owner),
+    its key unread. An image without a mapping for its root device gets a new volume there."""
+    uses: list[KeyUse] = []
     for image in images:
-        for mapping in image.get("BlockDeviceMappings") or []:
-            ebs = mapping.get("Ebs")
-            if ebs is None:
-                continue  # an instance store volume
-            root = mapping.get("DeviceName") == image.get("RootDeviceName")
-            given = launch_key if root else None
-            volume = "the root volumes" if root else f"the {mapping.get('DeviceName')} volumes"
-            snapshot = snapshots.get(ebs.get("SnapshotId") or "", {})
-            if ebs.get("SnapshotId") and ebs.get("Encrypted") is not False and not snapshot:
-                if given:  # unread (the caller says so): under the key given either way
-                    use(given, f"{volume} are encrypted with", LAUNCH_KEY_WORDS, ATTACH_KEY_NEEDS)
-                continue
-            if not (snapshot.get("Encrypted") and snapshot.get("KmsKeyId")):
-                if root or by_default or ebs.get("Encrypted"):
-                    key = given or ebs.get("KmsKeyId")
-                    whose = LAUNCH_KEY_WORDS if given else "the key the image names" if key else DEFAULT_KEY_WORDS
-                    use(key, f"{volume} are encrypted with", whose, VOLUME_KEY_NEEDS)
-                continue
-            source = snapshot["KmsKeyId"]
-            of = f"the key of the image {image.get('ImageId')}'s snapshot {ebs['SnapshotId']}"
-            owned = snapshot.get("OwnerId") == account
-            if given in (None, source) and owned:
-                use(source, f"{volume} are encrypted with", of, ATTACH_KEY_NEEDS)
-                continue
-            use(source, f"{volume} are re-encrypted from", of, SOURCE_KEY_NEEDS)
-            use(given, f"{volume} are encrypted with", LAUNCH_KEY_WORDS if given else DEFAULT_KEY_WORDS,
-                ATTACH_KEY_NEEDS)  # fmt: skip
-    return list(uses.values())
+        mappings = [m for m in image.get("BlockDeviceMappings") or [] if m.get("Ebs") is not None]
+        if all(m.get("DeviceName") != image.get("RootDeviceName") for m in mappings):
+            mappings.append({"DeviceName": image.get("RootDeviceName"), "Ebs": {"Encrypted": False}})
+        for mapping in mappings:
+            uses += _mapping_key_uses(image, mapping, launch_key, snapshots, account, by_default)
+    return merge_key_uses(uses)
+
+
+def _mapping_key_uses(
+    image: dict[str, Any],
+    mapping: dict[str, Any],
+    launch_key: str | None,
+    snapshots: dict[str, dict[str, Any]],
+    account: str,
+    by_default: bool,
+) -> list[KeyUse]:
+    """The keys one of an image's volumes uses (:func:`launch_volume_keys`)."""
+    ebs, root = mapping["Ebs"], mapping.get("DeviceName") == image.get("RootDeviceName")
+    given = launch_key if root else None
+    volume = "the root volumes" if root else f"the {mapping.get('DeviceName')} volumes"
+    target = (given, f"{volume} are encrypted with", LAUNCH_KEY_WORDS if given else DEFAULT_KEY_WORDS)
+    snapshot = snapshots.get(ebs.get("SnapshotId") or "")
+    if snapshot is None and ebs.get("SnapshotId") and ebs.get("Encrypted") is not False:
+        snapshot = {"Encrypted": True, "OwnerId": image.get("OwnerId")}  # its key unread
+    if not (snapshot or {}).get("Encrypted"):
+        if not (root or by_default or ebs.get("Encrypted")):
+            return []
+        key = given or ebs.get("KmsKeyId")
+        whose = LAUNCH_KEY_WORDS if given else "the key the image names" if key else DEFAULT_KEY_WORDS
+        return [KeyUse(key, f"{volume} are encrypted with", whose, *NEW_VOLUME)]
+    assert snapshot is not None
+    source = snapshot.get("KmsKeyId")
+    of = f"the key of the image {image.get('ImageId')}'s snapshot {ebs['SnapshotId']}"
+    unread = None if source else ebs["SnapshotId"]
+    if snapshot.get("OwnerId") != account:
+        of += f" (of account {snapshot.get('OwnerId')})"
+    elif given is None or given == source:  # this account's own snapshot: restored under its key
+        return [KeyUse(source, f"{volume} are encrypted with", of, *RESTORED, unread=unread)]
+    return [
+        KeyUse(source, f"{volume} are re-encrypted from", of, *RE_ENCRYPTED_FROM, unread=unread),
+        KeyUse(*target, *RE_ENCRYPTED_TO),
+    ]
 
 
 def need_operations(needs: Iterable[Need]) -> tuple[str, ...]:
@@ -625,7 +659,11 @@ def volume_key_verdict(
         if all(said[op] == "denied" for op in ops):
             denied = True
         else:
-            unknown = unknown or not grants_known or any(said[op] == "unknown" or op in grants for op in ops)
+            unknown = (
+                unknown
+                or not grants_known
+                or any(said[op] == "unknown" or (op in grants and said[op] != "denied") for op in ops)
+            )
     if denied:
         return KeyVerdict("denied", tuple(lacking), "")
     if not lacking:

@@ -57,8 +57,8 @@ from lightning_srifty.provision.aws import (
     GRANT_OPERATIONS,
     KEY_POLICY_PAGE,
     LAUNCH_KEY_WORDS,
+    NEW_VOLUME,
     PLAIN_HTTP_FIX,
-    VOLUME_KEY_NEEDS,
     ZONE_ID,
     KeyUse,
     autoscaling_role_arn,
@@ -68,6 +68,7 @@ from lightning_srifty.provision.aws import (
     granted_operations,
     key_policy_answers,
     launch_volume_keys,
+    merge_key_uses,
     offered_zones,
     plain_http_upload,
     volume_key_verdict,
@@ -1006,8 +1007,8 @@ def check_volume_key(
     """An Auto Scaling group's launches may use every KMS key they encrypt or restore a volume with: the root's
     ``checkpoints.kms_key_arn`` (``key``), else the account's default key for EBS encryption, and the keys of the
     image's encrypted snapshots, as EC2 restores them (:func:`~lightning_srifty.provision.aws.launch_volume_keys`; the
-    rule: :func:`~lightning_srifty.provision.aws.volume_key_verdict`). ``identity``: the caller's, as
-    :func:`check_credentials` read it (None: read here); ``ami``, ``arches``: the images the fleet boots (None: not
+    rule: :func:`~lightning_srifty.provision.aws.volume_key_verdict`); one finding a key. ``identity``: the caller's,
+    as :func:`check_credentials` read it (None: read here); ``ami``, ``arches``: the images the fleet boots (None: not
     read, the root volumes judged as restored from an unencrypted snapshot)."""
     if mode != "asg":
         return []  # an instant EC2 Fleet launches with terraform's own credentials, not a service-linked role
@@ -1016,21 +1017,33 @@ def check_volume_key(
         partition, account = who["Arn"].split(":")[1], who["Account"]
     except Exception as exc:  # noqa: BLE001
         return [Finding("volumes", "warn", f"the account could not be read ({why(exc)}): the keys not checked", None)]
-    uses, findings = _launch_key_uses(aws, key, ami, list(arches), account)
+    uses, findings, unread = _launch_key_uses(aws, key, ami, list(arches), account)
+    if any(u.key is None and u.unread is None for u in uses):  # the account's default key: read once, one finding
+        try:
+            default = aws["ec2"].get_ebs_default_kms_key_id().get("KmsKeyId") or "alias/aws/ebs"
+        except Exception as exc:  # noqa: BLE001 - any failure: not checked, said with the rule
+            said = f"{DEFAULT_KEY_WORDS} could not be read ({why(exc)}): not checked"
+            findings.append(Finding("volumes", "warn", said, _key_rule()))
+            default = None
+        uses = merge_key_uses(
+            dataclasses.replace(u, key=default) if u.key is None and u.unread is None else u
+            for u in uses
+            if default or u.key or u.unread
+        )
     role = autoscaling_role_arn(partition, account)
-    default: dict[str, Any] = {}  # the account's default key, read once
-    return findings + [_judge_key_use(aws, use, role, account, region, default) for use in uses]
+    return findings + [_judge_key_use(aws, use, role, account, region, unread) for use in uses]
 
 
 def _launch_key_uses(
     aws: dict[str, Any], key: str | None, ami: dict[str, Any] | None, arches: list[str], account: str
-) -> tuple[list[KeyUse], list[Finding]]:
-    """The keys the launches use, of the images the fleet boots, and a warning for what could not be read (an image
-    unread: its root volumes judged as restored from an unencrypted snapshot, as before any image is given)."""
+) -> tuple[list[KeyUse], list[Finding], dict[str, str]]:
+    """The keys the launches use, of the images the fleet boots; a warning for what could not be read (an image
+    unread: its root volumes judged as restored from an unencrypted snapshot, as before any image is given); why each
+    snapshot that could not be read was not (one at a time: a snapshot shared with its image is seldom readable)."""
     assumed = [KeyUse(key, "the root volumes are encrypted with", LAUNCH_KEY_WORDS if key else DEFAULT_KEY_WORDS,
-                      VOLUME_KEY_NEEDS)]  # fmt: skip
+                      *NEW_VOLUME)]  # fmt: skip
     if ami is None or not arches:
-        return assumed, []
+        return assumed, [], {}
     try:
         if ami.get("id"):
             ids = [ami["id"]]
@@ -1040,17 +1053,19 @@ def _launch_key_uses(
         images = aws["ec2"].describe_images(ImageIds=ids)["Images"]
     except Exception as exc:  # noqa: BLE001
         said = f"the image could not be read ({why(exc)}): the keys of its snapshots not checked"
-        return assumed, [Finding("volumes", "warn", said, None)]
+        return assumed, [Finding("volumes", "warn", said, None)], {}
     volumes = [(i, m) for i in images for m in i.get("BlockDeviceMappings") or [] if m.get("Ebs")]
     ebs = [m["Ebs"] for _, m in volumes]
-    wanted = sorted({e["SnapshotId"] for e in ebs if e.get("SnapshotId") and e.get("Encrypted") is not False})
-    notes, snapshots = [], {}
-    try:
-        if wanted:
-            snapshots = {s["SnapshotId"]: s for s in aws["ec2"].describe_snapshots(SnapshotIds=wanted)["Snapshots"]}
-    except Exception as exc:  # noqa: BLE001
-        said = f"the image's snapshots {', '.join(wanted)} could not be read ({why(exc)}): their keys not checked"
-        notes.append(Finding("volumes", "warn", said, None))
+    notes, snapshots, unread = [], {}, {}
+    for sid in sorted({e["SnapshotId"] for e in ebs if e.get("SnapshotId") and e.get("Encrypted") is not False}):
+        try:
+            snapshots.update(
+                {s["SnapshotId"]: s for s in aws["ec2"].describe_snapshots(SnapshotIds=[sid])["Snapshots"]}
+            )
+        except Exception as exc:  # noqa: BLE001
+            unread[sid] = why(exc)
+        if sid not in snapshots:
+            unread.setdefault(sid, "not listed")
     by_default = False  # read only for an image with other volumes not restored under a key of their own
     if any(
         m.get("DeviceName") != i.get("RootDeviceName")
@@ -1062,32 +1077,42 @@ def _launch_key_uses(
         except Exception as exc:  # noqa: BLE001
             said = f"whether EBS encryption by default is on could not be read ({why(exc)}): the image's other volumes"
             notes.append(Finding("volumes", "warn", f"{said} not checked", None))
-    return launch_volume_keys(key, images, snapshots, account, by_default), notes
+    return launch_volume_keys(key, images, snapshots, account, by_default), notes, unread
 
 
 def _judge_key_use(
-    aws: dict[str, Any], use: KeyUse, role: str, account: str, region: str, default: dict[str, Any]
+    aws: dict[str, Any], use: KeyUse, role: str, account: str, region: str, unread: dict[str, str]
 ) -> Finding:
-    """One key's finding: whether the key's policy or a grant lets the Auto Scaling role do what ``use`` needs."""
-    found = _usable_key(aws, use, default)
+    """One key's finding: whether the key's policy or a grant lets the Auto Scaling role do what ``use`` needs, and
+    what it may also ask (a lack of which is a warning)."""
+    if use.unread is not None:
+        words = f"{use.what} {use.whose}, whose key could not be read here ({unread.get(use.unread, 'unread')})"
+        fix = f"aws ec2 describe-snapshots --snapshot-ids {use.unread}, in the account that owns it, names the key; "
+        words += ": whether Auto Scaling's service-linked role may use it could not be told"
+        return Finding("volumes", "warn", words, fix + _key_rule("<that key's ARN>", role, region))
+    found = _usable_key(aws, use)
     if isinstance(found, Finding):
         return found
+    operations = (*use.needs, *use.may)
     answers = grants = None
     try:
         policy = aws["kms"].get_key_policy(KeyId=found, PolicyName="default")["Policy"]
-        answers = key_policy_answers(policy, role, account, region, found, use.needs)
-    except Exception:  # noqa: BLE001 - unread (another account's key, a caller not let read it): the grants may still say
+        answers = key_policy_answers(policy, role, account, region, found, operations)
+    except Exception:  # noqa: BLE001 - unread (another account's key, a caller not let read it): grants may still say
         pass
     try:
         pages = aws["kms"].get_paginator("list_grants").paginate(KeyId=found)
-        grants = granted_operations([g for page in pages for g in page["Grants"]], role, use.needs)
+        grants = granted_operations([g for page in pages for g in page["Grants"]], role, operations)
     except Exception:  # noqa: BLE001
         pass
-    said = volume_key_verdict(answers, grants, use.needs)
-    what = f"{use.what} {use.whose}, {found}"
-    if said.answer == "allowed":
+    said, may = volume_key_verdict(answers, grants, use.needs), volume_key_verdict(answers, grants, use.may)
+    what, fix = f"{use.what} {use.whose}, {found}", _key_rule(found, role, region)
+    if said.answer == "allowed" and may.answer == "allowed":
         return Finding("volumes", "ok", f"{what}; {said.how} lets Auto Scaling's service-linked role use it")
-    fix = _key_rule(found, role, region)
+    if said.answer == "allowed":
+        return Finding("volumes", "warn", f"{what}; {said.how} lets Auto Scaling's service-linked role do what EBS is "
+                       f"documented to ask, but not {', '.join(may.lacking)}, which the page's statements grant and "
+                       "this use of the key may ask: whether every launch succeeds could not be told", fix)  # fmt: skip
     if said.answer == "unknown":
         return Finding("volumes", "warn", f"{what}; whether Auto Scaling's service-linked role may use it could not be "
                        "told", fix)  # fmt: skip
@@ -1096,19 +1121,11 @@ def _judge_key_use(
     return Finding("volumes", "fail", what, fix)
 
 
-def _usable_key(aws: dict[str, Any], use: KeyUse, default: dict[str, Any]) -> str | Finding:
+def _usable_key(aws: dict[str, Any], use: KeyUse) -> str | Finding:
     """The key's ARN to judge by its policy and grants, or the finding: the AWS managed key for EBS (``aws/ebs``:
     "Amazon EC2 Auto Scaling does not need additional authorization" for it, the page says), a key EBS cannot use
-    (disabled, pending deletion, asymmetric: a launch under it fails whoever may use it), or unread. ``default``
-    keeps the account's default key once read."""
-    key_id = use.key
-    if key_id is None:
-        try:
-            if "id" not in default:
-                default["id"] = aws["ec2"].get_ebs_default_kms_key_id().get("KmsKeyId") or "alias/aws/ebs"
-            key_id = default["id"]
-        except Exception as exc:  # noqa: BLE001 - any failure: not checked, said with the rule
-            return Finding("volumes", "warn", f"{use.whose} could not be read ({why(exc)}): not checked", _key_rule())
+    (disabled, pending deletion, asymmetric: a launch under it fails whoever may use it), or unread."""
+    key_id = use.key or "alias/aws/ebs"
     aws_ebs = Finding("volumes", "ok", f"{use.what} the AWS managed key aws/ebs: Auto Scaling needs no grant")
     if key_id.rsplit(":", 1)[-1] == "alias/aws/ebs":
         return aws_ebs
@@ -1235,7 +1252,8 @@ def preflight(
     findings += check_bucket_answers(aws["s3"], bucket, endpoint, uploads=tls_only)  # the boot scripts always upload
     if data:
         findings += check_data_folders(aws["s3"], data, data_room_gb)
-    findings += check_volume_key(aws, region, mode, volume_kms_key, identity, ami, arches or [])
+    image_read = not any(f.check == "image" and f.status == "fail" for f in findings)  # else said there, once
+    findings += check_volume_key(aws, region, mode, volume_kms_key, identity, ami if image_read else None, arches or [])
     return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
 
 

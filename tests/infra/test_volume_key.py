@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from lightning_srifty.provision.aws import ATTACH_KEY_NEEDS, SOURCE_KEY_NEEDS, VOLUME_KEY_NEEDS, launch_volume_keys
+from lightning_srifty.provision.aws import NEW_VOLUME, RE_ENCRYPTED_FROM, RE_ENCRYPTED_TO, RESTORED, launch_volume_keys
 from lightning_srifty.provision.aws import VOLUME_KEY_NEEDS as NEEDED
 from lightning_srifty.provision.aws import autoscaling_role_arn as role_arn
 from lightning_srifty.provision.aws import granted_operations as granted
@@ -180,10 +180,11 @@ class _Fake:
                 raise answer
 
             return refuse
-        return lambda **kwargs: answer
+        return answer if callable(answer) else lambda **kwargs: answer
 
     def get_paginator(self, name):
-        return _Fake(paginate=[self.answers[name]])
+        answer = self.answers[name]
+        return _Fake(paginate=lambda **kwargs: [answer(**kwargs) if callable(answer) else answer])
 
 
 def _clients(default_key, metadata, aliases=(), policy=None) -> dict:
@@ -248,11 +249,11 @@ def test_an_error_page_for_an_answer_is_said_in_one_line() -> None:
 OTHER = "210987654321"  # an account that shares its image
 K0 = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/the-snapshots-key"
 SHARED_KEY = f"arn:aws:kms:{REGION}:{OTHER}:key/their-key"
-FRESH, RESTORE, SOURCE = VOLUME_KEY_NEEDS, ATTACH_KEY_NEEDS, SOURCE_KEY_NEEDS
+FROM, TO = RE_ENCRYPTED_FROM, RE_ENCRYPTED_TO
 
 
-def _image(*mappings: dict, root: str = "/dev/xvda") -> dict:
-    return {"ImageId": "ami-0abc", "RootDeviceName": root, "BlockDeviceMappings": list(mappings)}
+def _image(*mappings: dict, root: str = "/dev/xvda", owner: str = ACCOUNT) -> dict:
+    return {"ImageId": "ami-0abc", "OwnerId": owner, "RootDeviceName": root, "BlockDeviceMappings": list(mappings)}
 
 
 def _volume(device: str = "/dev/xvda", snapshot: str | None = "snap-root", encrypted: bool | None = None) -> dict:
@@ -261,57 +262,68 @@ def _volume(device: str = "/dev/xvda", snapshot: str | None = "snap-root", encry
 
 
 def _snapshot(key: str | None, owner: str = ACCOUNT, sid: str = "snap-root") -> dict:
-    return {
-        sid: {"SnapshotId": sid, "Encrypted": key is not None, "OwnerId": owner, **({"KmsKeyId": key} if key else {})}
-    }
+    kms = {"KmsKeyId": key} if key else {}
+    return {sid: {"SnapshotId": sid, "Encrypted": key is not None, "OwnerId": owner, **kms}}
 
 
 @pytest.mark.parametrize(
     ("given", "image", "snapshots", "by_default", "expected"),
     [
         # an unencrypted snapshot: the key given, else the account's default; a new data key under it
-        (None, _image(_volume(encrypted=False)), {}, False, [(None, FRESH)]),
-        (KEY, _image(_volume(encrypted=False)), {}, False, [(KEY, FRESH)]),
+        (None, _image(_volume(encrypted=False)), {}, False, [(None, NEW_VOLUME, None)]),
+        (KEY, _image(_volume(encrypted=False)), {}, False, [(KEY, NEW_VOLUME, None)]),
         # an encrypted snapshot this account owns: "restored to a volume that is encrypted to the same CMK"
-        (None, _image(_volume()), _snapshot(K0), False, [(K0, RESTORE)]),
-        (K0, _image(_volume()), _snapshot(K0), False, [(K0, RESTORE)]),
+        (None, _image(_volume()), _snapshot(K0), False, [(K0, RESTORED, None)]),
+        (K0, _image(_volume()), _snapshot(K0), False, [(K0, RESTORED, None)]),
         # ... unless another key is given: "encrypted not to the original CMK, but instead to the specified CMK"
-        (KEY, _image(_volume()), _snapshot(K0), False, [(K0, SOURCE), (KEY, RESTORE)]),
+        (KEY, _image(_volume()), _snapshot(K0), False, [(K0, FROM, None), (KEY, TO, None)]),
         # shared with this account: "encrypted by your AWS account's default CMK", or the key given
-        (None, _image(_volume()), _snapshot(SHARED_KEY, OTHER), False, [(SHARED_KEY, SOURCE), (None, RESTORE)]),
-        (KEY, _image(_volume()), _snapshot(SHARED_KEY, OTHER), False, [(SHARED_KEY, SOURCE), (KEY, RESTORE)]),
+        (None, _image(_volume()), _snapshot(SHARED_KEY, OTHER), False, [(SHARED_KEY, FROM, None), (None, TO, None)]),
+        (KEY, _image(_volume()), _snapshot(SHARED_KEY, OTHER), False, [(SHARED_KEY, FROM, None), (KEY, TO, None)]),
+        (SHARED_KEY, _image(_volume()), _snapshot(SHARED_KEY, OTHER), False, [(SHARED_KEY, (FROM[0] + TO[0],
+         tuple(dict.fromkeys(FROM[1] + TO[1]))), None)]),
         # the image's other volumes get nothing from the module: unencrypted stays so, unless encryption by default
         (None, _image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data", False)), {}, False,
-         [(None, FRESH)]),
+         [(None, NEW_VOLUME, None)]),
         (KEY, _image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data", False)), {}, True,
-         [(KEY, FRESH), (None, FRESH)]),
+         [(KEY, NEW_VOLUME, None), (None, NEW_VOLUME, None)]),
         (KEY, _image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data")), _snapshot(K0, sid="snap-data"),
-         False, [(KEY, FRESH), (K0, RESTORE)]),
+         False, [(KEY, NEW_VOLUME, None), (K0, RESTORED, None)]),
+        # a blank volume the image marks encrypted: the account's default
+        (KEY, _image(_volume(encrypted=False), _volume("/dev/sdb", None, True)), {}, False,
+         [(KEY, NEW_VOLUME, None), (None, NEW_VOLUME, None)]),
         # one key, two uses: its needs joined
         (None, _image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data")),
-         _snapshot(SHARED_KEY, OTHER, "snap-data"), False, [(None, FRESH), (SHARED_KEY, SOURCE)]),
-        # an encrypted snapshot not read: the key given is used either way; without one, nothing is told here
-        (KEY, _image(_volume()), {}, False, [(KEY, RESTORE)]),
-        (None, _image(_volume()), {}, False, []),
-        # an instance store volume has no key
+         _snapshot(SHARED_KEY, OTHER, "snap-data"), False,
+         [(None, (NEW_VOLUME[0], TO[1]), None), (SHARED_KEY, FROM, None)]),
+        # an encrypted snapshot not read (a shared image's, as a rule): from its image, its key unread
+        (KEY, _image(_volume(encrypted=True), owner=OTHER), {}, False, [(None, FROM, "snap-root"), (KEY, TO, None)]),
+        (None, _image(_volume(encrypted=True), owner=OTHER), {}, False, [(None, FROM, "snap-root"), (None, TO, None)]),
+        (None, _image(_volume()), {}, False, [(None, RESTORED, "snap-root")]),
+        (KEY, _image(_volume()), {}, False, [(None, FROM, "snap-root"), (KEY, TO, None)]),
+        # an instance store volume has no key; an image with no mapping for its root device gets a new volume there
         (None, _image(_volume(encrypted=False), {"DeviceName": "/dev/sdc", "VirtualName": "ephemeral0"}), {}, True,
-         [(None, FRESH)]),
+         [(None, NEW_VOLUME, None)]),
+        (KEY, _image(_volume("/dev/sdb", encrypted=False)), {}, False, [(KEY, NEW_VOLUME, None)]),
     ],
 )  # fmt: skip
 def test_the_keys_a_launch_uses_are_those_ec2_restores_the_images_volumes_under(
     given, image, snapshots, by_default, expected
 ) -> None:
     uses = launch_volume_keys(given, [image], snapshots, ACCOUNT, by_default)
-    assert [(u.key, u.needs) for u in uses] == expected
+    assert [(u.key, (u.needs, u.may), u.unread) for u in uses] == expected
+    shared = image["OwnerId"] == OTHER or any(v["OwnerId"] == OTHER for v in snapshots.values())
     for use in uses:
-        kind = "re-encrypted from" if use.needs == SOURCE else "encrypted with"
+        kind = "re-encrypted from" if use.needs[0] == FROM[0][0] else "encrypted with"
         assert use.what.endswith(f"volumes are {kind}")
-        if use.key in (K0, SHARED_KEY):
+        if use.key in (K0, SHARED_KEY) or use.unread:
             assert "the image ami-0abc's snapshot snap-" in use.whose
+            assert use.whose.endswith(f"(of account {OTHER})") == shared
 
 
 def test_the_key_a_launch_re_encrypts_from_is_read_by_decrypt_or_by_reencrypt() -> None:
     reencrypt = _variant(USE, Action=["kms:ReEncrypt*"])
+    ops = (*FROM[0], *FROM[1])
     for statements, expected in (
         ((ROOT, USE), "allowed"),  # Decrypt
         ((ROOT, reencrypt), "allowed"),  # ReEncryptFrom
@@ -322,79 +334,124 @@ def test_the_key_a_launch_re_encrypts_from_is_read_by_decrypt_or_by_reencrypt() 
         ((ROOT, USE, {"Effect": "Deny", "Principal": "*", "Action": ["kms:Decrypt", "kms:ReEncrypt*"],
                       "Resource": "*"}), "denied"),
     ):  # fmt: skip
-        answers = policy_answers(_policy(*statements), ROLE, ACCOUNT, REGION, K0, SOURCE)
-        said = verdict(answers, {}, SOURCE)
+        said = verdict(policy_answers(_policy(*statements), ROLE, ACCOUNT, REGION, K0, ops), {}, FROM[0])
         assert said.answer == expected, statements
         assert said.lacking in ((), ("kms:Decrypt or kms:ReEncryptFrom",))
     # a grant of either serves
-    assert verdict(None, granted([{"GranteePrincipal": ROLE, "Operations": ["ReEncryptFrom"]}], ROLE, SOURCE),
-                   SOURCE).answer == "allowed"  # fmt: skip
-    # the attachment of a restored volume asks no new data key of its key
-    answers = policy_answers(_policy(ROOT, _variant(USE, Action=["kms:Decrypt"]), ATTACH), ROLE, ACCOUNT, REGION, K0,
-                             ATTACH_KEY_NEEDS)  # fmt: skip
-    assert verdict(answers, {}, ATTACH_KEY_NEEDS).answer == "allowed"
-    assert verdict(policy_answers(_policy(ROOT, _variant(USE, Action=["kms:Decrypt"]), ATTACH), ROLE, ACCOUNT, REGION,
-                                  K0), {}).answer == "missing"  # fmt: skip
-
-
-def _image_clients(image: dict, snapshots: dict | Exception, key_policy=None, grants=(), by_default=False) -> dict:
-    """check_volume_key's clients for a fleet booting ``image``: the account's default key is aws/ebs."""
-    out = _clients("alias/aws/ebs", {"Arn": K0, "KeyId": "k0", "KeyManager": "CUSTOMER", "KeyState": "Enabled",
-                                     "KeySpec": "SYMMETRIC_DEFAULT"}, policy=key_policy)  # fmt: skip
-    out["kms"].answers["list_grants"] = {"Grants": list(grants)}
-    snapshot_answer = snapshots if isinstance(snapshots, Exception) else {"Snapshots": list(snapshots.values())}
-    out["ec2"].answers.update(
-        describe_images={"Images": [image]},
-        describe_snapshots=snapshot_answer,
-        get_ebs_encryption_by_default={"EbsEncryptionByDefault": by_default},
+    grant = [{"GranteePrincipal": ROLE, "Operations": ["ReEncryptFrom"]}]
+    assert verdict(None, granted(grant, ROLE, ops), FROM[0]).answer == "allowed"
+    # a denied operation stays denied whatever constrained grant gives it
+    deny = {"Effect": "Deny", "Principal": "*", "Action": ["kms:Decrypt", "kms:ReEncrypt*"], "Resource": "*"}
+    constrained = [{**grant[0], "Constraints": {"EncryptionContextSubset": {"aws:ebs:id": "snap-1"}}}]
+    answers = policy_answers(_policy(ROOT, USE, deny), ROLE, ACCOUNT, REGION, K0, ops)
+    assert verdict(answers, granted(constrained, ROLE, ops), FROM[0]).answer == "denied"
+    # the attachment of a restored volume asks no new data key of its key (documented), though it may
+    decrypt_only = _policy(ROOT, _variant(USE, Action=["kms:Decrypt"]), ATTACH)
+    answers = policy_answers(decrypt_only, ROLE, ACCOUNT, REGION, K0, (*RESTORED[0], *RESTORED[1]))
+    assert (
+        verdict(answers, {}, RESTORED[0]).answer == "allowed" and verdict(answers, {}, RESTORED[1]).answer == "missing"
     )
+    assert verdict(policy_answers(decrypt_only, ROLE, ACCOUNT, REGION, K0), {}).answer == "missing"
+
+
+def _image_clients(image: dict, snapshots: dict | Exception, policies=None, grants=None, by_default=False) -> dict:
+    """check_volume_key's clients for a fleet booting ``image``: the account's default key is aws/ebs; each key's
+    policy (unlisted: unreadable, as another account's is) and grants by its ARN."""
+    policies, grants = policies or {}, grants or {}
+
+    def describe(KeyId: str, **kwargs) -> dict:
+        return {"KeyMetadata": {"Arn": KeyId, "KeyId": KeyId.rsplit("/", 1)[-1], "KeyManager": "CUSTOMER",
+                                "KeyState": "Enabled", "KeySpec": "SYMMETRIC_DEFAULT"}}  # fmt: skip
+
+    def policy(KeyId: str, **kwargs) -> dict:
+        if KeyId not in policies:
+            raise RuntimeError("AccessDeniedException")
+        return {"Policy": json.dumps(policies[KeyId])}
+
+    def listed(SnapshotIds: list[str], **kwargs) -> dict:
+        if isinstance(snapshots, Exception):
+            raise snapshots
+        return {"Snapshots": [snapshots[s] for s in SnapshotIds if s in snapshots]}
+
+    out = _clients("alias/aws/ebs", {})
+    out["kms"].answers.update(describe_key=describe, get_key_policy=policy,
+                              list_grants=lambda KeyId, **kw: {"Grants": grants.get(KeyId, [])})  # fmt: skip
+    out["ec2"].answers.update(describe_images={"Images": [image]}, describe_snapshots=listed,
+                              get_ebs_encryption_by_default={"EbsEncryptionByDefault": by_default})  # fmt: skip
     out["ssm"] = _Fake(get_parameter={"Parameter": {"Value": image["ImageId"]}})
     return out
 
 
-def test_a_custom_images_encrypted_snapshot_is_judged_and_what_cannot_be_read_is_a_warning() -> None:
+def _check(clients: dict, key: str | None = None, ami: dict | None = None) -> list:
     from lightning_srifty.provision.preflight import check_volume_key
 
-    ami, arches = {"id": "ami-0abc"}, ["x86_64"]
-    image = _image(_volume())
+    return check_volume_key(clients, REGION, "asg", key, None, {"id": "ami-0abc"} if ami is None else ami, ["x86_64"])
+
+
+def test_a_custom_images_encrypted_snapshot_is_judged_by_its_own_key() -> None:
+    image, page = _image(_volume()), _policy(ROOT, USE, ATTACH)
     # the image's own key, which the role may not use: before, the check judged the account's default (aws/ebs: ok)
-    (said,) = check_volume_key(_image_clients(image, _snapshot(K0), _policy(ROOT)), REGION, "asg", None, None, ami,
-                               arches)  # fmt: skip
+    (said,) = _check(_image_clients(image, _snapshot(K0), {K0: _policy(ROOT)}))
     assert said.status == "fail"
     assert said.message.startswith(f"the root volumes are encrypted with the key of the image ami-0abc's snapshot "
                                    f"snap-root, {K0}, and neither its policy nor a grant allows")  # fmt: skip
     assert said.message.endswith("kms:CreateGrant, kms:Decrypt: every launch would fail")
     assert f"--key-id {K0}" in said.fix
-    (said,) = check_volume_key(_image_clients(image, _snapshot(K0), _policy(ROOT, USE, ATTACH)), REGION, "asg", None,
-                               None, ami, arches)  # fmt: skip
-    assert said.status == "ok"
-    # an image shared by another account: its key's policy cannot be read from here; a grant to the role tells
-    shared = _snapshot(SHARED_KEY, OTHER)
-    grant = {"GranteePrincipal": ROLE, "Operations": ["Decrypt", "CreateGrant"]}
-    found = check_volume_key(_image_clients(image, shared, grants=[grant]), REGION, "asg", None, None, ami, arches)
+    assert [f.status for f in _check(_image_clients(image, _snapshot(K0), {K0: page}))] == ["ok"]
+    # documented needs met, the page's other operations not: a warning, never a pass
+    (said,) = _check(_image_clients(image, _snapshot(K0), {K0: _policy(ROOT, _variant(USE, Action=["kms:Decrypt"]),
+                                                                       ATTACH)}))  # fmt: skip
+    assert said.status == "warn" and "but not kms:GenerateDataKeyWithoutPlaintext" in said.message
+    # the root's own key given: re-encrypted from the image's key to it, each judged for its part
+    found = _check(_image_clients(image, _snapshot(K0), {K0: page, KEY: _policy(ROOT)}), KEY)
     assert [(f.status, f.message.split(",")[0]) for f in found] == [
         ("ok", "the root volumes are re-encrypted from the key of the image ami-0abc's snapshot snap-root"),
-        ("ok", "the root volumes are encrypted with the AWS managed key aws/ebs: Auto Scaling needs no grant"),
+        ("fail", "the root volumes are encrypted with the key the root gives (checkpoints.kms_key_arn)"),
     ]
-    (said, _) = check_volume_key(_image_clients(image, shared), REGION, "asg", None, None, ami, arches)
-    assert said.status == "warn" and "could not be told" in said.message and "aws kms create-grant" in said.fix
-    # the snapshots cannot be read: said, and the key given still judged (the default's use is not known)
-    found = check_volume_key(_image_clients(image, RuntimeError("UnauthorizedOperation")), REGION, "asg", None, None,
-                             ami, arches)  # fmt: skip
-    assert [f.status for f in found] == ["warn"]
-    assert found[0].message.startswith("the image's snapshots snap-root could not be read (")
     # the image from the architecture's SSM parameter, as without --ami
-    (said,) = check_volume_key(_image_clients(image, _snapshot(K0), _policy(ROOT)), REGION, "asg", None, None, {},
-                               arches)  # fmt: skip
+    (said,) = _check(_image_clients(image, _snapshot(K0), {K0: _policy(ROOT)}), ami={})
     assert said.status == "fail" and "ami-0abc" in said.message
+
+
+def test_a_shared_images_snapshot_is_read_from_its_image_and_its_key_is_never_taken_for_allowed() -> None:
+    shared = _image(_volume(encrypted=True), owner=OTHER)
+    # its snapshot cannot be described from here (AWS shares an image without its snapshots): its key unread, warned,
+    # and the volumes it is re-encrypted to judged: the account's default (aws/ebs) or the key given
+    found = _check(_image_clients(shared, {}))
+    assert [(f.status, f.message.split(",")[0]) for f in found] == [
+        ("warn", f"the root volumes are re-encrypted from the key of the image ami-0abc's snapshot snap-root (of "
+                 f"account {OTHER})"),
+        ("ok", "the root volumes are encrypted with the AWS managed key aws/ebs: Auto Scaling needs no grant"),
+    ]  # fmt: skip
+    assert "whose key could not be read here (not listed)" in found[0].message
+    assert "aws ec2 describe-snapshots --snapshot-ids snap-root" in found[0].fix
+    found = _check(_image_clients(shared, RuntimeError("InvalidSnapshot.NotFound"), {KEY: _policy(ROOT)}), KEY)
+    assert [f.status for f in found] == ["warn", "fail"] and "(RuntimeError: InvalidSnapshot.NotFound)" in (
+        found[0].message
+    )
+    # described (shared with its snapshot): its key's policy is the other account's, unread; a grant to the role tells
+    grant = {"GranteePrincipal": ROLE, "Operations": ["Decrypt", "ReEncryptFrom", "CreateGrant"]}
+    found = _check(_image_clients(shared, _snapshot(SHARED_KEY, OTHER), grants={SHARED_KEY: [grant]}))
+    assert [f.status for f in found] == ["ok", "ok"] and SHARED_KEY in found[0].message
+    (said, _) = _check(_image_clients(shared, _snapshot(SHARED_KEY, OTHER)))
+    assert said.status == "warn" and SHARED_KEY in said.message and "aws kms create-grant" in said.fix
+
+
+def test_what_cannot_be_read_of_an_image_is_a_warning_and_the_root_still_judged() -> None:
+    image = _image(_volume())
     # an image that cannot be read: the root volumes judged as before (from an unencrypted snapshot), and said
     broken = _image_clients(image, {})
     broken["ec2"].answers["describe_images"] = RuntimeError("InvalidAMIID.NotFound")
-    found = check_volume_key(broken, REGION, "asg", None, None, ami, arches)
+    found = _check(broken)
     assert [f.status for f in found] == ["warn", "ok"] and "the image could not be read" in found[0].message
     # encryption by default, unread, for an image with a second volume
     two = _image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data", False))
     unread = _image_clients(two, {})
     unread["ec2"].answers["get_ebs_encryption_by_default"] = RuntimeError("UnauthorizedOperation")
-    found = check_volume_key(unread, REGION, "asg", None, None, ami, arches)
+    found = _check(unread)
     assert [f.status for f in found] == ["warn", "ok"] and "encryption by default" in found[0].message
+    # the account's default key the same as the key given: one finding
+    same = _image_clients(_image(_volume(encrypted=False), _volume("/dev/sdb", "snap-data", False)), {},
+                          {KEY: _policy(ROOT, USE, ATTACH)}, by_default=True)  # fmt: skip
+    same["ec2"].answers["get_ebs_default_kms_key_id"] = {"KmsKeyId": KEY}
+    assert [f.status for f in _check(same, KEY)] == ["ok"]

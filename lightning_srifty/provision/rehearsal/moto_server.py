@@ -86,24 +86,26 @@ def keep_image_encryption() -> None:
 
     @functools.wraps(original)
     def copy_image(self: Any) -> Any:
-        backend = self.ec2_backend
-        before = set(backend.amis)
-        result = original(self)
-        source = backend.amis.get(self._get_param("SourceImageId"))
-        was = source.ebs_snapshot if source is not None else None
-        key = self._get_param("KmsKeyId")
-        if str(self._get_param("Encrypted")).lower() == "true" or key or (was is not None and was.encrypted):
-            if key:
-                from moto.kms import kms_backends
+        from moto.ec2.exceptions import InvalidParameterDependency
+        from moto.ec2.models import ec2_backends
+        from moto.kms import kms_backends
 
-                key = kms_backends[backend.account_id][backend.region_name].describe_key(key).arn
-            elif was is not None and was.encrypted and was.kms_key_id:
-                key = was.kms_key_id  # an encrypted snapshot this account owns: the same key
-            else:
-                key = backend.default_kms_key_id or backend._create_default_encryption_key()
-            for ami_id in set(backend.amis) - before:
-                backend.amis[ami_id].ebs_snapshot.encrypted = True
-                backend.amis[ami_id].ebs_snapshot.kms_key_id = key
+        backend = self.ec2_backend
+        key, encrypted = self._get_param("KmsKeyId"), str(self._get_param("Encrypted")).lower() == "true"
+        if key and not encrypted:
+            raise InvalidParameterDependency("KmsKeyId", "Encrypted")  # as EC2 refuses it
+        if key:  # a key that does not exist is refused before anything is copied
+            key = kms_backends[backend.account_id][backend.region_name].describe_key(key).arn
+        region = self._get_param("SourceRegion")
+        source = ec2_backends[backend.account_id][region].amis.get(self._get_param("SourceImageId"))
+        was = source.ebs_snapshot if source is not None else None
+        result = original(self)
+        if encrypted or (was is not None and was.encrypted):
+            if not key and was is not None and was.encrypted and was.kms_key_id and region == backend.region_name:
+                key = was.kms_key_id  # an encrypted snapshot this account owns, copied in its region: the same key
+            key = key or backend.default_kms_key_id or backend._create_default_encryption_key()
+            snapshot = backend.amis[result.result["ImageId"]].ebs_snapshot  # type: ignore[index]
+            snapshot.encrypted, snapshot.kms_key_id = True, key
         return result
 
     mappings = vars(Ami)["block_device_mappings"].fget
