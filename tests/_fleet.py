@@ -25,9 +25,19 @@ MODULE = ROOT / "terraform" / "modules" / "training_fleet"
 WATCHDOG = MODULE / "templates" / "watchdog.sh"
 EXAMPLES = ROOT / "terraform" / "examples"
 
+# the instance metadata service as IMDSv2 answers curl -f: a token only for a PUT with a TTL of 1 to 21,600 s, and a
+# metadata read only with that token (else 400 / 401: curl -f exits 22); the token's expiry is LocalIMDS's (tests that
+# need it boot against that server)
 FAKE_CURL = """#!/bin/bash
 case "$*" in
-  *api/token*) echo token ;;
+  *api/token*)
+    ttl=$(printf '%s' "$*" | sed -n 's/.*metadata-token-ttl-seconds: *\\([0-9]*\\).*/\\1/p')
+    case "$*" in *PUT*) ;; *) exit 22 ;; esac
+    [ -n "$ttl" ] && [ "$ttl" -ge 1 ] && [ "$ttl" -le 21600 ] || exit 22
+    echo token; exit 0 ;;
+esac
+case "$*" in *"X-aws-ec2-metadata-token: token"*) ;; *) exit 22 ;; esac
+case "$*" in
   *placement/region*) echo us-east-1 ;;
   *instance-id*) echo i-0abc ;;
   *) exit 22 ;;
