@@ -809,6 +809,11 @@ def default_image_parameters() -> dict[str, str]:
     return dict(re.findall(r'(x86_64|arm64)\s*=\s*"(/aws/service/[^"]+)"', text))
 
 
+def image_parameters(ami: dict[str, Any]) -> dict[str, str]:
+    """The SSM parameter naming each architecture's image, as the module reads it: the root's, else the default."""
+    return {**default_image_parameters(), **(ami.get("ssm_parameters") or {})}
+
+
 def check_machine_image(ec2: Any, ssm: Any, ami: dict[str, Any], arches: list[str]) -> list[Finding]:
     """The machine image the instances boot exists here: the AMI id given (and its architecture), else the SSM
     parameter of each architecture's Deep Learning AMI."""
@@ -828,7 +833,7 @@ def check_machine_image(ec2: Any, ssm: Any, ami: dict[str, Any], arches: list[st
                     )
                 ]
             return [Finding("image", "ok", f"the AMI {ami['id']} ({arch}) exists")]
-        names = {**default_image_parameters(), **(ami.get("ssm_parameters") or {})}
+        names = image_parameters(ami)
         for arch in arches:
             ssm.get_parameter(Name=names[arch])
     except Exception as exc:  # noqa: BLE001
@@ -1048,7 +1053,7 @@ def _launch_key_uses(
         if ami.get("id"):
             ids = [ami["id"]]
         else:
-            names = {**default_image_parameters(), **(ami.get("ssm_parameters") or {})}
+            names = image_parameters(ami)
             ids = sorted({aws["ssm"].get_parameter(Name=names[a])["Parameter"]["Value"] for a in arches})
         images = aws["ec2"].describe_images(ImageIds=ids)["Images"]
     except Exception as exc:  # noqa: BLE001
