@@ -35,6 +35,7 @@ _LAZY = {
     "plan_strategy": "lightning_srifty.strategies.plan_strategy",
     "launch_settings": "lightning_srifty.strategies.plan_strategy",
     "SpotPreemption": "lightning_srifty.migrate.preemption",
+    "FabricPreemption": "lightning_srifty.migrate.fabric",
     "MigrationTriggers": "lightning_srifty.migrate.triggers",
     "find_checkpoint": "lightning_srifty.migrate.preemption",
     "resume_checkpoint": "lightning_srifty.migrate.checkpoints",

@@ -62,9 +62,9 @@ class LaunchWatch:
 
     # --- rank 0's reports --------------------------------------------------------------------------------------------
 
-    def step_ended(self, step: int, unix: float, trainer: Any = None) -> None:
-        """Rank 0's step hook: ``STARTED.json`` at the leg's first step (with how ``trainer`` trains), then the
-        progress noted for the thread."""
+    def step_ended(self, step: int, unix: float, trainer: Any = None, *, trained: dict[str, Any] | None = None) -> None:
+        """Rank 0's step hook: ``STARTED.json`` at the leg's first step (with how ``trainer`` trains, or ``trained``:
+        those fields, from a loop that is not a Trainer's), then the progress noted for the thread."""
         if not self._started_written:
             self._started_written = True  # the end of a move's downtime, for the launcher's report
             started = Started(
@@ -73,7 +73,7 @@ class LaunchWatch:
                 step=step,
                 first_step_unix=unix,
                 resumed_from=self.launch.resume,
-                **({} if trainer is None else trained_as(trainer, self.launch)),
+                **(trained if trained is not None else {} if trainer is None else trained_as(trainer, self.launch)),
             )
             try:
                 protocol.write_record(self.dirpath, started)

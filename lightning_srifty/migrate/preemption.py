@@ -20,12 +20,8 @@ truncated newer one. Paths are local or any fsspec URL (``s3://bucket/prefix`` w
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import threading
 import time
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -48,19 +44,19 @@ from lightning_srifty.migrate.checkpoints import (  # noqa: F401 - re-exported: 
     writes_directory,
 )
 from lightning_srifty.migrate.launch_watch import LaunchWatch
-from lightning_srifty.migrate.spot_watcher import Notice, SpotWatcher
-from lightning_srifty.migrate.writer import CheckpointWriter, check_store, default_local_fallback
-from lightning_srifty.protocol import Failed, Finished, LaunchEnv, Preempted
-from predictor.documents.checks import Setting, check_settings
+from lightning_srifty.migrate.leaving import (  # noqa: F401 - re-exported: their home before Fabric's
+    EXIT_MARGIN_S,
+    PREEMPTED_EXIT_CODE,
+    RECORD_MARGIN_S,
+    Leaving,
+    earliest_notice,
+    mark_preempted,
+)
+from lightning_srifty.protocol import Failed, Finished, LaunchEnv
 
 log = logging.getLogger("lightning_srifty")
 
-PREEMPTED_EXIT_CODE = protocol.PREEMPTED_EXIT_CODE  # 75, EX_TEMPFAIL (sysexits.h): run again, elsewhere
 PREEMPTED_MARKER = protocol.PREEMPTED  # written beside the checkpoints by rank 0 when it leaves on a notice
-# a spot notice names when AWS acts (its disk vanishes then): the leaving save is budgeted back from that time, so
-# that the record and the exit still fit (issue #23 item 10: an upload in an S3 outage ended at 119.9 s of 120)
-EXIT_MARGIN_S = 10.0  # after the record: Lightning's teardown, the exit, torchrun's shutdown
-RECORD_MARGIN_S = 5.0  # the PREEMPTED.json record, after the upload
 # a leaving save's time before any save was timed (a checkpoint of a few GB to S3 at a few hundred MB/s, with its
 # hashing): what finishing a step's micro-batches before leaving must leave room for
 LEAVING_SAVE_S = 30.0
@@ -169,7 +165,7 @@ class SignsOfLife(Callback):
             node.over(trainer.global_step)
 
 
-class SpotPreemption(SignsOfLife):
+class SpotPreemption(SignsOfLife, Leaving):
     """Checkpoint at the next step on a spot notice (or SIGTERM), then exit with code 75.
 
     Args:
@@ -201,16 +197,6 @@ class SpotPreemption(SignsOfLife):
             it (None: never).
     """
 
-    SETTINGS: ClassVar[dict[str, Setting]] = {  # declared once (predictor.documents.checks.Setting): checked when made
-        "interval_s": Setting("number", minimum=0, exclusive=True, optional=True),
-        "on_rebalance": Setting("choice", choices=("checkpoint", "ignore")),
-        "every_s": Setting("number", minimum=0, optional=True),  # 0: at every step
-        "keep": Setting("int", minimum=1),
-        "leave_deadline_s": Setting("number", minimum=0, exclusive=True),
-        "periodic_deadline_s": Setting("number", minimum=0, exclusive=True, optional=True),
-        "progress_s": Setting("number", minimum=0, exclusive=True, optional=True),
-    }
-
     def __init__(
         self,
         dirpath: str | None = None,
@@ -227,96 +213,22 @@ class SpotPreemption(SignsOfLife):
         local_fallback: str | None = None,
         progress_s: float | None = 60.0,
     ) -> None:
-        check_settings("SpotPreemption()", self.SETTINGS, locals())
-        self.launch = LaunchEnv.from_env()  # None outside srifty launch; refuses another protocol version
-        self._launch_id = self.launch.launch_id if self.launch is not None else ""
-        if dirpath is None:
-            dirpath = self.launch.checkpoint_uri if self.launch is not None else "srifty/checkpoints"
-        self.dirpath = str(dirpath).rstrip("/")
-        self.endpoint = endpoint
-        self.interval_s = interval_s if interval_s is not None else float(os.environ.get("SRIFTY_SPOT_POLL_S", "5"))
-        self.on_rebalance, self.handle_sigterm, self.exit_process = on_rebalance, handle_sigterm, exit_process
-        self.every_s = _default_every_s(every_s, self.launch)
-        self.leave_deadline_s = float(leave_deadline_s)
-        self.periodic_deadline_s = (
-            float(periodic_deadline_s) if periodic_deadline_s is not None else self.leave_deadline_s - RECORD_MARGIN_S
+        Leaving.__init__(
+            self,
+            dirpath,
+            endpoint=endpoint,
+            interval_s=interval_s,
+            on_rebalance=on_rebalance,
+            handle_sigterm=handle_sigterm,
+            exit_process=exit_process,
+            every_s=every_s,
+            keep=keep,
+            leave_deadline_s=leave_deadline_s,
+            periodic_deadline_s=periodic_deadline_s,
+            local_fallback=local_fallback,
+            progress_s=progress_s,
         )
-        self.local_fallback = local_fallback or default_local_fallback(self.dirpath)
-        self.writer = CheckpointWriter(self.dirpath, self.local_fallback, keep)
-        self.checkpoints = self.writer.checkpoints  # the ones saved and not pruned, oldest first (the writer's list)
-        self.progress_s = progress_s
-        self.watch: LaunchWatch | None = None  # under srifty launch: the reports to the launcher and its watch
-        if self.launch is not None:
-            self.watch = LaunchWatch(
-                self.dirpath,
-                self.launch,
-                interval_s=self.interval_s,
-                progress_s=progress_s,
-                leave=self._leave_asked,
-                leaving=lambda: self._stop.is_set(),
-            )
-        self._stop, self._rebalance = threading.Event(), threading.Event()
-        self._why: str | None = None
-        self._trigger = "spot"
-        self._notice_at: float | None = None
-        self._acts_at: float | None = None  # when AWS acts on a spot notice (monotonic), when the notice says
-        self._watcher: SpotWatcher | None = None
-        self._previous_sigterm: Any = None
-        self.preempted = False
-        self.timings: dict[str, float] = {}
-        self._leave_details: dict[str, Any] = {}
         self._pace = StepPace()
-
-    # --- the writer's state, where scripts read it -------------------------------------------------------------------
-
-    @property
-    def stored(self) -> str:
-        """``"durable"``, or ``"local <host>:<path>"`` when the store did not take the newest checkpoint in time."""
-        return self.writer.stored
-
-    def save(
-        self, trainer: pl.Trainer, reason: str = "manual", deadline_s: float | None = None, *, interrupt: Any = None
-    ) -> str:
-        """Save a checkpoint now (every rank): see :meth:`CheckpointWriter.save`."""
-        return self.writer.save(trainer, reason, deadline_s, interrupt=interrupt)
-
-    # --- signals -----------------------------------------------------------------------------------------------------
-
-    def _notice(self, notice: Notice) -> None:
-        self._notice_at = self._notice_at or notice.seen_monotonic
-        self._why = notice.describe()
-        if notice.kind == "interruption":
-            acts = notice.action_unix()
-            if acts is not None:  # the wall clock's time, on the monotonic clock the deadlines use
-                self._acts_at = notice.seen_monotonic + (acts - time.time())
-            self._trigger = "spot"
-            self._stop.set()
-        elif self.on_rebalance == "checkpoint":
-            self._rebalance.set()
-
-    def _leave_by(self, start: float) -> float:
-        """When the leaving save's record must be written (monotonic): ``leave_deadline_s`` after the notice, and
-        :data:`EXIT_MARGIN_S` before AWS acts when the notice says when."""
-        by = (self._notice_at or start) + self.leave_deadline_s
-        return by if self._acts_at is None else min(by, self._acts_at - EXIT_MARGIN_S)
-
-    def request_leave(
-        self, why: str, *, trigger: str = "leave", move: bool = False, to_fleet: str | None = None
-    ) -> None:
-        """Checkpoint at the next step boundary and leave, as on a notice (a granted voluntary move: ``move=True``).
-        Any rank may call it; ``trigger``, ``move`` and ``to_fleet`` go into the PREEMPTED.json record."""
-        self._notice_at = self._notice_at or time.monotonic()
-        self._why, self._trigger = why, trigger
-        self._leave_details = {"move": move, "to_fleet": to_fleet}
-        self._stop.set()
-
-    def _leave_asked(self, why: str, trigger: str, move: bool, to_fleet: str | None) -> None:
-        self.request_leave(why, trigger=trigger, move=move, to_fleet=to_fleet)
-
-    def _sigterm(self, signum: int, frame: Any) -> None:
-        self._notice_at = self._notice_at or time.monotonic()
-        self._why, self._trigger = "SIGTERM", "sigterm"
-        self._stop.set()
 
     # --- added by the package to every Trainer under a launch (launch_callbacks) -----------------------------------
 
@@ -339,30 +251,12 @@ class SpotPreemption(SignsOfLife):
         from lightning_srifty.launch_checks import refuse_a_wasted_fleet
 
         refuse_a_wasted_fleet(trainer)  # before anything starts: its GPUs never idle, its ranks never apart
-        check_store(self.dirpath, self.periodic_deadline_s)  # a missing bucket: now, not at the first save
-        self._watcher = SpotWatcher(self._notice, endpoint=self.endpoint, interval_s=self.interval_s)
-        self._watcher.start()
-        if self.watch is not None and self.watch.needed(trainer.is_global_zero):
-            self.watch.start(trainer.is_global_zero)
+        self._start_watching(trainer.is_global_zero)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._inactive:
             return
-        if self.handle_sigterm and threading.current_thread() is threading.main_thread():
-            # replaces the handler Lightning registered just before (it would raise SIGTERMException and exit 0)
-            self._previous_sigterm = signal.signal(signal.SIGTERM, self._sigterm)
-
-    def _restore(self) -> None:
-        if self.watch is not None:
-            self.watch.stop()
-        if self._watcher is not None:
-            self._watcher.stop()
-        # ours still: at on_fit_end Lightning's teardown has put the original back, and a SIGTERM after the fit (the
-        # watchdog's stop, torchrun ending a rank) reached Lightning's stale handler, which never ended the process
-        ours = signal.getsignal(signal.SIGTERM) == self._sigterm
-        if self._previous_sigterm is not None and ours and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-        self._previous_sigterm = None
+        self._take_sigterm()  # replaces the handler Lightning registered just before (SIGTERMException, exit 0)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._inactive:
@@ -398,68 +292,13 @@ class SpotPreemption(SignsOfLife):
         stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
         if stop and not boundary and self._pace.finishes_first(trainer, self):
             return  # the step's last micro-batches first, while the window allows; one not leaving waits for its end
-        wants = self._rebalance.is_set() or self.writer.due(self.every_s)
-        rebalance = not stop and boundary and trainer.strategy.reduce_boolean_decision(wants, all=False)
-        if not (stop or rebalance):
-            return
-        if not self._rebalance.is_set() and not stop:  # a periodic checkpoint, not a notice
-            # its upload is bounded (a store that accepts and never answers held each one ~400 s) and cut short by a
-            # notice or SIGTERM on this rank: the leave below comes first, within its window
-            self.save(trainer, reason="periodic", deadline_s=self.periodic_deadline_s, interrupt=self._stop)
-            self.writer.prune(trainer)
-            self._alive(trainer, save=True)  # a long save is not a hang to the launcher's stall watch
-            stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
-            if not stop:
-                return
-        self._rebalance.clear()
-        self._checkpoint_on_notice(trainer, stop, step_end)
+        self._at_step_end(trainer, stop, step_end, boundary=boundary)
 
-    def _checkpoint_on_notice(self, trainer: pl.Trainer, stop: bool, step_end: float) -> None:
-        """The notice's checkpoint within its window; on a stop (not a rebalance) the record, and leave."""
-        start = time.monotonic()
-        # the window counts from the first rank's notice, whichever node had it
-        self._notice_at, self._acts_at = earliest_notice(trainer, self._notice_at, self._acts_at)
-        leave_by = self._leave_by(start)
-        # the upload gets what is left before the record's margin (nothing when it is gone: the save stays local)
-        path = self.save(
-            trainer, reason="preempt" if stop else "rebalance", deadline_s=leave_by - RECORD_MARGIN_S - start
-        )
-        durable = time.monotonic()
-        self.timings = {"save_s": durable - start, "notice_to_durable_s": durable - (self._notice_at or start)}
-        log.warning(
-            "SpotPreemption: %s: checkpoint %s %s %.2f s after the notice (save %.2f s)",
-            self._why or "a peer's notice",
-            path,
-            "durable in the store"
-            if self.stored == "durable"
-            else "kept on this machine's disk only (the store did not take it in time: not durable)",
-            self.timings["notice_to_durable_s"],
-            self.timings["save_s"],
-        )
-        if not stop:
-            return
-        self.preempted = True
-        if trainer.is_global_zero:  # what `srifty launch` reads (torchrun does not pass a worker's exit status on)
-            record = Preempted(
-                launch_id=self._launch_id,
-                step=trainer.global_step,
-                checkpoint=path,
-                why=self._why or "a peer's notice",
-                trigger=self._trigger,
-                last_step_unix=step_end,
-                durable_unix=time.time(),
-                save_s=self.timings["save_s"],
-                notice_to_durable_s=self.timings["notice_to_durable_s"],
-                stored=self.stored,
-                **self._leave_details,
-            )
-            # the store gets at least a second for the record; then it is written locally
-            self.writer.write_record(record, deadline_s=max(1.0, leave_by - time.monotonic()))
-        self._restore()
-        mark_preempted(path)
-        if self.exit_process:
-            raise SystemExit(PREEMPTED_EXIT_CODE)
-        trainer.should_stop = True
+    def _saved(self, run: Any) -> None:
+        self._alive(run, save=True)  # a long save is not a hang to the launcher's stall watch
+
+    def _stopped(self, run: Any) -> None:
+        run.should_stop = True  # exit_process=False: the Trainer stops after this step
 
     @classmethod
     def from_plan(cls, plan: Any, choice: int = 0, dirpath: str | None = None, **kwargs: Any) -> SpotPreemption:
@@ -469,52 +308,6 @@ class SpotPreemption(SignsOfLife):
         plan = plan if hasattr(plan, "entries") else load_plan(plan)
         entry = plan.entries[choice]
         return cls(dirpath, every_s=entry.checkpoint_interval_s, **kwargs)
-
-
-def _default_every_s(every_s: float | None, launch: LaunchEnv | None) -> float | None:
-    """``every_s`` as given, else under ``srifty launch`` or on a fleet ``srifty terraform`` wrote the plan's checkpoint
-    interval for the fleet (``LaunchEnv.checkpoint_every_s``; a trial: the SpotPreemption every Trainer gets on a fleet
-    saved only on a notice, so a node lost without one lost everything since the start), else None."""
-    return every_s if every_s is not None or launch is None else launch.checkpoint_every_s
-
-
-def earliest_notice(
-    trainer: pl.Trainer, notice_at: float | None, acts_at: float | None = None
-) -> tuple[float | None, float | None]:
-    """The earliest notice of any rank and the earliest time AWS acts on any rank's node (monotonic, on this rank's
-    clock; wall clock all-reduced): only the noticed node's rank knows when its notice came and when its instance
-    goes, and rank 0 uploads the leaving checkpoint and writes the record within what is left of that window (a
-    review: rank 0 budgeted a full window when another node was reclaimed sooner). Unchanged outside a process
-    group of two or more."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return notice_at, acts_at
-    now_unix, now = time.time(), time.monotonic()
-    mine = [now_unix - (now - t) if t is not None else float("inf") for t in (notice_at, acts_at)]
-    device = getattr(trainer.strategy, "root_device", torch.device("cpu"))
-    earliest = torch.tensor(mine, dtype=torch.float64, device=device)
-    dist.all_reduce(earliest, op=dist.ReduceOp.MIN)
-    first_notice, first_acts = (float(v) for v in earliest.tolist())
-    if first_notice != float("inf"):
-        notice_at = min(notice_at or now, now - max(0.0, now_unix - first_notice))
-    if first_acts != float("inf"):
-        acts_at = now + (first_acts - now_unix)
-    return notice_at, acts_at
-
-
-def mark_preempted(checkpoint: str) -> None:
-    """On a srifty fleet node (``SRIFTY_NODE_STATE`` set by user_data), leave a marker that this job left on a
-    notice with its checkpoint: torchrun turns the workers' exit 75 into its own 1, so the node's status record said
-    "exit 1", and its watchdog read a preemption as the end of the run. Never fatal."""
-    folder = os.environ.get(protocol.NODE_STATE)
-    if not folder:
-        return
-    try:
-        Path(folder, protocol.PREEMPTED_MARKER).write_text(checkpoint + "\n")
-    except OSError as exc:
-        log.warning("SriftyCallback: could not mark the node as preempted in %s: %s", folder, exc)
 
 
 def launch_callbacks() -> list[pl.Callback]:

@@ -651,8 +651,8 @@ def _glue_findings(snapshot: Snapshot, argv: list[str], script: str) -> list[Fin
     out = []
     if glue is not None and (unregistered := glue.unregistered_note(script)) is not None:
         out.append(Finding("imports", "warn", unregistered, f"add `import lightning_srifty` to {script}"))
-    if glue is not None and (fabric := glue.fabric_note(script)) is not None:
-        out.append(Finding("script", "warn", fabric, "train with a Trainer (docs/launch.md)"))
+    if glue is not None and glue.fabric_unguarded and (fabric := glue.fabric_note(script)) is not None:
+        out.append(Finding("script", "warn", fabric, "wrap the loop in FabricPreemption (docs/launch.md)"))
     return out
 
 

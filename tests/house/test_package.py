@@ -24,6 +24,7 @@ def test_public_surface_is_small_and_resolves() -> None:
     assert sorted(lightning_srifty.__all__) == sorted(
         [
             "Constraints",
+            "FabricPreemption",
             "GlobalBatchSampler",
             "MigrationTriggers",
             "ServiceClient",

@@ -610,9 +610,38 @@ def test_a_lightning_cli_strategy_and_a_fabric_script_are_read_as_they_train(tmp
         catalog=catalog,
     )  # fmt: skip
     (note,) = [n for n in got.notes if "trains with Lightning Fabric, not a Trainer" in n]
-    assert "LT_NUM_NODES" in note and "Train with a Trainer" in note
+    assert "LT_NUM_NODES" in note and "Wrap its loop in lightning_srifty.FabricPreemption" in note
     warned = [f for f in check_imports(got.snapshot, train_argv("fabric.py")) if f.status == "warn"]
     assert [f.check for f in warned] == ["script"]
+
+
+def test_a_fabric_loop_in_fabric_preemption_is_not_warned_of_and_is_told_where_its_batch_comes_from(
+    tmp_path, catalog
+) -> None:
+    """A Fabric script whose loop is wrapped in FabricPreemption checkpoints, resumes and leaves on a fleet: srifty
+    check no longer warns that a notice ends it without a checkpoint, and srifty terraform's note says what is still
+    the loop's own (its batch and accumulation: launch_settings())."""
+    from lightning_srifty.provision.preflight import check_imports
+    from lightning_srifty.provision.terraform.command import train_argv
+    from lightning_srifty.provision.terraform.glue import command_glue
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "import lightning as L\nfrom lightning_srifty import FabricPreemption\n"
+        "fabric = L.Fabric(accelerator='auto')\nfabric.launch()\nstate = {'step': 0}\n"
+        "with FabricPreemption(fabric, state) as spot:\n    spot.step()\n"
+    )
+    snapshot = build_snapshot(project, tmp_path / "stage", SPEC)
+    glue = command_glue(snapshot, ["train.py"])
+    assert glue is not None and glue.fabric_only and glue.fabric_preemption and not glue.fabric_unguarded
+    got = generate(
+        load_plan(PLAN), tmp_path / "infra", options=Options(name="fab", code=str(project), train_command="train.py"),
+        catalog=catalog,
+    )  # fmt: skip
+    (note,) = [n for n in got.notes if "trains with Lightning Fabric and FabricPreemption" in n]
+    assert "launch_settings().batch_size" in note and "does not call" not in note
+    assert not [f for f in check_imports(got.snapshot, train_argv("train.py")) if f.status == "warn"]
 
 
 def test_the_glue_of_a_module_an_alias_and_a_large_code_base(tmp_path) -> None:

@@ -17,13 +17,13 @@ import os
 import tarfile
 from dataclasses import dataclass
 
-from lightning_srifty.protocol import VARIABLES
 from lightning_srifty.provision.terraform.script_imports import ProjectImports, project_imports
 from lightning_srifty.provision.terraform.snapshot import Snapshot, read_member
 
 SRIFTY_STRATEGIES = frozenset({"srifty_auto", "srifty_ddp", "srifty_ddp_spawn", "srifty_fsdp"})
 PLAN_STRATEGY = "srifty_auto"  # the strategy that applies the plan's layout and per-rank batch
 PLAN_CALL = "plan_strategy"  # the function that does the same
+FABRIC_GUARD = "FabricPreemption"  # what a Fabric loop calls to checkpoint, resume and leave on a fleet
 PACKAGE = "lightning_srifty"
 MAX_SOURCE_BYTES = 2_000_000  # a Python file larger than this is data, not read
 CONFIGS = (".yaml", ".yml")  # the config files whose _target_ / class_path / target the import walk follows
@@ -35,20 +35,33 @@ class ScriptGlue:
     plan_strategy: bool  # it calls plan_strategy() (under any name it imported it as)
     imports_srifty: bool | None  # it, or a module of the code it imports, imports lightning_srifty (None: not asked)
     fabric_only: bool = False  # it builds a Lightning Fabric and no Trainer (nor LightningCLI) of its own
+    fabric_preemption: bool = False  # it calls FabricPreemption: its Fabric loop checkpoints, resumes and leaves
 
     def fabric_note(self, script: str) -> str | None:
-        """What to say of a script that trains with Fabric (else None): srifty's notice, checkpoint and resume are a
-        Trainer's callbacks (a trial: a Fabric script trained through the notice and started over on the
-        replacements, and the rehearsal waited minutes for a first step no callback reported)."""
+        """What to say of a script that trains with Fabric (else None). Without :class:`FabricPreemption` (a trial: a
+        Fabric script trained through the notice and started over on the replacements, and the rehearsal waited
+        minutes for a first step nothing reported) it is a warning (:attr:`fabric_unguarded`); with it, what the
+        loop keeps its own: the batch and the accumulation."""
         if not self.fabric_only:
             return None
+        if self.fabric_preemption:
+            return (
+                f"{script} trains with Lightning Fabric and {FABRIC_GUARD}: the nodes train it as one job "
+                "(LT_NUM_NODES), and the spot notice's checkpoint, the periodic checkpoints and the resume are "
+                f"{FABRIC_GUARD}'s. Its batch and accumulation are its loop's: the plan's are "
+                "launch_settings().batch_size and .accumulate_grad_batches (the same training as profiled)"
+            )
         return (
-            f"{script} trains with Lightning Fabric, not a Trainer: the nodes train it as one job (LT_NUM_NODES), but "
-            "lightning-srifty's spot-notice checkpoint, periodic checkpoints and resume are Trainer callbacks, so on "
-            "this fleet a notice ends it without a checkpoint, the replacements start it over, and srifty rehearse "
-            f"sees no step. Train with a Trainer, or save to ${VARIABLES['checkpoint_uri']} and resume from it in the "
-            "script (SIGTERM is the notice)"
+            f"{script} trains with Lightning Fabric, not a Trainer, and does not call {FABRIC_GUARD}: the nodes train "
+            "it as one job (LT_NUM_NODES), but on this fleet a spot notice ends it without a checkpoint, the "
+            "replacements start it over, no node sees it hang, and srifty rehearse sees no step. Wrap its loop in "
+            f"lightning_srifty.{FABRIC_GUARD} (docs/launch.md), or train with a Trainer"
         )
+
+    @property
+    def fabric_unguarded(self) -> bool:
+        """A Fabric script whose loop nothing of srifty's watches: a notice ends it without a checkpoint."""
+        return self.fabric_only and not self.fabric_preemption
 
     @property
     def asks_for_the_plan(self) -> bool:
@@ -100,7 +113,7 @@ def read_glue(snapshot: Snapshot, script: str, *, module: bool = False) -> Scrip
             names.add(called)
     imports = _imports_srifty(snapshot, script, module) if strategies else None  # only asked of one that names one
     fabric_only = "Fabric" in names and not names & {"Trainer", "LightningCLI"}
-    return ScriptGlue(frozenset(strategies), calls, imports, fabric_only)
+    return ScriptGlue(frozenset(strategies), calls, imports, fabric_only, FABRIC_GUARD in names)
 
 
 def command_glue(snapshot: Snapshot, argv: list[str]) -> ScriptGlue | None:

@@ -1,0 +1,266 @@
+"""A Lightning Fabric loop on a srifty fleet: resume, periodic checkpoints, a notice's checkpoint, the node's watches.
+
+A Trainer gets all of it from :class:`~.preemption.SpotPreemption` (every Trainer on a fleet has one). Fabric has no
+training loop of its own to hook, so the script says where its steps end::
+
+    fabric = L.Fabric(accelerator="auto")
+    fabric.launch()
+    model, optimizer = fabric.setup(model, optimizer)
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    with FabricPreemption(fabric, state) as spot:  # state is now the fleet's newest checkpoint's, if any
+        for batch in batches(skip=state["step"]):  # the data position is the script's: resume it from the step
+            ...  # forward, fabric.backward, optimizer.step
+            state["step"] += 1
+            spot.step()  # the step's end: the node's alive file, the launcher's records, and the checkpoints
+
+At each :meth:`FabricPreemption.step` the ranks agree whether any has a notice (an all-reduce, as a Trainer's); a
+periodic checkpoint is saved when the plan's interval (``LaunchEnv.checkpoint_every_s`` on a fleet) has passed; on a
+spot notice, SIGTERM or the launcher's move every rank takes part in ``fabric.save`` of ``state`` (the writer's save,
+seal and publish: :class:`~.writer.CheckpointWriter`), rank 0 writes ``PREEMPTED.json`` and the process exits with
+75, which the fleet's nodes read as "left with its checkpoint": the replacements resume from it. Leaving the ``with``
+block normally records the end of training (``FINISHED.json``, the node's exit mark and alive file); an exception
+records ``FAILED.json``. :meth:`FabricPreemption.alive` is a sign of life between steps (a validation batch).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from lightning_srifty import protocol
+from lightning_srifty.migrate import exit_mark
+from lightning_srifty.migrate.alive import NodeAlive
+from lightning_srifty.migrate.checkpoints import resume_checkpoint
+from lightning_srifty.migrate.leaving import Leaving
+from lightning_srifty.protocol import Failed, Finished
+from predictor.exceptions import ConfigError
+
+log = logging.getLogger("lightning_srifty")
+
+
+class FabricRun:
+    """A Fabric loop as the checkpoint writer and the launch checks read a Trainer: its step (``state[step_key]``),
+    its strategy and ranks, and ``save_checkpoint`` as ``fabric.save`` of ``state``."""
+
+    def __init__(self, fabric: Any, state: dict[str, Any], step_key: str) -> None:
+        self.fabric, self.state, self.step_key = fabric, state, step_key
+        self.should_stop = False
+
+    @property
+    def global_step(self) -> int:
+        return int(self.state[self.step_key])
+
+    @property
+    def strategy(self) -> Any:
+        return self.fabric.strategy
+
+    @property
+    def is_global_zero(self) -> bool:
+        return bool(self.fabric.is_global_zero)
+
+    @property
+    def global_rank(self) -> int:
+        return int(self.fabric.global_rank)
+
+    @property
+    def local_rank(self) -> int:
+        return int(self.fabric.local_rank)
+
+    @property
+    def world_size(self) -> int:
+        return int(self.fabric.world_size)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(getattr(self.fabric.strategy, "num_nodes", 1) or 1)
+
+    @property
+    def lightning_module(self) -> Any:
+        """The state's modules as one (what a checkpoint's size is estimated from)."""
+        import torch
+
+        return torch.nn.ModuleDict({k: v for k, v in self.state.items() if isinstance(v, torch.nn.Module)})
+
+    @property
+    def optimizers(self) -> list[Any]:
+        import torch
+
+        return [v for v in self.state.values() if isinstance(v, torch.optim.Optimizer)]
+
+    def save_checkpoint(self, path: str, weights_only: bool = False) -> None:
+        self.fabric.save(path, self.state)  # every rank calls it: a sharded strategy writes each rank's part
+
+    def trained(self, launch: Any) -> dict[str, Any]:
+        """How the loop trains, for ``STARTED.json``: its ranks, its strategy, and a sharded or unsharded strategy
+        where the plan says otherwise (its batch and accumulation are the script's loop's: not seen here)."""
+        from lightning.fabric.strategies import DDPStrategy, FSDPStrategy
+
+        strategy = self.fabric.strategy
+        sharded = isinstance(strategy, FSDPStrategy)
+        name = "fsdp" if sharded else "ddp" if isinstance(strategy, DDPStrategy) else type(strategy).__name__
+        mismatches = []
+        planned = launch.strategy_spec()[0] if launch is not None else None
+        if planned is not None and (planned == "fsdp") != sharded:
+            mismatches.append(
+                f"the plan trains this fleet with {planned}, the Fabric's strategy is {type(strategy).__name__}: "
+                f'pass Fabric(strategy="{planned}")'
+            )
+        return {"world_size": self.world_size, "strategy": name, "mismatches": tuple(mismatches)}
+
+
+class FabricPreemption(Leaving):
+    """Resume, checkpoint and leave a Lightning Fabric loop on a srifty fleet (see the module's example).
+
+    Args:
+        fabric: the script's launched :class:`lightning.fabric.Fabric`.
+        state: what a checkpoint holds and a resume restores in place (``fabric.save`` / ``fabric.load``): the set-up
+            modules and optimizers, and ``state[step_key]``, the optimizer steps taken (an int the loop advances).
+        dirpath: where checkpoints go (default: the fleet's or the launcher's checkpoint folder, else
+            ``srifty/checkpoints``).
+        step_key: the key of ``state`` that counts the steps (default ``"step"``).
+        resume: at the start, load the checkpoint the fleet resumes from (its newest sound one) into ``state``.
+        **options: :class:`~.preemption.SpotPreemption`'s (``every_s``, ``keep``, ``leave_deadline_s``,
+            ``exit_process``...); ``exit_process=False`` returns from :meth:`step` with :attr:`preempted` set
+            instead of exiting with 75.
+    """
+
+    def __init__(
+        self,
+        fabric: Any,
+        state: dict[str, Any],
+        dirpath: str | None = None,
+        *,
+        step_key: str = "step",
+        resume: bool = True,
+        **options: Any,
+    ) -> None:
+        _check_state(state, step_key)
+        for needed in ("strategy", "save", "load", "broadcast", "global_rank", "local_rank", "world_size"):
+            if not hasattr(fabric, needed):
+                raise ConfigError(
+                    f"FabricPreemption(fabric=...) takes the script's Fabric, not a {type(fabric).__name__} "
+                    f"(no .{needed}): pass the lightning.fabric.Fabric the loop trains with.",
+                    parameter="fabric",
+                    value=type(fabric).__name__,
+                )
+        super().__init__(dirpath, **options)
+        self.fabric, self.state, self.step_key, self.resume_at_start = fabric, state, step_key, resume
+        self.run = FabricRun(fabric, state, step_key)
+        self.resumed_from: str | None = None
+        self._node = NodeAlive.from_env() if self.run.local_rank == 0 else None
+        self._started = False
+        self._trained: dict[str, Any] | None = None
+
+    # --- the start and the end ---------------------------------------------------------------------------------------
+
+    def __enter__(self) -> FabricPreemption:
+        self.start()
+        return self
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        if error is None or (isinstance(error, SystemExit) and error.code in (None, 0)):
+            self.finished()
+        elif not (isinstance(error, SystemExit) and self.preempted):
+            self.failed(error)
+
+    def start(self) -> None:
+        """Before the first step (the ``with`` block does it): the launch checks, the store, the watches, SIGTERM as
+        a notice, and the resume (``resume``)."""
+        if self._started:
+            return
+        self._started = True
+        from lightning_srifty.launch_checks import refuse_a_wasted_fleet
+
+        refuse_a_wasted_fleet(self.run)  # its GPUs never idle, its ranks never apart
+        self._start_watching(self.run.is_global_zero)
+        self._take_sigterm()
+        if self.resume_at_start:
+            self.resume()
+
+    def resume(self) -> str | None:
+        """Load the checkpoint the fleet resumes from into ``state`` (in place, weights only), and return its path;
+        None on a first start or outside a srifty fleet or launch. Every rank loads what rank 0 found."""
+        fabric = self.fabric
+        path = resume_checkpoint(agree=lambda find: fabric.broadcast(find() if fabric.is_global_zero else None, src=0))
+        if path is None:
+            return None
+        fabric.load(path, self.state)
+        self.resumed_from = path
+        log.warning("FabricPreemption: resumed from %s at step %d", path, self.run.global_step)
+        return path
+
+    def finished(self) -> None:
+        """Training is over: the script's end is marked on a fleet node, and rank 0 records ``FINISHED.json`` (what a
+        launcher that cannot see the process waits for). What runs after it (a test, an export) is the script's work
+        after training, which the node allows its own limit."""
+        self._restore()
+        if self.preempted:
+            return
+        run = self.run
+        exit_mark.arm(run.global_rank, run.global_step)
+        if self._node is not None:
+            self._node.over(run.global_step)
+        if run.is_global_zero:
+            protocol.write_record(self.dirpath, Finished(launch_id=self._launch_id, step=run.global_step))
+
+    def failed(self, error: BaseException) -> None:
+        """The loop raised: rank 0 records ``FAILED.json`` (a launcher watching a remote fleet must not wait)."""
+        exit_mark.disarm()
+        self._restore()
+        if self.run.is_global_zero and not self.preempted:
+            try:
+                said = f"{type(error).__name__}: {error}"[:2000]
+                record = Failed(launch_id=self._launch_id, step=self.run.global_step, error=said)
+                protocol.write_record(self.dirpath, record)
+            except Exception as exc:  # noqa: BLE001 - the original exception is what matters
+                log.warning("FabricPreemption: could not write %s: %s", protocol.FAILED, exc)
+
+    # --- the loop's signs --------------------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """An optimizer step ended (``state[step_key]`` already counts it): every rank calls it at the same step."""
+        if not self._started:
+            self.start()
+        run, step_end = self.run, time.time()
+        if self.watch is not None and run.is_global_zero:
+            if self._trained is None:
+                self._trained = run.trained(self.launch)
+            self.watch.step_ended(run.global_step, step_end, trained=self._trained)
+        if self._node is not None:
+            self._node.step(run.global_step)
+        stop = run.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
+        self._at_step_end(run, stop, step_end)
+
+    def alive(self, *, save: bool = False) -> None:
+        """A sign of life between steps (a validation batch): neither stall watch takes a long evaluation for a
+        hung job."""
+        if self.watch is not None and self.run.is_global_zero:
+            self.watch.note_active(time.time())
+        if self._node is not None:
+            self._node.sign(force=save)
+
+    def _saved(self, run: Any) -> None:
+        self.alive(save=True)
+
+    def _stopped(self, run: Any) -> None:
+        run.should_stop = True
+
+
+def _check_state(state: Any, step_key: str) -> None:
+    if not isinstance(state, dict):
+        raise ConfigError(
+            f"FabricPreemption(state=...) takes the dict fabric.save() saves, not a {type(state).__name__}: "
+            f'{{"model": model, "optimizer": optimizer, "{step_key}": 0}}.',
+            parameter="state",
+            value=type(state).__name__,
+        )
+    step = state.get(step_key)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ConfigError(
+            f"FabricPreemption(state=...) needs state[{step_key!r}], the optimizer steps taken (an int >= 0 the "
+            f"loop advances before each spot.step()), and it is {step!r}: add {step_key!r}: 0 to the state "
+            "(or name your counter with step_key=).",
+            parameter=f"state[{step_key!r}]",
+            value=step,
+        )

@@ -1,0 +1,213 @@
+"""A Lightning Fabric loop on a srifty fleet (``FabricPreemption``): resume, periodic checkpoints, the notice's
+checkpoint and exit 75, the node's alive file and exit marks, the launcher's records.
+
+Before it, a Fabric script on a fleet trained through a spot notice and its replacements started it over (a trial);
+the fast tests run one Fabric in this process, the slow one two real ranks under torchrun with checkpoints in S3
+(moto's server), left on a SIGTERM and resumed to the parameters of a run never interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_srifty.migrate.fabric import FabricPreemption
+from lightning_srifty.protocol import Failed, Finished, Preempted, Started, read_record
+from predictor.exceptions import ConfigError
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@pytest.fixture
+def fleet(tmp_path, monkeypatch):
+    """A fleet node's environment as the module's boot script sets it: the checkpoint folder, resume "latest", the
+    node's state folder."""
+    folders = {"checkpoints": tmp_path / "ckpt", "state": tmp_path / "state"}
+    folders["state"].mkdir()
+    monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", str(folders["checkpoints"]))
+    monkeypatch.setenv("SRIFTY_RESUME", "latest")
+    monkeypatch.setenv("SRIFTY_NODE_STATE", str(folders["state"]))
+    monkeypatch.setenv("SRIFTY_ALLOW_CPU", "1")
+    return folders
+
+
+def _fabric_and_state():
+    import lightning as L
+
+    fabric = L.Fabric(accelerator="cpu", devices=1)
+    torch.manual_seed(1)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model, optimizer = fabric.setup(model, optimizer)
+    return fabric, {"model": model, "optimizer": optimizer, "step": 0}
+
+
+def _train(state, spot, steps: int) -> None:
+    model, optimizer = state["model"], state["optimizer"]
+    for _ in range(steps):
+        g = torch.Generator().manual_seed(state["step"])
+        x = torch.randn(8, 4, generator=g)
+        loss = nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+        optimizer.zero_grad()
+        spot.fabric.backward(loss)
+        optimizer.step()
+        state["step"] += 1
+        spot.step()
+
+
+def _params(state) -> list[float]:
+    return torch.cat([p.detach().flatten() for p in state["model"].parameters()]).tolist()
+
+
+def test_a_notice_saves_the_loops_state_leaves_with_75_and_the_next_start_resumes_it(fleet) -> None:
+    fabric, state = _fabric_and_state()
+    with pytest.raises(SystemExit) as left, FabricPreemption(fabric, state) as spot:
+        _train(state, spot, 3)
+        spot.request_leave("a spot notice, played")  # the watcher's or SIGTERM's flag: the next step leaves
+        _train(state, spot, 5)
+    assert left.value.code == 75 and state["step"] == 4 and spot.preempted
+    record = read_record(str(fleet["checkpoints"]), Preempted)
+    assert record is not None and record.step == 4 and record.checkpoint.endswith("preempt-step=4.ckpt")
+    assert (fleet["state"] / "preempted").read_text().strip() == record.checkpoint  # the node reads it: not a failure
+    assert Path(record.checkpoint + ".sha256").exists()  # sealed before it was published
+    started = read_record(str(fleet["checkpoints"]), Started)
+    assert started is not None and started.step == 1 and started.world_size == 1 and started.mismatches == ()
+    assert (fleet["state"] / "alive").read_text().split()[0] == "1"  # the node's stall watch starts at the first
+    assert read_record(str(fleet["checkpoints"]), Finished) is None
+    saved = _params(state)
+
+    fabric, state = _fabric_and_state()  # the replacement: a fresh process's model
+    assert _params(state) != saved
+    with FabricPreemption(fabric, state) as spot:
+        assert spot.resumed_from == record.checkpoint and state["step"] == 4 and _params(state) == saved
+        assert state["optimizer"].state_dict()["state"]  # the momentum came back too
+        _train(state, spot, 2)
+    finished = read_record(str(fleet["checkpoints"]), Finished)
+    assert finished is not None and finished.step == 6
+    assert (fleet["state"] / "alive").read_text().split()[-1] == "1"  # training is over: the node's after-fit limit
+
+
+def test_periodic_checkpoints_follow_the_plans_interval_and_keep_the_newest(fleet, monkeypatch) -> None:
+    monkeypatch.setenv("SRIFTY_CHECKPOINT_EVERY_S", "0")  # the fleet's Young-Daly interval: every step here
+    fabric, state = _fabric_and_state()
+    with FabricPreemption(fabric, state, keep=2) as spot:
+        assert spot.every_s == 0.0
+        _train(state, spot, 5)
+    names = sorted(p.name for p in fleet["checkpoints"].glob("*.ckpt"))
+    assert names == ["periodic-step=4.ckpt", "periodic-step=5.ckpt"]
+
+
+def test_a_loop_that_raises_records_its_failure_and_marks_no_end(fleet) -> None:
+    from lightning_srifty.migrate import exit_mark
+
+    fabric, state = _fabric_and_state()
+    with pytest.raises(RuntimeError, match="a bug"), FabricPreemption(fabric, state) as spot:
+        _train(state, spot, 2)
+        raise RuntimeError("a bug")
+    failed = read_record(str(fleet["checkpoints"]), Failed)
+    assert failed is not None and failed.step == 2 and "RuntimeError: a bug" in failed.error
+    assert exit_mark._armed is None  # the node keeps torchrun's failure: no exit mark
+    assert signal.getsignal(signal.SIGTERM) is not spot._sigterm  # SIGTERM handed back
+
+
+def test_outside_a_fleet_it_resumes_nothing_and_writes_no_launcher_records(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("SRIFTY_CHECKPOINT_URI", raising=False)
+    fabric, state = _fabric_and_state()
+    with FabricPreemption(fabric, state, str(tmp_path / "ck")) as spot:
+        assert spot.launch is None and spot.watch is None and spot.resumed_from is None
+        _train(state, spot, 2)
+    assert (tmp_path / "ck" / "FINISHED.json").exists() and not (tmp_path / "ck" / "STARTED.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("state", "field"),
+    [
+        ([1, 2], "state"),
+        ({"model": 1}, "state['step']"),
+        ({"step": -1}, "state['step']"),
+        ({"step": 1.5}, "state['step']"),
+        ({"step": True}, "state['step']"),
+    ],
+)
+def test_a_state_without_its_step_counter_is_refused_naming_the_field_and_the_fix(state, field) -> None:
+    fabric, _ = _fabric_and_state()
+    with pytest.raises(ConfigError) as refused:
+        FabricPreemption(fabric, state)
+    assert refused.value.parameter == field and ("'step': 0" in str(refused.value) or "dict" in str(refused.value))
+
+
+def test_something_else_than_a_fabric_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"takes the script's Fabric, not a Trainer-ish \(no \.strategy\)"):
+        FabricPreemption(type("Trainer-ish", (), {})(), {"step": 0})
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+@pytest.mark.timeout(300)
+def test_two_ranks_leave_on_a_sigterm_to_s3_and_resume_to_the_parameters_of_a_run_never_interrupted(
+    tmp_path, subprocess_env
+) -> None:
+    """torchrun, 2 gloo ranks, Fabric's DDP, checkpoints in S3 (moto's server, as the fleet's bucket): rank 0 gets
+    SIGTERM after step 7 (the node's watchdog passes a notice on so); both ranks save, exit 75, and the node's
+    marker says preempted. The next leg resumes from S3 at step 7 and ends at 20 with every parameter of a reference
+    run that was never interrupted, FINISHED.json, and each rank's exit mark."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    from conftest import moto_server
+
+    with moto_server() as endpoint:
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="ckpts")
+        env = {**subprocess_env, "AWS_ENDPOINT_URL": endpoint, "OMP_NUM_THREADS": "1", "SRIFTY_ALLOW_CPU": "1"}
+        env["PYTHONPATH"] = os.pathsep.join([str(SCRIPTS.parents[1]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env.update({"SRIFTY_RESUME": "latest", "SRIFTY_SPOT_POLL_S": "0.2"})
+
+        def leg(out: Path, uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+            state = out / "state"
+            state.mkdir(parents=True, exist_ok=True)
+            port = str(_free_port())
+            command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
+            command += [str(SCRIPTS / "fabric_run.py"), str(out), "--max-steps", "20", *args]
+            leg_env = {**env, "SRIFTY_CHECKPOINT_URI": uri, "SRIFTY_NODE_STATE": str(state)}
+            return subprocess.run(command, env=leg_env, capture_output=True, text=True, timeout=240)
+
+        ref = leg(tmp_path / "ref", "s3://ckpts/ref")
+        assert ref.returncode == 0, ref.stderr[-3000:]
+        first = leg(tmp_path / "run", "s3://ckpts/run", "--sigterm-at", "7")
+        assert first.returncode != 0 and (tmp_path / "run" / "state" / "preempted").exists(), first.stderr[-3000:]
+        assert "checkpoint s3://ckpts/run/preempt-step=7.ckpt durable in the store" in first.stderr
+        second = leg(tmp_path / "run", "s3://ckpts/run")
+        assert second.returncode == 0, second.stderr[-3000:]
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        records = {
+            key: json.loads(s3.get_object(Bucket="ckpts", Key=f"run/{key}")["Body"].read())
+            for key in ("PREEMPTED.json", "FINISHED.json", "STARTED.json")
+        }
+    assert records["PREEMPTED.json"]["step"] == 7 and records["PREEMPTED.json"]["trigger"] == "sigterm"
+    assert records["FINISHED.json"]["step"] == 20
+    assert records["STARTED.json"]["step"] == 8 and records["STARTED.json"]["world_size"] == 2
+    assert records["STARTED.json"]["strategy"] == "ddp" and records["STARTED.json"]["mismatches"] == []
+    assert (tmp_path / "run" / "started-at.txt").read_text().strip() == "7"
+    assert "resumed from" in second.stderr and "preempt-step=7.ckpt at step 7" in second.stderr
+    ref_params = (tmp_path / "ref" / "params.txt").read_text().splitlines()
+    run_params = (tmp_path / "run" / "params.txt").read_text().splitlines()
+    assert [line.split()[0] for line in run_params] == [str(s) for s in range(1, 21)]  # 1-7, then 8-20 resumed
+    assert run_params[-1] == ref_params[-1]  # the same training: every parameter, to the printed 9 digits
+    marks = sorted(p.name for p in (tmp_path / "run" / "state").glob("exit.*"))
+    assert marks == ["exit.0", "exit.1"]  # the node takes a teardown death after them for the end it is
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
