@@ -24,8 +24,12 @@ records ``FAILED.json``. :meth:`FabricPreemption.alive` is a sign of life betwee
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from lightning_srifty import protocol
@@ -100,7 +104,11 @@ class FabricRun:
         sharded = isinstance(strategy, FSDPStrategy)
         name = "fsdp" if sharded else "ddp" if isinstance(strategy, DDPStrategy) else type(strategy).__name__
         mismatches = []
-        planned = launch.strategy_spec()[0] if launch is not None else None
+        try:
+            planned = launch.strategy_spec()[0] if launch is not None else None
+        except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop training (one rank calls it)
+            planned = None
+            mismatches.append(f"not checked: {type(exc).__name__}: {exc}")
         if planned is not None and (planned == "fsdp") != sharded:
             mismatches.append(
                 f"the plan trains this fleet with {planned}, the Fabric's strategy is {type(strategy).__name__}: "
@@ -149,7 +157,7 @@ class FabricPreemption(Leaving):
         self.run = FabricRun(fabric, state, step_key)
         self.resumed_from: str | None = None
         self._node = NodeAlive.from_env() if self.run.local_rank == 0 else None
-        self._started = False
+        self._started = self._ended = False
         self._trained: dict[str, Any] | None = None
 
     # --- the start and the end ---------------------------------------------------------------------------------------
@@ -166,17 +174,26 @@ class FabricPreemption(Leaving):
 
     def start(self) -> None:
         """Before the first step (the ``with`` block does it): the launch checks, the store, the watches, SIGTERM as
-        a notice, and the resume (``resume``)."""
-        if self._started:
-            return
+        a notice, and the resume (``resume``). A failure here is the loop's: recorded (``FAILED.json``), the watches
+        stopped and SIGTERM handed back, then raised (a ``with`` block's exit does not run when its entry raises)."""
+        if self._started or self._ended:
+            raise ConfigError(
+                "This FabricPreemption has already started a loop: make one FabricPreemption per training loop.",
+                parameter="FabricPreemption.start",
+                value="again",
+            )
         self._started = True
         from lightning_srifty.launch_checks import refuse_a_wasted_fleet
 
-        refuse_a_wasted_fleet(self.run)  # its GPUs never idle, its ranks never apart
-        self._start_watching(self.run.is_global_zero)
-        self._take_sigterm()
-        if self.resume_at_start:
-            self.resume()
+        try:
+            refuse_a_wasted_fleet(self.run)  # its GPUs never idle, its ranks never apart
+            self._start_watching(self.run.is_global_zero)
+            self._take_sigterm()
+            if self.resume_at_start:
+                self.resume()
+        except BaseException as error:
+            self.failed(error)
+            raise
 
     def resume(self) -> str | None:
         """Load the checkpoint the fleet resumes from into ``state`` (in place, weights only), and return its path;
@@ -185,7 +202,8 @@ class FabricPreemption(Leaving):
         path = resume_checkpoint(agree=lambda find: fabric.broadcast(find() if fabric.is_global_zero else None, src=0))
         if path is None:
             return None
-        fabric.load(path, self.state)
+        with _on_local_disk(path) as local:
+            fabric.load(local, self.state, weights_only=True)  # data, never code (find_checkpoint vetted it too)
         self.resumed_from = path
         log.warning("FabricPreemption: resumed from %s at step %d", path, self.run.global_step)
         return path
@@ -195,6 +213,7 @@ class FabricPreemption(Leaving):
         launcher that cannot see the process waits for). What runs after it (a test, an export) is the script's work
         after training, which the node allows its own limit."""
         self._restore()
+        self._ended = True
         if self.preempted:
             return
         run = self.run
@@ -208,6 +227,7 @@ class FabricPreemption(Leaving):
         """The loop raised: rank 0 records ``FAILED.json`` (a launcher watching a remote fleet must not wait)."""
         exit_mark.disarm()
         self._restore()
+        self._ended = True
         if self.run.is_global_zero and not self.preempted:
             try:
                 said = f"{type(error).__name__}: {error}"[:2000]
@@ -219,9 +239,17 @@ class FabricPreemption(Leaving):
     # --- the loop's signs --------------------------------------------------------------------------------------------
 
     def step(self) -> None:
-        """An optimizer step ended (``state[step_key]`` already counts it): every rank calls it at the same step."""
-        if not self._started:
-            self.start()
+        """An optimizer step ended (``state[step_key]`` already counts it): every rank calls it at the same step.
+        After the job left (``exit_process=False``: :attr:`preempted`), it does nothing: end the loop."""
+        if not self._started or self._ended:
+            raise ConfigError(
+                "spot.step() runs inside the loop's `with FabricPreemption(fabric, state) as spot:` block (or after "
+                "spot.start()): the resume must come before the first step, and the end of training must be recorded.",
+                parameter="FabricPreemption.step",
+                value="outside its block",
+            )
+        if self.preempted:
+            return
         run, step_end = self.run, time.time()
         if self.watch is not None and run.is_global_zero:
             if self._trained is None:
@@ -229,8 +257,8 @@ class FabricPreemption(Leaving):
             self.watch.step_ended(run.global_step, step_end, trained=self._trained)
         if self._node is not None:
             self._node.step(run.global_step)
-        stop = run.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
-        self._at_step_end(run, stop, step_end)
+        stop, rebalance, due = self._agree(run)
+        self._at_step_end(run, stop, rebalance, due, step_end)
 
     def alive(self, *, save: bool = False) -> None:
         """A sign of life between steps (a validation batch): neither stall watch takes a long evaluation for a
@@ -245,6 +273,35 @@ class FabricPreemption(Leaving):
 
     def _stopped(self, run: Any) -> None:
         run.should_stop = True
+
+
+@contextlib.contextmanager
+def _on_local_disk(path: str) -> Iterator[str]:
+    """``path``, or a remote file (``s3://``...) downloaded to this rank's temporary folder while it is read: Fabric's
+    FSDP load takes a path as a local ``Path`` (``s3:/``...), and a remote sharded directory is already local here
+    (:func:`~.checkpoints.resume_checkpoint` fetched it)."""
+    if "://" not in path or path.startswith("file://"):
+        yield path.removeprefix("file://")
+        return
+    from lightning_srifty.store import filesystem
+
+    with tempfile.TemporaryDirectory(prefix="srifty-resume-") as folder:
+        local = os.path.join(folder, path.rstrip("/").rsplit("/", 1)[-1])
+        filesystem(path).get_file(path, local)
+        yield local
+
+
+def _loadable(value: Any, where: str) -> str | None:
+    """Where in ``value`` something sits that a weights-only load refuses (a numpy array, an object), else None."""
+    import torch
+
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor, torch.device, torch.dtype)):
+        return None
+    if isinstance(value, (list, tuple)):
+        return next((w for i, v in enumerate(value) if (w := _loadable(v, f"{where}[{i}]"))), None)
+    if isinstance(value, dict):
+        return next((w for k, v in value.items() if (w := _loadable(v, f"{where}[{k!r}]"))), None)
+    return f"{where} ({type(value).__module__}.{type(value).__qualname__})"
 
 
 def _check_state(state: Any, step_key: str) -> None:
@@ -264,3 +321,17 @@ def _check_state(state: Any, step_key: str) -> None:
             parameter=f"state[{step_key!r}]",
             value=step,
         )
+    import torch
+
+    for key, value in state.items():  # modules and optimizers save their state dicts; a stateful object too
+        if isinstance(value, (torch.nn.Module, torch.optim.Optimizer)):
+            continue
+        saved = value.state_dict() if callable(getattr(value, "state_dict", None)) else value
+        if (bad := _loadable(saved, f"state[{key!r}]")) is not None:
+            raise ConfigError(
+                f"FabricPreemption(state=...) holds {bad}, which a weights-only load refuses: every checkpoint "
+                "would save, and no replacement could resume from one. Keep tensors, numbers, strings and lists or "
+                "dicts of them in the state (a numpy array as torch.from_numpy(a), a random state as a tensor).",
+                parameter="state",
+                value=bad,
+            )

@@ -109,9 +109,12 @@ class Leaving:
         """``"durable"``, or ``"local <host>:<path>"`` when the store did not take the newest checkpoint in time."""
         return self.writer.stored
 
-    def save(self, run: Any, reason: str = "manual", deadline_s: float | None = None, *, interrupt: Any = None) -> str:
-        """Save a checkpoint now (every rank): see :meth:`CheckpointWriter.save`."""
-        return self.writer.save(run, reason, deadline_s, interrupt=interrupt)
+    def save(
+        self, trainer: Any, reason: str = "manual", deadline_s: float | None = None, *, interrupt: Any = None
+    ) -> str:
+        """Save a checkpoint now (every rank; ``trainer``: the Trainer, or a Fabric loop's :class:`~.fabric.FabricRun`):
+        see :meth:`CheckpointWriter.save`."""
+        return self.writer.save(trainer, reason, deadline_s, interrupt=interrupt)
 
     # --- signals -----------------------------------------------------------------------------------------------------
 
@@ -181,24 +184,37 @@ class Leaving:
 
     # --- the step boundary -------------------------------------------------------------------------------------------
 
-    def _at_step_end(self, run: Any, stop: bool, step_end: float, *, boundary: bool = True) -> None:
-        """A step ended and the ranks agreed on ``stop`` (any rank's notice): a periodic or rebalance checkpoint at
-        an optimizer step's end (``boundary``), the leaving one on a stop."""
-        wants = self._rebalance.is_set() or self.writer.due(self.every_s)
-        rebalance = not stop and boundary and run.strategy.reduce_boolean_decision(wants, all=False)
-        if not (stop or rebalance):
-            return
-        if not self._rebalance.is_set() and not stop:  # a periodic checkpoint, not a notice
+    def _agree(self, run: Any, boundary: bool = True) -> tuple[bool, bool, bool]:
+        """Whether any rank has a notice, any rank's node a rebalance recommendation, and a periodic checkpoint is due
+        on any rank's clock: one all-reduce of the three flags (every rank calls it at every step end), so that every
+        rank takes the same path. Two votes before, on a notice and on "a checkpoint", let a rebalance that one node
+        saw send its rank to the rebalance save and the others to a periodic save: collectives each side never
+        matched, and the job hung (a rebalance recommendation is each instance's own). Off an optimizer step's end
+        (``boundary`` False) no checkpoint is wanted."""
+        import torch
+        import torch.distributed as dist
+
+        flags = [self._stop.is_set(), boundary and self._rebalance.is_set(), boundary and self.writer.due(self.every_s)]
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            device = getattr(run.strategy, "root_device", torch.device("cpu"))
+            voted = torch.tensor([int(f) for f in flags], dtype=torch.int32, device=device)
+            dist.all_reduce(voted, op=dist.ReduceOp.MAX)
+            flags = [bool(v) for v in voted.tolist()]
+        return flags[0], flags[1], flags[2]
+
+    def _at_step_end(self, run: Any, stop: bool, rebalance: bool, due: bool, step_end: float) -> None:
+        """A step ended and the ranks agreed (:meth:`_agree`): the leaving checkpoint on a notice, else the rebalance
+        one, else a periodic one, each on every rank."""
+        if not (stop or rebalance) and due:
             # its upload is bounded (a store that accepts and never answers held each one ~400 s) and cut short by a
             # notice or SIGTERM on this rank: the leave below comes first, within its window
             self.save(run, reason="periodic", deadline_s=self.periodic_deadline_s, interrupt=self._stop)
             self.writer.prune(run)
             self._saved(run)
             stop = run.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
-            if not stop:
-                return
-        self._rebalance.clear()
-        self._checkpoint_on_notice(run, stop, step_end)
+        if stop or rebalance:
+            self._rebalance.clear()
+            self._checkpoint_on_notice(run, stop, step_end)
 
     def _saved(self, run: Any) -> None:
         """A periodic save is done: a sign of life (a long save is not a hang to a stall watch)."""
@@ -218,7 +234,7 @@ class Leaving:
         log.warning(
             "%s: %s: checkpoint %s %s %.2f s after the notice (save %.2f s)",
             type(self).__name__,
-            self._why or "a peer's notice",
+            self._why or ("a peer's notice" if stop else "a peer's rebalance recommendation"),
             path,
             "durable in the store"
             if self.stored == "durable"

@@ -2,7 +2,7 @@
 
 ``SpotPreemption(dirpath)`` is a Lightning callback: a :class:`~.spot_watcher.SpotWatcher` per node
 (each node sees only its own notice) and a SIGTERM handler set a flag; at the next step boundary the ranks agree
-(any rank's flag stops all of them, one boolean all-reduce per step), every rank takes part in
+(any rank's flag stops all of them: one all-reduce of three flags a step), every rank takes part in
 ``trainer.save_checkpoint`` to a temporary name, rank 0 renames it into place once complete (so no half-written
 checkpoint is ever picked up), and the process exits with :data:`PREEMPTED_EXIT_CODE` (75, ``EX_TEMPFAIL``), which
 ``srifty launch`` reads as "preempted: resume elsewhere". (Lightning alone would exit 0 after SIGTERM.)
@@ -289,10 +289,10 @@ class SpotPreemption(SignsOfLife, Leaving):
         step_end = time.time()
         self._stepped(trainer, step_end)
         boundary = self._pace.batch_ended(trainer)
-        stop = trainer.strategy.reduce_boolean_decision(self._stop.is_set(), all=False)
+        stop, rebalance, due = self._agree(trainer, boundary)
         if stop and not boundary and self._pace.finishes_first(trainer, self):
             return  # the step's last micro-batches first, while the window allows; one not leaving waits for its end
-        self._at_step_end(trainer, stop, step_end, boundary=boundary)
+        self._at_step_end(trainer, stop, rebalance, due, step_end)
 
     def _saved(self, run: Any) -> None:
         self._alive(run, save=True)  # a long save is not a hang to the launcher's stall watch

@@ -91,6 +91,7 @@ class CheckpointWriter:
         if writes_directory(trainer.strategy):
             final = self._directory(trainer, final, deadline_s)
         elif "://" not in self.dirpath or self.dirpath.startswith("file://"):
+            filesystem(final).makedirs(self.dirpath, exist_ok=True)  # a bare torch.save (FSDP's full) makes none
             partial = final + ".partial"
             trainer.save_checkpoint(partial, weights_only=False)
             trainer.strategy.barrier("srifty-preempt-save")
@@ -296,13 +297,18 @@ def default_local_fallback(dirpath: str) -> str:
 
 
 def checkpoint_bytes(trainer: pl.Trainer) -> int:
-    """About what a full checkpoint of this run takes: its weights and buffers and the optimizers' state tensors."""
+    """About what a full checkpoint of this run takes: its weights and buffers and the optimizers' state tensors.
+    Read from this rank's tensors, never ``state_dict()``, which under FSDP is a collective (rank 0 alone asked it
+    and waited for good: a review); a strategy that shards them holds a world size'th here."""
     import torch
 
-    tensors = [t for t in trainer.lightning_module.state_dict().values() if isinstance(t, torch.Tensor)]
+    module = trainer.lightning_module
+    tensors = [*module.parameters(), *module.buffers()]
     for optimizer in trainer.optimizers:
         tensors += [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    shards = any(c.__name__ == "FSDPStrategy" for c in type(trainer.strategy).__mro__)  # Lightning's and Fabric's
+    return size * int(getattr(trainer, "world_size", 1) or 1) if shards else size
 
 
 def room_for(trainer: pl.Trainer, folder: str) -> bool:

@@ -702,3 +702,17 @@ def test_a_lightning_cli_module_whose_package_imports_srifty_is_not_told_nothing
     assert glue.unregistered_note("pkg/main.py") is None
     bare = command_glue(snapshot, ["-m", "bare.main", "fit", "--config", "config.yaml"])
     assert bare is not None and bare.asks_for_the_plan and bare.unregistered  # nothing of its code imports it
+
+
+def test_fabric_preemption_imported_under_another_name_still_counts(tmp_path) -> None:
+    """`from lightning_srifty import FabricPreemption as FP` wraps the loop as well (a review: it was warned of)."""
+    from lightning_srifty.provision.terraform.glue import command_glue
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "import lightning as L\nfrom lightning_srifty import FabricPreemption as FP\n"
+        "fabric = L.Fabric()\nstate = {'step': 0}\nwith FP(fabric, state) as spot:\n    spot.step()\n"
+    )
+    glue = command_glue(build_snapshot(project, tmp_path / "stage", SPEC), ["train.py"])
+    assert glue is not None and glue.fabric_only and not glue.fabric_unguarded

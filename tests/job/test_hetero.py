@@ -147,3 +147,18 @@ def test_a_dataset_smaller_than_one_global_batch_is_refused_not_trained_as_nothi
     optimizer step in its dataset says so."""
     with pytest.raises(ConfigError, match=r"has 100 samples, fewer than one global batch of 128 \(64 per micro"):
         GlobalBatchSampler(100, [40, 24], 0, accumulate_grad_batches=2)
+
+
+@pytest.mark.ddp
+def test_a_rebalance_recommendation_one_node_alone_sees_is_saved_by_every_rank_and_training_goes_on(
+    tmp_path, ddp_env
+) -> None:
+    """A rebalance recommendation is each instance's own: on a fleet of two nodes one rank has it. The ranks voted
+    twice a step, on a notice and on "a checkpoint", so the other rank took its own flag's absence for a periodic
+    save while the first made the rebalance one: collectives that never matched, and the job hung at that step
+    (until a node's stall watch took it for a hang). One vote of three flags sends every rank the same way: both
+    save ``rebalance-step=5``, and the run trains on to its end."""
+    run = _leg(tmp_path / "run", ddp_env, "--batch-sizes", "8,8", "--max-steps", "12", "--rebalance-at", "5")
+    assert sorted(p.name for p in (tmp_path / "run" / "ckpt").glob("*.ckpt")) == ["rebalance-step=5.ckpt"]
+    assert "a peer's rebalance recommendation: checkpoint" in run.stderr
+    assert (tmp_path / "run" / "params.txt").read_text().splitlines()[-1].split()[0] == "12"

@@ -3,8 +3,9 @@
 torchrun --nproc_per_node 2 tests/scripts/fabric_run.py OUT --max-steps 20 [--sigterm-at K] [--fail-at K]
 
 Each rank takes its batch of step s from a generator seeded by (s, rank): a resumed leg sees the batches an
-uninterrupted run sees from its step on. Rank 0 appends the parameters after each step to OUT/params.txt
-("step v v ..."). Checkpoints go where the environment says (``SRIFTY_CHECKPOINT_URI`` on a fleet).
+uninterrupted run sees from its step on. Each rank appends its parameters (its shard under FSDP) after each step to
+OUT/params-rank<r>.txt ("step v v ..."). Checkpoints go where the environment says (``SRIFTY_CHECKPOINT_URI`` on a
+fleet).
 """
 
 import argparse
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from lightning_srifty import FabricPreemption
+from lightning_srifty.migrate.spot_watcher import Notice
 
 
 def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,19 +38,38 @@ def main() -> None:
     parser.add_argument("--sigterm-at", type=int, default=-1)
     parser.add_argument("--fail-at", type=int, default=-1)
     parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--fsdp", choices=("sharded", "full"), help="FSDP, its checkpoints a directory or one file")
+    parser.add_argument("--rebalance-at", type=int, default=-1, help="rank 1's node gets a rebalance after it")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
 
     devices = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # a GPU node's "auto" is its GPUs, torchrun's processes
-    fabric = L.Fabric(
-        accelerator="cpu", devices=devices, strategy="ddp" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "auto"
-    )
+    strategy = "ddp" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "auto"
+    if args.fsdp:
+        from lightning.fabric.strategies import FSDPStrategy
+
+        class GlooFSDP(FSDPStrategy):
+            """FSDP on gloo: Fabric refuses FSDPStrategy itself off a GPU (an exact type check) and gives FSDP the
+            device index (None on the CPU, which FSDP refuses); the save and load are Fabric's own."""
+
+            def setup_module(self, module: nn.Module) -> nn.Module:
+                from torch.distributed.fsdp import FullyShardedDataParallel
+
+                return FullyShardedDataParallel(module, device_id=torch.device("cpu"), **self._fsdp_kwargs)
+
+        # each Linear its own FSDP unit: a full state dict is a collective, as on a real model
+        strategy = GlooFSDP(state_dict_type=args.fsdp, auto_wrap_policy={nn.Linear})
+    fabric = L.Fabric(accelerator="cpu", devices=devices, strategy=strategy)
     fabric.launch()
     torch.manual_seed(1)
-    model = nn.Linear(4, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    model, optimizer = fabric.setup(model, optimizer)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
+    if args.fsdp:  # FSDP flattens the parameters when it wraps the module: the optimizer comes after
+        model = fabric.setup_module(model)
+        optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        model, optimizer = fabric.setup(model, optimizer)
     state = {"model": model, "optimizer": optimizer, "step": 0}
     with FabricPreemption(fabric, state) as spot:
         if fabric.is_global_zero:
@@ -62,12 +83,13 @@ def main() -> None:
             fabric.backward(loss)
             optimizer.step()
             state["step"] += 1
-            if fabric.is_global_zero:
-                flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-                with open(args.out / "params.txt", "a") as f:
-                    f.write(f"{state['step']} " + " ".join(f"{v:.9g}" for v in flat.tolist()) + "\n")
+            flat = torch.cat([p.detach().flatten() for p in model.parameters()])  # FSDP: this rank's shard
+            with open(args.out / f"params-rank{fabric.global_rank}.txt", "a") as f:
+                f.write(f"{state['step']} " + " ".join(f"{v:.9g}" for v in flat.tolist()) + "\n")
             if state["step"] == args.sigterm_at and fabric.is_global_zero:
                 os.kill(os.getpid(), signal.SIGTERM)  # the node's notice, on one rank
+            if state["step"] == args.rebalance_at and fabric.global_rank == 1:  # that node's own metadata says so
+                spot._notice(Notice("rebalance", None, None, time.monotonic()))
             time.sleep(args.step_sleep)
             spot.step()
     if fabric.is_global_zero:

@@ -94,6 +94,20 @@ class HangAt(pl.Callback):
                 time.sleep(3600)
 
 
+class RebalanceAt(pl.Callback):
+    """One rank's node gets a rebalance recommendation after step ``step`` (its own metadata service: no other
+    node's sees it)."""
+
+    def __init__(self, step: int, rank: int, preemption: SpotPreemption) -> None:
+        self.step, self.rank, self.preemption = step, rank, preemption
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+            from lightning_srifty.migrate.spot_watcher import Notice
+
+            self.preemption._notice(Notice("rebalance", None, None, time.monotonic()))
+
+
 class Sleep(pl.Callback):
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -111,6 +125,8 @@ def main() -> None:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--from-env", action="store_true", help="batch sizes, checkpoints and resume from srifty launch")
     p.add_argument("--step-sleep", type=float, default=0.0)
+    p.add_argument("--rebalance-at", type=int, help="rank --rebalance-rank's node gets a rebalance recommendation")
+    p.add_argument("--rebalance-rank", type=int, default=1)
     p.add_argument("--hang-at", type=int, help="a first leg (nothing resumed) hangs at this step, for good")
     p.add_argument("--progress-s", type=float, default=60.0, help="SpotPreemption's progress_s")
     p.add_argument("--every-s", type=float, help="SpotPreemption's every_s (periodic checkpoints)")
@@ -147,6 +163,8 @@ def main() -> None:
         callbacks.append(SigtermAt(args.sigterm_at))
     if args.step_sleep:
         callbacks.append(Sleep(args.step_sleep))
+    if args.rebalance_at is not None:
+        callbacks.insert(0, RebalanceAt(args.rebalance_at, args.rebalance_rank, preemption))  # before its step end
     if args.triggers_profile:
         from lightning_srifty.migrate.triggers import MigrationTriggers
 

@@ -96,13 +96,13 @@ def read_glue(snapshot: Snapshot, script: str, *, module: bool = False) -> Scrip
     except SyntaxError:
         return None
     strategies, calls, names = set(), False, set()
-    aliases = {PLAN_CALL} | {
-        alias.asname or alias.name
+    imported = {  # what the script imported from the package, under the names it calls them
+        alias.asname or alias.name: alias.name
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == PACKAGE
         for alias in node.names
-        if alias.name == PLAN_CALL
     }
+    aliases = {PLAN_CALL} | {name for name, real in imported.items() if real == PLAN_CALL}
     for node in _code_nodes(tree):
         if isinstance(node, ast.Constant) and node.value in SRIFTY_STRATEGIES:
             strategies.add(str(node.value))
@@ -110,7 +110,7 @@ def read_glue(snapshot: Snapshot, script: str, *, module: bool = False) -> Scrip
             func = node.func
             called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
             calls |= called in aliases
-            names.add(called)
+            names.add(imported.get(called, called) if called else called)
     imports = _imports_srifty(snapshot, script, module) if strategies else None  # only asked of one that names one
     fabric_only = "Fabric" in names and not names & {"Trainer", "LightningCLI"}
     return ScriptGlue(frozenset(strategies), calls, imports, fabric_only, FABRIC_GUARD in names)
