@@ -38,8 +38,9 @@ def refuse_idle_gpus(trainer: Any) -> None:
     device = getattr(getattr(trainer, "strategy", None), "root_device", None)
     if device is None or device.type != "cpu":
         return
+    who = getattr(trainer, "who", "Trainer")  # a Fabric loop's run says "Fabric"
     message = (
-        f"the Trainer runs on the CPU while CUDA sees {torch.cuda.device_count()} GPU(s) on this machine: the script "
+        f"the {who} runs on the CPU while CUDA sees {torch.cuda.device_count()} GPU(s) on this machine: the script "
         'pins accelerator="cpu" (or "mps"), so the GPUs would sit idle. Use accelerator="auto" (Lightning\'s '
         f'default) or "gpu"; set {ALLOW_CPU}=1 if the CPU is meant'
     )
@@ -70,7 +71,8 @@ def refuse_lone_ranks(trainer: Any) -> None:
     nodes = getattr(trainer, "num_nodes", 1)
     devices = getattr(getattr(trainer, "strategy", None), "parallel_devices", None)
     message = (
-        f"torchrun started {world} processes for this job, and this Trainer trains on {trains} of them "
+        f"torchrun started {world} processes for this job, and this {getattr(trainer, 'who', 'Trainer')} trains on "
+        f"{trains} of them "
         f"(num_nodes={nodes}, {len(devices) if devices else 1} device(s), {type(trainer.strategy).__name__}): each "
         f"process would train its own copy and write the same checkpoints. Leave num_nodes and devices out on a "
         f'srifty fleet (the fleet sets num_nodes: PL_TRAINER_NUM_NODES), or pass Trainer(strategy="srifty_auto")'

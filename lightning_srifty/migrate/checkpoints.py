@@ -312,8 +312,9 @@ def _step_of(entry: dict[str, Any]) -> int:
 
 def _newest_first(dirpath: str, listing: list[dict[str, Any]], written_after: str | None) -> list[dict[str, Any]]:
     """The checkpoints of a folder's ``listing``, the one written last first (its digest's time, else its own; the
-    step breaks a tie), only those written after the file ``written_after`` when given ([] when it is not there); a
-    warning names a checkpoint of a higher step written earlier (:func:`find_checkpoint`)."""
+    step breaks a tie, then a notice's checkpoint comes before another of its step), only those written after the
+    file ``written_after`` when given ([] when it is not there); a warning names a checkpoint of a higher step
+    written earlier (:func:`find_checkpoint`)."""
 
     def when(entry: dict[str, Any]) -> float:
         mtime = entry.get("mtime") or entry.get("LastModified") or 0
@@ -321,9 +322,13 @@ def _newest_first(dirpath: str, listing: list[dict[str, Any]], written_after: st
 
     written = {_bare(str(e["name"])): when(e) for e in listing}
 
-    def key(entry: dict[str, Any]) -> tuple[float, int]:
+    def key(entry: dict[str, Any]) -> tuple[float, int, int]:
         name = _bare(str(entry["name"]))
-        return max(written.get(name, 0.0), written.get(name + DIGEST_SUFFIX, 0.0)), _step_of(entry)
+        # a notice during a periodic save leaves two checkpoints of one step, often in one second of an object store's
+        # clock (S3 lists whole seconds): the same state, and the notice's is the one PREEMPTED.json names (a CI run's
+        # rehearsal resumed the periodic one, and its check of the notice's failed)
+        leaving = int(PurePosixPath(name).name.startswith("preempt-"))
+        return max(written.get(name, 0.0), written.get(name + DIGEST_SUFFIX, 0.0)), _step_of(entry), leaving
 
     entries = [e for e in listing if str(e["name"]).rstrip("/").endswith(".ckpt")]
     if written_after is not None:

@@ -47,6 +47,8 @@ class FabricRun:
     """A Fabric loop as the checkpoint writer and the launch checks read a Trainer: its step (``state[step_key]``),
     its strategy and ranks, and ``save_checkpoint`` as ``fabric.save`` of ``state``."""
 
+    who = "Fabric"  # what the launch checks' refusals call it
+
     def __init__(self, fabric: Any, state: dict[str, Any], step_key: str) -> None:
         self.fabric, self.state, self.step_key = fabric, state, step_key
         self.should_stop = False

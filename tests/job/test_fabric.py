@@ -325,3 +325,20 @@ def test_the_writer_never_asks_a_state_dict_of_one_rank_alone(tmp_path) -> None:
     folder = tmp_path / "not" / "yet"
     saved = CheckpointWriter(str(folder), str(tmp_path / "fallback")).save(Run(), "periodic")
     assert saved == f"{folder}/periodic-step=3.ckpt" and Path(saved + ".sha256").exists()
+
+
+def test_a_fabric_pinned_to_the_cpu_on_a_gpu_node_stops_before_training_in_its_own_words(fleet, monkeypatch) -> None:
+    """A script profiled on a laptop says Fabric(accelerator="cpu"): on a GPU fleet it would train on the CPU until
+    its life cap. The block refuses it before a step, naming the Fabric (the check spoke of a Trainer), and the
+    refusal is the loop's failure on record."""
+    monkeypatch.delenv("SRIFTY_ALLOW_CPU")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    fabric, state = _fabric_and_state()
+    with (
+        pytest.raises(ConfigError, match=r"the Fabric runs on the CPU while CUDA sees 8 GPU"),
+        FabricPreemption(fabric, state),
+    ):
+        pass
+    failed = read_record(str(fleet["checkpoints"]), Failed)
+    assert failed is not None and "the Fabric runs on the CPU" in failed.error and failed.step == 0

@@ -1340,3 +1340,22 @@ def test_the_exit_mark_is_disarmed_by_a_later_failure_and_off_a_fleet(tmp_path, 
         os.close(fd)
     exit_mark._held.clear()
     exit_mark.write(tmp_path / "missing", "3 9")  # logged once, not raised
+
+
+def test_a_notice_during_a_periodic_save_resumes_the_notices_checkpoint_of_that_step(tmp_path) -> None:
+    """A notice that comes while a periodic checkpoint saves leaves two of one step: the periodic one, then the
+    notice's. An object store lists whole seconds, so both can read as written at once; the replacements resumed the
+    periodic one (the same state) while PREEMPTED.json named the notice's, and a CI run's rehearsal failed its check.
+    At one time and one step the notice's comes first, whatever the listing's order."""
+    from pathlib import Path
+
+    from lightning_srifty.migrate.checkpoints import _newest_first
+
+    stamp = time.time()
+    listing = [
+        {"name": f"{tmp_path}/{name}", "mtime": stamp}
+        for name in ("periodic-step=192.ckpt", "periodic-step=192.ckpt.sha256", "preempt-step=192.ckpt",
+                     "preempt-step=192.ckpt.sha256", "periodic-step=150.ckpt")
+    ]  # fmt: skip
+    for order in (listing, listing[::-1]):
+        assert Path(_newest_first(str(tmp_path), order, None)[0]["name"]).name == "preempt-step=192.ckpt"
