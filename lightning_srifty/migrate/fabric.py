@@ -36,7 +36,7 @@ from lightning_srifty import protocol
 from lightning_srifty.migrate import exit_mark
 from lightning_srifty.migrate.alive import NodeAlive
 from lightning_srifty.migrate.checkpoints import resume_checkpoint
-from lightning_srifty.migrate.leaving import Leaving
+from lightning_srifty.migrate.leaving import Leaving, check_options
 from lightning_srifty.protocol import Failed, Finished
 from predictor.exceptions import ConfigError
 
@@ -154,6 +154,7 @@ class FabricPreemption(Leaving):
                     parameter="fabric",
                     value=type(fabric).__name__,
                 )
+        check_options("FabricPreemption", options)
         super().__init__(dirpath, **options)
         self.fabric, self.state, self.step_key, self.resume_at_start = fabric, state, step_key, resume
         self.run = FabricRun(fabric, state, step_key)

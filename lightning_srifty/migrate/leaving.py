@@ -271,6 +271,23 @@ class Leaving:
         """Left without ending the process (``exit_process=False``): the caller's loop ends."""
 
 
+def check_options(who: str, options: dict[str, Any]) -> None:
+    """Refuse an option :class:`Leaving` does not take, in its caller's name (a typo met Python's "Leaving.__init__()
+    got an unexpected keyword argument", a class the user never named)."""
+    import inspect
+
+    known = [p for p in inspect.signature(Leaving.__init__).parameters if p not in ("self", "dirpath")]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        from predictor.exceptions import ConfigError
+
+        raise ConfigError(
+            f"{who}() takes no option {unknown[0]!r}: its options are {', '.join(known)}.",
+            parameter=unknown[0],
+            value=options[unknown[0]],
+        )
+
+
 def _default_every_s(every_s: float | None, launch: LaunchEnv | None) -> float | None:
     """``every_s`` as given, else under ``srifty launch`` or on a fleet ``srifty terraform`` wrote the plan's checkpoint
     interval for the fleet (``LaunchEnv.checkpoint_every_s``; a trial: the SpotPreemption every Trainer gets on a fleet

@@ -49,6 +49,7 @@ from lightning_srifty.migrate.leaving import (  # noqa: F401 - re-exported: thei
     PREEMPTED_EXIT_CODE,
     RECORD_MARGIN_S,
     Leaving,
+    check_options,
     earliest_notice,
     mark_preempted,
 )
@@ -197,37 +198,9 @@ class SpotPreemption(SignsOfLife, Leaving):
             it (None: never).
     """
 
-    def __init__(
-        self,
-        dirpath: str | None = None,
-        *,
-        endpoint: str | None = None,
-        interval_s: float | None = None,
-        on_rebalance: str = "checkpoint",
-        handle_sigterm: bool = True,
-        exit_process: bool = True,
-        every_s: float | None = None,
-        keep: int = 2,
-        leave_deadline_s: float = 100.0,
-        periodic_deadline_s: float | None = None,
-        local_fallback: str | None = None,
-        progress_s: float | None = 60.0,
-    ) -> None:
-        Leaving.__init__(
-            self,
-            dirpath,
-            endpoint=endpoint,
-            interval_s=interval_s,
-            on_rebalance=on_rebalance,
-            handle_sigterm=handle_sigterm,
-            exit_process=exit_process,
-            every_s=every_s,
-            keep=keep,
-            leave_deadline_s=leave_deadline_s,
-            periodic_deadline_s=periodic_deadline_s,
-            local_fallback=local_fallback,
-            progress_s=progress_s,
-        )
+    def __init__(self, dirpath: str | None = None, **options: Any) -> None:
+        check_options("SpotPreemption", options)
+        Leaving.__init__(self, dirpath, **options)  # the options above, checked there (Leaving.SETTINGS)
         self._pace = StepPace()
 
     # --- added by the package to every Trainer under a launch (launch_callbacks) -----------------------------------

@@ -34,7 +34,6 @@ from lightning.pytorch.utilities.data import _is_dataloader_shuffled
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
 from lightning_srifty.migrate.checkpoints import install_resume
-from lightning_srifty.migrate.preemption import SpotPreemption
 from lightning_srifty.protocol import LaunchEnv
 from lightning_srifty.strategies.ddp import SriftyDDPStrategy
 from lightning_srifty.strategies.fsdp import SriftyFSDPStrategy
@@ -162,6 +161,10 @@ class _AppliesThePlan:
         self._say_the_batch()
         if not any(isinstance(c, ExactResume) for c in trainer.callbacks):
             trainer.callbacks.append(_PlanPosition())
+        # imported here: this module registers the strategies as lightning.pytorch loads, which importing
+        # migrate.preemption first (from lightning_srifty import SpotPreemption) does, half-way through its own import
+        from lightning_srifty.migrate.preemption import SpotPreemption
+
         if not any(isinstance(c, SpotPreemption) for c in trainer.callbacks):
             # the launcher moves the job on a spot notice, a drift or a price: it checkpoints and leaves (exit 75)
             trainer.callbacks.append(SpotPreemption())

@@ -252,6 +252,29 @@ def test_importing_after_lightning_registers_the_strategy(subprocess_env) -> Non
     assert result.stdout.strip() == "True", result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "first",
+    [
+        "from lightning_srifty import SpotPreemption",
+        "from lightning_srifty import FabricPreemption",
+        "from lightning_srifty.migrate.preemption import SpotPreemption",
+    ],
+)
+def test_importing_a_class_that_loads_lightning_registers_the_strategies_without_a_warning(
+    subprocess_env, first
+) -> None:
+    """A script whose first import is ``from lightning_srifty import SpotPreemption`` (before lightning's)
+    printed "lightning-srifty could not register its strategies: cannot import name 'SpotPreemption' from partially
+    initialized module" on every rank: the import loads lightning.pytorch half-way through its own, and the
+    registration imported it back. The strategies are registered and nothing is said."""
+    registry = "from lightning.pytorch.strategies import StrategyRegistry; print('srifty_auto' in StrategyRegistry)"
+    code = f"{first}; {registry}"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env)
+    assert result.stdout.strip() == "True", result.stderr
+    assert "could not register" not in result.stderr, result.stderr
+
+
 def test_predictor_never_imports_torch_or_lightning() -> None:
     offenders = []
     for path in (ROOT / "predictor").rglob("*.py"):

@@ -342,3 +342,14 @@ def test_a_fabric_pinned_to_the_cpu_on_a_gpu_node_stops_before_training_in_its_o
         pass
     failed = read_record(str(fleet["checkpoints"]), Failed)
     assert failed is not None and "the Fabric runs on the CPU" in failed.error and failed.step == 0
+
+
+def test_an_option_neither_class_takes_is_refused_in_its_callers_name(fleet) -> None:
+    """A typo met Python's "Leaving.__init__() got an unexpected keyword argument", a class the user never named."""
+    from lightning_srifty.migrate.preemption import SpotPreemption
+
+    with pytest.raises(ConfigError, match=r"SpotPreemption\(\) takes no option 'evry_s': its options are .*every_s"):
+        SpotPreemption(evry_s=5)
+    fabric, state = _fabric_and_state()
+    with pytest.raises(ConfigError, match=r"FabricPreemption\(\) takes no option 'keep_last'"):
+        FabricPreemption(fabric, state, keep_last=3)
