@@ -36,6 +36,7 @@ _LAZY = {
     "launch_settings": "lightning_srifty.strategies.plan_strategy",
     "SpotPreemption": "lightning_srifty.migrate.preemption",
     "FabricPreemption": "lightning_srifty.migrate.fabric",
+    "FabricProfiler": "lightning_srifty.profiling.fabric",
     "MigrationTriggers": "lightning_srifty.migrate.triggers",
     "find_checkpoint": "lightning_srifty.migrate.preemption",
     "resume_checkpoint": "lightning_srifty.migrate.checkpoints",

@@ -20,20 +20,22 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_srifty.imds import MetadataLookup
-from lightning_srifty.profiling.assemble import RankPayload
-from lightning_srifty.profiling.checkpoint_cost import measure_checkpoint
 from lightning_srifty.profiling.recommendation import (  # noqa: F401 - lightning_default_length: its former home
     check_constraints,
     fold_deprecated,
     lightning_default_length,
-    recommend_for_run,
     service_client,
+)
+from lightning_srifty.profiling.results import (  # noqa: F401 - not_the_launchs_plan, summary_lines: former home
+    DEFAULT_OUTPUT,
+    WindowResults,
+    launch_output,
+    not_the_launchs_plan,
+    summary_lines,
 )
 from lightning_srifty.profiling.run_record import hardware_record, matmul_precision, model_record  # noqa: F401
 from lightning_srifty.profiling.window import DONE, ProfileWindow
-from predictor.documents.atomic import check_writable
 from predictor.documents.checks import Setting, check_settings
-from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError
 from predictor.ranking.constraints import Constraints
 
@@ -43,22 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("lightning_srifty")
 
 
-DEFAULT_OUTPUT = "srifty/profile.json"
-
-
-def _launch_output() -> str | None:
-    """Under ``srifty launch``: the launch's own profile path, so that a job on the user's machine (the local
-    provisioner runs in the project folder) never writes over the profile the launch's plan was made from."""
-    from lightning_srifty.protocol import LaunchEnv
-
-    try:
-        launch = LaunchEnv.from_env()
-    except Exception:  # noqa: BLE001 - another protocol version: SpotPreemption says so; keep the default here
-        return None
-    return f"srifty/launch-{launch.launch_id}/profile.json" if launch is not None and launch.launch_id else None
-
-
-class SriftyCallback(Callback):
+class SriftyCallback(Callback, WindowResults):
     """Profile training steps ``[warmup_steps, warmup_steps + profile_steps)`` of ``trainer.fit``.
 
     Args:
@@ -139,11 +126,10 @@ class SriftyCallback(Callback):
         constraints, service, self._post_observation = fold_deprecated(owner, deprecated, constraints, service, own)
         self.constraints = check_constraints(owner, constraints)
         self.service = service_client(owner, "service", service)
-        self.plan: Any = None
-        self.written: dict[str, Path] = {}  # what rank 0 wrote: "profile", "plan", "report" -> path
+        self._results_init()
         self._given_output = str(output)  # the state key's: a launch's own default folder changes with each launch
         if output == DEFAULT_OUTPUT:
-            output = _launch_output() or output
+            output = launch_output() or output
         self.output = Path(output) if output is not None else None
         self.stop_after_profile = bool(stop_after_profile)
         self.batch_size_fn = batch_size_fn
@@ -152,8 +138,6 @@ class SriftyCallback(Callback):
         self.model_name = model_name
         self.reprofile = bool(reprofile)
         self.verbose = bool(verbose)
-        self.profiled = False
-        self.profile: Profile | None = None
         self._window: ProfileWindow | None = None  # while a window is measured (None: every hook returns at once)
         self._state_key: str | None = None
 
@@ -208,7 +192,7 @@ class SriftyCallback(Callback):
             count_flops=self.count_flops,
             batch_size_fn=self.batch_size_fn,
         )
-        self._output_ok = _writable(self.output) if trainer.is_global_zero else True
+        self._output_ok = self._check_output() if trainer.is_global_zero else True
         self._imds = MetadataLookup()
         self._window = window
 
@@ -292,80 +276,9 @@ class SriftyCallback(Callback):
     def _finish(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, window: ProfileWindow, *, truncated: bool
     ) -> None:
-        window.stop()
-        self.profiled = True
-        payloads = _gather(window.payload(trainer), trainer)
-        checkpoint = measure_checkpoint(trainer, window.notes) if self.measure_checkpoint else None
-        if trainer.is_global_zero:
-            try:
-                meta = self._imds.result(wait=0.5)  # off EC2 the lookup is already over; on EC2 IMDS answers in ms
-                self.profile = window.profile(
-                    trainer, pl_module, payloads, truncated, checkpoint, meta, self.model_name, self.max_series
-                )
-                self._save_and_recommend(trainer)
-            except Exception as exc:  # noqa: BLE001 - never crash training because of the profiler
-                log.error("SriftyCallback could not build the profile: %s", exc)
-        if window.timer is not None:
-            window.timer.reset()
+        self._finish_window(trainer, pl_module, window, truncated=truncated)
         if self.stop_after_profile:
             trainer.should_stop = True
-
-    def _save_and_recommend(self, trainer: pl.Trainer) -> None:
-        """Write the profile (rank 0), show it, and rank fleets for the whole run when ``recommend``."""
-        assert self.profile is not None
-        written = None
-        if self.output is not None and self._output_ok:
-            try:
-                written = self.written["profile"] = self.profile.save(self.output)
-            except OSError as exc:
-                log.error(
-                    "SriftyCallback could not write the profile to %s (%s); it is kept in callback.profile.",
-                    self.output,
-                    exc.strerror or exc,
-                )
-        if self.verbose:
-            from lightning_srifty.console import print_profile
-
-            print_profile(self.profile, written)
-        if not self.recommend:
-            return
-        beside = self.output is not None and self._output_ok
-        plan_path = _not_the_launchs_plan(self.output.with_name("plan.json")) if beside and self.output else None
-        result = recommend_for_run(
-            self.profile,
-            self.constraints,
-            trainer,
-            service=self.service,
-            post=self._post_observation,
-            plan_path=plan_path,
-            report_path=plan_path.with_name("report.html") if plan_path is not None and self.report else None,
-        )
-        if result is None:
-            return
-        self.plan = result.plan
-        self.written.update({k: v for k, v in result.written.items() if k != "plot"})
-        if self.verbose:
-            from lightning_srifty.console import console, plan_table
-
-            console().print(plan_table(self.plan))
-            rest = {k: v for k, v in self.written.items() if k != "profile"}  # the profile's panel said where it went
-            for line in summary_lines(rest, self.plan, self.profile):
-                print(line)  # plain: a path must not be wrapped
-
-    def summary(self) -> list[str]:
-        """Where the profile, plan and report went, and how far to trust GPU figures that come from a CPU profile
-        (what ``srifty demo`` and a user's own run both say at the end of profiling)."""
-        return summary_lines(self.written, self.plan, self.profile)
-
-
-def _gather(payload: RankPayload, trainer: pl.Trainer) -> list[RankPayload]:
-    """Every rank's payload on every rank (rank order), or just this one outside a process group."""
-    dist = torch.distributed
-    if trainer.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
-        return [payload]
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, payload)
-    return sorted(gathered, key=lambda p: p.rank)
 
 
 def _check_output_and_batch_size_fn(owner: str, output: Any, batch_size_fn: Any) -> None:
@@ -383,23 +296,6 @@ def _check_output_and_batch_size_fn(owner: str, output: Any, batch_size_fn: Any)
         )
 
 
-def _not_the_launchs_plan(path: Path) -> Path:
-    """``path``, or under ``srifty launch`` (or on a srifty fleet) the launch's own folder's plan: a script that gives
-    ``output="srifty/x.json"`` wrote its run's plan over ``srifty/plan.json``, the plan the user launched with (the
-    launcher runs a copy of it, so the job cannot tell that file from another: a new user's trial's later
-    ``--resume --plan srifty/plan.json`` and ``srifty replay`` read another plan). Under a launch every run's plan goes
-    to ``srifty/launch-<launch id>/``, where its profile goes by default."""
-    from lightning_srifty.protocol import LaunchEnv
-
-    try:
-        launch = LaunchEnv.from_env()
-    except Exception:  # noqa: BLE001 - another protocol version: SpotPreemption says so
-        return path
-    if launch is None or not launch.launch_id:
-        return path
-    return Path(f"srifty/launch-{launch.launch_id}/plan.json")
-
-
 def _warn_launch_mismatches(trainer: pl.Trainer) -> None:
     """Under srifty launch: what the script does otherwise than the plan (never raises)."""
     try:
@@ -411,35 +307,4 @@ def _warn_launch_mismatches(trainer: pl.Trainer) -> None:
         rank_zero_warn(f"SriftyCallback: could not compare the Trainer with the plan ({exc})")
 
 
-def _writable(output: Path | None) -> bool:
-    """Whether rank 0 can write the profile to ``output`` (said, with the fix, when it cannot: it is then kept in
-    memory)."""
-    if output is None:
-        return True
-    try:
-        check_writable(output)
-    except OSError as exc:
-        log.error(
-            "SriftyCallback cannot write the profile to %s (%s). Training continues and the profile "
-            "is kept in memory (callback.profile); pass output= a writable path to get the file.",
-            output,
-            exc.strerror or exc,
-        )
-        return False
-    return True
-
-
-def summary_lines(written: dict[str, Path], plan: Any, profile: Profile | None) -> list[str]:
-    """:meth:`SriftyCallback.summary`'s lines."""
-    lines = [f"{what} written to {path}" for what, path in written.items()]
-    if "report" in written:
-        lines[-1] += " (open it in a browser)"
-    hw = profile.hardware if profile is not None else None
-    if plan is not None and hw is not None and not hw.gpu and (hw.accelerator or "cpu") == "cpu":
-        lines.append(
-            "note: this profile ran on the CPU: every GPU figure above (times, costs, the ranking) is "
-            "extrapolated from CPU timings through the performance model, and can be off by a wide margin. "
-            "Profile on one GPU (srifty demo --accelerator gpu, or SriftyCallback in your own run) for a "
-            "prediction to act on."
-        )
-    return lines
+_not_the_launchs_plan = not_the_launchs_plan  # its former name (tests, scripts)

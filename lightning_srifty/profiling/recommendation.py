@@ -74,6 +74,7 @@ def recommend_for_run(
     post: bool,
     plan_path: Any,
     report_path: Any,
+    owner: str = "SriftyCallback",
 ) -> Any:
     """Rank fleets for the whole run with :func:`predictor.recommend.recommend` (what ``srifty recommend`` runs),
     the work defaulting to the Trainer's length; with ``service`` and ``post``, the profile is posted there first as
@@ -82,7 +83,7 @@ def recommend_for_run(
         work = with_work(constraints, trainer)
         if work is None:
             rank_zero_info(
-                "SriftyCallback: the run's length is unknown (no max_steps or max_epochs): pass "
+                f"{owner}: the run's length is unknown (no max_steps or max_epochs): pass "
                 "constraints=Constraints(steps=...) to get a recommendation."
             )
             return None
@@ -98,11 +99,9 @@ def recommend_for_run(
             post_observation(service, profile)
         return recommend(profile, work, service=service, plan_path=plan_path, report_path=report_path)
     except SriftyError as exc:
-        rank_zero_warn(f"SriftyCallback: no fleet recommendation: {exc}")
+        rank_zero_warn(f"{owner}: no fleet recommendation: {exc}")
     except Exception as exc:  # noqa: BLE001 - the predictor must never stop training
-        log.error(
-            "SriftyCallback: the fleet recommendation failed (%s: %s); training continues.", type(exc).__name__, exc
-        )
+        log.error("%s: the fleet recommendation failed (%s: %s); training continues.", owner, type(exc).__name__, exc)
     return None
 
 

@@ -153,7 +153,7 @@ def layout_name(strategy: Any, model: nn.Module) -> str | None:
     if units:
         sharding = SHARDINGS.get(str(getattr(units[0], "sharding_strategy", "")).rsplit(".", 1)[-1])
         return Layout("fsdp", sharding, ac).name if sharding else None  # type: ignore[arg-type]
-    if type(strategy).__name__ == "ModelParallelStrategy":
+    if type(getattr(strategy, "__wrapped__", strategy)).__name__ == "ModelParallelStrategy":  # a view's: its own
         return None
     return Layout(activation_checkpointing=True).name if ac else None
 

@@ -74,6 +74,7 @@ class ProfileWindow:
         self.first_step: int | None = None
         self.notes: list[str] = []
         self.batch_source = "batch_size_fn" if batch_size_fn else "detected"
+        self.no_timer_reason: str | None = None  # why a DDP run's all-reduces are not timed, when it is not srifty_ddp
         self.phase = WAITING
 
     @property
@@ -291,7 +292,7 @@ class ProfileWindow:
         if self.sharded is not None:
             return None
         if self.timer is None:
-            return "all-reduce is timed only with strategy='srifty_ddp'"
+            return self.no_timer_reason or "all-reduce is timed only with strategy='srifty_ddp'"
         return None
 
 

@@ -252,10 +252,11 @@ def test_two_ranks_leave_on_a_sigterm_to_s3_and_resume_to_the_parameters_of_a_ru
 
         ref = leg(tmp_path / "ref", "s3://ckpts/ref")
         assert ref.returncode == 0, ref.stderr[-3000:]
-        first = leg(tmp_path / "run", "s3://ckpts/run", "--sigterm-at", "7", "--rebalance-at", "3")
+        first = leg(tmp_path / "run", "s3://ckpts/run", "--sigterm-at", "7", "--rebalance-at", "3", "--profile")
         assert first.returncode != 0 and (tmp_path / "run" / "state" / "preempted").exists(), first.stderr[-3000:]
         assert "checkpoint s3://ckpts/run/preempt-step=7.ckpt durable in the store" in first.stderr
-        second = leg(tmp_path / "run", "s3://ckpts/run")
+        profiled = (tmp_path / "run" / "profile.json").read_bytes()  # batches 2-4 of the first leg
+        second = leg(tmp_path / "run", "s3://ckpts/run", "--profile")
         assert second.returncode == 0, second.stderr[-3000:]
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         records = {
@@ -286,6 +287,18 @@ def test_two_ranks_leave_on_a_sigterm_to_s3_and_resume_to_the_parameters_of_a_ru
         assert run_params[-1] == ref_params[-1]  # the same training: every parameter, to the printed 9 digits
     marks = sorted(p.name for p in (tmp_path / "run" / "state").glob("exit.*"))
     assert marks == ["exit.0", "exit.1"]  # the node takes a teardown death after them for the end it is
+    # the run legs were profiled (FabricProfiler over batches 2-4) and the reference was not: the same parameters
+    # above, so the profiler (its operator capture, its all-reduce hook) changed nothing of the training; the
+    # resumed leg did not profile again (the mark came back with the checkpoint)
+    assert (tmp_path / "run" / "profile.json").read_bytes() == profiled
+    profile = json.loads(profiled)
+    assert profile["hardware"]["world_size"] == 2 and profile["batch"]["global_batch"] == 16
+    assert profile["timing"]["phases_s"]["backward"]["count"] == 3 and profile["ops"]["ops"]
+    if strategy == "ddp":  # the all-reduce hook's timings, over gloo
+        assert profile["communication"]["backend"] == "gloo" and profile["communication"]["bytes_per_step"] > 0
+    else:  # FSDP's all-gathers and reduce-scatters, and its layout
+        assert profile["communication"]["allgather_bytes_per_step"] > 0, profile["communication"]
+        assert profile["layout"].startswith("fsdp"), profile.get("layout")
 
 
 def _free_port() -> int:

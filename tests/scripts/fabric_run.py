@@ -1,14 +1,15 @@
 """A Lightning Fabric loop as a user writes one for a srifty fleet (FabricPreemption), for the Fabric tests.
 
-torchrun --nproc_per_node 2 tests/scripts/fabric_run.py OUT --max-steps 20 [--sigterm-at K] [--fail-at K]
+torchrun --nproc_per_node 2 tests/scripts/fabric_run.py OUT --max-steps 20 [--sigterm-at K] [--fail-at K] [--profile]
 
 Each rank takes its batch of step s from a generator seeded by (s, rank): a resumed leg sees the batches an
 uninterrupted run sees from its step on. Each rank appends its parameters (its shard under FSDP) after each step to
 OUT/params-rank<r>.txt ("step v v ..."). Checkpoints go where the environment says (``SRIFTY_CHECKPOINT_URI`` on a
-fleet).
+fleet). With ``--profile`` a FabricProfiler measures batches 2-4 (OUT/profile.json), its state in the checkpoint.
 """
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -21,7 +22,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from lightning_srifty import FabricPreemption
+from lightning_srifty import FabricPreemption, FabricProfiler
 from lightning_srifty.migrate.spot_watcher import Notice
 
 
@@ -40,6 +41,7 @@ def main() -> None:
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--fsdp", choices=("sharded", "full"), help="FSDP, its checkpoints a directory or one file")
     parser.add_argument("--rebalance-at", type=int, default=-1, help="rank 1's node gets a rebalance after it")
+    parser.add_argument("--profile", action="store_true", help="FabricProfiler over batches 2-4, in the state")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
@@ -74,14 +76,16 @@ def main() -> None:
     with FabricPreemption(fabric, state) as spot:
         if fabric.is_global_zero:
             (args.out / "started-at.txt").write_text(f"{state['step']}\n")
+        prof = profiler(fabric, model, optimizer, state, args.out) if args.profile else None
         while state["step"] < args.max_steps:
             if state["step"] == args.fail_at:
                 raise RuntimeError(f"a bug at step {state['step']}")
             x, y = batch(state["step"], fabric.global_rank)
-            loss = nn.functional.mse_loss(model(x), y)
-            optimizer.zero_grad()
-            fabric.backward(loss)
-            optimizer.step()
+            with prof.step((x, y)) if prof else contextlib.nullcontext():
+                loss = nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                prof.backward(loss) if prof else fabric.backward(loss)
+                optimizer.step()
             state["step"] += 1
             flat = torch.cat([p.detach().flatten() for p in model.parameters()])  # FSDP: this rank's shard
             with open(args.out / f"params-rank{fabric.global_rank}.txt", "a") as f:
@@ -94,6 +98,20 @@ def main() -> None:
             spot.step()
     if fabric.is_global_zero:
         (args.out / "done.txt").write_text(f"{state['step']}\n")
+
+
+def profiler(fabric: L.Fabric, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict, out: Path):
+    return FabricProfiler(
+        fabric,
+        model,
+        optimizer,
+        warmup_steps=2,
+        profile_steps=3,
+        output=out / "profile.json",
+        recommend=False,
+        state=state,
+        verbose=False,
+    )
 
 
 if __name__ == "__main__":

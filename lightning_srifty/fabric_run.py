@@ -1,0 +1,85 @@
+"""A Lightning Fabric loop read as a Trainer: what the checkpoint writer, the launch checks (``migrate``'s
+:class:`~lightning_srifty.migrate.fabric.FabricPreemption`) and the profiler
+(:class:`~lightning_srifty.profiling.fabric.FabricProfiler`) ask of a run, from the script's Fabric and its state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROFILED_KEY = "srifty_profiled"  # FabricProfiler's, in the loop's checkpointed state: a resumed run is not profiled
+
+
+class FabricRun:
+    """A Fabric loop as the checkpoint writer and the launch checks read a Trainer: its step (``state[step_key]``),
+    its strategy and ranks, and ``save_checkpoint`` as ``fabric.save`` of ``state``."""
+
+    who = "Fabric"  # what the launch checks' refusals call it
+
+    def __init__(self, fabric: Any, state: dict[str, Any], step_key: str) -> None:
+        self.fabric, self.state, self.step_key = fabric, state, step_key
+        self.should_stop = False
+
+    @property
+    def global_step(self) -> int:
+        return int(self.state[self.step_key])
+
+    @property
+    def strategy(self) -> Any:
+        return self.fabric.strategy
+
+    @property
+    def is_global_zero(self) -> bool:
+        return bool(self.fabric.is_global_zero)
+
+    @property
+    def global_rank(self) -> int:
+        return int(self.fabric.global_rank)
+
+    @property
+    def local_rank(self) -> int:
+        return int(self.fabric.local_rank)
+
+    @property
+    def world_size(self) -> int:
+        return int(self.fabric.world_size)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(getattr(self.fabric.strategy, "num_nodes", 1) or 1)
+
+    @property
+    def lightning_module(self) -> Any:
+        """The state's modules as one (what a checkpoint's size is estimated from)."""
+        import torch
+
+        return torch.nn.ModuleDict({k: v for k, v in self.state.items() if isinstance(v, torch.nn.Module)})
+
+    @property
+    def optimizers(self) -> list[Any]:
+        import torch
+
+        return [v for v in self.state.values() if isinstance(v, torch.optim.Optimizer)]
+
+    def save_checkpoint(self, path: str, weights_only: bool = False) -> None:
+        self.fabric.save(path, self.state)  # every rank calls it: a sharded strategy writes each rank's part
+
+    def trained(self, launch: Any) -> dict[str, Any]:
+        """How the loop trains, for ``STARTED.json``: its ranks, its strategy, and a sharded or unsharded strategy
+        where the plan says otherwise (its batch and accumulation are the script's loop's: not seen here)."""
+        from lightning.fabric.strategies import DDPStrategy, FSDPStrategy
+
+        strategy = self.fabric.strategy
+        sharded = isinstance(strategy, FSDPStrategy)
+        name = "fsdp" if sharded else "ddp" if isinstance(strategy, DDPStrategy) else type(strategy).__name__
+        mismatches = []
+        try:
+            planned = launch.strategy_spec()[0] if launch is not None else None
+        except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop training (one rank calls it)
+            planned = None
+            mismatches.append(f"not checked: {type(exc).__name__}: {exc}")
+        if planned is not None and (planned == "fsdp") != sharded:
+            mismatches.append(
+                f"the plan trains this fleet with {planned}, the Fabric's strategy is {type(strategy).__name__}: "
+                f'pass Fabric(strategy="{planned}")'
+            )
+        return {"world_size": self.world_size, "strategy": name, "mismatches": tuple(mismatches)}

@@ -1,0 +1,374 @@
+"""FabricProfiler: profile a window of a Lightning Fabric loop and write ``srifty.profile/v1``, as
+:class:`~.callback.SriftyCallback` does for a Trainer.
+
+Fabric has no loop of its own to hook, so the script says where a batch starts and ends and where its backward is::
+
+    fabric = L.Fabric(accelerator="auto", devices=8)
+    fabric.launch()
+    model, optimizer = fabric.setup(model, optimizer)
+    loader = fabric.setup_dataloaders(loader)
+    with FabricProfiler(fabric, model, optimizer, constraints=Constraints(steps=100_000, deadline_h=12)) as prof:
+        for batch in loader:
+            with prof.step(batch):  # one batch: its data wait, forward, backward and optimizer step
+                loss = model(batch).loss
+                prof.backward(loss)  # fabric.backward(loss), its start and end marked
+                optimizer.step()
+                optimizer.zero_grad()
+
+The window (batches ``[warmup_steps, warmup_steps + profile_steps)``), the operator capture of the last warm-up
+batch, the peak memory, the checkpoint's measured cost, the profile, the plan and the report are the callback's
+(:class:`~.window.ProfileWindow`, :class:`~.results.WindowResults`); DDP's gradient all-reduces are timed by the same
+communication hook ``srifty_ddp`` registers (:mod:`lightning_srifty.comm`), FSDP's all-gathers and reduce-scatters by
+the same collective timer. After the window every method returns at its first line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun
+from lightning_srifty.profiling.recommendation import check_constraints, has_work, service_client
+from lightning_srifty.profiling.results import DEFAULT_OUTPUT, WindowResults, launch_output
+from lightning_srifty.profiling.window import DONE, ProfileWindow
+from predictor.documents.checks import Setting, check_settings
+from predictor.exceptions import ConfigError
+from predictor.ranking.constraints import Constraints
+
+log = logging.getLogger("lightning_srifty")
+
+
+class _StrategyView:
+    """The Fabric's strategy as the profiler reads a Trainer's: ``model`` (the wrapped module: DDP, FSDP or the
+    plain one) and ``allreduce_timer`` added; everything else is the strategy's own."""
+
+    def __init__(self, strategy: Any, model: torch.nn.Module, timer: Any) -> None:
+        self.__wrapped__, self.model, self.allreduce_timer = strategy, model, timer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__wrapped__, name)
+
+
+class FabricView(FabricRun):
+    """A Fabric loop as the profiler reads a Trainer: its strategy (:class:`_StrategyView`), devices, precision,
+    accumulation and loader; its length is the profiler's ``constraints``' (a Fabric loop has no ``max_steps``)."""
+
+    max_steps = None
+    max_epochs = None
+    num_training_batches = math.inf
+    num_val_batches: ClassVar[list[int]] = []
+    val_check_batch = None
+    check_val_every_n_epoch = None
+
+    def __init__(self, fabric: Any, state: dict[str, Any], wrapped: torch.nn.Module, timer: Any, **loop: Any) -> None:
+        super().__init__(fabric, state, step_key="")
+        self._strategy = _StrategyView(fabric.strategy, wrapped, timer)
+        self._optimizers: list[Any] = loop["optimizers"]
+        self.accumulate_grad_batches, self.train_dataloader = loop["accumulate"], loop["loader"]
+
+    @property
+    def optimizers(self) -> list[Any]:
+        return self._optimizers
+
+    @property
+    def strategy(self) -> Any:
+        return self._strategy
+
+    @property
+    def num_devices(self) -> int:
+        devices = getattr(self.fabric.strategy, "parallel_devices", None)
+        return len(devices) if devices else 1
+
+    @property
+    def precision(self) -> str:
+        return str(getattr(self.fabric.strategy.precision, "precision", "32-true"))
+
+
+class FabricProfiler(WindowResults):
+    """Profile batches ``[warmup_steps, warmup_steps + profile_steps)`` of a Fabric loop (see the module's example).
+
+    Args:
+        fabric: the script's launched :class:`lightning.fabric.Fabric`.
+        model: the module ``fabric.setup`` returned (the one the loop calls).
+        optimizers: its optimizer, or a list of them (as ``fabric.setup`` returned them).
+        warmup_steps, profile_steps, output, batch_size_fn, count_flops, capture_ops, model_name, verbose, max_series,
+            measure_checkpoint, recommend, constraints, report, service: as :class:`~.callback.SriftyCallback`'s.
+            With ``recommend`` the ``constraints`` must give the run's length (``Constraints(steps=...)``, optimizer
+            steps; or ``samples``, or ``epochs`` with ``steps_per_epoch``): a Fabric loop has no ``max_steps`` to
+            read it from.
+        accumulate_grad_batches: batches per optimizer step (the loop's gradient accumulation); a ``step`` is one
+            batch.
+        dataloader: the training loader (its ``num_workers`` goes in the profile).
+        state: the loop's checkpointed state (``FabricPreemption``'s): the checkpoint cost is measured by
+            ``fabric.save`` of it (else of the model and optimizers), and ``state["srifty_profiled"]`` records that
+            the run was profiled, so that a run resumed from its checkpoint is not profiled again (``reprofile``).
+        reprofile: profile a resumed run again.
+    """
+
+    owner = "FabricProfiler"
+    SETTINGS: ClassVar[dict[str, Setting]] = {
+        "warmup_steps": Setting("int", minimum=1, fix="The first batch carries one-off costs and is never profiled."),
+        "profile_steps": Setting("int", minimum=1),
+        "max_series": Setting("int", minimum=0),
+        "accumulate_grad_batches": Setting("int", minimum=1),
+    }
+
+    def __init__(
+        self,
+        fabric: Any,
+        model: torch.nn.Module,
+        optimizers: Any,
+        *,
+        warmup_steps: int = 20,
+        profile_steps: int = 200,
+        output: str | os.PathLike[str] | None = DEFAULT_OUTPUT,
+        batch_size_fn: Callable[[Any], int] | None = None,
+        count_flops: bool = True,
+        capture_ops: bool = True,
+        model_name: str | None = None,
+        verbose: bool = True,
+        max_series: int = 1000,
+        measure_checkpoint: bool = True,
+        recommend: bool = True,
+        constraints: Constraints | Mapping[str, Any] | None = None,
+        report: bool = True,
+        service: Any = None,
+        accumulate_grad_batches: int = 1,
+        dataloader: Any = None,
+        state: dict[str, Any] | None = None,
+        reprofile: bool = False,
+    ) -> None:
+        check_settings(self.owner, self.SETTINGS, locals())
+        _check_fabric(fabric, model)
+        optimizers = _optimizers(optimizers)
+        self._results_init()
+        self.warmup_steps, self.profile_steps, self.max_series = int(warmup_steps), int(profile_steps), int(max_series)
+        self.measure_checkpoint, self.recommend, self.report = bool(measure_checkpoint), bool(recommend), bool(report)
+        self.constraints = check_constraints(self.owner, constraints)
+        if self.recommend and not has_work(self.constraints):
+            raise ConfigError(
+                "FabricProfiler(recommend=True) ranks fleets for the whole run, and a Fabric loop's length is its "
+                "own: pass constraints=Constraints(steps=...) (optimizer steps; or samples=, or epochs= with "
+                "steps_per_epoch=), or recommend=False to write the profile only (then `srifty recommend "
+                "srifty/profile.json --steps N`).",
+                parameter="constraints",
+                value=constraints,
+            )
+        self.service, self._post_observation = service_client(self.owner, "service", service), True
+        if output is not None and not isinstance(output, (str, os.PathLike)):
+            raise ConfigError(
+                f"The 'output' parameter of FabricProfiler must be a path or None. Got {output!r}.",
+                parameter="output",
+                value=output,
+            )
+        if output == DEFAULT_OUTPUT:
+            output = launch_output() or output
+        self.output = Path(output) if output is not None else None
+        self.model_name, self.verbose = model_name or type(_original(model)).__name__, bool(verbose)
+        self.fabric, self.model = fabric, model
+        self.state = state if state is not None else _state_of(model, optimizers)
+        self._window: ProfileWindow | None = None
+        self._backward_marked = self._warned = False
+        if state is not None and state.get(PROFILED_KEY) and not reprofile:
+            log.info("FabricProfiler: this run was already profiled (its state says so); pass reprofile=True.")
+            return
+        self._start(optimizers, int(accumulate_grad_batches), dataloader, batch_size_fn, count_flops, capture_ops)
+
+    def _start(
+        self, optimizers: list[Any], accumulate: int, loader: Any, batch_size_fn: Any, flops: bool, ops: bool
+    ) -> None:
+        from lightning_srifty.imds import MetadataLookup
+
+        wrapped = getattr(self.model, "_forward_module", self.model)  # DDP / FSDP / the module itself
+        timer, why = _allreduce_timer(wrapped)
+        self.run = FabricView(
+            self.fabric, self.state, wrapped, timer, optimizers=optimizers, accumulate=accumulate, loader=loader
+        )
+        window = ProfileWindow(
+            self.run,  # type: ignore[arg-type]  # duck-typed: a Fabric read as a Trainer
+            warmup_steps=self.warmup_steps,
+            profile_steps=self.profile_steps,
+            capture_ops=ops,
+            count_flops=flops,
+            batch_size_fn=batch_size_fn,
+        )
+        window.no_timer_reason = why
+        self._output_ok = self._check_output() if self.run.is_global_zero else True
+        self._imds = MetadataLookup()
+        self._window = window
+
+    # --- the loop's marks --------------------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """The window is measured (or was never to be): the loop may stop, or train on unprofiled."""
+        return self._window is None or self._window.done
+
+    @contextlib.contextmanager
+    def step(self, batch: Any) -> Iterator[None]:
+        """One training batch, from its start (the data wait before it is the step's ``data`` phase) to its
+        optimizer step; an exception inside ends the window without a profile."""
+        window = self._measuring()
+        if window is None:
+            yield
+            return
+        self._backward_marked = False
+        window.begin_batch(self.run, batch)  # type: ignore[arg-type]
+        try:
+            yield
+        except BaseException:
+            window.abort("the loop raised an exception")
+            raise
+        self._check_backward_marked(window)
+        if window.end_batch():
+            self._finish_window(self.run, _original(self.model), window, truncated=False)
+            self._mark_profiled()
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``fabric.backward(loss, ...)``, its start and end marked (the step's backward phase, and where the
+        operator capture's optimizer phase begins)."""
+        window = self._measuring()
+        if window is not None:
+            self._backward_marked = True
+            window.before_backward()
+        self.fabric.backward(loss, *args, **kwargs)
+        if window is not None:
+            window.after_backward()
+
+    def interrupt(self, why: str) -> None:
+        """Work that is not training ran since the last step or runs in this one (validation, a checkpoint, a
+        log's sync): that step is left out of the statistics and counted by ``why``."""
+        if (window := self._measuring()) is not None:
+            window.interrupt(str(why))
+
+    def finish(self) -> None:
+        """The loop ended (leaving the ``with`` block does it): a window cut short is profiled as far as it ran."""
+        window = self._measuring()
+        if window is None:
+            return
+        if window.recorder.steps == 0:
+            window.phase = DONE
+            if self.run.is_global_zero:
+                log.error(
+                    f"FabricProfiler: no profile written: {window.seen} batch(es) ran and at least 2 are needed (the "
+                    f"first only anchors the timing). Train longer, e.g. {self.warmup_steps + self.profile_steps} "
+                    "batches, or give fewer warmup_steps / profile_steps."
+                )
+            return
+        if window.first_step is None:
+            window.notes.append(
+                f"The run ended during warm-up ({window.seen} steps, warmup_steps={self.warmup_steps}): steps "
+                f"1-{window.seen - 1} were profiled instead; expect start-up noise in these figures."
+            )
+        self._finish_window(self.run, _original(self.model), window, truncated=True)
+        self._mark_profiled()
+
+    def __enter__(self) -> FabricProfiler:
+        return self
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        if error is None:
+            self.finish()
+        elif (window := self._measuring()) is not None:
+            window.abort("the loop raised an exception")
+
+    # --- inside ------------------------------------------------------------------------------------------------------
+
+    def _measuring(self) -> ProfileWindow | None:
+        window = self._window
+        return window if window is not None and not window.done else None
+
+    def _check_backward_marked(self, window: ProfileWindow) -> None:
+        """A batch whose backward the profiler did not see: no phases, and no operator table (its backward's
+        operators would be counted as the forward's); said once, with the fix."""
+        if self._backward_marked:
+            return
+        if window.ops is not None and window.ops.active:
+            window.ops.abort(
+                "the captured batch's backward was not marked: call prof.backward(loss) instead of "
+                "fabric.backward(loss)"
+            )
+        if not self._warned and self.run.is_global_zero:
+            self._warned = True
+            log.warning(
+                "FabricProfiler: a batch ran without prof.backward(loss): call it instead of fabric.backward(loss) "
+                "for the step's forward / backward / optimizer phases and the operator table."
+            )
+
+    def _mark_profiled(self) -> None:
+        self.state[PROFILED_KEY] = True
+
+
+def _check_fabric(fabric: Any, model: Any) -> None:
+    for needed in ("strategy", "backward", "save", "global_rank", "world_size", "is_global_zero"):
+        if not hasattr(fabric, needed):
+            raise ConfigError(
+                f"FabricProfiler(fabric=...) takes the script's Fabric, not a {type(fabric).__name__} (no "
+                f".{needed}): pass the lightning.fabric.Fabric the loop trains with.",
+                parameter="fabric",
+                value=type(fabric).__name__,
+            )
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(
+            f"FabricProfiler(model=...) takes the module fabric.setup returned, not a {type(model).__name__}.",
+            parameter="model",
+            value=type(model).__name__,
+        )
+
+
+def _optimizers(given: Any) -> list[Any]:
+    items = list(given) if isinstance(given, (list, tuple)) else [given]
+    for item in items:
+        if not isinstance(getattr(item, "optimizer", item), torch.optim.Optimizer):
+            raise ConfigError(
+                "FabricProfiler(optimizers=...) takes the optimizer fabric.setup returned (or a list of them), not a "
+                f"{type(item).__name__}.",
+                parameter="optimizers",
+                value=type(item).__name__,
+            )
+    return items
+
+
+def _original(model: torch.nn.Module) -> torch.nn.Module:
+    """The user's module under Fabric's wrapper (``_FabricModule.module``)."""
+    inner = getattr(model, "module", None)
+    return inner if type(model).__name__ == "_FabricModule" and isinstance(inner, torch.nn.Module) else model
+
+
+def _state_of(model: torch.nn.Module, optimizers: list[Any]) -> dict[str, Any]:
+    """What a checkpoint of the loop holds when the script gives no state: the model and its optimizers."""
+    state: dict[str, Any] = {"model": model}
+    for i, optimizer in enumerate(optimizers):
+        state["optimizer" if i == 0 else f"optimizer_{i}"] = optimizer
+    return state
+
+
+def _allreduce_timer(wrapped: torch.nn.Module) -> tuple[Any, str | None]:
+    """For a DDP module: the all-reduce timer, registered as its communication hook around torch's default
+    all-reduce (Fabric registers none); (None, why) where there is nothing to time or a hook is already there."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not isinstance(wrapped, DistributedDataParallel):
+        return None, None  # a single process, or FSDP (its collectives are timed by the window's own timer)
+    if getattr(wrapped, "_comm_hooks", None):
+        return None, (
+            "all-reduce not timed: the DDP module already has a communication hook (the profiler's own would "
+            "replace it; torch takes one)"
+        )
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from lightning_srifty.comm import AllReduceTimer
+
+    timer = AllReduceTimer()
+    state, hook = timer.wrap(default_hooks.allreduce_hook, None)
+    wrapped.register_comm_hook(state=state, hook=hook)
+    if torch.distributed.is_initialized():
+        timer.backend = str(torch.distributed.get_backend())
+    return timer, None
