@@ -4,9 +4,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, Protocol
 
 PROFILED_KEY = "srifty_profiled"  # FabricProfiler's, in the loop's checkpointed state: a resumed run is not profiled
+
+
+class _Profiler(Protocol):
+    fabric: Any
+
+    def interrupt(self, why: str) -> None: ...
+
+
+_PROFILERS: weakref.WeakSet[Any] = weakref.WeakSet()  # FabricProfilers measuring a window (none, mostly)
+
+
+def watch_for_other_work(profiler: _Profiler) -> None:
+    """``profiler`` hears of the work its Fabric's loop does between steps that is not training (a checkpoint
+    ``FabricPreemption`` saves), as a Trainer's callback hears ``on_save_checkpoint``: that step is left out."""
+    _PROFILERS.add(profiler)
+
+
+def other_work(fabric: Any, why: str) -> None:
+    """Work that is not training runs in ``fabric``'s loop now: its profilers leave the step out."""
+    for profiler in list(_PROFILERS):
+        if profiler.fabric is fabric:
+            profiler.interrupt(why)
 
 
 class FabricRun:
@@ -61,6 +84,7 @@ class FabricRun:
         return [v for v in self.state.values() if isinstance(v, torch.optim.Optimizer)]
 
     def save_checkpoint(self, path: str, weights_only: bool = False) -> None:
+        other_work(self.fabric, "checkpoint")  # a profile window's step with a save in it is not a training step
         self.fabric.save(path, self.state)  # every rank calls it: a sharded strategy writes each rank's part
 
     def trained(self, launch: Any) -> dict[str, Any]:

@@ -118,6 +118,14 @@ def _lead_and_batch(ranks: list[RankPayload], notes: list[str]) -> tuple[RankPay
     good = [p for p in ranks if p.series is not None and p.series.step_s]
     lead = next((p for p in good if p.rank == ranks[0].rank), None)
     if lead is None or lead.series is None:
+        left_out = ranks[0].series.excluded if ranks and ranks[0].series is not None else None
+        if left_out:  # every step of the window had other work in it: say which, and what to change
+            said = ", ".join(f"{why} {n}" for why, n in sorted(left_out.items()))
+            raise ProfileError(
+                f"No step was measured on rank 0: every step of the window had other work in it ({said}), and such "
+                "steps are left out. Profile more steps (profile_steps=) or do that work less often in the window "
+                "(a checkpoint every step: a longer SRIFTY_CHECKPOINT_EVERY_S or every_s=)."
+            )
         raise ProfileError("No step was measured on rank 0, so there is nothing to write.")
     per_device = _median_samples(lead.series)
     if per_device is None:

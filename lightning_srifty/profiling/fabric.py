@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun
+from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun, watch_for_other_work
 from lightning_srifty.profiling.recommendation import check_constraints, has_work, service_client
 from lightning_srifty.profiling.results import DEFAULT_OUTPUT, WindowResults, launch_output
 from lightning_srifty.profiling.window import DONE, ProfileWindow
@@ -43,6 +43,8 @@ from predictor.exceptions import ConfigError
 from predictor.ranking.constraints import Constraints
 
 log = logging.getLogger("lightning_srifty")
+
+_NOTHING = contextlib.nullcontext()  # a step outside the window (reusable: it holds no state)
 
 
 class _StrategyView:
@@ -203,6 +205,7 @@ class FabricProfiler(WindowResults):
         self._output_ok = self._check_output() if self.run.is_global_zero else True
         self._imds = MetadataLookup()
         self._window = window
+        watch_for_other_work(self)  # FabricPreemption's checkpoints leave their step out
 
     # --- the loop's marks --------------------------------------------------------------------------------------------
 
@@ -211,14 +214,15 @@ class FabricProfiler(WindowResults):
         """The window is measured (or was never to be): the loop may stop, or train on unprofiled."""
         return self._window is None or self._window.done
 
-    @contextlib.contextmanager
-    def step(self, batch: Any) -> Iterator[None]:
+    def step(self, batch: Any) -> contextlib.AbstractContextManager[None]:
         """One training batch, from its start (the data wait before it is the step's ``data`` phase) to its
-        optimizer step; an exception inside ends the window without a profile."""
+        optimizer step; an exception inside ends the window without a profile. Outside the window: a context that
+        does nothing (one shared object)."""
         window = self._measuring()
-        if window is None:
-            yield
-            return
+        return _NOTHING if window is None else self._measured(window, batch)
+
+    @contextlib.contextmanager
+    def _measured(self, window: ProfileWindow, batch: Any) -> Iterator[None]:
         self._backward_marked = False
         window.begin_batch(self.run, batch)  # type: ignore[arg-type]
         try:
@@ -243,8 +247,9 @@ class FabricProfiler(WindowResults):
             window.after_backward()
 
     def interrupt(self, why: str) -> None:
-        """Work that is not training ran since the last step or runs in this one (validation, a checkpoint, a
-        log's sync): that step is left out of the statistics and counted by ``why``."""
+        """Work that is not training ran since the last step or runs in this one (validation, a log's sync): that
+        step is left out of the statistics and counted by ``why``. ``FabricPreemption``'s checkpoints say so
+        themselves."""
         if (window := self._measuring()) is not None:
             window.interrupt(str(why))
 
@@ -355,8 +360,9 @@ def _allreduce_timer(wrapped: torch.nn.Module) -> tuple[Any, str | None]:
     all-reduce (Fabric registers none); (None, why) where there is nothing to time or a hook is already there."""
     from torch.nn.parallel import DistributedDataParallel
 
-    if not isinstance(wrapped, DistributedDataParallel):
-        return None, None  # a single process, or FSDP (its collectives are timed by the window's own timer)
+    if not isinstance(wrapped, DistributedDataParallel):  # a single process and FSDP never read it (the window
+        # times FSDP's collectives itself); DeepSpeed's or a model-parallel strategy's gradients pass no DDP module
+        return None, f"all-reduce not timed: the module is a {type(wrapped).__name__}, not DDP's, to hook"
     if getattr(wrapped, "_comm_hooks", None):
         return None, (
             "all-reduce not timed: the DDP module already has a communication hook (the profiler's own would "

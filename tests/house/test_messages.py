@@ -35,6 +35,8 @@ QUOTA_REQUEST = "aws service-quotas request-service-quota-increase --service-cod
 # (file, words of the message): why the flag stays literal. Only another program's option, or another srifty
 # command's, named with that command: never a parameter of the function that raises.
 ALLOWED = {
+    ("lightning_srifty/profiling/fabric.py", "`srifty recommend srifty/profile.json --steps N`"): "how a profile "
+    "written alone is ranked later: another command, named with it (the profiler's own parameter is constraints=)",
     ("predictor/runs/deadline.py", "srifty recommend --deadline"): "how a plan gets a deadline: another command "
     "(the replay's own parameter, deadline_h, is a field of the template)",
     ("lightning_srifty/provision/launcher/spot_guard.py", "srifty recommend --deadline H"): "how a plan gets a "

@@ -1,0 +1,69 @@
+"""Profile and train a CNN on scikit-learn's digits in a Lightning Fabric loop: FabricProfiler and FabricPreemption.
+
+python examples/fabric_digits.py                        # 1 process (GPU if there is one)
+torchrun --nproc_per_node 2 examples/fabric_digits.py   # 2 DDP processes: every gradient all-reduce timed
+
+Batches 20-219 are profiled; at the window's end rank 0 writes srifty/fabric-profile.json and, for a run of
+``--work-steps`` optimizer steps, ranks EC2 fleets (srifty/plan.json, srifty/report.html): the plan
+``srifty terraform --plan srifty/plan.json --train-command "examples/fabric_digits.py"`` provisions. On that fleet the
+same script resumes from the fleet's checkpoints and leaves on a spot notice (FabricPreemption), takes the plan's
+batch for its rank (launch_settings), and is not profiled again after a resume (the state says it was).
+"""
+
+import argparse
+import os
+
+import lightning as L
+import torch
+from torch.nn import functional as F
+
+from lightning_srifty import Constraints, FabricPreemption, FabricProfiler, launch_settings
+from lightning_srifty.demo.data import DigitsDataModule
+from lightning_srifty.demo.models import DigitsCNN
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--accelerator", default="auto")
+    parser.add_argument("--max-steps", type=int, default=300, help="the profile needs 220 (20 warm-up + 200)")
+    parser.add_argument("--work-steps", type=int, default=20_000, help="the whole run the fleets are ranked for")
+    args = parser.parse_args()
+
+    # under torchrun: its processes on this machine; a fleet's nodes set LT_NUM_NODES, which Fabric reads
+    devices = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    strategy = "ddp" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "auto"
+    fabric = L.Fabric(accelerator=args.accelerator, devices=devices, strategy=strategy)
+    fabric.launch()
+    fabric.seed_everything(0)
+    settings = launch_settings(default_batch_size=64)  # the plan's batch for this rank on a fleet; 64 off one
+    data = DigitsDataModule(batch_size=settings.batch_size)
+    data.setup("fit")
+    model = DigitsCNN()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model, optimizer = fabric.setup(model, optimizer)
+    loader = fabric.setup_dataloaders(data.train_dataloader())
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    # the profiler after the resume: a state that says the run was profiled is not profiled again
+    with (
+        FabricPreemption(fabric, state) as spot,  # state is now the fleet's newest checkpoint's, if it has one
+        FabricProfiler(
+            fabric,
+            model,
+            optimizer,
+            output="srifty/fabric-profile.json",
+            constraints=Constraints(steps=args.work_steps),
+            dataloader=loader,
+            state=state,
+        ) as prof,
+    ):
+        while state["step"] < args.max_steps:
+            for x, y in loader:
+                with prof.step((x, y)):
+                    loss = F.cross_entropy(model(x), y)
+                    prof.backward(loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+                state["step"] += 1
+                spot.step()  # the checkpoints, the notice's leave, the node's alive file
+                if state["step"] >= args.max_steps:
+                    break
+    fabric.print(f"trained {state['step']} steps")
