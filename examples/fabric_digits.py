@@ -3,11 +3,12 @@
 python examples/fabric_digits.py                        # 1 process (GPU if there is one)
 torchrun --nproc_per_node 2 examples/fabric_digits.py   # 2 DDP processes: every gradient all-reduce timed
 
-Batches 20-219 are profiled; at the window's end rank 0 writes srifty/fabric-profile.json and, for a run of
-``--work-steps`` optimizer steps, ranks EC2 fleets (srifty/plan.json, srifty/report.html): the plan
+Batches 20-219 are profiled; at the window's end rank 0 writes srifty/profile.json and, for a run of ``--work-steps``
+optimizer steps, ranks EC2 fleets (srifty/plan.json, srifty/report.html): the plan
 ``srifty terraform --plan srifty/plan.json --train-command "examples/fabric_digits.py"`` provisions. On that fleet the
 same script resumes from the fleet's checkpoints and leaves on a spot notice (FabricPreemption), takes the plan's
-batch for its rank (launch_settings), and is not profiled again after a resume (the state says it was).
+batch and accumulation for its rank (launch_settings: the global batch it was profiled with), and is not profiled
+again after a resume (the state says it was); its own profile and plan go to srifty/launch-<id>/ under a launch.
 """
 
 import argparse
@@ -34,14 +35,15 @@ if __name__ == "__main__":
     fabric = L.Fabric(accelerator=args.accelerator, devices=devices, strategy=strategy)
     fabric.launch()
     fabric.seed_everything(0)
-    settings = launch_settings(default_batch_size=64)  # the plan's batch for this rank on a fleet; 64 off one
+    settings = launch_settings(default_batch_size=64)  # the plan's batch and accumulation on a fleet; 64 and 1 off one
+    accumulate = settings.accumulate_grad_batches
     data = DigitsDataModule(batch_size=settings.batch_size)
     data.setup("fit")
     model = DigitsCNN()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     model, optimizer = fabric.setup(model, optimizer)
     loader = fabric.setup_dataloaders(data.train_dataloader())
-    state = {"model": model, "optimizer": optimizer, "step": 0}
+    state = {"model": model, "optimizer": optimizer, "step": 0}  # step: optimizer steps
     # the profiler after the resume: a state that says the run was profiled is not profiled again
     with (
         FabricPreemption(fabric, state) as spot,  # state is now the fleet's newest checkpoint's, if it has one
@@ -49,19 +51,25 @@ if __name__ == "__main__":
             fabric,
             model,
             optimizer,
-            output="srifty/fabric-profile.json",
             constraints=Constraints(steps=args.work_steps),
+            accumulate_grad_batches=accumulate,
             dataloader=loader,
             state=state,
         ) as prof,
     ):
+        batches = 0
         while state["step"] < args.max_steps:
             for x, y in loader:
-                with prof.step((x, y)):
-                    loss = F.cross_entropy(model(x), y)
+                batches += 1
+                stepping = batches % accumulate == 0  # the last batch of an optimizer step
+                with prof.step((x, y)), fabric.no_backward_sync(model, enabled=not stepping):
+                    loss = F.cross_entropy(model(x), y) / accumulate
                     prof.backward(loss)
-                    optimizer.step()
-                    optimizer.zero_grad()
+                    if stepping:
+                        optimizer.step()
+                        optimizer.zero_grad()
+                if not stepping:
+                    continue
                 state["step"] += 1
                 spot.step()  # the checkpoints, the notice's leave, the node's alive file
                 if state["step"] >= args.max_steps:

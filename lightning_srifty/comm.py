@@ -1,9 +1,9 @@
 """Timing every DDP gradient bucket's all-reduce through a communication hook (gloo and NCCL).
 
-The hook wraps the real one (the default all-reduce, or the user's, e.g. fp16 compression), so gradients are
-exactly what they would be without it. Per bucket it keeps a mark when the bucket is ready (its gradients are
-computed) and one when its all-reduce completes; per step that gives the time the network was busy and the
-part of it not hidden behind backward (exposed = completion of the last all-reduce - readiness of the last
+The hook wraps the real one (DDP's own mean, :func:`mean_allreduce_hook`, or the user's, e.g. fp16 compression),
+so gradients are exactly what they would be without it. Per bucket it keeps a mark when the bucket is ready (its
+gradients are computed) and one when its all-reduce completes; per step that gives the time the network was busy
+and the part of it not hidden behind backward (exposed = completion of the last all-reduce - readiness of the last
 bucket, which is when backward compute ends).
 """
 
@@ -103,6 +103,19 @@ class _TimedState:
 
     def __getstate__(self) -> dict:  # DDP may pickle hook state (e.g. for model averaging); drop the timer
         return {"timer": None, "inner_hook": self.inner_hook, "inner_state": self.inner_state}
+
+
+def mean_allreduce_hook(process_group: Any, bucket: Any) -> Any:
+    """The gradient mean DDP computes with no hook, as a hook: the bucket scaled by ``1 / world`` (a multiplication,
+    as DDP's reducer does while it copies gradients into the bucket; torch's ``default_hooks.allreduce_hook`` divides,
+    which differs in the last bit where the world size is not a power of two), then summed over the ranks. What the
+    timing hook wraps when the run gave no hook of its own: its gradients are bit for bit those of plain DDP."""
+    import torch.distributed as dist
+
+    group = process_group if process_group is not None else dist.group.WORLD
+    tensor = bucket.buffer()
+    tensor.mul_(1.0 / dist.get_world_size(group))
+    return dist.all_reduce(tensor, group=group, async_op=True).get_future().then(lambda fut: fut.value()[0])
 
 
 def timed_comm_hook(state: _TimedState, bucket):

@@ -124,7 +124,7 @@ def _lead_and_batch(ranks: list[RankPayload], notes: list[str]) -> tuple[RankPay
             raise ProfileError(
                 f"No step was measured on rank 0: every step of the window had other work in it ({said}), and such "
                 "steps are left out. Profile more steps (profile_steps=) or do that work less often in the window "
-                "(a checkpoint every step: a longer SRIFTY_CHECKPOINT_EVERY_S or every_s=)."
+                "(a checkpoint every step: a longer checkpoint interval, every_s=)."
             )
         raise ProfileError("No step was measured on rank 0, so there is nothing to write.")
     per_device = _median_samples(lead.series)

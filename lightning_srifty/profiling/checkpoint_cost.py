@@ -16,7 +16,7 @@ import torch
 CHECKPOINT_SHARE = 0.5  # the measurement may use at most half of the free disk, and read back into half the memory
 
 
-def measure_checkpoint(trainer: pl.Trainer, notes: list[str]) -> dict[str, Any] | None:
+def measure_checkpoint(trainer: pl.Trainer, notes: list[str], owner: str = "SriftyCallback") -> dict[str, Any] | None:
     """Save one full checkpoint to local disk (every rank takes part) and read it back on rank 0, as far as the
     host allows; what was skipped goes in ``notes``. Never raises.
 
@@ -30,7 +30,7 @@ def measure_checkpoint(trainer: pl.Trainer, notes: list[str]) -> dict[str, Any] 
     plan = cast(  # rank 0's budget, on every rank
         dict[str, Any],
         trainer.strategy.broadcast(
-            checkpoint_budget(need, disk_free, available_memory_bytes()) if trainer.is_global_zero else None
+            checkpoint_budget(need, disk_free, available_memory_bytes(), owner) if trainer.is_global_zero else None
         ),
     )
     if plan["skip"]:
@@ -136,14 +136,16 @@ def available_memory_bytes() -> int | None:
         return None
 
 
-def checkpoint_budget(need: int, disk_free: int, memory_free: int | None) -> dict[str, Any]:
+def checkpoint_budget(
+    need: int, disk_free: int, memory_free: int | None, owner: str = "SriftyCallback"
+) -> dict[str, Any]:
     """Whether the checkpoint measurement may save (``skip`` is the reason when not) and read back (``load``)."""
     gib = 2**30
     if need > CHECKPOINT_SHARE * disk_free:
         return {
             "skip": f"checkpoint cost not measured: the state is ~{need / gib:.1f} GiB and the temporary folder has "
             f"{disk_free / gib:.1f} GiB free (the measurement uses at most half); set TMPDIR to a larger disk or "
-            "SriftyCallback(measure_checkpoint=False)",
+            f"{owner}(measure_checkpoint=False)",
             "load": False,
         }
     if memory_free is not None and need > CHECKPOINT_SHARE * memory_free:

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 import torch
 
 from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun, watch_for_other_work
+from lightning_srifty.profiling.callback import _check_output_and_batch_size_fn
 from lightning_srifty.profiling.recommendation import check_constraints, has_work, service_client
 from lightning_srifty.profiling.results import DEFAULT_OUTPUT, WindowResults, launch_output
 from lightning_srifty.profiling.window import DONE, ProfileWindow
@@ -115,6 +116,7 @@ class FabricProfiler(WindowResults):
     """
 
     owner = "FabricProfiler"
+    kept_in = "prof.profile"
     SETTINGS: ClassVar[dict[str, Setting]] = {
         "warmup_steps": Setting("int", minimum=1, fix="The first batch carries one-off costs and is never profiled."),
         "profile_steps": Setting("int", minimum=1),
@@ -164,12 +166,7 @@ class FabricProfiler(WindowResults):
                 value=constraints,
             )
         self.service, self._post_observation = service_client(self.owner, "service", service), True
-        if output is not None and not isinstance(output, (str, os.PathLike)):
-            raise ConfigError(
-                f"The 'output' parameter of FabricProfiler must be a path or None. Got {output!r}.",
-                parameter="output",
-                value=output,
-            )
+        _check_output_and_batch_size_fn(self.owner, output, batch_size_fn)
         if output == DEFAULT_OUTPUT:
             output = launch_output() or output
         self.output = Path(output) if output is not None else None
@@ -177,6 +174,8 @@ class FabricProfiler(WindowResults):
         self.fabric, self.model = fabric, model
         self.state = state if state is not None else _state_of(model, optimizers)
         self._window: ProfileWindow | None = None
+        self._loader: Any = None
+        self._epochs: int | None = None
         self._backward_marked = self._warned = False
         if state is not None and state.get(PROFILED_KEY) and not reprofile:
             log.info("FabricProfiler: this run was already profiled (its state says so); pass reprofile=True.")
@@ -186,25 +185,37 @@ class FabricProfiler(WindowResults):
     def _start(
         self, optimizers: list[Any], accumulate: int, loader: Any, batch_size_fn: Any, flops: bool, ops: bool
     ) -> None:
+        """The window, on every rank or on none: a rank that cannot start it (never a reason to stop training) would
+        leave the others waiting in the window's end, so the ranks agree first (one all-reduce, here only)."""
         from lightning_srifty.imds import MetadataLookup
 
-        wrapped = getattr(self.model, "_forward_module", self.model)  # DDP / FSDP / the module itself
-        timer, why = _allreduce_timer(wrapped)
-        self.run = FabricView(
-            self.fabric, self.state, wrapped, timer, optimizers=optimizers, accumulate=accumulate, loader=loader
-        )
-        window = ProfileWindow(
-            self.run,  # type: ignore[arg-type]  # duck-typed: a Fabric read as a Trainer
-            warmup_steps=self.warmup_steps,
-            profile_steps=self.profile_steps,
-            capture_ops=ops,
-            count_flops=flops,
-            batch_size_fn=batch_size_fn,
-        )
-        window.no_timer_reason = why
+        window = None
+        try:
+            wrapped = getattr(self.model, "_forward_module", self.model)  # DDP / FSDP / the module itself
+            timer, why = _allreduce_timer(wrapped)
+            self.run = FabricView(
+                self.fabric, self.state, wrapped, timer, optimizers=optimizers, accumulate=accumulate, loader=loader
+            )
+            window = ProfileWindow(
+                self.run,  # type: ignore[arg-type]  # duck-typed: a Fabric read as a Trainer
+                warmup_steps=self.warmup_steps,
+                profile_steps=self.profile_steps,
+                capture_ops=ops,
+                count_flops=flops,
+                batch_size_fn=batch_size_fn,
+            )
+            window.no_timer_reason, window.owner = why, self.owner
+        except Exception as exc:  # noqa: BLE001 - the profiler must never stop training
+            log.error("FabricProfiler could not start profiling (%s: %s); training goes on.", type(exc).__name__, exc)
+        if not _every_rank(self.fabric, window is not None):
+            if window is not None:
+                log.error("FabricProfiler: another rank could not start profiling; this one does not profile either.")
+            return
+        assert window is not None
         self._output_ok = self._check_output() if self.run.is_global_zero else True
         self._imds = MetadataLookup()
         self._window = window
+        self._loader, self._epochs = loader, _epochs_begun(loader)
         watch_for_other_work(self)  # FabricPreemption's checkpoints leave their step out
 
     # --- the loop's marks --------------------------------------------------------------------------------------------
@@ -224,13 +235,24 @@ class FabricProfiler(WindowResults):
     @contextlib.contextmanager
     def _measured(self, window: ProfileWindow, batch: Any) -> Iterator[None]:
         self._backward_marked = False
+        if (begun := _epochs_begun(self._loader)) != self._epochs:  # the loader started an epoch (its workers...)
+            self._epochs = begun
+            window.interrupt("epoch_boundary")
         window.begin_batch(self.run, batch)  # type: ignore[arg-type]
         try:
             yield
         except BaseException:
-            window.abort("the loop raised an exception")
+            # this rank's batch only: the step is left out and counted, and the window goes on, so that every rank
+            # reaches the window's end (its collectives) at the same batch; a loop that dies leaves it unfinished
+            if window.flops is not None and window.flops.active:
+                window.flops.abort("the captured batch raised an exception")
+            window.interrupt("exception")
+            self._end(window)
             raise
         self._check_backward_marked(window)
+        self._end(window)
+
+    def _end(self, window: ProfileWindow) -> None:
         if window.end_batch():
             self._finish_window(self.run, _original(self.model), window, truncated=False)
             self._mark_profiled()
@@ -356,25 +378,44 @@ def _state_of(model: torch.nn.Module, optimizers: list[Any]) -> dict[str, Any]:
 
 
 def _allreduce_timer(wrapped: torch.nn.Module) -> tuple[Any, str | None]:
-    """For a DDP module: the all-reduce timer, registered as its communication hook around torch's default
-    all-reduce (Fabric registers none); (None, why) where there is nothing to time or a hook is already there."""
+    """For a DDP module: the all-reduce timer, registered as its communication hook around DDP's own mean (Fabric
+    registers none; gradients bit for bit those of plain DDP), or the one a profiler before registered there;
+    (None, why) where there is nothing to time or another hook is already there (torch takes one)."""
     from torch.nn.parallel import DistributedDataParallel
 
-    if not isinstance(wrapped, DistributedDataParallel):  # a single process and FSDP never read it (the window
+    from lightning_srifty.comm import AllReduceTimer, mean_allreduce_hook, timed_comm_hook
+
+    ddp = getattr(wrapped, "_orig_mod", wrapped)  # fabric.setup(torch.compile(model)): compiled around DDP
+    if not isinstance(ddp, DistributedDataParallel):  # a single process and FSDP never read it (the window
         # times FSDP's collectives itself); DeepSpeed's or a model-parallel strategy's gradients pass no DDP module
-        return None, f"all-reduce not timed: the module is a {type(wrapped).__name__}, not DDP's, to hook"
-    if getattr(wrapped, "_comm_hooks", None):
-        return None, (
-            "all-reduce not timed: the DDP module already has a communication hook (the profiler's own would "
-            "replace it; torch takes one)"
-        )
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    from lightning_srifty.comm import AllReduceTimer
-
+        return None, f"all-reduce not timed: the module is a {type(ddp).__name__}, not DDP's, to hook"
+    hooks = list(getattr(ddp, "_comm_hooks", None) or [])
+    for hook, state in hooks:
+        if hook is timed_comm_hook and getattr(state, "timer", None) is not None:
+            return state.timer, None  # this model's earlier profiler's hook (reprofile=True)
+    if hooks:
+        return None, "all-reduce not timed: the DDP module already has a communication hook (torch takes one)"
     timer = AllReduceTimer()
-    state, hook = timer.wrap(default_hooks.allreduce_hook, None)
-    wrapped.register_comm_hook(state=state, hook=hook)
+    state, hook = timer.wrap(mean_allreduce_hook, None)
+    try:
+        ddp.register_comm_hook(state=state, hook=hook)
+    except RuntimeError as exc:  # a built-in hook (register_builtin_comm_hook) is not in _comm_hooks
+        return None, f"all-reduce not timed: the DDP module did not take the profiler's hook ({exc})"
     if torch.distributed.is_initialized():
         timer.backend = str(torch.distributed.get_backend())
     return timer, None
+
+
+def _every_rank(fabric: Any, ok: bool) -> bool:
+    """Whether ``ok`` holds on every rank (one all-reduce; ``ok`` itself in a single process)."""
+    if int(getattr(fabric, "world_size", 1) or 1) <= 1:
+        return ok
+    flag = torch.tensor([0 if ok else 1], device=fabric.device)
+    return int(fabric.all_reduce(flag, reduce_op="sum").item()) == 0
+
+
+def _epochs_begun(loader: Any) -> int | None:
+    """How many times Fabric's loader (``fabric.setup_dataloaders``) has begun an epoch: each begin is a step of other
+    work (a sampler's shuffle, a worker pool's start) that the window leaves out, as a Trainer's callback does."""
+    count = getattr(loader, "_num_iter_calls", None)
+    return count if isinstance(count, int) else None

@@ -96,7 +96,7 @@ def recommend_for_run(
         from predictor.recommend import recommend
 
         if service is not None and post:
-            post_observation(service, profile)
+            post_observation(service, profile, owner)
         return recommend(profile, work, service=service, plan_path=plan_path, report_path=report_path)
     except SriftyError as exc:
         rank_zero_warn(f"{owner}: no fleet recommendation: {exc}")
@@ -196,7 +196,7 @@ def launch_transport() -> str | None:
         return None
 
 
-def post_observation(client: Any, profile: Profile) -> None:
+def post_observation(client: Any, profile: Profile, owner: str = "SriftyCallback") -> None:
     """On EC2, tell the service what this fleet measured (the feedback loop); never raises."""
     hw = profile.hardware
     if not hw.instance_type:
@@ -218,13 +218,13 @@ def post_observation(client: Any, profile: Profile) -> None:
             fleet,
             throughput,
             iteration_time_s=step * accumulation,
-            source=f"SriftyCallback {profile.model.name} run {run_identity()}",
+            source=f"{owner} {profile.model.name} run {run_identity()}",
             run=run_identity(),
             transport=launch_transport(),
         )
-        log.info("SriftyCallback: observation of %s posted (%s samples/s): %s", fleet, f"{throughput:.1f}", answer)
+        log.info("%s: observation of %s posted (%s samples/s): %s", owner, fleet, f"{throughput:.1f}", answer)
     except SriftyError as exc:
-        log.warning("SriftyCallback: the observation was not posted: %s", exc)
+        log.warning("%s: the observation was not posted: %s", owner, exc)
 
 
 _PROCESS_RUN = uuid.uuid4().hex[:12]

@@ -36,6 +36,7 @@ class WindowResults:
     ``constraints``, ``service``, ``_post_observation``, ``verbose``, ``max_series`` and ``model_name``."""
 
     owner = "SriftyCallback"
+    kept_in = "callback.profile"  # where a profile that could not be written stays, in the caller's words
     output: Path | None
     measure_checkpoint: bool
     recommend: bool
@@ -60,7 +61,7 @@ class WindowResults:
         window.stop()
         self.profiled = True
         payloads = gather(window.payload(run), run)
-        checkpoint = measure_checkpoint(run, window.notes) if self.measure_checkpoint else None
+        checkpoint = measure_checkpoint(run, window.notes, self.owner) if self.measure_checkpoint else None
         if run.is_global_zero:
             try:
                 meta = self._imds.result(wait=0.5) if self._imds is not None else None  # off EC2: already over
@@ -82,10 +83,11 @@ class WindowResults:
                 written = self.written["profile"] = self.profile.save(self.output)
             except OSError as exc:
                 log.error(
-                    "%s could not write the profile to %s (%s); it is kept in its .profile.",
+                    "%s could not write the profile to %s (%s); it is kept in %s.",
                     self.owner,
                     self.output,
                     exc.strerror or exc,
+                    self.kept_in,
                 )
         if self.verbose:
             from lightning_srifty.console import print_profile
@@ -114,7 +116,7 @@ class WindowResults:
 
             console().print(plan_table(self.plan))
             rest = {k: v for k, v in self.written.items() if k != "profile"}  # the profile's panel said where it went
-            for line in summary_lines(rest, self.plan, self.profile):
+            for line in summary_lines(rest, self.plan, self.profile, self.owner):
                 print(line)  # plain: a path must not be wrapped
 
     def _check_output(self) -> bool:
@@ -127,10 +129,11 @@ class WindowResults:
         except OSError as exc:
             log.error(
                 "%s cannot write the profile to %s (%s). Training continues and the profile is kept in memory "
-                "(its .profile); pass output= a writable path to get the file.",
+                "(%s); pass output= a writable path to get the file.",
                 self.owner,
                 self.output,
                 exc.strerror or exc,
+                self.kept_in,
             )
             return False
         return True
@@ -138,7 +141,7 @@ class WindowResults:
     def summary(self) -> list[str]:
         """Where the profile, plan and report went, and how far to trust GPU figures that come from a CPU profile
         (what ``srifty demo`` and a user's own run both say at the end of profiling)."""
-        return summary_lines(self.written, self.plan, self.profile)
+        return summary_lines(self.written, self.plan, self.profile, self.owner)
 
 
 def gather(payload: RankPayload, run: Any) -> list[RankPayload]:
@@ -180,8 +183,10 @@ def not_the_launchs_plan(path: Path) -> Path:
     return Path(f"srifty/launch-{launch.launch_id}/plan.json")
 
 
-def summary_lines(written: dict[str, Path], plan: Any, profile: Profile | None) -> list[str]:
-    """:meth:`WindowResults.summary`'s lines."""
+def summary_lines(
+    written: dict[str, Path], plan: Any, profile: Profile | None, owner: str = "SriftyCallback"
+) -> list[str]:
+    """:meth:`WindowResults.summary`'s lines (``owner``: the profiler the GPU advice names)."""
     lines = [f"{what} written to {path}" for what, path in written.items()]
     if "report" in written:
         lines[-1] += " (open it in a browser)"
@@ -190,7 +195,7 @@ def summary_lines(written: dict[str, Path], plan: Any, profile: Profile | None) 
         lines.append(
             "note: this profile ran on the CPU: every GPU figure above (times, costs, the ranking) is "
             "extrapolated from CPU timings through the performance model, and can be off by a wide margin. "
-            "Profile on one GPU (srifty demo --accelerator gpu, or SriftyCallback in your own run) for a "
+            f"Profile on one GPU (srifty demo --accelerator gpu, or {owner} in your own run) for a "
             "prediction to act on."
         )
     return lines

@@ -75,6 +75,7 @@ class ProfileWindow:
         self.notes: list[str] = []
         self.batch_source = "batch_size_fn" if batch_size_fn else "detected"
         self.no_timer_reason: str | None = None  # why a DDP run's all-reduces are not timed, when it is not srifty_ddp
+        self.owner = "SriftyCallback"  # the profiler the notes' advice names (FabricProfiler in a Fabric loop)
         self.phase = WAITING
 
     @property
@@ -228,7 +229,7 @@ class ProfileWindow:
             if self.seen < self.warmup_steps:  # the capture is of the last warm-up step, which never came (#37 L)
                 why = (
                     f"the run ended during warm-up ({self.seen} steps), before step {self.warmup_steps}, whose batch "
-                    f"the table is captured on: train longer, or give SriftyCallback(warmup_steps=...) fewer steps"
+                    f"the table is captured on: train longer, or give {self.owner}(warmup_steps=...) fewer steps"
                 )
             self.notes.append(f"no operator table: {why}")
             return None

@@ -13,10 +13,9 @@ from typing import Any
 
 import torch
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_srifty.comm import AllReduceTimer
+from lightning_srifty.comm import AllReduceTimer, mean_allreduce_hook
 from lightning_srifty.strategies.fsdp import block_classes
 from lightning_srifty.strategies.hetero import RankBatches, check_batch_sizes, rank_weights, weighted_hook
 from lightning_srifty.strategies.nodes import TorchrunNodes
@@ -59,7 +58,7 @@ class SriftyDDPStrategy(RankBatches, TorchrunNodes, DDPStrategy):
     def _register_ddp_hooks(self) -> None:
         # Replaces DDPStrategy's (which skips non-CUDA devices): one hook, ours, wrapping the real reduction.
         assert isinstance(self.model, DistributedDataParallel)
-        inner_hook = self._ddp_comm_hook or default_hooks.allreduce_hook
+        inner_hook: Any = self._ddp_comm_hook or mean_allreduce_hook  # plain DDP's mean, bit for bit
         if self._ddp_comm_wrapper is not None:
             inner_hook = self._ddp_comm_wrapper(inner_hook)
         if self.batch_sizes is not None:

@@ -291,9 +291,92 @@ def test_the_fabric_example_profiles_itself_and_ranks_fleets_for_its_run(tmp_pat
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained 230 steps" in done.stdout
-    profile = json.loads((tmp_path / "srifty" / "fabric-profile.json").read_text())
-    assert profile["model"]["name"] == "DigitsCNN" and profile["timing"]["step_time_s"]["count"] == 200
+    profile = json.loads((tmp_path / "srifty" / "profile.json").read_text())
+    assert profile["model"]["name"] == "DigitsCNN"
+    window = profile["timing"]["window"]  # 23 batches an epoch: the first batch of each epoch in the window left out
+    assert window["steps"] + window["excluded_steps"]["epoch_boundary"] == 200, window
+    assert 8 <= window["excluded_steps"]["epoch_boundary"] <= 10, window
     assert profile["batch"]["global_batch"] == 64 and profile["batch"]["loader_workers"] == 0
     plan = json.loads((tmp_path / "srifty" / "plan.json").read_text())
     assert plan["constraints"]["work_samples"] == 20_000 * 64 and plan["chosen"] is not None
     assert (tmp_path / "srifty" / "report.html").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+@pytest.mark.timeout(300)
+def test_three_ranks_one_raising_inside_the_window_neither_hang_nor_train_otherwise(tmp_path, subprocess_env) -> None:
+    """torchrun, 3 gloo ranks (tests/scripts/fabric_profile_ranks.py). Rank 0's batch 3 raises inside the window and
+    its loop catches it: that step is left out on rank 0 and the window goes on, so every rank reaches its end (the
+    gather, the checkpoint's collectives) at the same batch (before, rank 0 aborted alone and the others waited in the
+    gather until gloo's timeout killed the job). The profiled model's parameters equal, bit for bit, those of its
+    unprofiled twin after 20 steps: the profiler's all-reduce hook is DDP's own mean (torch's default hook divides,
+    which at world 3 differs in the last bit). A second profiler of the model times the all-reduces through the
+    first's hook."""
+    env = {**subprocess_env, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    port = _free_port()
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "3", "--master_port", str(port)]
+    command += [str(ROOT / "tests" / "scripts" / "fabric_profile_ranks.py"), str(tmp_path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [(tmp_path / f"equal-rank{r}.txt").read_text().strip() for r in range(3)] == ["True"] * 3
+    first = json.loads((tmp_path / "profile.json").read_text())
+    assert first["timing"]["window"]["excluded_steps"] == {"exception": 1}, first["timing"]["window"]
+    assert first["hardware"]["world_size"] == 3 and first["batch"]["global_batch"] == 48
+    for profile in (first, json.loads((tmp_path / "profile2.json").read_text())):
+        assert profile["communication"]["backend"] == "gloo", profile["communication"]
+        assert profile["communication"]["bytes_per_step"] > 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_epoch_that_begins_in_the_window_leaves_its_first_step_out(tmp_path) -> None:
+    """As a Trainer's callback leaves out a step after ``on_train_epoch_start``: Fabric's loader says when it begins
+    an epoch (its sampler's shuffle, a worker pool's start)."""
+    fabric, model, optimizer = _setup()
+    data = torch.utils.data.TensorDataset(torch.randn(32, 16), torch.randint(0, 4, (32,)))
+    loader = fabric.setup_dataloaders(torch.utils.data.DataLoader(data, batch_size=8))  # 4 batches an epoch
+    with _profiler(fabric, model, optimizer, tmp_path, profile_steps=6, dataloader=loader) as prof:
+        for _ in range(3):
+            for x, y in loader:
+                with prof.step((x, y)):
+                    prof.backward(nn.functional.cross_entropy(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    # the window is batches 2-7: batch 4 begins the second epoch (batch 8, the third, is after it)
+    assert profile["timing"]["window"]["excluded_steps"] == {"epoch_boundary": 1}, profile["timing"]["window"]
+
+
+def test_a_profiler_that_cannot_start_logs_why_and_the_loop_trains_on(tmp_path, monkeypatch, caplog) -> None:
+    from lightning_srifty.profiling import fabric as module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no clock")
+
+    monkeypatch.setattr(module, "ProfileWindow", broken)
+    fabric, model, optimizer = _setup()
+    prof = _profiler(fabric, model, optimizer, tmp_path)
+    with caplog.at_level(logging.ERROR, logger="lightning_srifty"), prof:
+        assert prof.done
+        _loop(model, optimizer, prof, 8)
+    assert "FabricProfiler could not start profiling (RuntimeError: no clock); training goes on" in caplog.text
+    assert not (tmp_path / "profile.json").exists()
+
+
+def test_an_unwritable_output_keeps_the_profile_in_memory_and_says_where(tmp_path, caplog) -> None:
+    (tmp_path / "file").write_text("")
+    fabric, model, optimizer = _setup()
+    with caplog.at_level(logging.ERROR, logger="lightning_srifty"), FabricProfiler(
+        fabric, model, optimizer, warmup_steps=2, profile_steps=3, recommend=False, verbose=False,
+        output=tmp_path / "file" / "profile.json",
+    ) as prof:  # fmt: skip
+        _loop(model, optimizer, prof, 8)
+    assert prof.profile is not None and "kept in memory (prof.profile)" in caplog.text
