@@ -10,6 +10,20 @@ from typing import Any, Protocol
 PROFILED_KEY = "srifty_profiled"  # FabricProfiler's, in the loop's checkpointed state: a resumed run is not profiled
 
 
+def check_fabric(owner: str, fabric: Any, needed: tuple[str, ...]) -> None:
+    """``fabric`` has what ``owner`` uses of a :class:`lightning.fabric.Fabric`, else a ConfigError naming it."""
+    from predictor.exceptions import ConfigError
+
+    for name in needed:
+        if not hasattr(fabric, name):
+            raise ConfigError(
+                f"{owner}(fabric=...) takes the script's Fabric, not a {type(fabric).__name__} (no .{name}): pass "
+                "the lightning.fabric.Fabric the loop trains with.",
+                parameter="fabric",
+                value=type(fabric).__name__,
+            )
+
+
 class _Profiler(Protocol):
     fabric: Any
 

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lightning_srifty import protocol
-from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun
+from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun, check_fabric
 from lightning_srifty.migrate import exit_mark
 from lightning_srifty.migrate.alive import NodeAlive
 from lightning_srifty.migrate.checkpoints import resume_checkpoint
@@ -71,14 +71,8 @@ class FabricPreemption(Leaving):
         **options: Any,
     ) -> None:
         _check_state(state, step_key)
-        for needed in ("strategy", "save", "load", "broadcast", "global_rank", "local_rank", "world_size"):
-            if not hasattr(fabric, needed):
-                raise ConfigError(
-                    f"FabricPreemption(fabric=...) takes the script's Fabric, not a {type(fabric).__name__} "
-                    f"(no .{needed}): pass the lightning.fabric.Fabric the loop trains with.",
-                    parameter="fabric",
-                    value=type(fabric).__name__,
-                )
+        needed = ("strategy", "save", "load", "broadcast", "global_rank", "local_rank", "world_size")
+        check_fabric("FabricPreemption", fabric, needed)
         check_options("FabricPreemption", options)
         super().__init__(dirpath, **options)
         self.fabric, self.state, self.step_key, self.resume_at_start = fabric, state, step_key, resume

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun, watch_for_other_work
+from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun, check_fabric, watch_for_other_work
 from lightning_srifty.profiling.callback import _check_output_and_batch_size_fn
 from lightning_srifty.profiling.recommendation import check_constraints, has_work, service_client
 from lightning_srifty.profiling.results import DEFAULT_OUTPUT, WindowResults, launch_output
@@ -334,14 +334,7 @@ class FabricProfiler(WindowResults):
 
 
 def _check_fabric(fabric: Any, model: Any) -> None:
-    for needed in ("strategy", "backward", "save", "global_rank", "world_size", "is_global_zero"):
-        if not hasattr(fabric, needed):
-            raise ConfigError(
-                f"FabricProfiler(fabric=...) takes the script's Fabric, not a {type(fabric).__name__} (no "
-                f".{needed}): pass the lightning.fabric.Fabric the loop trains with.",
-                parameter="fabric",
-                value=type(fabric).__name__,
-            )
+    check_fabric("FabricProfiler", fabric, ("strategy", "backward", "save", "global_rank", "world_size", "all_reduce"))
     if not isinstance(model, torch.nn.Module):
         raise ConfigError(
             f"FabricProfiler(model=...) takes the module fabric.setup returned, not a {type(model).__name__}.",
