@@ -7,8 +7,10 @@ Batches 20-219 are profiled; at the window's end rank 0 writes srifty/profile.js
 optimizer steps, ranks EC2 fleets (srifty/plan.json, srifty/report.html): the plan
 ``srifty terraform --plan srifty/plan.json --train-command "examples/fabric_digits.py"`` provisions. On that fleet the
 same script resumes from the fleet's checkpoints and leaves on a spot notice (FabricPreemption), takes the plan's
-batch and accumulation for its rank (launch_settings: the global batch it was profiled with), and is not profiled
-again after a resume (the state says it was); its own profile and plan go to srifty/launch-<id>/ under a launch.
+batch and accumulation for its rank (launch_settings: the global batch it was profiled with), continues at the
+checkpoint's sample after a resume (GlobalBatchSampler: the samples an uninterrupted run trains on, on any world
+size), and is not profiled again (the state says it was); its own profile and plan go to srifty/launch-<id>/ under a
+launch.
 """
 
 import argparse
@@ -17,8 +19,9 @@ import os
 import lightning as L
 import torch
 from torch.nn import functional as F
+from torch.utils.data import DataLoader
 
-from lightning_srifty import Constraints, FabricPreemption, FabricProfiler, launch_settings
+from lightning_srifty import Constraints, FabricPreemption, FabricProfiler, GlobalBatchSampler, launch_settings
 from lightning_srifty.demo.data import DigitsDataModule
 from lightning_srifty.demo.models import DigitsCNN
 
@@ -37,16 +40,23 @@ if __name__ == "__main__":
     fabric.seed_everything(0)
     settings = launch_settings(default_batch_size=64)  # the plan's batch and accumulation on a fleet; 64 and 1 off one
     accumulate = settings.accumulate_grad_batches
-    data = DigitsDataModule(batch_size=settings.batch_size)
+    data = DigitsDataModule()
     data.setup("fit")
+    # every rank's batch (a fleet of mixed GPUs gives them unequal shares of one global batch), in rank order
+    sizes = [int(b) for b in fabric.all_gather(torch.tensor(settings.batch_size)).reshape(-1)]
+    weight = fabric.world_size * settings.batch_size / sum(sizes)  # DDP's mean of the ranks' means: the batch's mean
+    # the same seeded order of samples on every rank and every fleet; after a resume it continues at the step
+    sampler = GlobalBatchSampler(
+        len(data.train), sizes, rank=fabric.global_rank, seed=0, accumulate_grad_batches=accumulate
+    )
     model = DigitsCNN()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     model, optimizer = fabric.setup(model, optimizer)
-    loader = fabric.setup_dataloaders(data.train_dataloader())
+    loader = fabric.setup_dataloaders(DataLoader(data.train, batch_sampler=sampler), use_distributed_sampler=False)
     state = {"model": model, "optimizer": optimizer, "step": 0}  # step: optimizer steps
     # the profiler after the resume: a state that says the run was profiled is not profiled again
     with (
-        FabricPreemption(fabric, state) as spot,  # state is now the fleet's newest checkpoint's, if it has one
+        FabricPreemption(fabric, state, sampler=sampler) as spot,  # state: the fleet's newest checkpoint's, if any
         FabricProfiler(
             fabric,
             model,
@@ -63,7 +73,7 @@ if __name__ == "__main__":
                 batches += 1
                 stepping = batches % accumulate == 0  # the last batch of an optimizer step
                 with prof.step((x, y)), fabric.no_backward_sync(model, enabled=not stepping):
-                    loss = F.cross_entropy(model(x), y) / accumulate
+                    loss = F.cross_entropy(model(x), y) * weight / accumulate
                     prof.backward(loss)
                     if stepping:
                         optimizer.step()

@@ -55,6 +55,11 @@ class FabricPreemption(Leaving):
             ``srifty/checkpoints``).
         step_key: the key of ``state`` that counts the steps (default ``"step"``).
         resume: at the start, load the checkpoint the fleet resumes from (its newest sound one) into ``state``.
+        sampler: the :class:`~lightning_srifty.GlobalBatchSampler` the loop's loader takes its batches from
+            (``DataLoader(dataset, batch_sampler=sampler)``, set up with ``use_distributed_sampler=False``): after a
+            resume it stands at the restored step's sample (:meth:`~lightning_srifty.GlobalBatchSampler.seek`), so
+            the resumed loop trains on the samples an uninterrupted one would, on any world size. Without it the data
+            position is the loop's.
         **options: :class:`~.preemption.SpotPreemption`'s (``every_s``, ``keep``, ``leave_deadline_s``,
             ``exit_process``...); ``exit_process=False`` returns from :meth:`step` with :attr:`preempted` set
             instead of exiting with 75.
@@ -68,14 +73,24 @@ class FabricPreemption(Leaving):
         *,
         step_key: str = "step",
         resume: bool = True,
+        sampler: Any = None,
         **options: Any,
     ) -> None:
         _check_state(state, step_key)
+        if sampler is not None and not callable(getattr(sampler, "seek", None)):
+            raise ConfigError(
+                f"FabricPreemption(sampler=...) takes a lightning_srifty.GlobalBatchSampler (it seeks to a step), not "
+                f"a {type(sampler).__name__}: DataLoader(dataset, batch_sampler=GlobalBatchSampler(len(dataset), "
+                "[batch] * world_size, rank=fabric.global_rank, seed=0)).",
+                parameter="sampler",
+                value=type(sampler).__name__,
+            )
         needed = ("strategy", "save", "load", "broadcast", "global_rank", "local_rank", "world_size")
         check_fabric("FabricPreemption", fabric, needed)
         check_options("FabricPreemption", options)
         super().__init__(dirpath, **options)
         self.fabric, self.state, self.step_key, self.resume_at_start = fabric, state, step_key, resume
+        self.sampler = sampler
         self.run = FabricRun(fabric, state, step_key)
         self.resumed_from: str | None = None
         self._node = NodeAlive.from_env() if self.run.local_rank == 0 else None
@@ -128,6 +143,8 @@ class FabricPreemption(Leaving):
             rest = fabric.load(local, self.state, weights_only=True)  # data, never code (find_checkpoint vetted it)
         if isinstance(rest, dict) and PROFILED_KEY in rest:  # FabricProfiler's mark: the run is not profiled again
             self.state[PROFILED_KEY] = rest[PROFILED_KEY]
+        if self.sampler is not None:  # the data where an uninterrupted run's would be at this step
+            self.sampler.seek(self.run.global_step)
         self.resumed_from = path
         log.warning("FabricPreemption: resumed from %s at step %d", path, self.run.global_step)
         return path

@@ -133,6 +133,14 @@ class GlobalBatchSampler(Sampler[list[int]]):
         if epoch != self.epoch:
             self.epoch, self.consumed = epoch, 0
 
+    def seek(self, steps: int) -> None:
+        """Stand where a run that took ``steps`` optimizer steps from its start with this sampler stands: the epoch
+        and the samples consumed in it follow from the global batch alone, so the position holds on any world size
+        and split (a Fabric loop's resume: ``FabricPreemption(sampler=...)``, from the checkpoint's step count; the
+        loader's prefetching, which runs the sampler ahead of training, does not move it)."""
+        per_epoch = self.usable // self.global_batch
+        self.epoch, self.consumed = steps // per_epoch, steps % per_epoch * self.global_batch
+
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "consumed": self.consumed, "global_batch": self.global_batch, "seed": self.seed}
 

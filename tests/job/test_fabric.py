@@ -368,3 +368,77 @@ def test_an_option_neither_class_takes_is_refused_in_its_callers_name(fleet) -> 
     fabric, state = _fabric_and_state()
     with pytest.raises(ConfigError, match=r"FabricPreemption\(\) takes no option 'keep_last'"):
         FabricPreemption(fabric, state, keep_last=3)
+
+
+def _indices_run(fleet, steps: int, *, leave_at: int | None, seen: list[list[int]]) -> None:
+    """A Fabric loop over a GlobalBatchSampler (44 samples, batches of 8: 5 steps an epoch, 4 samples left out of
+    each), recording each step's sample indices; ``leave_at``: a notice after that step."""
+    from lightning_srifty.strategies.hetero import GlobalBatchSampler
+
+    fabric, state = _fabric_and_state()
+    sampler = GlobalBatchSampler(44, [8], rank=0, seed=3)
+    data = torch.utils.data.TensorDataset(torch.arange(44))
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler)
+    model, optimizer = state["model"], state["optimizer"]
+    with FabricPreemption(fabric, state, sampler=sampler) as spot:
+        while state["step"] < steps:
+            for (index,) in loader:
+                seen.append(index.tolist())
+                x = index.float().unsqueeze(1).repeat(1, 4) / 44
+                loss = nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+                optimizer.zero_grad()
+                fabric.backward(loss)
+                optimizer.step()
+                state["step"] += 1
+                if state["step"] == leave_at:
+                    spot.request_leave("a spot notice, played")
+                spot.step()
+                if state["step"] >= steps:
+                    break
+
+
+def test_a_resumed_loop_with_its_sampler_trains_on_the_samples_of_a_run_never_interrupted(fleet) -> None:
+    """``FabricPreemption(sampler=...)``: the replacement's loader continues at the checkpoint's step, across the
+    epoch's end, and not from its epoch's start (without the sampler the data position is the loop's)."""
+    reference: list[list[int]] = []
+    _indices_run(fleet, 12, leave_at=None, seen=reference)
+    for leftover in fleet["checkpoints"].iterdir():  # the reference's FINISHED.json: the next run starts afresh
+        leftover.unlink()
+    run: list[list[int]] = []
+    with pytest.raises(SystemExit):
+        _indices_run(fleet, 12, leave_at=7, seen=run)
+    assert len(run) == 7  # steps 1-7 (epoch 0, then 2 of epoch 1), then the notice's checkpoint at 7
+    _indices_run(fleet, 12, leave_at=None, seen=run)
+    assert run == reference  # steps 8-12: the rest of epoch 1, then epoch 2, as never interrupted
+    assert len({i for batch in reference[:5] for i in batch}) == 40  # an epoch: 40 distinct samples
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_sampler_sought_to_a_step_stands_where_the_run_did_on_any_split(accumulate) -> None:
+    from lightning_srifty.strategies.hetero import GlobalBatchSampler
+
+    def steps(sampler, n: int) -> list[list[int]]:  # n optimizer steps of index lists (accumulated batches joined)
+        out: list[list[int]] = []
+        while len(out) < n:
+            batches = list(iter(sampler))
+            for i in range(0, len(batches) - accumulate + 1, accumulate):
+                out.append(sorted(j for b in batches[i : i + accumulate] for j in b))
+        return out[:n]
+
+    whole = steps(GlobalBatchSampler(50, [8], seed=5, accumulate_grad_batches=accumulate), 17)
+    for k in range(14):
+        one = GlobalBatchSampler(50, [8], seed=5, accumulate_grad_batches=accumulate)
+        one.seek(k)
+        assert steps(one, 3) == whole[k : k + 3], k
+        split = [GlobalBatchSampler(50, [5, 3], rank=r, seed=5, accumulate_grad_batches=accumulate) for r in (0, 1)]
+        for sampler in split:
+            sampler.seek(k)
+        a, b = (steps(s, 3) for s in split)  # two ranks of another split: the same global batches
+        assert [sorted(x + y) for x, y in zip(a, b, strict=True)] == whole[k : k + 3], k
+
+
+def test_something_else_than_a_global_batch_sampler_is_refused_as_the_sampler(fleet) -> None:
+    fabric, state = _fabric_and_state()
+    with pytest.raises(ConfigError, match=r"takes a lightning_srifty\.GlobalBatchSampler") as err:
+        FabricPreemption(fabric, state, sampler=torch.utils.data.RandomSampler(range(4)))
+    assert err.value.parameter == "sampler"
