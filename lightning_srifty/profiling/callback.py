@@ -34,7 +34,7 @@ from lightning_srifty.profiling.results import (  # noqa: F401 - not_the_launchs
     summary_lines,
 )
 from lightning_srifty.profiling.run_record import hardware_record, matmul_precision, model_record  # noqa: F401
-from lightning_srifty.profiling.window import DONE, ProfileWindow
+from lightning_srifty.profiling.window import ProfileWindow
 from predictor.documents.checks import Setting, check_settings
 from predictor.exceptions import ConfigError
 from predictor.ranking.constraints import Constraints
@@ -253,21 +253,9 @@ class SriftyCallback(Callback, WindowResults):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if (window := self._measuring()) is None:
             return
-        if window.recorder.steps == 0:
-            window.phase = DONE
-            if trainer.is_global_zero:
-                log.error(
-                    f"SriftyCallback: no profile written: {window.seen} training step(s) ran and at least 2 are "
-                    "needed (the first only anchors the timing). Train longer, e.g. max_steps >= "
-                    f"{self.warmup_steps + self.profile_steps}."
-                )
-            return
-        if window.first_step is None:  # still warming up
-            window.notes.append(
-                f"The run ended during warm-up ({window.seen} steps, warmup_steps={self.warmup_steps}): steps "
-                f"1-{window.seen - 1} were profiled instead; expect start-up noise in these figures."
-            )
-        self._finish(trainer, pl_module, window, truncated=True)
+        longer = f"max_steps >= {self.warmup_steps + self.profile_steps}"
+        if self._cut_short(trainer, window, unit="training step(s)", longer=longer):
+            self._finish(trainer, pl_module, window, truncated=True)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if (window := self._measuring()) is not None:

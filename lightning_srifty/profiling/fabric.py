@@ -38,7 +38,7 @@ from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun, check_fabric, w
 from lightning_srifty.profiling.callback import _check_output_and_batch_size_fn
 from lightning_srifty.profiling.recommendation import check_constraints, has_work, service_client
 from lightning_srifty.profiling.results import DEFAULT_OUTPUT, WindowResults, launch_output
-from lightning_srifty.profiling.window import DONE, ProfileWindow
+from lightning_srifty.profiling.window import ProfileWindow
 from predictor.documents.checks import Setting, check_settings
 from predictor.exceptions import ConfigError
 from predictor.ranking.constraints import Constraints
@@ -227,8 +227,8 @@ class FabricProfiler(WindowResults):
 
     def step(self, batch: Any) -> contextlib.AbstractContextManager[None]:
         """One training batch, from its start (the data wait before it is the step's ``data`` phase) to its
-        optimizer step; an exception inside ends the window without a profile. Outside the window: a context that
-        does nothing (one shared object)."""
+        optimizer step; a batch that raises is left out and the window goes on (every rank must reach its end).
+        Outside the window: a context that does nothing (one shared object)."""
         window = self._measuring()
         return _NOTHING if window is None else self._measured(window, batch)
 
@@ -254,8 +254,11 @@ class FabricProfiler(WindowResults):
 
     def _end(self, window: ProfileWindow) -> None:
         if window.end_batch():
-            self._finish_window(self.run, _original(self.model), window, truncated=False)
-            self._mark_profiled()
+            self._finish(window, truncated=False)
+
+    def _finish(self, window: ProfileWindow, *, truncated: bool) -> None:
+        self._finish_window(self.run, _original(self.model), window, truncated=truncated)
+        self.state[PROFILED_KEY] = True  # FabricPreemption's checkpoints carry it to a resumed run
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``fabric.backward(loss, ...)``, its start and end marked (the step's backward phase, and where the
@@ -278,24 +281,9 @@ class FabricProfiler(WindowResults):
     def finish(self) -> None:
         """The loop ended (leaving the ``with`` block does it): a window cut short is profiled as far as it ran."""
         window = self._measuring()
-        if window is None:
-            return
-        if window.recorder.steps == 0:
-            window.phase = DONE
-            if self.run.is_global_zero:
-                log.error(
-                    f"FabricProfiler: no profile written: {window.seen} batch(es) ran and at least 2 are needed (the "
-                    f"first only anchors the timing). Train longer, e.g. {self.warmup_steps + self.profile_steps} "
-                    "batches, or give fewer warmup_steps / profile_steps."
-                )
-            return
-        if window.first_step is None:
-            window.notes.append(
-                f"The run ended during warm-up ({window.seen} steps, warmup_steps={self.warmup_steps}): steps "
-                f"1-{window.seen - 1} were profiled instead; expect start-up noise in these figures."
-            )
-        self._finish_window(self.run, _original(self.model), window, truncated=True)
-        self._mark_profiled()
+        longer = f"{self.warmup_steps + self.profile_steps} batches, or give fewer warmup_steps / profile_steps"
+        if window is not None and self._cut_short(self.run, window, unit="batch(es)", longer=longer):
+            self._finish(window, truncated=True)
 
     def __enter__(self) -> FabricProfiler:
         return self
@@ -328,9 +316,6 @@ class FabricProfiler(WindowResults):
                 "FabricProfiler: a batch ran without prof.backward(loss): call it instead of fabric.backward(loss) "
                 "for the step's forward / backward / optimizer phases and the operator table."
             )
-
-    def _mark_profiled(self) -> None:
-        self.state[PROFILED_KEY] = True
 
 
 def _check_fabric(fabric: Any, model: Any) -> None:

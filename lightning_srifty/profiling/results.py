@@ -18,6 +18,7 @@ import torch
 from lightning_srifty.profiling.assemble import RankPayload
 from lightning_srifty.profiling.checkpoint_cost import measure_checkpoint
 from lightning_srifty.profiling.recommendation import recommend_for_run
+from lightning_srifty.profiling.window import DONE
 from predictor.documents.atomic import check_writable
 from predictor.documents.profile import Profile
 
@@ -73,6 +74,26 @@ class WindowResults:
                 log.error("%s could not build the profile: %s", self.owner, exc)
         if window.timer is not None:
             window.timer.reset()
+
+    def _cut_short(self, run: Any, window: ProfileWindow, *, unit: str, longer: str) -> bool:
+        """The run ended inside the window: False when fewer than 2 steps ran (nothing to profile: said on rank 0,
+        in ``unit`` with the ``longer`` run to train), else True with the warm-up's note when it ended there (the
+        caller then finishes the window, truncated)."""
+        if window.recorder.steps == 0:
+            window.phase = DONE
+            if run.is_global_zero:
+                log.error(
+                    f"{self.owner}: no profile written: {window.seen} {unit} ran and at least 2 are needed (the first "
+                    f"only anchors the timing). Train longer, e.g. {longer}."
+                )
+            return False
+        if window.first_step is None:  # still warming up
+            warmup = window.warmup_steps
+            window.notes.append(
+                f"The run ended during warm-up ({window.seen} steps, warmup_steps={warmup}): steps "
+                f"1-{window.seen - 1} were profiled instead; expect start-up noise in these figures."
+            )
+        return True
 
     def _save_and_recommend(self, run: Any) -> None:
         """Write the profile (rank 0), show it, and rank fleets for the whole run when ``recommend``."""
