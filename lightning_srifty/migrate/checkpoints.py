@@ -301,7 +301,7 @@ def find_checkpoint(dirpath: str, *, written_after: str | None = None) -> str | 
             vet_checkpoint(fs, path, listed, directory=_is_directory(fs, entry))
             return path
         except Exception as exc:  # noqa: BLE001 - any failure means: not this one
-            log.warning("SriftyCallback: skipping checkpoint %s: %s; trying an older one", path, exc)
+            log.warning("lightning-srifty: skipping checkpoint %s: %s; trying an older one", path, exc)
     return None
 
 

@@ -160,7 +160,9 @@ class Leaving:
         """Before the first step: the store (a missing bucket now, not at the first save), the node's notices, and
         under a launch the launcher's heartbeat."""
         check_store(self.dirpath, self.periodic_deadline_s)
-        self._watcher = SpotWatcher(self._notice, endpoint=self.endpoint, interval_s=self.interval_s)
+        self._watcher = SpotWatcher(
+            self._notice, endpoint=self.endpoint, interval_s=self.interval_s, owner=type(self).__name__
+        )
         self._watcher.start()
         if self.watch is not None and self.watch.needed(rank_zero):
             self.watch.start(rank_zero)
@@ -331,4 +333,4 @@ def mark_preempted(checkpoint: str) -> None:
     try:
         Path(folder, protocol.PREEMPTED_MARKER).write_text(checkpoint + "\n")
     except OSError as exc:
-        log.warning("SriftyCallback: could not mark the node as preempted in %s: %s", folder, exc)
+        log.warning("lightning-srifty: could not mark the node as preempted in %s: %s", folder, exc)

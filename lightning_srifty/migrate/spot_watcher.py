@@ -81,8 +81,10 @@ class SpotWatcher:
         interval_s: float = 5.0,
         timeout_s: float = 1.0,
         watch_rebalance: bool = True,
+        owner: str = "lightning-srifty",
     ) -> None:
         self.on_notice = on_notice
+        self.owner = owner  # who its log lines name: the class that watches (SpotPreemption, FabricPreemption)
         self.endpoint = endpoint.rstrip("/") if endpoint else metadata_endpoint()
         self.interval_s, self.timeout_s = interval_s, timeout_s
         self.watch_rebalance = watch_rebalance
@@ -124,7 +126,7 @@ class SpotWatcher:
             except (OSError, ValueError) as exc:
                 failures += 1
                 if failures == 3:
-                    log.info("SriftyCallback: the instance metadata service does not answer (%s); still trying", exc)
+                    log.info("%s: the instance metadata service does not answer (%s); still trying", self.owner, exc)
             self.polls += 1
             self._stop.wait(self.interval_s if failures < 3 else min(60.0, self.interval_s * failures))
 
@@ -148,8 +150,8 @@ class SpotWatcher:
             )
             seen.add(kind)
             self.notices.append(notice)
-            log.warning("SriftyCallback: %s", notice.describe())
+            log.warning("%s: %s", self.owner, notice.describe())
             try:
                 self.on_notice(notice)
             except Exception:
-                log.exception("SriftyCallback: the spot notice handler failed")
+                log.exception("%s: the spot notice handler failed", self.owner)

@@ -95,6 +95,27 @@ def test_a_notice_saves_the_loops_state_leaves_with_75_and_the_next_start_resume
     assert (fleet["state"] / "alive").read_text().split()[-1] == "1"  # training is over: the node's after-fit limit
 
 
+def test_a_notice_from_the_metadata_service_is_logged_in_the_loops_own_name(fleet, caplog) -> None:
+    """The spot watcher is FabricPreemption's in a Fabric loop: its lines named SriftyCallback, a class the script
+    never used (seen in a Fabric user's ``srifty launch``)."""
+    import time
+
+    from imds_server import FakeIMDS
+
+    fabric, state = _fabric_and_state()
+    with FakeIMDS({}) as imds, caplog.at_level("INFO", logger="lightning_srifty"):
+        with pytest.raises(SystemExit) as left, FabricPreemption(fabric, state, endpoint=imds.endpoint) as spot:
+            imds.notify()
+            end = time.monotonic() + 10
+            while not spot.preempted and time.monotonic() < end:
+                _train(state, spot, 1)
+                time.sleep(0.02)
+    assert left.value.code == 75
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("FabricPreemption: spot interruption notice") for line in lines), lines
+    assert not any("SriftyCallback" in line for line in lines), lines
+
+
 def test_periodic_checkpoints_follow_the_plans_interval_and_keep_the_newest(fleet, monkeypatch) -> None:
     monkeypatch.setenv("SRIFTY_CHECKPOINT_EVERY_S", "0")  # the fleet's Young-Daly interval: every step here
     fabric, state = _fabric_and_state()
