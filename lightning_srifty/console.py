@@ -226,6 +226,19 @@ def _layout_words(ops: Any) -> str:
     return f"; convolutions: {total} calls, {layout}"
 
 
+def _sharded_collectives(comm: Any) -> str:
+    """A sharded step's all-gathers and reduce-scatters: bytes a step and the p50 of a step's time in each."""
+    parts = [
+        f"{name} {fmt_bytes(nbytes or 0)}/step, {fmt_s(stats.p50)} a step"
+        for name, stats, nbytes in (
+            ("all-gather", comm.allgather_s, comm.allgather_bytes_per_step),
+            ("reduce-scatter", comm.reduce_scatter_s, comm.reduce_scatter_bytes_per_step),
+        )
+        if stats is not None
+    ]
+    return " · ".join(parts) + f" over {comm.backend or '?'} (p50)"
+
+
 def _system_rows(profile: Profile) -> list[Row]:
     """The peak memory, the all-reduce and the hardware."""
     hw, mem, comm = profile.hardware, profile.memory, profile.communication
@@ -250,8 +263,10 @@ def _system_rows(profile: Profile) -> list[Row]:
                     f"step), {(comm.overlap_fraction or 0) * 100:.0f}% overlapped with backward",
                 )
             )
+        elif comm.allgather_s is not None or comm.reduce_scatter_s is not None:  # FSDP: no all-reduce, its own
+            rows.append(("Collectives", _sharded_collectives(comm)))
         else:
-            rows.append(("All-reduce", f"not measured: {comm.reason}"))
+            rows.append(("All-reduce", f"not measured: {comm.reason or 'no timing was recorded'}"))
     place: list[str] = [hw.accelerator or "-"]
     if hw.device_name and hw.device_name != hw.cpu_model:
         place.append(hw.device_name)

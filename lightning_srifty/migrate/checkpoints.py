@@ -382,7 +382,7 @@ def vet_checkpoint(fs: Any, path: str, listed: set[str] | None = None, *, direct
             raise ValueError(f"its weights are not all finite (NaN or inf in {', '.join(bad[:3])})")
 
 
-def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = False) -> str:
+def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = False, fetch_file: bool = False) -> str:
     """A checkpoint Lightning can load: ``path`` itself, except a directory on a remote store (``s3://``...), which
     is downloaded into ``cache_dir`` (to a temporary name, checked against its manifest, then renamed) first.
 
@@ -390,11 +390,15 @@ def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = Fals
     must have its manifest, and a local one is checked against it too; deleting the manifest no longer turns a
     damaged shard into a silent resume.
 
+    ``fetch_file``: a remote file is downloaded too (checked against its recorded sha256), for a strategy that loads
+    a local path only: Lightning's one-device and DDP strategies read a remote file through fsspec, but its FSDP
+    (a full state dict: one file) and model-parallel strategies take the path as a local ``Path`` ("s3:/..." is
+    "not a valid checkpoint").
+
     Raises:
-        MigrationError: the download does not match the manifest recorded beside the remote directory, or (with
-            ``require_manifest``) a directory has no manifest or does not match it.
+        MigrationError: the download does not match the manifest recorded beside the remote directory (or file), or
+            (with ``require_manifest``) a directory has no manifest or does not match it.
     """
-    from predictor.exceptions import MigrationError
 
     if "://" not in path or path.startswith("file://"):
         local = path.removeprefix("file://")
@@ -402,8 +406,15 @@ def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = Fals
             _vet_local_directory(local)
         return local
     fs = filesystem(path)
-    if not fs.isdir(path):
-        return path  # Lightning reads a remote file through fsspec itself
+    if not fs.isdir(path):  # Lightning reads a remote file through fsspec itself, except where fetch_file says
+        return _fetch_file(fs, path, cache_dir) if fetch_file else path
+    return _fetch_directory(fs, path, cache_dir, require_manifest)
+
+
+def _fetch_directory(fs: Any, path: str, cache_dir: str, require_manifest: bool) -> str:
+    """The remote sharded checkpoint ``path`` as a local directory in ``cache_dir`` (:func:`local_checkpoint`)."""
+    from predictor.exceptions import MigrationError
+
     name = PurePosixPath(path.rstrip("/")).name
     final = os.path.join(cache_dir, name)
     try:
@@ -440,6 +451,34 @@ def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = Fals
         shutil.rmtree(partial, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             os.remove(partial + DIGEST_SUFFIX)
+    return final
+
+
+def _fetch_file(fs: Any, path: str, cache_dir: str) -> str:
+    """The remote file checkpoint ``path`` as a local file in ``cache_dir``: downloaded to a name of this process's
+    own, checked against the sha256 recorded when it was saved, and renamed into place (a sound copy already there,
+    another rank's of this node, is taken as it is)."""
+    from predictor.exceptions import MigrationError
+
+    final = os.path.join(cache_dir, PurePosixPath(path).name)
+    recorded = read_digest(fs, path)
+    local = filesystem(final)
+    if os.path.isfile(final) and (recorded is None or sha256_of(local, final) == recorded):
+        return final
+    os.makedirs(cache_dir, exist_ok=True)
+    fd, partial = tempfile.mkstemp(prefix=f"{PurePosixPath(path).name}.partial-", dir=cache_dir)
+    os.close(fd)
+    try:
+        fs.get_file(path, partial)
+        if recorded is not None and sha256_of(local, partial) != recorded:
+            raise MigrationError(
+                f"The checkpoint {path} did not download intact to {partial}: its sha256 differs from the one "
+                f"recorded when it was saved ({path}{DIGEST_SUFFIX}). Resume from another checkpoint."
+            )
+        os.replace(partial, final)  # atomic: a reader sees the whole file or none
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
     return final
 
 
@@ -547,11 +586,14 @@ def upload_files(local_dir: str, remote_dir: str, files: Iterable[str]) -> None:
 
 def architecture_differences(path: str, module: Any, limit: int = 3) -> list[str]:
     """How a file checkpoint's weights differ from ``module``'s (names missing or unexpected, shapes that differ; at
-    most ``limit`` of each kind, with the counts): [] when they match, or for a sharded checkpoint (a directory,
-    which FSDP checks as it loads) or one without a ``state_dict``. Reads the file memory-mapped (no copy)."""
+    most ``limit`` of each kind, with the counts): [] when they match, for a sharded checkpoint (a directory, which
+    FSDP checks as it loads) or one without a ``state_dict``, and for a module a sharded strategy holds: its
+    ``state_dict()`` is then that strategy's collective, and asked of the LightningModule inside FSDP's root it
+    marked an inner unit the root, which broke the next step (a full state dict's file, resumed); FSDP's load checks
+    the names and shapes itself. Reads the file memory-mapped (no copy)."""
     import torch
 
-    if os.path.isdir(path):
+    if os.path.isdir(path) or _held_sharded(module):
         return []
     try:
         checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
@@ -574,6 +616,16 @@ def architecture_differences(path: str, module: Any, limit: int = 3) -> list[str
             shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
             out.append(f"{what}: {shown}" if what else f"shapes differ: {shown}")
     return out
+
+
+def _held_sharded(module: Any) -> bool:
+    """Whether ``module`` is (or holds) an FSDP unit, or its parameters are DTensors (FSDP2, tensor parallel)."""
+    from torch.distributed import fsdp
+
+    units = tuple(k for k in (getattr(fsdp, "FullyShardedDataParallel", None), getattr(fsdp, "FSDPModule", None)) if k)
+    return any(isinstance(m, units) for m in module.modules()) or any(
+        type(p).__name__ == "DTensor" for p in module.parameters()
+    )
 
 
 # the launches whose resume a fit() of this process took: (launch id, checkpoint), one fit() each
@@ -607,8 +659,7 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
     launch, said and not loaded (a script whose first Trainer trains another module is not stopped: a review)."""
     from lightning.pytorch.trainer.states import TrainerFn
 
-    from lightning_srifty.protocol import VARIABLES, LaunchEnv
-    from predictor.exceptions import ConfigError
+    from lightning_srifty.protocol import LaunchEnv
 
     launch = LaunchEnv.from_env()
     connector = trainer._checkpoint_connector
@@ -619,31 +670,13 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
     def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
         key = (launch.launch_id, launch.resume)
         if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING and key not in _RESUMED:
-            checkpoint_path = resume_checkpoint(agree=lambda find: _from_rank_zero(trainer, find))
+            checkpoint_path = resume_checkpoint(
+                agree=lambda find: _from_rank_zero(trainer, find), fetch_file=loads_local_paths(trainer.strategy)
+            )
             if checkpoint_path is None:  # nothing to resume: this process's later fit()s start as the script says
                 _RESUMED.add(key)
-            module = trainer.lightning_module
-            strict = getattr(module, "strict_loading", True) is not False  # a module that loads loosely: its call
-            differences = architecture_differences(checkpoint_path, module) if checkpoint_path and strict else []
-            if differences and not refuse_another_model:
-                log.warning(
-                    "%s: the launcher's checkpoint %s was not written by this model (%s: %s); this fit() starts as "
-                    "the script says.",
-                    who,
-                    checkpoint_path,
-                    type(module).__name__,
-                    "; ".join(differences),
-                )
-                checkpoint_path = None
-            elif differences:  # another model's checkpoint in this folder: Lightning would stop with a traceback
-                raise ConfigError(
-                    f"The launcher's checkpoint {launch.resume or 'of this fleet'} ({checkpoint_path}) was not written "
-                    f"by this model ({type(module).__name__}): {'; '.join(differences)}. Give this run a checkpoint "
-                    f"folder of its own (srifty terraform --name, or ${VARIABLES['checkpoint_uri']}), or pass "
-                    "fit(ckpt_path=...) of this model.",
-                    parameter="resume",
-                    value=checkpoint_path,
-                )
+            if checkpoint_path is not None:
+                checkpoint_path = _this_models(checkpoint_path, trainer.lightning_module, who, refuse_another_model)
             if checkpoint_path is not None:  # taken: a later fit() of the process starts as the script says
                 _RESUMED.add(key)
                 log.warning("%s: resuming from %s (%s).", who, _resume_words(launch), checkpoint_path)
@@ -651,6 +684,50 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
 
     connector.resume_start = resume_start
     connector._srifty_resume = True
+
+
+def _this_models(checkpoint_path: str, module: Any, who: str, refuse_another_model: bool) -> str | None:
+    """``checkpoint_path`` when ``module`` wrote it (or loads loosely); else refused by name, or (not
+    ``refuse_another_model``) said and None: this fit() starts as the script says (:func:`install_resume`)."""
+    from lightning_srifty.protocol import VARIABLES, LaunchEnv
+    from predictor.exceptions import ConfigError
+
+    strict = getattr(module, "strict_loading", True) is not False  # a module that loads loosely: its call
+    differences = architecture_differences(checkpoint_path, module) if strict else []
+    if not differences:
+        return checkpoint_path
+    if not refuse_another_model:
+        log.warning(
+            "%s: the launcher's checkpoint %s was not written by this model (%s: %s); this fit() starts as the script "
+            "says.",
+            who,
+            checkpoint_path,
+            type(module).__name__,
+            "; ".join(differences),
+        )
+        return None
+    launch = LaunchEnv.from_env()
+    named = launch.resume if launch is not None and launch.resume else "of this fleet"
+    # another model's checkpoint in this folder: Lightning would stop with a traceback
+    raise ConfigError(
+        f"The launcher's checkpoint {named} ({checkpoint_path}) was not written by this model "
+        f"({type(module).__name__}): {'; '.join(differences)}. Give this run a checkpoint folder of its own (srifty "
+        f"terraform --name, or ${VARIABLES['checkpoint_uri']}), or pass fit(ckpt_path=...) of this model.",
+        parameter="resume",
+        value=checkpoint_path,
+    )
+
+
+def loads_local_paths(strategy: Any) -> bool:
+    """Whether ``strategy`` loads a checkpoint from a local path only: Lightning's FSDP and model-parallel strategies
+    take ``Path(checkpoint_path)`` (their ``load_checkpoint``); the others read it through their checkpoint IO, which
+    opens remote URLs with fsspec."""
+    from lightning.pytorch import strategies
+
+    local = tuple(
+        getattr(strategies, name) for name in ("FSDPStrategy", "ModelParallelStrategy") if hasattr(strategies, name)
+    )
+    return isinstance(strategy, local)  # ModelParallelStrategy: Lightning 2.4 on
 
 
 def _from_rank_zero(trainer: Any, find: Callable[[], str | None]) -> str | None:
@@ -697,6 +774,7 @@ def resume_checkpoint(
     timeout_s: float = 1800.0,
     poll_s: float = 0.5,
     agree: Callable[[Callable[[], str | None]], str | None] | None = None,
+    fetch_file: bool = False,
 ) -> str | None:
     """The checkpoint ``srifty launch`` says to resume from (``LaunchEnv.resume``), as a path Lightning can load, or
     None on a first start or outside a launch: ``trainer.fit(model, ckpt_path=resume_checkpoint(), ...)``.
@@ -711,7 +789,8 @@ def resume_checkpoint(
 
     A sharded checkpoint (a directory) on a remote store is downloaded once per node, by local rank 0, into
     ``cache_dir`` (default ``$TMPDIR/srifty-resume/<launch id>``) and checked against its manifest; the node's other
-    ranks wait for it to appear (it is renamed into place complete) for up to ``timeout_s``.
+    ranks wait for it to appear (it is renamed into place complete) for up to ``timeout_s``. With ``fetch_file`` a
+    remote file is fetched the same way (:func:`local_checkpoint`: for a strategy that loads local paths only).
 
     Raises:
         MigrationError: the download does not match its manifest, or another rank waited ``timeout_s`` for it.
@@ -730,12 +809,14 @@ def resume_checkpoint(
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "srifty-resume", launch.launch_id or "run")
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         os.makedirs(cache, exist_ok=True)
-        return local_checkpoint(path, cache, require_manifest=True)
-    if "://" not in path or path.startswith("file://") or not filesystem(path).isdir(path):
+        return local_checkpoint(path, cache, require_manifest=True, fetch_file=fetch_file)
+    remote = "://" in path and not path.startswith("file://")
+    directory = remote and filesystem(path).isdir(path)
+    if not directory and not (remote and fetch_file):
         return local_checkpoint(path, cache, require_manifest=True)  # nothing to download
     final = os.path.join(cache, PurePosixPath(path.rstrip("/")).name)
     deadline = time.monotonic() + timeout_s
-    while not os.path.isdir(final):
+    while not (os.path.isdir(final) if directory else os.path.isfile(final)):
         if time.monotonic() > deadline:
             raise MigrationError(
                 f"Waited {timeout_s:.0f} s for local rank 0 to download the checkpoint {path} to {final}; "

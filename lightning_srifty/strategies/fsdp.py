@@ -11,12 +11,19 @@ On CPU, Lightning refuses ``FSDPStrategy`` with ``accelerator="cpu"`` and hands 
 torch raises "FSDP needs a non-CPU accelerator device"; a subclass passes Lightning's check (it tests the exact
 type) and this one gives FSDP ``device_id=torch.device("cpu")``, with which FSDP1 trains on gloo (it all-gathers into
 a list of chunks there instead of ``all_gather_single``). That is how the tests run real FSDP ranks on CPU.
+
+A full state dict (``state_dict_type="full"``, Lightning's default) is gathered there without the CPU offload:
+Lightning 2.6 asks for ``offload_to_cpu=True`` on any device, which for shards already on the CPU frees the storage
+their views still alias, and rank 0 ended with SIGSEGV in the first save (the profiler's measured checkpoint at the
+end of its window, a spot notice's) (Lightning-AI/pytorch-lightning#21804; its fix offloads only from an
+accelerator, as :func:`_full_state_dict_here` does). On a GPU nothing changes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -180,6 +187,33 @@ class SriftyFSDPStrategy(RankBatches, TorchrunNodes, FSDPStrategy):
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         return scale_loss(super().training_step(*args, **kwargs), loss_weight(self.batch_sizes, self.global_rank))
 
+    def lightning_module_state_dict(self) -> dict[str, Any]:
+        with self._full_state_dict_here():
+            return super().lightning_module_state_dict()
+
+    def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
+        with self._full_state_dict_here():
+            return super().optimizer_state(optimizer)
+
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        with self._full_state_dict_here():
+            return super().load_checkpoint(checkpoint_path, weights_only)
+
+    @contextlib.contextmanager
+    def _full_state_dict_here(self) -> Iterator[None]:
+        """On the CPU, Lightning's full-state-dict context for the call, without its offload (module docstring)."""
+        if self.root_device.type != "cpu":
+            yield
+            return
+        from lightning.pytorch.strategies import fsdp as lightning_fsdp
+
+        lightnings = lightning_fsdp._get_full_state_dict_context
+        lightning_fsdp._get_full_state_dict_context = _full_state_dict_in_place
+        try:
+            yield
+        finally:
+            lightning_fsdp._get_full_state_dict_context = lightnings
+
     def _setup_model(self, model: nn.Module) -> nn.Module:
         if self.root_device.type != "cpu":
             return super()._setup_model(model)
@@ -203,6 +237,20 @@ class SriftyFSDPStrategy(RankBatches, TorchrunNodes, FSDPStrategy):
     def register_strategies(cls, strategy_registry: Any) -> None:
         if cls.strategy_name not in strategy_registry:
             strategy_registry.register(cls.strategy_name, cls, description="FSDP with block classes by name (srifty)")
+
+
+def _full_state_dict_in_place(module: nn.Module, world_size: int, rank0_only: bool = True) -> Any:
+    """Lightning's ``_get_full_state_dict_context`` for shards on the CPU: the same gather, no offload (a no-op copy
+    there that freed the storage the parameters' views alias)."""
+    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    return FSDP.state_dict_type(
+        module=module,
+        state_dict_type=StateDictType.FULL_STATE_DICT,
+        state_dict_config=FullStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
+        optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
+    )
 
 
 SriftyFSDPStrategy.register_strategies(StrategyRegistry)

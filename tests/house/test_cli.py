@@ -72,6 +72,27 @@ def test_profile_show_says_the_convolutions_layout(tmp_path, capsys) -> None:
         assert words in " ".join(capsys.readouterr().out.replace("│", " ").split())
 
 
+def test_profile_show_gives_a_sharded_runs_collectives_not_an_all_reduce_of_none(tmp_path, capsys) -> None:
+    """An FSDP run has no all-reduce: its all-gathers and reduce-scatters are the profile's; the summary said
+    "All-reduce  not measured: None" (srifty demo --strategy srifty_fsdp)."""
+    stats = {"p50": 0.0016, "mean": 0.002, "p90": 0.003, "p99": 0.004, "min": 0.001, "max": 0.005, "std": 0.001,
+             "cv": 0.5, "count": 10}  # fmt: skip
+    raw = copy.deepcopy(MINIMAL)
+    raw["communication"] = {"backend": "gloo", "world_size": 2, "allgather_s": stats, "reduce_scatter_s": stats,
+                            "allgather_bytes_per_step": 2 * 2**20, "reduce_scatter_bytes_per_step": 2**20}  # fmt: skip
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(raw))
+    assert main(["profile", "show", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "Collectives all-gather 2.0 MiB/step, 1.60 ms a step · reduce-scatter 1.0 MiB/step" in out, out
+    assert "None" not in out and "All-reduce" not in out
+    raw["communication"] = {"backend": "gloo", "world_size": 2}  # neither, and no reason given
+    path.write_text(json.dumps(raw))
+    assert main(["profile", "show", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "All-reduce not measured: no timing was recorded" in out and "None" not in out
+
+
 def test_profile_show_json_is_the_validated_profile(tmp_path, capsys) -> None:
     path = tmp_path / "p.json"
     path.write_text(json.dumps(MINIMAL))

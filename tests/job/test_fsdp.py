@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -267,6 +268,70 @@ def test_resume_checkpoint_under_a_launch(monkeypatch, tmp_path) -> None:
     assert resume_checkpoint(str(tmp_path / "cache"), poll_s=0.05) == str(final)
     with pytest.raises(MigrationError, match=r"Waited 0 s for local rank 0 to download .*preempt-step=5"):
         resume_checkpoint(str(tmp_path / "other"), timeout_s=0.1, poll_s=0.05)
+
+
+def test_a_remote_file_is_fetched_for_a_strategy_that_loads_local_paths_only(monkeypatch, tmp_path) -> None:
+    """Lightning's FSDP (a full state dict: one file) and model-parallel strategies take the checkpoint path as a
+    local ``Path``: an ``s3://`` file was "not a valid checkpoint" and a fleet's replacement could not resume it. For
+    them the file is fetched like a sharded directory: by local rank 0, checked against its recorded sha256, renamed
+    into place (the node's other ranks wait for it); every other strategy still reads the URL through fsspec."""
+    import hashlib
+    import threading
+
+    import fsspec
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+
+    from lightning_srifty import resume_checkpoint
+    from lightning_srifty.migrate.checkpoints import loads_local_paths, local_checkpoint, write_digest
+    from predictor.exceptions import MigrationError
+
+    assert loads_local_paths(FSDPStrategy()) and not loads_local_paths(DDPStrategy())
+    memory = fsspec.filesystem("memory")
+    remote = "memory://bucket/full/preempt-step=5.ckpt"
+    payload = b"a full state dict" * 1000
+    memory.pipe(remote, payload)
+    write_digest(memory, remote, hashlib.sha256(payload).hexdigest())  # as the writer seals it
+    assert local_checkpoint(remote, str(tmp_path / "c")) == remote  # DDP's: fsspec reads it
+    fetched = local_checkpoint(remote, str(tmp_path / "c"), fetch_file=True)
+    assert fetched == str(tmp_path / "c" / "preempt-step=5.ckpt") and Path(fetched).read_bytes() == payload
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["preempt-step=5.ckpt"]  # no partial left
+    assert local_checkpoint(remote, str(tmp_path / "c"), fetch_file=True) == fetched  # a sound copy is taken
+    memory.pipe(remote, payload[:-1] + b"!")  # not what was saved
+    Path(fetched).unlink()
+    with pytest.raises(MigrationError, match=r"did not download intact .*sha256 differs"):
+        local_checkpoint(remote, str(tmp_path / "c"), fetch_file=True)
+    assert list((tmp_path / "c").iterdir()) == []  # nothing half-written left for a later reader
+    # under a launch: the node's other ranks wait for local rank 0's file, as for a directory
+    for name in [v for v in os.environ if v.startswith("SRIFTY_")]:
+        monkeypatch.delenv(name)
+    for name, value in LaunchEnv(launch_id="L1", checkpoint_uri="memory://bucket/full", resume=remote).to_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    final = tmp_path / "cache" / "preempt-step=5.ckpt"
+    assert resume_checkpoint(str(tmp_path / "cache")) == remote  # DDP: nothing to wait for
+    final.parent.mkdir()
+    threading.Timer(0.3, final.write_bytes, args=(payload,)).start()  # local rank 0's rename
+    assert resume_checkpoint(str(tmp_path / "cache"), poll_s=0.05, fetch_file=True) == str(final)
+
+
+def test_a_module_fsdp_holds_is_not_asked_its_state_dict_to_compare_a_checkpoint(tmp_path) -> None:
+    """The launch's check that a checkpoint is this model's called ``state_dict()`` on the LightningModule inside
+    FSDP's root: its flat parameters' shapes made a full state dict "not written by this model" (the run started
+    over) and the call marked an inner unit the root, which broke the next step. A sharded module is left to FSDP's
+    own load, which checks names and shapes; a plain one is still compared."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    from lightning_srifty.migrate.checkpoints import _held_sharded, architecture_differences
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
+    path = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {"0.weight": torch.zeros(3, 3)}}, path)
+    assert architecture_differences(str(path), model)  # a plain module: compared
+    unit = FullyShardedDataParallel.__new__(FullyShardedDataParallel)  # an FSDP unit (no process group here)
+    nn.Module.__init__(unit)
+    holder = nn.Sequential(unit, nn.Linear(4, 8))
+    assert _held_sharded(holder) and architecture_differences(str(path), holder) == []
+    assert not _held_sharded(model)
 
 
 def test_every_rank_resumes_the_latest_checkpoint_rank_zero_found(monkeypatch, tmp_path) -> None:

@@ -224,6 +224,36 @@ def test_the_profiler_measures_a_checkpoint_sharded_over_two_nodes_disks(moved, 
         assert (out / f"disk-rank{rank}.txt").read_text().split() == [], f"rank {rank}'s node kept the measured one"
 
 
+def test_a_full_state_dict_on_the_cpu_is_measured_saved_on_a_notice_and_resumed_on_three_ranks(moved, tmp_path) -> None:
+    """FSDP's full state dict (Lightning's default ``state_dict_type``) on the CPU: Lightning 2.6 gathers it with a
+    CPU offload that, for shards already there, frees the storage their views alias, and rank 0 died with SIGSEGV in
+    the first save, the profiler's measured checkpoint at the end of its window (``srifty demo --strategy
+    srifty_fsdp --accelerator cpu``; Lightning-AI/pytorch-lightning#21804). srifty_fsdp gathers it there without the
+    offload: the window measures the checkpoint, the notice's is one file, and 3 ranks resume from it at the next
+    sample with the parameters of the uninterrupted (sharded) run, as a fleet's replacement node does (the launch's
+    "latest"). That resume read the S3 URL itself, which Lightning's FSDP load takes for a local ``Path``
+    ("s3:/... does not point to a valid checkpoint"): the file is fetched to the node's disk first."""
+    env = _job_env()
+    uri = "s3://ckpts/fsdp-full"
+    leave = ["--batch-sizes", "6,6", "--sigterm-at", str(LEAVE_AT), "--ckpt-uri", uri, "--profile"]
+    _wait((tmp_path / "leave", _start(tmp_path / "leave", env, *leave, "--state-dict-type", "full")))
+    profile = json.loads((tmp_path / "leave" / "profile.json").read_text())
+    assert profile["checkpoint"]["bytes"] > 0 and profile["checkpoint"]["load_s"] > 0, profile.get("notes")
+    newest = find_checkpoint(uri)
+    assert newest == f"{uri}/preempt-step={LEAVE_AT}.ckpt" and store.filesystem(uri).isfile(newest)  # one file
+    node = {**env, "SRIFTY_CHECKPOINT_URI": uri, "SRIFTY_RESUME": "latest"}  # a fleet node's: the boot script's
+    resume = ["--batch-sizes", "4,4,4", "--ckpt-uri", uri, "--state-dict-type", "full"]
+    _wait((tmp_path / "resumed", _start(tmp_path / "resumed", node, *resume)))
+    said = (tmp_path / "resumed" / "log.txt").read_text()
+    assert "resuming from the fleet's newest sound checkpoint" in said and "srifty-resume" in said, said[-3000:]
+    ref = _seen(moved / "ref")
+    assert sorted(_seen(tmp_path / "leave")) == sorted(ref)[:LEAVE_AT]
+    assert sorted(_seen(tmp_path / "resumed")) == sorted(ref)[LEAVE_AT:]
+    p_ref, p_run = _params(moved / "ref"), _params(tmp_path / "resumed")
+    assert sorted(p_run) == list(range(LEAVE_AT + 1, STEPS + 1))
+    assert max(abs(a - b) for s in p_run for a, b in zip(p_ref[s], p_run[s], strict=True)) < ATOL
+
+
 def _copy(moved: Path, tmp_path: Path) -> tuple[Path, Path]:
     """Local copies of the two newest checkpoints (with their manifests) in tmp_path/ckpt."""
     folder = tmp_path / "ckpt"

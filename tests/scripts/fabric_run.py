@@ -62,6 +62,8 @@ def main() -> None:
 
         # each Linear its own FSDP unit: a full state dict is a collective, as on a real model
         strategy = GlooFSDP(state_dict_type=args.fsdp, auto_wrap_policy={nn.Linear})
+        if args.fsdp == "full":
+            _full_state_dict_on_the_cpu()
     fabric = L.Fabric(accelerator="cpu", devices=devices, strategy=strategy)
     fabric.launch()
     torch.manual_seed(1)
@@ -112,6 +114,26 @@ def profiler(fabric: L.Fabric, model: nn.Module, optimizer: torch.optim.Optimize
         state=state,
         verbose=False,
     )
+
+
+def _full_state_dict_on_the_cpu() -> None:
+    """Lightning 2.6's FSDP gathers a full state dict with ``offload_to_cpu=True`` on any device: with the shards
+    already on the CPU the offload frees the storage its views still alias, and rank 0 ends with SIGSEGV in the save
+    (Lightning-AI/pytorch-lightning#21804: its fix offloads only from an accelerator). Fabric's own save and load
+    stay; only the context they gather under is the fixed one, as on a GPU fleet, where the offload is a copy."""
+    from lightning.fabric.strategies import fsdp as fabric_fsdp
+    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def context(module: nn.Module, world_size: int, rank0_only: bool = True):
+        return FSDP.state_dict_type(
+            module=module,
+            state_dict_type=StateDictType.FULL_STATE_DICT,
+            state_dict_config=FullStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
+            optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
+        )
+
+    fabric_fsdp._get_full_state_dict_context = context
 
 
 if __name__ == "__main__":

@@ -135,6 +135,7 @@ def main() -> None:
     p.add_argument("--ckpt-uri", help="where this leg's checkpoints go (default OUT/ckpt)")
     p.add_argument("--every-s", type=float, help="periodic checkpoints this often (keep 2)")
     p.add_argument("--profile", action="store_true", help="SriftyCallback's window (1 + 3 steps) to OUT/profile.json")
+    p.add_argument("--state-dict-type", choices=("sharded", "full"), default="sharded", help="FSDP's checkpoints")
     p.add_argument(
         "--node-disk",
         action="store_true",
@@ -160,7 +161,10 @@ def main() -> None:
         from lightning_srifty.strategies.fsdp import SriftyFSDPStrategy  # FSDP on CPU/gloo too, blocks by name
 
         strategy = SriftyFSDPStrategy(
-            auto_wrap_policy=["Block"], state_dict_type="sharded", process_group_backend="gloo", batch_sizes=sizes
+            auto_wrap_policy=["Block"],
+            state_dict_type=args.state_dict_type,
+            process_group_backend="gloo",
+            batch_sizes=sizes,
         )
     elif args.strategy == "ddp":
         from lightning.pytorch.strategies import DDPStrategy
