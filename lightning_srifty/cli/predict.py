@@ -12,15 +12,12 @@ from predictor.documents.plan import TRANSPORTS
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from predictor.documents.profile import load_profile
-    from predictor.model.predict import predict, predict_auto
+    from predictor.model.predict import predict
 
     profile = load_profile(args.profile)
     catalog = load_catalog(args)
     options = {"catalog": catalog, "scaling": args.scaling, "transport": args.transport}
-    if args.layout == "auto":
-        result = predict_auto(profile, args.fleet, **options)
-    else:
-        result = predict(profile, args.fleet, layout=args.layout, **options)
+    result = predict(profile, args.fleet, layout=args.layout, **options)  # auto: the layout recommend runs
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
         return 0

@@ -128,7 +128,10 @@ def parse(text: str) -> Layout:
     ac = raw.endswith(AC_SUFFIX)
     head = raw[: -len(AC_SUFFIX)] if ac else raw
     strategy, _, arg = head.partition(":")
-    fix = "Use ddp, fsdp:full_shard, fsdp:shard_grad_op, fsdp:hybrid_shard or pipeline:<stages>, each optionally +ac."
+    fix = (
+        "Use ddp, fsdp:full_shard, fsdp:shard_grad_op, fsdp:hybrid_shard or pipeline:<stages>, each optionally +ac "
+        "(or auto where a prediction takes it: the layout srifty recommend runs the fleet with)."
+    )
     try:
         if strategy == "ddp" and not arg:
             return Layout(activation_checkpointing=ac)

@@ -150,6 +150,7 @@ def _lists(value: Any) -> Any:
 
 
 AUTO_LAYOUTS = tuple(f"{name}{ac}" for name in SIMPLICITY for ac in ("", "+ac"))  # simplest first, as ranked
+AUTO = "auto"  # the layout srifty recommend runs the fleet with (predict_auto): srifty predict's, the service's default
 
 
 def predict_auto(
@@ -205,13 +206,17 @@ def predict(
     "auto", EFA where the type has it, or "tcp", a cluster without EFA (:func:`fleet_over`); ``calibration``:
     measured/predicted throughput factors by GPU key, from observations of this model; ``dp_model``: the
     data-parallel loss constants, default the fitted ones; ``layout``: the parallel layout, a :class:`Layout` or its
-    name, e.g. ``"fsdp:full_shard+ac"``; ``pipeline:<p>`` needs p nodes of one type).
+    name, e.g. ``"fsdp:full_shard+ac"``; ``pipeline:<p>`` needs p nodes of one type; ``"auto"``: the one srifty
+    recommend runs this fleet with, :func:`predict_auto`, what ``srifty predict`` and the service take by default).
 
     Raises:
         PredictionError: the profile cannot be scaled to this fleet (e.g. CPU profile without FLOPs).
         UnknownNameError, ConfigError: a bad fleet, or a layout that does not apply to it or to the profile.
     """
     check_choice("predict()", "scaling", scaling, SCALINGS)
+    if isinstance(layout, str) and layout.strip().lower() == AUTO:
+        options = {"scaling": scaling, "network": network, "calibration": calibration, "dp_model": dp_model}
+        return predict_auto(profile, fleet, catalog=catalog, transport=transport, **options)
     profile, (catalog, fleet) = as_profile(profile), fleet_over(fleet, catalog, transport)
     layout = parse(layout) if isinstance(layout, str) else layout
     _check_layout(profile, fleet, layout)

@@ -145,7 +145,12 @@ class PredictRequest(_Strict):
         min_length=1, max_length=500, description="instance_type:count[,instance_type:count]", examples=["p3.8xlarge:2"]
     )
     scaling: Literal["strong", "weak"] = _D["scaling"]
-    layout: Text = Field("ddp", max_length=40, description="the parallel layout, e.g. fsdp:full_shard+ac")
+    layout: Text = Field(
+        "auto",
+        max_length=40,
+        description="the parallel layout, e.g. fsdp:full_shard+ac; auto (the default, as srifty predict's): the one "
+        "srifty recommend runs the fleet with",
+    )
     transport: TransportName = Field(_D["transport"], description=doc("transport", PYTHON))
     use_observations: bool = Field(True, description="calibrate with observed runs of this model")
 
@@ -663,8 +668,9 @@ def background_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> I
 
 
 def _observation_note(profile: Profile, obs: Observation, catalog: Catalog, run_id: str | None) -> str:
-    """What became of an observation: left out of every calibration (a step that is not the profiled training's, or
-    a throughput beyond what an observation is read as), or counted under its run, or under none."""
+    """What became of an observation: left out of every calibration (a step that is not the profiled training's, a
+    fleet of mixed GPUs, or a throughput beyond what an observation is read as), or counted under its run, or under
+    none."""
     if not step_samples_agree(profile, obs):
         implied = obs.throughput_samples_s * (obs.iteration_time_s or 0.0)
         return (
@@ -672,6 +678,11 @@ def _observation_note(profile: Profile, obs: Observation, catalog: Catalog, run_
             f"step, where the profiled training's global batch is {global_batch(profile):,}: throughput_samples_s is "
             "the whole fleet's samples per second (every GPU's together) and iteration_time_s one optimizer step "
             "(its accumulated batches); a run with another global batch is another profile"
+        )
+    if "," in obs.gpu:  # the calibration's own rule (ObservationStore.calibration); a trial read "counted under"
+        return (
+            f"stored, but left out of every calibration: {obs.fleet} mixes GPU types ({obs.gpu}), and a mixed "
+            "fleet's throughput cannot say which GPU was off; an observation of one GPU type calibrates it"
         )
     ratio = measured_over_predicted(profile, obs, catalog)
     if ratio is not None and not FACTOR_LIMITS[0] <= ratio <= FACTOR_LIMITS[1]:  # a trial read "counted under"

@@ -106,13 +106,14 @@ class ServiceClient:
         return load_plan(self._post("/v1/rank", body))
 
     def predict(
-        self, profile: ProfileLike, fleet: str, scaling: str = "strong", *, layout: str = "ddp", transport: str = "auto"
+        self, profile: ProfileLike, fleet: str, scaling: str = "strong", *, layout: str = "auto", transport: str = "auto"
     ) -> dict[str, Any]:
-        """``POST /v1/predict``: the fields a prediction takes (``layout``, ``transport``: sent only when not the
-        default, so a service from before them answers as it did)."""
+        """``POST /v1/predict``: the fields a prediction takes. ``layout`` (default ``auto``: the one srifty recommend
+        runs the fleet with, as ``srifty predict``'s) is always sent: a service from before 2026-12-06 took plain DDP
+        for a missing one and refuses ``auto`` by name, rather than answering another layout silently. ``transport``
+        is sent only when not the default, so a service from before it answers as it did."""
         body: dict[str, Any] = {"profile": _profile_body(profile), "fleet": fleet, "scaling": scaling}
-        if layout != "ddp":
-            body["layout"] = layout
+        body["layout"] = layout
         if transport != "auto":
             body["transport"] = transport
         return self._post("/v1/predict", body)

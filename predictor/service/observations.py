@@ -253,11 +253,14 @@ class ObservationStore:
 
 def measured_over_predicted(profile: Profile, obs: Observation, catalog: Catalog) -> float | None:
     """An observation's throughput over the model's for its fleet, as its nodes met (a multi-node run over TCP is not
-    a slow GPU on EFA); None when the fleet is no longer in the catalog or the profile cannot predict it."""
+    a slow GPU on EFA) and in the layout srifty recommend runs it with (``predict(layout="auto")``); None when the
+    fleet is no longer in the catalog or the profile cannot predict it."""
     from predictor.model.predict import predict
 
     try:
-        predicted = predict(profile, obs.fleet, catalog=catalog, transport=obs.transport or "auto")
+        # the layout the ranking runs this fleet with (a model too large for DDP was compared with DDP's prediction,
+        # which does not fit: runs that met the plan exactly moved the factor by the step's bound)
+        predicted = predict(profile, obs.fleet, catalog=catalog, transport=obs.transport or "auto", layout="auto")
     except SriftyError:
         return None
     return obs.throughput_samples_s / predicted.throughput_samples_s

@@ -7,6 +7,7 @@ import json
 import math
 import sqlite3
 import urllib.request
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -416,6 +417,51 @@ def test_a_run_over_tcp_is_not_read_as_a_slow_gpu(tmp_path, catalog) -> None:
     assert [o.transport for o in recorded.list()] == ["tcp"] * 3 and unsaid.list()[0].transport is None
     with pytest.raises(ConfigError, match="transport"):
         recorded.add(profile, "p4d.24xlarge:2", 1.0, catalog=catalog, transport="rdma")
+
+
+LLAMA_7B = Path(__file__).resolve().parents[2] / "examples" / "profiles" / "llama-7b-bf16-captured.json"
+
+
+def test_runs_that_met_the_plan_of_a_model_ddp_cannot_hold_leave_its_gpu_as_it_was(tmp_path, catalog) -> None:
+    """A trial: a 7B model on p4d.24xlarge:2 over TCP runs FSDP (the ranking's layout); three issued runs that
+    measured exactly what srifty predict said were compared with plain DDP's prediction (which does not fit: 205
+    GiB a GPU), read as an A100 at 2.75x, and moved its factor by the whole bound (1.33x). The observed fleet is
+    priced in the layout the ranking runs it with."""
+    profile = load_profile(json.loads(LLAMA_7B.read_text()))
+    planned = predict(profile, "p4d.24xlarge:2", catalog=catalog, transport="tcp", layout="auto")
+    assert planned.layout.startswith("fsdp") and planned.fits_memory
+    store = ObservationStore(tmp_path / "o.sqlite")
+    for run in ("r-1", "r-2", "r-3"):
+        store.add(profile, "p4d.24xlarge:2", planned.throughput_samples_s, run_id=run, catalog=catalog, transport="tcp")
+    calibration = store.calibration(profile, catalog)
+    assert calibration is not None and calibration.factors["A100-SXM-40GB"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_predict_takes_the_layout_srifty_predict_takes_by_default(client, catalog, capsys) -> None:
+    """One vocabulary: /v1/predict answered plain DDP (19.2 samples/s, "does not fit") where srifty predict, whose
+    default is auto, answered the FSDP layout the ranking runs (18.3, fits), and refused ``auto`` by name."""
+    from lightning_srifty.cli import main
+
+    raw = json.loads(LLAMA_7B.read_text())
+    answers = {
+        layout: client.post("/v1/predict", json={"profile": raw, "fleet": "p4d.24xlarge:2", **extra}).json()
+        for layout, extra in (("default", {}), ("auto", {"layout": "auto"}), ("ddp", {"layout": "ddp"}))
+    }
+    assert main(["predict", "--profile", str(LLAMA_7B), "--fleet", "p4d.24xlarge:2", "--format", "json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert answers["default"]["layout"] == answers["auto"]["layout"] == cli["layout"] and cli["layout"] != "ddp"
+    assert answers["default"]["throughput_samples_s"] == pytest.approx(cli["throughput_samples_s"])
+    assert answers["ddp"]["layout"] == "ddp" and not answers["ddp"]["fits_memory"]
+
+
+def test_a_mixed_fleets_observation_says_it_counts_nowhere(client, catalog) -> None:
+    """The docs say a fleet mixing GPU types does not calibrate, and its answer's note says why; a trial's note said
+    "counted under r-...", as for a fleet of one GPU type."""
+    run = client.post("/v1/runs", json={}).json()
+    body = {"profile": MINIMAL, "fleet": "g5.xlarge:1,p3.2xlarge:1", "throughput_samples_s": 300.0}
+    r = client.post("/v1/observations", json=body, headers={"authorization": f"Bearer {run['token']}"})
+    assert r.status_code == 201, r.text
+    assert r.json()["note"].startswith("stored, but left out of every calibration: g5.xlarge:1,p3.2xlarge:1 mixes")
 
 
 def test_store_ignores_mixes_and_absurd_ratios(tmp_path, catalog) -> None:

@@ -196,7 +196,10 @@ def test_the_python_client_sends_the_transport_only_when_asked(profile) -> None:
     client._post = lambda path, body, **kw: sent.append(body) or {}  # type: ignore[method-assign]
     client.predict(profile, "p4d.24xlarge:2")
     client.predict(profile, "p4d.24xlarge:2", transport="tcp", layout="fsdp:full_shard")
-    assert "transport" not in sent[0] and "layout" not in sent[0]  # a service from before them answers as it did
+    assert "transport" not in sent[0]  # a service from before it answers as it did
+    # the layout always: auto by default (srifty predict's), which a service from before it refuses by name rather
+    # than answering plain DDP for a missing one
+    assert sent[0]["layout"] == "auto"
     assert (sent[1]["transport"], sent[1]["layout"]) == ("tcp", "fsdp:full_shard")
     assert "transport" not in Constraints(steps=1).to_request()
     assert Constraints(steps=1, transport="tcp").to_request()["transport"] == "tcp"
