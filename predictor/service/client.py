@@ -106,7 +106,13 @@ class ServiceClient:
         return load_plan(self._post("/v1/rank", body))
 
     def predict(
-        self, profile: ProfileLike, fleet: str, scaling: str = "strong", *, layout: str = "auto", transport: str = "auto"
+        self,
+        profile: ProfileLike,
+        fleet: str,
+        scaling: str = "strong",
+        *,
+        layout: str = "auto",
+        transport: str = "auto",
     ) -> dict[str, Any]:
         """``POST /v1/predict``: the fields a prediction takes. ``layout`` (default ``auto``: the one srifty recommend
         runs the fleet with, as ``srifty predict``'s) is always sent: a service from before 2026-12-06 took plain DDP
