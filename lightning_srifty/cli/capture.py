@@ -72,22 +72,14 @@ def resolve(path: str, flag: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - ImportError, or whatever the module's own code raised on import
-        if torchvision_mismatch(exc):
-            raise ConfigError(
-                f"{flag} {path!r}: module {module_name!r} imports torchvision, whose compiled operators do not load "
-                f"against this torch ({exc}): {TORCHVISION_FIX}.",
-                parameter=flag,
-                value=path,
-            ) from None
-        raise ConfigError(
-            f"{flag} {path!r}: module {module_name!r} cannot be imported ({type(exc).__name__}: {exc}). Check the "
-            "spelling, and that its folder is on PYTHONPATH (run from the project root or pip install -e it).",
-            parameter=flag,
-            value=path,
-        ) from None
+        raise _import_failed(flag, path, f"module {module_name!r}", exc) from None
     obj: Any = module
     for part in attr.split("."):
-        if not hasattr(obj, part):
+        try:
+            found = hasattr(obj, part)  # a lazy package (transformers) imports the attribute's module here
+        except Exception as exc:  # noqa: BLE001 - that module's own import failed: say which and why
+            raise _import_failed(flag, path, f"{module_name}.{part}", exc) from None
+        if not found:
             names = [n for n in dir(obj) if not n.startswith("_")]
             close = difflib.get_close_matches(part, names, n=3)
             hint = f" {did_you_mean(close)}" if close else ""
@@ -96,6 +88,33 @@ def resolve(path: str, flag: str) -> Any:
             )
         obj = getattr(obj, part)
     return obj
+
+
+def _import_failed(flag: str, path: str, what: str, exc: BaseException) -> ConfigError:
+    """The refusal for ``what`` (a module, or a lazy package's attribute) whose import raised ``exc``: torchvision's
+    operators not loading against this torch (anywhere in the chain: transformers imports torchvision when it is
+    installed, and reported "Could not import module 'LlamaForCausalLM'" over it, in a 70-line traceback), else the
+    error itself."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    mismatch = next((c for c in chain if torchvision_mismatch(c)), None)
+    if mismatch is not None:
+        return ConfigError(
+            f"{flag} {path!r}: importing {what} imports torchvision, whose compiled operators do not load against "
+            f"this torch ({mismatch}): {TORCHVISION_FIX}; or pip uninstall torchvision, which a transformers text "
+            "model does not need.",
+            parameter=flag,
+            value=path,
+        )
+    return ConfigError(
+        f"{flag} {path!r}: {what} cannot be imported ({type(exc).__name__}: {exc}). Check the spelling, and that its "
+        "folder is on PYTHONPATH (run from the project root or pip install -e it).",
+        parameter=flag,
+        value=path,
+    )
 
 
 def _json_object_arg(source: str, flag: str, text: str, fix: str = "") -> Any:
@@ -313,6 +332,7 @@ def _transformers_config(cls: Any, text: str | None) -> Any:
         )
     values.pop("model_type", None)
     values.pop("architectures", None)
+    _check_declared(cls.config_class, values, text)
     try:
         config = cls.config_class(**values)
     except Exception as exc:  # noqa: BLE001 - the configuration class's own validation, re-worded with the flag
@@ -330,6 +350,45 @@ def _transformers_config(cls: Any, text: str | None) -> Any:
             value=text,
         )
     return config
+
+
+def _check_declared(config_class: Any, values: dict[str, Any], text: str) -> None:
+    """A configuration class keeps a key it does not take as a plain attribute that no part of the model reads: a
+    misspelt ``num_hidden_layer`` built the default 32 layers, and the capture was of another model (a trial's 13B
+    came out 10.5B). A key is taken when the default configuration has it, or when the class does not keep it as
+    given or it changes another value (``rope_theta`` -> ``rope_parameters``, ``torch_dtype`` -> ``dtype`` in
+    transformers 5). An inert key
+    close to a taken one is refused with the name; any other is said (a saved config.json carries keys of its own,
+    e.g. its ``transformers_version``)."""
+    try:
+        default = config_class().to_dict()
+    except Exception:  # noqa: BLE001 - a class whose defaults do not build: its own call says what it needs
+        return
+    taken = set(default) | set(getattr(config_class, "attribute_map", None) or {})
+    inert = []
+    for key in [k for k in values if k not in taken]:
+        try:
+            given = config_class(**{key: values[key]}).to_dict()
+        except Exception:  # noqa: BLE001 - refused alone: the whole call below says why
+            continue
+        # kept as it was given and nothing else moved: a consumed key is popped (rope_theta is not in the dict)
+        if key in given and all(given.get(name) == value for name, value in default.items()):
+            inert.append(key)
+    for key in inert:
+        close = difflib.get_close_matches(key, sorted(taken), n=1, cutoff=0.8)
+        if close:
+            raise ConfigError(
+                f"--config key {key!r} is not a {config_class.__name__} argument: {did_you_mean(close)} The class "
+                "would keep it as an attribute no part of the model reads, and build its default instead.",
+                parameter="--config",
+                value=key,
+            )
+    if inert:
+        print(
+            f"--config: {config_class.__name__} takes none of {', '.join(map(repr, inert))}: kept as attributes no "
+            "part of the model reads (check the spelling if you meant to change the model).",
+            file=sys.stderr,
+        )
 
 
 def _build(cls: Any, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:

@@ -164,6 +164,9 @@ def test_cli_captures_a_transformers_config_with_lora(tmp_path, capsys) -> None:
         (["transformers:ResNetForImageClassification", "--image-size", "32", "--seq-len", "8"],
          "--image-size and --seq-len"),
         (["capture_models:TinyLM", "--image-size", "32"], "--image-size is for a transformers vision model"),
+        # a trial: the class kept a misspelt key as an inert attribute and built its default 32 layers
+        (["transformers:LlamaForCausalLM", "--config", '{"hidden_size": 64, "num_hidden_layer": 40}', "--seq-len",
+          "8"], "--config key 'num_hidden_layer' is not a LlamaConfig argument: Did you mean 'num_hidden_layers'?"),
     ],
 )  # fmt: skip
 def test_cli_bad_transformers_input_names_the_flag(args, expected, tmp_path, capsys) -> None:
@@ -171,6 +174,18 @@ def test_cli_bad_transformers_input_names_the_flag(args, expected, tmp_path, cap
 
     assert main(["capture", *args, "--batch-size", "2", "--out", str(tmp_path / "p.json")]) == 2
     assert expected in capsys.readouterr().err
+
+
+def test_a_config_key_the_class_takes_another_way_is_not_said_and_an_inert_one_is(tmp_path, capsys) -> None:
+    """transformers 5 takes rope_theta into rope_parameters and torch_dtype as dtype: neither is a spelling error;
+    a key the class only keeps as an attribute is said (a saved config.json carries some: it is not refused)."""
+    from lightning_srifty.cli import main
+
+    config = {**LLAMA, "rope_theta": 10000.0, "torch_dtype": "float16", "transformers_version": "4.31.0", "foo": 1}
+    argv = ["capture", "transformers:LlamaForCausalLM", "--config", json.dumps(config), "--seq-len", "8"]
+    assert main([*argv, "--batch-size", "2", "--out", str(tmp_path / "p.json")]) == 0
+    err = capsys.readouterr().err
+    assert "LlamaConfig takes none of 'foo':" in err and "rope_theta" not in err and "torch_dtype" not in err
 
 
 @pytest.mark.slow

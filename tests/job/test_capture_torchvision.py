@@ -181,6 +181,26 @@ def test_a_module_that_imports_a_mismatched_torchvision_is_said_as_such(tmp_path
     assert not capture.torchvision_mismatch(RuntimeError("CUDA out of memory"))
 
 
+def test_a_lazy_packages_class_whose_import_meets_a_mismatched_torchvision_is_said_as_such(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """A trial: ``srifty capture transformers:LlamaForCausalLM`` beside PyPI's torchvision and a CPU torch printed a
+    72-line traceback ending "Could not import module 'LlamaForCausalLM'": transformers imports the class's module
+    when the attribute is asked for (a lazy package), and that imports torchvision. Said in one line, with the fix."""
+    (tmp_path / "lazypkg.py").write_text(
+        "def __getattr__(name):\n"
+        "    try:\n"
+        '        raise RuntimeError("operator torchvision::nms does not exist")\n'
+        "    except RuntimeError as exc:\n"
+        '        raise ModuleNotFoundError(f"Could not import module {name!r}") from exc\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _capture(tmp_path, "lazypkg:LlamaForCausalLM", "--batch", "lazypkg:make", "--batch-size", "2") == 2
+    err = capsys.readouterr().err
+    assert "importing lazypkg.LlamaForCausalLM imports torchvision, whose compiled operators do not load" in err
+    assert "whl/cpu" in err and "pip uninstall torchvision" in err and "Traceback" not in err
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason="torchvision is not installed")
 def test_a_real_torchvision_resnet18_is_captured(tmp_path) -> None:
     assert _capture(tmp_path, "torchvision:resnet18", "--image-size", "64", "--batch-size", "2") == 0
