@@ -65,10 +65,31 @@ def _wont_fit(profile: Any, result: Any, group: Any, catalog: Any) -> str:
         ranks = sum(g.count * catalog.get(g.instance_type).gpus for g in result.groups)
         least = estimate_memory(profile, 1.0, it.gpu_memory_gib, parse(result.layout), ranks, it.gpus)
         text += f" at {group.micro_batch} samples a micro-step, {least.bytes_per_gpu / 2**30:.1f} even at 1"
-    return (
-        f"{text}. Use a GPU with more memory, more GPUs (a smaller share of the global batch each), or shard the model "
-        "and optimizer state (--layout fsdp:full_shard, +ac to checkpoint activations)."
-    )
+    ranks = sum(g.count * catalog.get(g.instance_type).gpus for g in result.groups)
+    ways = _layouts_left(result.layout, ranks)
+    return f"{text}. Use a GPU with more memory, more GPUs (a smaller share of the global batch each){ways}."
+
+
+def _layouts_left(layout: str, ranks: int) -> str:
+    """The layouts that hold less than ``layout`` does on ``ranks`` GPUs (a trial was told --layout fsdp:full_shard
+    having asked for it; on one GPU sharding divides nothing); none left: srifty recommend's choice."""
+    sharded, ac = layout.startswith("fsdp"), layout.endswith("+ac")
+    if ranks == 1:
+        return ", or checkpoint activations (--layout ddp+ac)" if not ac else ""
+    if not sharded:
+        return ", or shard the model and optimizer state (--layout fsdp:full_shard" + (
+            "+ac)" if ac else ", +ac to checkpoint activations)"
+        )
+    if not ac:
+        return f", or checkpoint activations (--layout {layout}+ac)"
+    if not layout.startswith("fsdp:full_shard"):
+        return ", or shard across every GPU (--layout fsdp:full_shard+ac)"
+    return " (this layout holds the least; --layout auto, the default, predicts the one srifty recommend runs)"
+
+
+def _rate(per_second: float) -> str:
+    """A throughput with three significant digits at least (a 13B model's 4 samples/s read "4 (4-4)")."""
+    return f"{per_second:,.0f}" if per_second >= 100 else f"{per_second:.3g}"
 
 
 def _limiting_words(result: Any) -> str:
@@ -90,7 +111,7 @@ def _rows(result: Any, lo: float, hi: float, tlo: float, thi: float) -> list[tup
         ("Iteration time", f"{result.iteration_time_s * 1e3:.1f} ms (80% interval {lo * 1e3:.1f}-{hi * 1e3:.1f} ms)"),
         (
             "Throughput",
-            f"{result.throughput_samples_s:,.0f} samples/s ({tlo:,.0f}-{thi:,.0f}); global batch "
+            f"{_rate(result.throughput_samples_s)} samples/s ({_rate(tlo)}-{_rate(thi)}); global batch "
             f"{result.global_batch:g}",
         ),
         (

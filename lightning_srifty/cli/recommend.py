@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,10 +98,11 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
         words=FLAGS,  # the plan's prose and the ranking's errors name this command's flags
     )
     plan = result.plan
+    said = sys.stderr if args.format == "json" else sys.stdout  # stdout is the JSON alone: a pipe reads it (a trial)
     if "plan" in result.written:
-        print(f"plan written to {result.written['plan']}")
+        print(f"plan written to {result.written['plan']}", file=said)
     if "report" in result.written:
-        print(f"report written to {result.written['report']} (plot: {result.written['plot']})")
+        print(f"report written to {result.written['report']} (plot: {result.written['plot']})", file=said)
     if args.format == "json":
         print(json.dumps(plan.to_dict(), indent=2))
         return 0

@@ -374,3 +374,18 @@ def test_a_run_token_longer_than_the_service_takes_is_refused_in_days(monkeypatc
     assert main(["run-token", "--service", "http://127.0.0.1:9", "--days", "400"]) == 2
     err = capsys.readouterr().err
     assert "--days 400 is longer than the 365 days a run token is accepted at most: give --days 365 or fewer" in err
+
+
+def test_predicts_way_out_of_a_fleet_that_cannot_hold_the_model_is_a_layout_not_yet_asked_for() -> None:
+    """A trial asked for --layout fsdp:full_shard and was told to use --layout fsdp:full_shard; on one GPU sharding
+    divides nothing. And a 13B model's throughput read "4 samples/s (4-4)": three significant digits."""
+    from lightning_srifty.cli.predict import _layouts_left, _rate
+
+    assert "--layout fsdp:full_shard, +ac" in _layouts_left("ddp", 8)
+    assert _layouts_left("fsdp:full_shard", 8) == ", or checkpoint activations (--layout fsdp:full_shard+ac)"
+    assert "--layout fsdp:full_shard+ac" in _layouts_left("fsdp:hybrid_shard+ac", 16)
+    assert "this layout holds the least" in _layouts_left("fsdp:full_shard+ac", 8)
+    assert (
+        _layouts_left("ddp", 1) == ", or checkpoint activations (--layout ddp+ac)" and _layouts_left("ddp+ac", 1) == ""
+    )
+    assert (_rate(4.2), _rate(0.512), _rate(1234.5)) == ("4.2", "0.512", "1,234")

@@ -90,6 +90,19 @@ def test_recommend_takes_wide(tmp_path, capsys) -> None:
     assert "cost 80%" not in capsys.readouterr().out
 
 
+def test_the_json_on_stdout_is_the_plan_alone_when_it_is_also_written(tmp_path, capsys) -> None:
+    """A trial: ``srifty recommend --format json --out plan.json | python -c 'json.load(sys.stdin)'`` failed on the
+    line "plan written to ..." printed before the JSON; that line goes to stderr there."""
+    import json
+
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps({**MINIMAL, "batch": {"per_device": 8}}))
+    argv = ["recommend", "--profile", str(profile), "--steps", "1000", "--format", "json", "--out", str(tmp_path / "x")]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["schema"] == "srifty.plan/v1" and "plan written to" in captured.err
+
+
 def test_wide_is_not_squeezed_in_a_pipe(capsys) -> None:
     """Issue #37 L: `--wide` piped (no terminal) was squeezed to 170 columns: a mixed fleet's name and its per-type
     batch broke over lines. Every row is one line now."""
