@@ -115,6 +115,14 @@ def test_infeasible_names_the_binding_constraint_and_the_best_achievable(profile
     assert info.value.binding == ("memory",) and "under the layouts ddp" in str(info.value)
     sharded = rank(load_profile(big), Constraints(steps=10, max_instances=16), catalog=catalog)
     assert sharded.entries[0].layout.name.startswith("fsdp:full_shard") and "ddp would need" in sharded.why
+    # a trial's capture without its global batch (1 sample): strong scaling capped every fleet at 1 GPU, and the
+    # refusal said to add instances and layouts, which could not help
+    big["batch"] = {"per_device": 1}
+    with pytest.raises(NoFeasibleConfigError, match="No fleet holds the model in GPU memory") as info:
+        rank(load_profile(big), Constraints(steps=10, max_instances=16), catalog=catalog)
+    said = str(info.value)
+    assert "Every fleet of more GPUs than the 1 samples of the global batch was left out" in said, said
+    assert "the profile's batch.global_batch" in said and "scaling='weak'" in said and "--" not in said
 
 
 def test_spot_economics_follow_young_daly() -> None:
