@@ -82,6 +82,13 @@ class Sizes:
     wrap_min_params: int
 
 
+def checkpoint_bytes(profile: Profile) -> float:
+    """The bytes a checkpoint of the profiled training holds: the weights in their storage precision and the
+    optimizer state (the same sizes the memory model holds; gradients are not saved)."""
+    sizes = _sizes(profile)
+    return sizes.parameters * sizes.storage + sizes.optimizer
+
+
 def _sizes(profile: Profile) -> Sizes:
     model = profile.model
     storage = float(BYTES_PER_PARAM.get(model.precision, 4))

@@ -202,12 +202,11 @@ def predict(
     layout: Layout | str = DDP,
     transport: str = "auto",
 ) -> Prediction:
-    """Predict one fleet from a profile (``network``: the link constants, see :class:`NetworkModel`; ``transport``:
-    "auto", EFA where the type has it, or "tcp", a cluster without EFA (:func:`fleet_over`); ``calibration``:
-    measured/predicted throughput factors by GPU key, from observations of this model; ``dp_model``: the
-    data-parallel loss constants, default the fitted ones; ``layout``: the parallel layout, a :class:`Layout` or its
-    name, e.g. ``"fsdp:full_shard+ac"``; ``pipeline:<p>`` needs p nodes of one type; ``"auto"``: the one srifty
-    recommend runs this fleet with, :func:`predict_auto`, what ``srifty predict`` and the service take by default).
+    """Predict one fleet from a profile (``network``: the link constants, :class:`NetworkModel`; ``transport``: "auto",
+    EFA where the type has it, or "tcp", a cluster without EFA (:func:`fleet_over`); ``calibration``: measured /
+    predicted throughput factors by GPU key; ``dp_model``: the data-parallel loss constants, default the fitted ones;
+    ``layout``: a :class:`Layout` or its name, e.g. ``"fsdp:full_shard+ac"`` (``pipeline:<p>``: p nodes of one type),
+    or ``"auto"``, the one srifty recommend runs the fleet with (:func:`predict_auto`; srifty predict's default)).
 
     Raises:
         PredictionError: the profile cannot be scaled to this fleet (e.g. CPU profile without FLOPs).
@@ -221,17 +220,14 @@ def predict(
     layout = parse(layout) if isinstance(layout, str) else layout
     _check_layout(profile, fleet, layout)
     src, many, row_bases = _one_row(profile, fleet, catalog, network, calibration, scaling, dp_model, layout)
-    accumulation = int(many.accumulation[0])
 
     groups = _group_predictions(profile, fleet, layout, many, row_bases)
-    step = float(many.iteration_time_s[0])
-    global_batch = float(many.global_batch[0])
+    step, global_batch = float(many.iteration_time_s[0]), float(many.global_batch[0])
     split_note = _split_note(fleet, groups, scaling, global_batch)
-    dp_loss = float(many.dp_loss_s[0])
-    assumptions = _assumptions(profile, fleet, layout, row_bases, split_note, (dp_loss, step), catalog, network)
+    losses = (float(many.dp_loss_s[0]), step)
+    assumptions = _assumptions(profile, fleet, layout, row_bases, split_note, losses, catalog, network)
     if fleet.nodes > 1:
         assumptions += _baseline_words(fleet, row_bases, float(many.baseline_wait_s[0]), step)
-    extrapolation = _extrapolation(fleet, row_bases, src.world)
     limiting = _limiting(fleet, row_bases, float(many.allreduce_s[0]))
     recompute = recompute_factor(profile, src, layout)
     return Prediction(
@@ -244,12 +240,12 @@ def predict(
         fits_memory=bool(many.fits_memory[0]),
         groups=tuple(groups),
         global_batch=global_batch,
-        accumulate_grad_batches=accumulation,
+        accumulate_grad_batches=int(many.accumulation[0]),
         scaling=scaling,
         batch_split=split_note,
         allreduce_limiting=limiting,
         assumptions=tuple(dict.fromkeys(assumptions)),
-        extrapolation=tuple(dict.fromkeys(extrapolation)),
+        extrapolation=tuple(dict.fromkeys(_extrapolation(fleet, row_bases, src.world))),
         layout=_layout_name(fleet, layout),
         memory_known=activations_known(profile),
         cannot_run=cannot_run(profile, fleet, catalog),

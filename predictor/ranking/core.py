@@ -24,6 +24,7 @@ from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionE
 from predictor.model.artefact import model_version
 from predictor.model.fleets import PREFER_SIMPLER, ManyPredictions, predict_mixes, row_sum
 from predictor.model.layout import Layout
+from predictor.model.memory import checkpoint_bytes
 from predictor.ranking import candidates as cands
 from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
 from predictor.ranking.constraints import Constraints, Market, Objective
@@ -53,7 +54,15 @@ from predictor.runs.odds import (
     guarded_ranges,
     late_moves,
 )
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, FAILURES_PER_GPU_HR, RESTART_S, on_demand_cost, spot_cost
+from predictor.runs.spot import (
+    DEFAULT_CHECKPOINT_S,
+    FAILURES_PER_GPU_HR,
+    RESTART_S,
+    ROOT_VOLUME_BYTES_S,
+    estimated_checkpoint_s,
+    on_demand_cost,
+    spot_cost,
+)
 from predictor.runs.startup import (
     BILLING_MINIMUM_S,
     BOOT_S,
@@ -201,14 +210,28 @@ class _Ranking:
 
 def _checkpoint_cost(profile: Profile, checkpoint_s: float | None) -> tuple[float, str]:
     """What one checkpoint costs, and where the figure comes from: the one given, else the profile's measured save
-    (or load, the larger), else :data:`predictor.runs.spot.DEFAULT_CHECKPOINT_S`."""
+    (or load, the larger), else its size written at the fleet's root volume's baseline
+    (:func:`predictor.runs.spot.estimated_checkpoint_s`: a captured 70B model's 1.1 TB were priced at the 30 s a small
+    model's checkpoint is assumed to take, a save on the spot notice with nothing lost)."""
     if checkpoint_s is not None:
         return checkpoint_s, "assumed"
     measured = profile.checkpoint
     if measured is not None:
         note = f"measured by the profile ({measured.where or 'local'}; remote storage adds its transfer)"
         return max(measured.save_s, measured.load_s or 0.0), note
-    return DEFAULT_CHECKPOINT_S, "assumed"
+    return unmeasured_checkpoint(profile)
+
+
+def unmeasured_checkpoint(profile: Profile) -> tuple[float, str]:
+    """An unmeasured checkpoint's cost and its note (:func:`predictor.runs.spot.estimated_checkpoint_s`)."""
+    state = checkpoint_bytes(profile)
+    seconds = estimated_checkpoint_s(state)
+    if seconds <= DEFAULT_CHECKPOINT_S:
+        return seconds, "assumed"
+    return seconds, (
+        f"estimated: {state / 1e9:,.3g} GB of weights and optimizer state at the root volume's "
+        f"{ROOT_VOLUME_BYTES_S / 2**20:.0f} MiB/s gp3 baseline; not measured"
+    )
 
 
 def _instance_types(r: _Ranking) -> list:

@@ -226,6 +226,31 @@ def _capture_words(words: Words) -> str:
     return "srifty capture --global-batch N" if words.vocabulary == "flags" else "the profile's batch.global_batch"
 
 
+def _holds_nothing(constraints: Constraints, excluded: Mapping[str, int], words: Words) -> NoFeasibleConfigError:
+    """:func:`infeasible` where no fleet holds the model: the ways out, and the global batch's cap where it left out
+    the fleets that would (a capture without its global batch: 1 sample capped every fleet at 1 GPU)."""
+    capped = next((k for k, n in excluded.items() if k.startswith("more GPUs than the") and n), None)
+    ways = (
+        f"Use GPUs with more memory, more instances ({words.name('max_instances')}), a smaller batch, or more "
+        f"layouts ({words.name('layouts')}: fsdp:full_shard+ac shards the model and checkpoints activations)."
+    )
+    if capped is not None:  # a trial's capture without --global-batch: a batch of 1 capped every fleet at 1 GPU
+        ways = (
+            f"Every fleet of {capped} was left out: strong scaling trains the profiled global batch, at least one "
+            "sample a GPU, so no fleet has the GPUs that would hold the model sharded. Give the training's real "
+            f"global batch ({_capture_words(words)}, or profile the run itself), or rank it with "
+            f"{words.setting('scaling', 'weak')} (the profiled batch on every GPU). {ways}"
+        )
+    return NoFeasibleConfigError(
+        "No fleet holds the model in GPU memory (with the headroom asked"
+        + (", even with gradient accumulation" if constraints.scaling == "strong" else "")
+        + f", under the layouts {', '.join(x.name for x in constraints.layout_list())}). {ways}",
+        binding=("memory",),
+        excluded=excluded,
+        hints=("larger GPUs", "a smaller batch", "FSDP / DeepSpeed"),
+    )
+
+
 def infeasible(
     constraints: Constraints,
     ok: np.ndarray,
@@ -238,26 +263,7 @@ def infeasible(
     each with the fleet that reaches it where ``describe`` (candidate index -> its fleet, market and price) is
     given."""
     if not ok.any():
-        capped = next((k for k, n in excluded.items() if k.startswith("more GPUs than the") and n), None)
-        ways = (
-            f"Use GPUs with more memory, more instances ({words.name('max_instances')}), a smaller batch, or more "
-            f"layouts ({words.name('layouts')}: fsdp:full_shard+ac shards the model and checkpoints activations)."
-        )
-        if capped is not None:  # a trial's capture without --global-batch: a batch of 1 capped every fleet at 1 GPU
-            ways = (
-                f"Every fleet of {capped} was left out: strong scaling trains the profiled global batch, at least one "
-                "sample a GPU, so no fleet has the GPUs that would hold the model sharded. Give the training's real "
-                f"global batch ({_capture_words(words)}, or profile the run itself), or rank it with "
-                f"{words.setting('scaling', 'weak')} (the profiled batch on every GPU). {ways}"
-            )
-        return NoFeasibleConfigError(
-            "No fleet holds the model in GPU memory (with the headroom asked"
-            + (", even with gradient accumulation" if constraints.scaling == "strong" else "")
-            + f", under the layouts {', '.join(x.name for x in constraints.layout_list())}). {ways}",
-            binding=("memory",),
-            excluded=excluded,
-            hints=("larger GPUs", "a smaller batch", "FSDP / DeepSpeed"),
-        )
+        return _holds_nothing(constraints, excluded, words)
     alone = binding(constraints, ok, values, np.zeros(len(ok)), np.inf)
     names = list(alone) or list(constraints.limits())
     what = {

@@ -29,7 +29,7 @@ from predictor.documents.profile import Profile
 from predictor.documents.schema import to_dict
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, SriftyError
 from predictor.ranking import Calibration, Constraints, rank
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, REPROVISION_S, RESTART_S, on_demand_cost
+from predictor.runs.spot import REPROVISION_S, RESTART_S, on_demand_cost
 
 Why = Literal["drift", "price", "deadline"]
 
@@ -274,11 +274,14 @@ def _calibration(
 
 def _migration(profile: Profile, entry: PlanEntry, target: PlanEntry) -> tuple[float, float]:
     """(what a move costs in USD, the training's downtime in seconds): a checkpoint saved on the current fleet and
-    loaded on the target (the profile's measured times, else :data:`DEFAULT_CHECKPOINT_S`), the target provisioned
-    and restarted; the new fleet is paid from its request on, the old one trains on until it saves."""
+    loaded on the target (the profile's measured times, else its size at the root volume's baseline), the target
+    provisioned and restarted; the new fleet is paid from its request on, the old one trains on until it saves."""
+    from predictor.ranking.core import unmeasured_checkpoint
+
     checkpoint = profile.checkpoint
-    save_s = checkpoint.save_s if checkpoint else DEFAULT_CHECKPOINT_S
-    load_s = (checkpoint.load_s or checkpoint.save_s) if checkpoint else DEFAULT_CHECKPOINT_S
+    unmeasured = unmeasured_checkpoint(profile)[0] if checkpoint is None else 0.0
+    save_s = checkpoint.save_s if checkpoint else unmeasured
+    load_s = (checkpoint.load_s or checkpoint.save_s) if checkpoint else unmeasured
     idle_new_s = REPROVISION_S + RESTART_S + save_s + load_s
     migration_usd = target.usd_per_hour * idle_new_s / 3600 + entry.usd_per_hour * save_s / 3600
     return migration_usd, save_s + RESTART_S + load_s

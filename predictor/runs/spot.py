@@ -21,7 +21,20 @@ import numpy as np
 
 REPROVISION_S = 300.0  # new spot capacity found and booted
 RESTART_S = 120.0  # processes started, rendezvous, data loaders warm
-DEFAULT_CHECKPOINT_S = 30.0  # checkpoint save (and load) time when the profile has not measured it
+DEFAULT_CHECKPOINT_S = 30.0  # checkpoint save (and load) time when the profile has not measured it: its floor
+# An unmeasured checkpoint's write rate: the fleet's root volume is gp3 (terraform/modules/training_fleet), whose
+# baseline throughput is 125 MiB/s ("Amazon EBS General Purpose SSD volumes", Amazon EBS User Guide: 3,000 IOPS and
+# 125 MiB/s included); a sharded checkpoint is saved to it before its upload, a file read back from it on a resume.
+# Bounds of the estimate: DEFAULT_CHECKPOINT_S below it, a save never priced under the volume's baseline.
+ROOT_VOLUME_BYTES_S = 125 * 2**20
+
+
+def estimated_checkpoint_s(state_bytes: float) -> float:
+    """What saving ``state_bytes`` costs where no profile measured it: written at the root volume's baseline, at
+    least :data:`DEFAULT_CHECKPOINT_S` (a 7B model's 108 GB of weights and Adam state is 14 min there, not 30 s)."""
+    return max(DEFAULT_CHECKPOINT_S, float(state_bytes) / ROOT_VOLUME_BYTES_S)
+
+
 # EC2's spot interruption notice ("Spot Instance interruption notices", Amazon EC2 User Guide: "two minutes before")
 NOTICE_S = 120.0
 NOTICE_MARGIN_S = 10.0  # what the leaving job needs of the notice besides its save (the step in flight, the record)

@@ -624,3 +624,24 @@ def test_an_on_demand_fleet_checkpoints_for_the_node_failures_it_meets(profile, 
     short = rank(profile, Constraints(steps=1_000, market="on-demand", allow=("p3.16xlarge",), top=3), catalog=catalog)
     assert all(e.checkpoint_interval_s is None for e in short.entries)
     assert "SRIFTY_CHECKPOINT_EVERY_S" not in tfvars(short, 0, Options(name="od-run"), catalog)["train"].get("env", {})
+
+
+def test_an_unmeasured_checkpoint_is_priced_by_its_size_at_the_root_volumes_rate(catalog) -> None:
+    """A trial: every plan of a captured 7B-70B model said "spot overhead with a 30 s checkpoint (assumed)", so a save
+    of 80 GB to 1.1 TB was priced as fitting the 2-minute notice with nothing lost. Unmeasured, a checkpoint is its
+    weights and optimizer state written at the fleet's root volume's baseline (gp3, 125 MiB/s), never under 30 s."""
+    from pathlib import Path
+
+    from predictor.model.memory import checkpoint_bytes
+    from predictor.runs.spot import DEFAULT_CHECKPOINT_S, ROOT_VOLUME_BYTES_S, saves_on_notice
+
+    llama = Path(__file__).resolve().parents[2] / "examples" / "profiles" / "llama-7b-bf16-captured.json"
+    profile = load_profile(json.loads(llama.read_text()))
+    state = checkpoint_bytes(profile)
+    # bf16-mixed: fp32 master weights and Adam's two fp32 moments, 12 bytes a parameter
+    assert state == pytest.approx(12 * profile.model.parameters, rel=0.01)
+    plan = rank(profile, Constraints(steps=100, market="spot", allow=("p4d",)), catalog=catalog)
+    assert plan.checkpoint_s == pytest.approx(state / ROOT_VOLUME_BYTES_S) and not saves_on_notice(plan.checkpoint_s)
+    assert any("estimated: 80.9 GB of weights and optimizer state" in n for n in plan.notes)
+    small = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=100, market="spot"), catalog=catalog)
+    assert small.checkpoint_s == DEFAULT_CHECKPOINT_S and any("checkpoint (assumed)" in n for n in small.notes)
