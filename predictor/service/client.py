@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 TOKEN_ENV = "SRIFTY_SERVICE_TOKEN"
 RETRY_STATUSES = (429, 503)  # too many at once / timed out: the service says when to retry (Retry-After)
+MAX_BODY_BYTES = 1 << 20  # srifty serve's default body limit (its guard's): a profile with full series is ~100 KB
+# a request over this that the service cut off while it was sent was, most likely, over the service's limit
+CUT_OFF_BYTES = 64 << 10
 _ISSUED: dict[tuple[str, str], str] = {}  # (service URL, run) -> the run token this process was issued
 _ISSUED_LOCK = threading.Lock()
 
@@ -72,9 +75,8 @@ class ServiceClient:
         token = token or self._token
         if token:
             headers["authorization"] = f"Bearer {token}"
-        request = urllib.request.Request(
-            self.url + path, data=json.dumps(body).encode(), headers=headers, method="POST"
-        )
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return json.load(response)
@@ -92,6 +94,15 @@ class ServiceClient:
             ) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, (BrokenPipeError, ConnectionResetError)) and len(data) > CUT_OFF_BYTES:
+                # the guard answers 413 from the length alone and closes; urllib is still sending (a trial read
+                # "Is srifty serve running there?" for a 2 MB profile)
+                raise ServiceError(
+                    f"The predictor at {self.url} closed the connection while the {len(data):,}-byte request was "
+                    f"sent ({reason}): most likely over its body limit (a 413; srifty serve --max-body raises it, "
+                    f"{MAX_BODY_BYTES:,} bytes by default). Send a smaller profile (its notes, its operator table).",
+                    status=413,
+                ) from None
             raise ServiceError(
                 f"Cannot reach the predictor at {self.url} ({reason}). Is `srifty serve` running there?"
             ) from None

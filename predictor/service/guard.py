@@ -29,9 +29,9 @@ from starlette.responses import JSONResponse
 
 from predictor.documents.checks import check_int, check_number
 from predictor.exceptions import ConfigError
+from predictor.service.client import MAX_BODY_BYTES  # 1 MiB: room for a profile, bounded work (one figure)
 from predictor.service.runs import RunTokens, is_run_token
 
-MAX_BODY_BYTES = 1 << 20  # a profile with full series is ~100 KB; 1 MiB leaves room and bounds the work
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 OBSERVE, ISSUE_RUN = ("POST", "/v1/observations"), ("POST", "/v1/runs")
 WRITES = frozenset({OBSERVE, ISSUE_RUN})

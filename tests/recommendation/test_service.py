@@ -513,3 +513,52 @@ def test_an_observation_whose_step_is_not_the_profiled_trainings_is_said_and_cou
         answer = post(0.75 * predicted, 256 / (0.75 * predicted) / 8)
     assert answer["calibration"] == {} and "left out of every calibration" in answer["note"]
     assert post(0.8 * predicted, 256 / (0.8 * predicted))["note"].startswith("counted under")
+
+
+def test_a_body_over_the_limit_is_said_as_such_not_as_a_service_that_is_down(tmp_path, catalog) -> None:
+    """A trial: ServiceClient.predict with a 2 MB profile said "Cannot reach the predictor ... Is srifty serve
+    running there?": the guard answers 413 from the length alone and closes while urllib still sends. The client
+    says it was most likely the body limit, with the size and the flag."""
+    from predictor.exceptions import ServiceError
+    from predictor.service.client import ServiceClient
+
+    settings = ServiceSettings(max_body_bytes=100_000)
+    app = create_app(catalog=catalog, observations=tmp_path / "obs.sqlite", settings=settings)
+    big = copy.deepcopy(MINIMAL)
+    big["notes"] = ["x" * 1000] * 4000  # 4 MB
+    with background_server(app) as url:
+        with pytest.raises(ServiceError) as refused:
+            ServiceClient(url).predict(big, "p3.8xlarge:2")
+        assert ServiceClient(url).predict(MINIMAL, "p3.8xlarge:2")["fleet"] == "p3.8xlarge:2"  # it was up
+    said = str(refused.value)  # either way the connection went: the 413 read, or the send cut off
+    assert refused.value.status == 413 and "--max-body" in said and "running there" not in said, said
+
+
+def test_a_request_cut_off_while_it_is_sent_names_the_body_limit() -> None:
+    """The cut-off itself, deterministic: a server that reads the request's head and closes (as the guard does
+    after answering 413 from the length alone) leaves urllib with a broken pipe mid-send."""
+    import socket
+    import threading
+
+    from predictor.exceptions import ServiceError
+    from predictor.service.client import ServiceClient
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve_once() -> None:
+        conn, _ = listener.accept()
+        conn.recv(4096)  # the head and a little of the body
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # reset
+        conn.close()
+
+    thread = threading.Thread(target=serve_once, daemon=True)
+    thread.start()
+    big = copy.deepcopy(MINIMAL)
+    big["notes"] = ["x" * 1000] * 8000  # 8 MB: the send is still going when the server resets
+    with pytest.raises(ServiceError) as cut:
+        ServiceClient(f"http://127.0.0.1:{port}").predict(big, "p3.8xlarge:2")
+    thread.join(5)
+    listener.close()
+    said = str(cut.value)
+    assert cut.value.status == 413 and "closed the connection while the" in said and "--max-body" in said, said
