@@ -99,7 +99,7 @@ class ServiceClient:
                 # "Is srifty serve running there?" for a 2 MB profile)
                 raise ServiceError(
                     f"The predictor at {self.url} closed the connection while the {len(data):,}-byte request was "
-                    f"sent ({reason}): most likely over its body limit (a 413; srifty serve --max-body raises it, "
+                    f"sent ({reason}): most likely over its body limit (a 413; `srifty serve --max-body` raises it, "
                     f"{MAX_BODY_BYTES:,} bytes by default). Send a smaller profile (its notes, its operator table).",
                     status=413,
                 ) from None

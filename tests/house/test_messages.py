@@ -55,6 +55,8 @@ ALLOWED = {
     "command that makes one, named with it",
     ("predictor/service/observations.py", "`srifty serve --observations`"): "the service's start-up setting, named "
     "with the command that starts it",
+    ("predictor/service/client.py", "`srifty serve --max-body`"): "the service's start-up setting, named with the "
+    "command that starts it",
     ("lightning_srifty/provision/apply.py", "`srifty terraform --plan plan.json --out DIR`"): "the command that "
     "writes a root module, named with it",
     ("lightning_srifty/provision/preflight.py", "`srifty terraform --plan plan.json --out DIR`"): "the command that "
