@@ -87,6 +87,12 @@ def _layouts_left(layout: str, ranks: int) -> str:
     return " (this layout holds the least; --layout auto, the default, predicts the one srifty recommend runs)"
 
 
+def _collectives(layout: str) -> str:
+    """What a step's gradient traffic is under ``layout``: a sharded one all-gathers the parameters and reduce-scatters
+    the gradients (the Breakdown said "all-reduce" for FSDP, a trial)."""
+    return "all-gather + reduce-scatter" if layout.startswith("fsdp") else "all-reduce"
+
+
 def _rate(per_second: float) -> str:
     """A throughput with three significant digits at least (a 13B model's 4 samples/s read "4 (4-4)")."""
     return f"{per_second:,.0f}" if per_second >= 100 else f"{per_second:.3g}"
@@ -116,7 +122,7 @@ def _rows(result: Any, lo: float, hi: float, tlo: float, thi: float) -> list[tup
         ),
         (
             "Breakdown",
-            f"compute {_ms(b['compute_s'])} · input {_input(result, b['input_s'])} · all-reduce "
+            f"compute {_ms(b['compute_s'])} · input {_input(result, b['input_s'])} · {_collectives(result.layout)} "
             f"{_ms(b['allreduce_s'])} of which exposed {_ms(b['exposed_comm_s'])} ({_limiting_words(result)}"
             + (f"; {_ms(b['baseline_wait_s'])} waiting for its baseline" if b.get("baseline_wait_s", 0.0) > 0 else "")
             + ")"

@@ -389,3 +389,6 @@ def test_predicts_way_out_of_a_fleet_that_cannot_hold_the_model_is_a_layout_not_
         _layouts_left("ddp", 1) == ", or checkpoint activations (--layout ddp+ac)" and _layouts_left("ddp+ac", 1) == ""
     )
     assert (_rate(4.2), _rate(0.512), _rate(1234.5)) == ("4.2", "0.512", "1,234")
+    from lightning_srifty.cli.predict import _collectives
+
+    assert _collectives("fsdp:full_shard+ac") == "all-gather + reduce-scatter" and _collectives("ddp") == "all-reduce"
