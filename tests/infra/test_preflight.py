@@ -980,7 +980,8 @@ def test_recommend_launchable_keeps_what_the_account_can_start_and_says_what_a_q
     with FakeServiceQuotas({"Running On-Demand P instances": 0, "Running On-Demand G and VT instances": 8}) as url:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", url)
         assert main([*ask, "--launchable", "--out", str(tmp_path / "plan.json")]) == 0
-    out = capsys.readouterr().out
+    said = capsys.readouterr()
+    assert json.loads(said.out)["schema"] == "srifty.plan/v1"  # --format json: stdout is the JSON alone
     plan = load_plan(tmp_path / "plan.json")
     fleets = [e.fleet for e in plan.entries]
     # P quota 0; G and VT 8 vCPUs: one g5.xlarge (4) or one g5.2xlarge (8), never two of the latter
@@ -988,7 +989,7 @@ def test_recommend_launchable_keeps_what_the_account_can_start_and_says_what_a_q
     note = plan.notes[-1]
     assert note.startswith(f"--launchable: {len(fleets)} of the ") and "a quota increase would buy p4d.24xlarge" in note
     assert "Running On-Demand P instances (L-417A185B) 0 vCPUs with 0 in use, " in note
-    assert "The best fleet this account can start now is" in plan.why and "plan written to" in out
+    assert "The best fleet this account can start now is" in plan.why and "plan written to" in said.err
     with FakeServiceQuotas({"Running On-Demand P instances": 0, "Running On-Demand G and VT instances": 0}) as url:
         monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", url)
         assert main([*ask, "--launchable"]) == 2
