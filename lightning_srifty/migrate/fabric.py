@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -224,12 +223,11 @@ def _on_local_disk(path: str) -> Iterator[str]:
     if "://" not in path or path.startswith("file://"):
         yield path.removeprefix("file://")
         return
+    from lightning_srifty.migrate.checkpoints import _fetch_file
     from lightning_srifty.store import filesystem
 
     with tempfile.TemporaryDirectory(prefix="srifty-resume-") as folder:
-        local = os.path.join(folder, path.rstrip("/").rsplit("/", 1)[-1])
-        filesystem(path).get_file(path, local)
-        yield local
+        yield _fetch_file(filesystem(path), path, folder)  # checked against its recorded sha256 as it lands
 
 
 def _loadable(value: Any, where: str) -> str | None:

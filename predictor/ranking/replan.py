@@ -29,6 +29,7 @@ from predictor.documents.profile import Profile
 from predictor.documents.schema import to_dict
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, SriftyError
 from predictor.ranking import Calibration, Constraints, rank
+from predictor.ranking.core import unmeasured_checkpoint
 from predictor.runs.spot import REPROVISION_S, RESTART_S, on_demand_cost
 
 Why = Literal["drift", "price", "deadline"]
@@ -276,8 +277,6 @@ def _migration(profile: Profile, entry: PlanEntry, target: PlanEntry) -> tuple[f
     """(what a move costs in USD, the training's downtime in seconds): a checkpoint saved on the current fleet and
     loaded on the target (the profile's measured times, else its size at the root volume's baseline), the target
     provisioned and restarted; the new fleet is paid from its request on, the old one trains on until it saves."""
-    from predictor.ranking.core import unmeasured_checkpoint
-
     checkpoint = profile.checkpoint
     unmeasured = unmeasured_checkpoint(profile)[0] if checkpoint is None else 0.0
     save_s = checkpoint.save_s if checkpoint else unmeasured

@@ -31,7 +31,7 @@ ROOT_VOLUME_BYTES_S = 125 * 2**20
 
 def estimated_checkpoint_s(state_bytes: float) -> float:
     """What saving ``state_bytes`` costs where no profile measured it: written at the root volume's baseline, at
-    least :data:`DEFAULT_CHECKPOINT_S` (a 7B model's 108 GB of weights and Adam state is 14 min there, not 30 s)."""
+    least :data:`DEFAULT_CHECKPOINT_S` (a bf16-mixed 7B model's 81 GB of weights and Adam state: 10 min, not 30 s)."""
     return max(DEFAULT_CHECKPOINT_S, float(state_bytes) / ROOT_VOLUME_BYTES_S)
 
 

@@ -255,12 +255,12 @@ def measured_over_predicted(profile: Profile, obs: Observation, catalog: Catalog
     """An observation's throughput over the model's for its fleet, as its nodes met (a multi-node run over TCP is not
     a slow GPU on EFA) and in the layout srifty recommend runs it with (``predict(layout="auto")``); None when the
     fleet is no longer in the catalog or the profile cannot predict it."""
-    from predictor.model.predict import predict
+    from predictor.model.predict import AUTO, predict
 
     try:
         # the layout the ranking runs this fleet with (a model too large for DDP was compared with DDP's prediction,
         # which does not fit: runs that met the plan exactly moved the factor by the step's bound)
-        predicted = predict(profile, obs.fleet, catalog=catalog, transport=obs.transport or "auto", layout="auto")
+        predicted = predict(profile, obs.fleet, catalog=catalog, transport=obs.transport or "auto", layout=AUTO)
     except SriftyError:
         return None
     return obs.throughput_samples_s / predicted.throughput_samples_s

@@ -119,21 +119,13 @@ def profiler(fabric: L.Fabric, model: nn.Module, optimizer: torch.optim.Optimize
 def _full_state_dict_on_the_cpu() -> None:
     """Lightning 2.6's FSDP gathers a full state dict with ``offload_to_cpu=True`` on any device: with the shards
     already on the CPU the offload frees the storage its views still alias, and rank 0 ends with SIGSEGV in the save
-    (Lightning-AI/pytorch-lightning#21804: its fix offloads only from an accelerator). Fabric's own save and load
-    stay; only the context they gather under is the fixed one, as on a GPU fleet, where the offload is a copy."""
+    (Lightning-AI/pytorch-lightning#21804). Fabric's own save and load stay; they gather under srifty_fsdp's context
+    for the CPU (the same gather, no offload), as on a GPU fleet, where the offload is a copy."""
     from lightning.fabric.strategies import fsdp as fabric_fsdp
-    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    def context(module: nn.Module, world_size: int, rank0_only: bool = True):
-        return FSDP.state_dict_type(
-            module=module,
-            state_dict_type=StateDictType.FULL_STATE_DICT,
-            state_dict_config=FullStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
-            optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=rank0_only),
-        )
+    from lightning_srifty.strategies.fsdp import _full_state_dict_in_place
 
-    fabric_fsdp._get_full_state_dict_context = context
+    fabric_fsdp._get_full_state_dict_context = _full_state_dict_in_place
 
 
 if __name__ == "__main__":
