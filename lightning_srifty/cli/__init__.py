@@ -8,9 +8,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import re
+import select
+import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from predictor.exceptions import ConfigError, LaunchInterrupted, MissingExtraError, SriftyError
 
@@ -194,6 +198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"srifty: error: {missing}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file the user named cannot be read or written: say which and why, no traceback
+        if isinstance(exc, BrokenPipeError) and _reader_gone(sys.stdout):
+            # the reader of our output left (srifty recommend | head): quiet, as a tool SIGPIPE ends (the shell's
+            # 141), stdout pointed at /dev/null so that the interpreter's own flush at exit does not fail again
+            # (Python's signal docs, "Note on SIGPIPE")
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
         where = f"{exc.filename}: " if exc.filename and str(exc.filename) not in str(exc.strerror) else ""
         print(f"srifty: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -208,6 +218,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"srifty: error: {words}", file=sys.stderr)
         return 2
+
+
+def _reader_gone(stream: Any) -> bool:
+    """Whether ``stream`` is a pipe whose reader closed it (a write would raise BrokenPipeError): poll reports an
+    error on the write end of such a pipe."""
+    try:
+        fd = stream.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no descriptor (a test's StringIO), or no poll on this platform
+        return False
 
 
 if __name__ == "__main__":

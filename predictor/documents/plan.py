@@ -425,7 +425,11 @@ class Plan:
     pareto: tuple[PlanEntry, ...] = doc_field("the time-cost Pareto front, fastest first")
     chosen: int = doc_field("index in entries of the recommendation", min=0)
     why: str = doc_field("the reason in words: objective and binding constraint")
-    considered: int = doc_field("candidate fleets evaluated", min=0)
+    considered: int = doc_field(
+        "candidate fleets evaluated: every fleet shape in every region and market asked, priced there or not (the "
+        "exclusions are counted over them)",
+        min=0,
+    )
     excluded: dict[str, int] = doc_field("candidates left out, by reason")
     catalog_source: str = doc_field("catalog copy used")
     catalog_snapshot: str = doc_field("date of the catalog data")

@@ -550,7 +550,10 @@ def parse_market(text: str) -> tuple[str, float | None]:
                 value=text,
             )
         return "mixed", share
-    check_choice(OWNER, "market", value, MARKETS)
+    if value not in MARKETS:  # the choices once, with the spot:SHARE form a plain list of them leaves out
+        expected = f"one of {', '.join(MARKETS)}, or spot:SHARE (mixed, that share on spot: e.g. spot:0.75)"
+        fix = did_you_mean(suggest(value, MARKETS, n=1))
+        raise refused(f"The 'market' parameter of {OWNER}", expected, text, fix, parameter="market", owner=OWNER)
     return value, None
 
 

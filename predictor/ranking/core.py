@@ -27,7 +27,7 @@ from predictor.model.layout import Layout
 from predictor.model.memory import checkpoint_bytes
 from predictor.ranking import candidates as cands
 from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
-from predictor.ranking.constraints import Constraints, Market, Objective
+from predictor.ranking.constraints import Constraints, Market, Objective, constraint_defaults
 from predictor.ranking.explain import (
     LIMIT_OF,
     CurrentFleet,
@@ -133,7 +133,7 @@ def rank(
     def one(i: int, rank_no: int) -> PlanEntry:
         return entry(scored, i, rank_no, types, profile, current, i in pareto_set)
 
-    entries = [one(i, r + 1) for r, i in enumerate(order)]
+    entries = [one(i, n + 1) for n, i in enumerate(order)]
     front = [one(int(i), int((keyed < keyed[i]).sum()) + 1) for i in pareto_idx]
     notes = (
         [n for n in (unmeasured_note(profile), no_table_note(profile)) if n]  # the caveats first
@@ -502,7 +502,8 @@ def _plan(
     notes: list[str],
 ) -> Plan:
     """The plan: the ranked entries and the Pareto front, why the first is chosen (and runs its layout,
-    :func:`layout_why`), and the notes with the layouts' (:func:`_layout_notes`, :func:`_pipeline_note`)."""
+    :func:`layout_why`), and the notes with the layouts' (:func:`_layout_notes`, :func:`_pipeline_note`) and what
+    acts through a deadline given without one (:func:`_deadline_only_notes`)."""
     profile, constraints, catalog, factors, calibration = r.profile, r.constraints, r.catalog, r.factors, r.calibration
     many = scored.many
 
@@ -523,7 +524,9 @@ def _plan(
         pareto=tuple(front),
         chosen=0,
         why=reason + layout_why(profile, entries[0], predict_ddp, best_gib),
-        considered=len(scored.cand.shape),
+        # every shape in every region and market, priced or not: the exclusions (a shape without a price in a
+        # region among them) are counted over the same candidates, so they never add up past it
+        considered=len(many.counts) * len(scored.regions) * len(Market(constraints.market).markets()),
         excluded=r.excluded,
         excluded_types=r.excluded_types or None,
         calibration=tuple(calibration.entries()) if calibration and calibration.factors else None,
@@ -536,8 +539,32 @@ def _plan(
         written_by=writer(),
         performance_model=model_version(),
         checkpoint_s=float(r.checkpoint_s),
-        notes=tuple(notes + _layout_notes(constraints, many) + ([pipeline_note] if pipeline_note else [])),
+        notes=tuple(
+            notes
+            + _layout_notes(constraints, many)
+            + ([pipeline_note] if pipeline_note else [])
+            + _deadline_only_notes(constraints, r.words)
+        ),
     )
+
+
+def _deadline_only_notes(constraints: Constraints, words: Words) -> list[str]:
+    """What a constraint that acts through the deadline did without one: nothing (a trial's confidence of 0.8 with
+    no deadline was taken without a word, and the plan recorded it as though it had counted)."""
+    if constraints.deadline_h is not None:
+        return []
+    given = [
+        words.setting(name, getattr(constraints, name))
+        for name in ("confidence", "move_if_late")
+        if getattr(constraints, name) != constraint_defaults()[name]
+    ]
+    if not given:
+        return []
+    return [
+        f"{' and '.join(given)} {'act' if len(given) > 1 else 'acts'} through a deadline, and none was given: "
+        f"{'they' if len(given) > 1 else 'it'} changed nothing here (give "
+        f"{words.name('deadline_h')} to rank by the chance of meeting it)"
+    ]
 
 
 def _notes(

@@ -17,12 +17,13 @@ Torch-free, like the rest of ``predictor``; FastAPI is imported only here and in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata, resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -33,7 +34,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.instances import instance_to_dict
@@ -135,6 +136,42 @@ def _utf8(value: str) -> str:
 Text = Annotated[str, AfterValidator(_utf8)]
 
 
+def _json_value(kind: str) -> Callable[[Any], Any]:
+    """A check before pydantic's: a JSON value of the ``kind`` asked, not one pydantic's lax mode would turn into it
+    (a trial's ``"steps": "1000"`` was taken as 1,000 steps, ``true`` as 1 step and ``"yes"`` as true). A whole number
+    written with a fraction of zero (1e6) is a JSON integer, as JSON Schema counts it, so it is taken, and one too
+    large to be a number pydantic parses meets the field's bound instead of its parser's words."""
+
+    def check(value: Any) -> Any:
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError(f"true or false (a JSON boolean) is needed, got {json.dumps(value)}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            shown = json.dumps(value)
+            unquoted = f": send {value} without the quotes" if isinstance(value, str) and _is_number(value) else ""
+            raise ValueError(f"a JSON number is needed, got {shown}{unquoted}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"a finite number is needed, got {value}")
+        if kind == "int" and isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
+    return check
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_value("int"))]
+JsonFloat = Annotated[float, BeforeValidator(_json_value("number"))]
+JsonBool = Annotated[bool, BeforeValidator(_json_value("bool"))]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -152,7 +189,7 @@ class PredictRequest(_Strict):
         "srifty recommend runs the fleet with",
     )
     transport: TransportName = Field(_D["transport"], description=doc("transport", PYTHON))
-    use_observations: bool = Field(True, description="calibrate with observed runs of this model")
+    use_observations: JsonBool = Field(True, description="calibrate with observed runs of this model")
 
 
 def _market(value: str) -> str:
@@ -181,9 +218,9 @@ def _constraint_field(name: str, spec: Spec) -> tuple[Any, Any]:
         if spec.kind == "texts" and spec.minimum:
             bounds["min_length"] = int(spec.minimum)
     kind: Any = {
-        "int": int,
-        "number": float,
-        "bool": bool,
+        "int": JsonInt,
+        "number": JsonFloat,
+        "bool": JsonBool,
         "text": Text,
         "texts": list[Text],
         "choice": Literal[spec.choices] if spec.choices else str,
@@ -215,7 +252,7 @@ else:
 class RankRequest(_Strict):
     profile: dict[str, Any] = _PROFILE_FIELD
     constraints: RankConstraints
-    use_observations: bool = Field(True, description="calibrate with observed runs of this model")
+    use_observations: JsonBool = Field(True, description="calibrate with observed runs of this model")
     words: Vocabulary = Field(
         "python",
         description="the names of the constraints in the plan's prose (reasons, notes, an infeasible ranking's hints): "
@@ -226,8 +263,8 @@ class RankRequest(_Strict):
 class ObservationRequest(_Strict):
     profile: dict[str, Any] = _PROFILE_FIELD
     fleet: Text = Field(min_length=1, max_length=500, examples=["g5.12xlarge:2"])
-    throughput_samples_s: float = Field(gt=0, le=1e12, description="measured samples per second on the fleet")
-    iteration_time_s: float | None = Field(None, gt=0, le=1e6)
+    throughput_samples_s: JsonFloat = Field(gt=0, le=1e12, description="measured samples per second on the fleet")
+    iteration_time_s: JsonFloat | None = Field(None, gt=0, le=1e6)
     source: Text = Field(
         "",
         max_length=200,
@@ -243,7 +280,7 @@ class ObservationRequest(_Strict):
 
 
 class RunRequest(_Strict):
-    ttl_s: int = Field(DEFAULT_TTL_S, ge=60, le=MAX_TTL_S, description="seconds the run token is accepted")
+    ttl_s: JsonInt = Field(DEFAULT_TTL_S, ge=60, le=MAX_TTL_S, description="seconds the run token is accepted")
 
 
 _BEARER = HTTPBearer(auto_error=False, description="the token given to `srifty serve --token-file`")
@@ -257,7 +294,7 @@ class _JSONRequest(Request):
         if not hasattr(self, "_json"):
             body = await self.body()
             try:
-                self._json = json.loads(body)
+                self._json = json.loads(body, object_pairs_hook=_unique_keys)
             except json.JSONDecodeError:
                 raise
             except RecursionError:
@@ -271,11 +308,37 @@ class _JSONRequest(Request):
         return self._json
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose names are unique, as I-JSON requires (RFC 7493, section 2.3): a name given twice is refused
+    (Python's parser keeps the last, so a trial's ``{"steps": 10, "steps": 20}`` ranked 20 steps without a word)."""
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name in seen:
+            raise json.JSONDecodeError(f"the name {name!r} is given twice in one object: give it once", "", 0)
+        seen.add(name)
+    return dict(pairs)
+
+
+def _query_names(dependant: Any) -> set[str]:
+    """The query parameters a route takes: its own and its dependencies'."""
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
 class _Route(APIRoute):
     def get_route_handler(self) -> Any:
         handler = super().get_route_handler()
+        known = sorted(_query_names(self.dependant))
 
         async def parse_safely(request: Request) -> Any:
+            unknown = [name for name in request.query_params if name not in known]
+            if unknown:  # a trial's ?regoin=us-east-1 listed every region's types, its typo ignored
+                said = f"there is no query parameter {unknown[0]!r} on {request.url.path}"
+                close = suggest(unknown[0], known, n=1)
+                said += f". {did_you_mean(close)}" if close else f" (it takes {', '.join(known) or 'none'})"
+                return _error(["query", unknown[0]], said, "extra_forbidden")
             return await handler(_JSONRequest(request.scope, request.receive))
 
         return parse_safely
@@ -285,22 +348,25 @@ def _error(loc: list[Any], message: str, kind: str, status: int = 422, **extra: 
     return error_response(loc, message, kind, status, **extra)
 
 
-def _profile(data: dict[str, Any]) -> Profile:
-    """The request's profile; fields a newer release wrote are ignored and said in the service's log, not raised as
-    a warning of the service's process (where warnings are errors it answered 500; the Python client says it on the
-    client's side before sending)."""
+def _profile(data: dict[str, Any]) -> tuple[Profile, tuple[str, ...]]:
+    """The request's profile, and what the answer says of it: fields a newer release wrote are ignored, said in the
+    answer's notes (a raw HTTP caller sees them; a trial found them ignored without a word) and in the service's log,
+    not raised as a warning of the service's process (where warnings are errors it answered 500; the Python client
+    says it on the client's side before sending)."""
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             profile = load_profile(data)
     except ProfileSchemaError as exc:
         raise _BadField(["body", "profile", *exc.field.split(".")], str(exc)) from None
+    said: list[str] = []
     for w in caught:
         if issubclass(w.category, NewerDocumentWarning):
             log.warning("srifty serve: %s", w.message)
+            said.append(f"request: {w.message}")
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return profile
+    return profile, tuple(said)
 
 
 class _BadField(Exception):
@@ -430,6 +496,8 @@ def _explained(error: Mapping[str, Any]) -> str:
     means and its unit; an unknown constraint with the closest name (a trial read "Input should be greater than 0"
     for deadline_h -5 and "Extra inputs are not permitted" for deadline, where the CLI names the value and the fix)."""
     msg, loc = str(error.get("msg", "")), list(error.get("loc", ()))
+    if error.get("type") == "value_error":  # a check of ours: its words, without pydantic's prefix
+        msg = msg.removeprefix("Value error, ")
     field = loc[-1] if loc and isinstance(loc[-1], str) else None
     constraint = "constraints" in loc and field in SPECS
     if error.get("type") == "extra_forbidden" and field is not None:
@@ -439,7 +507,7 @@ def _explained(error: Mapping[str, Any]) -> str:
     if "input" in error and error.get("type") != "missing" and "got " not in msg.lower():  # said once
         given = repr(error["input"])
         msg += f"; got {given[:80] + '...' if len(given) > 80 else given}"
-    if constraint:
+    if constraint and "must be one of" not in msg:  # a choice's refusal lists the choices: the doc would again
         spec = SPECS[str(field)]
         msg += f" ({field}: {spec.doc}" + (f", in {UNITS.get(spec.unit, spec.unit)}" if spec.unit else "") + ")"
         if error.get("type") == "less_than_equal" and spec.service_max is not None and spec.maximum != spec.service_max:
@@ -504,7 +572,7 @@ def _add_model_routes(app: FastAPI, catalog: Catalog, store: ObservationStore, h
     @app.post("/v1/predict", responses=answer(200, Prediction, "the prediction of the fleet", HEAVY))
     async def post_predict(request: Annotated[PredictRequest, Body()]) -> JSONResponse:
         def work() -> JSONResponse:  # in a HeavyWork thread: the event loop stays free
-            profile = _profile(request.profile)
+            profile, said = _profile(request.profile)
             calibration = store.calibration(profile, catalog) if request.use_observations else None
             prediction = predict(
                 profile,
@@ -515,6 +583,8 @@ def _add_model_routes(app: FastAPI, catalog: Catalog, store: ObservationStore, h
                 layout=request.layout,
                 transport=request.transport,
             )
+            if said:
+                prediction = dataclasses.replace(prediction, assumptions=(*said, *prediction.assumptions))
             return SafeJSONResponse(prediction.to_dict())
 
         return await heavy.run("prediction", work)
@@ -522,12 +592,14 @@ def _add_model_routes(app: FastAPI, catalog: Catalog, store: ObservationStore, h
     @app.post("/v1/rank", responses=answer(200, Plan, "a plan (srifty.plan/v1)", HEAVY))
     async def post_rank(request: Annotated[RankRequest, Body()]) -> JSONResponse:
         def work() -> JSONResponse:
-            profile = _profile(request.profile)
+            profile, said = _profile(request.profile)
             constraints = Constraints.build(**request.constraints.model_dump(exclude_unset=True))
             calibration = store.calibration(profile, catalog) if request.use_observations else None
             # a JSONResponse skips FastAPI's jsonable_encoder (3.7 ms for a plan; the dict is plain JSON already)
             words = WORDS[request.words]
             plan = rank(profile, constraints, catalog=catalog, calibration=calibration, words=words)
+            if said:
+                plan = dataclasses.replace(plan, notes=(*said, *(plan.notes or ())))
             return SafeJSONResponse(plan.to_dict())
 
         return await heavy.run("ranking", work)
@@ -545,7 +617,7 @@ def _add_observation_routes(app: FastAPI, catalog: Catalog, store: ObservationSt
         dependencies=[Security(_BEARER)],
     )  # the token is checked by Guard before the body is read; the dependency documents it in the OpenAPI
     def post_observation(http: Request, request: Annotated[ObservationRequest, Body()]) -> dict[str, Any]:
-        profile = _profile(request.profile)
+        profile, said = _profile(request.profile)
         run_id = getattr(http.state, RUN_STATE, None)  # set by Guard from a verified run token only
         obs = store.add(
             profile,
@@ -558,7 +630,7 @@ def _add_observation_routes(app: FastAPI, catalog: Catalog, store: ObservationSt
             transport=request.transport,
         )
         calibration = store.calibration(profile, catalog)
-        note = _observation_note(profile, obs, catalog, run_id)
+        note = " ".join((*said, _observation_note(profile, obs, catalog, run_id)))
         return {
             "id": obs.id,
             "model_key": obs.model_key,

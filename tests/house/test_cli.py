@@ -6,12 +6,15 @@ import copy
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from _support import MINIMAL
 from lightning_srifty.cli import build_parser, main
 from predictor.documents.profile import load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cli_and_predictor_start_without_torch(subprocess_env) -> None:
@@ -392,3 +395,35 @@ def test_predicts_way_out_of_a_fleet_that_cannot_hold_the_model_is_a_layout_not_
     from lightning_srifty.cli.predict import _collectives
 
     assert _collectives("fsdp:full_shard+ac") == "all-gather + reduce-scatter" and _collectives("ddp") == "all-reduce"
+
+
+def test_output_piped_into_a_reader_that_leaves_ends_quietly_as_sigpipe_ends_a_tool(subprocess_env) -> None:
+    """A trial: ``srifty recommend ... | head -1`` printed "srifty: error: Broken pipe" (exit 2) once the plan's
+    table outgrew the pipe's buffer. The reader leaving is not an error of ours: nothing on stderr, and the exit
+    status a tool SIGPIPE ends has (141: ``set -o pipefail`` still sees it). A BrokenPipeError that is not our
+    stdout's is still an error (the second half)."""
+    profile = str(ROOT / "examples" / "profiles" / "resnet50-v100.json")
+    srifty = [sys.executable, "-m", "lightning_srifty.cli", "recommend", "--profile", profile, "--steps", "100000"]
+    with subprocess.Popen([*srifty, "--top", "200", "--wide"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=subprocess_env) as proc:  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()  # as head -1 does once it has its line
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 141 and err == "", err
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_still_an_error(monkeypatch, capsys) -> None:
+    import lightning_srifty.cli as cli
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["schema", "plan"])
+
+    def broken(_):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(args, "func", broken, raising=False)
+    monkeypatch.setattr(parser, "parse_known_args", lambda argv: (args, []))
+    assert main(["schema", "plan"]) == 2  # stdout is pytest's capture, whose reader is here
+    assert capsys.readouterr().err == "srifty: error: Broken pipe\n"

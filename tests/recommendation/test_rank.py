@@ -19,6 +19,7 @@ from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, UnknownNameError
 from predictor.model.predict import predict
 from predictor.ranking import Calibration, Constraints, parse_market, rank
+from predictor.ranking.words import FLAGS
 from predictor.runs.spot import REPROVISION_S, RESTART_S, spot_cost
 
 
@@ -266,7 +267,22 @@ def test_mixed_market_buys_the_on_demand_base_and_prices_only_spot_risk(profile,
     # 1 and 2 instances: the base + 25% of the rest rounds up to every instance, the same as all on-demand
     assert plan.excluded["mixed market same as all on-demand or all spot (fleet too small)"] == 2
     both = rank(profile, Constraints(steps=10, market="any", allow=("p3.8xlarge",)), catalog=catalog)
-    assert both.considered == 16 * 3 - 2  # on-demand, spot and mixed (not for 1 or 2 instances at 50% spot)
+    assert both.considered == 16 * 3  # on-demand, spot and mixed, 1-16 instances: 2 of them left out, counted
+    assert both.excluded == {"mixed market same as all on-demand or all spot (fleet too small)": 2}
+    assert len(both.entries) == min(both.considered - 2, Constraints().top)
+
+
+def test_the_exclusions_never_add_up_past_the_fleets_considered(profile, catalog) -> None:
+    """A trial: over two regions and every market the plan said 3,026 fleets considered and excluded 1,966 for no
+    price in a region, 1,840 of them never among the 3,026. The fleets considered are every shape in every region and
+    market asked; each one excluded is one of them, and the ones left are ranked."""
+    c = Constraints(steps=100_000, market="any", regions=("us-east-1", "us-west-2"), top=100_000)
+    plan = rank(profile, c, catalog=catalog)
+    one_region = rank(profile, Constraints(**{**c.__dict__, "regions": ("us-east-1",)}), catalog=catalog)
+    assert plan.considered % (2 * 3) == 0  # the same shapes in each region and market
+    assert any(reason.startswith("no spot price in us-west-2") for reason in plan.excluded)
+    for p in (plan, one_region):
+        assert sum(p.excluded.values()) + len(p.entries) == p.considered, p.excluded
 
 
 def test_heterogeneous_mixes_are_ranked_with_speed_proportional_groups(profile, catalog) -> None:
@@ -645,3 +661,30 @@ def test_an_unmeasured_checkpoint_is_priced_by_its_size_at_the_root_volumes_rate
     assert any("estimated: 80.9 GB of weights and optimizer state" in n for n in plan.notes)
     small = rank(load_profile(copy.deepcopy(MINIMAL)), Constraints(steps=100, market="spot"), catalog=catalog)
     assert small.checkpoint_s == DEFAULT_CHECKPOINT_S and any("checkpoint (assumed)" in n for n in small.notes)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"confidence": 0.8}, "confidence=0.8 acts through a deadline, and none was given: it changed nothing"),
+        ({"confidence": 0.8, "move_if_late": True}, "confidence=0.8 and move_if_late=True act through a deadline"),
+        ({"confidence": 0.8, "deadline_h": 1e4}, None),
+        ({}, None),
+    ],
+)
+def test_a_constraint_that_acts_through_a_deadline_given_without_one_is_said_to_change_nothing(
+    profile, catalog, given, said
+) -> None:
+    """A trial: a confidence of 0.8 with no deadline was taken without a word, the plan recording it as though it
+    counted. The ranking is the one without it, and a note says so in the caller's words."""
+    plan = rank(profile, Constraints(steps=1000, **given), catalog=catalog)
+    without = rank(profile, Constraints(steps=1000, deadline_h=given.get("deadline_h")), catalog=catalog)
+    notes = [n for n in plan.notes if "through a deadline" in n]
+    if said is None:
+        assert not notes
+        return
+    (note,) = notes
+    assert note.startswith(said) and note.endswith("(give deadline_h to rank by the chance of meeting it)")
+    assert [e.fleet for e in plan.entries] == [e.fleet for e in without.entries]
+    flags = rank(profile, Constraints(steps=1000, **given), catalog=catalog, words=FLAGS)
+    assert any(n.startswith("--confidence 0.8") and "(give --deadline" in n for n in flags.notes)

@@ -114,6 +114,13 @@ def test_a_newer_releases_profile_is_answered_and_a_step_without_gpu_work_refuse
     with caplog.at_level(logging.WARNING, logger="predictor.service.app"):
         r = client.post("/v1/predict", json={"profile": newer, "fleet": "g5.xlarge:1"})
     assert r.status_code == 200 and "from_a_newer_release" in caplog.text
+    # and in the answer, where a caller over HTTP reads it (a trial found it ignored without a word)
+    (said,) = [a for a in r.json()["assumptions"] if "from_a_newer_release" in a]
+    assert said.startswith("request: Profile: 1 field(s) this lightning-srifty does not know were ignored")
+    plan = client.post("/v1/rank", json={"profile": newer, "constraints": {"steps": 10}}).json()
+    assert plan["notes"][0] == said
+    assert not [a for a in client.post("/v1/predict", json={"profile": MINIMAL, "fleet": "g5.xlarge:1"}).json()[
+        "assumptions"] if a.startswith("request:")]  # fmt: skip
     empty = {**MINIMAL, "batch": {"per_device": 1}, "timing": {"step_time_s": {"p50": 0.0}}, "hardware": {"devices": 1},
              "ops": {"device": "cpu", "samples": 1, "ops": [{"op": "", "phase": "optimizer", "count": 1, "shapes": [],
                                                             "dtypes": [], "flops": 0.0, "bytes_read": 0.0,
@@ -197,7 +204,17 @@ def test_the_market_takes_a_spot_share_as_its_description_says(client) -> None:
     ("body", "words"),
     [
         ({"steps": 9, "deadline_h": -5}, "greater than 0; got -5 (deadline_h: wall-time limit, in hours)"),
-        ({"steps": 9, "deadline_h": "24h"}, "got '24h' (deadline_h: wall-time limit, in hours)"),
+        ({"steps": 9, "deadline_h": "24h"}, 'a JSON number is needed, got "24h" (deadline_h: wall-time limit, in'),
+        # a trial: text and true were taken as numbers ("1000" as 1,000 steps, true as 1) and "yes" as true
+        ({"steps": "1000"}, 'a JSON number is needed, got "1000": send 1000 without the quotes (steps: optimizer'),
+        ({"steps": True}, "a JSON number is needed, got true (steps: "),
+        ({"steps": 9, "allow_arm64": "yes"}, 'true or false (a JSON boolean) is needed, got "yes" (allow_arm64: '),
+        ({"steps": 9, "move_if_late": 1}, "true or false (a JSON boolean) is needed, got 1 (move_if_late: "),
+        ({"steps": 9, "max_instances": "4"}, 'got "4": send 4 without the quotes (max_instances: largest fleet'),
+        # 1e30 steps: the bound, not "Unable to parse input string as an integer"
+        ({"steps": 1e30}, "less than or equal to 1000000000000; got 1e+30 (steps: "),
+        # a choice's refusal lists the choices, the spot:SHARE form among them, once
+        ({"steps": 9, "market": "spto"}, "'market' must be one of on-demand, spot, mixed, any, or spot:SHARE"),
         ({"steps": 9, "deadline": 5}, "there is no field 'deadline'. Did you mean 'deadline_h'?"),
         ({"steps": 9, "max_types": 3}, "got 3 (max_types: instance types per fleet: 1 = homogeneous only"),
     ],
@@ -207,8 +224,47 @@ def test_a_request_that_does_not_validate_says_what_was_given_and_what_the_field
     permitted"): the service adds the value, the constraint's meaning and unit, and the closest name."""
     r = client.post("/v1/rank", json={"profile": MINIMAL, "constraints": body})
     assert r.status_code == 422 and words in r.json()["detail"][0]["msg"], r.text
+    assert not r.json()["detail"][0]["msg"].startswith("Value error") and r.text.count("capacity markets") <= 1
     typo = client.post("/v1/predict", json={"profile": MINIMAL, "fleet": "g5.xlarge:1", "scalling": "weak"})
     assert "there is no field 'scalling'. Did you mean 'scaling'?" in typo.json()["detail"][0]["msg"]
+
+
+def test_a_whole_number_written_with_a_fraction_of_zero_is_taken_as_json_schema_counts_it(client) -> None:
+    """JSON Schema's integer is any number whose fraction is zero: 1e3 steps is 1,000, as 1000 is."""
+    asked = [{"profile": MINIMAL, "constraints": {"steps": n}} for n in (1e3, 1000)]
+    plans = [client.post("/v1/rank", json=body).json() for body in asked]
+    assert plans[0]["constraints"]["work_samples"] == plans[1]["constraints"]["work_samples"] > 0
+    r = client.post("/v1/rank", json={"profile": MINIMAL, "constraints": {"steps": 1000.5}})
+    assert r.status_code == 422 and "fractional part" in r.text
+
+
+def test_a_name_given_twice_in_one_object_is_refused(client) -> None:
+    """A trial: {"steps": 10, "steps": 20} ranked 20 steps without a word (Python's parser keeps the last). I-JSON
+    (RFC 7493, 2.3) requires unique names; the service refuses the body, naming the name."""
+    profile = json.dumps(MINIMAL)
+    body = f'{{"profile": {profile}, "constraints": {{"steps": 10, "steps": 20}}}}'
+    r = client.post("/v1/rank", content=body, headers={"content-type": "application/json"})
+    (detail,) = r.json()["detail"]
+    assert r.status_code == 422 and "the name 'steps' is given twice in one object: give it once" in detail["msg"]
+    once = f'{{"profile": {profile}, "constraints": {{"steps": 10}}}}'
+    assert client.post("/v1/rank", content=once, headers={"content-type": "application/json"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("/v1/catalog?regoin=us-east-1", "there is no query parameter 'regoin' on /v1/catalog. Did you mean 'region'?"),
+        ("/v1/observations?model_ky=x", "Did you mean 'model_key'?"),
+        ("/healthz?verbose=1", "there is no query parameter 'verbose' on /healthz (it takes none)"),
+    ],
+)
+def test_a_query_parameter_the_route_does_not_take_is_refused_with_the_closest(client, path, said) -> None:
+    """A trial: ``GET /v1/catalog?regoin=us-east-1`` listed every region's types, the typo ignored."""
+    r = client.get(path)
+    (detail,) = r.json()["detail"]
+    assert r.status_code == 422 and detail["loc"] == ["query", path.split("?")[1].split("=")[0]], r.text
+    assert said in detail["msg"]
+    assert client.get(path.split("?")[0]).status_code == 200
 
 
 def test_an_unknown_region_of_the_catalog_is_refused_as_the_ranking_refuses_it(client) -> None:
