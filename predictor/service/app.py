@@ -23,7 +23,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from importlib import metadata, resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -167,9 +167,18 @@ def _is_number(text: str) -> bool:
         return False
 
 
-JsonInt = Annotated[int, BeforeValidator(_json_value("int"))]
-JsonFloat = Annotated[float, BeforeValidator(_json_value("number"))]
+_INT, _NUMBER = BeforeValidator(_json_value("int")), BeforeValidator(_json_value("number"))
 JsonBool = Annotated[bool, BeforeValidator(_json_value("bool"))]
+
+
+def _json(kind: str, **bounds: Any) -> Any:
+    """A JSON number or boolean field's type, checked by :func:`_json_value` first, with its ``bounds`` (``ge``,
+    ``le``, ...) in the type itself, as the fields below have them: on an optional field's ``Field`` they would reach
+    its JSON Schema as ``ge`` and ``le`` instead of ``minimum`` and ``maximum`` (pydantic 2.14, a union with a
+    validator)."""
+    if kind == "bool":
+        return JsonBool
+    return Annotated[int, Field(**bounds), _INT] if kind == "int" else Annotated[float, Field(**bounds), _NUMBER]
 
 
 class _Strict(BaseModel):
@@ -217,14 +226,11 @@ def _constraint_field(name: str, spec: Spec) -> tuple[Any, Any]:
             bounds["max_length"] = int(spec.service_max)
         if spec.kind == "texts" and spec.minimum:
             bounds["min_length"] = int(spec.minimum)
-    kind: Any = {
-        "int": JsonInt,
-        "number": JsonFloat,
-        "bool": JsonBool,
-        "text": Text,
-        "texts": list[Text],
-        "choice": Literal[spec.choices] if spec.choices else str,
-    }[spec.kind]
+    kind: Any
+    if spec.kind in ("int", "number", "bool"):  # the bounds in the type (:func:`_json`)
+        kind, bounds = _json(spec.kind, **bounds), {}
+    else:
+        kind = {"text": Text, "texts": list[Text], "choice": Literal[spec.choices] if spec.choices else str}[spec.kind]
     if name == "market":  # "spot:0.75" too, as its description and the CLI say: mixed with that spot share
         kind = Annotated[str, Field(max_length=20, examples=["spot", "spot:0.75"]), AfterValidator(_market)]
     if default is None:
@@ -263,8 +269,10 @@ class RankRequest(_Strict):
 class ObservationRequest(_Strict):
     profile: dict[str, Any] = _PROFILE_FIELD
     fleet: Text = Field(min_length=1, max_length=500, examples=["g5.12xlarge:2"])
-    throughput_samples_s: JsonFloat = Field(gt=0, le=1e12, description="measured samples per second on the fleet")
-    iteration_time_s: JsonFloat | None = Field(None, gt=0, le=1e6)
+    throughput_samples_s: Annotated[float, Field(gt=0, le=1e12), _NUMBER] = Field(
+        description="measured samples per second on the fleet"
+    )
+    iteration_time_s: Annotated[float, Field(gt=0, le=1e6), _NUMBER] | None = None
     source: Text = Field(
         "",
         max_length=200,
@@ -280,7 +288,9 @@ class ObservationRequest(_Strict):
 
 
 class RunRequest(_Strict):
-    ttl_s: JsonInt = Field(DEFAULT_TTL_S, ge=60, le=MAX_TTL_S, description="seconds the run token is accepted")
+    ttl_s: Annotated[int, Field(ge=60, le=MAX_TTL_S), _INT] = Field(
+        DEFAULT_TTL_S, description="seconds the run token is accepted"
+    )
 
 
 _BEARER = HTTPBearer(auto_error=False, description="the token given to `srifty serve --token-file`")
@@ -398,7 +408,13 @@ def create_app(
     heavy = HeavyWork(settings)
     version = _version()
 
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        heavy.close()  # its threads end with the app (a process that started many apps, the tests', kept them all)
+
     app = FastAPI(
+        lifespan=lifespan,
         title="lightning-srifty predictor",
         version=version,
         description="Predict and rank EC2 GPU fleets for a profiled PyTorch Lightning run.",
@@ -505,7 +521,9 @@ def _explained(error: Mapping[str, Any]) -> str:
         close = suggest(field, sorted(known), n=1)
         return f"{msg}: there is no field {field!r}" + (f". {did_you_mean(close)}" if close else "")
     if "input" in error and error.get("type") != "missing" and "got " not in msg.lower():  # said once
-        given = repr(error["input"])
+        sent = error["input"]  # a whole number sent as 1e30 reaches the bound as the int it is: said as sent
+        huge = isinstance(sent, int) and not isinstance(sent, bool) and abs(sent) >= 1e15
+        given = f"{sent:.6g}" if huge else repr(sent)
         msg += f"; got {given[:80] + '...' if len(given) > 80 else given}"
     if constraint and "must be one of" not in msg:  # a choice's refusal lists the choices: the doc would again
         spec = SPECS[str(field)]

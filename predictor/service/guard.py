@@ -413,6 +413,10 @@ class HeavyWork:
         self._pool = ThreadPoolExecutor(settings.max_concurrent, thread_name_prefix="srifty-heavy")
         self._slots = _Slots(settings.max_concurrent, settings.max_queued)
 
+    def close(self) -> None:
+        """The pool's threads end (the app's shutdown): queued work is cancelled, running work finishes."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
     def running(self) -> int:
         """Heavy requests holding a slot now (computing, or finishing after a 503)."""
         return self._slots.in_use(self.settings.max_concurrent)

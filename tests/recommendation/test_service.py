@@ -618,3 +618,17 @@ def test_a_request_cut_off_while_it_is_sent_names_the_body_limit() -> None:
     listener.close()
     said = str(cut.value)
     assert cut.value.status == 413 and "closed the connection while the" in said and "--max-body" in said, said
+
+
+def test_the_apps_worker_threads_end_with_it(tmp_path, catalog) -> None:
+    """Each app's pool of ranking threads outlived it: a process that started many (the tests' ran 40) kept them."""
+    app = create_app(
+        catalog=catalog, observations=tmp_path / "obs.sqlite", settings=ServiceSettings(allowed_hosts=("testserver",))
+    )
+    with TestClient(app) as c:
+        assert c.post("/v1/predict", json={"profile": MINIMAL, "fleet": "g5.xlarge:1"}).status_code == 200
+        threads = list(app.state.heavy._pool._threads)
+        assert threads and all(t.is_alive() for t in threads)
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
