@@ -795,18 +795,40 @@ def resume_checkpoint(
     Raises:
         MigrationError: the download does not match its manifest, or another rank waited ``timeout_s`` for it.
     """
+    found = launch_resume_path(agree)
+    if found is None:
+        return None
+    return on_this_node(found, cache_dir, timeout_s=timeout_s, poll_s=poll_s, fetch_file=fetch_file)
+
+
+def launch_resume_path(agree: Callable[[Callable[[], str | None]], str | None] | None = None) -> str | None:
+    """The checkpoint ``srifty launch`` says to resume from, as it is in the store (before any download), or None on a
+    first start or outside a launch (:func:`resume_checkpoint`, which also brings it onto this node)."""
+    from lightning_srifty.protocol import LaunchEnv
+
+    launch = LaunchEnv.from_env()
+    return None if launch is None else _resume_path(launch, agree)
+
+
+def on_this_node(
+    path: str, cache_dir: str | None = None, *, timeout_s: float = 1800.0, poll_s: float = 0.5, fetch_file: bool = False
+) -> str:
+    """The checkpoint ``path`` as this node loads it (:func:`resume_checkpoint`): a remote directory (or, with
+    ``fetch_file``, a remote file) downloaded once per node by local rank 0 into ``cache_dir`` (default
+    ``$TMPDIR/srifty-resume/<launch id>``) and checked, the node's other ranks waiting up to ``timeout_s`` for it to
+    be renamed into place; anything else as it is.
+
+    Raises:
+        MigrationError: the download does not match its manifest or digest, or another rank waited ``timeout_s``.
+    """
     import time
 
     from lightning_srifty.protocol import LaunchEnv
     from predictor.exceptions import MigrationError
 
     launch = LaunchEnv.from_env()
-    if launch is None:
-        return None
-    path = _resume_path(launch, agree)
-    if path is None:
-        return None
-    cache = cache_dir or os.path.join(tempfile.gettempdir(), "srifty-resume", launch.launch_id or "run")
+    run = launch.launch_id if launch is not None and launch.launch_id else "run"
+    cache = cache_dir or os.path.join(tempfile.gettempdir(), "srifty-resume", run)
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         os.makedirs(cache, exist_ok=True)
         return local_checkpoint(path, cache, require_manifest=True, fetch_file=fetch_file)

@@ -24,18 +24,15 @@ records ``FAILED.json``. :meth:`FabricPreemption.alive` is a sign of life betwee
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import tempfile
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from lightning_srifty import protocol
 from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun, check_fabric
 from lightning_srifty.migrate import exit_mark
 from lightning_srifty.migrate.alive import NodeAlive
-from lightning_srifty.migrate.checkpoints import resume_checkpoint
+from lightning_srifty.migrate.checkpoints import launch_resume_path, on_this_node
 from lightning_srifty.migrate.leaving import Leaving, check_options
 from lightning_srifty.protocol import Failed, Finished
 from predictor.exceptions import ConfigError
@@ -135,11 +132,13 @@ class FabricPreemption(Leaving):
         """Load the checkpoint the fleet resumes from into ``state`` (in place, weights only), and return its path;
         None on a first start or outside a srifty fleet or launch. Every rank loads what rank 0 found."""
         fabric = self.fabric
-        path = resume_checkpoint(agree=lambda find: fabric.broadcast(find() if fabric.is_global_zero else None, src=0))
+        path = launch_resume_path(agree=lambda find: fabric.broadcast(find() if fabric.is_global_zero else None, src=0))
         if path is None:
             return None
-        with _on_local_disk(path) as local:
-            rest = fabric.load(local, self.state, weights_only=True)  # data, never code (find_checkpoint vetted it)
+        # on this node's disk: Fabric's FSDP load takes a local path only, and a remote file is fetched once per node
+        # (local rank 0; an 8-GPU node held 8 copies of a 7B model's 81 GB before), checked against its sha256
+        local = on_this_node(path, fetch_file=True)
+        rest = fabric.load(local, self.state, weights_only=True)  # data, never code (find_checkpoint vetted it)
         if isinstance(rest, dict) and PROFILED_KEY in rest:  # FabricProfiler's mark: the run is not profiled again
             self.state[PROFILED_KEY] = rest[PROFILED_KEY]
         if self.sampler is not None:  # the data where an uninterrupted run's would be at this step
@@ -213,21 +212,6 @@ class FabricPreemption(Leaving):
 
     def _stopped(self, run: Any) -> None:
         run.should_stop = True
-
-
-@contextlib.contextmanager
-def _on_local_disk(path: str) -> Iterator[str]:
-    """``path``, or a remote file (``s3://``...) downloaded to this rank's temporary folder while it is read: Fabric's
-    FSDP load takes a path as a local ``Path`` (``s3:/``...), and a remote sharded directory is already local here
-    (:func:`~.checkpoints.resume_checkpoint` fetched it)."""
-    if "://" not in path or path.startswith("file://"):
-        yield path.removeprefix("file://")
-        return
-    from lightning_srifty.migrate.checkpoints import _fetch_file
-    from lightning_srifty.store import filesystem
-
-    with tempfile.TemporaryDirectory(prefix="srifty-resume-") as folder:
-        yield _fetch_file(filesystem(path), path, folder)  # checked against its recorded sha256 as it lands
 
 
 def _loadable(value: Any, where: str) -> str | None:

@@ -265,6 +265,9 @@ def test_two_ranks_leave_on_a_sigterm_to_s3_and_resume_to_the_parameters_of_a_ru
         env["PYTHONPATH"] = os.pathsep.join([str(SCRIPTS.parents[1]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.update({"SRIFTY_RESUME": "latest", "SRIFTY_SPOT_POLL_S": "0.2"})
 
+        tmp = tmp_path / "node-tmp"  # the node's temporary folder: where it keeps what it fetched to resume
+        tmp.mkdir()
+
         def leg(out: Path, uri: str, *args: str) -> subprocess.CompletedProcess[str]:
             state = out / "state"
             state.mkdir(parents=True, exist_ok=True)
@@ -272,7 +275,7 @@ def test_two_ranks_leave_on_a_sigterm_to_s3_and_resume_to_the_parameters_of_a_ru
             command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
             command += [str(SCRIPTS / "fabric_run.py"), str(out), "--max-steps", "20", *args]
             command += ["--fsdp", strategy.removeprefix("fsdp-")] if strategy != "ddp" else []
-            leg_env = {**env, "SRIFTY_CHECKPOINT_URI": uri, "SRIFTY_NODE_STATE": str(state)}
+            leg_env = {**env, "SRIFTY_CHECKPOINT_URI": uri, "SRIFTY_NODE_STATE": str(state), "TMPDIR": str(tmp)}
             return subprocess.run(command, env=leg_env, capture_output=True, text=True, timeout=240)
 
         ref = leg(tmp_path / "ref", "s3://ckpts/ref")
@@ -312,6 +315,12 @@ def test_two_ranks_leave_on_a_sigterm_to_s3_and_resume_to_the_parameters_of_a_ru
         assert run_params[-1] == ref_params[-1]  # the same training: every parameter, to the printed 9 digits
     marks = sorted(p.name for p in (tmp_path / "run" / "state").glob("exit.*"))
     assert marks == ["exit.0", "exit.1"]  # the node takes a teardown death after them for the end it is
+    # the checkpoint came onto the node once, by local rank 0, into the node's resume folder: each rank fetched its
+    # own copy of a full file before (an 8-GPU node, 8 copies of a 7B model's 81 GB at once)
+    fetched = sorted(p.name for p in tmp.glob("srifty-resume/*/*"))
+    name = "preempt-step=7.ckpt"
+    once = [name, f"{name}.sha256"] if strategy == "fsdp-sharded" else [name]
+    assert fetched == once, sorted(str(p) for p in tmp.rglob("*"))  # a directory keeps its manifest beside it
     # the run legs were profiled (FabricProfiler over batches 2-4) and the reference was not: the same parameters
     # above, so the profiler (its operator capture, its all-reduce hook) changed nothing of the training; the
     # resumed leg did not profile again (the mark came back with the checkpoint)
