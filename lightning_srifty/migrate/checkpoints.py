@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import logging
 import os
 import pickle
@@ -815,34 +816,86 @@ def on_this_node(
 ) -> str:
     """The checkpoint ``path`` as this node loads it (:func:`resume_checkpoint`): a remote directory (or, with
     ``fetch_file``, a remote file) downloaded once per node by local rank 0 into ``cache_dir`` (default
-    ``$TMPDIR/srifty-resume/<launch id>``) and checked, the node's other ranks waiting up to ``timeout_s`` for it to
-    be renamed into place; anything else as it is.
+    ``$TMPDIR/srifty-resume/<launch id>``) and checked; anything else as it is. The node's other ranks wait up to
+    ``timeout_s`` for local rank 0's word beside it (:data:`NODE_MARK_SUFFIX`): that the copy of what the store
+    records now is in place (a copy of another run's checkpoint of the same name is not), or that it failed and why.
 
     Raises:
-        MigrationError: the download does not match its manifest or digest, or another rank waited ``timeout_s``.
+        MigrationError: the download does not match its manifest or digest (on every rank of the node), or another
+            rank waited ``timeout_s``.
     """
-    import time
-
     from lightning_srifty.protocol import LaunchEnv
-    from predictor.exceptions import MigrationError
 
     launch = LaunchEnv.from_env()
     run = launch.launch_id if launch is not None and launch.launch_id else "run"
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "srifty-resume", run)
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        os.makedirs(cache, exist_ok=True)
-        return local_checkpoint(path, cache, require_manifest=True, fetch_file=fetch_file)
     remote = "://" in path and not path.startswith("file://")
-    directory = remote and filesystem(path).isdir(path)
-    if not directory and not (remote and fetch_file):
+    if not remote or not (fetch_file or filesystem(path).isdir(path)):
         return local_checkpoint(path, cache, require_manifest=True)  # nothing to download
     final = os.path.join(cache, PurePosixPath(path.rstrip("/")).name)
+    record = _recorded(path)
+    if int(os.environ.get("LOCAL_RANK", "0")) != 0:
+        return _wait_for_node_copy(path, final, record, timeout_s, poll_s)
+    os.makedirs(cache, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(final + NODE_MARK_SUFFIX)  # a word of before: this copy is not said ready until it is
+    try:
+        local = local_checkpoint(path, cache, require_manifest=True, fetch_file=fetch_file)
+    except BaseException as exc:
+        _say_on_this_node(final, record, f"failed: {exc}")
+        raise
+    _say_on_this_node(final, record, "ready")
+    log.warning("srifty: the checkpoint %s is on this node at %s, for its ranks", path, local)
+    return local
+
+
+# beside a checkpoint local rank 0 brought onto the node: what the store recorded of it, then "ready" or "failed: why"
+NODE_MARK_SUFFIX = ".on-this-node"
+
+
+def _recorded(path: str) -> str:
+    """What the store records of checkpoint ``path`` (its digests), as one short token: the same checkpoint's on every
+    rank, another run's of the same name different."""
+    digests = read_manifest(filesystem(path), path)
+    return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _say_on_this_node(final: str, record: str, word: str) -> None:
+    temporary = f"{final}{NODE_MARK_SUFFIX}.{os.getpid()}"
+    with open(temporary, "w") as out:
+        out.write(f"{record} {word}")
+    os.replace(temporary, final + NODE_MARK_SUFFIX)
+
+
+def _wait_for_node_copy(path: str, final: str, record: str, timeout_s: float, poll_s: float) -> str:
+    """A rank other than the node's first: ``final`` once local rank 0 says this record of it is in place."""
+    import time
+
+    from predictor.exceptions import MigrationError
+
     deadline = time.monotonic() + timeout_s
-    while not (os.path.isdir(final) if directory else os.path.isfile(final)):
+    while True:
+        with contextlib.suppress(FileNotFoundError):
+            with open(final + NODE_MARK_SUFFIX) as said:
+                mark, _, word = said.read().partition(" ")
+            if mark == record and word == "ready":
+                return final
+            if mark == record and word.startswith("failed: "):
+                why = word.removeprefix("failed: ")
+                raise MigrationError(f"Local rank 0 could not bring the checkpoint {path} onto this node: {why}")
         if time.monotonic() > deadline:
             raise MigrationError(
                 f"Waited {timeout_s:.0f} s for local rank 0 to download the checkpoint {path} to {final}; "
-                "it did not appear: see local rank 0's log."
+                "it did not say it was in place: see local rank 0's log."
             )
         time.sleep(poll_s)
-    return final
+
+
+def forget_on_this_node(local: str) -> None:
+    """Remove a checkpoint :func:`on_this_node` brought onto the node (its copy and its words), once every rank of the
+    node loaded it: a large model's file would otherwise stay beside the next save on the node's disk."""
+    if os.path.isdir(local):
+        shutil.rmtree(local, ignore_errors=True)
+    for leftover in (local, local + DIGEST_SUFFIX, local + NODE_MARK_SUFFIX):
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            os.remove(leftover)

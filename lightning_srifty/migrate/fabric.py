@@ -32,7 +32,7 @@ from lightning_srifty import protocol
 from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun, check_fabric
 from lightning_srifty.migrate import exit_mark
 from lightning_srifty.migrate.alive import NodeAlive
-from lightning_srifty.migrate.checkpoints import launch_resume_path, on_this_node
+from lightning_srifty.migrate.checkpoints import forget_on_this_node, launch_resume_path, on_this_node
 from lightning_srifty.migrate.leaving import Leaving, check_options
 from lightning_srifty.protocol import Failed, Finished
 from predictor.exceptions import ConfigError
@@ -139,6 +139,10 @@ class FabricPreemption(Leaving):
         # (local rank 0; an 8-GPU node held 8 copies of a 7B model's 81 GB before), checked against its sha256
         local = on_this_node(path, fetch_file=True)
         rest = fabric.load(local, self.state, weights_only=True)  # data, never code (find_checkpoint vetted it)
+        if local != path:  # the node's copy, once every rank loaded it: not left beside the next save on its disk
+            fabric.barrier()
+            if fabric.local_rank == 0:
+                forget_on_this_node(local)
         if isinstance(rest, dict) and PROFILED_KEY in rest:  # FabricProfiler's mark: the run is not profiled again
             self.state[PROFILED_KEY] = rest[PROFILED_KEY]
         if self.sampler is not None:  # the data where an uninterrupted run's would be at this step

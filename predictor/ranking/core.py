@@ -562,7 +562,7 @@ def _deadline_only_notes(constraints: Constraints, words: Words) -> list[str]:
         return []
     return [
         f"{' and '.join(given)} {'act' if len(given) > 1 else 'acts'} through a deadline, and none was given: "
-        f"{'they' if len(given) > 1 else 'it'} changed nothing here (give "
+        f"{'they' if len(given) > 1 else 'it'} changed nothing in this ranking (give "
         f"{words.name('deadline_h')} to rank by the chance of meeting it)"
     ]
 

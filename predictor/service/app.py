@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -145,14 +146,13 @@ def _json_value(kind: str) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if kind == "bool":
             if not isinstance(value, bool):
-                raise ValueError(f"true or false (a JSON boolean) is needed, got {json.dumps(value)}")
+                raise ValueError(f"true or false (a JSON boolean) is needed, got {_shown(value)}")
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            shown = json.dumps(value)
             unquoted = f": send {value} without the quotes" if isinstance(value, str) and _is_number(value) else ""
-            raise ValueError(f"a JSON number is needed, got {shown}{unquoted}")
+            raise ValueError(f"a JSON number is needed, got {_shown(value)}{unquoted}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"a finite number is needed, got {value}")
+            raise ValueError(f"a finite number is needed, got {value} (a number beyond 1.8e308 reads as infinite)")
         if kind == "int" and isinstance(value, float) and value.is_integer():
             return int(value)
         return value
@@ -161,10 +161,14 @@ def _json_value(kind: str) -> Callable[[Any], Any]:
 
 
 def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
+    """Whether ``text`` is a JSON number as written (not Python's wider float(): 1_000, inf, 0x10)."""
+    return len(text) <= 40 and re.fullmatch(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?", text) is not None
+
+
+def _shown(value: Any) -> str:
+    """A value sent, as JSON, cut to 80 characters: a refusal is never larger than what was refused."""
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 _INT, _NUMBER = BeforeValidator(_json_value("int")), BeforeValidator(_json_value("number"))
@@ -522,8 +526,7 @@ def _explained(error: Mapping[str, Any]) -> str:
         return f"{msg}: there is no field {field!r}" + (f". {did_you_mean(close)}" if close else "")
     if "input" in error and error.get("type") != "missing" and "got " not in msg.lower():  # said once
         sent = error["input"]  # a whole number sent as 1e30 reaches the bound as the int it is: said as sent
-        huge = isinstance(sent, int) and not isinstance(sent, bool) and abs(sent) >= 1e15
-        given = f"{sent:.6g}" if huge else repr(sent)
+        given = _as_sent(sent)
         msg += f"; got {given[:80] + '...' if len(given) > 80 else given}"
     if constraint and "must be one of" not in msg:  # a choice's refusal lists the choices: the doc would again
         spec = SPECS[str(field)]
@@ -534,6 +537,15 @@ def _explained(error: Mapping[str, Any]) -> str:
 
 
 UNITS = {"h": "hours"}
+
+
+def _as_sent(value: Any) -> str:
+    """A value for a refusal: a whole number sent as 1e30 reaches the bound as the int it is, said as sent; one past
+    a float's range (a 400-digit literal) by its digits."""
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) < 10**15:
+        return repr(value)
+    digits = len(str(abs(value)))
+    return f"{value:.6g}" if digits <= 308 else f"an integer of {digits} digits"
 
 
 def _loc(request: Request, field: str) -> list[str]:

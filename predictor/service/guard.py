@@ -410,12 +410,20 @@ class HeavyWork:
 
     def __init__(self, settings: ServiceSettings) -> None:
         self.settings = settings
-        self._pool = ThreadPoolExecutor(settings.max_concurrent, thread_name_prefix="srifty-heavy")
+        self._pool: ThreadPoolExecutor | None = None  # made by the first request after each start of the app
         self._slots = _Slots(settings.max_concurrent, settings.max_queued)
 
     def close(self) -> None:
-        """The pool's threads end (the app's shutdown): queued work is cancelled, running work finishes."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """The pool's threads end (the app's shutdown): queued work is cancelled, running work finishes; an app
+        started again makes a new pool."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.settings.max_concurrent, thread_name_prefix="srifty-heavy")
+        return self._pool
 
     def running(self) -> int:
         """Heavy requests holding a slot now (computing, or finishing after a 503)."""
@@ -440,7 +448,7 @@ class HeavyWork:
             except asyncio.TimeoutError:
                 self._slots.give_up(got)
                 return self._timed_out(what, "waiting for a free slot")
-        future = self._pool.submit(fn)  # the pool lives as long as the app (its idle threads end with it)
+        future = self._executor().submit(fn)  # the pool lives as long as the app's run (its threads end with it)
         future.add_done_callback(self._done)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), max(0.0, deadline - time.monotonic()))

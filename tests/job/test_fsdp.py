@@ -18,6 +18,7 @@ from torch import nn
 
 from _support import SCRIPTS, drift_plan, plan_layout
 from lightning_srifty import plan_strategy
+from lightning_srifty.migrate.checkpoints import _recorded, _say_on_this_node, forget_on_this_node
 from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, _TimedDist, layout_name, structure
 from lightning_srifty.protocol import LaunchEnv, entry_strategy, strategy_text
 from lightning_srifty.strategies.ddp import SriftyDDPStrategy, apply_checkpointing
@@ -264,10 +265,24 @@ def test_resume_checkpoint_under_a_launch(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("SRIFTY_RESUME", remote)
     monkeypatch.setenv("LOCAL_RANK", "1")
     final = tmp_path / "cache" / "preempt-step=5.ckpt"
-    threading.Timer(0.3, final.mkdir, kwargs={"parents": True}).start()  # local rank 0's rename
+    said = functools.partial(_say_on_this_node, str(final), _recorded(remote))
+
+    def local_rank_0(word: str = "ready") -> None:  # its rename, then its word beside it
+        final.mkdir(parents=True, exist_ok=True)
+        said(word)
+
+    threading.Timer(0.3, local_rank_0).start()
     assert resume_checkpoint(str(tmp_path / "cache"), poll_s=0.05) == str(final)
     with pytest.raises(MigrationError, match=r"Waited 0 s for local rank 0 to download .*preempt-step=5"):
         resume_checkpoint(str(tmp_path / "other"), timeout_s=0.1, poll_s=0.05)
+    # a review: a copy of another run's checkpoint of the same name was taken as it was, while local rank 0 fetched
+    # this one over it; and a rank 0 that failed left its node's other ranks waiting for the whole timeout
+    _say_on_this_node(str(final), "0123456789abcdef", "ready")  # another run's word, its copy still in place
+    with pytest.raises(MigrationError, match=r"Waited 0 s"):
+        resume_checkpoint(str(tmp_path / "cache"), timeout_s=0.2, poll_s=0.05)
+    threading.Timer(0.2, local_rank_0, args=("failed: its sha256 differs",)).start()
+    with pytest.raises(MigrationError, match=r"Local rank 0 could not bring .* onto this node: its sha256 differs"):
+        resume_checkpoint(str(tmp_path / "cache"), timeout_s=60, poll_s=0.05)
 
 
 def test_a_remote_file_is_fetched_for_a_strategy_that_loads_local_paths_only(monkeypatch, tmp_path) -> None:
@@ -310,8 +325,21 @@ def test_a_remote_file_is_fetched_for_a_strategy_that_loads_local_paths_only(mon
     final = tmp_path / "cache" / "preempt-step=5.ckpt"
     assert resume_checkpoint(str(tmp_path / "cache")) == remote  # DDP: nothing to wait for
     final.parent.mkdir()
-    threading.Timer(0.3, final.write_bytes, args=(payload,)).start()  # local rank 0's rename
+
+    def local_rank_0() -> None:  # its rename, then its word beside it
+        final.write_bytes(payload)
+        _say_on_this_node(str(final), _recorded(remote), "ready")
+
+    threading.Timer(0.3, local_rank_0).start()
     assert resume_checkpoint(str(tmp_path / "cache"), poll_s=0.05, fetch_file=True) == str(final)
+    # local rank 0's own call: the copy and its word; once every rank loaded it, forgotten (copy, digest, word)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    final.unlink()
+    memory.pipe(remote, payload)  # what was saved, again
+    assert resume_checkpoint(str(tmp_path / "cache"), fetch_file=True) == str(final) and final.read_bytes() == payload
+    assert (tmp_path / "cache" / "preempt-step=5.ckpt.on-this-node").read_text().endswith(" ready")
+    forget_on_this_node(str(final))
+    assert list((tmp_path / "cache").iterdir()) == []
 
 
 def test_a_module_fsdp_holds_is_not_asked_its_state_dict_to_compare_a_checkpoint(tmp_path) -> None:

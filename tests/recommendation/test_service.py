@@ -632,3 +632,35 @@ def test_the_apps_worker_threads_end_with_it(tmp_path, catalog) -> None:
     for t in threads:
         t.join(timeout=10)
     assert not any(t.is_alive() for t in threads)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "said"),
+    [
+        ("/v1/runs", '{"ttl_s": 1' + "0" * 400 + "}", "got an integer of 401 digits"),
+        ("/v1/rank", '{"profile": PROFILE, "constraints": {"steps": 1' + "0" * 400 + "}}", "an integer of 401 digits"),
+        ("/v1/rank", '{"profile": PROFILE, "constraints": {"steps": 1e400}}', "got inf (a number beyond 1.8e308"),
+        ("/v1/rank", '{"profile": PROFILE, "constraints": {"steps": "' + "9" * 150_000 + '"}}', '"99999999'),
+        ("/v1/rank", '{"profile": PROFILE, "constraints": {"steps": "1_000"}}', 'got "1_000" ('),
+    ],
+)
+def test_a_refusal_of_a_huge_value_is_a_short_422(client, path, body, said) -> None:
+    """A review: a 401-digit integer made the refusal's own formatting raise (a 500), and a 150,000-character text
+    came back whole in the message (over 150 KB). Each is a 422 that says what was sent in a few words; "1_000"
+    (Python's number, not JSON's) gets no hint to drop the quotes."""
+    r = client.post(
+        path, content=body.replace("PROFILE", json.dumps(MINIMAL)), headers={"content-type": "application/json"}
+    )
+    (detail,) = r.json()["detail"]
+    assert r.status_code == 422 and said in detail["msg"] and len(r.content) < 2_000, r.text[:500]
+    assert "without the quotes" not in detail["msg"]
+
+
+def test_an_app_started_again_answers_as_the_first_time(tmp_path, catalog) -> None:
+    """A review: its lifespan ended the app's pool for good, so a second start answered every ranking with 500."""
+    app = create_app(
+        catalog=catalog, observations=tmp_path / "o.sqlite", settings=ServiceSettings(allowed_hosts=("testserver",))
+    )
+    for _ in range(2):
+        with TestClient(app) as c:
+            assert c.post("/v1/predict", json={"profile": MINIMAL, "fleet": "g5.xlarge:1"}).status_code == 200
