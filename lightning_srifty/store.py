@@ -35,6 +35,11 @@ def filesystem(dirpath: str) -> Any:
     return url_to_fs(str(dirpath), **options)[0]
 
 
+def is_remote(path: str) -> bool:
+    """Whether ``path`` is in an object store (``s3://``...), not on this machine (a folder, or a ``file://`` URL)."""
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
 def path(dirpath: str, name: str) -> str:
     return f"{str(dirpath).rstrip('/')}/{name}"
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
-from lightning_srifty.store import DIGEST_SUFFIX, filesystem, no_manifest, owned_files, put_text  # noqa: F401 - owned_files re-exported
+from lightning_srifty.store import DIGEST_SUFFIX, filesystem, is_remote, no_manifest, owned_files, put_text  # noqa: F401 - owned_files re-exported
 
 log = logging.getLogger("lightning_srifty")
 
@@ -401,7 +401,7 @@ def local_checkpoint(path: str, cache_dir: str, *, require_manifest: bool = Fals
             (with ``require_manifest``) a directory has no manifest or does not match it.
     """
 
-    if "://" not in path or path.startswith("file://"):
+    if not is_remote(path):
         local = path.removeprefix("file://")
         if require_manifest and os.path.isdir(local):
             _vet_local_directory(local)
@@ -829,8 +829,7 @@ def on_this_node(
     launch = LaunchEnv.from_env()
     run = launch.launch_id if launch is not None and launch.launch_id else "run"
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "srifty-resume", run)
-    remote = "://" in path and not path.startswith("file://")
-    if not remote or not (fetch_file or filesystem(path).isdir(path)):
+    if not is_remote(path) or not (fetch_file or filesystem(path).isdir(path)):
         return local_checkpoint(path, cache, require_manifest=True)  # nothing to download
     final = os.path.join(cache, PurePosixPath(path.rstrip("/")).name)
     record = _recorded(path)

@@ -28,7 +28,7 @@ import logging
 import time
 from typing import Any
 
-from lightning_srifty import protocol
+from lightning_srifty import protocol, store
 from lightning_srifty.fabric_run import PROFILED_KEY, FabricRun, check_fabric
 from lightning_srifty.migrate import exit_mark
 from lightning_srifty.migrate.alive import NodeAlive
@@ -139,7 +139,7 @@ class FabricPreemption(Leaving):
         # (local rank 0; an 8-GPU node held 8 copies of a 7B model's 81 GB before), checked against its sha256
         local = on_this_node(path, fetch_file=True)
         rest = fabric.load(local, self.state, weights_only=True)  # data, never code (find_checkpoint vetted it)
-        if local != path:  # the node's copy, once every rank loaded it: not left beside the next save on its disk
+        if store.is_remote(path):  # the copy the node fetched, once every rank loaded it (never a local checkpoint)
             fabric.barrier()
             if fabric.local_rank == 0:
                 forget_on_this_node(local)

@@ -90,7 +90,7 @@ class CheckpointWriter:
         self._interrupt = interrupt
         if writes_directory(trainer.strategy):
             final = self._directory(trainer, final, deadline_s)
-        elif "://" not in self.dirpath or self.dirpath.startswith("file://"):
+        elif not store.is_remote(self.dirpath):
             filesystem(final).makedirs(self.dirpath, exist_ok=True)  # a bare torch.save (FSDP's full) makes none
             partial = final + ".partial"
             trainer.save_checkpoint(partial, weights_only=False)
@@ -118,7 +118,7 @@ class CheckpointWriter:
         without one is checked against its own index). If a rank's upload fails or runs out of time, the checkpoint
         stays on local disk, as for a file."""
         started = time.monotonic()
-        remote = "://" in self.dirpath and not self.dirpath.startswith("file://")
+        remote = store.is_remote(self.dirpath)
         name = final.rsplit("/", 1)[-1]
         local = os.path.join(self.local_fallback, name) if remote else final.removeprefix("file://")
         digests = self._publish_local(trainer, local)
@@ -323,7 +323,7 @@ def check_store(dirpath: str, seconds: float) -> None:
     One listing of the folder itself (what an instance role's policy grants: ListBucket under the run's prefix, which
     a HeadBucket would not be), bounded by ``seconds``. Only the store's own answer that the bucket does not exist is
     an error; a store that does not answer in time, or refuses a listing, is a warning (the saves will say more)."""
-    if "://" not in dirpath or dirpath.startswith("file://"):
+    if not store.is_remote(dirpath):
         return
     missing: list[str] = []
 

@@ -553,10 +553,11 @@ def _deadline_only_notes(constraints: Constraints, words: Words) -> list[str]:
     no deadline was taken without a word, and the plan recorded it as though it had counted)."""
     if constraints.deadline_h is not None:
         return []
+    defaults = constraint_defaults()
     given = [
         words.setting(name, getattr(constraints, name))
         for name in ("confidence", "move_if_late")
-        if getattr(constraints, name) != constraint_defaults()[name]
+        if getattr(constraints, name) != defaults[name]
     ]
     if not given:
         return []

@@ -525,8 +525,7 @@ def _explained(error: Mapping[str, Any]) -> str:
         close = suggest(field, sorted(known), n=1)
         return f"{msg}: there is no field {field!r}" + (f". {did_you_mean(close)}" if close else "")
     if "input" in error and error.get("type") != "missing" and "got " not in msg.lower():  # said once
-        sent = error["input"]  # a whole number sent as 1e30 reaches the bound as the int it is: said as sent
-        given = _as_sent(sent)
+        given = _as_sent(error["input"])
         msg += f"; got {given[:80] + '...' if len(given) > 80 else given}"
     if constraint and "must be one of" not in msg:  # a choice's refusal lists the choices: the doc would again
         spec = SPECS[str(field)]

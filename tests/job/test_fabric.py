@@ -474,3 +474,21 @@ def test_something_else_than_a_global_batch_sampler_is_refused_as_the_sampler(fl
     with pytest.raises(ConfigError, match=r"takes a lightning_srifty\.GlobalBatchSampler") as err:
         FabricPreemption(fabric, state, sampler=torch.utils.data.RandomSampler(range(4)))
     assert err.value.parameter == "sampler"
+
+
+def test_a_checkpoint_in_a_file_url_folder_is_resumed_and_left_where_it_is(fleet, monkeypatch) -> None:
+    """A review: only a copy the node fetched is removed after the load. A fleet whose checkpoint folder is a
+    ``file://`` URL loads its checkpoint where it is, and it stays (the only copy of the run's state)."""
+    monkeypatch.setenv("SRIFTY_CHECKPOINT_URI", "file://" + str(fleet["checkpoints"]))
+    fabric, state = _fabric_and_state()
+    with pytest.raises(SystemExit), FabricPreemption(fabric, state) as spot:
+        _train(state, spot, 2)
+        spot.request_leave("a spot notice, played")
+        _train(state, spot, 2)
+    record = read_record(str(fleet["checkpoints"]), Preempted)
+    assert record is not None
+    saved = {p.name for p in fleet["checkpoints"].iterdir()}
+    fabric, state = _fabric_and_state()
+    with FabricPreemption(fabric, state) as spot:
+        assert spot.resumed_from is not None and state["step"] == record.step
+    assert saved <= {p.name for p in fleet["checkpoints"].iterdir()}, saved  # nothing of it removed
