@@ -657,7 +657,11 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
     The launcher's checkpoint is one fit()'s: the first ``fit()`` of the process without ``ckpt_path`` that loads it
     takes it, a later one (a second stage) starts as the script says. A checkpoint another model wrote is refused
     by name (``refuse_another_model``: ``srifty_auto``, issue #36 L9), or, for the resume every Trainer gets under a
-    launch, said and not loaded (a script whose first Trainer trains another module is not stopped: a review)."""
+    launch, said and not loaded (a script whose first Trainer trains another module is not stopped: a review).
+
+    A copy the node fetched (:func:`on_this_node`) is removed by local rank 0 in the connector's ``resume_end``,
+    after its barrier (every rank has loaded it): a 7B model's 81 GB copy stayed beside the run's next save on the
+    node's disk before."""
     from lightning.pytorch.trainer.states import TrainerFn
 
     from lightning_srifty.protocol import LaunchEnv
@@ -666,25 +670,41 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
     connector = trainer._checkpoint_connector
     if launch is None or not (launch.resume or launch.resume_after) or getattr(connector, "_srifty_resume", False):
         return
-    original = type(connector).resume_start.__get__(connector)
+    original_start = type(connector).resume_start.__get__(connector)
+    original_end = type(connector).resume_end.__get__(connector)
+    copies: list[str] = []  # the node's copy of what this fit() loads, removed once every rank has loaded it
 
     def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
         key = (launch.launch_id, launch.resume)
         if not checkpoint_path and trainer.state.fn == TrainerFn.FITTING and key not in _RESUMED:
-            checkpoint_path = resume_checkpoint(
-                agree=lambda find: _from_rank_zero(trainer, find), fetch_file=loads_local_paths(trainer.strategy)
-            )
-            if checkpoint_path is None:  # nothing to resume: this process's later fit()s start as the script says
-                _RESUMED.add(key)
+            found = launch_resume_path(agree=lambda find: _from_rank_zero(trainer, find))
+            checkpoint_path = None if found is None else _node_local(trainer, found, who, refuse_another_model, copies)
+            if found is None or checkpoint_path is not None:  # nothing to take, or taken: a later fit() of the
+                _RESUMED.add(key)  # process starts as the script says (another model's is left for one of its own)
             if checkpoint_path is not None:
-                checkpoint_path = _this_models(checkpoint_path, trainer.lightning_module, who, refuse_another_model)
-            if checkpoint_path is not None:  # taken: a later fit() of the process starts as the script says
-                _RESUMED.add(key)
                 log.warning("%s: resuming from %s (%s).", who, _resume_words(launch), checkpoint_path)
-        return original(checkpoint_path, *args, **kwargs)
+        return original_start(checkpoint_path, *args, **kwargs)
+
+    def resume_end() -> None:
+        original_end()  # ends in a barrier: every rank of every node has loaded the checkpoint
+        while copies:
+            copy = copies.pop()
+            if trainer.local_rank == 0:  # a large model's file would otherwise sit beside the next save on the disk
+                forget_on_this_node(copy)
+                log.info("srifty: removed the node's copy %s of the checkpoint it resumed from", copy)
 
     connector.resume_start = resume_start
+    connector.resume_end = resume_end
     connector._srifty_resume = True
+
+
+def _node_local(trainer: Any, path: str, who: str, refuse_another_model: bool, copies: list[str]) -> str | None:
+    """The launcher's checkpoint ``path`` on this node (fetched once per node where the strategy loads local paths
+    only, the copy appended to ``copies``), or None: another model's, said and not loaded (:func:`install_resume`)."""
+    local = on_this_node(path, fetch_file=loads_local_paths(trainer.strategy))
+    if is_remote(path) and local != path:
+        copies.append(local)
+    return _this_models(local, trainer.lightning_module, who, refuse_another_model)
 
 
 def _this_models(checkpoint_path: str, module: Any, who: str, refuse_another_model: bool) -> str | None:

@@ -241,11 +241,16 @@ def test_a_full_state_dict_on_the_cpu_is_measured_saved_on_a_notice_and_resumed_
     assert profile["checkpoint"]["bytes"] > 0 and profile["checkpoint"]["load_s"] > 0, profile.get("notes")
     newest = find_checkpoint(uri)
     assert newest == f"{uri}/preempt-step={LEAVE_AT}.ckpt" and store.filesystem(uri).isfile(newest)  # one file
-    node = {**env, "SRIFTY_CHECKPOINT_URI": uri, "SRIFTY_RESUME": "latest"}  # a fleet node's: the boot script's
+    disk = tmp_path / "node-disk"  # the node's temporary folder, where its ranks' copy is fetched
+    disk.mkdir()
+    node = {**env, "SRIFTY_CHECKPOINT_URI": uri, "SRIFTY_RESUME": "latest", "TMPDIR": str(disk)}  # the boot script's
     resume = ["--batch-sizes", "4,4,4", "--ckpt-uri", uri, "--state-dict-type", "full"]
     _wait((tmp_path / "resumed", _start(tmp_path / "resumed", node, *resume)))
     said = (tmp_path / "resumed" / "log.txt").read_text()
-    assert "resuming from the fleet's newest sound checkpoint" in said and "srifty-resume" in said, said[-3000:]
+    assert "resuming from the fleet's newest sound checkpoint" in said and f"{disk}/srifty-resume" in said, said[-3000:]
+    # fetched once for the node and removed once every rank had loaded it (it stayed beside the next save before)
+    assert said.count("is on this node at") == 1, said[-3000:]
+    assert not [str(p) for p in (disk / "srifty-resume").rglob("*") if p.is_file()]
     ref = _seen(moved / "ref")
     assert sorted(_seen(tmp_path / "leave")) == sorted(ref)[:LEAVE_AT]
     assert sorted(_seen(tmp_path / "resumed")) == sorted(ref)[LEAVE_AT:]
