@@ -282,12 +282,30 @@ class PlanEntry:
     layout: PlanLayout | None = doc_field(
         "the parallel layout and its Lightning strategy (absent in plans made before layouts: ddp)", default=None
     )
+    checkpoint_s: float | None = doc_field(
+        "what one checkpoint save costs on this fleet, in seconds: the plan's checkpoint_s, or, where no profile "
+        "measured it, that estimate spread over the nodes of a sharded layout, which each write their part (a load "
+        "is the plan's on every fleet: each node fetches the whole checkpoint); absent in plans made before it was "
+        "recorded",
+        default=None,
+        min=0,
+    )
 
     def __post_init__(self) -> None:
         _check_batches(self)
         _check_contains("iteration_time_interval_s", self.iteration_time_interval_s, self.iteration_time_s)
         _check_contains("time_interval_h", self.time_interval_h, self.time_h)
         _check_contains("cost_interval_usd", self.cost_interval_usd, self.cost_usd)
+
+    def save_s(self, plan_checkpoint_s: float | None) -> float:
+        """One checkpoint save on this fleet: its own figure, else the plan's (``plan_checkpoint_s``), else
+        :data:`predictor.runs.spot.DEFAULT_CHECKPOINT_S`."""
+        from predictor.runs.spot import DEFAULT_CHECKPOINT_S
+
+        for seconds in (self.checkpoint_s, plan_checkpoint_s):
+            if seconds is not None:
+                return float(seconds)
+        return DEFAULT_CHECKPOINT_S
 
     def life_basis_h(self) -> float:
         """The hours a fleet's life cap is reckoned from: its predicted time; for an entry that moves when late, the
@@ -444,8 +462,9 @@ class Plan:
     created_at: str | None = doc_field("UTC time the plan was made", default=None)
     notes: tuple[str, ...] | None = doc_field("assumptions and warnings", default=None)
     checkpoint_s: float | None = doc_field(
-        "what one checkpoint save costs, in seconds: measured by the profile, else assumed (srifty launch sizes "
-        "torchrun's shutdown grace from it)",
+        "what one checkpoint save costs on one node, and its load on any fleet, in seconds: measured by the profile, "
+        "else estimated from its size or assumed (srifty launch sizes torchrun's shutdown grace from it; each entry's "
+        "own save is its checkpoint_s)",
         default=None,
         min=0,
     )

@@ -33,6 +33,7 @@ class Scored:
     usd_hr: np.ndarray
     regions: tuple[str, ...]
     startup_s: np.ndarray  # per candidate: the new fleet's start-up (in time_h and cost)
+    save_s: np.ndarray  # per candidate: one checkpoint save on the fleet (its load is the plan's checkpoint_s)
     od_share: np.ndarray | None = None  # per candidate: the deadline policy's expected on-demand share of the work
     deadline_p: np.ndarray | None = None  # per candidate, under a deadline: the chance of finishing by it
     confident_time_h: np.ndarray | None = None  # per candidate, under a deadline: the time at the confidence asked
@@ -179,6 +180,7 @@ def entry(
         on_demand_fallback=(float(scored.od_share[i]) if scored.od_share is not None and cand.market[i] != 0 else None),
         deadline_probability=None if scored.deadline_p is None else round(float(scored.deadline_p[i]), 4),
         layout=entry_layout(layout_of(many, sh), profile, groups),
+        checkpoint_s=float(scored.save_s[i]),
     )
 
 

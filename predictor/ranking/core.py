@@ -24,6 +24,7 @@ from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionE
 from predictor.model.artefact import model_version
 from predictor.model.fleets import PREFER_SIMPLER, ManyPredictions, predict_mixes, row_sum
 from predictor.model.layout import Layout
+from predictor.model.layout import parse as parse_layout
 from predictor.model.memory import checkpoint_bytes
 from predictor.ranking import candidates as cands
 from predictor.ranking.build import PIPELINE_NEEDS, Scored, entry, layout_of
@@ -61,6 +62,7 @@ from predictor.runs.spot import (
     ROOT_VOLUME_BYTES_S,
     estimated_checkpoint_s,
     on_demand_cost,
+    sharded_save_s,
     spot_cost,
 )
 from predictor.runs.startup import (
@@ -114,13 +116,13 @@ def rank(
     (:func:`_feasible`); the best first (:func:`_order`); the plan with its reasons and notes (:func:`_plan`).
     """
     constraints.validate()
-    checkpoint_s, checkpoint_note = _checkpoint_cost(profile, checkpoint_s)
+    checkpoint_s, checkpoint_note, spreads = _checkpoint_cost(profile, checkpoint_s)
     catalog = _transported(catalog or Catalog.load(), constraints)
     cands.check_names(constraints, catalog)
     work = constraints.work(profile)
     markets = Market(constraints.market).markets()
     factors = dict(calibration.factors) if calibration else None
-    r = _Ranking(profile, constraints, catalog, work, checkpoint_s, calibration, factors, spot_stats, words)
+    r = _Ranking(profile, constraints, catalog, work, checkpoint_s, calibration, factors, spot_stats, words, spreads)
     types, names, efficient, layouts, many, cand = _candidates(r, markets)
     known_startup = measured_startup()  # read once: the start-up figures and the plan's note
     current, current_note = _current(profile, constraints, catalog, work, factors, checkpoint_s)
@@ -204,22 +206,25 @@ class _Ranking:
     factors: dict[str, float] | None
     spot_stats: SpotStats | None
     words: Words = PYTHON
+    # an estimated save (no profile measured it, none given): a sharded fleet's nodes each write their part
+    checkpoint_spreads: bool = False
     excluded: dict[str, int] = field(default_factory=dict)
     excluded_types: dict[str, int] = field(default_factory=dict)
 
 
-def _checkpoint_cost(profile: Profile, checkpoint_s: float | None) -> tuple[float, str]:
-    """What one checkpoint costs, and where the figure comes from: the one given, else the profile's measured save
-    (or load, the larger), else its size written at the fleet's root volume's baseline
-    (:func:`predictor.runs.spot.estimated_checkpoint_s`: a captured 70B model's 1.1 TB were priced at the 30 s a small
-    model's checkpoint is assumed to take, a save on the spot notice with nothing lost)."""
+def _checkpoint_cost(profile: Profile, checkpoint_s: float | None) -> tuple[float, str, bool]:
+    """What one checkpoint costs on one node, where the figure comes from, and whether a sharded fleet's save
+    spreads over its nodes: the one given, else the profile's measured save (or load, the larger), else its size
+    written at the fleet's root volume's baseline (:func:`predictor.runs.spot.estimated_checkpoint_s`: a captured
+    70B model's 1.1 TB were priced at the 30 s a small model's checkpoint is assumed to take, a save on the spot
+    notice with nothing lost), which spreads (:func:`predictor.runs.spot.sharded_save_s`)."""
     if checkpoint_s is not None:
-        return checkpoint_s, "assumed"
+        return checkpoint_s, "assumed", False
     measured = profile.checkpoint
     if measured is not None:
         note = f"measured by the profile ({measured.where or 'local'}; remote storage adds its transfer)"
-        return max(measured.save_s, measured.load_s or 0.0), note
-    return unmeasured_checkpoint(profile)
+        return max(measured.save_s, measured.load_s or 0.0), note, False
+    return (*unmeasured_checkpoint(profile), True)
 
 
 def unmeasured_checkpoint(profile: Profile) -> tuple[float, str]:
@@ -230,7 +235,8 @@ def unmeasured_checkpoint(profile: Profile) -> tuple[float, str]:
         return seconds, "assumed"
     return seconds, (
         f"estimated: {state / 1e9:,.3g} GB of weights and optimizer state at the root volume's "
-        f"{ROOT_VOLUME_BYTES_S / 2**20:.0f} MiB/s gp3 baseline; not measured"
+        f"{ROOT_VOLUME_BYTES_S / 2**20:.0f} MiB/s gp3 baseline; not measured; a sharded fleet's nodes each save "
+        "their part, each entry's checkpoint_s"
     )
 
 
@@ -339,28 +345,40 @@ def _score(
     run_s = r.work.samples / many.throughput_samples_s[s]
     rate = cand.rate_per_hr if spot_stats is None else row_sum(cand.spot) * spot_stats.rate_per_hr
     gpus = many.group_gpus[s].sum(axis=1)  # every fleet, on-demand too, loses a node without a notice now and then
-    spot = spot_cost(run_s, np.ones(len(s)), rate, checkpoint_s, restart_s=startup, gpus=gpus)
+    save_s = _save_s(r, many, s)
+    spot = spot_cost(run_s, np.ones(len(s)), rate, save_s, restart_s=startup, gpus=gpus, load_s=checkpoint_s)
     wall_s = startup + spot.expected_time_s
     usd_hr = row_sum(cand.group_usd)
     scored = Scored(
         many, cand, spot, wall_s / 3600, usd_hr * billed_hours(wall_s), usd_hr, tuple(constraints.regions), startup,
-        np.zeros(len(s)),
+        save_s, np.zeros(len(s)),
     )  # fmt: skip
     if constraints.deadline_h is None:
         return scored
     # the work as an on-demand fleet trains it: its node failures priced (spot's interruptions not), what the
     # deadline's on-demand spells and moves take, as every on-demand fleet's own time does (a review: a guarded spot
     # fleet running all on-demand outranked the same fleet bought on-demand, whose failures alone were priced)
-    od_run_s = on_demand_cost(run_s, checkpoint_s, restart_s=startup, gpus=gpus).expected_time_s
+    od_run_s = on_demand_cost(run_s, save_s, restart_s=startup, gpus=gpus, load_s=checkpoint_s).expected_time_s
     scored, odds = _under_deadline(r, scored, od_run_s, DOWN_SPELL_S if spot_stats is None else spot_stats.down_s)
     return _with_late_moves(r, scored, odds, od_run_s) if constraints.move_if_late else scored
+
+
+def _save_s(r: _Ranking, many: ManyPredictions, s: np.ndarray) -> np.ndarray:
+    """Each candidate's checkpoint save: an estimated one (:attr:`_Ranking.checkpoint_spreads`) spread over the nodes
+    of a sharded layout, which each write their part (:func:`predictor.runs.spot.sharded_save_s`); DDP's rank 0 and a
+    pipeline's (Lightning has none: the script's own) write it whole, as does a measured or given save."""
+    if not r.checkpoint_spreads:
+        return np.full(len(s), float(r.checkpoint_s))
+    sharded = np.array([parse_layout(name).sharded for name in many.layout_names])
+    writers = np.where(sharded[many.layout_index[s]], many.counts[s].sum(axis=1), 1)
+    return sharded_save_s(r.checkpoint_s, writers)
 
 
 def _under_deadline(r: _Ranking, scored: Scored, run_s: np.ndarray, down_s: float) -> tuple[Scored, DeadlineOdds]:
     """Under the deadline: each candidate's chance of meeting it, and the spot and mixed fleets (guarded) as srifty
     launch's policy runs them (:func:`expected_with_fallback`), with their intervals (for the entries only)."""
     many, cand, spot, startup, usd_hr = scored.many, scored.cand, scored.spot, scored.startup_s, scored.usd_hr
-    c, s = r.constraints, cand.shape
+    c, s, save_s = r.constraints, cand.shape, scored.save_s
     guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
     deadline_s = float(c.deadline_h or 0.0) * 3600
 
@@ -369,7 +387,8 @@ def _under_deadline(r: _Ranking, scored: Scored, run_s: np.ndarray, down_s: floa
         spot) x ``factor``."""
         return expected_with_fallback(
             spot.expected_time_s[at] * factor, run_s[at] * factor, spot.expected_interruptions[at] * factor,
-            deadline_s, startup[at], startup[at] + 2 * r.checkpoint_s, usd_hr[at], cand.od_usd[at], down_s=down_s,
+            deadline_s, startup[at], startup[at] + save_s[at] + r.checkpoint_s, usd_hr[at], cand.od_usd[at],
+            down_s=down_s,
         )  # fmt: skip
 
     def ranges_of(i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -409,7 +428,7 @@ def _with_late_moves(r: _Ranking, scored: Scored, odds: DeadlineOdds, run_s: np.
         float(c.deadline_h or 0.0) * 3600, c.confidence, odds,
         sd=many.model_sd[s], startup_s=scored.startup_s, train_s=run_s,
         wall_s=scored.time_h * 3600, cost_usd=scored.cost, usd_hr=scored.usd_hr, movable=movable,
-        group=scored.cand.region, save_s=r.checkpoint_s, resume_s=RESTART_S + r.checkpoint_s,
+        group=scored.cand.region, save_s=scored.save_s, resume_s=RESTART_S + r.checkpoint_s,
         by_time=c.objective == Objective.TIME, cost_cap=c.budget_usd if c.budget_usd is not None else math.inf,
     )  # fmt: skip
     return dataclasses.replace(

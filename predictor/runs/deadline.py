@@ -459,7 +459,8 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
             parameter="deadline_h",
         )
     work_s, notes = _planned_work_s(plan, entry)
-    ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S
+    ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S  # the load, on any fleet
+    save = entry.save_s(plan.checkpoint_s)  # this fleet's own save (a sharded one's nodes each write their part)
     spot_nodes = sum(g.spot for g in entry.groups)
     od, sp = _fleet_prices(entry, index, catalog if catalog is not None else Catalog.load())
     if entry.market == "on-demand" and spot_nodes == 0:
@@ -468,15 +469,15 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
     job = Job(
         work_s=work_s,
         deadline_s=deadline * 3600.0,
-        restart_s=(entry.startup_s or 0.0) + 2 * ck,
+        restart_s=(entry.startup_s or 0.0) + save + ck,
         spot_usd_hr=sp,
         od_usd_hr=od,
         checkpoint_interval_s=entry.checkpoint_interval_s,
-        save_on_notice=saves_on_notice(ck),
+        save_on_notice=bool(saves_on_notice(save)),
     )
     if not job.save_on_notice:
         notes.append(
-            f"a checkpoint save takes {ck:.0f} s, more than the {NOTICE_S - NOTICE_MARGIN_S:.0f} s the "
+            f"a checkpoint save on this fleet takes {save:.0f} s, more than the {NOTICE_S - NOTICE_MARGIN_S:.0f} s the "
             f"{NOTICE_S:.0f} s spot notice leaves for it: a preemption loses the work since the last periodic "
             "checkpoint"
         )

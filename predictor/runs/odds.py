@@ -278,7 +278,7 @@ def late_moves(
     usd_hr: np.ndarray,
     movable: np.ndarray,
     group: np.ndarray,
-    save_s: float,
+    save_s: np.ndarray | float,
     resume_s: float,
     by_time: bool,
     cost_cap: float = math.inf,

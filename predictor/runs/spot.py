@@ -31,8 +31,21 @@ ROOT_VOLUME_BYTES_S = 125 * 2**20
 
 def estimated_checkpoint_s(state_bytes: float) -> float:
     """What saving ``state_bytes`` costs where no profile measured it: written at the root volume's baseline, at
-    least :data:`DEFAULT_CHECKPOINT_S` (a bf16-mixed 7B model's 81 GB of weights and Adam state: 10 min, not 30 s)."""
+    least :data:`DEFAULT_CHECKPOINT_S` (a bf16-mixed 7B model's 81 GB of weights and Adam state: 10 min, not 30 s).
+    It is also what loading it costs on any fleet: each node brings the whole checkpoint onto its disk first
+    (:func:`lightning_srifty.migrate.checkpoints.on_this_node`)."""
     return max(DEFAULT_CHECKPOINT_S, float(state_bytes) / ROOT_VOLUME_BYTES_S)
+
+
+def sharded_save_s(checkpoint_s: float, writers: np.ndarray | float) -> np.ndarray:
+    """An unmeasured checkpoint's save on a fleet whose ``writers`` nodes each write their part at once, at their own
+    root volume's baseline: a sharded state dict (FSDP's, every layout's ``state_dict_type="sharded"``) is written by
+    every rank, replicated items spread over the ranks holding them (torch.distributed.checkpoint's default planner,
+    ``dedup_save_plans``: each to the smallest plan); DDP's rank 0 writes it all (``writers`` 1). Bounds: the whole
+    save on one node above, :data:`DEFAULT_CHECKPOINT_S` below (a small checkpoint's save is not sped up)."""
+    whole = float(checkpoint_s)
+    spread = np.maximum(np.asarray(writers, dtype=float), 1.0)
+    return np.where(whole > DEFAULT_CHECKPOINT_S, np.maximum(DEFAULT_CHECKPOINT_S, whole / spread), whole)
 
 
 # EC2's spot interruption notice ("Spot Instance interruption notices", Amazon EC2 User Guide: "two minutes before")
@@ -49,10 +62,10 @@ FAILURES_PER_GPU_HR = 1.0 / (7.5 * 992)
 FAILURE_RATE_BOUNDS = (1e-6, 1e-2)
 
 
-def saves_on_notice(checkpoint_s: float) -> bool:
-    """Whether a checkpoint save fits the spot notice (SpotPreemption saves on it): then an interruption loses
-    nothing trained, else the work since the last periodic checkpoint."""
-    return float(checkpoint_s) <= NOTICE_S - NOTICE_MARGIN_S
+def saves_on_notice(checkpoint_s: np.ndarray | float) -> np.ndarray:
+    """Whether a checkpoint save fits the spot notice (SpotPreemption saves on it), per save given: then an
+    interruption loses nothing trained, else the work since the last periodic checkpoint."""
+    return np.asarray(checkpoint_s, dtype=float) <= NOTICE_S - NOTICE_MARGIN_S
 
 
 @dataclass(frozen=True)
@@ -83,19 +96,23 @@ def spot_cost(
     work_s: np.ndarray,
     instances: np.ndarray,
     rate_per_hr: np.ndarray,
-    checkpoint_s: float = DEFAULT_CHECKPOINT_S,
+    checkpoint_s: np.ndarray | float = DEFAULT_CHECKPOINT_S,
     restart_s: np.ndarray | float = REPROVISION_S + RESTART_S,
     gpus: np.ndarray | float = 0.0,
+    load_s: np.ndarray | float | None = None,
 ) -> SpotCost:
     """Expected interruptions and total time of ``work_s`` seconds of training on spot capacity.
 
-    ``rate_per_hr`` is each instance's interruption rate (0 for on-demand); ``restart_s`` what bringing the fleet
+    ``rate_per_hr`` is each instance's interruption rate (0 for on-demand); ``checkpoint_s`` each fleet's save and
+    ``load_s`` its load after an interruption (default: the save's); ``restart_s`` what bringing the fleet
     back costs after an interruption (its start-up: :mod:`predictor.runs.startup`); ``gpus`` the fleet's GPUs, which
     fail without a notice at :data:`FAILURES_PER_GPU_HR` each (0: failures left out). The Young-Daly interval is
     capped by the run: a run shorter than the interval takes no periodic checkpoint and loses, on average, half of
     itself. ``expected_interruptions`` counts spot interruptions only (0 on-demand); failures are in the overhead.
     """
     work_s = np.asarray(work_s, dtype=float)
+    checkpoint_s = np.asarray(checkpoint_s, dtype=float)
+    load = checkpoint_s if load_s is None else np.asarray(load_s, dtype=float)
     fleet_rate = np.asarray(instances, dtype=float) * np.asarray(rate_per_hr, dtype=float) / 3600.0  # per second
     failure_rate = np.asarray(gpus, dtype=float) * FAILURES_PER_GPU_HR / 3600.0
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -110,9 +127,9 @@ def spot_cost(
         # which a failure (no notice) always loses
         checkpoint_time = np.where(periodic, work_s * checkpoint_s / tau, 0.0)
         unsaved = np.where(periodic, tau, work_s) / 2.0
-        lost = checkpoint_s if saves_on_notice(checkpoint_s) else unsaved
-        per_interruption = restart_s + checkpoint_s + lost
-        per_failure = restart_s + checkpoint_s + unsaved
+        lost = np.where(saves_on_notice(checkpoint_s), checkpoint_s, unsaved)
+        per_interruption = restart_s + load + lost
+        per_failure = restart_s + load + unsaved
     running = work_s + checkpoint_time
     interruptions = fleet_rate * running
     overhead = checkpoint_time + interruptions * per_interruption + failure_rate * running * per_failure
@@ -121,18 +138,20 @@ def spot_cost(
 
 def on_demand_cost(
     work_s: np.ndarray | float,
-    checkpoint_s: float | None,
+    checkpoint_s: np.ndarray | float | None,
     restart_s: np.ndarray | float,
     gpus: np.ndarray | float,
+    load_s: np.ndarray | float | None = None,
 ) -> SpotCost:
     """``work_s`` seconds of training on an on-demand fleet of ``gpus`` GPUs: no spot interruptions, its node failures
-    (:data:`FAILURES_PER_GPU_HR`) and the periodic checkpoints they call for, each failure costing ``restart_s``.
-    ``checkpoint_s`` None is a plan that measured no save (:data:`DEFAULT_CHECKPOINT_S`). The one rule the ranking,
-    the deadline's on-demand spells, the current fleet, the runtime replan and srifty launch's fallback share."""
+    (:data:`FAILURES_PER_GPU_HR`) and the periodic checkpoints they call for, each failure costing ``restart_s`` and
+    a load (``load_s``, default the save's). ``checkpoint_s`` None is a plan that measured no save
+    (:data:`DEFAULT_CHECKPOINT_S`). The one rule the ranking, the deadline's on-demand spells, the current fleet, the
+    runtime replan and srifty launch's fallback share."""
     work = np.atleast_1d(np.asarray(work_s, dtype=float))
     none = np.zeros(work.shape)
-    save = DEFAULT_CHECKPOINT_S if checkpoint_s is None else float(checkpoint_s)
-    return spot_cost(work, none + 1.0, none, save, restart_s=restart_s, gpus=gpus)
+    save = DEFAULT_CHECKPOINT_S if checkpoint_s is None else checkpoint_s
+    return spot_cost(work, none + 1.0, none, save, restart_s=restart_s, gpus=gpus, load_s=load_s)
 
 
 def on_demand_time_s(
@@ -141,9 +160,11 @@ def on_demand_time_s(
     restart_s: float,
     gpus: float,
     confidence: float | None = None,
+    load_s: float | None = None,
 ) -> float:
     """An on-demand finish of ``work_s`` seconds of training (:func:`on_demand_cost`'s fleet): its expected wall time
-    when ``confidence`` is None, else the time it stays within with probability ``confidence``.
+    when ``confidence`` is None, else the time it stays within with probability ``confidence`` (``load_s``: a
+    checkpoint's load, default its save's).
 
     The same run as :func:`on_demand_cost` prices, drawn: the training and its periodic saves take a fixed time; node
     failures arrive as a Poisson process over it (mean: the fleet's failure rate x that time), and each costs the
@@ -151,7 +172,7 @@ def on_demand_time_s(
     it takes no periodic save). The extra time's distribution is a Poisson mixture of Irwin-Hall sums, exact up to 12
     failures and normal beyond, its quantile found by bisection. Its mean is :func:`on_demand_cost`'s overhead.
     """
-    priced = on_demand_cost(work_s, checkpoint_s, restart_s=restart_s, gpus=gpus)
+    priced = on_demand_cost(work_s, checkpoint_s, restart_s=restart_s, gpus=gpus, load_s=load_s)
     expected = float(priced.expected_time_s[0])
     if confidence is None:
         return expected
@@ -163,7 +184,7 @@ def on_demand_time_s(
     mean_failures = float(gpus) * FAILURES_PER_GPU_HR / 3600.0 * running
     if mean_failures <= 0 or window <= 0:
         return running
-    fixed = float(restart_s) + save  # each failure's restart and load
+    fixed = float(restart_s) + (save if load_s is None else float(load_s))  # each failure's restart and load
     spread = 12 * math.sqrt(mean_failures) + 12  # the Poisson tails beyond it are below 1e-9
     first, last = max(0, int(mean_failures - spread)), int(mean_failures + spread)
     # each count's probability in log space: exp(-mean) alone underflows past about 745 failures

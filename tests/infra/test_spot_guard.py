@@ -281,7 +281,7 @@ def _until(predicate, timeout: float = 15.0) -> None:
 
 def _tight(plan, deadline_s: float, steps: int = 1):
     """The plan with a deadline of seconds, ``steps`` steps of work, a start-up of 0.2 s and saves of 0.05 s."""
-    entries = [dataclasses.replace(e, startup_s=0.2) for e in plan.entries]
+    entries = [dataclasses.replace(e, startup_s=0.2, checkpoint_s=0.05) for e in plan.entries]
     gb = plan.entries[0].global_batch or 8
     c = dataclasses.replace(plan.constraints, deadline_h=deadline_s / 3600, work_samples=float(steps * gb))
     return dataclasses.replace(plan, constraints=c, entries=entries, checkpoint_s=0.05)

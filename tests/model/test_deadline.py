@@ -587,3 +587,21 @@ def test_the_review_of_the_fluid_run_and_its_intervals() -> None:
     many = odds.expected_with_fallback(np.array([10.0, 11.0, 30.0]) * 3600, np.array([9.0 * 3600]), three,
                                        20 * 3600.0, 0 * three, 600 * three, three, 3 * three)  # fmt: skip
     assert many.cost_usd.shape == (3,) and np.isfinite(many.cost_usd).all()
+
+
+def test_the_replay_reads_each_fleets_own_save_and_the_plans_load(planned, catalog) -> None:
+    """An entry records its fleet's own save (a sharded fleet's nodes each write their part); the replay's restart is
+    the start-up, that save and the plan's load, and whether a preemption loses work is that save's fit in the
+    notice, as the ranking priced it (before, the plan's one figure counted twice for every fleet)."""
+    import dataclasses
+
+    from predictor.documents.plan import load_plan
+
+    plan = load_plan(json.loads(planned[0].read_text()))
+    entry = plan.entries[plan.chosen]
+    for save, fits in ((100.0, True), (600.0, False)):
+        moved = dataclasses.replace(plan, checkpoint_s=700.0, entries=(dataclasses.replace(entry, checkpoint_s=save),))
+        run = dl.job_from_plan(moved, 0, catalog=catalog)
+        assert run.job.restart_s == pytest.approx((entry.startup_s or 0.0) + save + 700.0)
+        assert run.job.save_on_notice is fits
+        assert any(f"save on this fleet takes {save:.0f} s" in n for n in run.notes) is not fits

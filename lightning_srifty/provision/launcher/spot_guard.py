@@ -155,7 +155,9 @@ def _on_demand_copy(plan: Plan, index: int, catalog: Any) -> PlanEntry:
     # the same work on the same GPUs, without spot's interruptions: its node failures and their checkpoint interval
     start_s = entry.startup_s or 0.0
     work_s = plan.constraints.work_samples / entry.throughput_samples_s
-    priced = on_demand_cost(work_s, plan.checkpoint_s, restart_s=start_s, gpus=entry.gpus)
+    priced = on_demand_cost(
+        work_s, entry.save_s(plan.checkpoint_s), restart_s=start_s, gpus=entry.gpus, load_s=plan.checkpoint_s
+    )
     time_h = (start_s + float(priced.expected_time_s[0])) / 3600
     tau = float(priced.checkpoint_interval_s[0])
     # the intervals by the plan's one rule (the start-up fixed), on the on-demand time and price
@@ -232,6 +234,7 @@ class SpotGuard:
         gpus: float = 0.0,
         checkpoint_s: float | None = None,
         confidence: float | None = None,
+        load_s: float | None = None,
     ) -> None:
         for name, value in (("deadline_h", deadline_h), ("step_s", step_s), ("check_s", check_s)):
             if not (math.isfinite(value) and value > 0):
@@ -243,6 +246,7 @@ class SpotGuard:
         self.measured_restart_s: float | None = None
         self.check_s, self.spot_usd_hr, self.od_usd_hr = check_s, spot_usd_hr, od_usd_hr
         self.gpus, self.checkpoint_s, self.confidence = gpus, checkpoint_s, confidence
+        self.load_s = load_s  # a checkpoint's load after a failure (default: its save's)
         self.step = 0
         self.available = True  # until seen otherwise: the plan priced spot as there
         self._seen: list[bool] = []  # spot availability at each tick passed
@@ -288,7 +292,7 @@ class SpotGuard:
         if left_s <= 0:
             return 0.0
         confidence = self.confidence if self.measured_step_s is not None else None
-        return on_demand_time_s(left_s, self.checkpoint_s, self.restart_s, self.gpus, confidence)
+        return on_demand_time_s(left_s, self.checkpoint_s, self.restart_s, self.gpus, confidence, self.load_s)
 
     def _tick(self, now: float) -> int:
         """Ticks passed since the start, rounded up (time counts as spent: conservative for the deadline)."""
@@ -366,7 +370,8 @@ def guard_for(
     if name == "off":
         return None
     entry, od = plan.entries[index], od_plan.entries[od_index]
-    ckpt = plan.checkpoint_s if plan.checkpoint_s is not None else 0.0
+    ckpt = plan.checkpoint_s if plan.checkpoint_s is not None else 0.0  # the load, on any fleet
+    save = entry.checkpoint_s if entry.checkpoint_s is not None else ckpt  # the leaving fleet's own save
     # at the plan's confidence until the job reports its measured step (the quantile the ranking held to the deadline)
     at_confidence = odds.confidence_factor(entry, plan.constraints.confidence)
     return SpotGuard(
@@ -375,11 +380,12 @@ def guard_for(
         deadline_h=float(plan.constraints.deadline_h or 0.0),
         steps=total_steps(plan, global_batch),
         step_s=global_batch / entry.throughput_samples_s * at_confidence,
-        restart_s=(entry.startup_s or 0.0) + 2 * ckpt,  # start-up, the leaving save and the restore
+        restart_s=(entry.startup_s or 0.0) + save + ckpt,  # start-up, the leaving save and the restore
         check_s=check_s,
         spot_usd_hr=entry.usd_per_hour,
         od_usd_hr=od.usd_per_hour,
         gpus=float(od.gpus),
-        checkpoint_s=plan.checkpoint_s,
+        checkpoint_s=od.checkpoint_s if od.checkpoint_s is not None else plan.checkpoint_s,
         confidence=plan.constraints.confidence,
+        load_s=plan.checkpoint_s,
     )
