@@ -341,21 +341,40 @@ def _query_names(dependant: Any) -> set[str]:
     return names
 
 
+# the routes that take any query and read none of it: a monitor's cache-busting ?_=<time> on a liveness check is not a
+# mistake (it was answered 422, a service marked down)
+_ANY_QUERY = frozenset({"/healthz"})
+
+
 class _Route(APIRoute):
     def get_route_handler(self) -> Any:
         handler = super().get_route_handler()
         known = sorted(_query_names(self.dependant))
+        strict = self.path not in _ANY_QUERY
 
         async def parse_safely(request: Request) -> Any:
-            unknown = [name for name in request.query_params if name not in known]
-            if unknown:  # a trial's ?regoin=us-east-1 listed every region's types, its typo ignored
-                said = f"there is no query parameter {unknown[0]!r} on {request.url.path}"
-                close = suggest(unknown[0], known, n=1)
-                said += f". {did_you_mean(close)}" if close else f" (it takes {', '.join(known) or 'none'})"
-                return _error(["query", unknown[0]], said, "extra_forbidden")
+            refused = _query_refused(request, known) if strict else None
+            if refused is not None:
+                return refused
             return await handler(_JSONRequest(request.scope, request.receive))
 
         return parse_safely
+
+
+def _query_refused(request: Request, known: list[str]) -> JSONResponse | None:
+    """The refusal of a query parameter the route does not take, or of one given twice; None when the query is sound."""
+    names = [name for name, _ in request.query_params.multi_items()]
+    unknown = [name for name in names if name not in known]
+    if unknown:  # a trial's ?regoin=us-east-1 listed every region's types, its typo ignored
+        said = f"there is no query parameter {unknown[0]!r} on {request.url.path}"
+        close = suggest(unknown[0], known, n=1)
+        said += f". {did_you_mean(close)}" if close else f" (it takes {', '.join(known) or 'none'})"
+        return _error(["query", unknown[0]], said, "extra_forbidden")
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:  # ?region=a&region=b was read as b alone
+        said = f"the query parameter {twice!r} is given {names.count(twice)} times on {request.url.path}: give it once"
+        return _error(["query", twice], said, "duplicate")
+    return None
 
 
 def _error(loc: list[Any], message: str, kind: str, status: int = 422, **extra: Any) -> JSONResponse:
