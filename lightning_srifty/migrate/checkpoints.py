@@ -701,7 +701,7 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
 def _node_local(trainer: Any, path: str, who: str, refuse_another_model: bool, copies: list[str]) -> str | None:
     """The launcher's checkpoint ``path`` on this node (fetched once per node where the strategy loads local paths
     only, the copy appended to ``copies``), or None: another model's, said and not loaded (:func:`install_resume`)."""
-    local = on_this_node(path, fetch_file=loads_local_paths(trainer.strategy))
+    local = on_this_node(path, fetch_file=loads_local_paths(trainer.strategy), local_rank=trainer.local_rank)
     if is_remote(path) and local != path:
         copies.append(local)
     return _this_models(local, trainer.lightning_module, who, refuse_another_model)
@@ -832,11 +832,19 @@ def launch_resume_path(agree: Callable[[Callable[[], str | None]], str | None] |
 
 
 def on_this_node(
-    path: str, cache_dir: str | None = None, *, timeout_s: float = 1800.0, poll_s: float = 0.5, fetch_file: bool = False
+    path: str,
+    cache_dir: str | None = None,
+    *,
+    timeout_s: float = 1800.0,
+    poll_s: float = 0.5,
+    fetch_file: bool = False,
+    local_rank: int | None = None,
 ) -> str:
     """The checkpoint ``path`` as this node loads it (:func:`resume_checkpoint`): a remote directory (or, with
     ``fetch_file``, a remote file) downloaded once per node by local rank 0 into ``cache_dir`` (default
-    ``$TMPDIR/srifty-resume/<launch id>``) and checked; anything else as it is. The node's other ranks wait up to
+    ``$TMPDIR/srifty-resume/<launch id>``) and checked; anything else as it is. ``local_rank``: this process's rank
+    on the node, as the Trainer or Fabric knows it (default: ``$LOCAL_RANK``, which torchrun sets and SLURM does not,
+    where every rank would fetch its own). The node's other ranks wait up to
     ``timeout_s`` for local rank 0's word beside it (:data:`NODE_MARK_SUFFIX`): that the copy of what the store
     records now is in place (a copy of another run's checkpoint of the same name is not), or that it failed and why.
 
@@ -853,7 +861,7 @@ def on_this_node(
         return local_checkpoint(path, cache, require_manifest=True)  # nothing to download
     final = os.path.join(cache, PurePosixPath(path.rstrip("/")).name)
     record = _recorded(path)
-    if int(os.environ.get("LOCAL_RANK", "0")) != 0:
+    if (int(os.environ.get("LOCAL_RANK", "0")) if local_rank is None else local_rank) != 0:
         return _wait_for_node_copy(path, final, record, timeout_s, poll_s)
     os.makedirs(cache, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):

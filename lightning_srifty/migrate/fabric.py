@@ -137,7 +137,7 @@ class FabricPreemption(Leaving):
             return None
         # on this node's disk: Fabric's FSDP load takes a local path only, and a remote file is fetched once per node
         # (local rank 0; an 8-GPU node held 8 copies of a 7B model's 81 GB before), checked against its sha256
-        local = on_this_node(path, fetch_file=True)
+        local = on_this_node(path, fetch_file=True, local_rank=fabric.local_rank)
         rest = fabric.load(local, self.state, weights_only=True)  # data, never code (find_checkpoint vetted it)
         if store.is_remote(path):  # the copy the node fetched, once every rank loaded it (never a local checkpoint)
             fabric.barrier()

@@ -18,7 +18,7 @@ from torch import nn
 
 from _support import SCRIPTS, drift_plan, plan_layout
 from lightning_srifty import plan_strategy
-from lightning_srifty.migrate.checkpoints import _recorded, _say_on_this_node, forget_on_this_node
+from lightning_srifty.migrate.checkpoints import _recorded, _say_on_this_node, forget_on_this_node, on_this_node
 from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, _TimedDist, layout_name, structure
 from lightning_srifty.protocol import LaunchEnv, entry_strategy, strategy_text
 from lightning_srifty.strategies.ddp import SriftyDDPStrategy, apply_checkpointing
@@ -340,6 +340,11 @@ def test_a_remote_file_is_fetched_for_a_strategy_that_loads_local_paths_only(mon
     assert (tmp_path / "cache" / "preempt-step=5.ckpt.on-this-node").read_text().endswith(" ready")
     forget_on_this_node(str(final))
     assert list((tmp_path / "cache").iterdir()) == []
+    # where nothing sets LOCAL_RANK (SLURM: SLURM_LOCALID), the rank the Trainer or Fabric knows waits, fetching none
+    monkeypatch.delenv("LOCAL_RANK")
+    with pytest.raises(MigrationError, match="Waited 0 s for local rank 0"):
+        on_this_node(remote, str(tmp_path / "cache"), fetch_file=True, timeout_s=0.1, poll_s=0.02, local_rank=1)
+    assert not final.exists()
 
 
 def test_a_module_fsdp_holds_is_not_asked_its_state_dict_to_compare_a_checkpoint(tmp_path) -> None:
