@@ -276,11 +276,13 @@ def _calibration(
 
 def _migration(profile: Profile, entry: PlanEntry, target: PlanEntry) -> tuple[float, float]:
     """(what a move costs in USD, the training's downtime in seconds): a checkpoint saved on the current fleet and
-    loaded on the target (the profile's measured times, else its size at the root volume's baseline), the target
+    loaded on the target (the profile's measured times, else its size at the root volume's baseline, the save spread
+    over a sharded current fleet's nodes as its entry records), the target
     provisioned and restarted; the new fleet is paid from its request on, the old one trains on until it saves."""
     checkpoint = profile.checkpoint
     unmeasured = unmeasured_checkpoint(profile)[0] if checkpoint is None else 0.0
-    save_s = checkpoint.save_s if checkpoint else unmeasured
+    # unmeasured, the current fleet's own save: a sharded fleet's nodes each write their part (the plan's entry)
+    save_s = checkpoint.save_s if checkpoint else (unmeasured if entry.checkpoint_s is None else entry.checkpoint_s)
     load_s = (checkpoint.load_s or checkpoint.save_s) if checkpoint else unmeasured
     idle_new_s = REPROVISION_S + RESTART_S + save_s + load_s
     migration_usd = target.usd_per_hour * idle_new_s / 3600 + entry.usd_per_hour * save_s / 3600

@@ -119,3 +119,21 @@ def test_a_fleet_that_would_finish_after_the_deadline_moves_whatever_the_move_co
         profile, tight, 0, half, why="drift", measured_throughput=slow, catalog=catalog, elapsed_h=elapsed
     )
     assert not stuck.move and "are left of the deadline, and no fleet meets" in stuck.reason
+
+
+def test_a_moves_save_on_a_sharded_fleet_is_its_entrys(catalog) -> None:
+    """Unmeasured, a move's save on the current fleet was the whole estimate on one node's volume (a 7B model: 617
+    s) even where the fleet's eight nodes each write their part; it is the entry's own save (77 s), the load on the
+    target still the whole checkpoint."""
+    from pathlib import Path
+
+    from predictor.ranking.replan import _migration
+    from predictor.runs.spot import RESTART_S
+
+    llama = Path(__file__).resolve().parents[2] / "examples" / "profiles" / "llama-7b-bf16-captured.json"
+    profile = load_profile(json.loads(llama.read_text()))
+    plan = rank(profile, Constraints(steps=2000, market="on-demand", allow=("p4d",), top=40), catalog=catalog)
+    eight = next(e for e in plan.entries if e.nodes == 8 and e.layout is not None and e.layout.strategy == "fsdp")
+    assert eight.checkpoint_s == pytest.approx(plan.checkpoint_s / 8)
+    _, down_s = _migration(profile, eight, plan.entries[0])
+    assert down_s == pytest.approx(eight.checkpoint_s + RESTART_S + plan.checkpoint_s)
