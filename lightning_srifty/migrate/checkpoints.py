@@ -661,7 +661,7 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
 
     A copy the node fetched (:func:`on_this_node`) is removed by local rank 0 in the connector's ``resume_end``,
     after its barrier (every rank has loaded it): a 7B model's 81 GB copy stayed beside the run's next save on the
-    node's disk before."""
+    node's disk before. Another model's copy, not loaded, stays for a later fit() that takes it."""
     from lightning.pytorch.trainer.states import TrainerFn
 
     from lightning_srifty.protocol import LaunchEnv
@@ -700,11 +700,13 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
 
 def _node_local(trainer: Any, path: str, who: str, refuse_another_model: bool, copies: list[str]) -> str | None:
     """The launcher's checkpoint ``path`` on this node (fetched once per node where the strategy loads local paths
-    only, the copy appended to ``copies``), or None: another model's, said and not loaded (:func:`install_resume`)."""
+    only, the copy appended to ``copies`` when this fit() takes it), or None: another model's, said and not loaded
+    (:func:`install_resume`), whose copy a later fit() of the process reuses."""
     local = on_this_node(path, fetch_file=loads_local_paths(trainer.strategy), local_rank=trainer.local_rank)
-    if is_remote(path) and local != path:
+    taken = _this_models(local, trainer.lightning_module, who, refuse_another_model)
+    if taken is not None and is_remote(path) and local != path:  # another model's stays for the Trainer that takes it
         copies.append(local)
-    return _this_models(local, trainer.lightning_module, who, refuse_another_model)
+    return taken
 
 
 def _this_models(checkpoint_path: str, module: Any, who: str, refuse_another_model: bool) -> str | None:

@@ -60,6 +60,7 @@ from predictor.runs.spot import (
     FAILURES_PER_GPU_HR,
     RESTART_S,
     ROOT_VOLUME_BYTES_S,
+    busiest_node_share,
     estimated_checkpoint_s,
     on_demand_cost,
     sharded_save_s,
@@ -125,7 +126,7 @@ def rank(
     r = _Ranking(profile, constraints, catalog, work, checkpoint_s, calibration, factors, spot_stats, words, spreads)
     types, names, efficient, layouts, many, cand = _candidates(r, markets)
     known_startup = measured_startup()  # read once: the start-up figures and the plan's note
-    current, current_note = _current(profile, constraints, catalog, work, factors, checkpoint_s)
+    current, current_note = _current(r)
     scored = _score(r, types, names, many, cand, current, known_startup)
     ok, keep = _feasible(r, scored, lambda i: _described(entry(scored, i, 1, types, profile, None, False)))
     key = scored.time_h if constraints.objective == Objective.TIME else scored.cost
@@ -364,14 +365,14 @@ def _score(
 
 
 def _save_s(r: _Ranking, many: ManyPredictions, s: np.ndarray) -> np.ndarray:
-    """Each candidate's checkpoint save: an estimated one (:attr:`_Ranking.checkpoint_spreads`) spread over the nodes
-    of a sharded layout, which each write their part (:func:`predictor.runs.spot.sharded_save_s`); DDP's rank 0 and a
-    pipeline's (Lightning has none: the script's own) write it whole, as does a measured or given save."""
+    """Each candidate's checkpoint save: an estimated one (:attr:`_Ranking.checkpoint_spreads`) as the busiest node of
+    a sharded layout writes its part (:func:`predictor.runs.spot.busiest_node_share`); DDP's rank 0 and a pipeline's
+    (Lightning has none: the script's own) write it whole, as does a measured or given save."""
     if not r.checkpoint_spreads:
         return np.full(len(s), float(r.checkpoint_s))
     sharded = np.array([parse_layout(name).sharded for name in many.layout_names])
-    writers = np.where(sharded[many.layout_index[s]], many.counts[s].sum(axis=1), 1)
-    return sharded_save_s(r.checkpoint_s, writers)
+    share = busiest_node_share(many.group_gpus[s], many.counts[s], sharded[many.layout_index[s]])
+    return sharded_save_s(r.checkpoint_s, share)
 
 
 def _under_deadline(r: _Ranking, scored: Scored, run_s: np.ndarray, down_s: float) -> tuple[Scored, DeadlineOdds]:
@@ -908,16 +909,10 @@ def _startup_notes(
     return notes
 
 
-def _current(
-    profile: Profile,
-    constraints: Constraints,
-    catalog: Catalog,
-    work: Work,
-    factors: dict[str, float] | None,
-    checkpoint_s: float,
-) -> tuple[CurrentFleet | None, str | None]:
+def _current(r: _Ranking) -> tuple[CurrentFleet | None, str | None]:
     """((fleet, GPU, on-demand cost of the work) of the current hardware when known, priced and able to train the
     model; else None), and a note when it is known but cannot be compared."""
+    profile, constraints, catalog, work, factors = r.profile, r.constraints, r.catalog, r.work, r.factors
     text = constraints.current_fleet
     if text is None and profile.hardware.instance_type:
         text = f"{profile.hardware.instance_type}:{max(1, profile.hardware.nodes)}"
@@ -954,5 +949,10 @@ def _current(
     n_gpus = sum(g.instance.gpus * g.count for g in fleet.groups)
     # already running: no start-up; on-demand, its node failures and periodic checkpoints as any fleet's (_score)
     run_s = np.array([work.samples / pred.throughput_samples_s])
-    wall_s = on_demand_cost(run_s, checkpoint_s, restart_s=0.0, gpus=n_gpus).expected_time_s
+    save_s = float(r.checkpoint_s)  # an estimated one as the candidates' (_save_s): the busiest node's part
+    if r.checkpoint_spreads:
+        gpus_, counts = [[g.instance.gpus * g.count for g in fleet.groups]], [[g.count for g in fleet.groups]]
+        share = busiest_node_share(np.array(gpus_), np.array(counts), parse_layout(layout).sharded)
+        save_s = float(sharded_save_s(save_s, share)[0])
+    wall_s = on_demand_cost(run_s, save_s, restart_s=0.0, gpus=n_gpus, load_s=r.checkpoint_s).expected_time_s
     return CurrentFleet(str(fleet), gpus, usd * float(billed_hours(wall_s)[0]), float(wall_s[0]) / 3600), None

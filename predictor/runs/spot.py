@@ -37,15 +37,26 @@ def estimated_checkpoint_s(state_bytes: float) -> float:
     return max(DEFAULT_CHECKPOINT_S, float(state_bytes) / ROOT_VOLUME_BYTES_S)
 
 
-def sharded_save_s(checkpoint_s: float, writers: np.ndarray | float) -> np.ndarray:
-    """An unmeasured checkpoint's save on a fleet whose ``writers`` nodes each write their part at once, at their own
-    root volume's baseline: a sharded state dict (FSDP's, every layout's ``state_dict_type="sharded"``) is written by
-    every rank, replicated items spread over the ranks holding them (torch.distributed.checkpoint's default planner,
-    ``dedup_save_plans``: each to the smallest plan); DDP's rank 0 writes it all (``writers`` 1). Bounds: the whole
-    save on one node above, :data:`DEFAULT_CHECKPOINT_S` below (a small checkpoint's save is not sped up)."""
+def sharded_save_s(checkpoint_s: float, share: np.ndarray | float) -> np.ndarray:
+    """An unmeasured checkpoint's save on a fleet whose busiest node writes ``share`` of it, each node at once at its
+    own root volume's baseline (:func:`busiest_node_share`). Bounds: the whole save on one node above,
+    :data:`DEFAULT_CHECKPOINT_S` below (a small checkpoint's save is not sped up)."""
     whole = float(checkpoint_s)
-    spread = np.maximum(np.asarray(writers, dtype=float), 1.0)
-    return np.where(whole > DEFAULT_CHECKPOINT_S, np.maximum(DEFAULT_CHECKPOINT_S, whole / spread), whole)
+    part = np.clip(np.asarray(share, dtype=float), 0.0, 1.0)
+    return np.where(whole > DEFAULT_CHECKPOINT_S, np.maximum(DEFAULT_CHECKPOINT_S, whole * part), whole)
+
+
+def busiest_node_share(group_gpus: np.ndarray, counts: np.ndarray, sharded: np.ndarray | bool) -> np.ndarray:
+    """The share of a checkpoint the busiest node of each fleet writes: (N, K) GPUs and instances of each group.
+    A sharded state dict (FSDP's, every layout's ``state_dict_type="sharded"``) is written by every rank at once, an
+    equal part each (replicated items spread over the ranks holding them: torch.distributed.checkpoint's default
+    planner gives each to the smallest plan, ``dedup_save_plans``), so the node with the most GPUs writes its GPUs'
+    share; DDP's rank 0 writes it all (1)."""
+    group_gpus, counts = np.atleast_2d(group_gpus).astype(float), np.atleast_2d(counts).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_node = np.where(counts > 0, group_gpus / counts, 0.0).max(axis=1)
+        share = per_node / group_gpus.sum(axis=1)
+    return np.where(np.asarray(sharded) & np.isfinite(share), share, 1.0)
 
 
 # EC2's spot interruption notice ("Spot Instance interruption notices", Amazon EC2 User Guide: "two minutes before")

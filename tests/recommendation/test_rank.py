@@ -683,6 +683,7 @@ def test_an_unmeasured_sharded_save_is_spread_over_the_nodes_that_each_write_the
     for e in plan.entries:
         sharded = e.layout is not None and e.layout.strategy == "fsdp"
         assert e.checkpoint_s == pytest.approx(max(DEFAULT_CHECKPOINT_S, whole / e.nodes) if sharded else whole)
+        assert e.nodes < 2 or e.checkpoint_s < whole  # every fleet of several nodes here is sharded
         lost_nothing = (e.startup_s or 0.0) + whole + (e.checkpoint_s or 0.0)
         if saves_on_notice(e.checkpoint_s):
             fitted += 1
@@ -692,6 +693,19 @@ def test_an_unmeasured_sharded_save_is_spread_over_the_nodes_that_each_write_the
     assert fitted >= 2 and len(plan.entries) - fitted >= 2  # the eight-node fleets fit the notice, one node does not
     given = rank(profile, Constraints(steps=2000, market="spot", allow=("p4d",)), catalog=catalog, checkpoint_s=600.0)
     assert {e.checkpoint_s for e in given.entries} == {600.0} and given.checkpoint_s == 600.0
+    # a review: in a mixed fleet every GPU writes an equal part, so its busiest node writes its GPUs' share, not
+    # 1 / nodes (g6e.24xlarge:1 of 4 GPUs and p4d.24xlarge:5 of 8: each p4d writes 8/44, 112 s, past the notice)
+    mixed = rank(
+        profile, Constraints(steps=2000, market="spot", allow=("p4d", "g6e"), max_types=2, top=400), catalog=catalog
+    )
+    checked = 0
+    for e in mixed.entries:
+        if len(e.groups) < 2 or e.layout is None or e.layout.strategy != "fsdp":
+            continue
+        busiest = max(g.gpus_per_instance for g in e.groups) / e.gpus
+        assert e.checkpoint_s == pytest.approx(max(DEFAULT_CHECKPOINT_S, whole * busiest)), e.fleet
+        checked += 1
+    assert checked >= 5
 
 
 @pytest.mark.parametrize(
