@@ -707,7 +707,12 @@ def test_a_node_whose_setup_fails_stops_its_wheelhouse_upload_on_the_way_out(tf_
     (tmp_path / "code.tar.gz").write_bytes(archive.getvalue())
     values = template_values(
         name="house",
-        setup_command="false",  # the user's setup fails after the install
+        # the user's setup fails after the install, once the upload has begun (stop 92's CI: a bare `false` on a
+        # loaded machine ended the node before the background upload had made its first call, and "begun" failed)
+        setup_command=(
+            'for _ in $(seq 200); do grep -q "^s3 sync /.*/wheelhouse/" "$FAKE_DIR/aws.calls" 2>/dev/null && break; '
+            "sleep 0.1; done; false"
+        ),
         code_sha256=hashlib.sha256(archive.getvalue()).hexdigest(),
         code_uri_b64=base64.b64encode(b"s3://b/code/code.tar.gz").decode(),
     )
