@@ -297,16 +297,6 @@ class PlanEntry:
         _check_contains("time_interval_h", self.time_interval_h, self.time_h)
         _check_contains("cost_interval_usd", self.cost_interval_usd, self.cost_usd)
 
-    def save_s(self, plan_checkpoint_s: float | None) -> float:
-        """One checkpoint save on this fleet: its own figure, else the plan's (``plan_checkpoint_s``), else
-        :data:`predictor.runs.spot.DEFAULT_CHECKPOINT_S`."""
-        from predictor.runs.spot import DEFAULT_CHECKPOINT_S
-
-        for seconds in (self.checkpoint_s, plan_checkpoint_s):
-            if seconds is not None:
-                return float(seconds)
-        return DEFAULT_CHECKPOINT_S
-
     def life_basis_h(self) -> float:
         """The hours a fleet's life cap is reckoned from: its predicted time; for an entry that moves when late, the
         later of that expectation and its interval's end (the deadline or later), the fleet training on until then

@@ -30,7 +30,7 @@ from predictor.documents.schema import to_dict
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, SriftyError
 from predictor.ranking import Calibration, Constraints, rank
 from predictor.ranking.core import unmeasured_checkpoint
-from predictor.runs.spot import REPROVISION_S, RESTART_S, on_demand_cost
+from predictor.runs.spot import REPROVISION_S, RESTART_S, on_demand_cost, planned_save_s
 
 Why = Literal["drift", "price", "deadline"]
 
@@ -104,7 +104,7 @@ def _own_training_h(plan: Plan, entry: PlanEntry) -> float:
     checkpoints priced as the ranking prices them (:func:`~predictor.runs.spot.on_demand_cost`; an entry with a late
     move is on-demand, whose figures are the move's expectation, not the fleet's own)."""
     work_s = plan.constraints.work_samples / entry.throughput_samples_s
-    save, load = entry.save_s(plan.checkpoint_s), plan.checkpoint_s
+    save, load = planned_save_s(plan, entry), plan.checkpoint_s
     own = on_demand_cost(work_s, save, restart_s=entry.startup_s or 0.0, gpus=entry.gpus, load_s=load)
     return float(own.expected_time_s[0]) / 3600
 

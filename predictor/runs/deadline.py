@@ -46,7 +46,7 @@ from predictor.catalog.catalog import Catalog
 from predictor.documents.plan import check_choice
 from predictor.exceptions import ConfigError
 from predictor.runs.odds import HEAD_START, TAIL, confidence_factor
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, NOTICE_MARGIN_S, NOTICE_S, saves_on_notice
+from predictor.runs.spot import DEFAULT_CHECKPOINT_S, NOTICE_MARGIN_S, NOTICE_S, planned_save_s, saves_on_notice
 from predictor.runs.traces import Trace
 
 WAIT, ON_DEMAND = -1, -2  # actions besides "spot in zone z" (z >= 0)
@@ -460,7 +460,7 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
         )
     work_s, notes = _planned_work_s(plan, entry)
     ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S  # the load, on any fleet
-    save = entry.save_s(plan.checkpoint_s)  # this fleet's own save (a sharded one's nodes each write their part)
+    save = planned_save_s(plan, entry)  # this fleet's own save (a sharded one's nodes each write their part)
     spot_nodes = sum(g.spot for g in entry.groups)
     od, sp = _fleet_prices(entry, index, catalog if catalog is not None else Catalog.load())
     if entry.market == "on-demand" and spot_nodes == 0:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,15 @@ def busiest_node_share(group_gpus: np.ndarray, counts: np.ndarray, sharded: np.n
         per_node = np.where(counts > 0, group_gpus / counts, 0.0).max(axis=1)
         share = per_node / group_gpus.sum(axis=1)
     return np.where(np.asarray(sharded) & np.isfinite(share), share, 1.0)
+
+
+def planned_save_s(plan: Any, entry: Any) -> float:
+    """One checkpoint save on ``entry``'s fleet as the plan priced it: the entry's own (``checkpoint_s``: an
+    unmeasured save spread over a sharded fleet's nodes), else the plan's, else :data:`DEFAULT_CHECKPOINT_S`."""
+    for seconds in (entry.checkpoint_s, plan.checkpoint_s):
+        if seconds is not None:
+            return float(seconds)
+    return DEFAULT_CHECKPOINT_S
 
 
 # EC2's spot interruption notice ("Spot Instance interruption notices", Amazon EC2 User Guide: "two minutes before")

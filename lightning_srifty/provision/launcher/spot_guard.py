@@ -37,7 +37,7 @@ from predictor.documents.checks import refused
 from predictor.documents.plan import Plan, PlanEntry, scaled_interval
 from predictor.exceptions import ConfigError
 from predictor.runs import deadline, odds
-from predictor.runs.spot import on_demand_cost, on_demand_time_s
+from predictor.runs.spot import on_demand_cost, on_demand_time_s, planned_save_s
 
 Running = Literal["spot", "on-demand"] | None
 Action = Literal["spot", "wait", "on-demand"]
@@ -156,7 +156,7 @@ def _on_demand_copy(plan: Plan, index: int, catalog: Any) -> PlanEntry:
     start_s = entry.startup_s or 0.0
     work_s = plan.constraints.work_samples / entry.throughput_samples_s
     priced = on_demand_cost(
-        work_s, entry.save_s(plan.checkpoint_s), restart_s=start_s, gpus=entry.gpus, load_s=plan.checkpoint_s
+        work_s, planned_save_s(plan, entry), restart_s=start_s, gpus=entry.gpus, load_s=plan.checkpoint_s
     )
     time_h = (start_s + float(priced.expected_time_s[0])) / 3600
     tau = float(priced.checkpoint_interval_s[0])
