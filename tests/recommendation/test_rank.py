@@ -733,3 +733,31 @@ def test_a_constraint_that_acts_through_a_deadline_given_without_one_is_said_to_
     assert [e.fleet for e in plan.entries] == [e.fleet for e in without.entries]
     flags = rank(profile, Constraints(steps=1000, **given), catalog=catalog, words=FLAGS)
     assert any(n.startswith("--confidence 0.8") and "(give --deadline" in n for n in flags.notes)
+
+
+def test_the_current_sharded_fleet_saves_as_the_candidates_do(catalog) -> None:
+    """A review: the current fleet (the profile's, under its own layout) was priced with the whole unmeasured save
+    while the same shape among the candidates saved its busiest node's part; it is priced by the same rule now."""
+    from pathlib import Path
+
+    from predictor.catalog.fleet import parse_fleet
+    from predictor.ranking.core import _checkpoint_cost, _current, _Ranking
+    from predictor.ranking.words import PYTHON
+    from predictor.runs.spot import on_demand_cost
+
+    llama = Path(__file__).resolve().parents[2] / "examples" / "profiles" / "llama-7b-bf16-captured.json"
+    raw = json.loads(llama.read_text())
+    raw["hardware"].update(instance_type="p4d.24xlarge", nodes=8)
+    raw["layout"] = "fsdp:full_shard"
+    profile = load_profile(raw)
+    asked = Constraints(steps=200_000, market="on-demand")  # longer than Young-Daly's interval: periodic saves
+    whole, _, spreads = _checkpoint_cost(profile, None)
+    assert spreads and whole > 600
+    r = _Ranking(profile, asked, catalog, asked.work(profile), whole, None, None, None, PYTHON, spreads)
+    current, note = _current(r)
+    assert current is not None and current.fleet == "p4d.24xlarge:8", note
+    fleet = parse_fleet("p4d.24xlarge:8", catalog, "fleet")
+    run_s = r.work.samples / predict(profile, fleet, catalog=catalog, layout="fsdp:full_shard").throughput_samples_s
+    spread = on_demand_cost(run_s, whole / 8, restart_s=0.0, gpus=64, load_s=whole).expected_time_s[0]
+    assert current.hours * 3600 == pytest.approx(spread)
+    assert on_demand_cost(run_s, whole, restart_s=0.0, gpus=64).expected_time_s[0] > spread * 1.001  # the old figure
