@@ -236,8 +236,8 @@ def unmeasured_checkpoint(profile: Profile) -> tuple[float, str]:
         return seconds, "assumed"
     return seconds, (
         f"estimated: {state / 1e9:,.3g} GB of weights and optimizer state at the root volume's "
-        f"{ROOT_VOLUME_BYTES_S / 2**20:.0f} MiB/s gp3 baseline; not measured; a sharded fleet's nodes each save "
-        "their part, each entry's checkpoint_s"
+        f"{ROOT_VOLUME_BYTES_S / 2**20:.0f} MiB/s gp3 baseline, not measured; on a sharded fleet each node saves "
+        "its part, in each entry's checkpoint_s"
     )
 
 
