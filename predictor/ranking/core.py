@@ -368,11 +368,16 @@ def _save_s(r: _Ranking, many: ManyPredictions, s: np.ndarray) -> np.ndarray:
     """Each candidate's checkpoint save: an estimated one (:attr:`_Ranking.checkpoint_spreads`) as the busiest node of
     a sharded layout writes its part (:func:`predictor.runs.spot.busiest_node_share`); DDP's rank 0 and a pipeline's
     (Lightning has none: the script's own) write it whole, as does a measured or given save."""
-    if not r.checkpoint_spreads:
-        return np.full(len(s), float(r.checkpoint_s))
     sharded = np.array([parse_layout(name).sharded for name in many.layout_names])
-    share = busiest_node_share(many.group_gpus[s], many.counts[s], sharded[many.layout_index[s]])
-    return sharded_save_s(r.checkpoint_s, share)
+    return _fleet_save_s(r, many.group_gpus[s], many.counts[s], sharded[many.layout_index[s]])
+
+
+def _fleet_save_s(r: _Ranking, group_gpus: np.ndarray, counts: np.ndarray, sharded: np.ndarray | bool) -> np.ndarray:
+    """The save of each fleet of (N, K) GPUs and instances by group: the ranking's one figure, or an estimated one as
+    the busiest node of a sharded fleet writes its part (:func:`_save_s`; the current fleet's, :func:`_current`)."""
+    if not r.checkpoint_spreads:
+        return np.full(len(np.atleast_2d(counts)), float(r.checkpoint_s))
+    return sharded_save_s(r.checkpoint_s, busiest_node_share(group_gpus, counts, sharded))
 
 
 def _under_deadline(r: _Ranking, scored: Scored, run_s: np.ndarray, down_s: float) -> tuple[Scored, DeadlineOdds]:
@@ -949,10 +954,8 @@ def _current(r: _Ranking) -> tuple[CurrentFleet | None, str | None]:
     n_gpus = sum(g.instance.gpus * g.count for g in fleet.groups)
     # already running: no start-up; on-demand, its node failures and periodic checkpoints as any fleet's (_score)
     run_s = np.array([work.samples / pred.throughput_samples_s])
-    save_s = float(r.checkpoint_s)  # an estimated one as the candidates' (_save_s): the busiest node's part
-    if r.checkpoint_spreads:
-        gpus_, counts = [[g.instance.gpus * g.count for g in fleet.groups]], [[g.count for g in fleet.groups]]
-        share = busiest_node_share(np.array(gpus_), np.array(counts), parse_layout(layout).sharded)
-        save_s = float(sharded_save_s(save_s, share)[0])
+    groups = fleet.groups
+    gpus_, counts = np.array([[g.instance.gpus * g.count for g in groups]]), np.array([[g.count for g in groups]])
+    save_s = float(_fleet_save_s(r, gpus_, counts, parse_layout(layout).sharded)[0])  # as the candidates' (_save_s)
     wall_s = on_demand_cost(run_s, save_s, restart_s=0.0, gpus=n_gpus, load_s=r.checkpoint_s).expected_time_s
     return CurrentFleet(str(fleet), gpus, usd * float(billed_hours(wall_s)[0]), float(wall_s[0]) / 3600), None

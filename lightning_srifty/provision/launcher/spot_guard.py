@@ -385,7 +385,7 @@ def guard_for(
         spot_usd_hr=entry.usd_per_hour,
         od_usd_hr=od.usd_per_hour,
         gpus=float(od.gpus),
-        checkpoint_s=od.checkpoint_s if od.checkpoint_s is not None else plan.checkpoint_s,
+        checkpoint_s=planned_save_s(plan, od),
         confidence=plan.constraints.confidence,
         load_s=plan.checkpoint_s,
     )
