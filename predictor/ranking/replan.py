@@ -205,7 +205,7 @@ def decide_move(
     if target.fleet == entry.fleet and target.market == entry.market:
         still = f"{entry.fleet} is still the best fleet for the remaining work"
         return decision(False, still + (f" (though {behind})" if behind else ""), plan=replanned)
-    migration_usd, downtime_s = _migration(profile, entry, target)
+    migration_usd, downtime_s = _migration(profile, plan, entry, target)
     go = target.time_h + downtime_s / 3600 if objective == "time" else target.cost_usd + migration_usd
     savings = 1.0 - go / stay if stay > 0 else -math.inf
     words = _move_words(target, go, stay, unit, entry, savings, measured_throughput)
@@ -274,16 +274,19 @@ def _calibration(
     return Calibration(factors, {}) if factors else None
 
 
-def _migration(profile: Profile, entry: PlanEntry, target: PlanEntry) -> tuple[float, float]:
+def _migration(profile: Profile, plan: Plan, entry: PlanEntry, target: PlanEntry) -> tuple[float, float]:
     """(what a move costs in USD, the training's downtime in seconds): a checkpoint saved on the current fleet and
-    loaded on the target (the profile's measured times, else its size at the root volume's baseline, the save spread
-    over a sharded current fleet's nodes as its entry records), the target
-    provisioned and restarted; the new fleet is paid from its request on, the old one trains on until it saves."""
+    loaded on the target (the profile's measured times, else the plan's figures: the save its entry records, spread
+    over a sharded current fleet's nodes, and the plan's one-node figure, given or estimated from the size, loaded
+    on every node), the target provisioned and restarted; the new fleet is paid from its request on, the old one
+    trains on until it saves."""
     checkpoint = profile.checkpoint
-    unmeasured = unmeasured_checkpoint(profile)[0] if checkpoint is None else 0.0
-    # unmeasured, the current fleet's own save: a sharded fleet's nodes each write their part (the plan's entry)
-    save_s = checkpoint.save_s if checkpoint else (unmeasured if entry.checkpoint_s is None else entry.checkpoint_s)
-    load_s = (checkpoint.load_s or checkpoint.save_s) if checkpoint else unmeasured
+    if checkpoint is not None:
+        save_s, load_s = checkpoint.save_s, checkpoint.load_s or checkpoint.save_s
+    else:
+        whole = unmeasured_checkpoint(profile)[0] if plan.checkpoint_s is None else plan.checkpoint_s
+        save_s = whole if entry.checkpoint_s is None else entry.checkpoint_s
+        load_s = whole
     idle_new_s = REPROVISION_S + RESTART_S + save_s + load_s
     migration_usd = target.usd_per_hour * idle_new_s / 3600 + entry.usd_per_hour * save_s / 3600
     return migration_usd, save_s + RESTART_S + load_s

@@ -153,6 +153,30 @@ def test_the_hard_rule_leaves_room_for_an_on_demand_finishs_node_failures_and_sa
     assert built is not None and (built.gpus, built.checkpoint_s, built.confidence) == expected
 
 
+def test_a_node_failure_under_the_guard_restarts_as_the_ranking_prices_it(spot_plan, catalog) -> None:
+    """A move's restart holds the start-up, the leaving fleet's save and the load; a node failure gives no notice
+    to save on and loads once. The on-demand finish the hard rule leaves room for is the ranking's on-demand twin:
+    each failure the start-up and one load (before, the save and a second load besides)."""
+    from lightning_srifty.provision.launcher.spot_guard import guard_for
+    from predictor.runs.spot import on_demand_cost, planned_save_s
+
+    od_plan, i = on_demand_fleet(spot_plan, 0, catalog)
+    built = guard_for("srifty", spot_plan, 0, od_plan, i, started_unix=T0, global_batch=8, check_s=300.0)
+    assert built is not None
+    entry, od = spot_plan.entries[0], od_plan.entries[i]
+    start, save, load = entry.startup_s, planned_save_s(spot_plan, entry), spot_plan.checkpoint_s
+    assert built.restart_s == pytest.approx(start + save + load) and built.failure_restart_s == pytest.approx(start)
+    built.gpus = 992.0  # OPT-175B's cluster: failures the finish must hold (a few GPUs' are lost in rounding)
+    left = built.steps * built.step_s
+    twin = on_demand_cost(left, planned_save_s(spot_plan, od), restart_s=od.startup_s, gpus=992.0, load_s=load)
+    assert built.work_left_s == pytest.approx(float(twin.expected_time_s[0]), rel=1e-12)
+    # a measured move: a failure's restart is what the move took beyond its save and load, never below nothing
+    built.restarted(start + save + load + 100.0)
+    assert built.failure_restart_s == pytest.approx(start + 100.0)
+    built.restarted(10.0)
+    assert built.failure_restart_s == 0.0
+
+
 def test_on_demand_stays_under_greedy_and_returns_to_spot_under_srifty_when_it_pays() -> None:
     greedy, srifty = guard(deadline.Greedy()), guard(deadline.Srifty())
     for g in (greedy, srifty):

@@ -124,7 +124,7 @@ def test_a_fleet_that_would_finish_after_the_deadline_moves_whatever_the_move_co
 def test_a_moves_save_on_a_sharded_fleet_is_its_entrys(catalog) -> None:
     """Unmeasured, a move's save on the current fleet was the whole estimate on one node's volume (a 7B model: 617
     s) even where the fleet's eight nodes each write their part; it is the entry's own save (77 s), the load on the
-    target still the whole checkpoint."""
+    target still the whole checkpoint. A save the caller gave the ranking is the move's save and load."""
     from pathlib import Path
 
     from predictor.ranking.replan import _migration
@@ -135,5 +135,10 @@ def test_a_moves_save_on_a_sharded_fleet_is_its_entrys(catalog) -> None:
     plan = rank(profile, Constraints(steps=2000, market="on-demand", allow=("p4d",), top=40), catalog=catalog)
     eight = next(e for e in plan.entries if e.nodes == 8 and e.layout is not None and e.layout.strategy == "fsdp")
     assert eight.checkpoint_s == pytest.approx(plan.checkpoint_s / 8)
-    _, down_s = _migration(profile, eight, plan.entries[0])
+    _, down_s = _migration(profile, plan, eight, plan.entries[0])
     assert down_s == pytest.approx(eight.checkpoint_s + RESTART_S + plan.checkpoint_s)
+    # a save the caller gave is the save and the load, as the ranking priced the plan with it (not the size's 617 s)
+    given = rank(profile, Constraints(steps=2000, market="on-demand", allow=("p4d",), top=40), catalog=catalog,
+                 checkpoint_s=200.0)  # fmt: skip
+    _, down_s = _migration(profile, given, given.entries[0], given.entries[1])
+    assert given.checkpoint_s == given.entries[0].checkpoint_s == 200.0 and down_s == pytest.approx(400.0 + RESTART_S)

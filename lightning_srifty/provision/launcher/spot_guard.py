@@ -208,6 +208,10 @@ class SpotGuard:
             the on-demand finish's periodic checkpoints for those failures.
         confidence: the plan's (``constraints.confidence``): the on-demand finish's node failures are held at that
             quantile (None, a plan made before confidences: their expectation).
+        load_s: a checkpoint's load after a node failure (None: the save's).
+        move_only_s: the part of ``restart_s`` a node failure does not pay again: the leaving fleet's save (a failure
+            gives no notice to save on) and the load (each failure's is ``load_s``). A failure's restart is
+            ``restart_s`` less it (the start-up alone, as the ranking prices it); 0: the whole ``restart_s``.
 
     The hard rule leaves room for what an on-demand finish of the steps left takes beyond them
     (:func:`~predictor.runs.spot.on_demand_time_s`: its periodic saves, and its node failures, each costing the
@@ -235,6 +239,7 @@ class SpotGuard:
         checkpoint_s: float | None = None,
         confidence: float | None = None,
         load_s: float | None = None,
+        move_only_s: float = 0.0,
     ) -> None:
         for name, value in (("deadline_h", deadline_h), ("step_s", step_s), ("check_s", check_s)):
             if not (math.isfinite(value) and value > 0):
@@ -247,6 +252,7 @@ class SpotGuard:
         self.check_s, self.spot_usd_hr, self.od_usd_hr = check_s, spot_usd_hr, od_usd_hr
         self.gpus, self.checkpoint_s, self.confidence = gpus, checkpoint_s, confidence
         self.load_s = load_s  # a checkpoint's load after a failure (default: its save's)
+        self.move_only_s = move_only_s  # in a move's restart, not in a failure's
         self.step = 0
         self.available = True  # until seen otherwise: the plan priced spot as there
         self._seen: list[bool] = []  # spot availability at each tick passed
@@ -284,6 +290,12 @@ class SpotGuard:
         return self.predicted_restart_s if self.measured_restart_s is None else self.measured_restart_s
 
     @property
+    def failure_restart_s(self) -> float:
+        """A node failure's restart before its load: the move's restart less the save and load only a move pays
+        there (a measured move's too: what it took beyond them)."""
+        return max(0.0, self.restart_s - self.move_only_s)
+
+    @property
     def work_left_s(self) -> float:
         """An on-demand finish of the steps left: their training at :attr:`step_s`, the periodic saves and the node
         failures it meets (:func:`~predictor.runs.spot.on_demand_time_s`), the failures at the plan's confidence once
@@ -292,7 +304,7 @@ class SpotGuard:
         if left_s <= 0:
             return 0.0
         confidence = self.confidence if self.measured_step_s is not None else None
-        return on_demand_time_s(left_s, self.checkpoint_s, self.restart_s, self.gpus, confidence, self.load_s)
+        return on_demand_time_s(left_s, self.checkpoint_s, self.failure_restart_s, self.gpus, confidence, self.load_s)
 
     def _tick(self, now: float) -> int:
         """Ticks passed since the start, rounded up (time counts as spent: conservative for the deadline)."""
@@ -388,4 +400,5 @@ def guard_for(
         checkpoint_s=planned_save_s(plan, od),
         confidence=plan.constraints.confidence,
         load_s=plan.checkpoint_s,
+        move_only_s=save + ckpt,  # a failure restarts with the start-up and its load, as the ranking prices it
     )
