@@ -110,8 +110,9 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
 
     console(260 if args.wide else 170).print(plan_table(plan, profile.model.name, wide=args.wide))
     from predictor.catalog.instances import SPOT_OUTLIER_HINT, SPOT_UNLISTED_HINT
-    from predictor.ranking.core import BUDGET_NOTE, LATE_MOVE_NOTE, RISK_NOTE, TRANSPORT_NOTE, VALIDATION_NOTE
+    from predictor.ranking.core import BUDGET_NOTE, LATE_MOVE_NOTE, RISK_NOTE, TRANSPORT_NOTE
     from predictor.ranking.explain import no_table_note, unmeasured_note
+    from predictor.ranking.validation import VALIDATION_NOTE
 
     caveat = unmeasured_note(profile) or no_table_note(profile)
     tagged = (SPOT_OUTLIER_HINT, SPOT_UNLISTED_HINT)  # the notes the table's reader must see

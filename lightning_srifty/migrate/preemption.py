@@ -127,10 +127,15 @@ class SignsOfLife(Callback):
         if (node := self._on_node(trainer)) is not None:
             node.sign(force=save)  # a save's always written: the silence it may start counts from it
 
-    def _stepped(self, trainer: pl.Trainer, step_end: float) -> None:
-        """A step ended: rank 0's report to the launcher, and the node's alive file."""
+    def _stepped(self, trainer: pl.Trainer, step_end: float, boundary: bool) -> None:
+        """A batch ended: at an optimizer step's end (``boundary``) rank 0's report to the launcher, at a micro-batch's
+        a sign of life (with accumulation the first batch's global step is the checkpoint's: a rehearsal read "first
+        step 11 after the checkpoint of step 11"); the node's alive file either way."""
         if self.watch is not None and trainer.is_global_zero:
-            self.watch.step_ended(trainer.global_step, step_end, trainer)
+            if boundary:
+                self.watch.step_ended(trainer.global_step, step_end, trainer)
+            else:
+                self.watch.note_active(step_end)
         if (node := self._on_node(trainer)) is not None:
             node.step(trainer.global_step)
 
@@ -260,8 +265,8 @@ class SpotPreemption(SignsOfLife, Leaving):
         if self._inactive:
             return
         step_end = time.time()
-        self._stepped(trainer, step_end)
         boundary = self._pace.batch_ended(trainer)
+        self._stepped(trainer, step_end, boundary)
         stop, rebalance, due = self._agree(trainer, boundary)
         if stop and not boundary and self._pace.finishes_first(trainer, self):
             return  # the step's last micro-batches first, while the window allows; one not leaving waits for its end

@@ -304,6 +304,22 @@ class ValidationTiming:
     every_epochs: int | None = doc_field(
         "epochs between two validations (check_val_every_n_epoch)", default=None, min=1
     )
+    every_epoch_fraction: float | None = doc_field(
+        "the share of an epoch between two validations (a float val_check_interval; 1.0, Lightning's default, once an"
+        " epoch): every_batches is then this epoch's, and a planned epoch of another length validates on its own count",
+        default=None,
+        exclusive_min=0,
+        max=1,
+    )
+    every_s: float | None = doc_field(
+        "seconds of training between two validations (a time-based val_check_interval): their count follows the "
+        "fleet's speed",
+        default=None,
+        exclusive_min=0,
+    )
+    epoch_batches: int | None = doc_field(
+        "training batches of one epoch of the profiled run, per rank (num_training_batches)", default=None, min=1
+    )
     batches: int | None = doc_field("validation batches in one validation (all dataloaders)", default=None, min=0)
     batch_s: Stats | None = doc_field(
         "seconds per validation batch on the profiling hardware (sanity-check batches included)", default=None

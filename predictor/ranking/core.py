@@ -42,7 +42,8 @@ from predictor.ranking.explain import (
     within,
 )
 from predictor.ranking.pareto import pareto
-from predictor.ranking.words import PYTHON, Words, chance_beside, names
+from predictor.ranking.validation import validation_notes
+from predictor.ranking.words import PYTHON, Words, chance_beside, names, three
 from predictor.runs.odds import (
     DOWN_SPELL_S,
     LATE_CHECK_S,
@@ -146,7 +147,7 @@ def rank(
         + _startup_notes(constraints, types, entries[0], current, known_startup, words)
         + _outlier_notes(entries, types)
         + _risk_notes(constraints, scored, ok, key, entries, lambda i: one(i, 0))
-        + _validation_notes(profile, work)
+        + validation_notes(profile, work, constraints, words)
     )
     # priced without the deadline (its fallback to on-demand is in the spot fleets' prices): what binds, measured
     relaxed = functools.partial(_without_deadline, r, scoring=(types, names, many, cand, current, known_startup))
@@ -235,7 +236,7 @@ def unmeasured_checkpoint(profile: Profile) -> tuple[float, str]:
     if seconds <= DEFAULT_CHECKPOINT_S:
         return seconds, "assumed"
     return seconds, (
-        f"estimated: {state / 1e9:,.3g} GB of weights and optimizer state at the root volume's "
+        f"estimated: {three(state / 1e9)} GB of weights and optimizer state at the root volume's "
         f"{ROOT_VOLUME_BYTES_S / 2**20:.0f} MiB/s gp3 baseline, not measured; on a sharded fleet each node saves "
         "its part, in each entry's checkpoint_s"
     )
@@ -460,11 +461,16 @@ def _values(scored: Scored) -> dict[str, np.ndarray]:
 
 def _described(e: PlanEntry) -> str:
     """A fleet in a refusal's words: what it is, where bought, what it costs (at its predicted time, which a
-    refusal at a confidence may not name: a trial read a 90 % time beside the median's cost)."""
-    return (
+    refusal at a confidence may not name: a trial read a 90 % time beside the median's cost), and the share of the
+    work a spot fleet's deadline runs on-demand, which its cost holds (a trial read a spot fleet's "$0.41/h, $3.16
+    for the work in its predicted 3.92 h", the on-demand fallback's cost, unexplained)."""
+    said = (
         f"{e.fleet}, {e.market}, ${e.usd_per_hour:,.2f}/h, ${e.cost_usd:,.2f} for the work in its predicted "
         f"{fmt('time_h', e.time_h)}"
     )
+    if e.on_demand_fallback:
+        said += f", {e.on_demand_fallback:.0%} of it on-demand to keep the deadline"
+    return said
 
 
 def _feasible(
@@ -648,31 +654,7 @@ def _notes(
     return notes
 
 
-VALIDATION_NOTE = "the profiled run validates"  # how the note begins (srifty recommend prints it)
 TRANSPORT_NOTE = "transport tcp (asked)"  # how the note begins (srifty recommend prints it)
-
-
-def _validation_notes(profile: Profile, work: Work) -> list[str]:
-    """What the run's validation adds, which the predicted times do not hold (issue #37 L): how often, how many
-    times in the planned work (at the profile's batches), and what one costs where it was profiled."""
-    v = profile.validation
-    if v is None or not (v.every_batches or v.every_epochs):
-        return []
-    if v.every_batches:
-        runs = math.floor(work.batches / v.every_batches)
-        cadence = f"every {v.every_batches:,} training batches"
-    else:
-        cadence = f"every {v.every_epochs} epoch(s)"
-        runs = None
-    text = f"{VALIDATION_NOTE} {cadence}"
-    if runs is not None:
-        text += f": {runs:,} validation(s) in the planned work"
-    if v.batches and v.batch_s is not None:
-        one = v.batches * v.batch_s.p50
-        text += f", {v.batches:,} batches each, {one:,.3g} s each on the profiling hardware"
-        if runs:
-            text += f" ({runs * one / 3600:,.3g} h in all there)"
-    return [text + "; the times above are training only: validation is not in them"]
 
 
 LATE_MOVE_NOTE = "move_if_late:"  # how the note of the choice's move when late begins (the CLI shows it)
@@ -844,14 +826,14 @@ def _pipeline_note(profile, names, many, pipelines, catalog, factors, scaling) -
     fleet = ",".join(f"{names[t]}:{c}" for t, c in zip(many.type_index[r], many.counts[r]) if c)
     name = layout_of(pipe, j).name
     theirs = (
-        f"its ranked layout {layout_of(many, r).name}: {many.throughput_samples_s[r]:,.3g} samples/s, "
+        f"its ranked layout {layout_of(many, r).name}: {three(many.throughput_samples_s[r])} samples/s, "
         f"{many.memory_gib[r]:.1f} GiB/GPU"
         if many.fits_memory[r]
         else "no launchable layout fits it"
     )
     return (
         f"pipelines (evaluated, not launchable; {PIPELINE_NEEDS}): best {name} on {fleet}: "
-        f"{pipe.throughput_samples_s[j]:,.3g} samples/s, {pipe.memory_gib[j]:.1f} GiB/GPU, "
+        f"{three(pipe.throughput_samples_s[j])} samples/s, {pipe.memory_gib[j]:.1f} GiB/GPU, "
         f"{pipe.accumulation[j]} micro-batches per step ({theirs})"
     )
 

@@ -13,7 +13,7 @@ from predictor.documents.profile import Profile
 from predictor.exceptions import NoFeasibleConfigError, SriftyError
 from predictor.model.memory import estimate_memory
 from predictor.ranking.constraints import Constraints, Market, Objective
-from predictor.ranking.words import PYTHON, Words, chance_beside
+from predictor.ranking.words import PYTHON, Words, chance_beside, three
 
 # performance risk from the prediction's relative sd: the 80% interval is within exp(+-1.28 sd)
 PERFORMANCE_RISK_SD = (0.10, 0.25)
@@ -113,10 +113,10 @@ def fmt(name: str, value: float) -> str:
     a deadline given in minutes is answered in minutes: issue #37 L), dollars, dollars per hour."""
     if name in ("time_h", "deadline_h", "confident_time_h"):
         if 0 < value < 1 / 60:
-            return f"{value * 3600:,.3g} s"
+            return f"{three(value * 3600)} s"
         if 0 < value < 1:
-            return f"{value * 60:,.3g} min"
-        return f"{value:,.3g} h"
+            return f"{three(value * 60)} min"
+        return f"{three(value)} h"
     if name in ("usd_per_hour", "max_hourly_usd"):
         return f"${value:,.2f}/h"
     return f"${value:,.2f}"
@@ -183,7 +183,7 @@ def why(
     objective = Objective(constraints.objective)
     # the time in the table's unit (minutes under an hour: a trial read 0.218 h beside the table's 12.7 min)
     text = f"{best.fleet} ({best.market}, {best.region}) has {GOALS[objective]}: {fmt('time_h', best.time_h)}, "
-    text += f"${best.cost_usd:,.3g}"
+    text += f"${three(best.cost_usd)}"
     chosen = best.time_h if objective is Objective.TIME else best.cost_usd
     unit = "time_h" if objective is Objective.TIME else "cost_usd"
     for name, reach in binding(constraints, ok, values, key, chosen, relaxed).items():

@@ -30,6 +30,7 @@ from predictor.documents.schema import to_dict
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, SriftyError
 from predictor.ranking import Calibration, Constraints, rank
 from predictor.ranking.core import unmeasured_checkpoint
+from predictor.ranking.words import three
 from predictor.runs.spot import REPROVISION_S, RESTART_S, on_demand_cost, planned_save_s
 
 Why = Literal["drift", "price", "deadline"]
@@ -77,8 +78,8 @@ class Late:
     def __str__(self) -> str:
         speed = "the measured" if self.measured else "the predicted"
         return (
-            f"at {speed} speed {self.fleet} needs {self.stay_h:,.3g} h for the remaining work and {self.left_h:,.3g} h "
-            "are left of the deadline"
+            f"at {speed} speed {self.fleet} needs {three(self.stay_h)} h for the remaining work and "
+            f"{three(self.left_h)} h are left of the deadline"
         )
 
 

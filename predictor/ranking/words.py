@@ -38,6 +38,13 @@ def plain(value: float) -> str:
     return text if text not in ("", "0", "-0") else f"{x:.6g}"
 
 
+def three(value: float) -> str:
+    """A figure to three significant digits as people read one, never in exponent form: ``0.0123``, ``4.56``,
+    ``2,040`` (``f"{2040:,.3g}"`` is ``2.04e+03``: a trial read "its predicted 2.04e+03 h")."""
+    x = float(value)
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:,.3g}"
+
+
 @dataclass(frozen=True)
 class Words:
     """A front end's words for the constraints: ``python`` (the library and the service) or ``flags`` (the CLI)."""

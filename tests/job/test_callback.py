@@ -117,6 +117,72 @@ def test_unwritable_output_never_stops_training(tmp_path, caplog) -> None:
     assert cb.profile is not None and cb.profile.timing.window.steps == 5
 
 
+class CountValidations(pl.Callback):
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self.runs += not trainer.sanity_checking
+
+
+def test_validation_as_a_share_of_an_epoch_is_counted_in_the_planned_epoch(tmp_path) -> None:
+    """A trial: ``val_check_interval=0.5`` on a profiling run of 128 batches an epoch was recorded as "every 64
+    batches", and 3 epochs of 250,000 batches were said to validate 11,718 times, not 6. The profile keeps the share
+    and the epoch's length; the plan counts in the planned epoch (``steps_per_epoch``), else in one as long as the
+    profiled run's, and says so. The count is Lightning's own: a real run of 3 epochs of 64 batches, validating at
+    each 0.3 of every second epoch, validates as many times as the rule says."""
+    from predictor.ranking import Constraints, rank
+    from predictor.ranking.validation import epoch_validations
+
+    counted = CountValidations()
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=10, output=tmp_path / "p.json", verbose=False)
+    cadence = dict(limit_val_batches=1, val_check_interval=0.3, check_val_every_n_epoch=2, num_sanity_val_steps=1)
+    fit(cb, max_steps=3 * 64, val=loader(16), **cadence)  # the window ends in the first epoch, before validating
+    t = trainer([counted], max_steps=3 * 64, **cadence)
+    t.fit(TinyModel(), train_dataloaders=loader(), val_dataloaders=loader(16))
+    v = load_profile(tmp_path / "p.json").validation
+    assert (v.every_epoch_fraction, v.epoch_batches, v.every_batches, v.every_epochs, v.every_s) == (
+        0.3,
+        64,
+        19,
+        2,
+        None,
+    )
+    assert counted.runs == epoch_validations(3 * 64, 64, 19, 2) == 3  # the second epoch's batches 19, 38 and 57
+
+    def said(**work) -> str:
+        plan = rank(load_profile(tmp_path / "p.json"), Constraints(allow=("g5.xlarge",), **work))
+        (note,) = [n for n in plan.notes if n.startswith("the profiled run validates")]
+        return note
+
+    # 4 epochs of 1,000 batches: every 300th batch of the second and the fourth, 3 each
+    assert said(epochs=4, steps_per_epoch=1000).startswith(
+        "the profiled run validates every 0.3 of an epoch (each 300 of the planned epoch's 1,000 training batches): 6 "
+    )
+    # the work in steps: epochs as long as the profiled run's (1,000 batches: 15 epochs and 40 batches; the 16th
+    # validates twice in its 40)
+    note = said(steps=1000)
+    assert "(each 19 of the 64 training batches of an epoch as long as the profiled run's; for another length give " \
+        "the work as epochs with steps_per_epoch): 23 validation(s)" in note, note  # fmt: skip
+    assert epoch_validations(1000, 64, 19, 2) == 7 * 3 + 2
+
+
+def test_a_time_based_validation_is_said_without_a_count(tmp_path) -> None:
+    import datetime as dt
+
+    from predictor.ranking import Constraints, rank
+
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "p.json", verbose=False)
+    every = dt.timedelta(minutes=30)  # the sanity check sets the validation loop up: no validation in the run
+    fit(cb, max_steps=12, limit_val_batches=1, val_check_interval=every, num_sanity_val_steps=1, val=loader(16))
+    v = load_profile(tmp_path / "p.json").validation
+    assert (v.every_s, v.every_epoch_fraction, v.every_batches) == (1800.0, None, None)
+    plan = rank(load_profile(tmp_path / "p.json"), Constraints(steps=1000, allow=("g5.xlarge",)))
+    (note,) = [n for n in plan.notes if n.startswith("the profiled run validates")]
+    assert note.startswith("the profiled run validates every 1,800 s of training (how many times follows each fleet")
+    assert "validation(s) in the planned work" not in note
+
+
 def test_validation_inside_the_window_is_excluded(tmp_path) -> None:
     cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=20, output=tmp_path / "p.json", verbose=False)
     fit(cb, max_steps=30, limit_val_batches=2, val_check_interval=5, check_val_every_n_epoch=None, val=loader(32))

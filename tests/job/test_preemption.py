@@ -500,6 +500,21 @@ def test_the_first_step_record_says_what_the_job_trains_otherwise_than_the_plan(
     assert "gives rank 0 batches of 5 samples (global batch 15), its DataLoader gives 8" in started.mismatches[1]
 
 
+def test_the_first_step_record_is_an_optimizer_steps_end_under_accumulation(tmp_path, monkeypatch) -> None:
+    """A trial: with gradients accumulated, STARTED.json was written at the first micro-batch's end, whose global step
+    is still the checkpoint's: the rehearsal said "the job took its first step: step 0" and "first step 11 after the
+    checkpoint of step 11". It is written at the first optimizer step's end (step 1 here); the micro-batches before
+    it are signs of life for the launcher's stall watch, not steps."""
+    from lightning_srifty.protocol import Started, read_record
+
+    _under_launch(monkeypatch, tmp_path, resume="")
+    cb = SpotPreemption(exit_process=False, handle_sigterm=False)
+    trainer([cb], max_steps=2, accumulate_grad_batches=3).fit(TinyModel(), train_dataloaders=loader())
+    started = read_record(str(tmp_path), Started, "L1")
+    assert started.step == 1 and cb.watch is not None and cb.watch._leg_first is not None
+    assert cb.watch._leg_first[0] == 1  # the measured step time counts from an optimizer step's end too
+
+
 def test_a_fresh_heartbeat_keeps_the_job_training(tmp_path, monkeypatch) -> None:
     import itertools
     import threading

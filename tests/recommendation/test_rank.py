@@ -108,6 +108,16 @@ def test_infeasible_names_the_binding_constraint_and_the_best_achievable(profile
     assert catalog.get(fastest.group(1).split(":")[0]).gpus > 0
     # the cost is the predicted time's, and says so beside a time at the confidence (a trial read them as one)
     assert re.search(r"\$[\d,.]+ for the work in its predicted [\d,.]+ (h|min|s)\)", text), text
+    # on spot, a fleet's cost under the deadline holds the share its fallback runs on-demand, and says it (a trial
+    # read "$0.41/h, $3.16 for the work in its predicted 3.92 h": the on-demand price's cost, unexplained)
+    with pytest.raises(NoFeasibleConfigError) as info:
+        rank(profile, Constraints(steps=10_000_000, deadline_h=0.01, budget_usd=1, market="spot"), catalog=catalog)
+    cheapest = re.search(r"budget_usd=1 binds: the cheapest fleet is [^(]+\(([^,]+), spot, \$([\d,.]+)/h, "
+                         r"\$([\d,.]+) for the work in its predicted ([\d,.]+) h, (\d+)% of it on-demand to keep the "
+                         r"deadline\)", str(info.value))  # fmt: skip
+    assert cheapest is not None, str(info.value)
+    spot_hr, usd, hours = (float(cheapest.group(k).replace(",", "")) for k in (2, 3, 4))
+    assert cheapest.group(5) == "100" and usd > 1.5 * spot_hr * hours  # at the on-demand price, not the spot one
     big = copy.deepcopy(MINIMAL)
     big["model"]["parameters"] = 200_000_000_000
     # 200B parameters fit fully sharded over 16 x 8 H100 (16 bytes each / 128 GPUs), never with ddp
