@@ -174,12 +174,14 @@ class ProfileWindow:
         seconds = getattr(trainer, "_val_check_time_interval", None)  # a time-based val_check_interval, in seconds
         share = getattr(trainer, "val_check_interval", None)  # a float is a share of this run's epoch
         epoch = getattr(trainer, "num_training_batches", None)
-        timed = isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0
+        timed_ok = isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0
+        every_s = float(seconds) if timed_ok and seconds is not None else None
+        timed = every_s is not None
         return {
             "every_batches": int(every) if isinstance(every, (int, float)) and math.isfinite(every) else None,
             "every_epochs": int(epochs) if isinstance(epochs, int) and epochs > 0 else None,
             "every_epoch_fraction": float(share) if isinstance(share, float) and 0 < share <= 1 and not timed else None,
-            "every_s": float(seconds) if timed else None,
+            "every_s": every_s,
             "epoch_batches": int(epoch) if isinstance(epoch, (int, float)) and math.isfinite(epoch) and epoch else None,
             "batches": sum(batches) if batches else None,
             "batch_s": summarize(self.val_batch_s) if self.val_batch_s else None,
