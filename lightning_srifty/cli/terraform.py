@@ -126,7 +126,7 @@ def node_summary(result: Any, options: Any) -> str:
     """What every node will run, on one screen: image, environment, code, command, strategy."""
     from lightning_srifty.console import fmt_life
     from lightning_srifty.protocol import VARIABLES
-    from lightning_srifty.provision.terraform.command import train_argv
+    from lightning_srifty.provision.terraform.command import torchrun_script, train_argv
     from lightning_srifty.provision.terraform.generate import asks_for_the_plan
 
     values, train = result.values, result.values["train"]
@@ -148,7 +148,7 @@ def node_summary(result: Any, options: Any) -> str:
         )
     if options.setup_command:
         lines.append(f"  setup        {options.setup_command}")
-    argv = " ".join(shlex.quote(a) for a in train["argv"])
+    argv = " ".join(shlex.quote(a) for a in torchrun_script(list(train["argv"])))
     lines.append(f"  command      torchrun --nnodes={train['nnodes']} --nproc_per_node=<GPUs per node> {argv}")
     strategy = (train.get("env") or {}).get(VARIABLES["strategy"]) or "ddp"
     asks = asks_for_the_plan(snap, options.train_command) if snap is not None else None

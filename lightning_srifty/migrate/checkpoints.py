@@ -662,8 +662,8 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
     A copy the node fetched (:func:`on_this_node`) is removed by local rank 0 in the connector's ``resume_end``,
     after its barrier (every rank has loaded it): a 7B model's 81 GB copy stayed beside the run's next save on the
     node's disk before. Another model's copy, not loaded, stays for a later fit() that takes it. So does the copy a
-    script's own ``fit(ckpt_path=resume_checkpoint())`` loads, where it lies in the node's default folder for them
-    (:func:`node_cache_dir`; one the script names is its own)."""
+    script's own ``fit(ckpt_path=resume_checkpoint())`` loads: the script holds the path and may pass it again (a
+    ``validate`` or a second stage; a review), so it is the script's to remove (:func:`forget_on_this_node`)."""
     from lightning.pytorch.trainer.states import TrainerFn
 
     from lightning_srifty.protocol import LaunchEnv
@@ -685,8 +685,6 @@ def install_resume(trainer: Any, who: str, *, refuse_another_model: bool = True)
                 _RESUMED.add(key)  # process starts as the script says (another model's is left for one of its own)
             if checkpoint_path is not None:
                 log.warning("%s: resuming from %s (%s).", who, _resume_words(launch), checkpoint_path)
-        elif checkpoint_path and trainer.state.fn == TrainerFn.FITTING and _in_node_cache(launch, checkpoint_path):
-            copies.append(str(checkpoint_path))  # the script's own resume_checkpoint(): its copy goes the same way
         return original_start(checkpoint_path, *args, **kwargs)
 
     def resume_end() -> None:
@@ -860,7 +858,9 @@ def on_this_node(
     """
     from lightning_srifty.protocol import LaunchEnv
 
-    cache = cache_dir or node_cache_dir(LaunchEnv.from_env())
+    launch = LaunchEnv.from_env()
+    run = launch.launch_id if launch is not None and launch.launch_id else "run"
+    cache = cache_dir or os.path.join(tempfile.gettempdir(), "srifty-resume", run)
     if not is_remote(path) or not (fetch_file or filesystem(path).isdir(path)):
         return local_checkpoint(path, cache, require_manifest=True)  # nothing to download
     final = os.path.join(cache, PurePosixPath(path.rstrip("/")).name)
@@ -878,19 +878,6 @@ def on_this_node(
     _say_on_this_node(final, record, "ready")
     log.warning("srifty: the checkpoint %s is on this node at %s, for its ranks", path, local)
     return local
-
-
-def node_cache_dir(launch: Any) -> str:
-    """Where :func:`on_this_node` brings a launch's checkpoints onto the node by default:
-    ``$TMPDIR/srifty-resume/<launch id>``."""
-    run = launch.launch_id if launch is not None and launch.launch_id else "run"
-    return os.path.join(tempfile.gettempdir(), "srifty-resume", run)
-
-
-def _in_node_cache(launch: Any, path: Any) -> bool:
-    """Whether ``path`` is a copy :func:`on_this_node` brought into the node's default folder for the launch."""
-    folder = os.path.realpath(node_cache_dir(launch))
-    return os.path.realpath(os.fspath(path)).startswith(folder + os.sep)
 
 
 # beside a checkpoint local rank 0 brought onto the node: what the store recorded of it, then "ready" or "failed: why"

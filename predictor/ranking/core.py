@@ -469,7 +469,9 @@ def _described(e: PlanEntry) -> str:
         f"{fmt('time_h', e.time_h)}"
     )
     if e.on_demand_fallback:
-        said += f", {e.on_demand_fallback:.0%} of it on-demand to keep the deadline"
+        share = e.on_demand_fallback
+        said += f", {'<1%' if share < 0.005 else '>99%' if 0.995 <= share < 1 else f'{share:.0%}'} of it on-demand"
+        said += " to keep the deadline"
     return said
 
 

@@ -38,7 +38,7 @@ def validation_count(v: ValidationTiming, work: Work, constraints: Constraints, 
     profiling run's short epoch counted thousands of validations in a long one. A time-based interval's count
     follows each fleet's speed and is not given."""
     if v.every_s:
-        return f"every {v.every_s:,.4g} s of training (how many times follows each fleet's speed)", None
+        return f"every {three(v.every_s)} s of training (how many times follows each fleet's speed)", None
     epoch = v.epoch_batches
     if constraints.steps_per_epoch:
         epoch = constraints.steps_per_epoch * work.accumulate_grad_batches
@@ -59,6 +59,11 @@ def validation_count(v: ValidationTiming, work: Work, constraints: Constraints, 
         every, cadence = v.every_batches, f"every {v.every_batches:,} training batches"
         if v.every_epochs is None or epoch is None:  # counted over the run, not within each epoch
             return cadence, int(work.batches // every)
+        if every > epoch:  # Lightning's _FitLoop.setup_data raises ValueError
+            return cadence + (
+                f", more than the planned epoch's {epoch:,}: Lightning refuses it (check_val_every_n_epoch=None counts "
+                "them over the run)"
+            ), None
     else:  # at each epoch's end (a loader without a length)
         cadence = f"every {v.every_epochs} epoch(s)"
         if epoch is None:

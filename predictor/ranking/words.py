@@ -42,7 +42,7 @@ def three(value: float) -> str:
     """A figure to three significant digits as people read one, never in exponent form: ``0.0123``, ``4.56``,
     ``2,040`` (``f"{2040:,.3g}"`` is ``2.04e+03``: a trial read "its predicted 2.04e+03 h")."""
     x = float(value)
-    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:,.3g}"
+    return f"{x:,.0f}" if abs(float(f"{x:.3g}")) >= 1000 else f"{x:,.3g}"  # 999.7 rounds to 1,000, not 1e+03
 
 
 @dataclass(frozen=True)

@@ -1315,6 +1315,26 @@ def test_a_command_written_as_one_runs_it_by_hand_is_what_torchrun_starts(plan, 
     assert "The training command \"python -c 'print(1)'\" passes the Python option '-c'" in said, said
 
 
+def test_a_scripts_own_options_never_reach_torchruns_parser() -> None:
+    """A trial: `srifty launch -- train.py --log steps.jsonl` failed in torchrun ("ambiguous option: --log could match
+    --log-dir, --log_dir, --logs-specs, --logs_specs"): argparse reads every word of the line for its options'
+    abbreviations. The command ends torchrun's options with "--" (after -m for a module), as the module's user data
+    does (test_user_data_quotes_every_word_of_the_training_command); torch's own parser takes it so."""
+    from torch.distributed.run import get_args_parser
+
+    from lightning_srifty.provision.terraform.command import torchrun_script
+
+    parser = get_args_parser()
+    with pytest.raises(SystemExit):  # the rule, as torch has it: without the "--" the whole line is refused
+        parser.parse_args(["--standalone", "--nproc_per_node=1", "train.py", "--log", "x"])
+    for argv, module, script, rest in (
+        (["train.py", "--log", "x", "--max", "3", "--", "y"], False, "train.py", 1),
+        (["-m", "pkg.train", "--log", "x", "-m"], True, "pkg.train", 2),
+    ):
+        args = parser.parse_args(["--standalone", "--nproc_per_node=1", *torchrun_script(argv)])
+        assert (args.module, args.training_script, args.training_script_args) == (module, script, argv[rest:])
+
+
 def test_srifty_launch_refuses_a_plan_for_another_model_before_any_process(tmp_path, monkeypatch, catalog, capsys):
     """A new user's trial: a 7B plan given to srifty launch with the digits example started eight FSDP processes; the
     mismatch showed only as job-side warnings. The example writes srifty/digits-profile.json, not the default

@@ -170,11 +170,19 @@ def test_a_node_failure_under_the_guard_restarts_as_the_ranking_prices_it(spot_p
     left = built.steps * built.step_s
     twin = on_demand_cost(left, planned_save_s(spot_plan, od), restart_s=od.startup_s, gpus=992.0, load_s=load)
     assert built.work_left_s == pytest.approx(float(twin.expected_time_s[0]), rel=1e-12)
-    # a measured move: a failure's restart is what the move took beyond its save and load, never below nothing
+    # a measured move 100 s slower than predicted: a failure's start-up is 100 s slower too; a faster one says
+    # nothing of a failure's (never faster than predicted)
     built.restarted(start + save + load + 100.0)
     assert built.failure_restart_s == pytest.approx(start + 100.0)
     built.restarted(10.0)
-    assert built.failure_restart_s == 0.0
+    assert built.failure_restart_s == pytest.approx(start)
+    # a review: a move whose save took 20 s of a predicted 600 and whose start took 250 s more made failures free
+    # (its whole was 330 s under the prediction); without the saves, it was 250 s slow, and so is a failure
+    slow = guard(AlwaysWait(), restart_s=300.0 + 600.0 + 600.0, save_s=600.0, startup_s=300.0, checkpoint_s=600.0)
+    slow.restarted(20.0 + 500.0 + 650.0, 20.0)  # the save, the fleet up, its start and load to the first step
+    assert slow.restart_s == 1170.0 and slow.failure_restart_s == pytest.approx(550.0)
+    slow.restarted(1170.0)  # the save not measured: the predicted one is taken out
+    assert slow.failure_restart_s == pytest.approx(300.0)
 
 
 def test_on_demand_stays_under_greedy_and_returns_to_spot_under_srifty_when_it_pays() -> None:

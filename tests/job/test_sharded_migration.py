@@ -251,16 +251,6 @@ def test_a_full_state_dict_on_the_cpu_is_measured_saved_on_a_notice_and_resumed_
     # fetched once for the node and removed once every rank had loaded it (it stayed beside the next save before)
     assert said.count("is on this node at") == 1, said[-3000:]
     assert not [str(p) for p in (disk / "srifty-resume").rglob("*") if p.is_file()]
-    # the same resume passed by the script itself, fit(ckpt_path=resume_checkpoint(fetch_file=True)): its copy goes
-    # too (it stayed for the run before)
-    mine = tmp_path / "node-disk-2"
-    mine.mkdir()
-    passed = tmp_path / "passed"
-    _wait((passed, _start(passed, {**node, "TMPDIR": str(mine)}, *resume, "--resume-checkpoint")))
-    said = (passed / "log.txt").read_text()
-    assert said.count("is on this node at") == 1 and f"{mine}/srifty-resume" in said, said[-3000:]
-    assert not [str(p) for p in (mine / "srifty-resume").rglob("*") if p.is_file()]
-    assert sorted(_seen(passed)) == sorted(_seen(moved / "ref"))[LEAVE_AT:]
     ref = _seen(moved / "ref")
     assert sorted(_seen(tmp_path / "leave")) == sorted(ref)[:LEAVE_AT]
     assert sorted(_seen(tmp_path / "resumed")) == sorted(ref)[LEAVE_AT:]

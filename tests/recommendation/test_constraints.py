@@ -253,3 +253,32 @@ def test_a_chance_under_the_confidence_asked_never_reads_as_the_confidence_itsel
 
     assert chance_beside(0.896, 0.9) == "89.6%" and chance_beside(0.8999, 0.9) == "89.99%"
     assert chance_beside(0.62, 0.9) == "62%" and chance_beside(0.95, 0.9) == "95%" and chance_beside(0.9, 0.9) == "90%"
+
+
+def test_a_figure_in_the_rankings_prose_never_reads_in_exponent_form() -> None:
+    """A trial read "its predicted 2.04e+03 h"; a review, "$1e+03" for $999.70 (rounded to three digits first)."""
+    from predictor.ranking.explain import fmt
+    from predictor.ranking.words import three
+
+    said = [three(x) for x in (0.012345, 12.345, 999.4, 999.7, 2040.0, 123_456.0)]
+    assert said == ["0.0123", "12.3", "999", "1,000", "2,040", "123,456"]
+    assert fmt("time_h", 2040.0) == "2,040 h" and fmt("time_h", 0.5) == "30 min"
+
+
+def test_validations_are_counted_as_lightning_runs_them_or_said_uncountable() -> None:
+    """The count's cases (checked against real Trainers in tests/job/test_callback.py): an interval in batches counted
+    over the run (``check_val_every_n_epoch=None``) or within each epoch; one larger than the planned epoch, which
+    Lightning refuses; a share of an epoch without any epoch's length."""
+    from predictor.documents.profile import ValidationTiming
+    from predictor.ranking.validation import validation_count
+
+    work = Work.of_steps(1000, 8)
+    planned = Constraints(epochs=2, steps_per_epoch=500)
+    assert validation_count(ValidationTiming(every_batches=30), work, planned, PYTHON)[1] == 33  # over the run
+    assert validation_count(ValidationTiming(every_batches=30, every_epochs=1), work, planned, PYTHON)[1] == 32
+    said, runs = validation_count(ValidationTiming(every_batches=600, every_epochs=1), work, planned, PYTHON)
+    assert runs is None and "more than the planned epoch's 500: Lightning refuses it" in said
+    said, runs = validation_count(ValidationTiming(every_epoch_fraction=0.5), work, Constraints(steps=1000), PYTHON)
+    assert (said, runs) == ("every 0.5 of an epoch", None)
+    said, runs = validation_count(ValidationTiming(every_s=10_800.0), work, planned, PYTHON)
+    assert runs is None and said.startswith("every 10,800 s of training")

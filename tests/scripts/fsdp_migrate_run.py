@@ -134,11 +134,6 @@ def main() -> None:
     p.add_argument("--resume-from", help="a checkpoint folder: resume from the newest sound checkpoint in it")
     p.add_argument("--ckpt-uri", help="where this leg's checkpoints go (default OUT/ckpt)")
     p.add_argument("--every-s", type=float, help="periodic checkpoints this often (keep 2)")
-    p.add_argument(
-        "--resume-checkpoint",
-        action="store_true",
-        help="fit(ckpt_path=resume_checkpoint()): the launch's checkpoint, passed by the script itself",
-    )
     p.add_argument("--profile", action="store_true", help="SriftyCallback's window (1 + 3 steps) to OUT/profile.json")
     p.add_argument("--state-dict-type", choices=("sharded", "full"), default="sharded", help="FSDP's checkpoints")
     p.add_argument(
@@ -197,10 +192,6 @@ def main() -> None:
         ckpt = local_checkpoint(found, cache)  # a remote directory: fetched and checked first
         if args.strategy != "fsdp" and os.path.isdir(ckpt):  # one device / DDP read files only
             ckpt = consolidate(ckpt, str(out / f"consolidated-rank{rank}.ckpt"))
-    if args.resume_checkpoint:  # as docs/migration.md shows it; FSDP's full file is loaded from a local path only
-        from lightning_srifty.migrate.checkpoints import resume_checkpoint
-
-        ckpt = resume_checkpoint(fetch_file=args.state_dict_type == "full")
     trainer.fit(Model(out), train_dataloaders=loader, ckpt_path=ckpt, weights_only=True)
     if preemption.preempted and trainer.is_global_zero:
         (out / "preempted.json").write_text(json.dumps({"step": trainer.global_step, "checkpoint": ckpt}))

@@ -512,11 +512,9 @@ class Launcher:
             if move.last_step_unix is not None:
                 move.downtime_s = max(0.0, started.first_step_unix - move.last_step_unix)
             if self.steer is not None and move.started_unix is not None:
-                # the save, bringing the fleet up, the start and the restore: what a restart costs
-                self.steer.guard.restarted(
-                    (move.checkpoint_s or 0.0) + (move.up_s or 0.0)
-                    + max(0.0, started.first_step_unix - move.started_unix)
-                )  # fmt: skip
+                # the save, bringing the fleet up, the start and the restore: what a restart costs; and the save
+                start_s = max(0.0, started.first_step_unix - move.started_unix)
+                self.steer.guard.restarted((move.checkpoint_s or 0.0) + (move.up_s or 0.0) + start_s, move.checkpoint_s)
             self.legs.report(self.awaiting.pop(i)[0])
             return
 

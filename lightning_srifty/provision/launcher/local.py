@@ -23,7 +23,7 @@ from typing import Any
 from lightning_srifty.protocol import ALLOW_CPU, VARIABLES
 from lightning_srifty.provision.aws import LocalIMDS
 from lightning_srifty.provision.base import LaunchedFleet
-from lightning_srifty.provision.terraform.command import torchrun_argv
+from lightning_srifty.provision.terraform.command import torchrun_argv, torchrun_script
 from predictor.documents.plan import Plan
 from predictor.exceptions import ConfigError, MigrationError
 from predictor.runs.spot import shutdown_grace_s
@@ -105,7 +105,7 @@ class LocalProvisioner:
             "--standalone",
             f"--shutdown_timeout={grace}",
         ]
-        command += [f"--nproc_per_node={fleet.data['ranks']}", *self.script]
+        command += [f"--nproc_per_node={fleet.data['ranks']}", *torchrun_script(self.script)]
         self.echo(
             f"srifty launch: {fleet.entry.fleet} ({fleet.entry.market}) as {fleet.data['ranks']} local process(es), "
             f"batches [{env[VARIABLES['batch_sizes']].replace(',', ', ')}]"

@@ -209,9 +209,10 @@ class SpotGuard:
         confidence: the plan's (``constraints.confidence``): the on-demand finish's node failures are held at that
             quantile (None, a plan made before confidences: their expectation).
         load_s: a checkpoint's load after a node failure (None: the save's).
-        move_only_s: the part of ``restart_s`` a node failure does not pay again: the leaving fleet's save (a failure
-            gives no notice to save on) and the load (each failure's is ``load_s``). A failure's restart is
-            ``restart_s`` less it (the start-up alone, as the ranking prices it); 0: the whole ``restart_s``.
+        save_s: the leaving fleet's save, part of ``restart_s`` (a node failure gives no notice to save on).
+        startup_s: a node failure's restart before its load, as the ranking prices it: the fleet's start-up (None:
+            the whole ``restart_s``). A measured move (:meth:`restarted`) makes it slower by what the move took beyond
+            the predicted one, its save aside; never faster.
 
     The hard rule leaves room for what an on-demand finish of the steps left takes beyond them
     (:func:`~predictor.runs.spot.on_demand_time_s`: its periodic saves, and its node failures, each costing the
@@ -239,7 +240,8 @@ class SpotGuard:
         checkpoint_s: float | None = None,
         confidence: float | None = None,
         load_s: float | None = None,
-        move_only_s: float = 0.0,
+        save_s: float = 0.0,
+        startup_s: float | None = None,
     ) -> None:
         for name, value in (("deadline_h", deadline_h), ("step_s", step_s), ("check_s", check_s)):
             if not (math.isfinite(value) and value > 0):
@@ -252,7 +254,8 @@ class SpotGuard:
         self.check_s, self.spot_usd_hr, self.od_usd_hr = check_s, spot_usd_hr, od_usd_hr
         self.gpus, self.checkpoint_s, self.confidence = gpus, checkpoint_s, confidence
         self.load_s = load_s  # a checkpoint's load after a failure (default: its save's)
-        self.move_only_s = move_only_s  # in a move's restart, not in a failure's
+        self.save_s, self.startup_s = save_s, startup_s  # a move's save; a failure's restart
+        self.measured_save_s: float | None = None  # the measured move's own save
         self.step = 0
         self.available = True  # until seen otherwise: the plan priced spot as there
         self._seen: list[bool] = []  # spot availability at each tick passed
@@ -268,10 +271,13 @@ class SpotGuard:
         if step_time_s is not None and math.isfinite(step_time_s) and step_time_s > 0:
             self.measured_step_s = float(step_time_s)
 
-    def restarted(self, seconds: float | None) -> None:
-        """A move's measured cost before training resumed (the old leg's last step to the new leg's first)."""
+    def restarted(self, seconds: float | None, save_s: float | None = None) -> None:
+        """A move's measured cost before training resumed (the old leg's last step to the new leg's first), and its
+        save's (``save_s``, part of it; None: not measured)."""
         if seconds is not None and math.isfinite(seconds) and seconds >= 0:
             self.measured_restart_s = float(seconds)
+            ok = save_s is not None and math.isfinite(save_s) and 0 <= save_s <= seconds
+            self.measured_save_s = float(save_s) if ok and save_s is not None else None
 
     def observe(self, available: bool, now: float | None = None) -> None:
         """What the launcher saw of spot capacity: a spot fleet running or started (True), a notice or a refused
@@ -291,9 +297,15 @@ class SpotGuard:
 
     @property
     def failure_restart_s(self) -> float:
-        """A node failure's restart before its load: the move's restart less the save and load only a move pays
-        there (a measured move's too: what it took beyond them)."""
-        return max(0.0, self.restart_s - self.move_only_s)
+        """A node failure's restart before its load (:attr:`startup_s`), slower by what a measured move took beyond
+        the predicted one, each without its save (a faster save says nothing of a failure's start-up: a review's
+        move that saved in 20 s of a predicted 600 and started 250 s slow had made failures free); never faster."""
+        predicted = self.predicted_restart_s if self.startup_s is None else self.startup_s
+        if self.measured_restart_s is None:
+            return predicted
+        save = self.save_s if self.measured_save_s is None else self.measured_save_s
+        beyond = (self.measured_restart_s - save) - (self.predicted_restart_s - self.save_s)
+        return predicted + max(0.0, beyond)
 
     @property
     def work_left_s(self) -> float:
@@ -400,5 +412,6 @@ def guard_for(
         checkpoint_s=planned_save_s(plan, od),
         confidence=plan.constraints.confidence,
         load_s=plan.checkpoint_s,
-        move_only_s=save + ckpt,  # a failure restarts with the start-up and its load, as the ranking prices it
+        save_s=save,
+        startup_s=entry.startup_s or 0.0,  # a failure restarts with the start-up and its load, as the ranking prices it
     )

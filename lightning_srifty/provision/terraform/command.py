@@ -81,6 +81,16 @@ def torchrun_argv(command: str) -> tuple[list[str], str]:
     return rest, ""
 
 
+def torchrun_script(argv: list[str]) -> list[str]:
+    """``argv`` (:func:`torchrun_argv`'s: a script, or ``-m`` and a module, and their arguments) as torchrun's command
+    line ends: after a ``--`` that ends torchrun's own options (after ``-m``). torchrun's parser reads every word of
+    the line for its options' abbreviations, so a script's ``--log`` (``--log-dir``, ``--logs-specs``) or ``--max``
+    refused the whole command (a trial). The module's user data does the same (``train_words`` in main.tf)."""
+    if argv[:1] == ["-m"]:
+        return ["-m", "--", *argv[1:]]
+    return ["--", *argv]
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Values that reach the instances' shell and IAM policy: checked here, and again by the module's validation blocks
 # ---------------------------------------------------------------------------------------------------------------------

@@ -50,10 +50,13 @@ locals {
   # zones is refused ("You cannot specify multiple Availability Zones and a cluster placement group",
   # CreateAutoScalingGroup's PlacementGroup, Amazon EC2 Auto Scaling API reference): the first subnet only then too
   asg_subnets = local.efa || var.capacity.placement_group ? slice(local.subnet_ids, 0, 1) : local.subnet_ids
-  # the training command as shell words: every argument single-quoted (a quote inside becomes '\'')
-  train_argv = join(" ", [for a in var.train.argv : "'${replace(a, "'", "'\\''")}'"])
-  bucket     = var.checkpoints.create_bucket ? aws_s3_bucket.checkpoints[0].bucket : var.checkpoints.bucket
-  bucket_arn = "arn:${data.aws_partition.current.partition}:s3:::${local.bucket}"
+  # the training command as shell words: every argument single-quoted (a quote inside becomes '\''), after a "--"
+  # that ends torchrun's own options (after -m for a module): torchrun's parser reads every word of the line for its
+  # options' abbreviations, and refused the whole line for a script's "--log" (--log-dir, --logs-specs) or "--max"
+  train_words = try(var.train.argv[0], "") == "-m" ? concat(["-m", "--"], slice(var.train.argv, 1, length(var.train.argv))) : concat(["--"], var.train.argv)
+  train_argv  = join(" ", [for a in local.train_words : "'${replace(a, "'", "'\\''")}'"])
+  bucket      = var.checkpoints.create_bucket ? aws_s3_bucket.checkpoints[0].bucket : var.checkpoints.bucket
+  bucket_arn  = "arn:${data.aws_partition.current.partition}:s3:::${local.bucket}"
   # the code snapshot (srifty terraform), content-addressed under the checkpoint prefix
   code_key = var.train.code == null ? "" : "${var.checkpoints.prefix}code/${var.train.code.sha256}.tar.gz"
   # launch-template priority: the order of var.groups (srifty terraform lists the cheapest on-demand type first)
