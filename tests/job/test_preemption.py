@@ -15,8 +15,9 @@ import urllib.request
 import lightning.pytorch as pl
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
-from helpers import TinyModel, loader, trainer
+from helpers import TinyModel, loader, regression_data, trainer
 from imds_server import FakeIMDS
 from lightning_srifty.migrate.preemption import PREEMPTED_EXIT_CODE, SpotPreemption, earliest_notice, find_checkpoint
 from lightning_srifty.migrate.spot_watcher import SpotWatcher
@@ -170,8 +171,8 @@ def test_a_notice_between_micro_batches_checkpoints_at_the_steps_end(tmp_path) -
     keeps no accumulated gradient in a checkpoint while the data position counts those micro-batches as consumed, so
     the resumed step took the rest only. Where the notice's window allows, the step's remaining micro-batches run
     first and the checkpoint is at its end (4 micro-batches a step, the spot notice during step 3); a SIGTERM, whose
-    sender's grace is not known (the watchdog's may be 40 s), is left at once as before; a periodic checkpoint always
-    waits for the step's end."""
+    sender's grace is not known (the watchdog's may be 40 s), is left at once, its checkpoint set back to the step's
+    start; a periodic checkpoint always waits for the step's end."""
     from lightning.pytorch.callbacks import Callback
 
     class NoticeAtBatch(Callback):
@@ -198,12 +199,52 @@ def test_a_notice_between_micro_batches_checkpoints_at_the_steps_end(tmp_path) -
     handler = SpotPreemption(str(tmp_path / "term"), endpoint=None, exit_process=False)
     t = trainer([NoticeAtBatch(None, 9), handler], max_steps=30, accumulate_grad_batches=4)
     t.fit(TinyModel(), train_dataloaders=loader())
-    assert handler.preempted and progress(find_checkpoint(str(tmp_path / "term"))) == (2, 10)  # at once
+    # at once, at the step's start (test_a_sigterm_between_micro_batches_resumes_at_the_steps_start_exactly)
+    assert handler.preempted and progress(find_checkpoint(str(tmp_path / "term"))) == (2, 8)
     # a periodic checkpoint: every 0 s is due at every batch, and is made at the steps' ends only
     periodic = SpotPreemption(str(tmp_path / "periodic"), endpoint=None, exit_process=False, every_s=1e-9, keep=10)
     t = trainer([periodic], max_steps=3, accumulate_grad_batches=4)
     t.fit(TinyModel(), train_dataloaders=loader())
     assert [os.path.basename(p) for p in periodic.checkpoints] == [f"periodic-step={k}.ckpt" for k in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("term_at", [9, 2, 25])  # in step 3; in the first epoch's first step; the second's (24 batches)
+def test_a_sigterm_between_micro_batches_resumes_at_the_steps_start_exactly(tmp_path, term_at) -> None:
+    """A trial: a SIGTERM (the launcher's Ctrl-C) between the micro-batches of a step was saved at once, and its data
+    position counted them as consumed while Lightning keeps no accumulated gradient: the resumed step took the rest
+    of its micro-batches only (weights 0.08 off an uninterrupted run's at step 300). The leaving checkpoint now
+    holds the position of the step's start (Lightning's loop progress and ExactResume's samples), where its
+    weights are, so the resumed run trains that step's micro-batches again: the uninterrupted run's weights."""
+    from lightning.pytorch.callbacks import Callback
+
+    from lightning_srifty.strategies.hetero import ExactResume, GlobalBatchSampler
+
+    class TermAtBatch(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            if trainer.fit_loop.epoch_loop.batch_progress.total.ready == term_at + 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    def run(callbacks: list, ckpt_path: str | None = None) -> TinyModel:
+        torch.manual_seed(0)
+        model = TinyModel()
+        sampler = GlobalBatchSampler(200, [8], seed=1, accumulate_grad_batches=4)  # 6 steps of 4 x 8 an epoch
+        data = DataLoader(regression_data(200), batch_sampler=sampler)
+        t = trainer([ExactResume(), *callbacks], max_steps=12, accumulate_grad_batches=4, use_distributed_sampler=False)
+        t.fit(model, train_dataloaders=data, ckpt_path=ckpt_path)
+        assert t.global_step == 12 or ckpt_path is None
+        return model
+
+    whole = run([])
+    handler = SpotPreemption(str(tmp_path / "term"), endpoint=None, exit_process=False)
+    run([TermAtBatch(), handler])
+    left = find_checkpoint(str(tmp_path / "term"))
+    saved = torch.load(left, weights_only=False)
+    progress = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+    assert handler.preempted and progress["total"]["processed"] == 4 * saved["global_step"], progress
+    assert saved["callbacks"]["ExactResume"]["consumed"] == 8 * progress["current"]["processed"]
+    resumed = run([SpotPreemption(str(tmp_path / "again"), endpoint=None, exit_process=False)], left)
+    for a, b in zip(whole.parameters(), resumed.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), (a - b).abs().max()
 
 
 def test_a_truncated_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplog) -> None:
