@@ -9,6 +9,7 @@ A profiler reads its run through what a Trainer has (``strategy``, ``is_global_z
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,7 +102,8 @@ class WindowResults:
         written = None
         if self.output is not None and self._output_ok:
             try:
-                written = self.written["profile"] = self.profile.save(self.output)
+                target = kept_beside(self.output, self.profile, self.owner)
+                written = self.written["profile"] = self.profile.save(target)
             except OSError as exc:
                 log.error(
                     "%s could not write the profile to %s (%s); it is kept in %s.",
@@ -220,3 +222,28 @@ def summary_lines(
             "prediction to act on."
         )
     return lines
+
+
+def kept_beside(output: Path, profile: Profile, owner: str) -> Path:
+    """Where a profile is written: ``output``, except a truncated one (the run ended inside the window, a smoke run's)
+    where ``output`` holds a complete one, which it never replaces: it goes beside it, ``<stem>.truncated.json`` (a
+    trial's one-step smoke run replaced a 40-step profile with one ``srifty recommend`` refused)."""
+    if not profile.timing.window or not profile.timing.window.truncated or not output.is_file():
+        return output
+    try:
+        there = json.loads(output.read_text())
+        complete = there.get("timing", {}).get("window", {}).get("truncated") is False
+    except (OSError, ValueError, AttributeError):
+        return output
+    if not complete:
+        return output
+    beside = output.with_name(f"{output.stem}.truncated.json")
+    log.warning(
+        "%s: this run ended inside the profile window; %s holds a complete profile, which is kept: this one is "
+        "written to %s (delete %s to profile anew with a run this short)",
+        owner,
+        output,
+        beside,
+        output,
+    )
+    return beside

@@ -183,6 +183,23 @@ def test_a_time_based_validation_is_said_without_a_count(tmp_path) -> None:
     assert "validation(s) in the planned work" not in note
 
 
+def test_a_short_run_never_replaces_a_complete_profile(tmp_path, caplog) -> None:
+    """A trial: a one-step smoke run (two micro-batches) replaced a 40-step profile with one cut short in its warm-up,
+    which srifty recommend refused. A truncated profile goes beside a complete one; it replaces a truncated one."""
+    out = tmp_path / "p.json"
+    fit(SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=out, verbose=False), max_steps=10)
+    complete = out.read_text()
+    assert json.loads(complete)["timing"]["window"]["truncated"] is False
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        fit(SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=out, verbose=False), max_steps=4)
+    beside = tmp_path / "p.truncated.json"
+    assert out.read_text() == complete and json.loads(beside.read_text())["timing"]["window"]["truncated"] is True
+    assert f"{out} holds a complete profile, which is kept: this one is written to {beside}" in caplog.text
+    out.write_text(beside.read_text())  # a truncated one is replaced
+    fit(SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=out, verbose=False), max_steps=3)
+    assert json.loads(out.read_text())["timing"]["window"]["steps"] == 1
+
+
 def test_validation_inside_the_window_is_excluded(tmp_path) -> None:
     cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=20, output=tmp_path / "p.json", verbose=False)
     fit(cb, max_steps=30, limit_val_batches=2, val_check_interval=5, check_val_every_n_epoch=None, val=loader(32))
