@@ -158,6 +158,12 @@ def test_a_move_is_reported_in_words_with_its_measured_times() -> None:
     move.downtime_s, move.voluntary, move.trigger = None, True, "drift"
     assert "after a drift from the prediction" in move.describe() and "(while training)" in move.describe()
     assert "downtime not measured (the new leg took no step)" in move.describe()
+    # the same fleet bought another way (a trial read "moved from g4dn.xlarge:1 to g4dn.xlarge:1")
+    twin = Migration(
+        "2026-11-23T09:00:00+00:00", "deadline", "deadline", True, "g4dn.xlarge:1", "g4dn.xlarge:1", 44, None, None,
+        0.0, from_market="spot", to_market="on-demand",
+    )  # fmt: skip
+    assert twin.describe().startswith("moved from g4dn.xlarge:1 (spot) to g4dn.xlarge:1 (on-demand) after a deadline")
 
 
 def test_a_spot_notice_is_described_with_its_time_or_says_there_was_none() -> None:

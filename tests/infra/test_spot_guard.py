@@ -67,6 +67,14 @@ def test_with_slack_to_spare_spot_gone_means_waiting_and_the_words_say_the_slack
     assert d.describe() == "slack 13.00 h > the 0.50 h an on-demand finish needs: waiting for spot"
     short = dataclasses.replace(d, time_left_h=0.1, work_left_h=0.05, restart_h=0.3 / 3600)
     assert short.describe() == "slack 3 min > the 0.3 s an on-demand finish needs: waiting for spot"
+    # a trial read "slack -68.90 h, within a check of the 0.10 h an on-demand finish needs (the hard rule)"
+    late = dataclasses.replace(d, action="on-demand", forced=True, time_left_h=2.0, work_left_h=70.9, restart_h=0.1)
+    assert late.describe() == (
+        "slack -68.90 h: the deadline is out of reach even on-demand (the work left takes 70.90 h at the step time "
+        "in use, 2.00 h are left): on-demand, the soonest finish"
+    )
+    tight = dataclasses.replace(late, work_left_h=1.85)
+    assert tight.describe().startswith("slack 0.15 h, within a check of the 0.10 h an on-demand finish needs")
     assert g.decide(T0 + 3600, None, available=True).action == "spot"  # spot there: start it
 
 

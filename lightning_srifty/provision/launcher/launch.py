@@ -665,26 +665,9 @@ class Launcher:
     def _arrive(self, new: LaunchedFleet, new_uri: str, up_s: float, leaving: _Leaving) -> None:
         """Start the job on ``new`` from the old leg's checkpoint, record the move (reported once the new leg steps),
         release the old fleet (last: the new one has the job; a wait for spot released it already)."""
-        left, old = leaving.left, leaving.old
+        old = leaving.old
         self.legs.start(new, new_uri, leaving.resume)
-        move = Migration(
-            dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            str(left.why or leaving.trigger),
-            leaving.trigger,
-            leaving.voluntary,
-            old.entry.fleet,
-            new.entry.fleet,
-            left.step,
-            left.notice_to_durable_s,
-            None,
-            leaving.while_training,
-            left.durable_unix,
-            checkpoint_s=left.save_s,
-            up_s=up_s,
-            restart_s=time.monotonic() - leaving.gone,
-            last_step_unix=left.last_step_unix or left.durable_unix,
-            started_unix=time.time(),
-        )
+        move = _migration(leaving, new, up_s)
         self.migrations.append(move)
         self.awaiting.append((move, leaving.resume))
         if old in self.legs.up:
@@ -859,3 +842,29 @@ def _wait_exit(
         provisioner.stop(fleet)
         return _STILL_RUNNING
     return code
+
+
+def _migration(leaving: _Leaving, new: LaunchedFleet, up_s: float) -> Migration:
+    """The record of a move from ``leaving``'s fleet to ``new`` (brought up in ``up_s``), its job just started there:
+    reported once the new leg steps."""
+    left, old = leaving.left, leaving.old
+    return Migration(
+        dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        str(left.why or leaving.trigger),
+        leaving.trigger,
+        leaving.voluntary,
+        old.entry.fleet,
+        new.entry.fleet,
+        left.step,
+        left.notice_to_durable_s,
+        None,
+        leaving.while_training,
+        left.durable_unix,
+        checkpoint_s=left.save_s,
+        up_s=up_s,
+        restart_s=time.monotonic() - leaving.gone,
+        last_step_unix=left.last_step_unix or left.durable_unix,
+        started_unix=time.time(),
+        from_market=old.entry.market,
+        to_market=new.entry.market,
+    )

@@ -53,6 +53,8 @@ class Migration:
     last_step_unix: float | None = None
     first_step_unix: float | None = None
     started_unix: float | None = None  # when the launcher started the job on the new fleet
+    from_market: str = ""  # "spot", "on-demand" or "mixed" ("": not recorded)
+    to_market: str = ""
 
     def describe(self) -> str:
         """``moved from g5.xlarge:1 to g5.2xlarge:1 after a spot notice at step 120: checkpoint 3.2 s, new fleet up
@@ -63,8 +65,11 @@ class Migration:
 
         up = s(self.up_s) + (" (while training)" if self.voluntary and self.up_s is not None else "")
         down = s(self.downtime_s) if self.downtime_s is not None else "not measured (the new leg took no step)"
+        old, new = self.from_fleet, self.to_fleet
+        if self.from_market != self.to_market:  # a trial read "moved from g4dn.xlarge:1 to g4dn.xlarge:1"
+            old, new = f"{old} ({self.from_market or 'market not recorded'})", f"{new} ({self.to_market})"
         return (
-            f"moved from {self.from_fleet} to {self.to_fleet} after {TRIGGER_WORDS.get(self.trigger, self.trigger)} "
+            f"moved from {old} to {new} after {TRIGGER_WORDS.get(self.trigger, self.trigger)} "
             f"at step {self.step}: checkpoint {s(self.checkpoint_s)}, new fleet up {up}, downtime {down}"
         )
 

@@ -64,6 +64,12 @@ class Decision:
         """``slack 3.10 h > the 0.40 h an on-demand finish needs: waiting for spot``."""
         what = {"spot": "spot", "wait": "waiting for spot", "on-demand": "on-demand"}[self.action]
         slack, needs = duration(self.slack_h * 3600), duration(self.restart_h * 3600)
+        if self.forced and self.slack_h < self.restart_h:  # a trial read "slack -68.90 h, within a check of ..."
+            return (
+                f"slack {slack}: the deadline is out of reach even on-demand (the work left takes "
+                f"{duration(self.work_left_h * 3600)} at the step time in use, {duration(self.time_left_h * 3600)} "
+                f"are left): {what}, the soonest finish"
+            )
         if self.forced:
             return f"slack {slack}, within a check of the {needs} an on-demand finish needs (the hard rule): {what}"
         return f"slack {slack} > the {needs} an on-demand finish needs: {what}"
