@@ -43,15 +43,17 @@ def validation_count(v: ValidationTiming, work: Work, constraints: Constraints, 
     if constraints.steps_per_epoch:
         epoch = constraints.steps_per_epoch * work.accumulate_grad_batches
     if v.every_epoch_fraction is not None:
-        share = f"every {v.every_epoch_fraction:g} of an epoch"
+        once = v.every_epoch_fraction == 1  # Lightning's default
+        share = "once an epoch" if once else f"every {v.every_epoch_fraction:g} of an epoch"
         if epoch is None:
             return share, None
         every = max(1, int(epoch * v.every_epoch_fraction))
+        each = "at the end" if once else f"each {every:,}"
         if constraints.steps_per_epoch:
-            cadence = f"{share} (each {every:,} of the planned epoch's {epoch:,} training batches)"
+            cadence = f"{share} ({each} of the planned epoch's {epoch:,} training batches)"
         else:
             cadence = (
-                f"{share} (each {every:,} of the {epoch:,} training batches of an epoch as long as the profiled "
+                f"{share} ({each} of the {epoch:,} training batches of an epoch as long as the profiled "
                 f"run's; for another length give the work as {words.name('epochs')} with "
                 f"{words.name('steps_per_epoch')})"
             )

@@ -280,5 +280,7 @@ def test_validations_are_counted_as_lightning_runs_them_or_said_uncountable() ->
     assert runs is None and "more than the planned epoch's 500: Lightning refuses it" in said
     said, runs = validation_count(ValidationTiming(every_epoch_fraction=0.5), work, Constraints(steps=1000), PYTHON)
     assert (said, runs) == ("every 0.5 of an epoch", None)
+    said, runs = validation_count(ValidationTiming(every_epoch_fraction=1.0, every_epochs=1), work, planned, PYTHON)
+    assert (said, runs) == ("once an epoch (at the end of the planned epoch's 500 training batches)", 2)  # the default
     said, runs = validation_count(ValidationTiming(every_s=10_800.0), work, planned, PYTHON)
     assert runs is None and said.startswith("every 10,800 s of training")
