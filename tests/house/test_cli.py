@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -404,11 +406,21 @@ def test_output_piped_into_a_reader_that_leaves_ends_quietly_as_sigpipe_ends_a_t
     stdout's is still an error (the second half)."""
     profile = str(ROOT / "examples" / "profiles" / "resnet50-v100.json")
     srifty = [sys.executable, "-m", "lightning_srifty.cli", "recommend", "--profile", profile, "--steps", "100000"]
-    with subprocess.Popen([*srifty, "--top", "200", "--wide"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    # The pipe is made a page deep before the tool starts: the table (about 48 KB) cannot all fit in it, so the
+    # tool is still writing when the reader leaves, however slowly the reader is scheduled. With Linux's default
+    # 64 KiB pipe the whole table could land before the reader closed, and the tool rightly exited 0.
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    with subprocess.Popen([*srifty, "--top", "200", "--wide"], stdout=write_end, stderr=subprocess.PIPE,
                           env=subprocess_env) as proc:  # fmt: skip
-        assert proc.stdout is not None and proc.stderr is not None
-        proc.stdout.readline()
-        proc.stdout.close()  # as head -1 does once it has its line
+        os.close(write_end)
+        assert proc.stderr is not None
+        first = b""
+        while b"\n" not in first:  # as head -1 does: read until its line, then leave
+            chunk = os.read(read_end, 4096)
+            assert chunk, "the tool printed nothing"
+            first += chunk
+        os.close(read_end)
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=120) == 141 and err == "", err
 
