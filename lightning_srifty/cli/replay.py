@@ -23,7 +23,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     inputs = {"--plan": args.plan, **{f"--trace {path}": path for path in args.trace}}
     check_distinct_outputs({"--plot": args.plot}, inputs=inputs)  # before anything is read (issue #36 L1)
     plan = load_plan(args.plan)
-    run = dl.job_from_plan(plan, args.choice, deadline_h=args.deadline_h, catalog=load_catalog(args))
+    run = dl.job_from_plan(
+        plan, args.choice, deadline_h=args.deadline_h, catalog=load_catalog(args), step_quantile=args.step_quantile
+    )
     read = [traces.read_trace(path, nodes=run.spot_nodes, values=args.trace_values) for path in args.trace]
     trace = traces.combine_traces([t for t, _ in read])
     notes = [n for _, ns in read for n in ns] + list(run.notes)
@@ -45,7 +47,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
         outcomes.append(dl.optimum(run.job, trace))
     if args.plot:
         _plot(outcomes, run, trace.gap_s / 3600, args.plot)
-    doc = {
+    doc = _document(args, run, trace, outcomes, notes)
+    if args.format == "json":
+        print(json.dumps(doc, indent=2, allow_nan=False))
+        return 0
+    _table(doc)
+    return 0
+
+
+def _document(args: argparse.Namespace, run: Any, trace: Any, outcomes: list[Any], notes: list[str]) -> dict[str, Any]:
+    """The ``srifty.replay/v1`` document: the plan's run, the trace, each policy's outcome and the notes."""
+    return {
         "schema": "srifty.replay/v1",
         "plan": str(args.plan),
         "fleet": run.fleet,
@@ -57,6 +69,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "spot_available_share": round(trace.availability(), 4),
         "job": {
             "work_h": round(run.job.work_s / 3600, 4),
+            "step_quantile": args.step_quantile if args.step_quantile is not None else 0.5,
+            "planned_work_h": round((run.job.planned_work_s or run.job.work_s) / 3600, 4),
+            "measured_after_s": run.job.measured_after_s,
             "deadline_h": round(run.job.deadline_s / 3600, 4),
             "restart_s": round(run.job.restart_s, 1),
             "spot_usd_hr": round(run.job.spot_usd_hr, 4),
@@ -66,11 +81,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "results": [o.to_dict() for o in outcomes],
         "notes": notes,
     }
-    if args.format == "json":
-        print(json.dumps(doc, indent=2, allow_nan=False))
-        return 0
-    _table(doc)
-    return 0
 
 
 def _window(args: argparse.Namespace, trace: Any) -> Any:
@@ -194,6 +204,16 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         default=None,
         help="what the trace's numbers are: instances available (the spot-traces README, default) or preempted "
         "flags (how the Can't Be Late simulator reads its single-node files)",
+    )
+    p.add_argument(
+        "--step-quantile",
+        type=float,
+        default=None,
+        metavar="Q",
+        dest="step_quantile",  # job_from_plan()'s parameter: a refusal of it names this flag
+        help="the run's step at this quantile of the prediction, e.g. 0.9 (default: the predicted step, as the "
+        "plan's cost assumes); either way the policy plans for the plan's --confidence until it has measured the step "
+        "in its first minute of training, as srifty launch does",
     )
     p.add_argument("--start-h", type=float, default=0.0, help="start this many hours into the trace")
     p.add_argument("--tick", type=float, default=None, help="seconds per decision (a multiple of the trace's gap)")

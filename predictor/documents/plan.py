@@ -221,7 +221,9 @@ class PlanEntry:
     memory_gib: float = doc_field("predicted memory per GPU (the fullest group)", min=0)
     pareto: bool = doc_field("on the time-cost Pareto front")
     checkpoint_interval_s: float | None = doc_field(
-        "Young-Daly checkpoint interval, from spot interruptions and node failures (none: the run is shorter than it)",
+        "periodic checkpoint interval: Young-Daly's, from spot interruptions and node failures, and under a deadline, "
+        "for a spot or mixed fleet whose save misses the spot notice, no longer than leaves the slack for the work at "
+        "risk and the saves (none: the run is shorter than it)",
         default=None,
         min=0,
     )

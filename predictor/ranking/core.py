@@ -51,6 +51,7 @@ from predictor.runs.odds import (
     DeadlineOdds,
     Fallback,
     SpotStats,
+    at_confidence,
     deadline_odds,
     expected_with_fallback,
     guarded_ranges,
@@ -62,8 +63,10 @@ from predictor.runs.spot import (
     RESTART_S,
     ROOT_VOLUME_BYTES_S,
     busiest_node_share,
+    deadline_interval_s,
     estimated_checkpoint_s,
     on_demand_cost,
+    saves_on_notice,
     sharded_save_s,
     spot_cost,
 )
@@ -348,7 +351,10 @@ def _score(
     rate = cand.rate_per_hr if spot_stats is None else row_sum(cand.spot) * spot_stats.rate_per_hr
     gpus = many.group_gpus[s].sum(axis=1)  # every fleet, on-demand too, loses a node without a notice now and then
     save_s = _save_s(r, many, s)
-    spot = spot_cost(run_s, np.ones(len(s)), rate, save_s, restart_s=startup, gpus=gpus, load_s=checkpoint_s)
+    cap = _interval_cap(r, many, cand, startup, save_s, run_s)
+    spot = spot_cost(
+        run_s, np.ones(len(s)), rate, save_s, restart_s=startup, gpus=gpus, load_s=checkpoint_s, max_interval_s=cap
+    )
     wall_s = startup + spot.expected_time_s
     usd_hr = row_sum(cand.group_usd)
     scored = Scored(
@@ -363,6 +369,24 @@ def _score(
     od_run_s = on_demand_cost(run_s, save_s, restart_s=startup, gpus=gpus, load_s=checkpoint_s).expected_time_s
     scored, odds = _under_deadline(r, scored, od_run_s, DOWN_SPELL_S if spot_stats is None else spot_stats.down_s)
     return _with_late_moves(r, scored, odds, od_run_s) if constraints.move_if_late else scored
+
+
+def _interval_cap(r: _Ranking, many: ManyPredictions, cand: cands.Candidates, startup: np.ndarray,
+                  save_s: np.ndarray, run_s: np.ndarray) -> np.ndarray | float:  # fmt: skip
+    """Under a deadline, the periodic checkpoint interval of each guarded (spot or mixed) fleet whose save does not
+    fit the spot notice (:func:`deadline_interval_s`): the slack is the deadline less the start-up, one restart
+    (start-up, save and load, as the policy prices a new fleet) and the training at the plan's confidence (the
+    quantile the policy plans for until it measures the step). inf elsewhere (Young-Daly's interval alone)."""
+    c = r.constraints
+    if c.deadline_h is None:
+        return math.inf
+    guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
+    at_risk = guarded & ~saves_on_notice(save_s)
+    if not np.any(at_risk):
+        return math.inf
+    work = run_s * at_confidence(many.model_sd[cand.shape], c.confidence)
+    slack = c.deadline_h * 3600.0 - startup - (startup + save_s + r.checkpoint_s) - work
+    return np.where(at_risk, deadline_interval_s(slack, work, save_s), np.inf)
 
 
 def _save_s(r: _Ranking, many: ManyPredictions, s: np.ndarray) -> np.ndarray:
@@ -389,13 +413,16 @@ def _under_deadline(r: _Ranking, scored: Scored, run_s: np.ndarray, down_s: floa
     guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
     deadline_s = float(c.deadline_h or 0.0) * 3600
 
+    # what a preemption can lose where the save does not fit the notice: the training since the last periodic save
+    at_risk = np.where(saves_on_notice(save_s), 0.0, spot.checkpoint_interval_s)
+
     def fallback_at(factor: np.ndarray | float = 1.0, at: Any = slice(None)) -> Fallback:
         """The guarded fleets (``at``: those candidates) as the policy runs them, the work (and what it exposes to
         spot) x ``factor``."""
         return expected_with_fallback(
             spot.expected_time_s[at] * factor, run_s[at] * factor, spot.expected_interruptions[at] * factor,
             deadline_s, startup[at], startup[at] + save_s[at] + r.checkpoint_s, usd_hr[at], cand.od_usd[at],
-            down_s=down_s,
+            down_s=down_s, at_risk_s=np.minimum(at_risk[at], run_s[at] * factor),
         )  # fmt: skip
 
     def ranges_of(i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -37,7 +37,7 @@ github.com/skypilot-org/spot-traces.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,10 @@ from predictor.runs.spot import DEFAULT_CHECKPOINT_S, NOTICE_MARGIN_S, NOTICE_S,
 from predictor.runs.traces import Trace
 
 WAIT, ON_DEMAND = -1, -2  # actions besides "spot in zone z" (z >= 0)
+# How much training srifty launch's guard sees before it knows the step time: a job's SpotPreemption writes
+# PROGRESS.json at its leg's first step and then every ``progress_s`` (60 s by default), the second record carrying
+# the measured step; until then the guard plans for the step at the plan's confidence (its quantile).
+MEASURED_AFTER_S = 60.0
 
 
 # ---------------------------------------------------------------- the job
@@ -66,12 +70,23 @@ class Job:
     od_usd_hr: float  # the same fleet all on-demand
     checkpoint_interval_s: float | None = None  # periodic checkpoints while on spot (None: none)
     save_on_notice: bool = True  # the save fits the two-minute notice: a preemption loses nothing
+    # what the policy plans for until it has trained ``measured_after_s`` and so knows the step (None: the work
+    # itself, known from the start): srifty launch's guard holds the plan's quantile until the job reports its step
+    planned_work_s: float | None = None
+    measured_after_s: float = MEASURED_AFTER_S
 
     def __post_init__(self) -> None:
         for name in ("work_s", "deadline_s", "spot_usd_hr", "od_usd_hr"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ConfigError(f"{name} must be a number > 0; got {v!r}.", parameter=name, value=v)
+        p = self.planned_work_s
+        if p is not None and not (isinstance(p, (int, float)) and math.isfinite(p) and p > 0):
+            raise ConfigError(f"planned_work_s must be a number > 0 or None; got {p!r}.", parameter="planned_work_s")
+        if not (math.isfinite(self.measured_after_s) and self.measured_after_s >= 0):
+            raise ConfigError(
+                f"measured_after_s must be >= 0; got {self.measured_after_s!r}.", parameter="measured_after_s"
+            )
         if not (math.isfinite(self.restart_s) and self.restart_s >= 0):
             raise ConfigError(f"restart_s must be >= 0; got {self.restart_s!r}.", parameter="restart_s")
 
@@ -91,6 +106,15 @@ class Ticks:
     # what an on-demand finish of the work left takes beyond it (its periodic saves and node failures: srifty
     # launch's guard, :func:`~predictor.runs.spot.on_demand_time_s`), for the hard rule alone; the replay's 0
     finish_extra: int = 0
+    planned: int | None = None  # the work the policy plans for until ``measured_after`` ticks are trained
+    measured_after: int = 0
+
+    def seen(self, trained: int, done: int) -> tuple[Ticks, int]:
+        """The job and the progress ``done`` as a policy knows them once ``trained`` ticks of work are done: the
+        planned work until the step is measured (the progress in the same share of it), the work itself after."""
+        if self.planned is None or self.planned == self.work or trained >= self.measured_after:
+            return self, done
+        return replace(self, work=self.planned, planned=None), math.floor(done * self.planned / self.work + 1e-9)
 
     @classmethod
     def of(cls, job: Job, tick_s: float) -> Ticks:
@@ -104,6 +128,8 @@ class Ticks:
             job.spot_usd_hr * tick_s / 3600.0,
             job.od_usd_hr * tick_s / 3600.0,
             job.save_on_notice,
+            planned=None if job.planned_work_s is None else max(1, math.ceil(job.planned_work_s / tick_s - 1e-9)),
+            measured_after=max(1, math.ceil(job.measured_after_s / tick_s - 1e-9)),
         )
 
     @property
@@ -300,8 +326,8 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
                 progress = done
             done = progress
             running, overhead = None, 0
-        s = State(k, progress if j.save_on_notice else done, running, overhead, avail, a[:, :k])
-        act = pol.decide(s, j)
+        known, seen_done = j.seen(progress, progress if j.save_on_notice else done)
+        act = pol.decide(State(k, seen_done, running, overhead, avail, a[:, :k]), known)
         if act >= 0 and not avail[act]:
             raise RuntimeError(f"policy {pol.name} chose spot in zone {act} at tick {k}, where there is none")
         if act == WAIT:
@@ -437,15 +463,18 @@ class PlannedRun:
 
 
 def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | None = None,
-                  catalog: Any = None) -> PlannedRun:  # fmt: skip
+                  catalog: Any = None, step_quantile: float | None = None) -> PlannedRun:  # fmt: skip
     """The run of ``plan.entries[choice]`` (default: the plan's choice) under the plan's deadline (or
-    ``deadline_h``): the work is the plan's optimizer steps x the predicted step time (at the plan's confidence,
-    :func:`confidence_factor`), each new fleet costs the
-    entry's start-up plus a checkpoint save and load (``plan.checkpoint_s``), spot is the entry's price (a mixed
-    fleet: its on-demand base plus its spot share) and on-demand the same fleet all on-demand (from the catalog).
+    ``deadline_h``), as ``srifty launch`` runs it: the work is the plan's optimizer steps x the step time (the
+    prediction, or its ``step_quantile``: :func:`confidence_factor`); the policy plans for the step at the plan's
+    confidence until it has trained :data:`MEASURED_AFTER_S` and measured it, as the launch's guard does. Each new
+    fleet costs the entry's start-up plus a checkpoint save and load (``plan.checkpoint_s``), spot is the entry's
+    price (a mixed fleet: its on-demand base plus its spot share) and on-demand the same fleet all on-demand (from
+    the catalog).
 
     Raises:
-        ConfigError: no deadline, an entry without spot instances or on-demand prices, a choice out of range.
+        ConfigError: no deadline, an entry without spot instances or on-demand prices, a choice out of range, a
+            ``step_quantile`` outside (0, 1).
     """
 
     index = plan.chosen if choice is None else choice
@@ -458,7 +487,14 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
             "--deadline).",
             parameter="deadline_h",
         )
-    work_s, notes = _planned_work_s(plan, entry)
+    if step_quantile is not None and not (isinstance(step_quantile, (int, float)) and 0 < step_quantile < 1):
+        raise ConfigError.between(
+            "{step_quantile} must be between 0 and 1, e.g. 0.9 (0.5: the predicted step); got {got!r}.",
+            parameter="step_quantile",
+            value=step_quantile,
+            got=step_quantile,
+        )
+    work_s, planned_s, notes = _planned_work_s(plan, entry, step_quantile)
     ck = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S  # the load, on any fleet
     save = planned_save_s(plan, entry)  # this fleet's own save (a sharded one's nodes each write their part)
     spot_nodes = sum(g.spot for g in entry.groups)
@@ -474,6 +510,7 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
         od_usd_hr=od,
         checkpoint_interval_s=entry.checkpoint_interval_s,
         save_on_notice=bool(saves_on_notice(save)),
+        planned_work_s=planned_s,
     )
     if not job.save_on_notice:
         notes.append(
@@ -484,25 +521,34 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
     return PlannedRun(job, entry.fleet, entry.market, spot_nodes, tuple(notes))
 
 
-def _planned_work_s(plan: Any, entry: Any) -> tuple[float, list[str]]:
-    """(the entry's work in seconds, notes): the plan's optimizer steps x the predicted step (a plan made before the
-    global batch was recorded: its predicted time less the start-up), at the plan's confidence
-    (:func:`confidence_factor`)."""
+def _planned_work_s(plan: Any, entry: Any, step_quantile: float | None) -> tuple[float, float | None, list[str]]:
+    """(the entry's work in seconds at the step's ``step_quantile`` (None: the prediction), the work the policy
+    plans for until it measures the step (the plan's confidence; None: the same), notes). The work is the plan's
+    optimizer steps x the predicted step (a plan made before the global batch was recorded: its predicted time less
+    the start-up)."""
     notes: list[str] = []
     steps = plan.constraints.work_samples / entry.global_batch if entry.global_batch else None
     if steps is not None:
-        work_s = steps * entry.iteration_time_s
+        predicted_s = steps * entry.iteration_time_s
     else:  # plans made before global_batch was recorded
-        work_s = max(1.0, entry.time_h * 3600 - (entry.startup_s or 0.0))
+        predicted_s = max(1.0, entry.time_h * 3600 - (entry.startup_s or 0.0))
         notes.append("the plan does not record its global batch: the work is its predicted time less the start-up")
-    factor = confidence_factor(entry, plan.constraints.confidence)
-    if factor > 1.0:  # the deadline was asked at a confidence: the policy plans for the work at that quantile
-        work_s *= factor
+    work_s = predicted_s * confidence_factor(entry, step_quantile)
+    if step_quantile is not None and step_quantile != 0.5:
         notes.append(
-            f"the work is planned at the plan's {plan.constraints.confidence:.0%} confidence: x{factor:.2f} the "
-            "predicted training time (the ranking's quantile; the launch's guard replaces it with the measured step)"
+            f"the step is taken at its {step_quantile:.0%} quantile: x{work_s / predicted_s:.2f} the predicted "
+            "training time"
         )
-    return work_s, notes
+    factor = confidence_factor(entry, plan.constraints.confidence)
+    planned_s: float | None = None
+    if factor > 1.0:  # the deadline was asked at a confidence: the policy plans for that quantile until it measures
+        planned_s = predicted_s * factor
+        notes.append(
+            f"until the step is measured (its first {MEASURED_AFTER_S:.0f} s of training) the policy plans for the "
+            f"plan's {plan.constraints.confidence:.0%} confidence, x{factor:.2f} the predicted training time, as "
+            "srifty launch's guard does"
+        )
+    return work_s, planned_s, notes
 
 
 def _fleet_prices(entry: Any, index: int, catalog: Any) -> tuple[float, float]:

@@ -94,6 +94,7 @@ def expected_with_fallback(
     spot_usd_hr: np.ndarray,
     od_usd_hr: np.ndarray,
     down_s: float = DOWN_SPELL_S,
+    at_risk_s: np.ndarray | float = 0.0,
 ) -> Fallback:
     """What a spot (or mixed) run is expected to take and cost when the deadline policy guards it: the fluid run of
     the policy srifty launch keeps (:class:`predictor.runs.deadline.Srifty`).
@@ -113,21 +114,19 @@ def expected_with_fallback(
       ends at ``L``; where it does not, the run falls further behind until the hard rule
       (:func:`predictor.runs.deadline.must_run_on_demand`) starts on-demand for the rest, which ends at the deadline;
     - no slack (``S <= 0``): on-demand from the first tick, no spot start and no restart (the rule's first decision).
+    - ``at_risk_s``, the training a preemption can lose (a save that misses the notice: up to an interval), the hard
+      rule keeps in hand beside the restart: ``L`` is shorter by it.
 
     Each spell on-demand behind the line costs a restart billed on-demand (one per interruption while behind); spot
     is billed for its share of the work at its own overhead; waiting is not billed. With spot always there this is
-    the hard rule's run (spot spends the slack, on-demand finishes at the deadline). Before, the run was
-    priced as the hard rule alone: each wait for capacity spent slack until on-demand finished the run, where the
-    policy runs on-demand only while behind and returns: on the traces the ranking's cost was 23.9 / 24.8 % from the
-    replay's (+19.5 / +12.5 % high), now 17.6 / 18.1 % (+6.9 / -7.4 %; BENCHMARKS.md) on development / held out."""
-    spot_wall, work = np.asarray(spot_wall_s, float), np.asarray(work_s, float)
-    shape = np.broadcast(spot_wall, work).shape
-    spot_wall, work = np.broadcast_to(spot_wall, shape), np.broadcast_to(work, shape)
-    start = np.broadcast_to(np.asarray(startup_s, float), shape)
-    restart = np.broadcast_to(np.asarray(restart_s, float), shape)
-    n = np.broadcast_to(np.asarray(interruptions, float), shape)
+    the hard rule's run (spot spends the slack, on-demand finishes at the deadline). Against the replays on the traces
+    the cost is 17.6 / 18.1 % off on development / held out (BENCHMARKS.md)."""
+    shape = np.broadcast(np.asarray(spot_wall_s, float), np.asarray(work_s, float)).shape
+    spot_wall, work, start, restart, n = (
+        np.broadcast_to(np.asarray(x, float), shape) for x in (spot_wall_s, work_s, startup_s, restart_s, interruptions)
+    )
     greedy = spot_wall + n * down_s  # spot whenever there, waiting when not
-    line_end = deadline_s - start - restart
+    line_end = deadline_s - start - restart - np.broadcast_to(np.asarray(at_risk_s, float), shape)
     from_start = line_end <= work  # no slack
     behind = ~from_start & (greedy > line_end)
     share = from_start.astype(float)
@@ -213,18 +212,29 @@ def deadline_odds(
     shown never disagree.
     """
 
-    sd = np.minimum(np.nan_to_num(np.asarray(sd, float), nan=MAX_SD), MAX_SD)
+    sd = _bounded_sd(sd)
     room = deadline_s - np.asarray(startup_s, float)
     uncertain = np.maximum(np.asarray(uncertain_s, float), 1e-9)
     with np.errstate(divide="ignore", invalid="ignore"):
         x = np.log(np.where(room > 0, room, np.nan) / uncertain) / sd
     x = np.where(room > 0, np.where(sd > 0, x, np.where(uncertain <= room, np.inf, -np.inf)), -np.inf)
     probability = normal_cdf(x)
-    factor = np.exp(z_of(confidence) * sd)
+    factor = at_confidence(sd, confidence)
     time = np.asarray(startup_s, float) + uncertain * factor
     if np.any(guarded):
         time = np.where(guarded, fallback_at(factor).time_s, time)
     return DeadlineOdds(probability, time)
+
+
+def _bounded_sd(sd: np.ndarray) -> np.ndarray:
+    """A prediction's relative sd as the deadline reads it: unknown (nan) or wider than :data:`MAX_SD` is MAX_SD."""
+    return np.minimum(np.nan_to_num(np.asarray(sd, float), nan=MAX_SD), MAX_SD)
+
+
+def at_confidence(sd: np.ndarray, confidence: float) -> np.ndarray:
+    """How much longer than predicted each candidate's training is at ``confidence`` (its quantile over the
+    median, ``exp(z sd)``), as :func:`deadline_odds` holds it to the deadline."""
+    return np.exp(z_of(confidence) * _bounded_sd(sd))
 
 
 def confidence_factor(entry: Any, confidence: float | None) -> float:

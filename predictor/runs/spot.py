@@ -121,6 +121,7 @@ def spot_cost(
     restart_s: np.ndarray | float = REPROVISION_S + RESTART_S,
     gpus: np.ndarray | float = 0.0,
     load_s: np.ndarray | float | None = None,
+    max_interval_s: np.ndarray | float = math.inf,
 ) -> SpotCost:
     """Expected interruptions and total time of ``work_s`` seconds of training on spot capacity.
 
@@ -129,7 +130,8 @@ def spot_cost(
     back costs after an interruption (its start-up: :mod:`predictor.runs.startup`); ``gpus`` the fleet's GPUs, which
     fail without a notice at :data:`FAILURES_PER_GPU_HR` each (0: failures left out). The Young-Daly interval is
     capped by the run: a run shorter than the interval takes no periodic checkpoint and loses, on average, half of
-    itself. ``expected_interruptions`` counts spot interruptions only (0 on-demand); failures are in the overhead.
+    itself, and by ``max_interval_s`` (a deadline's: :func:`deadline_interval_s`). ``expected_interruptions`` counts
+    spot interruptions only (0 on-demand); failures are in the overhead.
     """
     work_s = np.asarray(work_s, dtype=float)
     checkpoint_s = np.asarray(checkpoint_s, dtype=float)
@@ -139,7 +141,7 @@ def spot_cost(
     with np.errstate(divide="ignore", invalid="ignore"):
         both = fleet_rate + failure_rate
         mtbi = np.where(both > 0, 1.0 / both, np.inf)
-        tau = np.where(np.isfinite(mtbi), np.sqrt(2.0 * checkpoint_s * mtbi), np.inf)
+        tau = np.minimum(np.where(np.isfinite(mtbi), np.sqrt(2.0 * checkpoint_s * mtbi), np.inf), max_interval_s)
         periodic = np.isfinite(tau) & (tau < work_s)
         tau = np.where(periodic, tau, np.inf)
         # checkpoints slow the run by C / tau (kept where the save fits the notice too: a notice can come late or
@@ -155,6 +157,25 @@ def spot_cost(
     interruptions = fleet_rate * running
     overhead = checkpoint_time + interruptions * per_interruption + failure_rate * running * per_failure
     return SpotCost(interruptions, tau, overhead, work_s + overhead, np.where(fleet_rate > 0, per_interruption, 0.0))
+
+
+def deadline_interval_s(slack_s: np.ndarray, work_s: np.ndarray, save_s: np.ndarray) -> np.ndarray:
+    """The longest periodic checkpoint interval a spot fleet whose save does not fit the notice may keep under a
+    deadline (:func:`predictor.runs.deadline.must_run_on_demand` counts only the work a preemption cannot lose).
+
+    Between saves the work since the last one (up to an interval, ``tau``) is at risk, and the saves themselves take
+    ``work x save / tau``: both must fit in the ``slack_s`` the deadline leaves once the run, its start-up and one
+    restart are taken out, or the hard rule sends a fleet spot never interrupts to on-demand to commit its work, and
+    back (a replay of a 7B on one p4d under a 36.6 h deadline: 16 starts, 7.2 h restarting, $150 against the $72.68
+    priced). ``tau + W C / tau <= S``: the larger root, ``(S + sqrt(S^2 - 4 W C)) / 2`` (the fewest saves); where
+    none fits (``S^2 < 4 W C``), ``sqrt(W C)``, the interval that spends the least slack (the run then finishes
+    on-demand when it must). Never shorter than a save. Bounds: ``[save, inf)``."""
+    slack = np.asarray(slack_s, dtype=float)
+    wc = np.maximum(np.asarray(work_s, dtype=float), 0.0) * np.asarray(save_s, dtype=float)
+    disc = slack * slack - 4.0 * wc
+    with np.errstate(invalid="ignore"):
+        tau = np.where((slack > 0) & (disc >= 0), (slack + np.sqrt(np.maximum(disc, 0.0))) / 2.0, np.sqrt(wc))
+    return np.maximum(tau, np.asarray(save_s, dtype=float))
 
 
 def on_demand_cost(

@@ -290,6 +290,7 @@ def test_the_options_named_by_another_dest_still_say_their_flags() -> None:
         (["terraform", "--plan", "p", "--out", "o"], "include_secrets", "--include-secret"),
         (["launch", "--plan", "p"], "include_secrets", "--include-secret"),
         (["replay", "--plan", "p", "--trace", "t"], "deadline_h", "--deadline"),
+        (["replay", "--plan", "p", "--trace", "t"], "step_quantile", "--step-quantile"),
         (["terraform", "--plan", "p", "--out", "o"], "max_hourly_usd", "--max-hourly"),
     ):
         error = ConfigError.between("raise {" + dest + "}.", parameter=dest)

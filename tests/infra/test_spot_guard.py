@@ -117,6 +117,20 @@ def test_progress_and_measured_times_move_the_point_of_no_return() -> None:
     assert g.restart_s == 4 * 3600.0 and g.decide(T0 + 15 * 3600, None).forced
 
 
+def test_the_hard_rule_keeps_in_hand_the_training_a_preemption_would_undo() -> None:
+    """Where the fleet's save misses the spot notice a preemption loses the training since the last periodic save
+    (up to the plan's interval); the guard sees the steps done, not the steps saved, so its hard rule keeps that
+    training in hand beside the restart (never more than the steps done)."""
+    now = T0 + 16 * 3600  # 5 h of work left: 8 h to the deadline less 0.5 h restart, 2.5 h of slack
+    for at_risk_h, forced in ((0.0, False), (2.0, False), (3.0, True), (math.inf, True)):
+        g = guard(AlwaysWait(), at_risk_s=at_risk_h * 3600)
+        g.progress(500)
+        assert g.decide(now, None).forced is forced, at_risk_h
+    # nothing done, nothing at risk: the point of no return is the one without it (13.5 h in)
+    g = guard(AlwaysWait(), at_risk_s=math.inf)
+    assert not g.decide(T0 + 13.25 * 3600, None).forced and g.decide(T0 + 13.5 * 3600, None).forced
+
+
 def test_the_hard_rule_leaves_room_for_an_on_demand_finishs_node_failures_and_saves(spot_plan, catalog) -> None:
     """64 GPUs and a 120 s save: the on-demand finish of 10 h of steps takes its periodic saves and its node failures
     (OPT-175B's rate, 1 / (7.5 h x 992 GPUs)) on top, worked out here by hand in expectation, so the hard rule fires

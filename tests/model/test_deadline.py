@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from _support import MINIMAL
+from _support import MINIMAL, ROOT
 from lightning_srifty.cli import main
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
@@ -605,3 +605,100 @@ def test_the_replay_reads_each_fleets_own_save_and_the_plans_load(planned, catal
         assert run.job.restart_s == pytest.approx((entry.startup_s or 0.0) + save + 700.0)
         assert run.job.save_on_notice is fits
         assert any(f"save on this fleet takes {save:.0f} s" in n for n in run.notes) is not fits
+
+
+def test_the_policy_plans_for_the_quantile_only_until_it_has_measured_the_step() -> None:
+    """srifty launch's guard holds the plan's quantile until the job reports its step (its first minute of
+    training), then the measured one. The replay planned for the quantile throughout: a choice that met its deadline
+    at the edge of the confidence replayed all on-demand on a trace where spot never went away (a trial: the entry's
+    $1.30 at 0 % on-demand, the replay's $10.52, all on-demand)."""
+    always = trace_of([1] * 60)
+    known = job(10, 16)  # the work, known from the start: spot throughout
+    planned = job(10, 16, planned_work_s=15 * 600.0)  # the quantile leaves no slack for spot
+    at_quantile = job(15, 16)  # the old replay: the quantile throughout (here the step really is that slow)
+    o_known, o_planned, o_quantile = (
+        dl.replay(j, always, dl.policy("srifty"), record=True) for j in (known, planned, at_quantile)
+    )
+    assert o_known.hours["on-demand"] == 0 and o_quantile.hours["spot"] == 0  # the two ends
+    # on-demand from the first tick (the hard rule under the belief), the step measured by the first tick of
+    # training, then spot as soon as the run is on its line: 3 ticks of on-demand, the rest on spot
+    assert o_planned.market is not None and list(o_planned.market[:4]) == [dl.ON_DEMAND] * 3 + [0]
+    assert o_planned.hours["on-demand"] == pytest.approx(3 * 600 / 3600) and o_planned.deadline_met
+    assert o_known.cost_usd < o_planned.cost_usd < 0.5 * o_quantile.cost_usd
+    # a belief equal to the work replays as a work known from the start
+    same = dl.replay(job(10, 16, planned_work_s=10 * 600.0), always, dl.policy("srifty"))
+    assert (same.cost_usd, same.hours) == (o_known.cost_usd, o_known.hours)
+    with pytest.raises(ConfigError, match="planned_work_s"):
+        job(10, 14, planned_work_s=-1.0)
+
+
+def test_replay_runs_the_predicted_step_and_says_what_it_planned(catalog, tmp_path, capsys) -> None:
+    """The replay of a plan whose 90 % quantile barely meets its deadline, on a trace where spot is always there:
+    by default the step is the prediction (as the entry's cost assumes) and the policy plans for the quantile until
+    it has measured it; ``--step-quantile 0.9`` replays the step come out that slow."""
+    asked = Constraints(
+        steps=200_000, market="spot", allow=("p3.2xlarge",), max_instances=1, deadline_h=18.8, confidence=0.9
+    )
+    plan = rank(load_profile(MINIMAL), asked, catalog=catalog)
+    entry = plan.entries[plan.chosen]
+    path, trace = tmp_path / "plan.json", tmp_path / "trace.json"
+    plan.save(path)
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 200}))
+    argv = ["replay", "--plan", str(path), "--trace", str(trace), "--policy", "srifty", "--format", "json"]
+    docs = []
+    for extra in ([], ["--step-quantile", "0.9"]):
+        assert main([*argv, *extra]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    predicted, slow = docs
+    factor = odds.confidence_factor(entry, 0.9)
+    assert predicted["job"]["step_quantile"] == 0.5 and slow["job"]["step_quantile"] == 0.9
+    assert predicted["job"]["planned_work_h"] == pytest.approx(predicted["job"]["work_h"] * factor, rel=1e-3)
+    assert slow["job"]["work_h"] == pytest.approx(predicted["job"]["planned_work_h"], rel=1e-3)
+    fast, late = predicted["results"][0], slow["results"][0]
+    assert fast["hours"]["on-demand"] < 0.1 * fast["hours"]["spot"] and fast["cost_usd"] < 2 * entry.cost_usd
+    assert late["hours"]["spot"] == 0 and late["cost_usd"] > 5 * entry.cost_usd
+    assert any("until the step is measured" in n for n in predicted["notes"])
+    assert main([*argv, "--step-quantile", "1.5"]) == 2
+    assert "--step-quantile must be between 0 and 1" in capsys.readouterr().err
+
+
+def test_the_deadline_interval_leaves_the_slack_for_the_work_at_risk_and_the_saves() -> None:
+    from predictor.runs.spot import deadline_interval_s
+
+    slack, work, save = np.array([6.0, 3.0, -1.0, 10.0]), np.array([29.0, 29.0, 29.0, 0.01]), np.full(4, 0.17)
+    tau = deadline_interval_s(slack, work, save)
+    fits = slack**2 >= 4 * work * save
+    assert list(fits) == [True, False, False, True]
+    # where one fits: the larger root (the fewest saves), at risk + saves exactly the slack
+    assert tau[0] + work[0] * save[0] / tau[0] == pytest.approx(slack[0]) and tau[0] > slack[0] / 2
+    # where none does: the interval that spends the least of it; never shorter than a save
+    assert tau[1] == pytest.approx(math.sqrt(work[1] * save[1])) and tau[2] == tau[1]
+    assert deadline_interval_s(np.array([1.0]), np.array([1e-6]), np.array([0.5]))[0] >= 0.5
+
+
+def test_a_fleet_whose_save_misses_the_notice_keeps_its_deadline_without_flapping_to_on_demand(catalog) -> None:
+    """A captured Llama-2 7B on one p4d spot under a deadline: its 617 s save does not fit the notice, so a
+    preemption loses the work since the last periodic checkpoint and the hard rule counts only what is saved. With
+    Young-Daly's 16.5 h interval the replay on a trace where spot never went away went to on-demand to commit and
+    back 8 times (16 starts, 7.2 h restarting, $150 against the entry's $72.68). The interval now leaves the slack
+    for the work at risk and the saves; where no interval can, the entry prices the on-demand it needs."""
+    llama = load_profile(json.loads((ROOT / "examples/profiles/llama-7b-bf16-captured.json").read_text()))
+    always = traces.Trace(gap_s=600.0, available=np.ones((1, 400), bool))
+    kw = {"steps": 20_000, "market": "spot", "allow": ("p4d.24xlarge",), "max_instances": 1, "confidence": 0.9}
+    plan = rank(llama, Constraints(deadline_h=36.6, **kw), catalog=catalog)
+    entry = plan.entries[plan.chosen]
+    assert entry.checkpoint_interval_s is not None and entry.checkpoint_interval_s < 6 * 3600
+    replayed = dl.replay(dl.job_from_plan(plan, catalog=catalog).job, always, dl.policy("srifty"))
+    assert replayed.starts == 1 and replayed.hours["on-demand"] == 0 and replayed.deadline_met
+    assert replayed.cost_usd == pytest.approx(entry.cost_usd, rel=0.1) and entry.on_demand_fallback == 0
+    # the launch's guard keeps that interval in hand: a preemption undoes up to it
+    from lightning_srifty.provision.launcher.spot_guard import guard_for
+
+    g = guard_for("srifty", plan, plan.chosen, plan, plan.chosen, started_unix=0.0, global_batch=64, check_s=300.0)
+    assert g is not None and g.at_risk_s == entry.checkpoint_interval_s
+    # no deadline: Young-Daly's interval alone
+    free = rank(llama, Constraints(**{**kw, "confidence": 0.5}), catalog=catalog).entries[0]
+    assert free.checkpoint_interval_s is not None and free.checkpoint_interval_s > 12 * 3600
+    # at the edge no interval leaves room for both: the entry prices the on-demand the hard rule will need
+    edge = rank(llama, Constraints(deadline_h=33.1, **kw), catalog=catalog)
+    assert edge.entries[edge.chosen].on_demand_fallback > 0.3

@@ -135,8 +135,13 @@ def test_the_replay_and_the_launch_guard_plan_for_the_rankings_quantile(profile,
     del old_doc["constraints"]["confidence"]  # a plan made before: its deadline held the predicted time
     old = load_plan(old_doc)
     run, run_old = job_from_plan(plan, catalog=catalog), job_from_plan(old, catalog=catalog)
-    assert run.job.work_s == pytest.approx(run_old.job.work_s * factor)
+    # the run is the predicted one (what the entry's cost prices); the policy plans for the quantile until it has
+    # measured the step, as the launch's guard does; an old plan's policy knows the work from the start
+    assert run.job.work_s == pytest.approx(run_old.job.work_s) and run_old.job.planned_work_s is None
+    assert run.job.planned_work_s == pytest.approx(run_old.job.work_s * factor)
     assert any("90% confidence" in n for n in run.notes) and not any("confidence" in n for n in run_old.notes)
+    slow = job_from_plan(plan, catalog=catalog, step_quantile=0.9)  # the step come out at the plan's quantile
+    assert slow.job.work_s == pytest.approx(run.job.planned_work_s) and any("90% quantile" in n for n in slow.notes)
     kwargs = {"started_unix": 0.0, "global_batch": entry.global_batch, "check_s": 60.0}
     guard, guard_old = guard_for("srifty", plan, 0, plan, 0, **kwargs), guard_for("srifty", old, 0, old, 0, **kwargs)
     assert guard.predicted_step_s == pytest.approx(guard_old.predicted_step_s * factor)

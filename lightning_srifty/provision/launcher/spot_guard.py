@@ -37,7 +37,7 @@ from predictor.documents.checks import refused
 from predictor.documents.plan import Plan, PlanEntry, scaled_interval
 from predictor.exceptions import ConfigError
 from predictor.runs import deadline, odds
-from predictor.runs.spot import on_demand_cost, on_demand_time_s, planned_save_s
+from predictor.runs.spot import on_demand_cost, on_demand_time_s, planned_save_s, saves_on_notice
 
 Running = Literal["spot", "on-demand"] | None
 Action = Literal["spot", "wait", "on-demand"]
@@ -219,6 +219,10 @@ class SpotGuard:
         startup_s: a node failure's restart before its load, as the ranking prices it: the fleet's start-up (None:
             the whole ``restart_s``). A measured move (:meth:`restarted`) makes it slower by what the move took beyond
             the predicted one, its save aside; never faster.
+        at_risk_s: the training a spot preemption can lose: the fleet's periodic checkpoint interval where its save
+            misses the notice (inf: it takes no periodic save), 0 where the save fits it. The hard rule keeps it in
+            hand (never more than the steps done), as the ranking's fallback does: the guard sees the steps done,
+            not the steps saved.
 
     The hard rule leaves room for what an on-demand finish of the steps left takes beyond them
     (:func:`~predictor.runs.spot.on_demand_time_s`: its periodic saves, and its node failures, each costing the
@@ -248,6 +252,7 @@ class SpotGuard:
         load_s: float | None = None,
         save_s: float = 0.0,
         startup_s: float | None = None,
+        at_risk_s: float = 0.0,
     ) -> None:
         for name, value in (("deadline_h", deadline_h), ("step_s", step_s), ("check_s", check_s)):
             if not (math.isfinite(value) and value > 0):
@@ -262,6 +267,7 @@ class SpotGuard:
         self.load_s = load_s  # a checkpoint's load after a failure (default: its save's)
         self.save_s, self.startup_s = save_s, startup_s  # a move's save; a failure's restart
         self.measured_save_s: float | None = None  # the measured move's own save
+        self.at_risk_s = at_risk_s
         self.step = 0
         self.available = True  # until seen otherwise: the plan priced spot as there
         self._seen: list[bool] = []  # spot availability at each tick passed
@@ -336,11 +342,13 @@ class SpotGuard:
     def ticks(self, now: float) -> deadline.Ticks:
         """The run in ticks as of ``now``: the work is the steps done (rounded down) plus the steps left (rounded
         up), the restart rounded up and the deadline down, all against the deadline; ``finish_extra`` what an
-        on-demand finish adds to the steps left (:attr:`work_left_s`), for the hard rule."""
+        on-demand finish adds to the steps left (:attr:`work_left_s`) and the training a preemption would undo
+        (``at_risk_s``, at most the steps done), for the hard rule."""
         t = self.check_s
         done = math.floor(self.step * self.step_s / t + 1e-9)
         left = math.ceil(max(0, self.steps - self.step) * self.step_s / t - 1e-9)
         finish = math.ceil(self.work_left_s / t - 1e-9)
+        at_risk = math.ceil(min(self.at_risk_s, self.step * self.step_s) / t - 1e-9)  # what a preemption would undo
         return deadline.Ticks(
             tick_s=t,
             work=max(1, done + left),
@@ -350,7 +358,7 @@ class SpotGuard:
             spot_usd=self.spot_usd_hr * t / 3600.0,
             od_usd=self.od_usd_hr * t / 3600.0,
             save_on_notice=True,
-            finish_extra=max(0, finish - left),
+            finish_extra=max(0, finish - left) + at_risk,
         )
 
     def state(self, now: float, running: Running, available: bool | None = None) -> deadline.State:
@@ -420,4 +428,6 @@ def guard_for(
         load_s=plan.checkpoint_s,
         save_s=save,
         startup_s=entry.startup_s or 0.0,  # a failure restarts with the start-up and its load, as the ranking prices it
+        # a preemption loses the training since the last periodic save where the save misses the notice
+        at_risk_s=0.0 if saves_on_notice(save) else (entry.checkpoint_interval_s or math.inf),
     )
