@@ -14,7 +14,9 @@ bench/data (every start a week apart), the ``srifty`` policy's cost:
   step really came out that slow).
 
 Plans: the minimal profile (tests/_support.py) on p3.2xlarge:1 spot (90 % quantile x1.07 the prediction) and the
-captured Llama-2 7B on p4d.24xlarge spot (x1.14), deadlines from the quantile's finish to 1.3x it.
+captured Llama-2 7B on p4d.24xlarge:1 spot (x1.12; its 617 s save misses the spot notice), under deadlines of
+1.08-1.62x the fleet's time without one (those no fleet meets at the 90 % confidence left out). The entry's
+on-demand share is its ranking's; the replays' is the share of billed hours.
 
 python bench/replay_quantile.py [--out bench/results/replay_quantile.json]
 """
