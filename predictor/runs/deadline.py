@@ -308,7 +308,7 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
     j = Ticks.of(job, trace.gap_s)
     pol.reset(j, trace.available.shape[0])
     a = trace.available
-    done = progress = 0  # committed, and trained (committed + since the last checkpoint)
+    done = progress = trained = 0  # committed, trained (committed + since the last checkpoint), the most trained
     running: int | None = None
     overhead = 0
     cost = 0.0
@@ -326,7 +326,8 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
                 progress = done
             done = progress
             running, overhead = None, 0
-        known, seen_done = j.seen(progress, progress if j.save_on_notice else done)
+        trained = max(trained, progress)  # a step once measured stays known, lost work or not
+        known, seen_done = j.seen(trained, progress if j.save_on_notice else done)
         act = pol.decide(State(k, seen_done, running, overhead, avail, a[:, :k]), known)
         if act >= 0 and not avail[act]:
             raise RuntimeError(f"policy {pol.name} chose spot in zone {act} at tick {k}, where there is none")

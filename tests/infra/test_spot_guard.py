@@ -126,6 +126,14 @@ def test_the_hard_rule_keeps_in_hand_the_training_a_preemption_would_undo() -> N
         g = guard(AlwaysWait(), at_risk_s=at_risk_h * 3600)
         g.progress(500)
         assert g.decide(now, None).forced is forced, at_risk_h
+    # the words say what the rule keeps in hand: 2.5 h of the 5 h done at risk binds with 3 h of slack (15 min checks)
+    g = guard(AlwaysWait(), at_risk_s=2.5 * 3600)
+    g.progress(500)
+    assert g.decide(now, None).describe() == (
+        "slack 3.00 h, within a check of the 3.00 h an on-demand finish needs after a preemption (0.50 h to "
+        "restart, 2.50 h of training to redo: the save misses the spot notice) (the hard rule): on-demand"
+    )
+    assert g.decide(now - 3600, None).describe().startswith("slack 4.00 h > the 3.00 h an on-demand finish needs after")
     # nothing done, nothing at risk: the point of no return is the one without it (13.5 h in)
     g = guard(AlwaysWait(), at_risk_s=math.inf)
     assert not g.decide(T0 + 13.25 * 3600, None).forced and g.decide(T0 + 13.5 * 3600, None).forced

@@ -54,6 +54,7 @@ class Decision:
     time_left_h: float  # until the deadline
     work_left_h: float  # training still to do, at the step time in use
     restart_h: float  # what one more fleet start costs before training resumes
+    at_risk_h: float = 0.0  # training a preemption would undo (a save that misses the notice), kept in hand too
 
     @property
     def slack_h(self) -> float:
@@ -70,9 +71,17 @@ class Decision:
                 f"{duration(self.work_left_h * 3600)} at the step time in use, {duration(self.time_left_h * 3600)} "
                 f"are left): {what}, the soonest finish"
             )
+        if self.at_risk_h > 0:  # the save misses the notice: the training not saved is kept in hand too
+            needs = (
+                f"{duration((self.restart_h + self.at_risk_h) * 3600)} an on-demand finish needs after a preemption "
+                f"({needs} to restart, {duration(self.at_risk_h * 3600)} of training to redo: the save misses the "
+                "spot notice)"
+            )
+        else:
+            needs = f"{needs} an on-demand finish needs"
         if self.forced:
-            return f"slack {slack}, within a check of the {needs} an on-demand finish needs (the hard rule): {what}"
-        return f"slack {slack} > the {needs} an on-demand finish needs: {what}"
+            return f"slack {slack}, within a check of the {needs} (the hard rule): {what}"
+        return f"slack {slack} > the {needs}: {what}"
 
 
 def duration(seconds: float) -> str:
@@ -320,6 +329,11 @@ class SpotGuard:
         return predicted + max(0.0, beyond)
 
     @property
+    def at_risk_now_s(self) -> float:
+        """The training a preemption would undo now: ``at_risk_s``, never more than the steps done."""
+        return min(self.at_risk_s, self.step * self.step_s)
+
+    @property
     def work_left_s(self) -> float:
         """An on-demand finish of the steps left: their training at :attr:`step_s`, the periodic saves and the node
         failures it meets (:func:`~predictor.runs.spot.on_demand_time_s`), the failures at the plan's confidence once
@@ -348,7 +362,7 @@ class SpotGuard:
         done = math.floor(self.step * self.step_s / t + 1e-9)
         left = math.ceil(max(0, self.steps - self.step) * self.step_s / t - 1e-9)
         finish = math.ceil(self.work_left_s / t - 1e-9)
-        at_risk = math.ceil(min(self.at_risk_s, self.step * self.step_s) / t - 1e-9)  # what a preemption would undo
+        at_risk = math.ceil(self.at_risk_now_s / t - 1e-9)  # what a preemption would undo
         return deadline.Ticks(
             tick_s=t,
             work=max(1, done + left),
@@ -390,6 +404,7 @@ class SpotGuard:
             time_left_h=(self.started_unix + self.deadline_s - now) / 3600.0,
             work_left_h=self.work_left_s / 3600.0,
             restart_h=self.restart_s / 3600.0,
+            at_risk_h=self.at_risk_now_s / 3600.0,
         )
 
 
