@@ -393,8 +393,10 @@ class LaunchEnv:
         heartbeat_max_age_s: the job leaves when ``HEARTBEAT.json`` is older than this (None: no heartbeat).
         max_life_until_unix: the job leaves at this time, the fleet's life cap (None: no cap).
         checkpoint_every_s: the plan's checkpoint interval for the fleet (Young-Daly, from spot interruptions and
-            node failures), which a ``SpotPreemption`` without its own ``every_s`` takes: a node lost without a
-            notice costs at most this much work (None: no periodic checkpoint).
+            node failures; under a deadline, for a spot fleet whose save misses the notice, short enough for the
+            deadline's slack: ``predictor.runs.deadline.planned_interval_s``), which a ``SpotPreemption`` without its
+            own ``every_s`` takes: a node lost without a notice costs at most this much work (None: no periodic
+            checkpoint).
     """
 
     launch_id: str

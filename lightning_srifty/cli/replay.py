@@ -30,17 +30,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     trace = traces.combine_traces([t for t, _ in read])
     notes = [n for _, ns in read for n in ns] + list(run.notes)
     trace = _window(args, trace)
-    ticks = dl.Ticks.of(run.job, trace.gap_s)
-    if ticks.deadline > trace.ticks:
-        notes.append(
-            f"the trace covers {trace.hours:.1f} h after --start-h, less than the {run.job.deadline_s / 3600:.1f} h "
-            "deadline: a run still going when it ends is reported unfinished"
-        )
-    if not ticks.feasible:
-        notes.append(
-            "even all on-demand the run cannot meet the deadline: every policy misses it and runs on-demand as soon as "
-            "it can; the optimum is the cheapest run finishing as early as any can"
-        )
+    notes += _tick_notes(run.job, trace)
     names = list(dl.POLICIES) if args.policy == ALL else [args.policy]
     outcomes = [dl.replay(run.job, trace, dl.policy(n), record=bool(args.plot)) for n in names]
     if args.policy == ALL or args.optimum:
@@ -53,6 +43,32 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 0
     _table(doc)
     return 0
+
+
+def _tick_notes(job: Any, trace: Any) -> list[str]:
+    """What the replay's whole ticks mean for this run: a trace shorter than the deadline, a deadline no run meets,
+    and the time whole ticks add to the work and each start (a trial: a 0.32 h entry replayed in 0.50 h)."""
+    from predictor.runs import deadline as dl
+
+    notes, ticks = [], dl.Ticks.of(job, trace.gap_s)
+    if ticks.deadline > trace.ticks:
+        notes.append(
+            f"the trace covers {trace.hours:.1f} h after --start-h, less than the {job.deadline_s / 3600:.1f} h "
+            "deadline: a run still going when it ends is reported unfinished"
+        )
+    if not ticks.feasible:
+        notes.append(
+            "even all on-demand the run cannot meet the deadline: every policy misses it and runs on-demand as soon as "
+            "it can; the optimum is the cheapest run finishing as early as any can"
+        )
+    added = (ticks.work * ticks.tick_s - job.work_s) + (ticks.restart * ticks.tick_s - job.restart_s)
+    if added > 0.05 * job.work_s:
+        notes.append(
+            f"whole ticks of {ticks.tick_s:g} s round the work and each start up: {added / 3600:.2f} h more than the "
+            f"plan's for the work and one start ({added / job.work_s:.0%} of the work); a trace with a finer gap "
+            "replays this run closer"
+        )
+    return notes
 
 
 def _document(args: argparse.Namespace, run: Any, trace: Any, outcomes: list[Any], notes: list[str]) -> dict[str, Any]:
@@ -72,6 +88,9 @@ def _document(args: argparse.Namespace, run: Any, trace: Any, outcomes: list[Any
             "step_quantile": args.step_quantile if args.step_quantile is not None else 0.5,
             "planned_work_h": round((run.job.planned_work_s or run.job.work_s) / 3600, 4),
             "measured_after_s": run.job.measured_after_s,
+            "checkpoint_interval_h": (
+                None if run.job.checkpoint_interval_s is None else round(run.job.checkpoint_interval_s / 3600, 4)
+            ),
             "deadline_h": round(run.job.deadline_s / 3600, 4),
             "restart_s": round(run.job.restart_s, 1),
             "spot_usd_hr": round(run.job.spot_usd_hr, 4),

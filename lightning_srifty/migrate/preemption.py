@@ -208,7 +208,7 @@ class SpotPreemption(SignsOfLife, Leaving):
         handle_sigterm: treat SIGTERM as a notice (the spot two-minute warning reaches containers this way).
         exit_process: raise ``SystemExit(75)`` after the checkpoint (False: stop the Trainer and return normally,
             with ``callback.preempted`` set).
-        every_s: also checkpoint every this many seconds (the plan's Young-Daly interval: :meth:`from_plan`),
+        every_s: also checkpoint every this many seconds (the plan's interval: :meth:`from_plan`),
             keeping the newest ``keep`` periodic checkpoints (default: on a fleet, the plan's, else none).
         leave_deadline_s: a leaving checkpoint and its record must be written this many seconds after the notice,
             and, for a spot notice that names when AWS acts, :data:`EXIT_MARGIN_S` before that time: with a remote
@@ -315,12 +315,14 @@ class SpotPreemption(SignsOfLife, Leaving):
 
     @classmethod
     def from_plan(cls, plan: Any, choice: int = 0, dirpath: str | None = None, **kwargs: Any) -> SpotPreemption:
-        """Checkpoint at the interval the plan recommends for its chosen fleet (None where its run is shorter)."""
+        """Checkpoint at the interval the plan recommends for its chosen fleet (None where its run is shorter; a spot
+        fleet whose save misses the notice under a deadline: short enough for the deadline's slack,
+        :func:`predictor.runs.deadline.planned_interval_s`)."""
         from predictor.documents.plan import load_plan
+        from predictor.runs.deadline import planned_interval_s
 
         plan = plan if hasattr(plan, "entries") else load_plan(plan)
-        entry = plan.entries[choice]
-        return cls(dirpath, every_s=entry.checkpoint_interval_s, **kwargs)
+        return cls(dirpath, every_s=planned_interval_s(plan, choice), **kwargs)
 
 
 def launch_callbacks() -> list[pl.Callback]:

@@ -63,7 +63,7 @@ from predictor.runs.spot import (
     RESTART_S,
     ROOT_VOLUME_BYTES_S,
     busiest_node_share,
-    deadline_interval_s,
+    deadline_interval_cap_s,
     estimated_checkpoint_s,
     on_demand_cost,
     saves_on_notice,
@@ -351,7 +351,7 @@ def _score(
     rate = cand.rate_per_hr if spot_stats is None else row_sum(cand.spot) * spot_stats.rate_per_hr
     gpus = many.group_gpus[s].sum(axis=1)  # every fleet, on-demand too, loses a node without a notice now and then
     save_s = _save_s(r, many, s)
-    cap = _interval_cap(r, many, cand, startup, save_s, run_s)
+    cap = _interval_cap(r, many, cand, startup, save_s, run_s, gpus)
     spot = spot_cost(
         run_s, np.ones(len(s)), rate, save_s, restart_s=startup, gpus=gpus, load_s=checkpoint_s, max_interval_s=cap
     )
@@ -372,11 +372,10 @@ def _score(
 
 
 def _interval_cap(r: _Ranking, many: ManyPredictions, cand: cands.Candidates, startup: np.ndarray,
-                  save_s: np.ndarray, run_s: np.ndarray) -> np.ndarray | float:  # fmt: skip
+                  save_s: np.ndarray, run_s: np.ndarray, gpus: np.ndarray) -> np.ndarray | float:  # fmt: skip
     """Under a deadline, the periodic checkpoint interval of each guarded (spot or mixed) fleet whose save does not
-    fit the spot notice (:func:`deadline_interval_s`): the slack is the deadline less the start-up, one restart
-    (start-up, save and load, as the policy prices a new fleet) and the training at the plan's confidence (the
-    quantile the policy plans for until it measures the step). inf elsewhere (Young-Daly's interval alone)."""
+    fit the spot notice (:func:`deadline_interval_cap_s`, at the plan's confidence: the quantile the policy plans
+    for until it measures the step). inf elsewhere (Young-Daly's interval alone)."""
     c = r.constraints
     if c.deadline_h is None:
         return math.inf
@@ -384,9 +383,9 @@ def _interval_cap(r: _Ranking, many: ManyPredictions, cand: cands.Candidates, st
     at_risk = guarded & ~saves_on_notice(save_s)
     if not np.any(at_risk):
         return math.inf
-    work = run_s * at_confidence(many.model_sd[cand.shape], c.confidence)
-    slack = c.deadline_h * 3600.0 - startup - (startup + save_s + r.checkpoint_s) - work
-    return np.where(at_risk, deadline_interval_s(slack, work, save_s), np.inf)
+    factor = at_confidence(many.model_sd[cand.shape], c.confidence)
+    cap = deadline_interval_cap_s(c.deadline_h * 3600.0, startup, save_s, r.checkpoint_s, run_s, gpus, factor)
+    return np.where(at_risk, cap, np.inf)
 
 
 def _save_s(r: _Ranking, many: ManyPredictions, s: np.ndarray) -> np.ndarray:

@@ -46,7 +46,14 @@ from predictor.catalog.catalog import Catalog
 from predictor.documents.plan import check_choice
 from predictor.exceptions import ConfigError
 from predictor.runs.odds import HEAD_START, TAIL, confidence_factor
-from predictor.runs.spot import DEFAULT_CHECKPOINT_S, NOTICE_MARGIN_S, NOTICE_S, planned_save_s, saves_on_notice
+from predictor.runs.spot import (
+    DEFAULT_CHECKPOINT_S,
+    NOTICE_MARGIN_S,
+    NOTICE_S,
+    deadline_interval_cap_s,
+    planned_save_s,
+    saves_on_notice,
+)
 from predictor.runs.traces import Trace
 
 WAIT, ON_DEMAND = -1, -2  # actions besides "spot in zone z" (z >= 0)
@@ -129,7 +136,7 @@ class Ticks:
             job.od_usd_hr * tick_s / 3600.0,
             job.save_on_notice,
             planned=None if job.planned_work_s is None else max(1, math.ceil(job.planned_work_s / tick_s - 1e-9)),
-            measured_after=max(1, math.ceil(job.measured_after_s / tick_s - 1e-9)),
+            measured_after=math.ceil(job.measured_after_s / tick_s - 1e-9),
         )
 
     @property
@@ -160,6 +167,20 @@ def must_run_on_demand(s: State, j: Ticks) -> bool:
     for the remaining work. The rule held a tick ago, so an on-demand fleet started (or kept) now finishes in time:
     ``tick + restart + left <= deadline``, the left work with what its finish adds (``finish_extra``)."""
     return s.tick + 1 + j.restart + (j.work - s.done) + j.finish_extra > j.deadline
+
+
+def start_cut_short(s: State, j: Ticks) -> bool:
+    """A new spot fleet pays ``restart`` ticks before it trains: started now, the hard rule would send the run to
+    on-demand before its first tick of training, so the start would only add a restart. Every policy here checks
+    its spot starts (and returns to spot) against it, in the replay and srifty launch's guard alike: on-demand is the
+    same finish for one restart less (a trial's p3 plan replayed a spot start, on-demand a tick later and spot
+    again: 3 starts, $12.44 against the entry's $6.43)."""
+    return s.tick + 2 * j.restart + 1 + (j.work - s.done) + j.finish_extra > j.deadline
+
+
+def _spot_in(zone: int, s: State, j: Ticks) -> int:
+    """Spot in ``zone``, or on-demand where that is a new start the hard rule would cut short."""
+    return ON_DEMAND if zone != s.running and start_cut_short(s, j) else zone
 
 
 class Policy:
@@ -198,7 +219,7 @@ class Greedy(Policy):
         if s.running == ON_DEMAND or must_run_on_demand(s, j):
             return ON_DEMAND
         zone = _spot_zone(s)
-        return WAIT if zone is None else zone
+        return WAIT if zone is None else _spot_in(zone, s, j)
 
 
 class UniformProgress(Policy):
@@ -226,9 +247,10 @@ class UniformProgress(Policy):
         target = self.target(s, j)
         zone = _spot_zone(s)
         if s.running == ON_DEMAND:
-            return zone if zone is not None and s.done >= target + self.hysteresis * j.restart else ON_DEMAND
+            back = zone is not None and s.done >= target + self.hysteresis * j.restart
+            return _spot_in(zone, s, j) if back and zone is not None else ON_DEMAND
         if zone is not None:
-            return zone
+            return _spot_in(zone, s, j)
         return ON_DEMAND if s.done < target else WAIT
 
 
@@ -290,16 +312,19 @@ class Outcome:
     market: np.ndarray | None = None  # -1 wait, -2 on-demand, z spot
 
     def to_dict(self) -> dict[str, Any]:
+        """The outcome as JSON; the optimum's path is not kept (its programme holds costs only): its preemptions,
+        starts, lost and market hours are null, not 0 (a trial read ``"starts": 0`` for a run that started)."""
+        path = bool(self.hours)
         return {
             "policy": self.policy,
             "finished": self.finished,
             "finished_h": None if self.finished_h is None else round(self.finished_h, 4),
             "cost_usd": round(self.cost_usd, 4) if math.isfinite(self.cost_usd) else None,  # none: no run finished
             "deadline_met": self.deadline_met,
-            "preemptions": self.preemptions,
-            "starts": self.starts,
-            "lost_h": round(self.lost_h, 4),
-            "hours": {k: round(v, 4) for k, v in self.hours.items()},
+            "preemptions": self.preemptions if path else None,
+            "starts": self.starts if path else None,
+            "lost_h": round(self.lost_h, 4) if path else None,
+            "hours": {k: round(v, 4) for k, v in self.hours.items()} if path else None,
         }
 
 
@@ -509,7 +534,7 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
         restart_s=(entry.startup_s or 0.0) + save + ck,
         spot_usd_hr=sp,
         od_usd_hr=od,
-        checkpoint_interval_s=entry.checkpoint_interval_s,
+        checkpoint_interval_s=planned_interval_s(plan, index, deadline_h=deadline),
         save_on_notice=bool(saves_on_notice(save)),
         planned_work_s=planned_s,
     )
@@ -519,7 +544,56 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
             f"{NOTICE_S:.0f} s spot notice leaves for it: a preemption loses the work since the last periodic "
             "checkpoint"
         )
+    notes.extend(_interval_notes(plan, index, job, save, deadline))
     return PlannedRun(job, entry.fleet, entry.market, spot_nodes, tuple(notes))
+
+
+def _interval_notes(plan: Any, index: int, job: Job, save: float, deadline_h: float) -> list[str]:
+    """What the replay says of the periodic checkpoints: their time, which it leaves out, and an interval the
+    replay's ``deadline_h`` made shorter than the plan's own (a launch of the plan saves at its own)."""
+    notes = []
+    tau, stored = job.checkpoint_interval_s, plan.entries[index].checkpoint_interval_s
+    if tau is not None and job.work_s * save / tau >= 0.01 * job.work_s:
+        notes.append(
+            f"the periodic checkpoints (every {tau / 3600:.2f} h, {save:.0f} s each) take no time in the replay: the "
+            f"plan's time counts them ({job.work_s * save / tau / 3600:.2f} h)"
+        )
+    if tau is not None and (stored is None or tau < stored * (1 - 1e-6)) and deadline_h != plan.constraints.deadline_h:
+        was = "none" if stored is None else f"{stored / 3600:.2f} h"
+        notes.append(
+            f"the periodic checkpoint interval is {tau / 3600:.2f} h for this deadline (the plan's: {was}), short "
+            "enough to keep the training a preemption can lose within the slack; a launch of the plan saves at its "
+            "own deadline's interval"
+        )
+    return notes
+
+
+def planned_interval_s(plan: Any, index: int, *, deadline_h: float | None = None) -> float | None:
+    """The periodic checkpoint interval of ``plan.entries[index]`` as the job saves at it, the replay replays it and
+    the launch's guard keeps its training at risk in hand: the plan's (None: the run is shorter than it), and for a
+    spot or mixed entry whose save misses the notice under the plan's deadline (or ``deadline_h``), no longer than
+    :func:`~predictor.runs.spot.deadline_interval_cap_s` (a plan ranked before the sixty-second session carries
+    Young-Daly's alone: 16.5 h for a 7B on one p4d, which sent the guard to on-demand hours early)."""
+    entry = plan.entries[index]
+    stored = entry.checkpoint_interval_s if entry.checkpoint_interval_s is not None else math.inf
+    deadline = deadline_h if deadline_h is not None else plan.constraints.deadline_h
+    save = planned_save_s(plan, entry)
+    if entry.market == "on-demand" or deadline is None or saves_on_notice(save):
+        return entry.checkpoint_interval_s
+    load = plan.checkpoint_s if plan.checkpoint_s is not None else DEFAULT_CHECKPOINT_S
+    factor = confidence_factor(entry, plan.constraints.confidence)
+    run_s = _predicted_work_s(plan, entry)
+    cap = deadline_interval_cap_s(deadline * 3600.0, entry.startup_s or 0.0, save, load, run_s, entry.gpus, factor)
+    tau = min(stored, float(cap[0]))
+    return tau if math.isfinite(tau) else None
+
+
+def _predicted_work_s(plan: Any, entry: Any) -> float:
+    """The entry's training at the predicted step: the plan's optimizer steps x the step (a plan made before the
+    global batch was recorded: its predicted time less the start-up)."""
+    if entry.global_batch:
+        return plan.constraints.work_samples / entry.global_batch * entry.iteration_time_s
+    return max(1.0, entry.time_h * 3600 - (entry.startup_s or 0.0))
 
 
 def _planned_work_s(plan: Any, entry: Any, step_quantile: float | None) -> tuple[float, float | None, list[str]]:
@@ -528,11 +602,8 @@ def _planned_work_s(plan: Any, entry: Any, step_quantile: float | None) -> tuple
     optimizer steps x the predicted step (a plan made before the global batch was recorded: its predicted time less
     the start-up)."""
     notes: list[str] = []
-    steps = plan.constraints.work_samples / entry.global_batch if entry.global_batch else None
-    if steps is not None:
-        predicted_s = steps * entry.iteration_time_s
-    else:  # plans made before global_batch was recorded
-        predicted_s = max(1.0, entry.time_h * 3600 - (entry.startup_s or 0.0))
+    predicted_s = _predicted_work_s(plan, entry)
+    if not entry.global_batch:
         notes.append("the plan does not record its global batch: the work is its predicted time less the start-up")
     work_s = predicted_s * confidence_factor(entry, step_quantile)
     if step_quantile is not None and step_quantile != 0.5:

@@ -178,6 +178,33 @@ def deadline_interval_s(slack_s: np.ndarray, work_s: np.ndarray, save_s: np.ndar
     return np.maximum(tau, np.asarray(save_s, dtype=float))
 
 
+# What the deadline's checkpoint interval leaves beside the work at risk and the saves: two decisions of the traces'
+# 600 s (the hard rule acts a decision early, and the replay rounds the work and each restart up to whole decisions).
+DECISION_MARGIN_S = 1200.0
+
+
+def deadline_interval_cap_s(
+    deadline_s: float,
+    startup_s: np.ndarray | float,
+    save_s: np.ndarray | float,
+    load_s: float,
+    run_s: np.ndarray | float,
+    gpus: np.ndarray | float,
+    factor: np.ndarray | float,
+) -> np.ndarray:
+    """The periodic checkpoint interval a guarded fleet whose save misses the spot notice keeps under a deadline
+    (:func:`deadline_interval_s`), from its slack: the deadline less a first start and one restart kept in hand (each
+    the start-up, a save and a load: the replay prices every start so), the work as an on-demand finish takes it
+    (its node failures and saves, :func:`on_demand_cost`) at the plan's confidence (``factor``: its quantile over
+    the prediction) and :data:`DECISION_MARGIN_S`. The ranking, the replay, the launch's guard and the job's
+    periodic save all take it from here."""
+    run = np.atleast_1d(np.asarray(run_s, dtype=float) * factor)
+    save = np.asarray(save_s, dtype=float)
+    work = on_demand_cost(run, save, restart_s=startup_s, gpus=gpus, load_s=load_s).expected_time_s
+    slack = deadline_s - 2.0 * (np.asarray(startup_s, dtype=float) + save + load_s) - work - DECISION_MARGIN_S
+    return deadline_interval_s(slack, run, save)
+
+
 def on_demand_cost(
     work_s: np.ndarray | float,
     checkpoint_s: np.ndarray | float | None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import fcntl
 import json
 import os
 import subprocess
@@ -399,6 +398,8 @@ def test_predicts_way_out_of_a_fleet_that_cannot_hold_the_model_is_a_layout_not_
     assert _collectives("fsdp:full_shard+ac") == "all-gather + reduce-scatter" and _collectives("ddp") == "all-reduce"
 
 
+@pytest.mark.skipif(not hasattr(__import__("fcntl") if sys.platform != "win32" else None, "F_SETPIPE_SZ"),
+                    reason="sets a pipe's depth with Linux's F_SETPIPE_SZ")  # fmt: skip
 def test_output_piped_into_a_reader_that_leaves_ends_quietly_as_sigpipe_ends_a_tool(subprocess_env) -> None:
     """A trial: ``srifty recommend ... | head -1`` printed "srifty: error: Broken pipe" (exit 2) once the plan's
     table outgrew the pipe's buffer. The reader leaving is not an error of ours: nothing on stderr, and the exit
@@ -409,6 +410,8 @@ def test_output_piped_into_a_reader_that_leaves_ends_quietly_as_sigpipe_ends_a_t
     # The pipe is made a page deep before the tool starts: the table (about 48 KB) cannot all fit in it, so the
     # tool is still writing when the reader leaves, however slowly the reader is scheduled. With Linux's default
     # 64 KiB pipe the whole table could land before the reader closed, and the tool rightly exited 0.
+    import fcntl
+
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
     with subprocess.Popen([*srifty, "--top", "200", "--wide"], stdout=write_end, stderr=subprocess.PIPE,

@@ -311,6 +311,9 @@ def test_replay_prints_every_policy_and_the_optimum_in_json(planned, capsys) -> 
     best = doc["results"][-1]["cost_usd"]
     assert all(r["cost_usd"] >= best - 1e-6 for r in doc["results"])
     assert doc["job"]["deadline_h"] == 30 and doc["fleet"] == "p3.2xlarge:1"
+    # the optimum keeps no path: its starts and hours are unknown, not 0 (a trial read "starts": 0 and "hours": {})
+    assert all(doc["results"][-1][k] is None for k in ("preemptions", "starts", "lost_h", "hours"))
+    assert all(isinstance(r["starts"], int) and r["starts"] >= 1 and r["hours"] for r in doc["results"][:-1])
 
 
 def test_replay_of_a_trace_too_short_to_finish_writes_json_a_parser_reads(planned, tmp_path, capsys) -> None:
@@ -324,6 +327,19 @@ def test_replay_of_a_trace_too_short_to_finish_writes_json_a_parser_reads(planne
     assert doc["results"][-1]["policy"] == "optimum" and doc["results"][-1]["cost_usd"] is None
     assert main(["replay", "--plan", str(plan), "--trace", str(short)]) == 0
     assert "optimum" in capsys.readouterr().out
+
+
+def test_replay_says_what_whole_ticks_and_its_periodic_saves_leave_out(planned, capsys) -> None:
+    """A trial: a 0.32 h entry replayed in 0.50 h on 600 s ticks, and a 7B's saves (the plan's 1.5 h of them) left
+    out of the replay without a word."""
+    plan, trace = planned
+    argv = ["replay", "--plan", str(plan), "--trace", str(trace), "--policy", "srifty", "--format", "json"]
+    assert main([*argv, "--tick", "36000"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any(n.startswith("whole ticks of 36000 s round the work and each start up") for n in doc["notes"])
+    assert doc["job"]["checkpoint_interval_h"] is None or doc["job"]["checkpoint_interval_h"] > 0
+    assert main(argv) == 0
+    assert not any("whole ticks" in n for n in json.loads(capsys.readouterr().out)["notes"])
 
 
 def test_replay_table_and_plot(planned, tmp_path, capsys) -> None:
@@ -658,6 +674,7 @@ def test_replay_runs_the_predicted_step_and_says_what_it_planned(catalog, tmp_pa
     assert fast["hours"]["on-demand"] < 0.1 * fast["hours"]["spot"] and fast["cost_usd"] < 2 * entry.cost_usd
     assert late["hours"]["spot"] == 0 and late["cost_usd"] > 5 * entry.cost_usd
     assert any("until the step is measured" in n for n in predicted["notes"])
+    assert predicted["job"]["checkpoint_interval_h"] == pytest.approx(entry.checkpoint_interval_s / 3600, rel=1e-3)
     assert main([*argv, "--step-quantile", "1.5"]) == 2
     assert "--step-quantile must be between 0 and 1" in capsys.readouterr().err
 
@@ -696,9 +713,85 @@ def test_a_fleet_whose_save_misses_the_notice_keeps_its_deadline_without_flappin
 
     g = guard_for("srifty", plan, plan.chosen, plan, plan.chosen, started_unix=0.0, global_batch=64, check_s=300.0)
     assert g is not None and g.at_risk_s == entry.checkpoint_interval_s
+    # a review: the interval used the whole slack, so at confidence 0.5 (a re-plan of an old plan too) the entry read
+    # 100 % on-demand and the guard went to on-demand 10.5 h in; a plan's own quantile flapped in the replay
+    for deadline_h, confidence, quantile in ((40.0, 0.5, None), (40.0, 0.9, None), (45.0, 0.9, 0.9)):
+        plan_ = rank(llama, Constraints(deadline_h=deadline_h, **{**kw, "confidence": confidence}), catalog=catalog)
+        entry_ = plan_.entries[plan_.chosen]
+        run = dl.job_from_plan(plan_, catalog=catalog, step_quantile=quantile)
+        replayed = dl.replay(run.job, always, dl.policy("srifty"))
+        assert entry_.on_demand_fallback == 0 and replayed.starts == 1 and replayed.hours["on-demand"] == 0
+        slow = odds.confidence_factor(entry_, quantile) if quantile else 1.0
+        assert _guarded_on_spot(plan_, slow) == (0, 0.0), (deadline_h, confidence, quantile)
+    # a plan ranked before the cap carries Young-Daly's interval: the launch, the job and the replay cap it alike
+    old = dataclasses.replace(plan, entries=tuple(dataclasses.replace(e, checkpoint_interval_s=59_417.0)
+                                                  for e in plan.entries))  # fmt: skip
+    assert dl.planned_interval_s(old, old.chosen) == pytest.approx(entry.checkpoint_interval_s, rel=1e-6)
+    assert dl.job_from_plan(old, catalog=catalog).job.checkpoint_interval_s == dl.planned_interval_s(old, old.chosen)
+    assert _guarded_on_spot(old, 1.0) == (0, 0.0)
     # no deadline: Young-Daly's interval alone
-    free = rank(llama, Constraints(**{**kw, "confidence": 0.5}), catalog=catalog).entries[0]
+    free_plan = rank(llama, Constraints(**{**kw, "confidence": 0.5}), catalog=catalog)
+    free = free_plan.entries[0]
     assert free.checkpoint_interval_s is not None and free.checkpoint_interval_s > 12 * 3600
+    # replayed under a deadline of the replay's own (a trial: the plan's 16.5 h reused without a word)
+    run = dl.job_from_plan(free_plan, 0, deadline_h=36.6, catalog=catalog)
+    assert run.job.checkpoint_interval_s is not None and run.job.checkpoint_interval_s < 6 * 3600  # at 0.5: 5 h
+    assert any("interval is" in n and "(the plan's: 16.50 h)" in n for n in run.notes), run.notes
+    assert any("take no time in the replay" in n for n in run.notes)
     # at the edge no interval leaves room for both: the entry prices the on-demand the hard rule will need
     edge = rank(llama, Constraints(deadline_h=33.1, **kw), catalog=catalog)
     assert edge.entries[edge.chosen].on_demand_fallback > 0.3
+
+
+def _guarded_on_spot(plan, slow: float) -> tuple[int, float]:
+    """srifty launch's guard over a run where spot never goes away, checked every 5 min: the job's steps at the
+    predicted step x ``slow`` (measured after its first minute), pausing for each periodic save (the plan's
+    interval, ``planned_interval_s``). (moves, hours on-demand)."""
+    from lightning_srifty.provision.launcher.spot_guard import guard_for
+
+    i, check = plan.chosen, 300.0
+    e = plan.entries[i]
+    g = guard_for("srifty", plan, i, plan, i, started_unix=0.0, global_batch=e.global_batch, check_s=check)
+    assert g is not None
+    tau, save = dl.planned_interval_s(plan, i) or math.inf, e.checkpoint_s or 0.0
+    step_s, restart = e.iteration_time_s * slow, (e.startup_s or 0.0) + save + (plan.checkpoint_s or 0.0)
+    now, trained, running, busy, moves, on_demand = 0.0, 0.0, "spot", e.startup_s or 0.0, 0, 0.0
+    while trained < g.steps * step_s and now < 100 * 3600:
+        g.progress(int(trained / step_s), step_s if trained > 60 else None)
+        d = g.decide(now, running, True)
+        act = {"spot": "spot", "on-demand": "on-demand", "wait": None}[d.action]
+        if act != running:
+            moves, running, busy = moves + 1, act, restart
+        on_demand += check / 3600 if running == "on-demand" else 0.0
+        left = check - min(busy, check)
+        busy = max(0.0, busy - check)
+        trained += left * tau / (tau + save) if running == "spot" and math.isfinite(tau) else left
+        now += check
+    return moves, on_demand
+
+
+def test_a_spot_start_the_hard_rule_would_cut_short_is_made_on_demand() -> None:
+    """A spot fleet pays its restart before it trains. Started where the hard rule would send the run to on-demand
+    before its first tick of training, it only added a restart: a trial's p3 plan replayed spot, on-demand a tick
+    later, then spot again (3 starts, $12.44 against the entry's $6.43), and a looser deadline cost more."""
+    always = trace_of([1] * 60)
+    tight = job(10, 16, planned_work_s=14 * 600.0)  # the belief leaves one restart and a tick of slack
+    o = dl.replay(tight, always, dl.policy("srifty"), record=True)
+    assert o.market is not None and o.market[0] == dl.ON_DEMAND and o.starts == 2  # on-demand, then spot once
+    s = dl.State(0, 0, None, 0, np.array([True]), np.zeros((1, 0), bool))
+    j = dl.Ticks.of(tight, 600.0).seen(0, 0)[0]
+    assert not dl.must_run_on_demand(s, j) and dl.start_cut_short(s, j)  # allowed by the rule, cut short by it
+    assert all(dl.policy(name).decide(s, j) == dl.ON_DEMAND for name in dl.POLICIES)
+
+
+def test_a_looser_deadline_never_replays_dearer_near_the_edge(catalog) -> None:
+    """The trial's ResNet-50 plans on one p3.2xlarge at deadlines just past the 90 % quantile, replayed on a trace
+    where spot is always there (600 s ticks): $9.24, $7.45, $12.44, $12.44, $6.49 before."""
+    profile = load_profile(json.loads((ROOT / "examples/profiles/resnet50-v100.json").read_text()))
+    always = traces.Trace(gap_s=600.0, available=np.ones((1, 400), bool))
+    costs = []
+    for deadline_h in (18.7, 18.9, 19.0, 19.1, 19.2):
+        asked = Constraints(steps=200_000, market="spot", allow=("p3.2xlarge",), max_instances=1, deadline_h=deadline_h)
+        run = dl.job_from_plan(rank(profile, asked, catalog=catalog), catalog=catalog)
+        costs.append(dl.replay(run.job, always, dl.policy("srifty")).cost_usd)
+    assert all(b <= a + 1e-9 for a, b in itertools.pairwise(costs)), costs

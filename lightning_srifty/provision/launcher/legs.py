@@ -21,6 +21,7 @@ from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import CapacityError, MigrationError
 from predictor.model.batch import fleet_batches
 from predictor.runs import startup
+from predictor.runs.deadline import planned_interval_s
 
 TRIGGER_WORDS = {
     "spot": "a spot notice",
@@ -308,7 +309,7 @@ class Legs:
             plan_started_unix=self.plan_started[plan_uri],
             heartbeat_max_age_s=self.heartbeat.max_age_s,
             max_life_until_unix=until,
-            checkpoint_every_s=fleet.entry.checkpoint_interval_s or None,
+            checkpoint_every_s=planned_interval_s(fleet.plan, fleet.index) or None,
         )
         self.heartbeat.beat()  # the new cap, now
         # the last leg's first step is not this one's (the same entry's fleet has the same name in it: the watches

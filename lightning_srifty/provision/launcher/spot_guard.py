@@ -444,5 +444,5 @@ def guard_for(
         save_s=save,
         startup_s=entry.startup_s or 0.0,  # a failure restarts with the start-up and its load, as the ranking prices it
         # a preemption loses the training since the last periodic save where the save misses the notice
-        at_risk_s=0.0 if saves_on_notice(save) else (entry.checkpoint_interval_s or math.inf),
+        at_risk_s=0.0 if saves_on_notice(save) else (deadline.planned_interval_s(plan, index) or math.inf),
     )

@@ -63,6 +63,7 @@ from predictor.documents.checks import Setting, check_settings, suggest
 from predictor.documents.plan import Plan, PlanEntry, check_choice
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError, ProvisionError, did_you_mean
+from predictor.runs.deadline import planned_interval_s
 from predictor.runs.spot import shutdown_grace_s
 
 MARKER = GENERATED_MARKER
@@ -278,7 +279,7 @@ def tfvars(
         "ami": {"id": options.ami} if options.ami else {},
         "root_volume_gb": options.root_volume_gb,
         "checkpoints": checkpoints,
-        "train": _train(entry, options, argv, code),
+        "train": _train(entry, options, argv, code, planned_interval_s(plan, choice)),
         "max_life_h": max_life_h,
         "watchdog": _watchdog(plan, options),
         "limits": {"max_instances": max_instances, "max_hourly_usd": max_hourly},
@@ -617,7 +618,9 @@ def _watchdog(plan: Plan, options: Options) -> dict[str, Any]:
     }
 
 
-def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot | None) -> dict[str, Any]:
+def _train(
+    entry: PlanEntry, options: Options, argv: list[str], code: Snapshot | None, interval_s: float | None
+) -> dict[str, Any]:
     """The training job every instance runs: torchrun's argv over the fleet's nodes, the setup command, and where
     given the checkpoint to resume from, the code snapshot, the container image, the handover, and the layout's
     Lightning strategy (exported on every instance; srifty launch's handover carries it too).
@@ -643,8 +646,8 @@ def _train(entry: PlanEntry, options: Options, argv: list[str], code: Snapshot |
         env[protocol.VARIABLES["strategy"]] = protocol.entry_strategy(entry)
     if not options.handover:  # srifty launch's handover carries its own
         env.update(planned_batches(entry))
-        if entry.checkpoint_interval_s:  # the periodic checkpoint (spot or on-demand): SpotPreemption every_s
-            env[protocol.VARIABLES["checkpoint_every_s"]] = f"{max(1.0, entry.checkpoint_interval_s):.0f}"
+        if interval_s:  # the periodic checkpoint (spot or on-demand): SpotPreemption every_s
+            env[protocol.VARIABLES["checkpoint_every_s"]] = f"{max(1.0, interval_s):.0f}"
     if env:
         train["env"] = env
     return train
