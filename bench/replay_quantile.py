@@ -11,7 +11,8 @@ bench/data (every start a week apart), the ``srifty`` policy's cost:
 - the entry's (the ranking's expected cost with its on-demand fallback, at the predicted step);
 - the replay now (the predicted step, the quantile until measured);
 - the replay before (the quantile throughout: today's ``--step-quantile <confidence>``, which is also the run whose
-  step really came out that slow).
+  step really came out that slow);
+- ``srifty launch``'s spot guard over the same run (checked every 5 min, the job pausing for each periodic save).
 
 Plans: the minimal profile (tests/_support.py) on p3.2xlarge:1 spot (90 % quantile x1.07 the prediction) and the
 captured Llama-2 7B on p4d.24xlarge:1 spot (x1.12; its 617 s save misses the spot notice), under deadlines of
@@ -76,6 +77,38 @@ def replays(plan, catalog, trace_set):
     return out
 
 
+def guarded(plan, catalog) -> dict:
+    """srifty launch's spot guard over the run where spot never goes away, checked every 5 min: the job's steps at the
+    predicted step (measured after its first minute), pausing for each periodic save; its moves, hours on-demand and
+    cost (the fleet's spot and on-demand prices)."""
+    import math
+
+    from lightning_srifty.provision.launcher.spot_guard import guard_for, on_demand_fleet
+    from predictor.runs.deadline import planned_interval_s
+
+    i, check = plan.chosen, 300.0
+    e = plan.entries[i]
+    od_plan, od_i = on_demand_fleet(plan, i, catalog)
+    g = guard_for("srifty", plan, i, od_plan, od_i, started_unix=0.0, global_batch=e.global_batch, check_s=check)
+    tau, save = planned_interval_s(plan, i) or math.inf, e.checkpoint_s or 0.0
+    step_s, restart = e.iteration_time_s, (e.startup_s or 0.0) + save + (plan.checkpoint_s or 0.0)
+    now, trained, running, busy, moves, cost = 0.0, 0.0, "spot", e.startup_s or 0.0, 0, 0.0
+    hours = {"spot": 0.0, "on-demand": 0.0}
+    while trained < g.steps * step_s and now < 200 * 3600:
+        g.progress(int(trained / step_s), step_s if trained > 60 else None)
+        act = {"spot": "spot", "on-demand": "on-demand", "wait": None}[g.decide(now, running, True).action]
+        if act != running:
+            moves, running, busy = moves + 1, act, restart
+        if running is not None:
+            hours[running] += check / 3600
+            cost += check / 3600 * (e.usd_per_hour if running == "spot" else od_plan.entries[od_i].usd_per_hour)
+        left = check - min(busy, check)
+        busy = max(0.0, busy - check)
+        trained += left * tau / (tau + save) if running == "spot" and math.isfinite(tau) else left
+        now += check
+    return {"moves": moves, "on_demand_h": hours["on-demand"], "cost_usd": cost, "finished_h": now / 3600}
+
+
 def windows(deadline_h: float) -> list:
     """The single-node V100 availability traces of 2022-10-26 (skypilot-org/spot-traces, bench/data), each from
     every week's start that leaves the deadline and a margin inside the trace."""
@@ -109,6 +142,9 @@ def main() -> None:
             row[f"{label}_cost_usd"] = round(r["cost_usd"], 2)
             row[f"{label}_on_demand_share"] = round(r["on_demand_share"], 3)
             row[f"{label}_starts"] = r["starts"]
+        gd = guarded(plan, catalog)
+        row.update({f"guard_{k}": round(v, 2) for k, v in gd.items()})
+        row["interval_h"] = round((e.checkpoint_interval_s or float("nan")) / 3600, 2)
         for label, r in replays(plan, catalog, windows(deadline)).items():
             row[f"v100_traces_{label}_cost_usd"] = round(r["cost_usd"], 2)
             row[f"v100_traces_{label}_on_demand_share"] = round(r["on_demand_share"], 3)
@@ -119,7 +155,8 @@ def main() -> None:
             f"replay now ${row['now_cost_usd']:8.2f} ({row['now_on_demand_share']:.0%} od, {row['now_starts']:.0f} "
             "starts)  before "
             f"${row['quantile_throughout_cost_usd']:8.2f} ({row['quantile_throughout_on_demand_share']:.0%} od)"
-            f" | V100 traces: now ${row['v100_traces_now_cost_usd']:8.2f} before "
+            f" | guard ${gd['cost_usd']:7.2f} ({gd['moves']} moves, {gd['on_demand_h']:.1f} h od) | interval "
+            f"{row['interval_h']:.2f} h | V100 traces: now ${row['v100_traces_now_cost_usd']:8.2f} before "
             f"${row['v100_traces_quantile_throughout_cost_usd']:8.2f}"
         )
     if args.out:
