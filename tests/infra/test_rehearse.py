@@ -686,6 +686,11 @@ def test_the_rehearsal_checks_that_the_job_trains_as_the_plan_says() -> None:
     assert "the plan's batch" not in detail and "split the global batch again" in detail
     as_planned = walk._as_planned(three, mix, ["g5.xlarge", "g6.xlarge", "g6.xlarge"])
     assert as_planned == (True, "3 rank(s), ddp, the plan's batch and accumulation")
+    # --nodes plays another count than the plan's: the ranks are checked against it (a trial: a one-node plan on 2
+    # nodes failed "2 rank(s) train, the plan has 1" on every leg)
+    one = {"train": {"nnodes": 1}, "groups": [{"gpus_per_instance": 1}]}
+    assert walk._as_planned(ok, one, nodes=2) == (True, "2 rank(s), fsdp, the plan's batch and accumulation")
+    assert walk._as_planned(ok, one, nodes=3)[1] == "2 rank(s) train, the 3 node(s) rehearsed (--nodes) have 3"
 
 
 def test_a_rehearsal_of_fewer_nodes_splits_the_plans_batch_over_them() -> None:

@@ -679,7 +679,8 @@ class _Walk:
         )
         self.say(f"leg {leg}: the job took its first step: step {started.step}")
         filled = [n.group for n in nodes]
-        self.check(f"leg {leg}: the job trains as the plan says", *_as_planned(started, self.values, filled))
+        as_planned = _as_planned(started, self.values, filled, self.settings.nodes)
+        self.check(f"leg {leg}: the job trains as the plan says", *as_planned)
         if leg >= 2:
             self._check_resume(leg, started, nodes)
         return started
@@ -748,18 +749,24 @@ def _market(instance: dict[str, Any], markets: dict[str, str]) -> str:
     return "spot" if instance.get("InstanceLifecycle") == "spot" else markets.get(instance["InstanceType"], "on-demand")
 
 
-def _as_planned(started: Any, values: dict[str, Any], filled: list[str] | None = None) -> tuple[bool, str]:
+def _as_planned(
+    started: Any, values: dict[str, Any], filled: list[str] | None = None, nodes: int | None = None
+) -> tuple[bool, str]:
     """Whether the job's first step (``STARTED.json``) trained as the module's plan says: its world size (one GPU
     type: the nodes times their GPUs) and nothing the job itself found otherwise than the plan (sharded or not, its
     batch, accumulation, resume: ``launch_checks.launch_mismatches``). A DDP job on a sharded plan passed every other
     check (a trial), and would not have fitted the GPUs it was planned for. ``filled``: the instance types the leg's
     nodes are; a mixed group filled otherwise than the plan's counts is said (a trial: "the plan's batch" was reported
-    while every node had split the batch again over another mix)."""
+    while every node had split the batch again over another mix). ``nodes``: ``--nodes``, the count the rehearsal
+    plays instead of the plan's (a trial: a one-node plan rehearsed on 2 nodes failed "2 rank(s) train, the plan has
+    1" on every leg, the user's module read in place of the rehearsal's copy)."""
     groups = values["groups"]
-    ranks = values["train"]["nnodes"] * groups[0]["gpus_per_instance"] if len(groups) == 1 else None
+    nnodes = values["train"]["nnodes"] if nodes is None else nodes
+    ranks = nnodes * groups[0]["gpus_per_instance"] if len(groups) == 1 else None
     found = list(started.mismatches)
     if ranks is not None and started.world_size is not None and started.world_size != ranks:
-        found.append(f"{started.world_size} rank(s) train, the plan has {ranks}")
+        whose = "the plan has" if nodes is None else f"the {nodes} node(s) rehearsed (--nodes) have"
+        found.append(f"{started.world_size} rank(s) train, {whose} {ranks}")
     if found:
         return False, "; ".join(found)
     planned = {g["instance_type"]: g["on_demand"] + g["spot"] for g in groups} if len(groups) > 1 else {}
