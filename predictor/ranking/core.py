@@ -379,13 +379,20 @@ def _interval_cap(r: _Ranking, many: ManyPredictions, cand: cands.Candidates, st
     c = r.constraints
     if c.deadline_h is None:
         return math.inf
-    guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
-    at_risk = guarded & ~saves_on_notice(save_s)
-    if not np.any(at_risk):
+    at = np.flatnonzero(_guarded_mask(cand) & ~saves_on_notice(save_s))  # those only: a million candidates, few here
+    if not at.size:
         return math.inf
-    factor = at_confidence(many.model_sd[cand.shape], c.confidence)
-    cap = deadline_interval_cap_s(c.deadline_h * 3600.0, startup, save_s, r.checkpoint_s, run_s, gpus, factor)
-    return np.where(at_risk, cap, np.inf)
+    factor = at_confidence(many.model_sd[cand.shape[at]], c.confidence)
+    cap = np.full(len(run_s), np.inf)
+    cap[at] = deadline_interval_cap_s(
+        c.deadline_h * 3600.0, startup[at], save_s[at], r.checkpoint_s, run_s[at], gpus[at], factor
+    )
+    return cap
+
+
+def _guarded_mask(cand: cands.Candidates) -> np.ndarray:
+    """The candidates srifty launch's deadline policy guards: spot or mixed, with an on-demand price to fall back on."""
+    return (cand.market != 0) & np.isfinite(cand.od_usd)
 
 
 def _save_s(r: _Ranking, many: ManyPredictions, s: np.ndarray) -> np.ndarray:
@@ -409,7 +416,7 @@ def _under_deadline(r: _Ranking, scored: Scored, run_s: np.ndarray, down_s: floa
     launch's policy runs them (:func:`expected_with_fallback`), with their intervals (for the entries only)."""
     many, cand, spot, startup, usd_hr = scored.many, scored.cand, scored.spot, scored.startup_s, scored.usd_hr
     c, s, save_s = r.constraints, cand.shape, scored.save_s
-    guarded = (cand.market != 0) & np.isfinite(cand.od_usd)
+    guarded = _guarded_mask(cand)
     deadline_s = float(c.deadline_h or 0.0) * 3600
 
     # what a preemption can lose where the save does not fit the notice: the training since the last periodic save

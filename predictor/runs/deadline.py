@@ -247,8 +247,9 @@ class UniformProgress(Policy):
         target = self.target(s, j)
         zone = _spot_zone(s)
         if s.running == ON_DEMAND:
-            back = zone is not None and s.done >= target + self.hysteresis * j.restart
-            return _spot_in(zone, s, j) if back and zone is not None else ON_DEMAND
+            if zone is not None and s.done >= target + self.hysteresis * j.restart:
+                return _spot_in(zone, s, j)
+            return ON_DEMAND
         if zone is not None:
             return _spot_in(zone, s, j)
         return ON_DEMAND if s.done < target else WAIT
