@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import MINIMAL, SCRIPTS, params_by_step, run_bounded, seen_samples
+from _support import MINIMAL, SCRIPTS, ddp_failure, params_by_step, run_ddp_script, seen_samples
 from lightning_srifty.strategies.hetero import GlobalBatchSampler, rank_weights
 from predictor.exceptions import ConfigError
 
@@ -50,24 +50,24 @@ def test_position_carries_over_to_another_split() -> None:
 def test_unequal_batches_give_the_global_batch_gradient(tmp_path, ddp_env, strategy) -> None:
     """DDP weights the gradient buckets, FSDP the losses: both reduce to the global batch's gradient."""
     flag = ["--fsdp"] if strategy == "fsdp" else []
-    result = run_bounded(
+    result = run_ddp_script(
         [sys.executable, str(SCRIPTS / "hetero_grad_check.py"), str(tmp_path / "r.txt"), *flag],
+        ddp_env,
         timeout=180,
-        env=ddp_env,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, ddp_failure(result)
     fields = {k: float(v) for k, v in (kv.split("=") for kv in result.stdout.split())}
     assert fields["max_abs_diff"] < 1e-6 * fields["max_abs_grad"] and fields["max_abs_grad"] > 0.01
 
 
 def _leg(out: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
     steps = [] if "--max-steps" in args else ["--max-steps", "30"]
-    run = run_bounded(
+    run = run_ddp_script(
         [sys.executable, str(SCRIPTS / "migrate_run.py"), str(out), *steps, *args],
+        env,
         timeout=300,
-        env=env,
     )
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, ddp_failure(run)
     return run
 
 
