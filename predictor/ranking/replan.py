@@ -169,6 +169,7 @@ def decide_move(
     elapsed_h: float = 0.0,
     spent_usd: float = 0.0,
     known: dict[str, float] | None = None,
+    checkpoint_s: float | None = None,
 ) -> MoveDecision:
     """Compare staying on ``plan.entries[current]`` with moving to the best fleet for the remaining work.
 
@@ -177,8 +178,11 @@ def decide_move(
     observation posted to ``srifty serve`` would. ``known``: factors by GPU measured earlier (on the fleets the job
     ran on before), applied too, so that a job does not move back to a GPU it already found slow. When staying
     finishes after the deadline (:func:`late`), the re-ranking's target (it meets what is left of the deadline at the
-    plan's confidence) is a move whatever the savings."""
+    plan's confidence) is a move whatever the savings. ``checkpoint_s``: what one checkpoint costs, as
+    :func:`predictor.ranking.rank` takes it; default: the figure the plan was ranked with where the caller gave it
+    (:func:`given_checkpoint_s`), else the profile's."""
     _check_move(plan, current, remaining_samples, measured_throughput)
+    checkpoint_s = given_checkpoint_s(profile, plan) if checkpoint_s is None else checkpoint_s
     entry = plan.entries[current]
     objective = plan.constraints.objective
     throughput = measured_throughput or entry.throughput_samples_s
@@ -197,7 +201,11 @@ def decide_move(
     behind = late(plan, entry, remaining_samples, measured_throughput, elapsed_h)
     try:
         replanned = rank(
-            profile, replace(constraints, current_fleet=entry.fleet), catalog=catalog, calibration=calibration
+            profile,
+            replace(constraints, current_fleet=entry.fleet),
+            catalog=catalog,
+            calibration=calibration,
+            checkpoint_s=checkpoint_s,
         )
     except NoFeasibleConfigError as exc:
         missed = f"{behind}, and " if behind else ""
@@ -206,7 +214,7 @@ def decide_move(
     if target.fleet == entry.fleet and target.market == entry.market:
         still = f"{entry.fleet} is still the best fleet for the remaining work"
         return decision(False, still + (f" (though {behind})" if behind else ""), plan=replanned)
-    migration_usd, downtime_s = _migration(profile, plan, entry, target)
+    migration_usd, downtime_s = _migration(profile, plan, entry, target, checkpoint_s)
     go = target.time_h + downtime_s / 3600 if objective == "time" else target.cost_usd + migration_usd
     savings = 1.0 - go / stay if stay > 0 else -math.inf
     words = _move_words(target, go, stay, unit, entry, savings, measured_throughput)
@@ -275,14 +283,30 @@ def _calibration(
     return Calibration(factors, {}) if factors else None
 
 
-def _migration(profile: Profile, plan: Plan, entry: PlanEntry, target: PlanEntry) -> tuple[float, float]:
+def given_checkpoint_s(profile: Profile, plan: Plan) -> float | None:
+    """The checkpoint cost ``plan`` was ranked with where its caller gave it (``rank(checkpoint_s=...)``), else None:
+    the plan records the figure it used (``plan.checkpoint_s``), and one the profile does not give (its measured
+    save or load, the larger, else the estimate from its size) came from the caller. A re-ranking that dropped it
+    priced every fleet's interruptions and the move with another checkpoint than the plan's."""
+    if plan.checkpoint_s is None:
+        return None
+    measured = profile.checkpoint
+    own = max(measured.save_s, measured.load_s or 0.0) if measured is not None else unmeasured_checkpoint(profile)[0]
+    return None if math.isclose(plan.checkpoint_s, own, rel_tol=1e-9) else plan.checkpoint_s
+
+
+def _migration(
+    profile: Profile, plan: Plan, entry: PlanEntry, target: PlanEntry, given_s: float | None = None
+) -> tuple[float, float]:
     """(what a move costs in USD, the training's downtime in seconds): a checkpoint saved on the current fleet and
-    loaded on the target (the profile's measured times, else the plan's figures: the save its entry records, spread
-    over a sharded current fleet's nodes, and the plan's one-node figure, given or estimated from the size, loaded
-    on every node), the target provisioned and restarted; the new fleet is paid from its request on, the old one
-    trains on until it saves."""
+    loaded on the target (a figure the caller gave, ``given_s``, for both; else the profile's measured times; else
+    the plan's figures: the save its entry records, spread over a sharded current fleet's nodes, and the plan's
+    one-node figure, estimated from the size, loaded on every node), the target provisioned and restarted; the new
+    fleet is paid from its request on, the old one trains on until it saves."""
     checkpoint = profile.checkpoint
-    if checkpoint is not None:
+    if given_s is not None:
+        save_s = load_s = given_s
+    elif checkpoint is not None:
         save_s, load_s = checkpoint.save_s, checkpoint.load_s or checkpoint.save_s
     else:
         whole = unmeasured_checkpoint(profile)[0] if plan.checkpoint_s is None else plan.checkpoint_s

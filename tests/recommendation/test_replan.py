@@ -14,7 +14,8 @@ from predictor.catalog.instances import with_prices
 from predictor.documents.profile import load_profile
 from predictor.exceptions import ConfigError
 from predictor.ranking import Constraints, rank
-from predictor.ranking.replan import decide_move, drift, late
+from predictor.ranking.replan import decide_move, drift, given_checkpoint_s, late
+from predictor.runs.spot import RESTART_S
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +143,23 @@ def test_a_moves_save_on_a_sharded_fleet_is_its_entrys(catalog) -> None:
                  checkpoint_s=200.0)  # fmt: skip
     _, down_s = _migration(profile, given, given.entries[0], given.entries[1])
     assert given.checkpoint_s == given.entries[0].checkpoint_s == 200.0 and down_s == pytest.approx(400.0 + RESTART_S)
+
+
+@pytest.mark.parametrize("given", [None, 900.0], ids=["the-profiles", "the-callers"])
+def test_the_re_ranking_and_the_move_price_the_checkpoint_the_plan_was_ranked_with(catalog, given) -> None:
+    """A plan ranked with a caller's checkpoint cost (``rank(checkpoint_s=...)``) is re-ranked with it, and the move
+    saves and loads it; before, decide_move dropped it and priced every spot fleet's interruptions with the profile's
+    30 s."""
+    profile = load_profile(copy.deepcopy(MINIMAL))
+    c = Constraints(steps=200_000, market="spot", max_instances=2, allow=("g4dn.xlarge", "g5.xlarge"))
+    plan = rank(profile, c, catalog=catalog, checkpoint_s=given)
+    assert (plan.checkpoint_s == 900.0) == (given is not None) and given_checkpoint_s(profile, plan) == given
+    half = plan.constraints.work_samples / 2
+    slow = 0.25 * plan.entries[0].throughput_samples_s
+    d = decide_move(profile, plan, 0, half, why="drift", measured_throughput=slow, catalog=catalog)
+    assert d.move and d.plan is not None and d.plan.checkpoint_s == plan.checkpoint_s
+    if given is not None:  # saved on the current fleet and loaded on the target, both at the plan's figure
+        assert d.migration_downtime_s == 2 * given + RESTART_S
+    # a figure given to decide_move wins over the plan's
+    own = decide_move(profile, plan, 0, half, why="drift", measured_throughput=slow, catalog=catalog, checkpoint_s=45.0)
+    assert own.plan is not None and own.plan.checkpoint_s == 45.0 and own.migration_downtime_s == 90.0 + RESTART_S
