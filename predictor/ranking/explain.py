@@ -281,11 +281,13 @@ def infeasible(
         # the deadline's best is the fastest time at the confidence asked, under the key the service has answered with
         key = "time_h" if measure == "confident_time_h" else measure
         best[key] = float(np.min(values[measure][among]))
-        where = int(np.flatnonzero(among)[np.argmin(values[measure][among])])
+        where = _named(values, measure, among)
         if measure == "confident_time_h" and "instances" in values:
             fastest_instances = int(values["instances"][where])
         part = f"{words.setting(name, constraints.limits()[name])} binds: {what[measure]}{scope} is "
-        part += fmt(measure, best[key]) + (f" ({describe(where)})" if describe is not None else "")
+        named = float(values[measure][where])
+        tie = f", the {TIE_WORD[measure]} of the fleets within {TIE:.0%} of it" if named > best[key] else ""
+        part += fmt(measure, named) + (f" ({describe(where)}{tie})" if describe is not None else "")
         if measure == "confident_time_h" and "deadline_p" in values:
             best["deadline_probability"] = surest = float(np.max(values["deadline_p"][among]))
             said = chance_beside(surest, constraints.confidence)
@@ -301,6 +303,26 @@ def infeasible(
         excluded=excluded,
         hints=hints,
     )
+
+
+# fleets within this share of the best value tie: a refusal names the cheapest of them (the fastest, for cost), not
+# one 0.01 h faster at twice the price; any prediction's error is wider (its regime's sd, 0.1-0.55)
+TIE = 0.01
+# what breaks a tie of each measure
+TIE_BREAK = {"time_h": "cost_usd", "confident_time_h": "cost_usd", "cost_usd": "time_h", "usd_per_hour": "time_h"}
+TIE_WORD = {"time_h": "cheapest", "confident_time_h": "cheapest", "cost_usd": "fastest", "usd_per_hour": "fastest"}
+
+
+def _named(values: Mapping[str, np.ndarray], measure: str, among: np.ndarray) -> int:
+    """The candidate a refusal names for the best ``measure`` among ``among``: of those within :data:`TIE` of the
+    best, the best by the other measure (:data:`TIE_BREAK`)."""
+    rows = np.flatnonzero(among)
+    own = values[measure][rows]
+    tied = rows[own <= np.min(own) * (1 + TIE)]
+    other = values.get(TIE_BREAK[measure])
+    if other is None:
+        return int(tied[np.argmin(values[measure][tied])])
+    return int(tied[np.lexsort((values[measure][tied], other[tied]))[0]])
 
 
 class CurrentFleet(NamedTuple):

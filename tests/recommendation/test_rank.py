@@ -114,7 +114,7 @@ def test_infeasible_names_the_binding_constraint_and_the_best_achievable(profile
         rank(profile, Constraints(steps=10_000_000, deadline_h=0.01, budget_usd=1, market="spot"), catalog=catalog)
     cheapest = re.search(r"budget_usd=1 binds: the cheapest fleet is [^(]+\(([^,]+), spot, \$([\d,.]+)/h, "
                          r"\$([\d,.]+) for the work in its predicted ([\d,.]+) h, (\d+)% of it on-demand to keep the "
-                         r"deadline\)", str(info.value))  # fmt: skip
+                         r"deadline(, the fastest of the fleets within 1% of it)?\)", str(info.value))  # fmt: skip
     assert cheapest is not None, str(info.value)
     spot_hr, usd, hours = (float(cheapest.group(k).replace(",", "")) for k in (2, 3, 4))
     assert cheapest.group(5) == "100" and usd > 1.5 * spot_hr * hours  # at the on-demand price, not the spot one
@@ -771,3 +771,32 @@ def test_the_current_sharded_fleet_saves_as_the_candidates_do(catalog) -> None:
     spread = on_demand_cost(run_s, whole / 8, restart_s=0.0, gpus=64, load_s=whole).expected_time_s[0]
     assert current.hours * 3600 == pytest.approx(spread)
     assert on_demand_cost(run_s, whole, restart_s=0.0, gpus=64).expected_time_s[0] > spread * 1.001  # the old figure
+
+
+def test_a_refusal_names_the_cheapest_of_the_fleets_that_tie_for_the_fastest() -> None:
+    """A trial's refusal named the fastest fleet at the confidence (p3.8xlarge, $1.41/h) where a cheaper one was
+    0.01 h slower: within 1 % (any prediction's error is wider) the cheapest is named, and the prose says why."""
+    import numpy as np
+
+    from predictor.ranking.explain import infeasible
+
+    names = ["fast-dear", "tied-cheap", "slow-cheapest"]
+    values = {
+        "time_h": np.array([4.70, 4.71, 9.0]),
+        "confident_time_h": np.array([5.30, 5.33, 10.0]),
+        "cost_usd": np.array([57.7, 31.0, 20.0]),
+        "usd_per_hour": np.array([1.41, 0.76, 0.5]),
+        "instances": np.array([1, 4, 1]),
+    }
+    ok = np.ones(3, dtype=bool)
+    error = infeasible(Constraints(steps=1000, deadline_h=3.0), ok, values, {}, describe=lambda i: names[i])
+    assert "90% confidence is 5.33 h (tied-cheap, the cheapest of the fleets within 1% of it)" in str(error)
+    assert error.best["time_h"] == 5.30  # the best value itself, for a caller that reads it
+    # no tie: the fastest, as before
+    values["confident_time_h"] = np.array([5.30, 5.40, 10.0])
+    error = infeasible(Constraints(steps=1000, deadline_h=3.0), ok, values, {}, describe=lambda i: names[i])
+    assert "90% confidence is 5.3 h (fast-dear)" in str(error)
+    # a budget: the cheapest, the fastest of those within 1 % of it
+    values["cost_usd"] = np.array([20.1, 31.0, 20.0])
+    error = infeasible(Constraints(steps=1000, budget_usd=1.0), ok, values, {}, describe=lambda i: names[i])
+    assert "the cheapest fleet is $20.10 (fast-dear, the fastest of the fleets within 1% of it)" in str(error)
