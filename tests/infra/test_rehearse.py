@@ -708,6 +708,18 @@ def test_a_rehearsal_of_fewer_nodes_splits_the_plans_batch_over_them() -> None:
     assert "left out" in walk._batch_for_nodes(few, 2)[0] and "SRIFTY_BATCH_SIZES" not in few["env"]
 
 
+def test_a_rehearsal_of_another_node_count_names_that_fleet_to_the_job() -> None:
+    """A trial: with ``--nodes 2`` the job's SRIFTY_FLEET (what its move requests and logs name) still said the
+    plan's ``g4dn.xlarge:1``. It names the nodes rehearsed; a fleet of several types is left as it is (``--nodes``
+    refuses one)."""
+    train = {"env": {"SRIFTY_FLEET": "g4dn.xlarge:1"}}
+    assert walk._fleet_for_nodes(train, 2) == ["SRIFTY_FLEET g4dn.xlarge:1: g4dn.xlarge:2"]
+    assert train["env"]["SRIFTY_FLEET"] == "g4dn.xlarge:2"
+    mixed = {"env": {"SRIFTY_FLEET": "g5.xlarge:1,g6.xlarge:2"}}
+    assert walk._fleet_for_nodes(mixed, 2) == [] and mixed["env"]["SRIFTY_FLEET"] == "g5.xlarge:1,g6.xlarge:2"
+    assert walk._fleet_for_nodes({"env": {}}, 2) == [] and walk._fleet_for_nodes({}, 2) == []
+
+
 def test_the_lost_node_is_the_c10d_host_the_nodes_named(tmp_path) -> None:
     """--lose-node loses the node the others met at: the one every node's boot named ("the c10d host is <ip>
     (<instance id>, the first ready)"), whatever order the rehearsal started them in; the first without a word."""

@@ -928,6 +928,7 @@ def point_at_local_aws(infra: Path, aws: LocalAWS, settings: Settings, changed: 
                 if predicted.get(key) is not None:
                     predicted[key] = predicted[key] * settings.nodes / planned
             changed.append(f"nodes: {settings.nodes} of the fleet's {planned} (--nodes)")
+            changed += _fleet_for_nodes(train, settings.nodes)
             changed += _batch_for_nodes(train, settings.nodes * group["gpus_per_instance"])
     path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
 
@@ -973,6 +974,19 @@ def _stall_env(settings: Settings) -> dict[str, str]:
 def _flags(settings: Settings) -> str:
     """The flags that asked for a change of the copy, as the report names them."""
     return " and ".join(f for f, on in (("--lose-node", settings.lose_node), ("--hang-node", settings.hang_node)) if on)
+
+
+def _fleet_for_nodes(train: dict[str, Any], nodes: int) -> list[str]:
+    """The job's fleet (``LaunchEnv.fleet``, what its move requests and logs name) at ``nodes`` of the one type
+    (``--nodes``): it named the plan's count while another trained. What changed, for the report."""
+    env = train.get("env") or {}
+    name = protocol.VARIABLES["fleet"]
+    fleet = str(env.get(name) or "")
+    itype, colon, _ = fleet.partition(":")
+    if not colon or "," in fleet:  # --nodes takes a fleet of one type only
+        return []
+    was, env[name] = env[name], f"{itype}:{nodes}"
+    return [f"{name} {was}: {env[name]}"]
 
 
 def _batch_for_nodes(train: dict[str, Any], ranks: int) -> list[str]:
