@@ -272,9 +272,13 @@ def ddp_failure(result) -> str:
 
 
 def _lost_a_peer_while_setting_up(stderr: str) -> bool:
-    """A run that failed because gloo lost a peer while the ranks set up, before any trained (nothing written)."""
+    """A run that failed because gloo lost a peer while the ranks set up, before any trained (nothing written), and
+    for nothing else: every rank's last line (:func:`rank_errors`) is gloo's lost peer. A rank that raised its own
+    error first (its peers then lose it too) is the test's, never run again."""
+    last = rank_errors(stderr).splitlines()
     return (
         GLOO_TRANSPORT_LOST.search(stderr) is not None
+        and all(GLOO_TRANSPORT_LOST.search(line) for line in last)
         and any(frame in stderr for frame in SETUP_FRAMES)
         and not any(frame in stderr for frame in TRAINING_FRAMES)
     )

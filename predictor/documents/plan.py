@@ -34,6 +34,7 @@ ObjectiveName = Literal["cost", "time", "cost_per_sample"]
 DEPRECATED_OBJECTIVES = ("cost_per_sample",)  # ranks exactly as cost: read in old plans, never asked
 OBJECTIVES: tuple[str, ...] = tuple(o for o in get_args(ObjectiveName) if o not in DEPRECATED_OBJECTIVES)
 FleetMarket = Literal["on-demand", "spot", "mixed"]  # the market one fleet is bought in
+CheckpointSource = Literal["given", "measured", "estimated"]  # where a plan's checkpoint cost comes from
 MarketName = Literal["on-demand", "spot", "mixed", "any"]  # what a request asks: one, or any (each of the three)
 MARKETS: tuple[str, ...] = get_args(MarketName)
 # how a multi-node fleet's nodes meet: "auto", EFA on the types that have it (what srifty terraform attaches) and TCP
@@ -459,6 +460,12 @@ class Plan:
         "own save is its checkpoint_s)",
         default=None,
         min=0,
+    )
+    checkpoint_source: CheckpointSource | None = doc_field(
+        "where checkpoint_s comes from: given (by the ranking's caller), measured (by the profile), estimated (from "
+        "the checkpoint's size, a small one at a default); a re-ranking of the job's remaining work keeps a given "
+        "one; absent in plans made before it was recorded",
+        default=None,
     )
     written_by: str | None = doc_field("the release that made the plan, e.g. 'lightning-srifty 0.2.0'", default=None)
     performance_model: str | None = doc_field(

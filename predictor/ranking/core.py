@@ -17,7 +17,7 @@ from predictor.catalog.catalog import Catalog
 from predictor.catalog.feasible import exclusion
 from predictor.catalog.fleet import parse_fleet
 from predictor.catalog.instances import InstanceType
-from predictor.documents.plan import PLAN_SCHEMA, Plan, PlanCalibration, PlanEntry, writer
+from predictor.documents.plan import PLAN_SCHEMA, CheckpointSource, Plan, PlanCalibration, PlanEntry, writer
 from predictor.documents.profile import Profile
 from predictor.documents.work import Work
 from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError, SriftyError
@@ -121,14 +121,14 @@ def rank(
     (:func:`_feasible`); the best first (:func:`_order`); the plan with its reasons and notes (:func:`_plan`).
     """
     constraints.validate()
-    checkpoint_s, checkpoint_note, spreads = _checkpoint_cost(profile, checkpoint_s)
+    checkpoint_s, checkpoint_note, spreads, source = _checkpoint_cost(profile, checkpoint_s)
     catalog = _transported(catalog or Catalog.load(), constraints)
     cands.check_names(constraints, catalog)
     work = constraints.work(profile)
-    markets = Market(constraints.market).markets()
     factors = dict(calibration.factors) if calibration else None
-    r = _Ranking(profile, constraints, catalog, work, checkpoint_s, calibration, factors, spot_stats, words, spreads)
-    types, names, efficient, layouts, many, cand = _candidates(r, markets)
+    r = _Ranking(profile, constraints, catalog, work, checkpoint_s, calibration, factors, spot_stats, words, spreads,
+                 source)  # fmt: skip
+    types, names, efficient, layouts, many, cand = _candidates(r, Market(constraints.market).markets())
     known_startup = measured_startup()  # read once: the start-up figures and the plan's note
     current, current_note = _current(r)
     scored = _score(r, types, names, many, cand, current, known_startup)
@@ -213,23 +213,25 @@ class _Ranking:
     words: Words = PYTHON
     # an estimated save (no profile measured it, none given): a sharded fleet's nodes each write their part
     checkpoint_spreads: bool = False
+    checkpoint_source: CheckpointSource = "estimated"  # where checkpoint_s comes from (the plan records it)
     excluded: dict[str, int] = field(default_factory=dict)
     excluded_types: dict[str, int] = field(default_factory=dict)
 
 
-def _checkpoint_cost(profile: Profile, checkpoint_s: float | None) -> tuple[float, str, bool]:
-    """What one checkpoint costs on one node, where the figure comes from, and whether a sharded fleet's save
-    spreads over its nodes: the one given, else the profile's measured save (or load, the larger), else its size
-    written at the fleet's root volume's baseline (:func:`predictor.runs.spot.estimated_checkpoint_s`: a captured
-    70B model's 1.1 TB were priced at the 30 s a small model's checkpoint is assumed to take, a save on the spot
-    notice with nothing lost), which spreads (:func:`predictor.runs.spot.sharded_save_s`)."""
+def _checkpoint_cost(profile: Profile, checkpoint_s: float | None) -> tuple[float, str, bool, CheckpointSource]:
+    """What one checkpoint costs on one node, where the figure comes from (a note, and the plan's word for it), and
+    whether a sharded fleet's save spreads over its nodes: the one given, else the profile's measured save (or load,
+    the larger), else its size written at the fleet's root volume's baseline
+    (:func:`predictor.runs.spot.estimated_checkpoint_s`: a captured 70B model's 1.1 TB were priced at the 30 s a small
+    model's checkpoint is assumed to take, a save on the spot notice with nothing lost), which spreads
+    (:func:`predictor.runs.spot.sharded_save_s`)."""
     if checkpoint_s is not None:
-        return checkpoint_s, "assumed", False
+        return checkpoint_s, "assumed", False, "given"
     measured = profile.checkpoint
     if measured is not None:
         note = f"measured by the profile ({measured.where or 'local'}; remote storage adds its transfer)"
-        return max(measured.save_s, measured.load_s or 0.0), note, False
-    return (*unmeasured_checkpoint(profile), True)
+        return max(measured.save_s, measured.load_s or 0.0), note, False, "measured"
+    return (*unmeasured_checkpoint(profile), True, "estimated")
 
 
 def unmeasured_checkpoint(profile: Profile) -> tuple[float, str]:
@@ -605,6 +607,7 @@ def _plan(
         written_by=writer(),
         performance_model=model_version(),
         checkpoint_s=float(r.checkpoint_s),
+        checkpoint_source=r.checkpoint_source,
         notes=tuple(
             notes
             + _layout_notes(constraints, many)

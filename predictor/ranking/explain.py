@@ -282,8 +282,8 @@ def infeasible(
         key = "time_h" if measure == "confident_time_h" else measure
         best[key] = float(np.min(values[measure][among]))
         where = _named(values, measure, among)
-        if measure == "confident_time_h" and "instances" in values:
-            fastest_instances = int(values["instances"][where])
+        if measure == "confident_time_h" and "instances" in values:  # the fastest itself, not a tie named for it
+            fastest_instances = int(values["instances"][np.flatnonzero(among)[np.argmin(values[measure][among])]])
         part = f"{words.setting(name, constraints.limits()[name])} binds: {what[measure]}{scope} is "
         named = float(values[measure][where])
         tie = f", the {TIE_WORD[measure]} of the fleets within {TIE:.0%} of it" if named > best[key] else ""
@@ -320,8 +320,8 @@ def _named(values: Mapping[str, np.ndarray], measure: str, among: np.ndarray) ->
     own = values[measure][rows]
     tied = rows[own <= np.min(own) * (1 + TIE)]
     other = values.get(TIE_BREAK[measure])
-    if other is None:
-        return int(tied[np.argmin(values[measure][tied])])
+    if other is None or not tied.size:  # none to break (a value that is nan: the least, as argmin takes it)
+        return int(rows[np.argmin(own)])
     return int(tied[np.lexsort((values[measure][tied], other[tied]))[0]])
 
 

@@ -178,11 +178,10 @@ def decide_move(
     observation posted to ``srifty serve`` would. ``known``: factors by GPU measured earlier (on the fleets the job
     ran on before), applied too, so that a job does not move back to a GPU it already found slow. When staying
     finishes after the deadline (:func:`late`), the re-ranking's target (it meets what is left of the deadline at the
-    plan's confidence) is a move whatever the savings. ``checkpoint_s``: what one checkpoint costs, as
-    :func:`predictor.ranking.rank` takes it; default: the figure the plan was ranked with where the caller gave it
-    (:func:`given_checkpoint_s`), else the profile's."""
+    plan's confidence) is a move whatever the savings. ``checkpoint_s``: one checkpoint's cost, as ``rank`` takes it;
+    default: the plan's where its caller gave it (:func:`given_checkpoint_s`), else the profile's."""
     _check_move(plan, current, remaining_samples, measured_throughput)
-    checkpoint_s = given_checkpoint_s(profile, plan) if checkpoint_s is None else checkpoint_s
+    checkpoint_s = given_checkpoint_s(plan) if checkpoint_s is None else checkpoint_s
     entry = plan.entries[current]
     objective = plan.constraints.objective
     throughput = measured_throughput or entry.throughput_samples_s
@@ -199,14 +198,9 @@ def decide_move(
         return decision(False, "the deadline or the budget is already used up: moving cannot help")
     calibration = _calibration(plan, entry, measured_throughput, known)
     behind = late(plan, entry, remaining_samples, measured_throughput, elapsed_h)
+    here = replace(constraints, current_fleet=entry.fleet)
     try:
-        replanned = rank(
-            profile,
-            replace(constraints, current_fleet=entry.fleet),
-            catalog=catalog,
-            calibration=calibration,
-            checkpoint_s=checkpoint_s,
-        )
+        replanned = rank(profile, here, catalog=catalog, calibration=calibration, checkpoint_s=checkpoint_s)
     except NoFeasibleConfigError as exc:
         missed = f"{behind}, and " if behind else ""
         return decision(False, f"{missed}no fleet meets the constraints for the remaining work ({exc}): staying")
@@ -283,16 +277,12 @@ def _calibration(
     return Calibration(factors, {}) if factors else None
 
 
-def given_checkpoint_s(profile: Profile, plan: Plan) -> float | None:
-    """The checkpoint cost ``plan`` was ranked with where its caller gave it (``rank(checkpoint_s=...)``), else None:
-    the plan records the figure it used (``plan.checkpoint_s``), and one the profile does not give (its measured
-    save or load, the larger, else the estimate from its size) came from the caller. A re-ranking that dropped it
-    priced every fleet's interruptions and the move with another checkpoint than the plan's."""
-    if plan.checkpoint_s is None:
-        return None
-    measured = profile.checkpoint
-    own = max(measured.save_s, measured.load_s or 0.0) if measured is not None else unmeasured_checkpoint(profile)[0]
-    return None if math.isclose(plan.checkpoint_s, own, rel_tol=1e-9) else plan.checkpoint_s
+def given_checkpoint_s(plan: Plan) -> float | None:
+    """The checkpoint cost ``plan`` was ranked with where its caller gave it (``rank(checkpoint_s=...)``: the plan's
+    ``checkpoint_source`` says so), else None: a figure the profile measured or its size gave is the profile's to
+    give again (the job's own profile may have measured it since). A re-ranking that dropped a given one priced
+    every fleet's interruptions and the move with another checkpoint than the plan's."""
+    return plan.checkpoint_s if plan.checkpoint_source == "given" else None
 
 
 def _migration(

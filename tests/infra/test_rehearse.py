@@ -718,6 +718,8 @@ def test_a_rehearsal_of_another_node_count_names_that_fleet_to_the_job() -> None
     mixed = {"env": {"SRIFTY_FLEET": "g5.xlarge:1,g6.xlarge:2"}}
     assert walk._fleet_for_nodes(mixed, 2) == [] and mixed["env"]["SRIFTY_FLEET"] == "g5.xlarge:1,g6.xlarge:2"
     assert walk._fleet_for_nodes({"env": {}}, 2) == [] and walk._fleet_for_nodes({}, 2) == []
+    bare = {"env": {"SRIFTY_FLEET": " g5.xlarge "}}  # a hand-written fleet: the type alone is one node of it
+    assert walk._fleet_for_nodes(bare, 3) == ["SRIFTY_FLEET  g5.xlarge : g5.xlarge:3"]
 
 
 def test_the_lost_node_is_the_c10d_host_the_nodes_named(tmp_path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import MINIMAL, SCRIPTS, ddp_failure, params_by_step, run_ddp_script, seen_samples
+from _support import MINIMAL, SCRIPTS, ddp_failure, params_by_step, run_bounded, run_ddp_script, seen_samples
 from lightning_srifty.strategies.hetero import GlobalBatchSampler, rank_weights
 from predictor.exceptions import ConfigError
 
@@ -50,10 +50,10 @@ def test_position_carries_over_to_another_split() -> None:
 def test_unequal_batches_give_the_global_batch_gradient(tmp_path, ddp_env, strategy) -> None:
     """DDP weights the gradient buckets, FSDP the losses: both reduce to the global batch's gradient."""
     flag = ["--fsdp"] if strategy == "fsdp" else []
-    result = run_ddp_script(
+    result = run_bounded(  # mp.spawn with its own port: none of run_ddp_script's retries applies
         [sys.executable, str(SCRIPTS / "hetero_grad_check.py"), str(tmp_path / "r.txt"), *flag],
-        ddp_env,
         timeout=180,
+        env=ddp_env,
     )
     assert result.returncode == 0, ddp_failure(result)
     fields = {k: float(v) for k, v in (kv.split("=") for kv in result.stdout.split())}

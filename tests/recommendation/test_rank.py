@@ -761,8 +761,8 @@ def test_the_current_sharded_fleet_saves_as_the_candidates_do(catalog) -> None:
     raw["layout"] = "fsdp:full_shard"
     profile = load_profile(raw)
     asked = Constraints(steps=200_000, market="on-demand")  # longer than Young-Daly's interval: periodic saves
-    whole, _, spreads = _checkpoint_cost(profile, None)
-    assert spreads and whole > 600
+    whole, _, spreads, source = _checkpoint_cost(profile, None)
+    assert spreads and whole > 600 and source == "estimated"
     r = _Ranking(profile, asked, catalog, asked.work(profile), whole, None, None, None, PYTHON, spreads)
     current, note = _current(r)
     assert current is not None and current.fleet == "p4d.24xlarge:8", note
@@ -792,6 +792,8 @@ def test_a_refusal_names_the_cheapest_of_the_fleets_that_tie_for_the_fastest() -
     error = infeasible(Constraints(steps=1000, deadline_h=3.0), ok, values, {}, describe=lambda i: names[i])
     assert "90% confidence is 5.33 h (tied-cheap, the cheapest of the fleets within 1% of it)" in str(error)
     assert error.best["time_h"] == 5.30  # the best value itself, for a caller that reads it
+    # the hint's instance count is the fastest fleet's (1), not the tie's (4): a review of the first form
+    assert "the fastest fleet has 1, below max_instances=16" in str(error)
     # no tie: the fastest, as before
     values["confident_time_h"] = np.array([5.30, 5.40, 10.0])
     error = infeasible(Constraints(steps=1000, deadline_h=3.0), ok, values, {}, describe=lambda i: names[i])

@@ -149,17 +149,35 @@ def test_a_moves_save_on_a_sharded_fleet_is_its_entrys(catalog) -> None:
 def test_the_re_ranking_and_the_move_price_the_checkpoint_the_plan_was_ranked_with(catalog, given) -> None:
     """A plan ranked with a caller's checkpoint cost (``rank(checkpoint_s=...)``) is re-ranked with it, and the move
     saves and loads it; before, decide_move dropped it and priced every spot fleet's interruptions with the profile's
-    30 s."""
+    30 s. The plan says where its figure came from (``checkpoint_source``)."""
     profile = load_profile(copy.deepcopy(MINIMAL))
     c = Constraints(steps=200_000, market="spot", max_instances=2, allow=("g4dn.xlarge", "g5.xlarge"))
     plan = rank(profile, c, catalog=catalog, checkpoint_s=given)
-    assert (plan.checkpoint_s == 900.0) == (given is not None) and given_checkpoint_s(profile, plan) == given
+    assert plan.checkpoint_source == ("estimated" if given is None else "given")
+    assert given_checkpoint_s(plan) == given and (plan.checkpoint_s == 900.0) == (given is not None)
     half = plan.constraints.work_samples / 2
     slow = 0.25 * plan.entries[0].throughput_samples_s
     d = decide_move(profile, plan, 0, half, why="drift", measured_throughput=slow, catalog=catalog)
     assert d.move and d.plan is not None and d.plan.checkpoint_s == plan.checkpoint_s
     if given is not None:  # saved on the current fleet and loaded on the target, both at the plan's figure
-        assert d.migration_downtime_s == 2 * given + RESTART_S
+        assert d.migration_downtime_s == 2 * given + RESTART_S and d.plan.checkpoint_source == "given"
     # a figure given to decide_move wins over the plan's
     own = decide_move(profile, plan, 0, half, why="drift", measured_throughput=slow, catalog=catalog, checkpoint_s=45.0)
     assert own.plan is not None and own.plan.checkpoint_s == 45.0 and own.migration_downtime_s == 90.0 + RESTART_S
+
+
+def test_a_checkpoint_the_profile_gave_is_the_profiles_to_give_again(catalog) -> None:
+    """The review of the first form, which took any plan figure the profile did not give for the caller's: the job's
+    own profile (SriftyCallback's, a checkpoint measured in this run) differs from the plan's, as does a plan of an
+    older release (an unmeasured checkpoint recorded at 30 s): neither is the caller's, and a sharded fleet's save
+    must still spread over its nodes. Only ``checkpoint_source == "given"`` is kept."""
+    measured = copy.deepcopy(MINIMAL)
+    measured["checkpoint"] = {"save_s": 95.0, "load_s": 60.0, "bytes": 10**9}
+    plan = rank(load_profile(measured), Constraints(steps=200_000, market="spot"), catalog=catalog)
+    assert plan.checkpoint_source == "measured" and given_checkpoint_s(plan) is None
+    older = replace(plan, checkpoint_s=30.0, checkpoint_source=None)  # a plan made before the field
+    assert given_checkpoint_s(older) is None
+    now = copy.deepcopy(measured)
+    now["checkpoint"].update(save_s=40.0, load_s=20.0)  # the job's profile measured it again
+    d = decide_move(load_profile(now), plan, 0, plan.constraints.work_samples / 2, why="price", catalog=catalog)
+    assert d.plan is not None and d.plan.checkpoint_s == 40.0 and d.plan.checkpoint_source == "measured"

@@ -981,11 +981,10 @@ def _fleet_for_nodes(train: dict[str, Any], nodes: int) -> list[str]:
     (``--nodes``): it named the plan's count while another trained. What changed, for the report."""
     env = train.get("env") or {}
     name = protocol.VARIABLES["fleet"]
-    fleet = str(env.get(name) or "")
-    itype, colon, _ = fleet.partition(":")
-    if not colon or "," in fleet:  # --nodes takes a fleet of one type only
+    fleet = str(env.get(name) or "").strip()
+    if not fleet or "," in fleet:  # --nodes takes a fleet of one type only
         return []
-    was, env[name] = env[name], f"{itype}:{nodes}"
+    was, env[name] = env[name], f"{fleet.partition(':')[0].strip()}:{nodes}"  # "type" alone is one node of it
     return [f"{name} {was}: {env[name]}"]
 
 
