@@ -63,7 +63,8 @@ MOVED = {
     "ddp.fsdp": "strategies.fsdp",
     "ddp.hetero": "strategies.hetero",
     "ddp.nodes": "strategies.nodes",
-    "ddp.teardown": "strategies.teardown",
+    "ddp.teardown": "teardown",
+    "strategies.teardown": "teardown",  # 0.3: shared by the strategies and migrate's FabricPreemption
     "ddp.plan_strategy": "strategies.plan_strategy",
     "ddp.comm": "comm",
     "migrate.plan": "strategies.planned",

@@ -106,9 +106,10 @@ class FabricPreemption(Leaving):
             self.failed(error)
 
     def start(self) -> None:
-        """Before the first step (the ``with`` block does it): the launch checks, the store, the watches, SIGTERM as
-        a notice, and the resume (``resume``). A failure here is the loop's: recorded (``FAILED.json``), the watches
-        stopped and SIGTERM handed back, then raised (a ``with`` block's exit does not run when its entry raises)."""
+        """Before the first step (the ``with`` block does it): the process group's end at exit (gloo's too), the
+        launch checks, the store, the watches, SIGTERM as a notice, and the resume (``resume``). A failure here is
+        the loop's: recorded (``FAILED.json``), the watches stopped and SIGTERM handed back, then raised (a ``with``
+        block's exit does not run when its entry raises)."""
         if self._started or self._ended:
             raise ConfigError(
                 "This FabricPreemption has already started a loop: make one FabricPreemption per training loop.",
@@ -117,7 +118,9 @@ class FabricPreemption(Leaving):
             )
         self._started = True
         from lightning_srifty.launch_checks import refuse_a_wasted_fleet
+        from lightning_srifty.teardown import destroy_at_exit
 
+        destroy_at_exit()  # gloo's group ended before the interpreter's teardown, as srifty_ddp and srifty_fsdp do
         try:
             refuse_a_wasted_fleet(self.run)  # its GPUs never idle, its ranks never apart
             self._start_watching(self.run.is_global_zero)

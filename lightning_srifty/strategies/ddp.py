@@ -19,7 +19,7 @@ from lightning_srifty.comm import AllReduceTimer, mean_allreduce_hook
 from lightning_srifty.strategies.fsdp import block_classes
 from lightning_srifty.strategies.hetero import RankBatches, check_batch_sizes, rank_weights, weighted_hook
 from lightning_srifty.strategies.nodes import TorchrunNodes
-from lightning_srifty.strategies.teardown import destroy_at_exit
+from lightning_srifty.teardown import destroy_at_exit
 
 
 class SriftyDDPStrategy(RankBatches, TorchrunNodes, DDPStrategy):

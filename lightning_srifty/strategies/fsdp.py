@@ -32,7 +32,7 @@ from torch import nn
 
 from lightning_srifty.strategies.hetero import RankBatches, rank_weights
 from lightning_srifty.strategies.nodes import TorchrunNodes
-from lightning_srifty.strategies.teardown import destroy_at_exit
+from lightning_srifty.teardown import destroy_at_exit
 from predictor.exceptions import ConfigError
 
 # the arguments whose block classes may be given by name

@@ -121,6 +121,7 @@ CONTRACTS: dict[str, dict[str, set[str]]] = {
         "store": set(),
         "protocol": {"store"},
         "timing": set(),
+        "teardown": set(),  # the process group's end at exit: the strategies' and FabricPreemption's
         "comm": {"timing"},  # the all-reduce timer srifty_ddp installs and the profiler reads
         "launch_checks": {"protocol", "store"},  # the Trainer against the launch: read by profiling and migrate
         # the checkpoint-cost measurement reads a sharded checkpoint's files by rank as the store names them
@@ -136,8 +137,8 @@ CONTRACTS: dict[str, dict[str, set[str]]] = {
             "store",
             "timing",
         },
-        "migrate": {"fabric_run", "imds", "launch_checks", "profiling", "protocol", "store"},  # never the reverse
-        "strategies": {"comm", "migrate", "protocol", "store", "timing"},  # srifty_auto resumes through migrate
+        "migrate": {"fabric_run", "imds", "launch_checks", "profiling", "protocol", "store", "teardown"},  # not back
+        "strategies": {"comm", "migrate", "protocol", "store", "teardown", "timing"},  # srifty_auto resumes via migrate
         "demo": {"profiling", "strategies"},  # the demo trains with srifty_ddp or srifty_auto: it registers them
         "provision": {"console", "protocol", "store"},
         "cli": {"_version", "console", "demo", "migrate", "profiling", "protocol", "provision", "store"},

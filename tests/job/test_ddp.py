@@ -73,7 +73,7 @@ def test_the_strategies_destroy_a_gloo_process_group_at_exit(monkeypatch) -> Non
     backend (gloo's threads outliving the comm hooks made finished runs abort or hang at exit), once per process."""
     import torch.distributed as dist
 
-    from lightning_srifty.strategies import teardown
+    from lightning_srifty import teardown
 
     registered: list = []
     monkeypatch.setattr(teardown.atexit, "register", registered.append)

@@ -215,6 +215,28 @@ def test_outside_a_fleet_it_resumes_nothing_and_writes_no_launcher_records(tmp_p
     assert (tmp_path / "ck" / "FINISHED.json").exists() and not (tmp_path / "ck" / "STARTED.json").exists()
 
 
+def test_a_loop_ends_its_gloo_process_group_at_exit_as_the_strategies_do(tmp_path, monkeypatch) -> None:
+    """Stop 96's clean clone: a Fabric FSDP leg on gloo (2 ranks) aborted in a rank's exit ("terminate called without
+    an active exception", SIGABRT) before the other had finished: nothing destroyed its process group before the
+    interpreter's teardown, which srifty_ddp and srifty_fsdp register (:func:`lightning_srifty.teardown.
+    destroy_at_exit`). FabricPreemption registers it when its loop starts."""
+    import torch.distributed as dist
+
+    from lightning_srifty import teardown
+
+    registered: list = []
+    monkeypatch.setattr(teardown.atexit, "register", registered.append)
+    monkeypatch.setattr(teardown, "_DESTROY_REGISTERED", False)
+    monkeypatch.delenv("SRIFTY_CHECKPOINT_URI", raising=False)
+    fabric, state = _fabric_and_state()
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)  # as under torchrun's ranks
+    monkeypatch.setattr(dist, "get_backend", lambda *a: "gloo")
+    with FabricPreemption(fabric, state, str(tmp_path / "ck")) as spot:
+        assert registered == [teardown._destroy_process_group]
+        monkeypatch.setattr(dist, "is_initialized", lambda: False)  # one process here: nothing to gather with
+        _train(state, spot, 1)
+
+
 @pytest.mark.parametrize(
     ("state", "field"),
     [
