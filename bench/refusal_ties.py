@@ -1,7 +1,8 @@
 """How often a refusal's "fastest fleet" ties with a cheaper one: every GPU family of the catalog, the minimal profile.
 
-For each family (its instance types allowed), on-demand and spot, up to 1 and 4 instances: deadlines of 0.5x and
-0.95x the fastest fleet's time, which no fleet meets. Counts the refusals and those that name the cheapest of the
+For each family (its instance types allowed), on-demand and spot, up to 1 and 4 instances, 2,000 and 200,000 steps
+(a short run's time is mostly the fleet's start-up): deadlines of 0.5x and 0.95x the fastest fleet's time, which no
+fleet meets. Counts the refusals and those that name the cheapest of the
 fleets within 1 % of the fastest (``predictor.ranking.explain.TIE``) rather than the fastest itself.
 
 python bench/refusal_ties.py
@@ -34,8 +35,8 @@ def main() -> None:
     refusals, ties = 0, []
     for family, names in sorted(families.items()):
         for market in ("on-demand", "spot"):
-            for most in (1, 4):
-                kw = dict(steps=200_000, market=market, allow=tuple(names), max_instances=most)
+            for most, steps in ((1, 2_000), (4, 2_000), (1, 200_000), (4, 200_000)):
+                kw = dict(steps=steps, market=market, allow=tuple(names), max_instances=most)
                 try:
                     fastest = min(e.time_h for e in rank(profile, Constraints(**kw), catalog=catalog).entries)
                 except NoFeasibleConfigError:
@@ -47,7 +48,7 @@ def main() -> None:
                     except NoFeasibleConfigError as e:
                         refusals += 1
                         if "of the fleets within" in str(e):
-                            ties.append(f"{family} {market} x{most} at {share}: {str(e)[:200]}")
+                            ties.append(f"{family} {market} {steps} steps x{most} at {share}: {str(e)[:260]}")
     print(f"{refusals} refusals over {len(families)} GPU families; {len(ties)} name a cheaper fleet that ties")
     print("\n".join(ties))
 

@@ -132,7 +132,7 @@ def rank(
     known_startup = measured_startup()  # read once: the start-up figures and the plan's note
     current, current_note = _current(r)
     scored = _score(r, types, names, many, cand, current, known_startup)
-    ok, keep = _feasible(r, scored, lambda i: _described(entry(scored, i, 1, types, profile, None, False)))
+    ok, keep = _feasible(r, scored, (types, names, many, cand, current, known_startup))
     key = scored.time_h if constraints.objective == Objective.TIME else scored.cost
     order, pareto_idx, keyed = _order(constraints, keep, key, scored)
     pareto_set = {int(i) for i in pareto_idx}
@@ -510,12 +510,11 @@ def _described(e: PlanEntry) -> str:
     return said
 
 
-def _feasible(
-    r: _Ranking, scored: Scored, describe: Callable[[int], str] | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+def _feasible(r: _Ranking, scored: Scored, scoring: tuple[Any, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(ok, keep) over the priced candidates: ok splits the global batch and fits in GPU memory with the headroom
     asked; keep is ok and within the limits (max_hourly_usd, deadline_h, budget_usd). The others are counted by
-    reason in ``excluded``.
+    reason in ``excluded``. ``scoring``: :func:`_score`'s arguments after the ranking, for a refusal's words (each
+    best fleet described, and a money limit's best priced without a deadline no fleet meets).
 
     Raises:
         NoFeasibleConfigError: nothing is kept, naming the binding constraint (:func:`infeasible`).
@@ -542,8 +541,27 @@ def _feasible(
         cands.count(excluded, reason, over)
         keep &= ~over
     if not keep.any():
-        raise infeasible(constraints, ok, values, excluded, r.words, describe)
+        if scoring is None:
+            raise infeasible(constraints, ok, values, excluded, r.words)
+        raise infeasible(
+            constraints, ok, values, excluded, r.words, _describer(r, scored, scoring[0]),
+            unbound=lambda: _unbound(r, scoring),
+        )  # fmt: skip
     return ok, keep
+
+
+def _describer(r: _Ranking, scored: Scored, types: list) -> Callable[[int], str]:
+    """Candidate index -> the fleet in a refusal's words (:func:`_described`), as ``scored`` prices it."""
+    return lambda i: _described(entry(scored, i, 1, types, r.profile, None, False))
+
+
+def _unbound(r: _Ranking, scoring: tuple[Any, ...]) -> tuple[dict[str, np.ndarray], Callable[[int], str]]:
+    """The candidates' values and words priced without the deadline (``scoring``: :func:`_score`'s arguments after
+    the ranking): a money limit's best where no fleet meets the deadline (a trial's budget read the cheapest at
+    $0.07, the fallback's on-demand price of a deadline none met, where the cheapest without it is $0.02)."""
+    free = dataclasses.replace(r, constraints=dataclasses.replace(r.constraints, deadline_h=None))
+    again = _score(free, *scoring)
+    return _values(again), _describer(free, again, scoring[0])
 
 
 def _order(

@@ -3,6 +3,7 @@ feasible (a structured :class:`NoFeasibleConfigError`), and the risk and effort 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -26,19 +27,33 @@ GOALS = {
 LIMIT_OF = {"max_hourly_usd": "usd_per_hour", "deadline_h": "confident_time_h", "budget_usd": "cost_usd"}
 
 
-def hint(name: str, constraints: Constraints, fastest_instances: int | None = None, words: Words = PYTHON) -> str:
+# the surest fleet's chance of meeting the deadline below which a lower confidence is no way out (a trial's 1 min
+# deadline was told to "lower --confidence 0.9" where every fleet's chance was 0 %)
+HOPELESS = 0.01
+
+
+def hint(
+    name: str,
+    constraints: Constraints,
+    fastest_instances: int | None = None,
+    words: Words = PYTHON,
+    surest: float | None = None,
+) -> str:
     """What to change when limit ``name`` binds, in the caller's ``words`` (:mod:`predictor.ranking.words`).
     ``fastest_instances``: how many instances the fastest fleet has; below ``max_instances`` more would not be faster
-    (the model does not speed up with them), and the deadline's hint does not suggest them (issue #37 L)."""
+    (the model does not speed up with them), and the deadline's hint does not suggest them (issue #37 L).
+    ``surest``: the surest fleet's chance of meeting the deadline; under :data:`HOPELESS` a lower confidence is not
+    suggested."""
     if name == "deadline_h":
         confidence = words.setting("confidence", constraints.confidence)
+        lower = "" if surest is not None and surest < HOPELESS else f" or lower {confidence}"
         if fastest_instances is not None and fastest_instances < constraints.max_instances:
             return (
-                f"raise {words.name('deadline_h')} or lower {confidence} (more instances would not help: the fastest "
+                f"raise {words.name('deadline_h')}{lower} (more instances would not help: the fastest "
                 f"fleet has {fastest_instances}, below {words.setting('max_instances', constraints.max_instances)})"
             )
         return (
-            f"raise {words.name('deadline_h')} or lower {confidence}, or allow more instances "
+            f"raise {words.name('deadline_h')}{lower}, or allow more instances "
             f"({words.name('max_instances')}) and mixes of types ({words.setting('max_types', 2)})"
         )
     text = f"raise {words.name(name)}"
@@ -258,10 +273,12 @@ def infeasible(
     excluded: Mapping[str, int],
     words: Words = PYTHON,
     describe: Callable[[int], str] | None = None,
+    unbound: Unbound | None = None,
 ) -> NoFeasibleConfigError:
     """Why no fleet is left, in the caller's ``words``: the binding limits and the best values within the others,
     each with the fleet that reaches it where ``describe`` (candidate index -> its fleet, market and price) is
-    given."""
+    given. ``unbound()``: the values and words priced without the deadline, for a money limit's best where no fleet
+    meets the deadline (:func:`_pool`)."""
     if not ok.any():
         return _holds_nothing(constraints, excluded, words)
     alone = binding(constraints, ok, values, np.zeros(len(ok)), np.inf)
@@ -275,19 +292,17 @@ def infeasible(
     best, parts, fastest_instances = {}, [], None
     for name in names:
         measure = LIMIT_OF[name]
-        pool = within(constraints, ok, values, leave_out=name)
-        scope = " within the other limits" if pool.any() and len(constraints.limits()) > 1 else ""
-        among = pool if pool.any() else ok
+        vals, say, scope, among = _pool(constraints, ok, values, name, words, describe, unbound)
         # the deadline's best is the fastest time at the confidence asked, under the key the service has answered with
         key = "time_h" if measure == "confident_time_h" else measure
-        best[key] = float(np.min(values[measure][among]))
-        where = _named(values, measure, among)
+        best[key] = float(np.min(vals[measure][among]))
+        where = _named(vals, measure, among)
         if measure == "confident_time_h" and "instances" in values:  # the fastest itself, not a tie named for it
             fastest_instances = int(values["instances"][np.flatnonzero(among)[np.argmin(values[measure][among])]])
         part = f"{words.setting(name, constraints.limits()[name])} binds: {what[measure]}{scope} is "
-        named = float(values[measure][where])
+        named = float(vals[measure][where])
         tie = f", the {TIE_WORD[measure]} of the fleets within {TIE:.0%} of it" if named > best[key] else ""
-        part += fmt(measure, named) + (f" ({describe(where)}{tie})" if describe is not None else "")
+        part += fmt(measure, named) + (f" ({say(where)}{tie})" if say is not None else "")
         if measure == "confident_time_h" and "deadline_p" in values:
             best["deadline_probability"] = surest = float(np.max(values["deadline_p"][among]))
             said = chance_beside(surest, constraints.confidence)
@@ -295,7 +310,7 @@ def infeasible(
         parts.append(part)
     if not alone and len(names) > 1:
         parts.append("relaxing one of them alone leaves no fleet either")
-    hints = tuple(hint(n, constraints, fastest_instances, words) for n in names)
+    hints = tuple(hint(n, constraints, fastest_instances, words, best.get("deadline_probability")) for n in names)
     return NoFeasibleConfigError(
         "No fleet meets the constraints: " + "; ".join(parts) + ". Hints: " + "; ".join(hints) + ".",
         binding=names,
@@ -303,6 +318,34 @@ def infeasible(
         excluded=excluded,
         hints=hints,
     )
+
+
+Unbound = Callable[[], "tuple[Mapping[str, np.ndarray], Callable[[int], str]]"]
+
+
+def _pool(
+    constraints: Constraints,
+    ok: np.ndarray,
+    values: Mapping[str, np.ndarray],
+    name: str,
+    words: Words,
+    describe: Callable[[int], str] | None,
+    unbound: Unbound | None,
+) -> tuple[Mapping[str, np.ndarray], Callable[[int], str] | None, str, np.ndarray]:
+    """Where limit ``name``'s best is taken: the values and words its candidates are priced in, the scope's words,
+    and the candidates. Those within the other limits; where none is and a deadline no fleet meets is among them, a
+    money limit's best is priced without it (``unbound``: a spot fleet's cost under such a deadline is its fallback's
+    on-demand, a minimum budget no relaxation of the budget alone reaches); else every fleet that trains."""
+    pool = within(constraints, ok, values, leave_out=name)
+    if pool.any():
+        return values, describe, " within the other limits" if len(constraints.limits()) > 1 else "", pool
+    if unbound is None or LIMIT_OF[name] != "cost_usd" or constraints.deadline_h is None:
+        return values, describe, "", ok
+    free_values, free_describe = unbound()
+    free = dataclasses.replace(constraints, deadline_h=None)
+    pool = within(free, ok, free_values, leave_out=name)
+    others = ", within the other limits" if pool.any() and len(free.limits()) > 1 else ""
+    return free_values, free_describe, f" without {words.name('deadline_h')}{others}", pool if pool.any() else ok
 
 
 # fleets within this share of the best value tie: a refusal names the cheapest of them (the fastest, for cost), not

@@ -158,3 +158,15 @@ def test_the_report_shows_each_fleets_chance_of_meeting_the_deadline(tmp_path, p
     assert "in time (chance of meeting the deadline)" in text
     chance = plan.entries[0].deadline_probability
     assert (">99%" if chance >= 0.995 else f"{chance:.0%}") in text
+
+
+def test_a_deadline_no_fleet_has_a_chance_of_is_not_told_to_lower_the_confidence(profile, catalog) -> None:
+    """A trial's 1-minute deadline read "raise --deadline or lower --confidence 0.9" where every fleet's chance was
+    0 %: no confidence makes such a deadline, so the hint says to raise it only."""
+    free = rank(profile, Constraints(steps=1_000_000, market="on-demand"), catalog=catalog)
+    fastest = min(e.time_h for e in free.pareto)
+    with pytest.raises(NoFeasibleConfigError) as info:
+        rank(profile, Constraints(steps=1_000_000, market="on-demand", deadline_h=fastest * 0.3), catalog=catalog)
+    assert info.value.best["deadline_probability"] < 0.01
+    (deadline_hint,) = [h for h in info.value.hints if h.startswith("raise deadline_h")]
+    assert "confidence" not in deadline_hint, deadline_hint

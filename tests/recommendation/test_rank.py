@@ -112,12 +112,15 @@ def test_infeasible_names_the_binding_constraint_and_the_best_achievable(profile
     # read "$0.41/h, $3.16 for the work in its predicted 3.92 h": the on-demand price's cost, unexplained)
     with pytest.raises(NoFeasibleConfigError) as info:
         rank(profile, Constraints(steps=10_000_000, deadline_h=0.01, budget_usd=1, market="spot"), catalog=catalog)
-    cheapest = re.search(r"budget_usd=1 binds: the cheapest fleet is [^(]+\(([^,]+), spot, \$([\d,.]+)/h, "
-                         r"\$([\d,.]+) for the work in its predicted ([\d,.]+) h, (\d+)% of it on-demand to keep the "
-                         r"deadline(, the fastest of the fleets within 1% of it)?\)", str(info.value))  # fmt: skip
-    assert cheapest is not None, str(info.value)
-    spot_hr, usd, hours = (float(cheapest.group(k).replace(",", "")) for k in (2, 3, 4))
-    assert cheapest.group(5) == "100" and usd > 1.5 * spot_hr * hours  # at the on-demand price, not the spot one
+    fastest = re.search(r"deadline_h=0.01 binds: the fastest fleet at 90% confidence is [^(]+\(([^,]+), spot, "
+                        r"\$([\d,.]+)/h, \$([\d,.]+) for the work in its predicted ([\d,.]+) h, (\d+)% of it "
+                        r"on-demand to keep the deadline(, the cheapest of the fleets within 1% of it)?\)",
+                        str(info.value))  # fmt: skip
+    assert fastest is not None, str(info.value)
+    spot_hr, usd, hours = (float(fastest.group(k).replace(",", "")) for k in (2, 3, 4))
+    assert fastest.group(5) == "100" and usd > 1.5 * spot_hr * hours  # at the on-demand price, not the spot one
+    # the budget's cheapest where no fleet meets that deadline: priced without it (test below)
+    assert "budget_usd=1 binds: the cheapest fleet without deadline_h is" in str(info.value)
     big = copy.deepcopy(MINIMAL)
     big["model"]["parameters"] = 200_000_000_000
     # 200B parameters fit fully sharded over 16 x 8 H100 (16 bytes each / 128 GPUs), never with ddp
@@ -802,3 +805,20 @@ def test_a_refusal_names_the_cheapest_of_the_fleets_that_tie_for_the_fastest() -
     values["cost_usd"] = np.array([20.1, 31.0, 20.0])
     error = infeasible(Constraints(steps=1000, budget_usd=1.0), ok, values, {}, describe=lambda i: names[i])
     assert "the cheapest fleet is $20.10 (fast-dear, the fastest of the fleets within 1% of it)" in str(error)
+
+
+def test_a_budget_beside_a_deadline_no_fleet_meets_names_the_cheapest_without_it(profile, catalog) -> None:
+    """A trial: with a 1-minute deadline and a tiny budget, the budget's part read "the cheapest fleet is $0.07
+    (..., on-demand)": every fleet priced with the fallback of a deadline none meets, where the cheapest without it
+    (what the budget must reach once the deadline is relaxed too) is the spot fleet's $0.02. Said so."""
+    free = rank(profile, Constraints(steps=10_000_000, market="spot"), catalog=catalog)
+    cheapest = min(e.cost_usd for e in free.entries)
+    with pytest.raises(NoFeasibleConfigError) as info:
+        rank(profile, Constraints(steps=10_000_000, market="spot", deadline_h=0.01, budget_usd=0.001), catalog=catalog)
+    text = str(info.value)
+    assert info.value.best["cost_usd"] == pytest.approx(cheapest, rel=1e-9), text
+    said = re.search(
+        r"budget_usd=0.001 binds: the cheapest fleet without deadline_h is \$([\d,.]+) \(([^,]+), spot", text
+    )
+    assert said is not None, text
+    assert "to keep the deadline" not in text.split("budget_usd=0.001 binds")[1], text
