@@ -93,6 +93,8 @@ def _document(args: argparse.Namespace, run: Any, trace: Any, outcomes: list[Any
             ),
             "deadline_h": round(run.job.deadline_s / 3600, 4),
             "restart_s": round(run.job.restart_s, 1),
+            "first_start_s": round(run.job.restart_s if run.job.startup_s is None else run.job.startup_s, 1),
+            "save_s": round(run.job.save_s, 1),
             "spot_usd_hr": round(run.job.spot_usd_hr, 4),
             "on_demand_usd_hr": round(run.job.od_usd_hr, 4),
             "save_on_notice": run.job.save_on_notice,

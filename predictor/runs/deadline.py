@@ -6,11 +6,16 @@ One model of a run, in whole ticks of ``tick_s`` seconds (the trace's gap, or a 
 - the job needs ``work`` ticks of training on the fleet (the plan's predicted time, start-up excluded);
 - every new fleet (a spot start, an on-demand start, a return to spot) costs ``restart`` ticks before training
   resumes: the checkpoint save of the fleet it leaves, the new fleet's start-up and the checkpoint load, rounded
-  up to whole ticks (conservative);
+  up to whole ticks (conservative); a start with nothing trained has nothing to save or load and costs its
+  start-up alone (``startup_s``, where given), though the policies' rules plan every start at the full restart;
 - spot is usable during tick ``k`` of zone ``z`` when the trace has the fleet's spot node count available at ``k``;
   a spot fleet whose capacity goes away is preempted at the tick's start. AWS gives a two-minute notice: when the
   checkpoint save fits in it (``save_on_notice``, what ``srifty launch`` does), nothing trained is lost; otherwise the
   progress since the last periodic checkpoint is;
+- on spot, every periodic checkpoint commits the progress and its save takes ``save_s``: the job trains none
+  while it saves (the ranking's ``work x save / interval``); the saves' time is paid in whole ticks as it adds up,
+  the fraction carried. On-demand fleets save at their own, far longer interval (node failures alone) and that, like
+  the node failures themselves, stays out of the replay;
 - on-demand capacity is always there; waiting costs nothing; every tick of a running fleet is billed at its price.
 
 A :class:`Policy` decides at each tick boundary from what it could know then (the job, the time, the committed
@@ -37,7 +42,7 @@ github.com/skypilot-org/spot-traces.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -76,6 +81,9 @@ class Job:
     spot_usd_hr: float  # the fleet on its spot market (a mixed fleet: its on-demand base + spot share)
     od_usd_hr: float  # the same fleet all on-demand
     checkpoint_interval_s: float | None = None  # periodic checkpoints while on spot (None: none)
+    save_s: float = 0.0  # each periodic checkpoint's save on spot, during which the job does not train
+    # a start with nothing trained (the run's first): the start-up alone, nothing to save or load (None: restart_s)
+    startup_s: float | None = None
     save_on_notice: bool = True  # the save fits the two-minute notice: a preemption loses nothing
     # what the policy plans for until it has trained ``measured_after_s`` and so knows the step (None: the work
     # itself, known from the start): srifty launch's guard holds the plan's quantile until the job reports its step
@@ -94,8 +102,18 @@ class Job:
             raise ConfigError(
                 f"measured_after_s must be >= 0; got {self.measured_after_s!r}.", parameter="measured_after_s"
             )
-        if not (math.isfinite(self.restart_s) and self.restart_s >= 0):
-            raise ConfigError(f"restart_s must be >= 0; got {self.restart_s!r}.", parameter="restart_s")
+        if self.startup_s is not None and not (
+            isinstance(self.startup_s, (int, float)) and 0 <= self.startup_s <= self.restart_s
+        ):
+            raise ConfigError(
+                f"startup_s must be between 0 and restart_s ({self.restart_s!r}) or None; got {self.startup_s!r}.",
+                parameter="startup_s",
+                value=self.startup_s,
+            )
+        for name in ("restart_s", "save_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ConfigError(f"{name} must be a number >= 0; got {v!r}.", parameter=name, value=v)
 
 
 @dataclass(frozen=True)
@@ -115,6 +133,8 @@ class Ticks:
     finish_extra: int = 0
     planned: int | None = None  # the work the policy plans for until ``measured_after`` ticks are trained
     measured_after: int = 0
+    save: float = 0.0  # each periodic checkpoint's save on spot, in ticks (a fraction: paid as the saves add up)
+    first_restart: int | None = None  # a start with nothing trained: its start-up alone (None: ``restart``)
 
     def seen(self, trained: int, done: int) -> tuple[Ticks, int]:
         """The job and the progress ``done`` as a policy knows them once ``trained`` ticks of work are done: the
@@ -137,12 +157,19 @@ class Ticks:
             job.save_on_notice,
             planned=None if job.planned_work_s is None else max(1, math.ceil(job.planned_work_s / tick_s - 1e-9)),
             measured_after=math.ceil(job.measured_after_s / tick_s - 1e-9),
+            save=0.0 if ck is None or not math.isfinite(ck) else job.save_s / tick_s,
+            first_restart=None if job.startup_s is None else math.ceil(job.startup_s / tick_s - 1e-9),
         )
+
+    @property
+    def fresh(self) -> int:
+        """The ticks a start with nothing trained pays: its start-up (nothing to save or load)."""
+        return self.restart if self.first_restart is None else self.first_restart
 
     @property
     def feasible(self) -> bool:
         """An on-demand run from the start meets the deadline."""
-        return self.restart + self.work <= self.deadline
+        return self.fresh + self.work <= self.deadline
 
 
 # ---------------------------------------------------------------- policies
@@ -306,7 +333,7 @@ class Outcome:
     cost_usd: float
     deadline_met: bool
     preemptions: int
-    hours: dict[str, float]  # spot, on-demand, waiting, restarting (part of spot/on-demand billed time)
+    hours: dict[str, float]  # spot, on-demand, waiting; restarting and saving (part of spot/on-demand billed time)
     lost_h: float
     starts: int
     progress: np.ndarray | None = None  # committed work (h) at each tick's end, for plots
@@ -329,64 +356,106 @@ class Outcome:
         }
 
 
+@dataclass
+class _Run:
+    """A replayed run as it goes: the committed progress, the progress (committed + since the last checkpoint), the
+    fleet running, its restart ticks left, the periodic saves' time not yet paid (ticks) and the ticks spent."""
+
+    done: int = 0
+    progress: int = 0
+    running: int | None = None
+    overhead: int = 0
+    owed: float = 0.0
+    spent: dict[str, int] = field(
+        default_factory=lambda: {"spot": 0, "on-demand": 0, "waiting": 0, "restarting": 0, "saving": 0}
+    )
+
+    def stop(self) -> None:
+        """The fleet leaves (or is preempted): nothing runs."""
+        self.running, self.overhead = None, 0
+
+    def tick(self, j: Ticks) -> None:
+        """One tick of the running fleet (billed by the caller): a restart tick, a tick of the saves owed (on spot)
+        or a tick of training, committed on on-demand and at each periodic checkpoint on spot (whose save is then
+        owed)."""
+        spot = self.running != ON_DEMAND
+        self.spent["spot" if spot else "on-demand"] += 1
+        if self.overhead > 0:
+            self.overhead -= 1
+            self.spent["restarting"] += 1
+        elif spot and self.owed >= 1.0 - 1e-9:
+            self.owed -= 1.0
+            self.spent["saving"] += 1
+        else:
+            self.progress += 1
+            if not spot:
+                self.done = self.progress
+            elif j.checkpoint is not None and self.progress % j.checkpoint == 0:
+                self.done = self.progress
+                self.owed += j.save
+
+
+def _as_guarded(j: Ticks, trained: int, progress: int) -> tuple[Ticks, int]:
+    """The run and its progress as srifty launch's guard sees them (:meth:`Ticks.seen`): the steps done, and where
+    the save misses the notice, the training a preemption can undo counted beside the work left, for the hard rule
+    and a start alike: the whole periodic interval (the guard does not see when the job last saved), at most the
+    steps done. A replay that counted the progress saved instead went back to spot as soon as a forced on-demand
+    start had saved it by leaving, and was forced back within the interval: a 7B on one p4d at 34 h, 6 starts."""
+    known, done = j.seen(trained, progress)
+    if j.save_on_notice:
+        return known, done
+    at_risk = min(done, known.checkpoint if known.checkpoint is not None else done)
+    return replace(known, finish_extra=known.finish_extra + at_risk), done
+
+
 def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outcome:
     """Run ``pol`` over ``trace`` from its first tick until the work is done (or the trace ends)."""
     j = Ticks.of(job, trace.gap_s)
     pol.reset(j, trace.available.shape[0])
     a = trace.available
-    done = progress = trained = 0  # committed, trained (committed + since the last checkpoint), the most trained
-    running: int | None = None
-    overhead = 0
+    r = _Run()
+    trained = 0  # the most trained: a step once measured stays known, lost work or not
     cost = 0.0
     preemptions = starts = lost = 0
-    spent = {"spot": 0, "on-demand": 0, "waiting": 0, "restarting": 0}
     prog_log = np.zeros(trace.ticks) if record else None
     mkt_log = np.full(trace.ticks, WAIT) if record else None
     finished_at: int | None = None
     for k in range(trace.ticks):
         avail = a[:, k]
-        if running is not None and running >= 0 and not avail[running]:  # preempted at the tick's start
+        if r.running is not None and r.running >= 0 and not avail[r.running]:  # preempted at the tick's start
             preemptions += 1
             if not j.save_on_notice:
-                lost += progress - done
-                progress = done
-            done = progress
-            running, overhead = None, 0
-        trained = max(trained, progress)  # a step once measured stays known, lost work or not
-        known, seen_done = j.seen(trained, progress if j.save_on_notice else done)
-        act = pol.decide(State(k, seen_done, running, overhead, avail, a[:, :k]), known)
+                lost += r.progress - r.done
+                r.progress = r.done
+            r.done = r.progress
+            r.stop()
+        trained = max(trained, r.progress)
+        known, seen_done = _as_guarded(j, trained, r.progress)
+        act = pol.decide(State(k, seen_done, r.running, r.overhead, avail, a[:, :k]), known)
         if act >= 0 and not avail[act]:
             raise RuntimeError(f"policy {pol.name} chose spot in zone {act} at tick {k}, where there is none")
         if act == WAIT:
-            if running is not None:
-                done = progress  # a voluntary stop saves first
-            running, overhead = None, 0
-        elif act != running:
-            done = progress  # leaving a fleet saves first
-            running, overhead = act, j.restart
+            r.done = r.progress  # a voluntary stop saves first
+            r.stop()
+        elif act != r.running:
+            r.done = r.progress  # leaving a fleet saves first (nothing to save, or load, before any training)
+            r.running, r.overhead = act, j.restart if r.progress else j.fresh
             starts += 1
-        if running is None:
-            spent["waiting"] += 1
+        if r.running is None:
+            r.spent["waiting"] += 1
         else:
-            cost += j.od_usd if running == ON_DEMAND else j.spot_usd
-            spent["on-demand" if running == ON_DEMAND else "spot"] += 1
-            if overhead > 0:
-                overhead -= 1
-                spent["restarting"] += 1
-            else:
-                progress += 1
-                if running == ON_DEMAND or (j.checkpoint is not None and progress % j.checkpoint == 0):
-                    done = progress
+            cost += j.od_usd if r.running == ON_DEMAND else j.spot_usd
+            r.tick(j)
         if prog_log is not None and mkt_log is not None:  # record
-            prog_log[k] = progress
-            mkt_log[k] = WAIT if running is None else running
-        if progress >= j.work:
+            prog_log[k] = r.progress
+            mkt_log[k] = WAIT if r.running is None else r.running
+        if r.progress >= j.work:
             finished_at = k + 1
             break
     h = j.tick_s / 3600.0
     done_h = None if finished_at is None else finished_at * h
     met = finished_at is not None and finished_at <= j.deadline
-    hours = {key: v * h for key, v in spent.items()}
+    hours = {key: v * h for key, v in r.spent.items()}
     out = Outcome(pol.name, finished_at is not None, done_h, cost, met, preemptions, hours, lost * h, starts)
     return _recorded(out, h, finished_at or trace.ticks, prog_log, mkt_log)
 
@@ -412,7 +481,7 @@ def optimum(job: Job, trace: Trace) -> Outcome:
     had read $0.76 in 73 h beside the policies' $6.30 in 2.1 h (a trial)."""
     j = Ticks.of(job, trace.gap_s)
     zones, horizon = trace.available.shape
-    W, R = j.work, j.restart
+    W, R, R0 = j.work, j.restart, j.fresh
     inf = np.inf
     # markets: 0 = on-demand, 1 + z = spot in zone z; each has R + 1 phases (restart ticks left after the tick: R-1..0
     # are in restart, "0" trains) -- phase index r = ticks still to pay, 0 = training
@@ -423,14 +492,14 @@ def optimum(job: Job, trace: Trace) -> Outcome:
     wait[0] = 0.0
     price = np.array([j.od_usd] + [j.spot_usd] * zones)
     best = (inf, -1)
-    deadline = j.deadline if j.feasible else R + W  # infeasible: the earliest finish
+    deadline = j.deadline if j.feasible else R0 + W  # infeasible: the earliest finish
     for k in range(min(horizon, deadline)):
         avail = np.concatenate([[True], trace.available[:, k]])
         any_state = np.minimum(wait, run.min(axis=(0, 1)))  # leave whatever runs (a preempted spot fleet too)
         new = np.full_like(run, inf)
         for m in range(M):
             if avail[m]:
-                new[m] = _market_tick(run[m], any_state, R) + price[m]
+                new[m] = _market_tick(run[m], any_state, R, R0) + price[m]
         run, wait = new, any_state
         done = run[:, 0, W].min()
         if done < best[0]:
@@ -450,10 +519,24 @@ def optimum(job: Job, trace: Trace) -> Outcome:
     )
 
 
-def _market_tick(cont: np.ndarray, start: np.ndarray, R: int) -> np.ndarray:
+def _market_tick(cont: np.ndarray, start: np.ndarray, R: int, R0: int | None = None) -> np.ndarray:
     """One tick of one available market in :func:`optimum`'s programme, before its price: the cheapest cost of each
     (phase, progress) after the tick, from ``cont`` (this market's states before it: phase r = restart ticks still
-    to pay, 0 = training) or a fresh start from ``start`` (any state, R restart ticks, the first paid now)."""
+    to pay, 0 = training) or a fresh start from ``start`` (any state, R restart ticks, the first paid now; from
+    nothing trained, ``R0``: the start-up alone)."""
+    out = _market_tick_full(cont, start, R)
+    R0 = R if R0 is None else R0
+    if R0 < R:  # a start with nothing trained: its start-up alone (R0 <= R: within the phases)
+        if R0 == 0:
+            if out.shape[1] > 1:
+                out[0, 1] = min(out[0, 1], start[0])
+        else:
+            out[R0 - 1, 0] = min(out[R0 - 1, 0], start[0])
+    return out
+
+
+def _market_tick_full(cont: np.ndarray, start: np.ndarray, R: int) -> np.ndarray:
+    """:func:`_market_tick` with every start paying ``R``."""
     inf = np.inf
     phases, W = cont.shape[0], cont.shape[1] - 1
     out = np.full_like(cont, inf)
@@ -533,9 +616,11 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
         work_s=work_s,
         deadline_s=deadline * 3600.0,
         restart_s=(entry.startup_s or 0.0) + save + ck,
+        startup_s=entry.startup_s or 0.0,
         spot_usd_hr=sp,
         od_usd_hr=od,
         checkpoint_interval_s=planned_interval_s(plan, index, deadline_h=deadline),
+        save_s=save,
         save_on_notice=bool(saves_on_notice(save)),
         planned_work_s=planned_s,
     )
@@ -550,14 +635,14 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
 
 
 def _interval_notes(plan: Any, index: int, job: Job, save: float, deadline_h: float) -> list[str]:
-    """What the replay says of the periodic checkpoints: their time, which it leaves out, and an interval the
-    replay's ``deadline_h`` made shorter than the plan's own (a launch of the plan saves at its own)."""
+    """What the replay says of the periodic checkpoints: their time on spot, and an interval the replay's
+    ``deadline_h`` made shorter than the plan's own (a launch of the plan saves at its own)."""
     notes = []
     tau, stored = job.checkpoint_interval_s, plan.entries[index].checkpoint_interval_s
     if tau is not None and job.work_s * save / tau >= 0.01 * job.work_s:
         notes.append(
-            f"the periodic checkpoints (every {tau / 3600:.2f} h, {save:.0f} s each) take no time in the replay: the "
-            f"plan's time counts them ({job.work_s * save / tau / 3600:.2f} h)"
+            f"the periodic checkpoints (every {tau / 3600:.2f} h of training, {save:.0f} s each) pause the training "
+            f"on spot, {job.work_s * save / tau / 3600:.2f} h over the whole run there, as the plan's time counts them"
         )
     if tau is not None and (stored is None or tau < stored * (1 - 1e-6)) and deadline_h != plan.constraints.deadline_h:
         was = "none" if stored is None else f"{stored / 3600:.2f} h"

@@ -217,16 +217,117 @@ def brute_force(j: dl.Job, tr: traces.Trace) -> float:
     return best
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(12))
 def test_the_optimum_is_exact_on_small_cases(seed) -> None:
+    """Seeds 6-11: a start with nothing trained pays its start-up alone (one tick less than a restart, or none)."""
     rng = np.random.default_rng(seed)
     zones = 1 + seed % 2
     restart = seed % 3
     deadline = 7 if zones == 1 else 6
     work = int(rng.integers(2, deadline - restart + 1))
     tr = random_trace(rng, deadline + 2, zones)
-    j = job(work, deadline, restart_ticks=restart)
+    startup = None if seed < 6 or restart == 0 else (restart - 1) * 600.0
+    j = job(work, deadline, restart_ticks=restart, startup_s=startup)
     assert dl.optimum(j, tr).cost_usd == pytest.approx(brute_force(j, tr))
+
+
+def test_the_replays_policy_sees_the_training_at_risk_as_the_guard_does() -> None:
+    """Where the save misses the notice the policy saw the progress saved: a forced on-demand start saved it all by
+    leaving spot, the policy went back to spot a tick later, and was forced off again within the interval (a 7B on
+    one p4d at 34 h, its saves taking their time: 6 starts, $141 against the guard's $100). It now sees what
+    srifty launch's guard sees: the steps done, and the whole interval at risk (at most the steps done)."""
+    j = dl.Ticks.of(job(100, 190, checkpoint_interval_s=15 * 600.0, save_on_notice=False), 600.0)
+    for progress, at_risk in ((40, 15), (10, 10), (0, 0)):
+        known, done = dl._as_guarded(j, progress, progress)
+        assert (done, known.finish_extra) == (progress, at_risk)
+    whole = dl.Ticks.of(job(100, 190, save_on_notice=False), 600.0)  # no periodic save: all of it at risk
+    assert dl._as_guarded(whole, 40, 40)[0].finish_extra == 40
+    notice = dl.Ticks.of(job(100, 190, checkpoint_interval_s=15 * 600.0), 600.0)
+    assert dl._as_guarded(notice, 40, 40) == (notice, 40)
+    # the edge case itself: on-demand once, and kept
+    from predictor.catalog import Catalog
+
+    catalog = Catalog.load(use_refreshed=False, use_env=False)
+    llama = load_profile(json.loads((ROOT / "examples/profiles/llama-7b-bf16-captured.json").read_text()))
+    kw = dict(steps=20_000, allow=("p4d.24xlarge",), max_instances=1, market="spot")
+    plan = rank(llama, Constraints(deadline_h=34.06, confidence=0.9, **kw), catalog=catalog)
+    run = dl.job_from_plan(plan, catalog=catalog)
+    out = dl.replay(run.job, traces.Trace(600.0, np.ones((1, 400), bool)), dl.policy("srifty"), record=True)
+    assert out.deadline_met and out.starts == 2 and out.hours["saving"] > 1.0
+    assert list(out.market[:1]) == [0] and out.market[-1] == dl.ON_DEMAND
+
+
+def test_a_start_with_nothing_trained_pays_its_start_up_alone() -> None:
+    """Every start paid the full restart (the leaving fleet's save, the start-up, the load), the run's first too,
+    which has nothing to save or load: a 7B's first start on one p4d paid 1,834 s for its 600 s start-up."""
+    always = trace_of([1] * 40)
+    j = job(10, 30, restart_ticks=3, startup_s=600.0)
+    out = dl.replay(j, always, dl.policy("greedy"))
+    assert out.finished_h == pytest.approx(11 / 6) and out.hours["restarting"] == pytest.approx(1 / 6)
+    assert dl.replay(job(10, 30, restart_ticks=3), always, dl.policy("greedy")).finished_h == pytest.approx(13 / 6)
+    assert dl.optimum(j, always).cost_usd == pytest.approx(11 * 600 / 3600)
+    # after training, a new fleet pays the whole restart: spot goes at tick 5 (4 trained), back at tick 6
+    cut = trace_of([1] * 5 + [0] + [1] * 40)
+    out = dl.replay(j, cut, dl.policy("greedy"))
+    assert out.preemptions == 1 and out.starts == 2 and out.hours["restarting"] == pytest.approx(4 / 6)
+    # the tick model's feasibility counts it: 1 + 10 ticks meet 11, where 3 + 10 would not
+    assert dl.Ticks.of(job(10, 11, restart_ticks=3, startup_s=600.0), 600.0).feasible
+    assert dl.replay(job(10, 11, restart_ticks=3, startup_s=600.0), always, dl.policy("srifty")).deadline_met
+    with pytest.raises(ConfigError, match="startup_s must be between 0 and restart_s"):
+        job(10, 30, restart_ticks=3, startup_s=3 * 600.0 + 1)
+
+
+def test_periodic_saves_on_spot_pause_the_training_in_the_replay() -> None:
+    """The replay's periodic saves took no time (the plan's time counts them): a 7B on one p4d, 617 s saves every
+    2.34 h, replayed 0.4 h shorter than it trains. On spot each save now pauses the training for its time, paid in
+    whole ticks as it adds up; on-demand commits every tick and saves nothing here (its interval is for node
+    failures, far longer); a preemption still loses only the work since the last save."""
+    always = trace_of([1] * 200)
+    base = dict(checkpoint_interval_s=10 * 600.0, save_on_notice=False)
+    free = dl.replay(job(100, 190, **base), always, dl.policy("greedy"))
+    # 100 ticks of work, a save every 10 of 0.35 tick: 9 saves before the end (the 10th is at the end), 3.15 ticks
+    paid = dl.replay(job(100, 190, save_s=0.35 * 600, **base), always, dl.policy("greedy"))
+    assert free.finished_h == pytest.approx(101 / 6) and free.hours["saving"] == 0
+    assert paid.finished_h == pytest.approx(104 / 6) and paid.hours["saving"] == pytest.approx(3 / 6)
+    assert paid.hours["spot"] == pytest.approx(104 / 6) and paid.cost_usd == pytest.approx(104 * 600 / 3600)
+    # a save longer than a tick pays its whole time (2.5 ticks each: 9 saves, 22 ticks paid, 0.5 carried)
+    long = dl.replay(job(100, 190, save_s=2.5 * 600, **base), always, dl.policy("greedy"))
+    assert long.hours["saving"] == pytest.approx(22 / 6) and long.finished_h == pytest.approx(123 / 6)
+    # no interval (a run shorter than it): no periodic save, whatever its time
+    assert dl.replay(job(100, 190, save_s=600.0), always, dl.policy("greedy")).hours["saving"] == 0
+    # on-demand saves nothing here
+    od = dl.replay(job(100, 190, save_s=0.35 * 600, **base), always, dl.policy("on-demand"))
+    assert od.hours["saving"] == 0 and od.finished_h == pytest.approx(101 / 6)
+    # a preemption loses the work since the last save, and the saves' time is not lost with it
+    cut = trace_of([1] * 15 + [0] + [1] * 200)
+    out = dl.replay(job(100, 190, save_s=0.35 * 600, **base), cut, dl.policy("greedy"))
+    assert out.preemptions == 1 and out.lost_h == pytest.approx(4 / 6)  # trained 14, saved at 10
+    assert out.finished and out.deadline_met
+    with pytest.raises(ConfigError, match="save_s must be a number >= 0"):
+        job(100, 190, save_s=-1.0)
+
+
+def test_a_plans_replay_pays_its_periodic_saves_as_its_time_counts_them() -> None:
+    """The shipped 7B on one p4d at 35 h: the replay where spot never goes away takes the plan's periodic saves on
+    spot, as its predicted time does, and its first start pays the start-up alone (before: 1.8 h of saves left out,
+    the first start's save and load paid, $72.73 against the guard's $76.43)."""
+    from predictor.catalog import Catalog
+
+    catalog = Catalog.load(use_refreshed=False, use_env=False)
+    llama = load_profile(json.loads((ROOT / "examples/profiles/llama-7b-bf16-captured.json").read_text()))
+    kw = dict(steps=20_000, allow=("p4d.24xlarge",), max_instances=1, market="spot")
+    plan = rank(llama, Constraints(deadline_h=35.02, confidence=0.9, **kw), catalog=catalog)
+    entry = plan.entries[plan.chosen]
+    run = dl.job_from_plan(plan, catalog=catalog)
+    assert run.job.save_s == pytest.approx(entry.checkpoint_s) and run.job.checkpoint_interval_s is not None
+    ticks = dl.Ticks.of(run.job, 600.0)  # the interval in whole ticks: 15 of 600 s, 11 saves before the end
+    saves = (ticks.work - 1) // (ticks.checkpoint or ticks.work) * run.job.save_s / 3600
+    out = dl.replay(run.job, traces.Trace(600.0, np.ones((1, 400), bool)), dl.policy("srifty"))
+    assert out.deadline_met and out.hours["on-demand"] == 0
+    assert out.hours["saving"] == pytest.approx(saves, abs=600 / 3600)
+    assert out.hours["saving"] > 0.3
+    # the replay's time against the plan's, which counts the saves and the interruptions' expected cost too
+    assert out.finished_h == pytest.approx(entry.time_h, rel=0.05)
 
 
 def test_no_policy_beats_the_optimum() -> None:
@@ -737,7 +838,7 @@ def test_a_fleet_whose_save_misses_the_notice_keeps_its_deadline_without_flappin
     run = dl.job_from_plan(free_plan, 0, deadline_h=36.6, catalog=catalog)
     assert run.job.checkpoint_interval_s is not None and run.job.checkpoint_interval_s < 6 * 3600  # at 0.5: 5 h
     assert any("interval is" in n and "(the plan's: 16.50 h)" in n for n in run.notes), run.notes
-    assert any("take no time in the replay" in n for n in run.notes)
+    assert any("pause the training on spot" in n for n in run.notes)
     # at the edge no interval leaves room for both: the entry prices the on-demand the hard rule will need
     edge = rank(llama, Constraints(deadline_h=33.1, **kw), catalog=catalog)
     assert edge.entries[edge.chosen].on_demand_fallback > 0.3
