@@ -12,19 +12,23 @@ One model of a run, in whole ticks of ``tick_s`` seconds (the trace's gap, or a 
   a spot fleet whose capacity goes away is preempted at the tick's start. AWS gives a two-minute notice: when the
   checkpoint save fits in it (``save_on_notice``, what ``srifty launch`` does), nothing trained is lost; otherwise the
   progress since the last periodic checkpoint is;
-- on spot, every periodic checkpoint commits the progress and its save takes ``save_s``: the job trains none
-  while it saves (the ranking's ``work x save / interval``); the saves' time is paid in whole ticks as it adds up,
-  the fraction carried. On-demand fleets save at their own, far longer interval (node failures alone) and that, like
-  the node failures themselves, stays out of the replay;
+- on spot the job saves every ``checkpoint_interval_s`` of training since its fleet started or last saved (its
+  timer, ``CheckpointWriter.due``), and trains none while it saves (``save_s``: what the ranking's
+  ``work x save / interval`` counts; the replay pays whole ticks as the saves add up, the fraction carried to the
+  next save, and none for a save at the very end of the work); a save commits the progress once its time is paid,
+  and a preemption during it loses it. On-demand fleets save at their own, far longer interval (node failures alone)
+  and that, like the node failures themselves, stays out of the replay;
 - on-demand capacity is always there; waiting costs nothing; every tick of a running fleet is billed at its price.
 
-A :class:`Policy` decides at each tick boundary from what it could know then (the job, the time, the committed
-progress, the fleet it runs, the availability observed so far): stay, start spot (which zone), wait for spot, or run
-on-demand. Every policy here except ``on-demand`` keeps the same hard rule (:func:`must_run_on_demand`): it never
-lets the slack fall below what an on-demand finish needs, so a feasible deadline is always met.
+A :class:`Policy` decides at each tick boundary from what it could know then (the job, the time, the progress as
+srifty launch's guard sees it, the fleet it runs, the availability observed so far): stay, start spot (which zone),
+wait for spot, or run on-demand. Every policy here except ``on-demand`` keeps the same hard rule
+(:func:`must_run_on_demand`): it never lets the slack fall below what an on-demand finish needs, so a feasible
+deadline is always met.
 
 :func:`replay` runs a policy over a trace; :func:`optimum` is the hindsight optimum, an exact dynamic programme over
-the same tick model knowing the whole trace (and never losing work): the yardstick no online policy can beat.
+the same tick model knowing the whole trace (and never losing work, so taking no periodic save): the yardstick no
+online policy can beat.
 
 Policies: ``on-demand`` (never spot), ``greedy`` (spot whenever available, wait otherwise, on-demand only when the
 deadline forces it: Can't Be Late's greedy with its safety net), ``uniform`` (Can't Be Late's uniform progress: run
@@ -180,7 +184,7 @@ class State:
     """What a policy sees at a tick boundary."""
 
     tick: int
-    done: int  # committed progress (ticks of work)
+    done: int  # progress (ticks of work): the steps done where the save fits the notice or as the guard sees them
     running: int | None  # None, ON_DEMAND, or a spot zone
     overhead: int  # restart ticks still to pay on the running fleet
     available: np.ndarray  # (zones,) spot usable this tick
@@ -359,40 +363,56 @@ class Outcome:
 @dataclass
 class _Run:
     """A replayed run as it goes: the committed progress, the progress (committed + since the last checkpoint), the
-    fleet running, its restart ticks left, the periodic saves' time not yet paid (ticks) and the ticks spent."""
+    fleet running, its restart ticks left, its training ticks since its last periodic save (or its start), the save
+    in progress (``saving``: the progress it commits once its time is paid; ``owed``: that time, in ticks, with the
+    fraction of a tick the last saves left) and the ticks spent."""
 
     done: int = 0
     progress: int = 0
     running: int | None = None
     overhead: int = 0
+    since: int = 0
     owed: float = 0.0
+    saving: int | None = None
     spent: dict[str, int] = field(
         default_factory=lambda: {"spot": 0, "on-demand": 0, "waiting": 0, "restarting": 0, "saving": 0}
     )
 
+    def start(self, market: int, overhead: int) -> None:
+        """A new fleet on ``market``, ``overhead`` ticks before it trains; the job's save timer starts with it."""
+        self.running, self.overhead, self.since, self.owed, self.saving = market, overhead, 0, 0.0, None
+
     def stop(self) -> None:
-        """The fleet leaves (or is preempted): nothing runs."""
-        self.running, self.overhead = None, 0
+        """The fleet leaves (its leaving save, in the next start's restart, replaces a save in progress) or is
+        preempted (a save in progress is lost with the fleet: its progress was never committed)."""
+        self.running, self.overhead, self.since, self.owed, self.saving = None, 0, 0, 0.0, None
 
     def tick(self, j: Ticks) -> None:
-        """One tick of the running fleet (billed by the caller): a restart tick, a tick of the saves owed (on spot)
-        or a tick of training, committed on on-demand and at each periodic checkpoint on spot (whose save is then
-        owed)."""
+        """One tick of the running fleet (billed by the caller): a restart tick, a tick of a periodic save in
+        progress (on spot: the progress is committed once its time is paid) or a tick of training, committed on
+        on-demand, and on spot saved every ``j.checkpoint`` ticks of training since the fleet started or last saved,
+        as the job's timer does (``CheckpointWriter.due``)."""
         spot = self.running != ON_DEMAND
         self.spent["spot" if spot else "on-demand"] += 1
         if self.overhead > 0:
             self.overhead -= 1
             self.spent["restarting"] += 1
-        elif spot and self.owed >= 1.0 - 1e-9:
+        elif spot and self.saving is not None:
             self.owed -= 1.0
             self.spent["saving"] += 1
+            if self.owed < 1.0 - 1e-9:  # paid (its last fraction carried to the next save)
+                self.done, self.saving = self.saving, None
         else:
             self.progress += 1
+            self.since += 1
             if not spot:
                 self.done = self.progress
-            elif j.checkpoint is not None and self.progress % j.checkpoint == 0:
-                self.done = self.progress
-                self.owed += j.save
+            elif j.checkpoint is not None and self.since >= j.checkpoint:
+                self.since, self.owed = 0, self.owed + j.save
+                if self.owed >= 1.0 - 1e-9:
+                    self.saving = self.progress
+                else:  # within the fraction the last saves left
+                    self.done = self.progress
 
 
 def _as_guarded(j: Ticks, trained: int, progress: int) -> tuple[Ticks, int]:
@@ -400,7 +420,9 @@ def _as_guarded(j: Ticks, trained: int, progress: int) -> tuple[Ticks, int]:
     the save misses the notice, the training a preemption can undo counted beside the work left, for the hard rule
     and a start alike: the whole periodic interval (the guard does not see when the job last saved), at most the
     steps done. A replay that counted the progress saved instead went back to spot as soon as a forced on-demand
-    start had saved it by leaving, and was forced back within the interval: a 7B on one p4d at 34 h, 6 starts."""
+    start had saved it by leaving, and was forced back within the interval: a 7B on one p4d at 34 h, 6 starts.
+    After a preemption that lost work the steps done here are the progress resumed from, where the guard keeps the
+    newest step it saw (``SpotGuard.progress`` never goes back): the replay is the more careful by the work lost."""
     known, done = j.seen(trained, progress)
     if j.save_on_notice:
         return known, done
@@ -439,7 +461,7 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
             r.stop()
         elif act != r.running:
             r.done = r.progress  # leaving a fleet saves first (nothing to save, or load, before any training)
-            r.running, r.overhead = act, j.restart if r.progress else j.fresh
+            r.start(act, j.restart if r.progress else j.fresh)
             starts += 1
         if r.running is None:
             r.spent["waiting"] += 1
