@@ -421,8 +421,9 @@ def _as_guarded(j: Ticks, trained: int, progress: int) -> tuple[Ticks, int]:
     and a start alike: the whole periodic interval (the guard does not see when the job last saved), at most the
     steps done. A replay that counted the progress saved instead went back to spot as soon as a forced on-demand
     start had saved it by leaving, and was forced back within the interval: a 7B on one p4d at 34 h, 6 starts.
-    After a preemption that lost work the steps done here are the progress resumed from, where the guard keeps the
-    newest step it saw (``SpotGuard.progress`` never goes back): the replay is the more careful by the work lost."""
+    After a preemption that lost work the guard keeps the newest step it saw (``SpotGuard.progress`` never goes
+    back), and so does the replay's caller (``trained``): safe, as the run resumes from a save at most an interval
+    behind it, which the interval kept in hand covers (the job saves again before it is passed)."""
     known, done = j.seen(trained, progress)
     if j.save_on_notice:
         return known, done
@@ -452,7 +453,7 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
             r.done = r.progress
             r.stop()
         trained = max(trained, r.progress)
-        known, seen_done = _as_guarded(j, trained, r.progress)
+        known, seen_done = _as_guarded(j, trained, r.progress if j.save_on_notice else trained)
         act = pol.decide(State(k, seen_done, r.running, r.overhead, avail, a[:, :k]), known)
         if act >= 0 and not avail[act]:
             raise RuntimeError(f"policy {pol.name} chose spot in zone {act} at tick {k}, where there is none")
