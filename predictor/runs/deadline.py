@@ -45,6 +45,7 @@ github.com/skypilot-org/spot-traces.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -60,6 +61,7 @@ from predictor.runs.spot import (
     NOTICE_MARGIN_S,
     NOTICE_S,
     deadline_interval_cap_s,
+    on_demand_time_s,
     planned_save_s,
     saves_on_notice,
 )
@@ -76,6 +78,39 @@ MEASURED_AFTER_S = 60.0
 
 
 @dataclass(frozen=True)
+class OnDemandFinish:
+    """What an on-demand finish of the work left takes beyond it, which srifty launch's guard keeps in hand for its
+    hard rule (:func:`~predictor.runs.spot.on_demand_time_s`: the on-demand fleet's periodic saves, and its node
+    failures, each a restart, a load and the work since the last save): the fleet's GPUs, its save, a failure's
+    restart (the start-up) and load, and the plan's confidence, at which the failures are held once the step is
+    measured (before, their expectation, as the guard holds them). The replay trains without node failures: this is
+    what its policy keeps in hand, as the launch's does (a 7B on 8 p4d, 64 GPUs, with 30 h left: 2.2 h at 90 %)."""
+
+    gpus: float
+    save_s: float | None
+    restart_s: float
+    load_s: float | None = None
+    confidence: float | None = None
+
+    def extra_ticks(self, left: int, tick_s: float, measured: bool) -> int:
+        """Whole ticks an on-demand finish of ``left`` ticks of training takes beyond them, as the guard rounds them
+        (its finish up, its work left up)."""
+        if left <= 0:
+            return 0
+        confidence = self.confidence if measured else None
+        finish = _on_demand_s(left * tick_s, self.save_s, self.restart_s, self.gpus, confidence, self.load_s)
+        return max(0, math.ceil(finish / tick_s - 1e-9) - left)
+
+
+@functools.lru_cache(maxsize=65536)
+def _on_demand_s(
+    left_s: float, save_s: float | None, restart_s: float, gpus: float, confidence: float | None, load_s: float | None
+) -> float:
+    """:func:`~predictor.runs.spot.on_demand_time_s`, kept: a replay asks it once a tick, of a few hundred values."""
+    return on_demand_time_s(left_s, save_s, restart_s, gpus, confidence, load_s)
+
+
+@dataclass(frozen=True)
 class Job:
     """A run to place, in seconds and USD per hour of the whole fleet."""
 
@@ -88,6 +123,8 @@ class Job:
     save_s: float = 0.0  # each periodic checkpoint's save on spot, during which the job does not train
     # a start with nothing trained (the run's first): the start-up alone, nothing to save or load (None: restart_s)
     startup_s: float | None = None
+    # what an on-demand finish adds, kept in hand by the policy's hard rule as the launch's guard does (None: nothing)
+    finish: OnDemandFinish | None = None
     save_on_notice: bool = True  # the save fits the two-minute notice: a preemption loses nothing
     # what the policy plans for until it has trained ``measured_after_s`` and so knows the step (None: the work
     # itself, known from the start): srifty launch's guard holds the plan's quantile until the job reports its step
@@ -454,6 +491,9 @@ def replay(job: Job, trace: Trace, pol: Policy, *, record: bool = False) -> Outc
             r.stop()
         trained = max(trained, r.progress)
         known, seen_done = _as_guarded(j, trained, r.progress if j.save_on_notice else trained)
+        if job.finish is not None:
+            more = job.finish.extra_ticks(known.work - seen_done, j.tick_s, trained >= j.measured_after)
+            known = replace(known, finish_extra=known.finish_extra + more)
         act = pol.decide(State(k, seen_done, r.running, r.overhead, avail, a[:, :k]), known)
         if act >= 0 and not avail[act]:
             raise RuntimeError(f"policy {pol.name} chose spot in zone {act} at tick {k}, where there is none")
@@ -640,6 +680,10 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
         deadline_s=deadline * 3600.0,
         restart_s=(entry.startup_s or 0.0) + save + ck,
         startup_s=entry.startup_s or 0.0,
+        # the guard's on-demand twin: the same GPUs and save, a failure restarting with the start-up and a load
+        finish=OnDemandFinish(
+            float(entry.gpus), save, entry.startup_s or 0.0, plan.checkpoint_s, plan.constraints.confidence
+        ),
         spot_usd_hr=sp,
         od_usd_hr=od,
         checkpoint_interval_s=planned_interval_s(plan, index, deadline_h=deadline),
