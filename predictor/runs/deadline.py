@@ -402,7 +402,7 @@ class _Run:
     """A replayed run as it goes: the committed progress, the progress (committed + since the last checkpoint), the
     fleet running, its restart ticks left, its training ticks since its last periodic save (or its start), the save
     in progress (``saving``: the progress it commits once its time is paid; ``owed``: that time, in ticks, with the
-    fraction of a tick the last saves left) and the ticks spent."""
+    fraction of a tick the saves before it left unpaid, ``carried``) and the ticks spent."""
 
     done: int = 0
     progress: int = 0
@@ -411,18 +411,23 @@ class _Run:
     since: int = 0
     owed: float = 0.0
     saving: int | None = None
+    carried: float = 0.0
     spent: dict[str, int] = field(
         default_factory=lambda: {"spot": 0, "on-demand": 0, "waiting": 0, "restarting": 0, "saving": 0}
     )
 
     def start(self, market: int, overhead: int) -> None:
         """A new fleet on ``market``, ``overhead`` ticks before it trains; the job's save timer starts with it."""
-        self.running, self.overhead, self.since, self.owed, self.saving = market, overhead, 0, 0.0, None
+        self.stop()
+        self.running, self.overhead = market, overhead
 
     def stop(self) -> None:
         """The fleet leaves (its leaving save, in the next start's restart, replaces a save in progress) or is
-        preempted (a save in progress is lost with the fleet: its progress was never committed)."""
-        self.running, self.overhead, self.since, self.owed, self.saving = None, 0, 0, 0.0, None
+        preempted (a save in progress is lost with the fleet: its progress was never committed); the unpaid
+        fraction of the saves made before is kept for the next."""
+        if self.saving is not None:
+            self.owed, self.saving = self.carried, None
+        self.running, self.overhead, self.since = None, 0, 0
 
     def tick(self, j: Ticks) -> None:
         """One tick of the running fleet (billed by the caller): a restart tick, a tick of a periodic save in
@@ -445,7 +450,7 @@ class _Run:
             if not spot:
                 self.done = self.progress
             elif j.checkpoint is not None and self.since >= j.checkpoint:
-                self.since, self.owed = 0, self.owed + j.save
+                self.since, self.carried, self.owed = 0, self.owed, self.owed + j.save
                 if self.owed >= 1.0 - 1e-9:
                     self.saving = self.progress
                 else:  # within the fraction the last saves left

@@ -325,6 +325,12 @@ def test_a_save_in_progress_commits_once_paid_and_the_timer_starts_with_each_fle
     b = dl.replay(job(20, 60, **kw), always, Script((0,) * 6 + (dl.ON_DEMAND,) * 5 + (0,) * 60))
     assert b.hours["saving"] == pytest.approx(2 / 6) and b.finished_h == pytest.approx(25 / 6)
     assert b.starts == 3 and b.lost_h == 0
+    # C: saves of 0.35 tick on legs of 3 ticks cut by preemptions (the save fits the notice): the fraction each leg
+    # leaves is carried to the next, the third leg's save pays a tick (dropped at every stop, it was never paid)
+    legs = trace_of(([1] * 3 + [0]) * 3 + [1] * 20)
+    c = dl.replay(job(12, 60, restart_ticks=0, checkpoint_interval_s=2 * 600.0, save_s=0.35 * 600), legs,
+                  dl.policy("greedy"))  # fmt: skip
+    assert c.preemptions == 3 and c.hours["saving"] == pytest.approx(1 / 6) and c.lost_h == 0
 
 
 def test_the_replays_hard_rule_keeps_an_on_demand_finishs_saves_and_failures_in_hand() -> None:
