@@ -95,6 +95,9 @@ def _document(args: argparse.Namespace, run: Any, trace: Any, outcomes: list[Any
             "restart_s": round(run.job.restart_s, 1),
             "first_start_s": round(run.job.restart_s if run.job.startup_s is None else run.job.startup_s, 1),
             "save_s": round(run.job.save_s, 1),
+            # what the hard rule keeps in hand for an on-demand finish of the whole work (its saves and node failures
+            # at the plan's confidence; less as the work left shrinks), as srifty launch's guard does
+            "on_demand_finish_extra_h": _finish_extra_h(run.job, trace.gap_s),
             "spot_usd_hr": round(run.job.spot_usd_hr, 4),
             "on_demand_usd_hr": round(run.job.od_usd_hr, 4),
             "save_on_notice": run.job.save_on_notice,
@@ -166,6 +169,14 @@ def _table(doc: dict[str, Any]) -> None:
     out.print(table)
     for note in doc["notes"]:
         out.print(f"note: {note}")
+
+
+def _finish_extra_h(job: Any, tick_s: float) -> float | None:
+    """The hours the replay's hard rule keeps in hand for an on-demand finish of the whole work (None: none)."""
+    if job.finish is None:
+        return None
+    work = max(1, math.ceil(job.work_s / tick_s - 1e-9))
+    return round(job.finish.extra_ticks(work, tick_s, True) * tick_s / 3600, 4)
 
 
 def _plot(outcomes: list[Any], run: Any, tick_h: float, path: str) -> None:

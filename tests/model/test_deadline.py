@@ -336,8 +336,9 @@ def test_a_save_in_progress_commits_once_paid_and_the_timer_starts_with_each_fle
 def test_the_replays_hard_rule_keeps_an_on_demand_finishs_saves_and_failures_in_hand() -> None:
     """srifty launch's guard keeps in hand what an on-demand finish adds to the work left (its periodic saves and node
     failures at the plan's confidence once the step is measured, their expectation before); the replay's policy kept
-    nothing (the 7B on 8 p4d, 64 GPUs, with 30 h left: 2.2 h at 90 %). With it, a deadline that leaves less than
-    that runs on-demand from the start, where the replay had stayed on spot to the end."""
+    nothing (the 7B on 8 p4d, 64 GPUs, with 30 h left: 2.0 h at 90 %). With it, a deadline that leaves less than
+    that runs on-demand from the start, where the replay had stayed on spot to the end; until the step is measured
+    the failures are held at their expectation, as the guard holds them."""
     finish = dl.OnDemandFinish(gpus=512, save_s=617.0, restart_s=600.0, load_s=617.0, confidence=0.9)
     assert finish.extra_ticks(0, 600.0, True) == 0
     extra = finish.extra_ticks(100, 600.0, False)
@@ -349,6 +350,15 @@ def test_the_replays_hard_rule_keeps_an_on_demand_finishs_saves_and_failures_in_
     free = dl.replay(job(100, deadline, **tight), always, dl.policy("greedy"))
     kept = dl.replay(job(100, deadline, finish=finish, **tight), always, dl.policy("greedy"))
     assert free.hours["on-demand"] == 0 and kept.hours["spot"] == 0 and kept.deadline_met
+    # the first start, unmeasured, at the expectation: spot where the confidence's extra would have sent it on-demand
+    at_confidence = finish.extra_ticks(100, 600.0, True)
+    assert at_confidence > extra
+    first = dl.replay(job(100, 103 + extra, finish=finish, **tight), always, dl.policy("greedy"), record=True)
+    assert first.market[0] == 0 and first.deadline_met
+    with pytest.raises(ConfigError, match="finish.gpus must be a number >= 0"):
+        dl.OnDemandFinish(gpus=-1, save_s=None, restart_s=0.0)
+    with pytest.raises(ConfigError, match="finish.confidence must be between 0 and 1"):
+        dl.OnDemandFinish(gpus=8, save_s=None, restart_s=0.0, confidence=1.0)
     # the same figure as the guard's, in the same ticks, for a plan's 64 GPUs
     from lightning_srifty.provision.launcher.spot_guard import guard_for, on_demand_fleet
     from predictor.catalog import Catalog
@@ -369,10 +379,10 @@ def test_the_replays_hard_rule_keeps_an_on_demand_finishs_saves_and_failures_in_
         ticks = g.ticks(600.0 * 10)
         left = math.ceil((g.steps - step) * g.step_s / 600.0 - 1e-9)
         kept_by_guard.append(ticks.finish_extra - math.ceil(g.at_risk_now_s / 600.0 - 1e-9))
-        # the guard rounds its work left in seconds, the replay in whole ticks: a tick apart at most
-        assert abs(kept_by_guard[-1] - run.job.finish.extra_ticks(left, 600.0, True)) <= 1
+        # the guard rounds its work left in seconds, the replay in whole ticks (up): the same, or a tick more
+        assert 0 <= run.job.finish.extra_ticks(left, 600.0, True) - kept_by_guard[-1] <= 1
     assert kept_by_guard[0] >= 6 and kept_by_guard[-1] < kept_by_guard[0]
-    assert run.job.finish.extra_ticks(30 * 6, 600.0, True) >= 12  # 30 h left: 2 h or more (13 ticks)
+    assert run.job.finish.extra_ticks(30 * 6, 600.0, True) == 13  # 30 h left: 2.0 h, 13 ticks of 600 s
 
 
 def test_a_plans_replay_pays_its_periodic_saves_as_its_time_counts_them() -> None:
@@ -507,6 +517,7 @@ def test_replay_says_what_whole_ticks_and_its_periodic_saves_leave_out(planned, 
     doc = json.loads(capsys.readouterr().out)
     assert any(n.startswith("whole ticks of 36000 s round the work and each start up") for n in doc["notes"])
     assert doc["job"]["checkpoint_interval_h"] is None or doc["job"]["checkpoint_interval_h"] > 0
+    assert doc["job"]["on_demand_finish_extra_h"] >= 0 and doc["job"]["first_start_s"] <= doc["job"]["restart_s"]
     assert main(argv) == 0
     assert not any("whole ticks" in n for n in json.loads(capsys.readouterr().out)["notes"])
 
