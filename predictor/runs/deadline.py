@@ -728,20 +728,21 @@ def job_from_plan(plan: Any, choice: int | None = None, *, deadline_h: float | N
         save_on_notice=bool(saves_on_notice(save)),
         planned_work_s=planned_s,
     )
+    notes.extend(_interval_notes(plan, index, job, save, deadline))
+    return PlannedRun(job, entry.fleet, entry.market, spot_nodes, tuple(notes))
+
+
+def _interval_notes(plan: Any, index: int, job: Job, save: float, deadline_h: float) -> list[str]:
+    """What the replay says of the checkpoints: a save that misses the notice, the periodic saves' time on spot, and
+    an interval the replay's ``deadline_h`` made shorter than the plan's own (a launch of the plan saves at its
+    own)."""
+    notes = []
     if not job.save_on_notice:
         notes.append(
             f"a checkpoint save on this fleet takes {save:.0f} s, more than the {NOTICE_S - NOTICE_MARGIN_S:.0f} s the "
             f"{NOTICE_S:.0f} s spot notice leaves for it: a preemption loses the work since the last periodic "
             "checkpoint"
         )
-    notes.extend(_interval_notes(plan, index, job, save, deadline))
-    return PlannedRun(job, entry.fleet, entry.market, spot_nodes, tuple(notes))
-
-
-def _interval_notes(plan: Any, index: int, job: Job, save: float, deadline_h: float) -> list[str]:
-    """What the replay says of the periodic checkpoints: their time on spot, and an interval the replay's
-    ``deadline_h`` made shorter than the plan's own (a launch of the plan saves at its own)."""
-    notes = []
     tau, stored = job.checkpoint_interval_s, plan.entries[index].checkpoint_interval_s
     if tau is not None and job.work_s * save / tau >= 0.01 * job.work_s:
         notes.append(

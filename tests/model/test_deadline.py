@@ -355,9 +355,9 @@ def test_the_replays_hard_rule_keeps_an_on_demand_finishs_saves_and_failures_in_
     assert at_confidence > extra
     first = dl.replay(job(100, 103 + extra, finish=finish, **tight), always, dl.policy("greedy"), record=True)
     assert first.market[0] == 0 and first.deadline_met
-    with pytest.raises(ConfigError, match="finish.gpus must be a number >= 0"):
+    with pytest.raises(ConfigError, match=r"finish\.gpus must be a number >= 0"):
         dl.OnDemandFinish(gpus=-1, save_s=None, restart_s=0.0)
-    with pytest.raises(ConfigError, match="finish.confidence must be between 0 and 1"):
+    with pytest.raises(ConfigError, match=r"finish\.confidence must be between 0 and 1"):
         dl.OnDemandFinish(gpus=8, save_s=None, restart_s=0.0, confidence=1.0)
     # the same figure as the guard's, in the same ticks, for a plan's 64 GPUs
     from lightning_srifty.provision.launcher.spot_guard import guard_for, on_demand_fleet
