@@ -5,23 +5,26 @@ measured step (its second PROGRESS.json, after a minute of training), then for t
 sixty-second session ``srifty replay`` planned for the quantile throughout and ran the work at it; it now runs the
 predicted step (or ``--step-quantile``'s) with the policy learning the step as the launch does.
 
-For each deadline, on a trace where spot never goes away (600 s ticks) and on the single-node V100 spot traces in
-bench/data (every start a week apart), the ``srifty`` policy's cost:
+For each deadline, on a trace where spot never goes away (in the traces' 600 s ticks, and in the guard's 300 s) and on
+the single-node V100 spot traces in bench/data (every start a week apart), the ``srifty`` policy's cost:
 
 - the entry's (the ranking's expected cost with its on-demand fallback, at the predicted step);
 - the replay now (the predicted step, the quantile until measured);
 - the replay before (the quantile throughout: today's ``--step-quantile <confidence>``, which is also the run whose
   step really came out that slow);
-- ``srifty launch``'s spot guard over the same run (checked every 5 min, the job pausing for each periodic save).
+- ``srifty launch``'s spot guard over the same run (checked every 5 min, its first decision asked as the launch asks
+  it, the job pausing for each periodic save).
 
-Plans: the minimal profile (tests/_support.py) on p3.2xlarge:1 spot (90 % quantile x1.07 the prediction) and the
-captured Llama-2 7B on p4d.24xlarge:1 spot (x1.12; its 617 s save misses the spot notice), under deadlines of
-1.08-1.62x the fleet's time without one (those no fleet meets at the 90 % confidence left out). The entry's
+Plans: the minimal profile (tests/_support.py) on p3.2xlarge:1 spot (90 % quantile x1.07 the prediction), the
+captured Llama-2 7B on p4d.24xlarge:1 spot (x1.12; its 617 s save misses the spot notice) and on 8 of them (64 GPUs,
+100,000 steps, 77 s saves), under deadlines of 1.08-1.62x the fastest fleet's time without one (those no fleet meets
+at the 90 % confidence left out). The entry's
 on-demand share is its ranking's; the replays' is the share of billed hours.
 
 Since the sixty-fourth session the replay pauses the training on spot for each periodic save, its first start pays
-the start-up alone, and its policy sees the training at risk as the guard does (the whole interval, at most the steps
-done); the summary line per plan is the replay's cost against the guard's (median and largest |difference|).
+the start-up alone, and its policy keeps in hand what the guard does (the whole interval at risk, at most the steps
+done, and an on-demand finish's saves and node failures); the summary lines per plan are the replay's cost against
+the guard's, in 600 s and 300 s ticks (median and largest |difference|).
 
 python bench/replay_quantile.py [--out bench/results/replay_quantile.json]
 """
