@@ -173,10 +173,11 @@ def _table(doc: dict[str, Any]) -> None:
 
 def _finish_extra_h(job: Any, tick_s: float) -> float | None:
     """The hours the replay's hard rule keeps in hand for an on-demand finish of the whole work (None: none)."""
+    from predictor.runs.deadline import Ticks
+
     if job.finish is None:
         return None
-    work = max(1, math.ceil(job.work_s / tick_s - 1e-9))
-    return round(job.finish.extra_ticks(work, tick_s, True) * tick_s / 3600, 4)
+    return round(job.finish.extra_ticks(Ticks.of(job, tick_s).work, tick_s, True) * tick_s / 3600, 4)
 
 
 def _plot(outcomes: list[Any], run: Any, tick_h: float, path: str) -> None:
