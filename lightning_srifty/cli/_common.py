@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from typing import Any
 
@@ -20,11 +21,20 @@ def _ascii(text: str, what: str) -> str:
 
 
 def whole(text: str) -> int:
-    """argparse's ``type=int``, ASCII digits only."""
+    """argparse's ``type=int``, ASCII digits only; a whole number in exponent form too (``--steps 1e6``, as
+    ``--samples 5e6`` and the service's JSON take it)."""
+    raw = _ascii(text, "a whole number")
     try:
-        return int(_ascii(text, "a whole number"))
+        return int(raw)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        pass
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and value == int(value) and abs(value) <= 2**53:
+        return int(value)
+    raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
 
 
 def number(text: str) -> float:

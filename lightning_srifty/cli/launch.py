@@ -74,6 +74,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from predictor.exceptions import ConfigError, LaunchInterrupted
 
     plan = load_plan(args.plan)
+    if args.choice is None:  # the plan's recommendation, as srifty replay and MigrationTriggers take it
+        args.choice = plan.chosen
     script = [a for a in args.command if a != "--"]
     if not script:
         raise ConfigError(
@@ -273,7 +275,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("launch", help="run a training script on the plan's fleet and migrate it when it pays")
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON")
-    p.add_argument("--choice", type=nonneg_int, default=0, help="the ranked fleet to start on")
+    p.add_argument(
+        "--choice",
+        type=nonneg_int,
+        default=None,
+        help="the ranked fleet to start on (default: the plan's recommendation, its chosen entry: 0 as srifty "
+        "recommend writes it)",
+    )
     p.add_argument("--workdir", default="srifty/launch", help="the migration log (and local checkpoints) go here")
     p.add_argument("--provisioner", choices=("local", "terraform"), default="local")
     p.add_argument("--name", default="srifty", help="fleet names are <name>-1, <name>-2, ... (terraform resources)")

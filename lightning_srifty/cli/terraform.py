@@ -22,6 +22,8 @@ def cmd_terraform(args: argparse.Namespace) -> int:
     from predictor.documents.plan import load_plan
 
     plan = load_plan(args.plan)
+    if args.choice is None:  # the plan's recommendation, as srifty replay and MigrationTriggers take it
+        args.choice = plan.chosen
     options = _options(args)
     result = generate(plan, args.out, choice=args.choice, options=options, catalog=load_catalog(args))
     entry = plan.entries[args.choice]
@@ -278,7 +280,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("terraform", parents=[common], help="write a Terraform root module for a plan's fleet")
     p.add_argument("--plan", required=True, help="srifty.plan/v1 JSON (srifty recommend --out)")
-    p.add_argument("--choice", type=nonneg_int, default=0, help="index of the ranked fleet (0: the recommendation)")
+    p.add_argument(
+        "--choice",
+        type=nonneg_int,
+        default=None,
+        help="index of the ranked fleet (default: the plan's recommendation, its chosen entry: 0 as srifty recommend "
+        "writes it)",
+    )
     p.add_argument("--out", required=True, help="folder to write (new, empty, or written by srifty before)")
     p.add_argument(
         "--name",

@@ -314,15 +314,18 @@ class SpotPreemption(SignsOfLife, Leaving):
         run.should_stop = True  # exit_process=False: the Trainer stops after this step
 
     @classmethod
-    def from_plan(cls, plan: Any, choice: int = 0, dirpath: str | None = None, **kwargs: Any) -> SpotPreemption:
-        """Checkpoint at the interval the plan recommends for its chosen fleet (None where its run is shorter; a spot
+    def from_plan(
+        cls, plan: Any, choice: int | None = None, dirpath: str | None = None, **kwargs: Any
+    ) -> SpotPreemption:
+        """Checkpoint at the interval the plan recommends for ``plan.entries[choice]`` (default: its recommendation,
+        ``plan.chosen``) (None where its run is shorter; a spot
         fleet whose save misses the notice under a deadline: short enough for the deadline's slack,
         :func:`predictor.runs.deadline.planned_interval_s`)."""
         from predictor.documents.plan import load_plan
         from predictor.runs.deadline import planned_interval_s
 
         plan = plan if hasattr(plan, "entries") else load_plan(plan)
-        return cls(dirpath, every_s=planned_interval_s(plan, choice), **kwargs)
+        return cls(dirpath, every_s=planned_interval_s(plan, plan.chosen if choice is None else choice), **kwargs)
 
 
 def launch_callbacks() -> list[pl.Callback]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import uuid
 import warnings
 from collections.abc import Iterable, Mapping
@@ -106,19 +107,29 @@ def recommend_for_run(
 
 
 def planned_steps(trainer: pl.Trainer) -> int | None:
-    """Optimizer steps the Trainer will run: max_steps, else max_epochs x batches per epoch / accumulation."""
-    if trainer.max_steps and trainer.max_steps > 0:
-        return int(trainer.max_steps)
+    """Optimizer steps the Trainer will run, as Lightning runs them: ``max_epochs`` x the epoch's steps (its batches
+    over the accumulation, the last part a step of its own: Lightning steps at an epoch's last batch), no more than
+    ``max_steps``; either alone where the other is unset (an audit: 10 batches, accumulate 3, 2 epochs read 6 steps,
+    Lightning runs 8)."""
+    steps = int(trainer.max_steps) if trainer.max_steps and trainer.max_steps > 0 else None
     batches = trainer.num_training_batches
     if trainer.max_epochs and trainer.max_epochs > 0 and batches and batches != float("inf"):
-        return int(trainer.max_epochs * batches // max(1, trainer.accumulate_grad_batches))
-    return None
+        by_epochs = int(trainer.max_epochs) * math.ceil(int(batches) / max(1, int(trainer.accumulate_grad_batches)))
+        steps = by_epochs if steps is None else min(steps, by_epochs)
+    return steps
 
 
 def with_work(constraints: Constraints, trainer: pl.Trainer) -> Constraints | None:
     """``constraints`` with the run's own length as the work when they give none; None when that is unknown."""
     if has_work(constraints):
         return constraints
+    batches, epochs = trainer.num_training_batches, trainer.max_epochs
+    by_epochs = epochs is not None and epochs > 0 and batches and batches != float("inf")
+    if constraints.scaling == "weak" and by_epochs and not (trainer.max_steps and trainer.max_steps > 0):
+        # a step is each fleet's own global batch there: the run's length is its epochs (a max_steps run is refused
+        # by the constraints' check, with the way out)
+        per_epoch = math.ceil(int(batches) / max(1, int(trainer.accumulate_grad_batches)))
+        return dataclasses.replace(constraints, epochs=float(epochs or 0), steps_per_epoch=per_epoch)
     steps = planned_steps(trainer)
     # optimizer steps, as everywhere: the work is steps x the profiled global batch (accumulation included)
     return dataclasses.replace(constraints, steps=int(steps)) if steps else None

@@ -374,7 +374,13 @@ class PlanConstraints:
     regions: tuple[str, ...] = doc_field("regions considered")
     max_instances: int = doc_field("largest fleet considered", min=1)
     max_types: int = doc_field("instance types per fleet considered (1: homogeneous only)", default=1, min=1, max=3)
-    spot_share: float | None = doc_field("share of spot instances in mixed-market fleets", default=None, min=0, max=1)
+    spot_share: float | None = doc_field(
+        "mixed market: share of the instances above the on-demand base bought on spot (each entry's own spot_share "
+        "is its share of all its instances)",
+        default=None,
+        min=0,
+        max=1,
+    )
     on_demand_base: int | None = doc_field("on-demand instances before the spot share applies", default=None, min=0)
     current_fleet: str | None = doc_field("the fleet savings and migration effort are measured against", default=None)
     allow: tuple[str, ...] | None = doc_field("instance types or families considered (none: all)", default=None)
@@ -394,7 +400,7 @@ class PlanConstraints:
     )
     budget_usd: float | None = doc_field("cost limit", default=None, exclusive_min=0)
     max_hourly_usd: float | None = doc_field("limit on the fleet's price per hour", default=None, exclusive_min=0)
-    min_memory_headroom: float = doc_field("GPU memory to keep free, as a share", default=0.0, min=0, max=1)
+    min_memory_headroom: float = doc_field("GPU memory to keep free, as a share", default=0.0, min=0, max=0.9)
     scaling: Literal["strong", "weak"] | None = doc_field(
         "strong: every fleet trains the profiled global batch (the same training); weak: every GPU keeps the "
         "profiled per-GPU batch, so the global batch grows with the fleet. Absent in plans made before it was "
@@ -416,9 +422,14 @@ class PlanConstraints:
         default=None,
     )
     startup_s: float | None = doc_field(
-        "a new fleet's start-up as given (null: per instance type, predictor/runs/startup.py)", default=None, min=0
+        "a new fleet's start-up as given (null: per instance type, predictor/runs/startup.py)",
+        default=None,
+        min=0,
+        max=7 * 86400,
     )
-    dataset_gb: float | None = doc_field("data staged onto every new instance before training", default=None, min=0)
+    dataset_gb: float | None = doc_field(
+        "data staged onto every new instance before training", default=None, min=0, max=1e6
+    )
     layouts: tuple[str, ...] | None = doc_field(
         "the parallel layouts ranked (predictor.model.layout names; pipeline: one stage per node); absent in plans "
         "made before layouts: ddp only",

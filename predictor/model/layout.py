@@ -129,8 +129,9 @@ def parse(text: str) -> Layout:
     head = raw[: -len(AC_SUFFIX)] if ac else raw
     strategy, _, arg = head.partition(":")
     fix = (
-        "Use ddp, fsdp:full_shard, fsdp:shard_grad_op, fsdp:hybrid_shard or pipeline:<stages>, each optionally +ac "
-        "(or auto where a prediction takes it: the layout srifty recommend runs the fleet with)."
+        "Use ddp, fsdp:full_shard, fsdp:shard_grad_op, fsdp:hybrid_shard or pipeline:<stages> (pipeline where a "
+        "prediction takes it: one stage per node), each optionally +ac (or auto where a prediction takes it: the "
+        "layout srifty recommend runs the fleet with)."
     )
     try:
         if strategy == "ddp" and not arg:

@@ -190,6 +190,13 @@ def predict_auto(
     return dataclasses.replace(best, assumptions=(why, *best.assumptions))
 
 
+def _stage_per_node(name: str, nodes: int) -> str:
+    """``pipeline`` (``+ac``) as the ranking names it, one stage per node: ``pipeline:<the fleet's nodes>``; any other
+    name as given."""
+    raw = name.strip().lower()
+    return f"pipeline:{nodes}{raw[len('pipeline') :]}" if raw in ("pipeline", "pipeline+ac") else name
+
+
 def predict(
     profile: Profile | Mapping[str, Any],
     fleet: Fleet | str | Iterable[tuple[str, int]],
@@ -217,7 +224,7 @@ def predict(
         options = {"scaling": scaling, "network": network, "calibration": calibration, "dp_model": dp_model}
         return predict_auto(profile, fleet, catalog=catalog, transport=transport, **options)
     profile, (catalog, fleet) = as_profile(profile), fleet_over(fleet, catalog, transport)
-    layout = parse(layout) if isinstance(layout, str) else layout
+    layout = parse(_stage_per_node(layout, fleet.nodes)) if isinstance(layout, str) else layout
     _check_layout(profile, fleet, layout)
     src, many, row_bases = _one_row(profile, fleet, catalog, network, calibration, scaling, dp_model, layout)
 

@@ -118,7 +118,13 @@ class _DefaultShare(float):
     however the constraints are built."""
 
 
+class _DefaultBase(int):
+    """The mixed market's default on-demand base (1), told from a given 1 by its class as :class:`_DefaultShare` is: a
+    base given for a market that buys no mixed fleet is refused, the default is not (nor sent to a service)."""
+
+
 _DEFAULT_SPOT_SHARE = _DefaultShare(0.5)
+_DEFAULT_BASE = _DefaultBase(1)
 MOVE_IF_LATE = (
     "the job carries MigrationTriggers (under srifty launch): an on-demand fleet under the confidence on its own is "
     "ranked with the move its deadline trigger makes when the measured speed is late, where a surer fleet can still "
@@ -189,7 +195,7 @@ class Constraints:
         plan="spot_share",
     )
     on_demand_base: int = _c(
-        1, "mixed market: on-demand instances before the share applies", "int", minimum=0, service_max=1000
+        _DEFAULT_BASE, "mixed market: on-demand instances before the share applies", "int", minimum=0, service_max=1000
     )
     max_instances: int = _c(16, "largest fleet considered", "int", minimum=1, service_max=64)
     max_types: int = _c(
@@ -342,11 +348,12 @@ class Constraints:
                 value=self.steps,
             )
         _check_epochs(self.epochs, self.steps_per_epoch, given[0])
-        _check_percent(self.confidence)
+        _check_weak_steps(self.steps, str(self.scaling))
+        check_percent(self.confidence)
         for name, spec in SPECS.items():
             _check_field(name, spec, getattr(self, name))
         _check_epoch_steps(self.epochs, self.steps_per_epoch)
-        _check_spot_share(self.spot_share, str(self.market))
+        _check_mixed_only(self.spot_share, self.on_demand_base, str(self.market))
         self.layout_list()
         if not self.regions:
             raise ConfigError.between(
@@ -376,6 +383,8 @@ class Constraints:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is None or (f.name == "transport" and value == "auto"):  # a service before it takes the rest
+                continue
+            if isinstance(value, (_DefaultShare, _DefaultBase)):  # the mixed market's defaults: the service's own
                 continue
             out[f.name] = (
                 value.value if isinstance(value, enum.Enum) else list(value) if isinstance(value, tuple) else value
@@ -429,13 +438,23 @@ def parse_layouts(names: tuple[str, ...]) -> list[Layout]:
     for name in names or LAYOUTS:
         value = str(name).strip().lower()
         if value not in LAYOUTS:
-            close = suggest(value, LAYOUTS, n=2)
-            raise ConfigError(
-                f"The 'layouts' constraint names {name!r}, which is not a layout. "
+            staged = value.partition("+")[0].startswith("pipeline:")
+            close = ["pipeline+ac" if value.endswith("+ac") else "pipeline"] if staged else suggest(value, LAYOUTS, n=2)
+            why = (
+                ": a ranked pipeline has one stage per node, as many as each fleet's nodes: it is named without its "
+                "stages (a plan's pipeline:2 is pipeline on a fleet of 2 nodes)"
+                if staged
+                else ", which is not a layout"
+            )
+            raise ConfigError.between(
+                "{layouts} names {name!r}"
+                + why
+                + ". "
                 + (f"{did_you_mean(close)} " if close else "")
                 + f"Layouts: {', '.join(LAYOUTS)} (pipeline: one stage per node).",
                 parameter="layouts",
                 value=name,
+                name=name,
             )
         out.append(parse(value.replace("pipeline", "pipeline:2")) if value.startswith("pipeline") else parse(value))
     return out
@@ -507,7 +526,24 @@ def _check_epoch_steps(epochs: float | None, steps_per_epoch: int | None) -> Non
         )
 
 
-def _check_percent(confidence: Any) -> None:
+def _check_weak_steps(steps: Any, scaling: str) -> None:
+    """Under weak scaling a step trains the fleet's own global batch (the per-GPU batch x its GPUs): a count of steps
+    is a different training on each fleet, and a script stopped at ``max_steps`` trains that many of them whatever
+    the plan priced (an audit: ``--steps 1000 --scaling weak`` priced 4,000 samples, 9 steps of a 480-GPU fleet that
+    the script would run 1,000 of). The work is asked in samples or epochs there."""
+    if steps is not None and scaling == "weak":
+        raise ConfigError.between(
+            "{steps} counts optimizer steps of the profiled global batch, and under {scaling} weak every fleet's "
+            "global batch grows with its GPUs: give the work as {samples} or {epochs} (with {steps_per_epoch}), "
+            "and end the script at max_epochs, not max_steps (a run stopped at max_steps trains that many steps of "
+            "the fleet's own batch, not the work priced); or rank the same training on every fleet with {scaling} "
+            "strong.",
+            parameter="steps",
+            value=steps,
+        )
+
+
+def check_percent(confidence: Any) -> None:
     """A confidence given in percent (a trial's ``--confidence 95``) is refused with the fraction it meant."""
     if isinstance(confidence, (int, float)) and 50 <= confidence < 100:
         raise ConfigError.between(
@@ -520,10 +556,12 @@ def _check_percent(confidence: Any) -> None:
         )
 
 
-def _check_spot_share(share: float, market: str) -> None:
-    """A spot share given for a market that buys no mixed fleet is refused (a trial's ``--market spot --spot-share
-    0.7`` was dropped without a word)."""
-    if not isinstance(share, _DefaultShare) and market in ("spot", "on-demand"):
+def _check_mixed_only(share: float, base: int, market: str) -> None:
+    """A spot share or an on-demand base given for a market that buys no mixed fleet is refused (a trial's ``--market
+    spot --spot-share 0.7`` was dropped without a word, and so was ``--on-demand-base 5``)."""
+    if market not in ("spot", "on-demand"):
+        return
+    if not isinstance(share, _DefaultShare):
         raise ConfigError.between(
             "{spot_share} is the mixed market's share of instances on spot; {market} {asked} buys no mixed fleet. "
             "Give {market} mixed (or any, or spot:{share:g}), or leave {spot_share} out.",
@@ -531,6 +569,14 @@ def _check_spot_share(share: float, market: str) -> None:
             value=float(share),
             asked=market,
             share=float(share),
+        )
+    if not isinstance(base, _DefaultBase):
+        raise ConfigError.between(
+            "{on_demand_base} is the mixed market's on-demand instances before its spot share; {market} {asked} buys "
+            "no mixed fleet. Give {market} mixed (or any), or leave {on_demand_base} out.",
+            parameter="on_demand_base",
+            value=base,
+            asked=market,
         )
 
 
@@ -568,6 +614,12 @@ def constraint_defaults() -> dict[str, Any]:
         else:  # every constraint has a default
             raise TypeError(f"constraint {f.name!r} has no default")
         out[f.name] = (
-            value.value if isinstance(value, enum.Enum) else float(value) if type(value) is _DefaultShare else value
+            value.value
+            if isinstance(value, enum.Enum)
+            else float(value)
+            if type(value) is _DefaultShare
+            else int(value)
+            if type(value) is _DefaultBase
+            else value
         )
     return out

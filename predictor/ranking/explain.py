@@ -254,7 +254,8 @@ def _holds_nothing(constraints: Constraints, excluded: Mapping[str, int], words:
             f"Every fleet of {capped} was left out: strong scaling trains the profiled global batch, at least one "
             "sample a GPU, so no fleet has the GPUs that would hold the model sharded. Give the training's real "
             f"global batch ({_capture_words(words)}, or profile the run itself), or rank it with "
-            f"{words.setting('scaling', 'weak')} (the profiled batch on every GPU). {ways}"
+            f"{words.setting('scaling', 'weak')} (the profiled batch on every GPU, the work in samples or "
+            f"epochs). {ways}"
         )
     return NoFeasibleConfigError(
         "No fleet holds the model in GPU memory (with the headroom asked"

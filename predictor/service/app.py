@@ -56,7 +56,7 @@ from predictor.exceptions import (
 )
 from predictor.model.predict import Prediction, predict
 from predictor.ranking import Constraints, rank
-from predictor.ranking.constraints import SPECS, Spec, constraint_defaults, parse_market
+from predictor.ranking.constraints import SPECS, Spec, check_percent, constraint_defaults, parse_market
 from predictor.ranking.words import PYTHON, WORDS, Vocabulary, doc
 from predictor.service.answers import (
     ERRORS,
@@ -551,6 +551,11 @@ def _explained(error: Mapping[str, Any]) -> str:
         msg += f" ({field}: {spec.doc}" + (f", in {UNITS.get(spec.unit, spec.unit)}" if spec.unit else "") + ")"
         if error.get("type") == "less_than_equal" and spec.service_max is not None and spec.maximum != spec.service_max:
             msg += "; the service's limit, tighter than the library's (srifty recommend takes more)"
+        if field == "confidence":  # a percentage: the library's and the CLI's words for it (an audit)
+            try:
+                check_percent(error.get("input"))
+            except ConfigError as exc:
+                msg += f". {exc}"
     return msg
 
 

@@ -498,3 +498,15 @@ def test_ctrl_c_ends_a_command_with_a_line_and_130_not_a_traceback(capsys, monke
     code = main(["apply", "--dir", "infra", "--yes"])
     err = capsys.readouterr().err
     assert code == 130 and err.strip() == "srifty apply: interrupted (Ctrl-C)" and "Traceback" not in err
+
+
+def test_a_whole_number_in_exponent_form_is_taken_and_a_fraction_is_not() -> None:
+    """An audit: ``--steps 1e6`` was refused where ``--samples 5e6`` and the service's ``"steps": 1e6`` were taken."""
+    import argparse
+
+    from lightning_srifty.cli._common import whole
+
+    assert (whole("1e6"), whole("250"), whole("2.0E3")) == (1_000_000, 250, 2000)
+    for text in ("1.5", "1e-3", "inf", "nan", "1e400", "\u0662"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            whole(text)

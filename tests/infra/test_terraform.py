@@ -131,6 +131,28 @@ def test_a_mix_of_an_efa_type_and_one_without_runs_every_node_on_sockets(catalog
     assert _groups(alone, options, catalog)[0][0]["efa"] is True
 
 
+def test_every_command_takes_the_plans_recommendation_by_default(tmp_path, catalog, capsys) -> None:
+    """An audit: with a plan whose ``chosen`` is 1, srifty replay and MigrationTriggers took entry 1 and srifty
+    terraform and launch entry 0. Without --choice every command now takes the plan's recommendation."""
+    import dataclasses
+
+    from lightning_srifty.migrate.preemption import SpotPreemption
+    from predictor.runs.deadline import planned_interval_s
+
+    plan, _, options = example(ROOT / "terraform" / "examples" / "multi-node-spot")
+    assert len(plan.entries) > 1 and plan.entries[0].fleet != plan.entries[1].fleet
+    second = dataclasses.replace(plan, chosen=1)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(second.to_dict()))
+    assert main(["terraform", "--plan", str(path), "--out", str(tmp_path / "infra"), "--no-code", "--any-model"]) == 0
+    said = capsys.readouterr().out
+    assert f"Root module for {plan.entries[1].fleet} " in said, said
+    written = generate(second, tmp_path / "again", options=options, catalog=catalog).values
+    assert written == tfvars(plan, 1, options, catalog)
+    got = SpotPreemption.from_plan(second, dirpath=str(tmp_path)).every_s
+    assert got == planned_interval_s(second, 1)
+
+
 def test_generate_is_idempotent_and_refuses_foreign_folders(tmp_path, catalog) -> None:
     plan, choice, options = example(ROOT / "terraform" / "examples" / "multi-node-spot")
     first = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog)

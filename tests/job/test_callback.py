@@ -637,3 +637,47 @@ def test_the_runs_plan_never_goes_over_the_plan_the_launch_runs(tmp_path, monkey
     monkeypatch.setenv("SRIFTY_PLAN", str(tmp_path / "ckpt" / "plans" / "plan-1.json"))  # the launcher's copy
     assert _not_the_launchs_plan(beside) == Path("srifty/launch-l1/plan.json")
     assert _not_the_launchs_plan(Path("elsewhere/plan.json")) == Path("srifty/launch-l1/plan.json")
+
+
+@pytest.mark.parametrize(("epochs", "max_steps", "accumulate"), [(2, -1, 3), (3, -1, 1), (2, 7, 3), (2, 100, 4)])
+def test_the_planned_steps_are_the_steps_lightning_runs(epochs: int, max_steps: int, accumulate: int) -> None:
+    """An audit: 10 batches an epoch, accumulated 3, for 2 epochs read 6 optimizer steps (the batches over the
+    accumulation, rounded down), where Lightning steps at each epoch's last batch too: 8. The work the callback
+    prices and the steps MigrationTriggers counts as left are Lightning's own."""
+    from lightning_srifty.profiling.recommendation import planned_steps
+
+    seen: list[int | None] = []
+
+    class Planned(pl.Callback):
+        def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            seen.append(planned_steps(trainer))
+
+    t = trainer([Planned()], max_steps, max_epochs=epochs, accumulate_grad_batches=accumulate)
+    t.fit(TinyModel(), loader(n=80, batch_size=8))  # 10 batches an epoch
+    assert seen == [t.global_step], (seen, t.global_step)
+
+
+def test_the_runs_own_length_under_weak_scaling_is_its_epochs() -> None:
+    """Under weak scaling a step is each fleet's own global batch: the callback's default work is the run's epochs
+    (its batches over the accumulation a step each), the same samples as its steps at the profiled batch; a run
+    stopped at max_steps is refused by the constraints' check, naming samples and epochs."""
+    from lightning_srifty.profiling.recommendation import with_work
+
+    seen: dict[str, Constraints | None] = {}
+
+    class Work(pl.Callback):
+        def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            seen["weak"] = with_work(Constraints(scaling="weak"), trainer)
+            seen["strong"] = with_work(Constraints(), trainer)
+
+    trainer([Work()], -1, max_epochs=2, accumulate_grad_batches=3).fit(TinyModel(), loader(n=80, batch_size=8))
+    weak, strong = seen["weak"], seen["strong"]
+    assert weak is not None and strong is not None
+    weak.validate()
+    assert (weak.epochs, weak.steps_per_epoch, weak.steps) == (2, 4, None)
+    assert strong.steps == 8 and weak.epochs * weak.steps_per_epoch == strong.steps
+    trainer([Work()], 5, accumulate_grad_batches=3).fit(TinyModel(), loader(n=80, batch_size=8))
+    stopped = seen["weak"]
+    assert stopped is not None and stopped.steps == 5
+    with pytest.raises(ConfigError, match="give the work as samples or epochs"):
+        stopped.validate()

@@ -144,7 +144,7 @@ def _random_constraints(rng: random.Random) -> Constraints:
         regions=tuple(rng.sample(["us-east-1", "us-west-2", "eu-west-1"], rng.randint(1, 3))),
         market=market,
         **({"spot_share": rng.uniform(0, 1)} if market in ("mixed", "any") else {}),  # a mixed fleet's share only
-        on_demand_base=rng.randint(0, 4),
+        **({"on_demand_base": rng.randint(0, 4)} if market in ("mixed", "any") else {}),  # a mixed fleet's base only
         max_instances=rng.randint(1, 64),
         max_types=rng.randint(1, 3),
         max_hourly_usd=rng.choice([None, rng.uniform(1, 500)]),
@@ -180,6 +180,38 @@ def test_the_plan_records_every_constraint_it_names_and_gives_it_back() -> None:
             want = getattr(c, name) or (LAYOUTS if name == "layouts" else getattr(c, name))
             assert getattr(back, name) == want, (name, getattr(back, name), want)
         assert back.samples == pytest.approx(c.samples)
+
+
+def test_the_plans_bounds_are_the_constraints_own() -> None:
+    """A plan the library wrote, and any it accepts, can be ranked again: each recorded constraint's bounds in the plan
+    are the declaration's (a plan with a headroom of 0.95 loaded, then its re-plan refused it: the library's bound is
+    0.9)."""
+    plan = {f.name: f.metadata for f in dataclasses.fields(PlanConstraints)}
+    for name, spec in SPECS.items():
+        if not spec.plan or spec.kind not in ("int", "number"):
+            continue
+        bounds = plan[spec.plan]
+        low = bounds.get("exclusive_min") if spec.exclusive else bounds.get("min")
+        assert (low, bounds.get("max")) == (spec.minimum, spec.maximum), (name, bounds, spec)
+
+
+def test_a_mixed_markets_share_and_base_are_refused_where_no_mixed_fleet_is_bought() -> None:
+    """``--market spot --on-demand-base 5`` was ranked with the base dropped without a word; the defaults are not
+    sent to a service (a library ``Constraints(market="spot")`` through ``ServiceClient`` was refused: its default
+    share went out as a given 0.5)."""
+    for market in ("spot", "on-demand"):
+        for given in ({"spot_share": 0.5}, {"on_demand_base": 1}):
+            with pytest.raises(ConfigError) as err:
+                Constraints(steps=10, market=market, **given).validate()
+            assert err.value.parameter == next(iter(given)) and "buys no mixed fleet" in str(err.value)
+        asked = Constraints(steps=10, market=market)
+        asked.validate()
+        request = asked.to_request()
+        assert "spot_share" not in request and "on_demand_base" not in request
+        Constraints.build(**request).validate()  # what the service builds from it
+    mixed = Constraints(steps=10, market="mixed", spot_share=0.5, on_demand_base=1).to_request()
+    assert (mixed["spot_share"], mixed["on_demand_base"]) == (0.5, 1)  # given: sent, though equal to the defaults
+    assert constraint_defaults()["on_demand_base"] == 1 and type(constraint_defaults()["on_demand_base"]) is int
 
 
 @pytest.mark.parametrize(
@@ -284,3 +316,26 @@ def test_validations_are_counted_as_lightning_runs_them_or_said_uncountable() ->
     assert (said, runs) == ("once an epoch (at the end of the planned epoch's 500 training batches)", 2)  # the default
     said, runs = validation_count(ValidationTiming(every_s=10_800.0), work, planned, PYTHON)
     assert runs is None and said.startswith("every 10,800 s of training")
+
+
+def test_a_pipeline_is_named_one_way_in_a_ranking_and_a_prediction(catalog) -> None:
+    """An audit: ``srifty predict --layout pipeline`` was refused (it took pipeline:<stages> only) and ``srifty
+    recommend --layouts pipeline:2`` was refused naming the Python field. A prediction now takes the ranking's
+    ``pipeline`` (one stage per node), and a ranking refuses a staged name in its own flag's words, with the fix."""
+    from predictor.model.predict import predict
+
+    with pytest.raises(ConfigError) as err:
+        Constraints(steps=10, layouts=("pipeline:2+ac",)).validate()
+    said = str(err.value)
+    assert err.value.parameter == "layouts" and "one stage per node" in said and "'pipeline+ac'" in said, said
+    import json
+    from pathlib import Path
+
+    from predictor.documents.profile import load_profile
+
+    fleet = "p4d.24xlarge:2"
+    examples = Path(__file__).resolve().parents[2] / "examples" / "profiles"
+    profile = load_profile(json.loads((examples / "llama-7b-bf16-captured.json").read_text()))
+    staged = predict(profile, fleet, catalog=catalog, layout="pipeline:2+ac")
+    named = predict(profile, fleet, catalog=catalog, layout="pipeline+ac")
+    assert named.iteration_time_s == staged.iteration_time_s and named.layout == staged.layout

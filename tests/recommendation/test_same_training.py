@@ -14,7 +14,7 @@ from _support import MINIMAL
 from predictor.catalog.feasible import ARM64, OLD_FOR_TORCH2
 from predictor.documents.profile import load_profile
 from predictor.documents.work import Work
-from predictor.exceptions import NoFeasibleConfigError
+from predictor.exceptions import ConfigError, NoFeasibleConfigError
 from predictor.model.batch import fleet_batches
 from predictor.model.predict import predict
 from predictor.ranking import Constraints, global_batch, rank
@@ -51,7 +51,7 @@ def test_p4d_two_nodes_keep_the_global_batch_of_16(catalog) -> None:
     assert plan.constraints.work_samples == 1000 * 16
     assert any("strong scaling" in n and "16 samples" in n for n in plan.notes)
     weak = rank(
-        profile, Constraints(steps=1000, allow=("p4d.24xlarge",), max_instances=2, scaling="weak"), catalog=catalog
+        profile, Constraints(samples=16_000, allow=("p4d.24xlarge",), max_instances=2, scaling="weak"), catalog=catalog
     )
     assert {e.fleet: e.global_batch for e in weak.entries}["p4d.24xlarge:2"] == 256  # the explicit choice
     assert weak.constraints.scaling == "weak" and any("weak scaling (asked)" in n for n in weak.notes)
@@ -220,3 +220,19 @@ def test_the_launcher_splits_a_batch_as_the_ranking_does(catalog) -> None:
         for total in (n, n + 1, 3 * n + 2):
             sizes = rank_batch_sizes(entry, total)
             assert sum(sizes) == total and min(sizes) >= 1 and len(sizes) == n, (entry.fleet, total, sizes)
+
+
+def test_steps_under_weak_scaling_are_refused_with_the_way_out(catalog) -> None:
+    """An audit: ``--steps 1000 --scaling weak`` priced 1,000 steps of the profiled global batch (4,000 samples), 9
+    steps of a 480-GPU fleet's own batch, where a script stopped at max_steps runs 1,000 of them. Under weak scaling
+    the work is samples or epochs; a step count is refused, naming both ways out."""
+    profile = _profile(**A100_16)
+    with pytest.raises(ConfigError) as err:
+        rank(profile, Constraints(steps=1000, scaling="weak"), catalog=catalog)
+    said = str(err.value)
+    assert err.value.parameter == "steps" and "samples" in said and "epochs" in said and "strong" in said, said
+    by_samples = rank(profile, Constraints(samples=16_000, scaling="weak", max_instances=2), catalog=catalog)
+    by_epochs = rank(
+        profile, Constraints(epochs=2, steps_per_epoch=500, scaling="weak", max_instances=2), catalog=catalog
+    )
+    assert by_samples.constraints.work_samples == by_epochs.constraints.work_samples == 16_000

@@ -583,6 +583,23 @@ def test_an_observation_whose_step_is_not_the_profiled_trainings_is_said_and_cou
     assert post(0.8 * predicted, 256 / (0.8 * predicted))["note"].startswith("counted under")
 
 
+def test_the_librarys_constraints_through_the_client_rank_as_the_library_does(tmp_path, catalog) -> None:
+    """An audit: ``ServiceClient(url).rank(profile, Constraints(steps=..., market="spot"))`` was refused (422): the
+    request carried the mixed market's default share as if given. Every market now ranks through the service as
+    the library ranks it."""
+    from predictor.ranking import Constraints, rank
+    from predictor.service.client import ServiceClient
+
+    app = create_app(catalog=catalog, observations=tmp_path / "obs.sqlite")
+    with background_server(app) as url:
+        for market in ("spot", "on-demand", "mixed", "any"):
+            asked = Constraints(steps=1000, market=market, max_instances=4)
+            served = ServiceClient(url).rank(MINIMAL, asked)
+            local = rank(load_profile(copy.deepcopy(MINIMAL)), asked, catalog=catalog)
+            assert [e.fleet for e in served.entries] == [e.fleet for e in local.entries], market
+            assert served.constraints == local.constraints, market
+
+
 def test_a_body_over_the_limit_is_said_as_such_not_as_a_service_that_is_down(tmp_path, catalog) -> None:
     """A trial: ServiceClient.predict with a 2 MB profile said "Cannot reach the predictor ... Is srifty serve
     running there?": the guard answers 413 from the length alone and closes while urllib still sends. The client
@@ -676,3 +693,13 @@ def test_an_app_started_again_answers_as_the_first_time(tmp_path, catalog) -> No
     for _ in range(2):
         with TestClient(app) as c:
             assert c.post("/v1/predict", json={"profile": MINIMAL, "fleet": "g5.xlarge:1"}).status_code == 200
+
+
+def test_a_confidence_in_percent_is_said_as_the_cli_says_it(client) -> None:
+    """An audit: ``"confidence": 95`` got pydantic's "<= 0.999" alone, where the CLI and the library say it is a
+    percentage and give the fraction."""
+    said = client.post("/v1/rank", json={"profile": MINIMAL, "constraints": {"steps": 100, "confidence": 95}})
+    msg = said.json()["detail"][0]["msg"]
+    assert said.status_code == 422 and "not a percentage: 95 % is" in msg and "0.95" in msg, msg
+    past = client.post("/v1/rank", json={"profile": MINIMAL, "constraints": {"steps": 100, "confidence": 1.5}})
+    assert "percentage" not in past.json()["detail"][0]["msg"]  # not a percentage: no such hint

@@ -787,11 +787,13 @@ def generate(
     plan: Plan,
     out: str | os.PathLike[str],
     *,
-    choice: int = 0,
+    choice: int | None = None,
     options: Options = Options(),
     catalog: Catalog | None = None,
 ) -> Generated:
-    """Write the root module for ``plan.entries[choice]`` into ``out`` (see the module docstring)."""
+    """Write the root module for ``plan.entries[choice]`` (default: the plan's recommendation, ``plan.chosen``) into
+    ``out`` (see the module docstring)."""
+    choice = plan.chosen if choice is None else choice
     target = Path(out)
     catalog = catalog or Catalog.load()
     tfvars(plan, choice, options, catalog)  # every option checked before any file is packed or written
