@@ -144,10 +144,13 @@ def _table(doc: dict[str, Any]) -> None:
     from lightning_srifty.cli._common import console
 
     j = doc["job"]
+    # hours to a precision the run's length can show: 0.1 h of a 29 h run, 0.001 h (3.6 s) of a 14-minute one (a
+    # trial's short job read 0.2, 0.3 and 0.5 h for every policy)
+    d = min(3, max(1, 2 - math.floor(math.log10(max(j["work_h"], 1e-3)))))
     table = Table(
         title=(
-            f"Replay of {doc['fleet']} ({doc['market']}): {j['work_h']:.1f} h of training, deadline "
-            f"{j['deadline_h']:.1f} h, spot there {doc['spot_available_share']:.0%} of the time"
+            f"Replay of {doc['fleet']} ({doc['market']}): {j['work_h']:.{d}f} h of training, deadline "
+            f"{j['deadline_h']:.{d}f} h, spot there {doc['spot_available_share']:.0%} of the time"
         ),
         title_justify="left",
     )
@@ -157,13 +160,13 @@ def _table(doc: dict[str, Any]) -> None:
         h = r["hours"]
         table.add_row(
             r["policy"],
-            "-" if r["finished_h"] is None else f"{r['finished_h']:.1f}",
+            "-" if r["finished_h"] is None else f"{r['finished_h']:.{d}f}",
             "-" if r["cost_usd"] is None else f"{r['cost_usd']:,.2f}",
             "met" if r["deadline_met"] else "MISSED",
             str(r["preemptions"]) if r["policy"] != "optimum" else "-",
-            f"{h['spot']:.1f}" if h else "-",
-            f"{h['on-demand']:.1f}" if h else "-",
-            f"{h['waiting']:.1f}" if h else "-",
+            f"{h['spot']:.{d}f}" if h else "-",
+            f"{h['on-demand']:.{d}f}" if h else "-",
+            f"{h['waiting']:.{d}f}" if h else "-",
         )
     out = console()
     out.print(table)

@@ -16,7 +16,7 @@ import numpy as np
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.feasible import exclusion
 from predictor.catalog.fleet import parse_fleet
-from predictor.catalog.instances import InstanceType
+from predictor.catalog.instances import SPOT_OUTLIER_HINT, InstanceType, Price
 from predictor.documents.plan import PLAN_SCHEMA, CheckpointSource, Plan, PlanCalibration, PlanEntry, writer
 from predictor.documents.profile import Profile
 from predictor.documents.work import Work
@@ -801,6 +801,7 @@ def _outlier_notes(entries: list[PlanEntry], types: list[InstanceType]) -> list[
     (:meth:`InstanceType.spot_outlier`) or whose interruption rate is assumed (:meth:`InstanceType.spot_unlisted`)."""
     by_name = {t.name: t for t in types}
     said: dict[tuple[str, str], str] = {}
+    estimated: dict[str, list[Price]] = {}  # by region: the spot prices that are estimates, not a zone's measure
     for e in entries:
         if e.market == "on-demand":
             continue
@@ -809,7 +810,25 @@ def _outlier_notes(entries: list[PlanEntry], types: list[InstanceType]) -> list[
             if key not in said and g.instance_type in by_name and g.spot:
                 it = by_name[g.instance_type]
                 said[key] = "; ".join(n for n in (it.spot_outlier(e.region), it.spot_unlisted()) if n)
-    return [note for note in said.values() if note]
+                price = it.price(e.region, "spot")
+                if price is not None and price.estimated:
+                    estimated.setdefault(e.region, []).append(dataclasses.replace(price, source=it.name))
+    return [note for note in said.values() if note] + [_estimated_note(r, p) for r, p in estimated.items()]
+
+
+def _estimated_note(region: str, prices: list[Price]) -> str:
+    """The listed fleets' spot prices in ``region`` that the catalog estimates (on-demand less the Spot Instance
+    Advisor's savings) where no zone's price was measured: a trial read $0.41/h in the table as a price, where the
+    catalog shows it as ~0.410."""
+    names = [p.source for p in prices]
+    named = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+    dates = sorted({p.as_of for p in prices if p.as_of})
+    return (
+        f"the spot price{'s' if len(names) > 1 else ''} of {named} in {region} "
+        f"{'are estimates' if len(names) > 1 else 'is an estimate'} (on-demand less the Spot Instance Advisor's "
+        f"savings{', ' + ' to '.join(dates[:: max(1, len(dates) - 1)]) if dates else ''}), not a zone's measured "
+        f"price: {SPOT_OUTLIER_HINT} (aws ec2 describe-spot-price-history --instance-types {' '.join(names)})"
+    )
 
 
 # Fewer spells with spot than this and the traces' interruption rate is uncertain by more than a third (Poisson:

@@ -61,6 +61,9 @@ def validation_count(v: ValidationTiming, work: Work, constraints: Constraints, 
         every, cadence = v.every_batches, f"every {v.every_batches:,} training batches"
         if v.every_epochs is None or epoch is None:  # counted over the run, not within each epoch
             return cadence, int(work.batches // every)
+        # counted from each epoch's start (a trial read "every 50 training batches" of a run whose 64-batch epochs
+        # validated once each, at the 50th)
+        cadence = f"every {v.every_batches:,} training batches of each epoch, counted from its start"
         if every > epoch:  # Lightning's _FitLoop.setup_data raises ValueError
             return cadence + (
                 f", more than the planned epoch's {epoch:,}: Lightning refuses it (check_val_every_n_epoch=None counts "

@@ -342,6 +342,7 @@ def test_srifty_terraform_says_when_the_script_would_train_another_global_batch(
     got = generate(plan, tmp_path / "a", choice=choice, options=options, catalog=catalog)
     (note,) = [n for n in got.notes if "another training than the one ranked" in n]
     assert "the plan trains 64 a GPU on 4 GPUs" in note and "(256 a GPU), 1024 samples a step" in note
+    assert note.endswith("set the batch from SRIFTY_BATCH_SIZES"), note  # the same accumulation: the batch alone
     one = next(i for i, e in enumerate(plan.entries) if e.gpus == 1)  # the profiled split: nothing to say
     same = generate(plan, tmp_path / "b", choice=one, options=dataclasses.replace(options, name="batch-b"),
                     catalog=catalog)  # fmt: skip
@@ -350,6 +351,47 @@ def test_srifty_terraform_says_when_the_script_would_train_another_global_batch(
     glued = generate(plan, tmp_path / "c", choice=choice, options=dataclasses.replace(options, name="batch-c"),
                      catalog=catalog)  # fmt: skip
     assert not any("another training" in n for n in glued.notes)
+
+
+def test_srifty_terraform_says_which_of_the_batch_and_the_accumulation_differ_and_a_refused_validation(
+    tmp_path, catalog
+) -> None:
+    """A trial: a script accumulating 2 (32 a GPU, 64 a step on one GPU) planned on two GPUs at 32 each, 1 micro-step,
+    was told to set the batch only, where the accumulation differed; and its validation every 50 of its 64 batches
+    was more than the 32 a rank trains on two GPUs, which Lightning refuses at the first step (only the rehearsal
+    found it). srifty terraform names the accumulation's variable, and says of the validation."""
+    import copy
+
+    from _support import MINIMAL
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+
+    project = _project(tmp_path / "p")
+    (project / "train.py").write_text("import lightning\n")  # its own Trainer and DataLoader
+    profiled = copy.deepcopy(MINIMAL)
+    profiled["batch"] = {"per_device": 32, "all_devices": 32, "accumulate_grad_batches": 2}
+    profiled["validation"] = {"every_batches": 50, "every_epochs": 1, "epoch_batches": 64}
+    (project / "srifty").mkdir()
+    (project / "srifty" / "profile.json").write_text(json.dumps(profiled))
+    plan = rank(load_profile(copy.deepcopy(profiled)), Constraints(steps=1000, allow=("g5.xlarge",), max_instances=2,
+                market="on-demand", objective="time"), catalog=catalog)  # fmt: skip
+    two = next(i for i, e in enumerate(plan.entries) if e.gpus == 2)
+    assert plan.entries[two].batch_per_gpu() == "32"
+    options = Options(name="val-a", code=str(project), train_command="train.py")
+    notes = generate(plan, tmp_path / "a", choice=two, options=options, catalog=catalog).notes
+    (batch,) = [n for n in notes if "another training than the one ranked" in n]
+    assert batch.endswith("set the accumulation from SRIFTY_ACCUMULATE_GRAD_BATCHES"), batch
+    (val,) = [n for n in notes if "val_check_interval" in n]
+    assert "every 50 training batches" in val and "more than the 32 batches a rank trains" in val, val
+    assert "Lightning refuses it" in val and "check_val_every_n_epoch=None" in val
+    one = next(i for i, e in enumerate(plan.entries) if e.gpus == 1)  # 64 batches a rank: validates at the 50th
+    options = dataclasses.replace(options, name="val-b")
+    assert not any("val_check_interval" in n for n in generate(plan, tmp_path / "b", choice=one, options=options,
+                                                                 catalog=catalog).notes)  # fmt: skip
+    (project / "train.py").write_text('Trainer(strategy="srifty_auto")\n')  # the plan's batch: the same epoch
+    options = dataclasses.replace(options, name="val-c")
+    glued = generate(plan, tmp_path / "c", choice=two, options=options, catalog=catalog).notes
+    assert any("more than the 32 batches a rank trains" in n for n in glued)
 
 
 def test_a_plain_http_endpoint_gets_a_bucket_that_takes_the_applys_uploads(tmp_path, catalog) -> None:

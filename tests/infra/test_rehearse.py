@@ -475,6 +475,24 @@ def test_a_rule_the_local_aws_could_not_keep_fails_the_rehearsal() -> None:
         proxy.server.server_close()
 
 
+def test_a_failed_nodes_tail_shows_the_error_its_rank_raised(tmp_path) -> None:
+    """A trial's failed leg showed torchrun's ChildFailedError table as the log's last lines; its rank's own
+    ValueError (a validation interval over the fleet's epoch) was only in the node's console. The tail now leads with
+    the first exception a process raised, torchrun's report aside."""
+    from lightning_srifty.provision.rehearsal.node import Node, first_error
+
+    node = Node("i-1", "g6.xlarge", 1, 1, tmp_path, "", "spot")
+    raised = "ValueError: `val_check_interval` (50) must be less than or equal to the number of the training batches"
+    (tmp_path / "console.log").write_text(f"[rank1]: Traceback (most recent call last):\n[rank1]: {raised} (32).\n")
+    table = "    raise ChildFailedError(\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+    (tmp_path / "user-data.log").write_text("booting\n" * 40 + table + "  error_file: <N/A>\n")
+    tail = node.tail()
+    assert tail.startswith(f"(the first error raised: {raised} (32).)") and "error_file" in tail, tail
+    assert first_error(table) is None and first_error("  warnings.warn(UserWarning('x'))") is None
+    (tmp_path / "console.log").write_text("")
+    assert not node.tail().startswith("(the first error")  # none raised: the tail alone
+
+
 def test_the_cli_lists_rehearse_after_check() -> None:
     from lightning_srifty.cli import COMMANDS
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shutil
 import signal
 import stat
@@ -37,6 +38,21 @@ MARKS = {
     "exited": "srifty: the training job exited with",
     "hung": "): it hangs; killing it",  # the stall watch's verdict
 }
+
+
+# an exception a process raised, as Python prints its last line (a rank's prefixed by torchrun, "[rank1]: "):
+# torchrun's own ChildFailedError, which only reports its workers' end, is not one
+_RAISED = re.compile(r"^(?:\[(?:default)?rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)\b:?.*)$")
+
+
+def first_error(text: str) -> str | None:
+    """The first exception raised in ``text`` (its type and message, one line), torchrun's report of its workers
+    aside; None where none was."""
+    for line in text.splitlines():
+        m = _RAISED.match(line.strip())
+        if m and "ChildFailedError" not in m.group(1) and not line.lstrip().startswith(("raise ", "File ")):
+            return m.group(1).strip()[:300]
+    return None
 
 
 @dataclass
@@ -137,8 +153,15 @@ class Node:
             return ""
 
     def tail(self, lines: int = 25) -> str:
+        """The log's last ``lines`` (the node's console where it has none), after the first exception a process
+        raised where those lines do not show it: torchrun's ChildFailedError table closes a failed job's log, and a
+        trial's rank's own ``ValueError`` was only in the console."""
         text = self.log() or _read(self.work / "console.log")
-        return "\n".join(text.splitlines()[-lines:])
+        last = "\n".join(text.splitlines()[-lines:])
+        first = first_error(text + "\n" + _read(self.work / "console.log"))
+        if first and first not in last:
+            return f"(the first error raised: {first})\n{last}"
+        return last
 
     def update_marks(self) -> list[str]:
         """The marks first seen now (the caller reports them)."""

@@ -1055,7 +1055,9 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
         notes.append(unregistered)
     if glue is not None and (fabric := glue.fabric_note(argv[0])) is not None:
         return [*notes, fabric]  # no Trainer: the plan's strategy and batch notes speak of one
-    if glue is not None and glue.asks_for_the_plan:
+    plan_batches = glue is not None and glue.asks_for_the_plan
+    notes += _validation_notes(entry, options, argv[0], plan_batches)
+    if plan_batches:
         return notes
     if entry.layout is not None and entry.layout.strategy != "ddp":
         notes.append(
@@ -1064,6 +1066,40 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
             'Pass Trainer(strategy="srifty_auto") (docs/launch.md)'
         )
     return notes + _batch_notes(entry, options, argv[0])
+
+
+def _validation_notes(entry: PlanEntry, options: Options, script: str, plan_batches: bool) -> list[str]:
+    """A validation every N training batches (an int ``val_check_interval``, validating each epoch) that is more than
+    the batches each rank trains an epoch on this fleet: Lightning refuses it at the first step
+    (``_FitLoop.setup_data``: "`val_check_interval` (50) must be less than or equal to the number of the training
+    batches (32)"). A trial's script validating every 50 of its 64 batches on one GPU ran on the plan's two at 32 a
+    rank, and only the rehearsal found it. The epoch is the profiled one's samples (its batches x the samples of a
+    batch over all ranks) over the fleet's batch (the plan's, where the script asks for it, else the script's own on
+    every GPU)."""
+    path = Path(options.code or ".") / PROJECT_PROFILE
+    if options.snapshot or not path.is_file():
+        return []
+    try:
+        profile = load_profile(path)
+    except Exception:  # noqa: BLE001 - a profile that does not read is the pre-flight's business
+        return []
+    v, batch = profile.validation, profile.batch
+    if v is None or not v.every_batches or v.every_epochs is None or v.every_epoch_fraction is not None or v.every_s:
+        return []
+    sizes = entry.rank_batches() if plan_batches else None
+    per_batch = sum(sizes) if sizes else batch.per_device * entry.gpus
+    if not v.epoch_batches or not batch.all_devices or per_batch <= 0:
+        return []
+    epoch = math.ceil(v.epoch_batches * batch.all_devices / per_batch - 1e-9)  # a rank's batches, the last part one
+    if v.every_batches <= epoch:
+        return []
+    return [
+        f"{script} validates every {v.every_batches:,} training batches each epoch (val_check_interval="
+        f"{v.every_batches}), more than the {epoch:,} batches a rank trains an epoch on this fleet ({entry.gpus} GPUs, "
+        f"{per_batch:g} samples a batch over them): Lightning refuses it at the first step (ValueError). Give "
+        "val_check_interval as a share of the epoch (e.g. 1.0, at its end), or check_val_every_n_epoch=None to count "
+        "the batches over the run"
+    ]
 
 
 def _batch_notes(entry: PlanEntry, options: Options, script: str) -> list[str]:
@@ -1089,8 +1125,15 @@ def _batch_notes(entry: PlanEntry, options: Options, script: str) -> list[str]:
         f'(Trainer(strategy="srifty_auto")): its DataLoader keeps the batch it was profiled with ({own:g} a GPU'
         + (f", {accumulation} accumulated" if accumulation > 1 else "")
         + f"), {own * accumulation * entry.gpus:g} samples a step on this fleet: another training than the one "
-        'ranked. Pass Trainer(strategy="srifty_auto") (docs/launch.md), or set the batch from '
-        + protocol.VARIABLES["batch_sizes"]
+        'ranked. Pass Trainer(strategy="srifty_auto") (docs/launch.md), or set '
+        + " and ".join(
+            f"the {what} from {protocol.VARIABLES[name]}"
+            for what, name, differs in (
+                ("batch", "batch_sizes", any(b != own for b in sizes)),
+                ("accumulation", "accumulate_grad_batches", entry.accumulate_grad_batches != accumulation),
+            )
+            if differs
+        )
     ]
 
 
