@@ -382,7 +382,7 @@ def test_srifty_terraform_says_which_of_the_batch_and_the_accumulation_differ_an
     (batch,) = [n for n in notes if "another training than the one ranked" in n]
     assert batch.endswith("set the accumulation from SRIFTY_ACCUMULATE_GRAD_BATCHES"), batch
     (val,) = [n for n in notes if "val_check_interval" in n]
-    assert "every 50 training batches" in val and "more than the 32 batches a rank trains" in val, val
+    assert "validated every 50 training batches" in val and "more than the 32 batches a rank trains" in val, val
     assert "Lightning refuses it" in val and "check_val_every_n_epoch=None" in val
     one = next(i for i, e in enumerate(plan.entries) if e.gpus == 1)  # 64 batches a rank: validates at the 50th
     options = dataclasses.replace(options, name="val-b")

@@ -1094,11 +1094,11 @@ def _validation_notes(entry: PlanEntry, options: Options, script: str, plan_batc
     if v.every_batches <= epoch:
         return []
     return [
-        f"{script} validates every {v.every_batches:,} training batches each epoch (val_check_interval="
+        f"the profiled run validated every {v.every_batches:,} training batches of each epoch (val_check_interval="
         f"{v.every_batches}), more than the {epoch:,} batches a rank trains an epoch on this fleet ({entry.gpus} GPUs, "
-        f"{per_batch:g} samples a batch over them): Lightning refuses it at the first step (ValueError). Give "
-        "val_check_interval as a share of the epoch (e.g. 1.0, at its end), or check_val_every_n_epoch=None to count "
-        "the batches over the run"
+        f"{per_batch:g} samples a batch over them): where {script} does so here, Lightning refuses it at the first "
+        "step (ValueError). Give val_check_interval as a share of the epoch (e.g. 1.0, at its end), or "
+        "check_val_every_n_epoch=None to count the batches over the run"
     ]
 
 
