@@ -53,7 +53,8 @@ def check_constraints(owner: str, given: Constraints | Mapping[str, Any] | None)
             parameter="constraints",
             value=given,
         )
-    (given if has_work(given) else dataclasses.replace(given, steps=1)).validate()
+    # without work, the rest checked with a stand-in that every scaling takes (a step count is refused under weak)
+    (given if has_work(given) else dataclasses.replace(given, samples=1)).validate()
     return given
 
 
@@ -124,12 +125,12 @@ def with_work(constraints: Constraints, trainer: pl.Trainer) -> Constraints | No
     if has_work(constraints):
         return constraints
     batches, epochs = trainer.num_training_batches, trainer.max_epochs
-    by_epochs = epochs is not None and epochs > 0 and batches and batches != float("inf")
-    if constraints.scaling == "weak" and by_epochs and not (trainer.max_steps and trainer.max_steps > 0):
-        # a step is each fleet's own global batch there: the run's length is its epochs (a max_steps run is refused
-        # by the constraints' check, with the way out)
+    if constraints.scaling == "weak" and epochs is not None and epochs > 0 and batches and batches != float("inf"):
+        # a step is each fleet's own global batch there: the run's length is its epochs, where they end it (a run
+        # that max_steps ends first is refused by the constraints' check, with the way out)
         per_epoch = math.ceil(int(batches) / max(1, int(trainer.accumulate_grad_batches)))
-        return dataclasses.replace(constraints, epochs=float(epochs or 0), steps_per_epoch=per_epoch)
+        if not (trainer.max_steps and 0 < trainer.max_steps < epochs * per_epoch):
+            return dataclasses.replace(constraints, epochs=float(epochs), steps_per_epoch=per_epoch)
     steps = planned_steps(trainer)
     # optimizer steps, as everywhere: the work is steps x the profiled global batch (accumulation included)
     return dataclasses.replace(constraints, steps=int(steps)) if steps else None

@@ -63,7 +63,8 @@ def validation_count(v: ValidationTiming, work: Work, constraints: Constraints, 
             return cadence, int(work.batches // every)
         # counted from each epoch's start (a trial read "every 50 training batches" of a run whose 64-batch epochs
         # validated once each, at the 50th)
-        cadence = f"every {v.every_batches:,} training batches of each epoch, counted from its start"
+        epochs = "each epoch" if v.every_epochs == 1 else f"one epoch in {v.every_epochs}"
+        cadence = f"every {v.every_batches:,} training batches of {epochs}, counted from its start"
         if every > epoch:  # Lightning's _FitLoop.setup_data raises ValueError
             return cadence + (
                 f", more than the planned epoch's {epoch:,}: Lightning refuses it (check_val_every_n_epoch=None counts "

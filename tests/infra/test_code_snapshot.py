@@ -392,6 +392,23 @@ def test_srifty_terraform_says_which_of_the_batch_and_the_accumulation_differ_an
     options = dataclasses.replace(options, name="val-c")
     glued = generate(plan, tmp_path / "c", choice=two, options=options, catalog=catalog).notes
     assert any("more than the 32 batches a rank trains" in n for n in glued)
+    # srifty_auto's sampler draws whole global batches of the plan's micro-steps (a review: 2,048 samples at 16 a
+    # rank on 2 ranks, 3 accumulated, are 21 whole steps, 63 batches a rank, where a rounded-up count said 64)
+    accumulated = dataclasses.replace(
+        plan.entries[two],
+        groups=tuple(dataclasses.replace(g, micro_batches=(16, 16), accumulate_grad_batches=3)
+                     for g in plan.entries[two].groups),
+    )  # fmt: skip
+    profiled["batch"] = {"per_device": 32, "all_devices": 32, "accumulate_grad_batches": 2}
+    profiled["validation"] = {"every_batches": 64, "every_epochs": 1, "epoch_batches": 64}  # 2,048 samples
+    (project / "srifty" / "profile.json").write_text(json.dumps(profiled))
+    from lightning_srifty.provision.terraform.generate import _validation_notes
+
+    (val,) = _validation_notes(accumulated, dataclasses.replace(options, name="val-d"), "train.py", True)
+    assert "more than the 63 batches a rank trains" in val, val
+    profiled["validation"]["every_batches"] = 63
+    (project / "srifty" / "profile.json").write_text(json.dumps(profiled))
+    assert _validation_notes(accumulated, dataclasses.replace(options, name="val-e"), "train.py", True) == []
 
 
 def test_a_plain_http_endpoint_gets_a_bucket_that_takes_the_applys_uploads(tmp_path, catalog) -> None:

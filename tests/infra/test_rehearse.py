@@ -489,6 +489,15 @@ def test_a_failed_nodes_tail_shows_the_error_its_rank_raised(tmp_path) -> None:
     tail = node.tail()
     assert tail.startswith(f"(the first error raised: {raised} (32).)") and "error_file" in tail, tail
     assert first_error(table) is None and first_error("  warnings.warn(UserWarning('x'))") is None
+    for line, raised in (
+        ("[rank0]: Exception: boom", "Exception: boom"),  # a script's own raise Exception(...)
+        ("[default1]:torch.OutOfMemoryError: CUDA out of memory", "torch.OutOfMemoryError: CUDA out of memory"),
+        ("KeyboardInterrupt", "KeyboardInterrupt"),
+        ("RuntimeError count 3", None),  # prose, not a raise
+        ("Error: creating the bucket", None),  # Python raises no bare Error
+        ("[rank0]:[W1207 12:00:00] a warning", None),
+    ):
+        assert first_error(line) == raised, line
     (tmp_path / "console.log").write_text("")
     assert not node.tail().startswith("(the first error")  # none raised: the tail alone
 

@@ -676,8 +676,13 @@ def test_the_runs_own_length_under_weak_scaling_is_its_epochs() -> None:
     weak.validate()
     assert (weak.epochs, weak.steps_per_epoch, weak.steps) == (2, 4, None)
     assert strong.steps == 8 and weak.epochs * weak.steps_per_epoch == strong.steps
+    trainer([Work()], 10**9, max_epochs=2).fit(TinyModel(), loader(n=80, batch_size=8))  # the epochs end it
+    assert (seen["weak"].epochs, seen["weak"].steps_per_epoch, seen["weak"].steps) == (2, 10, None)
     trainer([Work()], 5, accumulate_grad_batches=3).fit(TinyModel(), loader(n=80, batch_size=8))
     stopped = seen["weak"]
     assert stopped is not None and stopped.steps == 5
     with pytest.raises(ConfigError, match="give the work as samples or epochs"):
         stopped.validate()
+    # and the callback that asks for weak scaling without a work is built (a review: its check stood in 1 step)
+    for asked in (Constraints(scaling="weak"), {"scaling": "weak"}):
+        assert SriftyCallback(constraints=asked, recommend=True).constraints.scaling == "weak"

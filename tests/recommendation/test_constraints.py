@@ -308,6 +308,8 @@ def test_validations_are_counted_as_lightning_runs_them_or_said_uncountable() ->
     planned = Constraints(epochs=2, steps_per_epoch=500)
     assert validation_count(ValidationTiming(every_batches=30), work, planned, PYTHON)[1] == 33  # over the run
     assert validation_count(ValidationTiming(every_batches=30, every_epochs=1), work, planned, PYTHON)[1] == 32
+    said = validation_count(ValidationTiming(every_batches=30, every_epochs=2), work, planned, PYTHON)[0]
+    assert said == "every 30 training batches of one epoch in 2, counted from its start", said  # a review
     said, runs = validation_count(ValidationTiming(every_batches=600, every_epochs=1), work, planned, PYTHON)
     assert runs is None and "more than the planned epoch's 500: Lightning refuses it" in said
     said, runs = validation_count(ValidationTiming(every_epoch_fraction=0.5), work, Constraints(steps=1000), PYTHON)

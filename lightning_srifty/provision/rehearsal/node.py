@@ -40,9 +40,14 @@ MARKS = {
 }
 
 
-# an exception a process raised, as Python prints its last line (a rank's prefixed by torchrun, "[rank1]: "):
-# torchrun's own ChildFailedError, which only reports its workers' end, is not one
-_RAISED = re.compile(r"^(?:\[(?:default)?rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)\b:?.*)$")
+# an exception a process raised, as Python prints its last line (a rank's prefixed by torchrun, "[rank1]: ", or its
+# tee, "[default1]:"): a name ending in Error or Exception (or those alone but a bare Error, which Python never
+# raises), then its message after a colon or nothing; torchrun's own ChildFailedError, which only reports its
+# workers' end, is not one
+_RAISED = re.compile(
+    r"^(?:\[(?:rank|default)\d+\]:\s*)?"
+    r"((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception)|Exception|KeyboardInterrupt)(?::\s.*|:)?)$"
+)
 
 
 def first_error(text: str) -> str | None:

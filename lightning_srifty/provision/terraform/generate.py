@@ -1090,7 +1090,12 @@ def _validation_notes(entry: PlanEntry, options: Options, script: str, plan_batc
     per_batch = sum(sizes) if sizes else batch.per_device * entry.gpus
     if not v.epoch_batches or not batch.all_devices or per_batch <= 0:
         return []
-    epoch = math.ceil(v.epoch_batches * batch.all_devices / per_batch - 1e-9)  # a rank's batches, the last part one
+    samples = v.epoch_batches * batch.all_devices  # at most: the profiled epoch's last batch may have been short
+    if sizes:  # srifty_auto's GlobalBatchSampler: whole global batches, each the plan's micro-steps
+        accumulation = entry.accumulate_grad_batches
+        epoch = math.floor(samples / (per_batch * accumulation) + 1e-9) * accumulation
+    else:  # the script's DataLoader over a DistributedSampler: the last part a batch of its own
+        epoch = math.ceil(samples / per_batch - 1e-9)
     if v.every_batches <= epoch:
         return []
     return [
