@@ -402,13 +402,13 @@ def test_srifty_terraform_says_which_of_the_batch_and_the_accumulation_differ_an
     profiled["batch"] = {"per_device": 32, "all_devices": 32, "accumulate_grad_batches": 2}
     profiled["validation"] = {"every_batches": 64, "every_epochs": 1, "epoch_batches": 64}  # 2,048 samples
     (project / "srifty" / "profile.json").write_text(json.dumps(profiled))
-    from lightning_srifty.provision.terraform.generate import _validation_notes
+    from lightning_srifty.provision.terraform.generate import _project_profile, _validation_notes
 
-    (val,) = _validation_notes(accumulated, dataclasses.replace(options, name="val-d"), "train.py", True)
+    (val,) = _validation_notes(accumulated, _project_profile(options), "train.py", True)
     assert "more than the 63 batches a rank trains" in val, val
     profiled["validation"]["every_batches"] = 63
     (project / "srifty" / "profile.json").write_text(json.dumps(profiled))
-    assert _validation_notes(accumulated, dataclasses.replace(options, name="val-e"), "train.py", True) == []
+    assert _validation_notes(accumulated, _project_profile(options), "train.py", True) == []
 
 
 def test_a_plain_http_endpoint_gets_a_bucket_that_takes_the_applys_uploads(tmp_path, catalog) -> None:

@@ -161,9 +161,9 @@ class Node:
         """The log's last ``lines`` (the node's console where it has none), after the first exception a process
         raised where those lines do not show it: torchrun's ChildFailedError table closes a failed job's log, and a
         trial's rank's own ``ValueError`` was only in the console."""
-        text = self.log() or _read(self.work / "console.log")
-        last = "\n".join(text.splitlines()[-lines:])
-        first = first_error(text + "\n" + _read(self.work / "console.log"))
+        log, console = self.log(), _read(self.work / "console.log")
+        last = "\n".join((log or console).splitlines()[-lines:])
+        first = first_error(log + "\n" + console)
         if first and first not in last:
             return f"(the first error raised: {first})\n{last}"
         return last

@@ -61,7 +61,7 @@ from predictor.catalog.catalog import Catalog
 from predictor.documents.atomic import atomic_write_bytes, atomic_write_text
 from predictor.documents.checks import Setting, check_settings, suggest
 from predictor.documents.plan import Plan, PlanEntry, check_choice
-from predictor.documents.profile import load_profile
+from predictor.documents.profile import Profile, load_profile
 from predictor.exceptions import ConfigError, ProvisionError, did_you_mean
 from predictor.runs.deadline import planned_interval_s
 from predictor.runs.spot import shutdown_grace_s
@@ -1056,7 +1056,8 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
     if glue is not None and (fabric := glue.fabric_note(argv[0])) is not None:
         return [*notes, fabric]  # no Trainer: the plan's strategy and batch notes speak of one
     plan_batches = glue is not None and glue.asks_for_the_plan
-    notes += _validation_notes(entry, options, argv[0], plan_batches)
+    profile = _project_profile(options)  # read once, for both notes
+    notes += _validation_notes(entry, profile, argv[0], plan_batches)
     if plan_batches:
         return notes
     if entry.layout is not None and entry.layout.strategy != "ddp":
@@ -1065,10 +1066,22 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
             "strategy: the Trainer starts with the script's own (plain DDP holds the whole model on every GPU). "
             'Pass Trainer(strategy="srifty_auto") (docs/launch.md)'
         )
-    return notes + _batch_notes(entry, options, argv[0])
+    return notes + _batch_notes(entry, profile, argv[0])
 
 
-def _validation_notes(entry: PlanEntry, options: Options, script: str, plan_batches: bool) -> list[str]:
+def _project_profile(options: Options) -> Profile | None:
+    """The code folder's own profile (``srifty/profile.json``), which the script notes compare the plan with; None
+    without one, for a snapshot given whole, or where it does not read (the pre-flight's business)."""
+    path = Path(options.code or ".") / PROJECT_PROFILE
+    if options.snapshot or not path.is_file():
+        return None
+    try:
+        return load_profile(path)
+    except Exception:  # noqa: BLE001 - a profile that does not read is the pre-flight's business
+        return None
+
+
+def _validation_notes(entry: PlanEntry, profile: Profile | None, script: str, plan_batches: bool) -> list[str]:
     """A validation every N training batches (an int ``val_check_interval``, validating each epoch) that is more than
     the batches each rank trains an epoch on this fleet: Lightning refuses it at the first step
     (``_FitLoop.setup_data``: "`val_check_interval` (50) must be less than or equal to the number of the training
@@ -1076,12 +1089,7 @@ def _validation_notes(entry: PlanEntry, options: Options, script: str, plan_batc
     rank, and only the rehearsal found it. The epoch is the profiled one's samples (its batches x the samples of a
     batch over all ranks) over the fleet's batch (the plan's, where the script asks for it, else the script's own on
     every GPU)."""
-    path = Path(options.code or ".") / PROJECT_PROFILE
-    if options.snapshot or not path.is_file():
-        return []
-    try:
-        profile = load_profile(path)
-    except Exception:  # noqa: BLE001 - a profile that does not read is the pre-flight's business
+    if profile is None:
         return []
     v, batch = profile.validation, profile.batch
     if v is None or not v.every_batches or v.every_epochs is None or v.every_epoch_fraction is not None or v.every_s:
@@ -1099,7 +1107,7 @@ def _validation_notes(entry: PlanEntry, options: Options, script: str, plan_batc
     if v.every_batches <= epoch:
         return []
     return [
-        f"the profiled run validated every {v.every_batches:,} training batches of each epoch (val_check_interval="
+        f"the profiled run validated every {v.every_batches:,} training batches of an epoch (val_check_interval="
         f"{v.every_batches}), more than the {epoch:,} batches a rank trains an epoch on this fleet ({entry.gpus} GPUs, "
         f"{per_batch:g} samples a batch over them): where {script} does so here, Lightning refuses it at the first "
         "step (ValueError). Give val_check_interval as a share of the epoch (e.g. 1.0, at its end), or "
@@ -1107,20 +1115,16 @@ def _validation_notes(entry: PlanEntry, options: Options, script: str, plan_batc
     ]
 
 
-def _batch_notes(entry: PlanEntry, options: Options, script: str) -> list[str]:
+def _batch_notes(entry: PlanEntry, profile: Profile | None, script: str) -> list[str]:
     """Where the plan splits the profiled global batch otherwise than the profiled run did (another GPU count, an
     accumulation) and the script never asks for the plan (srifty_auto applies its per-rank batch): the script's
     DataLoader keeps its own batch, and the fleet trains another global batch. A trial's 16 GPUs at 16 a GPU for the
     profiled 256 ran its script's 32 a GPU, 512 a step, and the summary said nothing. The profile is the code
     folder's own (``srifty/profile.json``); without it, nothing to compare."""
-    path = Path(options.code or ".") / PROJECT_PROFILE
     sizes = entry.rank_batches()
-    if options.snapshot or sizes is None or not path.is_file():
+    if profile is None or sizes is None:
         return []
-    try:
-        batch = load_profile(path).batch
-    except Exception:  # noqa: BLE001 - a profile that does not read is the pre-flight's business
-        return []
+    batch = profile.batch
     own, accumulation = batch.per_device, int(batch.accumulate_grad_batches or 1)
     if all(b == own for b in sizes) and entry.accumulate_grad_batches == accumulation:
         return []
