@@ -6,19 +6,13 @@ import argparse
 import json
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
-
-# how the code snapshot chose its files (provision.snapshot.code_files), in the summary's words
-SOURCE_WORDS = {
-    "git": "git's files: tracked and untracked, not ignored",
-    "walk": "not a git work tree: every file but what its top .gitignore / .sriftyignore leaves out",
-}
 
 
 def cmd_terraform(args: argparse.Namespace) -> int:
     from lightning_srifty.cli._common import load_catalog
     from lightning_srifty.provision.terraform.generate import generate
+    from lightning_srifty.provision.terraform.summary import README, node_summary
     from predictor.documents.plan import load_plan
 
     plan = load_plan(args.plan)
@@ -29,7 +23,10 @@ def cmd_terraform(args: argparse.Namespace) -> int:
     entry = plan.entries[args.choice]
     state = "written" if result.changed else "unchanged (already current)"
     print(f"Root module for {entry.fleet} ({entry.market}, {result.values['region']}) {state} in {result.out}:")
-    print(f"  {len(result.files)} files; values in {result.out / 'srifty.auto.tfvars.json'}")
+    print(
+        f"  {len(result.files)} files; values in {result.out / 'srifty.auto.tfvars.json'}"
+        + (f", the fleet's page in {result.out / README}" if README in result.files else "")
+    )
     print(node_summary(result, options))
     for note in result.notes:
         print(f"WARNING: {note}.", file=sys.stderr)
@@ -90,129 +87,6 @@ def _options(args: argparse.Namespace) -> Any:
     )
 
 
-def _size(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
-
-
-def _environment_lines(result: Any, options: Any, values: dict[str, Any], snap: Any) -> list[str]:
-    """What a node builds its environment from: the packages pinned, the index, the Python, CUDA, and the code."""
-    from lightning_srifty.provision.terraform import cuda
-    from lightning_srifty.provision.terraform.snapshot import ENVIRONMENT_FILE, read_member
-
-    env = json.loads(read_member(snap, ENVIRONMENT_FILE))
-    lines: list[str] = []
-    pins = ", ".join(env["packages"])
-    if env.get("requirements"):
-        pins += f", -r {env['requirements']}"
-    lines.append(f"  environment  a new virtual environment: {pins}")
-    lines.append(
-        f"               from {env.get('index_url') or 'PyPI'}"
-        + "".join(f" + {u}" for u in env.get("extra_index_urls") or [])
-        + f"; lightning-srifty from the code archive ({env['wheel'].rsplit('/', 1)[-1]})"
-    )
-    profiled_python = (env.get("profiled") or {}).get("python")
-    python = "the image's python3" + (f", seeing {env['base_python']}'s packages" if env.get("base_python") else "")
-    if profiled_python:
-        python += f" (the profile ran Python {profiled_python}; a node whose minor version differs says so in its log)"
-    lines.append(f"  python       {python}")
-    lines += cuda.summary(env, values["ami"].get("id"), getattr(result, "gpus", ()))
-    where = options.snapshot or Path(options.code or ".").resolve()
-    lines.append(
-        f"  code         {where} ({SOURCE_WORDS.get(snap.source, snap.source)}): {len(snap.files)} files, "
-        f"{_size(snap.bytes_in)}, archive {_size(snap.bytes_out)}, sha256 {snap.sha256[:16]}..."
-    )
-    return lines
-
-
-def node_summary(result: Any, options: Any) -> str:
-    """What every node will run, on one screen: image, environment, code, command, strategy."""
-    from lightning_srifty.console import fmt_life
-    from lightning_srifty.protocol import VARIABLES
-    from lightning_srifty.provision.terraform.command import torchrun_script, train_argv
-    from lightning_srifty.provision.terraform.generate import asks_for_the_plan
-
-    values, train = result.values, result.values["train"]
-    image = values["ami"].get("id") or "the Deep Learning AMI (PyTorch, Ubuntu 22.04) of each architecture"
-    lines = ["What every node runs:", f"  image        {image}"]
-    snap = result.snapshot
-    if train.get("image"):
-        lines.append(f"  container    {train['image']} (its Python; the snapshot's lightning-srifty installed in it)")
-    if snap is not None and not train.get("image"):
-        lines += _environment_lines(result, options, values, snap)
-    elif snap is None:
-        lines.append("  environment  the image's /opt/pytorch, then --setup-command")
-        lines.append("  code         none delivered (--no-code): --setup-command must fetch it")
-    if snap is not None and train.get("image"):
-        lines.append(
-            f"  code         {options.snapshot or Path(options.code or '.').resolve()} "
-            f"({SOURCE_WORDS.get(snap.source, snap.source)}): "
-            f"{len(snap.files)} files, sha256 {snap.sha256[:16]}..., at /workspace"
-        )
-    if options.setup_command:
-        lines.append(f"  setup        {options.setup_command}")
-    argv = " ".join(shlex.quote(a) for a in torchrun_script(list(train["argv"])))
-    lines.append(f"  command      torchrun --nnodes={train['nnodes']} --nproc_per_node=<GPUs per node> {argv}")
-    strategy = (train.get("env") or {}).get(VARIABLES["strategy"]) or "ddp"
-    asks = asks_for_the_plan(snap, options.train_command) if snap is not None else None
-    lines.append(
-        f"  strategy     {strategy}"
-        + (
-            f" ({train_argv(options.train_command)[0]} asks for the plan: srifty_auto applies its layout and "
-            "per-GPU batch)"
-            if asks
-            else " (the script builds its Trainer: the plan's layout and batch reach it only through srifty_auto)"
-        )
-    )
-    network = values["network"]
-    zone = network.get("availability_zone") or network.get("availability_zone_id")
-    where = f"zone {zone} (the plan's spot price)" if zone else "a zone AWS picks"
-    lines.append(
-        f"  network      {'a new minimal VPC' if network.get('create_vpc') else network.get('vpc_id')}, {where}"
-        + (
-            NAT_WORDS
-            if network.get("create_vpc") and any(g["network_interfaces"] > 1 for g in values["groups"])
-            else ""
-        )
-    )
-    bucket = values["checkpoints"].get("bucket") or "a new bucket (created by the apply)"
-    lines.append(f"  checkpoints  {bucket}, prefix {values['checkpoints']['prefix']}")
-    lines += _data_lines(values)
-    lines.append(
-        f"  life cap     the fleet stops itself {fmt_life(values['max_life_h'])} after its first launch (--max-life-h)"
-    )
-    lines += _hang_lines(values["watchdog"])
-    return "\n".join(lines)
-
-
-def _hang_lines(watchdog: dict[str, Any]) -> list[str]:
-    """The hang watch's line, and with it on a fleet without a launcher, what becomes of a script that hangs after its
-    training (the module's watchdog.after_fit_s)."""
-    lines = [_hang_line(watchdog)]
-    if (watchdog.get("stall_s") or 0) > 0 and not watchdog.get("heartbeat"):
-        after = watchdog.get("after_fit_s", 0)
-        lines.append(
-            f"  after fit    a script silent {after / 60:g} min after its training (a test, an export, an upload) is "
-            "killed and the fleet ends (--after-fit-timeout-min)"
-            if after
-            else "  after fit    no limit (--after-fit-timeout-min 0): a script that hangs after its training bills "
-            "until the life cap"
-        )
-    return lines
-
-
-def _hang_line(watchdog: dict[str, Any]) -> str:
-    """What becomes of a job that hangs on the fleet (the module's watchdog.stall_s)."""
-    stall = max(watchdog.get("stall_s") or 0, watchdog.get("grace_s") or 0) if watchdog.get("stall_s") else 0
-    if watchdog.get("heartbeat"):
-        return "  hang watch   srifty launch's (--stall-timeout-min)"
-    if stall:
-        return (
-            f"  hang watch   a job silent {stall / 60:g} min after its first step (no step, validation batch or save) "
-            "is killed, its node replaced, the job resumed (--stall-timeout-min)"
-        )
-    return "  hang watch   off (--stall-timeout-min 0): a hung job bills until the life cap"
-
-
 def stall_minutes(text: str) -> float:
     """``--stall-timeout-min`` and ``--after-fit-timeout-min``: 0 (off), or the module's bounds of watchdog.stall_s
     and after_fit_s in minutes (1 to 1440)."""
@@ -222,19 +96,6 @@ def stall_minutes(text: str) -> float:
     if 0 < minutes < 1 or minutes > 1440:
         raise argparse.ArgumentTypeError(f"{text}: 0 (not watched) or from 1 to 1440 minutes")
     return minutes
-
-
-def _data_lines(values: dict[str, Any]) -> list[str]:
-    """The training data the nodes read (read-only; the copied folders are whole before a node is ready)."""
-    lines = []
-    for entry in values.get("data") or []:
-        how = "copied to each node's disk before it is ready" if entry["copy"] else "read by the job from S3"
-        lines.append(f"  data         {entry['name']}={entry['uri']} (read-only, {how})")
-    for key in values.get("data_kms_key_arns") or []:
-        lines.append(f"  data key     {key} (kms:Decrypt through S3 only)")
-    for key in values.get("secret_kms_key_arns") or []:
-        lines.append(f"  secret key   {key} (kms:Decrypt through SSM and Secrets Manager only)")
-    return lines
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
@@ -265,14 +126,6 @@ def cmd_destroy(args: argparse.Namespace) -> int:
     destroy(args.dir, yes=args.yes, delete_checkpoints=args.delete_checkpoints)
     print("destroyed")
     return 0
-
-
-# the minimal VPC of a fleet whose instances have several network interfaces (EFA): EC2 gives them no public IP, so
-# they run in a private subnet behind a NAT gateway, which the module creates and the plan's cost does not price
-NAT_WORDS = (
-    ", its instances in a private subnet behind a NAT gateway (several EFA interfaces get no public IP; billed by "
-    "the hour and the GB, not in the plan's cost; S3 goes through a gateway endpoint, free)"
-)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -238,9 +238,9 @@ def test_a_gpu_node_installs_the_torch_build_its_driver_runs(torch, driver, buil
 def test_the_cuda_table_is_one_place_and_names_the_default_image(tmp_path, catalog) -> None:
     """cuda_builds.json: every build of every torch release has NVIDIA's minimum drivers; the default image it
     knows is the one the module resolves; srifty terraform names the pick on it and the rule every node applies."""
-    from lightning_srifty.cli.terraform import node_summary
     from lightning_srifty.provision.terraform import cuda
     from lightning_srifty.provision.terraform.bootstrap import cuda_release
+    from lightning_srifty.provision.terraform.summary import node_summary
 
     data = cuda.table()
     for builds in data["torch_builds"].values():

@@ -259,6 +259,67 @@ def test_the_summary_tells_a_script_that_asks_for_the_plan_from_one_that_does_no
         assert words in " ".join(capsys.readouterr().out.split())
 
 
+def test_the_folder_has_a_page_for_whoever_reviews_it(tmp_path, capsys, monkeypatch) -> None:
+    """An infra team reviews the generated folder (a pull request): its README.md says which fleet and why, what the
+    plan predicts (time, cost and their intervals, the deadline's chance), what every node runs (the summary printed),
+    the warnings printed, and the commands; the same inputs write the same bytes, another choice rewrites it, and a
+    README of the team's own in a folder written before srifty wrote one is left alone."""
+    from lightning_srifty.provision.terraform.summary import README
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('training')\n")
+    monkeypatch.chdir(project)
+    plan_path = ROOT / "terraform" / "examples" / "multi-node-spot" / "plan.json"
+    plan, folder = load_plan(plan_path), tmp_path / "infra"
+    args = ["terraform", "--plan", str(plan_path), "--out", str(folder), "--name", "page-run"]
+    assert main([*args, "--train-command", "python train.py --epochs 3"]) == 0
+    said = capsys.readouterr()
+    page = (folder / README).read_text()
+    entry = plan.entries[plan.chosen]
+    assert page.startswith(f"# page-run: {entry.fleet} ({entry.market}, us-east-1)\n"), page[:200]
+    assert "(the plan's recommendation;" in page
+    assert README in json.loads((folder / MARKER).read_text())["files"]
+    assert f"the fleet's page in {folder / README}" in said.out
+    # what every node runs, line for line as printed
+    summary = said.out.split("What every node runs:\n", 1)[1].split("\nReview it", 1)[0]
+    assert summary and summary in page, summary
+    # every warning printed is on the page
+    warnings = [line.removeprefix("WARNING: ") for line in said.err.splitlines() if line.startswith("WARNING: ")]
+    assert warnings and all(f"- {w}" in page for w in warnings), (warnings, page)
+    for words in (
+        f"{entry.nodes} x {entry.groups[0].instance_type}",
+        f"at ${entry.usd_per_hour:,.2f}/h",
+        f"{plan.constraints.work_samples:,.0f} samples",
+        "80% interval",
+        "srifty rehearse --dir .",
+        "srifty down --dir .",
+    ):
+        assert words in page, words
+    table = [line for line in page.splitlines() if line.startswith("| ")]
+    assert len(table) >= 9 and all(line.replace("\\|", "").count("|") == 3 for line in table), table
+    # the same inputs: the same bytes; another entry: its own page, which says it is not the recommendation
+    assert main([*args, "--train-command", "python train.py --epochs 3"]) == 0
+    assert "unchanged (already current)" in capsys.readouterr().out
+    assert (folder / README).read_text() == page
+    other = next(i for i in range(len(plan.entries)) if i != plan.chosen)
+    assert main([*args, "--choice", str(other), "--train-command", "python train.py --epochs 3"]) == 0
+    capsys.readouterr()
+    again = (folder / README).read_text()
+    assert again.startswith(f"# page-run: {plan.entries[other].fleet} ")
+    assert f"not the plan's recommendation, which is entry {plan.chosen} ({entry.fleet})" in again
+    # a folder written before srifty wrote a page, where the team added its own: theirs stays, and it is said
+    marker = json.loads((folder / MARKER).read_text())
+    marker["files"].remove(README)
+    (folder / MARKER).write_text(json.dumps(marker))
+    (folder / README).write_text("# our fleet\n")
+    assert main([*args, "--train-command", "python train.py --epochs 3"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (folder / README).read_text() == "# our fleet\n"
+    assert "is not one srifty terraform wrote (.srifty.json does not list it): it is left as it is" in err, err
+    assert README not in json.loads((folder / MARKER).read_text())["files"]
+
+
 def test_plan_summary_counts_actions() -> None:
     plan = {
         "resource_changes": [

@@ -7,9 +7,11 @@ What is written (``--out infra/``):
       modules/training_fleet/                           a copy of the reviewed module, pinned with the root
       srifty.auto.tfvars.json                           every value, from the plan (sorted keys: diffable)
       .srifty.json                                      what generated the folder (plan hash, choice, files)
+      README.md                                         the fleet, its prediction, what every node runs, warnings,
+                                                        the commands (provision.terraform.summary.root_readme)
 
-Python never writes HCL: the only generated file is JSON. Re-running with the same inputs writes the same bytes;
-a folder that exists, is not empty, and was not written by this generator is refused.
+Python never writes HCL: the generated files are JSON and the README. Re-running with the same inputs writes the
+same bytes; a folder that exists, is not empty, and was not written by this generator is refused.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from lightning_srifty.provision.terraform.command import (
     check_secret_kms_keys,
     train_argv,
 )
-from lightning_srifty.provision.terraform.glue import command_glue
+from lightning_srifty.provision.terraform.glue import command_glue, unregistered_strategy_note
 from lightning_srifty.provision.terraform.money import check_entry, check_limits, group_usd_per_hour
 from lightning_srifty.provision.terraform.snapshot import (
     DEFAULT_MAX_MB,
@@ -56,6 +58,7 @@ from lightning_srifty.provision.terraform.snapshot import (
     load_snapshot,
     read_member,
 )
+from lightning_srifty.provision.terraform.summary import README, root_readme
 from predictor.catalog import torch_builds
 from predictor.catalog.catalog import Catalog
 from predictor.documents.atomic import atomic_write_bytes, atomic_write_text
@@ -831,7 +834,9 @@ def generate(
                 "the job: the plan does not record them (a plan made before they were), so each rank takes the "
                 "script's own batch: make the plan again with srifty recommend"
             )
-        written = _write_root(plan, choice, target, values, snapshot)
+        readme = _page(plan, choice, Generated(target, (), values, False, snapshot, tuple(notes), tuple(gpus)), options)
+        written = _write_root(plan, choice, target, values, snapshot, readme)
+        notes += [] if readme is not None else [_TEAMS_PAGE.format(page=target / README)]
     if snapshot is not None:
         snapshot = dataclasses.replace(snapshot, path=target / CODE_DIR / snapshot.path.name)  # staging is gone
     return Generated(target, written.files, values, written.changed, snapshot, tuple(notes), tuple(gpus))
@@ -1012,21 +1017,6 @@ def _pack(plan: Plan, options: Options, staging: str, target: Path) -> tuple[Sna
             folder=str(code),
         )
     return make_snapshot(plan, options, staging, leave_out=(target,))
-
-
-def asks_for_the_plan(snapshot: Snapshot, train_command: str) -> bool | None:
-    """Whether the training script's code uses the plan's strategy (``srifty_auto``, ``plan_strategy()``), which
-    applies the plan's layout and per-rank batch (:mod:`.glue`: a comment or a docstring asks for nothing); None where
-    it cannot be read (a script not in the snapshot or that does not parse)."""
-    glue = command_glue(snapshot, train_argv(train_command))
-    return None if glue is None else glue.asks_for_the_plan
-
-
-def unregistered_strategy_note(snapshot: Snapshot, train_command: str) -> str | None:
-    """What to say of a script that names a srifty strategy nothing of its code registers (None: nothing)."""
-    argv = train_argv(train_command)
-    glue = command_glue(snapshot, argv)
-    return None if glue is None else glue.unregistered_note(argv[1] if argv[0] == "-m" else argv[0])
 
 
 def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: dict[str, Any]) -> list[str]:
@@ -1224,20 +1214,15 @@ class _Written:
     changed: bool
 
 
-def _write_root(plan: Plan, choice: int, target: Path, values: dict[str, Any], snapshot: Snapshot | None) -> _Written:
-    marker_path = target / MARKER
-    if target.exists() and not target.is_dir():
-        raise ConfigError.between(
-            "{target} exists and is not a folder: give {out} a folder to write the root module in.",
-            parameter="out",
-            value=str(target),
-            target=str(target),
-        )
-    if target.is_dir() and any(target.iterdir()) and not marker_path.is_file():
-        raise ProvisionError(
-            f"{target} is not empty and was not written by `srifty terraform` (no {MARKER}): refusing to overwrite it. "
-            "Give a new or empty folder."
-        )
+def plan_sha256(plan: Plan) -> str:
+    """The plan's sha256, as ``.srifty.json`` records it (its JSON with sorted keys)."""
+    return hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def _write_root(
+    plan: Plan, choice: int, target: Path, values: dict[str, Any], snapshot: Snapshot | None, readme: str | None
+) -> _Written:
+    marker_path = _check_target(target)
     source = terraform_root()
     files: dict[str, str] = {}
     for path in sorted((source / "root").glob("*.tf")):
@@ -1251,17 +1236,18 @@ def _write_root(plan: Plan, choice: int, target: Path, values: dict[str, Any], s
     binary: dict[str, Path] = {}
     if snapshot is not None:
         binary[f"{CODE_DIR}/{snapshot.path.name}"] = snapshot.path
-    plan_hash = hashlib.sha256(json.dumps(plan.to_dict(), sort_keys=True).encode()).hexdigest()
+    if readme is not None:
+        files[README] = readme
+    old = _manifest_files(marker_path) if marker_path.is_file() else []
     marker = {
         "generator": "lightning-srifty",
-        "plan_sha256": plan_hash,
+        "plan_sha256": plan_sha256(plan),
         "choice": choice,
         "fleet": plan.entries[choice].fleet,
         "files": sorted([*files, *binary]),
     }
     files[MARKER] = json.dumps(marker, indent=2, sort_keys=True) + "\n"
     changed = False
-    old = _manifest_files(marker_path) if marker_path.is_file() else []
     inside = {rel: _inside(target, rel, MARKER) for rel in set(old) | set(files) | set(binary)}  # checked first
     for stale in sorted(set(old) - set(files) - set(binary)):  # a file the module no longer has
         if inside[stale].is_file() or inside[stale].is_symlink():
@@ -1282,6 +1268,45 @@ def _write_root(plan: Plan, choice: int, target: Path, values: dict[str, Any], s
         atomic_write_bytes(path, source.read_bytes())
         changed = True
     return _Written(tuple(sorted([*files, *binary])), changed)
+
+
+def _check_target(target: Path) -> Path:
+    """The path of ``target``'s manifest, once ``target`` is a folder srifty terraform may write: new, empty, or
+    written by it before.
+
+    Raises:
+        ConfigError: ``target`` is a file.
+        ProvisionError: a folder not empty that srifty terraform did not write.
+    """
+    marker_path = target / MARKER
+    if target.exists() and not target.is_dir():
+        raise ConfigError.between(
+            "{target} exists and is not a folder: give {out} a folder to write the root module in.",
+            parameter="out",
+            value=str(target),
+            target=str(target),
+        )
+    if target.is_dir() and any(target.iterdir()) and not marker_path.is_file():
+        raise ProvisionError(
+            f"{target} is not empty and was not written by `srifty terraform` (no {MARKER}): refusing to overwrite it. "
+            "Give a new or empty folder."
+        )
+    return marker_path
+
+
+_TEAMS_PAGE = (
+    "{page} is not one srifty terraform wrote (.srifty.json does not list it): it is left as it is, and the fleet's "
+    "page is not written (what every node runs is printed above)"
+)
+
+
+def _page(plan: Plan, choice: int, made: Generated, options: Options) -> str | None:
+    """The folder's README.md (:func:`~.summary.root_readme`); None where the folder, written by srifty terraform
+    before it wrote one, holds a README.md of the team's own, which it must not overwrite."""
+    marker_path = made.out / MARKER
+    if marker_path.is_file() and (made.out / README).exists() and README not in _manifest_files(marker_path):
+        return None
+    return root_readme(plan, choice, made, options, plan_sha256(plan))
 
 
 def _manifest_files(marker_path: Path) -> list[str]:

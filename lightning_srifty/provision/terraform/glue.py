@@ -17,6 +17,7 @@ import os
 import tarfile
 from dataclasses import dataclass
 
+from lightning_srifty.provision.terraform.command import train_argv
 from lightning_srifty.provision.terraform.script_imports import ProjectImports, project_imports
 from lightning_srifty.provision.terraform.snapshot import Snapshot, read_member
 
@@ -219,3 +220,18 @@ def cli_configs(args: list[str]) -> list[str]:
 def _imports_srifty(snapshot: Snapshot, script: str, module: bool) -> bool:
     """Whether ``script`` or a module of the code it imports imports lightning_srifty (guarded or lazily too)."""
     return PACKAGE in project_walk(snapshot, script, module).needed
+
+
+def asks_for_the_plan(snapshot: Snapshot, train_command: str) -> bool | None:
+    """Whether the training script's code uses the plan's strategy (``srifty_auto``, ``plan_strategy()``), which
+    applies the plan's layout and per-rank batch (:mod:`.glue`: a comment or a docstring asks for nothing); None where
+    it cannot be read (a script not in the snapshot or that does not parse)."""
+    glue = command_glue(snapshot, train_argv(train_command))
+    return None if glue is None else glue.asks_for_the_plan
+
+
+def unregistered_strategy_note(snapshot: Snapshot, train_command: str) -> str | None:
+    """What to say of a script that names a srifty strategy nothing of its code registers (None: nothing)."""
+    argv = train_argv(train_command)
+    glue = command_glue(snapshot, argv)
+    return None if glue is None else glue.unregistered_note(argv[1] if argv[0] == "-m" else argv[0])
