@@ -13,6 +13,7 @@ size resumes on another (same global batch, new split) without skipping or repea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -191,6 +192,8 @@ class ExactResume(Callback):
         if self._restored is not None:
             sampler.load_state_dict(self._restored)
             self.epoch, self.consumed = self._restored["epoch"], self._restored["consumed"]
+            if trainer.current_epoch == self.epoch:  # resumed inside the epoch
+                _count_in_this_fleets_batches(trainer, self.consumed, self.batch_samples)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         resumed = self._restored is not None and trainer.current_epoch == self._restored["epoch"]
@@ -208,6 +211,28 @@ class ExactResume(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._restored = dict(state)
+
+
+def _count_in_this_fleets_batches(trainer: pl.Trainer, consumed: int, batch_samples: int) -> None:
+    """Lightning's count of the epoch's batches, restored from the checkpoint, in this fleet's micro-batches.
+
+    The checkpoint counts the micro-batches of the fleet that saved it; where this fleet's micro-batch over every rank
+    (``batch_samples``) is another (2 GPUs of 32 -> 1 GPU of 32 x 2 accumulated: the same global batch), that count
+    is wrong here: Lightning decides from it when the accumulation ends (an optimizer step on half the global batch),
+    when the epoch ends and whether it validates there (a trial's run lost its epoch's validation, and the move back a
+    step). The epoch's count becomes the samples consumed in this fleet's micro-batches, and the run's count what an
+    uninterrupted run on this fleet would have; every counter of each moves by the same amount, so Lightning still
+    reads where in a batch the checkpoint was taken. Runs before ``fit_loop.run`` resets the epoch loop (it reads the
+    counts then), in ``on_train_start``.
+    """
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    here = consumed // batch_samples
+    per_epoch = trainer.num_training_batches
+    run = trainer.current_epoch * int(per_epoch) + here if math.isfinite(per_epoch) else progress.total.ready
+    for counter, target in ((progress.current, here), (progress.total, run)):
+        shift = target - counter.ready
+        for name in ("ready", "started", "processed", "completed"):  # a _BatchProgress's tracker has all four
+            setattr(counter, name, getattr(counter, name) + shift)
 
 
 class RankBatches:
