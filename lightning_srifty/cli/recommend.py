@@ -84,6 +84,7 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
         },
         inputs={"--profile": args.profile},
     )
+    _check_epoch_steps(args, profile)
     constraints = constraints_from_args(args)
     catalog = load_catalog(args)
     refine = _launchable(catalog, args.top or DEFAULTS["top"]) if args.launchable else None
@@ -128,6 +129,35 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
     if args.launchable and plan.notes:
         print(plan.notes[-1])  # what was left out and what a quota increase would buy
     return 0
+
+
+def _check_epoch_steps(args: argparse.Namespace, profile: Any) -> None:
+    """``--epochs`` without ``--steps-per-epoch``, refused as everywhere, with the profiled run's count where the
+    profile has it (a trial worked out 64 from the callback's own figures).
+
+    Raises:
+        ConfigError: ``--epochs`` without ``--steps-per-epoch``.
+    """
+    if getattr(args, "epochs", None) is None or getattr(args, "steps_per_epoch", None) is not None:
+        return
+    import math
+
+    from predictor.exceptions import ConfigError
+
+    v, accumulate = profile.validation, profile.batch.accumulate_grad_batches or 1
+    known = ""
+    if v is not None and v.epoch_batches:
+        steps = math.ceil(v.epoch_batches / accumulate)
+        known = (
+            f"; the profiled run's epoch was {steps} ({v.epoch_batches} batches a rank"
+            + (f", {accumulate} accumulated a step" if accumulate > 1 else "")
+            + f"): --steps-per-epoch {steps} trains its epochs"
+        )
+    raise ConfigError(
+        f"--epochs {args.epochs:g} needs --steps-per-epoch, the optimizer steps in one epoch{known}.",
+        parameter="steps_per_epoch",
+        value=None,
+    )
 
 
 LAUNCHABLE_POOL = 40  # fleets ranked before --launchable keeps those the account can start

@@ -202,6 +202,8 @@ def why(
     chosen = best.time_h if objective is Objective.TIME else best.cost_usd
     unit = "time_h" if objective is Objective.TIME else "cost_usd"
     for name, reach in binding(constraints, ok, values, key, chosen, relaxed).items():
+        if fmt(unit, reach) == fmt(unit, chosen):  # better by less than the words show ("6.29 min" both): no bind
+            continue  # a reader could see (a trial read "binds (without it the best would reach 6.29 min)")
         limit = constraints.limits()[name]
         text += f"; {limit_words(name, limit)} binds (without it the best would reach {fmt(unit, reach)})"
     return text

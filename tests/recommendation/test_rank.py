@@ -84,6 +84,20 @@ def test_the_deadlines_counterfactual_is_priced_as_without_the_deadline(profile,
     )
 
 
+def test_a_limit_that_moves_the_best_by_less_than_the_words_show_does_not_bind(profile, catalog, monkeypatch) -> None:
+    """A trial's plan said "the deadline of 1 h binds (without it the best would reach 6.29 min)" of a fleet that
+    takes 6.29 min: 6.28915 against 6.29003, 0.05 s. A limit binds in the words only where the best without it reads
+    otherwise."""
+    from predictor.ranking import explain
+
+    plan = rank(profile, Constraints(steps=1_000_000, objective="time", deadline_h=100.0), catalog=catalog)
+    best = plan.entries[0].time_h
+    for reach, said in ((best * (1 - 1.4e-4), False), (best * 0.9, True)):
+        monkeypatch.setattr(explain, "binding", lambda *a, reach=reach, **k: {"deadline_h": reach})
+        again = rank(profile, Constraints(steps=1_000_000, objective="time", deadline_h=100.0), catalog=catalog)
+        assert ("the deadline of 100 h binds" in again.why) is said, (reach, best, again.why)
+
+
 def test_pareto_front_is_not_dominated(profile, catalog) -> None:
     plan = rank(profile, Constraints(steps=1_000_000), catalog=catalog)
     front = plan.pareto
@@ -252,6 +266,23 @@ def test_epochs_are_steps_times_steps_per_epoch(profile, catalog) -> None:
     assert by_epochs.entries[0].cost_usd == pytest.approx(by_steps.entries[0].cost_usd)
     with pytest.raises(ConfigError, match="epochs needs steps_per_epoch"):
         rank(profile, Constraints(epochs=3), catalog=catalog)
+
+
+def test_recommends_refusal_of_epochs_without_their_steps_gives_the_profiled_runs(tmp_path, capsys) -> None:
+    """A trial worked out --steps-per-epoch 64 from the callback's figures: the profile knew it (128 batches a rank,
+    2 accumulated a step). The refusal stays (the service refuses it too), and says the profiled run's count."""
+    path = tmp_path / "profile.json"
+    doc = copy.deepcopy(MINIMAL)
+    doc["batch"]["accumulate_grad_batches"] = 2
+    doc["validation"] = {"every_epochs": 1, "epoch_batches": 128}
+    path.write_text(json.dumps(doc))
+    assert main(["recommend", "--profile", str(path), "--epochs", "12"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--epochs 12 needs --steps-per-epoch" in err and "--steps-per-epoch 64 trains its epochs" in err, err
+    del doc["validation"]
+    path.write_text(json.dumps(doc))
+    assert main(["recommend", "--profile", str(path), "--epochs", "12"]) == 2
+    assert "needs --steps-per-epoch, the optimizer steps in one epoch." in capsys.readouterr().err
 
 
 def test_mixed_market_buys_the_on_demand_base_and_prices_only_spot_risk(profile, catalog) -> None:
