@@ -261,6 +261,8 @@ class SpotPreemption(SignsOfLife, Leaving):
         if self._inactive:
             return
         self._take_sigterm()  # replaces the handler Lightning registered just before (SIGTERMException, exit 0)
+        if trainer.ckpt_path and trainer.is_global_zero and (lost := files_left_behind(trainer)):
+            log.warning("SpotPreemption: %s", lost)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._inactive:
@@ -326,6 +328,31 @@ class SpotPreemption(SignsOfLife, Leaving):
 
         plan = plan if hasattr(plan, "entries") else load_plan(plan)
         return cls(dirpath, every_s=planned_interval_s(plan, plan.chosen if choice is None else choice), **kwargs)
+
+
+def files_left_behind(trainer: pl.Trainer) -> str | None:
+    """What to say of a resumed run whose ``ModelCheckpoint`` names files of an earlier leg this machine does not have.
+
+    Its state (best model, top k, last) comes back with the checkpoint, and on a fleet its files were on a node that
+    is gone: a trial's best was saved two legs before, where ``trainer.test(ckpt_path="best")`` after ``fit()``
+    fails. None when every file named is here or remote (a dirpath every node reads)."""
+    import os
+
+    for callback in trainer.checkpoint_callbacks:
+        named = [getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", "")]
+        named += list(getattr(callback, "best_k_models", {}) or {})
+        gone = sorted({str(p) for p in named if p and "://" not in str(p) and not os.path.exists(p)})
+        if gone:
+            where = protocol.VARIABLES["checkpoint_uri"]
+            return (
+                f"ModelCheckpoint(dirpath={getattr(callback, 'dirpath', None)!r}) names {len(gone)} file(s) saved "
+                f"before the resume that this machine does not have (best: {callback.best_model_path or '-'}): an "
+                "earlier leg saved them on its own disk, on a fleet a node that is gone (its copy in the bucket's "
+                "outputs/ has them where its last copy ran: srifty outputs). Its best_model_path and top k still name "
+                "them: trainer.test(ckpt_path='best') or a top-k eviction here would not find them. To keep them "
+                f"where every node reads them: ModelCheckpoint(dirpath=os.path.join(os.environ['{where}'], 'best'))"
+            )
+    return None
 
 
 def launch_callbacks() -> list[pl.Callback]:

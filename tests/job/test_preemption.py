@@ -1415,3 +1415,31 @@ def test_a_notice_during_a_periodic_save_resumes_the_notices_checkpoint_of_that_
     ]  # fmt: skip
     for order in (listing, listing[::-1]):
         assert Path(_newest_first(str(tmp_path), order, None)[0]["name"]).name == "preempt-step=192.ckpt"
+
+
+def test_a_resume_whose_model_checkpoint_names_files_left_on_another_machine_says_so(tmp_path, caplog) -> None:
+    """A trial: on a fleet, ModelCheckpoint's best came back with the checkpoint two legs later, naming a file on a
+    node that was gone, where trainer.test(ckpt_path="best") would fail without a word until then. The resumed run
+    says which files, where they are, and the dirpath that keeps them."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def run(max_steps: int, resume: str | None = None) -> pl.Trainer:
+        best = ModelCheckpoint(dirpath=str(tmp_path / "top"), monitor="val_loss", save_top_k=2, every_n_train_steps=2)
+        handler = SpotPreemption(str(tmp_path / "ckpt"), endpoint=None, exit_process=False)
+        t = trainer([best, handler], max_steps=max_steps, enable_checkpointing=True, limit_val_batches=2,
+                    val_check_interval=2)  # fmt: skip
+        t.fit(TinyModel(), train_dataloaders=loader(), val_dataloaders=loader(32), ckpt_path=resume)
+        return t
+
+    first = run(6)
+    saved = SpotPreemption(str(tmp_path / "ckpt"), exit_process=False).save(first, reason="preempt")
+    with caplog.at_level("WARNING", logger="lightning_srifty"):
+        run(8, saved)  # every file of the first leg still here: nothing to say
+    assert "ModelCheckpoint" not in caplog.text
+    for f in (tmp_path / "top").iterdir():  # another machine: the first leg's disk is gone
+        f.unlink()
+    with caplog.at_level("WARNING", logger="lightning_srifty"):
+        run(8, saved)
+    said = " ".join(caplog.text.split())
+    assert f"ModelCheckpoint(dirpath='{tmp_path / 'top'}') names 2 file(s) saved before the resume" in said, said
+    assert "os.path.join(os.environ['SRIFTY_CHECKPOINT_URI'], 'best')" in said
