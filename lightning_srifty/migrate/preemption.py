@@ -346,7 +346,7 @@ def files_left_behind(trainer: pl.Trainer) -> str | None:
             where = protocol.VARIABLES["checkpoint_uri"]
             return (
                 f"ModelCheckpoint(dirpath={getattr(callback, 'dirpath', None)!r}) names {len(gone)} file(s) saved "
-                f"before the resume that this machine does not have (best: {callback.best_model_path or '-'}): an "
+                f"before the resume that this machine does not have (best: {named[0] or '-'}): an "
                 "earlier leg saved them on its own disk, on a fleet a node that is gone (its copy in the bucket's "
                 "outputs/ has them where its last copy ran: srifty outputs). Its best_model_path and top k still name "
                 "them: trainer.test(ckpt_path='best') or a top-k eviction here would not find them. To keep them "
