@@ -154,8 +154,7 @@ def _keep_checkpoint_bucket(
     s3 = aws.client("s3", values.get("region"), values.get("aws_endpoint"))
     try:  # a bucket that cannot be looked into never holds the fleet's destroy up: it is kept, as if it held some
         with aws.aws_errors(f"looking into the checkpoint bucket {bucket}"):
-            held = s3.list_object_versions(Bucket=bucket, MaxKeys=1)
-            if not (held.get("Versions") or held.get("DeleteMarkers")):
+            if not _holds_the_runs(s3, str(bucket), _module_objects(tf)):
                 return None
             if delete:
                 echo(f"Deleting every object (and old version) of the checkpoint bucket {bucket}.")
@@ -168,6 +167,36 @@ def _keep_checkpoint_bucket(
         if code != 0:
             raise ProvisionError(f"Could not keep the checkpoint bucket {bucket} out of the destroy: {err.strip()}")
     return str(bucket)
+
+
+def _module_objects(tf: Any) -> set[str]:
+    """The keys of the S3 objects in the state (the module's boot scripts and code archive), which the destroy
+    deletes with every version (an infra team's down kept an empty bucket, out of the state, for these alone, and the
+    next apply of the same name failed on BucketAlreadyExists). None found: an empty set (every object counts)."""
+    code, out, _ = _run(tf, "show", json=True, stream=False)
+    try:
+        state = json.loads(out) if code == 0 and out.strip() else {}
+    except ValueError:
+        return set()
+    keys: set[str] = set()
+    modules = [(state.get("values") or {}).get("root_module") or {}]
+    while modules:
+        module = modules.pop()
+        modules += module.get("child_modules") or []
+        for resource in module.get("resources") or []:
+            if resource.get("type") == "aws_s3_object" and resource.get("mode") == "managed":
+                keys.add(str((resource.get("values") or {}).get("key")))
+    return keys
+
+
+def _holds_the_runs(s3: Any, bucket: str, module_keys: set[str]) -> bool:
+    """Whether ``bucket`` holds an object version or delete marker that is not one of the module's own objects (what
+    the run wrote: checkpoints, records, logs, outputs)."""
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for item in page.get("Versions", []) + page.get("DeleteMarkers", []):
+            if item["Key"] not in module_keys:
+                return True
+    return False
 
 
 def _bucket_part(address: str) -> bool:

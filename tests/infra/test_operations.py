@@ -689,7 +689,11 @@ if sys.argv[1:3] == ["state", "list"]:  # python-terraform writes: terraform sta
           "module.fleet.aws_s3_bucket_versioning.checkpoints[0]\\nmodule.fleet.data.aws_caller_identity.current")
 elif sys.argv[1] == "output":
     print(json.dumps({{"fleet": {{"value": {{"checkpoint_bucket": "ops-kept"}}}}}}))
+elif sys.argv[1] == "show":  # the state: the module's boot script, an object of its own
+    boot = {{"type": "aws_s3_object", "mode": "managed", "values": {{"key": "{boot}", "bucket": "ops-kept"}}}}
+    print(json.dumps({{"values": {{"root_module": {{"child_modules": [{{"resources": [boot]}}]}}}}}}))
 """
+BOOT_KEY = "checkpoints/ops-kept/boot/ops-kept/g5.xlarge-0a1b.sh"
 
 
 @pytest.mark.parametrize("delete", [False, True])
@@ -699,9 +703,11 @@ def test_down_keeps_a_bucket_of_checkpoints_unless_told_to_delete_it(aws, tmp_pa
     leave the state before the destroy and stay as they are; --delete-checkpoints empties it (every version) and
     the destroy takes it. (tests/infra/test_terraform.py keeps one with the real terraform.)"""
     _, s3, _ = aws
-    root = _root_with_a_fake_terraform(tmp_path, monkeypatch, catalog, STATEFUL_TERRAFORM, "ops-kept")
+    fake = STATEFUL_TERRAFORM.replace("{boot}", BOOT_KEY)
+    root = _root_with_a_fake_terraform(tmp_path, monkeypatch, catalog, fake, "ops-kept")
     s3.create_bucket(Bucket="ops-kept")
     s3.put_bucket_versioning(Bucket="ops-kept", VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object(Bucket="ops-kept", Key=BOOT_KEY, Body=b"#!/bin/bash")  # the module's own: not the run's
     for _ in range(2):  # two versions
         s3.put_object(Bucket="ops-kept", Key="checkpoints/ops-kept/logs/i-1.log", Body=b"log")
     args = ["down", "--dir", str(root), "--yes", *(["--delete-checkpoints"] if delete else [])]
@@ -712,12 +718,29 @@ def test_down_keeps_a_bucket_of_checkpoints_unless_told_to_delete_it(aws, tmp_pa
         for kind in ("aws_s3_bucket", "aws_s3_bucket_versioning")
     ]
     held = s3.list_object_versions(Bucket="ops-kept").get("Versions", [])
-    asked = ["state list -no-color", "output -no-color -json"]
+    asked = ["state list -no-color", "output -no-color -json", "show -no-color -json"]
     if delete:
         assert calls == [*asked, "destroy -input=false -no-color -auto-approve"] and held == []
     else:
         assert calls == [*asked, *rm, "destroy -input=false -no-color -auto-approve"], calls
-        assert len(held) == 2  # as it was
+        assert len(held) == 3  # as it was
+
+
+def test_down_destroys_a_bucket_that_holds_only_the_modules_own_objects(aws, tmp_path, monkeypatch, catalog):
+    """An infra team's trial: srifty down of a fleet that never wrote a byte kept its bucket, out of the state, for the
+    boot scripts and code archive the module itself uploads (which the destroy deletes, every version), and the next
+    apply of the same name failed on BucketAlreadyExists. The destroy takes such a bucket."""
+    _, s3, _ = aws
+    fake = STATEFUL_TERRAFORM.replace("{boot}", BOOT_KEY)
+    root = _root_with_a_fake_terraform(tmp_path, monkeypatch, catalog, fake, "ops-kept")
+    s3.create_bucket(Bucket="ops-kept")
+    s3.put_bucket_versioning(Bucket="ops-kept", VersioningConfiguration={"Status": "Enabled"})
+    for _ in range(2):  # the module's boot script, uploaded twice
+        s3.put_object(Bucket="ops-kept", Key=BOOT_KEY, Body=b"#!/bin/bash")
+    assert main(["down", "--dir", str(root), "--yes"]) == 0
+    calls = [c for c in read(root / "calls.log").splitlines() if not c.startswith("init")]
+    asked = ["state list -no-color", "output -no-color -json", "show -no-color -json"]
+    assert calls == [*asked, "destroy -input=false -no-color -auto-approve"], calls  # nothing taken out of the state
 
 
 # ---------------------------------------------------------------------------------------------------------------------
