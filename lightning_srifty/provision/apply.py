@@ -18,6 +18,7 @@ import collections
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -36,7 +37,7 @@ from lightning_srifty.provision.preflight import preflight_root
 from lightning_srifty.provision.terraform.generate import MARKER, TFVARS
 from lightning_srifty.provision.terraform.money import check_values
 from predictor.catalog.catalog import Catalog
-from predictor.exceptions import PreflightError, ProvisionError
+from predictor.exceptions import ConfigError, PreflightError, ProvisionError
 
 PLAN_FILE = "srifty.tfplan"
 
@@ -484,7 +485,7 @@ def apply(
     _check_credentials(values)
     if check:
         _preflight_or_refuse(root, catalog, echo)
-    summary = _plan(tf, root, echo)
+    summary = _plan(tf, root, echo, values)
     for line in summary.lines():
         echo(line)
     predicted = values.get("predicted") or {}
@@ -518,11 +519,13 @@ def _preflight_or_refuse(root: Path, catalog: Any, echo: Callable[[str], None]) 
         )
 
 
-def _plan(tf: Any, root: Path, echo: Callable[[str], None]) -> PlanSummary:
-    """terraform init, plan (saved as :data:`PLAN_FILE`) and show: what the apply would do.
+def _plan(tf: Any, root: Path, echo: Callable[[str], None], values: dict[str, Any]) -> PlanSummary:
+    """terraform init, plan (saved as :data:`PLAN_FILE`) and show: what the apply would do, once the fleet it buys is
+    the one ``values`` (srifty terraform's) describe (:func:`check_purchase`).
 
     Raises:
         ProvisionError: a step failed, with terraform's own words.
+        ConfigError: a file of the team's own changes what the fleet buys.
     """
     echo(f"terraform init in {root}")
     code, _, err = _run(tf, "init", input=False, stream=False)
@@ -535,7 +538,81 @@ def _plan(tf: Any, root: Path, echo: Callable[[str], None]) -> PlanSummary:
     code, out, err = _run(tf, "show", PLAN_FILE, json=True, stream=False)
     if code != 0:
         raise ProvisionError(f"terraform show failed in {root}:\n{err.strip()}")
-    return summarize(json.loads(out))
+    planned = json.loads(out)
+    check_purchase(root, planned, values)
+    return summarize(planned)
+
+
+# what the fleet buys, by root variable (None: the whole value): srifty apply prices, checks the quotas of and guards
+# the fleet srifty.auto.tfvars.json describes, so a file of the team's own may set anything but these
+PURCHASE: dict[str, tuple[str, ...] | None] = {
+    "region": None,
+    "groups": ("instance_type", "on_demand", "spot", "weighted_capacity", "gpus_per_instance"),
+    "capacity": ("mode", "on_demand_base_capacity", "on_demand_percentage_above_base"),
+}
+
+
+def check_purchase(root: Path, planned: dict[str, Any], values: dict[str, Any]) -> None:
+    """Refuse a plan whose variables (``planned``: terraform show -json of it) buy another fleet than ``values``.
+
+    The docs invite a file of the team's own beside the generated values (a capacity block with
+    ``capacity_rebalance``, the metadata hop limit); an infra team's ``team.auto.tfvars.json`` there set
+    ``capacity.on_demand_base_capacity`` 300, and srifty apply showed the plan's spot $5.66/h and checked spot quotas
+    for a fleet terraform would buy on demand at $13.8/h ("the fleet shown is the fleet paid for", docs/security.md).
+
+    Raises:
+        ConfigError: a purchase field differs, naming it, both values, the files that may set it, and the fixes.
+    """
+    variables = planned.get("variables") or {}
+    changed = []
+    for name, fields in PURCHASE.items():
+        if name not in variables:
+            continue
+        ours, theirs = values.get(name), (variables[name] or {}).get("value")
+        if fields is not None:
+            ours, theirs = (_fields_of(v, fields) for v in (ours, theirs))
+        if ours != theirs:
+            changed.append((name, ours, theirs))
+    if not changed:
+        return
+    name, ours, theirs = changed[0]
+    files = [f.name for f in sorted(root.iterdir()) if _sets_variables(f, [n for n, _, _ in changed])]
+    raise ConfigError.between(
+        "{changed} in {root} differ from srifty terraform's values ({tfvars}): {name} is {theirs}, where srifty wrote "
+        "{ours}. That is another fleet than the one srifty apply prices, checks the quotas of and guards, from "
+        "{files}. Make the change through srifty terraform (another plan entry, --market, --max-instances, "
+        "--region), or keep it and apply with terraform itself, which is then yours to price.",
+        parameter=name,
+        value=theirs,
+        changed=", ".join(n for n, _, _ in changed),
+        root=str(root),
+        tfvars=TFVARS,
+        name=name,
+        theirs=json.dumps(theirs),
+        ours=json.dumps(ours),
+        files=", ".join(files) or "a -var or TF_VAR_ value",
+    )
+
+
+def _fields_of(value: Any, fields: tuple[str, ...]) -> Any:
+    """``fields`` of an object, or of each object of a list (the rest of them the team's to set)."""
+    if isinstance(value, list):
+        return [_fields_of(v, fields) for v in value]
+    if isinstance(value, dict):
+        return {f: value.get(f) for f in fields}
+    return value
+
+
+def _sets_variables(path: Path, names: list[str]) -> bool:
+    """Whether ``path`` is a variables file terraform reads on its own, not srifty's, that names one of ``names``."""
+    own = path.name.endswith((".auto.tfvars", ".auto.tfvars.json")) or path.name in (
+        "terraform.tfvars",
+        "terraform.tfvars.json",
+    )
+    if not own or path.name == TFVARS or not path.is_file():
+        return False
+    text = path.read_text(errors="replace")
+    return any(re.search(rf'(^|[\s{{,"]){re.escape(n)}"?\s*[=:]', text, re.M) for n in names)
 
 
 def _apply_or_clean_up(

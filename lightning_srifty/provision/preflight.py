@@ -801,6 +801,45 @@ def check_offerings(ec2: Any, region: str, types: list[str], zone: str | None) -
     return [Finding("offering", "ok", f"every type is offered in {', '.join(common)}")]
 
 
+def check_subnet_offerings(ec2: Any, region: str, types: list[str], subnet_ids: list[str], efa: bool) -> list[Finding]:
+    """The offering check of a fleet in the team's own subnets: the subnets exist here, and each type is offered in
+    the zone of one of them (an Auto Scaling group launches a type only in a subnet whose zone offers it; an EFA
+    fleet runs in the first subnet alone, whose zone must offer every type). An infra team's subnet in a zone without
+    the fleet's type passed as "offered in us-east-1a...f": on AWS the group would never launch while the apply
+    reported success."""
+    try:
+        described = ec2.describe_subnets(SubnetIds=list(subnet_ids))["Subnets"]
+    except Exception as exc:  # noqa: BLE001
+        return [
+            Finding(
+                "offering",
+                "fail",
+                f"the subnets {', '.join(subnet_ids)} could not be read in {region} ({why(exc)})",
+                "give subnets of the fleet's region (aws ec2 describe-subnets), or another --region",
+            )
+        ]
+    zone_of = {s["SubnetId"]: s["AvailabilityZone"] for s in described}
+    if efa:  # the module puts an EFA fleet in the first subnet only (EFA traffic does not cross subnets)
+        return check_offerings(ec2, region, types, zone_of.get(subnet_ids[0]))
+    try:
+        zones = offered_zones(ec2, types)
+    except Exception as exc:  # noqa: BLE001
+        return [Finding("offering", "warn", f"the offerings could not be read ({why(exc)})", None)]
+    mine = set(zone_of.values())
+    absent = [t for t in types if not zones.get(t, set()) & mine]
+    if absent:
+        elsewhere = sorted(set().union(*(zones.get(t, set()) for t in absent)) - mine)
+        return [
+            Finding(
+                "offering",
+                "fail",
+                f"{', '.join(absent)} is offered in none of the subnets' zones ({', '.join(sorted(mine))})",
+                f"add a subnet in {', '.join(elsewhere)}" if elsewhere else "choose another entry of the plan",
+            )
+        ]
+    return [Finding("offering", "ok", f"every type is offered in a zone of the subnets ({', '.join(sorted(mine))})")]
+
+
 def default_image_parameters() -> dict[str, str]:
     """The module's default public SSM parameters of the Deep Learning AMI per architecture, read from its
     variables.tf (declared there once)."""
@@ -1228,6 +1267,8 @@ def preflight(
     data_room_gb: float = math.inf,
     mode: str = "asg",
     volume_kms_key: str | None = None,
+    subnet_ids: list[str] | None = None,
+    efa: bool = False,
 ) -> Report:
     """Every check of the module docstring; ``aws``: clients (default :func:`clients` of ``region``); ``endpoint``:
     the root's AWS endpoint (an emulator's), for what its scheme means to the upload; ``setup_command`` and
@@ -1251,7 +1292,11 @@ def preflight(
         findings += [Finding(c, "warn", "not checked: no working AWS credentials (above)") for c in skipped]
         return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
     findings += check_quotas(aws["quotas"], aws["ec2"], region, need, vcpus)
-    findings += check_offerings(aws["ec2"], region, sorted({g.instance_type for g in groups}), zone)
+    types = sorted({g.instance_type for g in groups})
+    if subnet_ids:
+        findings += check_subnet_offerings(aws["ec2"], region, types, list(subnet_ids), efa)
+    else:
+        findings += check_offerings(aws["ec2"], region, types, zone)
     if ami is not None and arches:
         findings += check_machine_image(aws["ec2"], aws["ssm"], ami, arches)
     findings += check_bucket_answers(aws["s3"], bucket, endpoint, uploads=tls_only)  # the boot scripts always upload
@@ -1302,6 +1347,8 @@ def preflight_root(folder: str | Path, catalog: Any = None, aws: dict[str, Any] 
         data_room_gb=data_room_gb(values["groups"], values.get("root_volume_gb", 200), catalog),
         mode=(values.get("capacity") or {}).get("mode", "asg"),
         volume_kms_key=values["checkpoints"].get("kms_key_arn"),
+        subnet_ids=[] if values["network"].get("create_vpc") else values["network"].get("subnet_ids") or [],
+        efa=any(g.get("efa") for g in values["groups"]),
         gpus=cuda.fleet_gpus(
             [
                 (g["instance_type"], catalog.get(g["instance_type"]).gpu if g["instance_type"] in catalog else None)

@@ -155,6 +155,47 @@ def test_a_type_missing_from_the_subnets_zone_names_the_zones_that_have_it(aws, 
     assert "the checkpoint bucket no-such-bucket-srifty does not answer" in failed["bucket"].message
 
 
+def test_a_fleet_in_the_teams_own_subnets_is_checked_in_their_zones(aws, monkeypatch) -> None:
+    """An infra team's subnet in a zone without the fleet's type passed as "every type is offered in
+    us-east-1a...f", and a subnet that does not exist went unchecked: on AWS the Auto Scaling group never launches
+    while the apply reports success. The subnets' zones are read (describe_subnets) and each type must be offered in
+    one of them; an EFA fleet, which the module puts in the first subnet alone, in that one."""
+    from lightning_srifty.provision.aws import offered_zones
+
+    ec2 = boto3.client("ec2", endpoint_url=aws, region_name="us-east-1")
+    zones = [z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"]]
+    itype, offered = next(
+        (t, z) for t, z in offered_zones(ec2, ["g6.12xlarge", "g5.12xlarge", "p4d.24xlarge"]).items()
+        if z and set(zones) - z
+    )  # fmt: skip
+    missing, there = sorted(set(zones) - offered)[0], sorted(offered)[0]
+    vpc = ec2.create_vpc(CidrBlock="10.7.0.0/16")["Vpc"]["VpcId"]
+    subnet = {
+        zone: ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.7.{i}.0/24", AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        for i, zone in enumerate((missing, there))
+    }
+    with FakeServiceQuotas({"Running On-Demand G and VT instances": 512, "Running On-Demand P instances": 512}) as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", url)
+        made = clients("us-east-1", aws)
+
+        def offering(subnets, efa=False):
+            report = preflight(region="us-east-1", groups=[Group(itype, 1, 0)], vcpus=lambda t: 8, aws=made,
+                               subnet_ids=subnets, efa=efa)  # fmt: skip
+            return next(f for f in report.findings if f.check == "offering")
+
+        alone = offering([subnet[missing]])
+        assert (
+            alone.status == "fail" and f"{itype} is offered in none of the subnets' zones ({missing})" in alone.message
+        )
+        assert alone.fix.startswith("add a subnet in ") and there in alone.fix
+        both = offering([subnet[missing], subnet[there]])
+        assert both.status == "ok" and missing in both.message and there in both.message
+        efa = offering([subnet[missing], subnet[there]], efa=True)  # the first subnet alone
+        assert efa.status == "fail" and f"{itype} is not offered in {missing}, the fleet's subnet's zone" in efa.message
+        gone = offering(["subnet-0123456789abcdef0"])
+        assert gone.status == "fail" and "could not be read in us-east-1" in gone.message, gone
+
+
 def _snapshot(tmp_path: Path, script: str, requirements: str | None = None):
     project = tmp_path / "project"
     (project / "mylib").mkdir(parents=True)

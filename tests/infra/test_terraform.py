@@ -178,6 +178,8 @@ def test_generate_is_idempotent_and_refuses_foreign_folders(tmp_path, catalog) -
         ({"name": "Bad_Name"}, "lower-case letters"),
         ({"ssh_cidr": ("0.0.0.0/0",)}, "every IPv4 address"),
         ({"vpc_id": "vpc-1"}, "both vpc_id and subnet_ids"),
+        ({"vpc_id": "myvpc", "subnet_ids": ("subnet-0123456789abcdef0",)}, "vpc_id 'myvpc' is not a VPC ID"),
+        ({"vpc_id": "vpc-0a1b2c3d", "subnet_ids": ("subnet-0a1b2c3d", "10.0.0.0/24")}, "'10.0.0.0/24' is not subnet"),
         ({"mode": "spot"}, "one of {'asg', 'fleet'}"),
     ],
 )
@@ -318,6 +320,59 @@ def test_the_folder_has_a_page_for_whoever_reviews_it(tmp_path, capsys, monkeypa
     assert (folder / README).read_text() == "# our fleet\n"
     assert "is not one srifty terraform wrote (.srifty.json does not list it): it is left as it is" in err, err
     assert README not in json.loads((folder / MARKER).read_text())["files"]
+
+
+def test_a_team_file_that_changes_what_the_fleet_buys_is_refused_before_the_apply(tmp_path, catalog) -> None:
+    """An infra team's team.auto.tfvars.json set capacity.on_demand_base_capacity 300 beside the generated values:
+    terraform would buy the spot fleet on demand ($13.8/h) while srifty apply showed the plan's $5.66/h and checked
+    spot quotas. A plan whose variables buy another fleet is refused, naming the field, both values and the file; a
+    capacity block that only adds what the team may set (capacity_rebalance) is taken."""
+    from lightning_srifty.provision.apply import check_purchase
+
+    plan, choice, options = example(ROOT / "terraform" / "examples" / "heterogeneous-mixed")
+    values = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).values
+    root = tmp_path / "infra"
+
+    def planned(**changed):  # terraform show -json of the plan: every root variable's value, optional ones null
+        variables = {k: {"value": v} for k, v in values.items()}
+        variables["capacity"]["value"] = {**values["capacity"], "capacity_rebalance": None}
+        for k, v in changed.items():
+            variables[k] = {"value": v}
+        return {"variables": variables}
+
+    check_purchase(root, planned(), values)
+    check_purchase(root, planned(capacity={**values["capacity"], "capacity_rebalance": True}), values)
+    (root / "team.auto.tfvars.json").write_text(json.dumps({"capacity": {"on_demand_base_capacity": 300}}))
+    (root / "notes.auto.tfvars").write_text("metadata_hop_limit = 2\n")
+    more = {**values["capacity"], "on_demand_base_capacity": 300}
+    with pytest.raises(ConfigError) as refused:
+        check_purchase(root, planned(capacity=more), values)
+    said = str(refused.value)
+    assert refused.value.parameter == "capacity" and "from team.auto.tfvars.json." in said, said
+    assert '"on_demand_base_capacity": 300' in said and "notes.auto.tfvars" not in said
+    bigger = [{**g, "instance_type": "g6.48xlarge"} for g in values["groups"]]
+    with pytest.raises(ConfigError, match=r"groups in .* differ from srifty terraform's values"):
+        check_purchase(root, planned(groups=bigger), values)
+    with pytest.raises(ConfigError, match=r"region in .* from a -var or TF_VAR_ value\."):
+        check_purchase(root, planned(region="eu-west-1"), values)
+
+
+def test_the_summary_says_which_of_the_teams_subnets_an_efa_fleet_runs_in(tmp_path, catalog) -> None:
+    """An infra team gave two subnets to an EFA fleet, which the module puts in the first alone (EFA traffic does not
+    cross subnets): the summary said "vpc-..., a zone AWS picks" and nothing of the second."""
+    import dataclasses
+
+    from lightning_srifty.provision.terraform.summary import node_summary
+
+    a, b = "subnet-0123456789abcdef0", "subnet-0fedcba9876543210"
+    for example_name, words in (
+        ("multi-node-spot", f"subnet {a} alone (an EFA fleet: EFA traffic does not cross subnets; {b} unused)"),
+        ("single-node-on-demand", f"subnets {a}, {b}, their zones"),
+    ):
+        plan, choice, options = example(ROOT / "terraform" / "examples" / example_name)
+        options = dataclasses.replace(options, vpc_id="vpc-0123456789abcdef0", subnet_ids=(a, b), ssh_cidr=())
+        made = generate(plan, tmp_path / example_name, choice=choice, options=options, catalog=catalog)
+        assert f"network      vpc-0123456789abcdef0, {words}" in node_summary(made, options), example_name
 
 
 def test_plan_summary_counts_actions() -> None:

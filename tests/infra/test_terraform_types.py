@@ -270,6 +270,7 @@ def test_terraform_refuses_bad_root_inputs_with_their_sentences(tf_env, tmp_path
     root = generate(plan, tmp_path / "root", choice=choice, options=options, catalog=catalog).out
     assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
     bad = {"region": "mars-1", "aws_endpoint": "ftp://x", "aws_max_retries": "-1", "metadata_hop_limit": "0"}
+    bad["network"] = '{create_vpc=false, vpc_id="myvpc", subnet_ids=["subnet_bad"]}'  # an infra team's trial
     args = [f"-var={k}={v}" for k, v in bad.items()]
     result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false", *args)
     stderr = " ".join(result.stderr.split())
@@ -279,5 +280,6 @@ def test_terraform_refuses_bad_root_inputs_with_their_sentences(tf_env, tmp_path
         "The aws_endpoint must be an http:// or https:// URL",
         "The aws_max_retries must be a whole number of at least 0",
         "The metadata_hop_limit must be between 1 and 64",
+        "The network.vpc_id must be a VPC ID (vpc- and 8 or 17 hexadecimal characters",
     ):
         assert sentence in stderr, (sentence, stderr)

@@ -456,6 +456,7 @@ def _checked_access(options: Options) -> tuple[list[str], list[dict[str, str]], 
             parameter="vpc_id",
             value=options.vpc_id,
         )
+    check_network_ids(options.vpc_id, options.subnet_ids)
     argv = train_argv(options.train_command)
     for value, check in (
         (options.ami, check_ami),
@@ -552,6 +553,37 @@ def _groups(entry: PlanEntry, options: Options, catalog: Catalog) -> tuple[list[
             arches=" and ".join(arches),
         )
     return groups, unit
+
+
+# EC2's resource IDs: the prefix and 8 or 17 hexadecimal characters (EC2 User Guide, "Resource IDs":
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html); the module checks the same
+_RESOURCE_ID = {"vpc_id": re.compile(r"^vpc-([0-9a-f]{8}|[0-9a-f]{17})$"),
+                "subnet_ids": re.compile(r"^subnet-([0-9a-f]{8}|[0-9a-f]{17})$")}  # fmt: skip
+
+
+def check_network_ids(vpc_id: str | None, subnet_ids: tuple[str, ...] | list[str]) -> None:
+    """An existing network's IDs as EC2 writes them (an infra team's --vpc-id myvpc and --subnet-ids subnet_bad went
+    through srifty terraform, the module and terraform plan, to fail at the apply's first call).
+
+    Raises:
+        ConfigError: the first ID that is not one, with an example and where to find them.
+    """
+    given = [("vpc_id", vpc_id)] if vpc_id else []
+    for parameter, value in [*given, *(("subnet_ids", s) for s in subnet_ids)]:
+        if not _RESOURCE_ID[parameter].match(value):
+            kind, example = (
+                ("a VPC ID", "vpc-0a1b2c3d4e5f67890")
+                if parameter == "vpc_id"
+                else ("subnet IDs", "subnet-0a1b2c3d4e5f67890")
+            )
+            raise ConfigError.between(
+                "{" + parameter + "} {given!r} is not " + kind + " (the prefix and 8 or 17 hexadecimal characters, "
+                "e.g. {example}): the AWS console's VPC and Subnets pages list them, or aws ec2 describe-subnets.",
+                parameter=parameter,
+                value=value,
+                given=value,
+                example=example,
+            )
 
 
 def _network(entry: PlanEntry, options: Options, catalog: Catalog, region: str) -> dict[str, Any]:

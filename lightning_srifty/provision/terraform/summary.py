@@ -93,17 +93,7 @@ def node_summary(result: Any, options: Any) -> str:
             else " (the script builds its Trainer: the plan's layout and batch reach it only through srifty_auto)"
         )
     )
-    network = values["network"]
-    zone = network.get("availability_zone") or network.get("availability_zone_id")
-    where = f"zone {zone} (the plan's spot price)" if zone else "a zone AWS picks"
-    lines.append(
-        f"  network      {'a new minimal VPC' if network.get('create_vpc') else network.get('vpc_id')}, {where}"
-        + (
-            NAT_WORDS
-            if network.get("create_vpc") and any(g["network_interfaces"] > 1 for g in values["groups"])
-            else ""
-        )
-    )
+    lines.append(_network_line(values))
     bucket = values["checkpoints"].get("bucket") or "a new bucket (created by the apply)"
     lines.append(f"  checkpoints  {bucket}, prefix {values['checkpoints']['prefix']}")
     lines += _data_lines(values)
@@ -112,6 +102,25 @@ def node_summary(result: Any, options: Any) -> str:
     )
     lines += _hang_lines(values["watchdog"])
     return "\n".join(lines)
+
+
+def _network_line(values: dict[str, Any]) -> str:
+    """Where the fleet runs: a new VPC (its zone, a NAT gateway for several interfaces) or the team's subnets (an EFA
+    fleet in the first alone, as the module places it: an infra team's second subnet went unused without a word)."""
+    network = values["network"]
+    if not network.get("create_vpc"):
+        subnets = list(network.get("subnet_ids") or [])
+        efa = any(g.get("efa") for g in values["groups"])
+        if efa and len(subnets) > 1:
+            return (
+                f"  network      {network.get('vpc_id')}, subnet {subnets[0]} alone (an EFA fleet: EFA traffic "
+                f"does not cross subnets; {', '.join(subnets[1:])} unused), its zone"
+            )
+        return f"  network      {network.get('vpc_id')}, subnets {', '.join(subnets)}, their zones"
+    zone = network.get("availability_zone") or network.get("availability_zone_id")
+    where = f"zone {zone} (the plan's spot price)" if zone else "a zone AWS picks"
+    nat = any(g["network_interfaces"] > 1 for g in values["groups"])
+    return f"  network      a new minimal VPC, {where}" + (NAT_WORDS if nat else "")
 
 
 def _hang_lines(watchdog: dict[str, Any]) -> list[str]:
@@ -184,8 +193,13 @@ COMMANDS = (
     "srifty down --dir .       # destroy, then what the fleet cost",
     "```",
     "",
-    "It is a plain root module: `terraform init`, `terraform plan`, `terraform apply` and `terraform destroy` work "
-    "as well (the instances stop themselves at the life cap whatever runs them).",
+    "It is a plain root module: `terraform init`, `terraform plan` and `terraform apply` work as well (the "
+    "instances stop themselves at the life cap whatever runs them). End it with `srifty down`: it keeps a checkpoint "
+    "bucket that holds the run's checkpoints and logs as it is, out of the state (`--delete-checkpoints` deletes "
+    "it); a plain `terraform destroy` of a fleet that ran removes the bucket's encryption, versioning and access "
+    "block, then fails on the objects in it (BucketNotEmpty). A file of your own may set anything but what the "
+    "fleet buys (the region, the groups' types and counts, the capacity's markets): `srifty apply` refuses a plan "
+    "whose fleet is not the one it priced.",
     "",
     "## Files",
     "",

@@ -36,6 +36,16 @@ variable "network" {
     condition     = can(cidrhost(var.network.vpc_cidr, 0))
     error_message = "The network.vpc_cidr must be an IPv4 CIDR block such as 10.42.0.0/16."
   }
+
+  # EC2's resource IDs: the prefix and 8 or 17 hexadecimal characters
+  # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html)
+  validation {
+    condition = (
+      (var.network.vpc_id == null || can(regex("^vpc-([0-9a-f]{8}|[0-9a-f]{17})$", var.network.vpc_id)))
+      && alltrue([for s in var.network.subnet_ids : can(regex("^subnet-([0-9a-f]{8}|[0-9a-f]{17})$", s))])
+    )
+    error_message = "The network.vpc_id must be a VPC ID (vpc- and 8 or 17 hexadecimal characters, e.g. vpc-0a1b2c3d4e5f67890) and each network.subnet_ids entry a subnet ID (subnet-0a1b2c3d4e5f67890): the AWS console's VPC and Subnets pages list them."
+  }
 }
 
 variable "ssh_cidr_blocks" {
@@ -305,7 +315,7 @@ variable "data_kms_key_arns" {
 }
 
 variable "enable_cloudwatch" {
-  description = "Attach CloudWatchAgentServerPolicy so that the CloudWatch agent can ship logs and GPU metrics."
+  description = "Attach CloudWatchAgentServerPolicy to the instance role, which a CloudWatch agent of your own needs to ship logs and metrics. The module installs and starts no agent: the nodes' logs go to the checkpoint bucket (srifty logs) whatever this is."
   type        = bool
   default     = false
 }
