@@ -592,6 +592,32 @@ def test_credentials_stay_out_of_the_archive_and_what_is_uncommitted_is_named(tm
                  include_secrets=("nope.env",)), catalog=catalog)  # fmt: skip
 
 
+def test_a_credential_inside_a_packed_file_is_named(tmp_path, catalog) -> None:
+    """An infra team's env.sh, exporting AWS_SECRET_ACCESS_KEY, was packed without a word (credential files are left
+    out by name; this one's name says nothing). The archive goes to S3, onto every node and into the root module's
+    code/ folder: a packed text file whose line reads as a credential's value is named, with the fix. AWS's own
+    documented example keys are not."""
+    project = _project(tmp_path / "p")
+    secret = "Zx9" + "q" * 37  # 40 characters, as AWS's secret keys are
+    (project / "env.sh").write_text(f"export A=1\nexport AWS_SECRET_ACCESS_KEY={secret}\n")
+    (project / "config.py").write_text("KEY_ID = 'AKIA" + "QWERTYUIOP234567" + "'\n")
+    (project / "docs.md").write_text("aws_access_key_id = AKIAIOSFODNN7EXAMPLE\n")  # AWS's documentation's example
+    (project / "model.bin").write_bytes(b"\0AKIA" + b"QWERTYUIOP234567")  # binary: not read
+    got = generate(load_plan(PLAN), tmp_path / "infra", options=Options(name="scan", code=str(project)),
+                   catalog=catalog)  # fmt: skip
+    assert got.snapshot.secrets_inside == (
+        "config.py:1 (an AWS access key ID)",
+        "env.sh:2 (an AWS secret access key)",
+    ), got.snapshot.secrets_inside
+    (note,) = [n for n in got.notes if n.startswith("the code archive carries what reads as credentials")]
+    assert "--secret-env" in note and ".sriftyignore" in note
+    (project / "env.sh").unlink()
+    (project / "config.py").unlink()
+    clean = generate(load_plan(PLAN), tmp_path / "infra2", options=Options(name="scan", code=str(project)),
+                     catalog=catalog)  # fmt: skip
+    assert clean.snapshot.secrets_inside == () and not [n for n in clean.notes if "reads as credentials" in n]
+
+
 def test_the_scripts_glue_is_read_from_its_code_not_its_comments(tmp_path, catalog) -> None:
     """A trial: a script whose docstring and comment named srifty_auto but whose Trainer took "ddp" was said to ask for
     the plan (a substring search), so an FSDP plan's sharded layout went silently unused; and a script naming

@@ -375,6 +375,30 @@ def test_the_summary_says_which_of_the_teams_subnets_an_efa_fleet_runs_in(tmp_pa
         assert f"network      vpc-0123456789abcdef0, {words}" in node_summary(made, options), example_name
 
 
+def test_a_default_life_cap_many_times_the_prediction_is_said_with_its_worst_case(tmp_path, catalog) -> None:
+    """An infra team's 22-minute fleet was capped at 90 h (the 99th percentile of a CPU profile's wide interval), $340
+    should its job never end, without a word: said, with the bound and the flag; a cap the user gave is theirs."""
+    import dataclasses
+
+    plan, choice, options = example(ROOT / "terraform" / "examples" / "single-node-on-demand")
+    entry = plan.entries[choice]
+    wide = dataclasses.replace(entry, time_h=0.37, time_interval_h=(0.2, 9.0))
+    entries = list(plan.entries)
+    entries[choice] = wide
+    plan = dataclasses.replace(plan, entries=tuple(entries))
+    made = generate(plan, tmp_path / "wide", choice=choice, options=options, catalog=catalog)
+    cap = made.values["max_life_h"]
+    (note,) = [n for n in made.notes if "life cap" in n]
+    assert cap > 20 and "times the predicted 22.2 min" in note and "Set --max-life-h to bound it" in note, note
+    assert f"up to ${cap * wide.usd_per_hour:,.0f}" in note
+    given = dataclasses.replace(options, max_life_h=2.0)
+    again = generate(plan, tmp_path / "given", choice=choice, options=given, catalog=catalog)
+    assert not [n for n in again.notes if "life cap" in n]
+    narrow = generate(example(ROOT / "terraform" / "examples" / "single-node-on-demand")[0], tmp_path / "narrow",
+                      choice=choice, options=options, catalog=catalog)  # fmt: skip
+    assert not [n for n in narrow.notes if "life cap" in n]
+
+
 def test_plan_summary_counts_actions() -> None:
     plan = {
         "resource_changes": [

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lightning_srifty import protocol
+from lightning_srifty.console import fmt_hours, fmt_life
 from lightning_srifty.provision.aws import ZONE_ID, plain_http_upload  # ZONE_ID: use1-az1
 from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.command import (
@@ -198,6 +199,26 @@ def default_max_life_h(entry: PlanEntry) -> float:
     hours = entry.life_cap_h()
     hours = hours if math.isfinite(hours) else MAX_LIFE_H
     return min(MAX_LIFE_H, max(0.25, math.ceil(hours * 60) / 60))
+
+
+LONG_CAP = 4.0  # a default life cap this many times the predicted time (and 2 h over it) is said, with its worst case
+
+
+def _life_cap_notes(entry: PlanEntry, options: Options, values: dict[str, Any]) -> list[str]:
+    """The default life cap, where the prediction's wide interval makes it many times the predicted time: an infra
+    team's 22-minute fleet ($1.37) was capped at 90 h ($340 at its price, should its job never end), from a CPU
+    profile's interval. Said with the bound's worst case and the flag that sets it; a cap the user gave is theirs."""
+    cap, time_h = float(values["max_life_h"]), entry.time_h
+    if options.max_life_h is not None or not time_h or cap < max(LONG_CAP * time_h, time_h + 2.0):
+        return []
+    lo, hi = entry.time_range_h()
+    return [
+        f"the fleet's life cap is {fmt_life(cap)}, {cap / time_h:,.0f} times the predicted {fmt_hours(time_h)}, "
+        f"because the prediction's 80% interval is wide ({fmt_hours(lo)} to {fmt_hours(hi)}; the cap is its 99th "
+        f"percentile, + 1 h): a job that never ends would bill up to ${cap * entry.usd_per_hour:,.0f} at "
+        f"${entry.usd_per_hour:,.2f}/h. Set --max-life-h to bound it (e.g. --max-life-h "
+        f"{max(math.ceil(hi * 1.5 + 1), 1)}), or profile on a GPU for a narrower interval"
+    ]
 
 
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$", re.I)
@@ -860,6 +881,7 @@ def generate(
                 "aws-ofi-nccl plugin (the Deep Learning AMI has it); an image without it runs NCCL over TCP sockets, "
                 "slower than the plan says (srifty status reports 'EFA assumed by the prediction, not in use')"
             )
+        notes += _life_cap_notes(entry, options, values)
         if not options.handover and not planned_batches(entry):
             notes.append(
                 f"the plan's per-rank batches ({entry.batch_per_gpu()} per GPU on {entry.fleet}) are not passed to "
@@ -899,6 +921,12 @@ def make_snapshot(
             f"left out of the code archive as credentials: {', '.join(snapshot.secrets_left_out)} (they would go to S3 "
             "and into this root module's folder; pass secrets with --secret-env, or pack one with --include-secret "
             "PATH)"
+        )
+    if snapshot.secrets_inside:
+        notes.append(
+            f"the code archive carries what reads as credentials: {', '.join(snapshot.secrets_inside[:5])} (it goes "
+            "to S3, onto every node and into this root module's code/ folder): pass secrets with --secret-env "
+            "NAME=ssm:... or secretsmanager:..., or leave the file out (.sriftyignore, or git's ignore)"
         )
     if snapshot.uncommitted:
         shown = ", ".join(snapshot.uncommitted[:10]) + (

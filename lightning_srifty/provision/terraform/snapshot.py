@@ -27,6 +27,7 @@ import importlib.metadata
 import io
 import json
 import os
+import re
 import subprocess
 import tarfile
 import zipfile
@@ -73,6 +74,7 @@ class Snapshot:
     source: str  # "git" or "walk"
     secrets_left_out: tuple[str, ...] = ()  # credential files the snapshot left out (SECRET_*; --include-secret)
     uncommitted: tuple[str, ...] = ()  # files in it that git has as untracked or changed since the last commit
+    secrets_inside: tuple[str, ...] = ()  # "path:line (what)" of packed text that reads as a credential (scan_secrets)
 
 
 def is_secret(rel: str) -> bool:
@@ -85,6 +87,41 @@ def is_secret(rel: str) -> bool:
     if name.endswith(SECRET_KEPT):
         return False
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in SECRET_PATTERNS)
+
+
+# what a credential's value reads as inside a packed file (an infra team's env.sh exporting AWS_SECRET_ACCESS_KEY was
+# packed: the archive goes to S3, to every node and into the root module's code/ folder). AWS's access key IDs are
+# AKIA (long-term) or ASIA (temporary) and 16 base-32 characters, a secret key 40 characters beside its name
+# (https://docs.aws.amazon.com/IAM/latest/UserGuide/security-creds.html); a PEM private key has its BEGIN line
+CREDENTIAL_VALUES = (
+    ("an AWS access key ID", re.compile(r"\b(AKIA|ASIA)[A-Z2-7]{16}\b")),
+    ("an AWS secret access key", re.compile(r"(?i)aws_secret_access_key\W{0,3}[=:]\s*[\"']?[A-Za-z0-9/+]{40}\b")),
+    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+)
+AWS_EXAMPLES = ("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")  # AWS's documentation's own
+SCAN_MAX_BYTES = 2**20  # larger files (data, weights) are not read for it
+
+
+def scan_secrets(root: Path, files: list[str]) -> list[str]:
+    """``path:line (what)`` for each packed text file (at most :data:`SCAN_MAX_BYTES`) whose line reads as a
+    credential's value (:data:`CREDENTIAL_VALUES`; AWS's documented example keys excepted), the first a file."""
+    found = []
+    for rel in files:
+        path = root / rel
+        try:
+            if path.stat().st_size > SCAN_MAX_BYTES:
+                continue
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if b"\0" in data[:8192]:  # binary
+            continue
+        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+            what = next((w for w, rx in CREDENTIAL_VALUES if rx.search(line)), None)
+            if what and not any(example in line for example in AWS_EXAMPLES):
+                found.append(f"{rel}:{number} ({what})")
+                break
+    return found
 
 
 def uncommitted_files(root: Path, files: list[str]) -> list[str]:
@@ -379,7 +416,8 @@ def build_snapshot(
     if not (target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == digest):
         atomic_write_bytes(target, packed)
     uncommitted = tuple(uncommitted_files(root, files)) if source == "git" else ()
-    return Snapshot(target, digest, tuple(files), total, len(packed), source, tuple(secrets), uncommitted)
+    inside = tuple(scan_secrets(root, files))
+    return Snapshot(target, digest, tuple(files), total, len(packed), source, tuple(secrets), uncommitted, inside)
 
 
 def _code_to_pack(
