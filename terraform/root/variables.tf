@@ -172,6 +172,18 @@ variable "data_kms_key_arns" {
   default     = []
 }
 
+variable "iam_permissions_boundary" {
+  description = "A managed policy's ARN set as the instance role's permissions boundary (the module's; null: none)."
+  type        = string
+  default     = null
+}
+
+variable "iam_path" {
+  description = "IAM path of the instance role and its instance profile (the module's)."
+  type        = string
+  default     = "/"
+}
+
 variable "enable_cloudwatch" {
   description = "Allow the CloudWatch agent."
   type        = bool

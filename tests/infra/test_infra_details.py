@@ -317,11 +317,27 @@ def test_the_plan_grants_exactly_the_named_secrets_and_holds_no_value(tf_env, mo
     assert statements["DecryptData"]["Condition"] == {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}}
     assert not [sid for sid in statements if sid and sid.startswith("SessionManager")]  # off by default
     # --ssm-session: Session Manager's own actions, no GetParameter* on the account's parameters
-    (root / TFVARS).write_text(json.dumps({**ami, "enable_ssm": True}))
+    # with them: the team's permissions boundary and IAM path (an infra team's SCPs require one on every role), and
+    # the checkpoint bucket's own key, decrypted through S3 only as the data keys are
+    keyed = {**ami["checkpoints"], "kms_key_arn": DATA_KEY}
+    (root / TFVARS).write_text(json.dumps({**ami, "enable_ssm": True, "checkpoints": keyed}))
+    boundary = "arn:aws:iam::123456789012:policy/team-boundary"
+    (root / "team.auto.tfvars.json").write_text(json.dumps({"iam_permissions_boundary": boundary, "iam_path": "/ml/"}))
     result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-out=tfplan")
     assert result.returncode == 0, result.stderr
     planned = json.loads(tf_run(tf_env, root, "show", "-json", "tfplan").stdout)["planned_values"]["root_module"]
     resources = planned["child_modules"][0]["resources"]
+    (role,) = [r["values"] for r in resources if r["type"] == "aws_iam_role"]
+    (profile,) = [r["values"] for r in resources if r["type"] == "aws_iam_instance_profile"]
+    assert role["permissions_boundary"] == boundary and role["path"] == profile["path"] == "/ml/"
+    key = next(
+        s
+        for r in resources
+        if r["type"] == "aws_iam_role_policy" and r["name"] == "instance"
+        for s in json.loads(r["values"]["policy"])["Statement"]
+        if s.get("Sid") == "CheckpointKey"
+    )
+    assert key["Resource"] == DATA_KEY and key["Condition"] == {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}}
     assert not [r for r in resources if r["type"] == "aws_iam_role_policy_attachment"]
     session = next(
         json.loads(r["values"]["policy"])["Statement"]

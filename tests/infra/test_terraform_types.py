@@ -271,6 +271,7 @@ def test_terraform_refuses_bad_root_inputs_with_their_sentences(tf_env, tmp_path
     assert tf_run(tf_env, root, "init", "-backend=false", "-input=false", "-no-color").returncode == 0
     bad = {"region": "mars-1", "aws_endpoint": "ftp://x", "aws_max_retries": "-1", "metadata_hop_limit": "0"}
     bad["network"] = '{create_vpc=false, vpc_id="myvpc", subnet_ids=["subnet_bad"]}'  # an infra team's trial
+    bad |= {"iam_path": "ml", "iam_permissions_boundary": "team-boundary"}
     args = [f"-var={k}={v}" for k, v in bad.items()]
     result = tf_run(tf_env, root, "plan", "-input=false", "-no-color", "-refresh=false", *args)
     stderr = " ".join(result.stderr.split())
@@ -281,5 +282,7 @@ def test_terraform_refuses_bad_root_inputs_with_their_sentences(tf_env, tmp_path
         "The aws_max_retries must be a whole number of at least 0",
         "The metadata_hop_limit must be between 1 and 64",
         "The network.vpc_id must be a VPC ID (vpc- and 8 or 17 hexadecimal characters",
+        "The iam_path must be / or a path that starts and ends with /",
+        "The iam_permissions_boundary must be a managed policy's ARN",
     ):
         assert sentence in stderr, (sentence, stderr)

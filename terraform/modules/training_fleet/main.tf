@@ -473,9 +473,11 @@ resource "aws_s3_object" "code" {
 }
 
 resource "aws_iam_role" "instance" {
-  name_prefix        = "${substr(var.name, 0, 30)}-node-"
-  assume_role_policy = data.aws_iam_policy_document.assume.json
-  tags               = local.fleet_tags
+  name_prefix          = "${substr(var.name, 0, 30)}-node-"
+  path                 = var.iam_path
+  permissions_boundary = var.iam_permissions_boundary
+  assume_role_policy   = data.aws_iam_policy_document.assume.json
+  tags                 = local.fleet_tags
 }
 
 data "aws_iam_policy_document" "instance" {
@@ -645,6 +647,13 @@ data "aws_iam_policy_document" "instance" {
       sid       = "CheckpointKey"
       actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
       resources = [var.checkpoints.kms_key_arn]
+
+      # through S3 only, as the data keys are: the bucket's SSE-KMS is the key's one use here
+      condition {
+        test     = "StringLike"
+        variable = "kms:ViaService"
+        values   = ["s3.*.amazonaws.com"]
+      }
     }
   }
 }
@@ -711,6 +720,7 @@ resource "aws_iam_role_policy_attachment" "cloudwatch" {
 
 resource "aws_iam_instance_profile" "instance" {
   name_prefix = "${substr(var.name, 0, 30)}-node-"
+  path        = var.iam_path
   role        = aws_iam_role.instance.name
   tags        = local.fleet_tags
 }

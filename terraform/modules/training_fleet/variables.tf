@@ -314,6 +314,28 @@ variable "data_kms_key_arns" {
   }
 }
 
+variable "iam_permissions_boundary" {
+  description = "ARN of a managed policy set as the permissions boundary of the instance role (organisations whose service control policies require one on every role they create). Null: none."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.iam_permissions_boundary == null || can(regex("^arn:aws[a-z-]*:iam::([0-9]{12}|aws):policy/.+$", var.iam_permissions_boundary))
+    error_message = "The iam_permissions_boundary must be a managed policy's ARN, e.g. arn:aws:iam::123456789012:policy/team-boundary."
+  }
+}
+
+variable "iam_path" {
+  description = "IAM path of the instance role and its instance profile (an organisation's convention, e.g. /ml/)."
+  type        = string
+  default     = "/"
+
+  validation {
+    condition     = can(regex("^(/|/[!-~]{1,510}/)$", var.iam_path))
+    error_message = "The iam_path must be / or a path that starts and ends with /, e.g. /ml/ (IAM: up to 512 printable ASCII characters)."
+  }
+}
+
 variable "enable_cloudwatch" {
   description = "Attach CloudWatchAgentServerPolicy to the instance role, which a CloudWatch agent of your own needs to ship logs and metrics. The module installs and starts no agent: the nodes' logs go to the checkpoint bucket (srifty logs) whatever this is."
   type        = bool
