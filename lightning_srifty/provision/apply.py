@@ -580,8 +580,8 @@ def check_purchase(root: Path, planned: dict[str, Any], values: dict[str, Any]) 
     raise ConfigError.between(
         "{changed} in {root} differ from srifty terraform's values ({tfvars}): {name} is {theirs}, where srifty wrote "
         "{ours}. That is another fleet than the one srifty apply prices, checks the quotas of and guards, from "
-        "{files}. Make the change through srifty terraform (another plan entry, --market, --max-instances, "
-        "--region), or keep it and apply with terraform itself, which is then yours to price.",
+        "{files}. Make the change through srifty terraform (another entry of the plan, or a plan made for another "
+        "market, size or region), or keep it and apply with terraform itself, which is then yours to price.",
         parameter=name,
         value=theirs,
         changed=", ".join(n for n, _, _ in changed),

@@ -801,6 +801,15 @@ def check_offerings(ec2: Any, region: str, types: list[str], zone: str | None) -
     return [Finding("offering", "ok", f"every type is offered in {', '.join(common)}")]
 
 
+def _offerings(
+    ec2: Any, region: str, types: list[str], zone: str | None, subnet_ids: list[str] | None, efa: bool
+) -> list[Finding]:
+    """The offering check of the fleet's network: the team's subnets', else the zone's (or the region's)."""
+    if subnet_ids:
+        return check_subnet_offerings(ec2, region, types, list(subnet_ids), efa)
+    return check_offerings(ec2, region, types, zone)
+
+
 def check_subnet_offerings(ec2: Any, region: str, types: list[str], subnet_ids: list[str], efa: bool) -> list[Finding]:
     """The offering check of a fleet in the team's own subnets: the subnets exist here, and each type is offered in
     the zone of one of them (an Auto Scaling group launches a type only in a subnet whose zone offers it; an EFA
@@ -1292,11 +1301,7 @@ def preflight(
         findings += [Finding(c, "warn", "not checked: no working AWS credentials (above)") for c in skipped]
         return Report(tuple(findings), time.perf_counter() - started, region, zone, {"need_vcpus": need})
     findings += check_quotas(aws["quotas"], aws["ec2"], region, need, vcpus)
-    types = sorted({g.instance_type for g in groups})
-    if subnet_ids:
-        findings += check_subnet_offerings(aws["ec2"], region, types, list(subnet_ids), efa)
-    else:
-        findings += check_offerings(aws["ec2"], region, types, zone)
+    findings += _offerings(aws["ec2"], region, sorted({g.instance_type for g in groups}), zone, subnet_ids, efa)
     if ami is not None and arches:
         findings += check_machine_image(aws["ec2"], aws["ssm"], ami, arches)
     findings += check_bucket_answers(aws["s3"], bucket, endpoint, uploads=tls_only)  # the boot scripts always upload
