@@ -33,6 +33,10 @@ class Left(Exception):
 
 
 def leg(folder: Path, seen: dict, sizes: list[int], accumulate: int, stop_at: int | None = None, resume=None):
+    """One leg (also tests/job/test_hetero.py's): ``sizes`` per rank (one process: one rank), ``accumulate``
+    micro-batches a step; ``stop_at``: a checkpoint at that step's end (``folder/notice.ckpt``), as a spot notice's,
+    then the leg ends; ``resume``: from it. ``seen`` gets each step's sample ids (``ids``), the steps validation ran
+    at (``validated``) and each epoch's last step (``epoch_steps``)."""
     x = torch.randn(96, 3, generator=torch.Generator().manual_seed(0))
     data = TensorDataset(torch.arange(96), x, x.sum(1, keepdim=True))
 
@@ -51,6 +55,9 @@ def leg(folder: Path, seen: dict, sizes: list[int], accumulate: int, stop_at: in
 
         def on_validation_end(self) -> None:
             seen["validated"].append(self.global_step)
+
+        def on_train_epoch_end(self) -> None:
+            seen.setdefault("epoch_steps", {})[self.current_epoch] = self.global_step
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.01)

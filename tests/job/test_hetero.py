@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from _support import MINIMAL, SCRIPTS, ddp_failure, params_by_step, run_bounded, run_ddp_script, seen_samples
+from _support import (
+    MINIMAL,
+    SCRIPTS,
+    bench_module,
+    ddp_failure,
+    params_by_step,
+    run_bounded,
+    run_ddp_script,
+    seen_samples,
+)
 from lightning_srifty.strategies.hetero import GlobalBatchSampler, rank_weights
 from predictor.exceptions import ConfigError
 
@@ -164,81 +173,6 @@ def test_a_rebalance_recommendation_one_node_alone_sees_is_saved_by_every_rank_a
     assert (tmp_path / "run" / "params.txt").read_text().splitlines()[-1].split()[0] == "12"
 
 
-class _Left(Exception):
-    """The leg's end after its notice's checkpoint."""
-
-
-class _Steps:
-    """A tiny regression whose steps record the sample ids of each optimizer step (micro-batches together), the
-    global steps validation ran at, and the optimizer steps of each epoch."""
-
-    def __init__(self) -> None:
-        self.ids: dict[int, list[int]] = {}
-        self.validated: list[tuple[int, int]] = []
-        self.epoch_steps: dict[int, int] = {}
-
-
-def _exact_leg(tmp_path: Path, record: _Steps, sizes: list[int], accumulate: int, *, stop_at=None, resume=None):
-    """One leg of a run of 3 epochs of 96 samples, a global batch of 8 (12 steps an epoch), validated at each epoch's
-    end: ``sizes`` per rank (one process: one rank) and ``accumulate`` micro-batches a step. ``stop_at``: save a
-    checkpoint at that step's end, as a spot notice does (on_train_batch_end), and stop; ``resume``: from it."""
-    import lightning.pytorch as pl
-    import torch
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from lightning_srifty.strategies.hetero import ExactResume
-
-    x = torch.randn(96, 3, generator=torch.Generator().manual_seed(0))
-    data = TensorDataset(torch.arange(96), x, x.sum(1, keepdim=True))
-
-    class Module(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = nn.Linear(3, 1)
-
-        def training_step(self, batch, batch_idx):
-            ids, xb, yb = batch
-            record.ids.setdefault(self.global_step, []).extend(int(i) for i in ids)
-            return nn.functional.mse_loss(self.net(xb), yb)
-
-        def validation_step(self, batch, batch_idx):
-            return None
-
-        def on_validation_end(self) -> None:
-            if not self.trainer.sanity_checking:
-                record.validated.append((self.current_epoch, self.global_step))
-
-        def on_train_epoch_end(self) -> None:
-            record.epoch_steps[self.current_epoch] = self.global_step
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    class StopAt(pl.Callback):
-        def on_train_batch_end(self, trainer, *args) -> None:
-            if stop_at is not None and trainer.global_step == stop_at and not trainer.fit_loop._should_accumulate():
-                trainer.save_checkpoint(tmp_path / "notice.ckpt")
-                raise _Left  # the process ends here: nothing after the notice's checkpoint runs
-
-    sampler = GlobalBatchSampler(96, sizes, 0, seed=5, accumulate_grad_batches=accumulate)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=3,
-        accumulate_grad_batches=accumulate,
-        use_distributed_sampler=False,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[ExactResume(), StopAt()],
-    )
-    train = DataLoader(data, batch_sampler=sampler)
-    val = DataLoader(data, batch_size=96)
-    trainer.fit(Module(), train, val, ckpt_path=resume, weights_only=False)
-
-
 @pytest.mark.parametrize(
     ("before", "after", "stop_at"),
     [(([8], 1), ([4], 2), 5), (([4], 2), ([8], 1), 5), (([4], 2), ([8], 1), 17), (([8], 1), ([2], 4), 30)],
@@ -250,14 +184,16 @@ def test_a_resume_whose_micro_batches_differ_keeps_lightnings_epoch(tmp_path, be
     Lightning's count of the epoch's batches, restored from the checkpoint, was in the old fleet's micro-batches while
     the sampler stood at the samples consumed. On one process, micro-batches of 8 vs 4 x 2 (or 2 x 4): every step
     trains the samples an uninterrupted run does, every epoch has its 12 steps, and validation runs at each end."""
-    ref, run = _Steps(), _Steps()
-    _exact_leg(tmp_path, ref, *after)
-    with pytest.raises(_Left):
-        _exact_leg(tmp_path, run, *before, stop_at=stop_at)
-    _exact_leg(tmp_path, run, *after, resume=tmp_path / "notice.ckpt")
-    assert sorted(ref.ids) == list(range(36)) and all(len(v) == 8 for v in ref.ids.values())
-    assert ref.validated == [(0, 12), (1, 24), (2, 36)] and ref.epoch_steps == {0: 12, 1: 24, 2: 36}
-    assert sorted(run.ids) == list(range(36)), sorted(run.ids)
-    assert {k: sorted(v) for k, v in run.ids.items()} == {k: sorted(v) for k, v in ref.ids.items()}
-    assert run.validated == ref.validated, run.validated
-    assert run.epoch_steps == ref.epoch_steps, run.epoch_steps
+    lab = bench_module("resume_micro_batches")  # bench/resume_micro_batches.py: before and after, in a table
+    ref: dict = {"ids": {}, "validated": []}
+    run: dict = {"ids": {}, "validated": []}
+    lab.leg(tmp_path, ref, *after)
+    lab.leg(tmp_path, run, *before, stop_at=stop_at)
+    assert (tmp_path / "notice.ckpt").is_file() and max(run["ids"]) == stop_at - 1
+    lab.leg(tmp_path, run, *after, resume=tmp_path / "notice.ckpt")
+    assert sorted(ref["ids"]) == list(range(36)) and all(len(v) == 8 for v in ref["ids"].values())
+    assert ref["validated"] == [12, 24, 36] and ref["epoch_steps"] == {0: 12, 1: 24, 2: 36}
+    assert sorted(run["ids"]) == list(range(36)), sorted(run["ids"])
+    assert {k: sorted(v) for k, v in run["ids"].items()} == {k: sorted(v) for k, v in ref["ids"].items()}
+    assert run["validated"] == ref["validated"], run["validated"]
+    assert run["epoch_steps"] == ref["epoch_steps"], run["epoch_steps"]
