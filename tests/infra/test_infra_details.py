@@ -492,7 +492,11 @@ def test_the_module_refuses_tags_ec2_would_refuse_on_its_instances(tf_env, moto_
         after = template["change"]["after"]
         assert after["metadata_options"][0]["instance_metadata_tags"] == "disabled"
         assert after["metadata_options"][0]["http_tokens"] == "required"
-        assert after["tag_specifications"][0]["tags"]["Cost Center"] == "ml-42"
+        # what a launch makes carries them: the instance, its volumes and its interfaces (an ENI untagged was out of
+        # a team's cost and clean-up reports, a review)
+        specs = {spec["resource_type"]: spec["tags"] for spec in after["tag_specifications"]}
+        assert set(specs) == {"instance", "volume", "network-interface"}, specs
+        assert all(tags["Cost Center"] == "ml-42" and "srifty:fleet" in tags for tags in specs.values()), specs
     # every resource carries the team's tags but the S3 objects, where S3 takes 10 ("You can associate up to 10 tags
     # with an object", https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-tagging.html); moto keeps that
     # one, at apply. The root once set them as the provider's default tags too, which reach every object

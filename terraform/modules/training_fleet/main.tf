@@ -805,6 +805,15 @@ resource "aws_launch_template" "group" {
     tags          = merge(local.fleet_tags, { "srifty:group" = each.key })
   }
 
+  # the interfaces too (an EFA node has one per network card): a team's cost and clean-up reports go by tags, and an
+  # interface left by a failed launch is found by them ("instance | volume | network-interface |
+  # spot-instances-request", LaunchTemplateTagSpecificationRequest, Amazon EC2 API Reference:
+  # https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_LaunchTemplateTagSpecificationRequest.html)
+  tag_specifications {
+    resource_type = "network-interface"
+    tags          = merge(local.fleet_tags, { "srifty:group" = each.key })
+  }
+
   # the instance terminates when it shuts itself down (the watchdog, the life cap): nothing is left stopped and billing
   # for its volumes, and an Auto Scaling group sees it gone
   instance_initiated_shutdown_behavior = "terminate"
