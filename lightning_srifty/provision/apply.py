@@ -674,8 +674,15 @@ def _apply_plan(tf: Any, echo: Callable[[str], None], deadline: float | None = N
                 echo(line)
 
 
+# a data source's address: "data." as one of its parts before any index ("module.fleet.data.aws_ami.image[...]")
+_DATA_SOURCE = re.compile(r"(^|\.)data\.")
+
+
 def _state_resources(tf: Any) -> list[str]:
-    """The resources terraform's state holds now (empty before a new fleet's first apply)."""
+    """The resources terraform's state holds now that it made (empty before a new fleet's first apply). The data
+    sources it read are left out: they bill nothing and are not destroyed, and counted they made a failed apply that
+    had read only them "the resources the apply created", and the next apply's failure one over a standing fleet, left
+    in place (a review)."""
 
     # not through python-terraform: it puts its -no-color between `state` and `list`, which terraform refuses
     # (usage text, exit 1), so a failed apply looked as if it had created nothing
@@ -688,7 +695,8 @@ def _state_resources(tf: Any) -> list[str]:
         timeout=300,
     )
     if run.returncode == 0:
-        return [line for line in run.stdout.splitlines() if line.strip()]
+        listed = (line.strip() for line in run.stdout.splitlines())
+        return [a for a in listed if a and not _DATA_SOURCE.search(a.split("[", 1)[0])]
     if "No state file was found" in run.stderr:
         return []
     # unknown: say resources may exist (nothing is destroyed on a guess, and a new fleet is not assumed)

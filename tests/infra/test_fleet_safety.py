@@ -523,8 +523,16 @@ def test_the_module_refuses_a_fleet_over_its_limits_at_plan(tf_env, moto_endpoin
 # A failed or interrupted apply leaves nothing billing (a fake terraform binary behind python-terraform)
 # ---------------------------------------------------------------------------------------------------------------------
 
+# what terraform's state lists of what an apply read (data sources: nothing made, nothing billing)
+DATA_SOURCES = (
+    'module.fleet.data.aws_ami.image["ami-0abc"]',
+    "module.fleet.data.aws_iam_policy_document.instance",
+    "data.aws_region.current",
+)
+
 FAKE_TERRAFORM = """#!{python}
 import json, os, sys
+DATA_SOURCES = {data_sources!r}
 here = os.getcwd()
 state = os.path.join(here, "fake.state")
 with open(os.path.join(here, "calls.log"), "a") as f:
@@ -540,6 +548,7 @@ elif args[:2] == ["state", "list"]:
 elif args[0] == "apply":
     with open(state, "a") as f:
         f.write("module.fleet.aws_iam_role.instance\\nmodule.fleet.aws_launch_template.group[\\"g5.xlarge\\"]\\n")
+        f.write("".join(line + "\\n" for line in DATA_SOURCES))  # what the apply read, which it did not make
     if os.environ.get("FAKE_TF_APPLY") == "fail":
         print("Error: creating Auto Scaling Group: ValidationError", file=sys.stderr)
         sys.exit(1)
@@ -557,7 +566,7 @@ elif args[0] == "output":
 def fake_terraform(tmp_path, monkeypatch, catalog):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    exe(bin_dir / "terraform", FAKE_TERRAFORM.format(python=sys.executable))
+    exe(bin_dir / "terraform", FAKE_TERRAFORM.format(python=sys.executable, data_sources=DATA_SOURCES))
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     plan, choice, options = example("single-node-on-demand")
     infra = generate(plan, tmp_path / "infra", choice=choice, options=options, catalog=catalog).out
@@ -582,6 +591,22 @@ def test_a_failed_apply_of_a_new_fleet_destroys_what_it_created(fake_terraform, 
     assert "Destroying the 2 resources the apply created, so that nothing is left billing." in lines
     destroy_call = next(line for line in read(infra / "calls.log").splitlines() if line.startswith("destroy"))
     assert "-auto-approve" in destroy_call and "-lock-timeout=300s" in destroy_call
+
+
+def test_a_failed_apply_after_one_that_only_read_data_sources_still_cleans_up(
+    fake_terraform, monkeypatch, catalog
+) -> None:
+    """The state of an apply that failed before it made anything holds the data sources it read. They made the next
+    failed apply's fleet look standing, and what it created was left billing (a review): only what terraform makes
+    counts."""
+    infra, calls = fake_terraform
+    (infra / "fake.state").write_text("".join(line + "\n" for line in DATA_SOURCES))
+    monkeypatch.setenv("FAKE_TF_APPLY", "fail")
+    lines: list[str] = []
+    with pytest.raises(ProvisionError, match="everything it had created was destroyed; nothing is left billing"):
+        runner.apply(infra, yes=True, echo=lines.append, catalog=catalog, check=False)
+    assert "destroy" in calls()
+    assert "Destroying the 2 resources the apply created, so that nothing is left billing." in lines
 
 
 def test_a_failed_apply_over_a_standing_fleet_destroys_nothing(fake_terraform, monkeypatch, catalog) -> None:
