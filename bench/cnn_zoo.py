@@ -202,7 +202,9 @@ def predict_row(dst: dict[str, str], src: dict[str, str] | None) -> tuple[float,
     excluded = tuple(sorted(set(CHIP.get(dst["gpu"], ())) | set(CHIP.get(src["gpu"], ()) if src else ())))
     kernels.load_kernel_model = lambda: ops_validation.kernel_model(excluded, str(KERNEL_DATA))
     ops.LIGHTNING_STEP_S = 0.0  # a plain PyTorch loop: no Lightning step on the host
-    r = predict(profile(dst["model"], PRECISION[dst["precision"]], src), f"zoo-{dst['gpu']}:1", catalog=catalog())
+    r = predict(
+        profile(dst["model"], PRECISION[dst["precision"]], src), f"zoo-{dst['gpu']}:1", catalog=catalog(), layout="ddp"
+    )
     lo, hi = r.interval["iteration_time_s"]
     return r.iteration_time_s, lo, hi, r.bottleneck
 

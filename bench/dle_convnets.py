@@ -187,9 +187,9 @@ def predict_row(dst: dict[str, Any], src: dict[str, Any] | None, path: str) -> t
     ops.LIGHTNING_STEP_S = 0.0  # DLE's own training loop: no Lightning step on the host
     if path == "scaling":
         fleet = f"{SERVER[dst['gpu']]}:{dst['gpus'] // 8}"
-        r = predict(profile(src, True), fleet, catalog=catalog(), scaling="weak")  # type: ignore[arg-type]
+        r = predict(profile(src, True), fleet, catalog=catalog(), scaling="weak", layout="ddp")  # type: ignore[arg-type]
     else:
-        r = predict(profile(src or dst, src is not None), f"dle-{dst['gpu']}:1", catalog=catalog())
+        r = predict(profile(src or dst, src is not None), f"dle-{dst['gpu']}:1", catalog=catalog(), layout="ddp")
     lo, hi = r.interval["throughput_samples_s"]
     return r.throughput_samples_s, lo, hi, r.bottleneck
 

@@ -146,7 +146,7 @@ def _ops(profile: dict) -> dict[tuple, int]:
 
 def _predicted(path: Path) -> dict[str, float]:
     profile = load_profile(path)
-    return {fleet: predict(profile, fleet).iteration_time_s for fleet in TARGETS}
+    return {fleet: predict(profile, fleet, layout="ddp").iteration_time_s for fleet in TARGETS}
 
 
 def main() -> None:

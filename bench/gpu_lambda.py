@@ -236,7 +236,9 @@ def _score(folder: Path, data: str) -> int:
             excluded = tuple(sorted(set(chip) | set(ov.CHIP[p.gpu])))
             kernels.load_kernel_model = lambda ex=excluded: ov.kernel_model(ex, data)
             ops.tensor_core_efficiency = efficiency(p.model)
-            r = predict(prof, f"bench-{p.gpu}-x1-pcie:1", catalog=case_catalog([Case("cross", p.model, p, p)]))
+            r = predict(
+                prof, f"bench-{p.gpu}-x1-pcie:1", catalog=case_catalog([Case("cross", p.model, p, p)]), layout="ddp"
+            )
             e = math.log(r.throughput_samples_s / p.throughput)
             row = {"case": name, "src": src, "dst": p.gpu, "pred": r.throughput_samples_s, "lambda": p.throughput}
             result["ratio"].append(row | {"log_residual": e, "ape": abs(math.exp(e) - 1)})
@@ -244,7 +246,7 @@ def _score(folder: Path, data: str) -> int:
             # shipped, beside the naive rules a user might apply instead
             kernels.load_kernel_model, ops.tensor_core_efficiency = shipped_kernels, shipped_efficiency
             bare = predict(dataclasses.replace(prof, ops=None), f"bench-{p.gpu}-x1-pcie:1",
-                           catalog=case_catalog([Case("cross", p.model, p, p)]))  # fmt: skip
+                           catalog=case_catalog([Case("cross", p.model, p, p)]), layout="ddp")  # fmt: skip
             lo, hi = bare.interval["throughput_samples_s"]
             here, a, b = m["samples_per_s"], gpu_table()[src], gpu_table()[p.gpu]
             half = p.precision != "32-true"
@@ -267,10 +269,14 @@ def _score(folder: Path, data: str) -> int:
         kernels.load_kernel_model = lambda ex=held: ov.kernel_model(ex, data)
         ops.tensor_core_efficiency = efficiency(m["model"], "absolute")
         catalog = case_catalog([Case("cross", m["model"], here, here)])
-        r = predict(ov.profile(m["model"], here, table, False, None), f"bench-{src}-x1-pcie:1", catalog=catalog)
+        r = predict(
+            ov.profile(m["model"], here, table, False, None), f"bench-{src}-x1-pcie:1", catalog=catalog, layout="ddp"
+        )
         result["absolute"].append(scored(name, src, r, m["samples_per_s"]))
         kernels.load_kernel_model, ops.tensor_core_efficiency = shipped_kernels, shipped_efficiency
-        r = predict(ov.profile(m["model"], here, table, False, None), f"bench-{src}-x1-pcie:1", catalog=catalog)
+        r = predict(
+            ov.profile(m["model"], here, table, False, None), f"bench-{src}-x1-pcie:1", catalog=catalog, layout="ddp"
+        )
         result["shipped"].append(scored(name, src, r, m["samples_per_s"]))
 
     def table(title: str, rs: list[dict], key: str) -> None:

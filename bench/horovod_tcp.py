@@ -123,7 +123,7 @@ def predict_row(row: dict[str, Any], network: Any) -> dict[str, Any]:
 
     ops.LIGHTNING_STEP_S = 0.0  # tf_cnn_benchmarks' own loop: no Lightning step on the host
     fleet = f"uber-p100x4-{row['network_gbps']}g:{row['nodes']}"
-    r = predict(profile(row), fleet, catalog=catalog(), scaling="weak", network=network)
+    r = predict(profile(row), fleet, catalog=catalog(), scaling="weak", network=network, layout="ddp")
     lo, hi = r.interval["throughput_samples_s"]
     return {"predicted": r.throughput_samples_s, "lo": lo, "hi": hi, "exposed_s": r.breakdown["exposed_comm_s"],
             "dp_loss_s": r.breakdown["dp_loss_s"], "step_s": r.iteration_time_s}  # fmt: skip
@@ -224,7 +224,9 @@ def implied_rate(row: dict[str, Any]) -> float | None:
     def throughput(gbps: float) -> float:
         it = dataclasses.replace(node, name="aws-2018", network_gbps=gbps, origin="evaluation")
         cat = Catalog({"aws-2018": it}, bundled.gpus, CatalogInfo("evaluation", "-"))
-        return predict(prof, f"aws-2018:{row['nodes']}", catalog=cat, scaling="weak", network=net).throughput_samples_s
+        return predict(
+            prof, f"aws-2018:{row['nodes']}", catalog=cat, scaling="weak", network=net, layout="ddp"
+        ).throughput_samples_s
 
     lo, hi = 0.25, 400.0
     if throughput(hi) < row["dp_img_s"] or throughput(lo) > row["dp_img_s"]:
@@ -254,7 +256,7 @@ def aws_2018() -> list[str]:
             node = catalog.get(r["instance_type"])
             prof = profile({"model": r["model"], "per_gpu_batch": r["per_gpu_batch"],
                             "single_img_s": r["node_img_s"] / node.gpus}, gpu=node.gpu)  # fmt: skip
-            p = predict(prof, f"{r['instance_type']}:{r['nodes']}", catalog=catalog, scaling="weak")
+            p = predict(prof, f"{r['instance_type']}:{r['nodes']}", catalog=catalog, scaling="weak", layout="ddp")
             lo, hi = p.interval["throughput_samples_s"]
             rate = implied_rate(r)
             lines.append(f"| {r['source']} | {r['model']} | {r['nodes']} | {r['node_img_s']:,.0f} | "

@@ -67,7 +67,9 @@ def main() -> None:
                     f"{data.p50 * 1e3 if data else float('nan'):6.3f} ms min {(data.min or 0) * 1e3:6.3f} ms"
                 )
             for fleet in fleets:
-                idle, loaded = (predict(profiles[k], fleet, catalog=catalog).iteration_time_s for k in paths)
+                idle, loaded = (
+                    predict(profiles[k], fleet, catalog=catalog, layout="ddp").iteration_time_s for k in paths
+                )
                 ratio = loaded / idle
                 worst = max(worst, abs(ratio - 1))
                 print(f"  {fleet:15} idle {idle * 1e3:7.3f} ms  loaded {loaded * 1e3:7.3f} ms  ratio {ratio:.3f}")

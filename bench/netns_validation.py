@@ -37,7 +37,7 @@ def predicted_step(one: Path, rate_mbit: float, work: Path) -> tuple[float, floa
         use_env=False,
     )
     # each of the two processes trains the 1-process profile's batch: the per-GPU batch is kept (weak scaling)
-    r = predict(profile_from_dict(data), f"netns-{rate_mbit:g}mbit:2", catalog=catalog, scaling="weak")
+    r = predict(profile_from_dict(data), f"netns-{rate_mbit:g}mbit:2", catalog=catalog, scaling="weak", layout="ddp")
     lo, hi = r.interval["iteration_time_s"]
     return r.iteration_time_s, lo, hi, r.breakdown
 

@@ -188,7 +188,7 @@ def predict_case(src: Point | None, dst: Point, table: dict, efficiency: dict, f
 
     catalog = case_catalog([Case("cross", dst.model, dst, dst)])
     prof = profile(dst.model, src or dst, table, src is not None, src.gpu if src else None)
-    r = predict(prof, f"bench-{dst.gpu}-x1-pcie:1", catalog=catalog)
+    r = predict(prof, f"bench-{dst.gpu}-x1-pcie:1", catalog=catalog, layout="ddp")
     return r.throughput_samples_s
 
 

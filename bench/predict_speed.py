@@ -36,24 +36,28 @@ def main() -> None:
     catalog = Catalog.load(use_refreshed=False)
     profile = load_profile(PROFILE)
     rows = []
-    for fleet_text in ("p3.2xlarge:1", "p4d.24xlarge:2", "p3.8xlarge:2,g5.12xlarge:1"):
+    # the layout given (ddp), and the default, auto: the layout srifty recommend runs (plain DDP where it fits
+    # without accumulation, one prediction; else the layouts' sweep and the chosen one)
+    cases = [(f, "ddp") for f in ("p3.2xlarge:1", "p4d.24xlarge:2", "p3.8xlarge:2,g5.12xlarge:1")]
+    for fleet_text, layout in [*cases, ("p4d.24xlarge:2", "auto")]:
         fleet = parse_fleet(fleet_text, catalog)
-        predict(profile, fleet, catalog=catalog)
+        predict(profile, fleet, catalog=catalog, layout=layout)
         times = []
         for _ in range(2000):
             t = time.perf_counter()
-            predict(profile, fleet, catalog=catalog)
+            predict(profile, fleet, catalog=catalog, layout=layout)
             times.append(time.perf_counter() - t)
-        rows.append((fleet_text, statistics.median(times)))
+        rows.append((f"{fleet_text}` ({layout}", statistics.median(times)))
     # from an operator table (a 1.2B-parameter Llama-shaped transformer captured on meta, 116 records): each
     # repetition takes a freshly loaded profile, so the table is classified and its kernels predicted every time
     table_profile = ROOT / "examples" / "profiles" / "llama-1b-meta.json"
-    table_times = []
+    table_times: dict[str, list[float]] = {"ddp": [], "auto": []}
     for _ in range(30):
-        fresh = load_profile(table_profile)
-        t = time.perf_counter()
-        predict(fresh, parse_fleet("p5.4xlarge:1", catalog), catalog=catalog)
-        table_times.append(time.perf_counter() - t)
+        for layout, into in table_times.items():
+            fresh = load_profile(table_profile)
+            t = time.perf_counter()
+            predict(fresh, parse_fleet("p5.4xlarge:1", catalog), catalog=catalog, layout=layout)
+            into.append(time.perf_counter() - t)
     # the same table's operator sum on an H100 and on an H200 (whose kernels the twin rule prices through the H100's)
     from predictor.catalog.gpus import get_gpu
     from predictor.model import ops
@@ -69,15 +73,16 @@ def main() -> None:
     t = time.perf_counter()
     for it in every:
         for n in (1, 2, 4, 8):
-            predict(profile, parse_fleet([(it.name, n)], catalog), catalog=catalog)
+            predict(profile, parse_fleet([(it.name, n)], catalog), catalog=catalog, layout="ddp")
     sweep = time.perf_counter() - t
     print("| what | median |")
     print("|---|---|")
     print(f"| import + load the model (correction artefact) and the catalog, cold process | {loads[2] * 1e3:.0f} ms |")
     for fleet_text, t_one in rows:
-        print(f"| predict one fleet `{fleet_text}` | {t_one * 1e6:.0f} µs |")
-    print(f"| predict one fleet `p5.4xlarge:1` from the operator table of a 1.2B transformer, fresh profile | "
-          f"{statistics.median(table_times) * 1e3:.1f} ms |")  # fmt: skip
+        print(f"| predict one fleet `{fleet_text}) | {t_one * 1e6:.0f} µs |")
+    for layout, times in table_times.items():
+        print(f"| predict one fleet `p5.4xlarge:1` ({layout}) from the operator table of a 1.2B transformer, fresh "
+              f"profile | {statistics.median(times) * 1e3:.1f} ms |")  # fmt: skip
     print(
         f"| that table's operator sum on an H100 / on an H200 (priced through its twin, the H100) | "
         f"{statistics.median(sums['H100-SXM']) * 1e3:.2f} / {statistics.median(sums['H200-SXM']) * 1e3:.2f} ms |"

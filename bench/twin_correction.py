@@ -42,7 +42,9 @@ def run(archive: Path) -> list[tuple[str, str, float, bool]]:
             for p in pts:
                 if (p.model, p.precision, p.batch) != (m["model"], m["precision"], m["batch"]) or p.gpu == m["gpu"]:
                     continue
-                r = predict(bare, f"bench-{p.gpu}-x1-pcie:1", catalog=case_catalog([Case("cross", p.model, p, p)]))
+                r = predict(
+                    bare, f"bench-{p.gpu}-x1-pcie:1", catalog=case_catalog([Case("cross", p.model, p, p)]), layout="ddp"
+                )
                 lo, hi = r.interval["throughput_samples_s"]
                 out.append((name, p.gpu, r.throughput_samples_s / p.throughput, lo <= p.throughput <= hi))
     return out

@@ -175,13 +175,18 @@ def predict_auto(
     """
     profile = as_profile(profile)
     catalog, fleet = fleet_over(fleet, catalog, options.pop("transport", "auto"))
-    names = sorted({g.instance.name for g in fleet.groups})
-    tidx = np.array([[names.index(g.instance.name) for g in fleet.groups]])
-    cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
-    many = predict_mixes(profile, names, tidx, cnt, catalog=catalog, layouts=AUTO_LAYOUTS, **options)
-    if not (many.fits_memory[0] and many.splittable[0]):
-        return predict(profile, fleet, catalog=catalog, layout=DDP, **options)
-    best = predict(profile, fleet, catalog=catalog, layout=many.layout_names[int(many.layout_index[0])], **options)
+    # the rule's first clause, as the ranking takes it (choose_layouts: the simplest layout, plain DDP, where it fits
+    # without accumulation): one prediction, not the layouts' sweep and then the chosen one again
+    best = predict(profile, fleet, catalog=catalog, layout=DDP, **options)  # raises where no layout splits the batch
+    if not (best.fits_memory and best.accumulate_grad_batches == 1):
+        names = sorted({g.instance.name for g in fleet.groups})
+        tidx = np.array([[names.index(g.instance.name) for g in fleet.groups]])
+        cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
+        many = predict_mixes(profile, names, tidx, cnt, catalog=catalog, layouts=AUTO_LAYOUTS, **options)
+        if not (many.fits_memory[0] and many.splittable[0]):
+            return best  # plain DDP's prediction, which says what it needs
+        chosen = many.layout_names[int(many.layout_index[0])]
+        best = predict(profile, fleet, catalog=catalog, layout=chosen, **options) if chosen != DDP.name else best
     why = (
         f"layout {best.layout}: the one srifty recommend runs this fleet with (plain DDP where it fits without "
         f"gradient accumulation; else the simplest layout that fits, unless another is {PREFER_SIMPLER:.0%} faster); "
@@ -206,14 +211,14 @@ def predict(
     network: NetworkModel = DEFAULT_NETWORK,
     calibration: Mapping[str, float] | None = None,
     dp_model: ScalingModel | None = None,
-    layout: Layout | str = DDP,
+    layout: Layout | str = AUTO,
     transport: str = "auto",
 ) -> Prediction:
     """Predict one fleet from a profile (``network``: the link constants, :class:`NetworkModel`; ``transport``: "auto",
     EFA where the type has it, or "tcp", a cluster without EFA (:func:`fleet_over`); ``calibration``: measured /
     predicted throughput factors by GPU key; ``dp_model``: the data-parallel loss constants, default the fitted ones;
-    ``layout``: a :class:`Layout` or its name, e.g. ``"fsdp:full_shard+ac"`` (``pipeline:<p>``: p nodes of one type),
-    or ``"auto"``, the one srifty recommend runs the fleet with (:func:`predict_auto`; srifty predict's default)).
+    ``layout``: a :class:`Layout` or its name, e.g. ``"ddp"``, ``"fsdp:full_shard+ac"`` (``pipeline:<p>``: p nodes of
+    one type), or ``"auto"`` (the default, as srifty predict's and the service's): :func:`predict_auto`'s)).
 
     Raises:
         PredictionError: the profile cannot be scaled to this fleet (e.g. CPU profile without FLOPs).

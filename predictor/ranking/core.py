@@ -596,7 +596,7 @@ def _plan(
     def predict_ddp(fleet: str):
         from predictor.model.predict import predict
 
-        return predict(profile, fleet, catalog=catalog, calibration=factors, scaling=constraints.scaling)
+        return predict(profile, fleet, catalog=catalog, calibration=factors, scaling=constraints.scaling, layout="ddp")
 
     best_gib = min(catalog.get(g.instance_type).gpu_memory_gib for g in entries[0].groups)
     pipelines = [x for x in layouts if not x.launchable]

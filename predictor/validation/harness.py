@@ -122,6 +122,7 @@ def predict_scaling_case(
         scaling="weak",
         network=network or DEFAULT_NETWORK,
         dp_model=dp_model,
+        layout="ddp",  # the published runs are data parallel
     )
     unit = p.throughput / p.items_per_s if p.items_per_s else 1.0  # batch items -> the published unit
     lo, hi = result.interval["throughput_samples_s"]

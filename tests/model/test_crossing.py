@@ -108,7 +108,7 @@ def test_the_fleet_model_prices_the_ring_the_scalar_model_prices(catalog: Catalo
     data["model"]["parameters"] = 2_000_000_000  # the bandwidth term dominates the latency
     profile = load_profile(data)
     p4d = catalog.get("p4d.24xlarge")
-    got = predict(profile, f"p4d.24xlarge:{nodes}", catalog=catalog).breakdown["allreduce_s"]
+    got = predict(profile, f"p4d.24xlarge:{nodes}", catalog=catalog, layout="ddp").breakdown["allreduce_s"]
     link = inter_node_link(p4d, gpus=catalog.gpus)
     n = 2 if nodes == 2 else 8 * nodes  # the tree's one crossing on two nodes; the ring of every rank from three
     gb = grad_bytes(profile) / 1e9

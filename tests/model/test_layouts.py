@@ -13,7 +13,7 @@ import pytest
 
 from predictor.documents.plan import load_plan
 from predictor.documents.profile import load_profile
-from predictor.exceptions import ConfigError, NoFeasibleConfigError
+from predictor.exceptions import ConfigError, NoFeasibleConfigError, PredictionError
 from predictor.model.fleets import bases
 from predictor.model.layout import parse
 from predictor.model.memory import CUDA_CONTEXT_BYTES, estimate_memory, memory_parts, profile_sizes
@@ -270,7 +270,8 @@ def test_gloo_collectives_block_and_reduce_scatter_as_an_all_reduce(tmp_path) ->
     assert gloo.breakdown["allreduce_s"] == pytest.approx(nccl.breakdown["allreduce_s"] * 4 / 3)
     assert gloo.breakdown["exposed_comm_s"] == pytest.approx(gloo.breakdown["allreduce_s"])
     assert nccl.breakdown["exposed_comm_s"] < 0.5 * nccl.breakdown["allreduce_s"]  # prefetch hides most of it
-    ddp = [predict(prof, f"lab-{b}:2", catalog=catalog, scaling="weak").iteration_time_s for b in ("nccl", "gloo")]
+    ddp = [predict(prof, f"lab-{b}:2", catalog=catalog, scaling="weak", layout="ddp").iteration_time_s
+           for b in ("nccl", "gloo")]  # fmt: skip
     assert ddp[0] == pytest.approx(ddp[1])
     bad = tmp_path / "bad.yaml"
     bad.write_text(types.replace("gloo}", "mpi}").replace("  - ", "instance_types:\n  - ", 1))
@@ -358,6 +359,37 @@ def test_srifty_predict_runs_the_layout_recommend_runs(profile_name: str, fleet:
     assert auto.layout == entry.layout.name
     assert auto.iteration_time_s == pytest.approx(entry.iteration_time_s, rel=1e-9)
     assert auto.assumptions[0].startswith(f"layout {entry.layout.name}: the one srifty recommend runs")
+
+
+@pytest.mark.parametrize("profile_name", ["resnet50-v100", "llama-1b-meta", "llama-7b-bf16-captured"])
+def test_predict_takes_the_layout_recommend_runs_by_default_and_at_the_sweeps_choice(profile_name, catalog) -> None:
+    """One vocabulary: the library's predict() took plain DDP where srifty predict and the service take the layout
+    recommend runs (a review). It takes "auto" too, and auto's shortcut (plain DDP where it fits without accumulation,
+    one prediction) chooses what the sweep of every layout chooses, on fleets where DDP fits, needs accumulation or
+    does not fit."""
+    from predictor.model.fleets import predict_mixes
+    from predictor.model.predict import AUTO_LAYOUTS
+
+    profile = load_profile(ROOT / "examples" / "profiles" / f"{profile_name}.json")
+    fleets = ("g4dn.xlarge:1", "g5.xlarge:2", "g5.12xlarge:1", "g6e.xlarge:4", "p4d.24xlarge:1", "p4d.24xlarge:2")
+    chosen = set()
+    for fleet in fleets:
+        name, count = fleet.split(":")
+        many = predict_mixes(profile, [name], np.array([[0]]), np.array([[float(count)]]), catalog=catalog,
+                             layouts=AUTO_LAYOUTS)  # fmt: skip
+        if not many.splittable[0]:  # more GPUs than samples: no layout trains it, and auto says so as DDP does
+            with pytest.raises(PredictionError, match="more than the"):
+                predict(profile, fleet, catalog=catalog)
+            continue
+        swept = many.layout_names[int(many.layout_index[0])] if many.fits_memory[0] else "ddp"
+        default = predict(profile, fleet, catalog=catalog)
+        assert default.layout == swept, fleet
+        assert default == predict(profile, fleet, catalog=catalog, layout="auto")
+        # the rule's words where a layout fits; none fits: plain DDP's prediction, which says what it needs
+        said = default.assumptions[0].startswith(f"layout {swept}: the one srifty recommend runs")
+        assert said == bool(many.fits_memory[0]) and default.fits_memory == bool(many.fits_memory[0]), fleet
+        chosen.add((swept, default.fits_memory, default.accumulate_grad_batches > 1))
+    assert len(chosen) > 1 or profile_name == "resnet50-v100", chosen  # the LLMs reach past plain DDP
 
 
 def test_a_captured_llms_bottleneck_is_its_gemms_not_the_captures_optimizer(catalog) -> None:

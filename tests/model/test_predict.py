@@ -97,7 +97,11 @@ def test_memory_fit_flags_a_model_too_big_for_the_gpu(catalog) -> None:
     big["model"] = {"name": "7b", "parameters": 7_000_000_000, "precision": "bf16-mixed"}
     r = predict(load_profile(big), "g4dn.xlarge:1", catalog=catalog)  # a 16 GB T4
     assert not r.fits_memory and r.groups[0].memory_margin < 0
-    assert predict(load_profile(big), "p5.48xlarge:1", catalog=catalog).fits_memory is False  # 7B + Adam > 80 GB
+    plain = predict(load_profile(big), "p5.48xlarge:1", catalog=catalog, layout="ddp")
+    assert plain.fits_memory is False  # 7B + Adam > 80 GB a GPU under plain DDP
+    # the default is the layout srifty recommend runs there: sharded over the node's 8 GPUs, it fits
+    auto = predict(load_profile(big), "p5.48xlarge:1", catalog=catalog)
+    assert auto.fits_memory and auto.layout.startswith("fsdp"), auto.layout
 
 
 def test_measured_activation_memory_scales_with_batch(catalog) -> None:
