@@ -190,6 +190,8 @@ class Started(Record):
     world_size: int | None = None
     strategy: str = ""
     mismatches: tuple[str, ...] = ()
+    # Lightning's global steps a step of the work makes: 1, or the optimizers a manual loop steps a batch (a GAN's 2)
+    steps_per_batch: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mismatches", tuple(self.mismatches))  # JSON reads back a list
@@ -211,6 +213,8 @@ class Progress(Record):
     # checkpoint save started or ended; and how often rank 0 writes this record (its progress_s). None: a job before 0.2
     active_unix: float | None = None
     every_s: float | None = None
+    # Lightning's global steps a step of the plan's work makes (Started's): the guard reads step / this
+    steps_per_batch: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,6 +38,27 @@ def regression_data(n: int = 512, seed: int = 0) -> TensorDataset:
     return TensorDataset(x, x.sum(dim=1, keepdim=True))
 
 
+class TwoOptimizerModel(pl.LightningModule):
+    """A manual loop stepping two optimizers a batch, as a GAN's generator and discriminator: Lightning's global_step
+    and max_steps count 2 a batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.first, self.second = nn.Linear(16, 8), nn.Linear(8, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        one, two = self.optimizers()
+        for opt in (one, two):
+            opt.zero_grad()
+            self.manual_backward(nn.functional.mse_loss(self.second(self.first(x)), y))
+            opt.step()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.first.parameters(), lr=0.01), torch.optim.SGD(self.second.parameters(), lr=0.01)
+
+
 def loader(n: int = 512, batch_size: int = 8) -> DataLoader:
     return DataLoader(regression_data(n), batch_size=batch_size, shuffle=False)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from lightning_srifty import protocol
 from lightning_srifty.launch_checks import launch_mismatches
+from lightning_srifty.profiling.steps import optimizer_steps_per_batch
 from lightning_srifty.protocol import Heartbeat, LaunchEnv, Leave, Started
 
 log = logging.getLogger("lightning_srifty")
@@ -57,6 +58,7 @@ class LaunchWatch:
         self._active: float | None = None  # unix: the training loop's last sign of life (a step, a validation batch)
         self.training_over = False  # the last step is done: what runs until fit() ends is not a hang (an export)
         self._started_written = False
+        self._per_batch = 1  # Lightning's global steps a step of the work makes (a manual loop's optimizers a batch)
         self._thread: threading.Thread | None = None
         self.stop_event = threading.Event()
 
@@ -65,6 +67,8 @@ class LaunchWatch:
     def step_ended(self, step: int, unix: float, trainer: Any = None, *, trained: dict[str, Any] | None = None) -> None:
         """Rank 0's step hook: ``STARTED.json`` at the leg's first step (with how ``trainer`` trains, or ``trained``:
         those fields, from a loop that is not a Trainer's), then the progress noted for the thread."""
+        if trainer is not None:
+            self._per_batch = optimizer_steps_per_batch(trainer)
         if not self._started_written:
             self._started_written = True  # the end of a move's downtime, for the launcher's report
             started = Started(
@@ -117,6 +121,7 @@ class LaunchWatch:
             step_time_s=step_time,
             active_unix=time.time() if self.training_over else max(unix, self._active or unix),
             every_s=self.progress_s,
+            steps_per_batch=self._per_batch,
         )
         try:
             protocol.write_record(self.dirpath, record)
@@ -219,4 +224,5 @@ def trained_as(trainer: Any, launch: LaunchEnv) -> dict[str, Any]:
         "world_size": int(trainer.world_size),
         "strategy": name or type(strategy).__name__,
         "mismatches": mismatches,
+        "steps_per_batch": optimizer_steps_per_batch(trainer),
     }

@@ -41,6 +41,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lightning_srifty import protocol as markers
 from lightning_srifty import store
+from lightning_srifty.profiling.steps import batches_stepped
 from lightning_srifty.protocol import LaunchEnv, Leave, MoveDeclined, MoveRequest
 from predictor.documents.checks import Setting, check_settings
 from predictor.documents.plan import load_plan
@@ -224,7 +225,7 @@ class MigrationTriggers(Callback):
         remaining = (
             Work.of_steps(remaining_steps, gb, accumulation).samples
             if remaining_steps is not None
-            else self.plan.constraints.work_samples - trainer.global_step * gb
+            else self.plan.constraints.work_samples - batches_stepped(trainer) * gb
         )
         if remaining <= 0:
             return
@@ -379,7 +380,7 @@ def _remaining_steps(trainer: pl.Trainer) -> int | None:
     from lightning_srifty.profiling.recommendation import planned_steps
 
     planned = planned_steps(trainer)
-    return None if planned is None else planned - trainer.global_step
+    return None if planned is None else planned - batches_stepped(trainer)  # steps of the global batch, both
 
 
 def _launched_plan(plan: Any, launch: LaunchEnv | None) -> Any:

@@ -67,6 +67,7 @@ def assemble_profile(
     layout: str | None = None,
     validation: dict[str, Any] | None = None,
     loader_workers: int | None = None,
+    optimization: dict[str, Any] | None = None,
 ) -> Profile:
     """The srifty.profile/v1 document. Raises ProfileError when rank 0 measured nothing usable."""
     notes = list(notes)
@@ -85,6 +86,7 @@ def assemble_profile(
             "accumulate_grad_batches": accumulate_grad_batches,
             "source": batch_source,
             **({} if loader_workers is None else {"loader_workers": loader_workers}),
+            **(optimization or {}),  # a manual loop's (lightning_srifty.profiling.steps.optimization_record)
         },
         "hardware": hardware,
         "timing": timing,

@@ -15,6 +15,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lightning_srifty.profiling.steps import optimizer_steps_per_batch
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, SriftyError, did_you_mean
 from predictor.ranking.constraints import Constraints
@@ -111,8 +112,10 @@ def planned_steps(trainer: pl.Trainer) -> int | None:
     """Optimizer steps the Trainer will run, as Lightning runs them: ``max_epochs`` x the epoch's steps (its batches
     over the accumulation, the last part a step of its own: Lightning steps at an epoch's last batch), no more than
     ``max_steps``; either alone where the other is unset (an audit: 10 batches, accumulate 3, 2 epochs read 6 steps,
-    Lightning runs 8)."""
-    steps = int(trainer.max_steps) if trainer.max_steps and trainer.max_steps > 0 else None
+    Lightning runs 8). A step is a batch of the global batch (:mod:`lightning_srifty.profiling.steps`): ``max_steps``
+    counts every optimizer's step, k a batch for a manual loop of k optimizers, so it ends the run at max_steps / k."""
+    k = optimizer_steps_per_batch(trainer)
+    steps = math.ceil(int(trainer.max_steps) / k) if trainer.max_steps and trainer.max_steps > 0 else None
     batches = trainer.num_training_batches
     if trainer.max_epochs and trainer.max_epochs > 0 and batches and batches != float("inf"):
         by_epochs = int(trainer.max_epochs) * math.ceil(int(batches) / max(1, int(trainer.accumulate_grad_batches)))

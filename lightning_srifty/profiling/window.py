@@ -26,6 +26,7 @@ from lightning_srifty.profiling.ops_capture import StepOpCapture
 from lightning_srifty.profiling.recorder import StepRecorder
 from lightning_srifty.profiling.run_record import hardware_record, model_record
 from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, fsdp_units, layout_name
+from lightning_srifty.profiling.steps import optimization_record
 from lightning_srifty.timing import clock_for
 from predictor.documents.profile import Profile
 from predictor.model.stats import summarize
@@ -279,6 +280,7 @@ class ProfileWindow:
             batch_source=self.batch_source,
             accumulate_grad_batches=trainer.accumulate_grad_batches,
             loader_workers=loader_workers(trainer),
+            optimization=optimization_record(trainer, pl_module),
             window={
                 "first_step": first,
                 "requested_steps": self.profile_steps,

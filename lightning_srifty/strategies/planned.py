@@ -39,6 +39,7 @@ from lightning_srifty.strategies.ddp import SriftyDDPStrategy
 from lightning_srifty.strategies.fsdp import SriftyFSDPStrategy
 from lightning_srifty.strategies.hetero import ExactResume, GlobalBatchSampler
 from lightning_srifty.strategies.plan_strategy import build_layout
+from predictor.exceptions import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,19 @@ class _AppliesThePlan:
 
     def _apply_to_trainer(self, trainer: Any) -> None:
         planned = self.launch.accumulate_grad_batches
+        if planned > 1 and getattr(trainer.lightning_module, "automatic_optimization", True) is False:
+            # set after Lightning's own check, which refuses accumulation for a manual loop: the plan's would be
+            # ignored, every micro-batch an optimizer step, the global batch a fraction of the plan's (a trial's GAN)
+            raise ConfigError(
+                f"srifty_auto: the plan trains this fleet{' (' + self.launch.fleet + ')' if self.launch.fleet else ''}"
+                f" with {planned} micro-batches accumulated per optimizer step, and this LightningModule steps its own "
+                "optimizers (automatic_optimization=False), for which Lightning accumulates nothing: the training "
+                "would change. Plan again from a profile of this script (SriftyCallback records the manual loop, and "
+                "the ranking then plans no accumulation), or choose a fleet whose GPUs hold their share of the "
+                "global batch.",
+                parameter="accumulate_grad_batches",
+                value=planned,
+            )
         if trainer.accumulate_grad_batches != planned:
             log.warning(
                 "srifty_auto: the plan accumulates %d micro-steps per optimizer step on this fleet (the global batch "

@@ -220,6 +220,19 @@ class Batch:
         min=0,
         max=4096,
     )
+    manual_optimization: bool | None = doc_field(
+        "the LightningModule steps its own optimizers (automatic_optimization=False): Lightning accumulates no "
+        "gradients for it, so a fleet is planned without gradient accumulation (None: automatic, or not recorded)",
+        default=None,
+    )
+    optimizer_steps_per_batch: int | None = doc_field(
+        "optimizer steps a batch makes, each of which Lightning's global_step and max_steps count (a GAN's "
+        "generator and discriminator: 2); a step of srifty's work is one batch of the global batch whatever its "
+        "optimizers, so max_steps is steps x this (None: 1)",
+        default=None,
+        min=1,
+        max=1024,
+    )
     global_batch: int | None = doc_field(
         "deprecated, the same number as all_devices: written for readers before 0.3 (which know only this name); "
         "0.3 stops writing it",

@@ -1,7 +1,10 @@
 """How much training, in one vocabulary: samples, batches, optimizer steps and gradient accumulation.
 
-A *step* is an optimizer step everywhere (Lightning's ``max_steps`` and ``trainer.global_step``, the callback's
-``total_steps``, ``srifty recommend --steps``, the ranker's ``steps``). A *batch* is what one rank's DataLoader yields
+A *step* is an optimizer step of the global batch everywhere (Lightning's ``max_steps`` and ``trainer.global_step``,
+the callback's ``total_steps``, ``srifty recommend --steps``, the ranker's ``steps``). A module that steps k optimizers
+a batch by itself (a GAN's generator and discriminator) makes Lightning count k a step: its profile says so
+(``batch.optimizer_steps_per_batch``), and a step here is still one batch of the global batch
+(:mod:`lightning_srifty.profiling.steps`). A *batch* is what one rank's DataLoader yields
 (a micro-batch when gradients are accumulated). The *global batch* is the samples of one optimizer step over every
 rank, accumulation included: ``per-rank batches summed x accumulate_grad_batches``. :func:`global_batch` is the one
 place it is read from a profile.

@@ -541,14 +541,16 @@ def _split_batch(profile: Profile, src: Source, fleets: _Fleets, scaling: Scalin
 
 def _least_accumulation(profile: Profile, fleets: _Fleets) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """Strong scaling: the profiled global batch, split without accumulation where it fits, else with the least
-    accumulation (a divisor of the global batch: whole micro-steps) whose micro-batches fit. Returns the
-    accumulation and :func:`_split`'s arrays, row by row those of the accumulation chosen."""
+    accumulation (a divisor of the global batch: whole micro-steps) whose micro-batches fit; none for a module that
+    steps its own optimizers (``batch.manual_optimization``: Lightning refuses accumulate_grad_batches for it, and
+    the plan's would have been ignored, the training changed). Returns the accumulation and :func:`_split`'s arrays,
+    row by row those of the accumulation chosen."""
     n = len(fleets.nodes)
     total = global_batch_of(profile)
     accumulation = np.ones(n)
     lo, plus, ok, micro, need, fits = _split(profile, fleets, np.full(n, float(total)), accumulation)
     dp_ranks = row_sum(fleets.replicas)
-    for a in divisors(total)[1:]:
+    for a in divisors(total)[1:] if not profile.batch.manual_optimization else ():
         rows = np.flatnonzero(ok & ~fits & (total // a >= dp_ranks))
         if not len(rows):
             break

@@ -36,6 +36,7 @@ from predictor.ranking.explain import (
     fmt,
     infeasible,
     layout_why,
+    manual_loop_note,
     no_table_note,
     unmeasured_note,
     why,
@@ -143,7 +144,7 @@ def rank(
     entries = [one(i, n + 1) for n, i in enumerate(order)]
     front = [one(int(i), int((keyed < keyed[i]).sum()) + 1) for i in pareto_idx]
     notes = (
-        [n for n in (unmeasured_note(profile), no_table_note(profile)) if n]  # the caveats first
+        [n for n in (unmeasured_note(profile), no_table_note(profile), manual_loop_note(profile)) if n]  # caveats
         + _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current, spot_stats)
         + _spot_notes(constraints, spot_stats)
         + ([current_note] if current_note else [])
@@ -524,10 +525,17 @@ def _feasible(r: _Ranking, scored: Scored, scoring: tuple[Any, ...] | None = Non
     splittable = many.splittable[s]
     cands.count(excluded, f"more GPUs than the {r.work.global_batch} samples of the global batch", ~splittable)
     fits = many.fits_memory[s] & (many.memory_share[s] <= 1 - constraints.min_memory_headroom)
+    manual = bool(r.profile.batch.manual_optimization)
     cands.count(
         excluded,
         "does not fit in GPU memory (with the headroom asked"
-        + (", even with gradient accumulation)" if constraints.scaling == "strong" else ")"),
+        + (
+            ", and without gradient accumulation, which Lightning refuses for a module that steps its own optimizers)"
+            if manual
+            else ", even with gradient accumulation)"
+            if constraints.scaling == "strong"
+            else ")"
+        ),
         splittable & ~fits,
     )
     ok = splittable & fits

@@ -88,6 +88,25 @@ def unmeasured_note(profile: Profile) -> str | None:
     )
 
 
+def manual_loop_note(profile: Profile) -> str | None:
+    """The caveat of a profile whose module steps its own optimizers (``batch.manual_optimization``), None otherwise:
+    no fleet is planned with gradient accumulation, and where each batch steps several optimizers, a step of the work
+    is a batch, not one of Lightning's (a trial's GAN was planned twice its work)."""
+    if not profile.batch.manual_optimization:
+        return None
+    k = int(profile.batch.optimizer_steps_per_batch or 1)
+    said = (
+        "the module steps its own optimizers (automatic_optimization=False): every fleet trains without gradient "
+        "accumulation, which Lightning refuses for it"
+    )
+    if k > 1:
+        said += (
+            f"; each batch steps {k} optimizers, so a step of the work here is one batch of the global batch and "
+            f"Lightning's global_step and max_steps count {k} a step (max_steps = steps x {k})"
+        )
+    return said
+
+
 NO_TABLE_NOTE = "the profile has no operator table"  # how the note of :func:`no_table_note` begins (the CLI shows it)
 
 

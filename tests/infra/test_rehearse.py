@@ -656,6 +656,43 @@ def test_the_resume_note_tells_srifty_autos_exact_resume_from_lightnings_warning
     assert not [d for n, _, d in walk.resume_findings(2, before, started, [exact[0]]) if not n]
 
 
+def test_a_resume_of_a_manual_loop_of_two_optimizers_is_where_the_fleet_left() -> None:
+    """A trial's GAN steps two optimizers a batch: Lightning's global step goes 148 -> 150 over one batch, and its
+    exact resume read "FAIL: first step 150 after the checkpoint of step 148". The job says how many global steps a
+    batch makes (STARTED.json), and a batch's are where the fleet left; more is not."""
+    from types import SimpleNamespace
+
+    before = SimpleNamespace(step=148, checkpoint="ckpt-148")
+    check = lambda step, k: walk.resume_findings(2, before, SimpleNamespace(step=step, steps_per_batch=k), [])[0]  # noqa: E731
+    assert check(150, 2)[1] and check(149, 1)[1]
+    assert not check(150, 1)[1] and not check(152, 2)[1]
+    assert not check(147, 2)[1]  # before the checkpoint: a step trained again
+
+
+def test_the_guard_weighs_a_manual_loops_progress_in_the_plans_steps() -> None:
+    """The guard's work left is the plan's steps (batches of the global batch): a GAN's PROGRESS.json counts two
+    global steps a batch, which read as twice the training done and half the step time."""
+    from types import SimpleNamespace
+
+    from lightning_srifty.protocol import Progress
+    from lightning_srifty.provision.launcher.steering import Steering
+
+    seen: list[tuple[object, object]] = []
+    decision = SimpleNamespace(action="wait", describe=lambda: "waits for spot")
+    guard = SimpleNamespace(
+        progress=lambda step, step_s=None: seen.append((step, step_s)),
+        observe=lambda there: None,
+        decide=lambda now, market: decision,
+    )
+    steering = Steering.__new__(Steering)  # the guard's side alone: no fleet is brought up
+    steering.guard, steering.per_batch, steering.echo = guard, 1, lambda line: None
+    steering.target, steering.choose = (lambda fleet: None), (lambda d: None)
+    steering.at_check(SimpleNamespace(), Progress(launch_id="L", step=300, step_time_s=0.25, steps_per_batch=2), True)
+    steering.after_loss(304)  # the preempted leg's global step, in the last progress's k
+    steering.at_check(SimpleNamespace(), Progress(launch_id="L", step=300, step_time_s=0.25), True)  # an automatic loop
+    assert seen == [(150, 0.5), (152, None), (300, 0.25)], seen
+
+
 def test_a_job_that_finishes_before_the_notice_is_told_to_run_longer() -> None:
     """A node that leaves with 0 before the notice ran a script too short for a rehearsal: the failure says so (a walk
     read only "exited with 0 first"); another exit code is reported as it is."""

@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import pytest
 from torch.utils.data import DataLoader
 
-from helpers import DictDataset, DictModel, TinyModel, loader, trainer
+from helpers import DictDataset, DictModel, TinyModel, TwoOptimizerModel, loader, trainer
 from imds_server import FakeIMDS
 from lightning_srifty import Constraints, ServiceClient, SriftyCallback
 from lightning_srifty.profiling.model_info import parameter_counts
@@ -655,6 +655,35 @@ def test_the_planned_steps_are_the_steps_lightning_runs(epochs: int, max_steps: 
     t = trainer([Planned()], max_steps, max_epochs=epochs, accumulate_grad_batches=accumulate)
     t.fit(TinyModel(), loader(n=80, batch_size=8))  # 10 batches an epoch
     assert seen == [t.global_step], (seen, t.global_step)
+
+
+def test_a_manual_loop_of_two_optimizers_is_planned_in_batches_not_in_its_optimizers_steps(tmp_path) -> None:
+    """A trial's GAN (automatic_optimization=False, generator and discriminator stepped every batch): Lightning's
+    global_step and max_steps count both, so max_steps 600 ran 300 batches, and the callback priced 600 steps of the
+    global batch, twice the work. A step is a batch of the global batch: the work is what the run trains, and the
+    profile records the loop (no accumulation can be planned for it) and its optimizer steps a batch."""
+    from lightning_srifty.profiling.recommendation import planned_steps, with_work
+    from lightning_srifty.profiling.steps import batches_stepped
+
+    seen: dict[str, object] = {}
+
+    class Planned(pl.Callback):
+        def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
+            if trainer.global_step == 4:
+                seen["planned"], seen["work"] = planned_steps(trainer), with_work(Constraints(), trainer)
+
+    out = tmp_path / "profile.json"
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=out, verbose=False)
+    t = trainer([cb, Planned()], max_steps=40)
+    t.fit(TwoOptimizerModel(), train_dataloaders=loader())
+    assert t.global_step == 40 and batches_stepped(t) == 20  # 20 batches of 8
+    assert seen["planned"] == 20 and seen["work"].steps == 20
+    profile = load_profile(out)
+    assert profile.batch.manual_optimization is True and profile.batch.optimizer_steps_per_batch == 2
+    assert seen["work"].work(profile).samples == 20 * 8  # what the run trains (it read 40 x 8)
+    fit(SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "a.json", verbose=False), 10)
+    automatic = load_profile(tmp_path / "a.json")  # an automatic loop's profile is as before
+    assert automatic.batch.manual_optimization is None and automatic.batch.optimizer_steps_per_batch is None
 
 
 def test_the_runs_own_length_under_weak_scaling_is_its_epochs() -> None:

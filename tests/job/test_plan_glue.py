@@ -188,6 +188,29 @@ def test_srifty_auto_applies_the_plans_batch_and_accumulation_to_a_plain_script(
     assert any(isinstance(c, SpotPreemption) for c in trainer.callbacks)  # the move on a spot notice, too
 
 
+def test_srifty_auto_refuses_a_plans_accumulation_for_a_module_that_steps_its_own_optimizers(monkeypatch, tmp_path):
+    """A trial's GAN (automatic_optimization=False) on a fleet planned at 64 x 2 accumulated: Lightning refuses
+    accumulate_grad_batches for a manual loop, but srifty_auto set it after that check, so every micro-batch was an
+    optimizer step and the global batch half the plan's, silently. Such a plan is refused, with the way out; a plan
+    without accumulation trains the loop."""
+    from helpers import TwoOptimizerModel, loader
+    from predictor.exceptions import ConfigError
+
+    def fit(accumulate: int) -> pl.Trainer:
+        _clear(monkeypatch)
+        _launch(monkeypatch, batch_sizes=(4,), accumulate_grad_batches=accumulate, checkpoint_uri=str(tmp_path / "ck"))
+        trainer = pl.Trainer(strategy="srifty_auto", accelerator="cpu", devices=1, max_steps=6, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                             default_root_dir=tmp_path)  # fmt: skip
+        trainer.fit(TwoOptimizerModel(), loader(n=64, batch_size=8))
+        return trainer
+
+    with pytest.raises(ConfigError, match=r"2 micro-batches accumulated .*\(automatic_optimization=False\)") as said:
+        fit(2)
+    assert "Plan again from a profile of this script" in str(said.value)
+    assert fit(1).global_step == 6  # 3 batches of the plan's 4, both optimizers stepped on each
+
+
 def test_a_rank_batch_split_again_over_another_world_size_is_not_called_the_plans(monkeypatch, caplog, tmp_path):
     """A plan of 2 ranks of 8 rehearsed on one (``srifty rehearse --nodes 1``: the global batch of 16 split again
     over the ranks present) said "rank 0 takes the plan's 16 samples per batch", though the plan gives each rank 8:

@@ -871,3 +871,26 @@ def test_a_budget_beside_a_deadline_no_fleet_meets_names_the_cheapest_without_it
     )
     assert said is not None, text
     assert "to keep the deadline" not in text.split("budget_usd=0.001 binds")[1], text
+
+
+def test_a_module_that_steps_its_own_optimizers_is_planned_without_accumulation(catalog) -> None:
+    """A trial's GAN (automatic_optimization=False), profiled on 2 devices of 64: the ranking offered one GPU at
+    64 x 2 accumulated, which Lightning refuses for a manual loop (srifty_auto now refuses it too). Such a profile
+    is planned without accumulation: a fleet whose GPUs cannot hold their share is left out, and says why."""
+    doc = copy.deepcopy(MINIMAL)
+    doc["batch"] = {"per_device": 64, "all_devices": 128}
+    doc["hardware"] = {"gpu": "V100-SXM2-16GB", "devices": 2, "nodes": 1}
+    constraints = Constraints(steps=1000, market="on-demand", allow=("p3.2xlarge", "p3.8xlarge"), top=50)
+    automatic = rank(load_profile(doc), constraints, catalog=catalog)
+    assert any(e.fleet == "p3.2xlarge:1" and e.groups[0].accumulate_grad_batches == 2 for e in automatic.entries)
+    doc["batch"].update(manual_optimization=True, optimizer_steps_per_batch=2)
+    manual = rank(load_profile(doc), constraints, catalog=catalog)
+    assert manual.entries and all(g.accumulate_grad_batches == 1 for e in manual.entries for g in e.groups)
+    assert not any(e.fleet == "p3.2xlarge:1" for e in manual.entries)
+    reasons = " ".join(manual.excluded)
+    assert (
+        "without gradient accumulation, which Lightning refuses for a module that steps its own optimizers" in reasons
+    )
+    said = next(n for n in manual.notes if n.startswith("the module steps its own optimizers"))
+    assert "each batch steps 2 optimizers" in said and "max_steps = steps x 2" in said
+    assert not any(n.startswith("the module steps its own optimizers") for n in automatic.notes)

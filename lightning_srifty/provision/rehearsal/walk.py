@@ -1472,8 +1472,9 @@ def exited_first(index: int, instance_id: str, code: int) -> str:
 def resume_findings(leg: int, before: Any, started: Any, logs: list[str]) -> list[tuple[str, bool, str]]:
     """The checks of a leg's start against the previous leg's notice checkpoint (``before``): it resumed where the
     fleet left and from that checkpoint; a note (no name) when the job's DataLoader is not resumable."""
-    first = started.step
-    ok = before.step is not None and first is not None and before.step <= first <= before.step + 1
+    first, k = started.step, max(1, int(getattr(started, "steps_per_batch", 1) or 1))
+    # a batch's global steps: one, or a manual loop's optimizers (a trial's GAN resumed exactly at 148 -> 150)
+    ok = before.step is not None and first is not None and before.step <= first <= before.step + k
     named = any(before.checkpoint in text for text in logs)
     where = f"first step {first} after the checkpoint of step {before.step}"
     which = f"{before.checkpoint} {'named' if named else 'not named'} in the replacements' logs"
