@@ -119,10 +119,16 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
     if sizes and rank < len(sizes):
         batch = _batch_size(getattr(trainer, "train_dataloader", None))
         if batch is not None and batch != sizes[rank]:
+            # srifty_auto re-cuts a loader it can: one it left is an iterable's or has its own batch sampler (a
+            # trial's stream was told to pass the strategy it had)
+            fix = (
+                "srifty_auto cannot re-cut it (an iterable dataset, or a batch sampler of its own): build it with"
+                if getattr(trainer.strategy, "applies_the_plan", False)
+                else 'pass Trainer(strategy="srifty_auto"), which re-cuts it, or build it with'
+            )
             out.append(
                 f"the plan gives rank {rank} batches of {sizes[rank]} samples (global batch "
-                f"{sum(sizes) * launch.accumulate_grad_batches}), its DataLoader gives {batch}: pass "
-                'Trainer(strategy="srifty_auto"), which re-cuts it, or build it with '
+                f"{sum(sizes) * launch.accumulate_grad_batches}), its DataLoader gives {batch}: {fix} "
                 "batch_size=launch_settings().batch_size (the same training as the profiled one)"
             )
     unwatched = _late_move_unwatched(trainer, launch)

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback
 
 from lightning_srifty import protocol
@@ -263,6 +264,10 @@ class SpotPreemption(SignsOfLife, Leaving):
         self._take_sigterm()  # replaces the handler Lightning registered just before (SIGTERMException, exit 0)
         if trainer.ckpt_path and trainer.is_global_zero and (lost := files_left_behind(trainer)):
             log.warning("SpotPreemption: %s", lost)
+        if trainer.ckpt_path and trainer.is_global_zero and restarts_from_its_first_sample(trainer.train_dataloader):
+            # Lightning's own "not resumable" warning needs an epoch's length, which an iterable has not: silent, a
+            # trial's GAN trained its stream's first batches again on every resume
+            log.warning("SpotPreemption: the run resumed at step %d, and %s", trainer.global_step, ITERABLE_RESTARTS)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._inactive:
@@ -328,6 +333,26 @@ class SpotPreemption(SignsOfLife, Leaving):
 
         plan = plan if hasattr(plan, "entries") else load_plan(plan)
         return cls(dirpath, every_s=planned_interval_s(plan, plan.chosen if choice is None else choice), **kwargs)
+
+
+# what a resumed run whose training data is an iterable without a position of its own is told (the rehearsal quotes it)
+ITERABLE_RESTARTS = (
+    "its training dataset is iterable and keeps no position of its own: it streams from its first sample again, so "
+    "the samples of the steps before are trained again and the rest of the stream never reached. Use a DataLoader "
+    "that keeps its position (state_dict() and load_state_dict(), e.g. torchdata's StatefulDataLoader: Lightning "
+    "saves and restores it with the checkpoint), or a map-style dataset, which srifty_auto resumes sample-exact."
+)
+
+
+def restarts_from_its_first_sample(loader: Any) -> bool:
+    """``loader``'s dataset is iterable and the loader keeps no position Lightning would checkpoint (a
+    ``state_dict``/``load_state_dict`` pair: Lightning's ``_Stateful``, its fit loop's "combined_loader" state), nor
+    the dataset one its script may keep itself."""
+    dataset = getattr(loader, "dataset", None)
+    if not isinstance(dataset, torch.utils.data.IterableDataset):
+        return False
+    stateful = lambda o: callable(getattr(o, "state_dict", None)) and callable(getattr(o, "load_state_dict", None))  # noqa: E731
+    return not (stateful(dataset) or stateful(loader))
 
 
 def files_left_behind(trainer: pl.Trainer) -> str | None:

@@ -135,6 +135,8 @@ class _AppliesThePlan:
     """What ``srifty_auto`` adds to the layout's strategy under a launch (see the module docstring); mixed in before
     a Lightning strategy class, whose hooks it extends."""
 
+    applies_the_plan = True  # what launch_checks reads (a DataLoader left as it was is one this could not re-cut)
+
     launch: LaunchEnv
 
     def __init__(self, *args: Any, launch: LaunchEnv, **kwargs: Any) -> None:
@@ -215,13 +217,15 @@ class _AppliesThePlan:
         seed = int(os.environ.get("PL_GLOBAL_SEED", "0"))
         before = getattr(dataloader, "batch_size", None)
         rebuilt, why = rebuild_loader(dataloader, sizes, rank, self.launch.accumulate_grad_batches, seed)
-        if why:
+        if why and before != sizes[rank]:  # a loader that already gives the rank's share needs no re-cut (a trial)
             log.warning(
                 "srifty_auto: rank %d's share of the plan's global batch is %d samples per batch, but this DataLoader "
-                "cannot be re-cut (%s): build it with batch_size=launch_settings().batch_size.",
+                "cannot be re-cut (%s), so it trains %s samples per batch, not the plan's: build it with "
+                "batch_size=launch_settings().batch_size.",
                 rank,
                 sizes[rank],
                 why,
+                "its own" if before is None else before,
             )
         elif rebuilt is not dataloader and before is not None and before != sizes[rank]:
             # the rank's batch is its share of the plan's global batch, split again where the fleet is not the

@@ -654,6 +654,13 @@ def test_the_resume_note_tells_srifty_autos_exact_resume_from_lightnings_warning
     notes = [detail for name, _, detail in walk.resume_findings(2, before, started, plain) if not name]
     assert len(notes) == 1 and "is not resumable: the resumed run sees its samples again" in notes[0]
     assert not [d for n, _, d in walk.resume_findings(2, before, started, [exact[0]]) if not n]
+    # an iterable without a position: Lightning says nothing, the job's SpotPreemption does, and so the rehearsal
+    from lightning_srifty.migrate.preemption import ITERABLE_RESTARTS
+
+    assert ITERABLE_RESTARTS.startswith(walk.ITERABLE_RESTARTED)
+    stream = [exact[0], f"SpotPreemption: the run resumed at step 816, and {ITERABLE_RESTARTS}"]
+    notes = [detail for name, _, detail in walk.resume_findings(2, before, started, stream) if not name]
+    assert len(notes) == 1 and "streams from its first sample again" in notes[0]
 
 
 def test_a_resume_of_a_manual_loop_of_two_optimizers_is_where_the_fleet_left() -> None:

@@ -360,7 +360,46 @@ def test_srifty_auto_names_a_loader_it_cannot_re_cut(monkeypatch, caplog, tmp_pa
         "rank 0's share of the plan's global batch is 4 samples per batch, but this DataLoader cannot be re-cut (its "
         "dataset is " in caplog.text
     )
-    assert "build it with batch_size=launch_settings().batch_size" in caplog.text
+    assert "so it trains 8 samples per batch, not the plan's: build it with" in caplog.text
+    assert "batch_size=launch_settings().batch_size" in caplog.text
+    # what the job reports (STARTED.json, the rehearsal's check) tells the way out it has: not the strategy it passed
+    trainer = types.SimpleNamespace(
+        strategy=types.SimpleNamespace(applies_the_plan=True), global_rank=0, train_dataloader=DataLoader(Stream(), 8)
+    )
+    said = " ".join(launch_mismatches(trainer, LaunchEnv(launch_id="L1", checkpoint_uri="/tmp/ck", batch_sizes=(4,))))
+    assert "srifty_auto cannot re-cut it (an iterable dataset" in said and 'pass Trainer(strategy="srifty' not in said
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        _fit_plain(tmp_path, max_steps=1, loader=DataLoader(Stream(), batch_size=4))  # the plan's batch already
+    assert "cannot be re-cut" not in caplog.text  # a trial's stream at the plan's batch was warned of nothing it did
+
+
+def test_a_resumed_stream_that_keeps_no_position_is_said(monkeypatch, caplog, tmp_path) -> None:
+    """A trial's GAN read an IterableDataset: every resume trained the stream's first batches again, and nothing said
+    so (Lightning's "not resumable" warning needs an epoch's length). A resumed run is told, with the way out; a
+    loader that keeps its position (Lightning checkpoints it) is not."""
+    from lightning_srifty.migrate.preemption import ITERABLE_RESTARTS
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter((torch.tensor(i),) for i in range(1000))
+
+    class Kept(DataLoader):  # a loader with a position of its own, as torchdata's StatefulDataLoader
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    _clear(monkeypatch)
+    _launch(monkeypatch, batch_sizes=(4,), accumulate_grad_batches=1, checkpoint_uri=str(tmp_path / "ck"))
+    ckpt = str(tmp_path / "at2.ckpt")
+    _fit_plain(tmp_path, max_steps=2, loader=DataLoader(Stream(), batch_size=4), save={2: ckpt})
+    for loader, said in ((DataLoader(Stream(), batch_size=4), True), (Kept(Stream(), batch_size=4), False)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+            _fit_plain(tmp_path, max_steps=3, loader=loader, ckpt_path=ckpt)
+        assert (f"the run resumed at step 2, and {ITERABLE_RESTARTS}" in caplog.text) is said, caplog.text
 
 
 @pytest.mark.parametrize("callback", ["SpotPreemption", "SriftyCallback"])

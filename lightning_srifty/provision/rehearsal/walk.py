@@ -1487,6 +1487,11 @@ def resume_findings(leg: int, before: Any, started: Any, logs: list[str]) -> lis
             "", True, "note: the resume was sample-exact: srifty_auto restored the position in the epoch, so "
             "Lightning's warning that the DataLoader is not resumable does not apply (the nodes' logs say so)",
         ))  # fmt: skip
+    elif any(ITERABLE_RESTARTED in text for text in logs):
+        found.append((
+            "", True, "note: the job's training dataset is iterable and keeps no position: each resumed leg streams "
+            "from its first sample again, training those samples twice (the nodes' logs say so, with the way out)",
+        ))  # fmt: skip
     elif any(LIGHTNING_NOT_RESUMABLE in text for text in logs):
         found.append((
             "", True, "note: the job's DataLoader is not resumable: the resumed run sees its samples again from the "
@@ -1500,3 +1505,6 @@ def resume_findings(leg: int, before: Any, started: Any, logs: list[str]) -> lis
 # strategy's own sentence quotes the warning, so the two are told apart by these, not by "not resumable" alone
 SAMPLE_EXACT = "srifty_auto: the resume is sample-exact"
 LIGHTNING_NOT_RESUMABLE = "your dataloader is not resumable"
+# what SpotPreemption logs on a resume whose training data is an iterable without a position (migrate/preemption.py's
+# ITERABLE_RESTARTS begins so), which Lightning's own warning never covers (an iterable has no epoch length)
+ITERABLE_RESTARTED = "its training dataset is iterable and keeps no position of its own"
