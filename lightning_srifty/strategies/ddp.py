@@ -71,14 +71,21 @@ class SriftyDDPStrategy(RankBatches, TorchrunNodes, DDPStrategy):
 
     @classmethod
     def register_strategies(cls, strategy_registry: Any) -> None:
-        for name, start_method in (("srifty_ddp", "popen"), ("srifty_ddp_spawn", "spawn")):
+        for name, start_method, unused in (
+            ("srifty_ddp", "popen", False),
+            ("srifty_ddp_spawn", "spawn", False),
+            # Lightning's ddp_find_unused_parameters_true, timed: a GAN's toggled optimizers leave parameters unused
+            ("srifty_ddp_find_unused_parameters_true", "popen", True),
+        ):
             if name in strategy_registry:
                 continue
             strategy_registry.register(
                 name,
                 cls,
-                description=f"DDP timing every all-reduce (lightning-srifty), start_method {start_method!r}",
+                description=f"DDP timing every all-reduce (lightning-srifty), start_method {start_method!r}"
+                + (", find_unused_parameters=True" if unused else ""),
                 start_method=start_method,
+                **({"find_unused_parameters": True} if unused else {}),
             )
 
 

@@ -251,19 +251,25 @@ class PlannedFSDPStrategy(_AppliesThePlan, SriftyFSDPStrategy):
     """``srifty_fsdp`` with the plan's batch, accumulation and resume applied (built by ``srifty_auto``)."""
 
 
-def srifty_auto() -> Strategy:
+def srifty_auto(find_unused_parameters: bool = False) -> Strategy:
     """``Trainer(strategy="srifty_auto")``: under ``srifty launch`` the plan's layout with its batch, accumulation and
-    resume applied (module docstring); else ``srifty_ddp`` (Lightning's DDP with all-reduce timing)."""
+    resume applied (module docstring); else ``srifty_ddp`` (Lightning's DDP with all-reduce timing).
+    ``find_unused_parameters`` (``"srifty_auto_find_unused_parameters_true"``): DDP's, as Lightning's
+    ``ddp_find_unused_parameters_true`` (a GAN whose toggled optimizers leave parameters without gradients)."""
     launch = LaunchEnv.from_env()
+    unused: dict[str, Any] = {"find_unused_parameters": True} if find_unused_parameters else {}
     if launch is None:
-        return SriftyDDPStrategy(process_group_backend="nccl" if torch.cuda.is_available() else "gloo")
-    return build_layout(launch, ddp_class=PlannedDDPStrategy, fsdp_class=PlannedFSDPStrategy, launch=launch)
+        return SriftyDDPStrategy(process_group_backend="nccl" if torch.cuda.is_available() else "gloo", **unused)
+    extra = unused if launch.strategy_spec()[0] == "ddp" else {}  # FSDP has no such option (nor needs it)
+    return build_layout(launch, ddp_class=PlannedDDPStrategy, fsdp_class=PlannedFSDPStrategy, launch=launch, **extra)
 
 
-StrategyRegistry.register(
-    "srifty_auto",
-    srifty_auto,
-    description="the plan's strategy under srifty launch, with its per-rank batch, accumulation and resume "
-    "checkpoint applied; else srifty_ddp",
-    override=True,
-)
+for _name, _unused in (("srifty_auto", False), ("srifty_auto_find_unused_parameters_true", True)):
+    StrategyRegistry.register(
+        _name,
+        srifty_auto,
+        description="the plan's strategy under srifty launch, with its per-rank batch, accumulation and resume "
+        "checkpoint applied; else srifty_ddp" + (" (DDP's find_unused_parameters=True)" if _unused else ""),
+        override=True,
+        **({"find_unused_parameters": True} if _unused else {}),
+    )

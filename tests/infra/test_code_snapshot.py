@@ -801,3 +801,24 @@ def test_fabric_preemption_imported_under_another_name_still_counts(tmp_path) ->
     )
     glue = command_glue(build_snapshot(project, tmp_path / "stage", SPEC), ["train.py"])
     assert glue is not None and glue.fabric_only and not glue.fabric_unguarded
+
+
+def test_the_find_unused_parameters_name_of_srifty_auto_asks_for_the_plan(tmp_path) -> None:
+    """A GAN's script names strategy="srifty_auto_find_unused_parameters_true" (DDP's find_unused_parameters, as
+    Lightning's ddp_find_unused_parameters_true): it applies the plan as srifty_auto does, and needs the import."""
+    from lightning_srifty.provision.terraform.glue import command_glue
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "gan.py").write_text(
+        "import lightning_srifty\nimport lightning.pytorch as pl\n"
+        'pl.Trainer(strategy="srifty_auto_find_unused_parameters_true")\n'
+    )
+    (project / "bare.py").write_text(
+        'import lightning.pytorch as pl\npl.Trainer(strategy="srifty_ddp_find_unused_parameters_true")\n'
+    )
+    snapshot = build_snapshot(project, tmp_path / "stage", SPEC)
+    glue = command_glue(snapshot, ["gan.py"])
+    assert glue is not None and glue.asks_for_the_plan and not glue.unregistered
+    bare = command_glue(snapshot, ["bare.py"])
+    assert bare is not None and not bare.asks_for_the_plan and bare.unregistered  # a srifty name, never imported

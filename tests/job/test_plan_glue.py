@@ -48,6 +48,44 @@ def test_srifty_auto_is_the_plans_strategy_under_a_launch(monkeypatch) -> None:
     assert (settings.batch_size, settings.accumulate_grad_batches, settings.strategy) == (6, 3, "fsdp")
 
 
+class _Toggled(pl.LightningModule):
+    """A GAN's loop: two optimizers, each stepped with the other's parameters toggled off (no gradients for them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.g, self.d = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+
+    def training_step(self, batch, batch_idx):
+        (ids,) = batch
+        x = ids.float().unsqueeze(1)
+        for opt, net in zip(self.optimizers(), (self.g, self.d)):
+            self.toggle_optimizer(opt)
+            opt.zero_grad()
+            self.manual_backward(net(x).pow(2).mean())
+            opt.step()
+            self.untoggle_optimizer(opt)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.g.parameters(), lr=0.01), torch.optim.SGD(self.d.parameters(), lr=0.01)
+
+
+@pytest.mark.parametrize("launched", [False, True])
+def test_a_gans_toggled_optimizers_train_under_the_find_unused_parameters_name(monkeypatch, tmp_path, launched):
+    """A trial's GAN failed under srifty_auto ("parameters that were not used"): Lightning's way out is
+    strategy="ddp_find_unused_parameters_true", which drops srifty. srifty_auto and srifty_ddp have that name too."""
+    _clear(monkeypatch)
+    if launched:
+        _launch(monkeypatch, batch_sizes=(4,), accumulate_grad_batches=1, checkpoint_uri=str(tmp_path / "ck"))
+    with pytest.raises(RuntimeError, match="find_unused_parameters"):
+        _fit_plain(tmp_path, max_steps=2, model=_Toggled())
+    for name in ("srifty_auto_find_unused_parameters_true",) + (
+        () if launched else ("srifty_ddp_find_unused_parameters_true",)
+    ):
+        trainer, _ = _fit_plain(tmp_path, max_steps=2, strategy=name, model=_Toggled())
+        assert trainer.global_step == 2 and trainer.strategy._ddp_kwargs["find_unused_parameters"] is True
+
+
 def test_a_script_that_trains_otherwise_than_the_plan_is_told_what_the_plan_expected(monkeypatch) -> None:
     _clear(monkeypatch)
     launch = _launch(
@@ -147,10 +185,17 @@ class _SaveAt(pl.Callback):
 
 
 def _fit_plain(
-    tmp_path, *, max_steps: int, loader=None, ckpt_path=None, save: dict[int, str] | None = None, strategy="srifty_auto"
+    tmp_path,
+    *,
+    max_steps: int,
+    loader=None,
+    ckpt_path=None,
+    save: dict[int, str] | None = None,
+    strategy="srifty_auto",
+    model: pl.LightningModule | None = None,
 ):
     """A plain script: its own DataLoader (batch 8, in order), Trainer(strategy="srifty_auto"), fit()."""
-    model = _Seen()
+    model = model or _Seen()
     trainer = pl.Trainer(
         strategy=strategy,
         accelerator="cpu",

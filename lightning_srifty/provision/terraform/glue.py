@@ -21,8 +21,15 @@ from lightning_srifty.provision.terraform.command import train_argv
 from lightning_srifty.provision.terraform.script_imports import ProjectImports, project_imports
 from lightning_srifty.provision.terraform.snapshot import Snapshot, read_member
 
-SRIFTY_STRATEGIES = frozenset({"srifty_auto", "srifty_ddp", "srifty_ddp_spawn", "srifty_fsdp"})
 PLAN_STRATEGY = "srifty_auto"  # the strategy that applies the plan's layout and per-rank batch
+# its name with DDP's find_unused_parameters=True (as Lightning's ddp_find_unused_parameters_true: a GAN's)
+PLAN_STRATEGIES = frozenset({PLAN_STRATEGY, "srifty_auto_find_unused_parameters_true"})
+SRIFTY_STRATEGIES = PLAN_STRATEGIES | {
+    "srifty_ddp",
+    "srifty_ddp_spawn",
+    "srifty_ddp_find_unused_parameters_true",
+    "srifty_fsdp",
+}
 PLAN_CALL = "plan_strategy"  # the function that does the same
 FABRIC_GUARD = "FabricPreemption"  # what a Fabric loop calls to checkpoint, resume and leave on a fleet
 PACKAGE = "lightning_srifty"
@@ -66,7 +73,7 @@ class ScriptGlue:
 
     @property
     def asks_for_the_plan(self) -> bool:
-        return PLAN_STRATEGY in self.strategies or self.plan_strategy
+        return bool(PLAN_STRATEGIES & set(self.strategies)) or self.plan_strategy
 
     @property
     def unregistered(self) -> bool:
