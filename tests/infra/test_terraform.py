@@ -310,6 +310,12 @@ def test_the_folder_has_a_page_for_whoever_reviews_it(tmp_path, capsys, monkeypa
     again = (folder / README).read_text()
     assert again.startswith(f"# page-run: {plan.entries[other].fleet} ")
     assert f"not the plan's recommendation, which is entry {plan.chosen} ({entry.fleet})" in again
+    # its reasons are the recommendation's, said as such (a trial's --choice 3 page explained entry 0's fleet)
+    why = next(line for line in again.splitlines() if line.startswith("| why this fleet |"))
+    assert "chosen over the plan's recommendation; the plan's words for that one:" in why
+    assert next(line for line in page.splitlines() if line.startswith("| why this fleet |")) == (
+        f"| why this fleet | {plan.why.replace('|', chr(92) + '|')} |"
+    )
     # a folder written before srifty wrote a page, where the team added its own: theirs stays, and it is said
     marker = json.loads((folder / MARKER).read_text())
     marker["files"].remove(README)

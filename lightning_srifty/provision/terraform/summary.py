@@ -293,7 +293,10 @@ def _prediction_table(plan: Any, entry: Any, values: dict[str, Any]) -> list[str
     if entry.checkpoint_interval_s:
         rows.append(("checkpoints", f"every {fmt_hours(entry.checkpoint_interval_s / 3600)}, and on a spot notice"))
     rows.append(("life cap", f"the fleet stops itself {fmt_life(values['max_life_h'])} after its first launch"))
-    rows.append(("why this fleet", plan.why.replace("|", "\\|")))
+    chosen = entry is plan.entries[plan.chosen]
+    # plan.why is the recommendation's: another entry's folder said so of a fleet it does not run (a trial's --choice 3)
+    why = plan.why if chosen else f"chosen over the plan's recommendation; the plan's words for that one: {plan.why}"
+    rows.append(("why this fleet", why.replace("|", "\\|")))
     return ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
 
 
