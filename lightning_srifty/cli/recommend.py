@@ -111,19 +111,20 @@ def _recommend(args: argparse.Namespace, profile: Any, Constraints: Any, recomme
 
     console(260 if args.wide else 170).print(plan_table(plan, profile.model.name, wide=args.wide))
     from predictor.catalog.instances import SPOT_OUTLIER_HINT, SPOT_UNLISTED_HINT
-    from predictor.ranking.core import BUDGET_NOTE, LATE_MOVE_NOTE, RISK_NOTE, TRANSPORT_NOTE
-    from predictor.ranking.explain import no_table_note, unmeasured_note
+    from predictor.ranking.core import BUDGET_NOTE, DEADLINE_ONLY_NOTE, LATE_MOVE_NOTE, RISK_NOTE, TRANSPORT_NOTE
+    from predictor.ranking.explain import manual_loop_note, no_table_note, unmeasured_note
     from predictor.ranking.validation import VALIDATION_NOTE
 
     caveat = unmeasured_note(profile) or no_table_note(profile)
-    tagged = (SPOT_OUTLIER_HINT, SPOT_UNLISTED_HINT)  # the notes the table's reader must see
+    # the notes the table's reader must see (an audit: a --confidence without --deadline was taken without a word)
+    tagged = (SPOT_OUTLIER_HINT, SPOT_UNLISTED_HINT, DEADLINE_ONLY_NOTE)
     shown = [
         n
         for n in plan.notes or ()
         if any(t in n for t in tagged)
         or n.startswith((RISK_NOTE, LATE_MOVE_NOTE, VALIDATION_NOTE, TRANSPORT_NOTE, BUDGET_NOTE))
     ]
-    for note in [caveat, *shown]:
+    for note in [caveat, manual_loop_note(profile), *shown]:
         if note:
             print(f"note: {note}")
     if args.launchable and plan.notes:

@@ -657,7 +657,7 @@ def _deadline_only_notes(constraints: Constraints, words: Words) -> list[str]:
     if not given:
         return []
     return [
-        f"{' and '.join(given)} {'act' if len(given) > 1 else 'acts'} through a deadline, and none was given: "
+        f"{' and '.join(given)} {'act' if len(given) > 1 else 'acts'} {DEADLINE_ONLY_NOTE}: "
         f"{'they' if len(given) > 1 else 'it'} changed nothing in this ranking (give "
         f"{words.name('deadline_h')} to rank by the chance of meeting it)"
     ]
@@ -723,6 +723,7 @@ TRANSPORT_NOTE = "transport tcp (asked)"  # how the note begins (srifty recommen
 
 LATE_MOVE_NOTE = "move_if_late:"  # how the note of the choice's move when late begins (the CLI shows it)
 BUDGET_NOTE = "budget at risk"  # how the note of a choice whose cost interval passes the budget begins (CLI shows it)
+DEADLINE_ONLY_NOTE = "through a deadline, and none was given"  # inside the note of _deadline_only_notes (CLI shows it)
 RISK_NOTE = "left out for risk"  # how the note of the fleets the confidence alone left out begins (the CLI shows it)
 
 

@@ -147,3 +147,19 @@ def test_a_template_shows_given_values_as_facts_the_same_in_every_front_end() ->
 def test_a_template_field_that_is_not_a_name_is_refused_where_it_is_written(template: str) -> None:
     with pytest.raises(ValueError, match="fields are names"):
         ConfigError.between(template, parameter="a")
+
+
+def test_srifty_recommend_prints_what_a_setting_without_its_deadline_did(capsys, tmp_path) -> None:
+    """An audit: --confidence 0.99 without --deadline exited 0 and said nothing; the plan's note that it changed
+    nothing was in its JSON only. The table's reader sees it, and the manual loop's caveat too."""
+    assert main(["recommend", "--profile", ROOT_PROFILE, "--steps", "1000", "--confidence", "0.99", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "note: --confidence 0.99 acts through a deadline, and none was given: it changed nothing" in out
+    assert main(["recommend", "--profile", ROOT_PROFILE, "--steps", "1000", "--top", "2"]) == 0
+    assert "through a deadline" not in capsys.readouterr().out
+    with open(ROOT_PROFILE) as f:
+        doc = json.load(f)
+    doc["batch"].update(manual_optimization=True, optimizer_steps_per_batch=2)
+    (tmp_path / "gan.json").write_text(json.dumps(doc))
+    assert main(["recommend", "--profile", str(tmp_path / "gan.json"), "--steps", "1000", "--top", "2"]) == 0
+    assert "note: the module steps its own optimizers" in capsys.readouterr().out
