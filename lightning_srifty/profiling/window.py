@@ -26,7 +26,7 @@ from lightning_srifty.profiling.ops_capture import StepOpCapture
 from lightning_srifty.profiling.recorder import StepRecorder
 from lightning_srifty.profiling.run_record import hardware_record, model_record
 from lightning_srifty.profiling.sharded import ShardedCollectiveTimer, fsdp_units, layout_name
-from lightning_srifty.profiling.steps import optimization_record
+from lightning_srifty.profiling.steps import manual_optimization, optimization_record
 from lightning_srifty.timing import clock_for
 from predictor.documents.profile import Profile
 from predictor.model.stats import summarize
@@ -101,7 +101,10 @@ class ProfileWindow:
                 on_cpu = self.device.type != "cuda"
                 mixed = str(trainer.precision).endswith("-mixed") or str(trainer.precision) in ("16", "bf16")
                 self.ops.start_forward(
-                    emulate_cuda_autocast=on_cpu and mixed, optimizers=trainer.optimizers, first_step=n == 0
+                    emulate_cuda_autocast=on_cpu and mixed,
+                    optimizers=trainer.optimizers,
+                    first_step=n == 0,
+                    manual=manual_optimization(trainer.lightning_module),
                 )
             else:
                 self.flops.start_forward()
@@ -267,6 +270,11 @@ class ProfileWindow:
             notes.append(
                 f"The run ended inside the profile window: {self.recorder.steps} of {self.profile_steps} "
                 f"requested steps ran ({len(lead.step_s) if lead else 0} kept)."
+            )
+        if lead is not None and lead.step_s and not lead.phase_steps and manual_optimization(pl_module):
+            notes.append(
+                "the module steps its own optimizers (automatic_optimization=False) with more than one backward pass "
+                "a batch: the step's time is measured, not split into data, forward, backward and optimizer phases"
             )
         hardware = hardware_record(trainer, self.device, meta, notes)
         samples = next((s for s in (lead.samples if lead else []) if s), None)

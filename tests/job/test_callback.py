@@ -681,6 +681,11 @@ def test_a_manual_loop_of_two_optimizers_is_planned_in_batches_not_in_its_optimi
     profile = load_profile(out)
     assert profile.batch.manual_optimization is True and profile.batch.optimizer_steps_per_batch == 2
     assert seen["work"].work(profile).samples == 20 * 8  # what the run trains (it read 40 x 8)
+    # the second optimizer's forward is forward work (it was read as the first optimizer's step): two passes of
+    # Linear(16->8) and Linear(8->1) a sample, 2 x 2 x (16 x 8 + 8) FLOPs
+    assert profile.model.flops.forward_per_sample == pytest.approx(2 * 2 * (16 * 8 + 8))
+    assert any("a manual optimization loop" in n for n in profile.ops.notes)
+    assert not profile.timing.phases_s and any("not split into data, forward, backward" in n for n in profile.notes)
     fit(SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "a.json", verbose=False), 10)
     automatic = load_profile(tmp_path / "a.json")  # an automatic loop's profile is as before
     assert automatic.batch.manual_optimization is None and automatic.batch.optimizer_steps_per_batch is None
