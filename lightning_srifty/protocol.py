@@ -190,8 +190,9 @@ class Started(Record):
     world_size: int | None = None
     strategy: str = ""
     mismatches: tuple[str, ...] = ()
-    # Lightning's global steps a step of the work makes: 1, or the optimizers a manual loop steps a batch (a GAN's 2)
-    steps_per_batch: int = 1
+    # Lightning's global steps a step of the work makes: 1, or the optimizers a manual loop steps a batch on average
+    # (a GAN's 2)
+    steps_per_batch: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mismatches", tuple(self.mismatches))  # JSON reads back a list
@@ -214,7 +215,7 @@ class Progress(Record):
     active_unix: float | None = None
     every_s: float | None = None
     # Lightning's global steps a step of the plan's work makes (Started's): the guard reads step / this
-    steps_per_batch: int = 1
+    steps_per_batch: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)

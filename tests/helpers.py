@@ -42,15 +42,16 @@ class TwoOptimizerModel(pl.LightningModule):
     """A manual loop stepping two optimizers a batch, as a GAN's generator and discriminator: Lightning's global_step
     and max_steps count 2 a batch."""
 
-    def __init__(self) -> None:
+    def __init__(self, second_every: int = 1) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.first, self.second = nn.Linear(16, 8), nn.Linear(8, 1)
+        self.second_every = second_every  # a WGAN's generator: stepped every n-th batch
 
     def training_step(self, batch, batch_idx):
         x, y = batch
         one, two = self.optimizers()
-        for opt in (one, two):
+        for opt in (one, two) if batch_idx % self.second_every == 0 else (one,):
             opt.zero_grad()
             self.manual_backward(nn.functional.mse_loss(self.second(self.first(x)), y))
             opt.step()

@@ -58,7 +58,7 @@ class LaunchWatch:
         self._active: float | None = None  # unix: the training loop's last sign of life (a step, a validation batch)
         self.training_over = False  # the last step is done: what runs until fit() ends is not a hang (an export)
         self._started_written = False
-        self._per_batch = 1  # Lightning's global steps a step of the work makes (a manual loop's optimizers a batch)
+        self._per_batch = 1.0  # Lightning's global steps a step of the work makes (a manual loop's optimizers a batch)
         self._thread: threading.Thread | None = None
         self.stop_event = threading.Event()
 

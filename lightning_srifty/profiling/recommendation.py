@@ -115,7 +115,7 @@ def planned_steps(trainer: pl.Trainer) -> int | None:
     Lightning runs 8). A step is a batch of the global batch (:mod:`lightning_srifty.profiling.steps`): ``max_steps``
     counts every optimizer's step, k a batch for a manual loop of k optimizers, so it ends the run at max_steps / k."""
     k = optimizer_steps_per_batch(trainer)
-    steps = math.ceil(int(trainer.max_steps) / k) if trainer.max_steps and trainer.max_steps > 0 else None
+    steps = math.ceil(int(trainer.max_steps) / k - 1e-6) if trainer.max_steps and trainer.max_steps > 0 else None
     batches = trainer.num_training_batches
     if trainer.max_epochs and trainer.max_epochs > 0 and batches and batches != float("inf"):
         by_epochs = int(trainer.max_epochs) * math.ceil(int(batches) / max(1, int(trainer.accumulate_grad_batches)))

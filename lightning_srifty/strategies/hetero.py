@@ -194,6 +194,7 @@ class ExactResume(Callback):
             self.epoch, self.consumed = self._restored["epoch"], self._restored["consumed"]
             if trainer.current_epoch == self.epoch:  # resumed inside the epoch
                 _count_in_this_fleets_batches(trainer, self.consumed, self.batch_samples)
+            _draw_again(trainer)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         resumed = self._restored is not None and trainer.current_epoch == self._restored["epoch"]
@@ -211,6 +212,18 @@ class ExactResume(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._restored = dict(state)
+
+
+def _draw_again(trainer: pl.Trainer) -> None:
+    """The training loader's iterator made again, from the position just restored. Lightning makes it before
+    ``on_train_start`` (``FitLoop.setup_data``), and a loader with workers draws its first batches then
+    (``prefetch_factor`` x ``num_workers``): from the epoch's start, in the order of the sampler's epoch before the
+    restore (a trial's resume, "sample-exact" in its log, trained the epoch's first two batches again). A new iterator
+    drops those (persistent workers drain them) and draws from the restored position; one without workers had drawn
+    nothing yet, and draws the same."""
+    fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+    if fetcher is not None and getattr(fetcher, "combined_loader", None) is not None:
+        iter(fetcher)
 
 
 def _count_in_this_fleets_batches(trainer: pl.Trainer, consumed: int, batch_samples: int) -> None:

@@ -225,10 +225,11 @@ class Batch:
         "gradients for it, so a fleet is planned without gradient accumulation (None: automatic, or not recorded)",
         default=None,
     )
-    optimizer_steps_per_batch: int | None = doc_field(
-        "optimizer steps a batch makes, each of which Lightning's global_step and max_steps count (a GAN's "
-        "generator and discriminator: 2); a step of srifty's work is one batch of the global batch whatever its "
-        "optimizers, so max_steps is steps x this (None: 1)",
+    optimizer_steps_per_batch: float | None = doc_field(
+        "optimizer steps a batch makes on average, each of which Lightning's global_step and max_steps count (a "
+        "GAN's generator and discriminator: 2; a critic stepped every batch and a generator every fifth: 1.2); a "
+        "step of srifty's work is one batch of the global batch whatever its optimizers, so max_steps is steps x "
+        "this (None: 1)",
         default=None,
         min=1,
         max=1024,

@@ -94,15 +94,16 @@ def manual_loop_note(profile: Profile) -> str | None:
     is a batch, not one of Lightning's (a trial's GAN was planned twice its work)."""
     if not profile.batch.manual_optimization:
         return None
-    k = int(profile.batch.optimizer_steps_per_batch or 1)
+    k = float(profile.batch.optimizer_steps_per_batch or 1)
     said = (
         "the module steps its own optimizers (automatic_optimization=False): every fleet trains without gradient "
         "accumulation, which Lightning refuses for it"
     )
     if k > 1:
         said += (
-            f"; each batch steps {k} optimizers, so a step of the work here is one batch of the global batch and "
-            f"Lightning's global_step and max_steps count {k} a step (max_steps = steps x {k})"
+            f"; each batch steps {k:.3g} optimizers{'' if k.is_integer() else ' on average'}, so a step of the work "
+            f"here is one batch of the global batch and Lightning's global_step and max_steps count {k:.3g} a step "
+            f"(max_steps = steps x {k:.3g})"
         )
     return said
 

@@ -686,6 +686,19 @@ def test_a_manual_loop_of_two_optimizers_is_planned_in_batches_not_in_its_optimi
     assert profile.model.flops.forward_per_sample == pytest.approx(2 * 2 * (16 * 8 + 8))
     assert any("a manual optimization loop" in n for n in profile.ops.notes)
     assert not profile.timing.phases_s and any("not split into data, forward, backward" in n for n in profile.notes)
+
+    # a WGAN's loop (its generator every other batch): 1.5 global steps a batch, not rounded to 1 or 2
+    class AtFour(pl.Callback):
+        def on_train_batch_end(self, trainer: pl.Trainer, module, outputs, batch, batch_idx: int) -> None:
+            if batch_idx == 3:  # four batches, six global steps
+                seen["wgan"] = planned_steps(trainer)
+
+    out = tmp_path / "wgan.json"
+    cb = SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=out, verbose=False)
+    t = trainer([cb, AtFour()], max_steps=30)
+    t.fit(TwoOptimizerModel(second_every=2), train_dataloaders=loader())
+    assert t.global_step == 30 and batches_stepped(t) == 20 and seen["wgan"] == 20
+    assert load_profile(out).batch.optimizer_steps_per_batch == pytest.approx(1.5, rel=0.1)  # the window's own mean
     fit(SriftyCallback(recommend=False, warmup_steps=2, profile_steps=5, output=tmp_path / "a.json", verbose=False), 10)
     automatic = load_profile(tmp_path / "a.json")  # an automatic loop's profile is as before
     assert automatic.batch.manual_optimization is None and automatic.batch.optimizer_steps_per_batch is None

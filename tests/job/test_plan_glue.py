@@ -419,6 +419,26 @@ def test_srifty_auto_names_a_loader_it_cannot_re_cut(monkeypatch, caplog, tmp_pa
     assert "cannot be re-cut" not in caplog.text  # a trial's stream at the plan's batch was warned of nothing it did
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("at", [3, 27])
+def test_a_resume_of_a_loader_with_workers_trains_the_samples_an_uninterrupted_run_does(
+    tmp_path, monkeypatch, at, workers
+):
+    """A trial's resume logged "sample-exact" and trained the epoch's first two batches again: Lightning makes the
+    loader's iterator before on_train_start, where the position comes back, and a loader with workers draws
+    prefetch_factor x num_workers batches at once, from the epoch's start (in a later epoch, in the order of the
+    sampler's epoch 0). The iterator is made again from the restored position. 96 samples, batches of 4: step 27 is
+    in the second epoch."""
+    _clear(monkeypatch)
+    _launch(monkeypatch, batch_sizes=(4,), accumulate_grad_batches=1, checkpoint_uri=str(tmp_path / "ck"))
+    made = lambda: DataLoader(TensorDataset(torch.arange(96)), batch_size=8, num_workers=workers,  # noqa: E731
+                              persistent_workers=bool(workers))  # fmt: skip
+    ckpt = str(tmp_path / "at.ckpt")
+    _, whole = _fit_plain(tmp_path, max_steps=at + 6, loader=made(), save={at: ckpt})
+    _, resumed = _fit_plain(tmp_path, max_steps=at + 6, loader=made(), ckpt_path=ckpt)
+    assert resumed.batches == whole.batches[at:], (resumed.batches[:3], whole.batches[at : at + 3])
+
+
 def test_a_resumed_stream_that_keeps_no_position_is_said(monkeypatch, caplog, tmp_path) -> None:
     """A trial's GAN read an IterableDataset: every resume trained the stream's first batches again, and nothing said
     so (Lightning's "not resumable" warning needs an epoch's length). A resumed run is told, with the way out; a

@@ -28,7 +28,7 @@ class Steering:
         self.next_check = time.monotonic() + check_s
         self.refused = 0  # spot starts refused in a row while on on-demand
         self.retry_at = 0.0  # no return to spot before this (monotonic): 1, 2, 4 ... 16 checks after a refusal
-        self.per_batch = 1  # Lightning's global steps a step of the plan makes (PROGRESS.json: a manual loop's k)
+        self.per_batch = 1.0  # Lightning's global steps a step of the plan makes (PROGRESS.json: a manual loop's k)
 
     def spot_refused(self) -> None:
         """Each start costs a provisioning attempt (minutes with Terraform): back off while spot stays away."""
@@ -78,9 +78,9 @@ class Steering:
             CapacityError: the on-demand twin could not start.
         """
         if progress is not None:  # in the plan's steps: Lightning counts a manual loop's every optimizer's step
-            k = self.per_batch = max(1, int(progress.steps_per_batch or 1))
+            k = self.per_batch = max(1.0, float(progress.steps_per_batch or 1))
             step_s = None if progress.step_time_s is None else progress.step_time_s * k
-            self.guard.progress(None if progress.step is None else progress.step // k, step_s)
+            self.guard.progress(None if progress.step is None else int(progress.step / k + 1e-6), step_s)
         move_to = self.target(fleet)
         if move_to is None:
             return None
@@ -110,7 +110,9 @@ class Steering:
         """The guard's fleet is gone at ``step``: the fleet the guard chooses, up (its on-demand twin or spot again),
         or None when it waits for spot or spot was refused. ``spot_gone`` False: a node was lost without a notice (its
         host, its GPU), which says nothing of spot's capacity: the guard decides as with spot there."""
-        self.guard.progress(None if step is None else step // self.per_batch)  # the job's last progress said its k
+        self.guard.progress(
+            None if step is None else int(step / self.per_batch + 1e-6)
+        )  # the job's last progress said its k
         self.guard.observe(not spot_gone)
         d = self.guard.decide(time.time(), None)
         what = "spot gone" if spot_gone else "a machine's fault (a node lost without a notice, or a hung job)"

@@ -29,6 +29,7 @@ import base64
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import platform
 import re
@@ -1472,7 +1473,7 @@ def exited_first(index: int, instance_id: str, code: int) -> str:
 def resume_findings(leg: int, before: Any, started: Any, logs: list[str]) -> list[tuple[str, bool, str]]:
     """The checks of a leg's start against the previous leg's notice checkpoint (``before``): it resumed where the
     fleet left and from that checkpoint; a note (no name) when the job's DataLoader is not resumable."""
-    first, k = started.step, max(1, int(getattr(started, "steps_per_batch", 1) or 1))
+    first, k = started.step, max(1, math.ceil(float(getattr(started, "steps_per_batch", 1) or 1) - 1e-6))
     # a batch's global steps: one, or a manual loop's optimizers (a trial's GAN resumed exactly at 148 -> 150)
     ok = before.step is not None and first is not None and before.step <= first <= before.step + k
     named = any(before.checkpoint in text for text in logs)
