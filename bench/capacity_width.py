@@ -55,19 +55,11 @@ def replays(sets: dict, restart: float, work_h=WORK_H, factors=FACTORS) -> np.nd
     out = []
     for spec in sets.values():
         for trace in sr.traces(spec):
-            for w in work_h:
-                for f in factors:
-                    deadline_s = f * (w * 3600 + restart)
-                    need = int(np.ceil(deadline_s / trace.gap_s)) + 1
-                    if need > trace.ticks:
-                        continue
-                    for i in range(STARTS):
-                        start = int((trace.ticks - need) * i / (STARTS - 1))
-                        job = dl.Job(w * 3600, deadline_s, restart, sr.SPOT_USD * spec[2], sr.OD_USD * spec[2])
-                        o = dl.replay(job, trace.window(start, trace.ticks - start), dl.Srifty())
-                        now = (expected(job, trace, False), expected(job, trace, True))
-                        billed = (expected(job, trace, False, restart), expected(job, trace, True, restart))
-                        out.append((w, f, o.cost_usd, *now, *billed))
+            for job, start, w, f in sr.jobs(trace, restart, spec[2], factors, work_h, STARTS):
+                o = dl.replay(job, trace.window(start, trace.ticks - start), dl.Srifty())
+                now = (expected(job, trace, False), expected(job, trace, True))
+                billed = (expected(job, trace, False, restart), expected(job, trace, True, restart))
+                out.append((w, f, o.cost_usd, *now, *billed))
     return np.array(out)
 
 

@@ -83,17 +83,18 @@ def region_traces(values: str | None = None) -> list[tr.Trace]:
     return [tr.combine_traces(group) for group in by_region.values()]
 
 
-def jobs(trace: tr.Trace, restart: float, nodes: int, factors: tuple[float, ...] = FACTORS):
-    """(job, start tick) pairs that fit in the trace."""
-    for w in WORK_H:
+def jobs(trace: tr.Trace, restart: float, nodes: int, factors: tuple[float, ...] = FACTORS,
+         work_h: tuple[float, ...] = WORK_H, starts: int = STARTS):  # fmt: skip
+    """(job, start tick, work h, deadline factor) for the jobs that fit in the trace (bench/capacity_width.py's too)."""
+    for w in work_h:
         for f in factors:
             deadline_s = f * (w * 3600 + restart)
             need = int(np.ceil(deadline_s / trace.gap_s)) + 1
             if need > trace.ticks:
                 continue
             span = trace.ticks - need
-            for i in range(STARTS):
-                start = int(span * i / max(1, STARTS - 1)) if STARTS > 1 else 0
+            for i in range(starts):
+                start = int(span * i / max(1, starts - 1)) if starts > 1 else 0
                 yield dl.Job(w * 3600, deadline_s, restart, SPOT_USD * nodes, OD_USD * nodes), start, w, f
 
 
