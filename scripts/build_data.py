@@ -99,6 +99,12 @@ INTERCONNECT = {
     "NeuronLink": "neuronlink",
 }
 
+# accelerator memory per device where moto's DescribeInstanceTypes dump contradicts the vendor's documentation, typed
+# from it: (instance family, GiB per device, source). trn2's dump reads 512 GiB a Trainium2; AWS Neuron's "Trainium2
+# Architecture" page gives 96 GiB of device memory a chip (4 HBM stacks), 1.5 TiB on trn2.48xlarge's 16 chips
+# (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-neuron/arch/neuron-hardware/trainium2.html).
+DEVICE_MEMORY_FIXES = {"trn2": (96.0, "AWS Neuron docs, Trainium2 Architecture: 96 GiB of device memory a chip")}
+
 GPU_COLUMNS = columns(GPU_SPECS, "gpus.csv")  # the declarations' (predictor.catalog.fields)
 
 
@@ -151,6 +157,14 @@ def instance_gpu(accelerator: str, memory: float) -> str:
     raise SystemExit(f"no GPU key for {accelerator!r} with {memory} GiB: add it to INSTANCE_GPU")
 
 
+def vendor_fixed(row: dict[str, str]) -> dict[str, str]:
+    """shared/'s instance row with DEVICE_MEMORY_FIXES applied, its source saying so."""
+    fix = DEVICE_MEMORY_FIXES.get(row["family"])
+    if fix is None:
+        return row
+    return {**row, "accelerator_memory_gib": str(fix[0]), "source_specs": f"{row['source_specs']}; memory: {fix[1]}"}
+
+
 def build_instances(shared: Path) -> tuple[str, str]:
     rows = list(csv.DictReader((shared / "ec2_gpu_instances.csv").open(encoding="utf-8")))
     spec_out, price_out = io.StringIO(), io.StringIO()
@@ -160,6 +174,7 @@ def build_instances(shared: Path) -> tuple[str, str]:
     prices.writeheader()
     for row in sorted(rows, key=lambda r: r["instance_type"]):
         kind = _prefix_lookup(KIND, row["accelerator_kind"], "accelerator kind")
+        row = vendor_fixed(row)
         memory = float(row["accelerator_memory_gib"])
         # the fields copied as they are come from their declarations (predictor.catalog.fields, ``shared``)
         copied = from_shared(row)

@@ -46,6 +46,15 @@ def test_bundled_snapshot_answers_for_every_accelerator_type(bundled: Catalog) -
     assert not bundled.get("trn1.32xlarge").cuda and bundled.get("trn1.32xlarge").gpu is None
 
 
+def test_an_accelerators_memory_is_its_vendors_not_a_dumps_misreading(bundled: Catalog) -> None:
+    """moto's DescribeInstanceTypes dump gives a Trainium2 512 GiB; AWS Neuron's Trainium2 architecture page gives 96
+    GiB of device memory a chip, 1.5 TiB on trn2.48xlarge's 16 (scripts/build_data.py DEVICE_MEMORY_FIXES)."""
+    for name, devices in (("trn2.3xlarge", 1), ("trn2.48xlarge", 16)):
+        it = bundled.get(name)
+        assert (it.gpus, it.gpu_memory_gib) == (devices, 96.0)
+    assert bundled.get("trn1.32xlarge").gpu_memory_gib == 32.0  # Trainium: 32 GiB a chip, as the dump says
+
+
 def test_every_cuda_type_has_a_known_gpu(bundled: Catalog) -> None:
     missing = sorted({it.gpu for it in bundled if it.cuda and it.gpu not in bundled.gpus})
     assert missing == []

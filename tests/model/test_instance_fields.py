@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import importlib.util
 import json
 import subprocess
 import sys
@@ -160,8 +161,12 @@ def test_every_shared_column_is_one_of_the_shared_table() -> None:
     assert not missing
     with (ROOT / "predictor" / "data" / "instances.csv").open(encoding="utf-8") as handle:
         bundled = {r["instance_type"]: r for r in csv.DictReader(handle)}
+    spec = importlib.util.spec_from_file_location("build_data", ROOT / "scripts" / "build_data.py")
+    assert spec is not None and spec.loader is not None
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
     for row in rows:
-        copied = from_shared(row)
+        copied = from_shared(build.vendor_fixed(row))  # the vendor's figure where moto's dump misreads one
         cells = bundled[row["instance_type"]]
         assert {BY_NAME[n].key("column"): v for n, v in copied.items()} == {
             BY_NAME[n].key("column"): cells[BY_NAME[n].key("column") or ""] for n in copied
