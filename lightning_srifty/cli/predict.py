@@ -58,6 +58,7 @@ def _wont_fit(profile: Any, result: Any, group: Any, catalog: Any) -> str:
     (a trial read 271 GiB here and 129 GiB "even at 1 sample per micro-step" from srifty recommend)."""
     from predictor.model.layout import parse
     from predictor.model.memory import estimate_memory
+    from predictor.model.predict import NONE_FITS
 
     text = f"{group.instance_type}: about {group.memory_gib:.1f} GiB per GPU is needed"
     if group.micro_batch > 1:
@@ -66,7 +67,8 @@ def _wont_fit(profile: Any, result: Any, group: Any, catalog: Any) -> str:
         least = estimate_memory(profile, 1.0, it.gpu_memory_gib, parse(result.layout), ranks, it.gpus)
         text += f" at {group.micro_batch} samples a micro-step, {least.bytes_per_gpu / 2**30:.1f} even at 1"
     ranks = sum(g.count * catalog.get(g.instance_type).gpus for g in result.groups)
-    ways = _layouts_left(result.layout, ranks)
+    tried = any(note.startswith(NONE_FITS) for note in result.assumptions)  # --layout auto tried every layout
+    ways = "" if tried else _layouts_left(result.layout, ranks)
     return f"{text}. Use a GPU with more memory, more GPUs (a smaller share of the global batch each){ways}."
 
 

@@ -163,12 +163,12 @@ def predict_auto(
     """:func:`predict` under the layout ``srifty recommend`` runs this fleet with, chosen by the ranking's own rule
     (:func:`~predictor.model.fleets.choose_layouts` over the layouts srifty launch can start, :data:`AUTO_LAYOUTS`):
     plain DDP where it fits without gradient accumulation, else the simplest that fits unless a more complex one is
-    faster by more than :data:`~predictor.model.fleets.PREFER_SIMPLER`; none fits: plain DDP's prediction, which says
-    what it needs. ``srifty predict`` with no ``--layout`` (issue #37 M2: it answered "does not fit: 604.9 GiB/GPU"
-    for the LoRA profile on g5.xlarge, which recommend runs at 18.5 GiB with activation checkpointing and
-    accumulation). Until 2026-11-30 this chose by its own rule, which lacked the first clause: it said FSDP for
-    ResNet-50 on four g5.xlarge (258 ms) where recommend ran DDP (517 ms), calling FSDP "the one srifty recommend
-    runs".
+    faster by more than :data:`~predictor.model.fleets.PREFER_SIMPLER`; none fits: the closest layout's prediction
+    (:func:`_closest`), which says so. ``srifty predict`` with no ``--layout`` (issue #37 M2: it answered "does not
+    fit: 604.9 GiB/GPU" for the LoRA profile on g5.xlarge, which recommend runs at 18.5 GiB with activation
+    checkpointing and accumulation). Until 2026-11-30 this chose by its own rule, which lacked the first clause: it
+    said FSDP for ResNet-50 on four g5.xlarge (258 ms) where recommend ran DDP (517 ms), calling FSDP "the one srifty
+    recommend runs".
 
     Raises:
         PredictionError, UnknownNameError, ConfigError: as :func:`predict` with plain DDP.
@@ -184,7 +184,7 @@ def predict_auto(
         cnt = np.array([[g.count for g in fleet.groups]], dtype=float)
         many = predict_mixes(profile, names, tidx, cnt, catalog=catalog, layouts=AUTO_LAYOUTS, **options)
         if not (many.fits_memory[0] and many.splittable[0]):
-            return best  # plain DDP's prediction, which says what it needs
+            return _closest(profile, fleet, catalog, best, **options)
         chosen = many.layout_names[int(many.layout_index[0])]
         best = predict(profile, fleet, catalog=catalog, layout=chosen, **options) if chosen != DDP.name else best
     why = (
@@ -193,6 +193,44 @@ def predict_auto(
         "--layout NAME predicts another"
     )
     return dataclasses.replace(best, assumptions=(why, *best.assumptions))
+
+
+NONE_FITS = (
+    "no layout srifty launch can start fits this fleet"  # how predict_auto's note of a fleet nothing fits begins
+)
+
+
+def _closest(profile: Profile, fleet: Fleet, catalog: Catalog, ddp: Prediction, **options: Any) -> Prediction:
+    """A fleet no launchable layout fits: the prediction of the layout that comes closest (the least share of its
+    GPUs' memory on its fullest group; plain DDP on a tie), saying so. It had been plain DDP's, whatever was closer,
+    with the advice to shard: a 7B model on two g5.xlarge read 669.8 GiB a GPU and "shard the model and optimizer
+    state", which needs 43.6 and fits no better (an audit)."""
+
+    ranks = fleet.gpus
+
+    def least(p: Prediction) -> tuple[float, str, float]:
+        """(share of its GPU's memory, type, GiB a GPU) of the fullest group at one sample a micro-step."""
+        needs = []
+        for g in p.groups:
+            it = catalog.get(g.instance_type)
+            gib = estimate_memory(profile, 1.0, it.gpu_memory_gib, parse(p.layout), ranks, it.gpus).bytes_per_gpu
+            needs.append((gib / 2**30 / it.gpu_memory_gib, g.instance_type, gib / 2**30))
+        return max(needs)
+
+    tried = [ddp]
+    for name in AUTO_LAYOUTS[1:]:
+        try:
+            tried.append(predict(profile, fleet, catalog=catalog, layout=name, **options))
+        except ConfigError:
+            continue  # the layout does not apply to this fleet (sharding on one GPU, +ac without model.structure)
+    closest = min(tried, key=lambda p: least(p)[0])  # min keeps the first (the simplest) on a tie
+    _, name, gib = least(closest)
+    why = (
+        f"{NONE_FITS} ({', '.join(p.layout for p in tried)} tried): this is {closest.layout}, the closest, which "
+        f"needs {gib:.1f} GiB a GPU on {name} ({catalog.get(name).gpu_memory_gib:g} GiB) even at one sample a "
+        "micro-step; a GPU with more memory or more GPUs holds it"
+    )
+    return dataclasses.replace(closest, assumptions=(why, *closest.assumptions))
 
 
 def _stage_per_node(name: str, nodes: int) -> str:

@@ -39,7 +39,7 @@ def test_same_numbers_as_predict(catalog, scaling, make) -> None:
     counts = [c for _ in types for c in (1, 2, 3, 8)]
     many = predict_many(profile, names, counts, catalog=catalog, scaling=scaling)
     for i, (name, count) in enumerate(zip(names, counts)):
-        one = predict(profile, f"{name}:{count}", catalog=catalog, scaling=scaling)
+        one = predict(profile, f"{name}:{count}", catalog=catalog, scaling=scaling, layout="ddp")  # predict_many's
         assert many.iteration_time_s[i] == pytest.approx(one.iteration_time_s, rel=1e-9), (name, count)
         assert many.throughput_samples_s[i] == pytest.approx(one.throughput_samples_s, rel=1e-9)
         lo, hi = one.interval["iteration_time_s"]
