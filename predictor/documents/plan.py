@@ -200,9 +200,15 @@ class PlanEntry:
     iteration_time_interval_s: tuple[float, ...] = doc_field("80% interval of the step time [p10, p90]")
     throughput_samples_s: float = doc_field("predicted samples per second", exclusive_min=0)
     time_h: float = doc_field(
-        "expected wall time for the work: start-up, spot interruptions and checkpoints included", min=0
+        "wall time for the work at the predicted step time (the interval's median): start-up and checkpoints "
+        "included, spot interruptions at their expected count",
+        min=0,
     )
-    cost_usd: float = doc_field("expected cost for the work: per-second billing, 60 s minimum per instance", min=0)
+    cost_usd: float = doc_field(
+        "cost of time_h (the median step time, spot interruptions at their expected count): per-second billing, "
+        "60 s minimum per instance",
+        min=0,
+    )
     cost_interval_usd: tuple[float, ...] = doc_field(
         "80% interval of the cost from the step-time interval (the start-up's cost is fixed: not scaled with it)"
     )

@@ -19,8 +19,8 @@ from predictor.ranking.words import PYTHON, Words, chance_beside, three
 # performance risk from the prediction's relative sd: the 80% interval is within exp(+-1.28 sd)
 PERFORMANCE_RISK_SD = (0.10, 0.25)
 GOALS = {
-    Objective.COST: "the lowest expected cost",
-    Objective.TIME: "the shortest expected time",
+    Objective.COST: "the lowest predicted cost",
+    Objective.TIME: "the shortest predicted time",
 }
 # the measure each limit holds (the value it is compared with): a deadline holds the time at the confidence asked
 # (``Constraints.confidence``), not the predicted time

@@ -77,8 +77,8 @@ def pareto_figure(plan: Plan) -> Any:
     for axis in (ax.xaxis, ax.yaxis):  # plain numbers ("6", "0.2"), not "6x10^0": on a short log axis matplotlib
         axis.set_major_formatter(LogFormatter(labelOnlyBase=False))  # labels the minor ticks, and mathtext labels
         axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))  # overlapped
-    ax.set_xlabel("expected time to finish (h)")
-    ax.set_ylabel("expected cost (USD)")
+    ax.set_xlabel("predicted time to finish (h)")
+    ax.set_ylabel("predicted cost (USD)")
     ax.set_title(
         f"{plan.model or 'model'}: {plan.constraints.work_samples:,.0f} samples, objective {plan.constraints.objective}"
     )
