@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from _support import MINIMAL
+from conftest import ROOT
 from lightning_srifty.cli import main
 from predictor.documents.plan import load_plan
 from predictor.documents.profile import load_profile
@@ -894,3 +895,31 @@ def test_a_module_that_steps_its_own_optimizers_is_planned_without_accumulation(
     said = next(n for n in manual.notes if n.startswith("the module steps its own optimizers"))
     assert "each batch steps 2 optimizers" in said and "max_steps = steps x 2" in said
     assert not any(n.startswith("the module steps its own optimizers") for n in automatic.notes)
+
+
+@pytest.mark.parametrize("objective", ["time", "cost"])
+def test_fleets_within_a_tie_of_the_best_are_ordered_by_the_other_measure(objective, catalog) -> None:
+    """The fastest was first at any price: under objective time, p6-b300.48xlarge:2 on-demand (6.897 min, $32.74)
+    before p6-b200.48xlarge:2 spot (6.928 min, $4.85), a 0.45 % difference inside every interval. Each place goes to
+    the cheapest of the fleets within TIE of the best left (the fastest, for cost), as a refusal names them."""
+    from predictor.ranking.explain import TIE
+
+    prof = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
+    plan = rank(prof, Constraints(steps=20_000, objective=objective, max_instances=4, top=12), catalog=catalog)
+    key = "time_h" if objective == "time" else "cost_usd"
+    other = "cost_usd" if objective == "time" else "time_h"
+    entries = [dataclasses.asdict(e) for e in plan.entries]
+    for j, e in enumerate(entries):
+        left = entries[j:]
+        best = min(x[key] for x in left)
+        assert e[key] <= best * (1 + TIE)
+        assert e[other] == min(x[other] for x in left if x[key] <= best * (1 + TIE))
+    strict = min(entries, key=lambda e: e[key])
+    if objective == "time":  # the case the docstring tells
+        assert strict["fleet"] == "p6-b300.48xlarge:2" and strict["market"] == "on-demand"
+        assert (entries[0]["fleet"], entries[0]["market"]) == ("p6-b200.48xlarge:2", "spot")
+        assert entries[0]["cost_usd"] < strict["cost_usd"] / 5
+        assert "lowest predicted cost of the fleets within 1% of the shortest predicted time (6.9 min;" in plan.why
+        assert "binds" not in plan.why
+    else:
+        assert plan.why.startswith(f"{entries[0]['fleet']} ({entries[0]['market']}, us-east-1) has the ")
