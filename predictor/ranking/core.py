@@ -587,7 +587,7 @@ def _order(
     # a place's pick is within TIE of the best left, itself at most the top-th best: no later candidate can be picked
     bound = np.partition(keyed, top - 1)[top - 1] * (1 + TIE) if top < len(keyed) else np.inf
     left = [int(i) for i in np.flatnonzero(keyed <= bound)]
-    order = []
+    order: list[int] = []
     while left and len(order) < top:
         best = min(keyed[i] for i in left)
         pick = min((i for i in left if keyed[i] <= best * (1 + TIE)), key=lambda i: (other[i], keyed[i]))
