@@ -15,7 +15,10 @@ from predictor.ranking.words import FLAGS, doc
 DEFAULTS = constraint_defaults()
 # what a flag's help adds to the constraint's own words (predictor.ranking.constraints.SPECS declares the flags)
 CLI_HINTS = {
-    "steps": "Lightning's max_steps (strong scaling; under --scaling weak give --samples or --epochs)",
+    "steps": (
+        "Lightning's max_steps (strong scaling; under --scaling weak give --samples or --epochs); a module that steps "
+        "k optimizers a batch by itself counts k a batch in max_steps: give max_steps / k (the plan's note says k)"
+    ),
     "deadline_h": "on the command line a duration with its unit, e.g. 12h, 90m, 2d (a bare number is refused)",
     "current_fleet": "instance_type:count, e.g. g5.12xlarge:2",
     "allow": "e.g. g5,g6e",
