@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lightning_srifty import protocol
-from lightning_srifty.launch_checks import launch_mismatches
+from lightning_srifty.launch_checks import launch_mismatches, work_mismatch
 from lightning_srifty.profiling.steps import optimizer_steps_per_batch
 from lightning_srifty.protocol import Heartbeat, LaunchEnv, Leave, Started
 
@@ -220,6 +220,9 @@ def trained_as(trainer: Any, launch: LaunchEnv) -> dict[str, Any]:
         mismatches = tuple(launch_mismatches(trainer, launch))
     except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop training
         mismatches = (f"not checked: {type(exc).__name__}: {exc}",)
+    other_work = work_mismatch(trainer, launch)  # the node's log says it (a rehearsal's short run is no failure)
+    if other_work:
+        log.warning("SpotPreemption: %s", other_work)
     return {
         "world_size": int(trainer.world_size),
         "strategy": name or type(strategy).__name__,

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import types
+from typing import Any
 
 import lightning.pytorch as pl
 import pytest
@@ -655,3 +656,50 @@ def test_migration_triggers_take_a_mixed_fleets_batch_from_its_groups() -> None:
     mix = LaunchEnv(launch_id="L1", checkpoint_uri="/c", batch_groups=(("g5.xlarge", (5,)), ("g4dn.xlarge", (3, 3))))
     assert launch_sizes(mix) == (5, 3, 3) and launch_sizes(None) == ()
     assert launch_sizes(LaunchEnv(launch_id="L1", checkpoint_uri="/c", batch_sizes=(4, 4))) == (4, 4)
+
+
+def test_a_trainer_that_runs_another_work_than_the_plans_is_said_with_both_ways_to_agree(tmp_path, caplog) -> None:
+    """A plan of 20,000 steps on a script of max_steps=100,000: every figure of the plan, the deadline's chance and the
+    spot guard's on-demand finish were for a fifth of the run, in silence. The first step's report says so in the
+    node's log (a warning, not a mismatch: a rehearsal runs a few hundred steps of the plan's run on purpose); within
+    5 % nothing is said; a manual loop's max_steps counts its optimizers."""
+    from lightning_srifty.launch_checks import work_mismatch
+    from lightning_srifty.migrate.launch_watch import trained_as
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema": "srifty.plan/v1", "chosen": 0, "constraints": {"work_samples": 20_000 * 64},
+                                "entries": [{"global_batch": 64}]}))  # fmt: skip
+    launch = LaunchEnv(launch_id="L1", checkpoint_uri=str(tmp_path), plan=str(plan), choice=0)
+
+    class Auto(pl.LightningModule):
+        pass
+
+    def trainer(max_steps: int, module: Any = None, processed: int = 0, global_step: int = 0) -> Any:
+        progress = types.SimpleNamespace(total=types.SimpleNamespace(processed=processed))
+        loop = types.SimpleNamespace(epoch_loop=types.SimpleNamespace(batch_progress=progress))
+        return types.SimpleNamespace(
+            lightning_module=module or Auto(), strategy=DDPStrategy(), accumulate_grad_batches=1, global_rank=0,
+            world_size=1, max_steps=max_steps, max_epochs=None, num_training_batches=float("inf"),
+            global_step=global_step, fit_loop=loop, callbacks=[],
+        )  # fmt: skip
+
+    said = work_mismatch(trainer(100_000), launch)
+    assert said is not None and "runs 100,000 steps of 64 samples, the plan prices 20,000 (1,280,000 samples)" in said
+    assert "for 0.2x this run" in said and "srifty recommend --steps 100000" in said and "max_steps=20,000" in said
+    assert work_mismatch(trainer(20_500), launch) is None  # within 5 %
+    assert work_mismatch(trainer(800), launch) is not None  # a rehearsal's short run: said, and no mismatch
+    with caplog.at_level(logging.WARNING, logger="lightning_srifty"):
+        record = trained_as(trainer(800), launch)
+    assert not [m for m in record["mismatches"] if "steps" in m]
+    assert "runs 800 steps" in caplog.text
+
+    class Gan(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+    gan = trainer(40_000, Gan(), processed=3, global_step=6)  # two optimizers a batch: 20,000 batches
+    assert work_mismatch(gan, launch) is None
+    said = work_mismatch(trainer(100_000, Gan(), processed=3, global_step=6), launch)
+    assert said is not None and "runs 50,000 steps" in said and "max_steps=40,000 (its 2 optimizer steps" in said
+    assert work_mismatch(trainer(100_000), dataclasses.replace(launch, plan=str(tmp_path / "none.json"))) is None
