@@ -914,6 +914,9 @@ def test_fleets_within_a_tie_of_the_best_are_ordered_by_the_other_measure(object
         best = min(x[key] for x in left)
         assert e[key] <= best * (1 + TIE)
         assert e[other] == min(x[other] for x in left if x[key] <= best * (1 + TIE))
+    listed = {(e["fleet"], e["market"]): e["rank"] for e in entries}
+    for f in plan.pareto:  # a front's fleet has its listed place; one not listed, a place after the list
+        assert f.rank == listed.get((f.fleet, f.market), max(f.rank, len(entries) + 1))
     strict = min(entries, key=lambda e: e[key])
     if objective == "time":  # the case the docstring tells
         assert strict["fleet"] == "p6-b300.48xlarge:2" and strict["market"] == "on-demand"
