@@ -78,6 +78,7 @@ from lightning_srifty.provision.terraform import cuda
 from lightning_srifty.provision.terraform.bootstrap import NODE_EXTRA
 from lightning_srifty.provision.terraform.generate import MARKER, PROJECT_PROFILE, TFVARS, tag_value, terraform_root
 from lightning_srifty.provision.terraform.glue import cli_configs, command_glue, project_walk, python_sources
+from lightning_srifty.provision.terraform.lightning_extras import lightning_uses
 from lightning_srifty.provision.terraform.script_imports import (
     CONFIG_KEYS,
     CONFIGURED,
@@ -405,8 +406,46 @@ def check_imports(
         *_relative_findings(script, argv[0] == "-m", found),
         *_import_findings(env, lines, script, found, setup_command, image),
         *_from_top_findings(script, found, lines, setup_command, image),
+        *_lightning_extra_findings(snapshot, env, lines, found, args, setup_command or image),
     ]
     return [*findings, *_glue_findings(snapshot, argv, script), *check_device(script, source, args)]
+
+
+def _lightning_extra_findings(
+    snapshot: Snapshot, env: dict[str, Any], lines: list[str], found: ProjectImports, args: list[str], other_way: Any
+) -> list[Finding]:
+    """A Lightning class the job uses that runs on a package neither lightning nor the requirements file installs
+    (:mod:`~lightning_srifty.provision.terraform.lightning_extras`): LightningCLI without jsonargparse failed every
+    node at start-up after the import check passed (a trial). A warning where it may come another way (a setup
+    command or an image, a pinned package not installed here), else a failure."""
+    configs = {}
+    for path in cli_configs(args):
+        try:
+            configs[path] = read_member(snapshot, path).decode(errors="replace")
+        except (KeyError, OSError):
+            continue
+    findings = []
+    for extra, where in lightning_uses(python_sources(snapshot), found.modules, configs, args).items():
+        results = [_missing(env, lines, {m: Needed(RUNS, where, (where,))}) for m in extra.modules]
+        if not all(missing for missing, _, _ in results):
+            continue  # one of its modules is there
+        blind, fix = results[0][1], results[0][2]
+        try:
+            pin = f">={importlib.metadata.version(extra.modules[0])}"  # at least this machine's, which ran it
+        except importlib.metadata.PackageNotFoundError:
+            pin = ""
+        findings.append(
+            Finding(
+                "imports",
+                "warn" if blind or other_way else "fail",
+                f"{where} uses {extra.what}, which Lightning runs only with {extra.requirement} installed (its "
+                f"requirement, checked when the class is built): neither lightning, lightning-srifty nor the "
+                f"requirements file installs it, and every node fails at the job's start"
+                + (" (unless the setup command or the image provides it)" if other_way else ""),
+                fix.replace("the package(s)", f"{extra.requirement}{pin}", 1),
+            )
+        )
+    return findings
 
 
 # import names whose distribution is named otherwise, from each project's own install instructions: what an

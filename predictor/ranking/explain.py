@@ -223,8 +223,8 @@ def why(
     if strict < chosen * (1 - 1e-9):  # a tie's pick (the ranking's order, TIE): the best by the other measure
         other = "the lowest predicted cost" if objective is Objective.TIME else "the shortest predicted time"
         goal = (
-            f"{other} of the fleets within {TIE:.0%} of {goal} ({fmt(unit, strict)}; a difference no prediction "
-            "resolves)"
+            f"{other} of the fleets within {TIE:.0%} of {goal} ({fmt(unit, strict)}) with no more of their instances "
+            "on spot (a difference no prediction resolves)"
         )
     # the time in the table's unit (minutes under an hour: a trial read 0.218 h beside the table's 12.7 min)
     text = f"{best.fleet} ({best.market}, {best.region}) has {goal}: {fmt('time_h', best.time_h)}, "

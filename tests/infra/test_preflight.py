@@ -1250,3 +1250,56 @@ def dataclasses_replace(options: Options, **changes) -> Options:
     import dataclasses
 
     return dataclasses.replace(options, **changes)
+
+
+@pytest.mark.parametrize(
+    ("script", "config", "requirements", "status", "said"),
+    [
+        # a LightningCLI script: lightning imports, jsonargparse it does not install (a trial's nodes would all fail)
+        ("from lightning.pytorch.cli import LightningCLI\nLightningCLI()\n", None, None, "fail",
+         "train.py uses LightningCLI, which Lightning runs only with jsonargparse[signatures] installed"),
+        ("import lightning.pytorch as pl\npl.cli.LightningCLI()\n", None, None, "fail", "uses LightningCLI"),
+        ("from lightning.pytorch.cli import LightningCLI\n", None, "jsonargparse[signatures]>=4.27\n", None, ""),
+        # a logger named in the command's config: its package is the requirements'; a bare class name too
+        ("from lightning.pytorch.cli import LightningCLI\n",
+         "trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.WandbLogger\n",
+         "jsonargparse[signatures]\n", "fail", "config.yaml uses WandbLogger, which Lightning runs only with wandb"),
+        ("import lightning\n", "trainer:\n  logger:\n    - class_path: MLFlowLogger\n", None, "fail", "MLFlowLogger"),
+        ("import lightning\n", "trainer:\n  strategy: deepspeed_stage_2\n", None, "fail", "uses DeepSpeedStrategy"),
+        ("import lightning\n", "trainer:\n  logger:\n    class_path: WandbLogger\n", "wandb\n", None, ""),
+        # a comment or a string names nothing
+        ("import lightning  # LightningCLI later\nx = 'WandbLogger'\n", None, None, None, ""),
+        # TensorBoardLogger takes tensorboard or tensorboardX
+        ("from lightning.pytorch.loggers import TensorBoardLogger\n", None, "tensorboardX\n", None, ""),
+    ],
+)  # fmt: skip
+def test_a_lightning_class_that_runs_on_a_package_lightning_does_not_install_is_a_requirement(
+    tmp_path, script, config, requirements, status, said
+) -> None:
+    """A LightningCLI project passed the import check (lightning resolves) and its nodes would all have died at the
+    start: 'Requirement jsonargparse[signatures]>=4.27.7 not met' (a trial); a config's WandbLogger the same. The
+    classes Lightning builds only with another package are found in the walked code, the command's configs and its
+    arguments, and their package must be in the requirements."""
+    snap_dir = tmp_path / "s"
+    project = snap_dir / "project"
+    project.mkdir(parents=True)
+    (project / "train.py").write_text(script)
+    spec = {"packages": ["torch==2.13.0", "lightning==2.6.6"], "requirements": None}
+    if requirements is not None:
+        (project / "requirements.txt").write_text(requirements)
+        spec["requirements"] = "requirements.txt"
+    argv = ["train.py", "fit"]
+    if config is not None:
+        (project / "config.yaml").write_text(config)
+        argv += ["--config", "config.yaml"]
+    snapshot = build_snapshot(project, snap_dir / "out", spec)
+    found = [f for f in check_imports(snapshot, argv) if "Lightning runs only with" in f.message]
+    if status is None:
+        assert found == []
+        return
+    (finding,) = found
+    assert finding.status == status and said in finding.message, finding
+    assert "every node fails at the job's start" in finding.message
+    assert finding.fix.startswith("add ") and "requirements.txt" in finding.fix
+    with_setup = check_imports(snapshot, argv, setup_command="pip install -r extra.txt")
+    assert [f.status for f in with_setup if "Lightning runs only with" in f.message] == ["warn"]

@@ -899,9 +899,11 @@ def test_a_module_that_steps_its_own_optimizers_is_planned_without_accumulation(
 
 @pytest.mark.parametrize("objective", ["time", "cost"])
 def test_fleets_within_a_tie_of_the_best_are_ordered_by_the_other_measure(objective, catalog) -> None:
-    """The fastest was first at any price: under objective time, p6-b300.48xlarge:2 on-demand (6.897 min, $32.74)
-    before p6-b200.48xlarge:2 spot (6.928 min, $4.85), a 0.45 % difference inside every interval. Each place goes to
-    the cheapest of the fleets within TIE of the best left (the fastest, for cost), as a refusal names them."""
+    """The fastest was first at any price: under objective time, p6-b300.48xlarge:2 (6.897 min, $32.74) before
+    p6-b200.48xlarge:2 (6.928 min, $26.31), a 0.45 % difference inside every interval. Each place goes to the
+    cheapest of the fleets within TIE of the best left (the fastest, for cost) with no more of their instances on
+    spot than it, as a refusal names them: spot's risk is not a difference of the prediction (an audit: the tie took
+    spot over on-demand in 29 of 30 time-objective rankings)."""
     from predictor.ranking.explain import TIE
 
     prof = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
@@ -911,18 +913,21 @@ def test_fleets_within_a_tie_of_the_best_are_ordered_by_the_other_measure(object
     entries = [dataclasses.asdict(e) for e in plan.entries]
     for j, e in enumerate(entries):
         left = entries[j:]
-        best = min(x[key] for x in left)
-        assert e[key] <= best * (1 + TIE)
-        assert e[other] == min(x[other] for x in left if x[key] <= best * (1 + TIE))
+        best = min(left, key=lambda x: (x[key], x["spot_share"]))
+        tied = [x for x in left if x[key] <= best[key] * (1 + TIE) and x["spot_share"] <= best["spot_share"] + 1e-9]
+        assert e in tied and e[other] == min(x[other] for x in tied)
     listed = {(e["fleet"], e["market"]): e["rank"] for e in entries}
     for f in plan.pareto:  # a front's fleet has its listed place; one not listed, a place after the list
         assert f.rank == listed.get((f.fleet, f.market), max(f.rank, len(entries) + 1))
     strict = min(entries, key=lambda e: e[key])
     if objective == "time":  # the case the docstring tells
-        assert strict["fleet"] == "p6-b300.48xlarge:2" and strict["market"] == "on-demand"
-        assert (entries[0]["fleet"], entries[0]["market"]) == ("p6-b200.48xlarge:2", "spot")
-        assert entries[0]["cost_usd"] < strict["cost_usd"] / 5
-        assert "lowest predicted cost of the fleets within 1% of the shortest predicted time (6.9 min;" in plan.why
+        assert (strict["fleet"], strict["market"]) == ("p6-b300.48xlarge:2", "on-demand")
+        assert (entries[0]["fleet"], entries[0]["market"]) == ("p6-b200.48xlarge:2", "on-demand")
+        assert [e["market"] for e in entries[:2]] == ["on-demand"] * 2  # the spot twin, as fast, is not tied
+        assert (
+            "lowest predicted cost of the fleets within 1% of the shortest predicted time (6.9 min) with no more"
+            in (plan.why)
+        )
         assert "binds" not in plan.why
     else:
         assert plan.why.startswith(f"{entries[0]['fleet']} ({entries[0]['market']}, us-east-1) has the ")
