@@ -2,11 +2,12 @@
 
     python bench/tie_order.py
 
-Each place of the ranking goes to the best by the other measure of the fleets within ``TIE`` (1 %) of the best left
-by the objective and with no more of their instances on spot than it (cost for a time objective, time for cost). Over the bundled example profiles, three amounts of work,
-both objectives and two fleet sizes, this prints the strict best by the objective (the earlier first place: the
-minimum of the key, the other measure breaking exact ties) beside the tie rule's pick: how far the pick is from the
-strict best by the objective, and what it gains on the other measure.
+Each place of the ranking goes to the best by the other measure (cost for a time objective, time for cost) of the
+fleets within ``TIE`` (1 %) of the best left by the objective and with no more of their instances on spot than it.
+Over the bundled example profiles, three amounts of work, both objectives and two fleet sizes, this prints the strict
+best by the objective (the earlier first place: the minimum of the key, the other measure breaking exact ties) beside
+the tie rule's pick: how far the pick is from the strict best by the objective, and what it gains on the other
+measure.
 """
 
 from __future__ import annotations
