@@ -214,8 +214,9 @@ class PlanEntry:
     )
     expected_interruptions: float = doc_field("expected spot interruptions over the run (0 on-demand)", min=0)
     interruption_overhead_s: float = doc_field(
-        "expected time one interruption costs: re-provisioning, restart, checkpoint load, and the save on the "
-        "two-minute notice where it fits, else the work lost since the last checkpoint (0 on-demand)",
+        "expected time one interruption costs (a spot reclaim, or on demand a node's failure): re-provisioning, "
+        "restart, checkpoint load, and the save on the two-minute notice where it fits, else the work lost since "
+        "the last checkpoint",
         min=0,
     )
     risk: Risk = doc_field("spot risk label")

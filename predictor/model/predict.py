@@ -224,11 +224,15 @@ def _closest(profile: Profile, fleet: Fleet, catalog: Catalog, ddp: Prediction, 
         except ConfigError:
             continue  # the layout does not apply to this fleet (sharding on one GPU, +ac without model.structure)
     closest = min(tried, key=lambda p: least(p)[0])  # min keeps the first (the simplest) on a tie
-    _, name, gib = least(closest)
+    share, name, gib = least(closest)
+    if share <= 1:  # memory is not what keeps it out (a mix's split past the profiled batch, a known limit): DDP's
+        return ddp
+    g = next(g for g in closest.groups if g.instance_type == name)
     why = (
         f"{NONE_FITS} ({', '.join(p.layout for p in tried)} tried): this is {closest.layout}, the closest, which "
         f"needs {gib:.1f} GiB a GPU on {name} ({catalog.get(name).gpu_memory_gib:g} GiB) even at one sample a "
-        "micro-step; a GPU with more memory or more GPUs holds it"
+        f"micro-step; a GPU with more memory or more GPUs holds it. Its time and memory here are at "
+        f"{g.micro_batch} samples a micro-step, which no GPU of it holds: a fleet that fits takes its own"
     )
     return dataclasses.replace(closest, assumptions=(why, *closest.assumptions))
 

@@ -419,7 +419,24 @@ def test_auto_on_a_fleet_no_layout_fits_predicts_the_closest_and_says_so(fleet, 
     assert auto.layout == min(tried, key=least) and auto.layout != "ddp"
     assert f"({', '.join(tried)} tried)" in auto.assumptions[0]
     assert f"needs {least(auto.layout) / 2**30:.1f} GiB a GPU on {it.name}" in auto.assumptions[0]
+    micro = auto.groups[0].micro_batch
+    assert (
+        f"Its time and memory here are at {micro} samples a micro-step, which no GPU of it holds"
+        in (auto.assumptions[0])
+    )
     assert auto.iteration_time_s == predict(profile, fleet, catalog=catalog, layout=auto.layout).iteration_time_s
+
+
+def test_auto_where_memory_is_not_what_keeps_a_fleet_out_stays_with_ddp(catalog) -> None:
+    """A weak-scaling mix split past the profiled batch, which is the largest known to fit (the profile has no
+    activation memory): every layout fits at one sample a micro-step, so none is "closest", and the note would have
+    said a GPU with more memory holds 0.8 GiB (an audit)."""
+    from predictor.model.predict import NONE_FITS
+
+    profile = load_profile(ROOT / "examples" / "profiles" / "resnet50-v100.json")
+    auto = predict(profile, "g4dn.xlarge:1,p3.2xlarge:1", catalog=catalog, scaling="weak")
+    assert not auto.fits_memory and auto.layout == "ddp"
+    assert not any(a.startswith(NONE_FITS) for a in auto.assumptions)
 
 
 def test_srifty_predict_on_a_fleet_nothing_fits_advises_no_layout_it_tried(capsys) -> None:
