@@ -5,7 +5,6 @@ sit below the strategies)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -144,7 +143,7 @@ def launch_mismatches(trainer: Any, launch: LaunchEnv | None = None) -> list[str
     return out
 
 
-def _plan_data(launch: LaunchEnv) -> Any:
+def plan_data(launch: LaunchEnv) -> Any:
     """The launch's plan as its JSON (a dict), or None when it cannot be read here."""
     from lightning_srifty import store
 
@@ -159,7 +158,7 @@ def _plan_data(launch: LaunchEnv) -> Any:
 
 def _planned_model(launch: LaunchEnv) -> str | None:
     """The model the launch's plan was made for (its ``model``), or None when the plan cannot be read here."""
-    data = _plan_data(launch)
+    data = plan_data(launch)
     model = data.get("model") if isinstance(data, dict) else getattr(data, "model", None)
     return str(model) if model else None
 
@@ -167,7 +166,7 @@ def _planned_model(launch: LaunchEnv) -> str | None:
 def _late_move_unwatched(trainer: Any, launch: LaunchEnv) -> str | None:
     """The plan counted on a move when this fleet is late (``move_if_late``) and the Trainer carries no
     MigrationTriggers to make it: what to do, or None."""
-    data = _plan_data(launch)
+    data = plan_data(launch)
     entries = data.get("entries") if isinstance(data, dict) else None
     choice = launch.choice if launch.choice is not None else (data or {}).get("chosen")
     if not isinstance(entries, list) or not isinstance(choice, int) or not 0 <= choice < len(entries):
@@ -182,46 +181,6 @@ def _late_move_unwatched(trainer: Any, launch: LaunchEnv) -> str | None:
         f"the plan meets its deadline on this fleet by moving to {target} if it is measured late (move_if_late), and "
         f"the Trainer carries no MigrationTriggers to make that move: add MigrationTriggers() beside SpotPreemption() "
         f"to its callbacks, or the deadline rests on this fleet's own chance{own}"
-    )
-
-
-# a run this much longer or shorter than the plan's work is said: the plan's time, cost and deadline are another run's
-WORK_TOLERANCE = 0.05
-
-
-def work_mismatch(trainer: Any, launch: LaunchEnv) -> str | None:
-    """The Trainer's steps against the work the plan priced (``constraints.work_samples`` at the entry's global
-    batch), said where they differ by more than :data:`WORK_TOLERANCE`, with both ways to agree; None where they
-    agree or either is unknown. A plan of 20,000 steps on a script of max_steps=100,000 had every figure of the plan,
-    the deadline's chance and the spot guard's on-demand finish 5x short, in silence. Never raises (a report); a
-    warning, not a mismatch: a rehearsal runs a few hundred steps of a plan's run on purpose."""
-    from lightning_srifty.profiling.recommendation import planned_steps
-    from lightning_srifty.profiling.steps import optimizer_steps_per_batch
-
-    try:
-        data = _plan_data(launch)
-        entries = data.get("entries") if isinstance(data, dict) else None
-        choice = launch.choice if launch.choice is not None else (data or {}).get("chosen", 0)
-        work = float((data.get("constraints") or {}).get("work_samples") or 0) if isinstance(data, dict) else 0.0
-        if not isinstance(entries, list) or not isinstance(choice, int) or not 0 <= choice < len(entries) or work <= 0:
-            return None
-        batch = entries[choice].get("global_batch") or (data.get("constraints") or {}).get("global_batch")
-        steps = planned_steps(trainer)
-        if not batch or not steps:
-            return None
-        planned = math.ceil(work / float(batch) - 1e-9)
-        if abs(steps / planned - 1) <= WORK_TOLERANCE:
-            return None
-        k = optimizer_steps_per_batch(trainer)
-        max_steps = f"max_steps={math.ceil(planned * k - 1e-9):,}" + (
-            f" (its {k:g} optimizer steps a batch included)" if k > 1 else ""
-        )
-    except Exception:  # noqa: BLE001 - a report, never a reason to stop training
-        return None
-    return (
-        f"this Trainer runs {steps:,} steps of {int(batch):,} samples, the plan prices {planned:,} ({work:,.0f} "
-        f"samples): its time, cost and deadline chance, and the spot guard's on-demand finish, are for "
-        f"{planned / steps:.3g}x this run. Plan this run (srifty recommend --steps {steps}), or set {max_steps}"
     )
 
 

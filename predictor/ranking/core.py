@@ -143,10 +143,7 @@ def rank(
         return entry(scored, i, rank_no, types, profile, current, i in pareto_set)
 
     entries = [one(i, n + 1) for n, i in enumerate(order)]
-    # a front's fleet listed above has its place there (the tie rule may list it after a worse key); one below, at
-    # least the place after the list
-    placed = {i: n + 1 for n, i in enumerate(order)}
-    front = [one(int(i), placed.get(int(i), max(len(order), int((keyed < keyed[i]).sum())) + 1)) for i in pareto_idx]
+    front = [one(int(i), _place(int(i), order, keyed)) for i in pareto_idx]
     notes = (
         [n for n in (unmeasured_note(profile), no_table_note(profile), manual_loop_note(profile)) if n]  # caveats
         + _notes(constraints, work, checkpoint_s, checkpoint_note, names, efficient, calibration, current, spot_stats)
@@ -604,6 +601,12 @@ def _order(
         order.append(pick)
         left.remove(pick)
     return order, pareto(np.flatnonzero(keep), scored.time_h, scored.cost), keyed
+
+
+def _place(i: int, order: list[int], keyed: np.ndarray) -> int:
+    """Candidate ``i``'s place: its place in ``order`` where listed (the tie rule may list it after a worse key), else
+    at least the place after the list."""
+    return order.index(i) + 1 if i in order else max(len(order), int((keyed < keyed[i]).sum())) + 1
 
 
 def _plan(

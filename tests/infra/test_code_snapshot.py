@@ -411,6 +411,61 @@ def test_srifty_terraform_says_which_of_the_batch_and_the_accumulation_differ_an
     assert _validation_notes(accumulated, _project_profile(options), "train.py", True) == []
 
 
+def test_srifty_terraform_says_when_the_commands_trainer_runs_another_length_or_accumulation(tmp_path, catalog) -> None:
+    """A trial's LightningCLI config said max_steps: 600 under a plan of 2,000,000 steps, whose folder told reviewers
+    3.91 h; another's max_steps: 5,000,000 under a plan of 1,000 got a life cap of 1 h 10 min for about 9.9 h of
+    training; a config's accumulate_grad_batches: 4 trained another global batch. srifty terraform reads the
+    Trainer's max_steps / max_epochs / accumulate_grad_batches from the command's configs and --trainer.* arguments
+    (the last wins, as LightningCLI applies them), and a plain script's --max-steps."""
+    import copy
+
+    from _support import MINIMAL
+    from predictor.documents.profile import load_profile
+    from predictor.ranking import Constraints, rank
+
+    project = _project(tmp_path / "p")
+    (project / "train.py").write_text("from lightning.pytorch.cli import LightningCLI\nLightningCLI()\n")
+    (project / "requirements.txt").write_text("jsonargparse[signatures]\n")
+    profiled = copy.deepcopy(MINIMAL)
+    profiled["batch"] = {"per_device": 32, "all_devices": 32, "accumulate_grad_batches": 1}
+    profiled["validation"] = {"every_batches": 50, "every_epochs": 1, "epoch_batches": 64}
+    (project / "srifty").mkdir()
+    (project / "srifty" / "profile.json").write_text(json.dumps(profiled))
+    plan = rank(load_profile(copy.deepcopy(profiled)), Constraints(steps=1000, allow=("g5.xlarge",), max_instances=1,
+                market="on-demand"), catalog=catalog)  # fmt: skip
+    entry = plan.entries[0]
+
+    def notes(config: str, command: str, name: str) -> list[str]:
+        (project / "config.yaml").write_text(config)
+        options = Options(name=name, code=str(project), train_command=command)
+        got = generate(plan, tmp_path / name, options=options, catalog=catalog).notes
+        return [n for n in got if "the plan prices" in n or "accumulate_grad_batches:" in n]
+
+    (short,) = notes("trainer:\n  max_steps: 600\n", "train.py fit --config config.yaml", "len-a")
+    assert "train.py runs 600 steps of 32 samples by config.yaml (max_steps 600), the plan prices 1,000" in short
+    assert "srifty recommend --steps 600" in short and "set max_steps to 1,000" in short and "life cap" in short
+    assert "past the fleet's life cap" not in short
+    (long,) = notes("trainer:\n  max_steps: 5000000\n", "train.py fit --config config.yaml", "len-b")
+    assert "past the fleet's life cap" in long and "stops every node before the run's end" in long
+    # the command's --trainer.max_steps wins over the config's; within 5 % nothing is said
+    assert notes("trainer:\n  max_steps: 600\n", "train.py fit -c config.yaml --trainer.max_steps=1020", "len-c") == []
+    (epochs,) = notes("trainer:\n  max_epochs: 3\n", "train.py fit --config config.yaml", "len-d")
+    assert "(max_epochs 3, 64 steps an epoch)" in epochs and "runs 192 steps" in epochs
+    (acc,) = notes("trainer:\n  max_steps: 1000\n  accumulate_grad_batches: 4\n", "train.py fit -c config.yaml",
+                   "len-e")  # fmt: skip
+    assert "config.yaml sets accumulate_grad_batches: 4, the profiled run accumulated 1" in acc
+    assert "the Trainer runs it, another global batch than the plan's" in acc
+    (project / "config.yaml").write_text("trainer:\n  strategy: srifty_auto\n  accumulate_grad_batches: 4\n")
+    options = Options(name="len-f", code=str(project), train_command="train.py fit --config config.yaml")
+    (acc,) = [n for n in generate(plan, tmp_path / "f", options=options, catalog=catalog).notes if "accumulate_" in n]
+    assert "srifty_auto replaces it with the plan's" in acc
+    # a plain script's flag is read as its Trainer's max_steps
+    (project / "train.py").write_text("import lightning\n")
+    (flag,) = notes("", "train.py --max-steps 800 --lr 0.1", "len-g")
+    assert "by --max-steps (max_steps 800), the plan prices 1,000" in flag
+    assert entry.global_batch == 32
+
+
 def test_a_plain_http_endpoint_gets_a_bucket_that_takes_the_applys_uploads(tmp_path, catalog) -> None:
     """The module's bucket denies requests without TLS; through an http:// endpoint (an emulator such as moto, which
     enforces the policy) the apply's own uploads (the boot scripts, always; the code) got 403. For such an endpoint

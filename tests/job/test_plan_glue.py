@@ -663,8 +663,7 @@ def test_a_trainer_that_runs_another_work_than_the_plans_is_said_with_both_ways_
     spot guard's on-demand finish were for a fifth of the run, in silence. The first step's report says so in the
     node's log (a warning, not a mismatch: a rehearsal runs a few hundred steps of the plan's run on purpose); within
     5 % nothing is said; a manual loop's max_steps counts its optimizers."""
-    from lightning_srifty.launch_checks import work_mismatch
-    from lightning_srifty.migrate.launch_watch import trained_as
+    from lightning_srifty.migrate.launch_watch import trained_as, work_mismatch
 
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"schema": "srifty.plan/v1", "chosen": 0, "constraints": {"work_samples": 20_000 * 64},

@@ -49,6 +49,7 @@ from lightning_srifty.provision.terraform.command import (
 )
 from lightning_srifty.provision.terraform.glue import command_glue, unregistered_strategy_note
 from lightning_srifty.provision.terraform.money import check_entry, check_limits, group_usd_per_hour
+from lightning_srifty.provision.terraform.run_length import run_length_notes
 from lightning_srifty.provision.terraform.snapshot import (
     DEFAULT_MAX_MB,
     ENVIRONMENT_FILE,
@@ -1016,7 +1017,8 @@ def _snapshot(
                 parameter="torch",
                 value=torch_version,
             )
-    return snapshot, notes + _driver_notes(plan, options) + _script_notes(plan.entries[choice], options, snapshot, env)
+    notes += _driver_notes(plan, options)
+    return snapshot, notes + _script_notes(plan.entries[choice], options, snapshot, env, plan.constraints.work_samples)
 
 
 def _driver_notes(plan: Plan, options: Options) -> list[str]:
@@ -1079,9 +1081,12 @@ def _pack(plan: Plan, options: Options, staging: str, target: Path) -> tuple[Sna
     return make_snapshot(plan, options, staging, leave_out=(target,))
 
 
-def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: dict[str, Any]) -> list[str]:
+def _script_notes(
+    entry: PlanEntry, options: Options, snapshot: Snapshot, env: dict[str, Any], work_samples: float
+) -> list[str]:
     """Notes on the training command against the snapshot: a module that must come from the requirements, the
-    requirements file beside the script, a sharded plan whose script never applies the plan's strategy.
+    requirements file beside the script, a sharded plan whose script never applies the plan's strategy, a run of
+    another length or accumulation than the plan's (:func:`~.run_length.run_length_notes`).
 
     Raises:
         ConfigError: the script is an absolute path inside the code folder, or is not in the snapshot.
@@ -1106,8 +1111,10 @@ def _script_notes(entry: PlanEntry, options: Options, snapshot: Snapshot, env: d
     if glue is not None and (fabric := glue.fabric_note(argv[0])) is not None:
         return [*notes, fabric]  # no Trainer: the plan's strategy and batch notes speak of one
     plan_batches = glue is not None and glue.asks_for_the_plan
-    profile = _project_profile(options)  # read once, for both notes
+    profile = _project_profile(options)  # read once, for every note
     notes += _validation_notes(entry, profile, argv[0], plan_batches)
+    cap = (lambda _: float(options.max_life_h)) if options.max_life_h is not None else default_max_life_h
+    notes += run_length_notes(entry, work_samples, snapshot, argv, profile, cap, plan_batches)
     if plan_batches:
         return notes
     if entry.layout is not None and entry.layout.strategy != "ddp":

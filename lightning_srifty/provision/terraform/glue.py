@@ -16,6 +16,7 @@ import functools
 import os
 import tarfile
 from dataclasses import dataclass
+from typing import Any
 
 from lightning_srifty.provision.terraform.command import train_argv
 from lightning_srifty.provision.terraform.script_imports import ProjectImports, project_imports
@@ -147,22 +148,33 @@ def command_glue(snapshot: Snapshot, argv: list[str]) -> ScriptGlue | None:
 def cli_strategies(snapshot: Snapshot, args: list[str]) -> set[str]:
     """The Trainer strategies a LightningCLI command names: ``--trainer.strategy[=]X`` and ``trainer.strategy`` of
     each ``--config[=]`` / ``-c`` YAML file of the code (a file it cannot read names nothing)."""
+    return {v for _, v in cli_trainer_values(snapshot, args, "strategy") if isinstance(v, str)}
+
+
+def cli_trainer_values(snapshot: Snapshot, args: list[str], key: str) -> list[tuple[str, Any]]:
+    """What a LightningCLI command gives the Trainer's ``key``, as (where, value) in the order LightningCLI applies
+    them (the last wins): ``trainer.<key>`` of each ``--config[=]`` / ``-c`` YAML file of the code (where: its path),
+    then ``--trainer.<key>[=]X`` (where: that argument; YAML-read: ``600`` is a number). A file it cannot read gives
+    nothing."""
     import yaml
 
-    out: set[str] = set()
-    for i, arg in enumerate(args):
-        key, eq, value = arg.partition("=")
-        if key == "--trainer.strategy":
-            out.add(value if eq else args[i + 1] if i + 1 < len(args) else "")
+    out: list[tuple[str, Any]] = []
     for path in cli_configs(args):
         try:
             config = yaml.safe_load(read_member(snapshot, path))
         except (KeyError, OSError, yaml.YAMLError):
             continue
         trainer = config.get("trainer") if isinstance(config, dict) else None
-        strategy = trainer.get("strategy") if isinstance(trainer, dict) else None
-        if isinstance(strategy, str):
-            out.add(strategy)
+        if isinstance(trainer, dict) and trainer.get(key) is not None:
+            out.append((path, trainer[key]))
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name == f"--trainer.{key}":
+            raw = value if eq else args[i + 1] if i + 1 < len(args) else ""
+            try:
+                out.append((f"--trainer.{key}", yaml.safe_load(raw)))
+            except yaml.YAMLError:
+                out.append((f"--trainer.{key}", raw))
     return out
 
 
