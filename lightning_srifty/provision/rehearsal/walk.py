@@ -79,6 +79,12 @@ NOT_CHECKED = (
     ),
     ("speed", "speed: the steps here run on this machine's CPU cores"),
     (
+        "folders",
+        "a callback's state tied to the job's folder: each node here runs from a folder of its own, so a resumed "
+        "ModelCheckpoint finds another dirpath and Lightning drops its best score and top-k (its warning 'The "
+        "dirpath has changed'); on EC2 every node runs from /opt/srifty/code-<sha> and keeps them",
+    ),
+    (
         "mix",
         "which mix of types a mixed Auto Scaling group gets: moto fills its capacity units with the first type's "
         "instances only; AWS picks by its allocation strategy and the offers of the day (the nodes train with "
