@@ -14,6 +14,7 @@ from predictor.catalog.feasible import exclusion
 from predictor.catalog.gpus import CATALOG_EXTRA
 from predictor.catalog.instances import InstanceType
 from predictor.catalog.torch_builds import default_image
+from predictor.catalog.zones import fleet_zones, spot_table
 from predictor.documents.checks import suggest
 from predictor.documents.profile import Profile
 from predictor.exceptions import ConfigError, did_you_mean
@@ -179,6 +180,34 @@ class Candidates:
     od_usd: np.ndarray  # the same fleet all on-demand, per hour (nan: a type without an on-demand price)
 
 
+def _split(
+    market: str, cnt: np.ndarray, nodes: np.ndarray, constraints: Constraints, priced: np.ndarray, excluded: dict
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(on-demand instances, spot instances, kept) of every shape in ``market``: a mixed one's on-demand base and
+    share, the on-demand part on the cheapest on-demand types, counted out where it is either market alone or over
+    two types."""
+    if market == "on-demand":
+        return cnt, np.zeros_like(cnt), priced
+    if market == "spot":
+        return np.zeros_like(cnt), cnt, priced
+    base = constraints.on_demand_base
+    n_od = np.minimum(nodes, base + np.ceil((nodes - base).clip(0) * (1 - constraints.spot_share)))
+    distinct = (n_od > 0) & (n_od < nodes)  # otherwise the same as all on-demand or all spot
+    # groups come in ascending on-demand price (instance_types()): the base fills the first ones
+    before = np.cumsum(cnt, axis=1) - cnt
+    on = np.clip(n_od[:, None] - before, 0, cnt).astype(int)
+    # one Auto Scaling group gives its whole on-demand base to its first type ("prioritized", AWS's Auto Scaling user
+    # guide): an on-demand part over two types is a fleet no group buys (a trial)
+    one_type = row_sum((on > 0).astype(int)) <= 1
+    count(excluded, "mixed market same as all on-demand or all spot (fleet too small)", priced & ~distinct)
+    count(
+        excluded,
+        "mixed market: the on-demand part over two types (an Auto Scaling group gives its base to one)",
+        priced & distinct & ~one_type,
+    )
+    return on, cnt - on, priced & distinct & one_type
+
+
 def price(
     many: ManyPredictions,
     types: list[InstanceType],
@@ -195,35 +224,22 @@ def price(
     for r, region in enumerate(constraints.regions):
         od = np.array([it.price_usd_hr(region, "on-demand") or np.nan for it in types])[tidx]
         sp = np.array([it.price_usd_hr(region, "spot") or np.nan for it in types])[tidx]
+        _, prices = spot_table(types, region)
         od_known = row_all(~present | np.isfinite(od))
         sp_known = row_all(~present | np.isfinite(sp))
         for market in markets:
             priced = od_known if market == "on-demand" else sp_known if market == "spot" else od_known & sp_known
-            if market == "on-demand":
-                on, off, ok = cnt, np.zeros_like(cnt), od_known
-            elif market == "spot":
-                on, off, ok = np.zeros_like(cnt), cnt, sp_known
-            else:  # on-demand base + share, the on-demand part on the cheapest on-demand types
-                base = constraints.on_demand_base
-                n_od = np.minimum(nodes, base + np.ceil((nodes - base).clip(0) * (1 - constraints.spot_share)))
-                distinct = (n_od > 0) & (n_od < nodes)  # otherwise the same as all on-demand or all spot
-                # groups come in ascending on-demand price (instance_types()): the base fills the first ones
-                before = np.cumsum(cnt, axis=1) - cnt
-                on = np.clip(n_od[:, None] - before, 0, cnt).astype(int)
-                off = cnt - on
-                # one Auto Scaling group gives its whole on-demand base to its first type ("prioritized", AWS's Auto
-                # Scaling user guide): an on-demand part over two types is a fleet no group buys (a trial)
-                one_type = row_sum((on > 0).astype(int)) <= 1
-                ok = priced & distinct & one_type
-                count(excluded, "mixed market same as all on-demand or all spot (fleet too small)", priced & ~distinct)
-                count(
-                    excluded,
-                    "mixed market: the on-demand part over two types (an Auto Scaling group gives its base to one)",
-                    priced & distinct & ~one_type,
-                )
+            on, off, ok = _split(market, cnt, nodes, constraints, priced, excluded)
             count(excluded, f"no {market} price in {region}", ~priced)
+            # the spot part in one zone, the fleet's (predictor.catalog.zones): an audit's mix was priced across two
+            zone = fleet_zones(prices, tidx, off)
+            if market != "on-demand":
+                count(excluded, f"{market}: no zone of {region} offers spot capacity of each of its types",
+                      ok & (zone < 0))  # fmt: skip
+                ok = ok & (zone >= 0)
             keep = np.flatnonzero(ok)
-            usd = np.nan_to_num(od[keep]) * on[keep] + np.nan_to_num(sp[keep]) * off[keep]
+            in_zone = prices[tidx[keep], np.maximum(zone[keep], 0)[:, None]]
+            usd = np.nan_to_num(od[keep]) * on[keep] + np.nan_to_num(in_zone) * off[keep]
             parts.append(
                 Candidates(
                     keep,

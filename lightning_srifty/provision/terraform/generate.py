@@ -48,7 +48,7 @@ from lightning_srifty.provision.terraform.command import (
     train_argv,
 )
 from lightning_srifty.provision.terraform.glue import command_glue, unregistered_strategy_note
-from lightning_srifty.provision.terraform.money import check_entry, check_limits, group_usd_per_hour
+from lightning_srifty.provision.terraform.money import check_entry, check_limits, fleet_spot_prices, group_usd_per_hour
 from lightning_srifty.provision.terraform.run_length import run_length_notes
 from lightning_srifty.provision.terraform.snapshot import (
     DEFAULT_MAX_MB,
@@ -63,6 +63,7 @@ from lightning_srifty.provision.terraform.snapshot import (
 from lightning_srifty.provision.terraform.summary import README, root_readme
 from predictor.catalog import torch_builds
 from predictor.catalog.catalog import Catalog
+from predictor.catalog.zones import group_spot_prices
 from predictor.documents.atomic import atomic_write_bytes, atomic_write_text
 from predictor.documents.checks import Setting, check_settings, suggest
 from predictor.documents.plan import Plan, PlanEntry, check_choice
@@ -243,16 +244,30 @@ def check_container_image(image: str) -> str:
 
 
 def priced_zone(catalog: Catalog, entry: PlanEntry, region: str) -> str | None:
-    """The availability zone whose spot price the plan used: that of the fleet's largest spot group (the catalog's
-    cheapest measured zone), so that the subnet is where the price is. None for an on-demand fleet (one price per
-    region) or a price with no zone."""
-    spot = sorted((g for g in entry.groups if g.spot), key=lambda g: -g.spot)
-    for g in spot:
-        if g.instance_type in catalog:
-            price = catalog.get(g.instance_type).price(region, "spot")
-            if price is not None and price.availability_zone and not price.estimated:
-                return price.availability_zone
-    return None
+    """The availability zone whose spot prices the plan used (:mod:`predictor.catalog.zones`: the zone where the
+    fleet's spot instances cost least), so that the subnet is where the price is. None for an on-demand fleet (one
+    price per region) or spot prices measured in no zone."""
+    groups = [g for g in entry.groups if g.instance_type in catalog]
+    if not any(g.spot for g in groups):
+        return None
+    zone, _ = group_spot_prices([catalog.get(g.instance_type) for g in groups], [g.spot for g in groups], region)
+    return zone
+
+
+def _worst_fill(
+    groups: list[dict[str, Any]], catalog: Catalog, region: str, spot_units: float
+) -> tuple[int, str, float]:
+    """(instances, type, $/h) of the most instances a mixed group's spot units may take (all of the type of the
+    smallest weight), and the dearest fill, each type at its price in the fleet's zone, the one its spot part was
+    priced in (:mod:`predictor.catalog.zones`; a type not offered there at its cheapest zone's)."""
+    fills = [(math.ceil(spot_units / g["weighted_capacity"]), g["instance_type"]) for g in groups]
+    most, most_type = max(fills)
+    in_zone = fleet_spot_prices(catalog, [(g["instance_type"], g["spot"]) for g in groups], region)
+    dearest = max(
+        group_usd_per_hour(catalog, t, region, 0, n, "region", usd if usd == usd else None)  # nan: not there
+        for (n, t), usd in zip(fills, in_zone)
+    )
+    return most, most_type, dearest
 
 
 def weights(entry: PlanEntry) -> tuple[list[int], float]:
@@ -394,9 +409,8 @@ def check_mixed_group(
         return
     od = [(g["instance_type"], g["on_demand"]) for g in groups if g["on_demand"]]
     od_usd = sum(group_usd_per_hour(catalog, t, region, n, 0, "region") for t, n in od)
-    fills = [(math.ceil(spot_units / g["weighted_capacity"]), g["instance_type"]) for g in groups]
-    most, most_type = max(fills)
-    worst_usd = od_usd + max(group_usd_per_hour(catalog, t, region, 0, n, "region") for n, t in fills)
+    most, most_type, fill_usd = _worst_fill(groups, catalog, region, spot_units)
+    worst_usd = od_usd + fill_usd
     worst_nodes = sum(n for _, n in od) + most
     too_many = max_instances is not None and worst_nodes > max_instances
     if too_many or (max_hourly is not None and worst_usd > max_hourly + 1e-9):

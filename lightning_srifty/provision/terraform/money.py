@@ -15,6 +15,7 @@ from typing import Any, TypeGuard
 
 from predictor.catalog.catalog import Catalog
 from predictor.catalog.gpus import CATALOG_EXTRA
+from predictor.catalog.zones import group_spot_prices
 from predictor.documents.plan import Plan, PlanEntry
 from predictor.exceptions import ConfigError
 
@@ -44,9 +45,16 @@ def _mismatch(
 
 
 def group_usd_per_hour(
-    catalog: Catalog, instance_type: str, region: str, on_demand: int, spot: int, field: str = "instance_type"
+    catalog: Catalog,
+    instance_type: str,
+    region: str,
+    on_demand: int,
+    spot: int,
+    field: str = "instance_type",
+    spot_usd: float | None = None,
 ) -> float:
-    """The catalog's price of ``on_demand`` + ``spot`` instances of ``instance_type`` in ``region``, per hour.
+    """The catalog's price of ``on_demand`` + ``spot`` instances of ``instance_type`` in ``region``, per hour (its spot
+    price: ``spot_usd``, the fleet's zone's, where given: :func:`fleet_spot_prices`; else its cheapest zone's).
     ``field`` is what set the type or the region: a parameter's name (said as the front end's), else a document's
     path (said as it is).
 
@@ -69,8 +77,8 @@ def group_usd_per_hour(
     for market, n in (("on-demand", on_demand), ("spot", spot)):
         if n <= 0:
             continue
-        price = it.price_usd_hr(region, market)  # type: ignore[arg-type]
-        if not price:
+        price = spot_usd if market == "spot" and spot_usd is not None else it.price_usd_hr(region, market)  # type: ignore[arg-type]
+        if not price or price != price:  # none, or nan: no spot price in the fleet's zone's rule either
             # a parameter (generate's region) is named in each front end's words; a document's path as it is
             said = "{" + field + "}" if field.isidentifier() else "{field}"
             raise ConfigError.between(
@@ -89,6 +97,16 @@ def group_usd_per_hour(
     return total
 
 
+def fleet_spot_prices(catalog: Catalog, groups: list[tuple[str, int]], region: str) -> list[float | None]:
+    """Each group's spot $/h in the fleet's zone (:func:`predictor.catalog.zones.group_spot_prices`, the ranking's
+    rule), for ``groups`` of (instance type, spot count); None for all where a type is not in the catalog (the
+    group's own check says so)."""
+    if any(t not in catalog for t, _ in groups) or not any(n for _, n in groups):
+        return [None] * len(groups)
+    _, prices = group_spot_prices([catalog.get(t) for t, _ in groups], [n for _, n in groups], region)
+    return list(prices)
+
+
 def check_entry(plan: Plan, choice: int, catalog: Catalog) -> float:
     """Recompute ``plan.entries[choice]``'s counts, markets and $/h from the catalog; returns the $/h.
 
@@ -98,11 +116,14 @@ def check_entry(plan: Plan, choice: int, catalog: Catalog) -> float:
     entry: PlanEntry = plan.entries[choice]
     at = f"entries[{choice}]"
     total = 0.0
+    in_zone = fleet_spot_prices(catalog, [(g.instance_type, g.spot) for g in entry.groups], entry.region)
     for k, g in enumerate(entry.groups):
         field = f"{at}.groups[{k}]"
         if g.on_demand < 0 or g.spot < 0 or g.count != g.on_demand + g.spot:
             raise _mismatch(f"{field}.count", g.count, g.on_demand + g.spot, "on_demand + spot")
-        usd = group_usd_per_hour(catalog, g.instance_type, entry.region, g.on_demand, g.spot, f"{field}.instance_type")
+        usd = group_usd_per_hour(
+            catalog, g.instance_type, entry.region, g.on_demand, g.spot, f"{field}.instance_type", in_zone[k]
+        )
         gpus = catalog.get(g.instance_type).gpus
         if g.gpus_per_instance != gpus:
             raise _mismatch(f"{field}.gpus_per_instance", g.gpus_per_instance, gpus, f"GPUs of one {g.instance_type}")
@@ -210,6 +231,14 @@ def check_values(values: Mapping[str, Any], catalog: Catalog) -> float:
     """
     region = values.get("region")
     total, nodes = 0.0, 0
+    # the spot part in the fleet's zone, as ranked (a count that is not a whole number is refused below)
+    written = [(str(g.get("instance_type")), g.get("spot")) for _, g in _groups(values)]
+    spots = [n for _, n in written if _count(n)]
+    in_zone = (
+        fleet_spot_prices(catalog, [(t, n) for (t, _), n in zip(written, spots)], str(region))
+        if len(spots) == len(written)
+        else [None] * len(written)
+    )
     for k, g in _groups(values):
         od, sp = g.get("on_demand"), g.get("spot")
         if not (_count(od) and _count(sp)):
@@ -219,7 +248,9 @@ def check_values(values: Mapping[str, Any], catalog: Catalog) -> float:
                 parameter=f"groups[{k}]",
                 value=g,
             )
-        total += group_usd_per_hour(catalog, str(g.get("instance_type")), str(region), od, sp, f"groups[{k}]")
+        total += group_usd_per_hour(
+            catalog, str(g.get("instance_type")), str(region), od, sp, f"groups[{k}]", in_zone[k]
+        )
         nodes += od + sp
         _check_written_type(k, g, catalog)
     predicted = values.get("predicted") or {}
