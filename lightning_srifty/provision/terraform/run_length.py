@@ -82,7 +82,8 @@ def run_length_notes(
     if asked is not None and planned > 0 and abs(asked[1] / planned - 1) > TOLERANCE:
         where, steps = asked
         k = float(profile.batch.optimizer_steps_per_batch or 1) if profile is not None else 1.0
-        run_h = max(0.0, entry.time_h * steps / planned)
+        startup_h = (entry.startup_s or 0.0) / 3600  # once, whatever the run's length
+        run_h = startup_h + max(0.0, entry.time_h - startup_h) * steps / planned
         cap = life_cap_h(entry)
         stopped = (
             f"; about {fmt_hours(run_h)} at the plan's speed, past the fleet's life cap of {fmt_life(cap)}, which "
