@@ -2,7 +2,7 @@
 
 A fleet is one subnet, so all its spot instances are bought in one zone. Each type's spot price had been its own
 cheapest measured zone, so a mix was priced across zones no fleet can span: p4d.24xlarge x 5 at use1-az1's $2.47/h
-beside p5en.48xlarge at use1-az6's $16.56/h ($28.88/h), where the one zone with both prices costs $55.96/h (an
+beside p5en.48xlarge at use1-az6's $16.56/h ($28.88/h), where the one zone with both prices costs $55.95/h (an
 audit). Here a type's spot price in a zone is its measured price there; a type with no measured zone keeps its
 region-wide estimate (the Spot Advisor's savings), which holds in every zone. The catalog's zones of a type are the
 ones its spot capacity was offered in (skypilot's catalog lists a type's offered zones), so a fleet's zone is one
@@ -60,10 +60,16 @@ def fleet_zones(prices: np.ndarray, tidx: np.ndarray, spot: np.ndarray) -> np.nd
 def group_spot_prices(
     types: Sequence[InstanceType], spot: Sequence[int], region: str
 ) -> tuple[str | None, list[float]]:
-    """One fleet's zone and each of its groups' spot $/h there (nan: no spot price), by the same rule as the
-    ranking's (:func:`spot_table`, :func:`fleet_zones`): ``types`` its groups' types, ``spot`` their spot counts."""
-    zones, prices = spot_table(types, region)
-    z = int(fleet_zones(prices, np.arange(len(types))[None, :], np.asarray(spot)[None, :])[0])
-    if z < 0:
+    """One fleet's zone and each of its groups' spot $/h there (nan: no spot price there), by the same rule as the
+    ranking's (:func:`spot_table`, :func:`fleet_zones`): ``types`` its groups' types, ``spot`` their spot counts. The
+    zone is read from the types it buys on spot alone (a mixed fleet's on-demand type, priced per region, places
+    nothing: a review found its first zone named for a spot part of estimates only); None where none of them has a
+    measured zone, or no zone offers them all (every price nan)."""
+    buying = [t for t, n in enumerate(spot) if n > 0]
+    zones, prices = spot_table([types[t] for t in buying], region)
+    z = int(fleet_zones(prices, np.arange(len(buying))[None, :], np.asarray([spot[t] for t in buying])[None, :])[0])
+    if not buying or z < 0:
         return None, [math.nan] * len(types)
-    return zones[z], [float(prices[t, z]) for t in range(len(types))]
+    others = {t: types[t].price_usd_hr(region, "spot") for t in range(len(types)) if t not in buying}
+    in_zone = {t: float(prices[i, z]) for i, t in enumerate(buying)}
+    return zones[z], [in_zone[t] if t in in_zone else (others[t] or math.nan) for t in range(len(types))]

@@ -451,6 +451,12 @@ def test_srifty_terraform_says_when_the_commands_trainer_runs_another_length_or_
     assert notes("trainer:\n  max_steps: 600\n", "train.py fit -c config.yaml --trainer.max_steps=1020", "len-c") == []
     (epochs,) = notes("trainer:\n  max_epochs: 3\n", "train.py fit --config config.yaml", "len-d")
     assert "(max_epochs 3, 64 steps an epoch)" in epochs and "runs 192 steps" in epochs
+    # Lightning stops at the first limit it meets: 3 epochs before 100,000 steps (a review)
+    (both,) = notes("trainer:\n  max_epochs: 3\n  max_steps: 100000\n", "train.py fit -c config.yaml", "len-d2")
+    assert "runs 192 steps" in both and "past the fleet's life cap" not in both
+    # the command line's order: a config after --trainer.max_steps wins over it (LightningCLI's)
+    (order,) = notes("trainer:\n  max_steps: 600\n", "train.py fit --trainer.max_steps 1000 -c config.yaml", "len-d3")
+    assert "(max_steps 600)" in order
     (acc,) = notes("trainer:\n  max_steps: 1000\n  accumulate_grad_batches: 4\n", "train.py fit -c config.yaml",
                    "len-e")  # fmt: skip
     assert "config.yaml sets accumulate_grad_batches: 4, the profiled run accumulated 1" in acc
@@ -458,7 +464,7 @@ def test_srifty_terraform_says_when_the_commands_trainer_runs_another_length_or_
     (project / "config.yaml").write_text("trainer:\n  strategy: srifty_auto\n  accumulate_grad_batches: 4\n")
     options = Options(name="len-f", code=str(project), train_command="train.py fit --config config.yaml")
     (acc,) = [n for n in generate(plan, tmp_path / "f", options=options, catalog=catalog).notes if "accumulate_" in n]
-    assert "srifty_auto replaces it with the plan's" in acc
+    assert "srifty_auto replaces it with the plan's, so the fleet trains the plan's global batch (32)" in acc
     # a plain script's flag is read as its Trainer's max_steps
     (project / "train.py").write_text("import lightning\n")
     (flag,) = notes("", "train.py --max-steps 800 --lr 0.1", "len-g")

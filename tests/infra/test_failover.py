@@ -128,7 +128,7 @@ def test_the_terraform_provisioner_tries_other_zones_that_offer_the_fleet_cheape
 
     got = provisioner.zones_after(plan, 0, "InsufficientInstanceCapacity", [None])  # None: the plan's zone, b
     assert [z.zone for z in got] == [c, a]
-    assert got[0].note == "spot g5.xlarge $0.450/h there, the plan used $0.400/h"
+    assert got[0].note == "its spot instances $0.450/h there, the plan used $0.400/h"
     after_c = provisioner.zones_after(plan, 0, "capacity-not-available", [None, c])
     assert [z.zone for z in after_c] == [a, offered[3]] and "no measured spot price" in after_c[1].note
     assert provisioner.zones_after(plan, 0, "VcpuLimitExceeded", [None]) == []  # a quota is the region's

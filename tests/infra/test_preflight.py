@@ -1271,6 +1271,11 @@ def dataclasses_replace(options: Options, **changes) -> Options:
         ("import lightning  # LightningCLI later\nx = 'WandbLogger'\n", None, None, None, ""),
         # TensorBoardLogger takes tensorboard or tensorboardX
         ("from lightning.pytorch.loggers import TensorBoardLogger\n", None, "tensorboardX\n", None, ""),
+        # a script's own flag named deepspeed is no strategy (a review's false failure); the strategy's string is
+        ("import argparse\nargs = argparse.Namespace(deepspeed=False)\nif args.deepspeed:\n    pass\n", None, None,
+         None, ""),
+        ('import lightning\nlightning.Trainer(strategy="deepspeed_stage_2")\n', None, None, "fail",
+         "uses DeepSpeedStrategy"),
     ],
 )  # fmt: skip
 def test_a_lightning_class_that_runs_on_a_package_lightning_does_not_install_is_a_requirement(

@@ -17,6 +17,8 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from lightning_srifty import protocol, store
 from lightning_srifty.provision.apply import apply, destroy
 from lightning_srifty.provision.aws import client, offered_zones, split_s3
@@ -24,6 +26,7 @@ from lightning_srifty.provision.base import LaunchedFleet, ZoneChoice
 from lightning_srifty.provision.terraform.command import check_bucket_name, check_env_names
 from lightning_srifty.provision.terraform.generate import Options, generate, priced_zone
 from predictor.catalog import Catalog
+from predictor.catalog.zones import group_spot_prices, spot_table
 from predictor.documents.plan import Plan
 from predictor.exceptions import CapacityError, ConfigError, PreflightError, ProvisionError
 
@@ -110,6 +113,24 @@ class Vanished(NamedTuple):
     up: list[str]  # listed, or not yet gone on two looks, and without a record of their end
 
 
+def _spot_by_zone(entry: Any, catalog: Catalog) -> tuple[dict[str, float], float | None]:
+    """(the fleet's spot instances' $/h in each zone that offers each of its spot types, the $/h the plan used:
+    :mod:`predictor.catalog.zones`, its zone's); ({}, None) for a fleet without spot or of a type the catalog lacks.
+    A review: the zones were ordered by the largest spot group's price alone, and the note's "the plan used" was
+    that type's cheapest zone's, not the plan's."""
+    buying = [g for g in entry.groups if g.spot]
+    if not buying or any(g.instance_type not in catalog for g in buying):
+        return {}, None
+    zones, table = spot_table([catalog.get(g.instance_type) for g in buying], entry.region)
+    usd = (table * np.array([[g.spot] for g in buying])).sum(axis=0)  # nan where a type is not offered
+    prices = {z: float(u) for z, u in zip(zones, usd) if z is not None and u == u}
+    _, planned = group_spot_prices(
+        [catalog.get(g.instance_type) for g in buying], [g.spot for g in buying], entry.region
+    )
+    total = sum(g.spot * p for g, p in zip(buying, planned))
+    return prices, (total if total == total else None)
+
+
 class TerraformProvisioner:
     kind = "terraform"
     ranks_in_join_order = True  # each node's torchrun joins the rendezvous when it has booted
@@ -165,21 +186,15 @@ class TerraformProvisioner:
             self.echo(f"srifty launch: the zones that offer {', '.join(types)} could not be read ({exc}): next entry")
             return []
         common = set.intersection(*(zones.get(t, set()) for t in types)) - done
-        spot = max((g for g in entry.groups if g.spot), key=lambda g: g.spot, default=None)
-        prices: dict[str, float] = {}
-        if spot is not None and spot.instance_type in catalog:
-            for p in catalog.get(spot.instance_type).prices:
-                if p.region == entry.region and p.market == "spot" and p.availability_zone and not p.estimated:
-                    prices[p.availability_zone] = p.usd_hr
-        planned = catalog.get(spot.instance_type).price_usd_hr(entry.region, "spot") if spot else None
+        prices, planned = _spot_by_zone(entry, catalog)  # the fleet's spot part per zone, as the plan priced it
         ordered = sorted(common, key=lambda z: (z not in prices, prices.get(z, 0.0), z))[:ZONE_RETRIES]
 
         def note(zone: str) -> str:
-            if spot is None:
+            if planned is None:
                 return "on-demand: the same price in every zone"
             if zone not in prices:
-                return "no measured spot price for that zone in the catalog"
-            return f"spot {spot.instance_type} ${prices[zone]:.3f}/h there, the plan used ${planned or 0:.3f}/h"
+                return "no measured spot price of every spot type for that zone in the catalog"
+            return f"its spot instances ${prices[zone]:.3f}/h there, the plan used ${planned:.3f}/h"
 
         return [ZoneChoice(z, note(z)) for z in ordered]
 

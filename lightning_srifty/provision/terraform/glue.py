@@ -153,28 +153,30 @@ def cli_strategies(snapshot: Snapshot, args: list[str]) -> set[str]:
 
 def cli_trainer_values(snapshot: Snapshot, args: list[str], key: str) -> list[tuple[str, Any]]:
     """What a LightningCLI command gives the Trainer's ``key``, as (where, value) in the order LightningCLI applies
-    them (the last wins): ``trainer.<key>`` of each ``--config[=]`` / ``-c`` YAML file of the code (where: its path),
-    then ``--trainer.<key>[=]X`` (where: that argument; YAML-read: ``600`` is a number). A file it cannot read gives
-    nothing."""
+    them, the command line's (the last wins): ``trainer.<key>`` of a ``--config[=]`` / ``-c`` YAML file of the code
+    (where: its path) and ``--trainer.<key>[=]X`` (where: that argument; YAML-read: ``600`` is a number). A file it
+    cannot read gives nothing."""
     import yaml
 
     out: list[tuple[str, Any]] = []
-    for path in cli_configs(args):
-        try:
-            config = yaml.safe_load(read_member(snapshot, path))
-        except (KeyError, OSError, yaml.YAMLError):
-            continue
-        trainer = config.get("trainer") if isinstance(config, dict) else None
-        if isinstance(trainer, dict) and trainer.get(key) is not None:
-            out.append((path, trainer[key]))
+    configs = iter(cli_configs(args))  # in the command's order, as the arguments that name them
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
-        if name == f"--trainer.{key}":
-            raw = value if eq else args[i + 1] if i + 1 < len(args) else ""
+        raw = value if eq else args[i + 1] if i + 1 < len(args) else ""
+        if name in ("--config", "-c") and raw:
+            path = next(configs)
             try:
-                out.append((f"--trainer.{key}", yaml.safe_load(raw)))
+                config = yaml.safe_load(read_member(snapshot, path))
+            except (KeyError, OSError, yaml.YAMLError):
+                continue
+            trainer = config.get("trainer") if isinstance(config, dict) else None
+            if isinstance(trainer, dict) and trainer.get(key) is not None:
+                out.append((path, trainer[key]))
+        elif name == f"--trainer.{key}":
+            try:
+                out.append((name, yaml.safe_load(raw)))
             except yaml.YAMLError:
-                out.append((f"--trainer.{key}", raw))
+                out.append((name, raw))
     return out
 
 

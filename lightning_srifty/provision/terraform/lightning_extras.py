@@ -22,7 +22,7 @@ from dataclasses import dataclass
 class Extra:
     """A Lightning class that runs on a package Lightning does not install."""
 
-    names: tuple[str, ...]  # how code or a config names it (the class, its module, a strategy's registered name)
+    names: tuple[str, ...]  # how code or a config names it (the class, its module; "strategy=deepspeed": a strategy)
     modules: tuple[str, ...]  # the top-level module it imports (any one of them will do)
     requirement: str  # what to add to the requirements file, as Lightning's own check names it
     what: str  # the class, for a finding
@@ -36,7 +36,7 @@ EXTRAS = (
     Extra(("CometLogger",), ("comet_ml",), "comet-ml", "CometLogger"),
     Extra(("NeptuneLogger",), ("neptune",), "neptune", "NeptuneLogger"),
     Extra(("TensorBoardLogger",), ("tensorboard", "tensorboardX"), "tensorboard", "TensorBoardLogger"),
-    Extra(("DeepSpeedStrategy", "deepspeed"), ("deepspeed",), "deepspeed", "DeepSpeedStrategy"),
+    Extra(("DeepSpeedStrategy", "strategy=deepspeed"), ("deepspeed",), "deepspeed", "DeepSpeedStrategy"),
     Extra(("BitsandbytesPrecision",), ("bitsandbytes",), "bitsandbytes", "BitsandbytesPrecision"),
 )  # fmt: skip
 
@@ -45,8 +45,8 @@ _STRATEGY = re.compile(r"""^[ \t]*["']?strategy["']?[ \t]*:[ \t]*["']?(deepspeed
 
 
 def _code_names(source: str) -> set[str]:
-    """The names a Python file's code uses: imported modules and names, names and attributes (strings, comments and
-    docstrings name nothing)."""
+    """The names a Python file's code uses: imported modules and names, names and attributes, and a ``strategy=``
+    keyword's "deepspeed..." (other strings, comments and docstrings name nothing)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -62,25 +62,37 @@ def _code_names(source: str) -> set[str]:
             out.add(node.id)
         elif isinstance(node, ast.Attribute):
             out.add(node.attr)
+        elif (
+            isinstance(node, ast.keyword)
+            and node.arg == "strategy"
+            and isinstance(node.value, ast.Constant)
+            and str(node.value.value).startswith("deepspeed")
+        ):
+            out.add("strategy=deepspeed")  # Trainer(strategy="deepspeed_stage_2")
     return out
 
 
 def _config_names(text: str) -> set[str]:
     """The class names a config's ``class_path`` values give (their last part: LightningCLI takes a bare class name
-    too) and a ``strategy: deepspeed...``."""
+    too) and a ``strategy: deepspeed...`` (as ``strategy=deepspeed``)."""
     out = {path.rsplit(".", 1)[-1] for path in _CLASS_PATH.findall(text)}
     out.update(path for path in _CLASS_PATH.findall(text))
-    return out | ({"deepspeed"} if _STRATEGY.search(text) else set())
+    return out | ({"strategy=deepspeed"} if _STRATEGY.search(text) else set())
 
 
 def _argument_names(args: Iterable[str]) -> set[str]:
-    """The class names the command's ``--trainer.*`` / ``--model.*`` arguments give (``--trainer.logger=WandbLogger``,
-    ``--trainer.strategy deepspeed_stage_2``)."""
+    """The class names the command's ``--trainer.*`` / ``--model.*`` / ``--data.*`` arguments give
+    (``--trainer.logger=WandbLogger``, ``--trainer.strategy deepspeed_stage_2`` as ``strategy=deepspeed``)."""
     out: set[str] = set()
-    for arg in args:
-        for word in re.split(r"[=\s]", arg):
-            out.add(word.rsplit(".", 1)[-1])
-            out.add("deepspeed" if word.startswith("deepspeed") else word)
+    args = list(args)
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if not name.startswith(("--trainer.", "--model.", "--data.")):
+            continue
+        raw = value if eq else args[i + 1] if i + 1 < len(args) else ""
+        out.update({raw, raw.rsplit(".", 1)[-1]})
+        if name == "--trainer.strategy" and raw.startswith("deepspeed"):
+            out.add("strategy=deepspeed")
     return out
 
 

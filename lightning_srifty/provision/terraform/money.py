@@ -77,8 +77,11 @@ def group_usd_per_hour(
     for market, n in (("on-demand", on_demand), ("spot", spot)):
         if n <= 0:
             continue
-        price = spot_usd if market == "spot" and spot_usd is not None else it.price_usd_hr(region, market)  # type: ignore[arg-type]
-        if not price or price != price:  # none, or nan: no spot price in the fleet's zone's rule either
+        own = it.price_usd_hr(region, market)  # type: ignore[arg-type]
+        price = spot_usd if market == "spot" and spot_usd is not None else own
+        if own and price != price:  # nan: the type has spot prices, none in a zone that offers the fleet's others
+            raise _no_zone(field, instance_type, region)
+        if not price:
             # a parameter (generate's region) is named in each front end's words; a document's path as it is
             said = "{" + field + "}" if field.isidentifier() else "{field}"
             raise ConfigError.between(
@@ -95,6 +98,20 @@ def group_usd_per_hour(
             )
         total += price * n
     return total
+
+
+def _no_zone(field: str, instance_type: str, region: str) -> ConfigError:
+    """A fleet's spot types no zone offers together (a plan ranked before the one-zone rule took each one's cheapest
+    zone): why the price cannot be checked, and the way on."""
+    return ConfigError.between(
+        "No availability zone of {where} offers spot capacity of every spot type of the fleet, {type} among them, in "
+        "the catalog: a fleet is one subnet, in one zone. Rank again with `srifty recommend`, which prices a fleet's "
+        "spot part in one zone (a plan ranked before 2026-12-08 took each type's cheapest).",
+        parameter=field,
+        value=instance_type,
+        type=instance_type,
+        where=region,
+    )
 
 
 def fleet_spot_prices(catalog: Catalog, groups: list[tuple[str, int]], region: str) -> list[float | None]:

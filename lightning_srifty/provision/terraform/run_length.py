@@ -45,22 +45,24 @@ def _script_flag(args: list[str]) -> tuple[str, int] | None:
 
 
 def _asked_steps(snapshot: Snapshot, args: list[str], profile: Profile | None, batch: float) -> tuple[str, int] | None:
-    """(where, steps of the global batch) the command's Trainer runs, where it says: ``max_steps`` (a manual loop's
-    over its optimizer steps a batch), else ``max_epochs`` x the profiled epoch's steps at the plan's global batch."""
+    """(where, steps of the global batch) the command's Trainer runs, where it says: the fewer of ``max_steps`` (a
+    manual loop's over its optimizer steps a batch) and ``max_epochs`` x the profiled epoch's steps at the plan's
+    global batch, as Lightning stops at whichever comes first."""
     k = float(profile.batch.optimizer_steps_per_batch or 1) if profile is not None else 1.0
     cli = bool(cli_configs(args)) or any(a.startswith("--trainer.") for a in args)
     given = _last_int(cli_trainer_values(snapshot, args, "max_steps")) if cli else _script_flag(args)
+    found = []
     if given is not None and given[1] > 0:
-        where, steps = given
-        return f"{where} (max_steps {steps:,})", math.ceil(steps / k - 1e-9)
+        found.append((f"{given[0]} (max_steps {given[1]:,})", math.ceil(given[1] / k - 1e-9)))
     epochs = _last_int(cli_trainer_values(snapshot, args, "max_epochs")) if cli else None
-    if epochs is None or epochs[1] <= 0 or profile is None or profile.validation is None:
-        return None
-    epoch_batches, per_batch = profile.validation.epoch_batches, profile.batch.all_devices
-    if not epoch_batches or not per_batch:
-        return None
-    per_epoch = math.ceil(epoch_batches * per_batch / batch - 1e-9)
-    return f"{epochs[0]} (max_epochs {epochs[1]:,}, {per_epoch:,} steps an epoch)", epochs[1] * per_epoch
+    if epochs is not None and epochs[1] > 0 and profile is not None and profile.validation is not None:
+        epoch_batches, per_batch = profile.validation.epoch_batches, profile.batch.all_devices
+        if epoch_batches and per_batch:
+            per_epoch = math.ceil(epoch_batches * per_batch / batch - 1e-9)
+            found.append(
+                (f"{epochs[0]} (max_epochs {epochs[1]:,}, {per_epoch:,} steps an epoch)", epochs[1] * per_epoch)
+            )
+    return min(found, key=lambda f: f[1]) if found else None
 
 
 def run_length_notes(
@@ -102,7 +104,8 @@ def run_length_notes(
     if given is not None and profiled is not None and given[1] != profiled:
         where, accumulate = given
         then = (
-            "srifty_auto replaces it with the plan's, so the fleet trains the profiled global batch, not this one"
+            f"srifty_auto replaces it with the plan's, so the fleet trains the plan's global batch ({batch:,.0f}), "
+            "not this one"
             if applies_the_plan
             else "the Trainer runs it, another global batch than the plan's, at other step times"
         )
