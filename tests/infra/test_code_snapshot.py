@@ -353,6 +353,23 @@ def test_srifty_terraform_says_when_the_script_would_train_another_global_batch(
     assert not any("another training" in n for n in glued.notes)
 
 
+def _profiled_project(path, script: str, accumulate: int):
+    """A project whose train.py is ``script`` and whose srifty/profile.json ran 32 a batch on one GPU, accumulating
+    ``accumulate``, validating every 50 of its epoch's 64 batches; (the folder, the profile's dict)."""
+    import copy
+
+    from _support import MINIMAL
+
+    project = _project(path)
+    (project / "train.py").write_text(script)
+    profiled = copy.deepcopy(MINIMAL)
+    profiled["batch"] = {"per_device": 32, "all_devices": 32, "accumulate_grad_batches": accumulate}
+    profiled["validation"] = {"every_batches": 50, "every_epochs": 1, "epoch_batches": 64}
+    (project / "srifty").mkdir()
+    (project / "srifty" / "profile.json").write_text(json.dumps(profiled))
+    return project, profiled
+
+
 def test_srifty_terraform_says_which_of_the_batch_and_the_accumulation_differ_and_a_refused_validation(
     tmp_path, catalog
 ) -> None:
@@ -362,17 +379,10 @@ def test_srifty_terraform_says_which_of_the_batch_and_the_accumulation_differ_an
     found it). srifty terraform names the accumulation's variable, and says of the validation."""
     import copy
 
-    from _support import MINIMAL
     from predictor.documents.profile import load_profile
     from predictor.ranking import Constraints, rank
 
-    project = _project(tmp_path / "p")
-    (project / "train.py").write_text("import lightning\n")  # its own Trainer and DataLoader
-    profiled = copy.deepcopy(MINIMAL)
-    profiled["batch"] = {"per_device": 32, "all_devices": 32, "accumulate_grad_batches": 2}
-    profiled["validation"] = {"every_batches": 50, "every_epochs": 1, "epoch_batches": 64}
-    (project / "srifty").mkdir()
-    (project / "srifty" / "profile.json").write_text(json.dumps(profiled))
+    project, profiled = _profiled_project(tmp_path / "p", "import lightning\n", 2)  # its own Trainer and DataLoader
     plan = rank(load_profile(copy.deepcopy(profiled)), Constraints(steps=1000, allow=("g5.xlarge",), max_instances=2,
                 market="on-demand", objective="time"), catalog=catalog)  # fmt: skip
     two = next(i for i, e in enumerate(plan.entries) if e.gpus == 2)
@@ -419,18 +429,11 @@ def test_srifty_terraform_says_when_the_commands_trainer_runs_another_length_or_
     (the last wins, as LightningCLI applies them), and a plain script's --max-steps."""
     import copy
 
-    from _support import MINIMAL
     from predictor.documents.profile import load_profile
     from predictor.ranking import Constraints, rank
 
-    project = _project(tmp_path / "p")
-    (project / "train.py").write_text("from lightning.pytorch.cli import LightningCLI\nLightningCLI()\n")
+    project, profiled = _profiled_project(tmp_path / "p", "from lightning.pytorch.cli import LightningCLI\n", 1)
     (project / "requirements.txt").write_text("jsonargparse[signatures]\n")
-    profiled = copy.deepcopy(MINIMAL)
-    profiled["batch"] = {"per_device": 32, "all_devices": 32, "accumulate_grad_batches": 1}
-    profiled["validation"] = {"every_batches": 50, "every_epochs": 1, "epoch_batches": 64}
-    (project / "srifty").mkdir()
-    (project / "srifty" / "profile.json").write_text(json.dumps(profiled))
     plan = rank(load_profile(copy.deepcopy(profiled)), Constraints(steps=1000, allow=("g5.xlarge",), max_instances=1,
                 market="on-demand"), catalog=catalog)  # fmt: skip
     entry = plan.entries[0]
