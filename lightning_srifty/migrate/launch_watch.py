@@ -21,7 +21,7 @@ from typing import Any
 from lightning_srifty import protocol
 from lightning_srifty.launch_checks import launch_mismatches, plan_data
 from lightning_srifty.profiling.recommendation import planned_steps
-from lightning_srifty.profiling.steps import optimizer_steps_per_batch
+from lightning_srifty.profiling.steps import batches_stepped, optimizer_steps_per_batch
 from lightning_srifty.protocol import Heartbeat, LaunchEnv, Leave, Started
 
 log = logging.getLogger("lightning_srifty")
@@ -255,7 +255,9 @@ def work_mismatch(trainer: Any, launch: LaunchEnv) -> str | None:
         if not batch or not steps:
             return None
         planned = math.ceil(work / float(batch) - 1e-9)
-        if abs(steps / planned - 1) <= WORK_TOLERANCE:
+        # a move's plan prices the rest of the run (predictor.ranking.replan): the steps left agree with it too
+        left = steps - batches_stepped(trainer)
+        if min(abs(steps / planned - 1), abs(left / planned - 1)) <= WORK_TOLERANCE:
             return None
         k = optimizer_steps_per_batch(trainer)
         max_steps = f"max_steps={math.ceil(planned * k - 1e-9):,}" + (

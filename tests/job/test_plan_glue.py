@@ -702,3 +702,7 @@ def test_a_trainer_that_runs_another_work_than_the_plans_is_said_with_both_ways_
     said = work_mismatch(trainer(100_000, Gan(), processed=3, global_step=6), launch)
     assert said is not None and "runs 50,000 steps" in said and "max_steps=40,000 (its 2 optimizer steps" in said
     assert work_mismatch(trainer(100_000), dataclasses.replace(launch, plan=str(tmp_path / "none.json"))) is None
+    # a move's plan prices the rest of the run: 20,000 steps left of 80,000 agree with it, as the whole run would
+    moved = trainer(80_000, processed=60_000, global_step=60_000)
+    assert work_mismatch(moved, launch) is None
+    assert work_mismatch(trainer(80_000, processed=30_000, global_step=30_000), launch) is not None

@@ -1128,7 +1128,8 @@ def _script_notes(
     profile = _project_profile(options)  # read once, for every note
     notes += _validation_notes(entry, profile, argv[0], plan_batches)
     cap = (lambda _: float(options.max_life_h)) if options.max_life_h is not None else default_max_life_h
-    notes += run_length_notes(entry, work_samples, snapshot, argv, profile, cap, plan_batches)
+    if not options.handover:  # under srifty launch a move's plan prices the rest of the run: the job checks its own
+        notes += run_length_notes(entry, work_samples, snapshot, argv, profile, cap, plan_batches)
     if plan_batches:
         return notes
     if entry.layout is not None and entry.layout.strategy != "ddp":
